@@ -1,0 +1,46 @@
+//! Messages from the handles ([`LockManager`](crate::LockManager), [`Lease`]) to the actor.
+
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::lease::{Lease, ReleaseOutcome};
+
+/// Identifies one waiting `acquire` call, so that dropping its future can
+/// remove it from the queue.
+pub(crate) type WaiterId = u64;
+
+/// How an acquire waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireMode {
+    /// Queue behind local holders and waiters; retry against MongoDB until acquired.
+    Wait,
+    /// One attempt; `None` if the key is held, locally or by another owner.
+    Try,
+}
+
+/// A request to the actor. Every command that carries a `respond_to` is
+/// answered, or its sender is dropped, which the handle reports as
+/// [`Error::Shutdown`](crate::Error::Shutdown).
+pub(crate) enum Command {
+    Acquire {
+        key: String,
+        waiter: WaiterId,
+        mode: AcquireMode,
+        respond_to: oneshot::Sender<Result<Option<Lease>>>,
+    },
+    /// The acquire future of `waiter` was dropped before it completed.
+    CancelWaiter { key: String, waiter: WaiterId },
+    /// Release one lease; `respond_to` is `None` when the lease was dropped.
+    Release {
+        key: String,
+        lease_id: Uuid,
+        respond_to: Option<oneshot::Sender<Result<ReleaseOutcome>>>,
+    },
+    ReleaseAll {
+        respond_to: oneshot::Sender<Result<u64>>,
+    },
+    Shutdown {
+        respond_to: oneshot::Sender<Result<()>>,
+    },
+}

@@ -1,0 +1,786 @@
+//! The private actor: one task per manager that owns all lease state.
+//!
+//! It holds the store, the held leases with their local deadlines, a FIFO
+//! queue of waiters per key, and its timers, and runs one `select!` loop over
+//! four event sources: commands from the handles, results of store operations
+//! in flight, expired timers (local deadlines and retries), and the heartbeat.
+//! Each event has one method. The actor never awaits a store operation inline:
+//! operations run concurrently in a [`FuturesUnordered`] and their results
+//! come back as [`Event`]s, so a slow round trip never delays another command.
+//! It never awaits caller code either: replies go through `oneshot` channels.
+//!
+//! Shape after Alice Ryhl's "Actors with Tokio" and the mongodb driver's
+//! connection-pool worker.
+
+pub(crate) mod command;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tokio_util::time::{delay_queue, DelayQueue};
+use uuid::Uuid;
+
+use crate::backoff::retry_delay;
+use crate::config::Timing;
+use crate::error::{Error, Result};
+use crate::lease::{Lease, ReleaseOutcome};
+use crate::store::{AcquireOutcome, LeaseRef, Store};
+use command::{AcquireMode, Command, WaiterId};
+
+type Reply<T> = oneshot::Sender<Result<T>>;
+
+/// A local caller waiting in an `acquire` or `try_acquire`.
+struct Waiter {
+    id: WaiterId,
+    mode: AcquireMode,
+    respond_to: Reply<Option<Lease>>,
+}
+
+/// A lease this manager holds.
+struct Held {
+    lease_id: Uuid,
+    token: u64,
+    cancel: CancellationToken,
+    /// Start of the last confirmed renewal (or of the acquire) + ttl − safety margin.
+    deadline: Instant,
+    deadline_timer: delay_queue::Key,
+    /// A renewal of this lease is in flight or scheduled for retry.
+    renewing: bool,
+}
+
+/// The state of a key's one retry loop against MongoDB.
+#[derive(Clone, Copy)]
+enum Attempt {
+    Idle,
+    InFlight,
+    Scheduled(delay_queue::Key),
+}
+
+/// Everything the actor knows about one key. Removed when idle.
+struct KeyState {
+    held: Option<Held>,
+    waiters: VecDeque<Waiter>,
+    attempt: Attempt,
+    /// Releases of this key in flight; no acquire attempt starts meanwhile.
+    releases_in_flight: u32,
+    /// Lease id of the next acquisition, kept across retries so that an
+    /// attempt whose outcome was unknown is recognised as ours on the next try.
+    next_lease_id: Uuid,
+    /// Attempts since the last acquisition (the backoff exponent).
+    failures: u32,
+}
+
+impl KeyState {
+    fn new() -> Self {
+        KeyState {
+            held: None,
+            waiters: VecDeque::new(),
+            attempt: Attempt::Idle,
+            releases_in_flight: 0,
+            next_lease_id: Uuid::new_v4(),
+            failures: 0,
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.held.is_none()
+            && self.waiters.is_empty()
+            && matches!(self.attempt, Attempt::Idle)
+            && self.releases_in_flight == 0
+    }
+
+    /// Drops waiters whose acquire future is gone.
+    fn prune_waiters(&mut self) {
+        self.waiters.retain(|w| !w.respond_to.is_closed());
+    }
+}
+
+enum Timer {
+    /// A held lease's local deadline passed without a confirmed renewal.
+    Deadline(String),
+    /// Time for the key's next acquire attempt.
+    Retry(String),
+    /// Retry a renewal batch that failed.
+    RenewRetry { leases: Vec<LeaseRef>, attempt: u32 },
+}
+
+/// The result of a store operation, back in the actor's loop.
+enum Event {
+    Acquired {
+        key: String,
+        lease_id: Uuid,
+        sent_at: Instant,
+        result: Result<AcquireOutcome>,
+    },
+    Renewed {
+        leases: Vec<LeaseRef>,
+        sent_at: Instant,
+        attempt: u32,
+        result: Result<Vec<String>>,
+    },
+    Released {
+        key: String,
+        respond_to: Option<Reply<ReleaseOutcome>>,
+        result: Result<u64>,
+    },
+    ReleasedMany {
+        keys: Vec<String>,
+        respond_to: Option<Reply<u64>>,
+        result: Result<u64>,
+    },
+}
+
+/// Set once shutdown has begun.
+struct Closing {
+    responders: Vec<Reply<()>>,
+    error: Option<Error>,
+}
+
+pub(crate) struct Actor {
+    store: Arc<dyn Store>,
+    owner_id: Arc<str>,
+    timing: Timing,
+    commands: mpsc::UnboundedReceiver<Command>,
+    /// Given to each `Lease` so that it can release itself; weak, so the
+    /// actor stops once every handle and lease is gone.
+    sender: mpsc::WeakUnboundedSender<Command>,
+    keys: HashMap<String, KeyState>,
+    tasks: FuturesUnordered<BoxFuture<'static, Event>>,
+    timers: DelayQueue<Timer>,
+    heartbeat: Interval,
+    closing: Option<Closing>,
+}
+
+impl Actor {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        owner_id: Arc<str>,
+        timing: Timing,
+        commands: mpsc::UnboundedReceiver<Command>,
+        sender: mpsc::WeakUnboundedSender<Command>,
+    ) -> Self {
+        let mut heartbeat = tokio::time::interval_at(
+            Instant::now() + timing.heartbeat_interval,
+            timing.heartbeat_interval,
+        );
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Actor {
+            store,
+            owner_id,
+            timing,
+            commands,
+            sender,
+            keys: HashMap::new(),
+            tasks: FuturesUnordered::new(),
+            timers: DelayQueue::new(),
+            heartbeat,
+            closing: None,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        while self.closing.is_none() || !self.tasks.is_empty() {
+            let open = self.closing.is_none();
+            tokio::select! {
+                command = self.commands.recv(), if open => match command {
+                    Some(command) => self.handle_command(command),
+                    None => self.begin_shutdown(None),
+                },
+                Some(event) = self.tasks.next(), if !self.tasks.is_empty() => self.handle_event(event),
+                Some(expired) = self.timers.next(), if open && !self.timers.is_empty() => {
+                    self.handle_timer(expired.into_inner())
+                }
+                _ = self.heartbeat.tick(), if open => self.renew_all(),
+            }
+        }
+        if let Some(closing) = self.closing.take() {
+            for respond_to in closing.responders {
+                let _ = respond_to.send(match &closing.error {
+                    None => Ok(()),
+                    Some(e) => Err(e.clone()),
+                });
+            }
+        }
+        tracing::debug!(owner_id = %self.owner_id, "lease manager stopped");
+    }
+
+    fn handle_command(&mut self, command: Command) {
+        match command {
+            Command::Acquire {
+                key,
+                waiter,
+                mode,
+                respond_to,
+            } => self.on_acquire(key, waiter, mode, respond_to),
+            Command::CancelWaiter { key, waiter } => self.on_cancel_waiter(&key, waiter),
+            Command::Release {
+                key,
+                lease_id,
+                respond_to,
+            } => self.on_release(key, lease_id, respond_to),
+            Command::ReleaseAll { respond_to } => self.on_release_all(respond_to),
+            Command::Shutdown { respond_to } => self.begin_shutdown(Some(respond_to)),
+        }
+    }
+
+    fn handle_event(&mut self, event: Event) {
+        match event {
+            Event::Acquired {
+                key,
+                lease_id,
+                sent_at,
+                result,
+            } => self.on_acquired(key, lease_id, sent_at, result),
+            Event::Renewed {
+                leases,
+                sent_at,
+                attempt,
+                result,
+            } => self.on_renewed(leases, sent_at, attempt, result),
+            Event::Released {
+                key,
+                respond_to,
+                result,
+            } => self.on_released(key, respond_to, result),
+            Event::ReleasedMany {
+                keys,
+                respond_to,
+                result,
+            } => self.on_released_many(keys, respond_to, result),
+        }
+    }
+
+    fn handle_timer(&mut self, timer: Timer) {
+        match timer {
+            Timer::Deadline(key) => self.on_deadline(key),
+            Timer::Retry(key) => {
+                if let Some(state) = self.keys.get_mut(&key) {
+                    state.attempt = Attempt::Idle;
+                }
+                self.serve_next(&key);
+            }
+            Timer::RenewRetry { leases, attempt } => {
+                let leases: Vec<LeaseRef> = leases
+                    .into_iter()
+                    .filter(|l| self.held_lease(&l.key, l.lease_id).is_some())
+                    .collect();
+                if !leases.is_empty() {
+                    self.spawn_renewal(leases, attempt);
+                }
+            }
+        }
+    }
+
+    // ----- commands -------------------------------------------------------
+
+    fn on_acquire(
+        &mut self,
+        key: String,
+        waiter: WaiterId,
+        mode: AcquireMode,
+        respond_to: Reply<Option<Lease>>,
+    ) {
+        let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
+        state.prune_waiters();
+        let busy = state.held.is_some()
+            || !state.waiters.is_empty()
+            || state.releases_in_flight > 0
+            || !matches!(state.attempt, Attempt::Idle);
+        if mode == AcquireMode::Try && busy {
+            let _ = respond_to.send(Ok(None));
+            self.forget_if_idle(&key);
+            return;
+        }
+        state.waiters.push_back(Waiter {
+            id: waiter,
+            mode,
+            respond_to,
+        });
+        if !busy {
+            self.start_attempt(&key);
+        }
+    }
+
+    fn on_cancel_waiter(&mut self, key: &str, waiter: WaiterId) {
+        let Some(state) = self.keys.get_mut(key) else {
+            return;
+        };
+        state.waiters.retain(|w| w.id != waiter);
+        state.prune_waiters();
+        if state.waiters.is_empty() {
+            if let Attempt::Scheduled(timer) = state.attempt {
+                self.timers.remove(&timer);
+                state.attempt = Attempt::Idle;
+            }
+        }
+        self.forget_if_idle(key);
+    }
+
+    fn on_release(
+        &mut self,
+        key: String,
+        lease_id: Uuid,
+        respond_to: Option<Reply<ReleaseOutcome>>,
+    ) {
+        if self.held_lease(&key, lease_id).is_none() {
+            // Already lost (its token has fired) or already released by the manager.
+            if let Some(respond_to) = respond_to {
+                let _ = respond_to.send(Ok(ReleaseOutcome::AlreadyLost));
+            }
+            return;
+        }
+        let held = self.take_held(&key).expect("checked above");
+        tracing::debug!(key, token = held.token, "releasing lease");
+        self.spawn_release(key, held.lease_id, respond_to);
+    }
+
+    fn on_release_all(&mut self, respond_to: Reply<u64>) {
+        let keys = self.take_all_held();
+        // Keys acquired while this runs must not be released by it: leave out
+        // the lease ids of attempts in flight.
+        let in_flight: Vec<Uuid> = self
+            .keys
+            .values()
+            .filter(|s| !matches!(s.attempt, Attempt::Idle))
+            .map(|s| s.next_lease_id)
+            .collect();
+        let release = self.store.release_owner(in_flight);
+        self.tasks.push(
+            async move {
+                Event::ReleasedMany {
+                    keys,
+                    respond_to: Some(respond_to),
+                    result: release.await,
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    fn begin_shutdown(&mut self, respond_to: Option<Reply<()>>) {
+        tracing::debug!(owner_id = %self.owner_id, "lease manager shutting down");
+        self.closing = Some(Closing {
+            responders: respond_to.into_iter().collect(),
+            error: None,
+        });
+        self.commands.close();
+        // Answer what was queued before the close; releases still happen.
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Release {
+                    key,
+                    lease_id,
+                    respond_to,
+                } => self.on_release(key, lease_id, respond_to),
+                Command::CancelWaiter { key, waiter } => self.on_cancel_waiter(&key, waiter),
+                Command::Shutdown { respond_to } => {
+                    if let Some(closing) = &mut self.closing {
+                        closing.responders.push(respond_to);
+                    }
+                }
+                Command::Acquire { respond_to, .. } => {
+                    let _ = respond_to.send(Err(Error::Shutdown));
+                }
+                Command::ReleaseAll { respond_to } => {
+                    let _ = respond_to.send(Err(Error::Shutdown));
+                }
+            }
+        }
+        for state in self.keys.values_mut() {
+            for waiter in state.waiters.drain(..) {
+                let _ = waiter.respond_to.send(Err(Error::Shutdown));
+            }
+            if let Attempt::Scheduled(timer) = state.attempt {
+                self.timers.remove(&timer);
+                state.attempt = Attempt::Idle;
+            }
+        }
+        let leases: Vec<LeaseRef> = self
+            .keys
+            .iter()
+            .filter_map(|(key, s)| {
+                s.held.as_ref().map(|h| LeaseRef {
+                    key: key.clone(),
+                    lease_id: h.lease_id,
+                })
+            })
+            .collect();
+        self.take_all_held();
+        for batch in leases.chunks(self.timing.renewal_batch_size) {
+            let keys = batch.iter().map(|l| l.key.clone()).collect();
+            let release = self.store.release(batch.to_vec());
+            self.tasks.push(
+                async move {
+                    Event::ReleasedMany {
+                        keys,
+                        respond_to: None,
+                        result: release.await,
+                    }
+                }
+                .boxed(),
+            );
+        }
+    }
+
+    // ----- acquiring ------------------------------------------------------
+
+    fn start_attempt(&mut self, key: &str) {
+        let state = self.keys.get_mut(key).expect("attempt for a known key");
+        state.attempt = Attempt::InFlight;
+        let lease_id = state.next_lease_id;
+        let sent_at = Instant::now();
+        let key = key.to_string();
+        let acquire = self.store.acquire(key.clone(), lease_id);
+        self.tasks.push(
+            async move {
+                Event::Acquired {
+                    result: acquire.await,
+                    key,
+                    lease_id,
+                    sent_at,
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    fn on_acquired(
+        &mut self,
+        key: String,
+        lease_id: Uuid,
+        sent_at: Instant,
+        result: Result<AcquireOutcome>,
+    ) {
+        let Some(state) = self.keys.get_mut(&key) else {
+            return;
+        };
+        state.attempt = Attempt::Idle;
+        match result {
+            Ok(AcquireOutcome::Acquired { token }) => {
+                state.failures = 0;
+                state.next_lease_id = Uuid::new_v4();
+                self.grant(&key, lease_id, token, sent_at);
+            }
+            Ok(AcquireOutcome::Held { holder, remaining }) => {
+                tracing::trace!(key, holder, ?remaining, "key is held");
+                for waiter in std::mem::take(&mut state.waiters) {
+                    if waiter.mode == AcquireMode::Try {
+                        let _ = waiter.respond_to.send(Ok(None));
+                    } else if !waiter.respond_to.is_closed() {
+                        state.waiters.push_back(waiter);
+                    }
+                }
+                if !state.waiters.is_empty() {
+                    self.schedule_retry(&key, Some(remaining));
+                }
+            }
+            Err(error) => {
+                let transient = error.is_transient();
+                for waiter in std::mem::take(&mut state.waiters) {
+                    if waiter.mode == AcquireMode::Try || !transient {
+                        let _ = waiter.respond_to.send(Err(error.clone()));
+                    } else if !waiter.respond_to.is_closed() {
+                        state.waiters.push_back(waiter);
+                    }
+                }
+                if !state.waiters.is_empty() {
+                    tracing::warn!(key, %error, "acquire attempt failed; retrying");
+                    self.schedule_retry(&key, None);
+                } else if transient {
+                    // The write may have landed unseen: give it back rather than
+                    // leave the key blocked until the lease expires.
+                    state.next_lease_id = Uuid::new_v4();
+                    self.spawn_release(key.clone(), lease_id, None);
+                }
+            }
+        }
+        self.forget_if_idle(&key);
+    }
+
+    /// Hands a fresh acquisition to the first waiter still waiting, or gives it
+    /// back at once if nobody waits any more (a cancelled acquire never leaks).
+    fn grant(&mut self, key: &str, lease_id: Uuid, token: u64, sent_at: Instant) {
+        let deadline = sent_at + self.timing.local_validity();
+        let state = self.keys.get_mut(key).expect("grant for a known key");
+        while let Some(waiter) = state.waiters.pop_front() {
+            if waiter.respond_to.is_closed() {
+                continue;
+            }
+            let Some(commands) = self.sender.upgrade() else {
+                break;
+            };
+            let cancel = CancellationToken::new();
+            let deadline_timer = self.timers.insert_at(Timer::Deadline(key.to_string()), deadline);
+            state.held = Some(Held {
+                lease_id,
+                token,
+                cancel: cancel.clone(),
+                deadline,
+                deadline_timer,
+                renewing: false,
+            });
+            tracing::debug!(key, token, "lease acquired");
+            let lease = Lease::new(
+                key.to_string(),
+                self.owner_id.clone(),
+                lease_id,
+                token,
+                cancel,
+                commands,
+            );
+            // If the caller went away just now, the returned lease is dropped
+            // here, and its drop queues its release.
+            let _ = waiter.respond_to.send(Ok(Some(lease)));
+            return;
+        }
+        self.spawn_release(key.to_string(), lease_id, None);
+    }
+
+    fn schedule_retry(&mut self, key: &str, remaining: Option<std::time::Duration>) {
+        let state = self.keys.get_mut(key).expect("retry for a known key");
+        let delay = retry_delay(
+            state.failures,
+            self.timing.retry_initial,
+            self.timing.retry_max,
+            remaining,
+        );
+        state.failures = state.failures.saturating_add(1);
+        let timer = self.timers.insert(Timer::Retry(key.to_string()), delay);
+        state.attempt = Attempt::Scheduled(timer);
+    }
+
+    /// Starts the key's next attempt if it is free locally and someone waits.
+    fn serve_next(&mut self, key: &str) {
+        let Some(state) = self.keys.get_mut(key) else {
+            return;
+        };
+        state.prune_waiters();
+        let ready = state.held.is_none()
+            && state.releases_in_flight == 0
+            && matches!(state.attempt, Attempt::Idle)
+            && !state.waiters.is_empty();
+        if ready {
+            self.start_attempt(key);
+        } else {
+            self.forget_if_idle(key);
+        }
+    }
+
+    // ----- renewing -------------------------------------------------------
+
+    /// Heartbeat: renew every held lease not already being renewed, in batches.
+    fn renew_all(&mut self) {
+        let mut leases = Vec::new();
+        for (key, state) in &mut self.keys {
+            if let Some(held) = state.held.as_mut().filter(|h| !h.renewing) {
+                held.renewing = true;
+                leases.push(LeaseRef {
+                    key: key.clone(),
+                    lease_id: held.lease_id,
+                });
+            }
+        }
+        for batch in leases.chunks(self.timing.renewal_batch_size) {
+            self.spawn_renewal(batch.to_vec(), 0);
+        }
+    }
+
+    fn spawn_renewal(&mut self, leases: Vec<LeaseRef>, attempt: u32) {
+        let sent_at = Instant::now();
+        let renew = self.store.renew(leases.clone());
+        self.tasks.push(
+            async move {
+                Event::Renewed {
+                    result: renew.await,
+                    leases,
+                    sent_at,
+                    attempt,
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    fn on_renewed(
+        &mut self,
+        leases: Vec<LeaseRef>,
+        sent_at: Instant,
+        attempt: u32,
+        result: Result<Vec<String>>,
+    ) {
+        let lost = match result {
+            Ok(lost) => lost.into_iter().collect::<HashSet<_>>(),
+            Err(error) => {
+                // Outcome unknown: renewing again is idempotent and its matched
+                // count tells the truth. The local deadline stays where the last
+                // confirmed renewal put it.
+                let leases: Vec<LeaseRef> = leases
+                    .into_iter()
+                    .filter(|l| self.held_lease(&l.key, l.lease_id).is_some())
+                    .collect();
+                tracing::warn!(%error, leases = leases.len(), attempt, "renewal failed; retrying");
+                if !leases.is_empty() {
+                    let delay = retry_delay(
+                        attempt,
+                        self.timing.retry_initial,
+                        self.timing.heartbeat_interval / 2,
+                        None,
+                    );
+                    self.timers.insert(
+                        Timer::RenewRetry {
+                            leases,
+                            attempt: attempt.saturating_add(1),
+                        },
+                        delay,
+                    );
+                }
+                return;
+            }
+        };
+        let deadline = sent_at + self.timing.local_validity();
+        for lease in leases {
+            let Some(state) = self.keys.get_mut(&lease.key) else {
+                continue;
+            };
+            let Some(held) = state.held.as_mut().filter(|h| h.lease_id == lease.lease_id) else {
+                continue;
+            };
+            held.renewing = false;
+            if lost.contains(&lease.key) {
+                tracing::warn!(key = lease.key, token = held.token, "lease lost: renewal found it gone or taken");
+                self.take_held(&lease.key);
+                self.serve_next(&lease.key);
+            } else if deadline > held.deadline {
+                held.deadline = deadline;
+                self.timers.reset_at(&held.deadline_timer, deadline);
+            }
+        }
+    }
+
+    fn on_deadline(&mut self, key: String) {
+        let Some(held) = self.keys.get_mut(&key).and_then(|s| s.held.take()) else {
+            return;
+        };
+        // The timer has fired, so `held.deadline_timer` is spent.
+        held.cancel.cancel();
+        tracing::warn!(
+            key,
+            token = held.token,
+            "lease lost: renewal not confirmed before the local deadline"
+        );
+        // It may still be ours on the server: free it now rather than at expiry.
+        self.spawn_release(key, held.lease_id, None);
+    }
+
+    // ----- releasing ------------------------------------------------------
+
+    fn spawn_release(&mut self, key: String, lease_id: Uuid, respond_to: Option<Reply<ReleaseOutcome>>) {
+        self.keys
+            .entry(key.clone())
+            .or_insert_with(KeyState::new)
+            .releases_in_flight += 1;
+        let release = self.store.release(vec![LeaseRef {
+            key: key.clone(),
+            lease_id,
+        }]);
+        self.tasks.push(
+            async move {
+                Event::Released {
+                    result: release.await,
+                    key,
+                    respond_to,
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    fn on_released(&mut self, key: String, respond_to: Option<Reply<ReleaseOutcome>>, result: Result<u64>) {
+        if let Some(state) = self.keys.get_mut(&key) {
+            state.releases_in_flight -= 1;
+        }
+        let outcome = match result {
+            Ok(0) => Ok(ReleaseOutcome::AlreadyLost),
+            Ok(_) => Ok(ReleaseOutcome::Released),
+            Err(error) => {
+                tracing::warn!(key, %error, "release failed; the lease will expire after its TTL");
+                Err(error)
+            }
+        };
+        if let Some(respond_to) = respond_to {
+            let _ = respond_to.send(outcome);
+        }
+        self.serve_next(&key);
+    }
+
+    fn on_released_many(&mut self, keys: Vec<String>, respond_to: Option<Reply<u64>>, result: Result<u64>) {
+        for key in &keys {
+            if let Some(state) = self.keys.get_mut(key) {
+                state.releases_in_flight -= 1;
+            }
+        }
+        if let Err(error) = &result {
+            tracing::warn!(%error, "releasing leases failed; they will expire after their TTL");
+            if let Some(closing) = &mut self.closing {
+                closing.error.get_or_insert_with(|| error.clone());
+            }
+        }
+        if let Some(respond_to) = respond_to {
+            let _ = respond_to.send(result);
+        }
+        for key in &keys {
+            self.serve_next(key);
+        }
+    }
+
+    // ----- state helpers --------------------------------------------------
+
+    fn held_lease(&self, key: &str, lease_id: Uuid) -> Option<&Held> {
+        self.keys
+            .get(key)?
+            .held
+            .as_ref()
+            .filter(|h| h.lease_id == lease_id)
+    }
+
+    /// Removes the key's held lease: cancels its token and its deadline timer.
+    fn take_held(&mut self, key: &str) -> Option<Held> {
+        let held = self.keys.get_mut(key)?.held.take()?;
+        self.timers.remove(&held.deadline_timer);
+        held.cancel.cancel();
+        Some(held)
+    }
+
+    /// Takes every held lease (as `take_held`) and counts a release in flight
+    /// for each; returns their keys.
+    fn take_all_held(&mut self) -> Vec<String> {
+        let keys: Vec<String> = self
+            .keys
+            .iter()
+            .filter(|(_, s)| s.held.is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            self.take_held(key);
+            if let Some(state) = self.keys.get_mut(key) {
+                state.releases_in_flight += 1;
+            }
+        }
+        keys
+    }
+
+    fn forget_if_idle(&mut self, key: &str) {
+        if self.keys.get(key).is_some_and(KeyState::is_idle) {
+            self.keys.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,269 @@
+//! Options of a [`LockManager`](crate::LockManager), their defaults and validation.
+
+use std::time::Duration;
+
+use mongodb::Database;
+use typed_builder::TypedBuilder;
+
+use crate::error::{Error, Result};
+
+/// Default lease time-to-live: 30 s.
+///
+/// Choose a TTL well above your deployment's failover time (MongoDB 6.0 with
+/// default election settings needs about 11 s to elect a new primary after a
+/// crash), or expect leases to be lost during a failover.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// The default heartbeat interval is the TTL divided by this (10 s for the default TTL):
+/// two renewals can fail before a lease is at risk.
+pub const DEFAULT_HEARTBEAT_DIVISOR: u32 = 3;
+
+/// The default safety margin is the TTL divided by this (3 s for the default TTL).
+pub const DEFAULT_SAFETY_MARGIN_DIVISOR: u32 = 10;
+
+/// Default time an abandoned or released lock document stays in the collection
+/// after its expiry before MongoDB's TTL monitor deletes it: 60 s.
+pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(60);
+
+/// Default bound on a single MongoDB operation, and on [`LockManager::connect`]: 10 s.
+///
+/// [`LockManager::connect`]: crate::LockManager::connect
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default first retry delay of a waiter's backoff against MongoDB: 10 ms.
+pub const DEFAULT_RETRY_INITIAL: Duration = Duration::from_millis(10);
+
+/// Default longest retry delay of a waiter's backoff against MongoDB: 1 s.
+pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Default number of leases renewed by one MongoDB command: 5 000.
+///
+/// `updateMany` costs about 20 µs per key on MongoDB 6.0, so a full batch takes
+/// about 0.1 s; batches keep each command far below the 16 MiB command size limit.
+pub const DEFAULT_RENEWAL_BATCH_SIZE: usize = 5_000;
+
+/// Longest accepted lease key, in bytes of UTF-8: 1 KiB.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// Longest accepted owner id, in bytes of UTF-8.
+pub const MAX_OWNER_ID_LEN: usize = 256;
+
+/// Options of a [`LockManager`](crate::LockManager), built with
+/// [`LockManagerOptions::builder`]. Only `database` and `collection` are required.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use mongo_lease::{LockManager, LockManagerOptions};
+///
+/// # async fn demo(client: mongodb::Client) -> mongo_lease::Result<()> {
+/// let options = LockManagerOptions::builder()
+///     .database(client.database("app"))
+///     .collection("workitem.lock")
+///     .ttl(Duration::from_secs(20))
+///     .build();
+/// let manager = LockManager::connect(options).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, TypedBuilder)]
+#[non_exhaustive]
+pub struct LockManagerOptions {
+    /// The database that holds the lock collection.
+    ///
+    /// The manager uses its own collection handle with majority write concern,
+    /// majority read concern and primary reads, whatever the client's defaults:
+    /// a lease acknowledged by only one member can be rolled back by a failover.
+    pub database: Database,
+
+    /// Name of the lock collection, e.g. `"workitem.lock"` beside a `workitem`
+    /// collection whose documents are locked. Locking never modifies the locked
+    /// documents themselves; the lock collection holds one document per key.
+    #[builder(setter(into))]
+    pub collection: String,
+
+    /// This manager's owner id, stored as `aid` in every lease it holds.
+    ///
+    /// Default: a random UUID per manager. If you set it, it must be unique
+    /// among live managers (two managers with one owner id cannot tell their
+    /// leases apart in [`LockManager::release_all`](crate::LockManager::release_all)).
+    /// Never use a web session id or anything secret: it is stored in clear in
+    /// the database and shown by `mongo-lease list`.
+    #[builder(default, setter(strip_option, into))]
+    pub owner_id: Option<String>,
+
+    /// Lease time-to-live. Default [`DEFAULT_TTL`]. A lease that is not renewed
+    /// for this long (by the server's clock) can be taken over.
+    #[builder(default = DEFAULT_TTL)]
+    pub ttl: Duration,
+
+    /// How often the heartbeat renews all held leases. Default: `ttl /`
+    /// [`DEFAULT_HEARTBEAT_DIVISOR`]. Must be shorter than `ttl - safety_margin`.
+    #[builder(default, setter(strip_option))]
+    pub heartbeat_interval: Option<Duration>,
+
+    /// How much earlier than the server-side expiry a holder is told its lease
+    /// is lost when renewals cannot be confirmed. Default: `ttl /`
+    /// [`DEFAULT_SAFETY_MARGIN_DIVISOR`].
+    ///
+    /// The local deadline of a lease is *start of the last confirmed renewal +
+    /// ttl − safety_margin*, on the monotonic clock. It must cover the time the
+    /// holder needs to stop its work and any difference in clock rate between
+    /// this machine and the server.
+    #[builder(default, setter(strip_option))]
+    pub safety_margin: Option<Duration>,
+
+    /// How long released or abandoned lock documents stay before MongoDB's TTL
+    /// monitor deletes them. Default [`DEFAULT_GC_GRACE`]. Used only when the
+    /// manager creates the TTL index; an existing TTL index on `exp` is kept.
+    #[builder(default = DEFAULT_GC_GRACE)]
+    pub gc_grace: Duration,
+
+    /// Bound on each MongoDB operation and on [`LockManager::connect`](crate::LockManager::connect).
+    /// Default [`DEFAULT_OPERATION_TIMEOUT`].
+    #[builder(default = DEFAULT_OPERATION_TIMEOUT)]
+    pub operation_timeout: Duration,
+
+    /// First delay of a waiting acquire's jittered exponential backoff.
+    /// Default [`DEFAULT_RETRY_INITIAL`].
+    #[builder(default = DEFAULT_RETRY_INITIAL)]
+    pub retry_initial: Duration,
+
+    /// Longest delay of a waiting acquire's backoff; the delay is also capped by
+    /// the holder's remaining lease time. Default [`DEFAULT_RETRY_MAX`].
+    #[builder(default = DEFAULT_RETRY_MAX)]
+    pub retry_max: Duration,
+
+    /// Leases renewed per MongoDB command. Default [`DEFAULT_RENEWAL_BATCH_SIZE`].
+    #[builder(default = DEFAULT_RENEWAL_BATCH_SIZE)]
+    pub renewal_batch_size: usize,
+}
+
+impl std::fmt::Debug for LockManagerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockManagerOptions")
+            .field("database", &self.database.name())
+            .field("collection", &self.collection)
+            .field("owner_id", &self.owner_id)
+            .field("ttl", &self.ttl)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("safety_margin", &self.safety_margin)
+            .field("gc_grace", &self.gc_grace)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Validated timing settings shared by the actor and the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Timing {
+    pub ttl: Duration,
+    pub heartbeat_interval: Duration,
+    pub safety_margin: Duration,
+    pub operation_timeout: Duration,
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    pub renewal_batch_size: usize,
+}
+
+impl Timing {
+    /// The time a lease stays safe after the start of a confirmed renewal.
+    pub fn local_validity(&self) -> Duration {
+        self.ttl - self.safety_margin
+    }
+}
+
+fn invalid(reason: impl Into<String>) -> Error {
+    Error::InvalidConfig {
+        reason: reason.into(),
+    }
+}
+
+impl LockManagerOptions {
+    /// Checks the options and resolves defaults that depend on the TTL.
+    pub(crate) fn timing(&self) -> Result<Timing> {
+        let ttl = self.ttl;
+        if ttl < Duration::from_millis(10) {
+            return Err(invalid(format!("ttl must be at least 10 ms, got {ttl:?}")));
+        }
+        if ttl.as_millis() > i64::MAX as u128 / 2 {
+            return Err(invalid(format!("ttl is too long: {ttl:?}")));
+        }
+        let safety_margin = self
+            .safety_margin
+            .unwrap_or(ttl / DEFAULT_SAFETY_MARGIN_DIVISOR);
+        if safety_margin >= ttl {
+            return Err(invalid(format!(
+                "safety_margin ({safety_margin:?}) must be shorter than ttl ({ttl:?})"
+            )));
+        }
+        let heartbeat_interval = self
+            .heartbeat_interval
+            .unwrap_or(ttl / DEFAULT_HEARTBEAT_DIVISOR);
+        if heartbeat_interval.is_zero() {
+            return Err(invalid("heartbeat_interval must be greater than zero"));
+        }
+        if heartbeat_interval >= ttl - safety_margin {
+            return Err(invalid(format!(
+                "heartbeat_interval ({heartbeat_interval:?}) must be shorter than \
+                 ttl - safety_margin ({:?}), or leases expire between renewals",
+                ttl - safety_margin
+            )));
+        }
+        if self.operation_timeout.is_zero() {
+            return Err(invalid("operation_timeout must be greater than zero"));
+        }
+        if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
+            return Err(invalid(format!(
+                "need 0 < retry_initial ({:?}) <= retry_max ({:?})",
+                self.retry_initial, self.retry_max
+            )));
+        }
+        if self.renewal_batch_size == 0 {
+            return Err(invalid("renewal_batch_size must be at least 1"));
+        }
+        if self.collection.is_empty() || self.collection.contains('$') || self.collection.contains('\0') {
+            return Err(invalid(format!(
+                "collection name {:?} is not valid (empty, or contains '$' or NUL)",
+                self.collection
+            )));
+        }
+        if let Some(owner) = &self.owner_id {
+            validate_owner_id(owner)?;
+        }
+        Ok(Timing {
+            ttl,
+            heartbeat_interval,
+            safety_margin,
+            operation_timeout: self.operation_timeout,
+            retry_initial: self.retry_initial,
+            retry_max: self.retry_max,
+            renewal_batch_size: self.renewal_batch_size,
+        })
+    }
+}
+
+pub(crate) fn validate_owner_id(owner: &str) -> Result<()> {
+    if owner.is_empty() || owner.len() > MAX_OWNER_ID_LEN {
+        return Err(invalid(format!(
+            "owner_id must be 1 to {MAX_OWNER_ID_LEN} bytes, got {} bytes",
+            owner.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a lease key: 1 to [`MAX_KEY_LEN`] bytes.
+pub(crate) fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::InvalidKey {
+            reason: "the key is empty".into(),
+        });
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::InvalidKey {
+            reason: format!("the key is {} bytes long; the limit is {MAX_KEY_LEN}", key.len()),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! The crate's error type.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in `mongo-lease`.
+///
+/// A key held by another owner is **not** an error: [`LockManager::try_acquire`]
+/// returns `Ok(None)` for it. Errors are either bad input (nothing was sent to
+/// MongoDB), a problem with the lock collection, a database failure, or a
+/// manager that has shut down.
+///
+/// The enum is `#[non_exhaustive]`: match the predicates ([`Error::is_invalid_input`],
+/// [`Error::is_shutdown`], ...) rather than every variant.
+///
+/// [`LockManager::try_acquire`]: crate::LockManager::try_acquire
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A lease key is empty or longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes.
+    #[error("invalid lease key: {reason}")]
+    InvalidKey {
+        /// Why the key was refused.
+        reason: String,
+    },
+
+    /// The manager's options are inconsistent (for example a heartbeat interval
+    /// that is not shorter than the TTL).
+    #[error("invalid configuration: {reason}")]
+    InvalidConfig {
+        /// Which option is wrong and why.
+        reason: String,
+    },
+
+    /// The document stored under this key in the lock collection was not written
+    /// by `mongo-lease`. It was left untouched.
+    #[error(
+        "the lock collection holds a document of foreign shape under key {key:?}; \
+         it was left untouched (remove it or use another collection)"
+    )]
+    ForeignDocument {
+        /// The key whose document has a foreign shape.
+        key: String,
+    },
+
+    /// The lock collection cannot be used as is (capped, or an index on `exp`
+    /// that is not a TTL index, ...). Nothing was changed.
+    #[error("the lock collection cannot be used: {reason}")]
+    UnusableCollection {
+        /// What is wrong with the collection.
+        reason: String,
+    },
+
+    /// No MongoDB server answered within the given time.
+    #[error("MongoDB did not answer within {waited:?}: {reason}")]
+    Unreachable {
+        /// How long the manager waited.
+        waited: Duration,
+        /// The last error seen, if any.
+        reason: String,
+    },
+
+    /// A MongoDB operation failed. Its outcome is known: the manager re-reads the
+    /// lease after ambiguous failures before reporting one.
+    #[error("MongoDB operation failed: {0}")]
+    Database(#[from] mongodb::error::Error),
+
+    /// The manager has shut down (by [`LockManager::shutdown`] or because its
+    /// task stopped); no further commands are accepted.
+    ///
+    /// [`LockManager::shutdown`]: crate::LockManager::shutdown
+    #[error("the lease manager has shut down")]
+    Shutdown,
+}
+
+impl Error {
+    /// `true` for errors caused by the caller's input or options: nothing was
+    /// sent to MongoDB and retrying the same call will fail the same way.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, Error::InvalidKey { .. } | Error::InvalidConfig { .. })
+    }
+
+    /// `true` if the manager has shut down.
+    pub fn is_shutdown(&self) -> bool {
+        matches!(self, Error::Shutdown)
+    }
+
+    /// `true` if a document not written by `mongo-lease` occupies the key.
+    pub fn is_foreign_document(&self) -> bool {
+        matches!(self, Error::ForeignDocument { .. })
+    }
+
+    /// `true` if the server could not be reached in time, or a database
+    /// operation timed out or failed on the network. Such errors are usually
+    /// transient: retrying later may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Unreachable { .. } => true,
+            Error::Database(e) => is_transient_db_error(e),
+            _ => false,
+        }
+    }
+}
+
+/// Network errors, server selection failures, write-concern failures and
+/// "not primary" style errors: the outcome of a write that failed this way is
+/// unknown, so the store re-reads before deciding (see MONGODB-FACTS Q7/Q8).
+pub(crate) fn is_transient_db_error(e: &mongodb::error::Error) -> bool {
+    use mongodb::error::ErrorKind;
+    if e.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR) {
+        return true;
+    }
+    match &*e.kind {
+        ErrorKind::ServerSelection { .. }
+        | ErrorKind::ConnectionPoolCleared { .. }
+        | ErrorKind::Io(_) => true,
+        ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(_)) => true,
+        ErrorKind::Command(c) => matches!(
+            c.code,
+            // NotWritablePrimary, InterruptedDueToReplStateChange, PrimarySteppedDown,
+            // NotPrimaryNoSecondaryOk, NotPrimaryOrSecondary, ShutdownInProgress,
+            // InterruptedAtShutdown, HostUnreachable, HostNotFound, NetworkTimeout,
+            // ExceededTimeLimit, WriteConcernFailed
+            10107 | 11602 | 189 | 13435 | 13436 | 91 | 11600 | 6 | 7 | 89 | 262 | 64
+        ),
+        _ => false,
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,278 @@
+//! [`LockManager`]: the public, cloneable handle. It never touches MongoDB; it
+//! sends commands to the actor and awaits the replies.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::actor::command::{AcquireMode, Command, WaiterId};
+use crate::actor::Actor;
+use crate::config::{validate_key, LockManagerOptions, Timing};
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::store::{MongoStore, Store};
+
+/// A handle to this process's lease manager: acquire, release and shut down
+/// leases stored in one MongoDB lock collection.
+///
+/// One manager task (an actor) per [`LockManager::connect`] owns the
+/// collection handle, renews every held lease with batched heartbeats, queues
+/// local waiters per key in FIFO order, and cancels a lease's token when the
+/// lease is lost. Clones are cheap and talk to the same manager. The manager
+/// stops when [`LockManager::shutdown`] is called, or once every handle and
+/// every [`Lease`] is dropped (it then releases what it still holds).
+///
+/// # Examples
+///
+/// ```no_run
+/// use mongo_lease::{LockManager, LockManagerOptions};
+///
+/// # async fn demo() -> mongo_lease::Result<()> {
+/// let client = mongodb::Client::with_uri_str("mongodb://127.0.0.1:27017/?replicaSet=rs0").await?;
+/// let manager = LockManager::connect(
+///     LockManagerOptions::builder()
+///         .database(client.database("app"))
+///         .collection("workitem.lock")
+///         .build(),
+/// )
+/// .await?;
+///
+/// let lease = manager.acquire("workitem-17").await?;
+/// println!("holding {} with fencing token {}", lease.key(), lease.fencing_token());
+/// lease.release().await?;
+/// manager.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockManager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    commands: mpsc::UnboundedSender<Command>,
+    owner_id: Arc<str>,
+    timing: Timing,
+    next_waiter: AtomicU64,
+}
+
+impl LockManager {
+    /// Checks `options`, makes sure the lock collection is usable (creating
+    /// its TTL index if needed), and starts the manager task on the current
+    /// tokio runtime.
+    ///
+    /// The deployment should be a replica set (a single-node one is fine):
+    /// the manager writes with majority write concern, so that an acquired
+    /// lease survives a failover.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for inconsistent options (nothing is sent),
+    /// [`Error::Unreachable`] if MongoDB does not answer within
+    /// `operation_timeout`, [`Error::UnusableCollection`] for a capped
+    /// collection or an index on `exp` that is not a TTL index, and
+    /// [`Error::Database`] for other server errors (for example missing
+    /// privileges).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub async fn connect(options: LockManagerOptions) -> Result<LockManager> {
+        let timing = options.timing()?;
+        let owner_id = options
+            .owner_id
+            .clone()
+            .unwrap_or_else(|| Uuid::new_v4().to_string());
+        let store = MongoStore::new(
+            &options.database,
+            &options.collection,
+            owner_id.clone(),
+            timing.ttl,
+            timing.operation_timeout,
+        );
+        store.prepare(options.gc_grace).await?;
+        Ok(Self::start(Arc::new(store), owner_id.into(), timing))
+    }
+
+    /// Spawns the actor over any store (the in-memory one in timing tests).
+    pub(crate) fn start(store: Arc<dyn Store>, owner_id: Arc<str>, timing: Timing) -> LockManager {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let actor = Actor::new(store, owner_id.clone(), timing.clone(), receiver, commands.downgrade());
+        tokio::spawn(actor.run());
+        LockManager {
+            inner: Arc::new(Inner {
+                commands,
+                owner_id,
+                timing,
+                next_waiter: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// This manager's owner id, stored as `aid` in each lease it holds.
+    pub fn owner_id(&self) -> &str {
+        &self.inner.owner_id
+    }
+
+    /// The lease TTL this manager uses.
+    pub fn ttl(&self) -> Duration {
+        self.inner.timing.ttl
+    }
+
+    /// Acquires `key`, waiting as long as it takes.
+    ///
+    /// Local callers waiting for one key are served first in, first out; one
+    /// retry loop per key talks to MongoDB, with jittered exponential backoff
+    /// capped by the holder's remaining lease time. A key released by this
+    /// manager goes to the next local waiter at once. Transient database
+    /// errors are retried (and logged) while waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for an empty key or one longer than
+    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, [`Error::ForeignDocument`]
+    /// if a document not written by this crate occupies the key, and
+    /// [`Error::Shutdown`] once the manager has shut down.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future removes the waiter from the queue,
+    /// and a lease granted at that moment is released, never leaked. Wrap it in
+    /// [`tokio::time::timeout`] or use [`LockManager::acquire_timeout`].
+    pub async fn acquire(&self, key: impl Into<String>) -> Result<Lease> {
+        match self.request(key.into(), AcquireMode::Wait).await? {
+            Some(lease) => Ok(lease),
+            None => Err(Error::Shutdown),
+        }
+    }
+
+    /// Acquires `key`, waiting at most `timeout`. `Ok(None)` if it could not
+    /// be acquired in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn acquire_timeout(
+        &self,
+        key: impl Into<String>,
+        timeout: Duration,
+    ) -> Result<Option<Lease>> {
+        match tokio::time::timeout(timeout, self.acquire(key)).await {
+            Ok(result) => result.map(Some),
+            Err(_elapsed) => Ok(None),
+        }
+    }
+
+    /// One attempt to acquire `key`: `Ok(None)` if it is held, by another
+    /// owner or by a local caller, or if local callers are already waiting for
+    /// it (a try never jumps the queue). Costs one MongoDB round trip when the
+    /// key is not held locally.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`], [`Error::ForeignDocument`], [`Error::Shutdown`],
+    /// and database errors ([`Error::Database`], [`Error::Unreachable`]) when
+    /// the attempt's outcome could not be established.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn try_acquire(&self, key: impl Into<String>) -> Result<Option<Lease>> {
+        self.request(key.into(), AcquireMode::Try).await
+    }
+
+    async fn request(&self, key: String, mode: AcquireMode) -> Result<Option<Lease>> {
+        validate_key(&key)?;
+        let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let (respond_to, response) = oneshot::channel();
+        self.send(Command::Acquire {
+            key: key.clone(),
+            waiter,
+            mode,
+            respond_to,
+        })?;
+        let mut guard = WaiterGuard {
+            commands: &self.inner.commands,
+            key,
+            waiter,
+            armed: true,
+        };
+        let result = response.await;
+        guard.armed = false;
+        result.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Releases every lease held under this manager's owner id, in one
+    /// command (by `aid`, so also leases left by an earlier process that used
+    /// the same owner id). The tokens of local leases are cancelled. Local
+    /// waiters keep waiting. Returns how many leases the server released.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`], or a database error if the release could not be
+    /// confirmed (leases then expire after their TTL).
+    pub async fn release_all(&self) -> Result<u64> {
+        let (respond_to, response) = oneshot::channel();
+        self.send(Command::ReleaseAll { respond_to })?;
+        response.await.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Releases every held lease, fails every waiting acquire with
+    /// [`Error::Shutdown`], and stops the manager task. Later calls on any
+    /// clone of this handle, or on its leases, return [`Error::Shutdown`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] if the manager had already shut down; a database
+    /// error if the final release could not be confirmed (leases then expire
+    /// after their TTL).
+    pub async fn shutdown(&self) -> Result<()> {
+        let (respond_to, response) = oneshot::channel();
+        self.send(Command::Shutdown { respond_to })?;
+        response.await.map_err(|_| Error::Shutdown)?
+    }
+
+    fn send(&self, command: Command) -> Result<()> {
+        self.inner
+            .commands
+            .send(command)
+            .map_err(|_| Error::Shutdown)
+    }
+}
+
+impl fmt::Debug for LockManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockManager")
+            .field("owner_id", &self.inner.owner_id)
+            .field("ttl", &self.inner.timing.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Removes a waiter from the actor's queue when its acquire future is dropped
+/// before the reply arrived (disarmed once the reply is in).
+struct WaiterGuard<'a> {
+    commands: &'a mpsc::UnboundedSender<Command>,
+    key: String,
+    waiter: WaiterId,
+    armed: bool,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let _ = self.commands.send(Command::CancelWaiter {
+            key: std::mem::take(&mut self.key),
+            waiter: self.waiter,
+        });
+    }
+}

@@ -1,0 +1,433 @@
+//! [`MongoStore`]: the lock protocol on a real MongoDB deployment.
+
+use std::collections::HashSet;
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, TryStreamExt};
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::options::{
+    CollectionOptions, IndexOptions, ReadConcern, ReadPreference, ReturnDocument,
+    SelectionCriteria, WriteConcern,
+};
+use mongodb::{Collection, Database, IndexModel};
+use uuid::Uuid;
+
+use super::{field, AcquireOutcome, LeaseRef, Store, TOKEN_TIME_SHIFT};
+use crate::error::{is_transient_db_error, Error, Result};
+
+/// Name of the TTL index that garbage-collects lock documents.
+pub(crate) const GC_INDEX_NAME: &str = "mongo_lease_gc";
+/// Name of the index that serves `release_all` (by owner id).
+pub(crate) const OWNER_INDEX_NAME: &str = "mongo_lease_owner";
+
+/// How many times a failed idempotent write is tried in all.
+const WRITE_ATTEMPTS: u32 = 3;
+
+/// The lock protocol on MongoDB. Cheap to clone (the collection handle is shared).
+#[derive(Clone)]
+pub(crate) struct MongoStore {
+    coll: Collection<Document>,
+    owner: String,
+    ttl_ms: i64,
+    operation_timeout: Duration,
+}
+
+fn bson_lease_id(id: Uuid) -> Bson {
+    Bson::from(mongodb::bson::Uuid::from_bytes(id.into_bytes()))
+}
+
+fn is_lease_id(value: Option<&Bson>, id: Uuid) -> bool {
+    matches!(value, Some(Bson::Binary(b)) if b.bytes.as_slice() == id.as_bytes())
+}
+
+impl MongoStore {
+    /// A store on `database.collection` with majority write and read concern and
+    /// primary reads, whatever the client's defaults (MONGODB-FACTS Q8: only
+    /// majority-acknowledged writes survive a failover).
+    pub(crate) fn new(
+        database: &Database,
+        collection: &str,
+        owner: String,
+        ttl: Duration,
+        operation_timeout: Duration,
+    ) -> Self {
+        let options = CollectionOptions::builder()
+            .write_concern(WriteConcern::majority())
+            .read_concern(ReadConcern::majority())
+            .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
+            .build();
+        MongoStore {
+            coll: database.collection_with_options(collection, options),
+            owner,
+            ttl_ms: ttl.as_millis() as i64,
+            operation_timeout,
+        }
+    }
+
+    /// Bounds `op` by the operation timeout; a timeout is reported as
+    /// [`Error::Unreachable`], which the callers treat as "outcome unknown".
+    async fn bounded<T>(
+        &self,
+        op: impl IntoFuture<Output = mongodb::error::Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.operation_timeout, op).await {
+            Ok(result) => result.map_err(Error::from),
+            Err(_) => Err(Error::Unreachable {
+                waited: self.operation_timeout,
+                reason: "operation timed out".into(),
+            }),
+        }
+    }
+
+    /// Checks that the deployment answers and the collection is usable, and
+    /// creates the indexes the protocol needs (idempotent).
+    ///
+    /// # Errors
+    /// [`Error::Unreachable`] if no server answers within the operation timeout,
+    /// [`Error::UnusableCollection`] for a capped collection or a non-TTL index on
+    /// `exp`, [`Error::Database`] for anything else the server refuses.
+    pub(crate) async fn prepare(&self, gc_grace: Duration) -> Result<()> {
+        let waited = self.operation_timeout;
+        let unreachable = |e: Error| match e {
+            Error::Database(db) if is_transient_db_error(&db) => Error::Unreachable {
+                waited,
+                reason: db.to_string(),
+            },
+            other => other,
+        };
+        let db = self.coll.namespace().db;
+        let name = self.coll.name().to_string();
+        let database = self.coll.client().database(&db);
+        self.bounded(database.run_command(doc! { "ping": 1 }))
+            .await
+            .map_err(unreachable)?;
+
+        let collections: Vec<_> = self
+            .bounded(async {
+                database
+                    .list_collections()
+                    .filter(doc! { "name": &name })
+                    .await?
+                    .try_collect()
+                    .await
+            })
+            .await
+            .map_err(unreachable)?;
+        if let Some(spec) = collections.first() {
+            if spec.options.capped == Some(true) {
+                return Err(Error::UnusableCollection {
+                    reason: format!(
+                        "{db}.{name} is a capped collection; leases need deletes and \
+                         size-changing updates"
+                    ),
+                });
+            }
+            if spec.collection_type != mongodb::results::CollectionType::Collection {
+                return Err(Error::UnusableCollection {
+                    reason: format!("{db}.{name} is a view or timeseries, not a collection"),
+                });
+            }
+        }
+
+        let existing: Vec<IndexModel> = if collections.is_empty() {
+            Vec::new()
+        } else {
+            self.bounded(async { self.coll.list_indexes().await?.try_collect().await })
+                .await
+                .map_err(unreachable)?
+        };
+        let gc_index = existing
+            .iter()
+            .find(|index| index.keys == doc! { field::EXPIRES_AT: 1 });
+        match gc_index {
+            Some(index) => {
+                let ttl = index.options.as_ref().and_then(|o| o.expire_after);
+                if ttl.is_none() {
+                    return Err(Error::UnusableCollection {
+                        reason: format!(
+                            "{db}.{name} has an index on `exp` that is not a TTL index \
+                             (expireAfterSeconds); drop it or use another collection"
+                        ),
+                    });
+                }
+                if ttl != Some(gc_grace) {
+                    tracing::debug!(existing = ?ttl, wanted = ?gc_grace, "keeping the existing TTL index on `exp`");
+                }
+            }
+            None => {
+                let model = IndexModel::builder()
+                    .keys(doc! { field::EXPIRES_AT: 1 })
+                    .options(
+                        IndexOptions::builder()
+                            .name(GC_INDEX_NAME.to_string())
+                            .expire_after(gc_grace)
+                            .build(),
+                    )
+                    .build();
+                self.create_index(model).await.map_err(unreachable)?;
+            }
+        }
+        if !existing.iter().any(|i| i.keys == doc! { field::OWNER: 1 }) {
+            let model = IndexModel::builder()
+                .keys(doc! { field::OWNER: 1 })
+                .options(IndexOptions::builder().name(OWNER_INDEX_NAME.to_string()).build())
+                .build();
+            self.create_index(model).await.map_err(unreachable)?;
+        }
+        Ok(())
+    }
+
+    async fn create_index(&self, model: IndexModel) -> Result<()> {
+        match self.bounded(self.coll.create_index(model)).await {
+            Ok(_) => Ok(()),
+            // IndexOptionsConflict / IndexKeySpecsConflict: another manager created an
+            // equivalent index first, with other options. Keep theirs.
+            Err(Error::Database(e)) if matches!(command_code(&e), Some(85 | 86)) => {
+                tracing::debug!(error = %e, "an equivalent index already exists");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The projection every read of a lock document uses; `now` is the server's
+    /// `$$NOW`, so the remaining lease time is computed on the server's clock.
+    fn projection() -> Document {
+        doc! {
+            field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1,
+            field::EXPIRES_AT: 1, "now": "$$NOW",
+        }
+    }
+
+    /// The acquire update: one round trip, never an error when the key is held.
+    ///
+    /// An upsert on `_id` alone (an `$expr` is refused in an upsert filter on 6.0,
+    /// MONGODB-FACTS Q1) whose pipeline replaces the document only if this
+    /// acquisition wins: the document is new (only `_id`), already ours under
+    /// this lease id (a retry), or ours in shape and expired by `$$NOW`.
+    /// Otherwise the document is returned unchanged (no oplog entry), including a
+    /// document of foreign shape.
+    fn acquire_pipeline(&self, lease_id: Uuid) -> Vec<Document> {
+        let lid = bson_lease_id(lease_id);
+        let fresh = doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] };
+        let mine = doc! { "$eq": [format!("${}", field::LEASE_ID), lid.clone()] };
+        let our_shape = doc! { "$and": [
+            { "$eq": [{ "$type": format!("${}", field::EXPIRES_AT) }, "date"] },
+            { "$eq": [{ "$type": format!("${}", field::TOKEN) }, "long"] },
+        ]};
+        let expired = doc! { "$lte": [format!("${}", field::EXPIRES_AT), "$$NOW"] };
+        let wins = doc! { "$or": [fresh, mine.clone(), { "$and": [our_shape, expired] }] };
+        let next_token = doc! { "$cond": [
+            mine,
+            format!("${}", field::TOKEN),
+            { "$max": [
+                { "$add": [{ "$ifNull": [format!("${}", field::TOKEN), 0_i64] }, 1_i64] },
+                { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
+            ]},
+        ]};
+        let acquired = doc! {
+            field::ID: "$_id",
+            field::OWNER: { "$literal": &self.owner },
+            field::LEASE_ID: lid,
+            field::TOKEN: next_token,
+            field::RENEWED_AT: "$$NOW",
+            field::EXPIRES_AT: { "$add": ["$$NOW", self.ttl_ms] },
+        };
+        vec![doc! { "$replaceWith": { "$cond": [wins, acquired, "$$ROOT"] } }]
+    }
+
+    /// Reads what an acquire attempt found out of a returned or re-read document.
+    fn classify(key: &str, lease_id: Uuid, doc: &Document) -> Result<AcquireOutcome> {
+        let token = doc.get_i64(field::TOKEN);
+        let expires = doc.get_datetime(field::EXPIRES_AT);
+        let (Ok(token), Ok(expires)) = (token, expires) else {
+            return Err(Error::ForeignDocument { key: key.to_string() });
+        };
+        if is_lease_id(doc.get(field::LEASE_ID), lease_id) {
+            return Ok(AcquireOutcome::Acquired { token: token as u64 });
+        }
+        let now = doc
+            .get_datetime("now")
+            .map(|d| d.timestamp_millis())
+            .unwrap_or(expires.timestamp_millis());
+        let remaining = expires.timestamp_millis().saturating_sub(now).max(0) as u64;
+        Ok(AcquireOutcome::Held {
+            holder: doc.get_str(field::OWNER).unwrap_or_default().to_string(),
+            remaining: Duration::from_millis(remaining),
+        })
+    }
+
+    async fn read_lease(&self, key: &str) -> Result<Option<Document>> {
+        self.bounded(
+            self.coll
+                .find_one(doc! { field::ID: key })
+                .projection(Self::projection()),
+        )
+        .await
+    }
+
+    async fn acquire_once(&self, key: String, lease_id: Uuid) -> Result<AcquireOutcome> {
+        let attempt = self
+            .bounded(
+                self.coll
+                    .find_one_and_update(doc! { field::ID: &key }, self.acquire_pipeline(lease_id))
+                    .upsert(true)
+                    .return_document(ReturnDocument::After)
+                    .projection(Self::projection()),
+            )
+            .await;
+        match attempt {
+            Ok(Some(doc)) => return Self::classify(&key, lease_id, &doc),
+            Ok(None) => {}
+            // A duplicate-key error from a concurrent upsert means "held": re-read.
+            Err(Error::Database(e)) if is_duplicate_key(&e) => {}
+            // Outcome unknown (network, failover, timeout): resolve by re-reading,
+            // never by assuming (MONGODB-FACTS Q7).
+            Err(e) if e.is_transient() => {
+                tracing::debug!(key, error = %e, "acquire outcome unknown; re-reading");
+            }
+            Err(e) => return Err(e),
+        }
+        match self.read_lease(&key).await? {
+            Some(doc) => Self::classify(&key, lease_id, &doc),
+            // The document vanished between the write and the read: try again.
+            None => Err(Error::Unreachable {
+                waited: self.operation_timeout,
+                reason: "lock document vanished during acquire".into(),
+            }),
+        }
+    }
+
+    fn lease_filter(leases: &[LeaseRef]) -> Document {
+        let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+        let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
+        doc! { field::ID: { "$in": keys }, field::LEASE_ID: { "$in": ids } }
+    }
+
+    async fn renew_batch(&self, leases: Vec<LeaseRef>) -> Result<Vec<String>> {
+        let filter = Self::lease_filter(&leases);
+        let update = vec![doc! { "$set": {
+            field::RENEWED_AT: "$$NOW",
+            field::EXPIRES_AT: { "$add": ["$$NOW", self.ttl_ms] },
+        }}];
+        // updateMany is not a retryable write; it is idempotent, so the actor retries
+        // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
+        // the same millisecond as the previous one (MONGODB-FACTS Q6).
+        let result = self
+            .bounded(self.coll.update_many(filter.clone(), update))
+            .await?;
+        if result.matched_count as usize == leases.len() {
+            return Ok(Vec::new());
+        }
+        // Some leases are gone; the result does not say which, so ask.
+        let kept: HashSet<String> = self
+            .bounded(async {
+                self.coll
+                    .find(filter)
+                    .projection(doc! { field::ID: 1 })
+                    .await?
+                    .try_collect::<Vec<Document>>()
+                    .await
+            })
+            .await?
+            .into_iter()
+            .filter_map(|d| d.get_str(field::ID).ok().map(str::to_string))
+            .collect();
+        Ok(leases
+            .into_iter()
+            .filter(|l| !kept.contains(&l.key))
+            .map(|l| l.key)
+            .collect())
+    }
+
+    /// Marks matching leases released: `exp` moves to now (so the key is free at
+    /// once) and `lid` is removed (so a late renewal cannot revive it). The
+    /// document stays until the TTL monitor deletes it, keeping its token.
+    fn release_update() -> Vec<Document> {
+        vec![
+            doc! { "$set": { field::EXPIRES_AT: { "$min": [format!("${}", field::EXPIRES_AT), "$$NOW"] } } },
+            doc! { "$unset": [field::LEASE_ID] },
+        ]
+    }
+
+    /// Releases the leases matching `filter`; `single` for one lease, which uses
+    /// `updateOne` so that the driver's retryable writes report the original
+    /// outcome. The write is idempotent, so a transient failure is also retried
+    /// here (up to [`WRITE_ATTEMPTS`] in all). After such a failure an earlier
+    /// attempt may have applied: a single lease that the retry no longer finds
+    /// counts as released by us (the caller only releases leases whose local
+    /// deadline has not passed, so nobody else can have taken it by expiry).
+    async fn release_matching(&self, filter: Document, single: bool) -> Result<u64> {
+        let mut attempt = 1;
+        loop {
+            let result = if single {
+                self.bounded(self.coll.update_one(filter.clone(), Self::release_update()))
+                    .await
+            } else {
+                self.bounded(self.coll.update_many(filter.clone(), Self::release_update()))
+                    .await
+            };
+            match result {
+                Ok(result) if single && attempt > 1 => return Ok(result.matched_count.max(1)),
+                Ok(result) => return Ok(result.matched_count),
+                Err(e) if e.is_transient() && attempt < WRITE_ATTEMPTS => {
+                    tracing::debug!(error = %e, attempt, "release outcome unknown; retrying");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Store for MongoStore {
+    fn acquire(&self, key: String, lease_id: Uuid) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        let store = self.clone();
+        async move { store.acquire_once(key, lease_id).await }.boxed()
+    }
+
+    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<String>>> {
+        let store = self.clone();
+        async move { store.renew_batch(leases).await }.boxed()
+    }
+
+    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move {
+            if leases.is_empty() {
+                return Ok(0);
+            }
+            store.release_matching(Self::lease_filter(&leases), leases.len() == 1).await
+        }
+        .boxed()
+    }
+
+    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move {
+            let except: Vec<Bson> = except.into_iter().map(bson_lease_id).collect();
+            let filter = doc! {
+                field::OWNER: &store.owner,
+                field::LEASE_ID: { "$exists": true, "$nin": except },
+            };
+            store.release_matching(filter, false).await
+        }
+        .boxed()
+    }
+}
+
+fn command_code(e: &mongodb::error::Error) -> Option<i32> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match &*e.kind {
+        ErrorKind::Command(c) => Some(c.code),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),
+        _ => None,
+    }
+}
+
+/// E11000: two upserts raced to insert the same `_id`. The other one won.
+fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
+    command_code(e) == Some(11000)
+}
