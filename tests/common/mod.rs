@@ -49,3 +49,62 @@ impl Fixture {
         LockManager::connect(self.options(ttl).await).await.expect("connect")
     }
 }
+
+/// Commands a client sent, recorded by its command monitor.
+#[derive(Clone, Default)]
+pub struct CommandLog(std::sync::Arc<std::sync::Mutex<Vec<(String, Document)>>>);
+
+impl CommandLog {
+    /// `(command name, command document)` of every command sent so far.
+    pub fn all(&self) -> Vec<(String, Document)> {
+        self.0.lock().unwrap().clone()
+    }
+    /// How many commands named `name` were sent.
+    pub fn count(&self, name: &str) -> usize {
+        self.0.lock().unwrap().iter().filter(|(n, _)| n == name).count()
+    }
+    pub fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+}
+
+impl Fixture {
+    /// Options for a manager whose own client records every command it sends.
+    /// `uri_options` is appended to the URI (e.g. `"w=1&retryWrites=false"`).
+    pub async fn monitored_options(&self, ttl: Duration, uri_options: &str) -> (LockManagerOptions, CommandLog) {
+        use mongodb::event::{command::CommandEvent, EventHandler};
+        let log = CommandLog::default();
+        let mut uri = uri();
+        if !uri_options.is_empty() {
+            uri.push(if uri.contains('?') { '&' } else { '?' });
+            uri.push_str(uri_options);
+        }
+        let mut client_options = mongodb::options::ClientOptions::parse(&uri).await.expect("uri");
+        let sink = log.clone();
+        client_options.command_event_handler = Some(EventHandler::callback(move |event| {
+            if let CommandEvent::Started(started) = event {
+                sink.0.lock().unwrap().push((started.command_name, started.command));
+            }
+        }));
+        let client = Client::with_options(client_options).expect("client");
+        let options = LockManagerOptions::builder()
+            .database(client.database(self.db.name()))
+            .collection(self.collection.clone())
+            .ttl(ttl)
+            .build();
+        (options, log)
+    }
+}
+
+/// Waits (bounded) until `check` holds, polling MongoDB state; panics with `what`.
+pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = tokio::time::Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,101 @@
+//! Shutdown, bad configuration and unreachable servers.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Fixture;
+use mongo_lease::{Error, LockManager, LockManagerOptions};
+use mongodb::bson::doc;
+
+const TTL: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn shutdown_releases_everything_and_later_calls_get_a_clear_error() {
+    let fx = Fixture::new("shutdown").await;
+    let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
+    let leases = vec![a.acquire("x").await.unwrap(), a.acquire("y").await.unwrap()];
+    let _held_by_b = b.acquire("z").await.unwrap();
+    let (queued_tx, queued_rx) = tokio::sync::oneshot::channel();
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let acquire = a.acquire("z");
+            tokio::pin!(acquire);
+            assert!(futures::poll!(&mut acquire).is_pending(), "z is held by b");
+            queued_tx.send(()).unwrap();
+            acquire.await
+        })
+    };
+    queued_rx.await.unwrap();
+    a.shutdown().await.unwrap();
+    assert!(leases.iter().all(|l| l.is_lost()), "tokens of released leases fire");
+    assert!(matches!(waiter.await.unwrap(), Err(Error::Shutdown)));
+    for key in ["x", "y"] {
+        let doc = fx.raw().find_one(doc! { "_id": key }).await.unwrap().unwrap();
+        assert!(doc.get("lid").is_none(), "{key} released: {doc}");
+    }
+    assert!(a.acquire("x").await.unwrap_err().is_shutdown());
+    assert!(a.try_acquire("x").await.unwrap_err().is_shutdown());
+    assert!(a.release_all().await.unwrap_err().is_shutdown());
+    assert!(a.shutdown().await.unwrap_err().is_shutdown());
+    for lease in leases {
+        assert!(lease.release().await.unwrap_err().is_shutdown());
+    }
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn inconsistent_options_are_refused_before_contacting_the_server() {
+    // Nothing listens on port 1: a refusal that needed the server would time out instead.
+    let client = mongodb::Client::with_uri_str("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=60000").await.unwrap();
+    let base = || LockManagerOptions::builder().database(client.database("d")).collection("l");
+    let cases = [
+        base().ttl(Duration::ZERO).build(),
+        base().ttl(Duration::from_secs(3)).heartbeat_interval(Duration::from_secs(3)).build(),
+        base().ttl(Duration::from_secs(3)).safety_margin(Duration::from_secs(3)).build(),
+        base().ttl(Duration::from_secs(3)).heartbeat_interval(Duration::ZERO).build(),
+        base().owner_id("").build(),
+        LockManagerOptions::builder().database(client.database("d")).collection("").build(),
+    ];
+    for options in cases {
+        let started = Instant::now();
+        let described = format!("{options:?}");
+        let error = LockManager::connect(options).await.unwrap_err();
+        assert!(error.is_invalid_input(), "{described}: {error}");
+        assert!(started.elapsed() < Duration::from_secs(1), "refused without contacting the server");
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_bounded_wait_and_a_clear_error() {
+    let client = mongodb::Client::with_uri_str("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=60000").await.unwrap();
+    let options = LockManagerOptions::builder()
+        .database(client.database("d"))
+        .collection("l")
+        .operation_timeout(Duration::from_millis(500))
+        .build();
+    let started = Instant::now();
+    let error = LockManager::connect(options).await.unwrap_err();
+    assert!(matches!(error, Error::Unreachable { .. }), "{error}");
+    assert!(error.is_transient());
+    assert!(started.elapsed() < Duration::from_secs(5), "bounded by operation_timeout");
+}
+
+#[tokio::test]
+async fn an_unusable_lock_collection_is_refused_untouched() {
+    let fx = Fixture::new("unusable").await;
+    fx.db.create_collection("capped.lock").capped(true).size(4096).await.unwrap();
+    let mut options = fx.options(TTL).await;
+    options.collection = "capped.lock".into();
+    let e = LockManager::connect(options).await.unwrap_err();
+    assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
+
+    let plain = fx.db.collection::<mongodb::bson::Document>("plainidx.lock");
+    plain.create_index(mongodb::IndexModel::builder().keys(doc! { "exp": 1 }).build()).await.unwrap();
+    let mut options = fx.options(TTL).await;
+    options.collection = "plainidx.lock".into();
+    let e = LockManager::connect(options).await.unwrap_err();
+    assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
+    assert_eq!(plain.list_index_names().await.unwrap().len(), 2, "indexes untouched");
+}
