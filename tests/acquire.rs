@@ -14,22 +14,43 @@ const TTL: Duration = Duration::from_secs(10);
 async fn uncontended_acquire_stores_one_document_with_server_time() {
     let fx = Fixture::new("store_doc").await;
     let manager = fx.manager(TTL).await;
-    let lease = manager.try_acquire("job-1").await.unwrap().expect("free key");
+    let lease = manager
+        .try_acquire("job-1")
+        .await
+        .unwrap()
+        .expect("free key");
     assert_eq!(lease.key(), "job-1");
     assert_eq!(lease.owner_id(), manager.owner_id());
     assert!(!lease.is_lost());
 
-    let doc = fx.raw().find_one(doc! { "_id": "job-1" }).await.unwrap().unwrap();
+    let doc = fx
+        .raw()
+        .find_one(doc! { "_id": "job-1" })
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(doc.get_str("aid").unwrap(), manager.owner_id());
     assert_eq!(doc.get_i64("tok").unwrap() as u64, lease.fencing_token());
     let ts = doc.get_datetime("ts").unwrap().timestamp_millis();
     let exp = doc.get_datetime("exp").unwrap().timestamp_millis();
-    assert_eq!(exp - ts, TTL.as_millis() as i64, "exp = ts + ttl, both server time");
+    assert_eq!(
+        exp - ts,
+        TTL.as_millis() as i64,
+        "exp = ts + ttl, both server time"
+    );
     assert!(doc.get("lid").is_some());
 
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-    let doc = fx.raw().find_one(doc! { "_id": "job-1" }).await.unwrap().unwrap();
-    assert!(doc.get("lid").is_none(), "a released lease has no lease id: {doc:?}");
+    let doc = fx
+        .raw()
+        .find_one(doc! { "_id": "job-1" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        doc.get("lid").is_none(),
+        "a released lease has no lease id: {doc:?}"
+    );
     manager.shutdown().await.unwrap();
 }
 
@@ -39,10 +60,18 @@ async fn a_key_held_by_another_manager_is_not_an_error() {
     let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
     let lease = a.try_acquire("k").await.unwrap().expect("free");
     assert!(b.try_acquire("k").await.unwrap().is_none());
-    assert!(b.acquire_timeout("k", Duration::from_millis(300)).await.unwrap().is_none());
+    assert!(
+        b.acquire_timeout("k", Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
     drop(lease);
     // Dropping releases in the background; the waiting manager then gets it.
-    let lease = b.acquire_timeout("k", Duration::from_secs(10)).await.unwrap();
+    let lease = b
+        .acquire_timeout("k", Duration::from_secs(10))
+        .await
+        .unwrap();
     assert!(lease.is_some(), "dropped lease was released");
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
@@ -56,7 +85,11 @@ async fn fencing_tokens_strictly_increase_across_release_and_takeover() {
     for round in 0..6 {
         let manager = if round % 2 == 0 { &a } else { &b };
         let lease = manager.acquire("fenced").await.unwrap();
-        assert!(lease.fencing_token() > last, "round {round}: {} <= {last}", lease.fencing_token());
+        assert!(
+            lease.fencing_token() > last,
+            "round {round}: {} <= {last}",
+            lease.fencing_token()
+        );
         last = lease.fencing_token();
         assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     }
@@ -64,10 +97,17 @@ async fn fencing_tokens_strictly_increase_across_release_and_takeover() {
     let lease = a.acquire("fenced").await.unwrap();
     let t1 = lease.fencing_token();
     fx.raw()
-        .update_one(doc! { "_id": "fenced" }, doc! { "$set": { "exp": mongodb::bson::DateTime::from_millis(0) } })
+        .update_one(
+            doc! { "_id": "fenced" },
+            doc! { "$set": { "exp": mongodb::bson::DateTime::from_millis(0) } },
+        )
         .await
         .unwrap();
-    let taken = b.try_acquire("fenced").await.unwrap().expect("expired lease is taken over at once");
+    let taken = b
+        .try_acquire("fenced")
+        .await
+        .unwrap()
+        .expect("expired lease is taken over at once");
     assert!(taken.fencing_token() > t1);
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
@@ -83,7 +123,11 @@ async fn fencing_token_grows_after_the_document_is_deleted() {
     // What the TTL monitor does to a released document.
     fx.raw().delete_one(doc! { "_id": "gc" }).await.unwrap();
     let lease = m.acquire("gc").await.unwrap();
-    assert!(lease.fencing_token() > t1, "{} <= {t1}", lease.fencing_token());
+    assert!(
+        lease.fencing_token() > t1,
+        "{} <= {t1}",
+        lease.fencing_token()
+    );
     m.shutdown().await.unwrap();
 }
 
@@ -93,15 +137,30 @@ async fn bad_input_is_a_clear_error() {
     let m = fx.manager(TTL).await;
     let e = m.try_acquire("").await.unwrap_err();
     assert!(e.is_invalid_input(), "{e}");
-    let e = m.acquire("x".repeat(mongo_lease::MAX_KEY_LEN + 1)).await.unwrap_err();
+    let e = m
+        .acquire("x".repeat(mongo_lease::MAX_KEY_LEN + 1))
+        .await
+        .unwrap_err();
     assert!(e.is_invalid_input(), "{e}");
 
-    fx.raw().insert_one(doc! { "_id": "foreign", "payload": "keep me" }).await.unwrap();
+    fx.raw()
+        .insert_one(doc! { "_id": "foreign", "payload": "keep me" })
+        .await
+        .unwrap();
     let e = m.try_acquire("foreign").await.unwrap_err();
     assert!(e.is_foreign_document(), "{e}");
     let e = m.acquire("foreign").await.unwrap_err();
     assert!(e.is_foreign_document(), "{e}");
-    let doc = fx.raw().find_one(doc! { "_id": "foreign" }).await.unwrap().unwrap();
-    assert_eq!(doc, doc! { "_id": "foreign", "payload": "keep me" }, "left untouched");
+    let doc = fx
+        .raw()
+        .find_one(doc! { "_id": "foreign" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        doc,
+        doc! { "_id": "foreign", "payload": "keep me" },
+        "left untouched"
+    );
     m.shutdown().await.unwrap();
 }

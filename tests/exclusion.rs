@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::Fixture;
 use mongo_lease::ReleaseOutcome;
-use mongodb::bson::{doc, Document};
+use mongodb::bson::{Document, doc};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -112,7 +112,12 @@ async fn a_cancelled_acquire_never_takes_the_key() {
     let fx = Fixture::new("cancel").await;
     let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
     let holder = a.acquire("k").await.unwrap();
-    assert!(b.acquire_timeout("k", Duration::from_millis(200)).await.unwrap().is_none());
+    assert!(
+        b.acquire_timeout("k", Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_none()
+    );
     // Cancel by select! as well.
     tokio::select! {
         _ = b.acquire("k") => panic!("held by a"),
@@ -121,8 +126,17 @@ async fn a_cancelled_acquire_never_takes_the_key() {
     assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
     // A third manager gets it: b, whose waiters are gone, did not take it.
     let c = fx.manager(TTL).await;
-    let lease = c.acquire_timeout("k", Duration::from_secs(5)).await.unwrap().expect("free for c");
-    let doc = fx.raw().find_one(doc! { "_id": "k" }).await.unwrap().unwrap();
+    let lease = c
+        .acquire_timeout("k", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("free for c");
+    let doc = fx
+        .raw()
+        .find_one(doc! { "_id": "k" })
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(doc.get_str("aid").unwrap(), c.owner_id());
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     for m in [a, b, c] {

@@ -4,9 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, Fixture};
+use common::{Fixture, eventually};
 use mongo_lease::{LockManager, ReleaseOutcome};
-use mongodb::bson::{doc, Document};
+use mongodb::bson::{Document, doc};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -19,14 +19,22 @@ async fn heartbeat_keeps_leases_alive_past_their_ttl_with_batched_renewals() {
     for i in 0..40 {
         leases.push(manager.acquire(format!("k{i}")).await.unwrap());
     }
-    let first_ts = fx.raw().find_one(doc! { "_id": "k0" }).await.unwrap().unwrap();
+    let first_ts = fx
+        .raw()
+        .find_one(doc! { "_id": "k0" })
+        .await
+        .unwrap()
+        .unwrap();
     let first_ts = first_ts.get_datetime("ts").unwrap().timestamp_millis();
     log.clear();
 
     // Hold for three TTLs: without renewal every lease would expire.
     let held_for = TTL * 3;
     let lost = futures::future::select_all(leases.iter().map(|l| Box::pin(l.lost())));
-    assert!(tokio::time::timeout(held_for, lost).await.is_err(), "no lease may be lost");
+    assert!(
+        tokio::time::timeout(held_for, lost).await.is_err(),
+        "no lease may be lost"
+    );
 
     let renewals: Vec<Document> = log
         .all()
@@ -44,10 +52,22 @@ async fn heartbeat_keeps_leases_alive_past_their_ttl_with_batched_renewals() {
         let updates = cmd.get_array("updates").unwrap();
         assert_eq!(updates.len(), 1);
         let update = updates[0].as_document().unwrap();
-        assert_eq!(update.get_bool("multi"), Ok(true), "renewal is one updateMany");
+        assert_eq!(
+            update.get_bool("multi"),
+            Ok(true),
+            "renewal is one updateMany"
+        );
     }
-    let doc = fx.raw().find_one(doc! { "_id": "k0" }).await.unwrap().unwrap();
-    assert!(doc.get_datetime("ts").unwrap().timestamp_millis() > first_ts, "ts advanced");
+    let doc = fx
+        .raw()
+        .find_one(doc! { "_id": "k0" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        doc.get_datetime("ts").unwrap().timestamp_millis() > first_ts,
+        "ts advanced"
+    );
     for lease in leases {
         assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     }
@@ -61,16 +81,30 @@ async fn token_fires_when_a_renewal_finds_the_lease_taken() {
     let lease = a.acquire("k").await.unwrap();
     // Another owner takes the key (as after an operator's forced release).
     fx.raw()
-        .update_one(doc! { "_id": "k" }, doc! { "$set": { "exp": mongodb::bson::DateTime::from_millis(0) } })
+        .update_one(
+            doc! { "_id": "k" },
+            doc! { "$set": { "exp": mongodb::bson::DateTime::from_millis(0) } },
+        )
         .await
         .unwrap();
-    let taker = b.try_acquire("k").await.unwrap().expect("takeover of an expired lease");
+    let taker = b
+        .try_acquire("k")
+        .await
+        .unwrap()
+        .expect("takeover of an expired lease");
     assert!(!lease.is_lost(), "not signalled before the next renewal");
-    tokio::time::timeout(TTL, lease.lost()).await.expect("signalled at the next heartbeat");
+    tokio::time::timeout(TTL, lease.lost())
+        .await
+        .expect("signalled at the next heartbeat");
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
     // The stale release did not touch the new holder's lease.
     assert!(!taker.is_lost());
-    let doc = fx.raw().find_one(doc! { "_id": "k" }).await.unwrap().unwrap();
+    let doc = fx
+        .raw()
+        .find_one(doc! { "_id": "k" })
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(doc.get_str("aid").unwrap(), b.owner_id());
     assert!(doc.get("lid").is_some());
     assert_eq!(taker.release().await.unwrap(), ReleaseOutcome::Released);
@@ -82,7 +116,10 @@ async fn token_fires_when_a_renewal_finds_the_lease_taken() {
 async fn writes_use_majority_and_reads_majority_whatever_the_client_defaults() {
     let fx = Fixture::new("durability").await;
     let (options, log) = fx
-        .monitored_options(TTL, "w=1&readConcernLevel=local&readPreference=secondaryPreferred")
+        .monitored_options(
+            TTL,
+            "w=1&readConcernLevel=local&readPreference=secondaryPreferred",
+        )
         .await;
     let manager = LockManager::connect(options).await.unwrap();
     let lease = manager.acquire("k").await.unwrap();
@@ -99,7 +136,9 @@ async fn writes_use_majority_and_reads_majority_whatever_the_client_defaults() {
         match name.as_str() {
             "findAndModify" | "update" => {
                 writes += 1;
-                let wc = cmd.get_document("writeConcern").unwrap_or_else(|_| panic!("{name} without writeConcern: {cmd}"));
+                let wc = cmd
+                    .get_document("writeConcern")
+                    .unwrap_or_else(|_| panic!("{name} without writeConcern: {cmd}"));
                 assert_eq!(wc.get_str("w"), Ok("majority"), "{name}: {cmd}");
             }
             "find" => {
@@ -109,7 +148,10 @@ async fn writes_use_majority_and_reads_majority_whatever_the_client_defaults() {
             _ => {}
         }
     }
-    assert!(writes >= 3, "acquire, renewal and release were seen ({writes})");
+    assert!(
+        writes >= 3,
+        "acquire, renewal and release were seen ({writes})"
+    );
 }
 
 #[tokio::test]
@@ -121,7 +163,12 @@ async fn release_all_releases_every_lease_of_the_owner_id() {
     let a = LockManager::connect(options).await.unwrap();
     let leases = vec![a.acquire("x").await.unwrap(), a.acquire("y").await.unwrap()];
     // A lease left by an earlier process with the same owner id.
-    let (_, future) = (0, mongodb::bson::DateTime::from_millis(mongodb::bson::DateTime::now().timestamp_millis() + 60_000));
+    let (_, future) = (
+        0,
+        mongodb::bson::DateTime::from_millis(
+            mongodb::bson::DateTime::now().timestamp_millis() + 60_000,
+        ),
+    );
     fx.raw()
         .insert_one(doc! { "_id": "z", "aid": "worker-7", "lid": mongodb::bson::Uuid::new(), "tok": 5_i64, "ts": mongodb::bson::DateTime::now(), "exp": future })
         .await
@@ -144,13 +191,27 @@ async fn dropping_every_handle_stops_the_manager_and_releases() {
     let token = lease.cancellation_token();
     std::mem::forget(lease.cancellation_token()); // a clone outliving the lease is harmless
     drop(manager);
-    assert!(!token.is_cancelled(), "a live lease keeps the manager running");
+    assert!(
+        !token.is_cancelled(),
+        "a live lease keeps the manager running"
+    );
     drop(lease);
     let raw = fx.raw();
-    eventually("the dropped lease is released", Duration::from_secs(10), || {
-        let raw = raw.clone();
-        async move { raw.find_one(doc! { "_id": "k" }).await.unwrap().unwrap().get("lid").is_none() }
-    })
+    eventually(
+        "the dropped lease is released",
+        Duration::from_secs(10),
+        || {
+            let raw = raw.clone();
+            async move {
+                raw.find_one(doc! { "_id": "k" })
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .get("lid")
+                    .is_none()
+            }
+        },
+    )
     .await;
     assert!(token.is_cancelled());
 }

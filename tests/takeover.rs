@@ -1,0 +1,69 @@
+//! Racing acquires on fresh keys, and takeover after a holder crashes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Fixture;
+use mongo_lease::ReleaseOutcome;
+use mongodb::bson::doc;
+use tokio::time::Instant;
+
+/// Eight managers race for the same missing documents: the upsert on `_id` is a
+/// mutex, losers see "held", never an error (MONGODB-FACTS Q2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_winner_when_managers_race_for_a_fresh_key() {
+    let fx = Fixture::new("race").await;
+    let mut managers = Vec::new();
+    for _ in 0..8 {
+        managers.push(fx.manager(Duration::from_secs(10)).await);
+    }
+    for round in 0..20 {
+        let key = format!("fresh-{round}");
+        let attempts = managers.iter().map(|m| {
+            let (m, key) = (m.clone(), key.clone());
+            tokio::spawn(async move { m.try_acquire(key).await })
+        });
+        let results = futures::future::join_all(attempts).await;
+        let winners: Vec<_> = results.into_iter().map(|r| r.unwrap().unwrap()).flatten().collect();
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+    }
+    for m in managers {
+        m.shutdown().await.unwrap();
+    }
+}
+
+/// A holder whose process dies without releasing: the key is free once the
+/// lease expires by the server's clock, without waiting for the TTL monitor,
+/// and a waiter gets it promptly (its backoff is capped by the remaining time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_holders_lease_is_taken_over_right_after_it_expires() {
+    const TTL: Duration = Duration::from_secs(2);
+    let fx = Fixture::new("crash").await;
+    let options = fx.options(TTL).await;
+    // The "crashing process": a manager on its own runtime, torn down while holding.
+    let crashed = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let token = runtime.block_on(async {
+            let manager = mongo_lease::LockManager::connect(options).await.unwrap();
+            let lease = manager.acquire("job").await.unwrap();
+            let token = lease.fencing_token();
+            std::mem::forget(lease);
+            std::mem::forget(manager);
+            token
+        });
+        runtime.shutdown_background();
+        (token, Instant::now())
+    });
+    let (old_token, crashed_at) = crashed.join().unwrap();
+    let survivor = fx.manager(TTL).await;
+    let lease = survivor.acquire("job").await.unwrap();
+    let waited = crashed_at.elapsed();
+    assert!(lease.fencing_token() > old_token);
+    assert!(waited <= TTL + Duration::from_millis(1500), "taken over {waited:?} after the crash");
+    assert!(waited >= TTL - Duration::from_millis(500), "not before expiry: {waited:?}");
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    let doc = fx.raw().find_one(doc! { "_id": "job" }).await.unwrap().unwrap();
+    assert!(doc.get("lid").is_none());
+    survivor.shutdown().await.unwrap();
+}
