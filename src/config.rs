@@ -222,7 +222,10 @@ impl LockManagerOptions {
         if self.renewal_batch_size == 0 {
             return Err(invalid("renewal_batch_size must be at least 1"));
         }
-        if self.collection.is_empty() || self.collection.contains('$') || self.collection.contains('\0') {
+        if self.collection.is_empty()
+            || self.collection.contains('$')
+            || self.collection.contains('\0')
+        {
             return Err(invalid(format!(
                 "collection name {:?} is not valid (empty, or contains '$' or NUL)",
                 self.collection
@@ -262,7 +265,10 @@ pub(crate) fn validate_key(key: &str) -> Result<()> {
     }
     if key.len() > MAX_KEY_LEN {
         return Err(Error::InvalidKey {
-            reason: format!("the key is {} bytes long; the limit is {MAX_KEY_LEN}", key.len()),
+            reason: format!(
+                "the key is {} bytes long; the limit is {MAX_KEY_LEN}",
+                key.len()
+            ),
         });
     }
     Ok(())

@@ -2,16 +2,16 @@
 //! sends commands to the actor and awaits the replies.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::actor::command::{AcquireMode, Command, WaiterId};
 use crate::actor::Actor;
-use crate::config::{validate_key, LockManagerOptions, Timing};
+use crate::actor::command::{AcquireMode, Command, WaiterId};
+use crate::config::{LockManagerOptions, Timing, validate_key};
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::store::{MongoStore, Store};
@@ -100,7 +100,13 @@ impl LockManager {
     /// Spawns the actor over any store (the in-memory one in timing tests).
     pub(crate) fn start(store: Arc<dyn Store>, owner_id: Arc<str>, timing: Timing) -> LockManager {
         let (commands, receiver) = mpsc::unbounded_channel();
-        let actor = Actor::new(store, owner_id.clone(), timing.clone(), receiver, commands.downgrade());
+        let actor = Actor::new(
+            store,
+            owner_id.clone(),
+            timing.clone(),
+            receiver,
+            commands.downgrade(),
+        );
         tokio::spawn(actor.run());
         LockManager {
             inner: Arc::new(Inner {

@@ -25,7 +25,10 @@ async fn manager(uri: &str) -> LockManager {
 }
 
 fn signal(pid: u32, sig: &str) {
-    let status = std::process::Command::new("kill").args([sig, &pid.to_string()]).status().unwrap();
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success(), "kill {sig} {pid}");
 }
 
@@ -36,7 +39,9 @@ async fn token_fires_at_the_local_deadline_before_another_owner_can_acquire() {
             eprintln!("skipped: needs its own mongod to freeze (unset MONGODB_URI)");
             return;
         }
-        Err(_) => ReplicaSet::start(ReplicaSetOptions::default()).await.unwrap(),
+        Err(_) => ReplicaSet::start(ReplicaSetOptions::default())
+            .await
+            .unwrap(),
     };
     let pid = rs.members()[0].pid().unwrap();
     let (a, b) = (manager(&rs.uri()).await, manager(&rs.uri()).await);
@@ -55,15 +60,31 @@ async fn token_fires_at_the_local_deadline_before_another_owner_can_acquire() {
     signal(pid, "-CONT");
 
     let since_acquire = fired - started;
-    assert!(since_acquire >= TTL - MARGIN, "not before the deadline: fired after {since_acquire:?}");
-    assert!(since_acquire < TTL, "before the lease could expire on the server: {since_acquire:?}");
+    assert!(
+        since_acquire >= TTL - MARGIN,
+        "not before the deadline: fired after {since_acquire:?}"
+    );
+    assert!(
+        since_acquire < TTL,
+        "before the lease could expire on the server: {since_acquire:?}"
+    );
 
     let (acquired, new_token, b, new_lease) = contender.await.unwrap();
-    assert!(fired < acquired, "the holder knew {:?} before the new owner got the key", acquired - fired);
+    assert!(
+        fired < acquired,
+        "the holder knew {:?} before the new owner got the key",
+        acquired - fired
+    );
     assert!(new_token > old_token);
-    eprintln!("margin between loss signal and takeover: {:?}", acquired - fired);
+    eprintln!(
+        "margin between loss signal and takeover: {:?}",
+        acquired - fired
+    );
     drop(lease);
-    new_lease.release().await.unwrap();
+    assert_eq!(
+        new_lease.release().await.unwrap(),
+        mongo_lease::ReleaseOutcome::Released
+    );
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }

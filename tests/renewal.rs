@@ -161,7 +161,7 @@ async fn release_all_releases_every_lease_of_the_owner_id() {
     let mut options = options;
     options.owner_id = Some("worker-7".into());
     let a = LockManager::connect(options).await.unwrap();
-    let leases = vec![a.acquire("x").await.unwrap(), a.acquire("y").await.unwrap()];
+    let leases = [a.acquire("x").await.unwrap(), a.acquire("y").await.unwrap()];
     // A lease left by an earlier process with the same owner id.
     let (_, future) = (
         0,

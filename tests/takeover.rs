@@ -25,7 +25,10 @@ async fn exactly_one_winner_when_managers_race_for_a_fresh_key() {
             tokio::spawn(async move { m.try_acquire(key).await })
         });
         let results = futures::future::join_all(attempts).await;
-        let winners: Vec<_> = results.into_iter().map(|r| r.unwrap().unwrap()).flatten().collect();
+        let winners: Vec<_> = results
+            .into_iter()
+            .filter_map(|r| r.unwrap().unwrap())
+            .collect();
         assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
     }
     for m in managers {
@@ -60,10 +63,21 @@ async fn a_crashed_holders_lease_is_taken_over_right_after_it_expires() {
     let lease = survivor.acquire("job").await.unwrap();
     let waited = crashed_at.elapsed();
     assert!(lease.fencing_token() > old_token);
-    assert!(waited <= TTL + Duration::from_millis(1500), "taken over {waited:?} after the crash");
-    assert!(waited >= TTL - Duration::from_millis(500), "not before expiry: {waited:?}");
+    assert!(
+        waited <= TTL + Duration::from_millis(1500),
+        "taken over {waited:?} after the crash"
+    );
+    assert!(
+        waited >= TTL - Duration::from_millis(500),
+        "not before expiry: {waited:?}"
+    );
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-    let doc = fx.raw().find_one(doc! { "_id": "job" }).await.unwrap().unwrap();
+    let doc = fx
+        .raw()
+        .find_one(doc! { "_id": "job" })
+        .await
+        .unwrap()
+        .unwrap();
     assert!(doc.get("lid").is_none());
     survivor.shutdown().await.unwrap();
 }

@@ -23,7 +23,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
-use tokio_util::time::{delay_queue, DelayQueue};
+use tokio_util::time::{DelayQueue, delay_queue};
 use uuid::Uuid;
 
 use crate::backoff::retry_delay;
@@ -134,6 +134,11 @@ enum Event {
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     },
+    ReleasedAll {
+        keys: Vec<String>,
+        respond_to: Reply<u64>,
+        result: Result<u64>,
+    },
 }
 
 /// Set once shutdown has begun.
@@ -151,7 +156,15 @@ pub(crate) struct Actor {
     /// actor stops once every handle and lease is gone.
     sender: mpsc::WeakUnboundedSender<Command>,
     keys: HashMap<String, KeyState>,
+    /// Acquires and releases in flight; shutdown waits for them.
     tasks: FuturesUnordered<BoxFuture<'static, Event>>,
+    /// Renewals in flight; shutdown drops them (a late renewal cannot revive a
+    /// released lease: it matches on the lease id, which release removes).
+    renewals: FuturesUnordered<BoxFuture<'static, Event>>,
+    /// `release_all` calls in flight. While one runs no acquire attempt
+    /// starts: it releases by owner id, so it would also free a lease
+    /// acquired meanwhile, whose holder would not know.
+    releasing_all: u32,
     timers: DelayQueue<Timer>,
     heartbeat: Interval,
     closing: Option<Closing>,
@@ -178,6 +191,8 @@ impl Actor {
             sender,
             keys: HashMap::new(),
             tasks: FuturesUnordered::new(),
+            renewals: FuturesUnordered::new(),
+            releasing_all: 0,
             timers: DelayQueue::new(),
             heartbeat,
             closing: None,
@@ -193,6 +208,9 @@ impl Actor {
                     None => self.begin_shutdown(None),
                 },
                 Some(event) = self.tasks.next(), if !self.tasks.is_empty() => self.handle_event(event),
+                Some(event) = self.renewals.next(), if open && !self.renewals.is_empty() => {
+                    self.handle_event(event)
+                }
                 Some(expired) = self.timers.next(), if open && !self.timers.is_empty() => {
                     self.handle_timer(expired.into_inner())
                 }
@@ -253,6 +271,24 @@ impl Actor {
                 respond_to,
                 result,
             } => self.on_released_many(keys, respond_to, result),
+            Event::ReleasedAll {
+                keys,
+                respond_to,
+                result,
+            } => {
+                self.releasing_all -= 1;
+                self.on_released_many(keys, Some(respond_to), result);
+                // Attempts held back while it ran.
+                let waiting: Vec<String> = self
+                    .keys
+                    .iter()
+                    .filter(|(_, s)| !s.waiters.is_empty())
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for key in waiting {
+                    self.serve_next(&key);
+                }
+            }
         }
     }
 
@@ -291,7 +327,8 @@ impl Actor {
         let busy = state.held.is_some()
             || !state.waiters.is_empty()
             || state.releases_in_flight > 0
-            || !matches!(state.attempt, Attempt::Idle);
+            || !matches!(state.attempt, Attempt::Idle)
+            || self.releasing_all > 0;
         if mode == AcquireMode::Try && busy {
             let _ = respond_to.send(Ok(None));
             self.forget_if_idle(&key);
@@ -341,6 +378,7 @@ impl Actor {
     }
 
     fn on_release_all(&mut self, respond_to: Reply<u64>) {
+        self.releasing_all += 1;
         let keys = self.take_all_held();
         // Keys acquired while this runs must not be released by it: leave out
         // the lease ids of attempts in flight.
@@ -353,9 +391,9 @@ impl Actor {
         let release = self.store.release_owner(in_flight);
         self.tasks.push(
             async move {
-                Event::ReleasedMany {
+                Event::ReleasedAll {
                     keys,
-                    respond_to: Some(respond_to),
+                    respond_to,
                     result: release.await,
                 }
             }
@@ -370,6 +408,7 @@ impl Actor {
             error: None,
         });
         self.commands.close();
+        self.renewals = FuturesUnordered::new();
         // Answer what was queued before the close; releases still happen.
         while let Ok(command) = self.commands.try_recv() {
             match command {
@@ -516,7 +555,9 @@ impl Actor {
                 break;
             };
             let cancel = CancellationToken::new();
-            let deadline_timer = self.timers.insert_at(Timer::Deadline(key.to_string()), deadline);
+            let deadline_timer = self
+                .timers
+                .insert_at(Timer::Deadline(key.to_string()), deadline);
             state.held = Some(Held {
                 lease_id,
                 token,
@@ -564,7 +605,8 @@ impl Actor {
         let ready = state.held.is_none()
             && state.releases_in_flight == 0
             && matches!(state.attempt, Attempt::Idle)
-            && !state.waiters.is_empty();
+            && !state.waiters.is_empty()
+            && self.releasing_all == 0;
         if ready {
             self.start_attempt(key);
         } else {
@@ -591,13 +633,23 @@ impl Actor {
         }
     }
 
+    /// Renews `leases` in one store call, bounded by the heartbeat interval: a
+    /// renewal that hangs longer is abandoned and retried, so it cannot hold
+    /// back the next ones until the lease's deadline.
     fn spawn_renewal(&mut self, leases: Vec<LeaseRef>, attempt: u32) {
         let sent_at = Instant::now();
-        let renew = self.store.renew(leases.clone());
-        self.tasks.push(
+        let bound = self.timing.heartbeat_interval;
+        let renew = tokio::time::timeout(bound, self.store.renew(leases.clone()));
+        self.renewals.push(
             async move {
+                let result = renew.await.unwrap_or_else(|_elapsed| {
+                    Err(Error::Unreachable {
+                        waited: bound,
+                        reason: "renewal timed out".into(),
+                    })
+                });
                 Event::Renewed {
-                    result: renew.await,
+                    result,
                     leases,
                     sent_at,
                     attempt,
@@ -653,7 +705,11 @@ impl Actor {
             };
             held.renewing = false;
             if lost.contains(&lease.key) {
-                tracing::warn!(key = lease.key, token = held.token, "lease lost: renewal found it gone or taken");
+                tracing::warn!(
+                    key = lease.key,
+                    token = held.token,
+                    "lease lost: renewal found it gone or taken"
+                );
                 self.take_held(&lease.key);
                 self.serve_next(&lease.key);
             } else if deadline > held.deadline {
@@ -680,7 +736,12 @@ impl Actor {
 
     // ----- releasing ------------------------------------------------------
 
-    fn spawn_release(&mut self, key: String, lease_id: Uuid, respond_to: Option<Reply<ReleaseOutcome>>) {
+    fn spawn_release(
+        &mut self,
+        key: String,
+        lease_id: Uuid,
+        respond_to: Option<Reply<ReleaseOutcome>>,
+    ) {
         self.keys
             .entry(key.clone())
             .or_insert_with(KeyState::new)
@@ -701,7 +762,12 @@ impl Actor {
         );
     }
 
-    fn on_released(&mut self, key: String, respond_to: Option<Reply<ReleaseOutcome>>, result: Result<u64>) {
+    fn on_released(
+        &mut self,
+        key: String,
+        respond_to: Option<Reply<ReleaseOutcome>>,
+        result: Result<u64>,
+    ) {
         if let Some(state) = self.keys.get_mut(&key) {
             state.releases_in_flight -= 1;
         }
@@ -719,7 +785,12 @@ impl Actor {
         self.serve_next(&key);
     }
 
-    fn on_released_many(&mut self, keys: Vec<String>, respond_to: Option<Reply<u64>>, result: Result<u64>) {
+    fn on_released_many(
+        &mut self,
+        keys: Vec<String>,
+        respond_to: Option<Reply<u64>>,
+        result: Result<u64>,
+    ) {
         for key in &keys {
             if let Some(state) = self.keys.get_mut(key) {
                 state.releases_in_flight -= 1;

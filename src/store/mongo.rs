@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryStreamExt};
-use mongodb::bson::{doc, Bson, Document};
+use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::{
     CollectionOptions, IndexOptions, ReadConcern, ReadPreference, ReturnDocument,
     SelectionCriteria, WriteConcern,
@@ -14,8 +14,8 @@ use mongodb::options::{
 use mongodb::{Collection, Database, IndexModel};
 use uuid::Uuid;
 
-use super::{field, AcquireOutcome, LeaseRef, Store, TOKEN_TIME_SHIFT};
-use crate::error::{is_transient_db_error, Error, Result};
+use super::{AcquireOutcome, LeaseRef, Store, TOKEN_TIME_SHIFT, field};
+use crate::error::{Error, Result, is_transient_db_error};
 
 /// Name of the TTL index that garbage-collects lock documents.
 pub(crate) const GC_INDEX_NAME: &str = "mongo_lease_gc";
@@ -172,7 +172,11 @@ impl MongoStore {
         if !existing.iter().any(|i| i.keys == doc! { field::OWNER: 1 }) {
             let model = IndexModel::builder()
                 .keys(doc! { field::OWNER: 1 })
-                .options(IndexOptions::builder().name(OWNER_INDEX_NAME.to_string()).build())
+                .options(
+                    IndexOptions::builder()
+                        .name(OWNER_INDEX_NAME.to_string())
+                        .build(),
+                )
                 .build();
             self.create_index(model).await.map_err(unreachable)?;
         }
@@ -243,10 +247,14 @@ impl MongoStore {
         let token = doc.get_i64(field::TOKEN);
         let expires = doc.get_datetime(field::EXPIRES_AT);
         let (Ok(token), Ok(expires)) = (token, expires) else {
-            return Err(Error::ForeignDocument { key: key.to_string() });
+            return Err(Error::ForeignDocument {
+                key: key.to_string(),
+            });
         };
         if is_lease_id(doc.get(field::LEASE_ID), lease_id) {
-            return Ok(AcquireOutcome::Acquired { token: token as u64 });
+            return Ok(AcquireOutcome::Acquired {
+                token: token as u64,
+            });
         }
         let now = doc
             .get_datetime("now")
@@ -366,8 +374,11 @@ impl MongoStore {
                 self.bounded(self.coll.update_one(filter.clone(), Self::release_update()))
                     .await
             } else {
-                self.bounded(self.coll.update_many(filter.clone(), Self::release_update()))
-                    .await
+                self.bounded(
+                    self.coll
+                        .update_many(filter.clone(), Self::release_update()),
+                )
+                .await
             };
             match result {
                 Ok(result) if single && attempt > 1 => return Ok(result.matched_count.max(1)),
@@ -399,7 +410,9 @@ impl Store for MongoStore {
             if leases.is_empty() {
                 return Ok(0);
             }
-            store.release_matching(Self::lease_filter(&leases), leases.len() == 1).await
+            store
+                .release_matching(Self::lease_filter(&leases), leases.len() == 1)
+                .await
         }
         .boxed()
     }

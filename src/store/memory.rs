@@ -1,0 +1,604 @@
+//! [`MemoryStore`]: an in-memory twin of the lock protocol, for the actor's
+//! timing tests under tokio's paused clock. Never a stand-in for MongoDB.
+//!
+//! A [`MemoryDb`] is the shared "lock collection": one [`Doc`] per key. Each
+//! [`MemoryStore`] (from [`MemoryDb::store`]) is one manager's view of it, with
+//! its own owner id and TTL, so several managers can compete on one database.
+//! "Server time" is [`tokio::time::Instant::now`] at the moment an operation
+//! is applied, so everything is deterministic under `start_paused`.
+//!
+//! The rules are those of [`MongoStore`](super::MongoStore):
+//!
+//! - **acquire** wins if there is no document, or the document carries this
+//!   lease id (a retry: token unchanged, expiry refreshed), or `exp <= now`;
+//!   the winner gets `token = previous + 1` and `exp = now + ttl`. Otherwise
+//!   the outcome is `Held { holder, remaining: exp - now }`.
+//! - **renew** sets `exp = now + ttl` on documents whose key is among the
+//!   leases' keys and whose lease id is among their lease ids (the same `$in`
+//!   / `$in` filter as `MongoStore`; expiry is not checked, as on the server),
+//!   and returns the keys that did not match.
+//! - **release** sets `exp = min(exp, now)` and clears the lease id of the
+//!   matching documents; returns how many matched.
+//! - **release_owner(except)** does the same to every document of this owner
+//!   that still has a lease id, not in `except`.
+//!
+//! What `MongoStore` does internally (re-reading after an ambiguous acquire,
+//! retrying a release up to three times) is not modelled: a fault injected
+//! here is what the actor would see after those internal steps failed too.
+//!
+//! Knobs, settable at any time from the test through a clone of the store
+//! (clones share knobs and counters):
+//!
+//! - [`MemoryStore::set_latency`]: an operation sleeps this long on tokio time
+//!   and is applied at the *end* of the sleep (a server that receives late).
+//! - [`MemoryStore::set_fault`] / [`MemoryStore::fault_next`]: make operations
+//!   hang forever, complete late, or fail with a transient
+//!   [`Error::Unreachable`] (before or after applying).
+//! - [`MemoryStore::set_operation_timeout`]: bound every operation like
+//!   `MongoStore` does (off by default, so a hang is a hang).
+//!
+//! Knobs are read when the actor *calls* the method (when it issues the
+//! command), not when the future is first polled.
+
+// A test utility: not every helper is used by every test.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{AcquireOutcome, LeaseRef, Store};
+use crate::error::{Error, Result};
+
+/// One lock document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Doc {
+    /// `aid`: owner id of the holder (or last holder).
+    pub owner: String,
+    /// `lid`: lease id of the current acquisition; `None` once released.
+    pub lease_id: Option<Uuid>,
+    /// `tok`: fencing token of the current (or last) acquisition.
+    pub token: u64,
+    /// `exp`: server time at which the lease expires.
+    pub exp: Instant,
+}
+
+impl Doc {
+    /// Free by the protocol's rule: `exp <= now`.
+    pub fn is_free_at(&self, now: Instant) -> bool {
+        self.exp <= now
+    }
+}
+
+#[derive(Default)]
+struct Collection {
+    docs: HashMap<String, Doc>,
+    /// Keys occupied by a document not written by the protocol.
+    foreign: HashSet<String>,
+}
+
+/// The shared in-memory lock collection. Cheap to clone.
+#[derive(Clone, Default)]
+pub(crate) struct MemoryDb {
+    inner: Arc<Mutex<Collection>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking test must not poison the other assertions' view.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The acquire rule, applied at server time `now`.
+fn apply_acquire(
+    coll: &mut Collection,
+    key: &str,
+    owner: &str,
+    lease_id: Uuid,
+    ttl: Duration,
+    now: Instant,
+) -> Result<AcquireOutcome> {
+    if coll.foreign.contains(key) {
+        return Err(Error::ForeignDocument {
+            key: key.to_string(),
+        });
+    }
+    match coll.docs.get_mut(key) {
+        None => {
+            coll.docs.insert(
+                key.to_string(),
+                Doc {
+                    owner: owner.to_string(),
+                    lease_id: Some(lease_id),
+                    token: 1,
+                    exp: now + ttl,
+                },
+            );
+            Ok(AcquireOutcome::Acquired { token: 1 })
+        }
+        Some(doc) if doc.lease_id == Some(lease_id) => {
+            // A retry of an acquisition that landed: same token, fresh expiry.
+            doc.owner = owner.to_string();
+            doc.exp = now + ttl;
+            Ok(AcquireOutcome::Acquired { token: doc.token })
+        }
+        Some(doc) if doc.exp <= now => {
+            doc.owner = owner.to_string();
+            doc.lease_id = Some(lease_id);
+            doc.token += 1;
+            doc.exp = now + ttl;
+            Ok(AcquireOutcome::Acquired { token: doc.token })
+        }
+        Some(doc) => Ok(AcquireOutcome::Held {
+            holder: doc.owner.clone(),
+            remaining: doc.exp.saturating_duration_since(now),
+        }),
+    }
+}
+
+/// The `_id $in keys, lid $in ids` filter of `MongoStore::lease_filter`.
+fn lease_matches(key: &str, doc: &Doc, keys: &HashSet<&str>, ids: &HashSet<Uuid>) -> bool {
+    keys.contains(key) && doc.lease_id.is_some_and(|id| ids.contains(&id))
+}
+
+fn release_doc(doc: &mut Doc, now: Instant) {
+    doc.exp = doc.exp.min(now);
+    doc.lease_id = None;
+}
+
+impl MemoryDb {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A store (one manager's connection) with this owner id and lease TTL.
+    pub fn store(&self, owner: impl Into<String>, ttl: Duration) -> MemoryStore {
+        MemoryStore {
+            db: self.clone(),
+            owner: owner.into(),
+            ttl,
+            control: Arc::new(Mutex::new(Control::default())),
+        }
+    }
+
+    /// A snapshot of the document under `key`.
+    pub fn doc(&self, key: &str) -> Option<Doc> {
+        lock(&self.inner).docs.get(key).cloned()
+    }
+
+    /// A snapshot of every document.
+    pub fn docs(&self) -> HashMap<String, Doc> {
+        lock(&self.inner).docs.clone()
+    }
+
+    /// `true` if another owner could acquire `key` now.
+    pub fn is_free(&self, key: &str) -> bool {
+        match self.doc(key) {
+            None => true,
+            Some(doc) => doc.is_free_at(Instant::now()),
+        }
+    }
+
+    /// The owner holding `key` now (with a lease id and `exp > now`), if any.
+    pub fn holder(&self, key: &str) -> Option<String> {
+        self.doc(key)
+            .filter(|d| d.lease_id.is_some() && !d.is_free_at(Instant::now()))
+            .map(|d| d.owner)
+    }
+
+    /// Another owner acquires `key` by the protocol's rule, now.
+    pub fn try_take(&self, key: &str, owner: &str, ttl: Duration) -> AcquireOutcome {
+        apply_acquire(
+            &mut lock(&self.inner),
+            key,
+            owner,
+            Uuid::new_v4(),
+            ttl,
+            Instant::now(),
+        )
+        .expect("try_take on a foreign document")
+    }
+
+    /// Another owner takes `key` now whatever its state (as if this process's
+    /// lease had expired on the server unseen): new lease id, token + 1,
+    /// `exp = now + ttl`. Returns the new token.
+    pub fn force_take(&self, key: &str, owner: &str, ttl: Duration) -> u64 {
+        let mut coll = lock(&self.inner);
+        coll.foreign.remove(key);
+        let now = Instant::now();
+        let doc = coll.docs.entry(key.to_string()).or_insert(Doc {
+            owner: String::new(),
+            lease_id: None,
+            token: 0,
+            exp: now,
+        });
+        doc.owner = owner.to_string();
+        doc.lease_id = Some(Uuid::new_v4());
+        doc.token += 1;
+        doc.exp = now + ttl;
+        doc.token
+    }
+
+    /// Makes `key` expire now (`exp = min(exp, now)`), keeping its lease id:
+    /// the server's view of a holder whose renewals stopped reaching it.
+    pub fn expire(&self, key: &str) {
+        if let Some(doc) = lock(&self.inner).docs.get_mut(key) {
+            doc.exp = doc.exp.min(Instant::now());
+        }
+    }
+
+    /// Writes a raw document (e.g. a lease left by an earlier process).
+    pub fn put(&self, key: &str, doc: Doc) {
+        let mut coll = lock(&self.inner);
+        coll.foreign.remove(key);
+        coll.docs.insert(key.to_string(), doc);
+    }
+
+    /// Occupies `key` with a document of foreign shape: acquire fails with
+    /// [`Error::ForeignDocument`], renew and release never match it.
+    pub fn put_foreign(&self, key: &str) {
+        let mut coll = lock(&self.inner);
+        coll.docs.remove(key);
+        coll.foreign.insert(key.to_string());
+    }
+
+    /// Deletes the document (the TTL monitor). Tokens restart from 1 here,
+    /// unlike on MongoDB: do not test fencing across a delete with this.
+    pub fn delete(&self, key: &str) {
+        let mut coll = lock(&self.inner);
+        coll.docs.remove(key);
+        coll.foreign.remove(key);
+    }
+}
+
+/// One kind of store operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Op {
+    Acquire,
+    Renew,
+    Release,
+    ReleaseOwner,
+}
+
+const OPS: usize = 4;
+
+impl Op {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// An injected fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The future never completes and the operation is never applied (unless
+    /// an operation timeout is set, see [`MemoryStore::set_operation_timeout`]).
+    Hang,
+    /// The operation completes (and is applied) this much later than its latency.
+    Delay(Duration),
+    /// Transient failure before applying: `Error::Unreachable`.
+    Fail,
+    /// Applied, then reported as a transient failure (outcome unknown to the caller).
+    FailAfterApply,
+}
+
+/// One call the actor made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Call {
+    pub op: Op,
+    /// When the actor issued it.
+    pub at: Instant,
+    /// The keys it named (acquire: one; renew/release: the batch; release_owner: none).
+    pub keys: Vec<String>,
+}
+
+#[derive(Default)]
+struct Control {
+    latency: [Duration; OPS],
+    fault: [Option<Fault>; OPS],
+    fault_next: [Option<(Fault, u32)>; OPS],
+    operation_timeout: Option<Duration>,
+    calls: Vec<Call>,
+    in_flight: [usize; OPS],
+    max_in_flight: [usize; OPS],
+    acquires_in_flight: HashMap<String, usize>,
+    max_acquires_in_flight_per_key: usize,
+}
+
+/// One manager's view of a [`MemoryDb`]. Clones share knobs and counters: give
+/// one clone to `LockManager::start` and keep one in the test.
+#[derive(Clone)]
+pub(crate) struct MemoryStore {
+    db: MemoryDb,
+    owner: String,
+    ttl: Duration,
+    control: Arc<Mutex<Control>>,
+}
+
+/// Counts an operation in flight until its future completes or is dropped.
+struct InFlight {
+    control: Arc<Mutex<Control>>,
+    op: Op,
+    key: Option<String>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut c = lock(&self.control);
+        c.in_flight[self.op.index()] -= 1;
+        if let Some(key) = &self.key {
+            let n = c.acquires_in_flight.get_mut(key).expect("counted");
+            *n -= 1;
+            if *n == 0 {
+                c.acquires_in_flight.remove(key);
+            }
+        }
+    }
+}
+
+fn unreachable(reason: &str, waited: Duration) -> Error {
+    Error::Unreachable {
+        waited,
+        reason: reason.to_string(),
+    }
+}
+
+impl MemoryStore {
+    pub fn db(&self) -> &MemoryDb {
+        &self.db
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Every later call of `op` waits this long, then is applied.
+    pub fn set_latency(&self, op: Op, latency: Duration) {
+        lock(&self.control).latency[op.index()] = latency;
+    }
+
+    /// Every later call of `op` suffers `fault` (`None` heals it).
+    pub fn set_fault(&self, op: Op, fault: Option<Fault>) {
+        lock(&self.control).fault[op.index()] = fault;
+    }
+
+    /// The next `n` calls of `op` suffer `fault`, ahead of any fault set with
+    /// [`MemoryStore::set_fault`]; later calls behave as before.
+    pub fn fault_next(&self, op: Op, fault: Fault, n: u32) {
+        lock(&self.control).fault_next[op.index()] = (n > 0).then_some((fault, n));
+    }
+
+    /// The next `n` calls of `op` fail transiently before applying.
+    pub fn fail_next(&self, op: Op, n: u32) {
+        self.fault_next(op, Fault::Fail, n);
+    }
+
+    /// Renewals never complete.
+    pub fn hang_renewals(&self) {
+        self.set_fault(Op::Renew, Some(Fault::Hang));
+    }
+
+    /// Renewals fail with a transient error.
+    pub fn fail_renewals(&self) {
+        self.set_fault(Op::Renew, Some(Fault::Fail));
+    }
+
+    /// Bounds every later operation like `MongoStore::bounded`: after this long
+    /// it fails with `Error::Unreachable` (not applied, if not applied yet).
+    pub fn set_operation_timeout(&self, timeout: Option<Duration>) {
+        lock(&self.control).operation_timeout = timeout;
+    }
+
+    /// Every call made so far, in order.
+    pub fn log(&self) -> Vec<Call> {
+        lock(&self.control).calls.clone()
+    }
+
+    /// The calls of `op` made so far.
+    pub fn calls_of(&self, op: Op) -> Vec<Call> {
+        lock(&self.control)
+            .calls
+            .iter()
+            .filter(|c| c.op == op)
+            .cloned()
+            .collect()
+    }
+
+    /// How many calls of `op` were made so far.
+    pub fn calls(&self, op: Op) -> usize {
+        lock(&self.control)
+            .calls
+            .iter()
+            .filter(|c| c.op == op)
+            .count()
+    }
+
+    /// Acquire calls for `key` so far.
+    pub fn acquire_calls(&self, key: &str) -> Vec<Instant> {
+        lock(&self.control)
+            .calls
+            .iter()
+            .filter(|c| c.op == Op::Acquire && c.keys[0] == key)
+            .map(|c| c.at)
+            .collect()
+    }
+
+    /// The size of each renew call, in order.
+    pub fn renew_batch_sizes(&self) -> Vec<usize> {
+        self.calls_of(Op::Renew)
+            .iter()
+            .map(|c| c.keys.len())
+            .collect()
+    }
+
+    /// Total leases named by all renew calls.
+    pub fn leases_renewed(&self) -> usize {
+        self.renew_batch_sizes().iter().sum()
+    }
+
+    /// Total leases named by all release calls.
+    pub fn leases_released(&self) -> usize {
+        self.calls_of(Op::Release)
+            .iter()
+            .map(|c| c.keys.len())
+            .sum()
+    }
+
+    /// Calls of `op` in flight now.
+    pub fn in_flight(&self, op: Op) -> usize {
+        lock(&self.control).in_flight[op.index()]
+    }
+
+    /// The most calls of `op` ever in flight at once.
+    pub fn max_in_flight(&self, op: Op) -> usize {
+        lock(&self.control).max_in_flight[op.index()]
+    }
+
+    /// The most acquire calls ever in flight at once for one key.
+    pub fn max_acquires_in_flight_per_key(&self) -> usize {
+        lock(&self.control).max_acquires_in_flight_per_key
+    }
+
+    /// How many clones of this store exist (the test's, the actor's, and one
+    /// per operation in flight): 1 once the actor has stopped and nothing runs.
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.control)
+    }
+
+    /// Records the call, reads the knobs, and wraps `apply` (run at server
+    /// time, at the end of the latency) into the operation's future.
+    fn run<T: Send + 'static>(
+        &self,
+        op: Op,
+        keys: Vec<String>,
+        apply: impl FnOnce(&mut Collection, Instant) -> Result<T> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T>> {
+        let (latency, fault, timeout) = {
+            let mut c = lock(&self.control);
+            let i = op.index();
+            let fault = match c.fault_next[i] {
+                Some((fault, n)) => {
+                    c.fault_next[i] = (n > 1).then_some((fault, n - 1));
+                    Some(fault)
+                }
+                None => c.fault[i],
+            };
+            c.calls.push(Call {
+                op,
+                at: Instant::now(),
+                keys: keys.clone(),
+            });
+            c.in_flight[i] += 1;
+            c.max_in_flight[i] = c.max_in_flight[i].max(c.in_flight[i]);
+            if op == Op::Acquire {
+                let n = c.acquires_in_flight.entry(keys[0].clone()).or_insert(0);
+                *n += 1;
+                let n = *n;
+                c.max_acquires_in_flight_per_key = c.max_acquires_in_flight_per_key.max(n);
+            }
+            (c.latency[i], fault, c.operation_timeout)
+        };
+        let guard = InFlight {
+            control: self.control.clone(),
+            op,
+            key: (op == Op::Acquire).then(|| keys[0].clone()),
+        };
+        let db = self.db.clone();
+        let work = async move {
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
+            match fault {
+                Some(Fault::Hang) => std::future::pending::<()>().await,
+                Some(Fault::Delay(d)) if !d.is_zero() => tokio::time::sleep(d).await,
+                Some(Fault::Fail) => return Err(unreachable("injected failure", latency)),
+                _ => {}
+            }
+            let result = apply(&mut lock(&db.inner), Instant::now());
+            if fault == Some(Fault::FailAfterApply) {
+                return Err(unreachable("injected failure after apply", latency));
+            }
+            result
+        };
+        async move {
+            let _guard = guard;
+            match timeout {
+                None => work.await,
+                Some(t) => match tokio::time::timeout(t, work).await {
+                    Ok(result) => result,
+                    Err(_) => Err(unreachable("operation timed out", t)),
+                },
+            }
+        }
+        .boxed()
+    }
+}
+
+impl Store for MemoryStore {
+    fn acquire(&self, key: String, lease_id: Uuid) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        let (owner, ttl) = (self.owner.clone(), self.ttl);
+        self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
+            apply_acquire(coll, &key, &owner, lease_id, ttl, now)
+        })
+    }
+
+    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<String>>> {
+        let ttl = self.ttl;
+        let keys = leases.iter().map(|l| l.key.clone()).collect();
+        self.run(Op::Renew, keys, move |coll, now| {
+            let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+            let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
+            let mut kept = HashSet::new();
+            for (key, doc) in coll.docs.iter_mut() {
+                if lease_matches(key, doc, &keys, &ids) {
+                    doc.exp = now + ttl;
+                    kept.insert(key.clone());
+                }
+            }
+            Ok(leases
+                .iter()
+                .filter(|l| !kept.contains(&l.key))
+                .map(|l| l.key.clone())
+                .collect())
+        })
+    }
+
+    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
+        if leases.is_empty() {
+            // As MongoStore: no command at all.
+            return futures::future::ready(Ok(0)).boxed();
+        }
+        let keys = leases.iter().map(|l| l.key.clone()).collect();
+        self.run(Op::Release, keys, move |coll, now| {
+            let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+            let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
+            let mut n = 0;
+            for (key, doc) in coll.docs.iter_mut() {
+                if lease_matches(key, doc, &keys, &ids) {
+                    release_doc(doc, now);
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+
+    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
+        let owner = self.owner.clone();
+        self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
+            let except: HashSet<Uuid> = except.into_iter().collect();
+            let mut n = 0;
+            for doc in coll.docs.values_mut() {
+                if doc.owner == owner && doc.lease_id.is_some_and(|id| !except.contains(&id)) {
+                    release_doc(doc, now);
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+}
