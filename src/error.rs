@@ -64,6 +64,22 @@ pub enum Error {
     #[error("MongoDB operation failed: {0}")]
     Database(#[from] mongodb::error::Error),
 
+    /// A payload is too large or cannot be encoded as BSON (see
+    /// [`MAX_PAYLOAD_LEN`](crate::MAX_PAYLOAD_LEN)). Nothing was sent.
+    #[error("invalid payload: {reason}")]
+    InvalidPayload {
+        /// Why the payload was refused.
+        reason: String,
+    },
+
+    /// The operation needed a lease that is no longer held (it was lost,
+    /// released, or taken over). Its cancellation token has fired.
+    #[error("the lease on {key:?} is no longer held")]
+    LeaseLost {
+        /// The key of the lost lease.
+        key: String,
+    },
+
     /// The manager has shut down (by [`LockManager::shutdown`] or because its
     /// task stopped); no further commands are accepted.
     ///
@@ -76,7 +92,15 @@ impl Error {
     /// `true` for errors caused by the caller's input or options: nothing was
     /// sent to MongoDB and retrying the same call will fail the same way.
     pub fn is_invalid_input(&self) -> bool {
-        matches!(self, Error::InvalidKey { .. } | Error::InvalidConfig { .. })
+        matches!(
+            self,
+            Error::InvalidKey { .. } | Error::InvalidConfig { .. } | Error::InvalidPayload { .. }
+        )
+    }
+
+    /// `true` if the lease the operation needed is no longer held.
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost { .. })
     }
 
     /// `true` if the manager has shut down.

@@ -1,14 +1,24 @@
 //! [`Lease`]: one held key, with its fencing token and lost-lease signal.
 
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
 
+use mongodb::bson::Document;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use uuid::Uuid;
 
 use crate::actor::command::Command;
 use crate::error::{Error, Result};
+
+/// Largest accepted payload ([`Lease::set_payload`]), in bytes of BSON: 16 KiB.
+///
+/// The payload is copied into every change event of the key and every
+/// [`LeaseInfo`]: keep it small (an address, a version, a few labels).
+pub const MAX_PAYLOAD_LEN: usize = 16 * 1024;
 
 /// What [`Lease::release`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +146,50 @@ impl Lease {
         self.cancel.is_cancelled()
     }
 
+    /// Stores `payload` in the lease's document (field `data`), replacing the
+    /// previous payload, for others to read through [`LockManager::inspect`],
+    /// [`LockManager::list`] and [`LockManager::observe`] (a leader's address,
+    /// for example). The write is conditional on this acquisition: it never
+    /// touches a successor's lease. A new acquisition starts without payload.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPayload`] if the payload is larger than
+    /// [`MAX_PAYLOAD_LEN`] bytes of BSON, or has a field name that is empty,
+    /// contains a dot or starts with `$` (nothing is sent);
+    /// [`Error::LeaseLost`] if the lease is no longer held (its token fires
+    /// too if the server says so); [`Error::Shutdown`]; [`Error::Database`] or
+    /// [`Error::Unreachable`] if the write could not be confirmed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not leave the payload written.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: mongo_lease::Lease) -> mongo_lease::Result<()> {
+    /// use mongodb::bson::doc;
+    /// lease.set_payload(doc! { "addr": "10.0.0.7:8080" }).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`LockManager::inspect`]: crate::LockManager::inspect
+    /// [`LockManager::list`]: crate::LockManager::list
+    /// [`LockManager::observe`]: crate::LockManager::observe
+    pub async fn set_payload(&self, payload: Document) -> Result<()> {
+        self.handle()?.set_payload(payload).await
+    }
+
+    /// A cheap, cloneable reference to this acquisition (no release on drop).
+    pub(crate) fn handle(&self) -> Result<LeaseHandle> {
+        Ok(LeaseHandle {
+            key: self.key.clone(),
+            lease_id: self.lease_id,
+            commands: self.commands.clone().ok_or(Error::Shutdown)?,
+        })
+    }
+
     /// Releases the lease and waits for MongoDB to confirm. The key is free at
     /// once for the next waiter, local or remote. Only this acquisition (owner
     /// id and lease id) is released: a stale holder can never release its
@@ -185,5 +239,184 @@ impl fmt::Debug for Lease {
             .field("fencing_token", &self.fencing_token)
             .field("lost", &self.is_lost())
             .finish()
+    }
+}
+
+/// Refers to one acquisition without owning it: used by the election's
+/// `LeaderContext` to set the payload while the `Leadership` owns the lease.
+#[derive(Clone)]
+pub(crate) struct LeaseHandle {
+    key: String,
+    lease_id: Uuid,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl LeaseHandle {
+    pub(crate) async fn set_payload(&self, payload: Document) -> Result<()> {
+        check_payload(&payload)?;
+        let (respond_to, response) = oneshot::channel();
+        self.commands
+            .send(Command::SetPayload {
+                key: self.key.clone(),
+                lease_id: self.lease_id,
+                payload,
+                respond_to,
+            })
+            .map_err(|_| Error::Shutdown)?;
+        response.await.map_err(|_| Error::Shutdown)?
+    }
+}
+
+fn check_payload(payload: &Document) -> Result<()> {
+    check_field_names(payload)?;
+    let len = mongodb::bson::to_vec(payload)
+        .map_err(|e| Error::InvalidPayload {
+            reason: e.to_string(),
+        })?
+        .len();
+    if len > MAX_PAYLOAD_LEN {
+        return Err(Error::InvalidPayload {
+            reason: format!("the payload is {len} bytes of BSON; the limit is {MAX_PAYLOAD_LEN}"),
+        });
+    }
+    Ok(())
+}
+
+/// Field names must not be empty, contain dots or start with `$`: observers
+/// rebuild the payload from change events, whose paths are dotted.
+fn check_field_names(doc: &Document) -> Result<()> {
+    fn check_value(value: &mongodb::bson::Bson) -> Result<()> {
+        match value {
+            mongodb::bson::Bson::Document(d) => check_field_names(d),
+            mongodb::bson::Bson::Array(items) => items.iter().try_for_each(check_value),
+            _ => Ok(()),
+        }
+    }
+    for (name, value) in doc {
+        if name.is_empty() || name.contains('.') || name.starts_with('$') {
+            return Err(Error::InvalidPayload {
+                reason: format!("field name {name:?} is empty, contains a dot or starts with '$'"),
+            });
+        }
+        check_value(value)?;
+    }
+    Ok(())
+}
+
+/// What the lock collection says about one key, read with the server's
+/// clock: returned by [`LockManager::inspect`], [`LockManager::list`] and
+/// [`LockManager::observe`].
+///
+/// Every time is **server time** (MongoDB's `$$NOW`, millisecond precision),
+/// as a [`SystemTime`]; compare them with [`LeaseInfo::server_time`], never
+/// with the local clock. [`LeaseInfo::time_to_expiry`] and [`LeaseInfo::age`]
+/// do that for you.
+///
+/// [`LockManager::inspect`]: crate::LockManager::inspect
+/// [`LockManager::list`]: crate::LockManager::list
+/// [`LockManager::observe`]: crate::LockManager::observe
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LeaseInfo {
+    /// The lease key (`_id`).
+    pub key: String,
+    /// Owner id of the manager that holds, or last held, the lease (`aid`).
+    pub owner_id: String,
+    /// Fencing token of the current (or last) acquisition (`tok`).
+    pub fencing_token: u64,
+    /// Server time of the acquisition (`acq`).
+    pub acquired_at: SystemTime,
+    /// Server time of the last renewal, or of the acquisition (`ts`).
+    pub renewed_at: SystemTime,
+    /// Server time at which the lease expires, or expired (`exp`); the
+    /// release time for a released lease.
+    pub expires_at: SystemTime,
+    /// The server's `$$NOW` when this state was read, or the server's wall
+    /// clock time of the write that produced it (for a state observed through
+    /// a change stream).
+    pub server_time: SystemTime,
+    /// The payload set by the holder with [`Lease::set_payload`] (`data`).
+    pub payload: Option<Document>,
+    /// `true` if the lease was held at [`LeaseInfo::server_time`]: not
+    /// released and `expires_at > server_time`.
+    pub held: bool,
+}
+
+impl LeaseInfo {
+    /// How long the lease stays valid after [`LeaseInfo::server_time`] unless
+    /// renewed, by the server's clock; zero if it is not held.
+    pub fn time_to_expiry(&self) -> Duration {
+        if !self.held {
+            return Duration::ZERO;
+        }
+        self.expires_at
+            .duration_since(self.server_time)
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// How long the current (or last) acquisition had lasted at
+    /// [`LeaseInfo::server_time`], by the server's clock.
+    pub fn age(&self) -> Duration {
+        self.server_time
+            .duration_since(self.acquired_at)
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// How long ago (at [`LeaseInfo::server_time`]) the lease was last renewed
+    /// or acquired, by the server's clock.
+    pub fn since_renewal(&self) -> Duration {
+        self.server_time
+            .duration_since(self.renewed_at)
+            .unwrap_or(Duration::ZERO)
+    }
+}
+
+/// The changes of one key, from [`LockManager::observe`]: a
+/// [`Stream`](futures::Stream) of `Result<Option<LeaseInfo>>`, in order.
+///
+/// The first item is the key's current state; then one item per change
+/// (acquisition, renewal, payload, release, expiry, deletion). `None` means
+/// the key has no lock document. An `Err` is a permanent error (transient
+/// ones are retried); the stream ends after it, and when the manager shuts
+/// down.
+///
+/// Drop it to unsubscribe. Items are queued without bound for a consumer that
+/// falls behind: keep reading.
+///
+/// [`LockManager::observe`]: crate::LockManager::observe
+pub struct LeaseObserver {
+    pub(crate) key: String,
+    pub(crate) changes: mpsc::UnboundedReceiver<Result<Option<LeaseInfo>>>,
+}
+
+impl LeaseObserver {
+    /// The observed key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The next state, or `None` once the stream has ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: no item is lost if the future is dropped.
+    pub async fn recv(&mut self) -> Option<Result<Option<LeaseInfo>>> {
+        self.changes.recv().await
+    }
+}
+
+impl futures::Stream for LeaseObserver {
+    type Item = Result<Option<LeaseInfo>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.changes.poll_recv(cx)
+    }
+}
+
+impl fmt::Debug for LeaseObserver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseObserver")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
     }
 }

@@ -13,7 +13,7 @@ use crate::actor::Actor;
 use crate::actor::command::{AcquireMode, Command, WaiterId};
 use crate::config::{LockManagerOptions, Timing, validate_key};
 use crate::error::{Error, Result};
-use crate::lease::Lease;
+use crate::lease::{Lease, LeaseInfo, LeaseObserver};
 use crate::store::{MongoStore, Store};
 
 /// A handle to this process's lease manager: acquire, release and shut down
@@ -245,6 +245,169 @@ impl LockManager {
         response.await.map_err(|_| Error::Shutdown)?
     }
 
+    /// Reads `key` from the lock collection, with the server's clock: who
+    /// holds it (or last held it), its fencing token, acquisition, renewal
+    /// and expiry times, and its payload. `Ok(None)` if the key has no lock
+    /// document (never acquired, or garbage-collected after its release).
+    /// One MongoDB round trip (majority read concern).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`], [`Error::ForeignDocument`] for a document not
+    /// written by this crate, [`Error::Shutdown`], and database errors
+    /// ([`Error::Database`], [`Error::Unreachable`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// if let Some(info) = manager.inspect("workitem-17").await? {
+    ///     if info.held {
+    ///         println!("{} holds it for {:?} more", info.owner_id, info.time_to_expiry());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, key: impl Into<String>) -> Result<Option<LeaseInfo>> {
+        let key = key.into();
+        validate_key(&key)?;
+        let (respond_to, response) = oneshot::channel();
+        self.send(Command::Inspect { key, respond_to })?;
+        response.await.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Every lease in the lock collection (held, expired or released and not
+    /// yet garbage-collected), in key order, each read with the server's
+    /// clock. Reads [`LockManager::list_page`]s of 1 000 documents; for very
+    /// large collections, page yourself.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] and database errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (reads).
+    pub async fn list(&self) -> Result<Vec<LeaseInfo>> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let (page, next) = self.list_page(after.as_deref(), LIST_PAGE).await?;
+            all.extend(page);
+            match next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// One page of [`LockManager::list`]: the leases among the next `limit`
+    /// documents whose keys sort after `after` (from the first with `None`),
+    /// and the key to pass as `after` for the next page, `None` after the
+    /// last page. One MongoDB round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a `limit` of 0, [`Error::Shutdown`], and
+    /// database errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    pub async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<LeaseInfo>, Option<String>)> {
+        if limit == 0 {
+            return Err(Error::InvalidConfig {
+                reason: "list_page needs a limit of at least 1".into(),
+            });
+        }
+        let (respond_to, response) = oneshot::channel();
+        self.send(Command::List {
+            after: after.map(str::to_string),
+            limit,
+            respond_to,
+        })?;
+        response.await.map_err(|_| Error::Shutdown)?
+    }
+
+    /// **Operator override**: releases `key` whoever holds it, as if its
+    /// holder had released it (expiry set to now, lease id removed; the
+    /// fencing token stays, so the next holder gets a greater one). The
+    /// holder learns it at its next renewal, when its cancellation token
+    /// fires. Logged at `warn`. Returns the lease as it was if it was held,
+    /// `Ok(None)` if the key was free.
+    ///
+    /// Use it to unblock a key whose holder is stuck; the holder may still be
+    /// working until its next renewal, so fence the resource with the token.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`], [`Error::Shutdown`], and database errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not leave the key released.
+    pub async fn force_release(&self, key: impl Into<String>) -> Result<Option<LeaseInfo>> {
+        let key = key.into();
+        validate_key(&key)?;
+        let (respond_to, response) = oneshot::channel();
+        self.send(Command::ForceRelease { key, respond_to })?;
+        response.await.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Observes `key`: a stream whose first item is the key's current state,
+    /// followed by every change in order (acquisitions, renewals, payloads,
+    /// releases, expiries, deletions).
+    ///
+    /// On a replica set changes arrive through a MongoDB change stream a few
+    /// milliseconds after each majority write, and none is missed, also
+    /// across a failover (the stream resumes). On a standalone server, which
+    /// has no change streams, the key is polled about every 0.5 s (jittered)
+    /// and short-lived states can be missed. An expiry writes nothing: it is
+    /// detected by a read scheduled at the expiry time, by the server's clock.
+    ///
+    /// One change stream per key and manager, shared by all its observers.
+    /// The stream ends when the manager shuts down.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] and [`Error::Shutdown`]. Database errors arrive
+    /// in the stream: transient ones are retried (logged at `warn`), a
+    /// permanent one is the stream's last item.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// use futures::StreamExt;
+    /// let mut changes = manager.observe("workitem-17").await?;
+    /// while let Some(state) = changes.next().await {
+    ///     match state? {
+    ///         Some(info) if info.held => println!("held by {} ({})", info.owner_id, info.fencing_token),
+    ///         _ => println!("free"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn observe(&self, key: impl Into<String>) -> Result<LeaseObserver> {
+        let key = key.into();
+        validate_key(&key)?;
+        let (respond_to, response) = oneshot::channel();
+        self.send(Command::Observe { key, respond_to })?;
+        response.await.map_err(|_| Error::Shutdown)?
+    }
+
     fn send(&self, command: Command) -> Result<()> {
         self.inner
             .commands
@@ -261,6 +424,9 @@ impl fmt::Debug for LockManager {
             .finish_non_exhaustive()
     }
 }
+
+/// Documents per page of [`LockManager::list`].
+const LIST_PAGE: usize = 1_000;
 
 /// Removes a waiter from the actor's queue when its acquire future is dropped
 /// before the reply arrived (disarmed once the reply is in).

@@ -1,10 +1,11 @@
 //! Messages from the handles ([`LockManager`](crate::LockManager), [`Lease`]) to the actor.
 
+use mongodb::bson::Document;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::error::Result;
-use crate::lease::{Lease, ReleaseOutcome};
+use crate::lease::{Lease, LeaseInfo, LeaseObserver, ReleaseOutcome};
 
 /// Identifies one waiting `acquire` call, so that dropping its future can
 /// remove it from the queue.
@@ -42,5 +43,33 @@ pub(crate) enum Command {
     },
     Shutdown {
         respond_to: oneshot::Sender<Result<()>>,
+    },
+    /// Read one key with the server's now.
+    Inspect {
+        key: String,
+        respond_to: oneshot::Sender<Result<Option<LeaseInfo>>>,
+    },
+    /// One page of the lock collection, in key order.
+    List {
+        after: Option<String>,
+        limit: usize,
+        respond_to: oneshot::Sender<Result<(Vec<LeaseInfo>, Option<String>)>>,
+    },
+    /// Release a key whoever holds it (operator override).
+    ForceRelease {
+        key: String,
+        respond_to: oneshot::Sender<Result<Option<LeaseInfo>>>,
+    },
+    /// Set the payload of a lease this manager holds.
+    SetPayload {
+        key: String,
+        lease_id: Uuid,
+        payload: Document,
+        respond_to: oneshot::Sender<Result<()>>,
+    },
+    /// Subscribe to the changes of a key.
+    Observe {
+        key: String,
+        respond_to: oneshot::Sender<Result<LeaseObserver>>,
     },
 }

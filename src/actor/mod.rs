@@ -13,6 +13,7 @@
 //! connection-pool worker.
 
 pub(crate) mod command;
+mod observers;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -29,9 +30,10 @@ use uuid::Uuid;
 use crate::backoff::retry_delay;
 use crate::config::Timing;
 use crate::error::{Error, Result};
-use crate::lease::{Lease, ReleaseOutcome};
+use crate::lease::{Lease, LeaseInfo, LeaseObserver, ReleaseOutcome};
 use crate::store::{AcquireOutcome, LeaseRef, Store};
 use command::{AcquireMode, Command, WaiterId};
+use mongodb::bson::Document;
 
 type Reply<T> = oneshot::Sender<Result<T>>;
 
@@ -139,6 +141,19 @@ enum Event {
         respond_to: Reply<u64>,
         result: Result<u64>,
     },
+    /// A read (inspect, list) was answered by its task; nothing to update.
+    Answered,
+    ForceReleased {
+        key: String,
+        respond_to: Reply<Option<LeaseInfo>>,
+        result: Result<Option<LeaseInfo>>,
+    },
+    PayloadSet {
+        key: String,
+        lease_id: Uuid,
+        respond_to: Reply<()>,
+        result: Result<bool>,
+    },
 }
 
 /// Set once shutdown has begun.
@@ -168,6 +183,10 @@ pub(crate) struct Actor {
     timers: DelayQueue<Timer>,
     heartbeat: Interval,
     closing: Option<Closing>,
+    /// The control channel of each observed key's hub (`observers::run_hub`).
+    observers: HashMap<String, mpsc::UnboundedSender<observers::Subscriber>>,
+    /// Stops every hub when the manager stops.
+    stop_observers: CancellationToken,
 }
 
 impl Actor {
@@ -196,6 +215,8 @@ impl Actor {
             timers: DelayQueue::new(),
             heartbeat,
             closing: None,
+            observers: HashMap::new(),
+            stop_observers: CancellationToken::new(),
         }
     }
 
@@ -217,6 +238,7 @@ impl Actor {
                 _ = self.heartbeat.tick(), if open => self.renew_all(),
             }
         }
+        self.stop_observers.cancel();
         if let Some(closing) = self.closing.take() {
             for respond_to in closing.responders {
                 let _ = respond_to.send(match &closing.error {
@@ -244,6 +266,26 @@ impl Actor {
             } => self.on_release(key, lease_id, respond_to),
             Command::ReleaseAll { respond_to } => self.on_release_all(respond_to),
             Command::Shutdown { respond_to } => self.begin_shutdown(Some(respond_to)),
+            Command::Inspect { key, respond_to } => {
+                let read = self.store.inspect(key);
+                self.answer(read, respond_to);
+            }
+            Command::List {
+                after,
+                limit,
+                respond_to,
+            } => {
+                let read = self.store.list(after, limit);
+                self.answer(read, respond_to);
+            }
+            Command::ForceRelease { key, respond_to } => self.on_force_release(key, respond_to),
+            Command::SetPayload {
+                key,
+                lease_id,
+                payload,
+                respond_to,
+            } => self.on_set_payload(key, lease_id, payload, respond_to),
+            Command::Observe { key, respond_to } => self.on_observe(key, respond_to),
         }
     }
 
@@ -289,6 +331,18 @@ impl Actor {
                     self.serve_next(&key);
                 }
             }
+            Event::Answered => {}
+            Event::ForceReleased {
+                key,
+                respond_to,
+                result,
+            } => self.on_force_released(key, respond_to, result),
+            Event::PayloadSet {
+                key,
+                lease_id,
+                respond_to,
+                result,
+            } => self.on_payload_set(key, lease_id, respond_to, result),
         }
     }
 
@@ -429,8 +483,22 @@ impl Actor {
                 Command::ReleaseAll { respond_to } => {
                     let _ = respond_to.send(Err(Error::Shutdown));
                 }
+                Command::Inspect { respond_to, .. } | Command::ForceRelease { respond_to, .. } => {
+                    let _ = respond_to.send(Err(Error::Shutdown));
+                }
+                Command::List { respond_to, .. } => {
+                    let _ = respond_to.send(Err(Error::Shutdown));
+                }
+                Command::SetPayload { respond_to, .. } => {
+                    let _ = respond_to.send(Err(Error::Shutdown));
+                }
+                Command::Observe { respond_to, .. } => {
+                    let _ = respond_to.send(Err(Error::Shutdown));
+                }
             }
         }
+        self.stop_observers.cancel();
+        self.observers.clear();
         for state in self.keys.values_mut() {
             for waiter in state.waiters.drain(..) {
                 let _ = waiter.respond_to.send(Err(Error::Shutdown));
@@ -465,6 +533,158 @@ impl Actor {
                 .boxed(),
             );
         }
+    }
+
+    // ----- reading, operator commands, payload, observing ------------------
+
+    /// Runs a read in `tasks`; its task answers the caller itself.
+    fn answer<T: Send + 'static>(
+        &mut self,
+        read: BoxFuture<'static, Result<T>>,
+        respond_to: Reply<T>,
+    ) {
+        self.tasks.push(
+            async move {
+                let _ = respond_to.send(read.await);
+                Event::Answered
+            }
+            .boxed(),
+        );
+    }
+
+    fn on_force_release(&mut self, key: String, respond_to: Reply<Option<LeaseInfo>>) {
+        let release = self.store.force_release(key.clone());
+        self.tasks.push(
+            async move {
+                Event::ForceReleased {
+                    result: release.await,
+                    key,
+                    respond_to,
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    fn on_force_released(
+        &mut self,
+        key: String,
+        respond_to: Reply<Option<LeaseInfo>>,
+        result: Result<Option<LeaseInfo>>,
+    ) {
+        match &result {
+            Ok(Some(info)) => {
+                tracing::warn!(
+                    key,
+                    owner_id = info.owner_id,
+                    token = info.fencing_token,
+                    "lease force-released (operator override)"
+                );
+                // If it was one of ours, it is lost now.
+                let ours = info.owner_id == *self.owner_id
+                    && self
+                        .keys
+                        .get(&key)
+                        .and_then(|s| s.held.as_ref())
+                        .is_some_and(|h| h.token == info.fencing_token);
+                if ours {
+                    self.take_held(&key);
+                    self.serve_next(&key);
+                }
+            }
+            Ok(None) => tracing::info!(key, "force release: the key was not held"),
+            Err(error) => tracing::warn!(key, %error, "force release failed"),
+        }
+        let _ = respond_to.send(result);
+    }
+
+    fn on_set_payload(
+        &mut self,
+        key: String,
+        lease_id: Uuid,
+        payload: Document,
+        respond_to: Reply<()>,
+    ) {
+        if self.held_lease(&key, lease_id).is_none() {
+            let _ = respond_to.send(Err(Error::LeaseLost { key }));
+            return;
+        }
+        let write = self.store.set_payload(
+            LeaseRef {
+                key: key.clone(),
+                lease_id,
+            },
+            payload,
+        );
+        self.tasks.push(
+            async move {
+                Event::PayloadSet {
+                    result: write.await,
+                    key,
+                    lease_id,
+                    respond_to,
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    fn on_payload_set(
+        &mut self,
+        key: String,
+        lease_id: Uuid,
+        respond_to: Reply<()>,
+        result: Result<bool>,
+    ) {
+        let reply = match result {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                if let Some(held) = self.held_lease(&key, lease_id) {
+                    tracing::warn!(
+                        key,
+                        token = held.token,
+                        "lease lost: setting its payload found it gone or taken"
+                    );
+                    self.take_held(&key);
+                    self.serve_next(&key);
+                }
+                Err(Error::LeaseLost { key })
+            }
+            Err(error) => Err(error),
+        };
+        let _ = respond_to.send(reply);
+    }
+
+    /// Subscribes the caller to the key's hub, starting one if needed.
+    fn on_observe(&mut self, key: String, respond_to: Reply<LeaseObserver>) {
+        self.observers.retain(|_, hub| !hub.is_closed());
+        let (subscriber, changes) = mpsc::unbounded_channel();
+        let observer = LeaseObserver {
+            key: key.clone(),
+            changes,
+        };
+        let subscriber = match self.observers.get(&key) {
+            Some(hub) => match hub.send(subscriber) {
+                Ok(()) => {
+                    let _ = respond_to.send(Ok(observer));
+                    return;
+                }
+                // The hub is ending: start a new one.
+                Err(mpsc::error::SendError(subscriber)) => subscriber,
+            },
+            None => subscriber,
+        };
+        let (hub, control) = mpsc::unbounded_channel();
+        let _ = hub.send(subscriber);
+        let source = self.store.observe(key.clone());
+        tokio::spawn(observers::run_hub(
+            key.clone(),
+            source,
+            control,
+            self.stop_observers.clone(),
+        ));
+        self.observers.insert(key, hub);
+        let _ = respond_to.send(Ok(observer));
     }
 
     // ----- acquiring ------------------------------------------------------

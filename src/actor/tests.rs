@@ -954,9 +954,7 @@ async fn release_all_cancels_local_leases_with_one_command_by_owner() {
         "old",
         Doc {
             owner: "a".into(),
-            lease_id: Some(Uuid::new_v4()),
-            token: 7,
-            exp: Instant::now() + TTL,
+            ..Doc::held("a", 7, TTL)
         },
     );
     db.force_take("theirs", "b", TTL);

@@ -45,18 +45,21 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{AcquireOutcome, LeaseRef, Store};
 use crate::error::{Error, Result};
+use crate::lease::LeaseInfo;
 
 /// One lock document.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Doc {
     /// `aid`: owner id of the holder (or last holder).
     pub owner: String,
@@ -66,6 +69,28 @@ pub(crate) struct Doc {
     pub token: u64,
     /// `exp`: server time at which the lease expires.
     pub exp: Instant,
+    /// `acq`: server time of the acquisition.
+    pub acquired: Instant,
+    /// `ts`: server time of the last acquire or renewal.
+    pub renewed: Instant,
+    /// `data`: the holder's payload.
+    pub payload: Option<Document>,
+}
+
+impl Doc {
+    /// A document held by `owner` from now for `ttl`, with token `token`.
+    pub fn held(owner: &str, token: u64, ttl: Duration) -> Doc {
+        let now = Instant::now();
+        Doc {
+            owner: owner.to_string(),
+            lease_id: Some(Uuid::new_v4()),
+            token,
+            exp: now + ttl,
+            acquired: now,
+            renewed: now,
+            payload: None,
+        }
+    }
 }
 
 impl Doc {
@@ -83,9 +108,26 @@ struct Collection {
 }
 
 /// The shared in-memory lock collection. Cheap to clone.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct MemoryDb {
     inner: Arc<Mutex<Collection>>,
+    /// Bumped after every change, for `observe`.
+    changed: Arc<tokio::sync::watch::Sender<()>>,
+    /// "Server time" as wall clock: `SystemTime` of `epoch.0` is `epoch.1`.
+    epoch: (Instant, SystemTime),
+}
+
+impl Default for MemoryDb {
+    fn default() -> Self {
+        MemoryDb {
+            inner: Arc::default(),
+            changed: Arc::new(tokio::sync::watch::Sender::new(())),
+            epoch: (
+                Instant::now(),
+                SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30),
+            ),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -116,6 +158,9 @@ fn apply_acquire(
                     lease_id: Some(lease_id),
                     token: 1,
                     exp: now + ttl,
+                    acquired: now,
+                    renewed: now,
+                    payload: None,
                 },
             );
             Ok(AcquireOutcome::Acquired { token: 1 })
@@ -124,6 +169,7 @@ fn apply_acquire(
             // A retry of an acquisition that landed: same token, fresh expiry.
             doc.owner = owner.to_string();
             doc.exp = now + ttl;
+            doc.renewed = now;
             Ok(AcquireOutcome::Acquired { token: doc.token })
         }
         Some(doc) if doc.exp <= now => {
@@ -131,6 +177,9 @@ fn apply_acquire(
             doc.lease_id = Some(lease_id);
             doc.token += 1;
             doc.exp = now + ttl;
+            doc.acquired = now;
+            doc.renewed = now;
+            doc.payload = None;
             Ok(AcquireOutcome::Acquired { token: doc.token })
         }
         Some(doc) => Ok(AcquireOutcome::Held {
@@ -153,6 +202,34 @@ fn release_doc(doc: &mut Doc, now: Instant) {
 impl MemoryDb {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Wakes observers after a change.
+    fn touch(&self) {
+        self.changed.send_replace(());
+    }
+
+    /// The "server's" wall-clock time of `at`.
+    pub fn system_time(&self, at: Instant) -> SystemTime {
+        match at.checked_duration_since(self.epoch.0) {
+            Some(after) => self.epoch.1 + after,
+            None => self.epoch.1 - self.epoch.0.duration_since(at),
+        }
+    }
+
+    /// `doc` as a [`LeaseInfo`] judged at `now`.
+    pub fn info(&self, key: &str, doc: &Doc, now: Instant) -> LeaseInfo {
+        LeaseInfo {
+            key: key.to_string(),
+            owner_id: doc.owner.clone(),
+            fencing_token: doc.token,
+            acquired_at: self.system_time(doc.acquired),
+            renewed_at: self.system_time(doc.renewed),
+            expires_at: self.system_time(doc.exp),
+            server_time: self.system_time(now),
+            payload: doc.payload.clone(),
+            held: doc.lease_id.is_some() && doc.exp > now,
+        }
     }
 
     /// A store (one manager's connection) with this owner id and lease TTL.
@@ -192,7 +269,7 @@ impl MemoryDb {
 
     /// Another owner acquires `key` by the protocol's rule, now.
     pub fn try_take(&self, key: &str, owner: &str, ttl: Duration) -> AcquireOutcome {
-        apply_acquire(
+        let outcome = apply_acquire(
             &mut lock(&self.inner),
             key,
             owner,
@@ -200,7 +277,9 @@ impl MemoryDb {
             ttl,
             Instant::now(),
         )
-        .expect("try_take on a foreign document")
+        .expect("try_take on a foreign document");
+        self.touch();
+        outcome
     }
 
     /// Another owner takes `key` now whatever its state (as if this process's
@@ -215,12 +294,21 @@ impl MemoryDb {
             lease_id: None,
             token: 0,
             exp: now,
+            acquired: now,
+            renewed: now,
+            payload: None,
         });
         doc.owner = owner.to_string();
         doc.lease_id = Some(Uuid::new_v4());
         doc.token += 1;
         doc.exp = now + ttl;
-        doc.token
+        doc.acquired = now;
+        doc.renewed = now;
+        doc.payload = None;
+        let token = doc.token;
+        drop(coll);
+        self.touch();
+        token
     }
 
     /// Makes `key` expire now (`exp = min(exp, now)`), keeping its lease id:
@@ -229,6 +317,7 @@ impl MemoryDb {
         if let Some(doc) = lock(&self.inner).docs.get_mut(key) {
             doc.exp = doc.exp.min(Instant::now());
         }
+        self.touch();
     }
 
     /// Writes a raw document (e.g. a lease left by an earlier process).
@@ -236,6 +325,8 @@ impl MemoryDb {
         let mut coll = lock(&self.inner);
         coll.foreign.remove(key);
         coll.docs.insert(key.to_string(), doc);
+        drop(coll);
+        self.touch();
     }
 
     /// Occupies `key` with a document of foreign shape: acquire fails with
@@ -244,6 +335,8 @@ impl MemoryDb {
         let mut coll = lock(&self.inner);
         coll.docs.remove(key);
         coll.foreign.insert(key.to_string());
+        drop(coll);
+        self.touch();
     }
 
     /// Deletes the document (the TTL monitor). Tokens restart from 1 here,
@@ -252,6 +345,8 @@ impl MemoryDb {
         let mut coll = lock(&self.inner);
         coll.docs.remove(key);
         coll.foreign.remove(key);
+        drop(coll);
+        self.touch();
     }
 }
 
@@ -262,9 +357,13 @@ pub(crate) enum Op {
     Renew,
     Release,
     ReleaseOwner,
+    Inspect,
+    List,
+    ForceRelease,
+    SetPayload,
 }
 
-const OPS: usize = 4;
+const OPS: usize = 8;
 
 impl Op {
     fn index(self) -> usize {
@@ -519,6 +618,7 @@ impl MemoryStore {
                 _ => {}
             }
             let result = apply(&mut lock(&db.inner), Instant::now());
+            db.touch();
             if fault == Some(Fault::FailAfterApply) {
                 return Err(unreachable("injected failure after apply", latency));
             }
@@ -556,6 +656,7 @@ impl Store for MemoryStore {
             for (key, doc) in coll.docs.iter_mut() {
                 if lease_matches(key, doc, &keys, &ids) {
                     doc.exp = now + ttl;
+                    doc.renewed = now;
                     kept.insert(key.clone());
                 }
             }
@@ -600,5 +701,119 @@ impl Store for MemoryStore {
             }
             Ok(n)
         })
+    }
+
+    fn inspect(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        self.run(Op::Inspect, vec![key.clone()], move |coll, now| {
+            if coll.foreign.contains(&key) {
+                return Err(Error::ForeignDocument { key });
+            }
+            Ok(coll.docs.get(&key).map(|doc| db.info(&key, doc, now)))
+        })
+    }
+
+    fn list(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<String>)>> {
+        let db = self.db.clone();
+        self.run(Op::List, Vec::new(), move |coll, now| {
+            let mut keys: Vec<&String> = coll
+                .docs
+                .keys()
+                .filter(|k| after.as_ref().is_none_or(|a| *k > a))
+                .collect();
+            keys.sort();
+            keys.truncate(limit);
+            let next = (keys.len() == limit)
+                .then(|| keys.last().map(|k| k.to_string()))
+                .flatten();
+            let page = keys
+                .into_iter()
+                .map(|k| db.info(k, &coll.docs[k], now))
+                .collect();
+            Ok((page, next))
+        })
+    }
+
+    fn force_release(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
+            let Some(doc) = coll.docs.get_mut(&key) else {
+                return Ok(None);
+            };
+            if doc.lease_id.is_none() || doc.exp <= now {
+                return Ok(None);
+            }
+            let before = db.info(&key, doc, now);
+            release_doc(doc, now);
+            Ok(Some(before))
+        })
+    }
+
+    fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {
+        self.run(
+            Op::SetPayload,
+            vec![lease.key.clone()],
+            move |coll, _now| match coll.docs.get_mut(&lease.key) {
+                Some(doc) if doc.lease_id == Some(lease.lease_id) => {
+                    doc.payload = Some(payload);
+                    Ok(true)
+                }
+                _ => Ok(false),
+            },
+        )
+    }
+
+    /// The latest state after each change, and at each expiry. Unlike
+    /// `MongoStore`, changes applied between two wake-ups of the observer are
+    /// merged (timing tests do not need every intermediate state).
+    fn observe(&self, key: String) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        let changed = db.changed.subscribe();
+        let state = (db, changed, key, None::<(Option<Doc>, bool)>, true);
+        futures::stream::unfold(
+            state,
+            |(db, mut changed, key, mut last, first)| async move {
+                let mut first = first;
+                loop {
+                    if !first {
+                        let expiry = last
+                            .as_ref()
+                            .and_then(|(doc, held)| doc.as_ref().filter(|_| *held).map(|d| d.exp));
+                        tokio::select! {
+                            result = changed.changed() => {
+                                if result.is_err() {
+                                    return None;
+                                }
+                            }
+                            _ = async {
+                                match expiry {
+                                    Some(at) => tokio::time::sleep_until(at).await,
+                                    None => std::future::pending().await,
+                                }
+                            } => {}
+                        }
+                    }
+                    first = false;
+                    changed.borrow_and_update();
+                    let now = Instant::now();
+                    let doc = db.doc(&key);
+                    let held = doc
+                        .as_ref()
+                        .is_some_and(|d| d.lease_id.is_some() && d.exp > now);
+                    let state = (doc.clone(), held);
+                    if last.as_ref() == Some(&state) {
+                        continue;
+                    }
+                    last = Some(state);
+                    let info = doc.map(|d| db.info(&key, &d, now));
+                    return Some((Ok(info), (db, changed, key, last, false)));
+                }
+            },
+        )
+        .boxed()
     }
 }

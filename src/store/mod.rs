@@ -16,8 +16,10 @@
 //! | `aid` | string | owner id of the manager that holds (or last held) the lease |
 //! | `lid` | UUID (binary subtype 4) | lease id of the current acquisition; absent once released |
 //! | `tok` | int64 | fencing token of the current acquisition |
+//! | `acq` | date | server time (`$$NOW`) of the current acquisition; kept by renewals and by a retry under the same lease id |
 //! | `ts` | date | server time (`$$NOW`) of the last acquire or renewal |
 //! | `exp` | date | server time at which the lease expires (`ts + ttl`, or the release time) |
+//! | `data` | document, optional | payload set by the holder (`Lease::set_payload`); absent after a new acquisition |
 //!
 //! A lease is free when `exp <= $$NOW` on the server. A TTL index on `exp`
 //! (`expireAfterSeconds` = the manager's GC grace) deletes released and
@@ -34,16 +36,22 @@
 //! can observe it going backwards by a few milliseconds (MONGODB-FACTS Q3).
 
 pub(crate) mod mongo;
+mod observe;
 
 #[cfg(test)]
 pub(crate) mod memory;
 
 use std::time::Duration;
 
+use std::time::SystemTime;
+
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use mongodb::bson::{Bson, Document};
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::lease::LeaseInfo;
 
 pub(crate) use mongo::MongoStore;
 
@@ -55,6 +63,37 @@ pub(crate) mod field {
     pub const TOKEN: &str = "tok";
     pub const RENEWED_AT: &str = "ts";
     pub const EXPIRES_AT: &str = "exp";
+    pub const ACQUIRED_AT: &str = "acq";
+    pub const PAYLOAD: &str = "data";
+}
+
+/// Reads a lock document (as stored, or as projected with `now`) into the
+/// public [`LeaseInfo`], judged at `server_time`. `None` for a document of
+/// foreign shape (no int64 `tok` or no date `exp`).
+pub(crate) fn lease_info(key: &str, doc: &Document, server_time: SystemTime) -> Option<LeaseInfo> {
+    let token = doc.get_i64(field::TOKEN).ok()?;
+    let expires_at = doc.get_datetime(field::EXPIRES_AT).ok()?.to_system_time();
+    let renewed_at = doc
+        .get_datetime(field::RENEWED_AT)
+        .map(|d| d.to_system_time())
+        .unwrap_or(expires_at);
+    let acquired_at = doc
+        .get_datetime(field::ACQUIRED_AT)
+        .map(|d| d.to_system_time())
+        .unwrap_or(renewed_at);
+    let held =
+        matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_))) && expires_at > server_time;
+    Some(LeaseInfo {
+        key: key.to_string(),
+        owner_id: doc.get_str(field::OWNER).unwrap_or_default().to_string(),
+        fencing_token: token as u64,
+        acquired_at,
+        renewed_at,
+        expires_at,
+        server_time,
+        payload: doc.get_document(field::PAYLOAD).ok().cloned(),
+        held,
+    })
 }
 
 /// Multiplier of the server time (ms) in a fencing token: tokens issued within
@@ -98,4 +137,32 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Releases every lease held under this manager's owner id, except those
     /// with a lease id in `except` (acquisitions in flight). Returns how many.
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>>;
+
+    /// Reads `key` with the server's now. `Ok(None)` if it has no document;
+    /// [`Error::ForeignDocument`](crate::Error::ForeignDocument) for a
+    /// document of foreign shape.
+    fn inspect(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
+
+    /// The leases among the next `limit` lock documents with keys greater
+    /// than `after`, in key order (documents of foreign shape are skipped),
+    /// and the last key scanned if there may be more.
+    fn list(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<String>)>>;
+
+    /// Releases `key` whoever holds it (an operator's override): as a
+    /// release, `exp` moves to now and `lid` is removed. Returns the lease as
+    /// it was, if it was held.
+    fn force_release(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
+
+    /// Sets the payload of `lease` if it is still held under its lease id.
+    /// `Ok(false)` if it is not.
+    fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>>;
+
+    /// The states of `key`, starting with the current one, then every change
+    /// in order; `None` while the key has no document. Transient errors are
+    /// retried inside; a permanent error is the last item.
+    fn observe(&self, key: String) -> BoxStream<'static, Result<Option<LeaseInfo>>>;
 }

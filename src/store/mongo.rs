@@ -5,6 +5,7 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use futures::{FutureExt, TryStreamExt};
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::{
@@ -14,8 +15,9 @@ use mongodb::options::{
 use mongodb::{Collection, Database, IndexModel};
 use uuid::Uuid;
 
-use super::{AcquireOutcome, LeaseRef, Store, TOKEN_TIME_SHIFT, field};
+use super::{AcquireOutcome, LeaseRef, Store, TOKEN_TIME_SHIFT, field, lease_info};
 use crate::error::{Error, Result, is_transient_db_error};
+use crate::lease::LeaseInfo;
 
 /// Name of the TTL index that garbage-collects lock documents.
 pub(crate) const GC_INDEX_NAME: &str = "mongo_lease_gc";
@@ -28,13 +30,13 @@ const WRITE_ATTEMPTS: u32 = 3;
 /// The lock protocol on MongoDB. Cheap to clone (the collection handle is shared).
 #[derive(Clone)]
 pub(crate) struct MongoStore {
-    coll: Collection<Document>,
+    pub(super) coll: Collection<Document>,
     owner: String,
     ttl_ms: i64,
-    operation_timeout: Duration,
+    pub(super) operation_timeout: Duration,
 }
 
-fn bson_lease_id(id: Uuid) -> Bson {
+pub(super) fn bson_lease_id(id: Uuid) -> Bson {
     Bson::from(mongodb::bson::Uuid::from_bytes(id.into_bytes()))
 }
 
@@ -68,7 +70,7 @@ impl MongoStore {
 
     /// Bounds `op` by the operation timeout; a timeout is reported as
     /// [`Error::Unreachable`], which the callers treat as "outcome unknown".
-    async fn bounded<T>(
+    pub(super) async fn bounded<T>(
         &self,
         op: impl IntoFuture<Output = mongodb::error::Result<T>>,
     ) -> Result<T> {
@@ -205,6 +207,105 @@ impl MongoStore {
         }
     }
 
+    /// The projection of reads that report a [`LeaseInfo`]: every field of
+    /// the schema and the server's `$$NOW`.
+    pub(super) fn info_projection() -> Document {
+        doc! {
+            field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::ACQUIRED_AT: 1,
+            field::RENEWED_AT: 1, field::EXPIRES_AT: 1, field::PAYLOAD: 1, "now": "$$NOW",
+        }
+    }
+
+    /// Reads a document projected with [`MongoStore::info_projection`] into a
+    /// [`LeaseInfo`] judged at its `now`.
+    pub(super) fn projected_info(key: &str, doc: &Document) -> Option<LeaseInfo> {
+        let now = doc.get_datetime("now").ok()?.to_system_time();
+        lease_info(key, doc, now)
+    }
+
+    async fn inspect_key(&self, key: String) -> Result<Option<LeaseInfo>> {
+        let found = self
+            .bounded(
+                self.coll
+                    .find_one(doc! { field::ID: &key })
+                    .projection(Self::info_projection()),
+            )
+            .await?;
+        match found {
+            None => Ok(None),
+            Some(doc) => match Self::projected_info(&key, &doc) {
+                Some(info) => Ok(Some(info)),
+                None => Err(Error::ForeignDocument { key }),
+            },
+        }
+    }
+
+    async fn list_page(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<LeaseInfo>, Option<String>)> {
+        let filter = match &after {
+            Some(after) => doc! { field::ID: { "$type": "string", "$gt": after } },
+            None => doc! { field::ID: { "$type": "string" } },
+        };
+        let docs: Vec<Document> = self
+            .bounded(async {
+                self.coll
+                    .find(filter)
+                    .sort(doc! { field::ID: 1 })
+                    .limit(limit.min(i64::MAX as usize) as i64)
+                    .projection(Self::info_projection())
+                    .await?
+                    .try_collect()
+                    .await
+            })
+            .await?;
+        let next = if docs.len() == limit {
+            docs.last()
+                .and_then(|d| d.get_str(field::ID).ok())
+                .map(str::to_string)
+        } else {
+            None
+        };
+        let page = docs
+            .iter()
+            .filter_map(|doc| Self::projected_info(doc.get_str(field::ID).ok()?, doc))
+            .collect();
+        Ok((page, next))
+    }
+
+    /// One `findAndModify` (a retryable write) that releases `key` if a lease
+    /// of our shape holds it now, whoever the owner; returns it as it was.
+    async fn force_release_key(&self, key: String) -> Result<Option<LeaseInfo>> {
+        let filter = doc! {
+            field::ID: &key,
+            field::LEASE_ID: { "$exists": true },
+            field::TOKEN: { "$type": "long" },
+            "$expr": { "$gt": [format!("${}", field::EXPIRES_AT), "$$NOW"] },
+        };
+        let before = self
+            .bounded(
+                self.coll
+                    .find_one_and_update(filter, Self::release_update())
+                    .return_document(ReturnDocument::Before)
+                    .projection(Self::info_projection()),
+            )
+            .await?;
+        Ok(before.and_then(|doc| Self::projected_info(&key, &doc)))
+    }
+
+    async fn set_payload_of(&self, lease: LeaseRef, payload: Document) -> Result<bool> {
+        let filter = doc! { field::ID: &lease.key, field::LEASE_ID: bson_lease_id(lease.lease_id) };
+        let result = self
+            .bounded(
+                self.coll
+                    .update_one(filter, doc! { "$set": { field::PAYLOAD: payload } }),
+            )
+            .await?;
+        Ok(result.matched_count == 1)
+    }
+
     /// The acquire update: one round trip, never an error when the key is held.
     ///
     /// An upsert on `_id` alone (an `$expr` is refused in an upsert filter on 6.0,
@@ -224,20 +325,30 @@ impl MongoStore {
         let expired = doc! { "$lte": [format!("${}", field::EXPIRES_AT), "$$NOW"] };
         let wins = doc! { "$or": [fresh, mine.clone(), { "$and": [our_shape, expired] }] };
         let next_token = doc! { "$cond": [
-            mine,
+            mine.clone(),
             format!("${}", field::TOKEN),
             { "$max": [
                 { "$add": [{ "$ifNull": [format!("${}", field::TOKEN), 0_i64] }, 1_i64] },
                 { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
             ]},
         ]};
+        // A retry under the same lease id keeps the acquisition time and the
+        // payload; a new acquisition starts without payload.
+        let acquired_at = doc! { "$cond": [
+            mine.clone(),
+            { "$ifNull": [format!("${}", field::ACQUIRED_AT), "$$NOW"] },
+            "$$NOW",
+        ]};
+        let payload = doc! { "$cond": [mine.clone(), format!("${}", field::PAYLOAD), "$$REMOVE"] };
         let acquired = doc! {
             field::ID: "$_id",
             field::OWNER: { "$literal": &self.owner },
             field::LEASE_ID: lid,
             field::TOKEN: next_token,
+            field::ACQUIRED_AT: acquired_at,
             field::RENEWED_AT: "$$NOW",
             field::EXPIRES_AT: { "$add": ["$$NOW", self.ttl_ms] },
+            field::PAYLOAD: payload,
         };
         vec![doc! { "$replaceWith": { "$cond": [wins, acquired, "$$ROOT"] } }]
     }
@@ -429,9 +540,37 @@ impl Store for MongoStore {
         }
         .boxed()
     }
+
+    fn inspect(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let store = self.clone();
+        async move { store.inspect_key(key).await }.boxed()
+    }
+
+    fn list(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<String>)>> {
+        let store = self.clone();
+        async move { store.list_page(after, limit).await }.boxed()
+    }
+
+    fn force_release(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let store = self.clone();
+        async move { store.force_release_key(key).await }.boxed()
+    }
+
+    fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {
+        let store = self.clone();
+        async move { store.set_payload_of(lease, payload).await }.boxed()
+    }
+
+    fn observe(&self, key: String) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
+        super::observe::observe(self.clone(), key)
+    }
 }
 
-fn command_code(e: &mongodb::error::Error) -> Option<i32> {
+pub(super) fn command_code(e: &mongodb::error::Error) -> Option<i32> {
     use mongodb::error::{ErrorKind, WriteFailure};
     match &*e.kind {
         ErrorKind::Command(c) => Some(c.code),

@@ -1,0 +1,87 @@
+//! Observer hubs: one task per observed key drives the store's stream of
+//! states and forwards each state to every local subscriber.
+//!
+//! The actor spawns a hub on the first `Observe` of a key and hands it later
+//! subscribers through the hub's control channel. A new subscriber first gets
+//! the last state the hub forwarded (the current one), then every later state
+//! in order. The hub ends when its last subscriber is gone (which also closes
+//! the store's stream and its change stream), when the store's stream ends,
+//! or when the manager stops.
+
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, FuturesUnordered};
+use futures::{FutureExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::lease::LeaseInfo;
+
+pub(crate) type Item = Result<Option<LeaseInfo>>;
+pub(crate) type Subscriber = mpsc::UnboundedSender<Item>;
+
+pub(crate) async fn run_hub(
+    key: String,
+    source: BoxStream<'static, Item>,
+    mut control: mpsc::UnboundedReceiver<Subscriber>,
+    stop: CancellationToken,
+) {
+    let mut source = source;
+    let mut subscribers: Vec<Subscriber> = Vec::new();
+    let mut gone = FuturesUnordered::new();
+    let mut last: Option<Item> = None;
+    let mut accepting = true;
+    tracing::debug!(key, "observing");
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            subscriber = control.recv(), if accepting => match subscriber {
+                Some(subscriber) => {
+                    if let Some(item) = &last {
+                        let _ = subscriber.send(item.clone());
+                    }
+                    gone.push(closed(subscriber.clone()));
+                    subscribers.push(subscriber);
+                }
+                None => break,
+            },
+            item = source.next() => match item {
+                Some(item) => {
+                    subscribers.retain(|s| s.send(item.clone()).is_ok());
+                    let failed = item.is_err();
+                    last = Some(item);
+                    if failed {
+                        break;
+                    }
+                }
+                None => break,
+            },
+            Some(()) = gone.next(), if !gone.is_empty() => {
+                subscribers.retain(|s| !s.is_closed());
+                if subscribers.is_empty() {
+                    // Refuse new subscribers (the actor then starts a new hub),
+                    // but serve those already queued.
+                    control.close();
+                    accepting = false;
+                    while let Ok(subscriber) = control.try_recv() {
+                        if let Some(item) = &last {
+                            let _ = subscriber.send(item.clone());
+                        }
+                        gone.push(closed(subscriber.clone()));
+                        subscribers.push(subscriber);
+                    }
+                    if subscribers.is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    tracing::debug!(key, "observing stopped");
+}
+
+/// Completes when the subscriber's receiver is dropped.
+fn closed(subscriber: Subscriber) -> BoxFuture<'static, ()> {
+    async move { subscriber.closed().await }.boxed()
+}

@@ -1,0 +1,503 @@
+//! [`Election`]: leader election on a lease.
+//!
+//! An election named `N` is the lease on key `N` in the manager's lock
+//! collection: the leader is its holder, the **term** is the lease's fencing
+//! token (strictly increasing across leaders), and the leader may publish a
+//! small payload (its address, for example) in the lease document. Candidates
+//! **campaign** by acquiring the key, **resign** by releasing it, and anyone
+//! can **observe** the leadership changes, pushed by a MongoDB change stream.
+//!
+//! [`Election::run_as_leader`] follows the shape of Kubernetes' leader
+//! election (`OnStartedLeading` / `OnStoppedLeading`): it runs a future while
+//! leader, cancels it through a token when leadership is lost, waits for it to
+//! stop, and campaigns again. [`Election::observe`] is `OnNewLeader`.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use mongodb::bson::Document;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::config::validate_key;
+use crate::error::Result;
+use crate::lease::{Lease, LeaseHandle, LeaseInfo, LeaseObserver, ReleaseOutcome};
+use crate::manager::LockManager;
+
+/// One leader election, by name, among the processes that share a lock
+/// collection. Cheap to clone; every clone campaigns for the same manager.
+///
+/// Each process (or each candidate within a process) uses its own
+/// [`LockManager`]: the owner id of the manager identifies the candidate.
+///
+/// # Examples
+///
+/// ```no_run
+/// use mongo_lease::{Election, LockManager};
+///
+/// # async fn demo(manager: LockManager) -> mongo_lease::Result<()> {
+/// let election = Election::new(&manager, "scheduler")?;
+/// // Runs the scheduler while leader; campaigns again after losing leadership.
+/// election
+///     .run_as_leader(|leader| async move {
+///         println!("leading in term {}", leader.term());
+///         leader.cancelled().await; // stop when leadership is lost
+///     })
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Election {
+    manager: LockManager,
+    name: Arc<str>,
+}
+
+impl Election {
+    /// The election `name` (the lease key) on `manager`'s lock collection.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`](crate::Error::InvalidKey) if `name` is not a
+    /// valid key (empty or longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN)).
+    pub fn new(manager: &LockManager, name: impl Into<String>) -> Result<Election> {
+        let name = name.into();
+        validate_key(&name)?;
+        Ok(Election {
+            manager: manager.clone(),
+            name: name.into(),
+        })
+    }
+
+    /// The election's name, which is also its lease key.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The manager this election campaigns with.
+    pub fn manager(&self) -> &LockManager {
+        &self.manager
+    }
+
+    /// Campaigns until this candidate is leader (waits as long as it takes).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::acquire`]: [`Error::ForeignDocument`](crate::Error::ForeignDocument),
+    /// [`Error::Shutdown`](crate::Error::Shutdown). Transient database errors
+    /// are retried while campaigning.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future withdraws the candidacy; a leadership
+    /// won at that moment is resigned, never leaked.
+    pub async fn campaign(&self) -> Result<Leadership> {
+        let lease = self.manager.acquire(self.name.to_string()).await?;
+        Ok(self.won(lease))
+    }
+
+    /// Campaigns for at most `timeout`; `Ok(None)` if another candidate is
+    /// still leader then.
+    ///
+    /// # Errors
+    ///
+    /// As [`Election::campaign`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Election::campaign`].
+    pub async fn campaign_timeout(&self, timeout: Duration) -> Result<Option<Leadership>> {
+        let lease = self
+            .manager
+            .acquire_timeout(self.name.to_string(), timeout)
+            .await?;
+        Ok(lease.map(|lease| self.won(lease)))
+    }
+
+    /// One attempt: leadership if nobody leads now, else `Ok(None)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Election::campaign`].
+    pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
+        let lease = self.manager.try_acquire(self.name.to_string()).await?;
+        Ok(lease.map(|lease| self.won(lease)))
+    }
+
+    fn won(&self, lease: Lease) -> Leadership {
+        tracing::info!(election = %self.name, term = lease.fencing_token(), "became leader");
+        Leadership {
+            election: self.name.clone(),
+            lease,
+        }
+    }
+
+    /// The current leader, read from MongoDB with the server's clock;
+    /// `Ok(None)` if nobody leads (never elected, resigned, or expired).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::inspect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        Ok(self
+            .manager
+            .inspect(self.name.to_string())
+            .await?
+            .as_ref()
+            .and_then(Leader::from_info))
+    }
+
+    /// Observes the leadership: a stream whose first item is the current
+    /// leader (or `None`), then one item per change, in order: a new leader
+    /// or term, a new payload, or no leader (resigned or expired). Renewals
+    /// are not changes. On a replica set, changes arrive through a change
+    /// stream a few milliseconds after they are written, and every term is
+    /// seen; see [`LockManager::observe`] for the details.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::observe`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(election: mongo_lease::Election) -> mongo_lease::Result<()> {
+    /// use futures::StreamExt;
+    /// let mut leaders = election.observe().await?;
+    /// while let Some(leader) = leaders.next().await {
+    ///     match leader? {
+    ///         Some(l) => println!("leader {} in term {}", l.owner_id, l.term),
+    ///         None => println!("no leader"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn observe(&self) -> Result<LeaderObserver> {
+        Ok(LeaderObserver {
+            changes: self.manager.observe(self.name.to_string()).await?,
+            last: None,
+        })
+    }
+
+    /// Runs `f` while leader, again and again:
+    ///
+    /// 1. campaigns until leader;
+    /// 2. calls `f` with a [`LeaderContext`] whose cancellation token fires
+    ///    when leadership is lost, and awaits the future `f` returns;
+    /// 3. if leadership was lost before the future completed (its token had
+    ///    fired), the output is dropped and it starts again at 1;
+    /// 4. otherwise it resigns and returns the output.
+    ///
+    /// The future must stop promptly when the token fires (`select!` on
+    /// [`LeaderContext::cancelled`]): it is awaited to its end, never aborted,
+    /// so that a new campaign starts only once it has stopped.
+    ///
+    /// # Errors
+    ///
+    /// As [`Election::campaign`]; [`Error::Shutdown`](crate::Error::Shutdown)
+    /// once the manager has shut down (which also ends a leadership).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops the future of `f` (if running) and
+    /// resigns (in the background), or withdraws the candidacy.
+    pub async fn run_as_leader<F, Fut>(&self, mut f: F) -> Result<Fut::Output>
+    where
+        F: FnMut(LeaderContext) -> Fut,
+        Fut: Future,
+    {
+        loop {
+            let leadership = self.campaign().await?;
+            let context = leadership.context()?;
+            let lost = leadership.cancellation_token();
+            let output = f(context).await;
+            if lost.is_cancelled() {
+                tracing::info!(
+                    election = %self.name,
+                    term = leadership.term(),
+                    "leadership lost; campaigning again"
+                );
+                continue;
+            }
+            let term = leadership.term();
+            if let Err(error) = leadership.resign().await {
+                tracing::warn!(
+                    election = %self.name, term, %error,
+                    "resigning failed; the leadership expires after the TTL"
+                );
+            }
+            return Ok(output);
+        }
+    }
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Election")
+            .field("name", &self.name)
+            .field("owner_id", &self.manager.owner_id())
+            .finish()
+    }
+}
+
+/// This candidate's leadership: a held lease on the election's key.
+///
+/// The manager renews it in the background. Stop acting as leader when its
+/// [cancellation token](Leadership::cancellation_token) fires, and pass its
+/// [term](Leadership::term) to every resource the leader writes, so a stale
+/// leader's writes can be refused. Dropping it resigns in the background;
+/// prefer [`Leadership::resign`].
+pub struct Leadership {
+    election: Arc<str>,
+    lease: Lease,
+}
+
+impl Leadership {
+    /// The election's name.
+    pub fn election(&self) -> &str {
+        &self.election
+    }
+
+    /// The term: the fencing token of the lease, strictly greater than every
+    /// earlier term of this election.
+    pub fn term(&self) -> u64 {
+        self.lease.fencing_token()
+    }
+
+    /// The leader's owner id (its manager's).
+    pub fn owner_id(&self) -> &str {
+        self.lease.owner_id()
+    }
+
+    /// A token cancelled when leadership is lost (see
+    /// [`Lease::cancellation_token`]) or resigned.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.lease.cancellation_token()
+    }
+
+    /// `true` once leadership has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// Completes when leadership is lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        self.lease.lost().await
+    }
+
+    /// Publishes `payload` as the leader's payload (see [`Lease::set_payload`]),
+    /// seen by [`Election::leader`] and [`Election::observe`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Lease::set_payload`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not leave the payload written.
+    pub async fn set_payload(&self, payload: Document) -> Result<()> {
+        self.lease.set_payload(payload).await
+    }
+
+    /// Resigns: releases the lease so that another candidate can lead at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lease::release`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after its first poll still resigns.
+    pub async fn resign(self) -> Result<ReleaseOutcome> {
+        let term = self.term();
+        let outcome = self.lease.release().await?;
+        tracing::info!(election = %self.election, term, "resigned");
+        Ok(outcome)
+    }
+
+    /// The underlying lease.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// A [`LeaderContext`] for this leadership.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`](crate::Error::Shutdown) if the manager has shut down.
+    pub fn context(&self) -> Result<LeaderContext> {
+        Ok(LeaderContext {
+            election: self.election.clone(),
+            term: self.term(),
+            cancel: self.cancellation_token(),
+            lease: self.lease.handle()?,
+        })
+    }
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("election", &self.election)
+            .field("term", &self.term())
+            .field("owner_id", &self.owner_id())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+/// What the future run by [`Election::run_as_leader`] knows of its
+/// leadership. Cheap to clone into the tasks that work as leader.
+#[derive(Clone)]
+pub struct LeaderContext {
+    election: Arc<str>,
+    term: u64,
+    cancel: CancellationToken,
+    lease: LeaseHandle,
+}
+
+impl LeaderContext {
+    /// The election's name.
+    pub fn election(&self) -> &str {
+        &self.election
+    }
+
+    /// The term (fencing token) of this leadership.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// A token cancelled when leadership is lost.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Completes when leadership is lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub fn cancelled(&self) -> WaitForCancellationFutureOwned {
+        self.cancel.clone().cancelled_owned()
+    }
+
+    /// `true` once leadership has been lost.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Publishes the leader's payload (see [`Leadership::set_payload`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Lease::set_payload`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not leave the payload written.
+    pub async fn set_payload(&self, payload: Document) -> Result<()> {
+        self.lease.set_payload(payload).await
+    }
+}
+
+impl fmt::Debug for LeaderContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderContext")
+            .field("election", &self.election)
+            .field("term", &self.term)
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+/// The leader of an election, as stored in MongoDB.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The leader's owner id.
+    pub owner_id: String,
+    /// Its term (the lease's fencing token).
+    pub term: u64,
+    /// Server time at which it became leader.
+    pub since: SystemTime,
+    /// The payload it published, if any.
+    pub payload: Option<Document>,
+}
+
+impl Leader {
+    /// The leader described by `info`, if the lease is held.
+    pub fn from_info(info: &LeaseInfo) -> Option<Leader> {
+        info.held.then(|| Leader {
+            owner_id: info.owner_id.clone(),
+            term: info.fencing_token,
+            since: info.acquired_at,
+            payload: info.payload.clone(),
+        })
+    }
+}
+
+/// The leadership changes of an election, from [`Election::observe`]: a
+/// [`Stream`](futures::Stream) of `Result<Option<Leader>>`. The first item is
+/// the current leader; each later item differs from the one before it. Ends
+/// after a permanent error and when the manager shuts down.
+pub struct LeaderObserver {
+    changes: LeaseObserver,
+    last: Option<Option<Leader>>,
+}
+
+impl LeaderObserver {
+    /// The next change, or `None` once the stream has ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn recv(&mut self) -> Option<Result<Option<Leader>>> {
+        futures::StreamExt::next(self).await
+    }
+}
+
+impl futures::Stream for LeaderObserver {
+    type Item = Result<Option<Leader>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            let state = match Pin::new(&mut self.changes).poll_next(cx) {
+                Poll::Ready(Some(Ok(state))) => state,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            };
+            let leader = state.as_ref().and_then(Leader::from_info);
+            if self.last.as_ref() != Some(&leader) {
+                self.last = Some(leader.clone());
+                return Poll::Ready(Some(Ok(leader)));
+            }
+        }
+    }
+}
+
+impl fmt::Debug for LeaderObserver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderObserver")
+            .field("election", &self.changes.key())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,490 @@
+//! Observing one key on MongoDB: a change stream when the deployment has
+//! one, jittered polling otherwise.
+//!
+//! With a change stream no change is lost: each state is rebuilt from the
+//! change event itself (`insert` / `replace`: the full document; `update`: the
+//! update description applied to the last known state), never by re-reading,
+//! because a re-read after two quick takeovers would skip a term. The stream
+//! starts at the operation time of the initial read, so nothing between the
+//! read and the `watch` is missed, and it resumes from its last resume token
+//! after a transient error (a failover). A lease that expires without a
+//! takeover writes nothing, so no event announces it: a re-read is scheduled
+//! for the expiry, by the server-relative time to expiry, and reports the
+//! expiry only if the document is still the one last seen.
+//!
+//! Without a change stream (a standalone server: error 40573), the key is
+//! read about every [`POLL_INTERVAL`] (jittered) and at each known expiry;
+//! states that last less than a poll interval can then be missed.
+
+use std::time::{Duration, SystemTime};
+
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use mongodb::bson::{Bson, Document, Timestamp, doc};
+use mongodb::change_stream::event::{ChangeStreamEvent, OperationType, ResumeToken};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::mongo::{MongoStore, command_code};
+use super::{field, lease_info};
+use crate::backoff::retry_delay;
+use crate::error::{Error, Result};
+use crate::lease::LeaseInfo;
+
+/// Mean delay between two reads when polling (jittered by ±20 %).
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// First and longest delay before retrying after a transient error.
+const RETRY_INITIAL: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// ChangeStreamHistoryLost: the resume point fell off the oplog.
+const HISTORY_LOST: i32 = 286;
+
+type Item = Result<Option<LeaseInfo>>;
+
+/// The states of `key` as a `'static` stream (see the module docs).
+pub(super) fn observe(store: MongoStore, key: String) -> BoxStream<'static, Item> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let producer = Observer {
+        store,
+        key,
+        tx,
+        doc: None,
+        emitted: None,
+        check_at: None,
+    }
+    .run();
+    let items = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let producer = producer.into_stream().filter_map(|()| async { None });
+    futures::stream::select(items, producer).boxed()
+}
+
+/// How a change stream session ended.
+enum WatchEnd {
+    /// The deployment has no change streams: poll instead.
+    Unsupported,
+    /// Start over from a fresh read (invalidated, history lost, inconsistent).
+    Restart,
+    /// The consumer is gone, or a permanent error was reported.
+    Stop,
+}
+
+struct Observer {
+    store: MongoStore,
+    key: String,
+    tx: mpsc::UnboundedSender<Item>,
+    /// The last known lock document, as stored (no `now`).
+    doc: Option<Document>,
+    /// The last state sent: document and whether it was held.
+    emitted: Option<(Option<Document>, bool)>,
+    /// When to re-read to see the last known lease expire (local clock).
+    check_at: Option<Instant>,
+}
+
+impl Observer {
+    async fn run(mut self) {
+        let mut failures = 0;
+        loop {
+            let start = match self.read(true).await {
+                Ok((doc, now, operation_time)) => {
+                    failures = 0;
+                    self.doc = doc;
+                    self.emit(now);
+                    operation_time
+                }
+                Err(e) => {
+                    if !self.retry_later(e, &mut failures).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            match self.watch(start).await {
+                WatchEnd::Unsupported => return self.poll().await,
+                WatchEnd::Restart => {}
+                WatchEnd::Stop => return,
+            }
+        }
+    }
+
+    /// After an error: `false` (and the error sent) if it is permanent, or
+    /// once the consumer is gone; otherwise waits a jittered backoff.
+    async fn retry_later(&mut self, e: Error, failures: &mut u32) -> bool {
+        if !e.is_transient() {
+            let _ = self.tx.send(Err(e));
+            return false;
+        }
+        tracing::warn!(key = self.key, error = %e, "observing a lease: transient error; retrying");
+        let delay = retry_delay(*failures, RETRY_INITIAL, RETRY_MAX, None);
+        *failures = failures.saturating_add(1);
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => true,
+            _ = self.tx.closed() => false,
+        }
+    }
+
+    /// Reads the key with the server's now; with `session`, also returns the
+    /// operation time of the read (a replica set's cluster time).
+    async fn read(
+        &self,
+        session: bool,
+    ) -> Result<(Option<Document>, SystemTime, Option<Timestamp>)> {
+        let coll = &self.store.coll;
+        let filter = doc! { field::ID: &self.key };
+        let projection = MongoStore::info_projection();
+        let (found, operation_time) = if session {
+            self.store
+                .bounded(async {
+                    let mut session = coll.client().start_session().await?;
+                    let found = coll
+                        .find_one(filter)
+                        .projection(projection)
+                        .session(&mut session)
+                        .await?;
+                    Ok((found, session.operation_time()))
+                })
+                .await?
+        } else {
+            let found = self
+                .store
+                .bounded(coll.find_one(filter).projection(projection))
+                .await?;
+            (found, None)
+        };
+        let now = found
+            .as_ref()
+            .and_then(|d| d.get_datetime("now").ok())
+            .map(|d| d.to_system_time());
+        let doc = found.map(|mut d| {
+            d.remove("now");
+            d
+        });
+        // Without a document there is no `$$NOW`; the local clock only matters
+        // for `LeaseInfo::server_time` of a state that has no lease anyway.
+        Ok((doc, now.unwrap_or_else(SystemTime::now), operation_time))
+    }
+
+    /// Sends the last known state, judged at `server_time`, unless it is the
+    /// state sent last. Schedules the expiry check of a held lease.
+    fn emit(&mut self, server_time: SystemTime) {
+        let info = self
+            .doc
+            .as_ref()
+            .and_then(|d| lease_info(&self.key, d, server_time));
+        if self.doc.is_some() && info.is_none() {
+            tracing::debug!(
+                key = self.key,
+                "observing a document of foreign shape: no lease"
+            );
+        }
+        let held = info.as_ref().is_some_and(|i| i.held);
+        self.check_at = info
+            .as_ref()
+            .filter(|i| i.held)
+            .map(|i| Instant::now() + i.time_to_expiry());
+        let state = (self.doc.clone(), held);
+        if self.emitted.as_ref() == Some(&state) {
+            return;
+        }
+        self.emitted = Some(state);
+        let _ = self.tx.send(Ok(info));
+    }
+
+    // ----- change stream ----------------------------------------------------
+
+    async fn watch(&mut self, start: Option<Timestamp>) -> WatchEnd {
+        let mut resume: Option<ResumeToken> = None;
+        let mut opened_once = false;
+        let mut failures = 0;
+        loop {
+            let mut watch = self
+                .store
+                .coll
+                .watch()
+                .pipeline([doc! { "$match": { "documentKey._id": &self.key } }]);
+            watch = match (&resume, start) {
+                (Some(token), _) => watch.resume_after(token.clone()),
+                (None, Some(time)) => watch.start_at_operation_time(time),
+                (None, None) => watch,
+            };
+            let mut stream = match self.store.bounded(watch).await {
+                Ok(stream) => stream,
+                Err(Error::Database(e)) if command_code(&e) == Some(HISTORY_LOST) => {
+                    tracing::warn!(
+                        key = self.key,
+                        "change stream history lost; re-reading the lease"
+                    );
+                    return WatchEnd::Restart;
+                }
+                Err(e) if e.is_transient() => {
+                    if !self.retry_later(e, &mut failures).await {
+                        return WatchEnd::Stop;
+                    }
+                    continue;
+                }
+                Err(e) if !opened_once => {
+                    tracing::debug!(key = self.key, error = %e, "no change stream; polling");
+                    return WatchEnd::Unsupported;
+                }
+                Err(e) => {
+                    let _ = self.tx.send(Err(e));
+                    return WatchEnd::Stop;
+                }
+            };
+            opened_once = true;
+            failures = 0;
+            loop {
+                let check_at = self.check_at;
+                tokio::select! {
+                    event = stream.next() => {
+                        resume = stream.resume_token().or(resume);
+                        match event {
+                            Some(Ok(event)) => {
+                                if !self.apply(event) {
+                                    return WatchEnd::Restart;
+                                }
+                            }
+                            Some(Err(e)) => {
+                                let e = Error::from(e);
+                                if !self.retry_later(e, &mut failures).await {
+                                    return WatchEnd::Stop;
+                                }
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    _ = sleep_until(check_at), if check_at.is_some() => self.check_expiry().await,
+                    _ = self.tx.closed() => return WatchEnd::Stop,
+                }
+            }
+        }
+    }
+
+    /// Applies one change event to the last known state and sends the result.
+    /// `false` if the observer must start over from a fresh read.
+    fn apply(&mut self, event: ChangeStreamEvent<Document>) -> bool {
+        let server_time = event
+            .wall_time
+            .map(|t| t.to_system_time())
+            .or_else(|| {
+                event
+                    .cluster_time
+                    .map(|t| SystemTime::UNIX_EPOCH + Duration::from_secs(t.time.into()))
+            })
+            .unwrap_or_else(SystemTime::now);
+        match event.operation_type {
+            OperationType::Insert | OperationType::Replace => match event.full_document {
+                Some(doc) => self.doc = Some(doc),
+                None => return false,
+            },
+            OperationType::Update => {
+                let (Some(doc), Some(update)) = (self.doc.as_mut(), event.update_description)
+                else {
+                    return false;
+                };
+                for (path, value) in update.updated_fields {
+                    set_path(doc, &path, value);
+                }
+                for path in &update.removed_fields {
+                    remove_path(doc, path);
+                }
+                for truncated in update.truncated_arrays.unwrap_or_default() {
+                    truncate_path(doc, &truncated.field, truncated.new_size.max(0) as usize);
+                }
+            }
+            OperationType::Delete
+            | OperationType::Drop
+            | OperationType::Rename
+            | OperationType::DropDatabase => self.doc = None,
+            OperationType::Invalidate => {
+                self.doc = None;
+                self.emit(server_time);
+                return false;
+            }
+            _ => return true,
+        }
+        self.emit(server_time);
+        true
+    }
+
+    /// The last known lease should have expired by now: re-read, and report
+    /// the expiry if the document is still the one last seen (otherwise the
+    /// change stream has events on their way, which decide).
+    async fn check_expiry(&mut self) {
+        match self.read(false).await {
+            Ok((doc, now, _)) if same_acquisition(doc.as_ref(), self.doc.as_ref()) => {
+                self.emit(now);
+            }
+            Ok(_) => self.check_at = Some(Instant::now() + Duration::from_secs(1)),
+            Err(e) => {
+                tracing::debug!(key = self.key, error = %e, "expiry check failed; retrying");
+                self.check_at = Some(Instant::now() + RETRY_MAX);
+            }
+        }
+    }
+
+    // ----- polling ----------------------------------------------------------
+
+    async fn poll(mut self) {
+        let mut failures = 0;
+        loop {
+            let jitter = rand::random_range(0.8..1.2);
+            let mut wake = Instant::now() + POLL_INTERVAL.mul_f64(jitter);
+            if let Some(check_at) = self.check_at {
+                wake = wake.min(check_at);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = self.tx.closed() => return,
+            }
+            match self.read(false).await {
+                Ok((doc, now, _)) => {
+                    failures = 0;
+                    self.doc = doc;
+                    self.emit(now);
+                }
+                Err(e) => {
+                    if !self.retry_later(e, &mut failures).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        // A few ms late, so that the server's clock has passed the expiry too.
+        Some(at) => tokio::time::sleep_until(at + Duration::from_millis(5)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Same lease id, token and expiry: the same acquisition, not renewed since.
+fn same_acquisition(a: Option<&Document>, b: Option<&Document>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => [field::LEASE_ID, field::TOKEN, field::EXPIRES_AT]
+            .iter()
+            .all(|f| a.get(f) == b.get(f)),
+        _ => false,
+    }
+}
+
+// ----- applying an update description ------------------------------------------
+//
+// Paths are dotted; a numeric component inside an array is an index. Payload
+// field names never contain dots (`Lease::set_payload` refuses them), so a
+// dotted path is never ambiguous.
+
+fn set_path(doc: &mut Document, path: &str, value: Bson) {
+    match path.split_once('.') {
+        None => {
+            doc.insert(path, value);
+        }
+        Some((head, rest)) => {
+            let child = doc
+                .entry(head.to_string())
+                .or_insert_with(|| Bson::Document(Document::new()));
+            set_in(child, rest, value);
+        }
+    }
+}
+
+fn set_in(node: &mut Bson, path: &str, value: Bson) {
+    match node {
+        Bson::Document(doc) => set_path(doc, path, value),
+        Bson::Array(items) => {
+            let (head, rest) = match path.split_once('.') {
+                Some((head, rest)) => (head, Some(rest)),
+                None => (path, None),
+            };
+            let Ok(i) = head.parse::<usize>() else {
+                return;
+            };
+            if items.len() <= i {
+                items.resize(i + 1, Bson::Null);
+            }
+            match rest {
+                None => items[i] = value,
+                Some(rest) => {
+                    if !matches!(items[i], Bson::Document(_) | Bson::Array(_)) {
+                        items[i] = Bson::Document(Document::new());
+                    }
+                    set_in(&mut items[i], rest, value);
+                }
+            }
+        }
+        other => {
+            let mut doc = Document::new();
+            set_path(&mut doc, path, value);
+            *other = Bson::Document(doc);
+        }
+    }
+}
+
+fn get_path_mut<'a>(doc: &'a mut Document, path: &str) -> Option<&'a mut Bson> {
+    let mut parts = path.split('.');
+    let mut node = doc.get_mut(parts.next()?)?;
+    for part in parts {
+        node = match node {
+            Bson::Document(d) => d.get_mut(part)?,
+            Bson::Array(items) => items.get_mut(part.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(node)
+}
+
+fn remove_path(doc: &mut Document, path: &str) {
+    match path.rsplit_once('.') {
+        None => {
+            doc.remove(path);
+        }
+        Some((parent, last)) => match get_path_mut(doc, parent) {
+            Some(Bson::Document(d)) => {
+                d.remove(last);
+            }
+            Some(Bson::Array(items)) => {
+                if let Some(item) = last.parse::<usize>().ok().and_then(|i| items.get_mut(i)) {
+                    *item = Bson::Null;
+                }
+            }
+            _ => {}
+        },
+    }
+}
+
+fn truncate_path(doc: &mut Document, path: &str, len: usize) {
+    if let Some(Bson::Array(items)) = get_path_mut(doc, path) {
+        items.truncate(len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn update_descriptions_apply_to_nested_documents_and_arrays() {
+        let mut d = doc! { "a": 1, "data": { "x": 1, "l": [1, 2, 3] } };
+        set_path(&mut d, "data.x", Bson::Int32(2));
+        set_path(&mut d, "data.y.z", Bson::Int32(3));
+        set_path(&mut d, "data.l.1", Bson::Int32(9));
+        set_path(&mut d, "b", Bson::Int32(4));
+        remove_path(&mut d, "a");
+        truncate_path(&mut d, "data.l", 2);
+        assert_eq!(
+            d,
+            doc! { "data": { "x": 2, "l": [1, 9], "y": { "z": 3 } }, "b": 4 }
+        );
+        remove_path(&mut d, "data.y.z");
+        assert_eq!(
+            d.get_document("data").unwrap().get_document("y").unwrap(),
+            &doc! {}
+        );
+    }
+}

@@ -1,0 +1,518 @@
+//! Leader election and the read model beneath it (inspect, list, force
+//! release, payload, observe), against a real `mongod`; exactly one leader
+//! among candidates in several OS processes (the `mongo-lease leader` binary).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use common::{Fixture, eventually};
+use futures::StreamExt;
+use mongo_lease::{Election, Error, Leader, LeaseInfo, LockManager, ReleaseOutcome};
+use mongodb::bson::doc;
+use tokio::time::{Instant, timeout};
+
+const TTL: Duration = Duration::from_secs(2);
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn next<S: futures::Stream + Unpin>(stream: &mut S, what: &str) -> S::Item {
+    timeout(WAIT, stream.next())
+        .await
+        .unwrap_or_else(|_| panic!("no {what} within {WAIT:?}"))
+        .unwrap_or_else(|| panic!("the stream ended before {what}"))
+}
+
+fn near(a: Duration, b: Duration, tolerance: Duration) -> bool {
+    a.abs_diff(b) <= tolerance
+}
+
+// ----- the read model ---------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reports_holder_times_and_payload_by_server_time() {
+    let fx = Fixture::new("inspect").await;
+    let a = fx.manager(TTL).await;
+    let b = fx.manager(TTL).await;
+    assert_eq!(b.inspect("job").await.unwrap(), None);
+
+    let lease = a.acquire("job").await.unwrap();
+    let info = b.inspect("job").await.unwrap().expect("a document");
+    assert!(info.held);
+    assert_eq!(info.key, "job");
+    assert_eq!(info.owner_id, a.owner_id());
+    assert_eq!(info.fencing_token, lease.fencing_token());
+    assert_eq!(info.payload, None);
+    assert_eq!(info.acquired_at, info.renewed_at);
+    assert!(
+        near(info.time_to_expiry(), TTL, Duration::from_millis(500)),
+        "{info:?}"
+    );
+    assert!(info.age() < Duration::from_millis(500), "{info:?}");
+
+    lease
+        .set_payload(doc! { "addr": "10.0.0.7:8080", "v": 3 })
+        .await
+        .unwrap();
+    let info = b.inspect("job").await.unwrap().unwrap();
+    assert_eq!(info.payload, Some(doc! { "addr": "10.0.0.7:8080", "v": 3 }));
+
+    // Renewals move `ts` and `exp`, never `acq`; they keep the payload.
+    let acquired_at = info.acquired_at;
+    eventually("a renewal", WAIT, || async {
+        let info = b.inspect("job").await.unwrap().unwrap();
+        info.renewed_at > acquired_at
+    })
+    .await;
+    let info = b.inspect("job").await.unwrap().unwrap();
+    assert_eq!(info.acquired_at, acquired_at);
+    assert!(info.payload.is_some());
+    assert!(info.age() >= info.since_renewal());
+
+    // A payload too large or with dotted names is refused before sending.
+    let big = doc! { "x": "y".repeat(mongo_lease::MAX_PAYLOAD_LEN) };
+    assert!(matches!(
+        lease.set_payload(big).await,
+        Err(Error::InvalidPayload { .. })
+    ));
+    let dotted = doc! { "a.b": 1 };
+    assert!(
+        lease
+            .set_payload(dotted)
+            .await
+            .unwrap_err()
+            .is_invalid_input()
+    );
+
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    let released = b.inspect("job").await.unwrap().unwrap();
+    assert!(!released.held);
+    assert_eq!(released.time_to_expiry(), Duration::ZERO);
+
+    // A new acquisition starts without payload, with a new acquisition time.
+    let again = b.acquire("job").await.unwrap();
+    let info = a.inspect("job").await.unwrap().unwrap();
+    assert_eq!(info.owner_id, b.owner_id());
+    assert_eq!(info.payload, None);
+    assert!(info.acquired_at > acquired_at);
+    assert!(info.fencing_token > released.fencing_token);
+    assert_eq!(again.release().await.unwrap(), ReleaseOutcome::Released);
+
+    fx.raw()
+        .insert_one(doc! { "_id": "foreign", "owner": "someone" })
+        .await
+        .unwrap();
+    assert!(
+        a.inspect("foreign")
+            .await
+            .unwrap_err()
+            .is_foreign_document()
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
+    let fx = Fixture::new("list").await;
+    let a = fx.manager(TTL).await;
+    let operator = fx.manager(TTL).await;
+    let mut leases = Vec::new();
+    for key in ["k3", "k1", "k5", "k2", "k4"] {
+        leases.push(a.acquire(key).await.unwrap());
+    }
+    fx.raw()
+        .insert_one(doc! { "_id": "k0-foreign", "x": 1 })
+        .await
+        .unwrap();
+    let all = operator.list().await.unwrap();
+    let keys: Vec<&str> = all.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["k1", "k2", "k3", "k4", "k5"],
+        "foreign documents are skipped"
+    );
+    assert!(all.iter().all(|i| i.held && i.owner_id == a.owner_id()));
+
+    let (page, next) = operator.list_page(None, 3).await.unwrap();
+    assert_eq!(
+        page.len(),
+        2,
+        "k0-foreign counts in the page but is not shown"
+    );
+    let (page2, next2) = operator.list_page(next.as_deref(), 3).await.unwrap();
+    assert_eq!(
+        page2.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(),
+        ["k3", "k4", "k5"]
+    );
+    let (last, end) = operator.list_page(next2.as_deref(), 3).await.unwrap();
+    assert!(last.is_empty() && end.is_none());
+
+    // Force release: the holder's token fires at its next renewal.
+    let k3 = leases.remove(0);
+    let released = operator
+        .force_release("k3")
+        .await
+        .unwrap()
+        .expect("it was held");
+    assert_eq!(released.owner_id, a.owner_id());
+    assert_eq!(released.fencing_token, k3.fencing_token());
+    assert!(!operator.inspect("k3").await.unwrap().unwrap().held);
+    timeout(WAIT, k3.lost())
+        .await
+        .expect("the holder learns it");
+    assert!(matches!(
+        k3.set_payload(doc! { "x": 1 }).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    assert_eq!(k3.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
+    assert_eq!(
+        operator.force_release("k3").await.unwrap(),
+        None,
+        "already free"
+    );
+    assert_eq!(operator.force_release("missing").await.unwrap(), None);
+    let taken = operator.try_acquire("k3").await.unwrap().expect("free now");
+    assert!(taken.fencing_token() > released.fencing_token);
+
+    // Force-releasing a lease of this very manager marks it lost at once.
+    let k1 = leases.remove(0);
+    assert!(a.force_release("k1").await.unwrap().is_some());
+    assert!(k1.is_lost());
+    a.shutdown().await.unwrap();
+    operator.shutdown().await.unwrap();
+}
+
+// ----- observing --------------------------------------------------------------------
+
+/// Candidates in one process take turns quickly (campaign, publish, resign):
+/// an observer sees every term, in order, each exactly once, with its payload.
+/// Also reports the change stream's latency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_see_every_term_in_order_through_the_change_stream() {
+    let fx = Fixture::new("observe").await;
+    let candidates: Vec<LockManager> =
+        futures::future::join_all((0..3).map(|_| fx.manager(TTL))).await;
+    let watcher = fx.manager(TTL).await;
+    let election = Election::new(&watcher, "leader").unwrap();
+    let mut observer = election.observe().await.unwrap();
+    assert_eq!(
+        next(&mut observer, "the initial state").await.unwrap(),
+        None
+    );
+
+    let won = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, manager) in candidates.iter().enumerate() {
+        let (election, won) = (Election::new(manager, "leader").unwrap(), won.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..8 {
+                let leadership = election.campaign().await.unwrap();
+                won.lock()
+                    .unwrap()
+                    .push((leadership.term(), Instant::now()));
+                if round % 2 == 0 {
+                    leadership
+                        .set_payload(doc! { "candidate": i as i32 })
+                        .await
+                        .unwrap();
+                }
+                assert_eq!(leadership.resign().await.unwrap(), ReleaseOutcome::Released);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let won = won.lock().unwrap().clone();
+    let mut terms: Vec<u64> = won.iter().map(|(t, _)| *t).collect();
+    terms.sort_unstable();
+    assert_eq!(terms.len(), 24);
+
+    let mut seen = Vec::new();
+    let mut latencies = Vec::new();
+    while seen.len() < terms.len() {
+        if let Some(leader) = next(&mut observer, "a term").await.unwrap() {
+            if seen.last() != Some(&leader.term) {
+                seen.push(leader.term);
+            }
+        }
+    }
+    assert_eq!(seen, terms, "every term, in order, once");
+
+    // Latency: a fresh observer, one takeover at a time.
+    let manager = &candidates[0];
+    let election = Election::new(manager, "latency").unwrap();
+    let mut observer = Election::new(&watcher, "latency")
+        .unwrap()
+        .observe()
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut observer, "the initial state").await.unwrap(),
+        None
+    );
+    for _ in 0..20 {
+        let leadership = election.campaign().await.unwrap();
+        let won_at = Instant::now();
+        let leader = next(&mut observer, "the new leader")
+            .await
+            .unwrap()
+            .unwrap();
+        latencies.push(won_at.elapsed());
+        assert_eq!(leader.term, leadership.term());
+        assert_eq!(leadership.resign().await.unwrap(), ReleaseOutcome::Released);
+        assert_eq!(next(&mut observer, "no leader").await.unwrap(), None);
+    }
+    latencies.sort();
+    println!(
+        "observe latency (change stream): median {:?}, max {:?}",
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1]
+    );
+    for m in candidates {
+        m.shutdown().await.unwrap();
+    }
+    watcher.shutdown().await.unwrap();
+}
+
+/// A leader whose process stops renewing: no write marks the expiry, yet the
+/// observer reports "no leader" right after it, by the server's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_see_an_expiry_without_takeover() {
+    let fx = Fixture::new("expiry").await;
+    let options = fx.options(TTL).await;
+    let watcher = fx.manager(TTL).await;
+    let election = Election::new(&watcher, "leader").unwrap();
+    let mut observer = election.observe().await.unwrap();
+    assert_eq!(
+        next(&mut observer, "the initial state").await.unwrap(),
+        None
+    );
+
+    // A leader on its own runtime, torn down without resigning.
+    let crashed = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let term = runtime.block_on(async {
+            let manager = LockManager::connect(options).await.unwrap();
+            let leadership = Election::new(&manager, "leader")
+                .unwrap()
+                .campaign()
+                .await
+                .unwrap();
+            let term = leadership.term();
+            std::mem::forget(leadership);
+            std::mem::forget(manager);
+            term
+        });
+        runtime.shutdown_background();
+        term
+    });
+    let term = crashed.join().unwrap();
+    let leader = next(&mut observer, "the leader").await.unwrap().unwrap();
+    assert_eq!(leader.term, term);
+    let elected = leader.since;
+    assert_eq!(next(&mut observer, "the expiry").await.unwrap(), None);
+    let info = watcher.inspect("leader").await.unwrap().unwrap();
+    let after = info.server_time.duration_since(elected).unwrap();
+    assert!(
+        after >= TTL && after < TTL + Duration::from_millis(1000),
+        "seen {after:?} after the election"
+    );
+    // A late subscriber gets the current state first.
+    let mut late = election.observe().await.unwrap();
+    assert_eq!(next(&mut late, "the current state").await.unwrap(), None);
+    watcher.shutdown().await.unwrap();
+    assert!(
+        timeout(WAIT, observer.next()).await.unwrap().is_none(),
+        "ends on shutdown"
+    );
+}
+
+/// Every renewal and payload is a change for `LockManager::observe`; the
+/// first item is the current state, also for a second subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_observers_see_renewals_payloads_and_releases() {
+    let fx = Fixture::new("leaseobs").await;
+    let a = fx.manager(Duration::from_millis(1500)).await;
+    let lease = a.acquire("k").await.unwrap();
+    let mut first = a.observe("k").await.unwrap();
+    let current: LeaseInfo = next(&mut first, "the current state")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(current.held);
+    let mut second = a.observe("k").await.unwrap();
+    assert_eq!(
+        next(&mut second, "the current state")
+            .await
+            .unwrap()
+            .unwrap()
+            .fencing_token,
+        current.fencing_token
+    );
+
+    let renewed = next(&mut first, "a renewal").await.unwrap().unwrap();
+    assert!(renewed.renewed_at > current.renewed_at && renewed.held);
+    assert_eq!(renewed.acquired_at, current.acquired_at);
+    lease
+        .set_payload(doc! { "n": 1, "tags": ["a", "b"] })
+        .await
+        .unwrap();
+    lease
+        .set_payload(doc! { "n": 2, "tags": ["a"] })
+        .await
+        .unwrap();
+    let mut payloads = Vec::new();
+    while payloads.len() < 2 {
+        let info = next(&mut first, "a payload").await.unwrap().unwrap();
+        if payloads.last() != Some(&info.payload) && info.payload.is_some() {
+            payloads.push(info.payload);
+        }
+    }
+    assert_eq!(
+        payloads,
+        [
+            Some(doc! { "n": 1, "tags": ["a", "b"] }),
+            Some(doc! { "n": 2, "tags": ["a"] })
+        ]
+    );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    loop {
+        let info = next(&mut first, "the release").await.unwrap().unwrap();
+        if !info.held {
+            assert_eq!(info.fencing_token, current.fencing_token);
+            break;
+        }
+    }
+    drop(second);
+    a.shutdown().await.unwrap();
+}
+
+// ----- campaigning ------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn campaign_leader_resign_and_campaign_timeout() {
+    let fx = Fixture::new("campaign").await;
+    let a = fx.manager(TTL).await;
+    let b = fx.manager(TTL).await;
+    let (ea, eb) = (
+        Election::new(&a, "svc").unwrap(),
+        Election::new(&b, "svc").unwrap(),
+    );
+    assert_eq!(ea.leader().await.unwrap(), None);
+    let leadership = ea.campaign().await.unwrap();
+    leadership
+        .set_payload(doc! { "addr": "a:1" })
+        .await
+        .unwrap();
+    let leader: Leader = eb.leader().await.unwrap().expect("a leader");
+    assert_eq!(leader.owner_id, a.owner_id());
+    assert_eq!(leader.term, leadership.term());
+    assert_eq!(leader.payload, Some(doc! { "addr": "a:1" }));
+    assert!(leader.since <= SystemTime::now() + Duration::from_secs(5));
+
+    assert!(eb.try_campaign().await.unwrap().is_none());
+    let started = Instant::now();
+    assert!(
+        eb.campaign_timeout(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    let waiting = tokio::spawn(async move { eb.campaign().await.unwrap() });
+    let term = leadership.term();
+    assert_eq!(leadership.resign().await.unwrap(), ReleaseOutcome::Released);
+    let next_leadership = timeout(WAIT, waiting).await.unwrap().unwrap();
+    assert!(next_leadership.term() > term);
+    assert_eq!(ea.leader().await.unwrap().unwrap().owner_id, b.owner_id());
+    assert!(Election::new(&a, "").is_err());
+    drop(next_leadership);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// Candidates in one process run `run_as_leader`: never two bodies at once;
+/// a body whose leadership is taken away is cancelled, awaited, and the
+/// candidate campaigns again; a body that returns resigns and returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss() {
+    let fx = Fixture::new("run").await;
+    let managers: Vec<LockManager> =
+        futures::future::join_all((0..4).map(|_| fx.manager(TTL))).await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for manager in &managers {
+        let election = Election::new(manager, "one").unwrap();
+        let (running, runs) = (running.clone(), runs.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                let (running, runs) = (running.clone(), runs.clone());
+                let term = election
+                    .run_as_leader(move |leader| {
+                        let (running, runs) = (running.clone(), runs.clone());
+                        async move {
+                            assert_eq!(running.fetch_add(1, Ordering::SeqCst), 0, "two leaders");
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            running.fetch_sub(1, Ordering::SeqCst);
+                            leader.term()
+                        }
+                    })
+                    .await
+                    .unwrap();
+                assert!(term > 0);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 12);
+
+    // Losing leadership: the body is cancelled, awaited, and called again.
+    let election = Election::new(&managers[0], "loss").unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let runner = tokio::spawn(async move {
+        election
+            .run_as_leader(move |leader| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(("started", leader.term())).unwrap();
+                    // The first body is cancelled; the second returns after 3 s.
+                    tokio::select! {
+                        _ = leader.cancelled() => {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            tx.send(("stopped", leader.term())).unwrap();
+                            "lost"
+                        }
+                        _ = tokio::time::sleep(Duration::from_secs(3)) => "done",
+                    }
+                }
+            })
+            .await
+            .unwrap()
+    });
+    let (_, first_term) = rx.recv().await.unwrap();
+    managers[1]
+        .force_release("loss")
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(rx.recv().await.unwrap(), ("stopped", first_term));
+    let (started, second_term) = rx.recv().await.unwrap();
+    assert_eq!(started, "started");
+    assert!(second_term > first_term);
+    assert_eq!(timeout(WAIT, runner).await.unwrap().unwrap(), "done");
+    assert!(
+        !managers[1].inspect("loss").await.unwrap().unwrap().held,
+        "resigned"
+    );
+    for m in managers {
+        m.shutdown().await.unwrap();
+    }
+}
