@@ -1,0 +1,209 @@
+//! Printing: the lease table, JSON, and redaction of credentials.
+
+use std::time::{Duration, SystemTime};
+
+use mongo_lease::{LeaseInfo, LockManager};
+use serde_json::{Value, json};
+
+use crate::Failure;
+
+/// Removes the credentials of the connection string from messages.
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    pub fn new(uri: &str) -> Redactor {
+        let mut secrets = Vec::new();
+        if let Some((_, rest)) = uri.split_once("://") {
+            let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+            if let Some((userinfo, _)) = authority.rsplit_once('@') {
+                if !userinfo.is_empty() {
+                    secrets.push(userinfo.to_string());
+                }
+                if let Some((_, password)) = userinfo.split_once(':') {
+                    if !password.is_empty() {
+                        secrets.push(password.to_string());
+                        secrets.push(percent_decode(password));
+                    }
+                }
+            }
+        }
+        secrets.retain(|s| !s.is_empty());
+        // Longest first, so that a password inside the userinfo goes with it.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        Redactor { secrets }
+    }
+
+    pub fn redact(&self, message: &str) -> String {
+        let mut message = message.to_string();
+        for secret in &self.secrets {
+            message = message.replace(secret.as_str(), "***");
+        }
+        message
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+            if let Ok(b) = u8::from_str_radix(hex, 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `2m 5s`, `12.3s`, `450ms`.
+fn short(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d < Duration::from_secs(60) {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+    }
+}
+
+fn time(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn payload_json(info: &LeaseInfo) -> Value {
+    match &info.payload {
+        Some(p) => mongodb::bson::Bson::Document(p.clone()).into_relaxed_extjson(),
+        None => Value::Null,
+    }
+}
+
+pub fn lease_json(info: &LeaseInfo) -> Value {
+    json!({
+        "key": info.key,
+        "owner_id": info.owner_id,
+        "fencing_token": info.fencing_token,
+        "held": info.held,
+        "acquired_at": time(info.acquired_at),
+        "renewed_at": time(info.renewed_at),
+        "expires_at": time(info.expires_at),
+        "server_time": time(info.server_time),
+        "age_ms": info.age().as_millis() as u64,
+        "time_to_expiry_ms": info.time_to_expiry().as_millis() as u64,
+        "payload": payload_json(info),
+    })
+}
+
+pub async fn print_list(manager: &LockManager, held_only: bool, json: bool) -> Result<u8, Failure> {
+    let mut leases = manager.list().await?;
+    if held_only {
+        leases.retain(|l| l.held);
+    }
+    if json {
+        let all: Vec<Value> = leases.iter().map(lease_json).collect();
+        println!("{}", Value::Array(all));
+        return Ok(0);
+    }
+    let header = [
+        "KEY",
+        "OWNER",
+        "TOKEN",
+        "STATE",
+        "AGE",
+        "EXPIRES IN",
+        "PAYLOAD",
+    ];
+    let rows: Vec<[String; 7]> = leases
+        .iter()
+        .map(|l| {
+            [
+                l.key.clone(),
+                l.owner_id.clone(),
+                l.fencing_token.to_string(),
+                if l.held { "held" } else { "free" }.to_string(),
+                short(l.age()),
+                if l.held {
+                    short(l.time_to_expiry())
+                } else {
+                    "-".into()
+                },
+                match &l.payload {
+                    Some(_) => payload_json(l).to_string(),
+                    None => "-".into(),
+                },
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(header.to_vec());
+    for row in &rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    if rows.is_empty() {
+        eprintln!("(no leases)");
+    }
+    Ok(0)
+}
+
+pub fn print_release(key: &str, released: Option<&LeaseInfo>, json: bool) {
+    if json {
+        let mut out = json!({ "key": key, "released": released.is_some() });
+        if let Some(info) = released {
+            out["owner_id"] = json!(info.owner_id);
+            out["fencing_token"] = json!(info.fencing_token);
+        }
+        println!("{out}");
+        return;
+    }
+    match released {
+        Some(info) => println!(
+            "released {key:?} (force): it was held by {} with fencing token {}",
+            info.owner_id, info.fencing_token
+        ),
+        None => println!("{key:?} was not held; nothing released"),
+    }
+}
+
+pub fn print_not_acquired(key: &str, holder: Option<&LeaseInfo>, json: bool) {
+    if json {
+        let out = json!({
+            "key": key,
+            "acquired": false,
+            "holder": holder.filter(|h| h.held).map(lease_json),
+        });
+        println!("{out}");
+        return;
+    }
+    match holder.filter(|h| h.held) {
+        Some(h) => eprintln!(
+            "mongo-lease: not acquired: {key:?} is held by {} (fencing token {}, expires in {})",
+            h.owner_id,
+            h.fencing_token,
+            short(h.time_to_expiry())
+        ),
+        None => eprintln!("mongo-lease: not acquired: {key:?} is held"),
+    }
+}
