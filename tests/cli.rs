@@ -1,0 +1,601 @@
+//! The `mongo-lease` binary against a real `mongod`, in several processes:
+//! `exec` mutual exclusion, exit codes, lost leases, `list`, `release
+//! --force`, bad input; and leader election across processes (exactly one
+//! leader, takeover after kill -9 and after a cut-off, observers see every
+//! term).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use mongo_lease::{Election, LockManager, LockManagerOptions};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Exit codes documented in `mongo-lease --help`.
+const USAGE: i32 = 2;
+const UNAVAILABLE: i32 = 69;
+const NOT_ACQUIRED: i32 = 75;
+const LEASE_LOST: i32 = 76;
+
+/// A database of its own on the shared test server, for the binary.
+struct Env {
+    uri: String,
+    db: String,
+}
+
+impl Env {
+    fn new(prefix: &str) -> Env {
+        Env {
+            uri: common::uri(),
+            db: mongo_lease::testkit::unique_name(prefix),
+        }
+    }
+
+    /// `mongo-lease ARGS` with this database (collection `leases`).
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.env("MONGODB_URI", &self.uri)
+            .env("MONGO_LEASE_DB", &self.db)
+            .env_remove("MONGO_LEASE_COLLECTION")
+            .env_remove("MONGO_LEASE_OWNER_ID")
+            .args(args);
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run mongo-lease")
+    }
+
+    /// Spawns `mongo-lease ARGS` with its stdout read line by line.
+    fn spawn(&self, args: &[&str]) -> Proc {
+        let mut child = self
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn mongo-lease");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        let out = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = out.send(line);
+            }
+        });
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(format!("stderr: {line}"));
+            }
+        });
+        Proc { child, lines }
+    }
+
+    async fn manager(&self, ttl: Duration) -> LockManager {
+        let client = mongodb::Client::with_uri_str(&self.uri).await.unwrap();
+        LockManager::connect(
+            LockManagerOptions::builder()
+                .database(client.database(&self.db))
+                .collection("leases")
+                .ttl(ttl)
+                .build(),
+        )
+        .await
+        .unwrap()
+    }
+}
+
+/// A running `mongo-lease`, with its stdout and stderr lines (stderr ones
+/// prefixed with `stderr: `).
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    /// Waits for a line containing `needle`; returns it.
+    fn expect_line(&self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no line with {needle:?} within {WAIT:?}"),
+            }
+        }
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    /// Waits (bounded) for the exit code.
+    fn wait(&mut self) -> i32 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(Instant::now() < deadline, "mongo-lease did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn token_of(line: &str) -> u64 {
+    line.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+// ----- exec ---------------------------------------------------------------------------
+
+/// Two `exec` loops increment a counter file with a read-sleep-write script:
+/// no increment is lost, and the critical sections never overlap.
+#[test]
+fn concurrent_execs_of_a_counter_script_never_interleave() {
+    let env = Env::new("cli_counter");
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("counter");
+    let log = dir.path().join("log");
+    std::fs::write(&counter, "0").unwrap();
+    let script = format!(
+        "echo \"begin $MONGO_LEASE_TOKEN\" >> {log}; n=$(cat {c}); sleep 0.05; \
+         echo $((n + 1)) > {c}; echo \"end $MONGO_LEASE_TOKEN\" >> {log}",
+        c = counter.display(),
+        log = log.display()
+    );
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let script = script.clone();
+            let (uri, db) = (env.uri.clone(), env.db.clone());
+            std::thread::spawn(move || {
+                let env = Env { uri, db };
+                for _ in 0..5 {
+                    let out = env.run(&["exec", "--key", "counter", "--", "sh", "-c", &script]);
+                    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "10");
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), 20);
+    let mut last_token = 0;
+    for pair in lines.chunks(2) {
+        let (begin, end) = (&pair[0], &pair[1]);
+        assert!(
+            begin.starts_with("begin ") && end.starts_with("end "),
+            "{lines:?}"
+        );
+        let token = token_of(begin);
+        assert_eq!(token, token_of(end), "interleaved: {lines:?}");
+        assert!(token > last_token, "tokens increase: {lines:?}");
+        last_token = token;
+    }
+}
+
+/// The command's exit code and environment; 127 for a missing command.
+#[test]
+fn exec_passes_the_environment_and_exit_code_through() {
+    let env = Env::new("cli_exit");
+    let out = env.run(&[
+        "exec",
+        "--key",
+        "k",
+        "--ttl",
+        "5s",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$MONGO_LEASE_KEY|$MONGO_LEASE_TOKEN|$MONGO_LEASE_OWNER\"; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let printed = stdout(&out);
+    let fields: Vec<&str> = printed.trim().split('|').collect();
+    assert_eq!(fields[0], "k");
+    assert!(fields[1].parse::<u64>().unwrap() > 0);
+    assert!(
+        fields[2].contains(':'),
+        "owner id HOST:PID:RANDOM: {printed}"
+    );
+    let out = env.run(&["exec", "--key", "k", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(128 + 9));
+    let out = env.run(&["exec", "--key", "k", "--", "/nonexistent/command"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr(&out).contains("cannot run"), "{}", stderr(&out));
+    // The lease is released after each run.
+    let out = env.run(&["list", "--json"]);
+    let leases: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(leases[0]["held"], Value::Bool(false), "{leases}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_key_is_not_acquired_with_no_wait_or_timeout() {
+    let env = Env::new("cli_held");
+    let manager = env.manager(Duration::from_secs(10)).await;
+    let lease = manager.acquire("busy").await.unwrap();
+
+    let out = env.run(&["exec", "--key", "busy", "--no-wait", "--", "true"]);
+    assert_eq!(out.status.code(), Some(NOT_ACQUIRED));
+    assert!(
+        stderr(&out).contains(manager.owner_id()),
+        "{}",
+        stderr(&out)
+    );
+
+    let started = Instant::now();
+    let out = env.run(&[
+        "--json",
+        "exec",
+        "--key",
+        "busy",
+        "--timeout",
+        "300ms",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(NOT_ACQUIRED));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["acquired"], Value::Bool(false));
+    assert_eq!(report["holder"]["owner_id"], manager.owner_id());
+    assert_eq!(report["holder"]["fencing_token"], lease.fencing_token());
+
+    // Waiting (the default) gets it once it is released.
+    let mut waiting = env.spawn(&[
+        "exec",
+        "--key",
+        "busy",
+        "--",
+        "sh",
+        "-c",
+        "echo got it $MONGO_LEASE_TOKEN",
+    ]);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(waiting.child.try_wait().unwrap().is_none(), "still waiting");
+    let token = lease.fencing_token();
+    assert!(!lease.release().await.unwrap().was_lost());
+    assert!(token_of(&waiting.expect_line("got it")) > token);
+    assert_eq!(waiting.wait(), 0);
+    manager.shutdown().await.unwrap();
+}
+
+/// `release --force` from another process takes the lease away: the command
+/// gets SIGTERM (or SIGKILL after --grace) and `exec` exits with 76.
+#[test]
+fn a_lost_lease_terminates_the_command_and_exits_with_its_own_code() {
+    let env = Env::new("cli_lost");
+    let mut polite = env.spawn(&[
+        "exec",
+        "--key",
+        "job",
+        "--ttl",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo got TERM; exit 0' TERM; echo working; while true; do sleep 0.05; done",
+    ]);
+    polite.expect_line("working");
+    let out = env.run(&["release", "job", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("released \"job\""),
+        "{}",
+        stdout(&out)
+    );
+    polite.expect_line("got TERM");
+    polite.expect_line("was lost");
+    assert_eq!(polite.wait(), LEASE_LOST);
+
+    let mut stubborn = env.spawn(&[
+        "exec",
+        "--key",
+        "job",
+        "--ttl",
+        "1s",
+        "--grace",
+        "300ms",
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo ignoring TERM' TERM; echo working; while true; do sleep 0.05; done",
+    ]);
+    stubborn.expect_line("working");
+    let out = env.run(&["--json", "release", "job", "--force"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["released"], Value::Bool(true));
+    stubborn.expect_line("ignoring TERM");
+    assert_eq!(stubborn.wait(), LEASE_LOST, "killed after the grace period");
+
+    let out = env.run(&["release", "job", "--force"]);
+    assert!(stdout(&out).contains("was not held"), "{}", stdout(&out));
+}
+
+/// SIGTERM to `mongo-lease exec` is forwarded; it exits with the command's code.
+#[test]
+fn signals_are_forwarded_to_the_command() {
+    let env = Env::new("cli_signal");
+    let mut proc = env.spawn(&[
+        "exec",
+        "--key",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo got TERM; exit 5' TERM; echo working; while true; do sleep 0.05; done",
+    ]);
+    proc.expect_line("working");
+    proc.signal(libc::SIGTERM);
+    proc.expect_line("got TERM");
+    assert_eq!(proc.wait(), 5);
+}
+
+#[test]
+fn list_shows_holders_with_server_time_age_and_expiry() {
+    let env = Env::new("cli_list");
+    let _holder = env.spawn(&[
+        "exec",
+        "--key",
+        "report",
+        "--ttl",
+        "20s",
+        "--",
+        "sh",
+        "-c",
+        "echo holding; sleep 30",
+    ]);
+    _holder.expect_line("holding");
+    let out = env.run(&["list", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let leases: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lease = &leases.as_array().unwrap()[0];
+    assert_eq!(lease["key"], "report");
+    assert_eq!(lease["held"], Value::Bool(true));
+    assert!(lease["fencing_token"].as_u64().unwrap() > 0);
+    assert!(lease["owner_id"].as_str().unwrap().contains(':'));
+    let age = lease["age_ms"].as_u64().unwrap();
+    let ttl_left = lease["time_to_expiry_ms"].as_u64().unwrap();
+    assert!(age < 10_000, "{lease}");
+    assert!(ttl_left > 10_000 && ttl_left <= 20_000, "{lease}");
+    let expires: humantime::Timestamp = lease["expires_at"].as_str().unwrap().parse().unwrap();
+    let now: humantime::Timestamp = lease["server_time"].as_str().unwrap().parse().unwrap();
+    let expires: std::time::SystemTime = expires.into();
+    let now: std::time::SystemTime = now.into();
+    assert_eq!(
+        expires.duration_since(now).unwrap().as_millis() as u64,
+        ttl_left
+    );
+
+    let out = env.run(&["list"]);
+    let text = stdout(&out);
+    assert!(text.starts_with("KEY"), "{text}");
+    assert!(text.contains("report") && text.contains("held"), "{text}");
+    let out = env.run(&["list", "--held", "--json"]);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn bad_input_fails_with_clear_errors_and_never_prints_credentials() {
+    let env = Env::new("cli_bad");
+    let out = env.run(&["exec", "--key", "k", "--ttl", "3 parsecs", "--", "true"]);
+    assert_eq!(out.status.code(), Some(USAGE));
+    assert!(stderr(&out).contains("--ttl"), "{}", stderr(&out));
+
+    let out = env.run(&["exec", "--key", "k", "--ttl", "5ms", "--", "true"]);
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+
+    let out = env.run(&["exec", "--key", "k"]);
+    assert_eq!(out.status.code(), Some(USAGE), "a command is required");
+
+    let out = env.run(&["exec", "--key", "", "--", "true"]);
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+
+    let out = env.run(&["release", "k"]);
+    assert_eq!(out.status.code(), Some(USAGE));
+    assert!(stderr(&out).contains("--force"));
+
+    let out = env.run(&["leader", "--name", "n", "--payload", "[1]", "--", "true"]);
+    assert_eq!(out.status.code(), Some(USAGE));
+
+    let out = env
+        .cmd(&["list"])
+        .env_remove("MONGODB_URI")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(USAGE));
+    assert!(stderr(&out).contains("MONGODB_URI"));
+
+    let out = env
+        .cmd(&["list"])
+        .env("MONGODB_URI", "mongodb://admin:hunter2secret@/nohost")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("hunter2secret"), "{}", stderr(&out));
+
+    let out = env
+        .cmd(&["--connect-timeout", "300ms", "list"])
+        .env(
+            "MONGODB_URI",
+            "mongodb://admin:hunter2secret@127.0.0.1:1/?directConnection=true",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(UNAVAILABLE), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("hunter2secret"), "{}", stderr(&out));
+
+    let out = env.run(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = stdout(&out);
+    for code in ["69", "75", "76", "127"] {
+        assert!(help.contains(code), "exit code {code} documented: {help}");
+    }
+}
+
+// ----- leader election across processes -------------------------------------------------
+
+fn leader_args<'a>(name: &'a str, script: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["leader", "--name", name, "--ttl", "2s", "--grace", "1s"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    args
+}
+
+/// Four candidate processes take turns (each leader runs a short command,
+/// resigns, campaigns again): their commands never overlap, terms increase,
+/// and an observer in this process sees every term, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_leader_among_candidate_processes_and_observers_see_every_term() {
+    let env = Env::new("cli_leaders");
+    let watcher = env.manager(Duration::from_secs(2)).await;
+    let mut observer = Election::new(&watcher, "svc")
+        .unwrap()
+        .observe()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo \"begin $MONGO_LEASE_TOKEN\" >> {log}; sleep 0.1; echo \"end $MONGO_LEASE_TOKEN\" >> {log}",
+        log = log.display()
+    );
+    let candidates: Vec<Proc> = (0..4)
+        .map(|_| env.spawn(&leader_args("svc", &script, &["--restart-delay", "50ms"])))
+        .collect();
+    let terms_logged = |log: &Path| {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("end"))
+            .count()
+    };
+    let deadline = Instant::now() + WAIT;
+    while terms_logged(&log) < 12 {
+        assert!(Instant::now() < deadline, "too few terms");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for candidate in &candidates {
+        candidate.signal(libc::SIGTERM);
+    }
+    for mut candidate in candidates {
+        let code = candidate.wait();
+        assert!(code == 0 || code == 128 + libc::SIGTERM, "exit code {code}");
+    }
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut terms = Vec::new();
+    for pair in lines.chunks(2) {
+        assert_eq!(pair.len(), 2, "{lines:?}");
+        assert!(
+            pair[0].starts_with("begin") && pair[1].starts_with("end"),
+            "overlap: {lines:?}"
+        );
+        let term = token_of(&pair[0]);
+        assert_eq!(term, token_of(&pair[1]), "overlap: {lines:?}");
+        assert!(terms.last().is_none_or(|&t| term > t), "{lines:?}");
+        terms.push(term);
+    }
+    let mut seen = Vec::new();
+    while seen.len() < terms.len() {
+        let leader = tokio::time::timeout(WAIT, observer.next())
+            .await
+            .expect("an observed change")
+            .unwrap()
+            .unwrap();
+        if let Some(leader) = leader {
+            seen.push(leader.term);
+        }
+    }
+    assert_eq!(seen, terms, "every term, in order");
+    watcher.shutdown().await.unwrap();
+}
+
+/// kill -9 of the leader's process: its command dies with it, and another
+/// candidate leads once the lease expires (TTL 2 s).
+#[test]
+fn a_killed_leader_is_replaced_after_its_ttl() {
+    let env = Env::new("cli_kill");
+    let script = "echo \"leading $MONGO_LEASE_TOKEN\"; exec sleep 60";
+    let mut first = env.spawn(&leader_args("svc", script, &[]));
+    let first_term = token_of(&first.expect_line("leading"));
+    let second = env.spawn(&leader_args("svc", script, &[]));
+    std::thread::sleep(Duration::from_millis(300));
+    first.signal(libc::SIGKILL);
+    first.wait();
+    let killed_at = Instant::now();
+    let second_term = token_of(&second.expect_line("leading"));
+    let took = killed_at.elapsed();
+    assert!(second_term > first_term);
+    assert!(
+        took < Duration::from_millis(3500),
+        "took over after {took:?}"
+    );
+    // The first leader's command died with it (parent-death signal).
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("leading {first_term}")])
+        .output()
+        .unwrap();
+    assert!(out.stdout.is_empty(), "orphaned command");
+}
+
+/// SIGSTOP of the leader's process (a cut-off): its lease expires and
+/// another candidate leads; when it resumes, it learns it lost leadership
+/// and terminates its command.
+#[test]
+fn a_cut_off_leader_is_replaced_and_stops_its_command_when_it_resumes() {
+    let env = Env::new("cli_stop");
+    let script = "trap 'echo \"stopping $MONGO_LEASE_TOKEN\"; exit 0' TERM; \
+                  echo \"leading $MONGO_LEASE_TOKEN\"; while true; do sleep 0.05; done";
+    let first = env.spawn(&leader_args("svc", script, &["--once"]));
+    let first_term = token_of(&first.expect_line("leading"));
+    let second = env.spawn(&leader_args("svc", script, &[]));
+    first.signal(libc::SIGSTOP);
+    let second_term = token_of(&second.expect_line("leading"));
+    assert!(second_term > first_term);
+    first.signal(libc::SIGCONT);
+    assert_eq!(token_of(&first.expect_line("stopping")), first_term);
+    let mut first = first;
+    assert_eq!(first.wait(), LEASE_LOST, "--once: leadership lost");
+}
