@@ -516,3 +516,142 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
         m.shutdown().await.unwrap();
     }
 }
+
+// ----- polling fallback ---------------------------------------------------------------
+
+/// A standalone `mongod` (no replica set, so no change streams), killed on drop.
+struct Standalone {
+    child: std::process::Child,
+    uri: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Standalone {
+    async fn start() -> Standalone {
+        let mongod = mongo_lease::testkit::mongod_path().expect("mongod");
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(mongod)
+            .args(["--port", &port.to_string(), "--bind_ip", "127.0.0.1"])
+            .arg("--dbpath")
+            .arg(dir.path())
+            .args(["--wiredTigerCacheSizeGB", "0.25", "--quiet"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start a standalone mongod");
+        let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true");
+        let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
+        eventually("the standalone mongod answers", WAIT, || async {
+            client
+                .database("admin")
+                .run_command(doc! { "ping": 1 })
+                .await
+                .is_ok()
+        })
+        .await;
+        Standalone {
+            child,
+            uri,
+            _dir: dir,
+        }
+    }
+
+    async fn manager(&self) -> LockManager {
+        standalone_manager(&self.uri).await
+    }
+}
+
+async fn standalone_manager(uri: &str) -> LockManager {
+    let client = mongodb::Client::with_uri_str(uri).await.unwrap();
+    LockManager::connect(
+        mongo_lease::LockManagerOptions::builder()
+            .database(client.database("poll"))
+            .collection("leases")
+            .ttl(TTL)
+            .build(),
+    )
+    .await
+    .unwrap()
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Without change streams (a standalone server), observers poll: they still
+/// see each leader that lasts longer than a poll interval, and the expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_poll_a_standalone_server() {
+    let server = Standalone::start().await;
+    let watcher = server.manager().await;
+    let candidate = server.manager().await;
+    let mut observer = Election::new(&watcher, "leader")
+        .unwrap()
+        .observe()
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut observer, "the initial state").await.unwrap(),
+        None
+    );
+    let election = Election::new(&candidate, "leader").unwrap();
+    let mut latencies = Vec::new();
+    for _ in 0..5 {
+        let leadership = election.campaign().await.unwrap();
+        let leader = next(&mut observer, "the leader").await.unwrap().unwrap();
+        latencies.push(
+            SystemTime::now()
+                .duration_since(leader.since)
+                .unwrap_or_default(),
+        );
+        assert_eq!(leader.term, leadership.term());
+        assert_eq!(leadership.resign().await.unwrap(), ReleaseOutcome::Released);
+        assert_eq!(next(&mut observer, "no leader").await.unwrap(), None);
+    }
+    latencies.sort();
+    println!(
+        "observe latency (polling): median {:?}, max {:?}",
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1]
+    );
+    assert!(latencies[latencies.len() - 1] < Duration::from_millis(1500));
+
+    candidate.shutdown().await.unwrap();
+
+    // An expiry without takeover: a leader on its own runtime, torn down
+    // without resigning.
+    let uri = server.uri.clone();
+    let crashed = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let term = runtime.block_on(async {
+            let manager = standalone_manager(&uri).await;
+            let leadership = Election::new(&manager, "leader")
+                .unwrap()
+                .campaign()
+                .await
+                .unwrap();
+            let term = leadership.term();
+            std::mem::forget((leadership, manager));
+            term
+        });
+        runtime.shutdown_background();
+        term
+    });
+    let term = crashed.join().unwrap();
+    let leader = next(&mut observer, "the leader").await.unwrap().unwrap();
+    assert_eq!(leader.term, term);
+    assert_eq!(next(&mut observer, "the expiry").await.unwrap(), None);
+    let seen_after = SystemTime::now().duration_since(leader.since).unwrap();
+    assert!(
+        seen_after >= TTL && seen_after < TTL + Duration::from_millis(1500),
+        "{seen_after:?}"
+    );
+    watcher.shutdown().await.unwrap();
+}
