@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use tokio::task::{JoinHandle, yield_now};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
-use uuid::Uuid;
 
 use crate::config::Timing;
 use crate::error::{Error, Result};
@@ -1041,4 +1040,88 @@ async fn release_all_spares_an_acquisition_started_while_it_is_in_flight() {
         "our live lease was released on the server: another owner can take it \
          while our token is not cancelled"
     );
+}
+
+// ----- read model, payload, observers ----------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn set_payload_on_a_lease_taken_on_the_server_reports_it_lost_and_fires_its_token() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    lease
+        .set_payload(mongodb::bson::doc! { "addr": "x" })
+        .await
+        .unwrap();
+    let info = a.inspect("k").await.unwrap().unwrap();
+    assert_eq!(info.payload, Some(mongodb::bson::doc! { "addr": "x" }));
+    assert!(info.held);
+    assert_eq!(info.time_to_expiry(), TTL);
+
+    db.force_take("k", "b", TTL);
+    let result = lease.set_payload(mongodb::bson::doc! { "addr": "y" }).await;
+    assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
+    assert!(lease.is_lost(), "a confirmed loss fires the token");
+    assert_eq!(store.calls(Op::SetPayload), 2);
+    // Known lost locally: answered without a round trip.
+    let result = lease.set_payload(mongodb::bson::doc! {}).await;
+    assert!(matches!(result, Err(Error::LeaseLost { .. })));
+    assert_eq!(store.calls(Op::SetPayload), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn observers_share_one_stream_per_key_get_the_current_state_first_and_stop_when_gone() {
+    let db = MemoryDb::new();
+    let (a, _store, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let mut first = a.observe("k").await.unwrap();
+    assert_eq!(soon(first.recv()).await.unwrap().unwrap(), None);
+    let lease = b.acquire("k").await.unwrap();
+    let held = soon(first.recv()).await.unwrap().unwrap().unwrap();
+    assert!(held.held && held.owner_id == "b");
+
+    let mut second = a.observe("k").await.unwrap();
+    let current = soon(second.recv()).await.unwrap().unwrap().unwrap();
+    assert_eq!(
+        current.fencing_token, held.fencing_token,
+        "current state first"
+    );
+    settle().await;
+    assert_eq!(db.observers(), 1, "one stream for both subscribers");
+
+    // An expiry without a write is reported at the expiry.
+    std::mem::forget(lease);
+    db.expire("k");
+    let expired = soon(first.recv()).await.unwrap().unwrap().unwrap();
+    assert!(!expired.held);
+    assert_eq!(
+        soon(second.recv()).await.unwrap().unwrap().unwrap(),
+        expired
+    );
+
+    drop(first);
+    drop(second);
+    settle().await;
+    assert_eq!(db.observers(), 0, "the hub stops with its last subscriber");
+    let mut third = a.observe("k").await.unwrap();
+    assert!(!soon(third.recv()).await.unwrap().unwrap().unwrap().held);
+    a.shutdown().await.unwrap();
+    assert!(soon(third.recv()).await.is_none(), "ends on shutdown");
+}
+
+#[tokio::test(start_paused = true)]
+async fn force_release_of_a_local_lease_cancels_it_and_serves_the_next_waiter() {
+    let db = MemoryDb::new();
+    let (a, _store, _) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    let next = waiter(&a, "k").await;
+    let released = a.force_release("k").await.unwrap().expect("held");
+    assert_eq!(released.fencing_token, lease.fencing_token());
+    assert!(lease.is_lost());
+    let (_, second) = soon(next).await.unwrap().unwrap();
+    assert!(second.fencing_token() > lease.fencing_token());
+    assert_eq!(a.force_release("other").await.unwrap(), None);
+    let (page, next) = a.list_page(None, 10).await.unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(next, None);
 }

@@ -204,6 +204,11 @@ impl MemoryDb {
         Self::default()
     }
 
+    /// How many `observe` streams are open.
+    pub fn observers(&self) -> usize {
+        self.changed.receiver_count()
+    }
+
     /// Wakes observers after a change.
     fn touch(&self) {
         self.changed.send_replace(());
