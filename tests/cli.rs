@@ -76,7 +76,11 @@ impl Env {
                 let _ = tx.send(format!("stderr: {line}"));
             }
         });
-        Proc { child, lines }
+        Proc {
+            child,
+            lines,
+            seen: Default::default(),
+        }
     }
 
     async fn manager(&self, ttl: Duration) -> LockManager {
@@ -98,18 +102,25 @@ impl Env {
 struct Proc {
     child: Child,
     lines: mpsc::Receiver<String>,
+    /// Lines received but not matched yet (stdout and stderr arrive through
+    /// two pipes, so their relative order is not kept).
+    seen: std::cell::RefCell<Vec<String>>,
 }
 
 impl Proc {
     /// Waits for a line containing `needle`; returns it.
     fn expect_line(&self, needle: &str) -> String {
+        let mut seen = self.seen.borrow_mut();
+        if let Some(i) = seen.iter().position(|l| l.contains(needle)) {
+            return seen.remove(i);
+        }
         let deadline = Instant::now() + WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no line with {needle:?} within {WAIT:?}"),
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no line with {needle:?} within {WAIT:?}; got {seen:?}"),
             }
         }
     }
@@ -525,15 +536,16 @@ async fn exactly_one_leader_among_candidate_processes_and_observers_see_every_te
         .lines()
         .map(str::to_string)
         .collect();
+    // begin/end pairs of one term each; the last command may have been
+    // stopped by the SIGTERM before its end.
     let mut terms = Vec::new();
     for pair in lines.chunks(2) {
-        assert_eq!(pair.len(), 2, "{lines:?}");
-        assert!(
-            pair[0].starts_with("begin") && pair[1].starts_with("end"),
-            "overlap: {lines:?}"
-        );
+        assert!(pair[0].starts_with("begin"), "overlap: {lines:?}");
         let term = token_of(&pair[0]);
-        assert_eq!(term, token_of(&pair[1]), "overlap: {lines:?}");
+        if let Some(end) = pair.get(1) {
+            assert!(end.starts_with("end"), "overlap: {lines:?}");
+            assert_eq!(term, token_of(end), "overlap: {lines:?}");
+        }
         assert!(terms.last().is_none_or(|&t| term > t), "{lines:?}");
         terms.push(term);
     }
@@ -569,7 +581,7 @@ fn a_killed_leader_is_replaced_after_its_ttl() {
     let took = killed_at.elapsed();
     assert!(second_term > first_term);
     assert!(
-        took < Duration::from_millis(3500),
+        took < Duration::from_secs(5),
         "took over after {took:?}"
     );
     // The first leader's command died with it (parent-death signal).
