@@ -655,3 +655,61 @@ async fn observers_poll_a_standalone_server() {
     );
     watcher.shutdown().await.unwrap();
 }
+
+// ----- failover ---------------------------------------------------------------------
+
+/// A step-down of the primary during a series of takeovers: the change
+/// stream resumes on the new primary and the observer still sees every term,
+/// in order (3-member replica set, fast elections).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_resume_after_a_failover_without_missing_a_term() {
+    use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
+    let rs = ReplicaSet::start(ReplicaSetOptions::default().members(3))
+        .await
+        .expect("a 3-member replica set");
+    let manager = || async {
+        let client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
+        LockManager::connect(
+            mongo_lease::LockManagerOptions::builder()
+                .database(client.database("failover"))
+                .collection("leases")
+                .ttl(Duration::from_secs(10))
+                .build(),
+        )
+        .await
+        .unwrap()
+    };
+    let (watcher, candidate) = (manager().await, manager().await);
+    let mut observer = Election::new(&watcher, "leader")
+        .unwrap()
+        .observe()
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut observer, "the initial state").await.unwrap(),
+        None
+    );
+    let election = Election::new(&candidate, "leader").unwrap();
+    let mut terms = Vec::new();
+    let take_turns = async |n: usize, terms: &mut Vec<u64>| {
+        for _ in 0..n {
+            let leadership = election.campaign().await.unwrap();
+            terms.push(leadership.term());
+            assert!(!leadership.resign().await.unwrap().was_lost());
+        }
+    };
+    take_turns(3, &mut terms).await;
+    let old = rs.step_down_for(Duration::from_secs(5)).await.unwrap();
+    take_turns(3, &mut terms).await;
+    let new = rs.wait_for_primary(WAIT).await.unwrap();
+    assert_ne!(old, new);
+    let mut seen = Vec::new();
+    while seen.len() < terms.len() {
+        if let Some(leader) = next(&mut observer, "a term").await.unwrap() {
+            seen.push(leader.term);
+        }
+    }
+    assert_eq!(seen, terms, "every term, in order, across the failover");
+    candidate.shutdown().await.unwrap();
+    watcher.shutdown().await.unwrap();
+}
