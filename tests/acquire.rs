@@ -23,12 +23,7 @@ async fn uncontended_acquire_stores_one_document_with_server_time() {
     assert_eq!(lease.owner_id(), manager.owner_id());
     assert!(!lease.is_lost());
 
-    let doc = fx
-        .raw()
-        .find_one(doc! { "_id": "job-1" })
-        .await
-        .unwrap()
-        .unwrap();
+    let doc = fx.doc("job-1").await;
     assert_eq!(doc.get_str("aid").unwrap(), manager.owner_id());
     assert_eq!(doc.get_i64("tok").unwrap() as u64, lease.fencing_token());
     let ts = doc.get_datetime("ts").unwrap().timestamp_millis();
@@ -41,12 +36,7 @@ async fn uncontended_acquire_stores_one_document_with_server_time() {
     assert!(doc.get("lid").is_some());
 
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-    let doc = fx
-        .raw()
-        .find_one(doc! { "_id": "job-1" })
-        .await
-        .unwrap()
-        .unwrap();
+    let doc = fx.doc("job-1").await;
     assert!(
         doc.get("lid").is_none(),
         "a released lease has no lease id: {doc:?}"
@@ -96,13 +86,7 @@ async fn fencing_tokens_strictly_increase_across_release_and_takeover() {
     // Expiry takeover: make a's lease look expired on the server.
     let lease = a.acquire("fenced").await.unwrap();
     let t1 = lease.fencing_token();
-    fx.raw()
-        .update_one(
-            doc! { "_id": "fenced" },
-            doc! { "$set": { "exp": mongodb::bson::DateTime::from_millis(0) } },
-        )
-        .await
-        .unwrap();
+    fx.expire("fenced").await;
     let taken = b
         .try_acquire("fenced")
         .await
@@ -151,12 +135,7 @@ async fn bad_input_is_a_clear_error() {
     assert!(e.is_foreign_document(), "{e}");
     let e = m.acquire("foreign").await.unwrap_err();
     assert!(e.is_foreign_document(), "{e}");
-    let doc = fx
-        .raw()
-        .find_one(doc! { "_id": "foreign" })
-        .await
-        .unwrap()
-        .unwrap();
+    let doc = fx.doc("foreign").await;
     assert_eq!(
         doc,
         doc! { "_id": "foreign", "payload": "keep me" },

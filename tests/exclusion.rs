@@ -131,12 +131,7 @@ async fn a_cancelled_acquire_never_takes_the_key() {
         .await
         .unwrap()
         .expect("free for c");
-    let doc = fx
-        .raw()
-        .find_one(doc! { "_id": "k" })
-        .await
-        .unwrap()
-        .unwrap();
+    let doc = fx.doc("k").await;
     assert_eq!(doc.get_str("aid").unwrap(), c.owner_id());
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     for m in [a, b, c] {

@@ -19,12 +19,7 @@ async fn heartbeat_keeps_leases_alive_past_their_ttl_with_batched_renewals() {
     for i in 0..40 {
         leases.push(manager.acquire(format!("k{i}")).await.unwrap());
     }
-    let first_ts = fx
-        .raw()
-        .find_one(doc! { "_id": "k0" })
-        .await
-        .unwrap()
-        .unwrap();
+    let first_ts = fx.doc("k0").await;
     let first_ts = first_ts.get_datetime("ts").unwrap().timestamp_millis();
     log.clear();
 
@@ -58,12 +53,7 @@ async fn heartbeat_keeps_leases_alive_past_their_ttl_with_batched_renewals() {
             "renewal is one updateMany"
         );
     }
-    let doc = fx
-        .raw()
-        .find_one(doc! { "_id": "k0" })
-        .await
-        .unwrap()
-        .unwrap();
+    let doc = fx.doc("k0").await;
     assert!(
         doc.get_datetime("ts").unwrap().timestamp_millis() > first_ts,
         "ts advanced"
@@ -80,13 +70,7 @@ async fn token_fires_when_a_renewal_finds_the_lease_taken() {
     let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
     let lease = a.acquire("k").await.unwrap();
     // Another owner takes the key (as after an operator's forced release).
-    fx.raw()
-        .update_one(
-            doc! { "_id": "k" },
-            doc! { "$set": { "exp": mongodb::bson::DateTime::from_millis(0) } },
-        )
-        .await
-        .unwrap();
+    fx.expire("k").await;
     let taker = b
         .try_acquire("k")
         .await
@@ -99,12 +83,7 @@ async fn token_fires_when_a_renewal_finds_the_lease_taken() {
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
     // The stale release did not touch the new holder's lease.
     assert!(!taker.is_lost());
-    let doc = fx
-        .raw()
-        .find_one(doc! { "_id": "k" })
-        .await
-        .unwrap()
-        .unwrap();
+    let doc = fx.doc("k").await;
     assert_eq!(doc.get_str("aid").unwrap(), b.owner_id());
     assert!(doc.get("lid").is_some());
     assert_eq!(taker.release().await.unwrap(), ReleaseOutcome::Released);
@@ -189,7 +168,6 @@ async fn dropping_every_handle_stops_the_manager_and_releases() {
     let manager = fx.manager(TTL).await;
     let lease = manager.acquire("k").await.unwrap();
     let token = lease.cancellation_token();
-    std::mem::forget(lease.cancellation_token()); // a clone outliving the lease is harmless
     drop(manager);
     assert!(
         !token.is_cancelled(),

@@ -35,12 +35,7 @@ async fn shutdown_releases_everything_and_later_calls_get_a_clear_error() {
     );
     assert!(matches!(waiter.await.unwrap(), Err(Error::Shutdown)));
     for key in ["x", "y"] {
-        let doc = fx
-            .raw()
-            .find_one(doc! { "_id": key })
-            .await
-            .unwrap()
-            .unwrap();
+        let doc = fx.doc(key).await;
         assert!(doc.get("lid").is_none(), "{key} released: {doc}");
     }
     assert!(a.acquire("x").await.unwrap_err().is_shutdown());

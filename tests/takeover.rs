@@ -72,12 +72,7 @@ async fn a_crashed_holders_lease_is_taken_over_right_after_it_expires() {
         "not before expiry: {waited:?}"
     );
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-    let doc = fx
-        .raw()
-        .find_one(doc! { "_id": "job" })
-        .await
-        .unwrap()
-        .unwrap();
+    let doc = fx.doc("job").await;
     assert!(doc.get("lid").is_none());
     survivor.shutdown().await.unwrap();
 }

@@ -39,6 +39,27 @@ impl Fixture {
         self.db.collection(&self.collection)
     }
 
+    /// The lock document stored under `key` (panics if there is none).
+    pub async fn doc(&self, key: &str) -> Document {
+        self.raw()
+            .find_one(mongodb::bson::doc! { "_id": key })
+            .await
+            .expect("read the lock document")
+            .unwrap_or_else(|| panic!("no lock document for {key:?}"))
+    }
+
+    /// Makes the lease on `key` look expired on the server, as if its holder
+    /// had stopped renewing it long ago.
+    pub async fn expire(&self, key: &str) {
+        self.raw()
+            .update_one(
+                mongodb::bson::doc! { "_id": key },
+                mongodb::bson::doc! { "$set": { "exp": mongodb::bson::DateTime::from_millis(0) } },
+            )
+            .await
+            .expect("expire the lease");
+    }
+
     /// Options for a manager with its own `Client` (as if in another process).
     pub async fn options(&self, ttl: Duration) -> LockManagerOptions {
         let client = Client::with_uri_str(uri()).await.expect("client");
