@@ -17,6 +17,18 @@
 //!   the value of the `MONGODB_URI` environment variable if it is set).
 //!   Combine it with [`unique_name`] so tests don't step on each other.
 //!
+//! # Faults
+//!
+//! [`ReplicaSet`] can [step down](ReplicaSet::step_down) the primary,
+//! [kill](ReplicaSet::kill) (`SIGKILL`), [stop](ReplicaSet::stop)
+//! (`SIGTERM`) and [restart](ReplicaSet::restart) members. Between a client
+//! and a server, a [`FaultProxy`] adds latency, blackholes traffic or resets
+//! connections: standalone in front of one member (with
+//! `directConnection=true`), or in front of every member of a set started
+//! with [`ReplicaSetOptions::proxied`], so that replication traffic crosses
+//! the proxies too. Access control: [`ReplicaSetOptions::auth`].
+//! [`monotonic_ns`] gives timestamps comparable across processes.
+//!
 //! # Cleanup guarantees
 //!
 //! * Normal drop of a [`ReplicaSet`]: members are killed, reaped and their
@@ -74,12 +86,28 @@ use std::time::Duration;
 
 mod install;
 mod process;
+pub mod proxy;
 mod replica_set;
 mod shared;
 
 pub use install::mongod_path;
+pub use proxy::FaultProxy;
 pub use replica_set::{Member, ReplicaSet, ReplicaSetOptions};
 pub use shared::shared_uri;
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds. One clock for every process on the
+/// machine, so timestamps taken in different processes (test workers) can be
+/// compared; it never jumps when the wall clock is set.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// Errors produced by the [`testkit`](self) module.
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,7 @@ use tempfile::TempDir;
 use super::TestkitError;
 use super::install::{mongod_path, tail_lines};
 use super::process::{self, DIR_PREFIX};
+use super::proxy::FaultProxy;
 
 /// Poll interval for log files and `hello`.
 const POLL: Duration = Duration::from_millis(50);
@@ -57,6 +58,20 @@ pub struct ReplicaSetOptions {
     pub small_journal: bool,
     /// Extra command-line arguments appended to every `mongod` invocation.
     pub extra_args: Vec<String>,
+    /// Put a [`FaultProxy`] in front of every member (default `false`). The
+    /// replica set configuration then names each member by its proxy's
+    /// address, so *all* traffic to a member goes through its proxy: from
+    /// clients (which discover the members from that configuration), and from
+    /// the other members (replication, heartbeats, elections). Inject faults
+    /// with [`ReplicaSet::proxy`]. The test kit's own polling bypasses the
+    /// proxies.
+    pub proxied: bool,
+    /// Start with access control (default `None`): `Some((user, password))`
+    /// starts every member with a generated `--keyFile` (which implies
+    /// `--auth`) and creates `user` with the `root` role through the
+    /// localhost exception. [`ReplicaSet::uri`] and [`ReplicaSet::client`]
+    /// then carry these credentials.
+    pub auth: Option<(String, String)>,
 }
 
 impl Default for ReplicaSetOptions {
@@ -69,6 +84,8 @@ impl Default for ReplicaSetOptions {
             startup_timeout: Duration::from_secs(60),
             small_journal: true,
             extra_args: Vec::new(),
+            proxied: false,
+            auth: None,
         }
     }
 }
@@ -117,6 +134,18 @@ impl ReplicaSetOptions {
         self
     }
 
+    /// Sets [`proxied`](Self::proxied).
+    pub fn proxied(mut self, proxied: bool) -> Self {
+        self.proxied = proxied;
+        self
+    }
+
+    /// Sets [`auth`](Self::auth): access control with one `root` user.
+    pub fn auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.auth = Some((user.into(), password.into()));
+        self
+    }
+
     fn validate(&self) -> Result<(), TestkitError> {
         if self.members == 0 {
             return Err(TestkitError::InvalidOptions(
@@ -152,6 +181,7 @@ pub struct Member {
     port: u16,
     dir: TempDir,
     proc: Mutex<MemberProc>,
+    proxy: Option<FaultProxy>,
 }
 
 #[derive(Debug, Default)]
@@ -174,13 +204,24 @@ impl Member {
         self.port
     }
 
-    /// `127.0.0.1:<port>`, the member's host as written in the replica set
-    /// configuration.
+    /// The member's host as written in the replica set configuration:
+    /// `127.0.0.1:<port>`, or the address of its [`proxy`](Self::proxy) in a
+    /// [proxied](ReplicaSetOptions::proxied) set.
     pub fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        match &self.proxy {
+            Some(proxy) => proxy.addr().to_string(),
+            None => format!("127.0.0.1:{}", self.port),
+        }
     }
 
-    /// A URI connecting directly to this member only:
+    /// The fault proxy in front of this member, in a
+    /// [proxied](ReplicaSetOptions::proxied) set.
+    pub fn proxy(&self) -> Option<&FaultProxy> {
+        self.proxy.as_ref()
+    }
+
+    /// A URI connecting directly to this member only, bypassing any proxy
+    /// and without credentials:
     /// `mongodb://127.0.0.1:<port>/?directConnection=true`.
     pub fn uri(&self) -> String {
         format!("mongodb://127.0.0.1:{}/?directConnection=true", self.port)
@@ -259,7 +300,12 @@ impl Member {
     }
 
     /// Spawns `mongod` for this member on `self.port`.
-    async fn spawn(&self, mongod: &Path, opts: &ReplicaSetOptions) -> Result<(), TestkitError> {
+    async fn spawn(
+        &self,
+        mongod: &Path,
+        opts: &ReplicaSetOptions,
+        key_file: Option<&Path>,
+    ) -> Result<(), TestkitError> {
         let dir = self.dir.path();
         // Keep earlier logs, and make sure a stale "Waiting for connections"
         // line is never mistaken for the new process being ready.
@@ -303,10 +349,16 @@ impl Member {
             .arg("--nounixsocket")
             // No diagnostic.data directory / FTDC thread.
             .arg("--setParameter")
-            .arg("diagnosticDataCollectionEnabled=false");
+            .arg("diagnosticDataCollectionEnabled=false")
+            // SIGTERM (`ReplicaSet::stop`): quiesce for 1 s, not 15 s.
+            .arg("--setParameter")
+            .arg("shutdownTimeoutMillisForSignaledShutdown=1000");
         if opts.small_journal {
             cmd.arg("--wiredTigerEngineConfigString")
                 .arg("log=(file_max=10MB,prealloc=false)");
+        }
+        if let Some(key_file) = key_file {
+            cmd.arg("--keyFile").arg(key_file);
         }
         cmd.args(&opts.extra_args)
             .stdin(Stdio::null())
@@ -438,6 +490,10 @@ pub struct ReplicaSet {
     mongod: PathBuf,
     members: Vec<Member>,
     startup_time: Duration,
+    /// Directory holding the key file of an access-controlled set.
+    key_dir: Option<TempDir>,
+    /// The `root` user exists: the test kit's own clients authenticate.
+    users_ready: bool,
 }
 
 impl ReplicaSet {
@@ -481,18 +537,26 @@ impl ReplicaSet {
                 port,
                 dir,
                 proc: Mutex::new(MemberProc::default()),
+                proxy: None,
             });
         }
+        let key_dir = match &opts.auth {
+            Some(_) => Some(write_key_file()?),
+            None => None,
+        };
         let mut rs = ReplicaSet {
             opts,
             mongod,
             members,
             startup_time: Duration::ZERO,
+            key_dir,
+            users_ready: false,
         };
 
         // Spawn everything first so the members boot in parallel.
         for m in &rs.members {
-            m.spawn(&rs.mongod, &rs.opts).await?;
+            m.spawn(&rs.mongod, &rs.opts, rs.key_file().as_deref())
+                .await?;
         }
         for i in 0..rs.members.len() {
             let mut attempts = 1;
@@ -517,19 +581,32 @@ impl ReplicaSet {
                             let _ = child.wait();
                         }
                         member.port = pick_ports(1)?[0];
-                        rs.members[i].spawn(&rs.mongod, &rs.opts).await?;
+                        let key_file = rs.key_file();
+                        rs.members[i]
+                            .spawn(&rs.mongod, &rs.opts, key_file.as_deref())
+                            .await?;
                     }
                 }
             }
         }
         let listening = began.elapsed();
+        if rs.opts.proxied {
+            for m in &mut rs.members {
+                m.proxy = Some(FaultProxy::start(([127, 0, 0, 1], m.port).into()).await?);
+            }
+        }
 
         rs.initiate(deadline).await?;
         let primary_after = rs.wait_healthy(deadline, began).await?;
+        if rs.opts.auth.is_some() {
+            rs.create_root_user(deadline).await?;
+            rs.users_ready = true;
+        }
         rs.startup_time = began.elapsed();
+        let hosts: Vec<String> = rs.members.iter().map(Member::host).collect();
         tracing::info!(
             members = rs.members.len(),
-            uri = %rs.uri(),
+            hosts = %hosts.join(","),
             listening_ms = listening.as_millis() as u64,
             primary_ms = primary_after.as_millis() as u64,
             healthy_ms = rs.startup_time.as_millis() as u64,
@@ -561,7 +638,7 @@ impl ReplicaSet {
                 doc! { "electionTimeoutMillis": 1000, "heartbeatIntervalMillis": 500 },
             );
         }
-        let client = direct_client(&self.members[0]).await?;
+        let client = self.direct_client(0).await?;
         let admin = client.database("admin");
         loop {
             match admin
@@ -677,21 +754,107 @@ impl ReplicaSet {
 
     async fn direct_clients(&self) -> Result<Vec<Client>, TestkitError> {
         let mut clients = Vec::with_capacity(self.members.len());
-        for m in &self.members {
-            clients.push(direct_client(m).await?);
+        for i in 0..self.members.len() {
+            clients.push(self.direct_client(i).await?);
         }
         Ok(clients)
     }
 
     /// The replica-set connection string:
-    /// `mongodb://127.0.0.1:P1,127.0.0.1:P2,.../?replicaSet=NAME`.
+    /// `mongodb://127.0.0.1:P1,127.0.0.1:P2,.../?replicaSet=NAME` (the
+    /// members' [hosts](Member::host), so the proxies' addresses in a
+    /// [proxied](ReplicaSetOptions::proxied) set). With
+    /// [`auth`](ReplicaSetOptions::auth) it carries the credentials:
+    /// `mongodb://USER:PASSWORD@.../?replicaSet=NAME&authSource=admin`.
     pub fn uri(&self) -> String {
         let hosts: Vec<String> = self.members.iter().map(Member::host).collect();
-        format!(
-            "mongodb://{}/?replicaSet={}",
-            hosts.join(","),
-            self.opts.set_name
-        )
+        match &self.opts.auth {
+            None => format!(
+                "mongodb://{}/?replicaSet={}",
+                hosts.join(","),
+                self.opts.set_name
+            ),
+            Some((user, password)) => format!(
+                "mongodb://{}:{}@{}/?replicaSet={}&authSource=admin",
+                encode_userinfo(user),
+                encode_userinfo(password),
+                hosts.join(","),
+                self.opts.set_name
+            ),
+        }
+    }
+
+    /// The fault proxy in front of member `i`, in a
+    /// [proxied](ReplicaSetOptions::proxied) set.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.members().len()`, or if the set is not proxied.
+    pub fn proxy(&self, i: usize) -> &FaultProxy {
+        self.members[i]
+            .proxy()
+            .expect("ReplicaSet::proxy needs ReplicaSetOptions::proxied(true)")
+    }
+
+    fn key_file(&self) -> Option<PathBuf> {
+        self.key_dir.as_ref().map(|d| d.path().join("keyfile"))
+    }
+
+    /// A client for member `i` only, with short timeouts, for polling and
+    /// administration; it bypasses the proxies and, once the `root` user
+    /// exists, authenticates as it.
+    async fn direct_client(&self, i: usize) -> Result<Client, TestkitError> {
+        let member = &self.members[i];
+        let mut uri = format!(
+            "{}&serverSelectionTimeoutMS=2000&connectTimeoutMS=2000&appName=mongo-lease-testkit",
+            member.uri()
+        );
+        let mut shown = uri.clone();
+        if let (Some((user, password)), true) = (&self.opts.auth, self.users_ready) {
+            let userinfo = format!("{}:{}@", encode_userinfo(user), encode_userinfo(password));
+            uri = uri.replacen("mongodb://", &format!("mongodb://{userinfo}"), 1);
+            uri.push_str("&authSource=admin");
+            shown.push_str(" (authenticated)");
+        }
+        Client::with_uri_str(&uri)
+            .await
+            .map_err(|e| TestkitError::driver(format!("creating a client for {shown}"), e))
+    }
+
+    /// Creates the `root` user of an access-controlled set on its primary,
+    /// through the localhost exception (no user exists yet).
+    async fn create_root_user(&self, deadline: Instant) -> Result<(), TestkitError> {
+        let Some((user, password)) = &self.opts.auth else {
+            return Ok(());
+        };
+        loop {
+            let primary = {
+                let clients = self.direct_clients().await?;
+                self.find_primary(&clients).await
+            };
+            if let Some(primary) = primary {
+                let client = self.direct_client(primary).await?;
+                let result = client
+                    .database("admin")
+                    .run_command(doc! {
+                        "createUser": user,
+                        "pwd": password,
+                        "roles": [{ "role": "root", "db": "admin" }],
+                        "writeConcern": { "w": "majority" },
+                    })
+                    .await;
+                match result {
+                    Ok(_) => return Ok(()),
+                    Err(e) if Instant::now() >= deadline => {
+                        return Err(TestkitError::driver("creating the root user", e));
+                    }
+                    Err(e) => tracing::debug!(error = %e, "createUser failed, retrying"),
+                }
+            } else if Instant::now() >= deadline {
+                return Err(self.timeout("a primary to create the root user on".into()));
+            }
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// A URI connecting directly to member `i` only
@@ -759,6 +922,40 @@ impl ReplicaSet {
         Ok(())
     }
 
+    /// Stops member `i` cleanly (`SIGTERM`: a primary steps down first, data
+    /// is flushed) and waits until the process has exited, bounded by
+    /// [`startup_timeout`](ReplicaSetOptions::startup_timeout) (then it is
+    /// killed). Its port and data directory are kept for
+    /// [`restart`](Self::restart). Stopping a member that is not running is a
+    /// no-op.
+    pub async fn stop(&self, i: usize) -> Result<(), TestkitError> {
+        let member = self.member(i)?;
+        let Some(mut child) = member.take_child() else {
+            return Ok(());
+        };
+        #[cfg(unix)]
+        // SAFETY: signalling our own, not yet reaped child.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + self.opts.startup_timeout;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    tracing::debug!(member = i, %status, "stopped mongod");
+                    return Ok(());
+                }
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(self.timeout(format!("member {i} to shut down after SIGTERM")));
+                }
+                Ok(None) => tokio::time::sleep(Duration::from_millis(10)).await,
+                Err(e) => return Err(TestkitError::io("waiting for a stopped mongod", e)),
+            }
+        }
+    }
+
     /// Restarts member `i` on the same port and data directory, killing it
     /// first (`SIGKILL`) if it is running, and waits (bounded by
     /// [`startup_timeout`](ReplicaSetOptions::startup_timeout)) until it
@@ -767,7 +964,9 @@ impl ReplicaSet {
         self.kill(i).await?;
         let member = self.member(i)?;
         let deadline = Instant::now() + self.opts.startup_timeout;
-        member.spawn(&self.mongod, &self.opts).await?;
+        member
+            .spawn(&self.mongod, &self.opts, self.key_file().as_deref())
+            .await?;
         match member
             .wait_listening(deadline, self.opts.startup_timeout)
             .await
@@ -782,7 +981,7 @@ impl ReplicaSet {
             }
             Err(ListenError::Other(e)) => return Err(e),
         }
-        let client = direct_client(member).await?;
+        let client = self.direct_client(i).await?;
         loop {
             if let Some(status) = member.exit_status() {
                 return Err(member.exited_error(status));
@@ -865,7 +1064,7 @@ impl ReplicaSet {
     pub async fn step_down_for(&self, ineligible: Duration) -> Result<usize, TestkitError> {
         let primary = self.primary().await.ok_or(TestkitError::NoPrimary)?;
         let secs = ineligible.as_secs_f64().ceil().max(1.0) as i64;
-        let client = direct_client(&self.members[primary]).await?;
+        let client = self.direct_client(primary).await?;
         let single = self.members.len() == 1;
         // Must be shorter than stepDownSecs; a single member has nobody to
         // wait for (and needs `force`).
@@ -904,15 +1103,37 @@ impl Drop for ReplicaSet {
     }
 }
 
-/// A client for one member with short timeouts, used for polling.
-async fn direct_client(member: &Member) -> Result<Client, TestkitError> {
-    let uri = format!(
-        "{}&serverSelectionTimeoutMS=2000&connectTimeoutMS=2000&appName=mongo-lease-testkit",
-        member.uri()
-    );
-    Client::with_uri_str(&uri)
-        .await
-        .map_err(|e| TestkitError::driver(format!("creating a client for {uri}"), e))
+/// Percent-encodes a user name or password for a connection string.
+fn encode_userinfo(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Writes a random key file (mode 0400) into a fresh temporary directory.
+fn write_key_file() -> Result<TempDir, TestkitError> {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{DIR_PREFIX}{}-key-", std::process::id()))
+        .tempdir()
+        .map_err(|e| TestkitError::io("creating a key file directory", e))?;
+    let key: String = (0..4)
+        .map(|_| format!("{:016x}", super::random_u64()))
+        .collect();
+    let path = dir.path().join("keyfile");
+    std::fs::write(&path, key).map_err(|e| TestkitError::io("writing the key file", e))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400))
+            .map_err(|e| TestkitError::io("restricting the key file's permissions", e))?;
+    }
+    Ok(dir)
 }
 
 fn error_code(e: &mongodb::error::Error) -> Option<i32> {
