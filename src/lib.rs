@@ -54,8 +54,11 @@
 //!
 //! # Non-guarantees
 //!
-//! - Fairness *between* processes: remote waiters poll with backoff; a process
-//!   with local waiters hands a released key to them first.
+//! - Fairness *between* processes: a waiter is woken by another process's
+//!   release through a change stream (a few milliseconds on a replica set;
+//!   jittered polling on a standalone server or when the stream fails), but a
+//!   process with local waiters hands a released key to them first, and the
+//!   first waiting process to retry wins.
 //! - A lease is only as safe as its fencing: a holder paused for longer than
 //!   the safety margin (GC, swapping) can act after its token fired. Check the
 //!   fencing token at the resource.

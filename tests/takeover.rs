@@ -76,3 +76,50 @@ async fn a_crashed_holders_lease_is_taken_over_right_after_it_expires() {
     assert!(doc.get("lid").is_none());
     survivor.shutdown().await.unwrap();
 }
+
+/// A waiter in another process is woken by the release itself (a change
+/// stream of releases), not by its next poll: with a backoff that would make
+/// it wait at least 2.5 s, it still gets the key at once.
+#[tokio::test]
+async fn a_release_wakes_waiters_in_other_processes_at_once() {
+    const TTL: Duration = Duration::from_secs(30);
+    let fx = Fixture::new("wake").await;
+    let holder = fx.manager(TTL).await;
+    let lease = holder.acquire("k").await.unwrap();
+
+    let (mut options, log) = fx.monitored_options(TTL, "").await;
+    options.retry_initial = Duration::from_secs(5);
+    options.retry_max = Duration::from_secs(30);
+    let waiter = mongo_lease::LockManager::connect(options).await.unwrap();
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let lease = waiter.acquire("k").await.unwrap();
+            (Instant::now(), lease)
+        })
+    };
+    // The first attempt found the key held, and the release stream is open.
+    common::eventually(
+        "the waiter's change stream is open",
+        Duration::from_secs(10),
+        || {
+            let opened = log.count("ok:aggregate");
+            async move { opened >= 1 }
+        },
+    )
+    .await;
+    assert_eq!(log.count("findAndModify"), 1, "one attempt so far");
+
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    let released_at = Instant::now();
+    let (acquired_at, lease) = waiting.await.unwrap();
+    let handoff = acquired_at - released_at;
+    assert!(
+        handoff < Duration::from_secs(2),
+        "woken by the release, not by a poll at >= 2.5 s: {handoff:?}"
+    );
+    eprintln!("cross-process handoff after release: {handoff:?}");
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    holder.shutdown().await.unwrap();
+    waiter.shutdown().await.unwrap();
+}

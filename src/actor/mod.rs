@@ -2,8 +2,11 @@
 //!
 //! It holds the store, the held leases with their local deadlines, a FIFO
 //! queue of waiters per key, and its timers, and runs one `select!` loop over
-//! four event sources: commands from the handles, results of store operations
-//! in flight, expired timers (local deadlines and retries), and the heartbeat.
+//! its event sources: commands from the handles, results of store operations
+//! in flight (acquires and releases; renewals apart, so shutdown can drop
+//! them), expired timers (local deadlines and retries), the heartbeat, and,
+//! while some key waits for another owner, a change stream of releases that
+//! wakes that key's waiters at once instead of at their next poll.
 //! Each event has one method. The actor never awaits a store operation inline:
 //! operations run concurrently in a [`FuturesUnordered`] and their results
 //! come back as [`Event`]s, so a slow round trip never delays another command.
@@ -19,7 +22,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
+use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -187,7 +190,30 @@ pub(crate) struct Actor {
     observers: HashMap<String, mpsc::UnboundedSender<observers::Subscriber>>,
     /// Stops every hub when the manager stops.
     stop_observers: CancellationToken,
+    /// Releases by any owner (`Store::watch_releases`), open while some key
+    /// waits for another owner's lease, so that a release wakes its waiters
+    /// at once instead of at their next poll.
+    release_watch: ReleaseWatch,
 }
+
+/// The state of the actor's one stream of releases.
+enum ReleaseWatch {
+    /// Not open: no key waits for another owner.
+    Closed,
+    Open(BoxStream<'static, Result<String>>),
+    /// It failed; reopen no earlier than this (polling still works meanwhile).
+    Failed {
+        retry_at: Instant,
+    },
+    /// The deployment has no change streams (a standalone server): poll only.
+    Unsupported,
+}
+
+/// Longest random delay before a waiter woken by a release tries again.
+const RELEASE_WAKE_JITTER: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// How long a failed release stream stays closed before it is reopened.
+const RELEASE_WATCH_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Actor {
     pub(crate) fn new(
@@ -217,6 +243,7 @@ impl Actor {
             closing: None,
             observers: HashMap::new(),
             stop_observers: CancellationToken::new(),
+            release_watch: ReleaseWatch::Closed,
         }
     }
 
@@ -235,7 +262,11 @@ impl Actor {
                 Some(expired) = self.timers.next(), if open && !self.timers.is_empty() => {
                     self.handle_timer(expired.into_inner())
                 }
-                _ = self.heartbeat.tick(), if open => self.renew_all(),
+                _ = self.heartbeat.tick(), if open => {
+                    self.renew_all();
+                    self.close_release_watch_if_unneeded();
+                }
+                event = next_release(&mut self.release_watch), if open => self.on_release_event(event),
             }
         }
         self.stop_observers.cancel();
@@ -463,6 +494,7 @@ impl Actor {
         });
         self.commands.close();
         self.renewals = FuturesUnordered::new();
+        self.release_watch = ReleaseWatch::Closed;
         // Answer what was queued before the close; releases still happen.
         while let Ok(command) = self.commands.try_recv() {
             match command {
@@ -814,6 +846,72 @@ impl Actor {
         state.failures = state.failures.saturating_add(1);
         let timer = self.timers.insert(Timer::Retry(key.to_string()), delay);
         state.attempt = Attempt::Scheduled(timer);
+        if remaining.is_some() {
+            self.open_release_watch();
+        }
+    }
+
+    // ----- prompt wake-up on releases by other owners ------------------------
+
+    /// Opens the stream of releases if it is not open (or failed long enough ago).
+    fn open_release_watch(&mut self) {
+        let reopen = match &self.release_watch {
+            ReleaseWatch::Closed => true,
+            ReleaseWatch::Failed { retry_at } => Instant::now() >= *retry_at,
+            ReleaseWatch::Open(_) | ReleaseWatch::Unsupported => false,
+        };
+        if reopen {
+            self.release_watch = ReleaseWatch::Open(self.store.watch_releases());
+        }
+    }
+
+    /// Heartbeat: closes the stream once no key waits for another owner.
+    fn close_release_watch_if_unneeded(&mut self) {
+        let waiting = self
+            .keys
+            .values()
+            .any(|s| matches!(s.attempt, Attempt::Scheduled(_)) && !s.waiters.is_empty());
+        if !waiting && matches!(self.release_watch, ReleaseWatch::Open(_)) {
+            self.release_watch = ReleaseWatch::Closed;
+        }
+    }
+
+    /// A lease was released or deleted somewhere: if local callers wait for
+    /// that key, try again now, with up to [`RELEASE_WAKE_JITTER`] of jitter so that
+    /// waiters in several processes do not all arrive in the same instant.
+    fn on_release_event(&mut self, event: Option<Result<String>>) {
+        match event {
+            Some(Ok(key)) => {
+                let Some(state) = self.keys.get_mut(&key) else {
+                    return;
+                };
+                if let Attempt::Scheduled(timer) = state.attempt {
+                    let jitter = rand::Rng::random_range(
+                        &mut rand::rng(),
+                        std::time::Duration::ZERO
+                            ..=RELEASE_WAKE_JITTER.min(self.timing.retry_initial),
+                    );
+                    tracing::trace!(key, "released elsewhere: retrying now");
+                    self.timers.reset(&timer, jitter);
+                }
+            }
+            Some(Err(error)) if error.is_transient() => {
+                tracing::debug!(%error, "release stream failed; reopening later");
+                self.release_watch = ReleaseWatch::Failed {
+                    retry_at: Instant::now() + RELEASE_WATCH_RETRY,
+                };
+            }
+            Some(Err(error)) => {
+                // Typically a standalone server (no change streams, code 40573).
+                tracing::debug!(%error, "no change stream of releases; waiters poll");
+                self.release_watch = ReleaseWatch::Unsupported;
+            }
+            None => {
+                self.release_watch = ReleaseWatch::Failed {
+                    retry_at: Instant::now() + RELEASE_WATCH_RETRY,
+                };
+            }
+        }
     }
 
     /// Starts the key's next attempt if it is free locally and someone waits.
@@ -1070,6 +1168,14 @@ impl Actor {
         if self.keys.get(key).is_some_and(KeyState::is_idle) {
             self.keys.remove(key);
         }
+    }
+}
+
+/// The next item of the release stream, or never if it is not open.
+async fn next_release(watch: &mut ReleaseWatch) -> Option<Result<String>> {
+    match watch {
+        ReleaseWatch::Open(stream) => stream.next().await,
+        _ => std::future::pending().await,
     }
 }
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::task::{JoinHandle, yield_now};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
+use super::RELEASE_WAKE_JITTER;
 use crate::config::Timing;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, ReleaseOutcome};
@@ -1124,4 +1125,62 @@ async fn force_release_of_a_local_lease_cancels_it_and_serves_the_next_waiter() 
     let (page, next) = a.list_page(None, 10).await.unwrap();
     assert_eq!(page.len(), 1);
     assert_eq!(next, None);
+}
+
+// ----- prompt wake-up on releases by other owners -------------------------------
+
+/// A waiter whose next poll is at least a second away gets the key within
+/// `RELEASE_WAKE_JITTER` of another owner's release, in one attempt; its
+/// release stream is open only while it waits.
+#[tokio::test(start_paused = true)]
+async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let b_store = db.store("b", TTL);
+    let slow_polls = Timing {
+        retry_initial: Duration::from_secs(2),
+        retry_max: Duration::from_secs(10),
+        ..timing()
+    };
+    let b = LockManager::start(Arc::new(b_store.clone()), "b".into(), slow_polls);
+    assert_eq!(
+        db.release_watchers(),
+        0,
+        "nothing to watch before anyone waits"
+    );
+
+    let lease = a.acquire("k").await.unwrap();
+    let waiting = waiter(&b, "k").await;
+    settle().await;
+    assert_eq!(
+        b_store.acquire_calls("k").len(),
+        1,
+        "the first attempt found the key held"
+    );
+    assert_eq!(
+        db.release_watchers(),
+        1,
+        "b watches releases while it waits"
+    );
+
+    // Its next poll is at least 1 s away (equal jitter on a 2 s step).
+    sleep(Duration::from_millis(500)).await;
+    let released_at = Instant::now();
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    let (acquired_at, lease) = soon(waiting).await.unwrap().unwrap();
+    assert!(
+        acquired_at - released_at <= RELEASE_WAKE_JITTER,
+        "woken by the release: {:?} after it",
+        acquired_at - released_at
+    );
+    assert_eq!(
+        b_store.acquire_calls("k").len(),
+        2,
+        "one more attempt, right after the release"
+    );
+
+    // Nobody waits any more: the next heartbeat closes the stream.
+    sleep(HEARTBEAT).await;
+    assert_eq!(db.release_watchers(), 0);
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
 }

@@ -113,6 +113,8 @@ pub(crate) struct MemoryDb {
     inner: Arc<Mutex<Collection>>,
     /// Bumped after every change, for `observe`.
     changed: Arc<tokio::sync::watch::Sender<()>>,
+    /// Keys released or deleted, for `watch_releases` (a change stream's twin).
+    released: tokio::sync::broadcast::Sender<String>,
     /// "Server time" as wall clock: `SystemTime` of `epoch.0` is `epoch.1`.
     epoch: (Instant, SystemTime),
 }
@@ -122,6 +124,7 @@ impl Default for MemoryDb {
         MemoryDb {
             inner: Arc::default(),
             changed: Arc::new(tokio::sync::watch::Sender::new(())),
+            released: tokio::sync::broadcast::channel(1024).0,
             epoch: (
                 Instant::now(),
                 SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30),
@@ -202,6 +205,16 @@ fn release_doc(doc: &mut Doc, now: Instant) {
 impl MemoryDb {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Reports a release or delete of `key` to `watch_releases` streams.
+    fn announce_release(&self, key: &str) {
+        let _ = self.released.send(key.to_string());
+    }
+
+    /// How many `watch_releases` streams are open.
+    pub fn release_watchers(&self) -> usize {
+        self.released.receiver_count()
     }
 
     /// How many `observe` streams are open.
@@ -351,6 +364,7 @@ impl MemoryDb {
         coll.docs.remove(key);
         coll.foreign.remove(key);
         drop(coll);
+        self.announce_release(key);
         self.touch();
     }
 }
@@ -644,6 +658,20 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn watch_releases(&self) -> BoxStream<'static, Result<String>> {
+        let released = self.db.released.subscribe();
+        futures::stream::unfold(released, |mut released| async move {
+            loop {
+                match released.recv().await {
+                    Ok(key) => return Some((Ok(key), released)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .boxed()
+    }
+
     fn acquire(&self, key: String, lease_id: Uuid) -> BoxFuture<'static, Result<AcquireOutcome>> {
         let (owner, ttl) = (self.owner.clone(), self.ttl);
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
@@ -679,6 +707,7 @@ impl Store for MemoryStore {
             return futures::future::ready(Ok(0)).boxed();
         }
         let keys = leases.iter().map(|l| l.key.clone()).collect();
+        let db = self.db.clone();
         self.run(Op::Release, keys, move |coll, now| {
             let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
@@ -686,6 +715,7 @@ impl Store for MemoryStore {
             for (key, doc) in coll.docs.iter_mut() {
                 if lease_matches(key, doc, &keys, &ids) {
                     release_doc(doc, now);
+                    db.announce_release(key);
                     n += 1;
                 }
             }
@@ -695,12 +725,14 @@ impl Store for MemoryStore {
 
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
         let owner = self.owner.clone();
+        let db = self.db.clone();
         self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
             let except: HashSet<Uuid> = except.into_iter().collect();
             let mut n = 0;
-            for doc in coll.docs.values_mut() {
+            for (key, doc) in coll.docs.iter_mut() {
                 if doc.owner == owner && doc.lease_id.is_some_and(|id| !except.contains(&id)) {
                     release_doc(doc, now);
+                    db.announce_release(key);
                     n += 1;
                 }
             }
@@ -754,6 +786,7 @@ impl Store for MemoryStore {
             }
             let before = db.info(&key, doc, now);
             release_doc(doc, now);
+            db.announce_release(&key);
             Ok(Some(before))
         })
     }

@@ -165,4 +165,11 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// in order; `None` while the key has no document. Transient errors are
     /// retried inside; a permanent error is the last item.
     fn observe(&self, key: String) -> BoxStream<'static, Result<Option<LeaseInfo>>>;
+
+    /// Keys of leases just released or deleted, from any owner, for waking
+    /// local waiters at once instead of at their next poll. Expiries are not
+    /// reported (no write happens). Best effort: the stream ends, or yields an
+    /// error, when the deployment has no change streams or the stream broke;
+    /// the actor then keeps polling.
+    fn watch_releases(&self) -> BoxStream<'static, Result<String>>;
 }

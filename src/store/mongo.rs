@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{FutureExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::{
     CollectionOptions, IndexOptions, ReadConcern, ReadPreference, ReturnDocument,
@@ -504,7 +504,46 @@ impl MongoStore {
     }
 }
 
+impl MongoStore {
+    /// A change stream of releases (an update that removed `lid`) and deletes
+    /// (TTL monitor, operators), reduced to the key. Opening it is part of
+    /// the stream's first poll, so the caller never waits for it.
+    fn release_events(&self) -> BoxStream<'static, Result<String>> {
+        let store = self.clone();
+        let pipeline = [
+            doc! { "$match": { "$or": [
+                { "operationType": "delete" },
+                { "operationType": "update", "updateDescription.removedFields": field::LEASE_ID },
+            ]}},
+            doc! { "$project": { "operationType": 1, "documentKey": 1 } },
+        ];
+        futures::stream::once(
+            async move { store.bounded(store.coll.watch().pipeline(pipeline)).await },
+        )
+        .map(|opened| match opened {
+            Ok(stream) => stream
+                .filter_map(|event| async move {
+                    match event {
+                        Ok(event) => event
+                            .document_key
+                            .and_then(|k| k.get_str(field::ID).ok().map(str::to_string))
+                            .map(Ok),
+                        Err(e) => Some(Err(Error::from(e))),
+                    }
+                })
+                .boxed(),
+            Err(e) => futures::stream::iter([Err(e)]).boxed(),
+        })
+        .flatten()
+        .boxed()
+    }
+}
+
 impl Store for MongoStore {
+    fn watch_releases(&self) -> BoxStream<'static, Result<String>> {
+        self.release_events()
+    }
+
     fn acquire(&self, key: String, lease_id: Uuid) -> BoxFuture<'static, Result<AcquireOutcome>> {
         let store = self.clone();
         async move { store.acquire_once(key, lease_id).await }.boxed()

@@ -82,7 +82,8 @@ impl Fixture {
 pub struct CommandLog(std::sync::Arc<std::sync::Mutex<Vec<(String, Document)>>>);
 
 impl CommandLog {
-    /// `(command name, command document)` of every command sent so far.
+    /// `(command name, command document)` of every command sent so far, and
+    /// `("ok:<command name>", reply)` of every successful reply.
     pub fn all(&self) -> Vec<(String, Document)> {
         self.0.lock().unwrap().clone()
     }
@@ -120,12 +121,13 @@ impl Fixture {
             .expect("uri");
         let sink = log.clone();
         client_options.command_event_handler = Some(EventHandler::callback(move |event| {
-            if let CommandEvent::Started(started) = event {
-                sink.0
-                    .lock()
-                    .unwrap()
-                    .push((started.command_name, started.command));
-            }
+            let entry = match event {
+                CommandEvent::Started(started) => (started.command_name, started.command),
+                // Replies are logged as "ok:<command name>" with the reply document.
+                CommandEvent::Succeeded(done) => (format!("ok:{}", done.command_name), done.reply),
+                _ => return,
+            };
+            sink.0.lock().unwrap().push(entry);
         }));
         let client = Client::with_options(client_options).expect("client");
         let options = LockManagerOptions::builder()
