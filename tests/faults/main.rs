@@ -210,7 +210,8 @@ async fn b_primary_step_down_every_few_seconds() {
         return;
     };
     let p = Params {
-        long_hold_pct: 5,
+        keys: 4,
+        long_hold_pct: 30,
         ..params(6.0)
     };
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;
@@ -263,7 +264,8 @@ async fn c_primary_kill_9_and_restart() {
         return;
     };
     let p = Params {
-        long_hold_pct: 5,
+        keys: 4,
+        long_hold_pct: 30,
         ..params(6.0)
     };
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;
@@ -593,7 +595,8 @@ async fn g_restart_all_members() {
         return;
     };
     let p = Params {
-        long_hold_pct: 5,
+        keys: 4,
+        long_hold_pct: 30,
         ..params(6.0)
     };
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;
