@@ -580,10 +580,7 @@ fn a_killed_leader_is_replaced_after_its_ttl() {
     let second_term = token_of(&second.expect_line("leading"));
     let took = killed_at.elapsed();
     assert!(second_term > first_term);
-    assert!(
-        took < Duration::from_secs(5),
-        "took over after {took:?}"
-    );
+    assert!(took < Duration::from_secs(5), "took over after {took:?}");
     // The first leader's command died with it (parent-death signal).
     let out = Command::new("pgrep")
         .args(["-f", &format!("leading {first_term}")])

@@ -18,7 +18,8 @@
 pub(crate) mod command;
 mod observers;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -54,7 +55,6 @@ struct Held {
     cancel: CancellationToken,
     /// Start of the last confirmed renewal (or of the acquire) + ttl − safety margin.
     deadline: Instant,
-    deadline_timer: delay_queue::Key,
     /// A renewal of this lease is in flight or scheduled for retry.
     renewing: bool,
 }
@@ -107,8 +107,6 @@ impl KeyState {
 }
 
 enum Timer {
-    /// A held lease's local deadline passed without a confirmed renewal.
-    Deadline(String),
     /// Time for the key's next acquire attempt.
     Retry(String),
     /// Retry a renewal batch that failed.
@@ -183,7 +181,13 @@ pub(crate) struct Actor {
     /// starts: it releases by owner id, so it would also free a lease
     /// acquired meanwhile, whose holder would not know.
     releasing_all: u32,
+    /// Retries; few at a time (one per waiting key, one per failed renewal batch).
     timers: DelayQueue<Timer>,
+    /// Local deadlines of held leases: a min-heap with one entry per lease,
+    /// `(deadline, key, lease id)`, checked lazily against `Held::deadline`
+    /// (renewals move that field only; resetting one timer per lease per
+    /// heartbeat would cost O(n) timer operations per tick).
+    deadlines: BinaryHeap<Reverse<(Instant, String, Uuid)>>,
     heartbeat: Interval,
     closing: Option<Closing>,
     /// The control channel of each observed key's hub (`observers::run_hub`).
@@ -239,6 +243,7 @@ impl Actor {
             renewals: FuturesUnordered::new(),
             releasing_all: 0,
             timers: DelayQueue::new(),
+            deadlines: BinaryHeap::new(),
             heartbeat,
             closing: None,
             observers: HashMap::new(),
@@ -262,6 +267,7 @@ impl Actor {
                 Some(expired) = self.timers.next(), if open && !self.timers.is_empty() => {
                     self.handle_timer(expired.into_inner())
                 }
+                _ = sleep_until_deadline(self.deadlines.peek()), if open => self.on_deadline_due(),
                 _ = self.heartbeat.tick(), if open => {
                     self.renew_all();
                     self.close_release_watch_if_unneeded();
@@ -379,7 +385,6 @@ impl Actor {
 
     fn handle_timer(&mut self, timer: Timer) {
         match timer {
-            Timer::Deadline(key) => self.on_deadline(key),
             Timer::Retry(key) => {
                 if let Some(state) = self.keys.get_mut(&key) {
                     state.attempt = Attempt::Idle;
@@ -807,15 +812,13 @@ impl Actor {
                 break;
             };
             let cancel = CancellationToken::new();
-            let deadline_timer = self
-                .timers
-                .insert_at(Timer::Deadline(key.to_string()), deadline);
+            self.deadlines
+                .push(Reverse((deadline, key.to_string(), lease_id)));
             state.held = Some(Held {
                 lease_id,
                 token,
                 cancel: cancel.clone(),
                 deadline,
-                deadline_timer,
                 renewing: false,
             });
             tracing::debug!(key, token, "lease acquired");
@@ -1031,9 +1034,36 @@ impl Actor {
                 self.take_held(&lease.key);
                 self.serve_next(&lease.key);
             } else if deadline > held.deadline {
+                // The heap entry is re-armed lazily when it comes due.
                 held.deadline = deadline;
-                self.timers.reset_at(&held.deadline_timer, deadline);
             }
+        }
+    }
+
+    /// The earliest entry of the deadline heap came due: the lease it names is
+    /// lost if its deadline really passed; if a renewal moved the deadline,
+    /// the entry is pushed again at the new one; if the lease is gone, the
+    /// entry is dropped. So the heap holds one entry per held lease, and a
+    /// renewal costs no heap operation.
+    fn on_deadline_due(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((due, _, _))) = self.deadlines.peek() {
+            if *due > now {
+                break;
+            }
+            let Reverse((_, key, lease_id)) = self.deadlines.pop().expect("peeked");
+            let Some(held) = self.keys.get(&key).and_then(|s| s.held.as_ref()) else {
+                continue;
+            };
+            if held.lease_id != lease_id {
+                continue;
+            }
+            if held.deadline > now {
+                let deadline = held.deadline;
+                self.deadlines.push(Reverse((deadline, key, lease_id)));
+                continue;
+            }
+            self.on_deadline(key);
         }
     }
 
@@ -1041,7 +1071,6 @@ impl Actor {
         let Some(held) = self.keys.get_mut(&key).and_then(|s| s.held.take()) else {
             return;
         };
-        // The timer has fired, so `held.deadline_timer` is spent.
         held.cancel.cancel();
         tracing::warn!(
             key,
@@ -1138,10 +1167,10 @@ impl Actor {
             .filter(|h| h.lease_id == lease_id)
     }
 
-    /// Removes the key's held lease: cancels its token and its deadline timer.
+    /// Removes the key's held lease and cancels its token (its deadline
+    /// heap entry is dropped when it comes due).
     fn take_held(&mut self, key: &str) -> Option<Held> {
         let held = self.keys.get_mut(key)?.held.take()?;
-        self.timers.remove(&held.deadline_timer);
         held.cancel.cancel();
         Some(held)
     }
@@ -1168,6 +1197,14 @@ impl Actor {
         if self.keys.get(key).is_some_and(KeyState::is_idle) {
             self.keys.remove(key);
         }
+    }
+}
+
+/// Sleeps until the earliest local deadline, or forever if no lease is held.
+async fn sleep_until_deadline(next: Option<&Reverse<(Instant, String, Uuid)>>) {
+    match next {
+        Some(Reverse((deadline, _, _))) => tokio::time::sleep_until(*deadline).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -140,6 +140,20 @@ impl MongoStore {
                 .await
                 .map_err(unreachable)?
         };
+        // A unique index on anything but `_id` would make leases of different
+        // keys collide (E11000 on insert): refuse the collection up front.
+        if let Some(index) = existing.iter().find(|index| {
+            index.keys != doc! { field::ID: 1 }
+                && index.options.as_ref().and_then(|o| o.unique) == Some(true)
+        }) {
+            return Err(Error::UnusableCollection {
+                reason: format!(
+                    "{db}.{name} has a unique index on {}; lock documents of different keys \
+                     would collide. Drop it or use another collection",
+                    index.keys
+                ),
+            });
+        }
         let gc_index = existing
             .iter()
             .find(|index| index.keys == doc! { field::EXPIRES_AT: 1 });
@@ -168,7 +182,9 @@ impl MongoStore {
                             .build(),
                     )
                     .build();
-                self.create_index(model).await.map_err(unreachable)?;
+                if !self.create_index(model).await.map_err(unreachable)? {
+                    self.require_gc_index().await.map_err(unreachable)?;
+                }
             }
         }
         if !existing.iter().any(|i| i.keys == doc! { field::OWNER: 1 }) {
@@ -185,17 +201,44 @@ impl MongoStore {
         Ok(())
     }
 
-    async fn create_index(&self, model: IndexModel) -> Result<()> {
+    /// Creates `model`; `Ok(false)` if an index with the same name or keys but
+    /// other options exists (IndexOptionsConflict / IndexKeySpecsConflict), for
+    /// example created by another manager meanwhile: the caller checks it.
+    async fn create_index(&self, model: IndexModel) -> Result<bool> {
         match self.bounded(self.coll.create_index(model)).await {
-            Ok(_) => Ok(()),
-            // IndexOptionsConflict / IndexKeySpecsConflict: another manager created an
-            // equivalent index first, with other options. Keep theirs.
+            Ok(_) => Ok(true),
             Err(Error::Database(e)) if matches!(command_code(&e), Some(85 | 86)) => {
-                tracing::debug!(error = %e, "an equivalent index already exists");
-                Ok(())
+                tracing::debug!(error = %e, "a conflicting index exists");
+                Ok(false)
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// After a conflict creating the TTL index: there must now be a TTL index
+    /// on `exp` (another manager's), not just an index that took its name.
+    async fn require_gc_index(&self) -> Result<()> {
+        let indexes: Vec<IndexModel> = self
+            .bounded(async { self.coll.list_indexes().await?.try_collect().await })
+            .await?;
+        let ttl_on_exp = indexes.iter().any(|index| {
+            index.keys == doc! { field::EXPIRES_AT: 1 }
+                && index
+                    .options
+                    .as_ref()
+                    .and_then(|o| o.expire_after)
+                    .is_some()
+        });
+        if ttl_on_exp {
+            return Ok(());
+        }
+        let ns = self.coll.namespace();
+        Err(Error::UnusableCollection {
+            reason: format!(
+                "{ns} has an index named {GC_INDEX_NAME:?} that is not a TTL index on `exp`; \
+                 lock documents would never be deleted. Drop it or use another collection"
+            ),
+        })
     }
 
     /// The projection every read of a lock document uses; `now` is the server's
@@ -401,7 +444,15 @@ impl MongoStore {
             Ok(Some(doc)) => return Self::classify(&key, lease_id, &doc),
             Ok(None) => {}
             // A duplicate-key error from a concurrent upsert means "held": re-read.
-            Err(Error::Database(e)) if is_duplicate_key(&e) => {}
+            Err(Error::Database(e)) if is_duplicate_key(&e) && is_on_id_index(&e) => {}
+            // On another unique index it would fail the same way every time.
+            Err(Error::Database(e)) if is_duplicate_key(&e) => {
+                return Err(Error::UnusableCollection {
+                    reason: format!(
+                        "a unique index other than `_id` refused the lease for {key:?}: {e}"
+                    ),
+                });
+            }
             // Outcome unknown (network, failover, timeout): resolve by re-reading,
             // never by assuming (MONGODB-FACTS Q7).
             Err(e) if e.is_transient() => {
@@ -618,7 +669,20 @@ pub(super) fn command_code(e: &mongodb::error::Error) -> Option<i32> {
     }
 }
 
-/// E11000: two upserts raced to insert the same `_id`. The other one won.
+/// E11000: a write would duplicate a unique index's key.
 fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
     command_code(e) == Some(11000)
+}
+
+/// Whether a duplicate-key error is on the `_id` index: two upserts raced to
+/// insert the same key, and the other one won (MONGODB-FACTS Q1). The server
+/// names the index in the message: `... index: _id_ dup key: { _id: "k1" }`.
+fn is_on_id_index(e: &mongodb::error::Error) -> bool {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    let message = match &*e.kind {
+        ErrorKind::Command(c) => c.message.as_str(),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => w.message.as_str(),
+        _ => return false,
+    };
+    message.contains("index: _id_ ")
 }
