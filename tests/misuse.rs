@@ -102,6 +102,19 @@ async fn an_unresolvable_host_is_a_bounded_clear_error() {
     eprintln!("unresolvable host: {e} (after {took:?})");
 }
 
+/// A dedicated 1-member replica set with a fault proxy in front of it, and a
+/// direct-connection URI that goes through the proxy.
+async fn server_behind_proxy() -> (ReplicaSet, FaultProxy, String) {
+    let rs = ReplicaSet::start(ReplicaSetOptions::default())
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], rs.members()[0].port()).into())
+        .await
+        .unwrap();
+    let uri = format!("mongodb://{}/?directConnection=true", proxy.addr());
+    (rs, proxy, uri)
+}
+
 /// A server that accepts the connection and then never answers (a
 /// blackholed link): connect gives up after the operation timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,14 +122,8 @@ async fn a_server_that_never_answers_is_a_bounded_clear_error() {
     if !own_servers() {
         return;
     }
-    let rs = ReplicaSet::start(ReplicaSetOptions::default())
-        .await
-        .unwrap();
-    let proxy = FaultProxy::start(([127, 0, 0, 1], rs.members()[0].port()).into())
-        .await
-        .unwrap();
+    let (_rs, proxy, uri) = server_behind_proxy().await;
     proxy.blackhole();
-    let uri = format!("mongodb://{}/?directConnection=true", proxy.addr());
     let options = options_for(&uri, "d", Duration::from_millis(800)).await;
     let (result, took) = bounded(
         "connect",
@@ -138,13 +145,7 @@ async fn losing_the_server_mid_lease_gives_bounded_calls_and_a_fired_token() {
     if !own_servers() {
         return;
     }
-    let rs = ReplicaSet::start(ReplicaSetOptions::default())
-        .await
-        .unwrap();
-    let proxy = FaultProxy::start(([127, 0, 0, 1], rs.members()[0].port()).into())
-        .await
-        .unwrap();
-    let uri = format!("mongodb://{}/?directConnection=true", proxy.addr());
+    let (_rs, proxy, uri) = server_behind_proxy().await;
     let op = Duration::from_millis(800);
     let manager = LockManager::connect(options_for(&uri, "d", op).await)
         .await
