@@ -131,6 +131,10 @@ pub struct LockManagerOptions {
 
     /// Longest delay of a waiting acquire's backoff; the delay is also capped by
     /// the holder's remaining lease time. Default [`DEFAULT_RETRY_MAX`].
+    ///
+    /// Also the yield window: after releasing a lease that another manager
+    /// waited for, this manager cannot take the key back for this long, which
+    /// gives a polling waiter time for its next retry.
     #[builder(default = DEFAULT_RETRY_MAX)]
     pub retry_max: Duration,
 

@@ -49,16 +49,21 @@
 //!   another owner can acquire the key.
 //! - **Safe release**: releases match owner id and lease id, so a stale holder
 //!   never releases its successor's lease.
-//! - **Fair local waiting**: local waiters are served first in, first out, and
-//!   one retry loop per key (jittered exponential backoff) talks to MongoDB.
+//! - **Fair waiting**: local waiters are served first in, first out, and one
+//!   retry loop per key (jittered exponential backoff) talks to MongoDB. A
+//!   release that another manager waited for yields the key to it (for up to
+//!   the releasing manager's `retry_max`), so a manager whose tasks keep
+//!   re-acquiring a key cannot starve the others.
 //!
 //! # Non-guarantees
 //!
-//! - Fairness *between* processes: a waiter is woken by another process's
-//!   release through a change stream (a few milliseconds on a replica set;
-//!   jittered polling on a standalone server or when the stream fails), but a
-//!   process with local waiters hands a released key to them first, and the
-//!   first waiting process to retry wins.
+//! - First-come order *between* processes: a waiter is woken by another
+//!   process's release through a change stream (a few milliseconds on a
+//!   replica set; jittered polling on a standalone server or when the stream
+//!   fails). No queue of remote waiters is stored: with several processes
+//!   waiting, the first to retry after a release wins, and a yielded key goes
+//!   back to its last holder if no other manager takes it within the yield
+//!   window.
 //! - A lease is only as safe as its fencing: a holder paused for longer than
 //!   the safety margin (GC, swapping) can act after its token fired. Check the
 //!   fencing token at the resource.

@@ -91,6 +91,7 @@ impl LockManager {
             &options.collection,
             owner_id.clone(),
             timing.ttl,
+            timing.retry_max,
             timing.operation_timeout,
         );
         store.prepare(options.gc_grace).await?;
@@ -133,8 +134,11 @@ impl LockManager {
     /// Local callers waiting for one key are served first in, first out; one
     /// retry loop per key talks to MongoDB, with jittered exponential backoff
     /// capped by the holder's remaining lease time. A key released by this
-    /// manager goes to the next local waiter at once. Transient database
-    /// errors are retried (and logged) while waiting.
+    /// manager goes to the next local waiter at once, unless another manager
+    /// waited for that lease: then the release yields the key to it, and local
+    /// waiters get it back after its next release, or after
+    /// [`retry_max`](crate::LockManagerOptions::retry_max) if nobody else took
+    /// it. Transient database errors are retried (and logged) while waiting.
     ///
     /// # Errors
     ///

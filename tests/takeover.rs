@@ -123,3 +123,73 @@ async fn a_release_wakes_waiters_in_other_processes_at_once() {
     holder.shutdown().await.unwrap();
     waiter.shutdown().await.unwrap();
 }
+
+/// Fairness between processes: a manager whose tasks keep re-acquiring a key
+/// hands it over locally at once, so a waiter in another process would only
+/// get it when a poll happens to land between a release and the next local
+/// acquisition. A waiting acquire marks the lease (`wt`) and the release of a
+/// marked lease yields the key (`yu`), so the other manager gets it at the
+/// busy manager's next release, every round; a `try_acquire` leaves no mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_another_manager_waited_for_yields_the_key_to_it() {
+    const TTL: Duration = Duration::from_secs(30);
+    const HOLD: Duration = Duration::from_millis(200);
+    let fx = Fixture::new("fair").await;
+    let busy = fx.manager(TTL).await;
+    let other = fx.manager(TTL).await;
+    let lease = busy.acquire("hot").await.unwrap();
+    assert!(other.try_acquire("hot").await.unwrap().is_none());
+    assert!(
+        !fx.doc("hot").await.contains_key("wt"),
+        "a try_acquire marked the lease as waited for"
+    );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    assert!(!fx.doc("hot").await.contains_key("yu"), "yielded to nobody");
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut loops = Vec::new();
+    for _ in 0..2 {
+        let (busy, stop) = (busy.clone(), stop.clone());
+        loops.push(tokio::spawn(async move {
+            let mut held = 0;
+            while !stop.is_cancelled() {
+                let lease = busy.acquire("hot").await.unwrap();
+                held += 1;
+                tokio::time::sleep(HOLD).await;
+                assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+            }
+            held
+        }));
+    }
+    for round in 0..5 {
+        // Expected at the busy manager's next release; without the yield, only
+        // a poll that happens to land between a release and the next local
+        // acquisition (a few ms every HOLD) would get it.
+        let lease = tokio::time::timeout(HOLD * 10, other.acquire("hot"))
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: starved by the busy manager"))
+            .unwrap();
+        let doc = fx.doc("hot").await;
+        assert_eq!(doc.get_str("aid").unwrap(), other.owner_id());
+        // The busy manager's tasks wait on it now: they marked it, so this
+        // release yields the key back to them.
+        common::eventually(
+            "the busy manager waits",
+            Duration::from_secs(10),
+            || async { fx.doc("hot").await.contains_key("wt") },
+        )
+        .await;
+        assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+        let doc = fx.doc("hot").await;
+        assert!(
+            doc.get_str("aid").unwrap() == busy.owner_id() || doc.contains_key("yu"),
+            "round {round}: the release did not yield: {doc:?}"
+        );
+    }
+    stop.cancel();
+    for l in loops {
+        assert!(l.await.unwrap() > 0);
+    }
+    busy.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}

@@ -730,9 +730,10 @@ impl Actor {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
         state.attempt = Attempt::InFlight;
         let lease_id = state.next_lease_id;
+        let waiting = state.waiters.iter().any(|w| w.mode != AcquireMode::Try);
         let sent_at = Instant::now();
         let key = key.to_string();
-        let acquire = self.store.acquire(key.clone(), lease_id);
+        let acquire = self.store.acquire(key.clone(), lease_id, waiting);
         self.tasks.push(
             async move {
                 Event::Acquired {

@@ -10,15 +10,20 @@
 //! The rules are those of [`MongoStore`](super::MongoStore):
 //!
 //! - **acquire** wins if there is no document, or the document carries this
-//!   lease id (a retry: token unchanged, expiry refreshed), or `exp <= now`;
-//!   the winner gets `token = previous + 1` and `exp = now + ttl`. Otherwise
-//!   the outcome is `Held { holder, remaining: exp - now }`.
+//!   lease id (a retry: token unchanged, expiry refreshed), or `exp <= now`
+//!   and the key is not yielded by this owner (`yu > now`); the winner gets
+//!   `token = previous + 1` and `exp = now + ttl`, without `wt` / `yu`.
+//!   Otherwise the outcome is `Held { holder, remaining: exp - now }` (`yu -
+//!   now` if yielded by this owner), and a `waiting` attempt on a lease held
+//!   by another owner sets `wt` if unset.
 //! - **renew** sets `exp = now + ttl` on documents whose key is among the
 //!   leases' keys and whose lease id is among their lease ids (the same `$in`
 //!   / `$in` filter as `MongoStore`; expiry is not checked, as on the server),
 //!   and returns the keys that did not match.
 //! - **release** sets `exp = min(exp, now)` and clears the lease id of the
-//!   matching documents; returns how many matched.
+//!   matching documents, and if `wt` is set clears it and sets `yu = now +
+//!   yield window` (the store's, [`DEFAULT_RETRY_MAX`] unless set with
+//!   [`MemoryStore::with_yield_window`]); returns how many matched.
 //! - **release_owner(except)** does the same to every document of this owner
 //!   that still has a lease id, not in `except`.
 //!
@@ -55,6 +60,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{AcquireOutcome, LeaseRef, Store};
+use crate::config::DEFAULT_RETRY_MAX;
 use crate::error::{Error, Result};
 use crate::lease::LeaseInfo;
 
@@ -75,6 +81,10 @@ pub(crate) struct Doc {
     pub renewed: Instant,
     /// `data`: the holder's payload.
     pub payload: Option<Document>,
+    /// `wt`: when another owner first waited for the current lease.
+    pub waiting_since: Option<Instant>,
+    /// `yu`: until when the last holder yielded the key to waiting owners.
+    pub yield_until: Option<Instant>,
 }
 
 impl Doc {
@@ -89,6 +99,17 @@ impl Doc {
             acquired: now,
             renewed: now,
             payload: None,
+            waiting_since: None,
+            yield_until: None,
+        }
+    }
+
+    /// The lease as observers see it: without the fairness fields.
+    fn observed(&self) -> Doc {
+        Doc {
+            waiting_since: None,
+            yield_until: None,
+            ..self.clone()
         }
     }
 }
@@ -97,6 +118,11 @@ impl Doc {
     /// Free by the protocol's rule: `exp <= now`.
     pub fn is_free_at(&self, now: Instant) -> bool {
         self.exp <= now
+    }
+
+    /// Yielded by `owner` to waiting owners: `owner` cannot take it back yet.
+    pub fn yielded_by(&self, owner: &str, now: Instant) -> bool {
+        self.owner == owner && self.yield_until.is_some_and(|until| until > now)
     }
 }
 
@@ -145,6 +171,7 @@ fn apply_acquire(
     owner: &str,
     lease_id: Uuid,
     ttl: Duration,
+    waiting: bool,
     now: Instant,
 ) -> Result<AcquireOutcome> {
     if coll.foreign.contains(key) {
@@ -164,6 +191,8 @@ fn apply_acquire(
                     acquired: now,
                     renewed: now,
                     payload: None,
+                    waiting_since: None,
+                    yield_until: None,
                 },
             );
             Ok(AcquireOutcome::Acquired { token: 1 })
@@ -175,7 +204,7 @@ fn apply_acquire(
             doc.renewed = now;
             Ok(AcquireOutcome::Acquired { token: doc.token })
         }
-        Some(doc) if doc.exp <= now => {
+        Some(doc) if doc.exp <= now && !doc.yielded_by(owner, now) => {
             doc.owner = owner.to_string();
             doc.lease_id = Some(lease_id);
             doc.token += 1;
@@ -183,12 +212,24 @@ fn apply_acquire(
             doc.acquired = now;
             doc.renewed = now;
             doc.payload = None;
+            doc.waiting_since = None;
+            doc.yield_until = None;
             Ok(AcquireOutcome::Acquired { token: doc.token })
         }
-        Some(doc) => Ok(AcquireOutcome::Held {
-            holder: doc.owner.clone(),
-            remaining: doc.exp.saturating_duration_since(now),
-        }),
+        Some(doc) => {
+            let held_by_other = doc.lease_id.is_some() && doc.exp > now && doc.owner != owner;
+            if waiting && held_by_other && doc.waiting_since.is_none() {
+                doc.waiting_since = Some(now);
+            }
+            let until = match doc.yield_until {
+                Some(until) if doc.owner == owner => doc.exp.max(until),
+                _ => doc.exp,
+            };
+            Ok(AcquireOutcome::Held {
+                holder: doc.owner.clone(),
+                remaining: until.saturating_duration_since(now),
+            })
+        }
     }
 }
 
@@ -197,9 +238,12 @@ fn lease_matches(key: &str, doc: &Doc, keys: &HashSet<&str>, ids: &HashSet<Uuid>
     keys.contains(key) && doc.lease_id.is_some_and(|id| ids.contains(&id))
 }
 
-fn release_doc(doc: &mut Doc, now: Instant) {
+fn release_doc(doc: &mut Doc, now: Instant, yield_window: Duration) {
     doc.exp = doc.exp.min(now);
     doc.lease_id = None;
+    if doc.waiting_since.take().is_some() {
+        doc.yield_until = Some(now + yield_window);
+    }
 }
 
 impl MemoryDb {
@@ -256,6 +300,7 @@ impl MemoryDb {
             db: self.clone(),
             owner: owner.into(),
             ttl,
+            yield_window: DEFAULT_RETRY_MAX,
             control: Arc::new(Mutex::new(Control::default())),
         }
     }
@@ -293,6 +338,7 @@ impl MemoryDb {
             owner,
             Uuid::new_v4(),
             ttl,
+            false,
             Instant::now(),
         )
         .expect("try_take on a foreign document");
@@ -315,6 +361,8 @@ impl MemoryDb {
             acquired: now,
             renewed: now,
             payload: None,
+            waiting_since: None,
+            yield_until: None,
         });
         doc.owner = owner.to_string();
         doc.lease_id = Some(Uuid::new_v4());
@@ -323,6 +371,8 @@ impl MemoryDb {
         doc.acquired = now;
         doc.renewed = now;
         doc.payload = None;
+        doc.waiting_since = None;
+        doc.yield_until = None;
         let token = doc.token;
         drop(coll);
         self.touch();
@@ -434,6 +484,7 @@ pub(crate) struct MemoryStore {
     db: MemoryDb,
     owner: String,
     ttl: Duration,
+    yield_window: Duration,
     control: Arc<Mutex<Control>>,
 }
 
@@ -472,6 +523,13 @@ impl MemoryStore {
 
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// This store with another yield window (how long a release that another
+    /// owner waited for keeps this owner from taking the key back).
+    pub fn with_yield_window(mut self, yield_window: Duration) -> Self {
+        self.yield_window = yield_window;
+        self
     }
 
     /// Every later call of `op` waits this long, then is applied.
@@ -672,10 +730,15 @@ impl Store for MemoryStore {
         .boxed()
     }
 
-    fn acquire(&self, key: String, lease_id: Uuid) -> BoxFuture<'static, Result<AcquireOutcome>> {
+    fn acquire(
+        &self,
+        key: String,
+        lease_id: Uuid,
+        waiting: bool,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
         let (owner, ttl) = (self.owner.clone(), self.ttl);
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
-            apply_acquire(coll, &key, &owner, lease_id, ttl, now)
+            apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now)
         })
     }
 
@@ -708,13 +771,14 @@ impl Store for MemoryStore {
         }
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         let db = self.db.clone();
+        let yield_window = self.yield_window;
         self.run(Op::Release, keys, move |coll, now| {
             let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
             let mut n = 0;
             for (key, doc) in coll.docs.iter_mut() {
                 if lease_matches(key, doc, &keys, &ids) {
-                    release_doc(doc, now);
+                    release_doc(doc, now, yield_window);
                     db.announce_release(key);
                     n += 1;
                 }
@@ -726,12 +790,13 @@ impl Store for MemoryStore {
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
         let owner = self.owner.clone();
         let db = self.db.clone();
+        let yield_window = self.yield_window;
         self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
             let except: HashSet<Uuid> = except.into_iter().collect();
             let mut n = 0;
             for (key, doc) in coll.docs.iter_mut() {
                 if doc.owner == owner && doc.lease_id.is_some_and(|id| !except.contains(&id)) {
-                    release_doc(doc, now);
+                    release_doc(doc, now, yield_window);
                     db.announce_release(key);
                     n += 1;
                 }
@@ -777,6 +842,7 @@ impl Store for MemoryStore {
 
     fn force_release(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let db = self.db.clone();
+        let yield_window = self.yield_window;
         self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
             let Some(doc) = coll.docs.get_mut(&key) else {
                 return Ok(None);
@@ -785,7 +851,7 @@ impl Store for MemoryStore {
                 return Ok(None);
             }
             let before = db.info(&key, doc, now);
-            release_doc(doc, now);
+            release_doc(doc, now, yield_window);
             db.announce_release(&key);
             Ok(Some(before))
         })
@@ -838,7 +904,7 @@ impl Store for MemoryStore {
                     first = false;
                     changed.borrow_and_update();
                     let now = Instant::now();
-                    let doc = db.doc(&key);
+                    let doc = db.doc(&key).map(|d| d.observed());
                     let held = doc
                         .as_ref()
                         .is_some_and(|d| d.lease_id.is_some() && d.exp > now);

@@ -20,10 +20,29 @@
 //! | `ts` | date | server time (`$$NOW`) of the last acquire or renewal |
 //! | `exp` | date | server time at which the lease expires (`ts + ttl`, or the release time) |
 //! | `data` | document, optional | payload set by the holder (`Lease::set_payload`); absent after a new acquisition |
+//! | `wt` | date, optional | server time at which another owner first waited for the current lease; removed by release and by a new acquisition |
+//! | `yu` | date, optional | set by a release that another owner waited for: until then the releasing owner (`aid`) cannot take the key back |
 //!
 //! A lease is free when `exp <= $$NOW` on the server. A TTL index on `exp`
 //! (`expireAfterSeconds` = the manager's GC grace) deletes released and
 //! abandoned documents; takeover never waits for it.
+//!
+//! # Fairness between owners
+//!
+//! Within one manager, waiters are served first in, first out. Between
+//! managers, a manager whose tasks keep re-acquiring a key would otherwise
+//! keep it forever: its next local waiter starts at once on release, while a
+//! waiter elsewhere learns of the release a change-stream event (or a poll)
+//! later. So an acquire attempt that will wait marks the lease it found held
+//! by another owner (`wt`, written once per holding period; a `try_acquire`
+//! leaves no mark), and a release of a marked lease *yields* the key: it is
+//! free for every other owner at once, and for the releasing owner only
+//! after the yield window (`yu`; the releasing manager's `retry_max`, which
+//! bounds how long a polling waiter takes to retry). A waiter that gave up
+//! meanwhile costs the releasing manager's next waiter at most one yield
+//! window. The scheme is the "handoff" of a fair lock reduced to one
+//! document: no queue of remote waiters is stored, so with several remote
+//! owners waiting, which of them gets the key is a race among them.
 //!
 //! # Fencing tokens
 //!
@@ -65,6 +84,8 @@ pub(crate) mod field {
     pub const EXPIRES_AT: &str = "exp";
     pub const ACQUIRED_AT: &str = "acq";
     pub const PAYLOAD: &str = "data";
+    pub const WAITING_SINCE: &str = "wt";
+    pub const YIELD_UNTIL: &str = "yu";
 }
 
 /// Reads a lock document (as stored, or as projected with `now`) into the
@@ -123,8 +144,18 @@ pub(crate) enum AcquireOutcome {
 /// Each operation is idempotent for a given lease id, so the actor may retry
 /// it after an ambiguous failure.
 pub(crate) trait Store: Send + Sync + 'static {
-    /// Takes `key` for `lease_id` if it is free (or already ours under this lease id).
-    fn acquire(&self, key: String, lease_id: Uuid) -> BoxFuture<'static, Result<AcquireOutcome>>;
+    /// Takes `key` for `lease_id` if it is free (or already ours under this
+    /// lease id), and not yielded by this owner to a waiting one. `waiting`:
+    /// the caller will retry until it gets the key, so a lease held by
+    /// another owner is marked as waited for (see "Fairness between owners").
+    /// A key yielded by this owner is reported `Held` by this owner until the
+    /// end of the yield window.
+    fn acquire(
+        &self,
+        key: String,
+        lease_id: Uuid,
+        waiting: bool,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>>;
 
     /// Extends every lease in `leases` by the TTL from the server's now, in as
     /// few commands as the batch allows. Returns the keys that are no longer held.

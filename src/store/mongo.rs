@@ -33,6 +33,9 @@ pub(crate) struct MongoStore {
     pub(super) coll: Collection<Document>,
     owner: String,
     ttl_ms: i64,
+    /// How long a release that another owner waited for keeps this owner
+    /// from taking the key back (see "Fairness" in the module docs of `store`).
+    yield_ms: i64,
     pub(super) operation_timeout: Duration,
 }
 
@@ -53,6 +56,7 @@ impl MongoStore {
         collection: &str,
         owner: String,
         ttl: Duration,
+        yield_window: Duration,
         operation_timeout: Duration,
     ) -> Self {
         let options = CollectionOptions::builder()
@@ -64,6 +68,7 @@ impl MongoStore {
             coll: database.collection_with_options(collection, options),
             owner,
             ttl_ms: ttl.as_millis() as i64,
+            yield_ms: yield_window.as_millis().min(i64::MAX as u128) as i64,
             operation_timeout,
         }
     }
@@ -246,7 +251,7 @@ impl MongoStore {
     fn projection() -> Document {
         doc! {
             field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1,
-            field::EXPIRES_AT: 1, "now": "$$NOW",
+            field::EXPIRES_AT: 1, field::YIELD_UNTIL: 1, "now": "$$NOW",
         }
     }
 
@@ -330,7 +335,7 @@ impl MongoStore {
         let before = self
             .bounded(
                 self.coll
-                    .find_one_and_update(filter, Self::release_update())
+                    .find_one_and_update(filter, self.release_update())
                     .return_document(ReturnDocument::Before)
                     .projection(Self::info_projection()),
             )
@@ -354,10 +359,12 @@ impl MongoStore {
     /// An upsert on `_id` alone (an `$expr` is refused in an upsert filter on 6.0,
     /// MONGODB-FACTS Q1) whose pipeline replaces the document only if this
     /// acquisition wins: the document is new (only `_id`), already ours under
-    /// this lease id (a retry), or ours in shape and expired by `$$NOW`.
-    /// Otherwise the document is returned unchanged (no oplog entry), including a
-    /// document of foreign shape.
-    fn acquire_pipeline(&self, lease_id: Uuid) -> Vec<Document> {
+    /// this lease id (a retry), or ours in shape, expired by `$$NOW`, and not
+    /// yielded by this owner to a waiting one. Otherwise the document is
+    /// returned unchanged (no oplog entry), including a document of foreign
+    /// shape; except that a `waiting` attempt on a lease held by another owner
+    /// records `wt` if it is not set yet (one write per holding period).
+    fn acquire_pipeline(&self, lease_id: Uuid, waiting: bool) -> Vec<Document> {
         let lid = bson_lease_id(lease_id);
         let fresh = doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] };
         let mine = doc! { "$eq": [format!("${}", field::LEASE_ID), lid.clone()] };
@@ -366,7 +373,17 @@ impl MongoStore {
             { "$eq": [{ "$type": format!("${}", field::TOKEN) }, "long"] },
         ]};
         let expired = doc! { "$lte": [format!("${}", field::EXPIRES_AT), "$$NOW"] };
-        let wins = doc! { "$or": [fresh, mine.clone(), { "$and": [our_shape, expired] }] };
+        let same_owner =
+            doc! { "$eq": [format!("${}", field::OWNER), { "$literal": &self.owner }] };
+        let yielded_by_us = doc! { "$and": [
+            same_owner.clone(),
+            { "$gt": [format!("${}", field::YIELD_UNTIL), "$$NOW"] },
+        ]};
+        let wins = doc! { "$or": [
+            fresh,
+            mine.clone(),
+            { "$and": [our_shape.clone(), expired.clone(), { "$not": [yielded_by_us] }] },
+        ]};
         let next_token = doc! { "$cond": [
             mine.clone(),
             format!("${}", field::TOKEN),
@@ -375,14 +392,14 @@ impl MongoStore {
                 { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
             ]},
         ]};
-        // A retry under the same lease id keeps the acquisition time and the
-        // payload; a new acquisition starts without payload.
+        // A retry under the same lease id keeps the acquisition time, the
+        // payload and the waiting mark; a new acquisition starts without them.
         let acquired_at = doc! { "$cond": [
             mine.clone(),
             { "$ifNull": [format!("${}", field::ACQUIRED_AT), "$$NOW"] },
             "$$NOW",
         ]};
-        let payload = doc! { "$cond": [mine.clone(), format!("${}", field::PAYLOAD), "$$REMOVE"] };
+        let keep = |name: &str| doc! { "$cond": [mine.clone(), format!("${name}"), "$$REMOVE"] };
         let acquired = doc! {
             field::ID: "$_id",
             field::OWNER: { "$literal": &self.owner },
@@ -391,13 +408,28 @@ impl MongoStore {
             field::ACQUIRED_AT: acquired_at,
             field::RENEWED_AT: "$$NOW",
             field::EXPIRES_AT: { "$add": ["$$NOW", self.ttl_ms] },
-            field::PAYLOAD: payload,
+            field::PAYLOAD: keep(field::PAYLOAD),
+            field::WAITING_SINCE: keep(field::WAITING_SINCE),
         };
-        vec![doc! { "$replaceWith": { "$cond": [wins, acquired, "$$ROOT"] } }]
+        let lost = if waiting {
+            let held_by_other = doc! { "$and": [
+                our_shape,
+                { "$eq": [{ "$type": format!("${}", field::LEASE_ID) }, "binData"] },
+                { "$not": [expired] },
+                { "$not": [same_owner] },
+            ]};
+            let marked = doc! { "$mergeObjects": ["$$ROOT", {
+                field::WAITING_SINCE: { "$ifNull": [format!("${}", field::WAITING_SINCE), "$$NOW"] },
+            }]};
+            Bson::from(doc! { "$cond": [held_by_other, marked, "$$ROOT"] })
+        } else {
+            Bson::from("$$ROOT")
+        };
+        vec![doc! { "$replaceWith": { "$cond": [wins, acquired, lost] } }]
     }
 
     /// Reads what an acquire attempt found out of a returned or re-read document.
-    fn classify(key: &str, lease_id: Uuid, doc: &Document) -> Result<AcquireOutcome> {
+    fn classify(key: &str, owner: &str, lease_id: Uuid, doc: &Document) -> Result<AcquireOutcome> {
         let token = doc.get_i64(field::TOKEN);
         let expires = doc.get_datetime(field::EXPIRES_AT);
         let (Ok(token), Ok(expires)) = (token, expires) else {
@@ -414,9 +446,15 @@ impl MongoStore {
             .get_datetime("now")
             .map(|d| d.timestamp_millis())
             .unwrap_or(expires.timestamp_millis());
-        let remaining = expires.timestamp_millis().saturating_sub(now).max(0) as u64;
+        let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
+        // Yielded by this owner: free for others now, for us at `yu`.
+        let until = match doc.get_datetime(field::YIELD_UNTIL) {
+            Ok(until) if holder == owner => *expires.max(until),
+            _ => *expires,
+        };
+        let remaining = until.timestamp_millis().saturating_sub(now).max(0) as u64;
         Ok(AcquireOutcome::Held {
-            holder: doc.get_str(field::OWNER).unwrap_or_default().to_string(),
+            holder,
             remaining: Duration::from_millis(remaining),
         })
     }
@@ -430,18 +468,26 @@ impl MongoStore {
         .await
     }
 
-    async fn acquire_once(&self, key: String, lease_id: Uuid) -> Result<AcquireOutcome> {
+    async fn acquire_once(
+        &self,
+        key: String,
+        lease_id: Uuid,
+        waiting: bool,
+    ) -> Result<AcquireOutcome> {
         let attempt = self
             .bounded(
                 self.coll
-                    .find_one_and_update(doc! { field::ID: &key }, self.acquire_pipeline(lease_id))
+                    .find_one_and_update(
+                        doc! { field::ID: &key },
+                        self.acquire_pipeline(lease_id, waiting),
+                    )
                     .upsert(true)
                     .return_document(ReturnDocument::After)
                     .projection(Self::projection()),
             )
             .await;
         match attempt {
-            Ok(Some(doc)) => return Self::classify(&key, lease_id, &doc),
+            Ok(Some(doc)) => return Self::classify(&key, &self.owner, lease_id, &doc),
             Ok(None) => {}
             // A duplicate-key error from a concurrent upsert means "held": re-read.
             Err(Error::Database(e)) if is_duplicate_key(&e) && is_on_id_index(&e) => {}
@@ -461,7 +507,7 @@ impl MongoStore {
             Err(e) => return Err(e),
         }
         match self.read_lease(&key).await? {
-            Some(doc) => Self::classify(&key, lease_id, &doc),
+            Some(doc) => Self::classify(&key, &self.owner, lease_id, &doc),
             // The document vanished between the write and the read: try again.
             None => Err(Error::Unreachable {
                 waited: self.operation_timeout,
@@ -513,12 +559,23 @@ impl MongoStore {
     }
 
     /// Marks matching leases released: `exp` moves to now (so the key is free at
-    /// once) and `lid` is removed (so a late renewal cannot revive it). The
-    /// document stays until the TTL monitor deletes it, keeping its token.
-    fn release_update() -> Vec<Document> {
+    /// once) and `lid` is removed (so a late renewal cannot revive it). If
+    /// another owner waited meanwhile (`wt`), the release yields: `yu` is set
+    /// to now + the yield window, before which this owner cannot take the key
+    /// back. The document stays until the TTL monitor deletes it, keeping its
+    /// token.
+    fn release_update(&self) -> Vec<Document> {
+        let waited = doc! { "$ne": [{ "$type": format!("${}", field::WAITING_SINCE) }, "missing"] };
         vec![
-            doc! { "$set": { field::EXPIRES_AT: { "$min": [format!("${}", field::EXPIRES_AT), "$$NOW"] } } },
-            doc! { "$unset": [field::LEASE_ID] },
+            doc! { "$set": {
+                field::EXPIRES_AT: { "$min": [format!("${}", field::EXPIRES_AT), "$$NOW"] },
+                field::YIELD_UNTIL: { "$cond": [
+                    waited,
+                    { "$add": ["$$NOW", self.yield_ms] },
+                    format!("${}", field::YIELD_UNTIL),
+                ]},
+            }},
+            doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
         ]
     }
 
@@ -533,14 +590,11 @@ impl MongoStore {
         let mut attempt = 1;
         loop {
             let result = if single {
-                self.bounded(self.coll.update_one(filter.clone(), Self::release_update()))
+                self.bounded(self.coll.update_one(filter.clone(), self.release_update()))
                     .await
             } else {
-                self.bounded(
-                    self.coll
-                        .update_many(filter.clone(), Self::release_update()),
-                )
-                .await
+                self.bounded(self.coll.update_many(filter.clone(), self.release_update()))
+                    .await
             };
             match result {
                 Ok(result) if single && attempt > 1 => return Ok(result.matched_count.max(1)),
@@ -595,9 +649,14 @@ impl Store for MongoStore {
         self.release_events()
     }
 
-    fn acquire(&self, key: String, lease_id: Uuid) -> BoxFuture<'static, Result<AcquireOutcome>> {
+    fn acquire(
+        &self,
+        key: String,
+        lease_id: Uuid,
+        waiting: bool,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
         let store = self.clone();
-        async move { store.acquire_once(key, lease_id).await }.boxed()
+        async move { store.acquire_once(key, lease_id, waiting).await }.boxed()
     }
 
     fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<String>>> {

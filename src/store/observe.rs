@@ -183,7 +183,13 @@ impl Observer {
             .as_ref()
             .filter(|i| i.held)
             .map(|i| Instant::now() + i.time_to_expiry());
-        let state = (self.doc.clone(), held);
+        // Marks of the fairness scheme (`wt`, `yu`) are not a change of lease.
+        let lease_fields = self.doc.clone().map(|mut d| {
+            d.remove(field::WAITING_SINCE);
+            d.remove(field::YIELD_UNTIL);
+            d
+        });
+        let state = (lease_fields, held);
         if self.emitted.as_ref() == Some(&state) {
             return;
         }

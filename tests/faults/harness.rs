@@ -109,6 +109,22 @@ impl History {
         }
     }
 
+    /// Acquisitions per worker and errors since index `from`, for a failure message.
+    fn summary(&self, from: usize) -> String {
+        let events = self.events.lock().unwrap();
+        let mut acquisitions: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut errors = Vec::new();
+        for e in &events[from..] {
+            match e.kind.as_str() {
+                "acq" => *acquisitions.entry(e.w.as_str()).or_default() += 1,
+                "err" => errors.push(format!("{}: {:?}", e.w, e.fields)),
+                _ => {}
+            }
+        }
+        errors.truncate(5);
+        format!("acquisitions by worker {acquisitions:?}; first errors {errors:?}")
+    }
+
     /// Waits (bounded) for the first event at index >= `from` matching `pred`.
     pub async fn wait_for(
         &self,
@@ -126,7 +142,10 @@ impl History {
                 return e.clone();
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                panic!("timed out after {limit:?} waiting for {what}");
+                panic!(
+                    "timed out after {limit:?} waiting for {what}; meanwhile {}",
+                    self.summary(from)
+                );
             }
         }
     }
