@@ -193,3 +193,49 @@ async fn a_release_that_another_manager_waited_for_yields_the_key_to_it() {
     busy.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
+
+/// The waiting mark costs one write per holding period, however often the
+/// waiter retries: later attempts find `wt` set and change nothing, so they
+/// leave no oplog entry (no replication, no change event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_marks_a_lease_once_however_often_it_retries() {
+    const TTL: Duration = Duration::from_secs(30);
+    let fx = Fixture::new("mark").await;
+    let holder = fx.manager(TTL).await;
+    let lease = holder.acquire("k").await.unwrap();
+    let (mut options, log) = fx.monitored_options(TTL, "").await;
+    options.retry_initial = Duration::from_millis(10);
+    options.retry_max = Duration::from_millis(40);
+    let waiter = mongo_lease::LockManager::connect(options).await.unwrap();
+
+    let since = fx.doc("k").await.get_datetime("ts").unwrap().to_owned();
+    let attempt = waiter
+        .acquire_timeout("k", Duration::from_millis(800))
+        .await;
+    assert!(matches!(attempt, Ok(None)), "{attempt:?}");
+    let attempts = log.count("findAndModify");
+    assert!(attempts >= 10, "only {attempts} attempts");
+    let wt = fx.doc("k").await.get_datetime("wt").unwrap().to_owned();
+    assert!(wt >= since);
+
+    let oplog = fx
+        .client
+        .database("local")
+        .collection::<mongodb::bson::Document>("oplog.rs");
+    let writes = oplog
+        .count_documents(doc! {
+            "ns": format!("{}.{}", fx.db.name(), fx.collection),
+            "op": "u",
+            "o2._id": "k",
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        writes, 1,
+        "{attempts} waiting attempts wrote {writes} times"
+    );
+
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    holder.shutdown().await.unwrap();
+    waiter.shutdown().await.unwrap();
+}
