@@ -319,6 +319,12 @@ impl Leadership {
 
     /// Resigns: releases the lease so that another candidate can lead at once.
     ///
+    /// If a candidate of another manager was campaigning, the key is yielded
+    /// to it: this manager's own candidates cannot win it back for
+    /// [`retry_max`](crate::LockManagerOptions::retry_max), so a leader that
+    /// resigns and campaigns again hands leadership over instead of winning
+    /// the next term itself.
+    ///
     /// # Errors
     ///
     /// As [`Lease::release`].
