@@ -636,15 +636,9 @@ async fn one_manager_holds(keys: usize) {
     );
 }
 
+/// The figure: about 2 minutes in a debug build on 2 cores (120 s to
+/// acquire at about 850/s, renewed within 3 s), 66 s in a release build.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_manager_holds_10_000_keys() {
-    one_manager_holds(10_000).await;
-}
-
-/// The figure. Passes in release builds (`cargo test --release --test
-/// misuse -- --ignored one_manager_holds_100_000`: about 75 s on 2 cores).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "slow in debug builds (acquiring 100 000 keys takes minutes); run with --release, see README"]
 async fn one_manager_holds_100_000_keys() {
     one_manager_holds(100_000).await;
 }
