@@ -61,7 +61,11 @@ pub enum Error {
 
     /// A MongoDB operation failed. Its outcome is known: the manager re-reads the
     /// lease after ambiguous failures before reporting one.
-    #[error("MongoDB operation failed: {0}")]
+    ///
+    /// `Display` shows the driver's error kind (code, code name and the
+    /// server's message); the driver's error, with its labels and the raw
+    /// server response, is the variant's field and the error's `source()`.
+    #[error("MongoDB operation failed: {}", .0.kind)]
     Database(#[from] mongodb::error::Error),
 
     /// A payload is too large or cannot be encoded as BSON (see

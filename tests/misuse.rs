@@ -305,9 +305,8 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
 
     let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     assert!(
-        logs.lines().count() > 10,
-        "the log capture works: {} lines",
-        logs.lines().count()
+        logs.contains("lease acquired"),
+        "the log capture works: it holds this test's acquisition"
     );
     for line in logs.lines() {
         assert!(
