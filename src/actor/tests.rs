@@ -611,12 +611,7 @@ async fn a_release_that_another_owner_waited_for_yields_the_key_to_it() {
     let first = a.acquire("k").await.unwrap();
     let remote = waiter(&b, "k").await;
     let local = waiter(&a, "k").await;
-    soon(async {
-        while db.doc("k").unwrap().waiting_since.is_none() {
-            sleep(MS).await;
-        }
-    })
-    .await;
+    soon(db.changed_until("k", |d| d.waiting_since.is_some())).await;
 
     let released_at = Instant::now();
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
@@ -633,12 +628,7 @@ async fn a_release_that_another_owner_waited_for_yields_the_key_to_it() {
     );
 
     // The local waiter now waits on the other owner, which yields it back.
-    soon(async {
-        while db.doc("k").unwrap().waiting_since.is_none() {
-            sleep(MS).await;
-        }
-    })
-    .await;
+    soon(db.changed_until("k", |d| d.waiting_since.is_some())).await;
     let released_at = Instant::now();
     assert_eq!(
         remote_lease.release().await.unwrap(),
@@ -659,12 +649,7 @@ async fn a_yield_to_an_owner_that_gave_up_lasts_one_yield_window() {
     let (b, _, _) = start(&db, "b");
     let first = a.acquire("k").await.unwrap();
     let remote = waiter(&b, "k").await;
-    soon(async {
-        while db.doc("k").unwrap().waiting_since.is_none() {
-            sleep(MS).await;
-        }
-    })
-    .await;
+    soon(db.changed_until("k", |d| d.waiting_since.is_some())).await;
     remote.abort();
     let local = waiter(&a, "k").await;
 

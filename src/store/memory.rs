@@ -104,6 +104,38 @@ impl Doc {
         }
     }
 
+    /// A released document with token 0 (what an upsert starts from).
+    fn vacant(now: Instant) -> Doc {
+        Doc {
+            owner: String::new(),
+            lease_id: None,
+            token: 0,
+            exp: now,
+            acquired: now,
+            renewed: now,
+            payload: None,
+            waiting_since: None,
+            yield_until: None,
+        }
+    }
+
+    /// A new acquisition by `owner` under `lease_id` at `now`: token + 1,
+    /// `exp = now + ttl`, no payload and no fairness marks. Returns the token.
+    fn take(&mut self, owner: &str, lease_id: Uuid, ttl: Duration, now: Instant) -> u64 {
+        *self = Doc {
+            owner: owner.to_string(),
+            lease_id: Some(lease_id),
+            token: self.token + 1,
+            exp: now + ttl,
+            acquired: now,
+            renewed: now,
+            payload: None,
+            waiting_since: None,
+            yield_until: None,
+        };
+        self.token
+    }
+
     /// The lease as observers see it: without the fairness fields.
     fn observed(&self) -> Doc {
         Doc {
@@ -181,21 +213,10 @@ fn apply_acquire(
     }
     match coll.docs.get_mut(key) {
         None => {
-            coll.docs.insert(
-                key.to_string(),
-                Doc {
-                    owner: owner.to_string(),
-                    lease_id: Some(lease_id),
-                    token: 1,
-                    exp: now + ttl,
-                    acquired: now,
-                    renewed: now,
-                    payload: None,
-                    waiting_since: None,
-                    yield_until: None,
-                },
-            );
-            Ok(AcquireOutcome::Acquired { token: 1 })
+            let mut doc = Doc::vacant(now);
+            let token = doc.take(owner, lease_id, ttl, now);
+            coll.docs.insert(key.to_string(), doc);
+            Ok(AcquireOutcome::Acquired { token })
         }
         Some(doc) if doc.lease_id == Some(lease_id) => {
             // A retry of an acquisition that landed: same token, fresh expiry.
@@ -205,16 +226,9 @@ fn apply_acquire(
             Ok(AcquireOutcome::Acquired { token: doc.token })
         }
         Some(doc) if doc.exp <= now && !doc.yielded_by(owner, now) => {
-            doc.owner = owner.to_string();
-            doc.lease_id = Some(lease_id);
-            doc.token += 1;
-            doc.exp = now + ttl;
-            doc.acquired = now;
-            doc.renewed = now;
-            doc.payload = None;
-            doc.waiting_since = None;
-            doc.yield_until = None;
-            Ok(AcquireOutcome::Acquired { token: doc.token })
+            Ok(AcquireOutcome::Acquired {
+                token: doc.take(owner, lease_id, ttl, now),
+            })
         }
         Some(doc) => {
             let held_by_other = doc.lease_id.is_some() && doc.exp > now && doc.owner != owner;
@@ -310,6 +324,18 @@ impl MemoryDb {
         lock(&self.inner).docs.get(key).cloned()
     }
 
+    /// Waits until the document under `key` exists and satisfies `pred`,
+    /// woken by each change (no polling).
+    pub async fn changed_until(&self, key: &str, pred: impl Fn(&Doc) -> bool) {
+        let mut changed = self.changed.subscribe();
+        while !self.doc(key).is_some_and(|d| pred(&d)) {
+            changed
+                .changed()
+                .await
+                .expect("the database outlives its tests");
+        }
+    }
+
     /// A snapshot of every document.
     pub fn docs(&self) -> HashMap<String, Doc> {
         lock(&self.inner).docs.clone()
@@ -353,27 +379,11 @@ impl MemoryDb {
         let mut coll = lock(&self.inner);
         coll.foreign.remove(key);
         let now = Instant::now();
-        let doc = coll.docs.entry(key.to_string()).or_insert(Doc {
-            owner: String::new(),
-            lease_id: None,
-            token: 0,
-            exp: now,
-            acquired: now,
-            renewed: now,
-            payload: None,
-            waiting_since: None,
-            yield_until: None,
-        });
-        doc.owner = owner.to_string();
-        doc.lease_id = Some(Uuid::new_v4());
-        doc.token += 1;
-        doc.exp = now + ttl;
-        doc.acquired = now;
-        doc.renewed = now;
-        doc.payload = None;
-        doc.waiting_since = None;
-        doc.yield_until = None;
-        let token = doc.token;
+        let token = coll
+            .docs
+            .entry(key.to_string())
+            .or_insert(Doc::vacant(now))
+            .take(owner, Uuid::new_v4(), ttl, now);
         drop(coll);
         self.touch();
         token
