@@ -67,6 +67,18 @@ async fn options_for(uri: &str, db: &str, op_timeout: Duration) -> LockManagerOp
         .build()
 }
 
+/// Connects a manager to `uri` (database `d`, operation timeout
+/// `op_timeout`), expecting an error within 5 s; returns it and the wait.
+async fn connect_refused(what: &str, uri: &str, op_timeout: Duration) -> (Error, Duration) {
+    let (r, took) = bounded(
+        what,
+        Duration::from_secs(5),
+        LockManager::connect(options_for(uri, "d", op_timeout).await),
+    )
+    .await;
+    (r.expect_err(what), took)
+}
+
 /// Asserts `f` finishes within `limit` and returns its output.
 async fn bounded<T>(
     what: &str,
@@ -232,13 +244,12 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
     let mut errors = Vec::new();
 
     let wrong = uri.replace(SECRET, "not-the-password");
-    let (r, took) = bounded(
+    let (e, took) = connect_refused(
         "connect with a wrong password",
-        Duration::from_secs(5),
-        LockManager::connect(options_for(&wrong, "d", Duration::from_secs(3)).await),
+        &wrong,
+        Duration::from_secs(3),
     )
     .await;
-    let e = r.unwrap_err();
     eprintln!("wrong password: {e} (after {took:?})");
     assert!(!e.is_transient(), "not worth retrying: {e}");
     assert!(e.to_string().contains("Authentication failed"), "{e}");
@@ -246,13 +257,12 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
 
     // No credentials at all.
     let anonymous = uri.replace(&format!("{USER}:{SECRET}@"), "");
-    let (r, _) = bounded(
+    let (e, _) = connect_refused(
         "connect without credentials",
-        Duration::from_secs(5),
-        LockManager::connect(options_for(&anonymous, "d", Duration::from_secs(3)).await),
+        &anonymous,
+        Duration::from_secs(3),
     )
     .await;
-    let e = r.unwrap_err();
     eprintln!("no credentials: {e}");
     assert!(e.to_string().contains("requires authentication"), "{e}");
     errors.push(e);
@@ -277,13 +287,13 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
 
     // Unreachable, with credentials in the URI.
     let dead = format!("mongodb://{USER}:{SECRET}@127.0.0.1:1/?serverSelectionTimeoutMS=500");
-    let (r, _) = bounded(
+    let (e, _) = connect_refused(
         "connect to a closed port",
-        Duration::from_secs(5),
-        LockManager::connect(options_for(&dead, "d", Duration::from_millis(800)).await),
+        &dead,
+        Duration::from_millis(800),
     )
     .await;
-    errors.push(r.unwrap_err());
+    errors.push(e);
 
     for e in &errors {
         for text in [e.to_string(), format!("{e:?}")] {
@@ -334,13 +344,8 @@ async fn a_user_without_write_privileges_is_a_clear_error() {
     let uri = rs
         .uri()
         .replace(&format!("{USER}:{SECRET}@"), "reader:reader-pw@");
-    let (r, took) = bounded(
-        "connect as a read-only user",
-        Duration::from_secs(5),
-        LockManager::connect(options_for(&uri, "d", Duration::from_secs(3)).await),
-    )
-    .await;
-    let e = r.unwrap_err();
+    let (e, took) =
+        connect_refused("connect as a read-only user", &uri, Duration::from_secs(3)).await;
     eprintln!("read-only user: {e} (after {took:?})");
     assert!(!e.is_transient(), "{e}");
     assert!(e.to_string().contains("not authorized"), "{e}");
