@@ -345,7 +345,18 @@ impl Fleet {
         let after = monotonic_ns();
         p.killed = Some((before, after));
         p.stdin = None;
+        self.output_read(w, Duration::from_secs(10)).await;
         (before, after)
+    }
+
+    /// Waits until every line worker `w` printed before it exited is in the
+    /// history: its reader records `exit` at the end of the output.
+    async fn output_read(&self, w: &str, limit: Duration) {
+        self.history
+            .wait_for(&format!("the end of {w}'s output"), 0, limit, |e| {
+                e.w == w && e.kind == "exit"
+            })
+            .await;
     }
 
     pub fn live_workers(&self) -> Vec<String> {
@@ -373,6 +384,7 @@ impl Fleet {
                 .unwrap_or_else(|_| panic!("worker {w} did not stop within {limit:?}"))
                 .unwrap();
             assert!(status.success(), "worker {w} exited with {status}");
+            self.output_read(w, limit).await;
         }
         let events = self.history.all();
         for w in &live {
