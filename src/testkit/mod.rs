@@ -84,15 +84,21 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+mod auth;
+mod faults;
 mod install;
+mod member;
+mod options;
 mod process;
 pub mod proxy;
 mod replica_set;
 mod shared;
 
 pub use install::mongod_path;
+pub use member::Member;
+pub use options::ReplicaSetOptions;
 pub use proxy::FaultProxy;
-pub use replica_set::{Member, ReplicaSet, ReplicaSetOptions};
+pub use replica_set::ReplicaSet;
 pub use shared::shared_uri;
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds. One clock for every process on the

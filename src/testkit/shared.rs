@@ -2,7 +2,7 @@
 
 use std::sync::{OnceLock, mpsc};
 
-use super::replica_set::{ReplicaSet, ReplicaSetOptions};
+use super::{ReplicaSet, ReplicaSetOptions};
 
 /// Returns the URI of a MongoDB replica set shared by the whole process.
 ///

@@ -1,0 +1,335 @@
+//! [`Member`]: one `mongod` of a replica set, its port, data directory,
+//! logs and child process (spawn, wait until it listens, kill, reap).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+#[cfg(doc)]
+use super::ReplicaSet;
+use super::TestkitError;
+use super::install::tail_lines;
+use super::options::ReplicaSetOptions;
+use super::process;
+use super::proxy::FaultProxy;
+
+/// Poll interval for log files and `hello`.
+pub(super) const POLL: Duration = Duration::from_millis(50);
+/// Lines of each member's log included in error messages.
+pub(super) const LOG_TAIL_LINES: usize = 15;
+/// `mongod` exit code for "address already in use" (`EXIT_NET_ERROR`).
+const EXIT_NET_ERROR: i32 = 48;
+
+/// One member of a [`ReplicaSet`]: its port, data directory and (while
+/// running) its `mongod` child process.
+#[derive(Debug)]
+pub struct Member {
+    pub(super) index: usize,
+    pub(super) port: u16,
+    pub(super) dir: TempDir,
+    pub(super) proc: Mutex<MemberProc>,
+    pub(super) proxy: Option<FaultProxy>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct MemberProc {
+    child: Option<Child>,
+    /// Token in the process-exit cleanup registry.
+    token: Option<u64>,
+}
+
+impl Member {
+    /// Index of this member in the set (also its `_id` in the replica set
+    /// configuration).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The loopback port this member listens on (stable across
+    /// [`ReplicaSet::restart`]).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The member's host as written in the replica set configuration:
+    /// `127.0.0.1:<port>`, or the address of its [`proxy`](Self::proxy) in a
+    /// [proxied](ReplicaSetOptions::proxied) set.
+    pub fn host(&self) -> String {
+        match &self.proxy {
+            Some(proxy) => proxy.addr().to_string(),
+            None => format!("127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// The fault proxy in front of this member, in a
+    /// [proxied](ReplicaSetOptions::proxied) set.
+    pub fn proxy(&self) -> Option<&FaultProxy> {
+        self.proxy.as_ref()
+    }
+
+    /// A URI connecting directly to this member only, bypassing any proxy
+    /// and without credentials:
+    /// `mongodb://127.0.0.1:<port>/?directConnection=true`.
+    pub fn uri(&self) -> String {
+        format!("mongodb://127.0.0.1:{}/?directConnection=true", self.port)
+    }
+
+    /// The member's data directory (`--dbpath`); removed when the
+    /// [`ReplicaSet`] is dropped.
+    pub fn dbpath(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The member's `mongod` log file (`<dbpath>/mongod.log`). Logs of
+    /// earlier runs of the member are kept next to it as
+    /// `mongod.log.<n>`; anything the process wrote to stdout/stderr goes
+    /// to `<dbpath>/mongod.stdio.log`.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("mongod.log")
+    }
+
+    /// The OS process id of the member's `mongod`, or `None` if it has been
+    /// [killed](ReplicaSet::kill).
+    pub fn pid(&self) -> Option<u32> {
+        self.lock().child.as_ref().map(Child::id)
+    }
+
+    /// Whether the member's `mongod` process is running (it has not been
+    /// killed and has not exited on its own).
+    pub fn is_running(&self) -> bool {
+        self.exit_status().is_none() && self.pid().is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemberProc> {
+        self.proc.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Some(status)` if the child has exited on its own.
+    pub(super) fn exit_status(&self) -> Option<ExitStatus> {
+        let mut p = self.lock();
+        p.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    fn stdio_path(&self) -> PathBuf {
+        self.dir.path().join("mongod.stdio.log")
+    }
+
+    /// Last lines of the log and of stdout/stderr, for error messages.
+    pub(super) fn log_tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        if let Ok(log) = std::fs::read_to_string(self.log_path()) {
+            out.push_str(&tail_lines(&log, lines));
+        }
+        if let Ok(stdio) = std::fs::read_to_string(self.stdio_path()) {
+            let stdio = stdio.trim();
+            if !stdio.is_empty() {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str("[stdout/stderr] ");
+                out.push_str(&tail_lines(stdio, lines));
+            }
+        }
+        if out.is_empty() {
+            out.push_str("(no log output)");
+        }
+        out
+    }
+
+    pub(super) fn exited_error(&self, status: ExitStatus) -> TestkitError {
+        TestkitError::MongodExited {
+            member: self.index,
+            port: self.port,
+            status: status.to_string(),
+            log_path: self.log_path(),
+            log_tail: self.log_tail(LOG_TAIL_LINES * 2),
+        }
+    }
+
+    /// Spawns `mongod` for this member on `self.port`.
+    pub(super) async fn spawn(
+        &self,
+        mongod: &Path,
+        opts: &ReplicaSetOptions,
+        key_file: Option<&Path>,
+    ) -> Result<(), TestkitError> {
+        let dir = self.dir.path();
+        // Keep earlier logs, and make sure a stale "Waiting for connections"
+        // line is never mistaken for the new process being ready.
+        let log = self.log_path();
+        if log.exists() {
+            let mut n = 1;
+            while dir.join(format!("mongod.log.{n}")).exists() {
+                n += 1;
+            }
+            std::fs::rename(&log, dir.join(format!("mongod.log.{n}")))
+                .map_err(|e| TestkitError::io(format!("renaming {}", log.display()), e))?;
+        }
+        let stdio = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.stdio_path())
+            .map_err(|e| TestkitError::io("creating mongod.stdio.log", e))?;
+        let stdio2 = stdio
+            .try_clone()
+            .map_err(|e| TestkitError::io("duplicating a file handle", e))?;
+
+        let mut cmd = Command::new(mongod);
+        cmd.arg("--replSet")
+            .arg(&opts.set_name)
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind_ip")
+            .arg("127.0.0.1")
+            .arg("--dbpath")
+            .arg(dir)
+            .arg("--logpath")
+            .arg(&log)
+            .arg("--wiredTigerCacheSizeGB")
+            .arg("0.25")
+            .arg("--setParameter")
+            .arg(format!(
+                "ttlMonitorSleepSecs={}",
+                opts.ttl_monitor_sleep_secs
+            ))
+            // No /tmp/mongodb-<port>.sock files left behind by SIGKILL.
+            .arg("--nounixsocket")
+            // No diagnostic.data directory / FTDC thread.
+            .arg("--setParameter")
+            .arg("diagnosticDataCollectionEnabled=false")
+            // SIGTERM (`ReplicaSet::stop`): quiesce for 1 s, not 15 s.
+            .arg("--setParameter")
+            .arg("shutdownTimeoutMillisForSignaledShutdown=1000");
+        if opts.small_journal {
+            cmd.arg("--wiredTigerEngineConfigString")
+                .arg("log=(file_max=10MB,prealloc=false)");
+        }
+        if let Some(key_file) = key_file {
+            cmd.arg("--keyFile").arg(key_file);
+        }
+        cmd.args(&opts.extra_args)
+            .stdin(Stdio::null())
+            .stdout(stdio)
+            .stderr(stdio2);
+
+        let child = process::spawn(cmd)
+            .await
+            .map_err(|e| TestkitError::io(format!("spawning `{}`", mongod.display()), e))?;
+        let token = process::register(child.id(), dir);
+        tracing::debug!(
+            member = self.index,
+            port = self.port,
+            pid = child.id(),
+            "spawned mongod"
+        );
+        let mut p = self.lock();
+        p.child = Some(child);
+        p.token = Some(token);
+        Ok(())
+    }
+
+    /// Waits until the log says the member accepts connections.
+    pub(super) async fn wait_listening(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<(), ListenError> {
+        let log = self.log_path();
+        loop {
+            if let Some(status) = self.exit_status() {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if status.code() == Some(EXIT_NET_ERROR) || text.contains("Address already in use")
+                {
+                    return Err(ListenError::AddrInUse);
+                }
+                return Err(ListenError::Other(self.exited_error(status)));
+            }
+            if let Ok(text) = std::fs::read_to_string(&log) {
+                // 4.4+ JSON logs: "Waiting for connections"; older text logs:
+                // "waiting for connections on port".
+                if text.contains("aiting for connections") {
+                    return Ok(());
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(ListenError::Other(TestkitError::Timeout {
+                    what: format!(
+                        "mongod member {} to listen on port {}",
+                        self.index, self.port
+                    ),
+                    timeout,
+                    log_tail: self.log_tail(LOG_TAIL_LINES),
+                }));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Takes the child out (unregistering it) so it can be killed.
+    pub(super) fn take_child(&self) -> Option<Child> {
+        let mut p = self.lock();
+        if let Some(token) = p.token.take() {
+            process::unregister(token);
+        }
+        p.child.take()
+    }
+
+    /// Sends SIGKILL without reaping (used to kill all members in parallel).
+    pub(super) fn signal_kill(&self) {
+        if let Some(child) = self.lock().child.as_mut() {
+            let _ = child.kill();
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.take_child() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // `self.dir` (TempDir) is dropped afterwards and removes the data.
+    }
+}
+
+pub(super) enum ListenError {
+    AddrInUse,
+    Other(TestkitError),
+}
+
+/// Picks `n` distinct free loopback ports (all listeners are held until
+/// every port is chosen, then released).
+pub(super) fn pick_ports(n: usize) -> Result<Vec<u16>, TestkitError> {
+    let mut listeners = Vec::with_capacity(n);
+    for _ in 0..n {
+        let l = TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| TestkitError::io("binding 127.0.0.1:0 to pick a free port", e))?;
+        listeners.push(l);
+    }
+    listeners
+        .iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(|e| TestkitError::io("reading a listener's port", e))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_distinct() {
+        let ports = pick_ports(5).unwrap();
+        let mut dedup = ports.clone();
+        dedup.sort_unstable();
+        dedup.dedup();
+        assert_eq!(dedup.len(), 5);
+    }
+}

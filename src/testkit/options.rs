@@ -1,0 +1,178 @@
+//! [`ReplicaSetOptions`]: how a test replica set is started, with defaults
+//! tuned for tests (fast elections, a small journal, a busy TTL monitor).
+
+use std::time::Duration;
+
+use super::TestkitError;
+#[cfg(doc)]
+use super::{FaultProxy, ReplicaSet};
+
+/// Options for [`ReplicaSet::start`].
+///
+/// Construct with [`Default::default`] and adjust with the chainable
+/// setters (or assign the public fields):
+///
+/// ```no_run
+/// # use mongo_lease::testkit::ReplicaSetOptions;
+/// let opts = ReplicaSetOptions::default().members(3).set_name("failover");
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ReplicaSetOptions {
+    /// Number of members (default 1). Members beyond the seventh are added
+    /// as non-voting, priority-0 members.
+    pub members: usize,
+    /// `ttlMonitorSleepSecs` server parameter: how often the TTL monitor
+    /// deletes expired documents (default 1; MongoDB's default is 60).
+    pub ttl_monitor_sleep_secs: u32,
+    /// Use fast elections (default `true`): `electionTimeoutMillis: 1000`,
+    /// `heartbeatIntervalMillis: 500` instead of MongoDB's 10 000 / 2 000.
+    pub fast_elections: bool,
+    /// Replica set name (default `"rs0"`).
+    pub set_name: String,
+    /// Upper bound for [`ReplicaSet::start`] (and for
+    /// [`ReplicaSet::restart`]) to reach a healthy state (default 60 s).
+    pub startup_timeout: Duration,
+    /// Use a 10 MB, non-preallocated journal (default `true`). WiredTiger
+    /// otherwise preallocates ~300 MB of journal files per member.
+    pub small_journal: bool,
+    /// Extra command-line arguments appended to every `mongod` invocation.
+    pub extra_args: Vec<String>,
+    /// Put a [`FaultProxy`] in front of every member (default `false`). The
+    /// replica set configuration then names each member by its proxy's
+    /// address, so *all* traffic to a member goes through its proxy: from
+    /// clients (which discover the members from that configuration), and from
+    /// the other members (replication, heartbeats, elections). Inject faults
+    /// with [`ReplicaSet::proxy`]. The test kit's own polling bypasses the
+    /// proxies.
+    pub proxied: bool,
+    /// Start with access control (default `None`): `Some((user, password))`
+    /// starts every member with a generated `--keyFile` (which implies
+    /// `--auth`) and creates `user` with the `root` role through the
+    /// localhost exception. [`ReplicaSet::uri`] and [`ReplicaSet::client`]
+    /// then carry these credentials.
+    pub auth: Option<(String, String)>,
+}
+
+impl Default for ReplicaSetOptions {
+    fn default() -> Self {
+        ReplicaSetOptions {
+            members: 1,
+            ttl_monitor_sleep_secs: 1,
+            fast_elections: true,
+            set_name: "rs0".to_owned(),
+            startup_timeout: Duration::from_secs(60),
+            small_journal: true,
+            extra_args: Vec::new(),
+            proxied: false,
+            auth: None,
+        }
+    }
+}
+
+impl ReplicaSetOptions {
+    /// Sets [`members`](Self::members).
+    pub fn members(mut self, members: usize) -> Self {
+        self.members = members;
+        self
+    }
+
+    /// Sets [`ttl_monitor_sleep_secs`](Self::ttl_monitor_sleep_secs).
+    pub fn ttl_monitor_sleep_secs(mut self, secs: u32) -> Self {
+        self.ttl_monitor_sleep_secs = secs;
+        self
+    }
+
+    /// Sets [`fast_elections`](Self::fast_elections).
+    pub fn fast_elections(mut self, fast: bool) -> Self {
+        self.fast_elections = fast;
+        self
+    }
+
+    /// Sets [`set_name`](Self::set_name).
+    pub fn set_name(mut self, name: impl Into<String>) -> Self {
+        self.set_name = name.into();
+        self
+    }
+
+    /// Sets [`startup_timeout`](Self::startup_timeout).
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// Sets [`small_journal`](Self::small_journal).
+    pub fn small_journal(mut self, small: bool) -> Self {
+        self.small_journal = small;
+        self
+    }
+
+    /// Appends one extra `mongod` argument (see
+    /// [`extra_args`](Self::extra_args)).
+    pub fn extra_arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_args.push(arg.into());
+        self
+    }
+
+    /// Sets [`proxied`](Self::proxied).
+    pub fn proxied(mut self, proxied: bool) -> Self {
+        self.proxied = proxied;
+        self
+    }
+
+    /// Sets [`auth`](Self::auth): access control with one `root` user.
+    pub fn auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.auth = Some((user.into(), password.into()));
+        self
+    }
+
+    pub(super) fn validate(&self) -> Result<(), TestkitError> {
+        if self.members == 0 {
+            return Err(TestkitError::InvalidOptions(
+                "members must be at least 1".into(),
+            ));
+        }
+        if self.members > 50 {
+            return Err(TestkitError::InvalidOptions(format!(
+                "members is {}, MongoDB allows at most 50",
+                self.members
+            )));
+        }
+        if self.set_name.is_empty()
+            || self
+                .set_name
+                .chars()
+                .any(|c| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        {
+            return Err(TestkitError::InvalidOptions(format!(
+                "set_name {:?} must be non-empty and contain only [A-Za-z0-9_-]",
+                self.set_name
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_validation() {
+        assert!(ReplicaSetOptions::default().validate().is_ok());
+        assert!(ReplicaSetOptions::default().members(0).validate().is_err());
+        assert!(ReplicaSetOptions::default().members(51).validate().is_err());
+        assert!(
+            ReplicaSetOptions::default()
+                .set_name("")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            ReplicaSetOptions::default()
+                .set_name("a/b")
+                .validate()
+                .is_err()
+        );
+    }
+}
