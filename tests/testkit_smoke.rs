@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use mongo_lease::testkit::{self, ReplicaSet, ReplicaSetOptions};
+use mongo_lease::testkit::{self, MemberState, ReplicaSet, ReplicaSetOptions, TestkitError};
 use mongodb::bson::{Document, doc};
 
 fn proc_exists(pid: u32) -> bool {
@@ -179,4 +179,135 @@ fn futures_and_handles_are_send() {
         send(rs.wait_for_primary(Duration::from_secs(1)));
         send(rs.client());
     }
+}
+
+/// `step_down_for` right after a step-down: the next call finds no primary
+/// (an election is in progress), or a primary whose secondaries are not
+/// caught up yet, or member 0 taking over again; it must wait and retry
+/// rather than give up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_down_right_after_a_step_down() {
+    let rs = ReplicaSet::start(ReplicaSetOptions::default().members(3))
+        .await
+        .unwrap();
+    let t = Instant::now();
+    for round in 0..5 {
+        let r = Instant::now();
+        let stepped = rs
+            .step_down_for(Duration::from_secs(2))
+            .await
+            .unwrap_or_else(|e| panic!("step-down {round}: {e}"));
+        eprintln!(
+            "step-down {round}: member {stepped} after {:?}",
+            r.elapsed()
+        );
+    }
+    let primary = rs.wait_for_primary(Duration::from_secs(30)).await.unwrap();
+    eprintln!(
+        "5 back-to-back step-downs took {:?}; primary now member {primary}",
+        t.elapsed()
+    );
+}
+
+/// Giving up says what was seen: a single member stepped down for 60 s
+/// has no primary, and a short bound expires naming its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_primary_error_says_what_was_seen() {
+    let rs = ReplicaSet::start(
+        ReplicaSetOptions::default().primary_timeout(Duration::from_millis(1500)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rs.step_down().await.unwrap(), 0);
+
+    let states = rs.member_states().await.unwrap();
+    assert_eq!(states.len(), 1);
+    assert!(
+        matches!(states[0].state, MemberState::Secondary { .. }),
+        "{states:?}"
+    );
+
+    let t = Instant::now();
+    let err = rs.step_down().await.unwrap_err();
+    let text = err.to_string();
+    eprintln!(
+        "step-down without a primary, after {:?}: {text}",
+        t.elapsed()
+    );
+    match &err {
+        TestkitError::NoPrimary {
+            what,
+            waited,
+            members,
+            ..
+        } => {
+            assert_eq!(what, "replSetStepDown");
+            assert!(*waited >= Duration::from_millis(1500), "{waited:?}");
+            assert_eq!(members.len(), 1);
+            assert_eq!(members[0].index, 0);
+            assert_eq!(members[0].port, rs.members()[0].port());
+            assert!(
+                matches!(members[0].state, MemberState::Secondary { primary: None }),
+                "{members:?}"
+            );
+        }
+        other => panic!("expected NoPrimary, got {other:?}"),
+    }
+    let port = rs.members()[0].port();
+    assert!(
+        text.contains(&format!(
+            "member 0 (port {port}): SECONDARY (sees no primary)"
+        )),
+        "{text}"
+    );
+
+    let err = rs
+        .wait_for_primary(Duration::from_millis(500))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, TestkitError::NoPrimary { what, .. } if what == "wait_for_primary"),
+        "{err}"
+    );
+
+    // A killed member is reported as such.
+    rs.kill(0).await.unwrap();
+    let states = rs.member_states().await.unwrap();
+    assert_eq!(states[0].state, MemberState::NotRunning);
+    assert!(rs.primary().await.is_none());
+}
+
+/// A member whose port is taken while it is down: `restart` tries again
+/// a few times, then reports the conflict; once the port is free it works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_on_a_taken_port() {
+    let rs = ReplicaSet::start(ReplicaSetOptions::default())
+        .await
+        .unwrap();
+    rs.kill(0).await.unwrap();
+    let port = rs.members()[0].port();
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let t = Instant::now();
+    let err = rs.restart(0).await.unwrap_err();
+    eprintln!(
+        "restart on a taken port gave up after {:?}: {err}",
+        t.elapsed()
+    );
+    assert!(
+        matches!(
+            err,
+            TestkitError::PortConflict {
+                member: 0,
+                attempts: 5
+            }
+        ),
+        "{err}"
+    );
+    assert!(!rs.members()[0].is_running());
+    drop(squatter);
+    rs.restart(0).await.unwrap();
+    assert_eq!(
+        rs.wait_for_primary(Duration::from_secs(30)).await.unwrap(),
+        0
+    );
 }

@@ -1,16 +1,25 @@
 //! Faults on a running [`ReplicaSet`]: kill, stop and restart members,
 //! find the primary, step it down.
+//!
+//! A replica set changes on its own: elections follow a step-down, member 0
+//! (highest priority) takes over again once it can, a restarted member
+//! recovers before it is a secondary. So every operation that needs a
+//! target ("the primary", "a healthy member") polls for it within a bound
+//! instead of looking once, retries when the target changes under it, and
+//! says what it saw when it gives up.
 
 use std::time::{Duration, Instant};
 
 use mongodb::Client;
 use mongodb::bson::doc;
+use mongodb::error::ErrorKind;
 
 #[cfg(doc)]
 use super::ReplicaSetOptions;
 use super::TestkitError;
-use super::member::{ListenError, POLL};
-use super::replica_set::{ReplicaSet, Role, error_code, hello_role};
+use super::member::{ListenError, POLL, PORT_ATTEMPTS};
+use super::probe::{MemberState, MemberStatus, Probe, describe, pick_primary, probe};
+use super::replica_set::ReplicaSet;
 
 impl ReplicaSet {
     /// Kills member `i` with `SIGKILL` (a crash: no clean shutdown) and
@@ -70,82 +79,143 @@ impl ReplicaSet {
     /// Restarts member `i` on the same port and data directory, killing it
     /// first (`SIGKILL`) if it is running, and waits (bounded by
     /// [`startup_timeout`](ReplicaSetOptions::startup_timeout)) until it
-    /// reports itself as primary or secondary again.
+    /// reports itself as primary or secondary again (after recovering,
+    /// rolling back or catching up, as the set requires).
+    ///
+    /// If another process is listening on the member's port (the port must
+    /// stay the same: the replica set configuration names it), the start is
+    /// retried after a pause, up to 5 times within the bound.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::PortConflict`] if the port stayed taken;
+    /// [`TestkitError::MongodExited`] if `mongod` exits while starting;
+    /// [`TestkitError::Timeout`] naming the member's last state if it is not
+    /// primary or secondary in time.
     pub async fn restart(&self, i: usize) -> Result<(), TestkitError> {
         self.kill(i).await?;
         let member = self.member(i)?;
-        let deadline = Instant::now() + self.opts.startup_timeout;
-        member
-            .spawn(&self.mongod, &self.opts, self.key_file().as_deref())
-            .await?;
-        match member
-            .wait_listening(deadline, self.opts.startup_timeout)
-            .await
-        {
-            Ok(()) => {}
-            Err(ListenError::AddrInUse) => {
-                let _ = self.kill(i).await;
-                return Err(TestkitError::PortConflict {
-                    member: i,
-                    attempts: 1,
-                });
+        let timeout = self.opts.startup_timeout;
+        let deadline = Instant::now() + timeout;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            member
+                .spawn(&self.mongod, &self.opts, self.key_file().as_deref())
+                .await?;
+            match member.wait_listening(deadline, timeout).await {
+                Ok(()) => break,
+                Err(ListenError::Other(e)) => return Err(e),
+                Err(ListenError::AddrInUse) => {
+                    // Reap the exited process before trying again.
+                    let _ = self.kill(i).await;
+                    let pause = POLL * (1 << attempts.min(4));
+                    if attempts >= PORT_ATTEMPTS || Instant::now() + pause >= deadline {
+                        return Err(TestkitError::PortConflict {
+                            member: i,
+                            attempts,
+                        });
+                    }
+                    tracing::debug!(member = i, port = member.port(), "port taken, retrying");
+                    tokio::time::sleep(pause).await;
+                }
             }
-            Err(ListenError::Other(e)) => return Err(e),
         }
         let client = self.direct_client(i).await?;
         loop {
             if let Some(status) = member.exit_status() {
                 return Err(member.exited_error(status));
             }
+            let seen = probe(member, &client).await;
             if matches!(
-                hello_role(&client).await,
-                Some(Role::Primary | Role::Secondary)
+                seen.status.state,
+                MemberState::Primary | MemberState::Secondary { .. }
             ) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(self.timeout(format!(
-                    "restarted member {i} to become PRIMARY or SECONDARY"
+                    "restarted member {i} to become PRIMARY or SECONDARY (last seen: {})",
+                    seen.status
                 )));
             }
             tokio::time::sleep(POLL).await;
         }
     }
 
+    /// One concurrent round of `hello` on every member, through `clients`
+    /// (from [`direct_clients`](Self::direct_clients)).
+    pub(super) async fn probe_all(&self, clients: &[Client]) -> Vec<Probe> {
+        futures::future::join_all(self.members.iter().zip(clients).map(|(m, c)| probe(m, c))).await
+    }
+
+    /// What each member says about itself right now: one concurrent round
+    /// of `hello`, through direct connections that bypass any proxy (a
+    /// member that does not answer within about 2 s is
+    /// [unreachable](MemberState::Unreachable)).
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::Driver`] if a client cannot be created.
+    pub async fn member_states(&self) -> Result<Vec<MemberStatus>, TestkitError> {
+        let clients = self.direct_clients().await?;
+        Ok(self
+            .probe_all(&clients)
+            .await
+            .into_iter()
+            .map(|p| p.status)
+            .collect())
+    }
+
     /// Index of the current writable primary among the running members,
-    /// if any (one round of `hello`).
+    /// if any (one round of `hello`; if two members claim to be primary,
+    /// the one elected last). Use
+    /// [`wait_for_primary`](Self::wait_for_primary) to wait for one.
     pub async fn primary(&self) -> Option<usize> {
         let clients = self.direct_clients().await.ok()?;
         self.find_primary(&clients).await
     }
 
-    /// One concurrent round of `hello` on the running members.
+    /// One round of `hello` through `clients`: the primary, if any.
     pub(super) async fn find_primary(&self, clients: &[Client]) -> Option<usize> {
-        let roles =
-            futures::future::join_all(self.members.iter().zip(clients).map(|(m, c)| async move {
-                if m.is_running() {
-                    hello_role(c).await
-                } else {
-                    None
-                }
-            }))
-            .await;
-        roles.iter().position(|r| *r == Some(Role::Primary))
+        pick_primary(&self.probe_all(clients).await)
     }
 
-    /// Polls `hello` on the running members every 50 ms until one of them
-    /// is a writable primary, and returns its index.
+    /// Polls `hello` on the members every 50 ms until one of them is a
+    /// writable primary and returns its index (if two members claim to be
+    /// primary, the one elected last).
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::NoPrimary`] after `timeout`, with what each member
+    /// said last.
     pub async fn wait_for_primary(&self, timeout: Duration) -> Result<usize, TestkitError> {
-        let deadline = Instant::now() + timeout;
         let clients = self.direct_clients().await?;
+        let (primary, _) = self
+            .await_primary(&clients, "wait_for_primary", Instant::now(), timeout)
+            .await?;
+        Ok(primary)
+    }
+
+    /// Polls until a member is a writable primary, or `timeout` after
+    /// `began`. Returns its index and the round of probes that found it.
+    async fn await_primary(
+        &self,
+        clients: &[Client],
+        what: &str,
+        began: Instant,
+        timeout: Duration,
+    ) -> Result<(usize, Vec<Probe>), TestkitError> {
         loop {
-            if let Some(i) = self.find_primary(&clients).await {
-                return Ok(i);
+            let probes = self.probe_all(clients).await;
+            if let Some(primary) = pick_primary(&probes) {
+                return Ok((primary, probes));
             }
-            if Instant::now() >= deadline {
-                return Err(TestkitError::Timeout {
-                    what: "a writable primary".into(),
-                    timeout,
+            if began.elapsed() >= timeout {
+                return Err(TestkitError::NoPrimary {
+                    what: what.to_owned(),
+                    waited: began.elapsed(),
+                    members: probes.into_iter().map(|p| p.status).collect(),
                     log_tail: self.logs_tail(),
                 });
             }
@@ -163,7 +233,12 @@ impl ReplicaSet {
     /// The old primary cannot be re-elected for 60 s (so a single-member
     /// set has no primary for that long); afterwards member 0, having the
     /// highest priority, takes over again. See
-    /// [`step_down_for`](Self::step_down_for) to choose the duration.
+    /// [`step_down_for`](Self::step_down_for) to choose the duration, and
+    /// for how it copes with elections in progress.
+    ///
+    /// # Errors
+    ///
+    /// As [`step_down_for`](Self::step_down_for).
     pub async fn step_down(&self) -> Result<usize, TestkitError> {
         self.step_down_for(Duration::from_secs(60)).await
     }
@@ -172,10 +247,29 @@ impl ReplicaSet {
     /// `ineligible` (rounded up to whole seconds, at least 1 s) and
     /// `secondaryCatchUpPeriodSecs` to half of that, at most 10 s (0 on a
     /// single-member set).
+    ///
+    /// The primary is looked for right away, and waited for if there is
+    /// none (an election in progress, member 0's priority takeover). If the
+    /// member stops being primary before the command reaches it, or no
+    /// secondary caught up in time, or another election or step-down is in
+    /// progress, the primary is looked for again and the step-down retried.
+    /// All of this is bounded by
+    /// [`primary_timeout`](ReplicaSetOptions::primary_timeout) (default
+    /// 30 s). An answer lost with its connection is settled by asking the
+    /// member whether it is still primary.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::NoPrimary`] if no member was primary within the
+    /// bound, with what each member said last; [`TestkitError::Driver`] if
+    /// `replSetStepDown` failed for another reason, or kept failing until
+    /// the bound (its context then names the attempts and the members'
+    /// states).
     pub async fn step_down_for(&self, ineligible: Duration) -> Result<usize, TestkitError> {
-        let primary = self.primary().await.ok_or(TestkitError::NoPrimary)?;
+        let began = Instant::now();
+        let bound = self.opts.primary_timeout;
+        let clients = self.direct_clients().await?;
         let secs = ineligible.as_secs_f64().ceil().max(1.0) as i64;
-        let client = self.direct_client(primary).await?;
         let single = self.members.len() == 1;
         // Must be shorter than stepDownSecs; a single member has nobody to
         // wait for (and needs `force`).
@@ -185,21 +279,163 @@ impl ReplicaSet {
             "secondaryCatchUpPeriodSecs": catch_up,
             "force": single,
         };
-        match client.database("admin").run_command(cmd).await {
-            Ok(_) => {}
-            // Older servers close the connection / interrupt the command
-            // while stepping down; that still means success.
-            Err(e)
-                if matches!(*e.kind, mongodb::error::ErrorKind::Io(_))
-                    || error_code(&e) == Some(11602) => {}
-            Err(e) => {
+        let mut attempts = 0;
+        loop {
+            let (primary, probes) = self
+                .await_primary(&clients, "replSetStepDown", began, bound)
+                .await?;
+            attempts += 1;
+            let error = match clients[primary]
+                .database("admin")
+                .run_command(cmd.clone())
+                .await
+            {
+                Ok(_) => {
+                    tracing::debug!(member = primary, attempts, "primary stepped down");
+                    return Ok(primary);
+                }
+                Err(e) => e,
+            };
+            let settled = match classify_step_down(&error) {
+                StepDownFailure::Retry => false,
+                StepDownFailure::Fatal => {
+                    return Err(TestkitError::driver(
+                        format!("running replSetStepDown on member {primary}"),
+                        error,
+                    ));
+                }
+                StepDownFailure::Ambiguous => {
+                    // Stepped down unless it is still primary of the same
+                    // election.
+                    let before = probes[primary].election_id;
+                    let now = probe(&self.members[primary], &clients[primary]).await;
+                    !(now.is_primary() && now.election_id == before)
+                }
+            };
+            if settled {
+                tracing::debug!(member = primary, attempts, error = %error, "primary stepped down");
+                return Ok(primary);
+            }
+            if began.elapsed() >= bound {
+                let seen: Vec<MemberStatus> = self
+                    .probe_all(&clients)
+                    .await
+                    .into_iter()
+                    .map(|p| p.status)
+                    .collect();
                 return Err(TestkitError::driver(
-                    format!("running replSetStepDown on member {primary}"),
-                    e,
+                    format!(
+                        "running replSetStepDown (gave up after {attempts} attempt(s) in {:?}, \
+                         the last one on member {primary}; members last seen: {})",
+                        began.elapsed(),
+                        describe(&seen)
+                    ),
+                    error,
                 ));
             }
+            tracing::debug!(member = primary, attempts, error = %error, "step-down failed, retrying");
+            tokio::time::sleep(POLL).await;
         }
-        tracing::debug!(member = primary, "primary stepped down");
-        Ok(primary)
+    }
+}
+
+/// How a failed `replSetStepDown` is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepDownFailure {
+    /// The command did not step the member down, but trying again may: it
+    /// is no longer primary (look for the new one), no secondary caught up
+    /// in time, another election or step-down is in progress, or the member
+    /// could not be reached before sending.
+    Retry,
+    /// The answer was lost with its connection, or the command was
+    /// interrupted by a change of role: ask the member whether it is still
+    /// primary.
+    Ambiguous,
+    /// Anything else (bad command, authorization, ...): give up.
+    Fatal,
+}
+
+/// Server error codes after which a step-down is tried again.
+const RETRY_CODES: &[i32] = &[
+    6,     // HostUnreachable
+    50,    // MaxTimeMSExpired
+    89,    // NetworkTimeout
+    91,    // ShutdownInProgress
+    117,   // ConflictingOperationInProgress: an election or step-down under way
+    189,   // PrimarySteppedDown
+    262,   // ExceededTimeLimit: no electable secondary caught up in time
+    9001,  // SocketException
+    10058, // LegacyNotPrimary
+    10107, // NotWritablePrimary: it stopped being primary after `hello`
+    11600, // InterruptedAtShutdown
+    13435, // NotPrimaryNoSecondaryOk
+    13436, // NotPrimaryOrSecondary
+];
+
+/// `InterruptedDueToReplStateChange`: the member changed role while
+/// running the command (often the very step-down it asked for).
+const INTERRUPTED_BY_ROLE_CHANGE: i32 = 11602;
+
+fn classify_step_down(error: &mongodb::error::Error) -> StepDownFailure {
+    match &*error.kind {
+        ErrorKind::Command(c) if c.code == INTERRUPTED_BY_ROLE_CHANGE => StepDownFailure::Ambiguous,
+        ErrorKind::Command(c) if RETRY_CODES.contains(&c.code) => StepDownFailure::Retry,
+        // The connection broke: before or after the member stepped down.
+        ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => StepDownFailure::Ambiguous,
+        // Nothing was sent.
+        ErrorKind::ServerSelection { .. } => StepDownFailure::Retry,
+        _ => StepDownFailure::Fatal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::error::{CommandError, Error};
+
+    fn command_error(code: i32, name: &str) -> Error {
+        let e: CommandError = mongodb::bson::from_document(doc! {
+            "code": code, "codeName": name, "errmsg": "test",
+        })
+        .unwrap();
+        Error::from(ErrorKind::Command(e))
+    }
+
+    #[test]
+    fn step_down_errors_are_classified() {
+        use StepDownFailure::*;
+        for (code, name) in [
+            (10107, "NotWritablePrimary"),
+            (13435, "NotPrimaryNoSecondaryOk"),
+            (13436, "NotPrimaryOrSecondary"),
+            (189, "PrimarySteppedDown"),
+            (262, "ExceededTimeLimit"),
+            (117, "ConflictingOperationInProgress"),
+            (91, "ShutdownInProgress"),
+        ] {
+            assert_eq!(
+                classify_step_down(&command_error(code, name)),
+                Retry,
+                "{name}"
+            );
+        }
+        assert_eq!(
+            classify_step_down(&command_error(11602, "InterruptedDueToReplStateChange")),
+            Ambiguous
+        );
+        let io = Error::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(classify_step_down(&io), Ambiguous);
+        for (code, name) in [
+            (13, "Unauthorized"),
+            (59, "CommandNotFound"),
+            (2, "BadValue"),
+            (76, "NoReplicationEnabled"),
+        ] {
+            assert_eq!(
+                classify_step_down(&command_error(code, name)),
+                Fatal,
+                "{name}"
+            );
+        }
     }
 }

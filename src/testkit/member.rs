@@ -21,6 +21,10 @@ use super::proxy::FaultProxy;
 pub(super) const POLL: Duration = Duration::from_millis(50);
 /// Lines of each member's log included in error messages.
 pub(super) const LOG_TAIL_LINES: usize = 15;
+/// How many ports a member may try when its port gets taken between picking
+/// it and `mongod` binding it (at start: a fresh port each time; at restart:
+/// the same port again, after a pause).
+pub(super) const PORT_ATTEMPTS: usize = 5;
 /// `mongod` exit code for "address already in use" (`EXIT_NET_ERROR`).
 const EXIT_NET_ERROR: i32 = 48;
 

@@ -89,6 +89,7 @@ mod faults;
 mod install;
 mod member;
 mod options;
+mod probe;
 mod process;
 pub mod proxy;
 mod replica_set;
@@ -97,6 +98,7 @@ mod shared;
 pub use install::mongod_path;
 pub use member::Member;
 pub use options::ReplicaSetOptions;
+pub use probe::{MemberState, MemberStatus};
 pub use proxy::FaultProxy;
 pub use replica_set::ReplicaSet;
 pub use shared::shared_uri;
@@ -215,9 +217,24 @@ pub enum TestkitError {
         len: usize,
     },
 
-    /// An operation needed a primary but no member is currently primary.
-    #[error("no member of the replica set is currently a writable primary")]
-    NoPrimary,
+    /// An operation needed a writable primary and saw none within its
+    /// bound. `members` says what each member said last.
+    #[error(
+        "no writable primary for {what} within {waited:?}; members last seen: {}; \
+         last lines of the mongod logs:\n{log_tail}",
+        probe::describe(members)
+    )]
+    NoPrimary {
+        /// What needed the primary (e.g. `replSetStepDown`).
+        what: String,
+        /// How long it waited for one.
+        waited: Duration,
+        /// What each member said to its last `hello` (or why it could not
+        /// be asked).
+        members: Vec<MemberStatus>,
+        /// The last lines of every member's log.
+        log_tail: String,
+    },
 }
 
 impl TestkitError {

@@ -33,6 +33,11 @@ pub struct ReplicaSetOptions {
     /// Upper bound for [`ReplicaSet::start`] (and for
     /// [`ReplicaSet::restart`]) to reach a healthy state (default 60 s).
     pub startup_timeout: Duration,
+    /// Upper bound for the operations that need the primary
+    /// ([`ReplicaSet::step_down`], [`ReplicaSet::step_down_for`]) to find
+    /// one when none is seen (during an election, a priority takeover, ...)
+    /// and to retry when it changes under them (default 30 s).
+    pub primary_timeout: Duration,
     /// Use a 10 MB, non-preallocated journal (default `true`). WiredTiger
     /// otherwise preallocates ~300 MB of journal files per member.
     pub small_journal: bool,
@@ -62,6 +67,7 @@ impl Default for ReplicaSetOptions {
             fast_elections: true,
             set_name: "rs0".to_owned(),
             startup_timeout: Duration::from_secs(60),
+            primary_timeout: Duration::from_secs(30),
             small_journal: true,
             extra_args: Vec::new(),
             proxied: false,
@@ -98,6 +104,12 @@ impl ReplicaSetOptions {
     /// Sets [`startup_timeout`](Self::startup_timeout).
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
+        self
+    }
+
+    /// Sets [`primary_timeout`](Self::primary_timeout).
+    pub fn primary_timeout(mut self, timeout: Duration) -> Self {
+        self.primary_timeout = timeout;
         self
     }
 

@@ -1,5 +1,5 @@
 //! [`ReplicaSet`]: starting a set (spawn, `replSetInitiate`, wait until
-//! healthy), its URIs and clients, and the `hello` probe of each member.
+//! healthy), its URIs and clients.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -12,39 +12,16 @@ use tempfile::TempDir;
 use super::TestkitError;
 use super::auth::{encode_userinfo, write_key_file};
 use super::install::mongod_path;
-use super::member::{LOG_TAIL_LINES, ListenError, Member, MemberProc, POLL, pick_ports};
+use super::member::{
+    LOG_TAIL_LINES, ListenError, Member, MemberProc, POLL, PORT_ATTEMPTS, pick_ports,
+};
 use super::options::ReplicaSetOptions;
+use super::probe::{MemberState, MemberStatus, describe};
 use super::process::{self, DIR_PREFIX};
 use super::proxy::FaultProxy;
 
-/// How many fresh ports a member may try when its port gets stolen between
-/// picking it and `mongod` binding it.
-const PORT_ATTEMPTS: usize = 5;
 /// MongoDB allows at most 7 voting members.
 const MAX_VOTERS: usize = 7;
-
-/// Role of a member as reported by `hello`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Role {
-    Primary,
-    Secondary,
-    Other,
-}
-
-pub(super) async fn hello_role(client: &Client) -> Option<Role> {
-    let reply = client
-        .database("admin")
-        .run_command(doc! { "hello": 1 })
-        .await
-        .ok()?;
-    Some(if reply.get_bool("isWritablePrimary").unwrap_or(false) {
-        Role::Primary
-    } else if reply.get_bool("secondary").unwrap_or(false) {
-        Role::Secondary
-    } else {
-        Role::Other
-    })
-}
 
 /// A throwaway replica set of real `mongod` processes on `127.0.0.1`.
 ///
@@ -253,8 +230,8 @@ impl ReplicaSet {
         let mut last_step_up: Option<Instant> = None;
         loop {
             self.check_alive()?;
-            let roles = futures::future::join_all(clients.iter().map(hello_role)).await;
-            let primaries = roles.iter().filter(|r| **r == Some(Role::Primary)).count();
+            let probes = self.probe_all(&clients).await;
+            let primaries = probes.iter().filter(|p| p.is_primary()).count();
             if primaries > 0 && primary_seen.is_none() {
                 primary_seen = Some(began.elapsed());
             }
@@ -263,8 +240,8 @@ impl ReplicaSet {
             // without fast elections). Failures (e.g. the others don't have
             // the config yet) are harmless: just try again.
             if primaries == 0
-                && roles.len() > 1
-                && roles[0] == Some(Role::Secondary)
+                && probes.len() > 1
+                && matches!(probes[0].status.state, MemberState::Secondary { .. })
                 && last_step_up.is_none_or(|t| t.elapsed() >= Duration::from_millis(250))
             {
                 last_step_up = Some(Instant::now());
@@ -273,19 +250,22 @@ impl ReplicaSet {
                     .run_command(doc! { "replSetStepUp": 1 })
                     .await;
             }
-            let secondaries = roles
+            let secondaries = probes
                 .iter()
-                .filter(|r| **r == Some(Role::Secondary))
+                .filter(|p| matches!(p.status.state, MemberState::Secondary { .. }))
                 .count();
-            if primaries == 1 && primaries + secondaries == roles.len() {
+            if primaries == 1 && primaries + secondaries == probes.len() {
                 return Ok(primary_seen.unwrap_or_default());
             }
             if Instant::now() >= deadline {
                 let what = match primary_seen {
-                    None => "a writable primary".to_owned(),
-                    Some(_) => format!("all members to be PRIMARY/SECONDARY (roles: {roles:?})"),
+                    None => "a writable primary",
+                    Some(_) => "all members to be PRIMARY or SECONDARY",
                 };
-                return Err(self.timeout(what));
+                let seen: Vec<MemberStatus> = probes.into_iter().map(|p| p.status).collect();
+                return Err(
+                    self.timeout(format!("{what} (members last seen: {})", describe(&seen)))
+                );
             }
             tokio::time::sleep(POLL).await;
         }
