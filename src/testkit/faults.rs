@@ -26,6 +26,10 @@ impl ReplicaSet {
     /// waits until the process is gone. Its port and data directory are
     /// kept for [`restart`](Self::restart). Killing an already killed
     /// member is a no-op.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::NoSuchMember`] if `i` is out of range.
     pub async fn kill(&self, i: usize) -> Result<(), TestkitError> {
         let member = self.member(i)?;
         if let Some(mut child) = member.take_child() {
@@ -48,6 +52,16 @@ impl ReplicaSet {
     /// killed). Its port and data directory are kept for
     /// [`restart`](Self::restart). Stopping a member that is not running is a
     /// no-op.
+    ///
+    /// This sends a signal rather than the `shutdown` command, so a primary
+    /// without a caught-up secondary (or one that stops being primary
+    /// meanwhile) still shuts down: it tries to step down for at most 1 s
+    /// (`shutdownTimeoutMillisForSignaledShutdown`), then exits anyway.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::NoSuchMember`] if `i` is out of range;
+    /// [`TestkitError::Timeout`] if the process did not exit in time.
     pub async fn stop(&self, i: usize) -> Result<(), TestkitError> {
         let member = self.member(i)?;
         let Some(mut child) = member.take_child() else {

@@ -27,6 +27,18 @@
 //! `directConnection=true`), or in front of every member of a set started
 //! with [`ReplicaSetOptions::proxied`], so that replication traffic crosses
 //! the proxies too. Access control: [`ReplicaSetOptions::auth`].
+//!
+//! A replica set also changes on its own: an election follows a step-down,
+//! member 0 (the highest priority) takes over again as soon as it can, a
+//! restarted member recovers before it is a secondary. The operations that
+//! need a target wait for it within a bound instead of looking once:
+//! [`step_down`](ReplicaSet::step_down) waits for a primary (up to
+//! [`ReplicaSetOptions::primary_timeout`]) and tries again if the primary
+//! changes before the command reaches it, [`restart`](ReplicaSet::restart)
+//! waits for the member to be primary or secondary again. When they give up
+//! the error says what they saw: [`TestkitError::NoPrimary`] lists each
+//! member's last [`MemberState`]; [`ReplicaSet::member_states`] shows it at
+//! any time.
 //! [`monotonic_ns`] gives timestamps comparable across processes.
 //!
 //! # Cleanup guarantees
