@@ -52,7 +52,7 @@
 //! by the TTL monitor larger than every token issued before: the deletion
 //! happens after `exp`, which is later than the server time of every earlier
 //! acquisition. `$$NOW` alone is not a fence: concurrent writes to one document
-//! can observe it going backwards by a few milliseconds (MONGODB-FACTS Q3).
+//! can observe it going backwards by a few milliseconds (docs/mongodb-behaviour.md, B3).
 
 pub(crate) mod mongo;
 mod observe;
