@@ -54,8 +54,7 @@
 //! acquisition. `$$NOW` alone is not a fence: concurrent writes to one document
 //! can observe it going backwards by a few milliseconds (docs/mongodb-behaviour.md, B3).
 
-pub(crate) mod mongo;
-mod observe;
+mod mongo;
 
 #[cfg(test)]
 pub(crate) mod memory;
