@@ -5,6 +5,9 @@
 //! trait, so its timing logic can also be tested under tokio's paused clock
 //! against [`memory::MemoryStore`], an in-memory twin that follows the same
 //! rules (used only by those unit tests, never as a stand-in for MongoDB).
+//! The store contract (`contract`, a test module) runs one suite of
+//! scenarios against both, and the MongoDB behaviour the protocol relies on
+//! is described in `docs/mongodb-behaviour.md` (cited below by section).
 //!
 //! # Document schema
 //!
@@ -58,6 +61,9 @@ mod mongo;
 
 #[cfg(test)]
 pub(crate) mod memory;
+
+#[cfg(all(test, feature = "testkit"))]
+mod contract;
 
 use std::time::Duration;
 
