@@ -13,7 +13,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use mongodb::bson::{Bson, DateTime, Document, doc};
+use futures::StreamExt;
+use mongodb::bson::{Bson, Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -167,11 +168,13 @@ impl Fixture for MongoFixture {
     }
 
     async fn expire(&self, key: &str) {
+        // `exp = min(exp, $$NOW)`: expired, but not so long ago that the TTL
+        // monitor (grace: one hour) would delete the document meanwhile.
         let result = self
             .raw_collection()
             .update_one(
                 doc! { "_id": key },
-                doc! { "$set": { "exp": DateTime::from_millis(0) } },
+                vec![doc! { "$set": { "exp": { "$min": ["$exp", "$$NOW"] } } }],
             )
             .await
             .expect("expire the lease");
@@ -196,6 +199,10 @@ impl Fixture for MongoFixture {
             if result.deleted_count == 1 {
                 return;
             }
+            assert!(
+                self.raw(key).await.is_some(),
+                "no document {key:?} to delete"
+            );
             assert!(Instant::now() < give_up, "{key:?} never became due");
             tokio::task::yield_now().await;
         }
@@ -636,6 +643,61 @@ async fn list_pages_through_leases_in_key_order<F: Fixture>() {
     assert!(a.inspect("none".into()).await.unwrap().is_none());
 }
 
+async fn releases_and_deletes_are_announced_expiries_and_renewals_are_not<F: Fixture>() {
+    let f = F::new().await;
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let mut releases = a.watch_releases();
+    // The stream opens in the background: release a probe key until the
+    // stream reports it, so that it sees everything below.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (probe, _) = take(&a, "probe").await;
+        assert_eq!(a.release(vec![probe]).await.unwrap(), 1);
+        tokio::select! {
+            event = releases.next() => match event {
+                Some(Ok(key)) if key == "probe" => break,
+                other => panic!("before any release: {other:?}"),
+            },
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the stream of releases never opened"
+        );
+    }
+
+    let (l1, _) = take(&a, "k1").await;
+    let (l2, _) = take(&a, "k2").await;
+    let (l3, _) = take(&b, "k3").await;
+    take(&b, "k4").await;
+    // Not releases: acquisitions, renewals, waiting marks, expiries.
+    assert!(
+        a.renew(vec![l1.clone(), l2.clone()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    held(&a, "k4", true, "b").await;
+    f.expire("k2").await;
+    // Releases: a release, a delete (the TTL monitor), a forced release.
+    assert_eq!(a.release(vec![l1]).await.unwrap(), 1);
+    f.delete("k2").await;
+    assert!(a.force_release("k3".into()).await.unwrap().is_some());
+    assert_eq!(b.release(vec![l3]).await.unwrap(), 0);
+    let (end, _) = take(&a, "end").await;
+    assert_eq!(a.release(vec![end]).await.unwrap(), 1);
+
+    let mut seen = Vec::new();
+    while seen.last().is_none_or(|k| k != "end") {
+        match releases.next().await {
+            Some(Ok(key)) if key == "probe" => {}
+            Some(Ok(key)) => seen.push(key),
+            other => panic!("after {seen:?}: {other:?}"),
+        }
+    }
+    assert_eq!(seen, ["k1", "k2", "k3", "end"]);
+}
+
 /// Runs each scenario against both stores: `memory::<scenario>` and
 /// `mongo::<scenario>`.
 macro_rules! contract {
@@ -673,4 +735,5 @@ contract!(
     force_release_releases_a_live_lease_of_any_owner,
     a_document_of_foreign_shape_is_never_taken,
     list_pages_through_leases_in_key_order,
+    releases_and_deletes_are_announced_expiries_and_renewals_are_not,
 );

@@ -3,7 +3,7 @@
 //! [`MongoStore`] is the only code in the crate that issues MongoDB commands,
 //! and only the actor calls it. The actor sees it through the narrow [`Store`]
 //! trait, so its timing logic can also be tested under tokio's paused clock
-//! against [`memory::MemoryStore`], an in-memory twin that follows the same
+//! against `memory::MemoryStore` (test builds), an in-memory twin that follows the same
 //! rules (used only by those unit tests, never as a stand-in for MongoDB).
 //! The store contract (`contract`, a test module) runs one suite of
 //! scenarios against both, and the MongoDB behaviour the protocol relies on
