@@ -131,7 +131,7 @@ impl Error {
 
 /// Network errors, server selection failures, write-concern failures and
 /// "not primary" style errors: the outcome of a write that failed this way is
-/// unknown, so the store re-reads before deciding (see MONGODB-FACTS Q7/Q8).
+/// unknown, so the store re-reads before deciding (docs/mongodb-behaviour.md, B7, B8).
 pub(crate) fn is_transient_db_error(e: &mongodb::error::Error) -> bool {
     use mongodb::error::ErrorKind;
     if e.contains_label(mongodb::error::RETRYABLE_WRITE_ERROR) {

@@ -10,7 +10,7 @@ use mongodb::bson::doc;
 use tokio::time::Instant;
 
 /// Eight managers race for the same missing documents: the upsert on `_id` is a
-/// mutex, losers see "held", never an error (MONGODB-FACTS Q2).
+/// mutex, losers see "held", never an error (docs/mongodb-behaviour.md, B1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_one_winner_when_managers_race_for_a_fresh_key() {
     let fx = Fixture::new("race").await;

@@ -12,7 +12,11 @@
 //! - **acquire** wins if there is no document, or the document carries this
 //!   lease id (a retry: token unchanged, expiry refreshed), or `exp <= now`
 //!   and the key is not yielded by this owner (`yu > now`); the winner gets
-//!   `token = previous + 1` and `exp = now + ttl`, without `wt` / `yu`.
+//!   `token = previous + 1` and `exp = now + ttl`, without `wt` / `yu`. A key
+//!   whose document was deleted continues from the deleted document's token:
+//!   on MongoDB the time part of the token rule guarantees the same (see
+//!   "Fencing tokens" in `store`), which a twin whose server time starts at
+//!   the test's start cannot reproduce with the same token values.
 //!   Otherwise the outcome is `Held { holder, remaining: exp - now }` (`yu -
 //!   now` if yielded by this owner), and a `waiting` attempt on a lease held
 //!   by another owner sets `wt` if unset.
@@ -104,12 +108,12 @@ impl Doc {
         }
     }
 
-    /// A released document with token 0 (what an upsert starts from).
-    fn vacant(now: Instant) -> Doc {
+    /// A released document with token `token` (what an upsert starts from).
+    fn vacant(now: Instant, token: u64) -> Doc {
         Doc {
             owner: String::new(),
             lease_id: None,
-            token: 0,
+            token,
             exp: now,
             acquired: now,
             renewed: now,
@@ -163,6 +167,16 @@ struct Collection {
     docs: HashMap<String, Doc>,
     /// Keys occupied by a document not written by the protocol.
     foreign: HashSet<String>,
+    /// The token of each deleted document: a new document of its key starts
+    /// above it, as on MongoDB.
+    deleted_tokens: HashMap<String, u64>,
+}
+
+impl Collection {
+    /// What a new document of `key` starts from at `now`.
+    fn vacant(&self, key: &str, now: Instant) -> Doc {
+        Doc::vacant(now, self.deleted_tokens.get(key).copied().unwrap_or(0))
+    }
 }
 
 /// The shared in-memory lock collection. Cheap to clone.
@@ -213,7 +227,7 @@ fn apply_acquire(
     }
     match coll.docs.get_mut(key) {
         None => {
-            let mut doc = Doc::vacant(now);
+            let mut doc = coll.vacant(key, now);
             let token = doc.take(owner, lease_id, ttl, now);
             coll.docs.insert(key.to_string(), doc);
             Ok(AcquireOutcome::Acquired { token })
@@ -379,11 +393,13 @@ impl MemoryDb {
         let mut coll = lock(&self.inner);
         coll.foreign.remove(key);
         let now = Instant::now();
-        let token = coll
-            .docs
-            .entry(key.to_string())
-            .or_insert(Doc::vacant(now))
-            .take(owner, Uuid::new_v4(), ttl, now);
+        let vacant = coll.vacant(key, now);
+        let token = coll.docs.entry(key.to_string()).or_insert(vacant).take(
+            owner,
+            Uuid::new_v4(),
+            ttl,
+            now,
+        );
         drop(coll);
         self.touch();
         token
@@ -417,11 +433,13 @@ impl MemoryDb {
         self.touch();
     }
 
-    /// Deletes the document (the TTL monitor). Tokens restart from 1 here,
-    /// unlike on MongoDB: do not test fencing across a delete with this.
+    /// Deletes the document (the TTL monitor). The next acquisition's token
+    /// is still greater than the deleted document's, as on MongoDB.
     pub fn delete(&self, key: &str) {
         let mut coll = lock(&self.inner);
-        coll.docs.remove(key);
+        if let Some(doc) = coll.docs.remove(key) {
+            coll.deleted_tokens.insert(key.to_string(), doc.token);
+        }
         coll.foreign.remove(key);
         drop(coll);
         self.announce_release(key);

@@ -3,8 +3,11 @@
 //! [`MongoStore`] is the only code in the crate that issues MongoDB commands,
 //! and only the actor calls it. The actor sees it through the narrow [`Store`]
 //! trait, so its timing logic can also be tested under tokio's paused clock
-//! against [`memory::MemoryStore`], an in-memory twin that follows the same
+//! against `memory::MemoryStore` (test builds), an in-memory twin that follows the same
 //! rules (used only by those unit tests, never as a stand-in for MongoDB).
+//! The store contract (`contract`, a test module) runs one suite of
+//! scenarios against both, and the MongoDB behaviour the protocol relies on
+//! is described in `docs/mongodb-behaviour.md` (cited below by section).
 //!
 //! # Document schema
 //!
@@ -52,13 +55,15 @@
 //! by the TTL monitor larger than every token issued before: the deletion
 //! happens after `exp`, which is later than the server time of every earlier
 //! acquisition. `$$NOW` alone is not a fence: concurrent writes to one document
-//! can observe it going backwards by a few milliseconds (MONGODB-FACTS Q3).
+//! can observe it going backwards by a few milliseconds (docs/mongodb-behaviour.md, B3).
 
-pub(crate) mod mongo;
-mod observe;
+mod mongo;
 
 #[cfg(test)]
 pub(crate) mod memory;
+
+#[cfg(all(test, feature = "testkit"))]
+mod contract;
 
 use std::time::Duration;
 

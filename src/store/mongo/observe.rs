@@ -20,16 +20,17 @@ use std::time::{Duration, SystemTime};
 
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
-use mongodb::bson::{Bson, Document, Timestamp, doc};
+use mongodb::bson::{Bson, Document, Timestamp};
 use mongodb::change_stream::event::{ChangeStreamEvent, OperationType, ResumeToken};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::mongo::{MongoStore, command_code};
-use super::{field, lease_info};
+use super::handle::{MongoStore, command_code};
+use super::pipeline::{info_projection, key_events_pipeline, key_filter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::lease::LeaseInfo;
+use crate::store::{field, lease_info};
 
 /// Mean delay between two reads when polling (jittered by ±20 %).
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -130,9 +131,9 @@ impl Observer {
         &self,
         session: bool,
     ) -> Result<(Option<Document>, SystemTime, Option<Timestamp>)> {
-        let coll = &self.store.coll;
-        let filter = doc! { field::ID: &self.key };
-        let projection = MongoStore::info_projection();
+        let coll = self.store.coll();
+        let filter = key_filter(&self.key);
+        let projection = info_projection();
         let (found, operation_time) = if session {
             self.store
                 .bounded(async {
@@ -206,9 +207,9 @@ impl Observer {
         loop {
             let mut watch = self
                 .store
-                .coll
+                .coll()
                 .watch()
-                .pipeline([doc! { "$match": { "documentKey._id": &self.key } }]);
+                .pipeline(key_events_pipeline(&self.key));
             watch = match (&resume, start) {
                 (Some(token), _) => watch.resume_after(token.clone()),
                 (None, Some(time)) => watch.start_at_operation_time(time),
@@ -472,6 +473,8 @@ fn truncate_path(doc: &mut Document, path: &str, len: usize) {
 
 #[cfg(test)]
 mod tests {
+    use mongodb::bson::doc;
+
     use super::*;
 
     #[test]

@@ -1,0 +1,121 @@
+//! The [`MongoStore`] value: the lock collection's handle (with the concerns
+//! the protocol needs), the store's settings, the operation timeout, and how
+//! the server's errors are read.
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use mongodb::bson::Document;
+use mongodb::options::{
+    CollectionOptions, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
+};
+use mongodb::{Collection, Database};
+
+use crate::error::{Error, Result};
+
+/// The lock protocol on MongoDB. Cheap to clone (the collection handle is shared).
+#[derive(Clone)]
+pub(crate) struct MongoStore {
+    coll: Collection<Document>,
+    owner: String,
+    ttl_ms: i64,
+    /// How long a release that another owner waited for keeps this owner
+    /// from taking the key back (see "Fairness" in the module docs of `store`).
+    yield_ms: i64,
+    operation_timeout: Duration,
+}
+
+impl MongoStore {
+    /// A store on `database.collection` with majority write and read concern and
+    /// primary reads, whatever the client's defaults (only majority-acknowledged
+    /// writes survive a failover: docs/mongodb-behaviour.md, B8).
+    pub(crate) fn new(
+        database: &Database,
+        collection: &str,
+        owner: String,
+        ttl: Duration,
+        yield_window: Duration,
+        operation_timeout: Duration,
+    ) -> Self {
+        let options = CollectionOptions::builder()
+            .write_concern(WriteConcern::majority())
+            .read_concern(ReadConcern::majority())
+            .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
+            .build();
+        MongoStore {
+            coll: database.collection_with_options(collection, options),
+            owner,
+            ttl_ms: ttl.as_millis() as i64,
+            yield_ms: yield_window.as_millis().min(i64::MAX as u128) as i64,
+            operation_timeout,
+        }
+    }
+
+    /// The lock collection (majority write and read concern, primary reads).
+    pub(super) fn coll(&self) -> &Collection<Document> {
+        &self.coll
+    }
+
+    /// This manager's owner id (`aid`).
+    pub(super) fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The lease TTL, in milliseconds.
+    pub(super) fn ttl_ms(&self) -> i64 {
+        self.ttl_ms
+    }
+
+    /// The yield window, in milliseconds.
+    pub(super) fn yield_ms(&self) -> i64 {
+        self.yield_ms
+    }
+
+    /// How long one operation may take before it counts as failed.
+    pub(super) fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
+    /// Bounds `op` by the operation timeout; a timeout is reported as
+    /// [`Error::Unreachable`], which the callers treat as "outcome unknown".
+    pub(super) async fn bounded<T>(
+        &self,
+        op: impl IntoFuture<Output = mongodb::error::Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.operation_timeout, op).await {
+            Ok(result) => result.map_err(Error::from),
+            Err(_) => Err(Error::Unreachable {
+                waited: self.operation_timeout,
+                reason: "operation timed out".into(),
+            }),
+        }
+    }
+}
+
+/// The server's error code of a command or write error.
+pub(super) fn command_code(e: &mongodb::error::Error) -> Option<i32> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match &*e.kind {
+        ErrorKind::Command(c) => Some(c.code),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),
+        _ => None,
+    }
+}
+
+/// E11000: a write would duplicate a unique index's key.
+pub(super) fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
+    command_code(e) == Some(11000)
+}
+
+/// Whether a duplicate-key error is on the `_id` index: two upserts raced to
+/// insert the same key, and the other one won (docs/mongodb-behaviour.md, B1).
+/// The server names the index in the message: `... index: _id_ dup key: { _id: "k1" }`.
+pub(super) fn is_on_id_index(e: &mongodb::error::Error) -> bool {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    let message = match &*e.kind {
+        ErrorKind::Command(c) => c.message.as_str(),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => w.message.as_str(),
+        _ => return false,
+    };
+    message.contains("index: _id_ ")
+}

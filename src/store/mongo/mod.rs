@@ -1,0 +1,25 @@
+//! [`MongoStore`]: the lock protocol on a real MongoDB deployment.
+//!
+//! - [`handle`]: the `MongoStore` value (the collection handle with majority
+//!   concerns, the owner id, TTL and yield window, the operation timeout) and
+//!   how server errors are read;
+//! - [`pipeline`]: the BSON of every command (filters, update pipelines,
+//!   projections) and the reading of what comes back, pure and unit-tested
+//!   without a server;
+//! - [`ops`]: the [`Store`](super::Store) implementation, which sends them
+//!   and resolves ambiguous outcomes;
+//! - [`prepare`]: the collection checks and the indexes (TTL index for garbage
+//!   collection, owner index);
+//! - [`observe`]: observing one key (change stream, or polling).
+//!
+//! Dependencies go one way: `ops` uses `handle`, `pipeline` and `observe`;
+//! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
+//! `pipeline` and `handle` use none of their siblings.
+
+mod handle;
+mod observe;
+mod ops;
+mod pipeline;
+mod prepare;
+
+pub(crate) use handle::MongoStore;

@@ -1,0 +1,598 @@
+//! The BSON of every command [`MongoStore`](super::MongoStore) sends (filters,
+//! update pipelines, projections, change-stream stages) and the reading of
+//! what comes back. Pure functions of their arguments: the unit tests below
+//! check their shape without a server; what the server does with them is
+//! tested against a real `mongod` (`store::contract`, `tests/`).
+
+use std::time::Duration;
+
+use mongodb::bson::{Bson, Document, doc};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::lease::LeaseInfo;
+use crate::store::{AcquireOutcome, LeaseRef, TOKEN_TIME_SHIFT, field, lease_info};
+
+/// A lease id as stored in `lid`: a BSON UUID (binary subtype 4).
+pub(super) fn bson_lease_id(id: Uuid) -> Bson {
+    Bson::from(mongodb::bson::Uuid::from_bytes(id.into_bytes()))
+}
+
+/// Whether `value` (a document's `lid`) is the lease id `id`.
+fn is_lease_id(value: Option<&Bson>, id: Uuid) -> bool {
+    matches!(value, Some(Bson::Binary(b)) if b.bytes.as_slice() == id.as_bytes())
+}
+
+/// The filter of one key's document.
+pub(super) fn key_filter(key: &str) -> Document {
+    doc! { field::ID: key }
+}
+
+/// The acquire update: one round trip, never an error when the key is held.
+///
+/// An upsert on `_id` alone (an `$expr` is refused in an upsert filter on 6.0,
+/// docs/mongodb-behaviour.md, B1) whose pipeline replaces the document only
+/// if this acquisition (`owner`, `lease_id`) wins: the document is new (only
+/// `_id`), already ours under this lease id (a retry), or ours in shape,
+/// expired by `$$NOW`, and not yielded by this owner to a waiting one.
+/// Otherwise the document is returned unchanged (no oplog entry,
+/// docs/mongodb-behaviour.md, B2), including a document of foreign shape;
+/// except that a `waiting` attempt on a lease held by another owner records
+/// `wt` if it is not set yet (one write per holding period). A new
+/// acquisition expires `ttl_ms` after `$$NOW`.
+pub(super) fn acquire_pipeline(
+    owner: &str,
+    ttl_ms: i64,
+    lease_id: Uuid,
+    waiting: bool,
+) -> Vec<Document> {
+    let lid = bson_lease_id(lease_id);
+    let fresh = doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] };
+    let mine = doc! { "$eq": [format!("${}", field::LEASE_ID), lid.clone()] };
+    let our_shape = doc! { "$and": [
+        { "$eq": [{ "$type": format!("${}", field::EXPIRES_AT) }, "date"] },
+        { "$eq": [{ "$type": format!("${}", field::TOKEN) }, "long"] },
+    ]};
+    let expired = doc! { "$lte": [format!("${}", field::EXPIRES_AT), "$$NOW"] };
+    let same_owner = doc! { "$eq": [format!("${}", field::OWNER), { "$literal": owner }] };
+    let yielded_by_us = doc! { "$and": [
+        same_owner.clone(),
+        { "$gt": [format!("${}", field::YIELD_UNTIL), "$$NOW"] },
+    ]};
+    let wins = doc! { "$or": [
+        fresh,
+        mine.clone(),
+        { "$and": [our_shape.clone(), expired.clone(), { "$not": [yielded_by_us] }] },
+    ]};
+    let next_token = doc! { "$cond": [
+        mine.clone(),
+        format!("${}", field::TOKEN),
+        { "$max": [
+            { "$add": [{ "$ifNull": [format!("${}", field::TOKEN), 0_i64] }, 1_i64] },
+            { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
+        ]},
+    ]};
+    // A retry under the same lease id keeps the acquisition time, the
+    // payload and the waiting mark; a new acquisition starts without them.
+    let acquired_at = doc! { "$cond": [
+        mine.clone(),
+        { "$ifNull": [format!("${}", field::ACQUIRED_AT), "$$NOW"] },
+        "$$NOW",
+    ]};
+    let keep = |name: &str| doc! { "$cond": [mine.clone(), format!("${name}"), "$$REMOVE"] };
+    let acquired = doc! {
+        field::ID: "$_id",
+        field::OWNER: { "$literal": owner },
+        field::LEASE_ID: lid,
+        field::TOKEN: next_token,
+        field::ACQUIRED_AT: acquired_at,
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+        field::PAYLOAD: keep(field::PAYLOAD),
+        field::WAITING_SINCE: keep(field::WAITING_SINCE),
+    };
+    let lost = if waiting {
+        let held_by_other = doc! { "$and": [
+            our_shape,
+            { "$eq": [{ "$type": format!("${}", field::LEASE_ID) }, "binData"] },
+            { "$not": [expired] },
+            { "$not": [same_owner] },
+        ]};
+        let marked = doc! { "$mergeObjects": ["$$ROOT", {
+            field::WAITING_SINCE: { "$ifNull": [format!("${}", field::WAITING_SINCE), "$$NOW"] },
+        }]};
+        Bson::from(doc! { "$cond": [held_by_other, marked, "$$ROOT"] })
+    } else {
+        Bson::from("$$ROOT")
+    };
+    vec![doc! { "$replaceWith": { "$cond": [wins, acquired, lost] } }]
+}
+
+/// The projection of reads that decide an acquire attempt; `now` is the
+/// server's `$$NOW`, so the remaining lease time is computed on the server's clock.
+pub(super) fn acquire_projection() -> Document {
+    doc! {
+        field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1,
+        field::EXPIRES_AT: 1, field::YIELD_UNTIL: 1, "now": "$$NOW",
+    }
+}
+
+/// Reads what an acquire attempt (by `owner` under `lease_id`) found out of
+/// a returned or re-read document, projected with [`acquire_projection`].
+///
+/// # Errors
+/// [`Error::ForeignDocument`] for a document of foreign shape.
+pub(super) fn classify(
+    key: &str,
+    owner: &str,
+    lease_id: Uuid,
+    doc: &Document,
+) -> Result<AcquireOutcome> {
+    let token = doc.get_i64(field::TOKEN);
+    let expires = doc.get_datetime(field::EXPIRES_AT);
+    let (Ok(token), Ok(expires)) = (token, expires) else {
+        return Err(Error::ForeignDocument {
+            key: key.to_string(),
+        });
+    };
+    if is_lease_id(doc.get(field::LEASE_ID), lease_id) {
+        return Ok(AcquireOutcome::Acquired {
+            token: token as u64,
+        });
+    }
+    let now = doc
+        .get_datetime("now")
+        .map(|d| d.timestamp_millis())
+        .unwrap_or(expires.timestamp_millis());
+    let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
+    // Yielded by this owner: free for others now, for us at `yu`.
+    let until = match doc.get_datetime(field::YIELD_UNTIL) {
+        Ok(until) if holder == owner => *expires.max(until),
+        _ => *expires,
+    };
+    let remaining = until.timestamp_millis().saturating_sub(now).max(0) as u64;
+    Ok(AcquireOutcome::Held {
+        holder,
+        remaining: Duration::from_millis(remaining),
+    })
+}
+
+/// The projection of reads that report a [`LeaseInfo`]: every field of the
+/// schema and the server's `$$NOW`.
+pub(super) fn info_projection() -> Document {
+    doc! {
+        field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::ACQUIRED_AT: 1,
+        field::RENEWED_AT: 1, field::EXPIRES_AT: 1, field::PAYLOAD: 1, "now": "$$NOW",
+    }
+}
+
+/// Reads a document projected with [`info_projection`] into a [`LeaseInfo`]
+/// judged at its `now`. `None` without `now` or for a document of foreign shape.
+pub(super) fn projected_info(key: &str, doc: &Document) -> Option<LeaseInfo> {
+    let now = doc.get_datetime("now").ok()?.to_system_time();
+    lease_info(key, doc, now)
+}
+
+/// The documents of `leases`: `_id` among their keys and `lid` among their
+/// lease ids (one `$in` each, so that a batch stays one indexed query).
+pub(super) fn lease_filter(leases: &[LeaseRef]) -> Document {
+    let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+    let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
+    doc! { field::ID: { "$in": keys }, field::LEASE_ID: { "$in": ids } }
+}
+
+/// The renewal: `ts = $$NOW`, `exp = $$NOW + ttl_ms`; nothing else changes.
+pub(super) fn renew_update(ttl_ms: i64) -> Vec<Document> {
+    vec![doc! { "$set": {
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+    }}]
+}
+
+/// The release: `exp` moves to now (so the key is free at once) and `lid` is
+/// removed (so a late renewal cannot revive it). If another owner waited
+/// meanwhile (`wt`), the release yields: `yu` is set to now + `yield_ms`,
+/// before which this owner cannot take the key back, and `wt` is removed.
+/// The document stays until the TTL monitor deletes it, keeping its token.
+pub(super) fn release_update(yield_ms: i64) -> Vec<Document> {
+    let waited = doc! { "$ne": [{ "$type": format!("${}", field::WAITING_SINCE) }, "missing"] };
+    vec![
+        doc! { "$set": {
+            field::EXPIRES_AT: { "$min": [format!("${}", field::EXPIRES_AT), "$$NOW"] },
+            field::YIELD_UNTIL: { "$cond": [
+                waited,
+                { "$add": ["$$NOW", yield_ms] },
+                format!("${}", field::YIELD_UNTIL),
+            ]},
+        }},
+        doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
+    ]
+}
+
+/// Every lease held under `owner`, except those with a lease id in `except`.
+pub(super) fn owner_filter(owner: &str, except: &[Uuid]) -> Document {
+    let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
+    doc! {
+        field::OWNER: owner,
+        field::LEASE_ID: { "$exists": true, "$nin": except },
+    }
+}
+
+/// `key` if a lease of our shape holds it now (by `$$NOW`), whoever the owner.
+pub(super) fn force_release_filter(key: &str) -> Document {
+    doc! {
+        field::ID: key,
+        field::LEASE_ID: { "$exists": true },
+        field::TOKEN: { "$type": "long" },
+        "$expr": { "$gt": [format!("${}", field::EXPIRES_AT), "$$NOW"] },
+    }
+}
+
+/// The document of `lease`, only while it holds its lease id.
+pub(super) fn payload_filter(lease: &LeaseRef) -> Document {
+    doc! { field::ID: &lease.key, field::LEASE_ID: bson_lease_id(lease.lease_id) }
+}
+
+/// Sets the payload; nothing else changes.
+pub(super) fn payload_update(payload: Document) -> Document {
+    doc! { "$set": { field::PAYLOAD: payload } }
+}
+
+/// Lock documents (string `_id`) with keys greater than `after`.
+pub(super) fn list_filter(after: Option<&str>) -> Document {
+    match after {
+        Some(after) => doc! { field::ID: { "$type": "string", "$gt": after } },
+        None => doc! { field::ID: { "$type": "string" } },
+    }
+}
+
+/// The change-stream stages of `watch_releases`: releases (an update that
+/// removed `lid`) and deletes (TTL monitor, operators), reduced to the key.
+pub(super) fn release_events_pipeline() -> [Document; 2] {
+    [
+        doc! { "$match": { "$or": [
+            { "operationType": "delete" },
+            { "operationType": "update", "updateDescription.removedFields": field::LEASE_ID },
+        ]}},
+        doc! { "$project": { "operationType": 1, "documentKey": 1 } },
+    ]
+}
+
+/// The change-stream stage of observing one key: every event of its document.
+pub(super) fn key_events_pipeline(key: &str) -> [Document; 1] {
+    [doc! { "$match": { "documentKey._id": key } }]
+}
+
+#[cfg(test)]
+mod tests {
+    use mongodb::bson::DateTime;
+
+    use super::*;
+
+    const LID: Uuid = Uuid::from_u128(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
+
+    /// The value at a dotted `path` of `doc` (array items by index).
+    fn at<'a>(doc: &'a Document, path: &str) -> &'a Bson {
+        let mut parts = path.split('.');
+        let mut node = doc
+            .get(parts.next().unwrap())
+            .unwrap_or_else(|| panic!("no {path} in {doc}"));
+        for part in parts {
+            node = match node {
+                Bson::Document(d) => d.get(part),
+                Bson::Array(items) => part.parse::<usize>().ok().and_then(|i| items.get(i)),
+                _ => None,
+            }
+            .unwrap_or_else(|| panic!("no {path} in {doc}"));
+        }
+        node
+    }
+
+    fn bson(doc: Document) -> Bson {
+        Bson::Document(doc)
+    }
+
+    /// The parts of the acquire pipeline's single `$replaceWith: { $cond: [wins, acquired, lost] }`.
+    fn acquire_parts(waiting: bool) -> (Document, Document, Bson) {
+        let pipeline = acquire_pipeline("me", 30_000, LID, waiting);
+        assert_eq!(pipeline.len(), 1, "one stage: {pipeline:?}");
+        let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
+        assert_eq!(cond.len(), 3);
+        (
+            cond[0].as_document().unwrap().clone(),
+            cond[1].as_document().unwrap().clone(),
+            cond[2].clone(),
+        )
+    }
+
+    #[test]
+    fn lease_ids_are_stored_as_bson_uuids() {
+        let Bson::Binary(binary) = bson_lease_id(LID) else {
+            panic!("not binary");
+        };
+        assert_eq!(binary.subtype, mongodb::bson::spec::BinarySubtype::Uuid);
+        assert_eq!(binary.bytes, LID.as_bytes());
+        assert!(is_lease_id(Some(&bson_lease_id(LID)), LID));
+        assert!(!is_lease_id(Some(&bson_lease_id(Uuid::nil())), LID));
+        assert!(!is_lease_id(None, LID));
+    }
+
+    #[test]
+    fn acquire_token_rule_is_max_of_previous_plus_one_and_server_ms_shifted_by_20() {
+        let (_, acquired, _) = acquire_parts(false);
+        let mine = doc! { "$eq": ["$lid", bson_lease_id(LID)] };
+        assert_eq!(
+            at(&acquired, "tok"),
+            &bson(doc! { "$cond": [
+                mine,
+                "$tok",
+                { "$max": [
+                    { "$add": [{ "$ifNull": ["$tok", 0_i64] }, 1_i64] },
+                    { "$multiply": [{ "$toLong": "$$NOW" }, 1_048_576_i64] },
+                ]},
+            ]})
+        );
+        assert_eq!(TOKEN_TIME_SHIFT, 20);
+    }
+
+    #[test]
+    fn acquire_takes_the_lease_by_server_time_and_drops_the_last_acquisitions_fields() {
+        let (_, acquired, _) = acquire_parts(false);
+        let mine = doc! { "$eq": ["$lid", bson_lease_id(LID)] };
+        assert_eq!(at(&acquired, "_id"), &Bson::from("$_id"));
+        assert_eq!(at(&acquired, "aid"), &bson(doc! { "$literal": "me" }));
+        assert_eq!(at(&acquired, "lid"), &bson_lease_id(LID));
+        assert_eq!(at(&acquired, "ts"), &Bson::from("$$NOW"));
+        assert_eq!(
+            at(&acquired, "exp"),
+            &bson(doc! { "$add": ["$$NOW", 30_000_i64] })
+        );
+        assert_eq!(
+            at(&acquired, "acq"),
+            &bson(doc! { "$cond": [mine.clone(), { "$ifNull": ["$acq", "$$NOW"] }, "$$NOW"] })
+        );
+        // Payload and waiting mark survive a retry only; the yield mark never does.
+        assert_eq!(
+            at(&acquired, "data"),
+            &bson(doc! { "$cond": [mine.clone(), "$data", "$$REMOVE"] })
+        );
+        assert_eq!(
+            at(&acquired, "wt"),
+            &bson(doc! { "$cond": [mine, "$wt", "$$REMOVE"] })
+        );
+        let names: Vec<&str> = acquired.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["_id", "aid", "lid", "tok", "acq", "ts", "exp", "data", "wt"]
+        );
+    }
+
+    #[test]
+    fn acquire_wins_on_a_fresh_document_a_retry_or_an_expired_lease_not_yielded_by_us() {
+        let (wins, _, _) = acquire_parts(false);
+        let our_shape = doc! { "$and": [
+            { "$eq": [{ "$type": "$exp" }, "date"] },
+            { "$eq": [{ "$type": "$tok" }, "long"] },
+        ]};
+        let yielded_by_us = doc! { "$and": [
+            { "$eq": ["$aid", { "$literal": "me" }] },
+            { "$gt": ["$yu", "$$NOW"] },
+        ]};
+        assert_eq!(
+            wins,
+            doc! { "$or": [
+                { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] },
+                { "$eq": ["$lid", bson_lease_id(LID)] },
+                { "$and": [our_shape, { "$lte": ["$exp", "$$NOW"] }, { "$not": [yielded_by_us] }] },
+            ]}
+        );
+    }
+
+    #[test]
+    fn a_losing_attempt_returns_the_document_unchanged_unless_waiting() {
+        let (_, _, lost) = acquire_parts(false);
+        assert_eq!(lost, Bson::from("$$ROOT"));
+    }
+
+    #[test]
+    fn a_losing_waiting_attempt_marks_only_a_live_lease_of_another_owner_and_only_once() {
+        let (_, _, lost) = acquire_parts(true);
+        let cond = at(lost.as_document().unwrap(), "$cond").as_array().unwrap();
+        assert_eq!(
+            cond[0],
+            bson(doc! { "$and": [
+                { "$and": [
+                    { "$eq": [{ "$type": "$exp" }, "date"] },
+                    { "$eq": [{ "$type": "$tok" }, "long"] },
+                ]},
+                { "$eq": [{ "$type": "$lid" }, "binData"] },
+                { "$not": [{ "$lte": ["$exp", "$$NOW"] }] },
+                { "$not": [{ "$eq": ["$aid", { "$literal": "me" }] }] },
+            ]})
+        );
+        assert_eq!(
+            cond[1],
+            bson(doc! { "$mergeObjects": ["$$ROOT", { "wt": { "$ifNull": ["$wt", "$$NOW"] } }] })
+        );
+        assert_eq!(cond[2], Bson::from("$$ROOT"));
+    }
+
+    #[test]
+    fn an_owner_id_is_written_and_compared_literally_never_as_an_expression() {
+        let pipeline = acquire_pipeline("$tok", 1, LID, true);
+        let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
+        let acquired = cond[1].as_document().unwrap();
+        assert_eq!(at(acquired, "aid"), &bson(doc! { "$literal": "$tok" }));
+        let yielded_by_us = at(cond[0].as_document().unwrap(), "$or.2.$and.2.$not.0");
+        assert_eq!(
+            at(yielded_by_us.as_document().unwrap(), "$and.0"),
+            &bson(doc! { "$eq": ["$aid", { "$literal": "$tok" }] })
+        );
+    }
+
+    #[test]
+    fn renewal_moves_only_the_renewal_time_and_the_expiry() {
+        assert_eq!(
+            renew_update(7_000),
+            vec![doc! { "$set": { "ts": "$$NOW", "exp": { "$add": ["$$NOW", 7_000_i64] } } }]
+        );
+    }
+
+    #[test]
+    fn release_unsets_the_lease_id_and_sets_the_yield_only_when_waited_for() {
+        let update = release_update(2_000);
+        assert_eq!(update.len(), 2);
+        let set = update[0].get_document("$set").unwrap();
+        assert_eq!(
+            set.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["exp", "yu"]
+        );
+        assert_eq!(
+            at(set, "exp"),
+            &bson(doc! { "$min": ["$exp", "$$NOW"] }),
+            "a release never moves the expiry later"
+        );
+        assert_eq!(
+            at(set, "yu"),
+            &bson(doc! { "$cond": [
+                { "$ne": [{ "$type": "$wt" }, "missing"] },
+                { "$add": ["$$NOW", 2_000_i64] },
+                "$yu",
+            ]})
+        );
+        assert_eq!(update[1], doc! { "$unset": ["lid", "wt"] });
+    }
+
+    #[test]
+    fn lease_filters_match_key_and_lease_id() {
+        let other = Uuid::from_u128(7);
+        let leases = [
+            LeaseRef {
+                key: "a".into(),
+                lease_id: LID,
+            },
+            LeaseRef {
+                key: "b".into(),
+                lease_id: other,
+            },
+        ];
+        assert_eq!(
+            lease_filter(&leases),
+            doc! {
+                "_id": { "$in": ["a", "b"] },
+                "lid": { "$in": [bson_lease_id(LID), bson_lease_id(other)] },
+            }
+        );
+        assert_eq!(
+            payload_filter(&leases[0]),
+            doc! { "_id": "a", "lid": bson_lease_id(LID) }
+        );
+        assert_eq!(
+            payload_update(doc! { "x": 1 }),
+            doc! { "$set": { "data": { "x": 1 } } }
+        );
+    }
+
+    #[test]
+    fn release_by_owner_skips_lease_ids_in_flight_and_released_documents() {
+        assert_eq!(
+            owner_filter("me", &[LID]),
+            doc! { "aid": "me", "lid": { "$exists": true, "$nin": [bson_lease_id(LID)] } }
+        );
+    }
+
+    #[test]
+    fn force_release_applies_only_to_a_live_lease_of_our_shape() {
+        assert_eq!(
+            force_release_filter("k"),
+            doc! {
+                "_id": "k",
+                "lid": { "$exists": true },
+                "tok": { "$type": "long" },
+                "$expr": { "$gt": ["$exp", "$$NOW"] },
+            }
+        );
+    }
+
+    #[test]
+    fn reads_project_the_servers_now() {
+        assert_eq!(at(&acquire_projection(), "now"), &Bson::from("$$NOW"));
+        assert_eq!(at(&info_projection(), "now"), &Bson::from("$$NOW"));
+        assert_eq!(
+            list_filter(Some("k")),
+            doc! { "_id": { "$type": "string", "$gt": "k" } }
+        );
+        assert_eq!(list_filter(None), doc! { "_id": { "$type": "string" } });
+    }
+
+    #[test]
+    fn release_events_are_deletes_and_updates_that_removed_the_lease_id() {
+        let [matched, projected] = release_events_pipeline();
+        assert_eq!(
+            matched,
+            doc! { "$match": { "$or": [
+                { "operationType": "delete" },
+                { "operationType": "update", "updateDescription.removedFields": "lid" },
+            ]}}
+        );
+        assert_eq!(
+            projected,
+            doc! { "$project": { "operationType": 1, "documentKey": 1 } }
+        );
+    }
+
+    fn returned(lid: Uuid, owner: &str, exp_ms: i64, now_ms: i64) -> Document {
+        doc! {
+            "_id": "k", "aid": owner, "lid": bson_lease_id(lid), "tok": 5_i64,
+            "exp": DateTime::from_millis(exp_ms), "now": DateTime::from_millis(now_ms),
+        }
+    }
+
+    #[test]
+    fn classify_reads_our_lease_id_as_acquired_and_another_as_held_until_its_expiry() {
+        let ours = returned(LID, "me", 10_000, 1_000);
+        assert_eq!(
+            classify("k", "me", LID, &ours).unwrap(),
+            AcquireOutcome::Acquired { token: 5 }
+        );
+        let theirs = returned(Uuid::from_u128(9), "them", 10_000, 1_000);
+        assert_eq!(
+            classify("k", "me", LID, &theirs).unwrap(),
+            AcquireOutcome::Held {
+                holder: "them".into(),
+                remaining: Duration::from_millis(9_000),
+            }
+        );
+    }
+
+    #[test]
+    fn classify_counts_a_yield_against_the_yielding_owner_only() {
+        let mut released = returned(Uuid::from_u128(9), "me", 1_000, 2_000);
+        released.remove("lid");
+        released.insert("yu", DateTime::from_millis(5_000));
+        assert_eq!(
+            classify("k", "me", LID, &released).unwrap(),
+            AcquireOutcome::Held {
+                holder: "me".into(),
+                remaining: Duration::from_millis(3_000),
+            }
+        );
+        released.insert("aid", "them");
+        assert_eq!(
+            classify("k", "me", LID, &released).unwrap(),
+            AcquireOutcome::Held {
+                holder: "them".into(),
+                remaining: Duration::ZERO,
+            }
+        );
+    }
+
+    #[test]
+    fn classify_refuses_a_document_of_foreign_shape() {
+        let foreign = doc! { "_id": "k", "tok": 1, "exp": "tomorrow" };
+        assert!(matches!(
+            classify("k", "me", LID, &foreign),
+            Err(Error::ForeignDocument { key }) if key == "k"
+        ));
+    }
+}
