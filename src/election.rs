@@ -222,7 +222,7 @@ impl Election {
     {
         loop {
             let leadership = self.campaign().await?;
-            let context = leadership.context()?;
+            let context = leadership.context();
             let lost = leadership.cancellation_token();
             let output = f(context).await;
             if lost.is_cancelled() {
@@ -344,18 +344,15 @@ impl Leadership {
         &self.lease
     }
 
-    /// A [`LeaderContext`] for this leadership.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Shutdown`](crate::Error::Shutdown) if the manager has shut down.
-    pub fn context(&self) -> Result<LeaderContext> {
-        Ok(LeaderContext {
+    /// A [`LeaderContext`] for this leadership: what [`Election::run_as_leader`]
+    /// passes to its future, for code that campaigns itself.
+    pub fn context(&self) -> LeaderContext {
+        LeaderContext {
             election: self.election.clone(),
             term: self.term(),
             cancel: self.cancellation_token(),
-            lease: self.lease.handle()?,
-        })
+            lease: self.lease.handle(),
+        }
     }
 }
 

@@ -7,6 +7,9 @@ use uuid::Uuid;
 use crate::error::Result;
 use crate::lease::{Lease, LeaseInfo, LeaseObserver, ReleaseOutcome};
 
+/// The reply channel of a command.
+pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
+
 /// Identifies one waiting `acquire` call, so that dropping its future can
 /// remove it from the queue.
 pub(crate) type WaiterId = u64;
@@ -28,48 +31,51 @@ pub(crate) enum Command {
         key: String,
         waiter: WaiterId,
         mode: AcquireMode,
-        respond_to: oneshot::Sender<Result<Option<Lease>>>,
+        respond_to: Reply<Option<Lease>>,
     },
     /// The acquire future of `waiter` was dropped before it completed.
-    CancelWaiter { key: String, waiter: WaiterId },
+    CancelWaiter {
+        key: String,
+        waiter: WaiterId,
+    },
     /// Release one lease; `respond_to` is `None` when the lease was dropped.
     Release {
         key: String,
         lease_id: Uuid,
-        respond_to: Option<oneshot::Sender<Result<ReleaseOutcome>>>,
+        respond_to: Option<Reply<ReleaseOutcome>>,
     },
     ReleaseAll {
-        respond_to: oneshot::Sender<Result<u64>>,
+        respond_to: Reply<u64>,
     },
     Shutdown {
-        respond_to: oneshot::Sender<Result<()>>,
+        respond_to: Reply<()>,
     },
     /// Read one key with the server's now.
     Inspect {
         key: String,
-        respond_to: oneshot::Sender<Result<Option<LeaseInfo>>>,
+        respond_to: Reply<Option<LeaseInfo>>,
     },
     /// One page of the lock collection, in key order.
     List {
         after: Option<String>,
         limit: usize,
-        respond_to: oneshot::Sender<Result<(Vec<LeaseInfo>, Option<String>)>>,
+        respond_to: Reply<(Vec<LeaseInfo>, Option<String>)>,
     },
     /// Release a key whoever holds it (operator override).
     ForceRelease {
         key: String,
-        respond_to: oneshot::Sender<Result<Option<LeaseInfo>>>,
+        respond_to: Reply<Option<LeaseInfo>>,
     },
     /// Set the payload of a lease this manager holds.
     SetPayload {
         key: String,
         lease_id: Uuid,
         payload: Document,
-        respond_to: oneshot::Sender<Result<()>>,
+        respond_to: Reply<()>,
     },
     /// Subscribe to the changes of a key.
     Observe {
         key: String,
-        respond_to: oneshot::Sender<Result<LeaseObserver>>,
+        respond_to: Reply<LeaseObserver>,
     },
 }

@@ -16,6 +16,7 @@
 //! connection-pool worker.
 
 pub(crate) mod command;
+pub(crate) mod mailbox;
 mod observers;
 
 use std::cmp::Reverse;
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
@@ -36,10 +37,9 @@ use crate::config::Timing;
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseInfo, LeaseObserver, ReleaseOutcome};
 use crate::store::{AcquireOutcome, LeaseRef, Store};
-use command::{AcquireMode, Command, WaiterId};
+use command::{AcquireMode, Command, Reply, WaiterId};
+use mailbox::Mailbox;
 use mongodb::bson::Document;
-
-type Reply<T> = oneshot::Sender<Result<T>>;
 
 /// A local caller waiting in an `acquire` or `try_acquire`.
 struct Waiter {
@@ -809,7 +809,7 @@ impl Actor {
             if waiter.respond_to.is_closed() {
                 continue;
             }
-            let Some(commands) = self.sender.upgrade() else {
+            let Some(mailbox) = self.sender.upgrade().map(Mailbox::new) else {
                 break;
             };
             let cancel = CancellationToken::new();
@@ -829,7 +829,7 @@ impl Actor {
                 lease_id,
                 token,
                 cancel,
-                commands,
+                mailbox,
             );
             // If the caller went away just now, the returned lease is dropped
             // here, and its drop queues its release.
