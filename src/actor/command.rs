@@ -4,7 +4,7 @@ use mongodb::bson::Document;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseInfo, LeaseObserver, ReleaseOutcome};
 
 /// The reply channel of a command.
@@ -78,4 +78,42 @@ pub(crate) enum Command {
         key: String,
         respond_to: Reply<LeaseObserver>,
     },
+}
+
+impl Command {
+    /// Answers the command with `error`, whatever it asked; a command without
+    /// a reply channel (a cancelled waiter, the release of a dropped lease) is
+    /// just dropped.
+    pub(crate) fn fail(self, error: Error) {
+        match self {
+            Command::Acquire { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::CancelWaiter { .. }
+            | Command::Release {
+                respond_to: None, ..
+            } => {}
+            Command::Release {
+                respond_to: Some(respond_to),
+                ..
+            } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::ReleaseAll { respond_to } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::Shutdown { respond_to } | Command::SetPayload { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::Inspect { respond_to, .. } | Command::ForceRelease { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::List { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::Observe { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+        }
+    }
 }

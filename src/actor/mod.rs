@@ -479,16 +479,11 @@ impl Actor {
             .map(|s| s.next_lease_id)
             .collect();
         let release = self.store.release_owner(in_flight);
-        self.tasks.push(
-            async move {
-                Event::ReleasedAll {
-                    keys,
-                    respond_to,
-                    result: release.await,
-                }
-            }
-            .boxed(),
-        );
+        self.spawn_store(release, |result| Event::ReleasedAll {
+            keys,
+            respond_to,
+            result,
+        });
     }
 
     fn begin_shutdown(&mut self, respond_to: Option<Reply<()>>) {
@@ -514,24 +509,7 @@ impl Actor {
                         closing.responders.push(respond_to);
                     }
                 }
-                Command::Acquire { respond_to, .. } => {
-                    let _ = respond_to.send(Err(Error::Shutdown));
-                }
-                Command::ReleaseAll { respond_to } => {
-                    let _ = respond_to.send(Err(Error::Shutdown));
-                }
-                Command::Inspect { respond_to, .. } | Command::ForceRelease { respond_to, .. } => {
-                    let _ = respond_to.send(Err(Error::Shutdown));
-                }
-                Command::List { respond_to, .. } => {
-                    let _ = respond_to.send(Err(Error::Shutdown));
-                }
-                Command::SetPayload { respond_to, .. } => {
-                    let _ = respond_to.send(Err(Error::Shutdown));
-                }
-                Command::Observe { respond_to, .. } => {
-                    let _ = respond_to.send(Err(Error::Shutdown));
-                }
+                other => other.fail(Error::Shutdown),
             }
         }
         self.stop_observers.cancel();
@@ -559,16 +537,11 @@ impl Actor {
         for batch in leases.chunks(self.timing.renewal_batch_size) {
             let keys = batch.iter().map(|l| l.key.clone()).collect();
             let release = self.store.release(batch.to_vec());
-            self.tasks.push(
-                async move {
-                    Event::ReleasedMany {
-                        keys,
-                        respond_to: None,
-                        result: release.await,
-                    }
-                }
-                .boxed(),
-            );
+            self.spawn_store(release, |result| Event::ReleasedMany {
+                keys,
+                respond_to: None,
+                result,
+            });
         }
     }
 
@@ -580,27 +553,19 @@ impl Actor {
         read: BoxFuture<'static, Result<T>>,
         respond_to: Reply<T>,
     ) {
-        self.tasks.push(
-            async move {
-                let _ = respond_to.send(read.await);
-                Event::Answered
-            }
-            .boxed(),
-        );
+        self.spawn_store(read, |result| {
+            let _ = respond_to.send(result);
+            Event::Answered
+        });
     }
 
     fn on_force_release(&mut self, key: String, respond_to: Reply<Option<LeaseInfo>>) {
         let release = self.store.force_release(key.clone());
-        self.tasks.push(
-            async move {
-                Event::ForceReleased {
-                    result: release.await,
-                    key,
-                    respond_to,
-                }
-            }
-            .boxed(),
-        );
+        self.spawn_store(release, |result| Event::ForceReleased {
+            result,
+            key,
+            respond_to,
+        });
     }
 
     fn on_force_released(
@@ -653,17 +618,12 @@ impl Actor {
             },
             payload,
         );
-        self.tasks.push(
-            async move {
-                Event::PayloadSet {
-                    result: write.await,
-                    key,
-                    lease_id,
-                    respond_to,
-                }
-            }
-            .boxed(),
-        );
+        self.spawn_store(write, move |result| Event::PayloadSet {
+            result,
+            key,
+            lease_id,
+            respond_to,
+        });
     }
 
     fn on_payload_set(
@@ -734,17 +694,12 @@ impl Actor {
         let sent_at = Instant::now();
         let key = key.to_string();
         let acquire = self.store.acquire(key.clone(), lease_id, waiting);
-        self.tasks.push(
-            async move {
-                Event::Acquired {
-                    result: acquire.await,
-                    key,
-                    lease_id,
-                    sent_at,
-                }
-            }
-            .boxed(),
-        );
+        self.spawn_store(acquire, move |result| Event::Acquired {
+            result,
+            key,
+            lease_id,
+            sent_at,
+        });
     }
 
     fn on_acquired(
@@ -1098,16 +1053,11 @@ impl Actor {
             key: key.clone(),
             lease_id,
         }]);
-        self.tasks.push(
-            async move {
-                Event::Released {
-                    result: release.await,
-                    key,
-                    respond_to,
-                }
-            }
-            .boxed(),
-        );
+        self.spawn_store(release, |result| Event::Released {
+            result,
+            key,
+            respond_to,
+        });
     }
 
     fn on_released(
@@ -1159,6 +1109,17 @@ impl Actor {
     }
 
     // ----- state helpers --------------------------------------------------
+
+    /// Runs a store operation in [`Actor::tasks`]; `event` turns its output
+    /// into the [`Event`] handled when it completes.
+    fn spawn_store<T: Send + 'static>(
+        &mut self,
+        operation: BoxFuture<'static, T>,
+        event: impl FnOnce(T) -> Event + Send + 'static,
+    ) {
+        self.tasks
+            .push(async move { event(operation.await) }.boxed());
+    }
 
     fn held_lease(&self, key: &str, lease_id: Uuid) -> Option<&Held> {
         self.keys
