@@ -79,7 +79,7 @@
 //! | [`election`] | [`Election`]: campaign, resign, the current [`Leader`], observe, `run_as_leader` |
 //! | [`config`] | [`LockManagerOptions`] and the `DEFAULT_*` constants |
 //! | [`error`] | [`Error`] and [`Result`] |
-//! | `actor` (private) | the manager task: state, the one `select!` loop, waiter queues, heartbeat, deadlines |
+//! | `actor` (private) | the manager task: state, the one `select!` loop, one file per concept (acquire, renewal and deadlines, release, release watch, shutdown, observers); `Command`s and the handles' `Mailbox` |
 //! | `store` (private) | the lock protocol on MongoDB: schema, indexes, acquire/renew/release, reads, observing a key (change stream or polling); the only code that issues MongoDB commands |
 //! | `backoff` (private) | jittered exponential backoff |
 //! | `testkit` (feature `testkit`) | throwaway real `mongod` replica sets for tests, no Docker |

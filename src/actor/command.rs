@@ -25,7 +25,7 @@ pub(crate) enum AcquireMode {
 
 /// A request to the actor. Every command that carries a `respond_to` is
 /// answered, or its sender is dropped, which the handle reports as
-/// [`Error::Shutdown`](crate::Error::Shutdown).
+/// [`Error::Shutdown`].
 pub(crate) enum Command {
     Acquire {
         key: String,
