@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use mongodb::bson::Document;
 use tokio::sync::mpsc;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use uuid::Uuid;
 
 use crate::actor::mailbox::Mailbox;
@@ -136,11 +136,14 @@ impl Lease {
 
     /// Completes when the lease is lost (see [`Lease::cancellation_token`]).
     ///
+    /// The future does not borrow the lease: it can be moved into another
+    /// task, or kept in a `select!` loop that later releases the lease.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future has no effect on the lease.
-    pub fn lost(&self) -> WaitForCancellationFuture<'_> {
-        self.cancel.cancelled()
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.cancel.clone().cancelled_owned()
     }
 
     /// `true` once the lease has been lost.
