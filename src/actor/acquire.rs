@@ -80,7 +80,7 @@ impl Actor {
         }
     }
 
-    pub(super) fn start_attempt(&mut self, key: &str) {
+    fn start_attempt(&mut self, key: &str) {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
         state.attempt = Attempt::InFlight;
         let lease_id = state.next_lease_id;
@@ -188,7 +188,7 @@ impl Actor {
         self.spawn_release(key.to_string(), lease_id, None);
     }
 
-    pub(super) fn schedule_retry(&mut self, key: &str, remaining: Option<std::time::Duration>) {
+    fn schedule_retry(&mut self, key: &str, remaining: Option<std::time::Duration>) {
         let state = self.keys.get_mut(key).expect("retry for a known key");
         let delay = retry_delay(
             state.failures,

@@ -50,7 +50,7 @@ impl Mailbox {
     /// # Errors
     ///
     /// [`Error::Shutdown`] if the actor has stopped.
-    pub(crate) fn send(&self, command: Command) -> Result<()> {
+    fn send(&self, command: Command) -> Result<()> {
         self.commands.send(command).map_err(|_| Error::Shutdown)
     }
 

@@ -146,7 +146,7 @@ impl Actor {
         }
     }
 
-    pub(super) fn on_deadline(&mut self, key: String) {
+    fn on_deadline(&mut self, key: String) {
         let Some(held) = self.keys.get_mut(&key).and_then(|s| s.held.take()) else {
             return;
         };
