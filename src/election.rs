@@ -433,7 +433,9 @@ impl fmt::Debug for LeaderContext {
     }
 }
 
-/// The leader of an election, as stored in MongoDB.
+/// The leader of an election, as read from the lock collection: the
+/// election's view of a held [`LeaseInfo`] (times are server time). Returned
+/// by [`Election::leader`] and [`Election::observe`].
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LeaderInfo {
