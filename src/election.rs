@@ -44,7 +44,7 @@ use crate::manager::LockManager;
 /// election
 ///     .run_as_leader(|leader| async move {
 ///         println!("leading in term {}", leader.term());
-///         leader.cancelled().await; // stop when leadership is lost
+///         leader.lost().await; // stop when leadership is lost
 ///     })
 ///     .await?;
 /// # Ok(()) }
@@ -148,13 +148,13 @@ impl Election {
     /// # Cancel safety
     ///
     /// Cancel safe (a read).
-    pub async fn leader(&self) -> Result<Option<Leader>> {
+    pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
         Ok(self
             .manager
             .inspect(self.name.to_string())
             .await?
             .as_ref()
-            .and_then(Leader::from_info))
+            .and_then(LeaderInfo::from_info))
     }
 
     /// Observes the leadership: a stream whose first item is the current
@@ -203,7 +203,7 @@ impl Election {
     /// 4. otherwise it resigns and returns the output.
     ///
     /// The future must stop promptly when the token fires (`select!` on
-    /// [`LeaderContext::cancelled`]): it is awaited to its end, never aborted,
+    /// [`LeaderContext::lost`]): it is awaited to its end, never aborted,
     /// so that a new campaign starts only once it has stopped.
     ///
     /// # Errors
@@ -222,7 +222,7 @@ impl Election {
     {
         loop {
             let leadership = self.campaign().await?;
-            let context = leadership.context()?;
+            let context = leadership.context();
             let lost = leadership.cancellation_token();
             let output = f(context).await;
             if lost.is_cancelled() {
@@ -294,13 +294,14 @@ impl Leadership {
         self.lease.is_lost()
     }
 
-    /// Completes when leadership is lost.
+    /// Completes when leadership is lost (or resigned). The future does not
+    /// borrow the leadership, as [`Lease::lost`].
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe.
-    pub async fn lost(&self) {
-        self.lease.lost().await
+    /// Cancel safe: dropping the future has no effect on the leadership.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.lease.lost()
     }
 
     /// Publishes `payload` as the leader's payload (see [`Lease::set_payload`]),
@@ -344,18 +345,15 @@ impl Leadership {
         &self.lease
     }
 
-    /// A [`LeaderContext`] for this leadership.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Shutdown`](crate::Error::Shutdown) if the manager has shut down.
-    pub fn context(&self) -> Result<LeaderContext> {
-        Ok(LeaderContext {
+    /// A [`LeaderContext`] for this leadership: what [`Election::run_as_leader`]
+    /// passes to its future, for code that campaigns itself.
+    pub fn context(&self) -> LeaderContext {
+        LeaderContext {
             election: self.election.clone(),
             term: self.term(),
             cancel: self.cancellation_token(),
-            lease: self.lease.handle()?,
-        })
+            lease: self.lease.handle(),
+        }
     }
 }
 
@@ -396,17 +394,18 @@ impl LeaderContext {
         self.cancel.clone()
     }
 
-    /// Completes when leadership is lost.
+    /// Completes when leadership is lost. The future does not borrow the
+    /// context, as [`Lease::lost`].
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe.
-    pub fn cancelled(&self) -> WaitForCancellationFutureOwned {
+    /// Cancel safe: dropping the future has no effect on the leadership.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
         self.cancel.clone().cancelled_owned()
     }
 
     /// `true` once leadership has been lost.
-    pub fn is_cancelled(&self) -> bool {
+    pub fn is_lost(&self) -> bool {
         self.cancel.is_cancelled()
     }
 
@@ -429,15 +428,17 @@ impl fmt::Debug for LeaderContext {
         f.debug_struct("LeaderContext")
             .field("election", &self.election)
             .field("term", &self.term)
-            .field("cancelled", &self.is_cancelled())
+            .field("lost", &self.is_lost())
             .finish()
     }
 }
 
-/// The leader of an election, as stored in MongoDB.
+/// The leader of an election, as read from the lock collection: the
+/// election's view of a held [`LeaseInfo`] (times are server time). Returned
+/// by [`Election::leader`] and [`Election::observe`].
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct Leader {
+pub struct LeaderInfo {
     /// The leader's owner id.
     pub owner_id: String,
     /// Its term (the lease's fencing token).
@@ -448,10 +449,10 @@ pub struct Leader {
     pub payload: Option<Document>,
 }
 
-impl Leader {
+impl LeaderInfo {
     /// The leader described by `info`, if the lease is held.
-    pub fn from_info(info: &LeaseInfo) -> Option<Leader> {
-        info.held.then(|| Leader {
+    pub fn from_info(info: &LeaseInfo) -> Option<LeaderInfo> {
+        info.held.then(|| LeaderInfo {
             owner_id: info.owner_id.clone(),
             term: info.fencing_token,
             since: info.acquired_at,
@@ -461,12 +462,12 @@ impl Leader {
 }
 
 /// The leadership changes of an election, from [`Election::observe`]: a
-/// [`Stream`](futures::Stream) of `Result<Option<Leader>>`. The first item is
+/// [`Stream`](futures::Stream) of `Result<Option<LeaderInfo>>`. The first item is
 /// the current leader; each later item differs from the one before it. Ends
 /// after a permanent error and when the manager shuts down.
 pub struct LeaderObserver {
     changes: LeaseObserver,
-    last: Option<Option<Leader>>,
+    last: Option<Option<LeaderInfo>>,
 }
 
 impl LeaderObserver {
@@ -475,13 +476,13 @@ impl LeaderObserver {
     /// # Cancel safety
     ///
     /// Cancel safe.
-    pub async fn recv(&mut self) -> Option<Result<Option<Leader>>> {
+    pub async fn recv(&mut self) -> Option<Result<Option<LeaderInfo>>> {
         futures::StreamExt::next(self).await
     }
 }
 
 impl futures::Stream for LeaderObserver {
-    type Item = Result<Option<Leader>>;
+    type Item = Result<Option<LeaderInfo>>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
@@ -491,7 +492,7 @@ impl futures::Stream for LeaderObserver {
                 Poll::Ready(None) => return Poll::Ready(None),
                 Poll::Pending => return Poll::Pending,
             };
-            let leader = state.as_ref().and_then(Leader::from_info);
+            let leader = state.as_ref().and_then(LeaderInfo::from_info);
             if self.last.as_ref() != Some(&leader) {
                 self.last = Some(leader.clone());
                 return Poll::Ready(Some(Ok(leader)));

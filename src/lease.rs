@@ -7,11 +7,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use mongodb::bson::Document;
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use uuid::Uuid;
 
-use crate::actor::command::Command;
+use crate::actor::mailbox::Mailbox;
 use crate::error::{Error, Result};
 
 /// Largest accepted payload ([`Lease::set_payload`]), in bytes of BSON: 16 KiB.
@@ -73,8 +73,9 @@ pub struct Lease {
     lease_id: Uuid,
     fencing_token: u64,
     cancel: CancellationToken,
-    /// `None` once released explicitly, so `Drop` does nothing.
-    commands: Option<mpsc::UnboundedSender<Command>>,
+    mailbox: Mailbox,
+    /// Set once [`Lease::release`] has sent its release, so `Drop` does nothing.
+    released: bool,
 }
 
 impl Lease {
@@ -84,7 +85,7 @@ impl Lease {
         lease_id: Uuid,
         fencing_token: u64,
         cancel: CancellationToken,
-        commands: mpsc::UnboundedSender<Command>,
+        mailbox: Mailbox,
     ) -> Self {
         Lease {
             key,
@@ -92,7 +93,8 @@ impl Lease {
             lease_id,
             fencing_token,
             cancel,
-            commands: Some(commands),
+            mailbox,
+            released: false,
         }
     }
 
@@ -134,11 +136,14 @@ impl Lease {
 
     /// Completes when the lease is lost (see [`Lease::cancellation_token`]).
     ///
+    /// The future does not borrow the lease: it can be moved into another
+    /// task, or kept in a `select!` loop that later releases the lease.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future has no effect on the lease.
-    pub fn lost(&self) -> WaitForCancellationFuture<'_> {
-        self.cancel.cancelled()
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.cancel.clone().cancelled_owned()
     }
 
     /// `true` once the lease has been lost.
@@ -178,16 +183,16 @@ impl Lease {
     /// [`LockManager::list`]: crate::LockManager::list
     /// [`LockManager::observe`]: crate::LockManager::observe
     pub async fn set_payload(&self, payload: Document) -> Result<()> {
-        self.handle()?.set_payload(payload).await
+        self.handle().set_payload(payload).await
     }
 
     /// A cheap, cloneable reference to this acquisition (no release on drop).
-    pub(crate) fn handle(&self) -> Result<LeaseHandle> {
-        Ok(LeaseHandle {
+    pub(crate) fn handle(&self) -> LeaseHandle {
+        LeaseHandle {
             key: self.key.clone(),
             lease_id: self.lease_id,
-            commands: self.commands.clone().ok_or(Error::Shutdown)?,
-        })
+            mailbox: self.mailbox.clone(),
+        }
     }
 
     /// Releases the lease and waits for MongoDB to confirm. The key is free at
@@ -205,28 +210,19 @@ impl Lease {
     ///
     /// Dropping the future after the first poll still releases the lease.
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
-        let commands = self.commands.take().ok_or(Error::Shutdown)?;
-        let (respond_to, response) = oneshot::channel();
-        commands
-            .send(Command::Release {
-                key: self.key.clone(),
-                lease_id: self.lease_id,
-                respond_to: Some(respond_to),
-            })
-            .map_err(|_| Error::Shutdown)?;
-        response.await.map_err(|_| Error::Shutdown)?
+        // The command is sent at the first poll: from then on `Drop` must not
+        // send a second one.
+        self.released = true;
+        self.mailbox.release(self.key.clone(), self.lease_id).await
     }
 }
 
 impl Drop for Lease {
     /// Releases the lease in the background (the manager logs a failure).
     fn drop(&mut self) {
-        if let Some(commands) = self.commands.take() {
-            let _ = commands.send(Command::Release {
-                key: std::mem::take(&mut self.key),
-                lease_id: self.lease_id,
-                respond_to: None,
-            });
+        if !self.released {
+            self.mailbox
+                .release_in_background(std::mem::take(&mut self.key), self.lease_id);
         }
     }
 }
@@ -248,22 +244,15 @@ impl fmt::Debug for Lease {
 pub(crate) struct LeaseHandle {
     key: String,
     lease_id: Uuid,
-    commands: mpsc::UnboundedSender<Command>,
+    mailbox: Mailbox,
 }
 
 impl LeaseHandle {
     pub(crate) async fn set_payload(&self, payload: Document) -> Result<()> {
         check_payload(&payload)?;
-        let (respond_to, response) = oneshot::channel();
-        self.commands
-            .send(Command::SetPayload {
-                key: self.key.clone(),
-                lease_id: self.lease_id,
-                payload,
-                respond_to,
-            })
-            .map_err(|_| Error::Shutdown)?;
-        response.await.map_err(|_| Error::Shutdown)?
+        self.mailbox
+            .set_payload(self.key.clone(), self.lease_id, payload)
+            .await
     }
 }
 

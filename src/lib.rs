@@ -76,10 +76,10 @@
 //! |---|---|
 //! | [`manager`] | [`LockManager`], the public cloneable handle (never touches MongoDB) |
 //! | [`lease`] | [`Lease`]: key, owner, fencing token, cancellation token, payload, release; [`LeaseInfo`] (a key as read with server time) and [`LeaseObserver`] |
-//! | [`election`] | [`Election`]: campaign, resign, the current [`Leader`], observe, `run_as_leader` |
+//! | [`election`] | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
 //! | [`config`] | [`LockManagerOptions`] and the `DEFAULT_*` constants |
 //! | [`error`] | [`Error`] and [`Result`] |
-//! | `actor` (private) | the manager task: state, the one `select!` loop, waiter queues, heartbeat, deadlines |
+//! | `actor` (private) | the manager task: state, the one `select!` loop, one file per concept (acquire, renewal and deadlines, release, release watch, shutdown, observers); `Command`s and the handles' `Mailbox` |
 //! | `store` (private) | the lock protocol on MongoDB: schema, indexes, acquire/renew/release, reads, observing a key (change stream or polling); the only code that issues MongoDB commands |
 //! | `backoff` (private) | jittered exponential backoff |
 //! | `testkit` (feature `testkit`) | throwaway real `mongod` replica sets for tests, no Docker |
@@ -106,7 +106,7 @@ pub use config::{
     DEFAULT_RENEWAL_BATCH_SIZE, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX,
     DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL, LockManagerOptions, MAX_KEY_LEN, MAX_OWNER_ID_LEN,
 };
-pub use election::{Election, Leader, LeaderContext, LeaderObserver, Leadership};
+pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
 pub use error::{Error, Result};
 pub use lease::{Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
 pub use manager::LockManager;

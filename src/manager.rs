@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::actor::Actor;
 use crate::actor::command::{AcquireMode, Command, WaiterId};
+use crate::actor::mailbox::Mailbox;
 use crate::config::{LockManagerOptions, Timing, validate_key};
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseInfo, LeaseObserver};
@@ -53,7 +54,7 @@ pub struct LockManager {
 }
 
 struct Inner {
-    commands: mpsc::UnboundedSender<Command>,
+    mailbox: Mailbox,
     owner_id: Arc<str>,
     timing: Timing,
     next_waiter: AtomicU64,
@@ -111,7 +112,7 @@ impl LockManager {
         tokio::spawn(actor.run());
         LockManager {
             inner: Arc::new(Inner {
-                commands,
+                mailbox: Mailbox::new(commands),
                 owner_id,
                 timing,
                 next_waiter: AtomicU64::new(0),
@@ -201,22 +202,26 @@ impl LockManager {
     async fn request(&self, key: String, mode: AcquireMode) -> Result<Option<Lease>> {
         validate_key(&key)?;
         let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let (respond_to, response) = oneshot::channel();
-        self.send(Command::Acquire {
-            key: key.clone(),
-            waiter,
-            mode,
-            respond_to,
-        })?;
+        // Armed until the reply is in: if this future is dropped while the
+        // command waits in the actor's queue, the waiter is removed.
         let mut guard = WaiterGuard {
-            commands: &self.inner.commands,
-            key,
+            mailbox: &self.inner.mailbox,
+            key: key.clone(),
             waiter,
             armed: true,
         };
-        let result = response.await;
+        let result = self
+            .inner
+            .mailbox
+            .call(|respond_to| Command::Acquire {
+                key,
+                waiter,
+                mode,
+                respond_to,
+            })
+            .await;
         guard.armed = false;
-        result.map_err(|_| Error::Shutdown)?
+        result
     }
 
     /// Releases every lease held under this manager's owner id, in one
@@ -229,9 +234,10 @@ impl LockManager {
     /// [`Error::Shutdown`], or a database error if the release could not be
     /// confirmed (leases then expire after their TTL).
     pub async fn release_all(&self) -> Result<u64> {
-        let (respond_to, response) = oneshot::channel();
-        self.send(Command::ReleaseAll { respond_to })?;
-        response.await.map_err(|_| Error::Shutdown)?
+        self.inner
+            .mailbox
+            .call(|respond_to| Command::ReleaseAll { respond_to })
+            .await
     }
 
     /// Releases every held lease, fails every waiting acquire with
@@ -244,9 +250,10 @@ impl LockManager {
     /// error if the final release could not be confirmed (leases then expire
     /// after their TTL).
     pub async fn shutdown(&self) -> Result<()> {
-        let (respond_to, response) = oneshot::channel();
-        self.send(Command::Shutdown { respond_to })?;
-        response.await.map_err(|_| Error::Shutdown)?
+        self.inner
+            .mailbox
+            .call(|respond_to| Command::Shutdown { respond_to })
+            .await
     }
 
     /// Reads `key` from the lock collection, with the server's clock: who
@@ -279,9 +286,10 @@ impl LockManager {
     pub async fn inspect(&self, key: impl Into<String>) -> Result<Option<LeaseInfo>> {
         let key = key.into();
         validate_key(&key)?;
-        let (respond_to, response) = oneshot::channel();
-        self.send(Command::Inspect { key, respond_to })?;
-        response.await.map_err(|_| Error::Shutdown)?
+        self.inner
+            .mailbox
+            .call(|respond_to| Command::Inspect { key, respond_to })
+            .await
     }
 
     /// Every lease in the lock collection (held, expired or released and not
@@ -332,13 +340,14 @@ impl LockManager {
                 reason: "list_page needs a limit of at least 1".into(),
             });
         }
-        let (respond_to, response) = oneshot::channel();
-        self.send(Command::List {
-            after: after.map(str::to_string),
-            limit,
-            respond_to,
-        })?;
-        response.await.map_err(|_| Error::Shutdown)?
+        self.inner
+            .mailbox
+            .call(|respond_to| Command::List {
+                after: after.map(str::to_string),
+                limit,
+                respond_to,
+            })
+            .await
     }
 
     /// **Operator override**: releases `key` whoever holds it, as if its
@@ -361,9 +370,10 @@ impl LockManager {
     pub async fn force_release(&self, key: impl Into<String>) -> Result<Option<LeaseInfo>> {
         let key = key.into();
         validate_key(&key)?;
-        let (respond_to, response) = oneshot::channel();
-        self.send(Command::ForceRelease { key, respond_to })?;
-        response.await.map_err(|_| Error::Shutdown)?
+        self.inner
+            .mailbox
+            .call(|respond_to| Command::ForceRelease { key, respond_to })
+            .await
     }
 
     /// Observes `key`: a stream whose first item is the key's current state,
@@ -407,16 +417,10 @@ impl LockManager {
     pub async fn observe(&self, key: impl Into<String>) -> Result<LeaseObserver> {
         let key = key.into();
         validate_key(&key)?;
-        let (respond_to, response) = oneshot::channel();
-        self.send(Command::Observe { key, respond_to })?;
-        response.await.map_err(|_| Error::Shutdown)?
-    }
-
-    fn send(&self, command: Command) -> Result<()> {
         self.inner
-            .commands
-            .send(command)
-            .map_err(|_| Error::Shutdown)
+            .mailbox
+            .call(|respond_to| Command::Observe { key, respond_to })
+            .await
     }
 }
 
@@ -435,7 +439,7 @@ const LIST_PAGE: usize = 1_000;
 /// Removes a waiter from the actor's queue when its acquire future is dropped
 /// before the reply arrived (disarmed once the reply is in).
 struct WaiterGuard<'a> {
-    commands: &'a mpsc::UnboundedSender<Command>,
+    mailbox: &'a Mailbox,
     key: String,
     waiter: WaiterId,
     armed: bool,
@@ -446,9 +450,7 @@ impl Drop for WaiterGuard<'_> {
         if !self.armed {
             return;
         }
-        let _ = self.commands.send(Command::CancelWaiter {
-            key: std::mem::take(&mut self.key),
-            waiter: self.waiter,
-        });
+        self.mailbox
+            .cancel_waiter(std::mem::take(&mut self.key), self.waiter);
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use common::{Fixture, eventually};
 use futures::StreamExt;
-use mongo_lease::{Election, Error, Leader, LeaseInfo, LockManager, ReleaseOutcome};
+use mongo_lease::{Election, Error, LeaderInfo, LeaseInfo, LockManager, ReleaseOutcome};
 use mongodb::bson::doc;
 use tokio::time::{Instant, timeout};
 
@@ -407,7 +407,7 @@ async fn campaign_leader_resign_and_campaign_timeout() {
         .set_payload(doc! { "addr": "a:1" })
         .await
         .unwrap();
-    let leader: Leader = eb.leader().await.unwrap().expect("a leader");
+    let leader: LeaderInfo = eb.leader().await.unwrap().expect("a leader");
     assert_eq!(leader.owner_id, a.owner_id());
     assert_eq!(leader.term, leadership.term());
     assert_eq!(leader.payload, Some(doc! { "addr": "a:1" }));
@@ -485,7 +485,7 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
                     tx.send(("started", leader.term())).unwrap();
                     // The first body is cancelled; the second returns after 3 s.
                     tokio::select! {
-                        _ = leader.cancelled() => {
+                        _ = leader.lost() => {
                             tokio::time::sleep(Duration::from_millis(100)).await;
                             tx.send(("stopped", leader.term())).unwrap();
                             "lost"

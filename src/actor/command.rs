@@ -4,8 +4,11 @@ use mongodb::bson::Document;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseInfo, LeaseObserver, ReleaseOutcome};
+
+/// The reply channel of a command.
+pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
 
 /// Identifies one waiting `acquire` call, so that dropping its future can
 /// remove it from the queue.
@@ -22,54 +25,95 @@ pub(crate) enum AcquireMode {
 
 /// A request to the actor. Every command that carries a `respond_to` is
 /// answered, or its sender is dropped, which the handle reports as
-/// [`Error::Shutdown`](crate::Error::Shutdown).
+/// [`Error::Shutdown`].
 pub(crate) enum Command {
     Acquire {
         key: String,
         waiter: WaiterId,
         mode: AcquireMode,
-        respond_to: oneshot::Sender<Result<Option<Lease>>>,
+        respond_to: Reply<Option<Lease>>,
     },
     /// The acquire future of `waiter` was dropped before it completed.
-    CancelWaiter { key: String, waiter: WaiterId },
+    CancelWaiter {
+        key: String,
+        waiter: WaiterId,
+    },
     /// Release one lease; `respond_to` is `None` when the lease was dropped.
     Release {
         key: String,
         lease_id: Uuid,
-        respond_to: Option<oneshot::Sender<Result<ReleaseOutcome>>>,
+        respond_to: Option<Reply<ReleaseOutcome>>,
     },
     ReleaseAll {
-        respond_to: oneshot::Sender<Result<u64>>,
+        respond_to: Reply<u64>,
     },
     Shutdown {
-        respond_to: oneshot::Sender<Result<()>>,
+        respond_to: Reply<()>,
     },
     /// Read one key with the server's now.
     Inspect {
         key: String,
-        respond_to: oneshot::Sender<Result<Option<LeaseInfo>>>,
+        respond_to: Reply<Option<LeaseInfo>>,
     },
     /// One page of the lock collection, in key order.
     List {
         after: Option<String>,
         limit: usize,
-        respond_to: oneshot::Sender<Result<(Vec<LeaseInfo>, Option<String>)>>,
+        respond_to: Reply<(Vec<LeaseInfo>, Option<String>)>,
     },
     /// Release a key whoever holds it (operator override).
     ForceRelease {
         key: String,
-        respond_to: oneshot::Sender<Result<Option<LeaseInfo>>>,
+        respond_to: Reply<Option<LeaseInfo>>,
     },
     /// Set the payload of a lease this manager holds.
     SetPayload {
         key: String,
         lease_id: Uuid,
         payload: Document,
-        respond_to: oneshot::Sender<Result<()>>,
+        respond_to: Reply<()>,
     },
     /// Subscribe to the changes of a key.
     Observe {
         key: String,
-        respond_to: oneshot::Sender<Result<LeaseObserver>>,
+        respond_to: Reply<LeaseObserver>,
     },
+}
+
+impl Command {
+    /// Answers the command with `error`, whatever it asked; a command without
+    /// a reply channel (a cancelled waiter, the release of a dropped lease) is
+    /// just dropped.
+    pub(crate) fn fail(self, error: Error) {
+        match self {
+            Command::Acquire { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::CancelWaiter { .. }
+            | Command::Release {
+                respond_to: None, ..
+            } => {}
+            Command::Release {
+                respond_to: Some(respond_to),
+                ..
+            } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::ReleaseAll { respond_to } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::Shutdown { respond_to } | Command::SetPayload { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::Inspect { respond_to, .. } | Command::ForceRelease { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::List { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::Observe { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+        }
+    }
 }

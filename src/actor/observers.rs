@@ -1,8 +1,9 @@
 //! Observer hubs: one task per observed key drives the store's stream of
 //! states and forwards each state to every local subscriber.
 //!
-//! The actor spawns a hub on the first `Observe` of a key and hands it later
-//! subscribers through the hub's control channel. A new subscriber first gets
+//! The actor (`Actor::on_observe`, at the end of this file) spawns a hub on
+//! the first `Observe` of a key and hands it later subscribers through the
+//! hub's control channel. A new subscriber first gets
 //! the last state the hub forwarded (the current one), then every later state
 //! in order. The hub ends when its last subscriber is gone (which also closes
 //! the store's stream and its change stream), when the store's stream ends,
@@ -14,8 +15,10 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::Actor;
+use super::command::Reply;
 use crate::error::Result;
-use crate::lease::LeaseInfo;
+use crate::lease::{LeaseInfo, LeaseObserver};
 
 pub(crate) type Item = Result<Option<LeaseInfo>>;
 pub(crate) type Subscriber = mpsc::UnboundedSender<Item>;
@@ -84,4 +87,38 @@ pub(crate) async fn run_hub(
 /// Completes when the subscriber's receiver is dropped.
 fn closed(subscriber: Subscriber) -> BoxFuture<'static, ()> {
     async move { subscriber.closed().await }.boxed()
+}
+
+impl Actor {
+    /// Subscribes the caller to the key's hub, starting one if needed.
+    pub(super) fn on_observe(&mut self, key: String, respond_to: Reply<LeaseObserver>) {
+        self.observers.retain(|_, hub| !hub.is_closed());
+        let (subscriber, changes) = mpsc::unbounded_channel();
+        let observer = LeaseObserver {
+            key: key.clone(),
+            changes,
+        };
+        let subscriber = match self.observers.get(&key) {
+            Some(hub) => match hub.send(subscriber) {
+                Ok(()) => {
+                    let _ = respond_to.send(Ok(observer));
+                    return;
+                }
+                // The hub is ending: start a new one.
+                Err(mpsc::error::SendError(subscriber)) => subscriber,
+            },
+            None => subscriber,
+        };
+        let (hub, control) = mpsc::unbounded_channel();
+        let _ = hub.send(subscriber);
+        let source = self.store.observe(key.clone());
+        tokio::spawn(run_hub(
+            key.clone(),
+            source,
+            control,
+            self.stop_observers.clone(),
+        ));
+        self.observers.insert(key, hub);
+        let _ = respond_to.send(Ok(observer));
+    }
 }

@@ -510,7 +510,7 @@ async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> 
                 )
                 .await;
                 running.store(false, std::sync::atomic::Ordering::SeqCst);
-                if leader.is_cancelled() {
+                if leader.is_lost() {
                     eprintln!(
                         "mongo-lease: leadership of {:?} lost (term {}); campaigning again",
                         args.name,

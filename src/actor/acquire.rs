@@ -1,0 +1,206 @@
+//! Acquiring: the FIFO queue of local waiters per key, the key's one attempt
+//! against the store at a time (`KeyState::attempt`), its jittered retries,
+//! and handing a fresh acquisition to the first waiter still waiting (or
+//! giving it back at once if nobody waits any more).
+
+use std::cmp::Reverse;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::command::{AcquireMode, Reply, WaiterId};
+use super::mailbox::Mailbox;
+use super::{Actor, Attempt, Event, Held, KeyState, Timer, Waiter};
+use crate::backoff::retry_delay;
+use crate::error::Result;
+use crate::lease::Lease;
+use crate::store::AcquireOutcome;
+
+impl Actor {
+    pub(super) fn on_acquire(
+        &mut self,
+        key: String,
+        waiter: WaiterId,
+        mode: AcquireMode,
+        respond_to: Reply<Option<Lease>>,
+    ) {
+        let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
+        state.prune_waiters();
+        let busy = state.held.is_some()
+            || !state.waiters.is_empty()
+            || state.releases_in_flight > 0
+            || !matches!(state.attempt, Attempt::Idle)
+            || self.releasing_all > 0;
+        if mode == AcquireMode::Try && busy {
+            let _ = respond_to.send(Ok(None));
+            self.forget_if_idle(&key);
+            return;
+        }
+        state.waiters.push_back(Waiter {
+            id: waiter,
+            mode,
+            respond_to,
+        });
+        if !busy {
+            self.start_attempt(&key);
+        }
+    }
+
+    pub(super) fn on_cancel_waiter(&mut self, key: &str, waiter: WaiterId) {
+        let Some(state) = self.keys.get_mut(key) else {
+            return;
+        };
+        state.waiters.retain(|w| w.id != waiter);
+        state.prune_waiters();
+        if state.waiters.is_empty() {
+            if let Attempt::Scheduled(timer) = state.attempt {
+                self.timers.remove(&timer);
+                state.attempt = Attempt::Idle;
+            }
+        }
+        self.forget_if_idle(key);
+    }
+
+    /// Starts the key's next attempt if it is free locally and someone waits.
+    pub(super) fn serve_next(&mut self, key: &str) {
+        let Some(state) = self.keys.get_mut(key) else {
+            return;
+        };
+        state.prune_waiters();
+        let ready = state.held.is_none()
+            && state.releases_in_flight == 0
+            && matches!(state.attempt, Attempt::Idle)
+            && !state.waiters.is_empty()
+            && self.releasing_all == 0;
+        if ready {
+            self.start_attempt(key);
+        } else {
+            self.forget_if_idle(key);
+        }
+    }
+
+    fn start_attempt(&mut self, key: &str) {
+        let state = self.keys.get_mut(key).expect("attempt for a known key");
+        state.attempt = Attempt::InFlight;
+        let lease_id = state.next_lease_id;
+        let waiting = state.waiters.iter().any(|w| w.mode != AcquireMode::Try);
+        let sent_at = Instant::now();
+        let key = key.to_string();
+        let acquire = self.store.acquire(key.clone(), lease_id, waiting);
+        self.spawn_store(acquire, move |result| Event::Acquired {
+            result,
+            key,
+            lease_id,
+            sent_at,
+        });
+    }
+
+    pub(super) fn on_acquired(
+        &mut self,
+        key: String,
+        lease_id: Uuid,
+        sent_at: Instant,
+        result: Result<AcquireOutcome>,
+    ) {
+        let Some(state) = self.keys.get_mut(&key) else {
+            return;
+        };
+        state.attempt = Attempt::Idle;
+        match result {
+            Ok(AcquireOutcome::Acquired { token }) => {
+                state.failures = 0;
+                state.next_lease_id = Uuid::new_v4();
+                self.grant(&key, lease_id, token, sent_at);
+            }
+            Ok(AcquireOutcome::Held { holder, remaining }) => {
+                tracing::trace!(key, holder, ?remaining, "key is held");
+                for waiter in std::mem::take(&mut state.waiters) {
+                    if waiter.mode == AcquireMode::Try {
+                        let _ = waiter.respond_to.send(Ok(None));
+                    } else if !waiter.respond_to.is_closed() {
+                        state.waiters.push_back(waiter);
+                    }
+                }
+                if !state.waiters.is_empty() {
+                    self.schedule_retry(&key, Some(remaining));
+                }
+            }
+            Err(error) => {
+                let transient = error.is_transient();
+                for waiter in std::mem::take(&mut state.waiters) {
+                    if waiter.mode == AcquireMode::Try || !transient {
+                        let _ = waiter.respond_to.send(Err(error.clone()));
+                    } else if !waiter.respond_to.is_closed() {
+                        state.waiters.push_back(waiter);
+                    }
+                }
+                if !state.waiters.is_empty() {
+                    tracing::warn!(key, %error, "acquire attempt failed; retrying");
+                    self.schedule_retry(&key, None);
+                } else if transient {
+                    // The write may have landed unseen: give it back rather than
+                    // leave the key blocked until the lease expires.
+                    state.next_lease_id = Uuid::new_v4();
+                    self.spawn_release(key.clone(), lease_id, None);
+                }
+            }
+        }
+        self.forget_if_idle(&key);
+    }
+
+    /// Hands a fresh acquisition to the first waiter still waiting, or gives it
+    /// back at once if nobody waits any more (a cancelled acquire never leaks).
+    pub(super) fn grant(&mut self, key: &str, lease_id: Uuid, token: u64, sent_at: Instant) {
+        let deadline = sent_at + self.timing.local_validity();
+        let state = self.keys.get_mut(key).expect("grant for a known key");
+        while let Some(waiter) = state.waiters.pop_front() {
+            if waiter.respond_to.is_closed() {
+                continue;
+            }
+            let Some(mailbox) = self.sender.upgrade().map(Mailbox::new) else {
+                break;
+            };
+            let cancel = CancellationToken::new();
+            self.deadlines
+                .push(Reverse((deadline, key.to_string(), lease_id)));
+            state.held = Some(Held {
+                lease_id,
+                token,
+                cancel: cancel.clone(),
+                deadline,
+                renewing: false,
+            });
+            tracing::debug!(key, token, "lease acquired");
+            let lease = Lease::new(
+                key.to_string(),
+                self.owner_id.clone(),
+                lease_id,
+                token,
+                cancel,
+                mailbox,
+            );
+            // If the caller went away just now, the returned lease is dropped
+            // here, and its drop queues its release.
+            let _ = waiter.respond_to.send(Ok(Some(lease)));
+            return;
+        }
+        self.spawn_release(key.to_string(), lease_id, None);
+    }
+
+    fn schedule_retry(&mut self, key: &str, remaining: Option<std::time::Duration>) {
+        let state = self.keys.get_mut(key).expect("retry for a known key");
+        let delay = retry_delay(
+            state.failures,
+            self.timing.retry_initial,
+            self.timing.retry_max,
+            remaining,
+        );
+        state.failures = state.failures.saturating_add(1);
+        let timer = self.timers.insert(Timer::Retry(key.to_string()), delay);
+        state.attempt = Attempt::Scheduled(timer);
+        if remaining.is_some() {
+            self.open_release_watch();
+        }
+    }
+}

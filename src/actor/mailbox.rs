@@ -1,0 +1,98 @@
+//! [`Mailbox`]: the handles' typed end of the actor's command channel.
+//!
+//! Every handle ([`LockManager`](crate::LockManager), [`Lease`](crate::Lease),
+//! the election's leader context) talks to the actor through one of these. It
+//! builds the [`Command`]s, sends them, and awaits their replies, and it is
+//! the one place where a closed channel or a dropped reply sender becomes
+//! [`Error::Shutdown`]. Shape after the mongodb driver's
+//! `ConnectionRequester` (a small typed handle per channel endpoint).
+
+use mongodb::bson::Document;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::command::{Command, Reply, WaiterId};
+use crate::error::{Error, Result};
+use crate::lease::ReleaseOutcome;
+
+/// A sender of commands to the actor. Cheap to clone; the actor stops once
+/// every mailbox is gone (it keeps only a weak one itself).
+#[derive(Clone)]
+pub(crate) struct Mailbox {
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Mailbox {
+    pub(crate) fn new(commands: mpsc::UnboundedSender<Command>) -> Self {
+        Mailbox { commands }
+    }
+
+    /// Sends the command built by `command` around a fresh reply channel and
+    /// awaits the reply.
+    ///
+    /// # Errors
+    ///
+    /// The actor's answer, or [`Error::Shutdown`] if the actor has stopped
+    /// (the channel is closed, or the reply sender was dropped unanswered).
+    ///
+    /// # Cancel safety
+    ///
+    /// The command is sent at the first poll; dropping the future afterwards
+    /// drops the reply, not the command.
+    pub(crate) async fn call<T>(&self, command: impl FnOnce(Reply<T>) -> Command) -> Result<T> {
+        let (respond_to, response) = oneshot::channel();
+        self.send(command(respond_to))?;
+        response.await.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Sends `command` without waiting for anything.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] if the actor has stopped.
+    fn send(&self, command: Command) -> Result<()> {
+        self.commands.send(command).map_err(|_| Error::Shutdown)
+    }
+
+    /// Releases one acquisition and awaits the outcome.
+    pub(crate) async fn release(&self, key: String, lease_id: Uuid) -> Result<ReleaseOutcome> {
+        self.call(|respond_to| Command::Release {
+            key,
+            lease_id,
+            respond_to: Some(respond_to),
+        })
+        .await
+    }
+
+    /// Releases one acquisition in the background (a dropped lease); the
+    /// actor logs a failure. Nothing happens if the actor has stopped (it
+    /// released its leases then).
+    pub(crate) fn release_in_background(&self, key: String, lease_id: Uuid) {
+        let _ = self.send(Command::Release {
+            key,
+            lease_id,
+            respond_to: None,
+        });
+    }
+
+    /// Sets the payload of one acquisition and awaits the outcome.
+    pub(crate) async fn set_payload(
+        &self,
+        key: String,
+        lease_id: Uuid,
+        payload: Document,
+    ) -> Result<()> {
+        self.call(|respond_to| Command::SetPayload {
+            key,
+            lease_id,
+            payload,
+            respond_to,
+        })
+        .await
+    }
+
+    /// Removes a waiter whose acquire future was dropped (fire and forget).
+    pub(crate) fn cancel_waiter(&self, key: String, waiter: WaiterId) {
+        let _ = self.send(Command::CancelWaiter { key, waiter });
+    }
+}

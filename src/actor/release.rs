@@ -1,0 +1,235 @@
+//! Releasing: one lease (explicit, dropped, or after a lost deadline),
+//! `release_all` by owner id, the operator's force release, and the payload
+//! of a held lease (a write conditional on its lease id, like a release).
+
+use mongodb::bson::Document;
+use uuid::Uuid;
+
+use super::command::Reply;
+use super::{Actor, Attempt, Event, KeyState};
+use crate::error::{Error, Result};
+use crate::lease::{LeaseInfo, ReleaseOutcome};
+use crate::store::LeaseRef;
+
+impl Actor {
+    pub(super) fn on_release(
+        &mut self,
+        key: String,
+        lease_id: Uuid,
+        respond_to: Option<Reply<ReleaseOutcome>>,
+    ) {
+        if self.held_lease(&key, lease_id).is_none() {
+            // Already lost (its token has fired) or already released by the manager.
+            if let Some(respond_to) = respond_to {
+                let _ = respond_to.send(Ok(ReleaseOutcome::AlreadyLost));
+            }
+            return;
+        }
+        let held = self.take_held(&key).expect("checked above");
+        tracing::debug!(key, token = held.token, "releasing lease");
+        self.spawn_release(key, held.lease_id, respond_to);
+    }
+
+    pub(super) fn on_release_all(&mut self, respond_to: Reply<u64>) {
+        self.releasing_all += 1;
+        let keys = self.take_all_held();
+        // Keys acquired while this runs must not be released by it: leave out
+        // the lease ids of attempts in flight.
+        let in_flight: Vec<Uuid> = self
+            .keys
+            .values()
+            .filter(|s| !matches!(s.attempt, Attempt::Idle))
+            .map(|s| s.next_lease_id)
+            .collect();
+        let release = self.store.release_owner(in_flight);
+        self.spawn_store(release, |result| Event::ReleasedAll {
+            keys,
+            respond_to,
+            result,
+        });
+    }
+
+    /// A `release_all` is confirmed (or failed): answer it, and start the
+    /// attempts it held back.
+    pub(super) fn on_released_all(
+        &mut self,
+        keys: Vec<String>,
+        respond_to: Reply<u64>,
+        result: Result<u64>,
+    ) {
+        self.releasing_all -= 1;
+        self.on_released_many(keys, Some(respond_to), result);
+        // Attempts held back while it ran.
+        let waiting: Vec<String> = self
+            .keys
+            .iter()
+            .filter(|(_, s)| !s.waiters.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in waiting {
+            self.serve_next(&key);
+        }
+    }
+
+    pub(super) fn spawn_release(
+        &mut self,
+        key: String,
+        lease_id: Uuid,
+        respond_to: Option<Reply<ReleaseOutcome>>,
+    ) {
+        self.keys
+            .entry(key.clone())
+            .or_insert_with(KeyState::new)
+            .releases_in_flight += 1;
+        let release = self.store.release(vec![LeaseRef {
+            key: key.clone(),
+            lease_id,
+        }]);
+        self.spawn_store(release, |result| Event::Released {
+            result,
+            key,
+            respond_to,
+        });
+    }
+
+    pub(super) fn on_released(
+        &mut self,
+        key: String,
+        respond_to: Option<Reply<ReleaseOutcome>>,
+        result: Result<u64>,
+    ) {
+        if let Some(state) = self.keys.get_mut(&key) {
+            state.releases_in_flight -= 1;
+        }
+        let outcome = match result {
+            Ok(0) => Ok(ReleaseOutcome::AlreadyLost),
+            Ok(_) => Ok(ReleaseOutcome::Released),
+            Err(error) => {
+                tracing::warn!(key, %error, "release failed; the lease will expire after its TTL");
+                Err(error)
+            }
+        };
+        if let Some(respond_to) = respond_to {
+            let _ = respond_to.send(outcome);
+        }
+        self.serve_next(&key);
+    }
+
+    pub(super) fn on_released_many(
+        &mut self,
+        keys: Vec<String>,
+        respond_to: Option<Reply<u64>>,
+        result: Result<u64>,
+    ) {
+        for key in &keys {
+            if let Some(state) = self.keys.get_mut(key) {
+                state.releases_in_flight -= 1;
+            }
+        }
+        if let Err(error) = &result {
+            tracing::warn!(%error, "releasing leases failed; they will expire after their TTL");
+            if let Some(closing) = &mut self.closing {
+                closing.error.get_or_insert_with(|| error.clone());
+            }
+        }
+        if let Some(respond_to) = respond_to {
+            let _ = respond_to.send(result);
+        }
+        for key in &keys {
+            self.serve_next(key);
+        }
+    }
+
+    pub(super) fn on_force_release(&mut self, key: String, respond_to: Reply<Option<LeaseInfo>>) {
+        let release = self.store.force_release(key.clone());
+        self.spawn_store(release, |result| Event::ForceReleased {
+            result,
+            key,
+            respond_to,
+        });
+    }
+
+    pub(super) fn on_force_released(
+        &mut self,
+        key: String,
+        respond_to: Reply<Option<LeaseInfo>>,
+        result: Result<Option<LeaseInfo>>,
+    ) {
+        match &result {
+            Ok(Some(info)) => {
+                tracing::warn!(
+                    key,
+                    owner_id = info.owner_id,
+                    token = info.fencing_token,
+                    "lease force-released (operator override)"
+                );
+                // If it was one of ours, it is lost now.
+                let ours = info.owner_id == *self.owner_id
+                    && self
+                        .keys
+                        .get(&key)
+                        .and_then(|s| s.held.as_ref())
+                        .is_some_and(|h| h.token == info.fencing_token);
+                if ours {
+                    self.take_held(&key);
+                    self.serve_next(&key);
+                }
+            }
+            Ok(None) => tracing::info!(key, "force release: the key was not held"),
+            Err(error) => tracing::warn!(key, %error, "force release failed"),
+        }
+        let _ = respond_to.send(result);
+    }
+
+    pub(super) fn on_set_payload(
+        &mut self,
+        key: String,
+        lease_id: Uuid,
+        payload: Document,
+        respond_to: Reply<()>,
+    ) {
+        if self.held_lease(&key, lease_id).is_none() {
+            let _ = respond_to.send(Err(Error::LeaseLost { key }));
+            return;
+        }
+        let write = self.store.set_payload(
+            LeaseRef {
+                key: key.clone(),
+                lease_id,
+            },
+            payload,
+        );
+        self.spawn_store(write, move |result| Event::PayloadSet {
+            result,
+            key,
+            lease_id,
+            respond_to,
+        });
+    }
+
+    pub(super) fn on_payload_set(
+        &mut self,
+        key: String,
+        lease_id: Uuid,
+        respond_to: Reply<()>,
+        result: Result<bool>,
+    ) {
+        let reply = match result {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                if let Some(held) = self.held_lease(&key, lease_id) {
+                    tracing::warn!(
+                        key,
+                        token = held.token,
+                        "lease lost: setting its payload found it gone or taken"
+                    );
+                    self.take_held(&key);
+                    self.serve_next(&key);
+                }
+                Err(Error::LeaseLost { key })
+            }
+            Err(error) => Err(error),
+        };
+        let _ = respond_to.send(reply);
+    }
+}

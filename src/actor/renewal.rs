@@ -1,0 +1,170 @@
+//! Renewing: the heartbeat's batched renewals of every held lease, their
+//! results and retries, and the local deadlines (a min-heap with one entry
+//! per held lease, `Actor::deadlines`) that mark a lease lost when no renewal
+//! was confirmed in time.
+
+use std::cmp::Reverse;
+use std::collections::HashSet;
+
+use futures::FutureExt;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{Actor, Event, Timer};
+use crate::backoff::retry_delay;
+use crate::error::{Error, Result};
+use crate::store::LeaseRef;
+
+impl Actor {
+    /// Heartbeat: renew every held lease not already being renewed, in batches.
+    pub(super) fn renew_all(&mut self) {
+        let mut leases = Vec::new();
+        for (key, state) in &mut self.keys {
+            if let Some(held) = state.held.as_mut().filter(|h| !h.renewing) {
+                held.renewing = true;
+                leases.push(LeaseRef {
+                    key: key.clone(),
+                    lease_id: held.lease_id,
+                });
+            }
+        }
+        for batch in leases.chunks(self.timing.renewal_batch_size) {
+            self.spawn_renewal(batch.to_vec(), 0);
+        }
+    }
+
+    /// Renews `leases` in one store call, bounded by the heartbeat interval: a
+    /// renewal that hangs longer is abandoned and retried, so it cannot hold
+    /// back the next ones until the lease's deadline.
+    pub(super) fn spawn_renewal(&mut self, leases: Vec<LeaseRef>, attempt: u32) {
+        let sent_at = Instant::now();
+        let bound = self.timing.heartbeat_interval;
+        let renew = tokio::time::timeout(bound, self.store.renew(leases.clone()));
+        self.renewals.push(
+            async move {
+                let result = renew.await.unwrap_or_else(|_elapsed| {
+                    Err(Error::Unreachable {
+                        waited: bound,
+                        reason: "renewal timed out".into(),
+                    })
+                });
+                Event::Renewed {
+                    result,
+                    leases,
+                    sent_at,
+                    attempt,
+                }
+            }
+            .boxed(),
+        );
+    }
+
+    pub(super) fn on_renewed(
+        &mut self,
+        leases: Vec<LeaseRef>,
+        sent_at: Instant,
+        attempt: u32,
+        result: Result<Vec<String>>,
+    ) {
+        let lost = match result {
+            Ok(lost) => lost.into_iter().collect::<HashSet<_>>(),
+            Err(error) => {
+                // Outcome unknown: renewing again is idempotent and its matched
+                // count tells the truth. The local deadline stays where the last
+                // confirmed renewal put it.
+                let leases: Vec<LeaseRef> = leases
+                    .into_iter()
+                    .filter(|l| self.held_lease(&l.key, l.lease_id).is_some())
+                    .collect();
+                tracing::warn!(%error, leases = leases.len(), attempt, "renewal failed; retrying");
+                if !leases.is_empty() {
+                    let delay = retry_delay(
+                        attempt,
+                        self.timing.retry_initial,
+                        self.timing.heartbeat_interval / 2,
+                        None,
+                    );
+                    self.timers.insert(
+                        Timer::RenewRetry {
+                            leases,
+                            attempt: attempt.saturating_add(1),
+                        },
+                        delay,
+                    );
+                }
+                return;
+            }
+        };
+        let deadline = sent_at + self.timing.local_validity();
+        for lease in leases {
+            let Some(state) = self.keys.get_mut(&lease.key) else {
+                continue;
+            };
+            let Some(held) = state.held.as_mut().filter(|h| h.lease_id == lease.lease_id) else {
+                continue;
+            };
+            held.renewing = false;
+            if lost.contains(&lease.key) {
+                tracing::warn!(
+                    key = lease.key,
+                    token = held.token,
+                    "lease lost: renewal found it gone or taken"
+                );
+                self.take_held(&lease.key);
+                self.serve_next(&lease.key);
+            } else if deadline > held.deadline {
+                // The heap entry is re-armed lazily when it comes due.
+                held.deadline = deadline;
+            }
+        }
+    }
+
+    /// The earliest entry of the deadline heap came due: the lease it names is
+    /// lost if its deadline really passed; if a renewal moved the deadline,
+    /// the entry is pushed again at the new one; if the lease is gone, the
+    /// entry is dropped. So the heap holds one entry per held lease, and a
+    /// renewal costs no heap operation.
+    pub(super) fn on_deadline_due(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((due, _, _))) = self.deadlines.peek() {
+            if *due > now {
+                break;
+            }
+            let Reverse((_, key, lease_id)) = self.deadlines.pop().expect("peeked");
+            let Some(held) = self.keys.get(&key).and_then(|s| s.held.as_ref()) else {
+                continue;
+            };
+            if held.lease_id != lease_id {
+                continue;
+            }
+            if held.deadline > now {
+                let deadline = held.deadline;
+                self.deadlines.push(Reverse((deadline, key, lease_id)));
+                continue;
+            }
+            self.on_deadline(key);
+        }
+    }
+
+    fn on_deadline(&mut self, key: String) {
+        let Some(held) = self.keys.get_mut(&key).and_then(|s| s.held.take()) else {
+            return;
+        };
+        held.cancel.cancel();
+        tracing::warn!(
+            key,
+            token = held.token,
+            "lease lost: renewal not confirmed before the local deadline"
+        );
+        // It may still be ours on the server: free it now rather than at expiry.
+        self.spawn_release(key, held.lease_id, None);
+    }
+}
+
+/// Sleeps until the earliest local deadline, or forever if no lease is held.
+pub(super) async fn sleep_until_deadline(next: Option<&Reverse<(Instant, String, Uuid)>>) {
+    match next {
+        Some(Reverse((deadline, _, _))) => tokio::time::sleep_until(*deadline).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,91 @@
+//! Shutdown: closing the command channel, answering what was queued, failing
+//! every waiter, releasing every held lease in batches, and answering the
+//! `shutdown` calls once the releases are confirmed.
+
+use futures::stream::FuturesUnordered;
+
+use super::command::{Command, Reply};
+use super::release_watch::ReleaseWatch;
+use super::{Actor, Attempt, Event};
+use crate::error::Error;
+use crate::store::LeaseRef;
+
+/// Set once shutdown has begun.
+pub(super) struct Closing {
+    pub(super) responders: Vec<Reply<()>>,
+    pub(super) error: Option<Error>,
+}
+
+impl Actor {
+    pub(super) fn begin_shutdown(&mut self, respond_to: Option<Reply<()>>) {
+        tracing::debug!(owner_id = %self.owner_id, "lease manager shutting down");
+        self.closing = Some(Closing {
+            responders: respond_to.into_iter().collect(),
+            error: None,
+        });
+        self.commands.close();
+        self.renewals = FuturesUnordered::new();
+        self.release_watch = ReleaseWatch::Closed;
+        // Answer what was queued before the close; releases still happen.
+        while let Ok(command) = self.commands.try_recv() {
+            match command {
+                Command::Release {
+                    key,
+                    lease_id,
+                    respond_to,
+                } => self.on_release(key, lease_id, respond_to),
+                Command::CancelWaiter { key, waiter } => self.on_cancel_waiter(&key, waiter),
+                Command::Shutdown { respond_to } => {
+                    if let Some(closing) = &mut self.closing {
+                        closing.responders.push(respond_to);
+                    }
+                }
+                other => other.fail(Error::Shutdown),
+            }
+        }
+        self.stop_observers.cancel();
+        self.observers.clear();
+        for state in self.keys.values_mut() {
+            for waiter in state.waiters.drain(..) {
+                let _ = waiter.respond_to.send(Err(Error::Shutdown));
+            }
+            if let Attempt::Scheduled(timer) = state.attempt {
+                self.timers.remove(&timer);
+                state.attempt = Attempt::Idle;
+            }
+        }
+        let leases: Vec<LeaseRef> = self
+            .keys
+            .iter()
+            .filter_map(|(key, s)| {
+                s.held.as_ref().map(|h| LeaseRef {
+                    key: key.clone(),
+                    lease_id: h.lease_id,
+                })
+            })
+            .collect();
+        self.take_all_held();
+        for batch in leases.chunks(self.timing.renewal_batch_size) {
+            let keys = batch.iter().map(|l| l.key.clone()).collect();
+            let release = self.store.release(batch.to_vec());
+            self.spawn_store(release, |result| Event::ReleasedMany {
+                keys,
+                respond_to: None,
+                result,
+            });
+        }
+    }
+
+    /// The actor has stopped: answers every `shutdown` call, with the first
+    /// release error if the final release could not be confirmed.
+    pub(super) fn answer_shutdown(&mut self) {
+        if let Some(closing) = self.closing.take() {
+            for respond_to in closing.responders {
+                let _ = respond_to.send(match &closing.error {
+                    None => Ok(()),
+                    Some(e) => Err(e.clone()),
+                });
+            }
+        }
+    }
+}

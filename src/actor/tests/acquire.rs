@@ -1,0 +1,424 @@
+//! Acquire timing (`src/actor/acquire.rs`): FIFO fairness with one attempt in
+//! flight, capped retries, local handoff and yields, cancel safety, acquire
+//! errors, `try_acquire` and `acquire_timeout`.
+
+use super::*;
+
+// ----- 5. FIFO fairness, one attempt in flight, capped retries -------------------------
+
+#[tokio::test(start_paused = true)]
+async fn local_waiters_are_served_in_order_by_one_retry_loop() {
+    const HOLD: Duration = Duration::from_millis(100);
+    const LATENCY: Duration = Duration::from_millis(5);
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    store.set_latency(Op::Acquire, LATENCY);
+    db.force_take("k", "remote", TTL);
+    let remote_exp = t0 + TTL;
+
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let (a, grants) = (a.clone(), grants.clone());
+        tasks.push(
+            started(async move {
+                let lease = a.acquire("k").await.unwrap();
+                grants
+                    .lock()
+                    .unwrap()
+                    .push((i, Instant::now(), lease.fencing_token()));
+                sleep(HOLD).await;
+                assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+            })
+            .await,
+        );
+    }
+    for task in tasks {
+        soon(task).await.unwrap();
+    }
+
+    let grants = grants.lock().unwrap().clone();
+    let order: Vec<usize> = grants.iter().map(|g| g.0).collect();
+    assert_eq!(order, vec![0, 1, 2, 3, 4], "first come, first served");
+    let first = grants[0].1;
+    assert!(
+        first >= remote_exp && first <= remote_exp + RETRY_INITIAL + LATENCY + 2 * MS,
+        "first grant {:?} after the holder's expiry",
+        first - remote_exp
+    );
+    for pair in grants.windows(2) {
+        assert_eq!(
+            pair[1].1 - pair[0].1,
+            HOLD + LATENCY,
+            "handoff: release, then one round trip"
+        );
+        assert!(pair[1].2 > pair[0].2, "fencing tokens increase");
+    }
+
+    assert_eq!(
+        store.max_acquires_in_flight_per_key(),
+        1,
+        "one attempt in flight per key"
+    );
+    let calls = store.acquire_calls("k");
+    let polls = calls.iter().filter(|at| **at < first - LATENCY).count();
+    // Backoff 10 ms doubling to 1 s over a 3 s wait: about a dozen polls, for
+    // all five waiters together.
+    assert!(
+        (3..=15).contains(&polls),
+        "{polls} polls while the key was held remotely"
+    );
+    assert_eq!(
+        calls.len(),
+        polls + 1 + 4,
+        "the winning poll, then one attempt per handoff"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_are_capped_by_the_holders_remaining_time() {
+    // Without the cap a waiter polls every 0.5-1 s by then and would be up to
+    // 1 s late; with it, it tries again right at the expiry. Five keys make a
+    // lucky pass of a broken cap unlikely.
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let holds: [u64; 5] = [2_300, 2_700, 3_100, 3_650, 4_050];
+    let mut waiters = Vec::new();
+    for (i, hold) in holds.iter().enumerate() {
+        let key = format!("k{i}");
+        db.force_take(&key, "remote", Duration::from_millis(*hold));
+        waiters.push((
+            key.clone(),
+            t0 + Duration::from_millis(*hold),
+            waiter(&a, &key).await,
+        ));
+    }
+    for (key, exp, waiter) in waiters {
+        let (at, _lease) = soon(waiter).await.unwrap().unwrap();
+        assert!(
+            at >= exp && at <= exp + RETRY_INITIAL + MS,
+            "{key}: acquired {:?} after the holder's expiry",
+            at.saturating_duration_since(exp)
+        );
+        assert!(store.acquire_calls(&key).len() <= 15);
+    }
+}
+
+// ----- 6. local handoff -------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_released_key_goes_to_the_next_local_waiter_at_once() {
+    let db = MemoryDb::new();
+    let (a, sa, t0) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let first = a.acquire("k").await.unwrap();
+    // A `try_acquire` elsewhere does not wait, so it leaves no mark.
+    assert!(b.try_acquire("k").await.unwrap().is_none());
+    assert_eq!(db.doc("k").unwrap().waiting_since, None);
+    let local = waiter(&a, "k").await;
+
+    sleep_until(t0 + Duration::from_millis(2_500)).await;
+    assert_eq!(
+        sa.acquire_calls("k"),
+        vec![t0],
+        "no polling while the key is held locally"
+    );
+
+    let released_at = Instant::now();
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let (granted_at, second) = soon(local).await.unwrap().unwrap();
+    assert_eq!(granted_at, released_at, "no backoff before a local handoff");
+    assert_eq!(sa.acquire_calls("k"), vec![t0, released_at]);
+    assert!(second.fencing_token() > 1);
+    assert_eq!(db.holder("k").as_deref(), Some("a"));
+}
+
+/// Cross-process fairness: a manager whose tasks keep re-acquiring a key
+/// would otherwise keep it from another manager's waiter forever. A release
+/// that another owner waited for yields the key to it, and the next release
+/// yields it back.
+#[tokio::test(start_paused = true)]
+async fn a_release_that_another_owner_waited_for_yields_the_key_to_it() {
+    let db = MemoryDb::new();
+    let (a, sa, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let first = a.acquire("k").await.unwrap();
+    let remote = waiter(&b, "k").await;
+    let local = waiter(&a, "k").await;
+    soon(db.changed_until("k", |d| d.waiting_since.is_some())).await;
+
+    let released_at = Instant::now();
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let (remote_at, remote_lease) = soon(remote).await.unwrap().unwrap();
+    assert!(
+        remote_at - released_at <= RELEASE_WAKE_JITTER,
+        "the waiting owner got the key {:?} after the release",
+        remote_at - released_at
+    );
+    assert!(!local.is_finished(), "the releasing manager took it back");
+    assert!(
+        sa.acquire_calls("k").contains(&released_at),
+        "the local waiter did try at once"
+    );
+
+    // The local waiter now waits on the other owner, which yields it back.
+    soon(db.changed_until("k", |d| d.waiting_since.is_some())).await;
+    let released_at = Instant::now();
+    assert_eq!(
+        remote_lease.release().await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert!(db.doc("k").unwrap().yield_until.is_some());
+    let (local_at, _) = soon(local).await.unwrap().unwrap();
+    assert!(local_at - released_at <= RELEASE_WAKE_JITTER);
+    assert_eq!(db.holder("k").as_deref(), Some("a"));
+}
+
+/// A waiter that gave up after marking the lease costs the releasing
+/// manager's next waiter one yield window, no more.
+#[tokio::test(start_paused = true)]
+async fn a_yield_to_an_owner_that_gave_up_lasts_one_yield_window() {
+    let db = MemoryDb::new();
+    let (a, sa, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let first = a.acquire("k").await.unwrap();
+    let remote = waiter(&b, "k").await;
+    soon(db.changed_until("k", |d| d.waiting_since.is_some())).await;
+    remote.abort();
+    let local = waiter(&a, "k").await;
+
+    let released_at = Instant::now();
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let (granted_at, _) = soon(local).await.unwrap().unwrap();
+    // The yield window is the store's (the default retry_max, 1 s here).
+    let window = RETRY_MAX;
+    assert!(
+        granted_at >= released_at + window && granted_at <= released_at + window + RETRY_INITIAL,
+        "granted {:?} after the release; the yield window is {window:?}",
+        granted_at - released_at
+    );
+    assert!(sa.acquire_calls("k").len() > 2, "it kept trying meanwhile");
+    assert_eq!(db.holder("k").as_deref(), Some("a"));
+}
+
+// ----- 7. cancel safety -------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_acquire_leaves_the_queue_and_stops_polling() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    db.force_take("k", "remote", TTL);
+
+    assert!(
+        timeout(Duration::from_millis(500), a.acquire("k"))
+            .await
+            .is_err()
+    );
+    let polls = store.acquire_calls("k").len();
+    assert!(polls >= 2);
+    tokio::select! {
+        lease = a.acquire("k") => panic!("got {lease:?}"),
+        _ = sleep(Duration::from_millis(500)) => {}
+    }
+    // No stale retry is left behind: a new caller's attempt starts at once.
+    let polls = store.acquire_calls("k").len();
+    assert!(a.try_acquire("k").await.unwrap().is_none());
+    assert_eq!(store.acquire_calls("k").len(), polls + 1);
+    let polls = polls + 1;
+    sleep_until(t0 + TTL * 4).await;
+    assert_eq!(
+        store.acquire_calls("k").len(),
+        polls,
+        "polled with nobody waiting"
+    );
+    assert_eq!(
+        db.doc("k").unwrap().owner,
+        "remote",
+        "acquired with nobody waiting"
+    );
+
+    // The key is not stuck for later callers.
+    let lease = a
+        .try_acquire("k")
+        .await
+        .unwrap()
+        .expect("free after the expiry");
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_acquire_never_leaks_a_lease() {
+    const LATENCY: Duration = Duration::from_millis(50);
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    store.set_latency(Op::Acquire, LATENCY);
+
+    // Dropped while the attempt is in flight, at, and just after the moment
+    // it lands: whichever the actor sees first, the key ends up free.
+    for after in [20_u64, 49, 50, 51] {
+        let key = format!("k{after}");
+        match timeout(Duration::from_millis(after), a.acquire(key.as_str())).await {
+            Ok(lease) => {
+                assert!(after >= 50, "{key}: granted before the store answered");
+                drop(lease);
+            }
+            Err(_) => assert!(after <= 50, "{key}: not granted after the store answered"),
+        }
+        sleep(LATENCY + MS).await;
+        assert_released(&db, &key);
+        assert!(matches!(
+            db.try_take(&key, "b", TTL),
+            AcquireOutcome::Acquired { .. }
+        ));
+    }
+
+    // Granted, but the reply is never read: the lease inside the dropped
+    // reply channel releases itself.
+    let releases = store.calls(Op::Release);
+    let mut pending = Box::pin(a.acquire("late"));
+    assert!(futures::poll!(&mut pending).is_pending());
+    sleep(LATENCY * 2).await;
+    assert_eq!(db.holder("late").as_deref(), Some("a"), "granted meanwhile");
+    drop(pending);
+    settle().await;
+    assert_released(&db, "late");
+    assert_eq!(store.calls(Op::Release), releases + 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ambiguous_acquire_with_nobody_waiting_is_given_back() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    // The write lands but the reply is lost.
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    let error = a.try_acquire("k").await.unwrap_err();
+    assert!(error.is_transient(), "{error:?}");
+    settle().await;
+    assert_eq!(store.calls(Op::Release), 1);
+    assert_released(&db, "k");
+}
+
+// ----- acquire errors ------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn transient_acquire_failures_are_retried_for_waiters_and_reported_to_a_try() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    store.fail_next(Op::Acquire, 1);
+    assert!(a.try_acquire("t").await.unwrap_err().is_transient());
+    assert_eq!(store.acquire_calls("t").len(), 1, "a try makes one attempt");
+    settle().await;
+    let releases: Vec<_> = store
+        .calls_of(Op::Release)
+        .into_iter()
+        .flat_map(|c| c.keys)
+        .collect();
+    assert_eq!(
+        releases,
+        ["t"],
+        "the outcome is unknown: the try's lease id is given back"
+    );
+
+    // Two attempts land unseen; the third, under the same lease id, is
+    // recognised as ours: same acquisition, same token.
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 2);
+    let lease = soon(a.acquire("w")).await.unwrap();
+    let calls = store.acquire_calls("w");
+    assert_eq!(calls.len(), 3);
+    assert_eq!(lease.fencing_token(), 1, "one acquisition, not three");
+    for (attempt, pair) in calls.windows(2).enumerate() {
+        let step = RETRY_INITIAL * 2_u32.pow(attempt as u32);
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= step / 2 && gap <= step + MS,
+            "retry {attempt} after {gap:?}"
+        );
+    }
+    assert_eq!(
+        store.calls(Op::Release),
+        1,
+        "nothing given back while someone waits"
+    );
+    assert!(!lease.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_foreign_document_fails_every_waiter_without_retrying() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    db.put_foreign("f");
+    // Both waiters queue on the same attempt.
+    store.set_latency(Op::Acquire, 5 * MS);
+    let first = waiter(&a, "f").await;
+    let second = waiter(&a, "f").await;
+    for w in [first, second] {
+        let result = soon(w).await.unwrap();
+        assert!(
+            matches!(result, Err(Error::ForeignDocument { .. })),
+            "{result:?}"
+        );
+    }
+    sleep(TTL).await;
+    assert_eq!(store.acquire_calls("f").len(), 1);
+}
+
+// ----- 8. try_acquire and acquire_timeout ----------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn try_acquire_never_jumps_the_queue_and_costs_no_round_trip_when_busy_locally() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+
+    let held = a.try_acquire("held").await.unwrap().expect("free key");
+    assert_eq!(store.calls(Op::Acquire), 1);
+    assert!(a.try_acquire("held").await.unwrap().is_none());
+    assert_eq!(store.calls(Op::Acquire), 1, "held locally: no store call");
+
+    db.force_take("queued", "remote", TTL);
+    let _queued = waiter(&a, "queued").await;
+    settle().await;
+    let calls = store.calls(Op::Acquire);
+    assert!(a.try_acquire("queued").await.unwrap().is_none());
+    assert_eq!(
+        store.calls(Op::Acquire),
+        calls,
+        "local waiters: no store call"
+    );
+
+    db.force_take("remote", "remote", TTL);
+    assert!(a.try_acquire("remote").await.unwrap().is_none());
+    assert_eq!(
+        store.calls(Op::Acquire),
+        calls + 1,
+        "held remotely: one attempt, no retry"
+    );
+    sleep(TTL * 2).await;
+    assert_eq!(store.acquire_calls("remote").len(), 1);
+    drop(held);
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_timeout_gives_up_exactly_at_the_timeout() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    db.force_take("k", "remote", TTL);
+    let t = Instant::now();
+    let wait = Duration::from_millis(700);
+    assert!(a.acquire_timeout("k", wait).await.unwrap().is_none());
+    assert_eq!(Instant::now(), t + wait);
+    let polls = store.acquire_calls("k").len();
+    sleep(TTL * 2).await;
+    assert_eq!(store.acquire_calls("k").len(), polls);
+
+    let lease = a
+        .acquire_timeout("free", wait)
+        .await
+        .unwrap()
+        .expect("free key");
+    assert_eq!(
+        Instant::now(),
+        t + wait + TTL * 2,
+        "a free key is granted at once"
+    );
+    assert_eq!(lease.key(), "free");
+}

@@ -1,0 +1,122 @@
+//! Deterministic tests of the actor's timing logic, under tokio's paused clock,
+//! against [`MemoryStore`].
+//!
+//! Every test runs with `start_paused = true`: time only moves when every task
+//! is idle (auto-advance to the next timer) or when a test sleeps, so instants
+//! derived from the manager's start are exact. Durations are whole
+//! milliseconds, the resolution of tokio's timers, so the assertions can use
+//! `==` on instants wherever the logic defines them. The only randomness is
+//! the backoff jitter; assertions about retries use its documented bounds.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::{JoinHandle, yield_now};
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+
+use super::release_watch::RELEASE_WAKE_JITTER;
+use crate::config::Timing;
+use crate::error::{Error, Result};
+use crate::lease::{Lease, ReleaseOutcome};
+use crate::manager::LockManager;
+use crate::store::AcquireOutcome;
+use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
+
+mod acquire;
+mod release;
+mod renewal;
+
+const MS: Duration = Duration::from_millis(1);
+const TTL: Duration = Duration::from_secs(3);
+const HEARTBEAT: Duration = Duration::from_secs(1);
+const SAFETY_MARGIN: Duration = Duration::from_millis(300);
+/// `ttl - safety_margin`: how long a lease stays safe after the start of its
+/// last confirmed renewal (or of its acquisition).
+const VALIDITY: Duration = Duration::from_millis(2_700);
+const RETRY_INITIAL: Duration = Duration::from_millis(10);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+const BATCH: usize = 100;
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn timing() -> Timing {
+    let timing = Timing {
+        ttl: TTL,
+        heartbeat_interval: HEARTBEAT,
+        safety_margin: SAFETY_MARGIN,
+        operation_timeout: OPERATION_TIMEOUT,
+        retry_initial: RETRY_INITIAL,
+        retry_max: RETRY_MAX,
+        renewal_batch_size: BATCH,
+    };
+    assert_eq!(timing.local_validity(), VALIDITY);
+    timing
+}
+
+/// Starts a manager with owner id `owner` on `db`. Returns the manager, a clone
+/// of its store (knobs and counters) and the instant it started: its heartbeat
+/// ticks at `t0 + k * HEARTBEAT`.
+fn start(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore, Instant) {
+    let store = db.store(owner, TTL);
+    let t0 = Instant::now();
+    let manager = LockManager::start(Arc::new(store.clone()), owner.into(), timing());
+    (manager, store, t0)
+}
+
+/// Lets every runnable task (the actors) run, without moving the clock.
+async fn settle() {
+    for _ in 0..50 {
+        yield_now().await;
+    }
+}
+
+/// Awaits an event the test is waiting for. Fails the test if it has not
+/// happened after a minute of paused time: a broken actor would otherwise
+/// keep the heartbeat ticking through virtual time forever.
+async fn soon<F: Future>(fut: F) -> F::Output {
+    timeout(Duration::from_secs(60), fut)
+        .await
+        .expect("no progress after 60 s of paused time")
+}
+
+/// Polls `fut` once (so that an `acquire` inside it has sent its command and
+/// holds its place in the queue), then runs the rest in a task.
+async fn started<F>(fut: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut fut = Box::pin(fut);
+    assert!(
+        futures::poll!(&mut fut).is_pending(),
+        "an acquire is never answered synchronously"
+    );
+    tokio::spawn(fut)
+}
+
+/// `manager.acquire(key)` in a task, queued before this returns; the task
+/// yields the instant the lease was granted, with the lease.
+async fn waiter(manager: &LockManager, key: &str) -> JoinHandle<Result<(Instant, Lease)>> {
+    let (manager, key) = (manager.clone(), key.to_string());
+    started(async move {
+        let lease = manager.acquire(key).await?;
+        Ok((Instant::now(), lease))
+    })
+    .await
+}
+
+fn assert_released(db: &MemoryDb, key: &str) {
+    let doc = db
+        .doc(key)
+        .unwrap_or_else(|| panic!("no document for {key}"));
+    assert_eq!(doc.lease_id, None, "{key} should be released: {doc:?}");
+    assert!(doc.exp <= Instant::now(), "{key} should be free: {doc:?}");
+}
+
+fn assert_shutdown<T: std::fmt::Debug>(result: Result<T>) {
+    assert!(
+        matches!(result, Err(Error::Shutdown)),
+        "expected Error::Shutdown, got {result:?}"
+    );
+}

@@ -1,0 +1,360 @@
+//! Release timing (`src/actor/release.rs`, `shutdown.rs`, `release_watch.rs`,
+//! `observers.rs`): shutdown, `release_all`, payload, observers, force release,
+//! and the prompt wake-up on releases by other owners.
+
+use super::*;
+
+// ----- 9. shutdown -------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_releases_everything_and_refuses_later_calls() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let mut leases = Vec::new();
+    for key in ["k1", "k2", "k3"] {
+        leases.push(a.acquire(key).await.unwrap());
+    }
+    db.force_take("r", "remote", TTL);
+    let waiters = [waiter(&a, "r").await, waiter(&a, "r").await];
+    settle().await;
+
+    a.shutdown().await.unwrap();
+    for lease in &leases {
+        assert!(lease.is_lost(), "{} not cancelled", lease.key());
+        assert_released(&db, lease.key());
+    }
+    let releases = store.calls_of(Op::Release);
+    assert_eq!(releases.len(), 1, "one batch: {releases:?}");
+    let mut keys = releases[0].keys.clone();
+    keys.sort();
+    assert_eq!(keys, ["k1", "k2", "k3"]);
+    for waiter in waiters {
+        assert_shutdown(soon(waiter).await.unwrap());
+    }
+    assert_eq!(db.holder("r").as_deref(), Some("remote"));
+
+    assert_shutdown(a.acquire("x").await);
+    assert_shutdown(a.clone().try_acquire("x").await);
+    assert_shutdown(a.acquire_timeout("x", TTL).await);
+    assert_shutdown(a.release_all().await);
+    assert_shutdown(a.shutdown().await);
+    for lease in leases {
+        assert_shutdown(lease.release().await);
+    }
+    settle().await;
+    assert_eq!(store.handles(), 1, "the actor has stopped");
+    assert_eq!(store.calls(Op::Release), 1);
+    assert_eq!(store.calls(Op::Acquire), 3 + 1, "the waiters polled once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_every_handle_and_lease_stops_the_actor_and_releases() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let l1 = a.acquire("k1").await.unwrap();
+    let l2 = a.acquire("k2").await.unwrap();
+    drop(a);
+    sleep_until(t0 + HEARTBEAT + HEARTBEAT / 2).await;
+    assert_eq!(
+        store.renew_batch_sizes(),
+        vec![2],
+        "leases outlive the handle and stay renewed"
+    );
+    assert!(store.handles() > 1);
+
+    drop(l1);
+    settle().await;
+    assert_released(&db, "k1");
+    assert_eq!(db.holder("k2").as_deref(), Some("a"));
+    assert!(store.handles() > 1, "a lease keeps the actor alive");
+    drop(l2);
+    settle().await;
+    assert_released(&db, "k2");
+    assert_eq!(store.calls(Op::Release), 2);
+    assert_eq!(store.handles(), 1, "the actor has stopped");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_releases_at_once_even_while_a_renewal_hangs() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    store.set_operation_timeout(Some(OPERATION_TIMEOUT));
+    let lease = a.acquire("k").await.unwrap();
+    store.hang_renewals();
+    sleep_until(t0 + HEARTBEAT + HEARTBEAT / 2).await;
+    assert_eq!(store.in_flight(Op::Renew), 1);
+
+    let shutdown = started({
+        let a = a.clone();
+        async move { a.shutdown().await }
+    })
+    .await;
+    settle().await;
+    assert!(lease.is_lost());
+    assert_released(&db, "k");
+    // Only the reply waits for the hung renewal, bounded by the operation timeout.
+    soon(shutdown).await.unwrap().unwrap();
+    assert!(Instant::now() <= t0 + HEARTBEAT + OPERATION_TIMEOUT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_does_not_wait_for_in_flight_renewals() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    store.set_operation_timeout(Some(OPERATION_TIMEOUT));
+    let _lease = a.acquire("k").await.unwrap();
+    store.hang_renewals();
+    sleep_until(t0 + HEARTBEAT + HEARTBEAT / 2).await;
+    let asked_at = Instant::now();
+    a.shutdown().await.unwrap();
+    assert_eq!(
+        Instant::now(),
+        asked_at,
+        "the release landed at once; nothing else matters"
+    );
+}
+
+// ----- 10. release_all ------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn release_all_cancels_local_leases_with_one_command_by_owner() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let l1 = a.acquire("k1").await.unwrap();
+    let l2 = a.acquire("k2").await.unwrap();
+    let l3 = a.acquire("k3").await.unwrap();
+    // Left by an earlier process with the same owner id.
+    db.put(
+        "old",
+        Doc {
+            owner: "a".into(),
+            ..Doc::held("a", 7, TTL)
+        },
+    );
+    db.force_take("theirs", "b", TTL);
+    // A local waiter keeps waiting and gets k3 afterwards.
+    let next = waiter(&a, "k3").await;
+    settle().await;
+
+    assert_eq!(a.release_all().await.unwrap(), 4);
+    assert_eq!(store.calls(Op::ReleaseOwner), 1);
+    assert_eq!(store.calls(Op::Release), 0);
+    for lease in [&l1, &l2, &l3] {
+        assert!(lease.is_lost(), "{} not cancelled", lease.key());
+    }
+    assert_released(&db, "k1");
+    assert_released(&db, "k2");
+    assert_released(&db, "old");
+    assert_eq!(db.holder("theirs").as_deref(), Some("b"));
+
+    let (_, k3) = soon(next).await.unwrap().unwrap();
+    assert!(k3.fencing_token() > l3.fencing_token());
+    assert!(!k3.is_lost());
+    assert_eq!(db.holder("k3").as_deref(), Some("a"));
+
+    assert_eq!(l1.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
+    assert_eq!(
+        store.calls(Op::Release),
+        0,
+        "a cancelled lease needs no release"
+    );
+    drop((l2, l3));
+    settle().await;
+    assert_eq!(
+        db.holder("k3").as_deref(),
+        Some("a"),
+        "old leases cannot release k3"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_all_spares_an_acquisition_in_flight() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    store.set_latency(Op::Acquire, Duration::from_millis(50));
+    store.set_latency(Op::ReleaseOwner, Duration::from_millis(100));
+    let t = Instant::now();
+    let pending = waiter(&a, "f").await;
+    sleep(Duration::from_millis(10)).await;
+    let release_all = started({
+        let a = a.clone();
+        async move { a.release_all().await }
+    })
+    .await;
+    // The acquire lands at +50 ms, the release by owner at +110 ms.
+    let (granted_at, lease) = soon(pending).await.unwrap().unwrap();
+    assert_eq!(granted_at, t + Duration::from_millis(50));
+    assert_eq!(soon(release_all).await.unwrap().unwrap(), 0);
+    assert_eq!(Instant::now(), t + Duration::from_millis(110));
+    assert!(!lease.is_lost());
+    assert_eq!(
+        db.holder("f").as_deref(),
+        Some("a"),
+        "the in-flight lease id was left out"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_all_spares_an_acquisition_started_while_it_is_in_flight() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    store.set_latency(Op::ReleaseOwner, Duration::from_millis(100));
+    let release_all = started({
+        let a = a.clone();
+        async move { a.release_all().await }
+    })
+    .await;
+    settle().await;
+    sleep(Duration::from_millis(10)).await;
+    let lease = a.acquire("n").await.unwrap();
+    soon(release_all).await.unwrap().unwrap();
+    assert!(!lease.is_lost());
+    assert_eq!(
+        db.holder("n").as_deref(),
+        Some("a"),
+        "our live lease was released on the server: another owner can take it \
+         while our token is not cancelled"
+    );
+}
+
+// ----- read model, payload, observers ----------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn set_payload_on_a_lease_taken_on_the_server_reports_it_lost_and_fires_its_token() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    lease
+        .set_payload(mongodb::bson::doc! { "addr": "x" })
+        .await
+        .unwrap();
+    let info = a.inspect("k").await.unwrap().unwrap();
+    assert_eq!(info.payload, Some(mongodb::bson::doc! { "addr": "x" }));
+    assert!(info.held);
+    assert_eq!(info.time_to_expiry(), TTL);
+
+    db.force_take("k", "b", TTL);
+    let result = lease.set_payload(mongodb::bson::doc! { "addr": "y" }).await;
+    assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
+    assert!(lease.is_lost(), "a confirmed loss fires the token");
+    assert_eq!(store.calls(Op::SetPayload), 2);
+    // Known lost locally: answered without a round trip.
+    let result = lease.set_payload(mongodb::bson::doc! {}).await;
+    assert!(matches!(result, Err(Error::LeaseLost { .. })));
+    assert_eq!(store.calls(Op::SetPayload), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn observers_share_one_stream_per_key_get_the_current_state_first_and_stop_when_gone() {
+    let db = MemoryDb::new();
+    let (a, _store, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let mut first = a.observe("k").await.unwrap();
+    assert_eq!(soon(first.recv()).await.unwrap().unwrap(), None);
+    let lease = b.acquire("k").await.unwrap();
+    let held = soon(first.recv()).await.unwrap().unwrap().unwrap();
+    assert!(held.held && held.owner_id == "b");
+
+    let mut second = a.observe("k").await.unwrap();
+    let current = soon(second.recv()).await.unwrap().unwrap().unwrap();
+    assert_eq!(
+        current.fencing_token, held.fencing_token,
+        "current state first"
+    );
+    settle().await;
+    assert_eq!(db.observers(), 1, "one stream for both subscribers");
+
+    // An expiry without a write is reported at the expiry.
+    std::mem::forget(lease);
+    db.expire("k");
+    let expired = soon(first.recv()).await.unwrap().unwrap().unwrap();
+    assert!(!expired.held);
+    assert_eq!(
+        soon(second.recv()).await.unwrap().unwrap().unwrap(),
+        expired
+    );
+
+    drop(first);
+    drop(second);
+    settle().await;
+    assert_eq!(db.observers(), 0, "the hub stops with its last subscriber");
+    let mut third = a.observe("k").await.unwrap();
+    assert!(!soon(third.recv()).await.unwrap().unwrap().unwrap().held);
+    a.shutdown().await.unwrap();
+    assert!(soon(third.recv()).await.is_none(), "ends on shutdown");
+}
+
+#[tokio::test(start_paused = true)]
+async fn force_release_of_a_local_lease_cancels_it_and_serves_the_next_waiter() {
+    let db = MemoryDb::new();
+    let (a, _store, _) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    let next = waiter(&a, "k").await;
+    let released = a.force_release("k").await.unwrap().expect("held");
+    assert_eq!(released.fencing_token, lease.fencing_token());
+    assert!(lease.is_lost());
+    let (_, second) = soon(next).await.unwrap().unwrap();
+    assert!(second.fencing_token() > lease.fencing_token());
+    assert_eq!(a.force_release("other").await.unwrap(), None);
+    let (page, next) = a.list_page(None, 10).await.unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(next, None);
+}
+
+// ----- prompt wake-up on releases by other owners -------------------------------
+
+/// A waiter whose next poll is at least a second away gets the key within
+/// `RELEASE_WAKE_JITTER` of another owner's release, in one attempt; its
+/// release stream is open only while it waits.
+#[tokio::test(start_paused = true)]
+async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let b_store = db.store("b", TTL);
+    let slow_polls = Timing {
+        retry_initial: Duration::from_secs(2),
+        retry_max: Duration::from_secs(10),
+        ..timing()
+    };
+    let b = LockManager::start(Arc::new(b_store.clone()), "b".into(), slow_polls);
+    assert_eq!(
+        db.release_watchers(),
+        0,
+        "nothing to watch before anyone waits"
+    );
+
+    let lease = a.acquire("k").await.unwrap();
+    let waiting = waiter(&b, "k").await;
+    settle().await;
+    assert_eq!(
+        b_store.acquire_calls("k").len(),
+        1,
+        "the first attempt found the key held"
+    );
+    assert_eq!(
+        db.release_watchers(),
+        1,
+        "b watches releases while it waits"
+    );
+
+    // Its next poll is at least 1 s away (equal jitter on a 2 s step).
+    sleep(Duration::from_millis(500)).await;
+    let released_at = Instant::now();
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    let (acquired_at, lease) = soon(waiting).await.unwrap().unwrap();
+    assert!(
+        acquired_at - released_at <= RELEASE_WAKE_JITTER,
+        "woken by the release: {:?} after it",
+        acquired_at - released_at
+    );
+    assert_eq!(
+        b_store.acquire_calls("k").len(),
+        2,
+        "one more attempt, right after the release"
+    );
+
+    // Nobody waits any more: the next heartbeat closes the stream.
+    sleep(HEARTBEAT).await;
+    assert_eq!(db.release_watchers(), 0);
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+}

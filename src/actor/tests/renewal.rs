@@ -1,0 +1,357 @@
+//! Renewal timing (`src/actor/renewal.rs`): heartbeat batching, local
+//! deadlines, leases lost to another owner, transient renewal failures.
+
+use super::*;
+
+// ----- 1. heartbeat batching ---------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn each_heartbeat_renews_every_lease_in_ceil_n_over_batch_calls() {
+    for n in [10_usize, 250, 1000] {
+        let db = MemoryDb::new();
+        let (manager, store, t0) = start(&db, "a");
+        let mut leases = Vec::new();
+        for i in 0..n {
+            leases.push(manager.acquire(format!("k{i}")).await.unwrap());
+        }
+        assert_eq!(
+            Instant::now(),
+            t0,
+            "acquiring takes no time at zero latency"
+        );
+        let per_tick = n.div_ceil(BATCH);
+
+        for tick in 1..=3_u32 {
+            let before = store.calls(Op::Renew);
+            let tick_at = t0 + HEARTBEAT * tick;
+            // Half-way between two ticks: this tick's renewals have all landed.
+            sleep_until(tick_at + HEARTBEAT / 2).await;
+            let calls = store.calls_of(Op::Renew).split_off(before);
+            assert_eq!(calls.len(), per_tick, "n = {n}, tick {tick}: renew calls");
+            let mut renewed = HashSet::new();
+            for call in &calls {
+                assert_eq!(call.at, tick_at, "renewals are issued at the tick");
+                assert!(call.keys.len() <= BATCH, "a batch of {}", call.keys.len());
+                for key in &call.keys {
+                    assert!(
+                        renewed.insert(key.clone()),
+                        "{key} renewed twice in one tick"
+                    );
+                }
+            }
+            assert_eq!(
+                renewed.len(),
+                n,
+                "n = {n}, tick {tick}: every lease renewed"
+            );
+            for i in 0..n {
+                assert_eq!(db.doc(&format!("k{i}")).unwrap().exp, tick_at + TTL);
+            }
+        }
+        assert!(leases.iter().all(|l| !l.is_lost()));
+        assert_eq!(store.leases_renewed(), 3 * n);
+        manager.shutdown().await.unwrap();
+        assert_eq!(
+            store.calls(Op::Release),
+            per_tick,
+            "shutdown releases in batches too"
+        );
+        assert_eq!(store.leases_released(), n);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_manager_issues_no_commands() {
+    let db = MemoryDb::new();
+    let (manager, store, t0) = start(&db, "a");
+    sleep_until(t0 + HEARTBEAT * 5 + HEARTBEAT / 2).await;
+    assert!(store.log().is_empty(), "{:?}", store.log());
+
+    // A lease held for a while then released: renewals stop with it.
+    let lease = manager.acquire("k").await.unwrap();
+    sleep(HEARTBEAT * 2).await;
+    assert_eq!(store.calls(Op::Renew), 2);
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    sleep(HEARTBEAT * 5).await;
+    assert_eq!(store.calls(Op::Renew), 2);
+}
+
+// ----- 2. local deadline ----------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn hung_renewals_fire_the_token_exactly_at_the_local_deadline_before_server_expiry() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    // Acquire between heartbeat ticks: the deadline counts from the acquire.
+    sleep(Duration::from_millis(250)).await;
+    store.hang_renewals();
+    // The holder's give-back after the deadline never lands either, so the
+    // other owner can only take over by server-side expiry.
+    store.set_fault(Op::Release, Some(Fault::Hang));
+
+    let acquired_at = Instant::now();
+    let lease = a.acquire("k").await.unwrap();
+    let token = lease.cancellation_token();
+    let other = waiter(&b, "k").await;
+
+    sleep_until(acquired_at + VALIDITY - MS).await;
+    assert!(!token.is_cancelled(), "cancelled before the deadline");
+    assert!(
+        !other.is_finished(),
+        "another owner got the key while we hold it"
+    );
+
+    soon(token.cancelled()).await;
+    let lost_at = Instant::now();
+    assert_eq!(
+        lost_at,
+        acquired_at + VALIDITY,
+        "deadline = acquire start + ttl - margin"
+    );
+    let renewals: Vec<Instant> = store.calls_of(Op::Renew).iter().map(|c| c.at).collect();
+    assert_eq!(
+        renewals[0],
+        t0 + HEARTBEAT,
+        "first renewal at the first tick"
+    );
+    assert!(
+        renewals.len() >= 2 && renewals[1] >= t0 + 2 * HEARTBEAT,
+        "a renewal hung for a heartbeat interval is abandoned and retried, \
+         one batch at a time: {renewals:?}"
+    );
+    assert!(
+        renewals.windows(2).all(|w| w[1] - w[0] >= HEARTBEAT),
+        "{renewals:?}"
+    );
+    let doc = db.doc("k").unwrap();
+    assert_eq!(doc.owner, "a");
+    assert_eq!(doc.exp, acquired_at + TTL, "server expiry from the acquire");
+    assert!(
+        lost_at < doc.exp,
+        "the holder knows before the server lets the key go"
+    );
+    assert_eq!(
+        store.calls(Op::Release),
+        1,
+        "the actor tries to give the key back"
+    );
+
+    let (taken_at, taken) = soon(other).await.unwrap().unwrap();
+    assert!(
+        taken_at >= doc.exp && taken_at <= doc.exp + RETRY_INITIAL + 2 * MS,
+        "the other owner takes over at server expiry: {:?} after it",
+        taken_at - doc.exp
+    );
+    assert!(taken.fencing_token() > lease.fencing_token());
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_counts_from_the_start_of_the_acquire_not_its_reply() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    store.set_latency(Op::Acquire, Duration::from_millis(200));
+    store.hang_renewals();
+    let lease = a.acquire("k").await.unwrap();
+    assert_eq!(Instant::now(), t0 + Duration::from_millis(200));
+    assert_eq!(
+        db.doc("k").unwrap().exp,
+        t0 + Duration::from_millis(200) + TTL
+    );
+    soon(lease.lost()).await;
+    assert_eq!(Instant::now(), t0 + VALIDITY);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_counts_from_the_start_of_the_last_confirmed_renewal() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    // The renewal at the first tick is confirmed 400 ms after it was sent;
+    // every later one hangs.
+    store.set_latency(Op::Renew, Duration::from_millis(400));
+    sleep_until(t0 + HEARTBEAT + MS).await;
+    store.hang_renewals();
+    sleep_until(t0 + VALIDITY + MS).await;
+    assert!(!lease.is_lost(), "the confirmed renewal moved the deadline");
+    assert_eq!(
+        db.doc("k").unwrap().exp,
+        t0 + Duration::from_millis(1_400) + TTL
+    );
+    soon(lease.lost()).await;
+    assert_eq!(
+        Instant::now(),
+        t0 + HEARTBEAT + VALIDITY,
+        "from the renewal's start"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_release_frees_the_key_at_once() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    store.hang_renewals();
+    let lease = a.acquire("k").await.unwrap();
+    soon(lease.lost()).await;
+    assert_eq!(Instant::now(), t0 + VALIDITY);
+    settle().await;
+    assert_released(&db, "k");
+    assert!(matches!(
+        db.try_take("k", "b", TTL),
+        AcquireOutcome::Acquired { .. }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewed_leases_are_kept_over_many_ttls() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    let slow = a.acquire("slow").await.unwrap();
+    // Renewals of "slow" take a while on the server but are confirmed in time.
+    store.set_latency(Op::Renew, Duration::from_millis(400));
+
+    let held_for = TTL * 20 + HEARTBEAT / 2;
+    assert!(
+        timeout(held_for, lease.lost()).await.is_err(),
+        "lease lost while renewed"
+    );
+    assert!(!slow.is_lost());
+    assert_eq!(store.calls(Op::Renew), 60, "one renewal per tick");
+    let last_tick = t0 + HEARTBEAT * 60;
+    assert_eq!(
+        db.doc("k").unwrap().exp,
+        last_tick + Duration::from_millis(400) + TTL
+    );
+    assert!(matches!(
+        db.try_take("k", "b", TTL),
+        AcquireOutcome::Held { .. }
+    ));
+}
+
+// ----- 3. lost to another owner -----------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_finds_the_lease_taken_cancels_the_token_at_that_heartbeat() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    sleep_until(t0 + HEARTBEAT + HEARTBEAT / 2).await;
+    assert!(!lease.is_lost());
+    let their_token = db.force_take("k", "intruder", TTL);
+
+    soon(lease.lost()).await;
+    assert_eq!(
+        Instant::now(),
+        t0 + HEARTBEAT * 2,
+        "lost at the next heartbeat"
+    );
+    let releases = store.calls(Op::Release);
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
+    assert_eq!(
+        store.calls(Op::Release),
+        releases,
+        "nothing to release on the server"
+    );
+    let doc = db.doc("k").unwrap();
+    assert_eq!((doc.owner.as_str(), doc.token), ("intruder", their_token));
+    assert!(
+        doc.lease_id.is_some() && doc.exp > Instant::now(),
+        "theirs untouched: {doc:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_lost_to_expiry_on_the_server_is_detected_at_the_next_heartbeat() {
+    let db = MemoryDb::new();
+    let (a, _, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    sleep_until(t0 + HEARTBEAT / 2).await;
+    db.expire("k");
+    // Nobody took it: the renewal still matches the lease id and extends it,
+    // as on MongoDB (renewals do not check expiry).
+    sleep_until(t0 + HEARTBEAT + HEARTBEAT / 2).await;
+    assert!(!lease.is_lost());
+    assert_eq!(db.holder("k").as_deref(), Some("a"));
+    // Taken after expiry: lost at the next renewal.
+    db.expire("k");
+    db.try_take("k", "b", TTL);
+    soon(lease.lost()).await;
+    assert_eq!(Instant::now(), t0 + HEARTBEAT * 2);
+}
+
+// ----- 4. transient renewal failures ------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn transient_renewal_failures_are_retried_with_backoff_and_the_lease_kept() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    store.fail_next(Op::Renew, 3);
+
+    sleep_until(t0 + HEARTBEAT + HEARTBEAT / 2).await;
+    let calls = store.calls_of(Op::Renew);
+    assert_eq!(calls.len(), 4, "1 failed renewal + 3 retries: {calls:?}");
+    assert_eq!(calls[0].at, t0 + HEARTBEAT);
+    for (attempt, pair) in calls.windows(2).enumerate() {
+        let gap = pair[1].at - pair[0].at;
+        let step = RETRY_INITIAL * 2_u32.pow(attempt as u32);
+        assert!(
+            gap >= step / 2 && gap <= step + MS,
+            "retry {attempt} after {gap:?}, expected {:?}..={step:?}",
+            step / 2
+        );
+    }
+    assert!(!lease.is_lost());
+    assert_eq!(
+        db.doc("k").unwrap().exp,
+        calls[3].at + TTL,
+        "the last retry renewed it"
+    );
+    // Heartbeats resume; the lease lives on.
+    assert!(timeout(TTL * 3, lease.lost()).await.is_err());
+    assert_eq!(store.calls(Op::Renew), 4 + 9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_that_succeeds_just_before_the_deadline_keeps_the_lease() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    store.fail_renewals();
+    // Renewal retries are at most heartbeat / 2 = 500 ms apart: healing at
+    // 2.15 s leaves one more retry before the deadline at 2.7 s.
+    sleep_until(t0 + Duration::from_millis(2_150)).await;
+    let failed = store.calls(Op::Renew);
+    assert!(failed >= 5, "renewals retried while failing: {failed}");
+    store.set_fault(Op::Renew, None);
+
+    sleep_until(t0 + VALIDITY + MS).await;
+    assert!(!lease.is_lost(), "a confirmed renewal moved the deadline");
+    let saved_by = store.calls_of(Op::Renew)[failed].at;
+    assert!(saved_by < t0 + VALIDITY, "{:?}", saved_by - t0);
+    assert_eq!(db.doc("k").unwrap().exp, saved_by + TTL);
+    assert!(timeout(TTL * 3, lease.lost()).await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_failing_until_the_deadline_lose_the_lease_exactly_then() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    store.fail_renewals();
+
+    soon(lease.lost()).await;
+    assert_eq!(Instant::now(), t0 + VALIDITY);
+    let retries = store.calls(Op::Renew);
+    assert!(retries >= 5, "renewal retried: {retries}");
+    settle().await;
+    assert_released(&db, "k");
+    sleep(TTL * 2).await;
+    assert_eq!(
+        store.calls(Op::Renew),
+        retries,
+        "no retries for a lost lease"
+    );
+}
