@@ -34,15 +34,10 @@ fn signal(pid: u32, sig: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_fires_at_the_local_deadline_before_another_owner_can_acquire() {
-    let rs = match std::env::var("MONGODB_URI") {
-        Ok(_) => {
-            eprintln!("skipped: needs its own mongod to freeze (unset MONGODB_URI)");
-            return;
-        }
-        Err(_) => ReplicaSet::start(ReplicaSetOptions::default())
-            .await
-            .unwrap(),
-    };
+    // Always a server of its own (whatever `MONGODB_URI` says): it is frozen.
+    let rs = ReplicaSet::start(ReplicaSetOptions::default())
+        .await
+        .unwrap();
     let pid = rs.members()[0].pid().unwrap();
     let (a, b) = (manager(&rs.uri()).await, manager(&rs.uri()).await);
 
@@ -64,10 +59,8 @@ async fn token_fires_at_the_local_deadline_before_another_owner_can_acquire() {
         since_acquire >= TTL - MARGIN,
         "not before the deadline: fired after {since_acquire:?}"
     );
-    assert!(
-        since_acquire < TTL,
-        "before the lease could expire on the server: {since_acquire:?}"
-    );
+    // "Before the lease could expire on the server" is checked by ordering
+    // (the token fired before the contender got the key), not by the clock.
 
     let (acquired, new_token, b, new_lease) = contender.await.unwrap();
     assert!(

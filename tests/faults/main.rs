@@ -94,19 +94,12 @@ impl Rounds {
     }
 }
 
-/// A dedicated 3-member replica set with fast elections, or `None` (the
-/// scenario is skipped, loudly) when `MONGODB_URI` points elsewhere: faults
-/// need servers of our own.
-async fn three_members(proxied: bool) -> Option<ReplicaSet> {
-    if std::env::var("MONGODB_URI").is_ok_and(|u| !u.is_empty()) {
-        eprintln!("SKIPPED: fault scenarios need their own mongod processes (unset MONGODB_URI)");
-        return None;
-    }
-    Some(
-        ReplicaSet::start(ReplicaSetOptions::default().members(3).proxied(proxied))
-            .await
-            .expect("3-member replica set"),
-    )
+/// A dedicated 3-member replica set with fast elections. Faults need
+/// servers of our own, so this ignores `MONGODB_URI`.
+async fn three_members(proxied: bool) -> ReplicaSet {
+    ReplicaSet::start(ReplicaSetOptions::default().members(3).proxied(proxied))
+        .await
+        .expect("3-member replica set")
 }
 
 /// Waits for `n` more completed critical sections (from history index `from`).
@@ -186,9 +179,7 @@ fn summarize(xs: &[f64]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_no_faults() {
     let _serial = serial().await;
-    let Some(rs) = three_members(false).await else {
-        return;
-    };
+    let rs = three_members(false).await;
     let p = params(2.0);
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;
     fleet.spawn_n(p.workers).await;
@@ -206,9 +197,7 @@ async fn a_no_faults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_primary_step_down_every_few_seconds() {
     let _serial = serial().await;
-    let Some(rs) = three_members(false).await else {
-        return;
-    };
+    let rs = three_members(false).await;
     let p = Params {
         keys: 4,
         long_hold_pct: 30,
@@ -260,9 +249,7 @@ async fn b_primary_step_down_every_few_seconds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_primary_kill_9_and_restart() {
     let _serial = serial().await;
-    let Some(rs) = three_members(false).await else {
-        return;
-    };
+    let rs = three_members(false).await;
     let p = Params {
         keys: 4,
         long_hold_pct: 30,
@@ -316,9 +303,7 @@ async fn c_primary_kill_9_and_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d_holder_link_blackholed_longer_than_ttl() {
     let _serial = serial().await;
-    let Some(rs) = three_members(false).await else {
-        return;
-    };
+    let rs = three_members(false).await;
     let p = params(2.0);
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;
     fleet.spawn_n(3).await;
@@ -509,9 +494,7 @@ async fn kill_holder_and_time_takeover(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e_holder_processes_kill_9() {
     let _serial = serial().await;
-    let Some(rs) = three_members(false).await else {
-        return;
-    };
+    let rs = three_members(false).await;
     let p = Params {
         hold_ms: (200, 400),
         long_hold_pct: 0,
@@ -552,9 +535,7 @@ async fn e_holder_processes_kill_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f_200ms_latency_on_every_link() {
     let _serial = serial().await;
-    let Some(rs) = three_members(true).await else {
-        return;
-    };
+    let rs = three_members(true).await;
     let p = Params {
         workers: 3,
         long_hold_pct: 5,
@@ -591,9 +572,7 @@ async fn f_200ms_latency_on_every_link() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_restart_all_members() {
     let _serial = serial().await;
-    let Some(rs) = three_members(false).await else {
-        return;
-    };
+    let rs = three_members(false).await;
     let p = Params {
         keys: 4,
         long_hold_pct: 30,
@@ -670,9 +649,7 @@ async fn spawn_skewed(fleet: &mut Fleet, shim: &std::path::Path, offset: i64) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h_client_wall_clock_offset_by_minutes() {
     let _serial = serial().await;
-    let Some(rs) = three_members(false).await else {
-        return;
-    };
+    let rs = three_members(false).await;
     let shim = build_clock_shim();
     let p = Params {
         keys: 1,
