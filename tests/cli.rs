@@ -29,6 +29,14 @@ const LEASE_LOST: i32 = 76;
 struct Env {
     uri: String,
     db: String,
+    /// Clients made in this process, shut down on drop (`common::shut_down`).
+    clients: std::sync::Mutex<Vec<mongodb::Client>>,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        common::shut_down(std::mem::take(&mut *self.clients.lock().unwrap()));
+    }
 }
 
 impl Env {
@@ -36,6 +44,7 @@ impl Env {
         Env {
             uri: common::uri(),
             db: mongo_lease::testkit::unique_name(prefix),
+            clients: Default::default(),
         }
     }
 
@@ -116,6 +125,7 @@ impl Env {
 
     async fn manager(&self, ttl: Duration) -> LockManager {
         let client = mongodb::Client::with_uri_str(&self.uri).await.unwrap();
+        self.clients.lock().unwrap().push(client.clone());
         LockManager::connect(
             LockManagerOptions::builder()
                 .database(client.database(&self.db))
@@ -215,7 +225,11 @@ fn concurrent_execs_of_a_counter_script_never_interleave() {
             let script = script.clone();
             let (uri, db) = (env.uri.clone(), env.db.clone());
             std::thread::spawn(move || {
-                let env = Env { uri, db };
+                let env = Env {
+                    uri,
+                    db,
+                    clients: Default::default(),
+                };
                 for _ in 0..5 {
                     let out = env.run(&["exec", "--key", "counter", "--", "sh", "-c", &script]);
                     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -1,6 +1,8 @@
 //! The local deadline: a holder whose renewals cannot be confirmed is told
 //! before anyone else can take its key. Uses its own mongod, frozen with SIGSTOP.
 
+mod common;
+
 use std::time::Duration;
 
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
@@ -10,8 +12,8 @@ use tokio::time::Instant;
 const TTL: Duration = Duration::from_secs(2);
 const MARGIN: Duration = Duration::from_millis(300);
 
-async fn manager(uri: &str) -> LockManager {
-    let client = mongodb::Client::with_uri_str(uri).await.unwrap();
+async fn manager(clients: &common::Clients, uri: &str) -> LockManager {
+    let client = clients.connect(uri).await;
     LockManager::connect(
         LockManagerOptions::builder()
             .database(client.database("deadline"))
@@ -39,7 +41,11 @@ async fn token_fires_at_the_local_deadline_before_another_owner_can_acquire() {
         .await
         .unwrap();
     let pid = rs.members()[0].pid().unwrap();
-    let (a, b) = (manager(&rs.uri()).await, manager(&rs.uri()).await);
+    let clients = common::Clients::default();
+    let (a, b) = (
+        manager(&clients, &rs.uri()).await,
+        manager(&clients, &rs.uri()).await,
+    );
 
     let started = Instant::now();
     let lease = a.acquire("job").await.unwrap();

@@ -282,7 +282,6 @@ async fn observers_see_every_term_in_order_through_the_change_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_see_an_expiry_without_takeover() {
     let fx = Fixture::new("expiry").await;
-    let options = fx.options(TTL).await;
     let watcher = fx.manager(TTL).await;
     let election = Election::new(&watcher, "leader").unwrap();
     let mut observer = election.observe().await.unwrap();
@@ -292,24 +291,17 @@ async fn observers_see_an_expiry_without_takeover() {
     );
 
     // A leader on its own runtime, torn down without resigning.
-    let crashed = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        let term = runtime.block_on(async {
-            let manager = LockManager::connect(options).await.unwrap();
-            let leadership = Election::new(&manager, "leader")
-                .unwrap()
-                .campaign()
-                .await
-                .unwrap();
-            let term = leadership.term();
-            std::mem::forget(leadership);
-            std::mem::forget(manager);
-            term
-        });
-        runtime.shutdown_background();
+    let term = fx.crashed_process(TTL, async |manager| {
+        let leadership = Election::new(&manager, "leader")
+            .unwrap()
+            .campaign()
+            .await
+            .unwrap();
+        let term = leadership.term();
+        std::mem::forget(leadership);
+        std::mem::forget(manager);
         term
     });
-    let term = crashed.join().unwrap();
     let leader = next(&mut observer, "the leader").await.unwrap().unwrap();
     assert_eq!(leader.term, term);
     let elected = leader.since;
@@ -633,8 +625,13 @@ async fn observers_poll_a_standalone_server() {
     // An expiry without takeover: a leader on its own runtime, torn down
     // without resigning.
     let uri = server.uri.clone();
+    // (As in `Fixture::crashed_process`: a single-threaded runtime with a
+    // client of its own, dropped without polling its tasks again.)
     let crashed = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let term = runtime.block_on(async {
             let manager = standalone_manager(&uri).await;
             let leadership = Election::new(&manager, "leader")
@@ -646,7 +643,7 @@ async fn observers_poll_a_standalone_server() {
             std::mem::forget((leadership, manager));
             term
         });
-        runtime.shutdown_background();
+        drop(runtime);
         term
     });
     let term = crashed.join().unwrap();
@@ -675,8 +672,9 @@ async fn observers_resume_after_a_failover_without_missing_a_term() {
     let rs = ReplicaSet::start(ReplicaSetOptions::default().members(3))
         .await
         .expect("a 3-member replica set");
+    let clients = common::Clients::default();
     let manager = || async {
-        let client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
+        let client = clients.connect(&rs.uri()).await;
         LockManager::connect(
             mongo_lease::LockManagerOptions::builder()
                 .database(client.database("failover"))

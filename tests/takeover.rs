@@ -43,22 +43,15 @@ async fn exactly_one_winner_when_managers_race_for_a_fresh_key() {
 async fn a_crashed_holders_lease_is_taken_over_right_after_it_expires() {
     const TTL: Duration = Duration::from_secs(2);
     let fx = Fixture::new("crash").await;
-    let options = fx.options(TTL).await;
     // The "crashing process": a manager on its own runtime, torn down while holding.
-    let crashed = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Runtime::new().unwrap();
-        let token = runtime.block_on(async {
-            let manager = mongo_lease::LockManager::connect(options).await.unwrap();
-            let lease = manager.acquire("job").await.unwrap();
-            let token = lease.fencing_token();
-            std::mem::forget(lease);
-            std::mem::forget(manager);
-            token
-        });
-        runtime.shutdown_background();
-        (token, Instant::now())
+    let old_token = fx.crashed_process(TTL, async |manager| {
+        let lease = manager.acquire("job").await.unwrap();
+        let token = lease.fencing_token();
+        std::mem::forget(lease);
+        std::mem::forget(manager);
+        token
     });
-    let (old_token, crashed_at) = crashed.join().unwrap();
+    let crashed_at = Instant::now();
     let survivor = fx.manager(TTL).await;
     let lease = survivor.acquire("job").await.unwrap();
     let waited = crashed_at.elapsed();
