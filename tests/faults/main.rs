@@ -536,8 +536,11 @@ async fn e_holder_processes_kill_9() {
 async fn f_200ms_latency_on_every_link() {
     let _serial = serial().await;
     let rs = three_members(true).await;
+    // Four keys: the same 15 critical sections (a majority write takes
+    // about a second here), twice as many of them at once.
     let p = Params {
         workers: 3,
+        keys: 4,
         long_hold_pct: 5,
         ..params(6.0)
     };
