@@ -500,6 +500,9 @@ async fn e_holder_processes_kill_9() {
         long_hold_pct: 0,
         ..params(2.0)
     };
+    // The protocol's bound: the lease expires after TTL, and a waiter retries
+    // at most one retry interval later. Measured: TTL + about 10 ms, so the
+    // 1 s of slack is 100x what the machine adds.
     let bound = (p.ttl + p.retry_max).as_secs_f64();
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;
     fleet.spawn_n(p.workers).await;
@@ -660,6 +663,9 @@ async fn h_client_wall_clock_offset_by_minutes() {
         long_hold_pct: 0,
         ..params(2.0)
     };
+    // The protocol's bound: the lease expires after TTL, and a waiter retries
+    // at most one retry interval later. Measured: TTL + about 10 ms, so the
+    // 1 s of slack is 100x what the machine adds.
     let bound = (p.ttl + p.retry_max).as_secs_f64();
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;
     let mut offsets = std::collections::HashMap::new();
