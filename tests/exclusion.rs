@@ -110,7 +110,9 @@ async fn local_waiters_are_served_in_fifo_order() {
 #[tokio::test]
 async fn a_cancelled_acquire_never_takes_the_key() {
     let fx = Fixture::new("cancel").await;
-    let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
+    let a = fx.manager(TTL).await;
+    let (options, log) = fx.monitored_options(TTL, "").await;
+    let b = mongo_lease::LockManager::connect(options).await.unwrap();
     let holder = a.acquire("k").await.unwrap();
     assert!(
         b.acquire_timeout("k", Duration::from_millis(200))
@@ -118,10 +120,14 @@ async fn a_cancelled_acquire_never_takes_the_key() {
             .unwrap()
             .is_none()
     );
-    // Cancel by select! as well.
+    // Cancel by select! as well, once the acquire has tried the key.
+    let attempts = log.count("ok:findAndModify");
     tokio::select! {
         _ = b.acquire("k") => panic!("held by a"),
-        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        _ = common::eventually("b's attempt", Duration::from_secs(20), || {
+            let tried = log.count("ok:findAndModify") > attempts;
+            async move { tried }
+        }) => {}
     }
     assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
     // A third manager gets it: b, whose waiters are gone, did not take it.

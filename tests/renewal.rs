@@ -77,6 +77,8 @@ async fn token_fires_when_a_renewal_finds_the_lease_taken() {
         .unwrap()
         .expect("takeover of an expired lease");
     assert!(!lease.is_lost(), "not signalled before the next renewal");
+    // The next heartbeat comes within TTL / 3; the rest of TTL is slack for
+    // the renewal's round trip (milliseconds here), over 10x that.
     tokio::time::timeout(TTL, lease.lost())
         .await
         .expect("signalled at the next heartbeat");

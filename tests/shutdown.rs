@@ -5,6 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Fixture;
+use futures::FutureExt;
 use mongo_lease::{Error, LockManager, LockManagerOptions};
 use mongodb::bson::doc;
 
@@ -81,14 +82,13 @@ async fn inconsistent_options_are_refused_before_contacting_the_server() {
             .build(),
     ];
     for options in cases {
-        let started = Instant::now();
         let described = format!("{options:?}");
-        let error = LockManager::connect(options).await.unwrap_err();
+        // Refused at the first poll: before any round trip could even start.
+        let error = LockManager::connect(options)
+            .now_or_never()
+            .unwrap_or_else(|| panic!("{described}: connect waited instead of refusing"))
+            .unwrap_err();
         assert!(error.is_invalid_input(), "{described}: {error}");
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "refused without contacting the server"
-        );
     }
 }
 
@@ -107,8 +107,10 @@ async fn an_unreachable_server_is_a_bounded_wait_and_a_clear_error() {
     let error = LockManager::connect(options).await.unwrap_err();
     assert!(matches!(error, Error::Unreachable { .. }), "{error}");
     assert!(error.is_transient());
+    // Bounded by operation_timeout (0.5 s; about that is measured here),
+    // not by serverSelectionTimeoutMS (60 s): 10 s is 20x the measured wait.
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(10),
         "bounded by operation_timeout"
     );
 }

@@ -13,6 +13,75 @@ pub struct Fixture {
     pub client: Client,
     pub db: Database,
     pub collection: String,
+    /// Every client made for this fixture's managers, shut down on drop.
+    clients: std::sync::Mutex<Vec<Client>>,
+}
+
+/// How long [`shut_down`] waits for one client's shutdown. It only
+/// turns a hang into a warning: a shutdown takes milliseconds here, unless a
+/// test left a change stream open (a manager not shut down).
+const CLIENT_SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let mut clients = std::mem::take(&mut *self.clients.lock().unwrap());
+        clients.push(self.client.clone());
+        shut_down(clients);
+    }
+}
+
+/// Clients made outside a [`Fixture`], shut down (see [`shut_down`]) when
+/// this is dropped: declare it before the managers that use them.
+#[derive(Default)]
+pub struct Clients(std::sync::Mutex<Vec<Client>>);
+
+impl Clients {
+    /// A client for `uri`, shut down with the others.
+    pub async fn connect(&self, uri: &str) -> Client {
+        let client = Client::with_uri_str(uri).await.expect("client");
+        self.0.lock().unwrap().push(client.clone());
+        client
+    }
+}
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        shut_down(std::mem::take(&mut *self.0.lock().unwrap()));
+    }
+}
+
+/// Shuts down `clients` at the end of a test, so that the driver's
+/// background clean-ups (the `killCursors` of a dropped change stream, for
+/// one) finish while the test's runtime still runs. Otherwise such a task can
+/// still run on a worker of a multi-threaded test runtime after the runtime
+/// dropped the client's connection-pool task, and the driver panics
+/// (`ConnectionRequester`: `SendError`). A single-threaded runtime drops its
+/// tasks without polling them again, so it needs none of this; nor does a
+/// test that is already failing.
+pub fn shut_down(clients: Vec<Client>) {
+    if std::thread::panicking() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+        return;
+    }
+    tokio::task::block_in_place(|| {
+        runtime.block_on(async {
+            for client in clients {
+                if tokio::time::timeout(CLIENT_SHUTDOWN_WAIT, client.shutdown())
+                    .await
+                    .is_err()
+                {
+                    eprintln!(
+                        "a client's shutdown waited over {CLIENT_SHUTDOWN_WAIT:?}: a cursor is still open"
+                    );
+                }
+            }
+        })
+    });
 }
 
 pub fn uri() -> String {
@@ -31,6 +100,7 @@ impl Fixture {
             db: client.database(&name),
             client,
             collection: "workitem.lock".into(),
+            clients: Default::default(),
         }
     }
 
@@ -63,6 +133,7 @@ impl Fixture {
     /// Options for a manager with its own `Client` (as if in another process).
     pub async fn options(&self, ttl: Duration) -> LockManagerOptions {
         let client = Client::with_uri_str(uri()).await.expect("client");
+        self.clients.lock().unwrap().push(client.clone());
         LockManagerOptions::builder()
             .database(client.database(self.db.name()))
             .collection(self.collection.clone())
@@ -74,6 +145,47 @@ impl Fixture {
         LockManager::connect(self.options(ttl).await)
             .await
             .expect("connect")
+    }
+}
+
+impl Fixture {
+    /// Runs `body` like a process that then crashes: on a thread and a
+    /// single-threaded runtime of its own, with a manager whose `Client` is
+    /// created on that runtime (so none of its driver tasks lives on the
+    /// caller's runtime, nor any of the caller's on this one). When `body`
+    /// returns, the runtime is dropped with every task still on it, without
+    /// polling them again: nothing is released, and no task runs on a half
+    /// torn-down runtime.
+    pub fn crashed_process<T, F, Fut>(&self, ttl: Duration, body: F) -> T
+    where
+        T: Send + 'static,
+        F: FnOnce(LockManager) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = T>,
+    {
+        let (db, collection) = (self.db.name().to_owned(), self.collection.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let out = runtime.block_on(async move {
+                let client = Client::with_uri_str(uri()).await.expect("client");
+                let manager = LockManager::connect(
+                    LockManagerOptions::builder()
+                        .database(client.database(&db))
+                        .collection(collection)
+                        .ttl(ttl)
+                        .build(),
+                )
+                .await
+                .expect("connect");
+                body(manager).await
+            });
+            drop(runtime);
+            out
+        })
+        .join()
+        .expect("the crashing process panicked")
     }
 }
 
@@ -130,6 +242,7 @@ impl Fixture {
             sink.0.lock().unwrap().push(entry);
         }));
         let client = Client::with_options(client_options).expect("client");
+        self.clients.lock().unwrap().push(client.clone());
         let options = LockManagerOptions::builder()
             .database(client.database(self.db.name()))
             .collection(self.collection.clone())

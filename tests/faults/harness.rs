@@ -611,6 +611,23 @@ pub fn check(
     kills: &HashMap<String, (u64, u64)>,
     finals: &HashMap<String, (i64, i64)>,
 ) -> Report {
+    try_check(events, kills, finals).unwrap_or_else(|violation| panic!("{violation}"))
+}
+
+/// [`check`], returning the first violation found instead of panicking.
+pub fn try_check(
+    events: &[Event],
+    kills: &HashMap<String, (u64, u64)>,
+    finals: &HashMap<String, (i64, i64)>,
+) -> Result<Report, String> {
+    /// Returns the formatted violation unless `cond` holds.
+    macro_rules! ensure {
+        ($cond:expr, $($message:tt)+) => {
+            if !$cond {
+                return Err(format!($($message)+));
+            }
+        };
+    }
     let sections = collect_sections(events, kills);
     let mut report = Report {
         sections: sections.len(),
@@ -643,12 +660,12 @@ pub fn check(
         // 1. Intervals and token order.
         for pair in list.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
-            assert!(
+            ensure!(
                 a.t_end <= b.t_acq,
                 "MUTUAL EXCLUSION VIOLATED on {key}: {a:?} still held it {} ms after {b:?} acquired it",
                 (a.t_end - b.t_acq) as f64 / 1e6
             );
-            assert!(
+            ensure!(
                 a.tok < b.tok,
                 "fencing tokens out of order on {key}: {a:?} then {b:?}"
             );
@@ -656,13 +673,13 @@ pub fn check(
         // 2. Refusals only reach holders that were told.
         for c in list.iter() {
             if c.claim == Step::Refused {
-                assert!(
+                ensure!(
                     c.claim_lost,
                     "claim refused while the lease was not signalled lost: {c:?}"
                 );
             }
             if c.write == Step::Refused {
-                assert!(
+                ensure!(
                     c.write_lost,
                     "write refused while the lease was not signalled lost: {c:?}"
                 );
@@ -684,7 +701,7 @@ pub fn check(
             .filter(|t| *t != 0)
             .collect();
         for t in &seen {
-            assert!(
+            ensure!(
                 tokens.contains(t),
                 "a write with token {t} applied on {key}, but no worker held that token"
             );
@@ -693,31 +710,30 @@ pub fn check(
             }
         }
         for c in list.iter().filter(|c| c.write == Step::Ok) {
-            assert!(c.claim == Step::Ok, "write applied without a claim: {c:?}");
+            ensure!(c.claim == Step::Ok, "write applied without a claim: {c:?}");
         }
         for c in list.iter().filter(|c| c.claim == Step::Ok) {
             let before: Vec<i64> = applied.range(..c.tok).copied().collect();
-            assert_eq!(
-                c.n_read,
-                before.len() as i64,
+            ensure!(
+                c.n_read == before.len() as i64,
                 "LOST UPDATE on {key}: the claim of {c:?} read n = {} but {} writes had applied before it",
                 c.n_read,
                 before.len()
             );
-            assert_eq!(
+            ensure!(
+                c.prev_last == before.last().copied().unwrap_or(0),
+                "the claim of {c:?} did not see the last applied write on {key} (it saw {}, the last was {:?})",
                 c.prev_last,
-                before.last().copied().unwrap_or(0),
-                "the claim of {c:?} did not see the last applied write on {key}"
+                before.last()
             );
         }
-        assert_eq!(
-            final_n,
-            applied.len() as i64,
+        ensure!(
+            final_n == applied.len() as i64,
             "LOST UPDATE on {key}: counter {final_n}, applied writes {}",
             applied.len()
         );
     }
-    report
+    Ok(report)
 }
 
 pub fn ms(ns: i128) -> f64 {
