@@ -439,10 +439,10 @@ impl Worker {
         let lease = self.acquire(key).await?;
         let token = lease.fencing_token();
         // Runs on this (delta's) runtime: prints when the manager signals the loss.
-        let lost = lease.cancellation_token();
+        let lost = lease.lost();
         let demo = self.demo.clone();
         let watcher = tokio::spawn(async move {
-            lost.cancelled().await;
+            lost.await;
             println!(
                 "[{:>5.2}s] delta   job-c  lost-lease signal: cancellation token fired",
                 demo.secs()

@@ -56,9 +56,8 @@ impl ReleaseOutcome {
 /// ```no_run
 /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
 /// let lease = manager.acquire("invoice-42").await?;
-/// let lost = lease.cancellation_token();
 /// tokio::select! {
-///     _ = lost.cancelled() => eprintln!("lease lost, stopping"),
+///     _ = lease.lost() => eprintln!("lease lost, stopping"),
 ///     _ = do_work(lease.fencing_token()) => {}
 /// }
 /// if lease.release().await?.was_lost() {

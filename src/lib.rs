@@ -18,9 +18,8 @@
 //! .await?;
 //!
 //! let lease = manager.acquire("workitem-17").await?;
-//! let lost = lease.cancellation_token();
 //! tokio::select! {
-//!     _ = lost.cancelled() => eprintln!("lease lost: stop writing"),
+//!     _ = lease.lost() => eprintln!("lease lost: stop writing"),
 //!     _ = process(17, lease.fencing_token()) => {}
 //! }
 //! lease.release().await?;

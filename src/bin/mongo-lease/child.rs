@@ -7,7 +7,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::{Failure, exit};
 
@@ -88,14 +88,14 @@ fn kill(pid: Option<u32>, signal: i32) {
 }
 
 /// Runs `command` with the lease in its environment until it exits, or until
-/// `lost` fires: then SIGTERM, and SIGKILL after `grace`. Forwards SIGTERM
-/// and SIGINT.
+/// `lost` (the lease's or leadership's `lost()` future) completes: then
+/// SIGTERM, and SIGKILL after `grace`. Forwards SIGTERM and SIGINT.
 pub async fn run(
     command: &[String],
     key: &str,
     token: u64,
     owner_id: &str,
-    lost: CancellationToken,
+    lost: WaitForCancellationFutureOwned,
     grace: Duration,
     signals: &Signals,
 ) -> ChildOutcome {
@@ -128,6 +128,7 @@ pub async fn run(
         }
     };
     let pid = child.id();
+    let mut lost = std::pin::pin!(lost);
     loop {
         tokio::select! {
             status = child.wait() => {
@@ -136,7 +137,7 @@ pub async fn run(
                     Err(e) => ChildOutcome::SpawnFailed(exit::CANNOT_EXECUTE, format!("waiting for the command: {e}")),
                 };
             }
-            _ = lost.cancelled() => break,
+            _ = &mut lost => break,
             signal = signals.next() => kill(pid, signal),
         }
     }

@@ -416,7 +416,7 @@ async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u8, F
         &key,
         lease.fencing_token(),
         manager.owner_id(),
-        lease.cancellation_token(),
+        lease.lost(),
         args.timing.grace,
         &signals,
     )
@@ -457,7 +457,7 @@ async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> 
             &args.name,
             leadership.term(),
             manager.owner_id(),
-            leadership.cancellation_token(),
+            leadership.lost(),
             args.timing.grace,
             &signals,
         )
@@ -504,7 +504,7 @@ async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> 
                     &args.name,
                     leader.term(),
                     owner_id,
-                    leader.cancellation_token(),
+                    leader.lost(),
                     args.timing.grace,
                     signals,
                 )
