@@ -3,13 +3,14 @@
 //! It holds the store, the held leases with their local deadlines, a FIFO
 //! queue of waiters per key, and its timers, and runs one `select!` loop over
 //! its event sources: commands from the handles, results of store operations
-//! in flight (acquires and releases; renewals apart, so shutdown can drop
-//! them), expired timers (local deadlines and retries), the heartbeat, and,
-//! while some key waits for another owner, a change stream of releases that
-//! wakes that key's waiters at once instead of at their next poll.
-//! Each event has one method. The actor never awaits a store operation inline:
-//! operations run concurrently in a [`FuturesUnordered`] and their results
-//! come back as [`Event`]s, so a slow round trip never delays another command.
+//! in flight (acquires, releases, payload writes and reads; renewals apart,
+//! so shutdown can drop them), expired timers (local deadlines and retries),
+//! the heartbeat, and, while some key waits for another owner, a change
+//! stream of releases that wakes that key's waiters at once instead of at
+//! their next poll. Each event has one method. The actor never awaits a store
+//! operation inline: operations run concurrently in [`FuturesUnordered`] sets
+//! and their results come back as [`Event`]s, so a slow round trip never
+//! delays another command.
 //! It never awaits caller code either: replies go through `oneshot` channels.
 //!
 //! Shape after Alice Ryhl's "Actors with Tokio" and the mongodb driver's
@@ -184,7 +185,8 @@ pub(crate) struct Actor {
     /// actor stops once every handle and lease is gone.
     sender: mpsc::WeakUnboundedSender<Command>,
     keys: HashMap<String, KeyState>,
-    /// Acquires and releases in flight; shutdown waits for them.
+    /// Acquires, releases, payload writes and reads in flight
+    /// ([`Actor::spawn_store`]); shutdown waits for them.
     tasks: FuturesUnordered<BoxFuture<'static, Event>>,
     /// Renewals in flight; shutdown drops them (a late renewal cannot revive a
     /// released lease: it matches on the lease id, which release removes).
@@ -393,7 +395,8 @@ impl Actor {
     // ----- state helpers --------------------------------------------------
 
     /// Runs a store operation in [`Actor::tasks`]; `event` turns its output
-    /// into the [`Event`] handled when it completes.
+    /// into the [`Event`] handled when it completes. Renewal batches do not
+    /// come here but go into [`Actor::renewals`], which shutdown drops.
     fn spawn_store<T: Send + 'static>(
         &mut self,
         operation: BoxFuture<'static, T>,
