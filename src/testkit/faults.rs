@@ -23,20 +23,28 @@ use super::replica_set::ReplicaSet;
 
 impl ReplicaSet {
     /// Kills member `i` with `SIGKILL` (a crash: no clean shutdown) and
-    /// waits until the process is gone. Its port and data directory are
-    /// kept for [`restart`](Self::restart). Killing an already killed
-    /// member is a no-op.
+    /// waits until the process is gone, bounded by
+    /// [`startup_timeout`](ReplicaSetOptions::startup_timeout). Its port and
+    /// data directory are kept for [`restart`](Self::restart). Killing an
+    /// already killed member is a no-op.
     ///
     /// # Errors
     ///
-    /// [`TestkitError::NoSuchMember`] if `i` is out of range.
+    /// [`TestkitError::NoSuchMember`] if `i` is out of range;
+    /// [`TestkitError::Io`] if the process cannot be waited for;
+    /// [`TestkitError::Timeout`] if it has not exited in time (a process
+    /// stuck in the kernel).
     pub async fn kill(&self, i: usize) -> Result<(), TestkitError> {
         let member = self.member(i)?;
         if let Some(mut child) = member.take_child() {
             let _ = child.kill();
+            let deadline = Instant::now() + self.opts.startup_timeout;
             loop {
                 match child.try_wait() {
                     Ok(Some(_)) => break,
+                    Ok(None) if Instant::now() >= deadline => {
+                        return Err(self.timeout(format!("member {i} to exit after SIGKILL")));
+                    }
                     Ok(None) => tokio::time::sleep(Duration::from_millis(5)).await,
                     Err(e) => return Err(TestkitError::io("waiting for a killed mongod", e)),
                 }
@@ -185,6 +193,9 @@ impl ReplicaSet {
     /// if any (one round of `hello`; if two members claim to be primary,
     /// the one elected last). Use
     /// [`wait_for_primary`](Self::wait_for_primary) to wait for one.
+    ///
+    /// `None` also when the direct clients of the members cannot be created
+    /// (an error [`member_states`](Self::member_states) would report).
     pub async fn primary(&self) -> Option<usize> {
         let clients = self.direct_clients().await.ok()?;
         self.find_primary(&clients).await
