@@ -110,8 +110,8 @@ pub use error::{Error, Result};
 pub use lease::{Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
 pub use manager::LockManager;
 
-/// The README's code examples, compiled (and the runnable ones run) as
-/// doctests, so that they stay true to the API.
+/// The README's code examples, compiled as doctests, so that they stay true
+/// to the API.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
