@@ -1,0 +1,216 @@
+//! The fault knobs and call counters of a [`MemoryStore`](super::MemoryStore),
+//! shared by its clones: what each operation suffers, and what the actor
+//! called.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::db::lock;
+
+/// One kind of store operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Op {
+    Acquire,
+    Renew,
+    Release,
+    ReleaseOwner,
+    Inspect,
+    List,
+    ForceRelease,
+    SetPayload,
+}
+
+pub(super) const OPS: usize = 8;
+
+impl Op {
+    pub(super) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// An injected fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The future never completes and the operation is never applied (unless
+    /// an operation timeout is set, see [`MemoryStore::set_operation_timeout`]).
+    Hang,
+    /// The operation completes (and is applied) this much later than its latency.
+    Delay(Duration),
+    /// Transient failure before applying: `Error::Unreachable`.
+    Fail,
+    /// Applied, then reported as a transient failure (outcome unknown to the caller).
+    FailAfterApply,
+}
+
+/// One call the actor made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Call {
+    pub op: Op,
+    /// When the actor issued it.
+    pub at: Instant,
+    /// The keys it named (acquire: one; renew/release: the batch; release_owner: none).
+    pub keys: Vec<String>,
+}
+
+#[derive(Default)]
+struct Control {
+    latency: [Duration; OPS],
+    fault: [Option<Fault>; OPS],
+    fault_next: [Option<(Fault, u32)>; OPS],
+    operation_timeout: Option<Duration>,
+    calls: Vec<Call>,
+    in_flight: [usize; OPS],
+    max_in_flight: [usize; OPS],
+    acquires_in_flight: HashMap<String, usize>,
+    max_acquires_in_flight_per_key: usize,
+}
+
+/// The knobs and counters of one store, shared by its clones and by the
+/// operations in flight.
+#[derive(Clone, Default)]
+pub(super) struct Controls(Arc<Mutex<Control>>);
+
+/// What one call suffers, read from the knobs when the call is issued.
+pub(super) struct Issued {
+    /// How long it sleeps before being applied.
+    pub latency: Duration,
+    /// The fault injected into it, if any.
+    pub fault: Option<Fault>,
+    /// The bound on the whole operation, if any.
+    pub timeout: Option<Duration>,
+    /// Counts the call in flight until dropped.
+    pub in_flight: InFlight,
+}
+
+/// Counts an operation in flight until its future completes or is dropped.
+pub(super) struct InFlight {
+    control: Arc<Mutex<Control>>,
+    op: Op,
+    key: Option<String>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut c = lock(&self.control);
+        c.in_flight[self.op.index()] -= 1;
+        if let Some(key) = &self.key {
+            let n = c.acquires_in_flight.get_mut(key).expect("counted");
+            *n -= 1;
+            if *n == 0 {
+                c.acquires_in_flight.remove(key);
+            }
+        }
+    }
+}
+
+impl Controls {
+    /// See [`MemoryStore::set_latency`](super::MemoryStore::set_latency).
+    pub fn set_latency(&self, op: Op, latency: Duration) {
+        lock(&self.0).latency[op.index()] = latency;
+    }
+
+    /// See [`MemoryStore::set_fault`](super::MemoryStore::set_fault).
+    pub fn set_fault(&self, op: Op, fault: Option<Fault>) {
+        lock(&self.0).fault[op.index()] = fault;
+    }
+
+    /// See [`MemoryStore::fault_next`](super::MemoryStore::fault_next).
+    pub fn fault_next(&self, op: Op, fault: Fault, n: u32) {
+        lock(&self.0).fault_next[op.index()] = (n > 0).then_some((fault, n));
+    }
+
+    /// See [`MemoryStore::set_operation_timeout`](super::MemoryStore::set_operation_timeout).
+    pub fn set_operation_timeout(&self, timeout: Option<Duration>) {
+        lock(&self.0).operation_timeout = timeout;
+    }
+
+    /// Every call made so far, in order.
+    pub fn log(&self) -> Vec<Call> {
+        lock(&self.0).calls.clone()
+    }
+
+    /// The calls of `op` made so far.
+    pub fn calls_of(&self, op: Op) -> Vec<Call> {
+        lock(&self.0)
+            .calls
+            .iter()
+            .filter(|c| c.op == op)
+            .cloned()
+            .collect()
+    }
+
+    /// How many calls of `op` were made so far.
+    pub fn calls(&self, op: Op) -> usize {
+        lock(&self.0).calls.iter().filter(|c| c.op == op).count()
+    }
+
+    /// Acquire calls for `key` so far.
+    pub fn acquire_calls(&self, key: &str) -> Vec<Instant> {
+        lock(&self.0)
+            .calls
+            .iter()
+            .filter(|c| c.op == Op::Acquire && c.keys[0] == key)
+            .map(|c| c.at)
+            .collect()
+    }
+
+    /// Calls of `op` in flight now.
+    pub fn in_flight(&self, op: Op) -> usize {
+        lock(&self.0).in_flight[op.index()]
+    }
+
+    /// The most calls of `op` ever in flight at once.
+    pub fn max_in_flight(&self, op: Op) -> usize {
+        lock(&self.0).max_in_flight[op.index()]
+    }
+
+    /// The most acquire calls ever in flight at once for one key.
+    pub fn max_acquires_in_flight_per_key(&self) -> usize {
+        lock(&self.0).max_acquires_in_flight_per_key
+    }
+
+    /// How many holders of these controls exist (stores and calls in flight).
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+
+    /// Records a call of `op` naming `keys`, counts it in flight, and reads
+    /// the knobs for it.
+    pub fn issue(&self, op: Op, keys: &[String]) -> Issued {
+        let mut c = lock(&self.0);
+        let i = op.index();
+        let fault = match c.fault_next[i] {
+            Some((fault, n)) => {
+                c.fault_next[i] = (n > 1).then_some((fault, n - 1));
+                Some(fault)
+            }
+            None => c.fault[i],
+        };
+        c.calls.push(Call {
+            op,
+            at: Instant::now(),
+            keys: keys.to_vec(),
+        });
+        c.in_flight[i] += 1;
+        c.max_in_flight[i] = c.max_in_flight[i].max(c.in_flight[i]);
+        if op == Op::Acquire {
+            let n = c.acquires_in_flight.entry(keys[0].clone()).or_insert(0);
+            *n += 1;
+            let n = *n;
+            c.max_acquires_in_flight_per_key = c.max_acquires_in_flight_per_key.max(n);
+        }
+        Issued {
+            latency: c.latency[i],
+            fault,
+            timeout: c.operation_timeout,
+            in_flight: InFlight {
+                control: self.0.clone(),
+                op,
+                key: (op == Op::Acquire).then(|| keys[0].clone()),
+            },
+        }
+    }
+}

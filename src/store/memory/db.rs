@@ -1,0 +1,408 @@
+//! The in-memory document model: [`Doc`], the shared collection
+//! ([`MemoryDb`]) with its change notifications, and the protocol's rules
+//! applied to it (acquire, the lease filter, release).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use mongodb::bson::Document;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::lease::LeaseInfo;
+use crate::store::AcquireOutcome;
+
+/// One lock document.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Doc {
+    /// `aid`: owner id of the holder (or last holder).
+    pub owner: String,
+    /// `lid`: lease id of the current acquisition; `None` once released.
+    pub lease_id: Option<Uuid>,
+    /// `tok`: fencing token of the current (or last) acquisition.
+    pub token: u64,
+    /// `exp`: server time at which the lease expires.
+    pub exp: Instant,
+    /// `acq`: server time of the acquisition.
+    pub acquired: Instant,
+    /// `ts`: server time of the last acquire or renewal.
+    pub renewed: Instant,
+    /// `data`: the holder's payload.
+    pub payload: Option<Document>,
+    /// `wt`: when another owner first waited for the current lease.
+    pub waiting_since: Option<Instant>,
+    /// `yu`: until when the last holder yielded the key to waiting owners.
+    pub yield_until: Option<Instant>,
+}
+
+impl Doc {
+    /// A document held by `owner` from now for `ttl`, with token `token`.
+    pub fn held(owner: &str, token: u64, ttl: Duration) -> Doc {
+        let now = Instant::now();
+        Doc {
+            owner: owner.to_string(),
+            lease_id: Some(Uuid::new_v4()),
+            token,
+            exp: now + ttl,
+            acquired: now,
+            renewed: now,
+            payload: None,
+            waiting_since: None,
+            yield_until: None,
+        }
+    }
+
+    /// A released document with token `token` (what an upsert starts from).
+    fn vacant(now: Instant, token: u64) -> Doc {
+        Doc {
+            owner: String::new(),
+            lease_id: None,
+            token,
+            exp: now,
+            acquired: now,
+            renewed: now,
+            payload: None,
+            waiting_since: None,
+            yield_until: None,
+        }
+    }
+
+    /// A new acquisition by `owner` under `lease_id` at `now`: token + 1,
+    /// `exp = now + ttl`, no payload and no fairness marks. Returns the token.
+    fn take(&mut self, owner: &str, lease_id: Uuid, ttl: Duration, now: Instant) -> u64 {
+        *self = Doc {
+            owner: owner.to_string(),
+            lease_id: Some(lease_id),
+            token: self.token + 1,
+            exp: now + ttl,
+            acquired: now,
+            renewed: now,
+            payload: None,
+            waiting_since: None,
+            yield_until: None,
+        };
+        self.token
+    }
+
+    /// The lease as observers see it: without the fairness fields.
+    pub(super) fn observed(&self) -> Doc {
+        Doc {
+            waiting_since: None,
+            yield_until: None,
+            ..self.clone()
+        }
+    }
+}
+
+impl Doc {
+    /// Free by the protocol's rule: `exp <= now`.
+    pub fn is_free_at(&self, now: Instant) -> bool {
+        self.exp <= now
+    }
+
+    /// Yielded by `owner` to waiting owners: `owner` cannot take it back yet.
+    pub fn yielded_by(&self, owner: &str, now: Instant) -> bool {
+        self.owner == owner && self.yield_until.is_some_and(|until| until > now)
+    }
+}
+
+/// The documents of a [`MemoryDb`], as its operations see them.
+#[derive(Default)]
+pub(crate) struct Collection {
+    pub(super) docs: HashMap<String, Doc>,
+    /// Keys occupied by a document not written by the protocol.
+    pub(super) foreign: HashSet<String>,
+    /// The token of each deleted document: a new document of its key starts
+    /// above it, as on MongoDB.
+    deleted_tokens: HashMap<String, u64>,
+}
+
+impl Collection {
+    /// What a new document of `key` starts from at `now`.
+    fn vacant(&self, key: &str, now: Instant) -> Doc {
+        Doc::vacant(now, self.deleted_tokens.get(key).copied().unwrap_or(0))
+    }
+}
+
+/// The shared in-memory lock collection. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct MemoryDb {
+    inner: Arc<Mutex<Collection>>,
+    /// Bumped after every change, for `observe`.
+    changed: Arc<tokio::sync::watch::Sender<()>>,
+    /// Keys released or deleted, for `watch_releases` (a change stream's twin).
+    released: tokio::sync::broadcast::Sender<String>,
+    /// "Server time" as wall clock: `SystemTime` of `epoch.0` is `epoch.1`.
+    epoch: (Instant, SystemTime),
+}
+
+impl Default for MemoryDb {
+    fn default() -> Self {
+        MemoryDb {
+            inner: Arc::default(),
+            changed: Arc::new(tokio::sync::watch::Sender::new(())),
+            released: tokio::sync::broadcast::channel(1024).0,
+            epoch: (
+                Instant::now(),
+                SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30),
+            ),
+        }
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking test must not poison the other assertions' view.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The acquire rule, applied at server time `now`.
+pub(super) fn apply_acquire(
+    coll: &mut Collection,
+    key: &str,
+    owner: &str,
+    lease_id: Uuid,
+    ttl: Duration,
+    waiting: bool,
+    now: Instant,
+) -> Result<AcquireOutcome> {
+    if coll.foreign.contains(key) {
+        return Err(Error::ForeignDocument {
+            key: key.to_string(),
+        });
+    }
+    match coll.docs.get_mut(key) {
+        None => {
+            let mut doc = coll.vacant(key, now);
+            let token = doc.take(owner, lease_id, ttl, now);
+            coll.docs.insert(key.to_string(), doc);
+            Ok(AcquireOutcome::Acquired { token })
+        }
+        Some(doc) if doc.lease_id == Some(lease_id) => {
+            // A retry of an acquisition that landed: same token, fresh expiry.
+            doc.owner = owner.to_string();
+            doc.exp = now + ttl;
+            doc.renewed = now;
+            Ok(AcquireOutcome::Acquired { token: doc.token })
+        }
+        Some(doc) if doc.exp <= now && !doc.yielded_by(owner, now) => {
+            Ok(AcquireOutcome::Acquired {
+                token: doc.take(owner, lease_id, ttl, now),
+            })
+        }
+        Some(doc) => {
+            let held_by_other = doc.lease_id.is_some() && doc.exp > now && doc.owner != owner;
+            if waiting && held_by_other && doc.waiting_since.is_none() {
+                doc.waiting_since = Some(now);
+            }
+            let until = match doc.yield_until {
+                Some(until) if doc.owner == owner => doc.exp.max(until),
+                _ => doc.exp,
+            };
+            Ok(AcquireOutcome::Held {
+                holder: doc.owner.clone(),
+                remaining: until.saturating_duration_since(now),
+            })
+        }
+    }
+}
+
+/// The `_id $in keys, lid $in ids` filter of `MongoStore::lease_filter`.
+pub(super) fn lease_matches(
+    key: &str,
+    doc: &Doc,
+    keys: &HashSet<&str>,
+    ids: &HashSet<Uuid>,
+) -> bool {
+    keys.contains(key) && doc.lease_id.is_some_and(|id| ids.contains(&id))
+}
+
+/// The release rule on one matching document at `now`.
+pub(super) fn release_doc(doc: &mut Doc, now: Instant, yield_window: Duration) {
+    doc.exp = doc.exp.min(now);
+    doc.lease_id = None;
+    if doc.waiting_since.take().is_some() {
+        doc.yield_until = Some(now + yield_window);
+    }
+}
+
+impl MemoryDb {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reports a release or delete of `key` to `watch_releases` streams.
+    pub(super) fn announce_release(&self, key: &str) {
+        let _ = self.released.send(key.to_string());
+    }
+
+    /// How many `watch_releases` streams are open.
+    pub fn release_watchers(&self) -> usize {
+        self.released.receiver_count()
+    }
+
+    /// How many `observe` streams are open.
+    pub fn observers(&self) -> usize {
+        self.changed.receiver_count()
+    }
+
+    /// Wakes observers after a change.
+    pub(super) fn touch(&self) {
+        self.changed.send_replace(());
+    }
+
+    /// The "server's" wall-clock time of `at`.
+    pub fn system_time(&self, at: Instant) -> SystemTime {
+        match at.checked_duration_since(self.epoch.0) {
+            Some(after) => self.epoch.1 + after,
+            None => self.epoch.1 - self.epoch.0.duration_since(at),
+        }
+    }
+
+    /// `doc` as a [`LeaseInfo`] judged at `now`.
+    pub fn info(&self, key: &str, doc: &Doc, now: Instant) -> LeaseInfo {
+        LeaseInfo {
+            key: key.to_string(),
+            owner_id: doc.owner.clone(),
+            fencing_token: doc.token,
+            acquired_at: self.system_time(doc.acquired),
+            renewed_at: self.system_time(doc.renewed),
+            expires_at: self.system_time(doc.exp),
+            server_time: self.system_time(now),
+            payload: doc.payload.clone(),
+            held: doc.lease_id.is_some() && doc.exp > now,
+        }
+    }
+
+    /// A snapshot of the document under `key`.
+    pub fn doc(&self, key: &str) -> Option<Doc> {
+        lock(&self.inner).docs.get(key).cloned()
+    }
+
+    /// Waits until the document under `key` exists and satisfies `pred`,
+    /// woken by each change (no polling).
+    pub async fn changed_until(&self, key: &str, pred: impl Fn(&Doc) -> bool) {
+        let mut changed = self.changed.subscribe();
+        while !self.doc(key).is_some_and(|d| pred(&d)) {
+            changed
+                .changed()
+                .await
+                .expect("the database outlives its tests");
+        }
+    }
+
+    /// A snapshot of every document.
+    pub fn docs(&self) -> HashMap<String, Doc> {
+        lock(&self.inner).docs.clone()
+    }
+
+    /// `true` if another owner could acquire `key` now.
+    pub fn is_free(&self, key: &str) -> bool {
+        match self.doc(key) {
+            None => true,
+            Some(doc) => doc.is_free_at(Instant::now()),
+        }
+    }
+
+    /// The owner holding `key` now (with a lease id and `exp > now`), if any.
+    pub fn holder(&self, key: &str) -> Option<String> {
+        self.doc(key)
+            .filter(|d| d.lease_id.is_some() && !d.is_free_at(Instant::now()))
+            .map(|d| d.owner)
+    }
+
+    /// Another owner acquires `key` by the protocol's rule, now.
+    pub fn try_take(&self, key: &str, owner: &str, ttl: Duration) -> AcquireOutcome {
+        let outcome = apply_acquire(
+            &mut lock(&self.inner),
+            key,
+            owner,
+            Uuid::new_v4(),
+            ttl,
+            false,
+            Instant::now(),
+        )
+        .expect("try_take on a foreign document");
+        self.touch();
+        outcome
+    }
+
+    /// Another owner takes `key` now whatever its state (as if this process's
+    /// lease had expired on the server unseen): new lease id, token + 1,
+    /// `exp = now + ttl`. Returns the new token.
+    pub fn force_take(&self, key: &str, owner: &str, ttl: Duration) -> u64 {
+        let mut coll = lock(&self.inner);
+        coll.foreign.remove(key);
+        let now = Instant::now();
+        let vacant = coll.vacant(key, now);
+        let token = coll.docs.entry(key.to_string()).or_insert(vacant).take(
+            owner,
+            Uuid::new_v4(),
+            ttl,
+            now,
+        );
+        drop(coll);
+        self.touch();
+        token
+    }
+
+    /// Makes `key` expire now (`exp = min(exp, now)`), keeping its lease id:
+    /// the server's view of a holder whose renewals stopped reaching it.
+    pub fn expire(&self, key: &str) {
+        if let Some(doc) = lock(&self.inner).docs.get_mut(key) {
+            doc.exp = doc.exp.min(Instant::now());
+        }
+        self.touch();
+    }
+
+    /// Writes a raw document (e.g. a lease left by an earlier process).
+    pub fn put(&self, key: &str, doc: Doc) {
+        let mut coll = lock(&self.inner);
+        coll.foreign.remove(key);
+        coll.docs.insert(key.to_string(), doc);
+        drop(coll);
+        self.touch();
+    }
+
+    /// Occupies `key` with a document of foreign shape: acquire fails with
+    /// [`Error::ForeignDocument`], renew and release never match it.
+    pub fn put_foreign(&self, key: &str) {
+        let mut coll = lock(&self.inner);
+        coll.docs.remove(key);
+        coll.foreign.insert(key.to_string());
+        drop(coll);
+        self.touch();
+    }
+
+    /// Deletes the document (the TTL monitor). The next acquisition's token
+    /// is still greater than the deleted document's, as on MongoDB.
+    pub fn delete(&self, key: &str) {
+        let mut coll = lock(&self.inner);
+        if let Some(doc) = coll.docs.remove(key) {
+            coll.deleted_tokens.insert(key.to_string(), doc.token);
+        }
+        coll.foreign.remove(key);
+        drop(coll);
+        self.announce_release(key);
+        self.touch();
+    }
+
+    /// A receiver of the keys released or deleted from now on.
+    pub(super) fn subscribe_releases(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.released.subscribe()
+    }
+
+    /// A receiver woken after every change from now on.
+    pub(super) fn subscribe_changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changed.subscribe()
+    }
+
+    /// Applies `operation` to the collection at server time now, then wakes
+    /// observers.
+    pub(super) fn apply<T>(&self, operation: impl FnOnce(&mut Collection, Instant) -> T) -> T {
+        let result = operation(&mut lock(&self.inner), Instant::now());
+        self.touch();
+        result
+    }
+}

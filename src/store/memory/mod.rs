@@ -1,0 +1,72 @@
+//! [`MemoryStore`]: an in-memory twin of the lock protocol, for the actor's
+//! timing tests under tokio's paused clock. Never a stand-in for MongoDB.
+//!
+//! A [`MemoryDb`] is the shared "lock collection": one [`Doc`] per key. Each
+//! [`MemoryStore`] (from [`MemoryDb::store`]) is one manager's view of it, with
+//! its own owner id and TTL, so several managers can compete on one database.
+//! "Server time" is [`tokio::time::Instant::now`] at the moment an operation
+//! is applied, so everything is deterministic under `start_paused`.
+//!
+//! The rules are those of [`MongoStore`](crate::store::MongoStore):
+//!
+//! - **acquire** wins if there is no document, or the document carries this
+//!   lease id (a retry: token unchanged, expiry refreshed), or `exp <= now`
+//!   and the key is not yielded by this owner (`yu > now`); the winner gets
+//!   `token = previous + 1` and `exp = now + ttl`, without `wt` / `yu`. A key
+//!   whose document was deleted continues from the deleted document's token:
+//!   on MongoDB the time part of the token rule guarantees the same (see
+//!   "Fencing tokens" in `store`), which a twin whose server time starts at
+//!   the test's start cannot reproduce with the same token values.
+//!   Otherwise the outcome is `Held { holder, remaining: exp - now }` (`yu -
+//!   now` if yielded by this owner), and a `waiting` attempt on a lease held
+//!   by another owner sets `wt` if unset.
+//! - **renew** sets `exp = now + ttl` on documents whose key is among the
+//!   leases' keys and whose lease id is among their lease ids (the same `$in`
+//!   / `$in` filter as `MongoStore`; expiry is not checked, as on the server),
+//!   and returns the keys that did not match.
+//! - **release** sets `exp = min(exp, now)` and clears the lease id of the
+//!   matching documents, and if `wt` is set clears it and sets `yu = now +
+//!   yield window` (the store's,
+//!   [`DEFAULT_RETRY_MAX`](crate::config::DEFAULT_RETRY_MAX) unless set
+//!   with [`MemoryStore::with_yield_window`]); returns how many matched.
+//! - **release_owner(except)** does the same to every document of this owner
+//!   that still has a lease id, not in `except`.
+//!
+//! What `MongoStore` does internally (re-reading after an ambiguous acquire,
+//! retrying a release up to three times) is not modelled: a fault injected
+//! here is what the actor would see after those internal steps failed too.
+//!
+//! Knobs, settable at any time from the test through a clone of the store
+//! (clones share knobs and counters):
+//!
+//! - [`MemoryStore::set_latency`]: an operation sleeps this long on tokio time
+//!   and is applied at the *end* of the sleep (a server that receives late).
+//! - [`MemoryStore::set_fault`] / [`MemoryStore::fault_next`]: make operations
+//!   hang forever, complete late, or fail with a transient
+//!   [`Error::Unreachable`](crate::Error::Unreachable) (before or after applying).
+//! - [`MemoryStore::set_operation_timeout`]: bound every operation like
+//!   `MongoStore` does (off by default, so a hang is a hang).
+//!
+//! Knobs are read when the actor *calls* the method (when it issues the
+//! command), not when the future is first polled.
+//!
+//! - [`db`]: the document model ([`Doc`]), the shared collection
+//!   ([`MemoryDb`]) with its change notifications, and the rules above;
+//! - [`control`]: the fault knobs and call counters ([`Op`], [`Fault`],
+//!   [`Call`](control::Call)), shared by a store's clones;
+//! - [`store`]: [`MemoryStore`] and its [`Store`](crate::store::Store)
+//!   implementation.
+//!
+//! Dependencies go one way: `store` uses `db` and `control`; `control` uses
+//! `db` (its lock helper only); `db` uses neither.
+
+// A test utility: not every helper is used by every test.
+#![allow(dead_code)]
+
+mod control;
+mod db;
+mod store;
+
+pub(crate) use control::{Fault, Op};
+pub(crate) use db::{Doc, MemoryDb};
+pub(crate) use store::MemoryStore;

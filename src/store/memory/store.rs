@@ -1,0 +1,415 @@
+//! [`MemoryStore`], one manager's view of a [`MemoryDb`]: the [`Store`]
+//! implementation, applying the rules of [`db`](super::db) at server time,
+//! with the knobs of [`control`](super::control).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use mongodb::bson::Document;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::control::{Call, Controls, Fault, Issued, Op};
+use super::db::{Collection, Doc, MemoryDb, apply_acquire, lease_matches, release_doc};
+use crate::config::DEFAULT_RETRY_MAX;
+use crate::error::{Error, Result};
+use crate::lease::LeaseInfo;
+use crate::store::{AcquireOutcome, LeaseRef, Store};
+
+/// One manager's view of a [`MemoryDb`]. Clones share knobs and counters: give
+/// one clone to `LockManager::start` and keep one in the test.
+#[derive(Clone)]
+pub(crate) struct MemoryStore {
+    db: MemoryDb,
+    owner: String,
+    ttl: Duration,
+    yield_window: Duration,
+    control: Controls,
+}
+
+impl MemoryDb {
+    /// A store (one manager's connection) with this owner id and lease TTL.
+    pub fn store(&self, owner: impl Into<String>, ttl: Duration) -> MemoryStore {
+        MemoryStore {
+            db: self.clone(),
+            owner: owner.into(),
+            ttl,
+            yield_window: DEFAULT_RETRY_MAX,
+            control: Controls::default(),
+        }
+    }
+}
+
+fn unreachable(reason: &str, waited: Duration) -> Error {
+    Error::Unreachable {
+        waited,
+        reason: reason.to_string(),
+    }
+}
+
+impl MemoryStore {
+    pub fn db(&self) -> &MemoryDb {
+        &self.db
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// This store with another yield window (how long a release that another
+    /// owner waited for keeps this owner from taking the key back).
+    pub fn with_yield_window(mut self, yield_window: Duration) -> Self {
+        self.yield_window = yield_window;
+        self
+    }
+
+    /// Every later call of `op` waits this long, then is applied.
+    pub fn set_latency(&self, op: Op, latency: Duration) {
+        self.control.set_latency(op, latency);
+    }
+
+    /// Every later call of `op` suffers `fault` (`None` heals it).
+    pub fn set_fault(&self, op: Op, fault: Option<Fault>) {
+        self.control.set_fault(op, fault);
+    }
+
+    /// The next `n` calls of `op` suffer `fault`, ahead of any fault set with
+    /// [`MemoryStore::set_fault`]; later calls behave as before.
+    pub fn fault_next(&self, op: Op, fault: Fault, n: u32) {
+        self.control.fault_next(op, fault, n);
+    }
+
+    /// The next `n` calls of `op` fail transiently before applying.
+    pub fn fail_next(&self, op: Op, n: u32) {
+        self.fault_next(op, Fault::Fail, n);
+    }
+
+    /// Renewals never complete.
+    pub fn hang_renewals(&self) {
+        self.set_fault(Op::Renew, Some(Fault::Hang));
+    }
+
+    /// Renewals fail with a transient error.
+    pub fn fail_renewals(&self) {
+        self.set_fault(Op::Renew, Some(Fault::Fail));
+    }
+
+    pub fn set_operation_timeout(&self, timeout: Option<Duration>) {
+        self.control.set_operation_timeout(timeout);
+    }
+
+    /// Every call made so far, in order.
+    pub fn log(&self) -> Vec<Call> {
+        self.control.log()
+    }
+
+    /// The calls of `op` made so far.
+    pub fn calls_of(&self, op: Op) -> Vec<Call> {
+        self.control.calls_of(op)
+    }
+
+    /// How many calls of `op` were made so far.
+    pub fn calls(&self, op: Op) -> usize {
+        self.control.calls(op)
+    }
+
+    /// Acquire calls for `key` so far.
+    pub fn acquire_calls(&self, key: &str) -> Vec<Instant> {
+        self.control.acquire_calls(key)
+    }
+
+    /// The size of each renew call, in order.
+    pub fn renew_batch_sizes(&self) -> Vec<usize> {
+        self.calls_of(Op::Renew)
+            .iter()
+            .map(|c| c.keys.len())
+            .collect()
+    }
+
+    /// Total leases named by all renew calls.
+    pub fn leases_renewed(&self) -> usize {
+        self.renew_batch_sizes().iter().sum()
+    }
+
+    /// Total leases named by all release calls.
+    pub fn leases_released(&self) -> usize {
+        self.calls_of(Op::Release)
+            .iter()
+            .map(|c| c.keys.len())
+            .sum()
+    }
+
+    pub fn in_flight(&self, op: Op) -> usize {
+        self.control.in_flight(op)
+    }
+
+    /// The most calls of `op` ever in flight at once.
+    pub fn max_in_flight(&self, op: Op) -> usize {
+        self.control.max_in_flight(op)
+    }
+
+    /// The most acquire calls ever in flight at once for one key.
+    pub fn max_acquires_in_flight_per_key(&self) -> usize {
+        self.control.max_acquires_in_flight_per_key()
+    }
+
+    /// How many clones of this store exist (the test's, the actor's, and one
+    /// per operation in flight): 1 once the actor has stopped and nothing runs.
+    pub fn handles(&self) -> usize {
+        self.control.handles()
+    }
+
+    /// Records the call, reads the knobs, and wraps `apply` (run at server
+    /// time, at the end of the latency) into the operation's future.
+    fn run<T: Send + 'static>(
+        &self,
+        op: Op,
+        keys: Vec<String>,
+        apply: impl FnOnce(&mut Collection, Instant) -> Result<T> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T>> {
+        let Issued {
+            latency,
+            fault,
+            timeout,
+            in_flight: guard,
+        } = self.control.issue(op, &keys);
+        let db = self.db.clone();
+        let work = async move {
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
+            }
+            match fault {
+                Some(Fault::Hang) => std::future::pending::<()>().await,
+                Some(Fault::Delay(d)) if !d.is_zero() => tokio::time::sleep(d).await,
+                Some(Fault::Fail) => return Err(unreachable("injected failure", latency)),
+                _ => {}
+            }
+            let result = db.apply(apply);
+            if fault == Some(Fault::FailAfterApply) {
+                return Err(unreachable("injected failure after apply", latency));
+            }
+            result
+        };
+        async move {
+            let _guard = guard;
+            match timeout {
+                None => work.await,
+                Some(t) => match tokio::time::timeout(t, work).await {
+                    Ok(result) => result,
+                    Err(_) => Err(unreachable("operation timed out", t)),
+                },
+            }
+        }
+        .boxed()
+    }
+}
+
+impl Store for MemoryStore {
+    fn watch_releases(&self) -> BoxStream<'static, Result<String>> {
+        let released = self.db.subscribe_releases();
+        futures::stream::unfold(released, |mut released| async move {
+            loop {
+                match released.recv().await {
+                    Ok(key) => return Some((Ok(key), released)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .boxed()
+    }
+
+    fn acquire(
+        &self,
+        key: String,
+        lease_id: Uuid,
+        waiting: bool,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        let (owner, ttl) = (self.owner.clone(), self.ttl);
+        self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
+            apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now)
+        })
+    }
+
+    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<String>>> {
+        let ttl = self.ttl;
+        let keys = leases.iter().map(|l| l.key.clone()).collect();
+        self.run(Op::Renew, keys, move |coll, now| {
+            let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+            let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
+            let mut kept = HashSet::new();
+            for (key, doc) in coll.docs.iter_mut() {
+                if lease_matches(key, doc, &keys, &ids) {
+                    doc.exp = now + ttl;
+                    doc.renewed = now;
+                    kept.insert(key.clone());
+                }
+            }
+            Ok(leases
+                .iter()
+                .filter(|l| !kept.contains(&l.key))
+                .map(|l| l.key.clone())
+                .collect())
+        })
+    }
+
+    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
+        if leases.is_empty() {
+            // As MongoStore: no command at all.
+            return futures::future::ready(Ok(0)).boxed();
+        }
+        let keys = leases.iter().map(|l| l.key.clone()).collect();
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        self.run(Op::Release, keys, move |coll, now| {
+            let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+            let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
+            let mut n = 0;
+            for (key, doc) in coll.docs.iter_mut() {
+                if lease_matches(key, doc, &keys, &ids) {
+                    release_doc(doc, now, yield_window);
+                    db.announce_release(key);
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+
+    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
+        let owner = self.owner.clone();
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
+            let except: HashSet<Uuid> = except.into_iter().collect();
+            let mut n = 0;
+            for (key, doc) in coll.docs.iter_mut() {
+                if doc.owner == owner && doc.lease_id.is_some_and(|id| !except.contains(&id)) {
+                    release_doc(doc, now, yield_window);
+                    db.announce_release(key);
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+
+    fn inspect(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        self.run(Op::Inspect, vec![key.clone()], move |coll, now| {
+            if coll.foreign.contains(&key) {
+                return Err(Error::ForeignDocument { key });
+            }
+            Ok(coll.docs.get(&key).map(|doc| db.info(&key, doc, now)))
+        })
+    }
+
+    fn list(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<String>)>> {
+        let db = self.db.clone();
+        self.run(Op::List, Vec::new(), move |coll, now| {
+            let mut keys: Vec<&String> = coll
+                .docs
+                .keys()
+                .filter(|k| after.as_ref().is_none_or(|a| *k > a))
+                .collect();
+            keys.sort();
+            keys.truncate(limit);
+            let next = (keys.len() == limit)
+                .then(|| keys.last().map(|k| k.to_string()))
+                .flatten();
+            let page = keys
+                .into_iter()
+                .map(|k| db.info(k, &coll.docs[k], now))
+                .collect();
+            Ok((page, next))
+        })
+    }
+
+    fn force_release(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
+            let Some(doc) = coll.docs.get_mut(&key) else {
+                return Ok(None);
+            };
+            if doc.lease_id.is_none() || doc.exp <= now {
+                return Ok(None);
+            }
+            let before = db.info(&key, doc, now);
+            release_doc(doc, now, yield_window);
+            db.announce_release(&key);
+            Ok(Some(before))
+        })
+    }
+
+    fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {
+        self.run(
+            Op::SetPayload,
+            vec![lease.key.clone()],
+            move |coll, _now| match coll.docs.get_mut(&lease.key) {
+                Some(doc) if doc.lease_id == Some(lease.lease_id) => {
+                    doc.payload = Some(payload);
+                    Ok(true)
+                }
+                _ => Ok(false),
+            },
+        )
+    }
+
+    /// The latest state after each change, and at each expiry. Unlike
+    /// `MongoStore`, changes applied between two wake-ups of the observer are
+    /// merged (timing tests do not need every intermediate state).
+    fn observe(&self, key: String) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        let changed = db.subscribe_changes();
+        let state = (db, changed, key, None::<(Option<Doc>, bool)>, true);
+        futures::stream::unfold(
+            state,
+            |(db, mut changed, key, mut last, first)| async move {
+                let mut first = first;
+                loop {
+                    if !first {
+                        let expiry = last
+                            .as_ref()
+                            .and_then(|(doc, held)| doc.as_ref().filter(|_| *held).map(|d| d.exp));
+                        tokio::select! {
+                            result = changed.changed() => {
+                                if result.is_err() {
+                                    return None;
+                                }
+                            }
+                            _ = async {
+                                match expiry {
+                                    Some(at) => tokio::time::sleep_until(at).await,
+                                    None => std::future::pending().await,
+                                }
+                            } => {}
+                        }
+                    }
+                    first = false;
+                    changed.borrow_and_update();
+                    let now = Instant::now();
+                    let doc = db.doc(&key).map(|d| d.observed());
+                    let held = doc
+                        .as_ref()
+                        .is_some_and(|d| d.lease_id.is_some() && d.exp > now);
+                    let state = (doc.clone(), held);
+                    if last.as_ref() == Some(&state) {
+                        continue;
+                    }
+                    last = Some(state);
+                    let info = doc.map(|d| db.info(&key, &d, now));
+                    return Some((Ok(info), (db, changed, key, last, false)));
+                }
+            },
+        )
+        .boxed()
+    }
+}
