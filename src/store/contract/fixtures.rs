@@ -1,0 +1,180 @@
+//! The two fixtures: the in-memory twin and a collection on MongoDB.
+
+use std::time::Duration;
+
+use mongodb::bson::{Bson, Document, doc};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{Fixture, Raw, TTL, YIELD};
+use crate::store::MongoStore;
+use crate::store::memory::{MemoryDb, MemoryStore};
+
+// ----- the twin ---------------------------------------------------------------
+
+pub(super) struct MemoryFixture {
+    db: MemoryDb,
+}
+
+impl Fixture for MemoryFixture {
+    type Store = MemoryStore;
+
+    async fn new() -> Self {
+        MemoryFixture {
+            db: MemoryDb::new(),
+        }
+    }
+
+    async fn store(&self, owner: &str) -> MemoryStore {
+        self.db.store(owner, TTL).with_yield_window(YIELD)
+    }
+
+    async fn expire(&self, key: &str) {
+        self.db.expire(key);
+    }
+
+    async fn delete(&self, key: &str) {
+        let doc = self.db.doc(key).expect("a document to delete");
+        assert!(doc.is_free_at(Instant::now()), "deleting a live lease");
+        self.db.delete(key);
+    }
+
+    async fn put_foreign(&self, key: &str) {
+        self.db.put_foreign(key);
+    }
+
+    async fn raw(&self, key: &str) -> Option<Raw> {
+        let now = Instant::now();
+        self.db.doc(key).map(|d| Raw {
+            expired: d.is_free_at(now),
+            yielded: d.yield_until.is_some_and(|until| until > now),
+            waiting: d.waiting_since.is_some(),
+            owner: d.owner,
+            lease_id: d.lease_id,
+            token: d.token,
+            payload: d.payload,
+        })
+    }
+}
+
+// ----- MongoDB ----------------------------------------------------------------
+
+pub(super) struct MongoFixture {
+    db: mongodb::Database,
+    collection: String,
+}
+
+impl MongoFixture {
+    fn raw_collection(&self) -> mongodb::Collection<Document> {
+        self.db.collection(&self.collection)
+    }
+}
+
+impl Fixture for MongoFixture {
+    type Store = MongoStore;
+
+    async fn new() -> Self {
+        let client = mongodb::Client::with_uri_str(crate::testkit::shared_uri())
+            .await
+            .expect("a client of the test deployment");
+        let fixture = MongoFixture {
+            db: client.database("mongo_lease_contract"),
+            collection: crate::testkit::unique_name("c"),
+        };
+        // Indexes as a manager creates them; a long grace keeps the TTL
+        // monitor away from the scenario's documents.
+        fixture
+            .store("prepare")
+            .await
+            .prepare(Duration::from_secs(3600))
+            .await
+            .expect("prepare the lock collection");
+        fixture
+    }
+
+    async fn store(&self, owner: &str) -> MongoStore {
+        MongoStore::new(
+            &self.db,
+            &self.collection,
+            owner.to_string(),
+            TTL,
+            YIELD,
+            Duration::from_secs(30),
+        )
+    }
+
+    async fn expire(&self, key: &str) {
+        // `exp = min(exp, $$NOW)`: expired, but not so long ago that the TTL
+        // monitor (grace: one hour) would delete the document meanwhile.
+        let result = self
+            .raw_collection()
+            .update_one(
+                doc! { "_id": key },
+                vec![doc! { "$set": { "exp": { "$min": ["$exp", "$$NOW"] } } }],
+            )
+            .await
+            .expect("expire the lease");
+        assert_eq!(result.matched_count, 1, "no document to expire");
+    }
+
+    async fn delete(&self, key: &str) {
+        // Strictly after `exp` and the last write's `ts` by the server's
+        // clock, as the TTL monitor (which deletes after `exp` + grace). The
+        // condition holds within a millisecond; the bound is a liveness one.
+        let due = doc! {
+            "_id": key,
+            "$expr": { "$gt": ["$$NOW", { "$max": ["$exp", "$ts"] }] },
+        };
+        let give_up = Instant::now() + Duration::from_secs(10);
+        loop {
+            let result = self
+                .raw_collection()
+                .delete_one(due.clone())
+                .await
+                .expect("delete the document");
+            if result.deleted_count == 1 {
+                return;
+            }
+            assert!(
+                self.raw(key).await.is_some(),
+                "no document {key:?} to delete"
+            );
+            assert!(Instant::now() < give_up, "{key:?} never became due");
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn put_foreign(&self, key: &str) {
+        self.raw_collection()
+            .insert_one(doc! { "_id": key, "owner": "someone else", "until": 12 })
+            .await
+            .expect("insert a foreign document");
+    }
+
+    async fn raw(&self, key: &str) -> Option<Raw> {
+        let doc = self
+            .raw_collection()
+            .find_one(doc! { "_id": key })
+            .projection(doc! {
+                "aid": 1, "lid": 1, "tok": 1, "exp": 1, "wt": 1, "yu": 1, "data": 1,
+                "now": "$$NOW",
+            })
+            .await
+            .expect("read the document")?;
+        let now = doc.get_datetime("now").expect("now");
+        let date = |name: &str| doc.get_datetime(name).ok();
+        Some(Raw {
+            owner: doc.get_str("aid").expect("aid").to_string(),
+            lease_id: match doc.get("lid") {
+                Some(Bson::Binary(b)) => Some(Uuid::from_slice(&b.bytes).expect("a UUID")),
+                None => None,
+                Some(other) => panic!("lid {other}"),
+            },
+            token: doc.get_i64("tok").expect("tok") as u64,
+            expired: date("exp").expect("exp") <= now,
+            waiting: doc.contains_key("wt"),
+            yielded: date("yu").is_some_and(|until| until > now),
+            payload: doc.get_document("data").ok().cloned(),
+        })
+    }
+}

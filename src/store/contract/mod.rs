@@ -1,0 +1,179 @@
+//! The store contract: one suite of scenarios over the [`Store`] trait, each
+//! run against [`MemoryStore`](super::memory::MemoryStore)
+//! (`store::contract::memory::*`) and against
+//! [`MongoStore`](super::MongoStore) on a real `mongod` from the test kit
+//! (`store::contract::mongo::*`), so that the twin the actor's timing tests
+//! rely on follows the rules the real store follows.
+//!
+//! A scenario only uses the trait, plus a [`Fixture`] for what only a test
+//! can do: make a lease expire on the server, delete a document as the TTL
+//! monitor would, plant a document of foreign shape, read the raw state.
+//! Each MongoDB test gets a fresh collection on the process's shared replica
+//! set (`MONGODB_URI` if set).
+
+//!
+//! - [`fixtures`]: the [`Fixture`] of each store;
+//! - [`acquire`], [`renewal`], [`release`], [`reads`]: the scenarios, by
+//!   the operation they are about, each generic over the fixture.
+
+mod acquire;
+mod fixtures;
+mod reads;
+mod release;
+mod renewal;
+
+use std::time::Duration;
+
+use mongodb::bson::Document;
+use uuid::Uuid;
+
+use super::{AcquireOutcome, LeaseRef, Store};
+
+/// Lease TTL of every store in the scenarios: far longer than a scenario.
+const TTL: Duration = Duration::from_secs(30);
+/// Yield window of every store in the scenarios.
+const YIELD: Duration = Duration::from_secs(20);
+
+/// The state of one lock document, as stored, judged at the server's now.
+#[derive(Debug, Clone, PartialEq)]
+struct Raw {
+    /// `aid`.
+    owner: String,
+    /// `lid`; `None` once released.
+    lease_id: Option<Uuid>,
+    /// `tok`.
+    token: u64,
+    /// `exp <= now`.
+    expired: bool,
+    /// `wt` is set.
+    waiting: bool,
+    /// `yu` is set and later than now.
+    yielded: bool,
+    /// `data`.
+    payload: Option<Document>,
+}
+
+/// What a scenario needs besides the [`Store`] trait: a fresh lock
+/// collection, stores (managers) on it, and the test-only operations.
+trait Fixture: Sized {
+    type Store: Store + Clone;
+
+    /// A fresh, empty lock collection.
+    async fn new() -> Self;
+
+    /// A store on this collection for the owner id `owner` (TTL [`TTL`],
+    /// yield window [`YIELD`]).
+    async fn store(&self, owner: &str) -> Self::Store;
+
+    /// Makes the lease on `key` expired by server time, keeping its lease id
+    /// (a holder whose renewals stopped reaching the server).
+    async fn expire(&self, key: &str);
+
+    /// Deletes the document of `key` as the TTL monitor would: only once its
+    /// `exp` has passed (expire or release it first), hence after every
+    /// earlier acquisition's server time.
+    async fn delete(&self, key: &str);
+
+    /// Writes a document of foreign shape under `key`.
+    async fn put_foreign(&self, key: &str);
+
+    /// The document of `key`, if any.
+    async fn raw(&self, key: &str) -> Option<Raw>;
+}
+
+// ----- helpers ----------------------------------------------------------------
+
+fn lease(key: &str, lease_id: Uuid) -> LeaseRef {
+    LeaseRef {
+        key: key.to_string(),
+        lease_id,
+    }
+}
+
+/// Acquires `key` under a new lease id, which must succeed; returns the
+/// lease and its token.
+async fn take(store: &impl Store, key: &str) -> (LeaseRef, u64) {
+    let lease_id = Uuid::new_v4();
+    match store.acquire(key.to_string(), lease_id, false).await {
+        Ok(AcquireOutcome::Acquired { token }) => (lease(key, lease_id), token),
+        other => panic!("acquiring {key:?}: {other:?}"),
+    }
+}
+
+/// Acquires `key` under a new lease id, which must find it held by `holder`;
+/// returns the remaining time reported.
+async fn held(store: &impl Store, key: &str, waiting: bool, holder: &str) -> Duration {
+    match store
+        .acquire(key.to_string(), Uuid::new_v4(), waiting)
+        .await
+    {
+        Ok(AcquireOutcome::Held {
+            holder: h,
+            remaining,
+        }) if h == holder => remaining,
+        other => panic!("acquiring {key:?} held by {holder:?}: {other:?}"),
+    }
+}
+
+/// The document of `key`, which must exist.
+async fn raw(f: &impl Fixture, key: &str) -> Raw {
+    f.raw(key)
+        .await
+        .unwrap_or_else(|| panic!("no document for {key:?}"))
+}
+
+/// Asserts that `raw` is a live lease of `owner` under `lease`, unmarked.
+fn assert_held(raw: &Raw, owner: &str, lease: &LeaseRef, token: u64) {
+    assert_eq!(
+        raw,
+        &Raw {
+            owner: owner.to_string(),
+            lease_id: Some(lease.lease_id),
+            token,
+            expired: false,
+            waiting: false,
+            yielded: false,
+            payload: raw.payload.clone(),
+        }
+    );
+}
+
+/// Runs each scenario (named with its file) against both stores:
+/// `memory::<scenario>` and `mongo::<scenario>`.
+macro_rules! contract {
+    ($($module:ident::$scenario:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    super::$module::$scenario::<super::fixtures::MemoryFixture>().await;
+                }
+            )*
+        }
+        mod mongo {
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    super::$module::$scenario::<super::fixtures::MongoFixture>().await;
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    acquire::acquire_free_key_takes_it,
+    acquire::acquire_held_key_returns_held,
+    acquire::acquire_expired_key_takes_it_with_a_greater_token,
+    acquire::acquire_yielded_key_is_refused_to_the_yielding_owner_only,
+    acquire::fencing_tokens_strictly_increase_also_after_a_delete,
+    acquire::a_document_of_foreign_shape_is_never_taken,
+    renewal::renewal_reports_exactly_the_lost_keys,
+    renewal::payload_is_set_only_under_the_holding_lease_id,
+    release::release_of_an_unmarked_lease_does_not_yield,
+    release::release_clears_the_lease_id_and_yields_only_when_marked,
+    release::release_by_owner_skips_lease_ids_in_flight,
+    release::force_release_releases_a_live_lease_of_any_owner,
+    release::releases_and_deletes_are_announced_expiries_and_renewals_are_not,
+    reads::list_pages_through_leases_in_key_order,
+);

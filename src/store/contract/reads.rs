@@ -1,0 +1,39 @@
+//! Reads: listing leases page by page.
+
+use super::{Fixture, take};
+use crate::store::Store;
+
+pub(super) async fn list_pages_through_leases_in_key_order<F: Fixture>() {
+    let f = F::new().await;
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    take(&a, "k1").await;
+    let (l2, _) = take(&b, "k2").await;
+    take(&a, "k3").await;
+    take(&b, "k4").await;
+    f.put_foreign("k5").await;
+    assert_eq!(b.release(vec![l2]).await.unwrap(), 1);
+
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, next) = a.list(after, 2).await.unwrap();
+        assert!(page.len() <= 2);
+        seen.extend(page.into_iter().map(|i| (i.key, i.owner_id, i.held)));
+        match next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    let expected = [
+        ("k1", "a", true),
+        ("k2", "b", false),
+        ("k3", "a", true),
+        ("k4", "b", true),
+    ];
+    let expected: Vec<_> = expected
+        .iter()
+        .map(|(k, o, h)| (k.to_string(), o.to_string(), *h))
+        .collect();
+    assert_eq!(seen, expected, "foreign documents are skipped");
+    assert!(a.inspect("none".into()).await.unwrap().is_none());
+}

@@ -1,0 +1,155 @@
+//! Releasing: yield, batches, by owner, forced, and the announcements of releases.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{Fixture, Raw, assert_held, held, lease, raw, take};
+use crate::store::Store;
+
+pub(super) async fn release_of_an_unmarked_lease_does_not_yield<F: Fixture>() {
+    let f = F::new().await;
+    let a = f.store("a").await;
+    let (l1, t1) = take(&a, "k").await;
+    assert_eq!(a.release(vec![l1]).await.unwrap(), 1);
+    assert!(!raw(&f, "k").await.yielded);
+    let (l2, t2) = take(&a, "k").await;
+    assert!(t2 > t1);
+    assert_held(&raw(&f, "k").await, "a", &l2, t2);
+}
+
+pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: Fixture>() {
+    let f = F::new().await;
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (l1, t1) = take(&a, "k1").await;
+    let (l2, t2) = take(&a, "k2").await;
+    let (l3, t3) = take(&a, "k3").await;
+    held(&b, "k2", true, "a").await;
+
+    // A wrong lease id releases nothing (one lease, then a batch).
+    let stranger = lease("k3", Uuid::new_v4());
+    assert_eq!(a.release(vec![stranger.clone()]).await.unwrap(), 0);
+    let wrong = vec![stranger, lease("k1", Uuid::new_v4())];
+    assert_eq!(a.release(wrong).await.unwrap(), 0);
+    assert_held(&raw(&f, "k3").await, "a", &l3, t3);
+
+    // A batch release: both released; only the marked one yields.
+    assert_eq!(a.release(vec![l1.clone(), l2.clone()]).await.unwrap(), 2);
+    let released = |token, yielded| Raw {
+        owner: "a".into(),
+        lease_id: None,
+        token,
+        expired: true,
+        waiting: false,
+        yielded,
+        payload: None,
+    };
+    assert_eq!(raw(&f, "k1").await, released(t1, false));
+    assert_eq!(raw(&f, "k2").await, released(t2, true));
+
+    // Releasing again matches nothing; a late renewal cannot revive them.
+    assert_eq!(a.release(vec![l1.clone(), l2.clone()]).await.unwrap(), 0);
+    assert_eq!(a.release(vec![l1.clone()]).await.unwrap(), 0);
+    let lost: BTreeSet<String> = a.renew(vec![l1, l2]).await.unwrap().into_iter().collect();
+    assert_eq!(lost, BTreeSet::from(["k1".into(), "k2".into()]));
+    assert_eq!(raw(&f, "k1").await, released(t1, false));
+
+    // A single release of the right lease.
+    assert_eq!(a.release(vec![l3]).await.unwrap(), 1);
+    assert_eq!(raw(&f, "k3").await, released(t3, false));
+}
+
+pub(super) async fn release_by_owner_skips_lease_ids_in_flight<F: Fixture>() {
+    let f = F::new().await;
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (l1, _) = take(&a, "k1").await;
+    let (l2, _) = take(&a, "k2").await;
+    let (l3, t3) = take(&a, "k3").await;
+    let (l4, t4) = take(&b, "k4").await;
+    let (l5, _) = take(&a, "k5").await;
+    assert_eq!(a.release(vec![l5]).await.unwrap(), 1);
+
+    assert_eq!(a.release_owner(vec![l3.lease_id]).await.unwrap(), 2);
+    for l in [&l1, &l2] {
+        let r = raw(&f, &l.key).await;
+        assert_eq!((r.lease_id, r.expired), (None, true), "{} released", l.key);
+    }
+    assert_held(&raw(&f, "k3").await, "a", &l3, t3);
+    assert_held(&raw(&f, "k4").await, "b", &l4, t4);
+    assert_eq!(a.release_owner(vec![l3.lease_id]).await.unwrap(), 0);
+    assert_eq!(a.release_owner(Vec::new()).await.unwrap(), 1);
+    assert_held(&raw(&f, "k4").await, "b", &l4, t4);
+}
+
+pub(super) async fn force_release_releases_a_live_lease_of_any_owner<F: Fixture>() {
+    let f = F::new().await;
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (_, tb) = take(&b, "k").await;
+    let before = a.force_release("k".into()).await.unwrap().expect("held");
+    assert!(before.held);
+    assert_eq!((before.owner_id.as_str(), before.fencing_token), ("b", tb));
+    let r = raw(&f, "k").await;
+    assert_eq!((r.lease_id, r.expired, r.yielded), (None, true, false));
+    assert_eq!(a.force_release("k".into()).await.unwrap(), None);
+    assert_eq!(a.force_release("nothing".into()).await.unwrap(), None);
+    let (_, ta) = take(&a, "k").await;
+    assert!(ta > tb);
+}
+
+pub(super) async fn releases_and_deletes_are_announced_expiries_and_renewals_are_not<F: Fixture>() {
+    let f = F::new().await;
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let mut releases = a.watch_releases();
+    // The stream opens in the background: release a probe key until the
+    // stream reports it, so that it sees everything below.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (probe, _) = take(&a, "probe").await;
+        assert_eq!(a.release(vec![probe]).await.unwrap(), 1);
+        tokio::select! {
+            event = releases.next() => match event {
+                Some(Ok(key)) if key == "probe" => break,
+                other => panic!("before any release: {other:?}"),
+            },
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the stream of releases never opened"
+        );
+    }
+
+    let (l1, _) = take(&a, "k1").await;
+    let (l2, _) = take(&a, "k2").await;
+    let (l3, _) = take(&b, "k3").await;
+    take(&b, "k4").await;
+    // Not releases: acquisitions, renewals, waiting marks, expiries.
+    assert!(
+        a.renew(vec![l1.clone(), l2.clone()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    held(&a, "k4", true, "b").await;
+    f.expire("k2").await;
+    // Releases: a release, a delete (the TTL monitor), a forced release.
+    assert_eq!(a.release(vec![l1]).await.unwrap(), 1);
+    f.delete("k2").await;
+    assert!(a.force_release("k3".into()).await.unwrap().is_some());
+    assert_eq!(b.release(vec![l3]).await.unwrap(), 0);
+    let (end, _) = take(&a, "end").await;
+    assert_eq!(a.release(vec![end]).await.unwrap(), 1);
+
+    let mut seen = Vec::new();
+    while seen.last().is_none_or(|k| k != "end") {
+        match releases.next().await {
+            Some(Ok(key)) if key == "probe" => {}
+            Some(Ok(key)) => seen.push(key),
+            other => panic!("after {seen:?}: {other:?}"),
+        }
+    }
+    assert_eq!(seen, ["k1", "k2", "k3", "end"]);
+}
