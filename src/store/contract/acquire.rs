@@ -6,12 +6,11 @@ use super::{Fixture, Raw, TTL, YIELD, assert_held, held, raw, take};
 use crate::error::Error;
 use crate::store::{AcquireOutcome, Store};
 
-pub(super) async fn acquire_free_key_takes_it<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn acquire_free_key_takes_it<F: Fixture>(f: &F) {
     let a = f.store("a").await;
     let (l, token) = take(&a, "k").await;
     assert!(token > 0);
-    assert_held(&raw(&f, "k").await, "a", &l, token);
+    assert_held(&raw(f, "k").await, "a", &l, token);
     let info = a.inspect("k".into()).await.unwrap().expect("a lease");
     assert!(info.held);
     assert_eq!((info.owner_id.as_str(), info.fencing_token), ("a", token));
@@ -22,24 +21,23 @@ pub(super) async fn acquire_free_key_takes_it<F: Fixture>() {
     // recognised: the same acquisition, the same token.
     let retry = a.acquire("k".into(), l.lease_id, false).await.unwrap();
     assert_eq!(retry, AcquireOutcome::Acquired { token });
-    assert_held(&raw(&f, "k").await, "a", &l, token);
+    assert_held(&raw(f, "k").await, "a", &l, token);
 }
 
-pub(super) async fn acquire_held_key_returns_held<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn acquire_held_key_returns_held<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (l, token) = take(&b, "k").await;
-    let before = raw(&f, "k").await;
+    let before = raw(f, "k").await;
 
     // Not waiting (`try_acquire`): nothing is written.
     let remaining = held(&a, "k", false, "b").await;
     assert!(remaining <= TTL && remaining > TTL / 2, "{remaining:?}");
-    assert_eq!(raw(&f, "k").await, before);
+    assert_eq!(raw(f, "k").await, before);
 
     // Waiting: the holder's lease is marked, and nothing else changes.
     held(&a, "k", true, "b").await;
     held(&a, "k", true, "b").await;
-    let marked = raw(&f, "k").await;
+    let marked = raw(f, "k").await;
     assert_eq!(
         marked,
         Raw {
@@ -51,30 +49,28 @@ pub(super) async fn acquire_held_key_returns_held<F: Fixture>() {
 
     // The holder's own new attempt (another lease id) is held too, unmarked.
     held(&b, "k", true, "b").await;
-    assert_eq!(raw(&f, "k").await, marked);
+    assert_eq!(raw(f, "k").await, marked);
     assert!(b.renew(vec![l]).await.unwrap().is_empty());
 }
 
-pub(super) async fn acquire_expired_key_takes_it_with_a_greater_token<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn acquire_expired_key_takes_it_with_a_greater_token<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (lb, tb) = take(&b, "k").await;
     f.expire("k").await;
     let (la, ta) = take(&a, "k").await;
     assert!(ta > tb, "{ta} > {tb}");
-    assert_held(&raw(&f, "k").await, "a", &la, ta);
+    assert_held(&raw(f, "k").await, "a", &la, ta);
     assert_eq!(b.renew(vec![lb.clone()]).await.unwrap(), ["k"]);
     assert_eq!(b.release(vec![lb]).await.unwrap(), 0);
-    assert_held(&raw(&f, "k").await, "a", &la, ta);
+    assert_held(&raw(f, "k").await, "a", &la, ta);
 }
 
-pub(super) async fn acquire_yielded_key_is_refused_to_the_yielding_owner_only<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn acquire_yielded_key_is_refused_to_the_yielding_owner_only<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (la, ta) = take(&a, "k").await;
     held(&b, "k", true, "a").await;
     assert_eq!(a.release(vec![la]).await.unwrap(), 1);
-    let released = raw(&f, "k").await;
+    let released = raw(f, "k").await;
     assert_eq!(
         released,
         Raw {
@@ -91,16 +87,15 @@ pub(super) async fn acquire_yielded_key_is_refused_to_the_yielding_owner_only<F:
     // The releasing owner waits out the yield window, and marks nothing.
     let remaining = held(&a, "k", true, "a").await;
     assert!(remaining <= YIELD && remaining > YIELD / 2, "{remaining:?}");
-    assert_eq!(raw(&f, "k").await, released);
+    assert_eq!(raw(f, "k").await, released);
 
     // Anyone else takes it at once; the new acquisition has no marks.
     let (lb, tb) = take(&b, "k").await;
     assert!(tb > ta);
-    assert_held(&raw(&f, "k").await, "b", &lb, tb);
+    assert_held(&raw(f, "k").await, "b", &lb, tb);
 }
 
-pub(super) async fn fencing_tokens_strictly_increase_also_after_a_delete<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn fencing_tokens_strictly_increase_also_after_a_delete<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let mut tokens = Vec::new();
 
@@ -127,7 +122,7 @@ pub(super) async fn fencing_tokens_strictly_increase_also_after_a_delete<F: Fixt
     f.delete("k").await;
     let (la, t) = take(&a, "k").await;
     tokens.push(t);
-    assert_held(&raw(&f, "k").await, "a", &la, t);
+    assert_held(&raw(f, "k").await, "a", &la, t);
 
     assert!(
         tokens.windows(2).all(|w| w[1] > w[0]),
@@ -135,8 +130,7 @@ pub(super) async fn fencing_tokens_strictly_increase_also_after_a_delete<F: Fixt
     );
 }
 
-pub(super) async fn a_document_of_foreign_shape_is_never_taken<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn a_document_of_foreign_shape_is_never_taken<F: Fixture>(f: &F) {
     let a = f.store("a").await;
     f.put_foreign("f").await;
     for waiting in [false, true] {

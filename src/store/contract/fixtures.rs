@@ -43,6 +43,8 @@ impl Fixture for MemoryFixture {
         self.db.put_foreign(key);
     }
 
+    async fn cleanup(self) {}
+
     async fn raw(&self, key: &str) -> Option<Raw> {
         let now = Instant::now();
         self.db.doc(key).map(|d| Raw {
@@ -142,6 +144,13 @@ impl Fixture for MongoFixture {
             assert!(Instant::now() < give_up, "{key:?} never became due");
             tokio::task::yield_now().await;
         }
+    }
+
+    async fn cleanup(self) {
+        self.raw_collection()
+            .drop()
+            .await
+            .expect("drop the scenario's collection");
     }
 
     async fn put_foreign(&self, key: &str) {

@@ -9,7 +9,8 @@
 //! can do: make a lease expire on the server, delete a document as the TTL
 //! monitor would, plant a document of foreign shape, read the raw state.
 //! Each MongoDB test gets a fresh collection on the process's shared replica
-//! set (`MONGODB_URI` if set).
+//! set (`MONGODB_URI` if set), dropped at the end of a scenario that passed
+//! (a failed one leaves it for inspection).
 
 //!
 //! - [`fixtures`]: the [`Fixture`] of each store;
@@ -79,6 +80,10 @@ trait Fixture: Sized {
 
     /// The document of `key`, if any.
     async fn raw(&self, key: &str) -> Option<Raw>;
+
+    /// Removes what [`Fixture::new`] created (the MongoDB collection), once
+    /// the scenario has passed.
+    async fn cleanup(self);
 }
 
 // ----- helpers ----------------------------------------------------------------
@@ -139,22 +144,31 @@ fn assert_held(raw: &Raw, owner: &str, lease: &LeaseRef, token: u64) {
 }
 
 /// Runs each scenario (named with its file) against both stores:
-/// `memory::<scenario>` and `mongo::<scenario>`.
+/// `memory::<scenario>` and `mongo::<scenario>`, each on a fresh fixture that
+/// is cleaned up once the scenario has passed.
 macro_rules! contract {
     ($($module:ident::$scenario:ident),* $(,)?) => {
         mod memory {
+            use super::Fixture;
+
             $(
                 #[tokio::test]
                 async fn $scenario() {
-                    super::$module::$scenario::<super::fixtures::MemoryFixture>().await;
+                    let fixture = super::fixtures::MemoryFixture::new().await;
+                    super::$module::$scenario(&fixture).await;
+                    fixture.cleanup().await;
                 }
             )*
         }
         mod mongo {
+            use super::Fixture;
+
             $(
                 #[tokio::test]
                 async fn $scenario() {
-                    super::$module::$scenario::<super::fixtures::MongoFixture>().await;
+                    let fixture = super::fixtures::MongoFixture::new().await;
+                    super::$module::$scenario(&fixture).await;
+                    fixture.cleanup().await;
                 }
             )*
         }

@@ -3,8 +3,7 @@
 use super::{Fixture, take};
 use crate::store::Store;
 
-pub(super) async fn list_pages_through_leases_in_key_order<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn list_pages_through_leases_in_key_order<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     take(&a, "k1").await;
     let (l2, _) = take(&b, "k2").await;

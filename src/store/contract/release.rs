@@ -10,19 +10,17 @@ use uuid::Uuid;
 use super::{Fixture, Raw, assert_held, held, lease, raw, take};
 use crate::store::Store;
 
-pub(super) async fn release_of_an_unmarked_lease_does_not_yield<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn release_of_an_unmarked_lease_does_not_yield<F: Fixture>(f: &F) {
     let a = f.store("a").await;
     let (l1, t1) = take(&a, "k").await;
     assert_eq!(a.release(vec![l1]).await.unwrap(), 1);
-    assert!(!raw(&f, "k").await.yielded);
+    assert!(!raw(f, "k").await.yielded);
     let (l2, t2) = take(&a, "k").await;
     assert!(t2 > t1);
-    assert_held(&raw(&f, "k").await, "a", &l2, t2);
+    assert_held(&raw(f, "k").await, "a", &l2, t2);
 }
 
-pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (l1, t1) = take(&a, "k1").await;
     let (l2, t2) = take(&a, "k2").await;
@@ -34,7 +32,7 @@ pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: F
     assert_eq!(a.release(vec![stranger.clone()]).await.unwrap(), 0);
     let wrong = vec![stranger, lease("k1", Uuid::new_v4())];
     assert_eq!(a.release(wrong).await.unwrap(), 0);
-    assert_held(&raw(&f, "k3").await, "a", &l3, t3);
+    assert_held(&raw(f, "k3").await, "a", &l3, t3);
 
     // A batch release: both released; only the marked one yields.
     assert_eq!(a.release(vec![l1.clone(), l2.clone()]).await.unwrap(), 2);
@@ -47,23 +45,22 @@ pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: F
         yielded,
         payload: None,
     };
-    assert_eq!(raw(&f, "k1").await, released(t1, false));
-    assert_eq!(raw(&f, "k2").await, released(t2, true));
+    assert_eq!(raw(f, "k1").await, released(t1, false));
+    assert_eq!(raw(f, "k2").await, released(t2, true));
 
     // Releasing again matches nothing; a late renewal cannot revive them.
     assert_eq!(a.release(vec![l1.clone(), l2.clone()]).await.unwrap(), 0);
     assert_eq!(a.release(vec![l1.clone()]).await.unwrap(), 0);
     let lost: BTreeSet<String> = a.renew(vec![l1, l2]).await.unwrap().into_iter().collect();
     assert_eq!(lost, BTreeSet::from(["k1".into(), "k2".into()]));
-    assert_eq!(raw(&f, "k1").await, released(t1, false));
+    assert_eq!(raw(f, "k1").await, released(t1, false));
 
     // A single release of the right lease.
     assert_eq!(a.release(vec![l3]).await.unwrap(), 1);
-    assert_eq!(raw(&f, "k3").await, released(t3, false));
+    assert_eq!(raw(f, "k3").await, released(t3, false));
 }
 
-pub(super) async fn release_by_owner_skips_lease_ids_in_flight<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn release_by_owner_skips_lease_ids_in_flight<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (l1, _) = take(&a, "k1").await;
     let (l2, _) = take(&a, "k2").await;
@@ -74,24 +71,23 @@ pub(super) async fn release_by_owner_skips_lease_ids_in_flight<F: Fixture>() {
 
     assert_eq!(a.release_owner(vec![l3.lease_id]).await.unwrap(), 2);
     for l in [&l1, &l2] {
-        let r = raw(&f, &l.key).await;
+        let r = raw(f, &l.key).await;
         assert_eq!((r.lease_id, r.expired), (None, true), "{} released", l.key);
     }
-    assert_held(&raw(&f, "k3").await, "a", &l3, t3);
-    assert_held(&raw(&f, "k4").await, "b", &l4, t4);
+    assert_held(&raw(f, "k3").await, "a", &l3, t3);
+    assert_held(&raw(f, "k4").await, "b", &l4, t4);
     assert_eq!(a.release_owner(vec![l3.lease_id]).await.unwrap(), 0);
     assert_eq!(a.release_owner(Vec::new()).await.unwrap(), 1);
-    assert_held(&raw(&f, "k4").await, "b", &l4, t4);
+    assert_held(&raw(f, "k4").await, "b", &l4, t4);
 }
 
-pub(super) async fn force_release_releases_a_live_lease_of_any_owner<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn force_release_releases_a_live_lease_of_any_owner<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (_, tb) = take(&b, "k").await;
     let before = a.force_release("k".into()).await.unwrap().expect("held");
     assert!(before.held);
     assert_eq!((before.owner_id.as_str(), before.fencing_token), ("b", tb));
-    let r = raw(&f, "k").await;
+    let r = raw(f, "k").await;
     assert_eq!((r.lease_id, r.expired, r.yielded), (None, true, false));
     assert_eq!(a.force_release("k".into()).await.unwrap(), None);
     assert_eq!(a.force_release("nothing".into()).await.unwrap(), None);
@@ -99,8 +95,9 @@ pub(super) async fn force_release_releases_a_live_lease_of_any_owner<F: Fixture>
     assert!(ta > tb);
 }
 
-pub(super) async fn releases_and_deletes_are_announced_expiries_and_renewals_are_not<F: Fixture>() {
-    let f = F::new().await;
+pub(super) async fn releases_and_deletes_are_announced_expiries_and_renewals_are_not<F: Fixture>(
+    f: &F,
+) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let mut releases = a.watch_releases();
     // The stream opens in the background: release a probe key until the
