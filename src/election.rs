@@ -256,8 +256,8 @@ impl fmt::Debug for Election {
 
 /// This candidate's leadership: a held lease on the election's key.
 ///
-/// The manager renews it in the background. Stop acting as leader when its
-/// [cancellation token](Leadership::cancellation_token) fires, and pass its
+/// The manager renews it in the background. Stop acting as leader when
+/// [`lost`](Leadership::lost) completes, and pass its
 /// [term](Leadership::term) to every resource the leader writes, so a stale
 /// leader's writes can be refused. Dropping it resigns in the background;
 /// prefer [`Leadership::resign`].

@@ -42,9 +42,10 @@ impl ReleaseOutcome {
 /// A held lease on one key.
 ///
 /// The manager renews it in the background until it is released or dropped.
-/// Hold it for as long as you work under the lock; check its
-/// [`cancellation_token`](Lease::cancellation_token) (or await
-/// [`lost`](Lease::lost)) to stop when the lease is lost, and pass its
+/// Hold it for as long as you work under the lock; await
+/// [`lost`](Lease::lost) (or hand its
+/// [`cancellation_token`](Lease::cancellation_token) to code that takes one)
+/// to stop when the lease is lost, and pass its
 /// [`fencing_token`](Lease::fencing_token) to every resource you change, so a
 /// stale holder's late writes can be refused.
 ///
