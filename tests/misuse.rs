@@ -325,33 +325,46 @@ async fn a_user_without_write_privileges_is_a_clear_error() {
 // ----- unusable lock collections --------------------------------------------
 
 /// A unique index on the owner id contradicts the protocol (one manager
-/// holds many leases): the second acquire of a manager must fail with a
-/// clear, permanent error within a bounded time.
+/// holds many leases): `connect` refuses such a collection with a clear,
+/// permanent error, and creates nothing in it.
 #[tokio::test]
-async fn a_unique_index_on_the_owner_id_is_a_clear_error() {
+async fn a_unique_index_on_the_owner_id_is_refused_at_connect() {
     let fx = Fixture::new("unique_aid").await;
-    fx.raw()
-        .create_index(
-            IndexModel::builder()
-                .keys(doc! { "aid": 1 })
-                .options(
-                    mongodb::options::IndexOptions::builder()
-                        .unique(true)
-                        .build(),
-                )
-                .build(),
-        )
-        .await
-        .unwrap();
+    fx.raw().create_index(unique_on_aid()).await.unwrap();
     let mut options = fx.options(TTL).await;
     options.operation_timeout = Duration::from_secs(2);
-    let manager = match LockManager::connect(options).await {
-        Err(e) => {
-            assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
-            return;
-        }
-        Ok(manager) => manager,
-    };
+    let (result, took) = bounded(
+        "connect to a collection with a unique index on aid",
+        BOUND,
+        LockManager::connect(options),
+    )
+    .await;
+    let e = result.expect_err("a unique index on aid must be refused");
+    eprintln!("unique index on aid at connect: {e} (after {took:?})");
+    assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
+    assert!(!e.is_transient(), "a permanent error, not {e}");
+    let mut names: Vec<String> = fx.raw().list_index_names().await.unwrap();
+    names.sort();
+    assert_eq!(names, ["_id_", "aid_1"], "no index created");
+    assert_eq!(
+        fx.raw().count_documents(doc! {}).await.unwrap(),
+        0,
+        "no document written"
+    );
+}
+
+/// The same index created after `connect` checked the collection: the
+/// duplicate-key error of a second lease of the manager names that index,
+/// not `_id_`, and must not be read as "held" (which would wait for ever):
+/// both `try_acquire` and `acquire` end with a clear, permanent error within
+/// a bounded time, and the first lease is unaffected.
+#[tokio::test]
+async fn a_unique_index_on_the_owner_id_created_later_is_a_clear_error() {
+    let fx = Fixture::new("unique_aid_late").await;
+    let mut options = fx.options(TTL).await;
+    options.operation_timeout = Duration::from_secs(2);
+    let manager = LockManager::connect(options).await.unwrap();
+    fx.raw().create_index(unique_on_aid()).await.unwrap();
     let first = manager.acquire("a").await.unwrap();
     let (second, took) = bounded(
         "try_acquire of a second key under a unique index on aid",
@@ -360,17 +373,32 @@ async fn a_unique_index_on_the_owner_id_is_a_clear_error() {
     )
     .await;
     let e = second.unwrap_err();
+    eprintln!("unique index on aid, try_acquire: {e} (after {took:?})");
+    assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
     assert!(!e.is_transient(), "a permanent error, not {e}");
-    let (second, _) = bounded(
+    let (second, took) = bounded(
         "a second acquire under a unique index on aid",
         BOUND,
         manager.acquire("b"),
     )
     .await;
     let e = second.unwrap_err();
-    eprintln!("unique index on aid: {e} (after {took:?})");
+    eprintln!("unique index on aid, acquire: {e} (after {took:?})");
+    assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
+}
+
+/// A unique index on the owner id field `aid`.
+fn unique_on_aid() -> IndexModel {
+    IndexModel::builder()
+        .keys(doc! { "aid": 1 })
+        .options(
+            mongodb::options::IndexOptions::builder()
+                .unique(true)
+                .build(),
+        )
+        .build()
 }
 
 /// An index named like the manager's TTL index but on another field: the
