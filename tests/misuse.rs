@@ -9,12 +9,12 @@ mod common;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common::Fixture;
+use common::{Clients, Fixture};
 use futures::TryStreamExt;
 use mongo_lease::testkit::{FaultProxy, ReplicaSet, ReplicaSetOptions};
 use mongo_lease::{Error, LockManager, LockManagerOptions, ReleaseOutcome};
+use mongodb::IndexModel;
 use mongodb::bson::{Bson, Document, doc};
-use mongodb::{Client, IndexModel};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -55,8 +55,15 @@ impl std::io::Write for Writer {
     }
 }
 
-async fn options_for(uri: &str, db: &str, op_timeout: Duration) -> LockManagerOptions {
-    let client = Client::with_uri_str(uri).await.unwrap();
+/// Options for a manager on `uri` whose client `clients` shuts down at the
+/// end of the test.
+async fn options_for(
+    clients: &Clients,
+    uri: &str,
+    db: &str,
+    op_timeout: Duration,
+) -> LockManagerOptions {
+    let client = clients.connect(uri).await;
     LockManagerOptions::builder()
         .database(client.database(db))
         .collection("job.lock")
@@ -67,11 +74,16 @@ async fn options_for(uri: &str, db: &str, op_timeout: Duration) -> LockManagerOp
 
 /// Connects a manager to `uri` (database `d`, operation timeout
 /// `op_timeout`), expecting an error within [`BOUND`]; returns it and the wait.
-async fn connect_refused(what: &str, uri: &str, op_timeout: Duration) -> (Error, Duration) {
+async fn connect_refused(
+    clients: &Clients,
+    what: &str,
+    uri: &str,
+    op_timeout: Duration,
+) -> (Error, Duration) {
     let (r, took) = bounded(
         what,
         BOUND,
-        LockManager::connect(options_for(uri, "d", op_timeout).await),
+        LockManager::connect(options_for(clients, uri, "d", op_timeout).await),
     )
     .await;
     (r.expect_err(what), took)
@@ -94,7 +106,9 @@ async fn bounded<T>(
 
 #[tokio::test]
 async fn an_unresolvable_host_is_a_bounded_clear_error() {
+    let clients = Clients::default();
     let options = options_for(
+        &clients,
         "mongodb://no-such-host.invalid:27017/?serverSelectionTimeoutMS=60000",
         "d",
         Duration::from_millis(800),
@@ -125,8 +139,9 @@ async fn server_behind_proxy() -> (ReplicaSet, FaultProxy, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_never_answers_is_a_bounded_clear_error() {
     let (_rs, proxy, uri) = server_behind_proxy().await;
+    let clients = Clients::default();
     proxy.blackhole();
-    let options = options_for(&uri, "d", Duration::from_millis(800)).await;
+    let options = options_for(&clients, &uri, "d", Duration::from_millis(800)).await;
     let (result, took) = bounded("connect", BOUND, LockManager::connect(options)).await;
     let e = result.unwrap_err();
     assert!(matches!(e, Error::Unreachable { .. }), "{e}");
@@ -140,8 +155,9 @@ async fn a_server_that_never_answers_is_a_bounded_clear_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_server_mid_lease_gives_bounded_calls_and_a_fired_token() {
     let (_rs, proxy, uri) = server_behind_proxy().await;
+    let clients = Clients::default();
     let op = Duration::from_millis(800);
-    let manager = LockManager::connect(options_for(&uri, "d", op).await)
+    let manager = LockManager::connect(options_for(&clients, &uri, "d", op).await)
         .await
         .unwrap();
     let acquired = Instant::now();
@@ -211,12 +227,14 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
     let rs = ReplicaSet::start(ReplicaSetOptions::default().auth(USER, SECRET))
         .await
         .unwrap();
+    let clients = Clients::default();
     let uri = rs.uri();
     assert!(uri.contains(&format!("{USER}:{SECRET}@")), "{uri}");
     let mut errors = Vec::new();
 
     let wrong = uri.replace(SECRET, "not-the-password");
     let (e, took) = connect_refused(
+        &clients,
         "connect with a wrong password",
         &wrong,
         Duration::from_secs(3),
@@ -230,6 +248,7 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
     // No credentials at all.
     let anonymous = uri.replace(&format!("{USER}:{SECRET}@"), "");
     let (e, _) = connect_refused(
+        &clients,
         "connect without credentials",
         &anonymous,
         Duration::from_secs(3),
@@ -240,13 +259,14 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
     errors.push(e);
 
     // The right password: acquire, release, and a few errors of other kinds.
-    let manager = LockManager::connect(options_for(&uri, "d", Duration::from_secs(3)).await)
-        .await
-        .unwrap();
+    let manager =
+        LockManager::connect(options_for(&clients, &uri, "d", Duration::from_secs(3)).await)
+            .await
+            .unwrap();
     let lease = manager.acquire("k").await.unwrap();
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     errors.push(manager.try_acquire("").await.unwrap_err());
-    let admin = rs.client().await.unwrap();
+    let admin = clients.connect(&rs.uri()).await;
     admin
         .database("d")
         .collection::<Document>("job.lock")
@@ -260,6 +280,7 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
     // Unreachable, with credentials in the URI.
     let dead = format!("mongodb://{USER}:{SECRET}@127.0.0.1:1/?serverSelectionTimeoutMS=500");
     let (e, _) = connect_refused(
+        &clients,
         "connect to a closed port",
         &dead,
         Duration::from_millis(800),
@@ -279,7 +300,7 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
             );
         }
     }
-    let options = options_for(&uri, "d", Duration::from_secs(3)).await;
+    let options = options_for(&clients, &uri, "d", Duration::from_secs(3)).await;
     assert!(!format!("{options:?}").contains(SECRET));
     let manager = LockManager::connect(options).await.unwrap();
     assert!(!format!("{manager:?}").contains(SECRET));
@@ -304,7 +325,8 @@ async fn a_user_without_write_privileges_is_a_clear_error() {
     let rs = ReplicaSet::start(ReplicaSetOptions::default().auth(USER, SECRET))
         .await
         .unwrap();
-    let admin = rs.client().await.unwrap();
+    let clients = Clients::default();
+    let admin = clients.connect(&rs.uri()).await;
     admin
         .database("admin")
         .run_command(doc! { "createUser": "reader", "pwd": "reader-pw", "roles": [{ "role": "read", "db": "d" }] })
@@ -313,8 +335,13 @@ async fn a_user_without_write_privileges_is_a_clear_error() {
     let uri = rs
         .uri()
         .replace(&format!("{USER}:{SECRET}@"), "reader:reader-pw@");
-    let (e, took) =
-        connect_refused("connect as a read-only user", &uri, Duration::from_secs(3)).await;
+    let (e, took) = connect_refused(
+        &clients,
+        "connect as a read-only user",
+        &uri,
+        Duration::from_secs(3),
+    )
+    .await;
     eprintln!("read-only user: {e} (after {took:?})");
     assert!(!e.is_transient(), "{e}");
     assert!(e.to_string().contains("not authorized"), "{e}");

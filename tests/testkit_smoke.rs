@@ -77,6 +77,8 @@ async fn three_members_reach_writable_primary() {
         )
         .await
         .unwrap();
+    // While the runtime still runs (`tests/common`'s `shut_down`).
+    client.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

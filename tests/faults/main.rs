@@ -17,6 +17,8 @@
 //! fault (`MONGO_LEASE_SOAK_SECS=<n>` for another duration).
 //! Lines starting with `FIGURE` are the measured figures.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod harness;
 mod worker;
 
