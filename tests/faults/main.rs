@@ -104,6 +104,25 @@ async fn three_members(proxied: bool) -> ReplicaSet {
         .expect("3-member replica set")
 }
 
+/// Waits until member 0 is primary and returns its index. Member 0 has the
+/// highest priority: after a restart it takes the primary role back by a
+/// priority takeover once it caught up, at a moment of its own. Once it is
+/// primary, no takeover moves the role, so a fault injected on "the
+/// primary" right after this hits the primary.
+async fn settled_primary(rs: &ReplicaSet) -> usize {
+    // A hang guard only: the takeover comes within seconds of a restart.
+    let limit = Duration::from_secs(60);
+    let started = Instant::now();
+    while rs.primary().await != Some(0) {
+        assert!(
+            started.elapsed() < limit,
+            "member 0 (highest priority) is not primary after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    0
+}
+
 /// Waits for `n` more completed critical sections (from history index `from`).
 async fn progress(fleet: &Fleet, from: usize, n: usize, limit: Duration) {
     fleet
@@ -244,6 +263,12 @@ async fn b_primary_step_down_every_few_seconds() {
             "a lease was lost in a failover of at most {longest:.2} s (TTL {:?})",
             p.ttl
         );
+    } else {
+        eprintln!(
+            "NOT CHECKED: b_step_down: \"no lease lost\": the longest failover took {longest:.2} s, not under TTL / 2 ({:?}); {} lost",
+            p.ttl / 2,
+            report.lost
+        );
     }
 }
 
@@ -264,7 +289,7 @@ async fn c_primary_kill_9_and_restart() {
     let mut windows = Vec::new();
     let mut rounds = Rounds::new(2);
     while rounds.next() {
-        let primary = rs.wait_for_primary(Duration::from_secs(30)).await.unwrap();
+        let primary = settled_primary(&rs).await;
         let from = fleet.history.len();
         let started = Instant::now();
         let t0 = monotonic_ns();
@@ -294,6 +319,12 @@ async fn c_primary_kill_9_and_restart() {
             report.lost, 0,
             "a lease was lost in a failover of at most {longest:.2} s (TTL {:?})",
             p.ttl
+        );
+    } else {
+        eprintln!(
+            "NOT CHECKED: c_kill_primary: \"no lease lost\": the longest failover took {longest:.2} s, not under TTL / 2 ({:?}); {} lost",
+            p.ttl / 2,
+            report.lost
         );
     }
 }
