@@ -152,6 +152,8 @@ async fn shared_uri_multi_thread() {
         .run_command(doc! { "ping": 1 })
         .await
         .unwrap();
+    // While the runtime still runs (`tests/common`'s `shut_down`).
+    client.shutdown().await;
 }
 
 #[test]
