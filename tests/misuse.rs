@@ -211,6 +211,9 @@ async fn losing_the_server_mid_lease_gives_bounded_calls_and_a_fired_token() {
     let (r, took) = bounded("shutdown", BOUND, manager.shutdown()).await;
     eprintln!("shutdown while unreachable: {r:?} after {took:?}");
     assert!(r.unwrap_err().is_transient());
+    // Healed, so that the client's shutdown at the end can close the change
+    // stream the failed manager shutdown left open.
+    proxy.heal();
 }
 
 // ----- credentials ----------------------------------------------------------
