@@ -246,6 +246,7 @@ async fn a_release_that_another_manager_waited_for_yields_the_key_to_it() {
         counted > 0,
         "no round found the busy manager's lease marked"
     );
+    eprintln!("fairness: {counted} of 5 rounds counted from the waiting mark");
     stop.cancel();
     for l in loops {
         assert!(l.await.unwrap() > 0);
