@@ -93,9 +93,17 @@ impl Env {
     }
 
     /// The lock collection of this database, through a client of the
-    /// current runtime.
+    /// current runtime. On a multi-threaded runtime the client is shut down
+    /// with the others when this is dropped; a single-threaded runtime (as in
+    /// [`Env::wait_for_waiting_mark_blocking`]) drops its driver tasks with
+    /// itself and needs none of that (`common::shut_down`).
     async fn leases(&self) -> mongodb::Collection<mongodb::bson::Document> {
         let client = mongodb::Client::with_uri_str(&self.uri).await.unwrap();
+        if tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread
+        {
+            self.clients.lock().unwrap().push(client.clone());
+        }
         client.database(&self.db).collection("leases")
     }
 

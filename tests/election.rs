@@ -514,10 +514,12 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
 
 // ----- polling fallback ---------------------------------------------------------------
 
-/// A standalone `mongod` (no replica set, so no change streams), killed on drop.
+/// A standalone `mongod` (no replica set, so no change streams), killed on
+/// drop, after the clients made through it are shut down.
 struct Standalone {
     child: std::process::Child,
     uri: String,
+    clients: common::Clients,
     _dir: tempfile::TempDir,
 }
 
@@ -539,7 +541,8 @@ impl Standalone {
             .spawn()
             .expect("start a standalone mongod");
         let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true");
-        let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
+        let clients = common::Clients::default();
+        let client = clients.connect(&uri).await;
         eventually("the standalone mongod answers", WAIT, || async {
             client
                 .database("admin")
@@ -551,17 +554,18 @@ impl Standalone {
         Standalone {
             child,
             uri,
+            clients,
             _dir: dir,
         }
     }
 
+    /// A manager whose client is shut down with this server's other clients.
     async fn manager(&self) -> LockManager {
-        standalone_manager(&self.uri).await
+        standalone_manager(self.clients.connect(&self.uri).await).await
     }
 }
 
-async fn standalone_manager(uri: &str) -> LockManager {
-    let client = mongodb::Client::with_uri_str(uri).await.unwrap();
+async fn standalone_manager(client: mongodb::Client) -> LockManager {
     LockManager::connect(
         mongo_lease::LockManagerOptions::builder()
             .database(client.database("poll"))
@@ -575,6 +579,8 @@ async fn standalone_manager(uri: &str) -> LockManager {
 
 impl Drop for Standalone {
     fn drop(&mut self) {
+        // Shuts the clients down (`common::shut_down`) while the server runs.
+        drop(std::mem::take(&mut self.clients));
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -633,7 +639,8 @@ async fn observers_poll_a_standalone_server() {
             .build()
             .unwrap();
         let term = runtime.block_on(async {
-            let manager = standalone_manager(&uri).await;
+            let client = mongodb::Client::with_uri_str(&uri).await.unwrap();
+            let manager = standalone_manager(client).await;
             let leadership = Election::new(&manager, "leader")
                 .unwrap()
                 .campaign()

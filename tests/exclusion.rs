@@ -120,8 +120,23 @@ async fn a_cancelled_acquire_never_takes_the_key() {
             .unwrap()
             .is_none()
     );
+    // The timed-out acquire's last attempt may still be in flight: wait until
+    // every attempt sent so far came back, so that the next reply counted is
+    // the new acquire's own.
+    let mut attempts = 0;
+    common::eventually(
+        "b's earlier attempts came back",
+        Duration::from_secs(20),
+        || {
+            let all = log.all();
+            let sent = all.iter().filter(|(n, _)| n == "findAndModify").count();
+            let back = all.iter().filter(|(n, _)| n == "ok:findAndModify").count();
+            attempts = back;
+            async move { sent == back }
+        },
+    )
+    .await;
     // Cancel by select! as well, once the acquire has tried the key.
-    let attempts = log.count("ok:findAndModify");
     tokio::select! {
         _ = b.acquire("k") => panic!("held by a"),
         _ = common::eventually("b's attempt", Duration::from_secs(20), || {

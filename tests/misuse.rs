@@ -9,12 +9,12 @@ mod common;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common::Fixture;
+use common::{Clients, Fixture};
 use futures::TryStreamExt;
 use mongo_lease::testkit::{FaultProxy, ReplicaSet, ReplicaSetOptions};
 use mongo_lease::{Error, LockManager, LockManagerOptions, ReleaseOutcome};
+use mongodb::IndexModel;
 use mongodb::bson::{Bson, Document, doc};
-use mongodb::{Client, IndexModel};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -55,8 +55,15 @@ impl std::io::Write for Writer {
     }
 }
 
-async fn options_for(uri: &str, db: &str, op_timeout: Duration) -> LockManagerOptions {
-    let client = Client::with_uri_str(uri).await.unwrap();
+/// Options for a manager on `uri` whose client `clients` shuts down at the
+/// end of the test.
+async fn options_for(
+    clients: &Clients,
+    uri: &str,
+    db: &str,
+    op_timeout: Duration,
+) -> LockManagerOptions {
+    let client = clients.connect(uri).await;
     LockManagerOptions::builder()
         .database(client.database(db))
         .collection("job.lock")
@@ -67,11 +74,16 @@ async fn options_for(uri: &str, db: &str, op_timeout: Duration) -> LockManagerOp
 
 /// Connects a manager to `uri` (database `d`, operation timeout
 /// `op_timeout`), expecting an error within [`BOUND`]; returns it and the wait.
-async fn connect_refused(what: &str, uri: &str, op_timeout: Duration) -> (Error, Duration) {
+async fn connect_refused(
+    clients: &Clients,
+    what: &str,
+    uri: &str,
+    op_timeout: Duration,
+) -> (Error, Duration) {
     let (r, took) = bounded(
         what,
         BOUND,
-        LockManager::connect(options_for(uri, "d", op_timeout).await),
+        LockManager::connect(options_for(clients, uri, "d", op_timeout).await),
     )
     .await;
     (r.expect_err(what), took)
@@ -94,7 +106,9 @@ async fn bounded<T>(
 
 #[tokio::test]
 async fn an_unresolvable_host_is_a_bounded_clear_error() {
+    let clients = Clients::default();
     let options = options_for(
+        &clients,
         "mongodb://no-such-host.invalid:27017/?serverSelectionTimeoutMS=60000",
         "d",
         Duration::from_millis(800),
@@ -125,8 +139,9 @@ async fn server_behind_proxy() -> (ReplicaSet, FaultProxy, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_never_answers_is_a_bounded_clear_error() {
     let (_rs, proxy, uri) = server_behind_proxy().await;
+    let clients = Clients::default();
     proxy.blackhole();
-    let options = options_for(&uri, "d", Duration::from_millis(800)).await;
+    let options = options_for(&clients, &uri, "d", Duration::from_millis(800)).await;
     let (result, took) = bounded("connect", BOUND, LockManager::connect(options)).await;
     let e = result.unwrap_err();
     assert!(matches!(e, Error::Unreachable { .. }), "{e}");
@@ -140,8 +155,9 @@ async fn a_server_that_never_answers_is_a_bounded_clear_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_server_mid_lease_gives_bounded_calls_and_a_fired_token() {
     let (_rs, proxy, uri) = server_behind_proxy().await;
+    let clients = Clients::default();
     let op = Duration::from_millis(800);
-    let manager = LockManager::connect(options_for(&uri, "d", op).await)
+    let manager = LockManager::connect(options_for(&clients, &uri, "d", op).await)
         .await
         .unwrap();
     let acquired = Instant::now();
@@ -195,6 +211,9 @@ async fn losing_the_server_mid_lease_gives_bounded_calls_and_a_fired_token() {
     let (r, took) = bounded("shutdown", BOUND, manager.shutdown()).await;
     eprintln!("shutdown while unreachable: {r:?} after {took:?}");
     assert!(r.unwrap_err().is_transient());
+    // Healed, so that the client's shutdown at the end can close the change
+    // stream the failed manager shutdown left open.
+    proxy.heal();
 }
 
 // ----- credentials ----------------------------------------------------------
@@ -211,12 +230,14 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
     let rs = ReplicaSet::start(ReplicaSetOptions::default().auth(USER, SECRET))
         .await
         .unwrap();
+    let clients = Clients::default();
     let uri = rs.uri();
     assert!(uri.contains(&format!("{USER}:{SECRET}@")), "{uri}");
     let mut errors = Vec::new();
 
     let wrong = uri.replace(SECRET, "not-the-password");
     let (e, took) = connect_refused(
+        &clients,
         "connect with a wrong password",
         &wrong,
         Duration::from_secs(3),
@@ -230,6 +251,7 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
     // No credentials at all.
     let anonymous = uri.replace(&format!("{USER}:{SECRET}@"), "");
     let (e, _) = connect_refused(
+        &clients,
         "connect without credentials",
         &anonymous,
         Duration::from_secs(3),
@@ -240,13 +262,14 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
     errors.push(e);
 
     // The right password: acquire, release, and a few errors of other kinds.
-    let manager = LockManager::connect(options_for(&uri, "d", Duration::from_secs(3)).await)
-        .await
-        .unwrap();
+    let manager =
+        LockManager::connect(options_for(&clients, &uri, "d", Duration::from_secs(3)).await)
+            .await
+            .unwrap();
     let lease = manager.acquire("k").await.unwrap();
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     errors.push(manager.try_acquire("").await.unwrap_err());
-    let admin = rs.client().await.unwrap();
+    let admin = clients.connect(&rs.uri()).await;
     admin
         .database("d")
         .collection::<Document>("job.lock")
@@ -260,6 +283,7 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
     // Unreachable, with credentials in the URI.
     let dead = format!("mongodb://{USER}:{SECRET}@127.0.0.1:1/?serverSelectionTimeoutMS=500");
     let (e, _) = connect_refused(
+        &clients,
         "connect to a closed port",
         &dead,
         Duration::from_millis(800),
@@ -279,7 +303,7 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
             );
         }
     }
-    let options = options_for(&uri, "d", Duration::from_secs(3)).await;
+    let options = options_for(&clients, &uri, "d", Duration::from_secs(3)).await;
     assert!(!format!("{options:?}").contains(SECRET));
     let manager = LockManager::connect(options).await.unwrap();
     assert!(!format!("{manager:?}").contains(SECRET));
@@ -304,7 +328,8 @@ async fn a_user_without_write_privileges_is_a_clear_error() {
     let rs = ReplicaSet::start(ReplicaSetOptions::default().auth(USER, SECRET))
         .await
         .unwrap();
-    let admin = rs.client().await.unwrap();
+    let clients = Clients::default();
+    let admin = clients.connect(&rs.uri()).await;
     admin
         .database("admin")
         .run_command(doc! { "createUser": "reader", "pwd": "reader-pw", "roles": [{ "role": "read", "db": "d" }] })
@@ -313,8 +338,13 @@ async fn a_user_without_write_privileges_is_a_clear_error() {
     let uri = rs
         .uri()
         .replace(&format!("{USER}:{SECRET}@"), "reader:reader-pw@");
-    let (e, took) =
-        connect_refused("connect as a read-only user", &uri, Duration::from_secs(3)).await;
+    let (e, took) = connect_refused(
+        &clients,
+        "connect as a read-only user",
+        &uri,
+        Duration::from_secs(3),
+    )
+    .await;
     eprintln!("read-only user: {e} (after {took:?})");
     assert!(!e.is_transient(), "{e}");
     assert!(e.to_string().contains("not authorized"), "{e}");
@@ -325,33 +355,46 @@ async fn a_user_without_write_privileges_is_a_clear_error() {
 // ----- unusable lock collections --------------------------------------------
 
 /// A unique index on the owner id contradicts the protocol (one manager
-/// holds many leases): the second acquire of a manager must fail with a
-/// clear, permanent error within a bounded time.
+/// holds many leases): `connect` refuses such a collection with a clear,
+/// permanent error, and creates nothing in it.
 #[tokio::test]
-async fn a_unique_index_on_the_owner_id_is_a_clear_error() {
+async fn a_unique_index_on_the_owner_id_is_refused_at_connect() {
     let fx = Fixture::new("unique_aid").await;
-    fx.raw()
-        .create_index(
-            IndexModel::builder()
-                .keys(doc! { "aid": 1 })
-                .options(
-                    mongodb::options::IndexOptions::builder()
-                        .unique(true)
-                        .build(),
-                )
-                .build(),
-        )
-        .await
-        .unwrap();
+    fx.raw().create_index(unique_on_aid()).await.unwrap();
     let mut options = fx.options(TTL).await;
     options.operation_timeout = Duration::from_secs(2);
-    let manager = match LockManager::connect(options).await {
-        Err(e) => {
-            assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
-            return;
-        }
-        Ok(manager) => manager,
-    };
+    let (result, took) = bounded(
+        "connect to a collection with a unique index on aid",
+        BOUND,
+        LockManager::connect(options),
+    )
+    .await;
+    let e = result.expect_err("a unique index on aid must be refused");
+    eprintln!("unique index on aid at connect: {e} (after {took:?})");
+    assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
+    assert!(!e.is_transient(), "a permanent error, not {e}");
+    let mut names: Vec<String> = fx.raw().list_index_names().await.unwrap();
+    names.sort();
+    assert_eq!(names, ["_id_", "aid_1"], "no index created");
+    assert_eq!(
+        fx.raw().count_documents(doc! {}).await.unwrap(),
+        0,
+        "no document written"
+    );
+}
+
+/// The same index created after `connect` checked the collection: the
+/// duplicate-key error of a second lease of the manager names that index,
+/// not `_id_`, and must not be read as "held" (which would wait for ever):
+/// both `try_acquire` and `acquire` end with a clear, permanent error within
+/// a bounded time, and the first lease is unaffected.
+#[tokio::test]
+async fn a_unique_index_on_the_owner_id_created_later_is_a_clear_error() {
+    let fx = Fixture::new("unique_aid_late").await;
+    let mut options = fx.options(TTL).await;
+    options.operation_timeout = Duration::from_secs(2);
+    let manager = LockManager::connect(options).await.unwrap();
+    fx.raw().create_index(unique_on_aid()).await.unwrap();
     let first = manager.acquire("a").await.unwrap();
     let (second, took) = bounded(
         "try_acquire of a second key under a unique index on aid",
@@ -360,17 +403,32 @@ async fn a_unique_index_on_the_owner_id_is_a_clear_error() {
     )
     .await;
     let e = second.unwrap_err();
+    eprintln!("unique index on aid, try_acquire: {e} (after {took:?})");
+    assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
     assert!(!e.is_transient(), "a permanent error, not {e}");
-    let (second, _) = bounded(
+    let (second, took) = bounded(
         "a second acquire under a unique index on aid",
         BOUND,
         manager.acquire("b"),
     )
     .await;
     let e = second.unwrap_err();
-    eprintln!("unique index on aid: {e} (after {took:?})");
+    eprintln!("unique index on aid, acquire: {e} (after {took:?})");
+    assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
+}
+
+/// A unique index on the owner id field `aid`.
+fn unique_on_aid() -> IndexModel {
+    IndexModel::builder()
+        .keys(doc! { "aid": 1 })
+        .options(
+            mongodb::options::IndexOptions::builder()
+                .unique(true)
+                .build(),
+        )
+        .build()
 }
 
 /// An index named like the manager's TTL index but on another field: the

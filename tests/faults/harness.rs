@@ -182,6 +182,14 @@ pub struct Fleet {
     next: usize,
 }
 
+/// Shuts the fleet's client down while the scenario's (multi-threaded)
+/// runtime still runs (`common::shut_down`).
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        crate::common::shut_down(vec![self.client.clone()]);
+    }
+}
+
 pub const LOCKS: &str = "job.lock";
 pub const COUNTERS: &str = "job";
 
