@@ -41,49 +41,35 @@ impl Doc {
     /// A document held by `owner` from now for `ttl`, with token `token`.
     pub fn held(owner: &str, token: u64, ttl: Duration) -> Doc {
         let now = Instant::now();
-        Doc {
-            owner: owner.to_string(),
-            lease_id: Some(Uuid::new_v4()),
-            token,
-            exp: now + ttl,
-            acquired: now,
-            renewed: now,
-            payload: None,
-            waiting_since: None,
-            yield_until: None,
-        }
+        Doc::fresh(owner, Some(Uuid::new_v4()), token, now, now + ttl)
     }
 
     /// A released document with token `token` (what an upsert starts from).
     fn vacant(now: Instant, token: u64) -> Doc {
-        Doc {
-            owner: String::new(),
-            lease_id: None,
-            token,
-            exp: now,
-            acquired: now,
-            renewed: now,
-            payload: None,
-            waiting_since: None,
-            yield_until: None,
-        }
+        Doc::fresh("", None, token, now, now)
     }
 
     /// A new acquisition by `owner` under `lease_id` at `now`: token + 1,
     /// `exp = now + ttl`, no payload and no fairness marks. Returns the token.
     fn take(&mut self, owner: &str, lease_id: Uuid, ttl: Duration, now: Instant) -> u64 {
-        *self = Doc {
+        *self = Doc::fresh(owner, Some(lease_id), self.token + 1, now, now + ttl);
+        self.token
+    }
+
+    /// A document acquired (or released) at `now`, with no payload and no
+    /// fairness marks.
+    fn fresh(owner: &str, lease_id: Option<Uuid>, token: u64, now: Instant, exp: Instant) -> Doc {
+        Doc {
             owner: owner.to_string(),
-            lease_id: Some(lease_id),
-            token: self.token + 1,
-            exp: now + ttl,
+            lease_id,
+            token,
+            exp,
             acquired: now,
             renewed: now,
             payload: None,
             waiting_since: None,
             yield_until: None,
-        };
-        self.token
+        }
     }
 
     /// The lease as observers see it: without the fairness fields.
