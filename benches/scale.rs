@@ -27,6 +27,9 @@ use mongodb::event::{EventHandler, command::CommandEvent};
 /// Lease TTL of the benchmark's manager; its heartbeat is a third of it.
 const TTL: Duration = Duration::from_secs(30);
 /// Acquire calls in flight at once.
+#[path = "../tests/common/renewal.rs"]
+mod renewal;
+
 const CONCURRENCY: usize = 256;
 
 /// Start and end of each renewal command (an `update` that sets `ts`).
@@ -38,29 +41,6 @@ struct RenewalLog {
     started: HashMap<i32, (Instant, usize)>,
     /// `(started, finished, leases)` of each completed renewal command.
     done: Vec<(Instant, Instant, usize)>,
-}
-
-/// The number of leases a renewal command renews, or `None` for any other command.
-fn renewal_size(command: &Document) -> Option<usize> {
-    let update = command.get_array("updates").ok()?.first()?.as_document()?;
-    let set = update
-        .get_array("u")
-        .ok()?
-        .first()?
-        .as_document()?
-        .get_document("$set")
-        .ok()?;
-    if !set.contains_key("ts") {
-        return None;
-    }
-    let keys = update
-        .get_document("q")
-        .ok()?
-        .get_document("_id")
-        .ok()?
-        .get_array("$in")
-        .ok()?;
-    Some(keys.len())
 }
 
 fn main() {
@@ -98,7 +78,7 @@ async fn run(keys: usize) {
         let mut log = sink.0.lock().unwrap();
         match event {
             CommandEvent::Started(started) => {
-                if let Some(n) = renewal_size(&started.command) {
+                if let Some(n) = renewal::renewed_keys(&started.command).map(|keys| keys.len()) {
                     log.started.insert(started.request_id, (now, n));
                 }
             }

@@ -609,25 +609,7 @@ fn renewal_commands(log: &[(String, Document)]) -> Vec<Vec<String>> {
     log.iter()
         .filter(|(name, _)| name == "update")
         .filter_map(|(_, command)| {
-            let update = command.get_array("updates").ok()?.first()?.as_document()?;
-            let set = update
-                .get_array("u")
-                .ok()?
-                .first()?
-                .as_document()?
-                .get_document("$set")
-                .ok()?;
-            // A renewal sets `ts` (a release does not).
-            if !set.contains_key("ts") {
-                return None;
-            }
-            let keys = update
-                .get_document("q")
-                .ok()?
-                .get_document("_id")
-                .ok()?
-                .get_array("$in")
-                .ok()?;
+            let keys = common::renewal::renewed_keys(command)?;
             Some(
                 keys.iter()
                     .map(|k| k.as_str().expect("string keys").to_owned())
