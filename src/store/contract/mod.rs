@@ -190,4 +190,13 @@ contract!(
     release::force_release_releases_a_live_lease_of_any_owner,
     release::releases_and_deletes_are_announced_expiries_and_renewals_are_not,
     reads::list_pages_through_leases_in_key_order,
+    // Keys of any BSON type.
+
+    // Other applications' lock documents.
+
+    // Delete-on-release mode and release by owner.
+
+    // Loss detection and renewal by owner.
+
+    // Per-lease TTL.
 );
