@@ -340,7 +340,7 @@ impl Worker {
     /// change of `ts` is a renewal by the manager's heartbeat. Says once that
     /// the lease has outlived its TTL. `false` if the lease was lost.
     async fn work(&self, lease: &Lease, duration: Duration) -> Result<bool, BoxError> {
-        let key = lease.key();
+        let key = &lease.key().to_string();
         let began = Instant::now();
         let (ts0, exp0) = self.lock_times(key).await?;
         let (mut last_ts, mut renewals, mut shown) = (ts0, 0, false);

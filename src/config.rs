@@ -6,6 +6,7 @@ use mongodb::Database;
 use typed_builder::TypedBuilder;
 
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 
 /// Default lease time-to-live: 30 s.
 ///
@@ -42,7 +43,8 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
 /// about 0.1 s; batches keep each command far below the 16 MiB command size limit.
 pub const DEFAULT_RENEWAL_BATCH_SIZE: usize = 5_000;
 
-/// Longest accepted lease key, in bytes of UTF-8: 1 KiB.
+/// Longest accepted lease key: 1 KiB, in bytes of UTF-8 for a string key,
+/// in bytes of the encoded BSON value for any other [`LeaseKey`].
 pub const MAX_KEY_LEN: usize = 1024;
 
 /// Longest accepted owner id, in bytes of UTF-8.
@@ -260,20 +262,8 @@ pub(crate) fn validate_owner_id(owner: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks a lease key: 1 to [`MAX_KEY_LEN`] bytes.
-pub(crate) fn validate_key(key: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(Error::InvalidKey {
-            reason: "the key is empty".into(),
-        });
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(Error::InvalidKey {
-            reason: format!(
-                "the key is {} bytes long; the limit is {MAX_KEY_LEN}",
-                key.len()
-            ),
-        });
-    }
-    Ok(())
+/// Checks a lease key: a type MongoDB accepts as `_id`, 1 to [`MAX_KEY_LEN`]
+/// bytes (see [`LeaseKey`]).
+pub(crate) fn validate_key(key: &LeaseKey) -> Result<()> {
+    key.validate()
 }

@@ -15,7 +15,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
@@ -24,6 +23,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::config::validate_key;
 use crate::error::Result;
+use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseHandle, LeaseInfo, LeaseObserver, ReleaseOutcome};
 use crate::manager::LockManager;
 
@@ -52,7 +52,7 @@ use crate::manager::LockManager;
 #[derive(Clone)]
 pub struct Election {
     manager: LockManager,
-    name: Arc<str>,
+    name: LeaseKey,
 }
 
 impl Election {
@@ -62,17 +62,17 @@ impl Election {
     ///
     /// [`Error::InvalidKey`](crate::Error::InvalidKey) if `name` is not a
     /// valid key (empty or longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN)).
-    pub fn new(manager: &LockManager, name: impl Into<String>) -> Result<Election> {
+    pub fn new(manager: &LockManager, name: impl Into<LeaseKey>) -> Result<Election> {
         let name = name.into();
         validate_key(&name)?;
         Ok(Election {
             manager: manager.clone(),
-            name: name.into(),
+            name,
         })
     }
 
     /// The election's name, which is also its lease key.
-    pub fn name(&self) -> &str {
+    pub fn name(&self) -> &LeaseKey {
         &self.name
     }
 
@@ -94,7 +94,7 @@ impl Election {
     /// Cancel safe: dropping the future withdraws the candidacy; a leadership
     /// won at that moment is resigned, never leaked.
     pub async fn campaign(&self) -> Result<Leadership> {
-        let lease = self.manager.acquire(self.name.to_string()).await?;
+        let lease = self.manager.acquire(self.name.clone()).await?;
         Ok(self.won(lease))
     }
 
@@ -111,7 +111,7 @@ impl Election {
     pub async fn campaign_timeout(&self, timeout: Duration) -> Result<Option<Leadership>> {
         let lease = self
             .manager
-            .acquire_timeout(self.name.to_string(), timeout)
+            .acquire_timeout(self.name.clone(), timeout)
             .await?;
         Ok(lease.map(|lease| self.won(lease)))
     }
@@ -126,7 +126,7 @@ impl Election {
     ///
     /// Cancel safe, as [`Election::campaign`].
     pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
-        let lease = self.manager.try_acquire(self.name.to_string()).await?;
+        let lease = self.manager.try_acquire(self.name.clone()).await?;
         Ok(lease.map(|lease| self.won(lease)))
     }
 
@@ -151,7 +151,7 @@ impl Election {
     pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
         Ok(self
             .manager
-            .inspect(self.name.to_string())
+            .inspect(self.name.clone())
             .await?
             .as_ref()
             .and_then(LeaderInfo::from_info))
@@ -188,7 +188,7 @@ impl Election {
     /// ```
     pub async fn observe(&self) -> Result<LeaderObserver> {
         Ok(LeaderObserver {
-            changes: self.manager.observe(self.name.to_string()).await?,
+            changes: self.manager.observe(self.name.clone()).await?,
             last: None,
         })
     }
@@ -262,13 +262,13 @@ impl fmt::Debug for Election {
 /// leader's writes can be refused. Dropping it resigns in the background;
 /// prefer [`Leadership::resign`].
 pub struct Leadership {
-    election: Arc<str>,
+    election: LeaseKey,
     lease: Lease,
 }
 
 impl Leadership {
     /// The election's name.
-    pub fn election(&self) -> &str {
+    pub fn election(&self) -> &LeaseKey {
         &self.election
     }
 
@@ -372,7 +372,7 @@ impl fmt::Debug for Leadership {
 /// leadership. Cheap to clone into the tasks that work as leader.
 #[derive(Clone)]
 pub struct LeaderContext {
-    election: Arc<str>,
+    election: LeaseKey,
     term: u64,
     cancel: CancellationToken,
     lease: LeaseHandle,
@@ -380,7 +380,7 @@ pub struct LeaderContext {
 
 impl LeaderContext {
     /// The election's name.
-    pub fn election(&self) -> &str {
+    pub fn election(&self) -> &LeaseKey {
         &self.election
     }
 

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::key::LeaseKey;
+
 /// Everything that can go wrong in `mongo-lease`.
 ///
 /// A key held by another owner is **not** an error: [`LockManager::try_acquire`]
@@ -16,7 +18,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A lease key is empty or longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes.
+    /// A lease key is empty, longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN)
+    /// bytes, of a type MongoDB refuses as `_id` (array, regular expression,
+    /// `undefined`), or a document with a `$`-prefixed field name; or a
+    /// key's Extended JSON could not be parsed. See [`LeaseKey`].
     #[error("invalid lease key: {reason}")]
     InvalidKey {
         /// Why the key was refused.
@@ -34,12 +39,13 @@ pub enum Error {
     /// The document stored under this key in the lock collection was not written
     /// by `mongo-lease`. It was left untouched.
     #[error(
-        "the lock collection holds a document of foreign shape under key {key:?}; \
-         it was left untouched (remove it or use another collection)"
+        "the lock collection holds a document of foreign shape under key {}; \
+         it was left untouched (remove it or use another collection)",
+        .key.to_extended_json()
     )]
     ForeignDocument {
         /// The key whose document has a foreign shape.
-        key: String,
+        key: LeaseKey,
     },
 
     /// The lock collection cannot be used as is (capped, or an index on `exp`
@@ -78,10 +84,10 @@ pub enum Error {
 
     /// The operation needed a lease that is no longer held (it was lost,
     /// released, or taken over). Its cancellation token has fired.
-    #[error("the lease on {key:?} is no longer held")]
+    #[error("the lease on {} is no longer held", .key.to_extended_json())]
     LeaseLost {
         /// The key of the lost lease.
-        key: String,
+        key: LeaseKey,
     },
 
     /// The manager has shut down (by [`LockManager::shutdown`] or because its

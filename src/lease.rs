@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::actor::mailbox::Mailbox;
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 
 /// Largest accepted payload ([`Lease::set_payload`]), in bytes of BSON: 16 KiB.
 ///
@@ -68,7 +69,7 @@ impl ReleaseOutcome {
 /// # async fn do_work(_token: u64) {}
 /// ```
 pub struct Lease {
-    key: String,
+    key: LeaseKey,
     owner_id: Arc<str>,
     lease_id: Uuid,
     fencing_token: u64,
@@ -80,7 +81,7 @@ pub struct Lease {
 
 impl Lease {
     pub(crate) fn new(
-        key: String,
+        key: LeaseKey,
         owner_id: Arc<str>,
         lease_id: Uuid,
         fencing_token: u64,
@@ -99,7 +100,7 @@ impl Lease {
     }
 
     /// The key this lease holds.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &LeaseKey {
         &self.key
     }
 
@@ -222,7 +223,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if !self.released {
             self.mailbox
-                .release_in_background(std::mem::take(&mut self.key), self.lease_id);
+                .release_in_background(self.key.clone(), self.lease_id);
         }
     }
 }
@@ -242,7 +243,7 @@ impl fmt::Debug for Lease {
 /// `LeaderContext` to set the payload while the `Leadership` owns the lease.
 #[derive(Clone)]
 pub(crate) struct LeaseHandle {
-    key: String,
+    key: LeaseKey,
     lease_id: Uuid,
     mailbox: Mailbox,
 }
@@ -308,7 +309,7 @@ fn check_field_names(doc: &Document) -> Result<()> {
 #[non_exhaustive]
 pub struct LeaseInfo {
     /// The lease key (`_id`).
-    pub key: String,
+    pub key: LeaseKey,
     /// Owner id of the manager that holds, or last held, the lease (`aid`).
     pub owner_id: String,
     /// Fencing token of the current (or last) acquisition (`tok`).
@@ -374,13 +375,13 @@ impl LeaseInfo {
 ///
 /// [`LockManager::observe`]: crate::LockManager::observe
 pub struct LeaseObserver {
-    pub(crate) key: String,
+    pub(crate) key: LeaseKey,
     pub(crate) changes: mpsc::UnboundedReceiver<Result<Option<LeaseInfo>>>,
 }
 
 impl LeaseObserver {
     /// The observed key.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &LeaseKey {
         &self.key
     }
 

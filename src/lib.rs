@@ -93,6 +93,7 @@ mod backoff;
 pub mod config;
 pub mod election;
 pub mod error;
+mod key;
 pub mod lease;
 pub mod manager;
 mod store;
@@ -107,6 +108,7 @@ pub use config::{
 };
 pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
 pub use error::{Error, Result};
+pub use key::LeaseKey;
 pub use lease::{Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
 pub use manager::LockManager;
 

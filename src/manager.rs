@@ -14,6 +14,7 @@ use crate::actor::command::{AcquireMode, Command, WaiterId};
 use crate::actor::mailbox::Mailbox;
 use crate::config::{LockManagerOptions, Timing, validate_key};
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseInfo, LeaseObserver};
 use crate::store::{MongoStore, Store};
 
@@ -132,6 +133,10 @@ impl LockManager {
 
     /// Acquires `key`, waiting as long as it takes.
     ///
+    /// `key` is a string (`"job-1"`) or any [`LeaseKey`]: the `_id` of the
+    /// lock document, e.g. the `ObjectId` of the document being locked, so
+    /// that every application locking that `_id` excludes this one.
+    ///
     /// Local callers waiting for one key are served first in, first out; one
     /// retry loop per key talks to MongoDB, with jittered exponential backoff
     /// capped by the holder's remaining lease time. A key released by this
@@ -143,7 +148,8 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`] for an empty key or one longer than
+    /// [`Error::InvalidKey`] for a key MongoDB refuses as `_id` (see
+    /// [`LeaseKey`]), an empty key or one longer than
     /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, [`Error::ForeignDocument`]
     /// if a document not written by this crate occupies the key, and
     /// [`Error::Shutdown`] once the manager has shut down.
@@ -153,7 +159,7 @@ impl LockManager {
     /// Cancel safe: dropping the future removes the waiter from the queue,
     /// and a lease granted at that moment is released, never leaked. Wrap it in
     /// [`tokio::time::timeout`] or use [`LockManager::acquire_timeout`].
-    pub async fn acquire(&self, key: impl Into<String>) -> Result<Lease> {
+    pub async fn acquire(&self, key: impl Into<LeaseKey>) -> Result<Lease> {
         match self.request(key.into(), AcquireMode::Wait).await? {
             Some(lease) => Ok(lease),
             None => Err(Error::Shutdown),
@@ -172,7 +178,7 @@ impl LockManager {
     /// Cancel safe, as [`LockManager::acquire`].
     pub async fn acquire_timeout(
         &self,
-        key: impl Into<String>,
+        key: impl Into<LeaseKey>,
         timeout: Duration,
     ) -> Result<Option<Lease>> {
         match tokio::time::timeout(timeout, self.acquire(key)).await {
@@ -195,11 +201,11 @@ impl LockManager {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`LockManager::acquire`].
-    pub async fn try_acquire(&self, key: impl Into<String>) -> Result<Option<Lease>> {
+    pub async fn try_acquire(&self, key: impl Into<LeaseKey>) -> Result<Option<Lease>> {
         self.request(key.into(), AcquireMode::Try).await
     }
 
-    async fn request(&self, key: String, mode: AcquireMode) -> Result<Option<Lease>> {
+    async fn request(&self, key: LeaseKey, mode: AcquireMode) -> Result<Option<Lease>> {
         validate_key(&key)?;
         let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
         // Armed until the reply is in: if this future is dropped while the
@@ -283,7 +289,7 @@ impl LockManager {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn inspect(&self, key: impl Into<String>) -> Result<Option<LeaseInfo>> {
+    pub async fn inspect(&self, key: impl Into<LeaseKey>) -> Result<Option<LeaseInfo>> {
         let key = key.into();
         validate_key(&key)?;
         self.inner
@@ -308,7 +314,7 @@ impl LockManager {
         let mut all = Vec::new();
         let mut after = None;
         loop {
-            let (page, next) = self.list_page(after.as_deref(), LIST_PAGE).await?;
+            let (page, next) = self.list_page(after.as_ref(), LIST_PAGE).await?;
             all.extend(page);
             match next {
                 Some(next) => after = Some(next),
@@ -320,7 +326,9 @@ impl LockManager {
     /// One page of [`LockManager::list`]: the leases among the next `limit`
     /// documents whose keys sort after `after` (from the first with `None`),
     /// and the key to pass as `after` for the next page, `None` after the
-    /// last page. One MongoDB round trip.
+    /// last page. One MongoDB round trip. Keys of every type are listed, in
+    /// MongoDB's BSON order (the order of [`LeaseKey`]'s `Ord`: numbers,
+    /// then strings, documents, binary data, `ObjectId`s, dates, ...).
     ///
     /// # Errors
     ///
@@ -332,9 +340,9 @@ impl LockManager {
     /// Cancel safe (a read).
     pub async fn list_page(
         &self,
-        after: Option<&str>,
+        after: Option<&LeaseKey>,
         limit: usize,
-    ) -> Result<(Vec<LeaseInfo>, Option<String>)> {
+    ) -> Result<(Vec<LeaseInfo>, Option<LeaseKey>)> {
         if limit == 0 {
             return Err(Error::InvalidConfig {
                 reason: "list_page needs a limit of at least 1".into(),
@@ -343,7 +351,7 @@ impl LockManager {
         self.inner
             .mailbox
             .call(|respond_to| Command::List {
-                after: after.map(str::to_string),
+                after: after.cloned(),
                 limit,
                 respond_to,
             })
@@ -367,7 +375,7 @@ impl LockManager {
     /// # Cancel safety
     ///
     /// Dropping the future may or may not leave the key released.
-    pub async fn force_release(&self, key: impl Into<String>) -> Result<Option<LeaseInfo>> {
+    pub async fn force_release(&self, key: impl Into<LeaseKey>) -> Result<Option<LeaseInfo>> {
         let key = key.into();
         validate_key(&key)?;
         self.inner
@@ -414,7 +422,7 @@ impl LockManager {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn observe(&self, key: impl Into<String>) -> Result<LeaseObserver> {
+    pub async fn observe(&self, key: impl Into<LeaseKey>) -> Result<LeaseObserver> {
         let key = key.into();
         validate_key(&key)?;
         self.inner
@@ -440,7 +448,7 @@ const LIST_PAGE: usize = 1_000;
 /// before the reply arrived (disarmed once the reply is in).
 struct WaiterGuard<'a> {
     mailbox: &'a Mailbox,
-    key: String,
+    key: LeaseKey,
     waiter: WaiterId,
     armed: bool,
 }
@@ -450,7 +458,6 @@ impl Drop for WaiterGuard<'_> {
         if !self.armed {
             return;
         }
-        self.mailbox
-            .cancel_waiter(std::mem::take(&mut self.key), self.waiter);
+        self.mailbox.cancel_waiter(self.key.clone(), self.waiter);
     }
 }

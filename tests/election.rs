@@ -127,7 +127,7 @@ async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
         .await
         .unwrap();
     let all = operator.list().await.unwrap();
-    let keys: Vec<&str> = all.iter().map(|i| i.key.as_str()).collect();
+    let keys: Vec<String> = all.iter().map(|i| i.key.to_string()).collect();
     assert_eq!(
         keys,
         ["k1", "k2", "k3", "k4", "k5"],
@@ -141,12 +141,12 @@ async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
         2,
         "k0-foreign counts in the page but is not shown"
     );
-    let (page2, next2) = operator.list_page(next.as_deref(), 3).await.unwrap();
+    let (page2, next2) = operator.list_page(next.as_ref(), 3).await.unwrap();
     assert_eq!(
-        page2.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(),
+        page2.iter().map(|i| i.key.to_string()).collect::<Vec<_>>(),
         ["k3", "k4", "k5"]
     );
-    let (last, end) = operator.list_page(next2.as_deref(), 3).await.unwrap();
+    let (last, end) = operator.list_page(next2.as_ref(), 3).await.unwrap();
     assert!(last.is_empty() && end.is_none());
 
     // Force release: the holder's token fires at its next renewal.

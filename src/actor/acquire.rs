@@ -14,13 +14,14 @@ use super::mailbox::Mailbox;
 use super::{Actor, Attempt, Event, Held, KeyState, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::Result;
+use crate::key::LeaseKey;
 use crate::lease::Lease;
 use crate::store::AcquireOutcome;
 
 impl Actor {
     pub(super) fn on_acquire(
         &mut self,
-        key: String,
+        key: LeaseKey,
         waiter: WaiterId,
         mode: AcquireMode,
         respond_to: Reply<Option<Lease>>,
@@ -47,7 +48,7 @@ impl Actor {
         }
     }
 
-    pub(super) fn on_cancel_waiter(&mut self, key: &str, waiter: WaiterId) {
+    pub(super) fn on_cancel_waiter(&mut self, key: &LeaseKey, waiter: WaiterId) {
         let Some(state) = self.keys.get_mut(key) else {
             return;
         };
@@ -63,7 +64,7 @@ impl Actor {
     }
 
     /// Starts the key's next attempt if it is free locally and someone waits.
-    pub(super) fn serve_next(&mut self, key: &str) {
+    pub(super) fn serve_next(&mut self, key: &LeaseKey) {
         let Some(state) = self.keys.get_mut(key) else {
             return;
         };
@@ -80,13 +81,13 @@ impl Actor {
         }
     }
 
-    fn start_attempt(&mut self, key: &str) {
+    fn start_attempt(&mut self, key: &LeaseKey) {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
         state.attempt = Attempt::InFlight;
         let lease_id = state.next_lease_id;
         let waiting = state.waiters.iter().any(|w| w.mode != AcquireMode::Try);
         let sent_at = Instant::now();
-        let key = key.to_string();
+        let key = key.clone();
         let acquire = self.store.acquire(key.clone(), lease_id, waiting);
         self.spawn_store(acquire, move |result| Event::Acquired {
             result,
@@ -98,7 +99,7 @@ impl Actor {
 
     pub(super) fn on_acquired(
         &mut self,
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         sent_at: Instant,
         result: Result<AcquireOutcome>,
@@ -114,7 +115,7 @@ impl Actor {
                 self.grant(&key, lease_id, token, sent_at);
             }
             Ok(AcquireOutcome::Held { holder, remaining }) => {
-                tracing::trace!(key, holder, ?remaining, "key is held");
+                tracing::trace!(%key, holder, ?remaining, "key is held");
                 for waiter in std::mem::take(&mut state.waiters) {
                     if waiter.mode == AcquireMode::Try {
                         let _ = waiter.respond_to.send(Ok(None));
@@ -136,7 +137,7 @@ impl Actor {
                     }
                 }
                 if !state.waiters.is_empty() {
-                    tracing::warn!(key, %error, "acquire attempt failed; retrying");
+                    tracing::warn!(%key, %error, "acquire attempt failed; retrying");
                     self.schedule_retry(&key, None);
                 } else if transient {
                     // The write may have landed unseen: give it back rather than
@@ -151,7 +152,7 @@ impl Actor {
 
     /// Hands a fresh acquisition to the first waiter still waiting, or gives it
     /// back at once if nobody waits any more (a cancelled acquire never leaks).
-    pub(super) fn grant(&mut self, key: &str, lease_id: Uuid, token: u64, sent_at: Instant) {
+    pub(super) fn grant(&mut self, key: &LeaseKey, lease_id: Uuid, token: u64, sent_at: Instant) {
         let deadline = sent_at + self.timing.local_validity();
         let state = self.keys.get_mut(key).expect("grant for a known key");
         while let Some(waiter) = state.waiters.pop_front() {
@@ -163,7 +164,7 @@ impl Actor {
             };
             let cancel = CancellationToken::new();
             self.deadlines
-                .push(Reverse((deadline, key.to_string(), lease_id)));
+                .push(Reverse((deadline, key.clone(), lease_id)));
             state.held = Some(Held {
                 lease_id,
                 token,
@@ -171,9 +172,9 @@ impl Actor {
                 deadline,
                 renewing: false,
             });
-            tracing::debug!(key, token, "lease acquired");
+            tracing::debug!(%key, token, "lease acquired");
             let lease = Lease::new(
-                key.to_string(),
+                key.clone(),
                 self.owner_id.clone(),
                 lease_id,
                 token,
@@ -185,10 +186,10 @@ impl Actor {
             let _ = waiter.respond_to.send(Ok(Some(lease)));
             return;
         }
-        self.spawn_release(key.to_string(), lease_id, None);
+        self.spawn_release(key.clone(), lease_id, None);
     }
 
-    fn schedule_retry(&mut self, key: &str, remaining: Option<std::time::Duration>) {
+    fn schedule_retry(&mut self, key: &LeaseKey, remaining: Option<std::time::Duration>) {
         let state = self.keys.get_mut(key).expect("retry for a known key");
         let delay = retry_delay(
             state.failures,
@@ -197,7 +198,7 @@ impl Actor {
             remaining,
         );
         state.failures = state.failures.saturating_add(1);
-        let timer = self.timers.insert(Timer::Retry(key.to_string()), delay);
+        let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
         state.attempt = Attempt::Scheduled(timer);
         if remaining.is_some() {
             self.open_release_watch();

@@ -5,6 +5,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseInfo, LeaseObserver, ReleaseOutcome};
 
 /// The reply channel of a command.
@@ -28,19 +29,19 @@ pub(crate) enum AcquireMode {
 /// [`Error::Shutdown`].
 pub(crate) enum Command {
     Acquire {
-        key: String,
+        key: LeaseKey,
         waiter: WaiterId,
         mode: AcquireMode,
         respond_to: Reply<Option<Lease>>,
     },
     /// The acquire future of `waiter` was dropped before it completed.
     CancelWaiter {
-        key: String,
+        key: LeaseKey,
         waiter: WaiterId,
     },
     /// Release one lease; `respond_to` is `None` when the lease was dropped.
     Release {
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
     },
@@ -52,30 +53,30 @@ pub(crate) enum Command {
     },
     /// Read one key with the server's now.
     Inspect {
-        key: String,
+        key: LeaseKey,
         respond_to: Reply<Option<LeaseInfo>>,
     },
     /// One page of the lock collection, in key order.
     List {
-        after: Option<String>,
+        after: Option<LeaseKey>,
         limit: usize,
-        respond_to: Reply<(Vec<LeaseInfo>, Option<String>)>,
+        respond_to: Reply<(Vec<LeaseInfo>, Option<LeaseKey>)>,
     },
     /// Release a key whoever holds it (operator override).
     ForceRelease {
-        key: String,
+        key: LeaseKey,
         respond_to: Reply<Option<LeaseInfo>>,
     },
     /// Set the payload of a lease this manager holds.
     SetPayload {
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         payload: Document,
         respond_to: Reply<()>,
     },
     /// Subscribe to the changes of a key.
     Observe {
-        key: String,
+        key: LeaseKey,
         respond_to: Reply<LeaseObserver>,
     },
 }

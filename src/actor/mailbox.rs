@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::command::{Command, Reply, WaiterId};
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::lease::ReleaseOutcome;
 
 /// A sender of commands to the actor. Cheap to clone; the actor stops once
@@ -57,7 +58,7 @@ impl Mailbox {
     }
 
     /// Releases one acquisition and awaits the outcome.
-    pub(crate) async fn release(&self, key: String, lease_id: Uuid) -> Result<ReleaseOutcome> {
+    pub(crate) async fn release(&self, key: LeaseKey, lease_id: Uuid) -> Result<ReleaseOutcome> {
         self.call(|respond_to| Command::Release {
             key,
             lease_id,
@@ -69,7 +70,7 @@ impl Mailbox {
     /// Releases one acquisition in the background (a dropped lease); the
     /// actor logs a failure. Nothing happens if the actor has stopped (it
     /// released its leases then).
-    pub(crate) fn release_in_background(&self, key: String, lease_id: Uuid) {
+    pub(crate) fn release_in_background(&self, key: LeaseKey, lease_id: Uuid) {
         let _ = self.send(Command::Release {
             key,
             lease_id,
@@ -80,7 +81,7 @@ impl Mailbox {
     /// Sets the payload of one acquisition and awaits the outcome.
     pub(crate) async fn set_payload(
         &self,
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         payload: Document,
     ) -> Result<()> {
@@ -94,7 +95,7 @@ impl Mailbox {
     }
 
     /// Removes a waiter whose acquire future was dropped (fire and forget).
-    pub(crate) fn cancel_waiter(&self, key: String, waiter: WaiterId) {
+    pub(crate) fn cancel_waiter(&self, key: LeaseKey, waiter: WaiterId) {
         let _ = self.send(Command::CancelWaiter { key, waiter });
     }
 }

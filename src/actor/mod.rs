@@ -53,6 +53,7 @@ use uuid::Uuid;
 
 use crate::config::Timing;
 use crate::error::Result;
+use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseInfo, ReleaseOutcome};
 use crate::store::{AcquireOutcome, LeaseRef, Store};
 use command::{AcquireMode, Command, Reply, WaiterId};
@@ -127,7 +128,7 @@ impl KeyState {
 
 enum Timer {
     /// Time for the key's next acquire attempt.
-    Retry(String),
+    Retry(LeaseKey),
     /// Retry a renewal batch that failed.
     RenewRetry { leases: Vec<LeaseRef>, attempt: u32 },
 }
@@ -135,7 +136,7 @@ enum Timer {
 /// The result of a store operation, back in the actor's loop.
 enum Event {
     Acquired {
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         sent_at: Instant,
         result: Result<AcquireOutcome>,
@@ -144,32 +145,32 @@ enum Event {
         leases: Vec<LeaseRef>,
         sent_at: Instant,
         attempt: u32,
-        result: Result<Vec<String>>,
+        result: Result<Vec<LeaseKey>>,
     },
     Released {
-        key: String,
+        key: LeaseKey,
         respond_to: Option<Reply<ReleaseOutcome>>,
         result: Result<u64>,
     },
     ReleasedMany {
-        keys: Vec<String>,
+        keys: Vec<LeaseKey>,
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     },
     ReleasedAll {
-        keys: Vec<String>,
+        keys: Vec<LeaseKey>,
         respond_to: Reply<u64>,
         result: Result<u64>,
     },
     /// A read (inspect, list) was answered by its task; nothing to update.
     Answered,
     ForceReleased {
-        key: String,
+        key: LeaseKey,
         respond_to: Reply<Option<LeaseInfo>>,
         result: Result<Option<LeaseInfo>>,
     },
     PayloadSet {
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         respond_to: Reply<()>,
         result: Result<bool>,
@@ -184,7 +185,7 @@ pub(crate) struct Actor {
     /// Given to each `Lease` so that it can release itself; weak, so the
     /// actor stops once every handle and lease is gone.
     sender: mpsc::WeakUnboundedSender<Command>,
-    keys: HashMap<String, KeyState>,
+    keys: HashMap<LeaseKey, KeyState>,
     /// Acquires, releases, payload writes and reads in flight
     /// ([`Actor::spawn_store`]); shutdown waits for them.
     tasks: FuturesUnordered<BoxFuture<'static, Event>>,
@@ -201,11 +202,11 @@ pub(crate) struct Actor {
     /// `(deadline, key, lease id)`, checked lazily against `Held::deadline`
     /// (renewals move that field only; resetting one timer per lease per
     /// heartbeat would cost O(n) timer operations per tick).
-    deadlines: BinaryHeap<Reverse<(Instant, String, Uuid)>>,
+    deadlines: BinaryHeap<Reverse<(Instant, LeaseKey, Uuid)>>,
     heartbeat: Interval,
     closing: Option<Closing>,
     /// The control channel of each observed key's hub (`observers::run_hub`).
-    observers: HashMap<String, mpsc::UnboundedSender<observers::Subscriber>>,
+    observers: HashMap<LeaseKey, mpsc::UnboundedSender<observers::Subscriber>>,
     /// Stops every hub when the manager stops.
     stop_observers: CancellationToken,
     /// Releases by any owner (`Store::watch_releases`), open while some key
@@ -406,7 +407,7 @@ impl Actor {
             .push(async move { event(operation.await) }.boxed());
     }
 
-    fn held_lease(&self, key: &str, lease_id: Uuid) -> Option<&Held> {
+    fn held_lease(&self, key: &LeaseKey, lease_id: Uuid) -> Option<&Held> {
         self.keys
             .get(key)?
             .held
@@ -416,7 +417,7 @@ impl Actor {
 
     /// Removes the key's held lease and cancels its token (its deadline
     /// heap entry is dropped when it comes due).
-    fn take_held(&mut self, key: &str) -> Option<Held> {
+    fn take_held(&mut self, key: &LeaseKey) -> Option<Held> {
         let held = self.keys.get_mut(key)?.held.take()?;
         held.cancel.cancel();
         Some(held)
@@ -424,8 +425,8 @@ impl Actor {
 
     /// Takes every held lease (as `take_held`) and counts a release in flight
     /// for each; returns their keys.
-    fn take_all_held(&mut self) -> Vec<String> {
-        let keys: Vec<String> = self
+    fn take_all_held(&mut self) -> Vec<LeaseKey> {
+        let keys: Vec<LeaseKey> = self
             .keys
             .iter()
             .filter(|(_, s)| s.held.is_some())
@@ -440,7 +441,7 @@ impl Actor {
         keys
     }
 
-    fn forget_if_idle(&mut self, key: &str) {
+    fn forget_if_idle(&mut self, key: &LeaseKey) {
         if self.keys.get(key).is_some_and(KeyState::is_idle) {
             self.keys.remove(key);
         }

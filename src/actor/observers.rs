@@ -18,13 +18,14 @@ use tokio_util::sync::CancellationToken;
 use super::Actor;
 use super::command::Reply;
 use crate::error::Result;
+use crate::key::LeaseKey;
 use crate::lease::{LeaseInfo, LeaseObserver};
 
 pub(crate) type Item = Result<Option<LeaseInfo>>;
 pub(crate) type Subscriber = mpsc::UnboundedSender<Item>;
 
 pub(crate) async fn run_hub(
-    key: String,
+    key: LeaseKey,
     source: BoxStream<'static, Item>,
     mut control: mpsc::UnboundedReceiver<Subscriber>,
     stop: CancellationToken,
@@ -34,7 +35,7 @@ pub(crate) async fn run_hub(
     let mut gone = FuturesUnordered::new();
     let mut last: Option<Item> = None;
     let mut accepting = true;
-    tracing::debug!(key, "observing");
+    tracing::debug!(%key, "observing");
     loop {
         tokio::select! {
             biased;
@@ -81,7 +82,7 @@ pub(crate) async fn run_hub(
             }
         }
     }
-    tracing::debug!(key, "observing stopped");
+    tracing::debug!(%key, "observing stopped");
 }
 
 /// Completes when the subscriber's receiver is dropped.
@@ -91,7 +92,7 @@ fn closed(subscriber: Subscriber) -> BoxFuture<'static, ()> {
 
 impl Actor {
     /// Subscribes the caller to the key's hub, starting one if needed.
-    pub(super) fn on_observe(&mut self, key: String, respond_to: Reply<LeaseObserver>) {
+    pub(super) fn on_observe(&mut self, key: LeaseKey, respond_to: Reply<LeaseObserver>) {
         self.observers.retain(|_, hub| !hub.is_closed());
         let (subscriber, changes) = mpsc::unbounded_channel();
         let observer = LeaseObserver {

@@ -8,13 +8,14 @@ use uuid::Uuid;
 use super::command::Reply;
 use super::{Actor, Attempt, Event, KeyState};
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::lease::{LeaseInfo, ReleaseOutcome};
 use crate::store::LeaseRef;
 
 impl Actor {
     pub(super) fn on_release(
         &mut self,
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
@@ -26,7 +27,7 @@ impl Actor {
             return;
         }
         let held = self.take_held(&key).expect("checked above");
-        tracing::debug!(key, token = held.token, "releasing lease");
+        tracing::debug!(%key, token = held.token, "releasing lease");
         self.spawn_release(key, held.lease_id, respond_to);
     }
 
@@ -53,14 +54,14 @@ impl Actor {
     /// attempts it held back.
     pub(super) fn on_released_all(
         &mut self,
-        keys: Vec<String>,
+        keys: Vec<LeaseKey>,
         respond_to: Reply<u64>,
         result: Result<u64>,
     ) {
         self.releasing_all -= 1;
         self.on_released_many(keys, Some(respond_to), result);
         // Attempts held back while it ran.
-        let waiting: Vec<String> = self
+        let waiting: Vec<LeaseKey> = self
             .keys
             .iter()
             .filter(|(_, s)| !s.waiters.is_empty())
@@ -73,7 +74,7 @@ impl Actor {
 
     pub(super) fn spawn_release(
         &mut self,
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
@@ -94,7 +95,7 @@ impl Actor {
 
     pub(super) fn on_released(
         &mut self,
-        key: String,
+        key: LeaseKey,
         respond_to: Option<Reply<ReleaseOutcome>>,
         result: Result<u64>,
     ) {
@@ -105,7 +106,7 @@ impl Actor {
             Ok(0) => Ok(ReleaseOutcome::AlreadyLost),
             Ok(_) => Ok(ReleaseOutcome::Released),
             Err(error) => {
-                tracing::warn!(key, %error, "release failed; the lease will expire after its TTL");
+                tracing::warn!(%key, %error, "release failed; the lease will expire after its TTL");
                 Err(error)
             }
         };
@@ -117,7 +118,7 @@ impl Actor {
 
     pub(super) fn on_released_many(
         &mut self,
-        keys: Vec<String>,
+        keys: Vec<LeaseKey>,
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     ) {
@@ -140,7 +141,7 @@ impl Actor {
         }
     }
 
-    pub(super) fn on_force_release(&mut self, key: String, respond_to: Reply<Option<LeaseInfo>>) {
+    pub(super) fn on_force_release(&mut self, key: LeaseKey, respond_to: Reply<Option<LeaseInfo>>) {
         let release = self.store.force_release(key.clone());
         self.spawn_store(release, |result| Event::ForceReleased {
             result,
@@ -151,14 +152,14 @@ impl Actor {
 
     pub(super) fn on_force_released(
         &mut self,
-        key: String,
+        key: LeaseKey,
         respond_to: Reply<Option<LeaseInfo>>,
         result: Result<Option<LeaseInfo>>,
     ) {
         match &result {
             Ok(Some(info)) => {
                 tracing::warn!(
-                    key,
+                    %key,
                     owner_id = info.owner_id,
                     token = info.fencing_token,
                     "lease force-released (operator override)"
@@ -175,15 +176,15 @@ impl Actor {
                     self.serve_next(&key);
                 }
             }
-            Ok(None) => tracing::info!(key, "force release: the key was not held"),
-            Err(error) => tracing::warn!(key, %error, "force release failed"),
+            Ok(None) => tracing::info!(%key, "force release: the key was not held"),
+            Err(error) => tracing::warn!(%key, %error, "force release failed"),
         }
         let _ = respond_to.send(result);
     }
 
     pub(super) fn on_set_payload(
         &mut self,
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         payload: Document,
         respond_to: Reply<()>,
@@ -209,7 +210,7 @@ impl Actor {
 
     pub(super) fn on_payload_set(
         &mut self,
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         respond_to: Reply<()>,
         result: Result<bool>,
@@ -219,7 +220,7 @@ impl Actor {
             Ok(false) => {
                 if let Some(held) = self.held_lease(&key, lease_id) {
                     tracing::warn!(
-                        key,
+                        %key,
                         token = held.token,
                         "lease lost: setting its payload found it gone or taken"
                     );

@@ -8,12 +8,13 @@ use tokio::time::Instant;
 
 use super::{Actor, Attempt};
 use crate::error::Result;
+use crate::key::LeaseKey;
 
 /// The state of the actor's one stream of releases.
 pub(super) enum ReleaseWatch {
     /// Not open: no key waits for another owner.
     Closed,
-    Open(BoxStream<'static, Result<String>>),
+    Open(BoxStream<'static, Result<LeaseKey>>),
     /// It failed; reopen no earlier than this (polling still works meanwhile).
     Failed {
         retry_at: Instant,
@@ -55,7 +56,7 @@ impl Actor {
     /// A lease was released or deleted somewhere: if local callers wait for
     /// that key, try again now, with up to [`RELEASE_WAKE_JITTER`] of jitter so that
     /// waiters in several processes do not all arrive in the same instant.
-    pub(super) fn on_release_event(&mut self, event: Option<Result<String>>) {
+    pub(super) fn on_release_event(&mut self, event: Option<Result<LeaseKey>>) {
         match event {
             Some(Ok(key)) => {
                 let Some(state) = self.keys.get_mut(&key) else {
@@ -67,7 +68,7 @@ impl Actor {
                         std::time::Duration::ZERO
                             ..=RELEASE_WAKE_JITTER.min(self.timing.retry_initial),
                     );
-                    tracing::trace!(key, "released elsewhere: retrying now");
+                    tracing::trace!(%key, "released elsewhere: retrying now");
                     self.timers.reset(&timer, jitter);
                 }
             }
@@ -92,7 +93,7 @@ impl Actor {
 }
 
 /// The next item of the release stream, or never if it is not open.
-pub(super) async fn next_release(watch: &mut ReleaseWatch) -> Option<Result<String>> {
+pub(super) async fn next_release(watch: &mut ReleaseWatch) -> Option<Result<LeaseKey>> {
     match watch {
         ReleaseWatch::Open(stream) => stream.next().await,
         _ => std::future::pending().await,

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::{Actor, Event, Timer};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::store::LeaseRef;
 
 impl Actor {
@@ -64,7 +65,7 @@ impl Actor {
         leases: Vec<LeaseRef>,
         sent_at: Instant,
         attempt: u32,
-        result: Result<Vec<String>>,
+        result: Result<Vec<LeaseKey>>,
     ) {
         let lost = match result {
             Ok(lost) => lost.into_iter().collect::<HashSet<_>>(),
@@ -106,7 +107,7 @@ impl Actor {
             held.renewing = false;
             if lost.contains(&lease.key) {
                 tracing::warn!(
-                    key = lease.key,
+                    key = %lease.key,
                     token = held.token,
                     "lease lost: renewal found it gone or taken"
                 );
@@ -146,13 +147,13 @@ impl Actor {
         }
     }
 
-    fn on_deadline(&mut self, key: String) {
+    fn on_deadline(&mut self, key: LeaseKey) {
         let Some(held) = self.keys.get_mut(&key).and_then(|s| s.held.take()) else {
             return;
         };
         held.cancel.cancel();
         tracing::warn!(
-            key,
+            %key,
             token = held.token,
             "lease lost: renewal not confirmed before the local deadline"
         );
@@ -162,7 +163,7 @@ impl Actor {
 }
 
 /// Sleeps until the earliest local deadline, or forever if no lease is held.
-pub(super) async fn sleep_until_deadline(next: Option<&Reverse<(Instant, String, Uuid)>>) {
+pub(super) async fn sleep_until_deadline(next: Option<&Reverse<(Instant, LeaseKey, Uuid)>>) {
     match next {
         Some(Reverse((deadline, _, _))) => tokio::time::sleep_until(*deadline).await,
         None => std::future::pending().await,

@@ -76,6 +76,7 @@ use mongodb::bson::{Bson, Document};
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 
 pub(crate) use mongo::MongoStore;
@@ -97,7 +98,11 @@ pub(crate) mod field {
 /// Reads a lock document (as stored, or as projected with `now`) into the
 /// public [`LeaseInfo`], judged at `server_time`. `None` for a document of
 /// foreign shape (no int64 `tok` or no date `exp`).
-pub(crate) fn lease_info(key: &str, doc: &Document, server_time: SystemTime) -> Option<LeaseInfo> {
+pub(crate) fn lease_info(
+    key: &LeaseKey,
+    doc: &Document,
+    server_time: SystemTime,
+) -> Option<LeaseInfo> {
     let token = doc.get_i64(field::TOKEN).ok()?;
     let expires_at = doc.get_datetime(field::EXPIRES_AT).ok()?.to_system_time();
     let renewed_at = doc
@@ -111,7 +116,7 @@ pub(crate) fn lease_info(key: &str, doc: &Document, server_time: SystemTime) -> 
     let held =
         matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_))) && expires_at > server_time;
     Some(LeaseInfo {
-        key: key.to_string(),
+        key: key.clone(),
         owner_id: doc.get_str(field::OWNER).unwrap_or_default().to_string(),
         fencing_token: token as u64,
         acquired_at,
@@ -131,7 +136,7 @@ pub(crate) const TOKEN_TIME_SHIFT: u32 = 20;
 /// The owner id and lease id that identify one acquisition of a key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct LeaseRef {
-    pub key: String,
+    pub key: LeaseKey,
     pub lease_id: Uuid,
 }
 
@@ -158,14 +163,14 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// end of the yield window.
     fn acquire(
         &self,
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         waiting: bool,
     ) -> BoxFuture<'static, Result<AcquireOutcome>>;
 
     /// Extends every lease in `leases` by the TTL from the server's now, in as
     /// few commands as the batch allows. Returns the keys that are no longer held.
-    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<String>>>;
+    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>>;
 
     /// Releases the given leases (only those still held under their lease id).
     /// Returns how many were still held.
@@ -178,21 +183,21 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Reads `key` with the server's now. `Ok(None)` if it has no document;
     /// [`Error::ForeignDocument`](crate::Error::ForeignDocument) for a
     /// document of foreign shape.
-    fn inspect(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
+    fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
 
     /// The leases among the next `limit` lock documents with keys greater
     /// than `after`, in key order (documents of foreign shape are skipped),
     /// and the last key scanned if there may be more.
     fn list(
         &self,
-        after: Option<String>,
+        after: Option<LeaseKey>,
         limit: usize,
-    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<String>)>>;
+    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>>;
 
     /// Releases `key` whoever holds it (an operator's override): as a
     /// release, `exp` moves to now and `lid` is removed. Returns the lease as
     /// it was, if it was held.
-    fn force_release(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
+    fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
 
     /// Sets the payload of `lease` if it is still held under its lease id.
     /// `Ok(false)` if it is not.
@@ -201,12 +206,12 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// The states of `key`, starting with the current one, then every change
     /// in order; `None` while the key has no document. Transient errors are
     /// retried inside; a permanent error is the last item.
-    fn observe(&self, key: String) -> BoxStream<'static, Result<Option<LeaseInfo>>>;
+    fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>>;
 
     /// Keys of leases just released or deleted, from any owner, for waking
     /// local waiters at once instead of at their next poll. Expiries are not
     /// reported (no write happens). Best effort: the stream ends, or yields an
     /// error, when the deployment has no change streams or the stream broke;
     /// the actor then keeps polling.
-    fn watch_releases(&self) -> BoxStream<'static, Result<String>>;
+    fn watch_releases(&self) -> BoxStream<'static, Result<LeaseKey>>;
 }

@@ -19,6 +19,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 use super::release_watch::RELEASE_WAKE_JITTER;
 use crate::config::Timing;
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::lease::{Lease, ReleaseOutcome};
 use crate::manager::LockManager;
 use crate::store::AcquireOutcome;
@@ -97,8 +98,12 @@ where
 
 /// `manager.acquire(key)` in a task, queued before this returns; the task
 /// yields the instant the lease was granted, with the lease.
-async fn waiter(manager: &LockManager, key: &str) -> JoinHandle<Result<(Instant, Lease)>> {
-    let (manager, key) = (manager.clone(), key.to_string());
+async fn waiter(
+    manager: &LockManager,
+    key: impl Into<LeaseKey>,
+) -> JoinHandle<Result<(Instant, Lease)>> {
+    let key = &key.into();
+    let (manager, key) = (manager.clone(), key.clone());
     started(async move {
         let lease = manager.acquire(key).await?;
         Ok((Instant::now(), lease))
@@ -106,7 +111,8 @@ async fn waiter(manager: &LockManager, key: &str) -> JoinHandle<Result<(Instant,
     .await
 }
 
-fn assert_released(db: &MemoryDb, key: &str) {
+fn assert_released(db: &MemoryDb, key: impl Into<LeaseKey>) {
+    let key = &key.into();
     let doc = db
         .doc(key)
         .unwrap_or_else(|| panic!("no document for {key}"));

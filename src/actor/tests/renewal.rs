@@ -45,7 +45,7 @@ async fn each_heartbeat_renews_every_lease_in_ceil_n_over_batch_calls() {
                 "n = {n}, tick {tick}: every lease renewed"
             );
             for i in 0..n {
-                assert_eq!(db.doc(&format!("k{i}")).unwrap().exp, tick_at + TTL);
+                assert_eq!(db.doc(format!("k{i}")).unwrap().exp, tick_at + TTL);
             }
         }
         assert!(leases.iter().all(|l| !l.is_lost()));

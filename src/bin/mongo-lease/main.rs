@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use mongo_lease::{Election, Error, LockManager, LockManagerOptions};
+use mongo_lease::{Election, Error, LeaseKey, LockManager, LockManagerOptions};
 use mongodb::bson::Document;
 
 use child::{ChildOutcome, Signals};
@@ -137,9 +137,8 @@ struct LeaseTiming {
 
 #[derive(Args, Debug)]
 struct ExecArgs {
-    /// The key to lock.
-    #[arg(long)]
-    key: String,
+    #[command(flatten)]
+    key: KeyArg,
 
     #[command(flatten)]
     timing: LeaseTiming,
@@ -159,6 +158,32 @@ struct ExecArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// A lease key: a string (`--key`) or any BSON value in Extended JSON
+/// (`--key-json`); exactly one.
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+struct KeyArg {
+    /// The key to lock, a string.
+    #[arg(long)]
+    key: Option<String>,
+
+    /// The key as MongoDB Extended JSON v2, for a key of any BSON type (the
+    /// `_id` of the document to lock), e.g.
+    /// `--key-json '{"$oid":"5087b72181a445980ae47d13"}'`.
+    #[arg(long, value_name = "JSON", value_parser = parse_key_json)]
+    key_json: Option<LeaseKey>,
+}
+
+impl KeyArg {
+    fn key(&self) -> LeaseKey {
+        match (&self.key, &self.key_json) {
+            (_, Some(key)) => key.clone(),
+            (Some(key), None) => key.into(),
+            (None, None) => unreachable!("clap requires --key or --key-json"),
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -197,8 +222,14 @@ struct ListArgs {
 
 #[derive(Args, Debug)]
 struct ReleaseArgs {
-    /// The key to release.
-    key: String,
+    /// The key to release, a string.
+    #[arg(required_unless_present = "key_json")]
+    key: Option<String>,
+
+    /// The key to release as MongoDB Extended JSON v2, for a key of any BSON
+    /// type, e.g. `--key-json '{"$oid":"5087b72181a445980ae47d13"}'`.
+    #[arg(long, value_name = "JSON", value_parser = parse_key_json, conflicts_with = "key")]
+    key_json: Option<LeaseKey>,
 
     /// Confirm the override: the current holder loses its lease.
     #[arg(long)]
@@ -211,6 +242,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("must be greater than zero".into());
     }
     Ok(d)
+}
+
+fn parse_key_json(s: &str) -> Result<LeaseKey, String> {
+    LeaseKey::from_extended_json(s).map_err(|e| e.to_string())
 }
 
 fn parse_payload(s: &str) -> Result<Document, String> {
@@ -314,17 +349,22 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             finish(&manager, code).await
         }
         Commands::Release(args) => {
+            let key = match (args.key_json, args.key) {
+                (Some(key), _) => key,
+                (None, Some(key)) => LeaseKey::from(key),
+                (None, None) => unreachable!("clap requires KEY or --key-json"),
+            };
             if !args.force {
                 return Err(Failure::usage(format!(
-                    "releasing {:?} takes the lease away from its holder; \
+                    "releasing {} takes the lease away from its holder; \
                      add --force to confirm",
-                    args.key
+                    key.to_extended_json()
                 )));
             }
             let manager = connect(&cli.connection, mongo_lease::DEFAULT_TTL).await?;
             let code = async {
-                let released = manager.force_release(args.key.clone()).await?;
-                print_release(&args.key, released.as_ref(), json);
+                let released = manager.force_release(&key).await?;
+                print_release(&key, released.as_ref(), json);
                 Ok(0)
             }
             .await;
@@ -391,7 +431,7 @@ fn default_owner_id() -> String {
 
 async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
-    let key = args.key.clone();
+    let key = args.key.key();
     let acquire = async {
         if args.no_wait {
             manager.try_acquire(key.clone()).await
@@ -410,10 +450,10 @@ async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u8, F
         output::print_not_acquired(&key, holder.as_ref(), json);
         return Ok(exit::NOT_ACQUIRED);
     };
-    tracing::debug!(key, token = lease.fencing_token(), "acquired");
+    tracing::debug!(%key, token = lease.fencing_token(), "acquired");
     let outcome = child::run(
         &args.command,
-        &key,
+        &key.to_string(),
         lease.fencing_token(),
         manager.owner_id(),
         lease.lost(),
@@ -426,7 +466,10 @@ async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u8, F
     match outcome {
         ChildOutcome::Exited(code) if !lost => Ok(code),
         ChildOutcome::Exited(_) | ChildOutcome::Lost => {
-            eprintln!("mongo-lease: the lease on {key:?} was lost; the command was terminated");
+            eprintln!(
+                "mongo-lease: the lease on {} was lost; the command was terminated",
+                key.to_extended_json()
+            );
             Ok(exit::LEASE_LOST)
         }
         ChildOutcome::SpawnFailed(code, message) => {

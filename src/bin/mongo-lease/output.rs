@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use mongo_lease::{LeaseInfo, LockManager};
+use mongo_lease::{LeaseInfo, LeaseKey, LockManager};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -85,9 +85,15 @@ fn payload_json(info: &LeaseInfo) -> Value {
     }
 }
 
+/// A key as an Extended JSON value (canonical): a JSON string for a string
+/// key, `{"$oid": ...}` for an `ObjectId`, what `--key-json` reads back.
+pub fn key_json(key: &LeaseKey) -> Value {
+    key.as_bson().clone().into_canonical_extjson()
+}
+
 pub fn lease_json(info: &LeaseInfo) -> Value {
     json!({
-        "key": info.key,
+        "key": key_json(&info.key),
         "owner_id": info.owner_id,
         "fencing_token": info.fencing_token,
         "held": info.held,
@@ -124,7 +130,7 @@ pub async fn print_list(manager: &LockManager, held_only: bool, json: bool) -> R
         .iter()
         .map(|l| {
             [
-                l.key.clone(),
+                l.key.to_string(),
                 l.owner_id.clone(),
                 l.fencing_token.to_string(),
                 if l.held { "held" } else { "free" }.to_string(),
@@ -168,9 +174,9 @@ pub async fn print_list(manager: &LockManager, held_only: bool, json: bool) -> R
     Ok(0)
 }
 
-pub fn print_release(key: &str, released: Option<&LeaseInfo>, json: bool) {
+pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
     if json {
-        let mut out = json!({ "key": key, "released": released.is_some() });
+        let mut out = json!({ "key": key_json(key), "released": released.is_some() });
         if let Some(info) = released {
             out["owner_id"] = json!(info.owner_id);
             out["fencing_token"] = json!(info.fencing_token);
@@ -178,32 +184,34 @@ pub fn print_release(key: &str, released: Option<&LeaseInfo>, json: bool) {
         println!("{out}");
         return;
     }
+    let key = key.to_extended_json();
     match released {
         Some(info) => println!(
-            "released {key:?} (force): it was held by {} with fencing token {}",
+            "released {key} (force): it was held by {} with fencing token {}",
             info.owner_id, info.fencing_token
         ),
-        None => println!("{key:?} was not held; nothing released"),
+        None => println!("{key} was not held; nothing released"),
     }
 }
 
-pub fn print_not_acquired(key: &str, holder: Option<&LeaseInfo>, json: bool) {
+pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool) {
     if json {
         let out = json!({
-            "key": key,
+            "key": key_json(key),
             "acquired": false,
             "holder": holder.filter(|h| h.held).map(lease_json),
         });
         println!("{out}");
         return;
     }
+    let key = key.to_extended_json();
     match holder.filter(|h| h.held) {
         Some(h) => eprintln!(
-            "mongo-lease: not acquired: {key:?} is held by {} (fencing token {}, expires in {})",
+            "mongo-lease: not acquired: {key} is held by {} (fencing token {}, expires in {})",
             h.owner_id,
             h.fencing_token,
             short(h.time_to_expiry())
         ),
-        None => eprintln!("mongo-lease: not acquired: {key:?} is held"),
+        None => eprintln!("mongo-lease: not acquired: {key} is held"),
     }
 }

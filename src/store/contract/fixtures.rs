@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{Fixture, Raw, TTL, YIELD};
+use crate::key::LeaseKey;
 use crate::store::MongoStore;
 use crate::store::memory::{MemoryDb, MemoryStore};
 
@@ -29,23 +30,27 @@ impl Fixture for MemoryFixture {
         self.db.store(owner, TTL).with_yield_window(YIELD)
     }
 
-    async fn expire(&self, key: &str) {
+    async fn expire(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
         self.db.expire(key);
     }
 
-    async fn delete(&self, key: &str) {
+    async fn delete(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
         let doc = self.db.doc(key).expect("a document to delete");
         assert!(doc.is_free_at(Instant::now()), "deleting a live lease");
         self.db.delete(key);
     }
 
-    async fn put_foreign(&self, key: &str) {
+    async fn put_foreign(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
         self.db.put_foreign(key);
     }
 
     async fn cleanup(self) {}
 
-    async fn raw(&self, key: &str) -> Option<Raw> {
+    async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw> {
+        let key = &key.into();
         let now = Instant::now();
         self.db.doc(key).map(|d| Raw {
             expired: d.is_free_at(now),
@@ -105,7 +110,8 @@ impl Fixture for MongoFixture {
         )
     }
 
-    async fn expire(&self, key: &str) {
+    async fn expire(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
         // `exp = min(exp, $$NOW)`: expired, but not so long ago that the TTL
         // monitor (grace: one hour) would delete the document meanwhile.
         let result = self
@@ -119,7 +125,8 @@ impl Fixture for MongoFixture {
         assert_eq!(result.matched_count, 1, "no document to expire");
     }
 
-    async fn delete(&self, key: &str) {
+    async fn delete(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
         // Strictly after `exp` and the last write's `ts` by the server's
         // clock, as the TTL monitor (which deletes after `exp` + grace). The
         // condition holds within a millisecond; the bound is a liveness one.
@@ -153,14 +160,16 @@ impl Fixture for MongoFixture {
             .expect("drop the scenario's collection");
     }
 
-    async fn put_foreign(&self, key: &str) {
+    async fn put_foreign(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
         self.raw_collection()
             .insert_one(doc! { "_id": key, "owner": "someone else", "until": 12 })
             .await
             .expect("insert a foreign document");
     }
 
-    async fn raw(&self, key: &str) -> Option<Raw> {
+    async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw> {
+        let key = &key.into();
         let doc = self
             .raw_collection()
             .find_one(doc! { "_id": key })

@@ -29,6 +29,7 @@ use mongodb::bson::Document;
 use uuid::Uuid;
 
 use super::{AcquireOutcome, LeaseRef, Store};
+use crate::key::LeaseKey;
 
 /// Lease TTL of every store in the scenarios: far longer than a scenario.
 const TTL: Duration = Duration::from_secs(30);
@@ -68,18 +69,18 @@ trait Fixture: Sized {
 
     /// Makes the lease on `key` expired by server time, keeping its lease id
     /// (a holder whose renewals stopped reaching the server).
-    async fn expire(&self, key: &str);
+    async fn expire(&self, key: impl Into<LeaseKey>);
 
     /// Deletes the document of `key` as the TTL monitor would: only once its
     /// `exp` has passed (expire or release it first), hence after every
     /// earlier acquisition's server time.
-    async fn delete(&self, key: &str);
+    async fn delete(&self, key: impl Into<LeaseKey>);
 
     /// Writes a document of foreign shape under `key`.
-    async fn put_foreign(&self, key: &str);
+    async fn put_foreign(&self, key: impl Into<LeaseKey>);
 
     /// The document of `key`, if any.
-    async fn raw(&self, key: &str) -> Option<Raw>;
+    async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw>;
 
     /// Removes what [`Fixture::new`] created (the MongoDB collection), once
     /// the scenario has passed.
@@ -88,18 +89,20 @@ trait Fixture: Sized {
 
 // ----- helpers ----------------------------------------------------------------
 
-fn lease(key: &str, lease_id: Uuid) -> LeaseRef {
+fn lease(key: impl Into<LeaseKey>, lease_id: Uuid) -> LeaseRef {
+    let key = &key.into();
     LeaseRef {
-        key: key.to_string(),
+        key: key.clone(),
         lease_id,
     }
 }
 
 /// Acquires `key` under a new lease id, which must succeed; returns the
 /// lease and its token.
-async fn take(store: &impl Store, key: &str) -> (LeaseRef, u64) {
+async fn take(store: &impl Store, key: impl Into<LeaseKey>) -> (LeaseRef, u64) {
+    let key = &key.into();
     let lease_id = Uuid::new_v4();
-    match store.acquire(key.to_string(), lease_id, false).await {
+    match store.acquire(key.clone(), lease_id, false).await {
         Ok(AcquireOutcome::Acquired { token }) => (lease(key, lease_id), token),
         other => panic!("acquiring {key:?}: {other:?}"),
     }
@@ -107,11 +110,14 @@ async fn take(store: &impl Store, key: &str) -> (LeaseRef, u64) {
 
 /// Acquires `key` under a new lease id, which must find it held by `holder`;
 /// returns the remaining time reported.
-async fn held(store: &impl Store, key: &str, waiting: bool, holder: &str) -> Duration {
-    match store
-        .acquire(key.to_string(), Uuid::new_v4(), waiting)
-        .await
-    {
+async fn held(
+    store: &impl Store,
+    key: impl Into<LeaseKey>,
+    waiting: bool,
+    holder: &str,
+) -> Duration {
+    let key = &key.into();
+    match store.acquire(key.clone(), Uuid::new_v4(), waiting).await {
         Ok(AcquireOutcome::Held {
             holder: h,
             remaining,
@@ -121,7 +127,8 @@ async fn held(store: &impl Store, key: &str, waiting: bool, holder: &str) -> Dur
 }
 
 /// The document of `key`, which must exist.
-async fn raw(f: &impl Fixture, key: &str) -> Raw {
+async fn raw(f: &impl Fixture, key: impl Into<LeaseKey>) -> Raw {
+    let key = &key.into();
     f.raw(key)
         .await
         .unwrap_or_else(|| panic!("no document for {key:?}"))

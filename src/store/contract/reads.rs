@@ -1,6 +1,7 @@
 //! Reads: listing leases page by page.
 
 use super::{Fixture, take};
+use crate::key::LeaseKey;
 use crate::store::Store;
 
 pub(super) async fn list_pages_through_leases_in_key_order<F: Fixture>(f: &F) {
@@ -31,7 +32,7 @@ pub(super) async fn list_pages_through_leases_in_key_order<F: Fixture>(f: &F) {
     ];
     let expected: Vec<_> = expected
         .iter()
-        .map(|(k, o, h)| (k.to_string(), o.to_string(), *h))
+        .map(|(k, o, h)| (LeaseKey::from(*k), o.to_string(), *h))
         .collect();
     assert_eq!(seen, expected, "foreign documents are skipped");
     assert!(a.inspect("none".into()).await.unwrap().is_none());

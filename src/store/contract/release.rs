@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{Fixture, Raw, assert_held, held, lease, raw, take};
+use crate::key::LeaseKey;
 use crate::store::Store;
 
 pub(super) async fn release_of_an_unmarked_lease_does_not_yield<F: Fixture>(f: &F) {
@@ -51,7 +52,7 @@ pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: F
     // Releasing again matches nothing; a late renewal cannot revive them.
     assert_eq!(a.release(vec![l1.clone(), l2.clone()]).await.unwrap(), 0);
     assert_eq!(a.release(vec![l1.clone()]).await.unwrap(), 0);
-    let lost: BTreeSet<String> = a.renew(vec![l1, l2]).await.unwrap().into_iter().collect();
+    let lost: BTreeSet<LeaseKey> = a.renew(vec![l1, l2]).await.unwrap().into_iter().collect();
     assert_eq!(lost, BTreeSet::from(["k1".into(), "k2".into()]));
     assert_eq!(raw(f, "k1").await, released(t1, false));
 

@@ -6,6 +6,7 @@ use mongodb::bson::doc;
 use uuid::Uuid;
 
 use super::{Fixture, assert_held, lease, raw, take};
+use crate::key::LeaseKey;
 use crate::store::{AcquireOutcome, LeaseRef, Store};
 
 pub(super) async fn renewal_reports_exactly_the_lost_keys<F: Fixture>(f: &F) {
@@ -24,7 +25,7 @@ pub(super) async fn renewal_reports_exactly_the_lost_keys<F: Fixture>(f: &F) {
     f.expire("k5").await;
 
     let refs: Vec<LeaseRef> = leases.iter().map(|(l, _)| l.clone()).collect();
-    let lost: BTreeSet<String> = a.renew(refs).await.unwrap().into_iter().collect();
+    let lost: BTreeSet<LeaseKey> = a.renew(refs).await.unwrap().into_iter().collect();
     assert_eq!(
         lost,
         BTreeSet::from(["k2".into(), "k3".into(), "k4".into()])

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::db::lock;
+use crate::key::LeaseKey;
 
 /// One kind of store operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,7 +53,7 @@ pub(crate) struct Call {
     /// When the actor issued it.
     pub at: Instant,
     /// The keys it named (acquire: one; renew/release: the batch; release_owner: none).
-    pub keys: Vec<String>,
+    pub keys: Vec<LeaseKey>,
 }
 
 #[derive(Default)]
@@ -64,7 +65,7 @@ struct Control {
     calls: Vec<Call>,
     in_flight: [usize; OPS],
     max_in_flight: [usize; OPS],
-    acquires_in_flight: HashMap<String, usize>,
+    acquires_in_flight: HashMap<LeaseKey, usize>,
     max_acquires_in_flight_per_key: usize,
 }
 
@@ -89,7 +90,7 @@ pub(super) struct Issued {
 pub(super) struct InFlight {
     control: Arc<Mutex<Control>>,
     op: Op,
-    key: Option<String>,
+    key: Option<LeaseKey>,
 }
 
 impl Drop for InFlight {
@@ -148,11 +149,12 @@ impl Controls {
     }
 
     /// Acquire calls for `key` so far.
-    pub fn acquire_calls(&self, key: &str) -> Vec<Instant> {
+    pub fn acquire_calls(&self, key: impl Into<LeaseKey>) -> Vec<Instant> {
+        let key = &key.into();
         lock(&self.0)
             .calls
             .iter()
-            .filter(|c| c.op == Op::Acquire && c.keys[0] == key)
+            .filter(|c| c.op == Op::Acquire && &c.keys[0] == key)
             .map(|c| c.at)
             .collect()
     }
@@ -179,7 +181,7 @@ impl Controls {
 
     /// Records a call of `op` naming `keys`, counts it in flight, and reads
     /// the knobs for it.
-    pub fn issue(&self, op: Op, keys: &[String]) -> Issued {
+    pub fn issue(&self, op: Op, keys: &[LeaseKey]) -> Issued {
         let mut c = lock(&self.0);
         let i = op.index();
         let fault = match c.fault_next[i] {

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::AcquireOutcome;
 
@@ -97,17 +98,17 @@ impl Doc {
 /// The documents of a [`MemoryDb`], as its operations see them.
 #[derive(Default)]
 pub(crate) struct Collection {
-    pub(super) docs: HashMap<String, Doc>,
+    pub(super) docs: HashMap<LeaseKey, Doc>,
     /// Keys occupied by a document not written by the protocol.
-    pub(super) foreign: HashSet<String>,
+    pub(super) foreign: HashSet<LeaseKey>,
     /// The token of each deleted document: a new document of its key starts
     /// above it, as on MongoDB.
-    deleted_tokens: HashMap<String, u64>,
+    deleted_tokens: HashMap<LeaseKey, u64>,
 }
 
 impl Collection {
     /// What a new document of `key` starts from at `now`.
-    fn vacant(&self, key: &str, now: Instant) -> Doc {
+    fn vacant(&self, key: &LeaseKey, now: Instant) -> Doc {
         Doc::vacant(now, self.deleted_tokens.get(key).copied().unwrap_or(0))
     }
 }
@@ -119,7 +120,7 @@ pub(crate) struct MemoryDb {
     /// Bumped after every change, for `observe`.
     changed: Arc<tokio::sync::watch::Sender<()>>,
     /// Keys released or deleted, for `watch_releases` (a change stream's twin).
-    released: tokio::sync::broadcast::Sender<String>,
+    released: tokio::sync::broadcast::Sender<LeaseKey>,
     /// "Server time" as wall clock: `SystemTime` of `epoch.0` is `epoch.1`.
     epoch: (Instant, SystemTime),
 }
@@ -146,7 +147,7 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The acquire rule, applied at server time `now`.
 pub(super) fn apply_acquire(
     coll: &mut Collection,
-    key: &str,
+    key: &LeaseKey,
     owner: &str,
     lease_id: Uuid,
     ttl: Duration,
@@ -154,15 +155,13 @@ pub(super) fn apply_acquire(
     now: Instant,
 ) -> Result<AcquireOutcome> {
     if coll.foreign.contains(key) {
-        return Err(Error::ForeignDocument {
-            key: key.to_string(),
-        });
+        return Err(Error::ForeignDocument { key: key.clone() });
     }
     match coll.docs.get_mut(key) {
         None => {
             let mut doc = coll.vacant(key, now);
             let token = doc.take(owner, lease_id, ttl, now);
-            coll.docs.insert(key.to_string(), doc);
+            coll.docs.insert(key.clone(), doc);
             Ok(AcquireOutcome::Acquired { token })
         }
         Some(doc) if doc.lease_id == Some(lease_id) => {
@@ -196,9 +195,9 @@ pub(super) fn apply_acquire(
 
 /// The `_id $in keys, lid $in ids` filter of `MongoStore::lease_filter`.
 pub(super) fn lease_matches(
-    key: &str,
+    key: &LeaseKey,
     doc: &Doc,
-    keys: &HashSet<&str>,
+    keys: &HashSet<&LeaseKey>,
     ids: &HashSet<Uuid>,
 ) -> bool {
     keys.contains(key) && doc.lease_id.is_some_and(|id| ids.contains(&id))
@@ -219,8 +218,8 @@ impl MemoryDb {
     }
 
     /// Reports a release or delete of `key` to `watch_releases` streams.
-    pub(super) fn announce_release(&self, key: &str) {
-        let _ = self.released.send(key.to_string());
+    pub(super) fn announce_release(&self, key: &LeaseKey) {
+        let _ = self.released.send(key.clone());
     }
 
     /// How many `watch_releases` streams are open.
@@ -247,9 +246,9 @@ impl MemoryDb {
     }
 
     /// `doc` as a [`LeaseInfo`] judged at `now`.
-    pub fn info(&self, key: &str, doc: &Doc, now: Instant) -> LeaseInfo {
+    pub fn info(&self, key: &LeaseKey, doc: &Doc, now: Instant) -> LeaseInfo {
         LeaseInfo {
-            key: key.to_string(),
+            key: key.clone(),
             owner_id: doc.owner.clone(),
             fencing_token: doc.token,
             acquired_at: self.system_time(doc.acquired),
@@ -262,13 +261,15 @@ impl MemoryDb {
     }
 
     /// A snapshot of the document under `key`.
-    pub fn doc(&self, key: &str) -> Option<Doc> {
+    pub fn doc(&self, key: impl Into<LeaseKey>) -> Option<Doc> {
+        let key = &key.into();
         lock(&self.inner).docs.get(key).cloned()
     }
 
     /// Waits until the document under `key` exists and satisfies `pred`,
     /// woken by each change (no polling).
-    pub async fn changed_until(&self, key: &str, pred: impl Fn(&Doc) -> bool) {
+    pub async fn changed_until(&self, key: impl Into<LeaseKey>, pred: impl Fn(&Doc) -> bool) {
+        let key = &key.into();
         let mut changed = self.changed.subscribe();
         while !self.doc(key).is_some_and(|d| pred(&d)) {
             changed
@@ -279,12 +280,13 @@ impl MemoryDb {
     }
 
     /// A snapshot of every document.
-    pub fn docs(&self) -> HashMap<String, Doc> {
+    pub fn docs(&self) -> HashMap<LeaseKey, Doc> {
         lock(&self.inner).docs.clone()
     }
 
     /// `true` if another owner could acquire `key` now.
-    pub fn is_free(&self, key: &str) -> bool {
+    pub fn is_free(&self, key: impl Into<LeaseKey>) -> bool {
+        let key = &key.into();
         match self.doc(key) {
             None => true,
             Some(doc) => doc.is_free_at(Instant::now()),
@@ -292,14 +294,16 @@ impl MemoryDb {
     }
 
     /// The owner holding `key` now (with a lease id and `exp > now`), if any.
-    pub fn holder(&self, key: &str) -> Option<String> {
+    pub fn holder(&self, key: impl Into<LeaseKey>) -> Option<String> {
+        let key = &key.into();
         self.doc(key)
             .filter(|d| d.lease_id.is_some() && !d.is_free_at(Instant::now()))
             .map(|d| d.owner)
     }
 
     /// Another owner acquires `key` by the protocol's rule, now.
-    pub fn try_take(&self, key: &str, owner: &str, ttl: Duration) -> AcquireOutcome {
+    pub fn try_take(&self, key: impl Into<LeaseKey>, owner: &str, ttl: Duration) -> AcquireOutcome {
+        let key = &key.into();
         let outcome = apply_acquire(
             &mut lock(&self.inner),
             key,
@@ -317,17 +321,17 @@ impl MemoryDb {
     /// Another owner takes `key` now whatever its state (as if this process's
     /// lease had expired on the server unseen): new lease id, token + 1,
     /// `exp = now + ttl`. Returns the new token.
-    pub fn force_take(&self, key: &str, owner: &str, ttl: Duration) -> u64 {
+    pub fn force_take(&self, key: impl Into<LeaseKey>, owner: &str, ttl: Duration) -> u64 {
+        let key = &key.into();
         let mut coll = lock(&self.inner);
         coll.foreign.remove(key);
         let now = Instant::now();
         let vacant = coll.vacant(key, now);
-        let token = coll.docs.entry(key.to_string()).or_insert(vacant).take(
-            owner,
-            Uuid::new_v4(),
-            ttl,
-            now,
-        );
+        let token =
+            coll.docs
+                .entry(key.clone())
+                .or_insert(vacant)
+                .take(owner, Uuid::new_v4(), ttl, now);
         drop(coll);
         self.touch();
         token
@@ -335,7 +339,8 @@ impl MemoryDb {
 
     /// Makes `key` expire now (`exp = min(exp, now)`), keeping its lease id:
     /// the server's view of a holder whose renewals stopped reaching it.
-    pub fn expire(&self, key: &str) {
+    pub fn expire(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
         if let Some(doc) = lock(&self.inner).docs.get_mut(key) {
             doc.exp = doc.exp.min(Instant::now());
         }
@@ -343,30 +348,33 @@ impl MemoryDb {
     }
 
     /// Writes a raw document (e.g. a lease left by an earlier process).
-    pub fn put(&self, key: &str, doc: Doc) {
+    pub fn put(&self, key: impl Into<LeaseKey>, doc: Doc) {
+        let key = &key.into();
         let mut coll = lock(&self.inner);
         coll.foreign.remove(key);
-        coll.docs.insert(key.to_string(), doc);
+        coll.docs.insert(key.clone(), doc);
         drop(coll);
         self.touch();
     }
 
     /// Occupies `key` with a document of foreign shape: acquire fails with
     /// [`Error::ForeignDocument`], renew and release never match it.
-    pub fn put_foreign(&self, key: &str) {
+    pub fn put_foreign(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
         let mut coll = lock(&self.inner);
         coll.docs.remove(key);
-        coll.foreign.insert(key.to_string());
+        coll.foreign.insert(key.clone());
         drop(coll);
         self.touch();
     }
 
     /// Deletes the document (the TTL monitor). The next acquisition's token
     /// is still greater than the deleted document's, as on MongoDB.
-    pub fn delete(&self, key: &str) {
+    pub fn delete(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
         let mut coll = lock(&self.inner);
         if let Some(doc) = coll.docs.remove(key) {
-            coll.deleted_tokens.insert(key.to_string(), doc.token);
+            coll.deleted_tokens.insert(key.clone(), doc.token);
         }
         coll.foreign.remove(key);
         drop(coll);
@@ -375,7 +383,7 @@ impl MemoryDb {
     }
 
     /// A receiver of the keys released or deleted from now on.
-    pub(super) fn subscribe_releases(&self) -> tokio::sync::broadcast::Receiver<String> {
+    pub(super) fn subscribe_releases(&self) -> tokio::sync::broadcast::Receiver<LeaseKey> {
         self.released.subscribe()
     }
 

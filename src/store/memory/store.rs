@@ -16,6 +16,7 @@ use super::control::{Call, Controls, Fault, Issued, Op};
 use super::db::{Collection, Doc, MemoryDb, apply_acquire, lease_matches, release_doc};
 use crate::config::DEFAULT_RETRY_MAX;
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{AcquireOutcome, LeaseRef, Store};
 
@@ -117,7 +118,8 @@ impl MemoryStore {
     }
 
     /// Acquire calls for `key` so far.
-    pub fn acquire_calls(&self, key: &str) -> Vec<Instant> {
+    pub fn acquire_calls(&self, key: impl Into<LeaseKey>) -> Vec<Instant> {
+        let key = &key.into();
         self.control.acquire_calls(key)
     }
 
@@ -167,7 +169,7 @@ impl MemoryStore {
     fn run<T: Send + 'static>(
         &self,
         op: Op,
-        keys: Vec<String>,
+        keys: Vec<LeaseKey>,
         apply: impl FnOnce(&mut Collection, Instant) -> Result<T> + Send + 'static,
     ) -> BoxFuture<'static, Result<T>> {
         let Issued {
@@ -208,7 +210,7 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn watch_releases(&self) -> BoxStream<'static, Result<String>> {
+    fn watch_releases(&self) -> BoxStream<'static, Result<LeaseKey>> {
         let released = self.db.subscribe_releases();
         futures::stream::unfold(released, |mut released| async move {
             loop {
@@ -224,7 +226,7 @@ impl Store for MemoryStore {
 
     fn acquire(
         &self,
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         waiting: bool,
     ) -> BoxFuture<'static, Result<AcquireOutcome>> {
@@ -234,11 +236,11 @@ impl Store for MemoryStore {
         })
     }
 
-    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<String>>> {
+    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
         let ttl = self.ttl;
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         self.run(Op::Renew, keys, move |coll, now| {
-            let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+            let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
             let mut kept = HashSet::new();
             for (key, doc) in coll.docs.iter_mut() {
@@ -265,7 +267,7 @@ impl Store for MemoryStore {
         let db = self.db.clone();
         let yield_window = self.yield_window;
         self.run(Op::Release, keys, move |coll, now| {
-            let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+            let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
             let mut n = 0;
             for (key, doc) in coll.docs.iter_mut() {
@@ -297,7 +299,7 @@ impl Store for MemoryStore {
         })
     }
 
-    fn inspect(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+    fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let db = self.db.clone();
         self.run(Op::Inspect, vec![key.clone()], move |coll, now| {
             if coll.foreign.contains(&key) {
@@ -309,12 +311,12 @@ impl Store for MemoryStore {
 
     fn list(
         &self,
-        after: Option<String>,
+        after: Option<LeaseKey>,
         limit: usize,
-    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<String>)>> {
+    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>> {
         let db = self.db.clone();
         self.run(Op::List, Vec::new(), move |coll, now| {
-            let mut keys: Vec<&String> = coll
+            let mut keys: Vec<&LeaseKey> = coll
                 .docs
                 .keys()
                 .filter(|k| after.as_ref().is_none_or(|a| *k > a))
@@ -322,7 +324,7 @@ impl Store for MemoryStore {
             keys.sort();
             keys.truncate(limit);
             let next = (keys.len() == limit)
-                .then(|| keys.last().map(|k| k.to_string()))
+                .then(|| keys.last().map(|k| (*k).clone()))
                 .flatten();
             let page = keys
                 .into_iter()
@@ -332,7 +334,7 @@ impl Store for MemoryStore {
         })
     }
 
-    fn force_release(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+    fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let db = self.db.clone();
         let yield_window = self.yield_window;
         self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
@@ -366,7 +368,7 @@ impl Store for MemoryStore {
     /// The latest state after each change, and at each expiry. Unlike
     /// `MongoStore`, changes applied between two wake-ups of the observer are
     /// merged (timing tests do not need every intermediate state).
-    fn observe(&self, key: String) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
+    fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
         let db = self.db.clone();
         let changed = db.subscribe_changes();
         let state = (db, changed, key, None::<(Option<Doc>, bool)>, true);

@@ -29,6 +29,7 @@ use super::handle::{MongoStore, command_code};
 use super::pipeline::{info_projection, key_events_pipeline, key_filter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{field, lease_info};
 
@@ -45,7 +46,7 @@ const HISTORY_LOST: i32 = 286;
 type Item = Result<Option<LeaseInfo>>;
 
 /// The states of `key` as a `'static` stream (see the module docs).
-pub(super) fn observe(store: MongoStore, key: String) -> BoxStream<'static, Item> {
+pub(super) fn observe(store: MongoStore, key: LeaseKey) -> BoxStream<'static, Item> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let producer = Observer {
         store,
@@ -73,7 +74,7 @@ enum WatchEnd {
 
 struct Observer {
     store: MongoStore,
-    key: String,
+    key: LeaseKey,
     tx: mpsc::UnboundedSender<Item>,
     /// The last known lock document, as stored (no `now`).
     doc: Option<Document>,
@@ -116,7 +117,7 @@ impl Observer {
             let _ = self.tx.send(Err(e));
             return false;
         }
-        tracing::warn!(key = self.key, error = %e, "observing a lease: transient error; retrying");
+        tracing::warn!(key = %self.key, error = %e, "observing a lease: transient error; retrying");
         let delay = retry_delay(*failures, RETRY_INITIAL, RETRY_MAX, None);
         *failures = failures.saturating_add(1);
         tokio::select! {
@@ -175,7 +176,7 @@ impl Observer {
             .and_then(|d| lease_info(&self.key, d, server_time));
         if self.doc.is_some() && info.is_none() {
             tracing::debug!(
-                key = self.key,
+                key = %self.key,
                 "observing a document of foreign shape: no lease"
             );
         }
@@ -219,7 +220,7 @@ impl Observer {
                 Ok(stream) => stream,
                 Err(Error::Database(e)) if command_code(&e) == Some(HISTORY_LOST) => {
                     tracing::warn!(
-                        key = self.key,
+                        key = %self.key,
                         "change stream history lost; re-reading the lease"
                     );
                     return WatchEnd::Restart;
@@ -231,7 +232,7 @@ impl Observer {
                     continue;
                 }
                 Err(e) if !opened_once => {
-                    tracing::debug!(key = self.key, error = %e, "no change stream; polling");
+                    tracing::debug!(key = %self.key, error = %e, "no change stream; polling");
                     return WatchEnd::Unsupported;
                 }
                 Err(e) => {
@@ -326,7 +327,7 @@ impl Observer {
             }
             Ok(_) => self.check_at = Some(Instant::now() + Duration::from_secs(1)),
             Err(e) => {
-                tracing::debug!(key = self.key, error = %e, "expiry check failed; retrying");
+                tracing::debug!(key = %self.key, error = %e, "expiry check failed; retrying");
                 self.check_at = Some(Instant::now() + RETRY_MAX);
             }
         }

@@ -9,17 +9,18 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use mongodb::bson::{Document, doc};
-use mongodb::options::ReturnDocument;
+use mongodb::options::{FindOptions, Hint, ReturnDocument};
 use uuid::Uuid;
 
 use super::handle::{MongoStore, is_duplicate_key, is_on_id_index};
 use super::observe::observe;
 use super::pipeline::{
-    acquire_pipeline, acquire_projection, classify, force_release_filter, info_projection,
-    key_filter, lease_filter, list_filter, owner_filter, payload_filter, payload_update,
-    projected_info, release_events_pipeline, release_update, renew_update,
+    acquire_pipeline, acquire_projection, classify, force_release_filter, id_index,
+    info_projection, key_filter, lease_filter, list_min, owner_filter, payload_filter,
+    payload_update, projected_info, release_events_pipeline, release_update, renew_update,
 };
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{AcquireOutcome, LeaseRef, Store, field};
 
@@ -27,7 +28,7 @@ use crate::store::{AcquireOutcome, LeaseRef, Store, field};
 const WRITE_ATTEMPTS: u32 = 3;
 
 impl MongoStore {
-    async fn read_lease(&self, key: &str) -> Result<Option<Document>> {
+    async fn read_lease(&self, key: &LeaseKey) -> Result<Option<Document>> {
         self.bounded(
             self.coll()
                 .find_one(key_filter(key))
@@ -38,7 +39,7 @@ impl MongoStore {
 
     async fn acquire_once(
         &self,
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         waiting: bool,
     ) -> Result<AcquireOutcome> {
@@ -70,7 +71,7 @@ impl MongoStore {
             // Outcome unknown (network, failover, timeout): resolve by re-reading,
             // never by assuming (docs/mongodb-behaviour.md, B7).
             Err(e) if e.is_transient() => {
-                tracing::debug!(key, error = %e, "acquire outcome unknown; re-reading");
+                tracing::debug!(%key, error = %e, "acquire outcome unknown; re-reading");
             }
             Err(e) => return Err(e),
         }
@@ -84,7 +85,7 @@ impl MongoStore {
         }
     }
 
-    async fn renew_batch(&self, leases: Vec<LeaseRef>) -> Result<Vec<String>> {
+    async fn renew_batch(&self, leases: Vec<LeaseRef>) -> Result<Vec<LeaseKey>> {
         let filter = lease_filter(&leases);
         let update = renew_update(self.ttl_ms());
         // updateMany is not a retryable write; it is idempotent, so the actor retries
@@ -97,7 +98,7 @@ impl MongoStore {
             return Ok(Vec::new());
         }
         // Some leases are gone; the result does not say which, so ask.
-        let kept: HashSet<String> = self
+        let kept: HashSet<LeaseKey> = self
             .bounded(async {
                 self.coll()
                     .find(filter)
@@ -108,7 +109,7 @@ impl MongoStore {
             })
             .await?
             .into_iter()
-            .filter_map(|d| d.get_str(field::ID).ok().map(str::to_string))
+            .filter_map(|d| d.get(field::ID).cloned().map(LeaseKey::from))
             .collect();
         Ok(leases
             .into_iter()
@@ -148,7 +149,7 @@ impl MongoStore {
         }
     }
 
-    async fn inspect_key(&self, key: String) -> Result<Option<LeaseInfo>> {
+    async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
         let found = self
             .bounded(
                 self.coll()
@@ -167,39 +168,50 @@ impl MongoStore {
 
     async fn list_page(
         &self,
-        after: Option<String>,
+        after: Option<LeaseKey>,
         limit: usize,
-    ) -> Result<(Vec<LeaseInfo>, Option<String>)> {
-        let filter = list_filter(after.as_deref());
-        let docs: Vec<Document> = self
+    ) -> Result<(Vec<LeaseInfo>, Option<LeaseKey>)> {
+        // One more than `limit` when the inclusive `min` bound returns `after`.
+        let fetch = limit.saturating_add(usize::from(after.is_some()));
+        let mut options = FindOptions::builder()
+            .sort(doc! { field::ID: 1 })
+            .limit(fetch.min(i64::MAX as usize) as i64)
+            .projection(info_projection())
+            .build();
+        if let Some(after) = &after {
+            options.min = Some(list_min(after));
+            options.hint = Some(Hint::Keys(id_index()));
+        }
+        let mut docs: Vec<Document> = self
             .bounded(async {
                 self.coll()
-                    .find(filter)
-                    .sort(doc! { field::ID: 1 })
-                    .limit(limit.min(i64::MAX as usize) as i64)
-                    .projection(info_projection())
+                    .find(doc! {})
+                    .with_options(options)
                     .await?
                     .try_collect()
                     .await
             })
             .await?;
+        let id = |d: &Document| d.get(field::ID).cloned().map(LeaseKey::from);
+        if after.is_some() && docs.first().and_then(id) == after {
+            docs.remove(0);
+        }
+        docs.truncate(limit);
         let next = if docs.len() == limit {
-            docs.last()
-                .and_then(|d| d.get_str(field::ID).ok())
-                .map(str::to_string)
+            docs.last().and_then(id)
         } else {
             None
         };
         let page = docs
             .iter()
-            .filter_map(|doc| projected_info(doc.get_str(field::ID).ok()?, doc))
+            .filter_map(|doc| projected_info(&id(doc)?, doc))
             .collect();
         Ok((page, next))
     }
 
     /// One `findAndModify` (a retryable write) that releases `key` if a lease
     /// of our shape holds it now, whoever the owner; returns it as it was.
-    async fn force_release_key(&self, key: String) -> Result<Option<LeaseInfo>> {
+    async fn force_release_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
         let before = self
             .bounded(
                 self.coll()
@@ -227,7 +239,7 @@ impl MongoStore {
     /// A change stream of releases and deletes ([`release_events_pipeline`]),
     /// reduced to the key. Opening it is part of the stream's first poll, so
     /// the caller never waits for it.
-    fn release_events(&self) -> BoxStream<'static, Result<String>> {
+    fn release_events(&self) -> BoxStream<'static, Result<LeaseKey>> {
         let store = self.clone();
         futures::stream::once(async move {
             store
@@ -240,7 +252,7 @@ impl MongoStore {
                     match event {
                         Ok(event) => event
                             .document_key
-                            .and_then(|k| k.get_str(field::ID).ok().map(str::to_string))
+                            .and_then(|k| k.get(field::ID).cloned().map(LeaseKey::from))
                             .map(Ok),
                         Err(e) => Some(Err(Error::from(e))),
                     }
@@ -254,13 +266,13 @@ impl MongoStore {
 }
 
 impl Store for MongoStore {
-    fn watch_releases(&self) -> BoxStream<'static, Result<String>> {
+    fn watch_releases(&self) -> BoxStream<'static, Result<LeaseKey>> {
         self.release_events()
     }
 
     fn acquire(
         &self,
-        key: String,
+        key: LeaseKey,
         lease_id: Uuid,
         waiting: bool,
     ) -> BoxFuture<'static, Result<AcquireOutcome>> {
@@ -268,7 +280,7 @@ impl Store for MongoStore {
         async move { store.acquire_once(key, lease_id, waiting).await }.boxed()
     }
 
-    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<String>>> {
+    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
         let store = self.clone();
         async move { store.renew_batch(leases).await }.boxed()
     }
@@ -295,21 +307,21 @@ impl Store for MongoStore {
         .boxed()
     }
 
-    fn inspect(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+    fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let store = self.clone();
         async move { store.inspect_key(key).await }.boxed()
     }
 
     fn list(
         &self,
-        after: Option<String>,
+        after: Option<LeaseKey>,
         limit: usize,
-    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<String>)>> {
+    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>> {
         let store = self.clone();
         async move { store.list_page(after, limit).await }.boxed()
     }
 
-    fn force_release(&self, key: String) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+    fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let store = self.clone();
         async move { store.force_release_key(key).await }.boxed()
     }
@@ -319,7 +331,7 @@ impl Store for MongoStore {
         async move { store.set_payload_of(lease, payload).await }.boxed()
     }
 
-    fn observe(&self, key: String) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
+    fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
         observe(self.clone(), key)
     }
 }

@@ -10,6 +10,7 @@ use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{AcquireOutcome, LeaseRef, TOKEN_TIME_SHIFT, field, lease_info};
 
@@ -24,7 +25,7 @@ fn is_lease_id(value: Option<&Bson>, id: Uuid) -> bool {
 }
 
 /// The filter of one key's document.
-pub(super) fn key_filter(key: &str) -> Document {
+pub(super) fn key_filter(key: &LeaseKey) -> Document {
     doc! { field::ID: key }
 }
 
@@ -123,7 +124,7 @@ pub(super) fn acquire_projection() -> Document {
 /// # Errors
 /// [`Error::ForeignDocument`] for a document of foreign shape.
 pub(super) fn classify(
-    key: &str,
+    key: &LeaseKey,
     owner: &str,
     lease_id: Uuid,
     doc: &Document,
@@ -131,9 +132,7 @@ pub(super) fn classify(
     let token = doc.get_i64(field::TOKEN);
     let expires = doc.get_datetime(field::EXPIRES_AT);
     let (Ok(token), Ok(expires)) = (token, expires) else {
-        return Err(Error::ForeignDocument {
-            key: key.to_string(),
-        });
+        return Err(Error::ForeignDocument { key: key.clone() });
     };
     if is_lease_id(doc.get(field::LEASE_ID), lease_id) {
         return Ok(AcquireOutcome::Acquired {
@@ -168,7 +167,7 @@ pub(super) fn info_projection() -> Document {
 
 /// Reads a document projected with [`info_projection`] into a [`LeaseInfo`]
 /// judged at its `now`. `None` without `now` or for a document of foreign shape.
-pub(super) fn projected_info(key: &str, doc: &Document) -> Option<LeaseInfo> {
+pub(super) fn projected_info(key: &LeaseKey, doc: &Document) -> Option<LeaseInfo> {
     let now = doc.get_datetime("now").ok()?.to_system_time();
     lease_info(key, doc, now)
 }
@@ -176,7 +175,7 @@ pub(super) fn projected_info(key: &str, doc: &Document) -> Option<LeaseInfo> {
 /// The documents of `leases`: `_id` among their keys and `lid` among their
 /// lease ids (one `$in` each, so that a batch stays one indexed query).
 pub(super) fn lease_filter(leases: &[LeaseRef]) -> Document {
-    let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+    let keys: Vec<Bson> = leases.iter().map(|l| l.key.as_bson().clone()).collect();
     let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
     doc! { field::ID: { "$in": keys }, field::LEASE_ID: { "$in": ids } }
 }
@@ -219,7 +218,7 @@ pub(super) fn owner_filter(owner: &str, except: &[Uuid]) -> Document {
 }
 
 /// `key` if a lease of our shape holds it now (by `$$NOW`), whoever the owner.
-pub(super) fn force_release_filter(key: &str) -> Document {
+pub(super) fn force_release_filter(key: &LeaseKey) -> Document {
     doc! {
         field::ID: key,
         field::LEASE_ID: { "$exists": true },
@@ -238,12 +237,17 @@ pub(super) fn payload_update(payload: Document) -> Document {
     doc! { "$set": { field::PAYLOAD: payload } }
 }
 
-/// Lock documents (string `_id`) with keys greater than `after`.
-pub(super) fn list_filter(after: Option<&str>) -> Document {
-    match after {
-        Some(after) => doc! { field::ID: { "$type": "string", "$gt": after } },
-        None => doc! { field::ID: { "$type": "string" } },
-    }
+/// The `min` bound of a page of `list` after `after`, with the `_id` index
+/// as hint: unlike `{_id: {$gt: after}}`, which only matches keys of
+/// `after`'s type (docs/mongodb-behaviour.md, B10), an index bound crosses
+/// types in MongoDB's BSON order. It is inclusive: the page skips `after`.
+pub(super) fn list_min(after: &LeaseKey) -> Document {
+    doc! { field::ID: after }
+}
+
+/// The hint that goes with [`list_min`]: the `_id` index.
+pub(super) fn id_index() -> Document {
+    doc! { field::ID: 1 }
 }
 
 /// The change-stream stages of `watch_releases`: releases (an update that
@@ -259,7 +263,7 @@ pub(super) fn release_events_pipeline() -> [Document; 2] {
 }
 
 /// The change-stream stage of observing one key: every event of its document.
-pub(super) fn key_events_pipeline(key: &str) -> [Document; 1] {
+pub(super) fn key_events_pipeline(key: &LeaseKey) -> [Document; 1] {
     [doc! { "$match": { "documentKey._id": key } }]
 }
 
@@ -504,7 +508,7 @@ mod tests {
     #[test]
     fn force_release_applies_only_to_a_live_lease_of_our_shape() {
         assert_eq!(
-            force_release_filter("k"),
+            force_release_filter(&"k".into()),
             doc! {
                 "_id": "k",
                 "lid": { "$exists": true },
@@ -518,11 +522,9 @@ mod tests {
     fn reads_project_the_servers_now() {
         assert_eq!(at(&acquire_projection(), "now"), &Bson::from("$$NOW"));
         assert_eq!(at(&info_projection(), "now"), &Bson::from("$$NOW"));
-        assert_eq!(
-            list_filter(Some("k")),
-            doc! { "_id": { "$type": "string", "$gt": "k" } }
-        );
-        assert_eq!(list_filter(None), doc! { "_id": { "$type": "string" } });
+        assert_eq!(list_min(&"k".into()), doc! { "_id": "k" });
+        assert_eq!(list_min(&7_i64.into()), doc! { "_id": 7_i64 });
+        assert_eq!(id_index(), doc! { "_id": 1 });
     }
 
     #[test]
@@ -552,12 +554,12 @@ mod tests {
     fn classify_reads_our_lease_id_as_acquired_and_another_as_held_until_its_expiry() {
         let ours = returned(LID, "me", 10_000, 1_000);
         assert_eq!(
-            classify("k", "me", LID, &ours).unwrap(),
+            classify(&"k".into(), "me", LID, &ours).unwrap(),
             AcquireOutcome::Acquired { token: 5 }
         );
         let theirs = returned(Uuid::from_u128(9), "them", 10_000, 1_000);
         assert_eq!(
-            classify("k", "me", LID, &theirs).unwrap(),
+            classify(&"k".into(), "me", LID, &theirs).unwrap(),
             AcquireOutcome::Held {
                 holder: "them".into(),
                 remaining: Duration::from_millis(9_000),
@@ -571,7 +573,7 @@ mod tests {
         released.remove("lid");
         released.insert("yu", DateTime::from_millis(5_000));
         assert_eq!(
-            classify("k", "me", LID, &released).unwrap(),
+            classify(&"k".into(), "me", LID, &released).unwrap(),
             AcquireOutcome::Held {
                 holder: "me".into(),
                 remaining: Duration::from_millis(3_000),
@@ -579,7 +581,7 @@ mod tests {
         );
         released.insert("aid", "them");
         assert_eq!(
-            classify("k", "me", LID, &released).unwrap(),
+            classify(&"k".into(), "me", LID, &released).unwrap(),
             AcquireOutcome::Held {
                 holder: "them".into(),
                 remaining: Duration::ZERO,
@@ -591,7 +593,7 @@ mod tests {
     fn classify_refuses_a_document_of_foreign_shape() {
         let foreign = doc! { "_id": "k", "tok": 1, "exp": "tomorrow" };
         assert!(matches!(
-            classify("k", "me", LID, &foreign),
+            classify(&"k".into(), "me", LID, &foreign),
             Err(Error::ForeignDocument { key }) if key == "k"
         ));
     }

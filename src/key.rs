@@ -1,0 +1,745 @@
+//! [`LeaseKey`]: the key of a lease, any BSON value MongoDB accepts as `_id`.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use mongodb::bson::{self, Binary, Bson, DateTime, Document, oid::ObjectId, spec::BinarySubtype};
+
+use crate::error::{Error, Result};
+
+/// The key of a lease: the `_id` of its lock document, exactly as given (never
+/// converted: an `ObjectId` key is stored as that `ObjectId`, an `i64` key as
+/// a 64-bit integer).
+///
+/// Strings stay as convenient as plain `&str`: every call that takes a key takes
+/// `impl Into<LeaseKey>`, so `manager.acquire("job-1")` works, and a key
+/// compares equal to a `&str` (`lease.key() == "job-1"`). To lock a document of
+/// another collection, use its `_id` as the key, whatever its type:
+///
+/// ```
+/// use mongo_lease::LeaseKey;
+/// use mongodb::bson::{doc, oid::ObjectId};
+///
+/// let oid: ObjectId = "5087b72181a445980ae47d13".parse().unwrap();
+/// let key = LeaseKey::from(oid);
+/// assert_eq!(key.to_string(), r#"{"$oid":"5087b72181a445980ae47d13"}"#);
+/// assert_eq!(LeaseKey::from_extended_json(&key.to_extended_json()).unwrap(), key);
+/// assert_eq!(LeaseKey::from("job-1"), "job-1");
+/// assert_eq!(LeaseKey::from(doc! { "tenant": 7, "item": "a" }).as_str(), None);
+/// ```
+///
+/// # Accepted types
+///
+/// A key is checked when it is used (before any round trip to MongoDB); a
+/// refused key gives [`Error::InvalidKey`] naming the type. Accepted, as MongoDB
+/// accepts them as `_id` (checked against `mongod` 6.0 by the crate's tests):
+/// strings (not empty), symbols, 32- and 64-bit integers, doubles,
+/// Decimal128, `ObjectId`, binary data of any subtype (UUIDs are binary subtype
+/// 4), dates, timestamps, booleans, `null`, `MinKey`, `MaxKey`, JavaScript code
+/// (with or without scope), DBPointer, and embedded documents. Refused: arrays,
+/// regular expressions and `undefined` (MongoDB refuses them as `_id`), embedded
+/// documents with a field name starting with `$` at any depth (MongoDB refuses
+/// such an `_id`), the empty string, and keys longer than
+/// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes (UTF-8 bytes for a string, bytes
+/// of the encoded BSON value for other types).
+///
+/// # Identity and order
+///
+/// Two keys are equal (`Eq`, `Hash`) when MongoDB's `_id` index treats them as
+/// the same key: numbers compare by value (MongoDB stores `1`, `NumberLong(1)`
+/// and `1.0` under one `_id`, so `LeaseKey::from(1_i32) == LeaseKey::from(1_i64)`),
+/// strings and symbols by their bytes (MongoDB's default, simple collation), and
+/// embedded documents field by field, in their order. `Ord` follows MongoDB's BSON
+/// comparison order: first the type (`MinKey`, `null`, numbers, strings and
+/// symbols, documents, binary data, `ObjectId`, booleans, dates, timestamps,
+/// DBPointer, JavaScript code, `MaxKey`), then the value within the type, so
+/// [`LockManager::list`](crate::LockManager::list) pages in MongoDB's order. A
+/// Decimal128 is equal only to the same Decimal128 (same bits) and sorts after
+/// the other numbers; DBPointer and JavaScript keys compare by their encoded
+/// bytes.
+///
+/// # Display
+///
+/// A string key is shown as is; any other key as canonical Extended JSON v2
+/// (`{"$oid":"5087b72181a445980ae47d13"}`), which
+/// [`LeaseKey::from_extended_json`] and `mongo-lease --key-json` read back.
+#[derive(Clone)]
+pub struct LeaseKey(Bson);
+
+impl fmt::Debug for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LeaseKey({})", self.to_extended_json())
+    }
+}
+
+impl LeaseKey {
+    /// Parses a key from MongoDB Extended JSON v2, canonical or relaxed:
+    /// `{"$oid":"5087b72181a445980ae47d13"}`, `{"$numberLong":"7"}`, `7`,
+    /// `{"$date":"2024-01-01T00:00:00Z"}`, `{"$binary":{"base64":"...","subType":"04"}}`,
+    /// `"job-1"` (a JSON string is a string key), `{"tenant":7,"item":"a"}` (an
+    /// embedded document).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] if the text is not JSON or not valid Extended JSON.
+    /// The key itself is checked when it is used, like any key.
+    pub fn from_extended_json(json: &str) -> Result<LeaseKey> {
+        let value: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| Error::InvalidKey {
+                reason: format!("not JSON: {e}"),
+            })?;
+        let bson = Bson::try_from(value).map_err(|e| Error::InvalidKey {
+            reason: format!("not MongoDB Extended JSON v2: {e}"),
+        })?;
+        Ok(LeaseKey(bson))
+    }
+
+    /// The key as canonical Extended JSON v2 (`"job-1"` with its quotes for a
+    /// string key, `{"$oid":"..."}` for an `ObjectId`, `{"$numberInt":"7"}` for
+    /// an `i32`): [`LeaseKey::from_extended_json`] reads it back to the same key
+    /// with the same type.
+    pub fn to_extended_json(&self) -> String {
+        self.0.clone().into_canonical_extjson().to_string()
+    }
+
+    /// The key's BSON value, as stored in the lock document's `_id`.
+    pub fn as_bson(&self) -> &Bson {
+        &self.0
+    }
+
+    /// The key's BSON value, as stored in the lock document's `_id`.
+    pub fn into_bson(self) -> Bson {
+        self.0
+    }
+
+    /// The key as a string slice if it is a string key, `None` otherwise.
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.0 {
+            Bson::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Checks that MongoDB accepts the key as `_id`, and its size.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let refuse = |reason: String| Err(Error::InvalidKey { reason });
+        match &self.0 {
+            Bson::String(s) if s.is_empty() => return refuse("the key is empty".into()),
+            Bson::String(s) if s.len() > crate::MAX_KEY_LEN => {
+                return refuse(format!(
+                    "the key is {} bytes long; the limit is {}",
+                    s.len(),
+                    crate::MAX_KEY_LEN
+                ));
+            }
+            Bson::String(_) => return Ok(()),
+            other => refused_type(other, "")?,
+        }
+        let len = encoded_len(&self.0);
+        if len > crate::MAX_KEY_LEN {
+            return refuse(format!(
+                "the {} key is {len} bytes long encoded as BSON; the limit is {}",
+                type_name(&self.0),
+                crate::MAX_KEY_LEN
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Refuses the types MongoDB refuses as `_id`, and `$`-prefixed field names in
+/// embedded documents at any depth.
+fn refused_type(value: &Bson, path: &str) -> Result<()> {
+    let refuse = |what: &str| {
+        Err(Error::InvalidKey {
+            reason: format!("MongoDB does not accept {what} as _id{path}"),
+        })
+    };
+    match value {
+        Bson::Array(_) if path.is_empty() => refuse("an array"),
+        Bson::RegularExpression(_) if path.is_empty() => refuse("a regular expression"),
+        Bson::Undefined if path.is_empty() => refuse("undefined"),
+        Bson::Document(doc) => {
+            for (name, field) in doc {
+                if name.starts_with('$') {
+                    return Err(Error::InvalidKey {
+                        reason: format!(
+                            "MongoDB does not accept a document key with a field name \
+                             starting with '$' ({name:?} in _id{path})"
+                        ),
+                    });
+                }
+                refused_type(field, &format!("{path}.{name}"))?;
+            }
+            Ok(())
+        }
+        Bson::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                refused_type(item, &format!("{path}.{i}"))?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Bytes of a BSON value as encoded in a document (without type byte and name).
+fn encoded_len(value: &Bson) -> usize {
+    let doc = bson::doc! { "": value.clone() };
+    // An empty name: 4 (length) + 1 (type) + 1 (name's NUL) + value + 1 (EOO).
+    bson::to_vec(&doc).map_or(usize::MAX, |bytes| bytes.len().saturating_sub(7))
+}
+
+fn type_name(value: &Bson) -> &'static str {
+    match value {
+        Bson::Double(_) => "double",
+        Bson::String(_) => "string",
+        Bson::Array(_) => "array",
+        Bson::Document(_) => "document",
+        Bson::Boolean(_) => "boolean",
+        Bson::Null => "null",
+        Bson::RegularExpression(_) => "regular expression",
+        Bson::JavaScriptCode(_) => "JavaScript code",
+        Bson::JavaScriptCodeWithScope(_) => "JavaScript code with scope",
+        Bson::Int32(_) => "int32",
+        Bson::Int64(_) => "int64",
+        Bson::Timestamp(_) => "timestamp",
+        Bson::Binary(_) => "binary",
+        Bson::ObjectId(_) => "ObjectId",
+        Bson::DateTime(_) => "date",
+        Bson::Symbol(_) => "symbol",
+        Bson::Decimal128(_) => "Decimal128",
+        Bson::Undefined => "undefined",
+        Bson::MaxKey => "MaxKey",
+        Bson::MinKey => "MinKey",
+        Bson::DbPointer(_) => "DBPointer",
+    }
+}
+
+/// MongoDB's canonical type rank (the order of types in comparisons).
+fn rank(value: &Bson) -> u8 {
+    match value {
+        Bson::MinKey => 0,
+        Bson::Null | Bson::Undefined => 5,
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => 10,
+        Bson::String(_) | Bson::Symbol(_) => 15,
+        Bson::Document(_) => 20,
+        Bson::Array(_) => 25,
+        Bson::Binary(_) => 30,
+        Bson::ObjectId(_) => 35,
+        Bson::Boolean(_) => 40,
+        Bson::DateTime(_) => 45,
+        Bson::Timestamp(_) => 47,
+        Bson::RegularExpression(_) => 50,
+        Bson::DbPointer(_) => 55,
+        Bson::JavaScriptCode(_) => 60,
+        Bson::JavaScriptCodeWithScope(_) => 65,
+        Bson::MaxKey => 127,
+    }
+}
+
+/// A number as MongoDB compares it: an integer, a double, or (apart) a Decimal128.
+enum Num {
+    Int(i64),
+    Float(f64),
+    Decimal([u8; 16]),
+}
+
+fn num(value: &Bson) -> Option<Num> {
+    Some(match value {
+        Bson::Int32(i) => Num::Int(i64::from(*i)),
+        Bson::Int64(i) => Num::Int(*i),
+        Bson::Double(f) => float_num(*f),
+        Bson::Decimal128(d) => Num::Decimal(d.bytes()),
+        _ => return None,
+    })
+}
+
+/// A double that holds an integer of the `i64` range is that integer (so that
+/// equal numbers hash alike); other doubles stay doubles.
+fn float_num(f: f64) -> Num {
+    // 2^63 is exactly representable; every integral double in [-2^63, 2^63) fits.
+    if f.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f)
+    {
+        Num::Int(f as i64)
+    } else {
+        Num::Float(f)
+    }
+}
+
+fn cmp_float(a: f64, b: f64) -> Ordering {
+    // MongoDB: NaN equals NaN and sorts before every other number.
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        (false, false) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+    }
+}
+
+fn cmp_num(a: &Num, b: &Num) -> Ordering {
+    match (a, b) {
+        (Num::Int(x), Num::Int(y)) => x.cmp(y),
+        // A `Float` is never integral within the i64 range, so it never equals
+        // an `Int`; comparing as doubles orders them correctly then.
+        (Num::Int(x), Num::Float(y)) => cmp_float(*x as f64, *y).then(Ordering::Less),
+        (Num::Float(x), Num::Int(y)) => cmp_float(*x, *y as f64).then(Ordering::Greater),
+        (Num::Float(x), Num::Float(y)) => cmp_float(*x, *y),
+        (Num::Decimal(x), Num::Decimal(y)) => x.cmp(y),
+        (Num::Decimal(_), _) => Ordering::Greater,
+        (_, Num::Decimal(_)) => Ordering::Less,
+    }
+}
+
+fn value_bytes(value: &Bson) -> Vec<u8> {
+    bson::to_vec(&bson::doc! { "": value.clone() }).unwrap_or_default()
+}
+
+fn cmp_docs(a: &Document, b: &Document) -> Ordering {
+    let mut left = a.iter();
+    let mut right = b.iter();
+    loop {
+        match (left.next(), right.next()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some((ka, va)), Some((kb, vb))) => {
+                let order = rank(va)
+                    .cmp(&rank(vb))
+                    .then_with(|| ka.as_bytes().cmp(kb.as_bytes()))
+                    .then_with(|| cmp_bson(va, vb));
+                if order != Ordering::Equal {
+                    return order;
+                }
+            }
+        }
+    }
+}
+
+fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
+    let order = rank(a).cmp(&rank(b));
+    if order != Ordering::Equal {
+        return order;
+    }
+    match (a, b) {
+        (Bson::MinKey, _) | (Bson::MaxKey, _) | (Bson::Null | Bson::Undefined, _) => {
+            Ordering::Equal
+        }
+        (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => {
+            x.as_bytes().cmp(y.as_bytes())
+        }
+        (Bson::Document(x), Bson::Document(y)) => cmp_docs(x, y),
+        (Bson::Array(x), Bson::Array(y)) => {
+            for (u, v) in x.iter().zip(y) {
+                let order = cmp_bson(u, v);
+                if order != Ordering::Equal {
+                    return order;
+                }
+            }
+            x.len().cmp(&y.len())
+        }
+        (Bson::Binary(x), Bson::Binary(y)) => x
+            .bytes
+            .len()
+            .cmp(&y.bytes.len())
+            .then_with(|| u8::from(x.subtype).cmp(&u8::from(y.subtype)))
+            .then_with(|| x.bytes.cmp(&y.bytes)),
+        (Bson::ObjectId(x), Bson::ObjectId(y)) => x.bytes().cmp(&y.bytes()),
+        (Bson::Boolean(x), Bson::Boolean(y)) => x.cmp(y),
+        (Bson::DateTime(x), Bson::DateTime(y)) => x.timestamp_millis().cmp(&y.timestamp_millis()),
+        (Bson::Timestamp(x), Bson::Timestamp(y)) => {
+            (x.time, x.increment).cmp(&(y.time, y.increment))
+        }
+        _ => match (num(a), num(b)) {
+            (Some(x), Some(y)) => cmp_num(&x, &y),
+            _ => value_bytes(a).cmp(&value_bytes(b)),
+        },
+    }
+}
+
+fn hash_bson<H: Hasher>(value: &Bson, state: &mut H) {
+    rank(value).hash(state);
+    match value {
+        Bson::MinKey | Bson::MaxKey | Bson::Null | Bson::Undefined => {}
+        Bson::String(s) | Bson::Symbol(s) => s.hash(state),
+        Bson::Document(doc) => {
+            doc.len().hash(state);
+            for (name, field) in doc {
+                name.hash(state);
+                hash_bson(field, state);
+            }
+        }
+        Bson::Array(items) => {
+            items.len().hash(state);
+            for item in items {
+                hash_bson(item, state);
+            }
+        }
+        Bson::Binary(b) => {
+            u8::from(b.subtype).hash(state);
+            b.bytes.hash(state);
+        }
+        Bson::ObjectId(o) => o.bytes().hash(state),
+        Bson::Boolean(b) => b.hash(state),
+        Bson::DateTime(d) => d.timestamp_millis().hash(state),
+        Bson::Timestamp(t) => (t.time, t.increment).hash(state),
+        other => match num(other) {
+            Some(Num::Int(i)) => (0u8, i).hash(state),
+            // NaNs are all equal; every other non-integral double by its bits.
+            Some(Num::Float(f)) if f.is_nan() => 1u8.hash(state),
+            Some(Num::Float(f)) => (2u8, f.to_bits()).hash(state),
+            Some(Num::Decimal(d)) => (3u8, d).hash(state),
+            None => value_bytes(other).hash(state),
+        },
+    }
+}
+
+impl PartialEq for LeaseKey {
+    fn eq(&self, other: &Self) -> bool {
+        cmp_bson(&self.0, &other.0) == Ordering::Equal
+    }
+}
+
+impl Eq for LeaseKey {}
+
+impl PartialOrd for LeaseKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for LeaseKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        cmp_bson(&self.0, &other.0)
+    }
+}
+
+impl Hash for LeaseKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        hash_bson(&self.0, state);
+    }
+}
+
+impl PartialEq<str> for LeaseKey {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == Some(other)
+    }
+}
+
+impl PartialEq<&str> for LeaseKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == Some(*other)
+    }
+}
+
+impl PartialEq<String> for LeaseKey {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == Some(other.as_str())
+    }
+}
+
+impl PartialEq<LeaseKey> for str {
+    fn eq(&self, other: &LeaseKey) -> bool {
+        other == self
+    }
+}
+
+impl PartialEq<LeaseKey> for &str {
+    fn eq(&self, other: &LeaseKey) -> bool {
+        other == *self
+    }
+}
+
+impl fmt::Display for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Bson::String(s) => f.write_str(s),
+            _ => f.write_str(&self.to_extended_json()),
+        }
+    }
+}
+
+impl From<&str> for LeaseKey {
+    fn from(key: &str) -> Self {
+        LeaseKey(Bson::String(key.to_owned()))
+    }
+}
+
+impl From<String> for LeaseKey {
+    fn from(key: String) -> Self {
+        LeaseKey(Bson::String(key))
+    }
+}
+
+impl From<&String> for LeaseKey {
+    fn from(key: &String) -> Self {
+        LeaseKey(Bson::String(key.clone()))
+    }
+}
+
+impl From<&LeaseKey> for LeaseKey {
+    fn from(key: &LeaseKey) -> Self {
+        key.clone()
+    }
+}
+
+impl From<ObjectId> for LeaseKey {
+    fn from(key: ObjectId) -> Self {
+        LeaseKey(Bson::ObjectId(key))
+    }
+}
+
+impl From<i32> for LeaseKey {
+    fn from(key: i32) -> Self {
+        LeaseKey(Bson::Int32(key))
+    }
+}
+
+impl From<i64> for LeaseKey {
+    fn from(key: i64) -> Self {
+        LeaseKey(Bson::Int64(key))
+    }
+}
+
+/// A UUID is stored as BSON binary subtype 4, like the driver's `bson::Uuid`.
+impl From<uuid::Uuid> for LeaseKey {
+    fn from(key: uuid::Uuid) -> Self {
+        LeaseKey(Bson::Binary(Binary {
+            subtype: BinarySubtype::Uuid,
+            bytes: key.as_bytes().to_vec(),
+        }))
+    }
+}
+
+impl From<bson::Uuid> for LeaseKey {
+    fn from(key: bson::Uuid) -> Self {
+        LeaseKey(Bson::from(key))
+    }
+}
+
+impl From<DateTime> for LeaseKey {
+    fn from(key: DateTime) -> Self {
+        LeaseKey(Bson::DateTime(key))
+    }
+}
+
+impl From<Binary> for LeaseKey {
+    fn from(key: Binary) -> Self {
+        LeaseKey(Bson::Binary(key))
+    }
+}
+
+impl From<Document> for LeaseKey {
+    fn from(key: Document) -> Self {
+        LeaseKey(Bson::Document(key))
+    }
+}
+
+/// Any BSON value; it is checked when used, like every key.
+impl From<Bson> for LeaseKey {
+    fn from(key: Bson) -> Self {
+        LeaseKey(key)
+    }
+}
+
+impl From<LeaseKey> for Bson {
+    fn from(key: LeaseKey) -> Self {
+        key.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use mongodb::bson::{Decimal128, Regex, Timestamp, doc};
+
+    use super::*;
+
+    fn hash_of(key: &LeaseKey) -> u64 {
+        use std::collections::hash_map::DefaultHasher;
+        let mut h = DefaultHasher::new();
+        key.hash(&mut h);
+        h.finish()
+    }
+
+    #[test]
+    fn numbers_of_equal_value_are_one_key_with_one_hash() {
+        let same = [
+            LeaseKey::from(1_i32),
+            LeaseKey::from(1_i64),
+            LeaseKey::from(Bson::Double(1.0)),
+        ];
+        for a in &same {
+            for b in &same {
+                assert_eq!(a, b);
+                assert_eq!(hash_of(a), hash_of(b));
+            }
+        }
+        assert_ne!(LeaseKey::from(1_i32), LeaseKey::from(Bson::Double(1.5)));
+        assert_ne!(LeaseKey::from(1_i32), LeaseKey::from("1"));
+        let big = (1_i64 << 53) + 1;
+        assert_ne!(
+            LeaseKey::from(big),
+            LeaseKey::from(Bson::Double((1_i64 << 53) as f64))
+        );
+        assert_eq!(
+            LeaseKey::from(Bson::Double(f64::NAN)),
+            LeaseKey::from(Bson::Double(f64::NAN))
+        );
+        assert_eq!(
+            hash_of(&LeaseKey::from(Bson::Double(-0.0))),
+            hash_of(&LeaseKey::from(0_i32))
+        );
+        let set: HashSet<LeaseKey> = same.into_iter().collect();
+        assert_eq!(set.len(), 1);
+    }
+
+    #[test]
+    fn documents_with_equal_numbers_are_one_key_but_field_order_matters() {
+        let a = LeaseKey::from(doc! { "t": 1_i32, "i": "x" });
+        let b = LeaseKey::from(doc! { "t": 1_i64, "i": "x" });
+        assert_eq!(a, b);
+        assert_eq!(hash_of(&a), hash_of(&b));
+        assert_ne!(a, LeaseKey::from(doc! { "i": "x", "t": 1_i32 }));
+    }
+
+    #[test]
+    fn order_follows_mongodb_type_order_then_value() {
+        let oid: ObjectId = "5087b72181a445980ae47d13".parse().unwrap();
+        let sorted = vec![
+            LeaseKey::from(Bson::MinKey),
+            LeaseKey::from(Bson::Null),
+            LeaseKey::from(Bson::Double(f64::NAN)),
+            LeaseKey::from(-5_i64),
+            LeaseKey::from(Bson::Double(1.5)),
+            LeaseKey::from(2_i32),
+            LeaseKey::from(Bson::Decimal128(Decimal128::from_bytes([0; 16]))),
+            LeaseKey::from("a"),
+            LeaseKey::from("b"),
+            LeaseKey::from(doc! { "a": 1 }),
+            LeaseKey::from(doc! { "a": 1, "b": 1 }),
+            LeaseKey::from(doc! { "b": 0 }),
+            LeaseKey::from(Binary {
+                subtype: BinarySubtype::Generic,
+                bytes: vec![9],
+            }),
+            LeaseKey::from(uuid::Uuid::nil()),
+            LeaseKey::from(oid),
+            LeaseKey::from(Bson::Boolean(false)),
+            LeaseKey::from(Bson::Boolean(true)),
+            LeaseKey::from(DateTime::from_millis(-1)),
+            LeaseKey::from(DateTime::from_millis(0)),
+            LeaseKey::from(Bson::Timestamp(Timestamp {
+                time: 1,
+                increment: 0,
+            })),
+            LeaseKey::from(Bson::MaxKey),
+        ];
+        let mut shuffled = sorted.clone();
+        shuffled.reverse();
+        shuffled.sort();
+        assert_eq!(shuffled, sorted);
+    }
+
+    #[test]
+    fn display_shows_strings_as_is_and_other_keys_as_canonical_extended_json() {
+        assert_eq!(LeaseKey::from("job-1").to_string(), "job-1");
+        assert_eq!(LeaseKey::from(7_i32).to_string(), r#"{"$numberInt":"7"}"#);
+        assert_eq!(LeaseKey::from(7_i64).to_string(), r#"{"$numberLong":"7"}"#);
+        let oid: ObjectId = "5087b72181a445980ae47d13".parse().unwrap();
+        assert_eq!(
+            LeaseKey::from(oid).to_string(),
+            r#"{"$oid":"5087b72181a445980ae47d13"}"#
+        );
+        assert_eq!(LeaseKey::from("job-1").to_extended_json(), r#""job-1""#);
+    }
+
+    #[test]
+    fn extended_json_round_trips_keep_the_type() {
+        let oid: ObjectId = "5087b72181a445980ae47d13".parse().unwrap();
+        let keys = [
+            LeaseKey::from("job-1"),
+            LeaseKey::from(7_i32),
+            LeaseKey::from(7_i64),
+            LeaseKey::from(Bson::Double(2.5)),
+            LeaseKey::from(oid),
+            LeaseKey::from(uuid::Uuid::from_u128(0x1234)),
+            LeaseKey::from(DateTime::from_millis(1_700_000_000_123)),
+            LeaseKey::from(doc! { "t": 1_i64, "n": { "x": "y" } }),
+            LeaseKey::from(Bson::Null),
+            LeaseKey::from(Bson::MaxKey),
+        ];
+        for key in keys {
+            let back = LeaseKey::from_extended_json(&key.to_extended_json()).unwrap();
+            assert_eq!(back.as_bson(), key.as_bson(), "{key}");
+        }
+        assert_eq!(
+            LeaseKey::from_extended_json(r#"{"$oid":"5087b72181a445980ae47d13"}"#)
+                .unwrap()
+                .as_bson(),
+            &Bson::ObjectId(oid)
+        );
+        // Relaxed Extended JSON: plain numbers.
+        assert_eq!(
+            LeaseKey::from_extended_json("7").unwrap().as_bson(),
+            &Bson::Int32(7)
+        );
+        assert!(
+            LeaseKey::from_extended_json("{")
+                .unwrap_err()
+                .is_invalid_input()
+        );
+        assert!(
+            LeaseKey::from_extended_json(r#"{"$oid":"xyz"}"#)
+                .unwrap_err()
+                .is_invalid_input()
+        );
+    }
+
+    #[test]
+    fn string_keys_compare_with_str() {
+        let key = LeaseKey::from("job-1");
+        assert!(key == "job-1");
+        assert!("job-1" == key);
+        assert_eq!(key.as_str(), Some("job-1"));
+        assert!(LeaseKey::from(1_i32) != "1");
+    }
+
+    #[test]
+    fn validation_refuses_what_mongodb_refuses_as_id() {
+        let refused = [
+            (LeaseKey::from(Bson::Array(vec![Bson::Int32(1)])), "array"),
+            (
+                LeaseKey::from(Bson::RegularExpression(Regex {
+                    pattern: "a".into(),
+                    options: String::new(),
+                })),
+                "regular expression",
+            ),
+            (LeaseKey::from(Bson::Undefined), "undefined"),
+            (LeaseKey::from(doc! { "a": { "$b": 1 } }), "'$'"),
+            (LeaseKey::from(""), "empty"),
+            (LeaseKey::from("x".repeat(crate::MAX_KEY_LEN + 1)), "limit"),
+            (
+                LeaseKey::from(doc! { "a": "x".repeat(crate::MAX_KEY_LEN) }),
+                "limit",
+            ),
+        ];
+        for (key, why) in refused {
+            match key.validate() {
+                Err(Error::InvalidKey { reason }) => assert!(reason.contains(why), "{reason}"),
+                other => panic!("{key:?}: {other:?}"),
+            }
+        }
+        for key in [
+            LeaseKey::from("x".repeat(crate::MAX_KEY_LEN)),
+            LeaseKey::from(7_i32),
+            LeaseKey::from(doc! { "a": [1, 2] }),
+            LeaseKey::from(Bson::Null),
+        ] {
+            key.validate().unwrap();
+        }
+    }
+}
