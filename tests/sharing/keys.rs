@@ -1,1 +1,459 @@
-//! (to be written)
+//! Keys of any BSON type MongoDB accepts as `_id`: the lock document's `_id`
+//! is exactly the key, so an `ObjectId` key excludes another application
+//! locking the same `ObjectId`; refused kinds fail before any round trip;
+//! numbers of equal value are one key; the CLI's `--key-json`.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use mongo_lease::{Election, Error, LeaseKey, LockManager, LockManagerOptions, ReleaseOutcome};
+use mongodb::bson::{
+    Binary, Bson, DateTime, Document, JavaScriptCodeWithScope, Regex, Timestamp, doc,
+    oid::ObjectId, spec::BinarySubtype,
+};
+
+use crate::common::{self, Fixture};
+
+const TTL: Duration = Duration::from_secs(30);
+const OID: &str = "5087b72181a445980ae47d13";
+
+fn oid() -> ObjectId {
+    OID.parse().unwrap()
+}
+
+/// Another application's lock of `_id` in the pattern's shape.
+fn foreign_lock(id: impl Into<Bson>) -> Document {
+    doc! { "_id": id.into(), "ts": DateTime::now(), "aid": "other-application" }
+}
+
+fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
+    matches!(
+        *e.kind,
+        mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteError(ref w))
+            if w.code == 11000
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_objectid_key_is_stored_as_that_objectid_and_excludes_another_applications_insert() {
+    let fx = Fixture::new("keys_oid").await;
+    let manager = fx.manager(TTL).await;
+    let lease = manager.acquire(oid()).await.unwrap();
+    assert_eq!(lease.key().as_bson(), &Bson::ObjectId(oid()));
+
+    let stored = fx
+        .raw()
+        .find_one(doc! { "_id": oid() })
+        .await
+        .unwrap()
+        .expect("a lock document under the ObjectId itself");
+    assert_eq!(stored.get("_id"), Some(&Bson::ObjectId(oid())));
+    assert_eq!(
+        fx.raw()
+            .count_documents(doc! { "_id": oid().to_hex() })
+            .await
+            .unwrap(),
+        0,
+        "no string key beside it"
+    );
+
+    let err = fx
+        .raw()
+        .insert_one(foreign_lock(oid()))
+        .await
+        .expect_err("the other application's lock must fail while mongo-lease holds it");
+    assert!(is_duplicate_key(&err), "E11000 expected, got {err}");
+
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_each_type_come_back_equal_and_are_stored_with_their_type() {
+    let fx = Fixture::new("keys_types").await;
+    let manager = fx.manager(TTL).await;
+    let uuid = uuid::Uuid::new_v4();
+    let keys: Vec<(LeaseKey, Bson)> = vec![
+        (7_i32.into(), Bson::Int32(7)),
+        (8_i64.into(), Bson::Int64(8)),
+        (
+            uuid.into(),
+            Bson::Binary(Binary {
+                subtype: BinarySubtype::Uuid,
+                bytes: uuid.as_bytes().to_vec(),
+            }),
+        ),
+        (
+            DateTime::from_millis(1_700_000_000_123).into(),
+            Bson::DateTime(DateTime::from_millis(1_700_000_000_123)),
+        ),
+        (
+            doc! { "tenant": 3_i64, "item": "a" }.into(),
+            Bson::Document(doc! { "tenant": 3_i64, "item": "a" }),
+        ),
+    ];
+    for (key, stored) in keys {
+        let lease = manager.acquire(&key).await.unwrap();
+        assert_eq!(lease.key(), &key);
+        assert_eq!(lease.key().as_bson(), &stored);
+
+        let info = manager.inspect(&key).await.unwrap().expect("a lease");
+        assert!(info.held, "{key}");
+        assert_eq!(info.key.as_bson(), &stored, "inspect keeps the type");
+        let listed = manager.list().await.unwrap();
+        assert!(
+            listed.iter().any(|i| i.key.as_bson() == &stored && i.held),
+            "list shows {key} with its type: {listed:?}"
+        );
+
+        let doc = fx
+            .raw()
+            .find_one(doc! { "_id": stored.clone() })
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no lock document for {key}"));
+        assert_eq!(
+            doc.get("_id"),
+            Some(&stored),
+            "the _id is the key, type included"
+        );
+
+        assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+        let info = manager.inspect(&key).await.unwrap().expect("released");
+        assert!(!info.held, "{key} released");
+    }
+    manager.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_keys_fail_with_invalid_key_before_any_round_trip() {
+    let fx = Fixture::new("keys_refused").await;
+    let (options, log) = fx.monitored_options(TTL, "").await;
+    let manager = LockManager::connect(options).await.unwrap();
+    let refused: Vec<(LeaseKey, &str)> = vec![
+        (Bson::Array(vec![Bson::Int32(1)]).into(), "array"),
+        (
+            Bson::RegularExpression(Regex {
+                pattern: "^a".into(),
+                options: String::new(),
+            })
+            .into(),
+            "regular expression",
+        ),
+        (Bson::Undefined.into(), "undefined"),
+        (doc! { "a": { "$b": 1 } }.into(), "'$'"),
+        (doc! { "$a": 1 }.into(), "'$'"),
+        ("".into(), "empty"),
+        ("x".repeat(mongo_lease::MAX_KEY_LEN + 1).into(), "limit"),
+        (
+            doc! { "k": "x".repeat(mongo_lease::MAX_KEY_LEN) }.into(),
+            "limit",
+        ),
+    ];
+    log.clear();
+    for (key, why) in refused {
+        let check = |result: Result<(), Error>, call: &str| match result {
+            Err(Error::InvalidKey { reason }) => {
+                assert!(reason.contains(why), "{call}({key:?}): {reason}")
+            }
+            other => panic!("{call}({key:?}): expected InvalidKey, got {other:?}"),
+        };
+        check(manager.try_acquire(&key).await.map(|_| ()), "try_acquire");
+        check(manager.acquire(&key).await.map(|_| ()), "acquire");
+        check(
+            manager
+                .acquire_timeout(&key, Duration::from_secs(1))
+                .await
+                .map(|_| ()),
+            "acquire_timeout",
+        );
+        check(manager.inspect(&key).await.map(|_| ()), "inspect");
+        check(manager.observe(&key).await.map(|_| ()), "observe");
+        check(
+            manager.force_release(&key).await.map(|_| ()),
+            "force_release",
+        );
+        check(Election::new(&manager, &key).map(|_| ()), "Election::new");
+    }
+    assert_eq!(log.all(), Vec::new(), "no command was sent");
+    manager.shutdown().await.unwrap();
+}
+
+/// Every BSON type that a key can hold, inserted as `_id` by the driver into
+/// a scratch collection: MongoDB's verdict must be the key check's verdict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_check_accepts_exactly_the_ids_mongodb_accepts() {
+    let fx = Fixture::new("keys_accepted").await;
+    let manager = fx.manager(TTL).await;
+    let scratch = fx.db.collection::<Document>("scratch");
+    let dbpointer = LeaseKey::from_extended_json(&format!(
+        r#"{{"$dbPointer":{{"$ref":"a.b","$id":{{"$oid":"{OID}"}}}}}}"#
+    ))
+    .unwrap()
+    .into_bson();
+    let candidates: Vec<(&str, Bson)> = vec![
+        ("null", Bson::Null),
+        ("bool", Bson::Boolean(true)),
+        ("MinKey", Bson::MinKey),
+        ("MaxKey", Bson::MaxKey),
+        ("double", Bson::Double(2.5)),
+        ("decimal", Bson::Decimal128("1.5".parse().unwrap())),
+        (
+            "timestamp",
+            Bson::Timestamp(Timestamp {
+                time: 1,
+                increment: 2,
+            }),
+        ),
+        ("code", Bson::JavaScriptCode("f()".into())),
+        (
+            "code with scope",
+            Bson::JavaScriptCodeWithScope(JavaScriptCodeWithScope {
+                code: "g()".into(),
+                scope: doc! { "x": 1 },
+            }),
+        ),
+        ("symbol", Bson::Symbol("s".into())),
+        ("DBPointer", dbpointer),
+        ("int32", Bson::Int32(1)),
+        ("int64", Bson::Int64(2)),
+        // Not "s": MongoDB takes the symbol "s" and the string "s" for one `_id`.
+        ("string", Bson::String("str".into())),
+        ("ObjectId", Bson::ObjectId(oid())),
+        ("date", Bson::DateTime(DateTime::from_millis(5))),
+        (
+            "binary",
+            Bson::Binary(Binary {
+                subtype: BinarySubtype::Generic,
+                bytes: vec![1, 2],
+            }),
+        ),
+        ("document", Bson::Document(doc! { "a": 1 })),
+        ("document with array", Bson::Document(doc! { "a": [1, 2] })),
+        (
+            "document with regex",
+            Bson::Document(
+                doc! { "a": Bson::RegularExpression(Regex { pattern: "x".into(), options: String::new() }) },
+            ),
+        ),
+        ("array", Bson::Array(vec![Bson::Int32(1)])),
+        ("empty array", Bson::Array(Vec::new())),
+        (
+            "regex",
+            Bson::RegularExpression(Regex {
+                pattern: "x".into(),
+                options: String::new(),
+            }),
+        ),
+        ("undefined", Bson::Undefined),
+        ("$ field", Bson::Document(doc! { "$a": 1 })),
+        ("nested $ field", Bson::Document(doc! { "a": { "$b": 1 } })),
+    ];
+    let mut disagreements = Vec::new();
+    for (name, value) in candidates {
+        let mongodb = scratch.insert_one(doc! { "_id": value.clone() }).await;
+        let ours = manager.inspect(value.clone()).await;
+        let (mongodb_accepts, we_accept) = (mongodb.is_ok(), ours.is_ok());
+        eprintln!(
+            "{name:>20}: MongoDB {} / key check {}",
+            if mongodb_accepts {
+                "accepts"
+            } else {
+                "refuses"
+            },
+            if we_accept { "accepts" } else { "refuses" },
+        );
+        if let Err(e) = &ours {
+            assert!(matches!(e, Error::InvalidKey { .. }), "{name}: {e:?}");
+        }
+        if mongodb_accepts != we_accept {
+            disagreements.push((name, mongodb.err().map(|e| e.to_string()), ours.err()));
+        }
+    }
+    assert!(disagreements.is_empty(), "{disagreements:#?}");
+    manager.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_32_bit_and_a_64_bit_one_are_the_same_key_locally_and_in_mongodb() {
+    let fx = Fixture::new("keys_numbers").await;
+    let manager = fx.manager(TTL).await;
+    let other = fx.manager(TTL).await;
+    let lease = manager.acquire(1_i32).await.unwrap();
+    assert!(manager.try_acquire(1_i64).await.unwrap().is_none(), "local");
+    assert!(
+        manager
+            .try_acquire(Bson::Double(1.0))
+            .await
+            .unwrap()
+            .is_none(),
+        "local"
+    );
+    assert!(other.try_acquire(1_i64).await.unwrap().is_none(), "remote");
+
+    // A local waiter for 1_i64 gets the key when the 1_i32 lease is released.
+    let waiter = tokio::spawn({
+        let manager = manager.clone();
+        async move { manager.acquire(1_i64).await }
+    });
+    tokio::task::yield_now().await;
+    assert!(!waiter.is_finished(), "waits while 1 is held");
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    let second = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter gets the key")
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.key(), &LeaseKey::from(1_i32));
+    assert_eq!(
+        fx.raw().count_documents(doc! {}).await.unwrap(),
+        1,
+        "one lock document for 1 and NumberLong(1)"
+    );
+    assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
+// ----- CLI --------------------------------------------------------------------
+
+const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
+const NOT_ACQUIRED: i32 = 75;
+const USAGE: i32 = 2;
+
+/// `mongo-lease ARGS` on database `db` (collection `leases`), run to its end
+/// on a blocking thread.
+async fn cli(db: &str, args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.env("MONGODB_URI", common::uri())
+        .env("MONGO_LEASE_DB", db)
+        .env_remove("MONGO_LEASE_COLLECTION")
+        .env_remove("MONGO_LEASE_OWNER_ID")
+        .args(args);
+    tokio::task::spawn_blocking(move || cmd.output().expect("run mongo-lease"))
+        .await
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_locks_an_objectid_given_as_extended_json_and_lists_it_as_extended_json() {
+    let fx = Fixture::new("keys_cli").await;
+    let db = fx.db.name().to_owned();
+    let key_json = format!(r#"{{"$oid":"{OID}"}}"#);
+
+    let out = cli(
+        &db,
+        &[
+            "exec",
+            "--key-json",
+            &key_json,
+            "--no-wait",
+            "--",
+            "sh",
+            "-c",
+            "echo \"key=$MONGO_LEASE_KEY\"",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        stdout(&out).contains(&format!("key={key_json}")),
+        "the command sees the key as Extended JSON: {out:?}"
+    );
+    let stored = fx
+        .db
+        .collection::<Document>("leases")
+        .find_one(doc! { "_id": oid() })
+        .await
+        .unwrap();
+    assert!(stored.is_some(), "the lock document's _id is the ObjectId");
+
+    // Another manager holds that ObjectId: exec --no-wait exits 75.
+    let manager = LockManager::connect(
+        LockManagerOptions::builder()
+            .database(fx.db.clone())
+            .collection("leases")
+            .ttl(TTL)
+            .build(),
+    )
+    .await
+    .unwrap();
+    let lease = manager.acquire(oid()).await.unwrap();
+    let out = cli(
+        &db,
+        &["exec", "--key-json", &key_json, "--no-wait", "--", "true"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{out:?}");
+
+    // A string key of the same hex digits is another key.
+    let out = cli(&db, &["exec", "--key", OID, "--no-wait", "--", "true"]).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    let out = cli(&db, &["list", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let keys: Vec<&serde_json::Value> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| &l["key"])
+        .collect();
+    assert_eq!(
+        keys,
+        [&serde_json::json!(OID), &serde_json::json!({ "$oid": OID })],
+        "a string key is a JSON string, an ObjectId is {{\"$oid\": ...}}, in MongoDB's order"
+    );
+    let out = cli(&db, &["list"]).await;
+    assert!(stdout(&out).contains(&key_json), "the table: {out:?}");
+
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_takes_exactly_one_of_key_and_key_json_and_refuses_bad_extended_json() {
+    let fx = Fixture::new("keys_cli_usage").await;
+    let db = fx.db.name().to_owned();
+    for args in [
+        &["exec", "--key", "a", "--key-json", "\"b\"", "--", "true"][..],
+        &["exec", "--no-wait", "--", "true"],
+        &["exec", "--key-json", r#"{"$oid":"xyz"}"#, "--", "true"],
+        &["exec", "--key-json", "not json", "--", "true"],
+        &["exec", "--key-json", "[1, 2]", "--", "true"],
+        &["release", "k", "--key-json", "\"k\"", "--force"],
+        &["release", "--force"],
+    ] {
+        let out = cli(&db, args).await;
+        assert_eq!(out.status.code(), Some(USAGE), "{args:?}: {out:?}");
+    }
+    // release --key-json --force releases the ObjectId key.
+    let manager = LockManager::connect(
+        LockManagerOptions::builder()
+            .database(fx.db.clone())
+            .collection("leases")
+            .ttl(TTL)
+            .build(),
+    )
+    .await
+    .unwrap();
+    let lease = manager.acquire(oid()).await.unwrap();
+    let key_json = format!(r#"{{"$oid":"{OID}"}}"#);
+    let out = cli(
+        &db,
+        &["release", "--key-json", &key_json, "--force", "--json"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["key"], serde_json::json!({ "$oid": OID }));
+    assert_eq!(reply["released"], serde_json::json!(true));
+    let info = manager.inspect(oid()).await.unwrap().unwrap();
+    assert!(!info.held, "force-released");
+    drop(lease);
+    manager.shutdown().await.unwrap();
+}

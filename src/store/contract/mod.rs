@@ -15,10 +15,12 @@
 //!
 //! - [`fixtures`]: the [`Fixture`] of each store;
 //! - [`acquire`], [`renewal`], [`release`], [`reads`]: the scenarios, by
-//!   the operation they are about, each generic over the fixture.
+//!   the operation they are about, each generic over the fixture;
+//! - [`keys`]: keys of any BSON type (identity, order of `list`).
 
 mod acquire;
 mod fixtures;
+mod keys;
 mod reads;
 mod release;
 mod renewal;
@@ -198,7 +200,8 @@ contract!(
     release::releases_and_deletes_are_announced_expiries_and_renewals_are_not,
     reads::list_pages_through_leases_in_key_order,
     // Keys of any BSON type.
-
+    keys::keys_of_any_type_are_listed_once_in_mongodbs_order,
+    keys::numbers_of_equal_value_are_one_key,
     // Other applications' lock documents.
 
     // Delete-on-release mode and release by owner.

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use mongodb::bson::{Document, doc};
+use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::{FindOptions, Hint, ReturnDocument};
 use uuid::Uuid;
 
@@ -171,6 +171,10 @@ impl MongoStore {
         after: Option<LeaseKey>,
         limit: usize,
     ) -> Result<(Vec<LeaseInfo>, Option<LeaseKey>)> {
+        if after.as_ref().is_some_and(|a| *a.as_bson() == Bson::MaxKey) {
+            // Nothing sorts after MaxKey (and MongoDB refuses it as `min`).
+            return Ok((Vec::new(), None));
+        }
         // One more than `limit` when the inclusive `min` bound returns `after`.
         let fetch = limit.saturating_add(usize::from(after.is_some()));
         let mut options = FindOptions::builder()
@@ -192,6 +196,18 @@ impl MongoStore {
                     .await
             })
             .await?;
+        if after.is_some() && docs.len() < fetch {
+            // A `min` bound's index scan stops before a `MaxKey` `_id`
+            // (docs/mongodb-behaviour.md, B10): read it apart, on the last page.
+            let max_key = self
+                .bounded(
+                    self.coll()
+                        .find_one(doc! { field::ID: Bson::MaxKey })
+                        .projection(info_projection()),
+                )
+                .await?;
+            docs.extend(max_key);
+        }
         let id = |d: &Document| d.get(field::ID).cloned().map(LeaseKey::from);
         if after.is_some() && docs.first().and_then(id) == after {
             docs.remove(0);
