@@ -28,6 +28,31 @@
 //! # async fn process(_item: u32, _fencing_token: u64) {}
 //! ```
 //!
+//! # Keys
+//!
+//! A key is a [`LeaseKey`]: a string (`manager.acquire("job-1")`), or any
+//! BSON value MongoDB accepts as `_id`, stored unchanged as the lock
+//! document's `_id`. To lock a document of another collection the way other
+//! applications do (`workitem.lock` beside `workitem`), use its `_id`:
+//!
+//! ```no_run
+//! # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+//! use mongodb::bson::oid::ObjectId;
+//!
+//! let item: ObjectId = "5087b72181a445980ae47d13".parse().unwrap();
+//! let lease = manager.acquire(item).await?; // `_id: ObjectId("5087b7...")`
+//! # Ok(()) }
+//! ```
+//!
+//! Every application that locks that `ObjectId` in the collection is then
+//! excluded, whatever its language. Integers (`i32`, `i64`), UUIDs, dates,
+//! binary data and embedded documents work the same way; arrays, regular
+//! expressions and `undefined`, which MongoDB refuses as `_id`, are refused
+//! with [`Error::InvalidKey`] before any round trip. Numbers of equal value
+//! are one key (`1_i32` and `1_i64`), as in MongoDB's `_id` index. Non-string
+//! keys are shown as MongoDB Extended JSON (`{"$oid":"5087b72181a445980ae47d13"}`),
+//! which [`LeaseKey::from_extended_json`] and the CLI's `--key-json` read.
+//!
 //! # Guarantees
 //!
 //! - **Mutual exclusion**: at most one live lease per key at any instant, across
@@ -74,6 +99,7 @@
 //! | module | concept |
 //! |---|---|
 //! | [`manager`] | [`LockManager`], the public cloneable handle (never touches MongoDB) |
+//! | `key` (re-exported) | [`LeaseKey`]: a key of any BSON type MongoDB accepts as `_id`, its check, identity and order |
 //! | [`lease`] | [`Lease`]: key, owner, fencing token, cancellation token, payload, release; [`LeaseInfo`] (a key as read with server time) and [`LeaseObserver`] |
 //! | [`election`] | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
 //! | [`config`] | [`LockManagerOptions`] and the `DEFAULT_*` constants |

@@ -16,7 +16,7 @@
 //!
 //! | field | type | meaning |
 //! |---|---|---|
-//! | `_id` | string | the lease key |
+//! | `_id` | any BSON type MongoDB accepts as `_id` | the lease key ([`LeaseKey`](crate::LeaseKey)), exactly as given: a string, or e.g. the `ObjectId` of the locked document (docs/mongodb-behaviour.md, B10) |
 //! | `aid` | string | owner id of the manager that holds (or last held) the lease |
 //! | `lid` | UUID (binary subtype 4) | lease id of the current acquisition; absent once released |
 //! | `tok` | int64 | fencing token of the current acquisition |

@@ -42,8 +42,11 @@ Exit codes:
   126     the command could not be executed
   127     the command was not found
 
-Environment of the command: MONGO_LEASE_KEY (key or election name), MONGO_LEASE_TOKEN
-(fencing token = term), MONGO_LEASE_OWNER (owner id).";
+Keys: --key takes a string; --key-json takes a key of any BSON type in MongoDB Extended
+JSON v2, e.g. the ObjectId of the locked document: --key-json '{\"$oid\":\"5087b72181a445980ae47d13\"}'.
+
+Environment of the command: MONGO_LEASE_KEY (key or election name; a non-string key as
+canonical Extended JSON), MONGO_LEASE_TOKEN (fencing token = term), MONGO_LEASE_OWNER (owner id).";
 
 /// Distributed leases (renewable locks) and leader election on MongoDB.
 ///
