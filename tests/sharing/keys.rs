@@ -315,6 +315,60 @@ async fn a_32_bit_and_a_64_bit_one_are_the_same_key_locally_and_in_mongodb() {
     other.shutdown().await.unwrap();
 }
 
+/// The next state from `observer`, within a bound that only turns a hang
+/// into a failure.
+async fn next(observer: &mut mongo_lease::LeaseObserver) -> Option<mongo_lease::LeaseInfo> {
+    tokio::time::timeout(Duration::from_secs(20), observer.recv())
+        .await
+        .expect("a state within the bound")
+        .expect("the stream goes on")
+        .expect("no error")
+}
+
+/// Observers and waiters follow a document key through the change stream:
+/// its events are matched on `documentKey._id` equal to the whole document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_and_a_waiter_of_a_document_key_follow_its_lease() {
+    let fx = Fixture::new("keys_observe").await;
+    let holder = fx.manager(TTL).await;
+    let other = fx.manager(TTL).await;
+    let key = LeaseKey::from(doc! { "tenant": 3_i64, "item": oid() });
+
+    let mut observer = other.observe(&key).await.unwrap();
+    assert_eq!(observer.key(), &key);
+    let first = observer.recv().await.unwrap().unwrap();
+    assert!(first.is_none(), "free at first: {first:?}");
+
+    let lease = holder.acquire(&key).await.unwrap();
+    let held = next(&mut observer).await.expect("a lease");
+    assert!(held.held && held.owner_id == holder.owner_id());
+    assert_eq!(held.key.as_bson(), key.as_bson());
+
+    let waiter = tokio::spawn({
+        let (other, key) = (other.clone(), key.clone());
+        async move { other.acquire(key).await }
+    });
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    // The waiter's waiting mark may show first, as a held state.
+    loop {
+        let state = next(&mut observer).await.expect("the document stays");
+        if !state.held {
+            break;
+        }
+        assert_eq!(state.owner_id, holder.owner_id(), "{state:?}");
+    }
+    let taken = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter gets the key")
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.key(), &key);
+    drop(observer);
+    assert_eq!(taken.release().await.unwrap(), ReleaseOutcome::Released);
+    holder.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
 // ----- CLI --------------------------------------------------------------------
 
 const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
