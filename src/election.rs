@@ -61,7 +61,8 @@ impl Election {
     /// # Errors
     ///
     /// [`Error::InvalidKey`](crate::Error::InvalidKey) if `name` is not a
-    /// valid key (empty or longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN)).
+    /// valid key (see [`LeaseKey`]: empty, longer than
+    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN), or a kind MongoDB refuses as `_id`).
     pub fn new(manager: &LockManager, name: impl Into<LeaseKey>) -> Result<Election> {
         let name = name.into();
         validate_key(&name)?;
