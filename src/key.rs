@@ -49,7 +49,8 @@ use crate::error::{Error, Result};
 /// Two keys are equal (`Eq`, `Hash`) when MongoDB's `_id` index treats them as
 /// the same key: numbers compare by value (MongoDB stores `1`, `NumberLong(1)`
 /// and `1.0` under one `_id`, so `LeaseKey::from(1_i32) == LeaseKey::from(1_i64)`),
-/// strings and symbols by their bytes (MongoDB's default, simple collation), and
+/// strings and symbols by their bytes (MongoDB's default, simple collation; a
+/// symbol is the same key as the string of its text), and
 /// embedded documents field by field, in their order. `Ord` follows MongoDB's BSON
 /// comparison order: first the type (`MinKey`, `null`, numbers, strings and
 /// symbols, documents, binary data, `ObjectId`, booleans, dates, timestamps,
@@ -597,6 +598,14 @@ mod tests {
     }
 
     #[test]
+    fn a_symbol_is_the_string_of_its_text_as_in_mongodb() {
+        let symbol = LeaseKey::from(Bson::Symbol("s".into()));
+        assert_eq!(symbol, LeaseKey::from("s"));
+        assert_eq!(hash_of(&symbol), hash_of(&LeaseKey::from("s")));
+        assert_eq!(symbol.as_str(), None, "but it is not a string key");
+    }
+
+    #[test]
     fn documents_with_equal_numbers_are_one_key_but_field_order_matters() {
         let a = LeaseKey::from(doc! { "t": 1_i32, "i": "x" });
         let b = LeaseKey::from(doc! { "t": 1_i64, "i": "x" });
@@ -654,6 +663,11 @@ mod tests {
             r#"{"$oid":"5087b72181a445980ae47d13"}"#
         );
         assert_eq!(LeaseKey::from("job-1").to_extended_json(), r#""job-1""#);
+        assert_eq!(
+            LeaseKey::from(doc! { "t": 1_i64, "i": "x" }).to_string(),
+            r#"{"t":{"$numberLong":"1"},"i":"x"}"#
+        );
+        assert_eq!(format!("{:?}", LeaseKey::from("a")), r#"LeaseKey("a")"#);
     }
 
     #[test]
@@ -681,7 +695,13 @@ mod tests {
                 .as_bson(),
             &Bson::ObjectId(oid)
         );
-        // Relaxed Extended JSON: plain numbers.
+        // Relaxed Extended JSON: ISO dates, plain numbers.
+        assert_eq!(
+            LeaseKey::from_extended_json(r#"{"$date":"2024-01-01T00:00:00Z"}"#)
+                .unwrap()
+                .as_bson(),
+            &Bson::DateTime(DateTime::from_millis(1_704_067_200_000))
+        );
         assert_eq!(
             LeaseKey::from_extended_json("7").unwrap().as_bson(),
             &Bson::Int32(7)
