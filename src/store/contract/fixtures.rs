@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use mongodb::bson::{Bson, Document, doc};
+use mongodb::bson::{Bson, DateTime, Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -39,8 +39,12 @@ impl Fixture for MemoryFixture {
         self.db.delete(key);
     }
 
-    async fn put_foreign(&self, key: &str) {
-        self.db.put_foreign(key);
+    async fn put_foreign(&self, key: &str, owner: &str) {
+        self.db.put_foreign(key, owner);
+    }
+
+    async fn foreign_unchanged(&self, key: &str) -> bool {
+        self.db.foreign(key).is_some() && self.db.doc(key).is_none()
     }
 
     async fn cleanup(self) {}
@@ -64,6 +68,8 @@ impl Fixture for MemoryFixture {
 pub(super) struct MongoFixture {
     db: mongodb::Database,
     collection: String,
+    /// The foreign documents written by `put_foreign`, as written.
+    foreign: std::sync::Mutex<std::collections::HashMap<String, Document>>,
 }
 
 impl MongoFixture {
@@ -82,6 +88,7 @@ impl Fixture for MongoFixture {
         let fixture = MongoFixture {
             db: client.database("mongo_lease_contract"),
             collection: crate::testkit::unique_name("c"),
+            foreign: Default::default(),
         };
         // Indexes as a manager creates them; a long grace keeps the TTL
         // monitor away from the scenario's documents.
@@ -153,11 +160,28 @@ impl Fixture for MongoFixture {
             .expect("drop the scenario's collection");
     }
 
-    async fn put_foreign(&self, key: &str) {
+    async fn put_foreign(&self, key: &str, owner: &str) {
+        let written = doc! { "_id": key, "ts": DateTime::now(), "aid": owner };
         self.raw_collection()
-            .insert_one(doc! { "_id": key, "owner": "someone else", "until": 12 })
+            .insert_one(written.clone())
             .await
             .expect("insert a foreign document");
+        self.foreign
+            .lock()
+            .unwrap()
+            .insert(key.to_string(), written);
+    }
+
+    async fn foreign_unchanged(&self, key: &str) -> bool {
+        let written = self.foreign.lock().unwrap().get(key).cloned();
+        let stored = self
+            .raw_collection()
+            .find_one(doc! { "_id": key })
+            .await
+            .expect("read the document");
+        // Byte for byte: field order and types included.
+        let bytes = |d: Option<Document>| d.map(|d| mongodb::bson::to_vec(&d).expect("BSON"));
+        written.is_some() && bytes(written) == bytes(stored)
     }
 
     async fn raw(&self, key: &str) -> Option<Raw> {

@@ -15,10 +15,12 @@
 //!
 //! - [`fixtures`]: the [`Fixture`] of each store;
 //! - [`acquire`], [`renewal`], [`release`], [`reads`]: the scenarios, by
-//!   the operation they are about, each generic over the fixture.
+//!   the operation they are about, each generic over the fixture;
+//! - [`foreign`]: other applications' lock documents (foreign holders).
 
 mod acquire;
 mod fixtures;
+mod foreign;
 mod reads;
 mod release;
 mod renewal;
@@ -75,8 +77,13 @@ trait Fixture: Sized {
     /// earlier acquisition's server time.
     async fn delete(&self, key: &str);
 
-    /// Writes a document of foreign shape under `key`.
-    async fn put_foreign(&self, key: &str);
+    /// Writes another application's lock document under `key`: `{_id: key,
+    /// ts: now, aid: owner}` (a foreign holder's lock).
+    async fn put_foreign(&self, key: &str, owner: &str);
+
+    /// Whether `key` still has the foreign holder's lock document written
+    /// by [`Fixture::put_foreign`], unchanged.
+    async fn foreign_unchanged(&self, key: &str) -> bool;
 
     /// The document of `key`, if any.
     async fn raw(&self, key: &str) -> Option<Raw>;
@@ -114,7 +121,7 @@ async fn held(store: &impl Store, key: &str, waiting: bool, holder: &str) -> Dur
     {
         Ok(AcquireOutcome::Held {
             holder: h,
-            remaining,
+            remaining: Some(remaining),
         }) if h == holder => remaining,
         other => panic!("acquiring {key:?} held by {holder:?}: {other:?}"),
     }
@@ -193,7 +200,9 @@ contract!(
     // Keys of any BSON type.
 
     // Other applications' lock documents.
-
+    foreign::inspect_and_list_show_a_foreign_lock_as_held_by_its_foreign_holder,
+    foreign::force_release_deletes_a_foreign_lock,
+    foreign::release_by_owner_never_touches_a_foreign_document_with_the_same_aid,
     // Delete-on-release mode and release by owner.
 
     // Loss detection and renewal by owner.

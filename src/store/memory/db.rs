@@ -10,7 +10,7 @@ use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::lease::LeaseInfo;
 use crate::store::AcquireOutcome;
 
@@ -94,12 +94,22 @@ impl Doc {
     }
 }
 
+/// A foreign holder's lock document (another application's `{_id, ts, aid}`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Foreign {
+    /// `aid`: the other application's owner id.
+    pub owner: String,
+    /// `ts`: when it was written.
+    pub written: Instant,
+}
+
 /// The documents of a [`MemoryDb`], as its operations see them.
 #[derive(Default)]
 pub(crate) struct Collection {
     pub(super) docs: HashMap<String, Doc>,
-    /// Keys occupied by a document not written by the protocol.
-    pub(super) foreign: HashSet<String>,
+    /// Keys occupied by a foreign holder's lock document (not written by
+    /// the protocol): never modified, except deleted by a force release.
+    pub(super) foreign: HashMap<String, Foreign>,
     /// The token of each deleted document: a new document of its key starts
     /// above it, as on MongoDB.
     deleted_tokens: HashMap<String, u64>,
@@ -153,9 +163,10 @@ pub(super) fn apply_acquire(
     waiting: bool,
     now: Instant,
 ) -> Result<AcquireOutcome> {
-    if coll.foreign.contains(key) {
-        return Err(Error::ForeignDocument {
-            key: key.to_string(),
+    if let Some(foreign) = coll.foreign.get(key) {
+        return Ok(AcquireOutcome::Held {
+            holder: foreign.owner.clone(),
+            remaining: None,
         });
     }
     match coll.docs.get_mut(key) {
@@ -188,7 +199,7 @@ pub(super) fn apply_acquire(
             };
             Ok(AcquireOutcome::Held {
                 holder: doc.owner.clone(),
-                remaining: until.saturating_duration_since(now),
+                remaining: Some(until.saturating_duration_since(now)),
             })
         }
     }
@@ -258,7 +269,32 @@ impl MemoryDb {
             server_time: self.system_time(now),
             payload: doc.payload.clone(),
             held: doc.lease_id.is_some() && doc.exp > now,
+            foreign: false,
         }
+    }
+
+    /// A foreign holder's lock as a [`LeaseInfo`] judged at `now`, as
+    /// `MongoStore` reads `{_id, ts, aid}`.
+    pub fn foreign_info(&self, key: &str, foreign: &Foreign, now: Instant) -> LeaseInfo {
+        let written = self.system_time(foreign.written);
+        let now = self.system_time(now);
+        LeaseInfo {
+            key: key.to_string(),
+            owner_id: foreign.owner.clone(),
+            fencing_token: 0,
+            acquired_at: written,
+            renewed_at: written,
+            expires_at: now,
+            server_time: now,
+            payload: None,
+            held: true,
+            foreign: true,
+        }
+    }
+
+    /// The foreign holder's lock document under `key`, if any.
+    pub fn foreign(&self, key: &str) -> Option<Foreign> {
+        lock(&self.inner).foreign.get(key).cloned()
     }
 
     /// A snapshot of the document under `key`.
@@ -351,12 +387,17 @@ impl MemoryDb {
         self.touch();
     }
 
-    /// Occupies `key` with a document of foreign shape: acquire fails with
-    /// [`Error::ForeignDocument`], renew and release never match it.
-    pub fn put_foreign(&self, key: &str) {
+    /// Occupies `key` with a foreign holder's lock document (`aid` =
+    /// `owner`, `ts` = now): acquire reports it held with no known expiry,
+    /// renew, release and release by owner never match it.
+    pub fn put_foreign(&self, key: &str, owner: &str) {
         let mut coll = lock(&self.inner);
         coll.docs.remove(key);
-        coll.foreign.insert(key.to_string());
+        let foreign = Foreign {
+            owner: owner.to_string(),
+            written: Instant::now(),
+        };
+        coll.foreign.insert(key.to_string(), foreign);
         drop(coll);
         self.touch();
     }

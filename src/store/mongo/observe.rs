@@ -173,16 +173,11 @@ impl Observer {
             .doc
             .as_ref()
             .and_then(|d| lease_info(&self.key, d, server_time));
-        if self.doc.is_some() && info.is_none() {
-            tracing::debug!(
-                key = self.key,
-                "observing a document of foreign shape: no lease"
-            );
-        }
         let held = info.as_ref().is_some_and(|i| i.held);
+        // A foreign holder's lock has no expiry to check: its deletion is an event.
         self.check_at = info
             .as_ref()
-            .filter(|i| i.held)
+            .filter(|i| i.held && !i.foreign)
             .map(|i| Instant::now() + i.time_to_expiry());
         // Marks of the fairness scheme (`wt`, `yu`) are not a change of lease.
         let lease_fields = self.doc.clone().map(|mut d| {
