@@ -30,7 +30,7 @@ use super::pipeline::{info_projection, key_events_pipeline, key_filter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::lease::LeaseInfo;
-use crate::store::{field, lease_info};
+use crate::store::{FIELD_COUNT, field, lease_info};
 
 /// Mean delay between two reads when polling (jittered by ±20 %).
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -159,6 +159,13 @@ impl Observer {
             .map(|d| d.to_system_time());
         let doc = found.map(|mut d| {
             d.remove("now");
+            // As stored (the field count is not a field), so that the state
+            // compares equal to a change event's full document; except for a
+            // foreign document none of whose fields is projected, which
+            // would otherwise read as an empty placeholder.
+            if d.len() > 2 || d.get_i32(FIELD_COUNT).is_ok_and(|n| n <= 1) {
+                d.remove(FIELD_COUNT);
+            }
             d
         });
         // Without a document there is no `$$NOW`; the local clock only matters
