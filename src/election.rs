@@ -86,9 +86,9 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// As [`LockManager::acquire`]: [`Error::ForeignDocument`](crate::Error::ForeignDocument),
-    /// [`Error::Shutdown`](crate::Error::Shutdown). Transient database errors
-    /// are retried while campaigning.
+    /// As [`LockManager::acquire`]: [`Error::Shutdown`](crate::Error::Shutdown).
+    /// Transient database errors are retried while campaigning; a foreign
+    /// holder's lock on the election key is waited for like a leader.
     ///
     /// # Cancel safety
     ///
@@ -451,7 +451,9 @@ pub struct LeaderInfo {
 }
 
 impl LeaderInfo {
-    /// The leader described by `info`, if the lease is held.
+    /// The leader described by `info`, if the lease is held. A foreign
+    /// holder's lock ([`LeaseInfo::foreign`]) is a leader with its `aid` as
+    /// owner id and term 0 (or its integer `tok`).
     pub fn from_info(info: &LeaseInfo) -> Option<LeaderInfo> {
         info.held.then(|| LeaderInfo {
             owner_id: info.owner_id.clone(),

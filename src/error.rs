@@ -38,6 +38,19 @@ pub enum Error {
 
     /// The document stored under this key in the lock collection was not written
     /// by `mongo-lease`. It was left untouched.
+    ///
+    /// Not returned by this version: a document not written by `mongo-lease`
+    /// (for example another application's lock document `{_id, ts, aid}`) is
+    /// a lock held by a foreign holder, so [`LockManager::try_acquire`]
+    /// returns `Ok(None)` for it, [`LockManager::acquire`] waits until it is
+    /// deleted, and [`LockManager::inspect`] and [`LockManager::list`] show it
+    /// with [`LeaseInfo::foreign`](crate::LeaseInfo::foreign) set. The variant
+    /// stays so that code matching it keeps compiling.
+    ///
+    /// [`LockManager::try_acquire`]: crate::LockManager::try_acquire
+    /// [`LockManager::acquire`]: crate::LockManager::acquire
+    /// [`LockManager::inspect`]: crate::LockManager::inspect
+    /// [`LockManager::list`]: crate::LockManager::list
     #[error(
         "the lock collection holds a document of foreign shape under key {}; \
          it was left untouched (remove it or use another collection)",
@@ -118,7 +131,9 @@ impl Error {
         matches!(self, Error::Shutdown)
     }
 
-    /// `true` if a document not written by `mongo-lease` occupies the key.
+    /// `true` for [`Error::ForeignDocument`], which this version never
+    /// returns (a document not written by `mongo-lease` is a lock held by a
+    /// foreign holder, see [`LeaseInfo::foreign`](crate::LeaseInfo::foreign)).
     pub fn is_foreign_document(&self) -> bool {
         matches!(self, Error::ForeignDocument { .. })
     }

@@ -328,14 +328,41 @@ pub struct LeaseInfo {
     /// The payload set by the holder with [`Lease::set_payload`] (`data`).
     pub payload: Option<Document>,
     /// `true` if the lease was held at [`LeaseInfo::server_time`]: not
-    /// released and `expires_at > server_time`.
+    /// released and `expires_at > server_time`. Always `true` for a foreign
+    /// holder's lock ([`LeaseInfo::foreign`]).
     pub held: bool,
+    /// `true` if the key is held by a **foreign holder**: its document was
+    /// not written by `mongo-lease` (it has no int64 `tok` or no date `exp`),
+    /// typically another application's lock document `{_id, ts, aid}`.
+    /// `mongo-lease` never takes or modifies it (only
+    /// [`LockManager::force_release`] deletes it); the key is free once its
+    /// owner, or a TTL index, deletes it. The other fields then mean:
+    ///
+    /// - `owner_id`: its `aid` if a string; another BSON type as canonical
+    ///   Extended JSON; empty if it has no `aid`;
+    /// - `acquired_at` and `renewed_at`: its `ts` if a date, else
+    ///   `server_time`;
+    /// - `fencing_token`: its `tok` if a non-negative integer, else 0 (not a
+    ///   fence issued by `mongo-lease`);
+    /// - `expires_at`: unknown, so `server_time`; [`LeaseInfo::time_to_expiry`]
+    ///   is [`Duration::MAX`];
+    /// - `payload`: `None` (its fields are not interpreted);
+    /// - `held`: `true`.
+    ///
+    /// [`LockManager::force_release`]: crate::LockManager::force_release
+    pub foreign: bool,
 }
 
 impl LeaseInfo {
     /// How long the lease stays valid after [`LeaseInfo::server_time`] unless
     /// renewed, by the server's clock; zero if it is not held.
+    /// [`Duration::MAX`] for a foreign holder's lock ([`LeaseInfo::foreign`]),
+    /// whose expiry is unknown: it lasts until its owner or a TTL index
+    /// deletes it.
     pub fn time_to_expiry(&self) -> Duration {
+        if self.foreign {
+            return Duration::MAX;
+        }
         if !self.held {
             return Duration::ZERO;
         }

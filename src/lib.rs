@@ -78,6 +78,15 @@
 //!   release that another manager waited for yields the key to it (for up to
 //!   the releasing manager's `retry_max`), so a manager whose tasks keep
 //!   re-acquiring a key cannot starve the others.
+//! - **Other applications' locks are respected**: a document in the lock
+//!   collection that `mongo-lease` did not write (no int64 `tok` or no date
+//!   `exp`, such as another application's `{_id, ts, aid}` lock document) is
+//!   a lock held by a *foreign holder*. It is never taken, renewed, released
+//!   or marked: [`LockManager::try_acquire`] returns `Ok(None)`,
+//!   [`LockManager::acquire`] waits until its owner (or a TTL index) deletes
+//!   it, and reads show it with [`LeaseInfo::foreign`]. Only
+//!   [`LockManager::force_release`] deletes it. (The GC TTL index on `exp`
+//!   deletes any document whose `exp` is a date, foreign or not.)
 //!
 //! # Non-guarantees
 //!

@@ -150,9 +150,14 @@ impl LockManager {
     ///
     /// [`Error::InvalidKey`] for a key MongoDB refuses as `_id` (see
     /// [`LeaseKey`]), an empty key or one longer than
-    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, [`Error::ForeignDocument`]
-    /// if a document not written by this crate occupies the key, and
-    /// [`Error::Shutdown`] once the manager has shut down.
+    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, and [`Error::Shutdown`]
+    /// once the manager has shut down. A document not written by this crate
+    /// (another application's lock document) is not an error: it is a lock
+    /// held by a foreign holder, and `acquire` waits until it is deleted (by
+    /// its owner or a TTL index), polling with the usual backoff capped by
+    /// [`retry_max`](crate::LockManagerOptions::retry_max) since its expiry
+    /// is unknown, and woken at once by the deletion on a replica set. Such
+    /// a document is never modified.
     ///
     /// # Cancel safety
     ///
@@ -194,9 +199,11 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`], [`Error::ForeignDocument`], [`Error::Shutdown`],
-    /// and database errors ([`Error::Database`], [`Error::Unreachable`]) when
-    /// the attempt's outcome could not be established.
+    /// [`Error::InvalidKey`], [`Error::Shutdown`], and database errors
+    /// ([`Error::Database`], [`Error::Unreachable`]) when the attempt's
+    /// outcome could not be established. A key held by a foreign holder
+    /// (a document not written by this crate) is `Ok(None)`, and the
+    /// document is left untouched.
     ///
     /// # Cancel safety
     ///
@@ -270,9 +277,10 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`], [`Error::ForeignDocument`] for a document not
-    /// written by this crate, [`Error::Shutdown`], and database errors
-    /// ([`Error::Database`], [`Error::Unreachable`]).
+    /// [`Error::InvalidKey`], [`Error::Shutdown`], and database errors
+    /// ([`Error::Database`], [`Error::Unreachable`]). A document not written
+    /// by this crate is not an error: it is shown as held by a foreign holder
+    /// ([`LeaseInfo::foreign`], which says what each field then means).
     ///
     /// # Cancel safety
     ///
@@ -301,7 +309,8 @@ impl LockManager {
     /// Every lease in the lock collection (held, expired or released and not
     /// yet garbage-collected), in key order, each read with the server's
     /// clock. Reads [`LockManager::list_page`]s of 1 000 documents; for very
-    /// large collections, page yourself.
+    /// large collections, page yourself. A document not written by this
+    /// crate is listed as held by a foreign holder ([`LeaseInfo::foreign`]).
     ///
     /// # Errors
     ///
@@ -364,6 +373,12 @@ impl LockManager {
     /// holder learns it at its next renewal, when its cancellation token
     /// fires. Logged at `warn`. Returns the lease as it was if it was held,
     /// `Ok(None)` if the key was free.
+    ///
+    /// A lock held by a foreign holder ([`LeaseInfo::foreign`]: a document
+    /// not written by this crate) is **deleted**, only if it still has the
+    /// `aid` and `ts` just read (a concurrent change wins: `Ok(None)`), and
+    /// returned as it was; the deletion is logged at `warn`. This is the only
+    /// call that ever modifies such a document.
     ///
     /// Use it to unblock a key whose holder is stuck; the holder may still be
     /// working until its next renewal, so fence the resource with the token.

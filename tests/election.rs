@@ -103,12 +103,9 @@ async fn inspect_reports_holder_times_and_payload_by_server_time() {
         .insert_one(doc! { "_id": "foreign", "owner": "someone" })
         .await
         .unwrap();
-    assert!(
-        a.inspect("foreign")
-            .await
-            .unwrap_err()
-            .is_foreign_document()
-    );
+    let foreign = a.inspect("foreign").await.unwrap().expect("a foreign lock");
+    assert!(foreign.foreign && foreign.held, "{foreign:?}");
+    assert_eq!(foreign.owner_id, "", "it has no `aid`");
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
@@ -126,20 +123,21 @@ async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
         .insert_one(doc! { "_id": "k0-foreign", "x": 1 })
         .await
         .unwrap();
-    let all = operator.list().await.unwrap();
+    let mut all = operator.list().await.unwrap();
     let keys: Vec<String> = all.iter().map(|i| i.key.to_string()).collect();
     assert_eq!(
         keys,
-        ["k1", "k2", "k3", "k4", "k5"],
-        "foreign documents are skipped"
+        ["k0-foreign", "k1", "k2", "k3", "k4", "k5"],
+        "a foreign document is listed as a foreign holder's lock"
     );
+    let foreign = all.remove(0);
+    assert!(foreign.foreign && foreign.held, "{foreign:?}");
     assert!(all.iter().all(|i| i.held && i.owner_id == a.owner_id()));
 
     let (page, next) = operator.list_page(None, 3).await.unwrap();
     assert_eq!(
-        page.len(),
-        2,
-        "k0-foreign counts in the page but is not shown"
+        page.iter().map(|i| i.key.to_string()).collect::<Vec<_>>(),
+        ["k0-foreign", "k1", "k2"]
     );
     let (page2, next2) = operator.list_page(next.as_ref(), 3).await.unwrap();
     assert_eq!(

@@ -276,7 +276,8 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
         .insert_one(doc! { "_id": "foreign", "payload": 1 })
         .await
         .unwrap();
-    errors.push(manager.try_acquire("foreign").await.unwrap_err());
+    // Another application's document is held, not an error.
+    assert!(manager.try_acquire("foreign").await.unwrap().is_none());
     manager.shutdown().await.unwrap();
     errors.push(manager.try_acquire("k").await.unwrap_err());
 
@@ -515,14 +516,20 @@ async fn a_refusing_validator_or_a_view_is_a_clear_error() {
 // ----- foreign documents ----------------------------------------------------
 
 /// Documents not written by mongo-lease, of many shapes, are never modified
-/// or deleted, and each acquire of their key fails with `ForeignDocument`
-/// (after one round trip, also for a waiting `acquire`). Keys next to them
-/// work normally.
+/// or deleted: each is a lock held by a foreign holder, so `try_acquire`
+/// returns `None`, a waiting acquire keeps waiting, and `inspect` shows it
+/// held by a foreign holder. Keys next to them work normally.
 #[tokio::test]
-async fn documents_of_foreign_shape_are_left_untouched() {
+async fn documents_of_foreign_shape_are_held_by_foreign_holders_and_left_untouched() {
     let fx = Fixture::new("foreign").await;
-    let manager = fx.manager(TTL).await;
-    let past = mongodb::bson::DateTime::from_millis(0);
+    // The GC TTL index on `exp` deletes any document whose `exp` is a date,
+    // foreign or not, `gc_grace` after it: keep it away from these.
+    let mut options = fx.options(TTL).await;
+    options.gc_grace = Duration::from_secs(3600);
+    let manager = LockManager::connect(options).await.unwrap();
+    let past = mongodb::bson::DateTime::from_millis(
+        mongodb::bson::DateTime::now().timestamp_millis() - 1_000,
+    );
     let shapes: Vec<Document> = vec![
         doc! { "_id": "payload", "payload": "keep me" },
         doc! { "_id": "exp-string", "exp": "yesterday", "tok": 5_i64 },
@@ -537,15 +544,14 @@ async fn documents_of_foreign_shape_are_left_untouched() {
     fx.raw().insert_many(shapes.clone()).await.unwrap();
     for shape in &shapes {
         let key = shape.get_str("_id").unwrap();
-        let e = manager.try_acquire(key).await.unwrap_err();
-        assert!(e.is_foreign_document(), "{key}: {e}");
-        let (r, _) = bounded(
-            "a waiting acquire of a foreign key",
-            BOUND,
-            manager.acquire(key),
-        )
-        .await;
-        assert!(r.unwrap_err().is_foreign_document(), "{key}");
+        assert!(manager.try_acquire(key).await.unwrap().is_none(), "{key}");
+        let waited = manager
+            .acquire_timeout(key, Duration::from_millis(100))
+            .await
+            .unwrap();
+        assert!(waited.is_none(), "{key}");
+        let info = manager.inspect(key).await.unwrap().expect("a foreign lock");
+        assert!(info.foreign && info.held, "{key}: {info:?}");
     }
     // Neighbours work, release_all and shutdown leave the foreign documents alone.
     let lease = manager.acquire("mine").await.unwrap();

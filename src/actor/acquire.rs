@@ -115,7 +115,8 @@ impl Actor {
                 self.grant(&key, lease_id, token, sent_at);
             }
             Ok(AcquireOutcome::Held { holder, remaining }) => {
-                tracing::trace!(%key, holder, ?remaining, "key is held");
+                let foreign = remaining.is_none();
+                tracing::trace!(%key, holder, ?remaining, foreign, "key is held");
                 for waiter in std::mem::take(&mut state.waiters) {
                     if waiter.mode == AcquireMode::Try {
                         let _ = waiter.respond_to.send(Ok(None));
@@ -124,7 +125,9 @@ impl Actor {
                     }
                 }
                 if !state.waiters.is_empty() {
-                    self.schedule_retry(&key, Some(remaining));
+                    // A foreign holder's lock has no known expiry: poll with
+                    // the plain backoff, and be woken by its deletion.
+                    self.schedule_retry(&key, remaining, true);
                 }
             }
             Err(error) => {
@@ -138,7 +141,7 @@ impl Actor {
                 }
                 if !state.waiters.is_empty() {
                     tracing::warn!(%key, %error, "acquire attempt failed; retrying");
-                    self.schedule_retry(&key, None);
+                    self.schedule_retry(&key, None, false);
                 } else if transient {
                     // The write may have landed unseen: give it back rather than
                     // leave the key blocked until the lease expires.
@@ -189,7 +192,15 @@ impl Actor {
         self.spawn_release(key.clone(), lease_id, None);
     }
 
-    fn schedule_retry(&mut self, key: &LeaseKey, remaining: Option<std::time::Duration>) {
+    /// Schedules the key's next attempt after the backoff, capped by the
+    /// holder's `remaining` time if known; `held`: the key is held by another
+    /// holder, so a release or delete of it should wake the retry.
+    fn schedule_retry(
+        &mut self,
+        key: &LeaseKey,
+        remaining: Option<std::time::Duration>,
+        held: bool,
+    ) {
         let state = self.keys.get_mut(key).expect("retry for a known key");
         let delay = retry_delay(
             state.failures,
@@ -200,7 +211,7 @@ impl Actor {
         state.failures = state.failures.saturating_add(1);
         let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
         state.attempt = Attempt::Scheduled(timer);
-        if remaining.is_some() {
+        if held {
             self.open_release_watch();
         }
     }

@@ -157,6 +157,13 @@ impl Actor {
         result: Result<Option<LeaseInfo>>,
     ) {
         match &result {
+            Ok(Some(info)) if info.foreign => {
+                tracing::warn!(
+                    %key,
+                    owner_id = info.owner_id,
+                    "foreign lock document deleted by force release (operator override)"
+                );
+            }
             Ok(Some(info)) => {
                 tracing::warn!(
                     %key,

@@ -95,14 +95,54 @@ pub(crate) mod field {
     pub const YIELD_UNTIL: &str = "yu";
 }
 
+/// Whether `doc` (as stored or projected) has this crate's shape: an int64
+/// `tok` and a date `exp`. Any other document, except an empty upsert
+/// placeholder, is a lock held by a foreign holder (another application's
+/// lock document, e.g. `{_id, ts, aid}`).
+pub(crate) fn is_our_shape(doc: &Document) -> bool {
+    doc.get_i64(field::TOKEN).is_ok() && doc.get_datetime(field::EXPIRES_AT).is_ok()
+}
+
+/// Field of the reads that report a [`LeaseInfo`]: how many fields the stored
+/// document has (`_id` included), so that an empty document can be told from
+/// a foreign one whose fields are not projected.
+pub(crate) const FIELD_COUNT: &str = "nf";
+
+/// Whether `doc` is an empty placeholder (only `_id`): what an upsert starts
+/// from, taken by the next acquire (not a lock). Reads carry their server's
+/// now (`now`) and the stored document's field count ([`FIELD_COUNT`]).
+fn is_placeholder(doc: &Document) -> bool {
+    match doc.get(FIELD_COUNT) {
+        Some(Bson::Int32(n)) => *n <= 1,
+        Some(Bson::Int64(n)) => *n <= 1,
+        _ => doc
+            .keys()
+            .all(|k| k == field::ID || k == "now" || k == FIELD_COUNT),
+    }
+}
+
+/// The owner id shown for a foreign holder: its `aid` if a string, canonical
+/// Extended JSON for another type, empty if absent.
+pub(crate) fn foreign_owner(doc: &Document) -> String {
+    match doc.get(field::OWNER) {
+        None => String::new(),
+        Some(Bson::String(s)) => s.clone(),
+        Some(other) => other.clone().into_canonical_extjson().to_string(),
+    }
+}
+
 /// Reads a lock document (as stored, or as projected with `now`) into the
-/// public [`LeaseInfo`], judged at `server_time`. `None` for a document of
-/// foreign shape (no int64 `tok` or no date `exp`).
+/// public [`LeaseInfo`], judged at `server_time`. A document not of our shape
+/// ([`is_our_shape`]) is a lock held by a foreign holder (see
+/// [`LeaseInfo::foreign`]). `None` for an empty placeholder (only `_id`).
 pub(crate) fn lease_info(
     key: &LeaseKey,
     doc: &Document,
     server_time: SystemTime,
 ) -> Option<LeaseInfo> {
+    if !is_our_shape(doc) {
+        return (!is_placeholder(doc)).then(|| foreign_info(key, doc, server_time));
+    }
     let token = doc.get_i64(field::TOKEN).ok()?;
     let expires_at = doc.get_datetime(field::EXPIRES_AT).ok()?.to_system_time();
     let renewed_at = doc
@@ -125,7 +165,35 @@ pub(crate) fn lease_info(
         server_time,
         payload: doc.get_document(field::PAYLOAD).ok().cloned(),
         held,
+        foreign: false,
     })
+}
+
+/// A foreign holder's lock document as a [`LeaseInfo`], as documented on
+/// [`LeaseInfo::foreign`]: `aid`, `ts` and an integer `tok` are shown, the
+/// expiry is unknown (`server_time`), nothing else is interpreted.
+fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> LeaseInfo {
+    let ts = doc
+        .get_datetime(field::RENEWED_AT)
+        .map(|d| d.to_system_time())
+        .unwrap_or(server_time);
+    let token = match doc.get(field::TOKEN) {
+        Some(Bson::Int32(t)) => u64::try_from(*t).unwrap_or(0),
+        Some(Bson::Int64(t)) => u64::try_from(*t).unwrap_or(0),
+        _ => 0,
+    };
+    LeaseInfo {
+        key: key.clone(),
+        owner_id: foreign_owner(doc),
+        fencing_token: token,
+        acquired_at: ts,
+        renewed_at: ts,
+        expires_at: server_time,
+        server_time,
+        payload: None,
+        held: true,
+        foreign: true,
+    }
 }
 
 /// Multiplier of the server time (ms) in a fencing token: tokens issued within
@@ -145,8 +213,14 @@ pub(crate) struct LeaseRef {
 pub(crate) enum AcquireOutcome {
     /// The lease is ours, with this fencing token.
     Acquired { token: u64 },
-    /// Another acquisition holds the key for at most `remaining` more (server time).
-    Held { holder: String, remaining: Duration },
+    /// Another acquisition holds the key for at most `remaining` more
+    /// (server time). `remaining` is `None` for a foreign holder (a document
+    /// not of our shape, never modified by an acquire), whose lock has no
+    /// known expiry: it is free once its owner (or a TTL index) deletes it.
+    Held {
+        holder: String,
+        remaining: Option<Duration>,
+    },
 }
 
 /// The lock protocol, as seen by the actor. Every method returns a `'static`
@@ -178,15 +252,18 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Releases every lease held under this manager's owner id, except those
     /// with a lease id in `except` (acquisitions in flight). Returns how many.
+    /// Only documents of our shape match: a foreign holder's lock carrying
+    /// the same `aid` is never touched.
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>>;
 
-    /// Reads `key` with the server's now. `Ok(None)` if it has no document;
-    /// [`Error::ForeignDocument`](crate::Error::ForeignDocument) for a
-    /// document of foreign shape.
+    /// Reads `key` with the server's now. `Ok(None)` if it has no document
+    /// (or only an empty placeholder); a document of foreign shape is a lock
+    /// held by a foreign holder ([`LeaseInfo::foreign`]).
     fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
 
     /// The leases among the next `limit` lock documents with keys greater
-    /// than `after`, in key order (documents of foreign shape are skipped),
+    /// than `after`, in key order (documents of foreign shape are foreign
+    /// holders' locks, [`LeaseInfo::foreign`]),
     /// and the last key scanned if there may be more.
     fn list(
         &self,
@@ -195,8 +272,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>>;
 
     /// Releases `key` whoever holds it (an operator's override): as a
-    /// release, `exp` moves to now and `lid` is removed. Returns the lease as
-    /// it was, if it was held.
+    /// release, `exp` moves to now and `lid` is removed. A foreign holder's
+    /// lock is deleted instead, only if it is still the document read
+    /// (same `aid` and `ts`). Returns the lease as it was, if it was held.
     fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
 
     /// Sets the payload of `lease` if it is still held under its lease id.

@@ -343,23 +343,41 @@ async fn transient_acquire_failures_are_retried_for_waiters_and_reported_to_a_tr
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_foreign_document_fails_every_waiter_without_retrying() {
+async fn a_foreign_lock_is_waited_for_with_capped_backoff_and_its_deletion_wakes_the_waiters() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    db.put_foreign("f");
-    // Both waiters queue on the same attempt.
-    store.set_latency(Op::Acquire, 5 * MS);
+    db.put_foreign("f", "java-app-1");
+    let written = db.foreign("f").expect("the foreign lock");
+    assert!(a.try_acquire("f").await.unwrap().is_none());
     let first = waiter(&a, "f").await;
     let second = waiter(&a, "f").await;
-    for w in [first, second] {
-        let result = soon(w).await.unwrap();
-        assert!(
-            matches!(result, Err(Error::ForeignDocument { .. })),
-            "{result:?}"
-        );
+
+    // Its expiry is unknown: the waiters poll with the plain backoff, capped
+    // by `retry_max`, and the stream of releases stays open.
+    sleep(10 * RETRY_MAX).await;
+    assert!(!first.is_finished() && !second.is_finished());
+    assert_eq!(db.release_watchers(), 1, "the release watch is open");
+    let calls = store.acquire_calls("f");
+    assert!(calls.len() >= 10, "{} polls in 10 s", calls.len());
+    for gap in calls.windows(2).map(|pair| pair[1] - pair[0]) {
+        assert!(gap <= RETRY_MAX + MS, "a poll after {gap:?}");
     }
-    sleep(TTL).await;
-    assert_eq!(store.acquire_calls("f").len(), 1);
+    assert_eq!(db.foreign("f"), Some(written), "never modified");
+    assert_eq!(db.doc("f"), None);
+
+    // Its owner deletes it: the delete event wakes the first waiter at once.
+    let deleted_at = Instant::now();
+    db.delete("f");
+    let (granted_at, lease) = soon(first).await.unwrap().unwrap();
+    assert!(
+        granted_at - deleted_at <= RETRY_INITIAL,
+        "granted {:?} after the delete",
+        granted_at - deleted_at
+    );
+    drop(lease);
+    let (_, lease) = soon(second).await.unwrap().unwrap();
+    assert_eq!(db.holder("f").as_deref(), Some("a"));
+    drop(lease);
 }
 
 // ----- 8. try_acquire and acquire_timeout ----------------------------------------------

@@ -91,20 +91,42 @@ pub fn key_json(key: &LeaseKey) -> Value {
     key.as_bson().clone().into_canonical_extjson()
 }
 
+/// A lease as JSON. A foreign holder's lock (`"foreign": true`: a document
+/// not written by mongo-lease) has no known expiry: `expires_at` and
+/// `time_to_expiry_ms` are `null`.
 pub fn lease_json(info: &LeaseInfo) -> Value {
+    let (expires_at, time_to_expiry_ms) = if info.foreign {
+        (Value::Null, Value::Null)
+    } else {
+        (
+            json!(time(info.expires_at)),
+            json!(info.time_to_expiry().as_millis() as u64),
+        )
+    };
     json!({
         "key": key_json(&info.key),
         "owner_id": info.owner_id,
+        "foreign": info.foreign,
         "fencing_token": info.fencing_token,
         "held": info.held,
         "acquired_at": time(info.acquired_at),
         "renewed_at": time(info.renewed_at),
-        "expires_at": time(info.expires_at),
+        "expires_at": expires_at,
         "server_time": time(info.server_time),
         "age_ms": info.age().as_millis() as u64,
-        "time_to_expiry_ms": info.time_to_expiry().as_millis() as u64,
+        "time_to_expiry_ms": time_to_expiry_ms,
         "payload": payload_json(info),
     })
+}
+
+/// The holder as shown in tables and messages: the owner id, marked
+/// `(foreign)` for a foreign holder's lock.
+fn holder_label(info: &LeaseInfo) -> String {
+    match (info.foreign, info.owner_id.is_empty()) {
+        (false, _) => info.owner_id.clone(),
+        (true, false) => format!("{} (foreign)", info.owner_id),
+        (true, true) => "(foreign)".into(),
+    }
 }
 
 pub async fn print_list(manager: &LockManager, held_only: bool, json: bool) -> Result<u8, Failure> {
@@ -131,11 +153,13 @@ pub async fn print_list(manager: &LockManager, held_only: bool, json: bool) -> R
         .map(|l| {
             [
                 l.key.to_string(),
-                l.owner_id.clone(),
+                holder_label(l),
                 l.fencing_token.to_string(),
                 if l.held { "held" } else { "free" }.to_string(),
                 short(l.age()),
-                if l.held {
+                if l.foreign {
+                    "unknown".into()
+                } else if l.held {
                     short(l.time_to_expiry())
                 } else {
                     "-".into()
@@ -180,12 +204,18 @@ pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
         if let Some(info) = released {
             out["owner_id"] = json!(info.owner_id);
             out["fencing_token"] = json!(info.fencing_token);
+            out["foreign"] = json!(info.foreign);
         }
         println!("{out}");
         return;
     }
     let key = key.to_extended_json();
     match released {
+        Some(info) if info.foreign => println!(
+            "released {key:?} (force): it was held by a foreign holder {:?} \
+             (a lock document not written by mongo-lease), which was deleted",
+            info.owner_id
+        ),
         Some(info) => println!(
             "released {key} (force): it was held by {} with fencing token {}",
             info.owner_id, info.fencing_token
@@ -206,6 +236,11 @@ pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool
     }
     let key = key.to_extended_json();
     match holder.filter(|h| h.held) {
+        Some(h) if h.foreign => eprintln!(
+            "mongo-lease: not acquired: {key:?} is held by a foreign holder {:?} \
+             (a lock document not written by mongo-lease; expiry unknown)",
+            h.owner_id
+        ),
         Some(h) => eprintln!(
             "mongo-lease: not acquired: {key} is held by {} (fencing token {}, expires in {})",
             h.owner_id,

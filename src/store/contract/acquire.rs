@@ -3,7 +3,6 @@
 use uuid::Uuid;
 
 use super::{Fixture, Raw, TTL, YIELD, assert_held, held, raw, take};
-use crate::error::Error;
 use crate::store::{AcquireOutcome, Store};
 
 pub(super) async fn acquire_free_key_takes_it<F: Fixture>(f: &F) {
@@ -132,19 +131,23 @@ pub(super) async fn fencing_tokens_strictly_increase_also_after_a_delete<F: Fixt
 
 pub(super) async fn a_document_of_foreign_shape_is_never_taken<F: Fixture>(f: &F) {
     let a = f.store("a").await;
-    f.put_foreign("f").await;
-    for waiting in [false, true] {
-        let err = a
+    f.put_foreign("f", "java-app-1").await;
+    // Held by its foreign holder, with no known expiry; not even marked as
+    // waited for.
+    for waiting in [false, true, true] {
+        let outcome = a
             .acquire("f".into(), Uuid::new_v4(), waiting)
             .await
-            .unwrap_err();
-        assert!(
-            matches!(err, Error::ForeignDocument { ref key } if key == "f"),
-            "{err:?}"
+            .unwrap();
+        assert_eq!(
+            outcome,
+            AcquireOutcome::Held {
+                holder: "java-app-1".into(),
+                remaining: None,
+            }
         );
+        assert!(f.foreign_unchanged("f").await, "waiting: {waiting}");
     }
-    let err = a.inspect("f".into()).await.unwrap_err();
-    assert!(matches!(err, Error::ForeignDocument { .. }), "{err:?}");
-    assert_eq!(a.force_release("f".into()).await.unwrap(), None);
     assert_eq!(a.release_owner(Vec::new()).await.unwrap(), 0);
+    assert!(f.foreign_unchanged("f").await);
 }

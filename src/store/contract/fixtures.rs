@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use mongodb::bson::{Bson, Document, doc};
+use mongodb::bson::{Bson, DateTime, Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -42,9 +42,13 @@ impl Fixture for MemoryFixture {
         self.db.delete(key);
     }
 
-    async fn put_foreign(&self, key: impl Into<LeaseKey>) {
+    async fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str) {
+        self.db.put_foreign(key, owner);
+    }
+
+    async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool {
         let key = &key.into();
-        self.db.put_foreign(key);
+        self.db.foreign(key).is_some() && self.db.doc(key).is_none()
     }
 
     async fn cleanup(self) {}
@@ -69,6 +73,8 @@ impl Fixture for MemoryFixture {
 pub(super) struct MongoFixture {
     db: mongodb::Database,
     collection: String,
+    /// The foreign documents written by `put_foreign`, as written.
+    foreign: std::sync::Mutex<std::collections::HashMap<LeaseKey, Document>>,
 }
 
 impl MongoFixture {
@@ -87,6 +93,7 @@ impl Fixture for MongoFixture {
         let fixture = MongoFixture {
             db: client.database("mongo_lease_contract"),
             collection: crate::testkit::unique_name("c"),
+            foreign: Default::default(),
         };
         // Indexes as a manager creates them; a long grace keeps the TTL
         // monitor away from the scenario's documents.
@@ -160,12 +167,27 @@ impl Fixture for MongoFixture {
             .expect("drop the scenario's collection");
     }
 
-    async fn put_foreign(&self, key: impl Into<LeaseKey>) {
-        let key = &key.into();
+    async fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str) {
+        let key = key.into();
+        let written = doc! { "_id": key.as_bson().clone(), "ts": DateTime::now(), "aid": owner };
         self.raw_collection()
-            .insert_one(doc! { "_id": key, "owner": "someone else", "until": 12 })
+            .insert_one(written.clone())
             .await
             .expect("insert a foreign document");
+        self.foreign.lock().unwrap().insert(key, written);
+    }
+
+    async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool {
+        let key = key.into();
+        let written = self.foreign.lock().unwrap().get(&key).cloned();
+        let stored = self
+            .raw_collection()
+            .find_one(doc! { "_id": key.as_bson().clone() })
+            .await
+            .expect("read the document");
+        // Byte for byte: field order and types included.
+        let bytes = |d: Option<Document>| d.map(|d| mongodb::bson::to_vec(&d).expect("BSON"));
+        written.is_some() && bytes(written) == bytes(stored)
     }
 
     async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw> {

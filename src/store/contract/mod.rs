@@ -16,10 +16,12 @@
 //! - [`fixtures`]: the [`Fixture`] of each store;
 //! - [`acquire`], [`renewal`], [`release`], [`reads`]: the scenarios, by
 //!   the operation they are about, each generic over the fixture;
-//! - [`keys`]: keys of any BSON type (identity, order of `list`).
+//! - [`keys`]: keys of any BSON type (identity, order of `list`);
+//! - [`foreign`]: other applications' lock documents (foreign holders).
 
 mod acquire;
 mod fixtures;
+mod foreign;
 mod keys;
 mod reads;
 mod release;
@@ -78,8 +80,13 @@ trait Fixture: Sized {
     /// earlier acquisition's server time.
     async fn delete(&self, key: impl Into<LeaseKey>);
 
-    /// Writes a document of foreign shape under `key`.
-    async fn put_foreign(&self, key: impl Into<LeaseKey>);
+    /// Writes another application's lock document under `key`: `{_id: key,
+    /// ts: now, aid: owner}` (a foreign holder's lock).
+    async fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str);
+
+    /// Whether `key` still has the foreign holder's lock document written
+    /// by [`Fixture::put_foreign`], unchanged.
+    async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool;
 
     /// The document of `key`, if any.
     async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw>;
@@ -122,7 +129,7 @@ async fn held(
     match store.acquire(key.clone(), Uuid::new_v4(), waiting).await {
         Ok(AcquireOutcome::Held {
             holder: h,
-            remaining,
+            remaining: Some(remaining),
         }) if h == holder => remaining,
         other => panic!("acquiring {key:?} held by {holder:?}: {other:?}"),
     }
@@ -203,7 +210,9 @@ contract!(
     keys::keys_of_any_type_are_listed_once_in_mongodbs_order,
     keys::numbers_of_equal_value_are_one_key,
     // Other applications' lock documents.
-
+    foreign::inspect_and_list_show_a_foreign_lock_as_held_by_its_foreign_holder,
+    foreign::force_release_deletes_a_foreign_lock,
+    foreign::release_by_owner_never_touches_a_foreign_document_with_the_same_aid,
     // Delete-on-release mode and release by owner.
 
     // Loss detection and renewal by owner.

@@ -10,7 +10,7 @@ pub(super) async fn list_pages_through_leases_in_key_order<F: Fixture>(f: &F) {
     let (l2, _) = take(&b, "k2").await;
     take(&a, "k3").await;
     take(&b, "k4").await;
-    f.put_foreign("k5").await;
+    f.put_foreign("k5", "other-app").await;
     assert_eq!(b.release(vec![l2]).await.unwrap(), 1);
 
     let mut seen = Vec::new();
@@ -18,22 +18,26 @@ pub(super) async fn list_pages_through_leases_in_key_order<F: Fixture>(f: &F) {
     loop {
         let (page, next) = a.list(after, 2).await.unwrap();
         assert!(page.len() <= 2);
-        seen.extend(page.into_iter().map(|i| (i.key, i.owner_id, i.held)));
+        seen.extend(
+            page.into_iter()
+                .map(|i| (i.key, i.owner_id, i.held, i.foreign)),
+        );
         match next {
             Some(next) => after = Some(next),
             None => break,
         }
     }
     let expected = [
-        ("k1", "a", true),
-        ("k2", "b", false),
-        ("k3", "a", true),
-        ("k4", "b", true),
+        ("k1", "a", true, false),
+        ("k2", "b", false, false),
+        ("k3", "a", true, false),
+        ("k4", "b", true, false),
+        ("k5", "other-app", true, true),
     ];
     let expected: Vec<_> = expected
         .iter()
-        .map(|(k, o, h)| (LeaseKey::from(*k), o.to_string(), *h))
+        .map(|(k, o, h, f)| (LeaseKey::from(*k), o.to_string(), *h, *f))
         .collect();
-    assert_eq!(seen, expected, "foreign documents are skipped");
+    assert_eq!(seen, expected, "a foreign lock is listed as held");
     assert!(a.inspect("none".into()).await.unwrap().is_none());
 }

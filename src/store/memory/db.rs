@@ -10,7 +10,7 @@ use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::AcquireOutcome;
@@ -95,12 +95,22 @@ impl Doc {
     }
 }
 
+/// A foreign holder's lock document (another application's `{_id, ts, aid}`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Foreign {
+    /// `aid`: the other application's owner id.
+    pub owner: String,
+    /// `ts`: when it was written.
+    pub written: Instant,
+}
+
 /// The documents of a [`MemoryDb`], as its operations see them.
 #[derive(Default)]
 pub(crate) struct Collection {
     pub(super) docs: HashMap<LeaseKey, Doc>,
-    /// Keys occupied by a document not written by the protocol.
-    pub(super) foreign: HashSet<LeaseKey>,
+    /// Keys occupied by a foreign holder's lock document (not written by
+    /// the protocol): never modified, except deleted by a force release.
+    pub(super) foreign: HashMap<LeaseKey, Foreign>,
     /// The token of each deleted document: a new document of its key starts
     /// above it, as on MongoDB.
     deleted_tokens: HashMap<LeaseKey, u64>,
@@ -154,8 +164,11 @@ pub(super) fn apply_acquire(
     waiting: bool,
     now: Instant,
 ) -> Result<AcquireOutcome> {
-    if coll.foreign.contains(key) {
-        return Err(Error::ForeignDocument { key: key.clone() });
+    if let Some(foreign) = coll.foreign.get(key) {
+        return Ok(AcquireOutcome::Held {
+            holder: foreign.owner.clone(),
+            remaining: None,
+        });
     }
     match coll.docs.get_mut(key) {
         None => {
@@ -187,7 +200,7 @@ pub(super) fn apply_acquire(
             };
             Ok(AcquireOutcome::Held {
                 holder: doc.owner.clone(),
-                remaining: until.saturating_duration_since(now),
+                remaining: Some(until.saturating_duration_since(now)),
             })
         }
     }
@@ -257,7 +270,32 @@ impl MemoryDb {
             server_time: self.system_time(now),
             payload: doc.payload.clone(),
             held: doc.lease_id.is_some() && doc.exp > now,
+            foreign: false,
         }
+    }
+
+    /// A foreign holder's lock as a [`LeaseInfo`] judged at `now`, as
+    /// `MongoStore` reads `{_id, ts, aid}`.
+    pub fn foreign_info(&self, key: &LeaseKey, foreign: &Foreign, now: Instant) -> LeaseInfo {
+        let written = self.system_time(foreign.written);
+        let now = self.system_time(now);
+        LeaseInfo {
+            key: key.clone(),
+            owner_id: foreign.owner.clone(),
+            fencing_token: 0,
+            acquired_at: written,
+            renewed_at: written,
+            expires_at: now,
+            server_time: now,
+            payload: None,
+            held: true,
+            foreign: true,
+        }
+    }
+
+    /// The foreign holder's lock document under `key`, if any.
+    pub fn foreign(&self, key: impl Into<LeaseKey>) -> Option<Foreign> {
+        lock(&self.inner).foreign.get(&key.into()).cloned()
     }
 
     /// A snapshot of the document under `key`.
@@ -357,13 +395,18 @@ impl MemoryDb {
         self.touch();
     }
 
-    /// Occupies `key` with a document of foreign shape: acquire fails with
-    /// [`Error::ForeignDocument`], renew and release never match it.
-    pub fn put_foreign(&self, key: impl Into<LeaseKey>) {
-        let key = &key.into();
+    /// Occupies `key` with a foreign holder's lock document (`aid` =
+    /// `owner`, `ts` = now): acquire reports it held with no known expiry,
+    /// renew, release and release by owner never match it.
+    pub fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str) {
+        let key = key.into();
         let mut coll = lock(&self.inner);
-        coll.docs.remove(key);
-        coll.foreign.insert(key.clone());
+        coll.docs.remove(&key);
+        let foreign = Foreign {
+            owner: owner.to_string(),
+            written: Instant::now(),
+        };
+        coll.foreign.insert(key, foreign);
         drop(coll);
         self.touch();
     }

@@ -31,6 +31,12 @@
 //!   with [`MemoryStore::with_yield_window`]); returns how many matched.
 //! - **release_owner(except)** does the same to every document of this owner
 //!   that still has a lease id, not in `except`.
+//! - A **foreign holder's lock** ([`MemoryDb::put_foreign`], another
+//!   application's `{_id, ts, aid}`) is never modified: acquire reports it
+//!   `Held { holder: aid, remaining: None }`, renew, release and
+//!   release_owner never match it, reads show it held by a foreign holder,
+//!   and only force release (or [`MemoryDb::delete`]) deletes it, announcing
+//!   the delete like a release.
 //!
 //! What `MongoStore` does internally (re-reading after an ambiguous acquire,
 //! retrying a release up to three times) is not modelled: a fault injected

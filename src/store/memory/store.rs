@@ -13,12 +13,16 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::control::{Call, Controls, Fault, Issued, Op};
-use super::db::{Collection, Doc, MemoryDb, apply_acquire, lease_matches, release_doc};
+use super::db::{Collection, Doc, Foreign, MemoryDb, apply_acquire, lease_matches, release_doc};
 use crate::config::DEFAULT_RETRY_MAX;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{AcquireOutcome, LeaseRef, Store};
+
+/// What `observe` last reported: the document without its fairness marks,
+/// whether it was held, and the foreign holder's lock document.
+type Observed = (Option<Doc>, bool, Option<Foreign>);
 
 /// One manager's view of a [`MemoryDb`]. Clones share knobs and counters: give
 /// one clone to `LockManager::start` and keep one in the test.
@@ -302,8 +306,8 @@ impl Store for MemoryStore {
     fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let db = self.db.clone();
         self.run(Op::Inspect, vec![key.clone()], move |coll, now| {
-            if coll.foreign.contains(&key) {
-                return Err(Error::ForeignDocument { key });
+            if let Some(foreign) = coll.foreign.get(&key) {
+                return Ok(Some(db.foreign_info(&key, foreign, now)));
             }
             Ok(coll.docs.get(&key).map(|doc| db.info(&key, doc, now)))
         })
@@ -319,6 +323,7 @@ impl Store for MemoryStore {
             let mut keys: Vec<&LeaseKey> = coll
                 .docs
                 .keys()
+                .chain(coll.foreign.keys())
                 .filter(|k| after.as_ref().is_none_or(|a| *k > a))
                 .collect();
             keys.sort();
@@ -328,7 +333,10 @@ impl Store for MemoryStore {
                 .flatten();
             let page = keys
                 .into_iter()
-                .map(|k| db.info(k, &coll.docs[k], now))
+                .map(|k| match coll.foreign.get(k) {
+                    Some(foreign) => db.foreign_info(k, foreign, now),
+                    None => db.info(k, &coll.docs[k], now),
+                })
                 .collect();
             Ok((page, next))
         })
@@ -338,6 +346,11 @@ impl Store for MemoryStore {
         let db = self.db.clone();
         let yield_window = self.yield_window;
         self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
+            // A foreign holder's lock is deleted (as MongoStore's `deleteOne`).
+            if let Some(foreign) = coll.foreign.remove(&key) {
+                db.announce_release(&key);
+                return Ok(Some(db.foreign_info(&key, &foreign, now)));
+            }
             let Some(doc) = coll.docs.get_mut(&key) else {
                 return Ok(None);
             };
@@ -371,16 +384,16 @@ impl Store for MemoryStore {
     fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
         let db = self.db.clone();
         let changed = db.subscribe_changes();
-        let state = (db, changed, key, None::<(Option<Doc>, bool)>, true);
+        let state = (db, changed, key, None::<Observed>, true);
         futures::stream::unfold(
             state,
             |(db, mut changed, key, mut last, first)| async move {
                 let mut first = first;
                 loop {
                     if !first {
-                        let expiry = last
-                            .as_ref()
-                            .and_then(|(doc, held)| doc.as_ref().filter(|_| *held).map(|d| d.exp));
+                        let expiry = last.as_ref().and_then(|(doc, held, _)| {
+                            doc.as_ref().filter(|_| *held).map(|d| d.exp)
+                        });
                         tokio::select! {
                             result = changed.changed() => {
                                 if result.is_err() {
@@ -399,15 +412,19 @@ impl Store for MemoryStore {
                     changed.borrow_and_update();
                     let now = Instant::now();
                     let doc = db.doc(&key).map(|d| d.observed());
+                    let foreign = db.foreign(&key);
                     let held = doc
                         .as_ref()
                         .is_some_and(|d| d.lease_id.is_some() && d.exp > now);
-                    let state = (doc.clone(), held);
+                    let state = (doc.clone(), held, foreign.clone());
                     if last.as_ref() == Some(&state) {
                         continue;
                     }
                     last = Some(state);
-                    let info = doc.map(|d| db.info(&key, &d, now));
+                    let info = match foreign {
+                        Some(foreign) => Some(db.foreign_info(&key, &foreign, now)),
+                        None => doc.map(|d| db.info(&key, &d, now)),
+                    };
                     return Some((Ok(info), (db, changed, key, last, false)));
                 }
             },

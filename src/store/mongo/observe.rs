@@ -31,7 +31,7 @@ use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::{field, lease_info};
+use crate::store::{FIELD_COUNT, field, lease_info};
 
 /// Mean delay between two reads when polling (jittered by ±20 %).
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -160,6 +160,13 @@ impl Observer {
             .map(|d| d.to_system_time());
         let doc = found.map(|mut d| {
             d.remove("now");
+            // As stored (the field count is not a field), so that the state
+            // compares equal to a change event's full document; except for a
+            // foreign document none of whose fields is projected, which
+            // would otherwise read as an empty placeholder.
+            if d.len() > 2 || d.get_i32(FIELD_COUNT).is_ok_and(|n| n <= 1) {
+                d.remove(FIELD_COUNT);
+            }
             d
         });
         // Without a document there is no `$$NOW`; the local clock only matters
@@ -174,16 +181,11 @@ impl Observer {
             .doc
             .as_ref()
             .and_then(|d| lease_info(&self.key, d, server_time));
-        if self.doc.is_some() && info.is_none() {
-            tracing::debug!(
-                key = %self.key,
-                "observing a document of foreign shape: no lease"
-            );
-        }
         let held = info.as_ref().is_some_and(|i| i.held);
+        // A foreign holder's lock has no expiry to check: its deletion is an event.
         self.check_at = info
             .as_ref()
-            .filter(|i| i.held)
+            .filter(|i| i.held && !i.foreign)
             .map(|i| Instant::now() + i.time_to_expiry());
         // Marks of the fairness scheme (`wt`, `yu`) are not a change of lease.
         let lease_fields = self.doc.clone().map(|mut d| {

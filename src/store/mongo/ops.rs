@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::handle::{MongoStore, is_duplicate_key, is_on_id_index};
 use super::observe::observe;
 use super::pipeline::{
-    acquire_pipeline, acquire_projection, classify, force_release_filter, id_index,
+    acquire_pipeline, acquire_projection, classify, force_release_filter, foreign_filter, id_index,
     info_projection, key_filter, lease_filter, list_min, owner_filter, payload_filter,
     payload_update, projected_info, release_events_pipeline, release_update, renew_update,
 };
@@ -157,13 +157,7 @@ impl MongoStore {
                     .projection(info_projection()),
             )
             .await?;
-        match found {
-            None => Ok(None),
-            Some(doc) => match projected_info(&key, &doc) {
-                Some(info) => Ok(Some(info)),
-                None => Err(Error::ForeignDocument { key }),
-            },
-        }
+        Ok(found.and_then(|doc| projected_info(&key, &doc)))
     }
 
     async fn list_page(
@@ -227,6 +221,10 @@ impl MongoStore {
 
     /// One `findAndModify` (a retryable write) that releases `key` if a lease
     /// of our shape holds it now, whoever the owner; returns it as it was.
+    /// Otherwise, if a foreign holder's lock document is there, one
+    /// `deleteOne` (a retryable write) deletes it if it is still the document
+    /// read ([`foreign_filter`]); a concurrent change wins, and nothing is
+    /// reported released.
     async fn force_release_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
         let before = self
             .bounded(
@@ -239,7 +237,26 @@ impl MongoStore {
                     .projection(info_projection()),
             )
             .await?;
-        Ok(before.and_then(|doc| projected_info(&key, &doc)))
+        if let Some(doc) = before {
+            return Ok(projected_info(&key, &doc));
+        }
+        let found = self
+            .bounded(
+                self.coll()
+                    .find_one(key_filter(&key))
+                    .projection(info_projection()),
+            )
+            .await?;
+        let Some((found, info)) = found
+            .and_then(|doc| projected_info(&key, &doc).map(|info| (doc, info)))
+            .filter(|(_, info)| info.foreign)
+        else {
+            return Ok(None);
+        };
+        let deleted = self
+            .bounded(self.coll().delete_one(foreign_filter(&key, &found)))
+            .await?;
+        Ok((deleted.deleted_count == 1).then_some(info))
     }
 
     async fn set_payload_of(&self, lease: LeaseRef, payload: Document) -> Result<bool> {

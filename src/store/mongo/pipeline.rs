@@ -9,10 +9,12 @@ use std::time::Duration;
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::{AcquireOutcome, LeaseRef, TOKEN_TIME_SHIFT, field, lease_info};
+use crate::store::{
+    AcquireOutcome, FIELD_COUNT, LeaseRef, TOKEN_TIME_SHIFT, field, foreign_owner, lease_info,
+};
 
 /// A lease id as stored in `lid`: a BSON UUID (binary subtype 4).
 pub(super) fn bson_lease_id(id: Uuid) -> Bson {
@@ -120,9 +122,8 @@ pub(super) fn acquire_projection() -> Document {
 
 /// Reads what an acquire attempt (by `owner` under `lease_id`) found out of
 /// a returned or re-read document, projected with [`acquire_projection`].
-///
-/// # Errors
-/// [`Error::ForeignDocument`] for a document of foreign shape.
+/// A document of foreign shape is held by a foreign holder (its `aid` as
+/// owner id), with no known remaining time.
 pub(super) fn classify(
     key: &LeaseKey,
     owner: &str,
@@ -132,7 +133,11 @@ pub(super) fn classify(
     let token = doc.get_i64(field::TOKEN);
     let expires = doc.get_datetime(field::EXPIRES_AT);
     let (Ok(token), Ok(expires)) = (token, expires) else {
-        return Err(Error::ForeignDocument { key: key.clone() });
+        tracing::trace!(%key, "held by a foreign holder");
+        return Ok(AcquireOutcome::Held {
+            holder: foreign_owner(doc),
+            remaining: None,
+        });
     };
     if is_lease_id(doc.get(field::LEASE_ID), lease_id) {
         return Ok(AcquireOutcome::Acquired {
@@ -152,21 +157,25 @@ pub(super) fn classify(
     let remaining = until.timestamp_millis().saturating_sub(now).max(0) as u64;
     Ok(AcquireOutcome::Held {
         holder,
-        remaining: Duration::from_millis(remaining),
+        remaining: Some(Duration::from_millis(remaining)),
     })
 }
 
 /// The projection of reads that report a [`LeaseInfo`]: every field of the
-/// schema and the server's `$$NOW`.
+/// schema, the server's `$$NOW`, and the stored document's number of fields
+/// ([`FIELD_COUNT`], which tells an empty placeholder from a foreign holder's
+/// document with none of our fields).
 pub(super) fn info_projection() -> Document {
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::ACQUIRED_AT: 1,
         field::RENEWED_AT: 1, field::EXPIRES_AT: 1, field::PAYLOAD: 1, "now": "$$NOW",
+        FIELD_COUNT: { "$size": { "$objectToArray": "$$ROOT" } },
     }
 }
 
 /// Reads a document projected with [`info_projection`] into a [`LeaseInfo`]
-/// judged at its `now`. `None` without `now` or for a document of foreign shape.
+/// judged at its `now` (a foreign holder's lock for a document of foreign
+/// shape). `None` without `now` or for an empty placeholder.
 pub(super) fn projected_info(key: &LeaseKey, doc: &Document) -> Option<LeaseInfo> {
     let now = doc.get_datetime("now").ok()?.to_system_time();
     lease_info(key, doc, now)
@@ -209,11 +218,15 @@ pub(super) fn release_update(yield_ms: i64) -> Vec<Document> {
 }
 
 /// Every lease held under `owner`, except those with a lease id in `except`.
+/// Only documents of our shape: a foreign holder's lock document carrying
+/// the same `aid` is never released.
 pub(super) fn owner_filter(owner: &str, except: &[Uuid]) -> Document {
     let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
     doc! {
         field::OWNER: owner,
         field::LEASE_ID: { "$exists": true, "$nin": except },
+        field::TOKEN: { "$type": "long" },
+        field::EXPIRES_AT: { "$type": "date" },
     }
 }
 
@@ -224,6 +237,24 @@ pub(super) fn force_release_filter(key: &LeaseKey) -> Document {
         field::LEASE_ID: { "$exists": true },
         field::TOKEN: { "$type": "long" },
         "$expr": { "$gt": [format!("${}", field::EXPIRES_AT), "$$NOW"] },
+    }
+}
+
+/// A foreign holder's lock document `found` (as read by an info read) under
+/// `key`, only while it is still of foreign shape with the `aid` and `ts` it
+/// had: the filter of a force release's delete, so that a concurrent change
+/// is not clobbered.
+pub(super) fn foreign_filter(key: &LeaseKey, found: &Document) -> Document {
+    let same = |name: &str| match found.get(name) {
+        Some(value) => {
+            doc! { "$expr": { "$eq": [format!("${name}"), { "$literal": value.clone() }] } }
+        }
+        None => doc! { name: { "$exists": false } },
+    };
+    doc! {
+        field::ID: key.as_bson().clone(),
+        "$and": [same(field::OWNER), same(field::RENEWED_AT)],
+        "$nor": [{ field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } }],
     }
 }
 
@@ -498,10 +529,15 @@ mod tests {
     }
 
     #[test]
-    fn release_by_owner_skips_lease_ids_in_flight_and_released_documents() {
+    fn release_by_owner_skips_lease_ids_in_flight_released_and_foreign_documents() {
         assert_eq!(
             owner_filter("me", &[LID]),
-            doc! { "aid": "me", "lid": { "$exists": true, "$nin": [bson_lease_id(LID)] } }
+            doc! {
+                "aid": "me",
+                "lid": { "$exists": true, "$nin": [bson_lease_id(LID)] },
+                "tok": { "$type": "long" },
+                "exp": { "$type": "date" },
+            }
         );
     }
 
@@ -562,7 +598,7 @@ mod tests {
             classify(&"k".into(), "me", LID, &theirs).unwrap(),
             AcquireOutcome::Held {
                 holder: "them".into(),
-                remaining: Duration::from_millis(9_000),
+                remaining: Some(Duration::from_millis(9_000)),
             }
         );
     }
@@ -576,7 +612,7 @@ mod tests {
             classify(&"k".into(), "me", LID, &released).unwrap(),
             AcquireOutcome::Held {
                 holder: "me".into(),
-                remaining: Duration::from_millis(3_000),
+                remaining: Some(Duration::from_millis(3_000)),
             }
         );
         released.insert("aid", "them");
@@ -584,17 +620,56 @@ mod tests {
             classify(&"k".into(), "me", LID, &released).unwrap(),
             AcquireOutcome::Held {
                 holder: "them".into(),
-                remaining: Duration::ZERO,
+                remaining: Some(Duration::ZERO),
             }
         );
     }
 
     #[test]
-    fn classify_refuses_a_document_of_foreign_shape() {
-        let foreign = doc! { "_id": "k", "tok": 1, "exp": "tomorrow" };
-        assert!(matches!(
-            classify(&"k".into(), "me", LID, &foreign),
-            Err(Error::ForeignDocument { key }) if key == "k"
-        ));
+    fn classify_reads_a_document_of_foreign_shape_as_held_by_its_aid_with_no_known_expiry() {
+        for (foreign, holder) in [
+            (doc! { "_id": "k", "tok": 1, "exp": "tomorrow" }, ""),
+            (
+                doc! { "_id": "k", "aid": "java-app-1", "ts": DateTime::from_millis(5) },
+                "java-app-1",
+            ),
+            (doc! { "_id": "k", "aid": 7_i64 }, r#"{"$numberLong":"7"}"#),
+        ] {
+            assert_eq!(
+                classify(&"k".into(), "me", LID, &foreign).unwrap(),
+                AcquireOutcome::Held {
+                    holder: holder.into(),
+                    remaining: None,
+                },
+                "{foreign}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_foreign_lock_is_deleted_only_while_it_is_the_document_read() {
+        let ts = DateTime::from_millis(5);
+        let found = doc! { "_id": "k", "aid": "java-app-1", "ts": ts, "now": ts };
+        assert_eq!(
+            foreign_filter(&"k".into(), &found),
+            doc! {
+                "_id": "k",
+                "$and": [
+                    { "$expr": { "$eq": ["$aid", { "$literal": "java-app-1" }] } },
+                    { "$expr": { "$eq": ["$ts", { "$literal": ts }] } },
+                ],
+                "$nor": [{ "tok": { "$type": "long" }, "exp": { "$type": "date" } }],
+            }
+        );
+        let bare = doc! { "_id": "k", "now": ts };
+        assert_eq!(
+            foreign_filter(&"k".into(), &bare)
+                .get_array("$and")
+                .unwrap(),
+            &vec![
+                Bson::from(doc! { "aid": { "$exists": false } }),
+                Bson::from(doc! { "ts": { "$exists": false } }),
+            ]
+        );
     }
 }
