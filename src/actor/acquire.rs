@@ -142,7 +142,7 @@ impl Actor {
                     // The write may have landed unseen: give it back rather than
                     // leave the key blocked until the lease expires.
                     state.next_lease_id = Uuid::new_v4();
-                    self.spawn_release(key.clone(), lease_id, None);
+                    self.spawn_release(key.clone(), lease_id, sent_at, None);
                 }
             }
         }
@@ -170,6 +170,7 @@ impl Actor {
                 cancel: cancel.clone(),
                 deadline,
                 renewing: false,
+                acquired_at: sent_at,
             });
             tracing::debug!(key, token, "lease acquired");
             let lease = Lease::new(
@@ -185,7 +186,7 @@ impl Actor {
             let _ = waiter.respond_to.send(Ok(Some(lease)));
             return;
         }
-        self.spawn_release(key.to_string(), lease_id, None);
+        self.spawn_release(key.to_string(), lease_id, sent_at, None);
     }
 
     fn schedule_retry(&mut self, key: &str, remaining: Option<std::time::Duration>) {

@@ -128,6 +128,14 @@ pub(crate) fn lease_info(key: &str, doc: &Document, server_time: SystemTime) -> 
 /// catches up, far more than one key can be acquired in a millisecond.
 pub(crate) const TOKEN_TIME_SHIFT: u32 = 20;
 
+/// In delete mode, how long after a young lease's acquisition (local time
+/// at which its acquire was sent) its released document is deleted:
+/// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) plus 100 ms for the
+/// server's `$$NOW` stepping back (docs/mongodb-behaviour.md, B3) and the
+/// round trip of the release.
+pub(crate) const DELETE_DELAY: Duration =
+    Duration::from_millis(crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as u64 + 100);
+
 /// The owner id and lease id that identify one acquisition of a key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct LeaseRef {
@@ -174,6 +182,19 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Releases every lease held under this manager's owner id, except those
     /// with a lease id in `except` (acquisitions in flight). Returns how many.
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>>;
+
+    /// Releases every lease document of `owner` (any manager's) that is not
+    /// released yet, of our shape only (an operator's override). Returns how
+    /// many. In delete mode, documents it could only mark released are
+    /// deleted once their token is old enough, before it returns.
+    fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>>;
+
+    /// Delete mode's follow-up to a release of young leases: deletes the
+    /// released documents of `keys` (no lease id, not yielded) whose token is
+    /// at least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by
+    /// the server's clock. A document acquired again meanwhile is never
+    /// deleted. Returns how many; nothing in keep mode.
+    fn delete_released(&self, keys: Vec<String>) -> BoxFuture<'static, Result<u64>>;
 
     /// Reads `key` with the server's now. `Ok(None)` if it has no document;
     /// [`Error::ForeignDocument`](crate::Error::ForeignDocument) for a
