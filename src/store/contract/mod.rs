@@ -15,9 +15,11 @@
 //!
 //! - [`fixtures`]: the [`Fixture`] of each store;
 //! - [`acquire`], [`renewal`], [`release`], [`reads`]: the scenarios, by
-//!   the operation they are about, each generic over the fixture.
+//!   the operation they are about, each generic over the fixture;
+//! - [`compat`]: delete-on-release mode and release by owner id.
 
 mod acquire;
+mod compat;
 mod fixtures;
 mod reads;
 mod release;
@@ -65,6 +67,10 @@ trait Fixture: Sized {
     /// A store on this collection for the owner id `owner` (TTL [`TTL`],
     /// yield window [`YIELD`]).
     async fn store(&self, owner: &str) -> Self::Store;
+
+    /// As [`Fixture::store`], with releases in
+    /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete).
+    async fn delete_mode_store(&self, owner: &str) -> Self::Store;
 
     /// Makes the lease on `key` expired by server time, keeping its lease id
     /// (a holder whose renewals stopped reaching the server).
@@ -195,7 +201,11 @@ contract!(
     // Other applications' lock documents.
 
     // Delete-on-release mode and release by owner.
-
+    compat::delete_mode_release_deletes_the_document_once_its_token_is_old_enough,
+    compat::delete_mode_release_of_a_lost_lease_deletes_nothing,
+    compat::delete_mode_tokens_strictly_increase_over_tight_acquire_release_cycles,
+    compat::delete_mode_release_of_a_waited_for_lease_yields_instead,
+    compat::release_by_owner_releases_every_lease_of_that_owner_only,
     // Loss detection and renewal by owner.
 
     // Per-lease TTL.
