@@ -9,11 +9,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use mongo_lease::{Election, Error, LockManager, LockManagerOptions};
+use mongo_lease::{Election, Error, LockManager, LockManagerOptions, ReleaseMode};
 use mongodb::bson::Document;
 
 use child::{ChildOutcome, Signals};
-use output::{Redactor, print_list, print_release};
+use output::{Redactor, print_list, print_owner_release, print_release};
 
 /// Exit codes, documented in `--help` and the README.
 mod exit {
@@ -87,6 +87,18 @@ struct Connection {
     #[arg(long, env = "MONGO_LEASE_OWNER_ID", global = true)]
     owner_id: Option<String>,
 
+    /// What a release does with the lock document: `keep` it until MongoDB's
+    /// TTL monitor deletes it, or `delete` it (for collections shared with
+    /// applications that lock by inserting and unlock by deleting).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "keep",
+        env = "MONGO_LEASE_RELEASE_MODE",
+        global = true
+    )]
+    release_mode: ReleaseModeArg,
+
     /// How long to wait for MongoDB to answer, e.g. `10s`.
     #[arg(long, default_value = "10s", value_parser = parse_duration, global = true)]
     connect_timeout: Duration,
@@ -117,7 +129,8 @@ enum Commands {
     Leader(LeaderArgs),
     /// List the leases in the lock collection, with server-time age and expiry.
     List(ListArgs),
-    /// Release a key whoever holds it (operator override; needs --force).
+    /// Release a key whoever holds it, or every lease of an owner id with
+    /// --owner (operator override; needs --force).
     ///
     /// The holder learns it at its next renewal (its command is then
     /// terminated). The release is printed and logged.
@@ -195,10 +208,34 @@ struct ListArgs {
     held: bool,
 }
 
+/// `--release-mode`: [`ReleaseMode`] as a command-line value.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ReleaseModeArg {
+    /// Keep the released document until the TTL monitor deletes it.
+    Keep,
+    /// Delete the document on release.
+    Delete,
+}
+
+impl From<ReleaseModeArg> for ReleaseMode {
+    fn from(mode: ReleaseModeArg) -> ReleaseMode {
+        match mode {
+            ReleaseModeArg::Keep => ReleaseMode::Keep,
+            ReleaseModeArg::Delete => ReleaseMode::Delete,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 struct ReleaseArgs {
     /// The key to release.
-    key: String,
+    #[arg(required_unless_present = "owner", conflicts_with = "owner")]
+    key: Option<String>,
+
+    /// Release every lease held under this owner id instead (e.g. that of a
+    /// dead process), and print how many.
+    #[arg(long, value_name = "AID")]
+    owner: Option<String>,
 
     /// Confirm the override: the current holder loses its lease.
     #[arg(long)]
@@ -313,18 +350,38 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let code = print_list(&manager, args.held, json).await;
             finish(&manager, code).await
         }
-        Commands::Release(args) => {
-            if !args.force {
+        Commands::Release(ReleaseArgs {
+            owner: Some(owner),
+            force,
+            ..
+        }) => {
+            if !force {
                 return Err(Failure::usage(format!(
-                    "releasing {:?} takes the lease away from its holder; \
-                     add --force to confirm",
-                    args.key
+                    "releasing the leases of owner id {owner:?} takes them away from \
+                     their holder; add --force to confirm"
                 )));
             }
             let manager = connect(&cli.connection, mongo_lease::DEFAULT_TTL).await?;
             let code = async {
-                let released = manager.force_release(args.key.clone()).await?;
-                print_release(&args.key, released.as_ref(), json);
+                let released = manager.release_owner(&owner).await?;
+                print_owner_release(&owner, released, json);
+                Ok(0)
+            }
+            .await;
+            finish(&manager, code).await
+        }
+        Commands::Release(args) => {
+            let key = args.key.unwrap_or_default();
+            if !args.force {
+                return Err(Failure::usage(format!(
+                    "releasing {key:?} takes the lease away from its holder; \
+                     add --force to confirm"
+                )));
+            }
+            let manager = connect(&cli.connection, mongo_lease::DEFAULT_TTL).await?;
+            let code = async {
+                let released = manager.force_release(key.clone()).await?;
+                print_release(&key, released.as_ref(), json);
                 Ok(0)
             }
             .await;
@@ -363,6 +420,7 @@ async fn connect(c: &Connection, ttl: Duration) -> Result<LockManager, Failure> 
         .collection(c.collection.clone())
         .owner_id(owner_id)
         .ttl(ttl)
+        .release_mode(c.release_mode.into())
         .operation_timeout(c.connect_timeout)
         .build();
     LockManager::connect(options).await.map_err(|e| {

@@ -270,7 +270,7 @@ impl Collection {
             .filter(|(k, d)| {
                 matches(k, d)
                     && d.lease_id.is_none()
-                    && !d.yield_until.is_some_and(|until| until > now)
+                    && d.yield_until.is_none_or(|until| until <= now)
                     && now >= d.acquired + DELETE_MIN_TOKEN_AGE
             })
             .map(|(k, _)| k.clone())
