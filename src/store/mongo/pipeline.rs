@@ -660,4 +660,44 @@ mod tests {
             Err(Error::ForeignDocument { key }) if key == "k"
         ));
     }
+
+    #[test]
+    fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases() {
+        let old_enough = doc! { "$gte": [
+            { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << 20] },
+            { "$add": ["$tok", 1_000_i64 << 20] },
+        ]};
+        assert_eq!(token_older_than(1_000), old_enough);
+        let filter = doc! { "_id": "k" };
+        assert_eq!(
+            deletable_filter(filter.clone(), 1_000),
+            doc! { "$and": [filter.clone(), {
+                "tok": { "$type": "long" },
+                "wt": { "$exists": false },
+                "$expr": old_enough.clone(),
+            }]}
+        );
+        assert_eq!(
+            released_filter(filter.clone(), 1_000),
+            doc! { "$and": [filter, {
+                "lid": { "$exists": false },
+                "tok": { "$type": "long" },
+                "exp": { "$type": "date" },
+                "$expr": { "$and": [old_enough, { "$not": [{ "$gt": ["$yu", "$$NOW"] }] }] },
+            }]}
+        );
+    }
+
+    #[test]
+    fn release_by_owner_matches_unreleased_documents_of_our_shape_only() {
+        assert_eq!(
+            owner_leases_filter("w"),
+            doc! {
+                "aid": "w",
+                "lid": { "$exists": true },
+                "tok": { "$type": "long" },
+                "exp": { "$type": "date" },
+            }
+        );
+    }
 }
