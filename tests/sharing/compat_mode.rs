@@ -362,3 +362,37 @@ async fn cli_release_owner_force_releases_every_lease_of_that_owner_and_prints_t
     dead.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_mode_releases_a_lease_older_than_the_token_age_in_one_round_trip() {
+    let f = Fixture::new("compat_round_trips").await;
+    let (mut options, log) = f.monitored_options(TTL, "").await;
+    options.release_mode = ReleaseMode::Delete;
+    let m = LockManager::connect(options).await.expect("connect");
+
+    let lease = m.acquire("old").await.unwrap();
+    age_tokens().await;
+    log.clear();
+    assert!(!lease.release().await.unwrap().was_lost());
+    assert_eq!(log.count("delete"), 1, "{:?}", log.all());
+    assert_eq!(log.count("update"), 0, "{:?}", log.all());
+    assert!(foreign_insert(&f, "old").await);
+
+    // A young lease: the delete finds nothing old enough, an update marks it
+    // released, and one follow-up delete removes it.
+    log.clear();
+    let lease = m.acquire("young").await.unwrap();
+    assert!(!lease.release().await.unwrap().was_lost());
+    assert_eq!(
+        (log.count("delete"), log.count("update")),
+        (1, 1),
+        "{:?}",
+        log.all()
+    );
+    eventually("the follow-up delete", BOUND, || {
+        foreign_insert(&f, "young")
+    })
+    .await;
+    assert_eq!(log.count("delete"), 2, "{:?}", log.all());
+    m.shutdown().await.unwrap();
+}
