@@ -97,6 +97,10 @@ pub enum ReleaseMode {
     /// [`Keep`](ReleaseMode::Keep); the waiter normally takes it within
     /// milliseconds, and the waiter's own release deletes it. If nobody
     /// takes a yielded document, the TTL monitor deletes it after the GC grace.
+    ///
+    /// [`LockManager::force_release`](crate::LockManager::force_release)
+    /// marks the lease released in both modes (the document stays until the
+    /// TTL monitor deletes it, or until the next holder's release deletes it).
     Delete,
 }
 

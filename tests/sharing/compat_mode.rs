@@ -396,3 +396,28 @@ async fn delete_mode_releases_a_lease_older_than_the_token_age_in_one_round_trip
     assert_eq!(log.count("delete"), 2, "{:?}", log.all());
     m.shutdown().await.unwrap();
 }
+
+/// A token whose time part is ahead of this server's clock (as left by a
+/// member whose clock ran ahead before a failover, or by `$$NOW` stepping
+/// back) is not deleted on release: the next token must still be greater.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_mode_keeps_a_document_whose_token_is_ahead_of_the_server_clock() {
+    let f = Fixture::new("compat_clock_ahead").await;
+    let m = delete_mode_manager(&f, "m", None).await;
+    let lease = m.acquire("k").await.unwrap();
+    let ahead = (DateTime::now().timestamp_millis() + 5_000) << 20;
+    f.raw()
+        .update_one(doc! { "_id": "k" }, doc! { "$set": { "tok": ahead } })
+        .await
+        .unwrap();
+    age_tokens().await;
+    assert!(!lease.release().await.unwrap().was_lost());
+    let kept = f.doc("k").await;
+    assert_eq!(kept.get_i64("tok").unwrap(), ahead, "kept, marked released");
+    assert!(!kept.contains_key("lid"));
+    assert!(!foreign_insert(&f, "k").await);
+    let next = m.acquire("k").await.unwrap();
+    assert_eq!(next.fencing_token(), ahead as u64 + 1);
+    assert!(!next.release().await.unwrap().was_lost());
+    m.shutdown().await.unwrap();
+}
