@@ -86,7 +86,9 @@ pub enum ReleaseMode {
     /// deletes the released document once it is old enough (a delete that
     /// matches only a released document of our shape, so a new acquisition
     /// in between is never deleted); until then an insert-style client still
-    /// gets a duplicate-key error. The guarantee assumes that the server's
+    /// gets a duplicate-key error. A document whose token the server's clock
+    /// has not caught up with (its time part ahead, e.g. after a failover to
+    /// a member whose clock is behind) is kept and left to the TTL monitor. The guarantee assumes that the server's
     /// `$$NOW` never steps back by [`DELETE_MIN_TOKEN_AGE`] or more (also
     /// across a failover: members' clocks synchronised), and fewer than
     /// 2^20 acquisitions of one key per millisecond.

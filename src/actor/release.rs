@@ -157,7 +157,9 @@ impl Actor {
     /// (minus the small steps back of `$$NOW`, which `DELETE_DELAY` covers).
     /// It runs in [`Actor::tasks`], so shutdown waits for it. A document
     /// acquired again meanwhile is not deleted; one whose release is not
-    /// confirmed by then stays until the TTL monitor deletes it.
+    /// confirmed by then, or whose token the server still finds too young
+    /// (its time part ahead of the server's clock, e.g. after a failover to a
+    /// member whose clock is behind), stays until the TTL monitor deletes it.
     pub(super) fn delete_when_old_enough(&mut self, keys: Vec<String>, acquired_at: Instant) {
         let at = acquired_at + DELETE_DELAY;
         if self.timing.release_mode != ReleaseMode::Delete
