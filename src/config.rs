@@ -43,6 +43,70 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
 /// about 0.1 s; batches keep each command far below the 16 MiB command size limit.
 pub const DEFAULT_RENEWAL_BATCH_SIZE: usize = 5_000;
 
+/// Default [`ReleaseMode`]: [`ReleaseMode::Keep`], the released lock document
+/// stays until MongoDB's TTL monitor deletes it.
+pub const DEFAULT_RELEASE_MODE: ReleaseMode = ReleaseMode::Keep;
+
+/// In [`ReleaseMode::Delete`], how old (by the server's clock) a lease's
+/// fencing token must be before a release may delete its document: 1 s.
+///
+/// A token carries the server millisecond of its acquisition (`tok >> 20`),
+/// and the first acquisition after a delete gets `ms($$NOW) * 2^20`. Deleting
+/// only once `$$NOW` is at least this far past the token's millisecond makes
+/// that next token greater, as long as the server's `$$NOW` does not step back
+/// by this much between the delete and the next acquisition. Measured steps
+/// back between concurrent writes to one document are up to 8 ms
+/// (docs/mongodb-behaviour.md, B3); 1 s also covers the clock difference
+/// between replica-set members across a failover when their clocks are
+/// synchronised (NTP keeps them within milliseconds). A younger lease is
+/// released as in [`ReleaseMode::Keep`] and its document is deleted once it
+/// is this old.
+pub const DELETE_MIN_TOKEN_AGE: Duration = Duration::from_secs(1);
+
+/// What a release does with the lock document: see
+/// [`LockManagerOptions::release_mode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ReleaseMode {
+    /// The default: a release marks the document released (expiry moved to
+    /// now, lease id removed) and keeps it; MongoDB's TTL monitor deletes it
+    /// after the GC grace. The next acquisition continues from its fencing
+    /// token, and a release that another manager waited for yields the key
+    /// to it (see "Fairness between owners" in the crate docs).
+    #[default]
+    Keep,
+    /// Compatibility mode, for collections shared with insert/delete clients
+    /// (acquire = insert, duplicate key = held, release = delete): a release
+    /// deletes the lock document, so such a client can lock the key at once.
+    ///
+    /// Fencing tokens stay strictly greater than every earlier token of the
+    /// key: a release deletes the document only once the server's `$$NOW` is
+    /// at least [`DELETE_MIN_TOKEN_AGE`] past its token's acquisition
+    /// millisecond. A release of a younger lease marks it released as in
+    /// [`Keep`](ReleaseMode::Keep) (one more round trip) and the manager
+    /// deletes the released document once it is old enough (a delete that
+    /// matches only a released document of our shape, so a new acquisition
+    /// in between is never deleted); until then an insert-style client still
+    /// gets a duplicate-key error. A document whose token the server's clock
+    /// has not caught up with (its time part ahead, e.g. after a failover to
+    /// a member whose clock is behind) is kept and left to the TTL monitor. The guarantee assumes that the server's
+    /// `$$NOW` never steps back by [`DELETE_MIN_TOKEN_AGE`] or more (also
+    /// across a failover: members' clocks synchronised), and fewer than
+    /// 2^20 acquisitions of one key per millisecond.
+    ///
+    /// Fairness between managers: a release that another mongo-lease manager
+    /// waited for (the waiting mark, which insert-style clients never write)
+    /// keeps the document and yields the key to that manager as in
+    /// [`Keep`](ReleaseMode::Keep); the waiter normally takes it within
+    /// milliseconds, and the waiter's own release deletes it. If nobody
+    /// takes a yielded document, the TTL monitor deletes it after the GC grace.
+    ///
+    /// [`LockManager::force_release`](crate::LockManager::force_release)
+    /// marks the lease released in both modes (the document stays until the
+    /// TTL monitor deletes it, or until the next holder's release deletes it).
+    Delete,
+}
+
 /// Longest accepted lease key: 1 KiB, in bytes of UTF-8 for a string key,
 /// in bytes of the encoded BSON value for any other [`LeaseKey`].
 pub const MAX_KEY_LEN: usize = 1024;
@@ -143,6 +207,16 @@ pub struct LockManagerOptions {
     /// Leases renewed per MongoDB command. Default [`DEFAULT_RENEWAL_BATCH_SIZE`].
     #[builder(default = DEFAULT_RENEWAL_BATCH_SIZE)]
     pub renewal_batch_size: usize,
+
+    /// What a release does with the lock document. Default
+    /// [`DEFAULT_RELEASE_MODE`] ([`ReleaseMode::Keep`]); choose
+    /// [`ReleaseMode::Delete`] when other applications lock the same keys by
+    /// inserting and deleting lock documents. Applies to every release of
+    /// this manager: explicit, on drop, after a lost deadline,
+    /// [`release_all`](crate::LockManager::release_all), shutdown and
+    /// [`release_owner`](crate::LockManager::release_owner).
+    #[builder(default = DEFAULT_RELEASE_MODE)]
+    pub release_mode: ReleaseMode,
 }
 
 impl std::fmt::Debug for LockManagerOptions {
@@ -156,6 +230,7 @@ impl std::fmt::Debug for LockManagerOptions {
             .field("safety_margin", &self.safety_margin)
             .field("gc_grace", &self.gc_grace)
             .field("operation_timeout", &self.operation_timeout)
+            .field("release_mode", &self.release_mode)
             .finish_non_exhaustive()
     }
 }
@@ -170,6 +245,7 @@ pub(crate) struct Timing {
     pub retry_initial: Duration,
     pub retry_max: Duration,
     pub renewal_batch_size: usize,
+    pub release_mode: ReleaseMode,
 }
 
 impl Timing {
@@ -248,6 +324,7 @@ impl LockManagerOptions {
             retry_initial: self.retry_initial,
             retry_max: self.retry_max,
             renewal_batch_size: self.renewal_batch_size,
+            release_mode: self.release_mode,
         })
     }
 }

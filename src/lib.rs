@@ -62,8 +62,9 @@
 //!   its expiry; client clocks are never compared. An expired lease is taken
 //!   over at once, without waiting for MongoDB's TTL monitor.
 //! - **Fencing tokens**: each acquisition gets a token strictly greater than
-//!   every earlier one for that key, also after an expiry takeover and after
-//!   the lock document was garbage-collected.
+//!   every earlier one for that key, also after an expiry takeover, after
+//!   the lock document was garbage-collected, and in the delete-on-release
+//!   mode ([`ReleaseMode::Delete`]).
 //! - **Renewal**: a heartbeat renews every held lease in batched commands (one
 //!   `updateMany` per [`DEFAULT_RENEWAL_BATCH_SIZE`] leases).
 //! - **Lost-lease signal**: each [`Lease`] carries a
@@ -101,7 +102,9 @@
 //!   the safety margin (GC, swapping) can act after its token fired. Check the
 //!   fencing token at the resource.
 //! - Fencing tokens after garbage collection assume the servers' clocks are not
-//!   stepped back by more than the GC grace period.
+//!   stepped back by more than the GC grace period; in
+//!   [`ReleaseMode::Delete`], not by [`DELETE_MIN_TOKEN_AGE`] or more (see
+//!   its docs), and fewer than 2^20 acquisitions of one key per millisecond.
 //!
 //! # Module map
 //!
@@ -137,9 +140,10 @@ mod store;
 pub mod testkit;
 
 pub use config::{
-    DEFAULT_GC_GRACE, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_OPERATION_TIMEOUT,
+    DEFAULT_GC_GRACE, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_OPERATION_TIMEOUT, DEFAULT_RELEASE_MODE,
     DEFAULT_RENEWAL_BATCH_SIZE, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX,
-    DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL, LockManagerOptions, MAX_KEY_LEN, MAX_OWNER_ID_LEN,
+    DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL, DELETE_MIN_TOKEN_AGE, LockManagerOptions,
+    MAX_KEY_LEN, MAX_OWNER_ID_LEN, ReleaseMode,
 };
 pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
 pub use error::{Error, Result};

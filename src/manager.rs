@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::actor::Actor;
 use crate::actor::command::{AcquireMode, Command, WaiterId};
 use crate::actor::mailbox::Mailbox;
-use crate::config::{LockManagerOptions, Timing, validate_key};
+use crate::config::{LockManagerOptions, Timing, validate_key, validate_owner_id};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseInfo, LeaseObserver};
@@ -95,7 +95,8 @@ impl LockManager {
             timing.ttl,
             timing.retry_max,
             timing.operation_timeout,
-        );
+        )
+        .with_release_mode(timing.release_mode);
         store.prepare(options.gc_grace).await?;
         Ok(Self::start(Arc::new(store), owner_id.into(), timing))
     }
@@ -396,6 +397,64 @@ impl LockManager {
         self.inner
             .mailbox
             .call(|respond_to| Command::ForceRelease { key, respond_to })
+            .await
+    }
+
+    /// **Operator override**: releases every lease held under `owner_id`,
+    /// whichever manager holds it (typically one of a process that died or
+    /// hung), as if its holder had released each one; the session-listener
+    /// case of the lock pattern ("free every lock of a timed-out session").
+    /// Logged at `warn`, like [`force_release`](LockManager::force_release).
+    /// Returns how many lease documents were released: every document of our
+    /// shape under that owner id not released yet, live or expired without a
+    /// release.
+    ///
+    /// In [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) (this manager's
+    /// [`release_mode`](crate::LockManagerOptions::release_mode)) the
+    /// documents are deleted; those whose fencing token is younger than
+    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) are marked
+    /// released first and deleted once old enough, before this returns (up
+    /// to about 1.1 s). Only lock documents written by this crate are
+    /// touched: another application's lock document that carries the same
+    /// `aid` is left alone.
+    ///
+    /// A holder under that owner id learns it at its next renewal, when its
+    /// lease's cancellation token fires; until then it may still be working,
+    /// so fence the resource with the fencing token (the next holder's is
+    /// greater). Releasing this manager's own owner id is
+    /// [`release_all`](LockManager::release_all): its leases' tokens are
+    /// cancelled at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an owner id that is empty or longer than
+    /// [`MAX_OWNER_ID_LEN`](crate::MAX_OWNER_ID_LEN) bytes (before any round
+    /// trip), [`Error::Shutdown`], and database errors (some of the leases
+    /// may then have been released).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not leave the leases released.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// // The process that used owner id "worker-7" is gone: free its keys now
+    /// // instead of waiting for their TTL.
+    /// let released = manager.release_owner("worker-7").await?;
+    /// println!("released {released} leases of worker-7");
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_owner(&self, owner_id: &str) -> Result<u64> {
+        validate_owner_id(owner_id)?;
+        if owner_id == self.owner_id() {
+            return self.release_all().await;
+        }
+        let owner = owner_id.to_string();
+        self.inner
+            .mailbox
+            .call(|respond_to| Command::ReleaseOwner { owner, respond_to })
             .await
     }
 

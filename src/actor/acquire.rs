@@ -146,7 +146,7 @@ impl Actor {
                     // The write may have landed unseen: give it back rather than
                     // leave the key blocked until the lease expires.
                     state.next_lease_id = Uuid::new_v4();
-                    self.spawn_release(key.clone(), lease_id, None);
+                    self.spawn_release(key.clone(), lease_id, sent_at, None);
                 }
             }
         }
@@ -174,6 +174,7 @@ impl Actor {
                 cancel: cancel.clone(),
                 deadline,
                 renewing: false,
+                acquired_at: sent_at,
             });
             tracing::debug!(%key, token, "lease acquired");
             let lease = Lease::new(
@@ -189,7 +190,7 @@ impl Actor {
             let _ = waiter.respond_to.send(Ok(Some(lease)));
             return;
         }
-        self.spawn_release(key.clone(), lease_id, None);
+        self.spawn_release(key.clone(), lease_id, sent_at, None);
     }
 
     /// Schedules the key's next attempt after the backoff, capped by the

@@ -67,6 +67,11 @@ pub(crate) enum Command {
         key: LeaseKey,
         respond_to: Reply<Option<LeaseInfo>>,
     },
+    /// Release every lease of another owner id (an operator's override).
+    ReleaseOwner {
+        owner: String,
+        respond_to: Reply<u64>,
+    },
     /// Set the payload of a lease this manager holds.
     SetPayload {
         key: LeaseKey,
@@ -100,7 +105,7 @@ impl Command {
             } => {
                 let _ = respond_to.send(Err(error));
             }
-            Command::ReleaseAll { respond_to } => {
+            Command::ReleaseAll { respond_to } | Command::ReleaseOwner { respond_to, .. } => {
                 let _ = respond_to.send(Err(error));
             }
             Command::Shutdown { respond_to } | Command::SetPayload { respond_to, .. } => {

@@ -77,6 +77,10 @@ struct Held {
     deadline: Instant,
     /// A renewal of this lease is in flight or scheduled for retry.
     renewing: bool,
+    /// When the acquire that took it was sent (local clock): in delete mode,
+    /// whether its document can be deleted at release (see
+    /// [`Actor::delete_when_old_enough`]).
+    acquired_at: Instant,
 }
 
 /// The state of a key's one retry loop against MongoDB.
@@ -305,6 +309,7 @@ impl Actor {
                 self.answer(read, respond_to);
             }
             Command::ForceRelease { key, respond_to } => self.on_force_release(key, respond_to),
+            Command::ReleaseOwner { owner, respond_to } => self.on_release_owner(owner, respond_to),
             Command::SetPayload {
                 key,
                 lease_id,

@@ -2,15 +2,18 @@
 //! `release_all` by owner id, the operator's force release, and the payload
 //! of a held lease (a write conditional on its lease id, like a release).
 
+use futures::FutureExt;
 use mongodb::bson::Document;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::command::Reply;
 use super::{Actor, Attempt, Event, KeyState};
+use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::{LeaseInfo, ReleaseOutcome};
-use crate::store::LeaseRef;
+use crate::store::{DELETE_DELAY, LeaseRef};
 
 impl Actor {
     pub(super) fn on_release(
@@ -28,11 +31,12 @@ impl Actor {
         }
         let held = self.take_held(&key).expect("checked above");
         tracing::debug!(%key, token = held.token, "releasing lease");
-        self.spawn_release(key, held.lease_id, respond_to);
+        self.spawn_release(key, held.lease_id, held.acquired_at, respond_to);
     }
 
     pub(super) fn on_release_all(&mut self, respond_to: Reply<u64>) {
         self.releasing_all += 1;
+        self.delete_young_held_when_old_enough();
         let keys = self.take_all_held();
         // Keys acquired while this runs must not be released by it: leave out
         // the lease ids of attempts in flight.
@@ -72,12 +76,15 @@ impl Actor {
         }
     }
 
+    /// Releases one lease acquired by an attempt sent at `acquired_at`.
     pub(super) fn spawn_release(
         &mut self,
         key: LeaseKey,
         lease_id: Uuid,
+        acquired_at: Instant,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
+        self.delete_when_old_enough(vec![key.clone()], acquired_at);
         self.keys
             .entry(key.clone())
             .or_insert_with(KeyState::new)
@@ -139,6 +146,82 @@ impl Actor {
         for key in &keys {
             self.serve_next(key);
         }
+    }
+
+    /// In delete mode, a release deletes the lock document only if its token
+    /// is at least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old
+    /// (by the server's clock), and otherwise marks it released. For leases
+    /// acquired by an attempt sent less than [`DELETE_DELAY`] before now
+    /// (`acquired_at`, local clock), this schedules the follow-up delete of
+    /// their released documents at `acquired_at + DELETE_DELAY`: the
+    /// server's time then is at least that much past the acquisition's
+    /// (minus the small steps back of `$$NOW`, which `DELETE_DELAY` covers).
+    /// It runs in [`Actor::tasks`], so shutdown waits for it. A document
+    /// acquired again meanwhile is not deleted; one whose release is not
+    /// confirmed by then, or whose token the server still finds too young
+    /// (its time part ahead of the server's clock, e.g. after a failover to a
+    /// member whose clock is behind), stays until the TTL monitor deletes it.
+    pub(super) fn delete_when_old_enough(&mut self, keys: Vec<LeaseKey>, acquired_at: Instant) {
+        let at = acquired_at + DELETE_DELAY;
+        if self.timing.release_mode != ReleaseMode::Delete
+            || keys.is_empty()
+            || at <= Instant::now()
+        {
+            return;
+        }
+        let store = self.store.clone();
+        let delete = async move {
+            tokio::time::sleep_until(at).await;
+            store.delete_released(keys).await
+        }
+        .boxed();
+        self.spawn_store(delete, |result| {
+            match result {
+                Ok(n) => tracing::debug!(deleted = n, "released lock documents deleted"),
+                Err(error) => tracing::debug!(
+                    %error,
+                    "deleting released lock documents failed; the TTL monitor will"
+                ),
+            }
+            Event::Answered
+        });
+    }
+
+    /// [`Actor::delete_when_old_enough`] for every held lease about to be
+    /// released together (`release_all`, shutdown): one follow-up delete for
+    /// those acquired less than [`DELETE_DELAY`] ago.
+    pub(super) fn delete_young_held_when_old_enough(&mut self) {
+        if self.timing.release_mode != ReleaseMode::Delete {
+            return;
+        }
+        let now = Instant::now();
+        let young: Vec<(LeaseKey, Instant)> = self
+            .keys
+            .iter()
+            .filter_map(|(k, s)| s.held.as_ref().map(|h| (k.clone(), h.acquired_at)))
+            .filter(|(_, at)| *at + DELETE_DELAY > now)
+            .collect();
+        if let Some(latest) = young.iter().map(|(_, at)| *at).max() {
+            self.delete_when_old_enough(young.into_iter().map(|(k, _)| k).collect(), latest);
+        }
+    }
+
+    /// Releases every lease document of another owner id (an operator's
+    /// override); answered by its task.
+    pub(super) fn on_release_owner(&mut self, owner: String, respond_to: Reply<u64>) {
+        let release = self.store.release_by_owner(owner.clone());
+        self.spawn_store(release, move |result| {
+            match &result {
+                Ok(n) => tracing::warn!(
+                    owner_id = owner,
+                    released = n,
+                    "leases of an owner id released (operator override)"
+                ),
+                Err(error) => tracing::warn!(owner_id = owner, %error, "release by owner failed"),
+            }
+            let _ = respond_to.send(result);
+            Event::Answered
+        });
     }
 
     pub(super) fn on_force_release(&mut self, key: LeaseKey, respond_to: Reply<Option<LeaseInfo>>) {

@@ -158,7 +158,7 @@ impl Actor {
             "lease lost: renewal not confirmed before the local deadline"
         );
         // It may still be ours on the server: free it now rather than at expiry.
-        self.spawn_release(key, held.lease_id, None);
+        self.spawn_release(key, held.lease_id, held.acquired_at, None);
     }
 }
 

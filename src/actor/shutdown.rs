@@ -64,6 +64,7 @@ impl Actor {
                 })
             })
             .collect();
+        self.delete_young_held_when_old_enough();
         self.take_all_held();
         for batch in leases.chunks(self.timing.renewal_batch_size) {
             let keys = batch.iter().map(|l| l.key.clone()).collect();

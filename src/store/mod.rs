@@ -19,7 +19,7 @@
 //! | `_id` | any BSON type MongoDB accepts as `_id` | the lease key ([`LeaseKey`](crate::LeaseKey)), exactly as given: a string, or e.g. the `ObjectId` of the locked document (docs/mongodb-behaviour.md, B10) |
 //! | `aid` | string | owner id of the manager that holds (or last held) the lease |
 //! | `lid` | UUID (binary subtype 4) | lease id of the current acquisition; absent once released |
-//! | `tok` | int64 | fencing token of the current acquisition |
+//! | `tok` | int64 | fencing token of the current acquisition; `tok >> 20` is the server millisecond it was issued in, or later |
 //! | `acq` | date | server time (`$$NOW`) of the current acquisition; kept by renewals and by a retry under the same lease id |
 //! | `ts` | date | server time (`$$NOW`) of the last acquire or renewal |
 //! | `exp` | date | server time at which the lease expires (`ts + ttl`, or the release time) |
@@ -29,7 +29,9 @@
 //!
 //! A lease is free when `exp <= $$NOW` on the server. A TTL index on `exp`
 //! (`expireAfterSeconds` = the manager's GC grace) deletes released and
-//! abandoned documents; takeover never waits for it.
+//! abandoned documents; takeover never waits for it. In delete-on-release
+//! mode ([`ReleaseMode::Delete`](crate::ReleaseMode::Delete)) a release
+//! deletes the document itself (see "Fencing tokens" for when).
 //!
 //! # Fairness between owners
 //!
@@ -48,6 +50,12 @@
 //! document: no queue of remote waiters is stored, so with several remote
 //! owners waiting, which of them gets the key is a race among them.
 //!
+//! In delete mode a deleted document cannot carry `yu`, so a release of a
+//! marked lease (`wt` set: another mongo-lease owner waits; insert-style
+//! clients never mark) does not delete: it yields as in keep mode, and the
+//! waiting owner takes the document over (its own release deletes it). A
+//! yielded document nobody takes is left to the TTL monitor.
+//!
 //! # Fencing tokens
 //!
 //! `tok = max(previous tok + 1, ms($$NOW) * 2^20)`. The first term makes tokens
@@ -57,6 +65,31 @@
 //! happens after `exp`, which is later than the server time of every earlier
 //! acquisition. `$$NOW` alone is not a fence: concurrent writes to one document
 //! can observe it going backwards by a few milliseconds (docs/mongodb-behaviour.md, B3).
+//!
+//! **Delete-on-release mode.** A release that deletes the document right
+//! after an acquisition would let the next acquisition, in the same server
+//! millisecond (or a few ms "earlier" by a `$$NOW` that stepped back), get
+//! `ms($$NOW) * 2^20`, not greater than the deleted token. So a release in
+//! delete mode deletes (`deleteOne` for one lease, a retryable write;
+//! `deleteMany` for a batch) only documents whose token is old enough by the
+//! server's clock, `ms($$NOW) * 2^20 >= tok + D * 2^20` with
+//! `D = DELETE_MIN_TOKEN_AGE` (1 s) in the delete's `$expr`, which implies
+//! `ms($$NOW) >= (tok >> 20) + D`; the next acquisition's `$$NOW` is then at
+//! least `D - s` later than the token's millisecond, where `s` is how far
+//! `$$NOW` steps back between the two writes, so its token is greater
+//! whenever `s < D`. The remaining (younger) leases of the release are
+//! marked released as in keep mode in a second command (so the next token is
+//! `tok + 1`), and the manager deletes them once `D` (plus 100 ms) has passed
+//! since their acquisition, with a delete matching only released documents
+//! of our shape that are old enough by the same rule and not yielded: a new
+//! acquisition in between sets `lid` and is never deleted. A release of a
+//! lease held longer than `D` is one round trip, as in keep mode. The
+//! guarantee assumes: `$$NOW` never steps back by `D` or more between a
+//! delete and the next acquisition of that key (measured steps: up to 8 ms;
+//! across a failover, members' clocks within `D` of each other), and fewer
+//! than 2^20 acquisitions of one key per millisecond (the `tok + 1` term
+//! would otherwise run ahead of the time part; it still only makes `tok >>
+//! 20` larger, which the rule reads as younger).
 
 mod mongo;
 
@@ -201,6 +234,14 @@ fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> Leas
 /// catches up, far more than one key can be acquired in a millisecond.
 pub(crate) const TOKEN_TIME_SHIFT: u32 = 20;
 
+/// In delete mode, how long after a young lease's acquisition (local time
+/// at which its acquire was sent) its released document is deleted:
+/// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) plus 100 ms for the
+/// server's `$$NOW` stepping back (docs/mongodb-behaviour.md, B3) and the
+/// round trip of the release.
+pub(crate) const DELETE_DELAY: Duration =
+    Duration::from_millis(crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as u64 + 100);
+
 /// The owner id and lease id that identify one acquisition of a key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct LeaseRef {
@@ -255,6 +296,19 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Only documents of our shape match: a foreign holder's lock carrying
     /// the same `aid` is never touched.
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>>;
+
+    /// Releases every lease document of `owner` (any manager's) that is not
+    /// released yet, of our shape only (an operator's override). Returns how
+    /// many. In delete mode, documents it could only mark released are
+    /// deleted once their token is old enough, before it returns.
+    fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>>;
+
+    /// Delete mode's follow-up to a release of young leases: deletes the
+    /// released documents of `keys` (no lease id, not yielded) whose token is
+    /// at least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by
+    /// the server's clock. A document acquired again meanwhile is never
+    /// deleted. Returns how many; nothing in keep mode.
+    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>>;
 
     /// Reads `key` with the server's now. `Ok(None)` if it has no document
     /// (or only an empty placeholder); a document of foreign shape is a lock

@@ -50,6 +50,7 @@ fn timing() -> Timing {
         retry_initial: RETRY_INITIAL,
         retry_max: RETRY_MAX,
         renewal_batch_size: BATCH,
+        release_mode: crate::ReleaseMode::Keep,
     };
     assert_eq!(timing.local_validity(), VALIDITY);
     timing

@@ -358,3 +358,79 @@ async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
     assert_eq!(db.release_watchers(), 0);
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
 }
+
+// ----- delete-on-release mode ----------------------------------------------------
+
+/// A manager in delete-on-release mode (store and timing alike).
+fn start_delete_mode(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore, Instant) {
+    let store = db
+        .store(owner, TTL)
+        .with_release_mode(crate::ReleaseMode::Delete);
+    let t0 = Instant::now();
+    let timing = Timing {
+        release_mode: crate::ReleaseMode::Delete,
+        ..timing()
+    };
+    let manager = LockManager::start(Arc::new(store.clone()), owner.into(), timing);
+    (manager, store, t0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_mode_deletes_an_old_lease_at_release_and_a_young_one_once_its_token_is_old() {
+    use crate::store::DELETE_DELAY;
+    let db = MemoryDb::new();
+    let (a, store, _) = start_delete_mode(&db, "a");
+
+    // Held longer than DELETE_MIN_TOKEN_AGE: one release call deletes it.
+    let old = a.acquire("old").await.unwrap();
+    sleep(DELETE_DELAY).await;
+    assert!(!old.release().await.unwrap().was_lost());
+    assert_eq!(db.doc("old"), None);
+    settle().await;
+    assert_eq!(store.calls(Op::Release), 1, "no follow-up for an old lease");
+
+    // Young: marked released, deleted at acquisition + DELETE_DELAY.
+    let acquired_at = Instant::now();
+    let young = a.acquire("young").await.unwrap();
+    assert!(!young.release().await.unwrap().was_lost());
+    assert_released(&db, "young");
+    sleep_until(acquired_at + DELETE_DELAY - MS).await;
+    assert!(
+        db.doc("young").is_some(),
+        "kept until its token is old enough"
+    );
+    sleep_until(acquired_at + DELETE_DELAY).await;
+    settle().await;
+    assert_eq!(db.doc("young"), None);
+    assert_eq!(
+        store.calls(Op::Release),
+        3,
+        "release, then one follow-up delete"
+    );
+
+    // Re-acquired before the follow-up: never deleted.
+    let again = a.acquire("again").await.unwrap();
+    assert!(!again.release().await.unwrap().was_lost());
+    let held = a.acquire("again").await.unwrap();
+    sleep(DELETE_DELAY).await;
+    settle().await;
+    assert_eq!(db.holder("again").as_deref(), Some("a"));
+    assert!(!held.is_lost());
+    a.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_mode_shutdown_returns_once_young_leases_documents_are_deleted() {
+    use crate::store::DELETE_DELAY;
+    let db = MemoryDb::new();
+    let (a, _, _) = start_delete_mode(&db, "a");
+    let old = a.acquire("old").await.unwrap();
+    sleep(DELETE_DELAY).await;
+    let acquired_at = Instant::now();
+    let young = a.acquire("young").await.unwrap();
+    a.shutdown().await.unwrap();
+    assert_eq!(Instant::now(), acquired_at + DELETE_DELAY);
+    assert!(old.is_lost() && young.is_lost());
+    assert_eq!(db.doc("old"), None);
+    assert_eq!(db.doc("young"), None);
+}

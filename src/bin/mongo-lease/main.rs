@@ -9,11 +9,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use mongo_lease::{Election, Error, LeaseKey, LockManager, LockManagerOptions};
+use mongo_lease::{Election, Error, LeaseKey, LockManager, LockManagerOptions, ReleaseMode};
 use mongodb::bson::Document;
 
 use child::{ChildOutcome, Signals};
-use output::{Redactor, print_list, print_release};
+use output::{Redactor, print_list, print_owner_release, print_release};
 
 /// Exit codes, documented in `--help` and the README.
 mod exit {
@@ -90,6 +90,18 @@ struct Connection {
     #[arg(long, env = "MONGO_LEASE_OWNER_ID", global = true)]
     owner_id: Option<String>,
 
+    /// What a release does with the lock document: `keep` it until MongoDB's
+    /// TTL monitor deletes it, or `delete` it (for collections shared with
+    /// applications that lock by inserting and unlock by deleting).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "keep",
+        env = "MONGO_LEASE_RELEASE_MODE",
+        global = true
+    )]
+    release_mode: ReleaseModeArg,
+
     /// How long to wait for MongoDB to answer, e.g. `10s`.
     #[arg(long, default_value = "10s", value_parser = parse_duration, global = true)]
     connect_timeout: Duration,
@@ -120,7 +132,8 @@ enum Commands {
     Leader(LeaderArgs),
     /// List the leases in the lock collection, with server-time age and expiry.
     List(ListArgs),
-    /// Release a key whoever holds it (operator override; needs --force).
+    /// Release a key whoever holds it, or every lease of an owner id with
+    /// --owner (operator override; needs --force).
     ///
     /// The holder learns it at its next renewal (its command is then
     /// terminated). The release is printed and logged.
@@ -223,16 +236,39 @@ struct ListArgs {
     held: bool,
 }
 
+/// `--release-mode`: [`ReleaseMode`] as a command-line value.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ReleaseModeArg {
+    /// Keep the released document until the TTL monitor deletes it.
+    Keep,
+    /// Delete the document on release.
+    Delete,
+}
+
+impl From<ReleaseModeArg> for ReleaseMode {
+    fn from(mode: ReleaseModeArg) -> ReleaseMode {
+        match mode {
+            ReleaseModeArg::Keep => ReleaseMode::Keep,
+            ReleaseModeArg::Delete => ReleaseMode::Delete,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 struct ReleaseArgs {
     /// The key to release, a string.
-    #[arg(required_unless_present = "key_json")]
+    #[arg(required_unless_present_any = ["key_json", "owner"], conflicts_with = "owner")]
     key: Option<String>,
 
     /// The key to release as MongoDB Extended JSON v2, for a key of any BSON
     /// type, e.g. `--key-json '{"$oid":"5087b72181a445980ae47d13"}'`.
-    #[arg(long, value_name = "JSON", value_parser = parse_key_json, conflicts_with = "key")]
+    #[arg(long, value_name = "JSON", value_parser = parse_key_json, conflicts_with_all = ["key", "owner"])]
     key_json: Option<LeaseKey>,
+
+    /// Release every lease held under this owner id instead (e.g. that of a
+    /// dead process), and print how many.
+    #[arg(long, value_name = "AID")]
+    owner: Option<String>,
 
     /// Confirm the override: the current holder loses its lease.
     #[arg(long)]
@@ -351,6 +387,26 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let code = print_list(&manager, args.held, json).await;
             finish(&manager, code).await
         }
+        Commands::Release(ReleaseArgs {
+            owner: Some(owner),
+            force,
+            ..
+        }) => {
+            if !force {
+                return Err(Failure::usage(format!(
+                    "releasing the leases of owner id {owner:?} takes them away from \
+                     their holder; add --force to confirm"
+                )));
+            }
+            let manager = connect(&cli.connection, mongo_lease::DEFAULT_TTL).await?;
+            let code = async {
+                let released = manager.release_owner(&owner).await?;
+                print_owner_release(&owner, released, json);
+                Ok(0)
+            }
+            .await;
+            finish(&manager, code).await
+        }
         Commands::Release(args) => {
             let key = match (args.key_json, args.key) {
                 (Some(key), _) => key,
@@ -406,6 +462,7 @@ async fn connect(c: &Connection, ttl: Duration) -> Result<LockManager, Failure> 
         .collection(c.collection.clone())
         .owner_id(owner_id)
         .ttl(ttl)
+        .release_mode(c.release_mode.into())
         .operation_timeout(c.connect_timeout)
         .build();
     LockManager::connect(options).await.map_err(|e| {

@@ -224,6 +224,15 @@ pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
     }
 }
 
+pub fn print_owner_release(owner: &str, released: u64, json: bool) {
+    if json {
+        println!("{}", json!({ "owner_id": owner, "released": released }));
+        return;
+    }
+    let leases = if released == 1 { "lease" } else { "leases" };
+    println!("released {released} {leases} of owner id {owner:?} (force)");
+}
+
 pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool) {
     if json {
         let out = json!({

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{Fixture, Raw, TTL, YIELD};
+use crate::config::ReleaseMode;
 use crate::key::LeaseKey;
 use crate::store::MongoStore;
 use crate::store::memory::{MemoryDb, MemoryStore};
@@ -28,6 +29,12 @@ impl Fixture for MemoryFixture {
 
     async fn store(&self, owner: &str) -> MemoryStore {
         self.db.store(owner, TTL).with_yield_window(YIELD)
+    }
+
+    async fn delete_mode_store(&self, owner: &str) -> MemoryStore {
+        self.store(owner)
+            .await
+            .with_release_mode(ReleaseMode::Delete)
     }
 
     async fn expire(&self, key: impl Into<LeaseKey>) {
@@ -115,6 +122,12 @@ impl Fixture for MongoFixture {
             YIELD,
             Duration::from_secs(30),
         )
+    }
+
+    async fn delete_mode_store(&self, owner: &str) -> MongoStore {
+        self.store(owner)
+            .await
+            .with_release_mode(ReleaseMode::Delete)
     }
 
     async fn expire(&self, key: impl Into<LeaseKey>) {

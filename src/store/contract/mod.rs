@@ -17,9 +17,11 @@
 //! - [`acquire`], [`renewal`], [`release`], [`reads`]: the scenarios, by
 //!   the operation they are about, each generic over the fixture;
 //! - [`keys`]: keys of any BSON type (identity, order of `list`);
-//! - [`foreign`]: other applications' lock documents (foreign holders).
+//! - [`foreign`]: other applications' lock documents (foreign holders);
+//! - [`compat`]: delete-on-release mode and release by owner id.
 
 mod acquire;
+mod compat;
 mod fixtures;
 mod foreign;
 mod keys;
@@ -70,6 +72,10 @@ trait Fixture: Sized {
     /// A store on this collection for the owner id `owner` (TTL [`TTL`],
     /// yield window [`YIELD`]).
     async fn store(&self, owner: &str) -> Self::Store;
+
+    /// As [`Fixture::store`], with releases in
+    /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete).
+    async fn delete_mode_store(&self, owner: &str) -> Self::Store;
 
     /// Makes the lease on `key` expired by server time, keeping its lease id
     /// (a holder whose renewals stopped reaching the server).
@@ -214,7 +220,11 @@ contract!(
     foreign::force_release_deletes_a_foreign_lock,
     foreign::release_by_owner_never_touches_a_foreign_document_with_the_same_aid,
     // Delete-on-release mode and release by owner.
-
+    compat::delete_mode_release_deletes_the_document_once_its_token_is_old_enough,
+    compat::delete_mode_release_of_a_lost_lease_deletes_nothing,
+    compat::delete_mode_tokens_strictly_increase_over_tight_acquire_release_cycles,
+    compat::delete_mode_release_of_a_waited_for_lease_yields_instead,
+    compat::release_by_owner_releases_every_lease_of_that_owner_only,
     // Loss detection and renewal by owner.
 
     // Per-lease TTL.

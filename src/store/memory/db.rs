@@ -10,6 +10,7 @@ use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
@@ -222,6 +223,76 @@ pub(super) fn release_doc(doc: &mut Doc, now: Instant, yield_window: Duration) {
     doc.lease_id = None;
     if doc.waiting_since.take().is_some() {
         doc.yield_until = Some(now + yield_window);
+    }
+}
+
+impl Collection {
+    /// The release rule on the documents of `keys` for which `matches` holds,
+    /// at `now`, in `mode`: in delete mode a document nobody waited for
+    /// (`wt` unset) and acquired at least
+    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) ago is deleted
+    /// (the twin's stand-in for the token-age rule; its next token continues
+    /// from the deleted one), every other one is marked released
+    /// ([`release_doc`]). Announces each key; returns `(deleted, marked)`.
+    pub(super) fn release_where(
+        &mut self,
+        db: &MemoryDb,
+        matches: impl Fn(&LeaseKey, &Doc) -> bool,
+        now: Instant,
+        yield_window: Duration,
+        mode: ReleaseMode,
+    ) -> (u64, u64) {
+        let keys: Vec<LeaseKey> = self
+            .docs
+            .iter()
+            .filter(|(k, d)| matches(k, d))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let (mut deleted, mut marked) = (0, 0);
+        for key in keys {
+            let doc = self.docs.get_mut(&key).expect("listed above");
+            let deletable = mode == ReleaseMode::Delete
+                && doc.waiting_since.is_none()
+                && now >= doc.acquired + DELETE_MIN_TOKEN_AGE;
+            if deletable {
+                let doc = self.docs.remove(&key).expect("listed above");
+                self.deleted_tokens.insert(key.clone(), doc.token);
+                deleted += 1;
+            } else {
+                release_doc(doc, now, yield_window);
+                marked += 1;
+            }
+            db.announce_release(&key);
+        }
+        (deleted, marked)
+    }
+
+    /// Delete mode's follow-up: deletes the released documents (no lease
+    /// id, not yielded at `now`) for which `matches` holds, acquired at least
+    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) ago. Returns how many.
+    pub(super) fn delete_released_where(
+        &mut self,
+        db: &MemoryDb,
+        matches: impl Fn(&LeaseKey, &Doc) -> bool,
+        now: Instant,
+    ) -> u64 {
+        let keys: Vec<LeaseKey> = self
+            .docs
+            .iter()
+            .filter(|(k, d)| {
+                matches(k, d)
+                    && d.lease_id.is_none()
+                    && d.yield_until.is_none_or(|until| until <= now)
+                    && now >= d.acquired + DELETE_MIN_TOKEN_AGE
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            let doc = self.docs.remove(key).expect("listed above");
+            self.deleted_tokens.insert(key.clone(), doc.token);
+            db.announce_release(key);
+        }
+        keys.len() as u64
     }
 }
 

@@ -30,7 +30,14 @@
 //!   [`DEFAULT_RETRY_MAX`](crate::config::DEFAULT_RETRY_MAX) unless set
 //!   with [`MemoryStore::with_yield_window`]); returns how many matched.
 //! - **release_owner(except)** does the same to every document of this owner
-//!   that still has a lease id, not in `except`.
+//!   that still has a lease id, not in `except`; **release_by_owner(owner)**
+//!   to every document of `owner` that still has a lease id.
+//! - In **delete mode** ([`MemoryStore::with_release_mode`]) each of these
+//!   releases deletes, instead, a matching document nobody waited for (`wt`
+//!   unset) acquired at least `DELETE_MIN_TOKEN_AGE` ago (the twin's tokens
+//!   carry no time, so the acquisition time stands for `tok >> 20`), and
+//!   **delete_released(keys)** deletes released documents of `keys` (no lease
+//!   id, not yielded) acquired that long ago.
 //! - A **foreign holder's lock** ([`MemoryDb::put_foreign`], another
 //!   application's `{_id, ts, aid}`) is never modified: acquire reports it
 //!   `Held { holder: aid, remaining: None }`, renew, release and

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::control::{Call, Controls, Fault, Issued, Op};
 use super::db::{Collection, Doc, Foreign, MemoryDb, apply_acquire, lease_matches, release_doc};
-use crate::config::DEFAULT_RETRY_MAX;
+use crate::config::{DEFAULT_RETRY_MAX, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
@@ -32,6 +32,7 @@ pub(crate) struct MemoryStore {
     owner: String,
     ttl: Duration,
     yield_window: Duration,
+    release_mode: ReleaseMode,
     control: Controls,
 }
 
@@ -43,6 +44,7 @@ impl MemoryDb {
             owner: owner.into(),
             ttl,
             yield_window: DEFAULT_RETRY_MAX,
+            release_mode: ReleaseMode::Keep,
             control: Controls::default(),
         }
     }
@@ -68,6 +70,12 @@ impl MemoryStore {
     /// owner waited for keeps this owner from taking the key back).
     pub fn with_yield_window(mut self, yield_window: Duration) -> Self {
         self.yield_window = yield_window;
+        self
+    }
+
+    /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).
+    pub fn with_release_mode(mut self, mode: ReleaseMode) -> Self {
+        self.release_mode = mode;
         self
     }
 
@@ -270,18 +278,13 @@ impl Store for MemoryStore {
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         let db = self.db.clone();
         let yield_window = self.yield_window;
+        let mode = self.release_mode;
         self.run(Op::Release, keys, move |coll, now| {
             let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
-            let mut n = 0;
-            for (key, doc) in coll.docs.iter_mut() {
-                if lease_matches(key, doc, &keys, &ids) {
-                    release_doc(doc, now, yield_window);
-                    db.announce_release(key);
-                    n += 1;
-                }
-            }
-            Ok(n)
+            let matches = |key: &LeaseKey, doc: &Doc| lease_matches(key, doc, &keys, &ids);
+            let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
+            Ok(deleted + marked)
         })
     }
 
@@ -289,17 +292,51 @@ impl Store for MemoryStore {
         let owner = self.owner.clone();
         let db = self.db.clone();
         let yield_window = self.yield_window;
+        let mode = self.release_mode;
         self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
             let except: HashSet<Uuid> = except.into_iter().collect();
-            let mut n = 0;
-            for (key, doc) in coll.docs.iter_mut() {
-                if doc.owner == owner && doc.lease_id.is_some_and(|id| !except.contains(&id)) {
-                    release_doc(doc, now, yield_window);
-                    db.announce_release(key);
-                    n += 1;
-                }
+            let matches = |_: &LeaseKey, doc: &Doc| {
+                doc.owner == owner && doc.lease_id.is_some_and(|id| !except.contains(&id))
+            };
+            let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
+            Ok(deleted + marked)
+        })
+    }
+
+    fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        let mode = self.release_mode;
+        let release = {
+            let owner = owner.clone();
+            let db = db.clone();
+            self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
+                let matches =
+                    |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
+                Ok(coll.release_where(&db, matches, now, yield_window, mode))
+            })
+        };
+        async move {
+            let (deleted, marked) = release.await?;
+            if mode == ReleaseMode::Delete && marked > 0 {
+                tokio::time::sleep(crate::store::DELETE_DELAY).await;
+                db.apply(|coll, now| {
+                    coll.delete_released_where(&db, |_, doc| doc.owner == owner, now)
+                });
             }
-            Ok(n)
+            Ok(deleted + marked)
+        }
+        .boxed()
+    }
+
+    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        if keys.is_empty() || self.release_mode != ReleaseMode::Delete {
+            return futures::future::ready(Ok(0)).boxed();
+        }
+        let db = self.db.clone();
+        self.run(Op::Release, keys.clone(), move |coll, now| {
+            let keys: HashSet<&LeaseKey> = keys.iter().collect();
+            Ok(coll.delete_released_where(&db, |key, _| keys.contains(key), now))
         })
     }
 

@@ -11,6 +11,7 @@ use mongodb::options::{
 };
 use mongodb::{Collection, Database};
 
+use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 
 /// The lock protocol on MongoDB. Cheap to clone (the collection handle is shared).
@@ -23,6 +24,8 @@ pub(crate) struct MongoStore {
     /// from taking the key back (see "Fairness" in the module docs of `store`).
     yield_ms: i64,
     operation_timeout: Duration,
+    /// Whether releases keep or delete the lock document.
+    release_mode: ReleaseMode,
 }
 
 impl MongoStore {
@@ -48,7 +51,19 @@ impl MongoStore {
             ttl_ms: ttl.as_millis() as i64,
             yield_ms: yield_window.as_millis().min(i64::MAX as u128) as i64,
             operation_timeout,
+            release_mode: ReleaseMode::Keep,
         }
+    }
+
+    /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).
+    pub(crate) fn with_release_mode(mut self, mode: ReleaseMode) -> Self {
+        self.release_mode = mode;
+        self
+    }
+
+    /// Whether releases keep or delete the lock document.
+    pub(super) fn release_mode(&self) -> ReleaseMode {
+        self.release_mode
     }
 
     /// The lock collection (majority write and read concern, primary reads).

@@ -15,17 +15,24 @@ use uuid::Uuid;
 use super::handle::{MongoStore, is_duplicate_key, is_on_id_index};
 use super::observe::observe;
 use super::pipeline::{
-    acquire_pipeline, acquire_projection, classify, force_release_filter, foreign_filter, id_index,
-    info_projection, key_filter, lease_filter, list_min, owner_filter, payload_filter,
-    payload_update, projected_info, release_events_pipeline, release_update, renew_update,
+    acquire_pipeline, acquire_projection, classify, deletable_filter, force_release_filter,
+    foreign_filter, id_index, info_projection, key_filter, keys_filter, lease_filter, list_min,
+    owner_filter, owner_leases_filter, payload_filter, payload_update, projected_info,
+    release_events_pipeline, release_update, released_filter, renew_update,
 };
+use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::{AcquireOutcome, LeaseRef, Store, field};
+use crate::store::{AcquireOutcome, DELETE_DELAY, LeaseRef, Store, field};
 
 /// How many times a failed idempotent write is tried in all.
 const WRITE_ATTEMPTS: u32 = 3;
+
+/// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
+fn min_token_age_ms() -> i64 {
+    DELETE_MIN_TOKEN_AGE.as_millis() as i64
+}
 
 impl MongoStore {
     async fn read_lease(&self, key: &LeaseKey) -> Result<Option<Document>> {
@@ -118,17 +125,30 @@ impl MongoStore {
             .collect())
     }
 
-    /// Releases the leases matching `filter` ([`release_update`]); `single` for
-    /// one lease, which uses `updateOne` so that the driver's retryable writes
-    /// report the original outcome. The write is idempotent, so a transient
-    /// failure is also retried here (up to [`WRITE_ATTEMPTS`] in all). After
-    /// such a failure an earlier attempt may have applied: a single lease that
-    /// the retry no longer finds counts as released by us (the caller only
-    /// releases leases whose local deadline has not passed, so nobody else can
-    /// have taken it by expiry).
-    async fn release_matching(&self, filter: Document, single: bool) -> Result<u64> {
+    /// Runs the idempotent write `op` (which returns a count), trying again
+    /// after a transient failure, up to [`WRITE_ATTEMPTS`] in all. Returns
+    /// the count and whether an earlier attempt failed (and may have applied).
+    async fn retried<Fut>(&self, what: &str, op: impl Fn() -> Fut) -> Result<(u64, bool)>
+    where
+        Fut: std::future::Future<Output = Result<u64>>,
+    {
         let mut attempt = 1;
         loop {
+            match op().await {
+                Ok(count) => return Ok((count, attempt > 1)),
+                Err(e) if e.is_transient() && attempt < WRITE_ATTEMPTS => {
+                    tracing::debug!(error = %e, attempt, "{what} outcome unknown; retrying");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Marks the leases matching `filter` released ([`release_update`]):
+    /// `updateOne` for a `single` lease (a retryable write), else `updateMany`.
+    async fn mark_released(&self, filter: &Document, single: bool) -> Result<(u64, bool)> {
+        self.retried("release", move || async move {
             let update = release_update(self.yield_ms());
             let result = if single {
                 self.bounded(self.coll().update_one(filter.clone(), update))
@@ -137,16 +157,85 @@ impl MongoStore {
                 self.bounded(self.coll().update_many(filter.clone(), update))
                     .await
             };
-            match result {
-                Ok(result) if single && attempt > 1 => return Ok(result.matched_count.max(1)),
-                Ok(result) => return Ok(result.matched_count),
-                Err(e) if e.is_transient() && attempt < WRITE_ATTEMPTS => {
-                    tracing::debug!(error = %e, attempt, "release outcome unknown; retrying");
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
+            result.map(|r| r.matched_count)
+        })
+        .await
+    }
+
+    /// Deletes the documents matching `filter`: `deleteOne` for a `single`
+    /// lease (a retryable write), else `deleteMany` (idempotent).
+    async fn delete_matching(&self, filter: &Document, single: bool) -> Result<(u64, bool)> {
+        self.retried("delete", move || async move {
+            let result = if single {
+                self.bounded(self.coll().delete_one(filter.clone())).await
+            } else {
+                self.bounded(self.coll().delete_many(filter.clone())).await
+            };
+            result.map(|r| r.deleted_count)
+        })
+        .await
+    }
+
+    /// Releases the leases matching `filter`; `single` for one lease, which
+    /// uses `updateOne` / `deleteOne` so that the driver's retryable writes
+    /// report the original outcome. The writes are idempotent, so a transient
+    /// failure is also retried here (up to [`WRITE_ATTEMPTS`] in all). After
+    /// such a failure an earlier attempt may have applied: a single lease that
+    /// the retry no longer finds counts as released by us (the caller only
+    /// releases leases whose local deadline has not passed, so nobody else can
+    /// have taken it by expiry).
+    ///
+    /// In [`ReleaseMode::Delete`], the documents whose token is at least
+    /// [`DELETE_MIN_TOKEN_AGE`] old and that nobody waited for are deleted
+    /// first ([`deletable_filter`]); the rest are marked released as in keep
+    /// mode. Returns how many were deleted and how many marked released.
+    async fn release_parts(&self, filter: Document, single: bool) -> Result<(u64, u64)> {
+        let mut ambiguous = false;
+        let mut deleted = 0;
+        if self.release_mode() == ReleaseMode::Delete {
+            let deletable = deletable_filter(filter.clone(), min_token_age_ms());
+            let (count, retried) = self.delete_matching(&deletable, single).await?;
+            if single && count > 0 {
+                return Ok((count, 0));
             }
+            deleted = count;
+            ambiguous |= retried;
         }
+        let (mut marked, retried) = self.mark_released(&filter, single).await?;
+        ambiguous |= retried;
+        if single && ambiguous && deleted + marked == 0 {
+            marked = 1;
+        }
+        Ok((deleted, marked))
+    }
+
+    async fn release_matching(&self, filter: Document, single: bool) -> Result<u64> {
+        let (deleted, marked) = self.release_parts(filter, single).await?;
+        Ok(deleted + marked)
+    }
+
+    /// Delete mode's follow-up: deletes the released documents among
+    /// `filter`'s whose token is now old enough ([`released_filter`]).
+    async fn delete_released_matching(&self, filter: Document) -> Result<u64> {
+        let filter = released_filter(filter, min_token_age_ms());
+        Ok(self.delete_matching(&filter, false).await?.0)
+    }
+
+    /// Releases every lease document of `owner` not released yet
+    /// ([`owner_leases_filter`]), whoever's manager holds it. In delete mode,
+    /// the documents it could only mark released (tokens younger than
+    /// [`DELETE_MIN_TOKEN_AGE`]) are deleted once they are old enough, before
+    /// this returns.
+    async fn release_leases_of(&self, owner: String) -> Result<u64> {
+        let (deleted, marked) = self
+            .release_parts(owner_leases_filter(&owner), false)
+            .await?;
+        if self.release_mode() == ReleaseMode::Delete && marked > 0 {
+            tokio::time::sleep(DELETE_DELAY).await;
+            self.delete_released_matching(doc! { field::OWNER: &owner })
+                .await?;
+        }
+        Ok(deleted + marked)
     }
 
     async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
@@ -336,6 +425,22 @@ impl Store for MongoStore {
         async move {
             let filter = owner_filter(store.owner(), &except);
             store.release_matching(filter, false).await
+        }
+        .boxed()
+    }
+
+    fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move { store.release_leases_of(owner).await }.boxed()
+    }
+
+    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move {
+            if keys.is_empty() || store.release_mode() != ReleaseMode::Delete {
+                return Ok(0);
+            }
+            store.delete_released_matching(keys_filter(&keys)).await
         }
         .boxed()
     }

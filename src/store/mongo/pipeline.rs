@@ -230,6 +230,72 @@ pub(super) fn owner_filter(owner: &str, except: &[Uuid]) -> Document {
     }
 }
 
+/// Every lease document of `owner` not released yet (live, or expired
+/// without a release), of our shape: an operator's release by owner id.
+/// Another application's lock document with the same `aid` (no int64 `tok`)
+/// never matches.
+pub(super) fn owner_leases_filter(owner: &str) -> Document {
+    doc! {
+        field::OWNER: owner,
+        field::LEASE_ID: { "$exists": true },
+        field::TOKEN: { "$type": "long" },
+        field::EXPIRES_AT: { "$type": "date" },
+    }
+}
+
+/// The `$expr` condition "the server's `$$NOW` is at least `min_age_ms` past
+/// the token's millisecond": `ms($$NOW) * 2^20 >= tok + min_age_ms * 2^20`,
+/// in int64 arithmetic. It implies `ms($$NOW) >= (tok >> 20) + min_age_ms`,
+/// so a token issued after a delete that passed it is greater than `tok`
+/// unless `$$NOW` steps back by `min_age_ms` or more (see "Fencing tokens"
+/// in `store`).
+pub(super) fn token_older_than(min_age_ms: i64) -> Document {
+    doc! { "$gte": [
+        { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
+        { "$add": [format!("${}", field::TOKEN), min_age_ms << TOKEN_TIME_SHIFT] },
+    ]}
+}
+
+/// The documents among `filter`'s that a release in delete mode deletes at
+/// once: of our shape (int64 `tok`), not waited for by another owner (no
+/// `wt`: such a release yields instead), with a token at least `min_age_ms`
+/// old by the server's clock ([`token_older_than`]).
+pub(super) fn deletable_filter(filter: Document, min_age_ms: i64) -> Document {
+    doc! { "$and": [
+        filter,
+        {
+            field::TOKEN: { "$type": "long" },
+            field::WAITING_SINCE: { "$exists": false },
+            "$expr": token_older_than(min_age_ms),
+        },
+    ]}
+}
+
+/// Released documents of our shape among `filter`'s (no `lid`, int64 `tok`,
+/// date `exp`), not yielded (`yu` not in the future), whose token is at least
+/// `min_age_ms` old: what the follow-up delete of delete mode removes. A new
+/// acquisition (which sets `lid`) never matches.
+pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
+    doc! { "$and": [
+        filter,
+        {
+            field::LEASE_ID: { "$exists": false },
+            field::TOKEN: { "$type": "long" },
+            field::EXPIRES_AT: { "$type": "date" },
+            "$expr": { "$and": [
+                token_older_than(min_age_ms),
+                { "$not": [{ "$gt": [format!("${}", field::YIELD_UNTIL), "$$NOW"] }] },
+            ]},
+        },
+    ]}
+}
+
+/// The documents of `keys`.
+pub(super) fn keys_filter(keys: &[LeaseKey]) -> Document {
+    let keys: Vec<Bson> = keys.iter().map(|k| k.as_bson().clone()).collect();
+    doc! { field::ID: { "$in": keys } }
+}
+
 /// `key` if a lease of our shape holds it now (by `$$NOW`), whoever the owner.
 pub(super) fn force_release_filter(key: &LeaseKey) -> Document {
     doc! {
@@ -670,6 +736,46 @@ mod tests {
                 Bson::from(doc! { "aid": { "$exists": false } }),
                 Bson::from(doc! { "ts": { "$exists": false } }),
             ]
+        );
+    }
+
+    #[test]
+    fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases() {
+        let old_enough = doc! { "$gte": [
+            { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << 20] },
+            { "$add": ["$tok", 1_000_i64 << 20] },
+        ]};
+        assert_eq!(token_older_than(1_000), old_enough);
+        let filter = doc! { "_id": "k" };
+        assert_eq!(
+            deletable_filter(filter.clone(), 1_000),
+            doc! { "$and": [filter.clone(), {
+                "tok": { "$type": "long" },
+                "wt": { "$exists": false },
+                "$expr": old_enough.clone(),
+            }]}
+        );
+        assert_eq!(
+            released_filter(filter.clone(), 1_000),
+            doc! { "$and": [filter, {
+                "lid": { "$exists": false },
+                "tok": { "$type": "long" },
+                "exp": { "$type": "date" },
+                "$expr": { "$and": [old_enough, { "$not": [{ "$gt": ["$yu", "$$NOW"] }] }] },
+            }]}
+        );
+    }
+
+    #[test]
+    fn release_by_owner_matches_unreleased_documents_of_our_shape_only() {
+        assert_eq!(
+            owner_leases_filter("w"),
+            doc! {
+                "aid": "w",
+                "lid": { "$exists": true },
+                "tok": { "$type": "long" },
+                "exp": { "$type": "date" },
+            }
         );
     }
 }
