@@ -183,6 +183,8 @@ impl Actor {
             // If the caller went away just now, the returned lease is dropped
             // here, and its drop queues its release.
             let _ = waiter.respond_to.send(Ok(Some(lease)));
+            // Writes to held leases by others are noticed through it.
+            self.open_release_watch();
             return;
         }
         self.spawn_release(key.to_string(), lease_id, None);

@@ -127,6 +127,23 @@ async fn raw(f: &impl Fixture, key: &str) -> Raw {
         .unwrap_or_else(|| panic!("no document for {key:?}"))
 }
 
+/// The keys of the writes that freed a key (releases, deletes), from an
+/// announcement stream.
+fn freed_keys(
+    announcements: futures::stream::BoxStream<'static, crate::error::Result<super::Announcement>>,
+) -> futures::stream::BoxStream<'static, crate::error::Result<String>> {
+    use futures::StreamExt;
+    announcements
+        .filter_map(|item| async move {
+            match item {
+                Ok(super::Announcement::Write(write)) if write.freed => Some(Ok(write.key)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            }
+        })
+        .boxed()
+}
+
 /// Asserts that `raw` is a live lease of `owner` under `lease`, unmarked.
 fn assert_held(raw: &Raw, owner: &str, lease: &LeaseRef, token: u64) {
     assert_eq!(

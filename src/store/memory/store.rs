@@ -17,7 +17,7 @@ use super::db::{Collection, Doc, MemoryDb, apply_acquire, lease_matches, release
 use crate::config::DEFAULT_RETRY_MAX;
 use crate::error::{Error, Result};
 use crate::lease::LeaseInfo;
-use crate::store::{AcquireOutcome, LeaseRef, Store};
+use crate::store::{AcquireOutcome, Announcement, LeaseRef, Store};
 
 /// One manager's view of a [`MemoryDb`]. Clones share knobs and counters: give
 /// one clone to `LockManager::start` and keep one in the test.
@@ -28,6 +28,8 @@ pub(crate) struct MemoryStore {
     ttl: Duration,
     yield_window: Duration,
     control: Controls,
+    /// `false`: `watch_releases` fails as on a standalone server.
+    change_streams: bool,
 }
 
 impl MemoryDb {
@@ -39,6 +41,7 @@ impl MemoryDb {
             ttl,
             yield_window: DEFAULT_RETRY_MAX,
             control: Controls::default(),
+            change_streams: true,
         }
     }
 }
@@ -57,6 +60,13 @@ impl MemoryStore {
 
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// A store whose `watch_releases` fails at once with a permanent error,
+    /// as on a standalone server (no change streams).
+    pub fn without_change_streams(mut self) -> Self {
+        self.change_streams = false;
+        self
     }
 
     /// This store with another yield window (how long a release that another
@@ -208,18 +218,26 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn watch_releases(&self) -> BoxStream<'static, Result<String>> {
+    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
+        if !self.change_streams {
+            let error = Error::UnusableCollection {
+                reason: "no change streams on a standalone server".into(),
+            };
+            return futures::stream::iter([Err(error)]).boxed();
+        }
         let released = self.db.subscribe_releases();
-        futures::stream::unfold(released, |mut released| async move {
+        let writes = futures::stream::unfold(released, |mut released| async move {
             loop {
                 match released.recv().await {
-                    Ok(key) => return Some((Ok(key), released)),
+                    Ok(write) => return Some((Ok(Announcement::Write(write)), released)),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                 }
             }
-        })
-        .boxed()
+        });
+        futures::stream::iter([Ok(Announcement::Opened)])
+            .chain(writes)
+            .boxed()
     }
 
     fn acquire(
@@ -228,21 +246,28 @@ impl Store for MemoryStore {
         lease_id: Uuid,
         waiting: bool,
     ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        let (owner, ttl) = (self.owner.clone(), self.ttl);
+        let (db, owner, ttl) = (self.db.clone(), self.owner.clone(), self.ttl);
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
-            apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now)
+            let retry = coll.docs.get(&key).and_then(|d| d.lease_id) == Some(lease_id);
+            let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now);
+            // A retry under the same lease id sets neither `lid` nor `aid`:
+            // no event on MongoDB either.
+            if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
+                db.announce_acquisition(&key, &owner, lease_id);
+            }
+            outcome
         })
     }
 
     fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<String>>> {
-        let ttl = self.ttl;
+        let (owner, ttl) = (self.owner.clone(), self.ttl);
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         self.run(Op::Renew, keys, move |coll, now| {
             let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
             let mut kept = HashSet::new();
             for (key, doc) in coll.docs.iter_mut() {
-                if lease_matches(key, doc, &keys, &ids) {
+                if lease_matches(key, doc, &owner, &keys, &ids) {
                     doc.exp = now + ttl;
                     doc.renewed = now;
                     kept.insert(key.clone());
@@ -262,14 +287,14 @@ impl Store for MemoryStore {
             return futures::future::ready(Ok(0)).boxed();
         }
         let keys = leases.iter().map(|l| l.key.clone()).collect();
-        let db = self.db.clone();
+        let (db, owner) = (self.db.clone(), self.owner.clone());
         let yield_window = self.yield_window;
         self.run(Op::Release, keys, move |coll, now| {
             let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
             let mut n = 0;
             for (key, doc) in coll.docs.iter_mut() {
-                if lease_matches(key, doc, &keys, &ids) {
+                if lease_matches(key, doc, &owner, &keys, &ids) {
                     release_doc(doc, now, yield_window);
                     db.announce_release(key);
                     n += 1;
@@ -350,11 +375,12 @@ impl Store for MemoryStore {
     }
 
     fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {
+        let owner = self.owner.clone();
         self.run(
             Op::SetPayload,
             vec![lease.key.clone()],
             move |coll, _now| match coll.docs.get_mut(&lease.key) {
-                Some(doc) if doc.lease_id == Some(lease.lease_id) => {
+                Some(doc) if doc.lease_id == Some(lease.lease_id) && doc.owner == owner => {
                     doc.payload = Some(payload);
                     Ok(true)
                 }
