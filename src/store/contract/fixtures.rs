@@ -43,6 +43,16 @@ impl Fixture for MemoryFixture {
         self.db.put_foreign(key);
     }
 
+    async fn delete_now(&self, key: &str) {
+        assert!(self.db.doc(key).is_some(), "no document {key:?} to delete");
+        self.db.delete(key);
+    }
+
+    async fn rewrite_owner(&self, key: &str, owner: &str) {
+        assert!(self.db.doc(key).is_some(), "no document {key:?} to rewrite");
+        self.db.set_owner(key, owner);
+    }
+
     async fn cleanup(self) {}
 
     async fn raw(&self, key: &str) -> Option<Raw> {
@@ -158,6 +168,24 @@ impl Fixture for MongoFixture {
             .insert_one(doc! { "_id": key, "owner": "someone else", "until": 12 })
             .await
             .expect("insert a foreign document");
+    }
+
+    async fn delete_now(&self, key: &str) {
+        let result = self
+            .raw_collection()
+            .delete_one(doc! { "_id": key })
+            .await
+            .expect("delete the document");
+        assert_eq!(result.deleted_count, 1, "no document {key:?} to delete");
+    }
+
+    async fn rewrite_owner(&self, key: &str, owner: &str) {
+        let result = self
+            .raw_collection()
+            .update_one(doc! { "_id": key }, doc! { "$set": { "aid": owner } })
+            .await
+            .expect("rewrite the owner id");
+        assert_eq!(result.matched_count, 1, "no document {key:?} to rewrite");
     }
 
     async fn raw(&self, key: &str) -> Option<Raw> {

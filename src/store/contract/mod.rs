@@ -19,6 +19,7 @@
 
 mod acquire;
 mod fixtures;
+mod loss_detection;
 mod reads;
 mod release;
 mod renewal;
@@ -77,6 +78,12 @@ trait Fixture: Sized {
 
     /// Writes a document of foreign shape under `key`.
     async fn put_foreign(&self, key: &str);
+
+    /// Another application deletes the document of `key`, whatever its state.
+    async fn delete_now(&self, key: &str);
+
+    /// Another application rewrites the owner id of `key` (`$set: {aid}`).
+    async fn rewrite_owner(&self, key: &str, owner: &str);
 
     /// The document of `key`, if any.
     async fn raw(&self, key: &str) -> Option<Raw>;
@@ -214,6 +221,7 @@ contract!(
     // Delete-on-release mode and release by owner.
 
     // Loss detection and renewal by owner.
-
+    loss_detection::renewal_reports_a_lease_lost_whose_owner_id_was_rewritten,
+    loss_detection::foreign_deletes_and_owner_rewrites_are_announced_renewals_are_not,
     // Per-lease TTL.
 );
