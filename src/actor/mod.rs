@@ -100,6 +100,10 @@ struct KeyState {
     next_lease_id: Uuid,
     /// Attempts since the last acquisition (the backoff exponent).
     failures: u32,
+    /// A write that may take the key from the acquisition in flight was
+    /// announced meanwhile (its event may come before the acquire reply):
+    /// the lease is checked as soon as it is granted.
+    written_in_flight: bool,
 }
 
 impl KeyState {
@@ -111,6 +115,7 @@ impl KeyState {
             releases_in_flight: 0,
             next_lease_id: Uuid::new_v4(),
             failures: 0,
+            written_in_flight: false,
         }
     }
 

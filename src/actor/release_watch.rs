@@ -138,7 +138,8 @@ impl Actor {
     }
 
     /// One write to `write.key`: a held lease that the write may have taken
-    /// away becomes a suspect; if the write freed the key and local callers
+    /// away becomes a suspect, and so does the lease of an acquisition in
+    /// flight, once granted (`KeyState::written_in_flight`); if the write freed the key and local callers
     /// wait for it, they try again now, with up to [`RELEASE_WAKE_JITTER`]
     /// of jitter so that waiters in several processes do not all arrive in
     /// the same instant. Writes to other keys are ignored.
@@ -150,6 +151,11 @@ impl Actor {
             && !write.keeps(held.lease_id, &self.owner_id)
         {
             suspects.insert(write.key.clone());
+        }
+        if matches!(state.attempt, Attempt::InFlight)
+            && !write.keeps(state.next_lease_id, &self.owner_id)
+        {
+            state.written_in_flight = true;
         }
         if !write.freed {
             return;
@@ -167,7 +173,7 @@ impl Actor {
     /// Renews the held leases of `keys` now, in batches: a lease that is no
     /// longer held is lost exactly as when a heartbeat's renewal finds it
     /// gone (`Actor::on_renewed`).
-    fn check_held(&mut self, keys: HashSet<String>) {
+    pub(super) fn check_held(&mut self, keys: HashSet<String>) {
         let leases: Vec<LeaseRef> = keys
             .into_iter()
             .filter_map(|key| {

@@ -144,3 +144,29 @@ async fn writes_to_other_keys_and_the_holders_own_writes_cost_no_check() {
     );
     assert!(!lease.is_lost());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_write_announced_while_the_acquire_is_in_flight_is_checked_once_granted() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let _other = a.acquire("other").await.unwrap();
+    store.set_latency(Op::Acquire, Duration::from_millis(100));
+    let acquiring = waiter(&a, "k").await;
+    sleep(Duration::from_millis(50)).await;
+    // Delivered before the acquire reply: it may concern the new lease.
+    db.announce(KeyWrite {
+        key: "k".into(),
+        freed: true,
+        lease_id: None,
+        owner: None,
+    });
+    let (granted_at, lease) = soon(acquiring).await.unwrap().unwrap();
+    assert_eq!(granted_at, t0 + Duration::from_millis(100));
+    settle().await;
+    assert_eq!(
+        renewals_since(&store, 0),
+        [(granted_at, vec!["k".to_string()])],
+        "checked as soon as granted"
+    );
+    assert!(!lease.is_lost(), "the store says it is held");
+}
