@@ -121,7 +121,10 @@ impl Lease {
     }
 
     /// A token that is cancelled when this lease is no longer held: when a
-    /// renewal finds it gone or taken, when renewal could not be confirmed
+    /// renewal finds it gone or taken (at the next heartbeat, or within
+    /// milliseconds on a replica set when someone else's write deleted the
+    /// lease's document or rewrote its `lid` or `aid`: the manager's change
+    /// stream makes it renew that lease at once), when renewal could not be confirmed
     /// before the local deadline (*start of the last confirmed renewal + ttl −
     /// safety margin*, which comes before another owner can take the key), or
     /// when the manager releases it ([`LockManager::release_all`],

@@ -98,6 +98,12 @@
 //!   waiting, the first to retry after a release wins, and a yielded key goes
 //!   back to its last holder if no other manager takes it within the yield
 //!   window.
+//! - A lease taken away by another application's write (its document
+//!   deleted, or its `aid` or `lid` rewritten) is noticed within milliseconds
+//!   on a replica set, through the manager's change stream; on a standalone
+//!   server, when the stream fails, or for a write in the milliseconds before
+//!   the stream opens (when a manager that held nothing acquires), only at
+//!   the next heartbeat.
 //! - A lease is only as safe as its fencing: a holder paused for longer than
 //!   the safety margin (GC, swapping) can act after its token fired. Check the
 //!   fencing token at the resource.

@@ -84,6 +84,7 @@ impl Actor {
     fn start_attempt(&mut self, key: &LeaseKey) {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
         state.attempt = Attempt::InFlight;
+        state.written_in_flight = false;
         let lease_id = state.next_lease_id;
         let waiting = state.waiters.iter().any(|w| w.mode != AcquireMode::Try);
         let sent_at = Instant::now();
@@ -188,6 +189,11 @@ impl Actor {
             // If the caller went away just now, the returned lease is dropped
             // here, and its drop queues its release.
             let _ = waiter.respond_to.send(Ok(Some(lease)));
+            if std::mem::take(&mut state.written_in_flight) {
+                self.check_held([key.clone()].into());
+            }
+            // Writes to held leases by others are noticed through it.
+            self.open_release_watch();
             return;
         }
         self.spawn_release(key.clone(), lease_id, sent_at, None);

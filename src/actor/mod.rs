@@ -5,9 +5,11 @@
 //! its event sources: commands from the handles, results of store operations
 //! in flight (acquires, releases, payload writes and reads; renewals apart,
 //! so shutdown can drop them), expired timers (local deadlines and retries),
-//! the heartbeat, and, while some key waits for another owner, a change
-//! stream of releases that wakes that key's waiters at once instead of at
-//! their next poll. Each event has one method. The actor never awaits a store
+//! the heartbeat, and, while a lease is held or some key waits for another
+//! owner, a change stream of writes to lock documents that wakes a waiting
+//! key's waiters at once instead of at their next poll, and makes a held
+//! lease that someone else's write may have taken away checked at once
+//! instead of at the next heartbeat. Each event has one method. The actor never awaits a store
 //! operation inline: operations run concurrently in [`FuturesUnordered`] sets
 //! and their results come back as [`Event`]s, so a slow round trip never
 //! delays another command.
@@ -25,7 +27,7 @@
 //! | `acquire.rs` | waiters, the key's one attempt at a time, retries, handing a lease to the first waiter |
 //! | `renewal.rs` | heartbeat renewals in batches, their results, the local-deadline min-heap |
 //! | `release.rs` | release, `release_all`, force release, payload |
-//! | `release_watch.rs` | the change stream of releases by other owners |
+//! | `release_watch.rs` | the change stream of writes by anyone: waking waiters, checking held leases |
 //! | `shutdown.rs` | draining the queue, failing waiters, the final release |
 //! | `observers.rs` | observer hubs, one task per observed key |
 
@@ -103,6 +105,10 @@ struct KeyState {
     next_lease_id: Uuid,
     /// Attempts since the last acquisition (the backoff exponent).
     failures: u32,
+    /// A write that may take the key from the acquisition in flight was
+    /// announced meanwhile (its event may come before the acquire reply):
+    /// the lease is checked as soon as it is granted.
+    written_in_flight: bool,
 }
 
 impl KeyState {
@@ -114,6 +120,7 @@ impl KeyState {
             releases_in_flight: 0,
             next_lease_id: Uuid::new_v4(),
             failures: 0,
+            written_in_flight: false,
         }
     }
 
@@ -213,9 +220,10 @@ pub(crate) struct Actor {
     observers: HashMap<LeaseKey, mpsc::UnboundedSender<observers::Subscriber>>,
     /// Stops every hub when the manager stops.
     stop_observers: CancellationToken,
-    /// Releases by any owner (`Store::watch_releases`), open while some key
-    /// waits for another owner's lease, so that a release wakes its waiters
-    /// at once instead of at their next poll.
+    /// Writes by any owner (`Store::watch_releases`), open while a lease is
+    /// held or some key waits for another owner's lease, so that a release
+    /// wakes its waiters at once instead of at their next poll, and a held
+    /// lease written by someone else is checked at once.
     release_watch: ReleaseWatch,
 }
 

@@ -1,24 +1,37 @@
-//! Prompt wake-up on releases by other owners: the actor's one change stream
-//! of releases (`Actor::release_watch`), open only while some key waits for
-//! another owner's lease; a release of that key moves its retry to now.
+//! The actor's one change stream of writes to lock documents
+//! (`Actor::release_watch`, [`Store::watch_releases`](crate::store::Store::watch_releases)),
+//! open while this manager holds a lease or some key waits for another
+//! owner's: a release of a key that waits moves its retry to now, and a
+//! write that may have taken a held lease away (a delete, a release, another
+//! lease id or owner id, by anyone) makes the actor check that lease at once
+//! with a renewal of just the leases concerned, instead of at the next
+//! heartbeat. The verdict comes from that renewal, never from the event: an
+//! event can be stale (e.g. the previous holder's release, delivered after
+//! this manager's acquire reply).
 
-use futures::StreamExt;
+use std::collections::HashSet;
+
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
 use super::{Actor, Attempt};
 use crate::error::Result;
 use crate::key::LeaseKey;
+use crate::store::{Announcement, KeyWrite, LeaseRef};
 
-/// The state of the actor's one stream of releases.
+/// The state of the actor's one stream of writes.
 pub(super) enum ReleaseWatch {
-    /// Not open: no key waits for another owner.
+    /// Not open: nothing is held and no key waits for another owner.
     Closed,
-    Open(BoxStream<'static, Result<LeaseKey>>),
-    /// It failed; reopen no earlier than this (polling still works meanwhile).
-    Failed {
-        retry_at: Instant,
+    Open {
+        stream: BoxStream<'static, Result<Announcement>>,
+        /// Reopened after a failure: writes may have been missed meanwhile,
+        /// so every held lease is checked once the stream is open again.
+        recheck: bool,
     },
+    /// It failed; reopen no earlier than this (polling still works meanwhile).
+    Failed { retry_at: Instant },
     /// The deployment has no change streams (a standalone server): poll only.
     Unsupported,
 }
@@ -29,73 +42,163 @@ pub(super) const RELEASE_WAKE_JITTER: std::time::Duration = std::time::Duration:
 /// How long a failed release stream stays closed before it is reopened.
 const RELEASE_WATCH_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Most announcements handled in one go (those already delivered), so that
+/// a burst of writes is checked in few renewal commands without starving
+/// the actor's other event sources.
+const ANNOUNCEMENTS_PER_TURN: usize = 1024;
+
 impl Actor {
-    /// Opens the stream of releases if it is not open (or failed long enough ago).
+    /// Opens the stream of writes if it is not open (or failed long enough
+    /// ago). A stream reopened after a failure checks every held lease once
+    /// it reports itself open, since writes meanwhile were not announced.
+    /// (A first open does not: the leases it covers were just acquired, and
+    /// a write in the few milliseconds before the stream starts is left to
+    /// the heartbeat.)
     pub(super) fn open_release_watch(&mut self) {
-        let reopen = match &self.release_watch {
-            ReleaseWatch::Closed => true,
-            ReleaseWatch::Failed { retry_at } => Instant::now() >= *retry_at,
-            ReleaseWatch::Open(_) | ReleaseWatch::Unsupported => false,
+        let recheck = match &self.release_watch {
+            ReleaseWatch::Closed => false,
+            ReleaseWatch::Failed { retry_at } if Instant::now() >= *retry_at => true,
+            ReleaseWatch::Failed { .. } | ReleaseWatch::Open { .. } | ReleaseWatch::Unsupported => {
+                return;
+            }
         };
-        if reopen {
-            self.release_watch = ReleaseWatch::Open(self.store.watch_releases());
-        }
+        self.release_watch = ReleaseWatch::Open {
+            stream: self.store.watch_releases(),
+            recheck,
+        };
     }
 
-    /// Heartbeat: closes the stream once no key waits for another owner.
+    /// Whether the stream is needed: a lease is held, or a key waits for
+    /// another owner.
+    fn release_watch_needed(&self) -> bool {
+        self.keys.values().any(|s| {
+            s.held.is_some()
+                || (matches!(s.attempt, Attempt::Scheduled(_)) && !s.waiters.is_empty())
+        })
+    }
+
+    /// Heartbeat: closes the stream once nothing is held and no key waits
+    /// for another owner; reopens a failed one that is still needed.
     pub(super) fn close_release_watch_if_unneeded(&mut self) {
-        let waiting = self
-            .keys
-            .values()
-            .any(|s| matches!(s.attempt, Attempt::Scheduled(_)) && !s.waiters.is_empty());
-        if !waiting && matches!(self.release_watch, ReleaseWatch::Open(_)) {
+        if self.release_watch_needed() {
+            self.open_release_watch();
+        } else if matches!(self.release_watch, ReleaseWatch::Open { .. }) {
             self.release_watch = ReleaseWatch::Closed;
         }
     }
 
-    /// A lease was released or deleted somewhere: if local callers wait for
-    /// that key, try again now, with up to [`RELEASE_WAKE_JITTER`] of jitter so that
-    /// waiters in several processes do not all arrive in the same instant.
-    pub(super) fn on_release_event(&mut self, event: Option<Result<LeaseKey>>) {
-        match event {
-            Some(Ok(key)) => {
-                let Some(state) = self.keys.get_mut(&key) else {
-                    return;
-                };
-                if let Attempt::Scheduled(timer) = state.attempt {
-                    let jitter = rand::Rng::random_range(
-                        &mut rand::rng(),
-                        std::time::Duration::ZERO
-                            ..=RELEASE_WAKE_JITTER.min(self.timing.retry_initial),
-                    );
-                    tracing::trace!(%key, "released elsewhere: retrying now");
-                    self.timers.reset(&timer, jitter);
+    /// Announcements arrived: the first is `event`, the others those already
+    /// delivered behind it. Wakes the waiters of released keys, and checks
+    /// at once, in one renewal per batch, the held leases that a write may
+    /// have taken away.
+    pub(super) fn on_release_event(&mut self, event: Option<Result<Announcement>>) {
+        let mut suspects = HashSet::new();
+        let mut next = Some(event);
+        let mut handled = 0;
+        while let Some(event) = next.take() {
+            match event {
+                Some(Ok(Announcement::Opened)) => {
+                    if let ReleaseWatch::Open { recheck, .. } = &mut self.release_watch
+                        && std::mem::take(recheck)
+                    {
+                        tracing::debug!("stream of writes reopened: checking every held lease");
+                        suspects.extend(
+                            self.keys
+                                .iter()
+                                .filter(|(_, s)| s.held.is_some())
+                                .map(|(k, _)| k.clone()),
+                        );
+                    }
+                }
+                Some(Ok(Announcement::Write(write))) => self.on_write(write, &mut suspects),
+                Some(Err(error)) if error.is_transient() => {
+                    tracing::debug!(%error, "stream of writes failed; reopening later");
+                    self.release_watch = ReleaseWatch::Failed {
+                        retry_at: Instant::now() + RELEASE_WATCH_RETRY,
+                    };
+                }
+                Some(Err(error)) => {
+                    // Typically a standalone server (no change streams, code 40573).
+                    tracing::debug!(%error, "no change stream of writes; waiters poll");
+                    self.release_watch = ReleaseWatch::Unsupported;
+                }
+                None => {
+                    self.release_watch = ReleaseWatch::Failed {
+                        retry_at: Instant::now() + RELEASE_WATCH_RETRY,
+                    };
                 }
             }
-            Some(Err(error)) if error.is_transient() => {
-                tracing::debug!(%error, "release stream failed; reopening later");
-                self.release_watch = ReleaseWatch::Failed {
-                    retry_at: Instant::now() + RELEASE_WATCH_RETRY,
-                };
+            handled += 1;
+            if let ReleaseWatch::Open { stream, .. } = &mut self.release_watch
+                && handled < ANNOUNCEMENTS_PER_TURN
+            {
+                next = stream.next().now_or_never();
             }
-            Some(Err(error)) => {
-                // Typically a standalone server (no change streams, code 40573).
-                tracing::debug!(%error, "no change stream of releases; waiters poll");
-                self.release_watch = ReleaseWatch::Unsupported;
-            }
-            None => {
-                self.release_watch = ReleaseWatch::Failed {
-                    retry_at: Instant::now() + RELEASE_WATCH_RETRY,
-                };
-            }
+        }
+        self.check_held(suspects);
+    }
+
+    /// One write to `write.key`: a held lease that the write may have taken
+    /// away becomes a suspect, and so does the lease of an acquisition in
+    /// flight, once granted (`KeyState::written_in_flight`); if the write freed the key and local callers
+    /// wait for it, they try again now, with up to [`RELEASE_WAKE_JITTER`]
+    /// of jitter so that waiters in several processes do not all arrive in
+    /// the same instant. Writes to other keys are ignored.
+    fn on_write(&mut self, write: KeyWrite, suspects: &mut HashSet<LeaseKey>) {
+        let Some(state) = self.keys.get_mut(&write.key) else {
+            return;
+        };
+        if let Some(held) = &state.held
+            && !write.keeps(held.lease_id, &self.owner_id)
+        {
+            suspects.insert(write.key.clone());
+        }
+        if matches!(state.attempt, Attempt::InFlight)
+            && !write.keeps(state.next_lease_id, &self.owner_id)
+        {
+            state.written_in_flight = true;
+        }
+        if !write.freed {
+            return;
+        }
+        if let Attempt::Scheduled(timer) = state.attempt {
+            let jitter = rand::Rng::random_range(
+                &mut rand::rng(),
+                std::time::Duration::ZERO..=RELEASE_WAKE_JITTER.min(self.timing.retry_initial),
+            );
+            tracing::trace!(key = %write.key, "released elsewhere: retrying now");
+            self.timers.reset(&timer, jitter);
+        }
+    }
+
+    /// Renews the held leases of `keys` now, in batches: a lease that is no
+    /// longer held is lost exactly as when a heartbeat's renewal finds it
+    /// gone (`Actor::on_renewed`).
+    pub(super) fn check_held(&mut self, keys: HashSet<LeaseKey>) {
+        let leases: Vec<LeaseRef> = keys
+            .into_iter()
+            .filter_map(|key| {
+                let lease_id = self.keys.get(&key)?.held.as_ref()?.lease_id;
+                Some(LeaseRef { key, lease_id })
+            })
+            .collect();
+        if leases.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            leases = leases.len(),
+            "held leases written by someone: checking now"
+        );
+        for batch in leases.chunks(self.timing.renewal_batch_size) {
+            self.spawn_renewal(batch.to_vec(), 0);
         }
     }
 }
 
-/// The next item of the release stream, or never if it is not open.
-pub(super) async fn next_release(watch: &mut ReleaseWatch) -> Option<Result<LeaseKey>> {
+/// The next item of the stream of writes, or never if it is not open.
+pub(super) async fn next_release(watch: &mut ReleaseWatch) -> Option<Result<Announcement>> {
     match watch {
-        ReleaseWatch::Open(stream) => stream.next().await,
+        ReleaseWatch::Open { stream, .. } => stream.next().await,
         _ => std::future::pending().await,
     }
 }

@@ -249,6 +249,47 @@ pub(crate) struct LeaseRef {
     pub lease_id: Uuid,
 }
 
+/// A write to a lock document, as the announcement stream
+/// ([`Store::watch_releases`]) reports it: what the write left in the
+/// document, as far as the event shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyWrite {
+    /// The key (`_id`) of the document written.
+    pub key: LeaseKey,
+    /// The write may have freed the key: a delete, a release (`lid` removed),
+    /// or a replacement without a lease id. Wakes the key's local waiters.
+    pub freed: bool,
+    /// The `lid` the write set, if the event shows one (`None` also for a
+    /// `lid` that is not a UUID).
+    pub lease_id: Option<Uuid>,
+    /// The `aid` the write set, if the event shows one.
+    pub owner: Option<String>,
+}
+
+impl KeyWrite {
+    /// Whether the event shows the document still carrying lease `lease_id`
+    /// of `owner`: the write set that lease id (only an acquisition under it
+    /// writes it) and, if it set an owner id, set `owner`. Any other write
+    /// to a held key (a delete, a release, another `lid` or `aid`) may have
+    /// taken the lease away, which only the store can tell: the event may be
+    /// stale (docs/mongodb-behaviour.md, B13).
+    pub fn keeps(&self, lease_id: Uuid, owner: &str) -> bool {
+        !self.freed
+            && self.lease_id == Some(lease_id)
+            && self.owner.as_deref().is_none_or(|o| o == owner)
+    }
+}
+
+/// An item of the announcement stream ([`Store::watch_releases`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Announcement {
+    /// The stream is open: every write from now on is announced, none
+    /// before. Comes first, once.
+    Opened,
+    /// A write that may change who holds a key.
+    Write(KeyWrite),
+}
+
 /// What an acquire attempt found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireOutcome {
@@ -340,10 +381,14 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// retried inside; a permanent error is the last item.
     fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>>;
 
-    /// Keys of leases just released or deleted, from any owner, for waking
-    /// local waiters at once instead of at their next poll. Expiries are not
-    /// reported (no write happens). Best effort: the stream ends, or yields an
-    /// error, when the deployment has no change streams or the stream broke;
-    /// the actor then keeps polling.
-    fn watch_releases(&self) -> BoxStream<'static, Result<LeaseKey>>;
+    /// Writes to lock documents that may change who holds them, by any
+    /// owner, for waking local waiters at once instead of at their next poll
+    /// and for noticing at once a held lease taken away by someone else's
+    /// write: deletes, inserts, replacements, and updates that set or remove
+    /// `lid` or `aid` (never renewals, payload writes or waiting marks).
+    /// Starts with [`Announcement::Opened`] once the stream is open.
+    /// Expiries are not reported (no write happens). Best effort: the
+    /// stream ends, or yields an error, when the deployment has no change
+    /// streams or the stream broke; the actor then keeps polling.
+    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>>;
 }

@@ -1,1 +1,303 @@
-//! (to be written)
+//! Leases lost to someone else's write: another application deletes or
+//! rewrites a held lease's document. The manager's one change stream of
+//! writes makes it check just the leases concerned at once, so their tokens
+//! fire within milliseconds instead of at the next heartbeat; without a
+//! change stream, the next renewal finds them lost because renewals match
+//! the owner id (`aid`).
+//!
+//! The leases here last 600 s and the heartbeat runs every 200 s: a loss
+//! noticed within the tests' liveness bound (10 s) can only come from the
+//! stream, and the command log shows the one renewal that checked it,
+//! covering only the leases written.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use mongo_lease::{Lease, LockManager, ReleaseOutcome};
+use mongodb::bson::{Document, doc};
+
+use super::common::{CommandLog, Fixture, eventually, renewal::renewed_keys};
+
+const TTL: Duration = Duration::from_secs(600);
+const HEARTBEAT: Duration = Duration::from_secs(200);
+/// Only turns a hang into a failure: a loss is noticed in milliseconds.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// A manager with a command log, holding `keys`, whose change stream of
+/// writes is open (its `aggregate` answered), with the log cleared.
+async fn holder(fx: &Fixture, keys: &[&str]) -> (LockManager, Vec<Lease>, CommandLog) {
+    let (mut options, log) = fx.monitored_options(TTL, "").await;
+    options.heartbeat_interval = Some(HEARTBEAT);
+    let manager = LockManager::connect(options).await.unwrap();
+    let mut leases = Vec::new();
+    for key in keys {
+        leases.push(manager.acquire(*key).await.unwrap());
+    }
+    eventually("the stream of writes is open", BOUND, || {
+        let log = log.clone();
+        async move { stream_open(&log.all()) }
+    })
+    .await;
+    log.clear();
+    (manager, leases, log)
+}
+
+/// Whether an `aggregate` opening a change stream was sent and answered.
+fn stream_open(log: &[(String, Document)]) -> bool {
+    let Some(sent) = log.iter().position(|(name, command)| {
+        name == "aggregate"
+            && command
+                .get_array("pipeline")
+                .ok()
+                .and_then(|p| p.first())
+                .and_then(|s| s.as_document())
+                .is_some_and(|s| s.contains_key("$changeStream"))
+    }) else {
+        return false;
+    };
+    log[sent..].iter().any(|(name, _)| name == "ok:aggregate")
+}
+
+/// The keys of each renewal command in the log, sorted.
+fn renewals(log: &CommandLog) -> Vec<Vec<String>> {
+    log.all()
+        .iter()
+        .filter(|(name, _)| name == "update")
+        .filter_map(|(_, command)| renewed_keys(command))
+        .map(|keys| {
+            let mut keys: Vec<String> = keys
+                .iter()
+                .filter_map(|k| k.as_str().map(str::to_string))
+                .collect();
+            keys.sort();
+            keys
+        })
+        .collect()
+}
+
+async fn lost_soon(lease: &Lease) {
+    tokio::time::timeout(BOUND, lease.lost())
+        .await
+        .unwrap_or_else(|_| panic!("{:?} not lost after {BOUND:?}", lease.key()));
+}
+
+#[tokio::test]
+async fn a_lease_whose_document_is_deleted_by_id_is_lost_at_once_and_the_others_are_kept() {
+    let fx = Fixture::new("loss_delete_id").await;
+    let (manager, leases, log) = holder(&fx, &["k0", "k1", "k2"]).await;
+
+    fx.raw().delete_one(doc! { "_id": "k1" }).await.unwrap();
+    lost_soon(&leases[1]).await;
+    assert_eq!(
+        renewals(&log),
+        [["k1"]],
+        "one check of the lease written, no heartbeat renewal"
+    );
+    assert!(!leases[0].is_lost() && !leases[2].is_lost());
+    for key in ["k0", "k2"] {
+        let doc = fx.doc(key).await;
+        assert_eq!(doc.get_str("aid").unwrap(), manager.owner_id());
+    }
+    manager.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn deleting_every_document_of_an_owner_id_loses_every_lease_of_that_manager_at_once() {
+    let fx = Fixture::new("loss_delete_aid").await;
+    let other = fx.manager(TTL).await;
+    let theirs = other.acquire("theirs").await.unwrap();
+    let keys = ["k0", "k1", "k2", "k3"];
+    let (manager, leases, log) = holder(&fx, &keys).await;
+
+    // What a session listener of another application does when it sees the
+    // owner's session end.
+    let deleted = fx
+        .raw()
+        .delete_many(doc! { "aid": manager.owner_id() })
+        .await
+        .unwrap();
+    assert_eq!(deleted.deleted_count, 4);
+    join_all(leases.iter().map(lost_soon)).await;
+    let checked: Vec<String> = renewals(&log).concat();
+    let mut sorted = checked.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted, keys,
+        "each lease checked once, by the checks of the writes: {checked:?}"
+    );
+    assert!(!theirs.is_lost(), "another manager's lease is unaffected");
+    manager.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn rewriting_the_owner_id_of_a_held_lease_loses_it_at_once_and_leaves_the_document() {
+    let fx = Fixture::new("loss_rewrite_aid").await;
+    let (manager, leases, log) = holder(&fx, &["k", "kept"]).await;
+    let before = fx.doc("k").await;
+
+    fx.raw()
+        .update_one(doc! { "_id": "k" }, doc! { "$set": { "aid": "other" } })
+        .await
+        .unwrap();
+    lost_soon(&leases[0]).await;
+    assert_eq!(renewals(&log), [["k"]]);
+    assert!(!leases[1].is_lost());
+    let after = fx.doc("k").await;
+    assert_eq!(after.get_str("aid").unwrap(), "other");
+    assert_eq!(
+        after.get("lid"),
+        before.get("lid"),
+        "neither renewed nor released"
+    );
+    assert_eq!(after.get("exp"), before.get("exp"));
+    manager.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn writes_to_other_keys_own_writes_and_stale_releases_never_lose_a_held_lease() {
+    let fx = Fixture::new("loss_harmless").await;
+    let other = fx.manager(TTL).await;
+    let handed = other.acquire("handoff").await.unwrap();
+    let (manager, leases, log) = holder(&fx, &["k", "probe"]).await;
+
+    // A handoff: this manager waits for `handoff`, the other releases it, and
+    // the release event may arrive after this manager's acquire reply.
+    let waiting = tokio::spawn({
+        let manager = manager.clone();
+        async move { manager.acquire("handoff").await }
+    });
+    eventually("the waiter has tried once", BOUND, || {
+        let log = log.clone();
+        async move { log.count("findAndModify") >= 1 }
+    })
+    .await;
+    assert_eq!(handed.release().await.unwrap(), ReleaseOutcome::Released);
+    let handoff = tokio::time::timeout(BOUND, waiting)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .unwrap();
+    // Other keys written by another manager, by this one, by a third party;
+    // a payload write on the held lease.
+    for i in 0..3 {
+        let theirs = other.acquire(format!("b{i}")).await.unwrap();
+        let ours = manager.acquire(format!("a{i}")).await.unwrap();
+        assert_eq!(theirs.release().await.unwrap(), ReleaseOutcome::Released);
+        assert_eq!(ours.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+    fx.raw()
+        .insert_one(doc! { "_id": "foreign", "aid": "x", "ts": 1 })
+        .await
+        .unwrap();
+    fx.raw().delete_one(doc! { "_id": "b0" }).await.unwrap();
+    leases[0].set_payload(doc! { "x": 1 }).await.unwrap();
+    // The probe is lost by the last write: every earlier event was handled.
+    fx.raw().delete_one(doc! { "_id": "probe" }).await.unwrap();
+    lost_soon(&leases[1]).await;
+
+    assert!(!leases[0].is_lost());
+    assert!(!handoff.is_lost());
+    for keys in renewals(&log) {
+        assert!(
+            keys.iter().all(|k| k == "probe" || k == "handoff"),
+            "only the probe, and the handoff's stale release, are checked: {keys:?}"
+        );
+    }
+    let doc = fx.doc("k").await;
+    assert_eq!(doc.get_str("aid").unwrap(), manager.owner_id());
+    manager.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
+// ----- without a change stream ---------------------------------------------------------
+
+/// A standalone `mongod` (no replica set, so no change streams), killed on
+/// drop, after the clients made through it are shut down.
+struct Standalone {
+    child: std::process::Child,
+    uri: String,
+    clients: super::common::Clients,
+    _dir: tempfile::TempDir,
+}
+
+impl Standalone {
+    async fn start() -> Standalone {
+        let mongod = mongo_lease::testkit::mongod_path().expect("mongod");
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(mongod)
+            .args(["--port", &port.to_string(), "--bind_ip", "127.0.0.1"])
+            .arg("--dbpath")
+            .arg(dir.path())
+            .args(["--wiredTigerCacheSizeGB", "0.25", "--quiet"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start a standalone mongod");
+        let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true");
+        let clients = super::common::Clients::default();
+        let client = clients.connect(&uri).await;
+        eventually(
+            "the standalone mongod answers",
+            Duration::from_secs(60),
+            || {
+                let client = client.clone();
+                async move {
+                    client
+                        .database("admin")
+                        .run_command(doc! { "ping": 1 })
+                        .await
+                        .is_ok()
+                }
+            },
+        )
+        .await;
+        Standalone {
+            child,
+            uri,
+            clients,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        drop(std::mem::take(&mut self.clients));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn without_a_change_stream_a_rewritten_owner_id_is_lost_at_the_next_renewal() {
+    let server = Standalone::start().await;
+    let client = server.clients.connect(&server.uri).await;
+    let heartbeat = Duration::from_millis(500);
+    let mut options = mongo_lease::LockManagerOptions::builder()
+        .database(client.database("poll"))
+        .collection("leases")
+        .ttl(Duration::from_secs(3))
+        .build();
+    options.heartbeat_interval = Some(heartbeat);
+    let manager = LockManager::connect(options).await.unwrap();
+    let lease = manager.acquire("k").await.unwrap();
+    let raw = client.database("poll").collection::<Document>("leases");
+    // Two heartbeats: renewals match the document as the manager wrote it.
+    tokio::time::sleep(heartbeat * 2).await;
+    assert!(!lease.is_lost());
+
+    raw.update_one(doc! { "_id": "k" }, doc! { "$set": { "aid": "other" } })
+        .await
+        .unwrap();
+    // Renewals matching only `_id` and `lid` would keep it forever.
+    lost_soon(&lease).await;
+    let doc = raw.find_one(doc! { "_id": "k" }).await.unwrap().unwrap();
+    assert_eq!(doc.get_str("aid").unwrap(), "other", "left as rewritten");
+    assert!(doc.contains_key("lid"), "not released by the loser");
+    manager.shutdown().await.unwrap();
+}

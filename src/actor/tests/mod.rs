@@ -26,6 +26,7 @@ use crate::store::AcquireOutcome;
 use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 
 mod acquire;
+mod loss_detection;
 mod release;
 mod renewal;
 
@@ -61,6 +62,15 @@ fn timing() -> Timing {
 /// ticks at `t0 + k * HEARTBEAT`.
 fn start(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore, Instant) {
     let store = db.store(owner, TTL);
+    let t0 = Instant::now();
+    let manager = LockManager::start(Arc::new(store.clone()), owner.into(), timing());
+    (manager, store, t0)
+}
+
+/// As [`start`], on a deployment without change streams (a standalone
+/// server): only the heartbeat notices writes by others.
+fn start_without_change_streams(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore, Instant) {
+    let store = db.store(owner, TTL).without_change_streams();
     let t0 = Instant::now();
     let manager = LockManager::start(Arc::new(store.clone()), owner.into(), timing());
     (manager, store, t0)

@@ -333,8 +333,8 @@ async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
     );
     assert_eq!(
         db.release_watchers(),
-        1,
-        "b watches releases while it waits"
+        2,
+        "a watches writes while it holds a lease, b while it waits"
     );
 
     // Its next poll is at least 1 s away (equal jitter on a 2 s step).
@@ -353,10 +353,13 @@ async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
         "one more attempt, right after the release"
     );
 
-    // Nobody waits any more: the next heartbeat closes the stream.
+    // Nobody waits any more and a holds nothing: the next heartbeat closes
+    // a's stream; b's stays open while b holds the lease.
+    sleep(HEARTBEAT).await;
+    assert_eq!(db.release_watchers(), 1);
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     sleep(HEARTBEAT).await;
     assert_eq!(db.release_watchers(), 0);
-    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
 // ----- delete-on-release mode ----------------------------------------------------

@@ -58,6 +58,18 @@ impl Fixture for MemoryFixture {
         self.db.foreign(key).is_some() && self.db.doc(key).is_none()
     }
 
+    async fn delete_now(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
+        assert!(self.db.doc(key).is_some(), "no document {key:?} to delete");
+        self.db.delete(key);
+    }
+
+    async fn rewrite_owner(&self, key: impl Into<LeaseKey>, owner: &str) {
+        let key = &key.into();
+        assert!(self.db.doc(key).is_some(), "no document {key:?} to rewrite");
+        self.db.set_owner(key, owner);
+    }
+
     async fn cleanup(self) {}
 
     async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw> {
@@ -201,6 +213,29 @@ impl Fixture for MongoFixture {
         // Byte for byte: field order and types included.
         let bytes = |d: Option<Document>| d.map(|d| mongodb::bson::to_vec(&d).expect("BSON"));
         written.is_some() && bytes(written) == bytes(stored)
+    }
+
+    async fn delete_now(&self, key: impl Into<LeaseKey>) {
+        let key = key.into();
+        let result = self
+            .raw_collection()
+            .delete_one(doc! { "_id": key.as_bson().clone() })
+            .await
+            .expect("delete the document");
+        assert_eq!(result.deleted_count, 1, "no document {key:?} to delete");
+    }
+
+    async fn rewrite_owner(&self, key: impl Into<LeaseKey>, owner: &str) {
+        let key = key.into();
+        let result = self
+            .raw_collection()
+            .update_one(
+                doc! { "_id": key.as_bson().clone() },
+                doc! { "$set": { "aid": owner } },
+            )
+            .await
+            .expect("rewrite the owner id");
+        assert_eq!(result.matched_count, 1, "no document {key:?} to rewrite");
     }
 
     async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw> {

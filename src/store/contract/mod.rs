@@ -25,6 +25,7 @@ mod compat;
 mod fixtures;
 mod foreign;
 mod keys;
+mod loss_detection;
 mod reads;
 mod release;
 mod renewal;
@@ -94,6 +95,12 @@ trait Fixture: Sized {
     /// by [`Fixture::put_foreign`], unchanged.
     async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool;
 
+    /// Another application deletes the document of `key`, whatever its state.
+    async fn delete_now(&self, key: impl Into<LeaseKey>);
+
+    /// Another application rewrites the owner id of `key` (`$set: {aid}`).
+    async fn rewrite_owner(&self, key: impl Into<LeaseKey>, owner: &str);
+
     /// The document of `key`, if any.
     async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw>;
 
@@ -147,6 +154,23 @@ async fn raw(f: &impl Fixture, key: impl Into<LeaseKey>) -> Raw {
     f.raw(key)
         .await
         .unwrap_or_else(|| panic!("no document for {key:?}"))
+}
+
+/// The keys of the writes that freed a key (releases, deletes), from an
+/// announcement stream.
+fn freed_keys(
+    announcements: futures::stream::BoxStream<'static, crate::error::Result<super::Announcement>>,
+) -> futures::stream::BoxStream<'static, crate::error::Result<LeaseKey>> {
+    use futures::StreamExt;
+    announcements
+        .filter_map(|item| async move {
+            match item {
+                Ok(super::Announcement::Write(write)) if write.freed => Some(Ok(write.key)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            }
+        })
+        .boxed()
 }
 
 /// Asserts that `raw` is a live lease of `owner` under `lease`, unmarked.
@@ -226,6 +250,7 @@ contract!(
     compat::delete_mode_release_of_a_waited_for_lease_yields_instead,
     compat::release_by_owner_releases_every_lease_of_that_owner_only,
     // Loss detection and renewal by owner.
-
+    loss_detection::renewal_reports_a_lease_lost_whose_owner_id_was_rewritten,
+    loss_detection::foreign_deletes_and_owner_rewrites_are_announced_renewals_are_not,
     // Per-lease TTL.
 );

@@ -14,7 +14,7 @@ use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::AcquireOutcome;
+use crate::store::{AcquireOutcome, KeyWrite};
 
 /// One lock document.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,8 +130,9 @@ pub(crate) struct MemoryDb {
     inner: Arc<Mutex<Collection>>,
     /// Bumped after every change, for `observe`.
     changed: Arc<tokio::sync::watch::Sender<()>>,
-    /// Keys released or deleted, for `watch_releases` (a change stream's twin).
-    released: tokio::sync::broadcast::Sender<LeaseKey>,
+    /// Writes that may change who holds a key, for `watch_releases` (a
+    /// change stream's twin): releases, deletes, acquisitions, rewrites.
+    released: tokio::sync::broadcast::Sender<KeyWrite>,
     /// "Server time" as wall clock: `SystemTime` of `epoch.0` is `epoch.1`.
     epoch: (Instant, SystemTime),
 }
@@ -207,14 +208,16 @@ pub(super) fn apply_acquire(
     }
 }
 
-/// The `_id $in keys, lid $in ids` filter of `MongoStore::lease_filter`.
+/// The `_id $in keys, lid $in ids, aid = owner` filter of
+/// `MongoStore::lease_filter`.
 pub(super) fn lease_matches(
     key: &LeaseKey,
     doc: &Doc,
+    owner: &str,
     keys: &HashSet<&LeaseKey>,
     ids: &HashSet<Uuid>,
 ) -> bool {
-    keys.contains(key) && doc.lease_id.is_some_and(|id| ids.contains(&id))
+    keys.contains(key) && doc.lease_id.is_some_and(|id| ids.contains(&id)) && doc.owner == owner
 }
 
 /// The release rule on one matching document at `now`.
@@ -303,7 +306,29 @@ impl MemoryDb {
 
     /// Reports a release or delete of `key` to `watch_releases` streams.
     pub(super) fn announce_release(&self, key: &LeaseKey) {
-        let _ = self.released.send(key.clone());
+        self.announce(KeyWrite {
+            key: key.clone(),
+            freed: true,
+            lease_id: None,
+            owner: None,
+        });
+    }
+
+    /// Reports a write to `watch_releases` streams, as a change stream
+    /// would (docs/mongodb-behaviour.md, B13).
+    pub fn announce(&self, write: KeyWrite) {
+        let _ = self.released.send(write);
+    }
+
+    /// Reports a new acquisition of `key` (an insert or replacement on
+    /// MongoDB, carrying `lid` and `aid`).
+    pub(super) fn announce_acquisition(&self, key: &LeaseKey, owner: &str, lease_id: Uuid) {
+        self.announce(KeyWrite {
+            key: key.clone(),
+            freed: false,
+            lease_id: Some(lease_id),
+            owner: Some(owner.to_string()),
+        });
     }
 
     /// How many `watch_releases` streams are open.
@@ -413,16 +438,20 @@ impl MemoryDb {
     /// Another owner acquires `key` by the protocol's rule, now.
     pub fn try_take(&self, key: impl Into<LeaseKey>, owner: &str, ttl: Duration) -> AcquireOutcome {
         let key = &key.into();
+        let lease_id = Uuid::new_v4();
         let outcome = apply_acquire(
             &mut lock(&self.inner),
             key,
             owner,
-            Uuid::new_v4(),
+            lease_id,
             ttl,
             false,
             Instant::now(),
         )
         .expect("try_take on a foreign document");
+        if matches!(outcome, AcquireOutcome::Acquired { .. }) {
+            self.announce_acquisition(key, owner, lease_id);
+        }
         self.touch();
         outcome
     }
@@ -436,12 +465,14 @@ impl MemoryDb {
         coll.foreign.remove(key);
         let now = Instant::now();
         let vacant = coll.vacant(key, now);
-        let token =
-            coll.docs
-                .entry(key.clone())
-                .or_insert(vacant)
-                .take(owner, Uuid::new_v4(), ttl, now);
+        let lease_id = Uuid::new_v4();
+        let token = coll
+            .docs
+            .entry(key.clone())
+            .or_insert(vacant)
+            .take(owner, lease_id, ttl, now);
         drop(coll);
+        self.announce_acquisition(key, owner, lease_id);
         self.touch();
         token
     }
@@ -459,10 +490,36 @@ impl MemoryDb {
     /// Writes a raw document (e.g. a lease left by an earlier process).
     pub fn put(&self, key: impl Into<LeaseKey>, doc: Doc) {
         let key = &key.into();
+        let write = KeyWrite {
+            key: key.clone(),
+            freed: doc.lease_id.is_none(),
+            lease_id: doc.lease_id,
+            owner: Some(doc.owner.clone()),
+        };
         let mut coll = lock(&self.inner);
         coll.foreign.remove(key);
         coll.docs.insert(key.clone(), doc);
         drop(coll);
+        self.announce(write);
+        self.touch();
+    }
+
+    /// Another application rewrites the owner id of `key` (`$set: {aid}`),
+    /// keeping everything else.
+    pub fn set_owner(&self, key: impl Into<LeaseKey>, owner: &str) {
+        let key = key.into();
+        let mut coll = lock(&self.inner);
+        let Some(doc) = coll.docs.get_mut(&key) else {
+            return;
+        };
+        doc.owner = owner.to_string();
+        drop(coll);
+        self.announce(KeyWrite {
+            key,
+            freed: false,
+            lease_id: None,
+            owner: Some(owner.to_string()),
+        });
         self.touch();
     }
 
@@ -496,8 +553,8 @@ impl MemoryDb {
         self.touch();
     }
 
-    /// A receiver of the keys released or deleted from now on.
-    pub(super) fn subscribe_releases(&self) -> tokio::sync::broadcast::Receiver<LeaseKey> {
+    /// A receiver of the writes announced from now on.
+    pub(super) fn subscribe_releases(&self) -> tokio::sync::broadcast::Receiver<KeyWrite> {
         self.released.subscribe()
     }
 

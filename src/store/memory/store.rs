@@ -18,7 +18,7 @@ use crate::config::{DEFAULT_RETRY_MAX, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::{AcquireOutcome, LeaseRef, Store};
+use crate::store::{AcquireOutcome, Announcement, LeaseRef, Store};
 
 /// What `observe` last reported: the document without its fairness marks,
 /// whether it was held, and the foreign holder's lock document.
@@ -34,6 +34,8 @@ pub(crate) struct MemoryStore {
     yield_window: Duration,
     release_mode: ReleaseMode,
     control: Controls,
+    /// `false`: `watch_releases` fails as on a standalone server.
+    change_streams: bool,
 }
 
 impl MemoryDb {
@@ -46,6 +48,7 @@ impl MemoryDb {
             yield_window: DEFAULT_RETRY_MAX,
             release_mode: ReleaseMode::Keep,
             control: Controls::default(),
+            change_streams: true,
         }
     }
 }
@@ -64,6 +67,13 @@ impl MemoryStore {
 
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// A store whose `watch_releases` fails at once with a permanent error,
+    /// as on a standalone server (no change streams).
+    pub fn without_change_streams(mut self) -> Self {
+        self.change_streams = false;
+        self
     }
 
     /// This store with another yield window (how long a release that another
@@ -222,18 +232,26 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn watch_releases(&self) -> BoxStream<'static, Result<LeaseKey>> {
+    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
+        if !self.change_streams {
+            let error = Error::UnusableCollection {
+                reason: "no change streams on a standalone server".into(),
+            };
+            return futures::stream::iter([Err(error)]).boxed();
+        }
         let released = self.db.subscribe_releases();
-        futures::stream::unfold(released, |mut released| async move {
+        let writes = futures::stream::unfold(released, |mut released| async move {
             loop {
                 match released.recv().await {
-                    Ok(key) => return Some((Ok(key), released)),
+                    Ok(write) => return Some((Ok(Announcement::Write(write)), released)),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                 }
             }
-        })
-        .boxed()
+        });
+        futures::stream::iter([Ok(Announcement::Opened)])
+            .chain(writes)
+            .boxed()
     }
 
     fn acquire(
@@ -242,21 +260,28 @@ impl Store for MemoryStore {
         lease_id: Uuid,
         waiting: bool,
     ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        let (owner, ttl) = (self.owner.clone(), self.ttl);
+        let (db, owner, ttl) = (self.db.clone(), self.owner.clone(), self.ttl);
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
-            apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now)
+            let retry = coll.docs.get(&key).and_then(|d| d.lease_id) == Some(lease_id);
+            let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now);
+            // A retry under the same lease id sets neither `lid` nor `aid`:
+            // no event on MongoDB either.
+            if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
+                db.announce_acquisition(&key, &owner, lease_id);
+            }
+            outcome
         })
     }
 
     fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
-        let ttl = self.ttl;
+        let (owner, ttl) = (self.owner.clone(), self.ttl);
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         self.run(Op::Renew, keys, move |coll, now| {
             let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
             let mut kept = HashSet::new();
             for (key, doc) in coll.docs.iter_mut() {
-                if lease_matches(key, doc, &keys, &ids) {
+                if lease_matches(key, doc, &owner, &keys, &ids) {
                     doc.exp = now + ttl;
                     doc.renewed = now;
                     kept.insert(key.clone());
@@ -276,13 +301,13 @@ impl Store for MemoryStore {
             return futures::future::ready(Ok(0)).boxed();
         }
         let keys = leases.iter().map(|l| l.key.clone()).collect();
-        let db = self.db.clone();
+        let (db, owner) = (self.db.clone(), self.owner.clone());
         let yield_window = self.yield_window;
         let mode = self.release_mode;
         self.run(Op::Release, keys, move |coll, now| {
             let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
-            let matches = |key: &LeaseKey, doc: &Doc| lease_matches(key, doc, &keys, &ids);
+            let matches = |key: &LeaseKey, doc: &Doc| lease_matches(key, doc, &owner, &keys, &ids);
             let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
             Ok(deleted + marked)
         })
@@ -402,11 +427,12 @@ impl Store for MemoryStore {
     }
 
     fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {
+        let owner = self.owner.clone();
         self.run(
             Op::SetPayload,
             vec![lease.key.clone()],
             move |coll, _now| match coll.docs.get_mut(&lease.key) {
-                Some(doc) if doc.lease_id == Some(lease.lease_id) => {
+                Some(doc) if doc.lease_id == Some(lease.lease_id) && doc.owner == owner => {
                     doc.payload = Some(payload);
                     Ok(true)
                 }

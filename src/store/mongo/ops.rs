@@ -16,15 +16,15 @@ use super::handle::{MongoStore, is_duplicate_key, is_on_id_index};
 use super::observe::observe;
 use super::pipeline::{
     acquire_pipeline, acquire_projection, classify, deletable_filter, force_release_filter,
-    foreign_filter, id_index, info_projection, key_filter, keys_filter, lease_filter, list_min,
-    owner_filter, owner_leases_filter, payload_filter, payload_update, projected_info,
+    foreign_filter, id_index, info_projection, key_filter, key_write, keys_filter, lease_filter,
+    list_min, owner_filter, owner_leases_filter, payload_filter, payload_update, projected_info,
     release_events_pipeline, release_update, released_filter, renew_update,
 };
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::{AcquireOutcome, DELETE_DELAY, LeaseRef, Store, field};
+use crate::store::{AcquireOutcome, Announcement, DELETE_DELAY, LeaseRef, Store, field};
 
 /// How many times a failed idempotent write is tried in all.
 const WRITE_ATTEMPTS: u32 = 3;
@@ -93,7 +93,7 @@ impl MongoStore {
     }
 
     async fn renew_batch(&self, leases: Vec<LeaseRef>) -> Result<Vec<LeaseKey>> {
-        let filter = lease_filter(&leases);
+        let filter = lease_filter(self.owner(), &leases);
         let update = renew_update(self.ttl_ms());
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
@@ -350,18 +350,19 @@ impl MongoStore {
 
     async fn set_payload_of(&self, lease: LeaseRef, payload: Document) -> Result<bool> {
         let result = self
-            .bounded(
-                self.coll()
-                    .update_one(payload_filter(&lease), payload_update(payload)),
-            )
+            .bounded(self.coll().update_one(
+                payload_filter(self.owner(), &lease),
+                payload_update(payload),
+            ))
             .await?;
         Ok(result.matched_count == 1)
     }
 
-    /// A change stream of releases and deletes ([`release_events_pipeline`]),
-    /// reduced to the key. Opening it is part of the stream's first poll, so
-    /// the caller never waits for it.
-    fn release_events(&self) -> BoxStream<'static, Result<LeaseKey>> {
+    /// A change stream of the writes that may change who holds a key
+    /// ([`release_events_pipeline`]), each read by [`key_write`], after
+    /// [`Announcement::Opened`]. Opening it is part of the stream's first
+    /// poll, so the caller never waits for it.
+    fn release_events(&self) -> BoxStream<'static, Result<Announcement>> {
         let store = self.clone();
         futures::stream::once(async move {
             store
@@ -369,17 +370,19 @@ impl MongoStore {
                 .await
         })
         .map(|opened| match opened {
-            Ok(stream) => stream
-                .filter_map(|event| async move {
-                    match event {
-                        Ok(event) => event
-                            .document_key
-                            .and_then(|k| k.get(field::ID).cloned().map(LeaseKey::from))
-                            .map(Ok),
-                        Err(e) => Some(Err(Error::from(e))),
-                    }
-                })
-                .boxed(),
+            Ok(stream) => {
+                let writes = stream
+                    .with_type::<Document>()
+                    .filter_map(|event| async move {
+                        match event {
+                            Ok(event) => key_write(&event).map(|w| Ok(Announcement::Write(w))),
+                            Err(e) => Some(Err(Error::from(e))),
+                        }
+                    });
+                futures::stream::iter([Ok(Announcement::Opened)])
+                    .chain(writes)
+                    .boxed()
+            }
             Err(e) => futures::stream::iter([Err(e)]).boxed(),
         })
         .flatten()
@@ -388,7 +391,7 @@ impl MongoStore {
 }
 
 impl Store for MongoStore {
-    fn watch_releases(&self) -> BoxStream<'static, Result<LeaseKey>> {
+    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
         self.release_events()
     }
 
@@ -414,7 +417,7 @@ impl Store for MongoStore {
                 return Ok(0);
             }
             store
-                .release_matching(lease_filter(&leases), leases.len() == 1)
+                .release_matching(lease_filter(store.owner(), &leases), leases.len() == 1)
                 .await
         }
         .boxed()

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
@@ -13,7 +14,8 @@ use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{
-    AcquireOutcome, FIELD_COUNT, LeaseRef, TOKEN_TIME_SHIFT, field, foreign_owner, lease_info,
+    AcquireOutcome, FIELD_COUNT, KeyWrite, LeaseRef, TOKEN_TIME_SHIFT, field, foreign_owner,
+    lease_info,
 };
 
 /// A lease id as stored in `lid`: a BSON UUID (binary subtype 4).
@@ -181,12 +183,18 @@ pub(super) fn projected_info(key: &LeaseKey, doc: &Document) -> Option<LeaseInfo
     lease_info(key, doc, now)
 }
 
-/// The documents of `leases`: `_id` among their keys and `lid` among their
-/// lease ids (one `$in` each, so that a batch stays one indexed query).
-pub(super) fn lease_filter(leases: &[LeaseRef]) -> Document {
+/// The documents of `leases` of `owner`: `_id` among their keys, `lid`
+/// among their lease ids (one `$in` each, so that a batch stays one indexed
+/// query) and `aid` the owner id, so that a lease whose document another
+/// application rewrote to another owner is no longer renewed nor released.
+pub(super) fn lease_filter(owner: &str, leases: &[LeaseRef]) -> Document {
     let keys: Vec<Bson> = leases.iter().map(|l| l.key.as_bson().clone()).collect();
     let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
-    doc! { field::ID: { "$in": keys }, field::LEASE_ID: { "$in": ids } }
+    doc! {
+        field::ID: { "$in": keys },
+        field::LEASE_ID: { "$in": ids },
+        field::OWNER: { "$eq": owner },
+    }
 }
 
 /// The renewal: `ts = $$NOW`, `exp = $$NOW + ttl_ms`; nothing else changes.
@@ -324,9 +332,14 @@ pub(super) fn foreign_filter(key: &LeaseKey, found: &Document) -> Document {
     }
 }
 
-/// The document of `lease`, only while it holds its lease id.
-pub(super) fn payload_filter(lease: &LeaseRef) -> Document {
-    doc! { field::ID: &lease.key, field::LEASE_ID: bson_lease_id(lease.lease_id) }
+/// The document of `lease` of `owner`, only while it holds its lease id
+/// and owner id.
+pub(super) fn payload_filter(owner: &str, lease: &LeaseRef) -> Document {
+    doc! {
+        field::ID: &lease.key,
+        field::LEASE_ID: bson_lease_id(lease.lease_id),
+        field::OWNER: { "$eq": owner },
+    }
 }
 
 /// Sets the payload; nothing else changes.
@@ -347,16 +360,87 @@ pub(super) fn id_index() -> Document {
     doc! { field::ID: 1 }
 }
 
-/// The change-stream stages of `watch_releases`: releases (an update that
-/// removed `lid`) and deletes (TTL monitor, operators), reduced to the key.
+/// The change-stream stages of `watch_releases`: the writes that may change
+/// who holds a key — deletes, inserts, replacements (the acquisition of an
+/// existing document is one), and updates that set or remove `lid` or `aid`
+/// (a release, another application's rewrite) — filtered on the server, so
+/// that renewals (`ts`, `exp`), payload writes and waiting marks cost no
+/// event; each reduced to what [`key_write`] reads
+/// (docs/mongodb-behaviour.md, B13).
 pub(super) fn release_events_pipeline() -> [Document; 2] {
+    let updated = |name: &str| format!("updateDescription.updatedFields.{name}");
     [
         doc! { "$match": { "$or": [
-            { "operationType": "delete" },
-            { "operationType": "update", "updateDescription.removedFields": field::LEASE_ID },
+            { "operationType": { "$in": ["delete", "insert", "replace"] } },
+            { "operationType": "update", "$or": [
+                { updated(field::LEASE_ID): { "$exists": true } },
+                { updated(field::OWNER): { "$exists": true } },
+                { "updateDescription.removedFields": { "$in": [field::LEASE_ID, field::OWNER] } },
+            ]},
         ]}},
-        doc! { "$project": { "operationType": 1, "documentKey": 1 } },
+        doc! { "$project": {
+            "operationType": 1,
+            "documentKey._id": 1,
+            format!("fullDocument.{}", field::LEASE_ID): 1,
+            format!("fullDocument.{}", field::OWNER): 1,
+            updated(field::LEASE_ID): 1,
+            updated(field::OWNER): 1,
+            "updateDescription.removedFields": 1,
+        }},
     ]
+}
+
+/// Reads one event of [`release_events_pipeline`] (a raw change event
+/// document). `None` for an event of another kind or without a string key.
+pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
+    let key = LeaseKey::from(
+        event
+            .get_document("documentKey")
+            .ok()?
+            .get(field::ID)?
+            .clone(),
+    );
+    let lease_id = |doc: &Document| match doc.get(field::LEASE_ID) {
+        Some(Bson::Binary(b)) if b.subtype == BinarySubtype::Uuid => {
+            Uuid::from_slice(&b.bytes).ok()
+        }
+        _ => None,
+    };
+    let owner = |doc: &Document| doc.get_str(field::OWNER).ok().map(str::to_string);
+    match event.get_str("operationType").ok()? {
+        "delete" => Some(KeyWrite {
+            key,
+            freed: true,
+            lease_id: None,
+            owner: None,
+        }),
+        "insert" | "replace" => {
+            let doc = event.get_document("fullDocument").ok()?;
+            Some(KeyWrite {
+                key,
+                freed: !doc.contains_key(field::LEASE_ID),
+                lease_id: lease_id(doc),
+                owner: owner(doc),
+            })
+        }
+        "update" => {
+            let update = event.get_document("updateDescription").ok()?;
+            let empty = Document::new();
+            let updated = update.get_document("updatedFields").unwrap_or(&empty);
+            let removed = |name: &str| {
+                update
+                    .get_array("removedFields")
+                    .is_ok_and(|r| r.iter().any(|f| f.as_str() == Some(name)))
+            };
+            Some(KeyWrite {
+                key,
+                freed: removed(field::LEASE_ID),
+                lease_id: lease_id(updated),
+                owner: owner(updated),
+            })
+        }
+        _ => None,
+    }
 }
 
 /// The change-stream stage of observing one key: every event of its document.
@@ -565,7 +649,7 @@ mod tests {
     }
 
     #[test]
-    fn lease_filters_match_key_and_lease_id() {
+    fn lease_filters_match_key_lease_id_and_owner_id() {
         let other = Uuid::from_u128(7);
         let leases = [
             LeaseRef {
@@ -578,15 +662,16 @@ mod tests {
             },
         ];
         assert_eq!(
-            lease_filter(&leases),
+            lease_filter("me", &leases),
             doc! {
                 "_id": { "$in": ["a", "b"] },
                 "lid": { "$in": [bson_lease_id(LID), bson_lease_id(other)] },
+                "aid": { "$eq": "me" },
             }
         );
         assert_eq!(
-            payload_filter(&leases[0]),
-            doc! { "_id": "a", "lid": bson_lease_id(LID) }
+            payload_filter("me", &leases[0]),
+            doc! { "_id": "a", "lid": bson_lease_id(LID), "aid": { "$eq": "me" } }
         );
         assert_eq!(
             payload_update(doc! { "x": 1 }),
@@ -630,19 +715,124 @@ mod tests {
     }
 
     #[test]
-    fn release_events_are_deletes_and_updates_that_removed_the_lease_id() {
+    fn announced_writes_are_those_that_set_or_remove_the_lease_id_or_owner_id() {
         let [matched, projected] = release_events_pipeline();
         assert_eq!(
             matched,
             doc! { "$match": { "$or": [
-                { "operationType": "delete" },
-                { "operationType": "update", "updateDescription.removedFields": "lid" },
+                { "operationType": { "$in": ["delete", "insert", "replace"] } },
+                { "operationType": "update", "$or": [
+                    { "updateDescription.updatedFields.lid": { "$exists": true } },
+                    { "updateDescription.updatedFields.aid": { "$exists": true } },
+                    { "updateDescription.removedFields": { "$in": ["lid", "aid"] } },
+                ]},
             ]}}
         );
+        let kept: Vec<&str> = projected
+            .get_document("$project")
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         assert_eq!(
-            projected,
-            doc! { "$project": { "operationType": 1, "documentKey": 1 } }
+            kept,
+            [
+                "operationType",
+                "documentKey._id",
+                "fullDocument.lid",
+                "fullDocument.aid",
+                "updateDescription.updatedFields.lid",
+                "updateDescription.updatedFields.aid",
+                "updateDescription.removedFields",
+            ]
         );
+    }
+
+    #[test]
+    fn announced_writes_are_read_from_each_kind_of_event() {
+        let key = doc! { "_id": "k" };
+        let write = |freed, lease_id, owner: Option<&str>| KeyWrite {
+            key: "k".into(),
+            freed,
+            lease_id,
+            owner: owner.map(str::to_string),
+        };
+        let event = |kind: &str, rest: Document| {
+            let mut e = doc! { "operationType": kind, "documentKey": key.clone() };
+            e.extend(rest);
+            e
+        };
+        let full = doc! { "fullDocument": { "aid": "me", "lid": bson_lease_id(LID) } };
+        assert_eq!(
+            key_write(&event("delete", doc! {})),
+            Some(write(true, None, None))
+        );
+        assert_eq!(
+            key_write(&event("insert", full.clone())),
+            Some(write(false, Some(LID), Some("me")))
+        );
+        assert_eq!(
+            key_write(&event("replace", full)),
+            Some(write(false, Some(LID), Some("me")))
+        );
+        assert_eq!(
+            key_write(&event(
+                "replace",
+                doc! { "fullDocument": { "aid": "x", "lid": "not a uuid" } }
+            )),
+            Some(write(false, None, Some("x")))
+        );
+        assert_eq!(
+            key_write(&event("replace", doc! { "fullDocument": { "aid": "x" } })),
+            Some(write(true, None, Some("x")))
+        );
+        let update = |updated: Document, removed: Vec<&str>| {
+            event(
+                "update",
+                doc! { "updateDescription": { "updatedFields": updated, "removedFields": removed } },
+            )
+        };
+        assert_eq!(
+            key_write(&update(doc! {}, vec!["lid"])),
+            Some(write(true, None, None)),
+            "a release"
+        );
+        assert_eq!(
+            key_write(&update(doc! { "aid": "other" }, vec![])),
+            Some(write(false, None, Some("other")))
+        );
+        assert_eq!(
+            key_write(&update(doc! {}, vec!["aid"])),
+            Some(write(false, None, None))
+        );
+        assert_eq!(
+            key_write(&update(doc! { "lid": bson_lease_id(LID) }, vec![])),
+            Some(write(false, Some(LID), None))
+        );
+        assert_eq!(key_write(&event("invalidate", doc! {})), None);
+        assert_eq!(
+            key_write(&doc! { "operationType": "delete", "documentKey": { "_id": 1 } }),
+            None,
+            "a key that is not a string"
+        );
+    }
+
+    #[test]
+    fn only_a_write_of_this_lease_id_under_this_owner_keeps_a_held_lease() {
+        let other = Uuid::from_u128(9);
+        let write = |freed, lease_id, owner: Option<&str>| KeyWrite {
+            key: "k".into(),
+            freed,
+            lease_id,
+            owner: owner.map(str::to_string),
+        };
+        assert!(write(false, Some(LID), Some("me")).keeps(LID, "me"));
+        assert!(write(false, Some(LID), None).keeps(LID, "me"));
+        assert!(!write(false, Some(LID), Some("other")).keeps(LID, "me"));
+        assert!(!write(false, Some(other), Some("me")).keeps(LID, "me"));
+        assert!(!write(false, None, Some("other")).keeps(LID, "me"));
+        assert!(!write(false, None, None).keeps(LID, "me"));
+        assert!(!write(true, None, None).keeps(LID, "me"));
     }
 
     fn returned(lid: Uuid, owner: &str, exp_ms: i64, now_ms: i64) -> Document {

@@ -1,0 +1,172 @@
+//! Leases taken away by someone else's write (`src/actor/release_watch.rs`):
+//! noticed through the stream of writes at once, by a renewal of just the
+//! leases concerned, never by the event alone.
+
+use super::*;
+use crate::store::KeyWrite;
+
+/// Half-way between the manager's start and its first heartbeat.
+const BETWEEN_TICKS: Duration = Duration::from_millis(500);
+
+/// The keys of each renewal call since `before` calls, with its instant.
+fn renewals_since(store: &MemoryStore, before: usize) -> Vec<(Instant, Vec<LeaseKey>)> {
+    store
+        .calls_of(Op::Renew)
+        .split_off(before)
+        .into_iter()
+        .map(|c| {
+            let mut keys = c.keys;
+            keys.sort();
+            (c.at, keys)
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_deleted_by_someone_else_is_lost_at_once_by_a_check_of_that_lease_only() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let k1 = a.acquire("k1").await.unwrap();
+    let k2 = a.acquire("k2").await.unwrap();
+    sleep_until(t0 + BETWEEN_TICKS).await;
+    let before = store.calls(Op::Renew);
+
+    db.delete("k1");
+    soon(k1.lost()).await;
+    assert_eq!(
+        Instant::now(),
+        t0 + BETWEEN_TICKS,
+        "lost at once, not at the heartbeat"
+    );
+    assert_eq!(
+        renewals_since(&store, before),
+        [(t0 + BETWEEN_TICKS, vec![LeaseKey::from("k1")])],
+        "one check of the lease written, no renewal of the others"
+    );
+    settle().await;
+    assert!(!k2.is_lost());
+    assert_eq!(db.holder("k2").as_deref(), Some("a"));
+    assert_eq!(k1.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_whose_owner_id_is_rewritten_is_lost_at_once() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    sleep_until(t0 + BETWEEN_TICKS).await;
+    let before = store.calls(Op::Renew);
+
+    db.set_owner("k", "intruder");
+    soon(lease.lost()).await;
+    assert_eq!(Instant::now(), t0 + BETWEEN_TICKS);
+    assert_eq!(
+        renewals_since(&store, before),
+        [(t0 + BETWEEN_TICKS, vec![LeaseKey::from("k")])]
+    );
+    assert_eq!(
+        db.holder("k").as_deref(),
+        Some("intruder"),
+        "theirs untouched"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_change_stream_a_rewritten_owner_id_is_lost_at_the_next_heartbeat() {
+    let db = MemoryDb::new();
+    let (a, _, t0) = start_without_change_streams(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    sleep_until(t0 + BETWEEN_TICKS).await;
+
+    db.set_owner("k", "intruder");
+    soon(lease.lost()).await;
+    assert_eq!(
+        Instant::now(),
+        t0 + HEARTBEAT,
+        "renewals match the owner id"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_event_makes_the_holder_check_but_never_loses_a_held_lease() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    sleep_until(t0 + BETWEEN_TICKS).await;
+    let before = store.calls(Op::Renew);
+
+    // E.g. the previous holder's release, delivered after our acquire reply.
+    db.announce(KeyWrite {
+        key: "k".into(),
+        freed: true,
+        lease_id: None,
+        owner: None,
+    });
+    sleep(BETWEEN_TICKS / 2).await;
+    assert_eq!(
+        renewals_since(&store, before),
+        [(t0 + BETWEEN_TICKS, vec![LeaseKey::from("k")])],
+        "checked at once"
+    );
+    assert!(!lease.is_lost(), "the store says it is still held");
+    sleep(HEARTBEAT * 3).await;
+    assert!(!lease.is_lost());
+    assert_eq!(db.holder("k").as_deref(), Some("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn writes_to_other_keys_and_the_holders_own_writes_cost_no_check() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let lease = a.acquire("k").await.unwrap();
+    sleep_until(t0 + BETWEEN_TICKS).await;
+    let before = store.calls(Op::Renew);
+
+    // Another owner's acquisitions and releases, and this manager's own of
+    // other keys; then a payload write on the held lease.
+    for i in 0..3 {
+        let theirs = b.acquire(format!("b{i}")).await.unwrap();
+        let ours = a.acquire(format!("a{i}")).await.unwrap();
+        assert_eq!(theirs.release().await.unwrap(), ReleaseOutcome::Released);
+        assert_eq!(ours.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+    db.delete("b0");
+    lease
+        .set_payload(mongodb::bson::doc! { "x": 1 })
+        .await
+        .unwrap();
+    sleep_until(t0 + HEARTBEAT - MS).await;
+    assert_eq!(
+        renewals_since(&store, before),
+        [],
+        "no renewal before the heartbeat"
+    );
+    assert!(!lease.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_announced_while_the_acquire_is_in_flight_is_checked_once_granted() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let _other = a.acquire("other").await.unwrap();
+    store.set_latency(Op::Acquire, Duration::from_millis(100));
+    let acquiring = waiter(&a, "k").await;
+    sleep(Duration::from_millis(50)).await;
+    // Delivered before the acquire reply: it may concern the new lease.
+    db.announce(KeyWrite {
+        key: "k".into(),
+        freed: true,
+        lease_id: None,
+        owner: None,
+    });
+    let (granted_at, lease) = soon(acquiring).await.unwrap().unwrap();
+    assert_eq!(granted_at, t0 + Duration::from_millis(100));
+    settle().await;
+    assert_eq!(
+        renewals_since(&store, 0),
+        [(granted_at, vec![LeaseKey::from("k")])],
+        "checked as soon as granted"
+    );
+    assert!(!lease.is_lost(), "the store says it is held");
+}
