@@ -812,8 +812,13 @@ mod tests {
         assert_eq!(key_write(&event("invalidate", doc! {})), None);
         assert_eq!(
             key_write(&doc! { "operationType": "delete", "documentKey": { "_id": 1 } }),
-            None,
-            "a key that is not a string"
+            Some(KeyWrite {
+                key: 1.into(),
+                freed: true,
+                lease_id: None,
+                owner: None,
+            }),
+            "a key of any BSON type"
         );
     }
 
