@@ -168,12 +168,24 @@ pub(crate) struct Timing {
     pub retry_initial: Duration,
     pub retry_max: Duration,
     pub renewal_batch_size: usize,
+    /// The `expireAfterSeconds` of another application's TTL index on `ts`,
+    /// when shorter than the TTL: MongoDB may delete a lease that long after
+    /// its last renewal, so the local deadline uses it instead of the TTL
+    /// (found by `connect`; see `src/store/mongo/prepare.rs`).
+    pub ttl_cap: Option<Duration>,
 }
 
 impl Timing {
-    /// The time a lease stays safe after the start of a confirmed renewal.
+    /// The TTL the local deadlines use: the TTL, capped by `ttl_cap`.
+    pub fn effective_ttl(&self) -> Duration {
+        self.ttl_cap.map_or(self.ttl, |cap| cap.min(self.ttl))
+    }
+
+    /// The time a lease stays safe after the start of a confirmed renewal:
+    /// the effective TTL minus the safety margin (`prepare` refuses a cap
+    /// not longer than the heartbeat interval plus the safety margin).
     pub fn local_validity(&self) -> Duration {
-        self.ttl - self.safety_margin
+        self.effective_ttl().saturating_sub(self.safety_margin)
     }
 }
 
@@ -246,6 +258,7 @@ impl LockManagerOptions {
             retry_initial: self.retry_initial,
             retry_max: self.retry_max,
             renewal_batch_size: self.renewal_batch_size,
+            ttl_cap: None,
         })
     }
 }

@@ -74,7 +74,12 @@ impl LockManager {
     /// [`Error::InvalidConfig`] for inconsistent options (nothing is sent),
     /// [`Error::Unreachable`] if MongoDB does not answer within
     /// `operation_timeout`, [`Error::UnusableCollection`] for a capped
-    /// collection or an index on `exp` that is not a TTL index, and
+    /// collection, an index on `exp` that is not a TTL index, a TTL index
+    /// that could delete a held lease (on `ts` with `expireAfterSeconds` not
+    /// longer than `heartbeat_interval + safety_margin`, or on a date no
+    /// renewal moves such as `acq`), or a collection holding documents that
+    /// are not lock documents when the TTL index on `exp` must be created
+    /// (nothing is created then), and
     /// [`Error::Database`] for other server errors (for example missing
     /// privileges).
     ///
@@ -82,7 +87,7 @@ impl LockManager {
     ///
     /// Outside a tokio runtime.
     pub async fn connect(options: LockManagerOptions) -> Result<LockManager> {
-        let timing = options.timing()?;
+        let mut timing = options.timing()?;
         let owner_id = options
             .owner_id
             .clone()
@@ -95,7 +100,8 @@ impl LockManager {
             timing.retry_max,
             timing.operation_timeout,
         );
-        store.prepare(options.gc_grace).await?;
+        let facts = store.prepare(options.gc_grace, &timing).await?;
+        timing.ttl_cap = facts.ttl_cap;
         Ok(Self::start(Arc::new(store), owner_id.into(), timing))
     }
 

@@ -1,1 +1,173 @@
-//! (to be written)
+//! The checks `connect` makes on the lock collection: TTL indexes of other
+//! applications that could delete a held lease, and data collections named
+//! by mistake (`src/store/mongo/prepare.rs`).
+
+use std::time::Duration;
+
+use mongo_lease::{Error, LockManager, LockManagerOptions};
+use mongodb::IndexModel;
+use mongodb::bson::{DateTime, Document, doc};
+use mongodb::options::IndexOptions;
+
+use crate::common::Fixture;
+
+const TTL: Duration = Duration::from_secs(90);
+
+/// Creates a TTL index on `field` with `expire_after`, named `name`, as
+/// another application would.
+async fn ttl_index(fx: &Fixture, field: &str, expire_after: Duration, name: &str) {
+    fx.raw()
+        .create_index(
+            IndexModel::builder()
+                .keys(doc! { field: 1 })
+                .options(
+                    IndexOptions::builder()
+                        .name(name.to_string())
+                        .expire_after(expire_after)
+                        .build(),
+                )
+                .build(),
+        )
+        .await
+        .expect("create the other application's index");
+}
+
+async fn index_names(fx: &Fixture) -> Vec<String> {
+    let mut names = fx.raw().list_index_names().await.expect("list the indexes");
+    names.sort();
+    names
+}
+
+async fn options(fx: &Fixture, heartbeat: Duration) -> LockManagerOptions {
+    let mut options = fx.options(TTL).await;
+    options.heartbeat_interval = Some(heartbeat);
+    options
+}
+
+fn unusable_reason(result: mongo_lease::Result<LockManager>) -> String {
+    match result {
+        Err(Error::UnusableCollection { reason }) => reason,
+        Err(other) => panic!("expected UnusableCollection, got {other:?}"),
+        Ok(_) => panic!("expected UnusableCollection, connect succeeded"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ts_ttl_index_shorter_than_heartbeat_plus_margin_is_refused_naming_it() {
+    let fx = Fixture::new("ts_refused").await;
+    ttl_index(&fx, "ts", Duration::from_secs(30), "ts_1").await;
+    let before = index_names(&fx).await;
+
+    let reason =
+        unusable_reason(LockManager::connect(options(&fx, Duration::from_secs(40)).await).await);
+    assert!(reason.contains("\"ts_1\""), "names the index: {reason}");
+    assert!(reason.contains("{ \"ts\": 1 }"), "names the key: {reason}");
+    assert!(
+        reason.contains("expireAfterSeconds 30"),
+        "names expireAfterSeconds: {reason}"
+    );
+    assert_eq!(index_names(&fx).await, before, "nothing was created");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ts_ttl_index_longer_than_heartbeat_plus_margin_is_accepted() {
+    let fx = Fixture::new("ts_accepted").await;
+    ttl_index(&fx, "ts", Duration::from_secs(30), "ts_1").await;
+
+    let manager = LockManager::connect(options(&fx, Duration::from_secs(3)).await)
+        .await
+        .expect("a 30 s index outlives a 3 s heartbeat plus the 9 s margin");
+    let lease = manager.acquire("k").await.expect("acquire");
+    assert_eq!(
+        fx.doc("k").await.get_i64("tok").ok(),
+        Some(lease.fencing_token() as i64)
+    );
+    assert!(!lease.release().await.expect("release").was_lost());
+    manager.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ttl_index_on_acq_is_refused_whatever_its_expiry() {
+    let fx = Fixture::new("acq_refused").await;
+    ttl_index(&fx, "acq", Duration::from_secs(86_400), "acq_1").await;
+    let before = index_names(&fx).await;
+
+    let reason =
+        unusable_reason(LockManager::connect(options(&fx, Duration::from_secs(3)).await).await);
+    assert!(reason.contains("\"acq_1\""), "names the index: {reason}");
+    assert!(reason.contains("no renewal moves"), "says why: {reason}");
+    assert_eq!(index_names(&fx).await, before, "nothing was created");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_data_collection_is_refused_and_its_documents_survive() {
+    let mut fx = Fixture::new("data_refused").await;
+    fx.collection = "workitem".into();
+    let user_doc = doc! {
+        "_id": "order-1",
+        "state": "open",
+        "exp": DateTime::from_millis(0),
+    };
+    fx.raw()
+        .insert_one(user_doc.clone())
+        .await
+        .expect("insert the user's document");
+
+    let reason = unusable_reason(LockManager::connect(fx.options(TTL).await).await);
+    assert!(
+        reason.contains("lock collection"),
+        "says what was expected: {reason}"
+    );
+    assert!(
+        reason.contains("\"order-1\""),
+        "names the document's _id: {reason}"
+    );
+    assert!(
+        !reason.contains("open"),
+        "does not show its contents: {reason}"
+    );
+    assert_eq!(
+        index_names(&fx).await,
+        vec!["_id_".to_string()],
+        "no index created"
+    );
+    let stored: Vec<Document> = {
+        use futures::TryStreamExt;
+        fx.raw()
+            .find(doc! {})
+            .await
+            .expect("find")
+            .try_collect()
+            .await
+            .expect("read")
+    };
+    assert_eq!(
+        stored,
+        vec![user_doc],
+        "the user's document survives untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collection_of_the_patterns_lock_documents_is_accepted() {
+    let fx = Fixture::new("pattern_accepted").await;
+    fx.raw()
+        .insert_many(vec![
+            doc! { "_id": "a", "ts": DateTime::now(), "aid": "other-app" },
+            doc! { "_id": "b", "ts": DateTime::now(), "aid": "other-app", "extra": 1 },
+            doc! { "_id": "c" },
+        ])
+        .await
+        .expect("insert the other application's locks");
+
+    let manager = LockManager::connect(fx.options(TTL).await)
+        .await
+        .expect("a collection of lock documents is accepted");
+    assert!(
+        index_names(&fx)
+            .await
+            .contains(&"mongo_lease_gc".to_string()),
+        "the TTL index was created"
+    );
+    manager.shutdown().await.expect("shutdown");
+}

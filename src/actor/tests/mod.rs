@@ -49,6 +49,7 @@ fn timing() -> Timing {
         retry_initial: RETRY_INITIAL,
         retry_max: RETRY_MAX,
         renewal_batch_size: BATCH,
+        ttl_cap: None,
     };
     assert_eq!(timing.local_validity(), VALIDITY);
     timing

@@ -355,3 +355,45 @@ async fn renewals_failing_until_the_deadline_lose_the_lease_exactly_then() {
         "no retries for a lost lease"
     );
 }
+
+/// A TTL index on `ts` of another application (`expireAfterSeconds` shorter
+/// than the TTL, found by `connect`) caps the TTL of local deadlines: a holder
+/// whose renewals fail gives up `safety_margin` before MongoDB may delete its
+/// document, not at the end of the (longer) TTL.
+#[tokio::test(start_paused = true)]
+async fn a_ttl_cap_from_a_ts_index_shortens_the_local_deadline() {
+    let cap = Duration::from_secs(2);
+    let db = MemoryDb::new();
+    let store = db.store("a", TTL);
+    let t0 = Instant::now();
+    let capped = Timing {
+        ttl_cap: Some(cap),
+        ..timing()
+    };
+    assert_eq!(capped.local_validity(), cap - SAFETY_MARGIN);
+    let a = LockManager::start(Arc::new(store.clone()), "a".into(), capped);
+    let lease = a.acquire("k").await.unwrap();
+    store.fail_renewals();
+
+    soon(lease.lost()).await;
+    assert_eq!(Instant::now(), t0 + cap - SAFETY_MARGIN);
+    assert!(Instant::now() < t0 + VALIDITY);
+}
+
+/// A cap longer than the TTL changes nothing.
+#[tokio::test(start_paused = true)]
+async fn a_ttl_cap_longer_than_the_ttl_keeps_the_ttl_deadline() {
+    let db = MemoryDb::new();
+    let store = db.store("a", TTL);
+    let t0 = Instant::now();
+    let capped = Timing {
+        ttl_cap: Some(TTL * 10),
+        ..timing()
+    };
+    let a = LockManager::start(Arc::new(store.clone()), "a".into(), capped);
+    let lease = a.acquire("k").await.unwrap();
+    store.fail_renewals();
+
+    soon(lease.lost()).await;
+    assert_eq!(Instant::now(), t0 + VALIDITY);
+}

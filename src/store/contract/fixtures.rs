@@ -85,10 +85,16 @@ impl Fixture for MongoFixture {
         };
         // Indexes as a manager creates them; a long grace keeps the TTL
         // monitor away from the scenario's documents.
+        let timing = crate::LockManagerOptions::builder()
+            .database(fixture.db.clone())
+            .collection(fixture.collection.clone())
+            .build()
+            .timing()
+            .expect("default timing");
         fixture
             .store("prepare")
             .await
-            .prepare(Duration::from_secs(3600))
+            .prepare(Duration::from_secs(3600), &timing)
             .await
             .expect("prepare the lock collection");
         fixture
