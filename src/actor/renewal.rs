@@ -46,6 +46,7 @@ impl Actor {
                     Err(Error::Unreachable {
                         waited: bound,
                         reason: "renewal timed out".into(),
+                        source: None,
                     })
                 });
                 Event::Renewed {

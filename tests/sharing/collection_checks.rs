@@ -171,3 +171,180 @@ async fn a_collection_of_the_patterns_lock_documents_is_accepted() {
     );
     manager.shutdown().await.expect("shutdown");
 }
+
+// ----- errors that name the cause ---------------------------------------------
+
+/// The manager's operation timeout in the unreachable cases; the clients'
+/// server-selection timeout is shorter, so the driver's error comes first.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(3);
+const SELECTION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Connects a manager through a client built from `client_options` with a
+/// short server-selection timeout, and returns the `Unreachable` error.
+async fn unreachable(
+    mut client_options: mongodb::options::ClientOptions,
+    selection_timeout: Option<Duration>,
+) -> Error {
+    client_options.server_selection_timeout = selection_timeout;
+    let client = mongodb::Client::with_options(client_options).expect("client");
+    let options = LockManagerOptions::builder()
+        .database(client.database("unreachable"))
+        .collection("workitem.lock")
+        .operation_timeout(OPERATION_TIMEOUT)
+        .build();
+    let error = match LockManager::connect(options).await {
+        Err(e @ Error::Unreachable { .. }) => e,
+        Err(other) => panic!("expected Unreachable, got {other:?}"),
+        Ok(_) => panic!("expected Unreachable, connect succeeded"),
+    };
+    client.shutdown().await;
+    error
+}
+
+/// A loopback port nothing listens on (bound, then closed).
+fn refused_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+fn has_driver_source(error: &Error) -> bool {
+    std::error::Error::source(error)
+        .and_then(|s| s.downcast_ref::<mongodb::error::Error>())
+        .is_some()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_port_gives_unreachable_naming_the_refusal() {
+    let uri = format!("mongodb://127.0.0.1:{}/", refused_port());
+    let options = mongodb::options::ClientOptions::parse(&uri)
+        .await
+        .expect("uri");
+    let error = unreachable(options, Some(SELECTION_TIMEOUT)).await;
+    let text = error.to_string();
+    assert!(
+        text.starts_with("MongoDB did not answer within 3s: no server could be selected:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Connection refused"),
+        "names the cause: {text}"
+    );
+    assert!(
+        has_driver_source(&error),
+        "keeps the driver's error: {error:?}"
+    );
+    assert!(
+        format!("{error:?}").contains("Connection refused"),
+        "{error:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_replica_set_name_gives_unreachable_naming_the_sets() {
+    let mut options = mongodb::options::ClientOptions::parse(crate::common::uri())
+        .await
+        .expect("uri");
+    let real = options
+        .repl_set_name
+        .clone()
+        .expect("the test deployment is a replica set");
+    options.repl_set_name = Some(format!("not-{real}"));
+    let error = unreachable(options, Some(SELECTION_TIMEOUT)).await;
+    let text = error.to_string();
+    assert!(text.contains("no server could be selected"), "{text}");
+    assert!(
+        text.contains(&format!("not-{real}")),
+        "names the expected set: {text}"
+    );
+    assert!(
+        has_driver_source(&error),
+        "keeps the driver's error: {error:?}"
+    );
+}
+
+/// A `mongod` without `--replSet`, killed on drop, its data directory removed.
+struct Standalone {
+    port: u16,
+    dbpath: std::path::PathBuf,
+    _child: tokio::process::Child,
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dbpath);
+    }
+}
+
+impl Standalone {
+    async fn start() -> Standalone {
+        let port = refused_port();
+        let dbpath = std::env::temp_dir().join(mongo_lease::testkit::unique_name("standalone"));
+        std::fs::create_dir_all(&dbpath).expect("data directory");
+        let child =
+            tokio::process::Command::new(mongo_lease::testkit::mongod_path().expect("mongod"))
+                .args([
+                    "--bind_ip",
+                    "127.0.0.1",
+                    "--port",
+                    &port.to_string(),
+                    "--nounixsocket",
+                ])
+                .arg("--dbpath")
+                .arg(&dbpath)
+                .stdout(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("start a standalone mongod");
+        let standalone = Standalone {
+            port,
+            dbpath,
+            _child: child,
+        };
+        // Ready once it answers; the generous selection timeout only turns a
+        // hang into a failure.
+        let client = mongodb::Client::with_uri_str(format!(
+            "mongodb://127.0.0.1:{port}/?directConnection=true&serverSelectionTimeoutMS=120000"
+        ))
+        .await
+        .expect("client");
+        client
+            .database("admin")
+            .run_command(doc! { "ping": 1 })
+            .await
+            .expect("the standalone mongod answers");
+        client.shutdown().await;
+        standalone
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_set_uri_to_a_standalone_gives_unreachable_naming_the_set() {
+    let standalone = Standalone::start().await;
+    let uri = format!("mongodb://127.0.0.1:{}/?replicaSet=rs0", standalone.port);
+    let options = mongodb::options::ClientOptions::parse(&uri)
+        .await
+        .expect("uri");
+    let error = unreachable(options, Some(SELECTION_TIMEOUT)).await;
+    let text = error.to_string();
+    assert!(text.contains("no server could be selected"), "{text}");
+    assert!(text.contains("rs0"), "names the expected set: {text}");
+    assert!(text.contains("standalone server"), "{text}");
+    assert!(
+        has_driver_source(&error),
+        "keeps the driver's error: {error:?}"
+    );
+}
+
+/// With the driver's default server-selection timeout (30 s, longer than the
+/// operation timeout) the cause is not known yet: the error says how to see it.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_short_selection_timeout_the_error_says_how_to_see_the_cause() {
+    let uri = format!("mongodb://127.0.0.1:{}/", refused_port());
+    let options = mongodb::options::ClientOptions::parse(&uri)
+        .await
+        .expect("uri");
+    let error = unreachable(options, None).await;
+    let text = error.to_string();
+    assert!(text.contains("serverSelectionTimeoutMS"), "{text}");
+    assert!(!has_driver_source(&error), "{error:?}");
+}

@@ -47,6 +47,7 @@ fn unreachable(reason: &str, waited: Duration) -> Error {
     Error::Unreachable {
         waited,
         reason: reason.to_string(),
+        source: None,
     }
 }
 

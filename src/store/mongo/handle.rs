@@ -86,7 +86,11 @@ impl MongoStore {
             Ok(result) => result.map_err(Error::from),
             Err(_) => Err(Error::Unreachable {
                 waited: self.operation_timeout,
-                reason: "operation timed out".into(),
+                reason: "operation timed out before the driver reported a cause (it says why \
+                         no server can be selected only once the client's \
+                         serverSelectionTimeoutMS, 30 s by default, has passed)"
+                    .into(),
+                source: None,
             }),
         }
     }

@@ -80,6 +80,7 @@ impl MongoStore {
             None => Err(Error::Unreachable {
                 waited: self.operation_timeout(),
                 reason: "lock document vanished during acquire".into(),
+                source: None,
             }),
         }
     }

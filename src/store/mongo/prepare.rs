@@ -57,7 +57,7 @@ use mongodb::options::IndexOptions;
 
 use super::handle::{MongoStore, command_code};
 use crate::config::Timing;
-use crate::error::{Error, Result, is_transient_db_error};
+use crate::error::{Error, Result, is_transient_db_error, unreachable_from};
 use crate::store::field;
 
 /// Name of the TTL index that garbage-collects lock documents.
@@ -93,10 +93,7 @@ impl MongoStore {
     ) -> Result<CollectionFacts> {
         let waited = self.operation_timeout();
         let unreachable = |e: Error| match e {
-            Error::Database(db) if is_transient_db_error(&db) => Error::Unreachable {
-                waited,
-                reason: db.to_string(),
-            },
+            Error::Database(db) if is_transient_db_error(&db) => unreachable_from(waited, db),
             other => other,
         };
         let db = self.coll().namespace().db;
