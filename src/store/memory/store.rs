@@ -223,20 +223,28 @@ impl Store for MemoryStore {
         .boxed()
     }
 
-    fn acquire(
+    fn acquire_with_ttl(
         &self,
         key: String,
         lease_id: Uuid,
         waiting: bool,
+        ttl: Duration,
     ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        let (owner, ttl) = (self.owner.clone(), self.ttl);
+        let owner = self.owner.clone();
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
             apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now)
         })
     }
 
-    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<String>>> {
-        let ttl = self.ttl;
+    fn default_ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn renew_with_ttl(
+        &self,
+        leases: Vec<LeaseRef>,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<Vec<String>>> {
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         self.run(Op::Renew, keys, move |coll, now| {
             let keys: HashSet<&str> = leases.iter().map(|l| l.key.as_str()).collect();
