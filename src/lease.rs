@@ -72,6 +72,7 @@ pub struct Lease {
     owner_id: Arc<str>,
     lease_id: Uuid,
     fencing_token: u64,
+    ttl: Duration,
     cancel: CancellationToken,
     mailbox: Mailbox,
     /// Set once [`Lease::release`] has sent its release, so `Drop` does nothing.
@@ -84,6 +85,7 @@ impl Lease {
         owner_id: Arc<str>,
         lease_id: Uuid,
         fencing_token: u64,
+        ttl: Duration,
         cancel: CancellationToken,
         mailbox: Mailbox,
     ) -> Self {
@@ -92,6 +94,7 @@ impl Lease {
             owner_id,
             lease_id,
             fencing_token,
+            ttl,
             cancel,
             mailbox,
             released: false,
@@ -101,6 +104,13 @@ impl Lease {
     /// The key this lease holds.
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// The lease's TTL: the one given with
+    /// [`AcquireOptions::ttl`](crate::AcquireOptions::ttl), or the manager's.
+    /// Each renewal sets the lease to expire this long after the server's now.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 
     /// The owner id of the manager that holds the lease (stored as `aid`).

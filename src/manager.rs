@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::actor::Actor;
 use crate::actor::command::{AcquireMode, Command, WaiterId};
 use crate::actor::mailbox::Mailbox;
-use crate::config::{LockManagerOptions, Timing, validate_key};
+use crate::config::{AcquireOptions, LockManagerOptions, Timing, validate_key};
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseInfo, LeaseObserver};
 use crate::store::{MongoStore, Store};
@@ -160,7 +160,26 @@ impl LockManager {
     /// and a lease granted at that moment is released, never leaked. Wrap it in
     /// [`tokio::time::timeout`] or use [`LockManager::acquire_timeout`].
     pub async fn acquire(&self, key: impl Into<String>) -> Result<Lease> {
-        match self.request(key.into(), AcquireMode::Wait).await? {
+        self.acquire_with(key, &AcquireOptions::default()).await
+    }
+
+    /// [`LockManager::acquire`] with options for this one lease (its TTL).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::acquire`], and [`Error::InvalidConfig`] for options
+    /// that break the manager's timing rules (see [`AcquireOptions::ttl`]),
+    /// before anything is sent.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn acquire_with(
+        &self,
+        key: impl Into<String>,
+        options: &AcquireOptions,
+    ) -> Result<Lease> {
+        match self.request(key.into(), AcquireMode::Wait, options).await? {
             Some(lease) => Ok(lease),
             None => Err(Error::Shutdown),
         }
@@ -181,7 +200,26 @@ impl LockManager {
         key: impl Into<String>,
         timeout: Duration,
     ) -> Result<Option<Lease>> {
-        match tokio::time::timeout(timeout, self.acquire(key)).await {
+        self.acquire_timeout_with(key, timeout, &AcquireOptions::default())
+            .await
+    }
+
+    /// [`LockManager::acquire_timeout`] with options for this one lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::acquire_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn acquire_timeout_with(
+        &self,
+        key: impl Into<String>,
+        timeout: Duration,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>> {
+        match tokio::time::timeout(timeout, self.acquire_with(key, options)).await {
             Ok(result) => result.map(Some),
             Err(_elapsed) => Ok(None),
         }
@@ -202,11 +240,35 @@ impl LockManager {
     ///
     /// Cancel safe, as [`LockManager::acquire`].
     pub async fn try_acquire(&self, key: impl Into<String>) -> Result<Option<Lease>> {
-        self.request(key.into(), AcquireMode::Try).await
+        self.try_acquire_with(key, &AcquireOptions::default()).await
     }
 
-    async fn request(&self, key: String, mode: AcquireMode) -> Result<Option<Lease>> {
+    /// [`LockManager::try_acquire`] with options for this one lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::try_acquire`], and [`Error::InvalidConfig`] as
+    /// [`LockManager::acquire_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn try_acquire_with(
+        &self,
+        key: impl Into<String>,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>> {
+        self.request(key.into(), AcquireMode::Try, options).await
+    }
+
+    async fn request(
+        &self,
+        key: String,
+        mode: AcquireMode,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>> {
         validate_key(&key)?;
+        let ttl = self.inner.timing.lease_ttl(options)?;
         let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
         // Armed until the reply is in: if this future is dropped while the
         // command waits in the actor's queue, the waiter is removed.
@@ -223,6 +285,7 @@ impl LockManager {
                 key,
                 waiter,
                 mode,
+                ttl,
                 respond_to,
             })
             .await;

@@ -166,7 +166,9 @@ pub(crate) trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> BoxFuture<'static, Result<AcquireOutcome>>;
 
-    /// [`Store::acquire_with_ttl`] with the store's default TTL (the manager's).
+    /// [`Store::acquire_with_ttl`] with the store's default TTL (the
+    /// manager's); for the store contract's scenarios.
+    #[cfg(test)]
     fn acquire(
         &self,
         key: String,
@@ -186,12 +188,15 @@ pub(crate) trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> BoxFuture<'static, Result<Vec<String>>>;
 
-    /// [`Store::renew_with_ttl`] with the store's default TTL (the manager's).
+    /// [`Store::renew_with_ttl`] with the store's default TTL (the
+    /// manager's); for the store contract's scenarios.
+    #[cfg(test)]
     fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<String>>> {
         self.renew_with_ttl(leases, self.default_ttl())
     }
 
     /// The TTL of [`Store::acquire`] and [`Store::renew`]: the manager's.
+    #[cfg(test)]
     fn default_ttl(&self) -> Duration;
 
     /// Releases the given leases (only those still held under their lease id).

@@ -286,6 +286,7 @@ impl Store for MongoStore {
         async move { store.renew_batch(leases, ttl_ms(ttl)).await }.boxed()
     }
 
+    #[cfg(test)]
     fn default_ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_ms().max(0) as u64)
     }
