@@ -45,6 +45,11 @@ impl Fixture for MemoryFixture {
 
     async fn cleanup(self) {}
 
+    async fn lifetime(&self, key: &str) -> Duration {
+        let doc = self.db.doc(key).expect("a document");
+        doc.exp - doc.renewed
+    }
+
     async fn raw(&self, key: &str) -> Option<Raw> {
         let now = Instant::now();
         self.db.doc(key).map(|d| Raw {
@@ -164,6 +169,17 @@ impl Fixture for MongoFixture {
             .insert_one(doc! { "_id": key, "owner": "someone else", "until": 12 })
             .await
             .expect("insert a foreign document");
+    }
+
+    async fn lifetime(&self, key: &str) -> Duration {
+        let doc = self
+            .raw_collection()
+            .find_one(doc! { "_id": key })
+            .await
+            .expect("read the document")
+            .expect("a document");
+        let ms = |name: &str| doc.get_datetime(name).expect(name).timestamp_millis();
+        Duration::from_millis((ms("exp") - ms("ts")) as u64)
     }
 
     async fn raw(&self, key: &str) -> Option<Raw> {

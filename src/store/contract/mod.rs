@@ -19,6 +19,7 @@
 
 mod acquire;
 mod fixtures;
+mod lease_ttl;
 mod reads;
 mod release;
 mod renewal;
@@ -80,6 +81,10 @@ trait Fixture: Sized {
 
     /// The document of `key`, if any.
     async fn raw(&self, key: &str) -> Option<Raw>;
+
+    /// `exp − ts` of the document of `key` (which must exist): the TTL its
+    /// last acquire or renewal wrote.
+    async fn lifetime(&self, key: &str) -> Duration;
 
     /// Removes what [`Fixture::new`] created (the MongoDB collection), once
     /// the scenario has passed.
@@ -199,4 +204,6 @@ contract!(
     // Loss detection and renewal by owner.
 
     // Per-lease TTL.
+    lease_ttl::an_acquire_with_a_ttl_stores_exp_that_far_after_ts,
+    lease_ttl::a_renewal_batch_with_a_ttl_keeps_exp_that_far_after_ts,
 );
