@@ -1,6 +1,7 @@
-//! The checks `connect` makes on the lock collection: TTL indexes of other
-//! applications that could delete a held lease, and data collections named
-//! by mistake (`src/store/mongo/prepare.rs`).
+//! What `connect` checks and reports, and per-lease TTLs: TTL indexes of
+//! other applications that could delete a held lease, data collections named
+//! by mistake (`src/store/mongo/prepare.rs`), `Unreachable` errors that name
+//! the driver's cause, and leases stored and renewed with their own TTL.
 
 use std::time::Duration;
 
@@ -347,4 +348,101 @@ async fn without_a_short_selection_timeout_the_error_says_how_to_see_the_cause()
     let text = error.to_string();
     assert!(text.contains("serverSelectionTimeoutMS"), "{text}");
     assert!(!has_driver_source(&error), "{error:?}");
+}
+
+// ----- per-lease TTL ------------------------------------------------------------
+
+/// `exp − ts` of the stored lock document of `key`.
+async fn stored_ttl(fx: &Fixture, key: &str) -> Duration {
+    let doc = fx.doc(key).await;
+    let ms = |name: &str| doc.get_datetime(name).expect(name).timestamp_millis();
+    Duration::from_millis((ms("exp") - ms("ts")) as u64)
+}
+
+/// The TTL (ms added to `$$NOW` for `exp`) and the keys of a renewal
+/// command, or `None` for any other command.
+fn renewal(command: &Document) -> Option<(i64, Vec<String>)> {
+    let keys = crate::common::renewal::renewed_keys(command)?;
+    let update = command.get_array("updates").ok()?.first()?.as_document()?;
+    let set = update
+        .get_array("u")
+        .ok()?
+        .first()?
+        .as_document()?
+        .get_document("$set")
+        .ok()?;
+    let ttl_ms = match set
+        .get_document("exp")
+        .ok()?
+        .get_array("$add")
+        .ok()?
+        .get(1)?
+    {
+        mongodb::bson::Bson::Int64(ms) => *ms,
+        mongodb::bson::Bson::Int32(ms) => *ms as i64,
+        _ => return None,
+    };
+    let mut keys: Vec<String> = keys
+        .iter()
+        .map(|k| k.as_str().expect("string keys").to_string())
+        .collect();
+    keys.sort();
+    Some((ttl_ms, keys))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_lease_stores_its_own_ttl_and_renews_in_one_update_many_per_ttl() {
+    let fx = Fixture::new("lease_ttl").await;
+    let manager_ttl = Duration::from_secs(3);
+    let long_ttl = Duration::from_secs(6);
+    let (options, log) = fx.monitored_options(manager_ttl, "").await;
+    let manager = LockManager::connect(options).await.expect("connect");
+    let long = mongo_lease::AcquireOptions::builder().ttl(long_ttl).build();
+    let mut leases = Vec::new();
+    for i in 0..3 {
+        leases.push(manager.acquire(format!("m{i}")).await.expect("acquire"));
+        let lease = manager
+            .acquire_with(format!("l{i}"), &long)
+            .await
+            .expect("acquire with a TTL");
+        assert_eq!(lease.ttl(), long_ttl);
+        leases.push(lease);
+    }
+    for i in 0..3 {
+        assert_eq!(stored_ttl(&fx, &format!("m{i}")).await, manager_ttl);
+        assert_eq!(stored_ttl(&fx, &format!("l{i}")).await, long_ttl);
+    }
+
+    let renewals = || -> Vec<(i64, Vec<String>)> {
+        log.all()
+            .iter()
+            .filter(|(name, _)| name == "update")
+            .filter_map(|(_, command)| renewal(command))
+            .collect()
+    };
+    // Three heartbeats (1 s each); the bound only turns a hang into a failure.
+    crate::common::eventually("three heartbeats renewed", Duration::from_secs(60), || {
+        let n = renewals().iter().filter(|(ms, _)| *ms == 3_000).count();
+        async move { n >= 3 }
+    })
+    .await;
+    let short_keys: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
+    let long_keys: Vec<String> = (0..3).map(|i| format!("l{i}")).collect();
+    let seen = renewals();
+    for (ttl_ms, keys) in &seen {
+        match ttl_ms {
+            3_000 => assert_eq!(keys, &short_keys, "one command renews every 3 s lease"),
+            6_000 => assert_eq!(keys, &long_keys, "one command renews every 6 s lease"),
+            other => panic!("a renewal to {other} ms: {keys:?}"),
+        }
+    }
+    let short = seen.iter().filter(|(ms, _)| *ms == 3_000).count();
+    let long = seen.len() - short;
+    assert!(short.abs_diff(long) <= 1, "{short} vs {long} renewals");
+    for i in 0..3 {
+        assert_eq!(stored_ttl(&fx, &format!("m{i}")).await, manager_ttl);
+        assert_eq!(stored_ttl(&fx, &format!("l{i}")).await, long_ttl);
+    }
+    assert!(leases.iter().all(|l| !l.is_lost()));
+    manager.shutdown().await.expect("shutdown");
 }
