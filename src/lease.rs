@@ -243,6 +243,7 @@ impl fmt::Debug for Lease {
             .field("key", &self.key)
             .field("owner_id", &self.owner_id)
             .field("fencing_token", &self.fencing_token)
+            .field("ttl", &self.ttl)
             .field("lost", &self.is_lost())
             .finish()
     }

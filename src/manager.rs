@@ -131,7 +131,8 @@ impl LockManager {
         &self.inner.owner_id
     }
 
-    /// The lease TTL this manager uses.
+    /// The lease TTL this manager uses, unless an acquisition gives its own
+    /// ([`AcquireOptions::ttl`]).
     pub fn ttl(&self) -> Duration {
         self.inner.timing.ttl
     }
