@@ -246,18 +246,99 @@ pub(crate) struct Timing {
     pub retry_max: Duration,
     pub renewal_batch_size: usize,
     pub release_mode: ReleaseMode,
+    /// The `expireAfterSeconds` of another application's TTL index on `ts`,
+    /// when shorter than the TTL: MongoDB may delete a lease that long after
+    /// its last renewal, so the local deadline uses it instead of the TTL
+    /// (found by `connect`; see `src/store/mongo/prepare.rs`).
+    pub ttl_cap: Option<Duration>,
 }
 
 impl Timing {
-    /// The time a lease stays safe after the start of a confirmed renewal.
+    /// The time a lease stays safe after the start of a confirmed renewal:
+    /// the effective TTL minus the safety margin (`prepare` refuses a cap
+    /// not longer than the heartbeat interval plus the safety margin).
+    #[cfg(test)]
     pub fn local_validity(&self) -> Duration {
-        self.ttl - self.safety_margin
+        self.validity_for(self.ttl)
     }
+
+    /// [`Timing::local_validity`] of a lease with its own TTL `ttl`:
+    /// `min(ttl, ttl_cap) − safety_margin`.
+    pub fn validity_for(&self, ttl: Duration) -> Duration {
+        self.ttl_cap
+            .map_or(ttl, |cap| cap.min(ttl))
+            .saturating_sub(self.safety_margin)
+    }
+}
+
+/// Options of one acquisition, for [`LockManager::acquire_with`] and its
+/// siblings, built with [`AcquireOptions::builder`]; `AcquireOptions::default()`
+/// is what [`LockManager::acquire`] uses. A struct (rather than more
+/// arguments) so that options can be added without breaking callers.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use mongo_lease::{AcquireOptions, LockManager};
+///
+/// # async fn demo(manager: LockManager) -> mongo_lease::Result<()> {
+/// let long = AcquireOptions::builder().ttl(Duration::from_secs(120)).build();
+/// let lease = manager.acquire_with("report-2024", &long).await?;
+/// assert_eq!(lease.ttl(), Duration::from_secs(120));
+/// # Ok(()) }
+/// ```
+///
+/// [`LockManager::acquire_with`]: crate::LockManager::acquire_with
+/// [`LockManager::acquire`]: crate::LockManager::acquire
+#[derive(Debug, Clone, Default, PartialEq, Eq, TypedBuilder)]
+#[non_exhaustive]
+pub struct AcquireOptions {
+    /// This lease's time-to-live, stored with it (`exp = $$NOW + ttl` at the
+    /// acquire and at each renewal). Default: the manager's
+    /// [`ttl`](LockManagerOptions::ttl).
+    ///
+    /// The manager's heartbeat renews every lease, so the manager's rule
+    /// applies with its heartbeat interval and safety margin as they are:
+    /// `heartbeat_interval < ttl − safety_margin`. The safety margin is not
+    /// scaled with the lease's TTL: it is the time the holder needs to stop
+    /// its work, and the clock-rate difference it covers grows with the time
+    /// since the last confirmed renewal, which the heartbeat bounds, not the
+    /// TTL. A TTL shorter than 10 ms is refused, as for the manager.
+    #[builder(default, setter(strip_option))]
+    pub ttl: Option<Duration>,
 }
 
 fn invalid(reason: impl Into<String>) -> Error {
     Error::InvalidConfig {
         reason: reason.into(),
+    }
+}
+
+impl Timing {
+    /// The TTL of a lease acquired with `options`, checked before any round
+    /// trip (see [`AcquireOptions::ttl`]).
+    pub(crate) fn lease_ttl(&self, options: &AcquireOptions) -> Result<Duration> {
+        let Some(ttl) = options.ttl else {
+            return Ok(self.ttl);
+        };
+        if ttl < Duration::from_millis(10) {
+            return Err(invalid(format!(
+                "the lease's ttl must be at least 10 ms, got {ttl:?}"
+            )));
+        }
+        if ttl.as_millis() > i64::MAX as u128 / 2 {
+            return Err(invalid(format!("the lease's ttl is too long: {ttl:?}")));
+        }
+        if self.heartbeat_interval >= ttl.saturating_sub(self.safety_margin) {
+            return Err(invalid(format!(
+                "the lease's ttl ({ttl:?}) minus the manager's safety_margin ({:?}) must be \
+                 longer than the manager's heartbeat_interval ({:?}), or the lease expires \
+                 between renewals",
+                self.safety_margin, self.heartbeat_interval
+            )));
+        }
+        Ok(ttl)
     }
 }
 
@@ -325,6 +406,7 @@ impl LockManagerOptions {
             retry_max: self.retry_max,
             renewal_batch_size: self.renewal_batch_size,
             release_mode: self.release_mode,
+            ttl_cap: None,
         })
     }
 }

@@ -70,12 +70,29 @@ pub enum Error {
     },
 
     /// No MongoDB server answered within the given time.
+    ///
+    /// `Display` reads as one sentence with the cause when one is known, e.g.
+    /// "MongoDB did not answer within 3s: no server could be selected: ...
+    /// Connection refused ...". The driver reports why no server could be
+    /// selected (refused connection, a replica set name that does not match,
+    /// ...) only when its own server-selection timeout
+    /// (`serverSelectionTimeoutMS`, 30 s by default, set where the `Client`
+    /// is built) runs out before the manager's
+    /// [`operation_timeout`](crate::LockManagerOptions::operation_timeout):
+    /// set it shorter to see the cause (the command-line tool does).
+    ///
+    /// The variant is `#[non_exhaustive]` (its `source` field was added
+    /// later): match it with `Error::Unreachable { waited, reason, .. }`.
     #[error("MongoDB did not answer within {waited:?}: {reason}")]
+    #[non_exhaustive]
     Unreachable {
         /// How long the manager waited.
         waited: Duration,
-        /// The last error seen, if any.
+        /// The cause, or what was being waited for when none is known.
         reason: String,
+        /// The driver's error, when one was seen (for example its
+        /// server-selection error); also the error's `source()`.
+        source: Option<mongodb::error::Error>,
     },
 
     /// A MongoDB operation failed. Its outcome is known: the manager re-reads the
@@ -172,6 +189,37 @@ pub(crate) fn is_transient_db_error(e: &mongodb::error::Error) -> bool {
             10107 | 11602 | 189 | 13435 | 13436 | 91 | 11600 | 6 | 7 | 89 | 262 | 64
         ),
         _ => false,
+    }
+}
+
+/// [`Error::Unreachable`] for a driver error that says the deployment could
+/// not be reached (a transient one, see [`is_transient_db_error`]): the
+/// reason names the cause (for a server-selection error, the driver's
+/// description of every server it knows, with its last error), and the
+/// driver's error is kept as the source.
+pub(crate) fn unreachable_from(waited: Duration, error: mongodb::error::Error) -> Error {
+    let reason = match &*error.kind {
+        mongodb::error::ErrorKind::ServerSelection { message, .. } => {
+            // The driver drops from a replica set topology every host that is
+            // a standalone server or a member of another set, and its message
+            // then lists no server at all (mongodb 3.x: "Topology: { Type:
+            // ReplicaSetNoPrimary, Set Name: rs0 }"): say what that means
+            // (docs/mongodb-behaviour.md, B10).
+            let hint = if message.contains("Set Name:") && !message.contains("Servers:") {
+                " (no host is left in the topology: the driver drops a host that is a \
+                 standalone server or a member of a replica set of another name than the \
+                 URI's replicaSet)"
+            } else {
+                ""
+            };
+            format!("no server could be selected: {message}{hint}")
+        }
+        kind => kind.to_string(),
+    };
+    Error::Unreachable {
+        waited,
+        reason,
+        source: Some(error),
     }
 }
 

@@ -73,6 +73,7 @@ pub struct Lease {
     owner_id: Arc<str>,
     lease_id: Uuid,
     fencing_token: u64,
+    ttl: Duration,
     cancel: CancellationToken,
     mailbox: Mailbox,
     /// Set once [`Lease::release`] has sent its release, so `Drop` does nothing.
@@ -85,6 +86,7 @@ impl Lease {
         owner_id: Arc<str>,
         lease_id: Uuid,
         fencing_token: u64,
+        ttl: Duration,
         cancel: CancellationToken,
         mailbox: Mailbox,
     ) -> Self {
@@ -93,6 +95,7 @@ impl Lease {
             owner_id,
             lease_id,
             fencing_token,
+            ttl,
             cancel,
             mailbox,
             released: false,
@@ -102,6 +105,13 @@ impl Lease {
     /// The key this lease holds.
     pub fn key(&self) -> &LeaseKey {
         &self.key
+    }
+
+    /// The lease's TTL: the one given with
+    /// [`AcquireOptions::ttl`](crate::AcquireOptions::ttl), or the manager's.
+    /// Each renewal sets the lease to expire this long after the server's now.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 
     /// The owner id of the manager that holds the lease (stored as `aid`).
@@ -237,6 +247,7 @@ impl fmt::Debug for Lease {
             .field("key", &self.key)
             .field("owner_id", &self.owner_id)
             .field("fencing_token", &self.fencing_token)
+            .field("ttl", &self.ttl)
             .field("lost", &self.is_lost())
             .finish()
     }

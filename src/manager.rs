@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::actor::Actor;
 use crate::actor::command::{AcquireMode, Command, WaiterId};
 use crate::actor::mailbox::Mailbox;
-use crate::config::{LockManagerOptions, Timing, validate_key, validate_owner_id};
+use crate::config::{AcquireOptions, LockManagerOptions, Timing, validate_key, validate_owner_id};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseInfo, LeaseObserver};
@@ -75,7 +75,12 @@ impl LockManager {
     /// [`Error::InvalidConfig`] for inconsistent options (nothing is sent),
     /// [`Error::Unreachable`] if MongoDB does not answer within
     /// `operation_timeout`, [`Error::UnusableCollection`] for a capped
-    /// collection or an index on `exp` that is not a TTL index, and
+    /// collection, an index on `exp` that is not a TTL index, a TTL index
+    /// that could delete a held lease (on `ts` with `expireAfterSeconds` not
+    /// longer than `heartbeat_interval + safety_margin`, or on a date no
+    /// renewal moves such as `acq`), or a collection holding documents that
+    /// are not lock documents when the TTL index on `exp` must be created
+    /// (nothing is created then), and
     /// [`Error::Database`] for other server errors (for example missing
     /// privileges).
     ///
@@ -83,7 +88,7 @@ impl LockManager {
     ///
     /// Outside a tokio runtime.
     pub async fn connect(options: LockManagerOptions) -> Result<LockManager> {
-        let timing = options.timing()?;
+        let mut timing = options.timing()?;
         let owner_id = options
             .owner_id
             .clone()
@@ -97,7 +102,8 @@ impl LockManager {
             timing.operation_timeout,
         )
         .with_release_mode(timing.release_mode);
-        store.prepare(options.gc_grace).await?;
+        let facts = store.prepare(options.gc_grace, &timing).await?;
+        timing.ttl_cap = facts.ttl_cap;
         Ok(Self::start(Arc::new(store), owner_id.into(), timing))
     }
 
@@ -127,7 +133,8 @@ impl LockManager {
         &self.inner.owner_id
     }
 
-    /// The lease TTL this manager uses.
+    /// The lease TTL this manager uses, unless an acquisition gives its own
+    /// ([`AcquireOptions::ttl`]).
     pub fn ttl(&self) -> Duration {
         self.inner.timing.ttl
     }
@@ -166,7 +173,26 @@ impl LockManager {
     /// and a lease granted at that moment is released, never leaked. Wrap it in
     /// [`tokio::time::timeout`] or use [`LockManager::acquire_timeout`].
     pub async fn acquire(&self, key: impl Into<LeaseKey>) -> Result<Lease> {
-        match self.request(key.into(), AcquireMode::Wait).await? {
+        self.acquire_with(key, &AcquireOptions::default()).await
+    }
+
+    /// [`LockManager::acquire`] with options for this one lease (its TTL).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::acquire`], and [`Error::InvalidConfig`] for options
+    /// that break the manager's timing rules (see [`AcquireOptions::ttl`]),
+    /// before anything is sent.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn acquire_with(
+        &self,
+        key: impl Into<LeaseKey>,
+        options: &AcquireOptions,
+    ) -> Result<Lease> {
+        match self.request(key.into(), AcquireMode::Wait, options).await? {
             Some(lease) => Ok(lease),
             None => Err(Error::Shutdown),
         }
@@ -187,7 +213,26 @@ impl LockManager {
         key: impl Into<LeaseKey>,
         timeout: Duration,
     ) -> Result<Option<Lease>> {
-        match tokio::time::timeout(timeout, self.acquire(key)).await {
+        self.acquire_timeout_with(key, timeout, &AcquireOptions::default())
+            .await
+    }
+
+    /// [`LockManager::acquire_timeout`] with options for this one lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::acquire_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn acquire_timeout_with(
+        &self,
+        key: impl Into<LeaseKey>,
+        timeout: Duration,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>> {
+        match tokio::time::timeout(timeout, self.acquire_with(key, options)).await {
             Ok(result) => result.map(Some),
             Err(_elapsed) => Ok(None),
         }
@@ -210,11 +255,35 @@ impl LockManager {
     ///
     /// Cancel safe, as [`LockManager::acquire`].
     pub async fn try_acquire(&self, key: impl Into<LeaseKey>) -> Result<Option<Lease>> {
-        self.request(key.into(), AcquireMode::Try).await
+        self.try_acquire_with(key, &AcquireOptions::default()).await
     }
 
-    async fn request(&self, key: LeaseKey, mode: AcquireMode) -> Result<Option<Lease>> {
+    /// [`LockManager::try_acquire`] with options for this one lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::try_acquire`], and [`Error::InvalidConfig`] as
+    /// [`LockManager::acquire_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn try_acquire_with(
+        &self,
+        key: impl Into<LeaseKey>,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>> {
+        self.request(key.into(), AcquireMode::Try, options).await
+    }
+
+    async fn request(
+        &self,
+        key: LeaseKey,
+        mode: AcquireMode,
+        options: &AcquireOptions,
+    ) -> Result<Option<Lease>> {
         validate_key(&key)?;
+        let ttl = self.inner.timing.lease_ttl(options)?;
         let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
         // Armed until the reply is in: if this future is dropped while the
         // command waits in the actor's queue, the waiter is removed.
@@ -231,6 +300,7 @@ impl LockManager {
                 key,
                 waiter,
                 mode,
+                ttl,
                 respond_to,
             })
             .await;

@@ -536,6 +536,11 @@ fn bad_input_fails_with_clear_errors_and_never_prints_credentials() {
         .unwrap();
     assert_eq!(out.status.code(), Some(UNAVAILABLE), "{}", stderr(&out));
     assert!(!stderr(&out).contains("hunter2secret"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Connection refused"),
+        "names the cause: {}",
+        stderr(&out)
+    );
 
     let out = env.run(&["--help"]);
     assert_eq!(out.status.code(), Some(0));

@@ -4,6 +4,7 @@
 //! giving it back at once if nobody waits any more).
 
 use std::cmp::Reverse;
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -24,6 +25,7 @@ impl Actor {
         key: LeaseKey,
         waiter: WaiterId,
         mode: AcquireMode,
+        ttl: Duration,
         respond_to: Reply<Option<Lease>>,
     ) {
         let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
@@ -41,6 +43,7 @@ impl Actor {
         state.waiters.push_back(Waiter {
             id: waiter,
             mode,
+            ttl,
             respond_to,
         });
         if !busy {
@@ -87,14 +90,20 @@ impl Actor {
         state.written_in_flight = false;
         let lease_id = state.next_lease_id;
         let waiting = state.waiters.iter().any(|w| w.mode != AcquireMode::Try);
+        // The TTL of the waiter that will get the lease (the first one); if it
+        // goes away meanwhile, `grant` adjusts to the next one's.
+        let ttl = state.waiters.front().map_or(self.timing.ttl, |w| w.ttl);
         let sent_at = Instant::now();
         let key = key.clone();
-        let acquire = self.store.acquire(key.clone(), lease_id, waiting);
+        let acquire = self
+            .store
+            .acquire_with_ttl(key.clone(), lease_id, waiting, ttl);
         self.spawn_store(acquire, move |result| Event::Acquired {
             result,
             key,
             lease_id,
             sent_at,
+            ttl,
         });
     }
 
@@ -103,6 +112,7 @@ impl Actor {
         key: LeaseKey,
         lease_id: Uuid,
         sent_at: Instant,
+        ttl: Duration,
         result: Result<AcquireOutcome>,
     ) {
         let Some(state) = self.keys.get_mut(&key) else {
@@ -113,7 +123,7 @@ impl Actor {
             Ok(AcquireOutcome::Acquired { token }) => {
                 state.failures = 0;
                 state.next_lease_id = Uuid::new_v4();
-                self.grant(&key, lease_id, token, sent_at);
+                self.grant(&key, lease_id, token, sent_at, ttl);
             }
             Ok(AcquireOutcome::Held { holder, remaining }) => {
                 let foreign = remaining.is_none();
@@ -156,8 +166,19 @@ impl Actor {
 
     /// Hands a fresh acquisition to the first waiter still waiting, or gives it
     /// back at once if nobody waits any more (a cancelled acquire never leaks).
-    pub(super) fn grant(&mut self, key: &LeaseKey, lease_id: Uuid, token: u64, sent_at: Instant) {
-        let deadline = sent_at + self.timing.local_validity();
+    ///
+    /// `written_ttl` is the TTL the acquire wrote. The lease gets its waiter's
+    /// TTL (its renewals set it), and until the first renewal its deadline
+    /// follows the shorter of the two, as the document expires `written_ttl`
+    /// after the acquire.
+    pub(super) fn grant(
+        &mut self,
+        key: &LeaseKey,
+        lease_id: Uuid,
+        token: u64,
+        sent_at: Instant,
+        written_ttl: Duration,
+    ) {
         let state = self.keys.get_mut(key).expect("grant for a known key");
         while let Some(waiter) = state.waiters.pop_front() {
             if waiter.respond_to.is_closed() {
@@ -167,12 +188,14 @@ impl Actor {
                 break;
             };
             let cancel = CancellationToken::new();
+            let deadline = sent_at + self.timing.validity_for(waiter.ttl.min(written_ttl));
             self.deadlines
                 .push(Reverse((deadline, key.clone(), lease_id)));
             state.held = Some(Held {
                 lease_id,
                 token,
                 cancel: cancel.clone(),
+                ttl: waiter.ttl,
                 deadline,
                 renewing: false,
                 acquired_at: sent_at,
@@ -183,6 +206,7 @@ impl Actor {
                 self.owner_id.clone(),
                 lease_id,
                 token,
+                waiter.ttl,
                 cancel,
                 mailbox,
             );

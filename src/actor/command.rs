@@ -1,5 +1,7 @@
 //! Messages from the handles ([`LockManager`](crate::LockManager), [`Lease`]) to the actor.
 
+use std::time::Duration;
+
 use mongodb::bson::Document;
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -32,6 +34,8 @@ pub(crate) enum Command {
         key: LeaseKey,
         waiter: WaiterId,
         mode: AcquireMode,
+        /// The lease's TTL (validated by the handle).
+        ttl: Duration,
         respond_to: Reply<Option<Lease>>,
     },
     /// The acquire future of `waiter` was dropped before it completed.

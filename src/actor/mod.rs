@@ -43,6 +43,7 @@ mod shutdown;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
@@ -67,6 +68,8 @@ use shutdown::Closing;
 struct Waiter {
     id: WaiterId,
     mode: AcquireMode,
+    /// The TTL its lease is to have.
+    ttl: Duration,
     respond_to: Reply<Option<Lease>>,
 }
 
@@ -75,6 +78,8 @@ struct Held {
     lease_id: Uuid,
     token: u64,
     cancel: CancellationToken,
+    /// The lease's TTL: its renewals set `exp = $$NOW + ttl`.
+    ttl: Duration,
     /// Start of the last confirmed renewal (or of the acquire) + ttl − safety margin.
     deadline: Instant,
     /// A renewal of this lease is in flight or scheduled for retry.
@@ -141,7 +146,11 @@ enum Timer {
     /// Time for the key's next acquire attempt.
     Retry(LeaseKey),
     /// Retry a renewal batch that failed.
-    RenewRetry { leases: Vec<LeaseRef>, attempt: u32 },
+    RenewRetry {
+        leases: Vec<LeaseRef>,
+        ttl: Duration,
+        attempt: u32,
+    },
 }
 
 /// The result of a store operation, back in the actor's loop.
@@ -150,10 +159,14 @@ enum Event {
         key: LeaseKey,
         lease_id: Uuid,
         sent_at: Instant,
+        /// The TTL the attempt wrote.
+        ttl: Duration,
         result: Result<AcquireOutcome>,
     },
     Renewed {
         leases: Vec<LeaseRef>,
+        /// The TTL the batch renewed its leases to.
+        ttl: Duration,
         sent_at: Instant,
         attempt: u32,
         result: Result<Vec<LeaseKey>>,
@@ -294,8 +307,9 @@ impl Actor {
                 key,
                 waiter,
                 mode,
+                ttl,
                 respond_to,
-            } => self.on_acquire(key, waiter, mode, respond_to),
+            } => self.on_acquire(key, waiter, mode, ttl, respond_to),
             Command::CancelWaiter { key, waiter } => self.on_cancel_waiter(&key, waiter),
             Command::Release {
                 key,
@@ -334,14 +348,16 @@ impl Actor {
                 key,
                 lease_id,
                 sent_at,
+                ttl,
                 result,
-            } => self.on_acquired(key, lease_id, sent_at, result),
+            } => self.on_acquired(key, lease_id, sent_at, ttl, result),
             Event::Renewed {
                 leases,
+                ttl,
                 sent_at,
                 attempt,
                 result,
-            } => self.on_renewed(leases, sent_at, attempt, result),
+            } => self.on_renewed(leases, ttl, sent_at, attempt, result),
             Event::Released {
                 key,
                 respond_to,
@@ -380,13 +396,17 @@ impl Actor {
                 }
                 self.serve_next(&key);
             }
-            Timer::RenewRetry { leases, attempt } => {
+            Timer::RenewRetry {
+                leases,
+                ttl,
+                attempt,
+            } => {
                 let leases: Vec<LeaseRef> = leases
                     .into_iter()
                     .filter(|l| self.held_lease(&l.key, l.lease_id).is_some())
                     .collect();
                 if !leases.is_empty() {
-                    self.spawn_renewal(leases, attempt);
+                    self.spawn_renewal(leases, ttl, attempt);
                 }
             }
         }

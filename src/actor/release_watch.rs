@@ -9,7 +9,8 @@
 //! event can be stale (e.g. the previous holder's release, delivered after
 //! this manager's acquire reply).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
@@ -175,23 +176,27 @@ impl Actor {
     /// longer held is lost exactly as when a heartbeat's renewal finds it
     /// gone (`Actor::on_renewed`).
     pub(super) fn check_held(&mut self, keys: HashSet<LeaseKey>) {
-        let leases: Vec<LeaseRef> = keys
-            .into_iter()
-            .filter_map(|key| {
-                let lease_id = self.keys.get(&key)?.held.as_ref()?.lease_id;
-                Some(LeaseRef { key, lease_id })
-            })
-            .collect();
-        if leases.is_empty() {
+        let mut by_ttl: BTreeMap<Duration, Vec<LeaseRef>> = BTreeMap::new();
+        let mut count = 0;
+        for key in keys {
+            let Some(held) = self.keys.get(&key).and_then(|s| s.held.as_ref()) else {
+                continue;
+            };
+            let lease_id = held.lease_id;
+            by_ttl
+                .entry(held.ttl)
+                .or_default()
+                .push(LeaseRef { key, lease_id });
+            count += 1;
+        }
+        if count == 0 {
             return;
         }
         tracing::debug!(
-            leases = leases.len(),
+            leases = count,
             "held leases written by someone: checking now"
         );
-        for batch in leases.chunks(self.timing.renewal_batch_size) {
-            self.spawn_renewal(batch.to_vec(), 0);
-        }
+        self.spawn_renewals(by_ttl);
     }
 }
 

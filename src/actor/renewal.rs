@@ -4,7 +4,8 @@
 //! was confirmed in time.
 
 use std::cmp::Reverse;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::time::Instant;
@@ -17,41 +18,53 @@ use crate::key::LeaseKey;
 use crate::store::LeaseRef;
 
 impl Actor {
-    /// Heartbeat: renew every held lease not already being renewed, in batches.
+    /// Heartbeat: renew every held lease not already being renewed, in
+    /// batches of leases with one TTL (one store call per distinct TTL and
+    /// batch).
     pub(super) fn renew_all(&mut self) {
-        let mut leases = Vec::new();
+        let mut by_ttl: BTreeMap<Duration, Vec<LeaseRef>> = BTreeMap::new();
         for (key, state) in &mut self.keys {
             if let Some(held) = state.held.as_mut().filter(|h| !h.renewing) {
                 held.renewing = true;
-                leases.push(LeaseRef {
+                by_ttl.entry(held.ttl).or_default().push(LeaseRef {
                     key: key.clone(),
                     lease_id: held.lease_id,
                 });
             }
         }
-        for batch in leases.chunks(self.timing.renewal_batch_size) {
-            self.spawn_renewal(batch.to_vec(), 0);
+        self.spawn_renewals(by_ttl);
+    }
+
+    /// Renews `by_ttl` (leases grouped by their TTL) in one store call per
+    /// distinct TTL and batch.
+    pub(super) fn spawn_renewals(&mut self, by_ttl: BTreeMap<Duration, Vec<LeaseRef>>) {
+        for (ttl, leases) in by_ttl {
+            for batch in leases.chunks(self.timing.renewal_batch_size) {
+                self.spawn_renewal(batch.to_vec(), ttl, 0);
+            }
         }
     }
 
     /// Renews `leases` in one store call, bounded by the heartbeat interval: a
     /// renewal that hangs longer is abandoned and retried, so it cannot hold
     /// back the next ones until the lease's deadline.
-    pub(super) fn spawn_renewal(&mut self, leases: Vec<LeaseRef>, attempt: u32) {
+    pub(super) fn spawn_renewal(&mut self, leases: Vec<LeaseRef>, ttl: Duration, attempt: u32) {
         let sent_at = Instant::now();
         let bound = self.timing.heartbeat_interval;
-        let renew = tokio::time::timeout(bound, self.store.renew(leases.clone()));
+        let renew = tokio::time::timeout(bound, self.store.renew_with_ttl(leases.clone(), ttl));
         self.renewals.push(
             async move {
                 let result = renew.await.unwrap_or_else(|_elapsed| {
                     Err(Error::Unreachable {
                         waited: bound,
                         reason: "renewal timed out".into(),
+                        source: None,
                     })
                 });
                 Event::Renewed {
                     result,
                     leases,
+                    ttl,
                     sent_at,
                     attempt,
                 }
@@ -63,6 +76,7 @@ impl Actor {
     pub(super) fn on_renewed(
         &mut self,
         leases: Vec<LeaseRef>,
+        ttl: Duration,
         sent_at: Instant,
         attempt: u32,
         result: Result<Vec<LeaseKey>>,
@@ -88,6 +102,7 @@ impl Actor {
                     self.timers.insert(
                         Timer::RenewRetry {
                             leases,
+                            ttl,
                             attempt: attempt.saturating_add(1),
                         },
                         delay,
@@ -96,7 +111,7 @@ impl Actor {
                 return;
             }
         };
-        let deadline = sent_at + self.timing.local_validity();
+        let deadline = sent_at + self.timing.validity_for(ttl);
         for lease in leases {
             let Some(state) = self.keys.get_mut(&lease.key) else {
                 continue;

@@ -317,16 +317,48 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// another owner is marked as waited for (see "Fairness between owners").
     /// A key yielded by this owner is reported `Held` by this owner until the
     /// end of the yield window.
+    ///
+    /// The acquisition expires `ttl` after the server's now (`exp = $$NOW + ttl`).
+    fn acquire_with_ttl(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>>;
+
+    /// [`Store::acquire_with_ttl`] with the store's default TTL (the
+    /// manager's); for the store contract's scenarios.
+    #[cfg(test)]
     fn acquire(
         &self,
         key: LeaseKey,
         lease_id: Uuid,
         waiting: bool,
-    ) -> BoxFuture<'static, Result<AcquireOutcome>>;
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        self.acquire_with_ttl(key, lease_id, waiting, self.default_ttl())
+    }
 
-    /// Extends every lease in `leases` by the TTL from the server's now, in as
-    /// few commands as the batch allows. Returns the keys that are no longer held.
-    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>>;
+    /// Extends every lease in `leases` to `ttl` from the server's now
+    /// (`exp = $$NOW + ttl`), in as few commands as the batch allows (one
+    /// `updateMany` on MongoDB): the caller groups leases by TTL. Returns the
+    /// keys that are no longer held.
+    fn renew_with_ttl(
+        &self,
+        leases: Vec<LeaseRef>,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<Vec<LeaseKey>>>;
+
+    /// [`Store::renew_with_ttl`] with the store's default TTL (the
+    /// manager's); for the store contract's scenarios.
+    #[cfg(test)]
+    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
+        self.renew_with_ttl(leases, self.default_ttl())
+    }
+
+    /// The TTL of [`Store::acquire`] and [`Store::renew`]: the manager's.
+    #[cfg(test)]
+    fn default_ttl(&self) -> Duration;
 
     /// Releases the given leases (only those still held under their lease id).
     /// Returns how many were still held.

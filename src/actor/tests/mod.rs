@@ -52,6 +52,7 @@ fn timing() -> Timing {
         retry_max: RETRY_MAX,
         renewal_batch_size: BATCH,
         release_mode: crate::ReleaseMode::Keep,
+        ttl_cap: None,
     };
     assert_eq!(timing.local_validity(), VALIDITY);
     timing

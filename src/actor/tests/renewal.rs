@@ -356,3 +356,173 @@ async fn renewals_failing_until_the_deadline_lose_the_lease_exactly_then() {
         "no retries for a lost lease"
     );
 }
+
+/// A TTL index on `ts` of another application (`expireAfterSeconds` shorter
+/// than the TTL, found by `connect`) caps the TTL of local deadlines: a holder
+/// whose renewals fail gives up `safety_margin` before MongoDB may delete its
+/// document, not at the end of the (longer) TTL.
+#[tokio::test(start_paused = true)]
+async fn a_ttl_cap_from_a_ts_index_shortens_the_local_deadline() {
+    let cap = Duration::from_secs(2);
+    let db = MemoryDb::new();
+    let store = db.store("a", TTL);
+    let t0 = Instant::now();
+    let capped = Timing {
+        ttl_cap: Some(cap),
+        ..timing()
+    };
+    assert_eq!(capped.local_validity(), cap - SAFETY_MARGIN);
+    let a = LockManager::start(Arc::new(store.clone()), "a".into(), capped);
+    let lease = a.acquire("k").await.unwrap();
+    store.fail_renewals();
+
+    soon(lease.lost()).await;
+    assert_eq!(Instant::now(), t0 + cap - SAFETY_MARGIN);
+    assert!(Instant::now() < t0 + VALIDITY);
+}
+
+/// A cap longer than the TTL changes nothing.
+#[tokio::test(start_paused = true)]
+async fn a_ttl_cap_longer_than_the_ttl_keeps_the_ttl_deadline() {
+    let db = MemoryDb::new();
+    let store = db.store("a", TTL);
+    let t0 = Instant::now();
+    let capped = Timing {
+        ttl_cap: Some(TTL * 10),
+        ..timing()
+    };
+    let a = LockManager::start(Arc::new(store.clone()), "a".into(), capped);
+    let lease = a.acquire("k").await.unwrap();
+    store.fail_renewals();
+
+    soon(lease.lost()).await;
+    assert_eq!(Instant::now(), t0 + VALIDITY);
+}
+
+// ----- per-lease TTL -----------------------------------------------------------
+
+const LONG_TTL: Duration = Duration::from_secs(6);
+
+fn with_ttl(ttl: Duration) -> crate::AcquireOptions {
+    crate::AcquireOptions::builder().ttl(ttl).build()
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_of_two_ttls_renew_in_one_call_per_ttl_and_batch_each_to_its_own_ttl() {
+    let n = 150_usize;
+    let db = MemoryDb::new();
+    let (manager, store, t0) = start(&db, "a");
+    let mut leases = Vec::new();
+    for i in 0..n {
+        leases.push(manager.acquire(format!("short{i}")).await.unwrap());
+        let long = manager
+            .acquire_with(format!("long{i}"), &with_ttl(LONG_TTL))
+            .await
+            .unwrap();
+        assert_eq!(long.ttl(), LONG_TTL);
+        leases.push(long);
+    }
+    assert_eq!(leases[0].ttl(), TTL, "the manager's TTL by default");
+    for i in 0..n {
+        assert_eq!(db.doc(&format!("short{i}")).unwrap().exp, t0 + TTL);
+        assert_eq!(db.doc(&format!("long{i}")).unwrap().exp, t0 + LONG_TTL);
+    }
+    let per_ttl = n.div_ceil(BATCH);
+
+    for tick in 1..=3_u32 {
+        let before = store.calls(Op::Renew);
+        let tick_at = t0 + HEARTBEAT * tick;
+        sleep_until(tick_at + HEARTBEAT / 2).await;
+        let calls = store.calls_of(Op::Renew).split_off(before);
+        assert_eq!(
+            calls.len(),
+            2 * per_ttl,
+            "tick {tick}: one call per TTL and batch"
+        );
+        for call in &calls {
+            assert_eq!(call.at, tick_at);
+            let short = call
+                .keys
+                .iter()
+                .filter(|k| k.as_str().is_some_and(|k| k.starts_with("short")))
+                .count();
+            assert!(
+                short == 0 || short == call.keys.len(),
+                "a batch mixes TTLs: {:?}",
+                call.keys
+            );
+        }
+        for i in 0..n {
+            assert_eq!(db.doc(&format!("short{i}")).unwrap().exp, tick_at + TTL);
+            assert_eq!(db.doc(&format!("long{i}")).unwrap().exp, tick_at + LONG_TTL);
+        }
+    }
+    assert!(leases.iter().all(|l| !l.is_lost()));
+    manager.shutdown().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_lease_loses_at_the_local_deadline_of_its_own_ttl() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let short = a.acquire("short").await.unwrap();
+    let long = a.acquire_with("long", &with_ttl(LONG_TTL)).await.unwrap();
+    store.hang_renewals();
+
+    soon(short.lost()).await;
+    assert_eq!(Instant::now(), t0 + VALIDITY);
+    assert!(!long.is_lost());
+    soon(long.lost()).await;
+    assert_eq!(Instant::now(), t0 + LONG_TTL - SAFETY_MARGIN);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_ttl_that_breaks_the_heartbeat_rule_is_refused_before_any_round_trip() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    // HEARTBEAT (1 s) is not shorter than 1.2 s - SAFETY_MARGIN (0.3 s).
+    for ttl in [Duration::from_millis(1_200), Duration::from_millis(5)] {
+        let error = a.acquire_with("k", &with_ttl(ttl)).await.unwrap_err();
+        assert!(matches!(error, Error::InvalidConfig { .. }), "{error}");
+        let error = a.try_acquire_with("k", &with_ttl(ttl)).await.unwrap_err();
+        assert!(error.is_invalid_input(), "{error}");
+        let error = a
+            .acquire_timeout_with("k", HEARTBEAT, &with_ttl(ttl))
+            .await
+            .unwrap_err();
+        assert!(error.is_invalid_input(), "{error}");
+    }
+    assert_eq!(store.calls(Op::Acquire), 0, "nothing was sent");
+    let ok = a
+        .acquire_with("k", &with_ttl(Duration::from_millis(1_400)))
+        .await
+        .unwrap();
+    assert_eq!(ok.ttl(), Duration::from_millis(1_400));
+}
+
+/// A waiter's TTL travels with the attempt made for it: when the first
+/// waiter (the manager's TTL) went away during the attempt, the next one (a
+/// longer TTL) gets the lease, whose local deadline follows the TTL that was
+/// written, not its own longer one, until a renewal writes its own.
+#[tokio::test(start_paused = true)]
+async fn a_lease_granted_to_a_later_waiter_keeps_the_deadline_of_the_ttl_written() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    store.set_latency(Op::Acquire, Duration::from_millis(100));
+    store.hang_renewals();
+    let first = waiter(&a, "k").await;
+    let second = {
+        let a = a.clone();
+        started(async move { a.acquire_with("k", &with_ttl(LONG_TTL)).await }).await
+    };
+    first.abort();
+    let lease = soon(second).await.unwrap().unwrap();
+    assert_eq!(lease.ttl(), LONG_TTL);
+    assert_eq!(
+        db.doc("k").unwrap().exp,
+        t0 + Duration::from_millis(100) + TTL,
+        "written for the first waiter"
+    );
+    soon(lease.lost()).await;
+    assert_eq!(Instant::now(), t0 + VALIDITY, "the written TTL's deadline");
+}

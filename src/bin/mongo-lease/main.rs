@@ -451,7 +451,9 @@ async fn connect(c: &Connection, ttl: Duration) -> Result<LockManager, Failure> 
     let mut options = mongodb::options::ClientOptions::parse(uri)
         .await
         .map_err(|e| Failure::usage(format!("invalid MongoDB URI: {e}")))?;
-    options.server_selection_timeout = Some(c.connect_timeout);
+    // Shorter than the manager's operation timeout, so that when no server
+    // can be selected the driver's error (which says why) arrives first.
+    options.server_selection_timeout = Some(c.connect_timeout.mul_f64(0.8));
     options.connect_timeout = Some(c.connect_timeout);
     options.app_name.get_or_insert_with(|| "mongo-lease".into());
     let client = mongodb::Client::with_options(options)

@@ -72,6 +72,11 @@ impl Fixture for MemoryFixture {
 
     async fn cleanup(self) {}
 
+    async fn lifetime(&self, key: impl Into<LeaseKey>) -> Duration {
+        let doc = self.db.doc(key).expect("a document");
+        doc.exp - doc.renewed
+    }
+
     async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw> {
         let key = &key.into();
         let now = Instant::now();
@@ -116,10 +121,16 @@ impl Fixture for MongoFixture {
         };
         // Indexes as a manager creates them; a long grace keeps the TTL
         // monitor away from the scenario's documents.
+        let timing = crate::LockManagerOptions::builder()
+            .database(fixture.db.clone())
+            .collection(fixture.collection.clone())
+            .build()
+            .timing()
+            .expect("default timing");
         fixture
             .store("prepare")
             .await
-            .prepare(Duration::from_secs(3600))
+            .prepare(Duration::from_secs(3600), &timing)
             .await
             .expect("prepare the lock collection");
         fixture
@@ -236,6 +247,18 @@ impl Fixture for MongoFixture {
             .await
             .expect("rewrite the owner id");
         assert_eq!(result.matched_count, 1, "no document {key:?} to rewrite");
+    }
+
+    async fn lifetime(&self, key: impl Into<LeaseKey>) -> Duration {
+        let key = key.into();
+        let doc = self
+            .raw_collection()
+            .find_one(doc! { "_id": key.as_bson().clone() })
+            .await
+            .expect("read the document")
+            .expect("a document");
+        let ms = |name: &str| doc.get_datetime(name).expect(name).timestamp_millis();
+        Duration::from_millis((ms("exp") - ms("ts")) as u64)
     }
 
     async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw> {

@@ -25,6 +25,7 @@ mod compat;
 mod fixtures;
 mod foreign;
 mod keys;
+mod lease_ttl;
 mod loss_detection;
 mod reads;
 mod release;
@@ -103,6 +104,10 @@ trait Fixture: Sized {
 
     /// The document of `key`, if any.
     async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw>;
+
+    /// `exp − ts` of the document of `key` (which must exist): the TTL its
+    /// last acquire or renewal wrote.
+    async fn lifetime(&self, key: impl Into<LeaseKey>) -> Duration;
 
     /// Removes what [`Fixture::new`] created (the MongoDB collection), once
     /// the scenario has passed.
@@ -253,4 +258,6 @@ contract!(
     loss_detection::renewal_reports_a_lease_lost_whose_owner_id_was_rewritten,
     loss_detection::foreign_deletes_and_owner_rewrites_are_announced_renewals_are_not,
     // Per-lease TTL.
+    lease_ttl::an_acquire_with_a_ttl_stores_exp_that_far_after_ts,
+    lease_ttl::a_renewal_batch_with_a_ttl_keeps_exp_that_far_after_ts,
 );

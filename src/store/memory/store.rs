@@ -57,6 +57,7 @@ fn unreachable(reason: &str, waited: Duration) -> Error {
     Error::Unreachable {
         waited,
         reason: reason.to_string(),
+        source: None,
     }
 }
 
@@ -254,13 +255,14 @@ impl Store for MemoryStore {
             .boxed()
     }
 
-    fn acquire(
+    fn acquire_with_ttl(
         &self,
         key: LeaseKey,
         lease_id: Uuid,
         waiting: bool,
+        ttl: Duration,
     ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        let (db, owner, ttl) = (self.db.clone(), self.owner.clone(), self.ttl);
+        let (db, owner) = (self.db.clone(), self.owner.clone());
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
             let retry = coll.docs.get(&key).and_then(|d| d.lease_id) == Some(lease_id);
             let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now);
@@ -273,8 +275,16 @@ impl Store for MemoryStore {
         })
     }
 
-    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
-        let (owner, ttl) = (self.owner.clone(), self.ttl);
+    fn default_ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn renew_with_ttl(
+        &self,
+        leases: Vec<LeaseRef>,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
+        let owner = self.owner.clone();
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         self.run(Op::Renew, keys, move |coll, now| {
             let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();

@@ -19,6 +19,9 @@ use crate::error::{Error, Result};
 pub(crate) struct MongoStore {
     coll: Collection<Document>,
     owner: String,
+    /// The manager's TTL: the default of the test-only `Store::acquire` and
+    /// `Store::renew` (the actor always passes each lease's TTL).
+    #[cfg_attr(not(test), allow(dead_code))]
     ttl_ms: i64,
     /// How long a release that another owner waited for keeps this owner
     /// from taking the key back (see "Fairness" in the module docs of `store`).
@@ -76,7 +79,8 @@ impl MongoStore {
         &self.owner
     }
 
-    /// The lease TTL, in milliseconds.
+    /// The manager's lease TTL, in milliseconds.
+    #[cfg(test)]
     pub(super) fn ttl_ms(&self) -> i64 {
         self.ttl_ms
     }
@@ -101,7 +105,11 @@ impl MongoStore {
             Ok(result) => result.map_err(Error::from),
             Err(_) => Err(Error::Unreachable {
                 waited: self.operation_timeout,
-                reason: "operation timed out".into(),
+                reason: "operation timed out before the driver reported a cause (it says why \
+                         no server can be selected only once the client's \
+                         serverSelectionTimeoutMS, 30 s by default, has passed)"
+                    .into(),
+                source: None,
             }),
         }
     }

@@ -4,6 +4,7 @@
 //! builds and resolving ambiguous outcomes.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -49,13 +50,14 @@ impl MongoStore {
         key: LeaseKey,
         lease_id: Uuid,
         waiting: bool,
+        ttl_ms: i64,
     ) -> Result<AcquireOutcome> {
         let attempt = self
             .bounded(
                 self.coll()
                     .find_one_and_update(
                         key_filter(&key),
-                        acquire_pipeline(self.owner(), self.ttl_ms(), lease_id, waiting),
+                        acquire_pipeline(self.owner(), ttl_ms, lease_id, waiting),
                     )
                     .upsert(true)
                     .return_document(ReturnDocument::After)
@@ -88,13 +90,14 @@ impl MongoStore {
             None => Err(Error::Unreachable {
                 waited: self.operation_timeout(),
                 reason: "lock document vanished during acquire".into(),
+                source: None,
             }),
         }
     }
 
-    async fn renew_batch(&self, leases: Vec<LeaseRef>) -> Result<Vec<LeaseKey>> {
+    async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl_ms: i64) -> Result<Vec<LeaseKey>> {
         let filter = lease_filter(self.owner(), &leases);
-        let update = renew_update(self.ttl_ms());
+        let update = renew_update(ttl_ms);
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
@@ -395,19 +398,34 @@ impl Store for MongoStore {
         self.release_events()
     }
 
-    fn acquire(
+    fn acquire_with_ttl(
         &self,
         key: LeaseKey,
         lease_id: Uuid,
         waiting: bool,
+        ttl: Duration,
     ) -> BoxFuture<'static, Result<AcquireOutcome>> {
         let store = self.clone();
-        async move { store.acquire_once(key, lease_id, waiting).await }.boxed()
+        async move {
+            store
+                .acquire_once(key, lease_id, waiting, ttl_ms(ttl))
+                .await
+        }
+        .boxed()
     }
 
-    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
+    fn renew_with_ttl(
+        &self,
+        leases: Vec<LeaseRef>,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
         let store = self.clone();
-        async move { store.renew_batch(leases).await }.boxed()
+        async move { store.renew_batch(leases, ttl_ms(ttl)).await }.boxed()
+    }
+
+    #[cfg(test)]
+    fn default_ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms().max(0) as u64)
     }
 
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
@@ -475,4 +493,10 @@ impl Store for MongoStore {
     fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
         observe(self.clone(), key)
     }
+}
+
+/// A TTL in milliseconds, as the pipelines add it to `$$NOW` (TTLs are
+/// validated far below `i64::MAX` ms).
+fn ttl_ms(ttl: Duration) -> i64 {
+    ttl.as_millis().min(i64::MAX as u128) as i64
 }

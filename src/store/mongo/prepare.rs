@@ -1,17 +1,63 @@
 //! Preparing the lock collection: checks that the deployment answers and the
 //! collection is usable (not capped, not a view, no unique index but `_id`,
-//! no non-TTL index on `exp`), and creates the TTL index that
-//! garbage-collects lock documents and the owner index of `release_all`.
+//! no non-TTL index on `exp`, no TTL index that could delete a live lease, no
+//! documents other than lock documents before the TTL index is created), and
+//! creates the TTL index that garbage-collects lock documents and the owner
+//! index of `release_all`.
+//!
+//! # TTL indexes of other applications
+//!
+//! A collection shared with another lock implementation may carry its TTL
+//! index, typically `{ts: 1}`. MongoDB deletes a document once the indexed
+//! date is `expireAfterSeconds` (E) in the past, never earlier
+//! (docs/mongodb-behaviour.md, B5), so such an index can delete a lease that is
+//! still held:
+//!
+//! - on `ts` (set to `$$NOW` by the acquire and by every renewal): a lease
+//!   confirmed by a renewal sent at local time *s* has `ts >= s` on the
+//!   server, so MongoDB deletes it no earlier than *s + E*. The holder believes
+//!   it holds until *s + ttl − safety_margin*. The index is therefore accepted
+//!   only if `heartbeat_interval < E − safety_margin` (the rule
+//!   [`Timing`](crate::config::Timing) applies to the TTL, applied to E: the next
+//!   renewal is confirmed before the document can go), and then the TTL used
+//!   for local deadlines is capped by E (`CollectionFacts::ttl_cap`), so a
+//!   holder whose renewals fail gives up by *s + min(ttl, E) − safety_margin*,
+//!   before MongoDB may delete its document. With the `{ts: 1}` index at
+//!   30 s: accepted with a 3 s heartbeat and a 3 s margin, refused with a
+//!   40 s heartbeat.
+//! - on `acq`, `wt`, `yu` or a path inside the payload (`data.…`): dates that
+//!   no renewal moves, so the index deletes a lease E after that date however
+//!   often it is renewed. Always refused.
+//! - on `exp` (the crate's own garbage-collection index): `exp` is the expiry,
+//!   which each renewal moves ahead; deletion at *exp + E* with E >= 0 is
+//!   never before the lease ended. Always accepted.
+//!
+//! A TTL index on any other field never deletes a lock document of this crate
+//! (its documents have no other fields), and is accepted.
+//!
+//! # Documents other than lock documents
+//!
+//! Before creating the TTL index on `exp` (only when it does not exist yet),
+//! `prepare` looks for one document that is not a lock document: neither of
+//! this crate's shape (`tok` int64 and `exp` date), nor a placeholder (only an
+//! `_id`), nor the common lock pattern's (`aid` present and `ts` a date). If
+//! there is one, the collection is refused: it is probably a data collection
+//! named by mistake, and the TTL index would delete its documents that happen
+//! to have an `exp` date. The query (`limit 1`, projecting `_id`) uses no
+//! index: on a large collection of lock documents it scans the whole
+//! collection once; it runs only when the TTL index is missing, that is on the
+//! first `connect` to a collection.
 
 use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongodb::IndexModel;
-use mongodb::bson::doc;
+use mongodb::bson::{Document, doc};
 use mongodb::options::IndexOptions;
 
 use super::handle::{MongoStore, command_code};
-use crate::error::{Error, Result, is_transient_db_error};
+use crate::config::Timing;
+use crate::error::{Error, Result, is_transient_db_error, unreachable_from};
 use crate::store::field;
 
 /// Name of the TTL index that garbage-collects lock documents.
@@ -19,21 +65,35 @@ pub(crate) const GC_INDEX_NAME: &str = "mongo_lease_gc";
 /// Name of the index that serves `release_all` (by owner id).
 pub(crate) const OWNER_INDEX_NAME: &str = "mongo_lease_owner";
 
+/// What [`MongoStore::prepare`] found in the collection that the manager must
+/// respect.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CollectionFacts {
+    /// The `expireAfterSeconds` of a TTL index on `ts` shorter than the TTL:
+    /// MongoDB may delete a lease that long after its last renewal, so local
+    /// deadlines use it instead of the TTL (see the module docs).
+    pub ttl_cap: Option<Duration>,
+}
+
 impl MongoStore {
     /// Checks that the deployment answers and the collection is usable, and
     /// creates the indexes the protocol needs (idempotent).
     ///
     /// # Errors
     /// [`Error::Unreachable`] if no server answers within the operation timeout,
-    /// [`Error::UnusableCollection`] for a capped collection or a non-TTL index on
-    /// `exp`, [`Error::Database`] for anything else the server refuses.
-    pub(crate) async fn prepare(&self, gc_grace: Duration) -> Result<()> {
+    /// [`Error::UnusableCollection`] for a capped collection, a non-TTL index on
+    /// `exp`, a TTL index that could delete a live lease, or (when the TTL
+    /// index must be created) a document that is not a lock document;
+    /// [`Error::Database`] for anything else the server refuses. Nothing is
+    /// created unless every check passed.
+    pub(crate) async fn prepare(
+        &self,
+        gc_grace: Duration,
+        timing: &Timing,
+    ) -> Result<CollectionFacts> {
         let waited = self.operation_timeout();
         let unreachable = |e: Error| match e {
-            Error::Database(db) if is_transient_db_error(&db) => Error::Unreachable {
-                waited,
-                reason: db.to_string(),
-            },
+            Error::Database(db) if is_transient_db_error(&db) => unreachable_from(waited, db),
             other => other,
         };
         let db = self.coll().namespace().db;
@@ -91,6 +151,12 @@ impl MongoStore {
                 ),
             });
         }
+        let mut facts = CollectionFacts::default();
+        for index in &existing {
+            if let Some(cap) = check_ttl_index(index, timing, &format!("{db}.{name}"))? {
+                facts.ttl_cap = Some(facts.ttl_cap.map_or(cap, |c| c.min(cap)));
+            }
+        }
         let gc_index = existing
             .iter()
             .find(|index| index.keys == doc! { field::EXPIRES_AT: 1 });
@@ -110,6 +176,9 @@ impl MongoStore {
                 }
             }
             None => {
+                if !collections.is_empty() {
+                    self.refuse_other_documents().await.map_err(unreachable)?;
+                }
                 let model = IndexModel::builder()
                     .keys(doc! { field::EXPIRES_AT: 1 })
                     .options(
@@ -135,7 +204,35 @@ impl MongoStore {
                 .build();
             self.create_index(model).await.map_err(unreachable)?;
         }
-        Ok(())
+        Ok(facts)
+    }
+
+    /// Refuses the collection if it holds a document that is not a lock
+    /// document (see "Documents other than lock documents" in the module docs).
+    async fn refuse_other_documents(&self) -> Result<()> {
+        let found = self
+            .bounded(
+                self.coll()
+                    .find_one(not_a_lock_document())
+                    .projection(doc! { field::ID: 1 }),
+            )
+            .await?;
+        let Some(document) = found else {
+            return Ok(());
+        };
+        let id = document
+            .get(field::ID)
+            .map_or_else(|| "(none)".to_string(), |id| id.to_string());
+        Err(Error::UnusableCollection {
+            reason: format!(
+                "{} is expected to be a lock collection (documents {{_id, aid, ts, ...}}), \
+                 but it holds a document that is not a lock document (_id: {id}); the TTL \
+                 index on `exp` would delete such documents when they carry an `exp` date. \
+                 Nothing was created: point the manager at a collection of its own (e.g. \
+                 \"<name>.lock\")",
+                self.coll().namespace()
+            ),
+        })
     }
 
     /// Creates `model`; `Ok(false)` if an index with the same name or keys but
@@ -176,5 +273,141 @@ impl MongoStore {
                  lock documents would never be deleted. Drop it or use another collection"
             ),
         })
+    }
+}
+
+/// The filter of a document that is neither of this crate's shape (`tok`
+/// int64 and `exp` date), nor a placeholder (only `_id`), nor the common lock
+/// pattern's (`aid` present and `ts` a date).
+fn not_a_lock_document() -> Document {
+    doc! { "$nor": [
+        { field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } },
+        { field::OWNER: { "$exists": true }, field::RENEWED_AT: { "$type": "date" } },
+        { "$expr": { "$eq": [ { "$size": { "$objectToArray": "$$ROOT" } }, 1 ] } },
+    ] }
+}
+
+/// Checks one index of the collection against the lock documents (see "TTL
+/// indexes of other applications" in the module docs). `Ok(Some(e))` for an
+/// accepted TTL index on `ts` whose `expireAfterSeconds` is shorter than the
+/// TTL: local deadlines must use it.
+fn check_ttl_index(index: &IndexModel, timing: &Timing, ns: &str) -> Result<Option<Duration>> {
+    let Some(expire_after) = index.options.as_ref().and_then(|o| o.expire_after) else {
+        return Ok(None);
+    };
+    // A TTL index has a single key (MongoDB ignores or refuses the option on
+    // compound indexes).
+    let Some(path) = index.keys.keys().next().filter(|_| index.keys.len() == 1) else {
+        return Ok(None);
+    };
+    let name = index
+        .options
+        .as_ref()
+        .and_then(|o| o.name.clone())
+        .unwrap_or_default();
+    let described = format!(
+        "{ns} has a TTL index {name:?} on {} with expireAfterSeconds {}",
+        index.keys,
+        expire_after.as_secs_f64()
+    );
+    let refuse = |why: String| {
+        Err(Error::UnusableCollection {
+            reason: format!(
+                "{described}: {why}. Nothing was created; drop the index or use another collection"
+            ),
+        })
+    };
+    match path.as_str() {
+        field::RENEWED_AT => {
+            let needed = timing.heartbeat_interval + timing.safety_margin;
+            if expire_after <= needed {
+                return refuse(format!(
+                    "MongoDB may delete a lease {:?} after its last renewal, which is not \
+                     longer than heartbeat_interval + safety_margin ({needed:?}): live leases \
+                     would be deleted between renewals",
+                    expire_after
+                ));
+            }
+            Ok((expire_after < timing.ttl).then_some(expire_after))
+        }
+        field::ACQUIRED_AT | field::WAITING_SINCE | field::YIELD_UNTIL => refuse(format!(
+            "`{path}` is a date no renewal moves, so MongoDB would delete a lease {:?} after \
+             it, however often it is renewed",
+            expire_after
+        )),
+        p if p.starts_with(&format!("{}.", field::PAYLOAD)) => refuse(format!(
+            "`{path}` is inside the lease payload, which no renewal moves: a date there would \
+             get a held lease deleted"
+        )),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(ttl: u64, heartbeat: u64, margin: u64) -> Timing {
+        Timing {
+            ttl: Duration::from_secs(ttl),
+            heartbeat_interval: Duration::from_secs(heartbeat),
+            safety_margin: Duration::from_secs(margin),
+            operation_timeout: Duration::from_secs(10),
+            retry_initial: Duration::from_millis(10),
+            retry_max: Duration::from_secs(1),
+            renewal_batch_size: 100,
+            ttl_cap: None,
+            release_mode: crate::ReleaseMode::Keep,
+        }
+    }
+
+    fn ttl_index(field: &str, expire_after: Duration) -> IndexModel {
+        IndexModel::builder()
+            .keys(doc! { field: 1 })
+            .options(
+                IndexOptions::builder()
+                    .name(format!("{field}_1"))
+                    .expire_after(expire_after)
+                    .build(),
+            )
+            .build()
+    }
+
+    fn check(field: &str, secs: u64, timing: &Timing) -> Result<Option<Duration>> {
+        check_ttl_index(&ttl_index(field, Duration::from_secs(secs)), timing, "db.c")
+    }
+
+    #[test]
+    fn a_ts_index_must_outlive_heartbeat_plus_margin_and_caps_the_ttl() {
+        // The measured case: TTL 90 s, heartbeat 40 s, margin 9 s, {ts: 1} at 30 s.
+        let measured = timing(90, 40, 9);
+        let error = check("ts", 30, &measured).unwrap_err();
+        assert!(matches!(error, Error::UnusableCollection { .. }), "{error}");
+        // The boundary: E must be strictly longer than heartbeat + margin.
+        let t = timing(90, 3, 9);
+        assert!(check("ts", 12, &t).is_err());
+        assert_eq!(check("ts", 13, &t).unwrap(), Some(Duration::from_secs(13)));
+        // No cap when E is not shorter than the TTL.
+        assert_eq!(check("ts", 90, &t).unwrap(), None);
+        assert_eq!(check("ts", 600, &t).unwrap(), None);
+    }
+
+    #[test]
+    fn ttl_indexes_on_dates_no_renewal_moves_are_refused() {
+        let t = timing(30, 10, 3);
+        for field in ["acq", "wt", "yu", "data.deadline"] {
+            let error = check(field, 86_400, &t).unwrap_err();
+            assert!(error.to_string().contains("no renewal moves"), "{error}");
+        }
+    }
+
+    #[test]
+    fn ttl_indexes_on_exp_or_unrelated_fields_are_accepted_without_a_cap() {
+        let t = timing(30, 10, 3);
+        for field in ["exp", "createdAt", "data"] {
+            assert_eq!(check(field, 0, &t).unwrap(), None, "{field}");
+        }
+        let plain = IndexModel::builder().keys(doc! { "ts": 1 }).build();
+        assert_eq!(check_ttl_index(&plain, &t, "db.c").unwrap(), None);
     }
 }
