@@ -223,7 +223,7 @@ pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
     let key = key.to_extended_json();
     match released {
         Some(info) if info.foreign => println!(
-            "released {key:?} (force): it was held by a foreign holder {:?} \
+            "released {key} (force): it was held by a foreign holder {:?} \
              (a lock document not written by mongo-lease), which was deleted",
             info.owner_id
         ),
@@ -257,7 +257,7 @@ pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool
     let key = key.to_extended_json();
     match holder.filter(|h| h.held) {
         Some(h) if h.foreign => eprintln!(
-            "mongo-lease: not acquired: {key:?} is held by a foreign holder {:?} \
+            "mongo-lease: not acquired: {key} is held by a foreign holder {:?} \
              (a lock document not written by mongo-lease; expiry unknown)",
             h.owner_id
         ),
