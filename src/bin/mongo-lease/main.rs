@@ -647,7 +647,7 @@ async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> 
                 running.store(true, std::sync::atomic::Ordering::SeqCst);
                 let outcome = child::run(
                     &args.command,
-                    &env_name,
+                    env_name,
                     leader.term(),
                     owner_id,
                     leader.lost(),
