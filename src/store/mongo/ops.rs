@@ -241,14 +241,19 @@ impl MongoStore {
         Ok(deleted + marked)
     }
 
+    /// Reads `key`'s document projected with [`info_projection`] (with the
+    /// server's now), as [`projected_info`] reads it.
+    async fn read_info(&self, key: &LeaseKey) -> Result<Option<Document>> {
+        self.bounded(
+            self.coll()
+                .find_one(key_filter(key))
+                .projection(info_projection()),
+        )
+        .await
+    }
+
     async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
-        let found = self
-            .bounded(
-                self.coll()
-                    .find_one(key_filter(&key))
-                    .projection(info_projection()),
-            )
-            .await?;
+        let found = self.read_info(&key).await?;
         Ok(found.and_then(|doc| projected_info(&key, &doc)))
     }
 
@@ -332,13 +337,7 @@ impl MongoStore {
         if let Some(doc) = before {
             return Ok(projected_info(&key, &doc));
         }
-        let found = self
-            .bounded(
-                self.coll()
-                    .find_one(key_filter(&key))
-                    .projection(info_projection()),
-            )
-            .await?;
+        let found = self.read_info(&key).await?;
         let Some((found, info)) = found
             .and_then(|doc| projected_info(&key, &doc).map(|info| (doc, info)))
             .filter(|(_, info)| info.foreign)
