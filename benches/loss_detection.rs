@@ -29,12 +29,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
 use mongo_lease::{LockManager, LockManagerOptions};
 use mongodb::Client;
 use mongodb::bson::{Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
 
+#[path = "common/mongod.rs"]
+mod mongod;
 #[path = "../tests/common/renewal.rs"]
 mod renewal;
 
@@ -116,17 +117,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 async fn run(samples: usize, held: usize) {
-    let (_replica_set, uri) = match std::env::var("MONGODB_URI").ok().filter(|u| !u.is_empty()) {
-        Some(uri) => (None, uri),
-        None => {
-            let rs = ReplicaSet::start(ReplicaSetOptions::default())
-                .await
-                .expect("start a throwaway mongod (set MONGODB_URI to use your own)");
-            let uri = rs.uri();
-            (Some(rs), uri)
-        }
-    };
-    eprintln!("mongod: {uri}");
+    let (_replica_set, uri) = mongod::mongod().await;
     let db_name = format!(
         "bench_loss_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
