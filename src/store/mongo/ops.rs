@@ -36,13 +36,15 @@ fn min_token_age_ms() -> i64 {
 }
 
 impl MongoStore {
+    /// Reads `key`'s document with `projection`.
+    async fn read_key(&self, key: &LeaseKey, projection: Document) -> Result<Option<Document>> {
+        self.bounded(self.coll().find_one(key_filter(key)).projection(projection))
+            .await
+    }
+
+    /// Reads `key`'s document as [`classify`] reads it.
     async fn read_lease(&self, key: &LeaseKey) -> Result<Option<Document>> {
-        self.bounded(
-            self.coll()
-                .find_one(key_filter(key))
-                .projection(acquire_projection()),
-        )
-        .await
+        self.read_key(key, acquire_projection()).await
     }
 
     async fn acquire_once(
@@ -244,12 +246,7 @@ impl MongoStore {
     /// Reads `key`'s document projected with [`info_projection`] (with the
     /// server's now), as [`projected_info`] reads it.
     async fn read_info(&self, key: &LeaseKey) -> Result<Option<Document>> {
-        self.bounded(
-            self.coll()
-                .find_one(key_filter(key))
-                .projection(info_projection()),
-        )
-        .await
+        self.read_key(key, info_projection()).await
     }
 
     async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
