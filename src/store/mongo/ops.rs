@@ -75,7 +75,8 @@ impl MongoStore {
             Err(Error::Database(e)) if is_duplicate_key(&e) => {
                 return Err(Error::UnusableCollection {
                     reason: format!(
-                        "a unique index other than `_id` refused the lease for {key:?}: {e}"
+                        "a unique index other than `_id` refused the lease for {}: {e}",
+                        key.to_extended_json()
                     ),
                 });
             }
