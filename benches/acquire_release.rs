@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
+use mongo_lease::testkit::ReplicaSet;
 use mongo_lease::{LockManager, LockManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::{
@@ -35,6 +35,9 @@ use mongodb::options::{
 use mongodb::{Client, Collection};
 use tokio::runtime::Runtime;
 use uuid::Uuid;
+
+#[path = "common/mongod.rs"]
+mod mongod;
 
 /// Distinct keys cycled through by each caller.
 const KEY_POOL: u64 = 256;
@@ -154,17 +157,7 @@ impl Env {
             .enable_all()
             .build()
             .expect("tokio runtime");
-        let (replica_set, uri) = match std::env::var("MONGODB_URI").ok().filter(|u| !u.is_empty()) {
-            Some(uri) => (None, uri),
-            None => {
-                let rs = runtime
-                    .block_on(ReplicaSet::start(ReplicaSetOptions::default()))
-                    .expect("start a throwaway mongod (set MONGODB_URI to use your own)");
-                let uri = rs.uri();
-                (Some(rs), uri)
-            }
-        };
-        eprintln!("mongod: {uri}");
+        let (replica_set, uri) = runtime.block_on(mongod::mongod());
         let (manager, raw, db) = runtime.block_on(async {
             let db_name = format!("bench_{}", &Uuid::new_v4().simple().to_string()[..8]);
             // Same collection setup on both sides: `connect` creates the TTL

@@ -29,12 +29,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
 use mongo_lease::{LockManager, LockManagerOptions};
 use mongodb::Client;
 use mongodb::bson::{Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
 
+#[path = "common/mongod.rs"]
+mod mongod;
 #[path = "../tests/common/renewal.rs"]
 mod renewal;
 
@@ -115,18 +116,30 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// A manager on `db_name.collection` with this TTL and heartbeat, whose
+/// client's commands and change events `counts` counts; and that client,
+/// to shut down after the manager.
+async fn counted_manager(
+    counts: &Counts,
+    uri: &str,
+    db_name: &str,
+    collection: &str,
+    ttl: Duration,
+    heartbeat: Duration,
+) -> (Client, LockManager) {
+    let client = counts.client(uri).await;
+    let mut options = LockManagerOptions::builder()
+        .database(client.database(db_name))
+        .collection(collection)
+        .ttl(ttl)
+        .build();
+    options.heartbeat_interval = Some(heartbeat);
+    let manager = LockManager::connect(options).await.expect("connect");
+    (client, manager)
+}
+
 async fn run(samples: usize, held: usize) {
-    let (_replica_set, uri) = match std::env::var("MONGODB_URI").ok().filter(|u| !u.is_empty()) {
-        Some(uri) => (None, uri),
-        None => {
-            let rs = ReplicaSet::start(ReplicaSetOptions::default())
-                .await
-                .expect("start a throwaway mongod (set MONGODB_URI to use your own)");
-            let uri = rs.uri();
-            (Some(rs), uri)
-        }
-    };
-    eprintln!("mongod: {uri}");
+    let (_replica_set, uri) = mongod::mongod().await;
     let db_name = format!(
         "bench_loss_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -136,14 +149,15 @@ async fn run(samples: usize, held: usize) {
 
     // ----- part 1: the delay ---------------------------------------------------------
     let counts = Counts::default();
-    let client = counts.client(&uri).await;
-    let mut options = LockManagerOptions::builder()
-        .database(client.database(&db_name))
-        .collection("leases")
-        .ttl(Duration::from_secs(600))
-        .build();
-    options.heartbeat_interval = Some(Duration::from_secs(200));
-    let manager = LockManager::connect(options).await.expect("connect");
+    let (client, manager) = counted_manager(
+        &counts,
+        &uri,
+        &db_name,
+        "leases",
+        Duration::from_secs(600),
+        Duration::from_secs(200),
+    )
+    .await;
     let owner = manager.owner_id().to_string();
     let mut anchor = manager.acquire("anchor").await.expect("anchor");
     // Let the stream open (its first `aggregate`).
@@ -215,14 +229,15 @@ async fn run(samples: usize, held: usize) {
 
     // ----- part 2: the cost of holding -------------------------------------------------
     let counts = Counts::default();
-    let client = counts.client(&uri).await;
-    let mut options = LockManagerOptions::builder()
-        .database(client.database(&db_name))
-        .collection("held")
-        .ttl(Duration::from_secs(30))
-        .build();
-    options.heartbeat_interval = Some(Duration::from_secs(1));
-    let manager = LockManager::connect(options).await.expect("connect");
+    let (client, manager) = counted_manager(
+        &counts,
+        &uri,
+        &db_name,
+        "held",
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+    )
+    .await;
     let leases: Vec<_> = futures::stream::iter(0..held)
         .map(|i| {
             let manager = manager.clone();

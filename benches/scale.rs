@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
 use mongo_lease::{DEFAULT_RENEWAL_BATCH_SIZE, LockManager, LockManagerOptions};
 use mongodb::Client;
 use mongodb::bson::{Document, doc};
@@ -27,6 +26,8 @@ use mongodb::event::{EventHandler, command::CommandEvent};
 /// Lease TTL of the benchmark's manager; its heartbeat is a third of it.
 const TTL: Duration = Duration::from_secs(30);
 /// Acquire calls in flight at once.
+#[path = "common/mongod.rs"]
+mod mongod;
 #[path = "../tests/common/renewal.rs"]
 mod renewal;
 
@@ -56,17 +57,7 @@ fn main() {
 }
 
 async fn run(keys: usize) {
-    let (_replica_set, uri) = match std::env::var("MONGODB_URI").ok().filter(|u| !u.is_empty()) {
-        Some(uri) => (None, uri),
-        None => {
-            let rs = ReplicaSet::start(ReplicaSetOptions::default())
-                .await
-                .expect("start a throwaway mongod (set MONGODB_URI to use your own)");
-            let uri = rs.uri();
-            (Some(rs), uri)
-        }
-    };
-    eprintln!("mongod: {uri}");
+    let (_replica_set, uri) = mongod::mongod().await;
 
     let renewals = Renewals::default();
     let mut client_options = mongodb::options::ClientOptions::parse(&uri)

@@ -197,7 +197,7 @@ impl Actor {
                 cancel: cancel.clone(),
                 ttl: waiter.ttl,
                 deadline,
-                renewing: false,
+                renewing: 0,
                 acquired_at: sent_at,
             });
             tracing::debug!(%key, token, "lease acquired");

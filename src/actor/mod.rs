@@ -82,8 +82,12 @@ struct Held {
     ttl: Duration,
     /// Start of the last confirmed renewal (or of the acquire) + ttl − safety margin.
     deadline: Instant,
-    /// A renewal of this lease is in flight or scheduled for retry.
-    renewing: bool,
+    /// How many renewals of this lease are in flight or scheduled for retry:
+    /// the heartbeat's, and the checks of [`Actor::check_held`] (which renew
+    /// a lease at once even while the heartbeat's renewal is in flight, as
+    /// that one may have been sent before the write). The heartbeat skips a
+    /// lease while it is not zero; each confirmed renewal counts one down.
+    renewing: u32,
     /// When the acquire that took it was sent (local clock): in delete mode,
     /// whether its document can be deleted at release (see
     /// [`Actor::delete_when_old_enough`]).

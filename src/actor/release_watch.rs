@@ -179,9 +179,10 @@ impl Actor {
         let mut by_ttl: BTreeMap<Duration, Vec<LeaseRef>> = BTreeMap::new();
         let mut count = 0;
         for key in keys {
-            let Some(held) = self.keys.get(&key).and_then(|s| s.held.as_ref()) else {
+            let Some(held) = self.keys.get_mut(&key).and_then(|s| s.held.as_mut()) else {
                 continue;
             };
+            held.renewing += 1;
             let lease_id = held.lease_id;
             by_ttl
                 .entry(held.ttl)

@@ -24,8 +24,8 @@ impl Actor {
     pub(super) fn renew_all(&mut self) {
         let mut by_ttl: BTreeMap<Duration, Vec<LeaseRef>> = BTreeMap::new();
         for (key, state) in &mut self.keys {
-            if let Some(held) = state.held.as_mut().filter(|h| !h.renewing) {
-                held.renewing = true;
+            if let Some(held) = state.held.as_mut().filter(|h| h.renewing == 0) {
+                held.renewing += 1;
                 by_ttl.entry(held.ttl).or_default().push(LeaseRef {
                     key: key.clone(),
                     lease_id: held.lease_id,
@@ -119,7 +119,7 @@ impl Actor {
             let Some(held) = state.held.as_mut().filter(|h| h.lease_id == lease.lease_id) else {
                 continue;
             };
-            held.renewing = false;
+            held.renewing = held.renewing.saturating_sub(1);
             if lost.contains(&lease.key) {
                 tracing::warn!(
                     key = %lease.key,

@@ -312,7 +312,7 @@ pub(crate) enum AcquireOutcome {
 /// it after an ambiguous failure.
 pub(crate) trait Store: Send + Sync + 'static {
     /// Takes `key` for `lease_id` if it is free (or already ours under this
-    /// lease id), and not yielded by this owner to a waiting one. `waiting`:
+    /// lease id and owner id: a retry), and not yielded by this owner to a waiting one. `waiting`:
     /// the caller will retry until it gets the key, so a lease held by
     /// another owner is marked as waited for (see "Fairness between owners").
     /// A key yielded by this owner is reported `Held` by this owner until the

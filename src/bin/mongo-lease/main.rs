@@ -44,6 +44,7 @@ Exit codes:
 
 Keys: --key takes a string; --key-json takes a key of any BSON type in MongoDB Extended
 JSON v2, e.g. the ObjectId of the locked document: --key-json '{\"$oid\":\"5087b72181a445980ae47d13\"}'.
+An election's name is a key too: --name takes a string, --name-json any BSON type.
 
 Environment of the command: MONGO_LEASE_KEY (key or election name; a non-string key as
 canonical Extended JSON), MONGO_LEASE_TOKEN (fencing token = term), MONGO_LEASE_OWNER (owner id).";
@@ -193,20 +194,58 @@ struct KeyArg {
 }
 
 impl KeyArg {
-    fn key(&self) -> LeaseKey {
-        match (&self.key, &self.key_json) {
-            (_, Some(key)) => key.clone(),
-            (Some(key), None) => key.into(),
-            (None, None) => unreachable!("clap requires --key or --key-json"),
-        }
+    fn key(&self) -> Result<LeaseKey, Failure> {
+        one_key(
+            self.key.as_deref(),
+            self.key_json.as_ref(),
+            "--key or --key-json",
+        )
+    }
+}
+
+/// An election's name (its lease key): a string (`--name`) or any BSON
+/// value in Extended JSON (`--name-json`); exactly one.
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+struct NameArg {
+    /// The election's name (its lease key), a string.
+    #[arg(long)]
+    name: Option<String>,
+
+    /// The election's name as MongoDB Extended JSON v2, for a name of any
+    /// BSON type, e.g. `--name-json '{"$oid":"5087b72181a445980ae47d13"}'`.
+    #[arg(long, value_name = "JSON", value_parser = parse_key_json)]
+    name_json: Option<LeaseKey>,
+}
+
+impl NameArg {
+    fn key(&self) -> Result<LeaseKey, Failure> {
+        one_key(
+            self.name.as_deref(),
+            self.name_json.as_ref(),
+            "--name or --name-json",
+        )
+    }
+}
+
+/// The key given either as a string or as Extended JSON (clap lets through
+/// at most one; `options` names them for the error when neither is given).
+fn one_key(
+    string: Option<&str>,
+    json: Option<&LeaseKey>,
+    options: &str,
+) -> Result<LeaseKey, Failure> {
+    match (string, json) {
+        (_, Some(key)) => Ok(key.clone()),
+        (Some(key), None) => Ok(LeaseKey::from(key)),
+        (None, None) => Err(Failure::usage(format!("a key is required: pass {options}"))),
     }
 }
 
 #[derive(Args, Debug)]
 struct LeaderArgs {
-    /// The election's name (its lease key).
-    #[arg(long)]
-    name: String,
+    #[command(flatten)]
+    name: NameArg,
 
     #[command(flatten)]
     timing: LeaseTiming,
@@ -408,11 +447,11 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             finish(&manager, code).await
         }
         Commands::Release(args) => {
-            let key = match (args.key_json, args.key) {
-                (Some(key), _) => key,
-                (None, Some(key)) => LeaseKey::from(key),
-                (None, None) => unreachable!("clap requires KEY or --key-json"),
-            };
+            let key = one_key(
+                args.key.as_deref(),
+                args.key_json.as_ref(),
+                "KEY or --key-json",
+            )?;
             if !args.force {
                 return Err(Failure::usage(format!(
                     "releasing {} takes the lease away from its holder; \
@@ -493,7 +532,7 @@ fn default_owner_id() -> String {
 
 async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
-    let key = args.key.key();
+    let key = args.key.key()?;
     let acquire = async {
         if args.no_wait {
             manager.try_acquire(key.clone()).await
@@ -543,15 +582,20 @@ async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u8, F
 
 async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
-    let election = Election::new(manager, args.name.clone())?;
+    let name = args.name.key()?;
+    let election = Election::new(manager, name.clone())?;
+    // What the messages call the election, and what the command gets as
+    // MONGO_LEASE_KEY (a string as is, another type as Extended JSON).
+    let shown = name.to_extended_json();
+    let env_name = name.to_string();
     if args.once {
         let leadership = tokio::select! {
             leadership = election.campaign() => leadership?,
             signal = signals.next() => return Ok(128 + signal as u8),
         };
         eprintln!(
-            "mongo-lease: leader of {:?} (term {})",
-            args.name,
+            "mongo-lease: leader of {} (term {})",
+            shown,
             leadership.term()
         );
         if let Some(payload) = &args.payload {
@@ -559,7 +603,7 @@ async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> 
         }
         let outcome = child::run(
             &args.command,
-            &args.name,
+            &env_name,
             leadership.term(),
             manager.owner_id(),
             leadership.lost(),
@@ -577,8 +621,8 @@ async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> 
             }
             _ => {
                 eprintln!(
-                    "mongo-lease: leadership of {:?} lost; the command was terminated",
-                    args.name
+                    "mongo-lease: leadership of {} lost; the command was terminated",
+                    shown
                 );
                 exit::LEASE_LOST
             }
@@ -588,16 +632,13 @@ async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> 
         let running = std::sync::atomic::AtomicBool::new(false);
         let run = election.run_as_leader(|leader| {
             let (args, signals, running) = (&args, &signals, &running);
+            let (shown, env_name) = (&shown, &env_name);
             let owner_id = manager.owner_id();
             async move {
                 if signals.received().is_some() {
                     return ChildOutcome::Exited(0);
                 }
-                eprintln!(
-                    "mongo-lease: leader of {:?} (term {})",
-                    args.name,
-                    leader.term()
-                );
+                eprintln!("mongo-lease: leader of {} (term {})", shown, leader.term());
                 if let Some(payload) = &args.payload {
                     if let Err(e) = leader.set_payload(payload.clone()).await {
                         tracing::warn!(error = %e, "could not publish the payload");
@@ -606,7 +647,7 @@ async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> 
                 running.store(true, std::sync::atomic::Ordering::SeqCst);
                 let outcome = child::run(
                     &args.command,
-                    &args.name,
+                    env_name,
                     leader.term(),
                     owner_id,
                     leader.lost(),
@@ -617,8 +658,8 @@ async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> 
                 running.store(false, std::sync::atomic::Ordering::SeqCst);
                 if leader.is_lost() {
                     eprintln!(
-                        "mongo-lease: leadership of {:?} lost (term {}); campaigning again",
-                        args.name,
+                        "mongo-lease: leadership of {} lost (term {}); campaigning again",
+                        shown,
                         leader.term()
                     );
                 }

@@ -74,8 +74,19 @@ fn short(d: Duration) -> String {
     }
 }
 
+/// RFC 3339 with milliseconds. A foreign holder's `ts` can be any date: one
+/// before 1970 or after 9999 (which `humantime` cannot format) is shown by
+/// BSON's own formatting, or as milliseconds since the Unix epoch.
 fn time(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+    use std::fmt::Write;
+    let mut out = String::new();
+    if t >= SystemTime::UNIX_EPOCH && write!(out, "{}", humantime::format_rfc3339_millis(t)).is_ok()
+    {
+        return out;
+    }
+    let date = mongodb::bson::DateTime::from_system_time(t);
+    date.try_to_rfc3339_string()
+        .unwrap_or_else(|_| format!("{} ms since the Unix epoch", date.timestamp_millis()))
 }
 
 fn payload_json(info: &LeaseInfo) -> Value {
@@ -212,7 +223,7 @@ pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
     let key = key.to_extended_json();
     match released {
         Some(info) if info.foreign => println!(
-            "released {key:?} (force): it was held by a foreign holder {:?} \
+            "released {key} (force): it was held by a foreign holder {:?} \
              (a lock document not written by mongo-lease), which was deleted",
             info.owner_id
         ),
@@ -246,7 +257,7 @@ pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool
     let key = key.to_extended_json();
     match holder.filter(|h| h.held) {
         Some(h) if h.foreign => eprintln!(
-            "mongo-lease: not acquired: {key:?} is held by a foreign holder {:?} \
+            "mongo-lease: not acquired: {key} is held by a foreign holder {:?} \
              (a lock document not written by mongo-lease; expiry unknown)",
             h.owner_id
         ),
@@ -257,5 +268,27 @@ pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool
             short(h.time_to_expiry())
         ),
         None => eprintln!("mongo-lease: not acquired: {key} is held"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::time;
+
+    #[test]
+    fn times_of_any_date_are_formatted_without_panicking() {
+        let epoch = SystemTime::UNIX_EPOCH;
+        assert_eq!(
+            time(epoch + Duration::from_millis(1_500)),
+            "1970-01-01T00:00:01.500Z"
+        );
+        assert_eq!(
+            time(epoch - Duration::from_secs(86_400)),
+            "1969-12-31T00:00:00Z"
+        );
+        let far = epoch + Duration::from_millis(8_640_000_000_000_000);
+        assert_eq!(time(far), "8640000000000000 ms since the Unix epoch");
     }
 }

@@ -9,7 +9,7 @@ use mongodb::bson::doc;
 use tokio::time::Instant;
 
 use super::{Fixture, raw, take};
-use crate::store::{Announcement, KeyWrite, Store};
+use crate::store::{AcquireOutcome, Announcement, KeyWrite, Store};
 
 pub(super) async fn renewal_reports_a_lease_lost_whose_owner_id_was_rewritten<F: Fixture>(f: &F) {
     let a = f.store("a").await;
@@ -30,6 +30,38 @@ pub(super) async fn renewal_reports_a_lease_lost_whose_owner_id_was_rewritten<F:
         "the rewritten document is left as it is"
     );
     assert!(a.renew(vec![l2]).await.unwrap().is_empty());
+}
+
+pub(super) async fn an_acquire_retry_under_a_lease_id_whose_owner_id_was_rewritten_finds_it_held<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let a = f.store("a").await;
+    let (l, token) = take(&a, "k").await;
+    // Our own retry under the same lease id is the same acquisition...
+    assert_eq!(
+        a.acquire(l.key.clone(), l.lease_id, false).await.unwrap(),
+        AcquireOutcome::Acquired { token }
+    );
+    f.rewrite_owner("k", "intruder").await;
+    // ...but not once another application rewrote the owner id.
+    match a.acquire(l.key.clone(), l.lease_id, false).await.unwrap() {
+        AcquireOutcome::Held { holder, remaining } => {
+            assert_eq!(holder, "intruder");
+            assert!(
+                remaining.is_some_and(|r| r > Duration::ZERO),
+                "{remaining:?}"
+            );
+        }
+        other => panic!("a retry took back a rewritten document: {other:?}"),
+    }
+    let k = raw(f, "k").await;
+    assert_eq!(
+        (k.owner.as_str(), k.lease_id, k.token),
+        ("intruder", Some(l.lease_id), token),
+        "the rewritten document is left as it is"
+    );
 }
 
 pub(super) async fn foreign_deletes_and_owner_rewrites_are_announced_renewals_are_not<

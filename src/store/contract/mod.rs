@@ -256,6 +256,7 @@ contract!(
     compat::release_by_owner_releases_every_lease_of_that_owner_only,
     // Loss detection and renewal by owner.
     loss_detection::renewal_reports_a_lease_lost_whose_owner_id_was_rewritten,
+    loss_detection::an_acquire_retry_under_a_lease_id_whose_owner_id_was_rewritten_finds_it_held,
     loss_detection::foreign_deletes_and_owner_rewrites_are_announced_renewals_are_not,
     // Per-lease TTL.
     lease_ttl::an_acquire_with_a_ttl_stores_exp_that_far_after_ts,

@@ -179,9 +179,9 @@ pub(super) fn apply_acquire(
             coll.docs.insert(key.clone(), doc);
             Ok(AcquireOutcome::Acquired { token })
         }
-        Some(doc) if doc.lease_id == Some(lease_id) => {
+        Some(doc) if doc.lease_id == Some(lease_id) && doc.owner == owner => {
             // A retry of an acquisition that landed: same token, fresh expiry.
-            doc.owner = owner.to_string();
+            // (A document rewritten to another owner is not ours any more.)
             doc.exp = now + ttl;
             doc.renewed = now;
             Ok(AcquireOutcome::Acquired { token: doc.token })

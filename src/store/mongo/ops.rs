@@ -36,13 +36,15 @@ fn min_token_age_ms() -> i64 {
 }
 
 impl MongoStore {
+    /// Reads `key`'s document with `projection`.
+    async fn read_key(&self, key: &LeaseKey, projection: Document) -> Result<Option<Document>> {
+        self.bounded(self.coll().find_one(key_filter(key)).projection(projection))
+            .await
+    }
+
+    /// Reads `key`'s document as [`classify`] reads it.
     async fn read_lease(&self, key: &LeaseKey) -> Result<Option<Document>> {
-        self.bounded(
-            self.coll()
-                .find_one(key_filter(key))
-                .projection(acquire_projection()),
-        )
-        .await
+        self.read_key(key, acquire_projection()).await
     }
 
     async fn acquire_once(
@@ -73,7 +75,8 @@ impl MongoStore {
             Err(Error::Database(e)) if is_duplicate_key(&e) => {
                 return Err(Error::UnusableCollection {
                     reason: format!(
-                        "a unique index other than `_id` refused the lease for {key:?}: {e}"
+                        "a unique index other than `_id` refused the lease for {}: {e}",
+                        key.to_extended_json()
                     ),
                 });
             }
@@ -241,14 +244,14 @@ impl MongoStore {
         Ok(deleted + marked)
     }
 
+    /// Reads `key`'s document projected with [`info_projection`] (with the
+    /// server's now), as [`projected_info`] reads it.
+    async fn read_info(&self, key: &LeaseKey) -> Result<Option<Document>> {
+        self.read_key(key, info_projection()).await
+    }
+
     async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
-        let found = self
-            .bounded(
-                self.coll()
-                    .find_one(key_filter(&key))
-                    .projection(info_projection()),
-            )
-            .await?;
+        let found = self.read_info(&key).await?;
         Ok(found.and_then(|doc| projected_info(&key, &doc)))
     }
 
@@ -332,13 +335,7 @@ impl MongoStore {
         if let Some(doc) = before {
             return Ok(projected_info(&key, &doc));
         }
-        let found = self
-            .bounded(
-                self.coll()
-                    .find_one(key_filter(&key))
-                    .projection(info_projection()),
-            )
-            .await?;
+        let found = self.read_info(&key).await?;
         let Some((found, info)) = found
             .and_then(|doc| projected_info(&key, &doc).map(|info| (doc, info)))
             .filter(|(_, info)| info.foreign)

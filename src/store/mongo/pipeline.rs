@@ -38,7 +38,7 @@ pub(super) fn key_filter(key: &LeaseKey) -> Document {
 /// An upsert on `_id` alone (an `$expr` is refused in an upsert filter on 6.0,
 /// docs/mongodb-behaviour.md, B1) whose pipeline replaces the document only
 /// if this acquisition (`owner`, `lease_id`) wins: the document is new (only
-/// `_id`), already ours under this lease id (a retry), or ours in shape,
+/// `_id`), already ours under this lease id and owner id (a retry), or ours in shape,
 /// expired by `$$NOW`, and not yielded by this owner to a waiting one.
 /// Otherwise the document is returned unchanged (no oplog entry,
 /// docs/mongodb-behaviour.md, B2), including a document of foreign shape;
@@ -53,13 +53,18 @@ pub(super) fn acquire_pipeline(
 ) -> Vec<Document> {
     let lid = bson_lease_id(lease_id);
     let fresh = doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] };
-    let mine = doc! { "$eq": [format!("${}", field::LEASE_ID), lid.clone()] };
+    let same_owner = doc! { "$eq": [format!("${}", field::OWNER), { "$literal": owner }] };
+    // A retry: this lease id and owner id. A document another application
+    // rewrote to another owner (keeping `lid`) is not ours any more.
+    let mine = doc! { "$and": [
+        { "$eq": [format!("${}", field::LEASE_ID), lid.clone()] },
+        same_owner.clone(),
+    ]};
     let our_shape = doc! { "$and": [
         { "$eq": [{ "$type": format!("${}", field::EXPIRES_AT) }, "date"] },
         { "$eq": [{ "$type": format!("${}", field::TOKEN) }, "long"] },
     ]};
     let expired = doc! { "$lte": [format!("${}", field::EXPIRES_AT), "$$NOW"] };
-    let same_owner = doc! { "$eq": [format!("${}", field::OWNER), { "$literal": owner }] };
     let yielded_by_us = doc! { "$and": [
         same_owner.clone(),
         { "$gt": [format!("${}", field::YIELD_UNTIL), "$$NOW"] },
@@ -141,7 +146,8 @@ pub(super) fn classify(
             remaining: None,
         });
     };
-    if is_lease_id(doc.get(field::LEASE_ID), lease_id) {
+    let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
+    if is_lease_id(doc.get(field::LEASE_ID), lease_id) && holder == owner {
         return Ok(AcquireOutcome::Acquired {
             token: token as u64,
         });
@@ -150,7 +156,6 @@ pub(super) fn classify(
         .get_datetime("now")
         .map(|d| d.timestamp_millis())
         .unwrap_or(expires.timestamp_millis());
-    let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
     // Yielded by this owner: free for others now, for us at `yu`.
     let until = match doc.get_datetime(field::YIELD_UNTIL) {
         Ok(until) if holder == owner => *expires.max(until),
@@ -391,7 +396,9 @@ pub(super) fn release_events_pipeline() -> [Document; 2] {
 }
 
 /// Reads one event of [`release_events_pipeline`] (a raw change event
-/// document). `None` for an event of another kind or without a string key.
+/// document). `None` for an event of another kind, or one missing the
+/// fields its kind carries (`documentKey._id`, `fullDocument`,
+/// `updateDescription`).
 pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
     let key = LeaseKey::from(
         event
@@ -490,6 +497,45 @@ mod tests {
         )
     }
 
+    /// The acquire pipeline's "a retry of this acquisition" condition, as
+    /// built for owner `me` and lease id `LID`.
+    fn mine_condition() -> Document {
+        doc! { "$and": [
+            { "$eq": ["$lid", bson_lease_id(LID)] },
+            { "$eq": ["$aid", { "$literal": "me" }] },
+        ]}
+    }
+
+    #[test]
+    fn acquire_counts_as_a_retry_only_under_this_lease_id_and_owner_id() {
+        let (wins, acquired, _) = acquire_parts(false);
+        assert_eq!(at(&wins, "$or.1"), &bson(mine_condition()));
+        assert_eq!(at(&acquired, "tok.$cond.0"), &bson(mine_condition()));
+    }
+
+    #[test]
+    fn classify_reports_a_document_with_our_lease_id_rewritten_to_another_owner_as_held() {
+        let key = LeaseKey::from("k");
+        let now = DateTime::from_millis(1_000_000);
+        let exp = DateTime::from_millis(1_030_000);
+        let stored = |aid: &str| {
+            doc! {
+                "aid": aid, "lid": bson_lease_id(LID), "tok": 7_i64, "exp": exp, "now": now,
+            }
+        };
+        assert!(matches!(
+            classify(&key, "me", LID, &stored("me")),
+            Ok(AcquireOutcome::Acquired { token: 7 })
+        ));
+        match classify(&key, "me", LID, &stored("other")) {
+            Ok(AcquireOutcome::Held { holder, remaining }) => {
+                assert_eq!(holder, "other");
+                assert_eq!(remaining, Some(Duration::from_secs(30)));
+            }
+            other => panic!("expected held by other, got {other:?}"),
+        }
+    }
+
     #[test]
     fn lease_ids_are_stored_as_bson_uuids() {
         let Bson::Binary(binary) = bson_lease_id(LID) else {
@@ -505,7 +551,7 @@ mod tests {
     #[test]
     fn acquire_token_rule_is_max_of_previous_plus_one_and_server_ms_shifted_by_20() {
         let (_, acquired, _) = acquire_parts(false);
-        let mine = doc! { "$eq": ["$lid", bson_lease_id(LID)] };
+        let mine = mine_condition();
         assert_eq!(
             at(&acquired, "tok"),
             &bson(doc! { "$cond": [
@@ -523,7 +569,7 @@ mod tests {
     #[test]
     fn acquire_takes_the_lease_by_server_time_and_drops_the_last_acquisitions_fields() {
         let (_, acquired, _) = acquire_parts(false);
-        let mine = doc! { "$eq": ["$lid", bson_lease_id(LID)] };
+        let mine = mine_condition();
         assert_eq!(at(&acquired, "_id"), &Bson::from("$_id"));
         assert_eq!(at(&acquired, "aid"), &bson(doc! { "$literal": "me" }));
         assert_eq!(at(&acquired, "lid"), &bson_lease_id(LID));
@@ -567,7 +613,7 @@ mod tests {
             wins,
             doc! { "$or": [
                 { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] },
-                { "$eq": ["$lid", bson_lease_id(LID)] },
+                mine_condition(),
                 { "$and": [our_shape, { "$lte": ["$exp", "$$NOW"] }, { "$not": [yielded_by_us] }] },
             ]}
         );

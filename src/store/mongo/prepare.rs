@@ -69,9 +69,11 @@ pub(crate) const OWNER_INDEX_NAME: &str = "mongo_lease_owner";
 /// respect.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct CollectionFacts {
-    /// The `expireAfterSeconds` of a TTL index on `ts` shorter than the TTL:
+    /// The shortest `expireAfterSeconds` of the accepted TTL indexes on `ts`:
     /// MongoDB may delete a lease that long after its last renewal, so local
-    /// deadlines use it instead of the TTL (see the module docs).
+    /// deadlines use `min(lease TTL, it)` (see the module docs). Kept also
+    /// when it is not shorter than the manager's TTL: a lease acquired with
+    /// a longer TTL of its own (`AcquireOptions::ttl`) is capped by it.
     pub ttl_cap: Option<Duration>,
 }
 
@@ -289,8 +291,8 @@ fn not_a_lock_document() -> Document {
 
 /// Checks one index of the collection against the lock documents (see "TTL
 /// indexes of other applications" in the module docs). `Ok(Some(e))` for an
-/// accepted TTL index on `ts` whose `expireAfterSeconds` is shorter than the
-/// TTL: local deadlines must use it.
+/// accepted TTL index on `ts`: local deadlines must not pass `e` after a
+/// renewal, whatever the lease's TTL.
 fn check_ttl_index(index: &IndexModel, timing: &Timing, ns: &str) -> Result<Option<Duration>> {
     let Some(expire_after) = index.options.as_ref().and_then(|o| o.expire_after) else {
         return Ok(None);
@@ -328,7 +330,9 @@ fn check_ttl_index(index: &IndexModel, timing: &Timing, ns: &str) -> Result<Opti
                     expire_after
                 ));
             }
-            Ok((expire_after < timing.ttl).then_some(expire_after))
+            // Returned even when not shorter than the manager's TTL: a lease's
+            // own TTL (`AcquireOptions::ttl`) may be longer.
+            Ok(Some(expire_after))
         }
         field::ACQUIRED_AT | field::WAITING_SINCE | field::YIELD_UNTIL => refuse(format!(
             "`{path}` is a date no renewal moves, so MongoDB would delete a lease {:?} after \
@@ -387,9 +391,25 @@ mod tests {
         let t = timing(90, 3, 9);
         assert!(check("ts", 12, &t).is_err());
         assert_eq!(check("ts", 13, &t).unwrap(), Some(Duration::from_secs(13)));
-        // No cap when E is not shorter than the TTL.
-        assert_eq!(check("ts", 90, &t).unwrap(), None);
-        assert_eq!(check("ts", 600, &t).unwrap(), None);
+        // Also a cap when E is not shorter than the manager's TTL: a lease
+        // acquired with a longer TTL of its own must not outlive E either.
+        assert_eq!(check("ts", 90, &t).unwrap(), Some(Duration::from_secs(90)));
+        assert_eq!(
+            check("ts", 600, &t).unwrap(),
+            Some(Duration::from_secs(600))
+        );
+        let mut capped = t.clone();
+        capped.ttl_cap = check("ts", 120, &t).unwrap();
+        assert_eq!(
+            capped.validity_for(Duration::from_secs(90)),
+            Duration::from_secs(81),
+            "the manager's TTL, shorter than E, is kept"
+        );
+        assert_eq!(
+            capped.validity_for(Duration::from_secs(600)),
+            Duration::from_secs(111),
+            "a longer per-lease TTL is capped by E"
+        );
     }
 
     #[test]
