@@ -204,7 +204,7 @@ pub(crate) fn unreachable_from(waited: Duration, error: mongodb::error::Error) -
             // a standalone server or a member of another set, and its message
             // then lists no server at all (mongodb 3.x: "Topology: { Type:
             // ReplicaSetNoPrimary, Set Name: rs0 }"): say what that means
-            // (docs/mongodb-behaviour.md, B10).
+            // (docs/mongodb-behaviour.md, B13).
             let hint = if message.contains("Set Name:") && !message.contains("Servers:") {
                 " (no host is left in the topology: the driver drops a host that is a \
                  standalone server or a member of a replica set of another name than the \

@@ -272,7 +272,7 @@ impl KeyWrite {
     /// writes it) and, if it set an owner id, set `owner`. Any other write
     /// to a held key (a delete, a release, another `lid` or `aid`) may have
     /// taken the lease away, which only the store can tell: the event may be
-    /// stale (docs/mongodb-behaviour.md, B13).
+    /// stale (docs/mongodb-behaviour.md, B12).
     pub fn keeps(&self, lease_id: Uuid, owner: &str) -> bool {
         !self.freed
             && self.lease_id == Some(lease_id)

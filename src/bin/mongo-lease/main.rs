@@ -136,8 +136,9 @@ enum Commands {
     /// Release a key whoever holds it, or every lease of an owner id with
     /// --owner (operator override; needs --force).
     ///
-    /// The holder learns it at its next renewal (its command is then
-    /// terminated). The release is printed and logged.
+    /// The holder learns it within milliseconds on a replica set (its
+    /// manager follows writes to its leases), at its next renewal otherwise;
+    /// its command is then terminated. The release is printed and logged.
     Release(ReleaseArgs),
 }
 

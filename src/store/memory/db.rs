@@ -315,7 +315,7 @@ impl MemoryDb {
     }
 
     /// Reports a write to `watch_releases` streams, as a change stream
-    /// would (docs/mongodb-behaviour.md, B13).
+    /// would (docs/mongodb-behaviour.md, B12).
     pub fn announce(&self, write: KeyWrite) {
         let _ = self.released.send(write);
     }

@@ -171,7 +171,7 @@ pub(super) fn classify(
 /// The projection of reads that report a [`LeaseInfo`]: every field of the
 /// schema, the server's `$$NOW`, and the stored document's number of fields
 /// ([`FIELD_COUNT`], which tells an empty placeholder from a foreign holder's
-/// document with none of our fields).
+/// document with none of our fields; docs/mongodb-behaviour.md, B11).
 pub(super) fn info_projection() -> Document {
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::ACQUIRED_AT: 1,
@@ -371,7 +371,7 @@ pub(super) fn id_index() -> Document {
 /// (a release, another application's rewrite) — filtered on the server, so
 /// that renewals (`ts`, `exp`), payload writes and waiting marks cost no
 /// event; each reduced to what [`key_write`] reads
-/// (docs/mongodb-behaviour.md, B13).
+/// (docs/mongodb-behaviour.md, B12).
 pub(super) fn release_events_pipeline() -> [Document; 2] {
     let updated = |name: &str| format!("updateDescription.updatedFields.{name}");
     [
