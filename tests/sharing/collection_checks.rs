@@ -412,6 +412,8 @@ async fn each_lease_stores_its_own_ttl_and_renews_in_one_update_many_per_ttl() {
         assert_eq!(stored_ttl(&fx, &format!("m{i}")).await, manager_ttl);
         assert_eq!(stored_ttl(&fx, &format!("l{i}")).await, long_ttl);
     }
+    // From here on every heartbeat finds all six leases held.
+    log.clear();
 
     let renewals = || -> Vec<(i64, Vec<String>)> {
         log.all()
@@ -428,7 +430,22 @@ async fn each_lease_stores_its_own_ttl_and_renews_in_one_update_many_per_ttl() {
     .await;
     let short_keys: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
     let long_keys: Vec<String> = (0..3).map(|i| format!("l{i}")).collect();
-    let seen = renewals();
+    let mut seen = renewals();
+    // On a slow enough machine a heartbeat may fall among the acquisitions:
+    // its commands (one per TTL) renew the leases held by then, and may be
+    // logged after the clear. Nothing else may renew fewer leases.
+    let partial = |(_, keys): &(i64, Vec<String>)| keys.len() < 3;
+    let early: Vec<_> = seen.iter().filter(|r| partial(r)).cloned().collect();
+    assert!(early.len() <= 2, "renewals of some leases only: {early:?}");
+    for (ttl_ms, keys) in &early {
+        let all = if *ttl_ms == 3_000 {
+            &short_keys
+        } else {
+            &long_keys
+        };
+        assert!(keys.iter().all(|k| all.contains(k)), "{ttl_ms}: {keys:?}");
+    }
+    seen.retain(|r| !partial(r));
     for (ttl_ms, keys) in &seen {
         match ttl_ms {
             3_000 => assert_eq!(keys, &short_keys, "one command renews every 3 s lease"),

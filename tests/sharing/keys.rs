@@ -292,12 +292,18 @@ async fn a_32_bit_and_a_64_bit_one_are_the_same_key_locally_and_in_mongodb() {
     assert!(other.try_acquire(1_i64).await.unwrap().is_none(), "remote");
 
     // A local waiter for 1_i64 gets the key when the 1_i32 lease is released.
-    let waiter = tokio::spawn({
+    // Polled once before it is spawned: its command is in the manager's
+    // queue ahead of the release, whatever the scheduler does, so it
+    // really waits (a task not yet run would find the key free later).
+    let mut waiter = Box::pin({
         let manager = manager.clone();
         async move { manager.acquire(1_i64).await }
     });
-    tokio::task::yield_now().await;
-    assert!(!waiter.is_finished(), "waits while 1 is held");
+    assert!(
+        futures::poll!(&mut waiter).is_pending(),
+        "waits while 1 is held"
+    );
+    let waiter = tokio::spawn(waiter);
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     let second = tokio::time::timeout(Duration::from_secs(20), waiter)
         .await

@@ -287,8 +287,21 @@ async fn without_a_change_stream_a_rewritten_owner_id_is_lost_at_the_next_renewa
     let manager = LockManager::connect(options).await.unwrap();
     let lease = manager.acquire("k").await.unwrap();
     let raw = client.database("poll").collection::<Document>("leases");
-    // Two heartbeats: renewals match the document as the manager wrote it.
-    tokio::time::sleep(heartbeat * 2).await;
+    // Two renewals (each moves `ts`): renewals match the document as the
+    // manager wrote it. The bound only turns a hang into a failure.
+    let ts = || async {
+        let doc = raw.find_one(doc! { "_id": "k" }).await.unwrap().unwrap();
+        *doc.get_datetime("ts").unwrap()
+    };
+    for renewal in 1..=2 {
+        let before = ts().await;
+        eventually(
+            &format!("renewal {renewal}"),
+            Duration::from_secs(60),
+            || async { ts().await > before },
+        )
+        .await;
+    }
     assert!(!lease.is_lost());
 
     raw.update_one(doc! { "_id": "k" }, doc! { "$set": { "aid": "other" } })

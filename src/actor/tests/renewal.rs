@@ -424,8 +424,8 @@ async fn leases_of_two_ttls_renew_in_one_call_per_ttl_and_batch_each_to_its_own_
     }
     assert_eq!(leases[0].ttl(), TTL, "the manager's TTL by default");
     for i in 0..n {
-        assert_eq!(db.doc(&format!("short{i}")).unwrap().exp, t0 + TTL);
-        assert_eq!(db.doc(&format!("long{i}")).unwrap().exp, t0 + LONG_TTL);
+        assert_eq!(db.doc(format!("short{i}")).unwrap().exp, t0 + TTL);
+        assert_eq!(db.doc(format!("long{i}")).unwrap().exp, t0 + LONG_TTL);
     }
     let per_ttl = n.div_ceil(BATCH);
 
@@ -453,8 +453,8 @@ async fn leases_of_two_ttls_renew_in_one_call_per_ttl_and_batch_each_to_its_own_
             );
         }
         for i in 0..n {
-            assert_eq!(db.doc(&format!("short{i}")).unwrap().exp, tick_at + TTL);
-            assert_eq!(db.doc(&format!("long{i}")).unwrap().exp, tick_at + LONG_TTL);
+            assert_eq!(db.doc(format!("short{i}")).unwrap().exp, tick_at + TTL);
+            assert_eq!(db.doc(format!("long{i}")).unwrap().exp, tick_at + LONG_TTL);
         }
     }
     assert!(leases.iter().all(|l| !l.is_lost()));
