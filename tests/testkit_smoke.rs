@@ -318,3 +318,44 @@ async fn restart_on_a_taken_port() {
         0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_answers_without_a_replica_set_and_is_removed_on_drop() {
+    let server = testkit::Standalone::start().await.unwrap();
+    assert_eq!(
+        server.uri(),
+        format!(
+            "mongodb://127.0.0.1:{}/?directConnection=true",
+            server.port()
+        )
+    );
+    assert_eq!(server.host(), format!("127.0.0.1:{}", server.port()));
+    let client = mongodb::Client::with_uri_str(server.uri()).await.unwrap();
+    let hello = client
+        .database("admin")
+        .run_command(doc! { "hello": 1 })
+        .await
+        .unwrap();
+    assert!(hello.get_bool("isWritablePrimary").unwrap(), "{hello}");
+    assert!(
+        hello.get("setName").is_none(),
+        "not a replica set member: {hello}"
+    );
+    let coll = client
+        .database(&testkit::unique_name("smoke"))
+        .collection::<Document>("docs");
+    coll.insert_one(doc! { "_id": 1 }).await.unwrap();
+    assert_eq!(coll.count_documents(doc! {}).await.unwrap(), 1);
+    client.shutdown().await;
+
+    let pid = server.pid().unwrap();
+    let dir = server.dbpath().to_owned();
+    assert!(proc_exists(pid));
+    assert!(server.log_path().exists());
+    drop(server);
+    assert!(
+        !proc_exists(pid),
+        "mongod pid {pid} still exists after drop"
+    );
+    assert!(!dir.exists(), "{} still exists after drop", dir.display());
+}

@@ -154,10 +154,24 @@ impl Member {
         }
     }
 
-    /// Spawns `mongod` for this member on `self.port`.
+    /// Spawns `mongod` for this member on `self.port`, as a member of the
+    /// replica set `opts.set_name`.
     pub(super) async fn spawn(
         &self,
         mongod: &Path,
+        opts: &ReplicaSetOptions,
+        key_file: Option<&Path>,
+    ) -> Result<(), TestkitError> {
+        self.spawn_mongod(mongod, Some(&opts.set_name), opts, key_file)
+            .await
+    }
+
+    /// Spawns `mongod` on `self.port`: with `--replSet <set_name>`, or a
+    /// standalone server (no `--replSet`) when `set_name` is `None`.
+    pub(super) async fn spawn_mongod(
+        &self,
+        mongod: &Path,
+        set_name: Option<&str>,
         opts: &ReplicaSetOptions,
         key_file: Option<&Path>,
     ) -> Result<(), TestkitError> {
@@ -183,9 +197,10 @@ impl Member {
             .map_err(|e| TestkitError::io("duplicating a file handle", e))?;
 
         let mut cmd = Command::new(mongod);
-        cmd.arg("--replSet")
-            .arg(&opts.set_name)
-            .arg("--port")
+        if let Some(set_name) = set_name {
+            cmd.arg("--replSet").arg(set_name);
+        }
+        cmd.arg("--port")
             .arg(self.port.to_string())
             .arg("--bind_ip")
             .arg("127.0.0.1")

@@ -6,7 +6,7 @@
 //! each member on a free `127.0.0.1` port with its own temporary data
 //! directory.
 //!
-//! Two ways to get a server:
+//! Three ways to get a server:
 //!
 //! * [`ReplicaSet::start`] starts a dedicated replica set (1..=N members)
 //!   owned by the caller. Dropping the [`ReplicaSet`] kills every `mongod`
@@ -16,6 +16,10 @@
 //!   started once per process and shared by every test in the binary (or
 //!   the value of the `MONGODB_URI` environment variable if it is set).
 //!   Combine it with [`unique_name`] so tests don't step on each other.
+//! * [`Standalone::start`] starts a `mongod` without `--replSet` (no
+//!   change streams, no transactions), for tests of a deployment that is
+//!   not a replica set. Dropping it kills the `mongod` and deletes its data
+//!   directory.
 //!
 //! # Faults
 //!
@@ -43,8 +47,8 @@
 //!
 //! # Cleanup guarantees
 //!
-//! * Normal drop of a [`ReplicaSet`]: members are killed, reaped and their
-//!   data directories removed.
+//! * Normal drop of a [`ReplicaSet`] (or a [`Standalone`]): members are
+//!   killed, reaped and their data directories removed.
 //! * Process exit (including the shared server, which is never dropped):
 //!   an `atexit` hook kills every still-registered member and removes its
 //!   data directory.
@@ -106,6 +110,7 @@ mod process;
 pub mod proxy;
 mod replica_set;
 mod shared;
+mod standalone;
 
 pub use install::mongod_path;
 pub use member::Member;
@@ -114,6 +119,7 @@ pub use probe::{MemberState, MemberStatus};
 pub use proxy::FaultProxy;
 pub use replica_set::ReplicaSet;
 pub use shared::shared_uri;
+pub use standalone::Standalone;
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds. One clock for every process on the
 /// machine, so timestamps taken in different processes (test workers) can be
