@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use common::{Fixture, eventually};
 use futures::StreamExt;
+use mongo_lease::testkit::Standalone;
 use mongo_lease::{Election, Error, LeaderInfo, LeaseInfo, LockManager, ReleaseOutcome};
 use mongodb::bson::doc;
 use tokio::time::{Instant, timeout};
@@ -512,57 +513,7 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
 
 // ----- polling fallback ---------------------------------------------------------------
 
-/// A standalone `mongod` (no replica set, so no change streams), killed on
-/// drop, after the clients made through it are shut down.
-struct Standalone {
-    child: std::process::Child,
-    uri: String,
-    clients: common::Clients,
-    _dir: tempfile::TempDir,
-}
-
-impl Standalone {
-    async fn start() -> Standalone {
-        let mongod = mongo_lease::testkit::mongod_path().expect("mongod");
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new(mongod)
-            .args(["--port", &port.to_string(), "--bind_ip", "127.0.0.1"])
-            .arg("--dbpath")
-            .arg(dir.path())
-            .args(["--wiredTigerCacheSizeGB", "0.25", "--quiet"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start a standalone mongod");
-        let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true");
-        let clients = common::Clients::default();
-        let client = clients.connect(&uri).await;
-        eventually("the standalone mongod answers", WAIT, || async {
-            client
-                .database("admin")
-                .run_command(doc! { "ping": 1 })
-                .await
-                .is_ok()
-        })
-        .await;
-        Standalone {
-            child,
-            uri,
-            clients,
-            _dir: dir,
-        }
-    }
-
-    /// A manager whose client is shut down with this server's other clients.
-    async fn manager(&self) -> LockManager {
-        standalone_manager(self.clients.connect(&self.uri).await).await
-    }
-}
-
+/// A manager on the `poll` database of a standalone server.
 async fn standalone_manager(client: mongodb::Client) -> LockManager {
     LockManager::connect(
         mongo_lease::LockManagerOptions::builder()
@@ -575,22 +526,16 @@ async fn standalone_manager(client: mongodb::Client) -> LockManager {
     .unwrap()
 }
 
-impl Drop for Standalone {
-    fn drop(&mut self) {
-        // Shuts the clients down (`common::shut_down`) while the server runs.
-        drop(std::mem::take(&mut self.clients));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Without change streams (a standalone server), observers poll: they still
 /// see each leader that lasts longer than a poll interval, and the expiry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_poll_a_standalone_server() {
-    let server = Standalone::start().await;
-    let watcher = server.manager().await;
-    let candidate = server.manager().await;
+    // A `mongod` without `--replSet`: no change streams.
+    let server = Standalone::start().await.expect("a standalone mongod");
+    // Declared after the server: shut down before it is stopped.
+    let clients = common::Clients::default();
+    let watcher = standalone_manager(clients.connect(&server.uri()).await).await;
+    let candidate = standalone_manager(clients.connect(&server.uri()).await).await;
     let mut observer = Election::new(&watcher, "leader")
         .unwrap()
         .observe()
@@ -628,7 +573,7 @@ async fn observers_poll_a_standalone_server() {
 
     // An expiry without takeover: a leader on its own runtime, torn down
     // without resigning.
-    let uri = server.uri.clone();
+    let uri = server.uri();
     // (As in `Fixture::crashed_process`: a single-threaded runtime with a
     // client of its own, dropped without polling its tasks again.)
     let crashed = std::thread::spawn(move || {

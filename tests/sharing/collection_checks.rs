@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use mongo_lease::testkit::Standalone;
 use mongo_lease::{Error, LockManager, LockManagerOptions};
 use mongodb::IndexModel;
 use mongodb::bson::{DateTime, Document, doc};
@@ -263,65 +264,11 @@ async fn a_wrong_replica_set_name_gives_unreachable_naming_the_sets() {
     );
 }
 
-/// A `mongod` without `--replSet`, killed on drop, its data directory removed.
-struct Standalone {
-    port: u16,
-    dbpath: std::path::PathBuf,
-    _child: tokio::process::Child,
-}
-
-impl Drop for Standalone {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dbpath);
-    }
-}
-
-impl Standalone {
-    async fn start() -> Standalone {
-        let port = refused_port();
-        let dbpath = std::env::temp_dir().join(mongo_lease::testkit::unique_name("standalone"));
-        std::fs::create_dir_all(&dbpath).expect("data directory");
-        let child =
-            tokio::process::Command::new(mongo_lease::testkit::mongod_path().expect("mongod"))
-                .args([
-                    "--bind_ip",
-                    "127.0.0.1",
-                    "--port",
-                    &port.to_string(),
-                    "--nounixsocket",
-                ])
-                .arg("--dbpath")
-                .arg(&dbpath)
-                .stdout(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("start a standalone mongod");
-        let standalone = Standalone {
-            port,
-            dbpath,
-            _child: child,
-        };
-        // Ready once it answers; the generous selection timeout only turns a
-        // hang into a failure.
-        let client = mongodb::Client::with_uri_str(format!(
-            "mongodb://127.0.0.1:{port}/?directConnection=true&serverSelectionTimeoutMS=120000"
-        ))
-        .await
-        .expect("client");
-        client
-            .database("admin")
-            .run_command(doc! { "ping": 1 })
-            .await
-            .expect("the standalone mongod answers");
-        client.shutdown().await;
-        standalone
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_set_uri_to_a_standalone_gives_unreachable_naming_the_set() {
-    let standalone = Standalone::start().await;
-    let uri = format!("mongodb://127.0.0.1:{}/?replicaSet=rs0", standalone.port);
+    // A `mongod` without `--replSet`, killed on drop.
+    let standalone = Standalone::start().await.expect("a standalone mongod");
+    let uri = format!("mongodb://{}/?replicaSet=rs0", standalone.host());
     let options = mongodb::options::ClientOptions::parse(&uri)
         .await
         .expect("uri");

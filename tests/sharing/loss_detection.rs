@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use futures::future::join_all;
+use mongo_lease::testkit::Standalone;
 use mongo_lease::{Lease, LockManager, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 
@@ -212,71 +213,13 @@ async fn writes_to_other_keys_own_writes_and_stale_releases_never_lose_a_held_le
 
 // ----- without a change stream ---------------------------------------------------------
 
-/// A standalone `mongod` (no replica set, so no change streams), killed on
-/// drop, after the clients made through it are shut down.
-struct Standalone {
-    child: std::process::Child,
-    uri: String,
-    clients: super::common::Clients,
-    _dir: tempfile::TempDir,
-}
-
-impl Standalone {
-    async fn start() -> Standalone {
-        let mongod = mongo_lease::testkit::mongod_path().expect("mongod");
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new(mongod)
-            .args(["--port", &port.to_string(), "--bind_ip", "127.0.0.1"])
-            .arg("--dbpath")
-            .arg(dir.path())
-            .args(["--wiredTigerCacheSizeGB", "0.25", "--quiet"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start a standalone mongod");
-        let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true");
-        let clients = super::common::Clients::default();
-        let client = clients.connect(&uri).await;
-        eventually(
-            "the standalone mongod answers",
-            Duration::from_secs(60),
-            || {
-                let client = client.clone();
-                async move {
-                    client
-                        .database("admin")
-                        .run_command(doc! { "ping": 1 })
-                        .await
-                        .is_ok()
-                }
-            },
-        )
-        .await;
-        Standalone {
-            child,
-            uri,
-            clients,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Standalone {
-    fn drop(&mut self) {
-        drop(std::mem::take(&mut self.clients));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 async fn without_a_change_stream_a_rewritten_owner_id_is_lost_at_the_next_renewal() {
-    let server = Standalone::start().await;
-    let client = server.clients.connect(&server.uri).await;
+    // A `mongod` without `--replSet`: no change streams.
+    let server = Standalone::start().await.expect("a standalone mongod");
+    // Declared after the server: shut down before it is stopped.
+    let clients = super::common::Clients::default();
+    let client = clients.connect(&server.uri()).await;
     let heartbeat = Duration::from_millis(500);
     let mut options = mongo_lease::LockManagerOptions::builder()
         .database(client.database("poll"))
