@@ -24,6 +24,10 @@ use super::process::{self, DIR_PREFIX};
 /// fails its operations, but a multi-threaded test runtime may then see the
 /// driver's background tasks outlive it).
 ///
+/// [`start`](Self::start) needs a tokio runtime with the time driver
+/// enabled (any `#[tokio::test]` qualifies). Drop blocks briefly while the
+/// killed process is reaped.
+///
 /// A standalone server has no oplog, so it has no change streams and no
 /// transactions; a client that names a replica set (`replicaSet=...`)
 /// selects no server there.
