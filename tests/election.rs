@@ -25,10 +25,6 @@ async fn next<S: futures::Stream + Unpin>(stream: &mut S, what: &str) -> S::Item
         .unwrap_or_else(|| panic!("the stream ended before {what}"))
 }
 
-fn near(a: Duration, b: Duration, tolerance: Duration) -> bool {
-    a.abs_diff(b) <= tolerance
-}
-
 // ----- the read model ---------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,11 +42,25 @@ async fn inspect_reports_holder_times_and_payload_by_server_time() {
     assert_eq!(info.fencing_token, lease.fencing_token());
     assert_eq!(info.payload, None);
     assert_eq!(info.acquired_at, info.renewed_at);
-    assert!(
-        near(info.time_to_expiry(), TTL, Duration::from_millis(500)),
+    // All by the server's clock, exactly: a fresh lease expires one TTL
+    // after its acquisition, was read after it, and has at most a TTL left.
+    assert_eq!(
+        info.expires_at.duration_since(info.acquired_at).unwrap(),
+        TTL,
         "{info:?}"
     );
-    assert!(info.age() < Duration::from_millis(500), "{info:?}");
+    assert!(info.server_time >= info.acquired_at, "{info:?}");
+    assert_eq!(
+        info.age(),
+        info.server_time.duration_since(info.acquired_at).unwrap()
+    );
+    assert!(info.time_to_expiry() <= TTL, "{info:?}");
+    assert_eq!(
+        info.time_to_expiry() + info.age(),
+        TTL,
+        "remaining and elapsed time add up to the TTL: {info:?}"
+    );
+    eprintln!("inspected {:?} after the acquisition", info.age());
 
     lease
         .set_payload(doc! { "addr": "10.0.0.7:8080", "v": 3 })
@@ -308,12 +318,15 @@ async fn observers_see_an_expiry_without_takeover() {
     let info = watcher.inspect("leader").await.unwrap().unwrap();
     let after = info.server_time.duration_since(elected).unwrap();
     eprintln!("expiry seen {after:?} after the election");
-    // The expiry is re-read when it is due: about 10 ms late here, so the
-    // bound is 100x that.
-    assert!(
-        after >= TTL && after < TTL + Duration::from_millis(1000),
-        "seen {after:?} after the election"
-    );
+    // Never before the expiry, by the server's clock. What made the observer
+    // report it is the expiry itself, not a write: the document is still the
+    // crashed leader's, unreleased, of the same acquisition. How
+    // late the report comes (about 10 ms here) is printed, not asserted:
+    // `next`'s bound (10x the TTL) only turns a hang into a failure.
+    assert!(after >= TTL, "seen {after:?} after the election");
+    assert!(!info.held, "{info:?}");
+    assert_eq!(info.fencing_token, term, "no takeover: {info:?}");
+    assert_eq!(info.acquired_at, elected, "{info:?}");
     // A late subscriber gets the current state first.
     let mut late = election.observe().await.unwrap();
     assert_eq!(next(&mut late, "the current state").await.unwrap(), None);
@@ -565,9 +578,9 @@ async fn observers_poll_a_standalone_server() {
         latencies[latencies.len() / 2],
         latencies[latencies.len() - 1]
     );
-    // At most one poll interval (0.5 s ± 20 %) plus the read: the read took a
-    // few ms here, and the bound leaves 0.9 s, more than 10x that.
-    assert!(latencies[latencies.len() - 1] < Duration::from_millis(1500));
+    // At most one poll interval (0.5 s ± 20 %) plus the read: printed, not
+    // asserted (`next`'s bound, 20 s, over 30x a poll interval, only turns a
+    // hang into a failure); each leader was seen, with its term, above.
 
     candidate.shutdown().await.unwrap();
 
@@ -602,11 +615,17 @@ async fn observers_poll_a_standalone_server() {
     assert_eq!(next(&mut observer, "the expiry").await.unwrap(), None);
     let seen_after = SystemTime::now().duration_since(leader.since).unwrap();
     eprintln!("expiry seen {seen_after:?} after the election (polling)");
-    // Within a poll interval (at most 0.6 s) of the expiry, plus the read (a
-    // few ms here; the bound leaves 0.9 s for it).
+    // Never before the expiry (a safety statement); how late, within a poll
+    // interval (at most 0.6 s) plus the read, is printed, not asserted
+    // (`next`'s bound, 20 s, only turns a hang into a failure). What it saw
+    // is the expiry itself: the document is still the crashed leader's.
+    assert!(seen_after >= TTL, "{seen_after:?}");
+    let info = watcher.inspect("leader").await.unwrap().unwrap();
+    assert!(!info.held, "{info:?}");
+    assert_eq!(info.fencing_token, term, "no takeover: {info:?}");
     assert!(
-        seen_after >= TTL && seen_after < TTL + Duration::from_millis(1500),
-        "{seen_after:?}"
+        info.server_time.duration_since(leader.since).unwrap() >= TTL,
+        "{info:?}"
     );
     watcher.shutdown().await.unwrap();
 }

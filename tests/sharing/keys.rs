@@ -337,7 +337,14 @@ async fn next(observer: &mut mongo_lease::LeaseObserver) -> Option<mongo_lease::
 async fn an_observer_and_a_waiter_of_a_document_key_follow_its_lease() {
     let fx = Fixture::new("keys_observe").await;
     let holder = fx.manager(TTL).await;
-    let other = fx.manager(TTL).await;
+    // The waiter's backoff is longer than the bound it is given below (and
+    // its first retry is capped by the holder's remaining lease time, ~TTL,
+    // also longer): only the change stream's delete/update event can wake it
+    // within the bound.
+    let mut options = fx.options(TTL).await;
+    options.retry_initial = Duration::from_secs(600);
+    options.retry_max = Duration::from_secs(600);
+    let other = LockManager::connect(options).await.unwrap();
     let key = LeaseKey::from(doc! { "tenant": 3_i64, "item": oid() });
 
     let mut observer = other.observe(&key).await.unwrap();
@@ -354,6 +361,21 @@ async fn an_observer_and_a_waiter_of_a_document_key_follow_its_lease() {
         let (other, key) = (other.clone(), key.clone());
         async move { other.acquire(key).await }
     });
+    // The waiter really waits before the release: its failed attempt marks
+    // the lease (`wt`), which only an acquire that will wait does.
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !fx
+            .raw()
+            .find_one(doc! { "_id": key.as_bson() })
+            .await
+            .unwrap()
+            .is_some_and(|d| d.contains_key("wt"))
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the waiter marks the lease within the bound");
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     // The waiter's waiting mark may show first, as a held state.
     loop {
@@ -365,7 +387,7 @@ async fn an_observer_and_a_waiter_of_a_document_key_follow_its_lease() {
     }
     let taken = tokio::time::timeout(Duration::from_secs(20), waiter)
         .await
-        .expect("the waiter gets the key")
+        .expect("the change stream wakes the waiter (its backoff is 600 s)")
         .unwrap()
         .unwrap();
     assert_eq!(taken.key(), &key);
@@ -516,4 +538,65 @@ async fn cli_takes_exactly_one_of_key_and_key_json_and_refuses_bad_extended_json
     assert!(!info.held, "force-released");
     drop(lease);
     manager.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_leader_under_an_objectid_name_runs_its_command_with_the_name_as_extended_json() {
+    let fx = Fixture::new("keys_cli_leader").await;
+    let db = fx.db.name().to_owned();
+    let name_json = format!(r#"{{"$oid":"{OID}"}}"#);
+
+    let out = cli(
+        &db,
+        &[
+            "leader",
+            "--name-json",
+            &name_json,
+            "--once",
+            "--",
+            "sh",
+            "-c",
+            "echo \"key=$MONGO_LEASE_KEY\"",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        stdout(&out).contains(&format!("key={name_json}")),
+        "the command sees the name as Extended JSON: {out:?}"
+    );
+    let stored = fx
+        .db
+        .collection::<Document>("leases")
+        .find(doc! {})
+        .await
+        .unwrap();
+    let ids: Vec<Bson> = futures::TryStreamExt::try_collect::<Vec<Document>>(stored)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.get("_id").unwrap().clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [Bson::ObjectId(oid())],
+        "the only lock document's _id is the ObjectId"
+    );
+
+    for args in [
+        &[
+            "leader",
+            "--name",
+            "a",
+            "--name-json",
+            &name_json,
+            "--",
+            "true",
+        ][..],
+        &["leader", "--once", "--", "true"],
+        &["leader", "--name-json", "not json", "--", "true"],
+    ] {
+        let out = cli(&db, args).await;
+        assert_eq!(out.status.code(), Some(USAGE), "{args:?}: {out:?}");
+    }
 }

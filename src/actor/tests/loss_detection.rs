@@ -170,3 +170,88 @@ async fn a_write_announced_while_the_acquire_is_in_flight_is_checked_once_grante
     );
     assert!(!lease.is_lost(), "the store says it is held");
 }
+
+/// A stale event (the lease stays held): it makes the holder check `key`.
+fn announce_stale_write(db: &MemoryDb, key: &str) {
+    db.announce(KeyWrite {
+        key: key.into(),
+        freed: true,
+        lease_id: None,
+        owner: None,
+    });
+}
+
+/// A check's renewal counts as the lease's renewal in flight: the heartbeat
+/// sends no second one for that lease meanwhile.
+#[tokio::test(start_paused = true)]
+async fn a_check_in_flight_at_a_heartbeat_tick_stands_for_that_ticks_renewal() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    store.set_latency(Op::Renew, Duration::from_millis(300));
+    let check_at = t0 + HEARTBEAT - Duration::from_millis(100);
+    sleep_until(check_at).await;
+
+    // The check is in flight from 0.9 s to 1.2 s, over the tick at 1 s.
+    announce_stale_write(&db, "k");
+    sleep_until(t0 + HEARTBEAT * 2 + MS).await;
+    assert_eq!(
+        renewals_since(&store, 0),
+        [
+            (check_at, vec![LeaseKey::from("k")]),
+            (t0 + HEARTBEAT * 2, vec![LeaseKey::from("k")]),
+        ],
+        "no second renewal of the lease at the tick while the check is in flight"
+    );
+    assert_eq!(store.max_in_flight(Op::Renew), 1);
+    assert!(!lease.is_lost());
+}
+
+/// Renewals in flight are counted: a check's result counts one down, and the
+/// heartbeat's renewal still pending (here: awaiting its retry) keeps the
+/// heartbeat from sending another.
+#[tokio::test(start_paused = true)]
+async fn a_checks_result_does_not_end_the_heartbeats_renewal_still_pending() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    // The heartbeat's renewal at 1 s hangs past its bound (one heartbeat
+    // interval): it times out at 2 s and is retried within RETRY_INITIAL.
+    // The check at 1.05 s takes 0.1 s and is answered meanwhile.
+    store.set_latency(Op::Renew, Duration::from_millis(1500));
+    let check_at = t0 + HEARTBEAT + Duration::from_millis(50);
+    sleep_until(check_at).await;
+    assert_eq!(store.in_flight(Op::Renew), 1, "the heartbeat's renewal");
+    store.set_latency(Op::Renew, Duration::from_millis(100));
+    announce_stale_write(&db, "k");
+    sleep_until(t0 + HEARTBEAT * 3 + MS).await;
+    let renewals = renewals_since(&store, 0);
+    let k = vec![LeaseKey::from("k")];
+    assert_eq!(
+        renewals[..2],
+        [(t0 + HEARTBEAT, k.clone()), (check_at, k.clone())],
+        "{renewals:?}"
+    );
+    let around_second_tick: Vec<Instant> = renewals[2..]
+        .iter()
+        .map(|(at, _)| *at)
+        .filter(|at| *at < t0 + HEARTBEAT * 3)
+        .collect();
+    assert_eq!(
+        around_second_tick.len(),
+        1,
+        "only the retry of the pending renewal, no new one at the tick of 2 s: {renewals:?}"
+    );
+    let retry = around_second_tick[0];
+    assert!(
+        retry >= t0 + HEARTBEAT * 2 && retry <= t0 + HEARTBEAT * 2 + RETRY_INITIAL,
+        "{renewals:?}"
+    );
+    assert_eq!(
+        renewals.last(),
+        Some(&(t0 + HEARTBEAT * 3, k)),
+        "the tick of 3 s renews it again"
+    );
+    assert_eq!(renewals.len(), 4, "{renewals:?}");
+    assert!(!lease.is_lost());
+}
