@@ -310,25 +310,7 @@ async fn stored_ttl(fx: &Fixture, key: &str) -> Duration {
 /// command, or `None` for any other command.
 fn renewal(command: &Document) -> Option<(i64, Vec<String>)> {
     let keys = crate::common::renewal::renewed_keys(command)?;
-    let update = command.get_array("updates").ok()?.first()?.as_document()?;
-    let set = update
-        .get_array("u")
-        .ok()?
-        .first()?
-        .as_document()?
-        .get_document("$set")
-        .ok()?;
-    let ttl_ms = match set
-        .get_document("exp")
-        .ok()?
-        .get_array("$add")
-        .ok()?
-        .get(1)?
-    {
-        mongodb::bson::Bson::Int64(ms) => *ms,
-        mongodb::bson::Bson::Int32(ms) => *ms as i64,
-        _ => return None,
-    };
+    let ttl_ms = crate::common::renewal::renewal_ttl_ms(command)?;
     let mut keys: Vec<String> = keys
         .iter()
         .map(|k| k.as_str().expect("string keys").to_string())
