@@ -120,6 +120,39 @@ pub enum Error {
         key: LeaseKey,
     },
 
+    /// An in-document lease was asked for a document that does not exist,
+    /// without fields to create it with
+    /// ([`DocumentAcquireOptions::create`](crate::DocumentAcquireOptions::create)).
+    /// Nothing was written.
+    #[error("collection {collection} has no document with _id {}", .id.to_extended_json())]
+    DocumentNotFound {
+        /// The user collection.
+        collection: String,
+        /// The `_id` asked for.
+        id: LeaseKey,
+    },
+
+    /// An update given to an in-document lease
+    /// ([`DocumentLease::commit`](crate::DocumentLease::commit),
+    /// [`DocumentLease::update`](crate::DocumentLease::update)) is empty,
+    /// mixes update operators with plain fields, or writes the lease's lock
+    /// field; or a document to create names the lock field or `_id`. Nothing
+    /// was sent.
+    #[error("invalid update: {reason}")]
+    InvalidUpdate {
+        /// Why the update was refused.
+        reason: String,
+    },
+
+    /// The deployment cannot do what was asked: e.g. a transaction
+    /// ([`Lease::with_transaction`](crate::Lease::with_transaction)) on a
+    /// standalone server, which has no transactions. Nothing was written.
+    #[error("not supported by this deployment: {reason}")]
+    Unsupported {
+        /// What is missing, as the server reported it.
+        reason: String,
+    },
+
     /// The manager has shut down (by [`LockManager::shutdown`] or because its
     /// task stopped); no further commands are accepted.
     ///
@@ -134,7 +167,10 @@ impl Error {
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self,
-            Error::InvalidKey { .. } | Error::InvalidConfig { .. } | Error::InvalidPayload { .. }
+            Error::InvalidKey { .. }
+                | Error::InvalidConfig { .. }
+                | Error::InvalidPayload { .. }
+                | Error::InvalidUpdate { .. }
         )
     }
 

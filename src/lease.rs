@@ -11,9 +11,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use uuid::Uuid;
 
+use crate::actor::command::Target;
 use crate::actor::mailbox::Mailbox;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::store::{DocumentWrite, LockPlace};
 
 /// Largest accepted payload ([`Lease::set_payload`]), in bytes of BSON: 16 KiB.
 ///
@@ -69,7 +71,9 @@ impl ReleaseOutcome {
 /// # async fn do_work(_token: u64) {}
 /// ```
 pub struct Lease {
-    key: LeaseKey,
+    key: Target,
+    /// Where the lock lives (for the transaction helper).
+    place: Arc<LockPlace>,
     owner_id: Arc<str>,
     lease_id: Uuid,
     fencing_token: u64,
@@ -82,7 +86,8 @@ pub struct Lease {
 
 impl Lease {
     pub(crate) fn new(
-        key: LeaseKey,
+        key: Target,
+        place: Arc<LockPlace>,
         owner_id: Arc<str>,
         lease_id: Uuid,
         fencing_token: u64,
@@ -92,6 +97,7 @@ impl Lease {
     ) -> Self {
         Lease {
             key,
+            place,
             owner_id,
             lease_id,
             fencing_token,
@@ -102,9 +108,41 @@ impl Lease {
         }
     }
 
-    /// The key this lease holds.
+    /// The key this lease holds (for an in-document lease, the document's `_id`).
     pub fn key(&self) -> &LeaseKey {
-        &self.key
+        &self.key.key
+    }
+
+    /// Where the lock lives: the lock collection, or the user collection and
+    /// lock field of an in-document lease.
+    pub(crate) fn lock_place(&self) -> &LockPlace {
+        &self.place
+    }
+
+    /// The lease id of this acquisition (stored as `lid`).
+    pub(crate) fn lease_id(&self) -> Uuid {
+        self.lease_id
+    }
+
+    /// Writes an in-document lease's document (and releases the lease too if
+    /// `release`); the document as written, lock field included.
+    pub(crate) async fn write_document(
+        &self,
+        update: crate::document::DocumentUpdate,
+        release: bool,
+    ) -> Result<Document> {
+        self.mailbox
+            .write_document(
+                self.key.clone(),
+                self.lease_id,
+                DocumentWrite { update, release },
+            )
+            .await
+    }
+
+    /// The lease was released by a write under it (`commit`): `Drop` sends nothing.
+    pub(crate) fn mark_released(&mut self) {
+        self.released = true;
     }
 
     /// The lease's TTL: the one given with
@@ -244,7 +282,7 @@ impl Drop for Lease {
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("key", &self.key)
+            .field("key", &self.key.key)
             .field("owner_id", &self.owner_id)
             .field("fencing_token", &self.fencing_token)
             .field("ttl", &self.ttl)
@@ -257,7 +295,7 @@ impl fmt::Debug for Lease {
 /// `LeaderContext` to set the payload while the `Leadership` owns the lease.
 #[derive(Clone)]
 pub(crate) struct LeaseHandle {
-    key: LeaseKey,
+    key: Target,
     lease_id: Uuid,
     mailbox: Mailbox,
 }

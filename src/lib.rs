@@ -162,6 +162,7 @@
 mod actor;
 mod backoff;
 pub mod config;
+pub mod document;
 pub mod election;
 pub mod error;
 mod key;
@@ -177,6 +178,9 @@ pub use config::{
     DEFAULT_RELEASE_MODE, DEFAULT_RENEWAL_BATCH_SIZE, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX,
     DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL, DELETE_MIN_TOKEN_AGE, LockManagerOptions,
     MAX_KEY_LEN, MAX_OWNER_ID_LEN, ReleaseMode,
+};
+pub use document::{
+    DEFAULT_LEASE_FIELD, DocumentAcquireOptions, DocumentLease, DocumentLeases, DocumentUpdate,
 };
 pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
 pub use error::{Error, Result};

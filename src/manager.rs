@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::actor::Actor;
-use crate::actor::command::{AcquireMode, Command, WaiterId};
+use crate::actor::command::{AcquireMode, Command, Granted, Place, Target, WaiterId};
 use crate::actor::mailbox::Mailbox;
 use crate::config::{AcquireOptions, LockManagerOptions, Timing, validate_key, validate_owner_id};
 use crate::error::{Error, Result};
@@ -282,7 +282,23 @@ impl LockManager {
         mode: AcquireMode,
         options: &AcquireOptions,
     ) -> Result<Option<Lease>> {
-        validate_key(&key)?;
+        let granted = self
+            .request_target(Target::lock(key), mode, options, None)
+            .await?;
+        Ok(granted.map(|g| g.lease))
+    }
+
+    /// Acquires `key` in its place (the lock collection, or a user
+    /// collection of in-document leases); `create`: the fields to create a
+    /// missing document with.
+    pub(crate) async fn request_target(
+        &self,
+        key: Target,
+        mode: AcquireMode,
+        options: &AcquireOptions,
+        create: Option<mongodb::bson::Document>,
+    ) -> Result<Option<Granted>> {
+        validate_key(&key.key)?;
         let ttl = self.inner.timing.lease_ttl(options)?;
         let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
         // Armed until the reply is in: if this future is dropped while the
@@ -301,11 +317,28 @@ impl LockManager {
                 waiter,
                 mode,
                 ttl,
+                create,
                 respond_to,
             })
             .await;
         guard.armed = false;
         result
+    }
+
+    /// Opens (or finds) the place of in-document leases on `collection`
+    /// with the lock fields under `field`.
+    pub(crate) async fn open_documents(&self, collection: &str, field: &str) -> Result<Place> {
+        crate::document::check_field(field)?;
+        crate::document::check_collection(collection)?;
+        let (collection, field) = (collection.to_string(), field.to_string());
+        self.inner
+            .mailbox
+            .call(|respond_to| Command::OpenDocuments {
+                collection,
+                field,
+                respond_to,
+            })
+            .await
     }
 
     /// Releases every lease held under this manager's owner id, in one
@@ -592,7 +625,7 @@ const LIST_PAGE: usize = 1_000;
 /// before the reply arrived (disarmed once the reply is in).
 struct WaiterGuard<'a> {
     mailbox: &'a Mailbox,
-    key: LeaseKey,
+    key: Target,
     waiter: WaiterId,
     armed: bool,
 }

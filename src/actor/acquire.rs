@@ -10,23 +10,25 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::command::{AcquireMode, Reply, WaiterId};
+use mongodb::bson::Document;
+
+use super::command::{AcquireMode, Granted, Reply, Target, WaiterId};
 use super::mailbox::Mailbox;
 use super::{Actor, Attempt, Event, Held, KeyState, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::Result;
-use crate::key::LeaseKey;
 use crate::lease::Lease;
 use crate::store::AcquireOutcome;
 
 impl Actor {
     pub(super) fn on_acquire(
         &mut self,
-        key: LeaseKey,
+        key: Target,
         waiter: WaiterId,
         mode: AcquireMode,
         ttl: Duration,
-        respond_to: Reply<Option<Lease>>,
+        create: Option<Document>,
+        respond_to: Reply<Option<Granted>>,
     ) {
         let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
         state.prune_waiters();
@@ -44,6 +46,7 @@ impl Actor {
             id: waiter,
             mode,
             ttl,
+            create,
             respond_to,
         });
         if !busy {
@@ -51,7 +54,7 @@ impl Actor {
         }
     }
 
-    pub(super) fn on_cancel_waiter(&mut self, key: &LeaseKey, waiter: WaiterId) {
+    pub(super) fn on_cancel_waiter(&mut self, key: &Target, waiter: WaiterId) {
         let Some(state) = self.keys.get_mut(key) else {
             return;
         };
@@ -67,7 +70,7 @@ impl Actor {
     }
 
     /// Starts the key's next attempt if it is free locally and someone waits.
-    pub(super) fn serve_next(&mut self, key: &LeaseKey) {
+    pub(super) fn serve_next(&mut self, key: &Target) {
         let Some(state) = self.keys.get_mut(key) else {
             return;
         };
@@ -84,7 +87,7 @@ impl Actor {
         }
     }
 
-    fn start_attempt(&mut self, key: &LeaseKey) {
+    fn start_attempt(&mut self, key: &Target) {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
         state.attempt = Attempt::InFlight;
         state.written_in_flight = false;
@@ -93,11 +96,14 @@ impl Actor {
         // The TTL of the waiter that will get the lease (the first one); if it
         // goes away meanwhile, `grant` adjusts to the next one's.
         let ttl = state.waiters.front().map_or(self.timing.ttl, |w| w.ttl);
+        // Likewise the fields to create a missing document with: the first
+        // waiter's that has some.
+        let create = state.waiters.iter().find_map(|w| w.create.clone());
         let sent_at = Instant::now();
         let key = key.clone();
-        let acquire = self
-            .store
-            .acquire_with_ttl(key.clone(), lease_id, waiting, ttl);
+        let acquire =
+            self.store(key.place)
+                .acquire_document(key.key.clone(), lease_id, waiting, ttl, create);
         self.spawn_store(acquire, move |result| Event::Acquired {
             result,
             key,
@@ -109,23 +115,23 @@ impl Actor {
 
     pub(super) fn on_acquired(
         &mut self,
-        key: LeaseKey,
+        key: Target,
         lease_id: Uuid,
         sent_at: Instant,
         ttl: Duration,
-        result: Result<AcquireOutcome>,
+        result: Result<(AcquireOutcome, Option<Document>)>,
     ) {
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
         state.attempt = Attempt::Idle;
         match result {
-            Ok(AcquireOutcome::Acquired { token }) => {
+            Ok((AcquireOutcome::Acquired { token }, document)) => {
                 state.failures = 0;
                 state.next_lease_id = Uuid::new_v4();
-                self.grant(&key, lease_id, token, sent_at, ttl);
+                self.grant(&key, lease_id, token, sent_at, ttl, document);
             }
-            Ok(AcquireOutcome::Held { holder, remaining }) => {
+            Ok((AcquireOutcome::Held { holder, remaining }, _)) => {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, "key is held");
                 for waiter in std::mem::take(&mut state.waiters) {
@@ -173,11 +179,12 @@ impl Actor {
     /// after the acquire.
     pub(super) fn grant(
         &mut self,
-        key: &LeaseKey,
+        key: &Target,
         lease_id: Uuid,
         token: u64,
         sent_at: Instant,
         written_ttl: Duration,
+        document: Option<Document>,
     ) {
         let state = self.keys.get_mut(key).expect("grant for a known key");
         while let Some(waiter) = state.waiters.pop_front() {
@@ -203,6 +210,7 @@ impl Actor {
             tracing::debug!(%key, token, "lease acquired");
             let lease = Lease::new(
                 key.clone(),
+                self.places[usize::from(key.place.0)].info.clone(),
                 self.owner_id.clone(),
                 lease_id,
                 token,
@@ -212,12 +220,14 @@ impl Actor {
             );
             // If the caller went away just now, the returned lease is dropped
             // here, and its drop queues its release.
-            let _ = waiter.respond_to.send(Ok(Some(lease)));
+            let _ = waiter
+                .respond_to
+                .send(Ok(Some(Granted { lease, document })));
             if std::mem::take(&mut state.written_in_flight) {
                 self.check_held([key.clone()].into());
             }
             // Writes to held leases by others are noticed through it.
-            self.open_release_watch();
+            self.open_release_watch(key.place);
             return;
         }
         self.spawn_release(key.clone(), lease_id, sent_at, None);
@@ -226,12 +236,7 @@ impl Actor {
     /// Schedules the key's next attempt after the backoff, capped by the
     /// holder's `remaining` time if known; `held`: the key is held by another
     /// holder, so a release or delete of it should wake the retry.
-    fn schedule_retry(
-        &mut self,
-        key: &LeaseKey,
-        remaining: Option<std::time::Duration>,
-        held: bool,
-    ) {
+    fn schedule_retry(&mut self, key: &Target, remaining: Option<std::time::Duration>, held: bool) {
         let state = self.keys.get_mut(key).expect("retry for a known key");
         let delay = retry_delay(
             state.failures,
@@ -243,7 +248,7 @@ impl Actor {
         let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
         state.attempt = Attempt::Scheduled(timer);
         if held {
-            self.open_release_watch();
+            self.open_release_watch(key.place);
         }
     }
 }

@@ -9,6 +9,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseInfo, LeaseObserver, ReleaseOutcome};
+use crate::store::DocumentWrite;
 
 /// The reply channel of a command.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
@@ -16,6 +17,51 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
 /// Identifies one waiting `acquire` call, so that dropping its future can
 /// remove it from the queue.
 pub(crate) type WaiterId = u64;
+
+/// Which store of the actor a lease lives in: [`Place::LOCKS`] (the lock
+/// collection) or a user collection of in-document leases, in the order
+/// [`LockManager::documents`](crate::LockManager::documents) opened them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Place(pub(crate) u16);
+
+impl Place {
+    /// The lock collection.
+    pub(crate) const LOCKS: Place = Place(0);
+}
+
+/// What the actor's per-key state is keyed by: a key in one place.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Target {
+    pub place: Place,
+    pub key: LeaseKey,
+}
+
+impl Target {
+    /// `key` in the lock collection.
+    pub(crate) fn lock(key: LeaseKey) -> Self {
+        Target {
+            place: Place::LOCKS,
+            key,
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.place == Place::LOCKS {
+            write!(f, "{}", self.key)
+        } else {
+            write!(f, "{} (documents #{})", self.key, self.place.0)
+        }
+    }
+}
+
+/// A fresh acquisition, as the actor hands it to the waiter.
+pub(crate) struct Granted {
+    pub lease: Lease,
+    /// In-document leases: the document as the acquire left it.
+    pub document: Option<Document>,
+}
 
 /// How an acquire waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,21 +77,23 @@ pub(crate) enum AcquireMode {
 /// [`Error::Shutdown`].
 pub(crate) enum Command {
     Acquire {
-        key: LeaseKey,
+        key: Target,
         waiter: WaiterId,
         mode: AcquireMode,
         /// The lease's TTL (validated by the handle).
         ttl: Duration,
-        respond_to: Reply<Option<Lease>>,
+        /// In-document leases: the fields to create a missing document with.
+        create: Option<Document>,
+        respond_to: Reply<Option<Granted>>,
     },
     /// The acquire future of `waiter` was dropped before it completed.
     CancelWaiter {
-        key: LeaseKey,
+        key: Target,
         waiter: WaiterId,
     },
     /// Release one lease; `respond_to` is `None` when the lease was dropped.
     Release {
-        key: LeaseKey,
+        key: Target,
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
     },
@@ -78,10 +126,24 @@ pub(crate) enum Command {
     },
     /// Set the payload of a lease this manager holds.
     SetPayload {
-        key: LeaseKey,
+        key: Target,
         lease_id: Uuid,
         payload: Document,
         respond_to: Reply<()>,
+    },
+    /// Open (or find) the place of in-document leases on a user collection.
+    OpenDocuments {
+        collection: String,
+        field: String,
+        respond_to: Reply<Place>,
+    },
+    /// Write the document of an in-document lease this manager holds (and
+    /// release the lease too if `write.release`).
+    WriteDocument {
+        key: Target,
+        lease_id: Uuid,
+        write: DocumentWrite,
+        respond_to: Reply<Document>,
     },
     /// Subscribe to the changes of a key.
     Observe {
@@ -122,6 +184,12 @@ impl Command {
                 let _ = respond_to.send(Err(error));
             }
             Command::Observe { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::OpenDocuments { respond_to, .. } => {
+                let _ = respond_to.send(Err(error));
+            }
+            Command::WriteDocument { respond_to, .. } => {
                 let _ = respond_to.send(Err(error));
             }
         }

@@ -13,10 +13,10 @@ use mongodb::bson::Document;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::command::{Command, Reply, WaiterId};
+use super::command::{Command, Reply, Target, WaiterId};
 use crate::error::{Error, Result};
-use crate::key::LeaseKey;
 use crate::lease::ReleaseOutcome;
+use crate::store::DocumentWrite;
 
 /// A sender of commands to the actor. Cheap to clone; the actor stops once
 /// every mailbox is gone (it keeps only a weak one itself).
@@ -58,7 +58,7 @@ impl Mailbox {
     }
 
     /// Releases one acquisition and awaits the outcome.
-    pub(crate) async fn release(&self, key: LeaseKey, lease_id: Uuid) -> Result<ReleaseOutcome> {
+    pub(crate) async fn release(&self, key: Target, lease_id: Uuid) -> Result<ReleaseOutcome> {
         self.call(|respond_to| Command::Release {
             key,
             lease_id,
@@ -70,7 +70,7 @@ impl Mailbox {
     /// Releases one acquisition in the background (a dropped lease); the
     /// actor logs a failure. Nothing happens if the actor has stopped (it
     /// released its leases then).
-    pub(crate) fn release_in_background(&self, key: LeaseKey, lease_id: Uuid) {
+    pub(crate) fn release_in_background(&self, key: Target, lease_id: Uuid) {
         let _ = self.send(Command::Release {
             key,
             lease_id,
@@ -81,7 +81,7 @@ impl Mailbox {
     /// Sets the payload of one acquisition and awaits the outcome.
     pub(crate) async fn set_payload(
         &self,
-        key: LeaseKey,
+        key: Target,
         lease_id: Uuid,
         payload: Document,
     ) -> Result<()> {
@@ -94,8 +94,25 @@ impl Mailbox {
         .await
     }
 
+    /// Writes the document of an in-document lease (releasing it too if
+    /// `write.release`) and awaits the document as written.
+    pub(crate) async fn write_document(
+        &self,
+        key: Target,
+        lease_id: Uuid,
+        write: DocumentWrite,
+    ) -> Result<Document> {
+        self.call(|respond_to| Command::WriteDocument {
+            key,
+            lease_id,
+            write,
+            respond_to,
+        })
+        .await
+    }
+
     /// Removes a waiter whose acquire future was dropped (fire and forget).
-    pub(crate) fn cancel_waiter(&self, key: LeaseKey, waiter: WaiterId) {
+    pub(crate) fn cancel_waiter(&self, key: Target, waiter: WaiterId) {
         let _ = self.send(Command::CancelWaiter { key, waiter });
     }
 }

@@ -27,12 +27,14 @@
 //! | `acquire.rs` | waiters, the key's one attempt at a time, retries, handing a lease to the first waiter |
 //! | `renewal.rs` | heartbeat renewals in batches, their results, the local-deadline min-heap |
 //! | `release.rs` | release, `release_all`, force release, payload |
-//! | `release_watch.rs` | the change stream of writes by anyone: waking waiters, checking held leases |
+//! | `release_watch.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
+//! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
 //! | `shutdown.rs` | draining the queue, failing waiters, the final release |
 //! | `observers.rs` | observer hubs, one task per observed key |
 
 mod acquire;
 pub(crate) mod command;
+mod documents;
 pub(crate) mod mailbox;
 mod observers;
 mod release;
@@ -54,12 +56,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
 use uuid::Uuid;
 
+use mongodb::bson::Document;
+
 use crate::config::Timing;
 use crate::error::Result;
 use crate::key::LeaseKey;
-use crate::lease::{Lease, LeaseInfo, ReleaseOutcome};
-use crate::store::{AcquireOutcome, LeaseRef, Store};
-use command::{AcquireMode, Command, Reply, WaiterId};
+use crate::lease::{LeaseInfo, ReleaseOutcome};
+use crate::store::{AcquireOutcome, LeaseRef, LockPlace, Store};
+use command::{AcquireMode, Command, Granted, Place, Reply, Target, WaiterId};
 use release_watch::{ReleaseWatch, next_release};
 use renewal::sleep_until_deadline;
 use shutdown::Closing;
@@ -70,7 +74,9 @@ struct Waiter {
     mode: AcquireMode,
     /// The TTL its lease is to have.
     ttl: Duration,
-    respond_to: Reply<Option<Lease>>,
+    /// In-document leases: the fields to create a missing document with.
+    create: Option<Document>,
+    respond_to: Reply<Option<Granted>>,
 }
 
 /// A lease this manager holds.
@@ -148,9 +154,10 @@ impl KeyState {
 
 enum Timer {
     /// Time for the key's next acquire attempt.
-    Retry(LeaseKey),
+    Retry(Target),
     /// Retry a renewal batch that failed.
     RenewRetry {
+        place: Place,
         leases: Vec<LeaseRef>,
         ttl: Duration,
         attempt: u32,
@@ -160,14 +167,15 @@ enum Timer {
 /// The result of a store operation, back in the actor's loop.
 enum Event {
     Acquired {
-        key: LeaseKey,
+        key: Target,
         lease_id: Uuid,
         sent_at: Instant,
         /// The TTL the attempt wrote.
         ttl: Duration,
-        result: Result<AcquireOutcome>,
+        result: Result<(AcquireOutcome, Option<Document>)>,
     },
     Renewed {
+        place: Place,
         leases: Vec<LeaseRef>,
         /// The TTL the batch renewed its leases to.
         ttl: Duration,
@@ -176,17 +184,17 @@ enum Event {
         result: Result<Vec<LeaseKey>>,
     },
     Released {
-        key: LeaseKey,
+        key: Target,
         respond_to: Option<Reply<ReleaseOutcome>>,
         result: Result<u64>,
     },
     ReleasedMany {
-        keys: Vec<LeaseKey>,
+        keys: Vec<Target>,
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     },
     ReleasedAll {
-        keys: Vec<LeaseKey>,
+        keys: Vec<Target>,
         respond_to: Reply<u64>,
         result: Result<u64>,
     },
@@ -198,22 +206,44 @@ enum Event {
         result: Result<Option<LeaseInfo>>,
     },
     PayloadSet {
-        key: LeaseKey,
+        key: Target,
         lease_id: Uuid,
         respond_to: Reply<()>,
         result: Result<bool>,
     },
+    DocumentWritten {
+        key: Target,
+        lease_id: Uuid,
+        release: bool,
+        respond_to: Reply<Document>,
+        result: Result<Option<Document>>,
+    },
+}
+
+/// One store of the actor: the lock collection ([`Place::LOCKS`]) or a user
+/// collection of in-document leases.
+struct PlaceState {
+    store: Arc<dyn Store>,
+    info: Arc<LockPlace>,
+    /// Writes by any owner to this place's documents
+    /// (`Store::watch_releases`), open while a lease is held here or some
+    /// key of this place waits for another owner's lease, so that a release
+    /// wakes its waiters at once instead of at their next poll, and a held
+    /// lease written by someone else is checked at once.
+    release_watch: ReleaseWatch,
 }
 
 pub(crate) struct Actor {
-    store: Arc<dyn Store>,
+    /// The stores, indexed by [`Place`]: the lock collection first, then
+    /// each user collection of in-document leases, as opened.
+    places: Vec<PlaceState>,
     owner_id: Arc<str>,
     timing: Timing,
     commands: mpsc::UnboundedReceiver<Command>,
     /// Given to each `Lease` so that it can release itself; weak, so the
     /// actor stops once every handle and lease is gone.
     sender: mpsc::WeakUnboundedSender<Command>,
-    keys: HashMap<LeaseKey, KeyState>,
+    keys: HashMap<Target, KeyState>,
     /// Acquires, releases, payload writes and reads in flight
     /// ([`Actor::spawn_store`]); shutdown waits for them.
     tasks: FuturesUnordered<BoxFuture<'static, Event>>,
@@ -230,18 +260,13 @@ pub(crate) struct Actor {
     /// `(deadline, key, lease id)`, checked lazily against `Held::deadline`
     /// (renewals move that field only; resetting one timer per lease per
     /// heartbeat would cost O(n) timer operations per tick).
-    deadlines: BinaryHeap<Reverse<(Instant, LeaseKey, Uuid)>>,
+    deadlines: BinaryHeap<Reverse<(Instant, Target, Uuid)>>,
     heartbeat: Interval,
     closing: Option<Closing>,
     /// The control channel of each observed key's hub (`observers::run_hub`).
     observers: HashMap<LeaseKey, mpsc::UnboundedSender<observers::Subscriber>>,
     /// Stops every hub when the manager stops.
     stop_observers: CancellationToken,
-    /// Writes by any owner (`Store::watch_releases`), open while a lease is
-    /// held or some key waits for another owner's lease, so that a release
-    /// wakes its waiters at once instead of at their next poll, and a held
-    /// lease written by someone else is checked at once.
-    release_watch: ReleaseWatch,
 }
 
 impl Actor {
@@ -257,8 +282,13 @@ impl Actor {
             timing.heartbeat_interval,
         );
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let info = Arc::new(store.place());
         Actor {
-            store,
+            places: vec![PlaceState {
+                store,
+                info,
+                release_watch: ReleaseWatch::Closed,
+            }],
             owner_id,
             timing,
             commands,
@@ -273,7 +303,6 @@ impl Actor {
             closing: None,
             observers: HashMap::new(),
             stop_observers: CancellationToken::new(),
-            release_watch: ReleaseWatch::Closed,
         }
     }
 
@@ -297,7 +326,7 @@ impl Actor {
                     self.renew_all();
                     self.close_release_watch_if_unneeded();
                 }
-                event = next_release(&mut self.release_watch), if open => self.on_release_event(event),
+                (place, event) = next_release(&mut self.places), if open => self.on_release_event(place, event),
             }
         }
         self.stop_observers.cancel();
@@ -312,8 +341,9 @@ impl Actor {
                 waiter,
                 mode,
                 ttl,
+                create,
                 respond_to,
-            } => self.on_acquire(key, waiter, mode, ttl, respond_to),
+            } => self.on_acquire(key, waiter, mode, ttl, create, respond_to),
             Command::CancelWaiter { key, waiter } => self.on_cancel_waiter(&key, waiter),
             Command::Release {
                 key,
@@ -323,7 +353,7 @@ impl Actor {
             Command::ReleaseAll { respond_to } => self.on_release_all(respond_to),
             Command::Shutdown { respond_to } => self.begin_shutdown(Some(respond_to)),
             Command::Inspect { key, respond_to } => {
-                let read = self.store.inspect(key);
+                let read = self.store(Place::LOCKS).inspect(key);
                 self.answer(read, respond_to);
             }
             Command::List {
@@ -331,7 +361,7 @@ impl Actor {
                 limit,
                 respond_to,
             } => {
-                let read = self.store.list(after, limit);
+                let read = self.store(Place::LOCKS).list(after, limit);
                 self.answer(read, respond_to);
             }
             Command::ForceRelease { key, respond_to } => self.on_force_release(key, respond_to),
@@ -343,6 +373,19 @@ impl Actor {
                 respond_to,
             } => self.on_set_payload(key, lease_id, payload, respond_to),
             Command::Observe { key, respond_to } => self.on_observe(key, respond_to),
+            Command::OpenDocuments {
+                collection,
+                field,
+                respond_to,
+            } => {
+                let _ = respond_to.send(self.open_documents(&collection, &field));
+            }
+            Command::WriteDocument {
+                key,
+                lease_id,
+                write,
+                respond_to,
+            } => self.on_write_document(key, lease_id, write, respond_to),
         }
     }
 
@@ -356,12 +399,13 @@ impl Actor {
                 result,
             } => self.on_acquired(key, lease_id, sent_at, ttl, result),
             Event::Renewed {
+                place,
                 leases,
                 ttl,
                 sent_at,
                 attempt,
                 result,
-            } => self.on_renewed(leases, ttl, sent_at, attempt, result),
+            } => self.on_renewed(place, leases, ttl, sent_at, attempt, result),
             Event::Released {
                 key,
                 respond_to,
@@ -389,6 +433,13 @@ impl Actor {
                 respond_to,
                 result,
             } => self.on_payload_set(key, lease_id, respond_to, result),
+            Event::DocumentWritten {
+                key,
+                lease_id,
+                release,
+                respond_to,
+                result,
+            } => self.on_document_written(key, lease_id, release, respond_to, result),
         }
     }
 
@@ -401,16 +452,23 @@ impl Actor {
                 self.serve_next(&key);
             }
             Timer::RenewRetry {
+                place,
                 leases,
                 ttl,
                 attempt,
             } => {
                 let leases: Vec<LeaseRef> = leases
                     .into_iter()
-                    .filter(|l| self.held_lease(&l.key, l.lease_id).is_some())
+                    .filter(|l| {
+                        let key = Target {
+                            place,
+                            key: l.key.clone(),
+                        };
+                        self.held_lease(&key, l.lease_id).is_some()
+                    })
                     .collect();
                 if !leases.is_empty() {
-                    self.spawn_renewal(leases, ttl, attempt);
+                    self.spawn_renewal(place, leases, ttl, attempt);
                 }
             }
         }
@@ -444,7 +502,12 @@ impl Actor {
             .push(async move { event(operation.await) }.boxed());
     }
 
-    fn held_lease(&self, key: &LeaseKey, lease_id: Uuid) -> Option<&Held> {
+    /// The store of `place`.
+    fn store(&self, place: Place) -> &Arc<dyn Store> {
+        &self.places[usize::from(place.0)].store
+    }
+
+    fn held_lease(&self, key: &Target, lease_id: Uuid) -> Option<&Held> {
         self.keys
             .get(key)?
             .held
@@ -454,7 +517,7 @@ impl Actor {
 
     /// Removes the key's held lease and cancels its token (its deadline
     /// heap entry is dropped when it comes due).
-    fn take_held(&mut self, key: &LeaseKey) -> Option<Held> {
+    fn take_held(&mut self, key: &Target) -> Option<Held> {
         let held = self.keys.get_mut(key)?.held.take()?;
         held.cancel.cancel();
         Some(held)
@@ -462,8 +525,8 @@ impl Actor {
 
     /// Takes every held lease (as `take_held`) and counts a release in flight
     /// for each; returns their keys.
-    fn take_all_held(&mut self) -> Vec<LeaseKey> {
-        let keys: Vec<LeaseKey> = self
+    fn take_all_held(&mut self) -> Vec<Target> {
+        let keys: Vec<Target> = self
             .keys
             .iter()
             .filter(|(_, s)| s.held.is_some())
@@ -478,7 +541,7 @@ impl Actor {
         keys
     }
 
-    fn forget_if_idle(&mut self, key: &LeaseKey) {
+    fn forget_if_idle(&mut self, key: &Target) {
         if self.keys.get(key).is_some_and(KeyState::is_idle) {
             self.keys.remove(key);
         }

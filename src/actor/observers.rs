@@ -112,7 +112,9 @@ impl Actor {
         };
         let (hub, control) = mpsc::unbounded_channel();
         let _ = hub.send(subscriber);
-        let source = self.store.observe(key.clone());
+        let source = self
+            .store(super::command::Place::LOCKS)
+            .observe(key.clone());
         tokio::spawn(run_hub(
             key.clone(),
             source,

@@ -7,9 +7,10 @@ use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::command::Reply;
+use std::collections::BTreeMap;
+
+use super::command::{Place, Reply, Target};
 use super::{Actor, Attempt, Event, KeyState};
-use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::{LeaseInfo, ReleaseOutcome};
@@ -18,7 +19,7 @@ use crate::store::{DELETE_DELAY, LeaseRef};
 impl Actor {
     pub(super) fn on_release(
         &mut self,
-        key: LeaseKey,
+        key: Target,
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
@@ -34,19 +35,40 @@ impl Actor {
         self.spawn_release(key, held.lease_id, held.acquired_at, respond_to);
     }
 
+    /// Releases every lease of this manager: in the lock collection by owner
+    /// id (one command, also catching leases of an earlier process with the
+    /// same owner id), in each user collection of in-document leases by
+    /// lease id (no scan of the user's collection).
     pub(super) fn on_release_all(&mut self, respond_to: Reply<u64>) {
         self.releasing_all += 1;
         self.delete_young_held_when_old_enough();
+        let mut documents: BTreeMap<Place, Vec<LeaseRef>> = BTreeMap::new();
+        for (key, state) in &self.keys {
+            if let Some(held) = state.held.as_ref().filter(|_| key.place != Place::LOCKS) {
+                documents.entry(key.place).or_default().push(LeaseRef {
+                    key: key.key.clone(),
+                    lease_id: held.lease_id,
+                });
+            }
+        }
         let keys = self.take_all_held();
         // Keys acquired while this runs must not be released by it: leave out
         // the lease ids of attempts in flight.
         let in_flight: Vec<Uuid> = self
             .keys
-            .values()
-            .filter(|s| !matches!(s.attempt, Attempt::Idle))
-            .map(|s| s.next_lease_id)
+            .iter()
+            .filter(|(k, s)| k.place == Place::LOCKS && !matches!(s.attempt, Attempt::Idle))
+            .map(|(_, s)| s.next_lease_id)
             .collect();
-        let release = self.store.release_owner(in_flight);
+        let mut releases = vec![self.store(Place::LOCKS).release_owner(in_flight)];
+        for (place, leases) in documents {
+            releases.push(self.store(place).release(leases));
+        }
+        let release = async move {
+            let counts = futures::future::try_join_all(releases).await?;
+            Ok(counts.into_iter().sum())
+        }
+        .boxed();
         self.spawn_store(release, |result| Event::ReleasedAll {
             keys,
             respond_to,
@@ -58,14 +80,14 @@ impl Actor {
     /// attempts it held back.
     pub(super) fn on_released_all(
         &mut self,
-        keys: Vec<LeaseKey>,
+        keys: Vec<Target>,
         respond_to: Reply<u64>,
         result: Result<u64>,
     ) {
         self.releasing_all -= 1;
         self.on_released_many(keys, Some(respond_to), result);
         // Attempts held back while it ran.
-        let waiting: Vec<LeaseKey> = self
+        let waiting: Vec<Target> = self
             .keys
             .iter()
             .filter(|(_, s)| !s.waiters.is_empty())
@@ -79,18 +101,18 @@ impl Actor {
     /// Releases one lease acquired by an attempt sent at `acquired_at`.
     pub(super) fn spawn_release(
         &mut self,
-        key: LeaseKey,
+        key: Target,
         lease_id: Uuid,
         acquired_at: Instant,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
-        self.delete_when_old_enough(vec![key.clone()], acquired_at);
+        self.delete_when_old_enough(key.place, vec![key.key.clone()], acquired_at);
         self.keys
             .entry(key.clone())
             .or_insert_with(KeyState::new)
             .releases_in_flight += 1;
-        let release = self.store.release(vec![LeaseRef {
-            key: key.clone(),
+        let release = self.store(key.place).release(vec![LeaseRef {
+            key: key.key.clone(),
             lease_id,
         }]);
         self.spawn_store(release, |result| Event::Released {
@@ -102,7 +124,7 @@ impl Actor {
 
     pub(super) fn on_released(
         &mut self,
-        key: LeaseKey,
+        key: Target,
         respond_to: Option<Reply<ReleaseOutcome>>,
         result: Result<u64>,
     ) {
@@ -125,7 +147,7 @@ impl Actor {
 
     pub(super) fn on_released_many(
         &mut self,
-        keys: Vec<LeaseKey>,
+        keys: Vec<Target>,
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     ) {
@@ -161,15 +183,19 @@ impl Actor {
     /// confirmed by then, or whose token the server still finds too young
     /// (its time part ahead of the server's clock, e.g. after a failover to a
     /// member whose clock is behind), stays until the TTL monitor deletes it.
-    pub(super) fn delete_when_old_enough(&mut self, keys: Vec<LeaseKey>, acquired_at: Instant) {
+    /// In-document leases (whose release removes the lock field) follow the
+    /// same rule, with "delete" meaning "remove the lock field".
+    pub(super) fn delete_when_old_enough(
+        &mut self,
+        place: Place,
+        keys: Vec<LeaseKey>,
+        acquired_at: Instant,
+    ) {
         let at = acquired_at + DELETE_DELAY;
-        if self.timing.release_mode != ReleaseMode::Delete
-            || keys.is_empty()
-            || at <= Instant::now()
-        {
+        if !self.store(place).removes_on_release() || keys.is_empty() || at <= Instant::now() {
             return;
         }
-        let store = self.store.clone();
+        let store = self.store(place).clone();
         let delete = async move {
             tokio::time::sleep_until(at).await;
             store.delete_released(keys).await
@@ -191,25 +217,29 @@ impl Actor {
     /// released together (`release_all`, shutdown): one follow-up delete for
     /// those acquired less than [`DELETE_DELAY`] ago.
     pub(super) fn delete_young_held_when_old_enough(&mut self) {
-        if self.timing.release_mode != ReleaseMode::Delete {
-            return;
-        }
         let now = Instant::now();
-        let young: Vec<(LeaseKey, Instant)> = self
-            .keys
-            .iter()
-            .filter_map(|(k, s)| s.held.as_ref().map(|h| (k.clone(), h.acquired_at)))
-            .filter(|(_, at)| *at + DELETE_DELAY > now)
-            .collect();
-        if let Some(latest) = young.iter().map(|(_, at)| *at).max() {
-            self.delete_when_old_enough(young.into_iter().map(|(k, _)| k).collect(), latest);
+        let mut young: BTreeMap<Place, (Vec<LeaseKey>, Instant)> = BTreeMap::new();
+        for (key, state) in &self.keys {
+            let Some(held) = &state.held else { continue };
+            if held.acquired_at + DELETE_DELAY <= now || !self.store(key.place).removes_on_release()
+            {
+                continue;
+            }
+            let (keys, latest) = young
+                .entry(key.place)
+                .or_insert_with(|| (Vec::new(), held.acquired_at));
+            keys.push(key.key.clone());
+            *latest = (*latest).max(held.acquired_at);
+        }
+        for (place, (keys, latest)) in young {
+            self.delete_when_old_enough(place, keys, latest);
         }
     }
 
     /// Releases every lease document of another owner id (an operator's
     /// override); answered by its task.
     pub(super) fn on_release_owner(&mut self, owner: String, respond_to: Reply<u64>) {
-        let release = self.store.release_by_owner(owner.clone());
+        let release = self.store(Place::LOCKS).release_by_owner(owner.clone());
         self.spawn_store(release, move |result| {
             match &result {
                 Ok(n) => tracing::warn!(
@@ -225,7 +255,7 @@ impl Actor {
     }
 
     pub(super) fn on_force_release(&mut self, key: LeaseKey, respond_to: Reply<Option<LeaseInfo>>) {
-        let release = self.store.force_release(key.clone());
+        let release = self.store(Place::LOCKS).force_release(key.clone());
         self.spawn_store(release, |result| Event::ForceReleased {
             result,
             key,
@@ -255,15 +285,16 @@ impl Actor {
                     "lease force-released (operator override)"
                 );
                 // If it was one of ours, it is lost now.
+                let target = Target::lock(key.clone());
                 let ours = info.owner_id == *self.owner_id
                     && self
                         .keys
-                        .get(&key)
+                        .get(&target)
                         .and_then(|s| s.held.as_ref())
                         .is_some_and(|h| h.token == info.fencing_token);
                 if ours {
-                    self.take_held(&key);
-                    self.serve_next(&key);
+                    self.take_held(&target);
+                    self.serve_next(&target);
                 }
             }
             Ok(None) => tracing::info!(%key, "force release: the key was not held"),
@@ -274,18 +305,18 @@ impl Actor {
 
     pub(super) fn on_set_payload(
         &mut self,
-        key: LeaseKey,
+        key: Target,
         lease_id: Uuid,
         payload: Document,
         respond_to: Reply<()>,
     ) {
         if self.held_lease(&key, lease_id).is_none() {
-            let _ = respond_to.send(Err(Error::LeaseLost { key }));
+            let _ = respond_to.send(Err(Error::LeaseLost { key: key.key }));
             return;
         }
-        let write = self.store.set_payload(
+        let write = self.store(key.place).set_payload(
             LeaseRef {
-                key: key.clone(),
+                key: key.key.clone(),
                 lease_id,
             },
             payload,
@@ -300,7 +331,7 @@ impl Actor {
 
     pub(super) fn on_payload_set(
         &mut self,
-        key: LeaseKey,
+        key: Target,
         lease_id: Uuid,
         respond_to: Reply<()>,
         result: Result<bool>,
@@ -317,7 +348,7 @@ impl Actor {
                     self.take_held(&key);
                     self.serve_next(&key);
                 }
-                Err(Error::LeaseLost { key })
+                Err(Error::LeaseLost { key: key.key })
             }
             Err(error) => Err(error),
         };

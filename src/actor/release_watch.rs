@@ -16,12 +16,13 @@ use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
-use super::{Actor, Attempt};
+use super::command::{Place, Target};
+use super::{Actor, Attempt, PlaceState};
 use crate::error::Result;
-use crate::key::LeaseKey;
 use crate::store::{Announcement, KeyWrite, LeaseRef};
 
-/// The state of the actor's one stream of writes.
+/// The state of the stream of writes of one place (the lock collection, or
+/// a user collection of in-document leases).
 pub(super) enum ReleaseWatch {
     /// Not open: nothing is held and no key waits for another owner.
     Closed,
@@ -55,36 +56,42 @@ impl Actor {
     /// (A first open does not: the leases it covers were just acquired, and
     /// a write in the few milliseconds before the stream starts is left to
     /// the heartbeat.)
-    pub(super) fn open_release_watch(&mut self) {
-        let recheck = match &self.release_watch {
+    pub(super) fn open_release_watch(&mut self, place: Place) {
+        let state = &mut self.places[usize::from(place.0)];
+        let recheck = match &state.release_watch {
             ReleaseWatch::Closed => false,
             ReleaseWatch::Failed { retry_at } if Instant::now() >= *retry_at => true,
             ReleaseWatch::Failed { .. } | ReleaseWatch::Open { .. } | ReleaseWatch::Unsupported => {
                 return;
             }
         };
-        self.release_watch = ReleaseWatch::Open {
-            stream: self.store.watch_releases(),
+        state.release_watch = ReleaseWatch::Open {
+            stream: state.store.watch_releases(),
             recheck,
         };
     }
 
-    /// Whether the stream is needed: a lease is held, or a key waits for
-    /// another owner.
-    fn release_watch_needed(&self) -> bool {
-        self.keys.values().any(|s| {
-            s.held.is_some()
-                || (matches!(s.attempt, Attempt::Scheduled(_)) && !s.waiters.is_empty())
+    /// Whether the stream of `place` is needed: a lease is held there, or a
+    /// key there waits for another owner.
+    fn release_watch_needed(&self, place: Place) -> bool {
+        self.keys.iter().any(|(k, s)| {
+            k.place == place
+                && (s.held.is_some()
+                    || (matches!(s.attempt, Attempt::Scheduled(_)) && !s.waiters.is_empty()))
         })
     }
 
-    /// Heartbeat: closes the stream once nothing is held and no key waits
-    /// for another owner; reopens a failed one that is still needed.
+    /// Heartbeat: closes each place's stream once nothing is held there and
+    /// no key there waits for another owner; reopens a failed one that is
+    /// still needed.
     pub(super) fn close_release_watch_if_unneeded(&mut self) {
-        if self.release_watch_needed() {
-            self.open_release_watch();
-        } else if matches!(self.release_watch, ReleaseWatch::Open { .. }) {
-            self.release_watch = ReleaseWatch::Closed;
+        for index in 0..self.places.len() {
+            let place = Place(index as u16);
+            if self.release_watch_needed(place) {
+                self.open_release_watch(place);
+            } else if matches!(self.places[index].release_watch, ReleaseWatch::Open { .. }) {
+                self.places[index].release_watch = ReleaseWatch::Closed;
+            }
         }
     }
 
@@ -92,45 +99,47 @@ impl Actor {
     /// delivered behind it. Wakes the waiters of released keys, and checks
     /// at once, in one renewal per batch, the held leases that a write may
     /// have taken away.
-    pub(super) fn on_release_event(&mut self, event: Option<Result<Announcement>>) {
+    pub(super) fn on_release_event(&mut self, place: Place, event: Option<Result<Announcement>>) {
+        let index = usize::from(place.0);
         let mut suspects = HashSet::new();
         let mut next = Some(event);
         let mut handled = 0;
         while let Some(event) = next.take() {
             match event {
                 Some(Ok(Announcement::Opened)) => {
-                    if let ReleaseWatch::Open { recheck, .. } = &mut self.release_watch
+                    if let ReleaseWatch::Open { recheck, .. } =
+                        &mut self.places[index].release_watch
                         && std::mem::take(recheck)
                     {
                         tracing::debug!("stream of writes reopened: checking every held lease");
                         suspects.extend(
                             self.keys
                                 .iter()
-                                .filter(|(_, s)| s.held.is_some())
+                                .filter(|(k, s)| k.place == place && s.held.is_some())
                                 .map(|(k, _)| k.clone()),
                         );
                     }
                 }
-                Some(Ok(Announcement::Write(write))) => self.on_write(write, &mut suspects),
+                Some(Ok(Announcement::Write(write))) => self.on_write(place, write, &mut suspects),
                 Some(Err(error)) if error.is_transient() => {
                     tracing::debug!(%error, "stream of writes failed; reopening later");
-                    self.release_watch = ReleaseWatch::Failed {
+                    self.places[index].release_watch = ReleaseWatch::Failed {
                         retry_at: Instant::now() + RELEASE_WATCH_RETRY,
                     };
                 }
                 Some(Err(error)) => {
                     // Typically a standalone server (no change streams, code 40573).
                     tracing::debug!(%error, "no change stream of writes; waiters poll");
-                    self.release_watch = ReleaseWatch::Unsupported;
+                    self.places[index].release_watch = ReleaseWatch::Unsupported;
                 }
                 None => {
-                    self.release_watch = ReleaseWatch::Failed {
+                    self.places[index].release_watch = ReleaseWatch::Failed {
                         retry_at: Instant::now() + RELEASE_WATCH_RETRY,
                     };
                 }
             }
             handled += 1;
-            if let ReleaseWatch::Open { stream, .. } = &mut self.release_watch
+            if let ReleaseWatch::Open { stream, .. } = &mut self.places[index].release_watch
                 && handled < ANNOUNCEMENTS_PER_TURN
             {
                 next = stream.next().now_or_never();
@@ -145,14 +154,18 @@ impl Actor {
     /// wait for it, they try again now, with up to [`RELEASE_WAKE_JITTER`]
     /// of jitter so that waiters in several processes do not all arrive in
     /// the same instant. Writes to other keys are ignored.
-    fn on_write(&mut self, write: KeyWrite, suspects: &mut HashSet<LeaseKey>) {
-        let Some(state) = self.keys.get_mut(&write.key) else {
+    fn on_write(&mut self, place: Place, write: KeyWrite, suspects: &mut HashSet<Target>) {
+        let key = Target {
+            place,
+            key: write.key.clone(),
+        };
+        let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
         if let Some(held) = &state.held
             && !write.keeps(held.lease_id, &self.owner_id)
         {
-            suspects.insert(write.key.clone());
+            suspects.insert(key.clone());
         }
         if matches!(state.attempt, Attempt::InFlight)
             && !write.keeps(state.next_lease_id, &self.owner_id)
@@ -167,7 +180,7 @@ impl Actor {
                 &mut rand::rng(),
                 std::time::Duration::ZERO..=RELEASE_WAKE_JITTER.min(self.timing.retry_initial),
             );
-            tracing::trace!(key = %write.key, "released elsewhere: retrying now");
+            tracing::trace!(%key, "released elsewhere: retrying now");
             self.timers.reset(&timer, jitter);
         }
     }
@@ -175,8 +188,8 @@ impl Actor {
     /// Renews the held leases of `keys` now, in batches: a lease that is no
     /// longer held is lost exactly as when a heartbeat's renewal finds it
     /// gone (`Actor::on_renewed`).
-    pub(super) fn check_held(&mut self, keys: HashSet<LeaseKey>) {
-        let mut by_ttl: BTreeMap<Duration, Vec<LeaseRef>> = BTreeMap::new();
+    pub(super) fn check_held(&mut self, keys: HashSet<Target>) {
+        let mut by_ttl: BTreeMap<(Place, Duration), Vec<LeaseRef>> = BTreeMap::new();
         let mut count = 0;
         for key in keys {
             let Some(held) = self.keys.get_mut(&key).and_then(|s| s.held.as_mut()) else {
@@ -185,9 +198,12 @@ impl Actor {
             held.renewing += 1;
             let lease_id = held.lease_id;
             by_ttl
-                .entry(held.ttl)
+                .entry((key.place, held.ttl))
                 .or_default()
-                .push(LeaseRef { key, lease_id });
+                .push(LeaseRef {
+                    key: key.key,
+                    lease_id,
+                });
             count += 1;
         }
         if count == 0 {
@@ -201,10 +217,20 @@ impl Actor {
     }
 }
 
-/// The next item of the stream of writes, or never if it is not open.
-pub(super) async fn next_release(watch: &mut ReleaseWatch) -> Option<Result<Announcement>> {
-    match watch {
-        ReleaseWatch::Open { stream, .. } => stream.next().await,
-        _ => std::future::pending().await,
-    }
+/// The next item of any place's open stream of writes, with its place, or
+/// never if none is open.
+pub(super) async fn next_release(
+    places: &mut [PlaceState],
+) -> (Place, Option<Result<Announcement>>) {
+    std::future::poll_fn(|cx| {
+        for (index, place) in places.iter_mut().enumerate() {
+            if let ReleaseWatch::Open { stream, .. } = &mut place.release_watch
+                && let std::task::Poll::Ready(item) = stream.poll_next_unpin(cx)
+            {
+                return std::task::Poll::Ready((Place(index as u16), item));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }

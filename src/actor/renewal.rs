@@ -11,6 +11,7 @@ use futures::FutureExt;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::command::{Place, Target};
 use super::{Actor, Event, Timer};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
@@ -22,25 +23,28 @@ impl Actor {
     /// batches of leases with one TTL (one store call per distinct TTL and
     /// batch).
     pub(super) fn renew_all(&mut self) {
-        let mut by_ttl: BTreeMap<Duration, Vec<LeaseRef>> = BTreeMap::new();
+        let mut by_ttl: BTreeMap<(Place, Duration), Vec<LeaseRef>> = BTreeMap::new();
         for (key, state) in &mut self.keys {
             if let Some(held) = state.held.as_mut().filter(|h| h.renewing == 0) {
                 held.renewing += 1;
-                by_ttl.entry(held.ttl).or_default().push(LeaseRef {
-                    key: key.clone(),
-                    lease_id: held.lease_id,
-                });
+                by_ttl
+                    .entry((key.place, held.ttl))
+                    .or_default()
+                    .push(LeaseRef {
+                        key: key.key.clone(),
+                        lease_id: held.lease_id,
+                    });
             }
         }
         self.spawn_renewals(by_ttl);
     }
 
-    /// Renews `by_ttl` (leases grouped by their TTL) in one store call per
-    /// distinct TTL and batch.
-    pub(super) fn spawn_renewals(&mut self, by_ttl: BTreeMap<Duration, Vec<LeaseRef>>) {
-        for (ttl, leases) in by_ttl {
+    /// Renews `by_ttl` (leases grouped by place and TTL) in one store call
+    /// per place, distinct TTL and batch.
+    pub(super) fn spawn_renewals(&mut self, by_ttl: BTreeMap<(Place, Duration), Vec<LeaseRef>>) {
+        for ((place, ttl), leases) in by_ttl {
             for batch in leases.chunks(self.timing.renewal_batch_size) {
-                self.spawn_renewal(batch.to_vec(), ttl, 0);
+                self.spawn_renewal(place, batch.to_vec(), ttl, 0);
             }
         }
     }
@@ -48,10 +52,17 @@ impl Actor {
     /// Renews `leases` in one store call, bounded by the heartbeat interval: a
     /// renewal that hangs longer is abandoned and retried, so it cannot hold
     /// back the next ones until the lease's deadline.
-    pub(super) fn spawn_renewal(&mut self, leases: Vec<LeaseRef>, ttl: Duration, attempt: u32) {
+    pub(super) fn spawn_renewal(
+        &mut self,
+        place: Place,
+        leases: Vec<LeaseRef>,
+        ttl: Duration,
+        attempt: u32,
+    ) {
         let sent_at = Instant::now();
         let bound = self.timing.heartbeat_interval;
-        let renew = tokio::time::timeout(bound, self.store.renew_with_ttl(leases.clone(), ttl));
+        let renew =
+            tokio::time::timeout(bound, self.store(place).renew_with_ttl(leases.clone(), ttl));
         self.renewals.push(
             async move {
                 let result = renew.await.unwrap_or_else(|_elapsed| {
@@ -63,6 +74,7 @@ impl Actor {
                 });
                 Event::Renewed {
                     result,
+                    place,
                     leases,
                     ttl,
                     sent_at,
@@ -75,6 +87,7 @@ impl Actor {
 
     pub(super) fn on_renewed(
         &mut self,
+        place: Place,
         leases: Vec<LeaseRef>,
         ttl: Duration,
         sent_at: Instant,
@@ -89,7 +102,13 @@ impl Actor {
                 // confirmed renewal put it.
                 let leases: Vec<LeaseRef> = leases
                     .into_iter()
-                    .filter(|l| self.held_lease(&l.key, l.lease_id).is_some())
+                    .filter(|l| {
+                        let key = Target {
+                            place,
+                            key: l.key.clone(),
+                        };
+                        self.held_lease(&key, l.lease_id).is_some()
+                    })
                     .collect();
                 tracing::warn!(%error, leases = leases.len(), attempt, "renewal failed; retrying");
                 if !leases.is_empty() {
@@ -101,6 +120,7 @@ impl Actor {
                     );
                     self.timers.insert(
                         Timer::RenewRetry {
+                            place,
                             leases,
                             ttl,
                             attempt: attempt.saturating_add(1),
@@ -113,21 +133,26 @@ impl Actor {
         };
         let deadline = sent_at + self.timing.validity_for(ttl);
         for lease in leases {
-            let Some(state) = self.keys.get_mut(&lease.key) else {
+            let lost_now = lost.contains(&lease.key);
+            let key = Target {
+                place,
+                key: lease.key,
+            };
+            let Some(state) = self.keys.get_mut(&key) else {
                 continue;
             };
             let Some(held) = state.held.as_mut().filter(|h| h.lease_id == lease.lease_id) else {
                 continue;
             };
             held.renewing = held.renewing.saturating_sub(1);
-            if lost.contains(&lease.key) {
+            if lost_now {
                 tracing::warn!(
-                    key = %lease.key,
+                    %key,
                     token = held.token,
                     "lease lost: renewal found it gone or taken"
                 );
-                self.take_held(&lease.key);
-                self.serve_next(&lease.key);
+                self.take_held(&key);
+                self.serve_next(&key);
             } else if deadline > held.deadline {
                 // The heap entry is re-armed lazily when it comes due.
                 held.deadline = deadline;
@@ -162,7 +187,7 @@ impl Actor {
         }
     }
 
-    fn on_deadline(&mut self, key: LeaseKey) {
+    fn on_deadline(&mut self, key: Target) {
         let Some(held) = self.keys.get_mut(&key).and_then(|s| s.held.take()) else {
             return;
         };
@@ -178,7 +203,7 @@ impl Actor {
 }
 
 /// Sleeps until the earliest local deadline, or forever if no lease is held.
-pub(super) async fn sleep_until_deadline(next: Option<&Reverse<(Instant, LeaseKey, Uuid)>>) {
+pub(super) async fn sleep_until_deadline(next: Option<&Reverse<(Instant, Target, Uuid)>>) {
     match next {
         Some(Reverse((deadline, _, _))) => tokio::time::sleep_until(*deadline).await,
         None => std::future::pending().await,

@@ -4,7 +4,9 @@
 
 use futures::stream::FuturesUnordered;
 
-use super::command::{Command, Reply};
+use std::collections::BTreeMap;
+
+use super::command::{Command, Place, Reply, Target};
 use super::release_watch::ReleaseWatch;
 use super::{Actor, Attempt, Event};
 use crate::error::Error;
@@ -25,7 +27,9 @@ impl Actor {
         });
         self.commands.close();
         self.renewals = FuturesUnordered::new();
-        self.release_watch = ReleaseWatch::Closed;
+        for place in &mut self.places {
+            place.release_watch = ReleaseWatch::Closed;
+        }
         // Answer what was queued before the close; releases still happen.
         while let Ok(command) = self.commands.try_recv() {
             match command {
@@ -54,26 +58,33 @@ impl Actor {
                 state.attempt = Attempt::Idle;
             }
         }
-        let leases: Vec<LeaseRef> = self
-            .keys
-            .iter()
-            .filter_map(|(key, s)| {
-                s.held.as_ref().map(|h| LeaseRef {
-                    key: key.clone(),
-                    lease_id: h.lease_id,
-                })
-            })
-            .collect();
+        let mut by_place: BTreeMap<Place, Vec<LeaseRef>> = BTreeMap::new();
+        for (key, state) in &self.keys {
+            if let Some(held) = &state.held {
+                by_place.entry(key.place).or_default().push(LeaseRef {
+                    key: key.key.clone(),
+                    lease_id: held.lease_id,
+                });
+            }
+        }
         self.delete_young_held_when_old_enough();
         self.take_all_held();
-        for batch in leases.chunks(self.timing.renewal_batch_size) {
-            let keys = batch.iter().map(|l| l.key.clone()).collect();
-            let release = self.store.release(batch.to_vec());
-            self.spawn_store(release, |result| Event::ReleasedMany {
-                keys,
-                respond_to: None,
-                result,
-            });
+        for (place, leases) in by_place {
+            for batch in leases.chunks(self.timing.renewal_batch_size) {
+                let keys = batch
+                    .iter()
+                    .map(|l| Target {
+                        place,
+                        key: l.key.clone(),
+                    })
+                    .collect();
+                let release = self.store(place).release(batch.to_vec());
+                self.spawn_store(release, |result| Event::ReleasedMany {
+                    keys,
+                    respond_to: None,
+                    result,
+                });
+            }
         }
     }
 

@@ -99,6 +99,7 @@ pub(crate) mod memory;
 #[cfg(all(test, feature = "testkit"))]
 mod contract;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::time::SystemTime;
@@ -290,6 +291,47 @@ pub(crate) enum Announcement {
     Write(KeyWrite),
 }
 
+/// Where the locks of one store live: the lock collection, or a user
+/// collection whose documents carry their own lock under one field
+/// (in-document leases). Leases carry it, so that the transaction helper
+/// can name the lock in the caller's session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockPlace {
+    /// The database of the collection.
+    pub database: String,
+    /// The collection.
+    pub collection: String,
+    /// The field of the user's document that holds the lock fields (`aid`,
+    /// `lid`, `tok`, `acq`, `ts`, `exp`, `wt`, `yu`) for in-document leases;
+    /// `None` for the lock collection, whose documents hold them at the top.
+    pub field: Option<String>,
+}
+
+impl LockPlace {
+    /// The path of lock field `name` (one of [`field`]) in a document of
+    /// this place: `name` itself in the lock collection, `<field>.<name>` in
+    /// a user's document.
+    pub fn path(&self, name: &str) -> String {
+        match &self.field {
+            None => name.to_string(),
+            Some(prefix) => format!("{prefix}.{name}"),
+        }
+    }
+}
+
+/// A write under an in-document lease ([`Store::write_document`]).
+#[derive(Debug, Clone)]
+pub(crate) struct DocumentWrite {
+    /// The user's update (checked: it never names the lock field).
+    pub update: crate::document::DocumentUpdate,
+    /// Release the lease in the same write (`commit`): the lock field is
+    /// removed if the lease's token is at least
+    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by the
+    /// server's clock, and otherwise reduced to the released state (only
+    /// `tok` kept) for the follow-up [`Store::delete_released`] to remove.
+    pub release: bool,
+}
+
 /// What an acquire attempt found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireOutcome {
@@ -423,4 +465,69 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// stream ends, or yields an error, when the deployment has no change
     /// streams or the stream broke; the actor then keeps polling.
     fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>>;
+
+    /// Where this store's locks live.
+    fn place(&self) -> LockPlace;
+
+    /// Whether a release removes the lock (the lock collection's
+    /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete), and always for
+    /// in-document leases, whose release removes the lock field): the actor
+    /// then runs the follow-up [`Store::delete_released`] for leases
+    /// released less than [`DELETE_DELAY`] after their acquisition.
+    fn removes_on_release(&self) -> bool;
+
+    /// A store for in-document leases on `collection` (same database, same
+    /// owner id, TTL and timeouts as this one), with the lock fields under
+    /// `field`. Sends nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for an empty or
+    /// invalid collection or field name, or a store that has no database
+    /// (the in-memory twin).
+    fn documents(&self, collection: &str, field: &str) -> Result<Arc<dyn Store>> {
+        let _ = (collection, field);
+        Err(crate::Error::InvalidConfig {
+            reason: "in-document leases need a MongoDB store".into(),
+        })
+    }
+
+    /// [`Store::acquire_with_ttl`], also returning the document as the
+    /// acquire left it (in-document leases: the user's document, lock field
+    /// included; `None` in the lock collection). `create`: for in-document
+    /// leases, the fields of the document to create if it does not exist
+    /// (`None`: a missing document is
+    /// [`Error::DocumentNotFound`](crate::Error::DocumentNotFound)).
+    fn acquire_document(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        create: Option<Document>,
+    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
+        let _ = create;
+        let acquire = self.acquire_with_ttl(key, lease_id, waiting, ttl);
+        Box::pin(async move { acquire.await.map(|outcome| (outcome, None)) })
+    }
+
+    /// Applies `write.update` to the document of `lease` if the lease is
+    /// still held under its lease id and owner id by the server's clock, in
+    /// one conditional write, releasing it too if `write.release`. Returns
+    /// the document after the write (lock field included), or `Ok(None)`
+    /// if the lease was not held: then nothing was written. `token` is the
+    /// lease's fencing token.
+    fn write_document(
+        &self,
+        lease: LeaseRef,
+        token: u64,
+        write: DocumentWrite,
+    ) -> BoxFuture<'static, Result<Option<Document>>> {
+        let _ = (lease, token, write);
+        Box::pin(async {
+            Err(crate::Error::InvalidConfig {
+                reason: "not an in-document lease".into(),
+            })
+        })
+    }
 }

@@ -233,6 +233,18 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn place(&self) -> crate::store::LockPlace {
+        crate::store::LockPlace {
+            database: "memory".into(),
+            collection: "locks".into(),
+            field: None,
+        }
+    }
+
+    fn removes_on_release(&self) -> bool {
+        self.release_mode == ReleaseMode::Delete
+    }
+
     fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
         if !self.change_streams {
             let error = Error::UnusableCollection {

@@ -17,6 +17,8 @@ use crate::error::{Error, Result};
 /// The lock protocol on MongoDB. Cheap to clone (the collection handle is shared).
 #[derive(Clone)]
 pub(crate) struct MongoStore {
+    /// The lock collection's database (in-document leases use its collections).
+    database: Database,
     coll: Collection<Document>,
     owner: String,
     /// The manager's TTL: the default of the test-only `Store::acquire` and
@@ -49,6 +51,7 @@ impl MongoStore {
             .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
             .build();
         MongoStore {
+            database: database.clone(),
             coll: database.collection_with_options(collection, options),
             owner,
             ttl_ms: ttl.as_millis() as i64,
@@ -72,6 +75,17 @@ impl MongoStore {
     /// The lock collection (majority write and read concern, primary reads).
     pub(super) fn coll(&self) -> &Collection<Document> {
         &self.coll
+    }
+
+    /// Another collection of the lock collection's database, with the same
+    /// concerns (majority write and read concern, primary reads).
+    pub(super) fn sibling(&self, collection: &str) -> Collection<Document> {
+        let options = CollectionOptions::builder()
+            .write_concern(WriteConcern::majority())
+            .read_concern(ReadConcern::majority())
+            .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
+            .build();
+        self.database.collection_with_options(collection, options)
     }
 
     /// This manager's owner id (`aid`).

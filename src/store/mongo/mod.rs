@@ -16,6 +16,7 @@
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
 //! `pipeline` and `handle` use none of their siblings.
 
+mod document;
 mod handle;
 mod observe;
 mod ops;

@@ -391,6 +391,24 @@ impl MongoStore {
 }
 
 impl Store for MongoStore {
+    fn place(&self) -> crate::store::LockPlace {
+        crate::store::LockPlace {
+            database: self.coll().namespace().db,
+            collection: self.coll().name().to_string(),
+            field: None,
+        }
+    }
+
+    fn removes_on_release(&self) -> bool {
+        self.release_mode() == ReleaseMode::Delete
+    }
+
+    fn documents(&self, collection: &str, field: &str) -> Result<std::sync::Arc<dyn Store>> {
+        Ok(std::sync::Arc::new(super::document::DocumentStore::new(
+            self, collection, field,
+        )?))
+    }
+
     fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
         self.release_events()
     }

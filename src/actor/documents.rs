@@ -1,0 +1,132 @@
+//! In-document leases: opening the place of a user collection (one store
+//! per collection and lock field, kept for the manager's life), and writing
+//! a held document under its lease (`DocumentLease::update`, and `commit`,
+//! which also releases it in the same write).
+
+use mongodb::bson::Document;
+use uuid::Uuid;
+
+use super::command::{Place, Reply, Target};
+use super::release_watch::ReleaseWatch;
+use super::{Actor, Event, PlaceState};
+use crate::error::{Error, Result};
+use crate::store::{DocumentWrite, LeaseRef};
+
+/// Most places of in-document leases one manager opens (the lock
+/// collection is one more).
+const MAX_DOCUMENT_PLACES: usize = 1_000;
+
+impl Actor {
+    /// The place of in-document leases on `collection` with the lock fields
+    /// under `field`: the one opened before, or a new one.
+    pub(super) fn open_documents(&mut self, collection: &str, field: &str) -> Result<Place> {
+        if let Some(index) = self
+            .places
+            .iter()
+            .position(|p| p.info.field.as_deref() == Some(field) && p.info.collection == collection)
+        {
+            return Ok(Place(index as u16));
+        }
+        if self.places.len() > MAX_DOCUMENT_PLACES {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "one manager serves in-document leases on at most {MAX_DOCUMENT_PLACES} \
+                     collections and lock fields"
+                ),
+            });
+        }
+        let store = self.store(Place::LOCKS).documents(collection, field)?;
+        let info = std::sync::Arc::new(store.place());
+        let place = Place(self.places.len() as u16);
+        self.places.push(PlaceState {
+            store,
+            info,
+            release_watch: ReleaseWatch::Closed,
+        });
+        tracing::debug!(
+            collection,
+            field,
+            place = place.0,
+            "in-document leases opened"
+        );
+        Ok(place)
+    }
+
+    pub(super) fn on_write_document(
+        &mut self,
+        key: Target,
+        lease_id: Uuid,
+        write: DocumentWrite,
+        respond_to: Reply<Document>,
+    ) {
+        let Some(held) = self.held_lease(&key, lease_id) else {
+            let _ = respond_to.send(Err(Error::LeaseLost { key: key.key }));
+            return;
+        };
+        let token = held.token;
+        let acquired_at = held.acquired_at;
+        let release = write.release;
+        if release {
+            // Like a release: no acquire attempt of the key starts until the
+            // write is answered, and the lease is no longer renewed.
+            self.take_held(&key);
+            self.delete_when_old_enough(key.place, vec![key.key.clone()], acquired_at);
+            if let Some(state) = self.keys.get_mut(&key) {
+                state.releases_in_flight += 1;
+            }
+        }
+        let operation = self.store(key.place).write_document(
+            LeaseRef {
+                key: key.key.clone(),
+                lease_id,
+            },
+            token,
+            write,
+        );
+        self.spawn_store(operation, move |result| Event::DocumentWritten {
+            key,
+            lease_id,
+            release,
+            respond_to,
+            result,
+        });
+    }
+
+    pub(super) fn on_document_written(
+        &mut self,
+        key: Target,
+        lease_id: Uuid,
+        release: bool,
+        respond_to: Reply<Document>,
+        result: Result<Option<Document>>,
+    ) {
+        if release && let Some(state) = self.keys.get_mut(&key) {
+            state.releases_in_flight -= 1;
+        }
+        let reply = match result {
+            Ok(Some(document)) => Ok(document),
+            Ok(None) => {
+                if self.held_lease(&key, lease_id).is_some() {
+                    tracing::warn!(%key, "lease lost: a write under it found it gone or taken");
+                    self.take_held(&key);
+                }
+                Err(Error::LeaseLost {
+                    key: key.key.clone(),
+                })
+            }
+            Err(error) => {
+                if release {
+                    // The write's outcome is unknown: release under the
+                    // lease id (a no-op if the commit did land).
+                    tracing::warn!(%key, %error, "commit failed; releasing the lease");
+                    let _ = respond_to.send(Err(error));
+                    self.spawn_release(key, lease_id, tokio::time::Instant::now(), None);
+                    return;
+                }
+                Err(error)
+            }
+        };
+        let _ = respond_to.send(reply);
+        self.serve_next(&key);
+    }
+}
