@@ -567,7 +567,9 @@ pub(crate) fn check_update(update: &DocumentUpdate, field: &str) -> Result<()> {
                 let Bson::Document(paths) = value else {
                     return invalid(format!("the value of {operator} must be a document"));
                 };
-                for path in paths.keys() {
+                // `$rename` names a path in its values too.
+                let renamed = paths.values().filter_map(|v| v.as_str());
+                for path in paths.keys().map(String::as_str).chain(renamed) {
                     let head = path.split('.').next().unwrap_or(path);
                     if head == field {
                         return invalid(format!(

@@ -1,0 +1,16 @@
+//! In-document leases (the lock inside the user's own document, released by
+//! the write of its new state) and fenced writes to user data for leases of
+//! the lock collection (the transaction helper and the fence helper), on a
+//! real mongod. Plain driver calls play the user's other code.
+
+#[path = "common/mod.rs"]
+mod common;
+
+#[path = "document_lease/commit.rs"]
+mod commit;
+#[path = "document_lease/fence.rs"]
+mod fence;
+#[path = "document_lease/protocol.rs"]
+mod protocol;
+#[path = "document_lease/transaction.rs"]
+mod transaction;
