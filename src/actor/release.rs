@@ -64,9 +64,15 @@ impl Actor {
         for (place, leases) in documents {
             releases.push(self.store(place).release(leases));
         }
+        // Every place's release runs to its end even if another fails (a
+        // `try_join_all` would drop the others unsent or half-way); the
+        // first error is the reply.
         let release = async move {
-            let counts = futures::future::try_join_all(releases).await?;
-            Ok(counts.into_iter().sum())
+            let mut released = 0;
+            for count in futures::future::join_all(releases).await {
+                released += count?;
+            }
+            Ok(released)
         }
         .boxed();
         self.spawn_store(release, |result| Event::ReleasedAll {
