@@ -117,10 +117,25 @@ impl Actor {
             Err(error) => {
                 if release {
                     // The write's outcome is unknown: release under the
-                    // lease id (a no-op if the commit did land).
+                    // lease id (a no-op if the commit did land). Not
+                    // `spawn_release`, which would schedule a second
+                    // follow-up delete, at now + `DELETE_DELAY`: the one
+                    // `on_write_document` scheduled at acquisition +
+                    // `DELETE_DELAY` is the one due.
                     tracing::warn!(%key, %error, "commit failed; releasing the lease");
                     let _ = respond_to.send(Err(error));
-                    self.spawn_release(key, lease_id, tokio::time::Instant::now(), None);
+                    if let Some(state) = self.keys.get_mut(&key) {
+                        state.releases_in_flight += 1;
+                    }
+                    let release = self.store(key.place).release(vec![LeaseRef {
+                        key: key.key.clone(),
+                        lease_id,
+                    }]);
+                    self.spawn_store(release, |result| Event::Released {
+                        result,
+                        key,
+                        respond_to: None,
+                    });
                     return;
                 }
                 Err(error)
