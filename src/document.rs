@@ -181,8 +181,9 @@ impl LockManager {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for an empty collection name or one MongoDB
-    /// refuses (`$`, NUL, a `system.` prefix), and [`Error::Shutdown`] once
-    /// the manager has shut down.
+    /// refuses (`$`, NUL, a `system.` prefix), or the lock collection itself
+    /// (its documents are lock documents), and [`Error::Shutdown`] once the
+    /// manager has shut down.
     pub async fn documents<T>(&self, collection: &str) -> Result<DocumentLeases<T>> {
         self.documents_in_field(collection, DEFAULT_LEASE_FIELD)
             .await

@@ -27,6 +27,16 @@ impl Actor {
         {
             return Ok(Place(index as u16));
         }
+        if collection == self.places[usize::from(Place::LOCKS.0)].info.collection {
+            // Its documents are lock documents: a user's document there would
+            // be a foreign holder's lock to the lock-collection leases.
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "{collection:?} is the lock collection: in-document leases need a \
+                     collection of their own"
+                ),
+            });
+        }
         if self.places.len() > MAX_DOCUMENT_PLACES {
             return Err(Error::InvalidConfig {
                 reason: format!(
