@@ -276,6 +276,30 @@ async fn release_all_releases_the_leases_of_every_place() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn release_all_releases_many_document_leases_in_batches() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let (jobs, docs, doc_store) = jobs(&a, &store).await;
+    let mut items = Vec::new();
+    for i in 0..BATCH + BATCH / 2 {
+        items.push(jobs.acquire(format!("d{i}")).await.unwrap());
+    }
+
+    assert_eq!(a.release_all().await.unwrap(), items.len() as u64);
+    let mut sizes: Vec<usize> = doc_store
+        .calls_of(Op::Release)
+        .iter()
+        .map(|c| c.keys.len())
+        .collect();
+    sizes.sort();
+    assert_eq!(sizes, [BATCH / 2, BATCH], "one call per renewal batch");
+    for item in &items {
+        assert!(item.lease().is_lost());
+        assert_eq!(docs.holder(item.id().clone()), None);
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn release_all_releases_the_documents_even_if_the_lock_collections_release_fails() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
