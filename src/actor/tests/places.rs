@@ -212,6 +212,34 @@ async fn without_change_streams_a_lost_document_lease_fires_at_the_next_heartbea
 }
 
 #[tokio::test(start_paused = true)]
+async fn renewals_that_hang_in_one_place_lose_only_its_leases_at_their_deadline() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let (jobs, docs, doc_store) = jobs(&a, &store).await;
+    let lock = a.acquire("k").await.unwrap();
+    let item = jobs.acquire("k").await.unwrap();
+    doc_store.hang_renewals();
+
+    soon(item.lease().lost()).await;
+    assert_eq!(Instant::now(), t0 + VALIDITY);
+    settle().await;
+    assert_eq!(
+        calls(&doc_store, Op::Release),
+        [(t0 + VALIDITY, keys(["k"]))],
+        "given back in its place at once"
+    );
+    assert_eq!(docs.doc("k"), None, "old enough: the lock field is removed");
+    assert_eq!(store.calls(Op::Release), 0);
+    sleep(3 * HEARTBEAT).await;
+    assert!(
+        !lock.is_lost(),
+        "the lock collection's renewals went through"
+    );
+    assert_eq!(db.holder("k").as_deref(), Some("a"));
+    assert_eq!(store.renew_batch_sizes(), [1; 5]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_release_in_a_document_place_wakes_its_waiter_at_once() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
