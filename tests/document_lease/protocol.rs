@@ -288,14 +288,15 @@ async fn a_lease_held_longer_than_the_minimum_token_age_leaves_no_lock_field_aft
     let committed = docs.acquire("c").await.unwrap();
     let released = docs.acquire("r").await.unwrap();
     let piped = docs.acquire("p").await.unwrap();
-    // Until each token is a second old by the server's clock (a renewal
-    // later than that shows it).
+    // Until each token is over a second old by the server's clock (a
+    // renewal later than that shows it; 100 ms more for `$$NOW` stepping
+    // back a few milliseconds, docs/mongodb-behaviour.md, B3).
     let old_enough = |id: &'static str| {
         let fx = &fx;
         async move {
             let lock = stored(fx, id).await.get_document("_lease").unwrap().clone();
             let token_ms = lock.get_i64("tok").unwrap() >> 20;
-            lock.get_datetime("ts").unwrap().timestamp_millis() >= token_ms + 1_000
+            lock.get_datetime("ts").unwrap().timestamp_millis() >= token_ms + 1_100
         }
     };
     for id in ["c", "r", "p"] {
@@ -540,4 +541,58 @@ async fn a_users_delete_of_the_document_wakes_another_managers_waiter_at_once() 
     drop(lease);
     shutdown(waiter).await;
     shutdown(holder).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creating_acquires_of_managers_create_the_document_once_with_one_winner() {
+    let fx = Fixture::new("doc_create_race").await;
+    let mut managers = Vec::new();
+    for _ in 0..4 {
+        managers.push(fx.manager(TTL).await);
+    }
+    for round in 0..5 {
+        let id = format!("new-{round}");
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(managers.len()));
+        let attempts: Vec<_> = managers
+            .iter()
+            .map(|m| {
+                let (m, id, start) = (m.clone(), id.clone(), start.clone());
+                tokio::spawn(async move {
+                    let docs = m.documents::<Document>(COLLECTION).await.unwrap();
+                    let create = DocumentAcquireOptions::builder()
+                        .create(doc! { "state": "created", "by": m.owner_id() })
+                        .build();
+                    start.wait().await;
+                    docs.try_acquire_with(id.as_str(), create).await
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for attempt in attempts {
+            if let Some(lease) = attempt.await.unwrap().unwrap() {
+                winners.push(lease);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: one winner");
+        let stored = stored(&fx, &id).await;
+        assert_eq!(
+            stored
+                .get_document("_lease")
+                .unwrap()
+                .get_str("aid")
+                .unwrap(),
+            stored.get_str("by").unwrap(),
+            "round {round}: the winner's fields and lock: {stored}"
+        );
+        assert_eq!(
+            workitems(&fx)
+                .count_documents(doc! { "_id": &id })
+                .await
+                .unwrap(),
+            1
+        );
+    }
+    for m in managers {
+        shutdown(m).await;
+    }
 }
