@@ -115,6 +115,23 @@ async fn the_lock_field_holds_the_lock_collections_schema_and_user_fields_surviv
         assert_eq!(renewed_lock.get(name), lock.get(name), "{name}");
     }
 
+    // The payload lives under the lock field too.
+    lease
+        .lease()
+        .set_payload(doc! { "progress": 0.5 })
+        .await
+        .unwrap();
+    let with_payload = stored(&fx, "w1").await;
+    assert_eq!(user_bytes(&with_payload), user_bytes(&original));
+    assert_eq!(
+        with_payload
+            .get_document("_lease")
+            .unwrap()
+            .get_document("data")
+            .unwrap(),
+        &doc! { "progress": 0.5 }
+    );
+
     // Release: the lock field goes (once its token is old enough: the
     // manager's follow-up), the user's fields stay as they were.
     assert!(!lease.release().await.unwrap().was_lost());
