@@ -77,6 +77,7 @@ pub(crate) struct DocumentStore {
 impl DocumentStore {
     /// In-document leases on `collection` (the lock collection's database,
     /// same concerns), with the lock fields under `field`. Sends nothing.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn new(locks: &MongoStore, collection: &str, field: &str) -> Result<Self> {
         crate::document::check_collection(collection)?;
         crate::document::check_field(field)?;
