@@ -372,7 +372,8 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         let lease = DocumentLease::new(granted.lease, raw, self.field.clone());
         match lease {
             Ok(lease) => Ok(Some(lease)),
-            Err((lease, error)) => {
+            Err(failed) => {
+                let (lease, error) = *failed;
                 let _ = lease.release().await;
                 Err(error)
             }
@@ -396,7 +397,7 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     /// `raw` is the document as MongoDB returned it, lock field included.
     /// On a document that cannot be read as `T`, the lease is given back with
     /// the error.
-    fn new(lease: Lease, mut raw: Document, field: Arc<str>) -> Result<Self, (Lease, Error)> {
+    fn new(lease: Lease, mut raw: Document, field: Arc<str>) -> Result<Self, Box<(Lease, Error)>> {
         raw.remove(&*field);
         match mongodb::bson::from_document::<T>(raw.clone()) {
             Ok(document) => Ok(DocumentLease {
@@ -405,7 +406,10 @@ impl<T: DeserializeOwned> DocumentLease<T> {
                 document,
                 field,
             }),
-            Err(error) => Err((lease, Error::Database(mongodb::error::Error::from(error)))),
+            Err(error) => Err(Box::new((
+                lease,
+                Error::Database(mongodb::error::Error::from(error)),
+            ))),
         }
     }
 

@@ -85,6 +85,7 @@ pub struct Lease {
 }
 
 impl Lease {
+    #[allow(clippy::too_many_arguments)] // one per field, from the actor's grant only
     pub(crate) fn new(
         key: Target,
         place: Arc<LockPlace>,

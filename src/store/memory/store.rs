@@ -347,7 +347,6 @@ impl Store for MemoryStore {
     /// (`write.release`) is, by the delete-mode rule. Returns
     /// `{_id, <field>: {aid, lid, tok}}` as before the write.
     // As every `run` closure here: `Error` is large (the lint is about it).
-    #[allow(clippy::result_large_err)]
     fn write_document(
         &self,
         lease: LeaseRef,

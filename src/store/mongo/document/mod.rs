@@ -77,7 +77,6 @@ pub(crate) struct DocumentStore {
 impl DocumentStore {
     /// In-document leases on `collection` (the lock collection's database,
     /// same concerns), with the lock fields under `field`. Sends nothing.
-    #[allow(clippy::result_large_err)]
     pub(crate) fn new(locks: &MongoStore, collection: &str, field: &str) -> Result<Self> {
         crate::document::check_collection(collection)?;
         crate::document::check_field(field)?;
@@ -121,7 +120,6 @@ impl DocumentStore {
     /// collection's `classify` on the lock field, and the document.
     // The crate's `Error` is large since it carries a document's `_id`
     // (`Error::DocumentNotFound`); the lock collection's store has the same.
-    #[allow(clippy::result_large_err)]
     fn judge(
         &self,
         key: &LeaseKey,
@@ -177,10 +175,7 @@ impl DocumentStore {
         match attempt {
             Ok(Some(projected)) => return self.judge(&key, lease_id, projected),
             Ok(None) if create.is_none() => {
-                return Err(Error::DocumentNotFound {
-                    collection: self.coll.name().to_string(),
-                    id: key,
-                });
+                return Err(Error::DocumentNotFound { id: key });
             }
             Ok(None) => {}
             // A concurrent creating acquire won the insert (the server
@@ -206,10 +201,7 @@ impl DocumentStore {
         }
         match self.read_document(&key).await? {
             Some(projected) => self.judge(&key, lease_id, projected),
-            None if create.is_none() => Err(Error::DocumentNotFound {
-                collection: self.coll.name().to_string(),
-                id: key,
-            }),
+            None if create.is_none() => Err(Error::DocumentNotFound { id: key }),
             None => Err(Error::Unreachable {
                 waited: self.locks.operation_timeout(),
                 reason: "document vanished during acquire".into(),
@@ -431,7 +423,6 @@ impl DocumentStore {
     /// A change stream of the writes that may change who holds a document's
     /// lease ([`release_events_pipeline`]), each read by [`key_write`],
     /// after [`Announcement::Opened`].
-    #[allow(clippy::result_large_err)]
     fn release_events(&self) -> BoxStream<'static, Result<Announcement>> {
         let store = self.clone();
         futures::stream::once(async move {
