@@ -12,7 +12,7 @@ use mongodb::bson::{Binary, Bson, DateTime, Document, Timestamp, doc, oid::Objec
 use mongodb::{Client, Collection};
 use serde::Deserialize;
 
-use crate::common::{self, Fixture};
+use crate::common::{self, CommandLog, Fixture};
 
 /// The user collection of work items.
 const ITEMS: &str = "workitem";
@@ -56,6 +56,32 @@ async fn connect_as(fx: &Fixture, name: &str, ttl: Duration) -> LockManager {
 
 async fn work_items(manager: &LockManager) -> DocumentLeases<Document> {
     manager.documents(ITEMS).await.expect("documents")
+}
+
+/// A manager as [`connect_as`] whose client logs its commands, so a test
+/// can tell when its change stream of writes to the work items is open.
+async fn monitored_as(fx: &Fixture, name: &str, ttl: Duration) -> (LockManager, CommandLog) {
+    let (mut options, log) = fx.monitored_options(ttl, "").await;
+    options.owner_id = Some(name.into());
+    (LockManager::connect(options).await.expect("connect"), log)
+}
+
+/// Waits (bounded) until the manager that `log` monitors has its change
+/// stream of writes to the work items open: a write before that is left to
+/// the heartbeat (the stream starts after the acquire).
+async fn wait_until_watching(fx: &Fixture, log: &CommandLog) {
+    let ns = format!("{}.{ITEMS}", fx.db.name());
+    common::eventually("the holder's change stream of writes is open", HANG, || {
+        let open = log.all().iter().any(|(name, reply)| {
+            name == "ok:aggregate"
+                && reply
+                    .get_document("cursor")
+                    .and_then(|c| c.get_str("ns"))
+                    .is_ok_and(|n| n == ns)
+        });
+        async move { open }
+    })
+    .await;
 }
 
 /// Two managers (as two processes) take turns on one work item: each turn
@@ -516,10 +542,11 @@ async fn a_lease_whose_lock_field_someone_removes_fires_its_token_and_cannot_com
         .insert_one(doc! { "_id": "item", "state": "new" })
         .await
         .unwrap();
-    let manager = connect_as(&fx, "holder", TTL).await;
+    let (manager, log) = monitored_as(&fx, "holder", TTL).await;
     let handle = work_items(&manager).await;
     let item = handle.acquire("item").await.unwrap();
     let old_token = item.lease().fencing_token();
+    wait_until_watching(&fx, &log).await;
     let unset = items(&fx)
         .update_one(doc! { "_id": "item" }, doc! { "$unset": { "_lease": "" } })
         .await
@@ -567,10 +594,11 @@ async fn a_lease_taken_over_after_expiry_fires_the_old_holders_token() {
         .insert_one(doc! { "_id": "item", "state": "new" })
         .await
         .unwrap();
-    let holder = connect_as(&fx, "holder", TTL).await;
+    let (holder, log) = monitored_as(&fx, "holder", TTL).await;
     let handle = work_items(&holder).await;
     let mut item = handle.acquire("item").await.unwrap();
     let old_token = item.lease().fencing_token();
+    wait_until_watching(&fx, &log).await;
     // As if the holder had stopped renewing long ago.
     items(&fx)
         .update_one(
@@ -587,6 +615,8 @@ async fn a_lease_taken_over_after_expiry_fires_the_old_holders_token() {
         .unwrap()
         .expect("an expired lease is taken over at once");
     assert!(taken.lease().fencing_token() > old_token);
+    // A hang guard only (this takes milliseconds); below the heartbeat
+    // interval, so only the takeover's change event can have found the loss.
     tokio::time::timeout(TTL / 6, item.lease().lost())
         .await
         .expect("the old holder's token did not fire");
