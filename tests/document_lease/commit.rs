@@ -156,6 +156,9 @@ async fn two_managers_taking_turns_on_one_work_item_never_lose_an_update() {
     assert!(!item.contains_key("_lease"), "{item:?}");
 }
 
+/// The state the frozen holder tries to commit.
+const FROZEN_STATE: &str = "written by the frozen holder";
+
 /// What the frozen holder reports once it has thawed.
 struct Thawed {
     /// Whether its lease's token had fired before it tried to commit.
@@ -197,7 +200,7 @@ async fn a_holder_frozen_past_its_ttl_has_its_commit_refused_and_its_state_not_w
             .expect("runtime");
         runtime.block_on(async move {
             let sent = Arc::new(AtomicBool::new(false));
-            let client = commit_monitored_client(&uri, sent.clone()).await;
+            let client = commit_monitored_client(&uri, FROZEN_STATE, sent.clone()).await;
             let manager = LockManager::connect(
                 mongo_lease::LockManagerOptions::builder()
                     .database(client.database(&db))
@@ -217,7 +220,7 @@ async fn a_holder_frozen_past_its_ttl_has_its_commit_refused_and_its_state_not_w
             let fired_before = token.is_cancelled();
             let commit = item
                 .commit(doc! {
-                    "$set": { "state": "written by the frozen holder" },
+                    "$set": { "state": FROZEN_STATE },
                     "$inc": { "counter": 100_i64 },
                 })
                 .await;
@@ -304,22 +307,100 @@ async fn a_holder_frozen_past_its_ttl_has_its_commit_refused_and_its_state_not_w
     );
 }
 
-/// A client on the caller's runtime that sets `sent` when an `update`
-/// command carrying a commit of the frozen holder starts.
-async fn commit_monitored_client(uri: &str, sent: Arc<AtomicBool>) -> Client {
+/// A client on the caller's runtime that sets `sent` when a write command
+/// (`findAndModify` or `update`) containing `marker` (a commit's new state)
+/// starts.
+async fn commit_monitored_client(uri: &str, marker: &'static str, sent: Arc<AtomicBool>) -> Client {
     use mongodb::event::{EventHandler, command::CommandEvent};
     let mut options = mongodb::options::ClientOptions::parse(uri)
         .await
         .expect("uri");
     options.command_event_handler = Some(EventHandler::callback(move |event| {
         if let CommandEvent::Started(started) = event
-            && started.command_name == "update"
-            && format!("{:?}", started.command).contains("written by the frozen holder")
+            && ["findAndModify", "update"].contains(&started.command_name.as_str())
+            && format!("{:?}", started.command).contains(marker)
         {
             sent.store(true, Ordering::SeqCst);
         }
     }));
     Client::with_options(options).expect("client")
+}
+
+/// The commit's conditional write itself refuses a lease lost on the
+/// server that its holder has not noticed: on a standalone server (no
+/// change stream) with a 100 s heartbeat, the holder still believes it
+/// holds the item after another manager took it over, so its commit is sent
+/// and matches nothing: `LeaseLost`, nothing written, the token fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_after_a_takeover_its_holder_has_not_noticed_is_refused_by_the_server() {
+    const TTL: Duration = Duration::from_secs(300);
+    const STATE: &str = "written after the takeover";
+    let server = mongo_lease::testkit::Standalone::start()
+        .await
+        .expect("a standalone mongod");
+    // Declared after the server: shut down before it is stopped.
+    let clients = common::Clients::default();
+    let raw = clients.connect(&server.uri()).await;
+    let db = raw.database(&mongo_lease::testkit::unique_name("dunnoticed"));
+    let items: Collection<Document> = db.collection(ITEMS);
+    items
+        .insert_one(doc! { "_id": "item", "state": "new" })
+        .await
+        .unwrap();
+    let sent = Arc::new(AtomicBool::new(false));
+    let holder_client = commit_monitored_client(&server.uri(), STATE, sent.clone()).await;
+    let connect = |client: Client, name: &str| {
+        LockManager::connect(
+            mongo_lease::LockManagerOptions::builder()
+                .database(client.database(db.name()))
+                .collection("workitem.lock")
+                .owner_id(name)
+                .ttl(TTL)
+                .build(),
+        )
+    };
+    let holder = connect(holder_client.clone(), "holder").await.unwrap();
+    let item = work_items(&holder).await.acquire("item").await.unwrap();
+    let token = item.lease().cancellation_token();
+    items
+        .update_one(
+            doc! { "_id": "item" },
+            doc! { "$set": { "_lease.exp": DateTime::from_millis(0) } },
+        )
+        .await
+        .unwrap();
+    let successor = connect(clients.connect(&server.uri()).await, "successor")
+        .await
+        .unwrap();
+    let taken = work_items(&successor)
+        .await
+        .try_acquire("item")
+        .await
+        .unwrap()
+        .expect("an expired lease is taken over at once");
+    assert!(taken.lease().fencing_token() > item.lease().fencing_token());
+    // Nothing told the holder: no change stream here, next heartbeat in 100 s.
+    assert!(!item.lease().is_lost());
+
+    let commit = item.commit(doc! { "$set": { "state": STATE } }).await;
+    assert!(matches!(commit, Err(Error::LeaseLost { .. })), "{commit:?}");
+    assert!(sent.load(Ordering::SeqCst), "the commit was not sent");
+    assert!(token.is_cancelled());
+    let now = items
+        .find_one(doc! { "_id": "item" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(now.get_str("state").unwrap(), "new", "{now:?}");
+    assert_eq!(
+        now.get_document("_lease").unwrap().get_str("aid").unwrap(),
+        "successor"
+    );
+    assert_eq!(taken.release().await.unwrap(), ReleaseOutcome::Released);
+    holder.shutdown().await.unwrap();
+    successor.shutdown().await.unwrap();
+    db.drop().await.unwrap();
+    common::shut_down(vec![holder_client]);
 }
 
 /// Four managers race for the same missing work items with
