@@ -848,6 +848,94 @@ async fn typed_documents_are_read_as_the_users_type() {
     manager.shutdown().await.unwrap();
 }
 
+/// The fields to create are given to a missing item, and to an item that
+/// holds nothing but its `_id`; an item with fields of its own keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_fills_a_missing_or_bare_document_and_leaves_others_as_they_are() {
+    let fx = Fixture::new("dbare").await;
+    items(&fx)
+        .insert_many([
+            doc! { "_id": "bare" },
+            doc! { "_id": "full", "state": "mine" },
+        ])
+        .await
+        .unwrap();
+    let manager = connect_as(&fx, "holder", Duration::from_secs(30)).await;
+    let handle = work_items(&manager).await;
+    let options = DocumentAcquireOptions::builder()
+        .create(doc! { "state": "new", "runs": 0 })
+        .build();
+    for (id, expected) in [
+        (
+            "missing",
+            doc! { "_id": "missing", "state": "new", "runs": 0 },
+        ),
+        ("bare", doc! { "_id": "bare", "state": "new", "runs": 0 }),
+        ("full", doc! { "_id": "full", "state": "mine" }),
+    ] {
+        let item = handle.acquire_with(id, options.clone()).await.unwrap();
+        assert_eq!(item.document(), &expected, "{id}");
+        assert_eq!(item.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+    manager.shutdown().await.unwrap();
+    assert_eq!(items(&fx).count_documents(doc! {}).await.unwrap(), 3);
+    assert_eq!(
+        stored(&fx, "full").await,
+        doc! { "_id": "full", "state": "mine" }
+    );
+}
+
+/// With the lock fields under a field of the user's choice (`lock`), the
+/// lock lives there only: a `_lease` field is the user's own, untouched by
+/// acquire and release and writable by the user's updates, while updates
+/// of `lock` are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_field_of_the_users_choice_holds_the_lock() {
+    let fx = Fixture::new("dfield").await;
+    items(&fx)
+        .insert_one(doc! { "_id": "item", "_lease": "the user's own", "state": "new" })
+        .await
+        .unwrap();
+    let manager = connect_as(&fx, "holder", Duration::from_secs(30)).await;
+    let handle = manager
+        .documents_in_field::<Document>(ITEMS, "lock")
+        .await
+        .unwrap();
+    assert_eq!(handle.field(), "lock");
+    let mut item = handle.acquire("item").await.unwrap();
+    assert_eq!(
+        item.document(),
+        &doc! { "_id": "item", "_lease": "the user's own", "state": "new" }
+    );
+    let now = stored(&fx, "item").await;
+    assert_eq!(now.get_str("_lease").unwrap(), "the user's own");
+    let lock = now.get_document("lock").expect("the lock under `lock`");
+    assert_eq!(lock.get_str("aid").unwrap(), "holder");
+    assert!(lock.contains_key("lid"), "{now:?}");
+
+    let refused = item
+        .update(doc! { "$set": { "lock.aid": "forged" } })
+        .await
+        .cloned();
+    assert!(
+        matches!(refused, Err(Error::InvalidUpdate { .. })),
+        "{refused:?}"
+    );
+    let written = item
+        .commit(doc! { "$set": { "_lease": "changed by the user", "state": "done" } })
+        .await
+        .unwrap();
+    assert_eq!(
+        written,
+        doc! { "_id": "item", "_lease": "changed by the user", "state": "done" }
+    );
+    manager.shutdown().await.unwrap();
+    assert_eq!(
+        stored(&fx, "item").await,
+        doc! { "_id": "item", "_lease": "changed by the user", "state": "done" }
+    );
+}
+
 /// Without fields to create it, a missing item is `DocumentNotFound`, in
 /// every acquire variant, and nothing is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
