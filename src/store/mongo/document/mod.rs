@@ -100,6 +100,9 @@ impl DocumentStore {
     /// What an acquire read out of `projected` (the document and `now`, as
     /// [`acquire_projection`] returns them): the outcome by the lock
     /// collection's `classify` on the lock field, and the document.
+    // The crate's `Error` is large since it carries a document's `_id`
+    // (`Error::DocumentNotFound`); the lock collection's store has the same.
+    #[allow(clippy::result_large_err)]
     fn judge(
         &self,
         key: &LeaseKey,
@@ -409,6 +412,7 @@ impl DocumentStore {
     /// A change stream of the writes that may change who holds a document's
     /// lease ([`release_events_pipeline`]), each read by [`key_write`],
     /// after [`Announcement::Opened`].
+    #[allow(clippy::result_large_err)]
     fn release_events(&self) -> BoxStream<'static, Result<Announcement>> {
         let store = self.clone();
         futures::stream::once(async move {
