@@ -936,6 +936,80 @@ async fn a_lock_field_of_the_users_choice_holds_the_lock() {
     );
 }
 
+/// Dropping an in-document lease releases it in the background: another
+/// manager gets the item long before the lease could have expired, and the
+/// item's own fields are left as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_document_lease_releases_it() {
+    /// Far longer than the bound below: only a release can free the item.
+    const TTL: Duration = Duration::from_secs(300);
+    let fx = Fixture::new("ddrop").await;
+    items(&fx)
+        .insert_one(doc! { "_id": "item", "state": "new" })
+        .await
+        .unwrap();
+    let holder = connect_as(&fx, "holder", TTL).await;
+    let other = connect_as(&fx, "other", TTL).await;
+    let item = work_items(&holder).await.acquire("item").await.unwrap();
+    let token = item.lease().fencing_token();
+    drop(item);
+    let next = work_items(&other)
+        .await
+        .acquire_timeout("item", HANG)
+        .await
+        .unwrap()
+        .expect("the dropped lease was not released");
+    assert!(next.lease().fencing_token() > token);
+    assert_eq!(next.document(), &doc! { "_id": "item", "state": "new" });
+    assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+    holder.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+    assert_eq!(
+        stored(&fx, "item").await,
+        doc! { "_id": "item", "state": "new" }
+    );
+}
+
+/// An update MongoDB refuses (`$inc` of a string) is a `Database` error
+/// and writes nothing: after `update` the lease is still held; after
+/// `commit` it is released (another manager gets the item long before it
+/// could have expired).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_the_server_refuses_writes_nothing_and_a_failed_commit_releases() {
+    const TTL: Duration = Duration::from_secs(300);
+    let fx = Fixture::new("drefused").await;
+    items(&fx)
+        .insert_one(doc! { "_id": "item", "state": "new" })
+        .await
+        .unwrap();
+    let holder = connect_as(&fx, "holder", TTL).await;
+    let other = connect_as(&fx, "other", TTL).await;
+    let mut item = work_items(&holder).await.acquire("item").await.unwrap();
+    let lock = lock_fields(&fx, "item").await.expect("lock fields");
+    let bad = doc! { "$inc": { "state": 1 }, "$set": { "touched": true } };
+
+    let update = item.update(bad.clone()).await.cloned();
+    assert!(matches!(update, Err(Error::Database(_))), "{update:?}");
+    assert!(!item.lease().is_lost());
+    let mut now = stored(&fx, "item").await;
+    let still = now.remove("_lease").expect("lock field");
+    assert_eq!(still.as_document().unwrap().get("lid"), lock.get("lid"));
+    assert_eq!(now, doc! { "_id": "item", "state": "new" });
+
+    let commit = item.commit(bad).await;
+    assert!(matches!(commit, Err(Error::Database(_))), "{commit:?}");
+    let next = work_items(&other)
+        .await
+        .acquire_timeout("item", HANG)
+        .await
+        .unwrap()
+        .expect("the lease of a failed commit was not released");
+    assert_eq!(next.document(), &doc! { "_id": "item", "state": "new" });
+    assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+    holder.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
 /// Without fields to create it, a missing item is `DocumentNotFound`, in
 /// every acquire variant, and nothing is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
