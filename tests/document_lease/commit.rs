@@ -553,8 +553,9 @@ fn rich_item(id: &str) -> Document {
 /// item is exactly the original again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_renewal_and_release_never_change_the_users_fields() {
-    /// Short, so that renewals come every ~333 ms.
-    const TTL: Duration = Duration::from_secs(1);
+    /// Short, so that renewals come every second, yet each renewal has
+    /// 1.7 s to land before the holder would give the lease up.
+    const TTL: Duration = Duration::from_secs(3);
     let fx = Fixture::new("dfields").await;
     let original = rich_item("item");
     let neighbour = rich_item("neighbour");
