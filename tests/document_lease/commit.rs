@@ -1011,6 +1011,58 @@ async fn an_update_the_server_refuses_writes_nothing_and_a_failed_commit_release
     other.shutdown().await.unwrap();
 }
 
+/// Work items keyed by an `ObjectId`, a number or a document (`_id`s of any
+/// type MongoDB accepts): each is acquired by its own `_id`, the lease's key
+/// is that `_id`, and numbers follow MongoDB's identity (`7_i32` and
+/// `7_i64` are the same item).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_of_any_id_type_are_leased_by_their_id() {
+    let fx = Fixture::new("dids").await;
+    let oid = ObjectId::parse_str("64b7f0c2a1b2c3d4e5f60718").unwrap();
+    items(&fx)
+        .insert_many([
+            doc! { "_id": oid, "runs": 0 },
+            doc! { "_id": 7_i32, "runs": 0 },
+            doc! { "_id": { "shard": "eu", "n": 1 }, "runs": 0 },
+        ])
+        .await
+        .unwrap();
+    let holder = connect_as(&fx, "holder", Duration::from_secs(30)).await;
+    let other = connect_as(&fx, "other", Duration::from_secs(30)).await;
+    let (mine, theirs) = (work_items(&holder).await, work_items(&other).await);
+    let ids: [Bson; 3] = [
+        oid.into(),
+        Bson::Int32(7),
+        doc! { "shard": "eu", "n": 1 }.into(),
+    ];
+    for id in &ids {
+        let item = mine.acquire(id.clone()).await.unwrap();
+        assert_eq!(item.id(), &mongo_lease::LeaseKey::from(id.clone()));
+        assert_eq!(item.document().get("_id"), Some(id));
+        assert!(
+            theirs.try_acquire(id.clone()).await.unwrap().is_none(),
+            "{id}"
+        );
+        item.commit(doc! { "$inc": { "runs": 1 } }).await.unwrap();
+    }
+    // The same number as an int64: the same item.
+    let same = theirs.acquire(7_i64).await.unwrap();
+    assert_eq!(same.document().get_i32("runs").unwrap(), 1);
+    same.commit(doc! { "$inc": { "runs": 1 } }).await.unwrap();
+    holder.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+    for (id, runs) in ids.iter().zip([1, 2, 1]) {
+        let item = items(&fx)
+            .find_one(doc! { "_id": id.clone() })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(item.get_i32("runs").unwrap(), runs, "{item:?}");
+        assert!(!item.contains_key("_lease"), "{item:?}");
+    }
+    assert_eq!(items(&fx).count_documents(doc! {}).await.unwrap(), 3);
+}
+
 /// Without fields to create it, a missing item is `DocumentNotFound`, in
 /// every acquire variant, and nothing is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
