@@ -720,7 +720,9 @@ async fn a_lease_taken_over_after_expiry_fires_the_old_holders_token() {
 
 /// `update` writes under the lease and keeps it (same lock fields, still
 /// held against another manager), returning the document as written, for
-/// update operators and pipelines alike; `commit` then writes and releases.
+/// update operators and pipelines alike (a pipeline that sets the lock
+/// field leaves the lease as it was); `commit`, by operators or pipeline,
+/// then writes and releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_keeps_the_lease_and_returns_the_written_document() {
     const TTL: Duration = Duration::from_secs(30);
@@ -768,8 +770,23 @@ async fn update_keeps_the_lease_and_returns_the_written_document() {
     );
     assert_eq!(stored(&fx, "item").await.get_i32("counter").unwrap(), 11);
 
+    // A pipeline's stages cannot change the lease: the lock field is
+    // restored after them.
+    let written = item
+        .update(vec![doc! { "$set": { "_lease": "forged", "note": "x" } }])
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(
+        written,
+        doc! { "_id": "item", "counter": 11, "state": "working", "note": "x" }
+    );
+    let after = lock_fields(&fx, "item").await.expect("lock fields");
+    assert_eq!(after.get("lid"), lock.get("lid"), "{after:?}");
+    assert!(!item.lease().is_lost());
+
     let done = item
-        .commit(doc! { "$set": { "state": "done" } })
+        .commit(doc! { "$set": { "state": "done" }, "$unset": { "note": "" } })
         .await
         .unwrap();
     assert_eq!(done, doc! { "_id": "item", "counter": 11, "state": "done" });
@@ -780,7 +797,22 @@ async fn update_keeps_the_lease_and_returns_the_written_document() {
         .expect("free after commit");
     assert!(next.lease().fencing_token() > token);
     assert_eq!(next.document(), &done);
-    assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+    // A commit by pipeline writes and releases alike.
+    let again = next
+        .commit(vec![doc! { "$set": { "state": "again" } }])
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        doc! { "_id": "item", "counter": 11, "state": "again" }
+    );
+    let last = work_items(&manager)
+        .await
+        .try_acquire("item")
+        .await
+        .unwrap()
+        .expect("held after a pipeline commit");
+    assert_eq!(last.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
