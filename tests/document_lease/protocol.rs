@@ -115,6 +115,23 @@ async fn the_lock_field_holds_the_lock_collections_schema_and_user_fields_surviv
         assert_eq!(renewed_lock.get(name), lock.get(name), "{name}");
     }
 
+    // The payload lives under the lock field too.
+    lease
+        .lease()
+        .set_payload(doc! { "progress": 0.5 })
+        .await
+        .unwrap();
+    let with_payload = stored(&fx, "w1").await;
+    assert_eq!(user_bytes(&with_payload), user_bytes(&original));
+    assert_eq!(
+        with_payload
+            .get_document("_lease")
+            .unwrap()
+            .get_document("data")
+            .unwrap(),
+        &doc! { "progress": 0.5 }
+    );
+
     // Release: the lock field goes (once its token is old enough: the
     // manager's follow-up), the user's fields stay as they were.
     assert!(!lease.release().await.unwrap().was_lost());
@@ -595,4 +612,54 @@ async fn concurrent_creating_acquires_of_managers_create_the_document_once_with_
     for m in managers {
         shutdown(m).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_by_another_manager_makes_the_holders_token_fire_before_its_next_heartbeat() {
+    // The holder renews every 20 s: within the bound below, only its change
+    // stream can tell it.
+    const LONG_TTL: Duration = Duration::from_secs(60);
+    const AT_ONCE: Duration = Duration::from_secs(10);
+    let fx = Fixture::new("doc_takeover").await;
+    let filler = "x".repeat(2_000);
+    // A small document (the takeover may be logged as a replacement) and a
+    // large one (logged as an update of `_lease.aid`, `_lease.lid`, ...).
+    workitems(&fx)
+        .insert_many([
+            doc! { "_id": "small" },
+            doc! { "_id": "large", "filler": filler },
+        ])
+        .await
+        .unwrap();
+    let holder = fx.manager(LONG_TTL).await;
+    let other = fx.manager(TTL).await;
+    let held = holder.documents::<Document>(COLLECTION).await.unwrap();
+    let taking = other.documents::<Document>(COLLECTION).await.unwrap();
+    for id in ["small", "large"] {
+        let lease = held.acquire(id).await.unwrap();
+        let before = stored(&fx, id).await;
+        // The lease expires on the server (as if its holder had frozen):
+        // a write of `_lease.exp` only, which announces nothing.
+        workitems(&fx)
+            .update_one(
+                doc! { "_id": id },
+                doc! { "$set": { "_lease.exp": DateTime::from_millis(0) } },
+            )
+            .await
+            .unwrap();
+        let taken = taking.try_acquire(id).await.unwrap().expect("expired");
+        assert!(taken.lease().fencing_token() > lease.lease().fencing_token());
+        assert_eq!(user_bytes(&stored(&fx, id).await), user_bytes(&before));
+        tokio::time::timeout(AT_ONCE, lease.lease().lost())
+            .await
+            .unwrap_or_else(|_| panic!("{id}: the holder's token fires at once"));
+        assert!(matches!(
+            lease.commit(doc! { "$set": { "late": true } }).await,
+            Err(Error::LeaseLost { .. })
+        ));
+        assert!(!stored(&fx, id).await.contains_key("late"));
+        drop(taken);
+    }
+    shutdown(other).await;
+    shutdown(holder).await;
 }

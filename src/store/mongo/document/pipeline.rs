@@ -466,8 +466,12 @@ pub(super) fn write_pipeline(
 /// `F.lid` or `F.aid` — filtered on the server, so that renewals (`F.ts`,
 /// `F.exp`), payload writes, waiting marks and the user's writes to other
 /// fields cost no event. `updatedFields` names embedded fields by dotted
-/// paths (`"F.lid"`), read with `$getField` (docs/mongodb-behaviour.md,
-/// B12). Each event is reduced to what [`key_write`] reads.
+/// paths (`"F.lid"`), read with `$getField`; a new `F` shows whole (`"F"`).
+/// The server may log an update pipeline's write (an acquisition) as a
+/// `replace` event instead, when the change is large for the document (a
+/// small document acquired or taken over): its `fullDocument.F` tells the
+/// lease id and owner id (docs/mongodb-behaviour.md, B12). Each event is
+/// reduced to what [`key_write`] reads.
 pub(super) fn release_events_pipeline(paths: &Paths) -> [Document; 2] {
     let updated = |name: &str| {
         doc! { "$getField": { "field": { "$literal": name }, "input": "$updateDescription.updatedFields" } }
