@@ -14,7 +14,7 @@
 //!
 //! Once both managers have shut down, the final item carries no lock field.
 //!
-//! Run it (about 5 s):
+//! Run it (about 3 s with a throwaway mongod):
 //!
 //! ```text
 //! cargo run --example document_lease        # starts a throwaway mongod (installed into .tools/ on first use)
