@@ -136,7 +136,11 @@ impl Lease {
             .write_document(
                 self.key.clone(),
                 self.lease_id,
-                DocumentWrite { update, release },
+                DocumentWrite {
+                    update,
+                    release,
+                    young: false,
+                },
             )
             .await
     }

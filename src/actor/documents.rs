@@ -66,7 +66,7 @@ impl Actor {
         &mut self,
         key: Target,
         lease_id: Uuid,
-        write: DocumentWrite,
+        mut write: DocumentWrite,
         respond_to: Reply<Document>,
     ) {
         let Some(held) = self.held_lease(&key, lease_id) else {
@@ -75,6 +75,7 @@ impl Actor {
         };
         let token = held.token;
         let acquired_at = held.acquired_at;
+        write.young = acquired_at + crate::store::DELETE_DELAY > tokio::time::Instant::now();
         let release = write.release;
         if release {
             // Like a release: no acquire attempt of the key starts until the

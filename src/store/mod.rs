@@ -333,6 +333,11 @@ pub(crate) struct DocumentWrite {
     /// the next acquire takes over, and the follow-up
     /// [`Store::delete_released`] removes if nobody did.
     pub release: bool,
+    /// The lease was acquired less than [`DELETE_DELAY`] ago by the local
+    /// clock (set by the actor): its token is too young for the lock field
+    /// to be removed, so a release by update operators skips that attempt
+    /// (one round trip less). Only a hint: the server's clock decides.
+    pub young: bool,
 }
 
 /// What an acquire attempt found.

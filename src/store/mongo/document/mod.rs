@@ -369,14 +369,17 @@ impl DocumentStore {
             DocumentUpdate::Modifiers(user) => {
                 // Each attempt is conditional on the lease being held, so at
                 // most one applies; they differ in how the lock field ends.
-                let removed = self
-                    .write_if(
-                        held_removable_filter(paths, owner, &lease, min_token_age_ms()),
-                        write_operators(paths, &user, LockAfter::Removed),
-                    )
-                    .await?;
-                if removed.is_some() {
-                    return Ok(removed);
+                // A lease the actor knows is young cannot be removed yet.
+                if !write.young {
+                    let removed = self
+                        .write_if(
+                            held_removable_filter(paths, owner, &lease, min_token_age_ms()),
+                            write_operators(paths, &user, LockAfter::Removed),
+                        )
+                        .await?;
+                    if removed.is_some() {
+                        return Ok(removed);
+                    }
                 }
                 let released = self
                     .write_if(
