@@ -41,18 +41,18 @@ impl Lease {
     /// id, its owner id and `exp > $$NOW`. A write, not a read: under
     /// snapshot isolation a read would still see the lease after another
     /// owner took it over, while two writes to one document conflict
-    /// (MongoDB manual, "Transactions and Operations", in-progress
-    /// transactions and write conflicts). A takeover that committed before
-    /// the transaction's snapshot makes the check match nothing; one that
-    /// committed after it makes the check fail with a write conflict (a
-    /// `TransientTransactionError`: the transaction is retried, and then
-    /// sees the takeover); one that comes after the check waits until the
-    /// transaction has committed, which extended the lease. So the
-    /// callback's writes are committed only if the lease was held at the
-    /// commit. `$$NOW` is the time of the check itself, not of the
-    /// transaction's start (docs/mongodb-behaviour.md). This is the design
-    /// of etcd's `concurrency` package, whose `IsOwner()` comparison guards
-    /// the writes of a transaction.
+    /// (MongoDB manual, "Production Considerations": in-progress
+    /// transactions and write conflicts; docs/mongodb-behaviour.md, B16).
+    /// A takeover that committed before the transaction's snapshot makes
+    /// the check match nothing; one that committed after it makes the check
+    /// fail with a write conflict (a `TransientTransactionError`: the
+    /// transaction is retried, and then sees the takeover); one that comes
+    /// after the check waits until the transaction has committed, which
+    /// extended the lease. So the callback's writes are committed only if
+    /// the lease was held at the commit. `$$NOW` is the time of the check
+    /// itself, not of the transaction's start (measured on mongod 6.0.5).
+    /// This is the design of etcd's `concurrency` package, whose
+    /// `IsOwner()` comparison guards the writes of a transaction.
     ///
     /// The transaction uses read concern `snapshot` and write concern
     /// `majority` (MongoDB manual, "Transactions": read concern and write
@@ -60,11 +60,11 @@ impl Lease {
     /// retried as the driver's convenient transaction API does (MongoDB
     /// manual, "Drivers API": retry the whole transaction on the
     /// `TransientTransactionError` label, the commit on
-    /// `UnknownTransactionCommitResult`), with the driver's jittered backoff
-    /// (5 ms × 1.5ⁿ, at most 500 ms), bounded by **attempts**:
-    /// at most 10 runs of the transaction
-    /// (`TRANSACTION_ATTEMPTS`) and 5 commits per run (`COMMIT_ATTEMPTS`),
-    /// and never once the lease's token has fired. Attempts, not time: the
+    /// `UnknownTransactionCommitResult`; docs/mongodb-behaviour.md, B17),
+    /// with the driver's jittered backoff (up to 5 ms × 1.5ⁿ, at most
+    /// 500 ms), bounded by **attempts**: at most 10 runs of the transaction
+    /// and 5 commits per run, and never once the lease's token has fired
+    /// (then [`Error::LeaseLost`]). Attempts, not time: the
     /// callback's duration is the caller's, so a time bound would either
     /// cut long callbacks or allow endless retries of short ones, while the
     /// lease's own expiry already ends the retries once the lease is lost.
@@ -73,7 +73,9 @@ impl Lease {
     /// it lands while the callback runs, conflicts with the check, and the
     /// transaction is run again (with the default TTL, one heartbeat every
     /// 10 s). A callback that takes longer than the heartbeat interval may
-    /// run out of attempts. The callback may run several times: it must not
+    /// run out of attempts. Between the check and the commit (one round
+    /// trip), a takeover or renewal of the lease waits for the transaction
+    /// to end. The callback may run several times: it must not
     /// commit or abort the transaction, and must return (not swallow) the
     /// errors of its operations, so that transient ones are retried.
     ///
@@ -85,9 +87,12 @@ impl Lease {
     ///   manager then checks the lease at once, by a renewal: its token
     ///   fires if another holder has it (a lease that merely expired with
     ///   nobody taking it is renewed by that check, and stays held).
-    /// - [`Error::Unsupported`] on a deployment without transactions (a
-    ///   standalone server; the driver refuses to start one: "Transactions
-    ///   are not supported by this deployment"). Nothing was written.
+    /// - [`Error::Unsupported`] on a deployment without transactions, with
+    ///   the server's reason (a standalone server answers the first command
+    ///   of a transaction with code 20, "Transaction numbers are only
+    ///   allowed on a replica set member or mongos";
+    ///   docs/mongodb-behaviour.md, B17). Nothing was written: the
+    ///   callback's first command failed.
     /// - [`Error::Database`] with the callback's error (the transaction was
     ///   aborted), or with MongoDB's once the attempts are used up. A commit
     ///   error with the `UnknownTransactionCommitResult` label leaves the
@@ -114,7 +119,7 @@ impl Lease {
     ///         async move {
     ///             invoices
     ///                 .update_one(doc! { "_id": 42 }, doc! { "$set": { "state": "paid" } })
-    ///                 .session(session)
+    ///                 .session(&mut *session)
     ///                 .await?;
     ///             let invoice = invoices.find_one(doc! { "_id": 42 }).session(session).await?;
     ///             Ok(invoice)
@@ -214,19 +219,10 @@ pub struct Fence {
 
 impl Fence {
     /// The fence of `token` (e.g. a fencing token sent to another process
-    /// with the work to do).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidUpdate`] if `token` does not fit in a BSON int64
+    /// with the work to do); `None` if `token` does not fit in a BSON int64
     /// (tokens issued by `mongo-lease` always do).
-    pub fn new(token: u64) -> Result<Fence> {
-        if i64::try_from(token).is_err() {
-            return Err(Error::InvalidUpdate {
-                reason: format!("fencing token {token} does not fit in a BSON int64"),
-            });
-        }
-        Ok(Fence { token })
+    pub fn new(token: u64) -> Option<Fence> {
+        i64::try_from(token).ok().map(|_| Fence { token })
     }
 
     /// The fencing token.
@@ -275,6 +271,8 @@ impl Fence {
     /// `update` has a key that is not an update operator (a replacement
     /// document), a `$set` that is not a document, or already writes
     /// `field` in any operator.
+    // The size is the crate's `Error`'s, as for every function returning it.
+    #[allow(clippy::result_large_err)]
     pub fn update_with(&self, field: &str, mut update: Document) -> Result<Document> {
         if field.is_empty() || field.starts_with('$') {
             return Err(Error::InvalidUpdate {
@@ -318,6 +316,25 @@ impl Fence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Compiles only if the transaction helper's future is `Send` (it can
+    /// be spawned) when the callback borrows its context.
+    #[allow(dead_code)]
+    fn with_transaction_future_is_send(
+        lease: &Lease,
+        client: &Client,
+        items: &mongodb::Collection<Document>,
+    ) {
+        use futures::FutureExt;
+        fn send<T: Send>(_: T) {}
+        send(lease.with_transaction(client, items, |session, items| {
+            async move {
+                items.insert_one(doc! {}).session(session).await?;
+                Ok(())
+            }
+            .boxed()
+        }));
+    }
 
     #[test]
     fn filter_is_one_key_named_by_the_field() {
@@ -367,10 +384,7 @@ mod tests {
 
     #[test]
     fn tokens_beyond_int64_are_refused() {
-        assert!(Fence::new(i64::MAX as u64).is_ok());
-        assert!(matches!(
-            Fence::new(i64::MAX as u64 + 1),
-            Err(Error::InvalidUpdate { .. })
-        ));
+        assert!(Fence::new(i64::MAX as u64).is_some());
+        assert_eq!(Fence::new(i64::MAX as u64 + 1), None);
     }
 }

@@ -10,12 +10,12 @@
 //! write changed since the transaction's snapshot fails with a write
 //! conflict (`TransientTransactionError`), and a write outside the
 //! transaction to a document the transaction wrote waits for it to end
-//! (MongoDB manual, "Transactions and Operations" / "In-progress Transactions
-//! and Write Conflicts"). So a takeover either committed before the
-//! transaction's snapshot (the check matches nothing: the lease is lost),
-//! after it (write conflict: the transaction is retried and then sees the
-//! takeover), or waits until the transaction has committed, which extended
-//! the lease.
+//! (MongoDB manual, "Production Considerations", in-progress transactions
+//! and write conflicts; docs/mongodb-behaviour.md, B16). So a takeover
+//! either committed before the transaction's snapshot (the check matches
+//! nothing: the lease is lost), after it (write conflict: the transaction
+//! is retried and then sees the takeover), or waits until the transaction
+//! has committed, which extended the lease.
 //!
 //! `$$NOW` in a transaction is the time of each statement, not of the
 //! transaction's start (measured on mongod 6.0.5: two statements 500 ms
@@ -218,18 +218,26 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 /// The driver's error as this crate's: [`Error::Unsupported`] for a
-/// deployment without transactions, with its reason (the driver refuses to
-/// start one on a standalone server: "Transactions are not supported by
-/// this deployment"; the server itself answers code 20, IllegalOperation,
-/// "Transaction numbers are only allowed on a replica set member or
-/// mongos"); [`Error::Database`] otherwise.
+/// deployment without transactions, with the server's reason (a standalone
+/// server answers the first command of a transaction with code 20,
+/// IllegalOperation, "Transaction numbers are only allowed on a replica set
+/// member or mongos", docs/mongodb-behaviour.md, B17; the driver rewrites that
+/// message into advice about retryable writes, so the server's own is read
+/// from its response; the driver itself refuses to start a transaction on a
+/// deployment it already knows to lack them); [`Error::Database`] otherwise.
 fn map_error(error: mongodb::error::Error) -> Error {
     let unsupported = match &*error.kind {
         ErrorKind::Transaction { message, .. } if message.contains("not supported") => {
             Some(message.clone())
         }
-        ErrorKind::Command(c) if c.code == 20 && c.message.contains("Transaction numbers") => {
-            Some(c.message.clone())
+        ErrorKind::Command(c) if c.code == 20 => {
+            let server = error
+                .server_response()
+                .and_then(|r| r.get_str("errmsg").ok())
+                .unwrap_or(&c.message);
+            server
+                .starts_with("Transaction numbers")
+                .then(|| format!("transactions need a replica set or a sharded cluster: {server}"))
         }
         _ => None,
     };
