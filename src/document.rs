@@ -19,12 +19,17 @@
 //! user's, and only [`DocumentLease::update`] and [`DocumentLease::commit`]
 //! write them, with the user's update.
 //!
-//! A released document carries no lock field, except for about one second
-//! after a lease that short: the field is then reduced to `{tok}` (the
-//! fencing token, so that the next acquisition's token is greater, see the
-//! "Fencing tokens" rule of the lock collection) and removed by the manager
-//! once the token is [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE)
-//! old by the server's clock. Shutdown waits for that removal.
+//! A released document carries no lock field, except after a lease shorter
+//! than [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) (by the
+//! server's clock) or one another owner waited for: the field is then left
+//! in the released state (no lease id `lid`, `exp` at the release time, the
+//! fencing token `tok` kept, so that the next acquisition's token is
+//! greater, see the "Fencing tokens" rule of the lock collection; `yu` if
+//! another owner waited), which the next acquire takes over at once. The
+//! manager removes a released field nobody took once its token is
+//! `DELETE_MIN_TOKEN_AGE` old by the server's clock; shutdown waits for that
+//! removal. A field left yielded (another owner waited, and did not take it)
+//! stays.
 
 use std::fmt;
 use std::marker::PhantomData;

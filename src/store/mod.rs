@@ -328,8 +328,11 @@ pub(crate) struct DocumentWrite {
     /// Release the lease in the same write (`commit`): the lock field is
     /// removed if the lease's token is at least
     /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by the
-    /// server's clock, and otherwise reduced to the released state (only
-    /// `tok` kept) for the follow-up [`Store::delete_released`] to remove.
+    /// server's clock and nobody waited for the lease (no `wt`), and
+    /// otherwise left in the released state (no `lid` nor `wt`, `exp` at
+    /// the release time, `tok` kept; `yu` if another owner waited), which
+    /// the next acquire takes over, and the follow-up
+    /// [`Store::delete_released`] removes if nobody did.
     pub release: bool,
 }
 
