@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use mongo_lease::testkit::Standalone;
-use mongo_lease::{Error, LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{DocumentAcquireOptions, Error, LockManager, LockManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
 
@@ -417,5 +417,120 @@ async fn standalone_server_gives_unsupported() {
     assert_eq!(items.count_documents(doc! {}).await.unwrap(), 0);
     assert!(!lease.is_lost());
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+/// An in-document lease fences a transaction the same way, by its lock
+/// field: the transaction commits while the lease is held (and renews the
+/// lock field, leaving the user's fields to the callback), and is refused
+/// once the lease expired by the server's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_document_lease_fences_a_transaction_by_its_lock_field() {
+    let fx = Fixture::new("txn_doc").await;
+    let manager = fx.manager(TTL).await;
+    let workitems = fx.db.collection::<Document>("workitem");
+    let audit = fx.db.collection::<Document>("audit");
+    let leases = manager.documents::<Document>("workitem").await.unwrap();
+    let item = leases
+        .acquire_with(
+            "item-1",
+            DocumentAcquireOptions::builder()
+                .create(doc! { "state": "new" })
+                .build(),
+        )
+        .await
+        .unwrap();
+    let lock_before = workitems
+        .find_one(doc! { "_id": "item-1" })
+        .await
+        .unwrap()
+        .unwrap()
+        .get_document("_lease")
+        .unwrap()
+        .clone();
+
+    item.lease()
+        .with_transaction(
+            &fx.client,
+            (&workitems, &audit),
+            |session, (workitems, audit)| {
+                async move {
+                    workitems
+                        .update_one(
+                            doc! { "_id": "item-1" },
+                            doc! { "$set": { "state": "seen" } },
+                        )
+                        .session(&mut *session)
+                        .await?;
+                    audit
+                        .insert_one(doc! { "_id": "item-1", "event": "seen" })
+                        .session(&mut *session)
+                        .await?;
+                    Ok(())
+                }
+                .boxed()
+            },
+        )
+        .await
+        .expect("the transaction commits under the in-document lease");
+    let stored = workitems
+        .find_one(doc! { "_id": "item-1" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.get_str("state").unwrap(), "seen");
+    let lock = stored.get_document("_lease").unwrap();
+    for name in ["lid", "aid", "tok", "acq"] {
+        assert_eq!(lock.get(name), lock_before.get(name), "{name} unchanged");
+    }
+    assert!(lock.get_datetime("ts").unwrap() >= lock_before.get_datetime("ts").unwrap());
+    assert_eq!(audit.count_documents(doc! {}).await.unwrap(), 1);
+
+    // The lease expires by the server's clock (its holder has not noticed).
+    workitems
+        .update_one(
+            doc! { "_id": "item-1" },
+            doc! { "$set": { "_lease.exp": mongodb::bson::DateTime::from_millis(0) } },
+        )
+        .await
+        .unwrap();
+    let result = item
+        .lease()
+        .with_transaction(
+            &fx.client,
+            (&workitems, &audit),
+            |session, (workitems, audit)| {
+                async move {
+                    workitems
+                        .update_one(
+                            doc! { "_id": "item-1" },
+                            doc! { "$set": { "state": "late" } },
+                        )
+                        .session(&mut *session)
+                        .await?;
+                    audit
+                        .insert_one(doc! { "_id": "item-1-late", "event": "late" })
+                        .session(&mut *session)
+                        .await?;
+                    Ok(())
+                }
+                .boxed()
+            },
+        )
+        .await;
+    assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
+    assert_eq!(
+        workitems
+            .find_one(doc! { "_id": "item-1" })
+            .await
+            .unwrap()
+            .unwrap()
+            .get_str("state")
+            .unwrap(),
+        "seen",
+        "the refused transaction's write is not visible"
+    );
+    assert_eq!(audit.count_documents(doc! {}).await.unwrap(), 1);
+    assert_eq!(item.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
 }
