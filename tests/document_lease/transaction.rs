@@ -534,3 +534,99 @@ async fn in_document_lease_fences_a_transaction_by_its_lock_field() {
     assert_eq!(item.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
 }
+
+/// What the helper sends, seen by the client's command monitor: the
+/// callback's first command starts the transaction with read concern
+/// `snapshot`; the lease check is an `update` of the lock document in the
+/// same transaction, filtered on its lease id and `exp > $$NOW`; the commit
+/// asks for write concern `majority`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_reads_a_snapshot_checks_the_lock_and_commits_with_majority() {
+    use mongodb::event::{EventHandler, command::CommandEvent};
+    let fx = Fixture::new("txn_cmds").await;
+    let manager = fx.manager(TTL).await;
+    let lease = manager.acquire("job").await.unwrap();
+    let lid = stored_lid(&fx, "job").await.unwrap();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, Document)>::new()));
+    let mut options = mongodb::options::ClientOptions::parse(common::uri())
+        .await
+        .unwrap();
+    let sink = sent.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            sink.lock()
+                .unwrap()
+                .push((started.command_name, started.command));
+        }
+    }));
+    let client = mongodb::Client::with_options(options).unwrap();
+    let items = client
+        .database(fx.db.name())
+        .collection::<Document>("items");
+
+    lease
+        .with_transaction(&client, &items, |session, items| {
+            async move {
+                items.find_one(doc! {}).session(&mut *session).await?;
+                items
+                    .insert_one(doc! { "_id": 1 })
+                    .session(&mut *session)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await
+        .unwrap();
+    let sent = sent.lock().unwrap().clone();
+    client.shutdown().await;
+
+    let names: Vec<&str> = sent.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["find", "insert", "update", "commitTransaction"],
+        "{sent:?}"
+    );
+    let first = &sent[0].1;
+    assert_eq!(first.get_bool("startTransaction"), Ok(true), "{first}");
+    assert_eq!(
+        first.get_document("readConcern").unwrap().get_str("level"),
+        Ok("snapshot")
+    );
+    let txn = first
+        .get("txnNumber")
+        .cloned()
+        .expect("a transaction number");
+    let check = &sent[2].1;
+    assert_eq!(check.get_str("update"), Ok("workitem.lock"));
+    assert_eq!(
+        check.get("txnNumber"),
+        Some(&txn),
+        "in the same transaction"
+    );
+    assert_eq!(check.get_bool("autocommit"), Ok(false));
+    let statement = &check.get_array("updates").unwrap()[0];
+    let filter = statement.as_document().unwrap().get_document("q").unwrap();
+    assert_eq!(filter.get("lid"), Some(&lid));
+    assert_eq!(
+        filter.get_document("$expr").unwrap(),
+        &doc! { "$gt": ["$exp", "$$NOW"] }
+    );
+    let commit = &sent[3].1;
+    assert_eq!(commit.get("txnNumber"), Some(&txn));
+    assert_eq!(
+        commit.get_document("writeConcern").unwrap().get_str("w"),
+        Ok("majority")
+    );
+    assert_eq!(items_count(&fx).await, 1);
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+async fn items_count(fx: &Fixture) -> u64 {
+    fx.db
+        .collection::<Document>("items")
+        .count_documents(doc! {})
+        .await
+        .unwrap()
+}
