@@ -83,7 +83,8 @@ impl Lease {
     ///
     /// - [`Error::LeaseLost`] if the lease was not held at the check (taken
     ///   over, released, or expired by the server's clock) or its token had
-    ///   fired: the transaction was aborted, nothing was written. The
+    ///   fired by then (the holder must stop writing): the transaction was
+    ///   aborted, nothing was written. The
     ///   manager then checks the lease at once, by a renewal: its token
     ///   fires if another holder has it (a lease that merely expired with
     ///   nobody taking it is renewed by that check, and stays held).

@@ -151,7 +151,10 @@ where
             .session(&mut session)
             .await
         {
-            Ok(result) if result.matched_count == 1 => {}
+            // The token fired while the callback ran (the manager saw the
+            // lease taken, or could not renew it in time): its holder must
+            // stop writing, so nothing is committed.
+            Ok(result) if result.matched_count == 1 && !is_lost() => {}
             Ok(_) => {
                 abort(&mut session).await;
                 return Err(lost());
