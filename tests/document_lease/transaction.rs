@@ -630,3 +630,123 @@ async fn items_count(fx: &Fixture) -> u64 {
         .await
         .unwrap()
 }
+
+/// The commit's own retries, provoked by the server's `failCommand` fail
+/// point (on a replica set of its own, started with test commands
+/// enabled): a commit that fails with a retryable error (89,
+/// NetworkTimeout) twice carries `UnknownTransactionCommitResult` and
+/// is sent again, without running the callback again; a commit that fails
+/// with the `TransientTransactionError` label runs the whole transaction
+/// again. Each time the callback's write is committed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_errors_are_retried_as_the_driver_documents() {
+    use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
+    use mongodb::event::{EventHandler, command::CommandEvent};
+    let rs = ReplicaSet::start(
+        ReplicaSetOptions::default()
+            .extra_arg("--setParameter")
+            .extra_arg("enableTestCommands=1"),
+    )
+    .await
+    .expect("a replica set with test commands");
+    let commits = std::sync::Arc::new(AtomicU32::new(0));
+    let mut options = mongodb::options::ClientOptions::parse(rs.uri())
+        .await
+        .unwrap();
+    let sink = commits.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            if started.command_name == "commitTransaction" {
+                sink.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }));
+    let client = mongodb::Client::with_options(options).unwrap();
+    let manager_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
+    let manager = LockManager::connect(
+        LockManagerOptions::builder()
+            .database(manager_client.database("app"))
+            .collection("workitem.lock")
+            .ttl(TTL)
+            .build(),
+    )
+    .await
+    .unwrap();
+    let items = client.database("app").collection::<Document>("items");
+    let lease = manager.acquire("job").await.unwrap();
+    let admin = client.database("admin");
+
+    // Unknown commit result: the driver sends the commit twice (its own
+    // retry of a retryable error), both fail; the helper sends it again.
+    admin
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 2 },
+            "data": { "failCommands": ["commitTransaction"], "errorCode": 89 },
+        })
+        .await
+        .expect("the fail point");
+    let runs = AtomicU32::new(0);
+    insert_in_transaction(&lease, &client, &items, 1, &runs)
+        .await
+        .expect("committed by the third commit");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the callback ran once");
+    assert_eq!(commits.load(Ordering::SeqCst), 3);
+
+    // A transient error on the commit: the whole transaction runs again.
+    commits.store(0, Ordering::SeqCst);
+    admin
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": {
+                "failCommands": ["commitTransaction"],
+                "errorCode": 112,
+                "errorLabels": ["TransientTransactionError"],
+            },
+        })
+        .await
+        .expect("the fail point");
+    let runs = AtomicU32::new(0);
+    insert_in_transaction(&lease, &client, &items, 2, &runs)
+        .await
+        .expect("committed by the second run");
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "the callback ran again");
+    assert_eq!(commits.load(Ordering::SeqCst), 2);
+
+    let mut ids: Vec<i32> = Vec::new();
+    let mut cursor = items.find(doc! {}).await.unwrap();
+    while cursor.advance().await.unwrap() {
+        ids.push(cursor.current().get_i32("_id").unwrap());
+    }
+    ids.sort();
+    assert_eq!(ids, [1, 2], "each committed once");
+    assert!(!lease.is_lost());
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+    common::shut_down(vec![client, manager_client]);
+}
+
+/// Inserts `{_id: id}` into `items` in a transaction fenced by `lease`,
+/// counting the callback's runs in `runs`.
+async fn insert_in_transaction(
+    lease: &mongo_lease::Lease,
+    client: &mongodb::Client,
+    items: &mongodb::Collection<Document>,
+    id: i32,
+    runs: &AtomicU32,
+) -> mongo_lease::Result<()> {
+    lease
+        .with_transaction(client, (items, runs), move |session, (items, runs)| {
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                items
+                    .insert_one(doc! { "_id": id })
+                    .session(&mut *session)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await
+}
