@@ -145,6 +145,12 @@ impl Lease {
             .await
     }
 
+    /// Makes the manager check this lease now by a renewal (the transaction
+    /// helper found it not held): its token fires if the lease is gone.
+    pub(crate) fn check_now(&self) {
+        self.mailbox.check_held(self.key.clone(), self.lease_id);
+    }
+
     /// The lease was released by a write under it (`commit`): `Drop` sends nothing.
     pub(crate) fn mark_released(&mut self) {
         self.released = true;

@@ -379,6 +379,11 @@ impl Actor {
                 respond_to,
             } => self.on_set_payload(key, lease_id, payload, respond_to),
             Command::Observe { key, respond_to } => self.on_observe(key, respond_to),
+            Command::CheckHeld { key, lease_id } => {
+                if self.held_lease(&key, lease_id).is_some() {
+                    self.check_held(std::collections::HashSet::from([key]));
+                }
+            }
             Command::OpenDocuments {
                 collection,
                 field,

@@ -114,6 +114,7 @@ use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 
 pub(crate) use mongo::MongoStore;
+pub(crate) use mongo::{LeaseCheck, run_fenced};
 
 /// Field names of the lock document.
 pub(crate) mod field {
