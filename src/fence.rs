@@ -273,7 +273,6 @@ impl Fence {
     /// document), a `$set` that is not a document, or already writes
     /// `field` in any operator.
     // The size is the crate's `Error`'s, as for every function returning it.
-    #[allow(clippy::result_large_err)]
     pub fn update_with(&self, field: &str, mut update: Document) -> Result<Document> {
         if field.is_empty() || field.starts_with('$') {
             return Err(Error::InvalidUpdate {
