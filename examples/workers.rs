@@ -17,7 +17,9 @@
 //! cancellation token) fires.
 //!
 //! The protected resource is one document per key in the `jobs` collection,
-//! updated only with the condition `{fence: {$lt: <token>}}`.
+//! updated only under the lease's [`Fence`](mongo_lease::Fence): the write
+//! matches only if the stored `fence` is not greater than its token, and
+//! stores its token.
 //!
 //! Run it (about 15 s):
 //!
@@ -36,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
-use mongo_lease::{Lease, LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{Fence, Lease, LockManager, LockManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 use mongodb::{Client, Collection};
 
@@ -373,22 +375,22 @@ impl Worker {
         Ok(true)
     }
 
-    /// Writes this job's result to the protected resource, fenced by `token`:
-    /// refused if the resource has already seen an equal or higher token.
-    /// `Err((fence, by))` with the resource's current fence when refused.
+    /// Writes this job's result to the protected resource, fenced by the
+    /// lease's `fence`: refused if the resource has already seen a higher
+    /// token. `Err((fence, by))` with the resource's current fence when
+    /// refused.
     async fn fenced_write(
         &self,
         key: &str,
-        token: u64,
+        fence: Fence,
     ) -> Result<Result<(), (i64, String)>, BoxError> {
-        let token = i64::try_from(token)?;
-        let result = self
-            .resource
-            .update_one(
-                doc! { "_id": key, "fence": { "$lt": token } },
-                doc! { "$set": { "fence": token, "by": self.name }, "$inc": { "writes": 1 } },
-            )
-            .await?;
+        let mut filter = doc! { "_id": key };
+        filter.extend(fence.filter("fence"));
+        let update = fence.update_with(
+            "fence",
+            doc! { "$set": { "by": self.name }, "$inc": { "writes": 1 } },
+        )?;
+        let result = self.resource.update_one(filter, update).await?;
         if result.matched_count == 1 {
             return Ok(Ok(()));
         }
@@ -410,7 +412,7 @@ impl Worker {
         let held = Instant::now();
         let completed = self.work(&lease, JOB).await?;
         let write = if completed && !lease.is_lost() {
-            match self.fenced_write(key, token).await? {
+            match self.fenced_write(key, lease.fence()).await? {
                 Ok(()) => "result written (fenced)".to_string(),
                 Err((fence, by)) => format!("result REFUSED (fence {fence} by {by})"),
             }
@@ -468,7 +470,7 @@ impl Worker {
                 lease.is_lost()
             ),
         );
-        match self.fenced_write(key, token).await? {
+        match self.fenced_write(key, lease.fence()).await? {
             Ok(()) => self.say(
                 key,
                 "late write ACCEPTED (the successor had not written yet)",

@@ -19,12 +19,17 @@
 //! user's, and only [`DocumentLease::update`] and [`DocumentLease::commit`]
 //! write them, with the user's update.
 //!
-//! A released document carries no lock field, except for about one second
-//! after a lease that short: the field is then reduced to `{tok}` (the
-//! fencing token, so that the next acquisition's token is greater, see the
-//! "Fencing tokens" rule of the lock collection) and removed by the manager
-//! once the token is [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE)
-//! old by the server's clock. Shutdown waits for that removal.
+//! A released document carries no lock field, except after a lease shorter
+//! than [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) (by the
+//! server's clock) or one another owner waited for: the field is then left
+//! in the released state (no lease id `lid`, `exp` at the release time, the
+//! fencing token `tok` kept, so that the next acquisition's token is
+//! greater, see the "Fencing tokens" rule of the lock collection; `yu` if
+//! another owner waited), which the next acquire takes over at once. The
+//! manager removes a released field nobody took once its token is
+//! `DELETE_MIN_TOKEN_AGE` old by the server's clock; shutdown waits for that
+//! removal. A field left yielded (another owner waited, and did not take it)
+//! stays.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -181,8 +186,9 @@ impl LockManager {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for an empty collection name or one MongoDB
-    /// refuses (`$`, NUL, a `system.` prefix), and [`Error::Shutdown`] once
-    /// the manager has shut down.
+    /// refuses (`$`, NUL, a `system.` prefix), or the lock collection itself
+    /// (its documents are lock documents), and [`Error::Shutdown`] once the
+    /// manager has shut down.
     pub async fn documents<T>(&self, collection: &str) -> Result<DocumentLeases<T>> {
         self.documents_in_field(collection, DEFAULT_LEASE_FIELD)
             .await
@@ -366,7 +372,8 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         let lease = DocumentLease::new(granted.lease, raw, self.field.clone());
         match lease {
             Ok(lease) => Ok(Some(lease)),
-            Err((lease, error)) => {
+            Err(failed) => {
+                let (lease, error) = *failed;
                 let _ = lease.release().await;
                 Err(error)
             }
@@ -390,7 +397,7 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     /// `raw` is the document as MongoDB returned it, lock field included.
     /// On a document that cannot be read as `T`, the lease is given back with
     /// the error.
-    fn new(lease: Lease, mut raw: Document, field: Arc<str>) -> Result<Self, (Lease, Error)> {
+    fn new(lease: Lease, mut raw: Document, field: Arc<str>) -> Result<Self, Box<(Lease, Error)>> {
         raw.remove(&*field);
         match mongodb::bson::from_document::<T>(raw.clone()) {
             Ok(document) => Ok(DocumentLease {
@@ -399,7 +406,10 @@ impl<T: DeserializeOwned> DocumentLease<T> {
                 document,
                 field,
             }),
-            Err(error) => Err((lease, Error::Database(mongodb::error::Error::from(error)))),
+            Err(error) => Err(Box::new((
+                lease,
+                Error::Database(mongodb::error::Error::from(error)),
+            ))),
         }
     }
 

@@ -124,10 +124,11 @@ pub enum Error {
     /// without fields to create it with
     /// ([`DocumentAcquireOptions::create`](crate::DocumentAcquireOptions::create)).
     /// Nothing was written.
-    #[error("collection {collection} has no document with _id {}", .id.to_extended_json())]
+    #[error(
+        "no document has _id {} in the collection of in-document leases",
+        .id.to_extended_json()
+    )]
     DocumentNotFound {
-        /// The user collection.
-        collection: String,
         /// The `_id` asked for.
         id: LeaseKey,
     },

@@ -85,6 +85,7 @@ pub struct Lease {
 }
 
 impl Lease {
+    #[allow(clippy::too_many_arguments)] // one per field, from the actor's grant only
     pub(crate) fn new(
         key: Target,
         place: Arc<LockPlace>,
@@ -135,9 +136,19 @@ impl Lease {
             .write_document(
                 self.key.clone(),
                 self.lease_id,
-                DocumentWrite { update, release },
+                DocumentWrite {
+                    update,
+                    release,
+                    young: false,
+                },
             )
             .await
+    }
+
+    /// Makes the manager check this lease now by a renewal (the transaction
+    /// helper found it not held): its token fires if the lease is gone.
+    pub(crate) fn check_now(&self) {
+        self.mailbox.check_held(self.key.clone(), self.lease_id);
     }
 
     /// The lease was released by a write under it (`commit`): `Drop` sends nothing.

@@ -194,6 +194,7 @@
 //! | `key` (re-exported) | [`LeaseKey`]: a key of any BSON type MongoDB accepts as `_id`, its check, identity and order |
 //! | [`lease`] | [`Lease`]: key, owner, fencing token, cancellation token, payload, release; [`LeaseInfo`] (a key as read with server time) and [`LeaseObserver`] |
 //! | [`document`] | in-document leases: [`DocumentLeases`] (acquire a document's lease by its `_id`, optionally creating it), [`DocumentLease`] (the document, `update`, `commit`, `release`), [`DocumentUpdate`] |
+//! | [`fence`] | fenced writes to user data under a lease: [`Lease::with_transaction`] (writes committed only while the lease is held) and [`Fence`] (a single-document write refused under a smaller token) |
 //! | [`election`] | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
 //! | [`config`] | [`LockManagerOptions`], [`AcquireOptions`], [`ReleaseMode`] and the `DEFAULT_*` constants |
 //! | [`error`] | [`Error`] and [`Result`] |
@@ -213,6 +214,7 @@ pub mod config;
 pub mod document;
 pub mod election;
 pub mod error;
+pub mod fence;
 mod key;
 pub mod lease;
 pub mod manager;
@@ -232,6 +234,7 @@ pub use document::{
 };
 pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
 pub use error::{Error, Result};
+pub use fence::Fence;
 pub use key::LeaseKey;
 pub use lease::{Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
 pub use manager::LockManager;

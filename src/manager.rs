@@ -343,13 +343,18 @@ impl LockManager {
 
     /// Releases every lease held under this manager's owner id, in one
     /// command (by `aid`, so also leases left by an earlier process that used
-    /// the same owner id). The tokens of local leases are cancelled. Local
-    /// waiters keep waiting. Returns how many leases the server released.
+    /// the same owner id). In-document leases this manager holds
+    /// ([`LockManager::documents`]) are released too, by lease id (one
+    /// command per collection and batch; no scan of the user's collection,
+    /// so an earlier process's in-document leases are left to expire). The
+    /// tokens of local leases are cancelled. Local waiters keep waiting.
+    /// Returns how many leases the server released.
     ///
     /// # Errors
     ///
-    /// [`Error::Shutdown`], or a database error if the release could not be
-    /// confirmed (leases then expire after their TTL).
+    /// [`Error::Shutdown`], or a database error if a release could not be
+    /// confirmed (those leases then expire after their TTL; the releases in
+    /// other collections still run to their end).
     pub async fn release_all(&self) -> Result<u64> {
         self.inner
             .mailbox

@@ -145,6 +145,12 @@ pub(crate) enum Command {
         write: DocumentWrite,
         respond_to: Reply<Document>,
     },
+    /// Check a held lease now, by a renewal (fire and forget): the
+    /// transaction helper found it not held.
+    CheckHeld {
+        key: Target,
+        lease_id: Uuid,
+    },
     /// Subscribe to the changes of a key.
     Observe {
         key: LeaseKey,
@@ -162,6 +168,7 @@ impl Command {
                 let _ = respond_to.send(Err(error));
             }
             Command::CancelWaiter { .. }
+            | Command::CheckHeld { .. }
             | Command::Release {
                 respond_to: None, ..
             } => {}

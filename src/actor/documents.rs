@@ -27,6 +27,16 @@ impl Actor {
         {
             return Ok(Place(index as u16));
         }
+        if collection == self.places[usize::from(Place::LOCKS.0)].info.collection {
+            // Its documents are lock documents: a user's document there would
+            // be a foreign holder's lock to the lock-collection leases.
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "{collection:?} is the lock collection: in-document leases need a \
+                     collection of their own"
+                ),
+            });
+        }
         if self.places.len() > MAX_DOCUMENT_PLACES {
             return Err(Error::InvalidConfig {
                 reason: format!(
@@ -56,7 +66,7 @@ impl Actor {
         &mut self,
         key: Target,
         lease_id: Uuid,
-        write: DocumentWrite,
+        mut write: DocumentWrite,
         respond_to: Reply<Document>,
     ) {
         let Some(held) = self.held_lease(&key, lease_id) else {
@@ -65,6 +75,7 @@ impl Actor {
         };
         let token = held.token;
         let acquired_at = held.acquired_at;
+        write.young = acquired_at + crate::store::DELETE_DELAY > tokio::time::Instant::now();
         let release = write.release;
         if release {
             // Like a release: no acquire attempt of the key starts until the
@@ -117,10 +128,25 @@ impl Actor {
             Err(error) => {
                 if release {
                     // The write's outcome is unknown: release under the
-                    // lease id (a no-op if the commit did land).
+                    // lease id (a no-op if the commit did land). Not
+                    // `spawn_release`, which would schedule a second
+                    // follow-up delete, at now + `DELETE_DELAY`: the one
+                    // `on_write_document` scheduled at acquisition +
+                    // `DELETE_DELAY` is the one due.
                     tracing::warn!(%key, %error, "commit failed; releasing the lease");
                     let _ = respond_to.send(Err(error));
-                    self.spawn_release(key, lease_id, tokio::time::Instant::now(), None);
+                    if let Some(state) = self.keys.get_mut(&key) {
+                        state.releases_in_flight += 1;
+                    }
+                    let release = self.store(key.place).release(vec![LeaseRef {
+                        key: key.key.clone(),
+                        lease_id,
+                    }]);
+                    self.spawn_store(release, |result| Event::Released {
+                        result,
+                        key,
+                        respond_to: None,
+                    });
                     return;
                 }
                 Err(error)

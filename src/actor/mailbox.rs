@@ -111,6 +111,13 @@ impl Mailbox {
         .await
     }
 
+    /// Makes the actor check one acquisition now by a renewal, which marks
+    /// it lost if it is gone (fire and forget; nothing if the actor has
+    /// stopped).
+    pub(crate) fn check_held(&self, key: Target, lease_id: Uuid) {
+        let _ = self.send(Command::CheckHeld { key, lease_id });
+    }
+
     /// Removes a waiter whose acquire future was dropped (fire and forget).
     pub(crate) fn cancel_waiter(&self, key: Target, waiter: WaiterId) {
         let _ = self.send(Command::CancelWaiter { key, waiter });

@@ -237,6 +237,9 @@ pub(crate) struct Actor {
     /// The stores, indexed by [`Place`]: the lock collection first, then
     /// each user collection of in-document leases, as opened.
     places: Vec<PlaceState>,
+    /// The place whose stream of writes is polled first next time (the
+    /// one after the last that delivered), so that each gets its turn.
+    release_turn: usize,
     owner_id: Arc<str>,
     timing: Timing,
     commands: mpsc::UnboundedReceiver<Command>,
@@ -289,6 +292,7 @@ impl Actor {
                 info,
                 release_watch: ReleaseWatch::Closed,
             }],
+            release_turn: 0,
             owner_id,
             timing,
             commands,
@@ -326,7 +330,9 @@ impl Actor {
                     self.renew_all();
                     self.close_release_watch_if_unneeded();
                 }
-                (place, event) = next_release(&mut self.places), if open => self.on_release_event(place, event),
+                (place, event) = next_release(&mut self.places, self.release_turn), if open => {
+                    self.on_release_event(place, event)
+                }
             }
         }
         self.stop_observers.cancel();
@@ -373,6 +379,11 @@ impl Actor {
                 respond_to,
             } => self.on_set_payload(key, lease_id, payload, respond_to),
             Command::Observe { key, respond_to } => self.on_observe(key, respond_to),
+            Command::CheckHeld { key, lease_id } => {
+                if self.held_lease(&key, lease_id).is_some() {
+                    self.check_held(std::collections::HashSet::from([key]));
+                }
+            }
             Command::OpenDocuments {
                 collection,
                 field,

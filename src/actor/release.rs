@@ -61,12 +61,22 @@ impl Actor {
             .map(|(_, s)| s.next_lease_id)
             .collect();
         let mut releases = vec![self.store(Place::LOCKS).release_owner(in_flight)];
+        // In batches, as shutdown does: one command per batch keeps each
+        // `$in` list within the renewal batch size.
         for (place, leases) in documents {
-            releases.push(self.store(place).release(leases));
+            for batch in leases.chunks(self.timing.renewal_batch_size) {
+                releases.push(self.store(place).release(batch.to_vec()));
+            }
         }
+        // Every place's release runs to its end even if another fails (a
+        // `try_join_all` would drop the others unsent or half-way); the
+        // first error is the reply.
         let release = async move {
-            let counts = futures::future::try_join_all(releases).await?;
-            Ok(counts.into_iter().sum())
+            let mut released = 0;
+            for count in futures::future::join_all(releases).await {
+                released += count?;
+            }
+            Ok(released)
         }
         .boxed();
         self.spawn_store(release, |result| Event::ReleasedAll {

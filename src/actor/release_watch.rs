@@ -71,24 +71,21 @@ impl Actor {
         };
     }
 
-    /// Whether the stream of `place` is needed: a lease is held there, or a
-    /// key there waits for another owner.
-    fn release_watch_needed(&self, place: Place) -> bool {
-        self.keys.iter().any(|(k, s)| {
-            k.place == place
-                && (s.held.is_some()
-                    || (matches!(s.attempt, Attempt::Scheduled(_)) && !s.waiters.is_empty()))
-        })
-    }
-
     /// Heartbeat: closes each place's stream once nothing is held there and
     /// no key there waits for another owner; reopens a failed one that is
-    /// still needed.
+    /// still needed. One pass over the keys, whatever the number of places.
     pub(super) fn close_release_watch_if_unneeded(&mut self) {
-        for index in 0..self.places.len() {
-            let place = Place(index as u16);
-            if self.release_watch_needed(place) {
-                self.open_release_watch(place);
+        let mut needed = vec![false; self.places.len()];
+        for (key, state) in &self.keys {
+            if state.held.is_some()
+                || (matches!(state.attempt, Attempt::Scheduled(_)) && !state.waiters.is_empty())
+            {
+                needed[usize::from(key.place.0)] = true;
+            }
+        }
+        for (index, needed) in needed.into_iter().enumerate() {
+            if needed {
+                self.open_release_watch(Place(index as u16));
             } else if matches!(self.places[index].release_watch, ReleaseWatch::Open { .. }) {
                 self.places[index].release_watch = ReleaseWatch::Closed;
             }
@@ -101,6 +98,7 @@ impl Actor {
     /// have taken away.
     pub(super) fn on_release_event(&mut self, place: Place, event: Option<Result<Announcement>>) {
         let index = usize::from(place.0);
+        self.release_turn = index + 1;
         let mut suspects = HashSet::new();
         let mut next = Some(event);
         let mut handled = 0;
@@ -218,12 +216,16 @@ impl Actor {
 }
 
 /// The next item of any place's open stream of writes, with its place, or
-/// never if none is open.
+/// never if none is open. The places are polled from `first` on, round
+/// robin, so that a busy place cannot starve the ones after it.
 pub(super) async fn next_release(
     places: &mut [PlaceState],
+    first: usize,
 ) -> (Place, Option<Result<Announcement>>) {
     std::future::poll_fn(|cx| {
-        for (index, place) in places.iter_mut().enumerate() {
+        let count = places.len();
+        for index in (0..count).map(|i| (first + i) % count) {
+            let place = &mut places[index];
             if let ReleaseWatch::Open { stream, .. } = &mut place.release_watch
                 && let std::task::Poll::Ready(item) = stream.poll_next_unpin(cx)
             {

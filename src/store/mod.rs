@@ -114,6 +114,7 @@ use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 
 pub(crate) use mongo::MongoStore;
+pub(crate) use mongo::{LeaseCheck, run_fenced};
 
 /// Field names of the lock document.
 pub(crate) mod field {
@@ -327,9 +328,17 @@ pub(crate) struct DocumentWrite {
     /// Release the lease in the same write (`commit`): the lock field is
     /// removed if the lease's token is at least
     /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by the
-    /// server's clock, and otherwise reduced to the released state (only
-    /// `tok` kept) for the follow-up [`Store::delete_released`] to remove.
+    /// server's clock and nobody waited for the lease (no `wt`), and
+    /// otherwise left in the released state (no `lid` nor `wt`, `exp` at
+    /// the release time, `tok` kept; `yu` if another owner waited), which
+    /// the next acquire takes over, and the follow-up
+    /// [`Store::delete_released`] removes if nobody did.
     pub release: bool,
+    /// The lease was acquired less than [`DELETE_DELAY`] ago by the local
+    /// clock (set by the actor): its token is too young for the lock field
+    /// to be removed, so a release by update operators skips that attempt
+    /// (one round trip less). Only a hint: the server's clock decides.
+    pub young: bool,
 }
 
 /// What an acquire attempt found.

@@ -1,2 +1,752 @@
 //! The transaction helper: writes committed only while the lease is held,
 //! transient transaction errors retried, a clear error on a standalone server.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use mongo_lease::testkit::Standalone;
+use mongo_lease::{DocumentAcquireOptions, Error, LockManager, LockManagerOptions, ReleaseOutcome};
+use mongodb::bson::{Bson, Document, doc};
+use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
+
+use crate::common::{self, Fixture};
+
+/// Long enough that no heartbeat (every TTL / 3) renews a lease while a
+/// test runs (a test takes well under a second, so this is over 100x that):
+/// the tests decide when the lock document changes.
+const TTL: Duration = Duration::from_secs(300);
+
+/// How long a lost lease's token may take to fire: it fires within
+/// milliseconds (a change event or the helper's check); this only turns a
+/// hang into a failure.
+const LOST_WITHIN: Duration = Duration::from_secs(30);
+
+/// The lease id stored in the lock document of `key`, if any.
+async fn stored_lid(fx: &Fixture, key: &str) -> Option<Bson> {
+    fx.doc(key).await.get("lid").cloned()
+}
+
+/// The happy path: the callback's writes are committed, its value comes
+/// back, and the lease stays held (renewed by the check, under its lease
+/// id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_commits_the_callbacks_writes_while_the_lease_is_held() {
+    let fx = Fixture::new("txn_ok").await;
+    let manager = fx.manager(TTL).await;
+    let items = fx.db.collection::<Document>("items");
+    items
+        .insert_one(doc! { "_id": 1, "n": 0 })
+        .await
+        .expect("seed");
+    let lease = manager.acquire("job").await.unwrap();
+    let lid = stored_lid(&fx, "job")
+        .await
+        .expect("a held lease has a lid");
+    let renewed_before = *fx.doc("job").await.get_datetime("ts").unwrap();
+
+    let n = lease
+        .with_transaction(&fx.client, &items, |session, items| {
+            async move {
+                items
+                    .update_one(doc! { "_id": 1 }, doc! { "$inc": { "n": 1 } })
+                    .session(&mut *session)
+                    .await?;
+                items
+                    .insert_one(doc! { "_id": 2, "by": "job" })
+                    .session(&mut *session)
+                    .await?;
+                let one = items
+                    .find_one(doc! { "_id": 1 })
+                    .session(&mut *session)
+                    .await?
+                    .expect("read in the transaction");
+                Ok(one.get_i32("n").unwrap())
+            }
+            .boxed()
+        })
+        .await
+        .expect("the transaction commits");
+
+    assert_eq!(n, 1, "the callback reads its own write");
+    assert_eq!(
+        items.find_one(doc! { "_id": 1 }).await.unwrap().unwrap(),
+        doc! { "_id": 1, "n": 1 }
+    );
+    assert_eq!(
+        items.find_one(doc! { "_id": 2 }).await.unwrap().unwrap(),
+        doc! { "_id": 2, "by": "job" }
+    );
+    assert!(!lease.is_lost());
+    let lock = fx.doc("job").await;
+    assert_eq!(lock.get("lid"), Some(&lid), "the same acquisition holds it");
+    let renewed = *lock.get_datetime("ts").unwrap();
+    let expires = *lock.get_datetime("exp").unwrap();
+    assert!(
+        renewed >= renewed_before,
+        "the check renewed the lease: ts {renewed} < {renewed_before}"
+    );
+    assert_eq!(
+        expires.timestamp_millis() - renewed.timestamp_millis(),
+        TTL.as_millis() as i64,
+        "the check sets exp = ts + ttl"
+    );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+/// A lease expired by the server's clock (a driver write moves `exp` into
+/// the past; the holder's manager has not noticed: no heartbeat in this
+/// test, and moving `exp` is no write its change stream reports) cannot
+/// commit: the check matches nothing, the transaction is aborted and none
+/// of the callback's writes is visible. The manager then checks the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_lease_cannot_commit_and_its_writes_are_not_visible() {
+    let fx = Fixture::new("txn_expired").await;
+    let manager = fx.manager(TTL).await;
+    let items = fx.db.collection::<Document>("items");
+    let lease = manager.acquire("job").await.unwrap();
+    fx.expire("job").await;
+    assert!(!lease.is_lost(), "the manager has not noticed yet");
+
+    let runs = AtomicU32::new(0);
+    let result = lease
+        .with_transaction(&fx.client, (&items, &runs), |session, (items, runs)| {
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                items
+                    .insert_one(doc! { "_id": "late", "by": "expired holder" })
+                    .session(&mut *session)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await;
+
+    assert!(
+        matches!(&result, Err(Error::LeaseLost { key }) if *key == "job"),
+        "{result:?}"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "no retry after a lost lease"
+    );
+    assert_eq!(
+        items.count_documents(doc! {}).await.unwrap(),
+        0,
+        "the aborted transaction's write is not visible"
+    );
+    // The manager checks the lease at once, by a renewal under its lease
+    // id: nobody took it, so the renewal succeeds and the lease stays held.
+    common::eventually(
+        "the manager's check renews the lease",
+        LOST_WITHIN,
+        || async {
+            fx.doc("job")
+                .await
+                .get_datetime("exp")
+                .unwrap()
+                .timestamp_millis()
+                > 0
+        },
+    )
+    .await;
+    assert!(!lease.is_lost(), "an expired lease nobody took is renewed");
+    drop(lease);
+    manager.shutdown().await.unwrap();
+}
+
+/// Another manager takes the lease over while the holder's transaction
+/// runs (after the transaction's first write, before its check): the
+/// holder cannot commit, none of its writes is visible, the new holder's
+/// lease is untouched, and the old holder's token fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_whose_lease_is_taken_over_during_the_transaction_cannot_commit() {
+    let fx = Fixture::new("txn_takeover").await;
+    let holder = fx.manager(TTL).await;
+    let usurper = fx.manager(TTL).await;
+    let items = fx.db.collection::<Document>("items");
+    let lease = holder.acquire("job").await.unwrap();
+
+    let runs = AtomicU32::new(0);
+    let taken = tokio::sync::Mutex::new(None);
+    let result = lease
+        .with_transaction(
+            &fx.client,
+            (&items, &runs, &taken, &fx, &usurper),
+            |session, (items, runs, taken, fx, usurper)| {
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    items
+                        .insert_one(doc! { "_id": "stale", "by": "old holder" })
+                        .session(&mut *session)
+                        .await?;
+                    let mut taken = taken.lock().await;
+                    if taken.is_none() {
+                        // The takeover, outside the transaction: the lease
+                        // expires, and another manager acquires it.
+                        fx.expire("job").await;
+                        let lease = usurper.try_acquire("job").await.unwrap();
+                        *taken = Some(lease.expect("the expired lease is taken over"));
+                    }
+                    Ok(())
+                }
+                .boxed()
+            },
+        )
+        .await;
+
+    assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
+    assert!(runs.load(Ordering::SeqCst) >= 1);
+    assert_eq!(
+        items.count_documents(doc! {}).await.unwrap(),
+        0,
+        "the old holder's write is not visible"
+    );
+    let new_lease = taken.into_inner().expect("the takeover happened");
+    let lock = fx.doc("job").await;
+    assert_eq!(lock.get_str("aid").unwrap(), new_lease.owner_id());
+    assert_eq!(
+        lock.get_i64("tok").unwrap() as u64,
+        new_lease.fencing_token()
+    );
+    assert!(new_lease.fencing_token() > lease.fencing_token());
+    tokio::time::timeout(LOST_WITHIN, lease.lost())
+        .await
+        .expect("the old holder's token fires");
+    // The new holder can commit.
+    new_lease
+        .with_transaction(&fx.client, &items, |session, items| {
+            async move {
+                items
+                    .insert_one(doc! { "_id": "fresh", "by": "new holder" })
+                    .session(session)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await
+        .expect("the new holder commits");
+    assert_eq!(items.count_documents(doc! {}).await.unwrap(), 1);
+    assert_eq!(new_lease.release().await.unwrap(), ReleaseOutcome::Released);
+    drop(lease);
+    usurper.shutdown().await.unwrap();
+    holder.shutdown().await.unwrap();
+}
+
+/// A write conflict on the user's own document (another client's write,
+/// committed after the transaction's snapshot, to a document the
+/// transaction then writes) is a `TransientTransactionError`: the whole
+/// transaction runs again, and commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_conflict_on_the_users_document_is_retried_and_commits() {
+    let fx = Fixture::new("txn_conflict").await;
+    let manager = fx.manager(TTL).await;
+    let items = fx.db.collection::<Document>("items");
+    items
+        .insert_one(doc! { "_id": 1, "n": 0, "outside": 0 })
+        .await
+        .expect("seed");
+    let lease = manager.acquire("job").await.unwrap();
+
+    let runs = AtomicU32::new(0);
+    let first_error = std::sync::Mutex::new(None::<mongodb::error::Error>);
+    let result = lease
+        .with_transaction(
+            &fx.client,
+            (&items, &runs, &first_error),
+            |session, (items, runs, first_error)| {
+                async move {
+                    let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    // The transaction's snapshot.
+                    items
+                        .find_one(doc! { "_id": 1 })
+                        .session(&mut *session)
+                        .await?;
+                    if run == 1 {
+                        // Another client's write, committed after the snapshot.
+                        items
+                            .update_one(doc! { "_id": 1 }, doc! { "$inc": { "outside": 1 } })
+                            .await
+                            .expect("the outside write");
+                    }
+                    let written = items
+                        .update_one(doc! { "_id": 1 }, doc! { "$inc": { "n": 1 } })
+                        .session(&mut *session)
+                        .await;
+                    if let Err(error) = &written {
+                        first_error.lock().unwrap().get_or_insert(error.clone());
+                    }
+                    written?;
+                    Ok(run)
+                }
+                .boxed()
+            },
+        )
+        .await;
+
+    assert_eq!(result.expect("committed after a retry"), 2);
+    let error = first_error
+        .into_inner()
+        .unwrap()
+        .expect("the first run conflicted");
+    assert!(
+        error.contains_label(TRANSIENT_TRANSACTION_ERROR),
+        "a write conflict is a transient transaction error: {error}"
+    );
+    assert_eq!(
+        items.find_one(doc! { "_id": 1 }).await.unwrap().unwrap(),
+        doc! { "_id": 1, "n": 1, "outside": 1 },
+        "the committed run's write, once, and the outside write"
+    );
+    assert!(!lease.is_lost());
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+/// A renewal of the lease (here played by a driver write doing what the
+/// heartbeat does) that lands while the callback runs makes the check
+/// conflict: the transaction runs again and commits, and the lease stays
+/// held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_during_the_callback_makes_the_check_conflict_and_the_transaction_retry() {
+    let fx = Fixture::new("txn_renewal").await;
+    let manager = fx.manager(TTL).await;
+    let items = fx.db.collection::<Document>("items");
+    let lease = manager.acquire("job").await.unwrap();
+    let lid = stored_lid(&fx, "job").await.unwrap();
+
+    let runs = AtomicU32::new(0);
+    let result = lease
+        .with_transaction(
+            &fx.client,
+            (&items, &runs, &fx, &lid),
+            |session, (items, runs, fx, lid)| {
+                async move {
+                    let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    items
+                        .insert_one(doc! { "_id": run, "run": run })
+                        .session(&mut *session)
+                        .await?;
+                    if run == 1 {
+                        // The heartbeat's renewal, committed after the
+                        // transaction's snapshot.
+                        let renewed = fx
+                            .raw()
+                            .update_one(
+                                doc! { "_id": "job", "lid": (*lid).clone() },
+                                vec![doc! { "$set": {
+                                    "ts": "$$NOW",
+                                    "exp": { "$add": ["$$NOW", TTL.as_millis() as i64] },
+                                } }],
+                            )
+                            .await
+                            .expect("the renewal");
+                        assert_eq!(renewed.matched_count, 1);
+                    }
+                    Ok(run)
+                }
+                .boxed()
+            },
+        )
+        .await;
+
+    assert_eq!(result.expect("committed after a retry"), 2);
+    assert_eq!(
+        items.count_documents(doc! {}).await.unwrap(),
+        1,
+        "only the committed run's write is visible"
+    );
+    assert_eq!(
+        items.find_one(doc! {}).await.unwrap().unwrap(),
+        doc! { "_id": 2, "run": 2 }
+    );
+    assert!(!lease.is_lost());
+    assert_eq!(fx.doc("job").await.get("lid"), Some(&lid));
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+/// A standalone server has no transactions: `Error::Unsupported` with the
+/// server's reason (the callback's first command fails), and nothing is
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_server_gives_unsupported() {
+    let server = Standalone::start().await.expect("a standalone mongod");
+    // Declared after the server: shut down before it is stopped.
+    let clients = common::Clients::default();
+    let client = clients.connect(&server.uri()).await;
+    let manager = LockManager::connect(
+        LockManagerOptions::builder()
+            .database(client.database("app"))
+            .collection("workitem.lock")
+            .ttl(TTL)
+            .build(),
+    )
+    .await
+    .expect("a manager on a standalone server");
+    let items = client.database("app").collection::<Document>("items");
+    let lease = manager.acquire("job").await.unwrap();
+
+    let runs = AtomicU32::new(0);
+    let result = lease
+        .with_transaction(&client, (&items, &runs), |session, (items, runs)| {
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                items
+                    .insert_one(doc! { "_id": 1 })
+                    .session(&mut *session)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await;
+
+    match result {
+        Err(Error::Unsupported { reason }) => assert!(
+            reason.contains("Transaction numbers are only allowed on a replica set member"),
+            "{reason}"
+        ),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    assert!(runs.load(Ordering::SeqCst) <= 1, "not retried");
+    assert_eq!(items.count_documents(doc! {}).await.unwrap(), 0);
+    assert!(!lease.is_lost());
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+/// An in-document lease fences a transaction the same way, by its lock
+/// field: the transaction commits while the lease is held (and renews the
+/// lock field, leaving the user's fields to the callback), and is refused
+/// once the lease expired by the server's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_document_lease_fences_a_transaction_by_its_lock_field() {
+    let fx = Fixture::new("txn_doc").await;
+    let manager = fx.manager(TTL).await;
+    let workitems = fx.db.collection::<Document>("workitem");
+    let audit = fx.db.collection::<Document>("audit");
+    let leases = manager.documents::<Document>("workitem").await.unwrap();
+    let item = leases
+        .acquire_with(
+            "item-1",
+            DocumentAcquireOptions::builder()
+                .create(doc! { "state": "new" })
+                .build(),
+        )
+        .await
+        .unwrap();
+    let lock_before = workitems
+        .find_one(doc! { "_id": "item-1" })
+        .await
+        .unwrap()
+        .unwrap()
+        .get_document("_lease")
+        .unwrap()
+        .clone();
+
+    item.lease()
+        .with_transaction(
+            &fx.client,
+            (&workitems, &audit),
+            |session, (workitems, audit)| {
+                async move {
+                    workitems
+                        .update_one(
+                            doc! { "_id": "item-1" },
+                            doc! { "$set": { "state": "seen" } },
+                        )
+                        .session(&mut *session)
+                        .await?;
+                    audit
+                        .insert_one(doc! { "_id": "item-1", "event": "seen" })
+                        .session(&mut *session)
+                        .await?;
+                    Ok(())
+                }
+                .boxed()
+            },
+        )
+        .await
+        .expect("the transaction commits under the in-document lease");
+    let stored = workitems
+        .find_one(doc! { "_id": "item-1" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.get_str("state").unwrap(), "seen");
+    let lock = stored.get_document("_lease").unwrap();
+    for name in ["lid", "aid", "tok", "acq"] {
+        assert_eq!(lock.get(name), lock_before.get(name), "{name} unchanged");
+    }
+    assert!(lock.get_datetime("ts").unwrap() >= lock_before.get_datetime("ts").unwrap());
+    assert_eq!(audit.count_documents(doc! {}).await.unwrap(), 1);
+
+    // The lease expires by the server's clock (its holder has not noticed).
+    workitems
+        .update_one(
+            doc! { "_id": "item-1" },
+            doc! { "$set": { "_lease.exp": mongodb::bson::DateTime::from_millis(0) } },
+        )
+        .await
+        .unwrap();
+    let result = item
+        .lease()
+        .with_transaction(
+            &fx.client,
+            (&workitems, &audit),
+            |session, (workitems, audit)| {
+                async move {
+                    workitems
+                        .update_one(
+                            doc! { "_id": "item-1" },
+                            doc! { "$set": { "state": "late" } },
+                        )
+                        .session(&mut *session)
+                        .await?;
+                    audit
+                        .insert_one(doc! { "_id": "item-1-late", "event": "late" })
+                        .session(&mut *session)
+                        .await?;
+                    Ok(())
+                }
+                .boxed()
+            },
+        )
+        .await;
+    assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
+    assert_eq!(
+        workitems
+            .find_one(doc! { "_id": "item-1" })
+            .await
+            .unwrap()
+            .unwrap()
+            .get_str("state")
+            .unwrap(),
+        "seen",
+        "the refused transaction's write is not visible"
+    );
+    assert_eq!(audit.count_documents(doc! {}).await.unwrap(), 1);
+    assert_eq!(item.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+/// What the helper sends, seen by the client's command monitor: the
+/// callback's first command starts the transaction with read concern
+/// `snapshot`; the lease check is an `update` of the lock document in the
+/// same transaction, filtered on its lease id and `exp > $$NOW`; the commit
+/// asks for write concern `majority`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_reads_a_snapshot_checks_the_lock_and_commits_with_majority() {
+    use mongodb::event::{EventHandler, command::CommandEvent};
+    let fx = Fixture::new("txn_cmds").await;
+    let manager = fx.manager(TTL).await;
+    let lease = manager.acquire("job").await.unwrap();
+    let lid = stored_lid(&fx, "job").await.unwrap();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, Document)>::new()));
+    let mut options = mongodb::options::ClientOptions::parse(common::uri())
+        .await
+        .unwrap();
+    let sink = sent.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            sink.lock()
+                .unwrap()
+                .push((started.command_name, started.command));
+        }
+    }));
+    let client = mongodb::Client::with_options(options).unwrap();
+    let items = client
+        .database(fx.db.name())
+        .collection::<Document>("items");
+
+    lease
+        .with_transaction(&client, &items, |session, items| {
+            async move {
+                items.find_one(doc! {}).session(&mut *session).await?;
+                items
+                    .insert_one(doc! { "_id": 1 })
+                    .session(&mut *session)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await
+        .unwrap();
+    let sent = sent.lock().unwrap().clone();
+    client.shutdown().await;
+
+    let names: Vec<&str> = sent.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["find", "insert", "update", "commitTransaction"],
+        "{sent:?}"
+    );
+    let first = &sent[0].1;
+    assert_eq!(first.get_bool("startTransaction"), Ok(true), "{first}");
+    assert_eq!(
+        first.get_document("readConcern").unwrap().get_str("level"),
+        Ok("snapshot")
+    );
+    let txn = first
+        .get("txnNumber")
+        .cloned()
+        .expect("a transaction number");
+    let check = &sent[2].1;
+    assert_eq!(check.get_str("update"), Ok("workitem.lock"));
+    assert_eq!(
+        check.get("txnNumber"),
+        Some(&txn),
+        "in the same transaction"
+    );
+    assert_eq!(check.get_bool("autocommit"), Ok(false));
+    let statement = &check.get_array("updates").unwrap()[0];
+    let filter = statement.as_document().unwrap().get_document("q").unwrap();
+    assert_eq!(filter.get("lid"), Some(&lid));
+    assert_eq!(
+        filter.get_document("$expr").unwrap(),
+        &doc! { "$gt": ["$exp", "$$NOW"] }
+    );
+    let commit = &sent[3].1;
+    assert_eq!(commit.get("txnNumber"), Some(&txn));
+    assert_eq!(
+        commit.get_document("writeConcern").unwrap().get_str("w"),
+        Ok("majority")
+    );
+    assert_eq!(items_count(&fx).await, 1);
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+async fn items_count(fx: &Fixture) -> u64 {
+    fx.db
+        .collection::<Document>("items")
+        .count_documents(doc! {})
+        .await
+        .unwrap()
+}
+
+/// The commit's own retries, provoked by the server's `failCommand` fail
+/// point (on a replica set of its own, started with test commands
+/// enabled): a commit that fails with a retryable error (89,
+/// NetworkTimeout) twice carries `UnknownTransactionCommitResult` and
+/// is sent again, without running the callback again; a commit that fails
+/// with the `TransientTransactionError` label runs the whole transaction
+/// again. Each time the callback's write is committed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_errors_are_retried_as_the_driver_documents() {
+    use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
+    use mongodb::event::{EventHandler, command::CommandEvent};
+    let rs = ReplicaSet::start(
+        ReplicaSetOptions::default()
+            .extra_arg("--setParameter")
+            .extra_arg("enableTestCommands=1"),
+    )
+    .await
+    .expect("a replica set with test commands");
+    let commits = std::sync::Arc::new(AtomicU32::new(0));
+    let mut options = mongodb::options::ClientOptions::parse(rs.uri())
+        .await
+        .unwrap();
+    let sink = commits.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            if started.command_name == "commitTransaction" {
+                sink.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }));
+    let client = mongodb::Client::with_options(options).unwrap();
+    let manager_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
+    let manager = LockManager::connect(
+        LockManagerOptions::builder()
+            .database(manager_client.database("app"))
+            .collection("workitem.lock")
+            .ttl(TTL)
+            .build(),
+    )
+    .await
+    .unwrap();
+    let items = client.database("app").collection::<Document>("items");
+    let lease = manager.acquire("job").await.unwrap();
+    let admin = client.database("admin");
+
+    // Unknown commit result: the driver sends the commit twice (its own
+    // retry of a retryable error), both fail; the helper sends it again.
+    admin
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 2 },
+            "data": { "failCommands": ["commitTransaction"], "errorCode": 89 },
+        })
+        .await
+        .expect("the fail point");
+    let runs = AtomicU32::new(0);
+    insert_in_transaction(&lease, &client, &items, 1, &runs)
+        .await
+        .expect("committed by the third commit");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the callback ran once");
+    assert_eq!(commits.load(Ordering::SeqCst), 3);
+
+    // A transient error on the commit: the whole transaction runs again.
+    commits.store(0, Ordering::SeqCst);
+    admin
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": {
+                "failCommands": ["commitTransaction"],
+                "errorCode": 112,
+                "errorLabels": ["TransientTransactionError"],
+            },
+        })
+        .await
+        .expect("the fail point");
+    let runs = AtomicU32::new(0);
+    insert_in_transaction(&lease, &client, &items, 2, &runs)
+        .await
+        .expect("committed by the second run");
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "the callback ran again");
+    assert_eq!(commits.load(Ordering::SeqCst), 2);
+
+    let mut ids: Vec<i32> = Vec::new();
+    let mut cursor = items.find(doc! {}).await.unwrap();
+    while cursor.advance().await.unwrap() {
+        ids.push(cursor.current().get_i32("_id").unwrap());
+    }
+    ids.sort();
+    assert_eq!(ids, [1, 2], "each committed once");
+    assert!(!lease.is_lost());
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+    common::shut_down(vec![client, manager_client]);
+}
+
+/// Inserts `{_id: id}` into `items` in a transaction fenced by `lease`,
+/// counting the callback's runs in `runs`.
+async fn insert_in_transaction(
+    lease: &mongo_lease::Lease,
+    client: &mongodb::Client,
+    items: &mongodb::Collection<Document>,
+    id: i32,
+    runs: &AtomicU32,
+) -> mongo_lease::Result<()> {
+    lease
+        .with_transaction(client, (items, runs), move |session, (items, runs)| {
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                items
+                    .insert_one(doc! { "_id": id })
+                    .session(&mut *session)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await
+}

@@ -27,6 +27,7 @@ use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 
 mod acquire;
 mod loss_detection;
+mod places;
 mod release;
 mod renewal;
 

@@ -22,9 +22,11 @@ pub(crate) enum Op {
     List,
     ForceRelease,
     SetPayload,
+    /// A write under an in-document lease (`Store::write_document`).
+    WriteDocument,
 }
 
-pub(super) const OPS: usize = 8;
+pub(super) const OPS: usize = 9;
 
 impl Op {
     pub(super) fn index(self) -> usize {

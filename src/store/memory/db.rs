@@ -135,6 +135,11 @@ pub(crate) struct MemoryDb {
     released: tokio::sync::broadcast::Sender<KeyWrite>,
     /// "Server time" as wall clock: `SystemTime` of `epoch.0` is `epoch.1`.
     epoch: (Instant, SystemTime),
+    /// The lock fields of in-document leases in the same "database", one
+    /// collection per user collection and lock field
+    /// ([`MemoryDb::documents`]), shared by clones (empty in those
+    /// collections themselves).
+    documents: Arc<Mutex<HashMap<(String, String), MemoryDb>>>,
 }
 
 impl Default for MemoryDb {
@@ -147,6 +152,7 @@ impl Default for MemoryDb {
                 Instant::now(),
                 SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30),
             ),
+            documents: Arc::default(),
         }
     }
 }
@@ -302,6 +308,22 @@ impl Collection {
 impl MemoryDb {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The lock fields of in-document leases on user collection
+    /// `collection` under lock field `field`, in the same "database" as this
+    /// lock collection: one [`Doc`] per document `_id` holding a lock (or
+    /// the released state a young lease leaves); no document means "no lock
+    /// field". The same names give the same collection, to every manager
+    /// and to the test (to expire, delete or force-take documents' leases).
+    pub fn documents(&self, collection: &str, field: &str) -> MemoryDb {
+        lock(&self.documents)
+            .entry((collection.to_string(), field.to_string()))
+            .or_insert_with(|| MemoryDb {
+                epoch: self.epoch,
+                ..MemoryDb::default()
+            })
+            .clone()
     }
 
     /// Reports a release or delete of `key` to `watch_releases` streams.

@@ -45,6 +45,19 @@
 //!   and only force release (or [`MemoryDb::delete`]) deletes it, announcing
 //!   the delete like a release.
 //!
+//! - **In-document leases** ([`Store::documents`](crate::store::Store::documents),
+//!   [`MemoryStore::document_store`]): a second place, whose lock fields
+//!   live in another [`MemoryDb`] ([`MemoryDb::documents`], one per user
+//!   collection and lock field, shared by every manager of the lock
+//!   collection's db). The rules above apply to the lock fields, with
+//!   delete-mode releases (a release removes the lock field, i.e. the twin's
+//!   document, or leaves a young lease's released state for the follow-up
+//!   `delete_released`). The user's documents are not modelled: every one
+//!   is taken to exist (`create` is ignored), an acquisition returns `{_id,
+//!   <field>: {aid, lid, tok}}`, and `write_document` is conditional on the
+//!   lease id and owner id and applies the release but not the user's
+//!   update (its semantics are MongoDB's).
+//!
 //! What `MongoStore` does internally (re-reading after an ambiguous acquire,
 //! retrying a release up to three times) is not modelled: a fault injected
 //! here is what the actor would see after those internal steps failed too.

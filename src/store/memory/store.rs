@@ -2,7 +2,8 @@
 //! implementation, applying the rules of [`db`](super::db) at server time,
 //! with the knobs of [`control`](super::control).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -13,12 +14,14 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::control::{Call, Controls, Fault, Issued, Op};
-use super::db::{Collection, Doc, Foreign, MemoryDb, apply_acquire, lease_matches, release_doc};
+use super::db::{
+    Collection, Doc, Foreign, MemoryDb, apply_acquire, lease_matches, lock, release_doc,
+};
 use crate::config::{DEFAULT_RETRY_MAX, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::{AcquireOutcome, Announcement, LeaseRef, Store};
+use crate::store::{AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store};
 
 /// What `observe` last reported: the document without its fairness marks,
 /// whether it was held, and the foreign holder's lock document.
@@ -36,6 +39,13 @@ pub(crate) struct MemoryStore {
     control: Controls,
     /// `false`: `watch_releases` fails as on a standalone server.
     change_streams: bool,
+    /// `None`: the lock collection; `Some((collection, field))`: the place
+    /// of in-document leases on a user collection (from
+    /// [`Store::documents`]).
+    place: Option<(String, String)>,
+    /// The stores of in-document leases this one opened, by collection and
+    /// lock field (shared by clones), so that tests reach the actor's.
+    opened: Arc<Mutex<HashMap<(String, String), MemoryStore>>>,
 }
 
 impl MemoryDb {
@@ -49,8 +59,29 @@ impl MemoryDb {
             release_mode: ReleaseMode::Keep,
             control: Controls::default(),
             change_streams: true,
+            place: None,
+            opened: Arc::default(),
         }
     }
+}
+
+/// The twin's user document of an in-document lease: only `_id` and the
+/// lock fields that name the lease.
+fn lock_fields_document(
+    key: &LeaseKey,
+    field: &str,
+    owner: &str,
+    lease_id: Uuid,
+    token: u64,
+) -> Document {
+    let mut lease = Document::new();
+    lease.insert("aid", owner);
+    lease.insert("lid", lease_id.to_string());
+    lease.insert("tok", token as i64);
+    let mut document = Document::new();
+    document.insert("_id", key.as_bson().clone());
+    document.insert(field, lease);
+    document
 }
 
 fn unreachable(reason: &str, waited: Duration) -> Error {
@@ -68,6 +99,29 @@ impl MemoryStore {
 
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// The store of in-document leases on `collection` under lock field
+    /// `field` that [`Store::documents`] gives the actor (same knobs and
+    /// counters), opened now if it was not: a view of
+    /// [`MemoryDb::documents`] with this store's owner id, TTL, yield
+    /// window and change streams, whose releases follow the delete-mode
+    /// rules (a release removes the lock field, i.e. the twin's document).
+    pub fn document_store(&self, collection: &str, field: &str) -> MemoryStore {
+        lock(&self.opened)
+            .entry((collection.to_string(), field.to_string()))
+            .or_insert_with(|| MemoryStore {
+                db: self.db.documents(collection, field),
+                owner: self.owner.clone(),
+                ttl: self.ttl,
+                yield_window: self.yield_window,
+                release_mode: ReleaseMode::Delete,
+                control: Controls::default(),
+                change_streams: self.change_streams,
+                place: Some((collection.to_string(), field.to_string())),
+                opened: Arc::default(),
+            })
+            .clone()
     }
 
     /// A store whose `watch_releases` fails at once with a permanent error,
@@ -233,16 +287,104 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn place(&self) -> crate::store::LockPlace {
-        crate::store::LockPlace {
-            database: "memory".into(),
-            collection: "locks".into(),
-            field: None,
+    fn place(&self) -> LockPlace {
+        match &self.place {
+            None => LockPlace {
+                database: "memory".into(),
+                collection: "locks".into(),
+                field: None,
+            },
+            Some((collection, field)) => LockPlace {
+                database: "memory".into(),
+                collection: collection.clone(),
+                field: Some(field.clone()),
+            },
         }
     }
 
     fn removes_on_release(&self) -> bool {
         self.release_mode == ReleaseMode::Delete
+    }
+
+    fn documents(&self, collection: &str, field: &str) -> Result<Arc<dyn Store>> {
+        if self.place.is_some() {
+            return Err(Error::InvalidConfig {
+                reason: "in-document leases are opened from the lock collection's store".into(),
+            });
+        }
+        Ok(Arc::new(self.document_store(collection, field)))
+    }
+
+    /// In-document leases: every user document is taken to exist (`create`
+    /// is ignored); an acquisition returns `{_id, <field>: {aid, lid, tok}}`.
+    fn acquire_document(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        create: Option<Document>,
+    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
+        let _ = create;
+        let field = self.place.as_ref().map(|(_, field)| field.clone());
+        let owner = self.owner.clone();
+        let acquire = self.acquire_with_ttl(key.clone(), lease_id, waiting, ttl);
+        async move {
+            let outcome = acquire.await?;
+            let document = match (&outcome, field) {
+                (AcquireOutcome::Acquired { token }, Some(field)) => {
+                    Some(lock_fields_document(&key, &field, &owner, lease_id, *token))
+                }
+                _ => None,
+            };
+            Ok((outcome, document))
+        }
+        .boxed()
+    }
+
+    /// Conditional on the lease id and owner id, as on MongoDB; the user's
+    /// update is not applied (its semantics are MongoDB's), the release
+    /// (`write.release`) is, by the delete-mode rule. Returns
+    /// `{_id, <field>: {aid, lid, tok}}` as before the write.
+    // As every `run` closure here: `Error` is large (the lint is about it).
+    fn write_document(
+        &self,
+        lease: LeaseRef,
+        token: u64,
+        write: DocumentWrite,
+    ) -> BoxFuture<'static, Result<Option<Document>>> {
+        let Some((_, field)) = self.place.clone() else {
+            return futures::future::ready(Err(Error::InvalidConfig {
+                reason: "not an in-document lease".into(),
+            }))
+            .boxed();
+        };
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        let yield_window = self.yield_window;
+        self.run(
+            Op::WriteDocument,
+            vec![lease.key.clone()],
+            move |coll, now| {
+                let held = coll
+                    .docs
+                    .get(&lease.key)
+                    .is_some_and(|doc| doc.lease_id == Some(lease.lease_id) && doc.owner == owner);
+                if !held {
+                    return Ok(None);
+                }
+                if write.release {
+                    let matches = |key: &LeaseKey, _: &Doc| *key == lease.key;
+                    coll.release_where(&db, matches, now, yield_window, ReleaseMode::Delete);
+                }
+                Ok(Some(lock_fields_document(
+                    &lease.key,
+                    &field,
+                    &owner,
+                    lease.lease_id,
+                    token,
+                )))
+            },
+        )
     }
 
     fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {

@@ -10,10 +10,14 @@
 //!   and resolves ambiguous outcomes;
 //! - [`prepare`]: the collection checks and the indexes (TTL index for garbage
 //!   collection, owner index);
-//! - [`observe`]: observing one key (change stream, or polling).
+//! - [`observe`]: observing one key (change stream, or polling);
+//! - [`transaction`]: the transaction helper's side: the caller's closure and
+//!   a check of the lease by a write to its lock, in one transaction on the
+//!   caller's client.
 //!
 //! Dependencies go one way: `ops` uses `handle`, `pipeline` and `observe`;
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
+//! `transaction` uses `handle` and `pipeline`;
 //! `pipeline` and `handle` use none of their siblings.
 
 mod document;
@@ -22,5 +26,7 @@ mod observe;
 mod ops;
 mod pipeline;
 mod prepare;
+mod transaction;
 
 pub(crate) use handle::MongoStore;
+pub(crate) use transaction::{LeaseCheck, run_fenced};

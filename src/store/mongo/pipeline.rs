@@ -19,7 +19,7 @@ use crate::store::{
 };
 
 /// A lease id as stored in `lid`: a BSON UUID (binary subtype 4).
-pub(super) fn bson_lease_id(id: Uuid) -> Bson {
+pub(in crate::store::mongo) fn bson_lease_id(id: Uuid) -> Bson {
     Bson::from(mongodb::bson::Uuid::from_bytes(id.into_bytes()))
 }
 
@@ -131,7 +131,7 @@ pub(super) fn acquire_projection() -> Document {
 /// a returned or re-read document, projected with [`acquire_projection`].
 /// A document of foreign shape is held by a foreign holder (its `aid` as
 /// owner id), with no known remaining time.
-pub(super) fn classify(
+pub(in crate::store::mongo) fn classify(
     key: &LeaseKey,
     owner: &str,
     lease_id: Uuid,
@@ -263,9 +263,15 @@ pub(super) fn owner_leases_filter(owner: &str) -> Document {
 /// unless `$$NOW` steps back by `min_age_ms` or more (see "Fencing tokens"
 /// in `store`).
 pub(super) fn token_older_than(min_age_ms: i64) -> Document {
+    token_at_older_than(field::TOKEN, min_age_ms)
+}
+
+/// [`token_older_than`] for the token stored at `path` (`tok` in the lock
+/// collection, `<field>.tok` in a user's document).
+pub(in crate::store::mongo) fn token_at_older_than(path: &str, min_age_ms: i64) -> Document {
     doc! { "$gte": [
         { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
-        { "$add": [format!("${}", field::TOKEN), min_age_ms << TOKEN_TIME_SHIFT] },
+        { "$add": [format!("${path}"), min_age_ms << TOKEN_TIME_SHIFT] },
     ]}
 }
 

@@ -1,20 +1,68 @@
 //! [`DocumentStore`]: the lock protocol inside the user's own documents
 //! (in-document leases), on one user collection.
+//!
+//! The lock collection's protocol (`crate::store`: schema, fairness,
+//! fencing tokens, foreign holders) with every lock field under one field
+//! `F` of the user's document, and "delete" meaning the removal of `F`
+//! (`$unset`), as in delete-on-release mode. What differs:
+//!
+//! - acquire is one `findAndModify` on `_id` whose pipeline merges `F` into
+//!   the document (never replaces it), an upsert only when the caller gives
+//!   the fields to create (`pipeline::acquire_pipeline`); it returns the whole
+//!   document with the server's `$$NOW` (docs/mongodb-behaviour.md, B11);
+//! - writes under the lease (`write_document`) are one conditional
+//!   `findAndModify` each: the user's update operators merged with ours, or
+//!   the user's update pipeline between stages that keep and restore `F`;
+//!   a commit with update operators tries the removal of `F` first, then the
+//!   released state (each conditional on the lease, so at most one applies);
+//! - nothing here creates an index in the user's collection; listing,
+//!   observing, force release and release by another owner id are not
+//!   offered (`Error::Unsupported`).
 
+mod pipeline;
+
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use mongodb::Collection;
-use mongodb::bson::Document;
+use mongodb::bson::{Bson, DateTime, Document, doc};
+use mongodb::options::ReturnDocument;
 use uuid::Uuid;
 
+use self::pipeline::{
+    DOCUMENT, LockAfter, Paths, acquire_pipeline, acquire_projection, held_filter,
+    held_removable_filter, held_waited_filter, id_filter, info_projection, key_write, keys_filter,
+    lease_filter, lock_view, owner_filter, payload_filter, payload_update, release_events_pipeline,
+    release_update, released_filter, removable_filter, remove_update, renew_update,
+    write_operators, write_pipeline,
+};
 use super::MongoStore;
+use super::handle::{is_duplicate_key, is_on_id_index};
+use crate::config::DELETE_MIN_TOKEN_AGE;
+use crate::document::DocumentUpdate;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::{AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store};
+use crate::store::{
+    AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store, field, lease_info,
+};
+
+/// How many times a failed idempotent write is tried in all.
+const WRITE_ATTEMPTS: u32 = 3;
+
+/// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
+fn min_token_age_ms() -> i64 {
+    DELETE_MIN_TOKEN_AGE.as_millis() as i64
+}
+
+/// A TTL in milliseconds, as the pipelines add it to `$$NOW`.
+fn ttl_ms(ttl: Duration) -> i64 {
+    ttl.as_millis().min(i64::MAX as u128) as i64
+}
 
 /// In-document leases on one user collection, lock fields under one field.
 #[derive(Clone)]
@@ -23,6 +71,7 @@ pub(crate) struct DocumentStore {
     locks: MongoStore,
     coll: Collection<Document>,
     field: Arc<str>,
+    paths: Arc<Paths>,
 }
 
 impl DocumentStore {
@@ -35,27 +84,396 @@ impl DocumentStore {
             locks: locks.clone(),
             coll: locks.sibling(collection),
             field: field.into(),
+            paths: Arc::new(Paths::new(field)),
         })
     }
 }
 
-fn todo<T: Send + 'static>() -> BoxFuture<'static, Result<T>> {
-    Box::pin(async {
-        Err(Error::Unsupported {
-            reason: "in-document leases: not implemented yet".into(),
+impl DocumentStore {
+    fn owner(&self) -> &str {
+        self.locks.owner()
+    }
+
+    fn unsupported<T: Send + 'static>(&self, what: &str) -> BoxFuture<'static, Result<T>> {
+        let reason = format!(
+            "{what} is not available for in-document leases (collection {}, lock field {})",
+            self.coll.name(),
+            self.field
+        );
+        Box::pin(async move { Err(Error::Unsupported { reason }) })
+    }
+
+    /// Reads `key`'s document with the server's now, as an acquire's
+    /// projection returns it.
+    async fn read_document(&self, key: &LeaseKey) -> Result<Option<Document>> {
+        self.locks
+            .bounded(
+                self.coll
+                    .find_one(id_filter(key))
+                    .projection(acquire_projection()),
+            )
+            .await
+    }
+
+    /// What an acquire read out of `projected` (the document and `now`, as
+    /// [`acquire_projection`] returns them): the outcome by the lock
+    /// collection's `classify` on the lock field, and the document.
+    // The crate's `Error` is large since it carries a document's `_id`
+    // (`Error::DocumentNotFound`); the lock collection's store has the same.
+    fn judge(
+        &self,
+        key: &LeaseKey,
+        lease_id: Uuid,
+        projected: Document,
+    ) -> Result<(AcquireOutcome, Option<Document>)> {
+        let now = projected.get("now").cloned().unwrap_or(Bson::Null);
+        let Ok(document) = projected.get_document(DOCUMENT) else {
+            return Err(Error::Unreachable {
+                waited: self.locks.operation_timeout(),
+                reason: "the acquire's reply carried no document".into(),
+                source: None,
+            });
+        };
+        let outcome = match lock_view(&self.paths, document, now) {
+            Some(view) => super::pipeline::classify(key, self.owner(), lease_id, &view)?,
+            // No lock field after an acquire: only a write in between can
+            // have removed it (it is free now; the next attempt takes it).
+            None => AcquireOutcome::Held {
+                holder: String::new(),
+                remaining: Some(Duration::ZERO),
+            },
+        };
+        Ok((outcome, Some(document.clone())))
+    }
+
+    async fn acquire_once(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        create: Option<Document>,
+    ) -> Result<(AcquireOutcome, Option<Document>)> {
+        let update = acquire_pipeline(
+            &self.paths,
+            self.owner(),
+            ttl_ms(ttl),
+            lease_id,
+            waiting,
+            create.as_ref(),
+        );
+        let attempt = self
+            .locks
+            .bounded(
+                self.coll
+                    .find_one_and_update(id_filter(&key), update)
+                    .upsert(create.is_some())
+                    .return_document(ReturnDocument::After)
+                    .projection(acquire_projection()),
+            )
+            .await;
+        match attempt {
+            Ok(Some(projected)) => return self.judge(&key, lease_id, projected),
+            Ok(None) if create.is_none() => {
+                return Err(Error::DocumentNotFound { id: key });
+            }
+            Ok(None) => {}
+            // A concurrent creating acquire won the insert (the server
+            // retries such an upsert itself, docs/mongodb-behaviour.md, B1):
+            // re-read.
+            Err(Error::Database(e)) if is_duplicate_key(&e) && is_on_id_index(&e) => {}
+            Err(Error::Database(e)) if is_duplicate_key(&e) => {
+                return Err(Error::InvalidUpdate {
+                    reason: format!(
+                        "a unique index of collection {} other than `_id` refused the document \
+                         {}: {e}",
+                        self.coll.name(),
+                        key.to_extended_json()
+                    ),
+                });
+            }
+            // Outcome unknown: resolve by re-reading, never by assuming
+            // (docs/mongodb-behaviour.md, B7).
+            Err(e) if e.is_transient() => {
+                tracing::debug!(%key, error = %e, "document acquire outcome unknown; re-reading");
+            }
+            Err(e) => return Err(e),
+        }
+        match self.read_document(&key).await? {
+            Some(projected) => self.judge(&key, lease_id, projected),
+            None if create.is_none() => Err(Error::DocumentNotFound { id: key }),
+            None => Err(Error::Unreachable {
+                waited: self.locks.operation_timeout(),
+                reason: "document vanished during acquire".into(),
+                source: None,
+            }),
+        }
+    }
+
+    async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl: Duration) -> Result<Vec<LeaseKey>> {
+        let filter = lease_filter(&self.paths, self.owner(), &leases);
+        // Idempotent, judged by matchedCount (docs/mongodb-behaviour.md, B4).
+        let result = self
+            .locks
+            .bounded(
+                self.coll
+                    .update_many(filter.clone(), renew_update(&self.paths, ttl_ms(ttl))),
+            )
+            .await?;
+        if result.matched_count as usize == leases.len() {
+            return Ok(Vec::new());
+        }
+        let kept: HashSet<LeaseKey> = self
+            .locks
+            .bounded(async {
+                self.coll
+                    .find(filter)
+                    .projection(doc! { field::ID: 1 })
+                    .await?
+                    .try_collect::<Vec<Document>>()
+                    .await
+            })
+            .await?
+            .into_iter()
+            .filter_map(|d| d.get(field::ID).cloned().map(LeaseKey::from))
+            .collect();
+        Ok(leases
+            .into_iter()
+            .filter(|l| !kept.contains(&l.key))
+            .map(|l| l.key)
+            .collect())
+    }
+
+    /// Runs the idempotent write `op` (which returns a count), again after a
+    /// transient failure, up to [`WRITE_ATTEMPTS`] in all. Returns the count
+    /// and whether an earlier attempt failed (and may have applied).
+    async fn retried<Fut>(&self, what: &str, op: impl Fn() -> Fut) -> Result<(u64, bool)>
+    where
+        Fut: std::future::Future<Output = Result<u64>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match op().await {
+                Ok(count) => return Ok((count, attempt > 1)),
+                Err(e) if e.is_transient() && attempt < WRITE_ATTEMPTS => {
+                    tracing::debug!(error = %e, attempt, "{what} outcome unknown; retrying");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Applies `update` to the documents matching `filter` (`updateOne` for
+    /// a `single` lease, a retryable write; else `updateMany`), retried.
+    async fn update_matching(
+        &self,
+        what: &str,
+        filter: &Document,
+        update: impl Fn() -> mongodb::options::UpdateModifications,
+        single: bool,
+    ) -> Result<(u64, bool)> {
+        self.retried(what, || async {
+            let result = if single {
+                self.locks
+                    .bounded(self.coll.update_one(filter.clone(), update()))
+                    .await
+            } else {
+                self.locks
+                    .bounded(self.coll.update_many(filter.clone(), update()))
+                    .await
+            };
+            result.map(|r| r.matched_count)
         })
-    })
+        .await
+    }
+
+    /// Releases the leases matching `filter` as the lock collection does in
+    /// delete mode, "delete" being the removal of the lock field: removed
+    /// where the token is at least [`DELETE_MIN_TOKEN_AGE`] old and nobody
+    /// waited; the rest left in the released state. A single lease that a
+    /// retry after an ambiguous failure no longer finds counts as released.
+    async fn release_matching(&self, filter: Document, single: bool) -> Result<u64> {
+        let removable = removable_filter(&self.paths, filter.clone(), min_token_age_ms());
+        let (removed, retried) = self
+            .update_matching(
+                "release",
+                &removable,
+                || remove_update(&self.paths).into(),
+                single,
+            )
+            .await?;
+        if single && removed > 0 {
+            return Ok(removed);
+        }
+        let yield_ms = self.locks.yield_ms();
+        let (mut marked, retried_too) = self
+            .update_matching(
+                "release",
+                &filter,
+                || release_update(&self.paths, yield_ms).into(),
+                single,
+            )
+            .await?;
+        if single && (retried || retried_too) && removed + marked == 0 {
+            marked = 1;
+        }
+        Ok(removed + marked)
+    }
+
+    /// One conditional `findAndModify` (a retryable write, no upsert) of
+    /// `update` on the document matching `filter`; the document after it.
+    async fn write_if(
+        &self,
+        filter: Document,
+        update: impl Into<mongodb::options::UpdateModifications>,
+    ) -> Result<Option<Document>> {
+        self.locks
+            .bounded(
+                self.coll
+                    .find_one_and_update(filter, update)
+                    .return_document(ReturnDocument::After),
+            )
+            .await
+    }
+
+    async fn write(
+        &self,
+        lease: LeaseRef,
+        token: u64,
+        write: DocumentWrite,
+    ) -> Result<Option<Document>> {
+        let paths = &self.paths;
+        let owner = self.owner();
+        match write.update {
+            DocumentUpdate::Pipeline(stages) => {
+                let update = write_pipeline(
+                    paths,
+                    owner,
+                    token,
+                    &stages,
+                    write.release,
+                    self.locks.yield_ms(),
+                    min_token_age_ms(),
+                );
+                self.write_if(held_filter(paths, owner, &lease), update)
+                    .await
+            }
+            DocumentUpdate::Modifiers(user) if !write.release => {
+                self.write_if(
+                    held_filter(paths, owner, &lease),
+                    write_operators(paths, &user, LockAfter::Kept),
+                )
+                .await
+            }
+            DocumentUpdate::Modifiers(user) => {
+                // Each attempt is conditional on the lease being held, so at
+                // most one applies; they differ in how the lock field ends.
+                // A lease the actor knows is young cannot be removed yet.
+                if !write.young {
+                    let removed = self
+                        .write_if(
+                            held_removable_filter(paths, owner, &lease, min_token_age_ms()),
+                            write_operators(paths, &user, LockAfter::Removed),
+                        )
+                        .await?;
+                    if removed.is_some() {
+                        return Ok(removed);
+                    }
+                }
+                let released = self
+                    .write_if(
+                        held_waited_filter(paths, owner, &lease, false),
+                        write_operators(paths, &user, LockAfter::Released(None)),
+                    )
+                    .await?;
+                if released.is_some() {
+                    return Ok(released);
+                }
+                let until = DateTime::from_millis(
+                    DateTime::now()
+                        .timestamp_millis()
+                        .saturating_add(self.locks.yield_ms()),
+                );
+                self.write_if(
+                    held_waited_filter(paths, owner, &lease, true),
+                    write_operators(paths, &user, LockAfter::Released(Some(until))),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
+        let found = self
+            .locks
+            .bounded(
+                self.coll
+                    .find_one(id_filter(&key))
+                    .projection(info_projection(&self.paths)),
+            )
+            .await?;
+        let Some(found) = found else {
+            return Ok(None);
+        };
+        let Ok(now) = found.get_datetime("now").copied() else {
+            return Ok(None);
+        };
+        Ok(lock_view(&self.paths, &found, Bson::DateTime(now))
+            .and_then(|view| lease_info(&key, &view, now.to_system_time())))
+    }
+
+    /// A change stream of the writes that may change who holds a document's
+    /// lease ([`release_events_pipeline`]), each read by [`key_write`],
+    /// after [`Announcement::Opened`].
+    fn release_events(&self) -> BoxStream<'static, Result<Announcement>> {
+        let store = self.clone();
+        futures::stream::once(async move {
+            store
+                .locks
+                .bounded(
+                    store
+                        .coll
+                        .watch()
+                        .pipeline(release_events_pipeline(&store.paths)),
+                )
+                .await
+                .map(|stream| (stream, store.paths.clone()))
+        })
+        .map(|opened| match opened {
+            Ok((stream, paths)) => {
+                let writes = stream.with_type::<Document>().filter_map(move |event| {
+                    let paths = paths.clone();
+                    async move {
+                        match event {
+                            Ok(event) => {
+                                key_write(&paths, &event).map(|w| Ok(Announcement::Write(w)))
+                            }
+                            Err(e) => Some(Err(Error::from(e))),
+                        }
+                    }
+                });
+                futures::stream::iter([Ok(Announcement::Opened)])
+                    .chain(writes)
+                    .boxed()
+            }
+            Err(e) => futures::stream::iter([Err(e)]).boxed(),
+        })
+        .flatten()
+        .boxed()
+    }
 }
 
 impl Store for DocumentStore {
     fn acquire_with_ttl(
         &self,
-        _key: LeaseKey,
-        _lease_id: Uuid,
-        _waiting: bool,
-        _ttl: Duration,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
     ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        todo()
+        let acquire = self.acquire_document(key, lease_id, waiting, ttl, None);
+        async move { acquire.await.map(|(outcome, _)| outcome) }.boxed()
     }
 
     #[cfg(test)]
@@ -65,30 +483,72 @@ impl Store for DocumentStore {
 
     fn renew_with_ttl(
         &self,
-        _leases: Vec<LeaseRef>,
-        _ttl: Duration,
+        leases: Vec<LeaseRef>,
+        ttl: Duration,
     ) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
-        todo()
+        let store = self.clone();
+        async move {
+            if leases.is_empty() {
+                return Ok(Vec::new());
+            }
+            store.renew_batch(leases, ttl).await
+        }
+        .boxed()
     }
 
-    fn release(&self, _leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
-        todo()
+    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move {
+            if leases.is_empty() {
+                return Ok(0);
+            }
+            let filter = lease_filter(&store.paths, store.owner(), &leases);
+            store.release_matching(filter, leases.len() == 1).await
+        }
+        .boxed()
     }
 
-    fn release_owner(&self, _except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
-        todo()
+    /// Releases this owner's leases in this collection by `F.aid`: a
+    /// collection scan unless the user indexed that path (the actor
+    /// releases documents' leases by lease id, and calls this only for the
+    /// lock collection's `release_all`).
+    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move {
+            let filter = owner_filter(&store.paths, store.owner(), &except);
+            store.release_matching(filter, false).await
+        }
+        .boxed()
     }
 
     fn release_by_owner(&self, _owner: String) -> BoxFuture<'static, Result<u64>> {
-        todo()
+        self.unsupported("release by another owner id")
     }
 
-    fn delete_released(&self, _keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
-        todo()
+    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move {
+            if keys.is_empty() {
+                return Ok(0);
+            }
+            let filter = released_filter(&store.paths, keys_filter(&keys), min_token_age_ms());
+            let paths = store.paths.clone();
+            Ok(store
+                .update_matching(
+                    "lock field removal",
+                    &filter,
+                    || remove_update(&paths).into(),
+                    false,
+                )
+                .await?
+                .0)
+        }
+        .boxed()
     }
 
-    fn inspect(&self, _key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
-        todo()
+    fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let store = self.clone();
+        async move { store.inspect_key(key).await }.boxed()
     }
 
     fn list(
@@ -96,27 +556,39 @@ impl Store for DocumentStore {
         _after: Option<LeaseKey>,
         _limit: usize,
     ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>> {
-        todo()
+        self.unsupported("listing")
     }
 
     fn force_release(&self, _key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
-        todo()
+        self.unsupported("force release")
     }
 
-    fn set_payload(
-        &self,
-        _lease: LeaseRef,
-        _payload: Document,
-    ) -> BoxFuture<'static, Result<bool>> {
-        todo()
+    fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {
+        let store = self.clone();
+        async move {
+            let result = store
+                .locks
+                .bounded(store.coll.update_one(
+                    payload_filter(&store.paths, store.owner(), &lease),
+                    payload_update(&store.paths, payload),
+                ))
+                .await?;
+            Ok(result.matched_count == 1)
+        }
+        .boxed()
     }
 
-    fn observe(&self, _key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
-        Box::pin(futures::stream::empty())
+    fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
+        let reason = format!(
+            "observing {} is not available for in-document leases (collection {})",
+            key.to_extended_json(),
+            self.coll.name()
+        );
+        futures::stream::iter([Err(Error::Unsupported { reason })]).boxed()
     }
 
     fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
-        Box::pin(futures::stream::empty())
+        self.release_events()
     }
 
     fn place(&self) -> LockPlace {
@@ -133,21 +605,28 @@ impl Store for DocumentStore {
 
     fn acquire_document(
         &self,
-        _key: LeaseKey,
-        _lease_id: Uuid,
-        _waiting: bool,
-        _ttl: Duration,
-        _create: Option<Document>,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        create: Option<Document>,
     ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
-        todo()
+        let store = self.clone();
+        async move {
+            store
+                .acquire_once(key, lease_id, waiting, ttl, create)
+                .await
+        }
+        .boxed()
     }
 
     fn write_document(
         &self,
-        _lease: LeaseRef,
-        _token: u64,
-        _write: DocumentWrite,
+        lease: LeaseRef,
+        token: u64,
+        write: DocumentWrite,
     ) -> BoxFuture<'static, Result<Option<Document>>> {
-        todo()
+        let store = self.clone();
+        async move { store.write(lease, token, write).await }.boxed()
     }
 }

@@ -1,0 +1,390 @@
+//! Fenced writes to user data under a lease, in the same MongoDB deployment
+//! as its lock: [`Lease::with_transaction`] (any writes, in a MongoDB
+//! transaction that commits only while the lease is held) and [`Fence`]
+//! (the filter and update fragments of one single-document write that
+//! applies only under a fencing token not smaller than the stored one).
+//!
+//! Both work for leases of the lock collection and for in-document leases
+//! ([`DocumentLease::lease`](crate::DocumentLease::lease)).
+//!
+//! | | [`Lease::with_transaction`] | [`Fence`] |
+//! |---|---|---|
+//! | needs | a replica set or sharded cluster (transactions) | nothing |
+//! | covers | any number of writes, to any collections of the deployment | one write, to a document that stores the last token |
+//! | refuses | writes while the lease is not held by the server's clock | writes with a token smaller than the document's |
+//! | cost | a transaction and one more write (to the lock) | none: two fields in the user's `updateOne` |
+
+use futures::future::BoxFuture;
+use mongodb::bson::{Bson, Document, doc};
+use mongodb::{Client, ClientSession};
+
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::store::{LeaseCheck, run_fenced};
+
+impl Lease {
+    /// Runs `callback` in a MongoDB transaction that commits only if this
+    /// lease is still held, by the server's clock, when the transaction
+    /// commits; returns the callback's value once committed.
+    ///
+    /// The callback does the caller's reads and writes with the session it
+    /// is given (`.session(session)` on each operation), on collections of
+    /// the deployment that holds the lease's lock (`client` must be a
+    /// client of that deployment). `context` is handed to it by `&mut` on
+    /// every attempt, as in the driver's
+    /// [`StartTransaction::and_run`](mongodb::action::StartTransaction::and_run):
+    /// it may carry references (a collection, the data to write) that a
+    /// boxed future could not otherwise borrow.
+    ///
+    /// After the callback, in the same transaction, the lease's lock is
+    /// renewed (`ts = $$NOW`, `exp = $$NOW + ttl`) with a filter on its lease
+    /// id, its owner id and `exp > $$NOW`. A write, not a read: under
+    /// snapshot isolation a read would still see the lease after another
+    /// owner took it over, while two writes to one document conflict
+    /// (MongoDB manual, "Production Considerations": in-progress
+    /// transactions and write conflicts; docs/mongodb-behaviour.md, B16).
+    /// A takeover that committed before the transaction's snapshot makes
+    /// the check match nothing; one that committed after it makes the check
+    /// fail with a write conflict (a `TransientTransactionError`: the
+    /// transaction is retried, and then sees the takeover); one that comes
+    /// after the check waits until the transaction has committed, which
+    /// extended the lease. So the callback's writes are committed only if
+    /// the lease was held at the commit. `$$NOW` is the time of the check
+    /// itself, not of the transaction's start (measured on mongod 6.0.5).
+    /// This is the design of etcd's `concurrency` package, whose
+    /// `IsOwner()` comparison guards the writes of a transaction.
+    ///
+    /// The transaction uses read concern `snapshot` and write concern
+    /// `majority` (MongoDB manual, "Transactions": read concern and write
+    /// concern of a transaction), whatever the client's defaults. It is
+    /// retried as the driver's convenient transaction API does (MongoDB
+    /// manual, "Drivers API": retry the whole transaction on the
+    /// `TransientTransactionError` label, the commit on
+    /// `UnknownTransactionCommitResult`; docs/mongodb-behaviour.md, B17),
+    /// with the driver's jittered backoff (up to 5 ms × 1.5ⁿ, at most
+    /// 500 ms), bounded by **attempts**: at most 10 runs of the transaction
+    /// and 5 commits per run, and never once the lease's token has fired
+    /// (then [`Error::LeaseLost`]). Attempts, not time: the
+    /// callback's duration is the caller's, so a time bound would either
+    /// cut long callbacks or allow endless retries of short ones, while the
+    /// lease's own expiry already ends the retries once the lease is lost.
+    ///
+    /// Keep the callback short: the heartbeat's renewal of this lease, if
+    /// it lands while the callback runs, conflicts with the check, and the
+    /// transaction is run again (with the default TTL, one heartbeat every
+    /// 10 s). A callback that takes longer than the heartbeat interval may
+    /// run out of attempts. Between the check and the commit (one round
+    /// trip), a takeover or renewal of the lease waits for the transaction
+    /// to end. The callback may run several times: it must not
+    /// commit or abort the transaction, and must return (not swallow) the
+    /// errors of its operations, so that transient ones are retried.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::LeaseLost`] if the lease was not held at the check (taken
+    ///   over, released, or expired by the server's clock) or its token had
+    ///   fired by then (the holder must stop writing): the transaction was
+    ///   aborted, nothing was written. The
+    ///   manager then checks the lease at once, by a renewal: its token
+    ///   fires if another holder has it (a lease that merely expired with
+    ///   nobody taking it is renewed by that check, and stays held).
+    /// - [`Error::Unsupported`] on a deployment without transactions, with
+    ///   the server's reason (a standalone server answers the first command
+    ///   of a transaction with code 20, "Transaction numbers are only
+    ///   allowed on a replica set member or mongos";
+    ///   docs/mongodb-behaviour.md, B17). Nothing was written: the
+    ///   callback's first command failed.
+    /// - [`Error::Database`] with the callback's error (the transaction was
+    ///   aborted), or with MongoDB's once the attempts are used up. A commit
+    ///   error with the `UnknownTransactionCommitResult` label leaves the
+    ///   outcome unknown: the transaction may have committed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before the commit is sent aborts the transaction
+    /// (the driver aborts a dropped session's transaction in the
+    /// background): nothing is written. Dropping it while the commit is in
+    /// flight leaves the outcome unknown.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use futures::FutureExt;
+    /// use mongodb::bson::{Document, doc};
+    ///
+    /// # async fn demo(manager: mongo_lease::LockManager, client: mongodb::Client) -> mongo_lease::Result<()> {
+    /// let invoices = client.database("app").collection::<Document>("invoices");
+    /// let lease = manager.acquire("invoice-42").await?;
+    /// let paid = lease
+    ///     .with_transaction(&client, &invoices, |session, invoices| {
+    ///         async move {
+    ///             invoices
+    ///                 .update_one(doc! { "_id": 42 }, doc! { "$set": { "state": "paid" } })
+    ///                 .session(&mut *session)
+    ///                 .await?;
+    ///             let invoice = invoices.find_one(doc! { "_id": 42 }).session(session).await?;
+    ///             Ok(invoice)
+    ///         }
+    ///         .boxed()
+    ///     })
+    ///     .await?;
+    /// lease.release().await?;
+    /// # let _ = paid;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_transaction<R, C, F>(
+        &self,
+        client: &Client,
+        context: C,
+        callback: F,
+    ) -> Result<R>
+    where
+        F: for<'s> FnMut(
+            &'s mut ClientSession,
+            &'s mut C,
+        ) -> BoxFuture<'s, mongodb::error::Result<R>>,
+    {
+        let check = LeaseCheck {
+            place: self.lock_place(),
+            key: self.key(),
+            lease_id: self.lease_id(),
+            owner: self.owner_id(),
+            ttl: self.ttl(),
+        };
+        let result = run_fenced(client, check, || self.is_lost(), context, callback).await;
+        if matches!(result, Err(Error::LeaseLost { .. })) && !self.is_lost() {
+            self.check_now();
+        }
+        result
+    }
+
+    /// The fence of this lease's fencing token: the filter and update
+    /// fragments of a single-document write that applies only if the
+    /// document has not seen a greater token (see [`Fence`]).
+    pub fn fence(&self) -> Fence {
+        Fence {
+            token: self.fencing_token(),
+        }
+    }
+}
+
+/// The fencing token of a lease as the filter and update fragments of one
+/// single-document write (`updateOne`, `findOneAndUpdate`), for resources
+/// that store the last token they accepted in a field of their own
+/// document: the write applies only if that field is absent or holds a
+/// token not greater than this one, and stores this one.
+///
+/// **The race it closes.** A holder pauses (GC, swapping, a slow network)
+/// past its lease's TTL; another owner takes the lease over with a greater
+/// token and writes the document, storing its token. When the first holder
+/// wakes up, its lost-lease token may not have been looked at yet and it
+/// sends its write, late: its token is smaller than the stored one, so the
+/// write matches nothing and changes nothing (Martin Kleppmann, "How to do
+/// distributed locking", 2016). A retry of a write with the same token
+/// applies again (equal tokens pass), so a claim followed by writes under
+/// one lease, or a write retried after a network error, keeps working.
+///
+/// **What it does not do.** It protects only documents that store the
+/// token, and only writes that carry the fence: a write elsewhere (another
+/// collection, a file, a remote service) or a document whose token field is
+/// missing because nobody wrote it yet is not protected against a stale
+/// holder that writes first (an absent field lets any token in, and a
+/// stale token that writes before the new holder's first write is stored).
+/// It does not check that the lease is still held: use
+/// [`Lease::with_transaction`] for that, and for writes to several
+/// documents. Tokens are compared as numbers: a non-numeric value in the
+/// field refuses every write.
+///
+/// # Examples
+///
+/// The claim and write of a worker, each fenced:
+///
+/// ```no_run
+/// use mongodb::bson::{Document, doc};
+///
+/// # async fn demo(lease: mongo_lease::Lease, jobs: mongodb::Collection<Document>) -> mongo_lease::Result<()> {
+/// let fence = lease.fence();
+/// let mut filter = doc! { "_id": "job-17" };
+/// filter.extend(fence.filter("fence"));
+/// let update = fence.update_with("fence", doc! { "$set": { "state": "done" }, "$inc": { "runs": 1 } })?;
+/// let result = jobs.update_one(filter, update).await?;
+/// if result.matched_count == 0 {
+///     eprintln!("refused: a newer holder (token > {}) wrote first", fence.token());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fence {
+    token: u64,
+}
+
+impl Fence {
+    /// The fence of `token` (e.g. a fencing token sent to another process
+    /// with the work to do); `None` if `token` does not fit in a BSON int64
+    /// (tokens issued by `mongo-lease` always do).
+    pub fn new(token: u64) -> Option<Fence> {
+        i64::try_from(token).ok().map(|_| Fence { token })
+    }
+
+    /// The fencing token.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The token as stored: a BSON int64.
+    fn stored(&self) -> Bson {
+        // Tokens fit in an int64: they are read from one (`Lease`), or
+        // checked (`Fence::new`).
+        Bson::Int64(self.token as i64)
+    }
+
+    /// The filter fragment: the document's `field` (a dotted path for an
+    /// embedded field) is absent, or a number not greater than this token.
+    /// One key, `field` itself, so that it can be added to the caller's
+    /// filter (`filter.extend(fence.filter(field))`) unless that filter
+    /// already names `field`:
+    /// `{ <field>: { $not: { $exists: true, $not: { $lte: <token> } } } }`.
+    ///
+    /// A value of another type (a string, `null`) refuses the write. (An
+    /// array passes if one of its elements is not greater than the token,
+    /// MongoDB's rule for queries on arrays: keep the field a number.)
+    /// Nested `$not` as used here was checked against mongod 6.0.5: it
+    /// selects exactly the documents of
+    /// `{$or: [{<field>: {$exists: false}}, {<field>: {$lte: <token>}}]}`.
+    pub fn filter(&self, field: &str) -> Document {
+        doc! { field: { "$not": { "$exists": true, "$not": { "$lte": self.stored() } } } }
+    }
+
+    /// The update fragment that stores this token: `{ $set: { <field>:
+    /// <token> } }` (an int64). Also a valid stage of an update pipeline.
+    /// To combine it with an update that has its own `$set`, use
+    /// [`Fence::update_with`].
+    pub fn update(&self, field: &str) -> Document {
+        doc! { "$set": { field: self.stored() } }
+    }
+
+    /// `update` (a document of update operators) with `field` set to this
+    /// token in its `$set` (added if it has none).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUpdate`] if `field` is empty or starts with `$`, if
+    /// `update` has a key that is not an update operator (a replacement
+    /// document), a `$set` that is not a document, or already writes
+    /// `field` in any operator.
+    // The size is the crate's `Error`'s, as for every function returning it.
+    pub fn update_with(&self, field: &str, mut update: Document) -> Result<Document> {
+        if field.is_empty() || field.starts_with('$') {
+            return Err(Error::InvalidUpdate {
+                reason: format!("token field {field:?} is empty or starts with '$'"),
+            });
+        }
+        for (operator, fields) in &update {
+            if !operator.starts_with('$') {
+                return Err(Error::InvalidUpdate {
+                    reason: format!(
+                        "{operator:?} is not an update operator: a fenced write needs an update \
+                         document of operators, not a replacement"
+                    ),
+                });
+            }
+            if let Bson::Document(fields) = fields {
+                if fields.contains_key(field) {
+                    return Err(Error::InvalidUpdate {
+                        reason: format!("the update already writes the token field {field:?}"),
+                    });
+                }
+            }
+        }
+        match update
+            .entry("$set".to_string())
+            .or_insert_with(|| Bson::Document(Document::new()))
+        {
+            Bson::Document(set) => {
+                set.insert(field, self.stored());
+            }
+            other => {
+                return Err(Error::InvalidUpdate {
+                    reason: format!("$set must be a document, found {other}"),
+                });
+            }
+        }
+        Ok(update)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles only if the transaction helper's future is `Send` (it can
+    /// be spawned) when the callback borrows its context.
+    #[allow(dead_code)]
+    fn with_transaction_future_is_send(
+        lease: &Lease,
+        client: &Client,
+        items: &mongodb::Collection<Document>,
+    ) {
+        use futures::FutureExt;
+        fn send<T: Send>(_: T) {}
+        send(lease.with_transaction(client, items, |session, items| {
+            async move {
+                items.insert_one(doc! {}).session(session).await?;
+                Ok(())
+            }
+            .boxed()
+        }));
+    }
+
+    #[test]
+    fn filter_is_one_key_named_by_the_field() {
+        let fence = Fence::new(42).unwrap();
+        assert_eq!(
+            fence.filter("res.fence"),
+            doc! { "res.fence": { "$not": { "$exists": true, "$not": { "$lte": 42_i64 } } } }
+        );
+        assert_eq!(fence.update("fence"), doc! { "$set": { "fence": 42_i64 } });
+    }
+
+    #[test]
+    fn update_with_adds_the_token_to_the_callers_set() {
+        let fence = Fence::new(7).unwrap();
+        assert_eq!(
+            fence
+                .update_with("fence", doc! { "$set": { "by": "a" }, "$inc": { "n": 1 } })
+                .unwrap(),
+            doc! { "$set": { "by": "a", "fence": 7_i64 }, "$inc": { "n": 1 } }
+        );
+        assert_eq!(
+            fence
+                .update_with("fence", doc! { "$inc": { "n": 1 } })
+                .unwrap(),
+            doc! { "$inc": { "n": 1 }, "$set": { "fence": 7_i64 } }
+        );
+    }
+
+    #[test]
+    fn update_with_refuses_what_it_cannot_merge() {
+        let fence = Fence::new(7).unwrap();
+        for (field, update) in [
+            ("", doc! { "$set": { "a": 1 } }),
+            ("$f", doc! { "$set": { "a": 1 } }),
+            ("fence", doc! { "state": "done" }),
+            ("fence", doc! { "$set": 1 }),
+            ("fence", doc! { "$set": { "fence": 1 } }),
+            ("fence", doc! { "$inc": { "fence": 1 } }),
+        ] {
+            let error = fence.update_with(field, update.clone()).unwrap_err();
+            assert!(
+                matches!(error, Error::InvalidUpdate { .. }),
+                "{field:?} {update}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn tokens_beyond_int64_are_refused() {
+        assert!(Fence::new(i64::MAX as u64).is_some());
+        assert_eq!(Fence::new(i64::MAX as u64 + 1), None);
+    }
+}

@@ -1,0 +1,332 @@
+//! The transaction helper's MongoDB side: the caller's closure and a check
+//! of the lease, by a write to its lock, in one MongoDB transaction on the
+//! caller's client ([`Lease::with_transaction`](crate::Lease::with_transaction)).
+//!
+//! The check is the lease's renewal (`ts = $$NOW`, `exp = $$NOW + ttl`)
+//! conditional on its lease id, owner id and `exp > $$NOW`, sent in the
+//! transaction after the closure, just before the commit. A write, not a
+//! read: under snapshot isolation a read would still see the lease after
+//! another owner took it over, while a write to a document that another
+//! write changed since the transaction's snapshot fails with a write
+//! conflict (`TransientTransactionError`), and a write outside the
+//! transaction to a document the transaction wrote waits for it to end
+//! (MongoDB manual, "Production Considerations", in-progress transactions
+//! and write conflicts; docs/mongodb-behaviour.md, B16). So a takeover
+//! either committed before the transaction's snapshot (the check matches
+//! nothing: the lease is lost), after it (write conflict: the transaction
+//! is retried and then sees the takeover), or waits until the transaction
+//! has committed, which extended the lease.
+//!
+//! `$$NOW` in a transaction is the time of each statement, not of the
+//! transaction's start (measured on mongod 6.0.5: two statements 500 ms
+//! apart in one transaction read `$$NOW` 500 ms apart), so `exp > $$NOW` is
+//! judged when the check runs.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use mongodb::bson::{Document, doc};
+use mongodb::error::{ErrorKind, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
+use mongodb::options::{ReadConcern, WriteConcern};
+use mongodb::{Client, ClientSession};
+use uuid::Uuid;
+
+use super::handle::command_code;
+use super::pipeline::bson_lease_id;
+use crate::error::{Error, Result};
+use crate::key::LeaseKey;
+use crate::store::{LockPlace, field};
+
+/// How many times the whole transaction (closure, check, commit) runs at
+/// most when it fails with the `TransientTransactionError` label.
+const TRANSACTION_ATTEMPTS: u32 = 10;
+
+/// How many times one commit is sent at most when it fails with the
+/// `UnknownTransactionCommitResult` label (each is itself retried once by
+/// the driver, as a retryable write).
+const COMMIT_ATTEMPTS: u32 = 5;
+
+/// The lease a transaction is fenced by.
+pub(crate) struct LeaseCheck<'a> {
+    /// Where its lock lives.
+    pub place: &'a LockPlace,
+    /// Its key (the lock document's, or the user document's, `_id`).
+    pub key: &'a LeaseKey,
+    /// Its lease id (`lid`).
+    pub lease_id: Uuid,
+    /// Its owner id (`aid`).
+    pub owner: &'a str,
+    /// Its TTL: the check renews it to `$$NOW + ttl`.
+    pub ttl: Duration,
+}
+
+/// The check's filter: the lock of `check`'s key still under its lease id
+/// and owner id, and not expired by the server's clock.
+pub(super) fn check_filter(check: &LeaseCheck<'_>) -> Document {
+    let place = check.place;
+    doc! {
+        field::ID: check.key,
+        place.path(field::LEASE_ID): bson_lease_id(check.lease_id),
+        place.path(field::OWNER): { "$eq": check.owner },
+        "$expr": { "$gt": [format!("${}", place.path(field::EXPIRES_AT)), "$$NOW"] },
+    }
+}
+
+/// The check's update: the renewal (`ts = $$NOW`, `exp = $$NOW + ttl`);
+/// nothing else changes.
+pub(super) fn check_update(check: &LeaseCheck<'_>) -> Vec<Document> {
+    let place = check.place;
+    let ttl_ms = i64::try_from(check.ttl.as_millis()).unwrap_or(i64::MAX);
+    vec![doc! { "$set": {
+        place.path(field::RENEWED_AT): "$$NOW",
+        place.path(field::EXPIRES_AT): { "$add": ["$$NOW", ttl_ms] },
+    }}]
+}
+
+/// Runs `callback` and the check of `check`'s lease in one transaction on a
+/// session of `client`, and commits (majority write concern, snapshot read
+/// concern), retrying as the driver's convenient transaction API does
+/// (`TransientTransactionError`: the whole transaction;
+/// `UnknownTransactionCommitResult`: the commit), bounded by
+/// [`TRANSACTION_ATTEMPTS`] and [`COMMIT_ATTEMPTS`], and never after
+/// `is_lost()` says the lease's token fired.
+///
+/// # Errors
+///
+/// [`Error::LeaseLost`] if the check matched nothing or `is_lost()`; the
+/// transaction was aborted. [`Error::Unsupported`] on a deployment without
+/// transactions. [`Error::Database`] with the callback's error, or with
+/// MongoDB's once the attempts are used up.
+pub(crate) async fn run_fenced<R, C, F>(
+    client: &Client,
+    check: LeaseCheck<'_>,
+    is_lost: impl Fn() -> bool,
+    mut context: C,
+    mut callback: F,
+) -> Result<R>
+where
+    F: for<'s> FnMut(&'s mut ClientSession, &'s mut C) -> BoxFuture<'s, mongodb::error::Result<R>>,
+{
+    let lost = || Error::LeaseLost {
+        key: check.key.clone(),
+    };
+    if is_lost() {
+        return Err(lost());
+    }
+    let locks = client
+        .database(&check.place.database)
+        .collection::<Document>(&check.place.collection);
+    let (filter, update) = (check_filter(&check), check_update(&check));
+    let mut session = client.start_session().await.map_err(map_error)?;
+    let mut attempt = 0;
+    'transaction: loop {
+        attempt += 1;
+        if attempt > 1 {
+            tokio::time::sleep(backoff(attempt - 1)).await;
+            if is_lost() {
+                return Err(lost());
+            }
+        }
+        session
+            .start_transaction()
+            .read_concern(ReadConcern::snapshot())
+            .write_concern(WriteConcern::majority())
+            .await
+            .map_err(map_error)?;
+        let out = match callback(&mut session, &mut context).await {
+            Ok(out) => out,
+            Err(error) => {
+                abort(&mut session).await;
+                if error.contains_label(TRANSIENT_TRANSACTION_ERROR)
+                    && attempt < TRANSACTION_ATTEMPTS
+                {
+                    tracing::debug!(%error, attempt, "transaction: transient error, retrying");
+                    continue 'transaction;
+                }
+                return Err(map_error(error));
+            }
+        };
+        match locks
+            .update_one(filter.clone(), update.clone())
+            .session(&mut session)
+            .await
+        {
+            // The token fired while the callback ran (the manager saw the
+            // lease taken, or could not renew it in time): its holder must
+            // stop writing, so nothing is committed.
+            Ok(result) if result.matched_count == 1 && !is_lost() => {}
+            Ok(_) => {
+                abort(&mut session).await;
+                return Err(lost());
+            }
+            Err(error) => {
+                abort(&mut session).await;
+                if error.contains_label(TRANSIENT_TRANSACTION_ERROR)
+                    && attempt < TRANSACTION_ATTEMPTS
+                {
+                    tracing::debug!(
+                        %error,
+                        attempt,
+                        "transaction: the lease check conflicted, retrying"
+                    );
+                    continue 'transaction;
+                }
+                return Err(map_error(error));
+            }
+        }
+        let mut commits = 0;
+        loop {
+            commits += 1;
+            let error = match session.commit_transaction().await {
+                Ok(()) => return Ok(out),
+                Err(error) => error,
+            };
+            if error.contains_label(UNKNOWN_TRANSACTION_COMMIT_RESULT)
+                && !is_max_time_expired(&error)
+                && commits < COMMIT_ATTEMPTS
+            {
+                tracing::debug!(%error, commits, "transaction: commit outcome unknown, retrying");
+                continue;
+            }
+            if error.contains_label(TRANSIENT_TRANSACTION_ERROR) && attempt < TRANSACTION_ATTEMPTS {
+                tracing::debug!(%error, attempt, "transaction: commit failed, retrying");
+                continue 'transaction;
+            }
+            return Err(map_error(error));
+        }
+    }
+}
+
+/// Aborts the session's transaction, if one is in progress. An abort that
+/// fails leaves the transaction to the server, which aborts it after
+/// `transactionLifetimeLimitSeconds`; a transaction the callback already
+/// ended is not ours to abort (the driver refuses).
+async fn abort(session: &mut ClientSession) {
+    if let Err(error) = session.abort_transaction().await {
+        tracing::debug!(%error, "transaction: abort failed");
+    }
+}
+
+/// `MaxTimeMSExpired` (code 50): a commit that ran out of its `maxTimeMS`
+/// is not retried (the driver's rule for its convenient transactions).
+fn is_max_time_expired(error: &mongodb::error::Error) -> bool {
+    command_code(error) == Some(50)
+}
+
+/// The driver's backoff between attempts of a convenient transaction:
+/// jittered `5 ms * 1.5^attempt`, at most 500 ms.
+fn backoff(attempt: u32) -> Duration {
+    let step = (5.0 * 1.5_f64.powi(attempt.min(30) as i32)).min(500.0);
+    Duration::from_secs_f64(rand::random_range(0.0..=step) / 1000.0)
+}
+
+/// The driver's error as this crate's: [`Error::Unsupported`] for a
+/// deployment without transactions, with the server's reason (a standalone
+/// server answers the first command of a transaction with code 20,
+/// IllegalOperation, "Transaction numbers are only allowed on a replica set
+/// member or mongos", docs/mongodb-behaviour.md, B17; the driver rewrites that
+/// message into advice about retryable writes, so the server's own is read
+/// from its response; the driver itself refuses to start a transaction on a
+/// deployment it already knows to lack them); [`Error::Database`] otherwise.
+fn map_error(error: mongodb::error::Error) -> Error {
+    let unsupported = match &*error.kind {
+        ErrorKind::Transaction { message, .. } if message.contains("not supported") => {
+            Some(message.clone())
+        }
+        ErrorKind::Command(c) if c.code == 20 => {
+            let server = error
+                .server_response()
+                .and_then(|r| r.get_str("errmsg").ok())
+                .unwrap_or(&c.message);
+            server
+                .starts_with("Transaction numbers")
+                .then(|| format!("transactions need a replica set or a sharded cluster: {server}"))
+        }
+        _ => None,
+    };
+    match unsupported {
+        Some(reason) => Error::Unsupported { reason },
+        None => Error::from(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place(field: Option<&str>) -> LockPlace {
+        LockPlace {
+            database: "app".into(),
+            collection: "workitem".into(),
+            field: field.map(str::to_string),
+        }
+    }
+
+    fn check<'a>(place: &'a LockPlace, key: &'a LeaseKey) -> LeaseCheck<'a> {
+        LeaseCheck {
+            place,
+            key,
+            lease_id: Uuid::nil(),
+            owner: "me",
+            ttl: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn check_of_the_lock_collection_names_top_level_fields() {
+        let place = place(None);
+        let key = LeaseKey::from("k");
+        let check = check(&place, &key);
+        assert_eq!(
+            check_filter(&check),
+            doc! {
+                "_id": "k",
+                "lid": bson_lease_id(Uuid::nil()),
+                "aid": { "$eq": "me" },
+                "$expr": { "$gt": ["$exp", "$$NOW"] },
+            }
+        );
+        assert_eq!(
+            check_update(&check),
+            vec![doc! { "$set": { "ts": "$$NOW", "exp": { "$add": ["$$NOW", 30_000_i64] } } }]
+        );
+    }
+
+    #[test]
+    fn check_of_an_in_document_lease_names_the_lock_field() {
+        let place = place(Some("_lease"));
+        let key = LeaseKey::from(7_i64);
+        let check = check(&place, &key);
+        assert_eq!(
+            check_filter(&check),
+            doc! {
+                "_id": 7_i64,
+                "_lease.lid": bson_lease_id(Uuid::nil()),
+                "_lease.aid": { "$eq": "me" },
+                "$expr": { "$gt": ["$_lease.exp", "$$NOW"] },
+            }
+        );
+        assert_eq!(
+            check_update(&check),
+            vec![doc! { "$set": {
+                "_lease.ts": "$$NOW",
+                "_lease.exp": { "$add": ["$$NOW", 30_000_i64] },
+            } }]
+        );
+    }
+
+    #[test]
+    fn attempt_bounds_are_the_documented_ones() {
+        // `Lease::with_transaction` documents them.
+        assert_eq!((TRANSACTION_ATTEMPTS, COMMIT_ATTEMPTS), (10, 5));
+    }
+
+    #[test]
+    fn backoff_stays_within_the_drivers_bounds() {
+        for attempt in 0..40 {
+            let cap = (5.0 * 1.5_f64.powi(attempt as i32)).min(500.0);
+            let d = backoff(attempt);
+            assert!(d.as_secs_f64() * 1000.0 <= cap + 1e-6, "{attempt}: {d:?}");
+        }
+    }
+}
