@@ -143,6 +143,13 @@
 //!   lease, and a `commit` writes the new state and releases, or does
 //!   neither ([`Error::LeaseLost`]); concurrent acquires that create a
 //!   missing document create it once.
+//! - **Fenced writes to other data**: [`Lease::with_transaction`] commits
+//!   the caller's writes, in one MongoDB transaction, only if the lease is
+//!   held by the server's clock when the transaction commits (the lease is
+//!   renewed by a write inside the transaction, which a takeover conflicts
+//!   with), and otherwise writes nothing ([`Error::LeaseLost`]); [`Fence`]
+//!   makes one single-document write apply only if the document's stored
+//!   token is absent or not greater than the lease's.
 //!
 //! # Non-guarantees
 //!
@@ -173,18 +180,25 @@
 //!   and the next acquisition (also across a failover: members' clocks
 //!   synchronised within 1 s; see its docs), and that one key sees fewer
 //!   than 2^20 acquisitions per millisecond.
-//! - In-document leases: a `commit` whose reply is lost (a network error,
-//!   a failover, the operation timeout: [`Error::is_transient`]) has an
-//!   unknown outcome, like any MongoDB write: the manager then releases the
-//!   lease under its lease id (nothing happens if the commit landed), and
-//!   only a read of the document tells whether the new state was written.
-//!   The same holds for an `update`, whose lease is kept. A user's update pipeline runs in the
-//!   lease's write: one that drops fields of `$$ROOT` (a `$replaceWith`
-//!   naming only some) loses them. Writes to the document by other code
-//!   that ignores the lock field are not excluded. A lease shorter than
-//!   [`DELETE_MIN_TOKEN_AGE`] leaves the released lock field in the
-//!   document for about a second after its release, until the manager
-//!   removes it.
+//! - In-document leases: a `commit` whose reply is lost (a network error, a
+//!   failover, the operation timeout: [`Error::is_transient`]) has an unknown
+//!   outcome, like any MongoDB write: the manager then releases the lease
+//!   under its lease id (nothing happens if the commit landed), and only a
+//!   read of the document tells whether the new state was written. The same
+//!   holds for an `update`, whose lease is kept. A user's update pipeline
+//!   runs in the lease's write: one that drops fields of `$$ROOT` (a
+//!   `$replaceWith` naming only some) loses them, and the lease with them
+//!   (the lock field is left released: the write applies, the lease is lost).
+//!   Writes to the document by other code that ignores the lock field are not
+//!   excluded. A lease shorter than [`DELETE_MIN_TOKEN_AGE`] leaves the
+//!   released lock field in the document for about a second after its
+//!   release, until the manager removes it.
+//! - Fenced writes: [`Lease::with_transaction`] needs a replica set or a
+//!   sharded cluster ([`Error::Unsupported`] on a standalone server); a
+//!   commit that still fails with the `UnknownTransactionCommitResult`
+//!   label after its retries may have committed. A [`Fence`] protects only
+//!   documents that store the token, against writes that carry it, and does
+//!   not check that the lease is still held.
 //!
 //! # Module map
 //!
