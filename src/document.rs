@@ -74,6 +74,11 @@ pub enum DocumentUpdate {
     /// An update pipeline (`$set`, `$unset`, `$replaceWith`, ... stages). Its
     /// stages run before the lease's own stage, which restores the lock
     /// field, so the pipeline cannot change the lease; it must keep `_id`.
+    /// It must also keep the document's other fields (`$$ROOT`): a stage
+    /// that drops them (a `$replaceWith` naming only some) drops them for
+    /// good, and the lease with them: the write applies, the lock field is
+    /// left released, and the lease is lost (docs/mongodb-behaviour.md,
+    /// B14).
     Pipeline(Vec<Document>),
 }
 
