@@ -18,8 +18,17 @@
 //! - nothing here creates an index in the user's collection; listing,
 //!   observing, force release and release by another owner id are not
 //!   offered (`Error::Unsupported`).
+//!
+//! The BSON it sends is built by pure functions, unit-tested without a
+//! server: `pipeline` (the lock field's paths, acquire, renewal, release,
+//! removal, the filters of leases, owners and payloads), `write` (the
+//! filters and updates of writes under a lease: `held_filter`,
+//! `write_operators`, `write_pipeline`) and `events` (the change-stream
+//! stages of `watch_releases` and `key_write`, which reads their events).
 
+mod events;
 mod pipeline;
+mod write;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -33,12 +42,15 @@ use mongodb::bson::{Bson, DateTime, Document, doc};
 use mongodb::options::ReturnDocument;
 use uuid::Uuid;
 
+use self::events::{key_write, release_events_pipeline};
 use self::pipeline::{
-    DOCUMENT, LockAfter, Paths, acquire_pipeline, acquire_projection, held_filter,
-    held_removable_filter, held_waited_filter, id_filter, info_projection, key_write, keys_filter,
-    lease_filter, lock_view, owner_filter, payload_filter, payload_update, release_events_pipeline,
-    release_update, released_filter, removable_filter, remove_update, renew_update,
-    write_operators, write_pipeline,
+    DOCUMENT, Paths, acquire_pipeline, acquire_projection, id_filter, info_projection, keys_filter,
+    lease_filter, lock_view, owner_filter, payload_filter, payload_update, release_update,
+    released_filter, removable_filter, remove_update, renew_update,
+};
+use self::write::{
+    LockAfter, held_filter, held_removable_filter, held_waited_filter, write_operators,
+    write_pipeline,
 };
 use super::MongoStore;
 use super::handle::{is_duplicate_key, is_on_id_index};
