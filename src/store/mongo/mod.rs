@@ -22,8 +22,9 @@
 //!
 //! Dependencies go one way: `ops` uses `handle`, `pipeline` and `observe`;
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
-//! `transaction` uses `handle` and `pipeline`; `document` uses `handle` and
-//! `pipeline`; `pipeline` and `handle` use none of their siblings.
+//! `transaction` uses `handle` and `pipeline`; `document` uses `handle`,
+//! `ops` (its retried updates and batch renewal) and `pipeline`; `pipeline`
+//! and `handle` use none of their siblings.
 
 mod document;
 mod handle;
