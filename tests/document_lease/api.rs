@@ -11,7 +11,9 @@ use mongodb::bson::{Binary, Bson, DateTime, Document, Timestamp, doc, oid::Objec
 use serde::Deserialize;
 
 use crate::common::Fixture;
-use crate::support::{HANG, ITEMS, bytes, connect_as, items, lock_fields, stored, work_items};
+use crate::support::{
+    HANG, ITEMS, bytes, connect_as, insert_item, items, lock_fields, stored, work_items,
+};
 
 /// A work item with fields of many BSON types, including top-level fields
 /// named like the lock fields (`aid`, `lid`, `tok`, `ts`, `exp`, ...): they
@@ -117,10 +119,7 @@ async fn acquire_renewal_and_release_never_change_the_users_fields() {
 async fn update_keeps_the_lease_and_returns_the_written_document() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dupdate").await;
-    items(&fx)
-        .insert_one(doc! { "_id": "item", "counter": 0, "state": "new" })
-        .await
-        .unwrap();
+    insert_item(&fx, doc! { "_id": "item", "counter": 0, "state": "new" }).await;
     let manager = connect_as(&fx, "holder", TTL).await;
     let other = connect_as(&fx, "other", TTL).await;
     let theirs = work_items(&other).await;
@@ -251,10 +250,7 @@ async fn typed_documents_are_read_as_the_users_type() {
     assert_eq!(done, expected("done", 2, &["a"]));
 
     // Not a WorkItem (`state` is a number): refused, and released.
-    items(&fx)
-        .insert_one(doc! { "_id": "odd", "state": 5, "runs": 0 })
-        .await
-        .unwrap();
+    insert_item(&fx, doc! { "_id": "odd", "state": 5, "runs": 0 }).await;
     let odd = typed.acquire("odd").await;
     assert!(matches!(odd, Err(Error::Database(_))), "{odd:?}");
     let raw = work_items(&manager).await;
@@ -278,10 +274,11 @@ async fn typed_documents_are_read_as_the_users_type() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_field_of_the_users_choice_holds_the_lock() {
     let fx = Fixture::new("dfield").await;
-    items(&fx)
-        .insert_one(doc! { "_id": "item", "_lease": "the user's own", "state": "new" })
-        .await
-        .unwrap();
+    insert_item(
+        &fx,
+        doc! { "_id": "item", "_lease": "the user's own", "state": "new" },
+    )
+    .await;
     let manager = connect_as(&fx, "holder", Duration::from_secs(30)).await;
     let handle = manager
         .documents_in_field::<Document>(ITEMS, "lock")
@@ -330,10 +327,7 @@ async fn dropping_a_document_lease_releases_it() {
     /// Far longer than the bound below: only a release can free the item.
     const TTL: Duration = Duration::from_secs(300);
     let fx = Fixture::new("ddrop").await;
-    items(&fx)
-        .insert_one(doc! { "_id": "item", "state": "new" })
-        .await
-        .unwrap();
+    insert_item(&fx, doc! { "_id": "item", "state": "new" }).await;
     let holder = connect_as(&fx, "holder", TTL).await;
     let other = connect_as(&fx, "other", TTL).await;
     let item = work_items(&holder).await.acquire("item").await.unwrap();
@@ -364,10 +358,7 @@ async fn dropping_a_document_lease_releases_it() {
 async fn an_update_the_server_refuses_writes_nothing_and_a_failed_commit_releases() {
     const TTL: Duration = Duration::from_secs(300);
     let fx = Fixture::new("drefused").await;
-    items(&fx)
-        .insert_one(doc! { "_id": "item", "state": "new" })
-        .await
-        .unwrap();
+    insert_item(&fx, doc! { "_id": "item", "state": "new" }).await;
     let holder = connect_as(&fx, "holder", TTL).await;
     let other = connect_as(&fx, "other", TTL).await;
     let mut item = work_items(&holder).await.acquire("item").await.unwrap();
@@ -457,10 +448,7 @@ async fn documents_of_any_id_type_are_leased_by_their_id() {
 async fn bad_input_is_refused_with_a_clear_error_and_nothing_is_sent() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dbad").await;
-    items(&fx)
-        .insert_one(doc! { "_id": "item", "state": "new" })
-        .await
-        .unwrap();
+    insert_item(&fx, doc! { "_id": "item", "state": "new" }).await;
     let (options, log) = fx.monitored_options(TTL, "").await;
     let manager = LockManager::connect(options).await.unwrap();
     let handle = work_items(&manager).await;

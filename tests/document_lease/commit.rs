@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use mongo_lease::{Error, LockManager, ReleaseOutcome};
+use mongo_lease::{DocumentLease, Error, LockManager, ReleaseOutcome};
 use mongodb::bson::{DateTime, Document, doc};
 use mongodb::{Client, Collection};
 
 use crate::common::{self, Fixture};
 use crate::support::{
-    HANG, ITEMS, connect_as, items, lock_fields, monitored_as, stored, wait_until_watching,
-    work_items,
+    HANG, ITEMS, connect_as, insert_item, items, lock_fields, monitored_as, stored,
+    wait_until_watching, work_items,
 };
 
 /// Two managers (as two processes) take turns on one work item: each turn
@@ -26,10 +26,11 @@ async fn two_managers_taking_turns_on_one_work_item_never_lose_an_update() {
     const TURNS: i64 = 25;
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dturns").await;
-    items(&fx)
-        .insert_one(doc! { "_id": "item", "counter": 0_i64, "state": "new" })
-        .await
-        .unwrap();
+    insert_item(
+        &fx,
+        doc! { "_id": "item", "counter": 0_i64, "state": "new" },
+    )
+    .await;
     let mut workers = Vec::new();
     for name in ["alpha", "bravo"] {
         let manager = connect_as(&fx, name, TTL).await;
@@ -114,10 +115,11 @@ struct Thawed {
 async fn a_holder_frozen_past_its_ttl_has_its_commit_refused_and_its_state_not_written() {
     const TTL: Duration = Duration::from_secs(2);
     let fx = Fixture::new("dfrozen").await;
-    items(&fx)
-        .insert_one(doc! { "_id": "item", "counter": 0_i64, "state": "new" })
-        .await
-        .unwrap();
+    insert_item(
+        &fx,
+        doc! { "_id": "item", "counter": 0_i64, "state": "new" },
+    )
+    .await;
 
     // The frozen process: its own thread, single-threaded runtime and
     // client. Blocking the thread freezes its manager and its caller alike.
@@ -335,6 +337,17 @@ async fn a_commit_after_a_takeover_its_holder_has_not_noticed_is_refused_by_the_
     common::shut_down(vec![holder_client]);
 }
 
+/// The work item `item` (state `new`) held by a manager with owner id
+/// `holder` whose change stream of writes to the work items is open: a
+/// loss is then found by a change event, before any heartbeat.
+async fn watched_holder(fx: &Fixture, ttl: Duration) -> (LockManager, DocumentLease<Document>) {
+    insert_item(fx, doc! { "_id": "item", "state": "new" }).await;
+    let (manager, log) = monitored_as(fx, "holder", ttl).await;
+    let item = work_items(&manager).await.acquire("item").await.unwrap();
+    wait_until_watching(fx, &log).await;
+    (manager, item)
+}
+
 /// Someone else's write removes the lock field of a held item (`$unset`):
 /// the holder's token fires without waiting for its next heartbeat, and
 /// its commit is refused with `LeaseLost`, writing nothing.
@@ -343,15 +356,8 @@ async fn a_lease_whose_lock_field_someone_removes_fires_its_token_and_cannot_com
     /// Heartbeat every 100 s: the loss is found by the write's change event.
     const TTL: Duration = Duration::from_secs(300);
     let fx = Fixture::new("dunset").await;
-    items(&fx)
-        .insert_one(doc! { "_id": "item", "state": "new" })
-        .await
-        .unwrap();
-    let (manager, log) = monitored_as(&fx, "holder", TTL).await;
-    let handle = work_items(&manager).await;
-    let item = handle.acquire("item").await.unwrap();
+    let (manager, item) = watched_holder(&fx, TTL).await;
     let old_token = item.lease().fencing_token();
-    wait_until_watching(&fx, &log).await;
     let unset = items(&fx)
         .update_one(doc! { "_id": "item" }, doc! { "$unset": { "_lease": "" } })
         .await
@@ -395,15 +401,8 @@ async fn a_lease_whose_lock_field_someone_removes_fires_its_token_and_cannot_com
 async fn a_lease_taken_over_after_expiry_fires_the_old_holders_token() {
     const TTL: Duration = Duration::from_secs(300);
     let fx = Fixture::new("dtakeover").await;
-    items(&fx)
-        .insert_one(doc! { "_id": "item", "state": "new" })
-        .await
-        .unwrap();
-    let (holder, log) = monitored_as(&fx, "holder", TTL).await;
-    let handle = work_items(&holder).await;
-    let mut item = handle.acquire("item").await.unwrap();
+    let (holder, mut item) = watched_holder(&fx, TTL).await;
     let old_token = item.lease().fencing_token();
-    wait_until_watching(&fx, &log).await;
     // As if the holder had stopped renewing long ago.
     items(&fx)
         .update_one(

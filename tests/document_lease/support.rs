@@ -28,6 +28,15 @@ pub(crate) fn items(fx: &Fixture) -> Collection<Document> {
     fx.db.collection(ITEMS)
 }
 
+/// Stores the work item `item` (a plain insert, as the user's other code
+/// would).
+pub(crate) async fn insert_item(fx: &Fixture, item: Document) {
+    items(fx)
+        .insert_one(item)
+        .await
+        .expect("insert the work item");
+}
+
 /// The work item `id` as stored (panics if there is none).
 pub(crate) async fn stored(fx: &Fixture, id: &str) -> Document {
     items(fx)

@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use mongo_lease::testkit::Standalone;
-use mongo_lease::{DocumentAcquireOptions, Error, LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{
+    DocumentAcquireOptions, Error, Lease, LockManager, LockManagerOptions, ReleaseOutcome,
+};
 use mongodb::bson::{Document, doc};
+use mongodb::{Client, Collection};
 
 use crate::common::{self, Fixture};
 use crate::support::{LONG_TTL as TTL, items_count, stored_lid};
@@ -279,6 +282,38 @@ async fn standalone_server_gives_unsupported() {
     manager.shutdown().await.unwrap();
 }
 
+/// Under `lease`, in one transaction: sets the state of the work item
+/// `item-1` to `state` and inserts the audit entry `audit_id` (its event
+/// the state).
+async fn set_state_audited(
+    lease: &Lease,
+    client: &Client,
+    workitems: &Collection<Document>,
+    audit: &Collection<Document>,
+    state: &'static str,
+    audit_id: &'static str,
+) -> mongo_lease::Result<()> {
+    lease
+        .with_transaction(client, (workitems, audit), |session, (workitems, audit)| {
+            async move {
+                workitems
+                    .update_one(
+                        doc! { "_id": "item-1" },
+                        doc! { "$set": { "state": state } },
+                    )
+                    .session(&mut *session)
+                    .await?;
+                audit
+                    .insert_one(doc! { "_id": audit_id, "event": state })
+                    .session(&mut *session)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await
+}
+
 /// An in-document lease fences a transaction the same way, by its lock
 /// field: the transaction commits while the lease is held (and renews the
 /// lock field, leaving the user's fields to the callback), and is refused
@@ -308,30 +343,16 @@ async fn in_document_lease_fences_a_transaction_by_its_lock_field() {
         .unwrap()
         .clone();
 
-    item.lease()
-        .with_transaction(
-            &fx.client,
-            (&workitems, &audit),
-            |session, (workitems, audit)| {
-                async move {
-                    workitems
-                        .update_one(
-                            doc! { "_id": "item-1" },
-                            doc! { "$set": { "state": "seen" } },
-                        )
-                        .session(&mut *session)
-                        .await?;
-                    audit
-                        .insert_one(doc! { "_id": "item-1", "event": "seen" })
-                        .session(&mut *session)
-                        .await?;
-                    Ok(())
-                }
-                .boxed()
-            },
-        )
-        .await
-        .expect("the transaction commits under the in-document lease");
+    set_state_audited(
+        item.lease(),
+        &fx.client,
+        &workitems,
+        &audit,
+        "seen",
+        "item-1",
+    )
+    .await
+    .expect("the transaction commits under the in-document lease");
     let stored = workitems
         .find_one(doc! { "_id": "item-1" })
         .await
@@ -353,30 +374,15 @@ async fn in_document_lease_fences_a_transaction_by_its_lock_field() {
         )
         .await
         .unwrap();
-    let result = item
-        .lease()
-        .with_transaction(
-            &fx.client,
-            (&workitems, &audit),
-            |session, (workitems, audit)| {
-                async move {
-                    workitems
-                        .update_one(
-                            doc! { "_id": "item-1" },
-                            doc! { "$set": { "state": "late" } },
-                        )
-                        .session(&mut *session)
-                        .await?;
-                    audit
-                        .insert_one(doc! { "_id": "item-1-late", "event": "late" })
-                        .session(&mut *session)
-                        .await?;
-                    Ok(())
-                }
-                .boxed()
-            },
-        )
-        .await;
+    let result = set_state_audited(
+        item.lease(),
+        &fx.client,
+        &workitems,
+        &audit,
+        "late",
+        "item-1-late",
+    )
+    .await;
     assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
     assert_eq!(
         workitems
