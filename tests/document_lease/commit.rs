@@ -348,6 +348,26 @@ async fn watched_holder(fx: &Fixture, ttl: Duration) -> (LockManager, DocumentLe
     (manager, item)
 }
 
+/// A manager with owner id `name` that gets the work item `item` at once
+/// (`try_acquire`: the lost lease left it free or expired), with a fencing
+/// token greater than the lost lease's `old_token`.
+async fn taken_at_once(
+    fx: &Fixture,
+    name: &str,
+    ttl: Duration,
+    old_token: u64,
+) -> (LockManager, DocumentLease<Document>) {
+    let manager = connect_as(fx, name, ttl).await;
+    let taken = work_items(&manager)
+        .await
+        .try_acquire("item")
+        .await
+        .unwrap()
+        .expect("the lost lease's item is taken at once");
+    assert!(taken.lease().fencing_token() > old_token);
+    (manager, taken)
+}
+
 /// Someone else's write removes the lock field of a held item (`$unset`):
 /// the holder's token fires without waiting for its next heartbeat, and
 /// its commit is refused with `LeaseLost`, writing nothing.
@@ -381,14 +401,7 @@ async fn a_lease_whose_lock_field_someone_removes_fires_its_token_and_cannot_com
     );
 
     // The item is free: the next lease has a greater token.
-    let other = connect_as(&fx, "other", TTL).await;
-    let next = work_items(&other)
-        .await
-        .try_acquire("item")
-        .await
-        .unwrap()
-        .expect("the item is free");
-    assert!(next.lease().fencing_token() > old_token);
+    let (other, next) = taken_at_once(&fx, "other", TTL, old_token).await;
     assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
@@ -411,14 +424,7 @@ async fn a_lease_taken_over_after_expiry_fires_the_old_holders_token() {
         )
         .await
         .unwrap();
-    let successor = connect_as(&fx, "successor", TTL).await;
-    let taken = work_items(&successor)
-        .await
-        .try_acquire("item")
-        .await
-        .unwrap()
-        .expect("an expired lease is taken over at once");
-    assert!(taken.lease().fencing_token() > old_token);
+    let (successor, taken) = taken_at_once(&fx, "successor", TTL, old_token).await;
     // A hang guard only (this takes milliseconds); below the heartbeat
     // interval, so only the takeover's change event can have found the loss.
     tokio::time::timeout(TTL / 6, item.lease().lost())

@@ -4,12 +4,10 @@
 //! them without a server; what the server sends is tested against a real
 //! `mongod` (`tests/document_lease/protocol.rs`).
 
-use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, doc};
-use uuid::Uuid;
 
+use super::super::pipeline::{event_key, read_lease_id};
 use super::pipeline::Paths;
-use crate::key::LeaseKey;
 use crate::store::{KeyWrite, field};
 
 /// The change-stream stages of `watch_releases` on a user collection: the
@@ -58,19 +56,8 @@ pub(super) fn release_events_pipeline(paths: &Paths) -> [Document; 2] {
 /// Reads one event of [`release_events_pipeline`]. `None` for an event of
 /// another kind, or one missing the fields its kind carries.
 pub(super) fn key_write(paths: &Paths, event: &Document) -> Option<KeyWrite> {
-    let key = LeaseKey::from(
-        event
-            .get_document("documentKey")
-            .ok()?
-            .get(field::ID)?
-            .clone(),
-    );
-    let lease_id = |value: Option<&Bson>| match value {
-        Some(Bson::Binary(b)) if b.subtype == BinarySubtype::Uuid => {
-            Uuid::from_slice(&b.bytes).ok()
-        }
-        _ => None,
-    };
+    let key = event_key(event)?;
+    let lease_id = read_lease_id;
     let owner = |value: Option<&Bson>| value.and_then(Bson::as_str).map(str::to_string);
     match event.get_str("operationType").ok()? {
         "delete" => Some(KeyWrite {
