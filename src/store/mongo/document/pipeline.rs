@@ -335,11 +335,10 @@ mod tests {
     use super::fixtures::{LID, lease, paths};
     use super::*;
 
-    #[test]
-    fn acquire_merges_the_lock_field_into_the_document_and_never_replaces_it() {
-        let pipeline = acquire_pipeline(&paths(), "me", 5_000, LID, false, None);
-        assert_eq!(pipeline.len(), 1);
-        let cond = pipeline[0]
+    /// The `$cond` of an acquire stage's `$replaceWith`, and the
+    /// `$mergeObjects` of its winning branch.
+    fn cond_and_took(stage: &Document) -> (&Vec<Bson>, &Vec<Bson>) {
+        let cond = stage
             .get_document("$replaceWith")
             .unwrap()
             .get_array("$cond")
@@ -349,6 +348,14 @@ mod tests {
             .unwrap()
             .get_array("$mergeObjects")
             .unwrap();
+        (cond, took)
+    }
+
+    #[test]
+    fn acquire_merges_the_lock_field_into_the_document_and_never_replaces_it() {
+        let pipeline = acquire_pipeline(&paths(), "me", 5_000, LID, false, None);
+        assert_eq!(pipeline.len(), 1);
+        let (cond, took) = cond_and_took(&pipeline[0]);
         assert_eq!(took[0], Bson::from("$$ROOT"));
         let acquired = took[1]
             .as_document()
@@ -388,16 +395,7 @@ mod tests {
     #[test]
     fn acquire_follows_the_token_rule_under_the_lock_field() {
         let pipeline = acquire_pipeline(&paths(), "me", 5_000, LID, false, None);
-        let cond = pipeline[0]
-            .get_document("$replaceWith")
-            .unwrap()
-            .get_array("$cond")
-            .unwrap();
-        let took = cond[1]
-            .as_document()
-            .unwrap()
-            .get_array("$mergeObjects")
-            .unwrap();
+        let (_, took) = cond_and_took(&pipeline[0]);
         let token = took[1]
             .as_document()
             .unwrap()
@@ -435,11 +433,7 @@ mod tests {
                 "$$ROOT",
             ]}}
         );
-        let cond = pipeline[1]
-            .get_document("$replaceWith")
-            .unwrap()
-            .get_array("$cond")
-            .unwrap();
+        let (cond, _) = cond_and_took(&pipeline[1]);
         assert_eq!(
             cond[2],
             Bson::from(doc! { "$cond": [
