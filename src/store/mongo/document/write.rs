@@ -4,7 +4,8 @@
 //! pipeline with what leaves the lock field `F` kept, removed or released.
 //! Pure functions of their arguments: the unit tests below check their
 //! shape without a server; what the server does with them is tested against
-//! a real `mongod` (`tests/document_lease/protocol.rs`, `commit.rs`).
+//! a real `mongod` (`tests/document_lease/`: `protocol.rs`, `commit.rs`,
+//! `api.rs`).
 
 use mongodb::bson::{Bson, DateTime, Document, doc};
 
