@@ -5,12 +5,20 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "document_lease/support.rs"]
+mod support;
 
+#[path = "document_lease/api.rs"]
+mod api;
 #[path = "document_lease/commit.rs"]
 mod commit;
+#[path = "document_lease/creation.rs"]
+mod creation;
 #[path = "document_lease/fence.rs"]
 mod fence;
 #[path = "document_lease/protocol.rs"]
 mod protocol;
 #[path = "document_lease/transaction.rs"]
 mod transaction;
+#[path = "document_lease/transaction_retry.rs"]
+mod transaction_retry;

@@ -138,15 +138,7 @@ impl Actor {
                     if let Some(state) = self.keys.get_mut(&key) {
                         state.releases_in_flight += 1;
                     }
-                    let release = self.store(key.place).release(vec![LeaseRef {
-                        key: key.key.clone(),
-                        lease_id,
-                    }]);
-                    self.spawn_store(release, |result| Event::Released {
-                        result,
-                        key,
-                        respond_to: None,
-                    });
+                    self.send_release(key, lease_id, None);
                     return;
                 }
                 Err(error)

@@ -121,6 +121,18 @@ impl Actor {
             .entry(key.clone())
             .or_insert_with(KeyState::new)
             .releases_in_flight += 1;
+        self.send_release(key, lease_id, respond_to);
+    }
+
+    /// Sends the release of one lease to its place's store; the outcome
+    /// comes back as [`Event::Released`]. The caller counts it in
+    /// `releases_in_flight`.
+    pub(super) fn send_release(
+        &mut self,
+        key: Target,
+        lease_id: Uuid,
+        respond_to: Option<Reply<ReleaseOutcome>>,
+    ) {
         let release = self.store(key.place).release(vec![LeaseRef {
             key: key.key.clone(),
             lease_id,

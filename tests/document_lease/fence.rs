@@ -1,17 +1,12 @@
 //! The fence helper: single-document writes that apply only under a token
 //! not smaller than the stored one.
 
-use std::time::Duration;
-
 use mongo_lease::{Fence, ReleaseOutcome};
 use mongodb::Collection;
 use mongodb::bson::{Document, doc};
 
 use crate::common::Fixture;
-
-/// Long enough that no heartbeat renews a lease while a test runs: the
-/// tests decide when a lease expires.
-const TTL: Duration = Duration::from_secs(300);
+use crate::support::LONG_TTL as TTL;
 
 /// The user's write to `results` document `id`, fenced by `fence` on the
 /// field `fence`: sets `by`, counts `writes`. The number of documents it

@@ -3,33 +3,18 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, Error, LockManager};
-use mongodb::Collection;
+use mongo_lease::{DocumentAcquireOptions, DocumentLease, Error, LockManager};
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, DateTime, Document, doc};
 
-use crate::common::{self, Fixture};
+use crate::common::{self, CommandLog, Fixture};
+use crate::support::{ITEMS, insert_item, items, stored};
 
 /// The lease TTL: a heartbeat every second.
 const TTL: Duration = Duration::from_secs(3);
 /// Turns a hang into a failure; every wait below takes milliseconds (a
 /// heartbeat interval at most).
 const WAIT: Duration = Duration::from_secs(30);
-const COLLECTION: &str = "workitem";
-
-fn workitems(fx: &Fixture) -> Collection<Document> {
-    fx.db.collection(COLLECTION)
-}
-
-/// The stored document under `id` (panics if there is none).
-async fn stored(fx: &Fixture, id: &str) -> Document {
-    workitems(fx)
-        .find_one(doc! { "_id": id })
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("no document {id:?}"))
-}
-
 /// The bytes of `doc` without its lock field `_lease`: the user's fields,
 /// in their order.
 fn user_bytes(doc: &Document) -> Vec<u8> {
@@ -65,8 +50,8 @@ async fn the_lock_field_holds_the_lock_collections_schema_and_user_fields_surviv
     let fx = Fixture::new("doc_schema").await;
     let m = fx.manager(TTL).await;
     let original = user_document("w1");
-    workitems(&fx).insert_one(original.clone()).await.unwrap();
-    let docs = m.documents::<Document>(COLLECTION).await.unwrap();
+    insert_item(&fx, original.clone()).await;
+    let docs = m.documents::<Document>(ITEMS).await.unwrap();
 
     let lease = docs.acquire("w1").await.unwrap();
     assert_eq!(user_bytes(lease.raw_document()), user_bytes(&original));
@@ -149,11 +134,11 @@ async fn release_on_drop_and_on_shutdown_removes_only_the_lock_field() {
     let fx = Fixture::new("doc_drop").await;
     let m = fx.manager(TTL).await;
     let (first, second) = (user_document("a"), user_document("b"));
-    workitems(&fx)
+    items(&fx)
         .insert_many([first.clone(), second.clone()])
         .await
         .unwrap();
-    let docs = m.documents::<Document>(COLLECTION).await.unwrap();
+    let docs = m.documents::<Document>(ITEMS).await.unwrap();
     let dropped = docs.acquire("a").await.unwrap();
     let _kept = docs.acquire("b").await.unwrap();
     assert!(stored(&fx, "a").await.contains_key("_lease"));
@@ -177,7 +162,7 @@ async fn release_on_drop_and_on_shutdown_removes_only_the_lock_field() {
 async fn a_missing_document_without_create_is_not_found_and_nothing_is_inserted() {
     let fx = Fixture::new("doc_missing").await;
     let m = fx.manager(TTL).await;
-    let docs = m.documents::<Document>(COLLECTION).await.unwrap();
+    let docs = m.documents::<Document>(ITEMS).await.unwrap();
     match docs.try_acquire("ghost").await {
         Err(Error::DocumentNotFound { id, .. }) => {
             assert_eq!(id, mongo_lease::LeaseKey::from("ghost"));
@@ -188,7 +173,7 @@ async fn a_missing_document_without_create_is_not_found_and_nothing_is_inserted(
         Err(Error::DocumentNotFound { .. }) => {}
         other => panic!("expected DocumentNotFound, got {other:?}"),
     }
-    assert_eq!(workitems(&fx).count_documents(doc! {}).await.unwrap(), 0);
+    assert_eq!(items(&fx).count_documents(doc! {}).await.unwrap(), 0);
 
     // With `create`, the document is inserted with those fields, once.
     let options = || {
@@ -211,7 +196,7 @@ async fn a_missing_document_without_create_is_not_found_and_nothing_is_inserted(
     );
     drop(again);
     shutdown(m).await;
-    assert_eq!(workitems(&fx).count_documents(doc! {}).await.unwrap(), 1);
+    assert_eq!(items(&fx).count_documents(doc! {}).await.unwrap(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,8 +213,8 @@ async fn a_users_own_lease_field_of_foreign_shape_is_held_and_never_modified() {
         doc! { "_id": "empty", "_lease": {} },
         doc! { "_id": "array", "_lease": [{ "tok": 1_i64, "exp": DateTime::from_millis(0) }] },
     ];
-    workitems(&fx).insert_many(foreign.clone()).await.unwrap();
-    let docs = m.documents::<Document>(COLLECTION).await.unwrap();
+    items(&fx).insert_many(foreign.clone()).await.unwrap();
+    let docs = m.documents::<Document>(ITEMS).await.unwrap();
     for original in &foreign {
         let id = original.get_str("_id").unwrap();
         assert!(
@@ -261,7 +246,7 @@ async fn fencing_tokens_strictly_increase_over_tight_acquire_commit_cycles_and_l
 {
     let fx = Fixture::new("doc_tokens").await;
     let m = fx.manager(TTL).await;
-    let docs = m.documents::<Document>(COLLECTION).await.unwrap();
+    let docs = m.documents::<Document>(ITEMS).await.unwrap();
     let create = || {
         DocumentAcquireOptions::builder()
             .create(doc! { "n": 0 })
@@ -296,11 +281,11 @@ async fn a_lease_held_longer_than_the_minimum_token_age_leaves_no_lock_field_aft
  {
     let fx = Fixture::new("doc_old").await;
     let m = fx.manager(TTL).await;
-    workitems(&fx)
+    items(&fx)
         .insert_many([user_document("c"), user_document("r"), user_document("p")])
         .await
         .unwrap();
-    let docs = m.documents::<Document>(COLLECTION).await.unwrap();
+    let docs = m.documents::<Document>(ITEMS).await.unwrap();
     let committed = docs.acquire("c").await.unwrap();
     let released = docs.acquire("r").await.unwrap();
     let piped = docs.acquire("p").await.unwrap();
@@ -343,11 +328,8 @@ async fn a_lease_held_longer_than_the_minimum_token_age_leaves_no_lock_field_aft
 async fn an_update_pipeline_under_the_lease_keeps_the_lock_field_whatever_its_stages_do() {
     let fx = Fixture::new("doc_pipeline").await;
     let m = fx.manager(TTL).await;
-    workitems(&fx)
-        .insert_one(doc! { "_id": "w", "n": 1 })
-        .await
-        .unwrap();
-    let docs = m.documents::<Document>(COLLECTION).await.unwrap();
+    insert_item(&fx, doc! { "_id": "w", "n": 1 }).await;
+    let docs = m.documents::<Document>(ITEMS).await.unwrap();
     let mut lease = docs.acquire("w").await.unwrap();
     let before = stored(&fx, "w")
         .await
@@ -405,28 +387,40 @@ fn streamed_events(log: &common::CommandLog) -> usize {
         .sum()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewals_emit_no_change_event_and_a_commit_wakes_another_managers_waiter_at_once() {
-    let fx = Fixture::new("doc_wake").await;
-    workitems(&fx)
-        .insert_one(doc! { "_id": "w", "state": "new" })
-        .await
-        .unwrap();
+/// A manager holding the work item `w`, and another (as another process)
+/// whose client logs its commands and that polls an hour apart: within a
+/// test, only its change stream can wake its waiter. Returns the holder,
+/// the waiting manager, its command log and the held lease.
+async fn held_and_a_slow_waiter(
+    fx: &Fixture,
+) -> (
+    LockManager,
+    LockManager,
+    CommandLog,
+    DocumentLease<Document>,
+) {
     let holder = fx.manager(TTL).await;
     let (mut options, log) = fx.monitored_options(TTL, "").await;
-    // Polls far apart: within the test, only the change stream can wake it.
     options.retry_initial = Duration::from_secs(3600);
     options.retry_max = Duration::from_secs(3600);
     let waiter = LockManager::connect(options).await.unwrap();
     let held = holder
-        .documents::<Document>(COLLECTION)
+        .documents::<Document>(ITEMS)
         .await
         .unwrap()
         .acquire("w")
         .await
         .unwrap();
+    (holder, waiter, log, held)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_emit_no_change_event_and_a_commit_wakes_another_managers_waiter_at_once() {
+    let fx = Fixture::new("doc_wake").await;
+    insert_item(&fx, doc! { "_id": "w", "state": "new" }).await;
+    let (holder, waiter, log, held) = held_and_a_slow_waiter(&fx).await;
     let waiting = tokio::spawn({
-        let docs = waiter.documents::<Document>(COLLECTION).await.unwrap();
+        let docs = waiter.documents::<Document>(ITEMS).await.unwrap();
         async move { docs.acquire("w").await }
     });
     // The waiter's attempt marked the lease (`_lease.wt`), and its stream
@@ -499,24 +493,10 @@ async fn renewals_emit_no_change_event_and_a_commit_wakes_another_managers_waite
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_delete_of_the_document_wakes_another_managers_waiter_at_once() {
     let fx = Fixture::new("doc_delete_wake").await;
-    workitems(&fx)
-        .insert_one(doc! { "_id": "w" })
-        .await
-        .unwrap();
-    let holder = fx.manager(TTL).await;
-    let (mut options, log) = fx.monitored_options(TTL, "").await;
-    options.retry_initial = Duration::from_secs(3600);
-    options.retry_max = Duration::from_secs(3600);
-    let waiter = LockManager::connect(options).await.unwrap();
-    let held = holder
-        .documents::<Document>(COLLECTION)
-        .await
-        .unwrap()
-        .acquire("w")
-        .await
-        .unwrap();
+    insert_item(&fx, doc! { "_id": "w" }).await;
+    let (holder, waiter, log, held) = held_and_a_slow_waiter(&fx).await;
     let waiting = tokio::spawn({
-        let docs = waiter.documents::<Document>(COLLECTION).await.unwrap();
+        let docs = waiter.documents::<Document>(ITEMS).await.unwrap();
         let create = DocumentAcquireOptions::builder()
             .create(doc! { "state": "recreated" })
             .build();
@@ -535,10 +515,7 @@ async fn a_users_delete_of_the_document_wakes_another_managers_waiter_at_once() 
             .contains_key("wt")
     })
     .await;
-    let deleted = workitems(&fx)
-        .delete_one(doc! { "_id": "w" })
-        .await
-        .unwrap();
+    let deleted = items(&fx).delete_one(doc! { "_id": "w" }).await.unwrap();
     assert_eq!(deleted.deleted_count, 1);
     let lease = tokio::time::timeout(WAIT, waiting)
         .await
@@ -574,7 +551,7 @@ async fn concurrent_creating_acquires_of_managers_create_the_document_once_with_
             .map(|m| {
                 let (m, id, start) = (m.clone(), id.clone(), start.clone());
                 tokio::spawn(async move {
-                    let docs = m.documents::<Document>(COLLECTION).await.unwrap();
+                    let docs = m.documents::<Document>(ITEMS).await.unwrap();
                     let create = DocumentAcquireOptions::builder()
                         .create(doc! { "state": "created", "by": m.owner_id() })
                         .build();
@@ -601,7 +578,7 @@ async fn concurrent_creating_acquires_of_managers_create_the_document_once_with_
             "round {round}: the winner's fields and lock: {stored}"
         );
         assert_eq!(
-            workitems(&fx)
+            items(&fx)
                 .count_documents(doc! { "_id": &id })
                 .await
                 .unwrap(),
@@ -623,7 +600,7 @@ async fn a_takeover_by_another_manager_makes_the_holders_token_fire_before_its_n
     let filler = "x".repeat(2_000);
     // A small document (the takeover may be logged as a replacement) and a
     // large one (logged as an update of `_lease.aid`, `_lease.lid`, ...).
-    workitems(&fx)
+    items(&fx)
         .insert_many([
             doc! { "_id": "small" },
             doc! { "_id": "large", "filler": filler },
@@ -632,14 +609,14 @@ async fn a_takeover_by_another_manager_makes_the_holders_token_fire_before_its_n
         .unwrap();
     let holder = fx.manager(LONG_TTL).await;
     let other = fx.manager(TTL).await;
-    let held = holder.documents::<Document>(COLLECTION).await.unwrap();
-    let taking = other.documents::<Document>(COLLECTION).await.unwrap();
+    let held = holder.documents::<Document>(ITEMS).await.unwrap();
+    let taking = other.documents::<Document>(ITEMS).await.unwrap();
     for id in ["small", "large"] {
         let lease = held.acquire(id).await.unwrap();
         let before = stored(&fx, id).await;
         // The lease expires on the server (as if its holder had frozen):
         // a write of `_lease.exp` only, which announces nothing.
-        workitems(&fx)
+        items(&fx)
             .update_one(
                 doc! { "_id": id },
                 doc! { "$set": { "_lease.exp": DateTime::from_millis(0) } },

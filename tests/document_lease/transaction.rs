@@ -1,31 +1,26 @@
 //! The transaction helper: writes committed only while the lease is held,
-//! transient transaction errors retried, a clear error on a standalone server.
+//! in-document leases fencing a transaction, snapshot reads and majority
+//! commits, a clear error on a standalone server. The retries are in
+//! `transaction_retry.rs`.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
 use mongo_lease::testkit::Standalone;
-use mongo_lease::{DocumentAcquireOptions, Error, LockManager, LockManagerOptions, ReleaseOutcome};
-use mongodb::bson::{Bson, Document, doc};
-use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
+use mongo_lease::{
+    DocumentAcquireOptions, Error, Lease, LockManager, LockManagerOptions, ReleaseOutcome,
+};
+use mongodb::bson::{Document, doc};
+use mongodb::{Client, Collection};
 
 use crate::common::{self, Fixture};
-
-/// Long enough that no heartbeat (every TTL / 3) renews a lease while a
-/// test runs (a test takes well under a second, so this is over 100x that):
-/// the tests decide when the lock document changes.
-const TTL: Duration = Duration::from_secs(300);
+use crate::support::{LONG_TTL as TTL, items_count, stored_lid};
 
 /// How long a lost lease's token may take to fire: it fires within
 /// milliseconds (a change event or the helper's check); this only turns a
 /// hang into a failure.
 const LOST_WITHIN: Duration = Duration::from_secs(30);
-
-/// The lease id stored in the lock document of `key`, if any.
-async fn stored_lid(fx: &Fixture, key: &str) -> Option<Bson> {
-    fx.doc(key).await.get("lid").cloned()
-}
 
 /// The happy path: the callback's writes are committed, its value comes
 /// back, and the lease stays held (renewed by the check, under its lease
@@ -237,139 +232,6 @@ async fn holder_whose_lease_is_taken_over_during_the_transaction_cannot_commit()
     holder.shutdown().await.unwrap();
 }
 
-/// A write conflict on the user's own document (another client's write,
-/// committed after the transaction's snapshot, to a document the
-/// transaction then writes) is a `TransientTransactionError`: the whole
-/// transaction runs again, and commits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn write_conflict_on_the_users_document_is_retried_and_commits() {
-    let fx = Fixture::new("txn_conflict").await;
-    let manager = fx.manager(TTL).await;
-    let items = fx.db.collection::<Document>("items");
-    items
-        .insert_one(doc! { "_id": 1, "n": 0, "outside": 0 })
-        .await
-        .expect("seed");
-    let lease = manager.acquire("job").await.unwrap();
-
-    let runs = AtomicU32::new(0);
-    let first_error = std::sync::Mutex::new(None::<mongodb::error::Error>);
-    let result = lease
-        .with_transaction(
-            &fx.client,
-            (&items, &runs, &first_error),
-            |session, (items, runs, first_error)| {
-                async move {
-                    let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
-                    // The transaction's snapshot.
-                    items
-                        .find_one(doc! { "_id": 1 })
-                        .session(&mut *session)
-                        .await?;
-                    if run == 1 {
-                        // Another client's write, committed after the snapshot.
-                        items
-                            .update_one(doc! { "_id": 1 }, doc! { "$inc": { "outside": 1 } })
-                            .await
-                            .expect("the outside write");
-                    }
-                    let written = items
-                        .update_one(doc! { "_id": 1 }, doc! { "$inc": { "n": 1 } })
-                        .session(&mut *session)
-                        .await;
-                    if let Err(error) = &written {
-                        first_error.lock().unwrap().get_or_insert(error.clone());
-                    }
-                    written?;
-                    Ok(run)
-                }
-                .boxed()
-            },
-        )
-        .await;
-
-    assert_eq!(result.expect("committed after a retry"), 2);
-    let error = first_error
-        .into_inner()
-        .unwrap()
-        .expect("the first run conflicted");
-    assert!(
-        error.contains_label(TRANSIENT_TRANSACTION_ERROR),
-        "a write conflict is a transient transaction error: {error}"
-    );
-    assert_eq!(
-        items.find_one(doc! { "_id": 1 }).await.unwrap().unwrap(),
-        doc! { "_id": 1, "n": 1, "outside": 1 },
-        "the committed run's write, once, and the outside write"
-    );
-    assert!(!lease.is_lost());
-    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-    manager.shutdown().await.unwrap();
-}
-
-/// A renewal of the lease (here played by a driver write doing what the
-/// heartbeat does) that lands while the callback runs makes the check
-/// conflict: the transaction runs again and commits, and the lease stays
-/// held.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewal_during_the_callback_makes_the_check_conflict_and_the_transaction_retry() {
-    let fx = Fixture::new("txn_renewal").await;
-    let manager = fx.manager(TTL).await;
-    let items = fx.db.collection::<Document>("items");
-    let lease = manager.acquire("job").await.unwrap();
-    let lid = stored_lid(&fx, "job").await.unwrap();
-
-    let runs = AtomicU32::new(0);
-    let result = lease
-        .with_transaction(
-            &fx.client,
-            (&items, &runs, &fx, &lid),
-            |session, (items, runs, fx, lid)| {
-                async move {
-                    let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
-                    items
-                        .insert_one(doc! { "_id": run, "run": run })
-                        .session(&mut *session)
-                        .await?;
-                    if run == 1 {
-                        // The heartbeat's renewal, committed after the
-                        // transaction's snapshot.
-                        let renewed = fx
-                            .raw()
-                            .update_one(
-                                doc! { "_id": "job", "lid": (*lid).clone() },
-                                vec![doc! { "$set": {
-                                    "ts": "$$NOW",
-                                    "exp": { "$add": ["$$NOW", TTL.as_millis() as i64] },
-                                } }],
-                            )
-                            .await
-                            .expect("the renewal");
-                        assert_eq!(renewed.matched_count, 1);
-                    }
-                    Ok(run)
-                }
-                .boxed()
-            },
-        )
-        .await;
-
-    assert_eq!(result.expect("committed after a retry"), 2);
-    assert_eq!(
-        items.count_documents(doc! {}).await.unwrap(),
-        1,
-        "only the committed run's write is visible"
-    );
-    assert_eq!(
-        items.find_one(doc! {}).await.unwrap().unwrap(),
-        doc! { "_id": 2, "run": 2 }
-    );
-    assert!(!lease.is_lost());
-    assert_eq!(fx.doc("job").await.get("lid"), Some(&lid));
-    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-    manager.shutdown().await.unwrap();
-}
-
 /// A standalone server has no transactions: `Error::Unsupported` with the
 /// server's reason (the callback's first command fails), and nothing is
 /// written.
@@ -420,6 +282,38 @@ async fn standalone_server_gives_unsupported() {
     manager.shutdown().await.unwrap();
 }
 
+/// Under `lease`, in one transaction: sets the state of the work item
+/// `item-1` to `state` and inserts the audit entry `audit_id` (its event
+/// the state).
+async fn set_state_audited(
+    lease: &Lease,
+    client: &Client,
+    workitems: &Collection<Document>,
+    audit: &Collection<Document>,
+    state: &'static str,
+    audit_id: &'static str,
+) -> mongo_lease::Result<()> {
+    lease
+        .with_transaction(client, (workitems, audit), |session, (workitems, audit)| {
+            async move {
+                workitems
+                    .update_one(
+                        doc! { "_id": "item-1" },
+                        doc! { "$set": { "state": state } },
+                    )
+                    .session(&mut *session)
+                    .await?;
+                audit
+                    .insert_one(doc! { "_id": audit_id, "event": state })
+                    .session(&mut *session)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await
+}
+
 /// An in-document lease fences a transaction the same way, by its lock
 /// field: the transaction commits while the lease is held (and renews the
 /// lock field, leaving the user's fields to the callback), and is refused
@@ -449,30 +343,16 @@ async fn in_document_lease_fences_a_transaction_by_its_lock_field() {
         .unwrap()
         .clone();
 
-    item.lease()
-        .with_transaction(
-            &fx.client,
-            (&workitems, &audit),
-            |session, (workitems, audit)| {
-                async move {
-                    workitems
-                        .update_one(
-                            doc! { "_id": "item-1" },
-                            doc! { "$set": { "state": "seen" } },
-                        )
-                        .session(&mut *session)
-                        .await?;
-                    audit
-                        .insert_one(doc! { "_id": "item-1", "event": "seen" })
-                        .session(&mut *session)
-                        .await?;
-                    Ok(())
-                }
-                .boxed()
-            },
-        )
-        .await
-        .expect("the transaction commits under the in-document lease");
+    set_state_audited(
+        item.lease(),
+        &fx.client,
+        &workitems,
+        &audit,
+        "seen",
+        "item-1",
+    )
+    .await
+    .expect("the transaction commits under the in-document lease");
     let stored = workitems
         .find_one(doc! { "_id": "item-1" })
         .await
@@ -494,30 +374,15 @@ async fn in_document_lease_fences_a_transaction_by_its_lock_field() {
         )
         .await
         .unwrap();
-    let result = item
-        .lease()
-        .with_transaction(
-            &fx.client,
-            (&workitems, &audit),
-            |session, (workitems, audit)| {
-                async move {
-                    workitems
-                        .update_one(
-                            doc! { "_id": "item-1" },
-                            doc! { "$set": { "state": "late" } },
-                        )
-                        .session(&mut *session)
-                        .await?;
-                    audit
-                        .insert_one(doc! { "_id": "item-1-late", "event": "late" })
-                        .session(&mut *session)
-                        .await?;
-                    Ok(())
-                }
-                .boxed()
-            },
-        )
-        .await;
+    let result = set_state_audited(
+        item.lease(),
+        &fx.client,
+        &workitems,
+        &audit,
+        "late",
+        "item-1-late",
+    )
+    .await;
     assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
     assert_eq!(
         workitems
@@ -621,132 +486,4 @@ async fn transaction_reads_a_snapshot_checks_the_lock_and_commits_with_majority(
     assert_eq!(items_count(&fx).await, 1);
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
-}
-
-async fn items_count(fx: &Fixture) -> u64 {
-    fx.db
-        .collection::<Document>("items")
-        .count_documents(doc! {})
-        .await
-        .unwrap()
-}
-
-/// The commit's own retries, provoked by the server's `failCommand` fail
-/// point (on a replica set of its own, started with test commands
-/// enabled): a commit that fails with a retryable error (89,
-/// NetworkTimeout) twice carries `UnknownTransactionCommitResult` and
-/// is sent again, without running the callback again; a commit that fails
-/// with the `TransientTransactionError` label runs the whole transaction
-/// again. Each time the callback's write is committed once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commit_errors_are_retried_as_the_driver_documents() {
-    use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
-    use mongodb::event::{EventHandler, command::CommandEvent};
-    let rs = ReplicaSet::start(
-        ReplicaSetOptions::default()
-            .extra_arg("--setParameter")
-            .extra_arg("enableTestCommands=1"),
-    )
-    .await
-    .expect("a replica set with test commands");
-    let commits = std::sync::Arc::new(AtomicU32::new(0));
-    let mut options = mongodb::options::ClientOptions::parse(rs.uri())
-        .await
-        .unwrap();
-    let sink = commits.clone();
-    options.command_event_handler = Some(EventHandler::callback(move |event| {
-        if let CommandEvent::Started(started) = event {
-            if started.command_name == "commitTransaction" {
-                sink.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    }));
-    let client = mongodb::Client::with_options(options).unwrap();
-    let manager_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
-            .database(manager_client.database("app"))
-            .collection("workitem.lock")
-            .ttl(TTL)
-            .build(),
-    )
-    .await
-    .unwrap();
-    let items = client.database("app").collection::<Document>("items");
-    let lease = manager.acquire("job").await.unwrap();
-    let admin = client.database("admin");
-
-    // Unknown commit result: the driver sends the commit twice (its own
-    // retry of a retryable error), both fail; the helper sends it again.
-    admin
-        .run_command(doc! {
-            "configureFailPoint": "failCommand",
-            "mode": { "times": 2 },
-            "data": { "failCommands": ["commitTransaction"], "errorCode": 89 },
-        })
-        .await
-        .expect("the fail point");
-    let runs = AtomicU32::new(0);
-    insert_in_transaction(&lease, &client, &items, 1, &runs)
-        .await
-        .expect("committed by the third commit");
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the callback ran once");
-    assert_eq!(commits.load(Ordering::SeqCst), 3);
-
-    // A transient error on the commit: the whole transaction runs again.
-    commits.store(0, Ordering::SeqCst);
-    admin
-        .run_command(doc! {
-            "configureFailPoint": "failCommand",
-            "mode": { "times": 1 },
-            "data": {
-                "failCommands": ["commitTransaction"],
-                "errorCode": 112,
-                "errorLabels": ["TransientTransactionError"],
-            },
-        })
-        .await
-        .expect("the fail point");
-    let runs = AtomicU32::new(0);
-    insert_in_transaction(&lease, &client, &items, 2, &runs)
-        .await
-        .expect("committed by the second run");
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "the callback ran again");
-    assert_eq!(commits.load(Ordering::SeqCst), 2);
-
-    let mut ids: Vec<i32> = Vec::new();
-    let mut cursor = items.find(doc! {}).await.unwrap();
-    while cursor.advance().await.unwrap() {
-        ids.push(cursor.current().get_i32("_id").unwrap());
-    }
-    ids.sort();
-    assert_eq!(ids, [1, 2], "each committed once");
-    assert!(!lease.is_lost());
-    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-    manager.shutdown().await.unwrap();
-    common::shut_down(vec![client, manager_client]);
-}
-
-/// Inserts `{_id: id}` into `items` in a transaction fenced by `lease`,
-/// counting the callback's runs in `runs`.
-async fn insert_in_transaction(
-    lease: &mongo_lease::Lease,
-    client: &mongodb::Client,
-    items: &mongodb::Collection<Document>,
-    id: i32,
-    runs: &AtomicU32,
-) -> mongo_lease::Result<()> {
-    lease
-        .with_transaction(client, (items, runs), move |session, (items, runs)| {
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                items
-                    .insert_one(doc! { "_id": id })
-                    .session(&mut *session)
-                    .await?;
-                Ok(())
-            }
-            .boxed()
-        })
-        .await
 }

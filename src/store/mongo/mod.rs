@@ -13,12 +13,18 @@
 //! - [`observe`]: observing one key (change stream, or polling);
 //! - [`transaction`]: the transaction helper's side: the caller's closure and
 //!   a check of the lease by a write to its lock, in one transaction on the
-//!   caller's client.
+//!   caller's client;
+//! - [`document`]: the same protocol inside the user's own documents
+//!   (in-document leases): `DocumentStore`, its builders (`pipeline`:
+//!   acquire, renewal and release; `write`: writes under a lease; `events`:
+//!   the change-stream stages and their reading), each pure and unit-tested
+//!   without a server.
 //!
 //! Dependencies go one way: `ops` uses `handle`, `pipeline` and `observe`;
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
-//! `transaction` uses `handle` and `pipeline`;
-//! `pipeline` and `handle` use none of their siblings.
+//! `transaction` uses `handle` and `pipeline`; `document` uses `handle`,
+//! `ops` (its retried updates and batch renewal) and `pipeline`; `pipeline`
+//! and `handle` use none of their siblings.
 
 mod document;
 mod handle;

@@ -9,8 +9,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryStreamExt};
+use mongodb::Collection;
 use mongodb::bson::{Bson, Document, doc};
-use mongodb::options::{FindOptions, Hint, ReturnDocument};
+use mongodb::options::{FindOptions, Hint, ReturnDocument, UpdateModifications};
 use uuid::Uuid;
 
 use super::handle::{MongoStore, is_duplicate_key, is_on_id_index};
@@ -29,6 +30,26 @@ use crate::store::{AcquireOutcome, Announcement, DELETE_DELAY, LeaseRef, Store, 
 
 /// How many times a failed idempotent write is tried in all.
 const WRITE_ATTEMPTS: u32 = 3;
+
+/// Runs the idempotent write `op` (which returns a count), trying again
+/// after a transient failure, up to [`WRITE_ATTEMPTS`] in all. Returns the
+/// count and whether an earlier attempt failed (and may have applied).
+async fn retried<Fut>(what: &str, op: impl Fn() -> Fut) -> Result<(u64, bool)>
+where
+    Fut: std::future::Future<Output = Result<u64>>,
+{
+    let mut attempt = 1;
+    loop {
+        match op().await {
+            Ok(count) => return Ok((count, attempt > 1)),
+            Err(e) if e.is_transient() && attempt < WRITE_ATTEMPTS => {
+                tracing::debug!(error = %e, attempt, "{what} outcome unknown; retrying");
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 /// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
 fn min_token_age_ms() -> i64 {
@@ -104,8 +125,23 @@ impl MongoStore {
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
+        self.renew_matching(self.coll(), filter, update, leases)
+            .await
+    }
+
+    /// Renews `leases` by `update` on the documents of `coll` that match
+    /// `filter` (one `updateMany`); returns the keys of those no longer
+    /// held. Also the in-document store's (`super::document`), on the
+    /// user's collection.
+    pub(super) async fn renew_matching(
+        &self,
+        coll: &Collection<Document>,
+        filter: Document,
+        update: Vec<Document>,
+        leases: Vec<LeaseRef>,
+    ) -> Result<Vec<LeaseKey>> {
         let result = self
-            .bounded(self.coll().update_many(filter.clone(), update))
+            .bounded(coll.update_many(filter.clone(), update))
             .await?;
         if result.matched_count as usize == leases.len() {
             return Ok(Vec::new());
@@ -113,8 +149,7 @@ impl MongoStore {
         // Some leases are gone; the result does not say which, so ask.
         let kept: HashSet<LeaseKey> = self
             .bounded(async {
-                self.coll()
-                    .find(filter)
+                coll.find(filter)
                     .projection(doc! { field::ID: 1 })
                     .await?
                     .try_collect::<Vec<Document>>()
@@ -131,36 +166,33 @@ impl MongoStore {
             .collect())
     }
 
-    /// Runs the idempotent write `op` (which returns a count), trying again
-    /// after a transient failure, up to [`WRITE_ATTEMPTS`] in all. Returns
-    /// the count and whether an earlier attempt failed (and may have applied).
-    async fn retried<Fut>(&self, what: &str, op: impl Fn() -> Fut) -> Result<(u64, bool)>
-    where
-        Fut: std::future::Future<Output = Result<u64>>,
-    {
-        let mut attempt = 1;
-        loop {
-            match op().await {
-                Ok(count) => return Ok((count, attempt > 1)),
-                Err(e) if e.is_transient() && attempt < WRITE_ATTEMPTS => {
-                    tracing::debug!(error = %e, attempt, "{what} outcome unknown; retrying");
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
     /// Marks the leases matching `filter` released ([`release_update`]):
     /// `updateOne` for a `single` lease (a retryable write), else `updateMany`.
     async fn mark_released(&self, filter: &Document, single: bool) -> Result<(u64, bool)> {
-        self.retried("release", move || async move {
-            let update = release_update(self.yield_ms());
+        let update = || release_update(self.yield_ms()).into();
+        self.update_matching(self.coll(), "release", filter, update, single)
+            .await
+    }
+
+    /// Applies `update` to the documents of `coll` matching `filter`
+    /// (`updateOne` for a `single` lease, a retryable write; else
+    /// `updateMany`), [`retried`]. The matched count, and whether an earlier
+    /// attempt failed. Also the in-document store's (`super::document`), on
+    /// the user's collection.
+    pub(super) async fn update_matching(
+        &self,
+        coll: &Collection<Document>,
+        what: &str,
+        filter: &Document,
+        update: impl Fn() -> UpdateModifications,
+        single: bool,
+    ) -> Result<(u64, bool)> {
+        retried(what, || async {
             let result = if single {
-                self.bounded(self.coll().update_one(filter.clone(), update))
+                self.bounded(coll.update_one(filter.clone(), update()))
                     .await
             } else {
-                self.bounded(self.coll().update_many(filter.clone(), update))
+                self.bounded(coll.update_many(filter.clone(), update()))
                     .await
             };
             result.map(|r| r.matched_count)
@@ -171,7 +203,7 @@ impl MongoStore {
     /// Deletes the documents matching `filter`: `deleteOne` for a `single`
     /// lease (a retryable write), else `deleteMany` (idempotent).
     async fn delete_matching(&self, filter: &Document, single: bool) -> Result<(u64, bool)> {
-        self.retried("delete", move || async move {
+        retried("delete", move || async move {
             let result = if single {
                 self.bounded(self.coll().delete_one(filter.clone())).await
             } else {

@@ -406,19 +406,8 @@ pub(super) fn release_events_pipeline() -> [Document; 2] {
 /// fields its kind carries (`documentKey._id`, `fullDocument`,
 /// `updateDescription`).
 pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
-    let key = LeaseKey::from(
-        event
-            .get_document("documentKey")
-            .ok()?
-            .get(field::ID)?
-            .clone(),
-    );
-    let lease_id = |doc: &Document| match doc.get(field::LEASE_ID) {
-        Some(Bson::Binary(b)) if b.subtype == BinarySubtype::Uuid => {
-            Uuid::from_slice(&b.bytes).ok()
-        }
-        _ => None,
-    };
+    let key = event_key(event)?;
+    let lease_id = |doc: &Document| read_lease_id(doc.get(field::LEASE_ID));
     let owner = |doc: &Document| doc.get_str(field::OWNER).ok().map(str::to_string);
     match event.get_str("operationType").ok()? {
         "delete" => Some(KeyWrite {
@@ -451,6 +440,24 @@ pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
                 lease_id: lease_id(updated),
                 owner: owner(updated),
             })
+        }
+        _ => None,
+    }
+}
+
+/// The key of a change event's document (`documentKey._id`). Also read by
+/// the in-document store's events (`document::events`).
+pub(super) fn event_key(event: &Document) -> Option<LeaseKey> {
+    let id = event.get_document("documentKey").ok()?.get(field::ID)?;
+    Some(LeaseKey::from(id.clone()))
+}
+
+/// A lease id as stored (a UUID binary, [`bson_lease_id`]); `None` for a
+/// missing value or one of another type.
+pub(super) fn read_lease_id(value: Option<&Bson>) -> Option<Uuid> {
+    match value {
+        Some(Bson::Binary(b)) if b.subtype == BinarySubtype::Uuid => {
+            Uuid::from_slice(&b.bytes).ok()
         }
         _ => None,
     }

@@ -18,27 +18,38 @@
 //! - nothing here creates an index in the user's collection; listing,
 //!   observing, force release and release by another owner id are not
 //!   offered (`Error::Unsupported`).
+//!
+//! The BSON it sends is built by pure functions, unit-tested without a
+//! server: `pipeline` (the lock field's paths, acquire, renewal, release,
+//! removal, the filters of leases, owners and payloads), `write` (the
+//! filters and updates of writes under a lease: `held_filter`,
+//! `write_operators`, `write_pipeline`) and `events` (the change-stream
+//! stages of `watch_releases` and `key_write`, which reads their events).
 
+mod events;
 mod pipeline;
+mod write;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt};
 use mongodb::Collection;
-use mongodb::bson::{Bson, DateTime, Document, doc};
+use mongodb::bson::{Bson, DateTime, Document};
 use mongodb::options::ReturnDocument;
 use uuid::Uuid;
 
+use self::events::{key_write, release_events_pipeline};
 use self::pipeline::{
-    DOCUMENT, LockAfter, Paths, acquire_pipeline, acquire_projection, held_filter,
-    held_removable_filter, held_waited_filter, id_filter, info_projection, key_write, keys_filter,
-    lease_filter, lock_view, owner_filter, payload_filter, payload_update, release_events_pipeline,
-    release_update, released_filter, removable_filter, remove_update, renew_update,
-    write_operators, write_pipeline,
+    DOCUMENT, Paths, acquire_pipeline, acquire_projection, id_filter, info_projection, keys_filter,
+    lease_filter, lock_view, owner_filter, payload_filter, payload_update, release_update,
+    released_filter, removable_filter, remove_update, renew_update,
+};
+use self::write::{
+    LockAfter, held_filter, held_removable_filter, held_waited_filter, write_operators,
+    write_pipeline,
 };
 use super::MongoStore;
 use super::handle::{is_duplicate_key, is_on_id_index};
@@ -48,11 +59,8 @@ use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{
-    AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store, field, lease_info,
+    AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store, lease_info,
 };
-
-/// How many times a failed idempotent write is tried in all.
-const WRITE_ATTEMPTS: u32 = 3;
 
 /// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
 fn min_token_age_ms() -> i64 {
@@ -213,79 +221,10 @@ impl DocumentStore {
     async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl: Duration) -> Result<Vec<LeaseKey>> {
         let filter = lease_filter(&self.paths, self.owner(), &leases);
         // Idempotent, judged by matchedCount (docs/mongodb-behaviour.md, B4).
-        let result = self
-            .locks
-            .bounded(
-                self.coll
-                    .update_many(filter.clone(), renew_update(&self.paths, ttl_ms(ttl))),
-            )
-            .await?;
-        if result.matched_count as usize == leases.len() {
-            return Ok(Vec::new());
-        }
-        let kept: HashSet<LeaseKey> = self
-            .locks
-            .bounded(async {
-                self.coll
-                    .find(filter)
-                    .projection(doc! { field::ID: 1 })
-                    .await?
-                    .try_collect::<Vec<Document>>()
-                    .await
-            })
-            .await?
-            .into_iter()
-            .filter_map(|d| d.get(field::ID).cloned().map(LeaseKey::from))
-            .collect();
-        Ok(leases
-            .into_iter()
-            .filter(|l| !kept.contains(&l.key))
-            .map(|l| l.key)
-            .collect())
-    }
-
-    /// Runs the idempotent write `op` (which returns a count), again after a
-    /// transient failure, up to [`WRITE_ATTEMPTS`] in all. Returns the count
-    /// and whether an earlier attempt failed (and may have applied).
-    async fn retried<Fut>(&self, what: &str, op: impl Fn() -> Fut) -> Result<(u64, bool)>
-    where
-        Fut: std::future::Future<Output = Result<u64>>,
-    {
-        let mut attempt = 1;
-        loop {
-            match op().await {
-                Ok(count) => return Ok((count, attempt > 1)),
-                Err(e) if e.is_transient() && attempt < WRITE_ATTEMPTS => {
-                    tracing::debug!(error = %e, attempt, "{what} outcome unknown; retrying");
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Applies `update` to the documents matching `filter` (`updateOne` for
-    /// a `single` lease, a retryable write; else `updateMany`), retried.
-    async fn update_matching(
-        &self,
-        what: &str,
-        filter: &Document,
-        update: impl Fn() -> mongodb::options::UpdateModifications,
-        single: bool,
-    ) -> Result<(u64, bool)> {
-        self.retried(what, || async {
-            let result = if single {
-                self.locks
-                    .bounded(self.coll.update_one(filter.clone(), update()))
-                    .await
-            } else {
-                self.locks
-                    .bounded(self.coll.update_many(filter.clone(), update()))
-                    .await
-            };
-            result.map(|r| r.matched_count)
-        })
-        .await
+        let update = renew_update(&self.paths, ttl_ms(ttl));
+        self.locks
+            .renew_matching(&self.coll, filter, update, leases)
+            .await
     }
 
     /// Releases the leases matching `filter` as the lock collection does in
@@ -296,7 +235,9 @@ impl DocumentStore {
     async fn release_matching(&self, filter: Document, single: bool) -> Result<u64> {
         let removable = removable_filter(&self.paths, filter.clone(), min_token_age_ms());
         let (removed, retried) = self
+            .locks
             .update_matching(
+                &self.coll,
                 "release",
                 &removable,
                 || remove_update(&self.paths).into(),
@@ -308,7 +249,9 @@ impl DocumentStore {
         }
         let yield_ms = self.locks.yield_ms();
         let (mut marked, retried_too) = self
+            .locks
             .update_matching(
+                &self.coll,
                 "release",
                 &filter,
                 || release_update(&self.paths, yield_ms).into(),
@@ -534,7 +477,9 @@ impl Store for DocumentStore {
             let filter = released_filter(&store.paths, keys_filter(&keys), min_token_age_ms());
             let paths = store.paths.clone();
             Ok(store
+                .locks
                 .update_matching(
+                    &store.coll,
                     "lock field removal",
                     &filter,
                     || remove_update(&paths).into(),

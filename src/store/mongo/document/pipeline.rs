@@ -1,18 +1,20 @@
-//! The BSON of every command [`DocumentStore`](super::DocumentStore) sends:
-//! the lock collection's protocol (`super::super::pipeline`) with every lock
-//! field under the lock field `F` of the user's document, and the user's
-//! other fields never written by acquire, renewal or release. Pure functions
-//! of their arguments: the unit tests below check their shape without a
-//! server; what the server does with them is tested against a real `mongod`
+//! The BSON of the acquire, renewal and release commands
+//! [`DocumentStore`](super::DocumentStore) sends: the lock collection's
+//! protocol (`super::super::pipeline`) with every lock field under the lock
+//! field `F` of the user's document, and the user's other fields never
+//! written by acquire, renewal or release. Writes under a lease are built in
+//! [`write`](super::write), the change-stream stages in
+//! [`events`](super::events). Pure functions of their arguments: the unit
+//! tests below check their shape without a server; what the server does
+//! with them is tested against a real `mongod`
 //! (`tests/document_lease/protocol.rs`).
 
-use mongodb::bson::spec::BinarySubtype;
-use mongodb::bson::{Bson, DateTime, Document, doc};
+use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
 use super::super::pipeline::{bson_lease_id, token_at_older_than};
 use crate::key::LeaseKey;
-use crate::store::{KeyWrite, LeaseRef, TOKEN_TIME_SHIFT, field};
+use crate::store::{LeaseRef, TOKEN_TIME_SHIFT, field};
 
 /// The paths of the lock fields under the lock field `F` of a user's document.
 #[derive(Debug, Clone)]
@@ -40,18 +42,18 @@ impl Paths {
     }
 
     /// The field path expression `$F.<name>`.
-    fn var(&self, name: &str) -> String {
+    pub(super) fn var(&self, name: &str) -> String {
         format!("${}.{name}", self.field)
     }
 
     /// The field path expression `$F`.
-    fn whole(&self) -> String {
+    pub(super) fn whole(&self) -> String {
         format!("${}", self.field)
     }
 
     /// The temporary top-level field that keeps `F` while the user's update
-    /// pipeline runs ([`write_pipeline`]).
-    fn stash(&self) -> String {
+    /// pipeline runs ([`write_pipeline`](super::write::write_pipeline)).
+    pub(super) fn stash(&self) -> String {
         format!("__mongo_lease_{}", self.field)
     }
 }
@@ -300,294 +302,43 @@ pub(super) fn payload_update(paths: &Paths, payload: Document) -> Document {
     doc! { "$set": { paths.at(field::PAYLOAD): payload } }
 }
 
-/// The document of `lease` of `owner` while the lease is held by the
-/// server's clock: its lease id, its owner id, and `F.exp > $$NOW`. The
-/// filter of every write under the lease.
-pub(super) fn held_filter(paths: &Paths, owner: &str, lease: &LeaseRef) -> Document {
-    doc! {
-        field::ID: &lease.key,
-        paths.at(field::LEASE_ID): bson_lease_id(lease.lease_id),
-        paths.at(field::OWNER): { "$eq": owner },
-        "$expr": { "$gt": [paths.var(field::EXPIRES_AT), "$$NOW"] },
-    }
-}
-
-/// [`held_filter`], only while the lock can be removed by the write that
-/// releases it: not waited for (no `F.wt`) and its token at least
-/// `min_age_ms` old by `$$NOW`.
-pub(super) fn held_removable_filter(
-    paths: &Paths,
-    owner: &str,
-    lease: &LeaseRef,
-    min_age_ms: i64,
-) -> Document {
-    doc! {
-        field::ID: &lease.key,
-        paths.at(field::LEASE_ID): bson_lease_id(lease.lease_id),
-        paths.at(field::OWNER): { "$eq": owner },
-        paths.at(field::WAITING_SINCE): { "$exists": false },
-        "$expr": { "$and": [
-            { "$gt": [paths.var(field::EXPIRES_AT), "$$NOW"] },
-            token_at_older_than(&paths.at(field::TOKEN), min_age_ms),
-        ]},
-    }
-}
-
-/// [`held_filter`] with a waiting mark (`F.wt`) or without one.
-pub(super) fn held_waited_filter(
-    paths: &Paths,
-    owner: &str,
-    lease: &LeaseRef,
-    waited: bool,
-) -> Document {
-    let mut filter = held_filter(paths, owner, lease);
-    filter.insert(paths.at(field::WAITING_SINCE), doc! { "$exists": waited });
-    filter
-}
-
-/// How a write under an in-document lease leaves the lock field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LockAfter {
-    /// Held as it was (`DocumentLease::update`).
-    Kept,
-    /// Removed (a release of a lease old enough and not waited for).
-    Removed,
-    /// The released state: no `F.lid` nor `F.wt`, `F.exp` and `F.ts` now.
-    /// With `Some(until)`, yielded until then (another owner waited): the
-    /// update operators have no server-time arithmetic, so `until` is the
-    /// client's clock plus the yield window (`F.yu` only delays this
-    /// owner's own next acquisition; it decides no lease).
-    Released(Option<DateTime>),
-}
-
-/// The user's update operators `user` with ours merged in: an operator both
-/// use gets the paths of both (they never overlap: the user's update never
-/// names the lock field, `document::check_update`).
-pub(super) fn merge_operators(user: &Document, ours: Document) -> Document {
-    let mut merged = user.clone();
-    for (operator, paths) in ours {
-        match (merged.get_mut(&operator), paths) {
-            (Some(Bson::Document(theirs)), Bson::Document(paths)) => theirs.extend(paths),
-            (_, paths) => {
-                merged.insert(operator, paths);
-            }
-        }
-    }
-    merged
-}
-
-/// The user's update operators plus what leaves the lock field `after`.
-pub(super) fn write_operators(paths: &Paths, user: &Document, after: LockAfter) -> Document {
-    let ours = match after {
-        LockAfter::Kept => return user.clone(),
-        LockAfter::Removed => remove_update(paths),
-        LockAfter::Released(yielded) => {
-            let mut ours = doc! {
-                "$unset": { paths.at(field::LEASE_ID): "", paths.at(field::WAITING_SINCE): "" },
-                "$currentDate": {
-                    paths.at(field::EXPIRES_AT): true,
-                    paths.at(field::RENEWED_AT): true,
-                },
-            };
-            if let Some(until) = yielded {
-                ours.insert("$set", doc! { paths.at(field::YIELD_UNTIL): until });
-            }
-            ours
-        }
-    };
-    merge_operators(user, ours)
-}
-
-/// The user's update pipeline `user` run under the lease: a first stage
-/// keeps `F` in a temporary top-level field (whatever the user's stages do
-/// to `F`, it is restored from there), then the user's stages, then `F` is
-/// restored and the temporary field removed. If the user's stages dropped
-/// the temporary field (a `$replaceWith` that does not keep `$$ROOT`), `F`
-/// is restored in the released state with the lease's owner id and `token`
-/// (no lease id): the lease is then lost, never a foreign holder's lock.
-///
-/// With `release`, `F` ends as [`release_update`] and the removal of
-/// [`held_removable_filter`] would leave it: removed if not waited for and
-/// the token at least `min_age_ms` old by `$$NOW`; otherwise released
-/// (yielded if waited for).
-pub(super) fn write_pipeline(
-    paths: &Paths,
-    owner: &str,
-    token: u64,
-    user: &[Document],
-    release: bool,
-    yield_ms: i64,
-    min_age_ms: i64,
-) -> Vec<Document> {
-    let stash = paths.stash();
-    let kept = |name: &str| format!("${stash}.{name}");
-    let mut stages = Vec::with_capacity(user.len() + 4);
-    stages.push(doc! { "$set": { &stash: paths.whole() } });
-    stages.extend(user.iter().cloned());
-    let fallback = doc! {
-        field::OWNER: { "$literal": owner },
-        field::TOKEN: { "$literal": token as i64 },
-        field::RENEWED_AT: "$$NOW",
-        field::EXPIRES_AT: "$$NOW",
-    };
-    stages.push(doc! { "$set": { &stash: { "$ifNull": [format!("${stash}"), fallback] } } });
-    if !release {
-        stages.push(doc! { "$set": { paths.field(): format!("${stash}") } });
-        stages.push(doc! { "$unset": [&stash] });
-        return stages;
-    }
-    let waited = doc! { "$ne": [{ "$type": kept(field::WAITING_SINCE) }, "missing"] };
-    let removable = doc! { "$and": [
-        { "$not": [waited.clone()] },
-        { "$eq": [{ "$type": kept(field::TOKEN) }, "long"] },
-        token_at_older_than(&format!("{stash}.{}", field::TOKEN), min_age_ms),
-    ]};
-    let released = doc! { "$mergeObjects": [format!("${stash}"), {
-        field::EXPIRES_AT: { "$min": [kept(field::EXPIRES_AT), "$$NOW"] },
-        field::RENEWED_AT: "$$NOW",
-        field::YIELD_UNTIL: { "$cond": [
-            waited,
-            { "$add": ["$$NOW", yield_ms] },
-            kept(field::YIELD_UNTIL),
-        ]},
-    }]};
-    stages.push(doc! { "$set": { paths.field(): { "$cond": [removable, "$$REMOVE", released] } } });
-    stages.push(doc! { "$unset": [
-        stash,
-        paths.at(field::LEASE_ID),
-        paths.at(field::WAITING_SINCE),
-    ]});
-    stages
-}
-
-/// The change-stream stages of `watch_releases` on a user collection: the
-/// writes that may change who holds a document's lease — deletes, inserts,
-/// replacements, and updates whose `updateDescription` sets or removes `F`,
-/// `F.lid` or `F.aid` — filtered on the server, so that renewals (`F.ts`,
-/// `F.exp`), payload writes, waiting marks and the user's writes to other
-/// fields cost no event. `updatedFields` names embedded fields by dotted
-/// paths (`"F.lid"`), read with `$getField`; a new `F` shows whole (`"F"`).
-/// The server may log an update pipeline's write (an acquisition) as a
-/// `replace` event instead, when the change is large for the document (a
-/// small document acquired or taken over): its `fullDocument.F` tells the
-/// lease id and owner id (docs/mongodb-behaviour.md, B12, B15). Each event is
-/// reduced to what [`key_write`] reads.
-pub(super) fn release_events_pipeline(paths: &Paths) -> [Document; 2] {
-    let updated = |name: &str| {
-        doc! { "$getField": { "field": { "$literal": name }, "input": "$updateDescription.updatedFields" } }
-    };
-    let set = |name: &str| doc! { "$ne": [{ "$type": updated(name) }, "missing"] };
-    let (f, lid, aid) = (
-        paths.field().to_string(),
-        paths.at(field::LEASE_ID),
-        paths.at(field::OWNER),
-    );
-    [
-        doc! { "$match": { "$or": [
-            { "operationType": { "$in": ["delete", "insert", "replace"] } },
-            { "operationType": "update", "$or": [
-                { "$expr": { "$or": [set(&f), set(&lid), set(&aid)] } },
-                { "updateDescription.removedFields": { "$in": [&f, &lid, &aid] } },
-            ]},
-        ]}},
-        doc! { "$project": {
-            "operationType": 1,
-            "documentKey._id": 1,
-            format!("fullDocument.{lid}"): 1,
-            format!("fullDocument.{aid}"): 1,
-            "updateDescription.removedFields": 1,
-            "setLock": updated(&f),
-            "setLid": updated(&lid),
-            "setAid": updated(&aid),
-        }},
-    ]
-}
-
-/// Reads one event of [`release_events_pipeline`]. `None` for an event of
-/// another kind, or one missing the fields its kind carries.
-pub(super) fn key_write(paths: &Paths, event: &Document) -> Option<KeyWrite> {
-    let key = LeaseKey::from(
-        event
-            .get_document("documentKey")
-            .ok()?
-            .get(field::ID)?
-            .clone(),
-    );
-    let lease_id = |value: Option<&Bson>| match value {
-        Some(Bson::Binary(b)) if b.subtype == BinarySubtype::Uuid => {
-            Uuid::from_slice(&b.bytes).ok()
-        }
-        _ => None,
-    };
-    let owner = |value: Option<&Bson>| value.and_then(Bson::as_str).map(str::to_string);
-    match event.get_str("operationType").ok()? {
-        "delete" => Some(KeyWrite {
-            key,
-            freed: true,
-            lease_id: None,
-            owner: None,
-        }),
-        "insert" | "replace" => {
-            let doc = event.get_document("fullDocument").ok()?;
-            let lock = doc.get_document(paths.field()).ok();
-            Some(KeyWrite {
-                key,
-                freed: !lock.is_some_and(|l| l.contains_key(field::LEASE_ID)),
-                lease_id: lease_id(lock.and_then(|l| l.get(field::LEASE_ID))),
-                owner: owner(lock.and_then(|l| l.get(field::OWNER))),
-            })
-        }
-        "update" => {
-            let removed = |name: &str| {
-                event
-                    .get_document("updateDescription")
-                    .and_then(|u| u.get_array("removedFields"))
-                    .is_ok_and(|r| r.iter().any(|f| f.as_str() == Some(name)))
-            };
-            let whole = event.get_document("setLock").ok();
-            let set_whole = event.contains_key("setLock");
-            let lid = event
-                .get("setLid")
-                .or_else(|| whole.and_then(|l| l.get(field::LEASE_ID)));
-            let aid = event
-                .get("setAid")
-                .or_else(|| whole.and_then(|l| l.get(field::OWNER)));
-            let freed = removed(paths.field())
-                || removed(&paths.at(field::LEASE_ID))
-                || (set_whole && !whole.is_some_and(|l| l.contains_key(field::LEASE_ID)));
-            Some(KeyWrite {
-                key,
-                freed,
-                lease_id: lease_id(lid),
-                owner: owner(aid),
-            })
-        }
-        _ => None,
-    }
-}
-
+/// The lock field, lease id and lease of the unit tests of the builders.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(super) mod fixtures {
+    use super::Paths;
+    use crate::store::LeaseRef;
+    use uuid::Uuid;
 
-    const LID: Uuid = Uuid::from_u128(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
+    /// The lease id of [`lease`].
+    pub(in crate::store::mongo::document) const LID: Uuid =
+        Uuid::from_u128(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
 
-    fn paths() -> Paths {
+    /// The lock field `_lease`.
+    pub(in crate::store::mongo::document) fn paths() -> Paths {
         Paths::new("_lease")
     }
 
-    fn lease() -> LeaseRef {
+    /// The lease `LID` of key `"k"`.
+    pub(in crate::store::mongo::document) fn lease() -> LeaseRef {
         LeaseRef {
             key: "k".into(),
             lease_id: LID,
         }
     }
+}
 
-    #[test]
-    fn acquire_merges_the_lock_field_into_the_document_and_never_replaces_it() {
-        let pipeline = acquire_pipeline(&paths(), "me", 5_000, LID, false, None);
-        assert_eq!(pipeline.len(), 1);
-        let cond = pipeline[0]
+#[cfg(test)]
+mod tests {
+    use mongodb::bson::DateTime;
+
+    use super::super::write::held_removable_filter;
+    use super::fixtures::{LID, lease, paths};
+    use super::*;
+
+    /// The `$cond` of an acquire stage's `$replaceWith`, and the
+    /// `$mergeObjects` of its winning branch.
+    fn cond_and_took(stage: &Document) -> (&Vec<Bson>, &Vec<Bson>) {
+        let cond = stage
             .get_document("$replaceWith")
             .unwrap()
             .get_array("$cond")
@@ -597,6 +348,14 @@ mod tests {
             .unwrap()
             .get_array("$mergeObjects")
             .unwrap();
+        (cond, took)
+    }
+
+    #[test]
+    fn acquire_merges_the_lock_field_into_the_document_and_never_replaces_it() {
+        let pipeline = acquire_pipeline(&paths(), "me", 5_000, LID, false, None);
+        assert_eq!(pipeline.len(), 1);
+        let (cond, took) = cond_and_took(&pipeline[0]);
         assert_eq!(took[0], Bson::from("$$ROOT"));
         let acquired = took[1]
             .as_document()
@@ -636,16 +395,7 @@ mod tests {
     #[test]
     fn acquire_follows_the_token_rule_under_the_lock_field() {
         let pipeline = acquire_pipeline(&paths(), "me", 5_000, LID, false, None);
-        let cond = pipeline[0]
-            .get_document("$replaceWith")
-            .unwrap()
-            .get_array("$cond")
-            .unwrap();
-        let took = cond[1]
-            .as_document()
-            .unwrap()
-            .get_array("$mergeObjects")
-            .unwrap();
+        let (_, took) = cond_and_took(&pipeline[0]);
         let token = took[1]
             .as_document()
             .unwrap()
@@ -683,11 +433,7 @@ mod tests {
                 "$$ROOT",
             ]}}
         );
-        let cond = pipeline[1]
-            .get_document("$replaceWith")
-            .unwrap()
-            .get_array("$cond")
-            .unwrap();
+        let (cond, _) = cond_and_took(&pipeline[1]);
         assert_eq!(
             cond[2],
             Bson::from(doc! { "$cond": [
@@ -804,185 +550,5 @@ mod tests {
                 "_lease.exp": { "$type": "date" },
             }
         );
-    }
-
-    #[test]
-    fn writes_under_a_lease_require_it_held_by_server_time() {
-        assert_eq!(
-            held_filter(&paths(), "me", &lease()),
-            doc! {
-                "_id": "k",
-                "_lease.lid": bson_lease_id(LID),
-                "_lease.aid": { "$eq": "me" },
-                "$expr": { "$gt": ["$_lease.exp", "$$NOW"] },
-            }
-        );
-        assert_eq!(
-            held_waited_filter(&paths(), "me", &lease(), true).get("_lease.wt"),
-            Some(&Bson::from(doc! { "$exists": true }))
-        );
-    }
-
-    #[test]
-    fn the_users_operators_are_merged_with_ours_operator_by_operator() {
-        let p = paths();
-        let user =
-            doc! { "$set": { "state": "done" }, "$unset": { "tmp": "" }, "$inc": { "n": 1 } };
-        assert_eq!(write_operators(&p, &user, LockAfter::Kept), user);
-        assert_eq!(
-            write_operators(&p, &user, LockAfter::Removed),
-            doc! { "$set": { "state": "done" }, "$unset": { "tmp": "", "_lease": "" }, "$inc": { "n": 1 } }
-        );
-        let until = DateTime::from_millis(9);
-        assert_eq!(
-            write_operators(&p, &user, LockAfter::Released(Some(until))),
-            doc! {
-                "$set": { "state": "done", "_lease.yu": until },
-                "$unset": { "tmp": "", "_lease.lid": "", "_lease.wt": "" },
-                "$inc": { "n": 1 },
-                "$currentDate": { "_lease.exp": true, "_lease.ts": true },
-            }
-        );
-        assert_eq!(
-            write_operators(&p, &doc! { "$inc": { "n": 1 } }, LockAfter::Released(None)),
-            doc! {
-                "$inc": { "n": 1 },
-                "$unset": { "_lease.lid": "", "_lease.wt": "" },
-                "$currentDate": { "_lease.exp": true, "_lease.ts": true },
-            }
-        );
-    }
-
-    #[test]
-    fn a_users_pipeline_runs_between_keeping_and_restoring_the_lock_field() {
-        let p = paths();
-        let user = vec![doc! { "$set": { "n": { "$add": ["$n", 1] } } }];
-        let kept = write_pipeline(&p, "me", 42, &user, false, 2_000, 1_000);
-        assert_eq!(
-            kept[0],
-            doc! { "$set": { "__mongo_lease__lease": "$_lease" } }
-        );
-        assert_eq!(kept[1], user[0]);
-        assert_eq!(
-            kept[2],
-            doc! { "$set": { "__mongo_lease__lease": { "$ifNull": ["$__mongo_lease__lease", {
-                "aid": { "$literal": "me" },
-                "tok": { "$literal": 42_i64 },
-                "ts": "$$NOW",
-                "exp": "$$NOW",
-            }]}}}
-        );
-        assert_eq!(
-            kept[3],
-            doc! { "$set": { "_lease": "$__mongo_lease__lease" } }
-        );
-        assert_eq!(kept[4], doc! { "$unset": ["__mongo_lease__lease"] });
-        let released = write_pipeline(&p, "me", 42, &user, true, 2_000, 1_000);
-        assert_eq!(released.len(), 5);
-        assert_eq!(
-            released[4],
-            doc! { "$unset": ["__mongo_lease__lease", "_lease.lid", "_lease.wt"] }
-        );
-        let cond = released[3]
-            .get_document("$set")
-            .unwrap()
-            .get_document("_lease")
-            .unwrap()
-            .get_array("$cond")
-            .unwrap();
-        assert_eq!(cond[1], Bson::from("$$REMOVE"));
-    }
-
-    #[test]
-    fn announced_writes_set_or_remove_the_lock_field_its_lease_id_or_owner_id() {
-        let [matched, _] = release_events_pipeline(&paths());
-        let or = matched
-            .get_document("$match")
-            .unwrap()
-            .get_array("$or")
-            .unwrap();
-        assert_eq!(
-            or[1].as_document().unwrap().get_array("$or").unwrap()[1],
-            Bson::from(doc! { "updateDescription.removedFields": {
-                "$in": ["_lease", "_lease.lid", "_lease.aid"],
-            }})
-        );
-    }
-
-    #[test]
-    fn announced_writes_are_read_from_each_kind_of_event() {
-        let p = paths();
-        let write = |freed, lease_id, owner: Option<&str>| KeyWrite {
-            key: "k".into(),
-            freed,
-            lease_id,
-            owner: owner.map(str::to_string),
-        };
-        let event = |kind: &str, rest: Document| {
-            let mut e = doc! { "operationType": kind, "documentKey": { "_id": "k" } };
-            e.extend(rest);
-            e
-        };
-        let lid = bson_lease_id(LID);
-        assert_eq!(
-            key_write(&p, &event("delete", doc! {})),
-            Some(write(true, None, None))
-        );
-        assert_eq!(
-            key_write(
-                &p,
-                &event(
-                    "insert",
-                    doc! { "fullDocument": { "_lease": { "aid": "me", "lid": lid.clone() } } }
-                )
-            ),
-            Some(write(false, Some(LID), Some("me")))
-        );
-        assert_eq!(
-            key_write(&p, &event("replace", doc! { "fullDocument": { "x": 1 } })),
-            Some(write(true, None, None))
-        );
-        assert_eq!(
-            key_write(
-                &p,
-                &event(
-                    "update",
-                    doc! { "setLock": { "aid": "me", "lid": lid.clone(), "tok": 1_i64 } }
-                )
-            ),
-            Some(write(false, Some(LID), Some("me"))),
-            "an acquisition that sets the whole lock field"
-        );
-        assert_eq!(
-            key_write(
-                &p,
-                &event("update", doc! { "setLid": lid.clone(), "setAid": "me" })
-            ),
-            Some(write(false, Some(LID), Some("me"))),
-            "an acquisition that sets the lock field's fields"
-        );
-        assert_eq!(
-            key_write(
-                &p,
-                &event(
-                    "update",
-                    doc! { "updateDescription": { "removedFields": ["_lease.lid"] } }
-                )
-            ),
-            Some(write(true, None, None)),
-            "a release"
-        );
-        assert_eq!(
-            key_write(
-                &p,
-                &event(
-                    "update",
-                    doc! { "updateDescription": { "removedFields": ["_lease"] } }
-                )
-            ),
-            Some(write(true, None, None)),
-            "a commit"
-        );
-        assert_eq!(key_write(&p, &event("invalidate", doc! {})), None);
     }
 }

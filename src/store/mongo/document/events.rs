@@ -1,0 +1,206 @@
+//! The change-stream stages of `watch_releases` on a user collection and
+//! the reading of their events (which write changed who holds a document's
+//! lease). Pure functions of their arguments: the unit tests below check
+//! them without a server; what the server sends is tested against a real
+//! `mongod` (`tests/document_lease/protocol.rs`).
+
+use mongodb::bson::{Bson, Document, doc};
+
+use super::super::pipeline::{event_key, read_lease_id};
+use super::pipeline::Paths;
+use crate::store::{KeyWrite, field};
+
+/// The change-stream stages of `watch_releases` on a user collection: the
+/// writes that may change who holds a document's lease — deletes, inserts,
+/// replacements, and updates whose `updateDescription` sets or removes `F`,
+/// `F.lid` or `F.aid` — filtered on the server, so that renewals (`F.ts`,
+/// `F.exp`), payload writes, waiting marks and the user's writes to other
+/// fields cost no event. `updatedFields` names embedded fields by dotted
+/// paths (`"F.lid"`), read with `$getField`; a new `F` shows whole (`"F"`).
+/// The server may log an update pipeline's write (an acquisition) as a
+/// `replace` event instead, when the change is large for the document (a
+/// small document acquired or taken over): its `fullDocument.F` tells the
+/// lease id and owner id (docs/mongodb-behaviour.md, B12, B15). Each event is
+/// reduced to what [`key_write`] reads.
+pub(super) fn release_events_pipeline(paths: &Paths) -> [Document; 2] {
+    let updated = |name: &str| {
+        doc! { "$getField": { "field": { "$literal": name }, "input": "$updateDescription.updatedFields" } }
+    };
+    let set = |name: &str| doc! { "$ne": [{ "$type": updated(name) }, "missing"] };
+    let (f, lid, aid) = (
+        paths.field().to_string(),
+        paths.at(field::LEASE_ID),
+        paths.at(field::OWNER),
+    );
+    [
+        doc! { "$match": { "$or": [
+            { "operationType": { "$in": ["delete", "insert", "replace"] } },
+            { "operationType": "update", "$or": [
+                { "$expr": { "$or": [set(&f), set(&lid), set(&aid)] } },
+                { "updateDescription.removedFields": { "$in": [&f, &lid, &aid] } },
+            ]},
+        ]}},
+        doc! { "$project": {
+            "operationType": 1,
+            "documentKey._id": 1,
+            format!("fullDocument.{lid}"): 1,
+            format!("fullDocument.{aid}"): 1,
+            "updateDescription.removedFields": 1,
+            "setLock": updated(&f),
+            "setLid": updated(&lid),
+            "setAid": updated(&aid),
+        }},
+    ]
+}
+
+/// Reads one event of [`release_events_pipeline`]. `None` for an event of
+/// another kind, or one missing the fields its kind carries.
+pub(super) fn key_write(paths: &Paths, event: &Document) -> Option<KeyWrite> {
+    let key = event_key(event)?;
+    let lease_id = read_lease_id;
+    let owner = |value: Option<&Bson>| value.and_then(Bson::as_str).map(str::to_string);
+    match event.get_str("operationType").ok()? {
+        "delete" => Some(KeyWrite {
+            key,
+            freed: true,
+            lease_id: None,
+            owner: None,
+        }),
+        "insert" | "replace" => {
+            let doc = event.get_document("fullDocument").ok()?;
+            let lock = doc.get_document(paths.field()).ok();
+            Some(KeyWrite {
+                key,
+                freed: !lock.is_some_and(|l| l.contains_key(field::LEASE_ID)),
+                lease_id: lease_id(lock.and_then(|l| l.get(field::LEASE_ID))),
+                owner: owner(lock.and_then(|l| l.get(field::OWNER))),
+            })
+        }
+        "update" => {
+            let removed = |name: &str| {
+                event
+                    .get_document("updateDescription")
+                    .and_then(|u| u.get_array("removedFields"))
+                    .is_ok_and(|r| r.iter().any(|f| f.as_str() == Some(name)))
+            };
+            let whole = event.get_document("setLock").ok();
+            let set_whole = event.contains_key("setLock");
+            let lid = event
+                .get("setLid")
+                .or_else(|| whole.and_then(|l| l.get(field::LEASE_ID)));
+            let aid = event
+                .get("setAid")
+                .or_else(|| whole.and_then(|l| l.get(field::OWNER)));
+            let freed = removed(paths.field())
+                || removed(&paths.at(field::LEASE_ID))
+                || (set_whole && !whole.is_some_and(|l| l.contains_key(field::LEASE_ID)));
+            Some(KeyWrite {
+                key,
+                freed,
+                lease_id: lease_id(lid),
+                owner: owner(aid),
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::pipeline::bson_lease_id;
+    use super::super::pipeline::fixtures::{LID, paths};
+    use super::*;
+
+    #[test]
+    fn announced_writes_set_or_remove_the_lock_field_its_lease_id_or_owner_id() {
+        let [matched, _] = release_events_pipeline(&paths());
+        let or = matched
+            .get_document("$match")
+            .unwrap()
+            .get_array("$or")
+            .unwrap();
+        assert_eq!(
+            or[1].as_document().unwrap().get_array("$or").unwrap()[1],
+            Bson::from(doc! { "updateDescription.removedFields": {
+                "$in": ["_lease", "_lease.lid", "_lease.aid"],
+            }})
+        );
+    }
+
+    #[test]
+    fn announced_writes_are_read_from_each_kind_of_event() {
+        let p = paths();
+        let write = |freed, lease_id, owner: Option<&str>| KeyWrite {
+            key: "k".into(),
+            freed,
+            lease_id,
+            owner: owner.map(str::to_string),
+        };
+        let event = |kind: &str, rest: Document| {
+            let mut e = doc! { "operationType": kind, "documentKey": { "_id": "k" } };
+            e.extend(rest);
+            e
+        };
+        let lid = bson_lease_id(LID);
+        assert_eq!(
+            key_write(&p, &event("delete", doc! {})),
+            Some(write(true, None, None))
+        );
+        assert_eq!(
+            key_write(
+                &p,
+                &event(
+                    "insert",
+                    doc! { "fullDocument": { "_lease": { "aid": "me", "lid": lid.clone() } } }
+                )
+            ),
+            Some(write(false, Some(LID), Some("me")))
+        );
+        assert_eq!(
+            key_write(&p, &event("replace", doc! { "fullDocument": { "x": 1 } })),
+            Some(write(true, None, None))
+        );
+        assert_eq!(
+            key_write(
+                &p,
+                &event(
+                    "update",
+                    doc! { "setLock": { "aid": "me", "lid": lid.clone(), "tok": 1_i64 } }
+                )
+            ),
+            Some(write(false, Some(LID), Some("me"))),
+            "an acquisition that sets the whole lock field"
+        );
+        assert_eq!(
+            key_write(
+                &p,
+                &event("update", doc! { "setLid": lid.clone(), "setAid": "me" })
+            ),
+            Some(write(false, Some(LID), Some("me"))),
+            "an acquisition that sets the lock field's fields"
+        );
+        assert_eq!(
+            key_write(
+                &p,
+                &event(
+                    "update",
+                    doc! { "updateDescription": { "removedFields": ["_lease.lid"] } }
+                )
+            ),
+            Some(write(true, None, None)),
+            "a release"
+        );
+        assert_eq!(
+            key_write(
+                &p,
+                &event(
+                    "update",
+                    doc! { "updateDescription": { "removedFields": ["_lease"] } }
+                )
+            ),
+            Some(write(true, None, None)),
+            "a commit"
+        );
+        assert_eq!(key_write(&p, &event("invalidate", doc! {})), None);
+    }
+}

@@ -1,0 +1,268 @@
+//! The BSON of the writes under an in-document lease
+//! (`DocumentStore::write_document`): the filter that requires the lease
+//! held by the server's clock, and the user's update operators or update
+//! pipeline with what leaves the lock field `F` kept, removed or released.
+//! Pure functions of their arguments: the unit tests below check their
+//! shape without a server; what the server does with them is tested against
+//! a real `mongod` (`tests/document_lease/`: `protocol.rs`, `commit.rs`,
+//! `api.rs`).
+
+use mongodb::bson::{Bson, DateTime, Document, doc};
+
+use super::super::pipeline::token_at_older_than;
+use super::pipeline::{Paths, payload_filter, remove_update};
+use crate::store::{LeaseRef, field};
+
+/// The document of `lease` of `owner` while the lease is held by the
+/// server's clock: its lease id, its owner id, and `F.exp > $$NOW`. The
+/// filter of every write under the lease: [`payload_filter`] and `F.exp > $$NOW`.
+pub(super) fn held_filter(paths: &Paths, owner: &str, lease: &LeaseRef) -> Document {
+    let mut filter = payload_filter(paths, owner, lease);
+    filter.insert(
+        "$expr",
+        doc! { "$gt": [paths.var(field::EXPIRES_AT), "$$NOW"] },
+    );
+    filter
+}
+
+/// [`held_filter`], only while the lock can be removed by the write that
+/// releases it: not waited for (no `F.wt`) and its token at least
+/// `min_age_ms` old by `$$NOW`.
+pub(super) fn held_removable_filter(
+    paths: &Paths,
+    owner: &str,
+    lease: &LeaseRef,
+    min_age_ms: i64,
+) -> Document {
+    let mut filter = payload_filter(paths, owner, lease);
+    filter.insert(paths.at(field::WAITING_SINCE), doc! { "$exists": false });
+    filter.insert(
+        "$expr",
+        doc! { "$and": [
+            { "$gt": [paths.var(field::EXPIRES_AT), "$$NOW"] },
+            token_at_older_than(&paths.at(field::TOKEN), min_age_ms),
+        ]},
+    );
+    filter
+}
+
+/// [`held_filter`] with a waiting mark (`F.wt`) or without one.
+pub(super) fn held_waited_filter(
+    paths: &Paths,
+    owner: &str,
+    lease: &LeaseRef,
+    waited: bool,
+) -> Document {
+    let mut filter = held_filter(paths, owner, lease);
+    filter.insert(paths.at(field::WAITING_SINCE), doc! { "$exists": waited });
+    filter
+}
+
+/// How a write under an in-document lease leaves the lock field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LockAfter {
+    /// Held as it was (`DocumentLease::update`).
+    Kept,
+    /// Removed (a release of a lease old enough and not waited for).
+    Removed,
+    /// The released state: no `F.lid` nor `F.wt`, `F.exp` and `F.ts` now.
+    /// With `Some(until)`, yielded until then (another owner waited): the
+    /// update operators have no server-time arithmetic, so `until` is the
+    /// client's clock plus the yield window (`F.yu` only delays this
+    /// owner's own next acquisition; it decides no lease).
+    Released(Option<DateTime>),
+}
+
+/// The user's update operators `user` with ours merged in: an operator both
+/// use gets the paths of both (they never overlap: the user's update never
+/// names the lock field, `document::check_update`).
+pub(super) fn merge_operators(user: &Document, ours: Document) -> Document {
+    let mut merged = user.clone();
+    for (operator, paths) in ours {
+        match (merged.get_mut(&operator), paths) {
+            (Some(Bson::Document(theirs)), Bson::Document(paths)) => theirs.extend(paths),
+            (_, paths) => {
+                merged.insert(operator, paths);
+            }
+        }
+    }
+    merged
+}
+
+/// The user's update operators plus what leaves the lock field `after`.
+pub(super) fn write_operators(paths: &Paths, user: &Document, after: LockAfter) -> Document {
+    let ours = match after {
+        LockAfter::Kept => return user.clone(),
+        LockAfter::Removed => remove_update(paths),
+        LockAfter::Released(yielded) => {
+            let mut ours = doc! {
+                "$unset": { paths.at(field::LEASE_ID): "", paths.at(field::WAITING_SINCE): "" },
+                "$currentDate": {
+                    paths.at(field::EXPIRES_AT): true,
+                    paths.at(field::RENEWED_AT): true,
+                },
+            };
+            if let Some(until) = yielded {
+                ours.insert("$set", doc! { paths.at(field::YIELD_UNTIL): until });
+            }
+            ours
+        }
+    };
+    merge_operators(user, ours)
+}
+
+/// The user's update pipeline `user` run under the lease: a first stage
+/// keeps `F` in a temporary top-level field (whatever the user's stages do
+/// to `F`, it is restored from there), then the user's stages, then `F` is
+/// restored and the temporary field removed. If the user's stages dropped
+/// the temporary field (a `$replaceWith` that does not keep `$$ROOT`), `F`
+/// is restored in the released state with the lease's owner id and `token`
+/// (no lease id): the lease is then lost, never a foreign holder's lock.
+///
+/// With `release`, `F` ends as [`release_update`](super::pipeline::release_update) and the removal of
+/// [`held_removable_filter`] would leave it: removed if not waited for and
+/// the token at least `min_age_ms` old by `$$NOW`; otherwise released
+/// (yielded if waited for).
+pub(super) fn write_pipeline(
+    paths: &Paths,
+    owner: &str,
+    token: u64,
+    user: &[Document],
+    release: bool,
+    yield_ms: i64,
+    min_age_ms: i64,
+) -> Vec<Document> {
+    let stash = paths.stash();
+    let kept = |name: &str| format!("${stash}.{name}");
+    let mut stages = Vec::with_capacity(user.len() + 4);
+    stages.push(doc! { "$set": { &stash: paths.whole() } });
+    stages.extend(user.iter().cloned());
+    let fallback = doc! {
+        field::OWNER: { "$literal": owner },
+        field::TOKEN: { "$literal": token as i64 },
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: "$$NOW",
+    };
+    stages.push(doc! { "$set": { &stash: { "$ifNull": [format!("${stash}"), fallback] } } });
+    if !release {
+        stages.push(doc! { "$set": { paths.field(): format!("${stash}") } });
+        stages.push(doc! { "$unset": [&stash] });
+        return stages;
+    }
+    let waited = doc! { "$ne": [{ "$type": kept(field::WAITING_SINCE) }, "missing"] };
+    let removable = doc! { "$and": [
+        { "$not": [waited.clone()] },
+        { "$eq": [{ "$type": kept(field::TOKEN) }, "long"] },
+        token_at_older_than(&format!("{stash}.{}", field::TOKEN), min_age_ms),
+    ]};
+    let released = doc! { "$mergeObjects": [format!("${stash}"), {
+        field::EXPIRES_AT: { "$min": [kept(field::EXPIRES_AT), "$$NOW"] },
+        field::RENEWED_AT: "$$NOW",
+        field::YIELD_UNTIL: { "$cond": [
+            waited,
+            { "$add": ["$$NOW", yield_ms] },
+            kept(field::YIELD_UNTIL),
+        ]},
+    }]};
+    stages.push(doc! { "$set": { paths.field(): { "$cond": [removable, "$$REMOVE", released] } } });
+    stages.push(doc! { "$unset": [
+        stash,
+        paths.at(field::LEASE_ID),
+        paths.at(field::WAITING_SINCE),
+    ]});
+    stages
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::pipeline::bson_lease_id;
+    use super::super::pipeline::fixtures::{LID, lease, paths};
+    use super::*;
+
+    #[test]
+    fn writes_under_a_lease_require_it_held_by_server_time() {
+        assert_eq!(
+            held_filter(&paths(), "me", &lease()),
+            doc! {
+                "_id": "k",
+                "_lease.lid": bson_lease_id(LID),
+                "_lease.aid": { "$eq": "me" },
+                "$expr": { "$gt": ["$_lease.exp", "$$NOW"] },
+            }
+        );
+        assert_eq!(
+            held_waited_filter(&paths(), "me", &lease(), true).get("_lease.wt"),
+            Some(&Bson::from(doc! { "$exists": true }))
+        );
+    }
+
+    #[test]
+    fn the_users_operators_are_merged_with_ours_operator_by_operator() {
+        let p = paths();
+        let user =
+            doc! { "$set": { "state": "done" }, "$unset": { "tmp": "" }, "$inc": { "n": 1 } };
+        assert_eq!(write_operators(&p, &user, LockAfter::Kept), user);
+        assert_eq!(
+            write_operators(&p, &user, LockAfter::Removed),
+            doc! { "$set": { "state": "done" }, "$unset": { "tmp": "", "_lease": "" }, "$inc": { "n": 1 } }
+        );
+        let until = DateTime::from_millis(9);
+        assert_eq!(
+            write_operators(&p, &user, LockAfter::Released(Some(until))),
+            doc! {
+                "$set": { "state": "done", "_lease.yu": until },
+                "$unset": { "tmp": "", "_lease.lid": "", "_lease.wt": "" },
+                "$inc": { "n": 1 },
+                "$currentDate": { "_lease.exp": true, "_lease.ts": true },
+            }
+        );
+        assert_eq!(
+            write_operators(&p, &doc! { "$inc": { "n": 1 } }, LockAfter::Released(None)),
+            doc! {
+                "$inc": { "n": 1 },
+                "$unset": { "_lease.lid": "", "_lease.wt": "" },
+                "$currentDate": { "_lease.exp": true, "_lease.ts": true },
+            }
+        );
+    }
+
+    #[test]
+    fn a_users_pipeline_runs_between_keeping_and_restoring_the_lock_field() {
+        let p = paths();
+        let user = vec![doc! { "$set": { "n": { "$add": ["$n", 1] } } }];
+        let kept = write_pipeline(&p, "me", 42, &user, false, 2_000, 1_000);
+        assert_eq!(
+            kept[0],
+            doc! { "$set": { "__mongo_lease__lease": "$_lease" } }
+        );
+        assert_eq!(kept[1], user[0]);
+        assert_eq!(
+            kept[2],
+            doc! { "$set": { "__mongo_lease__lease": { "$ifNull": ["$__mongo_lease__lease", {
+                "aid": { "$literal": "me" },
+                "tok": { "$literal": 42_i64 },
+                "ts": "$$NOW",
+                "exp": "$$NOW",
+            }]}}}
+        );
+        assert_eq!(
+            kept[3],
+            doc! { "$set": { "_lease": "$__mongo_lease__lease" } }
+        );
+        assert_eq!(kept[4], doc! { "$unset": ["__mongo_lease__lease"] });
+        let released = write_pipeline(&p, "me", 42, &user, true, 2_000, 1_000);
+        assert_eq!(released.len(), 5);
+        assert_eq!(
+            released[4],
+            doc! { "$unset": ["__mongo_lease__lease", "_lease.lid", "_lease.wt"] }
+        );
+        let cond = released[3]
+            .get_document("$set")
+            .unwrap()
+            .get_document("_lease")
+            .unwrap()
+            .get_array("$cond")
+            .unwrap();
+        assert_eq!(cond[1], Bson::from("$$REMOVE"));
+    }
+}
