@@ -577,8 +577,12 @@ pub(crate) fn check_update(update: &DocumentUpdate, field: &str) -> Result<()> {
                 let Bson::Document(paths) = value else {
                     return invalid(format!("the value of {operator} must be a document"));
                 };
-                // `$rename` names a path in its values too.
-                let renamed = paths.values().filter_map(|v| v.as_str());
+                // `$rename` names a path in its values too; other
+                // operators' values are the user's data.
+                let renamed = paths
+                    .values()
+                    .filter(|_| operator == "$rename")
+                    .filter_map(|v| v.as_str());
                 for path in paths.keys().map(String::as_str).chain(renamed) {
                     let head = path.split('.').next().unwrap_or(path);
                     if head == field {
@@ -595,6 +599,44 @@ pub(crate) fn check_update(update: &DocumentUpdate, field: &str) -> Result<()> {
                 return invalid("the update pipeline is empty".into());
             }
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mongodb::bson::doc;
+
+    use super::*;
+
+    #[test]
+    fn a_value_that_reads_like_the_lock_field_is_the_users_data() {
+        for update in [
+            doc! { "$set": { "label": "_lease" } },
+            doc! { "$set": { "path": "_lease.lid" } },
+            doc! { "$push": { "log": "_lease" } },
+            doc! { "$rename": { "old": "new" } },
+        ] {
+            let update = DocumentUpdate::Modifiers(update);
+            assert_eq!(
+                check_update(&update, DEFAULT_LEASE_FIELD).ok(),
+                Some(()),
+                "{update:?}"
+            );
+        }
+        for update in [
+            doc! { "$rename": { "state": "_lease" } },
+            doc! { "$rename": { "state": "_lease.x" } },
+            doc! { "$rename": { "_lease": "state" } },
+        ] {
+            let update = DocumentUpdate::Modifiers(update);
+            assert!(
+                matches!(
+                    check_update(&update, DEFAULT_LEASE_FIELD),
+                    Err(Error::InvalidUpdate { .. })
+                ),
+                "{update:?}"
+            );
         }
     }
 }
