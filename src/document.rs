@@ -72,8 +72,15 @@ pub enum DocumentUpdate {
     /// must not write the lease's lock field.
     Modifiers(Document),
     /// An update pipeline (`$set`, `$unset`, `$replaceWith`, ... stages). Its
-    /// stages run before the lease's own stage, which restores the lock
-    /// field, so the pipeline cannot change the lease; it must keep `_id`.
+    /// stages run between the lease's own stages, which keep the lock field
+    /// in a temporary field and restore it afterwards, so the pipeline cannot
+    /// change the lease; it must keep `_id`, and must not name a field or
+    /// string starting with `__mongo_lease_` (reserved for that temporary
+    /// field). A stage that drops the temporary field (a `$project` that
+    /// includes only some fields, a `$replaceWith` of a new document)
+    /// leaves the lock field released: the write applies, and the lease is
+    /// lost. Keep `$$ROOT` (`$replaceWith: { $mergeObjects: ["$$ROOT",
+    /// ...] }`, `$unset` instead of an inclusion `$project`).
     Pipeline(Vec<Document>),
 }
 
@@ -598,9 +605,40 @@ pub(crate) fn check_update(update: &DocumentUpdate, field: &str) -> Result<()> {
             if stages.is_empty() {
                 return invalid("the update pipeline is empty".into());
             }
+            if let Some(name) = stages.iter().find_map(reserved_name_in) {
+                return invalid(format!(
+                    "the update pipeline names {name:?}: names starting with \
+                     {RESERVED_PREFIX:?} are reserved for the lease's own stages"
+                ));
+            }
             Ok(())
         }
     }
+}
+
+/// The prefix of the temporary field that keeps the lock field while the
+/// user's update pipeline runs (the store's `write_pipeline`): a user's
+/// pipeline that wrote it would decide what the lock field becomes.
+pub(crate) const RESERVED_PREFIX: &str = "__mongo_lease_";
+
+/// The first field name or string in `document` (at any depth) that
+/// contains [`RESERVED_PREFIX`].
+fn reserved_name_in(document: &Document) -> Option<String> {
+    fn in_value(value: &Bson) -> Option<String> {
+        match value {
+            Bson::String(s) if s.contains(RESERVED_PREFIX) => Some(s.clone()),
+            Bson::Document(d) => reserved_name_in(d),
+            Bson::Array(values) => values.iter().find_map(in_value),
+            _ => None,
+        }
+    }
+    document.iter().find_map(|(name, value)| {
+        if name.contains(RESERVED_PREFIX) {
+            Some(name.clone())
+        } else {
+            in_value(value)
+        }
+    })
 }
 
 #[cfg(test)]
@@ -638,5 +676,31 @@ mod tests {
                 "{update:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_pipeline_that_names_the_reserved_field_is_refused() {
+        for pipeline in [
+            vec![doc! { "$set": { "__mongo_lease__lease": "mine" } }],
+            vec![doc! { "$unset": ["__mongo_lease__lease"] }],
+            vec![
+                doc! { "$set": { "n": 1 } },
+                doc! { "$replaceWith": { "$mergeObjects": ["$$ROOT", {
+                    "a": [{ "b": "$__mongo_lease__lease.tok" }],
+                }]}},
+            ],
+        ] {
+            let update = DocumentUpdate::Pipeline(pipeline);
+            assert!(
+                matches!(
+                    check_update(&update, DEFAULT_LEASE_FIELD),
+                    Err(Error::InvalidUpdate { reason }) if reason.contains("reserved")
+                ),
+                "{update:?}"
+            );
+        }
+        let fine =
+            DocumentUpdate::Pipeline(vec![doc! { "$set": { "_lease": "x", "m": "__mongo" } }]);
+        assert_eq!(check_update(&fine, DEFAULT_LEASE_FIELD).ok(), Some(()));
     }
 }

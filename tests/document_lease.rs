@@ -10,6 +10,8 @@ mod common;
 mod commit;
 #[path = "document_lease/fence.rs"]
 mod fence;
+#[path = "document_lease/input.rs"]
+mod input;
 #[path = "document_lease/protocol.rs"]
 mod protocol;
 #[path = "document_lease/transaction.rs"]

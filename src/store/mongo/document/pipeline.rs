@@ -52,7 +52,7 @@ impl Paths {
     /// The temporary top-level field that keeps `F` while the user's update
     /// pipeline runs ([`write_pipeline`]).
     fn stash(&self) -> String {
-        format!("__mongo_lease_{}", self.field)
+        format!("{}{}", crate::document::RESERVED_PREFIX, self.field)
     }
 }
 

@@ -1,0 +1,101 @@
+//! Unusual user input to in-document leases: update pipelines that name the
+//! lease's reserved temporary field, values that read like lock-field paths.
+
+use std::time::Duration;
+
+use mongo_lease::{DocumentUpdate, Error, LockManager, ReleaseOutcome};
+use mongodb::bson::{Document, doc};
+
+use crate::common::Fixture;
+
+/// The user collection of work items.
+const ITEMS: &str = "workitem";
+
+/// A pipeline that writes the field where the lease keeps its lock field
+/// while the user's stages run would decide what the lock field becomes (a
+/// value of foreign shape: the document locked for good). It is refused
+/// before anything is sent; the lease and the document stay as they were,
+/// and the next owner takes the document after the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_naming_the_reserved_field_is_refused_and_the_lock_field_stays_ours() {
+    const TTL: Duration = Duration::from_secs(30);
+    let fx = Fixture::new("dreserved").await;
+    let items = fx.db.collection::<Document>(ITEMS);
+    items
+        .insert_one(doc! { "_id": "item", "state": "new" })
+        .await
+        .unwrap();
+    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
+    let handle = manager.documents::<Document>(ITEMS).await.unwrap();
+    let mut item = handle.acquire("item").await.unwrap();
+    let before = items
+        .find_one(doc! { "_id": "item" })
+        .await
+        .unwrap()
+        .unwrap();
+
+    let update: DocumentUpdate = vec![doc! { "$set": {
+        "__mongo_lease__lease": "mine, hands off",
+        "state": "forged",
+    }}]
+    .into();
+    let result = item.update(update).await.cloned();
+    assert!(
+        matches!(&result, Err(Error::InvalidUpdate { reason }) if reason.contains("reserved")),
+        "{result:?}"
+    );
+    let after = items
+        .find_one(doc! { "_id": "item" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after, before, "nothing written");
+    assert!(!item.lease().is_lost());
+
+    item.commit(vec![doc! { "$set": { "state": "done" } }])
+        .await
+        .unwrap();
+    let next = handle
+        .try_acquire("item")
+        .await
+        .unwrap()
+        .expect("free after the commit");
+    assert_eq!(next.document(), &doc! { "_id": "item", "state": "done" });
+    assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+/// `$set`, `$push` and other operators take the user's values, which may be
+/// any string, also the lock field's name or a path inside it; only
+/// `$rename`'s values are paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_that_reads_like_the_lock_field_is_written_as_the_users_data() {
+    const TTL: Duration = Duration::from_secs(30);
+    let fx = Fixture::new("dvalue").await;
+    let items = fx.db.collection::<Document>(ITEMS);
+    items
+        .insert_one(doc! { "_id": "item", "log": [] })
+        .await
+        .unwrap();
+    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
+    let handle = manager.documents::<Document>(ITEMS).await.unwrap();
+    let item = handle.acquire("item").await.unwrap();
+    let done = item
+        .commit(doc! {
+            "$set": { "field": "_lease", "path": "_lease.lid" },
+            "$push": { "log": "_lease" },
+        })
+        .await
+        .unwrap();
+    let expected =
+        doc! { "_id": "item", "log": ["_lease"], "field": "_lease", "path": "_lease.lid" };
+    assert_eq!(done, expected);
+    let mut stored = items
+        .find_one(doc! { "_id": "item" })
+        .await
+        .unwrap()
+        .unwrap();
+    stored.remove("_lease");
+    assert_eq!(stored, expected);
+    manager.shutdown().await.unwrap();
+}
