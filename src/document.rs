@@ -236,6 +236,45 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         &self.field
     }
 
+    /// Reads the lease of the document with `_id` `id`, with the server's
+    /// clock, as [`LockManager::inspect`] reads a key: who holds it (or last
+    /// held it), its fencing token, acquisition, renewal and expiry times.
+    /// `Ok(None)` if there is no such document or it carries no lock field
+    /// (never leased, or released). A lock field of foreign shape (the
+    /// user's own value under that name) is shown as held by a foreign
+    /// holder ([`LeaseInfo::foreign`](crate::LeaseInfo::foreign)). One round
+    /// trip; reads only `_id` and the lock field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for an `_id` MongoDB refuses,
+    /// [`Error::Shutdown`], and database errors ([`Error::Database`],
+    /// [`Error::Unreachable`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(items: mongo_lease::DocumentLeases) -> mongo_lease::Result<()> {
+    /// if let Some(info) = items.inspect("item-17").await? {
+    ///     if info.held {
+    ///         println!("{} holds it for {:?} more", info.owner_id, info.time_to_expiry());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, id: impl Into<LeaseKey>) -> Result<Option<crate::LeaseInfo>> {
+        self.manager
+            .inspect_target(Target {
+                place: self.place,
+                key: id.into(),
+            })
+            .await
+    }
+
     /// Acquires the lease of the document with `_id` `id`, waiting as long
     /// as it takes, as [`LockManager::acquire`] does for a key; returns it
     /// with the document as the acquiring write left it.

@@ -12,6 +12,8 @@ mod commit;
 mod fence;
 #[path = "document_lease/input.rs"]
 mod input;
+#[path = "document_lease/inspect.rs"]
+mod inspect;
 #[path = "document_lease/protocol.rs"]
 mod protocol;
 #[path = "document_lease/transaction.rs"]
