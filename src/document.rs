@@ -488,9 +488,15 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease was lost: nothing was written, and
     /// the lease's token has fired. [`Error::InvalidUpdate`] for an update
-    /// that is empty or writes the lock field (nothing sent).
-    /// [`Error::Database`] for an update MongoDB refuses, or a result that
-    /// cannot be read as `T` (the write happened). [`Error::Shutdown`].
+    /// that is empty or writes the lock field, or a pipeline that names the
+    /// reserved temporary field (nothing sent). [`Error::Database`] for an
+    /// update MongoDB refuses (nothing written), or a result that cannot be
+    /// read as `T` (the write happened). [`Error::Shutdown`]. An error for
+    /// which [`Error::is_transient`] is true (the network, a failover, the
+    /// manager's operation timeout) leaves the outcome unknown: the update
+    /// may have been written. (The write is a retryable write: on a replica
+    /// set the driver sends it once more after such an error, and a write
+    /// that had landed is then answered as written.)
     ///
     /// # Cancel safety
     ///
@@ -514,7 +520,12 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease was lost: the update was **not**
     /// written. Otherwise as [`DocumentLease::update`]; if the result cannot
-    /// be read as `T`, the write and the release happened.
+    /// be read as `T`, the write and the release happened. After any error
+    /// the lease is released all the same (this `DocumentLease` is
+    /// consumed, also by an [`Error::InvalidUpdate`] refused before anything
+    /// was sent): acquire the document again to retry. After an error of
+    /// unknown outcome ([`Error::is_transient`]), read the document to learn
+    /// whether the update was written.
     ///
     /// # Cancel safety
     ///
