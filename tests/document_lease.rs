@@ -6,6 +6,8 @@
 #[path = "common/mod.rs"]
 mod common;
 
+#[path = "document_lease/collection_drop.rs"]
+mod collection_drop;
 #[path = "document_lease/commit.rs"]
 mod commit;
 #[path = "document_lease/fence.rs"]
