@@ -20,3 +20,5 @@ mod inspect;
 mod protocol;
 #[path = "document_lease/transaction.rs"]
 mod transaction;
+#[path = "document_lease/yield_on_commit.rs"]
+mod yield_on_commit;
