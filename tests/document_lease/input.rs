@@ -99,3 +99,68 @@ async fn a_value_that_reads_like_the_lock_field_is_written_as_the_users_data() {
     assert_eq!(stored, expected);
     manager.shutdown().await.unwrap();
 }
+
+/// A pipeline that writes the reserved temporary field under a name it
+/// computes (which no check of its text can see) still cannot leave a lock
+/// field of foreign shape: the lock field is restored from the temporary
+/// field only if that still holds this lease's owner id and token; else the
+/// lease ends released (the write applies, the lease is lost), and the next
+/// owner takes the document with a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_that_overwrites_the_reserved_field_by_a_computed_name_loses_only_the_lease() {
+    const TTL: Duration = Duration::from_secs(30);
+    let fx = Fixture::new("dcomputed").await;
+    let items = fx.db.collection::<Document>(ITEMS);
+    items
+        .insert_one(doc! { "_id": "item", "n": 0 })
+        .await
+        .unwrap();
+    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
+    let handle = manager.documents::<Document>(ITEMS).await.unwrap();
+    let mut item = handle.acquire("item").await.unwrap();
+    let token = item.lease().fencing_token();
+
+    let computed = doc! { "$arrayToObject": [[{
+        "k": { "$concat": ["__mongo_", "lease__lease"] },
+        "v": "mine, hands off",
+    }]]};
+    let written = item
+        .update(vec![
+            doc! { "$set": { "n": 1 } },
+            doc! { "$replaceWith": { "$mergeObjects": ["$$ROOT", computed] } },
+        ])
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(written, doc! { "_id": "item", "n": 1 });
+    let stored = items
+        .find_one(doc! { "_id": "item" })
+        .await
+        .unwrap()
+        .unwrap();
+    let lock = stored
+        .get_document("_lease")
+        .unwrap_or_else(|_| panic!("a lock field of foreign shape: {stored}"));
+    assert_eq!(
+        lock.get_i64("tok").ok(),
+        i64::try_from(token).ok(),
+        "{lock}"
+    );
+    assert!(!lock.contains_key("lid"), "{lock}");
+    assert_eq!(stored.len(), 3, "no temporary field left: {stored}");
+
+    let other = LockManager::connect(fx.options(TTL).await).await.unwrap();
+    let next = other
+        .documents::<Document>(ITEMS)
+        .await
+        .unwrap()
+        .try_acquire("item")
+        .await
+        .unwrap()
+        .expect("free for the next owner");
+    assert!(next.lease().fencing_token() > token);
+    assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+    drop(item);
+    manager.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
