@@ -123,8 +123,12 @@ pub struct DocumentAcquireOptions {
     /// field). Concurrent acquires that create the same document create it
     /// once: one of them wins, the others find it held. A document that
     /// exists but holds nothing but its `_id` is given these fields too.
-    /// Default: `None`, a missing document is
-    /// [`Error::DocumentNotFound`].
+    /// Local callers waiting for the same document are served first in,
+    /// first out, each attempt with the fields of the caller first in line:
+    /// a missing document is created only for a caller that gave fields,
+    /// with its fields. Default: `None`, a missing document is
+    /// [`Error::DocumentNotFound`] (for every local caller then waiting for
+    /// it without fields; the next one with fields creates it).
     #[builder(default, setter(strip_option))]
     pub create: Option<Document>,
 }
