@@ -76,11 +76,13 @@ pub enum DocumentUpdate {
     /// in a temporary field and restore it afterwards, so the pipeline cannot
     /// change the lease; it must keep `_id`, and must not name a field or
     /// string starting with `__mongo_lease_` (reserved for that temporary
-    /// field). A stage that drops the temporary field (a `$project` that
-    /// includes only some fields, a `$replaceWith` of a new document)
-    /// leaves the lock field released: the write applies, and the lease is
-    /// lost. Keep `$$ROOT` (`$replaceWith: { $mergeObjects: ["$$ROOT",
-    /// ...] }`, `$unset` instead of an inclusion `$project`).
+    /// field). It must also keep the document's other fields (`$$ROOT`): a
+    /// stage that drops them (a `$replaceWith` naming only some, a `$project`
+    /// that includes only some) drops them for good, and the lease with them:
+    /// the write applies, the lock field is left released, and the lease is
+    /// lost (docs/mongodb-behaviour.md, B14). Keep `$$ROOT`
+    /// (`$replaceWith: { $mergeObjects: ["$$ROOT", ...] }`, `$unset` instead
+    /// of an inclusion `$project`).
     Pipeline(Vec<Document>),
 }
 

@@ -54,6 +54,32 @@
 //! keys are shown as MongoDB Extended JSON (`{"$oid":"5087b72181a445980ae47d13"}`),
 //! which [`LeaseKey::from_extended_json`] and the CLI's `--key-json` read.
 //!
+//! # In-document leases
+//!
+//! When the locked thing is a document of the application's own
+//! collection, the lock can live inside it, under one field
+//! ([`DEFAULT_LEASE_FIELD`], `_lease`): [`LockManager::documents`] gives
+//! [`DocumentLeases`], whose acquires return a [`DocumentLease`] with the
+//! document read in the same round trip (optionally creating it:
+//! [`DocumentAcquireOptions::create`]). [`DocumentLease::commit`] writes the
+//! document's new state and releases the lease in one atomic write, so the
+//! state write is fenced by construction; [`DocumentLease::update`] writes
+//! under the lease and keeps it. The same manager drives these leases (the
+//! same heartbeat, fencing-token rule and lost-lease token); see the
+//! [`document`] module for the schema.
+//!
+//! ```no_run
+//! # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+//! use mongodb::bson::{doc, Document};
+//! use mongo_lease::DocumentAcquireOptions;
+//!
+//! let items = manager.documents::<Document>("workitem").await?;
+//! let create = DocumentAcquireOptions::builder().create(doc! { "runs": 0 }).build();
+//! let item = items.acquire_with("item-17", create).await?;
+//! item.commit(doc! { "$inc": { "runs": 1 } }).await?; // new state + release
+//! # Ok(()) }
+//! ```
+//!
 //! # Guarantees
 //!
 //! - **Mutual exclusion**: at most one live lease per key at any instant, across
@@ -108,6 +134,22 @@
 //!   local deadline at *start of the last confirmed renewal + E − safety
 //!   margin*, so the token still fires before MongoDB may delete the
 //!   document.
+//! - **In-document leases** have the guarantees above, per document of the
+//!   user collection, and: acquire, renewal and release write only the lock
+//!   field, never the user's other fields; [`DocumentLease::update`] and
+//!   [`DocumentLease::commit`] apply the user's update in the same
+//!   conditional write that checks the lease (lease id, owner id, and expiry
+//!   by the server's `$$NOW`), so an update is written only under a held
+//!   lease, and a `commit` writes the new state and releases, or does
+//!   neither ([`Error::LeaseLost`]); concurrent acquires that create a
+//!   missing document create it once.
+//! - **Fenced writes to other data**: [`Lease::with_transaction`] commits
+//!   the caller's writes, in one MongoDB transaction, only if the lease is
+//!   held by the server's clock when the transaction commits (the lease is
+//!   renewed by a write inside the transaction, which a takeover conflicts
+//!   with), and otherwise writes nothing ([`Error::LeaseLost`]); [`Fence`]
+//!   makes one single-document write apply only if the document's stored
+//!   token is absent or not greater than the lease's.
 //!
 //! # Non-guarantees
 //!
@@ -138,6 +180,25 @@
 //!   and the next acquisition (also across a failover: members' clocks
 //!   synchronised within 1 s; see its docs), and that one key sees fewer
 //!   than 2^20 acquisitions per millisecond.
+//! - In-document leases: a `commit` whose reply is lost (a network error, a
+//!   failover, the operation timeout: [`Error::is_transient`]) has an unknown
+//!   outcome, like any MongoDB write: the manager then releases the lease
+//!   under its lease id (nothing happens if the commit landed), and only a
+//!   read of the document tells whether the new state was written. The same
+//!   holds for an `update`, whose lease is kept. A user's update pipeline
+//!   runs in the lease's write: one that drops fields of `$$ROOT` (a
+//!   `$replaceWith` naming only some) loses them, and the lease with them
+//!   (the lock field is left released: the write applies, the lease is lost).
+//!   Writes to the document by other code that ignores the lock field are not
+//!   excluded. A lease shorter than [`DELETE_MIN_TOKEN_AGE`] leaves the
+//!   released lock field in the document for about a second after its
+//!   release, until the manager removes it.
+//! - Fenced writes: [`Lease::with_transaction`] needs a replica set or a
+//!   sharded cluster ([`Error::Unsupported`] on a standalone server); a
+//!   commit that still fails with the `UnknownTransactionCommitResult`
+//!   label after its retries may have committed. A [`Fence`] protects only
+//!   documents that store the token, against writes that carry it, and does
+//!   not check that the lease is still held.
 //!
 //! # Module map
 //!
@@ -146,12 +207,13 @@
 //! | [`manager`] | [`LockManager`], the public cloneable handle (never touches MongoDB) |
 //! | `key` (re-exported) | [`LeaseKey`]: a key of any BSON type MongoDB accepts as `_id`, its check, identity and order |
 //! | [`lease`] | [`Lease`]: key, owner, fencing token, cancellation token, payload, release; [`LeaseInfo`] (a key as read with server time) and [`LeaseObserver`] |
+//! | [`document`] | in-document leases: [`DocumentLeases`] (acquire a document's lease by its `_id`, optionally creating it), [`DocumentLease`] (the document, `update`, `commit`, `release`), [`DocumentUpdate`] |
 //! | [`fence`] | fenced writes to user data under a lease: [`Lease::with_transaction`] (writes committed only while the lease is held) and [`Fence`] (a single-document write refused under a smaller token) |
 //! | [`election`] | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
 //! | [`config`] | [`LockManagerOptions`], [`AcquireOptions`], [`ReleaseMode`] and the `DEFAULT_*` constants |
 //! | [`error`] | [`Error`] and [`Result`] |
-//! | `actor` (private) | the manager task: state, the one `select!` loop, one file per concept (acquire, renewal and deadlines, release, the change stream of writes, shutdown, observers); `Command`s and the handles' `Mailbox` |
-//! | `store` (private) | the lock protocol on MongoDB: schema, indexes and `connect`'s collection checks, acquire/renew/release (also delete-on-release and by owner id), reads (foreign holders included), observing a key (change stream or polling); the only code that issues MongoDB commands |
+//! | `actor` (private) | the manager task: state per place (the lock collection, and each user collection of in-document leases), the one `select!` loop, one file per concept (acquire, renewal and deadlines, release, the change streams of writes, shutdown, observers, in-document places); `Command`s and the handles' `Mailbox` |
+//! | `store` (private) | the lock protocol on MongoDB: schema, indexes and `connect`'s collection checks, acquire/renew/release (also delete-on-release and by owner id), reads (foreign holders included), observing a key (change stream or polling), the same protocol inside user documents, the transaction helper's commands; the only code that issues MongoDB commands |
 //! | `backoff` (private) | jittered exponential backoff |
 //! | `testkit` (feature `testkit`) | throwaway real `mongod` replica sets for tests, no Docker |
 //!

@@ -479,7 +479,7 @@ pub(super) fn write_pipeline(
 /// The server may log an update pipeline's write (an acquisition) as a
 /// `replace` event instead, when the change is large for the document (a
 /// small document acquired or taken over): its `fullDocument.F` tells the
-/// lease id and owner id (docs/mongodb-behaviour.md, B12). Each event is
+/// lease id and owner id (docs/mongodb-behaviour.md, B12, B15). Each event is
 /// reduced to what [`key_write`] reads.
 pub(super) fn release_events_pipeline(paths: &Paths) -> [Document; 2] {
     let updated = |name: &str| {
