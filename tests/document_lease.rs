@@ -20,5 +20,7 @@ mod inspect;
 mod protocol;
 #[path = "document_lease/transaction.rs"]
 mod transaction;
+#[path = "document_lease/transaction_abort.rs"]
+mod transaction_abort;
 #[path = "document_lease/yield_on_commit.rs"]
 mod yield_on_commit;
