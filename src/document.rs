@@ -486,6 +486,27 @@ impl<T: DeserializeOwned> DocumentLease<T> {
         &self.lease
     }
 
+    /// The lease and the document (as [`DocumentLease::document`]), apart:
+    /// the lease stays held until released ([`Lease::release`], or dropped,
+    /// as any [`Lease`]), and its fenced writes
+    /// ([`Lease::with_transaction`], [`Lease::fence`]) still work, but the
+    /// document's own writes under it ([`DocumentLease::update`],
+    /// [`DocumentLease::commit`]) are no longer available.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(items: mongo_lease::DocumentLeases) -> mongo_lease::Result<()> {
+    /// let item = items.acquire("item-17").await?;
+    /// let (lease, document) = item.into_parts();
+    /// lease.release().await?;
+    /// println!("as it was while held: {document}");
+    /// # Ok(()) }
+    /// ```
+    pub fn into_parts(self) -> (Lease, T) {
+        (self.lease, self.document)
+    }
+
     /// Writes `update` to the document if the lease is still held (by the
     /// server's clock, under its lease id), in one conditional write, and
     /// keeps the lease. Returns the document as written.

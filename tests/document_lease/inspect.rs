@@ -1,5 +1,5 @@
 //! `DocumentLeases::inspect`: a document's lease read with the server's
-//! clock, as `LockManager::inspect` reads a key.
+//! clock, as `LockManager::inspect` reads a key; `DocumentLease::into_parts`.
 
 use std::time::Duration;
 
@@ -59,5 +59,42 @@ async fn inspect_shows_who_holds_a_documents_lease_and_nothing_for_an_unleased_o
         .expect("a foreign holder's lock");
     assert!(foreign.foreign, "{foreign:?}");
     assert!(foreign.held, "{foreign:?}");
+    manager.shutdown().await.unwrap();
+}
+
+/// `DocumentLease::into_parts`: the document by value, and the lease, still
+/// held until released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn into_parts_gives_the_document_and_the_lease_which_stays_held_until_released() {
+    const TTL: Duration = Duration::from_secs(30);
+    let fx = Fixture::new("dparts").await;
+    fx.db
+        .collection::<Document>(ITEMS)
+        .insert_one(doc! { "_id": "item", "state": "new" })
+        .await
+        .unwrap();
+    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
+    let handle: DocumentLeases = manager.documents(ITEMS).await.unwrap();
+    let item = handle.acquire("item").await.unwrap();
+    let token = item.lease().fencing_token();
+
+    let (lease, document) = item.into_parts();
+    assert_eq!(document, doc! { "_id": "item", "state": "new" });
+    assert_eq!(lease.fencing_token(), token);
+    let info = handle.inspect("item").await.unwrap().expect("held");
+    assert!(info.held && info.fencing_token == token, "{info:?}");
+    assert!(handle.try_acquire("item").await.unwrap().is_none());
+
+    assert_eq!(
+        lease.release().await.unwrap(),
+        mongo_lease::ReleaseOutcome::Released
+    );
+    let next = handle
+        .try_acquire("item")
+        .await
+        .unwrap()
+        .expect("free once released");
+    assert!(next.lease().fencing_token() > token);
+    drop(next);
     manager.shutdown().await.unwrap();
 }
