@@ -308,7 +308,9 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     ///
     /// As [`DocumentLeases::acquire`] (no [`Error::DocumentNotFound`] with
     /// [`DocumentAcquireOptions::create`]), and [`Error::InvalidUpdate`] for
-    /// a document to create that names `_id` or the lock field,
+    /// a document to create that names `_id` or the lock field (nothing
+    /// sent) or that a unique index of the collection other than `_id`'s
+    /// refuses (nothing written),
     /// [`Error::InvalidConfig`] for a TTL that breaks the manager's timing
     /// rules.
     ///
