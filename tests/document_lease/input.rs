@@ -164,3 +164,54 @@ async fn a_pipeline_that_overwrites_the_reserved_field_by_a_computed_name_loses_
     manager.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
+
+/// A document to create that a unique index of the user's collection
+/// (other than `_id`'s) refuses: `InvalidUpdate`, nothing written, and the
+/// manager keeps serving the document (an acquire with other fields
+/// creates it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_to_create_that_a_unique_index_refuses_is_invalid_and_nothing_is_written() {
+    use mongo_lease::DocumentAcquireOptions;
+    use mongodb::IndexModel;
+    use mongodb::options::IndexOptions;
+    const TTL: Duration = Duration::from_secs(30);
+    let fx = Fixture::new("dunique").await;
+    let items = fx.db.collection::<Document>(ITEMS);
+    items
+        .create_index(
+            IndexModel::builder()
+                .keys(doc! { "code": 1 })
+                .options(IndexOptions::builder().unique(true).build())
+                .build(),
+        )
+        .await
+        .unwrap();
+    items
+        .insert_one(doc! { "_id": "a", "code": 1 })
+        .await
+        .unwrap();
+    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
+    let handle = manager.documents::<Document>(ITEMS).await.unwrap();
+
+    let taken = DocumentAcquireOptions::builder()
+        .create(doc! { "code": 1 })
+        .build();
+    let result = handle.try_acquire_with("b", taken).await;
+    assert!(
+        matches!(&result, Err(Error::InvalidUpdate { reason }) if reason.contains("unique index")),
+        "{result:?}"
+    );
+    assert_eq!(items.count_documents(doc! {}).await.unwrap(), 1);
+
+    let free = DocumentAcquireOptions::builder()
+        .create(doc! { "code": 2 })
+        .build();
+    let item = handle
+        .try_acquire_with("b", free)
+        .await
+        .unwrap()
+        .expect("created");
+    assert_eq!(item.document(), &doc! { "_id": "b", "code": 2 });
+    assert_eq!(item.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
