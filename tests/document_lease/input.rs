@@ -1,5 +1,6 @@
 //! Unusual user input to in-document leases: update pipelines that name the
-//! lease's reserved temporary field, values that read like lock-field paths.
+//! lease's reserved temporary field, values that read like lock-field paths,
+//! a document to create that a unique index refuses.
 
 use std::time::Duration;
 
