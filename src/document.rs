@@ -72,13 +72,17 @@ pub enum DocumentUpdate {
     /// must not write the lease's lock field.
     Modifiers(Document),
     /// An update pipeline (`$set`, `$unset`, `$replaceWith`, ... stages). Its
-    /// stages run before the lease's own stage, which restores the lock
-    /// field, so the pipeline cannot change the lease; it must keep `_id`.
-    /// It must also keep the document's other fields (`$$ROOT`): a stage
-    /// that drops them (a `$replaceWith` naming only some) drops them for
-    /// good, and the lease with them: the write applies, the lock field is
-    /// left released, and the lease is lost (docs/mongodb-behaviour.md,
-    /// B14).
+    /// stages run between the lease's own stages, which keep the lock field
+    /// in a temporary field and restore it afterwards, so the pipeline cannot
+    /// change the lease; it must keep `_id`, and must not name a field or
+    /// string starting with `__mongo_lease_` (reserved for that temporary
+    /// field). It must also keep the document's other fields (`$$ROOT`): a
+    /// stage that drops them (a `$replaceWith` naming only some, a `$project`
+    /// that includes only some) drops them for good, and the lease with them:
+    /// the write applies, the lock field is left released, and the lease is
+    /// lost (docs/mongodb-behaviour.md, B14). Keep `$$ROOT`
+    /// (`$replaceWith: { $mergeObjects: ["$$ROOT", ...] }`, `$unset` instead
+    /// of an inclusion `$project`).
     Pipeline(Vec<Document>),
 }
 
@@ -121,8 +125,12 @@ pub struct DocumentAcquireOptions {
     /// field). Concurrent acquires that create the same document create it
     /// once: one of them wins, the others find it held. A document that
     /// exists but holds nothing but its `_id` is given these fields too.
-    /// Default: `None`, a missing document is
-    /// [`Error::DocumentNotFound`].
+    /// Local callers waiting for the same document are served first in,
+    /// first out, each attempt with the fields of the caller first in line:
+    /// a missing document is created only for a caller that gave fields,
+    /// with its fields. Default: `None`, a missing document is
+    /// [`Error::DocumentNotFound`] (for every local caller then waiting for
+    /// it without fields; the next one with fields creates it).
     #[builder(default, setter(strip_option))]
     pub create: Option<Document>,
 }
@@ -234,6 +242,45 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         &self.field
     }
 
+    /// Reads the lease of the document with `_id` `id`, with the server's
+    /// clock, as [`LockManager::inspect`] reads a key: who holds it (or last
+    /// held it), its fencing token, acquisition, renewal and expiry times.
+    /// `Ok(None)` if there is no such document or it carries no lock field
+    /// (never leased, or released). A lock field of foreign shape (the
+    /// user's own value under that name) is shown as held by a foreign
+    /// holder ([`LeaseInfo::foreign`](crate::LeaseInfo::foreign)). One round
+    /// trip; reads only `_id` and the lock field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for an `_id` MongoDB refuses,
+    /// [`Error::Shutdown`], and database errors ([`Error::Database`],
+    /// [`Error::Unreachable`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(items: mongo_lease::DocumentLeases) -> mongo_lease::Result<()> {
+    /// if let Some(info) = items.inspect("item-17").await? {
+    ///     if info.held {
+    ///         println!("{} holds it for {:?} more", info.owner_id, info.time_to_expiry());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, id: impl Into<LeaseKey>) -> Result<Option<crate::LeaseInfo>> {
+        self.manager
+            .inspect_target(Target {
+                place: self.place,
+                key: id.into(),
+            })
+            .await
+    }
+
     /// Acquires the lease of the document with `_id` `id`, waiting as long
     /// as it takes, as [`LockManager::acquire`] does for a key; returns it
     /// with the document as the acquiring write left it.
@@ -261,7 +308,9 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     ///
     /// As [`DocumentLeases::acquire`] (no [`Error::DocumentNotFound`] with
     /// [`DocumentAcquireOptions::create`]), and [`Error::InvalidUpdate`] for
-    /// a document to create that names `_id` or the lock field,
+    /// a document to create that names `_id` or the lock field (nothing
+    /// sent) or that a unique index of the collection other than `_id`'s
+    /// refuses (nothing written),
     /// [`Error::InvalidConfig`] for a TTL that breaks the manager's timing
     /// rules.
     ///
@@ -439,6 +488,27 @@ impl<T: DeserializeOwned> DocumentLease<T> {
         &self.lease
     }
 
+    /// The lease and the document (as [`DocumentLease::document`]), apart:
+    /// the lease stays held until released ([`Lease::release`], or dropped,
+    /// as any [`Lease`]), and its fenced writes
+    /// ([`Lease::with_transaction`], [`Lease::fence`]) still work, but the
+    /// document's own writes under it ([`DocumentLease::update`],
+    /// [`DocumentLease::commit`]) are no longer available.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(items: mongo_lease::DocumentLeases) -> mongo_lease::Result<()> {
+    /// let item = items.acquire("item-17").await?;
+    /// let (lease, document) = item.into_parts();
+    /// lease.release().await?;
+    /// println!("as it was while held: {document}");
+    /// # Ok(()) }
+    /// ```
+    pub fn into_parts(self) -> (Lease, T) {
+        (self.lease, self.document)
+    }
+
     /// Writes `update` to the document if the lease is still held (by the
     /// server's clock, under its lease id), in one conditional write, and
     /// keeps the lease. Returns the document as written.
@@ -447,9 +517,15 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease was lost: nothing was written, and
     /// the lease's token has fired. [`Error::InvalidUpdate`] for an update
-    /// that is empty or writes the lock field (nothing sent).
-    /// [`Error::Database`] for an update MongoDB refuses, or a result that
-    /// cannot be read as `T` (the write happened). [`Error::Shutdown`].
+    /// that is empty or writes the lock field, or a pipeline that names the
+    /// reserved temporary field (nothing sent). [`Error::Database`] for an
+    /// update MongoDB refuses (nothing written), or a result that cannot be
+    /// read as `T` (the write happened). [`Error::Shutdown`]. An error for
+    /// which [`Error::is_transient`] is true (the network, a failover, the
+    /// manager's operation timeout) leaves the outcome unknown: the update
+    /// may have been written. (The write is a retryable write: on a replica
+    /// set the driver sends it once more after such an error, and a write
+    /// that had landed is then answered as written.)
     ///
     /// # Cancel safety
     ///
@@ -473,7 +549,12 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     ///
     /// [`Error::LeaseLost`] if the lease was lost: the update was **not**
     /// written. Otherwise as [`DocumentLease::update`]; if the result cannot
-    /// be read as `T`, the write and the release happened.
+    /// be read as `T`, the write and the release happened. After any error
+    /// the lease is released all the same (this `DocumentLease` is
+    /// consumed, also by an [`Error::InvalidUpdate`] refused before anything
+    /// was sent): acquire the document again to retry. After an error of
+    /// unknown outcome ([`Error::is_transient`]), read the document to learn
+    /// whether the update was written.
     ///
     /// # Cancel safety
     ///
@@ -582,8 +663,12 @@ pub(crate) fn check_update(update: &DocumentUpdate, field: &str) -> Result<()> {
                 let Bson::Document(paths) = value else {
                     return invalid(format!("the value of {operator} must be a document"));
                 };
-                // `$rename` names a path in its values too.
-                let renamed = paths.values().filter_map(|v| v.as_str());
+                // `$rename` names a path in its values too; other
+                // operators' values are the user's data.
+                let renamed = paths
+                    .values()
+                    .filter(|_| operator == "$rename")
+                    .filter_map(|v| v.as_str());
                 for path in paths.keys().map(String::as_str).chain(renamed) {
                     let head = path.split('.').next().unwrap_or(path);
                     if head == field {
@@ -599,7 +684,102 @@ pub(crate) fn check_update(update: &DocumentUpdate, field: &str) -> Result<()> {
             if stages.is_empty() {
                 return invalid("the update pipeline is empty".into());
             }
+            if let Some(name) = stages.iter().find_map(reserved_name_in) {
+                return invalid(format!(
+                    "the update pipeline names {name:?}: names starting with \
+                     {RESERVED_PREFIX:?} are reserved for the lease's own stages"
+                ));
+            }
             Ok(())
         }
+    }
+}
+
+/// The prefix of the temporary field that keeps the lock field while the
+/// user's update pipeline runs (the store's `write_pipeline`): a user's
+/// pipeline that wrote it would decide what the lock field becomes.
+pub(crate) const RESERVED_PREFIX: &str = "__mongo_lease_";
+
+/// The first field name or string in `document` (at any depth) that
+/// contains [`RESERVED_PREFIX`].
+fn reserved_name_in(document: &Document) -> Option<String> {
+    fn in_value(value: &Bson) -> Option<String> {
+        match value {
+            Bson::String(s) if s.contains(RESERVED_PREFIX) => Some(s.clone()),
+            Bson::Document(d) => reserved_name_in(d),
+            Bson::Array(values) => values.iter().find_map(in_value),
+            _ => None,
+        }
+    }
+    document.iter().find_map(|(name, value)| {
+        if name.contains(RESERVED_PREFIX) {
+            Some(name.clone())
+        } else {
+            in_value(value)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use mongodb::bson::doc;
+
+    use super::*;
+
+    #[test]
+    fn a_value_that_reads_like_the_lock_field_is_the_users_data() {
+        for update in [
+            doc! { "$set": { "label": "_lease" } },
+            doc! { "$set": { "path": "_lease.lid" } },
+            doc! { "$push": { "log": "_lease" } },
+            doc! { "$rename": { "old": "new" } },
+        ] {
+            let update = DocumentUpdate::Modifiers(update);
+            assert_eq!(
+                check_update(&update, DEFAULT_LEASE_FIELD).ok(),
+                Some(()),
+                "{update:?}"
+            );
+        }
+        for update in [
+            doc! { "$rename": { "state": "_lease" } },
+            doc! { "$rename": { "state": "_lease.x" } },
+            doc! { "$rename": { "_lease": "state" } },
+        ] {
+            let update = DocumentUpdate::Modifiers(update);
+            assert!(
+                matches!(
+                    check_update(&update, DEFAULT_LEASE_FIELD),
+                    Err(Error::InvalidUpdate { .. })
+                ),
+                "{update:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pipeline_that_names_the_reserved_field_is_refused() {
+        for pipeline in [
+            vec![doc! { "$set": { "__mongo_lease__lease": "mine" } }],
+            vec![doc! { "$unset": ["__mongo_lease__lease"] }],
+            vec![
+                doc! { "$set": { "n": 1 } },
+                doc! { "$replaceWith": { "$mergeObjects": ["$$ROOT", {
+                    "a": [{ "b": "$__mongo_lease__lease.tok" }],
+                }]}},
+            ],
+        ] {
+            let update = DocumentUpdate::Pipeline(pipeline);
+            assert!(
+                matches!(
+                    check_update(&update, DEFAULT_LEASE_FIELD),
+                    Err(Error::InvalidUpdate { reason }) if reason.contains("reserved")
+                ),
+                "{update:?}"
+            );
+        }
+        let fine =
+            DocumentUpdate::Pipeline(vec![doc! { "$set": { "_lease": "x", "m": "__mongo" } }]);
+        assert_eq!(check_update(&fine, DEFAULT_LEASE_FIELD).ok(), Some(()));
     }
 }

@@ -136,9 +136,12 @@ pub enum Error {
     /// An update given to an in-document lease
     /// ([`DocumentLease::commit`](crate::DocumentLease::commit),
     /// [`DocumentLease::update`](crate::DocumentLease::update)) is empty,
-    /// mixes update operators with plain fields, or writes the lease's lock
-    /// field; or a document to create names the lock field or `_id`. Nothing
-    /// was sent.
+    /// mixes update operators with plain fields, writes the lease's lock
+    /// field, or (a pipeline) names the reserved temporary field
+    /// (`__mongo_lease_` prefix); or a document to create names the lock
+    /// field or `_id`: nothing was sent. Also a document to create that a
+    /// unique index of the user's collection (other than `_id`'s) refuses:
+    /// nothing was written.
     #[error("invalid update: {reason}")]
     InvalidUpdate {
         /// Why the update was refused.

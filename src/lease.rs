@@ -187,12 +187,14 @@ impl Lease {
     /// before the local deadline (*start of the last confirmed renewal + ttl −
     /// safety margin*, which comes before another owner can take the key), or
     /// when the manager releases it ([`LockManager::release_all`],
-    /// [`LockManager::shutdown`], [`Lease::release`]).
+    /// [`LockManager::shutdown`], [`Lease::release`], and for an
+    /// in-document lease [`DocumentLease::commit`] as soon as it is sent).
     ///
     /// Clone it into the tasks that work under the lease.
     ///
     /// [`LockManager::release_all`]: crate::LockManager::release_all
     /// [`LockManager::shutdown`]: crate::LockManager::shutdown
+    /// [`DocumentLease::commit`]: crate::DocumentLease::commit
     pub fn cancellation_token(&self) -> CancellationToken {
         self.cancel.clone()
     }

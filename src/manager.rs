@@ -407,8 +407,16 @@ impl LockManager {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, key: impl Into<LeaseKey>) -> Result<Option<LeaseInfo>> {
-        let key = key.into();
-        validate_key(&key)?;
+        self.inspect_target(Target {
+            place: Place::LOCKS,
+            key: key.into(),
+        })
+        .await
+    }
+
+    /// [`LockManager::inspect`] of a key in any place.
+    pub(crate) async fn inspect_target(&self, key: Target) -> Result<Option<LeaseInfo>> {
+        validate_key(&key.key)?;
         self.inner
             .mailbox
             .call(|respond_to| Command::Inspect { key, respond_to })

@@ -10,15 +10,25 @@ mod support;
 
 #[path = "document_lease/api.rs"]
 mod api;
+#[path = "document_lease/collection_drop.rs"]
+mod collection_drop;
 #[path = "document_lease/commit.rs"]
 mod commit;
 #[path = "document_lease/creation.rs"]
 mod creation;
 #[path = "document_lease/fence.rs"]
 mod fence;
+#[path = "document_lease/input.rs"]
+mod input;
+#[path = "document_lease/inspect.rs"]
+mod inspect;
 #[path = "document_lease/protocol.rs"]
 mod protocol;
 #[path = "document_lease/transaction.rs"]
 mod transaction;
+#[path = "document_lease/transaction_abort.rs"]
+mod transaction_abort;
 #[path = "document_lease/transaction_retry.rs"]
 mod transaction_retry;
+#[path = "document_lease/yield_on_commit.rs"]
+mod yield_on_commit;

@@ -16,7 +16,7 @@ use super::command::{AcquireMode, Granted, Reply, Target, WaiterId};
 use super::mailbox::Mailbox;
 use super::{Actor, Attempt, Event, Held, KeyState, Timer, Waiter};
 use crate::backoff::retry_delay;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::store::AcquireOutcome;
 
@@ -97,8 +97,9 @@ impl Actor {
         // goes away meanwhile, `grant` adjusts to the next one's.
         let ttl = state.waiters.front().map_or(self.timing.ttl, |w| w.ttl);
         // Likewise the fields to create a missing document with: the first
-        // waiter's that has some.
-        let create = state.waiters.iter().find_map(|w| w.create.clone());
+        // waiter's (a missing document is created for a caller that asked
+        // for it, never handed to one that did not).
+        let create = state.waiters.front().and_then(|w| w.create.clone());
         let sent_at = Instant::now();
         let key = key.clone();
         let acquire =
@@ -149,14 +150,24 @@ impl Actor {
             }
             Err(error) => {
                 let transient = error.is_transient();
+                // A missing document: the answer for the callers that gave
+                // no fields to create it (the attempt was sent with the
+                // first one's); the others' attempt follows at once.
+                let not_found = matches!(error, Error::DocumentNotFound { .. });
                 for waiter in std::mem::take(&mut state.waiters) {
-                    if waiter.mode == AcquireMode::Try || !transient {
+                    if not_found && waiter.create.is_some() {
+                        if !waiter.respond_to.is_closed() {
+                            state.waiters.push_back(waiter);
+                        }
+                    } else if waiter.mode == AcquireMode::Try || !transient {
                         let _ = waiter.respond_to.send(Err(error.clone()));
                     } else if !waiter.respond_to.is_closed() {
                         state.waiters.push_back(waiter);
                     }
                 }
-                if !state.waiters.is_empty() {
+                if not_found {
+                    self.serve_next(&key);
+                } else if !state.waiters.is_empty() {
                     tracing::warn!(%key, %error, "acquire attempt failed; retrying");
                     self.schedule_retry(&key, None, false);
                 } else if transient {

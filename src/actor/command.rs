@@ -103,9 +103,10 @@ pub(crate) enum Command {
     Shutdown {
         respond_to: Reply<()>,
     },
-    /// Read one key with the server's now.
+    /// Read one key (of the lock collection, or one document's lease) with
+    /// the server's now.
     Inspect {
-        key: LeaseKey,
+        key: Target,
         respond_to: Reply<Option<LeaseInfo>>,
     },
     /// One page of the lock collection, in key order.

@@ -359,7 +359,7 @@ impl Actor {
             Command::ReleaseAll { respond_to } => self.on_release_all(respond_to),
             Command::Shutdown { respond_to } => self.begin_shutdown(Some(respond_to)),
             Command::Inspect { key, respond_to } => {
-                let read = self.store(Place::LOCKS).inspect(key);
+                let read = self.store(key.place).inspect(key.key);
                 self.answer(read, respond_to);
             }
             Command::List {

@@ -593,3 +593,53 @@ async fn the_same_collection_and_field_is_one_place_another_field_or_collection_
     b.shutdown().await.unwrap();
     a.shutdown().await.unwrap();
 }
+
+/// A missing document and two local callers: the first gives no fields to
+/// create it, the second (queued while the first one's attempt is in
+/// flight) gives some. The first gets `DocumentNotFound`, as it would alone;
+/// the second's attempt follows at once and creates the document for it.
+#[tokio::test(start_paused = true)]
+async fn a_missing_document_is_created_only_for_a_caller_that_gave_fields_to_create_it() {
+    const LATENCY: Duration = Duration::from_millis(50);
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let (jobs, docs, doc_store) = jobs(&a, &store).await;
+    docs.remove_user_document("d");
+    doc_store.set_latency(Op::Acquire, LATENCY);
+
+    let plain = started({
+        let jobs = jobs.clone();
+        async move { jobs.acquire("d").await.map(|_| ()) }
+    })
+    .await;
+    settle().await;
+    let creating = started({
+        let jobs = jobs.clone();
+        async move {
+            let options = crate::DocumentAcquireOptions::builder()
+                .create(doc! { "n": 0 })
+                .build();
+            jobs.acquire_with("d", options).await
+        }
+    })
+    .await;
+
+    let plain = soon(plain).await.unwrap();
+    assert!(
+        matches!(plain, Err(Error::DocumentNotFound { .. })),
+        "{plain:?}"
+    );
+    let item = soon(creating)
+        .await
+        .unwrap()
+        .expect("created for the caller that asked");
+    assert_eq!(docs.holder("d").as_deref(), Some("a"));
+    let calls = doc_store.acquire_calls("d");
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(
+        calls[1] - calls[0],
+        LATENCY,
+        "the second attempt follows at once"
+    );
+    assert_eq!(item.release().await.unwrap(), ReleaseOutcome::Released);
+}

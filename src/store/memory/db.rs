@@ -115,6 +115,9 @@ pub(crate) struct Collection {
     /// The token of each deleted document: a new document of its key starts
     /// above it, as on MongoDB.
     deleted_tokens: HashMap<LeaseKey, u64>,
+    /// In a place of in-document leases: user documents that do not exist
+    /// ([`MemoryDb::remove_user_document`]); every other one does.
+    pub(super) missing: std::collections::HashSet<LeaseKey>,
 }
 
 impl Collection {
@@ -573,6 +576,16 @@ impl MemoryDb {
         drop(coll);
         self.announce_release(key);
         self.touch();
+    }
+
+    /// In a place of in-document leases ([`MemoryDb::documents`]): the user's
+    /// document `key` does not exist (and holds no lock field) until an
+    /// acquisition with fields to create creates it; one without them fails
+    /// with `Error::DocumentNotFound`, as on MongoDB.
+    pub fn remove_user_document(&self, key: impl Into<LeaseKey>) {
+        let key = key.into();
+        lock(&self.inner).missing.insert(key.clone());
+        self.delete(key);
     }
 
     /// A receiver of the writes announced from now on.

@@ -315,8 +315,11 @@ impl Store for MemoryStore {
         Ok(Arc::new(self.document_store(collection, field)))
     }
 
-    /// In-document leases: every user document is taken to exist (`create`
-    /// is ignored); an acquisition returns `{_id, <field>: {aid, lid, tok}}`.
+    /// In-document leases: every user document exists unless the test
+    /// removed it ([`MemoryDb::remove_user_document`]): then an acquisition
+    /// with `create` creates it (its fields are not modelled), one without
+    /// fails with `DocumentNotFound`. An acquisition returns `{_id, <field>:
+    /// {aid, lid, tok}}`.
     fn acquire_document(
         &self,
         key: LeaseKey,
@@ -325,10 +328,27 @@ impl Store for MemoryStore {
         ttl: Duration,
         create: Option<Document>,
     ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
-        let _ = create;
         let field = self.place.as_ref().map(|(_, field)| field.clone());
         let owner = self.owner.clone();
-        let acquire = self.acquire_with_ttl(key.clone(), lease_id, waiting, ttl);
+        let (db, creates) = (self.db.clone(), create.is_some());
+        let acquire = self.run(Op::Acquire, vec![key.clone()], {
+            let (key, owner) = (key.clone(), owner.clone());
+            move |coll, now| {
+                if coll.missing.contains(&key) {
+                    if !creates {
+                        return Err(Error::DocumentNotFound { id: key });
+                    }
+                    coll.missing.remove(&key);
+                }
+                // As `acquire_with_ttl`.
+                let retry = coll.docs.get(&key).and_then(|d| d.lease_id) == Some(lease_id);
+                let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now);
+                if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
+                    db.announce_acquisition(&key, &owner, lease_id);
+                }
+                outcome
+            }
+        });
         async move {
             let outcome = acquire.await?;
             let document = match (&outcome, field) {

@@ -115,9 +115,10 @@ pub(super) fn write_operators(paths: &Paths, user: &Document, after: LockAfter) 
 /// keeps `F` in a temporary top-level field (whatever the user's stages do
 /// to `F`, it is restored from there), then the user's stages, then `F` is
 /// restored and the temporary field removed. If the user's stages dropped
-/// the temporary field (a `$replaceWith` that does not keep `$$ROOT`), `F`
-/// is restored in the released state with the lease's owner id and `token`
-/// (no lease id): the lease is then lost, never a foreign holder's lock.
+/// the temporary field (a `$replaceWith` that does not keep `$$ROOT`) or
+/// changed it (it no longer holds this owner id and `token`), `F` is
+/// restored in the released state with the lease's owner id and `token` (no
+/// lease id): the lease is then lost, never a foreign holder's lock.
 ///
 /// With `release`, `F` ends as [`release_update`](super::pipeline::release_update) and the removal of
 /// [`held_removable_filter`] would leave it: removed if not waited for and
@@ -143,7 +144,15 @@ pub(super) fn write_pipeline(
         field::RENEWED_AT: "$$NOW",
         field::EXPIRES_AT: "$$NOW",
     };
-    stages.push(doc! { "$set": { &stash: { "$ifNull": [format!("${stash}"), fallback] } } });
+    // Restored only if it still holds this lease (its owner id and token):
+    // a stage that dropped or overwrote it must not decide the lock field.
+    let still_ours = doc! { "$and": [
+        { "$eq": [kept(field::OWNER), { "$literal": owner }] },
+        { "$eq": [kept(field::TOKEN), { "$literal": token as i64 }] },
+    ]};
+    stages.push(
+        doc! { "$set": { &stash: { "$cond": [still_ours, format!("${stash}"), fallback] } } },
+    );
     if !release {
         stages.push(doc! { "$set": { paths.field(): format!("${stash}") } });
         stages.push(doc! { "$unset": [&stash] });
@@ -238,12 +247,19 @@ mod tests {
         assert_eq!(kept[1], user[0]);
         assert_eq!(
             kept[2],
-            doc! { "$set": { "__mongo_lease__lease": { "$ifNull": ["$__mongo_lease__lease", {
-                "aid": { "$literal": "me" },
-                "tok": { "$literal": 42_i64 },
-                "ts": "$$NOW",
-                "exp": "$$NOW",
-            }]}}}
+            doc! { "$set": { "__mongo_lease__lease": { "$cond": [
+                { "$and": [
+                    { "$eq": ["$__mongo_lease__lease.aid", { "$literal": "me" }] },
+                    { "$eq": ["$__mongo_lease__lease.tok", { "$literal": 42_i64 }] },
+                ]},
+                "$__mongo_lease__lease",
+                {
+                    "aid": { "$literal": "me" },
+                    "tok": { "$literal": 42_i64 },
+                    "ts": "$$NOW",
+                    "exp": "$$NOW",
+                },
+            ]}}}
         );
         assert_eq!(
             kept[3],
