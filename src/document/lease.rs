@@ -1,0 +1,175 @@
+//! [`DocumentLease`]: a held in-document lease and its document.
+
+use std::fmt;
+use std::sync::Arc;
+
+use mongodb::bson::Document;
+use serde::de::DeserializeOwned;
+
+use super::{DocumentUpdate, check_update};
+use crate::error::{Error, Result};
+use crate::key::LeaseKey;
+use crate::lease::{Lease, ReleaseOutcome};
+
+/// A held in-document lease, with the document as last read or written under
+/// it (the lock field removed).
+///
+/// Dropping it releases the lease in the background, as for a [`Lease`]; the
+/// document's own fields are then left as they are.
+pub struct DocumentLease<T = Document> {
+    lease: Lease,
+    raw: Document,
+    document: T,
+    field: Arc<str>,
+}
+
+impl<T: DeserializeOwned> DocumentLease<T> {
+    /// `raw` is the document as MongoDB returned it, lock field included.
+    /// On a document that cannot be read as `T`, the lease is given back with
+    /// the error.
+    pub(super) fn new(
+        lease: Lease,
+        mut raw: Document,
+        field: Arc<str>,
+    ) -> Result<Self, Box<(Lease, Error)>> {
+        raw.remove(&*field);
+        match mongodb::bson::from_document::<T>(raw.clone()) {
+            Ok(document) => Ok(DocumentLease {
+                lease,
+                raw,
+                document,
+                field,
+            }),
+            Err(error) => Err(Box::new((
+                lease,
+                Error::Database(mongodb::error::Error::from(error)),
+            ))),
+        }
+    }
+
+    /// The document, as the acquire read it or the last
+    /// [`DocumentLease::update`] wrote it (without the lock field).
+    pub fn document(&self) -> &T {
+        &self.document
+    }
+
+    /// The same document as BSON (without the lock field).
+    pub fn raw_document(&self) -> &Document {
+        &self.raw
+    }
+
+    /// The document's `_id` (the lease's key).
+    pub fn id(&self) -> &LeaseKey {
+        self.lease.key()
+    }
+
+    /// The lease: fencing token, lost-lease token, TTL, owner id.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The lease and the document (as [`DocumentLease::document`]), apart:
+    /// the lease stays held until released ([`Lease::release`], or dropped,
+    /// as any [`Lease`]), and its fenced writes
+    /// ([`Lease::with_transaction`], [`Lease::fence`]) still work, but the
+    /// document's own writes under it ([`DocumentLease::update`],
+    /// [`DocumentLease::commit`]) are no longer available.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(items: mongo_lease::DocumentLeases) -> mongo_lease::Result<()> {
+    /// let item = items.acquire("item-17").await?;
+    /// let (lease, document) = item.into_parts();
+    /// lease.release().await?;
+    /// println!("as it was while held: {document}");
+    /// # Ok(()) }
+    /// ```
+    pub fn into_parts(self) -> (Lease, T) {
+        (self.lease, self.document)
+    }
+
+    /// Writes `update` to the document if the lease is still held (by the
+    /// server's clock, under its lease id), in one conditional write, and
+    /// keeps the lease. Returns the document as written.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease was lost: nothing was written, and
+    /// the lease's token has fired. [`Error::InvalidUpdate`] for an update
+    /// that is empty or writes the lock field, or a pipeline that names the
+    /// reserved temporary field (nothing sent). [`Error::Database`] for an
+    /// update MongoDB refuses (nothing written), or a result that cannot be
+    /// read as `T` (the write happened). [`Error::Shutdown`]. An error for
+    /// which [`Error::is_transient`] is true (the network, a failover, the
+    /// manager's operation timeout) leaves the outcome unknown: the update
+    /// may have been written. (The write is a retryable write: on a replica
+    /// set the driver sends it once more after such an error, and a write
+    /// that had landed is then answered as written.)
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future after the command was sent does
+    /// not undo the write, which may or may not happen.
+    pub async fn update(&mut self, update: impl Into<DocumentUpdate>) -> Result<&T> {
+        let written = self.write(update.into(), false).await?;
+        let mut raw = written;
+        raw.remove(&*self.field);
+        self.document = mongodb::bson::from_document(raw.clone())
+            .map_err(|e| Error::Database(mongodb::error::Error::from(e)))?;
+        self.raw = raw;
+        Ok(&self.document)
+    }
+
+    /// Writes `update` to the document and releases the lease, in one atomic
+    /// write conditional on the lease (by the server's clock, under its lease
+    /// id): either both happen or neither. Returns the document as written.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease was lost: the update was **not**
+    /// written. Otherwise as [`DocumentLease::update`]; if the result cannot
+    /// be read as `T`, the write and the release happened. After any error
+    /// the lease is released all the same (this `DocumentLease` is
+    /// consumed, also by an [`Error::InvalidUpdate`] refused before anything
+    /// was sent): acquire the document again to retry. After an error of
+    /// unknown outcome ([`Error::is_transient`]), read the document to learn
+    /// whether the update was written.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe, as [`DocumentLease::update`]; if the future is
+    /// dropped the lease is released anyway (or expires).
+    pub async fn commit(mut self, update: impl Into<DocumentUpdate>) -> Result<T> {
+        let written = self.write(update.into(), true).await?;
+        self.lease.mark_released();
+        let mut raw = written;
+        raw.remove(&*self.field);
+        mongodb::bson::from_document(raw)
+            .map_err(|e| Error::Database(mongodb::error::Error::from(e)))
+    }
+
+    /// Releases the lease: removes the lock field (see the module docs for
+    /// the short-lease case) and leaves every other field as it is.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lease::release`].
+    pub async fn release(self) -> Result<ReleaseOutcome> {
+        self.lease.release().await
+    }
+
+    async fn write(&mut self, update: DocumentUpdate, release: bool) -> Result<Document> {
+        check_update(&update, &self.field)?;
+        self.lease.write_document(update, release).await
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for DocumentLease<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DocumentLease")
+            .field("lease", &self.lease)
+            .field("document", &self.document)
+            .finish()
+    }
+}

@@ -1,0 +1,396 @@
+//! In-document leases: the lock lives inside the user's own document, under
+//! one field, and the release can write the document's new state in the same
+//! atomic write ([`DocumentLease::commit`]).
+//!
+//! [`LockManager::documents`] gives a [`DocumentLeases`] handle on one user
+//! collection; its acquires return a [`DocumentLease`]: the lease (the same
+//! [`Lease`](crate::Lease) as for keys of the lock collection: fencing token, lost-lease
+//! token, renewal in the manager's batched heartbeat) together with the
+//! document as the acquire read it, in the same round trip.
+//!
+//! # Document schema
+//!
+//! The lock fields live under one field of the user's document (default
+//! [`DEFAULT_LEASE_FIELD`], `_lease`), with the lock collection's names and
+//! rules: `aid` (owner id), `lid` (lease id), `tok` (fencing token), `acq`,
+//! `ts` and `exp` (server times of the acquisition, the last renewal, and
+//! the expiry), `wt`/`yu` (fairness between owners). Acquire, renewal and
+//! release write only that field; every other field of the document is the
+//! user's, and only [`DocumentLease::update`] and [`DocumentLease::commit`]
+//! write them, with the user's update.
+//!
+//! A released document carries no lock field, except after a lease shorter
+//! than [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) (by the
+//! server's clock) or one another owner waited for: the field is then left
+//! in the released state (no lease id `lid`, `exp` at the release time, the
+//! fencing token `tok` kept, so that the next acquisition's token is
+//! greater, see the "Fencing tokens" rule of the lock collection; `yu` if
+//! another owner waited), which the next acquire takes over at once. The
+//! manager removes a released field nobody took once its token is
+//! `DELETE_MIN_TOKEN_AGE` old by the server's clock; shutdown waits for that
+//! removal. A field left yielded (another owner waited, and did not take it)
+//! stays.
+
+mod lease;
+mod update;
+
+pub use lease::DocumentLease;
+pub use update::DocumentUpdate;
+use update::check_create;
+pub(crate) use update::{RESERVED_PREFIX, check_collection, check_field, check_update};
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mongodb::bson::Document;
+use serde::de::DeserializeOwned;
+use typed_builder::TypedBuilder;
+
+use crate::actor::command::{AcquireMode, Target};
+use crate::config::AcquireOptions;
+use crate::error::{Error, Result};
+use crate::key::LeaseKey;
+use crate::manager::LockManager;
+
+/// Default field of the user's document that holds an in-document lease's
+/// lock fields: `_lease`.
+pub const DEFAULT_LEASE_FIELD: &str = "_lease";
+
+/// Options of one in-document acquisition
+/// ([`DocumentLeases::acquire_with`] and its variants).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use mongodb::bson::doc;
+/// use mongo_lease::DocumentAcquireOptions;
+///
+/// let options = DocumentAcquireOptions::builder()
+///     .create(doc! { "state": "new", "runs": 0 })
+///     .ttl(Duration::from_secs(60))
+///     .build();
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, TypedBuilder)]
+#[non_exhaustive]
+pub struct DocumentAcquireOptions {
+    /// The lease's TTL, as [`AcquireOptions::ttl`]. Default: the manager's
+    /// [`ttl`](crate::LockManagerOptions::ttl).
+    #[builder(default, setter(strip_option))]
+    pub ttl: Option<Duration>,
+    /// Fields of the document to create if none has this `_id` (the `_id`
+    /// is the one acquired; the document must not name `_id` or the lock
+    /// field). Concurrent acquires that create the same document create it
+    /// once: one of them wins, the others find it held. A document that
+    /// exists but holds nothing but its `_id` is given these fields too.
+    /// Local callers waiting for the same document are served first in,
+    /// first out, each attempt with the fields of the caller first in line:
+    /// a missing document is created only for a caller that gave fields,
+    /// with its fields. Default: `None`, a missing document is
+    /// [`Error::DocumentNotFound`] (for every local caller then waiting for
+    /// it without fields; the next one with fields creates it).
+    #[builder(default, setter(strip_option))]
+    pub create: Option<Document>,
+}
+
+/// In-document leases on one user collection, from
+/// [`LockManager::documents`]: acquire a document's lease by its `_id`, and
+/// get the document with it.
+///
+/// The same manager drives them as the lock collection's leases: the same
+/// actor, FIFO local waiters, jittered retries, change-stream wake-up,
+/// batched renewal in the heartbeat (one `updateMany` per collection and
+/// TTL), the same fencing-token rule and lost-lease token. `T` is the type
+/// the document is read as (`bson::Document` by default); the lock field is
+/// removed before it is deserialised.
+///
+/// # Examples
+///
+/// ```no_run
+/// use mongodb::bson::doc;
+/// use mongo_lease::{DocumentAcquireOptions, LockManager};
+///
+/// # async fn demo(manager: LockManager) -> mongo_lease::Result<()> {
+/// let items = manager.documents::<mongodb::bson::Document>("workitem").await?;
+/// let options = DocumentAcquireOptions::builder().create(doc! { "runs": 0 }).build();
+/// let item = items.acquire_with("item-17", options).await?;
+/// println!("runs so far: {}", item.document().get_i32("runs").unwrap_or(0));
+/// // Write the new state and release, in one atomic write:
+/// item.commit(doc! { "$inc": { "runs": 1 } }).await?;
+/// # Ok(()) }
+/// ```
+pub struct DocumentLeases<T = Document> {
+    manager: LockManager,
+    place: crate::actor::command::Place,
+    collection: Arc<str>,
+    field: Arc<str>,
+    _document: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for DocumentLeases<T> {
+    fn clone(&self) -> Self {
+        DocumentLeases {
+            manager: self.manager.clone(),
+            place: self.place,
+            collection: self.collection.clone(),
+            field: self.field.clone(),
+            _document: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for DocumentLeases<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DocumentLeases")
+            .field("collection", &self.collection)
+            .field("field", &self.field)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockManager {
+    /// In-document leases on `collection` (in the lock collection's
+    /// database), with the lock fields under [`DEFAULT_LEASE_FIELD`].
+    ///
+    /// Nothing is sent to MongoDB and no index is created.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an empty collection name or one MongoDB
+    /// refuses (`$`, NUL, a `system.` prefix), or the lock collection itself
+    /// (its documents are lock documents), and [`Error::Shutdown`] once the
+    /// manager has shut down.
+    pub async fn documents<T>(&self, collection: &str) -> Result<DocumentLeases<T>> {
+        self.documents_in_field(collection, DEFAULT_LEASE_FIELD)
+            .await
+    }
+
+    /// [`LockManager::documents`] with the lock fields under `field`, a
+    /// top-level field name of the user's choice.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockManager::documents`], and [`Error::InvalidConfig`] for a
+    /// field name that is empty, `_id`, starts with `$` or contains `.` or
+    /// NUL.
+    pub async fn documents_in_field<T>(
+        &self,
+        collection: &str,
+        field: &str,
+    ) -> Result<DocumentLeases<T>> {
+        let place = self.open_documents(collection, field).await?;
+        Ok(DocumentLeases {
+            manager: self.clone(),
+            place,
+            collection: collection.into(),
+            field: field.into(),
+            _document: PhantomData,
+        })
+    }
+}
+
+impl<T: DeserializeOwned> DocumentLeases<T> {
+    /// The user collection.
+    pub fn collection(&self) -> &str {
+        &self.collection
+    }
+
+    /// The field that holds the lock fields.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// Reads the lease of the document with `_id` `id`, with the server's
+    /// clock, as [`LockManager::inspect`] reads a key: who holds it (or last
+    /// held it), its fencing token, acquisition, renewal and expiry times.
+    /// `Ok(None)` if there is no such document or it carries no lock field
+    /// (never leased, or released). A lock field of foreign shape (the
+    /// user's own value under that name) is shown as held by a foreign
+    /// holder ([`LeaseInfo::foreign`](crate::LeaseInfo::foreign)). One round
+    /// trip; reads only `_id` and the lock field.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for an `_id` MongoDB refuses,
+    /// [`Error::Shutdown`], and database errors ([`Error::Database`],
+    /// [`Error::Unreachable`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(items: mongo_lease::DocumentLeases) -> mongo_lease::Result<()> {
+    /// if let Some(info) = items.inspect("item-17").await? {
+    ///     if info.held {
+    ///         println!("{} holds it for {:?} more", info.owner_id, info.time_to_expiry());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, id: impl Into<LeaseKey>) -> Result<Option<crate::LeaseInfo>> {
+        self.manager
+            .inspect_target(Target {
+                place: self.place,
+                key: id.into(),
+            })
+            .await
+    }
+
+    /// Acquires the lease of the document with `_id` `id`, waiting as long
+    /// as it takes, as [`LockManager::acquire`] does for a key; returns it
+    /// with the document as the acquiring write left it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::DocumentNotFound`] if no document has this `_id` (see
+    /// [`DocumentLeases::acquire_with`] to create it), [`Error::InvalidKey`]
+    /// for an `_id` MongoDB refuses, [`Error::Database`] if the document
+    /// cannot be read as `T` (the lease is then released),
+    /// [`Error::Shutdown`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn acquire(&self, id: impl Into<LeaseKey>) -> Result<DocumentLease<T>> {
+        self.acquire_with(id, DocumentAcquireOptions::default())
+            .await
+    }
+
+    /// [`DocumentLeases::acquire`] with options: the fields to create the
+    /// document with if it does not exist, the lease's TTL.
+    ///
+    /// # Errors
+    ///
+    /// As [`DocumentLeases::acquire`] (no [`Error::DocumentNotFound`] with
+    /// [`DocumentAcquireOptions::create`]), and [`Error::InvalidUpdate`] for
+    /// a document to create that names `_id` or the lock field (nothing
+    /// sent) or that a unique index of the collection other than `_id`'s
+    /// refuses (nothing written),
+    /// [`Error::InvalidConfig`] for a TTL that breaks the manager's timing
+    /// rules.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn acquire_with(
+        &self,
+        id: impl Into<LeaseKey>,
+        options: DocumentAcquireOptions,
+    ) -> Result<DocumentLease<T>> {
+        match self.request(id.into(), AcquireMode::Wait, options).await? {
+            Some(lease) => Ok(lease),
+            None => Err(Error::Shutdown),
+        }
+    }
+
+    /// [`DocumentLeases::acquire`], waiting at most `timeout`; `Ok(None)` if
+    /// the lease could not be acquired in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`DocumentLeases::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn acquire_timeout(
+        &self,
+        id: impl Into<LeaseKey>,
+        timeout: Duration,
+    ) -> Result<Option<DocumentLease<T>>> {
+        self.acquire_timeout_with(id, timeout, DocumentAcquireOptions::default())
+            .await
+    }
+
+    /// [`DocumentLeases::acquire_with`], waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`DocumentLeases::acquire_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn acquire_timeout_with(
+        &self,
+        id: impl Into<LeaseKey>,
+        timeout: Duration,
+        options: DocumentAcquireOptions,
+    ) -> Result<Option<DocumentLease<T>>> {
+        match tokio::time::timeout(timeout, self.acquire_with(id, options)).await {
+            Ok(result) => result.map(Some),
+            Err(_elapsed) => Ok(None),
+        }
+    }
+
+    /// One attempt, as [`LockManager::try_acquire`]: `Ok(None)` if the
+    /// document's lease is held (by another owner, a local caller, or
+    /// local waiters queue for it).
+    ///
+    /// # Errors
+    ///
+    /// As [`DocumentLeases::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn try_acquire(&self, id: impl Into<LeaseKey>) -> Result<Option<DocumentLease<T>>> {
+        self.try_acquire_with(id, DocumentAcquireOptions::default())
+            .await
+    }
+
+    /// [`DocumentLeases::try_acquire`] with options.
+    ///
+    /// # Errors
+    ///
+    /// As [`DocumentLeases::acquire_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`].
+    pub async fn try_acquire_with(
+        &self,
+        id: impl Into<LeaseKey>,
+        options: DocumentAcquireOptions,
+    ) -> Result<Option<DocumentLease<T>>> {
+        self.request(id.into(), AcquireMode::Try, options).await
+    }
+
+    async fn request(
+        &self,
+        id: LeaseKey,
+        mode: AcquireMode,
+        options: DocumentAcquireOptions,
+    ) -> Result<Option<DocumentLease<T>>> {
+        if let Some(create) = &options.create {
+            check_create(create, &self.field)?;
+        }
+        let acquire = AcquireOptions { ttl: options.ttl };
+        let target = Target {
+            place: self.place,
+            key: id,
+        };
+        let Some(granted) = self
+            .manager
+            .request_target(target, mode, &acquire, options.create)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let raw = granted.document.unwrap_or_default();
+        let lease = DocumentLease::new(granted.lease, raw, self.field.clone());
+        match lease {
+            Ok(lease) => Ok(Some(lease)),
+            Err(failed) => {
+                let (lease, error) = *failed;
+                let _ = lease.release().await;
+                Err(error)
+            }
+        }
+    }
+}
