@@ -653,11 +653,16 @@ async fn a_takeover_by_another_manager_makes_the_holders_token_fire_before_its_n
     let other = fx.manager(TTL).await;
     let held = holder.documents::<Document>(COLLECTION).await.unwrap();
     let taking = other.documents::<Document>(COLLECTION).await.unwrap();
-    for id in ["small", "large"] {
-        let lease = held.acquire(id).await.unwrap();
-        // The holder's stream opens after its first acquire (a write before
-        // that is left to the heartbeat): the takeover comes once it is open.
-        wait_until_watching(&fx, &log).await;
+    let ids = ["small", "large"];
+    let mut leases = Vec::new();
+    for id in ids {
+        leases.push(held.acquire(id).await.unwrap());
+    }
+    // The holder's stream opens after its first acquire (a write before that
+    // is left to the heartbeat): the takeovers come once it is open, and it
+    // stays open while the second lease is held.
+    wait_until_watching(&fx, &log).await;
+    for (id, lease) in ids.into_iter().zip(leases) {
         let before = stored(&fx, id).await;
         // The lease expires on the server (as if its holder had frozen):
         // a write of `_lease.exp` only, which announces nothing.
