@@ -121,12 +121,17 @@ impl Fixture {
     }
 
     /// Makes the lease on `key` look expired on the server, as if its holder
-    /// had stopped renewing it long ago.
+    /// had stopped renewing it 10 s ago: `exp` is 10 s before the server's
+    /// `$$NOW` (well past any step back of `$$NOW`), and 50 s short of the
+    /// GC grace (60 s) of the TTL index on `exp`, whose monitor (every
+    /// second here) would otherwise delete the document under the test.
     pub async fn expire(&self, key: &str) {
         self.raw()
             .update_one(
                 mongodb::bson::doc! { "_id": key },
-                mongodb::bson::doc! { "$set": { "exp": mongodb::bson::DateTime::from_millis(0) } },
+                vec![mongodb::bson::doc! {
+                    "$set": { "exp": { "$subtract": ["$$NOW", 10_000_i64] } },
+                }],
             )
             .await
             .expect("expire the lease");

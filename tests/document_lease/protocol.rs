@@ -590,6 +590,24 @@ async fn concurrent_creating_acquires_of_managers_create_the_document_once_with_
     }
 }
 
+/// Waits (bounded) until the manager that `log` monitors has its change
+/// stream of writes to [`ITEMS`] open: its `aggregate` was answered
+/// with a cursor on that namespace.
+async fn wait_until_watching(fx: &Fixture, log: &common::CommandLog) {
+    let ns = format!("{}.{ITEMS}", fx.db.name());
+    common::eventually("the change stream of writes is open", WAIT, || {
+        let open = log.all().iter().any(|(name, reply)| {
+            name == "ok:aggregate"
+                && reply
+                    .get_document("cursor")
+                    .and_then(|c| c.get_str("ns"))
+                    .is_ok_and(|n| n == ns)
+        });
+        async move { open }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_by_another_manager_makes_the_holders_token_fire_before_its_next_heartbeat() {
     // The holder renews every 20 s: within the bound below, only its change
@@ -607,12 +625,21 @@ async fn a_takeover_by_another_manager_makes_the_holders_token_fire_before_its_n
         ])
         .await
         .unwrap();
-    let holder = fx.manager(LONG_TTL).await;
+    let (options, log) = fx.monitored_options(LONG_TTL, "").await;
+    let holder = LockManager::connect(options).await.unwrap();
     let other = fx.manager(TTL).await;
     let held = holder.documents::<Document>(ITEMS).await.unwrap();
     let taking = other.documents::<Document>(ITEMS).await.unwrap();
-    for id in ["small", "large"] {
-        let lease = held.acquire(id).await.unwrap();
+    let ids = ["small", "large"];
+    let mut leases = Vec::new();
+    for id in ids {
+        leases.push(held.acquire(id).await.unwrap());
+    }
+    // The holder's stream opens after its first acquire (a write before that
+    // is left to the heartbeat): the takeovers come once it is open, and it
+    // stays open while the second lease is held.
+    wait_until_watching(&fx, &log).await;
+    for (id, lease) in ids.into_iter().zip(leases) {
         let before = stored(&fx, id).await;
         // The lease expires on the server (as if its holder had frozen):
         // a write of `_lease.exp` only, which announces nothing.

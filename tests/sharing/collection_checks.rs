@@ -203,10 +203,23 @@ async fn unreachable(
     error
 }
 
-/// A loopback port nothing listens on (bound, then closed).
+/// A loopback port nothing listens on (bound, then closed), below the
+/// ephemeral ranges (Linux 32768-60999, BSD/macOS 49152-65535): a port
+/// from `127.0.0.1:0` could be handed out again at once, to a `mongod`
+/// that a test running alongside starts (the test kit picks its ports
+/// that way), and the connect would then succeed.
 fn refused_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").port()
+    const FIRST: u16 = 20_000;
+    const COUNT: u16 = 10_000;
+    // Another test process may probe the same ports: start somewhere else.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let start = (std::process::id() ^ nanos) % u32::from(COUNT);
+    (0..u32::from(COUNT))
+        .map(|i| FIRST + ((start + i) % u32::from(COUNT)) as u16)
+        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .expect("a free loopback port below the ephemeral range")
 }
 
 fn has_driver_source(error: &Error) -> bool {

@@ -331,6 +331,22 @@ async fn next(observer: &mut mongo_lease::LeaseObserver) -> Option<mongo_lease::
         .expect("no error")
 }
 
+/// Whether the manager that `log` monitors has its stream of releases open:
+/// it sent the `aggregate` of that stream (the one whose pipeline has a
+/// `$project` stage; an observer's has a `$match` only), and every
+/// `aggregate` it sent was answered.
+fn watching_releases(log: &common::CommandLog) -> bool {
+    let sent = log.all().iter().any(|(name, command)| {
+        name == "aggregate"
+            && command.get_array("pipeline").is_ok_and(|stages| {
+                stages
+                    .iter()
+                    .any(|s| s.as_document().is_some_and(|s| s.contains_key("$project")))
+            })
+    });
+    sent && log.count("ok:aggregate") == log.count("aggregate")
+}
+
 /// Observers and waiters follow a document key through the change stream:
 /// its events are matched on `documentKey._id` equal to the whole document.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,7 +357,7 @@ async fn an_observer_and_a_waiter_of_a_document_key_follow_its_lease() {
     // its first retry is capped by the holder's remaining lease time, ~TTL,
     // also longer): only the change stream's delete/update event can wake it
     // within the bound.
-    let mut options = fx.options(TTL).await;
+    let (mut options, log) = fx.monitored_options(TTL, "").await;
     options.retry_initial = Duration::from_secs(600);
     options.retry_max = Duration::from_secs(600);
     let other = LockManager::connect(options).await.unwrap();
@@ -376,6 +392,15 @@ async fn an_observer_and_a_waiter_of_a_document_key_follow_its_lease() {
     })
     .await
     .expect("the waiter marks the lease within the bound");
+    // ...and its manager's stream of releases is open (it opens after the
+    // failed attempt; a release before that would be left to the backoff).
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !watching_releases(&log) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the waiter's stream of releases opens within the bound");
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     // The waiter's waiting mark may show first, as a held state.
     loop {
