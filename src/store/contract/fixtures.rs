@@ -6,11 +6,14 @@ use mongodb::bson::{Bson, DateTime, Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{Fixture, Raw, TTL, YIELD};
+use super::{FIELD, Fixture, Raw, TTL, YIELD};
 use crate::config::ReleaseMode;
 use crate::key::LeaseKey;
-use crate::store::MongoStore;
 use crate::store::memory::{MemoryDb, MemoryStore};
+use crate::store::{MongoStore, Store};
+
+/// The twin's user collection of in-document leases.
+const DOCUMENTS: &str = "documents";
 
 // ----- the twin ---------------------------------------------------------------
 
@@ -70,6 +73,23 @@ impl Fixture for MemoryFixture {
         self.db.set_owner(key, owner);
     }
 
+    async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store> {
+        self.store(owner)
+            .await
+            .documents(DOCUMENTS, FIELD)
+            .expect("the twin's in-document leases")
+    }
+
+    async fn expire_document(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
+        let documents = self.db.documents(DOCUMENTS, FIELD);
+        assert!(
+            documents.doc(key).is_some(),
+            "no lease on {key:?} to expire"
+        );
+        documents.expire(key);
+    }
+
     async fn cleanup(self) {}
 
     async fn lifetime(&self, key: impl Into<LeaseKey>) -> Duration {
@@ -104,6 +124,11 @@ pub(super) struct MongoFixture {
 impl MongoFixture {
     fn raw_collection(&self) -> mongodb::Collection<Document> {
         self.db.collection(&self.collection)
+    }
+
+    /// The user collection of [`Fixture::documents`].
+    fn documents_collection(&self) -> String {
+        format!("{}_documents", self.collection)
     }
 }
 
@@ -196,11 +221,38 @@ impl Fixture for MongoFixture {
         }
     }
 
+    async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store> {
+        self.store(owner)
+            .await
+            .documents(&self.documents_collection(), FIELD)
+            .expect("in-document leases")
+    }
+
+    async fn expire_document(&self, key: impl Into<LeaseKey>) {
+        let key = key.into();
+        let (exp, path) = (format!("{FIELD}.exp"), format!("${FIELD}.exp"));
+        let result = self
+            .db
+            .collection::<Document>(&self.documents_collection())
+            .update_one(
+                doc! { "_id": key.as_bson().clone(), &exp: { "$type": "date" } },
+                vec![doc! { "$set": { exp: { "$min": [path, "$$NOW"] } } }],
+            )
+            .await
+            .expect("expire the in-document lease");
+        assert_eq!(result.matched_count, 1, "no lease on {key:?} to expire");
+    }
+
     async fn cleanup(self) {
         self.raw_collection()
             .drop()
             .await
             .expect("drop the scenario's collection");
+        self.db
+            .collection::<Document>(&self.documents_collection())
+            .drop()
+            .await
+            .expect("drop the scenario's user collection");
     }
 
     async fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str) {

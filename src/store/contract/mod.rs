@@ -18,10 +18,12 @@
 //!   the operation they are about, each generic over the fixture;
 //! - [`keys`]: keys of any BSON type (identity, order of `list`);
 //! - [`foreign`]: other applications' lock documents (foreign holders);
-//! - [`compat`]: delete-on-release mode and release by owner id.
+//! - [`compat`]: delete-on-release mode and release by owner id;
+//! - [`documents`]: in-document leases ([`Store::documents`]).
 
 mod acquire;
 mod compat;
+mod documents;
 mod fixtures;
 mod foreign;
 mod keys;
@@ -43,6 +45,8 @@ use crate::key::LeaseKey;
 const TTL: Duration = Duration::from_secs(30);
 /// Yield window of every store in the scenarios.
 const YIELD: Duration = Duration::from_secs(20);
+/// Lock field of the in-document leases in the scenarios.
+const FIELD: &str = "lock";
 
 /// The state of one lock document, as stored, judged at the server's now.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,7 +113,16 @@ trait Fixture: Sized {
     /// last acquire or renewal wrote.
     async fn lifetime(&self, key: impl Into<LeaseKey>) -> Duration;
 
-    /// Removes what [`Fixture::new`] created (the MongoDB collection), once
+    /// The in-document leases of the owner id `owner` on this fixture's
+    /// user collection, lock field [`FIELD`]: [`Store::documents`] of
+    /// [`Fixture::store`].
+    async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store>;
+
+    /// As [`Fixture::expire`], for the in-document lease on the document
+    /// `key` of [`Fixture::documents`]'s collection.
+    async fn expire_document(&self, key: impl Into<LeaseKey>);
+
+    /// Removes what [`Fixture::new`] created (the MongoDB collections), once
     /// the scenario has passed.
     async fn cleanup(self);
 }
@@ -261,4 +274,9 @@ contract!(
     // Per-lease TTL.
     lease_ttl::an_acquire_with_a_ttl_stores_exp_that_far_after_ts,
     lease_ttl::a_renewal_batch_with_a_ttl_keeps_exp_that_far_after_ts,
+    // In-document leases.
+    documents::acquiring_a_free_document_takes_it_and_a_second_owner_finds_it_held,
+    documents::document_renewal_reports_exactly_the_leases_taken_over,
+    documents::a_released_document_lease_is_taken_with_a_greater_token_also_after_its_removal,
+    documents::a_document_write_applies_only_under_the_held_lease,
 );
