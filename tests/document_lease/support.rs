@@ -106,11 +106,21 @@ pub(crate) async fn stored_lid(fx: &Fixture, key: &str) -> Option<Bson> {
     fx.doc(key).await.get("lid").cloned()
 }
 
+/// The transaction tests' user collection, `items` (apart from the work
+/// items of the in-document leases).
+pub(crate) fn txn_items(fx: &Fixture) -> Collection<Document> {
+    fx.db.collection("items")
+}
+
+/// Stores `seed` in the transaction tests' user collection (a plain insert,
+/// before the test's lease) and returns that collection.
+pub(crate) async fn seed_txn_items(fx: &Fixture, seed: Document) -> Collection<Document> {
+    let items = txn_items(fx);
+    items.insert_one(seed).await.expect("seed");
+    items
+}
+
 /// How many documents the collection `items` holds (the transaction tests' user collection).
 pub(crate) async fn items_count(fx: &Fixture) -> u64 {
-    fx.db
-        .collection::<Document>("items")
-        .count_documents(doc! {})
-        .await
-        .unwrap()
+    txn_items(fx).count_documents(doc! {}).await.unwrap()
 }
