@@ -7,7 +7,7 @@ use mongo_lease::{DocumentAcquireOptions, ReleaseOutcome};
 use mongodb::bson::doc;
 
 use crate::common::Fixture;
-use crate::support::{HANG, connect_as, insert_item, items, work_items};
+use crate::support::{HANG, item_and_holder, items};
 
 /// Dropping the collection takes the documents and their lock fields: the
 /// holder's token fires (its lock is gone), its commit is refused without
@@ -18,9 +18,7 @@ use crate::support::{HANG, connect_as, insert_item, items, work_items};
 async fn a_dropped_collection_loses_its_leases_and_later_tokens_are_greater() {
     const TTL: Duration = Duration::from_secs(3);
     let fx = Fixture::new("ddrop").await;
-    insert_item(&fx, doc! { "_id": "item", "state": "new" }).await;
-    let manager = connect_as(&fx, "holder", TTL).await;
-    let handle = work_items(&manager).await;
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "item", "state": "new" }, TTL).await;
     let item = handle.acquire("item").await.unwrap();
     let old_token = item.lease().fencing_token();
 

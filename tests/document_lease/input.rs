@@ -8,7 +8,7 @@ use mongo_lease::{DocumentUpdate, Error, ReleaseOutcome};
 use mongodb::bson::doc;
 
 use crate::common::Fixture;
-use crate::support::{connect_as, insert_item, items, stored, work_items};
+use crate::support::{connect_as, item_and_holder, items, stored, work_items};
 
 /// A pipeline that writes the field where the lease keeps its lock field
 /// while the user's stages run would decide what the lock field becomes (a
@@ -19,9 +19,7 @@ use crate::support::{connect_as, insert_item, items, stored, work_items};
 async fn a_pipeline_naming_the_reserved_field_is_refused_and_the_lock_field_stays_ours() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dreserved").await;
-    insert_item(&fx, doc! { "_id": "item", "state": "new" }).await;
-    let manager = connect_as(&fx, "holder", TTL).await;
-    let handle = work_items(&manager).await;
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "item", "state": "new" }, TTL).await;
     let mut item = handle.acquire("item").await.unwrap();
     let before = stored(&fx, "item").await;
 
@@ -59,9 +57,7 @@ async fn a_pipeline_naming_the_reserved_field_is_refused_and_the_lock_field_stay
 async fn a_value_that_reads_like_the_lock_field_is_written_as_the_users_data() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dvalue").await;
-    insert_item(&fx, doc! { "_id": "item", "log": [] }).await;
-    let manager = connect_as(&fx, "holder", TTL).await;
-    let handle = work_items(&manager).await;
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "item", "log": [] }, TTL).await;
     let item = handle.acquire("item").await.unwrap();
     let done = item
         .commit(doc! {
@@ -89,9 +85,7 @@ async fn a_value_that_reads_like_the_lock_field_is_written_as_the_users_data() {
 async fn a_pipeline_that_overwrites_the_reserved_field_by_a_computed_name_loses_only_the_lease() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dcomputed").await;
-    insert_item(&fx, doc! { "_id": "item", "n": 0 }).await;
-    let manager = connect_as(&fx, "holder", TTL).await;
-    let handle = work_items(&manager).await;
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "item", "n": 0 }, TTL).await;
     let mut item = handle.acquire("item").await.unwrap();
     let token = item.lease().fencing_token();
 
@@ -154,9 +148,7 @@ async fn a_document_to_create_that_a_unique_index_refuses_is_invalid_and_nothing
         )
         .await
         .unwrap();
-    insert_item(&fx, doc! { "_id": "a", "code": 1 }).await;
-    let manager = connect_as(&fx, "holder", TTL).await;
-    let handle = work_items(&manager).await;
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "a", "code": 1 }, TTL).await;
 
     let taken = DocumentAcquireOptions::builder()
         .create(doc! { "code": 1 })

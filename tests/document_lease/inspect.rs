@@ -6,7 +6,7 @@ use std::time::Duration;
 use mongodb::bson::doc;
 
 use crate::common::Fixture;
-use crate::support::{connect_as, insert_item, items, work_items};
+use crate::support::{connect_as, item_and_holder, items, work_items};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_shows_who_holds_a_documents_lease_and_nothing_for_an_unleased_one() {
@@ -64,9 +64,7 @@ async fn inspect_shows_who_holds_a_documents_lease_and_nothing_for_an_unleased_o
 async fn into_parts_gives_the_document_and_the_lease_which_stays_held_until_released() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dparts").await;
-    insert_item(&fx, doc! { "_id": "item", "state": "new" }).await;
-    let manager = connect_as(&fx, "holder", TTL).await;
-    let handle = work_items(&manager).await;
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "item", "state": "new" }, TTL).await;
     let item = handle.acquire("item").await.unwrap();
     let token = item.lease().fencing_token();
 

@@ -71,6 +71,20 @@ pub(crate) async fn work_items(manager: &LockManager) -> DocumentLeases<Document
     manager.documents(ITEMS).await.expect("documents")
 }
 
+/// The usual prologue: stores the work item `item` ([`insert_item`]), then
+/// connects the manager `holder` ([`connect_as`]) and opens its in-document
+/// leases of the work items ([`work_items`]).
+pub(crate) async fn item_and_holder(
+    fx: &Fixture,
+    item: Document,
+    ttl: Duration,
+) -> (LockManager, DocumentLeases<Document>) {
+    insert_item(fx, item).await;
+    let manager = connect_as(fx, "holder", ttl).await;
+    let handle = work_items(&manager).await;
+    (manager, handle)
+}
+
 /// A manager as [`connect_as`] whose client logs its commands, so a test
 /// can tell when its change stream of writes to the work items is open.
 pub(crate) async fn monitored_as(
