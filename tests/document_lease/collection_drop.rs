@@ -3,17 +3,11 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, DocumentLeases, LockManager, ReleaseOutcome};
-use mongodb::bson::{Document, doc};
+use mongo_lease::{DocumentAcquireOptions, ReleaseOutcome};
+use mongodb::bson::doc;
 
 use crate::common::Fixture;
-
-/// The user collection of work items.
-const ITEMS: &str = "workitem";
-
-/// Bound that only turns a hang into a failure: the loss is found by the
-/// next heartbeat (every TTL / 3, one second here).
-const HANG: Duration = Duration::from_secs(60);
+use crate::support::{HANG, item_and_holder, items};
 
 /// Dropping the collection takes the documents and their lock fields: the
 /// holder's token fires (its lock is gone), its commit is refused without
@@ -24,17 +18,13 @@ const HANG: Duration = Duration::from_secs(60);
 async fn a_dropped_collection_loses_its_leases_and_later_tokens_are_greater() {
     const TTL: Duration = Duration::from_secs(3);
     let fx = Fixture::new("ddrop").await;
-    let items = fx.db.collection::<Document>(ITEMS);
-    items
-        .insert_one(doc! { "_id": "item", "state": "new" })
-        .await
-        .unwrap();
-    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
-    let handle: DocumentLeases = manager.documents(ITEMS).await.unwrap();
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "item", "state": "new" }, TTL).await;
     let item = handle.acquire("item").await.unwrap();
     let old_token = item.lease().fencing_token();
 
-    items.drop().await.unwrap();
+    items(&fx).drop().await.unwrap();
+    // The loss is found by the next heartbeat (every TTL / 3, one second
+    // here).
     tokio::time::timeout(HANG, item.lease().lost())
         .await
         .expect("the dropped lease's token did not fire");
@@ -43,7 +33,7 @@ async fn a_dropped_collection_loses_its_leases_and_later_tokens_are_greater() {
         matches!(commit, Err(mongo_lease::Error::LeaseLost { .. })),
         "{commit:?}"
     );
-    assert_eq!(items.count_documents(doc! {}).await.unwrap(), 0);
+    assert_eq!(items(&fx).count_documents(doc! {}).await.unwrap(), 0);
 
     let options = DocumentAcquireOptions::builder()
         .create(doc! { "state": "again" })

@@ -4,13 +4,11 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentUpdate, Error, LockManager, ReleaseOutcome};
-use mongodb::bson::{Document, doc};
+use mongo_lease::{DocumentUpdate, Error, ReleaseOutcome};
+use mongodb::bson::doc;
 
 use crate::common::Fixture;
-
-/// The user collection of work items.
-const ITEMS: &str = "workitem";
+use crate::support::{connect_as, item_and_holder, items, stored, work_items};
 
 /// A pipeline that writes the field where the lease keeps its lock field
 /// while the user's stages run would decide what the lock field becomes (a
@@ -21,19 +19,9 @@ const ITEMS: &str = "workitem";
 async fn a_pipeline_naming_the_reserved_field_is_refused_and_the_lock_field_stays_ours() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dreserved").await;
-    let items = fx.db.collection::<Document>(ITEMS);
-    items
-        .insert_one(doc! { "_id": "item", "state": "new" })
-        .await
-        .unwrap();
-    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
-    let handle = manager.documents::<Document>(ITEMS).await.unwrap();
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "item", "state": "new" }, TTL).await;
     let mut item = handle.acquire("item").await.unwrap();
-    let before = items
-        .find_one(doc! { "_id": "item" })
-        .await
-        .unwrap()
-        .unwrap();
+    let before = stored(&fx, "item").await;
 
     let update: DocumentUpdate = vec![doc! { "$set": {
         "__mongo_lease__lease": "mine, hands off",
@@ -45,11 +33,7 @@ async fn a_pipeline_naming_the_reserved_field_is_refused_and_the_lock_field_stay
         matches!(&result, Err(Error::InvalidUpdate { reason }) if reason.contains("reserved")),
         "{result:?}"
     );
-    let after = items
-        .find_one(doc! { "_id": "item" })
-        .await
-        .unwrap()
-        .unwrap();
+    let after = stored(&fx, "item").await;
     assert_eq!(after, before, "nothing written");
     assert!(!item.lease().is_lost());
 
@@ -73,13 +57,7 @@ async fn a_pipeline_naming_the_reserved_field_is_refused_and_the_lock_field_stay
 async fn a_value_that_reads_like_the_lock_field_is_written_as_the_users_data() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dvalue").await;
-    let items = fx.db.collection::<Document>(ITEMS);
-    items
-        .insert_one(doc! { "_id": "item", "log": [] })
-        .await
-        .unwrap();
-    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
-    let handle = manager.documents::<Document>(ITEMS).await.unwrap();
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "item", "log": [] }, TTL).await;
     let item = handle.acquire("item").await.unwrap();
     let done = item
         .commit(doc! {
@@ -91,13 +69,9 @@ async fn a_value_that_reads_like_the_lock_field_is_written_as_the_users_data() {
     let expected =
         doc! { "_id": "item", "log": ["_lease"], "field": "_lease", "path": "_lease.lid" };
     assert_eq!(done, expected);
-    let mut stored = items
-        .find_one(doc! { "_id": "item" })
-        .await
-        .unwrap()
-        .unwrap();
-    stored.remove("_lease");
-    assert_eq!(stored, expected);
+    let mut now = stored(&fx, "item").await;
+    now.remove("_lease");
+    assert_eq!(now, expected);
     manager.shutdown().await.unwrap();
 }
 
@@ -111,13 +85,7 @@ async fn a_value_that_reads_like_the_lock_field_is_written_as_the_users_data() {
 async fn a_pipeline_that_overwrites_the_reserved_field_by_a_computed_name_loses_only_the_lease() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dcomputed").await;
-    let items = fx.db.collection::<Document>(ITEMS);
-    items
-        .insert_one(doc! { "_id": "item", "n": 0 })
-        .await
-        .unwrap();
-    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
-    let handle = manager.documents::<Document>(ITEMS).await.unwrap();
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "item", "n": 0 }, TTL).await;
     let mut item = handle.acquire("item").await.unwrap();
     let token = item.lease().fencing_token();
 
@@ -134,27 +102,21 @@ async fn a_pipeline_that_overwrites_the_reserved_field_by_a_computed_name_loses_
         .unwrap()
         .clone();
     assert_eq!(written, doc! { "_id": "item", "n": 1 });
-    let stored = items
-        .find_one(doc! { "_id": "item" })
-        .await
-        .unwrap()
-        .unwrap();
-    let lock = stored
+    let now = stored(&fx, "item").await;
+    let lock = now
         .get_document("_lease")
-        .unwrap_or_else(|_| panic!("a lock field of foreign shape: {stored}"));
+        .unwrap_or_else(|_| panic!("a lock field of foreign shape: {now}"));
     assert_eq!(
         lock.get_i64("tok").ok(),
         i64::try_from(token).ok(),
         "{lock}"
     );
     assert!(!lock.contains_key("lid"), "{lock}");
-    assert_eq!(stored.len(), 3, "no temporary field left: {stored}");
+    assert_eq!(now.len(), 3, "no temporary field left: {now}");
 
-    let other = LockManager::connect(fx.options(TTL).await).await.unwrap();
-    let next = other
-        .documents::<Document>(ITEMS)
+    let other = connect_as(&fx, "other", TTL).await;
+    let next = work_items(&other)
         .await
-        .unwrap()
         .try_acquire("item")
         .await
         .unwrap()
@@ -177,8 +139,7 @@ async fn a_document_to_create_that_a_unique_index_refuses_is_invalid_and_nothing
     use mongodb::options::IndexOptions;
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dunique").await;
-    let items = fx.db.collection::<Document>(ITEMS);
-    items
+    items(&fx)
         .create_index(
             IndexModel::builder()
                 .keys(doc! { "code": 1 })
@@ -187,12 +148,7 @@ async fn a_document_to_create_that_a_unique_index_refuses_is_invalid_and_nothing
         )
         .await
         .unwrap();
-    items
-        .insert_one(doc! { "_id": "a", "code": 1 })
-        .await
-        .unwrap();
-    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
-    let handle = manager.documents::<Document>(ITEMS).await.unwrap();
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "a", "code": 1 }, TTL).await;
 
     let taken = DocumentAcquireOptions::builder()
         .create(doc! { "code": 1 })
@@ -202,7 +158,7 @@ async fn a_document_to_create_that_a_unique_index_refuses_is_invalid_and_nothing
         matches!(&result, Err(Error::InvalidUpdate { reason }) if reason.contains("unique index")),
         "{result:?}"
     );
-    assert_eq!(items.count_documents(doc! {}).await.unwrap(), 1);
+    assert_eq!(items(&fx).count_documents(doc! {}).await.unwrap(), 1);
 
     let free = DocumentAcquireOptions::builder()
         .create(doc! { "code": 2 })

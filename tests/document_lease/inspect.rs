@@ -3,28 +3,24 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentLeases, LockManager};
-use mongodb::bson::{Document, doc};
+use mongodb::bson::doc;
 
 use crate::common::Fixture;
-
-/// The user collection of work items.
-const ITEMS: &str = "workitem";
+use crate::support::{connect_as, item_and_holder, items, work_items};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_shows_who_holds_a_documents_lease_and_nothing_for_an_unleased_one() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dinspect").await;
-    let items = fx.db.collection::<Document>(ITEMS);
-    items
+    items(&fx)
         .insert_many([
             doc! { "_id": "item", "state": "new" },
             doc! { "_id": "theirs", "_lease": "mine, hands off" },
         ])
         .await
         .unwrap();
-    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
-    let handle: DocumentLeases = manager.documents(ITEMS).await.unwrap();
+    let manager = connect_as(&fx, "holder", TTL).await;
+    let handle = work_items(&manager).await;
 
     assert_eq!(handle.inspect("item").await.unwrap(), None, "never leased");
     assert_eq!(
@@ -68,13 +64,7 @@ async fn inspect_shows_who_holds_a_documents_lease_and_nothing_for_an_unleased_o
 async fn into_parts_gives_the_document_and_the_lease_which_stays_held_until_released() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dparts").await;
-    fx.db
-        .collection::<Document>(ITEMS)
-        .insert_one(doc! { "_id": "item", "state": "new" })
-        .await
-        .unwrap();
-    let manager = LockManager::connect(fx.options(TTL).await).await.unwrap();
-    let handle: DocumentLeases = manager.documents(ITEMS).await.unwrap();
+    let (manager, handle) = item_and_holder(&fx, doc! { "_id": "item", "state": "new" }, TTL).await;
     let item = handle.acquire("item").await.unwrap();
     let token = item.lease().fencing_token();
 

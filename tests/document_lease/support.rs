@@ -71,6 +71,20 @@ pub(crate) async fn work_items(manager: &LockManager) -> DocumentLeases<Document
     manager.documents(ITEMS).await.expect("documents")
 }
 
+/// The usual prologue: stores the work item `item` ([`insert_item`]), then
+/// connects the manager `holder` ([`connect_as`]) and opens its in-document
+/// leases of the work items ([`work_items`]).
+pub(crate) async fn item_and_holder(
+    fx: &Fixture,
+    item: Document,
+    ttl: Duration,
+) -> (LockManager, DocumentLeases<Document>) {
+    insert_item(fx, item).await;
+    let manager = connect_as(fx, "holder", ttl).await;
+    let handle = work_items(&manager).await;
+    (manager, handle)
+}
+
 /// A manager as [`connect_as`] whose client logs its commands, so a test
 /// can tell when its change stream of writes to the work items is open.
 pub(crate) async fn monitored_as(
@@ -106,11 +120,21 @@ pub(crate) async fn stored_lid(fx: &Fixture, key: &str) -> Option<Bson> {
     fx.doc(key).await.get("lid").cloned()
 }
 
+/// The transaction tests' user collection, `items` (apart from the work
+/// items of the in-document leases).
+pub(crate) fn txn_items(fx: &Fixture) -> Collection<Document> {
+    fx.db.collection("items")
+}
+
+/// Stores `seed` in the transaction tests' user collection (a plain insert,
+/// before the test's lease) and returns that collection.
+pub(crate) async fn seed_txn_items(fx: &Fixture, seed: Document) -> Collection<Document> {
+    let items = txn_items(fx);
+    items.insert_one(seed).await.expect("seed");
+    items
+}
+
 /// How many documents the collection `items` holds (the transaction tests' user collection).
 pub(crate) async fn items_count(fx: &Fixture) -> u64 {
-    fx.db
-        .collection::<Document>("items")
-        .count_documents(doc! {})
-        .await
-        .unwrap()
+    txn_items(fx).count_documents(doc! {}).await.unwrap()
 }

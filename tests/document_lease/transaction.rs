@@ -15,7 +15,7 @@ use mongodb::bson::{Document, doc};
 use mongodb::{Client, Collection};
 
 use crate::common::{self, Fixture};
-use crate::support::{LONG_TTL as TTL, items_count, stored_lid};
+use crate::support::{LONG_TTL as TTL, items_count, seed_txn_items, stored_lid};
 
 /// How long a lost lease's token may take to fire: it fires within
 /// milliseconds (a change event or the helper's check); this only turns a
@@ -29,11 +29,7 @@ const LOST_WITHIN: Duration = Duration::from_secs(30);
 async fn transaction_commits_the_callbacks_writes_while_the_lease_is_held() {
     let fx = Fixture::new("txn_ok").await;
     let manager = fx.manager(TTL).await;
-    let items = fx.db.collection::<Document>("items");
-    items
-        .insert_one(doc! { "_id": 1, "n": 0 })
-        .await
-        .expect("seed");
+    let items = seed_txn_items(&fx, doc! { "_id": 1, "n": 0 }).await;
     let lease = manager.acquire("job").await.unwrap();
     let lid = stored_lid(&fx, "job")
         .await

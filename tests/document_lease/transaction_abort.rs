@@ -3,26 +3,19 @@
 //! (run once: it is not transient), and the lease stays held.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
 use futures::FutureExt;
 use mongo_lease::{Error, ReleaseOutcome};
-use mongodb::bson::{Document, doc};
+use mongodb::bson::doc;
 
 use crate::common::Fixture;
-
-/// No heartbeat renews the lease while the test runs (every TTL / 3).
-const TTL: Duration = Duration::from_secs(300);
+use crate::support::{LONG_TTL as TTL, items_count, seed_txn_items};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_callback_aborts_the_transaction_and_writes_nothing() {
     let fx = Fixture::new("txn_abort").await;
     let manager = fx.manager(TTL).await;
-    let items = fx.db.collection::<Document>("items");
-    items
-        .insert_one(doc! { "_id": 1, "n": 0 })
-        .await
-        .expect("seed");
+    let items = seed_txn_items(&fx, doc! { "_id": 1, "n": 0 }).await;
     let lease = manager.acquire("job").await.unwrap();
     let lock_before = fx.doc("job").await;
     let runs = AtomicU32::new(0);
@@ -52,7 +45,7 @@ async fn a_failing_callback_aborts_the_transaction_and_writes_nothing() {
 
     assert!(matches!(result, Err(Error::Database(_))), "{result:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "not retried");
-    assert_eq!(items.count_documents(doc! {}).await.unwrap(), 1);
+    assert_eq!(items_count(&fx).await, 1);
     assert_eq!(
         items.find_one(doc! { "_id": 1 }).await.unwrap().unwrap(),
         doc! { "_id": 1, "n": 0 },

@@ -11,7 +11,7 @@ use mongodb::bson::{Document, doc};
 use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
 
 use crate::common::{self, Fixture};
-use crate::support::{LONG_TTL as TTL, stored_lid};
+use crate::support::{LONG_TTL as TTL, seed_txn_items, stored_lid};
 
 /// A write conflict on the user's own document (another client's write,
 /// committed after the transaction's snapshot, to a document the
@@ -21,11 +21,7 @@ use crate::support::{LONG_TTL as TTL, stored_lid};
 async fn write_conflict_on_the_users_document_is_retried_and_commits() {
     let fx = Fixture::new("txn_conflict").await;
     let manager = fx.manager(TTL).await;
-    let items = fx.db.collection::<Document>("items");
-    items
-        .insert_one(doc! { "_id": 1, "n": 0, "outside": 0 })
-        .await
-        .expect("seed");
+    let items = seed_txn_items(&fx, doc! { "_id": 1, "n": 0, "outside": 0 }).await;
     let lease = manager.acquire("job").await.unwrap();
 
     let runs = AtomicU32::new(0);

@@ -4,41 +4,23 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentLeases, DocumentUpdate, LockManager, ReleaseOutcome};
-use mongodb::bson::{Document, doc};
+use mongo_lease::{DocumentUpdate, LockManager, ReleaseOutcome};
+use mongodb::bson::doc;
 
 use crate::common::{self, Fixture};
-
-/// The user collection of work items.
-const ITEMS: &str = "workitem";
-
-/// Bound that only turns a hang into a failure (what it bounds takes
-/// milliseconds).
-const HANG: Duration = Duration::from_secs(60);
+use crate::support::{HANG, connect_as, items, lock_fields, work_items};
 
 /// The holder's yield window (its `retry_max`): far longer than the test.
 const YIELD: Duration = Duration::from_secs(3600);
 
-/// The lock field of `id` as stored.
-async fn lock_field(fx: &Fixture, id: &str) -> Option<Document> {
-    fx.db
-        .collection::<Document>(ITEMS)
-        .find_one(doc! { "_id": id })
-        .await
-        .unwrap()
-        .and_then(|d| d.get_document("_lease").ok().cloned())
-}
-
 /// A third manager waits for `id` until its mark (`_lease.wt`) is stored,
 /// then gives up (it shuts down: no attempt of it is left in flight).
 async fn mark_as_waited(fx: &Fixture, id: &'static str) {
-    let waiter = LockManager::connect(fx.options(Duration::from_secs(30)).await)
-        .await
-        .unwrap();
-    let docs: DocumentLeases = waiter.documents(ITEMS).await.unwrap();
+    let waiter = connect_as(fx, "waiter", Duration::from_secs(30)).await;
+    let docs = work_items(&waiter).await;
     let waiting = tokio::spawn(async move { docs.acquire(id).await.map(|_| ()) });
     common::eventually("the waiter's mark is stored", HANG, || async {
-        lock_field(fx, id)
+        lock_fields(fx, id)
             .await
             .is_some_and(|l| l.contains_key("wt"))
     })
@@ -57,8 +39,7 @@ async fn mark_as_waited(fx: &Fixture, id: &'static str) {
 async fn a_commit_of_a_lease_another_owner_waited_for_yields_the_document() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("dyield").await;
-    fx.db
-        .collection::<Document>(ITEMS)
+    items(&fx)
         .insert_many([
             doc! { "_id": "ops", "n": 0 },
             doc! { "_id": "pipe", "n": 0 },
@@ -68,9 +49,9 @@ async fn a_commit_of_a_lease_another_owner_waited_for_yields_the_document() {
     let mut options = fx.options(TTL).await;
     options.retry_max = YIELD;
     let holder = LockManager::connect(options).await.unwrap();
-    let other = LockManager::connect(fx.options(TTL).await).await.unwrap();
-    let mine: DocumentLeases = holder.documents(ITEMS).await.unwrap();
-    let theirs: DocumentLeases = other.documents(ITEMS).await.unwrap();
+    let other = connect_as(&fx, "other", TTL).await;
+    let mine = work_items(&holder).await;
+    let theirs = work_items(&other).await;
 
     let updates: [(&'static str, DocumentUpdate); 2] = [
         ("ops", doc! { "$inc": { "n": 1 } }.into()),
@@ -86,7 +67,7 @@ async fn a_commit_of_a_lease_another_owner_waited_for_yields_the_document() {
 
         let committed = item.commit(update).await.unwrap();
         assert_eq!(committed, doc! { "_id": id, "n": 1 }, "{id}");
-        let lock = lock_field(&fx, id).await.expect("a yielded lock field");
+        let lock = lock_fields(&fx, id).await.expect("a yielded lock field");
         assert!(!lock.contains_key("lid"), "{id}: {lock}");
         assert!(!lock.contains_key("wt"), "{id}: {lock}");
         assert_eq!(lock.get_i64("tok").ok(), i64::try_from(token).ok(), "{id}");

@@ -379,28 +379,26 @@ async fn an_observer_and_a_waiter_of_a_document_key_follow_its_lease() {
     });
     // The waiter really waits before the release: its failed attempt marks
     // the lease (`wt`), which only an acquire that will wait does.
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while !fx
-            .raw()
-            .find_one(doc! { "_id": key.as_bson() })
-            .await
-            .unwrap()
-            .is_some_and(|d| d.contains_key("wt"))
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the waiter marks the lease within the bound");
+    common::eventually(
+        "the waiter marks the lease",
+        Duration::from_secs(20),
+        || async {
+            fx.raw()
+                .find_one(doc! { "_id": key.as_bson() })
+                .await
+                .unwrap()
+                .is_some_and(|d| d.contains_key("wt"))
+        },
+    )
+    .await;
     // ...and its manager's stream of releases is open (it opens after the
     // failed attempt; a release before that would be left to the backoff).
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while !watching_releases(&log) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the waiter's stream of releases opens within the bound");
+    common::eventually(
+        "the waiter's stream of releases is open",
+        Duration::from_secs(20),
+        || async { watching_releases(&log) },
+    )
+    .await;
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     // The waiter's waiting mark may show first, as a held state.
     loop {
@@ -446,31 +444,46 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `mongo-lease ARGS -- sh -c 'echo "key=$MONGO_LEASE_KEY"'` on `db`
+/// to its end: it exits 0 and its command sees `MONGO_LEASE_KEY` as
+/// `key_json` (the key or name as Extended JSON).
+async fn cli_shows_the_key_as(db: &str, args: &[&str], key_json: &str) {
+    let mut all = args.to_vec();
+    all.extend(["--", "sh", "-c", "echo \"key=$MONGO_LEASE_KEY\""]);
+    let out = cli(db, &all).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        stdout(&out).contains(&format!("key={key_json}")),
+        "the command sees the key as Extended JSON: {out:?}"
+    );
+}
+
+/// A manager of the collection `leases` of the fixture's database, the one
+/// the CLI runs use.
+async fn cli_collection_manager(fx: &Fixture) -> LockManager {
+    LockManager::connect(
+        LockManagerOptions::builder()
+            .database(fx.db.clone())
+            .collection("leases")
+            .ttl(TTL)
+            .build(),
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_locks_an_objectid_given_as_extended_json_and_lists_it_as_extended_json() {
     let fx = Fixture::new("keys_cli").await;
     let db = fx.db.name().to_owned();
     let key_json = format!(r#"{{"$oid":"{OID}"}}"#);
 
-    let out = cli(
+    cli_shows_the_key_as(
         &db,
-        &[
-            "exec",
-            "--key-json",
-            &key_json,
-            "--no-wait",
-            "--",
-            "sh",
-            "-c",
-            "echo \"key=$MONGO_LEASE_KEY\"",
-        ],
+        &["exec", "--key-json", &key_json, "--no-wait"],
+        &key_json,
     )
     .await;
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(
-        stdout(&out).contains(&format!("key={key_json}")),
-        "the command sees the key as Extended JSON: {out:?}"
-    );
     let stored = fx
         .db
         .collection::<Document>("leases")
@@ -480,15 +493,7 @@ async fn cli_locks_an_objectid_given_as_extended_json_and_lists_it_as_extended_j
     assert!(stored.is_some(), "the lock document's _id is the ObjectId");
 
     // Another manager holds that ObjectId: exec --no-wait exits 75.
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
-            .database(fx.db.clone())
-            .collection("leases")
-            .ttl(TTL)
-            .build(),
-    )
-    .await
-    .unwrap();
+    let manager = cli_collection_manager(&fx).await;
     let lease = manager.acquire(oid()).await.unwrap();
     let out = cli(
         &db,
@@ -539,15 +544,7 @@ async fn cli_takes_exactly_one_of_key_and_key_json_and_refuses_bad_extended_json
         assert_eq!(out.status.code(), Some(USAGE), "{args:?}: {out:?}");
     }
     // release --key-json --force releases the ObjectId key.
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
-            .database(fx.db.clone())
-            .collection("leases")
-            .ttl(TTL)
-            .build(),
-    )
-    .await
-    .unwrap();
+    let manager = cli_collection_manager(&fx).await;
     let lease = manager.acquire(oid()).await.unwrap();
     let key_json = format!(r#"{{"$oid":"{OID}"}}"#);
     let out = cli(
@@ -571,25 +568,12 @@ async fn cli_leader_under_an_objectid_name_runs_its_command_with_the_name_as_ext
     let db = fx.db.name().to_owned();
     let name_json = format!(r#"{{"$oid":"{OID}"}}"#);
 
-    let out = cli(
+    cli_shows_the_key_as(
         &db,
-        &[
-            "leader",
-            "--name-json",
-            &name_json,
-            "--once",
-            "--",
-            "sh",
-            "-c",
-            "echo \"key=$MONGO_LEASE_KEY\"",
-        ],
+        &["leader", "--name-json", &name_json, "--once"],
+        &name_json,
     )
     .await;
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(
-        stdout(&out).contains(&format!("key={name_json}")),
-        "the command sees the name as Extended JSON: {out:?}"
-    );
     let stored = fx
         .db
         .collection::<Document>("leases")
