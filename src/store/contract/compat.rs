@@ -6,9 +6,12 @@
 //! (that rule's own duration, not a synchronisation); every verdict is a
 //! count or a document read afterwards.
 
+use std::time::Instant;
+
 use uuid::Uuid;
 
 use super::{Fixture, Raw, assert_held, held, lease, raw, take};
+use crate::DELETE_MIN_TOKEN_AGE;
 use crate::store::{AcquireOutcome, DELETE_DELAY, Store};
 
 /// Waits until every token issued so far is old enough to be deleted.
@@ -34,24 +37,44 @@ pub(super) async fn delete_mode_release_deletes_the_document_once_its_token_is_o
     assert_eq!(a.release(vec![l1]).await.unwrap(), 0, "released only once");
 
     // A young lease: marked released, kept until its token is old enough.
+    // Young for sure if its acquire and release took less than
+    // DELETE_MIN_TOKEN_AGE here (the token's age by the server's clock at the
+    // release is at most that); on a slower run the release may delete it.
+    let started = Instant::now();
     let (l2, t2) = take(&a, "young").await;
     assert_eq!(a.release(vec![l2]).await.unwrap(), 1);
-    let kept = raw(f, "young").await;
-    assert_eq!((kept.lease_id, kept.token, kept.expired), (None, t2, true));
-    assert_eq!(a.delete_released(vec!["young".into()]).await.unwrap(), 0);
-    assert!(f.raw("young").await.is_some(), "too young to delete");
+    let young = started.elapsed() < DELETE_MIN_TOKEN_AGE;
+    if young {
+        let kept = raw(f, "young").await;
+        assert_eq!((kept.lease_id, kept.token, kept.expired), (None, t2, true));
+        assert_eq!(a.delete_released(vec!["young".into()]).await.unwrap(), 0);
+        assert!(f.raw("young").await.is_some(), "too young to delete");
+    }
     age_tokens().await;
-    assert_eq!(a.delete_released(vec!["young".into()]).await.unwrap(), 1);
+    let deleted = a.delete_released(vec!["young".into()]).await.unwrap();
+    assert!(
+        deleted == 1 || (!young && deleted == 0),
+        "deleted {deleted}"
+    );
     assert_eq!(f.raw("young").await, None);
 
     // A batch: old ones deleted, young ones kept released.
     let (l3, _) = take(&a, "b1").await;
     age_tokens().await;
+    let started = Instant::now();
     let (l4, t4) = take(&a, "b2").await;
     assert_eq!(a.release(vec![l3, l4]).await.unwrap(), 2);
     assert_eq!(f.raw("b1").await, None);
-    assert_eq!(raw(f, "b2").await.lease_id, None);
-    assert_eq!(raw(f, "b2").await.token, t4);
+    if started.elapsed() < DELETE_MIN_TOKEN_AGE {
+        assert_eq!(raw(f, "b2").await.lease_id, None);
+        assert_eq!(raw(f, "b2").await.token, t4);
+    } else if f.raw("b2").await.is_some() {
+        assert_eq!(
+            raw(f, "b2").await.lease_id,
+            None,
+            "released, if not deleted"
+        );
+    }
 
     // The follow-up delete never touches a document acquired again.
     let (l5, t5) = take(&a, "b2").await;
