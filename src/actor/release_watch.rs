@@ -8,6 +8,18 @@
 //! heartbeat. The verdict comes from that renewal, never from the event: an
 //! event can be stale (e.g. the previous holder's release, delivered after
 //! this manager's acquire reply).
+//!
+//! Writes before the stream is open are not announced. So every time the
+//! server confirms a stream open (`Announcement::Opened`, the first open as
+//! well as a reopen after a failure), the actor moves the retry of every key
+//! of that place that waits for another owner to now: a release that landed
+//! between a failed attempt and the stream's opening wakes the waiter then,
+//! not at its next backoff retry. A reopened stream also checks every lease
+//! held in the place (one renewal batch); a first open does not (the leases
+//! it covers were just acquired, and a write in the few milliseconds before
+//! the stream starts is left to the heartbeat: a check would be one more
+//! write on every first acquisition, which a user's transaction on an
+//! in-document lease would conflict with).
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -26,6 +38,8 @@ use crate::store::{Announcement, KeyWrite, LeaseRef};
 pub(super) enum ReleaseWatch {
     /// Not open: nothing is held and no key waits for another owner.
     Closed,
+    /// Open (or opening): every waiting key is retried once the stream
+    /// reports itself open, since writes before that were not announced.
     Open {
         stream: BoxStream<'static, Result<Announcement>>,
         /// Reopened after a failure: writes may have been missed meanwhile,
@@ -51,11 +65,12 @@ const ANNOUNCEMENTS_PER_TURN: usize = 1024;
 
 impl Actor {
     /// Opens the stream of writes if it is not open (or failed long enough
-    /// ago). A stream reopened after a failure checks every held lease once
-    /// it reports itself open, since writes meanwhile were not announced.
-    /// (A first open does not: the leases it covers were just acquired, and
-    /// a write in the few milliseconds before the stream starts is left to
-    /// the heartbeat.)
+    /// ago). Writes before the server confirms the stream open are not
+    /// announced, so once it reports itself open (first open or reopen) every
+    /// waiting key of the place is retried now, and a reopened stream checks
+    /// every lease held in the place (`Actor::on_opened`). (A first open does
+    /// not check: the leases it covers were just acquired, and a write in the
+    /// few milliseconds before the stream starts is left to the heartbeat.)
     pub(super) fn open_release_watch(&mut self, place: Place) {
         let state = &mut self.places[usize::from(place.0)];
         let recheck = match &state.release_watch {
@@ -104,20 +119,7 @@ impl Actor {
         let mut handled = 0;
         while let Some(event) = next.take() {
             match event {
-                Some(Ok(Announcement::Opened)) => {
-                    if let ReleaseWatch::Open { recheck, .. } =
-                        &mut self.places[index].release_watch
-                        && std::mem::take(recheck)
-                    {
-                        tracing::debug!("stream of writes reopened: checking every held lease");
-                        suspects.extend(
-                            self.keys
-                                .iter()
-                                .filter(|(k, s)| k.place == place && s.held.is_some())
-                                .map(|(k, _)| k.clone()),
-                        );
-                    }
-                }
+                Some(Ok(Announcement::Opened)) => self.on_opened(place, &mut suspects),
                 Some(Ok(Announcement::Write(write))) => self.on_write(place, write, &mut suspects),
                 Some(Err(error)) if error.is_transient() => {
                     tracing::debug!(%error, "stream of writes failed; reopening later");
@@ -144,6 +146,37 @@ impl Actor {
             }
         }
         self.check_held(suspects);
+    }
+
+    /// The stream of `place` is open: writes before this instant were not
+    /// announced, so every key there that waits for another owner retries
+    /// now (with up to [`RELEASE_WAKE_JITTER`] of jitter, as on a release),
+    /// and, if the stream was reopened after a failure, every lease held
+    /// there becomes a suspect.
+    fn on_opened(&mut self, place: Place, suspects: &mut HashSet<Target>) {
+        let recheck = match &mut self.places[usize::from(place.0)].release_watch {
+            ReleaseWatch::Open { recheck, .. } => std::mem::take(recheck),
+            _ => false,
+        };
+        tracing::debug!(recheck, "stream of writes open: retrying waiting keys");
+        let jitter_max = RELEASE_WAKE_JITTER.min(self.timing.retry_initial);
+        for (key, state) in &self.keys {
+            if key.place != place {
+                continue;
+            }
+            if recheck && state.held.is_some() {
+                suspects.insert(key.clone());
+            }
+            if let Attempt::Scheduled(timer) = &state.attempt
+                && !state.waiters.is_empty()
+            {
+                let jitter = rand::Rng::random_range(
+                    &mut rand::rng(),
+                    std::time::Duration::ZERO..=jitter_max,
+                );
+                self.timers.reset(timer, jitter);
+            }
+        }
     }
 
     /// One write to `write.key`: a held lease that the write may have taken

@@ -328,10 +328,12 @@ async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
     let lease = a.acquire("k").await.unwrap();
     let waiting = waiter(&b, "k").await;
     settle().await;
+    sleep(RELEASE_WAKE_JITTER + MS).await;
     assert_eq!(
         b_store.acquire_calls("k").len(),
-        1,
-        "the first attempt found the key held"
+        2,
+        "the first attempt found the key held, and so did its retry once \
+         b's stream opened (a release before then would not be announced)"
     );
     assert_eq!(
         db.release_watchers(),
@@ -351,7 +353,7 @@ async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
     );
     assert_eq!(
         b_store.acquire_calls("k").len(),
-        2,
+        3,
         "one more attempt, right after the release"
     );
 
@@ -362,6 +364,56 @@ async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     sleep(HEARTBEAT).await;
     assert_eq!(db.release_watchers(), 0);
+}
+
+/// Writes before a stream of writes opens are not announced: a release by
+/// another owner that lands after the waiter's failed attempt but before its
+/// stream opened wakes the waiter when the stream opens, not at its next
+/// poll (at least a second later here).
+#[tokio::test(start_paused = true)]
+async fn a_release_before_the_waiters_stream_opens_wakes_it_once_the_stream_opens() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let b_store = db.store("b", TTL);
+    let slow_polls = Timing {
+        retry_initial: Duration::from_secs(2),
+        retry_max: Duration::from_secs(10),
+        ..timing()
+    };
+    let b = LockManager::start(Arc::new(b_store.clone()), "b".into(), slow_polls);
+    let lease = a.acquire("k").await.unwrap();
+    b_store.hold_stream_opening();
+    let waiting = waiter(&b, "k").await;
+    settle().await;
+    assert_eq!(
+        b_store.acquire_calls("k").len(),
+        1,
+        "the first attempt found the key held"
+    );
+
+    // Its next poll is at least 1 s away (equal jitter on a 2 s step).
+    sleep(Duration::from_millis(500)).await;
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        b_store.acquire_calls("k").len(),
+        1,
+        "the release was not announced: b's stream is not open yet"
+    );
+    let opened_at = Instant::now();
+    b_store.let_streams_open();
+    let (acquired_at, lease) = soon(waiting).await.unwrap().unwrap();
+    assert!(
+        acquired_at - opened_at <= RELEASE_WAKE_JITTER,
+        "woken when the stream opened: {:?} after it",
+        acquired_at - opened_at
+    );
+    assert_eq!(
+        b_store.acquire_calls("k").len(),
+        2,
+        "one more attempt, right after the stream opened"
+    );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
 // ----- delete-on-release mode ----------------------------------------------------

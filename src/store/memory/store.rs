@@ -46,6 +46,10 @@ pub(crate) struct MemoryStore {
     /// The stores of in-document leases this one opened, by collection and
     /// lock field (shared by clones), so that tests reach the actor's.
     opened: Arc<Mutex<HashMap<(String, String), MemoryStore>>>,
+    /// `true`: a stream of writes requested now does not open (it neither
+    /// sees writes nor reports `Opened`) until this is `false` again, as a
+    /// change stream the server has not yet confirmed (shared by clones).
+    opening_held: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl MemoryDb {
@@ -61,6 +65,7 @@ impl MemoryDb {
             change_streams: true,
             place: None,
             opened: Arc::default(),
+            opening_held: Arc::new(tokio::sync::watch::channel(false).0),
         }
     }
 }
@@ -120,6 +125,7 @@ impl MemoryStore {
                 change_streams: self.change_streams,
                 place: Some((collection.to_string(), field.to_string())),
                 opened: Arc::default(),
+                opening_held: Arc::new(tokio::sync::watch::channel(false).0),
             })
             .clone()
     }
@@ -142,6 +148,20 @@ impl MemoryStore {
     pub fn with_release_mode(mut self, mode: ReleaseMode) -> Self {
         self.release_mode = mode;
         self
+    }
+
+    /// Streams of writes requested from now on stay unopened (writes
+    /// meanwhile are not announced to them, nor is `Opened`) until
+    /// [`MemoryStore::let_streams_open`]: the window before a change stream
+    /// starts on the server.
+    pub fn hold_stream_opening(&self) {
+        self.opening_held.send_replace(true);
+    }
+
+    /// Lets the streams held by [`MemoryStore::hold_stream_opening`] open
+    /// now (each reports `Opened`, then the writes from this instant on).
+    pub fn let_streams_open(&self) {
+        self.opening_held.send_replace(false);
     }
 
     /// Every later call of `op` waits this long, then is applied.
@@ -414,19 +434,34 @@ impl Store for MemoryStore {
             };
             return futures::stream::iter([Err(error)]).boxed();
         }
-        let released = self.db.subscribe_releases();
-        let writes = futures::stream::unfold(released, |mut released| async move {
-            loop {
-                match released.recv().await {
-                    Ok(write) => return Some((Ok(Announcement::Write(write)), released)),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+        let writes = |released: tokio::sync::broadcast::Receiver<crate::store::KeyWrite>| {
+            futures::stream::unfold(released, |mut released| async move {
+                loop {
+                    match released.recv().await {
+                        Ok(write) => return Some((Ok(Announcement::Write(write)), released)),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    }
                 }
-            }
-        });
-        futures::stream::iter([Ok(Announcement::Opened)])
-            .chain(writes)
-            .boxed()
+            })
+        };
+        if !*self.opening_held.borrow() {
+            let released = self.db.subscribe_releases();
+            return futures::stream::iter([Ok(Announcement::Opened)])
+                .chain(writes(released))
+                .boxed();
+        }
+        // Subscribed only once let open: writes meanwhile are missed.
+        let (db, mut held) = (self.db.clone(), self.opening_held.subscribe());
+        futures::stream::once(async move {
+            // The sender lives in this store; if it is gone, open anyway.
+            let _ = held.wait_for(|held| !*held).await;
+            db.subscribe_releases()
+        })
+        .flat_map(move |released| {
+            futures::stream::iter([Ok(Announcement::Opened)]).chain(writes(released))
+        })
+        .boxed()
     }
 
     fn acquire_with_ttl(
