@@ -8,7 +8,7 @@ use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, DateTime, Document, doc};
 
 use crate::common::{self, CommandLog, Fixture};
-use crate::support::{ITEMS, insert_item, items, stored};
+use crate::support::{ITEMS, insert_item, items, stored, wait_until_watching};
 
 /// The lease TTL: a heartbeat every second.
 const TTL: Duration = Duration::from_secs(3);
@@ -588,24 +588,6 @@ async fn concurrent_creating_acquires_of_managers_create_the_document_once_with_
     for m in managers {
         shutdown(m).await;
     }
-}
-
-/// Waits (bounded) until the manager that `log` monitors has its change
-/// stream of writes to [`ITEMS`] open: its `aggregate` was answered
-/// with a cursor on that namespace.
-async fn wait_until_watching(fx: &Fixture, log: &common::CommandLog) {
-    let ns = format!("{}.{ITEMS}", fx.db.name());
-    common::eventually("the change stream of writes is open", WAIT, || {
-        let open = log.all().iter().any(|(name, reply)| {
-            name == "ok:aggregate"
-                && reply
-                    .get_document("cursor")
-                    .and_then(|c| c.get_str("ns"))
-                    .is_ok_and(|n| n == ns)
-        });
-        async move { open }
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
