@@ -14,6 +14,7 @@ use mongodb::bson::Document;
 
 use super::command::{AcquireMode, Granted, Reply, Target, WaiterId};
 use super::mailbox::Mailbox;
+use super::release_watch::wake_jitter;
 use super::{Actor, Attempt, Event, Held, KeyState, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
@@ -91,6 +92,7 @@ impl Actor {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
         state.attempt = Attempt::InFlight;
         state.written_in_flight = false;
+        state.freed_in_flight = false;
         let lease_id = state.next_lease_id;
         let waiting = state.waiters.iter().any(|w| w.mode != AcquireMode::Try);
         // The TTL of the waiter that will get the lease (the first one); if it
@@ -142,7 +144,12 @@ impl Actor {
                         state.waiters.push_back(waiter);
                     }
                 }
-                if !state.waiters.is_empty() {
+                if state.waiters.is_empty() {
+                } else if std::mem::take(&mut state.freed_in_flight) {
+                    // Freed after this attempt read it: its answer is stale.
+                    tracing::trace!(%key, "freed while the attempt was in flight: retrying now");
+                    self.schedule_wake(&key);
+                } else {
                     // A foreign holder's lock has no known expiry: poll with
                     // the plain backoff, and be woken by its deletion.
                     self.schedule_retry(&key, remaining, true);
@@ -242,6 +249,18 @@ impl Actor {
             return;
         }
         self.spawn_release(key.clone(), lease_id, sent_at, None);
+    }
+
+    /// Schedules the key's next attempt within [`wake_jitter`] (capped
+    /// by the initial retry delay), as for a waiter woken by a release: the
+    /// jitter keeps waiters in several processes from arriving in the same
+    /// instant. The backoff is not advanced.
+    fn schedule_wake(&mut self, key: &Target) {
+        let jitter = wake_jitter(self.timing.retry_initial);
+        let timer = self.timers.insert(Timer::Retry(key.clone()), jitter);
+        let state = self.keys.get_mut(key).expect("wake for a known key");
+        state.attempt = Attempt::Scheduled(timer);
+        self.open_release_watch(key.place);
     }
 
     /// Schedules the key's next attempt after the backoff, capped by the

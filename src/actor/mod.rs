@@ -124,6 +124,11 @@ struct KeyState {
     /// announced meanwhile (its event may come before the acquire reply):
     /// the lease is checked as soon as it is granted.
     written_in_flight: bool,
+    /// The key was announced free (a release, a delete, or a stream that
+    /// opened) while an attempt was in flight: that attempt may have read
+    /// the key before it was freed, so a `Held` answer is stale and the key
+    /// is tried again at once instead of after its backoff.
+    freed_in_flight: bool,
 }
 
 impl KeyState {
@@ -136,6 +141,7 @@ impl KeyState {
             next_lease_id: Uuid::new_v4(),
             failures: 0,
             written_in_flight: false,
+            freed_in_flight: false,
         }
     }
 

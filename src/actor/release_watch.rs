@@ -159,22 +159,21 @@ impl Actor {
             _ => false,
         };
         tracing::debug!(recheck, "stream of writes open: retrying waiting keys");
-        let jitter_max = RELEASE_WAKE_JITTER.min(self.timing.retry_initial);
-        for (key, state) in &self.keys {
+        for (key, state) in &mut self.keys {
             if key.place != place {
                 continue;
             }
             if recheck && state.held.is_some() {
                 suspects.insert(key.clone());
             }
-            if let Attempt::Scheduled(timer) = &state.attempt
-                && !state.waiters.is_empty()
-            {
-                let jitter = rand::Rng::random_range(
-                    &mut rand::rng(),
-                    std::time::Duration::ZERO..=jitter_max,
-                );
-                self.timers.reset(timer, jitter);
+            match &state.attempt {
+                Attempt::Scheduled(timer) if !state.waiters.is_empty() => {
+                    self.timers
+                        .reset(timer, wake_jitter(self.timing.retry_initial));
+                }
+                // It may have read the key before a write this stream missed.
+                Attempt::InFlight => state.freed_in_flight = true,
+                _ => {}
             }
         }
     }
@@ -206,13 +205,15 @@ impl Actor {
         if !write.freed {
             return;
         }
-        if let Attempt::Scheduled(timer) = state.attempt {
-            let jitter = rand::Rng::random_range(
-                &mut rand::rng(),
-                std::time::Duration::ZERO..=RELEASE_WAKE_JITTER.min(self.timing.retry_initial),
-            );
-            tracing::trace!(%key, "released elsewhere: retrying now");
-            self.timers.reset(&timer, jitter);
+        match state.attempt {
+            Attempt::Scheduled(timer) => {
+                tracing::trace!(%key, "released elsewhere: retrying now");
+                self.timers
+                    .reset(&timer, wake_jitter(self.timing.retry_initial));
+            }
+            // The attempt may have read the key before this write.
+            Attempt::InFlight => state.freed_in_flight = true,
+            Attempt::Idle => {}
         }
     }
 
@@ -246,6 +247,16 @@ impl Actor {
         );
         self.spawn_renewals(by_ttl);
     }
+}
+
+/// A random delay of at most [`RELEASE_WAKE_JITTER`] (and at most
+/// `retry_initial`) before a woken waiter tries again, so that waiters in
+/// several processes do not all arrive in the same instant.
+pub(super) fn wake_jitter(retry_initial: Duration) -> Duration {
+    rand::Rng::random_range(
+        &mut rand::rng(),
+        Duration::ZERO..=RELEASE_WAKE_JITTER.min(retry_initial),
+    )
 }
 
 /// The next item of any place's open stream of writes, with its place, or

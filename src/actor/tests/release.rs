@@ -3,6 +3,7 @@
 //! and the prompt wake-up on releases by other owners.
 
 use super::*;
+use crate::store::KeyWrite;
 
 // ----- 9. shutdown -------------------------------------------------------------------
 
@@ -413,6 +414,100 @@ async fn a_release_before_the_waiters_stream_opens_wakes_it_once_the_stream_open
         2,
         "one more attempt, right after the stream opened"
     );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// A release announced while the waiter's attempt is in flight may have
+/// landed after that attempt read the key: a `Held` answer is then stale, and
+/// the waiter tries again at once rather than at its next poll (at least a
+/// second later here).
+#[tokio::test(start_paused = true)]
+async fn a_release_announced_during_the_waiters_attempt_makes_a_held_answer_retry_at_once() {
+    let db = MemoryDb::new();
+    assert_eq!(
+        db.try_take("k", "x", TTL),
+        AcquireOutcome::Acquired { token: 1 }
+    );
+    let b_store = db.store("b", TTL);
+    let slow_polls = Timing {
+        retry_initial: Duration::from_secs(2),
+        retry_max: Duration::from_secs(10),
+        ..timing()
+    };
+    let b = LockManager::start(Arc::new(b_store.clone()), "b".into(), slow_polls);
+    // b's stream is open before it waits (it holds another key).
+    let _other = b.acquire("other").await.unwrap();
+    settle().await;
+    b_store.set_latency(Op::Acquire, Duration::from_millis(100));
+    let waiting = waiter(&b, "k").await;
+    sleep(Duration::from_millis(50)).await;
+    // x's release lands after b's attempt read the key, and its event comes
+    // before the attempt's reply.
+    db.announce(KeyWrite {
+        key: "k".into(),
+        freed: true,
+        lease_id: None,
+        owner: None,
+    });
+    sleep(Duration::from_millis(50)).await;
+    settle().await;
+    let answered_at = Instant::now();
+    assert_eq!(b_store.acquire_calls("k").len(), 1);
+    assert_eq!(db.holder("k").as_deref(), Some("x"), "the attempt found x");
+    db.expire("k");
+    let (acquired_at, lease) = soon(waiting).await.unwrap().unwrap();
+    assert!(
+        acquired_at - answered_at <= RELEASE_WAKE_JITTER + Duration::from_millis(100),
+        "tried again at once: {:?} after the stale answer",
+        acquired_at - answered_at
+    );
+    assert_eq!(
+        b_store.acquire_calls("k").len(),
+        2,
+        "one more attempt, right after the stale answer"
+    );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// Likewise when the stream opens while the waiter's attempt is in flight:
+/// a write before the opening was not announced, and the attempt may have
+/// read the key before it, so a `Held` answer is retried at once.
+#[tokio::test(start_paused = true)]
+async fn a_stream_opening_during_the_waiters_attempt_makes_a_held_answer_retry_at_once() {
+    let db = MemoryDb::new();
+    assert_eq!(
+        db.try_take("k", "x", TTL),
+        AcquireOutcome::Acquired { token: 1 }
+    );
+    let b_store = db.store("b", TTL);
+    let slow_polls = Timing {
+        retry_initial: Duration::from_secs(2),
+        retry_max: Duration::from_secs(10),
+        ..timing()
+    };
+    let b = LockManager::start(Arc::new(b_store.clone()), "b".into(), slow_polls);
+    b_store.hold_stream_opening();
+    // Holding another key makes b open its stream, which does not report
+    // itself open yet.
+    let _other = b.acquire("other").await.unwrap();
+    settle().await;
+    b_store.set_latency(Op::Acquire, Duration::from_millis(100));
+    let waiting = waiter(&b, "k").await;
+    sleep(Duration::from_millis(50)).await;
+    b_store.let_streams_open();
+    sleep(Duration::from_millis(50)).await;
+    settle().await;
+    let answered_at = Instant::now();
+    assert_eq!(b_store.acquire_calls("k").len(), 1);
+    assert_eq!(db.holder("k").as_deref(), Some("x"), "the attempt found x");
+    db.expire("k");
+    let (acquired_at, lease) = soon(waiting).await.unwrap().unwrap();
+    assert!(
+        acquired_at - answered_at <= RELEASE_WAKE_JITTER + Duration::from_millis(100),
+        "tried again at once: {:?} after the stale answer",
+        acquired_at - answered_at
+    );
+    assert_eq!(b_store.acquire_calls("k").len(), 2);
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
