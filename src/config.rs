@@ -7,6 +7,7 @@ use typed_builder::TypedBuilder;
 
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::kind::{LeaseKind, LeaseShape};
 
 /// Default lease time-to-live: 30 s.
 ///
@@ -307,6 +308,28 @@ pub struct AcquireOptions {
     /// TTL. A TTL shorter than 10 ms is refused, as for the manager.
     #[builder(default, setter(strip_option))]
     pub ttl: Option<Duration>,
+    /// How the lease holds its key: [`LeaseKind::Exclusive`] (the default),
+    /// [`LeaseKind::Shared`], or one permit of a semaphore
+    /// ([`LeaseKind::Permit`]). See [`crate::kind`] for the rules. Leases of
+    /// the lock collection only: in-document leases are exclusive.
+    ///
+    /// [`LeaseKind::Exclusive`]: crate::LeaseKind::Exclusive
+    /// [`LeaseKind::Shared`]: crate::LeaseKind::Shared
+    /// [`LeaseKind::Permit`]: crate::LeaseKind::Permit
+    #[builder(default)]
+    pub kind: crate::LeaseKind,
+    /// Keep the key held until the acquisition time plus this, by the
+    /// server's clock, even if the lease is released (or its holder dies)
+    /// earlier: a job guarded by such a lease runs at most once per
+    /// `hold_at_least` across processes, however fast it ends and however
+    /// far apart the processes' clocks and schedules are (ShedLock's
+    /// `lockAtLeastFor`). The lease itself is renewed and lost as any other;
+    /// only the key stays unavailable after its release. Default: `None`.
+    /// Exclusive leases only; at least 1 ms, and not longer than the TTL
+    /// index another application keeps on `ts` (which would delete the
+    /// document earlier).
+    #[builder(default, setter(strip_option))]
+    pub hold_at_least: Option<Duration>,
 }
 
 fn invalid(reason: impl Into<String>) -> Error {
@@ -316,6 +339,46 @@ fn invalid(reason: impl Into<String>) -> Error {
 }
 
 impl Timing {
+    /// The kind and minimum hold of a lease acquired with `options`, checked
+    /// before any round trip (see [`AcquireOptions::kind`] and
+    /// [`AcquireOptions::hold_at_least`]).
+    pub(crate) fn lease_shape(&self, options: &AcquireOptions) -> Result<LeaseShape> {
+        options.kind.validate()?;
+        let shape = LeaseShape {
+            kind: options.kind,
+            hold_at_least: options.hold_at_least,
+        };
+        if let Some(at_least) = shape.hold_at_least {
+            if options.kind != LeaseKind::Exclusive {
+                return Err(invalid(format!(
+                    "hold_at_least applies to exclusive leases only, not to a {} lease",
+                    options.kind
+                )));
+            }
+            if at_least < Duration::from_millis(1) {
+                return Err(invalid(format!(
+                    "hold_at_least must be at least 1 ms, got {at_least:?}"
+                )));
+            }
+            if at_least.as_millis() > i64::MAX as u128 / 2 {
+                return Err(invalid(format!("hold_at_least is too long: {at_least:?}")));
+            }
+            if let Some(cap) = self.ttl_cap.filter(|cap| at_least > *cap) {
+                return Err(invalid(format!(
+                    "hold_at_least ({at_least:?}) is longer than the TTL index on `ts` \
+                     ({cap:?}), which would delete the key's document before then"
+                )));
+            }
+        }
+        if !shape.is_plain() && self.release_mode != ReleaseMode::Keep {
+            return Err(invalid(
+                "shared and semaphore leases and hold_at_least need ReleaseMode::Keep \
+                 (a release in delete mode deletes the key's document)",
+            ));
+        }
+        Ok(shape)
+    }
+
     /// The TTL of a lease acquired with `options`, checked before any round
     /// trip (see [`AcquireOptions::ttl`]).
     pub(crate) fn lease_ttl(&self, options: &AcquireOptions) -> Result<Duration> {

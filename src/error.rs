@@ -157,6 +157,22 @@ pub enum Error {
         reason: String,
     },
 
+    /// The key is held as another kind than the acquisition asked for
+    /// ([`LeaseKind`](crate::LeaseKind)): e.g. a semaphore key asked for
+    /// with another number of permits while some of its permits are held,
+    /// or an exclusive lease asked for on a semaphore key. Nothing was
+    /// written. Kinds are stored with the key only while it is held: once
+    /// every holder is gone, any kind can take it.
+    #[error("{} is held as {stored}, not as {requested}", .key.to_extended_json())]
+    KindMismatch {
+        /// The key.
+        key: LeaseKey,
+        /// How it is held now.
+        stored: crate::LeaseKind,
+        /// What the acquisition asked for.
+        requested: crate::LeaseKind,
+    },
+
     /// The manager has shut down (by [`LockManager::shutdown`] or because its
     /// task stopped); no further commands are accepted.
     ///

@@ -82,6 +82,8 @@ pub struct Lease {
     mailbox: Mailbox,
     /// Set once [`Lease::release`] has sent its release, so `Drop` does nothing.
     released: bool,
+    /// How it holds its key.
+    kind: crate::LeaseKind,
 }
 
 impl Lease {
@@ -106,7 +108,20 @@ impl Lease {
             cancel,
             mailbox,
             released: false,
+            kind: crate::LeaseKind::Exclusive,
         }
+    }
+
+    /// This lease, holding its key as `kind` (set by the actor's grant).
+    pub(crate) fn with_kind(mut self, kind: crate::LeaseKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// How this lease holds its key: exclusively (the default), shared, or
+    /// as one permit of a semaphore ([`AcquireOptions::kind`](crate::AcquireOptions::kind)).
+    pub fn kind(&self) -> crate::LeaseKind {
+        self.kind
     }
 
     /// The key this lease holds (for an in-document lease, the document's `_id`).
@@ -416,6 +431,42 @@ pub struct LeaseInfo {
     ///
     /// [`LockManager::force_release`]: crate::LockManager::force_release
     pub foreign: bool,
+    /// How the key is held ([`LeaseKind`](crate::LeaseKind)): exclusively
+    /// (the fields above describe the holder), shared or as permits of a
+    /// semaphore (the holders are in [`LeaseInfo::holders`]; the fields
+    /// above then describe the key: `owner_id` and `fencing_token` of its
+    /// latest acquisition, `expires_at` the latest expiry of its holders,
+    /// `held` whether any holder is live). [`LeaseKind::Exclusive`](crate::LeaseKind::Exclusive)
+    /// for a foreign holder's lock.
+    pub kind: crate::LeaseKind,
+    /// The live holders of a shared or semaphore key (at
+    /// [`LeaseInfo::server_time`]), oldest acquisition first; empty for an
+    /// exclusive key.
+    pub holders: Vec<HolderInfo>,
+    /// Set while the key stays held after its release because it was
+    /// acquired with [`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least):
+    /// the server time until which no acquisition can take it (`hl`).
+    /// `None` once that time has passed, or without `hold_at_least`.
+    pub hold_until: Option<SystemTime>,
+}
+
+/// One holder of a shared or semaphore key, as read by
+/// [`LockManager::inspect`](crate::LockManager::inspect) and
+/// [`LockManager::list`](crate::LockManager::list) ([`LeaseInfo::holders`]).
+/// Times are the server's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HolderInfo {
+    /// Owner id of the manager that holds it.
+    pub owner_id: String,
+    /// Its fencing token.
+    pub fencing_token: u64,
+    /// Server time of its acquisition.
+    pub acquired_at: SystemTime,
+    /// Server time of its last renewal (or of its acquisition).
+    pub renewed_at: SystemTime,
+    /// Server time at which it expires unless renewed.
+    pub expires_at: SystemTime,
 }
 
 impl LeaseInfo {

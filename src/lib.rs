@@ -230,6 +230,7 @@ pub mod election;
 pub mod error;
 pub mod fence;
 mod key;
+pub mod kind;
 pub mod lease;
 pub mod manager;
 mod store;
@@ -250,7 +251,8 @@ pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadersh
 pub use error::{Error, Result};
 pub use fence::Fence;
 pub use key::LeaseKey;
-pub use lease::{Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
+pub use kind::{LeaseKind, MAX_PERMITS};
+pub use lease::{HolderInfo, Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
 pub use manager::LockManager;
 
 /// The README's code examples, compiled as doctests, so that they stay true

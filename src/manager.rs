@@ -300,6 +300,7 @@ impl LockManager {
     ) -> Result<Option<Granted>> {
         validate_key(&key.key)?;
         let ttl = self.inner.timing.lease_ttl(options)?;
+        let shape = self.inner.timing.lease_shape(options)?;
         let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
         // Armed until the reply is in: if this future is dropped while the
         // command waits in the actor's queue, the waiter is removed.
@@ -318,6 +319,7 @@ impl LockManager {
                 mode,
                 ttl,
                 create,
+                shape,
                 respond_to,
             })
             .await;

@@ -4,7 +4,6 @@
 //! giving it back at once if nobody waits any more).
 
 use std::cmp::Reverse;
-use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -12,44 +11,30 @@ use uuid::Uuid;
 
 use mongodb::bson::Document;
 
-use super::command::{AcquireMode, Granted, Reply, Target, WaiterId};
+use super::command::{AcquireMode, Granted, Target, WaiterId};
 use super::mailbox::Mailbox;
 use super::release_watch::wake_jitter;
-use super::{Actor, Attempt, Event, Held, KeyState, Timer, Waiter};
+use super::{Actor, Attempt, Event, Held, KeyState, Sent, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::store::AcquireOutcome;
 
 impl Actor {
-    pub(super) fn on_acquire(
-        &mut self,
-        key: Target,
-        waiter: WaiterId,
-        mode: AcquireMode,
-        ttl: Duration,
-        create: Option<Document>,
-        respond_to: Reply<Option<Granted>>,
-    ) {
+    pub(super) fn on_acquire(&mut self, key: Target, waiter: Waiter) {
         let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
         state.prune_waiters();
-        let busy = state.held.is_some()
+        let busy = !state.admits(&waiter.shape)
             || !state.waiters.is_empty()
             || state.releases_in_flight > 0
             || !matches!(state.attempt, Attempt::Idle)
             || self.releasing_all > 0;
-        if mode == AcquireMode::Try && busy {
-            let _ = respond_to.send(Ok(None));
+        if waiter.mode == AcquireMode::Try && busy {
+            let _ = waiter.respond_to.send(Ok(None));
             self.forget_if_idle(&key);
             return;
         }
-        state.waiters.push_back(Waiter {
-            id: waiter,
-            mode,
-            ttl,
-            create,
-            respond_to,
-        });
+        state.waiters.push_back(waiter);
         if !busy {
             self.start_attempt(&key);
         }
@@ -76,7 +61,10 @@ impl Actor {
             return;
         };
         state.prune_waiters();
-        let ready = state.held.is_none()
+        let ready = state
+            .waiters
+            .front()
+            .is_some_and(|w| state.admits(&w.shape))
             && state.releases_in_flight == 0
             && matches!(state.attempt, Attempt::Idle)
             && !state.waiters.is_empty()
@@ -102,37 +90,60 @@ impl Actor {
         // waiter's (a missing document is created for a caller that asked
         // for it, never handed to one that did not).
         let create = state.waiters.front().and_then(|w| w.create.clone());
-        let sent_at = Instant::now();
-        let key = key.clone();
-        let acquire =
-            self.store(key.place)
-                .acquire_document(key.key.clone(), lease_id, waiting, ttl, create);
-        self.spawn_store(acquire, move |result| Event::Acquired {
-            result,
-            key,
+        // The first waiter's kind (a later waiter of another kind waits for
+        // its own attempt: `grant` hands the lease to a waiter of this shape only).
+        let shape = state.waiters.front().map(|w| w.shape).unwrap_or_default();
+        let sent = Sent {
             lease_id,
-            sent_at,
+            sent_at: Instant::now(),
             ttl,
-        });
+            shape,
+        };
+        let key = key.clone();
+        let store = self.store(key.place);
+        let acquire = if shape.is_plain() {
+            store.acquire_document(key.key.clone(), lease_id, waiting, ttl, create)
+        } else {
+            let acquire = store.acquire_shaped(key.key.clone(), lease_id, waiting, ttl, shape);
+            futures::FutureExt::boxed(async move { acquire.await.map(|outcome| (outcome, None)) })
+        };
+        self.spawn_store(acquire, move |result| Event::Acquired { result, key, sent });
     }
 
     pub(super) fn on_acquired(
         &mut self,
         key: Target,
-        lease_id: Uuid,
-        sent_at: Instant,
-        ttl: Duration,
+        sent: Sent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     ) {
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
         state.attempt = Attempt::Idle;
+        let lease_id = sent.lease_id;
         match result {
             Ok((AcquireOutcome::Acquired { token }, document)) => {
                 state.failures = 0;
                 state.next_lease_id = Uuid::new_v4();
-                self.grant(&key, lease_id, token, sent_at, ttl, document);
+                self.grant(&key, sent, token, document);
+            }
+            Ok((AcquireOutcome::Mismatch { stored }, _)) => {
+                // The answer for every waiter asking for this kind; the
+                // others' attempts follow.
+                let requested = sent.shape.kind;
+                tracing::debug!(%key, %stored, %requested, "key held as another kind");
+                for waiter in std::mem::take(&mut state.waiters) {
+                    if waiter.shape.kind == requested {
+                        let _ = waiter.respond_to.send(Err(Error::KindMismatch {
+                            key: key.key.clone(),
+                            stored,
+                            requested,
+                        }));
+                    } else if !waiter.respond_to.is_closed() {
+                        state.waiters.push_back(waiter);
+                    }
+                }
+                self.serve_next(&key);
             }
             Ok((AcquireOutcome::Held { holder, remaining }, _)) => {
                 let foreign = remaining.is_none();
@@ -181,7 +192,7 @@ impl Actor {
                     // The write may have landed unseen: give it back rather than
                     // leave the key blocked until the lease expires.
                     state.next_lease_id = Uuid::new_v4();
-                    self.spawn_release(key.clone(), lease_id, sent_at, None);
+                    self.spawn_release(key.clone(), lease_id, sent.sent_at, None);
                 }
             }
         }
@@ -198,16 +209,26 @@ impl Actor {
     pub(super) fn grant(
         &mut self,
         key: &Target,
-        lease_id: Uuid,
+        sent: Sent,
         token: u64,
-        sent_at: Instant,
-        written_ttl: Duration,
         document: Option<Document>,
     ) {
+        let Sent {
+            lease_id,
+            sent_at,
+            ttl: written_ttl,
+            shape,
+        } = sent;
         let state = self.keys.get_mut(key).expect("grant for a known key");
         while let Some(waiter) = state.waiters.pop_front() {
             if waiter.respond_to.is_closed() {
                 continue;
+            }
+            if waiter.shape != shape {
+                // The waiter it was for went away and the next one asked for
+                // another kind: give it back, then serve that one.
+                state.waiters.push_front(waiter);
+                break;
             }
             let Some(mailbox) = self.sender.upgrade().map(Mailbox::new) else {
                 break;
@@ -216,16 +237,17 @@ impl Actor {
             let deadline = sent_at + self.timing.validity_for(waiter.ttl.min(written_ttl));
             self.deadlines
                 .push(Reverse((deadline, key.clone(), lease_id)));
-            state.held = Some(Held {
+            state.holders.push(Held {
                 lease_id,
                 token,
                 cancel: cancel.clone(),
                 ttl: waiter.ttl,
                 deadline,
                 renewing: 0,
+                kind: shape.kind,
                 acquired_at: sent_at,
             });
-            tracing::debug!(%key, token, "lease acquired");
+            tracing::debug!(%key, token, kind = %shape.kind, "lease acquired");
             let lease = Lease::new(
                 key.clone(),
                 self.places[usize::from(key.place.0)].info.clone(),
@@ -235,7 +257,8 @@ impl Actor {
                 waiter.ttl,
                 cancel,
                 mailbox,
-            );
+            )
+            .with_kind(shape.kind);
             // If the caller went away just now, the returned lease is dropped
             // here, and its drop queues its release.
             let _ = waiter
@@ -246,6 +269,10 @@ impl Actor {
             }
             // Writes to held leases by others are noticed through it.
             self.open_release_watch(key.place);
+            if shape.kind.is_multi_holder() {
+                // The next waiter may share the key too.
+                self.serve_next(key);
+            }
             return;
         }
         self.spawn_release(key.clone(), lease_id, sent_at, None);

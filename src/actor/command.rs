@@ -84,6 +84,8 @@ pub(crate) enum Command {
         ttl: Duration,
         /// In-document leases: the fields to create a missing document with.
         create: Option<Document>,
+        /// The lease's kind and minimum hold (validated by the handle).
+        shape: crate::kind::LeaseShape,
         respond_to: Reply<Option<Granted>>,
     },
     /// The acquire future of `waiter` was dropped before it completed.

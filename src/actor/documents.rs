@@ -80,7 +80,7 @@ impl Actor {
         if release {
             // Like a release: no acquire attempt of the key starts until the
             // write is answered, and the lease is no longer renewed.
-            self.take_held(&key);
+            self.take_held(&key, lease_id);
             self.delete_when_old_enough(key.place, vec![key.key.clone()], acquired_at);
             if let Some(state) = self.keys.get_mut(&key) {
                 state.releases_in_flight += 1;
@@ -119,7 +119,7 @@ impl Actor {
             Ok(None) => {
                 if self.held_lease(&key, lease_id).is_some() {
                     tracing::warn!(%key, "lease lost: a write under it found it gone or taken");
-                    self.take_held(&key);
+                    self.take_held(&key, lease_id);
                 }
                 Err(Error::LeaseLost {
                     key: key.key.clone(),

@@ -61,6 +61,7 @@ use mongodb::bson::Document;
 use crate::config::Timing;
 use crate::error::Result;
 use crate::key::LeaseKey;
+use crate::kind::{LeaseKind, LeaseShape};
 use crate::lease::{LeaseInfo, ReleaseOutcome};
 use crate::store::{AcquireOutcome, LeaseRef, LockPlace, Store};
 use command::{AcquireMode, Command, Granted, Place, Reply, Target, WaiterId};
@@ -76,6 +77,8 @@ struct Waiter {
     ttl: Duration,
     /// In-document leases: the fields to create a missing document with.
     create: Option<Document>,
+    /// Its lease's kind and minimum hold.
+    shape: LeaseShape,
     respond_to: Reply<Option<Granted>>,
 }
 
@@ -94,6 +97,9 @@ struct Held {
     /// that one may have been sent before the write). The heartbeat skips a
     /// lease while it is not zero; each confirmed renewal counts one down.
     renewing: u32,
+    /// How it holds its key (several leases of a key are held at once only
+    /// when their kinds allow it, see [`KeyState::admits`]).
+    kind: LeaseKind,
     /// When the acquire that took it was sent (local clock): in delete mode,
     /// whether its document can be deleted at release (see
     /// [`Actor::delete_when_old_enough`]).
@@ -110,7 +116,9 @@ enum Attempt {
 
 /// Everything the actor knows about one key. Removed when idle.
 struct KeyState {
-    held: Option<Held>,
+    /// The leases held here: at most one exclusive lease, or any number of
+    /// shared leases, or up to `permits` permits of a semaphore.
+    holders: Vec<Held>,
     waiters: VecDeque<Waiter>,
     attempt: Attempt,
     /// Releases of this key in flight; no acquire attempt starts meanwhile.
@@ -134,7 +142,7 @@ struct KeyState {
 impl KeyState {
     fn new() -> Self {
         KeyState {
-            held: None,
+            holders: Vec::new(),
             waiters: VecDeque::new(),
             attempt: Attempt::Idle,
             releases_in_flight: 0,
@@ -146,10 +154,35 @@ impl KeyState {
     }
 
     fn is_idle(&self) -> bool {
-        self.held.is_none()
+        self.holders.is_empty()
             && self.waiters.is_empty()
             && matches!(self.attempt, Attempt::Idle)
             && self.releases_in_flight == 0
+    }
+
+    /// The held lease `lease_id` of this key.
+    fn holder(&self, lease_id: Uuid) -> Option<&Held> {
+        self.holders.iter().find(|h| h.lease_id == lease_id)
+    }
+
+    /// The held lease `lease_id` of this key, to change.
+    fn holder_mut(&mut self, lease_id: Uuid) -> Option<&mut Held> {
+        self.holders.iter_mut().find(|h| h.lease_id == lease_id)
+    }
+
+    /// Whether an acquisition of `shape` can start beside the leases held
+    /// here: an exclusive one only when none is held, a shared one beside
+    /// shared ones, a permit beside fewer than `permits` permits of the same
+    /// number. The store has the last word (other processes' holders).
+    fn admits(&self, shape: &LeaseShape) -> bool {
+        match shape.kind {
+            LeaseKind::Permit { permits } => {
+                self.holders.iter().all(|h| h.kind == shape.kind)
+                    && self.holders.len() < permits as usize
+            }
+            LeaseKind::Shared => self.holders.iter().all(|h| h.kind == LeaseKind::Shared),
+            _ => self.holders.is_empty(),
+        }
     }
 
     /// Drops waiters whose acquire future is gone.
@@ -170,14 +203,22 @@ enum Timer {
     },
 }
 
+/// What an acquire attempt asked the store for.
+struct Sent {
+    lease_id: Uuid,
+    /// When it was sent (local clock).
+    sent_at: Instant,
+    /// The TTL it wrote.
+    ttl: Duration,
+    /// The kind and minimum hold it asked for.
+    shape: LeaseShape,
+}
+
 /// The result of a store operation, back in the actor's loop.
 enum Event {
     Acquired {
         key: Target,
-        lease_id: Uuid,
-        sent_at: Instant,
-        /// The TTL the attempt wrote.
-        ttl: Duration,
+        sent: Sent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     },
     Renewed {
@@ -187,7 +228,7 @@ enum Event {
         ttl: Duration,
         sent_at: Instant,
         attempt: u32,
-        result: Result<Vec<LeaseKey>>,
+        result: Result<Vec<LeaseRef>>,
     },
     Released {
         key: Target,
@@ -354,8 +395,19 @@ impl Actor {
                 mode,
                 ttl,
                 create,
+                shape,
                 respond_to,
-            } => self.on_acquire(key, waiter, mode, ttl, create, respond_to),
+            } => self.on_acquire(
+                key,
+                Waiter {
+                    id: waiter,
+                    mode,
+                    ttl,
+                    create,
+                    shape,
+                    respond_to,
+                },
+            ),
             Command::CancelWaiter { key, waiter } => self.on_cancel_waiter(&key, waiter),
             Command::Release {
                 key,
@@ -408,13 +460,7 @@ impl Actor {
 
     fn handle_event(&mut self, event: Event) {
         match event {
-            Event::Acquired {
-                key,
-                lease_id,
-                sent_at,
-                ttl,
-                result,
-            } => self.on_acquired(key, lease_id, sent_at, ttl, result),
+            Event::Acquired { key, sent, result } => self.on_acquired(key, sent, result),
             Event::Renewed {
                 place,
                 leases,
@@ -525,34 +571,28 @@ impl Actor {
     }
 
     fn held_lease(&self, key: &Target, lease_id: Uuid) -> Option<&Held> {
-        self.keys
-            .get(key)?
-            .held
-            .as_ref()
-            .filter(|h| h.lease_id == lease_id)
+        self.keys.get(key)?.holder(lease_id)
     }
 
-    /// Removes the key's held lease and cancels its token (its deadline
-    /// heap entry is dropped when it comes due).
-    fn take_held(&mut self, key: &Target) -> Option<Held> {
-        let held = self.keys.get_mut(key)?.held.take()?;
+    /// Removes the key's held lease `lease_id` and cancels its token (its
+    /// deadline heap entry is dropped when it comes due).
+    fn take_held(&mut self, key: &Target, lease_id: Uuid) -> Option<Held> {
+        let state = self.keys.get_mut(key)?;
+        let index = state.holders.iter().position(|h| h.lease_id == lease_id)?;
+        let held = state.holders.remove(index);
         held.cancel.cancel();
         Some(held)
     }
 
     /// Takes every held lease (as `take_held`) and counts a release in flight
-    /// for each; returns their keys.
+    /// for each; returns their keys, once per lease.
     fn take_all_held(&mut self) -> Vec<Target> {
-        let keys: Vec<Target> = self
-            .keys
-            .iter()
-            .filter(|(_, s)| s.held.is_some())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in &keys {
-            self.take_held(key);
-            if let Some(state) = self.keys.get_mut(key) {
+        let mut keys = Vec::new();
+        for (key, state) in &mut self.keys {
+            for held in state.holders.drain(..) {
+                held.cancel.cancel();
                 state.releases_in_flight += 1;
+                keys.push(key.clone());
             }
         }
         keys

@@ -30,7 +30,7 @@ impl Actor {
             }
             return;
         }
-        let held = self.take_held(&key).expect("checked above");
+        let held = self.take_held(&key, lease_id).expect("checked above");
         tracing::debug!(%key, token = held.token, "releasing lease");
         self.spawn_release(key, held.lease_id, held.acquired_at, respond_to);
     }
@@ -44,7 +44,10 @@ impl Actor {
         self.delete_young_held_when_old_enough();
         let mut documents: BTreeMap<Place, Vec<LeaseRef>> = BTreeMap::new();
         for (key, state) in &self.keys {
-            if let Some(held) = state.held.as_ref().filter(|_| key.place != Place::LOCKS) {
+            if key.place == Place::LOCKS {
+                continue;
+            }
+            for held in &state.holders {
                 documents.entry(key.place).or_default().push(LeaseRef {
                     key: key.key.clone(),
                     lease_id: held.lease_id,
@@ -241,8 +244,11 @@ impl Actor {
     pub(super) fn delete_young_held_when_old_enough(&mut self) {
         let now = Instant::now();
         let mut young: BTreeMap<Place, (Vec<LeaseKey>, Instant)> = BTreeMap::new();
-        for (key, state) in &self.keys {
-            let Some(held) = &state.held else { continue };
+        let held = self
+            .keys
+            .iter()
+            .flat_map(|(key, state)| state.holders.iter().map(move |held| (key, held)));
+        for (key, held) in held {
             if held.acquired_at + DELETE_DELAY <= now || !self.store(key.place).removes_on_release()
             {
                 continue;
@@ -306,16 +312,29 @@ impl Actor {
                     token = info.fencing_token,
                     "lease force-released (operator override)"
                 );
-                // If it was one of ours, it is lost now.
+                // If it was one of ours, it is lost now; so are all our
+                // holders of a shared or semaphore key, which a force
+                // release frees whole.
                 let target = Target::lock(key.clone());
-                let ours = info.owner_id == *self.owner_id
-                    && self
-                        .keys
-                        .get(&target)
-                        .and_then(|s| s.held.as_ref())
-                        .is_some_and(|h| h.token == info.fencing_token);
-                if ours {
-                    self.take_held(&target);
+                let ours: Vec<Uuid> = self
+                    .keys
+                    .get(&target)
+                    .map(|s| {
+                        s.holders
+                            .iter()
+                            .filter(|h| {
+                                h.kind.is_multi_holder()
+                                    || (info.owner_id == *self.owner_id
+                                        && h.token == info.fencing_token)
+                            })
+                            .map(|h| h.lease_id)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for lease_id in &ours {
+                    self.take_held(&target, *lease_id);
+                }
+                if !ours.is_empty() {
                     self.serve_next(&target);
                 }
             }
@@ -367,7 +386,7 @@ impl Actor {
                         token = held.token,
                         "lease lost: setting its payload found it gone or taken"
                     );
-                    self.take_held(&key);
+                    self.take_held(&key, lease_id);
                     self.serve_next(&key);
                 }
                 Err(Error::LeaseLost { key: key.key })

@@ -92,7 +92,7 @@ impl Actor {
     pub(super) fn close_release_watch_if_unneeded(&mut self) {
         let mut needed = vec![false; self.places.len()];
         for (key, state) in &self.keys {
-            if state.held.is_some()
+            if !state.holders.is_empty()
                 || (matches!(state.attempt, Attempt::Scheduled(_)) && !state.waiters.is_empty())
             {
                 needed[usize::from(key.place.0)] = true;
@@ -163,7 +163,7 @@ impl Actor {
             if key.place != place {
                 continue;
             }
-            if recheck && state.held.is_some() {
+            if recheck && !state.holders.is_empty() {
                 suspects.insert(key.clone());
             }
             match &state.attempt {
@@ -192,8 +192,10 @@ impl Actor {
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
-        if let Some(held) = &state.held
-            && !write.keeps(held.lease_id, &self.owner_id)
+        if state
+            .holders
+            .iter()
+            .any(|held| !write.keeps(held.lease_id, &self.owner_id))
         {
             suspects.insert(key.clone());
         }
@@ -224,19 +226,20 @@ impl Actor {
         let mut by_ttl: BTreeMap<(Place, Duration), Vec<LeaseRef>> = BTreeMap::new();
         let mut count = 0;
         for key in keys {
-            let Some(held) = self.keys.get_mut(&key).and_then(|s| s.held.as_mut()) else {
+            let Some(state) = self.keys.get_mut(&key) else {
                 continue;
             };
-            held.renewing += 1;
-            let lease_id = held.lease_id;
-            by_ttl
-                .entry((key.place, held.ttl))
-                .or_default()
-                .push(LeaseRef {
-                    key: key.key,
-                    lease_id,
-                });
-            count += 1;
+            for held in &mut state.holders {
+                held.renewing += 1;
+                by_ttl
+                    .entry((key.place, held.ttl))
+                    .or_default()
+                    .push(LeaseRef {
+                        key: key.key.clone(),
+                        lease_id: held.lease_id,
+                    });
+                count += 1;
+            }
         }
         if count == 0 {
             return;

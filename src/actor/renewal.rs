@@ -15,7 +15,6 @@ use super::command::{Place, Target};
 use super::{Actor, Event, Timer};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
-use crate::key::LeaseKey;
 use crate::store::LeaseRef;
 
 impl Actor {
@@ -25,7 +24,7 @@ impl Actor {
     pub(super) fn renew_all(&mut self) {
         let mut by_ttl: BTreeMap<(Place, Duration), Vec<LeaseRef>> = BTreeMap::new();
         for (key, state) in &mut self.keys {
-            if let Some(held) = state.held.as_mut().filter(|h| h.renewing == 0) {
+            for held in state.holders.iter_mut().filter(|h| h.renewing == 0) {
                 held.renewing += 1;
                 by_ttl
                     .entry((key.place, held.ttl))
@@ -92,7 +91,7 @@ impl Actor {
         ttl: Duration,
         sent_at: Instant,
         attempt: u32,
-        result: Result<Vec<LeaseKey>>,
+        result: Result<Vec<LeaseRef>>,
     ) {
         let lost = match result {
             Ok(lost) => lost.into_iter().collect::<HashSet<_>>(),
@@ -133,7 +132,7 @@ impl Actor {
         };
         let deadline = sent_at + self.timing.validity_for(ttl);
         for lease in leases {
-            let lost_now = lost.contains(&lease.key);
+            let lost_now = lost.contains(&lease);
             let key = Target {
                 place,
                 key: lease.key,
@@ -141,7 +140,7 @@ impl Actor {
             let Some(state) = self.keys.get_mut(&key) else {
                 continue;
             };
-            let Some(held) = state.held.as_mut().filter(|h| h.lease_id == lease.lease_id) else {
+            let Some(held) = state.holder_mut(lease.lease_id) else {
                 continue;
             };
             held.renewing = held.renewing.saturating_sub(1);
@@ -151,7 +150,7 @@ impl Actor {
                     token = held.token,
                     "lease lost: renewal found it gone or taken"
                 );
-                self.take_held(&key);
+                self.take_held(&key, lease.lease_id);
                 self.serve_next(&key);
             } else if deadline > held.deadline {
                 // The heap entry is re-armed lazily when it comes due.
@@ -172,26 +171,22 @@ impl Actor {
                 break;
             }
             let Reverse((_, key, lease_id)) = self.deadlines.pop().expect("peeked");
-            let Some(held) = self.keys.get(&key).and_then(|s| s.held.as_ref()) else {
+            let Some(held) = self.keys.get(&key).and_then(|s| s.holder(lease_id)) else {
                 continue;
             };
-            if held.lease_id != lease_id {
-                continue;
-            }
             if held.deadline > now {
                 let deadline = held.deadline;
                 self.deadlines.push(Reverse((deadline, key, lease_id)));
                 continue;
             }
-            self.on_deadline(key);
+            self.on_deadline(key, lease_id);
         }
     }
 
-    fn on_deadline(&mut self, key: Target) {
-        let Some(held) = self.keys.get_mut(&key).and_then(|s| s.held.take()) else {
+    fn on_deadline(&mut self, key: Target, lease_id: Uuid) {
+        let Some(held) = self.take_held(&key, lease_id) else {
             return;
         };
-        held.cancel.cancel();
         tracing::warn!(
             %key,
             token = held.token,

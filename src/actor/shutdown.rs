@@ -60,7 +60,7 @@ impl Actor {
         }
         let mut by_place: BTreeMap<Place, Vec<LeaseRef>> = BTreeMap::new();
         for (key, state) in &self.keys {
-            if let Some(held) = &state.held {
+            for held in &state.holders {
                 by_place.entry(key.place).or_default().push(LeaseRef {
                     key: key.key.clone(),
                     lease_id: held.lease_id,

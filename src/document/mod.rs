@@ -370,7 +370,10 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         if let Some(create) = &options.create {
             check_create(create, &self.field)?;
         }
-        let acquire = AcquireOptions { ttl: options.ttl };
+        let acquire = AcquireOptions {
+            ttl: options.ttl,
+            ..AcquireOptions::default()
+        };
         let target = Target {
             place: self.place,
             key: id,

@@ -26,12 +26,68 @@
 //! | `data` | document, optional | payload set by the holder (`Lease::set_payload`); absent after a new acquisition |
 //! | `wt` | date, optional | server time at which another owner first waited for the current lease; removed by release and by a new acquisition |
 //! | `yu` | date, optional | set by a release that another owner waited for: until then the releasing owner (`aid`) cannot take the key back |
+//! | `hl` | date, optional | *hold until*: acquisition time + [`hold_at_least`](crate::AcquireOptions::hold_at_least) (exclusive leases) |
+//! | `hs` | array, optional | the holders of a shared or semaphore key, oldest first: `{aid, lid, tok, acq, ts, exp}` each (and `data`, a holder's payload) |
+//! | `pm` | int32, optional | a semaphore key's number of permits, while it has holders in `hs` |
+//! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
+//! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
 //!
 //! A lease is free when `exp <= $$NOW` on the server. A TTL index on `exp`
 //! (`expireAfterSeconds` = the manager's GC grace) deletes released and
 //! abandoned documents; takeover never waits for it. In delete-on-release
 //! mode ([`ReleaseMode::Delete`](crate::ReleaseMode::Delete)) a release
 //! deletes the document itself (see "Fencing tokens" for when).
+//!
+//! # Shared and semaphore keys
+//!
+//! A key held by shared holders or by permits of a semaphore
+//! ([`LeaseKind`](crate::LeaseKind)) keeps its holders in one array, `hs`,
+//! of the key's one document, so that every acquisition and release is
+//! still one conditional write of one document. Its top-level fields then
+//! describe the key: no `lid`; `aid`, `tok`, `acq` of the latest holder
+//! acquisition; `ts` of the latest acquisition or renewal of any holder;
+//! `exp` at least the latest `exp` of its holders. So the free rule of
+//! exclusive leases (`exp <= $$NOW`) holds as it is (an exclusive
+//! acquisition waits until every holder is gone or expired), the TTL index
+//! on `exp` never deletes a key with a live holder, and the fencing-token
+//! rule is the same counter: each holder gets `tok = max(tok + 1, ms($$NOW)
+//! * 2^20)` and stores it in its entry and at the top.
+//!
+//! - A **shared** acquisition wins if the document is new, already holds
+//!   this lease id (a retry), or has no live exclusive holder (no `lid`, or
+//!   `exp <= $$NOW`), no live holder of a semaphore (`pm`), and no live
+//!   exclusive waiter's mark (`xw.exp <= $$NOW`). It drops the expired
+//!   entries of `hs` and appends its own.
+//! - A **permit** of `n` wins if the document is new, a retry, or has no
+//!   live exclusive holder and fewer than `n` live entries in `hs` with `pm =
+//!   n` (or none at all, which stores `pm = n`). Live holders of another
+//!   kind, or `pm != n` with live holders, are a
+//!   [`KindMismatch`](crate::Error::KindMismatch) (`AcquireOutcome::Mismatch`),
+//!   nothing written; otherwise the key is held until its first live
+//!   holder's `exp`.
+//! - An **exclusive** acquisition on a key with live shared holders is
+//!   held; a waiting attempt (re)writes `xw = {aid, exp: $$NOW + ttl}` and
+//!   is told to retry before half its TTL has passed, so its mark stays live
+//!   while it waits; its acquisition removes `hs`, `pm` and `xw`.
+//! - **Renewal** of holders in `hs` is part of the same one `updateMany` per
+//!   batch: it matches a lease by `lid` at the top or in `hs` (with the
+//!   owner id), and sets that entry's `ts` and `exp` and the top `ts` and
+//!   `exp = max(exp, ...)`.
+//! - **Release** removes the entry (with the expired ones), sets `rl =
+//!   $$NOW` (announced to other processes' waiters, whereas renewals are
+//!   not), and moves the top `exp` to the latest remaining holder's `exp`,
+//!   or to now if none remains (then `hs` and `pm` are removed).
+//!
+//! # Holding at least
+//!
+//! An exclusive acquisition with `hold_at_least` stores `hl = $$NOW +
+//! hold_at_least`, and `exp` never goes below `hl`: the acquisition sets
+//! `exp = max($$NOW + ttl, hl)`, renewals likewise, and a release `exp =
+//! max(min(exp, $$NOW), hl)`. So the free rule (`exp <= $$NOW`) keeps the
+//! key until `hl` whatever happens to the holder, and the TTL index on
+//! `exp` cannot delete the document before then. Only a force release (an
+//! operator's override) frees it earlier. A new acquisition without
+//! `hold_at_least` removes `hl`.
 //!
 //! # Fairness between owners
 //!
@@ -111,7 +167,8 @@ use uuid::Uuid;
 
 use crate::error::Result;
 use crate::key::LeaseKey;
-use crate::lease::LeaseInfo;
+use crate::kind::LeaseShape;
+use crate::lease::{HolderInfo, LeaseInfo};
 
 pub(crate) use mongo::MongoStore;
 pub(crate) use mongo::{LeaseCheck, run_fenced};
@@ -128,6 +185,55 @@ pub(crate) mod field {
     pub const PAYLOAD: &str = "data";
     pub const WAITING_SINCE: &str = "wt";
     pub const YIELD_UNTIL: &str = "yu";
+    pub const HOLD_UNTIL: &str = "hl";
+    pub const HOLDERS: &str = "hs";
+    pub const PERMITS: &str = "pm";
+    pub const RELEASED_AT: &str = "rl";
+    pub const EXCLUSIVE_WAITER: &str = "xw";
+}
+
+/// The kind a lock document of our shape is held as: a semaphore's permits
+/// (`pm`), shared (`hs` without `pm`), or exclusive.
+pub(crate) fn stored_kind(doc: &Document) -> crate::LeaseKind {
+    match (doc.get(field::HOLDERS), doc.get(field::PERMITS)) {
+        (Some(Bson::Array(_)), Some(pm)) => crate::LeaseKind::Permit {
+            permits: match pm {
+                Bson::Int32(n) => u32::try_from(*n).unwrap_or(0),
+                Bson::Int64(n) => u32::try_from(*n).unwrap_or(0),
+                _ => 0,
+            },
+        },
+        (Some(Bson::Array(_)), None) => crate::LeaseKind::Shared,
+        _ => crate::LeaseKind::Exclusive,
+    }
+}
+
+/// The live holders (`exp > server_time`) of a shared or semaphore key's
+/// `hs`, oldest first (as stored); entries of another shape are skipped.
+pub(crate) fn live_holders(doc: &Document, server_time: SystemTime) -> Vec<HolderInfo> {
+    let Ok(entries) = doc.get_array(field::HOLDERS) else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let entry = entry.as_document()?;
+            let expires_at = entry.get_datetime(field::EXPIRES_AT).ok()?.to_system_time();
+            let time = |name: &str| {
+                entry
+                    .get_datetime(name)
+                    .map(|d| d.to_system_time())
+                    .unwrap_or(expires_at)
+            };
+            (expires_at > server_time).then(|| HolderInfo {
+                owner_id: entry.get_str(field::OWNER).unwrap_or_default().to_string(),
+                fencing_token: entry.get_i64(field::TOKEN).unwrap_or(0) as u64,
+                acquired_at: time(field::ACQUIRED_AT),
+                renewed_at: time(field::RENEWED_AT),
+                expires_at,
+            })
+        })
+        .collect()
 }
 
 /// Whether `doc` (as stored or projected) has this crate's shape: an int64
@@ -188,8 +294,18 @@ pub(crate) fn lease_info(
         .get_datetime(field::ACQUIRED_AT)
         .map(|d| d.to_system_time())
         .unwrap_or(renewed_at);
-    let held =
-        matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_))) && expires_at > server_time;
+    let kind = stored_kind(doc);
+    let holders = live_holders(doc, server_time);
+    let held = if kind.is_multi_holder() {
+        !holders.is_empty()
+    } else {
+        matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_))) && expires_at > server_time
+    };
+    let hold_until = doc
+        .get_datetime(field::HOLD_UNTIL)
+        .map(|d| d.to_system_time())
+        .ok()
+        .filter(|until| *until > server_time);
     Some(LeaseInfo {
         key: key.clone(),
         owner_id: doc.get_str(field::OWNER).unwrap_or_default().to_string(),
@@ -201,6 +317,9 @@ pub(crate) fn lease_info(
         payload: doc.get_document(field::PAYLOAD).ok().cloned(),
         held,
         foreign: false,
+        kind,
+        holders,
+        hold_until,
     })
 }
 
@@ -228,6 +347,9 @@ fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> Leas
         payload: None,
         held: true,
         foreign: true,
+        kind: crate::LeaseKind::Exclusive,
+        holders: Vec::new(),
+        hold_until: None,
     }
 }
 
@@ -346,6 +468,9 @@ pub(crate) struct DocumentWrite {
 pub(crate) enum AcquireOutcome {
     /// The lease is ours, with this fencing token.
     Acquired { token: u64 },
+    /// The key is held as another kind than the one asked for (see
+    /// "Shared and semaphore keys"); nothing was written.
+    Mismatch { stored: crate::LeaseKind },
     /// Another acquisition holds the key for at most `remaining` more
     /// (server time). `remaining` is `None` for a foreign holder (a document
     /// not of our shape, never modified by an acquire), whose lock has no
@@ -378,6 +503,32 @@ pub(crate) trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> BoxFuture<'static, Result<AcquireOutcome>>;
 
+    /// [`Store::acquire_with_ttl`] for a lease of any kind, with a minimum
+    /// hold (see "Shared and semaphore keys" and "Holding at least"). A
+    /// plain shape ([`LeaseShape::is_plain`]) is exactly
+    /// [`Store::acquire_with_ttl`]. The default (in-document leases) refuses
+    /// other shapes with [`Error::Unsupported`](crate::Error::Unsupported).
+    fn acquire_shaped(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        if shape.is_plain() {
+            return self.acquire_with_ttl(key, lease_id, waiting, ttl);
+        }
+        Box::pin(async move {
+            Err(crate::Error::Unsupported {
+                reason: format!(
+                    "in-document leases are exclusive, without hold_at_least (asked: {:?})",
+                    shape
+                ),
+            })
+        })
+    }
+
     /// [`Store::acquire_with_ttl`] with the store's default TTL (the
     /// manager's); for the store contract's scenarios.
     #[cfg(test)]
@@ -392,19 +543,23 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Extends every lease in `leases` to `ttl` from the server's now
     /// (`exp = $$NOW + ttl`), in as few commands as the batch allows (one
-    /// `updateMany` on MongoDB): the caller groups leases by TTL. Returns the
-    /// keys that are no longer held.
+    /// `updateMany` on MongoDB, whatever the leases' kinds): the caller
+    /// groups leases by TTL. Returns the leases that are no longer held
+    /// (several leases of one key, e.g. two permits of a semaphore, are
+    /// told apart by lease id).
     fn renew_with_ttl(
         &self,
         leases: Vec<LeaseRef>,
         ttl: Duration,
-    ) -> BoxFuture<'static, Result<Vec<LeaseKey>>>;
+    ) -> BoxFuture<'static, Result<Vec<LeaseRef>>>;
 
     /// [`Store::renew_with_ttl`] with the store's default TTL (the
-    /// manager's); for the store contract's scenarios.
+    /// manager's), returning the keys of the leases no longer held; for the
+    /// store contract's scenarios.
     #[cfg(test)]
     fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
-        self.renew_with_ttl(leases, self.default_ttl())
+        let renew = self.renew_with_ttl(leases, self.default_ttl());
+        Box::pin(async move { Ok(renew.await?.into_iter().map(|l| l.key).collect()) })
     }
 
     /// The TTL of [`Store::acquire`] and [`Store::renew`]: the manager's.

@@ -146,6 +146,7 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
                     acquired += 1;
                 }
                 AcquireOutcome::Held { .. } => tokio::task::yield_now().await,
+                other => panic!("unexpected outcome {other:?}"),
             }
         }
     }))

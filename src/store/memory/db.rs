@@ -392,6 +392,9 @@ impl MemoryDb {
             payload: doc.payload.clone(),
             held: doc.lease_id.is_some() && doc.exp > now,
             foreign: false,
+            kind: crate::LeaseKind::Exclusive,
+            holders: Vec::new(),
+            hold_until: None,
         }
     }
 
@@ -411,6 +414,9 @@ impl MemoryDb {
             payload: None,
             held: true,
             foreign: true,
+            kind: crate::LeaseKind::Exclusive,
+            holders: Vec::new(),
+            hold_until: None,
         }
     }
 

@@ -492,7 +492,7 @@ impl Store for MemoryStore {
         &self,
         leases: Vec<LeaseRef>,
         ttl: Duration,
-    ) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
+    ) -> BoxFuture<'static, Result<Vec<LeaseRef>>> {
         let owner = self.owner.clone();
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         self.run(Op::Renew, keys, move |coll, now| {
@@ -503,13 +503,12 @@ impl Store for MemoryStore {
                 if lease_matches(key, doc, &owner, &keys, &ids) {
                     doc.exp = now + ttl;
                     doc.renewed = now;
-                    kept.insert(key.clone());
+                    kept.extend(doc.lease_id.map(|id| (key.clone(), id)));
                 }
             }
             Ok(leases
-                .iter()
-                .filter(|l| !kept.contains(&l.key))
-                .map(|l| l.key.clone())
+                .into_iter()
+                .filter(|l| !kept.contains(&(l.key.clone(), l.lease_id)))
                 .collect())
         })
     }

@@ -20,7 +20,7 @@ use super::pipeline::{
     acquire_pipeline, acquire_projection, classify, deletable_filter, force_release_filter,
     foreign_filter, id_index, info_projection, key_filter, key_write, keys_filter, lease_filter,
     list_min, owner_filter, owner_leases_filter, payload_filter, payload_update, projected_info,
-    release_events_pipeline, release_update, released_filter, renew_update,
+    read_lease_id, release_events_pipeline, release_update, released_filter, renew_update,
 };
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
@@ -49,6 +49,27 @@ where
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The lease ids a document read by [`MongoStore::renew_matching`] holds:
+/// the one at `path` (a dotted path), and those of the entries of `hs`.
+fn held_lease_ids(doc: &Document, path: &str) -> Vec<Uuid> {
+    let mut value = Some(Bson::Document(doc.clone()));
+    for part in path.split('.') {
+        value = match value {
+            Some(Bson::Document(d)) => d.get(part).cloned(),
+            _ => None,
+        };
+    }
+    let mut ids: Vec<Uuid> = read_lease_id(value.as_ref()).into_iter().collect();
+    if let Ok(entries) = doc.get_array(field::HOLDERS) {
+        ids.extend(
+            entries
+                .iter()
+                .filter_map(|e| read_lease_id(e.as_document()?.get(field::LEASE_ID))),
+        );
+    }
+    ids
 }
 
 /// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
@@ -119,50 +140,62 @@ impl MongoStore {
         }
     }
 
-    async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl_ms: i64) -> Result<Vec<LeaseKey>> {
+    async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl_ms: i64) -> Result<Vec<LeaseRef>> {
         let filter = lease_filter(self.owner(), &leases);
         let update = renew_update(ttl_ms);
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
-        self.renew_matching(self.coll(), filter, update, leases)
+        self.renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
             .await
     }
 
     /// Renews `leases` by `update` on the documents of `coll` that match
-    /// `filter` (one `updateMany`); returns the keys of those no longer
-    /// held. Also the in-document store's (`super::document`), on the
-    /// user's collection.
+    /// `filter` (one `updateMany`); returns those no longer held. Also the
+    /// in-document store's (`super::document`), on the user's collection,
+    /// whose lease ids are at `lease_id_path`.
+    ///
+    /// When the batch names each key once, a matched count equal to its
+    /// size means every lease was renewed; otherwise (some leases gone, or
+    /// several leases of one key, which one document matches once) a read
+    /// of the matching documents' lease ids (at `lease_id_path`, and in the
+    /// entries of `hs`) tells which leases are still held.
     pub(super) async fn renew_matching(
         &self,
         coll: &Collection<Document>,
         filter: Document,
         update: Vec<Document>,
         leases: Vec<LeaseRef>,
-    ) -> Result<Vec<LeaseKey>> {
+        lease_id_path: &str,
+    ) -> Result<Vec<LeaseRef>> {
         let result = self
             .bounded(coll.update_many(filter.clone(), update))
             .await?;
-        if result.matched_count as usize == leases.len() {
+        let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
+        if keys.len() == leases.len() && result.matched_count as usize == leases.len() {
             return Ok(Vec::new());
         }
-        // Some leases are gone; the result does not say which, so ask.
-        let kept: HashSet<LeaseKey> = self
+        let holders = format!("{}.{}", field::HOLDERS, field::LEASE_ID);
+        let kept: HashSet<(LeaseKey, Uuid)> = self
             .bounded(async {
                 coll.find(filter)
-                    .projection(doc! { field::ID: 1 })
+                    .projection(doc! { field::ID: 1, lease_id_path: 1, holders: 1 })
                     .await?
                     .try_collect::<Vec<Document>>()
                     .await
             })
             .await?
             .into_iter()
-            .filter_map(|d| d.get(field::ID).cloned().map(LeaseKey::from))
+            .flat_map(|d| {
+                let key = d.get(field::ID).cloned().map(LeaseKey::from);
+                held_lease_ids(&d, lease_id_path)
+                    .into_iter()
+                    .filter_map(move |id| Some((key.clone()?, id)))
+            })
             .collect();
         Ok(leases
             .into_iter()
-            .filter(|l| !kept.contains(&l.key))
-            .map(|l| l.key)
+            .filter(|l| !kept.contains(&(l.key.clone(), l.lease_id)))
             .collect())
     }
 
@@ -465,7 +498,7 @@ impl Store for MongoStore {
         &self,
         leases: Vec<LeaseRef>,
         ttl: Duration,
-    ) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
+    ) -> BoxFuture<'static, Result<Vec<LeaseRef>>> {
         let store = self.clone();
         async move { store.renew_batch(leases, ttl_ms(ttl)).await }.boxed()
     }

@@ -218,12 +218,18 @@ impl DocumentStore {
         }
     }
 
-    async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl: Duration) -> Result<Vec<LeaseKey>> {
+    async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl: Duration) -> Result<Vec<LeaseRef>> {
         let filter = lease_filter(&self.paths, self.owner(), &leases);
         // Idempotent, judged by matchedCount (docs/mongodb-behaviour.md, B4).
         let update = renew_update(&self.paths, ttl_ms(ttl));
         self.locks
-            .renew_matching(&self.coll, filter, update, leases)
+            .renew_matching(
+                &self.coll,
+                filter,
+                update,
+                leases,
+                &self.paths.at(crate::store::field::LEASE_ID),
+            )
             .await
     }
 
@@ -428,7 +434,7 @@ impl Store for DocumentStore {
         &self,
         leases: Vec<LeaseRef>,
         ttl: Duration,
-    ) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
+    ) -> BoxFuture<'static, Result<Vec<LeaseRef>>> {
         let store = self.clone();
         async move {
             if leases.is_empty() {

@@ -1,0 +1,126 @@
+//! Kinds of lease on a key: exclusive, shared, or one permit of a semaphore.
+//!
+//! A key of the lock collection is held in one of three ways at a time:
+//!
+//! - **exclusive**: one holder (the default, [`LeaseKind::Exclusive`]);
+//! - **shared**: any number of shared holders, and no exclusive holder
+//!   ([`LeaseKind::Shared`]): the shared side of a read/write (shared/exclusive)
+//!   lock, whose exclusive side is a plain exclusive lease on the same key;
+//! - **permits**: at most `permits` holders ([`LeaseKind::Permit`]): a
+//!   counting semaphore. `permits` is stored with the key while any permit
+//!   is held; an acquisition asking for another number then fails with
+//!   [`Error::KindMismatch`](crate::Error::KindMismatch). Once every permit
+//!   is free, the next acquisition stores its own number.
+//!
+//! Every kind keeps the guarantees of an exclusive lease: expiry judged by
+//! the server's clock, renewal in the manager's batched heartbeat, a
+//! lost-lease token, a fencing token greater than every earlier one on the
+//! key, owner-checked release, takeover after a crashed holder's TTL, FIFO
+//! among a manager's waiters and change-stream wake-up across processes.
+//!
+//! **No starvation of exclusive waiters.** An exclusive acquirer that waits
+//! for shared holders marks the key (a *waiting mark* that expires with the
+//! waiter's TTL unless its next attempt renews it): while the mark is live,
+//! new shared acquisitions are refused, so the shared holders drain and the
+//! exclusive waiter gets the key, however many shared acquirers keep
+//! arriving. A waiter that dies stops renewing its mark, which then blocks
+//! nobody after its TTL. The scheme is the writer preference of a
+//! read/write lock, as in Redisson's `RReadWriteLock` and square/mongo-lock's
+//! shared locks with a waiting exclusive locker.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The largest number of permits a semaphore key can have.
+pub const MAX_PERMITS: u32 = 10_000;
+
+/// How one acquisition holds its key: exclusively (the default), shared with
+/// other shared holders, or as one of `permits` permits of a semaphore. See
+/// the [module documentation](crate::kind) for the rules between kinds.
+///
+/// # Examples
+///
+/// ```no_run
+/// use mongo_lease::{AcquireOptions, LeaseKind, LockManager};
+///
+/// # async fn demo(manager: LockManager) -> mongo_lease::Result<()> {
+/// // At most two holders of "db-migrations-pool" at a time, across processes.
+/// let permit = AcquireOptions::builder()
+///     .kind(LeaseKind::Permit { permits: 2 })
+///     .build();
+/// let lease = manager.acquire_with("db-migrations-pool", &permit).await?;
+/// assert_eq!(lease.kind(), LeaseKind::Permit { permits: 2 });
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LeaseKind {
+    /// One holder at a time; excludes shared holders too (the exclusive
+    /// side of a read/write key).
+    #[default]
+    Exclusive,
+    /// Shared with other shared holders; excludes an exclusive holder (the
+    /// shared side of a read/write key).
+    Shared,
+    /// One of `permits` permits of a semaphore key (1 to [`MAX_PERMITS`]).
+    Permit {
+        /// How many holders the key admits at a time.
+        permits: u32,
+    },
+}
+
+impl LeaseKind {
+    /// Whether a key can have several holders of this kind at once
+    /// ([`LeaseKind::Shared`], [`LeaseKind::Permit`]).
+    pub fn is_multi_holder(self) -> bool {
+        !matches!(self, LeaseKind::Exclusive)
+    }
+
+    /// Checks the kind before any round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a semaphore of 0 permits or more than
+    /// [`MAX_PERMITS`].
+    pub(crate) fn validate(self) -> Result<()> {
+        match self {
+            LeaseKind::Permit { permits } if permits == 0 || permits > MAX_PERMITS => {
+                Err(Error::InvalidConfig {
+                    reason: format!(
+                        "a semaphore key needs 1 to {MAX_PERMITS} permits, got {permits}"
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Display for LeaseKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeaseKind::Exclusive => f.write_str("exclusive"),
+            LeaseKind::Shared => f.write_str("shared"),
+            LeaseKind::Permit { permits } => write!(f, "permit of {permits}"),
+        }
+    }
+}
+
+/// What one acquisition asks the store for, besides its key, lease id and
+/// TTL: its kind and how long the key stays held at least.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LeaseShape {
+    pub kind: LeaseKind,
+    /// The key stays held until acquisition + this, by the server's clock,
+    /// even if released (or abandoned) earlier.
+    pub hold_at_least: Option<Duration>,
+}
+
+impl LeaseShape {
+    /// A plain exclusive lease with no minimum hold: what in-document leases
+    /// and every store support.
+    pub fn is_plain(&self) -> bool {
+        self.kind == LeaseKind::Exclusive && self.hold_at_least.is_none()
+    }
+}
