@@ -76,23 +76,34 @@
 //! Knobs are read when the actor *calls* the method (when it issues the
 //! command), not when the future is first polled.
 //!
-//! - [`db`]: the document model ([`Doc`]), the shared collection
-//!   ([`MemoryDb`]) with its change notifications, and the rules above;
+//! - [`doc`]: the document model ([`Doc`], a foreign holder's [`Foreign`](doc::Foreign));
+//! - [`rules`]: the rules above, applied to the documents ([`Collection`](rules::Collection));
+//! - [`db`]: the shared collection ([`MemoryDb`]) with its change
+//!   notifications, its reads, and the test's own operations on it;
 //! - [`control`]: the fault knobs and call counters ([`Op`], [`Fault`],
 //!   [`Call`](control::Call)), shared by a store's clones;
-//! - [`store`]: [`MemoryStore`] and its [`Store`](crate::store::Store)
-//!   implementation.
+//! - [`store`]: [`MemoryStore`], its settings and knobs, and `run`, which
+//!   applies an operation at server time;
+//! - [`ops`]: its [`Store`](crate::store::Store) implementation;
+//! - [`streams`]: its stream of writes and its observed states.
 //!
-//! Dependencies go one way: `store` uses `db` and `control`; `control` uses
-//! `db` (its lock helper only); `db` uses neither.
+//! Dependencies go one way: `ops` and `streams` use `store`, which uses
+//! `db`, `rules` and `control`; `db` and `rules` use `doc` (and `rules`
+//! announces its writes through `db`);
+//! `control` uses `db` (its lock helper only).
 
 // A test utility: not every helper is used by every test.
 #![allow(dead_code)]
 
 mod control;
 mod db;
+mod doc;
+mod ops;
+mod rules;
 mod store;
+mod streams;
 
 pub(crate) use control::{Fault, Op};
-pub(crate) use db::{Doc, MemoryDb};
+pub(crate) use db::MemoryDb;
+pub(crate) use doc::Doc;
 pub(crate) use store::MemoryStore;
