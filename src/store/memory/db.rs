@@ -11,8 +11,10 @@ use uuid::Uuid;
 
 use super::doc::{Doc, Foreign};
 use super::rules::{Collection, apply_acquire};
+use crate::LeaseKind;
 use crate::key::LeaseKey;
-use crate::lease::LeaseInfo;
+use crate::kind::LeaseShape;
+use crate::lease::{HolderInfo, LeaseInfo};
 use crate::store::{AcquireOutcome, KeyWrite};
 
 /// The shared in-memory lock collection. Cheap to clone.
@@ -124,8 +126,26 @@ impl MemoryDb {
         }
     }
 
-    /// `doc` as a [`LeaseInfo`] judged at `now`.
+    /// `doc` as a [`LeaseInfo`] judged at `now`, as `store::lease_info`
+    /// reads a lock document: its stored kind, its live holders in `hs`,
+    /// and `hl` while it is ahead.
     pub fn info(&self, key: &LeaseKey, doc: &Doc, now: Instant) -> LeaseInfo {
+        let kind = doc.stored_kind();
+        let holders: Vec<HolderInfo> = doc
+            .live_holders(now)
+            .map(|h| HolderInfo {
+                owner_id: h.owner.clone(),
+                fencing_token: h.token,
+                acquired_at: self.system_time(h.acquired),
+                renewed_at: self.system_time(h.renewed),
+                expires_at: self.system_time(h.exp),
+            })
+            .collect();
+        let held = if kind.is_multi_holder() {
+            !holders.is_empty()
+        } else {
+            doc.lease_id.is_some() && doc.exp > now
+        };
         LeaseInfo {
             key: key.clone(),
             owner_id: doc.owner.clone(),
@@ -135,11 +155,14 @@ impl MemoryDb {
             expires_at: self.system_time(doc.exp),
             server_time: self.system_time(now),
             payload: doc.payload.clone(),
-            held: doc.lease_id.is_some() && doc.exp > now,
+            held,
             foreign: false,
-            kind: crate::LeaseKind::Exclusive,
-            holders: Vec::new(),
-            hold_until: None,
+            kind,
+            holders,
+            hold_until: doc
+                .hold_until
+                .filter(|until| *until > now)
+                .map(|until| self.system_time(until)),
         }
     }
 
@@ -213,8 +236,24 @@ impl MemoryDb {
 
     /// Another owner acquires `key` by the protocol's rule, now.
     pub fn try_take(&self, key: impl Into<LeaseKey>, owner: &str, ttl: Duration) -> AcquireOutcome {
+        self.try_take_as(key, owner, ttl, LeaseKind::Exclusive)
+    }
+
+    /// Another owner acquires `key` as `kind` by the protocol's rule, now
+    /// (without waiting: no mark).
+    pub fn try_take_as(
+        &self,
+        key: impl Into<LeaseKey>,
+        owner: &str,
+        ttl: Duration,
+        kind: LeaseKind,
+    ) -> AcquireOutcome {
         let key = &key.into();
         let lease_id = Uuid::new_v4();
+        let shape = LeaseShape {
+            kind,
+            hold_at_least: None,
+        };
         let outcome = apply_acquire(
             &mut lock(&self.inner),
             key,
@@ -222,6 +261,7 @@ impl MemoryDb {
             lease_id,
             ttl,
             false,
+            shape,
             Instant::now(),
         )
         .expect("try_take on a foreign document");
@@ -246,7 +286,7 @@ impl MemoryDb {
             .docs
             .entry(key.clone())
             .or_insert(vacant)
-            .take(owner, lease_id, ttl, now);
+            .take(owner, lease_id, ttl, None, now);
         drop(coll);
         self.announce_acquisition(key, owner, lease_id);
         self.touch();
@@ -260,6 +300,22 @@ impl MemoryDb {
         if let Some(doc) = lock(&self.inner).docs.get_mut(key) {
             doc.exp = doc.exp.min(Instant::now());
         }
+        self.touch();
+    }
+
+    /// Makes the holder of `key` with fencing token `token` (an entry of
+    /// `hs`) expire now, keeping it in `hs`: the server's view of a holder
+    /// whose renewals stopped reaching it. The key's `exp` is unchanged.
+    pub fn expire_holder(&self, key: impl Into<LeaseKey>, token: u64) {
+        let key = &key.into();
+        let mut coll = lock(&self.inner);
+        let holder = coll
+            .docs
+            .get_mut(key)
+            .and_then(|doc| doc.holders.iter_mut().find(|h| h.token == token))
+            .expect("a holder with this token");
+        holder.exp = holder.exp.min(Instant::now());
+        drop(coll);
         self.touch();
     }
 

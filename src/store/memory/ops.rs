@@ -12,12 +12,14 @@ use mongodb::bson::Document;
 use uuid::Uuid;
 
 use super::control::Op;
-use super::doc::Doc;
-use super::rules::{apply_acquire, lease_matches, release_doc};
+use super::doc::{Doc, Holder};
+use super::kinds;
+use super::rules::{Collection, apply_acquire, lease_matches, release_doc};
 use super::store::{MemoryStore, lock_fields_document};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
 use crate::lease::LeaseInfo;
 use crate::store::{AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store};
 
@@ -76,8 +78,9 @@ impl Store for MemoryStore {
                     coll.missing.remove(&key);
                 }
                 // As `acquire_with_ttl`.
-                let retry = coll.docs.get(&key).and_then(|d| d.lease_id) == Some(lease_id);
-                let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now);
+                let retry = is_retry(coll, &key, lease_id);
+                let shape = LeaseShape::default();
+                let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, shape, now);
                 if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
                     db.announce_acquisition(&key, &owner, lease_id);
                 }
@@ -153,10 +156,30 @@ impl Store for MemoryStore {
         waiting: bool,
         ttl: Duration,
     ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        self.acquire_shaped(key, lease_id, waiting, ttl, LeaseShape::default())
+    }
+
+    /// Any kind, with a minimum hold, by the rules of `rules` and `kinds`.
+    fn acquire_shaped(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        if !shape.is_plain() && self.place.is_some() {
+            return futures::future::ready(Err(Error::Unsupported {
+                reason: format!(
+                    "in-document leases are exclusive, without hold_at_least (asked: {shape:?})"
+                ),
+            }))
+            .boxed();
+        }
         let (db, owner) = (self.db.clone(), self.owner.clone());
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
-            let retry = coll.docs.get(&key).and_then(|d| d.lease_id) == Some(lease_id);
-            let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, now);
+            let retry = is_retry(coll, &key, lease_id);
+            let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, shape, now);
             // A retry under the same lease id sets neither `lid` nor `aid`:
             // no event on MongoDB either.
             if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
@@ -183,9 +206,12 @@ impl Store for MemoryStore {
             let mut kept = HashSet::new();
             for (key, doc) in coll.docs.iter_mut() {
                 if lease_matches(key, doc, &owner, &keys, &ids) {
-                    doc.exp = now + ttl;
+                    doc.exp = doc.floor(now + ttl);
                     doc.renewed = now;
                     kept.extend(doc.lease_id.map(|id| (key.clone(), id)));
+                } else if keys.contains(key) {
+                    let renewed = kinds::renew_holders(doc, &owner, &ids, ttl, now);
+                    kept.extend(renewed.into_iter().map(|id| (key.clone(), id)));
                 }
             }
             Ok(leases
@@ -209,7 +235,10 @@ impl Store for MemoryStore {
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
             let matches = |key: &LeaseKey, doc: &Doc| lease_matches(key, doc, &owner, &keys, &ids);
             let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
-            Ok(deleted + marked)
+            let holders = |key: &LeaseKey, holder: &Holder| {
+                keys.contains(key) && ids.contains(&holder.lease_id) && holder.owner == owner
+            };
+            Ok(deleted + marked + coll.release_holders_where(&db, holders, now))
         })
     }
 
@@ -224,7 +253,10 @@ impl Store for MemoryStore {
                 doc.owner == owner && doc.lease_id.is_some_and(|id| !except.contains(&id))
             };
             let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
-            Ok(deleted + marked)
+            let holders = |_: &LeaseKey, holder: &Holder| {
+                holder.owner == owner && !except.contains(&holder.lease_id)
+            };
+            Ok(deleted + marked + coll.release_holders_where(&db, holders, now))
         })
     }
 
@@ -238,18 +270,20 @@ impl Store for MemoryStore {
             self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
                 let matches =
                     |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
-                Ok(coll.release_where(&db, matches, now, yield_window, mode))
+                let released = coll.release_where(&db, matches, now, yield_window, mode);
+                let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
+                Ok((released, coll.release_holders_where(&db, holders, now)))
             })
         };
         async move {
-            let (deleted, marked) = release.await?;
+            let ((deleted, marked), holders) = release.await?;
             if mode == ReleaseMode::Delete && marked > 0 {
                 tokio::time::sleep(crate::store::DELETE_DELAY).await;
                 db.apply(|coll, now| {
                     coll.delete_released_where(&db, |_, doc| doc.owner == owner, now)
                 });
             }
-            Ok(deleted + marked)
+            Ok(deleted + marked + holders)
         }
         .boxed()
     }
@@ -316,10 +350,18 @@ impl Store for MemoryStore {
             let Some(doc) = coll.docs.get_mut(&key) else {
                 return Ok(None);
             };
-            if doc.lease_id.is_none() || doc.exp <= now {
+            // Held by a lease, by holders, or by a minimum hold: freed
+            // whole, `hl` included (only a force release frees it earlier).
+            let held = doc.live_kind(now).is_some()
+                || doc
+                    .hold_until
+                    .is_some_and(|until| until > now && doc.exp > now);
+            if !held {
                 return Ok(None);
             }
             let before = db.info(&key, doc, now);
+            kinds::drop_holders(doc, now);
+            doc.hold_until = None;
             release_doc(doc, now, yield_window);
             db.announce_release(&key);
             Ok(Some(before))
@@ -336,7 +378,13 @@ impl Store for MemoryStore {
                     doc.payload = Some(payload);
                     Ok(true)
                 }
-                _ => Ok(false),
+                Some(doc) => Ok(kinds::set_holder_payload(
+                    doc,
+                    &owner,
+                    lease.lease_id,
+                    payload,
+                )),
+                None => Ok(false),
             },
         )
     }
@@ -344,4 +392,13 @@ impl Store for MemoryStore {
     fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
         self.states(key)
     }
+}
+
+/// Whether an acquisition under `lease_id` already landed on `key` (a retry:
+/// it writes neither `lid` nor `aid`, so MongoDB's change stream shows no
+/// event for it either).
+fn is_retry(coll: &Collection, key: &LeaseKey, lease_id: Uuid) -> bool {
+    coll.docs.get(key).is_some_and(|doc| {
+        doc.lease_id == Some(lease_id) || doc.holders.iter().any(|h| h.lease_id == lease_id)
+    })
 }

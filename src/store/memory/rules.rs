@@ -1,5 +1,6 @@
 //! The protocol's rules applied to a [`Collection`]: acquire, the lease
-//! filter, release, and delete mode's follow-up delete.
+//! filter, release, and delete mode's follow-up delete (those of shared and
+//! semaphore keys' holders are in [`kinds`](super::kinds)).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -9,9 +10,12 @@ use uuid::Uuid;
 
 use super::db::MemoryDb;
 use super::doc::{Doc, Foreign};
+use super::kinds;
+use crate::LeaseKind;
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::Result;
 use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
 use crate::store::AcquireOutcome;
 
 /// The documents of a [`MemoryDb`], as its operations see them.
@@ -36,7 +40,10 @@ impl Collection {
     }
 }
 
-/// The acquire rule, applied at server time `now`.
+/// The acquire rule, applied at server time `now`, for an acquisition of
+/// `shape` (the rules of shared and semaphore keys are in
+/// [`kinds`](super::kinds)).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn apply_acquire(
     coll: &mut Collection,
     key: &LeaseKey,
@@ -44,6 +51,7 @@ pub(super) fn apply_acquire(
     lease_id: Uuid,
     ttl: Duration,
     waiting: bool,
+    shape: LeaseShape,
     now: Instant,
 ) -> Result<AcquireOutcome> {
     if let Some(foreign) = coll.foreign.get(key) {
@@ -52,39 +60,52 @@ pub(super) fn apply_acquire(
             remaining: None,
         });
     }
+    let hold = shape.hold_at_least;
+    let multi = shape.kind.is_multi_holder();
     match coll.docs.get_mut(key) {
         None => {
             let mut doc = coll.vacant(key, now);
-            let token = doc.take(owner, lease_id, ttl, now);
+            let outcome = if multi {
+                kinds::acquire_holder(&mut doc, owner, lease_id, ttl, waiting, shape.kind, now)
+            } else {
+                AcquireOutcome::Acquired {
+                    token: doc.take(owner, lease_id, ttl, hold, now),
+                }
+            };
             coll.docs.insert(key.clone(), doc);
-            Ok(AcquireOutcome::Acquired { token })
+            Ok(outcome)
         }
+        Some(doc) if multi => Ok(kinds::acquire_holder(
+            doc, owner, lease_id, ttl, waiting, shape.kind, now,
+        )),
         Some(doc) if doc.lease_id == Some(lease_id) && doc.owner == owner => {
             // A retry of an acquisition that landed: same token, fresh expiry.
             // (A document rewritten to another owner is not ours any more.)
-            doc.exp = now + ttl;
+            doc.exp = doc.floor(now + ttl);
             doc.renewed = now;
             Ok(AcquireOutcome::Acquired { token: doc.token })
         }
-        Some(doc) if doc.exp <= now && !doc.yielded_by(owner, now) => {
-            Ok(AcquireOutcome::Acquired {
-                token: doc.take(owner, lease_id, ttl, now),
-            })
-        }
-        Some(doc) => {
-            let held_by_other = doc.lease_id.is_some() && doc.exp > now && doc.owner != owner;
-            if waiting && held_by_other && doc.waiting_since.is_none() {
-                doc.waiting_since = Some(now);
+        Some(doc) => match doc.live_kind(now) {
+            Some(stored @ LeaseKind::Permit { .. }) => Ok(AcquireOutcome::Mismatch { stored }),
+            Some(LeaseKind::Shared) => Ok(kinds::exclusive_waits(doc, owner, ttl, waiting, now)),
+            _ if doc.exp <= now && !doc.yielded_by(owner, now) => Ok(AcquireOutcome::Acquired {
+                token: doc.take(owner, lease_id, ttl, hold, now),
+            }),
+            _ => {
+                let held_by_other = doc.lease_id.is_some() && doc.exp > now && doc.owner != owner;
+                if waiting && held_by_other && doc.waiting_since.is_none() {
+                    doc.waiting_since = Some(now);
+                }
+                let until = match doc.yield_until {
+                    Some(until) if doc.owner == owner => doc.exp.max(until),
+                    _ => doc.exp,
+                };
+                Ok(AcquireOutcome::Held {
+                    holder: doc.owner.clone(),
+                    remaining: Some(until.saturating_duration_since(now)),
+                })
             }
-            let until = match doc.yield_until {
-                Some(until) if doc.owner == owner => doc.exp.max(until),
-                _ => doc.exp,
-            };
-            Ok(AcquireOutcome::Held {
-                holder: doc.owner.clone(),
-                remaining: Some(until.saturating_duration_since(now)),
-            })
-        }
+        },
     }
 }
 
@@ -100,9 +121,10 @@ pub(super) fn lease_matches(
     keys.contains(key) && doc.lease_id.is_some_and(|id| ids.contains(&id)) && doc.owner == owner
 }
 
-/// The release rule on one matching document at `now`.
+/// The release rule on one matching document at `now` (`exp` kept at
+/// least `hl`).
 pub(super) fn release_doc(doc: &mut Doc, now: Instant, yield_window: Duration) {
-    doc.exp = doc.exp.min(now);
+    doc.exp = doc.floor(doc.exp.min(now));
     doc.lease_id = None;
     if doc.waiting_since.take().is_some() {
         doc.yield_until = Some(now + yield_window);
@@ -136,6 +158,7 @@ impl Collection {
             let doc = self.docs.get_mut(&key).expect("listed above");
             let deletable = mode == ReleaseMode::Delete
                 && doc.waiting_since.is_none()
+                && doc.hold_until.is_none_or(|until| until <= now)
                 && now >= doc.acquired + DELETE_MIN_TOKEN_AGE;
             if deletable {
                 let doc = self.docs.remove(&key).expect("listed above");
@@ -165,7 +188,9 @@ impl Collection {
             .filter(|(k, d)| {
                 matches(k, d)
                     && d.lease_id.is_none()
+                    && d.live_holders(now).next().is_none()
                     && d.yield_until.is_none_or(|until| until <= now)
+                    && d.hold_until.is_none_or(|until| until <= now)
                     && now >= d.acquired + DELETE_MIN_TOKEN_AGE
             })
             .map(|(k, _)| k.clone())

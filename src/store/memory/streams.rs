@@ -91,9 +91,7 @@ impl MemoryStore {
                     let now = Instant::now();
                     let doc = db.doc(&key).map(|d| d.observed());
                     let foreign = db.foreign(&key);
-                    let held = doc
-                        .as_ref()
-                        .is_some_and(|d| d.lease_id.is_some() && d.exp > now);
+                    let held = doc.as_ref().is_some_and(|d| d.live_kind(now).is_some());
                     let state = (doc.clone(), held, foreign.clone());
                     if last.as_ref() == Some(&state) {
                         continue;
