@@ -192,11 +192,12 @@ impl Actor {
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
-        if state
-            .holders
-            .iter()
-            .any(|held| !write.keeps(held.lease_id, &self.owner_id))
-        {
+        // Another holder's acquisition of a shared or semaphore key (not a
+        // release, and with a lease id) leaves the other holders in place.
+        let joins = !write.freed && write.lease_id.is_some();
+        if state.holders.iter().any(|held| {
+            !write.keeps(held.lease_id, &self.owner_id) && !(joins && held.kind.is_multi_holder())
+        }) {
             suspects.insert(key.clone());
         }
         if matches!(state.attempt, Attempt::InFlight)
