@@ -425,7 +425,11 @@ pub(super) async fn inspect_and_list_show_each_kind_with_its_holders<F: Fixture>
     assert_eq!(page[2].fencing_token, t3);
 }
 
-pub(super) async fn a_holders_release_is_announced_its_renewal_is_not<F: Fixture>(f: &F) {
+pub(super) async fn a_holders_release_is_announced_its_renewal_and_acquisition_are_not<
+    F: Fixture,
+>(
+    f: &F,
+) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (la, _) = take_as(&a, "k", shared()).await;
     let (lb, _) = take_as(&b, "k", shared()).await;
@@ -445,6 +449,10 @@ pub(super) async fn a_holders_release_is_announced_its_renewal_is_not<F: Fixture
             .is_empty()
     );
     assert!(b.renew(vec![lb.clone()]).await.unwrap().is_empty());
+    // Another holder's acquisition takes nothing from the holders.
+    let c = f.store("c").await;
+    take_as(&c, "k", shared()).await;
+    take_as(&c, "p", permit(2)).await;
     assert_eq!(a.release(vec![lp]).await.unwrap(), 1);
     assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
 
@@ -465,7 +473,7 @@ pub(super) async fn a_holders_release_is_announced_its_renewal_is_not<F: Fixture
     assert_eq!(
         seen,
         [freed("p"), freed("k")],
-        "the two releases, not the renewals"
+        "the two releases, not the renewals nor another holder's acquisition"
     );
     assert!(!seen[1].keeps(la.lease_id, "a"));
 }
