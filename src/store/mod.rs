@@ -57,18 +57,26 @@
 //!   this lease id (a retry), or has no live exclusive holder (no `lid`, or
 //!   `exp <= $$NOW`), no live holder of a semaphore (`pm`), and no live
 //!   exclusive waiter's mark (`xw.exp <= $$NOW`). It drops the expired
-//!   entries of `hs` and appends its own.
+//!   entries of `hs` and appends its own. A live exclusive holder (or a
+//!   minimum hold, `hl`) makes it wait (held until that `exp`), a live mark
+//!   likewise (held by the mark's `aid` until its `exp`); live permits are
+//!   a [`KindMismatch`](crate::Error::KindMismatch).
 //! - A **permit** of `n` wins if the document is new, a retry, or has no
 //!   live exclusive holder and fewer than `n` live entries in `hs` with `pm =
 //!   n` (or none at all, which stores `pm = n`). Live holders of another
-//!   kind, or `pm != n` with live holders, are a
+//!   kind (shared holders, or a live exclusive holder or minimum hold), or
+//!   `pm != n` with live holders, are a
 //!   [`KindMismatch`](crate::Error::KindMismatch) (`AcquireOutcome::Mismatch`),
 //!   nothing written; otherwise the key is held until its first live
 //!   holder's `exp`.
+//! - A retry under the same lease id and owner id (its entry still in `hs`)
+//!   wins whatever the other holders: it renews its entry and gets its
+//!   token back.
 //! - An **exclusive** acquisition on a key with live shared holders is
 //!   held; a waiting attempt (re)writes `xw = {aid, exp: $$NOW + ttl}` and
 //!   is told to retry before half its TTL has passed, so its mark stays live
-//!   while it waits; its acquisition removes `hs`, `pm` and `xw`.
+//!   while it waits; its acquisition removes `hs`, `pm`, `xw` and `rl`. On
+//!   live permits it is a [`KindMismatch`](crate::Error::KindMismatch).
 //! - **Renewal** of holders in `hs` is part of the same one `updateMany` per
 //!   batch: it matches a lease by `lid` at the top or in `hs` (with the
 //!   owner id), and sets that entry's `ts` and `exp` and the top `ts` and
@@ -76,7 +84,13 @@
 //! - **Release** removes the entry (with the expired ones), sets `rl =
 //!   $$NOW` (announced to other processes' waiters, whereas renewals are
 //!   not), and moves the top `exp` to the latest remaining holder's `exp`,
-//!   or to now if none remains (then `hs` and `pm` are removed).
+//!   or to now if none remains (then `hs` and `pm` are removed; `tok` is
+//!   kept). A batch mixing kinds is one update (one per round of distinct
+//!   keys when it holds several leases of one key, so that the count is of
+//!   leases). A release by owner id removes that owner's entries; a force
+//!   release frees the whole key (`hs`, `pm`, `xw`, `hl` removed, `rl`
+//!   set); the follow-up delete of delete mode never deletes a document
+//!   with `hs` or a future `hl`. A holder's payload is its entry's `data`.
 //!
 //! # Holding at least
 //!
@@ -296,16 +310,18 @@ pub(crate) fn lease_info(
         .unwrap_or(renewed_at);
     let kind = stored_kind(doc);
     let holders = live_holders(doc, server_time);
-    let held = if kind.is_multi_holder() {
-        !holders.is_empty()
-    } else {
-        matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_))) && expires_at > server_time
-    };
     let hold_until = doc
         .get_datetime(field::HOLD_UNTIL)
         .map(|d| d.to_system_time())
         .ok()
         .filter(|until| *until > server_time);
+    // A lease released before its minimum hold keeps the key until `hl`.
+    let held = if kind.is_multi_holder() {
+        !holders.is_empty()
+    } else {
+        (matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_))) || hold_until.is_some())
+            && expires_at > server_time
+    };
     Some(LeaseInfo {
         key: key.clone(),
         owner_id: doc.get_str(field::OWNER).unwrap_or_default().to_string(),
@@ -381,7 +397,8 @@ pub(crate) struct KeyWrite {
     /// The key (`_id`) of the document written.
     pub key: LeaseKey,
     /// The write may have freed the key: a delete, a release (`lid` removed),
-    /// or a replacement without a lease id. Wakes the key's local waiters.
+    /// a replacement without a lease id, or the release of a holder of a
+    /// shared or semaphore key (`rl` set). Wakes the key's local waiters.
     pub freed: bool,
     /// The `lid` the write set, if the event shows one (`None` also for a
     /// `lid` that is not a UUID).
@@ -571,7 +588,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>>;
 
     /// Releases every lease held under this manager's owner id, except those
-    /// with a lease id in `except` (acquisitions in flight). Returns how many.
+    /// with a lease id in `except` (acquisitions in flight), holders of
+    /// shared and semaphore keys included. Returns how many documents it
+    /// changed.
     /// Only documents of our shape match: a foreign holder's lock carrying
     /// the same `aid` is never touched.
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>>;
@@ -605,7 +624,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>>;
 
     /// Releases `key` whoever holds it (an operator's override): as a
-    /// release, `exp` moves to now and `lid` is removed. A foreign holder's
+    /// release, `exp` moves to now and `lid` is removed; every holder of a
+    /// shared or semaphore key, a minimum hold (`hl`) and an exclusive
+    /// waiter's mark go too. A foreign holder's
     /// lock is deleted instead, only if it is still the document read
     /// (same `aid` and `ts`). Returns the lease as it was, if it was held.
     fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
@@ -622,8 +643,11 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Writes to lock documents that may change who holds them, by any
     /// owner, for waking local waiters at once instead of at their next poll
     /// and for noticing at once a held lease taken away by someone else's
-    /// write: deletes, inserts, replacements, and updates that set or remove
-    /// `lid` or `aid` (never renewals, payload writes or waiting marks).
+    /// write: deletes, inserts, replacements, updates that set or remove
+    /// `lid` or `aid`, and releases of holders of shared or semaphore keys
+    /// (`rl` set); never renewals, payload writes, waiting marks (`wt`,
+    /// `xw`) or a holder's acquisition beside others (`hs` changed without
+    /// `rl`).
     /// Starts with [`Announcement::Opened`] once the stream is open.
     /// Expiries are not reported (no write happens). Best effort: the
     /// stream ends, or yields an error, when the deployment has no change
