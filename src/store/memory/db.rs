@@ -103,6 +103,32 @@ impl MemoryDb {
         });
     }
 
+    /// Reports a new acquisition of `key` as `kind`, as MongoDB's change
+    /// stream shows it: an exclusive one with its `lid` and `aid`; a
+    /// holder's, only when it inserts the document (`had_lease_id` is
+    /// `None`) or removes an exclusive lease's `lid` (`Some(true)`), as a
+    /// write without a lease id; a holder's entry added to a document
+    /// without `lid` (`hs` changed without `rl`) is not announced.
+    pub(super) fn announce_taken(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        lease_id: Uuid,
+        kind: LeaseKind,
+        had_lease_id: Option<bool>,
+    ) {
+        if !kind.is_multi_holder() {
+            self.announce_acquisition(key, owner, lease_id);
+        } else if had_lease_id != Some(false) {
+            self.announce(KeyWrite {
+                key: key.clone(),
+                freed: true,
+                lease_id: None,
+                owner: Some(owner.to_string()),
+            });
+        }
+    }
+
     /// How many `watch_releases` streams are open.
     pub fn release_watchers(&self) -> usize {
         self.released.receiver_count()
@@ -141,10 +167,12 @@ impl MemoryDb {
                 expires_at: self.system_time(h.exp),
             })
             .collect();
+        let hold_until = doc.hold_until.filter(|until| *until > now);
+        // A lease released before its minimum hold keeps the key until `hl`.
         let held = if kind.is_multi_holder() {
             !holders.is_empty()
         } else {
-            doc.lease_id.is_some() && doc.exp > now
+            (doc.lease_id.is_some() || hold_until.is_some()) && doc.exp > now
         };
         LeaseInfo {
             key: key.clone(),
@@ -159,10 +187,7 @@ impl MemoryDb {
             foreign: false,
             kind,
             holders,
-            hold_until: doc
-                .hold_until
-                .filter(|until| *until > now)
-                .map(|until| self.system_time(until)),
+            hold_until: hold_until.map(|until| self.system_time(until)),
         }
     }
 
@@ -254,8 +279,10 @@ impl MemoryDb {
             kind,
             hold_at_least: None,
         };
+        let mut coll = lock(&self.inner);
+        let had_lease_id = coll.docs.get(key).map(|d| d.lease_id.is_some());
         let outcome = apply_acquire(
-            &mut lock(&self.inner),
+            &mut coll,
             key,
             owner,
             lease_id,
@@ -265,8 +292,9 @@ impl MemoryDb {
             Instant::now(),
         )
         .expect("try_take on a foreign document");
+        drop(coll);
         if matches!(outcome, AcquireOutcome::Acquired { .. }) {
-            self.announce_acquisition(key, owner, lease_id);
+            self.announce_taken(key, owner, lease_id, kind, had_lease_id);
         }
         self.touch();
         outcome
@@ -298,23 +326,56 @@ impl MemoryDb {
     pub fn expire(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
         if let Some(doc) = lock(&self.inner).docs.get_mut(key) {
-            doc.exp = doc.exp.min(Instant::now());
+            doc.exp = doc.floor(doc.exp.min(Instant::now()));
         }
         self.touch();
     }
 
-    /// Makes the holder of `key` with fencing token `token` (an entry of
-    /// `hs`) expire now, keeping it in `hs`: the server's view of a holder
-    /// whose renewals stopped reaching it. The key's `exp` is unchanged.
-    pub fn expire_holder(&self, key: impl Into<LeaseKey>, token: u64) {
+    /// Makes the holder `lease_id` of `key` (an entry of `hs`) expire now,
+    /// keeping it in `hs`: the server's view of a holder whose renewals
+    /// stopped reaching it. The key's `exp` becomes its holders' latest.
+    pub fn expire_holder(&self, key: impl Into<LeaseKey>, lease_id: Uuid) {
         let key = &key.into();
+        let now = Instant::now();
         let mut coll = lock(&self.inner);
-        let holder = coll
+        let doc = coll.docs.get_mut(key).expect("a document");
+        let holder = doc
+            .holders
+            .iter_mut()
+            .find(|h| h.lease_id == lease_id)
+            .expect("a holder with this lease id");
+        holder.exp = holder.exp.min(now);
+        doc.exp = doc.holders.iter().map(|h| h.exp).max().unwrap_or(now);
+        drop(coll);
+        self.touch();
+    }
+
+    /// Makes the exclusive waiter's mark on `key` (`xw`) expire now: a
+    /// waiter that stopped retrying.
+    pub fn expire_mark(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
+        let now = Instant::now();
+        let mut coll = lock(&self.inner);
+        let mark = coll
             .docs
             .get_mut(key)
-            .and_then(|doc| doc.holders.iter_mut().find(|h| h.token == token))
-            .expect("a holder with this token");
-        holder.exp = holder.exp.min(Instant::now());
+            .and_then(|doc| doc.exclusive_waiter.as_mut())
+            .expect("a waiting mark");
+        mark.1 = mark.1.min(now);
+        drop(coll);
+        self.touch();
+    }
+
+    /// Makes the minimum hold of `key` (`hl`) pass now, and its `exp` not
+    /// later than now.
+    pub fn expire_hold(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
+        let now = Instant::now();
+        let mut coll = lock(&self.inner);
+        let doc = coll.docs.get_mut(key).expect("a document");
+        let until = doc.hold_until.as_mut().expect("a minimum hold");
+        *until = (*until).min(now);
+        doc.exp = doc.exp.min(now);
         drop(coll);
         self.touch();
     }

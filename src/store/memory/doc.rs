@@ -156,11 +156,12 @@ impl Doc {
         self.holders.iter().filter(move |h| h.exp > now)
     }
 
-    /// The kind the key is held as at `now`: exclusive (a lease id, `exp >
-    /// now`), shared or permits (live holders in `hs`), or `None` (free of
-    /// holders, which a minimum hold may still keep: see `hl`).
+    /// The kind the key is held as at `now`: exclusive (a lease id, or a
+    /// minimum hold ahead, with `exp > now`), shared or permits (live
+    /// holders in `hs`), or `None`.
     pub fn live_kind(&self, now: Instant) -> Option<LeaseKind> {
-        if self.lease_id.is_some() && self.exp > now {
+        let hold = self.hold_until.is_some_and(|until| until > now);
+        if (self.lease_id.is_some() || hold) && self.exp > now {
             Some(LeaseKind::Exclusive)
         } else if self.live_holders(now).next().is_some() {
             Some(self.stored_kind())

@@ -23,8 +23,9 @@ use crate::store::AcquireOutcome;
 ///
 /// - a retry (an entry of `hs` with this lease id and owner id) refreshes
 ///   that entry's expiry and keeps its token;
-/// - a key held exclusively is held for a shared acquisition (which marks
-///   the lease waited for, `wt`, as any waiting attempt does) and a
+/// - a key held exclusively (or by a minimum hold, `hl`) is held for a
+///   shared acquisition (which marks a lease waited for, `wt`, as any
+///   waiting attempt does) and a
 ///   [`Mismatch`](AcquireOutcome::Mismatch) for a permit; a key held by
 ///   permits is a mismatch for anything but a permit of the same number,
 ///   and one held shared a mismatch for a permit;
@@ -59,7 +60,8 @@ pub(super) fn acquire_holder(
     let stored = doc.live_kind(now);
     match (kind, stored) {
         (LeaseKind::Shared, Some(LeaseKind::Exclusive)) => {
-            if waiting && doc.owner != owner && doc.waiting_since.is_none() {
+            let lease = doc.lease_id.is_some();
+            if waiting && lease && doc.owner != owner && doc.waiting_since.is_none() {
                 doc.waiting_since = Some(now);
             }
             return held(doc.owner.clone(), doc.exp, now);
@@ -182,14 +184,14 @@ pub(super) fn set_holder_payload(
     }
 }
 
-/// Frees a shared or semaphore key whole (a force release): `hs` and `pm`
+/// Frees a key whole (a force release): `hs`, `pm`, `xw` and `hl`
 /// removed, `rl = now`. The caller moves `exp`.
 pub(super) fn drop_holders(doc: &mut Doc, now: Instant) {
-    if !doc.holders.is_empty() {
-        doc.holders.clear();
-        doc.permits = None;
-        doc.released_at = Some(now);
-    }
+    doc.holders.clear();
+    doc.permits = None;
+    doc.exclusive_waiter = None;
+    doc.hold_until = None;
+    doc.released_at = Some(now);
 }
 
 impl Collection {
@@ -198,14 +200,15 @@ impl Collection {
     /// ones), sets `rl = now`, and moves the top `exp` to the latest
     /// remaining holder's, or to now if none remains (then `hs` and `pm`
     /// are removed). Each key written is announced as freed (MongoDB's
-    /// change stream shows `rl`). Returns how many entries were removed.
+    /// change stream shows `rl`). Returns how many entries were removed, and
+    /// from how many documents.
     pub(super) fn release_holders_where(
         &mut self,
         db: &MemoryDb,
         matches: impl Fn(&LeaseKey, &Holder) -> bool,
         now: Instant,
-    ) -> u64 {
-        let mut removed = 0;
+    ) -> (u64, u64) {
+        let (mut removed, mut documents) = (0, 0);
         for (key, doc) in self.docs.iter_mut() {
             let before = doc.holders.len();
             let mine = doc.holders.iter().filter(|h| matches(key, h)).count();
@@ -214,6 +217,7 @@ impl Collection {
             }
             doc.holders.retain(|h| !matches(key, h) && h.exp > now);
             removed += mine as u64;
+            documents += 1;
             debug_assert!(doc.holders.len() < before);
             doc.released_at = Some(now);
             match latest(doc) {
@@ -225,6 +229,6 @@ impl Collection {
             }
             db.announce_release(key);
         }
-        removed
+        (removed, documents)
     }
 }

@@ -179,11 +179,13 @@ impl Store for MemoryStore {
         let (db, owner) = (self.db.clone(), self.owner.clone());
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
             let retry = is_retry(coll, &key, lease_id);
+            // `None`: no document (an insert); else whether it had a `lid`.
+            let had_lease_id = coll.docs.get(&key).map(|d| d.lease_id.is_some());
             let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, shape, now);
             // A retry under the same lease id sets neither `lid` nor `aid`:
             // no event on MongoDB either.
             if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
-                db.announce_acquisition(&key, &owner, lease_id);
+                db.announce_taken(&key, &owner, lease_id, shape.kind, had_lease_id);
             }
             outcome
         })
@@ -238,7 +240,8 @@ impl Store for MemoryStore {
             let holders = |key: &LeaseKey, holder: &Holder| {
                 keys.contains(key) && ids.contains(&holder.lease_id) && holder.owner == owner
             };
-            Ok(deleted + marked + coll.release_holders_where(&db, holders, now))
+            let (removed, _) = coll.release_holders_where(&db, holders, now);
+            Ok(deleted + marked + removed)
         })
     }
 
@@ -256,7 +259,9 @@ impl Store for MemoryStore {
             let holders = |_: &LeaseKey, holder: &Holder| {
                 holder.owner == owner && !except.contains(&holder.lease_id)
             };
-            Ok(deleted + marked + coll.release_holders_where(&db, holders, now))
+            // As `updateMany`: documents changed.
+            let (_, documents) = coll.release_holders_where(&db, holders, now);
+            Ok(deleted + marked + documents)
         })
     }
 
@@ -272,7 +277,7 @@ impl Store for MemoryStore {
                     |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
                 let released = coll.release_where(&db, matches, now, yield_window, mode);
                 let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
-                Ok((released, coll.release_holders_where(&db, holders, now)))
+                Ok((released, coll.release_holders_where(&db, holders, now).1))
             })
         };
         async move {
@@ -361,7 +366,6 @@ impl Store for MemoryStore {
             }
             let before = db.info(&key, doc, now);
             kinds::drop_holders(doc, now);
-            doc.hold_until = None;
             release_doc(doc, now, yield_window);
             db.announce_release(&key);
             Ok(Some(before))
