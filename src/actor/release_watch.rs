@@ -192,12 +192,11 @@ impl Actor {
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
-        // Another holder's acquisition of a shared or semaphore key (not a
-        // release, and with a lease id) leaves the other holders in place.
-        let joins = !write.freed && write.lease_id.is_some();
-        if state.holders.iter().any(|held| {
-            !write.keeps(held.lease_id, &self.owner_id) && !(joins && held.kind.is_multi_holder())
-        }) {
+        if state
+            .holders
+            .iter()
+            .any(|held| !write.keeps(held.lease_id, &self.owner_id))
+        {
             suspects.insert(key.clone());
         }
         if matches!(state.attempt, Attempt::InFlight)

@@ -211,23 +211,25 @@ async fn a_lost_permit_fires_only_its_own_token() {
     let two = permits(2);
     let p1 = a.acquire_with("pool", &two).await.unwrap();
     let p2 = a.acquire_with("pool", &two).await.unwrap();
-    db.expire_holder("pool", p1.fencing_token());
+    // (The key's insert is announced: a's check of its holders ends here.)
+    settle().await;
+    let checks = store.calls(Op::Renew);
+    db.expire_holder("pool", p1.lease_id());
     let taken = db.try_take_as("pool", "b", TTL, LeaseKind::Permit { permits: 2 });
     assert!(
         matches!(taken, AcquireOutcome::Acquired { .. }),
         "{taken:?}"
     );
     settle().await;
-    assert!(
-        !p1.is_lost(),
-        "an acquisition beside it is no loss by itself"
-    );
+    assert!(!p1.is_lost(), "an acquisition beside it is not announced");
+    assert_eq!(store.calls(Op::Renew), checks);
 
     sleep_until(t0 + HEARTBEAT).await;
     soon(p1.lost()).await;
     settle().await;
     assert!(!p2.is_lost(), "the other permit of the key is still held");
-    assert_eq!(store.renew_batch_sizes(), [2], "both in one renewal");
+    let sizes = store.renew_batch_sizes();
+    assert_eq!(sizes[checks..], [2], "both in one renewal");
     assert_eq!(holder_owners(&db, "pool"), ["a", "b"]);
     assert_eq!(p1.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
     assert_eq!(p2.release().await.unwrap(), ReleaseOutcome::Released);
@@ -403,13 +405,15 @@ async fn one_heartbeat_renews_exclusive_shared_and_permit_leases_of_one_ttl_in_o
         a.acquire_with("p", &permits(2)).await.unwrap(),
     ];
     settle().await;
-    assert_eq!(
-        store.calls(Op::Renew),
-        0,
-        "acquisitions beside ours check nothing"
-    );
     sleep_until(t0 + HEARTBEAT + MS).await;
-    assert_eq!(store.renew_batch_sizes(), [5]);
+    // (Before it, the inserts of "s" and "p", announced, were checked.)
+    let at_heartbeat: Vec<usize> = store
+        .calls_of(Op::Renew)
+        .iter()
+        .filter(|c| c.at == t0 + HEARTBEAT)
+        .map(|c| c.keys.len())
+        .collect();
+    assert_eq!(at_heartbeat, [5]);
     let renewed_exp = t0 + HEARTBEAT + TTL;
     assert_eq!(db.doc("x").unwrap().exp, renewed_exp);
     for key in ["s", "p"] {
@@ -454,7 +458,7 @@ async fn a_release_before_hold_until_keeps_the_key_until_then_and_the_waiting_ma
     );
     let info = c.inspect("job").await.unwrap().expect("a document");
     assert_eq!(info.hold_until, Some(db.system_time(hold_until)));
-    assert!(!info.held);
+    assert!(info.held, "the key reads as held until hl");
 
     sleep_until(hold_until - MS).await;
     assert!(c.try_acquire("job").await.unwrap().is_none());
