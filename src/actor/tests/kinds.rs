@@ -108,7 +108,10 @@ async fn the_waiter_after_n_local_permits_waits_without_a_round_trip_and_gets_th
     assert_eq!(holder_owners(&db, "pool"), ["a", "a", "a"]);
 
     let released_at = Instant::now();
-    held.remove(0).release().await.unwrap();
+    assert_eq!(
+        held.remove(0).release().await.unwrap(),
+        ReleaseOutcome::Released
+    );
     let (at, fifth_lease) = soon(fifth).await.unwrap().unwrap();
     assert_eq!(at, released_at);
     assert!(fifth_lease.fencing_token() > fourth_lease.fencing_token());
@@ -175,7 +178,7 @@ async fn a_waiter_asking_another_number_of_permits_gets_kind_mismatch_while_the_
     );
     assert_eq!(store.acquire_calls("pool").len(), 2);
     let released_at = Instant::now();
-    p1.release().await.unwrap();
+    assert_eq!(p1.release().await.unwrap(), ReleaseOutcome::Released);
     let (at, _) = soon(next).await.unwrap().unwrap();
     assert_eq!(at, released_at, "the waiter behind the refused ones");
 
@@ -280,11 +283,11 @@ async fn an_exclusive_waiter_behind_local_shared_holders_gets_the_key_after_them
     assert_eq!(store.acquire_calls("rw").len(), 2, "both wait locally");
     assert!(a.try_acquire_with("rw", &shared()).await.unwrap().is_none());
 
-    s1.release().await.unwrap();
+    assert_eq!(s1.release().await.unwrap(), ReleaseOutcome::Released);
     settle().await;
     assert!(!exclusive.is_finished() && !later.is_finished());
     let released_at = Instant::now();
-    s2.release().await.unwrap();
+    assert_eq!(s2.release().await.unwrap(), ReleaseOutcome::Released);
     let (at, x) = soon(exclusive).await.unwrap().unwrap();
     assert_eq!(at, released_at);
     assert_eq!(x.kind(), LeaseKind::Exclusive);
@@ -296,7 +299,7 @@ async fn an_exclusive_waiter_behind_local_shared_holders_gets_the_key_after_them
     assert_eq!(db.holder("rw").as_deref(), Some("a"));
 
     let (released_at, token) = (Instant::now(), x.fencing_token());
-    x.release().await.unwrap();
+    assert_eq!(x.release().await.unwrap(), ReleaseOutcome::Released);
     let (at, s3) = soon(later).await.unwrap().unwrap();
     assert_eq!(at, released_at);
     assert!(s3.fencing_token() > token);
@@ -349,7 +352,7 @@ async fn an_exclusive_waiter_in_another_manager_is_not_starved_by_shared_acquisi
     assert!(!s1.is_lost());
 
     let released_at = Instant::now();
-    s1.release().await.unwrap();
+    assert_eq!(s1.release().await.unwrap(), ReleaseOutcome::Released);
     let (at, x) = soon(exclusive).await.unwrap().unwrap();
     assert!(
         at - released_at <= RELEASE_WAKE_JITTER,
@@ -365,7 +368,7 @@ async fn an_exclusive_waiter_in_another_manager_is_not_starved_by_shared_acquisi
     assert!(!more.is_finished(), "a's shared waiter waits for b's lease");
 
     let released_at = Instant::now();
-    x.release().await.unwrap();
+    assert_eq!(x.release().await.unwrap(), ReleaseOutcome::Released);
     let (at, _) = soon(more).await.unwrap().unwrap();
     assert!(
         at - released_at <= RELEASE_WAKE_JITTER,
