@@ -481,3 +481,68 @@ async fn a_release_before_hold_until_keeps_the_key_until_then_and_the_waiting_ma
         "one attempt from hl on"
     );
 }
+
+// ----- several leases of one key ----------------------------------------------------
+
+/// A try beside local shared holders is not busy locally: the store
+/// decides, in one round trip.
+#[tokio::test(start_paused = true)]
+async fn a_try_for_a_shared_key_beside_local_shared_holders_asks_the_store() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let _s1 = a.acquire_with("rw", &shared()).await.unwrap();
+    let s2 = a.try_acquire_with("rw", &shared()).await.unwrap();
+    assert!(s2.is_some(), "shared beside shared");
+    assert_eq!(store.acquire_calls("rw").len(), 2);
+    assert!(a.try_acquire("rw").await.unwrap().is_none());
+    assert_eq!(
+        store.acquire_calls("rw").len(),
+        2,
+        "an exclusive try is busy locally"
+    );
+}
+
+/// Each lease of a key has its own deadline: with renewals hanging, two
+/// permits acquired 500 ms apart are lost 500 ms apart.
+#[tokio::test(start_paused = true)]
+async fn leases_of_one_key_are_lost_each_at_its_own_deadline() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    store.hang_renewals();
+    let first = a.acquire_with("pool", &permits(2)).await.unwrap();
+    sleep(Duration::from_millis(500)).await;
+    let second = a.acquire_with("pool", &permits(2)).await.unwrap();
+    soon(first.lost()).await;
+    assert_eq!(Instant::now(), t0 + VALIDITY);
+    assert!(!second.is_lost());
+    soon(second.lost()).await;
+    assert_eq!(Instant::now(), t0 + Duration::from_millis(500) + VALIDITY);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_all_and_shutdown_release_every_lease_of_every_kind() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let mut leases = Vec::new();
+    for _ in 0..2 {
+        leases.push(a.acquire_with("s", &shared()).await.unwrap());
+        leases.push(a.acquire_with("p", &permits(3)).await.unwrap());
+    }
+    a.release_all().await.unwrap();
+    assert!(leases.iter().all(Lease::is_lost));
+    assert!(holder_owners(&db, "s").is_empty() && holder_owners(&db, "p").is_empty());
+
+    let mut leases = Vec::new();
+    for _ in 0..2 {
+        leases.push(a.acquire_with("s", &shared()).await.unwrap());
+        leases.push(a.acquire_with("p", &permits(3)).await.unwrap());
+    }
+    leases.push(a.acquire("x").await.unwrap());
+    a.shutdown().await.unwrap();
+    assert!(leases.iter().all(Lease::is_lost));
+    let releases = store.calls_of(Op::Release);
+    assert_eq!(releases.len(), 1, "one batch: {releases:?}");
+    assert_eq!(releases[0].keys.len(), 5, "one entry per lease");
+    assert!(holder_owners(&db, "s").is_empty() && holder_owners(&db, "p").is_empty());
+    assert_released(&db, "x");
+}
