@@ -546,3 +546,35 @@ async fn release_all_and_shutdown_release_every_lease_of_every_kind() {
     assert!(holder_owners(&db, "s").is_empty() && holder_owners(&db, "p").is_empty());
     assert_released(&db, "x");
 }
+
+/// An observer of a shared key sees each holder's expiry, the first one
+/// included (the key stays held by the other).
+#[tokio::test(start_paused = true)]
+async fn an_observer_of_a_shared_key_sees_each_holders_expiry() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let t = Instant::now();
+    for (owner, ttl) in [("b", HEARTBEAT), ("c", TTL)] {
+        let taken = db.try_take_as("rw", owner, ttl, LeaseKind::Shared);
+        assert!(
+            matches!(taken, AcquireOutcome::Acquired { .. }),
+            "{taken:?}"
+        );
+    }
+    let mut states = a.observe("rw").await.unwrap();
+    let mut next = async || {
+        let info = soon(states.recv())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("a document");
+        let owners: Vec<String> = info.holders.iter().map(|h| h.owner_id.clone()).collect();
+        (Instant::now() - t, info.held, owners)
+    };
+    assert_eq!(
+        next().await,
+        (Duration::ZERO, true, vec!["b".into(), "c".into()])
+    );
+    assert_eq!(next().await, (HEARTBEAT, true, vec!["c".into()]));
+    assert_eq!(next().await, (TTL, false, vec![]));
+}
