@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use mongo_lease::{LeaseKey, ReleaseMode};
+use mongo_lease::{AcquireOptions, LeaseKey, LeaseKind, MAX_PERMITS, ReleaseMode};
 use mongodb::bson::Document;
 
 use crate::Failure;
@@ -16,6 +16,8 @@ Exit codes:
   69      MongoDB could not be reached, or refused an operation
   75      not acquired: the key is held (--no-wait) or --timeout elapsed
   76      the lease was lost while the command ran (it got SIGTERM, then SIGKILL after --grace)
+  78      exec: the key is held as another kind (a semaphore of another number of --permits,
+          or shared holders where --permits asks for a permit); nothing was acquired
   126     the command could not be executed
   127     the command was not found
 
@@ -23,8 +25,16 @@ Keys: --key takes a string; --key-json takes a key of any BSON type in MongoDB E
 JSON v2, e.g. the ObjectId of the locked document: --key-json '{\"$oid\":\"5087b72181a445980ae47d13\"}'.
 An election's name is a key too: --name takes a string, --name-json any BSON type.
 
+Kinds of lease (exec): exclusive (the default: one holder; the exclusive side of a
+read/write key), --shared (any number of shared holders, no exclusive one; a waiting
+exclusive exec stops new shared holders, so it is not starved), --permits N (one of N
+permits of a semaphore key; every exec of the key must pass the same N while it is held).
+--hold-at-least D keeps an exclusive key held until its acquisition + D by the server's
+clock, even if the command ends earlier: at most one run per D across machines.
+
 Environment of the command: MONGO_LEASE_KEY (key or election name; a non-string key as
-canonical Extended JSON), MONGO_LEASE_TOKEN (fencing token = term), MONGO_LEASE_OWNER (owner id).";
+canonical Extended JSON), MONGO_LEASE_TOKEN (fencing token = term), MONGO_LEASE_OWNER (owner id),
+MONGO_LEASE_KIND (exclusive, shared or permit), MONGO_LEASE_PERMITS (N, for --permits N only).";
 
 /// Distributed leases (renewable locks) and leader election on MongoDB.
 ///
@@ -99,6 +109,10 @@ pub enum Commands {
     /// lost, the command gets SIGTERM, then SIGKILL after --grace, and
     /// mongo-lease exits with 76. SIGTERM and SIGINT are forwarded to the
     /// command.
+    ///
+    /// The lease is exclusive unless --shared (the shared side of a
+    /// read/write key, like flock --shared) or --permits N (one of N permits
+    /// of a semaphore key).
     Exec(ExecArgs),
     /// Run a command only while leader of an election.
     ///
@@ -109,6 +123,11 @@ pub enum Commands {
     /// are forwarded to the command, then mongo-lease resigns and exits.
     Leader(LeaderArgs),
     /// List the leases in the lock collection, with server-time age and expiry.
+    ///
+    /// KIND is exclusive, shared, or the number of permits of a semaphore
+    /// key; the holders of a shared or semaphore key follow its line, one
+    /// per line. STATE is held, free, or kept (released, but held until its
+    /// --hold-at-least time, shown under HELD UNTIL as the time left).
     List(ListArgs),
     /// Release a key whoever holds it, or every lease of an owner id with
     /// --owner (operator override; needs --force).
@@ -150,9 +169,54 @@ pub struct ExecArgs {
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Option<Duration>,
 
+    /// Take one of N permits of a semaphore key: at most N commands hold the
+    /// key at a time, across processes (as Redisson's `RSemaphore`). N is
+    /// stored with the key while any permit is held: an exec passing another
+    /// N meanwhile fails with exit code 78.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PERMITS)),
+    )]
+    pub permits: Option<u32>,
+
+    /// Hold the key shared: any number of shared holders at a time, and no
+    /// exclusive one (the shared side of a read/write key; a plain exec is
+    /// the exclusive side). A waiting exclusive exec stops new shared holders
+    /// until it has run.
+    #[arg(long, conflicts_with = "permits")]
+    pub shared: bool,
+
+    /// Keep the key held until its acquisition time plus this, e.g. `10m`, by
+    /// the server's clock, even if the command ends earlier (or mongo-lease
+    /// dies): a job run under it runs at most once per interval across
+    /// machines (ShedLock's `lockAtLeastFor`). Exclusive leases only; needs
+    /// --release-mode keep.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["permits", "shared"])]
+    pub hold_at_least: Option<Duration>,
+
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+impl ExecArgs {
+    /// The kind of lease asked for: `--permits N`, `--shared`, or exclusive.
+    pub fn kind(&self) -> LeaseKind {
+        match (self.permits, self.shared) {
+            (Some(permits), _) => LeaseKind::Permit { permits },
+            (None, true) => LeaseKind::Shared,
+            (None, false) => LeaseKind::Exclusive,
+        }
+    }
+
+    /// The options of the lease: its kind and minimum hold (the TTL is the
+    /// manager's, from --ttl).
+    pub fn acquire_options(&self) -> AcquireOptions {
+        let mut options = AcquireOptions::builder().kind(self.kind()).build();
+        options.hold_at_least = self.hold_at_least;
+        options
+    }
 }
 
 /// A lease key: a string (`--key`) or any BSON value in Extended JSON
@@ -248,7 +312,8 @@ pub struct LeaderArgs {
 
 #[derive(Args, Debug)]
 pub struct ListArgs {
-    /// Only the leases held now.
+    /// Only the keys held now (also a released key kept held by
+    /// --hold-at-least).
     #[arg(long)]
     pub held: bool,
 }

@@ -1,9 +1,9 @@
 //! `mongo-lease leader`: run a command only while leader of an election.
 
-use mongo_lease::{Election, LockManager};
+use mongo_lease::{Election, LeaseKind, LockManager};
 
 use crate::args::LeaderArgs;
-use crate::child::{self, ChildOutcome, Signals};
+use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
 use crate::{Failure, exit};
 
 pub async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> {
@@ -27,11 +27,15 @@ pub async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failu
         if let Some(payload) = &args.payload {
             leadership.set_payload(payload.clone()).await?;
         }
+        let lease = LeaseEnv {
+            key: &env_name,
+            token: leadership.term(),
+            owner_id: manager.owner_id(),
+            kind: LeaseKind::Exclusive,
+        };
         let outcome = child::run(
             &args.command,
-            &env_name,
-            leadership.term(),
-            manager.owner_id(),
+            &lease,
             leadership.lost(),
             args.timing.grace,
             &signals,
@@ -71,11 +75,15 @@ pub async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failu
                     }
                 }
                 running.store(true, std::sync::atomic::Ordering::SeqCst);
+                let lease = LeaseEnv {
+                    key: env_name,
+                    token: leader.term(),
+                    owner_id,
+                    kind: LeaseKind::Exclusive,
+                };
                 let outcome = child::run(
                     &args.command,
-                    env_name,
-                    leader.term(),
-                    owner_id,
+                    &lease,
                     leader.lost(),
                     args.timing.grace,
                     signals,

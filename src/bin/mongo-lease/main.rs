@@ -29,6 +29,10 @@ mod exit {
     pub const NOT_ACQUIRED: u8 = 75;
     /// The lease was lost while the command ran; it was terminated.
     pub const LEASE_LOST: u8 = 76;
+    /// The key is held as another kind of lease than the one asked for
+    /// (`EX_CONFIG`: a semaphore of another number of permits, or shared
+    /// holders where a permit was asked for).
+    pub const KIND_MISMATCH: u8 = 78;
     /// The command could not be executed.
     pub const CANNOT_EXECUTE: u8 = 126;
     /// The command was not found.
@@ -54,6 +58,8 @@ impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
         let code = if e.is_invalid_input() {
             exit::USAGE
+        } else if matches!(e, Error::KindMismatch { .. }) {
+            exit::KIND_MISMATCH
         } else {
             exit::UNAVAILABLE
         };
