@@ -16,8 +16,8 @@ Exit codes:
   69      MongoDB could not be reached, or refused an operation
   75      not acquired: the key is held (--no-wait) or --timeout elapsed
   76      the lease was lost while the command ran (it got SIGTERM, then SIGKILL after --grace)
-  78      exec: the key is held as another kind (a semaphore of another number of --permits,
-          or shared holders where --permits asks for a permit); nothing was acquired
+  78      exec: the key is held as another kind (nothing was acquired): a semaphore key
+          without its --permits N, or a key held exclusive or shared with --permits
   126     the command could not be executed
   127     the command was not found
 
@@ -126,8 +126,8 @@ pub enum Commands {
     ///
     /// KIND is exclusive, shared, or the number of permits of a semaphore
     /// key; the holders of a shared or semaphore key follow its line, one
-    /// per line. STATE is held, free, or kept (released, but held until its
-    /// --hold-at-least time, shown under HELD UNTIL as the time left).
+    /// per line. HELD UNTIL is the time left of a key's minimum hold
+    /// (--hold-at-least), during which it stays held even once released.
     List(ListArgs),
     /// Release a key whoever holds it, or every lease of an owner id with
     /// --owner (operator override; needs --force).
@@ -171,8 +171,9 @@ pub struct ExecArgs {
 
     /// Take one of N permits of a semaphore key: at most N commands hold the
     /// key at a time, across processes (as Redisson's `RSemaphore`). N is
-    /// stored with the key while any permit is held: an exec passing another
-    /// N meanwhile fails with exit code 78.
+    /// stored with the key while any permit is held: meanwhile an exec of
+    /// the key with another N, or without --permits, fails with exit code
+    /// 78 (as does --permits on a key held exclusive or shared).
     #[arg(
         long,
         value_name = "N",
@@ -312,8 +313,8 @@ pub struct LeaderArgs {
 
 #[derive(Args, Debug)]
 pub struct ListArgs {
-    /// Only the keys held now (also a released key kept held by
-    /// --hold-at-least).
+    /// Only the keys held now (also a released key still in its minimum
+    /// hold, --hold-at-least).
     #[arg(long)]
     pub held: bool,
 }

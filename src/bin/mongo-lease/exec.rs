@@ -1,6 +1,6 @@
 //! `mongo-lease exec`: run a command while holding a lease on a key.
 
-use mongo_lease::{Error, LockManager};
+use mongo_lease::{Error, LeaseKind, LockManager};
 
 use crate::args::ExecArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
@@ -67,13 +67,23 @@ pub async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u
 
 /// The failure of an acquisition; a kind mismatch says what to change.
 fn mismatch_hint(e: Error) -> Failure {
-    let mismatch = matches!(e, Error::KindMismatch { .. });
+    let hint = match &e {
+        Error::KindMismatch {
+            stored: LeaseKind::Permit { permits },
+            ..
+        } => format!(
+            " (a semaphore key while any of its permits is held: every exec of it must \
+             pass --permits {permits})"
+        ),
+        Error::KindMismatch {
+            requested: LeaseKind::Permit { .. },
+            ..
+        } => " (a key held exclusive or shared has no permits: --permits can take it once \
+              its holders are gone)"
+            .to_string(),
+        _ => String::new(),
+    };
     let mut failure = Failure::from(e);
-    if mismatch {
-        failure.message.push_str(
-            " (while a key has holders, every --permits exec of it must pass the number \
-             of permits it is held with; a key held --shared has no permits)",
-        );
-    }
+    failure.message.push_str(&hint);
     failure
 }

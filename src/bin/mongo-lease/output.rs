@@ -190,12 +190,6 @@ fn holder_label(info: &LeaseInfo) -> String {
     }
 }
 
-/// Whether the key cannot be acquired now: held, or released but kept
-/// until its `hold_until`.
-fn unavailable(info: &LeaseInfo) -> bool {
-    info.held || info.hold_until.is_some()
-}
-
 /// The KIND cell of a key's line.
 fn kind_cell(info: &LeaseInfo) -> String {
     match info.kind {
@@ -219,13 +213,7 @@ fn rows(leases: &[LeaseInfo]) -> Vec<[String; 9]> {
         } else {
             holder_label(l)
         };
-        let state = if l.held {
-            "held"
-        } else if l.hold_until.is_some() {
-            "kept"
-        } else {
-            "free"
-        };
+        let state = if l.held { "held" } else { "free" };
         rows.push([
             l.key.to_string(),
             kind_cell(l),
@@ -269,7 +257,7 @@ fn rows(leases: &[LeaseInfo]) -> Vec<[String; 9]> {
 pub async fn print_list(manager: &LockManager, held_only: bool, json: bool) -> Result<u8, Failure> {
     let mut leases = manager.list().await?;
     if held_only {
-        leases.retain(unavailable);
+        leases.retain(|l| l.held);
     }
     if json {
         let all: Vec<Value> = leases.iter().map(lease_json).collect();
@@ -351,7 +339,7 @@ pub fn print_owner_release(owner: &str, released: u64, json: bool) {
 }
 
 pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool) {
-    let holder = holder.filter(|h| unavailable(h));
+    let holder = holder.filter(|h| h.held);
     if json {
         let out = json!({
             "key": key_json(key),
@@ -392,17 +380,17 @@ pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool
                 holders.join(", ")
             );
         }
-        Some(h) if !h.held => eprintln!(
-            "mongo-lease: not acquired: {key} was released by {} (fencing token {}) but is \
-             held until {} (its --hold-at-least; in {})",
-            h.owner_id,
-            h.fencing_token,
-            h.hold_until.map(time).unwrap_or_default(),
-            short(
-                h.hold_until
-                    .map_or(Duration::ZERO, |t| until(h.server_time, t))
+        Some(h) if h.hold_until.is_some() => {
+            let hold_until = h.hold_until.unwrap_or(h.server_time);
+            eprintln!(
+                "mongo-lease: not acquired: {key} is held until {} (in {}), the minimum hold \
+                 (--hold-at-least) of its acquisition by {} (fencing token {})",
+                time(hold_until),
+                short(until(h.server_time, hold_until)),
+                h.owner_id,
+                h.fencing_token,
             )
-        ),
+        }
         Some(h) => eprintln!(
             "mongo-lease: not acquired: {key} is held by {} (fencing token {}, expires in {})",
             h.owner_id,
