@@ -16,6 +16,7 @@ pub const USAGE: i32 = 2;
 pub const UNAVAILABLE: i32 = 69;
 pub const NOT_ACQUIRED: i32 = 75;
 pub const LEASE_LOST: i32 = 76;
+pub const KIND_MISMATCH: i32 = 78;
 
 /// A database of its own on the shared test server, for the binary.
 pub struct Env {
@@ -173,12 +174,20 @@ impl Proc {
 
     /// Waits (bounded) for the exit code.
     pub fn wait(&mut self) -> i32 {
-        let deadline = Instant::now() + WAIT;
+        self.wait_within(WAIT)
+    }
+
+    /// Waits for the exit code; `limit` only turns a hang into a failure.
+    pub fn wait_within(&mut self, limit: Duration) -> i32 {
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.code().unwrap_or(-1);
             }
-            assert!(Instant::now() < deadline, "mongo-lease did not exit");
+            assert!(
+                Instant::now() < deadline,
+                "mongo-lease did not exit within {limit:?}"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
