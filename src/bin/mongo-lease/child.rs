@@ -10,6 +10,7 @@ use mongo_lease::LeaseKind;
 use tokio::sync::watch;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use crate::output::kind_name;
 use crate::{Failure, exit};
 
 /// How the command ended.
@@ -107,16 +108,12 @@ impl LeaseEnv<'_> {
         cmd.env("MONGO_LEASE_KEY", self.key)
             .env("MONGO_LEASE_TOKEN", self.token.to_string())
             .env("MONGO_LEASE_OWNER", self.owner_id)
+            .env("MONGO_LEASE_KIND", kind_name(self.kind))
+            // Not inherited from an outer mongo-lease's command.
             .env_remove("MONGO_LEASE_PERMITS");
-        let kind = match self.kind {
-            LeaseKind::Shared => "shared",
-            LeaseKind::Permit { permits } => {
-                cmd.env("MONGO_LEASE_PERMITS", permits.to_string());
-                "permit"
-            }
-            _ => "exclusive",
-        };
-        cmd.env("MONGO_LEASE_KIND", kind);
+        if let LeaseKind::Permit { permits } = self.kind {
+            cmd.env("MONGO_LEASE_PERMITS", permits.to_string());
+        }
     }
 }
 

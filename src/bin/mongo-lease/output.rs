@@ -370,9 +370,10 @@ pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool
                 })
                 .collect();
             let how = match h.kind {
-                LeaseKind::Permit { permits } => {
-                    format!("{} of its {permits} permits are held", h.holders.len())
-                }
+                LeaseKind::Permit { permits } => match h.holders.len() {
+                    1 => format!("1 of its {permits} permits is held"),
+                    n => format!("{n} of its {permits} permits are held"),
+                },
                 _ => "it is held shared".into(),
             };
             eprintln!(
