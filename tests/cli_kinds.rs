@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::cli::{Env, KIND_MISMATCH, NOT_ACQUIRED, Proc, USAGE, stderr, stdout, token_of};
+use common::cli::{
+    Env, KIND_MISMATCH, LEASE_LOST, NOT_ACQUIRED, Proc, USAGE, stderr, stdout, token_of,
+};
 use mongodb::bson::{Document, doc};
 use serde_json::Value;
 
@@ -655,6 +657,52 @@ fn list_shows_permits_shared_holders_and_hold_until() {
     files.touch("done");
     for proc in &mut holders {
         assert_eq!(proc.wait_within(GUARD), 0);
+    }
+}
+
+/// `release --force` of a semaphore key takes every permit away: it names
+/// each holder, and each holder's command is terminated (exit 76).
+#[test]
+fn release_force_of_a_semaphore_key_names_every_holder_and_ends_their_commands() {
+    let env = Env::new("cli_release_kinds");
+    let hold = "echo \"holding $MONGO_LEASE_OWNER $MONGO_LEASE_TOKEN\"; \
+                while true; do sleep 0.05; done";
+    let mut holders: Vec<Proc> = (0..2)
+        .map(|_| env.spawn(&exec_args("pool", &["--permits", "2"], hold)))
+        .collect();
+    let seen: Vec<(String, u64)> = holders
+        .iter()
+        .map(|proc| {
+            let line = proc.expect_line("holding");
+            (
+                line.split_whitespace().nth(1).unwrap().into(),
+                token_of(&line),
+            )
+        })
+        .collect();
+    let out = env.run(&["--json", "release", "pool", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["released"], true, "{report}");
+    assert_eq!(report["kind"], "permit", "{report}");
+    let mut released: Vec<(String, u64)> = report["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["owner_id"].as_str().unwrap().to_string(),
+                h["fencing_token"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    released.sort();
+    let mut seen = seen;
+    seen.sort();
+    assert_eq!(released, seen, "every holder named");
+    for proc in &mut holders {
+        proc.expect_line("was lost");
+        assert_eq!(proc.wait_within(GUARD), LEASE_LOST);
     }
 }
 

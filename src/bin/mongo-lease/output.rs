@@ -310,6 +310,12 @@ pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
             out["owner_id"] = json!(info.owner_id);
             out["fencing_token"] = json!(info.fencing_token);
             out["foreign"] = json!(info.foreign);
+            out["kind"] = json!(kind_name(info.kind));
+            out["holders"] = info
+                .holders
+                .iter()
+                .map(|h| holder_json(h, info.server_time))
+                .collect();
         }
         println!("{out}");
         return;
@@ -321,6 +327,18 @@ pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
              (a lock document not written by mongo-lease), which was deleted",
             info.owner_id
         ),
+        Some(info) if !info.holders.is_empty() => {
+            let holders: Vec<String> = info
+                .holders
+                .iter()
+                .map(|h| format!("{} (fencing token {})", h.owner_id, h.fencing_token))
+                .collect();
+            println!(
+                "released {key} (force): it was held as {} by {}",
+                info.kind,
+                holders.join(", ")
+            )
+        }
         Some(info) => println!(
             "released {key} (force): it was held by {} with fencing token {}",
             info.owner_id, info.fencing_token
