@@ -1,7 +1,8 @@
 //! The kinds of lease of `mongo-lease exec` against a real `mongod`, in
 //! several processes: `--permits N` (a semaphore key), `--shared` (the
 //! shared side of a read/write key), `--hold-at-least`, `list` showing each
-//! kind, and bad flags. The commands rendezvous through files they append
+//! kind, `release --force` of a semaphore key, kind mismatches and bad
+//! flags. The commands rendezvous through files they append
 //! to under flock(1) and poll; the verdicts read the order of the log, never
 //! how long something took.
 
