@@ -162,11 +162,10 @@ pub enum Error {
     /// with another number of permits while some of its permits are held,
     /// or an exclusive lease asked for on a semaphore key. Nothing was
     /// written. Kinds are stored with the key only while it is held: once
-    /// every holder is gone, any kind can take it.
-    #[error("{} is held as {stored}, not as {requested}", .key.to_extended_json())]
+    /// every holder is gone, any kind can take it. (The key is the one the
+    /// caller asked for; it is not repeated here, which keeps `Error` small.)
+    #[error("the key is held as {stored}, not as {requested}")]
     KindMismatch {
-        /// The key.
-        key: LeaseKey,
         /// How it is held now.
         stored: crate::LeaseKind,
         /// What the acquisition asked for.

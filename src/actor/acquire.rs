@@ -26,7 +26,6 @@ impl Actor {
         state.prune_waiters();
         if let Some(stored) = state.mismatch(waiter.shape.kind) {
             let _ = waiter.respond_to.send(Err(Error::KindMismatch {
-                key: key.key.clone(),
                 stored,
                 requested: waiter.shape.kind,
             }));
@@ -80,7 +79,6 @@ impl Actor {
         {
             let waiter = state.waiters.pop_front().expect("a front waiter");
             let _ = waiter.respond_to.send(Err(Error::KindMismatch {
-                key: key.key.clone(),
                 stored,
                 requested: waiter.shape.kind,
             }));
@@ -158,11 +156,9 @@ impl Actor {
                 tracing::debug!(%key, %stored, %requested, "key held as another kind");
                 for waiter in std::mem::take(&mut state.waiters) {
                     if waiter.shape.kind == requested {
-                        let _ = waiter.respond_to.send(Err(Error::KindMismatch {
-                            key: key.key.clone(),
-                            stored,
-                            requested,
-                        }));
+                        let _ = waiter
+                            .respond_to
+                            .send(Err(Error::KindMismatch { stored, requested }));
                     } else if !waiter.respond_to.is_closed() {
                         state.waiters.push_back(waiter);
                     }

@@ -1,6 +1,6 @@
 //! `mongo-lease exec`: run a command while holding a lease on a key.
 
-use mongo_lease::{Error, LeaseKind, LockManager};
+use mongo_lease::{Error, LeaseKey, LeaseKind, LockManager};
 
 use crate::args::ExecArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
@@ -24,7 +24,7 @@ pub async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u
         }
     };
     let lease = tokio::select! {
-        lease = acquire => lease.map_err(mismatch_hint)?,
+        lease = acquire => lease.map_err(|e| mismatch_hint(&key, e))?,
         signal = signals.next() => return Ok(128 + signal as u8),
     };
     let Some(lease) = lease else {
@@ -65,8 +65,10 @@ pub async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u
     }
 }
 
-/// The failure of an acquisition; a kind mismatch says what to change.
-fn mismatch_hint(e: Error) -> Failure {
+/// The failure of an acquisition; a kind mismatch names the key and says
+/// what to change.
+fn mismatch_hint(key: &LeaseKey, e: Error) -> Failure {
+    let named = matches!(e, Error::KindMismatch { .. });
     let hint = match &e {
         Error::KindMismatch {
             stored: LeaseKind::Permit { permits },
@@ -84,6 +86,11 @@ fn mismatch_hint(e: Error) -> Failure {
         _ => String::new(),
     };
     let mut failure = Failure::from(e);
+    if named {
+        failure.message = failure
+            .message
+            .replacen("the key", &key.to_extended_json(), 1);
+    }
     failure.message.push_str(&hint);
     failure
 }
