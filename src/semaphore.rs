@@ -1,0 +1,275 @@
+//! [`Semaphore`]: a key with `N` permits, shared by every process that uses
+//! the lock collection, and [`LockManager::semaphore`], which makes one.
+//!
+//! A thin layer over [`LockManager::acquire_with`] with
+//! [`LeaseKind::Permit`]: each permit is a [`Lease`] like any other (renewed
+//! by the manager's batched heartbeat, with a fencing token, a lost-lease
+//! token and an owner-checked release); see [`crate::kind`] for the rules
+//! between kinds on one key.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::config::AcquireOptions;
+use crate::error::{Error, Result};
+use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
+use crate::lease::{Lease, LeaseInfo};
+use crate::manager::LockManager;
+
+/// A counting semaphore on one key: at most [`permits`](Semaphore::permits)
+/// holders at a time, across every manager (process) that uses the lock
+/// collection. Made by [`LockManager::semaphore`]; cheap to clone (clones
+/// talk to the same manager).
+///
+/// Each permit is a [`Lease`] of kind [`LeaseKind::Permit`]: it expires
+/// after its TTL by the server's clock unless the manager renews it, so a
+/// permit of a crashed process comes back on its own, as in Redisson's
+/// `RPermitExpirableSemaphore` (whereas an `RSemaphore` permit stays taken
+/// until someone releases it). Acquiring a free permit is one MongoDB round
+/// trip (one conditional write of the key's document). The number of
+/// permits is stored with the key while any permit is held: a semaphore
+/// with another number on the same key is refused with
+/// [`Error::KindMismatch`] until every permit is free again.
+///
+/// Waiters of one manager are served first in, first out; a release wakes
+/// waiters in other processes through the manager's change stream.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+/// // At most three exports run at a time, across all processes.
+/// let exports = manager.semaphore("exports", 3)?;
+/// let permit = exports.acquire().await?;
+/// tokio::select! {
+///     _ = permit.lost() => eprintln!("permit lost: stop"),
+///     _ = run_export(permit.fencing_token()) => {}
+/// }
+/// permit.release().await?;
+/// # Ok(()) }
+/// # async fn run_export(_fencing_token: u64) {}
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    manager: LockManager,
+    key: LeaseKey,
+    permits: u32,
+}
+
+impl LockManager {
+    /// A [`Semaphore`] of `permits` permits on `key`. Sends nothing: the
+    /// key's document is written by the first acquisition.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for a key MongoDB refuses as `_id` (see
+    /// [`LockManager::acquire`]); [`Error::InvalidConfig`] for 0 permits,
+    /// more than [`MAX_PERMITS`](crate::MAX_PERMITS), or a manager in
+    /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) (a release there
+    /// deletes the key's document, which holds every permit).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// let pool = manager.semaphore("db-migrations-pool", 2)?;
+    /// assert_eq!(pool.permits(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, key: impl Into<LeaseKey>, permits: u32) -> Result<Semaphore> {
+        let key = key.into();
+        key.validate()?;
+        self.check_shape(&Semaphore::options_for(permits, &AcquireOptions::default()))?;
+        Ok(Semaphore {
+            manager: self.clone(),
+            key,
+            permits,
+        })
+    }
+}
+
+impl Semaphore {
+    /// `options` with the kind set to one permit of `permits`.
+    fn options_for(permits: u32, options: &AcquireOptions) -> AcquireOptions {
+        let mut options = options.clone();
+        options.kind = LeaseKind::Permit { permits };
+        options
+    }
+
+    /// This semaphore's acquisition options (the manager's TTL).
+    fn options(&self) -> AcquireOptions {
+        Self::options_for(self.permits, &AcquireOptions::default())
+    }
+
+    /// The key whose permits this semaphore hands out.
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+
+    /// How many holders the key admits at a time.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The kind of the leases this semaphore hands out:
+    /// `LeaseKind::Permit { permits }`.
+    pub fn kind(&self) -> LeaseKind {
+        LeaseKind::Permit {
+            permits: self.permits,
+        }
+    }
+
+    /// Acquires a permit, waiting as long as it takes (Redisson's
+    /// `RSemaphore::acquire`). The permit is a [`Lease`] whose
+    /// [`kind`](Lease::kind) is `LeaseKind::Permit { permits }`, with the
+    /// manager's TTL.
+    ///
+    /// While every permit is held, the manager retries with its jittered
+    /// backoff, capped by the remaining time of the permit that expires
+    /// first, and a release in another process wakes it through the change
+    /// stream at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::KindMismatch`] if the key is held as something else: permits
+    /// of a semaphore with another number, or shared leases (nothing is
+    /// written; the key takes any kind again once all its holders are
+    /// gone); [`Error::Shutdown`] once the manager has shut down. A key held
+    /// by an exclusive lease is waited for.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`]: dropping the future removes
+    /// the waiter, and a permit granted at that moment is released.
+    pub async fn acquire(&self) -> Result<Lease> {
+        self.manager
+            .acquire_with(self.key.clone(), &self.options())
+            .await
+    }
+
+    /// Acquires a permit, waiting at most `timeout`; `Ok(None)` if none was
+    /// free in time (Redisson's `RSemaphore::tryAcquire(waitTime, unit)`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
+        self.manager
+            .acquire_timeout_with(self.key.clone(), timeout, &self.options())
+            .await
+    }
+
+    /// One attempt: a permit if one is free now, `Ok(None)` if they are all
+    /// held (or local callers already wait for one: a try never jumps the
+    /// queue). At most one MongoDB round trip (Redisson's
+    /// `RSemaphore::tryAcquire()`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`], and database errors ([`Error::Database`],
+    /// [`Error::Unreachable`]) when the attempt's outcome could not be
+    /// established.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn try_acquire(&self) -> Result<Option<Lease>> {
+        self.manager
+            .try_acquire_with(self.key.clone(), &self.options())
+            .await
+    }
+
+    /// [`Semaphore::acquire`] with options for this one permit (its
+    /// [`ttl`](AcquireOptions::ttl)); the kind is always this semaphore's,
+    /// whatever `options.kind` says.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`], and [`Error::InvalidConfig`] before
+    /// anything is sent for a TTL that breaks the manager's timing rules or
+    /// a [`hold_at_least`](AcquireOptions::hold_at_least) (exclusive leases
+    /// only).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: mongo_lease::Semaphore) -> mongo_lease::Result<()> {
+    /// use std::time::Duration;
+    /// use mongo_lease::AcquireOptions;
+    ///
+    /// let long = AcquireOptions::builder().ttl(Duration::from_secs(120)).build();
+    /// let permit = pool.acquire_with(&long).await?;
+    /// assert_eq!(permit.ttl(), Duration::from_secs(120));
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_with(&self, options: &AcquireOptions) -> Result<Lease> {
+        self.manager
+            .acquire_with(self.key.clone(), &Self::options_for(self.permits, options))
+            .await
+    }
+
+    /// How many permits are free now, by the server's clock: `permits` minus
+    /// the live holders, read with [`LockManager::inspect`] (one round
+    /// trip). 0 while the key is held otherwise (an exclusive lease, a
+    /// minimum hold, a foreign holder's lock). Only a snapshot, like
+    /// Redisson's `RSemaphore::availablePermits`: a permit may be taken or
+    /// freed right after the read, so use [`Semaphore::try_acquire`] to take
+    /// one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::KindMismatch`] if the key is held as another semaphore (a
+    /// different number of permits) or by shared leases;
+    /// [`Error::Shutdown`] and database errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    pub async fn available(&self) -> Result<u32> {
+        let info = self.manager.inspect(self.key.clone()).await?;
+        self.available_in(info.as_ref())
+    }
+
+    /// The free permits of the key as read in `info`.
+    fn available_in(&self, info: Option<&LeaseInfo>) -> Result<u32> {
+        let Some(info) = info else {
+            return Ok(self.permits);
+        };
+        if info.foreign {
+            return Ok(0);
+        }
+        match info.kind {
+            LeaseKind::Exclusive if info.held || info.hold_until.is_some() => Ok(0),
+            LeaseKind::Exclusive => Ok(self.permits),
+            _ if info.holders.is_empty() => Ok(self.permits),
+            kind if kind == self.kind() => {
+                let held = u32::try_from(info.holders.len()).unwrap_or(u32::MAX);
+                Ok(self.permits.saturating_sub(held))
+            }
+            stored => Err(Error::KindMismatch {
+                key: self.key.clone(),
+                stored,
+                requested: self.kind(),
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("key", &self.key)
+            .field("permits", &self.permits)
+            .field("owner_id", &self.manager.owner_id())
+            .finish()
+    }
+}
