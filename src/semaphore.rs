@@ -132,11 +132,14 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::KindMismatch`] if the key is held as something else: permits
-    /// of a semaphore with another number, or shared leases (nothing is
-    /// written; the key takes any kind again once all its holders are
-    /// gone); [`Error::Shutdown`] once the manager has shut down. A key held
-    /// by an exclusive lease is waited for.
+    /// [`Error::KindMismatch`] if the key is held as something else:
+    /// permits of a semaphore with another number, shared leases, or an
+    /// exclusive lease (also one released but still held for its
+    /// [`hold_at_least`](AcquireOptions::hold_at_least)). Nothing is
+    /// written, and the key takes any kind again once all its holders are
+    /// gone. [`Error::Shutdown`] once the manager has shut down. A key held
+    /// by a foreign holder (another application's lock document) is waited
+    /// for, as by [`LockManager::acquire`].
     ///
     /// # Cancel safety
     ///
@@ -219,16 +222,17 @@ impl Semaphore {
 
     /// How many permits are free now, by the server's clock: `permits` minus
     /// the live holders, read with [`LockManager::inspect`] (one round
-    /// trip). 0 while the key is held otherwise (an exclusive lease, a
-    /// minimum hold, a foreign holder's lock). Only a snapshot, like
+    /// trip); 0 while a foreign holder's lock holds the key. Only a
+    /// snapshot, like
     /// Redisson's `RSemaphore::availablePermits`: a permit may be taken or
     /// freed right after the read, so use [`Semaphore::try_acquire`] to take
     /// one.
     ///
     /// # Errors
     ///
-    /// [`Error::KindMismatch`] if the key is held as another semaphore (a
-    /// different number of permits) or by shared leases;
+    /// [`Error::KindMismatch`] when an acquisition would get it: the key is
+    /// held as another semaphore (a different number of permits), by shared
+    /// leases or by an exclusive lease (or its minimum hold);
     /// [`Error::Shutdown`] and database errors.
     ///
     /// # Cancel safety
@@ -236,32 +240,35 @@ impl Semaphore {
     /// Cancel safe (a read).
     pub async fn available(&self) -> Result<u32> {
         let info = self.manager.inspect(self.key.clone()).await?;
-        self.available_in(info.as_ref())
+        free_permits(&self.key, self.permits, info.as_ref())
     }
+}
 
-    /// The free permits of the key as read in `info`.
-    fn available_in(&self, info: Option<&LeaseInfo>) -> Result<u32> {
-        let Some(info) = info else {
-            return Ok(self.permits);
-        };
-        if info.foreign {
-            return Ok(0);
-        }
-        match info.kind {
-            LeaseKind::Exclusive if info.held || info.hold_until.is_some() => Ok(0),
-            LeaseKind::Exclusive => Ok(self.permits),
-            _ if info.holders.is_empty() => Ok(self.permits),
-            kind if kind == self.kind() => {
-                let held = u32::try_from(info.holders.len()).unwrap_or(u32::MAX);
-                Ok(self.permits.saturating_sub(held))
-            }
-            stored => Err(Error::KindMismatch {
-                key: self.key.clone(),
-                stored,
-                requested: self.kind(),
-            }),
-        }
+/// The free permits of a semaphore of `permits` on `key`, as read in `info`
+/// (`None`: no document): what [`Semaphore::available`] returns.
+fn free_permits(key: &LeaseKey, permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
+    let Some(info) = info else {
+        return Ok(permits);
+    };
+    if info.foreign {
+        return Ok(0);
     }
+    let requested = LeaseKind::Permit { permits };
+    let stored = match info.kind {
+        LeaseKind::Exclusive if info.held || info.hold_until.is_some() => LeaseKind::Exclusive,
+        LeaseKind::Exclusive => return Ok(permits),
+        _ if info.holders.is_empty() => return Ok(permits),
+        kind if kind == requested => {
+            let held = u32::try_from(info.holders.len()).unwrap_or(u32::MAX);
+            return Ok(permits.saturating_sub(held));
+        }
+        kind => kind,
+    };
+    Err(Error::KindMismatch {
+        key: key.clone(),
+        stored,
+        requested,
+    })
 }
 
 impl fmt::Debug for Semaphore {
@@ -271,5 +278,95 @@ impl fmt::Debug for Semaphore {
             .field("permits", &self.permits)
             .field("owner_id", &self.manager.owner_id())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::lease::HolderInfo;
+
+    fn info(kind: LeaseKind, holders: usize, held: bool) -> LeaseInfo {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let holder = HolderInfo {
+            owner_id: "a".into(),
+            fencing_token: 1,
+            acquired_at: now,
+            renewed_at: now,
+            expires_at: now + Duration::from_secs(10),
+        };
+        LeaseInfo {
+            key: LeaseKey::from("k"),
+            owner_id: "a".into(),
+            fencing_token: 1,
+            acquired_at: now,
+            renewed_at: now,
+            expires_at: now + Duration::from_secs(10),
+            server_time: now,
+            payload: None,
+            held,
+            foreign: false,
+            kind,
+            holders: vec![holder; holders],
+            hold_until: None,
+        }
+    }
+
+    fn free(permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
+        free_permits(&LeaseKey::from("k"), permits, info)
+    }
+
+    fn mismatch(result: Result<u32>) -> LeaseKind {
+        match result {
+            Err(Error::KindMismatch { stored, .. }) => stored,
+            other => panic!("expected a kind mismatch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_permit_is_free_on_a_key_without_live_holders() {
+        assert_eq!(free(3, None).unwrap(), 3);
+        assert_eq!(
+            free(3, Some(&info(LeaseKind::Exclusive, 0, false))).unwrap(),
+            3
+        );
+        let released = info(LeaseKind::Permit { permits: 5 }, 0, false);
+        assert_eq!(free(3, Some(&released)).unwrap(), 3);
+    }
+
+    #[test]
+    fn live_holders_of_the_same_number_take_their_permits() {
+        let two = info(LeaseKind::Permit { permits: 3 }, 2, true);
+        assert_eq!(free(3, Some(&two)).unwrap(), 1);
+        let full = info(LeaseKind::Permit { permits: 3 }, 3, true);
+        assert_eq!(free(3, Some(&full)).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_key_held_as_another_kind_is_a_kind_mismatch() {
+        let other = info(LeaseKind::Permit { permits: 2 }, 1, true);
+        assert_eq!(
+            mismatch(free(3, Some(&other))),
+            LeaseKind::Permit { permits: 2 }
+        );
+        let shared = info(LeaseKind::Shared, 1, true);
+        assert_eq!(mismatch(free(3, Some(&shared))), LeaseKind::Shared);
+        let exclusive = info(LeaseKind::Exclusive, 0, true);
+        assert_eq!(mismatch(free(3, Some(&exclusive))), LeaseKind::Exclusive);
+        let mut held_at_least = info(LeaseKind::Exclusive, 0, false);
+        held_at_least.hold_until = Some(held_at_least.server_time + Duration::from_secs(1));
+        assert_eq!(
+            mismatch(free(3, Some(&held_at_least))),
+            LeaseKind::Exclusive
+        );
+    }
+
+    #[test]
+    fn a_foreign_holders_lock_leaves_no_permit() {
+        let mut foreign = info(LeaseKind::Exclusive, 0, true);
+        foreign.foreign = true;
+        assert_eq!(free(3, Some(&foreign)).unwrap(), 0);
     }
 }

@@ -46,7 +46,8 @@ impl LockManager {
     /// (before anything is sent);
     /// [`Error::KindMismatch`](crate::Error::KindMismatch) if the key is
     /// held as permits of a semaphore (nothing is written; once every
-    /// permit is free, the key takes any kind again);
+    /// permit is free, the key takes any kind again; a key held by an
+    /// exclusive lease is waited for);
     /// [`Error::Shutdown`](crate::Error::Shutdown) once the manager has
     /// shut down.
     ///
