@@ -216,6 +216,19 @@ async fn an_exclusive_waiter_gets_the_key_while_shared_acquirers_keep_arriving()
         info.holders.is_empty(),
         "no shared holder beside the writer"
     );
+    // Shared acquirers keep arriving while the writer holds the key: they
+    // are refused (the tokens checked below show that none got in).
+    let refusals = seen.lock().unwrap().refusals;
+    crate::common::eventually(
+        "shared acquirers refused while the writer holds the key",
+        LIVENESS,
+        || {
+            let now = seen.lock().unwrap().refusals;
+            async move { now >= refusals + 3 }
+        },
+    )
+    .await;
+    assert!(!exclusive.is_lost());
     assert_eq!(exclusive.release().await.unwrap(), ReleaseOutcome::Released);
     // The loop gets the key shared again after the writer's release.
     let after = seen.lock().unwrap().acquired.len();
@@ -229,7 +242,7 @@ async fn an_exclusive_waiter_gets_the_key_while_shared_acquirers_keep_arriving()
         .expect("the loop did not stop")
         .unwrap();
 
-    let seen = seen.lock().unwrap();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
     let first_refusal = seen.first_refusal.expect("the loop was never refused");
     assert!(first_refusal >= WARM_UP, "{seen:?}");
     let late: Vec<_> = seen.acquired[first_refusal..]
@@ -248,7 +261,6 @@ async fn an_exclusive_waiter_gets_the_key_while_shared_acquirers_keep_arriving()
         first_refusal,
         seen.refusals
     );
-    drop(seen);
     for m in readers.into_iter().chain([writer]) {
         m.shutdown().await.unwrap();
     }
