@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mongo_lease::{LeaseKind, ReleaseOutcome};
+use mongo_lease::{AcquireOptions, LeaseKind, ReleaseOutcome};
 
 use crate::common::Fixture;
 use crate::support::{LIVENESS, assert_mismatch, stored_holders, without_renewals};
@@ -165,13 +165,26 @@ async fn permits_are_held_at_once_by_several_managers_and_available_counts_the_f
     let second = permits.remove(1);
     assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(pools[1].available().await.unwrap(), 1);
-    let again = pools[2]
-        .try_acquire()
+    let long = AcquireOptions::builder()
+        .ttl(Duration::from_secs(60))
+        .build();
+    let again = tokio::time::timeout(LIVENESS, pools[2].acquire_with(&long))
         .await
-        .unwrap()
-        .expect("the released permit");
+        .expect("the released permit")
+        .unwrap();
+    assert_eq!(again.ttl(), Duration::from_secs(60));
+    assert_eq!(again.kind(), LeaseKind::Permit { permits: 3 });
     assert!(again.fencing_token() > granted[2].1);
     assert_eq!(pools[0].available().await.unwrap(), 0);
+    // Full again: a waiting acquire times out (the bound is no verdict on
+    // speed; its last attempt may still be in flight, hence last).
+    assert!(
+        pools[1]
+            .acquire_timeout(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
     drop(permits);
     drop(again);
     for m in [a, b, c] {
