@@ -514,3 +514,6 @@ pub(in crate::store::mongo) fn holder_payload_filter(owner: &str, lease: &LeaseR
 pub(in crate::store::mongo) fn holder_payload_update(payload: Document) -> Document {
     doc! { "$set": { format!("{}.$.{}", field::HOLDERS, field::PAYLOAD): payload } }
 }
+
+#[cfg(test)]
+mod tests;
