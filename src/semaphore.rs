@@ -240,13 +240,13 @@ impl Semaphore {
     /// Cancel safe (a read).
     pub async fn available(&self) -> Result<u32> {
         let info = self.manager.inspect(self.key.clone()).await?;
-        free_permits(&self.key, self.permits, info.as_ref())
+        free_permits(self.permits, info.as_ref())
     }
 }
 
-/// The free permits of a semaphore of `permits` on `key`, as read in `info`
+/// The free permits of a semaphore of `permits`, as read in `info`
 /// (`None`: no document): what [`Semaphore::available`] returns.
-fn free_permits(key: &LeaseKey, permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
+fn free_permits(permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
     let Some(info) = info else {
         return Ok(permits);
     };
@@ -264,11 +264,7 @@ fn free_permits(key: &LeaseKey, permits: u32, info: Option<&LeaseInfo>) -> Resul
         }
         kind => kind,
     };
-    Err(Error::KindMismatch {
-        key: key.clone(),
-        stored,
-        requested,
-    })
+    Err(Error::KindMismatch { stored, requested })
 }
 
 impl fmt::Debug for Semaphore {
@@ -315,7 +311,7 @@ mod tests {
     }
 
     fn free(permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
-        free_permits(&LeaseKey::from("k"), permits, info)
+        free_permits(permits, info)
     }
 
     fn mismatch(result: Result<u32>) -> LeaseKind {

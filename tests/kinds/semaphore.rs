@@ -288,28 +288,18 @@ async fn asking_another_kind_while_permits_are_held_is_a_kind_mismatch_that_writ
     let stored = without_renewals(&fx.doc("pool").await);
 
     let three = b.semaphore("pool", 3).unwrap();
-    assert_mismatch(three.try_acquire().await, "pool", two, three_kind);
+    assert_mismatch(three.try_acquire().await, two, three_kind);
     let waited = tokio::time::timeout(LIVENESS, three.acquire())
         .await
         .expect("acquire waited instead of failing");
-    assert_mismatch(waited, "pool", two, three_kind);
+    assert_mismatch(waited, two, three_kind);
     let timed = tokio::time::timeout(LIVENESS, three.acquire_timeout(LIVENESS))
         .await
         .expect("acquire_timeout waited instead of failing");
-    assert_mismatch(timed, "pool", two, three_kind);
-    assert_mismatch(three.available().await, "pool", two, three_kind);
-    assert_mismatch(
-        b.try_acquire_shared("pool").await,
-        "pool",
-        two,
-        LeaseKind::Shared,
-    );
-    assert_mismatch(
-        b.try_acquire("pool").await,
-        "pool",
-        two,
-        LeaseKind::Exclusive,
-    );
+    assert_mismatch(timed, two, three_kind);
+    assert_mismatch(three.available().await, two, three_kind);
+    assert_mismatch(b.try_acquire_shared("pool").await, two, LeaseKind::Shared);
+    assert_mismatch(b.try_acquire("pool").await, two, LeaseKind::Exclusive);
     assert_eq!(
         without_renewals(&fx.doc("pool").await),
         stored,
@@ -345,23 +335,17 @@ async fn asking_another_kind_in_the_manager_that_holds_the_permits_is_a_kind_mis
     let waited = tokio::time::timeout(LIVENESS, three.acquire())
         .await
         .expect("acquire waited instead of failing");
-    assert_mismatch(waited, "pool", two, LeaseKind::Permit { permits: 3 });
+    assert_mismatch(waited, two, LeaseKind::Permit { permits: 3 });
     assert_mismatch(
         three.try_acquire().await,
-        "pool",
         two,
         LeaseKind::Permit { permits: 3 },
     );
-    assert_mismatch(
-        a.try_acquire_shared("pool").await,
-        "pool",
-        two,
-        LeaseKind::Shared,
-    );
+    assert_mismatch(a.try_acquire_shared("pool").await, two, LeaseKind::Shared);
     let exclusive = tokio::time::timeout(LIVENESS, a.acquire("pool"))
         .await
         .expect("acquire waited instead of failing");
-    assert_mismatch(exclusive, "pool", two, LeaseKind::Exclusive);
+    assert_mismatch(exclusive, two, LeaseKind::Exclusive);
     assert_eq!(
         log.count("findAndModify"),
         attempts,

@@ -76,17 +76,14 @@ pub async fn server_now(manager: &LockManager, key: &str) -> SystemTime {
 #[track_caller]
 pub fn assert_mismatch<T: std::fmt::Debug>(
     result: mongo_lease::Result<T>,
-    key: &str,
     stored: LeaseKind,
     requested: LeaseKind,
 ) {
     match result {
         Err(Error::KindMismatch {
-            key: k,
             stored: s,
             requested: r,
         }) => {
-            assert_eq!(k, mongo_lease::LeaseKey::from(key));
             assert_eq!((s, r), (stored, requested), "stored and requested kinds");
         }
         other => panic!("expected a kind mismatch ({stored} asked as {requested}), got {other:?}"),
