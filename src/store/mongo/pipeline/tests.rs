@@ -1,0 +1,548 @@
+//! Unit tests of the builders in `pipeline.rs`: the shape of each command's
+//! BSON and the reading of replies, without a server.
+
+use mongodb::bson::DateTime;
+
+use super::*;
+
+const LID: Uuid = Uuid::from_u128(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
+
+/// The value at a dotted `path` of `doc` (array items by index).
+fn at<'a>(doc: &'a Document, path: &str) -> &'a Bson {
+    let mut parts = path.split('.');
+    let mut node = doc
+        .get(parts.next().unwrap())
+        .unwrap_or_else(|| panic!("no {path} in {doc}"));
+    for part in parts {
+        node = match node {
+            Bson::Document(d) => d.get(part),
+            Bson::Array(items) => part.parse::<usize>().ok().and_then(|i| items.get(i)),
+            _ => None,
+        }
+        .unwrap_or_else(|| panic!("no {path} in {doc}"));
+    }
+    node
+}
+
+fn bson(doc: Document) -> Bson {
+    Bson::Document(doc)
+}
+
+/// The parts of the acquire pipeline's single `$replaceWith: { $cond: [wins, acquired, lost] }`.
+fn acquire_parts(waiting: bool) -> (Document, Document, Bson) {
+    let pipeline = acquire_pipeline("me", 30_000, LID, waiting, None);
+    assert_eq!(pipeline.len(), 1, "one stage: {pipeline:?}");
+    let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
+    assert_eq!(cond.len(), 3);
+    (
+        cond[0].as_document().unwrap().clone(),
+        cond[1].as_document().unwrap().clone(),
+        cond[2].clone(),
+    )
+}
+
+/// The acquire pipeline's "a retry of this acquisition" condition, as
+/// built for owner `me` and lease id `LID`.
+fn mine_condition() -> Document {
+    doc! { "$and": [
+        { "$eq": ["$lid", bson_lease_id(LID)] },
+        { "$eq": ["$aid", { "$literal": "me" }] },
+    ]}
+}
+
+#[test]
+fn acquire_counts_as_a_retry_only_under_this_lease_id_and_owner_id() {
+    let (wins, acquired, _) = acquire_parts(false);
+    assert_eq!(at(&wins, "$or.1"), &bson(mine_condition()));
+    assert_eq!(at(&acquired, "tok.$cond.0"), &bson(mine_condition()));
+}
+
+#[test]
+fn classify_reports_a_document_with_our_lease_id_rewritten_to_another_owner_as_held() {
+    let key = LeaseKey::from("k");
+    let now = DateTime::from_millis(1_000_000);
+    let exp = DateTime::from_millis(1_030_000);
+    let stored = |aid: &str| {
+        doc! {
+            "aid": aid, "lid": bson_lease_id(LID), "tok": 7_i64, "exp": exp, "now": now,
+        }
+    };
+    assert!(matches!(
+        classify(&key, "me", LID, &stored("me")),
+        AcquireOutcome::Acquired { token: 7 }
+    ));
+    match classify(&key, "me", LID, &stored("other")) {
+        AcquireOutcome::Held { holder, remaining } => {
+            assert_eq!(holder, "other");
+            assert_eq!(remaining, Some(Duration::from_secs(30)));
+        }
+        other => panic!("expected held by other, got {other:?}"),
+    }
+}
+
+#[test]
+fn lease_ids_are_stored_as_bson_uuids() {
+    let Bson::Binary(binary) = bson_lease_id(LID) else {
+        panic!("not binary");
+    };
+    assert_eq!(binary.subtype, mongodb::bson::spec::BinarySubtype::Uuid);
+    assert_eq!(binary.bytes, LID.as_bytes());
+    assert!(is_lease_id(Some(&bson_lease_id(LID)), LID));
+    assert!(!is_lease_id(Some(&bson_lease_id(Uuid::nil())), LID));
+    assert!(!is_lease_id(None, LID));
+}
+
+#[test]
+fn acquire_token_rule_is_max_of_previous_plus_one_and_server_ms_shifted_by_20() {
+    let (_, acquired, _) = acquire_parts(false);
+    let mine = mine_condition();
+    assert_eq!(
+        at(&acquired, "tok"),
+        &bson(doc! { "$cond": [
+            mine,
+            "$tok",
+            { "$max": [
+                { "$add": [{ "$ifNull": ["$tok", 0_i64] }, 1_i64] },
+                { "$multiply": [{ "$toLong": "$$NOW" }, 1_048_576_i64] },
+            ]},
+        ]})
+    );
+    assert_eq!(TOKEN_TIME_SHIFT, 20);
+}
+
+#[test]
+fn acquire_takes_the_lease_by_server_time_and_drops_the_last_acquisitions_fields() {
+    let (_, acquired, _) = acquire_parts(false);
+    let mine = mine_condition();
+    assert_eq!(at(&acquired, "_id"), &Bson::from("$_id"));
+    assert_eq!(at(&acquired, "aid"), &bson(doc! { "$literal": "me" }));
+    assert_eq!(at(&acquired, "lid"), &bson_lease_id(LID));
+    assert_eq!(at(&acquired, "ts"), &Bson::from("$$NOW"));
+    assert_eq!(
+        at(&acquired, "exp"),
+        &bson(doc! { "$add": ["$$NOW", 30_000_i64] })
+    );
+    assert_eq!(
+        at(&acquired, "acq"),
+        &bson(doc! { "$cond": [mine.clone(), { "$ifNull": ["$acq", "$$NOW"] }, "$$NOW"] })
+    );
+    // Payload and waiting mark survive a retry only; the yield mark never does.
+    assert_eq!(
+        at(&acquired, "data"),
+        &bson(doc! { "$cond": [mine.clone(), "$data", "$$REMOVE"] })
+    );
+    assert_eq!(
+        at(&acquired, "wt"),
+        &bson(doc! { "$cond": [mine, "$wt", "$$REMOVE"] })
+    );
+    let names: Vec<&str> = acquired.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        ["_id", "aid", "lid", "tok", "acq", "ts", "exp", "data", "wt"]
+    );
+}
+
+#[test]
+fn acquire_wins_on_a_fresh_document_a_retry_or_an_expired_lease_not_yielded_by_us() {
+    let (wins, _, _) = acquire_parts(false);
+    let our_shape = doc! { "$and": [
+        { "$eq": [{ "$type": "$exp" }, "date"] },
+        { "$eq": [{ "$type": "$tok" }, "long"] },
+    ]};
+    let yielded_by_us = doc! { "$and": [
+        { "$eq": ["$aid", { "$literal": "me" }] },
+        { "$gt": ["$yu", "$$NOW"] },
+    ]};
+    assert_eq!(
+        wins,
+        doc! { "$or": [
+            { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] },
+            mine_condition(),
+            { "$and": [our_shape, { "$lte": ["$exp", "$$NOW"] }, { "$not": [yielded_by_us] }] },
+        ]}
+    );
+}
+
+#[test]
+fn a_losing_attempt_returns_the_document_unchanged_unless_waiting() {
+    let (_, _, lost) = acquire_parts(false);
+    assert_eq!(lost, Bson::from("$$ROOT"));
+}
+
+#[test]
+fn a_losing_waiting_attempt_marks_only_a_live_lease_of_another_owner_and_only_once() {
+    let (_, _, lost) = acquire_parts(true);
+    let cond = at(lost.as_document().unwrap(), "$cond").as_array().unwrap();
+    assert_eq!(
+        cond[0],
+        bson(doc! { "$and": [
+            { "$and": [
+                { "$eq": [{ "$type": "$exp" }, "date"] },
+                { "$eq": [{ "$type": "$tok" }, "long"] },
+            ]},
+            { "$eq": [{ "$type": "$lid" }, "binData"] },
+            { "$not": [{ "$lte": ["$exp", "$$NOW"] }] },
+            { "$not": [{ "$eq": ["$aid", { "$literal": "me" }] }] },
+        ]})
+    );
+    assert_eq!(
+        cond[1],
+        bson(doc! { "$mergeObjects": ["$$ROOT", { "wt": { "$ifNull": ["$wt", "$$NOW"] } }] })
+    );
+    let (shared_live, mark) = crate::store::mongo::kinds::exclusive_waiter_mark("me", 30_000);
+    assert_eq!(
+        cond[2],
+        bson(doc! { "$cond": [shared_live, mark, "$$ROOT"] }),
+        "else, on live shared holders, its waiting mark"
+    );
+}
+
+#[test]
+fn an_owner_id_is_written_and_compared_literally_never_as_an_expression() {
+    let pipeline = acquire_pipeline("$tok", 1, LID, true, None);
+    let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
+    let acquired = cond[1].as_document().unwrap();
+    assert_eq!(at(acquired, "aid"), &bson(doc! { "$literal": "$tok" }));
+    let yielded_by_us = at(cond[0].as_document().unwrap(), "$or.2.$and.2.$not.0");
+    assert_eq!(
+        at(yielded_by_us.as_document().unwrap(), "$and.0"),
+        &bson(doc! { "$eq": ["$aid", { "$literal": "$tok" }] })
+    );
+}
+
+#[test]
+fn payload_filters_match_key_lease_id_and_owner_id() {
+    let other = Uuid::from_u128(7);
+    let leases = [
+        LeaseRef {
+            key: "a".into(),
+            lease_id: LID,
+        },
+        LeaseRef {
+            key: "b".into(),
+            lease_id: other,
+        },
+    ];
+    assert_eq!(
+        payload_filter("me", &leases[0]),
+        doc! { "_id": "a", "lid": bson_lease_id(LID), "aid": { "$eq": "me" } }
+    );
+    assert_eq!(
+        payload_update(doc! { "x": 1 }),
+        doc! { "$set": { "data": { "x": 1 } } }
+    );
+}
+
+#[test]
+fn release_by_owner_skips_lease_ids_in_flight_released_and_foreign_documents() {
+    assert_eq!(
+        owner_filter("me", &[LID]),
+        doc! {
+            "aid": "me",
+            "lid": { "$exists": true, "$nin": [bson_lease_id(LID)] },
+            "tok": { "$type": "long" },
+            "exp": { "$type": "date" },
+        }
+    );
+}
+
+#[test]
+fn reads_project_the_servers_now() {
+    assert_eq!(at(&acquire_projection(), "now"), &Bson::from("$$NOW"));
+    assert_eq!(at(&info_projection(), "now"), &Bson::from("$$NOW"));
+    assert_eq!(list_min(&"k".into()), doc! { "_id": "k" });
+    assert_eq!(list_min(&7_i64.into()), doc! { "_id": 7_i64 });
+    assert_eq!(id_index(), doc! { "_id": 1 });
+}
+
+#[test]
+fn announced_writes_are_those_that_set_or_remove_the_lease_id_or_owner_id() {
+    let [matched, projected] = release_events_pipeline();
+    assert_eq!(
+        matched,
+        doc! { "$match": { "$or": [
+            { "operationType": { "$in": ["delete", "insert", "replace"] } },
+            { "operationType": "update", "$or": [
+                { "updateDescription.updatedFields.lid": { "$exists": true } },
+                { "updateDescription.updatedFields.aid": { "$exists": true } },
+                { "updateDescription.removedFields": { "$in": ["lid", "aid"] } },
+                { "updateDescription.updatedFields.rl": { "$exists": true } },
+            ]},
+        ]}}
+    );
+    let kept: Vec<&str> = projected
+        .get_document("$project")
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            "operationType",
+            "documentKey._id",
+            "fullDocument.lid",
+            "fullDocument.aid",
+            "updateDescription.updatedFields.lid",
+            "updateDescription.updatedFields.aid",
+            "updateDescription.updatedFields.rl",
+            "updateDescription.removedFields",
+            "holders",
+        ]
+    );
+}
+
+#[test]
+fn announced_writes_are_read_from_each_kind_of_event() {
+    let key = doc! { "_id": "k" };
+    let write = |freed, lease_id, owner: Option<&str>| KeyWrite {
+        key: "k".into(),
+        freed,
+        lease_id,
+        owner: owner.map(str::to_string),
+    };
+    let event = |kind: &str, rest: Document| {
+        let mut e = doc! { "operationType": kind, "documentKey": key.clone() };
+        e.extend(rest);
+        e
+    };
+    let full = doc! { "fullDocument": { "aid": "me", "lid": bson_lease_id(LID) } };
+    assert_eq!(
+        key_write(&event("delete", doc! {})),
+        Some(write(true, None, None))
+    );
+    assert_eq!(
+        key_write(&event("insert", full.clone())),
+        Some(write(false, Some(LID), Some("me")))
+    );
+    assert_eq!(
+        key_write(&event("replace", full)),
+        Some(write(false, Some(LID), Some("me")))
+    );
+    assert_eq!(
+        key_write(&event(
+            "replace",
+            doc! { "fullDocument": { "aid": "x", "lid": "not a uuid" } }
+        )),
+        Some(write(false, None, Some("x")))
+    );
+    assert_eq!(
+        key_write(&event("replace", doc! { "fullDocument": { "aid": "x" } })),
+        Some(write(true, None, Some("x")))
+    );
+    let update = |updated: Document, removed: Vec<&str>| {
+        event(
+            "update",
+            doc! { "updateDescription": { "updatedFields": updated, "removedFields": removed } },
+        )
+    };
+    assert_eq!(
+        key_write(&update(doc! {}, vec!["lid"])),
+        Some(write(true, None, None)),
+        "a release"
+    );
+    assert_eq!(
+        key_write(&update(doc! { "aid": "other" }, vec![])),
+        Some(write(false, None, Some("other")))
+    );
+    assert_eq!(
+        key_write(&update(doc! {}, vec!["aid"])),
+        Some(write(false, None, None))
+    );
+    assert_eq!(
+        key_write(&update(doc! { "lid": bson_lease_id(LID) }, vec![])),
+        Some(write(false, Some(LID), None))
+    );
+    assert_eq!(
+        key_write(&update(
+            doc! { "rl": DateTime::from_millis(5), "aid": "b", "hs": [] },
+            vec!["pm"]
+        )),
+        Some(write(true, None, None)),
+        "a holder's release"
+    );
+    assert_eq!(
+        key_write(&update(
+            doc! { "aid": "b", "tok": 9_i64, "hs.2": { "aid": "b" } },
+            vec![]
+        )),
+        None,
+        "a holder's acquisition"
+    );
+    assert_eq!(
+        key_write(&update(doc! { "aid": "b", "hs": [] }, vec![])),
+        None
+    );
+    let mut projected = update(doc! { "aid": "b" }, vec![]);
+    projected.insert("holders", true);
+    assert_eq!(key_write(&projected), None, "as the server computed it");
+    assert_eq!(key_write(&event("invalidate", doc! {})), None);
+    assert_eq!(
+        key_write(&doc! { "operationType": "delete", "documentKey": { "_id": 1 } }),
+        Some(KeyWrite {
+            key: 1.into(),
+            freed: true,
+            lease_id: None,
+            owner: None,
+        }),
+        "a key of any BSON type"
+    );
+}
+
+#[test]
+fn only_a_write_of_this_lease_id_under_this_owner_keeps_a_held_lease() {
+    let other = Uuid::from_u128(9);
+    let write = |freed, lease_id, owner: Option<&str>| KeyWrite {
+        key: "k".into(),
+        freed,
+        lease_id,
+        owner: owner.map(str::to_string),
+    };
+    assert!(write(false, Some(LID), Some("me")).keeps(LID, "me"));
+    assert!(write(false, Some(LID), None).keeps(LID, "me"));
+    assert!(!write(false, Some(LID), Some("other")).keeps(LID, "me"));
+    assert!(!write(false, Some(other), Some("me")).keeps(LID, "me"));
+    assert!(!write(false, None, Some("other")).keeps(LID, "me"));
+    assert!(!write(false, None, None).keeps(LID, "me"));
+    assert!(!write(true, None, None).keeps(LID, "me"));
+}
+
+fn returned(lid: Uuid, owner: &str, exp_ms: i64, now_ms: i64) -> Document {
+    doc! {
+        "_id": "k", "aid": owner, "lid": bson_lease_id(lid), "tok": 5_i64,
+        "exp": DateTime::from_millis(exp_ms), "now": DateTime::from_millis(now_ms),
+    }
+}
+
+#[test]
+fn classify_reads_our_lease_id_as_acquired_and_another_as_held_until_its_expiry() {
+    let ours = returned(LID, "me", 10_000, 1_000);
+    assert_eq!(
+        classify(&"k".into(), "me", LID, &ours),
+        AcquireOutcome::Acquired { token: 5 }
+    );
+    let theirs = returned(Uuid::from_u128(9), "them", 10_000, 1_000);
+    assert_eq!(
+        classify(&"k".into(), "me", LID, &theirs),
+        AcquireOutcome::Held {
+            holder: "them".into(),
+            remaining: Some(Duration::from_millis(9_000)),
+        }
+    );
+}
+
+#[test]
+fn classify_counts_a_yield_against_the_yielding_owner_only() {
+    let mut released = returned(Uuid::from_u128(9), "me", 1_000, 2_000);
+    released.remove("lid");
+    released.insert("yu", DateTime::from_millis(5_000));
+    assert_eq!(
+        classify(&"k".into(), "me", LID, &released),
+        AcquireOutcome::Held {
+            holder: "me".into(),
+            remaining: Some(Duration::from_millis(3_000)),
+        }
+    );
+    released.insert("aid", "them");
+    assert_eq!(
+        classify(&"k".into(), "me", LID, &released),
+        AcquireOutcome::Held {
+            holder: "them".into(),
+            remaining: Some(Duration::ZERO),
+        }
+    );
+}
+
+#[test]
+fn classify_reads_a_document_of_foreign_shape_as_held_by_its_aid_with_no_known_expiry() {
+    for (foreign, holder) in [
+        (doc! { "_id": "k", "tok": 1, "exp": "tomorrow" }, ""),
+        (
+            doc! { "_id": "k", "aid": "java-app-1", "ts": DateTime::from_millis(5) },
+            "java-app-1",
+        ),
+        (doc! { "_id": "k", "aid": 7_i64 }, r#"{"$numberLong":"7"}"#),
+    ] {
+        assert_eq!(
+            classify(&"k".into(), "me", LID, &foreign),
+            AcquireOutcome::Held {
+                holder: holder.into(),
+                remaining: None,
+            },
+            "{foreign}"
+        );
+    }
+}
+
+#[test]
+fn a_foreign_lock_is_deleted_only_while_it_is_the_document_read() {
+    let ts = DateTime::from_millis(5);
+    let found = doc! { "_id": "k", "aid": "java-app-1", "ts": ts, "now": ts };
+    assert_eq!(
+        foreign_filter(&"k".into(), &found),
+        doc! {
+            "_id": "k",
+            "$and": [
+                { "$expr": { "$eq": ["$aid", { "$literal": "java-app-1" }] } },
+                { "$expr": { "$eq": ["$ts", { "$literal": ts }] } },
+            ],
+            "$nor": [{ "tok": { "$type": "long" }, "exp": { "$type": "date" } }],
+        }
+    );
+    let bare = doc! { "_id": "k", "now": ts };
+    assert_eq!(
+        foreign_filter(&"k".into(), &bare)
+            .get_array("$and")
+            .unwrap(),
+        &vec![
+            Bson::from(doc! { "aid": { "$exists": false } }),
+            Bson::from(doc! { "ts": { "$exists": false } }),
+        ]
+    );
+}
+
+#[test]
+fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases() {
+    let old_enough = doc! { "$gte": [
+        { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << 20] },
+        { "$add": ["$tok", 1_000_i64 << 20] },
+    ]};
+    assert_eq!(token_older_than(1_000), old_enough);
+    let filter = doc! { "_id": "k" };
+    assert_eq!(
+        deletable_filter(filter.clone(), 1_000),
+        doc! { "$and": [filter.clone(), {
+            "tok": { "$type": "long" },
+            "wt": { "$exists": false },
+            "hs": { "$exists": false },
+            "$expr": old_enough.clone(),
+        }]}
+    );
+    assert_eq!(
+        released_filter(filter.clone(), 1_000),
+        doc! { "$and": [filter, {
+            "lid": { "$exists": false },
+            "tok": { "$type": "long" },
+            "exp": { "$type": "date" },
+            "hs": { "$exists": false },
+            "$expr": { "$and": [
+                old_enough,
+                { "$not": [{ "$gt": ["$yu", "$$NOW"] }] },
+                { "$not": [{ "$gt": ["$hl", "$$NOW"] }] },
+            ]},
+        }]}
+    );
+}
+
+#[test]
+fn release_by_owner_matches_unreleased_documents_of_our_shape_only() {
+    assert_eq!(
+        owner_leases_filter("w"),
+        doc! {
+            "aid": "w",
+            "lid": { "$exists": true },
+            "tok": { "$type": "long" },
+            "exp": { "$type": "date" },
+        }
+    );
+}
