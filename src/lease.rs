@@ -408,7 +408,8 @@ pub struct LeaseInfo {
     /// The payload set by the holder with [`Lease::set_payload`] (`data`).
     pub payload: Option<Document>,
     /// `true` if the lease was held at [`LeaseInfo::server_time`]: not
-    /// released and `expires_at > server_time`. Always `true` for a foreign
+    /// released (or released before its minimum hold,
+    /// [`LeaseInfo::hold_until`]) and `expires_at > server_time`. Always `true` for a foreign
     /// holder's lock ([`LeaseInfo::foreign`]).
     pub held: bool,
     /// `true` if the key is held by a **foreign holder**: its document was
@@ -443,9 +444,10 @@ pub struct LeaseInfo {
     /// [`LeaseInfo::server_time`]), oldest acquisition first; empty for an
     /// exclusive key.
     pub holders: Vec<HolderInfo>,
-    /// Set while the key stays held after its release because it was
-    /// acquired with [`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least):
-    /// the server time until which no acquisition can take it (`hl`).
+    /// Set while the key's minimum hold lasts (it was acquired with
+    /// [`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least)),
+    /// before or after its release: the server time until which no
+    /// acquisition can take it (`hl`).
     /// `None` once that time has passed, or without `hold_at_least`.
     pub hold_until: Option<SystemTime>,
 }

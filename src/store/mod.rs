@@ -296,16 +296,18 @@ pub(crate) fn lease_info(
         .unwrap_or(renewed_at);
     let kind = stored_kind(doc);
     let holders = live_holders(doc, server_time);
-    let held = if kind.is_multi_holder() {
-        !holders.is_empty()
-    } else {
-        matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_))) && expires_at > server_time
-    };
     let hold_until = doc
         .get_datetime(field::HOLD_UNTIL)
         .map(|d| d.to_system_time())
         .ok()
         .filter(|until| *until > server_time);
+    // A lease released before its minimum hold keeps the key until `hl`.
+    let held = if kind.is_multi_holder() {
+        !holders.is_empty()
+    } else {
+        (matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_))) || hold_until.is_some())
+            && expires_at > server_time
+    };
     Some(LeaseInfo {
         key: key.clone(),
         owner_id: doc.get_str(field::OWNER).unwrap_or_default().to_string(),

@@ -92,6 +92,20 @@ impl Fixture for MemoryFixture {
 
     async fn cleanup(self) {}
 
+    // The twin's multi-holder keys and minimum holds are the twin's to
+    // model; until then these make the whole key expire.
+    async fn expire_holder(&self, key: impl Into<LeaseKey>, _lease_id: Uuid) {
+        self.db.expire(key);
+    }
+
+    async fn expire_mark(&self, key: impl Into<LeaseKey>) {
+        self.db.expire(key);
+    }
+
+    async fn expire_hold(&self, key: impl Into<LeaseKey>) {
+        self.db.expire(key);
+    }
+
     async fn lifetime(&self, key: impl Into<LeaseKey>) -> Duration {
         let doc = self.db.doc(key).expect("a document");
         doc.exp - doc.renewed
@@ -181,12 +195,15 @@ impl Fixture for MongoFixture {
     async fn expire(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
         // `exp = min(exp, $$NOW)`: expired, but not so long ago that the TTL
-        // monitor (grace: one hour) would delete the document meanwhile.
+        // monitor (grace: one hour) would delete the document meanwhile; not
+        // before a minimum hold (`hl`), which outlives the holder.
         let result = self
             .raw_collection()
             .update_one(
                 doc! { "_id": key },
-                vec![doc! { "$set": { "exp": { "$min": ["$exp", "$$NOW"] } } }],
+                vec![
+                    doc! { "$set": { "exp": { "$max": [{ "$min": ["$exp", "$$NOW"] }, "$hl"] } } },
+                ],
             )
             .await
             .expect("expire the lease");
@@ -219,6 +236,57 @@ impl Fixture for MongoFixture {
             assert!(Instant::now() < give_up, "{key:?} never became due");
             tokio::task::yield_now().await;
         }
+    }
+
+    async fn expire_holder(&self, key: impl Into<LeaseKey>, lease_id: Uuid) {
+        let key = key.into();
+        let lid = mongodb::bson::Uuid::from_bytes(lease_id.into_bytes());
+        let entry = doc! { "$cond": [
+            { "$eq": ["$$this.lid", lid] },
+            { "$mergeObjects": ["$$this", { "exp": { "$min": ["$$this.exp", "$$NOW"] } }] },
+            "$$this",
+        ]};
+        let result = self
+            .raw_collection()
+            .update_one(
+                doc! { "_id": key.as_bson().clone(), "hs.lid": lid },
+                vec![
+                    doc! { "$set": { "hs": { "$map": { "input": "$hs", "in": entry } } } },
+                    doc! { "$set": { "exp": { "$ifNull": [{ "$max": "$hs.exp" }, "$$NOW"] } } },
+                ],
+            )
+            .await
+            .expect("expire the holder");
+        assert_eq!(result.matched_count, 1, "no holder {lease_id} of {key:?}");
+    }
+
+    async fn expire_mark(&self, key: impl Into<LeaseKey>) {
+        let key = key.into();
+        let result = self
+            .raw_collection()
+            .update_one(
+                doc! { "_id": key.as_bson().clone(), "xw": { "$exists": true } },
+                vec![doc! { "$set": { "xw.exp": { "$min": ["$xw.exp", "$$NOW"] } } }],
+            )
+            .await
+            .expect("expire the waiting mark");
+        assert_eq!(result.matched_count, 1, "no waiting mark on {key:?}");
+    }
+
+    async fn expire_hold(&self, key: impl Into<LeaseKey>) {
+        let key = key.into();
+        let result = self
+            .raw_collection()
+            .update_one(
+                doc! { "_id": key.as_bson().clone(), "hl": { "$exists": true } },
+                vec![doc! { "$set": {
+                    "hl": { "$min": ["$hl", "$$NOW"] },
+                    "exp": { "$min": ["$exp", "$$NOW"] },
+                } }],
+            )
+            .await
+            .expect("pass the minimum hold");
+        assert_eq!(result.matched_count, 1, "no minimum hold on {key:?}");
     }
 
     async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store> {

@@ -19,14 +19,17 @@
 //! - [`keys`]: keys of any BSON type (identity, order of `list`);
 //! - [`foreign`]: other applications' lock documents (foreign holders);
 //! - [`compat`]: delete-on-release mode and release by owner id;
-//! - [`documents`]: in-document leases ([`Store::documents`]).
+//! - [`documents`]: in-document leases ([`Store::documents`]);
+//! - [`kinds`]: shared and semaphore keys; [`hold`]: `hold_at_least`.
 
 mod acquire;
 mod compat;
 mod documents;
 mod fixtures;
 mod foreign;
+mod hold;
 mod keys;
+mod kinds;
 mod lease_ttl;
 mod loss_detection;
 mod reads;
@@ -117,6 +120,19 @@ trait Fixture: Sized {
     /// user collection, lock field [`FIELD`]: [`Store::documents`] of
     /// [`Fixture::store`].
     async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store>;
+
+    /// Makes the holder `lease_id` of the shared or semaphore key `key`
+    /// expired by server time (a holder whose renewals stopped), keeping
+    /// its entry; the key's `exp` becomes its live holders' latest.
+    async fn expire_holder(&self, key: impl Into<LeaseKey>, lease_id: Uuid);
+
+    /// Makes the exclusive waiter's mark on `key` (`xw`) expired by server
+    /// time (a waiter that stopped retrying).
+    async fn expire_mark(&self, key: impl Into<LeaseKey>);
+
+    /// Makes the minimum hold of `key` (`hl`) pass by server time, and its
+    /// `exp` not later than now (`hold_at_least` and the TTL both elapsed).
+    async fn expire_hold(&self, key: impl Into<LeaseKey>);
 
     /// As [`Fixture::expire`], for the in-document lease on the document
     /// `key` of [`Fixture::documents`]'s collection.
@@ -271,6 +287,24 @@ contract!(
     loss_detection::renewal_reports_a_lease_lost_whose_owner_id_was_rewritten,
     loss_detection::an_acquire_retry_under_a_lease_id_whose_owner_id_was_rewritten_finds_it_held,
     loss_detection::foreign_deletes_and_owner_rewrites_are_announced_renewals_are_not,
+    // Shared and semaphore keys.
+    kinds::a_semaphore_admits_n_holders_then_is_held_until_the_earliest_expiry,
+    kinds::a_crashed_holders_permit_comes_back_after_its_ttl,
+    kinds::a_semaphore_of_another_number_or_kind_is_a_mismatch,
+    kinds::fencing_tokens_strictly_increase_across_permits_and_after_all_were_released,
+    kinds::a_retry_under_the_same_lease_id_gets_the_same_permit_back,
+    kinds::renewal_of_two_permits_of_one_key_reports_exactly_the_one_taken_over,
+    kinds::release_of_one_permit_keeps_the_other,
+    kinds::a_shared_key_admits_many_holders_and_excludes_an_exclusive_one,
+    kinds::a_waiting_exclusive_mark_blocks_new_shared_holders_until_it_expires,
+    kinds::release_by_owner_and_force_release_of_multi_holder_keys,
+    kinds::inspect_and_list_show_each_kind_with_its_holders,
+    kinds::a_holders_release_is_announced_its_renewal_is_not,
+    // Holding at least.
+    hold::a_lease_released_early_stays_held_until_its_minimum_hold,
+    hold::a_lease_held_at_least_is_free_once_its_hold_has_passed,
+    hold::renewal_never_lowers_the_expiry_below_the_minimum_hold,
+    hold::force_release_frees_a_lease_held_at_least,
     // Per-lease TTL.
     lease_ttl::an_acquire_with_a_ttl_stores_exp_that_far_after_ts,
     lease_ttl::a_renewal_batch_with_a_ttl_keeps_exp_that_far_after_ts,

@@ -8,6 +8,9 @@
 //!   without a server;
 //! - [`ops`]: the [`Store`](super::Store) implementation, which sends them
 //!   and resolves ambiguous outcomes;
+//! - [`kinds`]: the BSON of shared and semaphore keys and of minimum holds
+//!   (acquire, renewal and release of any kind), pure and unit-tested like
+//!   `pipeline`; [`kinds_ops`]: the operations that send it;
 //! - [`prepare`]: the collection checks and the indexes (TTL index for garbage
 //!   collection, owner index);
 //! - [`observe`]: observing one key (change stream, or polling);
@@ -20,7 +23,9 @@
 //!   the change-stream stages and their reading), each pure and unit-tested
 //!   without a server.
 //!
-//! Dependencies go one way: `ops` uses `handle`, `pipeline` and `observe`;
+//! Dependencies go one way: `ops` uses `handle`, `pipeline`, `kinds` and
+//! `observe`; `kinds_ops` uses `ops`, `handle` and `kinds`; `kinds` uses
+//! `pipeline`, which uses `kinds` only for the exclusive waiter's mark;
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
 //! `transaction` uses `handle` and `pipeline`; `document` uses `handle`,
 //! `ops` (its retried updates and batch renewal) and `pipeline`; `pipeline`
@@ -28,6 +33,8 @@
 
 mod document;
 mod handle;
+mod kinds;
+mod kinds_ops;
 mod observe;
 mod ops;
 mod pipeline;

@@ -15,12 +15,16 @@ use mongodb::options::{FindOptions, Hint, ReturnDocument, UpdateModifications};
 use uuid::Uuid;
 
 use super::handle::{MongoStore, is_duplicate_key, is_on_id_index};
+use super::kinds::{
+    Released, cap_for_mark, force_release_any_filter, force_release_update, holder_filter,
+    lease_ids, owner_holders_filter, release_any_update, renew_any_update,
+};
 use super::observe::observe;
 use super::pipeline::{
-    acquire_pipeline, acquire_projection, classify, deletable_filter, force_release_filter,
-    foreign_filter, id_index, info_projection, key_filter, key_write, keys_filter, lease_filter,
-    list_min, owner_filter, owner_leases_filter, payload_filter, payload_update, projected_info,
-    read_lease_id, release_events_pipeline, release_update, released_filter, renew_update,
+    acquire_pipeline, acquire_projection, classify, deletable_filter, foreign_filter, id_index,
+    info_projection, key_filter, key_write, keys_filter, list_min, owner_filter,
+    owner_leases_filter, payload_filter, payload_update, projected_info, read_lease_id,
+    release_events_pipeline, released_filter,
 };
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
@@ -84,32 +88,45 @@ impl MongoStore {
             .await
     }
 
-    /// Reads `key`'s document as [`classify`] reads it.
-    async fn read_lease(&self, key: &LeaseKey) -> Result<Option<Document>> {
-        self.read_key(key, acquire_projection()).await
-    }
-
-    async fn acquire_once(
+    /// An exclusive acquisition (held at least `hold_ms` if `Some`).
+    pub(super) async fn acquire_once(
         &self,
         key: LeaseKey,
         lease_id: Uuid,
         waiting: bool,
         ttl_ms: i64,
+        hold_ms: Option<i64>,
+    ) -> Result<AcquireOutcome> {
+        let update = acquire_pipeline(self.owner(), ttl_ms, lease_id, waiting, hold_ms);
+        self.acquire_by(key, update, acquire_projection(), |key, doc| {
+            let outcome = classify(key, self.owner(), lease_id, doc);
+            cap_for_mark(outcome, doc, self.owner(), ttl_ms)
+        })
+        .await
+    }
+
+    /// One acquire attempt: the upsert `update` of `key`'s document,
+    /// returning it projected with `projection`, read by `read`; a document
+    /// that could not be returned (a racing upsert, an unknown outcome) is
+    /// re-read with `projection` (docs/mongodb-behaviour.md, B1, B7).
+    pub(super) async fn acquire_by(
+        &self,
+        key: LeaseKey,
+        update: Vec<Document>,
+        projection: Document,
+        read: impl Fn(&LeaseKey, &Document) -> AcquireOutcome,
     ) -> Result<AcquireOutcome> {
         let attempt = self
             .bounded(
                 self.coll()
-                    .find_one_and_update(
-                        key_filter(&key),
-                        acquire_pipeline(self.owner(), ttl_ms, lease_id, waiting),
-                    )
+                    .find_one_and_update(key_filter(&key), update)
                     .upsert(true)
                     .return_document(ReturnDocument::After)
-                    .projection(acquire_projection()),
+                    .projection(projection.clone()),
             )
             .await;
         match attempt {
-            Ok(Some(doc)) => return classify(&key, self.owner(), lease_id, &doc),
+            Ok(Some(doc)) => return Ok(read(&key, &doc)),
             Ok(None) => {}
             // A duplicate-key error from a concurrent upsert means "held": re-read.
             Err(Error::Database(e)) if is_duplicate_key(&e) && is_on_id_index(&e) => {}
@@ -129,8 +146,8 @@ impl MongoStore {
             }
             Err(e) => return Err(e),
         }
-        match self.read_lease(&key).await? {
-            Some(doc) => classify(&key, self.owner(), lease_id, &doc),
+        match self.read_key(&key, projection).await? {
+            Some(doc) => Ok(read(&key, &doc)),
             // The document vanished between the write and the read: try again.
             None => Err(Error::Unreachable {
                 waited: self.operation_timeout(),
@@ -141,8 +158,8 @@ impl MongoStore {
     }
 
     async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl_ms: i64) -> Result<Vec<LeaseRef>> {
-        let filter = lease_filter(self.owner(), &leases);
-        let update = renew_update(ttl_ms);
+        let filter = holder_filter(self.owner(), &leases);
+        let update = renew_any_update(self.owner(), &lease_ids(&leases), ttl_ms);
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
@@ -199,10 +216,16 @@ impl MongoStore {
             .collect())
     }
 
-    /// Marks the leases matching `filter` released ([`release_update`]):
-    /// `updateOne` for a `single` lease (a retryable write), else `updateMany`.
-    async fn mark_released(&self, filter: &Document, single: bool) -> Result<(u64, bool)> {
-        let update = || release_update(self.yield_ms()).into();
+    /// Marks the leases matching `filter` released ([`release_any_update`]
+    /// of `released`): `updateOne` for a `single` lease (a retryable write),
+    /// else `updateMany`.
+    async fn mark_released(
+        &self,
+        filter: &Document,
+        released: &Released<'_>,
+        single: bool,
+    ) -> Result<(u64, bool)> {
+        let update = || release_any_update(released, self.yield_ms()).into();
         self.update_matching(self.coll(), "release", filter, update, single)
             .await
     }
@@ -260,7 +283,12 @@ impl MongoStore {
     /// [`DELETE_MIN_TOKEN_AGE`] old and that nobody waited for are deleted
     /// first ([`deletable_filter`]); the rest are marked released as in keep
     /// mode. Returns how many were deleted and how many marked released.
-    async fn release_parts(&self, filter: Document, single: bool) -> Result<(u64, u64)> {
+    async fn release_parts(
+        &self,
+        filter: Document,
+        released: &Released<'_>,
+        single: bool,
+    ) -> Result<(u64, u64)> {
         let mut ambiguous = false;
         let mut deleted = 0;
         if self.release_mode() == ReleaseMode::Delete {
@@ -272,7 +300,7 @@ impl MongoStore {
             deleted = count;
             ambiguous |= retried;
         }
-        let (mut marked, retried) = self.mark_released(&filter, single).await?;
+        let (mut marked, retried) = self.mark_released(&filter, released, single).await?;
         ambiguous |= retried;
         if single && ambiguous && deleted + marked == 0 {
             marked = 1;
@@ -280,9 +308,43 @@ impl MongoStore {
         Ok((deleted, marked))
     }
 
-    async fn release_matching(&self, filter: Document, single: bool) -> Result<u64> {
-        let (deleted, marked) = self.release_parts(filter, single).await?;
+    async fn release_matching(
+        &self,
+        filter: Document,
+        released: &Released<'_>,
+        single: bool,
+    ) -> Result<u64> {
+        let (deleted, marked) = self.release_parts(filter, released, single).await?;
         Ok(deleted + marked)
+    }
+
+    /// Releases `leases` (of any kinds): one command for a batch whose keys
+    /// are distinct, else one per round of distinct keys (several holders
+    /// of one key, which one document matches once), so that the count is
+    /// of leases.
+    async fn release_leases(&self, leases: Vec<LeaseRef>) -> Result<u64> {
+        let mut rounds: Vec<Vec<LeaseRef>> = Vec::new();
+        for lease in leases {
+            match rounds
+                .iter_mut()
+                .find(|round| round.iter().all(|l| l.key != lease.key))
+            {
+                Some(round) => round.push(lease),
+                None => rounds.push(vec![lease]),
+            }
+        }
+        let mut count = 0;
+        for round in rounds {
+            let released = Released::Leases {
+                owner: self.owner(),
+                ids: lease_ids(&round),
+            };
+            let filter = holder_filter(self.owner(), &round);
+            count += self
+                .release_matching(filter, &released, round.len() == 1)
+                .await?;
+        }
+        Ok(count)
     }
 
     /// Delete mode's follow-up: deletes the released documents among
@@ -298,9 +360,13 @@ impl MongoStore {
     /// [`DELETE_MIN_TOKEN_AGE`]) are deleted once they are old enough, before
     /// this returns.
     async fn release_leases_of(&self, owner: String) -> Result<u64> {
-        let (deleted, marked) = self
-            .release_parts(owner_leases_filter(&owner), false)
-            .await?;
+        let filter =
+            doc! { "$or": [owner_leases_filter(&owner), owner_holders_filter(&owner, &[])] };
+        let released = Released::Owner {
+            owner: &owner,
+            except: Vec::new(),
+        };
+        let (deleted, marked) = self.release_parts(filter, &released, false).await?;
         if self.release_mode() == ReleaseMode::Delete && marked > 0 {
             tokio::time::sleep(DELETE_DELAY).await;
             self.delete_released_matching(doc! { field::OWNER: &owner })
@@ -390,8 +456,8 @@ impl MongoStore {
             .bounded(
                 self.coll()
                     .find_one_and_update(
-                        force_release_filter(&key),
-                        release_update(self.yield_ms()),
+                        force_release_any_filter(&key),
+                        force_release_update(self.yield_ms()),
                     )
                     .return_document(ReturnDocument::Before)
                     .projection(info_projection()),
@@ -417,10 +483,15 @@ impl MongoStore {
         let result = self
             .bounded(self.coll().update_one(
                 payload_filter(self.owner(), &lease),
-                payload_update(payload),
+                payload_update(payload.clone()),
             ))
             .await?;
-        Ok(result.matched_count == 1)
+        if result.matched_count == 1 {
+            return Ok(true);
+        }
+        // Not an exclusive lease (any more): a holder of a shared or
+        // semaphore key, if still one.
+        self.set_holder_payload(lease, payload).await
     }
 
     /// A change stream of the writes that may change who holds a key
@@ -488,7 +559,24 @@ impl Store for MongoStore {
         let store = self.clone();
         async move {
             store
-                .acquire_once(key, lease_id, waiting, ttl_ms(ttl))
+                .acquire_once(key, lease_id, waiting, ttl_ms(ttl), None)
+                .await
+        }
+        .boxed()
+    }
+
+    fn acquire_shaped(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        shape: crate::kind::LeaseShape,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        let store = self.clone();
+        async move {
+            store
+                .acquire_shape(key, lease_id, waiting, ttl_ms(ttl), shape)
                 .await
         }
         .boxed()
@@ -514,9 +602,7 @@ impl Store for MongoStore {
             if leases.is_empty() {
                 return Ok(0);
             }
-            store
-                .release_matching(lease_filter(store.owner(), &leases), leases.len() == 1)
-                .await
+            store.release_leases(leases).await
         }
         .boxed()
     }
@@ -524,8 +610,15 @@ impl Store for MongoStore {
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move {
-            let filter = owner_filter(store.owner(), &except);
-            store.release_matching(filter, false).await
+            let filter = doc! { "$or": [
+                owner_filter(store.owner(), &except),
+                owner_holders_filter(store.owner(), &except),
+            ]};
+            let released = Released::Owner {
+                owner: store.owner(),
+                except,
+            };
+            store.release_matching(filter, &released, false).await
         }
         .boxed()
     }
@@ -577,6 +670,6 @@ impl Store for MongoStore {
 
 /// A TTL in milliseconds, as the pipelines add it to `$$NOW` (TTLs are
 /// validated far below `i64::MAX` ms).
-fn ttl_ms(ttl: Duration) -> i64 {
+pub(super) fn ttl_ms(ttl: Duration) -> i64 {
     ttl.as_millis().min(i64::MAX as u128) as i64
 }

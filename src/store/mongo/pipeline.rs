@@ -10,7 +10,6 @@ use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
-use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{
@@ -33,6 +32,29 @@ pub(super) fn key_filter(key: &LeaseKey) -> Document {
     doc! { field::ID: key }
 }
 
+/// Whether the document is new: only `_id` (what an upsert starts from).
+pub(in crate::store::mongo) fn fresh_document() -> Document {
+    doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] }
+}
+
+/// Whether the document has this crate's shape: a date `exp` and an int64
+/// `tok` (`store::is_our_shape`, as an expression).
+pub(in crate::store::mongo) fn our_shape() -> Document {
+    doc! { "$and": [
+        { "$eq": [{ "$type": format!("${}", field::EXPIRES_AT) }, "date"] },
+        { "$eq": [{ "$type": format!("${}", field::TOKEN) }, "long"] },
+    ]}
+}
+
+/// The token of a new acquisition: `max(tok + 1, ms($$NOW) * 2^20)` (see
+/// "Fencing tokens" in `store`).
+pub(in crate::store::mongo) fn next_token() -> Document {
+    doc! { "$max": [
+        { "$add": [{ "$ifNull": [format!("${}", field::TOKEN), 0_i64] }, 1_i64] },
+        { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
+    ]}
+}
+
 /// The acquire update: one round trip, never an error when the key is held.
 ///
 /// An upsert on `_id` alone (an `$expr` is refused in an upsert filter on 6.0,
@@ -45,14 +67,20 @@ pub(super) fn key_filter(key: &LeaseKey) -> Document {
 /// except that a `waiting` attempt on a lease held by another owner records
 /// `wt` if it is not set yet (one write per holding period). A new
 /// acquisition expires `ttl_ms` after `$$NOW`.
-pub(super) fn acquire_pipeline(
+///
+/// Held at least `hold_ms` (`Some`, see "Holding at least" in `store`): the acquisition writes `hl =
+/// $$NOW + hold_ms` (a retry keeps it) and `exp = max($$NOW + ttl_ms, hl)`.
+/// A waiting attempt that finds live shared holders leaves its mark
+/// ([`exclusive_waiter_mark`](super::kinds::exclusive_waiter_mark)).
+pub(in crate::store::mongo) fn acquire_pipeline(
     owner: &str,
     ttl_ms: i64,
     lease_id: Uuid,
     waiting: bool,
+    hold_ms: Option<i64>,
 ) -> Vec<Document> {
     let lid = bson_lease_id(lease_id);
-    let fresh = doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] };
+    let fresh = fresh_document();
     let same_owner = doc! { "$eq": [format!("${}", field::OWNER), { "$literal": owner }] };
     // A retry: this lease id and owner id. A document another application
     // rewrote to another owner (keeping `lid`) is not ours any more.
@@ -60,10 +88,7 @@ pub(super) fn acquire_pipeline(
         { "$eq": [format!("${}", field::LEASE_ID), lid.clone()] },
         same_owner.clone(),
     ]};
-    let our_shape = doc! { "$and": [
-        { "$eq": [{ "$type": format!("${}", field::EXPIRES_AT) }, "date"] },
-        { "$eq": [{ "$type": format!("${}", field::TOKEN) }, "long"] },
-    ]};
+    let our_shape = our_shape();
     let expired = doc! { "$lte": [format!("${}", field::EXPIRES_AT), "$$NOW"] };
     let yielded_by_us = doc! { "$and": [
         same_owner.clone(),
@@ -77,10 +102,7 @@ pub(super) fn acquire_pipeline(
     let next_token = doc! { "$cond": [
         mine.clone(),
         format!("${}", field::TOKEN),
-        { "$max": [
-            { "$add": [{ "$ifNull": [format!("${}", field::TOKEN), 0_i64] }, 1_i64] },
-            { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
-        ]},
+        next_token(),
     ]};
     // A retry under the same lease id keeps the acquisition time, the
     // payload and the waiting mark; a new acquisition starts without them.
@@ -90,7 +112,7 @@ pub(super) fn acquire_pipeline(
         "$$NOW",
     ]};
     let keep = |name: &str| doc! { "$cond": [mine.clone(), format!("${name}"), "$$REMOVE"] };
-    let acquired = doc! {
+    let mut acquired = doc! {
         field::ID: "$_id",
         field::OWNER: { "$literal": owner },
         field::LEASE_ID: lid,
@@ -101,6 +123,18 @@ pub(super) fn acquire_pipeline(
         field::PAYLOAD: keep(field::PAYLOAD),
         field::WAITING_SINCE: keep(field::WAITING_SINCE),
     };
+    if let Some(hold_ms) = hold_ms {
+        let hold_until = doc! { "$cond": [
+            mine.clone(),
+            { "$ifNull": [format!("${}", field::HOLD_UNTIL), { "$add": ["$$NOW", hold_ms] }] },
+            { "$add": ["$$NOW", hold_ms] },
+        ]};
+        acquired.insert(
+            field::EXPIRES_AT,
+            doc! { "$max": [{ "$add": ["$$NOW", ttl_ms] }, hold_until.clone()] },
+        );
+        acquired.insert(field::HOLD_UNTIL, hold_until);
+    }
     let lost = if waiting {
         let held_by_other = doc! { "$and": [
             our_shape,
@@ -111,7 +145,12 @@ pub(super) fn acquire_pipeline(
         let marked = doc! { "$mergeObjects": ["$$ROOT", {
             field::WAITING_SINCE: { "$ifNull": [format!("${}", field::WAITING_SINCE), "$$NOW"] },
         }]};
-        Bson::from(doc! { "$cond": [held_by_other, marked, "$$ROOT"] })
+        let (shared_live, mark) = super::kinds::exclusive_waiter_mark(owner, ttl_ms);
+        Bson::from(doc! { "$cond": [
+            held_by_other,
+            marked,
+            { "$cond": [shared_live, mark, "$$ROOT"] },
+        ]})
     } else {
         Bson::from("$$ROOT")
     };
@@ -124,6 +163,7 @@ pub(super) fn acquire_projection() -> Document {
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1,
         field::EXPIRES_AT: 1, field::YIELD_UNTIL: 1, "now": "$$NOW",
+        field::PERMITS: 1, format!("{}.{}", field::EXCLUSIVE_WAITER, field::OWNER): 1,
     }
 }
 
@@ -136,36 +176,49 @@ pub(in crate::store::mongo) fn classify(
     owner: &str,
     lease_id: Uuid,
     doc: &Document,
-) -> Result<AcquireOutcome> {
+) -> AcquireOutcome {
     let token = doc.get_i64(field::TOKEN);
     let expires = doc.get_datetime(field::EXPIRES_AT);
     let (Ok(token), Ok(expires)) = (token, expires) else {
         tracing::trace!(%key, "held by a foreign holder");
-        return Ok(AcquireOutcome::Held {
+        return AcquireOutcome::Held {
             holder: foreign_owner(doc),
             remaining: None,
-        });
+        };
     };
     let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
     if is_lease_id(doc.get(field::LEASE_ID), lease_id) && holder == owner {
-        return Ok(AcquireOutcome::Acquired {
+        return AcquireOutcome::Acquired {
             token: token as u64,
-        });
+        };
     }
     let now = doc
         .get_datetime("now")
         .map(|d| d.timestamp_millis())
         .unwrap_or(expires.timestamp_millis());
+    // Live permits of a semaphore: never an exclusive acquisition's.
+    if let Some(pm) = doc.get(field::PERMITS)
+        && expires.timestamp_millis() > now
+    {
+        let permits = match pm {
+            Bson::Int32(n) => u32::try_from(*n).unwrap_or(0),
+            Bson::Int64(n) => u32::try_from(*n).unwrap_or(0),
+            _ => 0,
+        };
+        return AcquireOutcome::Mismatch {
+            stored: crate::LeaseKind::Permit { permits },
+        };
+    }
     // Yielded by this owner: free for others now, for us at `yu`.
     let until = match doc.get_datetime(field::YIELD_UNTIL) {
         Ok(until) if holder == owner => *expires.max(until),
         _ => *expires,
     };
     let remaining = until.timestamp_millis().saturating_sub(now).max(0) as u64;
-    Ok(AcquireOutcome::Held {
+    AcquireOutcome::Held {
         holder,
         remaining: Some(Duration::from_millis(remaining)),
-    })
+    }
 }
 
 /// The projection of reads that report a [`LeaseInfo`]: every field of the
@@ -176,6 +229,7 @@ pub(super) fn info_projection() -> Document {
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::ACQUIRED_AT: 1,
         field::RENEWED_AT: 1, field::EXPIRES_AT: 1, field::PAYLOAD: 1, "now": "$$NOW",
+        field::HOLDERS: 1, field::PERMITS: 1, field::HOLD_UNTIL: 1,
         FIELD_COUNT: { "$size": { "$objectToArray": "$$ROOT" } },
     }
 }
@@ -186,48 +240,6 @@ pub(super) fn info_projection() -> Document {
 pub(super) fn projected_info(key: &LeaseKey, doc: &Document) -> Option<LeaseInfo> {
     let now = doc.get_datetime("now").ok()?.to_system_time();
     lease_info(key, doc, now)
-}
-
-/// The documents of `leases` of `owner`: `_id` among their keys, `lid`
-/// among their lease ids (one `$in` each, so that a batch stays one indexed
-/// query) and `aid` the owner id, so that a lease whose document another
-/// application rewrote to another owner is no longer renewed nor released.
-pub(super) fn lease_filter(owner: &str, leases: &[LeaseRef]) -> Document {
-    let keys: Vec<Bson> = leases.iter().map(|l| l.key.as_bson().clone()).collect();
-    let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
-    doc! {
-        field::ID: { "$in": keys },
-        field::LEASE_ID: { "$in": ids },
-        field::OWNER: { "$eq": owner },
-    }
-}
-
-/// The renewal: `ts = $$NOW`, `exp = $$NOW + ttl_ms`; nothing else changes.
-pub(super) fn renew_update(ttl_ms: i64) -> Vec<Document> {
-    vec![doc! { "$set": {
-        field::RENEWED_AT: "$$NOW",
-        field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
-    }}]
-}
-
-/// The release: `exp` moves to now (so the key is free at once) and `lid` is
-/// removed (so a late renewal cannot revive it). If another owner waited
-/// meanwhile (`wt`), the release yields: `yu` is set to now + `yield_ms`,
-/// before which this owner cannot take the key back, and `wt` is removed.
-/// The document stays until the TTL monitor deletes it, keeping its token.
-pub(super) fn release_update(yield_ms: i64) -> Vec<Document> {
-    let waited = doc! { "$ne": [{ "$type": format!("${}", field::WAITING_SINCE) }, "missing"] };
-    vec![
-        doc! { "$set": {
-            field::EXPIRES_AT: { "$min": [format!("${}", field::EXPIRES_AT), "$$NOW"] },
-            field::YIELD_UNTIL: { "$cond": [
-                waited,
-                { "$add": ["$$NOW", yield_ms] },
-                format!("${}", field::YIELD_UNTIL),
-            ]},
-        }},
-        doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
-    ]
 }
 
 /// Every lease held under `owner`, except those with a lease id in `except`.
@@ -285,6 +297,7 @@ pub(super) fn deletable_filter(filter: Document, min_age_ms: i64) -> Document {
         {
             field::TOKEN: { "$type": "long" },
             field::WAITING_SINCE: { "$exists": false },
+            field::HOLDERS: { "$exists": false },
             "$expr": token_older_than(min_age_ms),
         },
     ]}
@@ -301,9 +314,11 @@ pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
             field::LEASE_ID: { "$exists": false },
             field::TOKEN: { "$type": "long" },
             field::EXPIRES_AT: { "$type": "date" },
+            field::HOLDERS: { "$exists": false },
             "$expr": { "$and": [
                 token_older_than(min_age_ms),
                 { "$not": [{ "$gt": [format!("${}", field::YIELD_UNTIL), "$$NOW"] }] },
+                { "$not": [{ "$gt": [format!("${}", field::HOLD_UNTIL), "$$NOW"] }] },
             ]},
         },
     ]}
@@ -313,16 +328,6 @@ pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
 pub(super) fn keys_filter(keys: &[LeaseKey]) -> Document {
     let keys: Vec<Bson> = keys.iter().map(|k| k.as_bson().clone()).collect();
     doc! { field::ID: { "$in": keys } }
-}
-
-/// `key` if a lease of our shape holds it now (by `$$NOW`), whoever the owner.
-pub(super) fn force_release_filter(key: &LeaseKey) -> Document {
-    doc! {
-        field::ID: key,
-        field::LEASE_ID: { "$exists": true },
-        field::TOKEN: { "$type": "long" },
-        "$expr": { "$gt": [format!("${}", field::EXPIRES_AT), "$$NOW"] },
-    }
 }
 
 /// A foreign holder's lock document `found` (as read by an info read) under
@@ -373,8 +378,9 @@ pub(super) fn id_index() -> Document {
 
 /// The change-stream stages of `watch_releases`: the writes that may change
 /// who holds a key — deletes, inserts, replacements (the acquisition of an
-/// existing document is one), and updates that set or remove `lid` or `aid`
-/// (a release, another application's rewrite) — filtered on the server, so
+/// existing document is one), updates that set or remove `lid` or `aid`
+/// (a release, another application's rewrite), and updates that set `rl`
+/// (a holder removed from a shared or semaphore key) — filtered on the server, so
 /// that renewals (`ts`, `exp`), payload writes and waiting marks cost no
 /// event; each reduced to what [`key_write`] reads
 /// (docs/mongodb-behaviour.md, B12).
@@ -387,6 +393,7 @@ pub(super) fn release_events_pipeline() -> [Document; 2] {
                 { updated(field::LEASE_ID): { "$exists": true } },
                 { updated(field::OWNER): { "$exists": true } },
                 { "updateDescription.removedFields": { "$in": [field::LEASE_ID, field::OWNER] } },
+                { updated(field::RELEASED_AT): { "$exists": true } },
             ]},
         ]}},
         doc! { "$project": {
@@ -396,6 +403,7 @@ pub(super) fn release_events_pipeline() -> [Document; 2] {
             format!("fullDocument.{}", field::OWNER): 1,
             updated(field::LEASE_ID): 1,
             updated(field::OWNER): 1,
+            updated(field::RELEASED_AT): 1,
             "updateDescription.removedFields": 1,
         }},
     ]
@@ -434,6 +442,15 @@ pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
                     .get_array("removedFields")
                     .is_ok_and(|r| r.iter().any(|f| f.as_str() == Some(name)))
             };
+            // A holder removed from `hs` (`rl` set) frees a place on the key.
+            if updated.contains_key(field::RELEASED_AT) {
+                return Some(KeyWrite {
+                    key,
+                    freed: true,
+                    lease_id: None,
+                    owner: None,
+                });
+            }
             Some(KeyWrite {
                 key,
                 freed: removed(field::LEASE_ID),
@@ -499,7 +516,7 @@ mod tests {
 
     /// The parts of the acquire pipeline's single `$replaceWith: { $cond: [wins, acquired, lost] }`.
     fn acquire_parts(waiting: bool) -> (Document, Document, Bson) {
-        let pipeline = acquire_pipeline("me", 30_000, LID, waiting);
+        let pipeline = acquire_pipeline("me", 30_000, LID, waiting, None);
         assert_eq!(pipeline.len(), 1, "one stage: {pipeline:?}");
         let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
         assert_eq!(cond.len(), 3);
@@ -538,10 +555,10 @@ mod tests {
         };
         assert!(matches!(
             classify(&key, "me", LID, &stored("me")),
-            Ok(AcquireOutcome::Acquired { token: 7 })
+            AcquireOutcome::Acquired { token: 7 }
         ));
         match classify(&key, "me", LID, &stored("other")) {
-            Ok(AcquireOutcome::Held { holder, remaining }) => {
+            AcquireOutcome::Held { holder, remaining } => {
                 assert_eq!(holder, "other");
                 assert_eq!(remaining, Some(Duration::from_secs(30)));
             }
@@ -658,12 +675,17 @@ mod tests {
             cond[1],
             bson(doc! { "$mergeObjects": ["$$ROOT", { "wt": { "$ifNull": ["$wt", "$$NOW"] } }] })
         );
-        assert_eq!(cond[2], Bson::from("$$ROOT"));
+        let (shared_live, mark) = crate::store::mongo::kinds::exclusive_waiter_mark("me", 30_000);
+        assert_eq!(
+            cond[2],
+            bson(doc! { "$cond": [shared_live, mark, "$$ROOT"] }),
+            "else, on live shared holders, its waiting mark"
+        );
     }
 
     #[test]
     fn an_owner_id_is_written_and_compared_literally_never_as_an_expression() {
-        let pipeline = acquire_pipeline("$tok", 1, LID, true);
+        let pipeline = acquire_pipeline("$tok", 1, LID, true, None);
         let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
         let acquired = cond[1].as_document().unwrap();
         assert_eq!(at(acquired, "aid"), &bson(doc! { "$literal": "$tok" }));
@@ -675,40 +697,7 @@ mod tests {
     }
 
     #[test]
-    fn renewal_moves_only_the_renewal_time_and_the_expiry() {
-        assert_eq!(
-            renew_update(7_000),
-            vec![doc! { "$set": { "ts": "$$NOW", "exp": { "$add": ["$$NOW", 7_000_i64] } } }]
-        );
-    }
-
-    #[test]
-    fn release_unsets_the_lease_id_and_sets_the_yield_only_when_waited_for() {
-        let update = release_update(2_000);
-        assert_eq!(update.len(), 2);
-        let set = update[0].get_document("$set").unwrap();
-        assert_eq!(
-            set.keys().map(String::as_str).collect::<Vec<_>>(),
-            ["exp", "yu"]
-        );
-        assert_eq!(
-            at(set, "exp"),
-            &bson(doc! { "$min": ["$exp", "$$NOW"] }),
-            "a release never moves the expiry later"
-        );
-        assert_eq!(
-            at(set, "yu"),
-            &bson(doc! { "$cond": [
-                { "$ne": [{ "$type": "$wt" }, "missing"] },
-                { "$add": ["$$NOW", 2_000_i64] },
-                "$yu",
-            ]})
-        );
-        assert_eq!(update[1], doc! { "$unset": ["lid", "wt"] });
-    }
-
-    #[test]
-    fn lease_filters_match_key_lease_id_and_owner_id() {
+    fn payload_filters_match_key_lease_id_and_owner_id() {
         let other = Uuid::from_u128(7);
         let leases = [
             LeaseRef {
@@ -720,14 +709,6 @@ mod tests {
                 lease_id: other,
             },
         ];
-        assert_eq!(
-            lease_filter("me", &leases),
-            doc! {
-                "_id": { "$in": ["a", "b"] },
-                "lid": { "$in": [bson_lease_id(LID), bson_lease_id(other)] },
-                "aid": { "$eq": "me" },
-            }
-        );
         assert_eq!(
             payload_filter("me", &leases[0]),
             doc! { "_id": "a", "lid": bson_lease_id(LID), "aid": { "$eq": "me" } }
@@ -752,19 +733,6 @@ mod tests {
     }
 
     #[test]
-    fn force_release_applies_only_to_a_live_lease_of_our_shape() {
-        assert_eq!(
-            force_release_filter(&"k".into()),
-            doc! {
-                "_id": "k",
-                "lid": { "$exists": true },
-                "tok": { "$type": "long" },
-                "$expr": { "$gt": ["$exp", "$$NOW"] },
-            }
-        );
-    }
-
-    #[test]
     fn reads_project_the_servers_now() {
         assert_eq!(at(&acquire_projection(), "now"), &Bson::from("$$NOW"));
         assert_eq!(at(&info_projection(), "now"), &Bson::from("$$NOW"));
@@ -784,6 +752,7 @@ mod tests {
                     { "updateDescription.updatedFields.lid": { "$exists": true } },
                     { "updateDescription.updatedFields.aid": { "$exists": true } },
                     { "updateDescription.removedFields": { "$in": ["lid", "aid"] } },
+                    { "updateDescription.updatedFields.rl": { "$exists": true } },
                 ]},
             ]}}
         );
@@ -802,6 +771,7 @@ mod tests {
                 "fullDocument.aid",
                 "updateDescription.updatedFields.lid",
                 "updateDescription.updatedFields.aid",
+                "updateDescription.updatedFields.rl",
                 "updateDescription.removedFields",
             ]
         );
@@ -868,6 +838,14 @@ mod tests {
             key_write(&update(doc! { "lid": bson_lease_id(LID) }, vec![])),
             Some(write(false, Some(LID), None))
         );
+        assert_eq!(
+            key_write(&update(
+                doc! { "rl": DateTime::from_millis(5), "aid": "b", "hs": [] },
+                vec!["pm"]
+            )),
+            Some(write(true, None, None)),
+            "a holder's release"
+        );
         assert_eq!(key_write(&event("invalidate", doc! {})), None);
         assert_eq!(
             key_write(&doc! { "operationType": "delete", "documentKey": { "_id": 1 } }),
@@ -910,12 +888,12 @@ mod tests {
     fn classify_reads_our_lease_id_as_acquired_and_another_as_held_until_its_expiry() {
         let ours = returned(LID, "me", 10_000, 1_000);
         assert_eq!(
-            classify(&"k".into(), "me", LID, &ours).unwrap(),
+            classify(&"k".into(), "me", LID, &ours),
             AcquireOutcome::Acquired { token: 5 }
         );
         let theirs = returned(Uuid::from_u128(9), "them", 10_000, 1_000);
         assert_eq!(
-            classify(&"k".into(), "me", LID, &theirs).unwrap(),
+            classify(&"k".into(), "me", LID, &theirs),
             AcquireOutcome::Held {
                 holder: "them".into(),
                 remaining: Some(Duration::from_millis(9_000)),
@@ -929,7 +907,7 @@ mod tests {
         released.remove("lid");
         released.insert("yu", DateTime::from_millis(5_000));
         assert_eq!(
-            classify(&"k".into(), "me", LID, &released).unwrap(),
+            classify(&"k".into(), "me", LID, &released),
             AcquireOutcome::Held {
                 holder: "me".into(),
                 remaining: Some(Duration::from_millis(3_000)),
@@ -937,7 +915,7 @@ mod tests {
         );
         released.insert("aid", "them");
         assert_eq!(
-            classify(&"k".into(), "me", LID, &released).unwrap(),
+            classify(&"k".into(), "me", LID, &released),
             AcquireOutcome::Held {
                 holder: "them".into(),
                 remaining: Some(Duration::ZERO),
@@ -956,7 +934,7 @@ mod tests {
             (doc! { "_id": "k", "aid": 7_i64 }, r#"{"$numberLong":"7"}"#),
         ] {
             assert_eq!(
-                classify(&"k".into(), "me", LID, &foreign).unwrap(),
+                classify(&"k".into(), "me", LID, &foreign),
                 AcquireOutcome::Held {
                     holder: holder.into(),
                     remaining: None,
@@ -1006,6 +984,7 @@ mod tests {
             doc! { "$and": [filter.clone(), {
                 "tok": { "$type": "long" },
                 "wt": { "$exists": false },
+                "hs": { "$exists": false },
                 "$expr": old_enough.clone(),
             }]}
         );
@@ -1015,7 +994,12 @@ mod tests {
                 "lid": { "$exists": false },
                 "tok": { "$type": "long" },
                 "exp": { "$type": "date" },
-                "$expr": { "$and": [old_enough, { "$not": [{ "$gt": ["$yu", "$$NOW"] }] }] },
+                "hs": { "$exists": false },
+                "$expr": { "$and": [
+                    old_enough,
+                    { "$not": [{ "$gt": ["$yu", "$$NOW"] }] },
+                    { "$not": [{ "$gt": ["$hl", "$$NOW"] }] },
+                ]},
             }]}
         );
     }

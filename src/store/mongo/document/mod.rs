@@ -143,7 +143,7 @@ impl DocumentStore {
             });
         };
         let outcome = match lock_view(&self.paths, document, now) {
-            Some(view) => super::pipeline::classify(key, self.owner(), lease_id, &view)?,
+            Some(view) => super::pipeline::classify(key, self.owner(), lease_id, &view),
             // No lock field after an acquire: only a write in between can
             // have removed it (it is free now; the next attempt takes it).
             None => AcquireOutcome::Held {

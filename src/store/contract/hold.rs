@@ -1,0 +1,156 @@
+//! Holding at least ("Holding at least" in `store`): an exclusive lease
+//! acquired with `hold_at_least` keeps its key until acquisition + that
+//! long by the server's clock, whatever its holder does.
+
+use std::time::{Duration, SystemTime};
+
+use uuid::Uuid;
+
+use super::Fixture;
+use super::kinds::take_as;
+use crate::LeaseKind;
+use crate::kind::LeaseShape;
+use crate::lease::LeaseInfo;
+use crate::store::{AcquireOutcome, LeaseRef, Store};
+
+/// How long the scenarios hold at least: longer than the stores' TTL.
+const AT_LEAST: Duration = Duration::from_secs(90);
+
+fn held_at_least(at_least: Duration) -> LeaseShape {
+    LeaseShape {
+        kind: LeaseKind::Exclusive,
+        hold_at_least: Some(at_least),
+    }
+}
+
+async fn info(store: &impl Store, key: &str) -> LeaseInfo {
+    store
+        .inspect(key.into())
+        .await
+        .unwrap()
+        .expect("a document")
+}
+
+/// `until - now`, zero if past.
+fn until(until: SystemTime, now: SystemTime) -> Duration {
+    until.duration_since(now).unwrap_or_default()
+}
+
+/// An attempt by `store` on `key`, which must be held by `holder`, with a
+/// remaining time between what reads just before and just after show.
+async fn held_until_hold(store: &impl Store, key: &str, holder: &str) -> Duration {
+    let before = info(store, key).await;
+    let hold = before.hold_until.expect("a minimum hold");
+    let outcome = store
+        .acquire(key.into(), Uuid::new_v4(), true)
+        .await
+        .unwrap();
+    let after = info(store, key).await;
+    let AcquireOutcome::Held {
+        holder: h,
+        remaining: Some(remaining),
+    } = outcome
+    else {
+        panic!("{key:?} held until its minimum hold: {outcome:?}");
+    };
+    assert_eq!(h, holder);
+    let (most, least) = (
+        until(hold, before.server_time),
+        until(hold, after.server_time),
+    );
+    assert!(
+        least <= remaining && remaining <= most,
+        "held until hl: {least:?} <= {remaining:?} <= {most:?}"
+    );
+    remaining
+}
+
+pub(super) async fn a_lease_released_early_stays_held_until_its_minimum_hold<F: Fixture>(f: &F) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (la, ta) = take_as(&a, "k", held_at_least(AT_LEAST)).await;
+    let acquired = info(&a, "k").await;
+    assert!(acquired.held);
+    assert_eq!(
+        acquired.hold_until,
+        Some(acquired.acquired_at + AT_LEAST),
+        "hl = acquisition + hold_at_least"
+    );
+    assert_eq!(acquired.expires_at, acquired.acquired_at + AT_LEAST);
+
+    assert_eq!(a.release(vec![la.clone()]).await.unwrap(), 1);
+    let released = info(&a, "k").await;
+    assert!(released.held, "the key stays held until hl");
+    assert_eq!(released.fencing_token, ta);
+    assert_eq!(released.hold_until, acquired.hold_until);
+    assert!(released.expires_at >= acquired.acquired_at + AT_LEAST);
+
+    held_until_hold(&b, "k", "a").await;
+    held_until_hold(&a, "k", "a").await;
+    assert_eq!(a.renew(vec![la]).await.unwrap().len(), 1, "released");
+}
+
+pub(super) async fn a_lease_held_at_least_is_free_once_its_hold_has_passed<F: Fixture>(f: &F) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (la, ta) = take_as(&a, "k", held_at_least(AT_LEAST)).await;
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    f.expire_hold("k").await;
+    assert!(!info(&b, "k").await.held);
+    let (_, tb) = super::take(&b, "k").await;
+    assert!(tb > ta);
+    let taken = info(&b, "k").await;
+    assert_eq!(
+        taken.hold_until, None,
+        "an acquisition without it removes hl"
+    );
+    assert!(taken.expires_at < taken.acquired_at + AT_LEAST);
+
+    // A crashed holder (never released): the key is free after its hold too.
+    let (_, tc) = take_as(&a, "c", held_at_least(AT_LEAST)).await;
+    f.expire("c").await;
+    held_until_hold(&b, "c", "a").await;
+    f.expire_hold("c").await;
+    let (_, td) = super::take(&b, "c").await;
+    assert!(td > tc);
+}
+
+pub(super) async fn renewal_never_lowers_the_expiry_below_the_minimum_hold<F: Fixture>(f: &F) {
+    let a = f.store("a").await;
+    let (la, _) = take_as(&a, "k", held_at_least(AT_LEAST)).await;
+    let (lp, _) = super::take(&a, "plain").await;
+    let before = info(&a, "k").await;
+    let lost = a
+        .renew_with_ttl(vec![la.clone(), lp], Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(lost.is_empty());
+    let after = info(&a, "k").await;
+    assert_eq!(
+        after.expires_at,
+        before.hold_until.unwrap(),
+        "exp = max(now + ttl, hl)"
+    );
+    assert!(after.renewed_at >= before.renewed_at);
+    let plain = info(&a, "plain").await;
+    assert!(plain.expires_at < plain.renewed_at + Duration::from_secs(6));
+    assert!(plain.hold_until.is_none());
+}
+
+pub(super) async fn force_release_frees_a_lease_held_at_least<F: Fixture>(f: &F) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (la, ta) = take_as(&a, "k", held_at_least(AT_LEAST)).await;
+    let forced = b.force_release("k".into()).await.unwrap().expect("held");
+    assert_eq!((forced.owner_id.as_str(), forced.fencing_token), ("a", ta));
+    assert!(forced.hold_until.is_some());
+    let freed = info(&b, "k").await;
+    assert!(!freed.held && freed.hold_until.is_none());
+    let (lb, tb): (LeaseRef, u64) = super::take(&b, "k").await;
+    assert!(tb > ta);
+    assert_eq!(a.renew(vec![la]).await.unwrap().len(), 1);
+    assert!(b.renew(vec![lb]).await.unwrap().is_empty());
+
+    // Also after an early release, while the key waits for its hold.
+    let (lc, _) = take_as(&a, "r", held_at_least(AT_LEAST)).await;
+    assert_eq!(a.release(vec![lc]).await.unwrap(), 1);
+    assert!(b.force_release("r".into()).await.unwrap().is_some());
+    super::take(&b, "r").await;
+}

@@ -1,0 +1,516 @@
+//! The BSON of shared and semaphore keys and of minimum holds ("Shared and
+//! semaphore keys" and "Holding at least" in `store`): the acquire pipeline
+//! of a shared lease or a permit and the reading of its outcome, the waiting
+//! mark of an exclusive acquirer, and the renewal, release and force release
+//! of any kind in one command. Pure functions, unit-tested without a server
+//! like [`pipeline`](super::pipeline)'s; what the server does with them is
+//! tested by the store contract (`store::contract::kinds`, `hold`).
+
+use std::time::Duration;
+
+use mongodb::bson::{Bson, Document, doc};
+use uuid::Uuid;
+
+use super::pipeline::{bson_lease_id, fresh_document, next_token, our_shape};
+use crate::LeaseKind;
+use crate::key::LeaseKey;
+use crate::store::{AcquireOutcome, LeaseRef, field, foreign_owner, is_our_shape};
+
+/// `$name`: the value of field `name`.
+fn f(name: &str) -> String {
+    format!("${name}")
+}
+
+/// `$$this.name`: field `name` of the array element at hand.
+fn this(name: &str) -> String {
+    format!("$$this.{name}")
+}
+
+/// Whether the document has holders (`hs` is an array).
+fn has_holders() -> Document {
+    doc! { "$isArray": f(field::HOLDERS) }
+}
+
+/// The entries of `hs` (empty if it is not an array).
+fn entries() -> Document {
+    doc! { "$cond": [has_holders(), f(field::HOLDERS), []] }
+}
+
+/// Whether the entry at hand is live by the server's clock.
+fn entry_live() -> Document {
+    doc! { "$gt": [this(field::EXPIRES_AT), "$$NOW"] }
+}
+
+/// Whether the entry at hand is the acquisition `lease_id` of `owner`.
+fn entry_is(owner: &str, lease_id: Uuid) -> Document {
+    doc! { "$and": [
+        { "$eq": [this(field::LEASE_ID), bson_lease_id(lease_id)] },
+        { "$eq": [this(field::OWNER), { "$literal": owner }] },
+    ]}
+}
+
+/// Whether the entry at hand is one of `ids` of `owner`.
+fn entry_among(owner: &str, ids: &[Uuid]) -> Document {
+    let ids: Vec<Bson> = ids.iter().copied().map(bson_lease_id).collect();
+    doc! { "$and": [
+        { "$in": [this(field::LEASE_ID), ids] },
+        { "$eq": [this(field::OWNER), { "$literal": owner }] },
+    ]}
+}
+
+/// Whether the entry at hand is `owner`'s, with a lease id not in `except`.
+fn entry_of_owner(owner: &str, except: &[Uuid]) -> Document {
+    let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
+    doc! { "$and": [
+        { "$eq": [this(field::OWNER), { "$literal": owner }] },
+        { "$not": [{ "$in": [this(field::LEASE_ID), except] }] },
+    ]}
+}
+
+/// The live entries of `hs` other than `lease_id` of `owner`.
+fn live_others(owner: &str, lease_id: Uuid) -> Document {
+    doc! { "$filter": { "input": entries(), "cond": { "$and": [
+        entry_live(),
+        { "$not": [entry_is(owner, lease_id)] },
+    ]}}}
+}
+
+/// A semaphore's number of permits as stored in `pm`.
+fn stored_permits(permits: u32) -> i32 {
+    i32::try_from(permits).unwrap_or(i32::MAX)
+}
+
+/// The acquire update of a shared lease or a permit ([`LeaseKind::Shared`],
+/// [`LeaseKind::Permit`]): one `$replaceWith` over the key's document, as
+/// the exclusive acquire (an upsert on `_id` alone, docs/mongodb-behaviour.md,
+/// B1), that appends this holder's entry `{aid, lid, tok, acq, ts, exp}` to
+/// `hs` if it wins (see "Shared and semaphore keys" in `store`), dropping the
+/// expired entries, and otherwise returns the document unchanged (no write,
+/// B2). A retry (an entry of this lease id and owner id) renews that entry
+/// and keeps its token. The top fields then describe the key: `aid`, `tok`,
+/// `acq` of this acquisition, `ts` now, `exp` the latest entry's; `lid`,
+/// `wt`, `yu`, `data` and `hl` of an earlier exclusive holder are gone.
+pub(in crate::store::mongo) fn multi_acquire_pipeline(
+    owner: &str,
+    ttl_ms: i64,
+    lease_id: Uuid,
+    kind: LeaseKind,
+) -> Vec<Document> {
+    let mine = doc! { "$gt": [{ "$size": "$$mine" }, 0] };
+    let no_live = doc! { "$eq": [{ "$size": "$$live" }, 0] };
+    let exclusive_held = doc! { "$and": [
+        { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+        no_live.clone(),
+        { "$not": [mine.clone()] },
+    ]};
+    let has_permits = doc! { "$ne": [{ "$type": f(field::PERMITS) }, "missing"] };
+    let kind_admits = match kind {
+        LeaseKind::Permit { permits } => doc! { "$or": [
+            no_live.clone(),
+            { "$and": [
+                { "$eq": [f(field::PERMITS), stored_permits(permits)] },
+                { "$lt": [{ "$size": "$$live" }, i64::from(permits)] },
+            ]},
+        ]},
+        _ => doc! { "$and": [
+            { "$or": [no_live, { "$not": [has_permits] }] },
+            { "$not": [{ "$gt": [format!("${}.{}", field::EXCLUSIVE_WAITER, field::EXPIRES_AT), "$$NOW"] }] },
+        ]},
+    };
+    let wins = doc! { "$or": [
+        fresh_document(),
+        mine.clone(),
+        { "$and": [our_shape(), { "$not": [exclusive_held] }, kind_admits] },
+    ]};
+    let expires = doc! { "$add": ["$$NOW", ttl_ms] };
+    let new_entry = doc! {
+        field::OWNER: { "$literal": owner },
+        field::LEASE_ID: bson_lease_id(lease_id),
+        field::TOKEN: next_token(),
+        field::ACQUIRED_AT: "$$NOW",
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: expires.clone(),
+    };
+    let entry = doc! { "$cond": [
+        mine,
+        { "$mergeObjects": [
+            { "$first": "$$mine" },
+            { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: expires },
+        ]},
+        new_entry,
+    ]};
+    let mut acquired = doc! {
+        field::ID: "$_id",
+        field::OWNER: { "$literal": owner },
+        field::TOKEN: { "$max": [f(field::TOKEN), "$$entry.tok"] },
+        field::ACQUIRED_AT: "$$entry.acq",
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: { "$max": [{ "$max": "$$live.exp" }, "$$entry.exp"] },
+        field::HOLDERS: { "$concatArrays": ["$$live", ["$$entry"]] },
+    };
+    if let LeaseKind::Permit { permits } = kind {
+        acquired.insert(field::PERMITS, stored_permits(permits));
+    }
+    acquired.insert(field::RELEASED_AT, f(field::RELEASED_AT));
+    acquired.insert(field::EXCLUSIVE_WAITER, f(field::EXCLUSIVE_WAITER));
+    let mine_entries =
+        doc! { "$filter": { "input": entries(), "cond": entry_is(owner, lease_id) } };
+    vec![doc! { "$replaceWith": { "$let": {
+        "vars": { "live": live_others(owner, lease_id), "mine": mine_entries },
+        "in": { "$cond": [
+            wins,
+            { "$let": { "vars": { "entry": entry }, "in": acquired } },
+            "$$ROOT",
+        ]},
+    }}}]
+}
+
+/// Field of [`multi_acquire_projection`]: this acquisition's entry, if any.
+const MINE: &str = "me";
+/// Field of [`multi_acquire_projection`]: how many other live entries.
+const LIVE: &str = "live";
+/// Field of [`multi_acquire_projection`]: the earliest `exp` of those.
+const FIRST_EXPIRY: &str = "first";
+
+/// The projection of the reads that decide a shared or permit acquisition
+/// (the reply of [`multi_acquire_pipeline`], or a re-read): the top fields,
+/// the exclusive waiter's mark, and, computed on the server
+/// (docs/mongodb-behaviour.md, B11) rather than the whole `hs`, this
+/// acquisition's entry, the number of other live entries and the earliest
+/// of their expiries.
+pub(in crate::store::mongo) fn multi_acquire_projection(owner: &str, lease_id: Uuid) -> Document {
+    let mine = doc! { "$filter": { "input": entries(), "cond": entry_is(owner, lease_id) } };
+    let live = live_others(owner, lease_id);
+    doc! {
+        field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
+        field::PERMITS: 1, field::EXCLUSIVE_WAITER: 1, "now": "$$NOW",
+        MINE: { "$first": mine },
+        LIVE: { "$size": live.clone() },
+        FIRST_EXPIRY: { "$min": { "$map": { "input": live, "in": this(field::EXPIRES_AT) } } },
+    }
+}
+
+/// Milliseconds from `now` to `until` (zero if past).
+fn until(until: mongodb::bson::DateTime, now: i64) -> Duration {
+    Duration::from_millis(until.timestamp_millis().saturating_sub(now).max(0) as u64)
+}
+
+/// An integer field of a projected document (int32 or int64).
+fn int(doc: &Document, name: &str) -> Option<i64> {
+    match doc.get(name)? {
+        Bson::Int32(n) => Some(i64::from(*n)),
+        Bson::Int64(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// The exclusive waiter's mark of a projected document, if live at `now`:
+/// its owner id and expiry.
+fn live_mark(doc: &Document, now: i64) -> Option<(String, Duration)> {
+    let mark = doc.get_document(field::EXCLUSIVE_WAITER).ok()?;
+    let exp = mark.get_datetime(field::EXPIRES_AT).ok()?;
+    (exp.timestamp_millis() > now).then(|| {
+        let owner = mark.get_str(field::OWNER).unwrap_or_default().to_string();
+        (owner, until(*exp, now))
+    })
+}
+
+/// Reads what a shared or permit acquisition of `kind` found, out of a document projected with
+/// [`multi_acquire_projection`]: `Acquired` with this entry's token;
+/// `Mismatch` for live holders of another kind (a live exclusive holder is
+/// a mismatch for a permit; a shared acquirer waits for it); else `Held`
+/// until the earliest live permit's expiry (a full semaphore), the
+/// exclusive holder's expiry, or the end of a live exclusive waiter's mark
+/// (held by that waiter). A document of foreign shape is held by a foreign
+/// holder, with no known remaining time.
+pub(in crate::store::mongo) fn classify_multi(
+    key: &LeaseKey,
+    kind: LeaseKind,
+    doc: &Document,
+) -> AcquireOutcome {
+    if !is_our_shape(doc) {
+        tracing::trace!(%key, "held by a foreign holder");
+        return AcquireOutcome::Held {
+            holder: foreign_owner(doc),
+            remaining: None,
+        };
+    }
+    if let Ok(entry) = doc.get_document(MINE) {
+        return AcquireOutcome::Acquired {
+            token: entry.get_i64(field::TOKEN).unwrap_or(0) as u64,
+        };
+    }
+    let exp = *doc.get_datetime(field::EXPIRES_AT).expect("our shape");
+    let now = doc
+        .get_datetime("now")
+        .map(|d| d.timestamp_millis())
+        .unwrap_or(exp.timestamp_millis());
+    let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
+    let held = |holder: String, remaining| AcquireOutcome::Held {
+        holder,
+        remaining: Some(remaining),
+    };
+    let mark = if kind == LeaseKind::Shared {
+        live_mark(doc, now)
+    } else {
+        None
+    };
+    if int(doc, LIVE).unwrap_or(0) == 0 {
+        if exp.timestamp_millis() > now {
+            if kind == LeaseKind::Shared {
+                return held(holder, until(exp, now));
+            }
+            return AcquireOutcome::Mismatch {
+                stored: LeaseKind::Exclusive,
+            };
+        }
+        return match mark {
+            Some((waiter, remaining)) => held(waiter, remaining),
+            // Free by now: a write in between; try again at once.
+            None => held(holder, Duration::ZERO),
+        };
+    }
+    let stored = match int(doc, field::PERMITS) {
+        Some(n) => LeaseKind::Permit {
+            permits: u32::try_from(n).unwrap_or(0),
+        },
+        None => LeaseKind::Shared,
+    };
+    if stored != kind {
+        return AcquireOutcome::Mismatch { stored };
+    }
+    match (kind, mark) {
+        (LeaseKind::Shared, Some((waiter, remaining))) => held(waiter, remaining),
+        (LeaseKind::Shared, None) => held(holder, Duration::ZERO),
+        _ => {
+            let first = doc.get_datetime(FIRST_EXPIRY).map(|d| until(*d, now));
+            held(holder, first.unwrap_or(until(exp, now)))
+        }
+    }
+}
+
+/// The waiting mark of an exclusive acquirer (`xw`): the condition "the
+/// document has live shared holders (not permits)" and the document with
+/// the mark `{aid: owner, exp: $$NOW + ttl_ms}` written over an older one.
+/// Part of a losing waiting exclusive attempt ([`acquire_pipeline`](super::pipeline::acquire_pipeline)).
+pub(in crate::store::mongo) fn exclusive_waiter_mark(
+    owner: &str,
+    ttl_ms: i64,
+) -> (Document, Document) {
+    let shared_live = doc! { "$and": [
+        our_shape(),
+        has_holders(),
+        { "$eq": [{ "$type": f(field::PERMITS) }, "missing"] },
+        { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+    ]};
+    let marked = doc! { "$mergeObjects": ["$$ROOT", { field::EXCLUSIVE_WAITER: {
+        field::OWNER: { "$literal": owner },
+        field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+    }}]};
+    (shared_live, marked)
+}
+
+/// A waiting exclusive attempt that found shared holders and left its mark
+/// (`xw.aid` is `owner` in the returned document, projected with
+/// [`acquire_projection`](super::pipeline::acquire_projection)) retries
+/// within half its TTL, so the mark stays live while it waits.
+pub(in crate::store::mongo) fn cap_for_mark(
+    outcome: AcquireOutcome,
+    doc: &Document,
+    owner: &str,
+    ttl_ms: i64,
+) -> AcquireOutcome {
+    let marked = doc
+        .get_document(field::EXCLUSIVE_WAITER)
+        .is_ok_and(|mark| mark.get_str(field::OWNER) == Ok(owner));
+    match outcome {
+        AcquireOutcome::Held {
+            holder,
+            remaining: Some(remaining),
+        } if marked => AcquireOutcome::Held {
+            holder,
+            remaining: Some(remaining.min(Duration::from_millis((ttl_ms / 2).max(0) as u64))),
+        },
+        other => other,
+    }
+}
+
+/// The documents holding any of `leases` of `owner`: `_id` among their
+/// keys (one indexed `$in`), and either the top `lid` (an exclusive lease)
+/// or an entry of `hs` (a shared or permit holder) among their lease ids,
+/// with `owner`'s owner id. The filter of renewals and releases.
+pub(in crate::store::mongo) fn holder_filter(owner: &str, leases: &[LeaseRef]) -> Document {
+    let keys: Vec<Bson> = leases.iter().map(|l| l.key.as_bson().clone()).collect();
+    let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
+    doc! {
+        field::ID: { "$in": keys },
+        "$or": [
+            { field::LEASE_ID: { "$in": ids.clone() }, field::OWNER: { "$eq": owner } },
+            { field::HOLDERS: { "$elemMatch": {
+                field::LEASE_ID: { "$in": ids },
+                field::OWNER: { "$eq": owner },
+            }}},
+        ],
+    }
+}
+
+/// The lease ids of `leases`.
+pub(in crate::store::mongo) fn lease_ids(leases: &[LeaseRef]) -> Vec<Uuid> {
+    leases.iter().map(|l| l.lease_id).collect()
+}
+
+/// The renewal of a batch of any kinds (the leases `ids` of `owner`), one
+/// `updateMany` with [`holder_filter`]: `ts = $$NOW`; an exclusive lease's
+/// `exp = max($$NOW + ttl_ms, hl)`; a holder's entry `ts` and `exp =
+/// $$NOW + ttl_ms`, and the top `exp = max(exp, $$NOW + ttl_ms)`.
+pub(in crate::store::mongo) fn renew_any_update(
+    owner: &str,
+    ids: &[Uuid],
+    ttl_ms: i64,
+) -> Vec<Document> {
+    let expires = doc! { "$add": ["$$NOW", ttl_ms] };
+    let renewed = doc! { "$map": { "input": f(field::HOLDERS), "in": { "$cond": [
+        entry_among(owner, ids),
+        { "$mergeObjects": ["$$this", { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: expires.clone() }] },
+        "$$this",
+    ]}}};
+    vec![doc! { "$set": {
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: { "$cond": [
+            has_holders(),
+            { "$max": [f(field::EXPIRES_AT), expires.clone()] },
+            { "$max": [expires, f(field::HOLD_UNTIL)] },
+        ]},
+        field::HOLDERS: { "$cond": [has_holders(), renewed, "$$REMOVE"] },
+    }}]
+}
+
+/// Which leases a release takes away: those of a batch (`ids` of `owner`),
+/// or every lease of an owner (with a lease id not in `except`).
+pub(in crate::store::mongo) enum Released<'a> {
+    /// The leases `ids` of `owner`.
+    Leases { owner: &'a str, ids: Vec<Uuid> },
+    /// Every lease of `owner`, except the lease ids `except`.
+    Owner { owner: &'a str, except: Vec<Uuid> },
+}
+
+/// The release of any kinds, one update over every matched document: an
+/// exclusive lease as before (`exp = max(min(exp, $$NOW), hl)`, `lid` and
+/// `wt` removed, `yu` if another owner waited); a document with holders
+/// loses the released entries and the expired ones, gets `rl = $$NOW` (what
+/// the change stream of releases announces) and `exp` = the latest
+/// remaining entry's, or now if none remains (then `hs` and `pm` go too).
+pub(in crate::store::mongo) fn release_any_update(
+    released: &Released<'_>,
+    yield_ms: i64,
+) -> Vec<Document> {
+    let selected = match released {
+        Released::Leases { owner, ids } => entry_among(owner, ids),
+        Released::Owner { owner, except } => entry_of_owner(owner, except),
+    };
+    let waited = doc! { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] };
+    let remain =
+        doc! { "$cond": [has_holders(), { "$gt": [{ "$size": f(field::HOLDERS) }, 0] }, false] };
+    vec![
+        doc! { "$set": {
+            field::EXPIRES_AT: { "$cond": [
+                has_holders(),
+                f(field::EXPIRES_AT),
+                { "$max": [{ "$min": [f(field::EXPIRES_AT), "$$NOW"] }, f(field::HOLD_UNTIL)] },
+            ]},
+            field::YIELD_UNTIL: { "$cond": [
+                waited,
+                { "$add": ["$$NOW", yield_ms] },
+                f(field::YIELD_UNTIL),
+            ]},
+            field::RELEASED_AT: { "$cond": [has_holders(), "$$NOW", f(field::RELEASED_AT)] },
+            field::HOLDERS: { "$cond": [
+                has_holders(),
+                { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [
+                    entry_live(),
+                    { "$not": [selected] },
+                ]}}},
+                "$$REMOVE",
+            ]},
+        }},
+        doc! { "$set": {
+            field::EXPIRES_AT: { "$cond": [
+                has_holders(),
+                { "$ifNull": [{ "$max": format!("${}.{}", field::HOLDERS, field::EXPIRES_AT) }, "$$NOW"] },
+                f(field::EXPIRES_AT),
+            ]},
+            field::PERMITS: { "$cond": [remain.clone(), f(field::PERMITS), "$$REMOVE"] },
+            field::HOLDERS: { "$cond": [remain, f(field::HOLDERS), "$$REMOVE"] },
+        }},
+        doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
+    ]
+}
+
+/// Every document with a holder entry of `owner` (a lease id not in
+/// `except`), of our shape: the multi-holder side of a release by owner id.
+pub(in crate::store::mongo) fn owner_holders_filter(owner: &str, except: &[Uuid]) -> Document {
+    let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
+    doc! {
+        field::HOLDERS: { "$elemMatch": {
+            field::OWNER: { "$eq": owner },
+            field::LEASE_ID: { "$nin": except },
+        }},
+        field::TOKEN: { "$type": "long" },
+        field::EXPIRES_AT: { "$type": "date" },
+    }
+}
+
+/// `key` if held now by anything of our shape: an exclusive lease, holders
+/// in `hs`, or a minimum hold (`exp > $$NOW` covers them all).
+pub(in crate::store::mongo) fn force_release_any_filter(key: &LeaseKey) -> Document {
+    doc! {
+        field::ID: key,
+        field::TOKEN: { "$type": "long" },
+        "$or": [
+            { field::LEASE_ID: { "$exists": true } },
+            { field::HOLDERS: { "$exists": true } },
+            { field::HOLD_UNTIL: { "$exists": true } },
+        ],
+        "$expr": { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+    }
+}
+
+/// A force release: the key is free at once, whoever holds it and however:
+/// `exp` moves to now, `rl = $$NOW`, and the exclusive holder (`lid`,
+/// `wt`), every holder in `hs` (with `pm`), the minimum hold (`hl`) and the
+/// exclusive waiter's mark (`xw`) are removed; `yu` as in a release.
+pub(in crate::store::mongo) fn force_release_update(yield_ms: i64) -> Vec<Document> {
+    let waited = doc! { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] };
+    vec![
+        doc! { "$set": {
+            field::EXPIRES_AT: { "$min": [f(field::EXPIRES_AT), "$$NOW"] },
+            field::YIELD_UNTIL: { "$cond": [
+                waited,
+                { "$add": ["$$NOW", yield_ms] },
+                f(field::YIELD_UNTIL),
+            ]},
+            field::RELEASED_AT: "$$NOW",
+        }},
+        doc! { "$unset": [
+            field::LEASE_ID, field::WAITING_SINCE, field::HOLDERS, field::PERMITS,
+            field::HOLD_UNTIL, field::EXCLUSIVE_WAITER,
+        ]},
+    ]
+}
+
+/// The document of `lease` of `owner` as a holder in `hs`: the filter of a
+/// holder's payload write, with [`holder_payload_update`].
+pub(in crate::store::mongo) fn holder_payload_filter(owner: &str, lease: &LeaseRef) -> Document {
+    doc! {
+        field::ID: &lease.key,
+        field::HOLDERS: { "$elemMatch": {
+            field::LEASE_ID: bson_lease_id(lease.lease_id),
+            field::OWNER: { "$eq": owner },
+        }},
+    }
+}
+
+/// Sets the payload of the entry matched by [`holder_payload_filter`].
+pub(in crate::store::mongo) fn holder_payload_update(payload: Document) -> Document {
+    doc! { "$set": { format!("{}.$.{}", field::HOLDERS, field::PAYLOAD): payload } }
+}
