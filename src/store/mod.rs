@@ -57,18 +57,26 @@
 //!   this lease id (a retry), or has no live exclusive holder (no `lid`, or
 //!   `exp <= $$NOW`), no live holder of a semaphore (`pm`), and no live
 //!   exclusive waiter's mark (`xw.exp <= $$NOW`). It drops the expired
-//!   entries of `hs` and appends its own.
+//!   entries of `hs` and appends its own. A live exclusive holder (or a
+//!   minimum hold, `hl`) makes it wait (held until that `exp`), a live mark
+//!   likewise (held by the mark's `aid` until its `exp`); live permits are
+//!   a [`KindMismatch`](crate::Error::KindMismatch).
 //! - A **permit** of `n` wins if the document is new, a retry, or has no
 //!   live exclusive holder and fewer than `n` live entries in `hs` with `pm =
 //!   n` (or none at all, which stores `pm = n`). Live holders of another
-//!   kind, or `pm != n` with live holders, are a
+//!   kind (shared holders, or a live exclusive holder or minimum hold), or
+//!   `pm != n` with live holders, are a
 //!   [`KindMismatch`](crate::Error::KindMismatch) (`AcquireOutcome::Mismatch`),
 //!   nothing written; otherwise the key is held until its first live
 //!   holder's `exp`.
+//! - A retry under the same lease id and owner id (its entry still in `hs`)
+//!   wins whatever the other holders: it renews its entry and gets its
+//!   token back.
 //! - An **exclusive** acquisition on a key with live shared holders is
 //!   held; a waiting attempt (re)writes `xw = {aid, exp: $$NOW + ttl}` and
 //!   is told to retry before half its TTL has passed, so its mark stays live
-//!   while it waits; its acquisition removes `hs`, `pm` and `xw`.
+//!   while it waits; its acquisition removes `hs`, `pm`, `xw` and `rl`. On
+//!   live permits it is a [`KindMismatch`](crate::Error::KindMismatch).
 //! - **Renewal** of holders in `hs` is part of the same one `updateMany` per
 //!   batch: it matches a lease by `lid` at the top or in `hs` (with the
 //!   owner id), and sets that entry's `ts` and `exp` and the top `ts` and
@@ -76,7 +84,13 @@
 //! - **Release** removes the entry (with the expired ones), sets `rl =
 //!   $$NOW` (announced to other processes' waiters, whereas renewals are
 //!   not), and moves the top `exp` to the latest remaining holder's `exp`,
-//!   or to now if none remains (then `hs` and `pm` are removed).
+//!   or to now if none remains (then `hs` and `pm` are removed; `tok` is
+//!   kept). A batch mixing kinds is one update (one per round of distinct
+//!   keys when it holds several leases of one key, so that the count is of
+//!   leases). A release by owner id removes that owner's entries; a force
+//!   release frees the whole key (`hs`, `pm`, `xw`, `hl` removed, `rl`
+//!   set); the follow-up delete of delete mode never deletes a document
+//!   with `hs` or a future `hl`. A holder's payload is its entry's `data`.
 //!
 //! # Holding at least
 //!

@@ -462,10 +462,20 @@ async fn transaction_reads_a_snapshot_checks_the_lock_and_commits_with_majority(
     assert_eq!(check.get_bool("autocommit"), Ok(false));
     let statement = &check.get_array("updates").unwrap()[0];
     let filter = statement.as_document().unwrap().get_document("q").unwrap();
-    assert_eq!(filter.get("lid"), Some(&lid));
+    // The lease as an exclusive one (`lid` at the top) or as a holder of a
+    // shared or semaphore key (an entry of `hs`).
+    let exclusive = filter.get_array("$or").unwrap()[0].as_document().unwrap();
+    assert_eq!(exclusive.get("lid"), Some(&lid));
     assert_eq!(
-        filter.get_document("$expr").unwrap(),
-        &doc! { "$gt": ["$exp", "$$NOW"] }
+        filter
+            .get_document("$expr")
+            .unwrap()
+            .get_array("$or")
+            .unwrap()[0],
+        mongodb::bson::Bson::from(doc! { "$and": [
+            { "$eq": ["$lid", lid.clone()] },
+            { "$gt": ["$exp", "$$NOW"] },
+        ]})
     );
     let commit = &sent[3].1;
     assert_eq!(commit.get("txnNumber"), Some(&txn));
@@ -475,5 +485,69 @@ async fn transaction_reads_a_snapshot_checks_the_lock_and_commits_with_majority(
     );
     assert_eq!(items_count(&fx).await, 1);
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+/// The callback of the kinds' transactions: one increment.
+fn increment<'s>(
+    session: &'s mut mongodb::ClientSession,
+    items: &'s mut Collection<Document>,
+) -> futures::future::BoxFuture<'s, mongodb::error::Result<()>> {
+    async move {
+        items
+            .update_one(doc! { "_id": 1 }, doc! { "$inc": { "n": 1 } })
+            .session(session)
+            .await?;
+        Ok(())
+    }
+    .boxed()
+}
+
+/// A permit of a semaphore key fences a transaction as an exclusive lease
+/// does (the check finds and renews its entry of `hs`), and the check of a
+/// lease held at least never moves `exp` below its minimum hold (`hl`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_and_a_lease_held_at_least_fence_a_transaction() {
+    let fx = Fixture::new("txn_kinds").await;
+    let manager = fx.manager(TTL).await;
+    let items = seed_txn_items(&fx, doc! { "_id": 1, "n": 0 }).await;
+    let permit = mongo_lease::AcquireOptions::builder()
+        .kind(mongo_lease::LeaseKind::Permit { permits: 2 })
+        .build();
+    let lease = manager.acquire_with("pool", &permit).await.unwrap();
+    let other = manager.acquire_with("pool", &permit).await.unwrap();
+    lease
+        .with_transaction(&fx.client, items.clone(), increment)
+        .await
+        .expect("a permit's transaction commits");
+    assert!(!lease.is_lost() && !other.is_lost());
+    assert!(manager.force_release("pool").await.unwrap().is_some());
+    let released = lease
+        .with_transaction(&fx.client, items.clone(), increment)
+        .await;
+    assert!(
+        matches!(released, Err(Error::LeaseLost { .. })),
+        "after a force release: {released:?}"
+    );
+
+    let at_least = Duration::from_secs(3600);
+    let held = mongo_lease::AcquireOptions::builder()
+        .hold_at_least(at_least)
+        .build();
+    let job = manager.acquire_with("job", &held).await.unwrap();
+    job.with_transaction(&fx.client, items.clone(), increment)
+        .await
+        .expect("the transaction commits");
+    let lock = fx.doc("job").await;
+    let (hl, exp) = (
+        lock.get_datetime("hl").unwrap(),
+        lock.get_datetime("exp").unwrap(),
+    );
+    assert_eq!(exp, hl, "the check keeps exp at hl, not ts + ttl");
+    assert_eq!(
+        items.find_one(doc! { "_id": 1 }).await.unwrap().unwrap(),
+        doc! { "_id": 1, "n": 2 }
+    );
+    drop((lease, other, job));
     manager.shutdown().await.unwrap();
 }

@@ -154,3 +154,14 @@ pub(super) async fn force_release_frees_a_lease_held_at_least<F: Fixture>(f: &F)
     assert!(b.force_release("r".into()).await.unwrap().is_some());
     super::take(&b, "r").await;
 }
+
+pub(super) async fn delete_mode_never_deletes_a_key_before_its_minimum_hold<F: Fixture>(f: &F) {
+    let (keep, del) = (f.store("a").await, f.delete_mode_store("d").await);
+    let (la, _) = take_as(&keep, "k", held_at_least(AT_LEAST)).await;
+    // A token old enough for delete mode's rule (its own duration).
+    tokio::time::sleep(crate::store::DELETE_DELAY).await;
+    assert_eq!(keep.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(del.delete_released(vec!["k".into()]).await.unwrap(), 0);
+    assert!(info(&del, "k").await.held);
+    held_until_hold(&del, "k", "a").await;
+}

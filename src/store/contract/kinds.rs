@@ -469,3 +469,47 @@ pub(super) async fn a_holders_release_is_announced_its_renewal_is_not<F: Fixture
     );
     assert!(!seen[1].keeps(la.lease_id, "a"));
 }
+
+pub(super) async fn a_holders_payload_is_written_only_while_it_holds<F: Fixture>(f: &F) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (la, _) = take_as(&a, "k", shared()).await;
+    let (lb, _) = take_as(&b, "k", shared()).await;
+    let payload = mongodb::bson::doc! { "progress": 1 };
+    assert!(a.set_payload(la.clone(), payload.clone()).await.unwrap());
+    assert!(b.set_payload(lb.clone(), payload.clone()).await.unwrap());
+    assert!(
+        !b.set_payload(la.clone(), payload.clone()).await.unwrap(),
+        "another owner's lease id"
+    );
+    let stranger = lease("k", Uuid::new_v4());
+    assert!(!a.set_payload(stranger, payload.clone()).await.unwrap());
+    let info = a.inspect("k".into()).await.unwrap().unwrap();
+    assert_eq!(
+        info.payload, None,
+        "a holder's payload is its own, not the key's"
+    );
+    assert_eq!(a.release(vec![la.clone()]).await.unwrap(), 1);
+    assert!(!a.set_payload(la, payload.clone()).await.unwrap());
+    assert!(b.set_payload(lb, payload).await.unwrap());
+}
+
+pub(super) async fn delete_mode_never_deletes_a_key_with_live_holders<F: Fixture>(f: &F) {
+    let (keep, del) = (f.store("a").await, f.delete_mode_store("d").await);
+    take_as(&keep, "s", shared()).await;
+    let (lp, _) = take_as(&keep, "p", permit(2)).await;
+    take_as(&keep, "p", permit(2)).await;
+    // Tokens old enough for delete mode's rule (its own duration).
+    tokio::time::sleep(crate::store::DELETE_DELAY).await;
+    assert_eq!(keep.release(vec![lp]).await.unwrap(), 1);
+    let keys: Vec<LeaseKey> = vec!["s".into(), "p".into()];
+    assert_eq!(del.delete_released(keys).await.unwrap(), 0);
+    assert_eq!(holders(&del, "s").await.1, ["a"]);
+    assert_eq!(holders(&del, "p").await.1, ["a"]);
+    // Once its last holder is gone, a delete-mode release by owner id
+    // deletes the document.
+    assert_eq!(del.release_by_owner("a".into()).await.unwrap(), 2);
+    for key in ["s", "p"] {
+        let left = del.inspect(key.into()).await.unwrap();
+        assert!(left.as_ref().is_none_or(|i| !i.held), "{key}: {left:?}");
+    }
+}

@@ -300,11 +300,14 @@ contract!(
     kinds::release_by_owner_and_force_release_of_multi_holder_keys,
     kinds::inspect_and_list_show_each_kind_with_its_holders,
     kinds::a_holders_release_is_announced_its_renewal_is_not,
+    kinds::a_holders_payload_is_written_only_while_it_holds,
+    kinds::delete_mode_never_deletes_a_key_with_live_holders,
     // Holding at least.
     hold::a_lease_released_early_stays_held_until_its_minimum_hold,
     hold::a_lease_held_at_least_is_free_once_its_hold_has_passed,
     hold::renewal_never_lowers_the_expiry_below_the_minimum_hold,
     hold::force_release_frees_a_lease_held_at_least,
+    hold::delete_mode_never_deletes_a_key_before_its_minimum_hold,
     // Per-lease TTL.
     lease_ttl::an_acquire_with_a_ttl_stores_exp_that_far_after_ts,
     lease_ttl::a_renewal_batch_with_a_ttl_keeps_exp_that_far_after_ts,

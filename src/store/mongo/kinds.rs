@@ -354,6 +354,39 @@ pub(in crate::store::mongo) fn holder_filter(owner: &str, leases: &[LeaseRef]) -
     }
 }
 
+/// The lock of `key` still under `lease_id` of `owner` and live by the
+/// server's clock: an exclusive lease (`lid` at the top) or a holder of a
+/// shared or semaphore key (an entry of `hs`). The transaction helper's
+/// check, with [`renew_any_update`] of that one lease.
+pub(in crate::store::mongo) fn holder_check_filter(
+    key: &LeaseKey,
+    owner: &str,
+    lease_id: Uuid,
+) -> Document {
+    let lid = bson_lease_id(lease_id);
+    let live_entry = doc! { "$anyElementTrue": [{ "$map": { "input": entries(), "in": { "$and": [
+        entry_is(owner, lease_id),
+        entry_live(),
+    ]}}}]};
+    doc! {
+        field::ID: key,
+        "$or": [
+            { field::LEASE_ID: lid.clone(), field::OWNER: { "$eq": owner } },
+            { field::HOLDERS: { "$elemMatch": {
+                field::LEASE_ID: lid.clone(),
+                field::OWNER: { "$eq": owner },
+            }}},
+        ],
+        "$expr": { "$or": [
+            { "$and": [
+                { "$eq": [f(field::LEASE_ID), lid] },
+                { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+            ]},
+            live_entry,
+        ]},
+    }
+}
+
 /// The lease ids of `leases`.
 pub(in crate::store::mongo) fn lease_ids(leases: &[LeaseRef]) -> Vec<Uuid> {
     leases.iter().map(|l| l.lease_id).collect()
@@ -514,3 +547,6 @@ pub(in crate::store::mongo) fn holder_payload_filter(owner: &str, lease: &LeaseR
 pub(in crate::store::mongo) fn holder_payload_update(payload: Document) -> Document {
     doc! { "$set": { format!("{}.$.{}", field::HOLDERS, field::PAYLOAD): payload } }
 }
+
+#[cfg(test)]
+mod tests;

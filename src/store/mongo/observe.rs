@@ -183,14 +183,22 @@ impl Observer {
             .and_then(|d| lease_info(&self.key, d, server_time));
         let held = info.as_ref().is_some_and(|i| i.held);
         // A foreign holder's lock has no expiry to check: its deletion is an event.
-        self.check_at = info
-            .as_ref()
-            .filter(|i| i.held && !i.foreign)
-            .map(|i| Instant::now() + i.time_to_expiry());
-        // Marks of the fairness scheme (`wt`, `yu`) are not a change of lease.
+        // A shared or semaphore key changes when its first holder expires.
+        self.check_at = info.as_ref().filter(|i| i.held && !i.foreign).map(|i| {
+            match i.holders.iter().map(|h| h.expires_at).min() {
+                Some(first) => {
+                    Instant::now() + first.duration_since(i.server_time).unwrap_or_default()
+                }
+                None => Instant::now() + i.time_to_expiry(),
+            }
+        });
+        // Marks of the fairness scheme (`wt`, `yu`, `xw`) and the time of
+        // the last release of a holder (`rl`) are not a change of lease.
         let lease_fields = self.doc.clone().map(|mut d| {
             d.remove(field::WAITING_SINCE);
             d.remove(field::YIELD_UNTIL);
+            d.remove(field::EXCLUSIVE_WAITER);
+            d.remove(field::RELEASED_AT);
             d
         });
         let state = (lease_fields, held);

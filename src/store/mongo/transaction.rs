@@ -61,9 +61,14 @@ pub(crate) struct LeaseCheck<'a> {
 }
 
 /// The check's filter: the lock of `check`'s key still under its lease id
-/// and owner id, and not expired by the server's clock.
+/// and owner id, and not expired by the server's clock (in the lock
+/// collection, as an exclusive lease or a holder of a shared or semaphore
+/// key: [`holder_check_filter`](super::kinds::holder_check_filter)).
 pub(super) fn check_filter(check: &LeaseCheck<'_>) -> Document {
     let place = check.place;
+    if place.field.is_none() {
+        return super::kinds::holder_check_filter(check.key, check.owner, check.lease_id);
+    }
     doc! {
         field::ID: check.key,
         place.path(field::LEASE_ID): bson_lease_id(check.lease_id),
@@ -73,10 +78,15 @@ pub(super) fn check_filter(check: &LeaseCheck<'_>) -> Document {
 }
 
 /// The check's update: the renewal (`ts = $$NOW`, `exp = $$NOW + ttl`);
-/// nothing else changes.
+/// nothing else changes. In the lock collection, the renewal of any kind
+/// ([`renew_any_update`](super::kinds::renew_any_update): a holder's entry,
+/// and never an `exp` below a minimum hold).
 pub(super) fn check_update(check: &LeaseCheck<'_>) -> Vec<Document> {
     let place = check.place;
     let ttl_ms = i64::try_from(check.ttl.as_millis()).unwrap_or(i64::MAX);
+    if place.field.is_none() {
+        return super::kinds::renew_any_update(check.owner, &[check.lease_id], ttl_ms);
+    }
     vec![doc! { "$set": {
         place.path(field::RENEWED_AT): "$$NOW",
         place.path(field::EXPIRES_AT): { "$add": ["$$NOW", ttl_ms] },
@@ -252,6 +262,8 @@ fn map_error(error: mongodb::error::Error) -> Error {
 
 #[cfg(test)]
 mod tests {
+    use mongodb::bson::Bson;
+
     use super::*;
 
     fn place(field: Option<&str>) -> LockPlace {
@@ -277,18 +289,20 @@ mod tests {
         let place = place(None);
         let key = LeaseKey::from("k");
         let check = check(&place, &key);
+        let filter = check_filter(&check);
+        assert_eq!(filter.get("_id"), Some(&Bson::from("k")));
         assert_eq!(
-            check_filter(&check),
-            doc! {
-                "_id": "k",
-                "lid": bson_lease_id(Uuid::nil()),
-                "aid": { "$eq": "me" },
-                "$expr": { "$gt": ["$exp", "$$NOW"] },
-            }
+            filter.get_array("$or").unwrap()[0],
+            Bson::from(doc! { "lid": bson_lease_id(Uuid::nil()), "aid": { "$eq": "me" } }),
+            "an exclusive lease, or a holder's entry"
+        );
+        assert_eq!(
+            filter,
+            crate::store::mongo::kinds::holder_check_filter(&key, "me", Uuid::nil())
         );
         assert_eq!(
             check_update(&check),
-            vec![doc! { "$set": { "ts": "$$NOW", "exp": { "$add": ["$$NOW", 30_000_i64] } } }]
+            crate::store::mongo::kinds::renew_any_update("me", &[Uuid::nil()], 30_000)
         );
     }
 
