@@ -27,7 +27,10 @@
 //! * **renewal**: [`HELD`] leases of one kind (one key each) held by one
 //!   manager; the next heartbeat tick renews them all (one `updateMany`
 //!   with the default batch size), timed by command monitoring from its
-//!   start to its reply.
+//!   start to its reply. Then [`HELD`] permits of one semaphore key of
+//!   [`HELD`] permits: one document holding them all, renewed by one
+//!   `updateMany`, followed by one read that tells which of them it renewed
+//!   (`matchedCount` counts documents, not holders).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -106,16 +109,18 @@ impl Primitive {
     }
 }
 
-/// Start of each `update` command and, once it succeeded, its span.
+/// Start of each `update` and `find` command (a renewal, and the read
+/// that follows one when a batch holds several leases of one key) and,
+/// once it succeeded, its span.
 #[derive(Clone, Default)]
 struct Updates(Arc<Mutex<UpdateLog>>);
 
 #[derive(Default)]
 struct UpdateLog {
     started: HashMap<i32, (Instant, usize)>,
-    /// `(started, finished, keys)` of each successful `update` command;
-    /// `keys` is the length of its filter's `_id: {$in: [...]}` list (0 for
-    /// a filter of another form).
+    /// `(started, finished, keys)` of each successful `update` or `find`
+    /// command; `keys` is the length of an `update`'s filter's `_id: {$in:
+    /// [...]}` list (0 for a `find`, or a filter of another form).
     done: Vec<(Instant, Instant, usize)>,
 }
 
@@ -162,7 +167,9 @@ async fn run(ops: usize) {
         let now = Instant::now();
         let mut log = sink.0.lock().unwrap();
         match event {
-            CommandEvent::Started(started) if started.command_name == "update" => {
+            CommandEvent::Started(started)
+                if started.command_name == "update" || started.command_name == "find" =>
+            {
                 let keys = keys_named(&started.command);
                 log.started.insert(started.request_id, (now, keys));
             }
@@ -212,14 +219,27 @@ async fn run(ops: usize) {
     let renewing = manager("kinds_renewal.lock", RENEWAL_TTL)
         .await
         .expect("connect");
+    // Each primitive on HELD keys, then HELD permits of one semaphore key.
+    let one_key = AcquireOptions::builder()
+        .kind(LeaseKind::Permit {
+            permits: HELD as u32,
+        })
+        .build();
     let mut renewal: HashMap<Primitive, Vec<f64>> = HashMap::new();
     let mut shape: HashMap<Primitive, (usize, usize)> = HashMap::new();
+    let mut one_key_ms = Vec::new();
+    let mut one_key_shape = (0, 0);
     for round in 0..ROUNDS {
         for primitive in PRIMITIVES {
-            let tick = renewal_tick(&renewing, &updates, primitive, round).await;
+            let name = primitive.name();
+            let key = |i: usize| format!("r-{round}-{name}-{i:04}");
+            let tick = renewal_tick(&renewing, &updates, &primitive.options(), key).await;
             renewal.entry(primitive).or_default().push(tick.ms);
             shape.insert(primitive, (tick.commands, tick.keys));
         }
+        let tick = renewal_tick(&renewing, &updates, &one_key, |_| format!("r1-{round}")).await;
+        one_key_ms.push(tick.ms);
+        one_key_shape = (tick.commands, tick.keys);
     }
     renewing.shutdown().await.expect("shutdown");
 
@@ -245,18 +265,45 @@ async fn run(ops: usize) {
         &median_of(&conc),
     );
     let renewal = median_of(&renewal);
+    one_key_ms.sort_by(f64::total_cmp);
     println!("renewal of {HELD} held leases in one heartbeat tick (ms; ratio of time)");
     let base = renewal[&Primitive::Exclusive];
     for primitive in PRIMITIVES {
         let ms = renewal[&primitive];
         let (commands, keys) = shape[&primitive];
         println!(
-            "  {:<26} {:>8.1} ms   x{:.2}   ({commands} update naming {keys} keys)",
+            "  {:<26} {:>8.1} ms   x{:.2}   ({commands} commands naming {keys} keys)",
             primitive.name(),
             ms,
             ms / base
         );
     }
+    let ms = one_key_ms[one_key_ms.len() / 2];
+    let (commands, keys) = one_key_shape;
+    println!(
+        "  {:<26} {:>8.1} ms   x{:.2}   ({commands} commands naming {keys} keys)",
+        format!("{HELD} permits of one key"),
+        ms,
+        ms / base
+    );
+}
+
+/// How long one acquisition may wait before the benchmark gives up (every
+/// acquisition here finds its key free or soon free: a hang is a bug).
+const STUCK: Duration = Duration::from_secs(60);
+
+/// A lease of `primitive` on `key`.
+async fn acquire(
+    manager: &LockManager,
+    key: String,
+    primitive: Primitive,
+    options: &AcquireOptions,
+) -> mongo_lease::Lease {
+    manager
+        .acquire_timeout_with(key.clone(), STUCK, options)
+        .await
+        .unwrap_or_else(|e| panic!("acquire a {} lease: {e}", primitive.name()))
+        .unwrap_or_else(|| panic!("no {} lease on {key} within {STUCK:?}", primitive.name()))
 }
 
 /// Acquire + release pairs per second of one task.
@@ -264,10 +311,8 @@ async fn sequential(manager: &LockManager, primitive: Primitive, round: usize, o
     let options = primitive.options();
     let started = Instant::now();
     for i in 0..ops {
-        let lease = manager
-            .acquire_with(primitive.key(round, 0, i), &options)
-            .await
-            .unwrap_or_else(|e| panic!("acquire a {} lease: {e}", primitive.name()));
+        // Task number TASKS: keys of their own, apart from the concurrent tasks'.
+        let lease = acquire(manager, primitive.key(round, TASKS, i), primitive, &options).await;
         let outcome = lease.release().await.expect("release");
         assert!(!outcome.was_lost(), "a {} lease was lost", primitive.name());
     }
@@ -284,10 +329,8 @@ async fn concurrent(manager: &LockManager, primitive: Primitive, round: usize, o
             let options = primitive.options();
             tokio::spawn(async move {
                 for i in 0..per_task {
-                    let lease = manager
-                        .acquire_with(primitive.key(round, task, i), &options)
-                        .await
-                        .unwrap_or_else(|e| panic!("acquire a {} lease: {e}", primitive.name()));
+                    let key = primitive.key(round, task, i);
+                    let lease = acquire(&manager, key, primitive, &options).await;
                     let outcome = lease.release().await.expect("release");
                     assert!(!outcome.was_lost(), "a {} lease was lost", primitive.name());
                 }
@@ -300,9 +343,10 @@ async fn concurrent(manager: &LockManager, primitive: Primitive, round: usize, o
     (per_task * TASKS) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// One heartbeat tick's renewal of [`HELD`] leases of `primitive` (one key
-/// each): milliseconds from the start of its first `update` to the reply of
-/// its last, its `update` commands, and the keys they named.
+/// One heartbeat tick's renewal of [`HELD`] leases: milliseconds from the
+/// start of its first command to the reply of its last, its commands
+/// (`update`, and the `find` after one that renewed several leases of one
+/// key), and the keys its `update`s named.
 #[derive(Clone, Copy)]
 struct Tick {
     ms: f64,
@@ -310,56 +354,52 @@ struct Tick {
     keys: usize,
 }
 
+/// Acquires [`HELD`] leases with `options` (lease `i` on `key(i)`), times
+/// the next heartbeat tick's renewal of them all, and releases them.
 async fn renewal_tick(
     manager: &LockManager,
     updates: &Updates,
-    primitive: Primitive,
-    round: usize,
+    options: &AcquireOptions,
+    key: impl Fn(usize) -> String,
 ) -> Tick {
-    let options = primitive.options();
     let leases = futures::stream::iter(0..HELD)
-        .map(|i| {
-            let manager = manager.clone();
-            let options = options.clone();
-            async move {
-                manager
-                    .acquire_with(format!("r-{round}-{}-{i:04}", primitive.name()), &options)
-                    .await
-            }
-        })
+        .map(|i| manager.acquire_with(key(i), options))
         .buffer_unordered(64)
         .try_collect::<Vec<_>>()
         .await
-        .unwrap_or_else(|e| panic!("acquire {HELD} {} leases: {e}", primitive.name()));
-    // Only renewals send `update` commands while the leases are held: the
-    // first one started from now on opens the next tick, whose commands all
-    // start within a few milliseconds of each other.
+        .unwrap_or_else(|e| panic!("acquire {HELD} leases ({:?}): {e}", options.kind));
+    // Only renewals send `update` and `find` commands while the leases are
+    // held. The tick measured is the first `update` started from now on
+    // that names every lease (a tick in flight now renews only some: the
+    // leases acquired before it started), with the `find` that may follow
+    // its reply.
     let after = Instant::now();
     let tick = loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let log = updates.0.lock().unwrap();
-        let Some(first) = log
+        let Some(&(first, end, keys)) = log
             .done
             .iter()
-            .map(|(at, _, _)| *at)
-            .filter(|at| *at >= after)
-            .min()
+            .filter(|(at, _, keys)| *at >= after && *keys >= HELD)
+            .min_by_key(|(at, _, _)| *at)
         else {
             continue;
         };
-        if log.started.values().any(|(at, _)| *at >= after) {
+        // Wait for a follow-up read, which starts after the update's reply.
+        let follow_up = Duration::from_millis(200);
+        if end.elapsed() < follow_up {
             continue;
         }
-        let of_tick: Vec<_> = log
+        let reads: Vec<_> = log
             .done
             .iter()
-            .filter(|(at, _, _)| *at >= first && *at < first + RENEWAL_TTL / 6)
+            .filter(|(at, _, _)| *at >= end && *at < end + follow_up)
             .collect();
-        let last = of_tick.iter().map(|(_, end, _)| *end).max().unwrap();
+        let last = reads.iter().map(|(_, end, _)| *end).max().unwrap_or(end);
         break Tick {
             ms: (last - first).as_secs_f64() * 1e3,
-            commands: of_tick.len(),
-            keys: of_tick.iter().map(|(_, _, keys)| keys).sum(),
+            commands: 1 + reads.len(),
+            keys,
         };
     };
     assert!(leases.iter().all(|l| !l.is_lost()), "no lease lost");
