@@ -24,6 +24,14 @@ impl Actor {
     pub(super) fn on_acquire(&mut self, key: Target, waiter: Waiter) {
         let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
         state.prune_waiters();
+        if let Some(stored) = state.mismatch(waiter.shape.kind) {
+            let _ = waiter.respond_to.send(Err(Error::KindMismatch {
+                key: key.key.clone(),
+                stored,
+                requested: waiter.shape.kind,
+            }));
+            return;
+        }
         let busy = !state.admits(&waiter.shape)
             || !state.waiters.is_empty()
             || state.releases_in_flight > 0
@@ -52,7 +60,10 @@ impl Actor {
                 state.attempt = Attempt::Idle;
             }
         }
-        self.forget_if_idle(key);
+        // The waiter that went away may have been the head that the local
+        // holders did not admit (an exclusive one behind shared leases): the
+        // next one may start now.
+        self.serve_next(key);
     }
 
     /// Starts the key's next attempt if it is free locally and someone waits.
@@ -61,6 +72,19 @@ impl Actor {
             return;
         };
         state.prune_waiters();
+        // Waiters at the head that the local holders' kind refuses.
+        while let Some(stored) = state
+            .waiters
+            .front()
+            .and_then(|w| state.mismatch(w.shape.kind))
+        {
+            let waiter = state.waiters.pop_front().expect("a front waiter");
+            let _ = waiter.respond_to.send(Err(Error::KindMismatch {
+                key: key.key.clone(),
+                stored,
+                requested: waiter.shape.kind,
+            }));
+        }
         let ready = state
             .waiters
             .front()

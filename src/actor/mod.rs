@@ -185,6 +185,19 @@ impl KeyState {
         }
     }
 
+    /// The kind the leases held here have, if a waiter asking for `kind`
+    /// cannot get it while they are held: a semaphore's permits and another
+    /// kind (or another number of permits), either way. The store would
+    /// answer [`AcquireOutcome::Mismatch`] (these leases are live there), so
+    /// such a waiter is answered at once instead of blocking the waiters
+    /// behind it until they are released.
+    fn mismatch(&self, kind: LeaseKind) -> Option<LeaseKind> {
+        let stored = self.holders.first()?.kind;
+        let semaphore =
+            matches!(stored, LeaseKind::Permit { .. }) || matches!(kind, LeaseKind::Permit { .. });
+        (semaphore && stored != kind).then_some(stored)
+    }
+
     /// Drops waiters whose acquire future is gone.
     fn prune_waiters(&mut self) {
         self.waiters.retain(|w| !w.respond_to.is_closed());

@@ -397,7 +397,8 @@ pub(crate) struct KeyWrite {
     /// The key (`_id`) of the document written.
     pub key: LeaseKey,
     /// The write may have freed the key: a delete, a release (`lid` removed),
-    /// or a replacement without a lease id. Wakes the key's local waiters.
+    /// a replacement without a lease id, or the release of a holder of a
+    /// shared or semaphore key (`rl` set). Wakes the key's local waiters.
     pub freed: bool,
     /// The `lid` the write set, if the event shows one (`None` also for a
     /// `lid` that is not a UUID).
@@ -587,7 +588,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>>;
 
     /// Releases every lease held under this manager's owner id, except those
-    /// with a lease id in `except` (acquisitions in flight). Returns how many.
+    /// with a lease id in `except` (acquisitions in flight), holders of
+    /// shared and semaphore keys included. Returns how many documents it
+    /// changed.
     /// Only documents of our shape match: a foreign holder's lock carrying
     /// the same `aid` is never touched.
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>>;
@@ -621,7 +624,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>>;
 
     /// Releases `key` whoever holds it (an operator's override): as a
-    /// release, `exp` moves to now and `lid` is removed. A foreign holder's
+    /// release, `exp` moves to now and `lid` is removed; every holder of a
+    /// shared or semaphore key, a minimum hold (`hl`) and an exclusive
+    /// waiter's mark go too. A foreign holder's
     /// lock is deleted instead, only if it is still the document read
     /// (same `aid` and `ts`). Returns the lease as it was, if it was held.
     fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
@@ -638,8 +643,11 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Writes to lock documents that may change who holds them, by any
     /// owner, for waking local waiters at once instead of at their next poll
     /// and for noticing at once a held lease taken away by someone else's
-    /// write: deletes, inserts, replacements, and updates that set or remove
-    /// `lid` or `aid` (never renewals, payload writes or waiting marks).
+    /// write: deletes, inserts, replacements, updates that set or remove
+    /// `lid` or `aid`, and releases of holders of shared or semaphore keys
+    /// (`rl` set); never renewals, payload writes, waiting marks (`wt`,
+    /// `xw`) or a holder's acquisition beside others (`hs` changed without
+    /// `rl`).
     /// Starts with [`Announcement::Opened`] once the stream is open.
     /// Expiries are not reported (no write happens). Best effort: the
     /// stream ends, or yields an error, when the deployment has no change

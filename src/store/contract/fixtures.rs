@@ -92,18 +92,16 @@ impl Fixture for MemoryFixture {
 
     async fn cleanup(self) {}
 
-    // The twin's multi-holder keys and minimum holds are the twin's to
-    // model; until then these make the whole key expire.
-    async fn expire_holder(&self, key: impl Into<LeaseKey>, _lease_id: Uuid) {
-        self.db.expire(key);
+    async fn expire_holder(&self, key: impl Into<LeaseKey>, lease_id: Uuid) {
+        self.db.expire_holder(key, lease_id);
     }
 
     async fn expire_mark(&self, key: impl Into<LeaseKey>) {
-        self.db.expire(key);
+        self.db.expire_mark(key);
     }
 
     async fn expire_hold(&self, key: impl Into<LeaseKey>) {
-        self.db.expire(key);
+        self.db.expire_hold(key);
     }
 
     async fn lifetime(&self, key: impl Into<LeaseKey>) -> Duration {

@@ -247,6 +247,17 @@ pub(super) async fn renewal_of_two_permits_of_one_key_reports_exactly_the_one_ta
             .is_empty()
     );
 
+    // Another store of the same owner id (which did not acquire them)
+    // renews them as well.
+    let again = f.store("a").await;
+    assert!(
+        again
+            .renew(vec![l1.clone(), l2.clone()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
     f.expire_holder("k", l1.lease_id).await;
     take_as(&b, "k", permit(2)).await;
     let lost = a
@@ -425,7 +436,11 @@ pub(super) async fn inspect_and_list_show_each_kind_with_its_holders<F: Fixture>
     assert_eq!(page[2].fencing_token, t3);
 }
 
-pub(super) async fn a_holders_release_is_announced_its_renewal_is_not<F: Fixture>(f: &F) {
+pub(super) async fn a_holders_release_is_announced_its_renewal_and_acquisition_are_not<
+    F: Fixture,
+>(
+    f: &F,
+) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (la, _) = take_as(&a, "k", shared()).await;
     let (lb, _) = take_as(&b, "k", shared()).await;
@@ -445,6 +460,10 @@ pub(super) async fn a_holders_release_is_announced_its_renewal_is_not<F: Fixture
             .is_empty()
     );
     assert!(b.renew(vec![lb.clone()]).await.unwrap().is_empty());
+    // Another holder's acquisition takes nothing from the holders.
+    let c = f.store("c").await;
+    take_as(&c, "k", shared()).await;
+    take_as(&c, "p", permit(2)).await;
     assert_eq!(a.release(vec![lp]).await.unwrap(), 1);
     assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
 
@@ -465,7 +484,7 @@ pub(super) async fn a_holders_release_is_announced_its_renewal_is_not<F: Fixture
     assert_eq!(
         seen,
         [freed("p"), freed("k")],
-        "the two releases, not the renewals"
+        "the two releases, not the renewals nor another holder's acquisition"
     );
     assert!(!seen[1].keeps(la.lease_id, "a"));
 }
@@ -511,5 +530,46 @@ pub(super) async fn delete_mode_never_deletes_a_key_with_live_holders<F: Fixture
     for key in ["s", "p"] {
         let left = del.inspect(key.into()).await.unwrap();
         assert!(left.as_ref().is_none_or(|i| !i.held), "{key}: {left:?}");
+    }
+}
+
+pub(super) async fn racing_acquisitions_never_admit_more_than_n_permits<F: Fixture>(f: &F) {
+    for round in 0..3 {
+        let key = format!("k{round}");
+        let mut stores = Vec::new();
+        for i in 0..8 {
+            stores.push(f.store(&format!("o{i}")).await);
+        }
+        let attempts = stores.iter().map(|s| {
+            let key = key.clone();
+            async move { attempt(s, &key, permit(3), false).await.1 }
+        });
+        let outcomes = futures::future::join_all(attempts).await;
+        let won = outcomes
+            .iter()
+            .filter(|o| matches!(o, AcquireOutcome::Acquired { .. }))
+            .count();
+        assert!(won <= 3, "round {round}: {outcomes:?}");
+        let (kind, live) = holders(&stores[0], &key).await;
+        assert_eq!(kind, LeaseKind::Permit { permits: 3 });
+        assert_eq!(live.len(), won, "round {round}: {outcomes:?}");
+        // Those that lost find the key full, or lost a race and try again:
+        // the key ends with exactly its permits taken.
+        let mut total = won;
+        for (store, o) in stores.iter().zip(&outcomes) {
+            match o {
+                AcquireOutcome::Acquired { .. } => {}
+                AcquireOutcome::Held { .. } => {
+                    if let (_, AcquireOutcome::Acquired { .. }) =
+                        attempt(store, &key, permit(3), false).await
+                    {
+                        total += 1;
+                    }
+                }
+                other => panic!("round {round}: {other:?}"),
+            }
+        }
+        assert_eq!(total, 3, "round {round}");
+        assert_eq!(holders(&stores[0], &key).await.1.len(), 3);
     }
 }

@@ -299,9 +299,10 @@ contract!(
     kinds::a_waiting_exclusive_mark_blocks_new_shared_holders_until_it_expires,
     kinds::release_by_owner_and_force_release_of_multi_holder_keys,
     kinds::inspect_and_list_show_each_kind_with_its_holders,
-    kinds::a_holders_release_is_announced_its_renewal_is_not,
+    kinds::a_holders_release_is_announced_its_renewal_and_acquisition_are_not,
     kinds::a_holders_payload_is_written_only_while_it_holds,
     kinds::delete_mode_never_deletes_a_key_with_live_holders,
+    kinds::racing_acquisitions_never_admit_more_than_n_permits,
     // Holding at least.
     hold::a_lease_released_early_stays_held_until_its_minimum_hold,
     hold::a_lease_held_at_least_is_free_once_its_hold_has_passed,

@@ -1,131 +1,21 @@
-//! The in-memory document model: [`Doc`], the shared collection
-//! ([`MemoryDb`]) with its change notifications, and the protocol's rules
-//! applied to it (acquire, the lease filter, release).
+//! The shared in-memory lock collection ([`MemoryDb`]) with its change
+//! notifications, its reads as [`LeaseInfo`], and the test's operations on
+//! it (another owner's acquisition, expiry, deletes, rewrites).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
-use crate::error::Result;
+use super::doc::{Doc, Foreign};
+use super::rules::{Collection, apply_acquire};
+use crate::LeaseKind;
 use crate::key::LeaseKey;
-use crate::lease::LeaseInfo;
+use crate::kind::LeaseShape;
+use crate::lease::{HolderInfo, LeaseInfo};
 use crate::store::{AcquireOutcome, KeyWrite};
-
-/// One lock document.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Doc {
-    /// `aid`: owner id of the holder (or last holder).
-    pub owner: String,
-    /// `lid`: lease id of the current acquisition; `None` once released.
-    pub lease_id: Option<Uuid>,
-    /// `tok`: fencing token of the current (or last) acquisition.
-    pub token: u64,
-    /// `exp`: server time at which the lease expires.
-    pub exp: Instant,
-    /// `acq`: server time of the acquisition.
-    pub acquired: Instant,
-    /// `ts`: server time of the last acquire or renewal.
-    pub renewed: Instant,
-    /// `data`: the holder's payload.
-    pub payload: Option<Document>,
-    /// `wt`: when another owner first waited for the current lease.
-    pub waiting_since: Option<Instant>,
-    /// `yu`: until when the last holder yielded the key to waiting owners.
-    pub yield_until: Option<Instant>,
-}
-
-impl Doc {
-    /// A document held by `owner` from now for `ttl`, with token `token`.
-    pub fn held(owner: &str, token: u64, ttl: Duration) -> Doc {
-        let now = Instant::now();
-        Doc::fresh(owner, Some(Uuid::new_v4()), token, now, now + ttl)
-    }
-
-    /// A released document with token `token` (what an upsert starts from).
-    fn vacant(now: Instant, token: u64) -> Doc {
-        Doc::fresh("", None, token, now, now)
-    }
-
-    /// A new acquisition by `owner` under `lease_id` at `now`: token + 1,
-    /// `exp = now + ttl`, no payload and no fairness marks. Returns the token.
-    fn take(&mut self, owner: &str, lease_id: Uuid, ttl: Duration, now: Instant) -> u64 {
-        *self = Doc::fresh(owner, Some(lease_id), self.token + 1, now, now + ttl);
-        self.token
-    }
-
-    /// A document acquired (or released) at `now`, with no payload and no
-    /// fairness marks.
-    fn fresh(owner: &str, lease_id: Option<Uuid>, token: u64, now: Instant, exp: Instant) -> Doc {
-        Doc {
-            owner: owner.to_string(),
-            lease_id,
-            token,
-            exp,
-            acquired: now,
-            renewed: now,
-            payload: None,
-            waiting_since: None,
-            yield_until: None,
-        }
-    }
-
-    /// The lease as observers see it: without the fairness fields.
-    pub(super) fn observed(&self) -> Doc {
-        Doc {
-            waiting_since: None,
-            yield_until: None,
-            ..self.clone()
-        }
-    }
-}
-
-impl Doc {
-    /// Free by the protocol's rule: `exp <= now`.
-    pub fn is_free_at(&self, now: Instant) -> bool {
-        self.exp <= now
-    }
-
-    /// Yielded by `owner` to waiting owners: `owner` cannot take it back yet.
-    pub fn yielded_by(&self, owner: &str, now: Instant) -> bool {
-        self.owner == owner && self.yield_until.is_some_and(|until| until > now)
-    }
-}
-
-/// A foreign holder's lock document (another application's `{_id, ts, aid}`).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Foreign {
-    /// `aid`: the other application's owner id.
-    pub owner: String,
-    /// `ts`: when it was written.
-    pub written: Instant,
-}
-
-/// The documents of a [`MemoryDb`], as its operations see them.
-#[derive(Default)]
-pub(crate) struct Collection {
-    pub(super) docs: HashMap<LeaseKey, Doc>,
-    /// Keys occupied by a foreign holder's lock document (not written by
-    /// the protocol): never modified, except deleted by a force release.
-    pub(super) foreign: HashMap<LeaseKey, Foreign>,
-    /// The token of each deleted document: a new document of its key starts
-    /// above it, as on MongoDB.
-    deleted_tokens: HashMap<LeaseKey, u64>,
-    /// In a place of in-document leases: user documents that do not exist
-    /// ([`MemoryDb::remove_user_document`]); every other one does.
-    pub(super) missing: std::collections::HashSet<LeaseKey>,
-}
-
-impl Collection {
-    /// What a new document of `key` starts from at `now`.
-    fn vacant(&self, key: &LeaseKey, now: Instant) -> Doc {
-        Doc::vacant(now, self.deleted_tokens.get(key).copied().unwrap_or(0))
-    }
-}
 
 /// The shared in-memory lock collection. Cheap to clone.
 #[derive(Clone)]
@@ -163,149 +53,6 @@ impl Default for MemoryDb {
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking test must not poison the other assertions' view.
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The acquire rule, applied at server time `now`.
-pub(super) fn apply_acquire(
-    coll: &mut Collection,
-    key: &LeaseKey,
-    owner: &str,
-    lease_id: Uuid,
-    ttl: Duration,
-    waiting: bool,
-    now: Instant,
-) -> Result<AcquireOutcome> {
-    if let Some(foreign) = coll.foreign.get(key) {
-        return Ok(AcquireOutcome::Held {
-            holder: foreign.owner.clone(),
-            remaining: None,
-        });
-    }
-    match coll.docs.get_mut(key) {
-        None => {
-            let mut doc = coll.vacant(key, now);
-            let token = doc.take(owner, lease_id, ttl, now);
-            coll.docs.insert(key.clone(), doc);
-            Ok(AcquireOutcome::Acquired { token })
-        }
-        Some(doc) if doc.lease_id == Some(lease_id) && doc.owner == owner => {
-            // A retry of an acquisition that landed: same token, fresh expiry.
-            // (A document rewritten to another owner is not ours any more.)
-            doc.exp = now + ttl;
-            doc.renewed = now;
-            Ok(AcquireOutcome::Acquired { token: doc.token })
-        }
-        Some(doc) if doc.exp <= now && !doc.yielded_by(owner, now) => {
-            Ok(AcquireOutcome::Acquired {
-                token: doc.take(owner, lease_id, ttl, now),
-            })
-        }
-        Some(doc) => {
-            let held_by_other = doc.lease_id.is_some() && doc.exp > now && doc.owner != owner;
-            if waiting && held_by_other && doc.waiting_since.is_none() {
-                doc.waiting_since = Some(now);
-            }
-            let until = match doc.yield_until {
-                Some(until) if doc.owner == owner => doc.exp.max(until),
-                _ => doc.exp,
-            };
-            Ok(AcquireOutcome::Held {
-                holder: doc.owner.clone(),
-                remaining: Some(until.saturating_duration_since(now)),
-            })
-        }
-    }
-}
-
-/// The `_id $in keys, lid $in ids, aid = owner` filter of
-/// `MongoStore::lease_filter`.
-pub(super) fn lease_matches(
-    key: &LeaseKey,
-    doc: &Doc,
-    owner: &str,
-    keys: &HashSet<&LeaseKey>,
-    ids: &HashSet<Uuid>,
-) -> bool {
-    keys.contains(key) && doc.lease_id.is_some_and(|id| ids.contains(&id)) && doc.owner == owner
-}
-
-/// The release rule on one matching document at `now`.
-pub(super) fn release_doc(doc: &mut Doc, now: Instant, yield_window: Duration) {
-    doc.exp = doc.exp.min(now);
-    doc.lease_id = None;
-    if doc.waiting_since.take().is_some() {
-        doc.yield_until = Some(now + yield_window);
-    }
-}
-
-impl Collection {
-    /// The release rule on the documents of `keys` for which `matches` holds,
-    /// at `now`, in `mode`: in delete mode a document nobody waited for
-    /// (`wt` unset) and acquired at least
-    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) ago is deleted
-    /// (the twin's stand-in for the token-age rule; its next token continues
-    /// from the deleted one), every other one is marked released
-    /// ([`release_doc`]). Announces each key; returns `(deleted, marked)`.
-    pub(super) fn release_where(
-        &mut self,
-        db: &MemoryDb,
-        matches: impl Fn(&LeaseKey, &Doc) -> bool,
-        now: Instant,
-        yield_window: Duration,
-        mode: ReleaseMode,
-    ) -> (u64, u64) {
-        let keys: Vec<LeaseKey> = self
-            .docs
-            .iter()
-            .filter(|(k, d)| matches(k, d))
-            .map(|(k, _)| k.clone())
-            .collect();
-        let (mut deleted, mut marked) = (0, 0);
-        for key in keys {
-            let doc = self.docs.get_mut(&key).expect("listed above");
-            let deletable = mode == ReleaseMode::Delete
-                && doc.waiting_since.is_none()
-                && now >= doc.acquired + DELETE_MIN_TOKEN_AGE;
-            if deletable {
-                let doc = self.docs.remove(&key).expect("listed above");
-                self.deleted_tokens.insert(key.clone(), doc.token);
-                deleted += 1;
-            } else {
-                release_doc(doc, now, yield_window);
-                marked += 1;
-            }
-            db.announce_release(&key);
-        }
-        (deleted, marked)
-    }
-
-    /// Delete mode's follow-up: deletes the released documents (no lease
-    /// id, not yielded at `now`) for which `matches` holds, acquired at least
-    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) ago. Returns how many.
-    pub(super) fn delete_released_where(
-        &mut self,
-        db: &MemoryDb,
-        matches: impl Fn(&LeaseKey, &Doc) -> bool,
-        now: Instant,
-    ) -> u64 {
-        let keys: Vec<LeaseKey> = self
-            .docs
-            .iter()
-            .filter(|(k, d)| {
-                matches(k, d)
-                    && d.lease_id.is_none()
-                    && d.yield_until.is_none_or(|until| until <= now)
-                    && now >= d.acquired + DELETE_MIN_TOKEN_AGE
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in &keys {
-            let doc = self.docs.remove(key).expect("listed above");
-            self.deleted_tokens.insert(key.clone(), doc.token);
-            db.announce_release(key);
-        }
-        keys.len() as u64
-    }
 }
 
 impl MemoryDb {
@@ -356,6 +103,32 @@ impl MemoryDb {
         });
     }
 
+    /// Reports a new acquisition of `key` as `kind`, as MongoDB's change
+    /// stream shows it: an exclusive one with its `lid` and `aid`; a
+    /// holder's, only when it inserts the document (`had_lease_id` is
+    /// `None`) or removes an exclusive lease's `lid` (`Some(true)`), as a
+    /// write without a lease id; a holder's entry added to a document
+    /// without `lid` (`hs` changed without `rl`) is not announced.
+    pub(super) fn announce_taken(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        lease_id: Uuid,
+        kind: LeaseKind,
+        had_lease_id: Option<bool>,
+    ) {
+        if !kind.is_multi_holder() {
+            self.announce_acquisition(key, owner, lease_id);
+        } else if had_lease_id != Some(false) {
+            self.announce(KeyWrite {
+                key: key.clone(),
+                freed: true,
+                lease_id: None,
+                owner: Some(owner.to_string()),
+            });
+        }
+    }
+
     /// How many `watch_releases` streams are open.
     pub fn release_watchers(&self) -> usize {
         self.released.receiver_count()
@@ -379,8 +152,28 @@ impl MemoryDb {
         }
     }
 
-    /// `doc` as a [`LeaseInfo`] judged at `now`.
+    /// `doc` as a [`LeaseInfo`] judged at `now`, as `store::lease_info`
+    /// reads a lock document: its stored kind, its live holders in `hs`,
+    /// and `hl` while it is ahead.
     pub fn info(&self, key: &LeaseKey, doc: &Doc, now: Instant) -> LeaseInfo {
+        let kind = doc.stored_kind();
+        let holders: Vec<HolderInfo> = doc
+            .live_holders(now)
+            .map(|h| HolderInfo {
+                owner_id: h.owner.clone(),
+                fencing_token: h.token,
+                acquired_at: self.system_time(h.acquired),
+                renewed_at: self.system_time(h.renewed),
+                expires_at: self.system_time(h.exp),
+            })
+            .collect();
+        let hold_until = doc.hold_until.filter(|until| *until > now);
+        // A lease released before its minimum hold keeps the key until `hl`.
+        let held = if kind.is_multi_holder() {
+            !holders.is_empty()
+        } else {
+            (doc.lease_id.is_some() || hold_until.is_some()) && doc.exp > now
+        };
         LeaseInfo {
             key: key.clone(),
             owner_id: doc.owner.clone(),
@@ -390,11 +183,11 @@ impl MemoryDb {
             expires_at: self.system_time(doc.exp),
             server_time: self.system_time(now),
             payload: doc.payload.clone(),
-            held: doc.lease_id.is_some() && doc.exp > now,
+            held,
             foreign: false,
-            kind: crate::LeaseKind::Exclusive,
-            holders: Vec::new(),
-            hold_until: None,
+            kind,
+            holders,
+            hold_until: hold_until.map(|until| self.system_time(until)),
         }
     }
 
@@ -468,20 +261,40 @@ impl MemoryDb {
 
     /// Another owner acquires `key` by the protocol's rule, now.
     pub fn try_take(&self, key: impl Into<LeaseKey>, owner: &str, ttl: Duration) -> AcquireOutcome {
+        self.try_take_as(key, owner, ttl, LeaseKind::Exclusive)
+    }
+
+    /// Another owner acquires `key` as `kind` by the protocol's rule, now
+    /// (without waiting: no mark).
+    pub fn try_take_as(
+        &self,
+        key: impl Into<LeaseKey>,
+        owner: &str,
+        ttl: Duration,
+        kind: LeaseKind,
+    ) -> AcquireOutcome {
         let key = &key.into();
         let lease_id = Uuid::new_v4();
+        let shape = LeaseShape {
+            kind,
+            hold_at_least: None,
+        };
+        let mut coll = lock(&self.inner);
+        let had_lease_id = coll.docs.get(key).map(|d| d.lease_id.is_some());
         let outcome = apply_acquire(
-            &mut lock(&self.inner),
+            &mut coll,
             key,
             owner,
             lease_id,
             ttl,
             false,
+            shape,
             Instant::now(),
         )
         .expect("try_take on a foreign document");
+        drop(coll);
         if matches!(outcome, AcquireOutcome::Acquired { .. }) {
-            self.announce_acquisition(key, owner, lease_id);
+            self.announce_taken(key, owner, lease_id, kind, had_lease_id);
         }
         self.touch();
         outcome
@@ -501,7 +314,7 @@ impl MemoryDb {
             .docs
             .entry(key.clone())
             .or_insert(vacant)
-            .take(owner, lease_id, ttl, now);
+            .take(owner, lease_id, ttl, None, now);
         drop(coll);
         self.announce_acquisition(key, owner, lease_id);
         self.touch();
@@ -513,8 +326,57 @@ impl MemoryDb {
     pub fn expire(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
         if let Some(doc) = lock(&self.inner).docs.get_mut(key) {
-            doc.exp = doc.exp.min(Instant::now());
+            doc.exp = doc.floor(doc.exp.min(Instant::now()));
         }
+        self.touch();
+    }
+
+    /// Makes the holder `lease_id` of `key` (an entry of `hs`) expire now,
+    /// keeping it in `hs`: the server's view of a holder whose renewals
+    /// stopped reaching it. The key's `exp` becomes its holders' latest.
+    pub fn expire_holder(&self, key: impl Into<LeaseKey>, lease_id: Uuid) {
+        let key = &key.into();
+        let now = Instant::now();
+        let mut coll = lock(&self.inner);
+        let doc = coll.docs.get_mut(key).expect("a document");
+        let holder = doc
+            .holders
+            .iter_mut()
+            .find(|h| h.lease_id == lease_id)
+            .expect("a holder with this lease id");
+        holder.exp = holder.exp.min(now);
+        doc.exp = doc.holders.iter().map(|h| h.exp).max().unwrap_or(now);
+        drop(coll);
+        self.touch();
+    }
+
+    /// Makes the exclusive waiter's mark on `key` (`xw`) expire now: a
+    /// waiter that stopped retrying.
+    pub fn expire_mark(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
+        let now = Instant::now();
+        let mut coll = lock(&self.inner);
+        let mark = coll
+            .docs
+            .get_mut(key)
+            .and_then(|doc| doc.exclusive_waiter.as_mut())
+            .expect("a waiting mark");
+        mark.1 = mark.1.min(now);
+        drop(coll);
+        self.touch();
+    }
+
+    /// Makes the minimum hold of `key` (`hl`) pass now, and its `exp` not
+    /// later than now.
+    pub fn expire_hold(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
+        let now = Instant::now();
+        let mut coll = lock(&self.inner);
+        let doc = coll.docs.get_mut(key).expect("a document");
+        let until = doc.hold_until.as_mut().expect("a minimum hold");
+        *until = (*until).min(now);
+        doc.exp = doc.exp.min(now);
+        drop(coll);
         self.touch();
     }
 

@@ -45,6 +45,23 @@
 //!   and only force release (or [`MemoryDb::delete`]) deletes it, announcing
 //!   the delete like a release.
 //!
+//! - **Shared and semaphore keys** (`Store::acquire_shaped`, rules in
+//!   [`kinds`]): holders in [`Doc::holders`] (`hs`, each with owner id,
+//!   lease id, token, times and payload), `pm` in [`Doc::permits`]; a
+//!   shared acquisition waits for a live exclusive holder (marking it
+//!   waited for) and for a live exclusive waiter's mark (`xw`,
+//!   [`Doc::exclusive_waiter`]), a permit for a free one among `pm`; mixing
+//!   a semaphore with another kind or number while it has live holders is
+//!   `Mismatch`; an exclusive waiter on live shared holders writes `xw =
+//!   (owner, now + ttl)` and is told to retry within `ttl / 2`. Renewal
+//!   matches entries of `hs` too (lost leases are told apart by lease id);
+//!   release removes a holder's entry and announces the key as freed
+//!   (MongoDB's stream shows `rl`); release by owner id matches entries;
+//!   force release frees the key whole (holders and `hl`).
+//! - **Holding at least**: an exclusive acquisition with `hold_at_least`
+//!   sets `hl = now + hold_at_least` ([`Doc::hold_until`]); acquisition,
+//!   renewal and release keep `exp >= hl`, delete mode never deletes
+//!   before `hl`.
 //! - **In-document leases** ([`Store::documents`](crate::store::Store::documents),
 //!   [`MemoryStore::document_store`]): a second place, whose lock fields
 //!   live in another [`MemoryDb`] ([`MemoryDb::documents`], one per user
@@ -76,23 +93,36 @@
 //! Knobs are read when the actor *calls* the method (when it issues the
 //! command), not when the future is first polled.
 //!
-//! - [`db`]: the document model ([`Doc`]), the shared collection
-//!   ([`MemoryDb`]) with its change notifications, and the rules above;
+//! - [`doc`]: the document model ([`Doc`], a holder of a shared or
+//!   semaphore key, a foreign holder's [`Foreign`](doc::Foreign));
+//! - [`rules`]: the rules above, applied to the documents ([`Collection`](rules::Collection));
+//! - [`kinds`]: the rules of shared and semaphore keys' holders;
+//! - [`db`]: the shared collection ([`MemoryDb`]) with its change
+//!   notifications, its reads, and the test's own operations on it;
 //! - [`control`]: the fault knobs and call counters ([`Op`], [`Fault`],
 //!   [`Call`](control::Call)), shared by a store's clones;
-//! - [`store`]: [`MemoryStore`] and its [`Store`](crate::store::Store)
-//!   implementation.
+//! - [`store`]: [`MemoryStore`], its settings and knobs, and `run`, which
+//!   applies an operation at server time;
+//! - [`ops`]: its [`Store`](crate::store::Store) implementation;
+//! - [`streams`]: its stream of writes and its observed states.
 //!
-//! Dependencies go one way: `store` uses `db` and `control`; `control` uses
-//! `db` (its lock helper only); `db` uses neither.
+//! `ops` and `streams` use `store`, which uses `db`, `rules` and
+//! `control`; `rules` and `kinds` apply to `doc` and announce their writes
+//! through `db`; `control` uses `db` (its lock helper only).
 
 // A test utility: not every helper is used by every test.
 #![allow(dead_code)]
 
 mod control;
 mod db;
+mod doc;
+mod kinds;
+mod ops;
+mod rules;
 mod store;
+mod streams;
 
 pub(crate) use control::{Fault, Op};
-pub(crate) use db::{Doc, MemoryDb};
+pub(crate) use db::MemoryDb;
+pub(crate) use doc::Doc;
 pub(crate) use store::MemoryStore;

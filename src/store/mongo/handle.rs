@@ -2,7 +2,9 @@
 //! the protocol needs), the store's settings, the operation timeout, and how
 //! the server's errors are read.
 
+use std::collections::HashSet;
 use std::future::IntoFuture;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mongodb::bson::Document;
@@ -10,6 +12,7 @@ use mongodb::options::{
     CollectionOptions, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
 };
 use mongodb::{Collection, Database};
+use uuid::Uuid;
 
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
@@ -31,6 +34,10 @@ pub(crate) struct MongoStore {
     operation_timeout: Duration,
     /// Whether releases keep or delete the lock document.
     release_mode: ReleaseMode,
+    /// The lease ids this store acquired as holders of shared or semaphore
+    /// keys and has not seen released or lost: a hint that lets a renewal
+    /// batch without any of them keep the exclusive leases' plain update.
+    holder_ids: Arc<Mutex<HashSet<Uuid>>>,
 }
 
 impl MongoStore {
@@ -58,7 +65,16 @@ impl MongoStore {
             yield_ms: yield_window.as_millis().min(i64::MAX as u128) as i64,
             operation_timeout,
             release_mode: ReleaseMode::Keep,
+            holder_ids: Arc::default(),
         }
+    }
+
+    /// The lease ids this store acquired as holders of shared or semaphore
+    /// keys and has not seen released or lost (a hint, see [`MongoStore`]).
+    pub(super) fn holder_ids(&self) -> MutexGuard<'_, HashSet<Uuid>> {
+        self.holder_ids
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).

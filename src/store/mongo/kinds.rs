@@ -395,6 +395,29 @@ pub(in crate::store::mongo) fn holder_check_filter(
     }
 }
 
+/// The documents of exclusive leases among `leases` of `owner`: `_id`
+/// among their keys, `lid` among their lease ids (one `$in` each, one
+/// indexed query) and `aid` the owner id. The filter of a renewal batch
+/// with no holder of a shared or semaphore key.
+pub(in crate::store::mongo) fn exclusive_filter(owner: &str, leases: &[LeaseRef]) -> Document {
+    let keys: Vec<Bson> = leases.iter().map(|l| l.key.as_bson().clone()).collect();
+    let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
+    doc! {
+        field::ID: { "$in": keys },
+        field::LEASE_ID: { "$in": ids },
+        field::OWNER: { "$eq": owner },
+    }
+}
+
+/// The renewal of exclusive leases ([`exclusive_filter`]): `ts = $$NOW`,
+/// `exp = max($$NOW + ttl_ms, hl)`; nothing else changes.
+pub(in crate::store::mongo) fn renew_exclusive_update(ttl_ms: i64) -> Vec<Document> {
+    vec![doc! { "$set": {
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: { "$max": [{ "$add": ["$$NOW", ttl_ms] }, f(field::HOLD_UNTIL)] },
+    }}]
+}
+
 /// The lease ids of `leases`.
 pub(in crate::store::mongo) fn lease_ids(leases: &[LeaseRef]) -> Vec<Uuid> {
     leases.iter().map(|l| l.lease_id).collect()

@@ -45,10 +45,15 @@ impl MongoStore {
         }
         let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, kind);
         let projection = multi_acquire_projection(self.owner(), lease_id);
-        self.acquire_by(key, update, projection, |key, doc| {
-            classify_multi(key, kind, doc)
-        })
-        .await
+        let outcome = self
+            .acquire_by(key, update, projection, |key, doc| {
+                classify_multi(key, kind, doc)
+            })
+            .await?;
+        if matches!(outcome, AcquireOutcome::Acquired { .. }) {
+            self.holder_ids().insert(lease_id);
+        }
+        Ok(outcome)
     }
 
     /// Sets the payload of `lease` as a holder of a shared or semaphore key

@@ -16,8 +16,9 @@ use uuid::Uuid;
 
 use super::handle::{MongoStore, is_duplicate_key, is_on_id_index};
 use super::kinds::{
-    Released, cap_for_mark, force_release_any_filter, force_release_update, holder_filter,
-    lease_ids, owner_holders_filter, release_any_update, renew_any_update,
+    Released, cap_for_mark, exclusive_filter, force_release_any_filter, force_release_update,
+    holder_filter, lease_ids, owner_holders_filter, release_any_update, renew_any_update,
+    renew_exclusive_update,
 };
 use super::observe::observe;
 use super::pipeline::{
@@ -157,14 +158,40 @@ impl MongoStore {
         }
     }
 
+    /// One `updateMany` for the batch: the plain renewal of exclusive leases
+    /// when it holds no lease this store acquired as a holder of a shared
+    /// or semaphore key, else the renewal of any kinds. A lease the plain
+    /// renewal reports lost is checked again with the renewal of any kinds
+    /// (one more command, only when a lease is lost), so the hint never
+    /// decides a loss.
     async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl_ms: i64) -> Result<Vec<LeaseRef>> {
-        let filter = holder_filter(self.owner(), &leases);
-        let update = renew_any_update(self.owner(), &lease_ids(&leases), ttl_ms);
+        let plain = {
+            let holders = self.holder_ids();
+            !leases.iter().any(|l| holders.contains(&l.lease_id))
+        };
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
-        self.renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
-            .await
+        let mut lost = if plain {
+            let filter = exclusive_filter(self.owner(), &leases);
+            let update = renew_exclusive_update(ttl_ms);
+            self.renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
+                .await?
+        } else {
+            leases
+        };
+        if !lost.is_empty() {
+            let filter = holder_filter(self.owner(), &lost);
+            let update = renew_any_update(self.owner(), &lease_ids(&lost), ttl_ms);
+            lost = self
+                .renew_matching(self.coll(), filter, update, lost, field::LEASE_ID)
+                .await?;
+        }
+        let mut holders = self.holder_ids();
+        for l in &lost {
+            holders.remove(&l.lease_id);
+        }
+        Ok(lost)
     }
 
     /// Renews `leases` by `update` on the documents of `coll` that match
@@ -323,6 +350,12 @@ impl MongoStore {
     /// of one key, which one document matches once), so that the count is
     /// of leases.
     async fn release_leases(&self, leases: Vec<LeaseRef>) -> Result<u64> {
+        {
+            let mut holders = self.holder_ids();
+            for l in &leases {
+                holders.remove(&l.lease_id);
+            }
+        }
         let mut rounds: Vec<Vec<LeaseRef>> = Vec::new();
         for lease in leases {
             match rounds
@@ -614,6 +647,7 @@ impl Store for MongoStore {
                 owner_filter(store.owner(), &except),
                 owner_holders_filter(store.owner(), &except),
             ]};
+            store.holder_ids().retain(|id| except.contains(id));
             let released = Released::Owner {
                 owner: store.owner(),
                 except,

@@ -405,14 +405,25 @@ pub(super) fn release_events_pipeline() -> [Document; 2] {
             updated(field::OWNER): 1,
             updated(field::RELEASED_AT): 1,
             "updateDescription.removedFields": 1,
+            HOLDERS_CHANGED: { "$anyElementTrue": [{ "$map": {
+                "input": { "$objectToArray": { "$ifNull": ["$updateDescription.updatedFields", {}] } },
+                "in": { "$eq": [{ "$arrayElemAt": [{ "$split": ["$$this.k", "."] }, 0] }, field::HOLDERS] },
+            }}]},
         }},
     ]
 }
 
+/// Field of the events of [`release_events_pipeline`]: whether the update
+/// changed `hs` (its `updatedFields` name `hs` or `hs.<i>...`), computed on
+/// the server since those names are not known in advance.
+const HOLDERS_CHANGED: &str = "holders";
+
 /// Reads one event of [`release_events_pipeline`] (a raw change event
-/// document). `None` for an event of another kind, or one missing the
+/// document). `None` for an event of another kind, one missing the
 /// fields its kind carries (`documentKey._id`, `fullDocument`,
-/// `updateDescription`).
+/// `updateDescription`), or the update of a holder's acquisition on a
+/// shared or semaphore key (`hs` changed without `rl`: the key's other
+/// holders keep their leases, and nothing was freed).
 pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
     let key = event_key(event)?;
     let lease_id = |doc: &Document| read_lease_id(doc.get(field::LEASE_ID));
@@ -442,6 +453,18 @@ pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
                     .get_array("removedFields")
                     .is_ok_and(|r| r.iter().any(|f| f.as_str() == Some(name)))
             };
+            // A holder added to `hs` (its entry, with the key's `aid`, `tok`,
+            // ...) takes nothing from the other holders, and frees nothing.
+            let holders = |name: &String| {
+                name == field::HOLDERS || name.starts_with(&format!("{}.", field::HOLDERS))
+            };
+            if (updated.keys().any(holders) || event.get_bool(HOLDERS_CHANGED) == Ok(true))
+                && !updated.contains_key(field::RELEASED_AT)
+                && !updated.contains_key(field::LEASE_ID)
+                && !removed(field::LEASE_ID)
+            {
+                return None;
+            }
             // A holder removed from `hs` (`rl` set) frees a place on the key.
             if updated.contains_key(field::RELEASED_AT) {
                 return Some(KeyWrite {
@@ -773,6 +796,7 @@ mod tests {
                 "updateDescription.updatedFields.aid",
                 "updateDescription.updatedFields.rl",
                 "updateDescription.removedFields",
+                "holders",
             ]
         );
     }
@@ -846,6 +870,21 @@ mod tests {
             Some(write(true, None, None)),
             "a holder's release"
         );
+        assert_eq!(
+            key_write(&update(
+                doc! { "aid": "b", "tok": 9_i64, "hs.2": { "aid": "b" } },
+                vec![]
+            )),
+            None,
+            "a holder's acquisition"
+        );
+        assert_eq!(
+            key_write(&update(doc! { "aid": "b", "hs": [] }, vec![])),
+            None
+        );
+        let mut projected = update(doc! { "aid": "b" }, vec![]);
+        projected.insert("holders", true);
+        assert_eq!(key_write(&projected), None, "as the server computed it");
         assert_eq!(key_write(&event("invalidate", doc! {})), None);
         assert_eq!(
             key_write(&doc! { "operationType": "delete", "documentKey": { "_id": 1 } }),

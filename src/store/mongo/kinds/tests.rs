@@ -437,3 +437,23 @@ fn a_holders_payload_is_written_in_its_own_entry() {
         doc! { "$set": { "hs.$.data": { "x": 1 } } }
     );
 }
+
+#[test]
+fn a_batch_of_exclusive_leases_keeps_the_plain_renewal_never_below_hl() {
+    let ids = vec![bson_lease_id(LID), bson_lease_id(Uuid::from_u128(7))];
+    assert_eq!(
+        exclusive_filter("me", &leases()),
+        doc! {
+            "_id": { "$in": ["a", "b"] },
+            "lid": { "$in": ids },
+            "aid": { "$eq": "me" },
+        }
+    );
+    assert_eq!(
+        renew_exclusive_update(7_000),
+        vec![doc! { "$set": {
+            "ts": "$$NOW",
+            "exp": { "$max": [{ "$add": ["$$NOW", 7_000_i64] }, "$hl"] },
+        }}]
+    );
+}

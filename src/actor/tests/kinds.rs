@@ -1,0 +1,548 @@
+//! Kinds of lease (`src/actor/acquire.rs`, `KeyState::admits`): permits of
+//! a semaphore held by one manager's tasks and by several managers, shared
+//! waiters served one after another, an exclusive waiter among shared
+//! holders (local FIFO, and the waiting mark across managers), kind
+//! mismatches, one renewal call for every kind, the loss of one permit,
+//! `hold_at_least`, and the change-stream wake-up of a permit waiter.
+
+use super::*;
+use crate::store::memory::Doc;
+use crate::{AcquireOptions, LeaseKind};
+
+/// A semaphore of `n` permits.
+fn permits(n: u32) -> AcquireOptions {
+    AcquireOptions::builder()
+        .kind(LeaseKind::Permit { permits: n })
+        .build()
+}
+
+/// The shared side of a read/write key.
+fn shared() -> AcquireOptions {
+    AcquireOptions::builder().kind(LeaseKind::Shared).build()
+}
+
+/// `manager.acquire_with(key, options)` in a task, queued before this
+/// returns; the task yields the instant the lease was granted, with the lease.
+async fn waiter_with(
+    manager: &LockManager,
+    key: &str,
+    options: &AcquireOptions,
+) -> JoinHandle<Result<(Instant, Lease)>> {
+    let (manager, key, options) = (manager.clone(), key.to_string(), options.clone());
+    started(async move {
+        let lease = manager.acquire_with(key, &options).await?;
+        Ok((Instant::now(), lease))
+    })
+    .await
+}
+
+/// The owner ids of the live holders in `hs` of `key`, oldest first.
+fn holder_owners(db: &MemoryDb, key: &str) -> Vec<String> {
+    let doc: Doc = db.doc(key).expect("a document");
+    doc.live_holders(Instant::now())
+        .map(|h| h.owner.clone())
+        .collect()
+}
+
+/// A manager whose polls are seconds apart: only a change-stream event can
+/// wake its waiters sooner.
+fn start_slow_polls(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore) {
+    let store = db.store(owner, TTL);
+    let slow_polls = Timing {
+        retry_initial: Duration::from_secs(2),
+        retry_max: Duration::from_secs(10),
+        ..timing()
+    };
+    let manager = LockManager::start(Arc::new(store.clone()), owner.into(), slow_polls);
+    (manager, store)
+}
+
+fn assert_mismatch<T: std::fmt::Debug>(result: Result<T>, stored: LeaseKind, requested: LeaseKind) {
+    match result {
+        Err(Error::KindMismatch {
+            stored: s,
+            requested: r,
+            ..
+        }) if s == stored && r == requested => {}
+        other => panic!("expected KindMismatch({stored} / {requested}), got {other:?}"),
+    }
+}
+
+// ----- semaphores -----------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn the_waiter_after_n_local_permits_waits_without_a_round_trip_and_gets_the_first_permit_released()
+ {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let three = permits(3);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(a.acquire_with("pool", &three).await.unwrap());
+    }
+    let tokens: Vec<u64> = held.iter().map(Lease::fencing_token).collect();
+    assert!(tokens.windows(2).all(|t| t[0] < t[1]), "{tokens:?}");
+    assert!(
+        held.iter()
+            .all(|l| l.kind() == LeaseKind::Permit { permits: 3 })
+    );
+    let fourth = waiter_with(&a, "pool", &three).await;
+    let fifth = waiter_with(&a, "pool", &three).await;
+    settle().await;
+    sleep(HEARTBEAT / 2).await;
+    assert_eq!(
+        store.acquire_calls("pool").len(),
+        3,
+        "every permit is held here: the fourth and fifth wait locally"
+    );
+    assert!(!fourth.is_finished() && !fifth.is_finished());
+
+    let second = held.remove(1);
+    let released_at = Instant::now();
+    assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, fourth_lease) = soon(fourth).await.unwrap().unwrap();
+    assert_eq!(at, released_at, "served once the release is confirmed");
+    assert!(fourth_lease.fencing_token() > tokens[2]);
+    settle().await;
+    assert!(!fifth.is_finished(), "FIFO: the fifth waits for the next");
+    assert_eq!(holder_owners(&db, "pool"), ["a", "a", "a"]);
+
+    let released_at = Instant::now();
+    assert_eq!(
+        held.remove(0).release().await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    let (at, fifth_lease) = soon(fifth).await.unwrap().unwrap();
+    assert_eq!(at, released_at);
+    assert!(fifth_lease.fencing_token() > fourth_lease.fencing_token());
+    assert_eq!(store.max_acquires_in_flight_per_key(), 1);
+    assert_eq!(store.acquire_calls("pool").len(), 5);
+}
+
+/// Two managers hold the two permits; a third one's waiter, whose polls
+/// are seconds apart, gets the permit one of them releases within
+/// `RELEASE_WAKE_JITTER`, woken by the change stream.
+#[tokio::test(start_paused = true)]
+async fn a_permit_released_by_another_manager_wakes_the_waiting_manager_at_once() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let (c, c_store) = start_slow_polls(&db, "c");
+    let two = permits(2);
+    let _la = a.acquire_with("pool", &two).await.unwrap();
+    let lb = b.acquire_with("pool", &two).await.unwrap();
+    let waiting = waiter_with(&c, "pool", &two).await;
+    settle().await;
+    sleep(RELEASE_WAKE_JITTER + MS).await;
+    let attempts = c_store.acquire_calls("pool").len();
+    assert_eq!(attempts, 2, "held, and held again once c's stream opened");
+    assert!(a.try_acquire_with("pool", &two).await.unwrap().is_none());
+
+    // c's next poll is at least a second away.
+    sleep(Duration::from_millis(500)).await;
+    let released_at = Instant::now();
+    assert_eq!(lb.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, lc) = soon(waiting).await.unwrap().unwrap();
+    assert!(
+        at - released_at <= RELEASE_WAKE_JITTER,
+        "woken {:?} after the release",
+        at - released_at
+    );
+    assert_eq!(c_store.acquire_calls("pool").len(), attempts + 1);
+    assert_eq!(holder_owners(&db, "pool"), ["a", "c"]);
+    let info = c.inspect("pool").await.unwrap().expect("a document");
+    assert!(info.held);
+    assert_eq!(info.kind, LeaseKind::Permit { permits: 2 });
+    let tokens: Vec<u64> = info.holders.iter().map(|h| h.fencing_token).collect();
+    assert_eq!(tokens.last(), Some(&lc.fencing_token()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_asking_another_number_of_permits_gets_kind_mismatch_while_the_others_continue() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let (two, three) = (permits(2), permits(3));
+    let p1 = a.acquire_with("pool", &two).await.unwrap();
+    let _p2 = a.acquire_with("pool", &two).await.unwrap();
+    let next = waiter_with(&a, "pool", &two).await;
+    // Refused at once: the permits held here are live in the store too.
+    assert_mismatch(
+        soon(a.acquire_with("pool", &three)).await,
+        LeaseKind::Permit { permits: 2 },
+        LeaseKind::Permit { permits: 3 },
+    );
+    assert_mismatch(
+        soon(a.acquire("pool")).await,
+        LeaseKind::Permit { permits: 2 },
+        LeaseKind::Exclusive,
+    );
+    assert_eq!(store.acquire_calls("pool").len(), 2);
+    let released_at = Instant::now();
+    assert_eq!(p1.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, _) = soon(next).await.unwrap().unwrap();
+    assert_eq!(at, released_at, "the waiter behind the refused ones");
+
+    // Held elsewhere: the store's answer fails the waiter of 3 permits
+    // only; the waiter of 2 behind it gets its permit.
+    let (b, b_store, _) = start(&db, "b");
+    b_store.set_latency(Op::Acquire, 10 * MS);
+    let _held = db.try_take_as("other", "c", TTL, LeaseKind::Permit { permits: 2 });
+    let t = Instant::now();
+    let wrong = waiter_with(&b, "other", &three).await;
+    let right = waiter_with(&b, "other", &two).await;
+    assert_mismatch(
+        soon(wrong).await.unwrap(),
+        LeaseKind::Permit { permits: 2 },
+        LeaseKind::Permit { permits: 3 },
+    );
+    let (at, lease) = soon(right).await.unwrap().unwrap();
+    assert_eq!(
+        at - t,
+        20 * MS,
+        "its own attempt, right after the refused one"
+    );
+    assert_eq!(lease.kind(), LeaseKind::Permit { permits: 2 });
+    assert_eq!(holder_owners(&db, "other"), ["c", "b"]);
+}
+
+/// One lease of a key lost on the server (a permit that expired there and
+/// was taken by another owner) cancels its own token only.
+#[tokio::test(start_paused = true)]
+async fn a_lost_permit_fires_only_its_own_token() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let two = permits(2);
+    let p1 = a.acquire_with("pool", &two).await.unwrap();
+    let p2 = a.acquire_with("pool", &two).await.unwrap();
+    // (The key's insert is announced: a's check of its holders ends here.)
+    settle().await;
+    let checks = store.calls(Op::Renew);
+    db.expire_holder("pool", p1.lease_id());
+    let taken = db.try_take_as("pool", "b", TTL, LeaseKind::Permit { permits: 2 });
+    assert!(
+        matches!(taken, AcquireOutcome::Acquired { .. }),
+        "{taken:?}"
+    );
+    settle().await;
+    assert!(!p1.is_lost(), "an acquisition beside it is not announced");
+    assert_eq!(store.calls(Op::Renew), checks);
+
+    sleep_until(t0 + HEARTBEAT).await;
+    soon(p1.lost()).await;
+    settle().await;
+    assert!(!p2.is_lost(), "the other permit of the key is still held");
+    let sizes = store.renew_batch_sizes();
+    assert_eq!(sizes[checks..], [2], "both in one renewal");
+    assert_eq!(holder_owners(&db, "pool"), ["a", "b"]);
+    assert_eq!(p1.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
+    assert_eq!(p2.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(holder_owners(&db, "pool"), ["b"]);
+}
+
+// ----- shared and exclusive -------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn shared_waiters_of_one_manager_are_served_one_after_another_without_waiting_for_a_release()
+{
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    store.set_latency(Op::Acquire, 10 * MS);
+    let t = Instant::now();
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        waiters.push(waiter_with(&a, "rw", &shared()).await);
+    }
+    let mut leases = Vec::new();
+    for waiter in waiters {
+        let (at, lease) = soon(waiter).await.unwrap().unwrap();
+        leases.push((at - t, lease));
+    }
+    let delays: Vec<Duration> = leases.iter().map(|(d, _)| *d).collect();
+    assert_eq!(
+        delays,
+        [10 * MS, 20 * MS, 30 * MS],
+        "one attempt each, in turn"
+    );
+    assert!(leases.iter().all(|(_, l)| !l.is_lost()));
+    assert_eq!(holder_owners(&db, "rw"), ["a", "a", "a"]);
+    assert_eq!(store.max_acquires_in_flight_per_key(), 1);
+    let info = a.inspect("rw").await.unwrap().expect("a document");
+    assert_eq!((info.kind, info.holders.len()), (LeaseKind::Shared, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exclusive_waiter_behind_local_shared_holders_gets_the_key_after_them_and_a_later_shared_waiter_waits_for_it()
+ {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let s1 = a.acquire_with("rw", &shared()).await.unwrap();
+    let s2 = a.acquire_with("rw", &shared()).await.unwrap();
+    let exclusive = waiter(&a, "rw").await;
+    let later = waiter_with(&a, "rw", &shared()).await;
+    settle().await;
+    assert_eq!(store.acquire_calls("rw").len(), 2, "both wait locally");
+    assert!(a.try_acquire_with("rw", &shared()).await.unwrap().is_none());
+
+    assert_eq!(s1.release().await.unwrap(), ReleaseOutcome::Released);
+    settle().await;
+    assert!(!exclusive.is_finished() && !later.is_finished());
+    let released_at = Instant::now();
+    assert_eq!(s2.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, x) = soon(exclusive).await.unwrap().unwrap();
+    assert_eq!(at, released_at);
+    assert_eq!(x.kind(), LeaseKind::Exclusive);
+    settle().await;
+    assert!(
+        !later.is_finished(),
+        "local FIFO: after the exclusive lease"
+    );
+    assert_eq!(db.holder("rw").as_deref(), Some("a"));
+
+    let (released_at, token) = (Instant::now(), x.fencing_token());
+    assert_eq!(x.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, s3) = soon(later).await.unwrap().unwrap();
+    assert_eq!(at, released_at);
+    assert!(s3.fencing_token() > token);
+}
+
+/// The exclusive waiter at the head goes away: the shared waiter behind it
+/// joins the local shared holder at once.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_exclusive_head_waiter_lets_the_shared_waiter_behind_it_start() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let _s1 = a.acquire_with("rw", &shared()).await.unwrap();
+    let t = Instant::now();
+    let exclusive = {
+        let a = a.clone();
+        started(async move { a.acquire_timeout("rw", 100 * MS).await }).await
+    };
+    let behind = waiter_with(&a, "rw", &shared()).await;
+    assert!(soon(exclusive).await.unwrap().unwrap().is_none());
+    let (at, _) = soon(behind).await.unwrap().unwrap();
+    assert_eq!(at - t, 100 * MS, "started when the head went away");
+    assert_eq!(holder_owners(&db, "rw"), ["a", "a"]);
+}
+
+/// Manager A keeps a shared lease and keeps asking for more; B's exclusive
+/// waiter marks the key (`xw`), which stops A's new shared acquisitions, and
+/// keeps the mark live past its TTL while it waits: A's holder drains and B
+/// gets the key.
+#[tokio::test(start_paused = true)]
+async fn an_exclusive_waiter_in_another_manager_is_not_starved_by_shared_acquisitions() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let s1 = a.acquire_with("rw", &shared()).await.unwrap();
+    let exclusive = waiter(&b, "rw").await;
+    settle().await;
+    let marked_by = |db: &MemoryDb| {
+        db.doc("rw")
+            .and_then(|d| d.exclusive_waiter)
+            .filter(|(_, exp)| *exp > Instant::now())
+            .map(|(owner, _)| owner)
+    };
+    assert_eq!(marked_by(&db).as_deref(), Some("b"));
+    let more = waiter_with(&a, "rw", &shared()).await;
+    // Longer than the TTL: the mark is kept live by b's retries.
+    sleep(TTL + HEARTBEAT).await;
+    assert_eq!(marked_by(&db).as_deref(), Some("b"));
+    assert!(!more.is_finished(), "no shared acquisition while b waits");
+    assert!(!exclusive.is_finished());
+    assert!(!s1.is_lost());
+
+    let released_at = Instant::now();
+    assert_eq!(s1.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, x) = soon(exclusive).await.unwrap().unwrap();
+    assert!(
+        at - released_at <= RELEASE_WAKE_JITTER,
+        "{:?}",
+        at - released_at
+    );
+    assert_eq!(
+        marked_by(&db),
+        None,
+        "the exclusive acquisition removed its mark"
+    );
+    settle().await;
+    assert!(!more.is_finished(), "a's shared waiter waits for b's lease");
+
+    let released_at = Instant::now();
+    assert_eq!(x.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, _) = soon(more).await.unwrap().unwrap();
+    assert!(
+        at - released_at <= RELEASE_WAKE_JITTER,
+        "{:?}",
+        at - released_at
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn force_release_of_a_shared_key_cancels_every_local_holder_and_serves_the_exclusive_waiter()
+{
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let s1 = a.acquire_with("rw", &shared()).await.unwrap();
+    let s2 = a.acquire_with("rw", &shared()).await.unwrap();
+    let exclusive = waiter(&a, "rw").await;
+    let before = a.force_release("rw").await.unwrap().expect("held");
+    assert_eq!((before.kind, before.holders.len()), (LeaseKind::Shared, 2));
+    assert!(s1.is_lost() && s2.is_lost());
+    let (_, x) = soon(exclusive).await.unwrap().unwrap();
+    assert!(x.fencing_token() > s2.fencing_token());
+}
+
+// ----- one heartbeat for every kind -------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn one_heartbeat_renews_exclusive_shared_and_permit_leases_of_one_ttl_in_one_store_call() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let _x = a.acquire("x").await.unwrap();
+    let _s = [
+        a.acquire_with("s", &shared()).await.unwrap(),
+        a.acquire_with("s", &shared()).await.unwrap(),
+    ];
+    let _p = [
+        a.acquire_with("p", &permits(2)).await.unwrap(),
+        a.acquire_with("p", &permits(2)).await.unwrap(),
+    ];
+    settle().await;
+    sleep_until(t0 + HEARTBEAT + MS).await;
+    // (Before it, the inserts of "s" and "p", announced, were checked.)
+    let at_heartbeat: Vec<usize> = store
+        .calls_of(Op::Renew)
+        .iter()
+        .filter(|c| c.at == t0 + HEARTBEAT)
+        .map(|c| c.keys.len())
+        .collect();
+    assert_eq!(at_heartbeat, [5]);
+    let renewed_exp = t0 + HEARTBEAT + TTL;
+    assert_eq!(db.doc("x").unwrap().exp, renewed_exp);
+    for key in ["s", "p"] {
+        let doc = db.doc(key).unwrap();
+        assert!(doc.holders.iter().all(|h| h.exp == renewed_exp), "{doc:?}");
+        assert_eq!(doc.exp, renewed_exp);
+    }
+}
+
+// ----- holding at least -------------------------------------------------------------
+
+/// A lease held at least 5 s and released after 100 ms: the key stays held
+/// until exactly `hl` for everyone, and the manager waiting since before the
+/// release (woken by it, then told how long remains) gets it at `hl`.
+#[tokio::test(start_paused = true)]
+async fn a_release_before_hold_until_keeps_the_key_until_then_and_the_waiting_manager_gets_it_at_hold_until()
+ {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, b_store, _) = start(&db, "b");
+    let (c, _, _) = start(&db, "c");
+    let hold = Duration::from_secs(5);
+    let t = Instant::now();
+    let job = a
+        .acquire_with(
+            "job",
+            &AcquireOptions::builder().hold_at_least(hold).build(),
+        )
+        .await
+        .unwrap();
+    let (hold_until, token) = (t + hold, job.fencing_token());
+    let doc = db.doc("job").unwrap();
+    assert_eq!((doc.hold_until, doc.exp), (Some(hold_until), hold_until));
+    let waiting = waiter(&b, "job").await;
+    sleep(100 * MS).await;
+    assert_eq!(job.release().await.unwrap(), ReleaseOutcome::Released);
+    let doc = db.doc("job").unwrap();
+    assert_eq!(
+        (doc.lease_id, doc.exp),
+        (None, hold_until),
+        "released, held until hl"
+    );
+    let info = c.inspect("job").await.unwrap().expect("a document");
+    assert_eq!(info.hold_until, Some(db.system_time(hold_until)));
+    assert!(info.held, "the key reads as held until hl");
+
+    sleep_until(hold_until - MS).await;
+    assert!(c.try_acquire("job").await.unwrap().is_none());
+    assert!(!waiting.is_finished());
+    let (at, lease) = soon(waiting).await.unwrap().unwrap();
+    assert!(
+        at >= hold_until && at - hold_until <= RETRY_INITIAL,
+        "acquired {:?} after hl",
+        at - hold_until
+    );
+    assert!(db.doc("job").unwrap().acquired >= hold_until);
+    assert!(lease.fencing_token() > token);
+    let late = b_store.acquire_calls("job");
+    assert_eq!(
+        late.iter().filter(|at| **at >= hold_until).count(),
+        1,
+        "one attempt from hl on"
+    );
+}
+
+// ----- several leases of one key ----------------------------------------------------
+
+/// A try beside local shared holders is not busy locally: the store
+/// decides, in one round trip.
+#[tokio::test(start_paused = true)]
+async fn a_try_for_a_shared_key_beside_local_shared_holders_asks_the_store() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let _s1 = a.acquire_with("rw", &shared()).await.unwrap();
+    let s2 = a.try_acquire_with("rw", &shared()).await.unwrap();
+    assert!(s2.is_some(), "shared beside shared");
+    assert_eq!(store.acquire_calls("rw").len(), 2);
+    assert!(a.try_acquire("rw").await.unwrap().is_none());
+    assert_eq!(
+        store.acquire_calls("rw").len(),
+        2,
+        "an exclusive try is busy locally"
+    );
+}
+
+/// Each lease of a key has its own deadline: with renewals hanging, two
+/// permits acquired 500 ms apart are lost 500 ms apart.
+#[tokio::test(start_paused = true)]
+async fn leases_of_one_key_are_lost_each_at_its_own_deadline() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    store.hang_renewals();
+    let first = a.acquire_with("pool", &permits(2)).await.unwrap();
+    sleep(Duration::from_millis(500)).await;
+    let second = a.acquire_with("pool", &permits(2)).await.unwrap();
+    soon(first.lost()).await;
+    assert_eq!(Instant::now(), t0 + VALIDITY);
+    assert!(!second.is_lost());
+    soon(second.lost()).await;
+    assert_eq!(Instant::now(), t0 + Duration::from_millis(500) + VALIDITY);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_all_and_shutdown_release_every_lease_of_every_kind() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let mut leases = Vec::new();
+    for _ in 0..2 {
+        leases.push(a.acquire_with("s", &shared()).await.unwrap());
+        leases.push(a.acquire_with("p", &permits(3)).await.unwrap());
+    }
+    a.release_all().await.unwrap();
+    assert!(leases.iter().all(Lease::is_lost));
+    assert!(holder_owners(&db, "s").is_empty() && holder_owners(&db, "p").is_empty());
+
+    let mut leases = Vec::new();
+    for _ in 0..2 {
+        leases.push(a.acquire_with("s", &shared()).await.unwrap());
+        leases.push(a.acquire_with("p", &permits(3)).await.unwrap());
+    }
+    leases.push(a.acquire("x").await.unwrap());
+    a.shutdown().await.unwrap();
+    assert!(leases.iter().all(Lease::is_lost));
+    let releases = store.calls_of(Op::Release);
+    assert_eq!(releases.len(), 1, "one batch: {releases:?}");
+    assert_eq!(releases[0].keys.len(), 5, "one entry per lease");
+    assert!(holder_owners(&db, "s").is_empty() && holder_owners(&db, "p").is_empty());
+    assert_released(&db, "x");
+}

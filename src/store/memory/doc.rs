@@ -1,0 +1,191 @@
+//! The twin's lock document ([`Doc`]), the holders of a shared or semaphore
+//! key in it ([`Holder`]), and a foreign holder's lock document
+//! ([`Foreign`]).
+
+use std::time::Duration;
+
+use mongodb::bson::Document;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::LeaseKind;
+
+/// One lock document.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Doc {
+    /// `aid`: owner id of the holder (or last holder).
+    pub owner: String,
+    /// `lid`: lease id of the current acquisition; `None` once released.
+    pub lease_id: Option<Uuid>,
+    /// `tok`: fencing token of the current (or last) acquisition.
+    pub token: u64,
+    /// `exp`: server time at which the lease expires.
+    pub exp: Instant,
+    /// `acq`: server time of the acquisition.
+    pub acquired: Instant,
+    /// `ts`: server time of the last acquire or renewal.
+    pub renewed: Instant,
+    /// `data`: the holder's payload.
+    pub payload: Option<Document>,
+    /// `wt`: when another owner first waited for the current lease.
+    pub waiting_since: Option<Instant>,
+    /// `yu`: until when the last holder yielded the key to waiting owners.
+    pub yield_until: Option<Instant>,
+    /// `hs`: the holders of a shared or semaphore key, oldest first (empty:
+    /// no `hs`; an exclusive key). The top fields then describe the key:
+    /// no lease id, the latest holder acquisition's owner, token and time,
+    /// `exp` at least the latest holder's.
+    pub holders: Vec<Holder>,
+    /// `pm`: a semaphore key's number of permits, while it has holders.
+    pub permits: Option<u32>,
+    /// `hl`: the key stays held until then (an exclusive acquisition's
+    /// `hold_at_least`): `exp` never goes below it.
+    pub hold_until: Option<Instant>,
+    /// `rl`: when a holder was last removed from `hs`.
+    pub released_at: Option<Instant>,
+    /// `xw`: an exclusive waiter's mark on a shared key, `(aid, exp)`: no
+    /// shared acquisition succeeds while it is live.
+    pub exclusive_waiter: Option<(String, Instant)>,
+}
+
+/// One holder of a shared or semaphore key: an entry of `hs`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Holder {
+    /// `aid`.
+    pub owner: String,
+    /// `lid`.
+    pub lease_id: Uuid,
+    /// `tok`: also the key's top `tok` when it was acquired.
+    pub token: u64,
+    /// `acq`.
+    pub acquired: Instant,
+    /// `ts`.
+    pub renewed: Instant,
+    /// `exp`.
+    pub exp: Instant,
+    /// `data`: this holder's payload.
+    pub payload: Option<Document>,
+}
+
+impl Doc {
+    /// A document held by `owner` from now for `ttl`, with token `token`.
+    pub fn held(owner: &str, token: u64, ttl: Duration) -> Doc {
+        let now = Instant::now();
+        Doc::fresh(owner, Some(Uuid::new_v4()), token, now, now + ttl)
+    }
+
+    /// A released document with token `token` (what an upsert starts from).
+    pub(super) fn vacant(now: Instant, token: u64) -> Doc {
+        Doc::fresh("", None, token, now, now)
+    }
+
+    /// A new exclusive acquisition by `owner` under `lease_id` at `now`:
+    /// token + 1, `exp = max(now + ttl, hl)` with `hl = now + hold` if
+    /// `hold` is given, no payload, no holders and no fairness marks.
+    /// Returns the token.
+    pub(super) fn take(
+        &mut self,
+        owner: &str,
+        lease_id: Uuid,
+        ttl: Duration,
+        hold: Option<Duration>,
+        now: Instant,
+    ) -> u64 {
+        *self = Doc::fresh(owner, Some(lease_id), self.token + 1, now, now + ttl);
+        self.hold_until = hold.map(|hold| now + hold);
+        self.exp = self.floor(self.exp);
+        self.token
+    }
+
+    /// A document acquired (or released) at `now`, with no payload and no
+    /// fairness marks.
+    pub(super) fn fresh(
+        owner: &str,
+        lease_id: Option<Uuid>,
+        token: u64,
+        now: Instant,
+        exp: Instant,
+    ) -> Doc {
+        Doc {
+            owner: owner.to_string(),
+            lease_id,
+            token,
+            exp,
+            acquired: now,
+            renewed: now,
+            payload: None,
+            waiting_since: None,
+            yield_until: None,
+            holders: Vec::new(),
+            permits: None,
+            hold_until: None,
+            released_at: None,
+            exclusive_waiter: None,
+        }
+    }
+
+    /// The lease as observers see it: without the fairness fields.
+    pub(super) fn observed(&self) -> Doc {
+        Doc {
+            waiting_since: None,
+            yield_until: None,
+            exclusive_waiter: None,
+            ..self.clone()
+        }
+    }
+
+    /// `exp` raised to `hl` if the key must stay held until later.
+    pub(super) fn floor(&self, exp: Instant) -> Instant {
+        self.hold_until.map_or(exp, |until| exp.max(until))
+    }
+}
+
+impl Doc {
+    /// Free by the protocol's rule: `exp <= now`.
+    pub fn is_free_at(&self, now: Instant) -> bool {
+        self.exp <= now
+    }
+
+    /// Yielded by `owner` to waiting owners: `owner` cannot take it back yet.
+    pub fn yielded_by(&self, owner: &str, now: Instant) -> bool {
+        self.owner == owner && self.yield_until.is_some_and(|until| until > now)
+    }
+
+    /// The holders of `hs` live at `now` (`exp > now`), oldest first.
+    pub fn live_holders(&self, now: Instant) -> impl Iterator<Item = &Holder> {
+        self.holders.iter().filter(move |h| h.exp > now)
+    }
+
+    /// The kind the key is held as at `now`: exclusive (a lease id, or a
+    /// minimum hold ahead, with `exp > now`), shared or permits (live
+    /// holders in `hs`), or `None`.
+    pub fn live_kind(&self, now: Instant) -> Option<LeaseKind> {
+        let hold = self.hold_until.is_some_and(|until| until > now);
+        if (self.lease_id.is_some() || hold) && self.exp > now {
+            Some(LeaseKind::Exclusive)
+        } else if self.live_holders(now).next().is_some() {
+            Some(self.stored_kind())
+        } else {
+            None
+        }
+    }
+
+    /// The kind as stored (`store::stored_kind`): permits with `pm`, shared
+    /// with `hs` alone, otherwise exclusive.
+    pub fn stored_kind(&self) -> LeaseKind {
+        match (self.holders.is_empty(), self.permits) {
+            (true, _) => LeaseKind::Exclusive,
+            (false, Some(permits)) => LeaseKind::Permit { permits },
+            (false, None) => LeaseKind::Shared,
+        }
+    }
+}
+
+/// A foreign holder's lock document (another application's `{_id, ts, aid}`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Foreign {
+    /// `aid`: the other application's owner id.
+    pub owner: String,
+    /// `ts`: when it was written.
+    pub written: Instant,
+}

@@ -1,0 +1,234 @@
+//! The rules of shared and semaphore keys ("Shared and semaphore keys" in
+//! `store`), applied to the twin's documents: a holder's acquisition, an
+//! exclusive acquisition that waits for shared holders (its mark, `xw`), the
+//! renewal and release of holders in `hs`, and a force release that frees
+//! the key whole.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use mongodb::bson::Document;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::db::MemoryDb;
+use super::doc::{Doc, Holder};
+use super::rules::Collection;
+use crate::LeaseKind;
+use crate::key::LeaseKey;
+use crate::store::AcquireOutcome;
+
+/// An acquisition of `kind` (shared, or a permit) by `owner` under
+/// `lease_id` at `now`:
+///
+/// - a retry (an entry of `hs` with this lease id and owner id) refreshes
+///   that entry's expiry and keeps its token;
+/// - a key held exclusively (or by a minimum hold, `hl`) is held for a
+///   shared acquisition (which marks a lease waited for, `wt`, as any
+///   waiting attempt does) and a
+///   [`Mismatch`](AcquireOutcome::Mismatch) for a permit; a key held by
+///   permits is a mismatch for anything but a permit of the same number,
+///   and one held shared a mismatch for a permit;
+/// - a permit is held while `permits` live holders have one, until the
+///   earliest of their expiries; a shared acquisition while an exclusive
+///   waiter's mark is live, until the mark's expiry;
+/// - otherwise it wins: the expired entries are dropped, its own is
+///   appended with `token = tok + 1`, and the top fields describe the key
+///   (no lease id, its owner, token and time, `exp` the latest holder's,
+///   `pm` for permits; no payload, `wt`, `yu` or `hl`).
+pub(super) fn acquire_holder(
+    doc: &mut Doc,
+    owner: &str,
+    lease_id: Uuid,
+    ttl: Duration,
+    waiting: bool,
+    kind: LeaseKind,
+    now: Instant,
+) -> AcquireOutcome {
+    if let Some(holder) = doc
+        .holders
+        .iter_mut()
+        .find(|h| h.lease_id == lease_id && h.owner == owner)
+    {
+        holder.exp = now + ttl;
+        holder.renewed = now;
+        let token = holder.token;
+        doc.renewed = now;
+        doc.exp = doc.exp.max(now + ttl);
+        return AcquireOutcome::Acquired { token };
+    }
+    let stored = doc.live_kind(now);
+    match (kind, stored) {
+        (LeaseKind::Shared, Some(LeaseKind::Exclusive)) => {
+            let lease = doc.lease_id.is_some();
+            if waiting && lease && doc.owner != owner && doc.waiting_since.is_none() {
+                doc.waiting_since = Some(now);
+            }
+            return held(doc.owner.clone(), doc.exp, now);
+        }
+        (_, Some(stored)) if stored != kind => return AcquireOutcome::Mismatch { stored },
+        (LeaseKind::Permit { permits }, Some(_))
+            if doc.live_holders(now).count() >= permits as usize =>
+        {
+            let first = doc.live_holders(now).map(|h| h.exp).min().unwrap_or(now);
+            return held(doc.owner.clone(), first, now);
+        }
+        (LeaseKind::Shared, _) => {
+            if let Some((waiter, until)) = doc.exclusive_waiter.as_ref().filter(|(_, e)| *e > now) {
+                return held(waiter.clone(), *until, now);
+            }
+        }
+        _ => {}
+    }
+    doc.holders.retain(|h| h.exp > now);
+    let token = doc.token + 1;
+    doc.holders.push(Holder {
+        owner: owner.to_string(),
+        lease_id,
+        token,
+        acquired: now,
+        renewed: now,
+        exp: now + ttl,
+        payload: None,
+    });
+    doc.owner = owner.to_string();
+    doc.lease_id = None;
+    doc.token = token;
+    doc.acquired = now;
+    doc.renewed = now;
+    doc.exp = latest(doc).unwrap_or(now);
+    doc.permits = match kind {
+        LeaseKind::Permit { permits } => Some(permits),
+        _ => None,
+    };
+    doc.payload = None;
+    doc.waiting_since = None;
+    doc.yield_until = None;
+    doc.hold_until = None;
+    AcquireOutcome::Acquired { token }
+}
+
+/// An exclusive acquisition by `owner` that found live shared holders: a
+/// waiting one (re)writes its mark, `xw = (owner, now + ttl)`, and is told
+/// to retry within half its TTL, so that the mark stays live while it waits.
+pub(super) fn exclusive_waits(
+    doc: &mut Doc,
+    owner: &str,
+    ttl: Duration,
+    waiting: bool,
+    now: Instant,
+) -> AcquireOutcome {
+    let mut until = doc.exp;
+    if waiting {
+        doc.exclusive_waiter = Some((owner.to_string(), now + ttl));
+        until = until.min(now + ttl / 2);
+    }
+    held(doc.owner.clone(), until, now)
+}
+
+fn held(holder: String, until: Instant, now: Instant) -> AcquireOutcome {
+    AcquireOutcome::Held {
+        holder,
+        remaining: Some(until.saturating_duration_since(now)),
+    }
+}
+
+/// The latest `exp` of the key's holders in `hs`.
+fn latest(doc: &Doc) -> Option<Instant> {
+    doc.holders.iter().map(|h| h.exp).max()
+}
+
+/// Renews the entries of `hs` of `owner` whose lease id is in `ids` (expiry
+/// not checked, as on the server): `exp = now + ttl`, and the top `ts`, and
+/// `exp = max(exp, ...)`. Returns their lease ids.
+pub(super) fn renew_holders(
+    doc: &mut Doc,
+    owner: &str,
+    ids: &HashSet<Uuid>,
+    ttl: Duration,
+    now: Instant,
+) -> Vec<Uuid> {
+    let mut renewed = Vec::new();
+    for holder in &mut doc.holders {
+        if holder.owner == owner && ids.contains(&holder.lease_id) {
+            holder.exp = now + ttl;
+            holder.renewed = now;
+            renewed.push(holder.lease_id);
+        }
+    }
+    if !renewed.is_empty() {
+        doc.renewed = now;
+        doc.exp = doc.exp.max(now + ttl);
+    }
+    renewed
+}
+
+/// Sets the payload of the entry of `hs` with this lease id and owner id.
+/// `false` if there is none.
+pub(super) fn set_holder_payload(
+    doc: &mut Doc,
+    owner: &str,
+    lease_id: Uuid,
+    payload: Document,
+) -> bool {
+    match doc
+        .holders
+        .iter_mut()
+        .find(|h| h.lease_id == lease_id && h.owner == owner)
+    {
+        Some(holder) => {
+            holder.payload = Some(payload);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Frees a key whole (a force release): `hs`, `pm`, `xw` and `hl`
+/// removed, `rl = now`. The caller moves `exp`.
+pub(super) fn drop_holders(doc: &mut Doc, now: Instant) {
+    doc.holders.clear();
+    doc.permits = None;
+    doc.exclusive_waiter = None;
+    doc.hold_until = None;
+    doc.released_at = Some(now);
+}
+
+impl Collection {
+    /// The release rule for holders of shared and semaphore keys: removes
+    /// the entries of `hs` for which `matches` holds (with the expired
+    /// ones), sets `rl = now`, and moves the top `exp` to the latest
+    /// remaining holder's, or to now if none remains (then `hs` and `pm`
+    /// are removed). Each key written is announced as freed (MongoDB's
+    /// change stream shows `rl`). Returns how many entries were removed, and
+    /// from how many documents.
+    pub(super) fn release_holders_where(
+        &mut self,
+        db: &MemoryDb,
+        matches: impl Fn(&LeaseKey, &Holder) -> bool,
+        now: Instant,
+    ) -> (u64, u64) {
+        let (mut removed, mut documents) = (0, 0);
+        for (key, doc) in self.docs.iter_mut() {
+            let before = doc.holders.len();
+            let mine = doc.holders.iter().filter(|h| matches(key, h)).count();
+            if mine == 0 {
+                continue;
+            }
+            doc.holders.retain(|h| !matches(key, h) && h.exp > now);
+            removed += mine as u64;
+            documents += 1;
+            debug_assert!(doc.holders.len() < before);
+            doc.released_at = Some(now);
+            match latest(doc) {
+                Some(exp) => doc.exp = exp,
+                None => {
+                    doc.exp = now;
+                    doc.permits = None;
+                }
+            }
+            db.announce_release(key);
+        }
+        (removed, documents)
+    }
+}

@@ -1,0 +1,408 @@
+//! `impl Store for MemoryStore`: each operation applies the rules of
+//! [`rules`](super::rules) at server time through [`MemoryStore::run`].
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use mongodb::bson::Document;
+use uuid::Uuid;
+
+use super::control::Op;
+use super::doc::{Doc, Holder};
+use super::kinds;
+use super::rules::{Collection, apply_acquire, lease_matches, release_doc};
+use super::store::{MemoryStore, lock_fields_document};
+use crate::config::ReleaseMode;
+use crate::error::{Error, Result};
+use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
+use crate::lease::LeaseInfo;
+use crate::store::{AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store};
+
+impl Store for MemoryStore {
+    fn place(&self) -> LockPlace {
+        match &self.place {
+            None => LockPlace {
+                database: "memory".into(),
+                collection: "locks".into(),
+                field: None,
+            },
+            Some((collection, field)) => LockPlace {
+                database: "memory".into(),
+                collection: collection.clone(),
+                field: Some(field.clone()),
+            },
+        }
+    }
+
+    fn removes_on_release(&self) -> bool {
+        self.release_mode == ReleaseMode::Delete
+    }
+
+    fn documents(&self, collection: &str, field: &str) -> Result<Arc<dyn Store>> {
+        if self.place.is_some() {
+            return Err(Error::InvalidConfig {
+                reason: "in-document leases are opened from the lock collection's store".into(),
+            });
+        }
+        Ok(Arc::new(self.document_store(collection, field)))
+    }
+
+    /// In-document leases: every user document exists unless the test
+    /// removed it ([`MemoryDb::remove_user_document`]): then an acquisition
+    /// with `create` creates it (its fields are not modelled), one without
+    /// fails with `DocumentNotFound`. An acquisition returns `{_id, <field>:
+    /// {aid, lid, tok}}`.
+    fn acquire_document(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        create: Option<Document>,
+    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
+        let field = self.place.as_ref().map(|(_, field)| field.clone());
+        let owner = self.owner.clone();
+        let (db, creates) = (self.db.clone(), create.is_some());
+        let acquire = self.run(Op::Acquire, vec![key.clone()], {
+            let (key, owner) = (key.clone(), owner.clone());
+            move |coll, now| {
+                if coll.missing.contains(&key) {
+                    if !creates {
+                        return Err(Error::DocumentNotFound { id: key });
+                    }
+                    coll.missing.remove(&key);
+                }
+                // As `acquire_with_ttl`.
+                let retry = is_retry(coll, &key, lease_id);
+                let shape = LeaseShape::default();
+                let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, shape, now);
+                if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
+                    db.announce_acquisition(&key, &owner, lease_id);
+                }
+                outcome
+            }
+        });
+        async move {
+            let outcome = acquire.await?;
+            let document = match (&outcome, field) {
+                (AcquireOutcome::Acquired { token }, Some(field)) => {
+                    Some(lock_fields_document(&key, &field, &owner, lease_id, *token))
+                }
+                _ => None,
+            };
+            Ok((outcome, document))
+        }
+        .boxed()
+    }
+
+    /// Conditional on the lease id and owner id, as on MongoDB; the user's
+    /// update is not applied (its semantics are MongoDB's), the release
+    /// (`write.release`) is, by the delete-mode rule. Returns
+    /// `{_id, <field>: {aid, lid, tok}}` as before the write.
+    // As every `run` closure here: `Error` is large (the lint is about it).
+    fn write_document(
+        &self,
+        lease: LeaseRef,
+        token: u64,
+        write: DocumentWrite,
+    ) -> BoxFuture<'static, Result<Option<Document>>> {
+        let Some((_, field)) = self.place.clone() else {
+            return futures::future::ready(Err(Error::InvalidConfig {
+                reason: "not an in-document lease".into(),
+            }))
+            .boxed();
+        };
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        let yield_window = self.yield_window;
+        self.run(
+            Op::WriteDocument,
+            vec![lease.key.clone()],
+            move |coll, now| {
+                let held = coll
+                    .docs
+                    .get(&lease.key)
+                    .is_some_and(|doc| doc.lease_id == Some(lease.lease_id) && doc.owner == owner);
+                if !held {
+                    return Ok(None);
+                }
+                if write.release {
+                    let matches = |key: &LeaseKey, _: &Doc| *key == lease.key;
+                    coll.release_where(&db, matches, now, yield_window, ReleaseMode::Delete);
+                }
+                Ok(Some(lock_fields_document(
+                    &lease.key,
+                    &field,
+                    &owner,
+                    lease.lease_id,
+                    token,
+                )))
+            },
+        )
+    }
+
+    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
+        self.writes()
+    }
+
+    fn acquire_with_ttl(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        self.acquire_shaped(key, lease_id, waiting, ttl, LeaseShape::default())
+    }
+
+    /// Any kind, with a minimum hold, by the rules of `rules` and `kinds`.
+    fn acquire_shaped(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        if !shape.is_plain() && self.place.is_some() {
+            return futures::future::ready(Err(Error::Unsupported {
+                reason: format!(
+                    "in-document leases are exclusive, without hold_at_least (asked: {shape:?})"
+                ),
+            }))
+            .boxed();
+        }
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
+            let retry = is_retry(coll, &key, lease_id);
+            // `None`: no document (an insert); else whether it had a `lid`.
+            let had_lease_id = coll.docs.get(&key).map(|d| d.lease_id.is_some());
+            let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, shape, now);
+            // A retry under the same lease id sets neither `lid` nor `aid`:
+            // no event on MongoDB either.
+            if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
+                db.announce_taken(&key, &owner, lease_id, shape.kind, had_lease_id);
+            }
+            outcome
+        })
+    }
+
+    fn default_ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn renew_with_ttl(
+        &self,
+        leases: Vec<LeaseRef>,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<Vec<LeaseRef>>> {
+        let owner = self.owner.clone();
+        let keys = leases.iter().map(|l| l.key.clone()).collect();
+        self.run(Op::Renew, keys, move |coll, now| {
+            let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
+            let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
+            let mut kept = HashSet::new();
+            for (key, doc) in coll.docs.iter_mut() {
+                if lease_matches(key, doc, &owner, &keys, &ids) {
+                    doc.exp = doc.floor(now + ttl);
+                    doc.renewed = now;
+                    kept.extend(doc.lease_id.map(|id| (key.clone(), id)));
+                } else if keys.contains(key) {
+                    let renewed = kinds::renew_holders(doc, &owner, &ids, ttl, now);
+                    kept.extend(renewed.into_iter().map(|id| (key.clone(), id)));
+                }
+            }
+            Ok(leases
+                .into_iter()
+                .filter(|l| !kept.contains(&(l.key.clone(), l.lease_id)))
+                .collect())
+        })
+    }
+
+    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
+        if leases.is_empty() {
+            // As MongoStore: no command at all.
+            return futures::future::ready(Ok(0)).boxed();
+        }
+        let keys = leases.iter().map(|l| l.key.clone()).collect();
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        let yield_window = self.yield_window;
+        let mode = self.release_mode;
+        self.run(Op::Release, keys, move |coll, now| {
+            let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
+            let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
+            let matches = |key: &LeaseKey, doc: &Doc| lease_matches(key, doc, &owner, &keys, &ids);
+            let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
+            let holders = |key: &LeaseKey, holder: &Holder| {
+                keys.contains(key) && ids.contains(&holder.lease_id) && holder.owner == owner
+            };
+            let (removed, _) = coll.release_holders_where(&db, holders, now);
+            Ok(deleted + marked + removed)
+        })
+    }
+
+    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
+        let owner = self.owner.clone();
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        let mode = self.release_mode;
+        self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
+            let except: HashSet<Uuid> = except.into_iter().collect();
+            let matches = |_: &LeaseKey, doc: &Doc| {
+                doc.owner == owner && doc.lease_id.is_some_and(|id| !except.contains(&id))
+            };
+            let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
+            let holders = |_: &LeaseKey, holder: &Holder| {
+                holder.owner == owner && !except.contains(&holder.lease_id)
+            };
+            // As `updateMany`: documents changed.
+            let (_, documents) = coll.release_holders_where(&db, holders, now);
+            Ok(deleted + marked + documents)
+        })
+    }
+
+    fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        let mode = self.release_mode;
+        let release = {
+            let owner = owner.clone();
+            let db = db.clone();
+            self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
+                let matches =
+                    |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
+                let released = coll.release_where(&db, matches, now, yield_window, mode);
+                let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
+                Ok((released, coll.release_holders_where(&db, holders, now).1))
+            })
+        };
+        async move {
+            let ((deleted, marked), holders) = release.await?;
+            if mode == ReleaseMode::Delete && marked > 0 {
+                tokio::time::sleep(crate::store::DELETE_DELAY).await;
+                db.apply(|coll, now| {
+                    coll.delete_released_where(&db, |_, doc| doc.owner == owner, now)
+                });
+            }
+            Ok(deleted + marked + holders)
+        }
+        .boxed()
+    }
+
+    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        if keys.is_empty() || self.release_mode != ReleaseMode::Delete {
+            return futures::future::ready(Ok(0)).boxed();
+        }
+        let db = self.db.clone();
+        self.run(Op::Release, keys.clone(), move |coll, now| {
+            let keys: HashSet<&LeaseKey> = keys.iter().collect();
+            Ok(coll.delete_released_where(&db, |key, _| keys.contains(key), now))
+        })
+    }
+
+    fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        self.run(Op::Inspect, vec![key.clone()], move |coll, now| {
+            if let Some(foreign) = coll.foreign.get(&key) {
+                return Ok(Some(db.foreign_info(&key, foreign, now)));
+            }
+            Ok(coll.docs.get(&key).map(|doc| db.info(&key, doc, now)))
+        })
+    }
+
+    fn list(
+        &self,
+        after: Option<LeaseKey>,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>> {
+        let db = self.db.clone();
+        self.run(Op::List, Vec::new(), move |coll, now| {
+            let mut keys: Vec<&LeaseKey> = coll
+                .docs
+                .keys()
+                .chain(coll.foreign.keys())
+                .filter(|k| after.as_ref().is_none_or(|a| *k > a))
+                .collect();
+            keys.sort();
+            keys.truncate(limit);
+            let next = (keys.len() == limit)
+                .then(|| keys.last().map(|k| (*k).clone()))
+                .flatten();
+            let page = keys
+                .into_iter()
+                .map(|k| match coll.foreign.get(k) {
+                    Some(foreign) => db.foreign_info(k, foreign, now),
+                    None => db.info(k, &coll.docs[k], now),
+                })
+                .collect();
+            Ok((page, next))
+        })
+    }
+
+    fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
+            // A foreign holder's lock is deleted (as MongoStore's `deleteOne`).
+            if let Some(foreign) = coll.foreign.remove(&key) {
+                db.announce_release(&key);
+                return Ok(Some(db.foreign_info(&key, &foreign, now)));
+            }
+            let Some(doc) = coll.docs.get_mut(&key) else {
+                return Ok(None);
+            };
+            // Held by a lease, by holders, or by a minimum hold: freed
+            // whole, `hl` included (only a force release frees it earlier).
+            let held = doc.live_kind(now).is_some()
+                || doc
+                    .hold_until
+                    .is_some_and(|until| until > now && doc.exp > now);
+            if !held {
+                return Ok(None);
+            }
+            let before = db.info(&key, doc, now);
+            kinds::drop_holders(doc, now);
+            release_doc(doc, now, yield_window);
+            db.announce_release(&key);
+            Ok(Some(before))
+        })
+    }
+
+    fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {
+        let owner = self.owner.clone();
+        self.run(
+            Op::SetPayload,
+            vec![lease.key.clone()],
+            move |coll, _now| match coll.docs.get_mut(&lease.key) {
+                Some(doc) if doc.lease_id == Some(lease.lease_id) && doc.owner == owner => {
+                    doc.payload = Some(payload);
+                    Ok(true)
+                }
+                Some(doc) => Ok(kinds::set_holder_payload(
+                    doc,
+                    &owner,
+                    lease.lease_id,
+                    payload,
+                )),
+                None => Ok(false),
+            },
+        )
+    }
+
+    fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
+        self.states(key)
+    }
+}
+
+/// Whether an acquisition under `lease_id` already landed on `key` (a retry:
+/// it writes neither `lid` nor `aid`, so MongoDB's change stream shows no
+/// event for it either).
+fn is_retry(coll: &Collection, key: &LeaseKey, lease_id: Uuid) -> bool {
+    coll.docs.get(key).is_some_and(|doc| {
+        doc.lease_id == Some(lease_id) || doc.holders.iter().any(|h| h.lease_id == lease_id)
+    })
+}

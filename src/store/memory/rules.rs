@@ -1,0 +1,205 @@
+//! The protocol's rules applied to a [`Collection`]: acquire, the lease
+//! filter, release, and delete mode's follow-up delete (those of shared and
+//! semaphore keys' holders are in [`kinds`](super::kinds)).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::db::MemoryDb;
+use super::doc::{Doc, Foreign};
+use super::kinds;
+use crate::LeaseKind;
+use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
+use crate::error::Result;
+use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
+use crate::store::AcquireOutcome;
+
+/// The documents of a [`MemoryDb`], as its operations see them.
+#[derive(Default)]
+pub(crate) struct Collection {
+    pub(super) docs: HashMap<LeaseKey, Doc>,
+    /// Keys occupied by a foreign holder's lock document (not written by
+    /// the protocol): never modified, except deleted by a force release.
+    pub(super) foreign: HashMap<LeaseKey, Foreign>,
+    /// The token of each deleted document: a new document of its key starts
+    /// above it, as on MongoDB.
+    pub(super) deleted_tokens: HashMap<LeaseKey, u64>,
+    /// In a place of in-document leases: user documents that do not exist
+    /// ([`MemoryDb::remove_user_document`]); every other one does.
+    pub(super) missing: std::collections::HashSet<LeaseKey>,
+}
+
+impl Collection {
+    /// What a new document of `key` starts from at `now`.
+    pub(super) fn vacant(&self, key: &LeaseKey, now: Instant) -> Doc {
+        Doc::vacant(now, self.deleted_tokens.get(key).copied().unwrap_or(0))
+    }
+}
+
+/// The acquire rule, applied at server time `now`, for an acquisition of
+/// `shape` (the rules of shared and semaphore keys are in
+/// [`kinds`](super::kinds)).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn apply_acquire(
+    coll: &mut Collection,
+    key: &LeaseKey,
+    owner: &str,
+    lease_id: Uuid,
+    ttl: Duration,
+    waiting: bool,
+    shape: LeaseShape,
+    now: Instant,
+) -> Result<AcquireOutcome> {
+    if let Some(foreign) = coll.foreign.get(key) {
+        return Ok(AcquireOutcome::Held {
+            holder: foreign.owner.clone(),
+            remaining: None,
+        });
+    }
+    let hold = shape.hold_at_least;
+    let multi = shape.kind.is_multi_holder();
+    match coll.docs.get_mut(key) {
+        None => {
+            let mut doc = coll.vacant(key, now);
+            let outcome = if multi {
+                kinds::acquire_holder(&mut doc, owner, lease_id, ttl, waiting, shape.kind, now)
+            } else {
+                AcquireOutcome::Acquired {
+                    token: doc.take(owner, lease_id, ttl, hold, now),
+                }
+            };
+            coll.docs.insert(key.clone(), doc);
+            Ok(outcome)
+        }
+        Some(doc) if multi => Ok(kinds::acquire_holder(
+            doc, owner, lease_id, ttl, waiting, shape.kind, now,
+        )),
+        Some(doc) if doc.lease_id == Some(lease_id) && doc.owner == owner => {
+            // A retry of an acquisition that landed: same token, fresh expiry.
+            // (A document rewritten to another owner is not ours any more.)
+            doc.exp = doc.floor(now + ttl);
+            doc.renewed = now;
+            Ok(AcquireOutcome::Acquired { token: doc.token })
+        }
+        Some(doc) => match doc.live_kind(now) {
+            Some(stored @ LeaseKind::Permit { .. }) => Ok(AcquireOutcome::Mismatch { stored }),
+            Some(LeaseKind::Shared) => Ok(kinds::exclusive_waits(doc, owner, ttl, waiting, now)),
+            _ if doc.exp <= now && !doc.yielded_by(owner, now) => Ok(AcquireOutcome::Acquired {
+                token: doc.take(owner, lease_id, ttl, hold, now),
+            }),
+            _ => {
+                let held_by_other = doc.lease_id.is_some() && doc.exp > now && doc.owner != owner;
+                if waiting && held_by_other && doc.waiting_since.is_none() {
+                    doc.waiting_since = Some(now);
+                }
+                let until = match doc.yield_until {
+                    Some(until) if doc.owner == owner => doc.exp.max(until),
+                    _ => doc.exp,
+                };
+                Ok(AcquireOutcome::Held {
+                    holder: doc.owner.clone(),
+                    remaining: Some(until.saturating_duration_since(now)),
+                })
+            }
+        },
+    }
+}
+
+/// The `_id $in keys, lid $in ids, aid = owner` filter of
+/// `MongoStore::lease_filter`.
+pub(super) fn lease_matches(
+    key: &LeaseKey,
+    doc: &Doc,
+    owner: &str,
+    keys: &HashSet<&LeaseKey>,
+    ids: &HashSet<Uuid>,
+) -> bool {
+    keys.contains(key) && doc.lease_id.is_some_and(|id| ids.contains(&id)) && doc.owner == owner
+}
+
+/// The release rule on one matching document at `now` (`exp` kept at
+/// least `hl`).
+pub(super) fn release_doc(doc: &mut Doc, now: Instant, yield_window: Duration) {
+    doc.exp = doc.floor(doc.exp.min(now));
+    doc.lease_id = None;
+    if doc.waiting_since.take().is_some() {
+        doc.yield_until = Some(now + yield_window);
+    }
+}
+
+impl Collection {
+    /// The release rule on the documents of `keys` for which `matches` holds,
+    /// at `now`, in `mode`: in delete mode a document nobody waited for
+    /// (`wt` unset) and acquired at least
+    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) ago is deleted
+    /// (the twin's stand-in for the token-age rule; its next token continues
+    /// from the deleted one), every other one is marked released
+    /// ([`release_doc`]). Announces each key; returns `(deleted, marked)`.
+    pub(super) fn release_where(
+        &mut self,
+        db: &MemoryDb,
+        matches: impl Fn(&LeaseKey, &Doc) -> bool,
+        now: Instant,
+        yield_window: Duration,
+        mode: ReleaseMode,
+    ) -> (u64, u64) {
+        let keys: Vec<LeaseKey> = self
+            .docs
+            .iter()
+            .filter(|(k, d)| matches(k, d))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let (mut deleted, mut marked) = (0, 0);
+        for key in keys {
+            let doc = self.docs.get_mut(&key).expect("listed above");
+            let deletable = mode == ReleaseMode::Delete
+                && doc.waiting_since.is_none()
+                && doc.hold_until.is_none_or(|until| until <= now)
+                && now >= doc.acquired + DELETE_MIN_TOKEN_AGE;
+            if deletable {
+                let doc = self.docs.remove(&key).expect("listed above");
+                self.deleted_tokens.insert(key.clone(), doc.token);
+                deleted += 1;
+            } else {
+                release_doc(doc, now, yield_window);
+                marked += 1;
+            }
+            db.announce_release(&key);
+        }
+        (deleted, marked)
+    }
+
+    /// Delete mode's follow-up: deletes the released documents (no lease
+    /// id, not yielded at `now`) for which `matches` holds, acquired at least
+    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) ago. Returns how many.
+    pub(super) fn delete_released_where(
+        &mut self,
+        db: &MemoryDb,
+        matches: impl Fn(&LeaseKey, &Doc) -> bool,
+        now: Instant,
+    ) -> u64 {
+        let keys: Vec<LeaseKey> = self
+            .docs
+            .iter()
+            .filter(|(k, d)| {
+                matches(k, d)
+                    && d.lease_id.is_none()
+                    && d.live_holders(now).next().is_none()
+                    && d.yield_until.is_none_or(|until| until <= now)
+                    && d.hold_until.is_none_or(|until| until <= now)
+                    && now >= d.acquired + DELETE_MIN_TOKEN_AGE
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            let doc = self.docs.remove(key).expect("listed above");
+            self.deleted_tokens.insert(key.clone(), doc.token);
+            db.announce_release(key);
+        }
+        keys.len() as u64
+    }
+}

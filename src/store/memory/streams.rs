@@ -1,0 +1,110 @@
+//! The twin's streams: the writes that may change who holds a key (a change
+//! stream's twin, [`Store::watch_releases`](crate::store::Store::watch_releases))
+//! and the states of one key ([`Store::observe`](crate::store::Store::observe)).
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio::time::Instant;
+
+use super::doc::{Doc, Foreign};
+use super::store::MemoryStore;
+use crate::error::{Error, Result};
+use crate::key::LeaseKey;
+use crate::lease::LeaseInfo;
+use crate::store::Announcement;
+
+/// What `observe` last reported: the document without its fairness marks,
+/// whether it was held, and the foreign holder's lock document.
+type Observed = (Option<Doc>, bool, Option<Foreign>);
+
+impl MemoryStore {
+    /// [`Store::watch_releases`](crate::store::Store::watch_releases).
+    pub(super) fn writes(&self) -> BoxStream<'static, Result<Announcement>> {
+        if !self.change_streams {
+            let error = Error::UnusableCollection {
+                reason: "no change streams on a standalone server".into(),
+            };
+            return futures::stream::iter([Err(error)]).boxed();
+        }
+        let writes = |released: tokio::sync::broadcast::Receiver<crate::store::KeyWrite>| {
+            futures::stream::unfold(released, |mut released| async move {
+                loop {
+                    match released.recv().await {
+                        Ok(write) => return Some((Ok(Announcement::Write(write)), released)),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            })
+        };
+        if !*self.opening_held.borrow() {
+            let released = self.db.subscribe_releases();
+            return futures::stream::iter([Ok(Announcement::Opened)])
+                .chain(writes(released))
+                .boxed();
+        }
+        // Subscribed only once let open: writes meanwhile are missed.
+        let (db, mut held) = (self.db.clone(), self.opening_held.subscribe());
+        futures::stream::once(async move {
+            // The sender lives in this store; if it is gone, open anyway.
+            let _ = held.wait_for(|held| !*held).await;
+            db.subscribe_releases()
+        })
+        .flat_map(move |released| {
+            futures::stream::iter([Ok(Announcement::Opened)]).chain(writes(released))
+        })
+        .boxed()
+    }
+
+    /// The latest state after each change, and at each expiry. Unlike
+    /// `MongoStore`, changes applied between two wake-ups of the observer are
+    /// merged (timing tests do not need every intermediate state).
+    pub(super) fn states(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        let changed = db.subscribe_changes();
+        let state = (db, changed, key, None::<Observed>, true);
+        futures::stream::unfold(
+            state,
+            |(db, mut changed, key, mut last, first)| async move {
+                let mut first = first;
+                loop {
+                    if !first {
+                        let expiry = last.as_ref().and_then(|(doc, held, _)| {
+                            doc.as_ref().filter(|_| *held).map(|d| d.exp)
+                        });
+                        tokio::select! {
+                            result = changed.changed() => {
+                                if result.is_err() {
+                                    return None;
+                                }
+                            }
+                            _ = async {
+                                match expiry {
+                                    Some(at) => tokio::time::sleep_until(at).await,
+                                    None => std::future::pending().await,
+                                }
+                            } => {}
+                        }
+                    }
+                    first = false;
+                    changed.borrow_and_update();
+                    let now = Instant::now();
+                    let doc = db.doc(&key).map(|d| d.observed());
+                    let foreign = db.foreign(&key);
+                    let held = doc.as_ref().is_some_and(|d| d.live_kind(now).is_some());
+                    let state = (doc.clone(), held, foreign.clone());
+                    if last.as_ref() == Some(&state) {
+                        continue;
+                    }
+                    last = Some(state);
+                    let info = match foreign {
+                        Some(foreign) => Some(db.foreign_info(&key, &foreign, now)),
+                        None => doc.map(|d| db.info(&key, &d, now)),
+                    };
+                    return Some((Ok(info), (db, changed, key, last, false)));
+                }
+            },
+        )
+        .boxed()
+    }
+}
