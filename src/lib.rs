@@ -209,6 +209,7 @@
 //! | [`lease`] | [`Lease`]: key, owner, fencing token, cancellation token, payload, release; [`LeaseInfo`] (a key as read with server time) and [`LeaseObserver`] |
 //! | [`document`] | in-document leases: [`DocumentLeases`] (acquire a document's lease by its `_id`, optionally creating it), [`DocumentLease`] (the document, `update`, `commit`, `release`), [`DocumentUpdate`] |
 //! | [`fence`] | fenced writes to user data under a lease: [`Lease::with_transaction`] (writes committed only while the lease is held) and [`Fence`] (a single-document write refused under a smaller token) |
+//! | [`semaphore`] | [`Semaphore`]: a key with N permits ([`LockManager::semaphore`]); the shared side of a read/write key is [`LockManager::acquire_shared`] |
 //! | [`election`] | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
 //! | [`config`] | [`LockManagerOptions`], [`AcquireOptions`], [`ReleaseMode`] and the `DEFAULT_*` constants |
 //! | [`error`] | [`Error`] and [`Result`] |
@@ -233,6 +234,8 @@ mod key;
 pub mod kind;
 pub mod lease;
 pub mod manager;
+pub mod semaphore;
+mod shared;
 mod store;
 
 #[cfg(feature = "testkit")]
@@ -254,6 +257,7 @@ pub use key::LeaseKey;
 pub use kind::{LeaseKind, MAX_PERMITS};
 pub use lease::{HolderInfo, Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
 pub use manager::LockManager;
+pub use semaphore::Semaphore;
 
 /// The README's code examples, compiled as doctests, so that they stay true
 /// to the API.

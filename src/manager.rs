@@ -139,6 +139,12 @@ impl LockManager {
         self.inner.timing.ttl
     }
 
+    /// Checks `options` against this manager's rules (kind, minimum hold,
+    /// release mode) before anything is sent, as an acquisition does.
+    pub(crate) fn check_shape(&self, options: &AcquireOptions) -> Result<()> {
+        self.inner.timing.lease_shape(options).map(drop)
+    }
+
     /// Acquires `key`, waiting as long as it takes.
     ///
     /// `key` is a string (`"job-1"`) or any [`LeaseKey`]: the `_id` of the

@@ -191,7 +191,7 @@ pub(in crate::store::mongo) fn multi_acquire_projection(owner: &str, lease_id: U
     let live = live_others(owner, lease_id);
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
-        field::PERMITS: 1, field::EXCLUSIVE_WAITER: 1, "now": "$$NOW",
+        field::PERMITS: 1, field::EXCLUSIVE_WAITER: 1, field::HOLD_UNTIL: 1, "now": "$$NOW",
         MINE: { "$first": mine },
         LIVE: { "$size": live.clone() },
         FIRST_EXPIRY: { "$min": { "$map": { "input": live, "in": this(field::EXPIRES_AT) } } },
@@ -265,7 +265,13 @@ pub(in crate::store::mongo) fn classify_multi(
     };
     if int(doc, LIVE).unwrap_or(0) == 0 {
         if exp.timestamp_millis() > now {
-            if kind == LeaseKind::Shared {
+            // Without a live exclusive lease (`lid`) or minimum hold (`hl`),
+            // the last holder's release ran on a `$$NOW` a few ms ahead of
+            // this one's (docs/mongodb-behaviour.md, B3): held until then.
+            let hold = doc.get_datetime(field::HOLD_UNTIL).ok();
+            let exclusive = doc.contains_key(field::LEASE_ID)
+                || hold.is_some_and(|hl| hl.timestamp_millis() > now);
+            if kind == LeaseKind::Shared || !exclusive {
                 return held(holder, until(exp, now));
             }
             return AcquireOutcome::Mismatch {

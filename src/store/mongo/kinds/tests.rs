@@ -167,11 +167,31 @@ fn live_holders_of_another_kind_are_a_mismatch() {
         }
     );
     // A live exclusive holder: a mismatch for a permit; shared waits.
-    let exclusive = projected(0, 50_000, 1_000);
+    let mut exclusive = projected(0, 50_000, 1_000);
+    exclusive.insert("lid", bson_lease_id(Uuid::from_u128(5)));
     assert_eq!(
         classify_multi(&key, two, &exclusive),
         AcquireOutcome::Mismatch {
             stored: LeaseKind::Exclusive
+        }
+    );
+    // Released, and still held for its minimum hold: a mismatch too.
+    let mut hold = projected(0, 50_000, 1_000);
+    hold.insert("hl", date(50_000));
+    assert_eq!(
+        classify_multi(&key, two, &hold),
+        AcquireOutcome::Mismatch {
+            stored: LeaseKind::Exclusive
+        }
+    );
+    // No exclusive lease: the last holder's release ran on a `$$NOW` 2 ms
+    // ahead of this read's (B3); held for those 2 ms, not a mismatch.
+    let released = projected(0, 1_002, 1_000);
+    assert_eq!(
+        classify_multi(&key, two, &released),
+        AcquireOutcome::Held {
+            holder: "them".into(),
+            remaining: Some(Duration::from_millis(2)),
         }
     );
     assert_eq!(

@@ -1,0 +1,372 @@
+//! [`Semaphore`]: a key with `N` permits, shared by every process that uses
+//! the lock collection, and [`LockManager::semaphore`], which makes one.
+//!
+//! A thin layer over [`LockManager::acquire_with`] with
+//! [`LeaseKind::Permit`]: each permit is a [`Lease`] like any other (renewed
+//! by the manager's batched heartbeat, with a fencing token, a lost-lease
+//! token and an owner-checked release); see [`crate::kind`] for the rules
+//! between kinds on one key.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::config::AcquireOptions;
+use crate::error::{Error, Result};
+use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
+use crate::lease::{Lease, LeaseInfo};
+use crate::manager::LockManager;
+
+/// A counting semaphore on one key: at most [`permits`](Semaphore::permits)
+/// holders at a time, across every manager (process) that uses the lock
+/// collection. Made by [`LockManager::semaphore`]; cheap to clone (clones
+/// talk to the same manager).
+///
+/// Each permit is a [`Lease`] of kind [`LeaseKind::Permit`]: it expires
+/// after its TTL by the server's clock unless the manager renews it, so a
+/// permit of a crashed process comes back on its own, as in Redisson's
+/// `RPermitExpirableSemaphore` (whereas an `RSemaphore` permit stays taken
+/// until someone releases it). Acquiring a free permit is one MongoDB round
+/// trip (one conditional write of the key's document). The number of
+/// permits is stored with the key while any permit is held: a semaphore
+/// with another number on the same key is refused with
+/// [`Error::KindMismatch`] until every permit is free again.
+///
+/// Waiters of one manager are served first in, first out; a release wakes
+/// waiters in other processes through the manager's change stream.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+/// // At most three exports run at a time, across all processes.
+/// let exports = manager.semaphore("exports", 3)?;
+/// let permit = exports.acquire().await?;
+/// tokio::select! {
+///     _ = permit.lost() => eprintln!("permit lost: stop"),
+///     _ = run_export(permit.fencing_token()) => {}
+/// }
+/// permit.release().await?;
+/// # Ok(()) }
+/// # async fn run_export(_fencing_token: u64) {}
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    manager: LockManager,
+    key: LeaseKey,
+    permits: u32,
+}
+
+impl LockManager {
+    /// A [`Semaphore`] of `permits` permits on `key`. Sends nothing: the
+    /// key's document is written by the first acquisition.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for a key MongoDB refuses as `_id` (see
+    /// [`LockManager::acquire`]); [`Error::InvalidConfig`] for 0 permits,
+    /// more than [`MAX_PERMITS`](crate::MAX_PERMITS), or a manager in
+    /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) (a release there
+    /// deletes the key's document, which holds every permit).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// let pool = manager.semaphore("db-migrations-pool", 2)?;
+    /// assert_eq!(pool.permits(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, key: impl Into<LeaseKey>, permits: u32) -> Result<Semaphore> {
+        let key = key.into();
+        key.validate()?;
+        self.check_shape(&Semaphore::options_for(permits, &AcquireOptions::default()))?;
+        Ok(Semaphore {
+            manager: self.clone(),
+            key,
+            permits,
+        })
+    }
+}
+
+impl Semaphore {
+    /// `options` with the kind set to one permit of `permits`.
+    fn options_for(permits: u32, options: &AcquireOptions) -> AcquireOptions {
+        let mut options = options.clone();
+        options.kind = LeaseKind::Permit { permits };
+        options
+    }
+
+    /// This semaphore's acquisition options (the manager's TTL).
+    fn options(&self) -> AcquireOptions {
+        Self::options_for(self.permits, &AcquireOptions::default())
+    }
+
+    /// The key whose permits this semaphore hands out.
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+
+    /// How many holders the key admits at a time.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The kind of the leases this semaphore hands out:
+    /// `LeaseKind::Permit { permits }`.
+    pub fn kind(&self) -> LeaseKind {
+        LeaseKind::Permit {
+            permits: self.permits,
+        }
+    }
+
+    /// Acquires a permit, waiting as long as it takes (Redisson's
+    /// `RSemaphore::acquire`). The permit is a [`Lease`] whose
+    /// [`kind`](Lease::kind) is `LeaseKind::Permit { permits }`, with the
+    /// manager's TTL.
+    ///
+    /// While every permit is held, the manager retries with its jittered
+    /// backoff, capped by the remaining time of the permit that expires
+    /// first, and a release in another process wakes it through the change
+    /// stream at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::KindMismatch`] if the key is held as something else:
+    /// permits of a semaphore with another number, shared leases, or an
+    /// exclusive lease (also one released but still held for its
+    /// [`hold_at_least`](AcquireOptions::hold_at_least)). Nothing is
+    /// written, and the key takes any kind again once all its holders are
+    /// gone. [`Error::Shutdown`] once the manager has shut down. A key held
+    /// by a foreign holder (another application's lock document) is waited
+    /// for, as by [`LockManager::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`LockManager::acquire`]: dropping the future removes
+    /// the waiter, and a permit granted at that moment is released.
+    pub async fn acquire(&self) -> Result<Lease> {
+        self.manager
+            .acquire_with(self.key.clone(), &self.options())
+            .await
+    }
+
+    /// Acquires a permit, waiting at most `timeout`; `Ok(None)` if none was
+    /// free in time (Redisson's `RSemaphore::tryAcquire(waitTime, unit)`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
+        self.manager
+            .acquire_timeout_with(self.key.clone(), timeout, &self.options())
+            .await
+    }
+
+    /// One attempt: a permit if one is free now, `Ok(None)` if they are all
+    /// held (or local callers already wait for one: a try never jumps the
+    /// queue). At most one MongoDB round trip (Redisson's
+    /// `RSemaphore::tryAcquire()`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`], and database errors ([`Error::Database`],
+    /// [`Error::Unreachable`]) when the attempt's outcome could not be
+    /// established.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn try_acquire(&self) -> Result<Option<Lease>> {
+        self.manager
+            .try_acquire_with(self.key.clone(), &self.options())
+            .await
+    }
+
+    /// [`Semaphore::acquire`] with options for this one permit (its
+    /// [`ttl`](AcquireOptions::ttl)); the kind is always this semaphore's,
+    /// whatever `options.kind` says.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`], and [`Error::InvalidConfig`] before
+    /// anything is sent for a TTL that breaks the manager's timing rules or
+    /// a [`hold_at_least`](AcquireOptions::hold_at_least) (exclusive leases
+    /// only).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: mongo_lease::Semaphore) -> mongo_lease::Result<()> {
+    /// use std::time::Duration;
+    /// use mongo_lease::AcquireOptions;
+    ///
+    /// let long = AcquireOptions::builder().ttl(Duration::from_secs(120)).build();
+    /// let permit = pool.acquire_with(&long).await?;
+    /// assert_eq!(permit.ttl(), Duration::from_secs(120));
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_with(&self, options: &AcquireOptions) -> Result<Lease> {
+        self.manager
+            .acquire_with(self.key.clone(), &Self::options_for(self.permits, options))
+            .await
+    }
+
+    /// How many permits are free now, by the server's clock: `permits` minus
+    /// the live holders, read with [`LockManager::inspect`] (one round
+    /// trip); 0 while a foreign holder's lock holds the key. Only a
+    /// snapshot, like
+    /// Redisson's `RSemaphore::availablePermits`: a permit may be taken or
+    /// freed right after the read, so use [`Semaphore::try_acquire`] to take
+    /// one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::KindMismatch`] when an acquisition would get it: the key is
+    /// held as another semaphore (a different number of permits), by shared
+    /// leases or by an exclusive lease (or its minimum hold);
+    /// [`Error::Shutdown`] and database errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    pub async fn available(&self) -> Result<u32> {
+        let info = self.manager.inspect(self.key.clone()).await?;
+        free_permits(&self.key, self.permits, info.as_ref())
+    }
+}
+
+/// The free permits of a semaphore of `permits` on `key`, as read in `info`
+/// (`None`: no document): what [`Semaphore::available`] returns.
+fn free_permits(key: &LeaseKey, permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
+    let Some(info) = info else {
+        return Ok(permits);
+    };
+    if info.foreign {
+        return Ok(0);
+    }
+    let requested = LeaseKind::Permit { permits };
+    let stored = match info.kind {
+        LeaseKind::Exclusive if info.held || info.hold_until.is_some() => LeaseKind::Exclusive,
+        LeaseKind::Exclusive => return Ok(permits),
+        _ if info.holders.is_empty() => return Ok(permits),
+        kind if kind == requested => {
+            let held = u32::try_from(info.holders.len()).unwrap_or(u32::MAX);
+            return Ok(permits.saturating_sub(held));
+        }
+        kind => kind,
+    };
+    Err(Error::KindMismatch {
+        key: key.clone(),
+        stored,
+        requested,
+    })
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("key", &self.key)
+            .field("permits", &self.permits)
+            .field("owner_id", &self.manager.owner_id())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+    use crate::lease::HolderInfo;
+
+    fn info(kind: LeaseKind, holders: usize, held: bool) -> LeaseInfo {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let holder = HolderInfo {
+            owner_id: "a".into(),
+            fencing_token: 1,
+            acquired_at: now,
+            renewed_at: now,
+            expires_at: now + Duration::from_secs(10),
+        };
+        LeaseInfo {
+            key: LeaseKey::from("k"),
+            owner_id: "a".into(),
+            fencing_token: 1,
+            acquired_at: now,
+            renewed_at: now,
+            expires_at: now + Duration::from_secs(10),
+            server_time: now,
+            payload: None,
+            held,
+            foreign: false,
+            kind,
+            holders: vec![holder; holders],
+            hold_until: None,
+        }
+    }
+
+    fn free(permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
+        free_permits(&LeaseKey::from("k"), permits, info)
+    }
+
+    fn mismatch(result: Result<u32>) -> LeaseKind {
+        match result {
+            Err(Error::KindMismatch { stored, .. }) => stored,
+            other => panic!("expected a kind mismatch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_permit_is_free_on_a_key_without_live_holders() {
+        assert_eq!(free(3, None).unwrap(), 3);
+        assert_eq!(
+            free(3, Some(&info(LeaseKind::Exclusive, 0, false))).unwrap(),
+            3
+        );
+        let released = info(LeaseKind::Permit { permits: 5 }, 0, false);
+        assert_eq!(free(3, Some(&released)).unwrap(), 3);
+    }
+
+    #[test]
+    fn live_holders_of_the_same_number_take_their_permits() {
+        let two = info(LeaseKind::Permit { permits: 3 }, 2, true);
+        assert_eq!(free(3, Some(&two)).unwrap(), 1);
+        let full = info(LeaseKind::Permit { permits: 3 }, 3, true);
+        assert_eq!(free(3, Some(&full)).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_key_held_as_another_kind_is_a_kind_mismatch() {
+        let other = info(LeaseKind::Permit { permits: 2 }, 1, true);
+        assert_eq!(
+            mismatch(free(3, Some(&other))),
+            LeaseKind::Permit { permits: 2 }
+        );
+        let shared = info(LeaseKind::Shared, 1, true);
+        assert_eq!(mismatch(free(3, Some(&shared))), LeaseKind::Shared);
+        let exclusive = info(LeaseKind::Exclusive, 0, true);
+        assert_eq!(mismatch(free(3, Some(&exclusive))), LeaseKind::Exclusive);
+        let mut held_at_least = info(LeaseKind::Exclusive, 0, false);
+        held_at_least.hold_until = Some(held_at_least.server_time + Duration::from_secs(1));
+        assert_eq!(
+            mismatch(free(3, Some(&held_at_least))),
+            LeaseKind::Exclusive
+        );
+    }
+
+    #[test]
+    fn a_foreign_holders_lock_leaves_no_permit() {
+        let mut foreign = info(LeaseKind::Exclusive, 0, true);
+        foreign.foreign = true;
+        assert_eq!(free(3, Some(&foreign)).unwrap(), 0);
+    }
+}
