@@ -8,6 +8,8 @@ use mongo_lease::{LockManager, LockManagerOptions};
 use mongodb::bson::Document;
 use mongodb::{Client, Collection, Database};
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod renewal;
 
 /// A database on the shared test deployment, unique to one test.

@@ -6,9 +6,11 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use mongo_lease::LeaseKind;
 use tokio::sync::watch;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use crate::output::kind_name;
 use crate::{Failure, exit};
 
 /// How the command ended.
@@ -87,23 +89,48 @@ fn kill(pid: Option<u32>, signal: i32) {
     }
 }
 
+/// The lease the command runs under, as its environment tells it.
+pub struct LeaseEnv<'a> {
+    /// `MONGO_LEASE_KEY`: the key as a string (a non-string key as
+    /// canonical Extended JSON).
+    pub key: &'a str,
+    /// `MONGO_LEASE_TOKEN`: the fencing token (an election's term).
+    pub token: u64,
+    /// `MONGO_LEASE_OWNER`: the owner id of this process's leases.
+    pub owner_id: &'a str,
+    /// `MONGO_LEASE_KIND` (`exclusive`, `shared` or `permit`), and
+    /// `MONGO_LEASE_PERMITS` for a permit.
+    pub kind: LeaseKind,
+}
+
+impl LeaseEnv<'_> {
+    fn apply(&self, cmd: &mut tokio::process::Command) {
+        cmd.env("MONGO_LEASE_KEY", self.key)
+            .env("MONGO_LEASE_TOKEN", self.token.to_string())
+            .env("MONGO_LEASE_OWNER", self.owner_id)
+            .env("MONGO_LEASE_KIND", kind_name(self.kind))
+            // Not inherited from an outer mongo-lease's command.
+            .env_remove("MONGO_LEASE_PERMITS");
+        if let LeaseKind::Permit { permits } = self.kind {
+            cmd.env("MONGO_LEASE_PERMITS", permits.to_string());
+        }
+    }
+}
+
 /// Runs `command` with the lease in its environment until it exits, or until
 /// `lost` (the lease's or leadership's `lost()` future) completes: then
 /// SIGTERM, and SIGKILL after `grace`. Forwards SIGTERM and SIGINT.
 pub async fn run(
     command: &[String],
-    key: &str,
-    token: u64,
-    owner_id: &str,
+    lease: &LeaseEnv<'_>,
     lost: WaitForCancellationFutureOwned,
     grace: Duration,
     signals: &Signals,
 ) -> ChildOutcome {
+    let (key, token) = (lease.key, lease.token);
     let mut cmd = tokio::process::Command::new(&command[0]);
-    cmd.args(&command[1..])
-        .env("MONGO_LEASE_KEY", key)
-        .env("MONGO_LEASE_TOKEN", token.to_string())
-        .env("MONGO_LEASE_OWNER", owner_id);
+    cmd.args(&command[1..]);
+    lease.apply(&mut cmd);
     #[cfg(target_os = "linux")]
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {

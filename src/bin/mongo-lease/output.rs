@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use mongo_lease::{LeaseInfo, LeaseKey, LockManager};
+use mongo_lease::{HolderInfo, LeaseInfo, LeaseKey, LeaseKind, LockManager};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -102,9 +102,50 @@ pub fn key_json(key: &LeaseKey) -> Value {
     key.as_bson().clone().into_canonical_extjson()
 }
 
+/// The kind's name, as in `MONGO_LEASE_KIND` and the JSON output.
+pub fn kind_name(kind: LeaseKind) -> &'static str {
+    match kind {
+        LeaseKind::Shared => "shared",
+        LeaseKind::Permit { .. } => "permit",
+        _ => "exclusive",
+    }
+}
+
+/// The number of permits of a semaphore key.
+fn permits(kind: LeaseKind) -> Option<u32> {
+    match kind {
+        LeaseKind::Permit { permits } => Some(permits),
+        _ => None,
+    }
+}
+
+/// How long `t` is after `now` (zero if it is not).
+fn until(now: SystemTime, t: SystemTime) -> Duration {
+    t.duration_since(now).unwrap_or(Duration::ZERO)
+}
+
+/// One holder of a shared or semaphore key as JSON, with its age and time
+/// to expiry at the read's server time.
+fn holder_json(holder: &HolderInfo, server_time: SystemTime) -> Value {
+    json!({
+        "owner_id": holder.owner_id,
+        "fencing_token": holder.fencing_token,
+        "acquired_at": time(holder.acquired_at),
+        "renewed_at": time(holder.renewed_at),
+        "expires_at": time(holder.expires_at),
+        "age_ms": until(holder.acquired_at, server_time).as_millis() as u64,
+        "time_to_expiry_ms": until(server_time, holder.expires_at).as_millis() as u64,
+    })
+}
+
 /// A lease as JSON. A foreign holder's lock (`"foreign": true`: a document
 /// not written by mongo-lease) has no known expiry: `expires_at` and
-/// `time_to_expiry_ms` are `null`.
+/// `time_to_expiry_ms` are `null`. `kind` is `exclusive`, `shared` or
+/// `permit` (then `permits` is the key's number of permits, else `null`);
+/// `holders` lists the live holders of a shared or semaphore key (empty for
+/// an exclusive one), and `hold_until` is the server time until which a key
+/// acquired with `--hold-at-least` stays held (`null` without one, or once
+/// past).
 pub fn lease_json(info: &LeaseInfo) -> Value {
     let (expires_at, time_to_expiry_ms) = if info.foreign {
         (Value::Null, Value::Null)
@@ -114,6 +155,11 @@ pub fn lease_json(info: &LeaseInfo) -> Value {
             json!(info.time_to_expiry().as_millis() as u64),
         )
     };
+    let holders: Vec<Value> = info
+        .holders
+        .iter()
+        .map(|h| holder_json(h, info.server_time))
+        .collect();
     json!({
         "key": key_json(&info.key),
         "owner_id": info.owner_id,
@@ -127,6 +173,10 @@ pub fn lease_json(info: &LeaseInfo) -> Value {
         "age_ms": info.age().as_millis() as u64,
         "time_to_expiry_ms": time_to_expiry_ms,
         "payload": payload_json(info),
+        "kind": kind_name(info.kind),
+        "permits": permits(info.kind),
+        "holders": holders,
+        "hold_until": info.hold_until.map(time),
     })
 }
 
@@ -138,6 +188,70 @@ fn holder_label(info: &LeaseInfo) -> String {
         (true, false) => format!("{} (foreign)", info.owner_id),
         (true, true) => "(foreign)".into(),
     }
+}
+
+/// The KIND cell of a key's line.
+fn kind_cell(info: &LeaseInfo) -> String {
+    match info.kind {
+        LeaseKind::Permit { permits: 1 } => "1 permit".into(),
+        LeaseKind::Permit { permits } => format!("{permits} permits"),
+        kind => kind_name(kind).into(),
+    }
+}
+
+/// The table of `list`: one line per key, then one per holder of a shared
+/// or semaphore key.
+fn rows(leases: &[LeaseInfo]) -> Vec<[String; 9]> {
+    let mut rows = Vec::new();
+    for l in leases {
+        let multi = l.kind.is_multi_holder();
+        let owner = if multi {
+            match l.holders.len() {
+                1 => "(1 holder)".to_string(),
+                n => format!("({n} holders)"),
+            }
+        } else {
+            holder_label(l)
+        };
+        let state = if l.held { "held" } else { "free" };
+        rows.push([
+            l.key.to_string(),
+            kind_cell(l),
+            owner,
+            l.fencing_token.to_string(),
+            state.to_string(),
+            short(l.age()),
+            if l.foreign {
+                "unknown".into()
+            } else if l.held {
+                short(l.time_to_expiry())
+            } else {
+                "-".into()
+            },
+            match l.hold_until {
+                Some(t) => short(until(l.server_time, t)),
+                None => "-".into(),
+            },
+            match &l.payload {
+                Some(_) => payload_json(l).to_string(),
+                None => "-".into(),
+            },
+        ]);
+        for h in &l.holders {
+            rows.push([
+                String::new(),
+                format!("- {}", kind_name(l.kind)),
+                h.owner_id.clone(),
+                h.fencing_token.to_string(),
+                "held".into(),
+                short(until(h.acquired_at, l.server_time)),
+                short(until(l.server_time, h.expires_at)),
+                "-".into(),
+                "-".into(),
+            ]);
+        }
+    }
+    rows
 }
 
 pub async fn print_list(manager: &LockManager, held_only: bool, json: bool) -> Result<u8, Failure> {
@@ -152,36 +266,16 @@ pub async fn print_list(manager: &LockManager, held_only: bool, json: bool) -> R
     }
     let header = [
         "KEY",
+        "KIND",
         "OWNER",
         "TOKEN",
         "STATE",
         "AGE",
         "EXPIRES IN",
+        "HELD UNTIL",
         "PAYLOAD",
     ];
-    let rows: Vec<[String; 7]> = leases
-        .iter()
-        .map(|l| {
-            [
-                l.key.to_string(),
-                holder_label(l),
-                l.fencing_token.to_string(),
-                if l.held { "held" } else { "free" }.to_string(),
-                short(l.age()),
-                if l.foreign {
-                    "unknown".into()
-                } else if l.held {
-                    short(l.time_to_expiry())
-                } else {
-                    "-".into()
-                },
-                match &l.payload {
-                    Some(_) => payload_json(l).to_string(),
-                    None => "-".into(),
-                },
-            ]
-        })
-        .collect();
+    let rows = rows(&leases);
     let mut widths = header.map(str::len);
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -216,6 +310,12 @@ pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
             out["owner_id"] = json!(info.owner_id);
             out["fencing_token"] = json!(info.fencing_token);
             out["foreign"] = json!(info.foreign);
+            out["kind"] = json!(kind_name(info.kind));
+            out["holders"] = info
+                .holders
+                .iter()
+                .map(|h| holder_json(h, info.server_time))
+                .collect();
         }
         println!("{out}");
         return;
@@ -227,6 +327,18 @@ pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
              (a lock document not written by mongo-lease), which was deleted",
             info.owner_id
         ),
+        Some(info) if !info.holders.is_empty() => {
+            let holders: Vec<String> = info
+                .holders
+                .iter()
+                .map(|h| format!("{} (fencing token {})", h.owner_id, h.fencing_token))
+                .collect();
+            println!(
+                "released {key} (force): it was held as {} by {}",
+                info.kind,
+                holders.join(", ")
+            )
+        }
         Some(info) => println!(
             "released {key} (force): it was held by {} with fencing token {}",
             info.owner_id, info.fencing_token
@@ -245,22 +357,59 @@ pub fn print_owner_release(owner: &str, released: u64, json: bool) {
 }
 
 pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool) {
+    let holder = holder.filter(|h| h.held);
     if json {
         let out = json!({
             "key": key_json(key),
             "acquired": false,
-            "holder": holder.filter(|h| h.held).map(lease_json),
+            "holder": holder.map(lease_json),
         });
         println!("{out}");
         return;
     }
     let key = key.to_extended_json();
-    match holder.filter(|h| h.held) {
+    match holder {
         Some(h) if h.foreign => eprintln!(
             "mongo-lease: not acquired: {key} is held by a foreign holder {:?} \
              (a lock document not written by mongo-lease; expiry unknown)",
             h.owner_id
         ),
+        Some(h) if h.kind.is_multi_holder() => {
+            let holders: Vec<String> = h
+                .holders
+                .iter()
+                .map(|holder| {
+                    format!(
+                        "{} (fencing token {}, expires in {})",
+                        holder.owner_id,
+                        holder.fencing_token,
+                        short(until(h.server_time, holder.expires_at))
+                    )
+                })
+                .collect();
+            let how = match h.kind {
+                LeaseKind::Permit { permits } => match h.holders.len() {
+                    1 => format!("1 of its {permits} permits is held"),
+                    n => format!("{n} of its {permits} permits are held"),
+                },
+                _ => "it is held shared".into(),
+            };
+            eprintln!(
+                "mongo-lease: not acquired: {key}: {how} by {}",
+                holders.join(", ")
+            );
+        }
+        Some(h) if h.hold_until.is_some() => {
+            let hold_until = h.hold_until.unwrap_or(h.server_time);
+            eprintln!(
+                "mongo-lease: not acquired: {key} is held until {} (in {}), the minimum hold \
+                 (--hold-at-least) of its acquisition by {} (fencing token {})",
+                time(hold_until),
+                short(until(h.server_time, hold_until)),
+                h.owner_id,
+                h.fencing_token,
+            )
+        }
         Some(h) => eprintln!(
             "mongo-lease: not acquired: {key} is held by {} (fencing token {}, expires in {})",
             h.owner_id,

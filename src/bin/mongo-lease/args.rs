@@ -1,0 +1,379 @@
+//! The command line: subcommands, options and their parsers.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use mongo_lease::{AcquireOptions, LeaseKey, LeaseKind, MAX_PERMITS, ReleaseMode};
+use mongodb::bson::Document;
+
+use crate::Failure;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0       success (list, release); for exec and leader --once: the command's own exit code
+  1-255   the command's exit code; 128+N if it was killed by signal N
+  2       bad usage: unknown option, bad duration, URI, key or payload
+  69      MongoDB could not be reached, or refused an operation
+  75      not acquired: the key is held (--no-wait) or --timeout elapsed
+  76      the lease was lost while the command ran (it got SIGTERM, then SIGKILL after --grace)
+  78      exec: the key is held as another kind (nothing was acquired): a semaphore key
+          without its --permits N, or a key held exclusive or shared with --permits
+  126     the command could not be executed
+  127     the command was not found
+
+Keys: --key takes a string; --key-json takes a key of any BSON type in MongoDB Extended
+JSON v2, e.g. the ObjectId of the locked document: --key-json '{\"$oid\":\"5087b72181a445980ae47d13\"}'.
+An election's name is a key too: --name takes a string, --name-json any BSON type.
+
+Kinds of lease (exec): exclusive (the default: one holder; the exclusive side of a
+read/write key), --shared (any number of shared holders, no exclusive one; a waiting
+exclusive exec stops new shared holders, so it is not starved), --permits N (one of N
+permits of a semaphore key; every exec of the key must pass the same N while it is held).
+--hold-at-least D keeps an exclusive key held until its acquisition + D by the server's
+clock, even if the command ends earlier: at most one run per D across machines.
+
+Environment of the command: MONGO_LEASE_KEY (key or election name; a non-string key as
+canonical Extended JSON), MONGO_LEASE_TOKEN (fencing token = term), MONGO_LEASE_OWNER (owner id),
+MONGO_LEASE_KIND (exclusive, shared or permit), MONGO_LEASE_PERMITS (N, for --permits N only).";
+
+/// Distributed leases (renewable locks) and leader election on MongoDB.
+///
+/// Times are judged by the MongoDB server's clock.
+#[derive(Parser, Debug)]
+#[command(name = "mongo-lease", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub connection: Connection,
+
+    #[command(subcommand)]
+    pub command: Commands,
+}
+
+#[derive(Args, Debug)]
+pub struct Connection {
+    /// MongoDB connection string (a replica set; a single-node one is fine).
+    /// Credentials in it are never printed.
+    #[arg(long, env = "MONGODB_URI", global = true, hide_env_values = true)]
+    pub uri: Option<String>,
+
+    /// Database of the lock collection.
+    #[arg(
+        long,
+        env = "MONGO_LEASE_DB",
+        default_value = "mongo_lease",
+        global = true
+    )]
+    pub db: String,
+
+    /// Name of the lock collection.
+    #[arg(
+        long,
+        env = "MONGO_LEASE_COLLECTION",
+        default_value = "leases",
+        global = true
+    )]
+    pub collection: String,
+
+    /// Owner id stored in the leases this process takes [default: HOST:PID:RANDOM].
+    #[arg(long, env = "MONGO_LEASE_OWNER_ID", global = true)]
+    pub owner_id: Option<String>,
+
+    /// What a release does with the lock document: `keep` it until MongoDB's
+    /// TTL monitor deletes it, or `delete` it (for collections shared with
+    /// applications that lock by inserting and unlock by deleting).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "keep",
+        env = "MONGO_LEASE_RELEASE_MODE",
+        global = true
+    )]
+    pub release_mode: ReleaseModeArg,
+
+    /// How long to wait for MongoDB to answer, e.g. `10s`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, global = true)]
+    pub connect_timeout: Duration,
+
+    /// Machine-readable output (JSON) instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Commands {
+    /// Run a command while holding a lease on a key (like flock(1)).
+    ///
+    /// Acquires the key, runs the command with the key and fencing token in
+    /// its environment, renews the lease while it runs, releases it when the
+    /// command exits, and exits with the command's exit code. If the lease is
+    /// lost, the command gets SIGTERM, then SIGKILL after --grace, and
+    /// mongo-lease exits with 76. SIGTERM and SIGINT are forwarded to the
+    /// command.
+    ///
+    /// The lease is exclusive unless --shared (the shared side of a
+    /// read/write key, like flock --shared) or --permits N (one of N permits
+    /// of a semaphore key).
+    Exec(ExecArgs),
+    /// Run a command only while leader of an election.
+    ///
+    /// Campaigns; once leader, runs the command with the election name and
+    /// term in its environment. If leadership is lost, the command gets
+    /// SIGTERM, then SIGKILL after --grace. When the command exits or
+    /// leadership is lost, campaigns again (unless --once). SIGTERM and SIGINT
+    /// are forwarded to the command, then mongo-lease resigns and exits.
+    Leader(LeaderArgs),
+    /// List the leases in the lock collection, with server-time age and expiry.
+    ///
+    /// KIND is exclusive, shared, or the number of permits of a semaphore
+    /// key; the holders of a shared or semaphore key follow its line, one
+    /// per line. HELD UNTIL is the time left of a key's minimum hold
+    /// (--hold-at-least), during which it stays held even once released.
+    List(ListArgs),
+    /// Release a key whoever holds it, or every lease of an owner id with
+    /// --owner (operator override; needs --force).
+    ///
+    /// The holder learns it within milliseconds on a replica set (its
+    /// manager follows writes to its leases), at its next renewal otherwise;
+    /// its command is then terminated. The release is printed and logged.
+    Release(ReleaseArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct LeaseTiming {
+    /// Lease time-to-live, e.g. `30s`, `2m`. Renewed every TTL/3.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// After SIGTERM, how long the command has to exit before SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub key: KeyArg,
+
+    #[command(flatten)]
+    pub timing: LeaseTiming,
+
+    /// Wait until the key is free (the default).
+    #[arg(long, overrides_with = "no_wait")]
+    pub wait: bool,
+
+    /// Fail at once (exit 75) if the key is held.
+    #[arg(long, conflicts_with = "timeout")]
+    pub no_wait: bool,
+
+    /// Wait at most this long for the key, e.g. `10s` (then exit 75).
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+
+    /// Take one of N permits of a semaphore key: at most N commands hold the
+    /// key at a time, across processes (as Redisson's `RSemaphore`). N is
+    /// stored with the key while any permit is held: meanwhile an exec of
+    /// the key with another N, or without --permits, fails with exit code
+    /// 78 (as does --permits on a key held exclusive or shared).
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PERMITS)),
+    )]
+    pub permits: Option<u32>,
+
+    /// Hold the key shared: any number of shared holders at a time, and no
+    /// exclusive one (the shared side of a read/write key; a plain exec is
+    /// the exclusive side). A waiting exclusive exec stops new shared holders
+    /// until it has run.
+    #[arg(long, conflicts_with = "permits")]
+    pub shared: bool,
+
+    /// Keep the key held until its acquisition time plus this, e.g. `10m`, by
+    /// the server's clock, even if the command ends earlier (or mongo-lease
+    /// dies): a job run under it runs at most once per interval across
+    /// machines (ShedLock's `lockAtLeastFor`). Exclusive leases only; needs
+    /// --release-mode keep.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["permits", "shared"])]
+    pub hold_at_least: Option<Duration>,
+
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl ExecArgs {
+    /// The kind of lease asked for: `--permits N`, `--shared`, or exclusive.
+    pub fn kind(&self) -> LeaseKind {
+        match (self.permits, self.shared) {
+            (Some(permits), _) => LeaseKind::Permit { permits },
+            (None, true) => LeaseKind::Shared,
+            (None, false) => LeaseKind::Exclusive,
+        }
+    }
+
+    /// The options of the lease: its kind and minimum hold (the TTL is the
+    /// manager's, from --ttl).
+    pub fn acquire_options(&self) -> AcquireOptions {
+        let mut options = AcquireOptions::builder().kind(self.kind()).build();
+        options.hold_at_least = self.hold_at_least;
+        options
+    }
+}
+
+/// A lease key: a string (`--key`) or any BSON value in Extended JSON
+/// (`--key-json`); exactly one.
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct KeyArg {
+    /// The key to lock, a string.
+    #[arg(long)]
+    pub key: Option<String>,
+
+    /// The key as MongoDB Extended JSON v2, for a key of any BSON type (the
+    /// `_id` of the document to lock), e.g.
+    /// `--key-json '{"$oid":"5087b72181a445980ae47d13"}'`.
+    #[arg(long, value_name = "JSON", value_parser = parse_key_json)]
+    pub key_json: Option<LeaseKey>,
+}
+
+impl KeyArg {
+    pub fn key(&self) -> Result<LeaseKey, Failure> {
+        one_key(
+            self.key.as_deref(),
+            self.key_json.as_ref(),
+            "--key or --key-json",
+        )
+    }
+}
+
+/// An election's name (its lease key): a string (`--name`) or any BSON
+/// value in Extended JSON (`--name-json`); exactly one.
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct NameArg {
+    /// The election's name (its lease key), a string.
+    #[arg(long)]
+    pub name: Option<String>,
+
+    /// The election's name as MongoDB Extended JSON v2, for a name of any
+    /// BSON type, e.g. `--name-json '{"$oid":"5087b72181a445980ae47d13"}'`.
+    #[arg(long, value_name = "JSON", value_parser = parse_key_json)]
+    pub name_json: Option<LeaseKey>,
+}
+
+impl NameArg {
+    pub fn key(&self) -> Result<LeaseKey, Failure> {
+        one_key(
+            self.name.as_deref(),
+            self.name_json.as_ref(),
+            "--name or --name-json",
+        )
+    }
+}
+
+/// The key given either as a string or as Extended JSON (clap lets through
+/// at most one; `options` names them for the error when neither is given).
+pub fn one_key(
+    string: Option<&str>,
+    json: Option<&LeaseKey>,
+    options: &str,
+) -> Result<LeaseKey, Failure> {
+    match (string, json) {
+        (_, Some(key)) => Ok(key.clone()),
+        (Some(key), None) => Ok(LeaseKey::from(key)),
+        (None, None) => Err(Failure::usage(format!("a key is required: pass {options}"))),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct LeaderArgs {
+    #[command(flatten)]
+    pub name: NameArg,
+
+    #[command(flatten)]
+    pub timing: LeaseTiming,
+
+    /// Run the command once as leader, then resign and exit with its code
+    /// (76 if leadership was lost meanwhile).
+    #[arg(long)]
+    pub once: bool,
+
+    /// Pause after the command exits before campaigning again.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub restart_delay: Duration,
+
+    /// A JSON object published as the leader's payload, e.g. '{"addr":"10.0.0.7:8080"}'.
+    #[arg(long, value_parser = parse_payload)]
+    pub payload: Option<Document>,
+
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Only the keys held now (also a released key still in its minimum
+    /// hold, --hold-at-least).
+    #[arg(long)]
+    pub held: bool,
+}
+
+/// `--release-mode`: [`ReleaseMode`] as a command-line value.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ReleaseModeArg {
+    /// Keep the released document until the TTL monitor deletes it.
+    Keep,
+    /// Delete the document on release.
+    Delete,
+}
+
+impl From<ReleaseModeArg> for ReleaseMode {
+    fn from(mode: ReleaseModeArg) -> ReleaseMode {
+        match mode {
+            ReleaseModeArg::Keep => ReleaseMode::Keep,
+            ReleaseModeArg::Delete => ReleaseMode::Delete,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ReleaseArgs {
+    /// The key to release, a string.
+    #[arg(required_unless_present_any = ["key_json", "owner"], conflicts_with = "owner")]
+    pub key: Option<String>,
+
+    /// The key to release as MongoDB Extended JSON v2, for a key of any BSON
+    /// type, e.g. `--key-json '{"$oid":"5087b72181a445980ae47d13"}'`.
+    #[arg(long, value_name = "JSON", value_parser = parse_key_json, conflicts_with_all = ["key", "owner"])]
+    pub key_json: Option<LeaseKey>,
+
+    /// Release every lease held under this owner id instead (e.g. that of a
+    /// dead process), and print how many.
+    #[arg(long, value_name = "AID")]
+    pub owner: Option<String>,
+
+    /// Confirm the override: the current holder loses its lease.
+    #[arg(long)]
+    pub force: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 30s, 2m)"))?;
+    if d.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(d)
+}
+
+fn parse_key_json(s: &str) -> Result<LeaseKey, String> {
+    LeaseKey::from_extended_json(s).map_err(|e| e.to_string())
+}
+
+fn parse_payload(s: &str) -> Result<Document, String> {
+    let value: serde_json::Value = serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))?;
+    if !value.is_object() {
+        return Err("must be a JSON object".into());
+    }
+    mongodb::bson::to_document(&value).map_err(|e| e.to_string())
+}

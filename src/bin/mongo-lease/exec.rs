@@ -1,0 +1,89 @@
+//! `mongo-lease exec`: run a command while holding a lease on a key.
+
+use mongo_lease::{Error, LeaseKind, LockManager};
+
+use crate::args::ExecArgs;
+use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
+use crate::{Failure, exit, output};
+
+/// Acquires the key (of the kind and minimum hold the flags ask for), runs
+/// the command under the lease, releases it; the exit code.
+pub async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u8, Failure> {
+    let signals = Signals::listen()?;
+    let key = args.key.key()?;
+    let options = args.acquire_options();
+    let acquire = async {
+        if args.no_wait {
+            manager.try_acquire_with(key.clone(), &options).await
+        } else if let Some(timeout) = args.timeout {
+            manager
+                .acquire_timeout_with(key.clone(), timeout, &options)
+                .await
+        } else {
+            manager.acquire_with(key.clone(), &options).await.map(Some)
+        }
+    };
+    let lease = tokio::select! {
+        lease = acquire => lease.map_err(mismatch_hint)?,
+        signal = signals.next() => return Ok(128 + signal as u8),
+    };
+    let Some(lease) = lease else {
+        let holder = manager.inspect(key.clone()).await.ok().flatten();
+        output::print_not_acquired(&key, holder.as_ref(), json);
+        return Ok(exit::NOT_ACQUIRED);
+    };
+    tracing::debug!(%key, token = lease.fencing_token(), kind = %lease.kind(), "acquired");
+    let env = LeaseEnv {
+        key: &key.to_string(),
+        token: lease.fencing_token(),
+        owner_id: manager.owner_id(),
+        kind: lease.kind(),
+    };
+    let outcome = child::run(
+        &args.command,
+        &env,
+        lease.lost(),
+        args.timing.grace,
+        &signals,
+    )
+    .await;
+    let lost = lease.is_lost();
+    let _ = lease.release().await;
+    match outcome {
+        ChildOutcome::Exited(code) if !lost => Ok(code),
+        ChildOutcome::Exited(_) | ChildOutcome::Lost => {
+            eprintln!(
+                "mongo-lease: the lease on {} was lost; the command was terminated",
+                key.to_extended_json()
+            );
+            Ok(exit::LEASE_LOST)
+        }
+        ChildOutcome::SpawnFailed(code, message) => {
+            eprintln!("mongo-lease: {message}");
+            Ok(code)
+        }
+    }
+}
+
+/// The failure of an acquisition; a kind mismatch says what to change.
+fn mismatch_hint(e: Error) -> Failure {
+    let hint = match &e {
+        Error::KindMismatch {
+            stored: LeaseKind::Permit { permits },
+            ..
+        } => format!(
+            " (a semaphore key while any of its permits is held: every exec of it must \
+             pass --permits {permits})"
+        ),
+        Error::KindMismatch {
+            requested: LeaseKind::Permit { .. },
+            ..
+        } => " (a key held exclusive or shared has no permits: --permits can take it once \
+              its holders are gone)"
+            .to_string(),
+        _ => String::new(),
+    };
+    let mut failure = Failure::from(e);
+    failure.message.push_str(&hint);
+    failure
+}
