@@ -9,7 +9,7 @@
 //! - **permits**: at most `permits` holders ([`LeaseKind::Permit`]): a
 //!   counting semaphore. `permits` is stored with the key while any permit
 //!   is held; an acquisition asking for another number then fails with
-//!   [`Error::KindMismatch`](crate::Error::KindMismatch). Once every permit
+//!   [`Error::KindMismatch`]. Once every permit
 //!   is free, the next acquisition stores its own number.
 //!
 //! Every kind keeps the guarantees of an exclusive lease: expiry judged by
