@@ -80,7 +80,9 @@
 //! - **Renewal** of holders in `hs` is part of the same one `updateMany` per
 //!   batch: it matches a lease by `lid` at the top or in `hs` (with the
 //!   owner id), and sets that entry's `ts` and `exp` and the top `ts` and
-//!   `exp = max(exp, ...)`.
+//!   `exp = max(exp, ...)`. (A batch with no holder that this store
+//!   acquired sends the exclusive leases' renewal, with `exp` at least
+//!   `hl`.)
 //! - **Release** removes the entry (with the expired ones), sets `rl =
 //!   $$NOW` (announced to other processes' waiters, whereas renewals are
 //!   not), and moves the top `exp` to the latest remaining holder's `exp`,

@@ -77,6 +77,20 @@ pub(super) async fn a_lease_released_early_stays_held_until_its_minimum_hold<F: 
     );
     assert_eq!(acquired.expires_at, acquired.acquired_at + AT_LEAST);
 
+    // A retry under the same lease id: the same token, the same hold.
+    let again = a
+        .acquire_shaped(
+            la.key.clone(),
+            la.lease_id,
+            false,
+            a.default_ttl(),
+            held_at_least(AT_LEAST),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again, AcquireOutcome::Acquired { token: ta });
+    assert_eq!(info(&a, "k").await.hold_until, acquired.hold_until);
+
     assert_eq!(a.release(vec![la.clone()]).await.unwrap(), 1);
     let released = info(&a, "k").await;
     assert!(released.held, "the key stays held until hl");

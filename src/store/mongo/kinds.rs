@@ -416,12 +416,18 @@ pub(in crate::store::mongo) fn exclusive_filter(owner: &str, leases: &[LeaseRef]
 }
 
 /// The renewal of exclusive leases ([`exclusive_filter`]): `ts = $$NOW`,
-/// `exp = max($$NOW + ttl_ms, hl)`; nothing else changes.
+/// `exp = $$NOW + ttl_ms`, then `exp = max(exp, hl)` (a second stage, so
+/// that the first is the renewal as it always was); nothing else changes.
 pub(in crate::store::mongo) fn renew_exclusive_update(ttl_ms: i64) -> Vec<Document> {
-    vec![doc! { "$set": {
-        field::RENEWED_AT: "$$NOW",
-        field::EXPIRES_AT: { "$max": [{ "$add": ["$$NOW", ttl_ms] }, f(field::HOLD_UNTIL)] },
-    }}]
+    vec![
+        doc! { "$set": {
+            field::RENEWED_AT: "$$NOW",
+            field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+        }},
+        doc! { "$set": {
+            field::EXPIRES_AT: { "$max": [f(field::EXPIRES_AT), f(field::HOLD_UNTIL)] },
+        }},
+    ]
 }
 
 /// The lease ids of `leases`.
@@ -432,7 +438,9 @@ pub(in crate::store::mongo) fn lease_ids(leases: &[LeaseRef]) -> Vec<Uuid> {
 /// The renewal of a batch of any kinds (the leases `ids` of `owner`), one
 /// `updateMany` with [`holder_filter`]: `ts = $$NOW`; an exclusive lease's
 /// `exp = max($$NOW + ttl_ms, hl)`; a holder's entry `ts` and `exp =
-/// $$NOW + ttl_ms`, and the top `exp = max(exp, $$NOW + ttl_ms)`.
+/// $$NOW + ttl_ms`, and the top `exp` the latest of the entries'. The
+/// first stage sets `exp = $$NOW + ttl_ms` as the plain renewal does, the
+/// second raises it to `hl` or the latest entry's.
 pub(in crate::store::mongo) fn renew_any_update(
     owner: &str,
     ids: &[Uuid],
@@ -444,15 +452,18 @@ pub(in crate::store::mongo) fn renew_any_update(
         { "$mergeObjects": ["$$this", { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: expires.clone() }] },
         "$$this",
     ]}}};
-    vec![doc! { "$set": {
-        field::RENEWED_AT: "$$NOW",
-        field::EXPIRES_AT: { "$cond": [
-            has_holders(),
-            { "$max": [f(field::EXPIRES_AT), expires.clone()] },
-            { "$max": [expires, f(field::HOLD_UNTIL)] },
-        ]},
-        field::HOLDERS: { "$cond": [has_holders(), renewed, "$$REMOVE"] },
-    }}]
+    vec![
+        doc! { "$set": {
+            field::RENEWED_AT: "$$NOW",
+            field::EXPIRES_AT: expires,
+            field::HOLDERS: { "$cond": [has_holders(), renewed, "$$REMOVE"] },
+        }},
+        doc! { "$set": { field::EXPIRES_AT: { "$max": [
+            f(field::EXPIRES_AT),
+            f(field::HOLD_UNTIL),
+            { "$max": format!("${}.{}", field::HOLDERS, field::EXPIRES_AT) },
+        ]}}},
+    ]
 }
 
 /// Which leases a release takes away: those of a batch (`ids` of `owner`),

@@ -160,33 +160,32 @@ impl MongoStore {
 
     /// One `updateMany` for the batch: the plain renewal of exclusive leases
     /// when it holds no lease this store acquired as a holder of a shared
-    /// or semaphore key, else the renewal of any kinds. A lease the plain
-    /// renewal reports lost is checked again with the renewal of any kinds
-    /// (one more command, only when a lease is lost), so the hint never
-    /// decides a loss.
+    /// or semaphore key, else the renewal of any kinds. (The actor acquires
+    /// and renews through one store value, whose clones share the hint; a
+    /// holder acquired through another store value would be reported lost,
+    /// never kept wrongly.)
     async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl_ms: i64) -> Result<Vec<LeaseRef>> {
         let plain = {
             let holders = self.holder_ids();
             !leases.iter().any(|l| holders.contains(&l.lease_id))
         };
+        let (filter, update) = if plain {
+            (
+                exclusive_filter(self.owner(), &leases),
+                renew_exclusive_update(ttl_ms),
+            )
+        } else {
+            (
+                holder_filter(self.owner(), &leases),
+                renew_any_update(self.owner(), &lease_ids(&leases), ttl_ms),
+            )
+        };
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
-        let mut lost = if plain {
-            let filter = exclusive_filter(self.owner(), &leases);
-            let update = renew_exclusive_update(ttl_ms);
-            self.renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
-                .await?
-        } else {
-            leases
-        };
-        if !lost.is_empty() {
-            let filter = holder_filter(self.owner(), &lost);
-            let update = renew_any_update(self.owner(), &lease_ids(&lost), ttl_ms);
-            lost = self
-                .renew_matching(self.coll(), filter, update, lost, field::LEASE_ID)
-                .await?;
-        }
+        let lost = self
+            .renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
+            .await?;
         let mut holders = self.holder_ids();
         for l in &lost {
             holders.remove(&l.lease_id);
@@ -350,12 +349,7 @@ impl MongoStore {
     /// of one key, which one document matches once), so that the count is
     /// of leases.
     async fn release_leases(&self, leases: Vec<LeaseRef>) -> Result<u64> {
-        {
-            let mut holders = self.holder_ids();
-            for l in &leases {
-                holders.remove(&l.lease_id);
-            }
-        }
+        let ids = lease_ids(&leases);
         let mut rounds: Vec<Vec<LeaseRef>> = Vec::new();
         for lease in leases {
             match rounds
@@ -376,6 +370,10 @@ impl MongoStore {
             count += self
                 .release_matching(filter, &released, round.len() == 1)
                 .await?;
+        }
+        let mut holders = self.holder_ids();
+        for id in &ids {
+            holders.remove(id);
         }
         Ok(count)
     }
@@ -647,12 +645,13 @@ impl Store for MongoStore {
                 owner_filter(store.owner(), &except),
                 owner_holders_filter(store.owner(), &except),
             ]};
-            store.holder_ids().retain(|id| except.contains(id));
             let released = Released::Owner {
                 owner: store.owner(),
-                except,
+                except: except.clone(),
             };
-            store.release_matching(filter, &released, false).await
+            let count = store.release_matching(filter, &released, false).await?;
+            store.holder_ids().retain(|id| except.contains(id));
+            Ok(count)
         }
         .boxed()
     }
