@@ -32,6 +32,17 @@ impl Actor {
         }
         let held = self.take_held(&key, lease_id).expect("checked above");
         tracing::debug!(%key, token = held.token, "releasing lease");
+        if held.kind.is_multi_holder() {
+            // A place freed on a shared or semaphore key by this very
+            // manager: its waiter's next attempt starts once the release is
+            // confirmed (`on_released`), not at its backoff (no change
+            // stream may tell it).
+            let state = self.keys.get_mut(&key).expect("held above");
+            if let Attempt::Scheduled(timer) = state.attempt {
+                self.timers.remove(&timer);
+                state.attempt = Attempt::Idle;
+            }
+        }
         self.spawn_release(key, held.lease_id, held.acquired_at, respond_to);
     }
 

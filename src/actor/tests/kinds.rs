@@ -546,3 +546,66 @@ async fn release_all_and_shutdown_release_every_lease_of_every_kind() {
     assert!(holder_owners(&db, "s").is_empty() && holder_owners(&db, "p").is_empty());
     assert_released(&db, "x");
 }
+
+/// An observer of a shared key sees each holder's expiry, the first one
+/// included (the key stays held by the other).
+#[tokio::test(start_paused = true)]
+async fn an_observer_of_a_shared_key_sees_each_holders_expiry() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let t = Instant::now();
+    for (owner, ttl) in [("b", HEARTBEAT), ("c", TTL)] {
+        let taken = db.try_take_as("rw", owner, ttl, LeaseKind::Shared);
+        assert!(
+            matches!(taken, AcquireOutcome::Acquired { .. }),
+            "{taken:?}"
+        );
+    }
+    let mut states = a.observe("rw").await.unwrap();
+    let mut next = async || {
+        let info = soon(states.recv())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("a document");
+        let owners: Vec<String> = info.holders.iter().map(|h| h.owner_id.clone()).collect();
+        (Instant::now() - t, info.held, owners)
+    };
+    assert_eq!(
+        next().await,
+        (Duration::ZERO, true, vec!["b".into(), "c".into()])
+    );
+    assert_eq!(next().await, (HEARTBEAT, true, vec!["c".into()]));
+    assert_eq!(next().await, (TTL, false, vec![]));
+}
+
+/// Without change streams, a waiter that found every permit held starts
+/// its next attempt as soon as its own manager's permit release is
+/// confirmed, not at its next poll (seconds away).
+#[tokio::test(start_paused = true)]
+async fn a_local_permit_release_starts_the_waiters_attempt_at_once_without_change_streams() {
+    let db = MemoryDb::new();
+    let store = db.store("a", TTL).without_change_streams();
+    let slow_polls = Timing {
+        retry_initial: Duration::from_secs(2),
+        retry_max: Duration::from_secs(10),
+        ..timing()
+    };
+    let a = LockManager::start(Arc::new(store.clone()), "a".into(), slow_polls);
+    let two = permits(2);
+    let mine = a.acquire_with("pool", &two).await.unwrap();
+    let taken = db.try_take_as("pool", "b", TTL, LeaseKind::Permit { permits: 2 });
+    assert!(
+        matches!(taken, AcquireOutcome::Acquired { .. }),
+        "{taken:?}"
+    );
+    let waiting = waiter_with(&a, "pool", &two).await;
+    settle().await;
+    assert_eq!(store.acquire_calls("pool").len(), 2, "found both held");
+    sleep(Duration::from_millis(500)).await;
+    let released_at = Instant::now();
+    assert_eq!(mine.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, _) = soon(waiting).await.unwrap().unwrap();
+    assert_eq!(at, released_at);
+    assert_eq!(holder_owners(&db, "pool"), ["b", "a"]);
+}

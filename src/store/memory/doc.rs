@@ -124,12 +124,14 @@ impl Doc {
         }
     }
 
-    /// The lease as observers see it: without the fairness fields.
+    /// The lease as observers see it: without the fairness fields (`wt`,
+    /// `yu`, `xw`) nor the last release of a holder (`rl`).
     pub(super) fn observed(&self) -> Doc {
         Doc {
             waiting_since: None,
             yield_until: None,
             exclusive_waiter: None,
+            released_at: None,
             ..self.clone()
         }
     }

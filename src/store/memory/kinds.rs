@@ -23,10 +23,10 @@ use crate::store::AcquireOutcome;
 ///
 /// - a retry (an entry of `hs` with this lease id and owner id) refreshes
 ///   that entry's expiry and keeps its token;
-/// - a key held exclusively (or by a minimum hold, `hl`) is held for a
-///   shared acquisition (which marks a lease waited for, `wt`, as any
-///   waiting attempt does) and a
-///   [`Mismatch`](AcquireOutcome::Mismatch) for a permit; a key held by
+/// - a key held exclusively (or by a minimum hold, `hl`: any `exp` ahead
+///   without live holders) is held for a shared acquisition (which writes
+///   no mark: as on MongoDB, a losing holder's acquisition writes nothing)
+///   and a [`Mismatch`](AcquireOutcome::Mismatch) for a permit; a key held by
 ///   permits is a mismatch for anything but a permit of the same number,
 ///   and one held shared a mismatch for a permit;
 /// - a permit is held while `permits` live holders have one, until the
@@ -41,7 +41,6 @@ pub(super) fn acquire_holder(
     owner: &str,
     lease_id: Uuid,
     ttl: Duration,
-    waiting: bool,
     kind: LeaseKind,
     now: Instant,
 ) -> AcquireOutcome {
@@ -57,23 +56,28 @@ pub(super) fn acquire_holder(
         doc.exp = doc.exp.max(now + ttl);
         return AcquireOutcome::Acquired { token };
     }
-    let stored = doc.live_kind(now);
-    match (kind, stored) {
-        (LeaseKind::Shared, Some(LeaseKind::Exclusive)) => {
-            let lease = doc.lease_id.is_some();
-            if waiting && lease && doc.owner != owner && doc.waiting_since.is_none() {
-                doc.waiting_since = Some(now);
-            }
-            return held(doc.owner.clone(), doc.exp, now);
-        }
-        (_, Some(stored)) if stored != kind => return AcquireOutcome::Mismatch { stored },
-        (LeaseKind::Permit { permits }, Some(_))
-            if doc.live_holders(now).count() >= permits as usize =>
-        {
+    let live = doc.live_holders(now).count();
+    if live == 0 && doc.exp > now {
+        // An exclusive holder, or a minimum hold (`hl`): as MongoStore,
+        // any `exp` ahead without live holders.
+        return match kind {
+            LeaseKind::Shared => held(doc.owner.clone(), doc.exp, now),
+            _ => AcquireOutcome::Mismatch {
+                stored: LeaseKind::Exclusive,
+            },
+        };
+    }
+    if live > 0 && doc.stored_kind() != kind {
+        return AcquireOutcome::Mismatch {
+            stored: doc.stored_kind(),
+        };
+    }
+    match kind {
+        LeaseKind::Permit { permits } if live >= permits as usize => {
             let first = doc.live_holders(now).map(|h| h.exp).min().unwrap_or(now);
             return held(doc.owner.clone(), first, now);
         }
-        (LeaseKind::Shared, _) => {
+        LeaseKind::Shared => {
             if let Some((waiter, until)) = doc.exclusive_waiter.as_ref().filter(|(_, e)| *e > now) {
                 return held(waiter.clone(), *until, now);
             }
@@ -118,11 +122,19 @@ pub(super) fn exclusive_waits(
     waiting: bool,
     now: Instant,
 ) -> AcquireOutcome {
-    let mut until = doc.exp;
     if waiting {
         doc.exclusive_waiter = Some((owner.to_string(), now + ttl));
-        until = until.min(now + ttl / 2);
     }
+    // As MongoStore: capped whenever the mark is this owner's.
+    let marked = doc
+        .exclusive_waiter
+        .as_ref()
+        .is_some_and(|(o, _)| o == owner);
+    let until = if marked {
+        doc.exp.min(now + ttl / 2)
+    } else {
+        doc.exp
+    };
     held(doc.owner.clone(), until, now)
 }
 

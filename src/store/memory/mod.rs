@@ -48,8 +48,8 @@
 //! - **Shared and semaphore keys** (`Store::acquire_shaped`, rules in
 //!   [`kinds`]): holders in [`Doc::holders`] (`hs`, each with owner id,
 //!   lease id, token, times and payload), `pm` in [`Doc::permits`]; a
-//!   shared acquisition waits for a live exclusive holder (marking it
-//!   waited for) and for a live exclusive waiter's mark (`xw`,
+//!   shared acquisition waits for a live exclusive holder or minimum hold
+//!   (writing nothing) and for a live exclusive waiter's mark (`xw`,
 //!   [`Doc::exclusive_waiter`]), a permit for a free one among `pm`; mixing
 //!   a semaphore with another kind or number while it has live holders is
 //!   `Mismatch`; an exclusive waiter on live shared holders writes `xw =
@@ -57,7 +57,7 @@
 //!   matches entries of `hs` too (lost leases are told apart by lease id);
 //!   release removes a holder's entry and announces the key as freed
 //!   (MongoDB's stream shows `rl`); release by owner id matches entries;
-//!   force release frees the key whole (holders and `hl`).
+//!   force release frees the key whole (holders, `xw` and `hl`; `rl` set).
 //! - **Holding at least**: an exclusive acquisition with `hold_at_least`
 //!   sets `hl = now + hold_at_least` ([`Doc::hold_until`]); acquisition,
 //!   renewal and release keep `exp >= hl`, delete mode never deletes

@@ -14,8 +14,9 @@ use crate::lease::LeaseInfo;
 use crate::store::Announcement;
 
 /// What `observe` last reported: the document without its fairness marks,
-/// whether it was held, and the foreign holder's lock document.
-type Observed = (Option<Doc>, bool, Option<Foreign>);
+/// whether it was held and by how many live holders of a shared or
+/// semaphore key, and the foreign holder's lock document.
+type Observed = (Option<Doc>, (bool, usize), Option<Foreign>);
 
 impl MemoryStore {
     /// [`Store::watch_releases`](crate::store::Store::watch_releases).
@@ -69,8 +70,16 @@ impl MemoryStore {
                 let mut first = first;
                 loop {
                     if !first {
-                        let expiry = last.as_ref().and_then(|(doc, held, _)| {
-                            doc.as_ref().filter(|_| *held).map(|d| d.exp)
+                        // The lease's expiry, or a holder's (the first to
+                        // expire changes the key's holders).
+                        let expiry = last.as_ref().and_then(|(doc, (held, _), _)| {
+                            let doc = doc.as_ref().filter(|_| *held)?;
+                            let first = doc
+                                .holders
+                                .iter()
+                                .map(|h| h.exp)
+                                .filter(|e| *e > Instant::now());
+                            Some(first.min().unwrap_or(doc.exp))
                         });
                         tokio::select! {
                             result = changed.changed() => {
@@ -91,7 +100,9 @@ impl MemoryStore {
                     let now = Instant::now();
                     let doc = db.doc(&key).map(|d| d.observed());
                     let foreign = db.foreign(&key);
-                    let held = doc.as_ref().is_some_and(|d| d.live_kind(now).is_some());
+                    let held = doc.as_ref().map_or((false, 0), |d| {
+                        (d.live_kind(now).is_some(), d.live_holders(now).count())
+                    });
                     let state = (doc.clone(), held, foreign.clone());
                     if last.as_ref() == Some(&state) {
                         continue;
