@@ -12,6 +12,8 @@ mod support;
 mod hold;
 #[path = "kinds/input.rs"]
 mod input;
+#[path = "kinds/renewal.rs"]
+mod renewal;
 #[path = "kinds/semaphore.rs"]
 mod semaphore;
 #[path = "kinds/semaphore_wake.rs"]

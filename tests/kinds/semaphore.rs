@@ -327,3 +327,52 @@ async fn asking_another_kind_while_permits_are_held_is_a_kind_mismatch_that_writ
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// The manager that holds permits of a key refuses another number of
+/// permits, a shared lease or an exclusive lease on it at once too (its
+/// permits are live in the store), like any other manager, without a
+/// round trip; its waiters for the same number go on.
+#[tokio::test]
+async fn asking_another_kind_in_the_manager_that_holds_the_permits_is_a_kind_mismatch_too() {
+    let fx = Fixture::new("sem_local_mismatch").await;
+    let (options, log) = fx.monitored_options(TTL, "").await;
+    let a = mongo_lease::LockManager::connect(options).await.unwrap();
+    let two = LeaseKind::Permit { permits: 2 };
+    let pool = a.semaphore("pool", 2).unwrap();
+    let permit = pool.acquire().await.unwrap();
+    let attempts = log.count("findAndModify");
+    let three = a.semaphore("pool", 3).unwrap();
+    let waited = tokio::time::timeout(LIVENESS, three.acquire())
+        .await
+        .expect("acquire waited instead of failing");
+    assert_mismatch(waited, "pool", two, LeaseKind::Permit { permits: 3 });
+    assert_mismatch(
+        three.try_acquire().await,
+        "pool",
+        two,
+        LeaseKind::Permit { permits: 3 },
+    );
+    assert_mismatch(
+        a.try_acquire_shared("pool").await,
+        "pool",
+        two,
+        LeaseKind::Shared,
+    );
+    let exclusive = tokio::time::timeout(LIVENESS, a.acquire("pool"))
+        .await
+        .expect("acquire waited instead of failing");
+    assert_mismatch(exclusive, "pool", two, LeaseKind::Exclusive);
+    assert_eq!(
+        log.count("findAndModify"),
+        attempts,
+        "refused without a round trip"
+    );
+    let second = pool
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the second permit");
+    assert!(!permit.is_lost() && !second.is_lost());
+    drop((permit, second));
+    a.shutdown().await.unwrap();
+}
