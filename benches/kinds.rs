@@ -362,12 +362,19 @@ async fn renewal_tick(
     options: &AcquireOptions,
     key: impl Fn(usize) -> String,
 ) -> Tick {
-    let leases = futures::stream::iter(0..HELD)
-        .map(|i| manager.acquire_with(key(i), options))
+    let leases: Vec<_> = futures::stream::iter(0..HELD)
+        .map(|i| manager.acquire_timeout_with(key(i), STUCK, options))
         .buffer_unordered(64)
         .try_collect::<Vec<_>>()
         .await
-        .unwrap_or_else(|e| panic!("acquire {HELD} leases ({:?}): {e}", options.kind));
+        .unwrap_or_else(|e| panic!("acquire {HELD} leases ({:?}): {e}", options.kind))
+        .into_iter()
+        .map(|lease| {
+            lease.unwrap_or_else(|| {
+                panic!("a {:?} lease not acquired within {STUCK:?}", options.kind)
+            })
+        })
+        .collect();
     // Only renewals send `update` and `find` commands while the leases are
     // held. The tick measured is the first `update` started from now on
     // that names every lease (a tick in flight now renews only some: the
