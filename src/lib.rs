@@ -2,7 +2,10 @@
 //!
 //! `mongo-lease` gives long-running workers exclusive, renewable leases on
 //! named keys, stored in a MongoDB lock collection: one document per key,
-//! shared by every process that uses the collection.
+//! shared by every process that uses the collection. A key can also be held
+//! as one permit of a semaphore or as a shared lease (the shared side of a
+//! read/write lock), and an exclusive lease can keep its key for a minimum
+//! time ([Kinds of lease](#kinds-of-lease)).
 //!
 //! ```no_run
 //! use mongo_lease::{LockManager, LockManagerOptions};
@@ -80,11 +83,46 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Kinds of lease
+//!
+//! [`AcquireOptions::kind`] chooses how one acquisition holds its key
+//! ([`LeaseKind`], see the [`kind`] module for the rules between kinds):
+//! [`LeaseKind::Exclusive`] (the default), [`LeaseKind::Shared`] (any number
+//! of shared holders, no exclusive one; a waiting exclusive acquirer stops
+//! new shared acquisitions, so it is not starved) or [`LeaseKind::Permit`]
+//! (at most `permits` holders: a semaphore whose number of permits is
+//! stored with the key). [`AcquireOptions::hold_at_least`] keeps an
+//! exclusive lease's key held until its acquisition time plus that duration,
+//! by the server's clock, even if it is released earlier: a job guarded by
+//! it runs at most once per interval across processes. The convenience
+//! API: [`LockManager::semaphore`] (a [`Semaphore`] handle) and
+//! [`LockManager::acquire_shared`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use mongo_lease::AcquireOptions;
+//!
+//! # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+//! let encoder = manager.semaphore("encoders", 4)?.acquire().await?; // one of 4 holders
+//! let reader = manager.acquire_shared("catalog").await?; // beside other shared holders
+//!
+//! let once = AcquireOptions::builder().hold_at_least(Duration::from_secs(600)).build();
+//! if let Some(digest) = manager.try_acquire_with("hourly-digest", &once).await? {
+//!     digest.release().await?; // the key stays held 10 min after its acquisition
+//! }
+//! encoder.release().await?;
+//! reader.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Guarantees
 //!
-//! - **Mutual exclusion**: at most one live lease per key at any instant, across
-//!   tasks and processes, as long as the deployment keeps majority-acknowledged
-//!   writes (every write of the manager uses `w: majority`).
+//! - **Mutual exclusion**: at most one live exclusive lease per key at any
+//!   instant, across tasks and processes, and no shared or semaphore holder
+//!   beside it; at most `permits` live holders of a semaphore key, and no
+//!   exclusive holder beside shared ones; as long as the deployment keeps
+//!   majority-acknowledged writes (every write of the manager uses
+//!   `w: majority`).
 //! - **Server-clock expiry**: a lease expires when the *server's* `$$NOW` passes
 //!   its expiry; client clocks are never compared. An expired lease is taken
 //!   over at once, without waiting for MongoDB's TTL monitor.
@@ -94,7 +132,18 @@
 //!   mode ([`ReleaseMode::Delete`]).
 //! - **Renewal**: a heartbeat renews every held lease in batched commands (one
 //!   `updateMany` per [`DEFAULT_RENEWAL_BATCH_SIZE`] leases and per distinct
-//!   lease TTL: [`AcquireOptions::ttl`] sets one lease's TTL).
+//!   lease TTL: [`AcquireOptions::ttl`] sets one lease's TTL), whatever their
+//!   kinds: one command renews exclusive leases, shared leases and permits
+//!   together.
+//! - **Every kind is a lease**: a shared lease and a permit have their own
+//!   lease id, fencing token, TTL, lost-lease token and owner-checked
+//!   release, are taken over after a crashed holder's TTL, and wake other
+//!   processes' waiters through the change stream when released. A waiting
+//!   exclusive acquirer is not starved by a stream of shared acquirers
+//!   (writer preference: its waiting mark stops new shared acquisitions). A
+//!   key held with [`AcquireOptions::hold_at_least`] stays held until
+//!   acquisition + that duration by the server's clock, through a release
+//!   or a crash; only [`LockManager::force_release`] frees it earlier.
 //! - **Lost-lease signal**: each [`Lease`] carries a
 //!   [`CancellationToken`](tokio_util::sync::CancellationToken) that fires when
 //!   a renewal finds the lease gone, and also when renewal cannot be confirmed
@@ -180,6 +229,13 @@
 //!   and the next acquisition (also across a failover: members' clocks
 //!   synchronised within 1 s; see its docs), and that one key sees fewer
 //!   than 2^20 acquisitions per millisecond.
+//! - Kinds: shared leases, permits and `hold_at_least` need
+//!   [`ReleaseMode::Keep`] (refused with [`Error::InvalidConfig`] in delete
+//!   mode) and the lock collection (in-document leases are exclusive). No
+//!   first-come order among permit waiters of different processes. The
+//!   waiting mark of an exclusive waiter that died blocks new shared
+//!   acquirers for up to that waiter's TTL. A shared or semaphore key keeps
+//!   all its holders in its one document (about 130 bytes each).
 //! - In-document leases: a `commit` whose reply is lost (a network error, a
 //!   failover, the operation timeout: [`Error::is_transient`]) has an unknown
 //!   outcome, like any MongoDB write: the manager then releases the lease
@@ -205,6 +261,7 @@
 //! | module | concept |
 //! |---|---|
 //! | [`manager`] | [`LockManager`], the public cloneable handle (never touches MongoDB) |
+//! | [`kind`] | [`LeaseKind`]: exclusive, shared, or one permit of a semaphore; the rules between kinds (writer preference) and [`MAX_PERMITS`] |
 //! | `key` (re-exported) | [`LeaseKey`]: a key of any BSON type MongoDB accepts as `_id`, its check, identity and order |
 //! | [`lease`] | [`Lease`]: key, owner, fencing token, cancellation token, payload, release; [`LeaseInfo`] (a key as read with server time) and [`LeaseObserver`] |
 //! | [`document`] | in-document leases: [`DocumentLeases`] (acquire a document's lease by its `_id`, optionally creating it), [`DocumentLease`] (the document, `update`, `commit`, `release`), [`DocumentUpdate`] |

@@ -98,10 +98,18 @@ pub(in crate::store::mongo) fn multi_acquire_pipeline(
 ) -> Vec<Document> {
     let mine = doc! { "$gt": [{ "$size": "$$mine" }, 0] };
     let no_live = doc! { "$eq": [{ "$size": "$$live" }, 0] };
+    // An exclusive holder: a lease (`lid`) or a minimum hold (`hl`). A key
+    // whose last holder left has neither, and an `exp` of that release that
+    // a later `$$NOW` may still be below (docs/mongodb-behaviour.md, B3).
+    let exclusive_holder = doc! { "$or": [
+        { "$ne": [{ "$type": f(field::LEASE_ID) }, "missing"] },
+        { "$gt": [f(field::HOLD_UNTIL), "$$NOW"] },
+    ]};
     let exclusive_held = doc! { "$and": [
         { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
         no_live.clone(),
         { "$not": [mine.clone()] },
+        exclusive_holder,
     ]};
     let has_permits = doc! { "$ne": [{ "$type": f(field::PERMITS) }, "missing"] };
     let kind_admits = match kind {
