@@ -562,3 +562,34 @@ pub(super) async fn racing_acquisitions_never_admit_more_than_n_permits<F: Fixtu
         assert_eq!(holders(&stores[0], &key).await.1.len(), 3);
     }
 }
+
+pub(super) async fn a_bad_shape_is_refused_with_a_clear_error_and_nothing_written<F: Fixture>(
+    f: &F,
+) {
+    let a = f.store("a").await;
+    let bad = [
+        shape(LeaseKind::Permit { permits: 0 }),
+        shape(LeaseKind::Permit {
+            permits: crate::kind::MAX_PERMITS + 1,
+        }),
+        LeaseShape {
+            kind: LeaseKind::Shared,
+            hold_at_least: Some(Duration::from_secs(5)),
+        },
+        LeaseShape {
+            kind: LeaseKind::Permit { permits: 2 },
+            hold_at_least: Some(Duration::from_secs(5)),
+        },
+    ];
+    for shape in bad {
+        let l = lease("k", Uuid::new_v4());
+        let outcome = a
+            .acquire_shaped(l.key.clone(), l.lease_id, true, a.default_ttl(), shape)
+            .await;
+        assert!(
+            matches!(outcome, Err(crate::Error::InvalidConfig { .. })),
+            "{shape:?}: {outcome:?}"
+        );
+    }
+    assert_eq!(a.inspect("k".into()).await.unwrap(), None);
+}
