@@ -72,6 +72,11 @@
 //! - A retry under the same lease id and owner id (its entry still in `hs`)
 //!   wins whatever the other holders: it renews its entry and gets its
 //!   token back.
+//! - Between owners, a shared or permit acquisition follows "Fairness
+//!   between owners" as an exclusive one does: it never takes a key its
+//!   owner yielded before `yu`, and a waiting shared acquisition that finds
+//!   another owner's live exclusive lease marks it (`wt`), so that its
+//!   release yields.
 //! - An **exclusive** acquisition on a key with live shared holders is
 //!   held; a waiting attempt (re)writes `xw = {aid, exp: $$NOW + ttl}` and
 //!   is told to retry before half its TTL has passed, so its mark stays live

@@ -563,6 +563,28 @@ pub(super) async fn racing_acquisitions_never_admit_more_than_n_permits<F: Fixtu
     }
 }
 
+pub(super) async fn a_waiting_shared_acquirer_makes_the_exclusive_holders_release_yield<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (l, _) = super::take(&a, "k").await;
+    // A shared acquirer of another owner that will wait marks the
+    // exclusive lease, as an exclusive one would ("Fairness between owners").
+    held_as(&b, "k", shared(), true, "a").await;
+    assert!(super::raw(f, "k").await.waiting, "marked as waited for");
+    assert_eq!(a.release(vec![l]).await.unwrap(), 1);
+    assert!(super::raw(f, "k").await.yielded, "the release yields");
+    // The releasing owner finds the key held by itself until the end of
+    // the yield window, as an exclusive, a shared or a permit acquirer...
+    super::held(&a, "k", false, "a").await;
+    held_as(&a, "k", shared(), false, "a").await;
+    held_as(&a, "k", permit(2), false, "a").await;
+    // ... while the waiting owner takes it at once.
+    take_as(&b, "k", shared()).await;
+}
+
 pub(super) async fn a_bad_shape_is_refused_with_a_clear_error_and_nothing_written<F: Fixture>(
     f: &F,
 ) {

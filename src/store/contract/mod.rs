@@ -303,6 +303,7 @@ contract!(
     kinds::a_holders_payload_is_written_only_while_it_holds,
     kinds::delete_mode_never_deletes_a_key_with_live_holders,
     kinds::racing_acquisitions_never_admit_more_than_n_permits,
+    kinds::a_waiting_shared_acquirer_makes_the_exclusive_holders_release_yield,
     kinds::a_bad_shape_is_refused_with_a_clear_error_and_nothing_written,
     // Holding at least.
     hold::a_lease_released_early_stays_held_until_its_minimum_hold,

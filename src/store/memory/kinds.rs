@@ -32,6 +32,10 @@ use crate::store::AcquireOutcome;
 /// - a permit is held while `permits` live holders have one, until the
 ///   earliest of their expiries; a shared acquisition while an exclusive
 ///   waiter's mark is live, until the mark's expiry;
+/// - as an exclusive acquisition, a key this owner yielded is held by it
+///   until the end of the yield window, and a `waiting` shared acquisition
+///   that finds another owner's live exclusive lease marks it waited for
+///   (`wt`), so that its release yields;
 /// - otherwise it wins: the expired entries are dropped, its own is
 ///   appended with `token = tok + 1`, and the top fields describe the key
 ///   (no lease id, its owner, token and time, `exp` the latest holder's,
@@ -42,6 +46,7 @@ pub(super) fn acquire_holder(
     lease_id: Uuid,
     ttl: Duration,
     kind: LeaseKind,
+    waiting: bool,
     now: Instant,
 ) -> AcquireOutcome {
     if let Some(holder) = doc
@@ -61,11 +66,23 @@ pub(super) fn acquire_holder(
         // An exclusive holder, or a minimum hold (`hl`): as MongoStore,
         // any `exp` ahead without live holders.
         return match kind {
-            LeaseKind::Shared => held(doc.owner.clone(), doc.exp, now),
+            LeaseKind::Shared => {
+                let held_by_other = doc.lease_id.is_some() && doc.owner != owner;
+                if waiting && held_by_other && doc.waiting_since.is_none() {
+                    doc.waiting_since = Some(now);
+                }
+                held(doc.owner.clone(), doc.exp, now)
+            }
             _ => AcquireOutcome::Mismatch {
                 stored: LeaseKind::Exclusive,
             },
         };
+    }
+    if let Some(until) = doc
+        .yield_until
+        .filter(|_| live == 0 && doc.yielded_by(owner, now))
+    {
+        return held(doc.owner.clone(), until, now);
     }
     if live > 0 && doc.stored_kind() != kind {
         return AcquireOutcome::Mismatch {

@@ -43,7 +43,7 @@ impl MongoStore {
                 ),
             });
         }
-        let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, kind);
+        let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, kind, waiting);
         let projection = multi_acquire_projection(self.owner(), lease_id);
         let outcome = self
             .acquire_by(key, update, projection, |key, doc| {
