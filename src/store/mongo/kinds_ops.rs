@@ -51,7 +51,8 @@ impl MongoStore {
             })
             .await?;
         if matches!(outcome, AcquireOutcome::Acquired { .. }) {
-            self.holder_ids().insert(lease_id);
+            let forget_at = std::time::Instant::now() + 2 * super::ops::duration_ms(ttl_ms);
+            self.holder_ids().insert(lease_id, forget_at);
         }
         Ok(outcome)
     }
@@ -72,3 +73,6 @@ impl MongoStore {
         Ok(result.matched_count == 1)
     }
 }
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests;

@@ -167,7 +167,7 @@ impl MongoStore {
     async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl_ms: i64) -> Result<Vec<LeaseRef>> {
         let plain = {
             let holders = self.holder_ids();
-            !leases.iter().any(|l| holders.contains(&l.lease_id))
+            !leases.iter().any(|l| holders.contains_key(&l.lease_id))
         };
         let (filter, update) = if plain {
             (
@@ -183,13 +183,23 @@ impl MongoStore {
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
+        let ids = lease_ids(&leases);
         let lost = self
             .renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
             .await?;
+        let now = std::time::Instant::now();
+        let forget_at = now + 2 * duration_ms(ttl_ms);
         let mut holders = self.holder_ids();
+        for id in &ids {
+            if let Some(at) = holders.get_mut(id) {
+                *at = forget_at;
+            }
+        }
         for l in &lost {
             holders.remove(&l.lease_id);
         }
+        // Holder leases dropped without a release or a renewal.
+        holders.retain(|_, at| *at > now);
         Ok(lost)
     }
 
@@ -650,7 +660,7 @@ impl Store for MongoStore {
                 except: except.clone(),
             };
             let count = store.release_matching(filter, &released, false).await?;
-            store.holder_ids().retain(|id| except.contains(id));
+            store.holder_ids().retain(|id, _| except.contains(id));
             Ok(count)
         }
         .boxed()
@@ -699,6 +709,11 @@ impl Store for MongoStore {
     fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
         observe(self.clone(), key)
     }
+}
+
+/// A duration of `ms` milliseconds (zero if negative).
+pub(super) fn duration_ms(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
 }
 
 /// A TTL in milliseconds, as the pipelines add it to `$$NOW` (TTLs are
