@@ -23,10 +23,12 @@ use crate::store::AcquireOutcome;
 ///
 /// - a retry (an entry of `hs` with this lease id and owner id) refreshes
 ///   that entry's expiry and keeps its token;
-/// - a key held exclusively (or by a minimum hold, `hl`: any `exp` ahead
-///   without live holders) is held for a shared acquisition (which writes
-///   no mark: as on MongoDB, a losing holder's acquisition writes nothing)
-///   and a [`Mismatch`](AcquireOutcome::Mismatch) for a permit; a key held by
+/// - a key held exclusively (or by a minimum hold, `hl`: an `exp` ahead
+///   without live holders, with `lid` or a live `hl`) is held for a shared
+///   acquisition (which writes no `xw` mark; a waiting one marks another
+///   owner's exclusive lease waited for, `wt`) and a
+///   [`Mismatch`](AcquireOutcome::Mismatch) for a permit; an `exp` ahead
+///   without either is held for any kind; a key held by
 ///   permits is a mismatch for anything but a permit of the same number,
 ///   and one held shared a mismatch for a permit;
 /// - a permit is held while `permits` live holders have one, until the
@@ -63,8 +65,13 @@ pub(super) fn acquire_holder(
     }
     let live = doc.live_holders(now).count();
     if live == 0 && doc.exp > now {
-        // An exclusive holder, or a minimum hold (`hl`): as MongoStore,
-        // any `exp` ahead without live holders.
+        // An exclusive holder, or a minimum hold (`hl`): a mismatch for a
+        // permit. Without either, as MongoStore, a release whose clock ran
+        // ahead (docs/mongodb-behaviour.md, B3): held until then.
+        let exclusive = doc.lease_id.is_some() || doc.hold_until.is_some_and(|until| until > now);
+        if !exclusive {
+            return held(doc.owner.clone(), doc.exp, now);
+        }
         return match kind {
             LeaseKind::Shared => {
                 let held_by_other = doc.lease_id.is_some() && doc.owner != owner;
