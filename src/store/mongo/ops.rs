@@ -187,19 +187,7 @@ impl MongoStore {
         let lost = self
             .renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
             .await?;
-        let now = std::time::Instant::now();
-        let forget_at = now + 2 * duration_ms(ttl_ms);
-        let mut holders = self.holder_ids();
-        for id in &ids {
-            if let Some(at) = holders.get_mut(id) {
-                *at = forget_at;
-            }
-        }
-        for l in &lost {
-            holders.remove(&l.lease_id);
-        }
-        // Holder leases dropped without a release or a renewal.
-        holders.retain(|_, at| *at > now);
+        self.renewed_holders(&ids, &lost, ttl_ms);
         Ok(lost)
     }
 
@@ -709,11 +697,6 @@ impl Store for MongoStore {
     fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
         observe(self.clone(), key)
     }
-}
-
-/// A duration of `ms` milliseconds (zero if negative).
-pub(super) fn duration_ms(ms: i64) -> Duration {
-    Duration::from_millis(ms.max(0) as u64)
 }
 
 /// A TTL in milliseconds, as the pipelines add it to `$$NOW` (TTLs are
