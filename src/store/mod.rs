@@ -56,8 +56,11 @@
 //! - A **shared** acquisition wins if the document is new, already holds
 //!   this lease id (a retry), or has no live exclusive holder (no `lid`, or
 //!   `exp <= $$NOW`), no live holder of a semaphore (`pm`), and no live
-//!   exclusive waiter's mark (`xw.exp <= $$NOW`). It drops the expired
-//!   entries of `hs` and appends its own. A live exclusive holder (or a
+//!   exclusive waiter's mark of another owner (`xw.exp <= $$NOW` or `xw.aid`
+//!   its own: a manager asks for a shared lease only when no exclusive
+//!   waiter of its own is ahead, so its own mark is of a waiter that left).
+//!   It drops the expired entries of `hs` and appends its own. A live
+//!   exclusive holder (or a
 //!   minimum hold, `hl`) makes it wait (held until that `exp`), a live mark
 //!   likewise (held by the mark's `aid` until its `exp`); live permits are
 //!   a [`KindMismatch`](crate::Error::KindMismatch).

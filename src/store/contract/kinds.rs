@@ -633,3 +633,17 @@ pub(super) async fn a_released_key_whose_expiry_ran_ahead_is_held_for_a_permit_n
     f.expire("k").await;
     take_as(&b, "k", permit(2)).await;
 }
+
+pub(super) async fn an_owners_own_exclusive_mark_never_blocks_its_shared_acquisition<F: Fixture>(
+    f: &F,
+) {
+    let (a, x) = (f.store("a").await, f.store("x").await);
+    take_as(&a, "k", shared()).await;
+    // x's exclusive waiter marks the key, then goes away (its manager
+    // serves its waiters in order, so its next attempt is a shared one
+    // only once no exclusive waiter of its own is ahead).
+    held_as(&x, "k", shape(LeaseKind::Exclusive), true, "a").await;
+    held_as(&a, "k", shared(), false, "x").await;
+    take_as(&x, "k", shared()).await;
+    assert_eq!(holders(&x, "k").await.1, ["a", "x"]);
+}

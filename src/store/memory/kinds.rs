@@ -102,7 +102,9 @@ pub(super) fn acquire_holder(
             return held(doc.owner.clone(), first, now);
         }
         LeaseKind::Shared => {
-            if let Some((waiter, until)) = doc.exclusive_waiter.as_ref().filter(|(_, e)| *e > now) {
+            // Another owner's live mark (an owner's own is of a waiter that left).
+            let mark = doc.exclusive_waiter.as_ref();
+            if let Some((waiter, until)) = mark.filter(|(w, e)| *e > now && w != owner) {
                 return held(waiter.clone(), *until, now);
             }
         }

@@ -75,6 +75,17 @@ fn live_others(owner: &str, lease_id: Uuid) -> Document {
     ]}}}
 }
 
+/// Whether the key has a live exclusive waiter's mark (`xw`) of another
+/// owner than `owner` (an owner's own mark is of a waiter that left: its
+/// manager serves its waiters in order, so it asks for a shared lease only
+/// when no exclusive waiter of its own is ahead).
+fn other_owners_mark(owner: &str) -> Document {
+    doc! { "$and": [
+        { "$gt": [format!("${}.{}", field::EXCLUSIVE_WAITER, field::EXPIRES_AT), "$$NOW"] },
+        { "$ne": [format!("${}.{}", field::EXCLUSIVE_WAITER, field::OWNER), { "$literal": owner }] },
+    ]}
+}
+
 /// A semaphore's number of permits as stored in `pm`.
 fn stored_permits(permits: u32) -> i32 {
     i32::try_from(permits).unwrap_or(i32::MAX)
@@ -121,7 +132,7 @@ pub(in crate::store::mongo) fn multi_acquire_pipeline(
         ]},
         _ => doc! { "$and": [
             { "$or": [no_live, { "$not": [has_permits] }] },
-            { "$not": [{ "$gt": [format!("${}.{}", field::EXCLUSIVE_WAITER, field::EXPIRES_AT), "$$NOW"] }] },
+            { "$not": [other_owners_mark(owner)] },
         ]},
     };
     let wins = doc! { "$or": [
@@ -221,7 +232,10 @@ pub(in crate::store::mongo) fn multi_acquire_projection(owner: &str, lease_id: U
     let live = live_others(owner, lease_id);
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
-        field::PERMITS: 1, field::EXCLUSIVE_WAITER: 1, field::HOLD_UNTIL: 1, "now": "$$NOW",
+        field::PERMITS: 1, field::HOLD_UNTIL: 1, "now": "$$NOW",
+        field::EXCLUSIVE_WAITER: { "$cond": [
+            other_owners_mark(owner), f(field::EXCLUSIVE_WAITER), "$$REMOVE",
+        ]},
         MINE: { "$first": mine },
         LIVE: { "$size": live.clone() },
         FIRST_EXPIRY: { "$min": { "$map": { "input": live, "in": this(field::EXPIRES_AT) } } },

@@ -100,7 +100,10 @@ fn a_shared_lease_never_wins_over_live_permits_or_a_live_exclusive_waiters_mark(
                 { "$eq": [{ "$size": "$$live" }, 0] },
                 { "$not": [{ "$ne": [{ "$type": "$pm" }, "missing"] }] },
             ]},
-            { "$not": [{ "$gt": ["$xw.exp", "$$NOW"] }] },
+            { "$not": [{ "$and": [
+                { "$gt": ["$xw.exp", "$$NOW"] },
+                { "$ne": ["$xw.aid", { "$literal": "me" }] },
+            ]}] },
         ]}
     );
     let acquired = at(body, "$let.in.$cond.1.$let.in").as_document().unwrap();
