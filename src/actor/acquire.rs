@@ -100,6 +100,17 @@ impl Actor {
 
     fn start_attempt(&mut self, key: &Target) {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
+        let next_shape = state.waiters.front().map(|w| w.shape).unwrap_or_default();
+        if state.unseen.take().is_some_and(|sent| sent != next_shape) {
+            // An attempt of another shape under this lease id may have
+            // landed unseen (its waiter left): a retry of this shape would
+            // not recognise it as ours and would wait for it to expire. Give
+            // it back; the attempt starts under a new lease id once the
+            // release is confirmed (`on_released`).
+            let lease_id = std::mem::replace(&mut state.next_lease_id, Uuid::new_v4());
+            self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+            return;
+        }
         state.attempt = Attempt::InFlight;
         state.written_in_flight = false;
         state.freed_in_flight = false;
@@ -143,6 +154,11 @@ impl Actor {
         };
         state.attempt = Attempt::Idle;
         let lease_id = sent.lease_id;
+        // Known unless the attempt failed in a way that may have applied.
+        state.unseen = match &result {
+            Err(error) if error.is_transient() => Some(sent.shape),
+            _ => None,
+        };
         match result {
             Ok((AcquireOutcome::Acquired { token }, document)) => {
                 state.failures = 0;
@@ -211,6 +227,7 @@ impl Actor {
                 } else if transient {
                     // The write may have landed unseen: give it back rather than
                     // leave the key blocked until the lease expires.
+                    state.unseen = None;
                     state.next_lease_id = Uuid::new_v4();
                     self.spawn_release(key.clone(), lease_id, sent.sent_at, None);
                 }

@@ -126,6 +126,10 @@ struct KeyState {
     /// Lease id of the next acquisition, kept across retries so that an
     /// attempt whose outcome was unknown is recognised as ours on the next try.
     next_lease_id: Uuid,
+    /// The shape of an attempt under `next_lease_id` whose outcome is
+    /// unknown (it may have landed unseen): the next attempt under that
+    /// lease id must ask for the same shape, or the lease id is given back.
+    unseen: Option<LeaseShape>,
     /// Attempts since the last acquisition (the backoff exponent).
     failures: u32,
     /// A write that may take the key from the acquisition in flight was
@@ -147,6 +151,7 @@ impl KeyState {
             attempt: Attempt::Idle,
             releases_in_flight: 0,
             next_lease_id: Uuid::new_v4(),
+            unseen: None,
             failures: 0,
             written_in_flight: false,
             freed_in_flight: false,

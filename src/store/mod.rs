@@ -56,8 +56,11 @@
 //! - A **shared** acquisition wins if the document is new, already holds
 //!   this lease id (a retry), or has no live exclusive holder (no `lid`, or
 //!   `exp <= $$NOW`), no live holder of a semaphore (`pm`), and no live
-//!   exclusive waiter's mark (`xw.exp <= $$NOW`). It drops the expired
-//!   entries of `hs` and appends its own. A live exclusive holder (or a
+//!   exclusive waiter's mark of another owner (`xw.exp <= $$NOW` or `xw.aid`
+//!   its own: a manager asks for a shared lease only when no exclusive
+//!   waiter of its own is ahead, so its own mark is of a waiter that left).
+//!   It drops the expired entries of `hs` and appends its own. A live
+//!   exclusive holder (or a
 //!   minimum hold, `hl`) makes it wait (held until that `exp`), a live mark
 //!   likewise (held by the mark's `aid` until its `exp`); live permits are
 //!   a [`KindMismatch`](crate::Error::KindMismatch).
@@ -72,6 +75,11 @@
 //! - A retry under the same lease id and owner id (its entry still in `hs`)
 //!   wins whatever the other holders: it renews its entry and gets its
 //!   token back.
+//! - Between owners, a shared or permit acquisition follows "Fairness
+//!   between owners" as an exclusive one does: it never takes a key its
+//!   owner yielded before `yu`, and a waiting shared acquisition that finds
+//!   another owner's live exclusive lease marks it (`wt`), so that its
+//!   release yields.
 //! - An **exclusive** acquisition on a key with live shared holders is
 //!   held; a waiting attempt (re)writes `xw = {aid, exp: $$NOW + ttl}` and
 //!   is told to retry before half its TTL has passed, so its mark stays live

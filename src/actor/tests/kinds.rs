@@ -609,3 +609,27 @@ async fn a_local_permit_release_starts_the_waiters_attempt_at_once_without_chang
     assert_eq!(at, released_at);
     assert_eq!(holder_owners(&db, "pool"), ["b", "a"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_unseen_acquisition_for_a_waiter_that_left_never_blocks_the_next_waiter_of_another_kind()
+{
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    // The exclusive waiter's acquisition lands but its reply is lost; the
+    // waiter leaves before the retry.
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    let exclusive = waiter(&a, "k").await;
+    settle().await;
+    assert_eq!(store.acquire_calls("k").len(), 1);
+    let reader = waiter_with(&a, "k", &shared()).await;
+    exclusive.abort();
+    let left = Instant::now();
+    let (at, lease) = soon(reader).await.unwrap().unwrap();
+    // The lease id of the unseen acquisition is given back, and the shared
+    // waiter's attempt goes under a new one: it does not wait for the
+    // orphaned exclusive lease to expire.
+    assert!(at - left < TTL / 2, "granted {:?} after", at - left);
+    assert_eq!(lease.kind(), LeaseKind::Shared);
+    assert_eq!(store.calls(Op::Release), 1, "{:?}", store.log());
+    assert_eq!(holder_owners(&db, "k"), ["a"]);
+}

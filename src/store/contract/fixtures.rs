@@ -104,6 +104,10 @@ impl Fixture for MemoryFixture {
         self.db.expire_hold(key);
     }
 
+    async fn run_ahead(&self, key: impl Into<LeaseKey>, ahead: Duration) {
+        self.db.run_ahead(key, ahead);
+    }
+
     async fn lifetime(&self, key: impl Into<LeaseKey>) -> Duration {
         let doc = self.db.doc(key).expect("a document");
         doc.exp - doc.renewed
@@ -285,6 +289,19 @@ impl Fixture for MongoFixture {
             .await
             .expect("pass the minimum hold");
         assert_eq!(result.matched_count, 1, "no minimum hold on {key:?}");
+    }
+
+    async fn run_ahead(&self, key: impl Into<LeaseKey>, ahead: Duration) {
+        let key = key.into();
+        let result = self
+            .raw_collection()
+            .update_one(
+                doc! { "_id": key.as_bson().clone(), "lid": { "$exists": false } },
+                vec![doc! { "$set": { "exp": { "$add": ["$$NOW", ahead.as_millis() as i64] } } }],
+            )
+            .await
+            .expect("move exp ahead");
+        assert_eq!(result.matched_count, 1, "no released document {key:?}");
     }
 
     async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store> {

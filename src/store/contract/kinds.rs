@@ -562,3 +562,88 @@ pub(super) async fn racing_acquisitions_never_admit_more_than_n_permits<F: Fixtu
         assert_eq!(holders(&stores[0], &key).await.1.len(), 3);
     }
 }
+
+pub(super) async fn a_waiting_shared_acquirer_makes_the_exclusive_holders_release_yield<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (l, _) = super::take(&a, "k").await;
+    // A shared acquirer of another owner that will wait marks the
+    // exclusive lease, as an exclusive one would ("Fairness between owners").
+    held_as(&b, "k", shared(), true, "a").await;
+    assert!(super::raw(f, "k").await.waiting, "marked as waited for");
+    assert_eq!(a.release(vec![l]).await.unwrap(), 1);
+    assert!(super::raw(f, "k").await.yielded, "the release yields");
+    // The releasing owner finds the key held by itself until the end of
+    // the yield window, as an exclusive, a shared or a permit acquirer...
+    super::held(&a, "k", false, "a").await;
+    held_as(&a, "k", shared(), false, "a").await;
+    held_as(&a, "k", permit(2), false, "a").await;
+    // ... while the waiting owner takes it at once.
+    take_as(&b, "k", shared()).await;
+}
+
+pub(super) async fn a_bad_shape_is_refused_with_a_clear_error_and_nothing_written<F: Fixture>(
+    f: &F,
+) {
+    let a = f.store("a").await;
+    let bad = [
+        shape(LeaseKind::Permit { permits: 0 }),
+        shape(LeaseKind::Permit {
+            permits: crate::kind::MAX_PERMITS + 1,
+        }),
+        LeaseShape {
+            kind: LeaseKind::Shared,
+            hold_at_least: Some(Duration::from_secs(5)),
+        },
+        LeaseShape {
+            kind: LeaseKind::Permit { permits: 2 },
+            hold_at_least: Some(Duration::from_secs(5)),
+        },
+    ];
+    for shape in bad {
+        let l = lease("k", Uuid::new_v4());
+        let outcome = a
+            .acquire_shaped(l.key.clone(), l.lease_id, true, a.default_ttl(), shape)
+            .await;
+        assert!(
+            matches!(outcome, Err(crate::Error::InvalidConfig { .. })),
+            "{shape:?}: {outcome:?}"
+        );
+    }
+    assert_eq!(a.inspect("k".into()).await.unwrap(), None);
+}
+
+pub(super) async fn a_released_key_whose_expiry_ran_ahead_is_held_for_a_permit_not_a_mismatch<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (l, _) = super::take(&a, "k").await;
+    assert_eq!(a.release(vec![l]).await.unwrap(), 1);
+    f.run_ahead("k", Duration::from_secs(5)).await;
+    // No exclusive lease (`lid`) nor minimum hold: the key is free in a
+    // moment for any kind.
+    let remaining = held_as(&b, "k", permit(2), false, "a").await;
+    assert!(remaining <= Duration::from_secs(5), "{remaining:?}");
+    held_as(&b, "k", shared(), false, "a").await;
+    f.expire("k").await;
+    take_as(&b, "k", permit(2)).await;
+}
+
+pub(super) async fn an_owners_own_exclusive_mark_never_blocks_its_shared_acquisition<F: Fixture>(
+    f: &F,
+) {
+    let (a, x) = (f.store("a").await, f.store("x").await);
+    take_as(&a, "k", shared()).await;
+    // x's exclusive waiter marks the key, then goes away (its manager
+    // serves its waiters in order, so its next attempt is a shared one
+    // only once no exclusive waiter of its own is ahead).
+    held_as(&x, "k", shape(LeaseKind::Exclusive), true, "a").await;
+    held_as(&a, "k", shared(), false, "x").await;
+    take_as(&x, "k", shared()).await;
+    assert_eq!(holders(&x, "k").await.1, ["a", "x"]);
+}

@@ -134,6 +134,11 @@ trait Fixture: Sized {
     /// `exp` not later than now (`hold_at_least` and the TTL both elapsed).
     async fn expire_hold(&self, key: impl Into<LeaseKey>);
 
+    /// Moves the `exp` of the released key `key` (no `lid`) `ahead` past
+    /// the server's now: what a release leaves when its `$$NOW` ran ahead
+    /// of the next write's (docs/mongodb-behaviour.md, B3), here longer.
+    async fn run_ahead(&self, key: impl Into<LeaseKey>, ahead: std::time::Duration);
+
     /// As [`Fixture::expire`], for the in-document lease on the document
     /// `key` of [`Fixture::documents`]'s collection.
     async fn expire_document(&self, key: impl Into<LeaseKey>);
@@ -303,6 +308,10 @@ contract!(
     kinds::a_holders_payload_is_written_only_while_it_holds,
     kinds::delete_mode_never_deletes_a_key_with_live_holders,
     kinds::racing_acquisitions_never_admit_more_than_n_permits,
+    kinds::a_waiting_shared_acquirer_makes_the_exclusive_holders_release_yield,
+    kinds::a_bad_shape_is_refused_with_a_clear_error_and_nothing_written,
+    kinds::a_released_key_whose_expiry_ran_ahead_is_held_for_a_permit_not_a_mismatch,
+    kinds::an_owners_own_exclusive_mark_never_blocks_its_shared_acquisition,
     // Holding at least.
     hold::a_lease_released_early_stays_held_until_its_minimum_hold,
     hold::a_lease_held_at_least_is_free_once_its_hold_has_passed,

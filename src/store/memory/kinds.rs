@@ -23,15 +23,21 @@ use crate::store::AcquireOutcome;
 ///
 /// - a retry (an entry of `hs` with this lease id and owner id) refreshes
 ///   that entry's expiry and keeps its token;
-/// - a key held exclusively (or by a minimum hold, `hl`: any `exp` ahead
-///   without live holders) is held for a shared acquisition (which writes
-///   no mark: as on MongoDB, a losing holder's acquisition writes nothing)
-///   and a [`Mismatch`](AcquireOutcome::Mismatch) for a permit; a key held by
+/// - a key held exclusively (or by a minimum hold, `hl`: an `exp` ahead
+///   without live holders, with `lid` or a live `hl`) is held for a shared
+///   acquisition (which writes no `xw` mark; a waiting one marks another
+///   owner's exclusive lease waited for, `wt`) and a
+///   [`Mismatch`](AcquireOutcome::Mismatch) for a permit; an `exp` ahead
+///   without either is held for any kind; a key held by
 ///   permits is a mismatch for anything but a permit of the same number,
 ///   and one held shared a mismatch for a permit;
 /// - a permit is held while `permits` live holders have one, until the
 ///   earliest of their expiries; a shared acquisition while an exclusive
 ///   waiter's mark is live, until the mark's expiry;
+/// - as an exclusive acquisition, a key this owner yielded is held by it
+///   until the end of the yield window, and a `waiting` shared acquisition
+///   that finds another owner's live exclusive lease marks it waited for
+///   (`wt`), so that its release yields;
 /// - otherwise it wins: the expired entries are dropped, its own is
 ///   appended with `token = tok + 1`, and the top fields describe the key
 ///   (no lease id, its owner, token and time, `exp` the latest holder's,
@@ -42,6 +48,7 @@ pub(super) fn acquire_holder(
     lease_id: Uuid,
     ttl: Duration,
     kind: LeaseKind,
+    waiting: bool,
     now: Instant,
 ) -> AcquireOutcome {
     if let Some(holder) = doc
@@ -58,14 +65,31 @@ pub(super) fn acquire_holder(
     }
     let live = doc.live_holders(now).count();
     if live == 0 && doc.exp > now {
-        // An exclusive holder, or a minimum hold (`hl`): as MongoStore,
-        // any `exp` ahead without live holders.
+        // An exclusive holder, or a minimum hold (`hl`): a mismatch for a
+        // permit. Without either, as MongoStore, a release whose clock ran
+        // ahead (docs/mongodb-behaviour.md, B3): held until then.
+        let exclusive = doc.lease_id.is_some() || doc.hold_until.is_some_and(|until| until > now);
+        if !exclusive {
+            return held(doc.owner.clone(), doc.exp, now);
+        }
         return match kind {
-            LeaseKind::Shared => held(doc.owner.clone(), doc.exp, now),
+            LeaseKind::Shared => {
+                let held_by_other = doc.lease_id.is_some() && doc.owner != owner;
+                if waiting && held_by_other && doc.waiting_since.is_none() {
+                    doc.waiting_since = Some(now);
+                }
+                held(doc.owner.clone(), doc.exp, now)
+            }
             _ => AcquireOutcome::Mismatch {
                 stored: LeaseKind::Exclusive,
             },
         };
+    }
+    if let Some(until) = doc
+        .yield_until
+        .filter(|_| live == 0 && doc.yielded_by(owner, now))
+    {
+        return held(doc.owner.clone(), until, now);
     }
     if live > 0 && doc.stored_kind() != kind {
         return AcquireOutcome::Mismatch {
@@ -78,7 +102,9 @@ pub(super) fn acquire_holder(
             return held(doc.owner.clone(), first, now);
         }
         LeaseKind::Shared => {
-            if let Some((waiter, until)) = doc.exclusive_waiter.as_ref().filter(|(_, e)| *e > now) {
+            // Another owner's live mark (an owner's own is of a waiter that left).
+            let mark = doc.exclusive_waiter.as_ref();
+            if let Some((waiter, until)) = mark.filter(|(w, e)| *e > now && w != owner) {
                 return held(waiter.clone(), *until, now);
             }
         }

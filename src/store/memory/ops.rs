@@ -176,6 +176,20 @@ impl Store for MemoryStore {
             }))
             .boxed();
         }
+        // Refused before any write, as by MongoStore.
+        let invalid = shape.kind.validate().err().or_else(|| {
+            (shape.hold_at_least.is_some() && shape.kind != crate::LeaseKind::Exclusive).then(
+                || Error::InvalidConfig {
+                    reason: format!(
+                        "hold_at_least applies to exclusive leases only, not to a {} lease",
+                        shape.kind
+                    ),
+                },
+            )
+        });
+        if let Some(error) = invalid {
+            return futures::future::ready(Err(error)).boxed();
+        }
         let (db, owner) = (self.db.clone(), self.owner.clone());
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
             let retry = is_retry(coll, &key, lease_id);

@@ -2,10 +2,10 @@
 //! the protocol needs), the store's settings, the operation timeout, and how
 //! the server's errors are read.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::IntoFuture;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mongodb::bson::Document;
 use mongodb::options::{
@@ -37,7 +37,10 @@ pub(crate) struct MongoStore {
     /// The lease ids this store acquired as holders of shared or semaphore
     /// keys and has not seen released or lost: a hint that lets a renewal
     /// batch without any of them keep the exclusive leases' plain update.
-    holder_ids: Arc<Mutex<HashSet<Uuid>>>,
+    /// Each with when to forget it (local clock): two TTLs after its last
+    /// acquisition or renewal, when a lease dropped without a release (at
+    /// its local deadline, lost to a force release) can no longer be renewed.
+    holder_ids: Arc<Mutex<HashMap<Uuid, Instant>>>,
 }
 
 impl MongoStore {
@@ -71,7 +74,7 @@ impl MongoStore {
 
     /// The lease ids this store acquired as holders of shared or semaphore
     /// keys and has not seen released or lost (a hint, see [`MongoStore`]).
-    pub(super) fn holder_ids(&self) -> MutexGuard<'_, HashSet<Uuid>> {
+    pub(super) fn holder_ids(&self) -> MutexGuard<'_, HashMap<Uuid, Instant>> {
         self.holder_ids
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -75,6 +75,17 @@ fn live_others(owner: &str, lease_id: Uuid) -> Document {
     ]}}}
 }
 
+/// Whether the key has a live exclusive waiter's mark (`xw`) of another
+/// owner than `owner` (an owner's own mark is of a waiter that left: its
+/// manager serves its waiters in order, so it asks for a shared lease only
+/// when no exclusive waiter of its own is ahead).
+fn other_owners_mark(owner: &str) -> Document {
+    doc! { "$and": [
+        { "$gt": [format!("${}.{}", field::EXCLUSIVE_WAITER, field::EXPIRES_AT), "$$NOW"] },
+        { "$ne": [format!("${}.{}", field::EXCLUSIVE_WAITER, field::OWNER), { "$literal": owner }] },
+    ]}
+}
+
 /// A semaphore's number of permits as stored in `pm`.
 fn stored_permits(permits: u32) -> i32 {
     i32::try_from(permits).unwrap_or(i32::MAX)
@@ -90,11 +101,18 @@ fn stored_permits(permits: u32) -> i32 {
 /// and keeps its token. The top fields then describe the key: `aid`, `tok`,
 /// `acq` of this acquisition, `ts` now, `exp` the latest entry's; `lid`,
 /// `wt`, `yu`, `data` and `hl` of an earlier exclusive holder are gone.
+///
+/// As an exclusive acquisition ("Fairness between owners" in `store`), it
+/// never takes a key this owner yielded (`yu`) before the end of the yield
+/// window, and a `waiting` shared acquisition that finds another owner's
+/// live exclusive lease marks it waited for (`wt`, once per holding period),
+/// so that its release yields.
 pub(in crate::store::mongo) fn multi_acquire_pipeline(
     owner: &str,
     ttl_ms: i64,
     lease_id: Uuid,
     kind: LeaseKind,
+    waiting: bool,
 ) -> Vec<Document> {
     let mine = doc! { "$gt": [{ "$size": "$$mine" }, 0] };
     let no_live = doc! { "$eq": [{ "$size": "$$live" }, 0] };
@@ -122,14 +140,33 @@ pub(in crate::store::mongo) fn multi_acquire_pipeline(
         ]},
         _ => doc! { "$and": [
             { "$or": [no_live, { "$not": [has_permits] }] },
-            { "$not": [{ "$gt": [format!("${}.{}", field::EXCLUSIVE_WAITER, field::EXPIRES_AT), "$$NOW"] }] },
+            { "$not": [other_owners_mark(owner)] },
         ]},
     };
     let wins = doc! { "$or": [
         fresh_document(),
         mine.clone(),
-        { "$and": [our_shape(), { "$not": [exclusive_held] }, kind_admits] },
+        { "$and": [
+            our_shape(),
+            { "$not": [exclusive_held] },
+            kind_admits,
+            { "$not": [yielded_by(owner)] },
+        ]},
     ]};
+    let lost = if waiting && kind == LeaseKind::Shared {
+        let held_by_other = doc! { "$and": [
+            our_shape(),
+            { "$eq": [{ "$type": f(field::LEASE_ID) }, "binData"] },
+            { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+            { "$ne": [f(field::OWNER), { "$literal": owner }] },
+        ]};
+        let marked = doc! { "$mergeObjects": ["$$ROOT", {
+            field::WAITING_SINCE: { "$ifNull": [f(field::WAITING_SINCE), "$$NOW"] },
+        }]};
+        Bson::from(doc! { "$cond": [held_by_other, marked, "$$ROOT"] })
+    } else {
+        Bson::from("$$ROOT")
+    };
     let expires = doc! { "$add": ["$$NOW", ttl_ms] };
     let new_entry = doc! {
         field::OWNER: { "$literal": owner },
@@ -168,7 +205,7 @@ pub(in crate::store::mongo) fn multi_acquire_pipeline(
         "in": { "$cond": [
             wins,
             { "$let": { "vars": { "entry": entry }, "in": acquired } },
-            "$$ROOT",
+            lost,
         ]},
     }}}]
 }
@@ -179,6 +216,18 @@ const MINE: &str = "me";
 const LIVE: &str = "live";
 /// Field of [`multi_acquire_projection`]: the earliest `exp` of those.
 const FIRST_EXPIRY: &str = "first";
+/// Field of [`multi_acquire_projection`]: `yu` if this owner yielded the
+/// key (then it is not this owner's before `yu`).
+const YIELDED: &str = "yielded";
+
+/// Whether `owner` yielded the key to another owner's waiter and the yield
+/// window is not over (`aid` is `owner`, `yu > $$NOW`).
+fn yielded_by(owner: &str) -> Document {
+    doc! { "$and": [
+        { "$eq": [f(field::OWNER), { "$literal": owner }] },
+        { "$gt": [f(field::YIELD_UNTIL), "$$NOW"] },
+    ]}
+}
 
 /// The projection of the reads that decide a shared or permit acquisition
 /// (the reply of [`multi_acquire_pipeline`], or a re-read): the top fields,
@@ -191,10 +240,14 @@ pub(in crate::store::mongo) fn multi_acquire_projection(owner: &str, lease_id: U
     let live = live_others(owner, lease_id);
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
-        field::PERMITS: 1, field::EXCLUSIVE_WAITER: 1, field::HOLD_UNTIL: 1, "now": "$$NOW",
+        field::PERMITS: 1, field::HOLD_UNTIL: 1, "now": "$$NOW",
+        field::EXCLUSIVE_WAITER: { "$cond": [
+            other_owners_mark(owner), f(field::EXCLUSIVE_WAITER), "$$REMOVE",
+        ]},
         MINE: { "$first": mine },
         LIVE: { "$size": live.clone() },
         FIRST_EXPIRY: { "$min": { "$map": { "input": live, "in": this(field::EXPIRES_AT) } } },
+        YIELDED: { "$cond": [yielded_by(owner), f(field::YIELD_UNTIL), "$$REMOVE"] },
     }
 }
 
@@ -277,6 +330,12 @@ pub(in crate::store::mongo) fn classify_multi(
             return AcquireOutcome::Mismatch {
                 stored: LeaseKind::Exclusive,
             };
+        }
+        // Yielded by this owner: not ours before the yield window ends.
+        if let Ok(yielded) = doc.get_datetime(YIELDED)
+            && yielded.timestamp_millis() > now
+        {
+            return held(holder, until(*yielded, now));
         }
         return match mark {
             Some((waiter, remaining)) => held(waiter, remaining),

@@ -167,7 +167,7 @@ impl MongoStore {
     async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl_ms: i64) -> Result<Vec<LeaseRef>> {
         let plain = {
             let holders = self.holder_ids();
-            !leases.iter().any(|l| holders.contains(&l.lease_id))
+            !leases.iter().any(|l| holders.contains_key(&l.lease_id))
         };
         let (filter, update) = if plain {
             (
@@ -183,13 +183,11 @@ impl MongoStore {
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
+        let ids = lease_ids(&leases);
         let lost = self
             .renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
             .await?;
-        let mut holders = self.holder_ids();
-        for l in &lost {
-            holders.remove(&l.lease_id);
-        }
+        self.renewed_holders(&ids, &lost, ttl_ms);
         Ok(lost)
     }
 
@@ -650,7 +648,7 @@ impl Store for MongoStore {
                 except: except.clone(),
             };
             let count = store.release_matching(filter, &released, false).await?;
-            store.holder_ids().retain(|id| except.contains(id));
+            store.holder_ids().retain(|id, _| except.contains(id));
             Ok(count)
         }
         .boxed()

@@ -33,7 +33,8 @@ fn date(ms: i64) -> DateTime {
 
 #[test]
 fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() {
-    let pipeline = multi_acquire_pipeline("me", 30_000, LID, LeaseKind::Permit { permits: 3 });
+    let pipeline =
+        multi_acquire_pipeline("me", 30_000, LID, LeaseKind::Permit { permits: 3 }, true);
     assert_eq!(pipeline.len(), 1, "one stage, one round trip");
     let body = pipeline[0].get_document("$replaceWith").unwrap();
     assert_eq!(
@@ -87,7 +88,7 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
 
 #[test]
 fn a_shared_lease_never_wins_over_live_permits_or_a_live_exclusive_waiters_mark() {
-    let pipeline = multi_acquire_pipeline("me", 30_000, LID, LeaseKind::Shared);
+    let pipeline = multi_acquire_pipeline("me", 30_000, LID, LeaseKind::Shared, true);
     let body = pipeline[0].get_document("$replaceWith").unwrap();
     let admits = at(body, "$let.in.$cond.0.$or.2.$and.2")
         .as_document()
@@ -99,7 +100,10 @@ fn a_shared_lease_never_wins_over_live_permits_or_a_live_exclusive_waiters_mark(
                 { "$eq": [{ "$size": "$$live" }, 0] },
                 { "$not": [{ "$ne": [{ "$type": "$pm" }, "missing"] }] },
             ]},
-            { "$not": [{ "$gt": ["$xw.exp", "$$NOW"] }] },
+            { "$not": [{ "$and": [
+                { "$gt": ["$xw.exp", "$$NOW"] },
+                { "$ne": ["$xw.aid", { "$literal": "me" }] },
+            ]}] },
         ]}
     );
     let acquired = at(body, "$let.in.$cond.1.$let.in").as_document().unwrap();
