@@ -229,7 +229,7 @@ impl Actor {
                     // leave the key blocked until the lease expires.
                     state.unseen = None;
                     state.next_lease_id = Uuid::new_v4();
-                    self.spawn_release(key.clone(), lease_id, sent.sent_at, None);
+                    self.spawn_release(key.clone(), lease_id, Instant::now(), None);
                 }
             }
         }
@@ -282,7 +282,7 @@ impl Actor {
                 deadline,
                 renewing: 0,
                 kind: shape.kind,
-                acquired_at: sent_at,
+                acquired_at: Instant::now(),
             });
             tracing::debug!(%key, token, kind = %shape.kind, "lease acquired");
             let lease = Lease::new(
@@ -312,7 +312,7 @@ impl Actor {
             }
             return;
         }
-        self.spawn_release(key.clone(), lease_id, sent_at, None);
+        self.spawn_release(key.clone(), lease_id, Instant::now(), None);
     }
 
     /// Schedules the key's next attempt within [`wake_jitter`] (capped

@@ -100,9 +100,14 @@ struct Held {
     /// How it holds its key (several leases of a key are held at once only
     /// when their kinds allow it, see [`KeyState::admits`]).
     kind: LeaseKind,
-    /// When the acquire that took it was sent (local clock): in delete mode,
-    /// whether its document can be deleted at release (see
-    /// [`Actor::delete_when_old_enough`]).
+    /// When the reply of the acquire that took it arrived (local clock): its
+    /// fencing token's millisecond, the server's time of the write, is no
+    /// later than this (on one clock; `DELETE_DELAY`'s margin covers the
+    /// server's steps back). In delete mode, whether its document can be
+    /// deleted at release (see [`Actor::delete_when_old_enough`]). Not the
+    /// time the acquire was sent: under load a request may reach the server
+    /// long after it was sent, and the token would then still be too young
+    /// at a follow-up timed from the send.
     acquired_at: Instant,
 }
 

@@ -122,7 +122,8 @@ impl Actor {
         }
     }
 
-    /// Releases one lease acquired by an attempt sent at `acquired_at`.
+    /// Releases one lease whose acquire's reply arrived at `acquired_at`
+    /// (local clock; see `Held::acquired_at`).
     pub(super) fn spawn_release(
         &mut self,
         key: Target,
@@ -209,11 +210,13 @@ impl Actor {
     /// In delete mode, a release deletes the lock document only if its token
     /// is at least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old
     /// (by the server's clock), and otherwise marks it released. For leases
-    /// acquired by an attempt sent less than [`DELETE_DELAY`] before now
-    /// (`acquired_at`, local clock), this schedules the follow-up delete of
-    /// their released documents at `acquired_at + DELETE_DELAY`: the
-    /// server's time then is at least that much past the acquisition's
-    /// (minus the small steps back of `$$NOW`, which `DELETE_DELAY` covers).
+    /// whose acquire's reply arrived less than [`DELETE_DELAY`] before now
+    /// (`acquired_at`, local clock: the token's millisecond is no later),
+    /// this schedules the follow-up delete of their released documents at
+    /// `acquired_at + DELETE_DELAY`: the server's time then is at least that
+    /// much past the acquisition's (minus the small steps back of `$$NOW`,
+    /// which `DELETE_DELAY` covers), however long the acquire took to reach
+    /// the server.
     /// It runs in [`Actor::tasks`], so shutdown waits for it. A document
     /// acquired again meanwhile is not deleted; one whose release is not
     /// confirmed by then, or whose token the server still finds too young

@@ -385,7 +385,8 @@ fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> Leas
 pub(crate) const TOKEN_TIME_SHIFT: u32 = 20;
 
 /// In delete mode, how long after a young lease's acquisition (local time
-/// at which its acquire was sent) its released document is deleted:
+/// at which its acquire's reply arrived, no earlier than the token's
+/// millisecond) its released document is deleted:
 /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) plus 100 ms for the
 /// server's `$$NOW` stepping back (docs/mongodb-behaviour.md, B3) and the
 /// round trip of the release.

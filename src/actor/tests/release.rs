@@ -571,6 +571,36 @@ async fn delete_mode_deletes_an_old_lease_at_release_and_a_young_one_once_its_to
     a.shutdown().await.unwrap();
 }
 
+/// The follow-up delete is timed from the acquire's reply, not its send: an
+/// acquire that reached the server late (here 500 ms of latency, applied at
+/// its end like a request queued under load) has a token that much younger,
+/// and its released document is still deleted once the token is old enough.
+#[tokio::test(start_paused = true)]
+async fn delete_mode_times_the_follow_up_delete_from_the_acquires_reply() {
+    use crate::store::DELETE_DELAY;
+    let db = MemoryDb::new();
+    let (a, store, _) = start_delete_mode(&db, "a");
+    store.set_latency(Op::Acquire, Duration::from_millis(500));
+    let young = a.acquire("slow").await.unwrap();
+    let answered_at = Instant::now();
+    assert!(!young.release().await.unwrap().was_lost());
+    assert_released(&db, "slow");
+    sleep_until(answered_at + DELETE_DELAY - MS).await;
+    settle().await;
+    assert!(
+        db.doc("slow").is_some(),
+        "kept until its token is old enough"
+    );
+    sleep_until(answered_at + DELETE_DELAY).await;
+    settle().await;
+    assert_eq!(
+        db.doc("slow"),
+        None,
+        "deleted by the follow-up, timed from the reply"
+    );
+    a.shutdown().await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn delete_mode_shutdown_returns_once_young_leases_documents_are_deleted() {
     use crate::store::DELETE_DELAY;
