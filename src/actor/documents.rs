@@ -4,6 +4,7 @@
 //! which also releases it in the same write).
 
 use mongodb::bson::Document;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::command::{Place, Reply, Target};
@@ -75,13 +76,18 @@ impl Actor {
         };
         let token = held.token;
         let acquired_at = held.acquired_at;
-        write.young = acquired_at + crate::store::DELETE_DELAY > tokio::time::Instant::now();
+        write.young = acquired_at + crate::store::DELETE_DELAY > Instant::now();
         let release = write.release;
+        // Delete mode's follow-up of a commit, scheduled once it is confirmed.
+        let follow_up = if release {
+            self.follow_up_due(key.place, acquired_at)
+        } else {
+            None
+        };
         if release {
             // Like a release: no acquire attempt of the key starts until the
             // write is answered, and the lease is no longer renewed.
             self.take_held(&key, lease_id);
-            self.delete_when_old_enough(key.place, vec![key.key.clone()], acquired_at);
             if let Some(state) = self.keys.get_mut(&key) {
                 state.releases_in_flight += 1;
             }
@@ -98,6 +104,7 @@ impl Actor {
             key,
             lease_id,
             release,
+            follow_up,
             respond_to,
             result,
         });
@@ -107,7 +114,7 @@ impl Actor {
         &mut self,
         key: Target,
         lease_id: Uuid,
-        release: bool,
+        (release, follow_up): (bool, Option<Instant>),
         respond_to: Reply<Document>,
         result: Result<Option<Document>>,
     ) {
@@ -115,7 +122,12 @@ impl Actor {
             state.releases_in_flight -= 1;
         }
         let reply = match result {
-            Ok(Some(document)) => Ok(document),
+            Ok(Some(document)) => {
+                if let Some(at) = follow_up {
+                    self.schedule_follow_up(key.place, vec![key.key.clone()], at);
+                }
+                Ok(document)
+            }
             Ok(None) => {
                 if self.held_lease(&key, lease_id).is_some() {
                     tracing::warn!(%key, "lease lost: a write under it found it gone or taken");
@@ -128,17 +140,16 @@ impl Actor {
             Err(error) => {
                 if release {
                     // The write's outcome is unknown: release under the
-                    // lease id (a no-op if the commit did land). Not
-                    // `spawn_release`, which would schedule a second
-                    // follow-up delete, at now + `DELETE_DELAY`: the one
-                    // `on_write_document` scheduled at acquisition +
-                    // `DELETE_DELAY` is the one due.
+                    // lease id (a no-op if the commit did land), then the
+                    // commit's follow-up, due at acquisition +
+                    // `DELETE_DELAY` (not `spawn_release`, which would time
+                    // it from now).
                     tracing::warn!(%key, %error, "commit failed; releasing the lease");
                     let _ = respond_to.send(Err(error));
                     if let Some(state) = self.keys.get_mut(&key) {
                         state.releases_in_flight += 1;
                     }
-                    self.send_release(key, lease_id, None);
+                    self.send_release(key, lease_id, None, follow_up);
                     return;
                 }
                 Err(error)

@@ -256,6 +256,9 @@ enum Event {
     Released {
         key: Target,
         respond_to: Option<Reply<ReleaseOutcome>>,
+        /// Delete mode's follow-up delete, due at this instant once the
+        /// release is confirmed (see `Actor::delete_when_old_enough`).
+        follow_up: Option<Instant>,
         result: Result<u64>,
     },
     ReleasedMany {
@@ -285,6 +288,8 @@ enum Event {
         key: Target,
         lease_id: Uuid,
         release: bool,
+        /// As `Event::Released::follow_up`, for a commit.
+        follow_up: Option<Instant>,
         respond_to: Reply<Document>,
         result: Result<Option<Document>>,
     },
@@ -495,8 +500,9 @@ impl Actor {
             Event::Released {
                 key,
                 respond_to,
+                follow_up,
                 result,
-            } => self.on_released(key, respond_to, result),
+            } => self.on_released(key, respond_to, follow_up, result),
             Event::ReleasedMany {
                 keys,
                 respond_to,
@@ -523,9 +529,10 @@ impl Actor {
                 key,
                 lease_id,
                 release,
+                follow_up,
                 respond_to,
                 result,
-            } => self.on_document_written(key, lease_id, release, respond_to, result),
+            } => self.on_document_written(key, lease_id, (release, follow_up), respond_to, result),
         }
     }
 

@@ -131,31 +131,34 @@ impl Actor {
         acquired_at: Instant,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
-        self.delete_when_old_enough(key.place, vec![key.key.clone()], acquired_at);
+        let follow_up = self.follow_up_due(key.place, acquired_at);
         self.keys
             .entry(key.clone())
             .or_insert_with(KeyState::new)
             .releases_in_flight += 1;
-        self.send_release(key, lease_id, respond_to);
+        self.send_release(key, lease_id, respond_to, follow_up);
     }
 
     /// Sends the release of one lease to its place's store; the outcome
-    /// comes back as [`Event::Released`]. The caller counts it in
-    /// `releases_in_flight`.
+    /// comes back as [`Event::Released`], which schedules `follow_up` (delete
+    /// mode's follow-up delete, due then) once the release is confirmed. The
+    /// caller counts it in `releases_in_flight`.
     pub(super) fn send_release(
         &mut self,
         key: Target,
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
+        follow_up: Option<Instant>,
     ) {
         let release = self.store(key.place).release(vec![LeaseRef {
             key: key.key.clone(),
             lease_id,
         }]);
-        self.spawn_store(release, |result| Event::Released {
+        self.spawn_store(release, move |result| Event::Released {
             result,
             key,
             respond_to,
+            follow_up,
         });
     }
 
@@ -163,10 +166,14 @@ impl Actor {
         &mut self,
         key: Target,
         respond_to: Option<Reply<ReleaseOutcome>>,
+        follow_up: Option<Instant>,
         result: Result<u64>,
     ) {
         if let Some(state) = self.keys.get_mut(&key) {
             state.releases_in_flight -= 1;
+        }
+        if let (Some(at), Ok(_)) = (follow_up, &result) {
+            self.schedule_follow_up(key.place, vec![key.key.clone()], at);
         }
         let outcome = match result {
             Ok(0) => Ok(ReleaseOutcome::AlreadyLost),
@@ -230,10 +237,27 @@ impl Actor {
         keys: Vec<LeaseKey>,
         acquired_at: Instant,
     ) {
-        let at = acquired_at + DELETE_DELAY;
-        if !self.store(place).removes_on_release() || keys.is_empty() || at <= Instant::now() {
-            return;
+        if let Some(at) = self.follow_up_due(place, acquired_at)
+            && !keys.is_empty()
+        {
+            self.schedule_follow_up(place, keys, at);
         }
+    }
+
+    /// When the follow-up delete of a lease of `place` acquired at
+    /// `acquired_at` (see [`Actor::delete_when_old_enough`]) is due, if a
+    /// release sent now needs one: in a place that removes on release, for a
+    /// lease younger than [`DELETE_DELAY`]. A single lease's release
+    /// schedules it once the release is confirmed (a follow-up that ran
+    /// before a late release landed would find nothing to delete).
+    pub(super) fn follow_up_due(&self, place: Place, acquired_at: Instant) -> Option<Instant> {
+        let at = acquired_at + DELETE_DELAY;
+        (self.store(place).removes_on_release() && at > Instant::now()).then_some(at)
+    }
+
+    /// Deletes the released documents of `keys` at `at` (or at once if it
+    /// has passed), in [`Actor::tasks`], so shutdown waits for it.
+    pub(super) fn schedule_follow_up(&mut self, place: Place, keys: Vec<LeaseKey>, at: Instant) {
         let store = self.store(place).clone();
         let delete = async move {
             tokio::time::sleep_until(at).await;
