@@ -383,6 +383,14 @@ async fn renewal_tick(
     let after = Instant::now();
     let tick = loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
+        // A lost lease is never renewed again, so no `update` would ever
+        // name every lease: fail, naming the loss, instead of waiting.
+        let lost = leases.iter().filter(|l| l.is_lost()).count();
+        assert!(
+            lost == 0,
+            "{lost} of {HELD} {:?} leases lost before a renewal named them all",
+            options.kind
+        );
         let log = updates.0.lock().unwrap();
         let Some(&(first, end, keys)) = log
             .done
