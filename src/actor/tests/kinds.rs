@@ -44,19 +44,6 @@ fn holder_owners(db: &MemoryDb, key: &str) -> Vec<String> {
         .collect()
 }
 
-/// A manager whose polls are seconds apart: only a change-stream event can
-/// wake its waiters sooner.
-fn start_slow_polls(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore) {
-    let store = db.store(owner, TTL);
-    let slow_polls = Timing {
-        retry_initial: Duration::from_secs(2),
-        retry_max: Duration::from_secs(10),
-        ..timing()
-    };
-    let manager = LockManager::start(Arc::new(store.clone()), owner.into(), slow_polls);
-    (manager, store)
-}
-
 fn assert_mismatch<T: std::fmt::Debug>(result: Result<T>, stored: LeaseKind, requested: LeaseKind) {
     match result {
         Err(Error::KindMismatch {

@@ -79,6 +79,20 @@ fn start_without_change_streams(db: &MemoryDb, owner: &str) -> (LockManager, Mem
     (manager, store, t0)
 }
 
+/// A manager whose next poll after a failed attempt is at least a second
+/// away (equal jitter on a 2 s step), so that only a wake-up (a release
+/// announced, a stream that opened) makes it retry sooner.
+fn start_slow_polls(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore) {
+    let store = db.store(owner, TTL);
+    let slow_polls = Timing {
+        retry_initial: Duration::from_secs(2),
+        retry_max: Duration::from_secs(10),
+        ..timing()
+    };
+    let manager = LockManager::start(Arc::new(store.clone()), owner.into(), slow_polls);
+    (manager, store)
+}
+
 /// Lets every runnable task (the actors) run, without moving the clock.
 async fn settle() {
     for _ in 0..50 {

@@ -313,13 +313,7 @@ async fn force_release_of_a_local_lease_cancels_it_and_serves_the_next_waiter() 
 async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
     let db = MemoryDb::new();
     let (a, _, _) = start(&db, "a");
-    let b_store = db.store("b", TTL);
-    let slow_polls = Timing {
-        retry_initial: Duration::from_secs(2),
-        retry_max: Duration::from_secs(10),
-        ..timing()
-    };
-    let b = LockManager::start(Arc::new(b_store.clone()), "b".into(), slow_polls);
+    let (b, b_store) = start_slow_polls(&db, "b");
     assert_eq!(
         db.release_watchers(),
         0,
@@ -375,13 +369,7 @@ async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
 async fn a_release_before_the_waiters_stream_opens_wakes_it_once_the_stream_opens() {
     let db = MemoryDb::new();
     let (a, _, _) = start(&db, "a");
-    let b_store = db.store("b", TTL);
-    let slow_polls = Timing {
-        retry_initial: Duration::from_secs(2),
-        retry_max: Duration::from_secs(10),
-        ..timing()
-    };
-    let b = LockManager::start(Arc::new(b_store.clone()), "b".into(), slow_polls);
+    let (b, b_store) = start_slow_polls(&db, "b");
     let lease = a.acquire("k").await.unwrap();
     b_store.hold_stream_opening();
     let waiting = waiter(&b, "k").await;
@@ -417,6 +405,34 @@ async fn a_release_before_the_waiters_stream_opens_wakes_it_once_the_stream_open
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
+/// The end of the tests of a stale `Held` answer: the attempt (100 ms of
+/// latency) answers now that `x` holds `k`; `k` then expires, and the
+/// waiter's next attempt starts at once (within the wake jitter), not at
+/// its next poll, and gets the key.
+async fn assert_stale_held_answer_retried_at_once(
+    db: &MemoryDb,
+    store: &MemoryStore,
+    waiting: JoinHandle<Result<(Instant, Lease)>>,
+) {
+    settle().await;
+    let answered_at = Instant::now();
+    assert_eq!(store.acquire_calls("k").len(), 1);
+    assert_eq!(db.holder("k").as_deref(), Some("x"), "the attempt found x");
+    db.expire("k");
+    let (acquired_at, lease) = soon(waiting).await.unwrap().unwrap();
+    assert!(
+        acquired_at - answered_at <= RELEASE_WAKE_JITTER + Duration::from_millis(100),
+        "tried again at once: {:?} after the stale answer",
+        acquired_at - answered_at
+    );
+    assert_eq!(
+        store.acquire_calls("k").len(),
+        2,
+        "one more attempt, right after the stale answer"
+    );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
 /// A release announced while the waiter's attempt is in flight may have
 /// landed after that attempt read the key: a `Held` answer is then stale, and
 /// the waiter tries again at once rather than at its next poll (at least a
@@ -428,13 +444,7 @@ async fn a_release_announced_during_the_waiters_attempt_makes_a_held_answer_retr
         db.try_take("k", "x", TTL),
         AcquireOutcome::Acquired { token: 1 }
     );
-    let b_store = db.store("b", TTL);
-    let slow_polls = Timing {
-        retry_initial: Duration::from_secs(2),
-        retry_max: Duration::from_secs(10),
-        ..timing()
-    };
-    let b = LockManager::start(Arc::new(b_store.clone()), "b".into(), slow_polls);
+    let (b, b_store) = start_slow_polls(&db, "b");
     // b's stream is open before it waits (it holds another key).
     let _other = b.acquire("other").await.unwrap();
     settle().await;
@@ -450,23 +460,7 @@ async fn a_release_announced_during_the_waiters_attempt_makes_a_held_answer_retr
         owner: None,
     });
     sleep(Duration::from_millis(50)).await;
-    settle().await;
-    let answered_at = Instant::now();
-    assert_eq!(b_store.acquire_calls("k").len(), 1);
-    assert_eq!(db.holder("k").as_deref(), Some("x"), "the attempt found x");
-    db.expire("k");
-    let (acquired_at, lease) = soon(waiting).await.unwrap().unwrap();
-    assert!(
-        acquired_at - answered_at <= RELEASE_WAKE_JITTER + Duration::from_millis(100),
-        "tried again at once: {:?} after the stale answer",
-        acquired_at - answered_at
-    );
-    assert_eq!(
-        b_store.acquire_calls("k").len(),
-        2,
-        "one more attempt, right after the stale answer"
-    );
-    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_stale_held_answer_retried_at_once(&db, &b_store, waiting).await;
 }
 
 /// Likewise when the stream opens while the waiter's attempt is in flight:
@@ -479,13 +473,7 @@ async fn a_stream_opening_during_the_waiters_attempt_makes_a_held_answer_retry_a
         db.try_take("k", "x", TTL),
         AcquireOutcome::Acquired { token: 1 }
     );
-    let b_store = db.store("b", TTL);
-    let slow_polls = Timing {
-        retry_initial: Duration::from_secs(2),
-        retry_max: Duration::from_secs(10),
-        ..timing()
-    };
-    let b = LockManager::start(Arc::new(b_store.clone()), "b".into(), slow_polls);
+    let (b, b_store) = start_slow_polls(&db, "b");
     b_store.hold_stream_opening();
     // Holding another key makes b open its stream, which does not report
     // itself open yet.
@@ -496,19 +484,7 @@ async fn a_stream_opening_during_the_waiters_attempt_makes_a_held_answer_retry_a
     sleep(Duration::from_millis(50)).await;
     b_store.let_streams_open();
     sleep(Duration::from_millis(50)).await;
-    settle().await;
-    let answered_at = Instant::now();
-    assert_eq!(b_store.acquire_calls("k").len(), 1);
-    assert_eq!(db.holder("k").as_deref(), Some("x"), "the attempt found x");
-    db.expire("k");
-    let (acquired_at, lease) = soon(waiting).await.unwrap().unwrap();
-    assert!(
-        acquired_at - answered_at <= RELEASE_WAKE_JITTER + Duration::from_millis(100),
-        "tried again at once: {:?} after the stale answer",
-        acquired_at - answered_at
-    );
-    assert_eq!(b_store.acquire_calls("k").len(), 2);
-    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_stale_held_answer_retried_at_once(&db, &b_store, waiting).await;
 }
 
 // ----- delete-on-release mode ----------------------------------------------------
