@@ -310,7 +310,7 @@ contract!(
     kinds::racing_acquisitions_never_admit_more_than_n_permits,
     kinds::a_waiting_shared_acquirer_makes_the_exclusive_holders_release_yield,
     kinds::a_bad_shape_is_refused_with_a_clear_error_and_nothing_written,
-    kinds::a_released_key_whose_expiry_ran_ahead_is_held_for_a_permit_not_a_mismatch,
+    kinds::a_released_key_whose_expiry_ran_ahead_is_free_for_a_permit_not_a_mismatch,
     kinds::an_owners_own_exclusive_mark_never_blocks_its_shared_acquisition,
     // Holding at least.
     hold::a_lease_released_early_stays_held_until_its_minimum_hold,

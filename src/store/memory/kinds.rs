@@ -28,7 +28,7 @@ use crate::store::AcquireOutcome;
 ///   acquisition (which writes no `xw` mark; a waiting one marks another
 ///   owner's exclusive lease waited for, `wt`) and a
 ///   [`Mismatch`](AcquireOutcome::Mismatch) for a permit; an `exp` ahead
-///   without either is held for any kind; a key held by
+///   without either is free for any kind (nobody holds it); a key held by
 ///   permits is a mismatch for anything but a permit of the same number,
 ///   and one held shared a mismatch for a permit;
 /// - a permit is held while `permits` live holders have one, until the
@@ -64,14 +64,13 @@ pub(super) fn acquire_holder(
         return AcquireOutcome::Acquired { token };
     }
     let live = doc.live_holders(now).count();
-    if live == 0 && doc.exp > now {
-        // An exclusive holder, or a minimum hold (`hl`): a mismatch for a
-        // permit. Without either, as MongoStore, a release whose clock ran
-        // ahead (docs/mongodb-behaviour.md, B3): held until then.
-        let exclusive = doc.lease_id.is_some() || doc.hold_until.is_some_and(|until| until > now);
-        if !exclusive {
-            return held(doc.owner.clone(), doc.exp, now);
-        }
+    // An exclusive holder: a lease (`lid`) or a minimum hold (`hl`). An
+    // `exp` ahead without either is the release of the key's last holder on
+    // a server clock that read ahead (docs/mongodb-behaviour.md, B3): as
+    // MongoStore, nobody holds the key, so it is free for any kind.
+    let exclusive = doc.lease_id.is_some() || doc.hold_until.is_some_and(|until| until > now);
+    if live == 0 && doc.exp > now && exclusive {
+        // A mismatch for a permit; held for a shared acquisition.
         return match kind {
             LeaseKind::Shared => {
                 let held_by_other = doc.lease_id.is_some() && doc.owner != owner;
