@@ -160,6 +160,26 @@ impl Actor {
             _ => None,
         };
         match result {
+            Ok((AcquireOutcome::Acquired { token }, _))
+                if sent.sent_at + self.timing.validity_for(sent.ttl) <= Instant::now() =>
+            {
+                // Answered after its local deadline (counted from the send,
+                // as the write may have landed then), e.g. by a server that
+                // was frozen: such a lease would be lost as soon as it is
+                // handed out. Give it back and try again under a new lease
+                // id; a try gets `None`.
+                tracing::warn!(%key, token, "acquired too late to be safe; giving it back");
+                state.next_lease_id = Uuid::new_v4();
+                for waiter in std::mem::take(&mut state.waiters) {
+                    if waiter.mode == AcquireMode::Try {
+                        let _ = waiter.respond_to.send(Ok(None));
+                    } else if !waiter.respond_to.is_closed() {
+                        state.waiters.push_back(waiter);
+                    }
+                }
+                // Its confirmation starts the next attempt (`on_released`).
+                self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+            }
             Ok((AcquireOutcome::Acquired { token }, document)) => {
                 state.failures = 0;
                 state.next_lease_id = Uuid::new_v4();

@@ -163,6 +163,37 @@ async fn the_deadline_counts_from_the_start_of_the_acquire_not_its_reply() {
     assert_eq!(Instant::now(), t0 + VALIDITY);
 }
 
+/// An acquire answered after its local deadline (counted from its send, as
+/// the write may have landed then; here a server that answered 3 s late)
+/// is never handed out, lost at once: it is given back and the waiter's
+/// next attempt takes the key under a new lease id.
+#[tokio::test(start_paused = true)]
+async fn an_acquire_answered_after_its_deadline_is_given_back_and_tried_again() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    store.fault_next(Op::Acquire, Fault::Delay(TTL), 1);
+    let lease = a.acquire("k").await.unwrap();
+    assert!(!lease.is_lost(), "handed out with a deadline ahead");
+    let calls = store.acquire_calls("k");
+    assert_eq!(calls.len(), 2, "the late one, then a fresh one");
+    assert_eq!(calls[0], t0);
+    assert!(
+        calls[1] >= t0 + TTL,
+        "retried once the late one was answered"
+    );
+    assert_eq!(
+        store.leases_released(),
+        1,
+        "the late acquisition given back"
+    );
+    sleep_until(calls[1] + VALIDITY - MS).await;
+    assert!(
+        !lease.is_lost(),
+        "its deadline counts from the fresh attempt"
+    );
+    assert_eq!(db.holder("k").as_deref(), Some("a"));
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_deadline_counts_from_the_start_of_the_last_confirmed_renewal() {
     let db = MemoryDb::new();
