@@ -15,6 +15,7 @@ use crate::actor::command::Target;
 use crate::actor::mailbox::Mailbox;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::status::{LeaseState, LossReason};
 use crate::store::{DocumentWrite, LockPlace};
 
 /// Largest accepted payload ([`Lease::set_payload`]), in bytes of BSON: 16 KiB.
@@ -78,7 +79,8 @@ pub struct Lease {
     lease_id: Uuid,
     fencing_token: u64,
     ttl: Duration,
-    cancel: CancellationToken,
+    /// Shared with the actor: token, local deadline, loss reason.
+    state: Arc<LeaseState>,
     mailbox: Mailbox,
     /// Set once [`Lease::release`] has sent its release, so `Drop` does nothing.
     released: bool,
@@ -95,7 +97,7 @@ impl Lease {
         lease_id: Uuid,
         fencing_token: u64,
         ttl: Duration,
-        cancel: CancellationToken,
+        state: Arc<LeaseState>,
         mailbox: Mailbox,
     ) -> Self {
         Lease {
@@ -105,7 +107,7 @@ impl Lease {
             lease_id,
             fencing_token,
             ttl,
-            cancel,
+            state,
             mailbox,
             released: false,
             kind: crate::LeaseKind::Exclusive,
@@ -211,7 +213,7 @@ impl Lease {
     /// [`LockManager::shutdown`]: crate::LockManager::shutdown
     /// [`DocumentLease::commit`]: crate::DocumentLease::commit
     pub fn cancellation_token(&self) -> CancellationToken {
-        self.cancel.clone()
+        self.state.token().clone()
     }
 
     /// Completes when the lease is lost (see [`Lease::cancellation_token`]).
@@ -223,12 +225,26 @@ impl Lease {
     ///
     /// Cancel safe: dropping the future has no effect on the lease.
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.cancel.clone().cancelled_owned()
+        self.state.token().clone().cancelled_owned()
     }
 
-    /// `true` once the lease has been lost.
+    /// `true` once the lease has been lost: its cancellation token fired,
+    /// or its local deadline has passed.
+    ///
+    /// The deadline is read without the manager task (the manager moves it
+    /// at each confirmed renewal), so this is `true` as soon as the deadline
+    /// has passed even if the manager task has not run since (a starved
+    /// runtime, a paused thread); the token fires when the manager runs.
     pub fn is_lost(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.state.is_lost()
+    }
+
+    /// Why the lease was lost; `None` while it is held.
+    ///
+    /// [`LossReason::Expired`] once the local deadline has passed, even before
+    /// the manager task has noticed.
+    pub fn lost_reason(&self) -> Option<LossReason> {
+        self.state.lost_reason()
     }
 
     /// Stores `payload` in the lease's document (field `data`), replacing the

@@ -287,13 +287,16 @@ pub mod document;
 pub mod election;
 pub mod error;
 pub mod fence;
+pub mod health;
 mod key;
 pub mod kind;
 pub mod lease;
 pub mod manager;
 pub mod semaphore;
 mod shared;
+pub mod status;
 mod store;
+pub mod telemetry;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -310,11 +313,13 @@ pub use document::{
 pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
 pub use error::{Error, Result};
 pub use fence::Fence;
+pub use health::Health;
 pub use key::LeaseKey;
 pub use kind::{LeaseKind, MAX_PERMITS};
 pub use lease::{HolderInfo, Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
 pub use manager::LockManager;
 pub use semaphore::Semaphore;
+pub use status::LossReason;
 
 /// The README's code examples, compiled as doctests, so that they stay true
 /// to the API.

@@ -5,8 +5,8 @@
 
 use std::cmp::Reverse;
 
+use std::sync::Arc;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use mongodb::bson::Document;
@@ -18,6 +18,7 @@ use super::{Actor, Attempt, Event, Held, KeyState, Sent, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::status::LeaseState;
 use crate::store::AcquireOutcome;
 
 impl Actor {
@@ -290,14 +291,14 @@ impl Actor {
             let Some(mailbox) = self.sender.upgrade().map(Mailbox::new) else {
                 break;
             };
-            let cancel = CancellationToken::new();
             let deadline = sent_at + self.timing.validity_for(waiter.ttl.min(written_ttl));
+            let lease_state = Arc::new(LeaseState::new(deadline));
             self.deadlines
                 .push(Reverse((deadline, key.clone(), lease_id)));
             state.holders.push(Held {
                 lease_id,
                 token,
-                cancel: cancel.clone(),
+                state: lease_state.clone(),
                 ttl: waiter.ttl,
                 deadline,
                 renewing: 0,
@@ -312,7 +313,7 @@ impl Actor {
                 lease_id,
                 token,
                 waiter.ttl,
-                cancel,
+                lease_state,
                 mailbox,
             )
             .with_kind(shape.kind);

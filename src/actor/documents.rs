@@ -11,6 +11,7 @@ use super::command::{Place, Reply, Target};
 use super::release_watch::ReleaseWatch;
 use super::{Actor, Event, PlaceState};
 use crate::error::{Error, Result};
+use crate::status::LossReason;
 use crate::store::{DocumentWrite, LeaseRef};
 
 /// Most places of in-document leases one manager opens (the lock
@@ -87,7 +88,7 @@ impl Actor {
         if release {
             // Like a release: no acquire attempt of the key starts until the
             // write is answered, and the lease is no longer renewed.
-            self.take_held(&key, lease_id);
+            self.take_held(&key, lease_id, LossReason::Released);
             if let Some(state) = self.keys.get_mut(&key) {
                 state.releases_in_flight += 1;
             }
@@ -131,7 +132,7 @@ impl Actor {
             Ok(None) => {
                 if self.held_lease(&key, lease_id).is_some() {
                     tracing::warn!(%key, "lease lost: a write under it found it gone or taken");
-                    self.take_held(&key, lease_id);
+                    self.take_held(&key, lease_id, LossReason::Expired);
                 }
                 Err(Error::LeaseLost {
                     key: key.key.clone(),

@@ -63,6 +63,7 @@ use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::kind::{LeaseKind, LeaseShape};
 use crate::lease::{LeaseInfo, ReleaseOutcome};
+use crate::status::{LeaseState, LossReason};
 use crate::store::{AcquireOutcome, LeaseRef, LockPlace, Store};
 use command::{AcquireMode, Command, Granted, Place, Reply, Target, WaiterId};
 use release_watch::{ReleaseWatch, next_release};
@@ -86,7 +87,9 @@ struct Waiter {
 struct Held {
     lease_id: Uuid,
     token: u64,
-    cancel: CancellationToken,
+    /// Shared with the caller's `Lease`: its token, its local deadline as
+    /// the handle reads it, and why it was lost.
+    state: Arc<LeaseState>,
     /// The lease's TTL: its renewals set `exp = $$NOW + ttl`.
     ttl: Duration,
     /// Start of the last confirmed renewal (or of the acquire) + ttl − safety margin.
@@ -604,23 +607,25 @@ impl Actor {
         self.keys.get(key)?.holder(lease_id)
     }
 
-    /// Removes the key's held lease `lease_id` and cancels its token (its
-    /// deadline heap entry is dropped when it comes due).
-    fn take_held(&mut self, key: &Target, lease_id: Uuid) -> Option<Held> {
+    /// Removes the key's held lease `lease_id`, records why it ends and
+    /// fires its token (its deadline heap entry is dropped when it comes due).
+    fn take_held(&mut self, key: &Target, lease_id: Uuid, reason: LossReason) -> Option<Held> {
         let state = self.keys.get_mut(key)?;
         let index = state.holders.iter().position(|h| h.lease_id == lease_id)?;
         let held = state.holders.remove(index);
-        held.cancel.cancel();
+        crate::telemetry::lease_ended(&reason);
+        held.state.lose(reason);
         Some(held)
     }
 
-    /// Takes every held lease (as `take_held`) and counts a release in flight
-    /// for each; returns their keys, once per lease.
-    fn take_all_held(&mut self) -> Vec<Target> {
+    /// Takes every held lease (as `take_held`, for `reason`) and counts a
+    /// release in flight for each; returns their keys, once per lease.
+    fn take_all_held(&mut self, reason: LossReason) -> Vec<Target> {
         let mut keys = Vec::new();
         for (key, state) in &mut self.keys {
             for held in state.holders.drain(..) {
-                held.cancel.cancel();
+                crate::telemetry::lease_ended(&reason);
+                held.state.lose(reason.clone());
                 state.releases_in_flight += 1;
                 keys.push(key.clone());
             }

@@ -14,6 +14,7 @@ use super::{Actor, Attempt, Event, KeyState};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::{LeaseInfo, ReleaseOutcome};
+use crate::status::LossReason;
 use crate::store::{DELETE_DELAY, LeaseRef};
 
 impl Actor {
@@ -30,7 +31,9 @@ impl Actor {
             }
             return;
         }
-        let held = self.take_held(&key, lease_id).expect("checked above");
+        let held = self
+            .take_held(&key, lease_id, LossReason::Released)
+            .expect("checked above");
         tracing::debug!(%key, token = held.token, "releasing lease");
         if held.kind.is_multi_holder() {
             // A place freed on a shared or semaphore key by this very
@@ -65,7 +68,7 @@ impl Actor {
                 });
             }
         }
-        let keys = self.take_all_held();
+        let keys = self.take_all_held(LossReason::Released);
         // Keys acquired while this runs must not be released by it: leave out
         // the lease ids of attempts in flight.
         let in_flight: Vec<Uuid> = self
@@ -370,7 +373,7 @@ impl Actor {
                     })
                     .unwrap_or_default();
                 for lease_id in &ours {
-                    self.take_held(&target, *lease_id);
+                    self.take_held(&target, *lease_id, LossReason::ForceReleased);
                 }
                 if !ours.is_empty() {
                     self.serve_next(&target);
@@ -424,7 +427,7 @@ impl Actor {
                         token = held.token,
                         "lease lost: setting its payload found it gone or taken"
                     );
-                    self.take_held(&key, lease_id);
+                    self.take_held(&key, lease_id, LossReason::Expired);
                     self.serve_next(&key);
                 }
                 Err(Error::LeaseLost { key: key.key })

@@ -15,6 +15,7 @@ use super::command::{Place, Target};
 use super::{Actor, Event, Timer};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
+use crate::status::LossReason;
 use crate::store::LeaseRef;
 
 impl Actor {
@@ -150,11 +151,12 @@ impl Actor {
                     token = held.token,
                     "lease lost: renewal found it gone or taken"
                 );
-                self.take_held(&key, lease.lease_id);
+                self.take_held(&key, lease.lease_id, LossReason::Expired);
                 self.serve_next(&key);
             } else if deadline > held.deadline {
                 // The heap entry is re-armed lazily when it comes due.
                 held.deadline = deadline;
+                held.state.set_deadline(deadline);
             }
         }
     }
@@ -184,7 +186,7 @@ impl Actor {
     }
 
     fn on_deadline(&mut self, key: Target, lease_id: Uuid) {
-        let Some(held) = self.take_held(&key, lease_id) else {
+        let Some(held) = self.take_held(&key, lease_id, LossReason::Expired) else {
             return;
         };
         tracing::warn!(

@@ -10,6 +10,7 @@ use super::command::{Command, Place, Reply, Target};
 use super::release_watch::ReleaseWatch;
 use super::{Actor, Attempt, Event};
 use crate::error::Error;
+use crate::status::LossReason;
 use crate::store::LeaseRef;
 
 /// Set once shutdown has begun.
@@ -68,7 +69,7 @@ impl Actor {
             }
         }
         self.delete_young_held_when_old_enough();
-        self.take_all_held();
+        self.take_all_held(LossReason::Shutdown);
         for (place, leases) in by_place {
             for batch in leases.chunks(self.timing.renewal_batch_size) {
                 let keys = batch
