@@ -319,7 +319,7 @@ pub use kind::{LeaseKind, MAX_PERMITS};
 pub use lease::{HolderInfo, Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
 pub use manager::LockManager;
 pub use semaphore::Semaphore;
-pub use status::LossReason;
+pub use status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason};
 
 /// The README's code examples, compiled as doctests, so that they stay true
 /// to the API.

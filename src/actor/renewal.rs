@@ -15,7 +15,7 @@ use super::command::{Place, Target};
 use super::{Actor, Event, Timer};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
-use crate::status::LossReason;
+use crate::status::{LossReason, server_expiry};
 use crate::store::LeaseRef;
 
 impl Actor {
@@ -111,6 +111,15 @@ impl Actor {
                     })
                     .collect();
                 tracing::warn!(%error, leases = leases.len(), attempt, "renewal failed; retrying");
+                for lease in &leases {
+                    let key = Target {
+                        place,
+                        key: lease.key.clone(),
+                    };
+                    if let Some(held) = self.held_lease(&key, lease.lease_id) {
+                        held.state.at_risk(&error);
+                    }
+                }
                 if !leases.is_empty() {
                     let delay = retry_delay(
                         attempt,
@@ -132,6 +141,7 @@ impl Actor {
             }
         };
         let deadline = sent_at + self.timing.validity_for(ttl);
+        let now = Instant::now();
         for lease in leases {
             let lost_now = lost.contains(&lease);
             let key = Target {
@@ -146,17 +156,20 @@ impl Actor {
             };
             held.renewing = held.renewing.saturating_sub(1);
             if lost_now {
-                tracing::warn!(
+                tracing::debug!(
                     %key,
                     token = held.token,
-                    "lease lost: renewal found it gone or taken"
+                    "renewal found the lease gone or taken: reading why"
                 );
-                self.take_held(&key, lease.lease_id, LossReason::Expired);
-                self.serve_next(&key);
-            } else if deadline > held.deadline {
-                // The heap entry is re-armed lazily when it comes due.
+                self.lose_found_gone(key, lease.lease_id);
+            } else if deadline > held.deadline && held.deadline > now {
+                // The heap entry is re-armed lazily when it comes due. A
+                // renewal confirmed after the deadline passed moves nothing:
+                // the lease read lost then (`Lease::is_lost`), and is.
                 held.deadline = deadline;
-                held.state.set_deadline(deadline);
+                let (token, acquired_at) = (held.token, held.acquired_at);
+                held.state
+                    .renewed(deadline, || server_expiry(token, acquired_at, sent_at, ttl));
             }
         }
     }
