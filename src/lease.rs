@@ -514,6 +514,10 @@ pub struct LeaseInfo {
     /// acquisition can take it (`hl`).
     /// `None` once that time has passed, or without `hold_at_least`.
     pub hold_until: Option<SystemTime>,
+    /// An exclusive lease of our shape whose lease id (`lid`) is gone: a
+    /// release (an expiry keeps it). Tells a lost lease's reason
+    /// (`actor::loss::judge`).
+    pub(crate) released: bool,
 }
 
 /// One holder of a shared or semaphore key, as read by

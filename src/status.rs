@@ -190,7 +190,8 @@ impl fmt::Debug for LeaseEvents {
 /// The state one held lease shares between the actor and its handles.
 pub(crate) struct LeaseState {
     cancel: CancellationToken,
-    /// The local deadline, in nanoseconds after [`base`]; 0 once lost.
+    /// The local deadline, in signed nanoseconds from [`base`] (as
+    /// [`to_nanos`] encodes them); [`LOST`] once lost.
     deadline: AtomicU64,
     /// Why it was lost: set once, before the token fires.
     reason: OnceLock<LossReason>,
@@ -200,16 +201,39 @@ pub(crate) struct LeaseState {
 }
 
 /// The instant local deadlines are counted from: the first one asked for
-/// (tokio's clock, so that paused-clock tests move it).
+/// (tokio's clock, so that paused-clock tests move it). Deadlines before it
+/// count back from it (each paused-clock test runtime has a clock of its
+/// own, and one may start before another's first deadline).
 fn base() -> Instant {
     static BASE: OnceLock<std::time::Instant> = OnceLock::new();
     Instant::from_std(*BASE.get_or_init(|| Instant::now().into_std()))
 }
 
+/// The stored deadline of a lost lease.
+const LOST: u64 = i64::MIN as u64;
+
+/// `at` as signed nanoseconds from [`base`], stored as `u64` bits; never
+/// [`LOST`]. Signed `i64` nanoseconds span 292 years either way.
 fn to_nanos(at: Instant) -> u64 {
-    let nanos = at.saturating_duration_since(base()).as_nanos();
-    // 1 past the base, so that 0 can mean "lost"; u64 nanoseconds last 584 years.
-    u64::try_from(nanos).unwrap_or(u64::MAX).max(1)
+    let base = base();
+    let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let signed = if at >= base {
+        nanos(at.duration_since(base))
+    } else {
+        -nanos(base.duration_since(at))
+    };
+    signed.max(i64::MIN + 1) as u64
+}
+
+/// The instant [`to_nanos`] encoded.
+fn from_nanos(stored: u64) -> Instant {
+    let signed = stored as i64;
+    let magnitude = std::time::Duration::from_nanos(signed.unsigned_abs());
+    if signed >= 0 {
+        base() + magnitude
+    } else {
+        base() - magnitude
+    }
 }
 
 impl LeaseState {
@@ -305,8 +329,8 @@ impl LeaseState {
     /// The local deadline; `None` once the lease is lost.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         match self.deadline.load(Ordering::Acquire) {
-            0 => None,
-            nanos => Some(base() + std::time::Duration::from_nanos(nanos)),
+            LOST => None,
+            stored => Some(from_nanos(stored)),
         }
     }
 
@@ -336,7 +360,7 @@ impl LeaseState {
     /// (or the `Lost` event) reads the recorded reason.
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
         let first = self.reason.set(reason).is_ok();
-        self.deadline.store(0, Ordering::Release);
+        self.deadline.store(LOST, Ordering::Release);
         self.cancel.cancel();
         if first && let Some(reason) = self.reason.get() {
             self.send(|| LeaseEvent::Lost(reason.clone()));

@@ -18,8 +18,6 @@
 //! names neither the new holder's fencing token nor a delete apart from a
 //! release, so it never settles the reason by itself.
 
-use std::time::Duration;
-
 use uuid::Uuid;
 
 use super::command::Target;
@@ -27,10 +25,6 @@ use super::{Actor, Event};
 use crate::kind::LeaseKind;
 use crate::lease::LeaseInfo;
 use crate::status::LossReason;
-
-/// Tolerance of [`judge`]'s comparison of `exp` with `ts + ttl`: both are
-/// whole milliseconds on the server, and a TTL may have a fraction of one.
-const EXPIRY_ROUNDING: Duration = Duration::from_millis(1);
 
 impl Actor {
     /// The server no longer holds lease `lease_id` of `key` (a write under
@@ -47,11 +41,11 @@ impl Actor {
         };
         // No heartbeat renews it while its verdict is read.
         held.renewing += 1;
-        let (token, ttl, kind) = (held.token, held.ttl, held.kind);
+        let (token, kind) = (held.token, held.kind);
         let read = self.store(key.place).inspect(key.key.clone());
         self.spawn_store(read, move |result| {
             let reason = match result {
-                Ok(info) => judge(info.as_ref(), &owner_id, token, ttl, kind),
+                Ok(info) => judge(info.as_ref(), &owner_id, token, kind),
                 Err(error) => {
                     tracing::debug!(%error, "reading a lost lease's key failed");
                     LossReason::Expired
@@ -77,8 +71,8 @@ impl Actor {
     }
 }
 
-/// Why a lease of `owner_id` with fencing token `token`, TTL `ttl` and kind
-/// `kind` is no longer held, from its key as read after the server said so:
+/// Why a lease of `owner_id` with fencing token `token` and kind `kind` is
+/// no longer held, from its key as read after the server said so:
 ///
 /// - no document (or, for an in-document lease, no lock field):
 ///   [`LossReason::Deleted`];
@@ -86,17 +80,20 @@ impl Actor {
 ///   or another owner id): [`LossReason::Taken`] with the owner id and token
 ///   read (for a holder of a shared or semaphore key, only a live holder of
 ///   another kind counts);
-/// - still this acquisition's document, with an expiry earlier than its last
-///   renewal + TTL: released before it expired by someone else (another
-///   manager's force release or release by owner id, which set `exp` to
-///   their `$$NOW`): [`LossReason::ForceReleased`];
-/// - otherwise (it expired on the server, or a holder's entry of a shared or
-///   semaphore key is gone): [`LossReason::Expired`].
+/// - still this acquisition's document, without its lease id (`lid`): released
+///   by someone else, since this manager did not (a force release or a
+///   release by owner id, of this manager when it did not hold the lease
+///   locally any more, or of another): [`LossReason::ForceReleased`] (in
+///   delete mode a release by owner id may delete the document instead:
+///   [`LossReason::Deleted`]);
+/// - otherwise (it expired on the server, which keeps `lid`, or a holder's
+///   entry of a shared or semaphore key is gone): [`LossReason::Expired`].
+///   (A renewal does not check `exp`, so an exclusive lease that expired on
+///   the server is found lost only once someone took it: `Taken`.)
 pub(crate) fn judge(
     info: Option<&LeaseInfo>,
     owner_id: &str,
     token: u64,
-    ttl: Duration,
     kind: LeaseKind,
 ) -> LossReason {
     let Some(info) = info else {
@@ -119,7 +116,7 @@ pub(crate) fn judge(
     if info.fencing_token != token || info.owner_id != owner_id {
         return taken();
     }
-    if info.expires_at + EXPIRY_ROUNDING < info.renewed_at + ttl {
+    if info.released {
         LossReason::ForceReleased
     } else {
         LossReason::Expired
@@ -130,11 +127,19 @@ pub(crate) fn judge(
 mod tests {
     use super::*;
     use crate::key::LeaseKey;
-    use std::time::SystemTime;
-
-    const TTL: Duration = Duration::from_secs(10);
+    use std::time::{Duration, SystemTime};
 
     fn info(owner: &str, token: u64, renewed_ago: u64, expires_in: i64) -> LeaseInfo {
+        info_released(owner, token, renewed_ago, expires_in, false)
+    }
+
+    fn info_released(
+        owner: &str,
+        token: u64,
+        renewed_ago: u64,
+        expires_in: i64,
+        released: bool,
+    ) -> LeaseInfo {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let renewed_at = now - Duration::from_secs(renewed_ago);
         let expires_at = if expires_in >= 0 {
@@ -156,11 +161,12 @@ mod tests {
             kind: LeaseKind::Exclusive,
             holders: Vec::new(),
             hold_until: None,
+            released,
         }
     }
 
     fn judged(info: Option<&LeaseInfo>) -> LossReason {
-        judge(info, "a", 7, TTL, LeaseKind::Exclusive)
+        judge(info, "a", 7, LeaseKind::Exclusive)
     }
 
     #[test]
@@ -197,24 +203,23 @@ mod tests {
     }
 
     #[test]
-    fn our_acquisition_released_before_its_expiry_was_force_released() {
-        // Renewed 3 s ago, so due at +7 s; its expiry moved to 1 s ago.
-        assert_eq!(
-            judged(Some(&info("a", 7, 3, -1))),
-            LossReason::ForceReleased
-        );
+    fn our_acquisition_released_by_someone_else_was_force_released() {
+        let released = info_released("a", 7, 3, -1, true);
+        assert_eq!(judged(Some(&released)), LossReason::ForceReleased);
     }
 
     #[test]
-    fn our_acquisition_that_ran_out_expired() {
+    fn our_acquisition_that_ran_out_with_its_lease_id_expired() {
         assert_eq!(judged(Some(&info("a", 7, 11, -1))), LossReason::Expired);
+        // However its `exp` was moved back (a test's expiry, a clock step).
+        assert_eq!(judged(Some(&info("a", 7, 3, -1))), LossReason::Expired);
     }
 
     #[test]
     fn a_lost_holder_of_a_shared_key_was_taken_only_by_a_live_holder_of_another_kind() {
         let exclusive_now = info("b", 9, 1, 9);
         assert_eq!(
-            judge(Some(&exclusive_now), "a", 7, TTL, LeaseKind::Shared),
+            judge(Some(&exclusive_now), "a", 7, LeaseKind::Shared),
             LossReason::Taken {
                 owner_id: "b".into(),
                 fencing_token: 9
@@ -225,7 +230,7 @@ mod tests {
             ..info("b", 9, 1, 9)
         };
         assert_eq!(
-            judge(Some(&shared_now), "a", 7, TTL, LeaseKind::Shared),
+            judge(Some(&shared_now), "a", 7, LeaseKind::Shared),
             LossReason::Expired
         );
     }
