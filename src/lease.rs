@@ -207,7 +207,10 @@ impl Lease {
     /// [`LockManager::shutdown`], [`Lease::release`], and for an
     /// in-document lease [`DocumentLease::commit`] as soon as it is sent).
     ///
-    /// Clone it into the tasks that work under the lease.
+    /// Clone it into the tasks that work under the lease. When a renewal
+    /// (or a payload or in-document write) finds the lease gone, the token
+    /// fires after one read of the key that tells why
+    /// ([`Lease::lost_reason`], recorded before the token fires).
     ///
     /// [`LockManager::release_all`]: crate::LockManager::release_all
     /// [`LockManager::shutdown`]: crate::LockManager::shutdown
