@@ -1,7 +1,7 @@
 //! What a held lease is doing: its local deadline, readable without the
 //! manager task, and why it was lost ([`LossReason`]).
 //!
-//! Each held lease shares one [`LeaseState`] between the actor (which moves
+//! Each held lease shares one `LeaseState` between the actor (which moves
 //! the deadline at each confirmed renewal and records the loss) and the
 //! caller's [`Lease`](crate::Lease) (which reads them). Reading needs no
 //! message to the actor, so [`Lease::is_lost`](crate::Lease::is_lost) is
