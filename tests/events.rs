@@ -162,6 +162,28 @@ async fn force_release_by_this_manager_or_another_is_lost_force_released() {
 }
 
 #[tokio::test]
+async fn an_in_document_lease_whose_lock_field_is_removed_is_lost_deleted() {
+    let fx = Fixture::new("ev_document").await;
+    let a = fx.manager(TTL).await;
+    let items = fx.db.collection::<mongodb::bson::Document>("items");
+    items
+        .insert_one(doc! { "_id": "item", "title": "pump" })
+        .await
+        .unwrap();
+    let leases = a
+        .documents::<mongodb::bson::Document>("items")
+        .await
+        .unwrap();
+    let held = leases.acquire("item").await.unwrap();
+    items
+        .update_one(doc! { "_id": "item" }, doc! { "$unset": { "_lease": "" } })
+        .await
+        .unwrap();
+    assert_eq!(reason_of(held.lease()).await, LossReason::Deleted);
+    a.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn released_and_shut_down_leases_say_so() {
     let fx = Fixture::new("ev_released").await;
     let a = fx.manager(TTL).await;
