@@ -107,19 +107,15 @@ impl Actor {
                             place,
                             key: l.key.clone(),
                         };
-                        self.held_lease(&key, l.lease_id).is_some()
+                        let held = self.held_lease(&key, l.lease_id);
+                        // Still held until its deadline: its followers hear of it.
+                        if let Some(held) = held {
+                            held.state.at_risk(&error);
+                        }
+                        held.is_some()
                     })
                     .collect();
                 tracing::warn!(%error, leases = leases.len(), attempt, "renewal failed; retrying");
-                for lease in &leases {
-                    let key = Target {
-                        place,
-                        key: lease.key.clone(),
-                    };
-                    if let Some(held) = self.held_lease(&key, lease.lease_id) {
-                        held.state.at_risk(&error);
-                    }
-                }
                 if !leases.is_empty() {
                     let delay = retry_delay(
                         attempt,
