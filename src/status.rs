@@ -36,7 +36,11 @@ pub enum LossReason {
     /// deadline (the server unreachable, the process or the manager task
     /// stalled), or the server found the lease expired.
     Expired,
-    /// Another holder has the key now.
+    /// Another acquisition has the key now (or had it since this lease was
+    /// lost): another manager took it after this lease expired, or another
+    /// application rewrote its owner id or replaced it with a lock document
+    /// of its own (then `fencing_token` is that document's integer `tok`,
+    /// or 0).
     Taken {
         /// The owner id of the manager (or application) that holds it now.
         owner_id: String,
@@ -44,10 +48,21 @@ pub enum LossReason {
         fencing_token: u64,
     },
     /// The lease's document (or in-document lock field) was deleted by
-    /// someone else.
+    /// someone else (another application, an operator, the TTL monitor of a
+    /// TTL index on another field). A release by owner id in delete mode
+    /// ([`ReleaseMode::Delete`](crate::ReleaseMode::Delete)) may delete the
+    /// document too, and then reads as this.
     Deleted,
     /// The lease was force-released ([`LockManager::force_release`],
-    /// [`LockManager::release_owner`]).
+    /// [`LockManager::release_owner`]), by this manager or another.
+    ///
+    /// Another manager's force release does not delete a lease's document:
+    /// it releases it (removes its lease id, `lid`, keeping its fencing
+    /// token), which an expiry never does; so the holder's manager, reading
+    /// the key once its renewal (or its change stream) finds the lease
+    /// gone, tells it apart. A holder of a shared or semaphore key cannot
+    /// tell its entry's removal from its expiry: it reads
+    /// [`Expired`](LossReason::Expired) then.
     ///
     /// [`LockManager::force_release`]: crate::LockManager::force_release
     /// [`LockManager::release_owner`]: crate::LockManager::release_owner
