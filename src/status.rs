@@ -166,7 +166,8 @@ pub const LEASE_EVENTS_CAPACITY: usize = 16;
 /// supersede), and memory stays bounded. The final
 /// [`LeaseEvent::Lost`] is always delivered, even to a stream made after
 /// the loss (it then yields only that event), and the stream ends after
-/// it. A channel rather than a `watch` of the latest state, so that an
+/// it (a stream whose manager task was dropped with its runtime, never to
+/// run again, ends without it). A channel rather than a `watch` of the latest state, so that an
 /// [`AtRisk`](LeaseEvent::AtRisk) followed at once by a renewal is still
 /// seen by a reader that keeps up.
 ///
