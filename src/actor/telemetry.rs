@@ -15,10 +15,11 @@ use crate::status::LossReason;
 use crate::telemetry;
 
 impl Actor {
-    /// Heartbeat, and once a heartbeat's renewals are all answered: one pass
-    /// over the held leases publishes their earliest local deadline and
-    /// oldest confirmed renewal for [`Actor::health`], and the renewal lag.
-    pub(super) fn publish_health(&mut self) {
+    /// Heartbeat (`heartbeat`: before its renewals are sent, also recording
+    /// the renewal lag), and once a heartbeat's renewals are all answered:
+    /// one pass over the held leases publishes their earliest local deadline
+    /// and oldest confirmed renewal for [`Actor::health`].
+    pub(super) fn publish_health(&mut self, heartbeat: bool) {
         let mut earliest: Option<Instant> = None;
         let mut oldest: Option<Instant> = None;
         for held in self.keys.values().flat_map(|state| &state.holders) {
@@ -27,6 +28,9 @@ impl Actor {
             oldest = Some(oldest.map_or(renewed, |o| o.min(renewed)));
         }
         self.health.publish(earliest, oldest);
+        if !heartbeat {
+            return;
+        }
         let lag = oldest.map_or(Duration::ZERO, |o| {
             Instant::now().saturating_duration_since(o)
         });
@@ -47,7 +51,7 @@ impl Actor {
     /// was the last renewal in flight since the heartbeat.
     pub(super) fn renewals_settled(&mut self) {
         if self.renewals.is_empty() && std::mem::take(&mut self.health_due) {
-            self.publish_health();
+            self.publish_health(false);
         }
     }
 }
