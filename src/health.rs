@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+#[cfg(doc)]
+use crate::status::LossReason;
 use crate::status::{base, to_nanos};
 
 /// Whether a manager's renewals are on time: returned by
@@ -22,8 +24,9 @@ use crate::status::{base, to_nanos};
 /// liveness check once the leader's last observed renewal is older than the
 /// lease duration plus a tolerance: here, [`Health::renewals_on_time`] turns
 /// false once a held lease's local deadline (its last confirmed renewal +
-/// `ttl − safety_margin`) has passed, and stays false after such a lease is
-/// lost until the server confirms a renewal or an acquisition again (as
+/// `ttl − safety_margin`) has passed, and stays false after a lease is
+/// lost for not being renewed in time ([`LossReason::Expired`]) until the
+/// server confirms a renewal or answers an acquisition again (as
 /// Kubernetes' check stays failed while the elector cannot reach the API
 /// server to renew).
 ///
@@ -45,9 +48,12 @@ pub struct Health {
     /// [`RENEWAL_LAG`](crate::telemetry::RENEWAL_LAG) gauge.
     pub oldest_renewal_age: Option<Duration>,
     /// `false` once a held lease's local deadline has passed (no renewal
-    /// confirmed for `ttl − safety_margin`), and after a lease was lost that
-    /// way until the server confirms a renewal or an acquisition of this
-    /// manager again; `true` otherwise.
+    /// confirmed for `ttl − safety_margin`), and after a lease was lost for
+    /// not being renewed in time ([`LossReason::Expired`]: that deadline
+    /// passed, or a renewal found the lease expired on the server) until the
+    /// server confirms a renewal or answers an acquisition of this manager
+    /// again; `true` otherwise. Other ends of a lease (released, taken,
+    /// deleted, force-released, shutdown) leave it as it was.
     pub renewals_on_time: bool,
 }
 
@@ -76,13 +82,16 @@ pub(crate) struct HealthBoard {
     earliest_deadline: AtomicU64,
     /// The oldest last confirmed renewal (or acquisition) of a held lease.
     oldest_renewal: AtomicU64,
-    /// A lease was lost to its local deadline since the server last
-    /// confirmed a renewal or an acquisition.
+    /// A lease was lost for not being renewed in time since the server last
+    /// confirmed a renewal or answered an acquisition.
     missed: AtomicBool,
 }
 
 impl Default for HealthBoard {
     fn default() -> Self {
+        // Instants before the base read as the base: fix it now, before the
+        // manager's first acquisition is sent.
+        base();
         HealthBoard {
             held: AtomicUsize::new(0),
             earliest_deadline: AtomicU64::new(NONE),
@@ -117,7 +126,7 @@ impl HealthBoard {
             .store(oldest.map_or(NONE, to_nanos), Ordering::Release);
     }
 
-    /// A lease was lost because no renewal was confirmed before its local deadline.
+    /// A lease was lost for not being renewed in time ([`LossReason::Expired`]).
     pub(crate) fn renewal_missed(&self) {
         self.missed.store(true, Ordering::Release);
     }

@@ -73,8 +73,13 @@ pub(super) fn lease_started(
 }
 
 /// A held lease ended for `reason`: counts it and logs it in its span.
+/// Called before its token fires, so that whoever the loss wakes reads the
+/// health it left (a lease not renewed in time leaves the manager unhealthy).
 pub(super) fn lease_ended(health: &HealthBoard, key: &Target, held: &Held, reason: &LossReason) {
     telemetry::lease_ended(reason);
+    if *reason == LossReason::Expired {
+        health.renewal_missed();
+    }
     health.lease_ended();
     let _entered = held.enter_span();
     tracing::debug!(%key, token = held.token, %reason, "lease ended");

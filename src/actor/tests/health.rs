@@ -58,7 +58,7 @@ async fn health_follows_renewals_and_reads_unhealthy_after_a_lease_lost_to_its_d
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lease_taken_by_someone_else_or_released_leaves_the_manager_healthy() {
+async fn a_lease_force_released_or_released_leaves_the_manager_healthy() {
     let db = MemoryDb::new();
     let (a, _, t0) = start(&db, "a");
     let taken = a.acquire("taken").await.unwrap();
@@ -66,8 +66,9 @@ async fn a_lease_taken_by_someone_else_or_released_leaves_the_manager_healthy() 
     assert_eq!(a.health().held_leases, 2);
     assert_eq!(released.release().await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(a.health().held_leases, 1);
-    db.delete("taken");
+    a.force_release("taken").await.unwrap();
     soon(taken.lost()).await;
+    assert_eq!(taken.lost_reason(), Some(LossReason::ForceReleased));
     let health = a.health();
     assert!(health.is_healthy(), "{health:?}");
     assert_eq!(health.held_leases, 0);
