@@ -1,19 +1,59 @@
 //! [`Health`]: whether a manager's renewals are on time, for liveness probes.
+//!
+//! The manager task publishes what [`LockManager::health`] reads in a few
+//! atomics (`HealthBoard`), so that reading needs no message to the task and
+//! no round trip: a manager whose task is starved (a blocked runtime thread)
+//! reads unhealthy as soon as a held lease's local deadline has passed, even
+//! though the task never ran to notice it.
+//!
+//! [`LockManager::health`]: crate::LockManager::health
 
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
+
+use tokio::time::Instant;
+
+#[cfg(doc)]
+use crate::status::LossReason;
+use crate::status::base;
 
 /// Whether a manager's renewals are on time: returned by
 /// [`LockManager::health`](crate::LockManager::health).
+///
+/// After Kubernetes' leader-election `HealthzAdaptor`, which fails a
+/// liveness check once the leader's last observed renewal is older than the
+/// lease duration plus a tolerance: here, [`Health::renewals_on_time`] turns
+/// false once a held lease's local deadline (its last confirmed renewal +
+/// `ttl − safety_margin`) has passed, and stays false after a lease is
+/// lost for not being renewed in time ([`LossReason::Expired`]) until the
+/// server confirms a renewal or answers an acquisition again (as
+/// Kubernetes' check stays failed while the elector cannot reach the API
+/// server to renew).
+///
+/// What a probe should do with it: answer a liveness probe with a failure
+/// when [`Health::is_healthy`] is false (the CLI's `/healthz` answers 503):
+/// the process's leases are lost or about to be, because the manager task
+/// is starved or the server is unreachable, and a restart makes it start
+/// over cleanly. A manager that holds nothing and has lost nothing is healthy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Health {
-    /// Leases held by the manager.
+    /// Leases held by the manager (each shared holder and permit counts one).
     pub held_leases: usize,
-    /// Age of the oldest lease's last confirmed renewal (or acquisition);
-    /// `None` when no lease is held.
+    /// Age of the oldest held lease's last confirmed renewal (or
+    /// acquisition), as of the manager task's last heartbeat or acquisition;
+    /// `None` when no lease is held. About one heartbeat interval while
+    /// renewals are on time; a lease is lost when it reaches
+    /// `ttl − safety_margin`. The same reading as the
+    /// [`RENEWAL_LAG`](crate::telemetry::RENEWAL_LAG) gauge.
     pub oldest_renewal_age: Option<Duration>,
-    /// `true` while every held lease's last confirmed renewal is younger
-    /// than its TTL minus the safety margin (no local deadline passed).
+    /// `false` once a held lease's local deadline has passed (no renewal
+    /// confirmed for `ttl − safety_margin`), and after a lease was lost for
+    /// not being renewed in time ([`LossReason::Expired`]: that deadline
+    /// passed, or a renewal found the lease expired on the server) until the
+    /// server confirms a renewal or answers an acquisition of this manager
+    /// again; `true` otherwise. Other ends of a lease (released, taken,
+    /// deleted, force-released, shutdown) leave it as it was.
     pub renewals_on_time: bool,
 }
 
@@ -21,5 +61,141 @@ impl Health {
     /// `true` while renewals are on time (see [`Health::renewals_on_time`]).
     pub fn is_healthy(&self) -> bool {
         self.renewals_on_time
+    }
+}
+
+/// No instant (an empty minimum).
+const NONE: u64 = u64::MAX;
+
+/// What the manager task publishes for [`Health`], shared with the
+/// manager's handles. Instants are in [`to_nanos`]'s units.
+///
+/// The two minimums are exact when the task publishes them (at each
+/// heartbeat, and once a heartbeat's renewals are all answered, in one pass
+/// over the held leases); in between, an acquisition lowers them at once,
+/// while a renewal or a release raises them only at the next publication
+/// (they stay on the early side, never late).
+#[derive(Debug)]
+pub(crate) struct HealthBoard {
+    held: AtomicUsize,
+    /// The earliest local deadline of a held lease.
+    earliest_deadline: AtomicU64,
+    /// The oldest last confirmed renewal (or acquisition) of a held lease.
+    oldest_renewal: AtomicU64,
+    /// A lease was lost for not being renewed in time since the server last
+    /// confirmed a renewal or answered an acquisition.
+    missed: AtomicBool,
+}
+
+impl Default for HealthBoard {
+    fn default() -> Self {
+        // Instants before the base read as the base: fix it now, before the
+        // manager's first acquisition is sent.
+        base();
+        HealthBoard {
+            held: AtomicUsize::new(0),
+            earliest_deadline: AtomicU64::new(NONE),
+            oldest_renewal: AtomicU64::new(NONE),
+            missed: AtomicBool::new(false),
+        }
+    }
+}
+
+impl HealthBoard {
+    /// A lease is held from now on: confirmed `renewed_at`, lost at `deadline`.
+    pub(crate) fn lease_started(&self, renewed_at: Instant, deadline: Instant) {
+        self.held.fetch_add(1, Ordering::AcqRel);
+        self.earliest_deadline
+            .fetch_min(to_nanos(deadline), Ordering::AcqRel);
+        self.oldest_renewal
+            .fetch_min(to_nanos(renewed_at), Ordering::AcqRel);
+    }
+
+    /// A held lease ended.
+    pub(crate) fn lease_ended(&self) {
+        if self.held.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.publish(None, None);
+        }
+    }
+
+    /// The minimums over the held leases, as the task computed them.
+    pub(crate) fn publish(&self, earliest_deadline: Option<Instant>, oldest: Option<Instant>) {
+        self.earliest_deadline
+            .store(earliest_deadline.map_or(NONE, to_nanos), Ordering::Release);
+        self.oldest_renewal
+            .store(oldest.map_or(NONE, to_nanos), Ordering::Release);
+    }
+
+    /// A lease was lost for not being renewed in time ([`LossReason::Expired`]).
+    pub(crate) fn renewal_missed(&self) {
+        self.missed.store(true, Ordering::Release);
+    }
+
+    /// The server confirmed a renewal or answered an acquisition.
+    pub(crate) fn server_answered(&self) {
+        self.missed.store(false, Ordering::Release);
+    }
+
+    /// The reading at this instant.
+    pub(crate) fn read(&self) -> Health {
+        let now = Instant::now();
+        let held_leases = self.held.load(Ordering::Acquire);
+        let at = |nanos: u64| (held_leases > 0 && nanos != NONE).then(|| from_nanos(nanos));
+        let deadline = at(self.earliest_deadline.load(Ordering::Acquire));
+        let oldest = at(self.oldest_renewal.load(Ordering::Acquire));
+        let late = deadline.is_some_and(|deadline| now >= deadline);
+        Health {
+            held_leases,
+            oldest_renewal_age: oldest.map(|renewed| now.saturating_duration_since(renewed)),
+            renewals_on_time: !late && !self.missed.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// `at` in nanoseconds after [`base`] (saturating: an instant before the
+/// base reads as the base; the board fixes the base before any lease).
+fn to_nanos(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(base()).as_nanos()).unwrap_or(NONE - 1)
+}
+
+fn from_nanos(nanos: u64) -> Instant {
+    base() + Duration::from_nanos(nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_board_reads_unhealthy_once_the_earliest_deadline_passed_without_the_task() {
+        let board = HealthBoard::default();
+        let t0 = Instant::now();
+        board.lease_started(t0, t0 + Duration::from_secs(3));
+        board.lease_started(t0, t0 + Duration::from_secs(5));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let before = board.read();
+        assert!(before.is_healthy());
+        assert_eq!(before.held_leases, 2);
+        assert_eq!(before.oldest_renewal_age, Some(Duration::from_secs(2)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(!board.read().is_healthy(), "the 3 s deadline passed");
+        // Published after a renewal of the first lease: on time again.
+        let renewed = Instant::now();
+        board.publish(Some(renewed + Duration::from_secs(3)), Some(t0));
+        assert!(board.read().is_healthy());
+        board.lease_ended();
+        board.lease_ended();
+        assert_eq!(
+            board.read(),
+            Health {
+                held_leases: 0,
+                oldest_renewal_age: None,
+                renewals_on_time: true,
+            }
+        );
+        board.renewal_missed();
+        assert!(!board.read().is_healthy());
+        board.server_answered();
+        assert!(board.read().is_healthy());
     }
 }

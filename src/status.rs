@@ -220,7 +220,7 @@ pub(crate) struct LeaseState {
 /// (tokio's clock, so that paused-clock tests move it). Deadlines before it
 /// count back from it (each paused-clock test runtime has a clock of its
 /// own, and one may start before another's first deadline).
-fn base() -> Instant {
+pub(crate) fn base() -> Instant {
     static BASE: OnceLock<std::time::Instant> = OnceLock::new();
     Instant::from_std(*BASE.get_or_init(|| Instant::now().into_std()))
 }

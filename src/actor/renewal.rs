@@ -198,6 +198,7 @@ impl Actor {
         let Some(held) = self.take_held(&key, lease_id, LossReason::Expired) else {
             return;
         };
+        let _entered = held.enter_span();
         tracing::warn!(
             %key,
             token = held.token,

@@ -27,8 +27,10 @@ use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 
 mod acquire;
 mod events;
+mod health;
 mod kinds;
 mod loss_detection;
+mod metrics;
 mod places;
 mod release;
 mod renewal;
