@@ -1,19 +1,53 @@
 //! [`Health`]: whether a manager's renewals are on time, for liveness probes.
+//!
+//! The manager task publishes what [`LockManager::health`] reads in a few
+//! atomics (`HealthBoard`), so that reading needs no message to the task and
+//! no round trip: a manager whose task is starved (a blocked runtime thread)
+//! reads unhealthy as soon as a held lease's local deadline has passed, even
+//! though the task never ran to notice it.
+//!
+//! [`LockManager::health`]: crate::LockManager::health
 
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::status::{base, to_nanos};
 
 /// Whether a manager's renewals are on time: returned by
 /// [`LockManager::health`](crate::LockManager::health).
+///
+/// After Kubernetes' leader-election `HealthzAdaptor`, which fails a
+/// liveness check once the leader's last observed renewal is older than the
+/// lease duration plus a tolerance: here, [`Health::renewals_on_time`] turns
+/// false once a held lease's local deadline (its last confirmed renewal +
+/// `ttl − safety_margin`) has passed, and stays false after such a lease is
+/// lost until the server confirms a renewal or an acquisition again (as
+/// Kubernetes' check stays failed while the elector cannot reach the API
+/// server to renew).
+///
+/// What a probe should do with it: answer a liveness probe with a failure
+/// when [`Health::is_healthy`] is false (the CLI's `/healthz` answers 503):
+/// the process's leases are lost or about to be, because the manager task
+/// is starved or the server is unreachable, and a restart makes it start
+/// over cleanly. A manager that holds nothing and has lost nothing is healthy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Health {
-    /// Leases held by the manager.
+    /// Leases held by the manager (each shared holder and permit counts one).
     pub held_leases: usize,
-    /// Age of the oldest lease's last confirmed renewal (or acquisition);
-    /// `None` when no lease is held.
+    /// Age of the oldest held lease's last confirmed renewal (or
+    /// acquisition), as of the manager task's last heartbeat or acquisition;
+    /// `None` when no lease is held. About one heartbeat interval while
+    /// renewals are on time; a lease is lost when it reaches
+    /// `ttl − safety_margin`. The same reading as the
+    /// [`RENEWAL_LAG`](crate::telemetry::RENEWAL_LAG) gauge.
     pub oldest_renewal_age: Option<Duration>,
-    /// `true` while every held lease's last confirmed renewal is younger
-    /// than its TTL minus the safety margin (no local deadline passed).
+    /// `false` once a held lease's local deadline has passed (no renewal
+    /// confirmed for `ttl − safety_margin`), and after a lease was lost that
+    /// way until the server confirms a renewal or an acquisition of this
+    /// manager again; `true` otherwise.
     pub renewals_on_time: bool,
 }
 
@@ -22,4 +56,93 @@ impl Health {
     pub fn is_healthy(&self) -> bool {
         self.renewals_on_time
     }
+}
+
+/// No instant (an empty minimum).
+const NONE: u64 = u64::MAX;
+
+/// What the manager task publishes for [`Health`], shared with the
+/// manager's handles. Instants are in [`to_nanos`]'s units.
+///
+/// The two minimums are exact when the task publishes them (at each
+/// heartbeat, and once a heartbeat's renewals are all answered, in one pass
+/// over the held leases); in between, an acquisition lowers them at once,
+/// while a renewal or a release raises them only at the next publication
+/// (they stay on the early side, never late).
+#[derive(Debug)]
+pub(crate) struct HealthBoard {
+    held: AtomicUsize,
+    /// The earliest local deadline of a held lease.
+    earliest_deadline: AtomicU64,
+    /// The oldest last confirmed renewal (or acquisition) of a held lease.
+    oldest_renewal: AtomicU64,
+    /// A lease was lost to its local deadline since the server last
+    /// confirmed a renewal or an acquisition.
+    missed: AtomicBool,
+}
+
+impl Default for HealthBoard {
+    fn default() -> Self {
+        HealthBoard {
+            held: AtomicUsize::new(0),
+            earliest_deadline: AtomicU64::new(NONE),
+            oldest_renewal: AtomicU64::new(NONE),
+            missed: AtomicBool::new(false),
+        }
+    }
+}
+
+impl HealthBoard {
+    /// A lease is held from now on: confirmed `renewed_at`, lost at `deadline`.
+    pub(crate) fn lease_started(&self, renewed_at: Instant, deadline: Instant) {
+        self.held.fetch_add(1, Ordering::AcqRel);
+        self.earliest_deadline
+            .fetch_min(to_nanos(deadline), Ordering::AcqRel);
+        self.oldest_renewal
+            .fetch_min(to_nanos(renewed_at), Ordering::AcqRel);
+    }
+
+    /// A held lease ended.
+    pub(crate) fn lease_ended(&self) {
+        if self.held.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.publish(None, None);
+        }
+    }
+
+    /// The minimums over the held leases, as the task computed them.
+    pub(crate) fn publish(&self, earliest_deadline: Option<Instant>, oldest: Option<Instant>) {
+        self.earliest_deadline
+            .store(earliest_deadline.map_or(NONE, to_nanos), Ordering::Release);
+        self.oldest_renewal
+            .store(oldest.map_or(NONE, to_nanos), Ordering::Release);
+    }
+
+    /// A lease was lost because no renewal was confirmed before its local deadline.
+    pub(crate) fn renewal_missed(&self) {
+        self.missed.store(true, Ordering::Release);
+    }
+
+    /// The server confirmed a renewal or answered an acquisition.
+    pub(crate) fn server_answered(&self) {
+        self.missed.store(false, Ordering::Release);
+    }
+
+    /// The reading at this instant.
+    pub(crate) fn read(&self) -> Health {
+        let now = Instant::now();
+        let held_leases = self.held.load(Ordering::Acquire);
+        let at = |nanos: u64| (held_leases > 0 && nanos != NONE).then(|| from_nanos(nanos));
+        let deadline = at(self.earliest_deadline.load(Ordering::Acquire));
+        let oldest = at(self.oldest_renewal.load(Ordering::Acquire));
+        let late = deadline.is_some_and(|deadline| now >= deadline);
+        Health {
+            held_leases,
+            oldest_renewal_age: oldest.map(|renewed| now.saturating_duration_since(renewed)),
+            renewals_on_time: !late && !self.missed.load(Ordering::Acquire),
+        }
+    }
+}
+
+fn from_nanos(nanos: u64) -> Instant {
+    base() + Duration::from_nanos(nanos)
 }

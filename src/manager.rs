@@ -14,9 +14,12 @@ use crate::actor::command::{AcquireMode, Command, Granted, Place, Target, Waiter
 use crate::actor::mailbox::Mailbox;
 use crate::config::{AcquireOptions, LockManagerOptions, Timing, validate_key, validate_owner_id};
 use crate::error::{Error, Result};
+use crate::health::HealthBoard;
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseInfo, LeaseObserver};
 use crate::store::{MongoStore, Store};
+use crate::telemetry;
+use tracing::Instrument;
 
 /// A handle to this process's lease manager: acquire, release and shut down
 /// leases stored in one MongoDB lock collection.
@@ -59,6 +62,8 @@ struct Inner {
     owner_id: Arc<str>,
     timing: Timing,
     next_waiter: AtomicU64,
+    /// What the manager task publishes for [`LockManager::health`].
+    health: Arc<HealthBoard>,
 }
 
 impl LockManager {
@@ -117,6 +122,7 @@ impl LockManager {
             receiver,
             commands.downgrade(),
         );
+        let health = actor.health_board();
         tokio::spawn(actor.run());
         LockManager {
             inner: Arc::new(Inner {
@@ -124,20 +130,34 @@ impl LockManager {
                 owner_id,
                 timing,
                 next_waiter: AtomicU64::new(0),
+                health,
             }),
         }
     }
 
     /// Whether this manager's renewals are on time, for liveness probes
     /// (a Kubernetes liveness probe, the CLI's `/healthz`): read without a
-    /// round trip and without the manager task.
+    /// round trip and without the manager task, from what the task last
+    /// published (at each heartbeat, acquisition and lease end), so a
+    /// starved task reads unhealthy once a held lease's local deadline has
+    /// passed. See [`Health`](crate::Health) for what each field means and
+    /// what a probe should do with it. Costs a few atomic loads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(manager: mongo_lease::LockManager) {
+    /// let health = manager.health();
+    /// if !health.is_healthy() {
+    ///     eprintln!(
+    ///         "renewals late: {} leases held, oldest renewal {:?} ago",
+    ///         health.held_leases, health.oldest_renewal_age
+    ///     );
+    /// }
+    /// # }
+    /// ```
     pub fn health(&self) -> crate::Health {
-        // Filled in by the health work: the actor's shared renewal state.
-        crate::Health {
-            held_leases: 0,
-            oldest_renewal_age: None,
-            renewals_on_time: true,
-        }
+        self.inner.health.read()
     }
 
     /// This manager's owner id, stored as `aid` in each lease it holds.
@@ -320,6 +340,8 @@ impl LockManager {
         let ttl = self.inner.timing.lease_ttl(options)?;
         let shape = self.inner.timing.lease_shape(options)?;
         let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!("acquire", key = %key, kind = %shape.kind, owner_id = %self.inner.owner_id);
+        let metrics = telemetry::AcquireMetrics::start(shape.kind);
         // Armed until the reply is in: if this future is dropped while the
         // command waits in the actor's queue, the waiter is removed.
         let mut guard = WaiterGuard {
@@ -340,8 +362,10 @@ impl LockManager {
                 shape,
                 respond_to,
             })
+            .instrument(span)
             .await;
         guard.armed = false;
+        metrics.finish(telemetry::AcquireOutcome::of(&result));
         result
     }
 

@@ -95,12 +95,12 @@ pub(crate) struct LeaseState {
 
 /// The instant local deadlines are counted from: the first one asked for
 /// (tokio's clock, so that paused-clock tests move it).
-fn base() -> Instant {
+pub(crate) fn base() -> Instant {
     static BASE: OnceLock<std::time::Instant> = OnceLock::new();
     Instant::from_std(*BASE.get_or_init(|| Instant::now().into_std()))
 }
 
-fn to_nanos(at: Instant) -> u64 {
+pub(crate) fn to_nanos(at: Instant) -> u64 {
     let nanos = at.saturating_duration_since(base()).as_nanos();
     // 1 past the base, so that 0 can mean "lost"; u64 nanoseconds last 584 years.
     u64::try_from(nanos).unwrap_or(u64::MAX).max(1)

@@ -1,17 +1,188 @@
 //! Metrics through the [`metrics`] crate facade: the library records, the
 //! application installs whatever recorder (exporter) it likes; without one,
-//! recording costs next to nothing.
+//! recording costs next to nothing (each call finds the no-op recorder and
+//! returns; no label is built, nothing is allocated).
 //!
 //! Every series is named `mongo_lease_*`; the names are the `pub const`s of
 //! this module, so an application (or a dashboard) can refer to them.
-//! One function per event, called from the actor.
+//! Durations are in seconds, as Prometheus does. One function per event,
+//! called from the manager or its task, each O(1) (the two per-heartbeat
+//! readings are taken in the heartbeat's own pass over the held leases).
+//! The crate docs' "Metrics and health" section lists the series in a table.
+//!
+//! Gauges are moved up and down ([`metrics::Gauge::increment`] /
+//! [`decrement`](metrics::Gauge::decrement)), so several managers in one
+//! process add up; the renewal lag, a maximum, is labelled by owner id
+//! instead.
 
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+
+use crate::kind::LeaseKind;
 use crate::status::LossReason;
 
-/// Counter: leases lost or given up, labelled `reason` ([`LossReason::as_str`]).
+/// Counter: acquisitions asked of a manager (`acquire*`, `try_acquire*`,
+/// in-document leases, semaphores, elections), by how they ended. Labels:
+/// `kind` ([`kind_label`]: `exclusive`, `shared`, `permit`) and `outcome`:
+/// `acquired`; `not_acquired` (a try found the key held); `timed_out` (the
+/// caller stopped waiting: the timeout of `acquire_timeout`, or the acquire
+/// future was dropped); `failed` (an error was returned).
+pub const ACQUISITIONS: &str = "mongo_lease_acquisitions_total";
+
+/// Histogram, seconds: from the caller's request to the lease handed over
+/// (the local queue, the retries while another holder has the key, and the
+/// acquiring round trip), for acquisitions that got a lease. Label: `kind`.
+pub const ACQUIRE_WAIT: &str = "mongo_lease_acquire_wait_seconds";
+
+/// Gauge: acquisitions in progress in this process: callers waiting in an
+/// acquire (or a try's round trip) for the manager's answer, i.e. the local
+/// queues' depth. No labels.
+pub const WAITERS: &str = "mongo_lease_waiters";
+
+/// Gauge: leases held by this process's managers (each shared holder and
+/// each permit counts one). No labels.
+pub const HELD_LEASES: &str = "mongo_lease_held_leases";
+
+/// Histogram, seconds: round-trip time of one renewal batch (one MongoDB
+/// `updateMany` renewing up to `renewal_batch_size` leases), from its send
+/// to its answer, failed batches included. No labels.
+pub const RENEWAL_DURATION: &str = "mongo_lease_renewal_duration_seconds";
+
+/// Counter: renewal batches that failed (an error or no answer within the
+/// heartbeat interval); each is retried while its leases' local deadlines
+/// allow. No labels.
+pub const RENEWAL_FAILURES: &str = "mongo_lease_renewal_failures_total";
+
+/// Gauge, seconds: the renewal lag, the age of the oldest confirmed renewal
+/// (or acquisition) among the leases a manager holds, read at each
+/// heartbeat; 0 when it holds none. Label: `owner_id`.
+///
+/// While renewals are on time it stays about one heartbeat interval (plus a
+/// round trip); a lease is lost when it reaches `ttl − safety_margin` (its
+/// local deadline). Alert when it exceeds, say, twice the heartbeat
+/// interval: renewals are failing or the manager task is starved, and
+/// leases are about to be lost. The same reading as
+/// [`Health::oldest_renewal_age`](crate::Health::oldest_renewal_age).
+pub const RENEWAL_LAG: &str = "mongo_lease_renewal_lag_seconds";
+
+/// Counter: held leases that ended, labelled `reason`
+/// ([`LossReason::as_str`]: `expired`, `taken`, `deleted`,
+/// `force_released`, `released`, `shutdown`). The involuntary reasons
+/// ([`LossReason::is_involuntary`]) are the ones to alert on.
 pub const LEASES_ENDED: &str = "mongo_lease_leases_ended_total";
+
+/// Counter: change streams of writes reopened after a failure (a network
+/// error, a failover, the server closing the cursor). Label `place`:
+/// `locks` (the lock collection) or `documents` (a user collection of
+/// in-document leases). While one is down, waiters fall back to polling.
+pub const CHANGE_STREAM_RESTARTS: &str = "mongo_lease_change_stream_restarts_total";
+
+/// The `kind` label of a lease kind: `exclusive`, `shared` or `permit`.
+pub fn kind_label(kind: LeaseKind) -> &'static str {
+    match kind {
+        LeaseKind::Shared => "shared",
+        LeaseKind::Permit { .. } => "permit",
+        _ => "exclusive",
+    }
+}
+
+/// How an acquisition ended (the `outcome` label of [`ACQUISITIONS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireOutcome {
+    Acquired,
+    NotAcquired,
+    TimedOut,
+    Failed,
+}
+
+impl AcquireOutcome {
+    /// The outcome of an acquisition that answered `result`.
+    pub(crate) fn of<T>(result: &crate::Result<Option<T>>) -> Self {
+        match result {
+            Ok(Some(_)) => AcquireOutcome::Acquired,
+            Ok(None) => AcquireOutcome::NotAcquired,
+            Err(_) => AcquireOutcome::Failed,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            AcquireOutcome::Acquired => "acquired",
+            AcquireOutcome::NotAcquired => "not_acquired",
+            AcquireOutcome::TimedOut => "timed_out",
+            AcquireOutcome::Failed => "failed",
+        }
+    }
+}
+
+/// One acquisition in progress, from the caller's request: counted in
+/// [`WAITERS`] while it lives; [`AcquireMetrics::finish`] records its
+/// outcome (and its wait, if it got a lease); dropped unfinished (the caller
+/// went away), it counts as `timed_out`.
+pub(crate) struct AcquireMetrics {
+    kind: &'static str,
+    started: std::time::Instant,
+    outcome: Option<AcquireOutcome>,
+}
+
+impl AcquireMetrics {
+    /// An acquisition of `kind` starts now.
+    pub(crate) fn start(kind: LeaseKind) -> Self {
+        gauge!(WAITERS).increment(1.0);
+        AcquireMetrics {
+            kind: kind_label(kind),
+            started: std::time::Instant::now(),
+            outcome: None,
+        }
+    }
+
+    /// It ended with `outcome`.
+    pub(crate) fn finish(mut self, outcome: AcquireOutcome) {
+        self.outcome = Some(outcome);
+    }
+}
+
+impl Drop for AcquireMetrics {
+    fn drop(&mut self) {
+        let outcome = self.outcome.unwrap_or(AcquireOutcome::TimedOut);
+        gauge!(WAITERS).decrement(1.0);
+        counter!(ACQUISITIONS, "kind" => self.kind, "outcome" => outcome.as_str()).increment(1);
+        if outcome == AcquireOutcome::Acquired {
+            histogram!(ACQUIRE_WAIT, "kind" => self.kind).record(self.started.elapsed());
+        }
+    }
+}
+
+/// A lease is held from now on.
+pub(crate) fn lease_started() {
+    gauge!(HELD_LEASES).increment(1.0);
+}
 
 /// A held lease ended for `reason`.
 pub(crate) fn lease_ended(reason: &LossReason) {
-    let _ = (LEASES_ENDED, reason);
+    gauge!(HELD_LEASES).decrement(1.0);
+    counter!(LEASES_ENDED, "reason" => reason.as_str()).increment(1);
+}
+
+/// A renewal batch was answered (or failed, `ok == false`) `round_trip` after its send.
+pub(crate) fn renewal_answered(round_trip: Duration, ok: bool) {
+    histogram!(RENEWAL_DURATION).record(round_trip);
+    if !ok {
+        counter!(RENEWAL_FAILURES).increment(1);
+    }
+}
+
+/// The renewal lag of manager `owner_id` at this heartbeat: the age of its
+/// oldest confirmed renewal (zero when it holds no lease).
+pub(crate) fn renewal_lag(owner_id: &str, lag: Duration) {
+    gauge!(RENEWAL_LAG, "owner_id" => owner_id.to_owned()).set(lag);
+}
+
+/// The change stream of writes of a place was reopened after a failure;
+/// `documents`: a user collection of in-document leases (else the lock
+/// collection).
+pub(crate) fn change_stream_restarted(documents: bool) {
+    let place = if documents { "documents" } else { "locks" };
+    counter!(CHANGE_STREAM_RESTARTS, "place" => place).increment(1);
 }

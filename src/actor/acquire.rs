@@ -14,6 +14,7 @@ use mongodb::bson::Document;
 use super::command::{AcquireMode, Granted, Target, WaiterId};
 use super::mailbox::Mailbox;
 use super::release_watch::wake_jitter;
+use super::telemetry;
 use super::{Actor, Attempt, Event, Held, KeyState, Sent, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
@@ -293,6 +294,13 @@ impl Actor {
             };
             let deadline = sent_at + self.timing.validity_for(waiter.ttl.min(written_ttl));
             let lease_state = Arc::new(LeaseState::new(deadline));
+            let span = telemetry::lease_started(
+                &self.health,
+                &self.owner_id,
+                key,
+                token,
+                (sent_at, deadline),
+            );
             self.deadlines
                 .push(Reverse((deadline, key.clone(), lease_id)));
             state.holders.push(Held {
@@ -304,6 +312,7 @@ impl Actor {
                 renewing: 0,
                 kind: shape.kind,
                 acquired_at: Instant::now(),
+                span,
             });
             tracing::debug!(%key, token, kind = %shape.kind, "lease acquired");
             let lease = Lease::new(

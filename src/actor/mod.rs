@@ -31,6 +31,7 @@
 //! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
 //! | `shutdown.rs` | draining the queue, failing waiters, the final release |
 //! | `observers.rs` | observer hubs, one task per observed key |
+//! | `telemetry.rs` | the health board, metrics and per-lease tracing spans |
 
 mod acquire;
 pub(crate) mod command;
@@ -41,6 +42,7 @@ mod release;
 mod release_watch;
 mod renewal;
 mod shutdown;
+mod telemetry;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -60,6 +62,7 @@ use mongodb::bson::Document;
 
 use crate::config::Timing;
 use crate::error::Result;
+use crate::health::HealthBoard;
 use crate::key::LeaseKey;
 use crate::kind::{LeaseKind, LeaseShape};
 use crate::lease::{LeaseInfo, ReleaseOutcome};
@@ -112,6 +115,9 @@ struct Held {
     /// long after it was sent, and the token would then still be too young
     /// at a follow-up timed from the send.
     acquired_at: Instant,
+    /// Its tracing span (key, owner id, fencing token), if a subscriber
+    /// wanted one when it was acquired.
+    span: Option<Box<tracing::Span>>,
 }
 
 /// The state of a key's one retry loop against MongoDB.
@@ -348,6 +354,11 @@ pub(crate) struct Actor {
     observers: HashMap<LeaseKey, mpsc::UnboundedSender<observers::Subscriber>>,
     /// Stops every hub when the manager stops.
     stop_observers: CancellationToken,
+    /// What [`LockManager::health`](crate::LockManager::health) reads.
+    health: Arc<HealthBoard>,
+    /// A heartbeat's renewals are in flight: the health board is published
+    /// again once they are all answered.
+    health_due: bool,
 }
 
 impl Actor {
@@ -385,7 +396,14 @@ impl Actor {
             closing: None,
             observers: HashMap::new(),
             stop_observers: CancellationToken::new(),
+            health: Arc::default(),
+            health_due: false,
         }
+    }
+
+    /// What the manager's handles read for [`LockManager::health`](crate::LockManager::health).
+    pub(crate) fn health_board(&self) -> Arc<HealthBoard> {
+        self.health.clone()
     }
 
     pub(crate) async fn run(mut self) {
@@ -405,7 +423,9 @@ impl Actor {
                 }
                 _ = sleep_until_deadline(self.deadlines.peek()), if open => self.on_deadline_due(),
                 _ = self.heartbeat.tick(), if open => {
+                    self.publish_health();
                     self.renew_all();
+                    self.health_due = true;
                     self.close_release_watch_if_unneeded();
                 }
                 (place, event) = next_release(&mut self.places, self.release_turn), if open => {
@@ -491,7 +511,12 @@ impl Actor {
 
     fn handle_event(&mut self, event: Event) {
         match event {
-            Event::Acquired { key, sent, result } => self.on_acquired(key, sent, result),
+            Event::Acquired { key, sent, result } => {
+                if result.is_ok() {
+                    self.health.server_answered();
+                }
+                self.on_acquired(key, sent, result)
+            }
             Event::Renewed {
                 place,
                 leases,
@@ -499,7 +524,11 @@ impl Actor {
                 sent_at,
                 attempt,
                 result,
-            } => self.on_renewed(place, leases, ttl, sent_at, attempt, result),
+            } => {
+                self.renewal_answered(sent_at, result.is_ok());
+                self.on_renewed(place, leases, ttl, sent_at, attempt, result);
+                self.renewals_settled();
+            }
             Event::Released {
                 key,
                 respond_to,
@@ -613,7 +642,7 @@ impl Actor {
         let state = self.keys.get_mut(key)?;
         let index = state.holders.iter().position(|h| h.lease_id == lease_id)?;
         let held = state.holders.remove(index);
-        crate::telemetry::lease_ended(&reason);
+        telemetry::lease_ended(&self.health, key, &held, &reason);
         held.state.lose(reason);
         Some(held)
     }
@@ -624,7 +653,7 @@ impl Actor {
         let mut keys = Vec::new();
         for (key, state) in &mut self.keys {
             for held in state.holders.drain(..) {
-                crate::telemetry::lease_ended(&reason);
+                telemetry::lease_ended(&self.health, key, &held, &reason);
                 held.state.lose(reason.clone());
                 state.releases_in_flight += 1;
                 keys.push(key.clone());

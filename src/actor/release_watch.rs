@@ -75,7 +75,10 @@ impl Actor {
         let state = &mut self.places[usize::from(place.0)];
         let recheck = match &state.release_watch {
             ReleaseWatch::Closed => false,
-            ReleaseWatch::Failed { retry_at } if Instant::now() >= *retry_at => true,
+            ReleaseWatch::Failed { retry_at } if Instant::now() >= *retry_at => {
+                crate::telemetry::change_stream_restarted(place != Place::LOCKS);
+                true
+            }
             ReleaseWatch::Failed { .. } | ReleaseWatch::Open { .. } | ReleaseWatch::Unsupported => {
                 return;
             }

@@ -189,6 +189,8 @@ impl Actor {
         let Some(held) = self.take_held(&key, lease_id, LossReason::Expired) else {
             return;
         };
+        self.health.renewal_missed();
+        let _entered = held.enter_span();
         tracing::warn!(
             %key,
             token = held.token,
