@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use mongo_lease::telemetry::{ACQUISITIONS, HELD_LEASES};
+
 use crate::common::cli::{Env, USAGE, stderr, token_of};
 use crate::common::http::get;
 
@@ -48,9 +50,27 @@ async fn exec_http_answers_healthz_by_the_lease_and_serves_metrics() {
         metrics.headers.contains("content-type: text/plain"),
         "{metrics:?}"
     );
-    for line in metrics.body.lines().filter(|l| !l.starts_with('#')) {
+    let series: Vec<&str> = metrics
+        .body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    for line in &series {
         assert!(line.starts_with("mongo_lease_"), "series {line:?}");
     }
+    // This process holds one lease, acquired once.
+    assert!(
+        series.contains(&format!("{HELD_LEASES} 1").as_str()),
+        "{}",
+        metrics.body
+    );
+    assert!(
+        series
+            .iter()
+            .any(|l| l.starts_with(ACQUISITIONS) && l.contains("outcome=\"acquired\"")),
+        "{}",
+        metrics.body
+    );
 
     let out = env.run(&["release", "job", "--force"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
