@@ -92,6 +92,8 @@ struct Snapshot {
 impl Snapshot {
     fn of(state: Option<&LeaseInfo>) -> Snapshot {
         let Some(info) = state else {
+            // No document, so no server time read with it: the local clock
+            // stands in.
             return Snapshot {
                 holders: Vec::new(),
                 server_time: SystemTime::now(),
