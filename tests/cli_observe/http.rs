@@ -163,3 +163,36 @@ fn a_bad_or_busy_http_address_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
     assert!(stderr(&out).contains("cannot listen"), "{}", stderr(&out));
 }
+
+/// `/leader` is `null` (200) while nobody leads: the leader's command
+/// exited, it resigned and waits `--restart-delay` before campaigning
+/// again, healthy meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_http_answers_null_while_nobody_leads() {
+    let env = Env::new("cli_http_none");
+    let mut leader = env.spawn(&[
+        "leader",
+        "--name",
+        "svc",
+        "--restart-delay",
+        "10m",
+        "--http",
+        "127.0.0.1:0",
+        "--",
+        "sh",
+        "-c",
+        "echo \"leading $MONGO_LEASE_TOKEN\"",
+    ]);
+    let addr = leader.http_addr();
+    leader.expect_line("leading");
+    // Printed once it has resigned.
+    leader.expect_line("resigned, campaigning again in 10m");
+    let none = get(&addr, "/leader").await;
+    assert_eq!(none.status, 200, "{none:?}");
+    assert_eq!(none.json(), serde_json::Value::Null);
+    let healthy = get(&addr, "/healthz").await;
+    assert_eq!(healthy.status, 200, "{healthy:?}");
+    assert_eq!(healthy.json()["state"], "campaigning (a follower)");
+    leader.signal(libc::SIGTERM);
+    assert_eq!(leader.wait(), 128 + libc::SIGTERM);
+}
