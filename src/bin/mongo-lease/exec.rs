@@ -1,8 +1,8 @@
 //! `mongo-lease exec`: run a command while holding a lease on a key.
 
-use mongo_lease::{Error, LeaseKey, LeaseKind, LockManager};
-
 use std::sync::Arc;
+
+use mongo_lease::{Error, LeaseKey, LeaseKind, LockManager};
 
 use crate::args::ExecArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};

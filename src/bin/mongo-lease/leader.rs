@@ -1,8 +1,8 @@
 //! `mongo-lease leader`: run a command only while leader of an election.
 
-use mongo_lease::{Election, LeaseKind, LockManager};
-
 use std::sync::Arc;
+
+use mongo_lease::{Election, LeaseKind, LockManager};
 
 use crate::args::LeaderArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};

@@ -130,9 +130,9 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             finish(&manager, code).await
         }
         Commands::Leader(args) => {
+            let name = args.name.key()?;
             let http = Http::bind(args.http.http.as_deref()).await?;
             let manager = connect(&cli.connection, args.timing.ttl).await?;
-            let name = args.name.key()?;
             let server = http.serve(&manager, Some(name), Phase::Campaigning);
             let code = leader(&manager, args, server.status()).await;
             server.stop().await;
