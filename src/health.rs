@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+#[cfg(doc)]
+use crate::status::LossReason;
 use crate::status::{base, to_nanos};
 
 /// Whether a manager's renewals are on time: returned by
@@ -22,8 +24,9 @@ use crate::status::{base, to_nanos};
 /// liveness check once the leader's last observed renewal is older than the
 /// lease duration plus a tolerance: here, [`Health::renewals_on_time`] turns
 /// false once a held lease's local deadline (its last confirmed renewal +
-/// `ttl − safety_margin`) has passed, and stays false after such a lease is
-/// lost until the server confirms a renewal or an acquisition again (as
+/// `ttl − safety_margin`) has passed, and stays false after a lease is
+/// lost for not being renewed in time ([`LossReason::Expired`]) until the
+/// server confirms a renewal or answers an acquisition again (as
 /// Kubernetes' check stays failed while the elector cannot reach the API
 /// server to renew).
 ///
@@ -45,9 +48,12 @@ pub struct Health {
     /// [`RENEWAL_LAG`](crate::telemetry::RENEWAL_LAG) gauge.
     pub oldest_renewal_age: Option<Duration>,
     /// `false` once a held lease's local deadline has passed (no renewal
-    /// confirmed for `ttl − safety_margin`), and after a lease was lost that
-    /// way until the server confirms a renewal or an acquisition of this
-    /// manager again; `true` otherwise.
+    /// confirmed for `ttl − safety_margin`), and after a lease was lost for
+    /// not being renewed in time ([`LossReason::Expired`]: that deadline
+    /// passed, or a renewal found the lease expired on the server) until the
+    /// server confirms a renewal or answers an acquisition of this manager
+    /// again; `true` otherwise. Other ends of a lease (released, taken,
+    /// deleted, force-released, shutdown) leave it as it was.
     pub renewals_on_time: bool,
 }
 
@@ -76,13 +82,16 @@ pub(crate) struct HealthBoard {
     earliest_deadline: AtomicU64,
     /// The oldest last confirmed renewal (or acquisition) of a held lease.
     oldest_renewal: AtomicU64,
-    /// A lease was lost to its local deadline since the server last
-    /// confirmed a renewal or an acquisition.
+    /// A lease was lost for not being renewed in time since the server last
+    /// confirmed a renewal or answered an acquisition.
     missed: AtomicBool,
 }
 
 impl Default for HealthBoard {
     fn default() -> Self {
+        // Instants before the base read as the base: fix it now, before the
+        // manager's first acquisition is sent.
+        base();
         HealthBoard {
             held: AtomicUsize::new(0),
             earliest_deadline: AtomicU64::new(NONE),
@@ -117,7 +126,7 @@ impl HealthBoard {
             .store(oldest.map_or(NONE, to_nanos), Ordering::Release);
     }
 
-    /// A lease was lost because no renewal was confirmed before its local deadline.
+    /// A lease was lost for not being renewed in time ([`LossReason::Expired`]).
     pub(crate) fn renewal_missed(&self) {
         self.missed.store(true, Ordering::Release);
     }
@@ -145,4 +154,42 @@ impl HealthBoard {
 
 fn from_nanos(nanos: u64) -> Instant {
     base() + Duration::from_nanos(nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_board_reads_unhealthy_once_the_earliest_deadline_passed_without_the_task() {
+        let board = HealthBoard::default();
+        let t0 = Instant::now();
+        board.lease_started(t0, t0 + Duration::from_secs(3));
+        board.lease_started(t0, t0 + Duration::from_secs(5));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let before = board.read();
+        assert!(before.is_healthy());
+        assert_eq!(before.held_leases, 2);
+        assert_eq!(before.oldest_renewal_age, Some(Duration::from_secs(2)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(!board.read().is_healthy(), "the 3 s deadline passed");
+        // Published after a renewal of the first lease: on time again.
+        let renewed = Instant::now();
+        board.publish(Some(renewed + Duration::from_secs(3)), Some(t0));
+        assert!(board.read().is_healthy());
+        board.lease_ended();
+        board.lease_ended();
+        assert_eq!(
+            board.read(),
+            Health {
+                held_leases: 0,
+                oldest_renewal_age: None,
+                renewals_on_time: true,
+            }
+        );
+        board.renewal_missed();
+        assert!(!board.read().is_healthy());
+        board.server_answered();
+        assert!(board.read().is_healthy());
+    }
 }

@@ -256,6 +256,48 @@
 //!   documents that store the token, against writes that carry it, and does
 //!   not check that the lease is still held.
 //!
+//! # Metrics and health
+//!
+//! The library records metrics through the [`metrics`] crate facade and
+//! depends on no exporter: install the recorder you like (for example
+//! `metrics-exporter-prometheus`, as the CLI's `--http` does); without one,
+//! recording costs next to nothing. Each event costs O(1); the renewal lag
+//! and [`Health`] come from the heartbeat's own pass over the held leases.
+//! The names are the `pub const`s of [`telemetry`]. Durations are in
+//! seconds, as Prometheus does; gauges of several managers in one process
+//! add up.
+//!
+//! | name | type | unit | labels | meaning |
+//! |---|---|---|---|---|
+//! | `mongo_lease_acquisitions_total` | counter | | `kind`, `outcome` | acquisitions asked for, by kind (`exclusive`, `shared`, `permit`) and how they ended (`acquired`, `not_acquired`: a try found the key held, `timed_out`: the caller stopped waiting, `failed`: an error) |
+//! | `mongo_lease_acquire_wait_seconds` | histogram | s | `kind` | from the caller's request to the lease handed over |
+//! | `mongo_lease_waiters` | gauge | | | acquisitions in progress: the local queues' depth |
+//! | `mongo_lease_held_leases` | gauge | | | leases held |
+//! | `mongo_lease_renewal_duration_seconds` | histogram | s | | round trip of one renewal batch |
+//! | `mongo_lease_renewal_failures_total` | counter | | | renewal batches that failed (retried) |
+//! | `mongo_lease_renewal_lag_seconds` | gauge | s | `owner_id` | at each heartbeat, the age of the oldest confirmed renewal among the held leases: about one heartbeat interval when all is well, a lease is lost when it reaches `ttl − safety_margin`; alert above twice the heartbeat interval |
+//! | `mongo_lease_leases_ended_total` | counter | | `reason` | held leases that ended, by [`LossReason::as_str`]; alert on the involuntary ones (`expired`, `taken`, `deleted`, `force_released`) |
+//! | `mongo_lease_change_stream_restarts_total` | counter | | `place` | change streams of writes reopened after a failure (`locks` or `documents`) |
+//!
+//! Tracing: each acquisition runs in an `acquire` span (key, kind, owner
+//! id), and each held lease has a `lease` span (key, owner id, fencing
+//! token) that the log lines about it (its end, its loss) are in; neither
+//! allocates when no subscriber wants it.
+//!
+//! [`LockManager::health`] tells a liveness probe whether renewals are on
+//! time, without a round trip and without the manager task (a starved task
+//! reads unhealthy once a held lease's local deadline has passed): see
+//! [`Health`] for the rule, after Kubernetes' leader-election
+//! `HealthzAdaptor`, and what a probe should do with it.
+//!
+//! ```no_run
+//! # async fn demo(manager: mongo_lease::LockManager) {
+//! let health = manager.health();
+//! let status = if health.is_healthy() { 200 } else { 503 };
+//! println!("{status}: {} leases, oldest renewal {:?} ago", health.held_leases, health.oldest_renewal_age);
+//! # }
+//! ```
+//!
 //! # Module map
 //!
 //! | module | concept |
@@ -270,6 +312,8 @@
 //! | [`election`] | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
 //! | [`config`] | [`LockManagerOptions`], [`AcquireOptions`], [`ReleaseMode`] and the `DEFAULT_*` constants |
 //! | [`error`] | [`Error`] and [`Result`] |
+//! | [`telemetry`] | the metrics' names (`mongo_lease_*`), recorded through the [`metrics`] facade |
+//! | [`health`] | [`Health`], what [`LockManager::health`] reads |
 //! | `actor` (private) | the manager task: state per place (the lock collection, and each user collection of in-document leases), the one `select!` loop, one file per concept (acquire, renewal and deadlines, release, the change streams of writes, shutdown, observers, in-document places); `Command`s and the handles' `Mailbox` |
 //! | `store` (private) | the lock protocol on MongoDB: schema, indexes and `connect`'s collection checks, acquire/renew/release (also delete-on-release and by owner id), reads (foreign holders included), observing a key (change stream or polling), the same protocol inside user documents, the transaction helper's commands; the only code that issues MongoDB commands |
 //! | `backoff` (private) | jittered exponential backoff |

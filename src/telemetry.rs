@@ -56,7 +56,8 @@ pub const RENEWAL_FAILURES: &str = "mongo_lease_renewal_failures_total";
 
 /// Gauge, seconds: the renewal lag, the age of the oldest confirmed renewal
 /// (or acquisition) among the leases a manager holds, read at each
-/// heartbeat; 0 when it holds none. Label: `owner_id`.
+/// heartbeat before its renewals are sent; 0 when it holds none. Label:
+/// `owner_id`.
 ///
 /// While renewals are on time it stays about one heartbeat interval (plus a
 /// round trip); a lease is lost when it reaches `ttl − safety_margin` (its
@@ -122,7 +123,7 @@ impl AcquireOutcome {
 /// went away), it counts as `timed_out`.
 pub(crate) struct AcquireMetrics {
     kind: &'static str,
-    started: std::time::Instant,
+    started: tokio::time::Instant,
     outcome: Option<AcquireOutcome>,
 }
 
@@ -132,7 +133,7 @@ impl AcquireMetrics {
         gauge!(WAITERS).increment(1.0);
         AcquireMetrics {
             kind: kind_label(kind),
-            started: std::time::Instant::now(),
+            started: tokio::time::Instant::now(),
             outcome: None,
         }
     }

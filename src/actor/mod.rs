@@ -423,7 +423,7 @@ impl Actor {
                 }
                 _ = sleep_until_deadline(self.deadlines.peek()), if open => self.on_deadline_due(),
                 _ = self.heartbeat.tick(), if open => {
-                    self.publish_health();
+                    self.publish_health(true);
                     self.renew_all();
                     self.health_due = true;
                     self.close_release_watch_if_unneeded();

@@ -189,7 +189,6 @@ impl Actor {
         let Some(held) = self.take_held(&key, lease_id, LossReason::Expired) else {
             return;
         };
-        self.health.renewal_missed();
         let _entered = held.enter_span();
         tracing::warn!(
             %key,

@@ -15,10 +15,11 @@ use crate::status::LossReason;
 use crate::telemetry;
 
 impl Actor {
-    /// Heartbeat, and once a heartbeat's renewals are all answered: one pass
-    /// over the held leases publishes their earliest local deadline and
-    /// oldest confirmed renewal for [`Actor::health`], and the renewal lag.
-    pub(super) fn publish_health(&mut self) {
+    /// Heartbeat (`heartbeat`: before its renewals are sent, also recording
+    /// the renewal lag), and once a heartbeat's renewals are all answered:
+    /// one pass over the held leases publishes their earliest local deadline
+    /// and oldest confirmed renewal for [`Actor::health`].
+    pub(super) fn publish_health(&mut self, heartbeat: bool) {
         let mut earliest: Option<Instant> = None;
         let mut oldest: Option<Instant> = None;
         for held in self.keys.values().flat_map(|state| &state.holders) {
@@ -27,6 +28,9 @@ impl Actor {
             oldest = Some(oldest.map_or(renewed, |o| o.min(renewed)));
         }
         self.health.publish(earliest, oldest);
+        if !heartbeat {
+            return;
+        }
         let lag = oldest.map_or(Duration::ZERO, |o| {
             Instant::now().saturating_duration_since(o)
         });
@@ -47,7 +51,7 @@ impl Actor {
     /// was the last renewal in flight since the heartbeat.
     pub(super) fn renewals_settled(&mut self) {
         if self.renewals.is_empty() && std::mem::take(&mut self.health_due) {
-            self.publish_health();
+            self.publish_health(false);
         }
     }
 }
@@ -69,8 +73,13 @@ pub(super) fn lease_started(
 }
 
 /// A held lease ended for `reason`: counts it and logs it in its span.
+/// Called before its token fires, so that whoever the loss wakes reads the
+/// health it left (a lease not renewed in time leaves the manager unhealthy).
 pub(super) fn lease_ended(health: &HealthBoard, key: &Target, held: &Held, reason: &LossReason) {
     telemetry::lease_ended(reason);
+    if *reason == LossReason::Expired {
+        health.renewal_missed();
+    }
     health.lease_ended();
     let _entered = held.enter_span();
     tracing::debug!(%key, token = held.token, %reason, "lease ended");

@@ -26,8 +26,10 @@ use crate::store::AcquireOutcome;
 use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 
 mod acquire;
+mod health;
 mod kinds;
 mod loss_detection;
+mod metrics;
 mod places;
 mod release;
 mod renewal;

@@ -1,0 +1,125 @@
+//! `LockManager::health` against a real MongoDB: healthy while leases are
+//! renewed, unhealthy when the server is unreachable (through the test
+//! kit's fault proxy) and when the manager task is starved (read without
+//! it), healthy again once the server answers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Clients, Fixture};
+use mongo_lease::testkit::{FaultProxy, ReplicaSet, ReplicaSetOptions};
+use mongo_lease::{LockManager, LockManagerOptions, LossReason, ReleaseOutcome};
+
+/// How long a wait for an event may take before the test fails. It only
+/// turns a hang into a failure: the longest wait here is one lease's local
+/// deadline (under 10 s) or a reconnection after a healed link.
+const BOUND: Duration = Duration::from_secs(60);
+
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(BOUND, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not happen within {BOUND:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_lost_with_the_server_and_back_once_it_answers_again() {
+    let rs = ReplicaSet::start(ReplicaSetOptions::default())
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], rs.members()[0].port()).into())
+        .await
+        .unwrap();
+    let clients = Clients::default();
+    let client = clients
+        .connect(&format!(
+            "mongodb://{}/?directConnection=true",
+            proxy.addr()
+        ))
+        .await;
+    let manager = LockManager::connect(
+        LockManagerOptions::builder()
+            .database(client.database("d"))
+            .collection("job.lock")
+            .ttl(Duration::from_secs(2))
+            .operation_timeout(Duration::from_millis(800))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let lease = manager.acquire("held").await.unwrap();
+    let health = manager.health();
+    assert!(health.is_healthy(), "{health:?}");
+    assert_eq!(health.held_leases, 1);
+
+    proxy.blackhole();
+    bounded("the lease's loss", lease.lost()).await;
+    assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+    let health = manager.health();
+    assert!(
+        !health.is_healthy(),
+        "lost to its deadline, server unreachable: {health:?}"
+    );
+    assert_eq!(health.held_leases, 0);
+
+    proxy.reset();
+    proxy.heal();
+    let again = bounded("an acquire after the heal", manager.acquire("held"))
+        .await
+        .unwrap();
+    let health = manager.health();
+    assert!(health.is_healthy(), "{health:?}");
+    assert_eq!(health.held_leases, 1);
+    assert_eq!(again.release().await.unwrap(), ReleaseOutcome::Released);
+    manager.shutdown().await.unwrap();
+}
+
+/// The manager task runs on a runtime whose only thread is then blocked:
+/// the handle, read from another thread, turns unhealthy once the lease's
+/// local deadline has passed, though the task never ran to notice it.
+#[test]
+fn a_starved_manager_task_reads_unhealthy_once_a_deadline_passed() {
+    const TTL: Duration = Duration::from_secs(10);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let fixture = runtime.block_on(Fixture::new("health_starved"));
+    let (to_test, from_task) = std::sync::mpsc::channel();
+    let (unblock, blocked) = std::sync::mpsc::channel::<()>();
+    let task = std::thread::spawn(move || {
+        runtime.block_on(async {
+            let manager = fixture.manager(TTL).await;
+            let lease = manager.acquire("k").await.unwrap();
+            to_test.send(manager.clone()).unwrap();
+            // Blocks the runtime's only thread: the manager task is starved.
+            blocked.recv().unwrap();
+            tokio::time::timeout(BOUND, lease.lost())
+                .await
+                .expect("the task, running again, marks the lease lost");
+            assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+            manager.shutdown().await.unwrap();
+        });
+        drop(fixture);
+    });
+    let manager: LockManager = from_task.recv().unwrap();
+    let before = manager.health();
+    assert_eq!(before.held_leases, 1);
+    assert!(
+        before.is_healthy(),
+        "read well within the 9 s local deadline: {before:?}"
+    );
+    let started = std::time::Instant::now();
+    let late = loop {
+        let health = manager.health();
+        if !health.is_healthy() {
+            break health;
+        }
+        assert!(started.elapsed() < BOUND, "still healthy: {health:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(late.held_leases, 1, "still held: the task did not run");
+    assert!(late.oldest_renewal_age.unwrap() >= TTL - TTL / 10);
+    unblock.send(()).unwrap();
+    task.join().unwrap();
+}
