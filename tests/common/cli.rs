@@ -167,6 +167,29 @@ impl Proc {
         }
     }
 
+    /// Every line not matched yet, once the process has exited (bounded:
+    /// its pipes close when it exits).
+    pub fn rest(&self) -> Vec<String> {
+        let mut rest = std::mem::take(&mut *self.seen.borrow_mut());
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => rest.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return rest,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("the output did not end within {WAIT:?}; got {rest:?}")
+                }
+            }
+        }
+    }
+
+    /// The address printed by `--http` (`mongo-lease: http listening on IP:PORT`).
+    pub fn http_addr(&self) -> String {
+        let line = self.expect_line("http listening on ");
+        line.rsplit(' ').next().unwrap().to_string()
+    }
+
     pub fn signal(&self, signal: i32) {
         // SAFETY: kill(2) has no memory-safety preconditions.
         unsafe { libc::kill(self.child.id() as i32, signal) };

@@ -10,6 +10,7 @@ use mongodb::{Client, Collection, Database};
 
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod http;
 pub mod renewal;
 
 /// A database on the shared test deployment, unique to one test.

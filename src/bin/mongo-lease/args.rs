@@ -10,9 +10,10 @@ use crate::Failure;
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0       success (list, release); for exec and leader --once: the command's own exit code
+  0       success (list, release, watch until SIGINT/SIGTERM); for exec and leader --once: the command's own exit code
   1-255   the command's exit code; 128+N if it was killed by signal N
-  2       bad usage: unknown option, bad duration, URI, key or payload
+  2       bad usage: unknown option, bad duration, URI, key or payload; an --http
+          address that cannot be listened on
   69      MongoDB could not be reached, or refused an operation
   75      not acquired: the key is held (--no-wait) or --timeout elapsed
   76      the lease was lost while the command ran (it got SIGTERM, then SIGKILL after --grace)
@@ -136,6 +137,33 @@ pub enum Commands {
     /// manager follows writes to its leases), at its next renewal otherwise;
     /// its command is then terminated. The release is printed and logged.
     Release(ReleaseArgs),
+    /// Print each change of a key's holders as it happens, until interrupted.
+    ///
+    /// One line per change, the first one the current state: `held` (one
+    /// line per holder) or `free`; then `acquired` (a new holder after a
+    /// release, or of a free key), `released` (by its holder, a force
+    /// release, or a deletion of the lock document), `expired` (the server's
+    /// expiry passed without a renewal) and `taken over` (a new holder while
+    /// the previous one's lease had expired; it names both). The holders of
+    /// a shared or semaphore key come and go one line each. Renewals and
+    /// payload writes change no holder and print nothing. SIGINT or SIGTERM
+    /// ends it with exit code 0.
+    ///
+    /// Changes arrive through a change stream within milliseconds on a
+    /// replica set, none missed; an expiry writes nothing and is seen by a
+    /// read at the expiry time. On a standalone server the key is polled
+    /// about every 0.5 s and shorter states can be missed.
+    ///
+    /// Text lines read `SERVER-TIME EVENT KEY [(KIND)] by OWNER (fencing
+    /// token N, expires at T) [from OWNER (fencing token N)]`. With --json,
+    /// one JSON object per line, always with the fields `event` (held, free,
+    /// acquired, released, expired, taken over), `key` (Extended JSON),
+    /// `kind` (exclusive, shared, permit), `permits`, `owner_id`,
+    /// `fencing_token`, `foreign`, `acquired_at`, `expires_at` (the expiry,
+    /// or the time the lease ended for released and expired),
+    /// `previous_owner_id` and `previous_fencing_token` (taken over), and
+    /// `server_time`, times in RFC 3339; `null` where one does not apply.
+    Watch(WatchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -195,6 +223,9 @@ pub struct ExecArgs {
     /// --release-mode keep.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["permits", "shared"])]
     pub hold_at_least: Option<Duration>,
+
+    #[command(flatten)]
+    pub http: HttpArg,
 
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -306,6 +337,9 @@ pub struct LeaderArgs {
     #[arg(long, value_parser = parse_payload)]
     pub payload: Option<Document>,
 
+    #[command(flatten)]
+    pub http: HttpArg,
+
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -317,6 +351,34 @@ pub struct ListArgs {
     /// hold, --hold-at-least).
     #[arg(long)]
     pub held: bool,
+}
+
+/// `--http ADDR` of `exec` and `leader`.
+#[derive(Args, Debug)]
+pub struct HttpArg {
+    /// Serve HTTP on ADDR (e.g. `127.0.0.1:9090`; port 0 picks a free one)
+    /// while the command runs: `/healthz`, `/metrics` (Prometheus text
+    /// format, series `mongo_lease_*`) and, for `leader`, `/leader` (the
+    /// current leader as JSON, `null` if none). The bound address is
+    /// printed to stderr as `mongo-lease: http listening on IP:PORT`.
+    /// `/healthz` answers 200 while the lease is held and its renewals are
+    /// on time, 503 once it is lost or its renewals are late; `exec` answers
+    /// 503 while it still waits for the lease, `leader` 200 while it
+    /// campaigns (a follower is healthy). A bad or busy address exits with 2.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// The key to watch, a string.
+    #[arg(required_unless_present = "key_json")]
+    pub key: Option<String>,
+
+    /// The key to watch as MongoDB Extended JSON v2, for a key of any BSON
+    /// type, e.g. `--key-json '{"$oid":"5087b72181a445980ae47d13"}'`.
+    #[arg(long, value_name = "JSON", value_parser = parse_key_json, conflicts_with = "key")]
+    pub key_json: Option<LeaseKey>,
 }
 
 /// `--release-mode`: [`ReleaseMode`] as a command-line value.

@@ -1,14 +1,23 @@
 //! `mongo-lease exec`: run a command while holding a lease on a key.
 
+use std::sync::Arc;
+
 use mongo_lease::{Error, LeaseKey, LeaseKind, LockManager};
 
 use crate::args::ExecArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
+use crate::http::{Phase, Status};
 use crate::{Failure, exit, output};
 
 /// Acquires the key (of the kind and minimum hold the flags ask for), runs
-/// the command under the lease, releases it; the exit code.
-pub async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u8, Failure> {
+/// the command under the lease, releases it; the exit code. `status` tells
+/// `--http`'s `/healthz` where it is.
+pub async fn exec(
+    manager: &LockManager,
+    args: ExecArgs,
+    json: bool,
+    status: &Status,
+) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
     let key = args.key.key()?;
     let options = args.acquire_options();
@@ -33,6 +42,8 @@ pub async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u
         return Ok(exit::NOT_ACQUIRED);
     };
     tracing::debug!(%key, token = lease.fencing_token(), kind = %lease.kind(), "acquired");
+    let lease = Arc::new(lease);
+    status.set(Phase::Holding(lease.clone()));
     let env = LeaseEnv {
         key: &key.to_string(),
         token: lease.fencing_token(),
@@ -48,7 +59,11 @@ pub async fn exec(manager: &LockManager, args: ExecArgs, json: bool) -> Result<u
     )
     .await;
     let lost = lease.is_lost();
-    let _ = lease.release().await;
+    // The status held the only other reference.
+    status.set(Phase::Ended);
+    if let Ok(lease) = Arc::try_unwrap(lease) {
+        let _ = lease.release().await;
+    }
     match outcome {
         ChildOutcome::Exited(code) if !lost => Ok(code),
         ChildOutcome::Exited(_) | ChildOutcome::Lost => {

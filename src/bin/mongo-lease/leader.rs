@@ -1,12 +1,21 @@
 //! `mongo-lease leader`: run a command only while leader of an election.
 
+use std::sync::Arc;
+
 use mongo_lease::{Election, LeaseKind, LockManager};
 
 use crate::args::LeaderArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
+use crate::http::{Phase, Status};
 use crate::{Failure, exit};
 
-pub async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failure> {
+/// Campaigns and runs the command while leader (see `--help`); `status`
+/// tells `--http`'s `/healthz` whether it leads or campaigns.
+pub async fn leader(
+    manager: &LockManager,
+    args: LeaderArgs,
+    status: &Status,
+) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
     let name = args.name.key()?;
     let election = Election::new(manager, name.clone())?;
@@ -24,6 +33,7 @@ pub async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failu
             shown,
             leadership.term()
         );
+        status.set(Phase::Holding(Arc::new(leadership.context())));
         if let Some(payload) = &args.payload {
             leadership.set_payload(payload.clone()).await?;
         }
@@ -42,6 +52,7 @@ pub async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failu
         )
         .await;
         let lost = leadership.is_lost();
+        status.set(Phase::Ended);
         let _ = leadership.resign().await;
         return Ok(match outcome {
             ChildOutcome::Exited(code) if !lost => code,
@@ -74,6 +85,7 @@ pub async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failu
                         tracing::warn!(error = %e, "could not publish the payload");
                     }
                 }
+                status.set(Phase::Holding(Arc::new(leader.clone())));
                 running.store(true, std::sync::atomic::Ordering::SeqCst);
                 let lease = LeaseEnv {
                     key: env_name,
@@ -90,6 +102,7 @@ pub async fn leader(manager: &LockManager, args: LeaderArgs) -> Result<u8, Failu
                 )
                 .await;
                 running.store(false, std::sync::atomic::Ordering::SeqCst);
+                status.set(Phase::Campaigning);
                 if leader.is_lost() {
                     eprintln!(
                         "mongo-lease: leadership of {} lost (term {}); campaigning again",

@@ -5,8 +5,10 @@
 mod args;
 mod child;
 mod exec;
+mod http;
 mod leader;
 mod output;
+mod watch;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -16,6 +18,7 @@ use mongo_lease::{Error, LockManager, LockManagerOptions};
 
 use args::{Cli, Commands, Connection, ReleaseArgs, one_key};
 use exec::exec;
+use http::{Http, Phase};
 use leader::leader;
 use output::{Redactor, print_list, print_owner_release, print_release};
 
@@ -119,13 +122,30 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     let json = cli.connection.json;
     match cli.command {
         Commands::Exec(args) => {
+            let http = Http::bind(args.http.http.as_deref()).await?;
             let manager = connect(&cli.connection, args.timing.ttl).await?;
-            let code = exec(&manager, args, json).await;
+            let server = http.serve(&manager, None, Phase::Waiting);
+            let code = exec(&manager, args, json, server.status()).await;
+            server.stop().await;
             finish(&manager, code).await
         }
         Commands::Leader(args) => {
+            let name = args.name.key()?;
+            let http = Http::bind(args.http.http.as_deref()).await?;
             let manager = connect(&cli.connection, args.timing.ttl).await?;
-            let code = leader(&manager, args).await;
+            let server = http.serve(&manager, Some(name), Phase::Campaigning);
+            let code = leader(&manager, args, server.status()).await;
+            server.stop().await;
+            finish(&manager, code).await
+        }
+        Commands::Watch(args) => {
+            let key = one_key(
+                args.key.as_deref(),
+                args.key_json.as_ref(),
+                "KEY or --key-json",
+            )?;
+            let manager = connect(&cli.connection, mongo_lease::DEFAULT_TTL).await?;
+            let code = watch::watch(&manager, key, json).await;
             finish(&manager, code).await
         }
         Commands::List(args) => {

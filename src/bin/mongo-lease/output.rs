@@ -77,7 +77,7 @@ fn short(d: Duration) -> String {
 /// RFC 3339 with milliseconds. A foreign holder's `ts` can be any date: one
 /// before 1970 or after 9999 (which `humantime` cannot format) is shown by
 /// BSON's own formatting, or as milliseconds since the Unix epoch.
-fn time(t: SystemTime) -> String {
+pub fn time(t: SystemTime) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     if t >= SystemTime::UNIX_EPOCH && write!(out, "{}", humantime::format_rfc3339_millis(t)).is_ok()

@@ -1,0 +1,172 @@
+//! `mongo-lease watch KEY [--json]`.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::common::cli::{Env, Proc, token_of};
+
+/// The fencing token printed in a text line: `(fencing token N, ...`.
+fn printed_token(line: &str) -> u64 {
+    let (_, rest) = line.split_once("(fencing token ").expect("a fencing token");
+    rest.split([',', ')']).next().unwrap().parse().unwrap()
+}
+
+/// Holders come and go through other processes: a release, a holder that
+/// dies (its lease expires: `expired`), and the next holder (`taken over`
+/// from the dead one); renewals print nothing; SIGINT ends it with 0.
+#[test]
+fn watch_prints_acquired_released_expired_and_taken_over_as_other_processes_hold_the_key() {
+    let env = Env::new("cli_watch");
+    let mut watch = env.spawn(&["watch", "job"]);
+    assert!(watch.expect_line(" free ").ends_with("free \"job\""));
+
+    // A holder that releases: acquired, then released.
+    let script = "echo \"holding $MONGO_LEASE_TOKEN\"; read line";
+    let short = ["--ttl", "1s"];
+    let mut first = env.spawn(
+        &[
+            &["--owner-id", "first", "exec", "--key", "job"][..],
+            &short,
+            &["--", "sh", "-c", "echo \"holding $MONGO_LEASE_TOKEN\""],
+        ]
+        .concat(),
+    );
+    let token = token_of(&first.expect_line("holding"));
+    assert_eq!(first.wait(), 0);
+    let acquired = watch.expect_line(" acquired ");
+    assert!(acquired.contains("acquired \"job\" by first"), "{acquired}");
+    assert_eq!(printed_token(&acquired), token);
+    let released = watch.expect_line(" released ");
+    assert!(released.contains("released \"job\" by first"), "{released}");
+
+    // A holder killed while holding (TTL 1 s, renewed 3 times per TTL
+    // meanwhile: no line): its lease expires.
+    let second = env.spawn(
+        &[
+            &["--owner-id", "second", "exec", "--key", "job"][..],
+            &short,
+            &["--", "sh", "-c", &format!("{script}; sleep 60")],
+        ]
+        .concat(),
+    );
+    let second_token = token_of(&second.expect_line("holding"));
+    let acquired = watch.expect_line(" acquired ");
+    assert_eq!(printed_token(&acquired), second_token);
+    second.signal(libc::SIGKILL);
+    let expired = watch.expect_line(" expired ");
+    assert!(expired.contains("expired \"job\" by second"), "{expired}");
+
+    // The next holder takes over from the dead one.
+    let third = env.spawn(
+        &[
+            &["--owner-id", "third", "exec", "--key", "job"][..],
+            &short,
+            &["--", "sh", "-c", &format!("{script}; sleep 60")],
+        ]
+        .concat(),
+    );
+    let third_token = token_of(&third.expect_line("holding"));
+    let taken = watch.expect_line(" taken over ");
+    assert!(
+        taken.contains(&format!(
+            "taken over \"job\" by third (fencing token {third_token}, expires at "
+        )) && taken.ends_with(&format!("from second (fencing token {second_token})")),
+        "{taken}"
+    );
+    drop(third);
+    watch.signal(libc::SIGINT);
+    assert_eq!(watch.wait(), 0);
+    // The killed third holder's lease may expire before the SIGINT.
+    assert_no_line_but(&watch, &["expired", "stderr:"]);
+}
+
+/// Lines left unmatched by the test are only of the kinds `allowed`:
+/// renewals printed nothing.
+fn assert_no_line_but(proc: &Proc, allowed: &[&str]) {
+    for line in proc.rest() {
+        assert!(
+            allowed.iter().any(|a| line.contains(a)),
+            "unexpected line {line:?}"
+        );
+    }
+}
+
+fn rfc3339(value: &Value) -> SystemTime {
+    let text = value.as_str().unwrap_or_else(|| panic!("a time: {value}"));
+    let time: humantime::Timestamp = text.parse().unwrap();
+    time.into()
+}
+
+/// `--json`: one object per line with the documented fields, for an
+/// exclusive key and the holders of a shared key, driven by a manager in
+/// the test; SIGTERM ends it with 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_json_lines_parse_and_carry_the_fields() {
+    let env = Env::new("cli_watch_json");
+    let manager = env.manager(Duration::from_secs(10)).await;
+    let lease = manager.acquire("report").await.unwrap();
+    let watch = env.spawn(&["watch", "--json", "report"]);
+    let next = |event: &str| -> Value {
+        let line = watch.expect_line(&format!("\"event\":\"{event}\""));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+    let fields = [
+        "event",
+        "key",
+        "kind",
+        "permits",
+        "owner_id",
+        "fencing_token",
+        "foreign",
+        "acquired_at",
+        "expires_at",
+        "previous_owner_id",
+        "previous_fencing_token",
+        "server_time",
+    ];
+    let held = next("held");
+    for field in fields {
+        assert!(held.get(field).is_some(), "{field} in {held}");
+    }
+    assert_eq!(held["key"], "report");
+    assert_eq!(held["kind"], "exclusive");
+    assert_eq!(held["owner_id"], manager.owner_id());
+    assert_eq!(held["fencing_token"], lease.fencing_token());
+    assert_eq!(held["previous_owner_id"], Value::Null);
+    let ttl = rfc3339(&held["expires_at"])
+        .duration_since(rfc3339(&held["server_time"]))
+        .unwrap();
+    assert!(ttl <= Duration::from_secs(10), "{held}");
+
+    assert!(!lease.release().await.unwrap().was_lost());
+    let released = next("released");
+    assert_eq!(released["fencing_token"], held["fencing_token"]);
+
+    // Two shared holders: one `acquired` line each, then one `released` each.
+    let a = manager.acquire_shared("report").await.unwrap();
+    let b = manager.acquire_shared("report").await.unwrap();
+    let mut tokens = vec![next("acquired"), next("acquired")];
+    for line in &tokens {
+        assert_eq!(line["kind"], "shared");
+        assert_eq!(line["owner_id"], manager.owner_id());
+    }
+    tokens.sort_by_key(|l| l["fencing_token"].as_u64());
+    assert_eq!(tokens[0]["fencing_token"], a.fencing_token());
+    assert_eq!(tokens[1]["fencing_token"], b.fencing_token());
+    assert!(!a.release().await.unwrap().was_lost());
+    assert_eq!(
+        next("released")["fencing_token"],
+        tokens[0]["fencing_token"]
+    );
+    assert!(!b.release().await.unwrap().was_lost());
+    assert_eq!(
+        next("released")["fencing_token"],
+        tokens[1]["fencing_token"]
+    );
+
+    watch.signal(libc::SIGTERM);
+    let mut watch = watch;
+    assert_eq!(watch.wait(), 0);
+    manager.shutdown().await.unwrap();
+}
