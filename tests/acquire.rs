@@ -86,12 +86,7 @@ async fn fencing_tokens_strictly_increase_across_release_and_takeover() {
     // Expiry takeover: make a's lease look expired on the server.
     let lease = a.acquire("fenced").await.unwrap();
     let t1 = lease.fencing_token();
-    fx.expire("fenced").await;
-    let taken = b
-        .try_acquire("fenced")
-        .await
-        .unwrap()
-        .expect("expired lease is taken over at once");
+    let taken = fx.take_over("fenced", &b).await;
     assert!(taken.fencing_token() > t1);
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();

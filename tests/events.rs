@@ -114,8 +114,7 @@ async fn a_lease_taken_after_its_expiry_is_lost_taken_with_the_new_owner_id_and_
     let fx = Fixture::new("ev_taken").await;
     let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
     let lease = a.acquire("job").await.unwrap();
-    fx.expire("job").await;
-    let theirs = timeout(HANG, b.acquire("job")).await.unwrap().unwrap();
+    let theirs = fx.take_over("job", &b).await;
     assert_eq!(
         reason_of(&lease).await,
         LossReason::Taken {

@@ -140,6 +140,22 @@ impl Fixture {
             .expect("expire the lease");
     }
 
+    /// Another owner takes `key` over from its holder, as after the holder
+    /// paused past its TTL: expires the lease on the server, then
+    /// `taker.try_acquire`s it. The holder's manager may renew in between
+    /// (renewal keeps a lease nobody took yet), so this tries again until
+    /// the takeover wins; each try is two round trips, and the holder
+    /// renews at most once per heartbeat, so a few tries suffice.
+    pub async fn take_over(&self, key: &str, taker: &LockManager) -> mongo_lease::Lease {
+        for _ in 0..100 {
+            self.expire(key).await;
+            if let Some(lease) = taker.try_acquire(key).await.expect("try_acquire") {
+                return lease;
+            }
+        }
+        panic!("{key}: the holder renewed before every takeover attempt");
+    }
+
     /// Options for a manager with its own `Client` (as if in another process).
     pub async fn options(&self, ttl: Duration) -> LockManagerOptions {
         let client = Client::with_uri_str(uri()).await.expect("client");

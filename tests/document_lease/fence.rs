@@ -53,8 +53,7 @@ async fn stale_token_write_is_refused_and_the_newer_holders_write_applies() {
     let stale = old.acquire("job").await.unwrap();
     assert_eq!(fenced_write(&results, "job", stale.fence(), "old").await, 1);
     // The old holder pauses past its TTL; another manager takes over.
-    fx.expire("job").await;
-    let fresh = new.try_acquire("job").await.unwrap().expect("taken over");
+    let fresh = fx.take_over("job", &new).await;
     assert!(fresh.fencing_token() > stale.fencing_token());
     assert_eq!(
         fenced_write(&results, "job", fresh.fence(), "new").await,

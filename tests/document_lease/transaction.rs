@@ -172,9 +172,7 @@ async fn holder_whose_lease_is_taken_over_during_the_transaction_cannot_commit()
                     if taken.is_none() {
                         // The takeover, outside the transaction: the lease
                         // expires, and another manager acquires it.
-                        fx.expire("job").await;
-                        let lease = usurper.try_acquire("job").await.unwrap();
-                        *taken = Some(lease.expect("the expired lease is taken over"));
+                        *taken = Some(fx.take_over("job", &usurper).await);
                     }
                     Ok(())
                 }
