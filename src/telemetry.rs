@@ -79,6 +79,48 @@ pub const LEASES_ENDED: &str = "mongo_lease_leases_ended_total";
 /// in-document leases). While one is down, waiters fall back to polling.
 pub const CHANGE_STREAM_RESTARTS: &str = "mongo_lease_change_stream_restarts_total";
 
+/// `$metric!($name, $key => value, ...)` where `value` is one of the listed
+/// literals: each arm names its label as a literal, so the key is built
+/// statically, as the `metrics` macros do for literal labels, and recording
+/// allocates nothing (with runtime label values they build a `Vec` per
+/// call, recorder or not); another value is recorded as is. A second,
+/// literal label may follow the list in parentheses: `("outcome" => "acquired")`.
+macro_rules! static_label {
+    ($metric:ident!($name:expr, $key:literal => $value:expr, [$($lit:literal),+] $rest:tt)) => {
+        match $value {
+            $($lit => static_label!(@one $metric, $name, $key => $lit, $rest),)+
+            other => static_label!(@other $metric, $name, $key => other, $rest),
+        }
+    };
+    ($metric:ident!($name:expr, $key:literal => $value:expr, [$($lit:literal),+])) => {
+        static_label!($metric!($name, $key => $value, [$($lit),+] ()))
+    };
+    (@one $metric:ident, $name:expr, $key:literal => $lit:literal, ()) => {
+        $metric!($name, $key => $lit)
+    };
+    (@one $metric:ident, $name:expr, $key:literal => $lit:literal, ($k2:literal => $v2:literal)) => {
+        $metric!($name, $key => $lit, $k2 => $v2)
+    };
+    (@other $metric:ident, $name:expr, $key:literal => $value:ident, ()) => {
+        $metric!($name, $key => $value.to_owned())
+    };
+    (@other $metric:ident, $name:expr, $key:literal => $value:ident, ($k2:literal => $v2:literal)) => {
+        $metric!($name, $key => $value.to_owned(), $k2 => $v2)
+    };
+}
+
+/// As [`static_label!`], for an acquisition's `kind` and `outcome`.
+macro_rules! kind_and_outcome {
+    ($metric:ident!($name:expr, $kind:expr, $outcome:expr)) => {
+        match $outcome {
+            AcquireOutcome::Acquired => static_label!($metric!($name, "kind" => $kind, ["exclusive", "shared", "permit"] ("outcome" => "acquired"))),
+            AcquireOutcome::NotAcquired => static_label!($metric!($name, "kind" => $kind, ["exclusive", "shared", "permit"] ("outcome" => "not_acquired"))),
+            AcquireOutcome::TimedOut => static_label!($metric!($name, "kind" => $kind, ["exclusive", "shared", "permit"] ("outcome" => "timed_out"))),
+            AcquireOutcome::Failed => static_label!($metric!($name, "kind" => $kind, ["exclusive", "shared", "permit"] ("outcome" => "failed"))),
+        }
+    };
+}
+
 /// The `kind` label of a lease kind: `exclusive`, `shared` or `permit`.
 pub fn kind_label(kind: LeaseKind) -> &'static str {
     match kind {
@@ -98,21 +140,13 @@ pub(crate) enum AcquireOutcome {
 }
 
 impl AcquireOutcome {
-    /// The outcome of an acquisition that answered `result`.
+    /// The outcome of an acquisition that answered `result` (the `outcome`
+    /// label's values are spelled in `kind_and_outcome!`).
     pub(crate) fn of<T>(result: &crate::Result<Option<T>>) -> Self {
         match result {
             Ok(Some(_)) => AcquireOutcome::Acquired,
             Ok(None) => AcquireOutcome::NotAcquired,
             Err(_) => AcquireOutcome::Failed,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            AcquireOutcome::Acquired => "acquired",
-            AcquireOutcome::NotAcquired => "not_acquired",
-            AcquireOutcome::TimedOut => "timed_out",
-            AcquireOutcome::Failed => "failed",
         }
     }
 }
@@ -148,9 +182,12 @@ impl Drop for AcquireMetrics {
     fn drop(&mut self) {
         let outcome = self.outcome.unwrap_or(AcquireOutcome::TimedOut);
         gauge!(WAITERS).decrement(1.0);
-        counter!(ACQUISITIONS, "kind" => self.kind, "outcome" => outcome.as_str()).increment(1);
+        kind_and_outcome!(counter!(ACQUISITIONS, self.kind, outcome)).increment(1);
         if outcome == AcquireOutcome::Acquired {
-            histogram!(ACQUIRE_WAIT, "kind" => self.kind).record(self.started.elapsed());
+            static_label!(
+                histogram!(ACQUIRE_WAIT, "kind" => self.kind, ["exclusive", "shared", "permit"])
+            )
+            .record(self.started.elapsed());
         }
     }
 }
@@ -163,7 +200,7 @@ pub(crate) fn lease_started() {
 /// A held lease ended for `reason`.
 pub(crate) fn lease_ended(reason: &LossReason) {
     gauge!(HELD_LEASES).decrement(1.0);
-    counter!(LEASES_ENDED, "reason" => reason.as_str()).increment(1);
+    static_label!(counter!(LEASES_ENDED, "reason" => reason.as_str(), ["expired", "taken", "deleted", "force_released", "released", "shutdown"])).increment(1);
 }
 
 /// A renewal batch was answered (or failed, `ok == false`) `round_trip` after its send.
@@ -184,6 +221,9 @@ pub(crate) fn renewal_lag(owner_id: &str, lag: Duration) {
 /// `documents`: a user collection of in-document leases (else the lock
 /// collection).
 pub(crate) fn change_stream_restarted(documents: bool) {
-    let place = if documents { "documents" } else { "locks" };
-    counter!(CHANGE_STREAM_RESTARTS, "place" => place).increment(1);
+    if documents {
+        counter!(CHANGE_STREAM_RESTARTS, "place" => "documents").increment(1);
+    } else {
+        counter!(CHANGE_STREAM_RESTARTS, "place" => "locks").increment(1);
+    }
 }

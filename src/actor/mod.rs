@@ -443,6 +443,7 @@ impl Actor {
             }
         }
         self.stop_observers.cancel();
+        self.publish_health(true);
         self.answer_shutdown();
         tracing::debug!(owner_id = %self.owner_id, "lease manager stopped");
     }
