@@ -136,6 +136,38 @@
 //! waiting owner takes the document over (its own release deletes it). A
 //! yielded document nobody takes is left to the TTL monitor.
 //!
+//! # Handoff to a local waiter
+//!
+//! A release whose manager has a waiter for the key ([`Store::hand_over`])
+//! makes that waiter the holder in the releasing write itself, instead of a
+//! release followed by the waiter's acquire (two serial round trips): one
+//! `findOneAndUpdate` on `{_id, lid: from, aid: ours, tok: int64, exp >
+//! $$NOW}` (the lease still held, by the server's clock), whose pipeline,
+//! when no other owner waits (no `wt`) and no minimum hold is live (`hl <=
+//! $$NOW` or none), makes it a new acquisition in place: `lid = to`, `tok =
+//! max(tok + 1, ms($$NOW) * 2^20)` (the token rule: the new holder's token
+//! is strictly greater), `acq = ts = $$NOW`, `exp = $$NOW + ttl`, and `data`,
+//! `hl`, `wt` and `yu` removed (a new acquisition starts without them).
+//! Otherwise it does exactly what a release does (`lid` and `wt` removed,
+//! `exp = max(min(exp, $$NOW), hl)`, `yu` if another owner waited), so the
+//! yield of "Fairness between owners" holds: a waiting owner elsewhere gets
+//! the key before any local waiter. It returns `lid` and `tok`: `lid = to`
+//! is the new acquisition, no `lid` a release, no document a lease no longer
+//! held (lost, nothing written). An unknown outcome (a transient error) is
+//! resolved by re-reading: `lid = to` is the acquisition, `lid = from` (the
+//! write did not land) is tried again, anything else counts as released,
+//! as for a release.
+//!
+//! Only plain exclusive leases of the lock collection are handed over (the
+//! releasing lease and the waiter's); a shared or semaphore key, a waiter
+//! with `hold_at_least` and in-document leases are released, and the
+//! waiter acquires as usual. Other managers see no release: the change
+//! event (a replacement, or an update) sets the new `lid` and removes none
+//! (docs/mongodb-behaviour.md, B22), so it wakes none of their waiters (none
+//! waits, or `wt` would be set), and observers see a new acquisition.
+//! In delete mode a handoff keeps the document (only the yield path
+//! releases, which keeps it too: `wt` is set), so tokens continue from it.
+//!
 //! # Fencing tokens
 //!
 //! `tok = max(previous tok + 1, ms($$NOW) * 2^20)`. The first term makes tokens
@@ -178,6 +210,7 @@ pub(crate) mod memory;
 
 #[cfg(all(test, feature = "testkit"))]
 mod contract;
+mod handoff;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -194,6 +227,7 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::lease::{HolderInfo, LeaseInfo};
 
+pub(crate) use handoff::{HandOver, release_instead};
 pub(crate) use mongo::MongoStore;
 pub(crate) use mongo::{LeaseCheck, run_fenced};
 
@@ -599,6 +633,23 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Releases the given leases (only those still held under their lease id).
     /// Returns how many were still held.
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>>;
+
+    /// Releases the lease `from` of `key` and, in the same write, makes
+    /// `to` (a local waiter's acquisition, of `shape`, expiring `ttl`
+    /// after the server's now) its holder, as "Handoff to a local waiter"
+    /// says. The default (and any shape but a plain one) is a plain
+    /// [`Store::release`]: `Released`, or `Lost` if it released nothing.
+    fn hand_over(
+        &self,
+        key: LeaseKey,
+        from: Uuid,
+        to: Uuid,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<HandOver>> {
+        let _ = (to, ttl, shape);
+        release_instead(self, key, from)
+    }
 
     /// Releases every lease held under this manager's owner id, except those
     /// with a lease id in `except` (acquisitions in flight), holders of

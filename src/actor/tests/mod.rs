@@ -28,6 +28,7 @@ use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 mod acquire;
 mod events;
 mod health;
+mod handoff;
 mod kinds;
 mod loss_detection;
 mod metrics;

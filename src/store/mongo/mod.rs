@@ -11,6 +11,8 @@
 //! - [`kinds`]: the BSON of shared and semaphore keys and of minimum holds
 //!   (acquire, renewal and release of any kind), pure and unit-tested like
 //!   `pipeline`; [`kinds_ops`]: the operations that send it;
+//! - [`handoff`]: the handoff to a local waiter in the releasing write
+//!   (its BSON, pure and unit-tested, and the operation that sends it);
 //! - [`prepare`]: the collection checks and the indexes (TTL index for garbage
 //!   collection, owner index);
 //! - [`observe`]: observing one key (change stream, or polling);
@@ -27,12 +29,14 @@
 //! `observe`; `kinds_ops` uses `ops`, `handle` and `kinds`; `kinds` uses
 //! `pipeline`, which uses `kinds` only for the exclusive waiter's mark;
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
-//! `transaction` uses `handle` and `pipeline`; `document` uses `handle`,
+//! `transaction` and `handoff` use `handle` and `pipeline` (`handoff` also
+//! `ops`' attempt count); `document` uses `handle`,
 //! `ops` (its retried updates and batch renewal) and `pipeline`; `pipeline`
 //! and `handle` use none of their siblings.
 
 mod document;
 mod handle;
+mod handoff;
 mod kinds;
 mod kinds_ops;
 mod observe;
