@@ -89,7 +89,10 @@ pub enum ReleaseMode {
     /// key: a release deletes the document only once the server's `$$NOW` is
     /// at least [`DELETE_MIN_TOKEN_AGE`] past its token's acquisition
     /// millisecond. A release of a younger lease marks it released as in
-    /// [`Keep`](ReleaseMode::Keep) (one more round trip) and the manager
+    /// [`Keep`](ReleaseMode::Keep) (one round trip; two, the delete tried
+    /// first, when it was held longer than [`DELETE_MIN_TOKEN_AGE`] plus
+    /// 100 ms by the manager's clock yet is still too young by the
+    /// server's) and the manager
     /// deletes the released document once it is old enough (a delete that
     /// matches only a released document of our shape, so a new acquisition
     /// in between is never deleted); until then an insert-style client still
