@@ -169,7 +169,7 @@
 //! token's server millisecond): its delete could not match but in a
 //! window of those 100 ms, so `MongoStore` skips it and only marks the
 //! lease released (`Store::release_young`), and the follow-up deletes it
-//! (`benches/throughput.rs`: 4 commands per acquire and release, now 3). The
+//! (`benches/throughput.rs`: 3 commands per acquire and release, not 4). The
 //! guarantee assumes: `$$NOW` never steps back by `D` or more between a
 //! delete and the next acquisition of that key (measured steps: up to 8 ms;
 //! across a failover, members' clocks within `D` of each other), and fewer
