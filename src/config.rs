@@ -40,8 +40,13 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Default number of leases renewed by one MongoDB command: 5 000.
 ///
-/// `updateMany` costs about 20 µs per key on MongoDB 6.0, so a full batch takes
-/// about 0.1 s; batches keep each command far below the 16 MiB command size limit.
+/// The batch's `updateMany` costs about 25 µs per lease on MongoDB 6.0 (24 µs
+/// with 5 000 leases, 29 µs with 1 000, on a 2-core machine shared with other
+/// builds; up to 4× more while they load it), so a full batch takes about
+/// 0.15 s. That is the cost of writing the documents: a plain `$set` of the
+/// same documents takes 0.9× as long, and the filter reads one `_id` index
+/// key per lease (`benches/throughput.rs`, docs/mongodb-behaviour.md, B23).
+/// Batches keep each command far below the 16 MiB command size limit.
 pub const DEFAULT_RENEWAL_BATCH_SIZE: usize = 5_000;
 
 /// Default [`ReleaseMode`]: [`ReleaseMode::Keep`], the released lock document
@@ -84,7 +89,10 @@ pub enum ReleaseMode {
     /// key: a release deletes the document only once the server's `$$NOW` is
     /// at least [`DELETE_MIN_TOKEN_AGE`] past its token's acquisition
     /// millisecond. A release of a younger lease marks it released as in
-    /// [`Keep`](ReleaseMode::Keep) (one more round trip) and the manager
+    /// [`Keep`](ReleaseMode::Keep) (one round trip; two, the delete tried
+    /// first, when it was held longer than [`DELETE_MIN_TOKEN_AGE`] plus
+    /// 100 ms by the manager's clock yet is still too young by the
+    /// server's) and the manager
     /// deletes the released document once it is old enough (a delete that
     /// matches only a released document of our shape, so a new acquisition
     /// in between is never deleted); until then an insert-style client still

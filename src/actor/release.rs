@@ -157,10 +157,16 @@ impl Actor {
         respond_to: Option<Reply<ReleaseOutcome>>,
         follow_up: Option<Instant>,
     ) {
-        let release = self.store(key.place).release(vec![LeaseRef {
+        let lease = LeaseRef {
             key: key.key.clone(),
             lease_id,
-        }]);
+        };
+        // A follow-up is due: the lease is too young for delete mode's delete.
+        let store = self.store(key.place);
+        let release = match follow_up {
+            Some(_) => store.release_young(lease),
+            None => store.release(vec![lease]),
+        };
         self.spawn_store(release, move |result| Event::Released {
             result,
             key,

@@ -92,6 +92,37 @@ pub(super) async fn delete_mode_release_deletes_the_document_once_its_token_is_o
     assert_eq!(raw(f, "keep").await.lease_id, None, "keep mode keeps it");
 }
 
+/// `Store::release_young` (a lease acquired less than `DELETE_DELAY` ago by
+/// the manager's clock): only marked released, whatever its token's age by
+/// the server's clock, and the follow-up delete removes it once its token is
+/// old enough; the next acquisition in between continues from its token.
+pub(super) async fn delete_mode_release_of_a_young_lease_only_marks_it_released<F: Fixture>(f: &F) {
+    let (a, b) = (
+        f.delete_mode_store("a").await,
+        f.delete_mode_store("b").await,
+    );
+    let (l1, t1) = take(&a, "young").await;
+    assert_eq!(a.release_young(l1.clone()).await.unwrap(), 1);
+    let kept = raw(f, "young").await;
+    assert_eq!((kept.lease_id, kept.token, kept.expired), (None, t1, true));
+    assert_eq!(a.release_young(l1).await.unwrap(), 0, "released only once");
+    let (l2, t2) = take(&b, "young").await;
+    assert!(t2 > t1, "the next token continues from the kept one");
+    // An old token too: never deleted by this release.
+    age_tokens().await;
+    assert_eq!(b.release_young(l2).await.unwrap(), 1);
+    assert_eq!(raw(f, "young").await.lease_id, None);
+    assert_eq!(raw(f, "young").await.token, t2);
+    assert_eq!(b.delete_released(vec!["young".into()]).await.unwrap(), 1);
+    assert_eq!(f.raw("young").await, None, "the follow-up deletes it");
+    // A lease lost to another owner: nothing released.
+    let (l3, _) = take(&a, "lost").await;
+    f.expire("lost").await;
+    let (l4, t4) = take(&b, "lost").await;
+    assert_eq!(a.release_young(l3).await.unwrap(), 0);
+    assert_held(&raw(f, "lost").await, "b", &l4, t4);
+}
+
 pub(super) async fn delete_mode_release_of_a_lost_lease_deletes_nothing<F: Fixture>(f: &F) {
     let (a, b) = (
         f.delete_mode_store("a").await,

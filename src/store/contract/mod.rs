@@ -287,6 +287,7 @@ contract!(
     // Delete-on-release mode and release by owner.
     compat::delete_mode_release_deletes_the_document_once_its_token_is_old_enough,
     compat::delete_mode_release_of_a_lost_lease_deletes_nothing,
+    compat::delete_mode_release_of_a_young_lease_only_marks_it_released,
     compat::delete_mode_tokens_strictly_increase_over_tight_acquire_release_cycles,
     compat::delete_mode_release_of_a_waited_for_lease_yields_instead,
     compat::release_by_owner_releases_every_lease_of_that_owner_only,

@@ -241,25 +241,12 @@ impl Store for MemoryStore {
     }
 
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
-        if leases.is_empty() {
-            // As MongoStore: no command at all.
-            return futures::future::ready(Ok(0)).boxed();
-        }
-        let keys = leases.iter().map(|l| l.key.clone()).collect();
-        let (db, owner) = (self.db.clone(), self.owner.clone());
-        let yield_window = self.yield_window;
-        let mode = self.release_mode;
-        self.run(Op::Release, keys, move |coll, now| {
-            let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
-            let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
-            let matches = |key: &LeaseKey, doc: &Doc| lease_matches(key, doc, &owner, &keys, &ids);
-            let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
-            let holders = |key: &LeaseKey, holder: &Holder| {
-                keys.contains(key) && ids.contains(&holder.lease_id) && holder.owner == owner
-            };
-            let (removed, _) = coll.release_holders_where(&db, holders, now);
-            Ok(deleted + marked + removed)
-        })
+        self.release_in(leases, self.release_mode)
+    }
+
+    fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
+        // As MongoStore: no delete, only the marking (keep mode's release).
+        self.release_in(vec![lease], ReleaseMode::Keep)
     }
 
     /// By the rule of `rules` for a plain shape in the lock collection; a
@@ -452,4 +439,32 @@ fn is_retry(coll: &Collection, key: &LeaseKey, lease_id: Uuid) -> bool {
     coll.docs.get(key).is_some_and(|doc| {
         doc.lease_id == Some(lease_id) || doc.holders.iter().any(|h| h.lease_id == lease_id)
     })
+}
+
+impl MemoryStore {
+    /// [`Store::release`] as in `mode`.
+    fn release_in(
+        &self,
+        leases: Vec<LeaseRef>,
+        mode: ReleaseMode,
+    ) -> BoxFuture<'static, Result<u64>> {
+        if leases.is_empty() {
+            // As MongoStore: no command at all.
+            return futures::future::ready(Ok(0)).boxed();
+        }
+        let keys = leases.iter().map(|l| l.key.clone()).collect();
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        let yield_window = self.yield_window;
+        self.run(Op::Release, keys, move |coll, now| {
+            let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
+            let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
+            let matches = |key: &LeaseKey, doc: &Doc| lease_matches(key, doc, &owner, &keys, &ids);
+            let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
+            let holders = |key: &LeaseKey, holder: &Holder| {
+                keys.contains(key) && ids.contains(&holder.lease_id) && holder.owner == owner
+            };
+            let (removed, _) = coll.release_holders_where(&db, holders, now);
+            Ok(deleted + marked + removed)
+        })
+    }
 }

@@ -305,19 +305,21 @@ impl MongoStore {
     /// releases leases whose local deadline has not passed, so nobody else can
     /// have taken it by expiry).
     ///
-    /// In [`ReleaseMode::Delete`], the documents whose token is at least
-    /// [`DELETE_MIN_TOKEN_AGE`] old and that nobody waited for are deleted
-    /// first ([`deletable_filter`]); the rest are marked released as in keep
-    /// mode. Returns how many were deleted and how many marked released.
+    /// In [`ReleaseMode::Delete`] and with `delete_first`, the documents
+    /// whose token is at least [`DELETE_MIN_TOKEN_AGE`] old and that nobody
+    /// waited for are deleted first ([`deletable_filter`]); the rest are
+    /// marked released as in keep mode. Returns how many were deleted and
+    /// how many marked released.
     async fn release_parts(
         &self,
         filter: Document,
         released: &Released<'_>,
         single: bool,
+        delete_first: bool,
     ) -> Result<(u64, u64)> {
         let mut ambiguous = false;
         let mut deleted = 0;
-        if self.release_mode() == ReleaseMode::Delete {
+        if delete_first && self.release_mode() == ReleaseMode::Delete {
             let deletable = deletable_filter(filter.clone(), min_token_age_ms());
             let (count, retried) = self.delete_matching(&deletable, single).await?;
             if single && count > 0 {
@@ -339,16 +341,19 @@ impl MongoStore {
         filter: Document,
         released: &Released<'_>,
         single: bool,
+        delete_first: bool,
     ) -> Result<u64> {
-        let (deleted, marked) = self.release_parts(filter, released, single).await?;
+        let (deleted, marked) = self
+            .release_parts(filter, released, single, delete_first)
+            .await?;
         Ok(deleted + marked)
     }
 
     /// Releases `leases` (of any kinds): one command for a batch whose keys
     /// are distinct, else one per round of distinct keys (several holders
     /// of one key, which one document matches once), so that the count is
-    /// of leases.
-    async fn release_leases(&self, leases: Vec<LeaseRef>) -> Result<u64> {
+    /// of leases. `delete_first` as in [`MongoStore::release_parts`].
+    async fn release_leases(&self, leases: Vec<LeaseRef>, delete_first: bool) -> Result<u64> {
         let ids = lease_ids(&leases);
         let mut rounds: Vec<Vec<LeaseRef>> = Vec::new();
         for lease in leases {
@@ -368,7 +373,7 @@ impl MongoStore {
             };
             let filter = holder_filter(self.owner(), &round);
             count += self
-                .release_matching(filter, &released, round.len() == 1)
+                .release_matching(filter, &released, round.len() == 1, delete_first)
                 .await?;
         }
         let mut holders = self.holder_ids();
@@ -397,7 +402,7 @@ impl MongoStore {
             owner: &owner,
             except: Vec::new(),
         };
-        let (deleted, marked) = self.release_parts(filter, &released, false).await?;
+        let (deleted, marked) = self.release_parts(filter, &released, false, true).await?;
         if self.release_mode() == ReleaseMode::Delete && marked > 0 {
             tokio::time::sleep(DELETE_DELAY).await;
             self.delete_released_matching(doc! { field::OWNER: &owner })
@@ -633,7 +638,7 @@ impl Store for MongoStore {
             if leases.is_empty() {
                 return Ok(0);
             }
-            store.release_leases(leases).await
+            store.release_leases(leases, true).await
         }
         .boxed()
     }
@@ -655,6 +660,11 @@ impl Store for MongoStore {
         async move { store.hand_over_once(key, from, to, ttl_ms(ttl)).await }.boxed()
     }
 
+    fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move { store.release_leases(vec![lease], false).await }.boxed()
+    }
+
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move {
@@ -666,7 +676,9 @@ impl Store for MongoStore {
                 owner: store.owner(),
                 except: except.clone(),
             };
-            let count = store.release_matching(filter, &released, false).await?;
+            let count = store
+                .release_matching(filter, &released, false, true)
+                .await?;
             store.holder_ids().retain(|id, _| except.contains(id));
             Ok(count)
         }
