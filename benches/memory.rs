@@ -15,8 +15,9 @@
 //!   (the connection pool and the actor's first allocations), read RSS,
 //!   acquire N leases on distinct keys (64 acquires in flight, through the
 //!   public API), keep the `Lease`s in a `Vec`, wait until the heartbeat has
-//!   renewed every lease twice (counted from the renewal commands the driver
-//!   reports), read RSS again, then shut down (which releases everything).
+//!   renewed every lease twice (read on the server: every lock document's
+//!   `ts` later than a moment, twice), read RSS again, then shut down (which
+//!   releases everything).
 //! * **raw driver** (the baseline): the same client and warm-up, then N
 //!   `insert_one` of a lock-shaped document (64 in flight), keeping each
 //!   `_id` in a `Vec`, as a raw-driver lock user keeps the keys to delete.
@@ -29,22 +30,17 @@
 //! of the transient renewal batches).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use mongo_lease::{LockManager, LockManagerOptions};
 use mongodb::Client;
 use mongodb::bson::{Document, doc};
-use mongodb::event::{EventHandler, command::CommandEvent};
 use mongodb::options::{CollectionOptions, WriteConcern};
 
 #[path = "common/mongod.rs"]
 mod mongod;
-#[path = "../tests/common/renewal.rs"]
-mod renewal;
 
 /// Acquires (or raw inserts) in flight at once.
 const CONCURRENCY: usize = 64;
@@ -193,58 +189,19 @@ async fn run_child(uri: &str, mode: &str, n: usize) -> Measured {
     }
 }
 
-/// Renewed leases confirmed so far (from the renewal commands' events).
-#[derive(Clone, Default)]
-struct Renewals {
-    started: Arc<Mutex<HashMap<i32, usize>>>,
-    confirmed: Arc<AtomicUsize>,
-}
-
-impl Renewals {
-    fn handler(&self) -> EventHandler<CommandEvent> {
-        let sink = self.clone();
-        EventHandler::callback(move |event| match event {
-            CommandEvent::Started(started) => {
-                if let Some(keys) = renewal::renewed_keys(&started.command) {
-                    let n = keys.len();
-                    sink.started.lock().unwrap().insert(started.request_id, n);
-                }
-            }
-            CommandEvent::Succeeded(done) => {
-                if let Some(n) = sink.started.lock().unwrap().remove(&done.request_id) {
-                    sink.confirmed.fetch_add(n, Ordering::Relaxed);
-                }
-            }
-            CommandEvent::Failed(failed) => {
-                sink.started.lock().unwrap().remove(&failed.request_id);
-            }
-            _ => {}
-        })
-    }
-
-    fn confirmed(&self) -> usize {
-        self.confirmed.load(Ordering::Relaxed)
-    }
-}
-
 /// One measurement in this (fresh) process; prints its result line.
 async fn child(spec: &str) {
     let (mode, n) = spec.split_once(':').expect("MEMORY_CHILD=mode:n");
     let n: usize = n.parse().expect("MEMORY_CHILD=mode:n");
     let uri = std::env::var("MONGODB_URI").expect("MONGODB_URI for the child");
-    let renewals = Renewals::default();
-    let mut options = mongodb::options::ClientOptions::parse(&uri)
-        .await
-        .expect("uri");
-    options.command_event_handler = Some(renewals.handler());
-    let client = Client::with_options(options).expect("client");
+    let client = Client::with_uri_str(&uri).await.expect("client");
     let db = client.database(&format!(
         "bench_memory_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     ));
     let started = Instant::now();
     let (before, after) = match mode {
-        "lease" => leases(&db, n, &renewals).await,
+        "lease" => leases(&db, n).await,
         "raw" => raw(&db, n).await,
         other => panic!("unknown mode {other}"),
     };
@@ -277,7 +234,7 @@ fn heartbeat(n: usize) -> Duration {
 }
 
 /// mongo-lease: RSS before and after holding `n` leases renewed twice.
-async fn leases(db: &mongodb::Database, n: usize, renewals: &Renewals) -> (Reading, Reading) {
+async fn leases(db: &mongodb::Database, n: usize) -> (Reading, Reading) {
     let heartbeat = heartbeat(n);
     let manager = LockManager::connect(
         LockManagerOptions::builder()
@@ -313,20 +270,45 @@ async fn leases(db: &mongodb::Database, n: usize, renewals: &Renewals) -> (Readi
     }
     let before = Reading::now();
     let leases = acquire_all("key", n).await;
-    let from = renewals.confirmed();
-    let bound = Instant::now() + heartbeat * 20;
-    while renewals.confirmed() < from + 2 * n {
-        assert!(
-            Instant::now() < bound,
-            "the heartbeat did not renew every lease twice in 20 heartbeats"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let acquired = Reading::now();
+    eprintln!(
+        "lease:{n}: right after the acquisitions: {:.0} B RSS/lease, heap {:.0} B/lease",
+        (acquired.rss as f64 - before.rss as f64) / n as f64,
+        (acquired.live as f64 - before.live as f64) / n as f64,
+    );
+    let locks = db.collection::<Document>("memory.lock");
+    for _ in 0..2 {
+        renewed_since_now(&locks, heartbeat).await;
     }
     let after = Reading::now();
     assert!(leases.iter().all(|l| !l.is_lost()), "no lease lost");
     manager.shutdown().await.expect("shutdown");
     assert!(leases.iter().all(|l| l.is_lost()));
     (before, after)
+}
+
+/// Waits until every lock document of `locks` was renewed after now: its
+/// `ts` (the server's `$$NOW` at the last renewal; the server runs on this
+/// machine's clock) is later than the local clock's now. Read on the server
+/// rather than from the driver's command events, whose copies of every
+/// renewal command would add to the memory measured.
+async fn renewed_since_now(locks: &mongodb::Collection<Document>, heartbeat: Duration) {
+    let since = mongodb::bson::DateTime::now();
+    let bound = Instant::now() + heartbeat * 20;
+    loop {
+        let stale = locks
+            .count_documents(doc! { "lid": { "$exists": true }, "ts": { "$lte": since } })
+            .await
+            .expect("count");
+        if stale == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < bound,
+            "{stale} leases not renewed in 20 heartbeats"
+        );
+        tokio::time::sleep(heartbeat / 4).await;
+    }
 }
 
 /// The raw driver: RSS before and after inserting `n` lock-shaped documents.
