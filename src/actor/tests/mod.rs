@@ -28,6 +28,7 @@ use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 mod acquire;
 mod kinds;
 mod loss_detection;
+mod memory;
 mod places;
 mod release;
 mod renewal;
