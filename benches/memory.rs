@@ -168,10 +168,10 @@ async fn run_child(uri: &str, mode: &str, n: usize) -> Measured {
     let output = tokio::process::Command::new(exe)
         .env(CHILD, format!("{mode}:{n}"))
         .env("MONGODB_URI", uri)
-        .stderr(std::process::Stdio::inherit())
         .output()
         .await
         .expect("run the measuring child");
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{mode}:{n} failed: {stdout}");
     let line = stdout
