@@ -11,10 +11,12 @@
 //! that thread (`std::thread::sleep`, like a long GC pause or a `SIGSTOP`)
 //! while it holds `job-c`. Its lease is not renewed and expires; `charlie`
 //! takes the key over with a higher fencing token. When `delta` thaws, it
-//! still believes it holds the lease and tries to write: the resource refuses
-//! the write because its token is older than the one it has seen. As soon as
-//! delta's manager runs again, the lease's lost-lease signal (its
-//! cancellation token) fires.
+//! reads `is_lost() == true` at once (the lease's local deadline is read
+//! without the manager task, which has not run yet), with `lost_reason()`
+//! `expired`. It writes anyway, as code that does not check would: the
+//! resource refuses the write because its token is older than the one it
+//! has seen. As soon as delta's manager runs again, the lease's lost-lease
+//! signal (its cancellation token) fires.
 //!
 //! The protected resource is one document per key in the `jobs` collection,
 //! updated only under the lease's [`Fence`](mongo_lease::Fence): the write
@@ -462,11 +464,16 @@ impl Worker {
         );
         std::thread::sleep(FREEZE);
         // Nothing on this thread ran while it was frozen, so the manager has
-        // not noticed yet: the lease still looks held.
+        // not noticed yet; the lease reads lost all the same (its local
+        // deadline is read without the manager). It writes anyway, to show
+        // the fence.
+        let reason = lease
+            .lost_reason()
+            .map_or_else(|| "none".to_string(), |r| r.to_string());
         self.say(
             key,
             format!(
-                "thaws: is_lost() = {}, so it writes its result with token {token}",
+                "thaws: is_lost() = {} (reason: {reason}), yet writes its result with token {token}",
                 lease.is_lost()
             ),
         );

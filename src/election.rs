@@ -15,6 +15,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
@@ -26,6 +27,7 @@ use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseHandle, LeaseInfo, LeaseObserver, ReleaseOutcome};
 use crate::manager::LockManager;
+use crate::status::{LeaseEvents, LeaseState, LossReason};
 
 /// One leader election, by name, among the processes that share a lock
 /// collection. Cheap to clone; every clone campaigns for the same manager.
@@ -290,9 +292,23 @@ impl Leadership {
         self.lease.cancellation_token()
     }
 
-    /// `true` once leadership has been lost.
+    /// `true` once leadership has been lost: its token fired, or its local
+    /// deadline has passed, read without the manager task (see
+    /// [`Lease::is_lost`]).
     pub fn is_lost(&self) -> bool {
         self.lease.is_lost()
+    }
+
+    /// Why leadership was lost; `None` while it is held (see
+    /// [`Lease::lost_reason`]: set before the token fires).
+    pub fn lost_reason(&self) -> Option<LossReason> {
+        self.lease.lost_reason()
+    }
+
+    /// The events of the leader's lease: renewed, at risk, lost with its
+    /// reason (see [`Lease::events`]).
+    pub fn events(&self) -> LeaseEvents {
+        self.lease.events()
     }
 
     /// Completes when leadership is lost (or resigned). The future does not
@@ -352,7 +368,7 @@ impl Leadership {
         LeaderContext {
             election: self.election.clone(),
             term: self.term(),
-            cancel: self.cancellation_token(),
+            state: self.lease.state().clone(),
             lease: self.lease.handle(),
         }
     }
@@ -375,7 +391,8 @@ impl fmt::Debug for Leadership {
 pub struct LeaderContext {
     election: LeaseKey,
     term: u64,
-    cancel: CancellationToken,
+    /// The leader's lease state, shared with its `Lease` and the manager.
+    state: Arc<LeaseState>,
     lease: LeaseHandle,
 }
 
@@ -392,7 +409,7 @@ impl LeaderContext {
 
     /// A token cancelled when leadership is lost.
     pub fn cancellation_token(&self) -> CancellationToken {
-        self.cancel.clone()
+        self.state.token().clone()
     }
 
     /// Completes when leadership is lost. The future does not borrow the
@@ -402,12 +419,25 @@ impl LeaderContext {
     ///
     /// Cancel safe: dropping the future has no effect on the leadership.
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.cancel.clone().cancelled_owned()
+        self.state.token().clone().cancelled_owned()
     }
 
-    /// `true` once leadership has been lost.
+    /// `true` once leadership has been lost: the token fired, or the
+    /// lease's local deadline has passed, read without the manager task
+    /// (see [`Lease::is_lost`]).
     pub fn is_lost(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.state.is_lost()
+    }
+
+    /// Why leadership was lost; `None` while it is held (see
+    /// [`Lease::lost_reason`]).
+    pub fn lost_reason(&self) -> Option<LossReason> {
+        self.state.lost_reason()
+    }
+
+    /// The events of the leader's lease (see [`Lease::events`]).
+    pub fn events(&self) -> LeaseEvents {
+        self.state.events()
     }
 
     /// Publishes the leader's payload (see [`Leadership::set_payload`]).

@@ -15,7 +15,7 @@ use crate::actor::command::Target;
 use crate::actor::mailbox::Mailbox;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
-use crate::status::{LeaseState, LossReason};
+use crate::status::{LeaseEvents, LeaseState, LossReason};
 use crate::store::{DocumentWrite, LockPlace};
 
 /// Largest accepted payload ([`Lease::set_payload`]), in bytes of BSON: 16 KiB.
@@ -207,7 +207,10 @@ impl Lease {
     /// [`LockManager::shutdown`], [`Lease::release`], and for an
     /// in-document lease [`DocumentLease::commit`] as soon as it is sent).
     ///
-    /// Clone it into the tasks that work under the lease.
+    /// Clone it into the tasks that work under the lease. When a renewal
+    /// (or a payload or in-document write) finds the lease gone, the token
+    /// fires after one read of the key that tells why
+    /// ([`Lease::lost_reason`], recorded before the token fires).
     ///
     /// [`LockManager::release_all`]: crate::LockManager::release_all
     /// [`LockManager::shutdown`]: crate::LockManager::shutdown
@@ -242,9 +245,57 @@ impl Lease {
     /// Why the lease was lost; `None` while it is held.
     ///
     /// [`LossReason::Expired`] once the local deadline has passed, even before
-    /// the manager task has noticed.
+    /// the manager task has noticed. The reason is recorded before the
+    /// token fires: once [`Lease::lost`] has completed (or the token reads
+    /// cancelled), this returns the manager's verdict, never `None`.
     pub fn lost_reason(&self) -> Option<LossReason> {
         self.state.lost_reason()
+    }
+
+    /// The local deadline: the instant (tokio's clock,
+    /// [`tokio::time::Instant`], which paused-clock tests move) after which
+    /// this lease reads lost unless a renewal is confirmed before then:
+    /// *start of the last confirmed renewal (or of the acquire) + ttl −
+    /// safety margin*. `None` once the lease is lost.
+    ///
+    /// Read without the manager task, like [`Lease::is_lost`].
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.state.deadline()
+    }
+
+    /// The events of this lease from now on: each confirmed renewal (with
+    /// the server's new expiry and the new local deadline), each failed
+    /// renewal while the lease is still held (at risk), and the loss with
+    /// its reason, the last event. See [`LeaseEvents`] for the delivery
+    /// (bounded, never blocks the manager, always ends with the loss).
+    ///
+    /// The first call makes the lease's event channel; leases nobody
+    /// follows have none.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: mongo_lease::Lease) {
+    /// use mongo_lease::LeaseEvent;
+    /// let mut events = lease.events();
+    /// while let Some(event) = events.recv().await {
+    ///     match event {
+    ///         LeaseEvent::AtRisk { deadline, error } => {
+    ///             eprintln!("renewal failed ({error}); held until {deadline:?} at most")
+    ///         }
+    ///         LeaseEvent::Lost(reason) => eprintln!("lease lost: {reason}"),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn events(&self) -> LeaseEvents {
+        self.state.events()
+    }
+
+    /// The state shared with the manager (token, deadline, reason, events).
+    pub(crate) fn state(&self) -> &Arc<LeaseState> {
+        &self.state
     }
 
     /// Stores `payload` in the lease's document (field `data`), replacing the
@@ -466,6 +517,10 @@ pub struct LeaseInfo {
     /// acquisition can take it (`hl`).
     /// `None` once that time has passed, or without `hold_at_least`.
     pub hold_until: Option<SystemTime>,
+    /// An exclusive lease of our shape whose lease id (`lid`) is gone: a
+    /// release (an expiry keeps it). Tells a lost lease's reason
+    /// (`actor::loss::judge`).
+    pub(crate) released: bool,
 }
 
 /// One holder of a shared or semaphore key, as read by

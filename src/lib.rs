@@ -115,6 +115,61 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Following a lease
+//!
+//! The [`CancellationToken`](tokio_util::sync::CancellationToken) of a lease
+//! ([`Lease::lost`], [`Lease::cancellation_token`]) stays the simple path:
+//! it fires when the lease is no longer held. To know more:
+//!
+//! - [`Lease::lost_reason`] says why ([`LossReason`]): `Expired` (no renewal
+//!   confirmed before the local deadline), `Taken { owner_id,
+//!   fencing_token }` (another acquisition has the key), `Deleted` (its
+//!   document, or an in-document lease's lock field, was removed),
+//!   `ForceReleased` ([`LockManager::force_release`] or
+//!   [`LockManager::release_owner`], of this manager or another),
+//!   `Released` (release, drop, commit, [`LockManager::release_all`]) or
+//!   `Shutdown`. When a write under the lease finds it gone, the manager
+//!   reads the key once to tell which, and fires the token after that read.
+//! - [`Lease::events`] streams [`LeaseEvent`]s: `Renewed` (the server's new
+//!   expiry, a lower bound within the acquire's and the renewal's round
+//!   trips, and the new local deadline), `AtRisk` (a renewal failed; held
+//!   until the deadline unless a retry is confirmed), and `Lost(reason)`,
+//!   the last one. A bounded channel made on the first call: the manager
+//!   never waits for a reader, a reader that falls behind skips old events,
+//!   and `Lost` is always delivered ([`LeaseEvents`]).
+//! - [`Lease::is_lost`] and [`Lease::deadline`] read the local deadline
+//!   without the manager task (the manager moves it at each confirmed
+//!   renewal, as DynamoDB's lock client's `isExpired()` reads its lease): a
+//!   lease reads lost as soon as its deadline has passed, even in a frozen
+//!   or starved process whose manager task has not run since; its token
+//!   fires, and its `Lost` event is sent, when the manager task runs. A
+//!   lease that read lost never reads held again: a renewal confirmed
+//!   after the deadline does not revive it.
+//!
+//! Ordering: the reason is recorded before the token fires, and the token
+//! fires before the `Lost` event is sent; so once [`Lease::lost`] has
+//! completed (or the event arrived), [`Lease::lost_reason`] returns the
+//! manager's verdict. A `Renewed` event is sent after [`Lease::deadline`]
+//! moved. [`Leadership`] and [`LeaderContext`] share their lease's state:
+//! the same `lost_reason()`, `events()` and `is_lost()`.
+//!
+//! ```no_run
+//! use mongo_lease::{LeaseEvent, LossReason};
+//!
+//! # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+//! let lease = manager.acquire("report").await?;
+//! let mut events = lease.events();
+//! while let Some(event) = events.recv().await {
+//!     match event {
+//!         LeaseEvent::AtRisk { error, .. } => eprintln!("renewal failed: {error}"),
+//!         LeaseEvent::Lost(LossReason::Taken { owner_id, .. }) => eprintln!("taken by {owner_id}"),
+//!         LeaseEvent::Lost(reason) => eprintln!("lost: {reason}"),
+//!         _ => {}
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # Guarantees
 //!
 //! - **Mutual exclusion**: at most one live exclusive lease per key at any
@@ -268,6 +323,7 @@
 //! | [`fence`] | fenced writes to user data under a lease: [`Lease::with_transaction`] (writes committed only while the lease is held) and [`Fence`] (a single-document write refused under a smaller token) |
 //! | [`semaphore`] | [`Semaphore`]: a key with N permits ([`LockManager::semaphore`]); the shared side of a read/write key is [`LockManager::acquire_shared`] |
 //! | [`election`] | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
+//! | [`status`] | what a held lease is doing: [`LossReason`], [`LeaseEvent`] and [`LeaseEvents`] (a lease's events), its local deadline read without the manager task |
 //! | [`config`] | [`LockManagerOptions`], [`AcquireOptions`], [`ReleaseMode`] and the `DEFAULT_*` constants |
 //! | [`error`] | [`Error`] and [`Result`] |
 //! | `actor` (private) | the manager task: state per place (the lock collection, and each user collection of in-document leases), the one `select!` loop, one file per concept (acquire, renewal and deadlines, release, the change streams of writes, shutdown, observers, in-document places); `Command`s and the handles' `Mailbox` |
@@ -319,7 +375,7 @@ pub use kind::{LeaseKind, MAX_PERMITS};
 pub use lease::{HolderInfo, Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
 pub use manager::LockManager;
 pub use semaphore::Semaphore;
-pub use status::LossReason;
+pub use status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason};
 
 /// The README's code examples, compiled as doctests, so that they stay true
 /// to the API.

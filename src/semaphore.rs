@@ -307,6 +307,7 @@ mod tests {
             kind,
             holders: vec![holder; holders],
             hold_until: None,
+            released: false,
         }
     }
 

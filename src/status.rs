@@ -1,18 +1,27 @@
 //! What a held lease is doing: its local deadline, readable without the
 //! manager task, and why it was lost ([`LossReason`]).
 //!
-//! Each held lease shares one [`LeaseState`] between the actor (which moves
+//! Each held lease shares one `LeaseState` between the actor (which moves
 //! the deadline at each confirmed renewal and records the loss) and the
 //! caller's [`Lease`](crate::Lease) (which reads them). Reading needs no
 //! message to the actor, so [`Lease::is_lost`](crate::Lease::is_lost) is
 //! right even when the manager task has not run for a while (a starved
 //! runtime, a paused thread): once the local deadline has passed, the lease
 //! reads as lost, as DynamoDB's lock client's `isExpired()` does.
+//!
+//! To follow a lease as it goes, [`Lease::events`](crate::Lease::events)
+//! gives a stream of [`LeaseEvent`]s: renewed, at risk, lost (see
+//! [`LeaseEvents`] for what it delivers to a slow reader).
 
 use std::fmt;
+use std::pin::Pin;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::SystemTime;
 
+use futures::stream::{BoxStream, Stream, StreamExt};
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -27,7 +36,11 @@ pub enum LossReason {
     /// deadline (the server unreachable, the process or the manager task
     /// stalled), or the server found the lease expired.
     Expired,
-    /// Another holder has the key now.
+    /// Another acquisition has the key now (or had it since this lease was
+    /// lost): another manager took it after this lease expired, or another
+    /// application rewrote its owner id or replaced it with a lock document
+    /// of its own (then `fencing_token` is that document's integer `tok`,
+    /// or 0).
     Taken {
         /// The owner id of the manager (or application) that holds it now.
         owner_id: String,
@@ -35,10 +48,21 @@ pub enum LossReason {
         fencing_token: u64,
     },
     /// The lease's document (or in-document lock field) was deleted by
-    /// someone else.
+    /// someone else (another application, an operator, the TTL monitor of a
+    /// TTL index on another field). A release by owner id in delete mode
+    /// ([`ReleaseMode::Delete`](crate::ReleaseMode::Delete)) may delete the
+    /// document too, and then reads as this.
     Deleted,
     /// The lease was force-released ([`LockManager::force_release`],
-    /// [`LockManager::release_owner`]).
+    /// [`LockManager::release_owner`]), by this manager or another.
+    ///
+    /// Another manager's force release does not delete a lease's document:
+    /// it releases it (removes its lease id, `lid`, keeping its fencing
+    /// token), which an expiry never does; so the holder's manager, reading
+    /// the key once its renewal (or its change stream) finds the lease
+    /// gone, tells it apart. A holder of a shared or semaphore key cannot
+    /// tell its entry's removal from its expiry: it reads
+    /// [`Expired`](LossReason::Expired) then.
     ///
     /// [`LockManager::force_release`]: crate::LockManager::force_release
     /// [`LockManager::release_owner`]: crate::LockManager::release_owner
@@ -84,26 +108,148 @@ impl fmt::Display for LossReason {
     }
 }
 
+/// Something that happened to one held lease ([`Lease::events`](crate::Lease::events)).
+///
+/// The notion of a lease "at risk" follows DynamoDB's lock client's session
+/// monitor (a callback when a lease enters its danger zone) and Kubernetes'
+/// leader election callbacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseEvent {
+    /// A renewal was confirmed by the server.
+    Renewed {
+        /// The lease's new expiry on the server (`exp`, the renewal's
+        /// `$$NOW` + TTL), as estimated here: a renewal (an `updateMany`)
+        /// returns no document, so this is the fencing token's time part
+        /// (the server's millisecond of the acquisition) plus the local
+        /// time from the acquire's reply to the renewal's send, plus the
+        /// TTL. It is a lower bound of the server's `exp`: never later
+        /// than it, and earlier by at most the acquire's round trip plus
+        /// the renewal's plus 1 ms, as long as the server's clock and the
+        /// local one run at the same rate. Two server behaviours can put
+        /// it a few milliseconds later than `exp`: `$$NOW` stepping back
+        /// between writes (docs/mongodb-behaviour.md, B3), and a token
+        /// whose time part ran ahead of `$$NOW` (a key acquired again in
+        /// the millisecond of the previous token). It is in the server's
+        /// clock, comparable with [`LeaseInfo::expires_at`](crate::LeaseInfo::expires_at),
+        /// not with this machine's `SystemTime::now()` if the clocks differ.
+        expires_at: SystemTime,
+        /// The new local deadline (tokio's clock; see
+        /// [`Lease::deadline`](crate::Lease::deadline)).
+        deadline: Instant,
+    },
+    /// A renewal failed or could not be confirmed (the server unreachable,
+    /// a timeout, an error); the manager retries. The lease is still held
+    /// until `deadline` unless a renewal is confirmed before then.
+    AtRisk {
+        /// The local deadline (tokio's clock), unchanged by the failure.
+        deadline: Instant,
+        /// The renewal's error, as text.
+        error: String,
+    },
+    /// The lease is no longer held; the last event of the stream.
+    Lost(LossReason),
+}
+
+/// How many events a reader of [`LeaseEvents`] may fall behind before it
+/// misses the oldest ones (the final [`LeaseEvent::Lost`] is never missed).
+pub const LEASE_EVENTS_CAPACITY: usize = 16;
+
+/// The events of one lease, from [`Lease::events`](crate::Lease::events)
+/// (a [`Stream`]; or call [`LeaseEvents::recv`]).
+///
+/// Delivery: each event is sent on a bounded broadcast channel of
+/// [`LEASE_EVENTS_CAPACITY`] events created on the first call to
+/// `events()` (a lease nobody follows costs no channel). The manager never
+/// waits for a reader: a reader more than that many events behind skips
+/// the oldest ones (a renewal or an at-risk notice, which later ones
+/// supersede), and memory stays bounded. The final
+/// [`LeaseEvent::Lost`] is always delivered, even to a stream made after
+/// the loss (it then yields only that event), and the stream ends after
+/// it (a stream whose manager task was dropped with its runtime, never to
+/// run again, ends without it). A channel rather than a `watch` of the latest state, so that an
+/// [`AtRisk`](LeaseEvent::AtRisk) followed at once by a renewal is still
+/// seen by a reader that keeps up.
+///
+/// Events come from the manager task: a lease whose local deadline has
+/// passed reads lost at once ([`Lease::is_lost`](crate::Lease::is_lost)),
+/// but its `Lost` event comes when the manager task runs.
+pub struct LeaseEvents {
+    inner: BoxStream<'static, LeaseEvent>,
+}
+
+impl LeaseEvents {
+    /// The next event; `None` after [`LeaseEvent::Lost`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an event is never lost by dropping the future.
+    pub async fn recv(&mut self) -> Option<LeaseEvent> {
+        self.inner.next().await
+    }
+}
+
+impl Stream for LeaseEvents {
+    type Item = LeaseEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaseEvent>> {
+        self.inner.poll_next_unpin(cx)
+    }
+}
+
+impl fmt::Debug for LeaseEvents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseEvents").finish_non_exhaustive()
+    }
+}
+
 /// The state one held lease shares between the actor and its handles.
 pub(crate) struct LeaseState {
     cancel: CancellationToken,
-    /// The local deadline, in nanoseconds after [`base`]; 0 once lost.
+    /// The local deadline, in signed nanoseconds from [`base`] (as
+    /// [`to_nanos`] encodes them); [`LOST`] once lost.
     deadline: AtomicU64,
     /// Why it was lost: set once, before the token fires.
     reason: OnceLock<LossReason>,
+    /// The events' channel, made by the first `events()` call (most leases
+    /// are never followed: one pointer until then).
+    events: OnceLock<broadcast::Sender<LeaseEvent>>,
 }
 
 /// The instant local deadlines are counted from: the first one asked for
-/// (tokio's clock, so that paused-clock tests move it).
+/// (tokio's clock, so that paused-clock tests move it). Deadlines before it
+/// count back from it (each paused-clock test runtime has a clock of its
+/// own, and one may start before another's first deadline).
 fn base() -> Instant {
     static BASE: OnceLock<std::time::Instant> = OnceLock::new();
     Instant::from_std(*BASE.get_or_init(|| Instant::now().into_std()))
 }
 
+/// The stored deadline of a lost lease.
+const LOST: u64 = i64::MIN as u64;
+
+/// `at` as signed nanoseconds from [`base`], stored as `u64` bits; never
+/// [`LOST`]. Signed `i64` nanoseconds span 292 years either way.
 fn to_nanos(at: Instant) -> u64 {
-    let nanos = at.saturating_duration_since(base()).as_nanos();
-    // 1 past the base, so that 0 can mean "lost"; u64 nanoseconds last 584 years.
-    u64::try_from(nanos).unwrap_or(u64::MAX).max(1)
+    let base = base();
+    let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let signed = if at >= base {
+        nanos(at.duration_since(base))
+    } else {
+        -nanos(base.duration_since(at))
+    };
+    signed.max(i64::MIN + 1) as u64
+}
+
+/// The instant [`to_nanos`] encoded.
+fn from_nanos(stored: u64) -> Instant {
+    let signed = stored as i64;
+    let magnitude = std::time::Duration::from_nanos(signed.unsigned_abs());
+    if signed >= 0 {
+        base() + magnitude
+    } else {
+        base() - magnitude
+    }
 }
 
 impl LeaseState {
@@ -113,6 +259,7 @@ impl LeaseState {
             cancel: CancellationToken::new(),
             deadline: AtomicU64::new(to_nanos(deadline)),
             reason: OnceLock::new(),
+            events: OnceLock::new(),
         }
     }
 
@@ -121,18 +268,85 @@ impl LeaseState {
         &self.cancel
     }
 
-    /// Moves the local deadline (a confirmed renewal).
-    pub(crate) fn set_deadline(&self, deadline: Instant) {
-        if !self.cancel.is_cancelled() {
-            self.deadline.store(to_nanos(deadline), Ordering::Release);
+    /// Moves the local deadline (a confirmed renewal), unless the lease is
+    /// lost: its token fired or its deadline has passed (a lease that read
+    /// lost never reads held again). Returns whether it moved.
+    pub(crate) fn set_deadline(&self, deadline: Instant) -> bool {
+        if self.is_lost() {
+            return false;
         }
+        self.deadline.store(to_nanos(deadline), Ordering::Release);
+        true
+    }
+
+    /// A confirmed renewal: moves the local deadline (as
+    /// [`LeaseState::set_deadline`]) and, if someone follows the lease,
+    /// sends [`LeaseEvent::Renewed`] with the server's expiry as
+    /// `expires_at` estimates it (called only then).
+    pub(crate) fn renewed(&self, deadline: Instant, expires_at: impl FnOnce() -> SystemTime) {
+        if self.set_deadline(deadline) {
+            self.send(|| LeaseEvent::Renewed {
+                expires_at: expires_at(),
+                deadline,
+            });
+        }
+    }
+
+    /// A renewal failed or was not confirmed: sends [`LeaseEvent::AtRisk`]
+    /// with the unchanged deadline, if someone follows the lease.
+    pub(crate) fn at_risk(&self, error: &dyn fmt::Display) {
+        if let Some(deadline) = self.deadline() {
+            self.send(|| LeaseEvent::AtRisk {
+                deadline,
+                error: error.to_string(),
+            });
+        }
+    }
+
+    /// Sends an event to the lease's followers, if any (made only then).
+    fn send(&self, event: impl FnOnce() -> LeaseEvent) {
+        if let Some(events) = self.events.get()
+            && events.receiver_count() > 0
+        {
+            let _ = events.send(event());
+        }
+    }
+
+    /// The lease's events (see [`LeaseEvents`]): those sent from now on,
+    /// ending with [`LeaseEvent::Lost`]; only that one if already lost.
+    pub(crate) fn events(&self) -> LeaseEvents {
+        let receiver = self
+            .events
+            .get_or_init(|| broadcast::channel(LEASE_EVENTS_CAPACITY).0)
+            .subscribe();
+        // Subscribed before reading the reason: a loss recorded after this
+        // read sends its `Lost` to this receiver.
+        let inner = match self.reason.get() {
+            Some(reason) => {
+                futures::stream::once(std::future::ready(LeaseEvent::Lost(reason.clone()))).boxed()
+            }
+            None => futures::stream::unfold(Some(receiver), |receiver| async move {
+                let mut receiver = receiver?;
+                loop {
+                    match receiver.recv().await {
+                        Ok(event @ LeaseEvent::Lost(_)) => return Some((event, None)),
+                        Ok(event) => return Some((event, Some(receiver))),
+                        // Fell behind: the oldest events were dropped.
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            })
+            .boxed(),
+        };
+        LeaseEvents { inner }
     }
 
     /// The local deadline; `None` once the lease is lost.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         match self.deadline.load(Ordering::Acquire) {
-            0 => None,
-            nanos => Some(base() + std::time::Duration::from_nanos(nanos)),
+            LOST => None,
+            stored => Some(from_nanos(stored)),
         }
     }
 
@@ -156,12 +370,37 @@ impl LeaseState {
 
     /// Records why the lease was lost (the first reason wins) and fires its
     /// token. Returns `false` if it was already recorded lost.
+    ///
+    /// Order: the reason is recorded, then the token fires, then the
+    /// followers get [`LeaseEvent::Lost`]; so whoever sees the token fired
+    /// (or the `Lost` event) reads the recorded reason.
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
         let first = self.reason.set(reason).is_ok();
-        self.deadline.store(0, Ordering::Release);
+        self.deadline.store(LOST, Ordering::Release);
         self.cancel.cancel();
+        if first && let Some(reason) = self.reason.get() {
+            self.send(|| LeaseEvent::Lost(reason.clone()));
+        }
         first
     }
+}
+
+/// The server's expiry of a lease renewed by a renewal sent at `sent_at`
+/// (local clock), as [`LeaseEvent::Renewed::expires_at`] documents it: the
+/// fencing token's time part (the server's millisecond of the acquisition,
+/// `tok >> 20`, "Fencing tokens" in `src/store/mod.rs`) + the local time from
+/// the acquire's reply (`acquired_at`) to the renewal's send + `ttl`.
+pub(crate) fn server_expiry(
+    token: u64,
+    acquired_at: Instant,
+    sent_at: Instant,
+    ttl: std::time::Duration,
+) -> SystemTime {
+    let acquired_ms = token >> crate::store::TOKEN_TIME_SHIFT;
+    SystemTime::UNIX_EPOCH
+        + std::time::Duration::from_millis(acquired_ms)
+        + sent_at.saturating_duration_since(acquired_at)
+        + ttl
 }
 
 impl fmt::Debug for LeaseState {

@@ -131,8 +131,8 @@ impl Actor {
             }
             Ok(None) => {
                 if self.held_lease(&key, lease_id).is_some() {
-                    tracing::warn!(%key, "lease lost: a write under it found it gone or taken");
-                    self.take_held(&key, lease_id, LossReason::Expired);
+                    tracing::debug!(%key, "a write under the lease found it gone: reading why");
+                    self.lose_found_gone(key.clone(), lease_id);
                 }
                 Err(Error::LeaseLost {
                     key: key.key.clone(),

@@ -29,12 +29,14 @@
 //! | `release.rs` | release, `release_all`, force release, payload |
 //! | `release_watch.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
 //! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
+//! | `loss.rs` | why a lease the server no longer holds was lost (one read of its key) |
 //! | `shutdown.rs` | draining the queue, failing waiters, the final release |
 //! | `observers.rs` | observer hubs, one task per observed key |
 
 mod acquire;
 pub(crate) mod command;
 mod documents;
+mod loss;
 pub(crate) mod mailbox;
 mod observers;
 mod release;
@@ -296,6 +298,13 @@ enum Event {
         respond_to: Reply<Document>,
         result: Result<Option<Document>>,
     },
+    /// The read of a lease the server no longer holds told why
+    /// (`Actor::lose_found_gone`).
+    LossJudged {
+        key: Target,
+        lease_id: Uuid,
+        reason: LossReason,
+    },
 }
 
 /// One store of the actor: the lock collection ([`Place::LOCKS`]) or a user
@@ -536,6 +545,11 @@ impl Actor {
                 respond_to,
                 result,
             } => self.on_document_written(key, lease_id, (release, follow_up), respond_to, result),
+            Event::LossJudged {
+                key,
+                lease_id,
+                reason,
+            } => self.on_loss_judged(key, lease_id, reason),
         }
     }
 

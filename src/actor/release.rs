@@ -421,16 +421,18 @@ impl Actor {
         let reply = match result {
             Ok(true) => Ok(()),
             Ok(false) => {
+                let lost = Error::LeaseLost {
+                    key: key.key.clone(),
+                };
                 if let Some(held) = self.held_lease(&key, lease_id) {
-                    tracing::warn!(
+                    tracing::debug!(
                         %key,
                         token = held.token,
-                        "lease lost: setting its payload found it gone or taken"
+                        "setting the payload found the lease gone or taken: reading why"
                     );
-                    self.take_held(&key, lease_id, LossReason::Expired);
-                    self.serve_next(&key);
+                    self.lose_found_gone(key, lease_id);
                 }
-                Err(Error::LeaseLost { key: key.key })
+                Err(lost)
             }
             Err(error) => Err(error),
         };

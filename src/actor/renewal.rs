@@ -15,7 +15,7 @@ use super::command::{Place, Target};
 use super::{Actor, Event, Timer};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
-use crate::status::LossReason;
+use crate::status::{LossReason, server_expiry};
 use crate::store::LeaseRef;
 
 impl Actor {
@@ -107,7 +107,12 @@ impl Actor {
                             place,
                             key: l.key.clone(),
                         };
-                        self.held_lease(&key, l.lease_id).is_some()
+                        let held = self.held_lease(&key, l.lease_id);
+                        // Still held until its deadline: its followers hear of it.
+                        if let Some(held) = held {
+                            held.state.at_risk(&error);
+                        }
+                        held.is_some()
                     })
                     .collect();
                 tracing::warn!(%error, leases = leases.len(), attempt, "renewal failed; retrying");
@@ -132,6 +137,7 @@ impl Actor {
             }
         };
         let deadline = sent_at + self.timing.validity_for(ttl);
+        let now = Instant::now();
         for lease in leases {
             let lost_now = lost.contains(&lease);
             let key = Target {
@@ -146,17 +152,20 @@ impl Actor {
             };
             held.renewing = held.renewing.saturating_sub(1);
             if lost_now {
-                tracing::warn!(
+                tracing::debug!(
                     %key,
                     token = held.token,
-                    "lease lost: renewal found it gone or taken"
+                    "renewal found the lease gone or taken: reading why"
                 );
-                self.take_held(&key, lease.lease_id, LossReason::Expired);
-                self.serve_next(&key);
-            } else if deadline > held.deadline {
-                // The heap entry is re-armed lazily when it comes due.
+                self.lose_found_gone(key, lease.lease_id);
+            } else if deadline > held.deadline && held.deadline > now {
+                // The heap entry is re-armed lazily when it comes due. A
+                // renewal confirmed after the deadline passed moves nothing:
+                // the lease read lost then (`Lease::is_lost`), and is.
                 held.deadline = deadline;
-                held.state.set_deadline(deadline);
+                let (token, acquired_at) = (held.token, held.acquired_at);
+                held.state
+                    .renewed(deadline, || server_expiry(token, acquired_at, sent_at, ttl));
             }
         }
     }

@@ -326,11 +326,11 @@ pub(crate) fn lease_info(
         .ok()
         .filter(|until| *until > server_time);
     // A lease released before its minimum hold keeps the key until `hl`.
+    let has_lease_id = matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_)));
     let held = if kind.is_multi_holder() {
         !holders.is_empty()
     } else {
-        (matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_))) || hold_until.is_some())
-            && expires_at > server_time
+        (has_lease_id || hold_until.is_some()) && expires_at > server_time
     };
     Some(LeaseInfo {
         key: key.clone(),
@@ -346,6 +346,7 @@ pub(crate) fn lease_info(
         kind,
         holders,
         hold_until,
+        released: !kind.is_multi_holder() && !has_lease_id,
     })
 }
 
@@ -376,6 +377,7 @@ fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> Leas
         kind: crate::LeaseKind::Exclusive,
         holders: Vec::new(),
         hold_until: None,
+        released: false,
     }
 }
 

@@ -188,6 +188,7 @@ impl MemoryDb {
             kind,
             holders,
             hold_until: hold_until.map(|until| self.system_time(until)),
+            released: !kind.is_multi_holder() && doc.lease_id.is_none(),
         }
     }
 
@@ -210,6 +211,7 @@ impl MemoryDb {
             kind: crate::LeaseKind::Exclusive,
             holders: Vec::new(),
             hold_until: None,
+            released: false,
         }
     }
 

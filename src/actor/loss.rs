@@ -1,0 +1,237 @@
+//! Why a lease was lost, when the server tells only that it is gone.
+//!
+//! Where the actor ends a lease itself, it knows why: a release, a drop, a
+//! commit or `release_all` ([`LossReason::Released`]), shutdown
+//! ([`LossReason::Shutdown`]), this manager's force release
+//! ([`LossReason::ForceReleased`]), a local deadline that passed
+//! ([`LossReason::Expired`]). When a write under the lease (a renewal, a
+//! payload write, an in-document write) finds it no longer held, the
+//! server says only that: nothing matched. The actor then reads the key
+//! once ([`Store::inspect`](crate::store::Store::inspect)) and ends the
+//! lease with the reason that read shows ([`judge`]); the token fires when
+//! the read is answered, one round trip after the write's answer, with the
+//! reason already recorded. Meanwhile the lease is not renewed again (it
+//! counts as being renewed), and its local deadline still applies: if it
+//! comes first, the lease ends [`LossReason::Expired`] then. A failed read
+//! ends it [`LossReason::Expired`] too. The change-stream event that may
+//! have made the actor check the lease (`KeyWrite`, `release_watch.rs`)
+//! names neither the new holder's fencing token nor a delete apart from a
+//! release, so it never settles the reason by itself.
+
+use uuid::Uuid;
+
+use super::command::Target;
+use super::{Actor, Event};
+use crate::kind::LeaseKind;
+use crate::lease::LeaseInfo;
+use crate::status::LossReason;
+
+impl Actor {
+    /// The server no longer holds lease `lease_id` of `key` (a write under
+    /// it matched nothing): reads the key once, then ends the lease with the
+    /// reason the read shows ([`Actor::on_loss_judged`]).
+    pub(super) fn lose_found_gone(&mut self, key: Target, lease_id: Uuid) {
+        let owner_id = self.owner_id.clone();
+        let Some(held) = self
+            .keys
+            .get_mut(&key)
+            .and_then(|state| state.holder_mut(lease_id))
+        else {
+            return;
+        };
+        // No heartbeat renews it while its verdict is read.
+        held.renewing += 1;
+        let (token, kind) = (held.token, held.kind);
+        let read = self.store(key.place).inspect(key.key.clone());
+        self.spawn_store(read, move |result| {
+            let reason = match result {
+                Ok(info) => judge(info.as_ref(), &owner_id, token, kind),
+                Err(error) => {
+                    tracing::debug!(%error, "reading a lost lease's key failed");
+                    LossReason::Expired
+                }
+            };
+            Event::LossJudged {
+                key,
+                lease_id,
+                reason,
+            }
+        });
+    }
+
+    /// The read of [`Actor::lose_found_gone`] was answered: the lease ends
+    /// for `reason` (unless it already ended, e.g. at its local deadline),
+    /// and the key's next waiter is served.
+    pub(super) fn on_loss_judged(&mut self, key: Target, lease_id: Uuid, reason: LossReason) {
+        let Some(held) = self.take_held(&key, lease_id, reason.clone()) else {
+            return;
+        };
+        tracing::warn!(%key, token = held.token, %reason, "lease lost: the server no longer holds it");
+        self.serve_next(&key);
+    }
+}
+
+/// Why a lease of `owner_id` with fencing token `token` and kind `kind` is
+/// no longer held, from its key as read after the server said so:
+///
+/// - no document (or, for an in-document lease, no lock field):
+///   [`LossReason::Deleted`];
+/// - a foreign holder's lock, or another acquisition (another fencing token,
+///   or another owner id): [`LossReason::Taken`] with the owner id and token
+///   read (for a holder of a shared or semaphore key, only a live holder of
+///   another kind counts);
+/// - still this acquisition's document, without its lease id (`lid`): released
+///   by someone else, since this manager did not (a force release or a
+///   release by owner id, of this manager when it did not hold the lease
+///   locally any more, or of another): [`LossReason::ForceReleased`] (in
+///   delete mode a release by owner id may delete the document instead:
+///   [`LossReason::Deleted`]);
+/// - otherwise (it expired on the server, which keeps `lid`, or a holder's
+///   entry of a shared or semaphore key is gone): [`LossReason::Expired`].
+///   (A renewal does not check `exp`, so an exclusive lease that expired on
+///   the server is found lost only once someone took it: `Taken`.)
+pub(crate) fn judge(
+    info: Option<&LeaseInfo>,
+    owner_id: &str,
+    token: u64,
+    kind: LeaseKind,
+) -> LossReason {
+    let Some(info) = info else {
+        return LossReason::Deleted;
+    };
+    let taken = || LossReason::Taken {
+        owner_id: info.owner_id.clone(),
+        fencing_token: info.fencing_token,
+    };
+    if info.foreign {
+        return taken();
+    }
+    if kind.is_multi_holder() {
+        return if info.held && info.kind != kind && info.fencing_token != token {
+            taken()
+        } else {
+            LossReason::Expired
+        };
+    }
+    if info.fencing_token != token || info.owner_id != owner_id {
+        return taken();
+    }
+    if info.released {
+        LossReason::ForceReleased
+    } else {
+        LossReason::Expired
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::LeaseKey;
+    use std::time::{Duration, SystemTime};
+
+    fn info(owner: &str, token: u64, renewed_ago: u64, expires_in: i64) -> LeaseInfo {
+        info_released(owner, token, renewed_ago, expires_in, false)
+    }
+
+    fn info_released(
+        owner: &str,
+        token: u64,
+        renewed_ago: u64,
+        expires_in: i64,
+        released: bool,
+    ) -> LeaseInfo {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let renewed_at = now - Duration::from_secs(renewed_ago);
+        let expires_at = if expires_in >= 0 {
+            now + Duration::from_secs(expires_in as u64)
+        } else {
+            now - Duration::from_secs(expires_in.unsigned_abs())
+        };
+        LeaseInfo {
+            key: LeaseKey::from("k"),
+            owner_id: owner.into(),
+            fencing_token: token,
+            acquired_at: renewed_at,
+            renewed_at,
+            expires_at,
+            server_time: now,
+            payload: None,
+            held: expires_at > now,
+            foreign: false,
+            kind: LeaseKind::Exclusive,
+            holders: Vec::new(),
+            hold_until: None,
+            released,
+        }
+    }
+
+    fn judged(info: Option<&LeaseInfo>) -> LossReason {
+        judge(info, "a", 7, LeaseKind::Exclusive)
+    }
+
+    #[test]
+    fn a_missing_document_was_deleted() {
+        assert_eq!(judged(None), LossReason::Deleted);
+    }
+
+    #[test]
+    fn another_token_or_owner_id_took_the_key_even_if_since_released() {
+        let taken = LossReason::Taken {
+            owner_id: "b".into(),
+            fencing_token: 9,
+        };
+        assert_eq!(judged(Some(&info("b", 9, 1, 9))), taken);
+        assert_eq!(judged(Some(&info("b", 9, 20, -10))), taken);
+        assert_eq!(
+            judged(Some(&info("intruder", 7, 1, 9))),
+            LossReason::Taken {
+                owner_id: "intruder".into(),
+                fencing_token: 7
+            }
+        );
+        let foreign = LeaseInfo {
+            foreign: true,
+            ..info("app", 0, 1, 0)
+        };
+        assert_eq!(
+            judged(Some(&foreign)),
+            LossReason::Taken {
+                owner_id: "app".into(),
+                fencing_token: 0
+            }
+        );
+    }
+
+    #[test]
+    fn our_acquisition_released_by_someone_else_was_force_released() {
+        let released = info_released("a", 7, 3, -1, true);
+        assert_eq!(judged(Some(&released)), LossReason::ForceReleased);
+    }
+
+    #[test]
+    fn our_acquisition_that_ran_out_with_its_lease_id_expired() {
+        assert_eq!(judged(Some(&info("a", 7, 11, -1))), LossReason::Expired);
+        // However its `exp` was moved back (a test's expiry, a clock step).
+        assert_eq!(judged(Some(&info("a", 7, 3, -1))), LossReason::Expired);
+    }
+
+    #[test]
+    fn a_lost_holder_of_a_shared_key_was_taken_only_by_a_live_holder_of_another_kind() {
+        let exclusive_now = info("b", 9, 1, 9);
+        assert_eq!(
+            judge(Some(&exclusive_now), "a", 7, LeaseKind::Shared),
+            LossReason::Taken {
+                owner_id: "b".into(),
+                fencing_token: 9
+            }
+        );
+        let shared_now = LeaseInfo {
+            kind: LeaseKind::Shared,
+            ..info("b", 9, 1, 9)
+        };
+        assert_eq!(
+            judge(Some(&shared_now), "a", 7, LeaseKind::Shared),
+            LossReason::Expired
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! A lease's events and loss reasons (`Lease::events`, `Lease::lost_reason`,
+//! `src/status.rs`, `src/actor/loss.rs`): renewed, at risk, lost with each
+//! reason the twin can produce, read as soon as the token has fired.
+
+use super::*;
+use crate::election::Election;
+use crate::status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason};
+
+/// Waits for the lease's token, then reads its reason at once: it must be
+/// recorded before the token fires.
+async fn reason_of(lease: &Lease) -> LossReason {
+    soon(lease.lost()).await;
+    lease
+        .lost_reason()
+        .expect("the reason is recorded before the token fires")
+}
+
+/// The next event, failing the test if none comes within a minute of
+/// paused time.
+async fn next(events: &mut LeaseEvents) -> LeaseEvent {
+    soon(events.recv()).await.expect("an event before the end")
+}
+
+/// The stream's last event is `Lost(reason)`, and it ends after it.
+async fn assert_ends_lost(events: &mut LeaseEvents, reason: LossReason) {
+    loop {
+        match next(events).await {
+            LeaseEvent::Lost(lost) => {
+                assert_eq!(lost, reason);
+                break;
+            }
+            LeaseEvent::Renewed { .. } | LeaseEvent::AtRisk { .. } => {}
+        }
+    }
+    assert_eq!(soon(events.recv()).await, None, "nothing after Lost");
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_confirmed_renewal_sends_renewed_with_the_new_local_deadline() {
+    let db = MemoryDb::new();
+    let (a, _, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    assert_eq!(lease.deadline(), Some(t0 + VALIDITY));
+    let mut events = lease.events();
+    for tick in 1..=3 {
+        match next(&mut events).await {
+            LeaseEvent::Renewed { deadline, .. } => {
+                assert_eq!(deadline, t0 + HEARTBEAT * tick + VALIDITY);
+                assert_eq!(lease.deadline(), Some(deadline), "moved before the event");
+            }
+            other => panic!("expected Renewed, got {other:?}"),
+        }
+    }
+    assert!(!lease.is_lost());
+    assert_eq!(lease.lost_reason(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_renewal_sends_at_risk_with_the_unchanged_deadline_then_renewed_by_the_retry() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    let mut events = lease.events();
+    store.fail_next(Op::Renew, 1);
+    match next(&mut events).await {
+        LeaseEvent::AtRisk { deadline, error } => {
+            assert_eq!(deadline, t0 + VALIDITY, "the acquisition's, unchanged");
+            assert!(!error.is_empty());
+            assert_eq!(Instant::now(), t0 + HEARTBEAT);
+        }
+        other => panic!("expected AtRisk, got {other:?}"),
+    }
+    assert!(!lease.is_lost(), "still held until its deadline");
+    match next(&mut events).await {
+        LeaseEvent::Renewed { deadline, .. } => {
+            assert!(Instant::now() > t0 + HEARTBEAT, "the retry");
+            assert_eq!(deadline, Instant::now() + VALIDITY, "from the retry's send");
+        }
+        other => panic!("expected Renewed, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_that_hang_send_at_risk_then_lost_expired_at_the_local_deadline() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    let mut events = lease.events();
+    store.hang_renewals();
+    assert!(matches!(
+        next(&mut events).await,
+        LeaseEvent::AtRisk { deadline, .. } if deadline == t0 + VALIDITY
+    ));
+    assert_eq!(reason_of(&lease).await, LossReason::Expired);
+    assert_eq!(Instant::now(), t0 + VALIDITY);
+    assert_ends_lost(&mut events, LossReason::Expired).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_expired_on_the_server_and_taken_is_lost_taken_at_the_next_heartbeat() {
+    let db = MemoryDb::new();
+    let (a, _, t0) = start_without_change_streams(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    db.expire("k");
+    assert!(matches!(
+        db.try_take("k", "b", TTL),
+        AcquireOutcome::Acquired { .. }
+    ));
+    let token = db.doc("k").expect("taken").token;
+    assert_eq!(
+        reason_of(&lease).await,
+        LossReason::Taken {
+            owner_id: "b".into(),
+            fencing_token: token
+        }
+    );
+    assert_eq!(Instant::now(), t0 + HEARTBEAT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_lease_is_lost_deleted_and_its_events_end_with_it() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    let mut events = lease.events();
+    let before = Instant::now();
+    db.delete("k");
+    assert_eq!(reason_of(&lease).await, LossReason::Deleted);
+    assert_eq!(
+        Instant::now(),
+        before,
+        "at once, through the stream of writes"
+    );
+    assert_ends_lost(&mut events, LossReason::Deleted).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_taken_by_another_owner_is_lost_taken_with_its_owner_id_and_token() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    let token = db.force_take("k", "b", TTL);
+    assert!(token > lease.fencing_token());
+    assert_eq!(
+        reason_of(&lease).await,
+        LossReason::Taken {
+            owner_id: "b".into(),
+            fencing_token: token
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rewritten_owner_id_is_lost_taken_by_that_owner() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    db.set_owner("k", "intruder");
+    assert_eq!(
+        reason_of(&lease).await,
+        LossReason::Taken {
+            owner_id: "intruder".into(),
+            fencing_token: lease.fencing_token()
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_payload_write_that_finds_the_lease_gone_records_why() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start_without_change_streams(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    db.delete("k");
+    let written = lease.set_payload(mongodb::bson::doc! { "x": 1 }).await;
+    assert!(
+        matches!(written, Err(Error::LeaseLost { .. })),
+        "{written:?}"
+    );
+    assert_eq!(reason_of(&lease).await, LossReason::Deleted);
+}
+
+#[tokio::test(start_paused = true)]
+async fn force_release_by_this_manager_or_another_is_lost_force_released() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let mine = a.acquire("mine").await.unwrap();
+    let theirs = a.acquire("theirs").await.unwrap();
+    a.force_release("mine").await.unwrap().expect("was held");
+    assert_eq!(mine.lost_reason(), Some(LossReason::ForceReleased));
+    b.force_release("theirs").await.unwrap().expect("was held");
+    assert_eq!(reason_of(&theirs).await, LossReason::ForceReleased);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_release_all_and_shutdown_end_leases_released_or_shutdown() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let released = a.acquire("released").await.unwrap();
+    let mut released_events = released.events();
+    let token = released.cancellation_token();
+    assert_eq!(released.release().await.unwrap(), ReleaseOutcome::Released);
+    assert!(token.is_cancelled());
+    assert_ends_lost(&mut released_events, LossReason::Released).await;
+
+    let all = a.acquire("all").await.unwrap();
+    a.release_all().await.unwrap();
+    assert_eq!(reason_of(&all).await, LossReason::Released);
+
+    let last = a.acquire("last").await.unwrap();
+    a.shutdown().await.unwrap();
+    assert_eq!(reason_of(&last).await, LossReason::Shutdown);
+    let mut late = last.events();
+    assert_ends_lost(&mut late, LossReason::Shutdown).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reader_that_falls_behind_misses_old_events_but_never_the_loss() {
+    let db = MemoryDb::new();
+    let (a, _, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    let mut events = lease.events();
+    let renewals = LEASE_EVENTS_CAPACITY as u32 + 4;
+    sleep_until(t0 + HEARTBEAT * renewals + HEARTBEAT / 2).await;
+    db.delete("k");
+    soon(lease.lost()).await;
+    let mut seen = Vec::new();
+    while let Some(event) = soon(events.recv()).await {
+        seen.push(event);
+    }
+    assert_eq!(
+        seen.len(),
+        LEASE_EVENTS_CAPACITY,
+        "the latest ones: {seen:?}"
+    );
+    assert_eq!(seen.last(), Some(&LeaseEvent::Lost(LossReason::Deleted)));
+    assert!(matches!(
+        seen[seen.len() - 2],
+        LeaseEvent::Renewed { deadline, .. } if deadline == t0 + HEARTBEAT * renewals + VALIDITY
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn leadership_and_its_context_share_the_lease_s_reason_and_events() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let election = Election::new(&a, "leader").unwrap();
+    let leadership = election.campaign().await.unwrap();
+    let context = leadership.context();
+    let mut events = context.events();
+    db.delete("leader");
+    soon(context.lost()).await;
+    assert_eq!(context.lost_reason(), Some(LossReason::Deleted));
+    assert_eq!(leadership.lost_reason(), Some(LossReason::Deleted));
+    assert!(leadership.is_lost() && context.is_lost());
+    assert_ends_lost(&mut events, LossReason::Deleted).await;
+}
+
+/// The real clock, and a lease short enough to wait out: the paused clock
+/// moves only when the test yields to the runtime, which would let the
+/// actor run.
+fn short_timing() -> Timing {
+    Timing {
+        ttl: Duration::from_millis(300),
+        heartbeat_interval: Duration::from_millis(100),
+        safety_margin: Duration::from_millis(30),
+        ..timing()
+    }
+}
+
+#[tokio::test]
+async fn is_lost_reads_true_past_the_deadline_while_the_actor_cannot_run() {
+    let db = MemoryDb::new();
+    let timing = short_timing();
+    let store = db.store("a", timing.ttl);
+    let a = LockManager::start(Arc::new(store), "a".into(), timing);
+    let lease = a.acquire("k").await.unwrap();
+    let deadline = lease.deadline().expect("held");
+    // This single-threaded runtime runs the actor too: while this thread
+    // sleeps, the actor cannot run (no heartbeat, no deadline timer).
+    std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + 10 * MS);
+    assert!(lease.is_lost(), "past the deadline, read without the actor");
+    assert!(
+        !lease.cancellation_token().is_cancelled(),
+        "the actor has not run since"
+    );
+    assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+    // Once it runs, it fires the token, and a late renewal cannot revive it.
+    soon(lease.lost()).await;
+    assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+    assert!(lease.is_lost());
+    a.shutdown().await.unwrap();
+}
