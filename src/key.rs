@@ -3,6 +3,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use mongodb::bson::{self, Binary, Bson, DateTime, Document, oid::ObjectId, spec::BinarySubtype};
 
@@ -65,8 +66,14 @@ use crate::error::{Error, Result};
 /// A string key is shown as is; any other key as canonical Extended JSON v2
 /// (`{"$oid":"5087b72181a445980ae47d13"}`), which
 /// [`LeaseKey::from_extended_json`] and `mongo-lease --key-json` read back.
+///
+/// # Cost
+///
+/// A key is one shared allocation: cloning it counts a reference, so the
+/// manager's per-key state, its deadline heap, its renewal batches and the
+/// caller's [`Lease`](crate::Lease) all share one copy of the key.
 #[derive(Clone)]
-pub struct LeaseKey(Bson);
+pub struct LeaseKey(Arc<Bson>);
 
 impl fmt::Debug for LeaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -75,6 +82,11 @@ impl fmt::Debug for LeaseKey {
 }
 
 impl LeaseKey {
+    /// A key holding `bson` (checked when it is used).
+    fn new(bson: Bson) -> Self {
+        LeaseKey(Arc::new(bson))
+    }
+
     /// Parses a key from MongoDB Extended JSON v2, canonical or relaxed:
     /// `{"$oid":"5087b72181a445980ae47d13"}`, `{"$numberLong":"7"}`, `7`,
     /// `{"$date":"2024-01-01T00:00:00Z"}`, `{"$binary":{"base64":"...","subType":"04"}}`,
@@ -93,7 +105,7 @@ impl LeaseKey {
         let bson = Bson::try_from(value).map_err(|e| Error::InvalidKey {
             reason: format!("not MongoDB Extended JSON v2: {e}"),
         })?;
-        Ok(LeaseKey(bson))
+        Ok(LeaseKey::new(bson))
     }
 
     /// The key as canonical Extended JSON v2 (`"job-1"` with its quotes for a
@@ -101,7 +113,7 @@ impl LeaseKey {
     /// an `i32`): [`LeaseKey::from_extended_json`] reads it back to the same key
     /// with the same type.
     pub fn to_extended_json(&self) -> String {
-        self.0.clone().into_canonical_extjson().to_string()
+        Bson::clone(&self.0).into_canonical_extjson().to_string()
     }
 
     /// The key's BSON value, as stored in the lock document's `_id`.
@@ -111,12 +123,12 @@ impl LeaseKey {
 
     /// The key's BSON value, as stored in the lock document's `_id`.
     pub fn into_bson(self) -> Bson {
-        self.0
+        Arc::unwrap_or_clone(self.0)
     }
 
     /// The key as a string slice if it is a string key, `None` otherwise.
     pub fn as_str(&self) -> Option<&str> {
-        match &self.0 {
+        match &*self.0 {
             Bson::String(s) => Some(s),
             _ => None,
         }
@@ -125,7 +137,7 @@ impl LeaseKey {
     /// Checks that MongoDB accepts the key as `_id`, and its size.
     pub(crate) fn validate(&self) -> Result<()> {
         let refuse = |reason: String| Err(Error::InvalidKey { reason });
-        match &self.0 {
+        match &*self.0 {
             Bson::String(s) if s.is_empty() => return refuse("the key is empty".into()),
             Bson::String(s) if s.len() > crate::MAX_KEY_LEN => {
                 return refuse(format!(
@@ -454,7 +466,7 @@ impl PartialEq<LeaseKey> for &str {
 
 impl fmt::Display for LeaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
+        match &*self.0 {
             Bson::String(s) => f.write_str(s),
             _ => f.write_str(&self.to_extended_json()),
         }
@@ -463,19 +475,19 @@ impl fmt::Display for LeaseKey {
 
 impl From<&str> for LeaseKey {
     fn from(key: &str) -> Self {
-        LeaseKey(Bson::String(key.to_owned()))
+        LeaseKey::new(Bson::String(key.to_owned()))
     }
 }
 
 impl From<String> for LeaseKey {
     fn from(key: String) -> Self {
-        LeaseKey(Bson::String(key))
+        LeaseKey::new(Bson::String(key))
     }
 }
 
 impl From<&String> for LeaseKey {
     fn from(key: &String) -> Self {
-        LeaseKey(Bson::String(key.clone()))
+        LeaseKey::new(Bson::String(key.clone()))
     }
 }
 
@@ -487,26 +499,26 @@ impl From<&LeaseKey> for LeaseKey {
 
 impl From<ObjectId> for LeaseKey {
     fn from(key: ObjectId) -> Self {
-        LeaseKey(Bson::ObjectId(key))
+        LeaseKey::new(Bson::ObjectId(key))
     }
 }
 
 impl From<i32> for LeaseKey {
     fn from(key: i32) -> Self {
-        LeaseKey(Bson::Int32(key))
+        LeaseKey::new(Bson::Int32(key))
     }
 }
 
 impl From<i64> for LeaseKey {
     fn from(key: i64) -> Self {
-        LeaseKey(Bson::Int64(key))
+        LeaseKey::new(Bson::Int64(key))
     }
 }
 
 /// A UUID is stored as BSON binary subtype 4, like the driver's `bson::Uuid`.
 impl From<uuid::Uuid> for LeaseKey {
     fn from(key: uuid::Uuid) -> Self {
-        LeaseKey(Bson::Binary(Binary {
+        LeaseKey::new(Bson::Binary(Binary {
             subtype: BinarySubtype::Uuid,
             bytes: key.as_bytes().to_vec(),
         }))
@@ -515,38 +527,38 @@ impl From<uuid::Uuid> for LeaseKey {
 
 impl From<bson::Uuid> for LeaseKey {
     fn from(key: bson::Uuid) -> Self {
-        LeaseKey(Bson::from(key))
+        LeaseKey::new(Bson::from(key))
     }
 }
 
 impl From<DateTime> for LeaseKey {
     fn from(key: DateTime) -> Self {
-        LeaseKey(Bson::DateTime(key))
+        LeaseKey::new(Bson::DateTime(key))
     }
 }
 
 impl From<Binary> for LeaseKey {
     fn from(key: Binary) -> Self {
-        LeaseKey(Bson::Binary(key))
+        LeaseKey::new(Bson::Binary(key))
     }
 }
 
 impl From<Document> for LeaseKey {
     fn from(key: Document) -> Self {
-        LeaseKey(Bson::Document(key))
+        LeaseKey::new(Bson::Document(key))
     }
 }
 
 /// Any BSON value; it is checked when used, like every key.
 impl From<Bson> for LeaseKey {
     fn from(key: Bson) -> Self {
-        LeaseKey(key)
+        LeaseKey::new(key)
     }
 }
 
 impl From<LeaseKey> for Bson {
     fn from(key: LeaseKey) -> Self {
-        key.0
+        key.into_bson()
     }
 }
 

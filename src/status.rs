@@ -205,7 +205,10 @@ impl fmt::Debug for LeaseEvents {
 
 /// The state one held lease shares between the actor and its handles.
 pub(crate) struct LeaseState {
-    cancel: CancellationToken,
+    /// The token that fires when the lease is lost, made by the first call
+    /// to [`LeaseState::token`] (most leases are never awaited: a tokio-util
+    /// token is a tree node of over 100 bytes; one pointer until then).
+    cancel: OnceLock<CancellationToken>,
     /// The local deadline, in signed nanoseconds from [`base`] (as
     /// [`to_nanos`] encodes them); [`LOST`] once lost.
     deadline: AtomicU64,
@@ -256,16 +259,23 @@ impl LeaseState {
     /// A held lease whose local deadline is `deadline`.
     pub(crate) fn new(deadline: Instant) -> Self {
         LeaseState {
-            cancel: CancellationToken::new(),
+            cancel: OnceLock::new(),
             deadline: AtomicU64::new(to_nanos(deadline)),
             reason: OnceLock::new(),
             events: OnceLock::new(),
         }
     }
 
-    /// The token that fires when the lease is lost.
+    /// The token that fires when the lease is lost (already fired if it
+    /// is made after the loss).
     pub(crate) fn token(&self) -> &CancellationToken {
-        &self.cancel
+        self.cancel.get_or_init(|| {
+            let token = CancellationToken::new();
+            if self.reason.get().is_some() {
+                token.cancel();
+            }
+            token
+        })
     }
 
     /// Moves the local deadline (a confirmed renewal), unless the lease is
@@ -353,7 +363,9 @@ impl LeaseState {
     /// `true` once the lease is lost: its token fired, or its local deadline
     /// has passed (even if the actor has not run since).
     pub(crate) fn is_lost(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.cancel
+            .get()
+            .is_some_and(CancellationToken::is_cancelled)
             || self
                 .deadline()
                 .is_none_or(|deadline| Instant::now() >= deadline)
@@ -377,7 +389,9 @@ impl LeaseState {
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
         let first = self.reason.set(reason).is_ok();
         self.deadline.store(LOST, Ordering::Release);
-        self.cancel.cancel();
+        // Through `token()`: a token being made by another thread meanwhile
+        // is waited for and fired too.
+        self.token().cancel();
         if first && let Some(reason) = self.reason.get() {
             self.send(|| LeaseEvent::Lost(reason.clone()));
         }
@@ -434,6 +448,21 @@ mod tests {
             "only the actor fires the token"
         );
         assert_eq!(state.lost_reason(), Some(LossReason::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_token_fires_at_the_loss_whether_made_before_or_after_it() {
+        let before = LeaseState::new(Instant::now() + Duration::from_secs(10));
+        let token = before.token().clone();
+        assert!(!token.is_cancelled());
+        before.lose(LossReason::Released);
+        assert!(token.is_cancelled(), "a token made before the loss fires");
+        let after = LeaseState::new(Instant::now() + Duration::from_secs(10));
+        after.lose(LossReason::Deleted);
+        assert!(
+            after.token().is_cancelled(),
+            "a token made after it has fired"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -43,6 +43,10 @@ impl Actor {
             self.forget_if_idle(&key);
             return;
         }
+        if state.waiters.capacity() == 0 {
+            // Room for one: most keys never have a second waiter.
+            state.waiters.reserve_exact(1);
+        }
         state.waiters.push_back(waiter);
         if !busy {
             self.start_attempt(&key);
@@ -303,6 +307,11 @@ impl Actor {
             );
             self.deadlines
                 .push(Reverse((deadline, key.clone(), lease_id)));
+            // One holder is the common case: room for more only when a
+            // second one comes (a first push would make room for four).
+            if state.holders.capacity() == 0 {
+                state.holders.reserve_exact(1);
+            }
             state.holders.push(Held {
                 lease_id,
                 token,
@@ -331,6 +340,10 @@ impl Actor {
             let _ = waiter
                 .respond_to
                 .send(Ok(Some(Granted { lease, document })));
+            if state.waiters.is_empty() {
+                // A held key stays in `keys`: keep no empty queue's buffer.
+                state.waiters.shrink_to_fit();
+            }
             if std::mem::take(&mut state.written_in_flight) {
                 self.check_held([key.clone()].into());
             }

@@ -32,6 +32,7 @@ mod handoff;
 mod kinds;
 mod loss_detection;
 mod metrics;
+mod memory;
 mod places;
 mod release;
 mod renewal;

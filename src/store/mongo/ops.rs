@@ -171,17 +171,16 @@ impl MongoStore {
             let holders = self.holder_ids();
             !leases.iter().any(|l| holders.contains_key(&l.lease_id))
         };
-        let (filter, update) = if plain {
-            (
-                exclusive_filter(self.owner(), &leases),
-                renew_exclusive_update(ttl_ms),
-            )
+        let owner = self.owner();
+        let (filter, update): (fn(&str, &[LeaseRef]) -> Document, _) = if plain {
+            (exclusive_filter, renew_exclusive_update(ttl_ms))
         } else {
             (
-                holder_filter(self.owner(), &leases),
-                renew_any_update(self.owner(), &lease_ids(&leases), ttl_ms),
+                holder_filter,
+                renew_any_update(owner, &lease_ids(&leases), ttl_ms),
             )
         };
+        let filter = |leases: &[LeaseRef]| filter(owner, leases);
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
@@ -194,7 +193,10 @@ impl MongoStore {
     }
 
     /// Renews `leases` by `update` on the documents of `coll` that match
-    /// `filter` (one `updateMany`); returns those no longer held. Also the
+    /// `filter(leases)` (one `updateMany`); returns those no longer held.
+    /// The filter (a copy of every key and lease id of the batch, several
+    /// times the batch's own size) is built again for the read below
+    /// rather than kept or cloned, so one lives at a time. Also the
     /// in-document store's (`super::document`), on the user's collection,
     /// whose lease ids are at `lease_id_path`.
     ///
@@ -206,13 +208,13 @@ impl MongoStore {
     pub(super) async fn renew_matching(
         &self,
         coll: &Collection<Document>,
-        filter: Document,
+        filter: impl Fn(&[LeaseRef]) -> Document,
         update: Vec<Document>,
         leases: Vec<LeaseRef>,
         lease_id_path: &str,
     ) -> Result<Vec<LeaseRef>> {
         let result = self
-            .bounded(coll.update_many(filter.clone(), update))
+            .bounded(coll.update_many(filter(&leases), update))
             .await?;
         let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
         if keys.len() == leases.len() && result.matched_count as usize == leases.len() {
@@ -221,7 +223,7 @@ impl MongoStore {
         let holders = format!("{}.{}", field::HOLDERS, field::LEASE_ID);
         let kept: HashSet<(LeaseKey, Uuid)> = self
             .bounded(async {
-                coll.find(filter)
+                coll.find(filter(&leases))
                     .projection(doc! { field::ID: 1, lease_id_path: 1, holders: 1 })
                     .await?
                     .try_collect::<Vec<Document>>()

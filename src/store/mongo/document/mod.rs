@@ -219,7 +219,7 @@ impl DocumentStore {
     }
 
     async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl: Duration) -> Result<Vec<LeaseRef>> {
-        let filter = lease_filter(&self.paths, self.owner(), &leases);
+        let filter = |leases: &[LeaseRef]| lease_filter(&self.paths, self.owner(), leases);
         // Idempotent, judged by matchedCount (docs/mongodb-behaviour.md, B4).
         let update = renew_update(&self.paths, ttl_ms(ttl));
         self.locks
