@@ -132,6 +132,7 @@ impl Actor {
             sent_at: Instant::now(),
             ttl,
             shape,
+            waiting,
         };
         let key = key.clone();
         let store = self.store(key.place);
@@ -183,6 +184,8 @@ impl Actor {
             }
             Ok((AcquireOutcome::Acquired { token }, document)) => {
                 state.failures = 0;
+                state.registered = false;
+                state.handed = false;
                 state.next_lease_id = Uuid::new_v4();
                 self.grant(&key, sent, token, document);
             }
@@ -205,6 +208,11 @@ impl Actor {
             Ok((AcquireOutcome::Held { holder, remaining }, _)) => {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, "key is held");
+                // A waiting exclusive attempt registered in the key's queue
+                // (not on a foreign holder's lock, nor on one's own yield).
+                state.registered =
+                    sent.waiting && sent.shape.is_plain() && !foreign && holder != *self.owner_id;
+                state.handed = false;
                 for waiter in std::mem::take(&mut state.waiters) {
                     if waiter.mode == AcquireMode::Try {
                         let _ = waiter.respond_to.send(Ok(None));
@@ -276,6 +284,7 @@ impl Actor {
             sent_at,
             ttl: written_ttl,
             shape,
+            ..
         } = sent;
         let state = self.keys.get_mut(key).expect("grant for a known key");
         while let Some(waiter) = state.waiters.pop_front() {

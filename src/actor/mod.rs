@@ -37,6 +37,7 @@ pub(crate) mod command;
 mod documents;
 pub(crate) mod mailbox;
 mod observers;
+mod queue;
 mod release;
 mod release_watch;
 mod renewal;
@@ -149,6 +150,12 @@ struct KeyState {
     /// the key before it was freed, so a `Held` answer is stale and the key
     /// is tried again at once instead of after its backoff.
     freed_in_flight: bool,
+    /// The last attempt registered this manager in the key's queue of
+    /// waiting owners under `next_lease_id` (see `queue`).
+    registered: bool,
+    /// A release handed the key to that registration (announced by the
+    /// change stream of writes): the next attempt confirms it.
+    handed: bool,
 }
 
 impl KeyState {
@@ -163,6 +170,8 @@ impl KeyState {
             failures: 0,
             written_in_flight: false,
             freed_in_flight: false,
+            registered: false,
+            handed: false,
         }
     }
 
@@ -238,6 +247,8 @@ struct Sent {
     ttl: Duration,
     /// The kind and minimum hold it asked for.
     shape: LeaseShape,
+    /// It was a waiting attempt (someone other than a try waits).
+    waiting: bool,
 }
 
 /// The result of a store operation, back in the actor's loop.
@@ -348,6 +359,10 @@ pub(crate) struct Actor {
     observers: HashMap<LeaseKey, mpsc::UnboundedSender<observers::Subscriber>>,
     /// Stops every hub when the manager stops.
     stop_observers: CancellationToken,
+    /// Keys forgotten while registered in their queue of waiting owners:
+    /// the registered lease id, and when the registration lapses (see
+    /// `queue`).
+    gave_up: HashMap<Target, (Uuid, Instant)>,
 }
 
 impl Actor {
@@ -385,6 +400,7 @@ impl Actor {
             closing: None,
             observers: HashMap::new(),
             stop_observers: CancellationToken::new(),
+            gave_up: HashMap::new(),
         }
     }
 
@@ -407,6 +423,7 @@ impl Actor {
                 _ = self.heartbeat.tick(), if open => {
                     self.renew_all();
                     self.close_release_watch_if_unneeded();
+                    self.prune_gave_up();
                 }
                 (place, event) = next_release(&mut self.places, self.release_turn), if open => {
                     self.on_release_event(place, event)
@@ -635,7 +652,12 @@ impl Actor {
 
     fn forget_if_idle(&mut self, key: &Target) {
         if self.keys.get(key).is_some_and(KeyState::is_idle) {
+            let handed = self.remember_registration(key);
             self.keys.remove(key);
+            if let Some(lease_id) = handed {
+                // Handed to a registration nobody waits on any more.
+                self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+            }
         }
     }
 }

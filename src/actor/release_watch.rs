@@ -189,6 +189,9 @@ impl Actor {
             place,
             key: write.key.clone(),
         };
+        if self.on_handoff(&key, &write) {
+            return;
+        }
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };

@@ -29,6 +29,7 @@ mod acquire;
 mod kinds;
 mod loss_detection;
 mod places;
+mod queue;
 mod release;
 mod renewal;
 
