@@ -27,6 +27,7 @@
 //! | `acquire.rs` | waiters, the key's one attempt at a time, retries, handing a lease to the first waiter |
 //! | `renewal.rs` | heartbeat renewals in batches, their results, the local-deadline min-heap |
 //! | `release.rs` | release, `release_all`, force release, payload |
+//! | `handoff.rs` | a release that hands the key to the first local waiter in the same write |
 //! | `release_watch.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
 //! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
 //! | `shutdown.rs` | draining the queue, failing waiters, the final release |
@@ -35,6 +36,7 @@
 mod acquire;
 pub(crate) mod command;
 mod documents;
+mod handoff;
 pub(crate) mod mailbox;
 mod observers;
 mod queue;
@@ -274,6 +276,16 @@ enum Event {
         /// release is confirmed (see `Actor::delete_when_old_enough`).
         follow_up: Option<Instant>,
         result: Result<u64>,
+    },
+    /// A release handed over to the key's first waiter (`Store::hand_over`).
+    HandedOver {
+        key: Target,
+        /// The waiter's acquisition it made.
+        sent: Sent,
+        /// As `Event::Released::follow_up`, if it released instead.
+        follow_up: Option<Instant>,
+        respond_to: Option<Reply<ReleaseOutcome>>,
+        result: Result<crate::store::HandOver>,
     },
     ReleasedMany {
         keys: Vec<Target>,
@@ -523,6 +535,13 @@ impl Actor {
                 follow_up,
                 result,
             } => self.on_released(key, respond_to, follow_up, result),
+            Event::HandedOver {
+                key,
+                sent,
+                follow_up,
+                respond_to,
+                result,
+            } => self.on_handed_over(key, sent, follow_up, respond_to, result),
             Event::ReleasedMany {
                 keys,
                 respond_to,

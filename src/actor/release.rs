@@ -35,6 +35,10 @@ impl Actor {
             .take_held(&key, lease_id, LossReason::Released)
             .expect("checked above");
         tracing::debug!(%key, token = held.token, "releasing lease");
+        if self.can_hand_over(&key, &held) {
+            self.spawn_hand_over(key, held.lease_id, held.acquired_at, respond_to);
+            return;
+        }
         if held.kind.is_multi_holder() {
             // A place freed on a shared or semaphore key by this very
             // manager: its waiter's next attempt starts once the release is

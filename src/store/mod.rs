@@ -169,7 +169,7 @@
 //!   rule), `acq = ts = $$NOW`, `exp = $$NOW + hx`; the entry leaves `q`,
 //!   `wt`, `yu`, `hl` and `data` go. Otherwise the release is as before
 //!   (yield included). The change stream of writes announces the handoff
-//!   (it sets `lid` and `aid`, docs/mongodb-behaviour.md, B12, B22); the new
+//!   (it sets `lid` and `aid`, docs/mongodb-behaviour.md, B12, B23); the new
 //!   holder's manager, seeing its own owner id and the lease id it
 //!   registered, retries at once, and that retry under the same lease id
 //!   wins as any retry does (it renews `exp` to its TTL and gets the
@@ -198,6 +198,39 @@
 //! - **Delete mode.** A document with a queue is never deleted by a
 //!   release: it is handed over, or marked released (dropping the dead
 //!   entries), and deleted later by the follow-up delete once `q` is gone.
+//! # Handoff to a local waiter
+//!
+//! A release whose manager has a waiter for the key ([`Store::hand_over`])
+//! makes that waiter the holder in the releasing write itself, instead of a
+//! release followed by the waiter's acquire (two serial round trips): one
+//! `findOneAndUpdate` on `{_id, lid: from, aid: ours, tok: int64, exp >
+//! $$NOW}` (the lease still held, by the server's clock), whose pipeline,
+//! when no other owner waits (no `wt`, no live entry of another owner in
+//! `q`) and no minimum hold is live (`hl <=
+//! $$NOW` or none), makes it a new acquisition in place: `lid = to`, `tok =
+//! max(tok + 1, ms($$NOW) * 2^20)` (the token rule: the new holder's token
+//! is strictly greater), `acq = ts = $$NOW`, `exp = $$NOW + ttl`, and `data`,
+//! `hl`, `wt` and `yu` removed (a new acquisition starts without them).
+//! Otherwise it does exactly what a release does (`lid` and `wt` removed,
+//! `exp = max(min(exp, $$NOW), hl)`, `yu` if another owner waited, and the
+//! handoff to the first registered owner of "Queue of waiting owners"), so the
+//! yield of "Fairness between owners" holds: a waiting owner elsewhere gets
+//! the key before any local waiter. It returns `lid` and `tok`: `lid = to`
+//! is the new acquisition, no `lid` a release, no document a lease no longer
+//! held (lost, nothing written). An unknown outcome (a transient error) is
+//! resolved by re-reading: `lid = to` is the acquisition, `lid = from` (the
+//! write did not land) is tried again, anything else counts as released,
+//! as for a release.
+//!
+//! Only plain exclusive leases of the lock collection are handed over (the
+//! releasing lease and the waiter's); a shared or semaphore key, a waiter
+//! with `hold_at_least` and in-document leases are released, and the
+//! waiter acquires as usual. Other managers see no release: the change
+//! event (a replacement, or an update) sets the new `lid` and removes none
+//! (docs/mongodb-behaviour.md, B22), so it wakes none of their waiters (none
+//! waits, or `wt` would be set), and observers see a new acquisition.
+//! In delete mode a handoff keeps the document (only the yield path
+//! releases, which keeps it too: `wt` is set), so tokens continue from it.
 //!
 //! # Fencing tokens
 //!
@@ -596,6 +629,39 @@ pub(crate) enum AcquireOutcome {
     },
 }
 
+/// What a handoff to a local waiter did ([`Store::hand_over`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandOver {
+    /// The waiter's lease (`to`) holds the key, with this fencing token.
+    Acquired { token: u64 },
+    /// Released as a release would: another owner waits (the key is
+    /// yielded to it), a minimum hold is live, or the shape cannot be
+    /// handed over.
+    Released,
+    /// The lease `from` was no longer held (taken over, or expired by the
+    /// server's clock): nothing was written.
+    Lost,
+}
+
+/// [`Store::hand_over`] that only releases `from` ([`Store::release`]):
+/// `Released`, or `Lost` if nothing was released.
+pub(crate) fn release_instead<S: Store + ?Sized>(
+    store: &S,
+    key: LeaseKey,
+    from: Uuid,
+) -> BoxFuture<'static, Result<HandOver>> {
+    let release = store.release(vec![LeaseRef {
+        key,
+        lease_id: from,
+    }]);
+    Box::pin(async move {
+        Ok(match release.await? {
+            0 => HandOver::Lost,
+            _ => HandOver::Released,
+        })
+    })
+}
+
 /// The lock protocol, as seen by the actor. Every method returns a `'static`
 /// future so the actor can run many of them at once without borrowing itself.
 ///
@@ -684,6 +750,23 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Releases the given leases (only those still held under their lease id).
     /// Returns how many were still held.
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>>;
+
+    /// Releases the lease `from` of `key` and, in the same write, makes
+    /// `to` (a local waiter's acquisition, of `shape`, expiring `ttl`
+    /// after the server's now) its holder, as "Handoff to a local waiter"
+    /// says. The default (and any shape but a plain one) is a plain
+    /// [`Store::release`]: `Released`, or `Lost` if it released nothing.
+    fn hand_over(
+        &self,
+        key: LeaseKey,
+        from: Uuid,
+        to: Uuid,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<HandOver>> {
+        let _ = (to, ttl, shape);
+        release_instead(self, key, from)
+    }
 
     /// Releases every lease held under this manager's owner id, except those
     /// with a lease id in `except` (acquisitions in flight), holders of

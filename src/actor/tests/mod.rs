@@ -26,6 +26,7 @@ use crate::store::AcquireOutcome;
 use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 
 mod acquire;
+mod handoff;
 mod kinds;
 mod loss_detection;
 mod places;

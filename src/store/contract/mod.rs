@@ -22,13 +22,15 @@
 //! - [`documents`]: in-document leases ([`Store::documents`]);
 //! - [`kinds`]: shared and semaphore keys; [`hold`]: `hold_at_least`;
 //! - [`queue`]: the queue of waiting owners (registration, handoff in the
-//!   releasing write, the head's claim on a free key).
+//!   releasing write, the head's claim on a free key);
+//! - [`handoff`]: the handoff to a local waiter in the releasing write.
 
 mod acquire;
 mod compat;
 mod documents;
 mod fixtures;
 mod foreign;
+mod handoff;
 mod hold;
 mod keys;
 mod kinds;
@@ -329,6 +331,13 @@ contract!(
     hold::renewal_never_lowers_the_expiry_below_the_minimum_hold,
     hold::force_release_frees_a_lease_held_at_least,
     hold::delete_mode_never_deletes_a_key_before_its_minimum_hold,
+    // The handoff to a local waiter.
+    handoff::a_handoff_makes_the_waiter_the_holder_with_a_greater_token,
+    handoff::a_handoff_of_a_lease_taken_over_or_expired_is_lost,
+    handoff::a_handoff_of_a_lease_another_owner_waits_for_yields_to_it,
+    handoff::a_handoff_within_a_minimum_hold_releases_and_keeps_the_hold,
+    handoff::a_handoff_is_announced_as_a_new_lease_not_as_a_release,
+    handoff::a_handoff_in_delete_mode_keeps_the_document,
     // Per-lease TTL.
     lease_ttl::an_acquire_with_a_ttl_stores_exp_that_far_after_ts,
     lease_ttl::a_renewal_batch_with_a_ttl_keeps_exp_that_far_after_ts,
@@ -343,6 +352,7 @@ contract!(
     queue::a_handed_lease_never_confirmed_expires_and_the_next_owner_takes_it,
     queue::try_acquire_and_foreign_documents_never_register,
     queue::release_by_owner_hands_over_and_force_release_frees_the_key_for_the_head,
+    queue::a_local_handoff_goes_to_the_first_registered_owner_instead,
     queue::delete_mode_hands_over_instead_of_deleting,
     queue::a_handoff_is_announced_with_the_new_holders_owner_and_lease_ids,
 );

@@ -255,6 +255,34 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
     }
 }
 
+pub(super) async fn a_local_handoff_goes_to_the_first_registered_owner_instead<F: Fixture>(f: &F) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (la, ta) = take(&a, "k").await;
+    let lb = Uuid::new_v4();
+    wait(&b, "k", lb, "a").await;
+    let local = Uuid::new_v4();
+    let outcome = a
+        .hand_over(
+            "k".into(),
+            la.lease_id,
+            local,
+            super::TTL,
+            crate::kind::LeaseShape::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, crate::store::HandOver::Released);
+    let (owner, lease_id, tb) = holder(f, "k").await;
+    assert_eq!((owner.as_str(), lease_id), ("b", lb));
+    assert!(tb > ta, "{tb} > {ta}");
+    // a's local waiter registers behind, and is handed the key next.
+    wait(&a, "k", local, "b").await;
+    let lb = confirm(&b, "k", lb, tb).await;
+    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    let (owner, lease_id, _) = holder(f, "k").await;
+    assert_eq!((owner.as_str(), lease_id), ("a", local));
+}
+
 pub(super) async fn delete_mode_hands_over_instead_of_deleting<F: Fixture>(f: &F) {
     let (a, b) = (
         f.delete_mode_store("a").await,

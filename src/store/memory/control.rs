@@ -24,9 +24,11 @@ pub(crate) enum Op {
     SetPayload,
     /// A write under an in-document lease (`Store::write_document`).
     WriteDocument,
+    /// A handoff to a local waiter (`Store::hand_over`).
+    HandOver,
 }
 
-pub(super) const OPS: usize = 9;
+pub(super) const OPS: usize = 10;
 
 impl Op {
     pub(super) fn index(self) -> usize {

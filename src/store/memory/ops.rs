@@ -14,14 +14,17 @@ use uuid::Uuid;
 use super::control::Op;
 use super::doc::{Doc, Holder};
 use super::kinds;
-use super::rules::{Collection, apply_acquire, lease_matches, release_doc};
+use super::rules::{Collection, apply_acquire, apply_hand_over, lease_matches, release_doc};
 use super::store::{MemoryStore, lock_fields_document};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::lease::LeaseInfo;
-use crate::store::{AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store};
+use crate::store::{
+    AcquireOutcome, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace, Store,
+    release_instead,
+};
 
 impl Store for MemoryStore {
     fn place(&self) -> LockPlace {
@@ -278,6 +281,36 @@ impl Store for MemoryStore {
             };
             let (removed, _) = coll.release_holders_where(&db, holders, now);
             Ok(deleted + marked + removed)
+        })
+    }
+
+    /// By the rule of `rules` for a plain shape in the lock collection; a
+    /// release otherwise (as `MongoStore` and the in-document store).
+    fn hand_over(
+        &self,
+        key: LeaseKey,
+        from: Uuid,
+        to: Uuid,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<HandOver>> {
+        if !shape.is_plain() || self.place.is_some() {
+            return release_instead(self, key, from);
+        }
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        let yield_window = self.yield_window;
+        self.run(Op::HandOver, vec![key.clone()], move |coll, now| {
+            let ids = (from, to);
+            Ok(apply_hand_over(
+                coll,
+                &db,
+                &key,
+                &owner,
+                ids,
+                ttl,
+                yield_window,
+                now,
+            ))
         })
     }
 

@@ -16,7 +16,7 @@ use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::store::AcquireOutcome;
+use crate::store::{AcquireOutcome, HandOver};
 
 /// The documents of a [`MemoryDb`], as its operations see them.
 #[derive(Default)]
@@ -187,6 +187,45 @@ pub(super) fn release_or_hand_over(
     doc.hold_until = None;
     doc.payload = None;
     Some((next.owner, next.lease_id))
+}
+
+/// The handoff rule ("Handoff to a local waiter" in `store`) at `now`:
+/// `from` of `owner`, live, becomes `to`'s new acquisition (next token,
+/// `exp = now + ttl`, no payload, marks or minimum hold) unless another
+/// owner waits or a minimum hold is live, which releases it instead (as
+/// [`release_doc`], announced as a release). The acquisition is announced
+/// as MongoDB's change stream shows it here: a write that sets `lid`
+/// (a replacement, with `aid`; docs/mongodb-behaviour.md, B22).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn apply_hand_over(
+    coll: &mut Collection,
+    db: &MemoryDb,
+    key: &LeaseKey,
+    owner: &str,
+    (from, to): (Uuid, Uuid),
+    ttl: Duration,
+    yield_window: Duration,
+    now: Instant,
+) -> HandOver {
+    let Some(doc) = coll.docs.get_mut(key) else {
+        return HandOver::Lost;
+    };
+    if doc.lease_id != Some(from) || doc.owner != owner || doc.exp <= now {
+        return HandOver::Lost;
+    }
+    let registered = doc.live_queue(now).any(|w| w.owner != owner);
+    if registered || doc.waiting_since.is_some() || doc.hold_until.is_some_and(|until| until > now)
+    {
+        // Released, or handed to the first registered owner.
+        match release_or_hand_over(doc, now, yield_window) {
+            Some((next, lease_id)) => db.announce_acquisition(key, &next, lease_id),
+            None => db.announce_release(key),
+        }
+        return HandOver::Released;
+    }
+    let token = doc.take(owner, to, ttl, None, now);
+    db.announce_acquisition(key, owner, to);
+    HandOver::Acquired { token }
 }
 
 impl Collection {

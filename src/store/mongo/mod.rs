@@ -14,6 +14,8 @@
 //! - [`queue`]: the BSON of the queue of waiting owners (registration, the
 //!   head's claim on a free key, the handoff stages of a release), pure and
 //!   unit-tested like `pipeline`;
+//! - [`handoff`]: the handoff to a local waiter in the releasing write
+//!   (its BSON, pure and unit-tested, and the operation that sends it);
 //! - [`prepare`]: the collection checks and the indexes (TTL index for garbage
 //!   collection, owner index);
 //! - [`observe`]: observing one key (change stream, or polling);
@@ -32,12 +34,14 @@
 //! exclusive waiter's mark and `queue` for the queue of waiting owners;
 //! `queue` uses `pipeline`'s token rule;
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
-//! `transaction` uses `handle` and `pipeline`; `document` uses `handle`,
+//! `transaction` and `handoff` use `handle` and `pipeline` (`handoff` also
+//! `ops`' attempt count); `document` uses `handle`,
 //! `ops` (its retried updates and batch renewal) and `pipeline`; `pipeline`
 //! and `handle` use none of their siblings.
 
 mod document;
 mod handle;
+mod handoff;
 mod kinds;
 mod kinds_ops;
 mod observe;

@@ -32,10 +32,12 @@ use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::{AcquireOutcome, Announcement, DELETE_DELAY, LeaseRef, Store, field};
+use crate::store::{
+    AcquireOutcome, Announcement, DELETE_DELAY, HandOver, LeaseRef, Store, field, release_instead,
+};
 
 /// How many times a failed idempotent write is tried in all.
-const WRITE_ATTEMPTS: u32 = 3;
+pub(super) const WRITE_ATTEMPTS: u32 = 3;
 
 /// Runs the idempotent write `op` (which returns a count), trying again
 /// after a transient failure, up to [`WRITE_ATTEMPTS`] in all. Returns the
@@ -643,6 +645,23 @@ impl Store for MongoStore {
             store.release_leases(leases).await
         }
         .boxed()
+    }
+
+    /// One `findOneAndUpdate` for a plain shape (`super::handoff`); a
+    /// release for any other.
+    fn hand_over(
+        &self,
+        key: LeaseKey,
+        from: Uuid,
+        to: Uuid,
+        ttl: Duration,
+        shape: crate::kind::LeaseShape,
+    ) -> BoxFuture<'static, Result<HandOver>> {
+        if !shape.is_plain() {
+            return release_instead(self, key, from);
+        }
+        let store = self.clone();
+        async move { store.hand_over_once(key, from, to, ttl_ms(ttl)).await }.boxed()
     }
 
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {

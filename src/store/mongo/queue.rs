@@ -120,7 +120,7 @@ pub(in crate::store::mongo) fn registered(
 
 /// Temporary field of a release: the queue entry the key is handed to
 /// (removed by the release's last stage).
-const HANDED: &str = "qh";
+pub(in crate::store::mongo) const HANDED: &str = "qh";
 
 /// Whether the release hands the key over (a [`HANDED`] entry was picked).
 fn handed() -> Document {
@@ -154,7 +154,7 @@ pub(in crate::store::mongo) fn handoff_stages() -> [Document; 2] {
     [
         doc! { "$set": {
             field::OWNER: pick(from_entry(field::OWNER), keep(field::OWNER)),
-            field::LEASE_ID: pick(from_entry(field::LEASE_ID), remove()),
+            field::LEASE_ID: pick(from_entry(field::LEASE_ID), keep(field::LEASE_ID)),
             field::TOKEN: pick(next_token().into(), keep(field::TOKEN)),
             field::ACQUIRED_AT: pick(now(), keep(field::ACQUIRED_AT)),
             field::RENEWED_AT: pick(now(), keep(field::RENEWED_AT)),

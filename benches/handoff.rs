@@ -1,0 +1,322 @@
+//! Handoff: how fast a contended key goes from one holder to the next.
+//!
+//! ```text
+//! cargo bench --bench handoff                        # throwaway 1-member replica set
+//! HANDOFF_SECTIONS=2000 cargo bench --bench handoff
+//! MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' cargo bench --bench handoff
+//! ```
+//!
+//! **In one process** (issue 11, point 6): `HANDOFF_TASKS` (8) tasks of one
+//! manager contend on one key, each looping acquire → a ~1 ms critical
+//! section → release, for `HANDOFF_SECTIONS` critical sections (after a
+//! warm-up). Printed: the handoff time (from the holder's release call to
+//! the next holder's `acquire` returning; p50 / p99), critical sections per
+//! second, the manager's commands per critical section (all commands its
+//! client started in the window, counted by the driver's command monitoring,
+//! and the writes among them: `findAndModify`, `update`, `delete`,
+//! `insert`), and how often the releasing task got the key back at once
+//! (re-acquisition by the releaser; FIFO says never while others wait).
+//!
+//! In the same run, on the same server, the baseline: one plain
+//! `updateOne` with `w: majority` (a round trip of one majority write, on
+//! another client; p50 of `HANDOFF_BASELINE` samples taken half before and
+//! half after the contention, and p50 of those sent one after another
+//! during it, under the same load), and the ratios handoff p50 / those p50.
+//! The machine may be loaded: judge by the ratio, not the absolute figures.
+//!
+//! **Across processes**: the cross-process handoff (the next holder in
+//! another process) is measured with processes in its own section below.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mongo_lease::{LockManager, LockManagerOptions};
+use mongodb::bson::{Document, doc};
+use mongodb::event::{EventHandler, command::CommandEvent};
+use mongodb::options::{CollectionOptions, WriteConcern};
+use mongodb::{Client, Collection};
+
+#[path = "common/mongod.rs"]
+mod mongod;
+
+/// Lease TTL: long enough that no renewal falls in the window.
+const TTL: Duration = Duration::from_secs(60);
+/// The critical section.
+const SECTION: Duration = Duration::from_millis(1);
+/// Liveness bound of the whole contention run.
+const BOUND: Duration = Duration::from_secs(600);
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Commands started by one client, by name.
+#[derive(Clone, Default)]
+struct Commands(Arc<Mutex<Vec<String>>>);
+
+impl Commands {
+    async fn client(&self, uri: &str) -> Client {
+        let mut options = mongodb::options::ClientOptions::parse(uri)
+            .await
+            .expect("uri");
+        let sink = self.clone();
+        options.command_event_handler = Some(EventHandler::callback(move |event| {
+            if let CommandEvent::Started(started) = event {
+                sink.0.lock().unwrap().push(started.command_name.clone());
+            }
+        }));
+        Client::with_options(options).expect("client")
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    /// The commands from `from` on: (all, writes).
+    fn since(&self, from: usize) -> (usize, usize) {
+        let log = self.0.lock().unwrap();
+        let window = &log[from.min(log.len())..];
+        let writes = window
+            .iter()
+            .filter(|n| matches!(n.as_str(), "findAndModify" | "update" | "delete" | "insert"))
+            .count();
+        (window.len(), writes)
+    }
+}
+
+/// The `q`-quantile of sorted `samples`, in ms.
+fn quantile_ms(samples: &[Duration], q: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((samples.len() - 1) as f64 * q).round() as usize;
+    samples[i].as_secs_f64() * 1e3
+}
+
+/// `n` round trips of one plain majority `updateOne` on `coll`.
+async fn majority_updates(coll: &Collection<Document>, n: usize) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        coll.update_one(
+            doc! { "_id": "baseline" },
+            doc! { "$set": { "n": i as i64 } },
+        )
+        .upsert(true)
+        .await
+        .expect("baseline update");
+        samples.push(started.elapsed());
+    }
+    samples
+}
+
+/// What the in-process contention measured.
+struct Contention {
+    handoffs: Vec<Duration>,
+    sections: usize,
+    elapsed: Duration,
+    commands: usize,
+    writes: usize,
+    reacquired: usize,
+}
+
+/// `tasks` tasks of `manager` on one key until `warmup + sections` critical
+/// sections ran; the figures are of the last `sections`.
+async fn contend(
+    manager: &LockManager,
+    commands: &Commands,
+    key: &str,
+    tasks: usize,
+    warmup: usize,
+    sections: usize,
+) -> Contention {
+    let total = warmup + sections;
+    let done = Arc::new(AtomicUsize::new(0));
+    // When the last holder called release, and which task it was.
+    let released: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
+    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let reacquired = Arc::new(AtomicUsize::new(0));
+    let window: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
+    let finished_at = Arc::new(AtomicU64::new(0));
+    let origin = Instant::now();
+    let mut joins = Vec::new();
+    for task in 0..tasks {
+        let (manager, key) = (manager.clone(), key.to_string());
+        let (done, released, handoffs) = (done.clone(), released.clone(), handoffs.clone());
+        let (reacquired, window, commands) = (reacquired.clone(), window.clone(), commands.clone());
+        let finished_at = finished_at.clone();
+        joins.push(tokio::spawn(async move {
+            loop {
+                let lease = manager.acquire(key.as_str()).await.expect("acquire");
+                let got = Instant::now();
+                let n = done.fetch_add(1, Ordering::SeqCst);
+                if n >= total {
+                    let _ = lease.release().await.expect("release");
+                    return;
+                }
+                if n == warmup {
+                    *window.lock().unwrap() = Some((got, commands.len()));
+                }
+                if let Some((at, by)) = released.lock().unwrap().take()
+                    && n > warmup
+                {
+                    handoffs.lock().unwrap().push(got - at);
+                    if by == task {
+                        reacquired.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                tokio::time::sleep(SECTION).await;
+                if n + 1 == total {
+                    finished_at.store(origin.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                }
+                *released.lock().unwrap() = Some((Instant::now(), task));
+                let _ = lease.release().await.expect("release");
+            }
+        }));
+    }
+    tokio::time::timeout(BOUND, futures::future::join_all(joins))
+        .await
+        .expect("the contention run finished within its bound")
+        .into_iter()
+        .for_each(|r| r.expect("task"));
+    let (start, from) = window.lock().unwrap().expect("a measured window");
+    let end = origin + Duration::from_nanos(finished_at.load(Ordering::SeqCst));
+    let (commands, writes) = commands.since(from);
+    let mut handoffs = std::mem::take(&mut *handoffs.lock().unwrap());
+    handoffs.sort();
+    Contention {
+        handoffs,
+        sections,
+        elapsed: end - start,
+        commands,
+        writes,
+        reacquired: reacquired.load(Ordering::SeqCst),
+    }
+}
+
+/// The in-process case: one manager, `HANDOFF_TASKS` tasks, one key; the
+/// majority-write baseline before and after.
+async fn in_process(uri: &str, db_name: &str) {
+    let tasks = env_usize("HANDOFF_TASKS", 8);
+    let sections = env_usize("HANDOFF_SECTIONS", 1000);
+    let baseline_n = env_usize("HANDOFF_BASELINE", 400);
+    let commands = Commands::default();
+    let client = commands.client(uri).await;
+    let manager = LockManager::connect(
+        LockManagerOptions::builder()
+            .database(client.database(db_name))
+            .collection("handoff.lock")
+            .ttl(TTL)
+            .build(),
+    )
+    .await
+    .expect("connect");
+    let raw_client = Client::with_uri_str(uri).await.expect("client");
+    let raw: Collection<Document> = raw_client.database(db_name).collection_with_options(
+        "baseline",
+        CollectionOptions::builder()
+            .write_concern(WriteConcern::majority())
+            .build(),
+    );
+    majority_updates(&raw, 20).await; // warm-up
+    let mut baseline = majority_updates(&raw, baseline_n / 2).await;
+    // Also during the contention, so that both see the same load.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let during = tokio::spawn({
+        let (raw, stop) = (raw.clone(), stop.clone());
+        async move {
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                samples.extend(majority_updates(&raw, 1).await);
+            }
+            samples
+        }
+    });
+    let run = contend(&manager, &commands, "handoff", tasks, 100, sections).await;
+    stop.store(true, Ordering::SeqCst);
+    let during = during.await.expect("baseline task");
+    let during_p50 = {
+        let mut during = during.clone();
+        during.sort();
+        quantile_ms(&during, 0.5)
+    };
+    baseline.extend(majority_updates(&raw, baseline_n - baseline_n / 2).await);
+    baseline.sort();
+    manager.shutdown().await.expect("shutdown");
+
+    let p50 = quantile_ms(&run.handoffs, 0.5);
+    let base = quantile_ms(&baseline, 0.5);
+    println!(
+        "in-process handoff: {tasks} tasks, one key, one manager, ~{} ms critical sections, \
+         {} measured ({} handoffs)",
+        SECTION.as_millis(),
+        run.sections,
+        run.handoffs.len()
+    );
+    println!(
+        "  handoff (release call -> next holder's acquire returns): p50 {:.2} ms, p99 {:.2} ms",
+        p50,
+        quantile_ms(&run.handoffs, 0.99)
+    );
+    println!(
+        "  majority updateOne round trip (same run, {} samples): p50 {:.2} ms, p99 {:.2} ms",
+        baseline.len(),
+        base,
+        quantile_ms(&baseline, 0.99)
+    );
+    println!(
+        "  the same during the contention ({} samples, another client): p50 {:.2} ms",
+        during.len(),
+        during_p50
+    );
+    println!(
+        "  ratio handoff p50 / majority write p50: {:.2}x (before and after), {:.2}x (during)",
+        p50 / base,
+        p50 / during_p50
+    );
+    println!(
+        "  critical sections/s: {:.0}",
+        run.sections as f64 / run.elapsed.as_secs_f64()
+    );
+    println!(
+        "  commands per critical section: {:.2} (writes {:.2})",
+        run.commands as f64 / run.sections as f64,
+        run.writes as f64 / run.sections as f64
+    );
+    println!(
+        "  re-acquisition by the releaser: {:.1}%",
+        100.0 * run.reacquired as f64 / run.handoffs.len().max(1) as f64
+    );
+    drop(raw);
+    for client in [client, raw_client] {
+        let _ = tokio::time::timeout(Duration::from_secs(10), client.shutdown()).await;
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async {
+        let (_replica_set, uri) = mongod::mongod().await;
+        let db_name = format!(
+            "bench_handoff_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        in_process(&uri, &db_name).await;
+        // Cross-process handoff: processes contending on one key (the
+        // next holder in another process) go here.
+        let client = Client::with_uri_str(&uri).await.expect("client");
+        client
+            .database(&db_name)
+            .drop()
+            .await
+            .expect("drop the benchmark database");
+        let _ = tokio::time::timeout(Duration::from_secs(10), client.shutdown()).await;
+    });
+}
