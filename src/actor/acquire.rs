@@ -225,6 +225,10 @@ impl Actor {
                     // Freed after this attempt read it: its answer is stale.
                     tracing::trace!(%key, "freed while the attempt was in flight: retrying now");
                     self.schedule_wake(&key);
+                } else if state.registered && self.hears_handoffs(key.place) {
+                    // The change stream announces the handoff (or a
+                    // release): poll only to refresh the registration.
+                    self.schedule_refresh(&key, remaining);
                 } else {
                     // A foreign holder's lock has no known expiry: poll with
                     // the plain backoff, and be woken by its deletion.

@@ -10,8 +10,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::command::Target;
-use super::{Actor, Attempt};
+use super::command::{Place, Target};
+use super::release_watch::ReleaseWatch;
+use super::{Actor, Attempt, Timer};
+use crate::backoff::retry_delay;
 use crate::store::KeyWrite;
 
 impl Actor {
@@ -29,6 +31,34 @@ impl Actor {
         self.gave_up
             .insert(key.clone(), (state.next_lease_id, lapses));
         None
+    }
+
+    /// Whether a registered waiter of `place` can rely on the change stream
+    /// of writes to learn of a handoff or a release (open, or opening: once
+    /// open, every waiting key retries).
+    pub(super) fn hears_handoffs(&self, place: Place) -> bool {
+        matches!(
+            self.places[usize::from(place.0)].release_watch,
+            ReleaseWatch::Open { .. }
+        )
+    }
+
+    /// Schedules the next attempt of a registered key whose handoff the
+    /// change stream announces: only to refresh the registration (and as a
+    /// fallback should an event be missed), at the backoff's longest step,
+    /// `retry_max`, which the registration window allows for; capped by the
+    /// holder's `remaining` time as any retry.
+    pub(super) fn schedule_refresh(&mut self, key: &Target, remaining: Option<Duration>) {
+        let delay = retry_delay(
+            u32::MAX,
+            self.timing.retry_initial,
+            self.timing.retry_max,
+            remaining,
+        );
+        let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
+        if let Some(state) = self.keys.get_mut(key) {
+            state.attempt = Attempt::Scheduled(timer);
+        }
     }
 
     /// Heartbeat: forgets the registrations of keys nobody waits for any
