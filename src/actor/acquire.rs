@@ -208,10 +208,16 @@ impl Actor {
             Ok((AcquireOutcome::Held { holder, remaining }, _)) => {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, "key is held");
-                // A waiting exclusive attempt registered in the key's queue
-                // (not on a foreign holder's lock, nor on one's own yield).
-                state.registered =
-                    sent.waiting && sent.shape.is_plain() && !foreign && holder != *self.owner_id;
+                // A waiting exclusive attempt in the lock collection
+                // registered in the key's queue (not on a foreign holder's
+                // lock, nor on one's own yield; in-document leases have no
+                // queue).
+                let queues = self.places[usize::from(key.place.0)].info.field.is_none();
+                state.registered = queues
+                    && sent.waiting
+                    && sent.shape.is_plain()
+                    && !foreign
+                    && holder != *self.owner_id;
                 state.handed = false;
                 for waiter in std::mem::take(&mut state.waiters) {
                     if waiter.mode == AcquireMode::Try {
