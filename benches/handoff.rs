@@ -114,6 +114,22 @@ async fn majority_updates(coll: &Collection<Document>, n: usize) -> Vec<Duration
     samples
 }
 
+/// `n` round trips of one majority `findOneAndUpdate` returning the
+/// document (the command a handoff sends, without its pipeline) on `coll`.
+async fn majority_find_and_modify(coll: &Collection<Document>, n: usize) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        coll.find_one_and_update(doc! { "_id": "fam" }, doc! { "$set": { "n": i as i64 } })
+            .upsert(true)
+            .return_document(mongodb::options::ReturnDocument::After)
+            .await
+            .expect("baseline findAndModify");
+        samples.push(started.elapsed());
+    }
+    samples
+}
+
 /// What the in-process contention measured.
 struct Contention {
     handoffs: Vec<Duration>,
@@ -224,6 +240,7 @@ async fn in_process(uri: &str, db_name: &str) {
     );
     majority_updates(&raw, 20).await; // warm-up
     let mut baseline = majority_updates(&raw, baseline_n / 2).await;
+    let mut fam = majority_find_and_modify(&raw, baseline_n / 2).await;
     // Also during the contention, so that both see the same load.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let during = tokio::spawn({
@@ -245,7 +262,9 @@ async fn in_process(uri: &str, db_name: &str) {
         quantile_ms(&during, 0.5)
     };
     baseline.extend(majority_updates(&raw, baseline_n - baseline_n / 2).await);
+    fam.extend(majority_find_and_modify(&raw, baseline_n - baseline_n / 2).await);
     baseline.sort();
+    fam.sort();
     manager.shutdown().await.expect("shutdown");
 
     let p50 = quantile_ms(&run.handoffs, 0.5);
@@ -269,7 +288,12 @@ async fn in_process(uri: &str, db_name: &str) {
         quantile_ms(&baseline, 0.99)
     );
     println!(
-        "  the same during the contention ({} samples, another client): p50 {:.2} ms",
+        "  majority findOneAndUpdate round trip (same run, {} samples): p50 {:.2} ms",
+        fam.len(),
+        quantile_ms(&fam, 0.5)
+    );
+    println!(
+        "  the same updateOne during the contention ({} samples, another client): p50 {:.2} ms",
         during.len(),
         during_p50
     );

@@ -274,6 +274,7 @@ pub(crate) mod memory;
 
 #[cfg(all(test, feature = "testkit"))]
 mod contract;
+mod handoff;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -290,6 +291,7 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::lease::{HolderInfo, LeaseInfo};
 
+pub(crate) use handoff::{HandOver, release_instead};
 pub(crate) use mongo::MongoStore;
 pub(crate) use mongo::{LeaseCheck, run_fenced};
 
@@ -627,39 +629,6 @@ pub(crate) enum AcquireOutcome {
         holder: String,
         remaining: Option<Duration>,
     },
-}
-
-/// What a handoff to a local waiter did ([`Store::hand_over`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HandOver {
-    /// The waiter's lease (`to`) holds the key, with this fencing token.
-    Acquired { token: u64 },
-    /// Released as a release would: another owner waits (the key is
-    /// yielded to it), a minimum hold is live, or the shape cannot be
-    /// handed over.
-    Released,
-    /// The lease `from` was no longer held (taken over, or expired by the
-    /// server's clock): nothing was written.
-    Lost,
-}
-
-/// [`Store::hand_over`] that only releases `from` ([`Store::release`]):
-/// `Released`, or `Lost` if nothing was released.
-pub(crate) fn release_instead<S: Store + ?Sized>(
-    store: &S,
-    key: LeaseKey,
-    from: Uuid,
-) -> BoxFuture<'static, Result<HandOver>> {
-    let release = store.release(vec![LeaseRef {
-        key,
-        lease_id: from,
-    }]);
-    Box::pin(async move {
-        Ok(match release.await? {
-            0 => HandOver::Lost,
-            _ => HandOver::Released,
-        })
-    })
 }
 
 /// The lock protocol, as seen by the actor. Every method returns a `'static`

@@ -1,6 +1,6 @@
 //! Handoff to a local waiter (`src/actor/handoff.rs`): one store call per
 //! handoff, FIFO, cancel safety, a lost lease, the yield to another owner,
-//! and shutdown during a handoff.
+//! shutdown during a handoff, and an unknown outcome.
 
 use super::*;
 
@@ -175,4 +175,23 @@ async fn shutdown_during_a_handoff_gives_the_handed_over_lease_back() {
     soon(shutdown).await.unwrap().unwrap();
     assert_eq!(sa.calls(Op::HandOver), 1);
     assert_released(&db, "k");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handoff_whose_outcome_is_unknown_is_recognised_by_the_waiters_retry() {
+    let db = MemoryDb::new();
+    let (a, sa, _) = start(&db, "a");
+    let first = a.acquire("k").await.unwrap();
+    let t1 = first.fencing_token();
+    let local = waiter(&a, "k").await;
+    sa.fault_next(Op::HandOver, Fault::FailAfterApply, 1);
+    let reply = first.release().await;
+    assert!(reply.as_ref().is_err_and(|e| e.is_transient()), "{reply:?}");
+    let (_, second) = soon(local).await.unwrap().unwrap();
+    assert_eq!(sa.calls(Op::HandOver), 1);
+    assert_eq!(sa.calls(Op::Acquire), 2, "a retry under the handed-over id");
+    let doc = db.doc("k").unwrap();
+    assert_eq!(doc.lease_id, Some(second.lease_id()));
+    assert_eq!(doc.token, second.fencing_token(), "the handoff's own token");
+    assert!(second.fencing_token() > t1);
 }
