@@ -214,10 +214,15 @@
 //!   [`LockManager::release_owner`] (logged at `warn`) release another
 //!   holder's lease.
 //! - **Fair waiting**: local waiters are served first in, first out, and one
-//!   retry loop per key (jittered exponential backoff) talks to MongoDB. A
-//!   release that another manager waited for yields the key to it (for up to
-//!   the releasing manager's `retry_max`), so a manager whose tasks keep
-//!   re-acquiring a key cannot starve the others.
+//!   retry loop per key (jittered exponential backoff) talks to MongoDB.
+//!   Across processes, managers waiting for an exclusive key register in its
+//!   queue of waiting owners (in the lock document, by their failed
+//!   attempt's own write) and are handed the key in that order, in the
+//!   releasing write itself; a waiter that died holds a handed key at most
+//!   its short registration (`2 * retry_max + 1 s`). A release that another
+//!   manager waited for without a live registration yields the key to it
+//!   (for up to the releasing manager's `retry_max`), so a manager whose
+//!   tasks keep re-acquiring a key cannot starve the others.
 //! - **Other applications' locks are respected**: a document in the lock
 //!   collection that `mongo-lease` did not write (no int64 `tok` or no date
 //!   `exp`, such as another application's `{_id, ts, aid}` lock document) is
@@ -257,13 +262,14 @@
 //!
 //! # Non-guarantees
 //!
-//! - First-come order *between* processes: a waiter is woken by another
-//!   process's release through a change stream (a few milliseconds on a
-//!   replica set; jittered polling on a standalone server or when the stream
-//!   fails). No queue of remote waiters is stored: with several processes
-//!   waiting, the first to retry after a release wins, and a yielded key goes
-//!   back to its last holder if no other manager takes it within the yield
-//!   window.
+//! - First-come order *between tasks* of different processes: the order
+//!   across processes is by manager (its first registration), not by task;
+//!   shared and semaphore keys and in-document leases have no queue (there
+//!   the first to retry after a release wins); an expired lease (a holder
+//!   that died) is taken by the head of the queue at its next attempt, not
+//!   handed over; a handoff reaches the waiter through its change stream (a
+//!   few milliseconds on a replica set), or its next poll on a standalone
+//!   server.
 //! - A lease taken away by another application's write (its document
 //!   deleted, or its `aid` or `lid` rewritten) is noticed within milliseconds
 //!   on a replica set, through the manager's change stream; on a standalone

@@ -137,6 +137,7 @@ impl Actor {
             sent_at: Instant::now(),
             ttl,
             shape,
+            waiting,
         };
         let key = key.clone();
         let store = self.store(key.place);
@@ -188,6 +189,8 @@ impl Actor {
             }
             Ok((AcquireOutcome::Acquired { token }, document)) => {
                 state.failures = 0;
+                state.registered = false;
+                state.handed = false;
                 state.next_lease_id = Uuid::new_v4();
                 self.grant(&key, sent, token, document);
             }
@@ -210,6 +213,17 @@ impl Actor {
             Ok((AcquireOutcome::Held { holder, remaining }, _)) => {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, "key is held");
+                // A waiting exclusive attempt in the lock collection
+                // registered in the key's queue (not on a foreign holder's
+                // lock, nor on one's own yield; in-document leases have no
+                // queue).
+                let queues = self.places[usize::from(key.place.0)].info.field.is_none();
+                state.registered = queues
+                    && sent.waiting
+                    && sent.shape.is_plain()
+                    && !foreign
+                    && holder != *self.owner_id;
+                state.handed = false;
                 for waiter in std::mem::take(&mut state.waiters) {
                     if waiter.mode == AcquireMode::Try {
                         let _ = waiter.respond_to.send(Ok(None));
@@ -222,6 +236,10 @@ impl Actor {
                     // Freed after this attempt read it: its answer is stale.
                     tracing::trace!(%key, "freed while the attempt was in flight: retrying now");
                     self.schedule_wake(&key);
+                } else if state.registered && self.hears_handoffs(key.place) {
+                    // The change stream announces the handoff (or a
+                    // release): poll only to refresh the registration.
+                    self.schedule_refresh(&key, remaining);
                 } else {
                     // A foreign holder's lock has no known expiry: poll with
                     // the plain backoff, and be woken by its deletion.
@@ -281,6 +299,7 @@ impl Actor {
             sent_at,
             ttl: written_ttl,
             shape,
+            ..
         } = sent;
         let state = self.keys.get_mut(key).expect("grant for a known key");
         while let Some(waiter) = state.waiters.pop_front() {

@@ -65,6 +65,7 @@ impl Actor {
             sent_at: Instant::now(),
             ttl: waiter.ttl,
             shape: waiter.shape,
+            waiting: true,
         };
         state.attempt = Attempt::InFlight;
         state.written_in_flight = false;

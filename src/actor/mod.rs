@@ -42,6 +42,7 @@ mod loss;
 mod handoff;
 pub(crate) mod mailbox;
 mod observers;
+mod queue;
 mod release;
 mod release_watch;
 mod renewal;
@@ -159,6 +160,12 @@ struct KeyState {
     /// the key before it was freed, so a `Held` answer is stale and the key
     /// is tried again at once instead of after its backoff.
     freed_in_flight: bool,
+    /// The last attempt registered this manager in the key's queue of
+    /// waiting owners under `next_lease_id` (see `queue`).
+    registered: bool,
+    /// A release handed the key to that registration (announced by the
+    /// change stream of writes): the next attempt confirms it.
+    handed: bool,
 }
 
 impl KeyState {
@@ -173,6 +180,8 @@ impl KeyState {
             failures: 0,
             written_in_flight: false,
             freed_in_flight: false,
+            registered: false,
+            handed: false,
         }
     }
 
@@ -248,6 +257,8 @@ struct Sent {
     ttl: Duration,
     /// The kind and minimum hold it asked for.
     shape: LeaseShape,
+    /// It was a waiting attempt (someone other than a try waits).
+    waiting: bool,
 }
 
 /// The result of a store operation, back in the actor's loop.
@@ -380,6 +391,10 @@ pub(crate) struct Actor {
     /// A heartbeat's renewals are in flight: the health board is published
     /// again once they are all answered.
     health_due: bool,
+    /// Keys forgotten while registered in their queue of waiting owners:
+    /// the registered lease id, and when the registration lapses (see
+    /// `queue`).
+    gave_up: HashMap<Target, (Uuid, Instant)>,
 }
 
 impl Actor {
@@ -419,6 +434,7 @@ impl Actor {
             stop_observers: CancellationToken::new(),
             health: Arc::default(),
             health_due: false,
+            gave_up: HashMap::new(),
         }
     }
 
@@ -448,6 +464,7 @@ impl Actor {
                     self.renew_all();
                     self.health_due = true;
                     self.close_release_watch_if_unneeded();
+                    self.prune_gave_up();
                 }
                 (place, event) = next_release(&mut self.places, self.release_turn), if open => {
                     self.on_release_event(place, event)
@@ -698,7 +715,12 @@ impl Actor {
 
     fn forget_if_idle(&mut self, key: &Target) {
         if self.keys.get(key).is_some_and(KeyState::is_idle) {
+            let handed = self.remember_registration(key);
             self.keys.remove(key);
+            if let Some(lease_id) = handed {
+                // Handed to a registration nobody waits on any more.
+                self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+            }
         }
     }
 }

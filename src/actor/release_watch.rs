@@ -192,6 +192,9 @@ impl Actor {
             place,
             key: write.key.clone(),
         };
+        if self.on_handoff(&key, &write) {
+            return;
+        }
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };

@@ -31,6 +31,7 @@
 //! | `pm` | int32, optional | a semaphore key's number of permits, while it has holders in `hs` |
 //! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
 //! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
+//! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each (see "Queue of waiting owners") |
 //!
 //! A lease is free when `exp <= $$NOW` on the server. A TTL index on `exp`
 //! (`expireAfterSeconds` = the manager's GC grace) deletes released and
@@ -126,9 +127,8 @@
 //! after the yield window (`yu`; the releasing manager's `retry_max`, which
 //! bounds how long a polling waiter takes to retry). A waiter that gave up
 //! meanwhile costs the releasing manager's next waiter at most one yield
-//! window. The scheme is the "handoff" of a fair lock reduced to one
-//! document: no queue of remote waiters is stored, so with several remote
-//! owners waiting, which of them gets the key is a race among them.
+//! window. Which of several remote owners gets the key is decided by the
+//! queue of waiting owners below.
 //!
 //! In delete mode a deleted document cannot carry `yu`, so a release of a
 //! marked lease (`wt` set: another mongo-lease owner waits; insert-style
@@ -136,6 +136,68 @@
 //! waiting owner takes the document over (its own release deletes it). A
 //! yielded document nobody takes is left to the TTL monitor.
 //!
+//! # Queue of waiting owners
+//!
+//! An exclusive key also keeps the owners that wait for it, in arrival
+//! order, in one array of its document, `q`: one entry per owner, `{aid,
+//! lid, at, re, hx}` (the waiting owner's id, the lease id its next
+//! acquisition will carry, when it first registered, when its registration
+//! expires, and how long a lease handed to it lasts unconfirmed). Like the
+//! hand-over of a fair lock (Redisson's fair lock keeps such a queue with
+//! per-waiter timeouts), the key goes to the first live waiter in the
+//! releasing write itself, with no race between the processes that wait.
+//!
+//! - **Registration.** A waiting exclusive attempt (not a `try_acquire`)
+//!   that does not win because another owner holds the key (or is ahead in
+//!   the queue) registers in its own write, no extra round trip: its entry
+//!   is refreshed in place (`lid`, `re`, `hx`; `at` and the position kept)
+//!   when it names another lease id or expires within `R / 2` (so a waiter
+//!   retrying often writes about once per `R / 2`; the other attempts
+//!   change nothing and write nothing, B2), or appended if its owner has
+//!   none. `re = $$NOW + R`, with `R` =
+//!   [`registration_window`] of the registering manager's `retry_max`
+//!   (twice its longest retry delay, plus one second): a waiting manager
+//!   tries again at least every `retry_max`, so a live waiter's entry never
+//!   lapses, and a dead one's lapses within `R`. `hx = min(ttl, R)`. Every
+//!   write that rewrites `q` drops the entries with `re <= $$NOW` and
+//!   removes `q` once it is empty.
+//! - **Handoff on release.** A release of an exclusive lease (also by owner
+//!   id; not a force release, which only frees the key) whose document has
+//!   a live entry of another owner, and no minimum hold ahead (`hl`), makes
+//!   the first such entry the holder in the same update: `aid` and `lid`
+//!   from the entry, `tok = max(tok + 1, ms($$NOW) * 2^20)` (the fencing
+//!   rule), `acq = ts = $$NOW`, `exp = $$NOW + hx`; the entry leaves `q`,
+//!   `wt`, `yu`, `hl` and `data` go. Otherwise the release is as before
+//!   (yield included). The change stream of writes announces the handoff
+//!   (it sets `lid` and `aid`, docs/mongodb-behaviour.md, B12, B24); the new
+//!   holder's manager, seeing its own owner id and the lease id it
+//!   registered, retries at once, and that retry under the same lease id
+//!   wins as any retry does (it renews `exp` to its TTL and gets the
+//!   handed token): registration, release and this confirmation are the
+//!   three commands of a handoff. Without a change stream the waiter's next
+//!   poll (at most `retry_max` later) does the same. A waiter that died
+//!   holds a handed key at most `hx` (at most `R`) after the handoff, and
+//!   is handed it only while its registration is live (at most `R` after
+//!   it died).
+//! - **Order.** A key that is free (expired, or force released) with a
+//!   live entry of another owner at the head of `q` is taken only by that
+//!   owner (a retry under the same lease id aside): the others, and owners
+//!   that never registered, wait and register behind it. So owners are
+//!   served in the order of their first registration, across processes.
+//!   Limits: the unit is the owner (one manager), not the task: a manager
+//!   registers for its first local waiter, and serves its local waiters
+//!   first in, first out among themselves. The holder's own manager does not
+//!   register while it holds the key, so its next local waiters come after
+//!   every owner registered at the release (a handoff to a local waiter in
+//!   the releasing write applies only when nobody is registered), and
+//!   register behind them. An expiry (a holder that died) is no handoff:
+//!   the head of the queue takes the key at its next attempt. Shared
+//!   and semaphore keys have no queue (an exclusive waiter there leaves the
+//!   mark `xw` instead), nor do in-document leases; a foreign holder's lock
+//!   is never modified, so nobody registers on it.
+//! - **Delete mode.** A document with a queue is never deleted by a
+//!   release: it is handed over, or marked released (dropping the dead
+//!   entries), and deleted later by the follow-up delete once `q` is gone.
 //! # Handoff to a local waiter
 //!
 //! A release whose manager has a waiter for the key ([`Store::hand_over`])
@@ -143,13 +205,15 @@
 //! release followed by the waiter's acquire (two serial round trips): one
 //! `findOneAndUpdate` on `{_id, lid: from, aid: ours, tok: int64, exp >
 //! $$NOW}` (the lease still held, by the server's clock), whose pipeline,
-//! when no other owner waits (no `wt`) and no minimum hold is live (`hl <=
+//! when no other owner waits (no `wt`, no live entry of another owner in
+//! `q`) and no minimum hold is live (`hl <=
 //! $$NOW` or none), makes it a new acquisition in place: `lid = to`, `tok =
 //! max(tok + 1, ms($$NOW) * 2^20)` (the token rule: the new holder's token
 //! is strictly greater), `acq = ts = $$NOW`, `exp = $$NOW + ttl`, and `data`,
 //! `hl`, `wt` and `yu` removed (a new acquisition starts without them).
 //! Otherwise it does exactly what a release does (`lid` and `wt` removed,
-//! `exp = max(min(exp, $$NOW), hl)`, `yu` if another owner waited), so the
+//! `exp = max(min(exp, $$NOW), hl)`, `yu` if another owner waited, and the
+//! handoff to the first registered owner of "Queue of waiting owners"), so the
 //! yield of "Fairness between owners" holds: a waiting owner elsewhere gets
 //! the key before any local waiter. It returns `lid` and `tok`: `lid = to`
 //! is the new acquisition, no `lid` a release, no document a lease no longer
@@ -254,6 +318,30 @@ pub(crate) mod field {
     pub const PERMITS: &str = "pm";
     pub const RELEASED_AT: &str = "rl";
     pub const EXCLUSIVE_WAITER: &str = "xw";
+    pub const QUEUE: &str = "q";
+    /// An entry of `q`: when its owner first registered.
+    pub const REGISTERED_AT: &str = "at";
+    /// An entry of `q`: when its registration expires.
+    pub const REGISTRATION_EXPIRES: &str = "re";
+    /// An entry of `q`: how long (ms) a lease handed to it lasts unconfirmed.
+    pub const HANDED_TTL: &str = "hx";
+}
+
+/// Added to twice a manager's `retry_max` in [`registration_window`]: the
+/// round trip of the registering attempt itself, with room for a loaded
+/// server (B6-style latencies of tens of milliseconds, far below it).
+pub(crate) const REGISTRATION_SLACK: Duration = Duration::from_secs(1);
+
+/// How long a waiting owner's registration in the queue of a key lasts
+/// (see "Queue of waiting owners"): `2 * retry_max +`
+/// [`REGISTRATION_SLACK`]. A waiting manager tries again (and so refreshes
+/// its registration) at least every `retry_max` (its backoff's cap), so the
+/// registration of a live waiter never lapses; a dead waiter's lapses this
+/// long after its last attempt.
+pub(crate) fn registration_window(retry_max: Duration) -> Duration {
+    retry_max
+        .saturating_mul(2)
+        .saturating_add(REGISTRATION_SLACK)
 }
 
 /// The kind a lock document of our shape is held as: a semaphore's permits

@@ -34,6 +34,7 @@ mod loss_detection;
 mod metrics;
 mod memory;
 mod places;
+mod queue;
 mod release;
 mod renewal;
 

@@ -68,6 +68,10 @@ pub(super) async fn acquire_yielded_key_is_refused_to_the_yielding_owner_only<F:
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (la, ta) = take(&a, "k").await;
     held(&b, "k", true, "a").await;
+    // A waiter that stopped retrying: its registration lapsed, so the
+    // release yields instead of handing the key over ("Queue of waiting
+    // owners" in `store`).
+    f.lapse_registrations("k").await;
     assert_eq!(a.release(vec![la]).await.unwrap(), 1);
     let released = raw(f, "k").await;
     assert_eq!(

@@ -237,6 +237,10 @@ pub(super) async fn delete_mode_release_of_a_waited_for_lease_yields_instead<F: 
     let (l1, t1) = take(&a, "k").await;
     age_tokens().await;
     held(&b, "k", true, "a").await;
+    // A waiter that stopped retrying: its registration lapsed, so the
+    // release yields instead of handing the key over ("Queue of waiting
+    // owners" in `store`).
+    f.lapse_registrations("k").await;
     assert_eq!(a.release(vec![l1]).await.unwrap(), 1);
     assert_eq!(
         raw(f, "k").await,

@@ -100,6 +100,17 @@ impl Fixture for MemoryFixture {
         self.db.expire_mark(key);
     }
 
+    async fn lapse_registrations(&self, key: impl Into<LeaseKey>) {
+        self.db.lapse_registrations(key);
+    }
+
+    async fn queue(&self, key: impl Into<LeaseKey>) -> Vec<String> {
+        let now = Instant::now();
+        self.db.doc(key).map_or_else(Vec::new, |doc| {
+            doc.live_queue(now).map(|w| w.owner.clone()).collect()
+        })
+    }
+
     async fn expire_hold(&self, key: impl Into<LeaseKey>) {
         self.db.expire_hold(key);
     }
@@ -273,6 +284,46 @@ impl Fixture for MongoFixture {
             .await
             .expect("expire the waiting mark");
         assert_eq!(result.matched_count, 1, "no waiting mark on {key:?}");
+    }
+
+    async fn lapse_registrations(&self, key: impl Into<LeaseKey>) {
+        let key = key.into();
+        let lapsed = doc! { "$map": { "input": "$q", "in": { "$mergeObjects": [
+            "$$this",
+            { "re": { "$subtract": ["$$NOW", 1_i64] } },
+        ]}}};
+        let result = self
+            .raw_collection()
+            .update_one(
+                doc! { "_id": key.as_bson().clone(), "q": { "$exists": true } },
+                vec![doc! { "$set": { "q": lapsed } }],
+            )
+            .await
+            .expect("lapse the registrations");
+        assert_eq!(result.matched_count, 1, "no queue on {key:?}");
+    }
+
+    async fn queue(&self, key: impl Into<LeaseKey>) -> Vec<String> {
+        let key = key.into();
+        let Some(doc) = self
+            .raw_collection()
+            .find_one(doc! { "_id": key.as_bson().clone() })
+            .projection(doc! { "q": 1, "now": "$$NOW" })
+            .await
+            .expect("read the queue")
+        else {
+            return Vec::new();
+        };
+        let now = doc.get_datetime("now").expect("now");
+        doc.get_array("q")
+            .map(|q| {
+                q.iter()
+                    .filter_map(Bson::as_document)
+                    .filter(|e| e.get_datetime("re").is_ok_and(|re| re > now))
+                    .map(|e| e.get_str("aid").expect("aid").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     async fn expire_hold(&self, key: impl Into<LeaseKey>) {

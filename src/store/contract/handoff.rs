@@ -73,6 +73,10 @@ pub(super) async fn a_handoff_of_a_lease_another_owner_waits_for_yields_to_it<F:
     let (l1, t1) = take(&a, "k").await;
     held(&b, "k", true, "a").await;
     assert!(raw(f, "k").await.waiting);
+    // A waiter that stopped retrying: its registration in the queue of
+    // waiting owners lapsed, so the release yields (see `queue` for the
+    // handoff to a live registration).
+    f.lapse_registrations("k").await;
     assert_eq!(hand_over(&a, "k", l1.lease_id).await.1, HandOver::Released);
     assert_eq!(
         raw(f, "k").await,

@@ -21,6 +21,8 @@
 //! - [`compat`]: delete-on-release mode and release by owner id;
 //! - [`documents`]: in-document leases ([`Store::documents`]);
 //! - [`kinds`]: shared and semaphore keys; [`hold`]: `hold_at_least`;
+//! - [`queue`]: the queue of waiting owners (registration, handoff in the
+//!   releasing write, the head's claim on a free key);
 //! - [`handoff`]: the handoff to a local waiter in the releasing write.
 
 mod acquire;
@@ -34,6 +36,7 @@ mod keys;
 mod kinds;
 mod lease_ttl;
 mod loss_detection;
+mod queue;
 mod reads;
 mod release;
 mod renewal;
@@ -144,6 +147,14 @@ trait Fixture: Sized {
     /// As [`Fixture::expire`], for the in-document lease on the document
     /// `key` of [`Fixture::documents`]'s collection.
     async fn expire_document(&self, key: impl Into<LeaseKey>);
+
+    /// Makes every registration in the queue of `key` (`q`) expired by
+    /// server time (waiters that stopped retrying).
+    async fn lapse_registrations(&self, key: impl Into<LeaseKey>);
+
+    /// The owner ids of the live entries of the queue of `key`, in order
+    /// (empty without a document or a queue).
+    async fn queue(&self, key: impl Into<LeaseKey>) -> Vec<String>;
 
     /// Removes what [`Fixture::new`] created (the MongoDB collections), once
     /// the scenario has passed.
@@ -336,4 +347,13 @@ contract!(
     documents::document_renewal_reports_exactly_the_leases_taken_over,
     documents::a_released_document_lease_is_taken_with_a_greater_token_also_after_its_removal,
     documents::a_document_write_applies_only_under_the_held_lease,
+    // The queue of waiting owners.
+    queue::waiting_owners_are_handed_the_key_in_arrival_order_with_greater_tokens,
+    queue::a_free_key_is_kept_for_the_head_of_the_queue_and_lapsed_registrations_are_skipped,
+    queue::a_handed_lease_never_confirmed_expires_and_the_next_owner_takes_it,
+    queue::try_acquire_and_foreign_documents_never_register,
+    queue::release_by_owner_hands_over_and_force_release_frees_the_key_for_the_head,
+    queue::a_local_handoff_goes_to_the_first_registered_owner_instead,
+    queue::delete_mode_hands_over_instead_of_deleting,
+    queue::a_handoff_is_announced_with_the_new_holders_owner_and_lease_ids,
 );

@@ -27,6 +27,10 @@ pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: F
     let (l2, t2) = take(&a, "k2").await;
     let (l3, t3) = take(&a, "k3").await;
     held(&b, "k2", true, "a").await;
+    // A waiter that stopped retrying: its registration lapsed, so the
+    // release yields instead of handing the key over ("Queue of waiting
+    // owners" in `store`).
+    f.lapse_registrations("k2").await;
 
     // A wrong lease id releases nothing (one lease, then a batch).
     let stranger = lease("k3", Uuid::new_v4());

@@ -69,9 +69,13 @@ impl MemoryDb {
     pub fn documents(&self, collection: &str, field: &str) -> MemoryDb {
         lock(&self.documents)
             .entry((collection.to_string(), field.to_string()))
-            .or_insert_with(|| MemoryDb {
-                epoch: self.epoch,
-                ..MemoryDb::default()
+            .or_insert_with(|| {
+                let db = MemoryDb {
+                    epoch: self.epoch,
+                    ..MemoryDb::default()
+                };
+                lock(&db.inner).in_documents = true;
+                db
             })
             .clone()
     }
@@ -292,6 +296,7 @@ impl MemoryDb {
             false,
             shape,
             Instant::now(),
+            Duration::ZERO,
         )
         .expect("try_take on a foreign document");
         drop(coll);
@@ -364,6 +369,21 @@ impl MemoryDb {
             .and_then(|doc| doc.exclusive_waiter.as_mut())
             .expect("a waiting mark");
         mark.1 = mark.1.min(now);
+        drop(coll);
+        self.touch();
+    }
+
+    /// Makes every registration in the queue of `key` (`q`) expire now
+    /// (waiters that stopped retrying).
+    pub fn lapse_registrations(&self, key: impl Into<LeaseKey>) {
+        let key = &key.into();
+        let now = Instant::now();
+        let mut coll = lock(&self.inner);
+        let doc = coll.docs.get_mut(key).expect("a document with a queue");
+        assert!(!doc.queue.is_empty(), "no queue on {key:?}");
+        for entry in &mut doc.queue {
+            entry.re = entry.re.min(now);
+        }
         drop(coll);
         self.touch();
     }

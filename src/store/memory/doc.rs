@@ -46,6 +46,24 @@ pub(crate) struct Doc {
     /// `xw`: an exclusive waiter's mark on a shared key, `(aid, exp)`: no
     /// shared acquisition succeeds while it is live.
     pub exclusive_waiter: Option<(String, Instant)>,
+    /// `q`: the owners waiting for an exclusive key, in arrival order (see
+    /// "Queue of waiting owners" in `store`).
+    pub queue: Vec<Waiting>,
+}
+
+/// An entry of `q`: an owner waiting for an exclusive key.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Waiting {
+    /// `aid`: the waiting owner.
+    pub owner: String,
+    /// `lid`: the lease id its next acquisition carries.
+    pub lease_id: Uuid,
+    /// `at`: when it first registered.
+    pub at: Instant,
+    /// `re`: when its registration expires.
+    pub re: Instant,
+    /// `hx`: how long a lease handed to it lasts unconfirmed.
+    pub hx: Duration,
 }
 
 /// One holder of a shared or semaphore key: an entry of `hs`.
@@ -91,10 +109,64 @@ impl Doc {
         hold: Option<Duration>,
         now: Instant,
     ) -> u64 {
+        let queue = std::mem::take(&mut self.queue);
         *self = Doc::fresh(owner, Some(lease_id), self.token + 1, now, now + ttl);
+        self.queue = queue;
+        self.leave_queue(owner, now);
         self.hold_until = hold.map(|hold| now + hold);
         self.exp = self.floor(self.exp);
         self.token
+    }
+
+    /// The live entries of `q` at `now` (`re > now`), in order.
+    pub fn live_queue(&self, now: Instant) -> impl Iterator<Item = &Waiting> {
+        self.queue.iter().filter(move |w| w.re > now)
+    }
+
+    /// Whether `owner` may take a free key as far as the queue is
+    /// concerned: no live entry, or the first live entry is `owner`'s.
+    pub fn queue_allows(&self, owner: &str, now: Instant) -> bool {
+        self.live_queue(now).next().is_none_or(|w| w.owner == owner)
+    }
+
+    /// The queue an acquisition by `owner` leaves: the other owners' live
+    /// entries.
+    pub(super) fn leave_queue(&mut self, owner: &str, now: Instant) {
+        self.queue.retain(|w| w.re > now && w.owner != owner);
+    }
+
+    /// A losing waiting attempt's registration: `owner`'s entry refreshed
+    /// in place (`at` kept) if it names another lease id or expires within
+    /// half of `window`, or appended; dead entries dropped.
+    pub(super) fn register(
+        &mut self,
+        owner: &str,
+        lease_id: Uuid,
+        ttl: Duration,
+        window: Duration,
+        now: Instant,
+    ) {
+        self.queue.retain(|w| w.re > now);
+        let fresh = |w: &Waiting| w.lease_id == lease_id && w.re >= now + window / 2;
+        if self.queue.iter().any(|w| w.owner == owner && fresh(w)) {
+            return;
+        }
+        let at = self
+            .queue
+            .iter()
+            .find(|w| w.owner == owner)
+            .map_or(now, |w| w.at);
+        let entry = Waiting {
+            owner: owner.to_string(),
+            lease_id,
+            at,
+            re: now + window,
+            hx: ttl.min(window),
+        };
+        match self.queue.iter_mut().find(|w| w.owner == owner) {
+            Some(mine) => *mine = entry,
+            None => self.queue.push(entry),
+        }
     }
 
     /// A document acquired (or released) at `now`, with no payload and no
@@ -121,13 +193,15 @@ impl Doc {
             hold_until: None,
             released_at: None,
             exclusive_waiter: None,
+            queue: Vec::new(),
         }
     }
 
     /// The lease as observers see it: without the fairness fields (`wt`,
-    /// `yu`, `xw`) nor the last release of a holder (`rl`).
+    /// `yu`, `xw`, `q`) nor the last release of a holder (`rl`).
     pub(super) fn observed(&self) -> Doc {
         Doc {
+            queue: Vec::new(),
             waiting_since: None,
             yield_until: None,
             exclusive_waiter: None,

@@ -71,6 +71,7 @@ impl Store for MemoryStore {
         let field = self.place.as_ref().map(|(_, field)| field.clone());
         let owner = self.owner.clone();
         let (db, creates) = (self.db.clone(), create.is_some());
+        let registration = crate::store::registration_window(self.yield_window);
         let acquire = self.run(Op::Acquire, vec![key.clone()], {
             let (key, owner) = (key.clone(), owner.clone());
             move |coll, now| {
@@ -83,7 +84,17 @@ impl Store for MemoryStore {
                 // As `acquire_with_ttl`.
                 let retry = is_retry(coll, &key, lease_id);
                 let shape = LeaseShape::default();
-                let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, shape, now);
+                let outcome = apply_acquire(
+                    coll,
+                    &key,
+                    &owner,
+                    lease_id,
+                    ttl,
+                    waiting,
+                    shape,
+                    now,
+                    registration,
+                );
                 if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
                     db.announce_acquisition(&key, &owner, lease_id);
                 }
@@ -194,11 +205,22 @@ impl Store for MemoryStore {
             return futures::future::ready(Err(error)).boxed();
         }
         let (db, owner) = (self.db.clone(), self.owner.clone());
+        let registration = crate::store::registration_window(self.yield_window);
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
             let retry = is_retry(coll, &key, lease_id);
             // `None`: no document (an insert); else whether it had a `lid`.
             let had_lease_id = coll.docs.get(&key).map(|d| d.lease_id.is_some());
-            let outcome = apply_acquire(coll, &key, &owner, lease_id, ttl, waiting, shape, now);
+            let outcome = apply_acquire(
+                coll,
+                &key,
+                &owner,
+                lease_id,
+                ttl,
+                waiting,
+                shape,
+                now,
+                registration,
+            );
             // A retry under the same lease id sets neither `lid` nor `aid`:
             // no event on MongoDB either.
             if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {

@@ -31,6 +31,9 @@ pub(crate) struct Collection {
     /// In a place of in-document leases: user documents that do not exist
     /// ([`MemoryDb::remove_user_document`]); every other one does.
     pub(super) missing: std::collections::HashSet<LeaseKey>,
+    /// A place of in-document leases ([`MemoryDb::documents`]): no queue of
+    /// waiting owners, as in `DocumentStore`.
+    pub(super) in_documents: bool,
 }
 
 impl Collection {
@@ -43,6 +46,10 @@ impl Collection {
 /// The acquire rule, applied at server time `now`, for an acquisition of
 /// `shape` (the rules of shared and semaphore keys are in
 /// [`kinds`](super::kinds)).
+///
+/// The queue of waiting owners (not in a place of in-document leases): a
+/// free key is kept for the head of its queue, and a waiting attempt that
+/// loses to another owner (or to the head) registers for `registration`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn apply_acquire(
     coll: &mut Collection,
@@ -53,7 +60,9 @@ pub(super) fn apply_acquire(
     waiting: bool,
     shape: LeaseShape,
     now: Instant,
+    registration: Duration,
 ) -> Result<AcquireOutcome> {
+    let queues = !coll.in_documents;
     if let Some(foreign) = coll.foreign.get(key) {
         return Ok(AcquireOutcome::Held {
             holder: foreign.owner.clone(),
@@ -83,26 +92,44 @@ pub(super) fn apply_acquire(
             // (A document rewritten to another owner is not ours any more.)
             doc.exp = doc.floor(now + ttl);
             doc.renewed = now;
+            doc.leave_queue(owner, now);
             Ok(AcquireOutcome::Acquired { token: doc.token })
         }
         Some(doc) => match doc.live_kind(now) {
             Some(stored @ LeaseKind::Permit { .. }) => Ok(AcquireOutcome::Mismatch { stored }),
             Some(LeaseKind::Shared) => Ok(kinds::exclusive_waits(doc, owner, ttl, waiting, now)),
-            _ if doc.exp <= now && !doc.yielded_by(owner, now) => Ok(AcquireOutcome::Acquired {
-                token: doc.take(owner, lease_id, ttl, hold, now),
-            }),
+            _ if doc.exp <= now
+                && !doc.yielded_by(owner, now)
+                && (!queues || doc.queue_allows(owner, now)) =>
+            {
+                Ok(AcquireOutcome::Acquired {
+                    token: doc.take(owner, lease_id, ttl, hold, now),
+                })
+            }
             _ => {
                 let held_by_other = doc.lease_id.is_some() && doc.exp > now && doc.owner != owner;
-                if waiting && held_by_other && doc.waiting_since.is_none() {
-                    doc.waiting_since = Some(now);
+                let kept_for_queue = queues && !doc.queue_allows(owner, now);
+                if waiting && (held_by_other || kept_for_queue) {
+                    doc.waiting_since.get_or_insert(now);
+                    if queues {
+                        doc.register(owner, lease_id, ttl, registration, now);
+                    }
                 }
                 let until = match doc.yield_until {
                     Some(until) if doc.owner == owner => doc.exp.max(until),
                     _ => doc.exp,
                 };
-                Ok(AcquireOutcome::Held {
-                    holder: doc.owner.clone(),
-                    remaining: Some(until.saturating_duration_since(now)),
+                let head = doc.live_queue(now).next().filter(|w| w.owner != owner);
+                Ok(match head {
+                    // Free, but kept for the head of the queue.
+                    Some(head) if until <= now => AcquireOutcome::Held {
+                        holder: head.owner.clone(),
+                        remaining: Some(head.re.saturating_duration_since(now)),
+                    },
+                    _ => AcquireOutcome::Held {
+                        holder: doc.owner.clone(),
+                        remaining: Some(until.saturating_duration_since(now)),
+                    },
                 })
             }
         },
@@ -131,6 +158,37 @@ pub(super) fn release_doc(doc: &mut Doc, now: Instant, yield_window: Duration) {
     }
 }
 
+/// The release rule of an exclusive lease with the handoff of "Queue of
+/// waiting owners": the first live entry of another owner, if the key has
+/// no holders nor minimum hold ahead, becomes the holder (token + 1, `exp =
+/// now + hx`, no `yu`, `hl`, `data`) and leaves the queue; otherwise
+/// [`release_doc`], dead entries dropped. Returns the new holder's owner id
+/// and lease id.
+pub(super) fn release_or_hand_over(
+    doc: &mut Doc,
+    now: Instant,
+    yield_window: Duration,
+) -> Option<(String, Uuid)> {
+    let hold_ahead = doc.hold_until.is_some_and(|until| until > now);
+    let next = (doc.holders.is_empty() && !hold_ahead)
+        .then(|| doc.live_queue(now).find(|w| w.owner != doc.owner).cloned())
+        .flatten();
+    release_doc(doc, now, yield_window);
+    doc.queue.retain(|w| w.re > now);
+    let next = next?;
+    doc.queue.retain(|w| w.owner != next.owner);
+    doc.owner = next.owner.clone();
+    doc.lease_id = Some(next.lease_id);
+    doc.token += 1;
+    doc.acquired = now;
+    doc.renewed = now;
+    doc.exp = now + next.hx;
+    doc.yield_until = None;
+    doc.hold_until = None;
+    doc.payload = None;
+    Some((next.owner, next.lease_id))
+}
+
 /// The handoff rule ("Handoff to a local waiter" in `store`) at `now`:
 /// `from` of `owner`, live, becomes `to`'s new acquisition (next token,
 /// `exp = now + ttl`, no payload, marks or minimum hold) unless another
@@ -155,9 +213,14 @@ pub(super) fn apply_hand_over(
     if doc.lease_id != Some(from) || doc.owner != owner || doc.exp <= now {
         return HandOver::Lost;
     }
-    if doc.waiting_since.is_some() || doc.hold_until.is_some_and(|until| until > now) {
-        release_doc(doc, now, yield_window);
-        db.announce_release(key);
+    let registered = doc.live_queue(now).any(|w| w.owner != owner);
+    if registered || doc.waiting_since.is_some() || doc.hold_until.is_some_and(|until| until > now)
+    {
+        // Released, or handed to the first registered owner.
+        match release_or_hand_over(doc, now, yield_window) {
+            Some((next, lease_id)) => db.announce_acquisition(key, &next, lease_id),
+            None => db.announce_release(key),
+        }
         return HandOver::Released;
     }
     let token = doc.take(owner, to, ttl, None, now);
@@ -172,7 +235,9 @@ impl Collection {
     /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) ago is deleted
     /// (the twin's stand-in for the token-age rule; its next token continues
     /// from the deleted one), every other one is marked released
-    /// ([`release_doc`]). Announces each key; returns `(deleted, marked)`.
+    /// ([`release_or_hand_over`]: a release that hands the key over is
+    /// announced as an acquisition). Announces each key; returns `(deleted,
+    /// marked)`.
     pub(super) fn release_where(
         &mut self,
         db: &MemoryDb,
@@ -192,17 +257,21 @@ impl Collection {
             let doc = self.docs.get_mut(&key).expect("listed above");
             let deletable = mode == ReleaseMode::Delete
                 && doc.waiting_since.is_none()
+                && doc.queue.is_empty()
                 && doc.hold_until.is_none_or(|until| until <= now)
                 && now >= doc.acquired + DELETE_MIN_TOKEN_AGE;
             if deletable {
                 let doc = self.docs.remove(&key).expect("listed above");
                 self.deleted_tokens.insert(key.clone(), doc.token);
                 deleted += 1;
+                db.announce_release(&key);
             } else {
-                release_doc(doc, now, yield_window);
+                match release_or_hand_over(doc, now, yield_window) {
+                    Some((owner, lease_id)) => db.announce_acquisition(&key, &owner, lease_id),
+                    None => db.announce_release(&key),
+                }
                 marked += 1;
             }
-            db.announce_release(&key);
         }
         (deleted, marked)
     }
@@ -222,6 +291,7 @@ impl Collection {
             .filter(|(k, d)| {
                 matches(k, d)
                     && d.lease_id.is_none()
+                    && d.queue.is_empty()
                     && d.live_holders(now).next().is_none()
                     && d.yield_until.is_none_or(|until| until <= now)
                     && d.hold_until.is_none_or(|until| until <= now)

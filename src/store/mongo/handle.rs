@@ -123,6 +123,16 @@ impl MongoStore {
         self.yield_ms
     }
 
+    /// How long this owner's registration in a key's queue lasts (ms):
+    /// [`registration_window`](crate::store::registration_window) of its
+    /// `retry_max` (the yield window).
+    pub(super) fn registration_ms(&self) -> i64 {
+        let retry_max = Duration::from_millis(self.yield_ms.max(0) as u64);
+        crate::store::registration_window(retry_max)
+            .as_millis()
+            .min(i64::MAX as u128) as i64
+    }
+
     /// How long one operation may take before it counts as failed.
     pub(super) fn operation_timeout(&self) -> Duration {
         self.operation_timeout

@@ -35,9 +35,18 @@ pub(super) fn hand_over_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Docum
 /// other owner waits (no `wt`) and no minimum hold is live; otherwise the
 /// release of an exclusive lease (`lid` and `wt` removed, `exp =
 /// max(min(exp, $$NOW), hl)`, `yu = $$NOW + yield_ms` if another owner
-/// waited). One `$set`: every expression reads the document as it was.
+/// waited), then handed to the first owner registered in the queue of
+/// waiting owners if there is one (between `queue`'s pick and handoff
+/// stages). One `$set` for the local handoff or the release: every
+/// expression reads the document as it was.
 pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Document> {
-    let waited = doc! { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] };
+    // Another owner waits: marked (`wt`), or registered in the queue of
+    // waiting owners (picked by `pick_stage`, handed the key by
+    // `handoff_stages`; "Queue of waiting owners" in `store`).
+    let waited = doc! { "$or": [
+        { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] },
+        { "$eq": [{ "$type": f(super::queue::HANDED) }, "object"] },
+    ]};
     let holding = doc! { "$gt": [f(field::HOLD_UNTIL), "$$NOW"] };
     let handed = doc! { "$not": [{ "$or": [waited.clone(), holding] }] };
     let either = |acquired: Bson, released: Bson| -> Bson {
@@ -55,17 +64,23 @@ pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Docu
         { "$add": ["$$NOW", yield_ms] },
         f(field::YIELD_UNTIL),
     ]};
-    vec![doc! { "$set": {
-        field::LEASE_ID: either(bson_lease_id(to), remove()),
-        field::TOKEN: either(next_token().into(), keep(field::TOKEN)),
-        field::ACQUIRED_AT: either(now(), keep(field::ACQUIRED_AT)),
-        field::RENEWED_AT: either(now(), keep(field::RENEWED_AT)),
-        field::EXPIRES_AT: either(doc! { "$add": ["$$NOW", ttl_ms] }.into(), released_exp.into()),
-        field::PAYLOAD: either(remove(), keep(field::PAYLOAD)),
-        field::HOLD_UNTIL: either(remove(), keep(field::HOLD_UNTIL)),
-        field::YIELD_UNTIL: either(remove(), yielded.into()),
-        field::WAITING_SINCE: remove(),
-    }}]
+    let [handoff, cleanup] = super::queue::handoff_stages();
+    vec![
+        super::queue::pick_stage(),
+        doc! { "$set": {
+            field::LEASE_ID: either(bson_lease_id(to), remove()),
+            field::TOKEN: either(next_token().into(), keep(field::TOKEN)),
+            field::ACQUIRED_AT: either(now(), keep(field::ACQUIRED_AT)),
+            field::RENEWED_AT: either(now(), keep(field::RENEWED_AT)),
+            field::EXPIRES_AT: either(doc! { "$add": ["$$NOW", ttl_ms] }.into(), released_exp.into()),
+            field::PAYLOAD: either(remove(), keep(field::PAYLOAD)),
+            field::HOLD_UNTIL: either(remove(), keep(field::HOLD_UNTIL)),
+            field::YIELD_UNTIL: either(remove(), yielded.into()),
+            field::WAITING_SINCE: remove(),
+        }},
+        handoff,
+        cleanup,
+    ]
 }
 
 /// The projection of the handoff's reply and of its re-read.
@@ -164,10 +179,17 @@ mod tests {
     }
 
     #[test]
-    fn the_update_is_one_set_stage_that_always_removes_the_waiting_mark() {
+    fn the_update_is_one_set_stage_between_the_queues_pick_and_handoff_and_removes_the_waiting_mark()
+     {
         let update = hand_over_update(Uuid::new_v4(), 1000, 500);
-        assert_eq!(update.len(), 1);
-        let set = update[0].get_document("$set").unwrap();
+        assert_eq!(
+            update.len(),
+            4,
+            "pick, the handoff or release, the queue's handoff, cleanup"
+        );
+        assert_eq!(update[0], crate::store::mongo::queue::pick_stage());
+        assert_eq!(update[2..], crate::store::mongo::queue::handoff_stages());
+        let set = update[1].get_document("$set").unwrap();
         assert_eq!(set.get_str(field::WAITING_SINCE).unwrap(), "$$REMOVE");
         for name in [
             field::LEASE_ID,

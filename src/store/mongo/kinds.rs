@@ -540,6 +540,9 @@ pub(in crate::store::mongo) enum Released<'a> {
 /// loses the released entries and the expired ones, gets `rl = $$NOW` (what
 /// the change stream of releases announces) and `exp` = the latest
 /// remaining entry's, or now if none remains (then `hs` and `pm` go too).
+/// An exclusive key with another owner's live entry in its queue is handed
+/// to the first one instead ([`pick_stage`](super::queue::pick_stage),
+/// [`handoff_stages`](super::queue::handoff_stages)).
 pub(in crate::store::mongo) fn release_any_update(
     released: &Released<'_>,
     yield_ms: i64,
@@ -551,7 +554,9 @@ pub(in crate::store::mongo) fn release_any_update(
     let waited = doc! { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] };
     let remain =
         doc! { "$cond": [has_holders(), { "$gt": [{ "$size": f(field::HOLDERS) }, 0] }, false] };
+    let [handoff, cleanup] = super::queue::handoff_stages();
     vec![
+        super::queue::pick_stage(),
         doc! { "$set": {
             field::EXPIRES_AT: { "$cond": [
                 has_holders(),
@@ -583,6 +588,8 @@ pub(in crate::store::mongo) fn release_any_update(
             field::HOLDERS: { "$cond": [remain, f(field::HOLDERS), "$$REMOVE"] },
         }},
         doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
+        handoff,
+        cleanup,
     ]
 }
 

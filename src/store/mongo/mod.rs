@@ -11,6 +11,9 @@
 //! - [`kinds`]: the BSON of shared and semaphore keys and of minimum holds
 //!   (acquire, renewal and release of any kind), pure and unit-tested like
 //!   `pipeline`; [`kinds_ops`]: the operations that send it;
+//! - [`queue`]: the BSON of the queue of waiting owners (registration, the
+//!   head's claim on a free key, the handoff stages of a release), pure and
+//!   unit-tested like `pipeline`;
 //! - [`handoff`]: the handoff to a local waiter in the releasing write
 //!   (its BSON, pure and unit-tested, and the operation that sends it);
 //! - [`prepare`]: the collection checks and the indexes (TTL index for garbage
@@ -25,9 +28,11 @@
 //!   the change-stream stages and their reading), each pure and unit-tested
 //!   without a server.
 //!
-//! Dependencies go one way: `ops` uses `handle`, `pipeline`, `kinds` and
+//! Dependencies go one way: `ops` uses `handle`, `pipeline`, `kinds`, `queue` and
 //! `observe`; `kinds_ops` uses `ops`, `handle` and `kinds`; `kinds` uses
-//! `pipeline`, which uses `kinds` only for the exclusive waiter's mark;
+//! `pipeline` and `queue`, and `pipeline` uses `kinds` only for the
+//! exclusive waiter's mark and `queue` for the queue of waiting owners;
+//! `queue` uses `pipeline`'s token rule;
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
 //! `transaction` and `handoff` use `handle` and `pipeline` (`handoff` also
 //! `ops`' attempt count); `document` uses `handle`,
@@ -43,6 +48,7 @@ mod observe;
 mod ops;
 mod pipeline;
 mod prepare;
+mod queue;
 mod transaction;
 
 pub(crate) use handle::MongoStore;

@@ -27,6 +27,7 @@ use super::pipeline::{
     owner_leases_filter, payload_filter, payload_update, projected_info, read_lease_id,
     release_events_pipeline, released_filter,
 };
+use super::queue::held_for_queue;
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
@@ -100,9 +101,17 @@ impl MongoStore {
         ttl_ms: i64,
         hold_ms: Option<i64>,
     ) -> Result<AcquireOutcome> {
-        let update = acquire_pipeline(self.owner(), ttl_ms, lease_id, waiting, hold_ms);
+        let update = acquire_pipeline(
+            self.owner(),
+            ttl_ms,
+            lease_id,
+            waiting,
+            hold_ms,
+            self.registration_ms(),
+        );
         self.acquire_by(key, update, acquire_projection(), |key, doc| {
             let outcome = classify(key, self.owner(), lease_id, doc);
+            let outcome = held_for_queue(outcome, doc, self.owner());
             cap_for_mark(outcome, doc, self.owner(), ttl_ms)
         })
         .await

@@ -10,6 +10,7 @@ use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
+use super::queue::{queue_after_acquisition, queue_allows, registered};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{
@@ -72,14 +73,23 @@ pub(in crate::store::mongo) fn next_token() -> Document {
 /// $$NOW + hold_ms` (a retry keeps it) and `exp = max($$NOW + ttl_ms, hl)`.
 /// A waiting attempt that finds live shared holders leaves its mark
 /// ([`exclusive_waiter_mark`](super::kinds::exclusive_waiter_mark)).
+///
+/// The queue of waiting owners (see "Queue of waiting owners" in `store`):
+/// a free key whose queue has another owner's live entry at its head is
+/// not won ([`queue_allows`]); a waiting attempt that finds the key held by
+/// another owner, or kept for the head of the queue, registers, its entry
+/// lasting `registration_ms` ([`registered`]); an acquisition leaves the
+/// other owners' live entries ([`queue_after_acquisition`]).
 pub(in crate::store::mongo) fn acquire_pipeline(
     owner: &str,
     ttl_ms: i64,
     lease_id: Uuid,
     waiting: bool,
     hold_ms: Option<i64>,
+    registration_ms: i64,
 ) -> Vec<Document> {
     let lid = bson_lease_id(lease_id);
+    let lid_waiting = lid.clone();
     let fresh = fresh_document();
     let same_owner = doc! { "$eq": [format!("${}", field::OWNER), { "$literal": owner }] };
     // A retry: this lease id and owner id. A document another application
@@ -97,7 +107,12 @@ pub(in crate::store::mongo) fn acquire_pipeline(
     let wins = doc! { "$or": [
         fresh,
         mine.clone(),
-        { "$and": [our_shape.clone(), expired.clone(), { "$not": [yielded_by_us] }] },
+        { "$and": [
+            our_shape.clone(),
+            expired.clone(),
+            { "$not": [yielded_by_us] },
+            queue_allows(owner),
+        ]},
     ]};
     let next_token = doc! { "$cond": [
         mine.clone(),
@@ -122,6 +137,7 @@ pub(in crate::store::mongo) fn acquire_pipeline(
         field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
         field::PAYLOAD: keep(field::PAYLOAD),
         field::WAITING_SINCE: keep(field::WAITING_SINCE),
+        field::QUEUE: queue_after_acquisition(owner),
     };
     if let Some(hold_ms) = hold_ms {
         let hold_until = doc! { "$cond": [
@@ -137,17 +153,20 @@ pub(in crate::store::mongo) fn acquire_pipeline(
     }
     let lost = if waiting {
         let held_by_other = doc! { "$and": [
-            our_shape,
+            our_shape.clone(),
             { "$eq": [{ "$type": format!("${}", field::LEASE_ID) }, "binData"] },
             { "$not": [expired] },
             { "$not": [same_owner] },
         ]};
+        // A free key kept for the head of the queue (another owner).
+        let kept_for_queue = doc! { "$and": [our_shape, { "$not": [queue_allows(owner)] }] };
         let marked = doc! { "$mergeObjects": ["$$ROOT", {
             field::WAITING_SINCE: { "$ifNull": [format!("${}", field::WAITING_SINCE), "$$NOW"] },
+            field::QUEUE: registered(owner, lid_waiting, ttl_ms, registration_ms),
         }]};
         let (shared_live, mark) = super::kinds::exclusive_waiter_mark(owner, ttl_ms);
         Bson::from(doc! { "$cond": [
-            held_by_other,
+            { "$or": [held_by_other, kept_for_queue] },
             marked,
             { "$cond": [shared_live, mark, "$$ROOT"] },
         ]})
@@ -164,6 +183,8 @@ pub(super) fn acquire_projection() -> Document {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1,
         field::EXPIRES_AT: 1, field::YIELD_UNTIL: 1, "now": "$$NOW",
         field::PERMITS: 1, format!("{}.{}", field::EXCLUSIVE_WAITER, field::OWNER): 1,
+        format!("{}.{}", field::QUEUE, field::OWNER): 1,
+        format!("{}.{}", field::QUEUE, field::REGISTRATION_EXPIRES): 1,
     }
 }
 
@@ -289,7 +310,8 @@ pub(in crate::store::mongo) fn token_at_older_than(path: &str, min_age_ms: i64) 
 
 /// The documents among `filter`'s that a release in delete mode deletes at
 /// once: of our shape (int64 `tok`), not waited for by another owner (no
-/// `wt`: such a release yields instead), with a token at least `min_age_ms`
+/// `wt`: such a release yields instead; no `q`: it hands the key over or
+/// keeps the queue), with a token at least `min_age_ms`
 /// old by the server's clock ([`token_older_than`]).
 pub(super) fn deletable_filter(filter: Document, min_age_ms: i64) -> Document {
     doc! { "$and": [
@@ -298,6 +320,7 @@ pub(super) fn deletable_filter(filter: Document, min_age_ms: i64) -> Document {
             field::TOKEN: { "$type": "long" },
             field::WAITING_SINCE: { "$exists": false },
             field::HOLDERS: { "$exists": false },
+            field::QUEUE: { "$exists": false },
             "$expr": token_older_than(min_age_ms),
         },
     ]}
@@ -315,6 +338,7 @@ pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
             field::TOKEN: { "$type": "long" },
             field::EXPIRES_AT: { "$type": "date" },
             field::HOLDERS: { "$exists": false },
+            field::QUEUE: { "$exists": false },
             "$expr": { "$and": [
                 token_older_than(min_age_ms),
                 { "$not": [{ "$gt": [format!("${}", field::YIELD_UNTIL), "$$NOW"] }] },

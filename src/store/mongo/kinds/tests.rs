@@ -300,10 +300,10 @@ fn a_waiting_exclusive_attempt_marks_only_live_shared_holders_and_retries_within
 
 #[test]
 fn an_exclusive_acquisition_held_at_least_writes_hl_and_never_expires_before_it() {
-    let plain = acquire_pipeline("me", 30_000, LID, false, None);
+    let plain = acquire_pipeline("me", 30_000, LID, false, None, 3_000);
     let acquired = at(&plain[0], "$replaceWith.$cond.1").as_document().unwrap();
     assert!(!acquired.contains_key("hl"), "a new acquisition removes hl");
-    let held = acquire_pipeline("me", 30_000, LID, false, Some(90_000));
+    let held = acquire_pipeline("me", 30_000, LID, false, Some(90_000), 3_000);
     let acquired = at(&held[0], "$replaceWith.$cond.1").as_document().unwrap();
     let mine = at(&held[0], "$replaceWith.$cond.0.$or.1");
     let hold_until = doc! { "$cond": [
@@ -385,8 +385,12 @@ fn release_removes_the_entries_sets_rl_and_keeps_an_exclusive_lease_until_hl() {
         ids: vec![LID],
     };
     let update = release_any_update(&released, 2_000);
-    assert_eq!(update.len(), 3);
-    let first = update[0].get_document("$set").unwrap();
+    assert_eq!(
+        update.len(),
+        6,
+        "pick, release (3 stages), handoff, cleanup"
+    );
+    let first = update[1].get_document("$set").unwrap();
     assert_eq!(
         at(first, "exp.$cond.2"),
         &bson(doc! { "$max": [{ "$min": ["$exp", "$$NOW"] }, "$hl"] })
@@ -402,12 +406,12 @@ fn release_removes_the_entries_sets_rl_and_keeps_an_exclusive_lease_until_hl() {
             { "$not": [entry_among("me", &[LID])] },
         ]})
     );
-    let second = update[1].get_document("$set").unwrap();
+    let second = update[2].get_document("$set").unwrap();
     assert_eq!(
         at(second, "exp.$cond.1"),
         &bson(doc! { "$ifNull": [{ "$max": "$hs.exp" }, "$$NOW"] })
     );
-    assert_eq!(update[2], doc! { "$unset": ["lid", "wt"] });
+    assert_eq!(update[3], doc! { "$unset": ["lid", "wt"] });
     let by_owner = release_any_update(
         &Released::Owner {
             owner: "me",
@@ -417,7 +421,7 @@ fn release_removes_the_entries_sets_rl_and_keeps_an_exclusive_lease_until_hl() {
     );
     assert_eq!(
         at(
-            by_owner[0].get_document("$set").unwrap(),
+            by_owner[1].get_document("$set").unwrap(),
             "hs.$cond.1.$filter.cond.$and.1.$not.0"
         ),
         &bson(entry_of_owner("me", &[LID]))

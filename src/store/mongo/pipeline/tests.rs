@@ -30,7 +30,7 @@ fn bson(doc: Document) -> Bson {
 
 /// The parts of the acquire pipeline's single `$replaceWith: { $cond: [wins, acquired, lost] }`.
 fn acquire_parts(waiting: bool) -> (Document, Document, Bson) {
-    let pipeline = acquire_pipeline("me", 30_000, LID, waiting, None);
+    let pipeline = acquire_pipeline("me", 30_000, LID, waiting, None, 3_000);
     assert_eq!(pipeline.len(), 1, "one stage: {pipeline:?}");
     let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
     assert_eq!(cond.len(), 3);
@@ -135,15 +135,23 @@ fn acquire_takes_the_lease_by_server_time_and_drops_the_last_acquisitions_fields
         at(&acquired, "wt"),
         &bson(doc! { "$cond": [mine, "$wt", "$$REMOVE"] })
     );
+    // The queue keeps the other owners' live entries.
+    assert_eq!(
+        at(&acquired, "q"),
+        &bson(crate::store::mongo::queue::queue_after_acquisition("me"))
+    );
     let names: Vec<&str> = acquired.keys().map(String::as_str).collect();
     assert_eq!(
         names,
-        ["_id", "aid", "lid", "tok", "acq", "ts", "exp", "data", "wt"]
+        [
+            "_id", "aid", "lid", "tok", "acq", "ts", "exp", "data", "wt", "q"
+        ]
     );
 }
 
 #[test]
-fn acquire_wins_on_a_fresh_document_a_retry_or_an_expired_lease_not_yielded_by_us() {
+fn acquire_wins_on_a_fresh_document_a_retry_or_an_expired_lease_not_yielded_by_us_nor_kept_for_the_queue()
+ {
     let (wins, _, _) = acquire_parts(false);
     let our_shape = doc! { "$and": [
         { "$eq": [{ "$type": "$exp" }, "date"] },
@@ -158,7 +166,12 @@ fn acquire_wins_on_a_fresh_document_a_retry_or_an_expired_lease_not_yielded_by_u
         doc! { "$or": [
             { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] },
             mine_condition(),
-            { "$and": [our_shape, { "$lte": ["$exp", "$$NOW"] }, { "$not": [yielded_by_us] }] },
+            { "$and": [
+                our_shape,
+                { "$lte": ["$exp", "$$NOW"] },
+                { "$not": [yielded_by_us] },
+                crate::store::mongo::queue::queue_allows("me"),
+            ]},
         ]}
     );
 }
@@ -170,24 +183,32 @@ fn a_losing_attempt_returns_the_document_unchanged_unless_waiting() {
 }
 
 #[test]
-fn a_losing_waiting_attempt_marks_only_a_live_lease_of_another_owner_and_only_once() {
+fn a_losing_waiting_attempt_marks_and_registers_only_on_a_live_lease_of_another_owner_or_a_queue() {
+    use crate::store::mongo::queue::{queue_allows, registered};
     let (_, _, lost) = acquire_parts(true);
     let cond = at(lost.as_document().unwrap(), "$cond").as_array().unwrap();
+    let our_shape = doc! { "$and": [
+        { "$eq": [{ "$type": "$exp" }, "date"] },
+        { "$eq": [{ "$type": "$tok" }, "long"] },
+    ]};
     assert_eq!(
         cond[0],
-        bson(doc! { "$and": [
+        bson(doc! { "$or": [
             { "$and": [
-                { "$eq": [{ "$type": "$exp" }, "date"] },
-                { "$eq": [{ "$type": "$tok" }, "long"] },
+                our_shape.clone(),
+                { "$eq": [{ "$type": "$lid" }, "binData"] },
+                { "$not": [{ "$lte": ["$exp", "$$NOW"] }] },
+                { "$not": [{ "$eq": ["$aid", { "$literal": "me" }] }] },
             ]},
-            { "$eq": [{ "$type": "$lid" }, "binData"] },
-            { "$not": [{ "$lte": ["$exp", "$$NOW"] }] },
-            { "$not": [{ "$eq": ["$aid", { "$literal": "me" }] }] },
+            { "$and": [our_shape, { "$not": [queue_allows("me")] }] },
         ]})
     );
     assert_eq!(
         cond[1],
-        bson(doc! { "$mergeObjects": ["$$ROOT", { "wt": { "$ifNull": ["$wt", "$$NOW"] } }] })
+        bson(doc! { "$mergeObjects": ["$$ROOT", {
+            "wt": { "$ifNull": ["$wt", "$$NOW"] },
+            "q": registered("me", bson_lease_id(LID), 30_000, 3_000),
+        }] })
     );
     let (shared_live, mark) = crate::store::mongo::kinds::exclusive_waiter_mark("me", 30_000);
     assert_eq!(
@@ -199,7 +220,7 @@ fn a_losing_waiting_attempt_marks_only_a_live_lease_of_another_owner_and_only_on
 
 #[test]
 fn an_owner_id_is_written_and_compared_literally_never_as_an_expression() {
-    let pipeline = acquire_pipeline("$tok", 1, LID, true, None);
+    let pipeline = acquire_pipeline("$tok", 1, LID, true, None, 3_000);
     let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
     let acquired = cond[1].as_document().unwrap();
     assert_eq!(at(acquired, "aid"), &bson(doc! { "$literal": "$tok" }));
@@ -515,6 +536,7 @@ fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases
             "tok": { "$type": "long" },
             "wt": { "$exists": false },
             "hs": { "$exists": false },
+            "q": { "$exists": false },
             "$expr": old_enough.clone(),
         }]}
     );
@@ -525,6 +547,7 @@ fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases
             "tok": { "$type": "long" },
             "exp": { "$type": "date" },
             "hs": { "$exists": false },
+            "q": { "$exists": false },
             "$expr": { "$and": [
                 old_enough,
                 { "$not": [{ "$gt": ["$yu", "$$NOW"] }] },

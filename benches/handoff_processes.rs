@@ -1,0 +1,293 @@
+//! Cross-process handoff: 2 and 4 worker processes contend for one key,
+//! each holding it for about 1 ms per critical section; mongo-lease (the
+//! queue of waiting owners, "Queue of waiting owners" in the lock protocol)
+//! against raw 1-ms polling with the `mongodb` driver, in the same run, on
+//! the same `mongod`.
+//!
+//! ```text
+//! cargo bench --bench handoff_processes                  # throwaway 1-member replica set
+//! HANDOFF_ROUNDS=400 cargo bench --bench handoff_processes
+//! MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' cargo bench --bench handoff_processes
+//! ```
+//!
+//! The bench re-executes itself as the workers (`HANDOFF_WORKER` set), one
+//! client and one manager per process. Each worker records, per critical
+//! section, when it got the key and when it started releasing it, with
+//! `testkit::monotonic_ns` (`CLOCK_MONOTONIC`, one clock for every process
+//! of the machine), and counts the commands its client sent for the lock
+//! (driver command monitoring: every command but the change stream's
+//! `aggregate`/`getMore`/`killCursors` and the driver's own handshakes and
+//! heartbeats). Printed per mode and process count: p50 / p99 of release
+//! start → the next holder's acquisition when the next holder is another
+//! process, commands per critical section, the share of critical sections
+//! that went to the process that had just released, and the ratios
+//! mongo-lease / raw.
+//!
+//! Raw polling: `findOneAndUpdate({_id, owner: null}, {$set: {owner}},
+//! upsert)` (E11000 while held: another holder), retried every 1 ms;
+//! release `updateOne({_id, owner}, {$set: {owner: null}})`; both with
+//! `w: majority`, as mongo-lease writes.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use mongo_lease::testkit::monotonic_ns;
+use mongo_lease::{LockManager, LockManagerOptions, ReleaseOutcome};
+use mongodb::Client;
+use mongodb::bson::{Document, doc};
+use mongodb::event::{EventHandler, command::CommandEvent};
+use mongodb::options::{ClientOptions, WriteConcern};
+
+#[path = "common/mongod.rs"]
+mod mongod;
+
+/// The contended key.
+const KEY: &str = "hot";
+/// How long a worker holds the key per critical section.
+const HOLD: Duration = Duration::from_millis(1);
+/// Lease TTL of the managers.
+const TTL: Duration = Duration::from_secs(30);
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is ignored.
+    if let Some(mode) = env("HANDOFF_WORKER") {
+        worker(&mode);
+        return;
+    }
+    let rounds: usize = env("HANDOFF_ROUNDS").map_or(200, |r| r.parse().expect("HANDOFF_ROUNDS"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (_replica_set, uri) = runtime.block_on(mongod::mongod());
+    println!(
+        "cross-process handoff, {rounds} critical sections of ~{HOLD:?} per process \
+         (p50 / p99 of release start -> next holder's acquisition, other process only)"
+    );
+    for processes in [2, 4] {
+        let ours = run(&uri, "lease", processes, rounds);
+        let raw = run(&uri, "raw", processes, rounds);
+        ours.print("mongo-lease", processes);
+        raw.print("raw 1-ms polling", processes);
+        println!(
+            "  ratio mongo-lease / raw: p50 {:.2}x, p99 {:.2}x, commands {:.2}x",
+            ours.p50 / raw.p50,
+            ours.p99 / raw.p99,
+            ours.commands / raw.commands
+        );
+    }
+}
+
+/// What one run measured.
+struct Figures {
+    p50: f64,
+    p99: f64,
+    commands: f64,
+    same_process: f64,
+    handoffs: usize,
+}
+
+impl Figures {
+    fn print(&self, name: &str, processes: usize) {
+        println!(
+            "{processes} processes, {name:>16}: handoff p50 {:.2} ms, p99 {:.2} ms ({} handoffs); \
+             {:.2} commands per critical section; {:.0}% re-acquired by the releaser",
+            self.p50,
+            self.p99,
+            self.handoffs,
+            self.commands,
+            self.same_process * 100.0
+        );
+    }
+}
+
+/// Runs `processes` workers of `mode` on a fresh collection, started
+/// together; collects their critical sections.
+fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
+    let collection = format!("handoff_{mode}_{processes}_{}", std::process::id());
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut children: Vec<Child> = (0..processes)
+        .map(|index| {
+            Command::new(&exe)
+                .env("HANDOFF_WORKER", mode)
+                .env("HANDOFF_URI", uri)
+                .env("HANDOFF_COLLECTION", &collection)
+                .env("HANDOFF_ROUNDS", rounds.to_string())
+                .env("HANDOFF_INDEX", index.to_string())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a worker")
+        })
+        .collect();
+    let mut outputs: Vec<_> = children
+        .iter_mut()
+        .map(|c| BufReader::new(c.stdout.take().expect("stdout")).lines())
+        .collect();
+    for out in &mut outputs {
+        let line = out.next().expect("a worker line").expect("read");
+        assert_eq!(line, "READY", "worker said {line:?}");
+    }
+    for child in &mut children {
+        writeln!(child.stdin.as_mut().expect("stdin"), "GO").expect("start a worker");
+    }
+    // (acquired ns, release start ns, process index)
+    let mut sections: Vec<(u64, u64, usize)> = Vec::new();
+    let mut commands = 0u64;
+    for (index, out) in outputs.into_iter().enumerate() {
+        for line in out {
+            let line = line.expect("read");
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            match parts.as_slice() {
+                ["CS", acquired, released] => {
+                    sections.push((acquired.parse().unwrap(), released.parse().unwrap(), index))
+                }
+                ["COMMANDS", n] => commands += n.parse::<u64>().unwrap(),
+                _ => panic!("worker {index}: {line:?}"),
+            }
+        }
+    }
+    for mut child in children {
+        assert!(child.wait().expect("wait").success(), "a worker failed");
+    }
+    sections.sort_unstable();
+    let mut handoffs: Vec<f64> = Vec::new();
+    let mut same = 0;
+    for pair in sections.windows(2) {
+        let ((_, released, from), (acquired, _, to)) = (pair[0], pair[1]);
+        assert!(acquired >= released, "two holders at once");
+        if from == to {
+            same += 1;
+        } else {
+            handoffs.push((acquired - released) as f64 / 1e6);
+        }
+    }
+    handoffs.sort_by(f64::total_cmp);
+    let at = |q: f64| handoffs[((handoffs.len() - 1) as f64 * q).round() as usize];
+    Figures {
+        p50: at(0.5),
+        p99: at(0.99),
+        commands: commands as f64 / sections.len() as f64,
+        same_process: same as f64 / (sections.len() - 1) as f64,
+        handoffs: handoffs.len(),
+    }
+}
+
+/// A worker process: connects, says READY, waits for GO, runs its critical
+/// sections, prints them and its command count.
+fn worker(mode: &str) {
+    let var = |name: &str| env(name).unwrap_or_else(|| panic!("{name}"));
+    let (uri, collection) = (var("HANDOFF_URI"), var("HANDOFF_COLLECTION"));
+    let rounds: usize = var("HANDOFF_ROUNDS").parse().unwrap();
+    let index = var("HANDOFF_INDEX");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async move {
+        let commands = Arc::new(AtomicU64::new(0));
+        let client = monitored_client(&uri, commands.clone()).await;
+        let db = client.database("handoff_bench");
+        let mut sections = Vec::with_capacity(rounds);
+        let go = || {
+            println!("READY");
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).expect("GO");
+        };
+        if mode == "lease" {
+            let manager = LockManager::connect(
+                LockManagerOptions::builder()
+                    .database(db)
+                    .collection(collection)
+                    .ttl(TTL)
+                    .build(),
+            )
+            .await
+            .expect("connect");
+            go();
+            commands.store(0, Ordering::SeqCst);
+            for _ in 0..rounds {
+                let lease = manager.acquire(KEY).await.expect("acquire");
+                let acquired = monotonic_ns();
+                tokio::time::sleep(HOLD).await;
+                let released = monotonic_ns();
+                assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+                sections.push((acquired, released));
+            }
+            let sent = commands.load(Ordering::SeqCst);
+            manager.shutdown().await.expect("shutdown");
+            report(&sections, sent);
+        } else {
+            let coll = db.collection::<Document>(&collection);
+            let owner = format!("raw-{index}");
+            go();
+            commands.store(0, Ordering::SeqCst);
+            for _ in 0..rounds {
+                loop {
+                    let taken = coll
+                        .find_one_and_update(
+                            doc! { "_id": KEY, "owner": null },
+                            doc! { "$set": { "owner": &owner } },
+                        )
+                        .upsert(true)
+                        .await;
+                    match taken {
+                        Ok(Some(_)) | Ok(None) => break,
+                        // E11000: the upsert found the key held.
+                        Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                    }
+                }
+                let acquired = monotonic_ns();
+                tokio::time::sleep(HOLD).await;
+                let released = monotonic_ns();
+                coll.update_one(
+                    doc! { "_id": KEY, "owner": &owner },
+                    doc! { "$set": { "owner": null } },
+                )
+                .await
+                .expect("release");
+                sections.push((acquired, released));
+            }
+            report(&sections, commands.load(Ordering::SeqCst));
+        }
+        client.shutdown().await;
+    });
+}
+
+fn report(sections: &[(u64, u64)], commands: u64) {
+    let mut out = std::io::stdout().lock();
+    for (acquired, released) in sections {
+        writeln!(out, "CS {acquired} {released}").unwrap();
+    }
+    writeln!(out, "COMMANDS {commands}").unwrap();
+}
+
+/// A client with `w: majority` whose command monitor counts the lock's
+/// commands (not the change stream's, nor the driver's handshakes).
+async fn monitored_client(uri: &str, commands: Arc<AtomicU64>) -> Client {
+    let mut options = ClientOptions::parse(uri).await.expect("uri");
+    options.write_concern = Some(WriteConcern::majority());
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event {
+            let lock_command = !matches!(
+                started.command_name.as_str(),
+                "aggregate"
+                    | "getMore"
+                    | "killCursors"
+                    | "hello"
+                    | "isMaster"
+                    | "ping"
+                    | "endSessions"
+                    | "listIndexes"
+                    | "createIndexes"
+                    | "listCollections"
+                    | "create"
+            );
+            if lock_command {
+                commands.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }));
+    Client::with_options(options).expect("client")
+}

@@ -1,0 +1,117 @@
+//! The actor's side of the queue of waiting owners ("Queue of waiting
+//! owners" in `store`): which keys this manager is registered for, the
+//! handoff announced by the change stream of writes (the key's waiter
+//! retries at once, without the wake jitter, and that retry under the
+//! registered lease id confirms the handed lease), and the give-back of a
+//! key handed to a registration whose waiters all left.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::command::{Place, Target};
+use super::release_watch::ReleaseWatch;
+use super::{Actor, Attempt, Timer};
+use crate::backoff::retry_delay;
+use crate::store::KeyWrite;
+
+impl Actor {
+    /// The key's state is about to be forgotten (nobody waits): if it was
+    /// registered, a release may still hand it to that registration until
+    /// it lapses, so its lease id is remembered that long
+    /// ([`Actor::on_handoff`] gives such a key back at once). Returns the
+    /// lease id to give back now if the handoff was already announced.
+    pub(super) fn remember_registration(&mut self, key: &Target) -> Option<Uuid> {
+        let state = self.keys.get(key).filter(|s| s.registered)?;
+        if state.handed {
+            return Some(state.next_lease_id);
+        }
+        let lapses = Instant::now() + crate::store::registration_window(self.timing.retry_max);
+        self.gave_up
+            .insert(key.clone(), (state.next_lease_id, lapses));
+        None
+    }
+
+    /// Whether a registered waiter of `place` can rely on the change stream
+    /// of writes to learn of a handoff or a release (open, or opening: once
+    /// open, every waiting key retries).
+    pub(super) fn hears_handoffs(&self, place: Place) -> bool {
+        matches!(
+            self.places[usize::from(place.0)].release_watch,
+            ReleaseWatch::Open { .. }
+        )
+    }
+
+    /// Schedules the next attempt of a registered key whose handoff the
+    /// change stream announces: only to refresh the registration (and as a
+    /// fallback should an event be missed), at the backoff's longest step,
+    /// `retry_max`, which the registration window allows for; capped by the
+    /// holder's `remaining` time as any retry.
+    pub(super) fn schedule_refresh(&mut self, key: &Target, remaining: Option<Duration>) {
+        let delay = retry_delay(
+            u32::MAX,
+            self.timing.retry_initial,
+            self.timing.retry_max,
+            remaining,
+        );
+        let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
+        if let Some(state) = self.keys.get_mut(key) {
+            state.attempt = Attempt::Scheduled(timer);
+        }
+    }
+
+    /// Heartbeat: forgets the registrations of keys nobody waits for any
+    /// more once they have lapsed.
+    pub(super) fn prune_gave_up(&mut self) {
+        let now = Instant::now();
+        self.gave_up.retain(|_, (_, lapses)| *lapses > now);
+    }
+
+    /// A write that makes this owner the holder of `key` under a lease id
+    /// it did not acquire itself yet: a handoff to its registration. With
+    /// waiters, the key's attempt runs at once (no wake jitter: the key is
+    /// ours, nobody races for it) and, under the same lease id, confirms
+    /// the lease; without (they left), the handed lease is given back at
+    /// once, which hands the key to the next registered owner. Returns
+    /// whether the write was such a handoff.
+    pub(super) fn on_handoff(&mut self, key: &Target, write: &KeyWrite) -> bool {
+        let (Some(lease_id), Some(owner)) = (write.lease_id, write.owner.as_deref()) else {
+            return false;
+        };
+        if write.freed || owner != &*self.owner_id {
+            return false;
+        }
+        let Some(state) = self.keys.get_mut(key) else {
+            return self.give_back_handed(key, lease_id);
+        };
+        if state.next_lease_id != lease_id {
+            return false;
+        }
+        match &state.attempt {
+            // Its answer may have been read before the handoff.
+            Attempt::InFlight => state.freed_in_flight = true,
+            Attempt::Scheduled(timer) if state.registered => {
+                tracing::trace!(%key, "handed over by a release: confirming now");
+                state.handed = true;
+                self.timers.reset(timer, Duration::ZERO);
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Gives back `lease_id` of `key` if it is the registration of a key
+    /// whose waiters all left.
+    fn give_back_handed(&mut self, key: &Target, lease_id: Uuid) -> bool {
+        match self.gave_up.get(key) {
+            Some((registered, _)) if *registered == lease_id => {
+                self.gave_up.remove(key);
+                tracing::debug!(%key, "handed a key nobody waits for any more: giving it back");
+                self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                true
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The queue of waiting owners ("Queue of waiting owners" in `store`):
+//! registration by waiting attempts, handoff in the releasing write, the
+//! head's claim on a free key, lapsed registrations, and what never
+//! registers.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use uuid::Uuid;
+
+use super::{Fixture, lease, raw, take};
+use crate::key::LeaseKey;
+use crate::store::{AcquireOutcome, Announcement, LeaseRef, Store};
+
+/// A waiting attempt of `store` on `key` under `lease_id`, which must find
+/// the key held by `holder` (and so registers).
+async fn wait(store: &impl Store, key: &str, lease_id: Uuid, holder: &str) {
+    match store.acquire(key.into(), lease_id, true).await {
+        Ok(AcquireOutcome::Held { holder: h, .. }) if h == holder => {}
+        other => panic!("waiting for {key:?} held by {holder:?}: {other:?}"),
+    }
+}
+
+/// The retry of `store` under `lease_id`, which must get the key handed to
+/// it, with `token`.
+async fn confirm(store: &impl Store, key: &str, lease_id: Uuid, token: u64) -> LeaseRef {
+    match store.acquire(key.into(), lease_id, true).await {
+        Ok(AcquireOutcome::Acquired { token: t }) if t == token => lease(key, lease_id),
+        other => panic!("confirming {key:?} handed with token {token}: {other:?}"),
+    }
+}
+
+/// The holder of `key` as stored, which must be a live lease: its owner id,
+/// lease id and token.
+async fn holder(f: &impl Fixture, key: &str) -> (String, Uuid, u64) {
+    let r = raw(f, key).await;
+    assert!(!r.expired, "{key:?} is not held: {r:?}");
+    let lease_id = r
+        .lease_id
+        .unwrap_or_else(|| panic!("{key:?} released: {r:?}"));
+    (r.owner, lease_id, r.token)
+}
+
+fn owners(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+pub(super) async fn waiting_owners_are_handed_the_key_in_arrival_order_with_greater_tokens<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let (a, b, c, d) = (
+        f.store("a").await,
+        f.store("b").await,
+        f.store("c").await,
+        f.store("d").await,
+    );
+    let (la, ta) = take(&a, "k").await;
+    let (lb, lc, ld) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    wait(&b, "k", lb, "a").await;
+    wait(&c, "k", lc, "a").await;
+    wait(&d, "k", ld, "a").await;
+    // A refreshed registration keeps its place.
+    wait(&b, "k", lb, "a").await;
+    wait(&d, "k", ld, "a").await;
+    assert_eq!(f.queue("k").await, owners(&["b", "c", "d"]));
+
+    // Each release hands the key to the first registered owner, in the
+    // same write, with a greater token; its retry confirms it.
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    let (owner, lease_id, tb) = holder(f, "k").await;
+    assert_eq!((owner.as_str(), lease_id), ("b", lb));
+    assert!(tb > ta, "{tb} > {ta}");
+    assert_eq!(f.queue("k").await, owners(&["c", "d"]));
+    let lb = confirm(&b, "k", lb, tb).await;
+    // The others still wait, and keep their places.
+    wait(&d, "k", ld, "b").await;
+    wait(&c, "k", lc, "b").await;
+    assert_eq!(f.queue("k").await, owners(&["c", "d"]));
+
+    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    let (owner, lease_id, tc) = holder(f, "k").await;
+    assert_eq!((owner.as_str(), lease_id), ("c", lc));
+    assert!(tc > tb, "{tc} > {tb}");
+    let lc = confirm(&c, "k", lc, tc).await;
+
+    assert_eq!(c.release(vec![lc]).await.unwrap(), 1);
+    let (owner, lease_id, td) = holder(f, "k").await;
+    assert_eq!((owner.as_str(), lease_id), ("d", ld));
+    assert!(td > tc, "{td} > {tc}");
+    let ld = confirm(&d, "k", ld, td).await;
+
+    // Nobody waits any more: a plain release, then anyone takes it.
+    assert_eq!(d.release(vec![ld]).await.unwrap(), 1);
+    let r = raw(f, "k").await;
+    assert_eq!((r.lease_id, r.expired, r.yielded), (None, true, false));
+    assert!(f.queue("k").await.is_empty());
+    let (_, t) = take(&a, "k").await;
+    assert!(t > td, "{t} > {td}");
+}
+
+pub(super) async fn a_free_key_is_kept_for_the_head_of_the_queue_and_lapsed_registrations_are_skipped<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let (a, b, c, d) = (
+        f.store("a").await,
+        f.store("b").await,
+        f.store("c").await,
+        f.store("d").await,
+    );
+    take(&a, "k").await;
+    let (lb, lc) = (Uuid::new_v4(), Uuid::new_v4());
+    wait(&b, "k", lb, "a").await;
+    wait(&c, "k", lc, "a").await;
+
+    // The holder died: its lease expired, with b and c registered. Only b,
+    // the head, may take it; c and a newcomer wait, and are told b holds it.
+    f.expire("k").await;
+    wait(&c, "k", lc, "b").await;
+    match d.acquire("k".into(), Uuid::new_v4(), false).await {
+        Ok(AcquireOutcome::Held { holder, remaining }) => {
+            assert_eq!(holder, "b");
+            let remaining = remaining.expect("until the head's registration expires");
+            assert!(remaining > Duration::ZERO, "{remaining:?}");
+        }
+        other => panic!("d should wait for the head: {other:?}"),
+    }
+    assert_eq!(f.queue("k").await, owners(&["b", "c"]));
+
+    // b and c stopped retrying: their registrations lapse. c comes back:
+    // it registers anew, alone, and takes the free key at its next attempt.
+    f.lapse_registrations("k").await;
+    assert!(f.queue("k").await.is_empty());
+    let (lc2, tc) = take(&c, "k").await;
+    let (owner, lease_id, token) = holder(f, "k").await;
+    assert_eq!((owner.as_str(), lease_id, token), ("c", lc2.lease_id, tc));
+    // A lapsed owner that comes back queues behind the live ones.
+    wait(&b, "k", lb, "c").await;
+    wait(&d, "k", Uuid::new_v4(), "c").await;
+    assert_eq!(f.queue("k").await, owners(&["b", "d"]));
+}
+
+pub(super) async fn a_handed_lease_never_confirmed_expires_and_the_next_owner_takes_it<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let (a, b, c) = (f.store("a").await, f.store("b").await, f.store("c").await);
+    let (la, _) = take(&a, "k").await;
+    let (lb, lc) = (Uuid::new_v4(), Uuid::new_v4());
+    wait(&b, "k", lb, "a").await;
+    wait(&c, "k", lc, "a").await;
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    let (owner, _, tb) = holder(f, "k").await;
+    assert_eq!(owner, "b");
+    // The handed lease lasts the registration's `hx`: at most the
+    // registration window, at most the TTL.
+    let window = crate::store::registration_window(super::YIELD);
+    let lifetime = f.lifetime("k").await;
+    assert_eq!(lifetime, super::TTL.min(window));
+
+    // b died before confirming: once the handed lease expires, c (now the
+    // head) takes the key with a greater token.
+    f.expire("k").await;
+    let tc = match c.acquire("k".into(), lc, true).await {
+        Ok(AcquireOutcome::Acquired { token }) => token,
+        other => panic!("c should take the expired handed lease: {other:?}"),
+    };
+    assert!(tc > tb, "{tc} > {tb}");
+    // b's late confirmation finds the key held.
+    match b.acquire("k".into(), lb, true).await {
+        Ok(AcquireOutcome::Held { holder, .. }) => assert_eq!(holder, "c"),
+        other => panic!("b's late confirmation: {other:?}"),
+    }
+}
+
+pub(super) async fn try_acquire_and_foreign_documents_never_register<F: Fixture>(f: &F) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (la, _) = take(&a, "k").await;
+    // A try (not waiting) leaves no registration.
+    match b.acquire("k".into(), Uuid::new_v4(), false).await {
+        Ok(AcquireOutcome::Held { holder, .. }) => assert_eq!(holder, "a"),
+        other => panic!("{other:?}"),
+    }
+    assert!(f.queue("k").await.is_empty());
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    let r = raw(f, "k").await;
+    assert_eq!((r.owner.as_str(), r.lease_id), ("a", None));
+
+    // A foreign holder's lock is never modified by a waiting attempt.
+    f.put_foreign("foreign", "other-app").await;
+    let outcome = b.acquire("foreign".into(), Uuid::new_v4(), true).await;
+    assert!(
+        matches!(
+            outcome,
+            Ok(AcquireOutcome::Held {
+                remaining: None,
+                ..
+            })
+        ),
+        "{outcome:?}"
+    );
+    assert!(f.foreign_unchanged("foreign").await);
+}
+
+pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_for_the_head<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let (a, b, c, op) = (
+        f.store("a").await,
+        f.store("b").await,
+        f.store("c").await,
+        f.store("operator").await,
+    );
+    let (_, ta) = take(&a, "k1").await;
+    let (_, ta2) = take(&a, "k2").await;
+    let (lb1, lb2) = (Uuid::new_v4(), Uuid::new_v4());
+    wait(&b, "k1", lb1, "a").await;
+    wait(&b, "k2", lb2, "a").await;
+
+    // An operator's release of a's leases hands each one to its waiter.
+    assert_eq!(op.release_by_owner("a".into()).await.unwrap(), 2);
+    let (owner, lease_id, tb) = holder(f, "k1").await;
+    assert_eq!((owner.as_str(), lease_id), ("b", lb1));
+    assert!(tb > ta);
+    // So does a manager's release of all its leases.
+    let lb1 = confirm(&b, "k1", lb1, tb).await;
+    let (_, _, tb2) = holder(f, "k2").await;
+    assert!(tb2 > ta2);
+    let lc = Uuid::new_v4();
+    wait(&c, "k1", lc, "b").await;
+    assert_eq!(b.release_owner(vec![lb2]).await.unwrap(), 1);
+    let (owner, lease_id, tc) = holder(f, "k1").await;
+    assert_eq!((owner.as_str(), lease_id), ("c", lc));
+    assert!(tc > tb);
+    let _ = lb1;
+
+    // A force release frees the key whoever holds it, and hands nothing:
+    // the head of the queue takes it at its next attempt.
+    let la = Uuid::new_v4();
+    wait(&a, "k1", la, "c").await;
+    assert!(op.force_release("k1".into()).await.unwrap().is_some());
+    let r = raw(f, "k1").await;
+    assert_eq!((r.lease_id, r.expired), (None, true));
+    assert_eq!(f.queue("k1").await, owners(&["a"]));
+    wait(&b, "k1", Uuid::new_v4(), "a").await;
+    match a.acquire("k1".into(), la, true).await {
+        Ok(AcquireOutcome::Acquired { token }) => assert!(token > tc),
+        other => panic!("the head takes the force-released key: {other:?}"),
+    }
+}
+
+pub(super) async fn a_local_handoff_goes_to_the_first_registered_owner_instead<F: Fixture>(f: &F) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let (la, ta) = take(&a, "k").await;
+    let lb = Uuid::new_v4();
+    wait(&b, "k", lb, "a").await;
+    let local = Uuid::new_v4();
+    let outcome = a
+        .hand_over(
+            "k".into(),
+            la.lease_id,
+            local,
+            super::TTL,
+            crate::kind::LeaseShape::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, crate::store::HandOver::Released);
+    let (owner, lease_id, tb) = holder(f, "k").await;
+    assert_eq!((owner.as_str(), lease_id), ("b", lb));
+    assert!(tb > ta, "{tb} > {ta}");
+    // a's local waiter registers behind, and is handed the key next.
+    wait(&a, "k", local, "b").await;
+    let lb = confirm(&b, "k", lb, tb).await;
+    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    let (owner, lease_id, _) = holder(f, "k").await;
+    assert_eq!((owner.as_str(), lease_id), ("a", local));
+}
+
+pub(super) async fn delete_mode_hands_over_instead_of_deleting<F: Fixture>(f: &F) {
+    let (a, b) = (
+        f.delete_mode_store("a").await,
+        f.delete_mode_store("b").await,
+    );
+    let (la, ta) = take(&a, "k").await;
+    tokio::time::sleep(crate::store::DELETE_DELAY).await;
+    let lb = Uuid::new_v4();
+    wait(&b, "k", lb, "a").await;
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    let (owner, lease_id, tb) = holder(f, "k").await;
+    assert_eq!((owner.as_str(), lease_id), ("b", lb));
+    assert!(tb > ta);
+    let lb = confirm(&b, "k", lb, tb).await;
+    // Nobody waits: the (old enough) lease's release deletes the document.
+    tokio::time::sleep(crate::store::DELETE_DELAY).await;
+    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    assert!(f.raw("k").await.is_none());
+}
+
+pub(super) async fn a_handoff_is_announced_with_the_new_holders_owner_and_lease_ids<F: Fixture>(
+    f: &F,
+) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let mut writes = b.watch_releases();
+    let opened = tokio::time::timeout(Duration::from_secs(30), writes.next()).await;
+    assert!(
+        matches!(opened, Ok(Some(Ok(Announcement::Opened)))),
+        "{opened:?}"
+    );
+    let (la, _) = take(&a, "k").await;
+    let lb = Uuid::new_v4();
+    wait(&b, "k", lb, "a").await;
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    let key = LeaseKey::from("k");
+    let handed = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(item) = writes.next().await {
+            match item.expect("the stream of writes") {
+                // a's acquisition comes first, then the handoff.
+                Announcement::Write(write) if write.key == key && write.lease_id == Some(lb) => {
+                    return write;
+                }
+                _ => {}
+            }
+        }
+        panic!("the stream of writes ended");
+    })
+    .await
+    .expect("the handoff is announced");
+    assert!(!handed.freed, "{handed:?}");
+    assert_eq!(handed.owner.as_deref(), Some("b"));
+    assert!(handed.keeps(lb, "b"));
+}
