@@ -38,8 +38,8 @@
 mod acquire;
 pub(crate) mod command;
 mod documents;
-mod loss;
 mod handoff;
+mod loss;
 pub(crate) mod mailbox;
 mod observers;
 mod queue;

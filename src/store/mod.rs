@@ -281,25 +281,25 @@ pub(crate) mod memory;
 #[cfg(all(test, feature = "testkit"))]
 mod contract;
 mod handoff;
+mod read;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::time::SystemTime;
-
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use mongodb::bson::{Bson, Document};
+use mongodb::bson::Document;
 use uuid::Uuid;
 
 use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::lease::{HolderInfo, LeaseInfo};
+use crate::lease::LeaseInfo;
 
 pub(crate) use handoff::{HandOver, release_instead};
 pub(crate) use mongo::MongoStore;
 pub(crate) use mongo::{LeaseCheck, run_fenced};
+pub(crate) use read::{FIELD_COUNT, foreign_owner, is_our_shape, lease_info};
 
 /// Field names of the lock document.
 pub(crate) mod field {
@@ -342,171 +342,6 @@ pub(crate) fn registration_window(retry_max: Duration) -> Duration {
     retry_max
         .saturating_mul(2)
         .saturating_add(REGISTRATION_SLACK)
-}
-
-/// The kind a lock document of our shape is held as: a semaphore's permits
-/// (`pm`), shared (`hs` without `pm`), or exclusive.
-pub(crate) fn stored_kind(doc: &Document) -> crate::LeaseKind {
-    match (doc.get(field::HOLDERS), doc.get(field::PERMITS)) {
-        (Some(Bson::Array(_)), Some(pm)) => crate::LeaseKind::Permit {
-            permits: match pm {
-                Bson::Int32(n) => u32::try_from(*n).unwrap_or(0),
-                Bson::Int64(n) => u32::try_from(*n).unwrap_or(0),
-                _ => 0,
-            },
-        },
-        (Some(Bson::Array(_)), None) => crate::LeaseKind::Shared,
-        _ => crate::LeaseKind::Exclusive,
-    }
-}
-
-/// The live holders (`exp > server_time`) of a shared or semaphore key's
-/// `hs`, oldest first (as stored); entries of another shape are skipped.
-pub(crate) fn live_holders(doc: &Document, server_time: SystemTime) -> Vec<HolderInfo> {
-    let Ok(entries) = doc.get_array(field::HOLDERS) else {
-        return Vec::new();
-    };
-    entries
-        .iter()
-        .filter_map(|entry| {
-            let entry = entry.as_document()?;
-            let expires_at = entry.get_datetime(field::EXPIRES_AT).ok()?.to_system_time();
-            let time = |name: &str| {
-                entry
-                    .get_datetime(name)
-                    .map(|d| d.to_system_time())
-                    .unwrap_or(expires_at)
-            };
-            (expires_at > server_time).then(|| HolderInfo {
-                owner_id: entry.get_str(field::OWNER).unwrap_or_default().to_string(),
-                fencing_token: entry.get_i64(field::TOKEN).unwrap_or(0) as u64,
-                acquired_at: time(field::ACQUIRED_AT),
-                renewed_at: time(field::RENEWED_AT),
-                expires_at,
-            })
-        })
-        .collect()
-}
-
-/// Whether `doc` (as stored or projected) has this crate's shape: an int64
-/// `tok` and a date `exp`. Any other document, except an empty upsert
-/// placeholder, is a lock held by a foreign holder (another application's
-/// lock document, e.g. `{_id, ts, aid}`).
-pub(crate) fn is_our_shape(doc: &Document) -> bool {
-    doc.get_i64(field::TOKEN).is_ok() && doc.get_datetime(field::EXPIRES_AT).is_ok()
-}
-
-/// Field of the reads that report a [`LeaseInfo`]: how many fields the stored
-/// document has (`_id` included), so that an empty document can be told from
-/// a foreign one whose fields are not projected.
-pub(crate) const FIELD_COUNT: &str = "nf";
-
-/// Whether `doc` is an empty placeholder (only `_id`): what an upsert starts
-/// from, taken by the next acquire (not a lock). Reads carry their server's
-/// now (`now`) and the stored document's field count ([`FIELD_COUNT`]).
-fn is_placeholder(doc: &Document) -> bool {
-    match doc.get(FIELD_COUNT) {
-        Some(Bson::Int32(n)) => *n <= 1,
-        Some(Bson::Int64(n)) => *n <= 1,
-        _ => doc
-            .keys()
-            .all(|k| k == field::ID || k == "now" || k == FIELD_COUNT),
-    }
-}
-
-/// The owner id shown for a foreign holder: its `aid` if a string, canonical
-/// Extended JSON for another type, empty if absent.
-pub(crate) fn foreign_owner(doc: &Document) -> String {
-    match doc.get(field::OWNER) {
-        None => String::new(),
-        Some(Bson::String(s)) => s.clone(),
-        Some(other) => other.clone().into_canonical_extjson().to_string(),
-    }
-}
-
-/// Reads a lock document (as stored, or as projected with `now`) into the
-/// public [`LeaseInfo`], judged at `server_time`. A document not of our shape
-/// ([`is_our_shape`]) is a lock held by a foreign holder (see
-/// [`LeaseInfo::foreign`]). `None` for an empty placeholder (only `_id`).
-pub(crate) fn lease_info(
-    key: &LeaseKey,
-    doc: &Document,
-    server_time: SystemTime,
-) -> Option<LeaseInfo> {
-    if !is_our_shape(doc) {
-        return (!is_placeholder(doc)).then(|| foreign_info(key, doc, server_time));
-    }
-    let token = doc.get_i64(field::TOKEN).ok()?;
-    let expires_at = doc.get_datetime(field::EXPIRES_AT).ok()?.to_system_time();
-    let renewed_at = doc
-        .get_datetime(field::RENEWED_AT)
-        .map(|d| d.to_system_time())
-        .unwrap_or(expires_at);
-    let acquired_at = doc
-        .get_datetime(field::ACQUIRED_AT)
-        .map(|d| d.to_system_time())
-        .unwrap_or(renewed_at);
-    let kind = stored_kind(doc);
-    let holders = live_holders(doc, server_time);
-    let hold_until = doc
-        .get_datetime(field::HOLD_UNTIL)
-        .map(|d| d.to_system_time())
-        .ok()
-        .filter(|until| *until > server_time);
-    // A lease released before its minimum hold keeps the key until `hl`.
-    let has_lease_id = matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_)));
-    let held = if kind.is_multi_holder() {
-        !holders.is_empty()
-    } else {
-        (has_lease_id || hold_until.is_some()) && expires_at > server_time
-    };
-    Some(LeaseInfo {
-        key: key.clone(),
-        owner_id: doc.get_str(field::OWNER).unwrap_or_default().to_string(),
-        fencing_token: token as u64,
-        acquired_at,
-        renewed_at,
-        expires_at,
-        server_time,
-        payload: doc.get_document(field::PAYLOAD).ok().cloned(),
-        held,
-        foreign: false,
-        kind,
-        holders,
-        hold_until,
-        released: !kind.is_multi_holder() && !has_lease_id,
-    })
-}
-
-/// A foreign holder's lock document as a [`LeaseInfo`], as documented on
-/// [`LeaseInfo::foreign`]: `aid`, `ts` and an integer `tok` are shown, the
-/// expiry is unknown (`server_time`), nothing else is interpreted.
-fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> LeaseInfo {
-    let ts = doc
-        .get_datetime(field::RENEWED_AT)
-        .map(|d| d.to_system_time())
-        .unwrap_or(server_time);
-    let token = match doc.get(field::TOKEN) {
-        Some(Bson::Int32(t)) => u64::try_from(*t).unwrap_or(0),
-        Some(Bson::Int64(t)) => u64::try_from(*t).unwrap_or(0),
-        _ => 0,
-    };
-    LeaseInfo {
-        key: key.clone(),
-        owner_id: foreign_owner(doc),
-        fencing_token: token,
-        acquired_at: ts,
-        renewed_at: ts,
-        expires_at: server_time,
-        server_time,
-        payload: None,
-        held: true,
-        foreign: true,
-        kind: crate::LeaseKind::Exclusive,
-        holders: Vec::new(),
-        hold_until: None,
-        released: false,
-    }
 }
 
 /// Multiplier of the server time (ms) in a fencing token: tokens issued within

@@ -27,12 +27,12 @@ use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 
 mod acquire;
 mod events;
-mod health;
 mod handoff;
+mod health;
 mod kinds;
 mod loss_detection;
-mod metrics;
 mod memory;
+mod metrics;
 mod places;
 mod queue;
 mod release;
