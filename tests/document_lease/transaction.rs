@@ -172,7 +172,7 @@ async fn holder_whose_lease_is_taken_over_during_the_transaction_cannot_commit()
                     if taken.is_none() {
                         // The takeover, outside the transaction: the lease
                         // expires, and another manager acquires it.
-                        *taken = Some(fx.take_over("job", &usurper).await);
+                        *taken = Some(fx.take_over("job", usurper).await);
                     }
                     Ok(())
                 }

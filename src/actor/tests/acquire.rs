@@ -17,28 +17,7 @@ async fn local_waiters_are_served_in_order_by_one_retry_loop() {
     db.force_take("k", "remote", TTL);
     let remote_exp = t0 + TTL;
 
-    let grants = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..5 {
-        let (a, grants) = (a.clone(), grants.clone());
-        tasks.push(
-            started(async move {
-                let lease = a.acquire("k").await.unwrap();
-                grants
-                    .lock()
-                    .unwrap()
-                    .push((i, Instant::now(), lease.fencing_token()));
-                sleep(HOLD).await;
-                assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-            })
-            .await,
-        );
-    }
-    for task in tasks {
-        soon(task).await.unwrap();
-    }
-
-    let grants = grants.lock().unwrap().clone();
+    let grants = contend(&a, "k", 5, HOLD).await;
     let order: Vec<usize> = grants.iter().map(|g| g.0).collect();
     assert_eq!(order, vec![0, 1, 2, 3, 4], "first come, first served");
     let first = grants[0].1;

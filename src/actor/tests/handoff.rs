@@ -49,27 +49,7 @@ async fn eight_local_waiters_are_served_first_in_first_out_by_handoffs() {
     let db = MemoryDb::new();
     let (a, sa, _) = start(&db, "a");
     sa.set_latency(Op::HandOver, LATENCY);
-    let grants = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..8 {
-        let (a, grants) = (a.clone(), grants.clone());
-        tasks.push(
-            started(async move {
-                let lease = a.acquire("k").await.unwrap();
-                grants
-                    .lock()
-                    .unwrap()
-                    .push((i, Instant::now(), lease.fencing_token()));
-                sleep(HOLD).await;
-                assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-            })
-            .await,
-        );
-    }
-    for task in tasks {
-        soon(task).await.unwrap();
-    }
-    let grants = grants.lock().unwrap().clone();
+    let grants = contend(&a, "k", 8, HOLD).await;
     let order: Vec<usize> = grants.iter().map(|g| g.0).collect();
     assert_eq!(
         order,

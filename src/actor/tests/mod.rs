@@ -130,6 +130,39 @@ where
     tokio::spawn(fut)
 }
 
+/// `n` tasks, queued in order `0..n`, each acquiring `key` from `manager`,
+/// holding it for `hold` and releasing it; returns, in the order the leases
+/// were granted, each task's index, the instant of its grant and its
+/// fencing token.
+async fn contend(
+    manager: &LockManager,
+    key: &str,
+    n: usize,
+    hold: Duration,
+) -> Vec<(usize, Instant, u64)> {
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (manager, grants, key) = (manager.clone(), grants.clone(), key.to_string());
+        tasks.push(
+            started(async move {
+                let lease = manager.acquire(key.as_str()).await.unwrap();
+                grants
+                    .lock()
+                    .unwrap()
+                    .push((i, Instant::now(), lease.fencing_token()));
+                sleep(hold).await;
+                assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+            })
+            .await,
+        );
+    }
+    for task in tasks {
+        soon(task).await.unwrap();
+    }
+    grants.lock().unwrap().clone()
+}
+
 /// `manager.acquire(key)` in a task, queued before this returns; the task
 /// yields the instant the lease was granted, with the lease.
 async fn waiter(
