@@ -245,6 +245,11 @@ impl Actor {
                     // the plain backoff, and be woken by its deletion.
                     self.schedule_retry(&key, remaining, true);
                 }
+                if self.closing.is_some() {
+                    // Registered by an attempt that was in flight when
+                    // shutdown began: leave that queue too.
+                    self.leave_queues_at_shutdown();
+                }
             }
             Err(error) => {
                 let transient = error.is_transient();

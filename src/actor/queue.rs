@@ -7,14 +7,16 @@
 
 use std::time::Duration;
 
+use futures::FutureExt;
+
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::command::{Place, Target};
 use super::release_watch::ReleaseWatch;
-use super::{Actor, Attempt, Timer};
+use super::{Actor, Attempt, Event, Timer};
 use crate::backoff::retry_delay;
-use crate::store::KeyWrite;
+use crate::store::{KeyWrite, LeaseRef};
 
 impl Actor {
     /// The key's state is about to be forgotten (nobody waits): if it was
@@ -113,5 +115,54 @@ impl Actor {
             }
             _ => false,
         }
+    }
+
+    /// Shutdown: this manager stops waiting, so it leaves every queue of
+    /// waiting owners it is registered in (`Store::leave_queues`), then
+    /// releases what a release may have handed to those registrations
+    /// meanwhile (a release under each registered lease id: nothing if no
+    /// handoff landed). Without it, a key handed to a stopped manager
+    /// would stay held, unconfirmed, until the handed lease expires. Runs
+    /// in `tasks`, so shutdown waits for it.
+    pub(super) fn leave_queues_at_shutdown(&mut self) {
+        let mut registered: Vec<LeaseRef> = self
+            .keys
+            .iter_mut()
+            .filter(|(key, state)| key.place == Place::LOCKS && state.registered)
+            .map(|(key, state)| {
+                // Left once: a later call (an attempt in flight at the
+                // beginning of shutdown registered) leaves only new ones.
+                state.registered = false;
+                LeaseRef {
+                    key: key.key.clone(),
+                    lease_id: state.next_lease_id,
+                }
+            })
+            .collect();
+        registered.extend(
+            self.gave_up
+                .drain()
+                .filter(|(key, _)| key.place == Place::LOCKS)
+                .map(|(key, (lease_id, _))| LeaseRef {
+                    key: key.key,
+                    lease_id,
+                }),
+        );
+        if registered.is_empty() {
+            return;
+        }
+        let store = self.store(Place::LOCKS).clone();
+        let leave = async move {
+            store
+                .leave_queues(registered.iter().map(|l| l.key.clone()).collect())
+                .await?;
+            store.release(registered).await
+        }
+        .boxed();
+        self.spawn_store(leave, |result| Event::ReleasedMany {
+            keys: Vec::new(),
+            respond_to: None,
+            result,
+        });
     }
 }

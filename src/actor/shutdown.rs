@@ -59,6 +59,7 @@ impl Actor {
                 state.attempt = Attempt::Idle;
             }
         }
+        self.leave_queues_at_shutdown();
         let mut by_place: BTreeMap<Place, Vec<LeaseRef>> = BTreeMap::new();
         for (key, state) in &self.keys {
             for held in &state.holders {

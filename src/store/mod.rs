@@ -179,6 +179,14 @@
 //!   holds a handed key at most `hx` (at most `R`) after the handoff, and
 //!   is handed it only while its registration is live (at most `R` after
 //!   it died).
+//! - **Leaving.** A manager that shuts down leaves every queue it is
+//!   registered in (`Store::leave_queues`: one `updateMany` removing its
+//!   entries, the others keeping their places), then releases under each
+//!   registered lease id whatever a release handed to it before it left
+//!   (nothing if no handoff landed; a release that does find one hands the
+//!   key on to the next registered owner). So a manager that stops cleanly
+//!   is never left holding a key it did not confirm; only a crashed one is,
+//!   for at most `hx`.
 //! - **Order.** A key that is free (expired, or force released) with a
 //!   live entry of another owner at the head of `q` is taken only by that
 //!   owner (a retry under the same lease id aside): the others, and owners
@@ -589,6 +597,17 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// default is [`Store::release`].
     fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
         self.release(vec![lease])
+    }
+
+    /// Removes this manager's entries from the queues of waiting owners of
+    /// `keys` ("Queue of waiting owners"), so that no release hands one of
+    /// them to it any more (shutdown: a manager that stops waiting must not
+    /// be handed a key it would hold, unconfirmed, until the handed lease
+    /// expires). Returns how many documents it changed. The default (a
+    /// store whose waiters never register) changes nothing.
+    fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        let _ = keys;
+        Box::pin(async { Ok(0) })
     }
 
     /// Releases every lease held under this manager's owner id, except those

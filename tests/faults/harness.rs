@@ -413,13 +413,28 @@ impl Fleet {
     }
 
     /// After every manager has shut down: no lock document still holds a
-    /// lease (each has no `lid`, or `exp <= $$NOW`), and, the collection's
-    /// TTL index having zero grace, every document is deleted within a
-    /// bounded wait. Returns how long the deletion took.
+    /// lease of a manager that shut down (each has no `lid`, or `exp <=
+    /// $$NOW`, or the owner id of a killed worker: a crashed holder's lease,
+    /// or a key the last releases handed to a crashed waiter's registration
+    /// in the queue of waiting owners, lives until its `exp`), and, the
+    /// collection's TTL index having zero grace, every document is deleted
+    /// within a bounded wait. Returns how long the deletion took.
     pub async fn assert_no_lock_left(&self) -> Duration {
         let locks = self.locks();
+        let kills = self.kills();
+        let crashed: Vec<String> = self
+            .history
+            .all()
+            .iter()
+            .filter(|e| e.kind == "ready" && kills.contains_key(&e.w))
+            .map(|e| e.get("owner").to_string())
+            .collect();
         let live: Vec<Document> = locks
-            .find(doc! { "lid": { "$exists": true }, "$expr": { "$gt": ["$exp", "$$NOW"] } })
+            .find(doc! {
+                "lid": { "$exists": true },
+                "aid": { "$nin": crashed },
+                "$expr": { "$gt": ["$exp", "$$NOW"] },
+            })
             .await
             .unwrap()
             .try_collect_vec()

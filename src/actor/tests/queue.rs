@@ -107,3 +107,59 @@ async fn a_registration_stays_live_while_its_manager_waits_longer_than_the_windo
     let (b_at, _) = soon(wb).await.unwrap().unwrap();
     assert!(b_at - released_at <= MS, "{:?}", b_at - released_at);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_manager_that_shuts_down_while_registered_leaves_the_queue_and_is_never_handed_the_key() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, sb, _) = start(&db, "b");
+    let (c, _, _) = start(&db, "c");
+    let first = a.acquire("k").await.unwrap();
+    let wb = waiter(&b, "k").await;
+    soon(db.changed_until("k", |d| d.queue.len() == 1)).await;
+    let wc = waiter(&c, "k").await;
+    soon(db.changed_until("k", |d| d.queue.len() == 2)).await;
+    assert_eq!(queued(&db, "k"), ["b", "c"]);
+
+    b.shutdown().await.unwrap();
+    assert!(matches!(soon(wb).await.unwrap(), Err(Error::Shutdown)));
+    assert_eq!(sb.calls(Op::LeaveQueues), 1, "one write leaves b's queues");
+    assert_eq!(queued(&db, "k"), ["c"], "b left, c keeps its place");
+
+    // The release hands the key to c, the next registered owner, not to
+    // the stopped b (which would hold it, unconfirmed, until it expired).
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let (_, lc) = soon(wc).await.unwrap().unwrap();
+    assert_eq!(db.holder("k").as_deref(), Some("c"));
+    assert_eq!(lc.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_handed_to_a_manager_as_it_shuts_down_is_released_by_its_shutdown() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, sb, _) = start(&db, "b");
+    let first = a.acquire("k").await.unwrap();
+    let wb = waiter(&b, "k").await;
+    soon(db.changed_until("k", |d| d.queue.len() == 1)).await;
+    // b's leave is slow: a's release lands first and hands b the key.
+    sb.set_latency(Op::LeaveQueues, Duration::from_millis(50));
+    let shutdown = tokio::spawn({
+        let b = b.clone();
+        async move { b.shutdown().await }
+    });
+    assert!(matches!(soon(wb).await.unwrap(), Err(Error::Shutdown)));
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        db.holder("k").as_deref(),
+        Some("b"),
+        "handed to b's registration"
+    );
+    soon(shutdown).await.unwrap().unwrap();
+    let doc = db.doc("k").expect("the lock document");
+    assert!(
+        doc.lease_id.is_none(),
+        "b's shutdown released the key handed to it: {doc:?}"
+    );
+    assert!(a.try_acquire("k").await.unwrap().is_some(), "free at once");
+}

@@ -349,6 +349,7 @@ contract!(
     documents::a_document_write_applies_only_under_the_held_lease,
     // The queue of waiting owners.
     queue::waiting_owners_are_handed_the_key_in_arrival_order_with_greater_tokens,
+    queue::an_owner_that_leaves_the_queues_is_never_handed_a_key_and_the_others_keep_their_places,
     queue::a_free_key_is_kept_for_the_head_of_the_queue_and_lapsed_registrations_are_skipped,
     queue::a_handed_lease_never_confirmed_expires_and_the_next_owner_takes_it,
     queue::try_acquire_and_foreign_documents_never_register,

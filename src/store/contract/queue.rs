@@ -336,3 +336,37 @@ pub(super) async fn a_handoff_is_announced_with_the_new_holders_owner_and_lease_
     assert_eq!(handed.owner.as_deref(), Some("b"));
     assert!(handed.keeps(lb, "b"));
 }
+
+pub(super) async fn an_owner_that_leaves_the_queues_is_never_handed_a_key_and_the_others_keep_their_places<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let (a, b, c) = (f.store("a").await, f.store("b").await, f.store("c").await);
+    let (la, ta) = take(&a, "k").await;
+    let (_, _) = take(&a, "other").await;
+    let (lb, lc) = (Uuid::new_v4(), Uuid::new_v4());
+    wait(&b, "k", lb, "a").await;
+    wait(&c, "k", lc, "a").await;
+    assert_eq!(f.queue("k").await, owners(&["b", "c"]));
+
+    // Only the documents naming b in their queue change; c keeps its place.
+    assert_eq!(
+        b.leave_queues(vec!["k".into(), "other".into(), "missing".into()])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(f.queue("k").await, owners(&["c"]));
+    assert_eq!(
+        b.leave_queues(vec!["k".into()]).await.unwrap(),
+        0,
+        "left once"
+    );
+
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    let (owner, lease_id, token) = holder(f, "k").await;
+    assert_eq!((owner.as_str(), lease_id), ("c", lc), "handed to c, not b");
+    assert!(token > ta);
+    confirm(&c, "k", lc, token).await;
+}

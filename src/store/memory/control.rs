@@ -26,9 +26,11 @@ pub(crate) enum Op {
     WriteDocument,
     /// A handoff to a local waiter (`Store::hand_over`).
     HandOver,
+    /// Leaving the queues of waiting owners (`Store::leave_queues`).
+    LeaveQueues,
 }
 
-pub(super) const OPS: usize = 10;
+pub(super) const OPS: usize = 11;
 
 impl Op {
     pub(super) fn index(self) -> usize {

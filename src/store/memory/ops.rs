@@ -321,6 +321,26 @@ impl Store for MemoryStore {
         })
     }
 
+    fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        let owner = self.owner.clone();
+        let db = self.db.clone();
+        self.run(Op::LeaveQueues, keys.clone(), move |coll, now| {
+            let mut changed = 0;
+            for key in &keys {
+                if let Some(doc) = coll.docs.get_mut(key) {
+                    if doc.queue.iter().any(|w| w.owner == owner) {
+                        doc.leave_queue(&owner, now);
+                        changed += 1;
+                    }
+                }
+            }
+            if changed > 0 {
+                db.touch();
+            }
+            Ok(changed)
+        })
+    }
+
     fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
         let db = self.db.clone();
         let yield_window = self.yield_window;

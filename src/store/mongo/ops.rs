@@ -696,6 +696,11 @@ impl Store for MongoStore {
         .boxed()
     }
 
+    fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move { store.leave_queues_of(keys).await }.boxed()
+    }
+
     fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move { store.release_leases_of(owner).await }.boxed()
