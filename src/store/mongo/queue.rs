@@ -221,6 +221,28 @@ fn live_head(doc: &Document, now: SystemTime) -> Option<(String, SystemTime)> {
     })
 }
 
+impl super::MongoStore {
+    /// [`Store::leave_queues`](crate::store::Store::leave_queues): one
+    /// `updateMany` on the documents of `keys` whose queue has an entry of
+    /// this owner, keeping the other owners' entries.
+    pub(in crate::store::mongo) async fn leave_queues_of(
+        &self,
+        keys: Vec<crate::key::LeaseKey>,
+    ) -> crate::error::Result<u64> {
+        let keys: Vec<Bson> = keys.iter().map(|k| k.as_bson().clone()).collect();
+        let entry_owner = format!("{}.{}", field::QUEUE, field::OWNER);
+        let filter = doc! { field::ID: { "$in": keys }, entry_owner: self.owner() };
+        let update = vec![doc! { "$set": { field::QUEUE: { "$filter": {
+            "input": format!("${}", field::QUEUE),
+            "cond": { "$ne": [format!("$$this.{}", field::OWNER), self.owner()] },
+        } } } }];
+        Ok(self
+            .bounded(self.coll().update_many(filter, update))
+            .await?
+            .modified_count)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use mongodb::bson::DateTime;
@@ -289,27 +311,5 @@ mod tests {
                 .unwrap()
                 .contains_key(field::TOKEN)
         );
-    }
-}
-
-impl super::MongoStore {
-    /// [`Store::leave_queues`](crate::store::Store::leave_queues): one
-    /// `updateMany` on the documents of `keys` whose queue has an entry of
-    /// this owner, keeping the other owners' entries.
-    pub(in crate::store::mongo) async fn leave_queues_of(
-        &self,
-        keys: Vec<crate::key::LeaseKey>,
-    ) -> crate::error::Result<u64> {
-        let keys: Vec<Bson> = keys.iter().map(|k| k.as_bson().clone()).collect();
-        let entry_owner = format!("{}.{}", field::QUEUE, field::OWNER);
-        let filter = doc! { field::ID: { "$in": keys }, entry_owner: self.owner() };
-        let update = vec![doc! { "$set": { field::QUEUE: { "$filter": {
-            "input": format!("${}", field::QUEUE),
-            "cond": { "$ne": [format!("$$this.{}", field::OWNER), self.owner()] },
-        } } } }];
-        Ok(self
-            .bounded(self.coll().update_many(filter, update))
-            .await?
-            .modified_count)
     }
 }
