@@ -118,10 +118,10 @@ impl Actor {
     }
 
     /// Shutdown: this manager stops waiting, so it leaves every queue of
-    /// waiting owners it is registered in (`Store::leave_queues`), then
-    /// releases what a release may have handed to those registrations
-    /// meanwhile (a release under each registered lease id: nothing if no
-    /// handoff landed). Without it, a key handed to a stopped manager
+    /// waiting owners it is registered in (`Store::leave_queues`), then,
+    /// unless it left every one of them (a handoff removes the entry it
+    /// hands the key to), releases what a release may have handed to those
+    /// registrations meanwhile (a release under each registered lease id). Without it, a key handed to a stopped manager
     /// would stay held, unconfirmed, until the handed lease expires. Runs
     /// in `tasks`, so shutdown waits for it.
     pub(super) fn leave_queues_at_shutdown(&mut self) {
@@ -153,9 +153,14 @@ impl Actor {
         }
         let store = self.store(Place::LOCKS).clone();
         let leave = async move {
-            store
+            let left = store
                 .leave_queues(registered.iter().map(|l| l.key.clone()).collect())
                 .await?;
+            if usize::try_from(left).is_ok_and(|left| left == registered.len()) {
+                // Every entry was still there: a handoff removes the entry
+                // it hands the key to, in the same write, so none happened.
+                return Ok(0);
+            }
             store.release(registered).await
         }
         .boxed();

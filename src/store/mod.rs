@@ -181,10 +181,11 @@
 //!   it died).
 //! - **Leaving.** A manager that shuts down leaves every queue it is
 //!   registered in (`Store::leave_queues`: one `updateMany` removing its
-//!   entries, the others keeping their places), then releases under each
-//!   registered lease id whatever a release handed to it before it left
-//!   (nothing if no handoff landed; a release that does find one hands the
-//!   key on to the next registered owner). So a manager that stops cleanly
+//!   entries, the others keeping their places); if some entry was gone
+//!   already (a handoff removes the entry it hands the key to, in the same
+//!   write), it then releases under each registered lease id whatever a
+//!   release handed to it before it left (a release that finds one hands
+//!   the key on to the next registered owner). So a manager that stops cleanly
 //!   is never left holding a key it did not confirm; only a crashed one is,
 //!   for at most `hx`.
 //! - **Order.** A key that is free (expired, or force released) with a

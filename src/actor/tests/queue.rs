@@ -124,6 +124,11 @@ async fn a_manager_that_shuts_down_while_registered_leaves_the_queue_and_is_neve
     b.shutdown().await.unwrap();
     assert!(matches!(soon(wb).await.unwrap(), Err(Error::Shutdown)));
     assert_eq!(sb.calls(Op::LeaveQueues), 1, "one write leaves b's queues");
+    assert_eq!(
+        sb.calls(Op::Release),
+        0,
+        "its entry was still there: nothing was handed to b, nothing to release"
+    );
     assert_eq!(queued(&db, "k"), ["c"], "b left, c keeps its place");
 
     // The release hands the key to c, the next registered owner, not to
