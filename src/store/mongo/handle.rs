@@ -14,6 +14,7 @@ use mongodb::options::{
 use mongodb::{Collection, Database};
 use uuid::Uuid;
 
+use super::light::Contended;
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 
@@ -41,6 +42,9 @@ pub(crate) struct MongoStore {
     /// acquisition or renewal, when a lease dropped without a release (at
     /// its local deadline, lost to a force release) can no longer be renewed.
     holder_ids: Arc<Mutex<HashMap<Uuid, Instant>>>,
+    /// The keys the general forms of the acquire, release and handoff were
+    /// sent for lately (shared by clones, like `holder_ids`): see `light`.
+    contended: Contended,
 }
 
 impl MongoStore {
@@ -69,6 +73,7 @@ impl MongoStore {
             operation_timeout,
             release_mode: ReleaseMode::Keep,
             holder_ids: Arc::default(),
+            contended: Contended::default(),
         }
     }
 
@@ -80,6 +85,11 @@ impl MongoStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The keys the general forms were sent for lately (see `light`).
+    pub(super) fn contended(&self) -> &Contended {
+        &self.contended
+    }
+
     /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).
     pub(crate) fn with_release_mode(mut self, mode: ReleaseMode) -> Self {
         self.release_mode = mode;
@@ -89,6 +99,11 @@ impl MongoStore {
     /// Whether releases keep or delete the lock document.
     pub(super) fn release_mode(&self) -> ReleaseMode {
         self.release_mode
+    }
+
+    /// The lock collection's database.
+    pub(super) fn coll_database(&self) -> &Database {
+        &self.database
     }
 
     /// The lock collection (majority write and read concern, primary reads).

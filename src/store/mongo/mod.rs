@@ -44,6 +44,7 @@ mod handle;
 mod handoff;
 mod kinds;
 mod kinds_ops;
+mod light;
 mod observe;
 mod ops;
 mod pipeline;

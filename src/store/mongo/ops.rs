@@ -101,6 +101,13 @@ impl MongoStore {
         ttl_ms: i64,
         hold_ms: Option<i64>,
     ) -> Result<AcquireOutcome> {
+        // The light form first, for a key nobody else waits for (`light`).
+        if hold_ms.is_none() && self.light_applies(&key) {
+            if let Some(token) = self.acquire_light(&key, lease_id, ttl_ms).await? {
+                return Ok(AcquireOutcome::Acquired { token });
+            }
+        }
+        self.contended().insert(&key);
         let update = acquire_pipeline(
             self.owner(),
             ttl_ms,
@@ -347,7 +354,7 @@ impl MongoStore {
         Ok((deleted, marked))
     }
 
-    async fn release_matching(
+    pub(super) async fn release_matching(
         &self,
         filter: Document,
         released: &Released<'_>,
@@ -378,6 +385,12 @@ impl MongoStore {
         }
         let mut count = 0;
         for round in rounds {
+            if let [lease] = &round[..]
+                && let Some(released) = self.release_light(lease, delete_first).await?
+            {
+                count += released;
+                continue;
+            }
             let released = Released::Leases {
                 owner: self.owner(),
                 ids: lease_ids(&round),

@@ -1,0 +1,390 @@
+//! The light forms on a real `mongod`: where one applies, it writes what
+//! the general form writes; where it does not, it changes nothing and the
+//! general form decides; a key the general form was sent for lately costs
+//! one command per write.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mongodb::bson::{Bson, DateTime, Document, doc};
+use mongodb::event::{EventHandler, command::CommandEvent};
+use mongodb::{Collection, Database};
+use uuid::Uuid;
+
+use super::super::kinds::{Released, holder_filter};
+use super::super::pipeline::bson_lease_id;
+use super::MongoStore;
+use crate::store::{AcquireOutcome, HandOver, LeaseRef, field};
+
+/// The TTL of the scenario's leases.
+const TTL_MS: i64 = 60_000;
+
+/// The names of the commands a client started, in order.
+#[derive(Clone, Default)]
+struct Commands(Arc<Mutex<Vec<String>>>);
+
+impl Commands {
+    /// How many `name` commands were started since the last call.
+    fn take(&self, name: &str) -> usize {
+        let mut log = self.0.lock().unwrap();
+        let n = log.iter().filter(|c| *c == name).count();
+        log.clear();
+        n
+    }
+}
+
+/// A store of owner `a` on a new collection, through a client whose
+/// commands are counted.
+struct Env {
+    db: Database,
+    collection: String,
+    commands: Commands,
+    store: MongoStore,
+}
+
+impl Env {
+    async fn new() -> Env {
+        let commands = Commands::default();
+        let mut options = mongodb::options::ClientOptions::parse(crate::testkit::shared_uri())
+            .await
+            .unwrap();
+        let log = commands.clone();
+        options.command_event_handler = Some(EventHandler::callback(move |event| {
+            if let CommandEvent::Started(started) = event {
+                log.0.lock().unwrap().push(started.command_name.clone());
+            }
+        }));
+        let client = mongodb::Client::with_options(options).unwrap();
+        let db = client.database("mongo_lease_contract");
+        let collection = crate::testkit::unique_name("light");
+        let store = MongoStore::new(
+            &db,
+            &collection,
+            "a".into(),
+            Duration::from_millis(TTL_MS as u64),
+            Duration::from_secs(1),
+            Duration::from_secs(30),
+        );
+        Env {
+            db,
+            collection,
+            commands,
+            store,
+        }
+    }
+
+    fn raw(&self) -> Collection<Document> {
+        self.db.collection(&self.collection)
+    }
+
+    async fn put(&self, doc: Document) {
+        self.raw().insert_one(doc).await.unwrap();
+    }
+
+    async fn get(&self, key: &str) -> Option<Document> {
+        self.raw().find_one(doc! { "_id": key }).await.unwrap()
+    }
+
+    /// `key` acquired by the store through the general form.
+    async fn acquire_general(&self, key: &str, lease_id: Uuid) -> AcquireOutcome {
+        self.store.contended().insert(&key.into());
+        self.store
+            .acquire_once(key.into(), lease_id, true, TTL_MS, None)
+            .await
+            .unwrap()
+    }
+
+    /// `key` acquired by the store, for the scenario's setup.
+    async fn take(&self, key: &str) -> LeaseRef {
+        let lease = LeaseRef {
+            key: key.into(),
+            lease_id: Uuid::new_v4(),
+        };
+        let token = self
+            .store
+            .acquire_light(&lease.key, lease.lease_id, TTL_MS)
+            .await
+            .unwrap();
+        assert!(token.is_some(), "{key} taken");
+        lease
+    }
+
+    async fn drop(self) {
+        self.raw().drop().await.unwrap();
+    }
+}
+
+/// A date `secs` from now (negative: in the past).
+fn at(secs: i64) -> DateTime {
+    DateTime::from_millis(DateTime::now().timestamp_millis() + secs * 1000)
+}
+
+/// A lock document of `owner` with token 7, expiring at `exp`.
+fn lock(key: &str, owner: &str, exp: DateTime) -> Document {
+    doc! {
+        "_id": key, field::OWNER: owner, field::TOKEN: 7_i64,
+        field::ACQUIRED_AT: at(-20), field::RENEWED_AT: at(-20), field::EXPIRES_AT: exp,
+    }
+}
+
+/// `doc` with `fields` added.
+fn with(mut doc: Document, fields: Document) -> Document {
+    doc.extend(fields);
+    doc
+}
+
+/// The field names of `doc`, sorted.
+fn names(doc: &Document) -> Vec<String> {
+    let mut names: Vec<String> = doc.keys().cloned().collect();
+    names.sort();
+    names
+}
+
+/// What a new acquisition by `a` under `lease_id` must have written.
+fn assert_acquired(doc: &Document, lease_id: Uuid) {
+    assert_eq!(doc.get_str(field::OWNER).unwrap(), "a", "{doc}");
+    assert_eq!(doc.get(field::LEASE_ID), Some(&bson_lease_id(lease_id)));
+    assert!(doc.get_i64(field::TOKEN).unwrap() > 7, "{doc}");
+    let ts = doc.get_datetime(field::RENEWED_AT).unwrap();
+    let exp = doc.get_datetime(field::EXPIRES_AT).unwrap();
+    assert_eq!(exp.timestamp_millis() - ts.timestamp_millis(), TTL_MS);
+}
+
+#[tokio::test]
+async fn where_the_light_acquire_applies_it_writes_the_general_acquires_document() {
+    let env = Env::new().await;
+    let states = [
+        // Released (keep mode) by another owner.
+        lock("released", "b", at(-5)),
+        // Expired, with a payload and another owner's waiting mark.
+        with(
+            lock("expired", "b", at(-5)),
+            doc! { field::LEASE_ID: bson_lease_id(Uuid::new_v4()), field::PAYLOAD: { "x": 1 }, field::WAITING_SINCE: at(-6) },
+        ),
+        // Yielded by another owner: free for us.
+        with(
+            lock("yielded", "b", at(-1)),
+            doc! { field::YIELD_UNTIL: at(60) },
+        ),
+    ];
+    for state in states {
+        let key = state.get_str("_id").unwrap().to_string();
+        let general_key = format!("{key}-general");
+        env.put(state.clone()).await;
+        env.put(with(state.clone(), doc! { "_id": &general_key }))
+            .await;
+        let lease_id = Uuid::new_v4();
+        let light = env
+            .store
+            .acquire_light(&key.as_str().into(), lease_id, TTL_MS)
+            .await
+            .unwrap();
+        let general = env.acquire_general(&general_key, lease_id).await;
+        assert!(light.is_some(), "{key}: the light form applies");
+        assert!(
+            matches!(general, AcquireOutcome::Acquired { .. }),
+            "{key}: {general:?}"
+        );
+        let (light, general) = (
+            env.get(&key).await.unwrap(),
+            env.get(&general_key).await.unwrap(),
+        );
+        assert_acquired(&light, lease_id);
+        assert_acquired(&general, lease_id);
+        assert_eq!(names(&light), names(&general), "{key}");
+    }
+    // A missing document: created as the general form creates it.
+    let lease_id = Uuid::new_v4();
+    let light = env
+        .store
+        .acquire_light(&"new".into(), lease_id, TTL_MS)
+        .await
+        .unwrap();
+    assert!(light.is_some());
+    env.acquire_general("new-general", lease_id).await;
+    let (light, general) = (
+        env.get("new").await.unwrap(),
+        env.get("new-general").await.unwrap(),
+    );
+    assert_eq!(names(&light), names(&general));
+    env.drop().await;
+}
+
+#[tokio::test]
+async fn where_the_light_acquire_does_not_apply_it_changes_nothing_and_the_key_is_remembered() {
+    let env = Env::new().await;
+    let ours = Uuid::new_v4();
+    let released = |key: &str| lock(key, "b", at(-5));
+    let states = [
+        // Live.
+        with(
+            lock("live", "b", at(60)),
+            doc! { field::LEASE_ID: bson_lease_id(Uuid::new_v4()) },
+        ),
+        // A live registration in the queue of waiting owners.
+        with(
+            released("queued"),
+            doc! { field::QUEUE: [{ field::OWNER: "c", field::REGISTRATION_EXPIRES: at(60) }] },
+        ),
+        // A shared key's holders, a semaphore's permits, an exclusive
+        // waiter's mark on a shared key.
+        with(released("holders"), doc! { field::HOLDERS: [] }),
+        with(released("permits"), doc! { field::PERMITS: 2 }),
+        with(
+            released("marked"),
+            doc! { field::EXCLUSIVE_WAITER: { field::OWNER: "c" } },
+        ),
+        // Yielded by this owner.
+        with(
+            lock("yielded", "a", at(-1)),
+            doc! { field::YIELD_UNTIL: at(60) },
+        ),
+        // An earlier attempt under the same lease id (a retry keeps its token).
+        with(
+            lock("retry", "a", at(-1)),
+            doc! { field::LEASE_ID: bson_lease_id(ours) },
+        ),
+        // Another application's document.
+        doc! { "_id": "foreign", "owner": "x", "until": at(-5) },
+    ];
+    for state in states {
+        let key = state.get_str("_id").unwrap().to_string();
+        env.put(state.clone()).await;
+        let light = env
+            .store
+            .acquire_light(&key.as_str().into(), ours, TTL_MS)
+            .await
+            .unwrap();
+        assert_eq!(light, None, "{key}");
+        assert_eq!(
+            env.get(&key).await.as_ref(),
+            Some(&state),
+            "{key} unchanged"
+        );
+        assert!(!env.store.light_applies(&key.as_str().into()), "{key}");
+    }
+    env.drop().await;
+}
+
+#[tokio::test]
+async fn a_contended_key_costs_one_command_per_acquire_and_a_free_one_one_command() {
+    let env = Env::new().await;
+    env.put(with(
+        lock("held", "b", at(60)),
+        doc! { field::LEASE_ID: bson_lease_id(Uuid::new_v4()) },
+    ))
+    .await;
+    env.commands.take("findAndModify");
+    let attempt = |key: &'static str| {
+        let store = env.store.clone();
+        async move {
+            store
+                .acquire_once(key.into(), Uuid::new_v4(), false, TTL_MS, None)
+                .await
+                .unwrap()
+        }
+    };
+    let first = attempt("held").await;
+    assert!(matches!(first, AcquireOutcome::Held { .. }), "{first:?}");
+    assert_eq!(env.commands.take("findAndModify"), 2, "light, then general");
+    let second = attempt("held").await;
+    assert!(matches!(second, AcquireOutcome::Held { .. }), "{second:?}");
+    assert_eq!(env.commands.take("findAndModify"), 1, "general only");
+
+    let free = attempt("free").await;
+    assert!(matches!(free, AcquireOutcome::Acquired { .. }), "{free:?}");
+    assert_eq!(env.commands.take("findAndModify"), 1, "light only");
+    env.drop().await;
+}
+
+#[tokio::test]
+async fn the_light_release_writes_the_general_releases_document_and_defers_to_it_when_someone_waits()
+ {
+    let env = Env::new().await;
+    let light = env.take("light").await;
+    let general = env.take("general").await;
+    assert_eq!(
+        env.store.release_light(&light, false).await.unwrap(),
+        Some(1)
+    );
+    let released = Released::Leases {
+        owner: "a",
+        ids: vec![general.lease_id],
+    };
+    let filter = holder_filter("a", std::slice::from_ref(&general));
+    let count = env
+        .store
+        .release_matching(filter, &released, true, false)
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    let (light_doc, general_doc) = (
+        env.get("light").await.unwrap(),
+        env.get("general").await.unwrap(),
+    );
+    assert_eq!(names(&light_doc), names(&general_doc));
+    assert!(!light_doc.contains_key(field::LEASE_ID));
+    assert!(light_doc.get_datetime(field::EXPIRES_AT).unwrap() <= &DateTime::now());
+
+    // Another owner's waiting mark: the general release serves it (the yield).
+    let waited = env.take("waited").await;
+    env.raw()
+        .update_one(
+            doc! { "_id": "waited" },
+            doc! { "$set": { field::WAITING_SINCE: DateTime::now() } },
+        )
+        .await
+        .unwrap();
+    env.commands.take("update");
+    assert_eq!(
+        env.store.release_light(&waited, false).await.unwrap(),
+        Some(1)
+    );
+    assert_eq!(env.commands.take("update"), 2, "light, then general");
+    let doc = env.get("waited").await.unwrap();
+    assert!(!doc.contains_key(field::WAITING_SINCE), "{doc}");
+    assert!(doc.contains_key(field::YIELD_UNTIL), "{doc}");
+    // Released already: counted once, whichever form.
+    assert_eq!(
+        env.store.release_light(&light, false).await.unwrap(),
+        Some(0)
+    );
+    env.drop().await;
+}
+
+#[tokio::test]
+async fn the_light_handoff_writes_the_general_handoffs_document() {
+    let env = Env::new().await;
+    let light = env.take("light").await;
+    let general = env.take("general").await;
+    let to = Uuid::new_v4();
+    let handed = env
+        .store
+        .hand_over_once(light.key.clone(), light.lease_id, to, TTL_MS)
+        .await
+        .unwrap();
+    assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
+    assert!(
+        env.store.light_applies(&light.key),
+        "the light form applied"
+    );
+    env.store.contended().insert(&general.key);
+    let handed = env
+        .store
+        .hand_over_once(general.key.clone(), general.lease_id, to, TTL_MS)
+        .await
+        .unwrap();
+    assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
+    let (light_doc, general_doc) = (
+        env.get("light").await.unwrap(),
+        env.get("general").await.unwrap(),
+    );
+    assert_eq!(names(&light_doc), names(&general_doc));
+    for doc in [&light_doc, &general_doc] {
+        assert_eq!(
+            doc.get(field::LEASE_ID),
+            Some(&Bson::from(bson_lease_id(to)))
+        );
+    }
+    env.drop().await;
+}
