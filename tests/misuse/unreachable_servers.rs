@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use mongo_lease::testkit::{FaultProxy, ReplicaSet, ReplicaSetOptions};
 use mongo_lease::{Error, LockManager, ReleaseOutcome};
 use tokio::time::Instant;
 
-use crate::common::Clients;
+use crate::common::{Clients, server_behind_proxy};
 use crate::support::{BOUND, bounded, options_for};
 
 #[tokio::test]
@@ -25,19 +24,6 @@ async fn an_unresolvable_host_is_a_bounded_clear_error() {
     assert!(matches!(e, Error::Unreachable { .. }), "{e}");
     assert!(e.is_transient());
     eprintln!("unresolvable host: {e} (after {took:?})");
-}
-
-/// A dedicated 1-member replica set with a fault proxy in front of it, and a
-/// direct-connection URI that goes through the proxy.
-async fn server_behind_proxy() -> (ReplicaSet, FaultProxy, String) {
-    let rs = ReplicaSet::start(ReplicaSetOptions::default())
-        .await
-        .unwrap();
-    let proxy = FaultProxy::start(([127, 0, 0, 1], rs.members()[0].port()).into())
-        .await
-        .unwrap();
-    let uri = format!("mongodb://{}/?directConnection=true", proxy.addr());
-    (rs, proxy, uri)
 }
 
 /// A server that accepts the connection and then never answers (a
