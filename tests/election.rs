@@ -526,15 +526,7 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
 
 /// A manager on the `poll` database of a standalone server.
 async fn standalone_manager(client: mongodb::Client) -> LockManager {
-    LockManager::connect(
-        mongo_lease::LockManagerOptions::builder()
-            .database(client.database("poll"))
-            .collection("leases")
-            .ttl(TTL)
-            .build(),
-    )
-    .await
-    .unwrap()
+    common::manager_on(client.database("poll"), "leases", TTL).await
 }
 
 /// Without change streams (a standalone server), observers poll: they still

@@ -288,6 +288,20 @@ impl Fixture {
     }
 }
 
+/// A manager on `db`, lock collection `collection`, with the defaults but
+/// its TTL.
+pub async fn manager_on(db: Database, collection: &str, ttl: Duration) -> LockManager {
+    LockManager::connect(
+        LockManagerOptions::builder()
+            .database(db)
+            .collection(collection)
+            .ttl(ttl)
+            .build(),
+    )
+    .await
+    .expect("connect")
+}
+
 /// A dedicated 1-member replica set with a fault proxy in front of it, and a
 /// direct-connection URI that goes through the proxy.
 pub async fn server_behind_proxy() -> (ReplicaSet, FaultProxy, String) {
