@@ -201,8 +201,7 @@ async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_see_every_term_in_order_through_the_change_stream() {
     let fx = Fixture::new("observe").await;
-    let candidates: Vec<LockManager> =
-        futures::future::join_all((0..3).map(|_| fx.manager(TTL))).await;
+    let candidates = fx.managers(3, TTL).await;
     let watcher = fx.manager(TTL).await;
     let election = Election::new(&watcher, "leader").unwrap();
     let mut observer = election.observe().await.unwrap();
@@ -448,8 +447,7 @@ async fn campaign_leader_resign_and_campaign_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss() {
     let fx = Fixture::new("run").await;
-    let managers: Vec<LockManager> =
-        futures::future::join_all((0..4).map(|_| fx.manager(TTL))).await;
+    let managers = fx.managers(4, TTL).await;
     let running = Arc::new(AtomicUsize::new(0));
     let runs = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -528,15 +526,7 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
 
 /// A manager on the `poll` database of a standalone server.
 async fn standalone_manager(client: mongodb::Client) -> LockManager {
-    LockManager::connect(
-        mongo_lease::LockManagerOptions::builder()
-            .database(client.database("poll"))
-            .collection("leases")
-            .ttl(TTL)
-            .build(),
-    )
-    .await
-    .unwrap()
+    common::manager_on(client.database("poll"), "leases", TTL).await
 }
 
 /// Without change streams (a standalone server), observers poll: they still

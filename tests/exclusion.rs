@@ -25,10 +25,7 @@ async fn at_most_one_holder_per_key_and_no_fenced_write_refused() {
     let fx = Fixture::new("exclusion").await;
     let counters = fx.db.collection::<Document>("workitem");
     let holders: Arc<Mutex<HashMap<String, (String, u64)>>> = Arc::default();
-    let mut managers = Vec::new();
-    for _ in 0..MANAGERS {
-        managers.push(fx.manager(TTL).await);
-    }
+    let managers = fx.managers(MANAGERS, TTL).await;
     let mut tasks = Vec::new();
     for (m, manager) in managers.iter().enumerate() {
         for t in 0..TASKS {

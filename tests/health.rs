@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::{Clients, Fixture};
-use mongo_lease::testkit::{FaultProxy, ReplicaSet, ReplicaSetOptions};
 use mongo_lease::{LockManager, LockManagerOptions, LossReason, ReleaseOutcome};
 
 /// How long a wait for an event may take before the test fails. It only
@@ -24,19 +23,9 @@ async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_lost_with_the_server_and_back_once_it_answers_again() {
-    let rs = ReplicaSet::start(ReplicaSetOptions::default())
-        .await
-        .unwrap();
-    let proxy = FaultProxy::start(([127, 0, 0, 1], rs.members()[0].port()).into())
-        .await
-        .unwrap();
+    let (_rs, proxy, uri) = common::server_behind_proxy().await;
     let clients = Clients::default();
-    let client = clients
-        .connect(&format!(
-            "mongodb://{}/?directConnection=true",
-            proxy.addr()
-        ))
-        .await;
+    let client = clients.connect(&uri).await;
     let manager = LockManager::connect(
         LockManagerOptions::builder()
             .database(client.database("d"))

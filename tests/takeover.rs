@@ -14,10 +14,7 @@ use tokio::time::Instant;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_one_winner_when_managers_race_for_a_fresh_key() {
     let fx = Fixture::new("race").await;
-    let mut managers = Vec::new();
-    for _ in 0..8 {
-        managers.push(fx.manager(Duration::from_secs(10)).await);
-    }
+    let managers = fx.managers(8, Duration::from_secs(10)).await;
     for round in 0..20 {
         let key = format!("fresh-{round}");
         let attempts = managers.iter().map(|m| {

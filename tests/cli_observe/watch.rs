@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use crate::common::cli::{Env, Proc, token_of};
+use crate::common::cli::{Env, LEASE_LOST, Proc, token_of};
 
 /// The fencing token printed in a text line: `(fencing token N, ...`.
 fn printed_token(line: &str) -> u64 {
@@ -79,6 +79,78 @@ fn watch_prints_acquired_released_expired_and_taken_over_as_other_processes_hold
     assert_eq!(watch.wait(), 0);
     // The killed third holder's lease may expire before the SIGINT.
     assert_no_line_but(&watch, &["expired", "stderr:"]);
+}
+
+/// A force release by another process ends the holder's lease (it exits
+/// with 76): `released`, then the waiting process's `acquired`. A holder
+/// whose release hands the key to a process registered in the key's queue
+/// of waiting owners, in the release's own write: `released`, then
+/// `acquired` too, never `taken over` (which says the previous lease had
+/// expired). Each holder runs until the test creates a file named after
+/// its owner id.
+#[test]
+fn watch_prints_a_force_release_and_a_handoff_as_released_then_acquired() {
+    let env = Env::new("cli_watch_release");
+    let dir = std::env::temp_dir().join(&env.db);
+    std::fs::create_dir(&dir).unwrap();
+    let script = format!(
+        "echo \"holding $MONGO_LEASE_TOKEN\"; \
+         while [ ! -e '{}'/\"$MONGO_LEASE_OWNER\" ]; do sleep 0.05; done",
+        dir.display()
+    );
+    let hold = |owner: &str| {
+        let args = ["--owner-id", owner, "exec", "--key", "job", "--ttl", "30s"];
+        env.spawn(&[&args[..], &["--", "sh", "-c", &script]].concat())
+    };
+    let finish = |owner: &str| std::fs::write(dir.join(owner), "").unwrap();
+    let watch = env.spawn(&["watch", "job"]);
+    watch.expect_line(" free ");
+
+    let mut first = hold("first");
+    let first_token = token_of(&first.expect_line("holding"));
+    watch.expect_line(" acquired \"job\" by first ");
+    let second = hold("second");
+    env.wait_for_waiting_mark_blocking("job");
+    let forced = env.run(&["release", "--force", "job"]);
+    assert!(forced.status.success(), "{forced:?}");
+    let second_token = token_of(&second.expect_line("holding"));
+    assert_eq!(first.wait_within(Duration::from_secs(60)), LEASE_LOST);
+    let released = watch.expect_line(" released ");
+    assert!(
+        released.ends_with(&format!(
+            "released \"job\" by first (fencing token {first_token})"
+        )),
+        "{released}"
+    );
+    let acquired = watch.expect_line(" acquired ");
+    assert!(
+        acquired.contains("acquired \"job\" by second"),
+        "{acquired}"
+    );
+    assert_eq!(printed_token(&acquired), second_token);
+
+    // `third` waits (registered) while `second` holds; `second` ends.
+    let mut third = hold("third");
+    env.wait_for_waiting_mark_blocking("job");
+    finish("second");
+    let third_token = token_of(&third.expect_line("holding"));
+    let released = watch.expect_line(" released ");
+    assert!(
+        released.contains("released \"job\" by second"),
+        "{released}"
+    );
+    let acquired = watch.expect_line(" acquired ");
+    assert!(acquired.contains("acquired \"job\" by third"), "{acquired}");
+    assert_eq!(printed_token(&acquired), third_token);
+
+    finish("third");
+    assert_eq!(third.wait(), 0);
+    watch.expect_line(" released \"job\" by third ");
+    watch.signal(libc::SIGINT);
+    let mut watch = watch;
+    assert_eq!(watch.wait(), 0);
+    assert_no_line_but(&watch, &["stderr:"]);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Lines left unmatched by the test are only of the kinds `allowed`:

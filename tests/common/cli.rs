@@ -6,7 +6,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use mongo_lease::{LockManager, LockManagerOptions};
+use mongo_lease::LockManager;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -127,15 +127,7 @@ impl Env {
     pub async fn manager(&self, ttl: Duration) -> LockManager {
         let client = mongodb::Client::with_uri_str(&self.uri).await.unwrap();
         self.clients.lock().unwrap().push(client.clone());
-        LockManager::connect(
-            LockManagerOptions::builder()
-                .database(client.database(&self.db))
-                .collection("leases")
-                .ttl(ttl)
-                .build(),
-        )
-        .await
-        .unwrap()
+        super::manager_on(client.database(&self.db), "leases", ttl).await
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use mongo_lease::testkit::{FaultProxy, ReplicaSet, ReplicaSetOptions};
 use mongo_lease::{LockManager, LockManagerOptions};
 use mongodb::bson::Document;
 use mongodb::{Client, Collection, Database};
@@ -172,6 +173,15 @@ impl Fixture {
             .await
             .expect("connect")
     }
+
+    /// `n` managers, each with its own `Client` (as if in `n` processes).
+    pub async fn managers(&self, n: usize, ttl: Duration) -> Vec<LockManager> {
+        let mut managers = Vec::with_capacity(n);
+        for _ in 0..n {
+            managers.push(self.manager(ttl).await);
+        }
+        managers
+    }
 }
 
 impl Fixture {
@@ -276,6 +286,33 @@ impl Fixture {
             .build();
         (options, log)
     }
+}
+
+/// A manager on `db`, lock collection `collection`, with the defaults but
+/// its TTL.
+pub async fn manager_on(db: Database, collection: &str, ttl: Duration) -> LockManager {
+    LockManager::connect(
+        LockManagerOptions::builder()
+            .database(db)
+            .collection(collection)
+            .ttl(ttl)
+            .build(),
+    )
+    .await
+    .expect("connect")
+}
+
+/// A dedicated 1-member replica set with a fault proxy in front of it, and a
+/// direct-connection URI that goes through the proxy.
+pub async fn server_behind_proxy() -> (ReplicaSet, FaultProxy, String) {
+    let rs = ReplicaSet::start(ReplicaSetOptions::default())
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], rs.members()[0].port()).into())
+        .await
+        .unwrap();
+    let uri = format!("mongodb://{}/?directConnection=true", proxy.addr());
+    (rs, proxy, uri)
 }
 
 /// Waits (bounded) until `check` holds, polling MongoDB state; panics with `what`.

@@ -1,5 +1,5 @@
 //! Recognising the manager's batched renewal commands in a command log
-//! (shared by `tests/misuse.rs`, `tests/sharing/` and `benches/scale.rs`,
+//! (shared by `tests/misuse/`, `tests/sharing/` and `benches/scale.rs`,
 //! each of which uses part of it).
 #![allow(dead_code)]
 

@@ -539,10 +539,7 @@ async fn a_users_delete_of_the_document_wakes_another_managers_waiter_at_once() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_creating_acquires_of_managers_create_the_document_once_with_one_winner() {
     let fx = Fixture::new("doc_create_race").await;
-    let mut managers = Vec::new();
-    for _ in 0..4 {
-        managers.push(fx.manager(TTL).await);
-    }
+    let managers = fx.managers(4, TTL).await;
     for round in 0..5 {
         let id = format!("new-{round}");
         let start = std::sync::Arc::new(tokio::sync::Barrier::new(managers.len()));

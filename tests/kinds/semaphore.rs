@@ -38,10 +38,7 @@ async fn at_most_two_of_twelve_tasks_hold_a_two_permit_key_and_every_task_gets_i
     const HOLD: Duration = Duration::from_millis(15);
     let fx = Fixture::new("sem_bound").await;
     let room: Arc<Mutex<Room>> = Arc::default();
-    let mut managers = Vec::new();
-    for _ in 0..MANAGERS {
-        managers.push(fx.manager(TTL).await);
-    }
+    let managers = fx.managers(MANAGERS, TTL).await;
     let mut tasks = Vec::new();
     for (m, manager) in managers.iter().enumerate() {
         for t in 0..TASKS {

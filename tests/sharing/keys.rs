@@ -6,7 +6,7 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use mongo_lease::{Election, Error, LeaseKey, LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{Election, Error, LeaseKey, LockManager, ReleaseOutcome};
 use mongodb::bson::{
     Binary, Bson, DateTime, Document, JavaScriptCodeWithScope, Regex, Timestamp, doc,
     oid::ObjectId, spec::BinarySubtype,
@@ -463,15 +463,7 @@ async fn cli_shows_the_key_as(db: &str, args: &[&str], key_json: &str) {
 /// A manager of the collection `leases` of the fixture's database, the one
 /// the CLI runs use.
 async fn cli_collection_manager(fx: &Fixture) -> LockManager {
-    LockManager::connect(
-        LockManagerOptions::builder()
-            .database(fx.db.clone())
-            .collection("leases")
-            .ttl(TTL)
-            .build(),
-    )
-    .await
-    .unwrap()
+    common::manager_on(fx.db.clone(), "leases", TTL).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,7 +144,9 @@ pub enum Commands {
     /// release, or of a free key), `released` (by its holder, a force
     /// release, or a deletion of the lock document), `expired` (the server's
     /// expiry passed without a renewal) and `taken over` (a new holder while
-    /// the previous one's lease had expired; it names both). The holders of
+    /// the previous one's lease had expired; it names both). A release that
+    /// hands the key to a waiting owner in the same write prints `released`
+    /// then `acquired`; a force release prints `released`. The holders of
     /// a shared or semaphore key come and go one line each. Renewals and
     /// payload writes change no holder and print nothing. SIGINT or SIGTERM
     /// ends it with exit code 0.

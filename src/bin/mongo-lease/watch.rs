@@ -4,6 +4,18 @@
 //! set, re-reads at expiry, polling on a standalone server); this file turns
 //! consecutive states into changes of holder. Renewals and payload writes
 //! change no holder, so they print nothing.
+//!
+//! How a holder's lease ended is read from the state that follows it: an
+//! expiry leaves the stored expiry (`exp`) where the last renewal put it,
+//! a release moves it back to the release's time. A key can also go from
+//! one exclusive holder to another in one write: a takeover after the
+//! previous lease expired (`taken over`), or a release that hands the key
+//! to the first owner registered in the key's queue of waiting owners (a
+//! release and an acquisition, so `released` then `acquired`: the
+//! acquisition's server time is before the previous lease's expiry). A
+//! force release stores exactly what a release by the holder does (the
+//! lock document does not say who released it), so it prints `released`
+//! too.
 
 use std::io::Write;
 use std::time::SystemTime;
@@ -139,13 +151,15 @@ enum Event {
     Held,
     /// The first line: nobody holds the key.
     Free,
-    /// A new holder, after a release (or of a free key).
+    /// A new holder, after a release (also one that handed the key to it
+    /// in the same write) or of a free key.
     Acquired,
-    /// The holder released it (or someone force-released or deleted it).
+    /// The holder released it, or an operator force-released it or deleted
+    /// its document (the stored state does not tell these apart).
     Released,
     /// The server's expiry passed without a renewal.
     Expired,
-    /// A new holder while the previous one's lease had expired: the
+    /// A new holder after the previous one's lease had expired: the
     /// previous holder is named.
     TakenOver(Holder),
 }
@@ -214,10 +228,13 @@ impl Tracker {
             .filter(|n| !before.iter().any(|b| b.same(n)))
             .collect();
         let mut changes = Vec::new();
-        // An exclusive holder replaced by another in one step: a takeover
-        // (its lease had expired; a release would have been a state of its own).
+        // An exclusive holder replaced by another in one write: a takeover
+        // if its lease had expired; otherwise its release handed the key on
+        // (a release and an acquisition, below).
         let replaced = match (gone.as_slice(), new.as_slice()) {
-            ([old], [_]) if !old.kind.is_multi_holder() => Some((*old).clone()),
+            ([old], [new]) if !old.kind.is_multi_holder() && taken_after_expiry(old, new) => {
+                Some((*old).clone())
+            }
             _ => None,
         };
         if replaced.is_none() {
@@ -256,6 +273,16 @@ fn expiry(holder: &Holder) -> Option<SystemTime> {
     (!holder.foreign).then_some(holder.expires_at)
 }
 
+/// Whether `new`, which replaced the exclusive holder `old` in one write,
+/// took the key once `old`'s lease had expired, rather than from `old`'s
+/// release handing it on in that write: an acquisition takes a key only if
+/// its `exp <= $$NOW`, and `new.acquired_at` is that write's `$$NOW`. A
+/// foreign holder's lock has no known expiry (it was replaced by a write
+/// of its own application).
+fn taken_after_expiry(old: &Holder, new: &Holder) -> bool {
+    old.foreign || old.expires_at <= new.acquired_at
+}
+
 /// Whether `old`, no longer a holder in `state`, left because its expiry
 /// passed rather than by a write: a release (or force release) moves an
 /// exclusive lease's `exp` back to the release's time, whereas an expiry
@@ -269,10 +296,13 @@ fn ended_by_expiry(old: &Holder, state: &Snapshot) -> bool {
         return old.expires_at <= state.server_time;
     }
     // No stored expiry: the document was deleted (by its holder in delete
-    // mode, or an operator), or the key is now of another kind.
-    state
-        .exclusive_expiry
-        .is_some_and(|exp| exp >= old.expires_at)
+    // mode, or an operator), or the key is now of another kind. A key held
+    // again stores its new holder's expiry: an exclusive holder replaced
+    // in one write and not taken over was released (`taken_after_expiry`).
+    state.holders.is_empty()
+        && state
+            .exclusive_expiry
+            .is_some_and(|exp| exp >= old.expires_at)
 }
 
 impl Change {

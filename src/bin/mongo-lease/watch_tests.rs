@@ -93,15 +93,58 @@ fn an_expiry_prints_expired_and_the_next_holder_takes_over_from_it() {
     assert_eq!(events(&mut tracker, &held(&c, 42_000)), ["acquired"]);
 }
 
+/// `holder(owner, token, expires_ms)` acquired at `acquired_ms`.
+fn acquired_at(owner: &str, token: u64, acquired_ms: u64, expires_ms: u64) -> Holder {
+    Holder {
+        acquired_at: at(acquired_ms),
+        ..holder(owner, token, expires_ms)
+    }
+}
+
 #[test]
-fn a_holder_replaced_in_one_state_is_taken_over() {
+fn a_holder_replaced_in_one_state_after_its_expiry_is_taken_over() {
     let mut tracker = Tracker::default();
     let a = holder("a", 1, 30_000);
     tracker.next(&held(&a, 10));
-    let b = holder("b", 2, 70_000);
+    let b = acquired_at("b", 2, 30_000, 70_000);
     let changes = tracker.next(&held(&b, 30_005));
     assert_eq!(changes.len(), 1);
     assert_eq!(changes[0].event, Event::TakenOver(a));
+}
+
+/// A release that hands the key to a registered waiter in its own write
+/// (the queue of waiting owners): the previous lease had not expired.
+#[test]
+fn a_holder_replaced_in_one_state_before_its_expiry_released_it_to_the_next() {
+    let mut tracker = Tracker::default();
+    let a = holder("a", 1, 30_000);
+    tracker.next(&held(&a, 10));
+    let b = acquired_at("b", 2, 12_000, 15_000);
+    let changes = tracker.next(&held(&b, 12_000));
+    let kinds: Vec<_> = changes.iter().map(|c| c.event.clone()).collect();
+    assert_eq!(kinds, [Event::Released, Event::Acquired]);
+    assert_eq!(changes[0].holder.as_ref(), Some(&a));
+    assert_eq!(changes[0].ends_at, Some(at(12_000)));
+    assert_eq!(changes[1].holder.as_ref(), Some(&b));
+    assert_eq!(changes[1].ends_at, Some(at(15_000)));
+    // The next holder after b's expiry takes over from b, not from a.
+    let c = acquired_at("c", 3, 15_000, 50_000);
+    assert_eq!(
+        tracker.next(&held(&c, 15_000))[0].event,
+        Event::TakenOver(b)
+    );
+}
+
+/// A force release stores what the holder's own release does: `exp` back
+/// to its time, so the same lines.
+#[test]
+fn a_force_release_then_a_new_holder_is_released_then_acquired() {
+    let mut tracker = Tracker::default();
+    let a = holder("a", 1, 30_000);
+    tracker.next(&held(&a, 10));
+    assert_eq!(events(&mut tracker, &free(5_000, 5_000)), ["released"]);
+    let b = acquired_at("b", 2, 5_010, 35_010);
+    assert_eq!(events(&mut tracker, &held(&b, 5_010)), ["acquired"]);
 }
 
 #[test]
