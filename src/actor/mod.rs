@@ -369,6 +369,10 @@ pub(crate) struct Actor {
     /// Renewals in flight; shutdown drops them (a late renewal cannot revive a
     /// released lease: it matches on the lease id, which release removes).
     renewals: FuturesUnordered<BoxFuture<'static, Event>>,
+    /// Renewal batches waiting for one of `renewals` to be answered (at
+    /// most `renewal::RENEWALS_IN_FLIGHT` in flight): place, leases, TTL,
+    /// attempt.
+    renewals_waiting: VecDeque<(Place, Vec<LeaseRef>, Duration, u32)>,
     /// `release_all` calls in flight. While one runs no acquire attempt
     /// starts: it releases by owner id, so it would also free a lease
     /// acquired meanwhile, whose holder would not know.
@@ -425,6 +429,7 @@ impl Actor {
             keys: HashMap::new(),
             tasks: FuturesUnordered::new(),
             renewals: FuturesUnordered::new(),
+            renewals_waiting: VecDeque::new(),
             releasing_all: 0,
             timers: DelayQueue::new(),
             deadlines: BinaryHeap::new(),
@@ -566,6 +571,7 @@ impl Actor {
             } => {
                 self.renewal_answered(sent_at, result.is_ok());
                 self.on_renewed(place, leases, ttl, sent_at, attempt, result);
+                self.send_waiting_renewals();
                 self.renewals_settled();
             }
             Event::Released {

@@ -18,6 +18,15 @@ use crate::error::{Error, Result};
 use crate::status::{LossReason, server_expiry};
 use crate::store::LeaseRef;
 
+/// Renewal batches in flight at once; the others of a heartbeat wait for
+/// one to be answered. Each batch builds a filter several times its own
+/// size (every key and lease id of up to `renewal_batch_size` leases), so
+/// sending all of a large heartbeat's batches at once (20 for 100 000
+/// leases) would allocate tens of megabytes at each heartbeat, which the
+/// allocator keeps; the server works through them at the same rate either
+/// way (docs/mongodb-behaviour.md, B23).
+pub(super) const RENEWALS_IN_FLIGHT: usize = 2;
+
 impl Actor {
     /// Heartbeat: renew every held lease not already being renewed, in
     /// batches of leases with one TTL (one store call per distinct TTL and
@@ -49,9 +58,9 @@ impl Actor {
         }
     }
 
-    /// Renews `leases` in one store call, bounded by the heartbeat interval: a
-    /// renewal that hangs longer is abandoned and retried, so it cannot hold
-    /// back the next ones until the lease's deadline.
+    /// Renews `leases` in one store call: at once while fewer than
+    /// [`RENEWALS_IN_FLIGHT`] are in flight, else once one is answered
+    /// ([`Actor::send_waiting_renewals`]).
     pub(super) fn spawn_renewal(
         &mut self,
         place: Place,
@@ -59,6 +68,28 @@ impl Actor {
         ttl: Duration,
         attempt: u32,
     ) {
+        if self.renewals.len() >= RENEWALS_IN_FLIGHT {
+            self.renewals_waiting
+                .push_back((place, leases, ttl, attempt));
+        } else {
+            self.send_renewal(place, leases, ttl, attempt);
+        }
+    }
+
+    /// Sends the renewals waiting for a place among those in flight.
+    pub(super) fn send_waiting_renewals(&mut self) {
+        while self.renewals.len() < RENEWALS_IN_FLIGHT {
+            let Some((place, leases, ttl, attempt)) = self.renewals_waiting.pop_front() else {
+                return;
+            };
+            self.send_renewal(place, leases, ttl, attempt);
+        }
+    }
+
+    /// Sends the renewal of `leases`, bounded by the heartbeat interval
+    /// from now: a renewal that hangs longer is abandoned and retried, so
+    /// it cannot hold back the next ones until the lease's deadline.
+    fn send_renewal(&mut self, place: Place, leases: Vec<LeaseRef>, ttl: Duration, attempt: u32) {
         let sent_at = Instant::now();
         let bound = self.timing.heartbeat_interval;
         let renew =

@@ -28,6 +28,7 @@ impl Actor {
         });
         self.commands.close();
         self.renewals = FuturesUnordered::new();
+        self.renewals_waiting.clear();
         for place in &mut self.places {
             place.release_watch = ReleaseWatch::Closed;
         }

@@ -241,6 +241,46 @@
 //! In delete mode a handoff keeps the document (only the yield path
 //! releases, which keeps it too: `wt` is set), so tokens continue from it.
 //!
+//! # Light forms for keys nobody waits for
+//!
+//! The acquire, the release of one exclusive lease and the handoff above
+//! each carry every case in one pipeline of over 400 expression nodes
+//! (retries, the queue, waiting marks, holds, shared and semaphore keys),
+//! which the server parses and evaluates at every write: more work than
+//! the write itself (docs/mongodb-behaviour.md, B25). `MongoStore` first
+//! sends a light form of each, one small stage, where its result is the
+//! general form's:
+//!
+//! - **Acquire** (exclusive, no `hold_at_least`): the same upsert on `_id`
+//!   alone, whose one `$replaceWith` writes the new acquisition (`aid`,
+//!   `lid`, the next token, `acq = ts = $$NOW`, `exp = $$NOW + ttl`, nothing
+//!   else) if the document is new, or of our shape, expired, with no `q`,
+//!   `hs`, `pm` nor `xw`, not under this lease id and not yielded by this
+//!   owner: the general "wins" narrowed, writing the same document.
+//!   Otherwise it returns the document unchanged (no write), and the
+//!   general acquire is sent. The reply is this write's acquisition only if
+//!   its `ts` is the write's `$$NOW` (projected): a document that an
+//!   earlier attempt under the same lease id left is renewed by the
+//!   general form as a retry.
+//! - **Release** of one exclusive lease: the filter also asks for no `q`,
+//!   `wt`, `hl`, `hs` nor `pm`; the update is `exp = min(exp, $$NOW)` and
+//!   `lid` removed, the general release's result in that case. Matching
+//!   nothing, it is followed by the general release, which decides (a
+//!   light write whose outcome was unknown counts as released, as above).
+//! - **Handoff**: the filter of "Handoff to a local waiter" with no `q`,
+//!   `wt`, `hl`, `hs` nor `pm`; the update is that pipeline's acquisition
+//!   branch. No document: the general handoff decides (released, or lost).
+//!
+//! The light acquire and handoff are sent as plain `findAndModify`
+//! commands, not retryable writes: the server then keeps no image of the
+//! result for a retry (B25), and an unknown outcome is resolved as every
+//! other (B7). A key the general form was sent for is remembered for 10 s
+//! (`light::CONTENDED_FOR`), during which its writes go to the general
+//! form at once: a contended key costs no extra round trip. The twin has
+//! one form of each (the store contract checks the results), and the
+//! light forms' equivalence is checked on a real server
+//! (`store::mongo::light::tests`).
+//!
 //! # Fencing tokens
 //!
 //! `tok = max(previous tok + 1, ms($$NOW) * 2^20)`. The first term makes tokens

@@ -16,6 +16,9 @@
 //!   unit-tested like `pipeline`;
 //! - [`handoff`]: the handoff to a local waiter in the releasing write
 //!   (its BSON, pure and unit-tested, and the operation that sends it);
+//! - [`light`]: the light forms of the acquire, the release and the
+//!   handoff for a key nobody else waits for, and the memory of the keys
+//!   they do not apply to;
 //! - [`prepare`]: the collection checks and the indexes (TTL index for garbage
 //!   collection, owner index);
 //! - [`observe`]: observing one key (change stream, or polling);
@@ -35,7 +38,8 @@
 //! `queue` uses `pipeline`'s token rule;
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
 //! `transaction` and `handoff` use `handle` and `pipeline` (`handoff` also
-//! `ops`' attempt count); `document` uses `handle`,
+//! `ops`' attempt count and `light`); `light` uses `handle`, `pipeline`,
+//! `kinds` and `ops` (its retried updates), and `ops` uses `light`; `document` uses `handle`,
 //! `ops` (its retried updates and batch renewal) and `pipeline`; `pipeline`
 //! and `handle` use none of their siblings.
 
