@@ -5,6 +5,39 @@ use super::*;
 
 // ----- 1. heartbeat batching ---------------------------------------------------
 
+/// A heartbeat's batches beyond `RENEWALS_IN_FLIGHT` wait for one in
+/// flight to be answered, and are then sent at once: every lease is still
+/// renewed at each tick, with at most that many calls in flight.
+#[tokio::test(start_paused = true)]
+async fn a_heartbeats_batches_are_sent_a_few_at_a_time_as_they_are_answered() {
+    use crate::actor::renewal::RENEWALS_IN_FLIGHT;
+    const LATENCY: Duration = Duration::from_millis(100);
+    let batches = 2 * RENEWALS_IN_FLIGHT + 1;
+    let n = batches * BATCH;
+    let db = MemoryDb::new();
+    let (manager, store, t0) = start(&db, "a");
+    let mut leases = Vec::new();
+    for i in 0..n {
+        leases.push(manager.acquire(format!("k{i}")).await.unwrap());
+    }
+    store.set_latency(Op::Renew, LATENCY);
+    sleep_until(t0 + HEARTBEAT + HEARTBEAT / 2).await;
+    let calls = store.calls_of(Op::Renew);
+    assert_eq!(calls.len(), batches);
+    assert_eq!(store.max_in_flight(Op::Renew), RENEWALS_IN_FLIGHT);
+    for (i, call) in calls.iter().enumerate() {
+        // Sent at the tick, then one round of answers later each time.
+        let round = u32::try_from(i / RENEWALS_IN_FLIGHT).unwrap();
+        assert_eq!(call.at, t0 + HEARTBEAT + LATENCY * round, "call {i}");
+    }
+    for i in 0..n {
+        let exp = db.doc(format!("k{i}")).unwrap().exp;
+        assert!(exp > t0 + TTL, "k{i} renewed at the tick's round");
+    }
+    assert!(leases.iter().all(|l| !l.is_lost()));
+    manager.shutdown().await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn each_heartbeat_renews_every_lease_in_ceil_n_over_batch_calls() {
     for n in [10_usize, 250, 1000] {
