@@ -208,6 +208,8 @@ struct Replay {
     query: Document,
     update: Vec<Document>,
     fields: Document,
+    /// The variables of the acquire (`let`), if it sent any.
+    let_vars: Option<Document>,
     release_filter: Document,
     release_update: Vec<Document>,
 }
@@ -232,6 +234,7 @@ impl Replay {
             query,
             update: pipeline(acquire.get("update")),
             fields: acquire.get_document("fields").cloned().unwrap_or_default(),
+            let_vars: acquire.get_document("let").ok().cloned(),
             release_filter: statement.get_document("q").expect("q").clone(),
             release_update: pipeline(statement.get("u")),
         }
@@ -246,9 +249,13 @@ impl Replay {
             .iter()
             .map(|s| substitute_doc(s, &pairs))
             .collect();
-        let got = self
+        let mut acquire = self
             .coll
-            .find_one_and_update(substitute_doc(&self.query, &pairs), update)
+            .find_one_and_update(substitute_doc(&self.query, &pairs), update);
+        if let Some(vars) = &self.let_vars {
+            acquire = acquire.let_vars(substitute_doc(vars, &pairs));
+        }
+        let got = acquire
             .upsert(true)
             .return_document(ReturnDocument::After)
             .projection(self.fields.clone())

@@ -14,7 +14,7 @@ use mongodb::options::{
 use mongodb::{Collection, Database};
 use uuid::Uuid;
 
-use super::light::Contended;
+use super::light::{AcquireUpdates, Contended};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 
@@ -45,6 +45,8 @@ pub(crate) struct MongoStore {
     /// The keys the general forms of the acquire, release and handoff were
     /// sent for lately (shared by clones, like `holder_ids`): see `light`.
     contended: Contended,
+    /// The light acquire's update per TTL, encoded once (see `light`).
+    acquire_updates: AcquireUpdates,
 }
 
 impl MongoStore {
@@ -74,6 +76,7 @@ impl MongoStore {
             release_mode: ReleaseMode::Keep,
             holder_ids: Arc::default(),
             contended: Contended::default(),
+            acquire_updates: AcquireUpdates::default(),
         }
     }
 
@@ -83,6 +86,11 @@ impl MongoStore {
         self.holder_ids
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The light acquire's encoded updates (see `light`).
+    pub(super) fn acquire_updates(&self) -> &AcquireUpdates {
+        &self.acquire_updates
     }
 
     /// The keys the general forms were sent for lately (see `light`).

@@ -37,7 +37,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mongodb::bson::{Document, doc};
+use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
 use uuid::Uuid;
 
 use super::handle::{MongoStore, is_duplicate_key};
@@ -71,12 +71,17 @@ fn absent(filter: &mut Document, names: &[&str]) {
     }
 }
 
-/// The light acquire's update: a new acquisition by `owner` under
-/// `lease_id` (expiring `ttl_ms` after `$$NOW`, the next token) of a new
-/// document or of an expired one that nobody else waits for; any other
-/// document unchanged.
-pub(super) fn acquire_update(owner: &str, ttl_ms: i64, lease_id: Uuid) -> Vec<Document> {
-    let lid = bson_lease_id(lease_id);
+/// The variable of the light acquire's command (`let`) holding the
+/// attempt's lease id, so that its update is the same for every attempt
+/// of one owner and TTL, and encoded once ([`AcquireUpdates`]).
+const LID: &str = "$$lid";
+
+/// The light acquire's update: a new acquisition by `owner` under the
+/// lease id `$$lid` (expiring `ttl_ms` after `$$NOW`, the next token) of a
+/// new document or of an expired one that nobody else waits for; any
+/// other document unchanged.
+pub(super) fn acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
+    let lid = LID;
     let free = doc! { "$and": [
         our_shape(),
         { "$lte": [f(field::EXPIRES_AT), "$$NOW"] },
@@ -84,7 +89,7 @@ pub(super) fn acquire_update(owner: &str, ttl_ms: i64, lease_id: Uuid) -> Vec<Do
         missing(field::HOLDERS),
         missing(field::PERMITS),
         missing(field::EXCLUSIVE_WAITER),
-        { "$ne": [f(field::LEASE_ID), lid.clone()] },
+        { "$ne": [f(field::LEASE_ID), lid] },
         { "$not": [{ "$and": [
             { "$eq": [f(field::OWNER), { "$literal": owner }] },
             { "$gt": [f(field::YIELD_UNTIL), "$$NOW"] },
@@ -191,6 +196,57 @@ pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64) -> Vec<Document> {
     }}]
 }
 
+/// The light acquire's update per TTL, encoded (the owner id is the
+/// store's): one copy of its bytes per command instead of building and
+/// encoding the pipeline's documents at each attempt.
+#[derive(Clone, Default)]
+pub(super) struct AcquireUpdates(Arc<Mutex<Vec<(i64, RawArrayBuf)>>>);
+
+impl AcquireUpdates {
+    /// The encoded [`acquire_update`] of `owner` and `ttl_ms`.
+    fn get(&self, owner: &str, ttl_ms: i64) -> Result<RawArrayBuf> {
+        let mut updates = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, update)) = updates.iter().find(|(ttl, _)| *ttl == ttl_ms) {
+            return Ok(update.clone());
+        }
+        let mut update = RawArrayBuf::new();
+        for stage in acquire_update(owner, ttl_ms) {
+            update.push(RawDocumentBuf::from_document(&stage).map_err(encoding)?);
+        }
+        // A handful of TTLs in practice; bounded all the same.
+        if updates.len() >= PRUNE_AT {
+            updates.clear();
+        }
+        updates.push((ttl_ms, update.clone()));
+        Ok(update)
+    }
+}
+
+/// A document this store built that BSON cannot encode (a key too large).
+fn encoding(e: mongodb::bson::raw::Error) -> Error {
+    Error::InvalidKey {
+        reason: format!("cannot be encoded as BSON: {e}"),
+    }
+}
+
+/// The document a plain `findAndModify` command's `reply` returned
+/// (`value`), or an unknown outcome ([`Error::Unreachable`], after
+/// `waited`) if it carries a write concern error (the write may have
+/// applied).
+fn reply_value(mut reply: Document, waited: Duration) -> Result<Option<Document>> {
+    if let Ok(error) = reply.get_document("writeConcernError") {
+        return Err(Error::Unreachable {
+            waited,
+            reason: format!("a majority did not acknowledge the write: {error}"),
+            source: None,
+        });
+    }
+    Ok(match reply.remove("value") {
+        Some(Bson::Document(value)) => Some(value),
+        _ => None,
+    })
+}
+
 /// The keys the general forms were sent for, with when (local clock).
 #[derive(Clone, Default)]
 pub(super) struct Contended(Arc<Mutex<HashMap<LeaseKey, Instant>>>);
@@ -239,14 +295,41 @@ impl MongoStore {
         let reply = self
             .bounded(self.coll_database().run_command(command))
             .await?;
-        if let Ok(error) = reply.get_document("writeConcernError") {
-            return Err(Error::Unreachable {
-                waited: self.operation_timeout(),
-                reason: format!("a majority did not acknowledge the write: {error}"),
-                source: None,
-            });
-        }
-        Ok(reply.get_document("value").ok().cloned())
+        reply_value(reply, self.operation_timeout())
+    }
+
+    /// The light acquire's `findAndModify`, encoded by hand from the
+    /// cached update ([`AcquireUpdates`]) and sent as a plain command, as
+    /// [`MongoStore::find_and_modify`] sends its own.
+    async fn acquire_light_command(
+        &self,
+        key: &LeaseKey,
+        lease_id: Uuid,
+        ttl_ms: i64,
+    ) -> Result<Option<Document>> {
+        let mut command = RawDocumentBuf::new();
+        command.append("findAndModify", self.coll().name());
+        command.append(
+            "query",
+            RawDocumentBuf::from_document(&key_filter(key)).map_err(encoding)?,
+        );
+        command.append("update", self.acquire_updates().get(self.owner(), ttl_ms)?);
+        command.append(
+            "fields",
+            RawDocumentBuf::from_document(&acquire_projection()).map_err(encoding)?,
+        );
+        command.append("new", true);
+        command.append("upsert", true);
+        command.append(
+            "let",
+            RawDocumentBuf::from_document(&doc! { &LID[2..]: bson_lease_id(lease_id) })
+                .map_err(encoding)?,
+        );
+        command.append("writeConcern", rawdoc! { "w": "majority" });
+        let reply = self
+            .bounded(self.coll_database().run_raw_command(command))
+            .await?;
+        reply_value(reply, self.operation_timeout())
     }
 
     /// Whether the light forms may be tried for `key` (see [`Contended`]).
@@ -310,14 +393,7 @@ impl MongoStore {
         lease_id: Uuid,
         ttl_ms: i64,
     ) -> Result<Option<u64>> {
-        let attempt = self
-            .find_and_modify(
-                key_filter(key),
-                acquire_update(self.owner(), ttl_ms, lease_id),
-                acquire_projection(),
-                true,
-            )
-            .await;
+        let attempt = self.acquire_light_command(key, lease_id, ttl_ms).await;
         let token = match attempt {
             Ok(doc) => doc.and_then(|doc| acquired_token(&doc, self.owner(), lease_id)),
             Err(e) if e.is_transient() => None,
@@ -340,7 +416,7 @@ mod unit {
 
     #[test]
     fn the_light_acquire_is_one_small_stage() {
-        let update = acquire_update("a", 1000, Uuid::new_v4());
+        let update = acquire_update("a", 1000);
         assert_eq!(update.len(), 1);
         let size = mongodb::bson::to_vec(&doc! { "u": update }).unwrap().len();
         let general =
