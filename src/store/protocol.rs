@@ -1,0 +1,280 @@
+//! The [`Store`] trait: the lock protocol as the actor sees it. What each
+//! operation writes is specified in the `store` module's docs, whose
+//! sections the methods cite by title in quotes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use mongodb::bson::Document;
+use uuid::Uuid;
+
+use super::{
+    AcquireOutcome, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace, release_instead,
+};
+use crate::error::Result;
+use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
+use crate::lease::LeaseInfo;
+
+/// The lock protocol, as seen by the actor. Every method returns a `'static`
+/// future so the actor can run many of them at once without borrowing itself.
+///
+/// Each operation is idempotent for a given lease id, so the actor may retry
+/// it after an ambiguous failure.
+pub(crate) trait Store: Send + Sync + 'static {
+    /// Takes `key` for `lease_id` if it is free (or already ours under this
+    /// lease id and owner id: a retry), and not yielded by this owner to a waiting one. `waiting`:
+    /// the caller will retry until it gets the key, so a lease held by
+    /// another owner is marked as waited for (see "Fairness between owners").
+    /// A key yielded by this owner is reported `Held` by this owner until the
+    /// end of the yield window.
+    ///
+    /// The acquisition expires `ttl` after the server's now (`exp = $$NOW + ttl`).
+    fn acquire_with_ttl(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>>;
+
+    /// [`Store::acquire_with_ttl`] for a lease of any kind, with a minimum
+    /// hold (see "Shared and semaphore keys" and "Holding at least"). A
+    /// plain shape ([`LeaseShape::is_plain`]) is exactly
+    /// [`Store::acquire_with_ttl`]. The default (in-document leases) refuses
+    /// other shapes with [`Error::Unsupported`](crate::Error::Unsupported).
+    fn acquire_shaped(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        if shape.is_plain() {
+            return self.acquire_with_ttl(key, lease_id, waiting, ttl);
+        }
+        Box::pin(async move {
+            Err(crate::Error::Unsupported {
+                reason: format!(
+                    "in-document leases are exclusive, without hold_at_least (asked: {:?})",
+                    shape
+                ),
+            })
+        })
+    }
+
+    /// [`Store::acquire_with_ttl`] with the store's default TTL (the
+    /// manager's); for the store contract's scenarios.
+    #[cfg(test)]
+    fn acquire(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        self.acquire_with_ttl(key, lease_id, waiting, self.default_ttl())
+    }
+
+    /// Extends every lease in `leases` to `ttl` from the server's now
+    /// (`exp = $$NOW + ttl`), in as few commands as the batch allows (one
+    /// `updateMany` on MongoDB, whatever the leases' kinds): the caller
+    /// groups leases by TTL. Returns the leases that are no longer held
+    /// (several leases of one key, e.g. two permits of a semaphore, are
+    /// told apart by lease id).
+    fn renew_with_ttl(
+        &self,
+        leases: Vec<LeaseRef>,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<Vec<LeaseRef>>>;
+
+    /// [`Store::renew_with_ttl`] with the store's default TTL (the
+    /// manager's), returning the keys of the leases no longer held; for the
+    /// store contract's scenarios.
+    #[cfg(test)]
+    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
+        let renew = self.renew_with_ttl(leases, self.default_ttl());
+        Box::pin(async move { Ok(renew.await?.into_iter().map(|l| l.key).collect()) })
+    }
+
+    /// The TTL of [`Store::acquire`] and [`Store::renew`]: the manager's.
+    #[cfg(test)]
+    fn default_ttl(&self) -> Duration;
+
+    /// Releases the given leases (only those still held under their lease id).
+    /// Returns how many were still held.
+    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>>;
+
+    /// Releases the lease `from` of `key` and, in the same write, makes
+    /// `to` (a local waiter's acquisition, of `shape`, expiring `ttl`
+    /// after the server's now) its holder, as "Handoff to a local waiter"
+    /// says. The default (and any shape but a plain one) is a plain
+    /// [`Store::release`]: `Released`, or `Lost` if it released nothing.
+    fn hand_over(
+        &self,
+        key: LeaseKey,
+        from: Uuid,
+        to: Uuid,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<HandOver>> {
+        let _ = (to, ttl, shape);
+        release_instead(self, key, from)
+    }
+
+    /// [`Store::release`] of one lease acquired less than [`DELETE_DELAY`](super::DELETE_DELAY)
+    /// ago (by the caller's clock, from the acquire's reply), in a store
+    /// that removes on release: its token is too young for delete mode's
+    /// delete, so a store may skip that delete and only mark the lease
+    /// released, leaving the document to the follow-up delete (see
+    /// "Delete-on-release mode"). Both outcomes are the protocol's; the
+    /// default is [`Store::release`].
+    fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
+        self.release(vec![lease])
+    }
+
+    /// Removes this manager's entries from the queues of waiting owners of
+    /// `keys` ("Queue of waiting owners"), so that no release hands one of
+    /// them to it any more (shutdown: a manager that stops waiting must not
+    /// be handed a key it would hold, unconfirmed, until the handed lease
+    /// expires). Returns how many documents it changed. The default (a
+    /// store whose waiters never register) changes nothing.
+    fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        let _ = keys;
+        Box::pin(async { Ok(0) })
+    }
+
+    /// Releases every lease held under this manager's owner id, except those
+    /// with a lease id in `except` (acquisitions in flight), holders of
+    /// shared and semaphore keys included. Returns how many documents it
+    /// changed.
+    /// Only documents of our shape match: a foreign holder's lock carrying
+    /// the same `aid` is never touched.
+    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>>;
+
+    /// Releases every lease document of `owner` (any manager's) that is not
+    /// released yet, of our shape only (an operator's override). Returns how
+    /// many. In delete mode, documents it could only mark released are
+    /// deleted once their token is old enough, before it returns.
+    fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>>;
+
+    /// Delete mode's follow-up to a release of young leases: deletes the
+    /// released documents of `keys` (no lease id, not yielded) whose token is
+    /// at least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by
+    /// the server's clock. A document acquired again meanwhile is never
+    /// deleted. Returns how many; nothing in keep mode.
+    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>>;
+
+    /// Reads `key` with the server's now. `Ok(None)` if it has no document
+    /// (or only an empty placeholder); a document of foreign shape is a lock
+    /// held by a foreign holder ([`LeaseInfo::foreign`]).
+    fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
+
+    /// The leases among the next `limit` lock documents with keys greater
+    /// than `after`, in key order (documents of foreign shape are foreign
+    /// holders' locks, [`LeaseInfo::foreign`]),
+    /// and the last key scanned if there may be more.
+    fn list(
+        &self,
+        after: Option<LeaseKey>,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>>;
+
+    /// Releases `key` whoever holds it (an operator's override): as a
+    /// release, `exp` moves to now and `lid` is removed; every holder of a
+    /// shared or semaphore key, a minimum hold (`hl`) and an exclusive
+    /// waiter's mark go too. A foreign holder's
+    /// lock is deleted instead, only if it is still the document read
+    /// (same `aid` and `ts`). Returns the lease as it was, if it was held.
+    fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
+
+    /// Sets the payload of `lease` if it is still held under its lease id.
+    /// `Ok(false)` if it is not.
+    fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>>;
+
+    /// The states of `key`, starting with the current one, then every change
+    /// in order; `None` while the key has no document. Transient errors are
+    /// retried inside; a permanent error is the last item.
+    fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>>;
+
+    /// Writes to lock documents that may change who holds them, by any
+    /// owner, for waking local waiters at once instead of at their next poll
+    /// and for noticing at once a held lease taken away by someone else's
+    /// write: deletes, inserts, replacements, updates that set or remove
+    /// `lid` or `aid`, and releases of holders of shared or semaphore keys
+    /// (`rl` set); never renewals, payload writes, waiting marks (`wt`,
+    /// `xw`) or a holder's acquisition beside others (`hs` changed without
+    /// `rl`).
+    /// Starts with [`Announcement::Opened`] once the stream is open.
+    /// Expiries are not reported (no write happens). Best effort: the
+    /// stream ends, or yields an error, when the deployment has no change
+    /// streams or the stream broke; the actor then keeps polling.
+    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>>;
+
+    /// Where this store's locks live.
+    fn place(&self) -> LockPlace;
+
+    /// Whether a release removes the lock (the lock collection's
+    /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete), and always for
+    /// in-document leases, whose release removes the lock field): the actor
+    /// then runs the follow-up [`Store::delete_released`] for leases
+    /// released less than [`DELETE_DELAY`](super::DELETE_DELAY) after their acquisition.
+    fn removes_on_release(&self) -> bool;
+
+    /// A store for in-document leases on `collection` (same database, same
+    /// owner id, TTL and timeouts as this one), with the lock fields under
+    /// `field`. Sends nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for an empty or
+    /// invalid collection or field name, or a store that has no database
+    /// (the in-memory twin).
+    fn documents(&self, collection: &str, field: &str) -> Result<Arc<dyn Store>> {
+        let _ = (collection, field);
+        Err(crate::Error::InvalidConfig {
+            reason: "in-document leases need a MongoDB store".into(),
+        })
+    }
+
+    /// [`Store::acquire_with_ttl`], also returning the document as the
+    /// acquire left it (in-document leases: the user's document, lock field
+    /// included; `None` in the lock collection). `create`: for in-document
+    /// leases, the fields of the document to create if it does not exist
+    /// (`None`: a missing document is
+    /// [`Error::DocumentNotFound`](crate::Error::DocumentNotFound)).
+    fn acquire_document(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        create: Option<Document>,
+    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
+        let _ = create;
+        let acquire = self.acquire_with_ttl(key, lease_id, waiting, ttl);
+        Box::pin(async move { acquire.await.map(|outcome| (outcome, None)) })
+    }
+
+    /// Applies `write.update` to the document of `lease` if the lease is
+    /// still held under its lease id and owner id by the server's clock, in
+    /// one conditional write, releasing it too if `write.release`. Returns
+    /// the document after the write (lock field included), or `Ok(None)`
+    /// if the lease was not held: then nothing was written. `token` is the
+    /// lease's fencing token.
+    fn write_document(
+        &self,
+        lease: LeaseRef,
+        token: u64,
+        write: DocumentWrite,
+    ) -> BoxFuture<'static, Result<Option<Document>>> {
+        let _ = (lease, token, write);
+        Box::pin(async {
+            Err(crate::Error::InvalidConfig {
+                reason: "not an in-document lease".into(),
+            })
+        })
+    }
+}
