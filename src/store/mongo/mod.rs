@@ -7,7 +7,8 @@
 //!   projections) and the reading of what comes back, pure and unit-tested
 //!   without a server;
 //! - [`ops`]: the [`Store`](super::Store) implementation, which sends them
-//!   and resolves ambiguous outcomes;
+//!   and resolves ambiguous outcomes; [`release`]: its release family
+//!   (by lease id, by owner id, delete mode's deletes);
 //! - [`kinds`]: the BSON of shared and semaphore keys and of minimum holds
 //!   (acquire, renewal and release of any kind), pure and unit-tested like
 //!   `pipeline`; [`kinds_ops`]: the operations that send it;
@@ -31,15 +32,16 @@
 //!   the change-stream stages and their reading), each pure and unit-tested
 //!   without a server.
 //!
-//! Dependencies go one way: `ops` uses `handle`, `pipeline`, `kinds`, `queue` and
-//! `observe`; `kinds_ops` uses `ops`, `handle` and `kinds`; `kinds` uses
+//! Dependencies go one way: `ops` uses `handle`, `pipeline`, `kinds`, `queue`,
+//! `observe` and `release`; `release` uses `handle`, `pipeline`, `kinds` and
+//! `ops` (its retried updates); `kinds_ops` uses `ops`, `handle` and `kinds`; `kinds` uses
 //! `pipeline` and `queue`, and `pipeline` uses `kinds` only for the
 //! exclusive waiter's mark and `queue` for the queue of waiting owners;
 //! `queue` uses `pipeline`'s token rule;
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
 //! `transaction` and `handoff` use `handle` and `pipeline` (`handoff` also
 //! `ops`' attempt count and `light`); `light` uses `handle`, `pipeline`,
-//! `kinds` and `ops` (its retried updates), and `ops` uses `light`; `document` uses `handle`,
+//! `kinds`, `ops` (its retried updates) and `release`, and `ops` uses `light`; `document` uses `handle`,
 //! `ops` (its retried updates and batch renewal) and `pipeline`; `pipeline`
 //! and `handle` use none of their siblings.
 
@@ -54,6 +56,7 @@ mod ops;
 mod pipeline;
 mod prepare;
 mod queue;
+mod release;
 mod transaction;
 
 pub(crate) use handle::MongoStore;

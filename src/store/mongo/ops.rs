@@ -1,7 +1,8 @@
 //! The operations of [`MongoStore`]: its [`Store`] implementation (acquire,
 //! renewal, release, release by owner, inspect and list, force release,
 //! payload, change streams), sending what [`pipeline`](super::pipeline)
-//! builds and resolving ambiguous outcomes.
+//! builds and resolving ambiguous outcomes. The release family's writes are
+//! in [`release`](super::release).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -17,23 +18,21 @@ use uuid::Uuid;
 use super::handle::{MongoStore, is_duplicate_key, is_on_id_index};
 use super::kinds::{
     Released, cap_for_mark, exclusive_filter, force_release_any_filter, force_release_update,
-    holder_filter, lease_ids, owner_holders_filter, release_any_update, renew_any_update,
-    renew_exclusive_update,
+    holder_filter, lease_ids, owner_holders_filter, renew_any_update, renew_exclusive_update,
 };
 use super::observe::observe;
 use super::pipeline::{
-    acquire_pipeline, acquire_projection, classify, deletable_filter, foreign_filter, id_index,
-    info_projection, key_filter, key_write, keys_filter, list_min, owner_filter,
-    owner_leases_filter, payload_filter, payload_update, projected_info, read_lease_id,
-    release_events_pipeline, released_filter,
+    acquire_pipeline, acquire_projection, classify, foreign_filter, id_index, info_projection,
+    key_filter, key_write, keys_filter, list_min, owner_filter, payload_filter, payload_update,
+    projected_info, read_lease_id, release_events_pipeline,
 };
 use super::queue::held_for_queue;
-use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
+use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{
-    AcquireOutcome, Announcement, DELETE_DELAY, HandOver, LeaseRef, Store, field, release_instead,
+    AcquireOutcome, Announcement, HandOver, LeaseRef, Store, field, release_instead,
 };
 
 /// How many times a failed idempotent write is tried in all.
@@ -42,7 +41,7 @@ pub(super) const WRITE_ATTEMPTS: u32 = 3;
 /// Runs the idempotent write `op` (which returns a count), trying again
 /// after a transient failure, up to [`WRITE_ATTEMPTS`] in all. Returns the
 /// count and whether an earlier attempt failed (and may have applied).
-async fn retried<Fut>(what: &str, op: impl Fn() -> Fut) -> Result<(u64, bool)>
+pub(super) async fn retried<Fut>(what: &str, op: impl Fn() -> Fut) -> Result<(u64, bool)>
 where
     Fut: std::future::Future<Output = Result<u64>>,
 {
@@ -78,11 +77,6 @@ fn held_lease_ids(doc: &Document, path: &str) -> Vec<Uuid> {
         );
     }
     ids
-}
-
-/// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
-fn min_token_age_ms() -> i64 {
-    DELETE_MIN_TOKEN_AGE.as_millis() as i64
 }
 
 impl MongoStore {
@@ -260,20 +254,6 @@ impl MongoStore {
             .collect())
     }
 
-    /// Marks the leases matching `filter` released ([`release_any_update`]
-    /// of `released`): `updateOne` for a `single` lease (a retryable write),
-    /// else `updateMany`.
-    async fn mark_released(
-        &self,
-        filter: &Document,
-        released: &Released<'_>,
-        single: bool,
-    ) -> Result<(u64, bool)> {
-        let update = || release_any_update(released, self.yield_ms()).into();
-        self.update_matching(self.coll(), "release", filter, update, single)
-            .await
-    }
-
     /// Applies `update` to the documents of `coll` matching `filter`
     /// (`updateOne` for a `single` lease, a retryable write; else
     /// `updateMany`), [`retried`]. The matched count, and whether an earlier
@@ -298,141 +278,6 @@ impl MongoStore {
             result.map(|r| r.matched_count)
         })
         .await
-    }
-
-    /// Deletes the documents matching `filter`: `deleteOne` for a `single`
-    /// lease (a retryable write), else `deleteMany` (idempotent).
-    async fn delete_matching(&self, filter: &Document, single: bool) -> Result<(u64, bool)> {
-        retried("delete", move || async move {
-            let result = if single {
-                self.bounded(self.coll().delete_one(filter.clone())).await
-            } else {
-                self.bounded(self.coll().delete_many(filter.clone())).await
-            };
-            result.map(|r| r.deleted_count)
-        })
-        .await
-    }
-
-    /// Releases the leases matching `filter`; `single` for one lease, which
-    /// uses `updateOne` / `deleteOne` so that the driver's retryable writes
-    /// report the original outcome. The writes are idempotent, so a transient
-    /// failure is also retried here (up to [`WRITE_ATTEMPTS`] in all). After
-    /// such a failure an earlier attempt may have applied: a single lease that
-    /// the retry no longer finds counts as released by us (the caller only
-    /// releases leases whose local deadline has not passed, so nobody else can
-    /// have taken it by expiry).
-    ///
-    /// In [`ReleaseMode::Delete`] and with `delete_first`, the documents
-    /// whose token is at least [`DELETE_MIN_TOKEN_AGE`] old and that nobody
-    /// waited for are deleted first ([`deletable_filter`]); the rest are
-    /// marked released as in keep mode. Returns how many were deleted and
-    /// how many marked released.
-    async fn release_parts(
-        &self,
-        filter: Document,
-        released: &Released<'_>,
-        single: bool,
-        delete_first: bool,
-    ) -> Result<(u64, u64)> {
-        let mut ambiguous = false;
-        let mut deleted = 0;
-        if delete_first && self.release_mode() == ReleaseMode::Delete {
-            let deletable = deletable_filter(filter.clone(), min_token_age_ms());
-            let (count, retried) = self.delete_matching(&deletable, single).await?;
-            if single && count > 0 {
-                return Ok((count, 0));
-            }
-            deleted = count;
-            ambiguous |= retried;
-        }
-        let (mut marked, retried) = self.mark_released(&filter, released, single).await?;
-        ambiguous |= retried;
-        if single && ambiguous && deleted + marked == 0 {
-            marked = 1;
-        }
-        Ok((deleted, marked))
-    }
-
-    pub(super) async fn release_matching(
-        &self,
-        filter: Document,
-        released: &Released<'_>,
-        single: bool,
-        delete_first: bool,
-    ) -> Result<u64> {
-        let (deleted, marked) = self
-            .release_parts(filter, released, single, delete_first)
-            .await?;
-        Ok(deleted + marked)
-    }
-
-    /// Releases `leases` (of any kinds): one command for a batch whose keys
-    /// are distinct, else one per round of distinct keys (several holders
-    /// of one key, which one document matches once), so that the count is
-    /// of leases. `delete_first` as in [`MongoStore::release_parts`].
-    async fn release_leases(&self, leases: Vec<LeaseRef>, delete_first: bool) -> Result<u64> {
-        let ids = lease_ids(&leases);
-        let mut rounds: Vec<Vec<LeaseRef>> = Vec::new();
-        for lease in leases {
-            match rounds
-                .iter_mut()
-                .find(|round| round.iter().all(|l| l.key != lease.key))
-            {
-                Some(round) => round.push(lease),
-                None => rounds.push(vec![lease]),
-            }
-        }
-        let mut count = 0;
-        for round in rounds {
-            if let [lease] = &round[..]
-                && let Some(released) = self.release_light(lease, delete_first).await?
-            {
-                count += released;
-                continue;
-            }
-            let released = Released::Leases {
-                owner: self.owner(),
-                ids: lease_ids(&round),
-            };
-            let filter = holder_filter(self.owner(), &round);
-            count += self
-                .release_matching(filter, &released, round.len() == 1, delete_first)
-                .await?;
-        }
-        let mut holders = self.holder_ids();
-        for id in &ids {
-            holders.remove(id);
-        }
-        Ok(count)
-    }
-
-    /// Delete mode's follow-up: deletes the released documents among
-    /// `filter`'s whose token is now old enough ([`released_filter`]).
-    async fn delete_released_matching(&self, filter: Document) -> Result<u64> {
-        let filter = released_filter(filter, min_token_age_ms());
-        Ok(self.delete_matching(&filter, false).await?.0)
-    }
-
-    /// Releases every lease document of `owner` not released yet
-    /// ([`owner_leases_filter`]), whoever's manager holds it. In delete mode,
-    /// the documents it could only mark released (tokens younger than
-    /// [`DELETE_MIN_TOKEN_AGE`]) are deleted once they are old enough, before
-    /// this returns.
-    async fn release_leases_of(&self, owner: String) -> Result<u64> {
-        let filter =
-            doc! { "$or": [owner_leases_filter(&owner), owner_holders_filter(&owner, &[])] };
-        let released = Released::Owner {
-            owner: &owner,
-            except: Vec::new(),
-        };
-        let (deleted, marked) = self.release_parts(filter, &released, false, true).await?;
-        if self.release_mode() == ReleaseMode::Delete && marked > 0 {
-            tokio::time::sleep(DELETE_DELAY).await;
-            self.delete_released_matching(doc! { field::OWNER: &owner })
-                .await?;
-        }
-        Ok(deleted + marked)
     }
 
     /// Reads `key`'s document projected with [`info_projection`] (with the
