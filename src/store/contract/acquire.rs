@@ -2,7 +2,7 @@
 
 use uuid::Uuid;
 
-use super::{Fixture, Raw, TTL, YIELD, assert_held, held, raw, take};
+use super::{Fixture, Raw, TTL, YIELD, assert_held, held, raw, take, yielded};
 use crate::store::{AcquireOutcome, Store};
 
 pub(super) async fn acquire_free_key_takes_it<F: Fixture>(f: &F) {
@@ -74,18 +74,7 @@ pub(super) async fn acquire_yielded_key_is_refused_to_the_yielding_owner_only<F:
     f.lapse_registrations("k").await;
     assert_eq!(a.release(vec![la]).await.unwrap(), 1);
     let released = raw(f, "k").await;
-    assert_eq!(
-        released,
-        Raw {
-            owner: "a".into(),
-            lease_id: None,
-            token: ta,
-            expired: true,
-            waiting: false,
-            yielded: true,
-            payload: None,
-        }
-    );
+    assert_eq!(released, yielded("a", ta));
 
     // The releasing owner waits out the yield window, and marks nothing.
     let remaining = held(&a, "k", true, "a").await;

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use uuid::Uuid;
 
-use super::{Fixture, Raw, assert_held, held, lease, raw, take};
+use super::{Fixture, assert_held, held, lease, raw, take, yielded};
 use crate::DELETE_MIN_TOKEN_AGE;
 use crate::store::{AcquireOutcome, DELETE_DELAY, Store};
 
@@ -244,15 +244,7 @@ pub(super) async fn delete_mode_release_of_a_waited_for_lease_yields_instead<F: 
     assert_eq!(a.release(vec![l1]).await.unwrap(), 1);
     assert_eq!(
         raw(f, "k").await,
-        Raw {
-            owner: "a".into(),
-            lease_id: None,
-            token: t1,
-            expired: true,
-            waiting: false,
-            yielded: true,
-            payload: None,
-        },
+        yielded("a", t1),
         "kept and yielded to the waiting owner"
     );
     held(&a, "k", false, "a").await;

@@ -9,7 +9,7 @@ use mongodb::bson::doc;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{Fixture, Raw, TTL, assert_held, held, lease, raw, take};
+use super::{Fixture, TTL, assert_held, held, lease, raw, take, yielded};
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::store::{Announcement, HandOver, KeyWrite, Store};
@@ -78,18 +78,7 @@ pub(super) async fn a_handoff_of_a_lease_another_owner_waits_for_yields_to_it<F:
     // handoff to a live registration).
     f.lapse_registrations("k").await;
     assert_eq!(hand_over(&a, "k", l1.lease_id).await.1, HandOver::Released);
-    assert_eq!(
-        raw(f, "k").await,
-        Raw {
-            owner: "a".into(),
-            lease_id: None,
-            token: t1,
-            expired: true,
-            waiting: false,
-            yielded: true,
-            payload: None,
-        }
-    );
+    assert_eq!(raw(f, "k").await, yielded("a", t1));
     // Yielded: refused to its owner, taken by the waiting one.
     held(&a, "k", true, "a").await;
     let (_, tb) = take(&b, "k").await;

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use uuid::Uuid;
 
-use super::Fixture;
 use super::kinds::take_as;
+use super::{Fixture, retry_as};
 use crate::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::lease::LeaseInfo;
@@ -78,16 +78,7 @@ pub(super) async fn a_lease_released_early_stays_held_until_its_minimum_hold<F: 
     assert_eq!(acquired.expires_at, acquired.acquired_at + AT_LEAST);
 
     // A retry under the same lease id: the same token, the same hold.
-    let again = a
-        .acquire_shaped(
-            la.key.clone(),
-            la.lease_id,
-            false,
-            a.default_ttl(),
-            held_at_least(AT_LEAST),
-        )
-        .await
-        .unwrap();
+    let again = retry_as(&a, &la, held_at_least(AT_LEAST)).await;
     assert_eq!(again, AcquireOutcome::Acquired { token: ta });
     assert_eq!(info(&a, "k").await.hold_until, acquired.hold_until);
 

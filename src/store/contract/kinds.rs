@@ -8,7 +8,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{Fixture, lease};
+use super::{Fixture, lease, retry_as};
 use crate::LeaseKind;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
@@ -217,16 +217,7 @@ pub(super) async fn fencing_tokens_strictly_increase_across_permits_and_after_al
 pub(super) async fn a_retry_under_the_same_lease_id_gets_the_same_permit_back<F: Fixture>(f: &F) {
     let a = f.store("a").await;
     let (la, ta) = take_as(&a, "k", permit(1)).await;
-    let again = a
-        .acquire_shaped(
-            la.key.clone(),
-            la.lease_id,
-            false,
-            a.default_ttl(),
-            permit(1),
-        )
-        .await
-        .unwrap();
+    let again = retry_as(&a, &la, permit(1)).await;
     assert_eq!(again, AcquireOutcome::Acquired { token: ta });
     assert_eq!(holders(&a, "k").await.1, ["a"], "one entry, not two");
 }

@@ -48,6 +48,7 @@ use uuid::Uuid;
 
 use super::{AcquireOutcome, LeaseRef, Store};
 use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
 
 /// Lease TTL of every store in the scenarios: far longer than a scenario.
 const TTL: Duration = Duration::from_secs(30);
@@ -182,6 +183,33 @@ async fn take(store: &impl Store, key: impl Into<LeaseKey>) -> (LeaseRef, u64) {
     }
 }
 
+/// Stores (managers) on `f`'s collection for the owner ids `owners`, in
+/// order.
+async fn stores<F: Fixture, const N: usize>(f: &F, owners: [&str; N]) -> [F::Store; N] {
+    let mut stores = Vec::with_capacity(N);
+    for owner in owners {
+        stores.push(f.store(owner).await);
+    }
+    stores
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one store per owner id"))
+}
+
+/// Acquires `lease` again under its lease id (a retry), not waiting, as
+/// `shape` with the store's TTL; the outcome, which must not be an error.
+async fn retry_as(store: &impl Store, lease: &LeaseRef, shape: LeaseShape) -> AcquireOutcome {
+    store
+        .acquire_shaped(
+            lease.key.clone(),
+            lease.lease_id,
+            false,
+            store.default_ttl(),
+            shape,
+        )
+        .await
+        .unwrap()
+}
+
 /// Acquires `key` under a new lease id, which must find it held by `holder`;
 /// returns the remaining time reported.
 async fn held(
@@ -223,6 +251,21 @@ fn freed_keys(
             }
         })
         .boxed()
+}
+
+/// What a release of a lease another owner waited for leaves: the lease of
+/// `owner` with `token` released (no lease id, expired), the waiting mark
+/// gone, the key yielded to the waiting owner.
+fn yielded(owner: &str, token: u64) -> Raw {
+    Raw {
+        owner: owner.to_string(),
+        lease_id: None,
+        token,
+        expired: true,
+        waiting: false,
+        yielded: true,
+        payload: None,
+    }
 }
 
 /// Asserts that `raw` is a live lease of `owner` under `lease`, unmarked.

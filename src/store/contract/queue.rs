@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use uuid::Uuid;
 
-use super::{Fixture, lease, raw, take};
+use super::{Fixture, lease, raw, stores, take};
 use crate::key::LeaseKey;
 use crate::store::{AcquireOutcome, Announcement, LeaseRef, Store};
 
@@ -41,6 +41,15 @@ async fn holder(f: &impl Fixture, key: &str) -> (String, Uuid, u64) {
     (r.owner, lease_id, r.token)
 }
 
+/// The holder of `key`, which must be `holder` (owner id and lease id),
+/// handed the key with a token greater than `above`: its token.
+async fn handed(f: &impl Fixture, key: &str, holder: (&str, Uuid), above: u64) -> u64 {
+    let (owner, lease_id, token) = self::holder(f, key).await;
+    assert_eq!((owner.as_str(), lease_id), holder, "{key:?} handed to");
+    assert!(token > above, "{key:?}: token {token} > {above}");
+    token
+}
+
 fn owners(names: &[&str]) -> Vec<String> {
     names.iter().map(|n| n.to_string()).collect()
 }
@@ -50,12 +59,7 @@ pub(super) async fn waiting_owners_are_handed_the_key_in_arrival_order_with_grea
 >(
     f: &F,
 ) {
-    let (a, b, c, d) = (
-        f.store("a").await,
-        f.store("b").await,
-        f.store("c").await,
-        f.store("d").await,
-    );
+    let [a, b, c, d] = stores(f, ["a", "b", "c", "d"]).await;
     let (la, ta) = take(&a, "k").await;
     let (lb, lc, ld) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     wait(&b, "k", lb, "a").await;
@@ -69,9 +73,7 @@ pub(super) async fn waiting_owners_are_handed_the_key_in_arrival_order_with_grea
     // Each release hands the key to the first registered owner, in the
     // same write, with a greater token; its retry confirms it.
     assert_eq!(a.release(vec![la]).await.unwrap(), 1);
-    let (owner, lease_id, tb) = holder(f, "k").await;
-    assert_eq!((owner.as_str(), lease_id), ("b", lb));
-    assert!(tb > ta, "{tb} > {ta}");
+    let tb = handed(f, "k", ("b", lb), ta).await;
     assert_eq!(f.queue("k").await, owners(&["c", "d"]));
     let lb = confirm(&b, "k", lb, tb).await;
     // The others still wait, and keep their places.
@@ -80,15 +82,11 @@ pub(super) async fn waiting_owners_are_handed_the_key_in_arrival_order_with_grea
     assert_eq!(f.queue("k").await, owners(&["c", "d"]));
 
     assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
-    let (owner, lease_id, tc) = holder(f, "k").await;
-    assert_eq!((owner.as_str(), lease_id), ("c", lc));
-    assert!(tc > tb, "{tc} > {tb}");
+    let tc = handed(f, "k", ("c", lc), tb).await;
     let lc = confirm(&c, "k", lc, tc).await;
 
     assert_eq!(c.release(vec![lc]).await.unwrap(), 1);
-    let (owner, lease_id, td) = holder(f, "k").await;
-    assert_eq!((owner.as_str(), lease_id), ("d", ld));
-    assert!(td > tc, "{td} > {tc}");
+    let td = handed(f, "k", ("d", ld), tc).await;
     let ld = confirm(&d, "k", ld, td).await;
 
     // Nobody waits any more: a plain release, then anyone takes it.
@@ -105,12 +103,7 @@ pub(super) async fn a_free_key_is_kept_for_the_head_of_the_queue_and_lapsed_regi
 >(
     f: &F,
 ) {
-    let (a, b, c, d) = (
-        f.store("a").await,
-        f.store("b").await,
-        f.store("c").await,
-        f.store("d").await,
-    );
+    let [a, b, c, d] = stores(f, ["a", "b", "c", "d"]).await;
     take(&a, "k").await;
     let (lb, lc) = (Uuid::new_v4(), Uuid::new_v4());
     wait(&b, "k", lb, "a").await;
@@ -211,12 +204,7 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
 >(
     f: &F,
 ) {
-    let (a, b, c, op) = (
-        f.store("a").await,
-        f.store("b").await,
-        f.store("c").await,
-        f.store("operator").await,
-    );
+    let [a, b, c, op] = stores(f, ["a", "b", "c", "operator"]).await;
     let (_, ta) = take(&a, "k1").await;
     let (_, ta2) = take(&a, "k2").await;
     let (lb1, lb2) = (Uuid::new_v4(), Uuid::new_v4());
@@ -225,9 +213,7 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
 
     // An operator's release of a's leases hands each one to its waiter.
     assert_eq!(op.release_by_owner("a".into()).await.unwrap(), 2);
-    let (owner, lease_id, tb) = holder(f, "k1").await;
-    assert_eq!((owner.as_str(), lease_id), ("b", lb1));
-    assert!(tb > ta);
+    let tb = handed(f, "k1", ("b", lb1), ta).await;
     // So does a manager's release of all its leases.
     let lb1 = confirm(&b, "k1", lb1, tb).await;
     let (_, _, tb2) = holder(f, "k2").await;
@@ -235,9 +221,7 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
     let lc = Uuid::new_v4();
     wait(&c, "k1", lc, "b").await;
     assert_eq!(b.release_owner(vec![lb2]).await.unwrap(), 1);
-    let (owner, lease_id, tc) = holder(f, "k1").await;
-    assert_eq!((owner.as_str(), lease_id), ("c", lc));
-    assert!(tc > tb);
+    let tc = handed(f, "k1", ("c", lc), tb).await;
     let _ = lb1;
 
     // A force release frees the key whoever holds it, and hands nothing:
@@ -272,9 +256,7 @@ pub(super) async fn a_local_handoff_goes_to_the_first_registered_owner_instead<F
         .await
         .unwrap();
     assert_eq!(outcome, crate::store::HandOver::Released);
-    let (owner, lease_id, tb) = holder(f, "k").await;
-    assert_eq!((owner.as_str(), lease_id), ("b", lb));
-    assert!(tb > ta, "{tb} > {ta}");
+    let tb = handed(f, "k", ("b", lb), ta).await;
     // a's local waiter registers behind, and is handed the key next.
     wait(&a, "k", local, "b").await;
     let lb = confirm(&b, "k", lb, tb).await;
@@ -293,9 +275,7 @@ pub(super) async fn delete_mode_hands_over_instead_of_deleting<F: Fixture>(f: &F
     let lb = Uuid::new_v4();
     wait(&b, "k", lb, "a").await;
     assert_eq!(a.release(vec![la]).await.unwrap(), 1);
-    let (owner, lease_id, tb) = holder(f, "k").await;
-    assert_eq!((owner.as_str(), lease_id), ("b", lb));
-    assert!(tb > ta);
+    let tb = handed(f, "k", ("b", lb), ta).await;
     let lb = confirm(&b, "k", lb, tb).await;
     // Nobody waits: the (old enough) lease's release deletes the document.
     tokio::time::sleep(crate::store::DELETE_DELAY).await;
@@ -365,8 +345,7 @@ pub(super) async fn an_owner_that_leaves_the_queues_is_never_handed_a_key_and_th
     );
 
     assert_eq!(a.release(vec![la]).await.unwrap(), 1);
-    let (owner, lease_id, token) = holder(f, "k").await;
-    assert_eq!((owner.as_str(), lease_id), ("c", lc), "handed to c, not b");
-    assert!(token > ta);
+    // Handed to c, not b.
+    let token = handed(f, "k", ("c", lc), ta).await;
     confirm(&c, "k", lc, token).await;
 }
