@@ -1,0 +1,174 @@
+//! The actor's per-key state: the local waiters of a key, the leases
+//! held on it, and its one retry loop against MongoDB (`KeyState`, one
+//! entry of `Actor::keys` per key in use, removed when idle).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mongodb::bson::Document;
+use tokio::time::Instant;
+use tokio_util::time::delay_queue;
+use uuid::Uuid;
+
+use super::command::{AcquireMode, Granted, Reply, WaiterId};
+use crate::kind::{LeaseKind, LeaseShape};
+use crate::status::LeaseState;
+
+/// A local caller waiting in an `acquire` or `try_acquire`.
+pub(super) struct Waiter {
+    pub(super) id: WaiterId,
+    pub(super) mode: AcquireMode,
+    /// The TTL its lease is to have.
+    pub(super) ttl: Duration,
+    /// In-document leases: the fields to create a missing document with.
+    pub(super) create: Option<Document>,
+    /// Its lease's kind and minimum hold.
+    pub(super) shape: LeaseShape,
+    pub(super) respond_to: Reply<Option<Granted>>,
+}
+
+/// A lease this manager holds.
+pub(super) struct Held {
+    pub(super) lease_id: Uuid,
+    pub(super) token: u64,
+    /// Shared with the caller's `Lease`: its token, its local deadline as
+    /// the handle reads it, and why it was lost.
+    pub(super) state: Arc<LeaseState>,
+    /// The lease's TTL: its renewals set `exp = $$NOW + ttl`.
+    pub(super) ttl: Duration,
+    /// Start of the last confirmed renewal (or of the acquire) + ttl − safety margin.
+    pub(super) deadline: Instant,
+    /// How many renewals of this lease are in flight or scheduled for retry:
+    /// the heartbeat's, and the checks of [`Actor::check_held`] (which renew
+    /// a lease at once even while the heartbeat's renewal is in flight, as
+    /// that one may have been sent before the write). The heartbeat skips a
+    /// lease while it is not zero; each confirmed renewal counts one down.
+    pub(super) renewing: u32,
+    /// How it holds its key (several leases of a key are held at once only
+    /// when their kinds allow it, see [`KeyState::admits`]).
+    pub(super) kind: LeaseKind,
+    /// When the reply of the acquire that took it arrived (local clock): its
+    /// fencing token's millisecond, the server's time of the write, is no
+    /// later than this (on one clock; `DELETE_DELAY`'s margin covers the
+    /// server's steps back). In delete mode, whether its document can be
+    /// deleted at release (see [`Actor::delete_when_old_enough`]). Not the
+    /// time the acquire was sent: under load a request may reach the server
+    /// long after it was sent, and the token would then still be too young
+    /// at a follow-up timed from the send.
+    pub(super) acquired_at: Instant,
+    /// Its tracing span (key, owner id, fencing token), if a subscriber
+    /// wanted one when it was acquired.
+    pub(super) span: Option<Box<tracing::Span>>,
+}
+
+/// The state of a key's one retry loop against MongoDB.
+#[derive(Clone, Copy)]
+pub(super) enum Attempt {
+    Idle,
+    InFlight,
+    Scheduled(delay_queue::Key),
+}
+
+/// Everything the actor knows about one key. Removed when idle.
+pub(super) struct KeyState {
+    /// The leases held here: at most one exclusive lease, or any number of
+    /// shared leases, or up to `permits` permits of a semaphore.
+    pub(super) holders: Vec<Held>,
+    pub(super) waiters: VecDeque<Waiter>,
+    pub(super) attempt: Attempt,
+    /// Releases of this key in flight; no acquire attempt starts meanwhile.
+    pub(super) releases_in_flight: u32,
+    /// Lease id of the next acquisition, kept across retries so that an
+    /// attempt whose outcome was unknown is recognised as ours on the next try.
+    pub(super) next_lease_id: Uuid,
+    /// The shape of an attempt under `next_lease_id` whose outcome is
+    /// unknown (it may have landed unseen): the next attempt under that
+    /// lease id must ask for the same shape, or the lease id is given back.
+    pub(super) unseen: Option<LeaseShape>,
+    /// Attempts since the last acquisition (the backoff exponent).
+    pub(super) failures: u32,
+    /// A write that may take the key from the acquisition in flight was
+    /// announced meanwhile (its event may come before the acquire reply):
+    /// the lease is checked as soon as it is granted.
+    pub(super) written_in_flight: bool,
+    /// The key was announced free (a release, a delete, or a stream that
+    /// opened) while an attempt was in flight: that attempt may have read
+    /// the key before it was freed, so a `Held` answer is stale and the key
+    /// is tried again at once instead of after its backoff.
+    pub(super) freed_in_flight: bool,
+    /// The last attempt registered this manager in the key's queue of
+    /// waiting owners under `next_lease_id` (see `queue`).
+    pub(super) registered: bool,
+    /// A release handed the key to that registration (announced by the
+    /// change stream of writes): the next attempt confirms it.
+    pub(super) handed: bool,
+}
+
+impl KeyState {
+    pub(super) fn new() -> Self {
+        KeyState {
+            holders: Vec::new(),
+            waiters: VecDeque::new(),
+            attempt: Attempt::Idle,
+            releases_in_flight: 0,
+            next_lease_id: Uuid::new_v4(),
+            unseen: None,
+            failures: 0,
+            written_in_flight: false,
+            freed_in_flight: false,
+            registered: false,
+            handed: false,
+        }
+    }
+
+    pub(super) fn is_idle(&self) -> bool {
+        self.holders.is_empty()
+            && self.waiters.is_empty()
+            && matches!(self.attempt, Attempt::Idle)
+            && self.releases_in_flight == 0
+    }
+
+    /// The held lease `lease_id` of this key.
+    pub(super) fn holder(&self, lease_id: Uuid) -> Option<&Held> {
+        self.holders.iter().find(|h| h.lease_id == lease_id)
+    }
+
+    /// The held lease `lease_id` of this key, to change.
+    pub(super) fn holder_mut(&mut self, lease_id: Uuid) -> Option<&mut Held> {
+        self.holders.iter_mut().find(|h| h.lease_id == lease_id)
+    }
+
+    /// Whether an acquisition of `shape` can start beside the leases held
+    /// here: an exclusive one only when none is held, a shared one beside
+    /// shared ones, a permit beside fewer than `permits` permits of the same
+    /// number. The store has the last word (other processes' holders).
+    pub(super) fn admits(&self, shape: &LeaseShape) -> bool {
+        match shape.kind {
+            LeaseKind::Permit { permits } => {
+                self.holders.iter().all(|h| h.kind == shape.kind)
+                    && self.holders.len() < permits as usize
+            }
+            LeaseKind::Shared => self.holders.iter().all(|h| h.kind == LeaseKind::Shared),
+            _ => self.holders.is_empty(),
+        }
+    }
+
+    /// The kind the leases held here have, if a waiter asking for `kind`
+    /// cannot get it while they are held: a semaphore's permits and another
+    /// kind (or another number of permits), either way. The store would
+    /// answer [`AcquireOutcome::Mismatch`] (these leases are live there), so
+    /// such a waiter is answered at once instead of blocking the waiters
+    /// behind it until they are released.
+    pub(super) fn mismatch(&self, kind: LeaseKind) -> Option<LeaseKind> {
+        let stored = self.holders.first()?.kind;
+        let semaphore =
+            matches!(stored, LeaseKind::Permit { .. }) || matches!(kind, LeaseKind::Permit { .. });
+        (semaphore && stored != kind).then_some(stored)
+    }
+
+    /// Drops waiters whose acquire future is gone.
+    pub(super) fn prune_waiters(&mut self) {
+        self.waiters.retain(|w| !w.respond_to.is_closed());
+    }
+}
