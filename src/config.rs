@@ -46,7 +46,10 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
 /// 0.15 s. That is the cost of writing the documents: a plain `$set` of the
 /// same documents takes 0.9× as long, and the filter reads one `_id` index
 /// key per lease (`benches/throughput.rs`, docs/mongodb-behaviour.md, B23).
-/// Batches keep each command far below the 16 MiB command size limit.
+/// Batches keep each command far below the 16 MiB command size limit. A
+/// heartbeat sends at most two batches at once and the next as each is
+/// answered (each builds a filter several times its own size), so
+/// 100 000 leases are renewed in 20 commands, two in flight at a time.
 pub const DEFAULT_RENEWAL_BATCH_SIZE: usize = 5_000;
 
 /// Default [`ReleaseMode`]: [`ReleaseMode::Keep`], the released lock document
