@@ -64,10 +64,22 @@ fn missing(name: &str) -> Document {
     doc! { "$eq": [{ "$type": f(name) }, "missing"] }
 }
 
-/// The fields nobody-else-waits excludes, missing in a filter.
-fn absent(filter: &mut Document, names: &[&str]) {
-    for name in names {
-        filter.insert(*name, doc! { "$exists": false });
+/// The fields whose presence says that someone else waits for a key
+/// (its queue, a waiting mark), or that its lease is not a plain exclusive
+/// one (a minimum hold, holders, permits): the light release and handoff
+/// apply only without them.
+const OTHERS_WAIT: [&str; 5] = [
+    field::QUEUE,
+    field::WAITING_SINCE,
+    field::HOLD_UNTIL,
+    field::HOLDERS,
+    field::PERMITS,
+];
+
+/// `filter` narrowed to documents without any of [`OTHERS_WAIT`].
+fn nobody_else_waits(filter: &mut Document) {
+    for name in OTHERS_WAIT {
+        filter.insert(name, doc! { "$exists": false });
     }
 }
 
@@ -142,16 +154,7 @@ pub(super) fn release_filter(owner: &str, lease: &LeaseRef) -> Document {
         field::LEASE_ID: bson_lease_id(lease.lease_id),
         field::OWNER: { "$eq": owner },
     };
-    absent(
-        &mut filter,
-        &[
-            field::QUEUE,
-            field::WAITING_SINCE,
-            field::HOLD_UNTIL,
-            field::HOLDERS,
-            field::PERMITS,
-        ],
-    );
+    nobody_else_waits(&mut filter);
     filter
 }
 
@@ -168,16 +171,7 @@ pub(super) fn release_update() -> Vec<Document> {
 /// minimum hold.
 pub(super) fn hand_over_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Document {
     let mut filter = super::handoff::hand_over_filter(key, owner, from);
-    absent(
-        &mut filter,
-        &[
-            field::QUEUE,
-            field::WAITING_SINCE,
-            field::HOLD_UNTIL,
-            field::HOLDERS,
-            field::PERMITS,
-        ],
-    );
+    nobody_else_waits(&mut filter);
     filter
 }
 
