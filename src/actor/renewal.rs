@@ -23,8 +23,10 @@ use crate::store::LeaseRef;
 /// size (every key and lease id of up to `renewal_batch_size` leases), so
 /// sending all of a large heartbeat's batches at once (20 for 100 000
 /// leases) would allocate tens of megabytes at each heartbeat, which the
-/// allocator keeps; the server works through them at the same rate either
-/// way (docs/mongodb-behaviour.md, B23).
+/// allocator keeps (`benches/memory.rs`: 100 000 leases went from 1.27 to
+/// 0.91 KiB of RSS each). A batch of 5 000 takes about 0.1 s
+/// (docs/mongodb-behaviour.md, B23), so 100 000 leases are renewed within
+/// about a second of the tick, well inside a heartbeat interval.
 pub(super) const RENEWALS_IN_FLIGHT: usize = 2;
 
 impl Actor {
@@ -76,7 +78,8 @@ impl Actor {
         }
     }
 
-    /// Sends the renewals waiting for a place among those in flight.
+    /// Sends the waiting renewal batches, oldest first, while fewer than
+    /// [`RENEWALS_IN_FLIGHT`] are in flight.
     pub(super) fn send_waiting_renewals(&mut self) {
         while self.renewals.len() < RENEWALS_IN_FLIGHT {
             let Some((place, leases, ttl, attempt)) = self.renewals_waiting.pop_front() else {
