@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::harness::{Fleet, Params};
 use crate::holder_crashes::kill_holder_and_time_takeover;
-use crate::scenario::{finish, params, progress, serial, summarize, three_members};
+use crate::scenario::{finish, params, progress, serial, summarize, takeover_bound, three_members};
 
 /// Builds the wall-clock shifting `LD_PRELOAD` shim (`clockshift.c`).
 fn build_clock_shim() -> std::path::PathBuf {
@@ -53,10 +53,9 @@ async fn h_client_wall_clock_offset_by_minutes() {
         long_hold_pct: 0,
         ..params(2.0)
     };
-    // The protocol's bound: the lease expires after TTL, and a waiter retries
-    // at most one retry interval later. Measured: TTL + about 10 ms, so the
-    // 1 s of slack is 100x what the machine adds.
-    let bound = (p.ttl + p.retry_max).as_secs_f64();
+    // The protocol's bound (a crashed waiter's registration may keep the
+    // key for the head of the queue until it lapses): see `takeover_bound`.
+    let bound = takeover_bound(&p);
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;
     let mut offsets = std::collections::HashMap::new();
     for offset in [300, -300, 0] {
