@@ -118,9 +118,19 @@ pub async fn write_probe(client: &Client, started: Instant) -> Duration {
     }
 }
 
-/// Stops the workers, checks the lock collection is left clean, runs the
+/// The fewest critical sections with both fenced steps applied that a
+/// scenario's verdict is judged on.
+const MIN_WORK: usize = 10;
+
+/// Waits until the fleet has completed [`MIN_WORK`] critical sections (and
+/// a few more, for those a checker may not count as valid),
+/// stops the workers, checks the lock collection is left clean, runs the
 /// checker and prints the common figures.
 pub async fn finish(name: &str, fleet: &mut Fleet) -> Report {
+    // Enough work to judge, whatever the machine's speed: wait for it (the
+    // limit is a hang guard) rather than count on the scenario's length to
+    // have produced it (a run of (e) once ended its three crashes with 9).
+    progress(fleet, 0, MIN_WORK + 5, Duration::from_secs(60)).await;
     fleet.stop_all(Duration::from_secs(60)).await;
     let gc = fleet.assert_no_lock_left().await;
     let report = fleet.check().await;
@@ -130,7 +140,7 @@ pub async fn finish(name: &str, fleet: &mut Fleet) -> Report {
         gc.as_secs_f64()
     );
     assert!(
-        report.valid >= 10,
+        report.valid >= MIN_WORK,
         "{name}: too little work to judge: {}",
         report.summary()
     );
