@@ -111,6 +111,12 @@ fn collect_sections(events: &[Event], kills: &HashMap<String, (u64, u64)>) -> Ve
         let (_, dead) = *kills
             .get(&e.w)
             .unwrap_or_else(|| panic!("worker {} acquired {e:?} and never reported the end", e.w));
+        // Killed after it called release (its `releasing` line): its
+        // critical section ended there, whatever the release became.
+        let released_at = events
+            .iter()
+            .find(|r| r.kind == "releasing" && r.w == e.w && r.num("tok") == e.num("tok"))
+            .map(Event::t);
         let claimed = events
             .iter()
             .find(|c| c.kind == "claimed" && c.w == e.w && c.num("tok") == e.num("tok"));
@@ -119,7 +125,7 @@ fn collect_sections(events: &[Event], kills: &HashMap<String, (u64, u64)>) -> Ve
             key: e.get("key").to_string(),
             tok: e.num("tok"),
             t_acq: e.t(),
-            t_end: dead,
+            t_end: released_at.unwrap_or(dead),
             t_lost: 0,
             claim: if claimed.is_some() {
                 Step::Ok
@@ -351,6 +357,34 @@ mod tests {
         let kills = HashMap::from([("w1".to_string(), (5, 6))]);
         let report = check(&events, &kills, &finals(2, 20));
         assert_eq!((report.crashed, report.settled_by_chain), (1, 1));
+    }
+
+    /// A release that hands the key to another task of the same worker
+    /// lets that task report its acquisition before the releasing task
+    /// reports its end; a kill in between ends the first holder at its
+    /// release call (its `releasing` line), not at the kill.
+    #[test]
+    fn a_holder_killed_after_its_release_call_ends_there() {
+        let events = [
+            Event::parse("w1", "EVT acq w=w1 task=0 key=k0 tok=10 t=0").unwrap(),
+            Event::parse("w1", "EVT claimed w=w1 task=0 key=k0 tok=10 n=0 last=0 t=1").unwrap(),
+            Event::parse("w1", "EVT releasing w=w1 task=0 key=k0 tok=10 t=5").unwrap(),
+            Event::parse("w1", "EVT acq w=w1 task=1 key=k0 tok=20 t=6").unwrap(),
+        ];
+        let kills = HashMap::from([("w1".to_string(), (7, 8))]);
+        let report = check(&events, &kills, &finals(1, 10));
+        assert_eq!(report.crashed, 2);
+        // Without the `releasing` line the same history overlaps.
+        let violation = try_check(
+            &[events[0].clone(), events[1].clone(), events[3].clone()],
+            &kills,
+            &finals(1, 10),
+        )
+        .unwrap_err();
+        assert!(
+            violation.contains("MUTUAL EXCLUSION VIOLATED"),
+            "{violation}"
+        );
     }
 
     #[test]

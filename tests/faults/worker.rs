@@ -422,6 +422,14 @@ async fn task_loop(
 
         let lost = lease.is_lost();
         let t_rel = monotonic_ns();
+        // The end of the critical section, written before the release: the
+        // release may hand the key to another task of this worker, which
+        // can report its acquisition (and be killed) before this task
+        // reports its `cs` line.
+        emit(format!(
+            "releasing w={} task={task} key={key} tok={tok} t={t_rel}",
+            cfg.name
+        ));
         let release = match lease.release().await {
             Ok(ReleaseOutcome::Released) => "released".to_string(),
             Ok(ReleaseOutcome::AlreadyLost) => "lost".to_string(),
