@@ -30,6 +30,7 @@
 //! **Across processes**: the cross-process handoff (the next holder in
 //! another process) is measured with processes in its own section below.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -57,9 +58,15 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// Commands started by one client, by name.
+/// Commands started by one client, by name; the durations of its
+/// `findAndModify`s, and when each started and succeeded (request id to
+/// start; start and success).
 #[derive(Clone, Default)]
-struct Commands(Arc<Mutex<Vec<String>>>, Arc<Mutex<Vec<Duration>>>);
+struct Commands(
+    Arc<Mutex<Vec<String>>>,
+    Arc<Mutex<Vec<Duration>>>,
+    Arc<Mutex<(HashMap<i32, Instant>, Vec<(Instant, Instant)>)>>,
+);
 
 impl Commands {
     async fn client(&self, uri: &str) -> Client {
@@ -69,9 +76,17 @@ impl Commands {
         let sink = self.clone();
         options.command_event_handler = Some(EventHandler::callback(move |event| match event {
             CommandEvent::Started(started) => {
+                if started.command_name == "findAndModify" {
+                    let mut writes = sink.2.lock().unwrap();
+                    writes.0.insert(started.request_id, Instant::now());
+                }
                 sink.0.lock().unwrap().push(started.command_name.clone());
             }
             CommandEvent::Succeeded(done) if done.command_name == "findAndModify" => {
+                let mut writes = sink.2.lock().unwrap();
+                if let Some(at) = writes.0.remove(&done.request_id) {
+                    writes.1.push((at, Instant::now()));
+                }
                 sink.1.lock().unwrap().push(done.duration);
             }
             _ => {}
@@ -93,6 +108,58 @@ impl Commands {
             .count();
         (window.len(), writes)
     }
+}
+
+impl Commands {
+    /// For each `(release called, next holder's acquire returned)` of
+    /// `handoffs`, the handoff's write (the one `findAndModify` that started
+    /// and succeeded within): (release call to the write's start, the
+    /// write's success to the acquire's return), sorted each.
+    fn around_writes(&self, handoffs: &[(Instant, Instant)]) -> (Vec<Duration>, Vec<Duration>) {
+        let writes = self.2.lock().unwrap();
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        for (released, got) in handoffs {
+            let within: Vec<_> = writes
+                .1
+                .iter()
+                .filter(|(start, done)| start >= released && done <= got)
+                .collect();
+            if let [(start, done)] = within[..] {
+                before.push(*start - *released);
+                after.push(*got - *done);
+            }
+        }
+        before.sort();
+        after.sort();
+        (before, after)
+    }
+}
+
+/// `n` round trips to a task (an unbounded channel there, a oneshot back,
+/// as a call to the manager's task makes): what two task hops cost on
+/// this runtime and machine.
+async fn task_round_trips(n: usize) -> Vec<Duration> {
+    type Ping = tokio::sync::oneshot::Sender<()>;
+    let (send, mut receive) = tokio::sync::mpsc::unbounded_channel::<Ping>();
+    let echo = tokio::spawn(async move {
+        while let Some(reply) = receive.recv().await {
+            let _ = reply.send(());
+        }
+    });
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        let (reply, back) = tokio::sync::oneshot::channel();
+        send.send(reply).expect("echo task");
+        back.await.expect("echo");
+        samples.push(started.elapsed());
+        // Idle between samples, as the manager is between handoffs.
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    }
+    drop(send);
+    echo.await.expect("echo task");
+    samples.sort();
+    samples
 }
 
 /// The `q`-quantile of sorted `samples`, in ms.
@@ -140,6 +207,8 @@ async fn majority_find_and_modify(coll: &Collection<Document>, n: usize) -> Vec<
 /// What the in-process contention measured.
 struct Contention {
     handoffs: Vec<Duration>,
+    /// Each handoff's release call and the next holder's acquire return.
+    spans: Vec<(Instant, Instant)>,
     sections: usize,
     elapsed: Duration,
     commands: usize,
@@ -161,7 +230,7 @@ async fn contend(
     let done = Arc::new(AtomicUsize::new(0));
     // When the last holder called release, and which task it was.
     let released: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
-    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let handoffs: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
     let reacquired = Arc::new(AtomicUsize::new(0));
     let window: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
     let finished_at = Arc::new(AtomicU64::new(0));
@@ -187,7 +256,7 @@ async fn contend(
                 if let Some((at, by)) = released.lock().unwrap().take()
                     && n > warmup
                 {
-                    handoffs.lock().unwrap().push(got - at);
+                    handoffs.lock().unwrap().push((at, got));
                     if by == task {
                         reacquired.fetch_add(1, Ordering::SeqCst);
                     }
@@ -209,10 +278,12 @@ async fn contend(
     let (start, from) = window.lock().unwrap().expect("a measured window");
     let end = origin + Duration::from_nanos(finished_at.load(Ordering::SeqCst));
     let (commands, writes) = commands.since(from);
-    let mut handoffs = std::mem::take(&mut *handoffs.lock().unwrap());
+    let spans = std::mem::take(&mut *handoffs.lock().unwrap());
+    let mut handoffs: Vec<Duration> = spans.iter().map(|(at, got)| *got - *at).collect();
     handoffs.sort();
     Contention {
         handoffs,
+        spans,
         sections,
         elapsed: end - start,
         commands,
@@ -311,6 +382,21 @@ async fn in_process(uri: &str, db_name: &str) {
          events, {} samples): p50 {:.2} ms",
         handoff_writes.len(),
         quantile_ms(&handoff_writes, 0.5)
+    );
+    let (before, after) = commands.around_writes(&run.spans);
+    let hops = task_round_trips(baseline_n).await;
+    println!(
+        "  around it ({} handoffs with one write within): release call -> write's start p50 {:.3} ms, \
+         write's reply -> next holder's acquire returns p50 {:.3} ms",
+        before.len(),
+        quantile_ms(&before, 0.5),
+        quantile_ms(&after, 0.5)
+    );
+    println!(
+        "  a call to another task and back (channel there, oneshot back, same runtime, {} samples): \
+         p50 {:.3} ms",
+        hops.len(),
+        quantile_ms(&hops, 0.5)
     );
     println!(
         "  ratio handoff p50 / majority write p50: {:.2}x (before and after)",

@@ -45,7 +45,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use mongo_lease::{LockManager, LockManagerOptions, ReleaseMode, ReleaseOutcome};
+use mongo_lease::{
+    DELETE_MIN_TOKEN_AGE, LockManager, LockManagerOptions, ReleaseMode, ReleaseOutcome,
+};
 use mongodb::bson::{Bson, DateTime, Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
 use mongodb::options::{
@@ -66,6 +68,11 @@ const TASKS: usize = 64;
 const KEYS_PER_TASK: usize = 8;
 /// Interleaved rounds; the median is reported.
 const ROUNDS: usize = 3;
+
+/// How long a contender's collection must see no command before the next
+/// contender's round starts: more than delete mode's delay before its
+/// follow-up delete.
+const QUIET: Duration = Duration::from_millis(DELETE_MIN_TOKEN_AGE.as_millis() as u64 + 500);
 /// Lease TTL of every contender (also the raw documents' `exp` offset).
 const TTL: Duration = Duration::from_secs(30);
 /// Leases held for the renewal-cost section.
@@ -96,6 +103,8 @@ struct Log {
     counts: HashMap<(String, String), u64>,
     first: HashMap<(String, String), Document>,
     started: HashMap<i32, (Instant, usize, Document)>,
+    /// When a command was last started on each collection.
+    last: HashMap<String, Instant>,
     /// `(started, finished, leases, command)` of each completed renewal.
     renewals: Vec<(Instant, Instant, usize, Document)>,
 }
@@ -114,6 +123,7 @@ impl CommandLog {
                         .get_str(&name)
                         .unwrap_or_default()
                         .to_string();
+                    log.last.insert(coll.clone(), now);
                     *log.counts.entry((coll.clone(), name.clone())).or_default() += 1;
                     log.first
                         .entry((coll, name))
@@ -144,6 +154,20 @@ impl CommandLog {
             .filter(|((c, _), _)| c == coll)
             .map(|((_, name), n)| (name.clone(), *n))
             .collect()
+    }
+
+    /// Waits until no command has been started on `coll` for [`QUIET`]:
+    /// a manager's work left over from a round (delete mode's follow-up
+    /// deletes, [`DELETE_MIN_TOKEN_AGE`] after each release) must not run
+    /// during the next contender's round.
+    async fn settle(&self, coll: &str) {
+        loop {
+            let last = self.0.lock().unwrap().last.get(coll).copied();
+            match last {
+                Some(at) if at.elapsed() < QUIET => tokio::time::sleep(QUIET - at.elapsed()).await,
+                _ => return,
+            }
+        }
     }
 
     /// The first `name` command started on `coll`.
@@ -212,6 +236,8 @@ struct Replay {
     let_vars: Option<Document>,
     release_filter: Document,
     release_update: Vec<Document>,
+    /// The release's `let` variables (its lease id).
+    release_let: Option<Document>,
 }
 
 impl Replay {
@@ -222,11 +248,11 @@ impl Replay {
             .and_then(|u| u.first()?.as_document().cloned())
             .expect("an update statement");
         let query = acquire.get_document("query").expect("query").clone();
-        let lid = statement
-            .get_document("q")
+        let lid = release
+            .get_document("let")
             .ok()
             .and_then(find_binary)
-            .expect("the release filter names the lease id");
+            .expect("the release names the lease id");
         Replay {
             coll,
             key: Bson::from(key),
@@ -237,6 +263,7 @@ impl Replay {
             let_vars: acquire.get_document("let").ok().cloned(),
             release_filter: statement.get_document("q").expect("q").clone(),
             release_update: pipeline(statement.get("u")),
+            release_let: release.get_document("let").ok().cloned(),
         }
     }
 
@@ -268,12 +295,14 @@ impl Replay {
             .iter()
             .map(|s| substitute_doc(s, &pairs))
             .collect();
-        let released = self
+        let mut released = self
             .coll
-            .update_one(substitute_doc(&self.release_filter, &pairs), release)
-            .await
-            .expect("update");
-        assert_eq!(released.matched_count, 1);
+            .update_one(substitute_doc(&self.release_filter, &pairs), release);
+        if let Some(vars) = &self.release_let {
+            released = released.let_vars(substitute_doc(vars, &pairs));
+        }
+        let released = released.await.expect("update");
+        assert_eq!(released.modified_count, 1);
     }
 }
 
@@ -440,9 +469,14 @@ async fn run(pairs: usize) {
     }
     let before: Vec<_> = contenders.iter().map(|(_, c, _)| log.counts(c)).collect();
     let mut rates = vec![Vec::new(); contenders.len()];
-    for _ in 0..ROUNDS {
-        for (i, (_, _, contender)) in contenders.iter().enumerate() {
+    for r in 0..ROUNDS {
+        // Each round starts with the next contender, so that none always
+        // runs first (right after the warm-up) or after the same one.
+        for j in 0..contenders.len() {
+            let i = (r + j) % contenders.len();
+            let (_, coll, contender) = &contenders[i];
             rates[i].push(round(contender, "k", pairs).await);
+            log.settle(coll).await;
         }
     }
     println!(

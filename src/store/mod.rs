@@ -262,19 +262,28 @@
 //!   its `ts` is the write's `$$NOW` (projected): a document that an
 //!   earlier attempt under the same lease id left is renewed by the
 //!   general form as a retry.
-//! - **Release** of one exclusive lease: the filter also asks for no `q`,
-//!   `wt`, `hl`, `hs` nor `pm`; the update is `exp = min(exp, $$NOW)` and
-//!   `lid` removed, the general release's result in that case. Matching
-//!   nothing, it is followed by the general release, which decides (a
-//!   light write whose outcome was unknown counts as released, as above).
-//! - **Handoff**: the filter of "Handoff to a local waiter" with no `q`,
-//!   `wt`, `hl`, `hs` nor `pm`; the update is that pipeline's acquisition
-//!   branch. No document: the general handoff decides (released, or lost).
+//! - **Release** of one exclusive lease: an `update` on `_id` alone whose
+//!   one `$replaceWith` sets `exp = min(exp, $$NOW)` and removes `lid`,
+//!   the general release's result, if the document holds this lease of
+//!   this owner and has no `q`, `wt`, `hl`, `hs` nor `pm`; any other
+//!   document is left unchanged. `nModified` 0: the general release
+//!   follows and decides (a light write whose outcome was unknown counts as
+//!   released, as above).
+//! - **Handoff**: a `findAndModify` on `_id` alone whose `$replaceWith`
+//!   writes that pipeline's acquisition branch if the document holds the
+//!   live lease handed over (the conditions of "Handoff to a local
+//!   waiter") and has no `q`, `wt`, `hl`, `hs` nor `pm`; the reply is the
+//!   handoff only under the next lease id with `ts` the write's `$$NOW`.
+//!   Otherwise the general handoff decides (released, or lost).
 //!
-//! The light acquire and handoff are sent as plain `findAndModify`
-//! commands, not retryable writes: the server then keeps no image of the
-//! result for a retry (B25), and an unknown outcome is resolved as every
-//! other (B7). A key the general form was sent for is remembered for 10 s
+//! Each light form filters on `_id` alone, which the server runs without
+//! query planning (B26), and names the lease ids as `let` variables, so
+//! that its update is encoded once per owner id and TTL. All three are
+//! sent as plain commands, not retryable writes: the server then keeps no
+//! image of a `findAndModify`'s result nor a transaction record for a
+//! retry (B25), and an unknown outcome is resolved as every other (B7).
+//! They need MongoDB 5.0 or later (`let`, `$unsetField`). A key the
+//! general form was sent for is remembered for 10 s
 //! (`light::CONTENDED_FOR`), during which its writes go to the general
 //! form at once: a contended key costs no extra round trip. The twin has
 //! one form of each (the store contract checks the results), and the

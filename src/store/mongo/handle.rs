@@ -14,7 +14,7 @@ use mongodb::options::{
 use mongodb::{Collection, Database};
 use uuid::Uuid;
 
-use super::light::{AcquireUpdates, Contended};
+use super::light::{Contended, Updates};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 
@@ -46,7 +46,7 @@ pub(crate) struct MongoStore {
     /// sent for lately (shared by clones, like `holder_ids`): see `light`.
     contended: Contended,
     /// The light acquire's update per TTL, encoded once (see `light`).
-    acquire_updates: AcquireUpdates,
+    light_updates: Updates,
 }
 
 impl MongoStore {
@@ -76,7 +76,7 @@ impl MongoStore {
             release_mode: ReleaseMode::Keep,
             holder_ids: Arc::default(),
             contended: Contended::default(),
-            acquire_updates: AcquireUpdates::default(),
+            light_updates: Updates::default(),
         }
     }
 
@@ -89,8 +89,8 @@ impl MongoStore {
     }
 
     /// The light acquire's encoded updates (see `light`).
-    pub(super) fn acquire_updates(&self) -> &AcquireUpdates {
-        &self.acquire_updates
+    pub(super) fn updates(&self) -> &Updates {
+        &self.light_updates
     }
 
     /// The keys the general forms were sent for lately (see `light`).

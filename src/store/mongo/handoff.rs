@@ -118,43 +118,35 @@ impl MongoStore {
         let mut light = self.light_applies(&key);
         let mut attempt = 1;
         loop {
-            let (filter, update) = if light {
-                (
-                    super::light::hand_over_filter(&key, self.owner(), from),
-                    super::light::hand_over_update(to, ttl_ms),
-                )
+            let error = if light {
+                light = false;
+                match self.hand_over_light(&key, from, to, ttl_ms).await {
+                    Ok(Some(token)) => return Ok(HandOver::Acquired { token }),
+                    // It did not apply: the general form tells why.
+                    Ok(None) => continue,
+                    Err(e) if e.is_transient() => e,
+                    Err(e) => return Err(e),
+                }
             } else {
                 self.contended().insert(&key);
-                (
-                    hand_over_filter(&key, self.owner(), from),
-                    hand_over_update(to, ttl_ms, self.yield_ms()),
-                )
-            };
-            let write = if light {
-                self.find_and_modify(filter, update, hand_over_projection(), false)
-                    .await
-            } else {
-                self.bounded(
-                    self.coll()
-                        .find_one_and_update(filter, update)
-                        .return_document(ReturnDocument::After)
-                        .projection(hand_over_projection()),
-                )
-                .await
-            };
-            let error = match write {
-                Ok(Some(doc)) => return Ok(classify_hand_over(&doc, to)),
-                // The light form did not apply, or the lease is lost: the
-                // general one tells which.
-                Ok(None) if light => {
-                    light = false;
-                    continue;
+                let write = self
+                    .bounded(
+                        self.coll()
+                            .find_one_and_update(
+                                hand_over_filter(&key, self.owner(), from),
+                                hand_over_update(to, ttl_ms, self.yield_ms()),
+                            )
+                            .return_document(ReturnDocument::After)
+                            .projection(hand_over_projection()),
+                    )
+                    .await;
+                match write {
+                    Ok(Some(doc)) => return Ok(classify_hand_over(&doc, to)),
+                    Ok(None) => return Ok(HandOver::Lost),
+                    Err(e) if e.is_transient() => e,
+                    Err(e) => return Err(e),
                 }
-                Ok(None) => return Ok(HandOver::Lost),
-                Err(e) if e.is_transient() => e,
-                Err(e) => return Err(e),
             };
-            light = false;
             // Outcome unknown: re-read, never assume (docs/mongodb-behaviour.md, B7).
             tracing::debug!(%key, error = %error, attempt, "handoff outcome unknown; re-reading");
             let found = self

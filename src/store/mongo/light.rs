@@ -20,13 +20,18 @@
 //!   yielded by this owner: the general pipeline's "wins" narrowed, with
 //!   the same document written (a new acquisition). Otherwise the document
 //!   is returned unchanged, and the general pipeline is sent;
-//! * **release** of one exclusive lease: the filter also asks for no
-//!   queue, no waiting mark, no minimum hold, no holders and no permits,
-//!   and the update is the general one's result in that case (`exp =
-//!   min(exp, $$NOW)`, `lid` removed). Matching nothing, it is followed by
-//!   the general release, whose answer counts;
-//! * **handoff** to a local waiter: the same narrowing of the filter, and
-//!   the general update's acquisition branch.
+//! * **release** of one exclusive lease: if the document holds it, with
+//!   no queue, no waiting mark, no minimum hold, no holders and no
+//!   permits, the general release's result in that case (`exp =
+//!   min(exp, $$NOW)`, `lid` removed). Not applied (`nModified`
+//!   0), it is followed by the general release, whose answer counts;
+//! * **handoff** to a local waiter: the same narrowing of the handoff's
+//!   conditions, and the general update's acquisition branch.
+//!
+//! Each filters on `_id` alone (the server's fast path, B26) and carries
+//! its conditions in one `$replaceWith` that leaves any other document
+//! unchanged; the lease ids are `let` variables, so each update is encoded
+//! once per TTL ([`Updates`]).
 //!
 //! A key where a light form did not apply (or that the general form was
 //! sent for) is remembered for [`CONTENDED_FOR`]: its writes go straight
@@ -34,14 +39,16 @@
 //! trip.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
+use mongodb::bson::spec::BinarySubtype;
+use mongodb::bson::{Bson, Document, RawArrayBuf, RawBinaryRef, RawDocumentBuf, doc, rawdoc};
 use uuid::Uuid;
 
 use super::handle::{MongoStore, is_duplicate_key};
 use super::kinds::{Released, holder_filter};
+use super::ops::retried;
 use super::pipeline::{bson_lease_id, fresh_document, key_filter, next_token, our_shape};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
@@ -76,11 +83,32 @@ const OTHERS_WAIT: [&str; 5] = [
     field::PERMITS,
 ];
 
-/// `filter` narrowed to documents without any of [`OTHERS_WAIT`].
-fn nobody_else_waits(filter: &mut Document) {
-    for name in OTHERS_WAIT {
-        filter.insert(name, doc! { "$exists": false });
+/// The conditions (expressions) that none of [`OTHERS_WAIT`] is present.
+fn nobody_else_waits() -> impl Iterator<Item = Bson> {
+    OTHERS_WAIT
+        .into_iter()
+        .map(|name| Bson::Document(missing(name)))
+}
+
+/// `$and` of the lease `lease_id` (an expression) of `owner` being the
+/// document's and of [`nobody_else_waits`], with `more` conditions.
+fn ours_and_nobody_else_waits(owner: &str, lease_id: &str, more: Vec<Document>) -> Document {
+    let mut all: Vec<Bson> = vec![
+        Bson::Document(doc! { "$eq": [f(field::OWNER), { "$literal": owner }] }),
+        Bson::Document(doc! { "$eq": [f(field::LEASE_ID), lease_id] }),
+    ];
+    all.extend(more.into_iter().map(Bson::Document));
+    all.extend(nobody_else_waits());
+    doc! { "$and": all }
+}
+
+/// `$$ROOT` with the fields of `set` set and those of `unset` removed.
+fn root_with(set: Document, unset: &[&str]) -> Document {
+    let mut out = doc! { "$mergeObjects": ["$$ROOT", set] };
+    for name in unset {
+        out = doc! { "$unsetField": { "field": name, "input": out } };
     }
+    out
 }
 
 /// The variable of the light acquire's command (`let`) holding the
@@ -123,8 +151,9 @@ pub(super) fn acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
     ]}}]
 }
 
-/// What the light acquire's reply is read with: the server's `$$NOW` too.
-pub(super) fn acquire_projection() -> Document {
+/// What the light acquire's and handoff's replies are read with: the
+/// server's `$$NOW` too.
+pub(super) fn light_projection() -> Document {
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::RENEWED_AT: 1,
         "now": "$$NOW",
@@ -146,74 +175,125 @@ pub(super) fn acquired_token(doc: &Document, owner: &str, lease_id: Uuid) -> Opt
         .map(|token| token as u64)
 }
 
-/// The light release's filter: the exclusive lease `lease` of `owner`,
-/// nobody else waiting, no minimum hold, no holders and no permits.
-pub(super) fn release_filter(owner: &str, lease: &LeaseRef) -> Document {
-    let mut filter = doc! {
-        field::ID: &lease.key,
-        field::LEASE_ID: bson_lease_id(lease.lease_id),
-        field::OWNER: { "$eq": owner },
-    };
-    nobody_else_waits(&mut filter);
-    filter
+/// The `let` variables of the light handoff: the lease handed over, and
+/// the next one.
+const FROM: &str = "$$from";
+const TO: &str = "$$to";
+
+/// The light release's update, of the document of the released lease's
+/// key (its `_id` alone, B26): if it is the exclusive lease `$$lid` of
+/// `owner` and nobody else waits, no minimum hold, no holders and no
+/// permits, `exp = min(exp, $$NOW)` and `lid` removed; any other document
+/// unchanged (`nModified` 0).
+pub(super) fn release_update(owner: &str) -> Vec<Document> {
+    let released = root_with(
+        doc! { field::EXPIRES_AT: { "$min": [f(field::EXPIRES_AT), "$$NOW"] } },
+        &[field::LEASE_ID],
+    );
+    vec![doc! { "$replaceWith": { "$cond": [
+        ours_and_nobody_else_waits(owner, LID, vec![]),
+        released,
+        "$$ROOT",
+    ]}}]
 }
 
-/// The light release's update: `exp = min(exp, $$NOW)`, `lid` removed.
-pub(super) fn release_update() -> Vec<Document> {
-    vec![doc! { "$set": {
-        field::EXPIRES_AT: { "$min": [f(field::EXPIRES_AT), "$$NOW"] },
-        field::LEASE_ID: "$$REMOVE",
-    }}]
+/// The light handoff's update, of the document of the key (its `_id`
+/// alone, B26): if it holds the live lease `$$from` of `owner`
+/// ([`hand_over_filter`](super::handoff::hand_over_filter)'s conditions)
+/// and nobody else waits and no minimum hold is live, a new acquisition
+/// under `$$to`, expiring `ttl_ms` after `$$NOW`, with the next token,
+/// without the payload and the yield; any other document unchanged.
+pub(super) fn hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
+    let live = vec![
+        doc! { "$eq": [{ "$type": f(field::TOKEN) }, "long"] },
+        doc! { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+    ];
+    let handed = root_with(
+        doc! {
+            field::LEASE_ID: TO,
+            field::TOKEN: next_token(),
+            field::ACQUIRED_AT: "$$NOW",
+            field::RENEWED_AT: "$$NOW",
+            field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+        },
+        &[field::PAYLOAD, field::YIELD_UNTIL],
+    );
+    vec![doc! { "$replaceWith": { "$cond": [
+        ours_and_nobody_else_waits(owner, FROM, live),
+        handed,
+        "$$ROOT",
+    ]}}]
 }
 
-/// The light handoff's filter: [`hand_over_filter`](super::handoff::hand_over_filter)
-/// (the live lease `from` of `owner`) with nobody else waiting and no
-/// minimum hold.
-pub(super) fn hand_over_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Document {
-    let mut filter = super::handoff::hand_over_filter(key, owner, from);
-    nobody_else_waits(&mut filter);
-    filter
+/// Which light update an encoded one is ([`Updates`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Acquire,
+    Release,
+    HandOver,
 }
 
-/// The light handoff's update: a new acquisition under `to`, expiring
-/// `ttl_ms` after `$$NOW`, with the next token, without the payload and
-/// the yield.
-pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64) -> Vec<Document> {
-    vec![doc! { "$set": {
-        field::LEASE_ID: bson_lease_id(to),
-        field::TOKEN: next_token(),
-        field::ACQUIRED_AT: "$$NOW",
-        field::RENEWED_AT: "$$NOW",
-        field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
-        field::PAYLOAD: "$$REMOVE",
-        field::YIELD_UNTIL: "$$REMOVE",
-    }}]
-}
-
-/// The light acquire's update per TTL, encoded (the owner id is the
-/// store's): one copy of its bytes per command instead of building and
-/// encoding the pipeline's documents at each attempt.
+/// The light updates per form and TTL, encoded (the owner id is the
+/// store's, the lease ids are `let` variables): one copy of their bytes
+/// per command instead of building and encoding the pipeline's documents
+/// at each write.
 #[derive(Clone, Default)]
-pub(super) struct AcquireUpdates(Arc<Mutex<Vec<(i64, RawArrayBuf)>>>);
+pub(super) struct Updates(Arc<Mutex<Vec<(Form, i64, RawArrayBuf)>>>);
 
-impl AcquireUpdates {
-    /// The encoded [`acquire_update`] of `owner` and `ttl_ms`.
-    fn get(&self, owner: &str, ttl_ms: i64) -> Result<RawArrayBuf> {
+impl Updates {
+    /// The encoded update of `form` for `owner` and `ttl_ms`.
+    fn get(&self, form: Form, owner: &str, ttl_ms: i64) -> Result<RawArrayBuf> {
         let mut updates = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, update)) = updates.iter().find(|(ttl, _)| *ttl == ttl_ms) {
+        if let Some((.., update)) = updates
+            .iter()
+            .find(|(f, ttl, _)| *f == form && *ttl == ttl_ms)
+        {
             return Ok(update.clone());
         }
+        let stages = match form {
+            Form::Acquire => acquire_update(owner, ttl_ms),
+            Form::Release => release_update(owner),
+            Form::HandOver => hand_over_update(owner, ttl_ms),
+        };
         let mut update = RawArrayBuf::new();
-        for stage in acquire_update(owner, ttl_ms) {
+        for stage in stages {
             update.push(RawDocumentBuf::from_document(&stage).map_err(encoding)?);
         }
         // A handful of TTLs in practice; bounded all the same.
         if updates.len() >= PRUNE_AT {
             updates.clear();
         }
-        updates.push((ttl_ms, update.clone()));
+        updates.push((form, ttl_ms, update.clone()));
         Ok(update)
     }
+}
+
+/// The `_id` filter of `key`, encoded.
+fn raw_key_filter(key: &LeaseKey) -> Result<RawDocumentBuf> {
+    RawDocumentBuf::from_document(&key_filter(key)).map_err(encoding)
+}
+
+/// The `let` variables `vars` (name, lease id), encoded.
+fn raw_lets(vars: &[(&str, Uuid)]) -> RawDocumentBuf {
+    let mut lets = RawDocumentBuf::new();
+    for (name, id) in vars {
+        let id = RawBinaryRef {
+            subtype: BinarySubtype::Uuid,
+            bytes: id.as_bytes(),
+        };
+        lets.append_ref(&name[2..], id);
+    }
+    lets
+}
+
+/// [`light_projection`], encoded once.
+fn raw_light_projection() -> RawDocumentBuf {
+    static PROJECTION: OnceLock<RawDocumentBuf> = OnceLock::new();
+    PROJECTION
+        .get_or_init(|| {
+            RawDocumentBuf::from_document(&light_projection()).expect("a constant document encodes")
+        })
+        .clone()
 }
 
 /// A document this store built that BSON cannot encode (a key too large).
@@ -223,22 +303,32 @@ fn encoding(e: mongodb::bson::raw::Error) -> Error {
     }
 }
 
-/// The document a plain `findAndModify` command's `reply` returned
-/// (`value`), or an unknown outcome ([`Error::Unreachable`], after
-/// `waited`) if it carries a write concern error (the write may have
-/// applied).
-fn reply_value(mut reply: Document, waited: Duration) -> Result<Option<Document>> {
-    if let Ok(error) = reply.get_document("writeConcernError") {
-        return Err(Error::Unreachable {
-            waited,
-            reason: format!("a majority did not acknowledge the write: {error}"),
-            source: None,
-        });
+/// `reply` to a plain command, or an unknown outcome
+/// ([`Error::Unreachable`], after `waited`) if it carries a write concern
+/// error (the write may have applied).
+fn acknowledged(reply: Document, waited: Duration) -> Result<Document> {
+    match reply.get_document("writeConcernError") {
+        Ok(error) => Err(unacknowledged(error, waited)),
+        Err(_) => Ok(reply),
     }
-    Ok(match reply.remove("value") {
+}
+
+/// The document a plain `findAndModify` command's `reply` returned (`value`).
+fn reply_value(mut reply: Document) -> Option<Document> {
+    match reply.remove("value") {
         Some(Bson::Document(value)) => Some(value),
         _ => None,
-    })
+    }
+}
+
+/// The unknown outcome of a plain command whose reply carries the write
+/// concern error `error`, after `waited`: the write may have applied.
+fn unacknowledged(error: &Document, waited: Duration) -> Error {
+    Error::Unreachable {
+        waited,
+        reason: format!("a majority did not acknowledge the write: {error}"),
+        source: None,
+    }
 }
 
 /// The keys the general forms were sent for, with when (local clock).
@@ -263,67 +353,88 @@ impl Contended {
 }
 
 impl MongoStore {
-    /// One `findAndModify` of the lock collection returning the document
-    /// after the write, projected with `fields`, sent as a plain command:
-    /// not a retryable write, so the server keeps no image of the document
-    /// for a retry to return (docs/mongodb-behaviour.md, B25). The callers
+    /// Sends the light command `command` as a plain command: not a
+    /// retryable write, so the server keeps no image of the document for
+    /// a retry to return, nor a transaction record (B25). The callers
     /// resolve an unknown outcome themselves (B7). A write concern error
     /// (the write may have applied) is reported as [`Error::Unreachable`],
     /// an unknown outcome.
-    pub(super) async fn find_and_modify(
-        &self,
-        query: Document,
-        update: Vec<Document>,
-        fields: Document,
-        upsert: bool,
-    ) -> Result<Option<Document>> {
-        let command = doc! {
-            "findAndModify": self.coll().name(),
-            "query": query,
-            "update": update,
-            "fields": fields,
-            "new": true,
-            "upsert": upsert,
-            "writeConcern": { "w": "majority" },
-        };
-        let reply = self
-            .bounded(self.coll_database().run_command(command))
-            .await?;
-        reply_value(reply, self.operation_timeout())
-    }
-
-    /// The light acquire's `findAndModify`, encoded by hand from the
-    /// cached update ([`AcquireUpdates`]) and sent as a plain command, as
-    /// [`MongoStore::find_and_modify`] sends its own.
-    async fn acquire_light_command(
-        &self,
-        key: &LeaseKey,
-        lease_id: Uuid,
-        ttl_ms: i64,
-    ) -> Result<Option<Document>> {
-        let mut command = RawDocumentBuf::new();
-        command.append("findAndModify", self.coll().name());
-        command.append(
-            "query",
-            RawDocumentBuf::from_document(&key_filter(key)).map_err(encoding)?,
-        );
-        command.append("update", self.acquire_updates().get(self.owner(), ttl_ms)?);
-        command.append(
-            "fields",
-            RawDocumentBuf::from_document(&acquire_projection()).map_err(encoding)?,
-        );
-        command.append("new", true);
-        command.append("upsert", true);
-        command.append(
-            "let",
-            RawDocumentBuf::from_document(&doc! { &LID[2..]: bson_lease_id(lease_id) })
-                .map_err(encoding)?,
-        );
+    async fn light_command(&self, mut command: RawDocumentBuf) -> Result<Document> {
         command.append("writeConcern", rawdoc! { "w": "majority" });
         let reply = self
             .bounded(self.coll_database().run_raw_command(command))
             .await?;
-        reply_value(reply, self.operation_timeout())
+        acknowledged(reply, self.operation_timeout())
+    }
+
+    /// The light `findAndModify` of `key`'s document with the update of
+    /// `form` (TTL `ttl_ms`) and the `let` variables `lets`, returning the
+    /// document after the write with [`light_projection`].
+    async fn find_and_modify_light(
+        &self,
+        key: &LeaseKey,
+        form: Form,
+        ttl_ms: i64,
+        lets: &[(&str, Uuid)],
+    ) -> Result<Option<Document>> {
+        let mut command = RawDocumentBuf::new();
+        command.append("findAndModify", self.coll().name());
+        command.append("query", raw_key_filter(key)?);
+        command.append("update", self.updates().get(form, self.owner(), ttl_ms)?);
+        command.append("fields", raw_light_projection());
+        command.append("new", true);
+        command.append("upsert", form == Form::Acquire);
+        command.append("let", raw_lets(lets));
+        self.light_command(command).await.map(reply_value)
+    }
+
+    /// The light release's `update` of `lease`'s document
+    /// ([`release_update`]): 1 if it released the lease, 0 if it did not
+    /// apply; 0 after a write error too, so that the general release that
+    /// follows decides, and reports the error if the server refuses it
+    /// again. Idempotent: the first write that lands removes `lid`.
+    async fn release_light_command(&self, lease: &LeaseRef) -> Result<u64> {
+        let mut statement = RawDocumentBuf::new();
+        statement.append("q", raw_key_filter(&lease.key)?);
+        statement.append("u", self.updates().get(Form::Release, self.owner(), 0)?);
+        statement.append("multi", false);
+        let mut updates = RawArrayBuf::new();
+        updates.push(statement);
+        let mut command = RawDocumentBuf::new();
+        command.append("update", self.coll().name());
+        command.append("updates", updates);
+        command.append("let", raw_lets(&[(LID, lease.lease_id)]));
+        let reply = self.light_command(command).await?;
+        if reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty()) {
+            return Ok(0);
+        }
+        Ok(match reply.get("nModified") {
+            Some(Bson::Int32(n)) => (*n).max(0) as u64,
+            Some(Bson::Int64(n)) => (*n).max(0) as u64,
+            _ => 0,
+        })
+    }
+
+    /// The light handoff of `key`'s lease `from` to `to` (TTL `ttl_ms`):
+    /// the new token if it applied; `None` if it did not (the general
+    /// handoff decides then).
+    ///
+    /// # Errors
+    ///
+    /// As the write's: a transient error is an unknown outcome (the write
+    /// may have applied, under `to`).
+    pub(super) async fn hand_over_light(
+        &self,
+        key: &LeaseKey,
+        from: Uuid,
+        to: Uuid,
+        ttl_ms: i64,
+    ) -> Result<Option<u64>> {
+        let lets = [(FROM, from), (TO, to)];
+        let doc = self
+            .find_and_modify_light(key, Form::HandOver, ttl_ms, &lets)
+            .await?;
+        Ok(doc.and_then(|doc| acquired_token(&doc, self.owner(), to)))
     }
 
     /// Whether the light forms may be tried for `key` (see [`Contended`]).
@@ -348,16 +459,7 @@ impl MongoStore {
         {
             return Ok(None);
         }
-        let filter = release_filter(self.owner(), lease);
-        let (count, retried) = self
-            .update_matching(
-                self.coll(),
-                "release",
-                &filter,
-                || release_update().into(),
-                true,
-            )
-            .await?;
+        let (count, retried) = retried("release", || self.release_light_command(lease)).await?;
         if count > 0 {
             return Ok(Some(count));
         }
@@ -387,7 +489,9 @@ impl MongoStore {
         lease_id: Uuid,
         ttl_ms: i64,
     ) -> Result<Option<u64>> {
-        let attempt = self.acquire_light_command(key, lease_id, ttl_ms).await;
+        let attempt = self
+            .find_and_modify_light(key, Form::Acquire, ttl_ms, &[(LID, lease_id)])
+            .await;
         let token = match attempt {
             Ok(doc) => doc.and_then(|doc| acquired_token(&doc, self.owner(), lease_id)),
             Err(e) if e.is_transient() => None,
@@ -445,14 +549,12 @@ mod unit {
     }
 
     #[test]
-    fn the_light_filters_exclude_every_sign_of_another_waiter() {
-        let lease = LeaseRef {
-            key: "k".into(),
-            lease_id: Uuid::new_v4(),
-        };
-        let release = release_filter("a", &lease);
-        let hand_over = hand_over_filter(&"k".into(), "a", lease.lease_id);
-        for filter in [release, hand_over] {
+    fn the_light_updates_apply_only_without_any_sign_of_another_waiter() {
+        for update in [release_update("a"), hand_over_update("a", 1000)] {
+            let stage = update[0].get_document("$replaceWith").unwrap();
+            let branches = stage.get_array("$cond").unwrap();
+            let applies = branches[0].as_document().unwrap();
+            let all = applies.get_array("$and").unwrap();
             for name in [
                 field::QUEUE,
                 field::WAITING_SINCE,
@@ -460,13 +562,24 @@ mod unit {
                 field::HOLDERS,
                 field::PERMITS,
             ] {
-                assert_eq!(
-                    filter.get_document(name).unwrap(),
-                    &doc! { "$exists": false },
-                    "{name}"
-                );
+                assert!(all.contains(&Bson::Document(missing(name))), "{name}");
             }
+            assert_eq!(branches[2], Bson::from("$$ROOT"), "else unchanged");
         }
+    }
+
+    #[test]
+    fn the_let_variables_hold_the_lease_ids_as_stored() {
+        let (from, to) = (Uuid::new_v4(), Uuid::new_v4());
+        let lets = raw_lets(&[(FROM, from), (TO, to)]).to_document().unwrap();
+        assert_eq!(
+            lets,
+            doc! { "from": bson_lease_id(from), "to": bson_lease_id(to) }
+        );
+        assert_eq!(
+            raw_light_projection().to_document().unwrap(),
+            light_projection()
+        );
     }
 
     #[test]
