@@ -65,8 +65,12 @@ fn env_usize(name: &str, default: usize) -> usize {
 struct Commands(
     Arc<Mutex<Vec<String>>>,
     Arc<Mutex<Vec<Duration>>>,
-    Arc<Mutex<(HashMap<i32, Instant>, Vec<(Instant, Instant)>)>>,
+    Arc<Mutex<WriteTimes>>,
 );
+
+/// `findAndModify`s started (request id to start), and each one's start
+/// and success.
+type WriteTimes = (HashMap<i32, Instant>, Vec<(Instant, Instant)>);
 
 impl Commands {
     async fn client(&self, uri: &str) -> Client {

@@ -24,7 +24,10 @@ use crate::store::AcquireOutcome;
 
 impl Actor {
     pub(super) fn on_acquire(&mut self, key: Target, waiter: Waiter) {
-        let state = self.keys.entry(key.clone()).or_insert_with(KeyState::new);
+        let state = self
+            .keys
+            .entry(key.clone())
+            .or_insert_with(|| Box::new(KeyState::new()));
         state.prune_waiters();
         if let Some(stored) = state.mismatch(waiter.shape.kind) {
             let _ = waiter.respond_to.send(Err(Error::KindMismatch {

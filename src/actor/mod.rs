@@ -207,7 +207,7 @@ pub(crate) struct Actor {
     /// Given to each `Lease` so that it can release itself; weak, so the
     /// actor stops once every handle and lease is gone.
     sender: mpsc::WeakUnboundedSender<Command>,
-    keys: HashMap<Target, KeyState>,
+    keys: HashMap<Target, Box<KeyState>>,
     /// Acquires, releases, payload writes and reads in flight
     /// ([`Actor::spawn_store`]); shutdown waits for them.
     tasks: FuturesUnordered<BoxFuture<'static, Event>>,
@@ -565,7 +565,7 @@ impl Actor {
     }
 
     fn forget_if_idle(&mut self, key: &Target) {
-        if self.keys.get(key).is_some_and(KeyState::is_idle) {
+        if self.keys.get(key).is_some_and(|state| state.is_idle()) {
             let handed = self.remember_registration(key);
             self.keys.remove(key);
             if let Some(lease_id) = handed {

@@ -141,7 +141,7 @@ impl Actor {
         let follow_up = self.follow_up_due(key.place, acquired_at);
         self.keys
             .entry(key.clone())
-            .or_insert_with(KeyState::new)
+            .or_insert_with(|| Box::new(KeyState::new()))
             .releases_in_flight += 1;
         self.send_release(key, lease_id, respond_to, follow_up);
     }

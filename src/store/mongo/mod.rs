@@ -17,6 +17,8 @@
 //!   unit-tested like `pipeline`;
 //! - [`handoff`]: the handoff to a local waiter in the releasing write
 //!   (its BSON, pure and unit-tested, and the operation that sends it);
+//! - [`renewal`]: the heartbeat's renewal of plain exclusive leases,
+//!   encoded directly (its filter names every key of the batch);
 //! - [`light`]: the light forms of the acquire, the release and the
 //!   handoff for a key nobody else waits for, and the memory of the keys
 //!   they do not apply to;
@@ -57,6 +59,7 @@ mod pipeline;
 mod prepare;
 mod queue;
 mod release;
+mod renewal;
 mod transaction;
 
 pub(crate) use handle::MongoStore;

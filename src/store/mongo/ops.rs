@@ -172,11 +172,16 @@ impl MongoStore {
 
     /// One `updateMany` for the batch: the plain renewal of exclusive leases
     /// when it holds no lease this store acquired as a holder of a shared
-    /// or semaphore key, else the renewal of any kinds. (The actor acquires
+    /// or semaphore key (encoded directly, `renewal`), else the renewal of
+    /// any kinds. (The actor acquires
     /// and renews through one store value, whose clones share the hint; a
     /// holder acquired through another store value would be reported lost,
     /// never kept wrongly.)
-    async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl_ms: i64) -> Result<Vec<LeaseRef>> {
+    pub(super) async fn renew_batch(
+        &self,
+        leases: Vec<LeaseRef>,
+        ttl_ms: i64,
+    ) -> Result<Vec<LeaseRef>> {
         let plain = {
             let holders = self.holder_ids();
             !leases.iter().any(|l| holders.contains_key(&l.lease_id))
@@ -195,9 +200,22 @@ impl MongoStore {
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
         let ids = lease_ids(&leases);
-        let lost = self
-            .renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
-            .await?;
+        let raw = if plain {
+            // Encoded directly: the filter names every key and lease id.
+            self.renew_exclusive_raw(&leases, ttl_ms).await?
+        } else {
+            None
+        };
+        let lost = match raw {
+            Some(matched) => {
+                self.unrenewed(self.coll(), filter, leases, field::LEASE_ID, matched)
+                    .await?
+            }
+            None => {
+                self.renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
+                    .await?
+            }
+        };
         self.renewed_holders(&ids, &lost, ttl_ms);
         Ok(lost)
     }
@@ -226,8 +244,25 @@ impl MongoStore {
         let result = self
             .bounded(coll.update_many(filter(&leases), update))
             .await?;
+        self.unrenewed(coll, filter, leases, lease_id_path, result.matched_count)
+            .await
+    }
+
+    /// The leases of a renewal of `leases` (by `filter`, on `coll`) that
+    /// `matched` documents matched which are no longer held: none if the
+    /// batch names each key once and every one matched; otherwise those a
+    /// read of the matching documents' lease ids (at `lease_id_path`, and
+    /// in the entries of `hs`) does not find.
+    pub(super) async fn unrenewed(
+        &self,
+        coll: &Collection<Document>,
+        filter: impl Fn(&[LeaseRef]) -> Document,
+        leases: Vec<LeaseRef>,
+        lease_id_path: &str,
+        matched: u64,
+    ) -> Result<Vec<LeaseRef>> {
         let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
-        if keys.len() == leases.len() && result.matched_count as usize == leases.len() {
+        if keys.len() == leases.len() && matched as usize == leases.len() {
             return Ok(Vec::new());
         }
         let holders = format!("{}.{}", field::HOLDERS, field::LEASE_ID);
