@@ -21,7 +21,11 @@
 //! `updateOne` with `w: majority` (a round trip of one majority write, on
 //! another client; p50 of `HANDOFF_BASELINE` samples taken half before and
 //! half after the contention), and the ratio handoff p50 / that p50; also
-//! the handoff's own write, timed by the driver's command events. With
+//! the handoff's own write, timed by the driver's command events, and the
+//! time around it (the release call to the write's start, the write's
+//! reply to the next holder's `acquire` returning), next to a call to
+//! another task and back on the same runtime (the two task hops an actor
+//! adds, holder → manager → next holder). With
 //! `HANDOFF_DURING=1`, also the p50 of updates sent one after another
 //! during the contention (a load of their own on the server and the
 //! cores, which slows the handoffs measured beside them: off by default).

@@ -9,9 +9,13 @@
 //! **Throughput.** 64 tasks, each acquiring and releasing its own keys (a
 //! pool of 8 keys per task, cycled, so documents are reused as in a
 //! long-running process), for a fixed number of acquire + release pairs,
-//! all `w: majority`, on one `mongod`. Four contenders, each on its own
+//! all `w: majority`, on one `mongod`. Five contenders, each on its own
 //! collection with the same indexes (made by `LockManager::connect`),
-//! interleaved over 3 rounds; the medians and their ratios to (a) are
+//! interleaved over 3 rounds, each round starting with the next contender;
+//! a contender's round starts only once the previous one's collection has
+//! seen no command for [`QUIET`] (delete mode's follow-up deletes come
+//! [`DELETE_MIN_TOKEN_AGE`] after each release, and would otherwise run
+//! during the next round). The medians and their ratios to (a) are
 //! printed:
 //!
 //! * (a) `raw insert/delete`: the raw driver's `insertOne` of a lock
