@@ -172,6 +172,9 @@
 //!
 //! # Guarantees
 //!
+//! The server must be MongoDB 5.0 or later (the manager's writes use `let`
+//! variables and `$unsetField`).
+//!
 //! - **Mutual exclusion**: at most one live exclusive lease per key at any
 //!   instant, across tasks and processes, and no shared or semaphore holder
 //!   beside it; at most `permits` live holders of a semaphore key, and no

@@ -79,7 +79,8 @@ impl LockManager {
     ///
     /// [`Error::InvalidConfig`] for inconsistent options (nothing is sent),
     /// [`Error::Unreachable`] if MongoDB does not answer within
-    /// `operation_timeout`, [`Error::UnusableCollection`] for a capped
+    /// `operation_timeout`, [`Error::Unsupported`] for a server older than
+    /// MongoDB 5.0, [`Error::UnusableCollection`] for a capped
     /// collection, an index on `exp` that is not a TTL index, a TTL index
     /// that could delete a held lease (on `ts` with `expireAfterSeconds` not
     /// longer than `heartbeat_interval + safety_margin`, or on a date no

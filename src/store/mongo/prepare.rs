@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongodb::IndexModel;
-use mongodb::bson::{Document, doc};
+use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::IndexOptions;
 
 use super::handle::{MongoStore, command_code};
@@ -83,6 +83,7 @@ impl MongoStore {
     ///
     /// # Errors
     /// [`Error::Unreachable`] if no server answers within the operation timeout,
+    /// [`Error::Unsupported`] for a server older than MongoDB 5.0,
     /// [`Error::UnusableCollection`] for a capped collection, a non-TTL index on
     /// `exp`, a TTL index that could delete a live lease, or (when the TTL
     /// index must be created) a document that is not a lock document;
@@ -101,9 +102,11 @@ impl MongoStore {
         let db = self.coll().namespace().db;
         let name = self.coll().name().to_string();
         let database = self.coll().client().database(&db);
-        self.bounded(database.run_command(doc! { "ping": 1 }))
+        let build = self
+            .bounded(database.run_command(doc! { "buildInfo": 1 }))
             .await
             .map_err(unreachable)?;
+        check_server_version(&build)?;
 
         let collections: Vec<_> = self
             .bounded(async {
@@ -293,6 +296,38 @@ fn not_a_lock_document() -> Document {
 /// indexes of other applications" in the module docs). `Ok(Some(e))` for an
 /// accepted TTL index on `ts`: local deadlines must not pass `e` after a
 /// renewal, whatever the lease's TTL.
+/// The oldest MongoDB release the manager's writes run on: they use `let`
+/// variables and `$unsetField`, both from 5.0.
+const MIN_SERVER_MAJOR: i64 = 5;
+
+/// Refuses a server older than [`MIN_SERVER_MAJOR`], from its `buildInfo`
+/// reply `build` (its `versionArray`); a reply without one is accepted.
+///
+/// # Errors
+///
+/// [`Error::Unsupported`] naming the server's version.
+fn check_server_version(build: &Document) -> Result<()> {
+    let major = build
+        .get_array("versionArray")
+        .ok()
+        .and_then(|v| v.first())
+        .and_then(|m| match m {
+            Bson::Int32(m) => Some(i64::from(*m)),
+            Bson::Int64(m) => Some(*m),
+            _ => None,
+        });
+    match major {
+        Some(major) if major < MIN_SERVER_MAJOR => Err(Error::Unsupported {
+            reason: format!(
+                "MongoDB {} is too old: the manager's writes need MongoDB \
+                 {MIN_SERVER_MAJOR}.0 or later (`let` variables, `$unsetField`)",
+                build.get_str("version").unwrap_or("of this major version")
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn check_ttl_index(index: &IndexModel, timing: &Timing, ns: &str) -> Result<Option<Duration>> {
     let Some(expire_after) = index.options.as_ref().and_then(|o| o.expire_after) else {
         return Ok(None);
@@ -350,6 +385,21 @@ fn check_ttl_index(index: &IndexModel, timing: &Timing, ns: &str) -> Result<Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_older_than_5_0_is_refused_by_name() {
+        let build = |version: &str, major: i32| {
+            doc! { "version": version, "versionArray": [major, 0, 0, 0] }
+        };
+        let refused = check_server_version(&build("4.4.29", 4)).unwrap_err();
+        assert!(
+            matches!(&refused, Error::Unsupported { reason } if reason.contains("4.4.29")),
+            "{refused}"
+        );
+        check_server_version(&build("5.0.0", 5)).unwrap();
+        check_server_version(&build("6.0.5", 6)).unwrap();
+        check_server_version(&doc! {}).unwrap();
+    }
 
     fn timing(ttl: u64, heartbeat: u64, margin: u64) -> Timing {
         Timing {
