@@ -334,11 +334,7 @@ impl Actor {
             );
             self.deadlines
                 .push(Reverse((deadline, key.clone(), lease_id)));
-            // One holder is the common case: room for more only when a
-            // second one comes (a first push would make room for four).
-            if state.holders.capacity() == 0 {
-                state.holders.reserve_exact(1);
-            }
+            // One holder is the common case, kept inline (see `Holders`).
             state.holders.push(Held {
                 lease_id,
                 token,

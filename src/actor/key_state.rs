@@ -70,11 +70,16 @@ pub(super) enum Attempt {
     Scheduled(delay_queue::Key),
 }
 
+/// The leases held on one key: one inline (the common case: an exclusive
+/// lease), more on the heap (shared and semaphore keys). Inline, a held
+/// lease costs no allocation of its own beside its key's boxed state.
+pub(super) type Holders = smallvec::SmallVec<[Held; 1]>;
+
 /// Everything the actor knows about one key. Removed when idle.
 pub(super) struct KeyState {
     /// The leases held here: at most one exclusive lease, or any number of
     /// shared leases, or up to `permits` permits of a semaphore.
-    pub(super) holders: Vec<Held>,
+    pub(super) holders: Holders,
     pub(super) waiters: VecDeque<Waiter>,
     pub(super) attempt: Attempt,
     /// Releases of this key in flight; no acquire attempt starts meanwhile.
@@ -108,7 +113,7 @@ pub(super) struct KeyState {
 impl KeyState {
     pub(super) fn new() -> Self {
         KeyState {
-            holders: Vec::new(),
+            holders: Holders::new(),
             waiters: VecDeque::new(),
             attempt: Attempt::Idle,
             releases_in_flight: 0,
