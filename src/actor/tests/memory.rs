@@ -22,7 +22,11 @@ fn per_lease_structures_stay_within_their_byte_budget() {
         ("LeaseKey", size_of::<LeaseKey>(), 8),
         ("Target", size_of::<Target>(), 16),
         ("KeyState", size_of::<KeyState>(), 224),
-        ("a key's entry in the actor's table", size_of::<(Target, Box<KeyState>)>(), 24),
+        (
+            "a key's entry in the actor's table",
+            size_of::<(Target, Box<KeyState>)>(),
+            24,
+        ),
         ("Held", size_of::<Held>(), 112),
         ("Lease", size_of::<Lease>(), 120),
         ("LeaseState", size_of::<LeaseState>(), 80),

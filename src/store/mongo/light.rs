@@ -43,13 +43,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use mongodb::bson::spec::BinarySubtype;
-use mongodb::bson::{Bson, Document, RawArrayBuf, RawBinaryRef, RawDocumentBuf, doc, rawdoc};
+use mongodb::bson::{Bson, Document, RawArrayBuf, RawBinaryRef, RawDocumentBuf, doc};
 use uuid::Uuid;
 
 use super::handle::{MongoStore, is_duplicate_key};
 use super::kinds::{Released, holder_filter};
 use super::ops::retried;
 use super::pipeline::{bson_lease_id, fresh_document, key_filter, next_token, our_shape};
+use super::plain::{update_command, update_counts};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
@@ -303,31 +304,11 @@ fn encoding(e: mongodb::bson::raw::Error) -> Error {
     }
 }
 
-/// `reply` to a plain command, or an unknown outcome
-/// ([`Error::Unreachable`], after `waited`) if it carries a write concern
-/// error (the write may have applied).
-fn acknowledged(reply: Document, waited: Duration) -> Result<Document> {
-    match reply.get_document("writeConcernError") {
-        Ok(error) => Err(unacknowledged(error, waited)),
-        Err(_) => Ok(reply),
-    }
-}
-
 /// The document a plain `findAndModify` command's `reply` returned (`value`).
 fn reply_value(mut reply: Document) -> Option<Document> {
     match reply.remove("value") {
         Some(Bson::Document(value)) => Some(value),
         _ => None,
-    }
-}
-
-/// The unknown outcome of a plain command whose reply carries the write
-/// concern error `error`, after `waited`: the write may have applied.
-fn unacknowledged(error: &Document, waited: Duration) -> Error {
-    Error::Unreachable {
-        waited,
-        reason: format!("a majority did not acknowledge the write: {error}"),
-        source: None,
     }
 }
 
@@ -353,20 +334,6 @@ impl Contended {
 }
 
 impl MongoStore {
-    /// Sends the light command `command` as a plain command: not a
-    /// retryable write, so the server keeps no image of the document for
-    /// a retry to return, nor a transaction record (B25). The callers
-    /// resolve an unknown outcome themselves (B7). A write concern error
-    /// (the write may have applied) is reported as [`Error::Unreachable`],
-    /// an unknown outcome.
-    async fn light_command(&self, mut command: RawDocumentBuf) -> Result<Document> {
-        command.append("writeConcern", rawdoc! { "w": "majority" });
-        let reply = self
-            .bounded(self.coll_database().run_raw_command(command))
-            .await?;
-        acknowledged(reply, self.operation_timeout())
-    }
-
     /// The light `findAndModify` of `key`'s document with the update of
     /// `form` (TTL `ttl_ms`) and the `let` variables `lets`, returning the
     /// document after the write with [`light_projection`].
@@ -385,7 +352,7 @@ impl MongoStore {
         command.append("new", true);
         command.append("upsert", form == Form::Acquire);
         command.append("let", raw_lets(lets));
-        self.light_command(command).await.map(reply_value)
+        self.plain_command(command).await.map(reply_value)
     }
 
     /// The light release's `update` of `lease`'s document
@@ -394,25 +361,16 @@ impl MongoStore {
     /// follows decides, and reports the error if the server refuses it
     /// again. Idempotent: the first write that lands removes `lid`.
     async fn release_light_command(&self, lease: &LeaseRef) -> Result<u64> {
-        let mut statement = RawDocumentBuf::new();
-        statement.append("q", raw_key_filter(&lease.key)?);
-        statement.append("u", self.updates().get(Form::Release, self.owner(), 0)?);
-        statement.append("multi", false);
-        let mut updates = RawArrayBuf::new();
-        updates.push(statement);
-        let mut command = RawDocumentBuf::new();
-        command.append("update", self.coll().name());
-        command.append("updates", updates);
+        let update = self.updates().get(Form::Release, self.owner(), 0)?;
+        let mut command = update_command(
+            self.coll().name(),
+            raw_key_filter(&lease.key)?,
+            update,
+            false,
+        );
         command.append("let", raw_lets(&[(LID, lease.lease_id)]));
-        let reply = self.light_command(command).await?;
-        if reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty()) {
-            return Ok(0);
-        }
-        Ok(match reply.get("nModified") {
-            Some(Bson::Int32(n)) => (*n).max(0) as u64,
-            Some(Bson::Int64(n)) => (*n).max(0) as u64,
-            _ => 0,
-        })
+        let reply = self.plain_command(command).await?;
+        Ok(update_counts(&reply).map_or(0, |(_, modified)| modified))
     }
 
     /// The light handoff of `key`'s lease `from` to `to` (TTL `ttl_ms`):

@@ -17,6 +17,8 @@
 //!   unit-tested like `pipeline`;
 //! - [`handoff`]: the handoff to a local waiter in the releasing write
 //!   (its BSON, pure and unit-tested, and the operation that sends it);
+//! - [`plain`]: commands encoded by hand and sent as plain commands (no
+//!   retryable write), and the reading of their replies;
 //! - [`renewal`]: the heartbeat's renewal of plain exclusive leases,
 //!   encoded directly (its filter names every key of the batch);
 //! - [`light`]: the light forms of the acquire, the release and the
@@ -56,6 +58,7 @@ mod light;
 mod observe;
 mod ops;
 mod pipeline;
+mod plain;
 mod prepare;
 mod queue;
 mod release;

@@ -1,6 +1,6 @@
 //! The renewal of a batch of plain exclusive leases, the heartbeat's one
-//! `updateMany` for up to `renewal_batch_size` leases, sent as a raw
-//! command: its filter names every key and lease id of the batch, and
+//! `updateMany` for up to `renewal_batch_size` leases, sent as a plain
+//! command (`plain`): its filter names every key and lease id of the batch, and
 //! built as a [`Document`] (a `Bson` value and a copy of each key) it took
 //! several times its encoded size, twice per batch in flight, which the
 //! allocator then kept (the RSS per held lease of `benches/memory.rs`).
@@ -8,10 +8,11 @@
 //! update are those of [`exclusive_filter`](super::kinds::exclusive_filter)
 //! and [`renew_exclusive_update`](super::kinds::renew_exclusive_update).
 
-use mongodb::bson::{Bson, Document, RawArrayBuf, RawBson, RawDocumentBuf, rawdoc};
+use mongodb::bson::{Bson, RawArrayBuf, RawBson, RawDocumentBuf, rawdoc};
 
 use super::handle::MongoStore;
 use super::kinds::renew_exclusive_update;
+use super::plain::{update_command, update_counts};
 use crate::error::{Error, Result};
 use crate::store::{LeaseRef, field};
 
@@ -73,49 +74,18 @@ impl MongoStore {
                 }
             })?);
         }
-        let mut statement = RawDocumentBuf::new();
-        statement.append("q", raw_exclusive_filter(self.owner(), leases)?);
-        statement.append("u", update);
-        statement.append("multi", true);
-        let mut statements = RawArrayBuf::new();
-        statements.push(statement);
-        let mut command = RawDocumentBuf::new();
-        command.append("update", self.coll().name());
-        command.append("updates", statements);
-        command.append("writeConcern", rawdoc! { "w": "majority" });
-        let reply = self
-            .bounded(self.coll_database().run_raw_command(command))
-            .await?;
-        matched(&reply, self.operation_timeout())
+        let filter = raw_exclusive_filter(self.owner(), leases)?;
+        let command = update_command(self.coll().name(), filter, update, true);
+        let reply = self.plain_command(command).await?;
+        Ok(update_counts(&reply).map(|(matched, _)| matched))
     }
-}
-
-/// The count of documents an `update` command's `reply` matched (`n`);
-/// `None` if it carries write errors; [`Error::Unreachable`] (after
-/// `waited`) if it carries a write concern error.
-fn matched(reply: &Document, waited: std::time::Duration) -> Result<Option<u64>> {
-    if let Ok(error) = reply.get_document("writeConcernError") {
-        return Err(Error::Unreachable {
-            waited,
-            reason: format!("a majority did not acknowledge the renewal: {error}"),
-            source: None,
-        });
-    }
-    if reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty()) {
-        return Ok(None);
-    }
-    Ok(Some(match reply.get("n") {
-        Some(Bson::Int32(n)) => (*n).max(0) as u64,
-        Some(Bson::Int64(n)) => (*n).max(0) as u64,
-        _ => 0,
-    }))
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use mongodb::bson::doc;
+    use mongodb::bson::{Document, doc};
     use uuid::Uuid;
 
     use super::*;
@@ -139,27 +109,11 @@ mod tests {
         assert_eq!(raw.to_document().unwrap(), exclusive_filter("me", &leases));
     }
 
-    /// A store of owner `a` on a new collection of the shared `mongod`.
-    async fn store() -> (mongodb::Database, String, MongoStore) {
-        let client = mongodb::Client::with_uri_str(crate::testkit::shared_uri())
-            .await
-            .unwrap();
-        let db = client.database("mongo_lease_contract");
-        let name = crate::testkit::unique_name("renewal");
-        let store = MongoStore::new(
-            &db,
-            &name,
-            "a".into(),
-            Duration::from_secs(60),
-            Duration::from_secs(1),
-            Duration::from_secs(30),
-        );
-        (db, name, store)
-    }
-
     #[tokio::test]
     async fn the_encoded_renewal_renews_and_tells_lost_leases_and_the_servers_refusal() {
-        let (db, name, store) = store().await;
+        let db = super::super::handle::shared_test_db().await;
+        let (name, store) =
+            super::super::handle::test_store(&db, "renewal", Duration::from_secs(60));
         let mut leases = Vec::new();
         for key in ["k1", "k2", "k3"] {
             let lease = LeaseRef {
@@ -211,23 +165,5 @@ mod tests {
             other => panic!("expected the validator's refusal, got {other:?}"),
         }
         coll.drop().await.unwrap();
-    }
-
-    #[test]
-    fn a_reply_counts_matched_documents_or_says_why_not() {
-        let waited = std::time::Duration::from_secs(1);
-        assert_eq!(
-            matched(&doc! { "n": 3, "nModified": 2 }, waited).unwrap(),
-            Some(3)
-        );
-        assert_eq!(
-            matched(&doc! { "n": 1, "writeErrors": [{ "code": 121 }] }, waited).unwrap(),
-            None
-        );
-        let unknown = matched(
-            &doc! { "n": 3, "writeConcernError": { "code": 64 } },
-            waited,
-        );
-        assert!(unknown.unwrap_err().is_transient());
     }
 }

@@ -36,19 +36,8 @@ async fn take_permit(store: &MongoStore, key: &str) -> LeaseRef {
 
 #[tokio::test]
 async fn the_holder_hint_forgets_a_holder_lease_dropped_without_release_or_renewal() {
-    let client = mongodb::Client::with_uri_str(crate::testkit::shared_uri())
-        .await
-        .unwrap();
-    let db = client.database("mongo_lease_contract");
-    let collection = crate::testkit::unique_name("hint");
-    let store = MongoStore::new(
-        &db,
-        &collection,
-        "a".into(),
-        TTL,
-        Duration::from_secs(1),
-        Duration::from_secs(30),
-    );
+    let db = super::super::handle::shared_test_db().await;
+    let (collection, store) = super::super::handle::test_store(&db, "hint", TTL);
     // A permit the actor drops at its local deadline: never renewed nor
     // released through the store again.
     let dropped = take_permit(&store, "k1").await;

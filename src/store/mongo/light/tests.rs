@@ -56,15 +56,8 @@ impl Env {
         }));
         let client = mongodb::Client::with_options(options).unwrap();
         let db = client.database("mongo_lease_contract");
-        let collection = crate::testkit::unique_name("light");
-        let store = MongoStore::new(
-            &db,
-            &collection,
-            "a".into(),
-            Duration::from_millis(TTL_MS as u64),
-            Duration::from_secs(1),
-            Duration::from_secs(30),
-        );
+        let (collection, store) =
+            super::super::handle::test_store(&db, "light", Duration::from_millis(TTL_MS as u64));
         Env {
             db,
             collection,

@@ -1,0 +1,112 @@
+//! Plain commands encoded by hand: the light forms' writes and the
+//! heartbeat's renewal, sent with `run_raw_command`. They are not retryable
+//! writes (no `txnNumber`), so the server keeps no image of a
+//! `findAndModify`'s result nor a transaction record for a retry
+//! (docs/mongodb-behaviour.md, B25); their callers resolve an unknown
+//! outcome themselves (B7). Unlike the driver's write helpers,
+//! `run_raw_command` returns a write concern error and write errors as
+//! fields of the reply: read here.
+
+use std::time::Duration;
+
+use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, rawdoc};
+
+use super::handle::MongoStore;
+use crate::error::{Error, Result};
+
+/// An `update` command of one statement on `collection`: the documents
+/// matching `filter` (`multi`: all of them, else the first) updated by the
+/// pipeline `update`.
+pub(super) fn update_command(
+    collection: &str,
+    filter: RawDocumentBuf,
+    update: RawArrayBuf,
+    multi: bool,
+) -> RawDocumentBuf {
+    let mut statement = RawDocumentBuf::new();
+    statement.append("q", filter);
+    statement.append("u", update);
+    statement.append("multi", multi);
+    let mut statements = RawArrayBuf::new();
+    statements.push(statement);
+    let mut command = RawDocumentBuf::new();
+    command.append("update", collection);
+    command.append("updates", statements);
+    command
+}
+
+/// The documents an `update` command's `reply` matched (`n`) and modified
+/// (`nModified`); `None` if it carries write errors.
+pub(super) fn update_counts(reply: &Document) -> Option<(u64, u64)> {
+    if reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty()) {
+        return None;
+    }
+    let count = |name| match reply.get(name) {
+        Some(Bson::Int32(n)) => (*n).max(0) as u64,
+        Some(Bson::Int64(n)) => (*n).max(0) as u64,
+        _ => 0,
+    };
+    Some((count("n"), count("nModified")))
+}
+
+/// `reply`, or an unknown outcome ([`Error::Unreachable`], after `waited`)
+/// if it carries a write concern error: the write may have applied.
+fn acknowledged(reply: Document, waited: Duration) -> Result<Document> {
+    match reply.get_document("writeConcernError") {
+        Ok(error) => Err(Error::Unreachable {
+            waited,
+            reason: format!("a majority did not acknowledge the write: {error}"),
+            source: None,
+        }),
+        Err(_) => Ok(reply),
+    }
+}
+
+impl MongoStore {
+    /// Sends `command` (on the lock collection's database) with majority
+    /// write concern, as a plain command.
+    ///
+    /// # Errors
+    ///
+    /// As the command's; a write concern error is [`Error::Unreachable`],
+    /// an unknown outcome.
+    pub(super) async fn plain_command(&self, mut command: RawDocumentBuf) -> Result<Document> {
+        command.append("writeConcern", rawdoc! { "w": "majority" });
+        let reply = self
+            .bounded(self.coll_database().run_raw_command(command))
+            .await?;
+        acknowledged(reply, self.operation_timeout())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mongodb::bson::doc;
+
+    use super::*;
+
+    #[test]
+    fn an_update_reply_gives_its_counts_unless_it_has_write_errors() {
+        assert_eq!(
+            update_counts(&doc! { "n": 3, "nModified": 2 }),
+            Some((3, 2))
+        );
+        assert_eq!(update_counts(&doc! { "n": 3_i64 }), Some((3, 0)));
+        assert_eq!(
+            update_counts(&doc! { "n": 1, "writeErrors": [{ "code": 121 }] }),
+            None
+        );
+        assert_eq!(
+            update_counts(&doc! { "n": 1, "writeErrors": [] }),
+            Some((1, 0))
+        );
+    }
+
+    #[test]
+    fn a_write_concern_error_is_an_unknown_outcome() {
+        let waited = Duration::from_secs(1);
+        let reply = doc! { "n": 3, "writeConcernError": { "code": 64 } };
+        assert!(acknowledged(reply, waited).unwrap_err().is_transient());
+        assert!(acknowledged(doc! { "n": 3 }, waited).is_ok());
+    }
+}
