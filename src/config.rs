@@ -40,16 +40,17 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Default number of leases renewed by one MongoDB command: 5 000.
 ///
-/// The batch's `updateMany` costs about 25 µs per lease on MongoDB 6.0 (24 µs
-/// with 5 000 leases, 29 µs with 1 000, on a 2-core machine shared with other
-/// builds; up to 4× more while they load it), so a full batch takes about
-/// 0.15 s. That is the cost of writing the documents: a plain `$set` of the
-/// same documents takes 0.9× as long, and the filter reads one `_id` index
-/// key per lease (`benches/throughput.rs`, docs/mongodb-behaviour.md, B23).
-/// Batches keep each command far below the 16 MiB command size limit. A
-/// heartbeat sends at most two batches at once and the next as each is
-/// answered (each builds a filter several times its own size), so
-/// 100 000 leases are renewed in 20 commands, two in flight at a time.
+/// The batch's `updateMany` costs about 22 µs per lease on MongoDB 6.0
+/// (22–23 µs with 5 000 leases, 21–28 µs with 1 000, on an idle 2-core
+/// machine; up to 4× more while other builds load it), so a full batch
+/// takes about 0.11 s. That is the cost of writing the documents: a plain
+/// `$set` of the same documents takes 0.91–0.98× as long, and the filter
+/// reads one `_id` index key per lease (`benches/throughput.rs`,
+/// docs/mongodb-behaviour.md, B23). Batches keep each command far below the
+/// 16 MiB command size limit. A heartbeat sends at most two batches at once
+/// and the next as each is answered (each names every key and lease id of
+/// its leases), so 100 000 leases are renewed in 20 commands, two in flight
+/// at a time.
 pub const DEFAULT_RENEWAL_BATCH_SIZE: usize = 5_000;
 
 /// Default [`ReleaseMode`]: [`ReleaseMode::Keep`], the released lock document
