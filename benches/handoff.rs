@@ -20,7 +20,11 @@
 //! In the same run, on the same server, the baseline: one plain
 //! `updateOne` with `w: majority` (a round trip of one majority write, on
 //! another client; p50 of `HANDOFF_BASELINE` samples taken half before and
-//! half after the contention), and the ratio handoff p50 / that p50; also
+//! half after the contention), sent one after another and, apart, each
+//! after a pause of one critical section (`SECTION`), as the handoff's
+//! write comes after one: a write after the client and the server idled
+//! for a millisecond takes longer than one right after another (measured
+//! here side by side). Printed: the ratio handoff p50 / each p50; also
 //! the handoff's own write, timed by the driver's command events, and the
 //! time around it (the release call to the write's start, the write's
 //! reply to the next holder's `acquire` returning), next to a call to
@@ -196,6 +200,23 @@ async fn majority_updates(coll: &Collection<Document>, n: usize) -> Vec<Duration
     samples
 }
 
+/// `n` round trips of one plain majority `updateOne` on `coll`, each
+/// after a pause of one critical section (`SECTION`), as a handoff's write
+/// comes after one.
+async fn paced_majority_updates(coll: &Collection<Document>, n: usize) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n {
+        tokio::time::sleep(SECTION).await;
+        let started = Instant::now();
+        coll.update_one(doc! { "_id": "paced" }, doc! { "$set": { "n": i as i64 } })
+            .upsert(true)
+            .await
+            .expect("paced baseline update");
+        samples.push(started.elapsed());
+    }
+    samples
+}
+
 /// `n` round trips of one majority `findOneAndUpdate` returning the
 /// document (the command a handoff sends, without its pipeline) on `coll`.
 async fn majority_find_and_modify(coll: &Collection<Document>, n: usize) -> Vec<Duration> {
@@ -327,6 +348,7 @@ async fn in_process(uri: &str, db_name: &str) {
     majority_updates(&raw, 20).await; // warm-up
     let mut baseline = majority_updates(&raw, baseline_n / 2).await;
     let mut fam = majority_find_and_modify(&raw, baseline_n / 2).await;
+    let mut paced = paced_majority_updates(&raw, baseline_n / 2).await;
     // Also during the contention, if asked: a load of its own on the
     // server and the 2 cores, which slows the handoffs it is compared with.
     let sample_during = std::env::var("HANDOFF_DURING").is_ok_and(|v| v == "1");
@@ -351,6 +373,8 @@ async fn in_process(uri: &str, db_name: &str) {
     };
     baseline.extend(majority_updates(&raw, baseline_n - baseline_n / 2).await);
     fam.extend(majority_find_and_modify(&raw, baseline_n - baseline_n / 2).await);
+    paced.extend(paced_majority_updates(&raw, baseline_n - baseline_n / 2).await);
+    paced.sort();
     baseline.sort();
     fam.sort();
     manager.shutdown().await.expect("shutdown");
@@ -380,6 +404,13 @@ async fn in_process(uri: &str, db_name: &str) {
         base,
         quantile_ms(&baseline, 0.99)
     );
+    let paced_base = quantile_ms(&paced, 0.5);
+    println!(
+        "  the same updateOne, each after a pause of one critical section (same run, {} \
+         samples): p50 {:.2} ms",
+        paced.len(),
+        paced_base
+    );
     println!(
         "  majority findOneAndUpdate round trip (same run, {} samples): p50 {:.2} ms",
         fam.len(),
@@ -407,8 +438,10 @@ async fn in_process(uri: &str, db_name: &str) {
         quantile_ms(&hops, 0.5)
     );
     println!(
-        "  ratio handoff p50 / majority write p50: {:.2}x (before and after)",
-        p50 / base
+        "  ratio handoff p50 / majority write p50: {:.2}x (writes one after another), \
+         {:.2}x (each after a pause, as the handoff's write comes)",
+        p50 / base,
+        p50 / paced_base
     );
     if sample_during {
         println!(

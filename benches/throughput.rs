@@ -22,8 +22,8 @@
 //!   document and `deleteOne` of it, the floor of any lock on MongoDB;
 //! * (b) `raw lease commands`: the raw driver sending the very commands
 //!   `mongo-lease` sends for an acquire and a release (captured from the
-//!   manager's command log, with the key and lease id substituted), so
-//!   (c) / (b) is the manager's own cost;
+//!   manager's command log of a lone acquire and release, with the key and
+//!   lease id substituted);
 //! * (b') the same commands from a client without retryable writes (no
 //!   `txnNumber`: a `findAndModify` then stores no image of the document
 //!   for a retry to return);
@@ -31,7 +31,11 @@
 //!   release mode `Keep` (the default);
 //! * (d) `mongo-lease delete`: the same with `ReleaseMode::Delete`.
 //!
-//! The commands each contender sent per pair are printed too.
+//! (b) and (b') send one command per write, as a lone caller's acquire
+//! and release are sent; (c) and (d) group the writes that 64 tasks ask
+//! for at once (a group commit, docs/mongodb-behaviour.md, B27), so they
+//! can beat both (a) and (b). The commands each contender sent per pair
+//! are printed too.
 //!
 //! **Renewal cost.** A manager holds N leases (1 000, then 5 000, one batch
 //! each); the duration of its heartbeat's renewal `updateMany` is read

@@ -41,10 +41,11 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
 /// Default number of leases renewed by one MongoDB command: 5 000.
 ///
 /// The batch's `updateMany` costs about 22 µs per lease on MongoDB 6.0
-/// (22–23 µs with 5 000 leases, 21–28 µs with 1 000, on an idle 2-core
+/// (20–23 µs with 5 000 leases, 22–32 µs with 1 000, on an idle 2-core
 /// machine; up to 4× more while other builds load it), so a full batch
 /// takes about 0.11 s. That is the cost of writing the documents: a plain
-/// `$set` of the same documents takes 0.91–0.98× as long, and the filter
+/// `$set` of the same documents takes about as long (0.68–1.25× in the
+/// same runs), and the filter
 /// reads one `_id` index key per lease (`benches/throughput.rs`,
 /// docs/mongodb-behaviour.md, B23). Batches keep each command far below the
 /// 16 MiB command size limit. A heartbeat sends at most two batches at once

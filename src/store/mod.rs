@@ -290,6 +290,24 @@
 //! light forms' equivalence is checked on a real server
 //! (`store::mongo::light::tests`).
 //!
+//! **Grouped.** A light acquire or release asked for while another of its
+//! form is in flight waits for it, and those that waited go together, in
+//! one command (B27: most of a small write's cost is per command). One
+//! asked for while none is in flight goes at once, alone, in the form
+//! above. A group of acquires is one `update` of one upsert statement per
+//! key (the lease id a per-statement constant) and one `find` of the
+//! keys: a key counts as acquired if it holds this owner and lease id and
+//! its `exp - $$NOW` at the `find` is at least the TTL less the local time
+//! since the `update` was sent, so that its expiry is at least what the
+//! actor counts on, whichever write under that lease id set it. A group of
+//! releases is one `update` of one statement per lease, and a `find` of
+//! the keys unless every statement applied: a document still under the
+//! lease id was not released (the general release decides), one without a
+//! lease id and of this owner was. Anything else, and every key after an
+//! error, goes to the general form, which decides as for a single write.
+//! Only string keys are grouped (the `find`'s documents are matched to the
+//! requests by `_id`). `src/store/mongo/light/batched.rs` has the details.
+//!
 //! # Fencing tokens
 //!
 //! `tok = max(previous tok + 1, ms($$NOW) * 2^20)`. The first term makes tokens

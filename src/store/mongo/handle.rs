@@ -14,7 +14,7 @@ use mongodb::options::{
 use mongodb::{Collection, Database};
 use uuid::Uuid;
 
-use super::light::{Contended, Updates};
+use super::light::{Contended, LightBatches, Updates};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 
@@ -47,6 +47,8 @@ pub(crate) struct MongoStore {
     contended: Contended,
     /// The light acquire's update per TTL, encoded once (see `light`).
     light_updates: Updates,
+    /// The group commits of the light acquire and release (see `batch`).
+    light_batches: LightBatches,
 }
 
 impl MongoStore {
@@ -77,6 +79,7 @@ impl MongoStore {
             holder_ids: Arc::default(),
             contended: Contended::default(),
             light_updates: Updates::default(),
+            light_batches: LightBatches::default(),
         }
     }
 
@@ -91,6 +94,11 @@ impl MongoStore {
     /// The light acquire's encoded updates (see `light`).
     pub(super) fn updates(&self) -> &Updates {
         &self.light_updates
+    }
+
+    /// The group commits of the light acquire and release (see `batch`).
+    pub(super) fn light_batches(&self) -> &LightBatches {
+        &self.light_batches
     }
 
     /// The keys the general forms were sent for lately (see `light`).

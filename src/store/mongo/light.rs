@@ -37,6 +37,11 @@
 //! sent for) is remembered for [`CONTENDED_FOR`]: its writes go straight
 //! to the general form meanwhile, so a contended key costs no extra round
 //! trip.
+//!
+//! The light acquires and releases of string keys asked for while one of
+//! their form is in flight go together once it returns (`batch`, the
+//! commands in `batched`); one asked for while none is goes alone, in its
+//! own command here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -417,10 +422,12 @@ impl MongoStore {
         {
             return Ok(None);
         }
-        let (count, retried) = retried("release", || self.release_light_command(lease)).await?;
-        if count > 0 {
-            return Ok(Some(count));
-        }
+        let retried = match self.release_light_grouped(lease).await {
+            LightRelease::Released => return Ok(Some(1)),
+            LightRelease::NotApplied => false,
+            LightRelease::Unknown => true,
+            LightRelease::Failed(e) => return Err(e),
+        };
         self.contended().insert(&lease.key);
         let released = Released::Leases {
             owner: self.owner(),
@@ -447,6 +454,81 @@ impl MongoStore {
         lease_id: Uuid,
         ttl_ms: i64,
     ) -> Result<Option<u64>> {
+        let request = AcquireRequest {
+            key: key.clone(),
+            lease_id,
+            ttl_ms,
+        };
+        let outcome = if key.as_str().is_some() {
+            let store = self.clone();
+            let send = move |requests: Vec<AcquireRequest>| {
+                let store = store.clone();
+                async move { store.acquire_light_many(requests).await }
+            };
+            self.light_batches().acquire.submit(request, send).await
+        } else {
+            self.acquire_light_alone(&request).await
+        };
+        match outcome {
+            LightAcquire::Acquired(token) => Ok(Some(token)),
+            LightAcquire::NotApplied => {
+                self.contended().insert(key);
+                Ok(None)
+            }
+            LightAcquire::Failed(e) => Err(e),
+        }
+    }
+
+    /// The light acquires `requests`: the light form's own command for
+    /// one, one batch for more (`batched`).
+    async fn acquire_light_many(&self, requests: Vec<AcquireRequest>) -> Vec<LightAcquire> {
+        match &requests[..] {
+            [request] => vec![self.acquire_light_alone(request).await],
+            _ => self.acquire_light_batch(&requests).await,
+        }
+    }
+
+    /// The light release of `lease`, grouped with others (`batch`) if its
+    /// key is a string.
+    async fn release_light_grouped(&self, lease: &LeaseRef) -> LightRelease {
+        if lease.key.as_str().is_none() {
+            return self.release_light_alone(lease).await;
+        }
+        let store = self.clone();
+        let send = move |leases: Vec<LeaseRef>| {
+            let store = store.clone();
+            async move {
+                match &leases[..] {
+                    [lease] => vec![store.release_light_alone(lease).await],
+                    _ => store.release_light_batch(&leases).await,
+                }
+            }
+        };
+        self.light_batches()
+            .release
+            .submit(lease.clone(), send)
+            .await
+    }
+
+    /// The light release's own command for `lease`, retried after a
+    /// transient failure.
+    async fn release_light_alone(&self, lease: &LeaseRef) -> LightRelease {
+        match retried("release", || self.release_light_command(lease)).await {
+            Ok((count, _)) if count > 0 => LightRelease::Released,
+            Ok((_, false)) => LightRelease::NotApplied,
+            Ok((_, true)) => LightRelease::Unknown,
+            Err(e) => LightRelease::Failed(e),
+        }
+    }
+
+    /// The light acquire's own command (`findAndModify`) for `request`.
+    async fn acquire_light_alone(&self, request: &AcquireRequest) -> LightAcquire {
+        let AcquireRequest {
+            key,
+            lease_id,
+            ttl_ms,
+        } = request;
+        let (lease_id, ttl_ms) = (*lease_id, *ttl_ms);
         let attempt = self
             .find_and_modify_light(key, Form::Acquire, ttl_ms, &[(LID, lease_id)])
             .await;
@@ -454,14 +536,15 @@ impl MongoStore {
             Ok(doc) => doc.and_then(|doc| acquired_token(&doc, self.owner(), lease_id)),
             Err(e) if e.is_transient() => None,
             Err(Error::Database(e)) if is_duplicate_key(&e) => None,
-            Err(e) => return Err(e),
+            Err(e) => return LightAcquire::Failed(e),
         };
-        if token.is_none() {
-            self.contended().insert(key);
-        }
-        Ok(token)
+        token.map_or(LightAcquire::NotApplied, LightAcquire::Acquired)
     }
 }
+
+mod batched;
+pub(super) use batched::LightBatches;
+use batched::{AcquireRequest, LightAcquire, LightRelease};
 
 #[cfg(test)]
 mod tests;

@@ -31,6 +31,17 @@ impl Commands {
         log.clear();
         n
     }
+
+    /// How many of each command were started since the last call, those
+    /// of the server's own monitoring aside.
+    fn counts(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut log = self.0.lock().unwrap();
+        let mut counts = std::collections::BTreeMap::new();
+        for name in log.drain(..) {
+            *counts.entry(name).or_insert(0) += 1;
+        }
+        counts
+    }
 }
 
 /// A store of owner `a` on a new collection, through a client whose
@@ -376,5 +387,144 @@ async fn the_light_handoff_writes_the_general_handoffs_document() {
     for doc in [&light_doc, &general_doc] {
         assert_eq!(doc.get(field::LEASE_ID), Some(&bson_lease_id(to)));
     }
+    env.drop().await;
+}
+
+/// `n` leases of keys `{prefix}0..`, under new lease ids.
+fn leases(prefix: &str, n: usize) -> Vec<LeaseRef> {
+    (0..n)
+        .map(|i| LeaseRef {
+            key: format!("{prefix}{i}").as_str().into(),
+            lease_id: Uuid::new_v4(),
+        })
+        .collect()
+}
+
+/// The light acquires of `leases`, asked for at once (one task).
+async fn acquire_all(env: &Env, leases: &[LeaseRef]) -> Vec<Option<u64>> {
+    let acquires = leases
+        .iter()
+        .map(|l| env.store.acquire_light(&l.key, l.lease_id, TTL_MS));
+    futures::future::join_all(acquires)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn light_acquires_asked_for_while_one_is_in_flight_go_in_one_update_and_one_find() {
+    let env = Env::new().await;
+    let leases = leases("k", 20);
+    env.commands.counts();
+    let tokens = acquire_all(&env, &leases).await;
+    // The first alone, at once; the 19 that queued behind it together.
+    let counts = env.commands.counts();
+    assert_eq!(counts.get("findAndModify"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("update"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("find"), Some(&1), "{counts:?}");
+    for (lease, token) in leases.iter().zip(&tokens) {
+        let doc = env.get(lease.key.as_str().unwrap()).await.unwrap();
+        assert_acquired(&doc, lease.lease_id);
+        assert_eq!(
+            Some(doc.get_i64(field::TOKEN).unwrap() as u64),
+            *token,
+            "{doc}"
+        );
+    }
+    env.drop().await;
+}
+
+#[tokio::test]
+async fn a_batched_acquire_leaves_a_held_key_unchanged_and_a_stale_write_under_its_lease_id_to_the_general_form()
+ {
+    let env = Env::new().await;
+    let held = lock("held", "b", at(30));
+    env.put(held.clone()).await;
+    // An earlier attempt under the same lease id that landed (its outcome
+    // unknown to the caller), expiring sooner than a new acquisition would.
+    let stale_id = Uuid::new_v4();
+    env.put(with(
+        lock("stale", "a", at(5)),
+        doc! { field::LEASE_ID: bson_lease_id(stale_id) },
+    ))
+    .await;
+    let mut all = leases("free", 3);
+    all.push(LeaseRef {
+        key: "held".into(),
+        lease_id: Uuid::new_v4(),
+    });
+    all.push(LeaseRef {
+        key: "stale".into(),
+        lease_id: stale_id,
+    });
+    let tokens = acquire_all(&env, &all).await;
+    assert!(tokens[..3].iter().all(Option::is_some), "{tokens:?}");
+    assert_eq!(tokens[3], None, "held by b");
+    assert_eq!(tokens[4], None, "not taken as this write's");
+    assert_eq!(env.get("held").await.unwrap(), held, "unchanged");
+    // The general form then renews it as a retry, for a whole TTL.
+    let outcome = env.acquire_general("stale", stale_id).await;
+    assert!(
+        matches!(outcome, AcquireOutcome::Acquired { .. }),
+        "{outcome:?}"
+    );
+    let doc = env.get("stale").await.unwrap();
+    let left = doc
+        .get_datetime(field::EXPIRES_AT)
+        .unwrap()
+        .timestamp_millis()
+        - DateTime::now().timestamp_millis();
+    assert!(left > TTL_MS - 10_000, "{doc}");
+    env.drop().await;
+}
+
+#[tokio::test]
+async fn light_releases_asked_for_together_release_each_lease_and_report_a_lost_one_lost() {
+    let env = Env::new().await;
+    let leases = leases("r", 6);
+    assert!(acquire_all(&env, &leases).await.iter().all(Option::is_some));
+    // r1: taken over by another owner; r2: another owner waits for it.
+    env.raw()
+        .update_one(
+            doc! { "_id": "r1" },
+            doc! { "$set": { field::OWNER: "b", field::LEASE_ID: bson_lease_id(Uuid::new_v4()) } },
+        )
+        .await
+        .unwrap();
+    env.raw()
+        .update_one(
+            doc! { "_id": "r2" },
+            doc! { "$set": { field::WAITING_SINCE: DateTime::now() } },
+        )
+        .await
+        .unwrap();
+    env.commands.counts();
+    let releases = leases.iter().map(|l| env.store.release_light(l, false));
+    let counts: Vec<u64> = futures::future::join_all(releases)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 0, 1, 1, 1, 1]);
+    let commands = env.commands.counts();
+    // r0 alone; r1..r5 in one update and one find; then the general
+    // release of r1 and r2.
+    assert_eq!(commands.get("find"), Some(&1), "{commands:?}");
+    for lease in &leases {
+        let key = lease.key.as_str().unwrap();
+        let doc = env.get(key).await.unwrap();
+        if key == "r1" {
+            assert_eq!(doc.get_str(field::OWNER).unwrap(), "b", "untouched");
+            assert!(doc.contains_key(field::LEASE_ID), "{doc}");
+        } else {
+            assert!(!doc.contains_key(field::LEASE_ID), "{doc}");
+        }
+    }
+    let waited = env.get("r2").await.unwrap();
+    assert!(
+        waited.contains_key(field::YIELD_UNTIL),
+        "the general release: {waited}"
+    );
     env.drop().await;
 }

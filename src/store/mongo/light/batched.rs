@@ -1,0 +1,386 @@
+//! The light acquire and release of many keys in one command: what the
+//! group commit (`batch`) sends when writes queued behind one in flight.
+//! A batch of one is the light form's own command, unchanged.
+//!
+//! * **Acquire**: one `update` of one upsert statement per key (the light
+//!   acquire's update, its lease id a per-statement constant `c`), not
+//!   ordered, then one `find` of the keys. The update command returns no
+//!   documents, so the `find` reads each key's holder, token and expiry.
+//!   A key counts as acquired only if it holds this owner and lease id and
+//!   the server's remaining validity (`exp - $$NOW` at the `find`) is at
+//!   least the TTL less the local time since the update was sent: then the
+//!   expiry is at least what the actor counts on, whichever write set it
+//!   (this one, or an earlier attempt under the same lease id whose outcome
+//!   was unknown, B7). Any other key, and every key after an error, is
+//!   left to the general form, which decides (and recognises a landed
+//!   earlier attempt as a retry).
+//! * **Release**: one `update` of one statement per lease (the light
+//!   release), not ordered. All applied (`nModified` = statements): all
+//!   released. Otherwise one `find` of the keys reads each document:
+//!   - still under the lease's id: not released (someone else waits, or
+//!     a write error); the general release decides;
+//!   - no lease id and this owner's: released by the batch (the light
+//!     release removes `lid` and keeps `aid`; no other write does);
+//!   - another lease id, or no document: released by the batch and taken
+//!     since, or lost before it. The modified count tells which if it
+//!     matches all of these leases (all released) or none (all lost; the
+//!     general release finds them gone and reports them lost). If it
+//!     matches neither (two such leases in one batch, one of each), all
+//!     of them are reported lost: possibly a release reported as a loss,
+//!     never the reverse.
+//!
+//! Only string keys are batched (the `find`'s documents are matched to
+//! the requests by `_id`, which for a string is exact); other keys go
+//! alone.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
+use uuid::Uuid;
+
+use super::super::batch::Batcher;
+use super::super::handle::MongoStore;
+use super::super::pipeline::bson_lease_id;
+use super::{Form, LID, raw_key_filter, raw_lets};
+use crate::error::Error;
+use crate::key::LeaseKey;
+use crate::store::{LeaseRef, field};
+
+/// A light acquire asked for.
+pub(in crate::store::mongo) struct AcquireRequest {
+    pub(in crate::store::mongo) key: LeaseKey,
+    pub(in crate::store::mongo) lease_id: Uuid,
+    pub(in crate::store::mongo) ttl_ms: i64,
+}
+
+/// What a light acquire did.
+#[derive(Default)]
+pub(in crate::store::mongo) enum LightAcquire {
+    /// This owner holds the key under the request's lease id, with this token.
+    Acquired(u64),
+    /// Not applied, or not known to have: the general form decides.
+    #[default]
+    NotApplied,
+    /// The light form's own command failed (a batch of one).
+    Failed(Error),
+}
+
+/// What a light release did.
+#[derive(Default)]
+pub(in crate::store::mongo) enum LightRelease {
+    /// It released the lease.
+    Released,
+    /// It did not release it (another owner waits, or it was lost): the
+    /// general release decides.
+    NotApplied,
+    /// It may have: the general release decides, and a lease it no longer
+    /// finds counts as released by this write (as after any retried write).
+    #[default]
+    Unknown,
+    /// The light form's own command failed (a batch of one).
+    Failed(Error),
+}
+
+/// The group commits of the light acquire and release (shared by a
+/// store's clones).
+#[derive(Clone, Default)]
+pub(in crate::store::mongo) struct LightBatches {
+    pub(in crate::store::mongo) acquire: Batcher<AcquireRequest, LightAcquire>,
+    pub(in crate::store::mongo) release: Batcher<LeaseRef, LightRelease>,
+}
+
+/// The token of `doc` (as the batch's `find` read it) if it holds
+/// `request`'s lease for `owner` for at least the request's TTL less
+/// `elapsed_ms` more, by the server's clock.
+fn fresh_token(
+    doc: &Document,
+    request: &AcquireRequest,
+    owner: &str,
+    elapsed_ms: i64,
+) -> Option<u64> {
+    let ours = doc.get(field::LEASE_ID) == Some(&bson_lease_id(request.lease_id))
+        && doc.get_str(field::OWNER) == Ok(owner);
+    let left = doc.get_datetime(field::EXPIRES_AT).ok()?.timestamp_millis()
+        - doc.get_datetime("now").ok()?.timestamp_millis();
+    let token = doc.get_i64(field::TOKEN).ok()?;
+    (ours && left >= request.ttl_ms - elapsed_ms).then_some(token as u64)
+}
+
+/// A released lease's document as the `find` after a batch read it.
+#[derive(PartialEq)]
+enum Read {
+    /// It still holds the lease: not released.
+    Kept,
+    /// No lease id, this owner's: released (by this batch; no other write
+    /// removes a held lease's id and keeps its owner id).
+    Released,
+    /// Another lease id, or no document: released by this batch and then
+    /// taken, or lost before it.
+    Gone,
+}
+
+/// The answers of a batch of light releases whose documents read `read`
+/// after the batch modified `modified` of them (see the module docs).
+fn release_outcomes(read: Vec<Read>, modified: u64) -> Vec<LightRelease> {
+    let released = read.iter().filter(|r| **r == Read::Released).count() as u64;
+    let gone = read.iter().filter(|r| **r == Read::Gone).count() as u64;
+    // Whether the leases gone were all released by the batch (then taken
+    // by another owner): the modified count says so if it has a write
+    // left for each of them; if not, each is taken as lost.
+    let gone_released = modified.saturating_sub(released) == gone;
+    read.into_iter()
+        .map(|read| match read {
+            Read::Released => LightRelease::Released,
+            Read::Gone if gone_released => LightRelease::Released,
+            Read::Kept | Read::Gone => LightRelease::NotApplied,
+        })
+        .collect()
+}
+
+/// An `update` command of `statements`, not ordered.
+fn update_many_statements(collection: &str, statements: RawArrayBuf) -> RawDocumentBuf {
+    let mut command = RawDocumentBuf::new();
+    command.append("update", collection);
+    command.append("updates", statements);
+    command.append("ordered", false);
+    command
+}
+
+/// Documents modified by an `update` command's `reply`, and whether it
+/// reported write errors.
+fn modified(reply: &Document) -> (u64, bool) {
+    let errors = reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty());
+    let count = match reply.get("nModified") {
+        Some(Bson::Int32(n)) => (*n).max(0) as u64,
+        Some(Bson::Int64(n)) => (*n).max(0) as u64,
+        _ => 0,
+    };
+    (count, errors)
+}
+
+impl MongoStore {
+    /// The documents of the string keys `keys`, read on the primary (read
+    /// concern `local`: a majority-acknowledged write of this store is
+    /// there) with `projection`, by key; `None` if the read failed.
+    async fn read_keys(
+        &self,
+        keys: &[&str],
+        projection: Document,
+    ) -> Option<HashMap<String, Document>> {
+        let command = doc! {
+            "find": self.coll().name(),
+            "filter": { field::ID: { "$in": keys } },
+            "projection": projection,
+            "batchSize": keys.len() as i64,
+            "singleBatch": true,
+            "readConcern": { "level": "local" },
+        };
+        let reply = self
+            .bounded(self.coll_database().run_command(command))
+            .await
+            .ok()?;
+        let batch = reply
+            .get_document("cursor")
+            .and_then(|c| c.get_array("firstBatch"))
+            .ok()?;
+        Some(
+            batch
+                .iter()
+                .filter_map(|d| d.as_document())
+                .filter_map(|d| Some((d.get_str(field::ID).ok()?.to_owned(), d.clone())))
+                .collect(),
+        )
+    }
+
+    /// The light acquires `requests` (of distinct string keys) in one
+    /// `update` and one `find` (see the module docs); one answer each, in
+    /// order.
+    pub(in crate::store::mongo) async fn acquire_light_batch(
+        &self,
+        requests: &[AcquireRequest],
+    ) -> Vec<LightAcquire> {
+        let not_applied = || requests.iter().map(|_| LightAcquire::NotApplied).collect();
+        let mut statements = RawArrayBuf::new();
+        for request in requests {
+            let (Ok(filter), Ok(update)) = (
+                raw_key_filter(&request.key),
+                self.updates()
+                    .get(Form::Acquire, self.owner(), request.ttl_ms),
+            ) else {
+                return not_applied();
+            };
+            statements.push(rawdoc! {
+                "q": filter,
+                "u": update,
+                "c": raw_lets(&[(LID, request.lease_id)]),
+                "upsert": true,
+            });
+        }
+        let sent = Instant::now();
+        let command = update_many_statements(self.coll().name(), statements);
+        if self.plain_command(command).await.is_err() {
+            return not_applied();
+        }
+        let keys: Vec<&str> = requests.iter().filter_map(|r| r.key.as_str()).collect();
+        let projection = doc! {
+            field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
+            "now": "$$NOW",
+        };
+        let Some(docs) = self.read_keys(&keys, projection).await else {
+            return not_applied();
+        };
+        // Server time that may have passed since the update was sent, in
+        // whole milliseconds (rounded up, and one more for `$$NOW`'s).
+        let elapsed_ms = sent.elapsed().as_millis() as i64 + 2;
+        requests
+            .iter()
+            .map(|request| {
+                let doc = request.key.as_str().and_then(|k| docs.get(k));
+                match doc.and_then(|d| fresh_token(d, request, self.owner(), elapsed_ms)) {
+                    Some(token) => LightAcquire::Acquired(token),
+                    None => LightAcquire::NotApplied,
+                }
+            })
+            .collect()
+    }
+
+    /// The light releases of `leases` (of distinct string keys) in one
+    /// `update`, and one `find` unless all applied (see the module docs);
+    /// one answer each, in order.
+    pub(in crate::store::mongo) async fn release_light_batch(
+        &self,
+        leases: &[LeaseRef],
+    ) -> Vec<LightRelease> {
+        let all = |outcome: fn() -> LightRelease| leases.iter().map(|_| outcome()).collect();
+        let Ok(update) = self.updates().get(Form::Release, self.owner(), 0) else {
+            return all(|| LightRelease::NotApplied);
+        };
+        let mut statements = RawArrayBuf::new();
+        for lease in leases {
+            let Ok(filter) = raw_key_filter(&lease.key) else {
+                return all(|| LightRelease::NotApplied);
+            };
+            statements.push(rawdoc! {
+                "q": filter,
+                "u": update.clone(),
+                "c": raw_lets(&[(LID, lease.lease_id)]),
+            });
+        }
+        let command = update_many_statements(self.coll().name(), statements);
+        let reply = match self.plain_command(command).await {
+            Ok(reply) => reply,
+            Err(e) if e.is_transient() => return all(|| LightRelease::Unknown),
+            Err(_) => return all(|| LightRelease::NotApplied),
+        };
+        let (count, errors) = modified(&reply);
+        if !errors && count == leases.len() as u64 {
+            return all(|| LightRelease::Released);
+        }
+        let keys: Vec<&str> = leases.iter().filter_map(|l| l.key.as_str()).collect();
+        let projection = doc! { field::OWNER: 1, field::LEASE_ID: 1 };
+        let Some(docs) = self.read_keys(&keys, projection).await else {
+            return all(|| LightRelease::Unknown);
+        };
+        let read: Vec<Read> = leases
+            .iter()
+            .map(|lease| {
+                let doc = lease.key.as_str().and_then(|k| docs.get(k));
+                let lease_id = doc.and_then(|d| d.get(field::LEASE_ID));
+                if lease_id == Some(&bson_lease_id(lease.lease_id)) {
+                    Read::Kept
+                } else if lease_id.is_none()
+                    && doc.is_some_and(|d| d.get_str(field::OWNER) == Ok(self.owner()))
+                {
+                    Read::Released
+                } else {
+                    Read::Gone
+                }
+            })
+            .collect();
+        release_outcomes(read, count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcomes(read: Vec<Read>, modified: u64) -> Vec<&'static str> {
+        release_outcomes(read, modified)
+            .iter()
+            .map(|o| match o {
+                LightRelease::Released => "released",
+                LightRelease::NotApplied => "general",
+                LightRelease::Unknown | LightRelease::Failed(_) => "other",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lease_still_held_is_left_to_the_general_release() {
+        use Read::*;
+        assert_eq!(
+            outcomes(vec![Released, Kept, Released], 2),
+            ["released", "general", "released"]
+        );
+    }
+
+    #[test]
+    fn a_lease_gone_counts_as_released_only_if_the_modified_count_covers_it() {
+        use Read::*;
+        // Released by the batch, then taken: the batch modified 3.
+        assert_eq!(
+            outcomes(vec![Released, Gone, Released], 3),
+            ["released", "released", "released"]
+        );
+        // Lost before the batch: it modified 2.
+        assert_eq!(
+            outcomes(vec![Released, Gone, Released], 2),
+            ["released", "general", "released"]
+        );
+        // Two gone, one of each: both reported lost, never the reverse.
+        assert_eq!(
+            outcomes(vec![Gone, Gone, Released], 2),
+            ["general", "general", "released"]
+        );
+        assert_eq!(outcomes(vec![Gone, Gone], 2), ["released", "released"]);
+        assert_eq!(outcomes(vec![Gone, Kept], 0), ["general", "general"]);
+    }
+
+    #[test]
+    fn a_batched_acquire_counts_only_a_lease_that_lasts_its_ttl_from_the_send() {
+        let lease_id = Uuid::new_v4();
+        let request = AcquireRequest {
+            key: "k".into(),
+            lease_id,
+            ttl_ms: 10_000,
+        };
+        let now = mongodb::bson::DateTime::from_millis(1_000_000);
+        let doc = |owner: &str, id: Uuid, left_ms: i64| {
+            doc! {
+                field::OWNER: owner, field::LEASE_ID: bson_lease_id(id), field::TOKEN: 9_i64,
+                field::EXPIRES_AT: mongodb::bson::DateTime::from_millis(1_000_000 + left_ms),
+                "now": now,
+            }
+        };
+        // 5 ms passed since the send: at least 9 995 ms must be left.
+        assert_eq!(
+            fresh_token(&doc("a", lease_id, 9_995), &request, "a", 5),
+            Some(9)
+        );
+        assert_eq!(
+            fresh_token(&doc("a", lease_id, 9_994), &request, "a", 5),
+            None
+        );
+        assert_eq!(
+            fresh_token(&doc("b", lease_id, 10_000), &request, "a", 5),
+            None
+        );
+        let other = Uuid::new_v4();
+        assert_eq!(
+            fresh_token(&doc("a", other, 10_000), &request, "a", 5),
+            None
+        );
+    }
+}
