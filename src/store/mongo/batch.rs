@@ -210,26 +210,42 @@ mod tests {
         }
     }
 
+    /// `requests` submitted at once, from one task: their answers, in order.
+    fn submit_all<F, Fut>(
+        batcher: &Batcher<u32, u32>,
+        requests: std::ops::RangeInclusive<u32>,
+        send: F,
+    ) -> tokio::task::JoinHandle<Vec<u32>>
+    where
+        F: Fn(Vec<u32>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Vec<u32>> + Send + 'static,
+    {
+        let submits = requests.map(|r| {
+            let (batcher, send) = (batcher.clone(), send.clone());
+            async move { batcher.submit(r, send).await }
+        });
+        tokio::spawn(futures::future::join_all(submits))
+    }
+
+    /// Yields to the other tasks until `done` holds.
+    async fn until(mut done: impl FnMut() -> bool) {
+        while !done() {
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
     async fn the_first_request_goes_alone_and_those_asked_for_meanwhile_go_together() {
         let batcher: Batcher<u32, u32> = Batcher::default();
         let batches = Arc::default();
         let go = Arc::new(Notify::new());
         let send = recording(Arc::clone(&batches), go.clone());
-        let submits = (1..=5).map(|r| {
-            let (batcher, send) = (batcher.clone(), send.clone());
-            async move { batcher.submit(r, send).await }
-        });
-        let answers = tokio::spawn(futures::future::join_all(submits));
+        let answers = submit_all(&batcher, 1..=5, send);
         // Each batch waits for one `go`: the first, once the other four
         // queued behind it, then theirs.
-        while batcher.queue().pending.len() < 4 {
-            tokio::task::yield_now().await;
-        }
+        until(|| batcher.queue().pending.len() == 4).await;
         go.notify_one();
-        while batches.lock().unwrap().len() < 2 {
-            tokio::task::yield_now().await;
-        }
+        until(|| batches.lock().unwrap().len() == 2).await;
         go.notify_one();
         assert_eq!(answers.await.unwrap(), [10, 20, 30, 40, 50]);
         assert_eq!(*batches.lock().unwrap(), [vec![1], vec![2, 3, 4, 5]]);
@@ -248,13 +264,9 @@ mod tests {
             let (batcher, send) = (batcher.clone(), send.clone());
             async move { batcher.submit(2, send).await }
         });
-        while batcher.queue().pending.is_empty() {
-            tokio::task::yield_now().await;
-        }
+        until(|| !batcher.queue().pending.is_empty()).await;
         drop(first);
-        while batches.lock().unwrap().len() < 2 {
-            tokio::task::yield_now().await;
-        }
+        until(|| batches.lock().unwrap().len() == 2).await;
         go.notify_one();
         assert_eq!(second.await.unwrap(), 20);
         assert_eq!(*batches.lock().unwrap(), [vec![1], vec![2]]);
@@ -279,14 +291,8 @@ mod tests {
                 .boxed()
             }
         };
-        let submits = (1..=3).map(|r| {
-            let (batcher, send) = (batcher.clone(), send.clone());
-            async move { batcher.submit(r, send).await }
-        });
-        let answers = tokio::spawn(futures::future::join_all(submits));
-        while batcher.queue().pending.len() < 2 {
-            tokio::task::yield_now().await;
-        }
+        let answers = submit_all(&batcher, 1..=3, send.clone());
+        until(|| batcher.queue().pending.len() == 2).await;
         // The first alone, then the batch of two, which answers none.
         go.notify_one();
         while !answers.is_finished() {
