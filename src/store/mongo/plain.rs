@@ -29,24 +29,43 @@ pub(super) fn update_command(
     statement.append("multi", multi);
     let mut statements = RawArrayBuf::new();
     statements.push(statement);
+    update_statements(collection, statements, true)
+}
+
+/// An `update` command of `statements` on `collection`; not `ordered`:
+/// every statement is tried, whatever an earlier one's write error.
+pub(super) fn update_statements(
+    collection: &str,
+    statements: RawArrayBuf,
+    ordered: bool,
+) -> RawDocumentBuf {
     let mut command = RawDocumentBuf::new();
     command.append("update", collection);
     command.append("updates", statements);
+    if !ordered {
+        command.append("ordered", false);
+    }
     command
 }
 
 /// The documents an `update` command's `reply` matched (`n`) and modified
 /// (`nModified`); `None` if it carries write errors.
 pub(super) fn update_counts(reply: &Document) -> Option<(u64, u64)> {
-    if reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty()) {
-        return None;
-    }
+    let (matched, modified, errors) = update_reply(reply);
+    (!errors).then_some((matched, modified))
+}
+
+/// The documents an `update` command's `reply` matched (`n`) and modified
+/// (`nModified`), and whether it carries write errors (the counts are then
+/// those of the statements that applied).
+pub(super) fn update_reply(reply: &Document) -> (u64, u64, bool) {
+    let errors = reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty());
     let count = |name| match reply.get(name) {
         Some(Bson::Int32(n)) => (*n).max(0) as u64,
         Some(Bson::Int64(n)) => (*n).max(0) as u64,
         _ => 0,
     };
-    Some((count("n"), count("nModified")))
+    (count("n"), count("nModified"), errors)
 }
 
 /// `reply`, or an unknown outcome ([`Error::Unreachable`], after `waited`)

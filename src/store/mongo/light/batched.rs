@@ -36,12 +36,13 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
+use mongodb::bson::{Document, RawArrayBuf, doc, rawdoc};
 use uuid::Uuid;
 
 use super::super::batch::Batcher;
 use super::super::handle::MongoStore;
 use super::super::pipeline::bson_lease_id;
+use super::super::plain::{update_reply, update_statements};
 use super::{Form, LID, raw_key_filter, raw_lets};
 use crate::error::Error;
 use crate::key::LeaseKey;
@@ -138,27 +139,6 @@ fn release_outcomes(read: Vec<Read>, modified: u64) -> Vec<LightRelease> {
         .collect()
 }
 
-/// An `update` command of `statements`, not ordered.
-fn update_many_statements(collection: &str, statements: RawArrayBuf) -> RawDocumentBuf {
-    let mut command = RawDocumentBuf::new();
-    command.append("update", collection);
-    command.append("updates", statements);
-    command.append("ordered", false);
-    command
-}
-
-/// Documents modified by an `update` command's `reply`, and whether it
-/// reported write errors.
-fn modified(reply: &Document) -> (u64, bool) {
-    let errors = reply.get_array("writeErrors").is_ok_and(|e| !e.is_empty());
-    let count = match reply.get("nModified") {
-        Some(Bson::Int32(n)) => (*n).max(0) as u64,
-        Some(Bson::Int64(n)) => (*n).max(0) as u64,
-        _ => 0,
-    };
-    (count, errors)
-}
-
 impl MongoStore {
     /// The documents of the string keys `keys`, read on the primary (read
     /// concern `local`: a majority-acknowledged write of this store is
@@ -218,7 +198,7 @@ impl MongoStore {
             });
         }
         let sent = Instant::now();
-        let command = update_many_statements(self.coll().name(), statements);
+        let command = update_statements(self.coll().name(), statements, false);
         if self.plain_command(command).await.is_err() {
             return not_applied();
         }
@@ -267,13 +247,13 @@ impl MongoStore {
                 "c": raw_lets(&[(LID, lease.lease_id)]),
             });
         }
-        let command = update_many_statements(self.coll().name(), statements);
+        let command = update_statements(self.coll().name(), statements, false);
         let reply = match self.plain_command(command).await {
             Ok(reply) => reply,
             Err(e) if e.is_transient() => return all(|| LightRelease::Unknown),
             Err(_) => return all(|| LightRelease::NotApplied),
         };
-        let (count, errors) = modified(&reply);
+        let (_, count, errors) = update_reply(&reply);
         if !errors && count == leases.len() as u64 {
             return all(|| LightRelease::Released);
         }
