@@ -19,12 +19,15 @@
 //!
 //! In the same run, on the same server, the baseline: one plain
 //! `updateOne` with `w: majority` (a round trip of one majority write, on
-//! another client; p50 of `HANDOFF_BASELINE` samples taken half before and
-//! half after the contention), sent one after another and, apart, each
-//! after a pause of one critical section (`SECTION`), as the handoff's
-//! write comes after one: a write after the client and the server idled
-//! for a millisecond takes longer than one right after another (measured
-//! here side by side). Printed: the ratio handoff p50 / each p50; also
+//! another client; p50 of `HANDOFF_BASELINE` samples), sent one after
+//! another and, apart, each after a pause of one critical section
+//! (`SECTION`), as the handoff's write comes after one: a write after the
+//! client and the server idled for a millisecond takes longer than one
+//! right after another (measured here side by side). The run alternates
+//! `HANDOFF_ROUNDS` (5) rounds of baselines, contention and baselines, so
+//! that a change in the machine's load weighs on both sides alike, and
+//! both clients have the same command monitoring (which costs each command
+//! time in the driver). Printed: the ratio handoff p50 / each p50; also
 //! the handoff's own write, timed by the driver's command events, and the
 //! time around it (the release call to the write's start, the write's
 //! reply to the next holder's `acquire` returning), next to a call to
@@ -110,10 +113,10 @@ impl Commands {
         self.0.lock().unwrap().len()
     }
 
-    /// The commands from `from` on: (all, writes).
-    fn since(&self, from: usize) -> (usize, usize) {
+    /// The commands from the `from`th to the `to`th: (all, writes).
+    fn between(&self, from: usize, to: usize) -> (usize, usize) {
         let log = self.0.lock().unwrap();
-        let window = &log[from.min(log.len())..];
+        let window = &log[from.min(log.len())..to.min(log.len())];
         let writes = window
             .iter()
             .filter(|n| matches!(n.as_str(), "findAndModify" | "update" | "delete" | "insert"))
@@ -233,7 +236,8 @@ async fn majority_find_and_modify(coll: &Collection<Document>, n: usize) -> Vec<
     samples
 }
 
-/// What the in-process contention measured.
+/// What the in-process contention measured (over all its rounds).
+#[derive(Default)]
 struct Contention {
     handoffs: Vec<Duration>,
     /// Each handoff's release call and the next holder's acquire return.
@@ -243,6 +247,20 @@ struct Contention {
     commands: usize,
     writes: usize,
     reacquired: usize,
+}
+
+impl Contention {
+    /// Adds the figures of another round.
+    fn absorb(&mut self, round: Contention) {
+        self.handoffs.extend(round.handoffs);
+        self.handoffs.sort();
+        self.spans.extend(round.spans);
+        self.sections += round.sections;
+        self.elapsed += round.elapsed;
+        self.commands += round.commands;
+        self.writes += round.writes;
+        self.reacquired += round.reacquired;
+    }
 }
 
 /// `tasks` tasks of `manager` on one key until `warmup + sections` critical
@@ -263,19 +281,24 @@ async fn contend(
     let reacquired = Arc::new(AtomicUsize::new(0));
     let window: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
     let finished_at = Arc::new(AtomicU64::new(0));
+    let finished_commands = Arc::new(AtomicUsize::new(usize::MAX));
     let origin = Instant::now();
     let mut joins = Vec::new();
     for task in 0..tasks {
         let (manager, key) = (manager.clone(), key.to_string());
         let (done, released, handoffs) = (done.clone(), released.clone(), handoffs.clone());
         let (reacquired, window, commands) = (reacquired.clone(), window.clone(), commands.clone());
-        let finished_at = finished_at.clone();
+        let (finished_at, finished_commands) = (finished_at.clone(), finished_commands.clone());
         joins.push(tokio::spawn(async move {
             loop {
                 let lease = manager.acquire(key.as_str()).await.expect("acquire");
                 let got = Instant::now();
                 let n = done.fetch_add(1, Ordering::SeqCst);
                 if n >= total {
+                    if n == total {
+                        // The last measured section's release is done.
+                        finished_commands.store(commands.len(), Ordering::SeqCst);
+                    }
                     let _ = lease.release().await.expect("release");
                     return;
                 }
@@ -306,7 +329,7 @@ async fn contend(
         .for_each(|r| r.expect("task"));
     let (start, from) = window.lock().unwrap().expect("a measured window");
     let end = origin + Duration::from_nanos(finished_at.load(Ordering::SeqCst));
-    let (commands, writes) = commands.since(from);
+    let (commands, writes) = commands.between(from, finished_commands.load(Ordering::SeqCst));
     let spans = std::mem::take(&mut *handoffs.lock().unwrap());
     let mut handoffs: Vec<Duration> = spans.iter().map(|(at, got)| *got - *at).collect();
     handoffs.sort();
@@ -327,6 +350,7 @@ async fn in_process(uri: &str, db_name: &str) {
     let tasks = env_usize("HANDOFF_TASKS", 8);
     let sections = env_usize("HANDOFF_SECTIONS", 1000);
     let baseline_n = env_usize("HANDOFF_BASELINE", 400);
+    let rounds = env_usize("HANDOFF_ROUNDS", 5).max(1);
     let commands = Commands::default();
     let client = commands.client(uri).await;
     let manager = LockManager::connect(
@@ -338,7 +362,10 @@ async fn in_process(uri: &str, db_name: &str) {
     )
     .await
     .expect("connect");
-    let raw_client = Client::with_uri_str(uri).await.expect("client");
+    // Monitored as the manager's client is: command monitoring costs each
+    // command some time in the driver, on both sides alike.
+    let raw_commands = Commands::default();
+    let raw_client = raw_commands.client(uri).await;
     let raw: Collection<Document> = raw_client.database(db_name).collection_with_options(
         "baseline",
         CollectionOptions::builder()
@@ -346,34 +373,48 @@ async fn in_process(uri: &str, db_name: &str) {
             .build(),
     );
     majority_updates(&raw, 20).await; // warm-up
-    let mut baseline = majority_updates(&raw, baseline_n / 2).await;
-    let mut fam = majority_find_and_modify(&raw, baseline_n / 2).await;
-    let mut paced = paced_majority_updates(&raw, baseline_n / 2).await;
+    // Rounds of (baselines, contention, baselines), so that a change in
+    // the machine's load weighs on both sides alike.
+    let per_round = (baseline_n / (2 * rounds)).max(1);
+    let (mut baseline, mut fam, mut paced) = (Vec::new(), Vec::new(), Vec::new());
+    let mut run = Contention::default();
     // Also during the contention, if asked: a load of its own on the
     // server and the 2 cores, which slows the handoffs it is compared with.
     let sample_during = std::env::var("HANDOFF_DURING").is_ok_and(|v| v == "1");
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let during = tokio::spawn({
-        let (raw, stop) = (raw.clone(), stop.clone());
-        async move {
-            let mut samples = Vec::new();
-            while sample_during && !stop.load(Ordering::SeqCst) {
-                samples.extend(majority_updates(&raw, 1).await);
+    let mut during = Vec::new();
+    for _ in 0..rounds {
+        baseline.extend(majority_updates(&raw, per_round).await);
+        fam.extend(majority_find_and_modify(&raw, per_round).await);
+        paced.extend(paced_majority_updates(&raw, per_round).await);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = tokio::spawn({
+            let (raw, stop) = (raw.clone(), stop.clone());
+            async move {
+                let mut samples = Vec::new();
+                while sample_during && !stop.load(Ordering::SeqCst) {
+                    samples.extend(majority_updates(&raw, 1).await);
+                }
+                samples
             }
-            samples
-        }
-    });
-    let run = contend(&manager, &commands, "handoff", tasks, 100, sections).await;
-    stop.store(true, Ordering::SeqCst);
-    let during = during.await.expect("baseline task");
-    let during_p50 = {
-        let mut during = during.clone();
-        during.sort();
-        quantile_ms(&during, 0.5)
-    };
-    baseline.extend(majority_updates(&raw, baseline_n - baseline_n / 2).await);
-    fam.extend(majority_find_and_modify(&raw, baseline_n - baseline_n / 2).await);
-    paced.extend(paced_majority_updates(&raw, baseline_n - baseline_n / 2).await);
+        });
+        let part = contend(
+            &manager,
+            &commands,
+            "handoff",
+            tasks,
+            100,
+            sections / rounds,
+        )
+        .await;
+        run.absorb(part);
+        stop.store(true, Ordering::SeqCst);
+        during.extend(sampler.await.expect("baseline task"));
+        baseline.extend(majority_updates(&raw, per_round).await);
+        fam.extend(majority_find_and_modify(&raw, per_round).await);
+        paced.extend(paced_majority_updates(&raw, per_round).await);
+    }
+    during.sort();
+    let during_p50 = quantile_ms(&during, 0.5);
     paced.sort();
     baseline.sort();
     fam.sort();
@@ -404,6 +445,15 @@ async fn in_process(uri: &str, db_name: &str) {
         base,
         quantile_ms(&baseline, 0.99)
     );
+    let spread = |samples: &[Duration]| {
+        [0.1, 0.25, 0.5, 0.75, 0.9]
+            .map(|q| format!("{:.2}", quantile_ms(samples, q)))
+            .join(" / ")
+    };
+    println!(
+        "    its p10 / p25 / p50 / p75 / p90: {} ms",
+        spread(&baseline)
+    );
     let paced_base = quantile_ms(&paced, 0.5);
     println!(
         "  the same updateOne, each after a pause of one critical section (same run, {} \
@@ -411,6 +461,7 @@ async fn in_process(uri: &str, db_name: &str) {
         paced.len(),
         paced_base
     );
+    println!("    its p10 / p25 / p50 / p75 / p90: {} ms", spread(&paced));
     println!(
         "  majority findOneAndUpdate round trip (same run, {} samples): p50 {:.2} ms",
         fam.len(),

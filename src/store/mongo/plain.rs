@@ -32,8 +32,11 @@ pub(super) fn update_command(
     update_statements(collection, statements, true)
 }
 
-/// An `update` command of `statements` on `collection`; not `ordered`:
-/// every statement is tried, whatever an earlier one's write error.
+/// An `update` command of `statements` on `collection`. With `ordered`
+/// false (`ordered: false` in the command) every statement is tried,
+/// whatever an earlier one's write error; with `ordered` true (the
+/// server's default, left out of the command) the first write error stops
+/// the rest.
 pub(super) fn update_statements(
     collection: &str,
     statements: RawArrayBuf,
