@@ -16,8 +16,11 @@
 //!   acquire N leases on distinct keys (64 acquires in flight, through the
 //!   public API), keep the `Lease`s in a `Vec`, wait until the heartbeat has
 //!   renewed every lease twice (read on the server: every lock document's
-//!   `ts` later than a moment, twice), read RSS again, then shut down (which
-//!   releases everything).
+//!   `ts` later than a moment, twice), read RSS again, and again every
+//!   tenth of a heartbeat over the next two heartbeats (printed as min,
+//!   median and max: a reading taken while a renewal is in flight holds
+//!   its batches' encodings, which the allocator may then keep), then shut
+//!   down (which releases everything).
 //! * **raw driver** (the baseline): the same client and warm-up, then N
 //!   `insert_one` of a lock-shaped document (64 in flight), keeping each
 //!   `_id` in a `Vec`, as a raw-driver lock user keeps the keys to delete.
@@ -281,6 +284,29 @@ async fn leases(db: &mongodb::Database, n: usize) -> (Reading, Reading) {
         renewed_since_now(&locks, heartbeat).await;
     }
     let after = Reading::now();
+    // The same over the next two heartbeats, which renew every lease
+    // again: the readings that fall on a renewal in flight hold its
+    // batches' encodings.
+    let mut samples = vec![after];
+    for _ in 0..20 {
+        tokio::time::sleep(heartbeat / 10).await;
+        samples.push(Reading::now());
+    }
+    let spread = |of: fn(&Reading) -> usize| {
+        let mut per: Vec<f64> = samples
+            .iter()
+            .map(|r| (of(r) as f64 - of(&before) as f64) / n as f64)
+            .collect();
+        per.sort_by(f64::total_cmp);
+        (per[0], per[per.len() / 2], per[per.len() - 1])
+    };
+    let ((rss_min, rss_median, rss_max), (heap_min, heap_median, heap_max)) =
+        (spread(|r| r.rss), spread(|r| r.live));
+    eprintln!(
+        "lease:{n}: read every tenth of a heartbeat over the next two: \
+         RSS/lease min {rss_min:.0} B, median {rss_median:.0} B, max {rss_max:.0} B; \
+         heap/lease min {heap_min:.0} B, median {heap_median:.0} B, max {heap_max:.0} B"
+    );
     assert!(leases.iter().all(|l| !l.is_lost()), "no lease lost");
     manager.shutdown().await.expect("shutdown");
     assert!(leases.iter().all(|l| l.is_lost()));
