@@ -69,11 +69,22 @@ use crate::error::{Error, Result};
 ///
 /// # Cost
 ///
-/// A key is one shared allocation: cloning it counts a reference, so the
-/// manager's per-key state, its deadline heap, its renewal batches and the
-/// caller's [`Lease`](crate::Lease) all share one copy of the key.
+/// A key is shared: cloning it counts a reference, so the manager's per-key
+/// state, its deadline heap, its renewal batches and the caller's
+/// [`Lease`](crate::Lease) all share one copy of the key. A string key is
+/// kept as its text alone (about 40 bytes besides the text, where a `Bson`
+/// value alone is 112), since most keys are strings and a manager may hold
+/// 100 000 of them; any other key as its `Bson` value.
 #[derive(Clone)]
-pub struct LeaseKey(Arc<Bson>);
+pub struct LeaseKey(Arc<Repr>);
+
+/// What a [`LeaseKey`] keeps: a string key's text, or any other key's value
+/// (never a `Bson::String`: [`LeaseKey::new`] keeps those as `Str`).
+#[derive(Clone)]
+enum Repr {
+    Str(Box<str>),
+    Other(Box<Bson>),
+}
 
 impl fmt::Debug for LeaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -84,7 +95,15 @@ impl fmt::Debug for LeaseKey {
 impl LeaseKey {
     /// A key holding `bson` (checked when it is used).
     fn new(bson: Bson) -> Self {
-        LeaseKey(Arc::new(bson))
+        match bson {
+            Bson::String(s) => LeaseKey::string(s),
+            other => LeaseKey(Arc::new(Repr::Other(Box::new(other)))),
+        }
+    }
+
+    /// A string key.
+    fn string(key: String) -> Self {
+        LeaseKey(Arc::new(Repr::Str(key.into_boxed_str())))
     }
 
     /// Parses a key from MongoDB Extended JSON v2, canonical or relaxed:
@@ -113,47 +132,63 @@ impl LeaseKey {
     /// an `i32`): [`LeaseKey::from_extended_json`] reads it back to the same key
     /// with the same type.
     pub fn to_extended_json(&self) -> String {
-        Bson::clone(&self.0).into_canonical_extjson().to_string()
+        self.to_bson().into_canonical_extjson().to_string()
     }
 
-    /// The key's BSON value, as stored in the lock document's `_id`.
-    pub fn as_bson(&self) -> &Bson {
-        &self.0
+    /// A copy of the key's BSON value, as stored in the lock document's `_id`.
+    ///
+    /// ```
+    /// use mongo_lease::LeaseKey;
+    /// use mongodb::bson::Bson;
+    ///
+    /// assert_eq!(LeaseKey::from("job-1").to_bson(), Bson::String("job-1".into()));
+    /// assert_eq!(LeaseKey::from(7_i64).to_bson(), Bson::Int64(7));
+    /// ```
+    pub fn to_bson(&self) -> Bson {
+        match &*self.0 {
+            Repr::Str(s) => Bson::String(s.to_string()),
+            Repr::Other(bson) => Bson::clone(bson),
+        }
     }
 
-    /// The key's BSON value, as stored in the lock document's `_id`.
+    /// The key's BSON value, as stored in the lock document's `_id` (without
+    /// a copy when this is the key's last handle).
     pub fn into_bson(self) -> Bson {
-        Arc::unwrap_or_clone(self.0)
+        match Arc::unwrap_or_clone(self.0) {
+            Repr::Str(s) => Bson::String(s.into_string()),
+            Repr::Other(bson) => *bson,
+        }
     }
 
     /// The key as a string slice if it is a string key, `None` otherwise.
     pub fn as_str(&self) -> Option<&str> {
         match &*self.0 {
-            Bson::String(s) => Some(s),
-            _ => None,
+            Repr::Str(s) => Some(s),
+            Repr::Other(_) => None,
         }
     }
 
     /// Checks that MongoDB accepts the key as `_id`, and its size.
     pub(crate) fn validate(&self) -> Result<()> {
         let refuse = |reason: String| Err(Error::InvalidKey { reason });
-        match &*self.0 {
-            Bson::String(s) if s.is_empty() => return refuse("the key is empty".into()),
-            Bson::String(s) if s.len() > crate::MAX_KEY_LEN => {
+        let value = match &*self.0 {
+            Repr::Str(s) if s.is_empty() => return refuse("the key is empty".into()),
+            Repr::Str(s) if s.len() > crate::MAX_KEY_LEN => {
                 return refuse(format!(
                     "the key is {} bytes long; the limit is {}",
                     s.len(),
                     crate::MAX_KEY_LEN
                 ));
             }
-            Bson::String(_) => return Ok(()),
-            other => refused_type(other, "")?,
-        }
-        let len = encoded_len(&self.0);
+            Repr::Str(_) => return Ok(()),
+            Repr::Other(value) => value,
+        };
+        refused_type(value, "")?;
+        let len = encoded_len(value);
         if len > crate::MAX_KEY_LEN {
             return refuse(format!(
                 "the {} key is {len} bytes long encoded as BSON; the limit is {}",
-                type_name(&self.0),
+                type_name(value),
                 crate::MAX_KEY_LEN
             ));
         }
@@ -236,7 +271,7 @@ fn rank(value: &Bson) -> u8 {
         Bson::MinKey => 0,
         Bson::Null | Bson::Undefined => 5,
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => 10,
-        Bson::String(_) | Bson::Symbol(_) => 15,
+        Bson::String(_) | Bson::Symbol(_) => STRING_RANK,
         Bson::Document(_) => 20,
         Bson::Array(_) => 25,
         Bson::Binary(_) => 30,
@@ -408,9 +443,24 @@ fn hash_bson<H: Hasher>(value: &Bson, state: &mut H) {
     }
 }
 
+/// A string key against any key, in MongoDB's order ([`cmp_bson`] of
+/// `Bson::String(key)` and `other`, without building the former).
+fn cmp_str(key: &str, other: &Repr) -> Ordering {
+    match other {
+        Repr::Str(s) => key.as_bytes().cmp(s.as_bytes()),
+        Repr::Other(other) => STRING_RANK.cmp(&rank(other)).then_with(|| match &**other {
+            Bson::Symbol(s) => key.as_bytes().cmp(s.as_bytes()),
+            _ => Ordering::Equal,
+        }),
+    }
+}
+
+/// [`rank`] of a string.
+const STRING_RANK: u8 = 15;
+
 impl PartialEq for LeaseKey {
     fn eq(&self, other: &Self) -> bool {
-        cmp_bson(&self.0, &other.0) == Ordering::Equal
+        self.cmp(other) == Ordering::Equal
     }
 }
 
@@ -424,13 +474,24 @@ impl PartialOrd for LeaseKey {
 
 impl Ord for LeaseKey {
     fn cmp(&self, other: &Self) -> Ordering {
-        cmp_bson(&self.0, &other.0)
+        match (&*self.0, &*other.0) {
+            (Repr::Str(key), other) => cmp_str(key, other),
+            (this, Repr::Str(key)) => cmp_str(key, this).reverse(),
+            (Repr::Other(a), Repr::Other(b)) => cmp_bson(a, b),
+        }
     }
 }
 
 impl Hash for LeaseKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        hash_bson(&self.0, state);
+        match &*self.0 {
+            // As `hash_bson` hashes a `Bson::String` (and a symbol).
+            Repr::Str(s) => {
+                STRING_RANK.hash(state);
+                s.hash(state);
+            }
+            Repr::Other(value) => hash_bson(value, state),
+        }
     }
 }
 
@@ -467,27 +528,27 @@ impl PartialEq<LeaseKey> for &str {
 impl fmt::Display for LeaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &*self.0 {
-            Bson::String(s) => f.write_str(s),
-            _ => f.write_str(&self.to_extended_json()),
+            Repr::Str(s) => f.write_str(s),
+            Repr::Other(_) => f.write_str(&self.to_extended_json()),
         }
     }
 }
 
 impl From<&str> for LeaseKey {
     fn from(key: &str) -> Self {
-        LeaseKey::new(Bson::String(key.to_owned()))
+        LeaseKey::string(key.to_owned())
     }
 }
 
 impl From<String> for LeaseKey {
     fn from(key: String) -> Self {
-        LeaseKey::new(Bson::String(key))
+        LeaseKey::string(key)
     }
 }
 
 impl From<&String> for LeaseKey {
     fn from(key: &String) -> Self {
-        LeaseKey::new(Bson::String(key.clone()))
+        LeaseKey::string(key.clone())
     }
 }
 

@@ -52,6 +52,34 @@ fn a_symbol_is_the_string_of_its_text_as_in_mongodb() {
     assert_eq!(symbol, LeaseKey::from("s"));
     assert_eq!(hash_of(&symbol), hash_of(&LeaseKey::from("s")));
     assert_eq!(symbol.as_str(), None, "but it is not a string key");
+    assert_eq!(
+        symbol.to_bson(),
+        Bson::Symbol("s".into()),
+        "and stays a symbol"
+    );
+    let mut keys = [
+        LeaseKey::from("t"),
+        LeaseKey::from(Bson::Symbol("b".into())),
+        LeaseKey::from("a"),
+        symbol.clone(),
+    ];
+    keys.sort();
+    let texts: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    assert_eq!(
+        texts,
+        ["a", r#"{"$symbol":"b"}"#, r#"{"$symbol":"s"}"#, "t"]
+    );
+}
+
+#[test]
+fn a_string_given_as_bson_is_a_string_key() {
+    let key = LeaseKey::from(Bson::String("job-1".into()));
+    assert_eq!(key.as_str(), Some("job-1"));
+    assert_eq!(key, LeaseKey::from("job-1"));
+    assert_eq!(hash_of(&key), hash_of(&LeaseKey::from("job-1")));
+    assert_eq!(key.to_bson(), Bson::String("job-1".into()));
+    assert_eq!(key.clone().into_bson(), Bson::String("job-1".into()));
+    assert_eq!(Bson::from(key), Bson::String("job-1".into()));
 }
 
 #[test]
@@ -136,24 +164,24 @@ fn extended_json_round_trips_keep_the_type() {
     ];
     for key in keys {
         let back = LeaseKey::from_extended_json(&key.to_extended_json()).unwrap();
-        assert_eq!(back.as_bson(), key.as_bson(), "{key}");
+        assert_eq!(back.to_bson(), key.to_bson(), "{key}");
     }
     assert_eq!(
         LeaseKey::from_extended_json(r#"{"$oid":"5087b72181a445980ae47d13"}"#)
             .unwrap()
-            .as_bson(),
-        &Bson::ObjectId(oid)
+            .to_bson(),
+        Bson::ObjectId(oid)
     );
     // Relaxed Extended JSON: ISO dates, plain numbers.
     assert_eq!(
         LeaseKey::from_extended_json(r#"{"$date":"2024-01-01T00:00:00Z"}"#)
             .unwrap()
-            .as_bson(),
-        &Bson::DateTime(DateTime::from_millis(1_704_067_200_000))
+            .to_bson(),
+        Bson::DateTime(DateTime::from_millis(1_704_067_200_000))
     );
     assert_eq!(
-        LeaseKey::from_extended_json("7").unwrap().as_bson(),
-        &Bson::Int32(7)
+        LeaseKey::from_extended_json("7").unwrap().to_bson(),
+        Bson::Int32(7)
     );
     assert!(
         LeaseKey::from_extended_json("{")
@@ -210,4 +238,17 @@ fn validation_refuses_what_mongodb_refuses_as_id() {
     ] {
         key.validate().unwrap();
     }
+}
+
+#[test]
+fn a_key_is_one_pointer_to_at_most_24_bytes_besides_a_string_keys_text() {
+    // The `Arc`'s allocation holds two counts and a `Repr`: 40 bytes, where
+    // an `Arc<Bson>` took 128 (a `Bson` is 112). `benches/memory.rs` shows
+    // the effect on the heap per held lease.
+    assert_eq!(std::mem::size_of::<LeaseKey>(), 8);
+    assert!(
+        std::mem::size_of::<Repr>() <= 24,
+        "{}",
+        std::mem::size_of::<Repr>()
+    );
 }

@@ -39,7 +39,7 @@ async fn an_objectid_key_is_stored_as_that_objectid_and_excludes_another_applica
     let fx = Fixture::new("keys_oid").await;
     let manager = fx.manager(TTL).await;
     let lease = manager.acquire(oid()).await.unwrap();
-    assert_eq!(lease.key().as_bson(), &Bson::ObjectId(oid()));
+    assert_eq!(lease.key().to_bson(), Bson::ObjectId(oid()));
 
     let stored = fx
         .raw()
@@ -95,14 +95,14 @@ async fn keys_of_each_type_come_back_equal_and_are_stored_with_their_type() {
     for (key, stored) in keys {
         let lease = manager.acquire(&key).await.unwrap();
         assert_eq!(lease.key(), &key);
-        assert_eq!(lease.key().as_bson(), &stored);
+        assert_eq!(lease.key().to_bson(), stored);
 
         let info = manager.inspect(&key).await.unwrap().expect("a lease");
         assert!(info.held, "{key}");
-        assert_eq!(info.key.as_bson(), &stored, "inspect keeps the type");
+        assert_eq!(info.key.to_bson(), stored, "inspect keeps the type");
         let listed = manager.list().await.unwrap();
         assert!(
-            listed.iter().any(|i| i.key.as_bson() == &stored && i.held),
+            listed.iter().any(|i| i.key.to_bson() == stored && i.held),
             "list shows {key} with its type: {listed:?}"
         );
 
@@ -371,7 +371,7 @@ async fn an_observer_and_a_waiter_of_a_document_key_follow_its_lease() {
     let lease = holder.acquire(&key).await.unwrap();
     let held = next(&mut observer).await.expect("a lease");
     assert!(held.held && held.owner_id == holder.owner_id());
-    assert_eq!(held.key.as_bson(), key.as_bson());
+    assert_eq!(held.key.to_bson(), key.to_bson());
 
     let waiter = tokio::spawn({
         let (other, key) = (other.clone(), key.clone());
@@ -384,7 +384,7 @@ async fn an_observer_and_a_waiter_of_a_document_key_follow_its_lease() {
         Duration::from_secs(20),
         || async {
             fx.raw()
-                .find_one(doc! { "_id": key.as_bson() })
+                .find_one(doc! { "_id": key.to_bson() })
                 .await
                 .unwrap()
                 .is_some_and(|d| d.contains_key("wt"))

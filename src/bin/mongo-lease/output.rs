@@ -99,7 +99,7 @@ fn payload_json(info: &LeaseInfo) -> Value {
 /// A key as an Extended JSON value (canonical): a JSON string for a string
 /// key, `{"$oid": ...}` for an `ObjectId`, what `--key-json` reads back.
 pub fn key_json(key: &LeaseKey) -> Value {
-    key.as_bson().clone().into_canonical_extjson()
+    key.to_bson().into_canonical_extjson()
 }
 
 /// The kind's name, as in `MONGO_LEASE_KIND` and the JSON output.

@@ -31,7 +31,7 @@ async fn take(store: &dyn Store, owner: &str, key: impl Into<LeaseKey>) -> (Leas
         panic!("acquiring {key:?}: {acquired:?}");
     };
     let lock = document.get_document(FIELD).expect("the lock field");
-    assert_eq!(document.get("_id"), Some(key.as_bson()), "{document}");
+    assert_eq!(document.get("_id"), Some(&key.to_bson()), "{document}");
     assert_eq!(lock.get_str("aid"), Ok(owner), "{document}");
     assert_eq!(lock.get_i64("tok"), Ok(token as i64), "{document}");
     (lease(key, lease_id), token)

@@ -262,7 +262,7 @@ impl Fixture for MongoFixture {
         let result = self
             .raw_collection()
             .update_one(
-                doc! { "_id": key.as_bson().clone(), "hs.lid": lid },
+                doc! { "_id": key.to_bson(), "hs.lid": lid },
                 vec![
                     doc! { "$set": { "hs": { "$map": { "input": "$hs", "in": entry } } } },
                     doc! { "$set": { "exp": { "$ifNull": [{ "$max": "$hs.exp" }, "$$NOW"] } } },
@@ -278,7 +278,7 @@ impl Fixture for MongoFixture {
         let result = self
             .raw_collection()
             .update_one(
-                doc! { "_id": key.as_bson().clone(), "xw": { "$exists": true } },
+                doc! { "_id": key.to_bson(), "xw": { "$exists": true } },
                 vec![doc! { "$set": { "xw.exp": { "$min": ["$xw.exp", "$$NOW"] } } }],
             )
             .await
@@ -295,7 +295,7 @@ impl Fixture for MongoFixture {
         let result = self
             .raw_collection()
             .update_one(
-                doc! { "_id": key.as_bson().clone(), "q": { "$exists": true } },
+                doc! { "_id": key.to_bson(), "q": { "$exists": true } },
                 vec![doc! { "$set": { "q": lapsed } }],
             )
             .await
@@ -307,7 +307,7 @@ impl Fixture for MongoFixture {
         let key = key.into();
         let Some(doc) = self
             .raw_collection()
-            .find_one(doc! { "_id": key.as_bson().clone() })
+            .find_one(doc! { "_id": key.to_bson() })
             .projection(doc! { "q": 1, "now": "$$NOW" })
             .await
             .expect("read the queue")
@@ -331,7 +331,7 @@ impl Fixture for MongoFixture {
         let result = self
             .raw_collection()
             .update_one(
-                doc! { "_id": key.as_bson().clone(), "hl": { "$exists": true } },
+                doc! { "_id": key.to_bson(), "hl": { "$exists": true } },
                 vec![doc! { "$set": {
                     "hl": { "$min": ["$hl", "$$NOW"] },
                     "exp": { "$min": ["$exp", "$$NOW"] },
@@ -347,7 +347,7 @@ impl Fixture for MongoFixture {
         let result = self
             .raw_collection()
             .update_one(
-                doc! { "_id": key.as_bson().clone(), "lid": { "$exists": false } },
+                doc! { "_id": key.to_bson(), "lid": { "$exists": false } },
                 vec![doc! { "$set": { "exp": { "$add": ["$$NOW", ahead.as_millis() as i64] } } }],
             )
             .await
@@ -369,7 +369,7 @@ impl Fixture for MongoFixture {
             .db
             .collection::<Document>(&self.documents_collection())
             .update_one(
-                doc! { "_id": key.as_bson().clone(), &exp: { "$type": "date" } },
+                doc! { "_id": key.to_bson(), &exp: { "$type": "date" } },
                 vec![doc! { "$set": { exp: { "$min": [path, "$$NOW"] } } }],
             )
             .await
@@ -391,7 +391,7 @@ impl Fixture for MongoFixture {
 
     async fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str) {
         let key = key.into();
-        let written = doc! { "_id": key.as_bson().clone(), "ts": DateTime::now(), "aid": owner };
+        let written = doc! { "_id": key.to_bson(), "ts": DateTime::now(), "aid": owner };
         self.raw_collection()
             .insert_one(written.clone())
             .await
@@ -404,7 +404,7 @@ impl Fixture for MongoFixture {
         let written = self.foreign.lock().unwrap().get(&key).cloned();
         let stored = self
             .raw_collection()
-            .find_one(doc! { "_id": key.as_bson().clone() })
+            .find_one(doc! { "_id": key.to_bson() })
             .await
             .expect("read the document");
         // Byte for byte: field order and types included.
@@ -416,7 +416,7 @@ impl Fixture for MongoFixture {
         let key = key.into();
         let result = self
             .raw_collection()
-            .delete_one(doc! { "_id": key.as_bson().clone() })
+            .delete_one(doc! { "_id": key.to_bson() })
             .await
             .expect("delete the document");
         assert_eq!(result.deleted_count, 1, "no document {key:?} to delete");
@@ -427,7 +427,7 @@ impl Fixture for MongoFixture {
         let result = self
             .raw_collection()
             .update_one(
-                doc! { "_id": key.as_bson().clone() },
+                doc! { "_id": key.to_bson() },
                 doc! { "$set": { "aid": owner } },
             )
             .await
@@ -439,7 +439,7 @@ impl Fixture for MongoFixture {
         let key = key.into();
         let doc = self
             .raw_collection()
-            .find_one(doc! { "_id": key.as_bson().clone() })
+            .find_one(doc! { "_id": key.to_bson() })
             .await
             .expect("read the document")
             .expect("a document");

@@ -52,7 +52,7 @@ pub(super) async fn keys_of_any_type_are_listed_once_in_mongodbs_order<F: Fixtur
                 None => break,
             }
         }
-        let want: Vec<Bson> = expected.iter().map(|k| k.as_bson().clone()).collect();
+        let want: Vec<Bson> = expected.iter().map(|k| k.to_bson()).collect();
         assert_eq!(
             seen, want,
             "pages of {page_size}: each key once, in order, type kept"

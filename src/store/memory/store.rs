@@ -77,7 +77,7 @@ pub(super) fn lock_fields_document(
     lease.insert("lid", lease_id.to_string());
     lease.insert("tok", token as i64);
     let mut document = Document::new();
-    document.insert("_id", key.as_bson().clone());
+    document.insert("_id", key.to_bson());
     document.insert(field, lease);
     document
 }

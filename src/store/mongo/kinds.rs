@@ -413,7 +413,7 @@ pub(in crate::store::mongo) fn cap_for_mark(
 /// or an entry of `hs` (a shared or permit holder) among their lease ids,
 /// with `owner`'s owner id. The filter of renewals and releases.
 pub(in crate::store::mongo) fn holder_filter(owner: &str, leases: &[LeaseRef]) -> Document {
-    let keys: Vec<Bson> = leases.iter().map(|l| l.key.as_bson().clone()).collect();
+    let keys: Vec<Bson> = leases.iter().map(|l| l.key.to_bson()).collect();
     let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
     doc! {
         field::ID: { "$in": keys },
@@ -465,7 +465,7 @@ pub(in crate::store::mongo) fn holder_check_filter(
 /// indexed query) and `aid` the owner id. The filter of a renewal batch
 /// with no holder of a shared or semaphore key.
 pub(in crate::store::mongo) fn exclusive_filter(owner: &str, leases: &[LeaseRef]) -> Document {
-    let keys: Vec<Bson> = leases.iter().map(|l| l.key.as_bson().clone()).collect();
+    let keys: Vec<Bson> = leases.iter().map(|l| l.key.to_bson()).collect();
     let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
     doc! {
         field::ID: { "$in": keys },

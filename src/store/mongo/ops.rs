@@ -331,7 +331,7 @@ impl MongoStore {
         after: Option<LeaseKey>,
         limit: usize,
     ) -> Result<(Vec<LeaseInfo>, Option<LeaseKey>)> {
-        if after.as_ref().is_some_and(|a| *a.as_bson() == Bson::MaxKey) {
+        if after.as_ref().is_some_and(|a| a.to_bson() == Bson::MaxKey) {
             // Nothing sorts after MaxKey (and MongoDB refuses it as `min`).
             return Ok((Vec::new(), None));
         }

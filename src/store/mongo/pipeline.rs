@@ -350,7 +350,7 @@ pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
 
 /// The documents of `keys`.
 pub(super) fn keys_filter(keys: &[LeaseKey]) -> Document {
-    let keys: Vec<Bson> = keys.iter().map(|k| k.as_bson().clone()).collect();
+    let keys: Vec<Bson> = keys.iter().map(|k| k.to_bson()).collect();
     doc! { field::ID: { "$in": keys } }
 }
 
@@ -366,7 +366,7 @@ pub(super) fn foreign_filter(key: &LeaseKey, found: &Document) -> Document {
         None => doc! { name: { "$exists": false } },
     };
     doc! {
-        field::ID: key.as_bson().clone(),
+        field::ID: key.to_bson(),
         "$and": [same(field::OWNER), same(field::RENEWED_AT)],
         "$nor": [{ field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } }],
     }

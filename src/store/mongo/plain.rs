@@ -94,6 +94,16 @@ impl MongoStore {
     /// an unknown outcome.
     pub(super) async fn plain_command(&self, mut command: RawDocumentBuf) -> Result<Document> {
         command.append("writeConcern", rawdoc! { "w": "majority" });
+        self.send_plain(command).await
+    }
+
+    /// Sends `command` (on the lock collection's database), which names
+    /// its write concern, as a plain command.
+    ///
+    /// # Errors
+    ///
+    /// As [`MongoStore::plain_command`]'s.
+    pub(super) async fn send_plain(&self, command: RawDocumentBuf) -> Result<Document> {
         let reply = self
             .bounded(self.coll_database().run_raw_command(command))
             .await?;

@@ -229,7 +229,7 @@ impl super::MongoStore {
         &self,
         keys: Vec<crate::key::LeaseKey>,
     ) -> crate::error::Result<u64> {
-        let keys: Vec<Bson> = keys.iter().map(|k| k.as_bson().clone()).collect();
+        let keys: Vec<Bson> = keys.iter().map(|k| k.to_bson()).collect();
         let entry_owner = format!("{}.{}", field::QUEUE, field::OWNER);
         let filter = doc! { field::ID: { "$in": keys }, entry_owner: self.owner() };
         let update = vec![doc! { "$set": { field::QUEUE: { "$filter": {

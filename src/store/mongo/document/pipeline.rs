@@ -194,7 +194,7 @@ pub(super) fn info_projection(paths: &Paths) -> Document {
 /// among their lease ids and `F.aid` the owner id (`lease_filter` of the
 /// lock collection).
 pub(super) fn lease_filter(paths: &Paths, owner: &str, leases: &[LeaseRef]) -> Document {
-    let keys: Vec<Bson> = leases.iter().map(|l| l.key.as_bson().clone()).collect();
+    let keys: Vec<Bson> = leases.iter().map(|l| l.key.to_bson()).collect();
     let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
     doc! {
         field::ID: { "$in": keys },
@@ -270,7 +270,7 @@ pub(super) fn released_filter(paths: &Paths, filter: Document, min_age_ms: i64) 
 
 /// The documents of `keys`.
 pub(super) fn keys_filter(keys: &[LeaseKey]) -> Document {
-    let keys: Vec<Bson> = keys.iter().map(|k| k.as_bson().clone()).collect();
+    let keys: Vec<Bson> = keys.iter().map(|k| k.to_bson()).collect();
     doc! { field::ID: { "$in": keys } }
 }
 
