@@ -222,7 +222,7 @@
 //!   queue of waiting owners (in the lock document, by their failed
 //!   attempt's own write) and are handed the key in that order, in the
 //!   releasing write itself; a waiter that died holds a handed key at most
-//!   its short registration (`2 * retry_max + 1 s`). A release that another
+//!   its short registration (`2 * retry_max + 1 s + safety_margin`). A release that another
 //!   manager waited for without a live registration yields the key to it
 //!   (for up to the releasing manager's `retry_max`), so a manager whose
 //!   tasks keep re-acquiring a key cannot starve the others.

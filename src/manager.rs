@@ -107,7 +107,8 @@ impl LockManager {
             timing.retry_max,
             timing.operation_timeout,
         )
-        .with_release_mode(timing.release_mode);
+        .with_release_mode(timing.release_mode)
+        .with_safety_margin(timing.safety_margin);
         let facts = store.prepare(options.gc_grace, &timing).await?;
         timing.ttl_cap = facts.ttl_cap;
         Ok(Self::start(Arc::new(store), owner_id.into(), timing))

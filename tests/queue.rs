@@ -127,15 +127,15 @@ async fn a_waiter_whose_process_died_holds_a_handed_key_at_most_its_registration
     queue_is(&fx, "k", &[dead.as_str(), survivor.owner_id()]).await;
 
     // The release hands the key to the dead waiter, for its `hx` only:
-    // the registration window (2 * retry_max + 1 s = 3 s by default), not
-    // its TTL.
+    // the registration window (2 * retry_max + 1 s + safety margin = 6 s
+    // by default), not its TTL.
     let first_token = first.fencing_token();
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
     let handed = fx.doc("k").await;
     assert_eq!(handed.get_str("aid").unwrap(), dead);
     let ms = |doc: &Document, name: &str| doc.get_datetime(name).unwrap().timestamp_millis();
     let hx = ms(&handed, "exp") - ms(&handed, "ts");
-    assert_eq!(hx, 3_000, "{handed}");
+    assert_eq!(hx, 6_000, "{handed}");
     assert!(handed.get_i64("tok").unwrap() as u64 > first_token);
 
     // The survivor, next in the queue, takes it once that expires.

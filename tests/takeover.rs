@@ -78,7 +78,8 @@ async fn a_crashed_holders_lease_is_taken_over_right_after_it_expires() {
 
 /// A waiter in another process is woken by the release itself (a change
 /// stream of releases), not by its next poll: with a backoff that would make
-/// it wait at least 60 s, it gets the key with its second attempt, at once.
+/// it wait at least 60 s, it gets the key at once, granted on the release's
+/// event (the release handed the key to its registration) and renewed.
 #[tokio::test]
 async fn a_release_wakes_waiters_in_other_processes_at_once() {
     const TTL: Duration = Duration::from_secs(300);
@@ -140,10 +141,27 @@ async fn a_release_wakes_waiters_in_other_processes_at_once() {
         .unwrap();
     assert_eq!(
         log.count("findAndModify"),
-        4,
-        "the first attempt (two commands), the one when the stream opened, \
-         then the one the release woke"
+        3,
+        "the first attempt (two commands) and the one when the stream opened: \
+         the release handed the key to the waiter's registration, and the \
+         waiter was granted it on the event, with no attempt"
     );
+    // The handed lease is renewed at once, to its TTL (the handoff wrote
+    // only the registration's `hx`): the waiter's first `update`.
+    common::eventually(
+        "the handed lease's renewal",
+        Duration::from_secs(10),
+        || {
+            let renewed = log.count("ok:update");
+            async move { renewed >= 1 }
+        },
+    )
+    .await;
+    assert_eq!(log.count("update"), 1, "one renewal");
+    let doc = fx.doc("k").await;
+    let ms = |name: &str| doc.get_datetime(name).unwrap().timestamp_millis();
+    assert_eq!(ms("exp") - ms("ts"), TTL.as_millis() as i64, "{doc}");
+    assert_eq!(doc.get_i64("tok").unwrap() as u64, lease.fencing_token());
     let handoff = acquired_at - released_at;
     eprintln!("cross-process handoff after release: {handoff:?}");
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
@@ -311,8 +329,10 @@ async fn a_waiter_marks_a_lease_once_however_often_it_retries() {
         })
         .await
         .unwrap();
-    // Registration window: 2 * retry_max + 1 s; refreshed past its half.
-    let half = (2 * Duration::from_millis(40) + Duration::from_secs(1)) / 2;
+    // Registration window: 2 * retry_max + 1 s + safety margin (ttl / 10);
+    // refreshed past its half.
+    let margin = TTL / mongo_lease::DEFAULT_SAFETY_MARGIN_DIVISOR;
+    let half = (2 * Duration::from_millis(40) + Duration::from_secs(1) + margin) / 2;
     let most = 1 + (span.as_millis() / half.as_millis()) as u64;
     assert!(
         (1..=most).contains(&writes),

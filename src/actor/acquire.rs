@@ -12,6 +12,7 @@ use uuid::Uuid;
 use mongodb::bson::Document;
 
 use super::command::{AcquireMode, Granted, Target, WaiterId};
+use super::key_state::Registered;
 use super::mailbox::Mailbox;
 use super::release_watch::wake_jitter;
 use super::telemetry;
@@ -194,10 +195,12 @@ impl Actor {
                 state.failures = 0;
                 state.registered = false;
                 state.handed = false;
+                state.unanswered = None;
                 state.next_lease_id = Uuid::new_v4();
                 self.grant(&key, sent, token, document);
             }
             Ok((AcquireOutcome::Mismatch { stored }, _)) => {
+                state.note_unanswered(lease_id, sent.ttl, None);
                 // The answer for every waiter asking for this kind; the
                 // others' attempts follow.
                 let requested = sent.shape.kind;
@@ -213,7 +216,14 @@ impl Actor {
                 }
                 self.serve_next(&key);
             }
-            Ok((AcquireOutcome::Held { holder, remaining }, _)) => {
+            Ok((
+                AcquireOutcome::Held {
+                    holder,
+                    remaining,
+                    token,
+                },
+                _,
+            )) => {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, "key is held");
                 // A waiting exclusive attempt in the lock collection
@@ -227,6 +237,12 @@ impl Actor {
                     && !foreign
                     && holder != *self.owner_id;
                 state.handed = false;
+                let registered = token.filter(|_| state.registered).map(|token| Registered {
+                    sent_at: sent.sent_at,
+                    round_trip: sent.sent_at.elapsed(),
+                    token,
+                });
+                state.note_unanswered(lease_id, sent.ttl, registered);
                 for waiter in std::mem::take(&mut state.waiters) {
                     if waiter.mode == AcquireMode::Try {
                         let _ = waiter.respond_to.send(Ok(None));
@@ -255,6 +271,7 @@ impl Actor {
                 }
             }
             Err(error) => {
+                state.note_unanswered(lease_id, sent.ttl, None);
                 let transient = error.is_transient();
                 // A missing document: the answer for the callers that gave
                 // no fields to create it (the attempt was sent with the

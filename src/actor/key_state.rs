@@ -108,6 +108,79 @@ pub(super) struct KeyState {
     /// A release handed the key to that registration (announced by the
     /// change stream of writes): the next attempt confirms it.
     pub(super) handed: bool,
+    /// What the answers of attempts that did not acquire tell about a lease
+    /// written under their lease id (see [`Unanswered`]); boxed, as only
+    /// keys waiting for another holder have one.
+    pub(super) unanswered: Option<Box<Unanswered>>,
+}
+
+/// The attempts of one key under one lease id that did not acquire, as a
+/// lease announced under that lease id needs them to be granted on the
+/// event, without another attempt (`Actor::on_handoff`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Unanswered {
+    /// The lease id they were sent under.
+    pub(super) lease_id: Uuid,
+    /// The shortest TTL any of them asked for. A lease written under
+    /// `lease_id` lasts at least `min(shortest_ttl, R)` from its write (R:
+    /// the registration window): one of them acquired it (for its TTL), or
+    /// a release handed it to the registration one of them wrote (for its
+    /// `hx = min(ttl, R)`, "Queue of waiting owners" in `store`).
+    pub(super) shortest_ttl: Duration,
+    /// The last of them registered this manager in the key's queue of
+    /// waiting owners (see [`Registered`]).
+    pub(super) registered: Option<Registered>,
+}
+
+/// An attempt that registered its manager in a key's queue of waiting
+/// owners, as [`Unanswered`] keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Registered {
+    /// When it was sent.
+    pub(super) sent_at: Instant,
+    /// How long its answer took: a renewal, sent at once by a lease granted
+    /// on the event, takes about as long.
+    pub(super) round_trip: Duration,
+    /// The fencing token it found on the key. A write that shows the
+    /// attempt's lease id with a greater token came after it ran, as tokens
+    /// only grow, and so after it was sent (on one clock; the same
+    /// assumption as every local deadline).
+    pub(super) token: u64,
+}
+
+/// How many round trips of its last registering attempt a lease granted on
+/// the event of its handoff must have left before its local deadline: its
+/// renewal, sent at once, must land well before it (the fault scenarios
+/// give a heartbeat's renewal ten majority writes in the same way).
+pub(super) const GRANT_ROUND_TRIPS: u32 = 10;
+
+impl Unanswered {
+    /// The local deadline of a lease shown written under `lease_id` with
+    /// fencing `token`, for a waiter asking for `ttl`, if it leaves time
+    /// for its renewal at `now`: the last registering attempt's send + the
+    /// validity of `min(ttl, shortest_ttl, window)` (`validity`: the TTL
+    /// minus the safety margin). `None` when these attempts were under
+    /// another lease id, none registered last, the token is not greater
+    /// than the one it found (the write may predate that attempt: an old
+    /// event), or the deadline is less than [`GRANT_ROUND_TRIPS`] of that
+    /// attempt's round trips away.
+    pub(super) fn deadline(
+        &self,
+        lease_id: Uuid,
+        token: u64,
+        ttl: Duration,
+        window: Duration,
+        validity: impl Fn(Duration) -> Duration,
+        now: Instant,
+    ) -> Option<Instant> {
+        let registered = self.registered?;
+        if self.lease_id != lease_id || token <= registered.token {
+            return None;
+        }
+        let deadline = registered.sent_at + validity(ttl.min(self.shortest_ttl).min(window));
+        let renewal = registered.round_trip.saturating_mul(GRANT_ROUND_TRIPS);
+        (deadline > now + renewal).then_some(deadline)
+    }
 }
 
 impl KeyState {
@@ -124,7 +197,32 @@ impl KeyState {
             freed_in_flight: false,
             registered: false,
             handed: false,
+            unanswered: None,
         }
+    }
+
+    /// Records the answer of an attempt under `lease_id` asking for `ttl`
+    /// that did not acquire (see [`Unanswered`]), and whether it registered
+    /// in the key's queue of waiting owners (`None` also when the token it
+    /// found is unknown: such a registration cannot be ordered against a
+    /// handoff).
+    pub(super) fn note_unanswered(
+        &mut self,
+        lease_id: Uuid,
+        ttl: Duration,
+        registered: Option<Registered>,
+    ) {
+        let fresh = Unanswered {
+            lease_id,
+            shortest_ttl: ttl,
+            registered: None,
+        };
+        let record = self.unanswered.get_or_insert_with(|| Box::new(fresh));
+        if record.lease_id != lease_id {
+            **record = fresh;
+        }
+        record.shortest_ttl = record.shortest_ttl.min(ttl);
+        record.registered = registered;
     }
 
     pub(super) fn is_idle(&self) -> bool {

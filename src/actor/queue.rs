@@ -10,11 +10,12 @@ use std::time::Duration;
 use futures::FutureExt;
 
 use tokio::time::Instant;
+use tokio_util::time::delay_queue;
 use uuid::Uuid;
 
 use super::command::{Place, Target};
 use super::release_watch::ReleaseWatch;
-use super::{Actor, Attempt, Event, Timer};
+use super::{Actor, Attempt, Event, Sent, Timer};
 use crate::backoff::retry_delay;
 use crate::store::{KeyWrite, LeaseRef};
 
@@ -29,7 +30,7 @@ impl Actor {
         if state.handed {
             return Some(state.next_lease_id);
         }
-        let lapses = Instant::now() + crate::store::registration_window(self.timing.retry_max);
+        let lapses = Instant::now() + self.store(key.place).registration_window();
         self.gave_up
             .insert(key.clone(), (state.next_lease_id, lapses));
         None
@@ -72,11 +73,12 @@ impl Actor {
 
     /// A write that makes this owner the holder of `key` under a lease id
     /// it did not acquire itself yet: a handoff to its registration. With
-    /// waiters, the key's attempt runs at once (no wake jitter: the key is
-    /// ours, nobody races for it) and, under the same lease id, confirms
-    /// the lease; without (they left), the handed lease is given back at
-    /// once, which hands the key to the next registered owner. Returns
-    /// whether the write was such a handoff.
+    /// waiters, the first one is granted the lease on the event when
+    /// [`Actor::grant_handed`] can, else the key's attempt runs at once (no
+    /// wake jitter: the key is ours, nobody races for it) and, under the
+    /// same lease id, confirms the lease; without (they left), the handed
+    /// lease is given back at once, which hands the key to the next
+    /// registered owner. Returns whether the write was such a handoff.
     pub(super) fn on_handoff(&mut self, key: &Target, write: &KeyWrite) -> bool {
         let (Some(lease_id), Some(owner)) = (write.lease_id, write.owner.as_deref()) else {
             return false;
@@ -94,12 +96,91 @@ impl Actor {
             // Its answer may have been read before the handoff.
             Attempt::InFlight => state.freed_in_flight = true,
             Attempt::Scheduled(timer) if state.registered => {
+                let timer = *timer;
+                if self.grant_handed(key, lease_id, write.token, timer) {
+                    return true;
+                }
                 tracing::trace!(%key, "handed over by a release: confirming now");
+                let state = self.keys.get_mut(key).expect("checked above");
                 state.handed = true;
-                self.timers.reset(timer, Duration::ZERO);
+                self.timers.reset(&timer, Duration::ZERO);
             }
             _ => return false,
         }
+        true
+    }
+
+    /// Grants the lease `lease_id` of `key`, which the change stream shows
+    /// handed to this manager's registration with fencing `token`, to the
+    /// first waiter on the event itself, without a confirming attempt: the
+    /// handoff is majority-committed (change streams return only such
+    /// writes), and its token, greater than the one the last registering
+    /// attempt found, orders it after that attempt, so the handed lease
+    /// lasts at least [`Unanswered::deadline`] locally, if that leaves its
+    /// renewal time enough (ten round trips of that attempt's). The lease is renewed
+    /// at once ([`Actor::check_held`]), which sets its expiry to its TTL
+    /// and reports it lost if it was not ours any more. Returns `false`,
+    /// changing nothing, when that cannot be told (no token shown, a token
+    /// not greater, a deadline too close, a first waiter that is not a
+    /// plain exclusive lease, shutdown or `release_all` under way): the
+    /// attempt confirms the lease then.
+    ///
+    /// [`Unanswered::deadline`]: super::key_state::Unanswered::deadline
+    fn grant_handed(
+        &mut self,
+        key: &Target,
+        lease_id: Uuid,
+        token: Option<u64>,
+        timer: delay_queue::Key,
+    ) -> bool {
+        let window = self.store(key.place).registration_window();
+        let timing = &self.timing;
+        let Some(state) = self.keys.get_mut(key) else {
+            return false;
+        };
+        state.prune_waiters();
+        let (Some(token), Some(waiter), Some(unanswered)) =
+            (token, state.waiters.front(), state.unanswered.as_deref())
+        else {
+            return false;
+        };
+        let Some(deadline) = unanswered.deadline(
+            lease_id,
+            token,
+            waiter.ttl,
+            window,
+            |ttl| timing.validity_for(ttl),
+            Instant::now(),
+        ) else {
+            return false;
+        };
+        if !waiter.shape.is_plain() || self.closing.is_some() || self.releasing_all > 0 {
+            return false;
+        }
+        let registered = unanswered.registered.expect("a deadline");
+        let sent = Sent {
+            lease_id,
+            sent_at: registered.sent_at,
+            ttl: unanswered.shortest_ttl.min(window),
+            shape: waiter.shape,
+            waiting: true,
+        };
+        tracing::debug!(%key, token, ?deadline, "handed over by a release: granted on the event");
+        self.timers.remove(&timer);
+        state.attempt = Attempt::Idle;
+        // Writes announced while earlier attempts were in flight concern
+        // those attempts: this lease is checked at once anyway.
+        state.written_in_flight = false;
+        state.freed_in_flight = false;
+        state.failures = 0;
+        state.registered = false;
+        state.handed = false;
+        state.unanswered = None;
+        state.next_lease_id = Uuid::new_v4();
+        self.grant(key, sent, token, None);
+        // Its expiry to its TTL now: the handoff wrote it only for `hx`.
+        self.check_held([key.clone()].into());
+        self.forget_if_idle(key);
         true
     }
 

@@ -154,13 +154,19 @@
 //!   when it names another lease id or expires within `R / 2` (so a waiter
 //!   retrying often writes about once per `R / 2`; the other attempts
 //!   change nothing and write nothing, B2), or appended if its owner has
-//!   none. `re = $$NOW + R`, with `R` =
-//!   [`registration_window`] of the registering manager's `retry_max`
-//!   (twice its longest retry delay, plus one second): a waiting manager
-//!   tries again at least every `retry_max`, so a live waiter's entry never
-//!   lapses, and a dead one's lapses within `R`. `hx = min(ttl, R)`. Every
-//!   write that rewrites `q` drops the entries with `re <= $$NOW` and
-//!   removes `q` once it is empty.
+//!   none. `re = $$NOW + R`, with `R` = [`registration_window`] of the
+//!   registering manager's `retry_max` and safety margin, `R = 2 *
+//!   retry_max + 1 s + safety_margin` (twice its longest retry delay, one
+//!   second for the round trip, and the margin its holder takes off a
+//!   lease's local deadline): a waiting manager tries again at least every
+//!   `retry_max`, so a live waiter's entry never lapses, and a dead one's
+//!   lapses within `R`. `hx = min(ttl, R)`, so that a lease handed to a
+//!   live waiter, counted from its last registering attempt less its
+//!   safety margin, still has time left when its manager learns of the
+//!   handoff. The attempt's `Held` reports the token (`tok`) of the lease
+//!   it waits for, which a lease handed to it later exceeds. Every write
+//!   that rewrites `q` drops the entries with `re <= $$NOW` and removes `q`
+//!   once it is empty.
 //! - **Handoff on release.** A release of an exclusive lease (also by owner
 //!   id; not a force release, which only frees the key) whose document has
 //!   a live entry of another owner, and no minimum hold ahead (`hl`), makes
@@ -169,13 +175,23 @@
 //!   rule), `acq = ts = $$NOW`, `exp = $$NOW + hx`; the entry leaves `q`,
 //!   `wt`, `yu`, `hl` and `data` go. Otherwise the release is as before
 //!   (yield included). The change stream of writes announces the handoff
-//!   (it sets `lid` and `aid`, docs/mongodb-behaviour.md, B12, B24); the new
-//!   holder's manager, seeing its own owner id and the lease id it
-//!   registered, retries at once, and that retry under the same lease id
-//!   wins as any retry does (it renews `exp` to its TTL and gets the
-//!   handed token): registration, release and this confirmation are the
-//!   three commands of a handoff. Without a change stream the waiter's next
-//!   poll (at most `retry_max` later) does the same. A waiter that died
+//!   (it sets `lid`, `aid` and `tok`, docs/mongodb-behaviour.md, B12,
+//!   B24: [`KeyWrite::token`]); the new holder's manager, seeing its own
+//!   owner id and the lease id it registered, grants the lease to its
+//!   first waiter on the event itself, and renews it at once (`exp` to its
+//!   TTL), when it can tell how long the handed lease lasts: the event
+//!   shows a token greater than the one its last registering attempt found
+//!   (so the handoff came after that attempt ran, tokens only growing), and
+//!   the handed lease, which lasts at least `min(ttl, R)` from the
+//!   handoff, so from that attempt's send, still has time before its local
+//!   deadline (that send + `min(ttl, R)` − the safety margin, which `R`
+//!   includes for that reason). Otherwise (no token shown, an old event, a
+//!   deadline already past, a waiter with a minimum hold) it retries at
+//!   once, and that retry under the same lease id wins as any retry does
+//!   (it renews `exp` to its TTL and gets the handed token). Either way,
+//!   registration, release and this renewal or confirmation are the three
+//!   commands of a handoff. Without a change stream the waiter's next
+//!   poll (at most `retry_max` later) confirms it. A waiter that died
 //!   holds a handed key at most `hx` (at most `R`) after the handoff, and
 //!   is handed it only while its registration is live (at most `R` after
 //!   it died).
@@ -404,15 +420,29 @@ pub(crate) mod field {
 pub(crate) const REGISTRATION_SLACK: Duration = Duration::from_secs(1);
 
 /// How long a waiting owner's registration in the queue of a key lasts
-/// (see "Queue of waiting owners"): `2 * retry_max +`
-/// [`REGISTRATION_SLACK`]. A waiting manager tries again (and so refreshes
-/// its registration) at least every `retry_max` (its backoff's cap), so the
-/// registration of a live waiter never lapses; a dead waiter's lapses this
-/// long after its last attempt.
-pub(crate) fn registration_window(retry_max: Duration) -> Duration {
+/// (`R` of "Queue of waiting owners"): `2 * retry_max +`
+/// [`REGISTRATION_SLACK`] `+ safety_margin` (saturating), from the
+/// registering manager's `retry_max` and
+/// [`safety_margin`](crate::LockManagerOptions::safety_margin).
+///
+/// A waiting manager tries again (and so refreshes its registration) at
+/// least every `retry_max` (its backoff's cap), so the registration of a
+/// live waiter never lapses; a dead waiter's lapses this long after its
+/// last attempt. A lease handed to a registration lasts `hx = min(ttl, R)`
+/// unconfirmed, and its new holder may be granted it on the change
+/// stream's event of the handoff, counting its local deadline from the
+/// send of its last registering attempt (a live waiter's is at most
+/// `retry_max` and a round trip before the handoff), less its safety
+/// margin: with the margin in `R`, about `retry_max` plus the slack is
+/// left (when `hx = R`); without it, the default settings (`retry_max` 1
+/// s, safety margin 3 s = a tenth of the 30 s TTL) would leave no time at
+/// all. A dead waiter still holds a handed key at most `hx <= R` after the
+/// handoff.
+pub(crate) fn registration_window(retry_max: Duration, safety_margin: Duration) -> Duration {
     retry_max
         .saturating_mul(2)
         .saturating_add(REGISTRATION_SLACK)
+        .saturating_add(safety_margin)
 }
 
 /// Multiplier of the server time (ms) in a fencing token: tokens issued within
@@ -452,6 +482,14 @@ pub(crate) struct KeyWrite {
     pub lease_id: Option<Uuid>,
     /// The `aid` the write set, if the event shows one.
     pub owner: Option<String>,
+    /// The `tok` the write set, if the event shows one: an insert's or a
+    /// replacement's full document's, an update's `updatedFields.tok` (an
+    /// int64, or an int32; `None` for a negative value or another type).
+    /// `None` for a delete, an update that does not set `tok`, and the
+    /// release of a holder of a shared or semaphore key (`rl`). With
+    /// [`KeyWrite::keeps`], the token of the lease the write made (an
+    /// acquisition, a handoff).
+    pub token: Option<u64>,
 }
 
 impl KeyWrite {
@@ -542,5 +580,14 @@ pub(crate) enum AcquireOutcome {
     Held {
         holder: String,
         remaining: Option<Duration>,
+        /// The fencing token (`tok`) stored on the key when the attempt
+        /// read it: that of the lease it found, or of the last lease when
+        /// the key is free but kept for the head of the queue or yielded
+        /// (for a shared or semaphore key, the top `tok`: the latest holder
+        /// acquisition's). `None` when the document has none (a foreign
+        /// holder's lock, a lock field removed meanwhile). A registering
+        /// attempt's holder confirms a lease handed to it with this token
+        /// or a greater one (see "Queue of waiting owners").
+        token: Option<u64>,
     },
 }

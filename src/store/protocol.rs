@@ -146,6 +146,13 @@ pub(crate) trait Store: Send + Sync + 'static {
         Box::pin(async { Ok(0) })
     }
 
+    /// How long this owner's registration in a key's queue lasts, `R` of
+    /// "Queue of waiting owners" ([`registration_window`](super::registration_window)
+    /// of the store's yield window, the manager's `retry_max`, and its
+    /// safety margin); a lease handed to it lasts `min(ttl, R)`
+    /// unconfirmed.
+    fn registration_window(&self) -> Duration;
+
     /// Releases every lease held under this manager's owner id, except those
     /// with a lease id in `except` (acquisitions in flight), holders of
     /// shared and semaphore keys included. Returns how many documents it

@@ -163,12 +163,14 @@ pub fn params(ttl_secs: f64) -> Params {
 /// of its key, in seconds: the lease expires after the TTL; a free key is
 /// kept for the live head of its queue of waiting owners, and the
 /// registration of a waiter that crashed too lapses at most one
-/// registration window after its last refresh (`2 × retry_max + 1 s`,
-/// "Queue of waiting owners" in the crate's `store` docs); a waiter then
-/// retries within `retry_max`. Without a dead registration ahead of it the
+/// registration window after its last refresh (`2 × retry_max + 1 s +
+/// safety margin`, the workers' margin being the default `ttl / 10`; "Queue
+/// of waiting owners" in the crate's `store` docs); a waiter then retries
+/// within `retry_max`. Without a dead registration ahead of it the
 /// takeover comes TTL + about 10 ms after the crash (the figures printed).
 pub fn takeover_bound(p: &Params) -> f64 {
-    let registration_window = 2 * p.retry_max + Duration::from_secs(1);
+    let safety_margin = p.ttl / mongo_lease::DEFAULT_SAFETY_MARGIN_DIVISOR;
+    let registration_window = 2 * p.retry_max + Duration::from_secs(1) + safety_margin;
     (p.ttl + registration_window + p.retry_max).as_secs_f64()
 }
 

@@ -101,6 +101,7 @@ async fn a_stale_event_makes_the_holder_check_but_never_loses_a_held_lease() {
         freed: true,
         lease_id: None,
         owner: None,
+        token: None,
     });
     sleep(BETWEEN_TICKS / 2).await;
     assert_eq!(
@@ -159,6 +160,7 @@ async fn a_write_announced_while_the_acquire_is_in_flight_is_checked_once_grante
         freed: true,
         lease_id: None,
         owner: None,
+        token: None,
     });
     let (granted_at, lease) = soon(acquiring).await.unwrap().unwrap();
     assert_eq!(granted_at, t0 + Duration::from_millis(100));
@@ -178,6 +180,7 @@ fn announce_stale_write(db: &MemoryDb, key: &str) {
         freed: true,
         lease_id: None,
         owner: None,
+        token: None,
     });
 }
 

@@ -137,6 +137,7 @@ pub(super) async fn a_document_of_foreign_shape_is_never_taken<F: Fixture>(f: &F
             AcquireOutcome::Held {
                 holder: "java-app-1".into(),
                 remaining: None,
+                token: None,
             }
         );
         assert!(f.foreign_unchanged("f").await, "waiting: {waiting}");

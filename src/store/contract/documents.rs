@@ -49,6 +49,7 @@ async fn held(store: &dyn Store, key: impl Into<LeaseKey>, holder: &str) {
             AcquireOutcome::Held {
                 holder: h,
                 remaining: Some(remaining),
+                ..
             },
             _,
         )) if h == holder && remaining <= TTL => {}

@@ -6,7 +6,7 @@ use mongodb::bson::{Bson, DateTime, Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{FIELD, Fixture, Raw, TTL, YIELD};
+use super::{FIELD, Fixture, MARGIN, Raw, TTL, YIELD};
 use crate::config::ReleaseMode;
 use crate::key::LeaseKey;
 use crate::store::memory::{MemoryDb, MemoryStore};
@@ -31,7 +31,10 @@ impl Fixture for MemoryFixture {
     }
 
     async fn store(&self, owner: &str) -> MemoryStore {
-        self.db.store(owner, TTL).with_yield_window(YIELD)
+        self.db
+            .store(owner, TTL)
+            .with_yield_window(YIELD)
+            .with_safety_margin(MARGIN)
     }
 
     async fn delete_mode_store(&self, owner: &str) -> MemoryStore {
@@ -197,6 +200,7 @@ impl Fixture for MongoFixture {
             YIELD,
             Duration::from_secs(30),
         )
+        .with_safety_margin(MARGIN)
     }
 
     async fn delete_mode_store(&self, owner: &str) -> MongoStore {

@@ -115,9 +115,11 @@ pub(super) async fn a_handoff_is_announced_as_a_new_lease_not_as_a_release<F: Fi
         matches!(opened, Ok(Some(Ok(Announcement::Opened)))),
         "{opened:?}"
     );
-    let (l1, _) = take(&a, "k").await;
+    let (l1, t1) = take(&a, "k").await;
     let (to, outcome) = hand_over(&a, "k", l1.lease_id).await;
-    assert!(matches!(outcome, HandOver::Acquired { .. }), "{outcome:?}");
+    let HandOver::Acquired { token: t2 } = outcome else {
+        panic!("handed over: {outcome:?}");
+    };
     let (end, _) = take(&a, "end").await;
     assert_eq!(a.release(vec![end]).await.unwrap(), 1);
 
@@ -132,13 +134,19 @@ pub(super) async fn a_handoff_is_announced_as_a_new_lease_not_as_a_release<F: Fi
     }
     let of_k: Vec<&KeyWrite> = seen.iter().filter(|w| w.key == "k").collect();
     assert_eq!(of_k.len(), 2, "{seen:?}");
-    assert_eq!(of_k[0].lease_id, Some(l1.lease_id));
+    assert_eq!(
+        (of_k[0].lease_id, of_k[0].token),
+        (Some(l1.lease_id), Some(t1))
+    );
     // MongoDB reports this small document's pipeline update as a
     // replacement (the owner id shown) or an update (not shown); either
     // way it sets the new lease id and frees nothing
     // (docs/mongodb-behaviour.md, B22).
     let handoff = of_k[1];
-    assert_eq!((handoff.freed, handoff.lease_id), (false, Some(to)));
+    assert_eq!(
+        (handoff.freed, handoff.lease_id, handoff.token),
+        (false, Some(to), Some(t2))
+    );
     assert!(handoff.keeps(to, "a"), "{handoff:?}");
 }
 

@@ -49,6 +49,7 @@ async fn held_until_hold(store: &impl Store, key: &str, holder: &str) -> Duratio
     let AcquireOutcome::Held {
         holder: h,
         remaining: Some(remaining),
+        ..
     } = outcome
     else {
         panic!("{key:?} held until its minimum hold: {outcome:?}");

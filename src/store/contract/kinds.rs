@@ -82,6 +82,7 @@ pub(super) async fn held_as(
             AcquireOutcome::Held {
                 holder: h,
                 remaining: Some(remaining),
+                ..
             },
         ) if h == holder => remaining,
         (_, other) => panic!("acquiring {key:?} as {shape:?}, held by {holder:?}: {other:?}"),
@@ -460,6 +461,7 @@ pub(super) async fn a_holders_release_is_announced_its_renewal_and_acquisition_a
         freed: true,
         lease_id: None,
         owner: None,
+        token: None,
     };
     assert_eq!(
         seen,

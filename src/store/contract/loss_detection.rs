@@ -47,12 +47,17 @@ pub(super) async fn an_acquire_retry_under_a_lease_id_whose_owner_id_was_rewritt
     f.rewrite_owner("k", "intruder").await;
     // ...but not once another application rewrote the owner id.
     match a.acquire(l.key.clone(), l.lease_id, false).await.unwrap() {
-        AcquireOutcome::Held { holder, remaining } => {
+        AcquireOutcome::Held {
+            holder,
+            remaining,
+            token: found,
+        } => {
             assert_eq!(holder, "intruder");
             assert!(
                 remaining.is_some_and(|r| r > Duration::ZERO),
                 "{remaining:?}"
             );
+            assert_eq!(found, Some(token), "the token stored, kept by the rewrite");
         }
         other => panic!("a retry took back a rewritten document: {other:?}"),
     }
@@ -78,18 +83,19 @@ pub(super) async fn foreign_deletes_and_owner_rewrites_are_announced_renewals_ar
         "the stream starts with Opened: {opened:?}"
     );
 
-    let (k, _) = take(&a, "k").await;
+    let (k, tk) = take(&a, "k").await;
     assert!(a.renew(vec![k.clone()]).await.unwrap().is_empty());
     assert!(a.set_payload(k.clone(), doc! { "x": 1 }).await.unwrap());
     f.rewrite_owner("k", "intruder").await;
     f.delete_now("k").await;
-    let (end, _) = take(&a, "end").await;
+    let (end, te) = take(&a, "end").await;
 
-    let write = |key: &str, freed, lease_id, owner: Option<&str>| KeyWrite {
+    let write = |key: &str, freed, lease_id, owner: Option<&str>, token| KeyWrite {
         key: key.into(),
         freed,
         lease_id,
         owner: owner.map(str::to_string),
+        token,
     };
     let give_up = Instant::now() + Duration::from_secs(30);
     let mut seen = Vec::new();
@@ -103,10 +109,10 @@ pub(super) async fn foreign_deletes_and_owner_rewrites_are_announced_renewals_ar
     assert_eq!(
         seen,
         [
-            write("k", false, Some(k.lease_id), Some("a")),
-            write("k", false, None, Some("intruder")),
-            write("k", true, None, None),
-            write("end", false, Some(end.lease_id), Some("a")),
+            write("k", false, Some(k.lease_id), Some("a"), Some(tk)),
+            write("k", false, None, Some("intruder"), None),
+            write("k", true, None, None, None),
+            write("end", false, Some(end.lease_id), Some("a"), Some(te)),
         ],
         "the acquisitions, the rewrite and the delete; not the renewal nor the payload"
     );

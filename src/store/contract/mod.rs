@@ -54,6 +54,9 @@ use crate::kind::LeaseShape;
 const TTL: Duration = Duration::from_secs(30);
 /// Yield window of every store in the scenarios.
 const YIELD: Duration = Duration::from_secs(20);
+/// Safety margin of every store in the scenarios (part of its registration
+/// window, [`registration_window`](super::registration_window)).
+const MARGIN: Duration = Duration::from_secs(2);
 /// Lock field of the in-document leases in the scenarios.
 const FIELD: &str = "lock";
 
@@ -85,7 +88,7 @@ trait Fixture: Sized {
     async fn new() -> Self;
 
     /// A store on this collection for the owner id `owner` (TTL [`TTL`],
-    /// yield window [`YIELD`]).
+    /// yield window [`YIELD`], safety margin [`MARGIN`]).
     async fn store(&self, owner: &str) -> Self::Store;
 
     /// As [`Fixture::store`], with releases in
@@ -223,6 +226,7 @@ async fn held(
         Ok(AcquireOutcome::Held {
             holder: h,
             remaining: Some(remaining),
+            ..
         }) if h == holder => remaining,
         other => panic!("acquiring {key:?} held by {holder:?}: {other:?}"),
     }
@@ -400,4 +404,5 @@ contract!(
     queue::a_local_handoff_goes_to_the_first_registered_owner_instead,
     queue::delete_mode_hands_over_instead_of_deleting,
     queue::a_handoff_is_announced_with_the_new_holders_owner_and_lease_ids,
+    queue::an_acquisition_is_announced_with_its_token,
 );

@@ -10,14 +10,20 @@ use uuid::Uuid;
 
 use super::{Fixture, lease, raw, stores, take};
 use crate::key::LeaseKey;
-use crate::store::{AcquireOutcome, Announcement, LeaseRef, Store};
+use crate::store::{AcquireOutcome, Announcement, KeyWrite, LeaseRef, Store};
 
 /// A waiting attempt of `store` on `key` under `lease_id`, which must find
-/// the key held by `holder` (and so registers).
-async fn wait(store: &impl Store, key: &str, lease_id: Uuid, holder: &str) {
+/// the key held by `holder` (and so registers), and report the token stored
+/// on the key, `token`: that of the holder's lease, or of the last lease of
+/// a free key kept for the head of the queue.
+async fn wait(store: &impl Store, key: &str, lease_id: Uuid, holder: &str, token: u64) {
     match store.acquire(key.into(), lease_id, true).await {
-        Ok(AcquireOutcome::Held { holder: h, .. }) if h == holder => {}
-        other => panic!("waiting for {key:?} held by {holder:?}: {other:?}"),
+        Ok(AcquireOutcome::Held {
+            holder: h,
+            token: t,
+            ..
+        }) if h == holder && t == Some(token) => {}
+        other => panic!("waiting for {key:?} held by {holder:?} with token {token}: {other:?}"),
     }
 }
 
@@ -62,12 +68,12 @@ pub(super) async fn waiting_owners_are_handed_the_key_in_arrival_order_with_grea
     let [a, b, c, d] = stores(f, ["a", "b", "c", "d"]).await;
     let (la, ta) = take(&a, "k").await;
     let (lb, lc, ld) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
-    wait(&b, "k", lb, "a").await;
-    wait(&c, "k", lc, "a").await;
-    wait(&d, "k", ld, "a").await;
+    wait(&b, "k", lb, "a", ta).await;
+    wait(&c, "k", lc, "a", ta).await;
+    wait(&d, "k", ld, "a", ta).await;
     // A refreshed registration keeps its place.
-    wait(&b, "k", lb, "a").await;
-    wait(&d, "k", ld, "a").await;
+    wait(&b, "k", lb, "a", ta).await;
+    wait(&d, "k", ld, "a", ta).await;
     assert_eq!(f.queue("k").await, owners(&["b", "c", "d"]));
 
     // Each release hands the key to the first registered owner, in the
@@ -77,8 +83,8 @@ pub(super) async fn waiting_owners_are_handed_the_key_in_arrival_order_with_grea
     assert_eq!(f.queue("k").await, owners(&["c", "d"]));
     let lb = confirm(&b, "k", lb, tb).await;
     // The others still wait, and keep their places.
-    wait(&d, "k", ld, "b").await;
-    wait(&c, "k", lc, "b").await;
+    wait(&d, "k", ld, "b", tb).await;
+    wait(&c, "k", lc, "b", tb).await;
     assert_eq!(f.queue("k").await, owners(&["c", "d"]));
 
     assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
@@ -104,20 +110,26 @@ pub(super) async fn a_free_key_is_kept_for_the_head_of_the_queue_and_lapsed_regi
     f: &F,
 ) {
     let [a, b, c, d] = stores(f, ["a", "b", "c", "d"]).await;
-    take(&a, "k").await;
+    let (_, ta) = take(&a, "k").await;
     let (lb, lc) = (Uuid::new_v4(), Uuid::new_v4());
-    wait(&b, "k", lb, "a").await;
-    wait(&c, "k", lc, "a").await;
+    wait(&b, "k", lb, "a", ta).await;
+    wait(&c, "k", lc, "a", ta).await;
 
     // The holder died: its lease expired, with b and c registered. Only b,
-    // the head, may take it; c and a newcomer wait, and are told b holds it.
+    // the head, may take it; c and a newcomer wait, and are told b holds it
+    // (with the token of a's lease, the last one).
     f.expire("k").await;
-    wait(&c, "k", lc, "b").await;
+    wait(&c, "k", lc, "b", ta).await;
     match d.acquire("k".into(), Uuid::new_v4(), false).await {
-        Ok(AcquireOutcome::Held { holder, remaining }) => {
+        Ok(AcquireOutcome::Held {
+            holder,
+            remaining,
+            token,
+        }) => {
             assert_eq!(holder, "b");
             let remaining = remaining.expect("until the head's registration expires");
             assert!(remaining > Duration::ZERO, "{remaining:?}");
+            assert_eq!(token, Some(ta));
         }
         other => panic!("d should wait for the head: {other:?}"),
     }
@@ -131,8 +143,8 @@ pub(super) async fn a_free_key_is_kept_for_the_head_of_the_queue_and_lapsed_regi
     let (owner, lease_id, token) = holder(f, "k").await;
     assert_eq!((owner.as_str(), lease_id, token), ("c", lc2.lease_id, tc));
     // A lapsed owner that comes back queues behind the live ones.
-    wait(&b, "k", lb, "c").await;
-    wait(&d, "k", Uuid::new_v4(), "c").await;
+    wait(&b, "k", lb, "c", tc).await;
+    wait(&d, "k", Uuid::new_v4(), "c", tc).await;
     assert_eq!(f.queue("k").await, owners(&["b", "d"]));
 }
 
@@ -142,16 +154,21 @@ pub(super) async fn a_handed_lease_never_confirmed_expires_and_the_next_owner_ta
     f: &F,
 ) {
     let (a, b, c) = (f.store("a").await, f.store("b").await, f.store("c").await);
-    let (la, _) = take(&a, "k").await;
+    let (la, ta) = take(&a, "k").await;
     let (lb, lc) = (Uuid::new_v4(), Uuid::new_v4());
-    wait(&b, "k", lb, "a").await;
-    wait(&c, "k", lc, "a").await;
+    wait(&b, "k", lb, "a", ta).await;
+    wait(&c, "k", lc, "a", ta).await;
     assert_eq!(a.release(vec![la]).await.unwrap(), 1);
     let (owner, _, tb) = holder(f, "k").await;
     assert_eq!(owner, "b");
     // The handed lease lasts the registration's `hx`: at most the
-    // registration window, at most the TTL.
-    let window = crate::store::registration_window(super::YIELD);
+    // registration window (of the waiter's `retry_max` and safety margin),
+    // at most the TTL.
+    let window = b.registration_window();
+    assert_eq!(
+        window,
+        crate::store::registration_window(super::YIELD, super::MARGIN)
+    );
     let lifetime = f.lifetime("k").await;
     assert_eq!(lifetime, super::TTL.min(window));
 
@@ -208,8 +225,8 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
     let (_, ta) = take(&a, "k1").await;
     let (_, ta2) = take(&a, "k2").await;
     let (lb1, lb2) = (Uuid::new_v4(), Uuid::new_v4());
-    wait(&b, "k1", lb1, "a").await;
-    wait(&b, "k2", lb2, "a").await;
+    wait(&b, "k1", lb1, "a", ta).await;
+    wait(&b, "k2", lb2, "a", ta2).await;
 
     // An operator's release of a's leases hands each one to its waiter.
     assert_eq!(op.release_by_owner("a".into()).await.unwrap(), 2);
@@ -219,7 +236,7 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
     let (_, _, tb2) = holder(f, "k2").await;
     assert!(tb2 > ta2);
     let lc = Uuid::new_v4();
-    wait(&c, "k1", lc, "b").await;
+    wait(&c, "k1", lc, "b", tb).await;
     assert_eq!(b.release_owner(vec![lb2]).await.unwrap(), 1);
     let tc = handed(f, "k1", ("c", lc), tb).await;
     let _ = lb1;
@@ -227,12 +244,12 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
     // A force release frees the key whoever holds it, and hands nothing:
     // the head of the queue takes it at its next attempt.
     let la = Uuid::new_v4();
-    wait(&a, "k1", la, "c").await;
+    wait(&a, "k1", la, "c", tc).await;
     assert!(op.force_release("k1".into()).await.unwrap().is_some());
     let r = raw(f, "k1").await;
-    assert_eq!((r.lease_id, r.expired), (None, true));
+    assert_eq!((r.lease_id, r.expired, r.token), (None, true, tc));
     assert_eq!(f.queue("k1").await, owners(&["a"]));
-    wait(&b, "k1", Uuid::new_v4(), "a").await;
+    wait(&b, "k1", Uuid::new_v4(), "a", tc).await;
     match a.acquire("k1".into(), la, true).await {
         Ok(AcquireOutcome::Acquired { token }) => assert!(token > tc),
         other => panic!("the head takes the force-released key: {other:?}"),
@@ -243,7 +260,7 @@ pub(super) async fn a_local_handoff_goes_to_the_first_registered_owner_instead<F
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (la, ta) = take(&a, "k").await;
     let lb = Uuid::new_v4();
-    wait(&b, "k", lb, "a").await;
+    wait(&b, "k", lb, "a", ta).await;
     let local = Uuid::new_v4();
     let outcome = a
         .hand_over(
@@ -258,7 +275,7 @@ pub(super) async fn a_local_handoff_goes_to_the_first_registered_owner_instead<F
     assert_eq!(outcome, crate::store::HandOver::Released);
     let tb = handed(f, "k", ("b", lb), ta).await;
     // a's local waiter registers behind, and is handed the key next.
-    wait(&a, "k", local, "b").await;
+    wait(&a, "k", local, "b", tb).await;
     let lb = confirm(&b, "k", lb, tb).await;
     assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
     let (owner, lease_id, _) = holder(f, "k").await;
@@ -273,7 +290,7 @@ pub(super) async fn delete_mode_hands_over_instead_of_deleting<F: Fixture>(f: &F
     let (la, ta) = take(&a, "k").await;
     tokio::time::sleep(crate::store::DELETE_DELAY).await;
     let lb = Uuid::new_v4();
-    wait(&b, "k", lb, "a").await;
+    wait(&b, "k", lb, "a", ta).await;
     assert_eq!(a.release(vec![la]).await.unwrap(), 1);
     let tb = handed(f, "k", ("b", lb), ta).await;
     let lb = confirm(&b, "k", lb, tb).await;
@@ -293,9 +310,9 @@ pub(super) async fn a_handoff_is_announced_with_the_new_holders_owner_and_lease_
         matches!(opened, Ok(Some(Ok(Announcement::Opened)))),
         "{opened:?}"
     );
-    let (la, _) = take(&a, "k").await;
+    let (la, ta) = take(&a, "k").await;
     let lb = Uuid::new_v4();
-    wait(&b, "k", lb, "a").await;
+    wait(&b, "k", lb, "a", ta).await;
     assert_eq!(a.release(vec![la]).await.unwrap(), 1);
     let key = LeaseKey::from("k");
     let handed = tokio::time::timeout(Duration::from_secs(30), async {
@@ -315,6 +332,49 @@ pub(super) async fn a_handoff_is_announced_with_the_new_holders_owner_and_lease_
     assert!(!handed.freed, "{handed:?}");
     assert_eq!(handed.owner.as_deref(), Some("b"));
     assert!(handed.keeps(lb, "b"));
+    // With the handed lease's token, the one b's confirming retry gets.
+    let tb = handed.token.expect("the handed token is announced");
+    assert!(tb > ta, "{tb} > {ta}");
+    confirm(&b, "k", lb, tb).await;
+}
+
+pub(super) async fn an_acquisition_is_announced_with_its_token<F: Fixture>(f: &F) {
+    let a = f.store("a").await;
+    let mut writes = a.watch_releases();
+    let opened = tokio::time::timeout(Duration::from_secs(30), writes.next()).await;
+    assert!(
+        matches!(opened, Ok(Some(Ok(Announcement::Opened)))),
+        "{opened:?}"
+    );
+    // An acquisition of a new key (an insert on MongoDB), its release, and
+    // the acquisition of the released document (a replacement).
+    let (l1, t1) = take(&a, "k").await;
+    assert_eq!(a.release(vec![l1.clone()]).await.unwrap(), 1);
+    let (l2, t2) = take(&a, "k").await;
+    let key = LeaseKey::from("k");
+    let mut seen: Vec<KeyWrite> = Vec::new();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    while seen.len() < 3 {
+        match tokio::time::timeout_at(give_up, writes.next()).await {
+            Ok(Some(Ok(Announcement::Write(write)))) if write.key == key => seen.push(write),
+            Ok(Some(Ok(_))) => {}
+            other => panic!("after {seen:?}: {other:?}"),
+        }
+    }
+    let read = |w: &KeyWrite| (w.freed, w.lease_id, w.token);
+    assert_eq!(
+        read(&seen[0]),
+        (false, Some(l1.lease_id), Some(t1)),
+        "{seen:?}"
+    );
+    assert!(seen[0].keeps(l1.lease_id, "a"), "{seen:?}");
+    assert_eq!(read(&seen[1]), (true, None, None), "the release: {seen:?}");
+    assert_eq!(
+        read(&seen[2]),
+        (false, Some(l2.lease_id), Some(t2)),
+        "{seen:?}"
+    );
+    assert!(seen[2].keeps(l2.lease_id, "a"), "{seen:?}");
 }
 
 pub(super) async fn an_owner_that_leaves_the_queues_is_never_handed_a_key_and_the_others_keep_their_places<
@@ -326,8 +386,8 @@ pub(super) async fn an_owner_that_leaves_the_queues_is_never_handed_a_key_and_th
     let (la, ta) = take(&a, "k").await;
     let (_, _) = take(&a, "other").await;
     let (lb, lc) = (Uuid::new_v4(), Uuid::new_v4());
-    wait(&b, "k", lb, "a").await;
-    wait(&c, "k", lc, "a").await;
+    wait(&b, "k", lb, "a", ta).await;
+    wait(&c, "k", lc, "a", ta).await;
     assert_eq!(f.queue("k").await, owners(&["b", "c"]));
 
     // Only the documents naming b in their queue change; c keeps its place.

@@ -87,6 +87,7 @@ impl MemoryDb {
             freed: true,
             lease_id: None,
             owner: None,
+            token: None,
         });
     }
 
@@ -96,39 +97,49 @@ impl MemoryDb {
         let _ = self.released.send(write);
     }
 
-    /// Reports a new acquisition of `key` (an insert or replacement on
-    /// MongoDB, carrying `lid` and `aid`).
-    pub(super) fn announce_acquisition(&self, key: &LeaseKey, owner: &str, lease_id: Uuid) {
+    /// Reports a new acquisition of `key` with fencing token `token` (an
+    /// insert or replacement on MongoDB, carrying `lid`, `aid` and `tok`; a
+    /// handoff also as an update that sets them).
+    pub(super) fn announce_acquisition(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        lease_id: Uuid,
+        token: u64,
+    ) {
         self.announce(KeyWrite {
             key: key.clone(),
             freed: false,
             lease_id: Some(lease_id),
             owner: Some(owner.to_string()),
+            token: Some(token),
         });
     }
 
-    /// Reports a new acquisition of `key` as `kind`, as MongoDB's change
-    /// stream shows it: an exclusive one with its `lid` and `aid`; a
-    /// holder's, only when it inserts the document (`had_lease_id` is
-    /// `None`) or removes an exclusive lease's `lid` (`Some(true)`), as a
-    /// write without a lease id; a holder's entry added to a document
+    /// Reports a new acquisition of `key` as `kind`, with fencing token
+    /// `token`, as MongoDB's change stream shows it: an exclusive one with
+    /// its `lid`, `aid` and `tok`; a holder's, only when it inserts the
+    /// document (`had_lease_id` is `None`) or removes an exclusive lease's
+    /// `lid` (`Some(true)`), as a write without a lease id (with the `aid`
+    /// and `tok` it sets at the top); a holder's entry added to a document
     /// without `lid` (`hs` changed without `rl`) is not announced.
     pub(super) fn announce_taken(
         &self,
         key: &LeaseKey,
         owner: &str,
-        lease_id: Uuid,
+        (lease_id, token): (Uuid, u64),
         kind: LeaseKind,
         had_lease_id: Option<bool>,
     ) {
         if !kind.is_multi_holder() {
-            self.announce_acquisition(key, owner, lease_id);
+            self.announce_acquisition(key, owner, lease_id, token);
         } else if had_lease_id != Some(false) {
             self.announce(KeyWrite {
                 key: key.clone(),
                 freed: true,
                 lease_id: None,
                 owner: Some(owner.to_string()),
+                token: Some(token),
             });
         }
     }
@@ -300,8 +311,8 @@ impl MemoryDb {
         )
         .expect("try_take on a foreign document");
         drop(coll);
-        if matches!(outcome, AcquireOutcome::Acquired { .. }) {
-            self.announce_taken(key, owner, lease_id, kind, had_lease_id);
+        if let AcquireOutcome::Acquired { token } = outcome {
+            self.announce_taken(key, owner, (lease_id, token), kind, had_lease_id);
         }
         self.touch();
         outcome
@@ -323,7 +334,7 @@ impl MemoryDb {
             .or_insert(vacant)
             .take(owner, lease_id, ttl, None, now);
         drop(coll);
-        self.announce_acquisition(key, owner, lease_id);
+        self.announce_acquisition(key, owner, lease_id, token);
         self.touch();
         token
     }
@@ -422,6 +433,7 @@ impl MemoryDb {
             freed: doc.lease_id.is_none(),
             lease_id: doc.lease_id,
             owner: Some(doc.owner.clone()),
+            token: Some(doc.token),
         };
         let mut coll = lock(&self.inner);
         coll.foreign.remove(key);
@@ -446,6 +458,7 @@ impl MemoryDb {
             freed: false,
             lease_id: None,
             owner: Some(owner.to_string()),
+            token: None,
         });
         self.touch();
     }

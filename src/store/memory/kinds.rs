@@ -77,7 +77,7 @@ pub(super) fn acquire_holder(
                 if waiting && held_by_other && doc.waiting_since.is_none() {
                     doc.waiting_since = Some(now);
                 }
-                held(doc.owner.clone(), doc.exp, now)
+                held(doc.owner.clone(), doc.exp, doc.token, now)
             }
             _ => AcquireOutcome::Mismatch {
                 stored: LeaseKind::Exclusive,
@@ -88,7 +88,7 @@ pub(super) fn acquire_holder(
         .yield_until
         .filter(|_| live == 0 && doc.yielded_by(owner, now))
     {
-        return held(doc.owner.clone(), until, now);
+        return held(doc.owner.clone(), until, doc.token, now);
     }
     if live > 0 && doc.stored_kind() != kind {
         return AcquireOutcome::Mismatch {
@@ -98,13 +98,13 @@ pub(super) fn acquire_holder(
     match kind {
         LeaseKind::Permit { permits } if live >= permits as usize => {
             let first = doc.live_holders(now).map(|h| h.exp).min().unwrap_or(now);
-            return held(doc.owner.clone(), first, now);
+            return held(doc.owner.clone(), first, doc.token, now);
         }
         LeaseKind::Shared => {
             // Another owner's live mark (an owner's own is of a waiter that left).
             let mark = doc.exclusive_waiter.as_ref();
             if let Some((waiter, until)) = mark.filter(|(w, e)| *e > now && w != owner) {
-                return held(waiter.clone(), *until, now);
+                return held(waiter.clone(), *until, doc.token, now);
             }
         }
         _ => {}
@@ -160,13 +160,16 @@ pub(super) fn exclusive_waits(
     } else {
         doc.exp
     };
-    held(doc.owner.clone(), until, now)
+    held(doc.owner.clone(), until, doc.token, now)
 }
 
-fn held(holder: String, until: Instant, now: Instant) -> AcquireOutcome {
+/// Held by `holder` until `until`, the key's top token being `token` (as
+/// `MongoStore` reports it: the `tok` of the document read).
+fn held(holder: String, until: Instant, token: u64, now: Instant) -> AcquireOutcome {
     AcquireOutcome::Held {
         holder,
         remaining: Some(until.saturating_duration_since(now)),
+        token: Some(token),
     }
 }
 

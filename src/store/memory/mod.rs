@@ -17,9 +17,9 @@
 //!   on MongoDB the time part of the token rule guarantees the same (see
 //!   "Fencing tokens" in `store`), which a twin whose server time starts at
 //!   the test's start cannot reproduce with the same token values.
-//!   Otherwise the outcome is `Held { holder, remaining: exp - now }` (`yu -
-//!   now` if yielded by this owner), and a `waiting` attempt on a lease held
-//!   by another owner sets `wt` if unset.
+//!   Otherwise the outcome is `Held { holder, remaining: exp - now, token:
+//!   Some(tok) }` (`yu - now` if yielded by this owner), and a `waiting`
+//!   attempt on a lease held by another owner sets `wt` if unset.
 //! - **renew** sets `exp = now + ttl` on documents whose key is among the
 //!   leases' keys and whose lease id is among their lease ids (the same `$in`
 //!   / `$in` filter as `MongoStore`; expiry is not checked, as on the server),
@@ -40,7 +40,7 @@
 //!   id, not yielded) acquired that long ago.
 //! - A **foreign holder's lock** ([`MemoryDb::put_foreign`], another
 //!   application's `{_id, ts, aid}`) is never modified: acquire reports it
-//!   `Held { holder: aid, remaining: None }`, renew, release and
+//!   `Held { holder: aid, remaining: None, token: None }`, renew, release and
 //!   release_owner never match it, reads show it held by a foreign holder,
 //!   and only force release (or [`MemoryDb::delete`]) deletes it, announcing
 //!   the delete like a release.

@@ -71,7 +71,7 @@ impl Store for MemoryStore {
         let field = self.place.as_ref().map(|(_, field)| field.clone());
         let owner = self.owner.clone();
         let (db, creates) = (self.db.clone(), create.is_some());
-        let registration = crate::store::registration_window(self.yield_window);
+        let registration = self.registration_window();
         let acquire = self.run(Op::Acquire, vec![key.clone()], {
             let (key, owner) = (key.clone(), owner.clone());
             move |coll, now| {
@@ -95,8 +95,8 @@ impl Store for MemoryStore {
                     now,
                     registration,
                 );
-                if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
-                    db.announce_acquisition(&key, &owner, lease_id);
+                if !retry && let Ok(AcquireOutcome::Acquired { token }) = outcome {
+                    db.announce_acquisition(&key, &owner, lease_id, token);
                 }
                 outcome
             }
@@ -205,7 +205,7 @@ impl Store for MemoryStore {
             return futures::future::ready(Err(error)).boxed();
         }
         let (db, owner) = (self.db.clone(), self.owner.clone());
-        let registration = crate::store::registration_window(self.yield_window);
+        let registration = self.registration_window();
         self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
             let retry = is_retry(coll, &key, lease_id);
             // `None`: no document (an insert); else whether it had a `lid`.
@@ -223,8 +223,8 @@ impl Store for MemoryStore {
             );
             // A retry under the same lease id sets neither `lid` nor `aid`:
             // no event on MongoDB either.
-            if !retry && matches!(outcome, Ok(AcquireOutcome::Acquired { .. })) {
-                db.announce_taken(&key, &owner, lease_id, shape.kind, had_lease_id);
+            if !retry && let Ok(AcquireOutcome::Acquired { token }) = outcome {
+                db.announce_taken(&key, &owner, (lease_id, token), shape.kind, had_lease_id);
             }
             outcome
         })
@@ -232,6 +232,12 @@ impl Store for MemoryStore {
 
     fn default_ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// As `MongoStore`'s: of the yield window (the manager's `retry_max`)
+    /// and the safety margin ([`MemoryStore::with_safety_margin`]).
+    fn registration_window(&self) -> Duration {
+        crate::store::registration_window(self.yield_window, self.safety_margin)
     }
 
     fn renew_with_ttl(

@@ -67,6 +67,7 @@ pub(super) fn apply_acquire(
         return Ok(AcquireOutcome::Held {
             holder: foreign.owner.clone(),
             remaining: None,
+            token: None,
         });
     }
     let hold = shape.hold_at_least;
@@ -125,10 +126,12 @@ pub(super) fn apply_acquire(
                     Some(head) if until <= now => AcquireOutcome::Held {
                         holder: head.owner.clone(),
                         remaining: Some(head.re.saturating_duration_since(now)),
+                        token: Some(doc.token),
                     },
                     _ => AcquireOutcome::Held {
                         holder: doc.owner.clone(),
                         remaining: Some(until.saturating_duration_since(now)),
+                        token: Some(doc.token),
                     },
                 })
             }
@@ -162,13 +165,13 @@ pub(super) fn release_doc(doc: &mut Doc, now: Instant, yield_window: Duration) {
 /// waiting owners": the first live entry of another owner, if the key has
 /// no holders nor minimum hold ahead, becomes the holder (token + 1, `exp =
 /// now + hx`, no `yu`, `hl`, `data`) and leaves the queue; otherwise
-/// [`release_doc`], dead entries dropped. Returns the new holder's owner id
-/// and lease id.
+/// [`release_doc`], dead entries dropped. Returns the new holder's owner id,
+/// lease id and token.
 pub(super) fn release_or_hand_over(
     doc: &mut Doc,
     now: Instant,
     yield_window: Duration,
-) -> Option<(String, Uuid)> {
+) -> Option<(String, Uuid, u64)> {
     let hold_ahead = doc.hold_until.is_some_and(|until| until > now);
     let next = (doc.holders.is_empty() && !hold_ahead)
         .then(|| doc.live_queue(now).find(|w| w.owner != doc.owner).cloned())
@@ -186,7 +189,7 @@ pub(super) fn release_or_hand_over(
     doc.yield_until = None;
     doc.hold_until = None;
     doc.payload = None;
-    Some((next.owner, next.lease_id))
+    Some((next.owner, next.lease_id, doc.token))
 }
 
 /// The handoff rule ("Handoff to a local waiter" in `store`) at `now`:
@@ -218,13 +221,13 @@ pub(super) fn apply_hand_over(
     {
         // Released, or handed to the first registered owner.
         match release_or_hand_over(doc, now, yield_window) {
-            Some((next, lease_id)) => db.announce_acquisition(key, &next, lease_id),
+            Some((next, lease_id, token)) => db.announce_acquisition(key, &next, lease_id, token),
             None => db.announce_release(key),
         }
         return HandOver::Released;
     }
     let token = doc.take(owner, to, ttl, None, now);
-    db.announce_acquisition(key, owner, to);
+    db.announce_acquisition(key, owner, to, token);
     HandOver::Acquired { token }
 }
 
@@ -267,7 +270,9 @@ impl Collection {
                 db.announce_release(&key);
             } else {
                 match release_or_hand_over(doc, now, yield_window) {
-                    Some((owner, lease_id)) => db.announce_acquisition(&key, &owner, lease_id),
+                    Some((owner, lease_id, token)) => {
+                        db.announce_acquisition(&key, &owner, lease_id, token)
+                    }
                     None => db.announce_release(&key),
                 }
                 marked += 1;

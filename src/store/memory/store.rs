@@ -28,6 +28,9 @@ pub(crate) struct MemoryStore {
     pub(super) owner: String,
     pub(super) ttl: Duration,
     pub(super) yield_window: Duration,
+    /// The manager's safety margin, part of the registration window
+    /// ([`registration_window`](crate::store::registration_window)).
+    pub(super) safety_margin: Duration,
     pub(super) release_mode: ReleaseMode,
     pub(super) control: Controls,
     /// `false`: `watch_releases` fails as on a standalone server.
@@ -53,6 +56,7 @@ impl MemoryDb {
             owner: owner.into(),
             ttl,
             yield_window: DEFAULT_RETRY_MAX,
+            safety_margin: Duration::ZERO,
             release_mode: ReleaseMode::Keep,
             control: Controls::default(),
             change_streams: true,
@@ -113,6 +117,7 @@ impl MemoryStore {
                 owner: self.owner.clone(),
                 ttl: self.ttl,
                 yield_window: self.yield_window,
+                safety_margin: self.safety_margin,
                 release_mode: ReleaseMode::Delete,
                 control: Controls::default(),
                 change_streams: self.change_streams,
@@ -134,6 +139,13 @@ impl MemoryStore {
     /// owner waited for keeps this owner from taking the key back).
     pub fn with_yield_window(mut self, yield_window: Duration) -> Self {
         self.yield_window = yield_window;
+        self
+    }
+
+    /// This store with the manager's safety margin (default zero), which
+    /// its registration window includes, as `MongoStore`'s.
+    pub fn with_safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = margin;
         self
     }
 

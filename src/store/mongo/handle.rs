@@ -32,6 +32,9 @@ pub(crate) struct MongoStore {
     /// How long a release that another owner waited for keeps this owner
     /// from taking the key back (see "Fairness" in the module docs of `store`).
     yield_ms: i64,
+    /// The manager's safety margin, part of the registration window (see
+    /// "Queue of waiting owners" in the module docs of `store`).
+    safety_margin: Duration,
     operation_timeout: Duration,
     /// Whether releases keep or delete the lock document.
     release_mode: ReleaseMode,
@@ -74,6 +77,7 @@ impl MongoStore {
             owner,
             ttl_ms: ttl.as_millis() as i64,
             yield_ms: yield_window.as_millis().min(i64::MAX as u128) as i64,
+            safety_margin: Duration::ZERO,
             operation_timeout,
             release_mode: ReleaseMode::Keep,
             holder_ids: Arc::default(),
@@ -109,6 +113,14 @@ impl MongoStore {
     /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).
     pub(crate) fn with_release_mode(mut self, mode: ReleaseMode) -> Self {
         self.release_mode = mode;
+        self
+    }
+
+    /// This store with the manager's safety margin (default zero), which
+    /// its registration window includes
+    /// ([`registration_window`](crate::store::registration_window)).
+    pub(crate) fn with_safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = margin;
         self
     }
 
@@ -154,14 +166,18 @@ impl MongoStore {
         self.yield_ms
     }
 
-    /// How long this owner's registration in a key's queue lasts (ms):
+    /// How long this owner's registration in a key's queue lasts:
     /// [`registration_window`](crate::store::registration_window) of its
-    /// `retry_max` (the yield window).
-    pub(super) fn registration_ms(&self) -> i64 {
+    /// `retry_max` (the yield window) and its safety margin.
+    pub(super) fn registration(&self) -> Duration {
         let retry_max = Duration::from_millis(self.yield_ms.max(0) as u64);
-        crate::store::registration_window(retry_max)
-            .as_millis()
-            .min(i64::MAX as u128) as i64
+        crate::store::registration_window(retry_max, self.safety_margin)
+    }
+
+    /// [`MongoStore::registration`] in milliseconds, as the pipelines add
+    /// it to `$$NOW`.
+    pub(super) fn registration_ms(&self) -> i64 {
+        self.registration().as_millis().min(i64::MAX as u128) as i64
     }
 
     /// How long one operation may take before it counts as failed.

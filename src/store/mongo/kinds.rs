@@ -11,7 +11,7 @@ use std::time::Duration;
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
-use super::pipeline::{bson_lease_id, fresh_document, next_token, our_shape};
+use super::pipeline::{bson_lease_id, fresh_document, next_token, our_shape, read_token};
 use crate::LeaseKind;
 use crate::key::LeaseKey;
 use crate::store::{AcquireOutcome, LeaseRef, field, foreign_owner, is_our_shape};
@@ -282,8 +282,10 @@ fn live_mark(doc: &Document, now: i64) -> Option<(String, Duration)> {
 /// a mismatch for a permit; a shared acquirer waits for it); else `Held`
 /// until the earliest live permit's expiry (a full semaphore), the
 /// exclusive holder's expiry, or the end of a live exclusive waiter's mark
-/// (held by that waiter). A document of foreign shape is held by a foreign
-/// holder, with no known remaining time.
+/// (held by that waiter). Each `Held` carries the key's top `tok` (the
+/// latest holder acquisition's, or the exclusive lease's). A document of
+/// foreign shape is held by a foreign holder, with no known remaining time
+/// nor token.
 pub(in crate::store::mongo) fn classify_multi(
     key: &LeaseKey,
     kind: LeaseKind,
@@ -294,6 +296,7 @@ pub(in crate::store::mongo) fn classify_multi(
         return AcquireOutcome::Held {
             holder: foreign_owner(doc),
             remaining: None,
+            token: None,
         };
     }
     if let Ok(entry) = doc.get_document(MINE) {
@@ -307,9 +310,11 @@ pub(in crate::store::mongo) fn classify_multi(
         .map(|d| d.timestamp_millis())
         .unwrap_or(exp.timestamp_millis());
     let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
+    let token = read_token(doc.get(field::TOKEN));
     let held = |holder: String, remaining| AcquireOutcome::Held {
         holder,
         remaining: Some(remaining),
+        token,
     };
     let mark = if kind == LeaseKind::Shared {
         live_mark(doc, now)
@@ -400,9 +405,11 @@ pub(in crate::store::mongo) fn cap_for_mark(
         AcquireOutcome::Held {
             holder,
             remaining: Some(remaining),
+            token,
         } if marked => AcquireOutcome::Held {
             holder,
             remaining: Some(remaining.min(Duration::from_millis((ttl_ms / 2).max(0) as u64))),
+            token,
         },
         other => other,
     }

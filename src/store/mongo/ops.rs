@@ -594,6 +594,10 @@ impl Store for MongoStore {
         async move { store.leave_queues_of(keys).await }.boxed()
     }
 
+    fn registration_window(&self) -> Duration {
+        self.registration()
+    }
+
     fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move { store.release_leases_of(owner).await }.boxed()

@@ -191,7 +191,8 @@ pub(super) fn acquire_projection() -> Document {
 /// Reads what an acquire attempt (by `owner` under `lease_id`) found out of
 /// a returned or re-read document, projected with [`acquire_projection`].
 /// A document of foreign shape is held by a foreign holder (its `aid` as
-/// owner id), with no known remaining time.
+/// owner id), with no known remaining time nor token; any other `Held`
+/// carries the document's `tok`.
 pub(in crate::store::mongo) fn classify(
     key: &LeaseKey,
     owner: &str,
@@ -205,6 +206,7 @@ pub(in crate::store::mongo) fn classify(
         return AcquireOutcome::Held {
             holder: foreign_owner(doc),
             remaining: None,
+            token: None,
         };
     };
     let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
@@ -239,6 +241,7 @@ pub(in crate::store::mongo) fn classify(
     AcquireOutcome::Held {
         holder,
         remaining: Some(Duration::from_millis(remaining)),
+        token: Some(token as u64),
     }
 }
 
@@ -406,8 +409,9 @@ pub(super) fn id_index() -> Document {
 /// (a release, another application's rewrite), and updates that set `rl`
 /// (a holder removed from a shared or semaphore key) — filtered on the server, so
 /// that renewals (`ts`, `exp`), payload writes and waiting marks cost no
-/// event; each reduced to what [`key_write`] reads
-/// (docs/mongodb-behaviour.md, B12).
+/// event; each reduced to what [`key_write`] reads (`lid`, `aid` and `tok`
+/// of the full document or of `updatedFields`; docs/mongodb-behaviour.md,
+/// B12).
 pub(super) fn release_events_pipeline() -> [Document; 2] {
     let updated = |name: &str| format!("updateDescription.updatedFields.{name}");
     [
@@ -425,8 +429,10 @@ pub(super) fn release_events_pipeline() -> [Document; 2] {
             "documentKey._id": 1,
             format!("fullDocument.{}", field::LEASE_ID): 1,
             format!("fullDocument.{}", field::OWNER): 1,
+            format!("fullDocument.{}", field::TOKEN): 1,
             updated(field::LEASE_ID): 1,
             updated(field::OWNER): 1,
+            updated(field::TOKEN): 1,
             updated(field::RELEASED_AT): 1,
             "updateDescription.removedFields": 1,
             HOLDERS_CHANGED: { "$anyElementTrue": [{ "$map": {
@@ -452,12 +458,14 @@ pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
     let key = event_key(event)?;
     let lease_id = |doc: &Document| read_lease_id(doc.get(field::LEASE_ID));
     let owner = |doc: &Document| doc.get_str(field::OWNER).ok().map(str::to_string);
+    let token = |doc: &Document| read_token(doc.get(field::TOKEN));
     match event.get_str("operationType").ok()? {
         "delete" => Some(KeyWrite {
             key,
             freed: true,
             lease_id: None,
             owner: None,
+            token: None,
         }),
         "insert" | "replace" => {
             let doc = event.get_document("fullDocument").ok()?;
@@ -466,6 +474,7 @@ pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
                 freed: !doc.contains_key(field::LEASE_ID),
                 lease_id: lease_id(doc),
                 owner: owner(doc),
+                token: token(doc),
             })
         }
         "update" => {
@@ -496,6 +505,7 @@ pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
                     freed: true,
                     lease_id: None,
                     owner: None,
+                    token: None,
                 });
             }
             Some(KeyWrite {
@@ -503,6 +513,7 @@ pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
                 freed: removed(field::LEASE_ID),
                 lease_id: lease_id(updated),
                 owner: owner(updated),
+                token: token(updated),
             })
         }
         _ => None,
@@ -523,6 +534,16 @@ pub(super) fn read_lease_id(value: Option<&Bson>) -> Option<Uuid> {
         Some(Bson::Binary(b)) if b.subtype == BinarySubtype::Uuid => {
             Uuid::from_slice(&b.bytes).ok()
         }
+        _ => None,
+    }
+}
+
+/// A fencing token as stored (`tok`, an int64; an int32 is read too);
+/// `None` for a missing value, a negative one, or one of another type.
+pub(super) fn read_token(value: Option<&Bson>) -> Option<u64> {
+    match value {
+        Some(Bson::Int64(n)) => u64::try_from(*n).ok(),
+        Some(Bson::Int32(n)) => u64::try_from(*n).ok(),
         _ => None,
     }
 }

@@ -178,8 +178,9 @@ pub(in crate::store::mongo) fn handoff_stages() -> [Document; 2] {
 /// An attempt by `owner` that did not win a key it found free (expired, not
 /// yielded to it) waits for the head of the queue (`q` of `doc`, projected
 /// with the server's `now`): reported held by that owner until its
-/// registration expires, by when it has taken the key or lost its place.
-/// Other outcomes are returned as they are.
+/// registration expires, by when it has taken the key or lost its place
+/// (the token, `tok` of the document, is kept). Other outcomes are returned
+/// as they are.
 pub(in crate::store::mongo) fn held_for_queue(
     outcome: AcquireOutcome,
     doc: &Document,
@@ -187,11 +188,13 @@ pub(in crate::store::mongo) fn held_for_queue(
 ) -> AcquireOutcome {
     let AcquireOutcome::Held {
         remaining: Some(remaining),
+        token,
         ..
     } = &outcome
     else {
         return outcome;
     };
+    let token = *token;
     if !remaining.is_zero() {
         return outcome;
     }
@@ -202,6 +205,7 @@ pub(in crate::store::mongo) fn held_for_queue(
         Some((head, expires)) if head != owner => AcquireOutcome::Held {
             holder: head,
             remaining: Some(expires.duration_since(now).unwrap_or(Duration::ZERO)),
+            token,
         },
         _ => outcome,
     }
@@ -266,19 +270,23 @@ mod tests {
         let free = AcquireOutcome::Held {
             holder: "old".into(),
             remaining: Some(Duration::ZERO),
+            token: Some(41),
         };
         assert_eq!(
             held_for_queue(free.clone(), &doc, "me"),
             AcquireOutcome::Held {
                 holder: "head".into(),
                 remaining: Some(Duration::from_millis(2_500)),
-            }
+                token: Some(41),
+            },
+            "the last lease's token is kept"
         );
         // The head itself, and a key still held, are left as they are.
         assert_eq!(held_for_queue(free.clone(), &doc, "head"), free);
         let held = AcquireOutcome::Held {
             holder: "old".into(),
             remaining: Some(Duration::from_millis(700)),
+            token: Some(41),
         };
         assert_eq!(held_for_queue(held.clone(), &doc, "me"), held);
     }

@@ -6,7 +6,7 @@
 
 use mongodb::bson::{Bson, Document, doc};
 
-use super::super::pipeline::{event_key, read_lease_id};
+use super::super::pipeline::{event_key, read_lease_id, read_token};
 use super::pipeline::Paths;
 use crate::store::{KeyWrite, field};
 
@@ -20,17 +20,18 @@ use crate::store::{KeyWrite, field};
 /// The server may log an update pipeline's write (an acquisition) as a
 /// `replace` event instead, when the change is large for the document (a
 /// small document acquired or taken over): its `fullDocument.F` tells the
-/// lease id and owner id (docs/mongodb-behaviour.md, B12, B15). Each event is
-/// reduced to what [`key_write`] reads.
+/// lease id, owner id and token (docs/mongodb-behaviour.md, B12, B15). Each
+/// event is reduced to what [`key_write`] reads.
 pub(super) fn release_events_pipeline(paths: &Paths) -> [Document; 2] {
     let updated = |name: &str| {
         doc! { "$getField": { "field": { "$literal": name }, "input": "$updateDescription.updatedFields" } }
     };
     let set = |name: &str| doc! { "$ne": [{ "$type": updated(name) }, "missing"] };
-    let (f, lid, aid) = (
+    let (f, lid, aid, tok) = (
         paths.field().to_string(),
         paths.at(field::LEASE_ID),
         paths.at(field::OWNER),
+        paths.at(field::TOKEN),
     );
     [
         doc! { "$match": { "$or": [
@@ -45,16 +46,20 @@ pub(super) fn release_events_pipeline(paths: &Paths) -> [Document; 2] {
             "documentKey._id": 1,
             format!("fullDocument.{lid}"): 1,
             format!("fullDocument.{aid}"): 1,
+            format!("fullDocument.{tok}"): 1,
             "updateDescription.removedFields": 1,
             "setLock": updated(&f),
             "setLid": updated(&lid),
             "setAid": updated(&aid),
+            "setTok": updated(&tok),
         }},
     ]
 }
 
-/// Reads one event of [`release_events_pipeline`]. `None` for an event of
-/// another kind, or one missing the fields its kind carries.
+/// Reads one event of [`release_events_pipeline`] (`F.lid`, `F.aid` and
+/// `F.tok` as the lock collection's `key_write` reads `lid`, `aid` and
+/// `tok`). `None` for an event of another kind, or one missing the fields
+/// its kind carries.
 pub(super) fn key_write(paths: &Paths, event: &Document) -> Option<KeyWrite> {
     let key = event_key(event)?;
     let lease_id = read_lease_id;
@@ -65,6 +70,7 @@ pub(super) fn key_write(paths: &Paths, event: &Document) -> Option<KeyWrite> {
             freed: true,
             lease_id: None,
             owner: None,
+            token: None,
         }),
         "insert" | "replace" => {
             let doc = event.get_document("fullDocument").ok()?;
@@ -74,6 +80,7 @@ pub(super) fn key_write(paths: &Paths, event: &Document) -> Option<KeyWrite> {
                 freed: !lock.is_some_and(|l| l.contains_key(field::LEASE_ID)),
                 lease_id: lease_id(lock.and_then(|l| l.get(field::LEASE_ID))),
                 owner: owner(lock.and_then(|l| l.get(field::OWNER))),
+                token: read_token(lock.and_then(|l| l.get(field::TOKEN))),
             })
         }
         "update" => {
@@ -91,6 +98,9 @@ pub(super) fn key_write(paths: &Paths, event: &Document) -> Option<KeyWrite> {
             let aid = event
                 .get("setAid")
                 .or_else(|| whole.and_then(|l| l.get(field::OWNER)));
+            let tok = event
+                .get("setTok")
+                .or_else(|| whole.and_then(|l| l.get(field::TOKEN)));
             let freed = removed(paths.field())
                 || removed(&paths.at(field::LEASE_ID))
                 || (set_whole && !whole.is_some_and(|l| l.contains_key(field::LEASE_ID)));
@@ -99,6 +109,7 @@ pub(super) fn key_write(paths: &Paths, event: &Document) -> Option<KeyWrite> {
                 freed,
                 lease_id: lease_id(lid),
                 owner: owner(aid),
+                token: read_token(tok),
             })
         }
         _ => None,
@@ -130,11 +141,12 @@ mod tests {
     #[test]
     fn announced_writes_are_read_from_each_kind_of_event() {
         let p = paths();
-        let write = |freed, lease_id, owner: Option<&str>| KeyWrite {
+        let write = |freed, lease_id, owner: Option<&str>, token| KeyWrite {
             key: "k".into(),
             freed,
             lease_id,
             owner: owner.map(str::to_string),
+            token,
         };
         let event = |kind: &str, rest: Document| {
             let mut e = doc! { "operationType": kind, "documentKey": { "_id": "k" } };
@@ -144,21 +156,23 @@ mod tests {
         let lid = bson_lease_id(LID);
         assert_eq!(
             key_write(&p, &event("delete", doc! {})),
-            Some(write(true, None, None))
+            Some(write(true, None, None, None))
         );
         assert_eq!(
             key_write(
                 &p,
                 &event(
                     "insert",
-                    doc! { "fullDocument": { "_lease": { "aid": "me", "lid": lid.clone() } } }
+                    doc! { "fullDocument": {
+                        "_lease": { "aid": "me", "lid": lid.clone(), "tok": 5_i64 },
+                    } }
                 )
             ),
-            Some(write(false, Some(LID), Some("me")))
+            Some(write(false, Some(LID), Some("me"), Some(5)))
         );
         assert_eq!(
             key_write(&p, &event("replace", doc! { "fullDocument": { "x": 1 } })),
-            Some(write(true, None, None))
+            Some(write(true, None, None, None))
         );
         assert_eq!(
             key_write(
@@ -168,15 +182,18 @@ mod tests {
                     doc! { "setLock": { "aid": "me", "lid": lid.clone(), "tok": 1_i64 } }
                 )
             ),
-            Some(write(false, Some(LID), Some("me"))),
+            Some(write(false, Some(LID), Some("me"), Some(1))),
             "an acquisition that sets the whole lock field"
         );
         assert_eq!(
             key_write(
                 &p,
-                &event("update", doc! { "setLid": lid.clone(), "setAid": "me" })
+                &event(
+                    "update",
+                    doc! { "setLid": lid.clone(), "setAid": "me", "setTok": 7_i64 }
+                )
             ),
-            Some(write(false, Some(LID), Some("me"))),
+            Some(write(false, Some(LID), Some("me"), Some(7))),
             "an acquisition that sets the lock field's fields"
         );
         assert_eq!(
@@ -187,7 +204,7 @@ mod tests {
                     doc! { "updateDescription": { "removedFields": ["_lease.lid"] } }
                 )
             ),
-            Some(write(true, None, None)),
+            Some(write(true, None, None, None)),
             "a release"
         );
         assert_eq!(
@@ -198,7 +215,7 @@ mod tests {
                     doc! { "updateDescription": { "removedFields": ["_lease"] } }
                 )
             ),
-            Some(write(true, None, None)),
+            Some(write(true, None, None, None)),
             "a commit"
         );
         assert_eq!(key_write(&p, &event("invalidate", doc! {})), None);

@@ -149,6 +149,7 @@ impl DocumentStore {
             None => AcquireOutcome::Held {
                 holder: String::new(),
                 remaining: Some(Duration::ZERO),
+                token: None,
             },
         };
         Ok((outcome, Some(document.clone())))
@@ -428,6 +429,12 @@ impl Store for DocumentStore {
     #[cfg(test)]
     fn default_ttl(&self) -> Duration {
         Duration::from_millis(self.locks.ttl_ms() as u64)
+    }
+
+    /// The lock collection's store's: in-document leases have no queue
+    /// (nothing registers), but the window is the manager's all the same.
+    fn registration_window(&self) -> Duration {
+        self.locks.registration()
     }
 
     fn renew_with_ttl(

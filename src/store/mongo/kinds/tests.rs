@@ -133,6 +133,7 @@ fn a_retry_reads_its_own_entrys_token_and_a_foreign_document_is_held_with_no_exp
         AcquireOutcome::Held {
             holder: "java".into(),
             remaining: None,
+            token: None,
         }
     );
 }
@@ -147,6 +148,7 @@ fn a_full_semaphore_is_held_until_its_earliest_live_holders_expiry() {
         AcquireOutcome::Held {
             holder: "them".into(),
             remaining: Some(Duration::from_secs(10)),
+            token: Some(9),
         }
     );
 }
@@ -196,6 +198,7 @@ fn live_holders_of_another_kind_are_a_mismatch() {
         AcquireOutcome::Held {
             holder: "them".into(),
             remaining: Some(Duration::from_millis(2)),
+            token: Some(9),
         }
     );
     assert_eq!(
@@ -203,6 +206,7 @@ fn live_holders_of_another_kind_are_a_mismatch() {
         AcquireOutcome::Held {
             holder: "them".into(),
             remaining: Some(Duration::from_secs(49)),
+            token: Some(9),
         }
     );
     // An exclusive acquisition finds live permits: a mismatch.
@@ -227,6 +231,7 @@ fn a_shared_acquisition_is_held_by_a_live_exclusive_waiter_until_its_mark_ends()
     let held_by_writer = AcquireOutcome::Held {
         holder: "writer".into(),
         remaining: Some(Duration::from_secs(3)),
+        token: Some(9),
     };
     assert_eq!(
         classify_multi(&"k".into(), LeaseKind::Shared, &marked),
@@ -244,6 +249,7 @@ fn a_shared_acquisition_is_held_by_a_live_exclusive_waiter_until_its_mark_ends()
         AcquireOutcome::Held {
             holder: "them".into(),
             remaining: Some(Duration::ZERO),
+            token: Some(9),
         },
         "an expired mark blocks nobody: try again at once"
     );
@@ -286,6 +292,7 @@ fn a_waiting_exclusive_attempt_marks_only_live_shared_holders_and_retries_within
     let held = |remaining| AcquireOutcome::Held {
         holder: "reader".into(),
         remaining: Some(remaining),
+        token: Some(3),
     };
     let ours = doc! { "xw": { "aid": "me" } };
     let theirs = doc! { "xw": { "aid": "other" } };

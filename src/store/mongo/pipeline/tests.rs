@@ -72,9 +72,14 @@ fn classify_reports_a_document_with_our_lease_id_rewritten_to_another_owner_as_h
         AcquireOutcome::Acquired { token: 7 }
     ));
     match classify(&key, "me", LID, &stored("other")) {
-        AcquireOutcome::Held { holder, remaining } => {
+        AcquireOutcome::Held {
+            holder,
+            remaining,
+            token,
+        } => {
             assert_eq!(holder, "other");
             assert_eq!(remaining, Some(Duration::from_secs(30)));
+            assert_eq!(token, Some(7));
         }
         other => panic!("expected held by other, got {other:?}"),
     }
@@ -304,8 +309,10 @@ fn announced_writes_are_those_that_set_or_remove_the_lease_id_or_owner_id() {
             "documentKey._id",
             "fullDocument.lid",
             "fullDocument.aid",
+            "fullDocument.tok",
             "updateDescription.updatedFields.lid",
             "updateDescription.updatedFields.aid",
+            "updateDescription.updatedFields.tok",
             "updateDescription.updatedFields.rl",
             "updateDescription.removedFields",
             "holders",
@@ -316,41 +323,55 @@ fn announced_writes_are_those_that_set_or_remove_the_lease_id_or_owner_id() {
 #[test]
 fn announced_writes_are_read_from_each_kind_of_event() {
     let key = doc! { "_id": "k" };
-    let write = |freed, lease_id, owner: Option<&str>| KeyWrite {
+    let write = |freed, lease_id, owner: Option<&str>, token| KeyWrite {
         key: "k".into(),
         freed,
         lease_id,
         owner: owner.map(str::to_string),
+        token,
     };
     let event = |kind: &str, rest: Document| {
         let mut e = doc! { "operationType": kind, "documentKey": key.clone() };
         e.extend(rest);
         e
     };
-    let full = doc! { "fullDocument": { "aid": "me", "lid": bson_lease_id(LID) } };
+    let full = doc! { "fullDocument": {
+        "aid": "me", "lid": bson_lease_id(LID), "tok": 12_i64,
+    }};
     assert_eq!(
         key_write(&event("delete", doc! {})),
-        Some(write(true, None, None))
+        Some(write(true, None, None, None))
     );
     assert_eq!(
         key_write(&event("insert", full.clone())),
-        Some(write(false, Some(LID), Some("me")))
+        Some(write(false, Some(LID), Some("me"), Some(12)))
     );
     assert_eq!(
         key_write(&event("replace", full)),
-        Some(write(false, Some(LID), Some("me")))
+        Some(write(false, Some(LID), Some("me"), Some(12)))
     );
     assert_eq!(
         key_write(&event(
             "replace",
-            doc! { "fullDocument": { "aid": "x", "lid": "not a uuid" } }
+            doc! { "fullDocument": { "aid": "x", "lid": "not a uuid", "tok": 3_i32 } }
         )),
-        Some(write(false, None, Some("x")))
+        Some(write(false, None, Some("x"), Some(3))),
+        "an int32 token is read too"
     );
     assert_eq!(
         key_write(&event("replace", doc! { "fullDocument": { "aid": "x" } })),
-        Some(write(true, None, Some("x")))
+        Some(write(true, None, Some("x"), None))
     );
+    for token in [Bson::Int64(-1), Bson::from("12"), Bson::Double(12.0)] {
+        let full = doc! { "fullDocument": {
+            "aid": "x", "lid": bson_lease_id(LID), "tok": token.clone(),
+        }};
+        assert_eq!(
+            key_write(&event("insert", full)),
+            Some(write(false, Some(LID), Some("x"), None)),
+            "not a token: {token}"
+        );
+    }
     let update = |updated: Document, removed: Vec<&str>| {
         event(
             "update",
@@ -358,28 +379,39 @@ fn announced_writes_are_read_from_each_kind_of_event() {
         )
     };
     assert_eq!(
-        key_write(&update(doc! {}, vec!["lid"])),
-        Some(write(true, None, None)),
+        key_write(&update(
+            doc! { "exp": DateTime::from_millis(5) },
+            vec!["lid"]
+        )),
+        Some(write(true, None, None, None)),
         "a release"
     );
     assert_eq!(
         key_write(&update(doc! { "aid": "other" }, vec![])),
-        Some(write(false, None, Some("other")))
+        Some(write(false, None, Some("other"), None))
     );
     assert_eq!(
         key_write(&update(doc! {}, vec!["aid"])),
-        Some(write(false, None, None))
+        Some(write(false, None, None, None))
     );
     assert_eq!(
         key_write(&update(doc! { "lid": bson_lease_id(LID) }, vec![])),
-        Some(write(false, Some(LID), None))
+        Some(write(false, Some(LID), None, None))
     );
     assert_eq!(
         key_write(&update(
-            doc! { "rl": DateTime::from_millis(5), "aid": "b", "hs": [] },
+            doc! { "aid": "b", "lid": bson_lease_id(LID), "tok": 13_i64, "q": [] },
+            vec!["wt"]
+        )),
+        Some(write(false, Some(LID), Some("b"), Some(13))),
+        "a handoff to a registered owner, as an update"
+    );
+    assert_eq!(
+        key_write(&update(
+            doc! { "rl": DateTime::from_millis(5), "aid": "b", "tok": 14_i64, "hs": [] },
             vec!["pm"]
         )),
-        Some(write(true, None, None)),
+        Some(write(true, None, None, None)),
         "a holder's release"
     );
     assert_eq!(
@@ -405,6 +437,7 @@ fn announced_writes_are_read_from_each_kind_of_event() {
             freed: true,
             lease_id: None,
             owner: None,
+            token: None,
         }),
         "a key of any BSON type"
     );
@@ -418,6 +451,7 @@ fn only_a_write_of_this_lease_id_under_this_owner_keeps_a_held_lease() {
         freed,
         lease_id,
         owner: owner.map(str::to_string),
+        token: None,
     };
     assert!(write(false, Some(LID), Some("me")).keeps(LID, "me"));
     assert!(write(false, Some(LID), None).keeps(LID, "me"));
@@ -448,6 +482,7 @@ fn classify_reads_our_lease_id_as_acquired_and_another_as_held_until_its_expiry(
         AcquireOutcome::Held {
             holder: "them".into(),
             remaining: Some(Duration::from_millis(9_000)),
+            token: Some(5),
         }
     );
 }
@@ -462,6 +497,7 @@ fn classify_counts_a_yield_against_the_yielding_owner_only() {
         AcquireOutcome::Held {
             holder: "me".into(),
             remaining: Some(Duration::from_millis(3_000)),
+            token: Some(5),
         }
     );
     released.insert("aid", "them");
@@ -470,6 +506,7 @@ fn classify_counts_a_yield_against_the_yielding_owner_only() {
         AcquireOutcome::Held {
             holder: "them".into(),
             remaining: Some(Duration::ZERO),
+            token: Some(5),
         }
     );
 }
@@ -489,6 +526,7 @@ fn classify_reads_a_document_of_foreign_shape_as_held_by_its_aid_with_no_known_e
             AcquireOutcome::Held {
                 holder: holder.into(),
                 remaining: None,
+                token: None,
             },
             "{foreign}"
         );
