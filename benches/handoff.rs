@@ -2,13 +2,13 @@
 //!
 //! ```text
 //! cargo bench --bench handoff                        # throwaway 1-member replica set
-//! HANDOFF_SECTIONS=2000 cargo bench --bench handoff
+//! HANDOFF_SECTIONS=4000 cargo bench --bench handoff
 //! MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' cargo bench --bench handoff
 //! ```
 //!
 //! **In one process** (issue 11, point 6): `HANDOFF_TASKS` (8) tasks of one
 //! manager contend on one key, each looping acquire → a ~1 ms critical
-//! section → release, for `HANDOFF_SECTIONS` critical sections (after a
+//! section → release, for `HANDOFF_SECTIONS` (2000) critical sections (after a
 //! warm-up). Printed: the handoff time (from the holder's release call to
 //! the next holder's `acquire` returning; p50 / p99), critical sections per
 //! second, the manager's commands per critical section (all commands its
@@ -17,19 +17,23 @@
 //! `insert`), and how often the releasing task got the key back at once
 //! (re-acquisition by the releaser; FIFO says never while others wait).
 //!
-//! In the same run, on the same server, the baseline: one plain
+//! In the same run, on the same server, the baselines: one plain
 //! `updateOne` with `w: majority` (a round trip of one majority write, on
-//! another client; p50 of `HANDOFF_BASELINE` samples), sent one after
-//! another and, apart, each after a pause of one critical section
-//! (`SECTION`), as the handoff's write comes after one: a write after the
-//! client and the server idled for a millisecond takes longer than one
-//! right after another (measured here side by side). The run alternates
-//! `HANDOFF_ROUNDS` (5) rounds of baselines, contention and baselines, so
+//! another client; p50 of `HANDOFF_BASELINE` (800) samples), and one
+//! majority `findOneAndUpdate` returning the document (the command a
+//! handoff sends, without its pipeline), each sent one after another and,
+//! apart, each after a pause of one critical section (`SECTION`), as the
+//! handoff's write comes after one: a write after the client and the
+//! server idled for a millisecond takes longer than one right after
+//! another (measured here side by side). The run alternates
+//! `HANDOFF_ROUNDS` (10) rounds of baselines, contention and baselines, so
 //! that a change in the machine's load weighs on both sides alike, and
 //! both clients have the same command monitoring (which costs each command
 //! time in the driver). Printed: the ratio handoff p50 / each p50; also
-//! the handoff's own write, timed by the driver's command events, and the
-//! time around it (the release call to the write's start, the write's
+//! the handoff's own write and the raw `findOneAndUpdate`s timed alike, by
+//! the driver's command events (start to reply: the write alone, without
+//! the driver's work around it nor the manager's), and the time around
+//! the handoff's write (the release call to the write's start, the write's
 //! reply to the next holder's `acquire` returning), next to a call to
 //! another task and back on the same runtime (the two task hops an actor
 //! adds, holder → manager → next holder). With
@@ -113,6 +117,16 @@ impl Commands {
         self.0.lock().unwrap().len()
     }
 
+    /// How many `findAndModify` durations were recorded so far.
+    fn fam_events(&self) -> usize {
+        self.1.lock().unwrap().len()
+    }
+
+    /// The `findAndModify` durations recorded since the `from`th.
+    fn fam_events_since(&self, from: usize) -> Vec<Duration> {
+        self.1.lock().unwrap()[from..].to_vec()
+    }
+
     /// The commands from the `from`th to the `to`th: (all, writes).
     fn between(&self, from: usize, to: usize) -> (usize, usize) {
         let log = self.0.lock().unwrap();
@@ -127,9 +141,10 @@ impl Commands {
 
 impl Commands {
     /// For each `(release called, next holder's acquire returned)` of
-    /// `handoffs`, the handoff's write (the one `findAndModify` that started
-    /// and succeeded within): (release call to the write's start, the
-    /// write's success to the acquire's return), sorted each.
+    /// `handoffs` (or a raw call and its return), the handoff's write (the
+    /// one `findAndModify` that started and succeeded within): (release
+    /// call to the write's start, the write's success to the acquire's
+    /// return), sorted each.
     fn around_writes(&self, handoffs: &[(Instant, Instant)]) -> (Vec<Duration>, Vec<Duration>) {
         let writes = self.2.lock().unwrap();
         let (mut before, mut after) = (Vec::new(), Vec::new());
@@ -186,54 +201,102 @@ fn quantile_ms(samples: &[Duration], q: f64) -> f64 {
     samples[i].as_secs_f64() * 1e3
 }
 
-/// `n` round trips of one plain majority `updateOne` on `coll`.
-async fn majority_updates(coll: &Collection<Document>, n: usize) -> Vec<Duration> {
+/// `n` round trips of one plain majority `updateOne` on `coll`, each after
+/// `pause` if given (as a handoff's write comes after a critical section).
+async fn majority_updates(
+    coll: &Collection<Document>,
+    n: usize,
+    pause: Option<Duration>,
+) -> Vec<Duration> {
+    let id = if pause.is_some() { "paced" } else { "baseline" };
     let mut samples = Vec::with_capacity(n);
     for i in 0..n {
+        if let Some(pause) = pause {
+            tokio::time::sleep(pause).await;
+        }
         let started = Instant::now();
-        coll.update_one(
-            doc! { "_id": "baseline" },
-            doc! { "$set": { "n": i as i64 } },
-        )
-        .upsert(true)
-        .await
-        .expect("baseline update");
-        samples.push(started.elapsed());
-    }
-    samples
-}
-
-/// `n` round trips of one plain majority `updateOne` on `coll`, each
-/// after a pause of one critical section (`SECTION`), as a handoff's write
-/// comes after one.
-async fn paced_majority_updates(coll: &Collection<Document>, n: usize) -> Vec<Duration> {
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..n {
-        tokio::time::sleep(SECTION).await;
-        let started = Instant::now();
-        coll.update_one(doc! { "_id": "paced" }, doc! { "$set": { "n": i as i64 } })
+        coll.update_one(doc! { "_id": id }, doc! { "$set": { "n": i as i64 } })
             .upsert(true)
             .await
-            .expect("paced baseline update");
+            .expect("baseline update");
         samples.push(started.elapsed());
     }
     samples
 }
 
 /// `n` round trips of one majority `findOneAndUpdate` returning the
-/// document (the command a handoff sends, without its pipeline) on `coll`.
-async fn majority_find_and_modify(coll: &Collection<Document>, n: usize) -> Vec<Duration> {
+/// document (the command a handoff sends, without its pipeline) on `coll`,
+/// each after `pause` if given: each one's call and return.
+async fn majority_find_and_modify(
+    coll: &Collection<Document>,
+    n: usize,
+    pause: Option<Duration>,
+) -> Vec<(Instant, Instant)> {
+    let id = if pause.is_some() { "paced-fam" } else { "fam" };
     let mut samples = Vec::with_capacity(n);
     for i in 0..n {
+        if let Some(pause) = pause {
+            tokio::time::sleep(pause).await;
+        }
         let started = Instant::now();
-        coll.find_one_and_update(doc! { "_id": "fam" }, doc! { "$set": { "n": i as i64 } })
+        coll.find_one_and_update(doc! { "_id": id }, doc! { "$set": { "n": i as i64 } })
             .upsert(true)
             .return_document(mongodb::options::ReturnDocument::After)
             .await
             .expect("baseline findAndModify");
-        samples.push(started.elapsed());
+        samples.push((started, Instant::now()));
     }
     samples
+}
+
+/// The raw baselines of one run, each timed by the caller (call to return)
+/// and, for the `findAndModify`s, by the driver's command events (start to
+/// reply, as the handoff's own write is timed).
+#[derive(Default)]
+struct Baselines {
+    updates: Vec<Duration>,
+    paced_updates: Vec<Duration>,
+    fams: Vec<Duration>,
+    paced_fams: Vec<Duration>,
+    fam_events: Vec<Duration>,
+    paced_fam_events: Vec<Duration>,
+    /// Each `findAndModify`'s call and return.
+    fam_calls: Vec<(Instant, Instant)>,
+}
+
+impl Baselines {
+    /// `n` samples of each, in turn, on `coll` of the client monitored by
+    /// `commands`.
+    async fn sample(&mut self, coll: &Collection<Document>, commands: &Commands, n: usize) {
+        self.updates.extend(majority_updates(coll, n, None).await);
+        let mark = commands.fam_events();
+        let calls = majority_find_and_modify(coll, n, None).await;
+        self.fams.extend(calls.iter().map(|(at, done)| *done - *at));
+        self.fam_calls.extend(calls);
+        self.fam_events.extend(commands.fam_events_since(mark));
+        self.paced_updates
+            .extend(majority_updates(coll, n, Some(SECTION)).await);
+        let mark = commands.fam_events();
+        let calls = majority_find_and_modify(coll, n, Some(SECTION)).await;
+        self.paced_fams
+            .extend(calls.iter().map(|(at, done)| *done - *at));
+        self.fam_calls.extend(calls);
+        self.paced_fam_events
+            .extend(commands.fam_events_since(mark));
+    }
+
+    fn sort(&mut self) {
+        for samples in [
+            &mut self.updates,
+            &mut self.paced_updates,
+            &mut self.fams,
+            &mut self.paced_fams,
+            &mut self.fam_events,
+            &mut self.paced_fam_events,
+        ] {
+            samples.sort();
+        }
+    }
 }
 
 /// What the in-process contention measured (over all its rounds).
@@ -348,9 +411,9 @@ async fn contend(
 /// majority-write baseline before and after.
 async fn in_process(uri: &str, db_name: &str) {
     let tasks = env_usize("HANDOFF_TASKS", 8);
-    let sections = env_usize("HANDOFF_SECTIONS", 1000);
-    let baseline_n = env_usize("HANDOFF_BASELINE", 400);
-    let rounds = env_usize("HANDOFF_ROUNDS", 5).max(1);
+    let sections = env_usize("HANDOFF_SECTIONS", 2000);
+    let baseline_n = env_usize("HANDOFF_BASELINE", 800);
+    let rounds = env_usize("HANDOFF_ROUNDS", 10).max(1);
     let commands = Commands::default();
     let client = commands.client(uri).await;
     let manager = LockManager::connect(
@@ -372,27 +435,25 @@ async fn in_process(uri: &str, db_name: &str) {
             .write_concern(WriteConcern::majority())
             .build(),
     );
-    majority_updates(&raw, 20).await; // warm-up
+    majority_updates(&raw, 20, None).await; // warm-up
     // Rounds of (baselines, contention, baselines), so that a change in
     // the machine's load weighs on both sides alike.
     let per_round = (baseline_n / (2 * rounds)).max(1);
-    let (mut baseline, mut fam, mut paced) = (Vec::new(), Vec::new(), Vec::new());
+    let mut baselines = Baselines::default();
     let mut run = Contention::default();
     // Also during the contention, if asked: a load of its own on the
     // server and the 2 cores, which slows the handoffs it is compared with.
     let sample_during = std::env::var("HANDOFF_DURING").is_ok_and(|v| v == "1");
     let mut during = Vec::new();
     for _ in 0..rounds {
-        baseline.extend(majority_updates(&raw, per_round).await);
-        fam.extend(majority_find_and_modify(&raw, per_round).await);
-        paced.extend(paced_majority_updates(&raw, per_round).await);
+        baselines.sample(&raw, &raw_commands, per_round).await;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sampler = tokio::spawn({
             let (raw, stop) = (raw.clone(), stop.clone());
             async move {
                 let mut samples = Vec::new();
                 while sample_during && !stop.load(Ordering::SeqCst) {
-                    samples.extend(majority_updates(&raw, 1).await);
+                    samples.extend(majority_updates(&raw, 1, None).await);
                 }
                 samples
             }
@@ -409,15 +470,20 @@ async fn in_process(uri: &str, db_name: &str) {
         run.absorb(part);
         stop.store(true, Ordering::SeqCst);
         during.extend(sampler.await.expect("baseline task"));
-        baseline.extend(majority_updates(&raw, per_round).await);
-        fam.extend(majority_find_and_modify(&raw, per_round).await);
-        paced.extend(paced_majority_updates(&raw, per_round).await);
+        baselines.sample(&raw, &raw_commands, per_round).await;
     }
     during.sort();
     let during_p50 = quantile_ms(&during, 0.5);
-    paced.sort();
-    baseline.sort();
-    fam.sort();
+    baselines.sort();
+    let Baselines {
+        updates: baseline,
+        paced_updates: paced,
+        fams: fam,
+        paced_fams: paced_fam,
+        fam_events,
+        paced_fam_events,
+        fam_calls,
+    } = baselines;
     manager.shutdown().await.expect("shutdown");
 
     let p50 = quantile_ms(&run.handoffs, 0.5);
@@ -462,16 +528,22 @@ async fn in_process(uri: &str, db_name: &str) {
         paced_base
     );
     println!("    its p10 / p25 / p50 / p75 / p90: {} ms", spread(&paced));
+    let paced_fam_base = quantile_ms(&paced_fam, 0.5);
     println!(
-        "  majority findOneAndUpdate round trip (same run, {} samples): p50 {:.2} ms",
+        "  majority findOneAndUpdate round trip (same run, {} samples each): p50 {:.2} ms one \
+         after another, {:.2} ms each after a pause",
         fam.len(),
-        quantile_ms(&fam, 0.5)
+        quantile_ms(&fam, 0.5),
+        paced_fam_base
     );
     println!(
         "  of which the handoff's write (findAndModify, start to reply in the driver's command \
-         events, {} samples): p50 {:.2} ms",
+         events, {} samples): p50 {:.2} ms; a findOneAndUpdate timed so: p50 {:.2} ms one after \
+         another, {:.2} ms each after a pause",
         handoff_writes.len(),
-        quantile_ms(&handoff_writes, 0.5)
+        quantile_ms(&handoff_writes, 0.5),
+        quantile_ms(&fam_events, 0.5),
+        quantile_ms(&paced_fam_events, 0.5)
     );
     let (before, after) = commands.around_writes(&run.spans);
     let hops = task_round_trips(baseline_n).await;
@@ -482,6 +554,14 @@ async fn in_process(uri: &str, db_name: &str) {
         quantile_ms(&before, 0.5),
         quantile_ms(&after, 0.5)
     );
+    let (raw_before, raw_after) = raw_commands.around_writes(&fam_calls);
+    println!(
+        "  the driver's work around a raw findOneAndUpdate ({} samples): call -> its start p50 \
+         {:.3} ms, its reply -> the call returns p50 {:.3} ms",
+        raw_before.len(),
+        quantile_ms(&raw_before, 0.5),
+        quantile_ms(&raw_after, 0.5)
+    );
     println!(
         "  a call to another task and back (channel there, oneshot back, same runtime, {} samples): \
          p50 {:.3} ms",
@@ -490,9 +570,11 @@ async fn in_process(uri: &str, db_name: &str) {
     );
     println!(
         "  ratio handoff p50 / majority write p50: {:.2}x (writes one after another), \
-         {:.2}x (each after a pause, as the handoff's write comes)",
+         {:.2}x (each after a pause, as the handoff's write comes); / findOneAndUpdate p50 \
+         each after a pause: {:.2}x",
         p50 / base,
-        p50 / paced_base
+        p50 / paced_base,
+        p50 / paced_fam_base
     );
     if sample_during {
         println!(
