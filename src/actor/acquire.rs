@@ -4,6 +4,7 @@
 //! giving it back at once if nobody waits any more).
 
 use std::cmp::Reverse;
+use std::time::Duration;
 
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -164,6 +165,7 @@ impl Actor {
             return;
         };
         state.attempt = Attempt::Idle;
+        let confirming = std::mem::take(&mut state.confirming);
         let lease_id = sent.lease_id;
         // Known unless the attempt failed in a way that may have applied.
         state.unseen = match &result {
@@ -198,6 +200,34 @@ impl Actor {
                 state.unanswered = None;
                 state.next_lease_id = Uuid::new_v4();
                 self.grant(&key, sent, token, document);
+            }
+            Ok((AcquireOutcome::Unconfirmed { token }, _)) => {
+                // Our lease, found by a read: its expiry is unknown (a
+                // handoff's `hx`, an earlier attempt's TTL), so it is not
+                // granted, and the answer registers nothing. A retry under
+                // the same lease id (of the same shape, `unseen`) renews it
+                // and is granted from its own send.
+                tracing::debug!(%key, token, "lease found by a read: confirming it at once");
+                state.note_unanswered(lease_id, sent.ttl, None);
+                state.unseen = Some(sent.shape);
+                state.registered = false;
+                state.handed = false;
+                state.prune_waiters();
+                if state.waiters.is_empty() {
+                    // Nobody to give it to: give it back at once.
+                    state.unseen = None;
+                    state.next_lease_id = Uuid::new_v4();
+                    self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                } else if confirming {
+                    // Confirmed by a read again: the writes keep failing.
+                    self.schedule_retry(&key, None, false);
+                } else {
+                    state.confirming = true;
+                    let timer = self
+                        .timers
+                        .insert(Timer::Retry(key.clone()), Duration::ZERO);
+                    state.attempt = Attempt::Scheduled(timer);
+                }
             }
             Ok((AcquireOutcome::Mismatch { stored }, _)) => {
                 state.note_unanswered(lease_id, sent.ttl, None);

@@ -108,6 +108,11 @@ pub(super) struct KeyState {
     /// A release handed the key to that registration (announced by the
     /// change stream of writes): the next attempt confirms it.
     pub(super) handed: bool,
+    /// The next attempt was scheduled at once to confirm a lease of this
+    /// key's lease id that only a read found
+    /// ([`AcquireOutcome::Unconfirmed`](crate::store::AcquireOutcome::Unconfirmed)):
+    /// should it be answered so again, the one after waits for the backoff.
+    pub(super) confirming: bool,
     /// What the answers of attempts that did not acquire tell about a lease
     /// written under their lease id (see [`Unanswered`]); boxed, as only
     /// keys waiting for another holder have one.
@@ -197,6 +202,7 @@ impl KeyState {
             freed_in_flight: false,
             registered: false,
             handed: false,
+            confirming: false,
             unanswered: None,
         }
     }

@@ -375,6 +375,7 @@ mod contract;
 mod handoff;
 mod protocol;
 mod read;
+pub(crate) mod replies;
 
 use std::time::Duration;
 
@@ -566,10 +567,34 @@ pub(crate) struct DocumentWrite {
 }
 
 /// What an acquire attempt found.
+///
+/// **Written or read.** The stores derive it with the functions of
+/// [`replies`], either from the document the attempt's own write returned
+/// or, when that write's outcome is unknown (or it failed), from a read of
+/// the key afterwards ([`replies::from_reread`]). Only a write of the
+/// attempt proves an acquisition's expiry (`$$NOW` + the attempt's TTL, at
+/// the server, after the send): an acquisition a read finds is
+/// [`Unconfirmed`](AcquireOutcome::Unconfirmed), never `Acquired`, and a
+/// `Held` answer from a read carries no `token`, so that it never orders a
+/// handoff after the attempt (grant on the change stream's event, see
+/// "Queue of waiting owners").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireOutcome {
-    /// The lease is ours, with this fencing token.
+    /// The lease is ours, with this fencing token: the attempt's own write
+    /// returned it, so it lasts the attempt's TTL from a server time after
+    /// the attempt was sent.
     Acquired { token: u64 },
+    /// This attempt's lease (its owner id and lease id) is on the key, but
+    /// only a read says so (after a write whose outcome is unknown), or it
+    /// has expired: its expiry is whatever the write that set it wrote (an
+    /// earlier attempt under the same lease id, or a release that handed
+    /// the key to this owner's registration for `hx` only), so it is not
+    /// granted. The actor tries again at once under the same lease id: that
+    /// retry wins as any retry does, renews the lease to its TTL and starts
+    /// its local deadline from its own send. `token` is the one found (the
+    /// retry gets it back, unless the lease expired and another owner took
+    /// the key meanwhile). Registers nothing for grant on the event.
+    Unconfirmed { token: u64 },
     /// The key is held as another kind than the one asked for (see
     /// "Shared and semaphore keys"); nothing was written.
     Mismatch { stored: crate::LeaseKind },
@@ -587,7 +612,10 @@ pub(crate) enum AcquireOutcome {
         /// acquisition's). `None` when the document has none (a foreign
         /// holder's lock, a lock field removed meanwhile). A registering
         /// attempt's holder confirms a lease handed to it with this token
-        /// or a greater one (see "Queue of waiting owners").
+        /// or a greater one (see "Queue of waiting owners"). Also `None` for
+        /// an answer that came from a read, not from the attempt's own write
+        /// ([`replies::from_reread`]): the read may predate a handoff already
+        /// applied, so its token must not order one after the attempt.
         token: Option<u64>,
     },
 }

@@ -273,13 +273,32 @@ async fn a_dropped_acquire_never_leaks_a_lease() {
 async fn an_ambiguous_acquire_with_nobody_waiting_is_given_back() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    // The write lands but the reply is lost.
+    // The write lands but the reply is lost, and so is the re-read's.
     store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    store.fail_next(Op::Inspect, 1);
     let error = a.try_acquire("k").await.unwrap_err();
     assert!(error.is_transient(), "{error:?}");
     settle().await;
     assert_eq!(store.calls(Op::Release), 1);
     assert_released(&db, "k");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquisition_only_a_re_read_shows_is_confirmed_at_once_by_a_write() {
+    const LATENCY: Duration = Duration::from_millis(20);
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    store.set_latency(Op::Acquire, LATENCY);
+    // The write lands but its reply is lost; the re-read finds the lease.
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    let lease = soon(a.try_acquire("k")).await.unwrap().expect("the lease");
+    let sent = store.acquire_calls("k");
+    assert_eq!(sent.len(), 2, "one retry: {sent:?}");
+    assert_eq!(sent[1], sent[0] + LATENCY, "at once after the re-read");
+    assert_eq!(lease.fencing_token(), 1, "the same acquisition");
+    // Its local deadline counts from the write that confirmed it.
+    assert_eq!(lease.deadline(), Some(sent[1] + VALIDITY));
+    assert_eq!(store.calls(Op::Release), 0);
 }
 
 // ----- acquire errors ------------------------------------------------------------------
@@ -289,6 +308,7 @@ async fn transient_acquire_failures_are_retried_for_waiters_and_reported_to_a_tr
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
     store.fail_next(Op::Acquire, 1);
+    store.fail_next(Op::Inspect, 1);
     assert!(a.try_acquire("t").await.unwrap_err().is_transient());
     assert_eq!(store.acquire_calls("t").len(), 1, "a try makes one attempt");
     settle().await;
@@ -303,9 +323,10 @@ async fn transient_acquire_failures_are_retried_for_waiters_and_reported_to_a_tr
         "the outcome is unknown: the try's lease id is given back"
     );
 
-    // Two attempts land unseen; the third, under the same lease id, is
-    // recognised as ours: same acquisition, same token.
+    // Two attempts land unseen (their re-reads fail too); the third, under
+    // the same lease id, is recognised as ours: same acquisition, same token.
     store.fault_next(Op::Acquire, Fault::FailAfterApply, 2);
+    store.fail_next(Op::Inspect, 2);
     let lease = soon(a.acquire("w")).await.unwrap();
     let calls = store.acquire_calls("w");
     assert_eq!(calls.len(), 3);

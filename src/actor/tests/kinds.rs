@@ -603,8 +603,9 @@ async fn an_unseen_acquisition_for_a_waiter_that_left_never_blocks_the_next_wait
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
     // The exclusive waiter's acquisition lands but its reply is lost; the
-    // waiter leaves before the retry.
+    // waiter leaves before the retry (the re-read fails too).
     store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    store.fail_next(Op::Inspect, 1);
     let exclusive = waiter(&a, "k").await;
     settle().await;
     assert_eq!(store.acquire_calls("k").len(), 1);

@@ -335,3 +335,36 @@ async fn a_key_handed_to_a_manager_as_it_shuts_down_is_released_by_its_shutdown(
     );
     assert!(a.try_acquire("k").await.unwrap().is_some(), "free at once");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_handed_key_that_only_a_re_read_shows_is_granted_after_a_write_renews_it() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, sb, _) = start_without_change_streams(&db, "b");
+    let first = a.acquire("k").await.unwrap();
+    let wb = waiter(&b, "k").await;
+    soon(db.changed_until("k", |d| d.queue.len() == 1)).await;
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let handed = db.doc("k").unwrap();
+    assert_eq!(handed.owner, "b", "handed in the release");
+    // b's confirming attempt fails before applying; its re-read finds the
+    // handed lease (b's owner id and lease id), which lasts only `hx` from
+    // the handoff.
+    sb.fail_next(Op::Acquire, 1);
+    let calls = sb.acquire_calls("k").len();
+    let (_, lb) = soon(wb).await.unwrap().unwrap();
+    let sent = sb.acquire_calls("k");
+    assert_eq!(
+        sent.len(),
+        calls + 2,
+        "the read is confirmed by a write: {sent:?}"
+    );
+    assert_eq!(sent[calls + 1], sent[calls], "retried at once");
+    assert_eq!(lb.fencing_token(), handed.token, "the handed lease");
+    assert_eq!(lb.deadline(), Some(sent[calls + 1] + VALIDITY));
+    let doc = db.doc("k").unwrap();
+    assert!(
+        lb.deadline().unwrap() <= doc.exp,
+        "the local deadline is within the server's expiry"
+    );
+}

@@ -10,7 +10,7 @@ use super::{FIELD, Fixture, MARGIN, Raw, TTL, YIELD};
 use crate::config::ReleaseMode;
 use crate::key::LeaseKey;
 use crate::store::memory::{MemoryDb, MemoryStore};
-use crate::store::{MongoStore, Store};
+use crate::store::{AcquireOutcome, MongoStore, Store};
 
 /// The twin's user collection of in-document leases.
 const DOCUMENTS: &str = "documents";
@@ -97,6 +97,19 @@ impl Fixture for MemoryFixture {
 
     async fn expire_holder(&self, key: impl Into<LeaseKey>, lease_id: Uuid) {
         self.db.expire_holder(key, lease_id);
+    }
+
+    async fn reread(
+        &self,
+        store: &MemoryStore,
+        key: impl Into<LeaseKey>,
+        lease_id: Uuid,
+        shape: crate::kind::LeaseShape,
+    ) -> AcquireOutcome {
+        store
+            .reread_acquire(key.into(), lease_id, TTL, shape)
+            .await
+            .expect("a re-read")
     }
 
     async fn expire_mark(&self, key: impl Into<LeaseKey>) {
@@ -253,6 +266,19 @@ impl Fixture for MongoFixture {
             assert!(Instant::now() < give_up, "{key:?} never became due");
             tokio::task::yield_now().await;
         }
+    }
+
+    async fn reread(
+        &self,
+        store: &MongoStore,
+        key: impl Into<LeaseKey>,
+        lease_id: Uuid,
+        shape: crate::kind::LeaseShape,
+    ) -> AcquireOutcome {
+        store
+            .reread_acquire(key.into(), lease_id, TTL, shape)
+            .await
+            .expect("a re-read")
     }
 
     async fn expire_holder(&self, key: impl Into<LeaseKey>, lease_id: Uuid) {

@@ -40,6 +40,7 @@ mod queue;
 mod reads;
 mod release;
 mod renewal;
+mod reread;
 
 use std::time::Duration;
 
@@ -159,6 +160,17 @@ trait Fixture: Sized {
     /// The owner ids of the live entries of the queue of `key`, in order
     /// (empty without a document or a queue).
     async fn queue(&self, key: impl Into<LeaseKey>) -> Vec<String>;
+
+    /// What `store`'s re-read after an acquire of `shape` under `lease_id`
+    /// (the store's TTL) whose outcome is unknown answers now
+    /// (`MongoStore::reread_acquire`, `MemoryStore::reread_acquire`).
+    async fn reread(
+        &self,
+        store: &Self::Store,
+        key: impl Into<LeaseKey>,
+        lease_id: Uuid,
+        shape: LeaseShape,
+    ) -> AcquireOutcome;
 
     /// Removes what [`Fixture::new`] created (the MongoDB collections), once
     /// the scenario has passed.
@@ -405,4 +417,8 @@ contract!(
     queue::delete_mode_hands_over_instead_of_deleting,
     queue::a_handoff_is_announced_with_the_new_holders_owner_and_lease_ids,
     queue::an_acquisition_is_announced_with_its_token,
+    // What a re-read after an unknown outcome proves.
+    reread::a_handed_lease_confirmed_only_by_a_read_is_never_acquired,
+    reread::an_expired_entry_of_ours_in_a_multi_holder_key_is_not_acquired,
+    reread::a_held_answer_from_a_read_carries_no_token,
 );

@@ -118,6 +118,7 @@ mod db;
 mod doc;
 mod kinds;
 mod ops;
+mod reply;
 mod rules;
 mod store;
 mod streams;

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use super::control::Op;
 use super::doc::{Doc, Holder};
 use super::kinds;
+use super::reply::{self, Reread};
 use super::rules::{Collection, apply_acquire, apply_hand_over, lease_matches, release_doc};
 use super::store::{MemoryStore, lock_fields_document};
 use crate::config::ReleaseMode;
@@ -72,6 +73,7 @@ impl Store for MemoryStore {
         let owner = self.owner.clone();
         let (db, creates) = (self.db.clone(), create.is_some());
         let registration = self.registration_window();
+        let store = self.clone();
         let acquire = self.run(Op::Acquire, vec![key.clone()], {
             let (key, owner) = (key.clone(), owner.clone());
             move |coll, now| {
@@ -102,7 +104,36 @@ impl Store for MemoryStore {
             }
         });
         async move {
-            let outcome = acquire.await?;
+            // An unknown outcome is resolved by a re-read, as by
+            // `DocumentStore` (B7).
+            let outcome = match acquire.await {
+                Err(error) => {
+                    let (key, owner) = (key.clone(), owner.clone());
+                    reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
+                        if coll.missing.contains(&key) {
+                            return match creates {
+                                false => Err(Error::DocumentNotFound { id: key.clone() }),
+                                true => Ok(None),
+                            };
+                        }
+                        let reread = Reread {
+                            key: &key,
+                            owner: &owner,
+                            lease_id,
+                            ttl,
+                            kind: crate::LeaseKind::Exclusive,
+                        };
+                        Ok(reread.verdict(db, coll, now).or_else(|| {
+                            // A user document without the lock field.
+                            coll.in_documents.then(|| {
+                                crate::store::replies::in_document(&key, &owner, lease_id, None)
+                            })
+                        }))
+                    })
+                    .await?
+                }
+                done => done?,
+            };
             let document = match (&outcome, field) {
                 (AcquireOutcome::Acquired { token }, Some(field)) => {
                     Some(lock_fields_document(&key, &field, &owner, lease_id, *token))
@@ -206,7 +237,8 @@ impl Store for MemoryStore {
         }
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let registration = self.registration_window();
-        self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
+        let reread = (self.clone(), self.owner.clone(), key.clone());
+        let write = self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
             let retry = is_retry(coll, &key, lease_id);
             // `None`: no document (an insert); else whether it had a `lid`.
             let had_lease_id = coll.docs.get(&key).map(|d| d.lease_id.is_some());
@@ -227,7 +259,28 @@ impl Store for MemoryStore {
                 db.announce_taken(&key, &owner, (lease_id, token), shape.kind, had_lease_id);
             }
             outcome
-        })
+        });
+        // An unknown outcome (`Fault::Fail`, `FailAfterApply`, a timeout)
+        // is resolved by a re-read, as by `MongoStore` (B7).
+        async move {
+            let error = match write.await {
+                Err(error) => error,
+                done => return done,
+            };
+            let (store, owner, key) = reread;
+            reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
+                let reread = Reread {
+                    key: &key,
+                    owner: &owner,
+                    lease_id,
+                    ttl,
+                    kind: shape.kind,
+                };
+                Ok(reread.verdict(db, coll, now))
+            })
+            .await
+        }
+        .boxed()
     }
 
     fn default_ttl(&self) -> Duration {

@@ -6,15 +6,14 @@
 //! like [`pipeline`](super::pipeline)'s; what the server does with them is
 //! tested by the store contract (`store::contract::kinds`, `hold`).
 
-use std::time::Duration;
-
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
-use super::pipeline::{bson_lease_id, fresh_document, next_token, our_shape, read_token};
+use super::pipeline::{bson_lease_id, fresh_document, next_token, our_shape};
 use crate::LeaseKind;
 use crate::key::LeaseKey;
-use crate::store::{AcquireOutcome, LeaseRef, field, foreign_owner, is_our_shape};
+use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED};
+use crate::store::{LeaseRef, field};
 
 /// `$name`: the value of field `name`.
 fn f(name: &str) -> String {
@@ -210,16 +209,6 @@ pub(in crate::store::mongo) fn multi_acquire_pipeline(
     }}}]
 }
 
-/// Field of [`multi_acquire_projection`]: this acquisition's entry, if any.
-const MINE: &str = "me";
-/// Field of [`multi_acquire_projection`]: how many other live entries.
-const LIVE: &str = "live";
-/// Field of [`multi_acquire_projection`]: the earliest `exp` of those.
-const FIRST_EXPIRY: &str = "first";
-/// Field of [`multi_acquire_projection`]: `yu` if this owner yielded the
-/// key (then it is not this owner's before `yu`).
-const YIELDED: &str = "yielded";
-
 /// Whether `owner` yielded the key to another owner's waiter and the yield
 /// window is not over (`aid` is `owner`, `yu > $$NOW`).
 fn yielded_by(owner: &str) -> Document {
@@ -251,122 +240,6 @@ pub(in crate::store::mongo) fn multi_acquire_projection(owner: &str, lease_id: U
     }
 }
 
-/// Milliseconds from `now` to `until` (zero if past).
-fn until(until: mongodb::bson::DateTime, now: i64) -> Duration {
-    Duration::from_millis(until.timestamp_millis().saturating_sub(now).max(0) as u64)
-}
-
-/// An integer field of a projected document (int32 or int64).
-fn int(doc: &Document, name: &str) -> Option<i64> {
-    match doc.get(name)? {
-        Bson::Int32(n) => Some(i64::from(*n)),
-        Bson::Int64(n) => Some(*n),
-        _ => None,
-    }
-}
-
-/// The exclusive waiter's mark of a projected document, if live at `now`:
-/// its owner id and expiry.
-fn live_mark(doc: &Document, now: i64) -> Option<(String, Duration)> {
-    let mark = doc.get_document(field::EXCLUSIVE_WAITER).ok()?;
-    let exp = mark.get_datetime(field::EXPIRES_AT).ok()?;
-    (exp.timestamp_millis() > now).then(|| {
-        let owner = mark.get_str(field::OWNER).unwrap_or_default().to_string();
-        (owner, until(*exp, now))
-    })
-}
-
-/// Reads what a shared or permit acquisition of `kind` found, out of a document projected with
-/// [`multi_acquire_projection`]: `Acquired` with this entry's token;
-/// `Mismatch` for live holders of another kind (a live exclusive holder is
-/// a mismatch for a permit; a shared acquirer waits for it); else `Held`
-/// until the earliest live permit's expiry (a full semaphore), the
-/// exclusive holder's expiry, or the end of a live exclusive waiter's mark
-/// (held by that waiter). Each `Held` carries the key's top `tok` (the
-/// latest holder acquisition's, or the exclusive lease's). A document of
-/// foreign shape is held by a foreign holder, with no known remaining time
-/// nor token.
-pub(in crate::store::mongo) fn classify_multi(
-    key: &LeaseKey,
-    kind: LeaseKind,
-    doc: &Document,
-) -> AcquireOutcome {
-    if !is_our_shape(doc) {
-        tracing::trace!(%key, "held by a foreign holder");
-        return AcquireOutcome::Held {
-            holder: foreign_owner(doc),
-            remaining: None,
-            token: None,
-        };
-    }
-    if let Ok(entry) = doc.get_document(MINE) {
-        return AcquireOutcome::Acquired {
-            token: entry.get_i64(field::TOKEN).unwrap_or(0) as u64,
-        };
-    }
-    let exp = *doc.get_datetime(field::EXPIRES_AT).expect("our shape");
-    let now = doc
-        .get_datetime("now")
-        .map(|d| d.timestamp_millis())
-        .unwrap_or(exp.timestamp_millis());
-    let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
-    let token = read_token(doc.get(field::TOKEN));
-    let held = |holder: String, remaining| AcquireOutcome::Held {
-        holder,
-        remaining: Some(remaining),
-        token,
-    };
-    let mark = if kind == LeaseKind::Shared {
-        live_mark(doc, now)
-    } else {
-        None
-    };
-    if int(doc, LIVE).unwrap_or(0) == 0 {
-        if exp.timestamp_millis() > now {
-            // Without a live exclusive lease (`lid`) or minimum hold (`hl`),
-            // the last holder's release ran on a `$$NOW` a few ms ahead of
-            // this one's (docs/mongodb-behaviour.md, B3): held until then.
-            let hold = doc.get_datetime(field::HOLD_UNTIL).ok();
-            let exclusive = doc.contains_key(field::LEASE_ID)
-                || hold.is_some_and(|hl| hl.timestamp_millis() > now);
-            if kind == LeaseKind::Shared || !exclusive {
-                return held(holder, until(exp, now));
-            }
-            return AcquireOutcome::Mismatch {
-                stored: LeaseKind::Exclusive,
-            };
-        }
-        // Yielded by this owner: not ours before the yield window ends.
-        if let Ok(yielded) = doc.get_datetime(YIELDED)
-            && yielded.timestamp_millis() > now
-        {
-            return held(holder, until(*yielded, now));
-        }
-        return match mark {
-            Some((waiter, remaining)) => held(waiter, remaining),
-            // Free by now: a write in between; try again at once.
-            None => held(holder, Duration::ZERO),
-        };
-    }
-    let stored = match int(doc, field::PERMITS) {
-        Some(n) => LeaseKind::Permit {
-            permits: u32::try_from(n).unwrap_or(0),
-        },
-        None => LeaseKind::Shared,
-    };
-    if stored != kind {
-        return AcquireOutcome::Mismatch { stored };
-    }
-    match (kind, mark) {
-        (LeaseKind::Shared, Some((waiter, remaining))) => held(waiter, remaining),
-        (LeaseKind::Shared, None) => held(holder, Duration::ZERO),
-        _ => {
-            let first = doc.get_datetime(FIRST_EXPIRY).map(|d| until(*d, now));
-            held(holder, first.unwrap_or(until(exp, now)))
-        }
-    }
-}
-
 /// The waiting mark of an exclusive acquirer (`xw`): the condition "the
 /// document has live shared holders (not permits)" and the document with
 /// the mark `{aid: owner, exp: $$NOW + ttl_ms}` written over an older one.
@@ -386,33 +259,6 @@ pub(in crate::store::mongo) fn exclusive_waiter_mark(
         field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
     }}]};
     (shared_live, marked)
-}
-
-/// A waiting exclusive attempt that found shared holders and left its mark
-/// (`xw.aid` is `owner` in the returned document, projected with
-/// [`acquire_projection`](super::pipeline::acquire_projection)) retries
-/// within half its TTL, so the mark stays live while it waits.
-pub(in crate::store::mongo) fn cap_for_mark(
-    outcome: AcquireOutcome,
-    doc: &Document,
-    owner: &str,
-    ttl_ms: i64,
-) -> AcquireOutcome {
-    let marked = doc
-        .get_document(field::EXCLUSIVE_WAITER)
-        .is_ok_and(|mark| mark.get_str(field::OWNER) == Ok(owner));
-    match outcome {
-        AcquireOutcome::Held {
-            holder,
-            remaining: Some(remaining),
-            token,
-        } if marked => AcquireOutcome::Held {
-            holder,
-            remaining: Some(remaining.min(Duration::from_millis((ttl_ms / 2).max(0) as u64))),
-            token,
-        },
-        other => other,
-    }
 }
 
 /// The documents holding any of `leases` of `owner`: `_id` among their

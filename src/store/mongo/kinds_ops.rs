@@ -8,14 +8,14 @@ use uuid::Uuid;
 
 use super::handle::MongoStore;
 use super::kinds::{
-    classify_multi, holder_payload_filter, holder_payload_update, multi_acquire_pipeline,
-    multi_acquire_projection,
+    holder_payload_filter, holder_payload_update, multi_acquire_pipeline, multi_acquire_projection,
 };
 use super::ops::ttl_ms;
 use crate::LeaseKind;
 use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
+use crate::store::replies::classify_multi;
 use crate::store::{AcquireOutcome, LeaseRef};
 
 impl MongoStore {

@@ -17,22 +17,21 @@ use uuid::Uuid;
 
 use super::handle::{MongoStore, is_duplicate_key, is_on_id_index};
 use super::kinds::{
-    Released, cap_for_mark, exclusive_filter, force_release_any_filter, force_release_update,
-    holder_filter, lease_ids, owner_holders_filter, renew_any_update, renew_exclusive_update,
+    Released, exclusive_filter, force_release_any_filter, force_release_update, holder_filter,
+    lease_ids, owner_holders_filter, renew_any_update, renew_exclusive_update,
 };
 use super::observe::observe;
 use super::pipeline::{
-    acquire_pipeline, acquire_projection, classify, foreign_filter, id_index, info_projection,
-    key_filter, key_write, keys_filter, list_min, owner_filter, payload_filter, payload_update,
-    projected_info, read_lease_id, release_events_pipeline,
+    acquire_pipeline, acquire_projection, foreign_filter, id_index, info_projection, key_filter,
+    key_write, keys_filter, list_min, owner_filter, payload_filter, payload_update, projected_info,
+    read_lease_id, release_events_pipeline,
 };
-use super::queue::held_for_queue;
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{
-    AcquireOutcome, Announcement, HandOver, LeaseRef, Store, field, release_instead,
+    AcquireOutcome, Announcement, HandOver, LeaseRef, Store, field, release_instead, replies,
 };
 
 /// How many times a failed idempotent write is tried in all.
@@ -111,9 +110,7 @@ impl MongoStore {
             self.registration_ms(),
         );
         self.acquire_by(key, update, acquire_projection(), |key, doc| {
-            let outcome = classify(key, self.owner(), lease_id, doc);
-            let outcome = held_for_queue(outcome, doc, self.owner());
-            cap_for_mark(outcome, doc, self.owner(), ttl_ms)
+            replies::exclusive(key, self.owner(), lease_id, ttl_ms, doc)
         })
         .await
     }
@@ -121,7 +118,9 @@ impl MongoStore {
     /// One acquire attempt: the upsert `update` of `key`'s document,
     /// returning it projected with `projection`, read by `read`; a document
     /// that could not be returned (a racing upsert, an unknown outcome) is
-    /// re-read with `projection` (docs/mongodb-behaviour.md, B1, B7).
+    /// re-read with `projection` (docs/mongodb-behaviour.md, B1, B7), and
+    /// `read`'s verdict on it is only what a read proves
+    /// ([`replies::from_reread`]: never `Acquired`, no token in `Held`).
     pub(super) async fn acquire_by(
         &self,
         key: LeaseKey,
@@ -159,8 +158,20 @@ impl MongoStore {
             }
             Err(e) => return Err(e),
         }
+        self.reread(key, projection, read).await
+    }
+
+    /// The re-read of an acquire attempt whose write did not return the
+    /// document: `key`'s document with `projection`, read by `read`, worth
+    /// only what a read proves ([`replies::from_reread`]).
+    async fn reread(
+        &self,
+        key: LeaseKey,
+        projection: Document,
+        read: impl Fn(&LeaseKey, &Document) -> AcquireOutcome,
+    ) -> Result<AcquireOutcome> {
         match self.read_key(&key, projection).await? {
-            Some(doc) => Ok(read(&key, &doc)),
+            Some(doc) => Ok(replies::from_reread(read(&key, &doc))),
             // The document vanished between the write and the read: try again.
             None => Err(Error::Unreachable {
                 waited: self.operation_timeout(),
@@ -168,6 +179,33 @@ impl MongoStore {
                 source: None,
             }),
         }
+    }
+
+    /// What the re-read after an unknown outcome of an acquisition of
+    /// `shape` by this owner under `lease_id` (for `ttl`) answers now: the
+    /// store contract's view of that path.
+    #[cfg(test)]
+    pub(crate) async fn reread_acquire(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        ttl: Duration,
+        shape: crate::kind::LeaseShape,
+    ) -> Result<AcquireOutcome> {
+        let kind = shape.kind;
+        if kind.is_multi_holder() {
+            let projection = super::kinds::multi_acquire_projection(self.owner(), lease_id);
+            return self
+                .reread(key, projection, |key, doc| {
+                    replies::classify_multi(key, kind, doc)
+                })
+                .await;
+        }
+        let ttl_ms = ttl_ms(ttl);
+        self.reread(key, acquire_projection(), |key, doc| {
+            replies::exclusive(key, self.owner(), lease_id, ttl_ms, doc)
+        })
+        .await
     }
 
     /// One `updateMany` for the batch: the plain renewal of exclusive leases

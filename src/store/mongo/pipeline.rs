@@ -4,8 +4,6 @@
 //! check their shape without a server; what the server does with them is
 //! tested against a real `mongod` (`store::contract`, `tests/`).
 
-use std::time::Duration;
-
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
@@ -13,19 +11,11 @@ use uuid::Uuid;
 use super::queue::{queue_after_acquisition, queue_allows, registered};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::{
-    AcquireOutcome, FIELD_COUNT, KeyWrite, LeaseRef, TOKEN_TIME_SHIFT, field, foreign_owner,
-    lease_info,
-};
+use crate::store::{FIELD_COUNT, KeyWrite, LeaseRef, TOKEN_TIME_SHIFT, field, lease_info};
 
 /// A lease id as stored in `lid`: a BSON UUID (binary subtype 4).
 pub(in crate::store::mongo) fn bson_lease_id(id: Uuid) -> Bson {
     Bson::from(mongodb::bson::Uuid::from_bytes(id.into_bytes()))
-}
-
-/// Whether `value` (a document's `lid`) is the lease id `id`.
-fn is_lease_id(value: Option<&Bson>, id: Uuid) -> bool {
-    matches!(value, Some(Bson::Binary(b)) if b.bytes.as_slice() == id.as_bytes())
 }
 
 /// The filter of one key's document.
@@ -185,63 +175,6 @@ pub(super) fn acquire_projection() -> Document {
         field::PERMITS: 1, format!("{}.{}", field::EXCLUSIVE_WAITER, field::OWNER): 1,
         format!("{}.{}", field::QUEUE, field::OWNER): 1,
         format!("{}.{}", field::QUEUE, field::REGISTRATION_EXPIRES): 1,
-    }
-}
-
-/// Reads what an acquire attempt (by `owner` under `lease_id`) found out of
-/// a returned or re-read document, projected with [`acquire_projection`].
-/// A document of foreign shape is held by a foreign holder (its `aid` as
-/// owner id), with no known remaining time nor token; any other `Held`
-/// carries the document's `tok`.
-pub(in crate::store::mongo) fn classify(
-    key: &LeaseKey,
-    owner: &str,
-    lease_id: Uuid,
-    doc: &Document,
-) -> AcquireOutcome {
-    let token = doc.get_i64(field::TOKEN);
-    let expires = doc.get_datetime(field::EXPIRES_AT);
-    let (Ok(token), Ok(expires)) = (token, expires) else {
-        tracing::trace!(%key, "held by a foreign holder");
-        return AcquireOutcome::Held {
-            holder: foreign_owner(doc),
-            remaining: None,
-            token: None,
-        };
-    };
-    let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
-    if is_lease_id(doc.get(field::LEASE_ID), lease_id) && holder == owner {
-        return AcquireOutcome::Acquired {
-            token: token as u64,
-        };
-    }
-    let now = doc
-        .get_datetime("now")
-        .map(|d| d.timestamp_millis())
-        .unwrap_or(expires.timestamp_millis());
-    // Live permits of a semaphore: never an exclusive acquisition's.
-    if let Some(pm) = doc.get(field::PERMITS)
-        && expires.timestamp_millis() > now
-    {
-        let permits = match pm {
-            Bson::Int32(n) => u32::try_from(*n).unwrap_or(0),
-            Bson::Int64(n) => u32::try_from(*n).unwrap_or(0),
-            _ => 0,
-        };
-        return AcquireOutcome::Mismatch {
-            stored: crate::LeaseKind::Permit { permits },
-        };
-    }
-    // Yielded by this owner: free for others now, for us at `yu`.
-    let until = match doc.get_datetime(field::YIELD_UNTIL) {
-        Ok(until) if holder == owner => *expires.max(until),
-        _ => *expires,
-    };
-    let remaining = until.timestamp_millis().saturating_sub(now).max(0) as u64;
-    AcquireOutcome::Held {
-        holder,
-        remaining: Some(Duration::from_millis(remaining)),
-        token: Some(token as u64),
     }
 }
 

@@ -6,12 +6,10 @@
 //! without a server like [`pipeline`](super::pipeline)'s; what the server
 //! does with them is tested by the store contract (`store::contract::queue`).
 
-use std::time::{Duration, SystemTime};
-
 use mongodb::bson::{Bson, Document, doc};
 
 use super::pipeline::next_token;
-use crate::store::{AcquireOutcome, field};
+use crate::store::field;
 
 /// `$name`: the value of field `name`.
 fn f(name: &str) -> String {
@@ -175,56 +173,6 @@ pub(in crate::store::mongo) fn handoff_stages() -> [Document; 2] {
     ]
 }
 
-/// An attempt by `owner` that did not win a key it found free (expired, not
-/// yielded to it) waits for the head of the queue (`q` of `doc`, projected
-/// with the server's `now`): reported held by that owner until its
-/// registration expires, by when it has taken the key or lost its place
-/// (the token, `tok` of the document, is kept). Other outcomes are returned
-/// as they are.
-pub(in crate::store::mongo) fn held_for_queue(
-    outcome: AcquireOutcome,
-    doc: &Document,
-    owner: &str,
-) -> AcquireOutcome {
-    let AcquireOutcome::Held {
-        remaining: Some(remaining),
-        token,
-        ..
-    } = &outcome
-    else {
-        return outcome;
-    };
-    let token = *token;
-    if !remaining.is_zero() {
-        return outcome;
-    }
-    let Ok(now) = doc.get_datetime("now").map(|d| d.to_system_time()) else {
-        return outcome;
-    };
-    match live_head(doc, now) {
-        Some((head, expires)) if head != owner => AcquireOutcome::Held {
-            holder: head,
-            remaining: Some(expires.duration_since(now).unwrap_or(Duration::ZERO)),
-            token,
-        },
-        _ => outcome,
-    }
-}
-
-/// The owner id and registration expiry of the first live entry of `doc`'s
-/// `q` at server time `now`.
-fn live_head(doc: &Document, now: SystemTime) -> Option<(String, SystemTime)> {
-    doc.get_array(field::QUEUE).ok()?.iter().find_map(|entry| {
-        let entry = entry.as_document()?;
-        let expires = entry
-            .get_datetime(field::REGISTRATION_EXPIRES)
-            .ok()?
-            .to_system_time();
-        let owner = entry.get_str(field::OWNER).ok()?;
-        (expires > now).then(|| (owner.to_string(), expires))
-    })
-}
-
 impl super::MongoStore {
     /// [`Store::leave_queues`](crate::store::Store::leave_queues): one
     /// `updateMany` on the documents of `keys` whose queue has an entry of
@@ -251,7 +199,11 @@ impl super::MongoStore {
 mod tests {
     use mongodb::bson::DateTime;
 
+    use std::time::Duration;
+
     use super::*;
+    use crate::store::AcquireOutcome;
+    use crate::store::replies::held_for_queue;
 
     fn at(ms: i64) -> DateTime {
         DateTime::from_millis(ms)

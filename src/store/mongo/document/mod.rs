@@ -59,7 +59,7 @@ use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
 use crate::store::{
-    AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store, lease_info,
+    AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store, lease_info, replies,
 };
 
 /// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
@@ -124,8 +124,8 @@ impl DocumentStore {
     }
 
     /// What an acquire read out of `projected` (the document and `now`, as
-    /// [`acquire_projection`] returns them): the outcome by the lock
-    /// collection's `classify` on the lock field, and the document.
+    /// [`acquire_projection`] returns them): the outcome by
+    /// [`replies::in_document`] on the lock field, and the document.
     // The crate's `Error` is large since it carries a document's `_id`
     // (`Error::DocumentNotFound`); the lock collection's store has the same.
     fn judge(
@@ -142,16 +142,8 @@ impl DocumentStore {
                 source: None,
             });
         };
-        let outcome = match lock_view(&self.paths, document, now) {
-            Some(view) => super::pipeline::classify(key, self.owner(), lease_id, &view),
-            // No lock field after an acquire: only a write in between can
-            // have removed it (it is free now; the next attempt takes it).
-            None => AcquireOutcome::Held {
-                holder: String::new(),
-                remaining: Some(Duration::ZERO),
-                token: None,
-            },
-        };
+        let view = lock_view(&self.paths, document, now);
+        let outcome = replies::in_document(key, self.owner(), lease_id, view.as_ref());
         Ok((outcome, Some(document.clone())))
     }
 
@@ -209,7 +201,10 @@ impl DocumentStore {
             Err(e) => return Err(e),
         }
         match self.read_document(&key).await? {
-            Some(projected) => self.judge(&key, lease_id, projected),
+            // Only what a read proves (`replies::from_reread`).
+            Some(projected) => self
+                .judge(&key, lease_id, projected)
+                .map(|(outcome, document)| (replies::from_reread(outcome), document)),
             None if create.is_none() => Err(Error::DocumentNotFound { id: key }),
             None => Err(Error::Unreachable {
                 waited: self.locks.operation_timeout(),

@@ -4,7 +4,11 @@
 use mongodb::bson::DateTime;
 
 use super::*;
-use crate::store::mongo::pipeline::{acquire_pipeline, classify};
+use std::time::Duration;
+
+use crate::store::AcquireOutcome;
+use crate::store::mongo::pipeline::acquire_pipeline;
+use crate::store::replies::{cap_for_mark, classify, classify_multi};
 
 const LID: Uuid = Uuid::from_u128(0x1234);
 
@@ -121,7 +125,10 @@ fn projected(live: i32, exp_ms: i64, now_ms: i64) -> Document {
 fn a_retry_reads_its_own_entrys_token_and_a_foreign_document_is_held_with_no_expiry() {
     let key: LeaseKey = "k".into();
     let mut retry = projected(2, 50_000, 1_000);
-    retry.insert("me", doc! { "tok": 7_i64, "lid": bson_lease_id(LID) });
+    retry.insert(
+        "me",
+        doc! { "tok": 7_i64, "lid": bson_lease_id(LID), "exp": date(30_000) },
+    );
     let permit = LeaseKind::Permit { permits: 3 };
     assert_eq!(
         classify_multi(&key, permit, &retry),

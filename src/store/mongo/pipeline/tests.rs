@@ -3,7 +3,11 @@
 
 use mongodb::bson::DateTime;
 
+use std::time::Duration;
+
 use super::*;
+use crate::store::AcquireOutcome;
+use crate::store::replies::classify;
 
 const LID: Uuid = Uuid::from_u128(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
 
@@ -92,9 +96,8 @@ fn lease_ids_are_stored_as_bson_uuids() {
     };
     assert_eq!(binary.subtype, mongodb::bson::spec::BinarySubtype::Uuid);
     assert_eq!(binary.bytes, LID.as_bytes());
-    assert!(is_lease_id(Some(&bson_lease_id(LID)), LID));
-    assert!(!is_lease_id(Some(&bson_lease_id(Uuid::nil())), LID));
-    assert!(!is_lease_id(None, LID));
+    assert_eq!(read_lease_id(Some(&bson_lease_id(LID))), Some(LID));
+    assert_eq!(read_lease_id(None), None);
 }
 
 #[test]

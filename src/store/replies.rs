@@ -1,0 +1,467 @@
+//! What a reply means: the pure functions that turn a lock document, as an
+//! acquire's write returned it or as a read found it afterwards, into an
+//! [`AcquireOutcome`].
+//!
+//! Both stores decide with them: [`MongoStore`](super::MongoStore) on the
+//! documents the server returns (projected with the acquire projections of
+//! `mongo::pipeline` and `mongo::kinds`), the in-memory twin on its
+//! documents rendered in the same projected shapes (`memory::reply`). So a
+//! test of the twin exercises the verdicts the real store gives.
+//!
+//! **Written or read back.** A document returned by the attempt's own
+//! write (`findAndModify` with the new document) shows what that write
+//! did: a lease under the attempt's lease id was written, or renewed, by
+//! it, from `$$NOW` at the server, so after the attempt was sent, and it
+//! lasts the attempt's TTL from there. A document *read* after a write
+//! whose outcome is unknown (a transient error, B7) or that failed shows
+//! only the state at the read: a lease under the attempt's lease id there
+//! may have been written by an earlier attempt, or by a release that
+//! handed the key to this owner's registration in the queue of waiting
+//! owners for `hx = min(ttl, R)` only ("Queue of waiting owners" in
+//! `store`), and the read is a majority snapshot that may predate writes
+//! already applied on the primary. [`from_reread`] turns a verdict on such
+//! a read into what it is worth: an acquisition becomes
+//! [`AcquireOutcome::Unconfirmed`] (the actor retries at once under the
+//! same lease id, and that retry's write renews the lease and starts its
+//! local deadline from its own send), and a `Held` answer loses its token,
+//! so that it never orders a later handoff (grant on the change stream's
+//! event, `actor::queue`).
+
+use std::time::{Duration, SystemTime};
+
+use mongodb::bson::spec::BinarySubtype;
+use mongodb::bson::{Bson, DateTime, Document};
+use uuid::Uuid;
+
+use super::{AcquireOutcome, field, foreign_owner, is_our_shape};
+use crate::LeaseKind;
+use crate::key::LeaseKey;
+
+/// Field of the shared and permit acquire projection: this acquisition's
+/// entry of `hs`, if any.
+pub(crate) const MINE: &str = "me";
+/// Field of the shared and permit acquire projection: how many other live
+/// entries `hs` has.
+pub(crate) const LIVE: &str = "live";
+/// Field of the shared and permit acquire projection: the earliest `exp`
+/// of those.
+pub(crate) const FIRST_EXPIRY: &str = "first";
+/// Field of the shared and permit acquire projection: `yu` if this owner
+/// yielded the key (then it is not this owner's before `yu`).
+pub(crate) const YIELDED: &str = "yielded";
+/// Field of every acquire projection: the server's `$$NOW`.
+pub(crate) const NOW: &str = "now";
+
+/// The verdict on a document that a read found, not the attempt's own
+/// write (see the module docs): an acquisition found there (or an
+/// expired lease of ours) is [`AcquireOutcome::Unconfirmed`], a `Held`
+/// answer carries no token; a `Mismatch` is as read.
+pub(crate) fn from_reread(outcome: AcquireOutcome) -> AcquireOutcome {
+    match outcome {
+        AcquireOutcome::Acquired { token } | AcquireOutcome::Unconfirmed { token } => {
+            AcquireOutcome::Unconfirmed { token }
+        }
+        AcquireOutcome::Held {
+            holder, remaining, ..
+        } => AcquireOutcome::Held {
+            holder,
+            remaining,
+            token: None,
+        },
+        mismatch @ AcquireOutcome::Mismatch { .. } => mismatch,
+    }
+}
+
+/// Whether `value` (a document's `lid`) is the lease id `id` (a UUID
+/// binary).
+fn is_lease_id(value: Option<&Bson>, id: Uuid) -> bool {
+    matches!(value, Some(Bson::Binary(b))
+        if b.subtype == BinarySubtype::Uuid && b.bytes.as_slice() == id.as_bytes())
+}
+
+/// A fencing token as stored (`tok`, an int64; an int32 is read too);
+/// `None` for a missing value, a negative one, or one of another type.
+fn read_token(value: Option<&Bson>) -> Option<u64> {
+    match value {
+        Some(Bson::Int64(n)) => u64::try_from(*n).ok(),
+        Some(Bson::Int32(n)) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+/// The server's now of a projected document in ms, or `or` without one.
+fn now_ms(doc: &Document, or: DateTime) -> i64 {
+    doc.get_datetime(NOW)
+        .map(|d| d.timestamp_millis())
+        .unwrap_or(or.timestamp_millis())
+}
+
+/// Milliseconds from `now` to `until` (zero if past).
+fn until(until: DateTime, now: i64) -> Duration {
+    Duration::from_millis(until.timestamp_millis().saturating_sub(now).max(0) as u64)
+}
+
+/// An integer field of a projected document (int32 or int64).
+fn int(doc: &Document, name: &str) -> Option<i64> {
+    match doc.get(name)? {
+        Bson::Int32(n) => Some(i64::from(*n)),
+        Bson::Int64(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// A foreign holder's lock: its `aid` as owner id, no known remaining time
+/// nor token.
+fn foreign(key: &LeaseKey, doc: &Document) -> AcquireOutcome {
+    tracing::trace!(%key, "held by a foreign holder");
+    AcquireOutcome::Held {
+        holder: foreign_owner(doc),
+        remaining: None,
+        token: None,
+    }
+}
+
+/// Reads what an exclusive acquire attempt (by `owner` under `lease_id`)
+/// found out of a document projected with the exclusive acquire
+/// projection (`mongo::pipeline::acquire_projection`: `aid`, `lid`, `tok`,
+/// `exp`, `yu`, `pm`, `now`, ...).
+///
+/// `Acquired` when the document holds `lease_id` of `owner`, live at the
+/// projection's `now` (an expired one, which a write of this attempt never
+/// returns, is `Unconfirmed`: a retry under that lease id wins and renews
+/// it). A document of foreign shape is held by a foreign holder (its `aid`
+/// as owner id), with no known remaining time nor token; any other `Held`
+/// carries the document's `tok`.
+pub(crate) fn classify(
+    key: &LeaseKey,
+    owner: &str,
+    lease_id: Uuid,
+    doc: &Document,
+) -> AcquireOutcome {
+    let token = doc.get_i64(field::TOKEN);
+    let expires = doc.get_datetime(field::EXPIRES_AT);
+    let (Ok(token), Ok(expires)) = (token, expires) else {
+        return foreign(key, doc);
+    };
+    let now = now_ms(doc, *expires);
+    let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
+    if is_lease_id(doc.get(field::LEASE_ID), lease_id) && holder == owner {
+        let token = token as u64;
+        return if expires.timestamp_millis() > now {
+            AcquireOutcome::Acquired { token }
+        } else {
+            AcquireOutcome::Unconfirmed { token }
+        };
+    }
+    // Live permits of a semaphore: never an exclusive acquisition's.
+    if let Some(pm) = doc.get(field::PERMITS)
+        && expires.timestamp_millis() > now
+    {
+        let permits = match pm {
+            Bson::Int32(n) => u32::try_from(*n).unwrap_or(0),
+            Bson::Int64(n) => u32::try_from(*n).unwrap_or(0),
+            _ => 0,
+        };
+        return AcquireOutcome::Mismatch {
+            stored: LeaseKind::Permit { permits },
+        };
+    }
+    // Yielded by this owner: free for others now, for us at `yu`.
+    let until = match doc.get_datetime(field::YIELD_UNTIL) {
+        Ok(until) if holder == owner => *expires.max(until),
+        _ => *expires,
+    };
+    let remaining = until.timestamp_millis().saturating_sub(now).max(0) as u64;
+    AcquireOutcome::Held {
+        holder,
+        remaining: Some(Duration::from_millis(remaining)),
+        token: Some(token as u64),
+    }
+}
+
+/// The verdict on an exclusive acquire's document (by `owner` under
+/// `lease_id`, for `ttl_ms`): [`classify`], then [`held_for_queue`] and
+/// [`cap_for_mark`].
+pub(crate) fn exclusive(
+    key: &LeaseKey,
+    owner: &str,
+    lease_id: Uuid,
+    ttl_ms: i64,
+    doc: &Document,
+) -> AcquireOutcome {
+    let outcome = classify(key, owner, lease_id, doc);
+    let outcome = held_for_queue(outcome, doc, owner);
+    cap_for_mark(outcome, doc, owner, ttl_ms)
+}
+
+/// The verdict on an in-document acquire's document: the lock field `view`
+/// (`mongo::document`'s `lock_view`: the lock field's fields and `now`)
+/// read by [`classify`]; without a lock field, only a write in between can
+/// have removed it: free now, the next attempt takes it.
+pub(crate) fn in_document(
+    key: &LeaseKey,
+    owner: &str,
+    lease_id: Uuid,
+    view: Option<&Document>,
+) -> AcquireOutcome {
+    match view {
+        Some(view) => classify(key, owner, lease_id, view),
+        None => AcquireOutcome::Held {
+            holder: String::new(),
+            remaining: Some(Duration::ZERO),
+            token: None,
+        },
+    }
+}
+
+/// An attempt by `owner` that did not win a key it found free (expired, not
+/// yielded to it) waits for the head of the queue (`q` of `doc`, projected
+/// with the server's `now`): reported held by that owner until its
+/// registration expires, by when it has taken the key or lost its place
+/// (the token, `tok` of the document, is kept). Other outcomes are returned
+/// as they are.
+pub(crate) fn held_for_queue(
+    outcome: AcquireOutcome,
+    doc: &Document,
+    owner: &str,
+) -> AcquireOutcome {
+    let AcquireOutcome::Held {
+        remaining: Some(remaining),
+        token,
+        ..
+    } = &outcome
+    else {
+        return outcome;
+    };
+    let token = *token;
+    if !remaining.is_zero() {
+        return outcome;
+    }
+    let Ok(now) = doc.get_datetime(NOW).map(|d| d.to_system_time()) else {
+        return outcome;
+    };
+    match live_head(doc, now) {
+        Some((head, expires)) if head != owner => AcquireOutcome::Held {
+            holder: head,
+            remaining: Some(expires.duration_since(now).unwrap_or(Duration::ZERO)),
+            token,
+        },
+        _ => outcome,
+    }
+}
+
+/// The owner id and registration expiry of the first live entry of `doc`'s
+/// `q` at server time `now`.
+fn live_head(doc: &Document, now: SystemTime) -> Option<(String, SystemTime)> {
+    doc.get_array(field::QUEUE).ok()?.iter().find_map(|entry| {
+        let entry = entry.as_document()?;
+        let expires = entry
+            .get_datetime(field::REGISTRATION_EXPIRES)
+            .ok()?
+            .to_system_time();
+        let owner = entry.get_str(field::OWNER).ok()?;
+        (expires > now).then(|| (owner.to_string(), expires))
+    })
+}
+
+/// An exclusive attempt by `owner` that found live shared holders wrote
+/// its waiting mark (`xw`, with its `aid`): it must try again before half
+/// its TTL (`ttl_ms`) has passed, so that its mark stays live while it
+/// waits. Caps the remaining time of a `Held` answer accordingly.
+pub(crate) fn cap_for_mark(
+    outcome: AcquireOutcome,
+    doc: &Document,
+    owner: &str,
+    ttl_ms: i64,
+) -> AcquireOutcome {
+    let marked = doc
+        .get_document(field::EXCLUSIVE_WAITER)
+        .is_ok_and(|mark| mark.get_str(field::OWNER) == Ok(owner));
+    match outcome {
+        AcquireOutcome::Held {
+            holder,
+            remaining: Some(remaining),
+            token,
+        } if marked => AcquireOutcome::Held {
+            holder,
+            remaining: Some(remaining.min(Duration::from_millis((ttl_ms / 2).max(0) as u64))),
+            token,
+        },
+        other => other,
+    }
+}
+
+/// The exclusive waiter's mark of a projected document, if live at `now`:
+/// its owner id and expiry.
+fn live_mark(doc: &Document, now: i64) -> Option<(String, Duration)> {
+    let mark = doc.get_document(field::EXCLUSIVE_WAITER).ok()?;
+    let exp = mark.get_datetime(field::EXPIRES_AT).ok()?;
+    (exp.timestamp_millis() > now).then(|| {
+        let owner = mark.get_str(field::OWNER).unwrap_or_default().to_string();
+        (owner, until(*exp, now))
+    })
+}
+
+/// Reads what a shared or permit acquisition of `kind` found, out of a
+/// document projected with the shared and permit acquire projection
+/// (`mongo::kinds::multi_acquire_projection`: the top fields, [`MINE`],
+/// [`LIVE`], [`FIRST_EXPIRY`], [`YIELDED`], `now`): `Acquired` with this
+/// entry's token if the entry is live at the projection's `now` (an
+/// expired entry of ours, which a write of this attempt never returns, is
+/// `Unconfirmed`: a retry under its lease id wins and renews it);
+/// `Mismatch` for live holders of another kind (a live exclusive holder is
+/// a mismatch for a permit; a shared acquirer waits for it); else `Held`
+/// until the earliest live permit's expiry (a full semaphore), the
+/// exclusive holder's expiry, or the end of a live exclusive waiter's mark
+/// (held by that waiter). Each `Held` carries the key's top `tok` (the
+/// latest holder acquisition's, or the exclusive lease's). A document of
+/// foreign shape is held by a foreign holder, with no known remaining time
+/// nor token.
+pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) -> AcquireOutcome {
+    if !is_our_shape(doc) {
+        return foreign(key, doc);
+    }
+    let exp = *doc.get_datetime(field::EXPIRES_AT).expect("our shape");
+    let now = now_ms(doc, exp);
+    if let Ok(entry) = doc.get_document(MINE) {
+        let token = entry.get_i64(field::TOKEN).unwrap_or(0) as u64;
+        let live = entry
+            .get_datetime(field::EXPIRES_AT)
+            .is_ok_and(|entry_exp| entry_exp.timestamp_millis() > now);
+        return if live {
+            AcquireOutcome::Acquired { token }
+        } else {
+            AcquireOutcome::Unconfirmed { token }
+        };
+    }
+    let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
+    let token = read_token(doc.get(field::TOKEN));
+    let held = |holder: String, remaining| AcquireOutcome::Held {
+        holder,
+        remaining: Some(remaining),
+        token,
+    };
+    let mark = if kind == LeaseKind::Shared {
+        live_mark(doc, now)
+    } else {
+        None
+    };
+    if int(doc, LIVE).unwrap_or(0) == 0 {
+        if exp.timestamp_millis() > now {
+            // Without a live exclusive lease (`lid`) or minimum hold (`hl`),
+            // the last holder's release ran on a `$$NOW` a few ms ahead of
+            // this one's (docs/mongodb-behaviour.md, B3): held until then.
+            let hold = doc.get_datetime(field::HOLD_UNTIL).ok();
+            let exclusive = doc.contains_key(field::LEASE_ID)
+                || hold.is_some_and(|hl| hl.timestamp_millis() > now);
+            if kind == LeaseKind::Shared || !exclusive {
+                return held(holder, until(exp, now));
+            }
+            return AcquireOutcome::Mismatch {
+                stored: LeaseKind::Exclusive,
+            };
+        }
+        // Yielded by this owner: not ours before the yield window ends.
+        if let Ok(yielded) = doc.get_datetime(YIELDED)
+            && yielded.timestamp_millis() > now
+        {
+            return held(holder, until(*yielded, now));
+        }
+        return match mark {
+            Some((waiter, remaining)) => held(waiter, remaining),
+            // Free by now: a write in between; try again at once.
+            None => held(holder, Duration::ZERO),
+        };
+    }
+    let stored = match int(doc, field::PERMITS) {
+        Some(n) => LeaseKind::Permit {
+            permits: u32::try_from(n).unwrap_or(0),
+        },
+        None => LeaseKind::Shared,
+    };
+    if stored != kind {
+        return AcquireOutcome::Mismatch { stored };
+    }
+    match (kind, mark) {
+        (LeaseKind::Shared, Some((waiter, remaining))) => held(waiter, remaining),
+        (LeaseKind::Shared, None) => held(holder, Duration::ZERO),
+        _ => {
+            let first = doc.get_datetime(FIRST_EXPIRY).map(|d| until(*d, now));
+            held(holder, first.unwrap_or(until(exp, now)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mongodb::bson::doc;
+
+    use super::*;
+
+    const LID: Uuid = Uuid::from_u128(0x1234);
+
+    fn lid(id: Uuid) -> Bson {
+        Bson::from(mongodb::bson::Uuid::from_bytes(id.into_bytes()))
+    }
+
+    fn date(ms: i64) -> DateTime {
+        DateTime::from_millis(ms)
+    }
+
+    #[test]
+    fn a_read_confirms_no_acquisition_and_orders_no_handoff() {
+        assert_eq!(
+            from_reread(AcquireOutcome::Acquired { token: 7 }),
+            AcquireOutcome::Unconfirmed { token: 7 }
+        );
+        assert_eq!(
+            from_reread(AcquireOutcome::Held {
+                holder: "b".into(),
+                remaining: Some(Duration::from_secs(3)),
+                token: Some(9),
+            }),
+            AcquireOutcome::Held {
+                holder: "b".into(),
+                remaining: Some(Duration::from_secs(3)),
+                token: None,
+            }
+        );
+        let mismatch = AcquireOutcome::Mismatch {
+            stored: LeaseKind::Shared,
+        };
+        assert_eq!(from_reread(mismatch.clone()), mismatch);
+    }
+
+    #[test]
+    fn an_expired_lease_of_ours_is_not_acquired() {
+        let key: LeaseKey = "k".into();
+        let ours = |exp: i64| {
+            doc! {
+                "aid": "me", "lid": lid(LID), "tok": 7_i64, "exp": date(exp), "now": date(1_000),
+            }
+        };
+        assert_eq!(
+            classify(&key, "me", LID, &ours(1_001)),
+            AcquireOutcome::Acquired { token: 7 }
+        );
+        assert_eq!(
+            classify(&key, "me", LID, &ours(1_000)),
+            AcquireOutcome::Unconfirmed { token: 7 }
+        );
+        let entry = |exp: i64| {
+            doc! {
+                "aid": "x", "tok": 9_i64, "exp": date(50_000), "now": date(1_000), "live": 1,
+                MINE: { "aid": "me", "lid": lid(LID), "tok": 7_i64, "exp": date(exp) },
+            }
+        };
+        let permit = LeaseKind::Permit { permits: 2 };
+        assert_eq!(
+            classify_multi(&key, permit, &entry(1_001)),
+            AcquireOutcome::Acquired { token: 7 }
+        );
+        assert_eq!(
+            classify_multi(&key, permit, &entry(999)),
+            AcquireOutcome::Unconfirmed { token: 7 }
+        );
+    }
+}
