@@ -314,13 +314,20 @@
 //! key (the lease id a per-statement constant) and one `find` of the
 //! keys: a key counts as acquired if it holds this owner and lease id and
 //! its `exp - $$NOW` at the `find` is at least the TTL less the local time
-//! since the `update` was sent, so that its expiry is at least what the
-//! actor counts on, whichever write under that lease id set it. A group of
-//! releases is one `update` of one statement per lease, and a `find` of
-//! the keys unless every statement applied: a document still under the
-//! lease id was not released (the general release decides), one without a
-//! lease id and of this owner was. Anything else, and every key after an
-//! error, goes to the general form, which decides as for a single write.
+//! from the `update`'s send to the `find`'s send (whole ms, plus one), so
+//! that its expiry is at least the `update`'s send + the TTL - 2 ms (the
+//! rounding of `$$NOW` and of that time; the actor counts from its
+//! attempt's send, earlier, less its safety margin), whichever write under
+//! that lease id set it; the `find`'s reply leg is not counted.
+//! A group of releases is one `update` of one statement per lease, and a
+//! `find` of the keys unless every statement applied: a document still
+//! under the lease id was not released (the general release decides);
+//! the others count as released only if the modified count covers every
+//! one of them (a force release and a release by owner id also remove
+//! `lid` and keep `aid`, so a document without `lid` proves nothing), else
+//! they go to the general release, which reports them lost. Anything else,
+//! and every key after an error, goes to the general form, which decides
+//! as for a single write.
 //! Only string keys are grouped (the `find`'s documents are matched to the
 //! requests by `_id`). `src/store/mongo/light/batched.rs` has the details.
 //!

@@ -8,24 +8,32 @@
 //!   documents, so the `find` reads each key's holder, token and expiry.
 //!   A key counts as acquired only if it holds this owner and lease id and
 //!   the server's remaining validity (`exp - $$NOW` at the `find`) is at
-//!   least the TTL less the local time since the update was sent: then the
-//!   expiry is at least what the actor counts on, whichever write set it
-//!   (this one, or an earlier attempt under the same lease id whose outcome
-//!   was unknown, B7). Any other key, and every key after an error, is
-//!   left to the general form, which decides (and recognises a landed
-//!   earlier attempt as a retry).
+//!   least the TTL less `e`, the local time from the update's send to the
+//!   `find`'s send in whole milliseconds, plus one. The `find`'s `$$NOW`
+//!   is read after the `find` was sent (one clock rate, as every local
+//!   deadline assumes) and rounded down to the millisecond, so `$$NOW >
+//!   find send - 1 ms`, and `exp >= $$NOW + TTL - e > update send + TTL -
+//!   2 ms`: the expiry is at least the update's send + the TTL, less 2 ms
+//!   of rounding (far below any safety margin), which the actor counts on
+//!   (it counts from its attempt's send, earlier still), whichever write
+//!   under that lease id set it (this one, or an earlier attempt whose
+//!   outcome was unknown, B7). The `find`'s reply leg is not counted:
+//!   measured at the reply, it would lower the bound by that leg. Any
+//!   other key, and every key after an error, is left to the general form,
+//!   which decides (and recognises a landed earlier attempt as a retry).
 //! * **Release**: one `update` of one statement per lease (the light
 //!   release), not ordered. All applied (`nModified` = statements): all
 //!   released. Otherwise one `find` of the keys reads each document:
 //!   - still under the lease's id: not released (someone else waits, or
 //!     a write error); the general release decides;
-//!   - no lease id and this owner's: released by the batch (the light
-//!     release removes `lid` and keeps `aid`; no other write does);
-//!   - another lease id, or no document: released by the batch and taken
-//!     since, or lost before it. The modified count tells which if it
-//!     matches all of these leases (all released) or none (all lost; the
-//!     general release finds them gone and reports them lost). If it
-//!     matches neither (two such leases in one batch, one of each), all
+//!   - anything else (no lease id, another lease id, no document): no
+//!     longer held, by this batch's release or by another write before it.
+//!     A document without a lease id and of this owner does not tell which:
+//!     a force release and a release by owner id also remove `lid` and keep
+//!     `aid`. The modified count does, when it matches all of these leases
+//!     (the batch released them all; the ones under another lease id were
+//!     taken since) or none (all were lost before it: the general release
+//!     finds them gone and reports them lost). If it matches neither, all
 //!     of them are reported lost: possibly a release reported as a loss,
 //!     never the reverse.
 //!
@@ -113,30 +121,33 @@ fn fresh_token(
 enum Read {
     /// It still holds the lease: not released.
     Kept,
-    /// No lease id, this owner's: released (by this batch; no other write
-    /// removes a held lease's id and keeps its owner id).
-    Released,
-    /// Another lease id, or no document: released by this batch and then
-    /// taken, or lost before it.
+    /// No longer held (no lease id, another lease id, or no document):
+    /// released by this batch, or lost before it (taken, force released,
+    /// released by owner id).
     Gone,
 }
 
 /// The answers of a batch of light releases whose documents read `read`
 /// after the batch modified `modified` of them (see the module docs).
 fn release_outcomes(read: Vec<Read>, modified: u64) -> Vec<LightRelease> {
-    let released = read.iter().filter(|r| **r == Read::Released).count() as u64;
     let gone = read.iter().filter(|r| **r == Read::Gone).count() as u64;
-    // Whether the leases gone were all released by the batch (then taken
-    // by another owner): the modified count says so if it has a write
-    // left for each of them; if not, each is taken as lost.
-    let gone_released = modified.saturating_sub(released) == gone;
+    // A lease still held was not modified: the modified count is that of
+    // the leases gone that the batch released. All of them, or else each
+    // is taken as lost.
+    let gone_released = modified == gone;
     read.into_iter()
         .map(|read| match read {
-            Read::Released => LightRelease::Released,
             Read::Gone if gone_released => LightRelease::Released,
             Read::Kept | Read::Gone => LightRelease::NotApplied,
         })
         .collect()
+}
+
+/// The `e` of the grouped acquire's bound (see the module docs): the
+/// local time from an update sent at `sent` to a `find` sent at
+/// `find_sent`, in whole milliseconds, plus one.
+fn elapsed_before_find(sent: Instant, find_sent: Instant) -> i64 {
+    find_sent.saturating_duration_since(sent).as_millis() as i64 + 1
 }
 
 impl MongoStore {
@@ -207,12 +218,10 @@ impl MongoStore {
             field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
             "now": "$$NOW",
         };
+        let elapsed_ms = elapsed_before_find(sent, Instant::now());
         let Some(docs) = self.read_keys(&keys, projection).await else {
             return not_applied();
         };
-        // Server time that may have passed since the update was sent, in
-        // whole milliseconds (rounded up, and one more for `$$NOW`'s).
-        let elapsed_ms = sent.elapsed().as_millis() as i64 + 2;
         requests
             .iter()
             .map(|request| {
@@ -258,7 +267,7 @@ impl MongoStore {
             return all(|| LightRelease::Released);
         }
         let keys: Vec<&str> = leases.iter().filter_map(|l| l.key.as_str()).collect();
-        let projection = doc! { field::OWNER: 1, field::LEASE_ID: 1 };
+        let projection = doc! { field::LEASE_ID: 1 };
         let Some(docs) = self.read_keys(&keys, projection).await else {
             return all(|| LightRelease::Unknown);
         };
@@ -269,10 +278,6 @@ impl MongoStore {
                 let lease_id = doc.and_then(|d| d.get(field::LEASE_ID));
                 if lease_id == Some(&bson_lease_id(lease.lease_id)) {
                     Read::Kept
-                } else if lease_id.is_none()
-                    && doc.is_some_and(|d| d.get_str(field::OWNER) == Ok(self.owner()))
-                {
-                    Read::Released
                 } else {
                     Read::Gone
                 }
@@ -301,31 +306,40 @@ mod tests {
     fn a_lease_still_held_is_left_to_the_general_release() {
         use Read::*;
         assert_eq!(
-            outcomes(vec![Released, Kept, Released], 2),
+            outcomes(vec![Gone, Kept, Gone], 2),
             ["released", "general", "released"]
         );
     }
 
     #[test]
-    fn a_lease_gone_counts_as_released_only_if_the_modified_count_covers_it() {
+    fn a_lease_gone_counts_as_released_only_if_the_modified_count_covers_every_one() {
         use Read::*;
-        // Released by the batch, then taken: the batch modified 3.
+        // Released by the batch (one of them taken since): it modified 3.
         assert_eq!(
-            outcomes(vec![Released, Gone, Released], 3),
+            outcomes(vec![Gone, Gone, Gone], 3),
             ["released", "released", "released"]
         );
-        // Lost before the batch: it modified 2.
+        // One lost before the batch (force released, released by owner id
+        // or taken): it modified 2, and which one is unknown: all reported
+        // lost, never a loss reported as a release.
         assert_eq!(
-            outcomes(vec![Released, Gone, Released], 2),
-            ["released", "general", "released"]
+            outcomes(vec![Gone, Gone, Gone], 2),
+            ["general", "general", "general"]
         );
-        // Two gone, one of each: both reported lost, never the reverse.
-        assert_eq!(
-            outcomes(vec![Gone, Gone, Released], 2),
-            ["general", "general", "released"]
-        );
-        assert_eq!(outcomes(vec![Gone, Gone], 2), ["released", "released"]);
         assert_eq!(outcomes(vec![Gone, Kept], 0), ["general", "general"]);
+        assert_eq!(outcomes(vec![Gone, Kept], 1), ["released", "general"]);
+    }
+
+    #[test]
+    fn the_acquires_bound_counts_only_the_time_before_the_finds_send() {
+        let sent = Instant::now();
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(elapsed_before_find(sent, sent + ms(7)), 8);
+        assert_eq!(
+            elapsed_before_find(sent, sent + ms(7) + std::time::Duration::from_micros(900)),
+            8
+        );
+        assert_eq!(elapsed_before_find(sent, sent), 1);
     }
 
     #[test]
