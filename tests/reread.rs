@@ -119,13 +119,14 @@ async fn a_handed_lease_found_only_by_a_re_read_is_granted_after_a_write_renews_
     })
     .await;
 
-    // A's writes fail from now on (error 6, HostUnreachable: the driver
+    // A's writes (and its change streams: one `failCommand` fail point at a
+    // time, this one replaces the first) fail from now on (error 6, HostUnreachable: the driver
     // retries it once, and that fails too) without applying.
     fail_point(
         &admin,
         "alwaysOn",
         "reread-a",
-        &["findAndModify", "update"],
+        &["findAndModify", "update", "aggregate"],
         6,
     )
     .await;
