@@ -1,8 +1,10 @@
 //! The `mongo-lease` binary against a real `mongod`, in several processes:
 //! `exec` mutual exclusion, exit codes, lost leases, `list`, `release
-//! --force`, bad input; and leader election across processes (exactly one
-//! leader, takeover after kill -9 and after a cut-off, observers see every
-//! term).
+//! --force`, bad input; the command's process group (its grandchildren end
+//! with it on a loss, a forwarded signal or the death of `mongo-lease`, and
+//! before the lease expires on the server); and leader election across
+//! processes (exactly one leader, takeover after kill -9 and after a
+//! cut-off, observers see every term).
 
 mod common;
 
@@ -11,7 +13,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::cli::{
-    Env, LEASE_LOST, NOT_ACQUIRED, Proc, UNAVAILABLE, USAGE, WAIT, stderr, stdout, token_of,
+    Env, LEASE_LOST, NOT_ACQUIRED, Proc, UNAVAILABLE, USAGE, WAIT, exits_within, pid_in, stderr,
+    stdout, token_of,
 };
 use futures::StreamExt;
 use mongo_lease::Election;
@@ -354,6 +357,87 @@ fn bad_input_fails_with_clear_errors_and_never_prints_credentials() {
     for code in ["69", "75", "76", "127"] {
         assert!(help.contains(code), "exit code {code} documented: {help}");
     }
+}
+
+// ----- the command's process group ------------------------------------------------------
+
+/// How the test ends the lease a command runs under.
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    /// `release KEY --force` from another process: the lease is lost.
+    ForceRelease,
+    /// SIGTERM to `mongo-lease`, which forwards it.
+    Term,
+    /// SIGKILL of `mongo-lease`, which can do nothing about it.
+    Kill,
+}
+
+/// Runs `args` (an `exec` or `leader` of key or election `k`) with a
+/// command that starts a grandchild (`sleep` in the background of `sh`),
+/// ends it as `ending` says, and checks that the grandchild dies: the
+/// kernel tells its exit through a pidfd (WAIT, over 10x the milliseconds
+/// it takes, only turns a survivor into a failure). Returns the exit code of
+/// `mongo-lease`.
+fn grandchild_dies_when(args: &[&str], ending: Ending) -> i32 {
+    let env = Env::new("cli_group");
+    let dir = tempfile::tempdir().unwrap();
+    let grandchild = dir.path().join("grandchild");
+    let script = format!(
+        "sleep 300 & echo $! > {}; echo ready; wait",
+        grandchild.display()
+    );
+    let mut args = args.to_vec();
+    args.extend_from_slice(&["--", "sh", "-c", &script]);
+    let mut proc = env.spawn(&args);
+    proc.expect_line("ready");
+    let pid = pid_in(&grandchild);
+    match ending {
+        Ending::ForceRelease => {
+            let out = env.run(&["release", "k", "--force"]);
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        }
+        Ending::Term => proc.signal(libc::SIGTERM),
+        Ending::Kill => proc.signal(libc::SIGKILL),
+    }
+    assert!(
+        exits_within(pid, WAIT),
+        "{ending:?}: the command's grandchild {pid} still runs"
+    );
+    proc.wait()
+}
+
+#[test]
+fn exec_a_lost_lease_ends_the_commands_grandchildren() {
+    let code = grandchild_dies_when(&["exec", "--key", "k"], Ending::ForceRelease);
+    assert_eq!(code, LEASE_LOST);
+}
+
+#[test]
+fn exec_a_forwarded_sigterm_reaches_the_commands_grandchildren() {
+    let code = grandchild_dies_when(&["exec", "--key", "k"], Ending::Term);
+    assert_eq!(code, 128 + libc::SIGTERM, "the command's own code");
+}
+
+#[test]
+fn exec_killed_takes_the_commands_grandchildren_with_it() {
+    grandchild_dies_when(&["exec", "--key", "k"], Ending::Kill);
+}
+
+#[test]
+fn leader_a_lost_leadership_ends_the_commands_grandchildren() {
+    let code = grandchild_dies_when(&["leader", "--name", "k", "--once"], Ending::ForceRelease);
+    assert_eq!(code, LEASE_LOST);
+}
+
+#[test]
+fn leader_a_forwarded_sigterm_reaches_the_commands_grandchildren() {
+    let code = grandchild_dies_when(&["leader", "--name", "k"], Ending::Term);
+    assert_eq!(code, 128 + libc::SIGTERM, "the command's own code");
+}
+
+#[test]
+fn leader_killed_takes_the_commands_grandchildren_with_it() {
+    grandchild_dies_when(&["leader", "--name", "k"], Ending::Kill);
 }
 
 // ----- leader election across processes -------------------------------------------------

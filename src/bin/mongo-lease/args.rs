@@ -111,6 +111,15 @@ pub enum Commands {
     /// mongo-lease exits with 76. SIGTERM and SIGINT are forwarded to the
     /// command.
     ///
+    /// The command runs in a process group of its own, and every signal
+    /// goes to the whole group: what a wrapper (`sh -c`, a script, make)
+    /// started ends with it. When the command exits, what it left running
+    /// in its group gets SIGTERM (SIGKILL after --grace) before the lease is
+    /// released; if mongo-lease dies, even by SIGKILL, the group is killed.
+    /// A process that leaves the group (a daemon's setsid or double fork)
+    /// escapes all of this. As in its own group it is not in the terminal's
+    /// foreground, a command that reads the terminal is stopped (SIGTTIN).
+    ///
     /// The lease is exclusive unless --shared (the shared side of a
     /// read/write key, like flock --shared) or --permits N (one of N permits
     /// of a semaphore key).
@@ -122,6 +131,10 @@ pub enum Commands {
     /// SIGTERM, then SIGKILL after --grace. When the command exits or
     /// leadership is lost, campaigns again (unless --once). SIGTERM and SIGINT
     /// are forwarded to the command, then mongo-lease resigns and exits.
+    ///
+    /// The command runs in a process group of its own, as with exec: the
+    /// signals reach whatever it started, what it leaves running ends with
+    /// it, and the group is killed if mongo-lease dies.
     Leader(LeaderArgs),
     /// List the leases in the lock collection, with server-time age and expiry.
     ///

@@ -5,6 +5,7 @@
 mod args;
 mod child;
 mod exec;
+mod group;
 mod http;
 mod leader;
 mod output;
@@ -85,7 +86,8 @@ fn main() -> ExitCode {
     init_logging();
     let redactor = Redactor::new(cli.connection.uri.as_deref().unwrap_or(""));
     // One thread: the child is spawned by the main thread, so the kernel's
-    // parent-death signal (Linux) reaches it only when the process dies.
+    // parent-death signal (Linux) reaches it only when the process dies;
+    // and the only thread that forks (`group.rs`).
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
