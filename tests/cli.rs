@@ -184,6 +184,8 @@ fn a_lost_lease_terminates_the_command_and_exits_with_its_own_code() {
         "--key",
         "job",
         "--ttl",
+        "2s",
+        "--grace",
         "1s",
         "--",
         "sh",
@@ -207,7 +209,7 @@ fn a_lost_lease_terminates_the_command_and_exits_with_its_own_code() {
         "--key",
         "job",
         "--ttl",
-        "1s",
+        "2s",
         "--grace",
         "300ms",
         "--",
@@ -305,6 +307,17 @@ fn bad_input_fails_with_clear_errors_and_never_prints_credentials() {
 
     let out = env.run(&["exec", "--key", "k", "--ttl", "5ms", "--", "true"]);
     assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+
+    // The command could not be stopped before the lease's expiry.
+    let out = env.run(&[
+        "exec", "--key", "k", "--ttl", "2s", "--grace", "2s", "--", "true",
+    ]);
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("raise --ttl to at least 4s"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = env.run(&["exec", "--key", "k"]);
     assert_eq!(out.status.code(), Some(USAGE), "a command is required");
@@ -440,10 +453,74 @@ fn leader_killed_takes_the_commands_grandchildren_with_it() {
     grandchild_dies_when(&["leader", "--name", "k"], Ending::Kill);
 }
 
+/// With the default --grace, a holder cut off from MongoDB (its proxy
+/// blackholed) stops its command, which ignores SIGTERM, before the lease
+/// expires on the server: when the next holder's command starts, neither
+/// the first command nor its grandchild runs any more. Judged by what the
+/// next command finds in /proc as it starts, not by durations; the first
+/// command's exit, as a zombie not yet reaped, counts as gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_default_grace_a_cut_off_holders_command_is_gone_before_the_next_holder_starts() {
+    use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
+    let rs = ReplicaSet::start(ReplicaSetOptions::default().proxied(true))
+        .await
+        .expect("a proxied replica set");
+    let db = mongo_lease::testkit::unique_name("cli_grace");
+    // The holder reaches the server through the proxy, the next holder directly.
+    let holder_env = Env {
+        uri: rs.uri(),
+        db: db.clone(),
+        clients: Default::default(),
+    };
+    let next_env = Env {
+        uri: rs.member_uri(0),
+        db,
+        clients: Default::default(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (pid, grandchild) = (dir.path().join("pid"), dir.path().join("grandchild"));
+    let stubborn = format!(
+        "trap '' TERM; sleep 300 & echo $! > {g}; echo $$ > {p}; echo ready; wait",
+        g = grandchild.display(),
+        p = pid.display()
+    );
+    let check = format!(
+        "for p in $(cat {p}) $(cat {g}); do \
+           s=$(awk '{{print $3}}' /proc/$p/stat 2>/dev/null); \
+           if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo \"alive $p\"; else echo \"gone $p\"; fi; \
+         done; echo checked",
+        g = grandchild.display(),
+        p = pid.display()
+    );
+    let ttl = Duration::from_secs(4);
+    let holder = holder_env.spawn(&[
+        "exec", "--key", "k", "--ttl", "4s", "--", "sh", "-c", &stubborn,
+    ]);
+    holder.expect_line("ready");
+    let next = next_env.spawn(&[
+        "exec", "--key", "k", "--ttl", "4s", "--", "sh", "-c", &check,
+    ]);
+    next_env.wait_for_waiting_mark("k").await;
+    rs.proxy(0).blackhole();
+    // Bounded by 10x the TTL after which the next holder acquires.
+    next.expect_line_within("checked", 10 * ttl);
+    let mut found = Vec::new();
+    for pid in [pid_in(&pid), pid_in(&grandchild)] {
+        found.push(next.expect_line(&format!(" {pid}")));
+    }
+    assert!(
+        found.iter().all(|l| l.starts_with("gone")),
+        "the first holder's command when the next one started: {found:?}"
+    );
+    drop(holder);
+    drop(next);
+    rs.proxy(0).heal();
+}
+
 // ----- leader election across processes -------------------------------------------------
 
 fn leader_args<'a>(name: &'a str, script: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec!["leader", "--name", name, "--ttl", "2s", "--grace", "1s"];
+    let mut args = vec!["leader", "--name", name, "--ttl", "2s"];
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", "sh", "-c", script]);
     args
