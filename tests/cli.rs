@@ -453,6 +453,39 @@ fn leader_killed_takes_the_commands_grandchildren_with_it() {
     grandchild_dies_when(&["leader", "--name", "k"], Ending::Kill);
 }
 
+/// A command stopped in its group (as one that reads the terminal from a
+/// background group is, by SIGTTIN) still ends on a forwarded SIGTERM,
+/// which SIGCONT follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_sigterm_ends_a_stopped_command() {
+    let env = Env::new("cli_stopped");
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let script = format!(
+        "echo $$ > {}; echo ready; kill -STOP $$; echo continued",
+        pid_file.display()
+    );
+    let mut proc = env.spawn(&["exec", "--key", "k", "--", "sh", "-c", &script]);
+    proc.expect_line("ready");
+    let pid = pid_in(&pid_file);
+    let stat = format!("/proc/{pid}/stat");
+    common::eventually("the command is stopped", WAIT, || async {
+        let stat = std::fs::read_to_string(&stat).unwrap_or_default();
+        stat.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('T')
+    })
+    .await;
+    proc.signal(libc::SIGTERM);
+    assert!(
+        exits_within(pid, WAIT),
+        "the stopped command {pid} still runs"
+    );
+    assert_eq!(proc.wait(), 128 + libc::SIGTERM);
+}
+
 /// With the default --grace, a holder cut off from MongoDB (its proxy
 /// blackholed) stops its command, which ignores SIGTERM, before the lease
 /// expires on the server: when the next holder's command starts, neither

@@ -120,8 +120,9 @@ pub enum Commands {
     /// in its group gets SIGTERM (SIGKILL after --grace) before the lease is
     /// released; if mongo-lease dies, even by SIGKILL, the group is killed.
     /// A process that leaves the group (a daemon's setsid or double fork)
-    /// escapes all of this. As in its own group it is not in the terminal's
-    /// foreground, a command that reads the terminal is stopped (SIGTTIN).
+    /// escapes all of this. As its group is not the terminal's foreground
+    /// group, a command that reads the terminal is stopped (SIGTTIN) until
+    /// Ctrl-C (forwarded as SIGINT, then SIGCONT) ends it.
     ///
     /// The lease is exclusive unless --shared (the shared side of a
     /// read/write key, like flock --shared) or --permits N (one of N permits

@@ -144,7 +144,12 @@ pub async fn run(
         tokio::select! {
             status = group.leader_exit() => break Some(status),
             _ = &mut lost => break None,
-            signal = signals.next() => group.signal(signal),
+            signal = signals.next() => {
+                group.signal(signal);
+                // A stopped process (SIGTTIN: it read the terminal from
+                // its background group) acts on the signal once continued.
+                group.signal(libc::SIGCONT);
+            }
         }
     };
     if exited.is_none() {
