@@ -1,8 +1,10 @@
 //! The `mongo-lease` binary against a real `mongod`, in several processes:
 //! `exec` mutual exclusion, exit codes, lost leases, `list`, `release
-//! --force`, bad input; and leader election across processes (exactly one
-//! leader, takeover after kill -9 and after a cut-off, observers see every
-//! term).
+//! --force`, bad input; the command's process group (its grandchildren end
+//! with it on a loss, a forwarded signal or the death of `mongo-lease`, and
+//! before the lease expires on the server); and leader election across
+//! processes (exactly one leader, takeover after kill -9 and after a
+//! cut-off, observers see every term).
 
 mod common;
 
@@ -11,7 +13,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::cli::{
-    Env, LEASE_LOST, NOT_ACQUIRED, Proc, UNAVAILABLE, USAGE, WAIT, stderr, stdout, token_of,
+    Env, LEASE_LOST, NOT_ACQUIRED, Proc, UNAVAILABLE, USAGE, WAIT, exits_within, pid_in, stderr,
+    stdout, token_of,
 };
 use futures::StreamExt;
 use mongo_lease::Election;
@@ -181,6 +184,8 @@ fn a_lost_lease_terminates_the_command_and_exits_with_its_own_code() {
         "--key",
         "job",
         "--ttl",
+        "2s",
+        "--grace",
         "1s",
         "--",
         "sh",
@@ -204,7 +209,7 @@ fn a_lost_lease_terminates_the_command_and_exits_with_its_own_code() {
         "--key",
         "job",
         "--ttl",
-        "1s",
+        "2s",
         "--grace",
         "300ms",
         "--",
@@ -303,6 +308,17 @@ fn bad_input_fails_with_clear_errors_and_never_prints_credentials() {
     let out = env.run(&["exec", "--key", "k", "--ttl", "5ms", "--", "true"]);
     assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
 
+    // The command could not be stopped before the lease's expiry.
+    let out = env.run(&[
+        "exec", "--key", "k", "--ttl", "2s", "--grace", "2s", "--", "true",
+    ]);
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("raise --ttl to at least 4s"),
+        "{}",
+        stderr(&out)
+    );
+
     let out = env.run(&["exec", "--key", "k"]);
     assert_eq!(out.status.code(), Some(USAGE), "a command is required");
 
@@ -356,10 +372,188 @@ fn bad_input_fails_with_clear_errors_and_never_prints_credentials() {
     }
 }
 
+// ----- the command's process group ------------------------------------------------------
+
+/// How the test ends the lease a command runs under.
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    /// `release KEY --force` from another process: the lease is lost.
+    ForceRelease,
+    /// SIGTERM to `mongo-lease`, which forwards it.
+    Term,
+    /// SIGKILL of `mongo-lease`, which can do nothing about it.
+    Kill,
+}
+
+/// Runs `args` (an `exec` or `leader` of key or election `k`) with a
+/// command that starts a grandchild (`sleep` in the background of `sh`),
+/// ends it as `ending` says, and checks that the grandchild dies: the
+/// kernel tells its exit through a pidfd (WAIT, over 10x the milliseconds
+/// it takes, only turns a survivor into a failure). Returns the exit code of
+/// `mongo-lease`.
+fn grandchild_dies_when(args: &[&str], ending: Ending) -> i32 {
+    let env = Env::new("cli_group");
+    let dir = tempfile::tempdir().unwrap();
+    let grandchild = dir.path().join("grandchild");
+    let script = format!(
+        "sleep 300 & echo $! > {}; echo ready; wait",
+        grandchild.display()
+    );
+    let mut args = args.to_vec();
+    args.extend_from_slice(&["--", "sh", "-c", &script]);
+    let mut proc = env.spawn(&args);
+    proc.expect_line("ready");
+    let pid = pid_in(&grandchild);
+    match ending {
+        Ending::ForceRelease => {
+            let out = env.run(&["release", "k", "--force"]);
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        }
+        Ending::Term => proc.signal(libc::SIGTERM),
+        Ending::Kill => proc.signal(libc::SIGKILL),
+    }
+    assert!(
+        exits_within(pid, WAIT),
+        "{ending:?}: the command's grandchild {pid} still runs"
+    );
+    proc.wait()
+}
+
+#[test]
+fn exec_a_lost_lease_ends_the_commands_grandchildren() {
+    let code = grandchild_dies_when(&["exec", "--key", "k"], Ending::ForceRelease);
+    assert_eq!(code, LEASE_LOST);
+}
+
+#[test]
+fn exec_a_forwarded_sigterm_reaches_the_commands_grandchildren() {
+    let code = grandchild_dies_when(&["exec", "--key", "k"], Ending::Term);
+    assert_eq!(code, 128 + libc::SIGTERM, "the command's own code");
+}
+
+#[test]
+fn exec_killed_takes_the_commands_grandchildren_with_it() {
+    grandchild_dies_when(&["exec", "--key", "k"], Ending::Kill);
+}
+
+#[test]
+fn leader_a_lost_leadership_ends_the_commands_grandchildren() {
+    let code = grandchild_dies_when(&["leader", "--name", "k", "--once"], Ending::ForceRelease);
+    assert_eq!(code, LEASE_LOST);
+}
+
+#[test]
+fn leader_a_forwarded_sigterm_reaches_the_commands_grandchildren() {
+    let code = grandchild_dies_when(&["leader", "--name", "k"], Ending::Term);
+    assert_eq!(code, 128 + libc::SIGTERM, "the command's own code");
+}
+
+#[test]
+fn leader_killed_takes_the_commands_grandchildren_with_it() {
+    grandchild_dies_when(&["leader", "--name", "k"], Ending::Kill);
+}
+
+/// A command stopped in its group (as one that reads the terminal from a
+/// background group is, by SIGTTIN) still ends on a forwarded SIGTERM,
+/// which SIGCONT follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_sigterm_ends_a_stopped_command() {
+    let env = Env::new("cli_stopped");
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let script = format!(
+        "echo $$ > {}; echo ready; kill -STOP $$; echo continued",
+        pid_file.display()
+    );
+    let mut proc = env.spawn(&["exec", "--key", "k", "--", "sh", "-c", &script]);
+    proc.expect_line("ready");
+    let pid = pid_in(&pid_file);
+    let stat = format!("/proc/{pid}/stat");
+    common::eventually("the command is stopped", WAIT, || async {
+        let stat = std::fs::read_to_string(&stat).unwrap_or_default();
+        stat.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('T')
+    })
+    .await;
+    proc.signal(libc::SIGTERM);
+    assert!(
+        exits_within(pid, WAIT),
+        "the stopped command {pid} still runs"
+    );
+    assert_eq!(proc.wait(), 128 + libc::SIGTERM);
+}
+
+/// With the default --grace, a holder cut off from MongoDB (its proxy
+/// blackholed) stops its command, which ignores SIGTERM, before the lease
+/// expires on the server: when the next holder's command starts, neither
+/// the first command nor its grandchild runs any more. Judged by what the
+/// next command finds in /proc as it starts, not by durations; the first
+/// command's exit, as a zombie not yet reaped, counts as gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_default_grace_a_cut_off_holders_command_is_gone_before_the_next_holder_starts() {
+    use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
+    let rs = ReplicaSet::start(ReplicaSetOptions::default().proxied(true))
+        .await
+        .expect("a proxied replica set");
+    let db = mongo_lease::testkit::unique_name("cli_grace");
+    // The holder reaches the server through the proxy, the next holder directly.
+    let holder_env = Env {
+        uri: rs.uri(),
+        db: db.clone(),
+        clients: Default::default(),
+    };
+    let next_env = Env {
+        uri: rs.member_uri(0),
+        db,
+        clients: Default::default(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (pid, grandchild) = (dir.path().join("pid"), dir.path().join("grandchild"));
+    let stubborn = format!(
+        "trap '' TERM; sleep 300 & echo $! > {g}; echo $$ > {p}; echo ready; wait",
+        g = grandchild.display(),
+        p = pid.display()
+    );
+    let check = format!(
+        "for p in $(cat {p}) $(cat {g}); do \
+           s=$(awk '{{print $3}}' /proc/$p/stat 2>/dev/null); \
+           if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo \"alive $p\"; else echo \"gone $p\"; fi; \
+         done; echo checked",
+        g = grandchild.display(),
+        p = pid.display()
+    );
+    let ttl = Duration::from_secs(4);
+    let holder = holder_env.spawn(&[
+        "exec", "--key", "k", "--ttl", "4s", "--", "sh", "-c", &stubborn,
+    ]);
+    holder.expect_line("ready");
+    let next = next_env.spawn(&[
+        "exec", "--key", "k", "--ttl", "4s", "--", "sh", "-c", &check,
+    ]);
+    next_env.wait_for_waiting_mark("k").await;
+    rs.proxy(0).blackhole();
+    // Bounded by 10x the TTL after which the next holder acquires.
+    next.expect_line_within("checked", 10 * ttl);
+    let mut found = Vec::new();
+    for pid in [pid_in(&pid), pid_in(&grandchild)] {
+        found.push(next.expect_line(&format!(" {pid}")));
+    }
+    assert!(
+        found.iter().all(|l| l.starts_with("gone")),
+        "the first holder's command when the next one started: {found:?}"
+    );
+    drop(holder);
+    drop(next);
+    rs.proxy(0).heal();
+}
+
 // ----- leader election across processes -------------------------------------------------
 
 fn leader_args<'a>(name: &'a str, script: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec!["leader", "--name", name, "--ttl", "2s", "--grace", "1s"];
+    let mut args = vec!["leader", "--name", name, "--ttl", "2s"];
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", "sh", "-c", script]);
     args

@@ -20,7 +20,7 @@ async fn exec_http_answers_healthz_by_the_lease_and_serves_metrics() {
         "--key",
         "job",
         "--ttl",
-        "2s",
+        "2m",
         "--grace",
         "60s",
         "--http",

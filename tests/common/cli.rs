@@ -144,17 +144,23 @@ pub struct Proc {
 impl Proc {
     /// Waits for a line containing `needle`; returns it.
     pub fn expect_line(&self, needle: &str) -> String {
+        self.expect_line_within(needle, WAIT)
+    }
+
+    /// Waits for a line containing `needle`; `limit` only turns a hang into
+    /// a failure.
+    pub fn expect_line_within(&self, needle: &str, limit: Duration) -> String {
         let mut seen = self.seen.borrow_mut();
         if let Some(i) = seen.iter().position(|l| l.contains(needle)) {
             return seen.remove(i);
         }
-        let deadline = Instant::now() + WAIT;
+        let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) if line.contains(needle) => return line,
                 Ok(line) => seen.push(line),
-                Err(_) => panic!("no line with {needle:?} within {WAIT:?}; got {seen:?}"),
+                Err(_) => panic!("no line with {needle:?} within {limit:?}; got {seen:?}"),
             }
         }
     }
@@ -225,4 +231,45 @@ pub fn stdout(out: &Output) -> String {
 
 pub fn token_of(line: &str) -> u64 {
     line.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+/// Waits until process `pid` (not necessarily a child of this one) has
+/// exited, woken by the kernel through a pidfd; `false` if it still runs
+/// after `limit`, which only turns a hang into a failure. An exited process
+/// not yet reaped by its parent (a zombie) counts as exited.
+pub fn exits_within(pid: i32, limit: Duration) -> bool {
+    // SAFETY: pidfd_open(2) and poll(2) on a descriptor this function owns.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        if fd < 0 {
+            let error = std::io::Error::last_os_error();
+            assert_eq!(error.raw_os_error(), Some(libc::ESRCH), "pidfd_open({pid})");
+            return true;
+        }
+        let mut poll = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let deadline = Instant::now() + limit;
+        let exited = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match libc::poll(&mut poll, 1, left.as_millis().min(i32::MAX as u128) as i32) {
+                1 => break true,
+                0 => break false,
+                _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+                _ => panic!("poll: {}", std::io::Error::last_os_error()),
+            }
+        };
+        libc::close(fd);
+        exited
+    }
+}
+
+/// The process id written in `path` (by a command, as `echo $! > path`).
+pub fn pid_in(path: &std::path::Path) -> i32 {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no pid in {}: {text:?}", path.display()))
 }

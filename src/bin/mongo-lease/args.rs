@@ -3,7 +3,10 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use mongo_lease::{AcquireOptions, LeaseKey, LeaseKind, MAX_PERMITS, ReleaseMode};
+use mongo_lease::{
+    AcquireOptions, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_SAFETY_MARGIN_DIVISOR, LeaseKey, LeaseKind,
+    MAX_PERMITS, ReleaseMode,
+};
 use mongodb::bson::Document;
 
 use crate::Failure;
@@ -111,6 +114,16 @@ pub enum Commands {
     /// mongo-lease exits with 76. SIGTERM and SIGINT are forwarded to the
     /// command.
     ///
+    /// The command runs in a process group of its own, and every signal
+    /// goes to the whole group: what a wrapper (`sh -c`, a script, make)
+    /// started ends with it. When the command exits, what it left running
+    /// in its group gets SIGTERM (SIGKILL after --grace) before the lease is
+    /// released; if mongo-lease dies, even by SIGKILL, the group is killed.
+    /// A process that leaves the group (a daemon's setsid or double fork)
+    /// escapes all of this. As its group is not the terminal's foreground
+    /// group, a command that reads the terminal is stopped (SIGTTIN) until
+    /// Ctrl-C (forwarded as SIGINT, then SIGCONT) ends it.
+    ///
     /// The lease is exclusive unless --shared (the shared side of a
     /// read/write key, like flock --shared) or --permits N (one of N permits
     /// of a semaphore key).
@@ -122,6 +135,10 @@ pub enum Commands {
     /// SIGTERM, then SIGKILL after --grace. When the command exits or
     /// leadership is lost, campaigns again (unless --once). SIGTERM and SIGINT
     /// are forwarded to the command, then mongo-lease resigns and exits.
+    ///
+    /// The command runs in a process group of its own, as with exec: the
+    /// signals reach whatever it started, what it leaves running ends with
+    /// it, and the group is killed if mongo-lease dies.
     Leader(LeaderArgs),
     /// List the leases in the lock collection, with server-time age and expiry.
     ///
@@ -170,13 +187,72 @@ pub enum Commands {
 
 #[derive(Args, Debug)]
 pub struct LeaseTiming {
-    /// Lease time-to-live, e.g. `30s`, `2m`. Renewed every TTL/3.
+    /// Lease time-to-live, e.g. `30s`, `2m`: the lease expires on the server
+    /// this long after its last renewal. Renewed three times per TTL minus
+    /// TTL/10 minus --grace.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub ttl: Duration,
 
-    /// After SIGTERM, how long the command has to exit before SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub grace: Duration,
+    /// After SIGTERM, how long the command has to exit before SIGKILL, e.g.
+    /// `5s`; at most TTL/2 [default: TTL/10].
+    ///
+    /// The command is gone before its lease expires on the server: when
+    /// renewals go unconfirmed (MongoDB unreachable), the lease counts as
+    /// lost, and the command gets SIGTERM, --grace + TTL/10 before the
+    /// server's expiry, so SIGKILL comes TTL/10 before it. A longer --grace
+    /// gives the command longer to stop, and gives up the lease that much
+    /// sooner after MongoDB becomes unreachable; for more than TTL/2, raise
+    /// --ttl. A loss the server already made (release --force, a deletion
+    /// of the lock document) frees the key at once: the command gets
+    /// SIGTERM at once, and may run beside the next holder for up to
+    /// --grace.
+    #[arg(long, value_parser = parse_duration)]
+    pub grace: Option<Duration>,
+}
+
+impl LeaseTiming {
+    /// `--grace`, or its default: TTL/10.
+    pub fn grace(&self) -> Duration {
+        self.grace
+            .unwrap_or(self.ttl / DEFAULT_SAFETY_MARGIN_DIVISOR)
+    }
+
+    /// The manager's safety margin: the library's default (TTL/10, for the
+    /// difference of clock rates and the delivery of SIGKILL) plus
+    /// `--grace`. The lease is lost, and SIGTERM sent, at its local
+    /// deadline (the start of its last confirmed renewal + TTL − this), so
+    /// SIGKILL comes TTL/10 before the lease expires on the server.
+    pub fn safety_margin(&self) -> Duration {
+        self.ttl / DEFAULT_SAFETY_MARGIN_DIVISOR + self.grace()
+    }
+
+    /// The heartbeat: a third of the time a renewal keeps the lease (TTL −
+    /// the safety margin), as the library's defaults have it, so that two
+    /// renewals can fail before the lease is at risk.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.ttl.saturating_sub(self.safety_margin()) / DEFAULT_HEARTBEAT_DIVISOR
+    }
+
+    /// Refuses a `--grace` longer than half the TTL.
+    ///
+    /// # Errors
+    ///
+    /// A usage failure that names both options.
+    pub fn check(&self) -> Result<(), Failure> {
+        let grace = self.grace();
+        if grace > self.ttl / 2 {
+            return Err(Failure::usage(format!(
+                "--grace {} is longer than half of --ttl {}: the command must be stopped \
+                 before its lease expires on the server, so it gets SIGTERM --grace + TTL/10 \
+                 before that expiry, which would leave too little of the TTL to renew the \
+                 lease in; raise --ttl to at least {} or shorten --grace",
+                humantime::format_duration(grace),
+                humantime::format_duration(self.ttl),
+                humantime::format_duration(grace * 2),
+            )));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Args, Debug)]

@@ -1,5 +1,6 @@
 //! Running the command under a lease: environment, signal forwarding, and
-//! termination when the lease is lost.
+//! termination when the lease is lost (of the command's whole process
+//! group, `group.rs`).
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
@@ -10,6 +11,7 @@ use mongo_lease::LeaseKind;
 use tokio::sync::watch;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use crate::group::Group;
 use crate::output::kind_name;
 use crate::{Failure, exit};
 
@@ -17,7 +19,8 @@ use crate::{Failure, exit};
 pub enum ChildOutcome {
     /// It exited on its own with this code (128+N if killed by signal N).
     Exited(u8),
-    /// The lease was lost: it was terminated (SIGTERM, then SIGKILL).
+    /// The lease was lost: its process group was terminated (SIGTERM, then
+    /// SIGKILL).
     Lost,
     /// It could not be started: exit code and message.
     SpawnFailed(u8, String),
@@ -80,15 +83,6 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-fn kill(pid: Option<u32>, signal: i32) {
-    if let Some(pid) = pid {
-        // SAFETY: kill(2) has no memory-safety preconditions.
-        unsafe {
-            libc::kill(pid as libc::pid_t, signal);
-        }
-    }
-}
-
 /// The lease the command runs under, as its environment tells it.
 pub struct LeaseEnv<'a> {
     /// `MONGO_LEASE_KEY`: the key as a string (a non-string key as
@@ -104,7 +98,7 @@ pub struct LeaseEnv<'a> {
 }
 
 impl LeaseEnv<'_> {
-    fn apply(&self, cmd: &mut tokio::process::Command) {
+    fn apply(&self, cmd: &mut std::process::Command) {
         cmd.env("MONGO_LEASE_KEY", self.key)
             .env("MONGO_LEASE_TOKEN", self.token.to_string())
             .env("MONGO_LEASE_OWNER", self.owner_id)
@@ -117,9 +111,12 @@ impl LeaseEnv<'_> {
     }
 }
 
-/// Runs `command` with the lease in its environment until it exits, or until
-/// `lost` (the lease's or leadership's `lost()` future) completes: then
-/// SIGTERM, and SIGKILL after `grace`. Forwards SIGTERM and SIGINT.
+/// Runs `command` with the lease in its environment, in a process group of
+/// its own (see `group.rs`), until it exits, or until `lost` (the lease's or
+/// leadership's `lost()` future) completes: then the group gets SIGTERM,
+/// and SIGKILL after `grace`. Forwards SIGTERM and SIGINT to the group.
+/// Whatever the command leaves running in its group when it exits ends the
+/// same way, before this returns (and so before the lease is released).
 pub async fn run(
     command: &[String],
     lease: &LeaseEnv<'_>,
@@ -128,23 +125,11 @@ pub async fn run(
     signals: &Signals,
 ) -> ChildOutcome {
     let (key, token) = (lease.key, lease.token);
-    let mut cmd = tokio::process::Command::new(&command[0]);
+    let mut cmd = std::process::Command::new(&command[0]);
     cmd.args(&command[1..]);
     lease.apply(&mut cmd);
-    #[cfg(target_os = "linux")]
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            // If mongo-lease dies (even by SIGKILL), its lease expires and
-            // someone else may take over: the command must not outlive it.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
+    let mut group = match Group::spawn(cmd) {
+        Ok(group) => group,
         Err(e) => {
             let code = if e.kind() == io::ErrorKind::NotFound {
                 exit::NOT_FOUND
@@ -154,29 +139,31 @@ pub async fn run(
             return ChildOutcome::SpawnFailed(code, format!("cannot run {:?}: {e}", command[0]));
         }
     };
-    let pid = child.id();
     let mut lost = std::pin::pin!(lost);
-    loop {
+    let exited = loop {
         tokio::select! {
-            status = child.wait() => {
-                return match status {
-                    Ok(status) => ChildOutcome::Exited(exit_code(status)),
-                    Err(e) => ChildOutcome::SpawnFailed(exit::CANNOT_EXECUTE, format!("waiting for the command: {e}")),
-                };
+            status = group.leader_exit() => break Some(status),
+            _ = &mut lost => break None,
+            signal = signals.next() => {
+                group.signal(signal);
+                // A stopped process (SIGTTIN: it read the terminal from
+                // its background group) acts on the signal once continued.
+                group.signal(libc::SIGCONT);
             }
-            _ = &mut lost => break,
-            signal = signals.next() => kill(pid, signal),
         }
+    };
+    if exited.is_none() {
+        tracing::warn!(key, token, "lease lost: terminating the command");
     }
-    tracing::warn!(key, token, "lease lost: terminating the command");
-    kill(pid, libc::SIGTERM);
-    tokio::select! {
-        _ = child.wait() => {}
-        _ = tokio::time::sleep(grace) => {
-            tracing::warn!(key, ?grace, "the command did not exit after SIGTERM: SIGKILL");
-            let _ = child.start_kill();
-            let _ = child.wait().await;
-        }
+    if !group.end(grace).await {
+        tracing::warn!(
+            key,
+            ?grace,
+            "the command did not exit after SIGTERM: SIGKILL"
+        );
     }
-    ChildOutcome::Lost
+    match exited {
+        Some(status) => ChildOutcome::Exited(exit_code(status)),
+        None => ChildOutcome::Lost,
+    }
 }

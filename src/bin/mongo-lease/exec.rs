@@ -54,7 +54,7 @@ pub async fn exec(
         &args.command,
         &env,
         lease.lost(),
-        args.timing.grace,
+        args.timing.grace(),
         &signals,
     )
     .await;

@@ -47,7 +47,7 @@ pub async fn leader(
             &args.command,
             &lease,
             leadership.lost(),
-            args.timing.grace,
+            args.timing.grace(),
             &signals,
         )
         .await;
@@ -97,7 +97,7 @@ pub async fn leader(
                     &args.command,
                     &lease,
                     leader.lost(),
-                    args.timing.grace,
+                    args.timing.grace(),
                     signals,
                 )
                 .await;

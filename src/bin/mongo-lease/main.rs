@@ -5,18 +5,18 @@
 mod args;
 mod child;
 mod exec;
+mod group;
 mod http;
 mod leader;
 mod output;
 mod watch;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Parser;
 use mongo_lease::{Error, LockManager, LockManagerOptions};
 
-use args::{Cli, Commands, Connection, ReleaseArgs, one_key};
+use args::{Cli, Commands, Connection, LeaseTiming, ReleaseArgs, one_key};
 use exec::exec;
 use http::{Http, Phase};
 use leader::leader;
@@ -85,7 +85,8 @@ fn main() -> ExitCode {
     init_logging();
     let redactor = Redactor::new(cli.connection.uri.as_deref().unwrap_or(""));
     // One thread: the child is spawned by the main thread, so the kernel's
-    // parent-death signal (Linux) reaches it only when the process dies.
+    // parent-death signal (Linux) reaches it only when the process dies;
+    // and the only thread that forks (`group.rs`).
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -122,8 +123,9 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     let json = cli.connection.json;
     match cli.command {
         Commands::Exec(args) => {
+            args.timing.check()?;
             let http = Http::bind(args.http.http.as_deref()).await?;
-            let manager = connect(&cli.connection, args.timing.ttl).await?;
+            let manager = connect(&cli.connection, Some(&args.timing)).await?;
             let server = http.serve(&manager, None, Phase::Waiting);
             let code = exec(&manager, args, json, server.status()).await;
             server.stop().await;
@@ -131,8 +133,9 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Commands::Leader(args) => {
             let name = args.name.key()?;
+            args.timing.check()?;
             let http = Http::bind(args.http.http.as_deref()).await?;
-            let manager = connect(&cli.connection, args.timing.ttl).await?;
+            let manager = connect(&cli.connection, Some(&args.timing)).await?;
             let server = http.serve(&manager, Some(name), Phase::Campaigning);
             let code = leader(&manager, args, server.status()).await;
             server.stop().await;
@@ -144,12 +147,12 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 args.key_json.as_ref(),
                 "KEY or --key-json",
             )?;
-            let manager = connect(&cli.connection, mongo_lease::DEFAULT_TTL).await?;
+            let manager = connect(&cli.connection, None).await?;
             let code = watch::watch(&manager, key, json).await;
             finish(&manager, code).await
         }
         Commands::List(args) => {
-            let manager = connect(&cli.connection, mongo_lease::DEFAULT_TTL).await?;
+            let manager = connect(&cli.connection, None).await?;
             let code = print_list(&manager, args.held, json).await;
             finish(&manager, code).await
         }
@@ -164,7 +167,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                      their holder; add --force to confirm"
                 )));
             }
-            let manager = connect(&cli.connection, mongo_lease::DEFAULT_TTL).await?;
+            let manager = connect(&cli.connection, None).await?;
             let code = async {
                 let released = manager.release_owner(&owner).await?;
                 print_owner_release(&owner, released, json);
@@ -186,7 +189,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                     key.to_extended_json()
                 )));
             }
-            let manager = connect(&cli.connection, mongo_lease::DEFAULT_TTL).await?;
+            let manager = connect(&cli.connection, None).await?;
             let code = async {
                 let released = manager.force_release(&key).await?;
                 print_release(&key, released.as_ref(), json);
@@ -208,7 +211,12 @@ async fn finish(manager: &LockManager, code: Result<u8, Failure>) -> Result<u8, 
     Ok(code)
 }
 
-async fn connect(c: &Connection, ttl: Duration) -> Result<LockManager, Failure> {
+/// Connects a manager; `timing` for one that runs a command under its
+/// lease (`exec`, `leader`): its TTL, and a safety margin and heartbeat that
+/// leave the command `--grace` to stop before the lease expires on the
+/// server (`LeaseTiming::safety_margin`). Without it, the library's default
+/// TTL and timing.
+async fn connect(c: &Connection, timing: Option<&LeaseTiming>) -> Result<LockManager, Failure> {
     let Some(uri) = c.uri.as_deref().filter(|u| !u.is_empty()) else {
         return Err(Failure::usage(
             "no MongoDB URI: pass --uri or set MONGODB_URI",
@@ -225,14 +233,18 @@ async fn connect(c: &Connection, ttl: Duration) -> Result<LockManager, Failure> 
     let client = mongodb::Client::with_options(options)
         .map_err(|e| Failure::usage(format!("invalid MongoDB URI: {e}")))?;
     let owner_id = c.owner_id.clone().unwrap_or_else(default_owner_id);
-    let options = LockManagerOptions::builder()
+    let mut options = LockManagerOptions::builder()
         .database(client.database(&c.db))
         .collection(c.collection.clone())
         .owner_id(owner_id)
-        .ttl(ttl)
         .release_mode(c.release_mode.into())
         .operation_timeout(c.connect_timeout)
         .build();
+    if let Some(timing) = timing {
+        options.ttl = timing.ttl;
+        options.safety_margin = Some(timing.safety_margin());
+        options.heartbeat_interval = Some(timing.heartbeat_interval());
+    }
     LockManager::connect(options).await.map_err(|e| {
         let mut failure = Failure::from(e);
         if failure.code == exit::UNAVAILABLE {
