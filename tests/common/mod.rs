@@ -13,6 +13,7 @@ use mongodb::{Client, Collection, Database};
 pub mod cli;
 pub mod http;
 pub mod renewal;
+pub mod timed;
 
 /// A database on the shared test deployment, unique to one test.
 pub struct Fixture {
