@@ -521,7 +521,10 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
         }));
     }
     for task in tasks {
-        task.await.unwrap();
+        timeout(WAIT, task)
+            .await
+            .expect("a candidate's three terms within the hang guard")
+            .unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 12);
 
@@ -548,14 +551,20 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
             .await
             .unwrap()
     });
-    let (_, first_term) = rx.recv().await.unwrap();
+    let mut recv = async || {
+        timeout(WAIT, rx.recv())
+            .await
+            .expect("the body's next step within the hang guard")
+            .unwrap()
+    };
+    let (_, first_term) = recv().await;
     managers[1]
         .force_release("loss")
         .await
         .unwrap()
         .expect("held");
-    assert_eq!(rx.recv().await.unwrap(), ("stopped", first_term));
-    let (started, second_term) = rx.recv().await.unwrap();
+    assert_eq!(recv().await, ("stopped", first_term));
+    let (started, second_term) = recv().await;
     assert_eq!(started, "started");
     assert!(second_term > first_term);
     assert_eq!(timeout(WAIT, runner).await.unwrap().unwrap(), "done");
