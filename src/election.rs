@@ -201,13 +201,24 @@ impl Election {
     /// 1. campaigns until leader;
     /// 2. calls `f` with a [`LeaderContext`] whose cancellation token fires
     ///    when leadership is lost, and awaits the future `f` returns;
-    /// 3. if leadership was lost before the future completed (its token had
-    ///    fired), the output is dropped and it starts again at 1;
+    /// 3. if leadership was lost by the time the future completed (its
+    ///    token fired, or its local deadline passed before the manager task
+    ///    could fire it: [`LeaderContext::is_lost`]), the output is dropped
+    ///    and it starts again at 1;
     /// 4. otherwise it resigns and returns the output.
     ///
     /// The future must stop promptly when the token fires (`select!` on
     /// [`LeaderContext::lost`]): it is awaited to its end, never aborted,
     /// so that a new campaign starts only once it has stopped.
+    ///
+    /// A returned output was produced while leader: leadership was held when
+    /// the future completed, hence all the while before (a lost leadership
+    /// is never held again). It can be lost right after that check, though,
+    /// before the caller uses the output (the process pauses, the server is
+    /// unreachable): acting on the output later is not acting as leader. To
+    /// make that safe, write it with the term ([`LeaderContext::term`]) to a
+    /// resource that refuses stale terms (a [`Fence`](crate::Fence)), or
+    /// publish it from within the future.
     ///
     /// # Errors
     ///
@@ -225,10 +236,8 @@ impl Election {
     {
         loop {
             let leadership = self.campaign().await?;
-            let context = leadership.context();
-            let lost = leadership.cancellation_token();
-            let output = f(context).await;
-            if lost.is_cancelled() {
+            let output = f(leadership.context()).await;
+            if leadership.is_lost() {
                 tracing::info!(
                     election = %self.name,
                     term = leadership.term(),

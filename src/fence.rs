@@ -37,22 +37,30 @@ impl Lease {
     /// boxed future could not otherwise borrow.
     ///
     /// After the callback, in the same transaction, the lease's lock is
-    /// renewed (`ts = $$NOW`, `exp = $$NOW + ttl`) with a filter on its lease
-    /// id, its owner id and `exp > $$NOW`. A write, not a read: under
-    /// snapshot isolation a read would still see the lease after another
-    /// owner took it over, while two writes to one document conflict
-    /// (MongoDB manual, "Production Considerations": in-progress
-    /// transactions and write conflicts; docs/mongodb-behaviour.md, B16).
-    /// A takeover that committed before the transaction's snapshot makes
-    /// the check match nothing; one that committed after it makes the check
-    /// fail with a write conflict (a `TransientTransactionError`: the
-    /// transaction is retried, and then sees the takeover); one that comes
-    /// after the check waits until the transaction has committed, which
-    /// extended the lease. So the callback's writes are committed only if
-    /// the lease was held at the commit. `$$NOW` is the time of the check
-    /// itself, not of the transaction's start (measured on mongod 6.0.5).
-    /// This is the design of etcd's `concurrency` package, whose
-    /// `IsOwner()` comparison guards the writes of a transaction.
+    /// checked by a write (`ts = $$NOW`) with a filter on its lease id, its
+    /// owner id and `exp > $$NOW`. A write, not a read: under snapshot
+    /// isolation a read would still see the lease after another owner took
+    /// it over, while two writes to one document conflict (MongoDB manual,
+    /// "Production Considerations": in-progress transactions and write
+    /// conflicts; docs/mongodb-behaviour.md, B16). A takeover that
+    /// committed before the transaction's snapshot makes the check match
+    /// nothing; one that committed after it makes the check fail with a
+    /// write conflict (a `TransientTransactionError`: the transaction is
+    /// retried, and then sees the takeover); one that comes after the check
+    /// waits until the transaction has ended. So the callback's writes are
+    /// committed only if the lease was held at the check, and before any
+    /// later holder's acquisition. `$$NOW` is the time of the check itself,
+    /// not of the transaction's start (measured on mongod 6.0.5). This is
+    /// the design of etcd's `concurrency` package, whose `IsOwner()`
+    /// comparison guards the writes of a transaction.
+    ///
+    /// The check does not renew the lease (`exp` is left alone): only the
+    /// manager's renewals do, together with the lease's local deadline. A
+    /// lease whose token fires right after a transaction (its renewals
+    /// failed until its local deadline) is therefore free on the server at
+    /// its own expiry, `safety_margin` after that deadline, even if the
+    /// manager's release fails too, rather than blocked for up to a TTL
+    /// after the check with nobody using it.
     ///
     /// The transaction uses read concern `snapshot` and write concern
     /// `majority` (MongoDB manual, "Transactions": read concern and write
@@ -149,7 +157,6 @@ impl Lease {
             key: self.key(),
             lease_id: self.lease_id(),
             owner: self.owner_id(),
-            ttl: self.ttl(),
         };
         let result = run_fenced(client, check, || self.is_lost(), context, callback).await;
         if matches!(result, Err(Error::LeaseLost { .. })) && !self.is_lost() {

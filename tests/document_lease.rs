@@ -28,6 +28,8 @@ mod protocol;
 mod transaction;
 #[path = "document_lease/transaction_abort.rs"]
 mod transaction_abort;
+#[path = "document_lease/transaction_lost.rs"]
+mod transaction_lost;
 #[path = "document_lease/transaction_retry.rs"]
 mod transaction_retry;
 #[path = "document_lease/yield_on_commit.rs"]

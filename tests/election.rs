@@ -441,6 +441,52 @@ async fn campaign_leader_resign_and_campaign_timeout() {
     b.shutdown().await.unwrap();
 }
 
+/// A body that completes after its leadership's local deadline, before the
+/// manager task could fire the token (the process paused: here the test
+/// runtime's only thread is blocked), produced its output while not leader:
+/// `run_as_leader` drops it and campaigns again, and returns the output of
+/// the next body.
+#[tokio::test]
+async fn run_as_leader_drops_an_output_completed_after_the_local_deadline() {
+    let fx = Fixture::new("late").await;
+    let manager = fx.manager(TTL).await;
+    let election = Election::new(&manager, "late").unwrap();
+    let calls = AtomicUsize::new(0);
+    let run = election.run_as_leader(|leader| {
+        let call = calls.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if call == 0 {
+                // The pause: polls the local deadline, the runtime blocked.
+                let paused = std::time::Instant::now();
+                while !leader.is_lost() {
+                    assert!(paused.elapsed() < WAIT, "the local deadline never passed");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                assert!(
+                    !leader.cancellation_token().is_cancelled(),
+                    "the token fired during the pause: the manager task ran"
+                );
+            }
+            (call, leader.term())
+        }
+    });
+    let (call, term) = timeout(WAIT, run)
+        .await
+        .expect("no output within the hang guard")
+        .unwrap();
+    assert_eq!(
+        call, 1,
+        "the output of the body that completed after its local deadline was returned"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert!(term > 0);
+    assert!(
+        !manager.inspect("late").await.unwrap().unwrap().held,
+        "resigned"
+    );
+    manager.shutdown().await.unwrap();
+}
+
 /// Candidates in one process run `run_as_leader`: never two bodies at once;
 /// a body whose leadership is taken away is cancelled, awaited, and the
 /// candidate campaigns again; a body that returns resigns and returns.
@@ -475,7 +521,10 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
         }));
     }
     for task in tasks {
-        task.await.unwrap();
+        timeout(WAIT, task)
+            .await
+            .expect("a candidate's three terms within the hang guard")
+            .unwrap();
     }
     assert_eq!(runs.load(Ordering::SeqCst), 12);
 
@@ -502,14 +551,20 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
             .await
             .unwrap()
     });
-    let (_, first_term) = rx.recv().await.unwrap();
+    let mut recv = async || {
+        timeout(WAIT, rx.recv())
+            .await
+            .expect("the body's next step within the hang guard")
+            .unwrap()
+    };
+    let (_, first_term) = recv().await;
     managers[1]
         .force_release("loss")
         .await
         .unwrap()
         .expect("held");
-    assert_eq!(rx.recv().await.unwrap(), ("stopped", first_term));
-    let (started, second_term) = rx.recv().await.unwrap();
+    assert_eq!(recv().await, ("stopped", first_term));
+    let (started, second_term) = recv().await;
     assert_eq!(started, "started");
     assert!(second_term > first_term);
     assert_eq!(timeout(WAIT, runner).await.unwrap().unwrap(), "done");

@@ -96,8 +96,12 @@ async fn local_waiters_are_served_in_fifo_order() {
         queued_rx.await.unwrap();
     }
     assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
+    // A hang guard only: each local handoff takes one write (milliseconds).
     for w in waiters {
-        w.await.unwrap();
+        tokio::time::timeout(Duration::from_secs(60), w)
+            .await
+            .expect("a local waiter was never served")
+            .unwrap();
     }
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
     manager.shutdown().await.unwrap();

@@ -39,6 +39,8 @@ async fn exactly_one_winner_when_managers_race_for_a_fresh_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_holders_lease_is_taken_over_right_after_it_expires() {
     const TTL: Duration = Duration::from_secs(2);
+    /// The survivor's longest delay between two attempts (its default).
+    const RETRY_MAX: Duration = mongo_lease::DEFAULT_RETRY_MAX;
     let fx = Fixture::new("crash").await;
     // The "crashing process": a manager on its own runtime, torn down while holding.
     let old_token = fx.crashed_process(TTL, async |manager| {
@@ -48,27 +50,47 @@ async fn a_crashed_holders_lease_is_taken_over_right_after_it_expires() {
         std::mem::forget(manager);
         token
     });
-    let crashed_at = Instant::now();
     // When the crashed lease expires, by the server's clock.
     let expires = *fx.doc("job").await.get_datetime("exp").unwrap();
     let survivor = fx.manager(TTL).await;
-    let lease = survivor.acquire("job").await.unwrap();
-    let waited = crashed_at.elapsed();
+    // The server's time just before the survivor's first attempt.
+    let waits_from = fx
+        .db
+        .run_command(doc! { "hello": 1 })
+        .await
+        .unwrap()
+        .get_datetime("localTime")
+        .unwrap()
+        .to_owned();
+    // A hang guard only: 10x the TTL, which the wait is shorter than.
+    let lease = tokio::time::timeout(10 * TTL, survivor.acquire("job"))
+        .await
+        .expect("the crashed holder's lease was not taken over")
+        .unwrap();
     assert!(lease.fencing_token() > old_token);
-    // Not before expiry: the server's own time of the takeover (`acq`, its
-    // `$$NOW`) against the crashed lease's expiry, both by the server's clock,
-    // so no scheduling delay on this machine can move either.
+    // The server's own time of the takeover (`acq`, its `$$NOW`) against
+    // the crashed lease's expiry, both by the server's clock, so no
+    // scheduling delay on this machine can move either.
     let taken = *fx.doc("job").await.get_datetime("acq").unwrap();
+    // Not before expiry.
     assert!(
         taken >= expires,
         "taken over at {taken} by the server's clock, before the crashed lease expired at {expires}"
     );
-    // Without waiting for the TTL monitor: it may delete the document only
-    // `gc_grace` (60 s by default) after it expired. Taken over about 2 s
-    // after the crash here, so this bound is also more than 10x that.
+    // Right after it, without waiting for the TTL monitor (which may delete
+    // the document only `gc_grace`, 60 s, after it expired): a waiter never
+    // waits longer than `retry_max` between two attempts, and the remaining
+    // time (+ up to `retry_initial`, 10 ms) caps its wait on a lease that
+    // expires sooner, so it tries again about when the lease expires. The
+    // takeover lands that jitter and a round trip after the expiry (or after
+    // the first attempt, if the survivor started after it); `retry_max` (1 s)
+    // is more than 10x that, and shorter than one TTL.
+    let late = taken.timestamp_millis() - expires.max(waits_from).timestamp_millis();
+    eprintln!("taken over {late} ms after the crashed lease expired");
     assert!(
-        waited < TTL + mongo_lease::DEFAULT_GC_GRACE,
-        "taken over {waited:?} after the crash"
+        late <= RETRY_MAX.as_millis() as i64,
+        "taken over {late} ms after the crashed lease expired at {expires} \
+         (the survivor waited from {waits_from}), more than retry_max ({RETRY_MAX:?})"
     );
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     let doc = fx.doc("job").await;

@@ -13,6 +13,8 @@ use mongodb::{Client, Collection, Database};
 pub mod cli;
 pub mod http;
 pub mod renewal;
+pub mod timed;
+pub mod watchdog;
 
 /// A database on the shared test deployment, unique to one test.
 pub struct Fixture {
@@ -21,6 +23,9 @@ pub struct Fixture {
     pub collection: String,
     /// Every client made for this fixture's managers, shut down on drop.
     clients: std::sync::Mutex<Vec<Client>>,
+    /// Fails the run if the test still holds the fixture after
+    /// [`watchdog::TEST_HANG`].
+    _watchdog: watchdog::Watchdog,
 }
 
 /// How long [`shut_down`] waits for one client's shutdown. It only
@@ -38,8 +43,9 @@ impl Drop for Fixture {
 
 /// Clients made outside a [`Fixture`], shut down (see [`shut_down`]) when
 /// this is dropped: declare it before the managers that use them.
+/// Also a hang guard for the test that made it ([`watchdog`]).
 #[derive(Default)]
-pub struct Clients(std::sync::Mutex<Vec<Client>>);
+pub struct Clients(std::sync::Mutex<Vec<Client>>, watchdog::Watchdog);
 
 impl Clients {
     /// A client for `uri`, shut down with the others.
@@ -107,6 +113,7 @@ impl Fixture {
             client,
             collection: "workitem.lock".into(),
             clients: Default::default(),
+            _watchdog: Default::default(),
         }
     }
 

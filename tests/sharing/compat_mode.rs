@@ -23,6 +23,11 @@ use crate::common::{Fixture, eventually};
 const TTL: Duration = Duration::from_secs(30);
 /// Bound on waits for a delete or a loss: >= 10x what they take here.
 const BOUND: Duration = Duration::from_secs(10);
+/// Bound on 60 acquire-release cycles of a key between two managers: 20x
+/// the 0.4 to 1 s they take here (on a loaded machine; the slowest
+/// acquisition 0.2 s), and under the 66 s they would take if a released key
+/// stayed held until its follow-up delete (1.1 s each).
+const CYCLES_BOUND: Duration = Duration::from_secs(20);
 const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
 
 /// A delete-mode manager on the fixture's collection.
@@ -119,6 +124,16 @@ async fn delete_mode_an_insert_style_client_locks_a_key_at_once_after_release_dr
     assert!(foreign_insert(&f, "k-shutdown-young").await);
 }
 
+/// `m.acquire(key)` of a key its last holder released: free at once (a
+/// delete-mode release deletes the document or marks it released), so a
+/// wait of [`BOUND`] means it stayed held, and fails rather than hangs.
+async fn acquire_free(m: &LockManager, key: &str) -> mongo_lease::Lease {
+    tokio::time::timeout(BOUND, m.acquire(key))
+        .await
+        .unwrap_or_else(|_| panic!("{key}: released, yet not acquired within {BOUND:?}"))
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_mode_tokens_strictly_increase_over_tight_cycles_two_managers_and_foreign_locks() {
     let f = Fixture::new("compat_tokens").await;
@@ -129,21 +144,29 @@ async fn delete_mode_tokens_strictly_increase_over_tight_cycles_two_managers_and
     let mut last = 0;
     let mut deletes = 0;
     for round in 0..3 {
-        // Tight cycles, one manager then the other.
-        for i in 0..60 {
-            let m = if i % 2 == 0 { &m1 } else { &m2 };
-            let lease = m.acquire("k").await.unwrap();
-            let token = lease.fencing_token();
-            assert!(
-                token > last,
-                "round {round} cycle {i}: {token} after {last}"
+        // Tight cycles, one manager then the other: each acquisition finds
+        // the key just released, so they take about 1 s together here.
+        let cycles = async {
+            for i in 0..60 {
+                let m = if i % 2 == 0 { &m1 } else { &m2 };
+                let lease = acquire_free(m, "k").await;
+                let token = lease.fencing_token();
+                assert!(
+                    token > last,
+                    "round {round} cycle {i}: {token} after {last}"
+                );
+                last = token;
+                assert!(!lease.release().await.unwrap().was_lost());
+            }
+        };
+        if tokio::time::timeout(CYCLES_BOUND, cycles).await.is_err() {
+            panic!(
+                "round {round}: 60 cycles took over {CYCLES_BOUND:?}: a released key stays held"
             );
-            last = token;
-            assert!(!lease.release().await.unwrap().was_lost());
         }
         // An old lease: its release deletes the document, and the other
         // manager takes the key right after (often the same millisecond).
-        let lease = m1.acquire("k").await.unwrap();
+        let lease = acquire_free(&m1, "k").await;
         assert!(lease.fencing_token() > last);
         last = lease.fencing_token();
         age_tokens().await;
@@ -156,7 +179,7 @@ async fn delete_mode_tokens_strictly_increase_over_tight_cycles_two_managers_and
         {
             deletes += 1;
         }
-        let lease = m2.acquire("k").await.unwrap();
+        let lease = acquire_free(&m2, "k").await;
         assert!(
             lease.fencing_token() > last,
             "round {round}: after a delete"
@@ -171,7 +194,7 @@ async fn delete_mode_tokens_strictly_increase_over_tight_cycles_two_managers_and
             "round {round}: deleted on release"
         );
         foreign_delete(&f, "k").await;
-        let lease = m1.acquire("k").await.unwrap();
+        let lease = acquire_free(&m1, "k").await;
         assert!(
             lease.fencing_token() > last,
             "round {round}: after a foreign lock"

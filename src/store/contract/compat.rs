@@ -14,6 +14,13 @@ use super::{Fixture, assert_held, held, lease, raw, take, yielded};
 use crate::DELETE_MIN_TOKEN_AGE;
 use crate::store::{AcquireOutcome, DELETE_DELAY, Store};
 
+/// How long the four racers of
+/// [`delete_mode_tokens_strictly_increase_over_tight_acquire_release_cycles`]
+/// may take for their 100 acquisitions before the scenario fails, rather
+/// than spin for ever if a released key stayed held: 50x the 0.6 s they
+/// took on a real `mongod` here.
+const RACE_HANG: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Waits until every token issued so far is old enough to be deleted.
 async fn age_tokens() {
     tokio::time::sleep(DELETE_DELAY).await;
@@ -163,7 +170,7 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
     for owner in ["r1", "r2", "r3", "r4"] {
         racers.push(f.delete_mode_store(owner).await);
     }
-    futures::future::join_all(racers.iter().map(|store| async {
+    let race = futures::future::join_all(racers.iter().map(|store| async {
         let mut acquired = 0;
         while acquired < 25 {
             let lease_id = Uuid::new_v4();
@@ -180,8 +187,17 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
                 other => panic!("unexpected outcome {other:?}"),
             }
         }
-    }))
-    .await;
+    }));
+    let started = Instant::now();
+    // A hang guard only: a released key is free at once, so each attempt
+    // that finds it held waits for one racer's release only.
+    if tokio::time::timeout(RACE_HANG, race).await.is_err() {
+        panic!(
+            "the racers got {} of 100 acquisitions in {RACE_HANG:?}: a released key stays held",
+            order.lock().unwrap().len()
+        );
+    }
+    eprintln!("race of 100 acquisitions: {:?}", started.elapsed());
     let order = order.into_inner().unwrap();
     assert_eq!(order.len(), 100);
     for pair in order.windows(2) {

@@ -283,7 +283,7 @@ pub(in crate::store::mongo) fn holder_filter(owner: &str, leases: &[LeaseRef]) -
 /// The lock of `key` still under `lease_id` of `owner` and live by the
 /// server's clock: an exclusive lease (`lid` at the top) or a holder of a
 /// shared or semaphore key (an entry of `hs`). The transaction helper's
-/// check, with [`renew_any_update`] of that one lease.
+/// check (whose write sets `ts` alone: `transaction::check_update`).
 pub(in crate::store::mongo) fn holder_check_filter(
     key: &LeaseKey,
     owner: &str,

@@ -2,20 +2,29 @@
 //! of the lease, by a write to its lock, in one MongoDB transaction on the
 //! caller's client ([`Lease::with_transaction`](crate::Lease::with_transaction)).
 //!
-//! The check is the lease's renewal (`ts = $$NOW`, `exp = $$NOW + ttl`)
-//! conditional on its lease id, owner id and `exp > $$NOW`, sent in the
-//! transaction after the closure, just before the commit. A write, not a
-//! read: under snapshot isolation a read would still see the lease after
-//! another owner took it over, while a write to a document that another
-//! write changed since the transaction's snapshot fails with a write
-//! conflict (`TransientTransactionError`), and a write outside the
-//! transaction to a document the transaction wrote waits for it to end
-//! (MongoDB manual, "Production Considerations", in-progress transactions
-//! and write conflicts; docs/mongodb-behaviour.md, B16). So a takeover
-//! either committed before the transaction's snapshot (the check matches
-//! nothing: the lease is lost), after it (write conflict: the transaction
-//! is retried and then sees the takeover), or waits until the transaction
-//! has committed, which extended the lease.
+//! The check sets the lock's `ts = $$NOW`, conditional on its lease id,
+//! owner id and `exp > $$NOW`, sent in the transaction after the closure,
+//! just before the commit. A write, not a read: under snapshot isolation a
+//! read would still see the lease after another owner took it over, while
+//! a write to a document that another write changed since the
+//! transaction's snapshot fails with a write conflict
+//! (`TransientTransactionError`), and a write outside the transaction to a
+//! document the transaction wrote waits for it to end (MongoDB manual,
+//! "Production Considerations", in-progress transactions and write
+//! conflicts; docs/mongodb-behaviour.md, B16). So a takeover either
+//! committed before the transaction's snapshot (the check matches nothing:
+//! the lease is lost), after it (write conflict: the transaction is retried
+//! and then sees the takeover), or waits until the transaction has ended,
+//! after the caller's writes.
+//!
+//! The check leaves `exp` alone: it proves the lease, it does not renew it.
+//! Only the manager's renewals move `exp`, each one with the lease's local
+//! deadline, so the server's expiry stays where the holder's own deadline
+//! says (`safety_margin` after it). A check that renewed `exp` by a TTL,
+//! unknown to the manager, would keep the key blocked for up to a TTL after
+//! a holder that had meanwhile reached its deadline (its renewals failing)
+//! gave the lease up, with nobody using it, if the manager's release after
+//! that deadline failed too.
 //!
 //! `$$NOW` in a transaction is the time of each statement, not of the
 //! transaction's start (measured on mongod 6.0.5: two statements 500 ms
@@ -56,8 +65,6 @@ pub(crate) struct LeaseCheck<'a> {
     pub lease_id: Uuid,
     /// Its owner id (`aid`).
     pub owner: &'a str,
-    /// Its TTL: the check renews it to `$$NOW + ttl`.
-    pub ttl: Duration,
 }
 
 /// The check's filter: the lock of `check`'s key still under its lease id
@@ -77,20 +84,10 @@ pub(super) fn check_filter(check: &LeaseCheck<'_>) -> Document {
     }
 }
 
-/// The check's update: the renewal (`ts = $$NOW`, `exp = $$NOW + ttl`);
-/// nothing else changes. In the lock collection, the renewal of any kind
-/// ([`renew_any_update`](super::kinds::renew_any_update): a holder's entry,
-/// and never an `exp` below a minimum hold).
+/// The check's update: `ts = $$NOW` (the lock's, or the lock field's);
+/// nothing else changes, `exp` least of all (see the module docs).
 pub(super) fn check_update(check: &LeaseCheck<'_>) -> Vec<Document> {
-    let place = check.place;
-    let ttl_ms = i64::try_from(check.ttl.as_millis()).unwrap_or(i64::MAX);
-    if place.field.is_none() {
-        return super::kinds::renew_any_update(check.owner, &[check.lease_id], ttl_ms);
-    }
-    vec![doc! { "$set": {
-        place.path(field::RENEWED_AT): "$$NOW",
-        place.path(field::EXPIRES_AT): { "$add": ["$$NOW", ttl_ms] },
-    }}]
+    vec![doc! { "$set": { check.place.path(field::RENEWED_AT): "$$NOW" } }]
 }
 
 /// Runs `callback` and the check of `check`'s lease in one transaction on a
@@ -280,7 +277,6 @@ mod tests {
             key,
             lease_id: Uuid::nil(),
             owner: "me",
-            ttl: Duration::from_secs(30),
         }
     }
 
@@ -302,7 +298,8 @@ mod tests {
         );
         assert_eq!(
             check_update(&check),
-            crate::store::mongo::kinds::renew_any_update("me", &[Uuid::nil()], 30_000)
+            vec![doc! { "$set": { "ts": "$$NOW" } }],
+            "a write that proves the lease, not a renewal"
         );
     }
 
@@ -322,10 +319,7 @@ mod tests {
         );
         assert_eq!(
             check_update(&check),
-            vec![doc! { "$set": {
-                "_lease.ts": "$$NOW",
-                "_lease.exp": { "$add": ["$$NOW", 30_000_i64] },
-            } }]
+            vec![doc! { "$set": { "_lease.ts": "$$NOW" } }]
         );
     }
 
