@@ -2,7 +2,8 @@
 //! of the lease, by a write to its lock, in one MongoDB transaction on the
 //! caller's client ([`Lease::with_transaction`](crate::Lease::with_transaction)).
 //!
-//! The check sets the lock's `ts = $$NOW`, conditional on its lease id,
+//! The check sets the lock's `ts = max($$NOW, ts + 1 ms)` (always a
+//! change, so always a write), conditional on its lease id,
 //! owner id and `exp > $$NOW`, sent in the transaction after the closure,
 //! just before the commit. A write, not a read: under snapshot isolation a
 //! read would still see the lease after another owner took it over, while
@@ -84,10 +85,15 @@ pub(super) fn check_filter(check: &LeaseCheck<'_>) -> Document {
     }
 }
 
-/// The check's update: `ts = $$NOW` (the lock's, or the lock field's);
-/// nothing else changes, `exp` least of all (see the module docs).
+/// The check's update: `ts = max($$NOW, ts + 1 ms)` (the lock's, or the
+/// lock field's); nothing else changes, `exp` least of all (see the module
+/// docs). Always a change: a check in the same server millisecond as the
+/// lease's last write would otherwise change nothing and write nothing
+/// (docs/mongodb-behaviour.md, B2), and a write that is not made detects no
+/// write conflict.
 pub(super) fn check_update(check: &LeaseCheck<'_>) -> Vec<Document> {
-    vec![doc! { "$set": { check.place.path(field::RENEWED_AT): "$$NOW" } }]
+    let ts = check.place.path(field::RENEWED_AT);
+    vec![doc! { "$set": { &ts: { "$max": ["$$NOW", { "$add": [format!("${ts}"), 1_i64] }] } } }]
 }
 
 /// Runs `callback` and the check of `check`'s lease in one transaction on a
@@ -298,7 +304,7 @@ mod tests {
         );
         assert_eq!(
             check_update(&check),
-            vec![doc! { "$set": { "ts": "$$NOW" } }],
+            vec![doc! { "$set": { "ts": { "$max": ["$$NOW", { "$add": ["$ts", 1_i64] }] } } }],
             "a write that proves the lease, not a renewal"
         );
     }
@@ -319,7 +325,9 @@ mod tests {
         );
         assert_eq!(
             check_update(&check),
-            vec![doc! { "$set": { "_lease.ts": "$$NOW" } }]
+            vec![
+                doc! { "$set": { "_lease.ts": { "$max": ["$$NOW", { "$add": ["$_lease.ts", 1_i64] }] } } }
+            ]
         );
     }
 
