@@ -620,3 +620,29 @@ fn release_by_owner_matches_unreleased_documents_of_our_shape_only() {
         }
     );
 }
+
+#[tokio::test]
+async fn a_force_releases_delete_takes_a_bare_lock_only_while_it_is_still_bare() {
+    let db = super::super::handle::shared_test_db().await;
+    let coll = db.collection::<Document>(&crate::testkit::unique_name("bare"));
+    coll.insert_one(doc! { "_id": "k" }).await.unwrap();
+    let found = coll
+        .find_one(doc! { "_id": "k" })
+        .projection(info_projection())
+        .await
+        .unwrap()
+        .expect("the bare lock");
+    let filter = foreign_filter(&"k".into(), &found);
+    // Another client's field since the read: not the lock read any more.
+    let changed = doc! { "$set": { "holder": "y" } };
+    coll.update_one(doc! { "_id": "k" }, changed).await.unwrap();
+    let deleted = coll.delete_one(filter.clone()).await.unwrap();
+    assert_eq!(deleted.deleted_count, 0);
+    let bare_again = doc! { "$unset": { "holder": "" } };
+    coll.update_one(doc! { "_id": "k" }, bare_again)
+        .await
+        .unwrap();
+    let deleted = coll.delete_one(filter).await.unwrap();
+    assert_eq!(deleted.deleted_count, 1);
+    coll.drop().await.unwrap();
+}
