@@ -33,6 +33,23 @@
 //! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
 //! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each (see "Queue of waiting owners") |
 //!
+//! **New documents and foreign ones.** Every write of this crate leaves a
+//! document of its shape (an int64 `tok` and a date `exp`) or none: an
+//! acquisition writes the whole document, an attempt that does not win
+//! writes nothing (docs/mongodb-behaviour.md, B2), a release keeps `tok`
+//! and `exp`, and a delete removes the document. So any other document,
+//! a bare `{_id}` included (a common lock by upsert: `$setOnInsert` of the
+//! `_id` alone, released by a delete), is a lock held by a foreign holder:
+//! owner id its `aid` (`""` without one), no known expiry, never taken,
+//! deleted only by a force release. An upsert's pipeline sees a new
+//! document as `{_id}` too, so the acquiring upserts filter on `{_id: key,
+//! _ins: null}` (`_ins` is a field no lock document has): the upsert
+//! copies that equality into the document it inserts, so the pipeline sees
+//! `_ins: null` only in a document it is inserting (and two fields), while an
+//! existing document (`_ins` missing, which `null` matches) is seen as it
+//! is. The acquisition written leaves `_ins` out (docs/mongodb-behaviour.md,
+//! B29).
+//!
 //! A lease is free when `exp <= $$NOW` on the server. A TTL index on `exp`
 //! (`expireAfterSeconds` = the manager's GC grace) deletes released and
 //! abandoned documents; takeover never waits for it. In delete-on-release
@@ -267,8 +284,8 @@
 //! sends a light form of each, one small stage, where its result is the
 //! general form's:
 //!
-//! - **Acquire** (exclusive, no `hold_at_least`): the same upsert on `_id`
-//!   alone, whose one `$replaceWith` writes the new acquisition (`aid`,
+//! - **Acquire** (exclusive, no `hold_at_least`): the same upsert on `{_id,
+//!   _ins: null}` (see "Document schema"), whose one `$replaceWith` writes the new acquisition (`aid`,
 //!   `lid`, the next token, `acq = ts = $$NOW`, `exp = $$NOW + ttl`, nothing
 //!   else) if the document is new, or of our shape, expired, with no `q`,
 //!   `hs`, `pm` nor `xw`, not under this lease id and not yielded by this
@@ -292,8 +309,9 @@
 //!   handoff only under the next lease id with `ts` the write's `$$NOW`.
 //!   Otherwise the general handoff decides (released, or lost).
 //!
-//! Each light form filters on `_id` alone, which the server runs without
-//! query planning (B26), and names the lease ids as `let` variables, so
+//! The light release and handoff filter on `_id` alone, which the server
+//! runs without query planning (B26; the acquire's `_ins: null` makes it a
+//! planned query on the `_id` index, B29), and each light form names the lease ids as `let` variables, so
 //! that its update is encoded once per owner id and TTL. All three are
 //! sent as plain commands, not retryable writes: the server then keeps no
 //! image of a `findAndModify`'s result nor a transaction record for a
@@ -414,6 +432,11 @@ pub(crate) mod field {
     pub const RELEASED_AT: &str = "rl";
     pub const EXCLUSIVE_WAITER: &str = "xw";
     pub const QUEUE: &str = "q";
+    /// Only in an acquiring upsert's filter (`{_id, _ins: null}`), hence in
+    /// the document it inserts, which its pipeline rewrites without it: what
+    /// tells a new document from an existing bare `{_id}` (see "Document
+    /// schema").
+    pub const INSERTED: &str = "_ins";
     /// An entry of `q`: when its owner first registered.
     pub const REGISTERED_AT: &str = "at";
     /// An entry of `q`: when its registration expires.

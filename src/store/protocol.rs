@@ -174,9 +174,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// deleted. Returns how many; nothing in keep mode.
     fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>>;
 
-    /// Reads `key` with the server's now. `Ok(None)` if it has no document
-    /// (or only an empty placeholder); a document of foreign shape is a lock
-    /// held by a foreign holder ([`LeaseInfo::foreign`]).
+    /// Reads `key` with the server's now. `Ok(None)` if it has no document;
+    /// a document of foreign shape (a bare `{_id}` too) is a lock held by a
+    /// foreign holder ([`LeaseInfo::foreign`]).
     fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
 
     /// The leases among the next `limit` lock documents with keys greater

@@ -55,30 +55,19 @@ pub(crate) fn live_holders(doc: &Document, server_time: SystemTime) -> Vec<Holde
 }
 
 /// Whether `doc` (as stored or projected) has this crate's shape: an int64
-/// `tok` and a date `exp`. Any other document, except an empty upsert
-/// placeholder, is a lock held by a foreign holder (another application's
-/// lock document, e.g. `{_id, ts, aid}`).
+/// `tok` and a date `exp`. Any other document is a lock held by a foreign
+/// holder (another application's lock document, e.g. `{_id, ts, aid}`, or a
+/// bare `{_id}`, which this crate never leaves: "Document schema" in
+/// `store`).
 pub(crate) fn is_our_shape(doc: &Document) -> bool {
     doc.get_i64(field::TOKEN).is_ok() && doc.get_datetime(field::EXPIRES_AT).is_ok()
 }
 
 /// Field of the reads that report a [`LeaseInfo`]: how many fields the stored
-/// document has (`_id` included), so that an empty document can be told from
-/// a foreign one whose fields are not projected.
+/// document has (`_id` included), so that a force release deletes a foreign
+/// holder's lock only while it has the fields read (a bare `{_id}` only while
+/// still bare).
 pub(crate) const FIELD_COUNT: &str = "nf";
-
-/// Whether `doc` is an empty placeholder (only `_id`): what an upsert starts
-/// from, taken by the next acquire (not a lock). Reads carry their server's
-/// now (`now`) and the stored document's field count ([`FIELD_COUNT`]).
-fn is_placeholder(doc: &Document) -> bool {
-    match doc.get(FIELD_COUNT) {
-        Some(Bson::Int32(n)) => *n <= 1,
-        Some(Bson::Int64(n)) => *n <= 1,
-        _ => doc
-            .keys()
-            .all(|k| k == field::ID || k == "now" || k == FIELD_COUNT),
-    }
-}
 
 /// The owner id shown for a foreign holder: its `aid` if a string, canonical
 /// Extended JSON for another type, empty if absent.
@@ -93,17 +82,15 @@ pub(crate) fn foreign_owner(doc: &Document) -> String {
 /// Reads a lock document (as stored, or as projected with `now`) into the
 /// public [`LeaseInfo`], judged at `server_time`. A document not of our shape
 /// ([`is_our_shape`]) is a lock held by a foreign holder (see
-/// [`LeaseInfo::foreign`]). `None` for an empty placeholder (only `_id`).
-pub(crate) fn lease_info(
-    key: &LeaseKey,
-    doc: &Document,
-    server_time: SystemTime,
-) -> Option<LeaseInfo> {
-    if !is_our_shape(doc) {
-        return (!is_placeholder(doc)).then(|| foreign_info(key, doc, server_time));
-    }
-    let token = doc.get_i64(field::TOKEN).ok()?;
-    let expires_at = doc.get_datetime(field::EXPIRES_AT).ok()?.to_system_time();
+/// [`LeaseInfo::foreign`]), a bare `{_id}` included.
+pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> LeaseInfo {
+    let (Ok(token), Ok(expires_at)) = (
+        doc.get_i64(field::TOKEN),
+        doc.get_datetime(field::EXPIRES_AT),
+    ) else {
+        return foreign_info(key, doc, server_time);
+    };
+    let expires_at = expires_at.to_system_time();
     let renewed_at = doc
         .get_datetime(field::RENEWED_AT)
         .map(|d| d.to_system_time())
@@ -126,7 +113,7 @@ pub(crate) fn lease_info(
     } else {
         (has_lease_id || hold_until.is_some()) && expires_at > server_time
     };
-    Some(LeaseInfo {
+    LeaseInfo {
         key: key.clone(),
         owner_id: doc.get_str(field::OWNER).unwrap_or_default().to_string(),
         fencing_token: token as u64,
@@ -141,7 +128,7 @@ pub(crate) fn lease_info(
         holders,
         hold_until,
         released: !kind.is_multi_holder() && !has_lease_id,
-    })
+    }
 }
 
 /// A foreign holder's lock document as a [`LeaseInfo`], as documented on

@@ -309,3 +309,181 @@ async fn cli_exec_no_wait_exits_75_list_shows_the_foreign_holder_and_release_for
     );
     assert_eq!(stored_bytes(&fx, "job").await, None);
 }
+
+// ----- a bare `{_id}`: a client that locks by an upsert of its `_id` alone --
+
+/// The key such a client locks.
+const BARE: &str = "lock_bare";
+
+/// A client that locks by upserting `_id` alone tries to lock `key`, with
+/// its exact command: `findOneAndUpdate({_id}, {$setOnInsert: {_id}},
+/// upsert, ReturnDocument.Before)`. Returns what it reads back: `None`
+/// means it acquired (it inserted the bare `{_id}`), a document that the
+/// key is held.
+async fn bare_lock(fx: &Fixture, key: &str) -> Option<Document> {
+    fx.raw()
+        .find_one_and_update(doc! { "_id": key }, doc! { "$setOnInsert": { "_id": key } })
+        .upsert(true)
+        .return_document(mongodb::options::ReturnDocument::Before)
+        .await
+        .expect("the other client's lock command")
+}
+
+/// That client releases `key`: `deleteOne({_id})`.
+async fn bare_unlock(fx: &Fixture, key: &str) {
+    let deleted = fx.raw().delete_one(doc! { "_id": key }).await.unwrap();
+    assert_eq!(deleted.deleted_count, 1, "the other client held {key}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_id_lock_is_held_try_acquire_returns_none_and_a_waiter_gets_it_after_its_delete() {
+    let fx = Fixture::new("foreign_bare").await;
+    let (mut options, log) = fx.monitored_options(TTL, "").await;
+    // Polls far apart: within the test, only the change stream's delete
+    // event can wake the waiter.
+    options.retry_initial = Duration::from_secs(3600);
+    options.retry_max = Duration::from_secs(3600);
+    let m = LockManager::connect(options).await.unwrap();
+    assert_eq!(
+        bare_lock(&fx, BARE).await,
+        None,
+        "the other client acquired"
+    );
+    let bare = doc! { "_id": BARE };
+
+    assert!(m.try_acquire(BARE).await.unwrap().is_none());
+    assert_eq!(stored_bytes(&fx, BARE).await, bytes(&bare));
+    let info = m.inspect(BARE).await.unwrap().expect("a foreign lock");
+    assert!(info.held && info.foreign, "{info:?}");
+    assert_eq!((info.owner_id.as_str(), info.fencing_token), ("", 0));
+
+    let acquire = tokio::spawn({
+        let m = m.clone();
+        async move { m.acquire(BARE).await }
+    });
+    // Pending: an attempt after the `try_acquire` found the key held, and
+    // the stream of releases is open (its `aggregate` was answered).
+    let pending = || {
+        let all = log.all();
+        let attempts = all
+            .iter()
+            .filter(|(name, cmd)| {
+                name == "findAndModify"
+                    && cmd
+                        .get_document("query")
+                        .is_ok_and(|q| q.get_str("_id") == Ok(BARE))
+            })
+            .count();
+        let watching = all.iter().any(|(name, reply)| {
+            name == "ok:aggregate"
+                && reply
+                    .get_document("cursor")
+                    .is_ok_and(|c| c.contains_key("id"))
+        });
+        attempts >= 2 && watching
+    };
+    common::eventually("the acquire is pending", WAIT, || async { pending() }).await;
+    assert!(!acquire.is_finished());
+    assert_eq!(stored_bytes(&fx, BARE).await, bytes(&bare));
+
+    bare_unlock(&fx, BARE).await;
+    let lease = tokio::time::timeout(WAIT, acquire)
+        .await
+        .expect("woken by the delete")
+        .unwrap()
+        .unwrap();
+    let doc = fx.doc(BARE).await;
+    assert_eq!(doc.get_str("aid").unwrap(), m.owner_id());
+    assert!(doc.get_i64("tok").is_ok() && doc.get_datetime("exp").is_ok());
+    assert!(!lease.release().await.unwrap().was_lost());
+    shutdown(m).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_exec_no_wait_exits_75_while_a_bare_id_lock_exists_and_runs_once_it_is_deleted() {
+    let fx = Fixture::new("foreign_bare_cli").await;
+    assert_eq!(
+        bare_lock(&fx, BARE).await,
+        None,
+        "the other client acquired"
+    );
+    let bare = doc! { "_id": BARE };
+
+    let out = cli(&fx, &["exec", "--key", BARE, "--no-wait", "--", "true"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(NOT_ACQUIRED),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("foreign holder"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(stored_bytes(&fx, BARE).await, bytes(&bare));
+
+    let out = cli(&fx, &["list", "--json"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = &listed.as_array().unwrap()[0];
+    assert_eq!(
+        (
+            &entry["key"],
+            &entry["owner_id"],
+            &entry["foreign"],
+            &entry["held"]
+        ),
+        (
+            &Value::from(BARE),
+            &Value::from(""),
+            &Value::from(true),
+            &Value::from(true)
+        )
+    );
+
+    bare_unlock(&fx, BARE).await;
+    let out = cli(&fx, &["exec", "--key", BARE, "--no-wait", "--", "true"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bare_id_client_still_locks_a_key_after_mongo_lease_released_it() {
+    let fx = Fixture::new("foreign_bare_after").await;
+    // Keep mode: the released document stays (ours, not bare) until the TTL
+    // monitor deletes it; the client's command reads it back, so that client
+    // sees the key held, and writes nothing.
+    let m = fx.manager(TTL).await;
+    let lease = m.acquire(BARE).await.unwrap();
+    assert!(!lease.release().await.unwrap().was_lost());
+    let released = fx.doc(BARE).await;
+    assert!(released.get_i64("tok").is_ok() && released.get_datetime("exp").is_ok());
+    assert!(!released.contains_key("lid"));
+    let seen = bare_lock(&fx, BARE).await.expect("the released document");
+    assert_eq!(seen, released);
+    assert_eq!(stored_bytes(&fx, BARE).await, bytes(&released));
+    // Ours again at once: a released document is free.
+    let lease = m.try_acquire(BARE).await.unwrap().expect("free");
+    assert!(!lease.release().await.unwrap().was_lost());
+    shutdown(m).await;
+
+    // Delete mode (for clients that lock by insert or upsert and release by
+    // delete): once the release deleted the document, the client locks.
+    let mut options = fx.options(TTL).await;
+    options.release_mode = mongo_lease::ReleaseMode::Delete;
+    let m = LockManager::connect(options).await.unwrap();
+    let key = "lock_bare_deleted";
+    let lease = m.acquire(key).await.unwrap();
+    assert!(!lease.release().await.unwrap().was_lost());
+    // A young lease's document goes by the follow-up delete.
+    common::eventually("the release deleted the document", WAIT, || async {
+        stored_bytes(&fx, key).await.is_none()
+    })
+    .await;
+    assert_eq!(bare_lock(&fx, key).await, None, "the other client acquired");
+    assert!(m.try_acquire(key).await.unwrap().is_none());
+    bare_unlock(&fx, key).await;
+    let lease = m.try_acquire(key).await.unwrap().expect("free again");
+    assert!(!lease.release().await.unwrap().was_lost());
+    shutdown(m).await;
+}

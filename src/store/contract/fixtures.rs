@@ -59,6 +59,10 @@ impl Fixture for MemoryFixture {
         self.db.put_foreign(key, owner);
     }
 
+    async fn put_bare(&self, key: impl Into<LeaseKey>) {
+        self.db.put_bare(key);
+    }
+
     async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool {
         let key = &key.into();
         self.db.foreign(key).is_some() && self.db.doc(key).is_none()
@@ -426,6 +430,24 @@ impl Fixture for MongoFixture {
             .insert_one(written.clone())
             .await
             .expect("insert a foreign document");
+        self.foreign.lock().unwrap().insert(key, written);
+    }
+
+    async fn put_bare(&self, key: impl Into<LeaseKey>) {
+        let key = key.into();
+        // The lock command of a client that upserts `_id` alone: `None`
+        // before means acquired.
+        let before = self
+            .raw_collection()
+            .find_one_and_update(
+                doc! { "_id": key.to_bson() },
+                doc! { "$setOnInsert": { "_id": key.to_bson() } },
+            )
+            .upsert(true)
+            .await
+            .expect("the other application's upsert");
+        assert_eq!(before, None, "the other application acquired {key:?}");
+        let written = doc! { "_id": key.to_bson() };
         self.foreign.lock().unwrap().insert(key, written);
     }
 

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::{Fixture, lease, take};
-use crate::store::Store;
+use super::{Fixture, TTL, lease, take};
+use crate::LeaseKind;
+use crate::kind::LeaseShape;
+use crate::store::{AcquireOutcome, Store};
 
 pub(super) async fn inspect_and_list_show_a_foreign_lock_as_held_by_its_foreign_holder<
     F: Fixture,
@@ -96,4 +98,74 @@ pub(super) async fn release_by_owner_never_touches_a_foreign_document_with_the_s
     assert!(!a.set_payload(stray, payload).await.unwrap());
     assert!(f.foreign_unchanged("f").await);
     assert_eq!(a.release(vec![l]).await.unwrap(), 0, "released already");
+}
+
+/// A bare `{_id}` (another application's lock by an upsert of `_id` alone,
+/// released by a delete) is never taken, by any kind of acquisition, nor
+/// marked; reads show it held by a foreign holder of owner id `""`, and a
+/// force release deletes it.
+pub(super) async fn a_bare_id_document_is_a_foreign_holders_lock_of_every_kind<F: Fixture>(f: &F) {
+    let a = f.store("a").await;
+    f.put_bare("b").await;
+    let foreign = AcquireOutcome::Held {
+        holder: String::new(),
+        remaining: None,
+        token: None,
+    };
+    let shapes = [
+        LeaseShape::default(),
+        LeaseShape {
+            kind: LeaseKind::Exclusive,
+            hold_at_least: Some(Duration::from_secs(1)),
+        },
+        LeaseShape {
+            kind: LeaseKind::Shared,
+            hold_at_least: None,
+        },
+        LeaseShape {
+            kind: LeaseKind::Permit { permits: 2 },
+            hold_at_least: None,
+        },
+    ];
+    for shape in shapes {
+        for waiting in [false, true] {
+            let outcome = a
+                .acquire_shaped("b".into(), Uuid::new_v4(), waiting, TTL, shape)
+                .await
+                .unwrap();
+            assert_eq!(outcome, foreign, "{shape:?}, waiting: {waiting}");
+            assert!(
+                f.foreign_unchanged("b").await,
+                "{shape:?}, waiting: {waiting}"
+            );
+        }
+    }
+    assert_eq!(a.release_owner(Vec::new()).await.unwrap(), 0);
+    assert_eq!(a.release_by_owner(String::new()).await.unwrap(), 0);
+    assert_eq!(
+        a.release(vec![lease("b", Uuid::new_v4())]).await.unwrap(),
+        0
+    );
+    assert!(f.foreign_unchanged("b").await);
+
+    let info = a
+        .inspect("b".into())
+        .await
+        .unwrap()
+        .expect("a foreign lock");
+    assert!(info.held && info.foreign, "{info:?}");
+    assert_eq!((info.owner_id.as_str(), info.fencing_token), ("", 0));
+    assert_eq!(info.expires_at, info.server_time, "expiry unknown");
+    let (page, _) = a.list(None, 10).await.unwrap();
+    let seen: Vec<_> = page
+        .iter()
+        .map(|i| (i.key.clone(), i.owner_id.as_str(), i.held, i.foreign))
+        .collect();
+    assert_eq!(seen, [(info.key.clone(), "", true, true)]);
+
+    let before = a.force_release("b".into()).await.unwrap();
+    let before = before.expect("the bare lock, as it was");
+    assert!(before.foreign && before.held && before.owner_id.is_empty());
+    assert_eq!(f.raw("b").await, None);
+    take(&a, "b").await;
 }

@@ -109,6 +109,11 @@ trait Fixture: Sized {
     /// ts: now, aid: owner}` (a foreign holder's lock).
     async fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str);
 
+    /// Another application locks `key` by an upsert of its `_id` alone,
+    /// leaving a bare `{_id: key}` (a foreign holder's lock with neither `aid`
+    /// nor `ts`; [`Fixture::foreign_unchanged`] checks it too).
+    async fn put_bare(&self, key: impl Into<LeaseKey>);
+
     /// Whether `key` still has the foreign holder's lock document written
     /// by [`Fixture::put_foreign`], unchanged.
     async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool;
@@ -354,6 +359,7 @@ contract!(
     foreign::inspect_and_list_show_a_foreign_lock_as_held_by_its_foreign_holder,
     foreign::force_release_deletes_a_foreign_lock,
     foreign::release_by_owner_never_touches_a_foreign_document_with_the_same_aid,
+    foreign::a_bare_id_document_is_a_foreign_holders_lock_of_every_kind,
     // Delete-on-release mode and release by owner.
     compat::delete_mode_release_deletes_the_document_once_its_token_is_old_enough,
     compat::delete_mode_release_of_a_lost_lease_deletes_nothing,

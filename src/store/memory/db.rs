@@ -208,13 +208,14 @@ impl MemoryDb {
     }
 
     /// A foreign holder's lock as a [`LeaseInfo`] judged at `now`, as
-    /// `MongoStore` reads `{_id, ts, aid}`.
+    /// `MongoStore` reads `{_id, ts, aid}` (a bare `{_id}`: owner id `""`,
+    /// written at `now`).
     pub fn foreign_info(&self, key: &LeaseKey, foreign: &Foreign, now: Instant) -> LeaseInfo {
-        let written = self.system_time(foreign.written);
+        let written = self.system_time(foreign.written.unwrap_or(now));
         let now = self.system_time(now);
         LeaseInfo {
             key: key.clone(),
-            owner_id: foreign.owner.clone(),
+            owner_id: foreign.owner.clone().unwrap_or_default(),
             fencing_token: 0,
             acquired_at: written,
             renewed_at: written,
@@ -467,13 +468,29 @@ impl MemoryDb {
     /// `owner`, `ts` = now): acquire reports it held with no known expiry,
     /// renew, release and release by owner never match it.
     pub fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str) {
-        let key = key.into();
+        self.put_foreign_doc(
+            key.into(),
+            Foreign {
+                owner: Some(owner.to_string()),
+                written: Some(Instant::now()),
+            },
+        );
+    }
+
+    /// Occupies `key` with a bare `{_id}` (a lock by upsert of `_id` alone,
+    /// released by a delete): a foreign holder's lock as
+    /// [`MemoryDb::put_foreign`]'s, of owner id `""` and no `ts`.
+    pub fn put_bare(&self, key: impl Into<LeaseKey>) {
+        let bare = Foreign {
+            owner: None,
+            written: None,
+        };
+        self.put_foreign_doc(key.into(), bare);
+    }
+
+    fn put_foreign_doc(&self, key: LeaseKey, foreign: Foreign) {
         let mut coll = lock(&self.inner);
         coll.docs.remove(&key);
-        let foreign = Foreign {
-            owner: owner.to_string(),
-            written: Instant::now(),
-        };
         coll.foreign.insert(key, foreign);
         drop(coll);
         self.touch();

@@ -257,11 +257,12 @@ impl Doc {
     }
 }
 
-/// A foreign holder's lock document (another application's `{_id, ts, aid}`).
+/// A foreign holder's lock document (another application's `{_id, ts, aid}`,
+/// or a bare `{_id}`: neither field).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Foreign {
     /// `aid`: the other application's owner id.
-    pub owner: String,
+    pub owner: Option<String>,
     /// `ts`: when it was written.
-    pub written: Instant,
+    pub written: Option<Instant>,
 }

@@ -39,7 +39,8 @@
 //!   **delete_released(keys)** deletes released documents of `keys` (no lease
 //!   id, not yielded) acquired that long ago.
 //! - A **foreign holder's lock** ([`MemoryDb::put_foreign`], another
-//!   application's `{_id, ts, aid}`) is never modified: acquire reports it
+//!   application's `{_id, ts, aid}`; [`MemoryDb::put_bare`], a bare `{_id}`,
+//!   whose `aid` reads as `""`) is never modified: acquire reports it
 //!   `Held { holder: aid, remaining: None, token: None }`, renew, release and
 //!   release_owner never match it, reads show it held by a foreign holder,
 //!   and only force release (or [`MemoryDb::delete`]) deletes it, announcing

@@ -54,8 +54,13 @@ impl Reread<'_> {
             ..
         } = *self;
         if let Some(foreign) = coll.foreign.get(key) {
-            let doc =
-                doc! { field::OWNER: &foreign.owner, field::RENEWED_AT: date(foreign.written) };
+            let mut doc = Document::new();
+            if let Some(owner) = &foreign.owner {
+                doc.insert(field::OWNER, owner);
+            }
+            if let Some(written) = foreign.written {
+                doc.insert(field::RENEWED_AT, date(written));
+            }
             return Some(replies::from_reread(replies::classify(
                 key, owner, lease_id, &doc,
             )));

@@ -65,7 +65,7 @@ pub(super) fn apply_acquire(
     let queues = !coll.in_documents;
     if let Some(foreign) = coll.foreign.get(key) {
         return Ok(AcquireOutcome::Held {
-            holder: foreign.owner.clone(),
+            holder: foreign.owner.clone().unwrap_or_default(),
             remaining: None,
             token: None,
         });

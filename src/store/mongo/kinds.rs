@@ -9,7 +9,7 @@
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
-use super::pipeline::{bson_lease_id, fresh_document, next_token, our_shape};
+use super::pipeline::{bson_lease_id, inserted, next_token, our_shape};
 use crate::LeaseKind;
 use crate::key::LeaseKey;
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED};
@@ -92,9 +92,9 @@ fn stored_permits(permits: u32) -> i32 {
 
 /// The acquire update of a shared lease or a permit ([`LeaseKind::Shared`],
 /// [`LeaseKind::Permit`]): one `$replaceWith` over the key's document, as
-/// the exclusive acquire (an upsert on `_id` alone, docs/mongodb-behaviour.md,
-/// B1), that appends this holder's entry `{aid, lid, tok, acq, ts, exp}` to
-/// `hs` if it wins (see "Shared and semaphore keys" in `store`), dropping the
+/// the exclusive acquire (an upsert on `upsert_filter`,
+/// docs/mongodb-behaviour.md, B1, B29), that appends this holder's entry
+/// `{aid, lid, tok, acq, ts, exp}` to `hs` if it wins (see "Shared and semaphore keys" in `store`), dropping the
 /// expired entries, and otherwise returns the document unchanged (no write,
 /// B2). A retry (an entry of this lease id and owner id) renews that entry
 /// and keeps its token. The top fields then describe the key: `aid`, `tok`,
@@ -143,7 +143,7 @@ pub(in crate::store::mongo) fn multi_acquire_pipeline(
         ]},
     };
     let wins = doc! { "$or": [
-        fresh_document(),
+        inserted(),
         mine.clone(),
         { "$and": [
             our_shape(),

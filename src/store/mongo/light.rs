@@ -14,7 +14,7 @@
 //! (docs/mongodb-behaviour.md, B25). A light form applies only where its
 //! result is the general form's, and tells when it did not apply:
 //!
-//! * **acquire**: the upsert on `_id` alone (B1) of a new document, or of
+//! * **acquire**: the upsert on `{_id, _ins: null}` (B1, B29) of a new document, or of
 //!   an expired one of our shape with no queue, no holders, no permits, no
 //!   exclusive waiter's mark, not under another lease id of ours and not
 //!   yielded by this owner: the general pipeline's "wins" narrowed, with
@@ -28,7 +28,8 @@
 //! * **handoff** to a local waiter: the same narrowing of the handoff's
 //!   conditions, and the general update's acquisition branch.
 //!
-//! Each filters on `_id` alone (the server's fast path, B26) and carries
+//! The release and the handoff filter on `_id` alone (the server's fast
+//! path, B26), the acquire on `{_id, _ins: null}` (B29); each carries
 //! its conditions in one `$replaceWith` that leaves any other document
 //! unchanged; the lease ids are `let` variables, so each update is encoded
 //! once per TTL ([`Updates`]).
@@ -54,7 +55,7 @@ use uuid::Uuid;
 use super::handle::{MongoStore, is_duplicate_key};
 use super::kinds::{Released, holder_filter};
 use super::ops::retried;
-use super::pipeline::{bson_lease_id, fresh_document, key_filter, next_token, our_shape};
+use super::pipeline::{bson_lease_id, inserted, key_filter, next_token, our_shape, upsert_filter};
 use super::plain::{update_command, update_counts};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
@@ -151,7 +152,7 @@ pub(super) fn acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
         field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
     };
     vec![doc! { "$replaceWith": { "$cond": [
-        { "$or": [fresh_document(), free] },
+        { "$or": [inserted(), free] },
         acquired,
         "$$ROOT",
     ]}}]
@@ -279,6 +280,11 @@ fn raw_key_filter(key: &LeaseKey) -> Result<RawDocumentBuf> {
     RawDocumentBuf::from_document(&key_filter(key)).map_err(encoding)
 }
 
+/// [`upsert_filter`] of `key`, encoded: the light acquire's filter.
+fn raw_upsert_filter(key: &LeaseKey) -> Result<RawDocumentBuf> {
+    RawDocumentBuf::from_document(&upsert_filter(key)).map_err(encoding)
+}
+
 /// The `let` variables `vars` (name, lease id), encoded.
 fn raw_lets(vars: &[(&str, Uuid)]) -> RawDocumentBuf {
     let mut lets = RawDocumentBuf::new();
@@ -351,7 +357,11 @@ impl MongoStore {
     ) -> Result<Option<Document>> {
         let mut command = RawDocumentBuf::new();
         command.append("findAndModify", self.coll().name());
-        command.append("query", raw_key_filter(key)?);
+        let query = match form {
+            Form::Acquire => raw_upsert_filter(key)?,
+            Form::Release | Form::HandOver => raw_key_filter(key)?,
+        };
+        command.append("query", query);
         command.append("update", self.updates().get(form, self.owner(), ttl_ms)?);
         command.append("fields", raw_light_projection());
         command.append("new", true);

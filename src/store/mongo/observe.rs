@@ -161,12 +161,8 @@ impl Observer {
         let doc = found.map(|mut d| {
             d.remove("now");
             // As stored (the field count is not a field), so that the state
-            // compares equal to a change event's full document; except for a
-            // foreign document none of whose fields is projected, which
-            // would otherwise read as an empty placeholder.
-            if d.len() > 2 || d.get_i32(FIELD_COUNT).is_ok_and(|n| n <= 1) {
-                d.remove(FIELD_COUNT);
-            }
+            // compares equal to a change event's full document.
+            d.remove(FIELD_COUNT);
             d
         });
         // Without a document there is no `$$NOW`; the local clock only matters
@@ -180,7 +176,7 @@ impl Observer {
         let info = self
             .doc
             .as_ref()
-            .and_then(|d| lease_info(&self.key, d, server_time));
+            .map(|d| lease_info(&self.key, d, server_time));
         let held = info.as_ref().is_some_and(|i| i.held);
         // A foreign holder's lock has no expiry to check: its deletion is an event.
         // A shared or semaphore key changes when its first holder expires.

@@ -24,7 +24,7 @@ use super::observe::observe;
 use super::pipeline::{
     acquire_pipeline, acquire_projection, foreign_filter, id_index, info_projection, key_filter,
     key_write, keys_filter, list_min, owner_filter, payload_filter, payload_update, projected_info,
-    read_lease_id, release_events_pipeline,
+    read_lease_id, release_events_pipeline, upsert_filter,
 };
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
@@ -131,7 +131,7 @@ impl MongoStore {
         let attempt = self
             .bounded(
                 self.coll()
-                    .find_one_and_update(key_filter(&key), update)
+                    .find_one_and_update(upsert_filter(&key), update)
                     .upsert(true)
                     .return_document(ReturnDocument::After)
                     .projection(projection.clone()),

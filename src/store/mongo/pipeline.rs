@@ -23,9 +23,23 @@ pub(super) fn key_filter(key: &LeaseKey) -> Document {
     doc! { field::ID: key }
 }
 
-/// Whether the document is new: only `_id` (what an upsert starts from).
-pub(in crate::store::mongo) fn fresh_document() -> Document {
-    doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] }
+/// The filter of an acquiring upsert of one key's document: `{_id: key,
+/// _ins: null}`. `null` matches the missing `_ins` of every existing
+/// document, and an insert copies the equality into the new document, so
+/// that [`inserted`] tells it from an existing bare `{_id}` (a foreign
+/// holder's lock; "Document schema" in `store`, docs/mongodb-behaviour.md,
+/// B29).
+pub(in crate::store::mongo) fn upsert_filter(key: &LeaseKey) -> Document {
+    doc! { field::ID: key, field::INSERTED: Bson::Null }
+}
+
+/// Whether the upsert of [`upsert_filter`] is inserting the document: it
+/// holds only `_id` and `_ins: null` (an existing document has no `_ins`).
+pub(in crate::store::mongo) fn inserted() -> Document {
+    doc! { "$and": [
+        { "$eq": [{ "$type": format!("${}", field::INSERTED) }, "null"] },
+        { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 2] },
+    ]}
 }
 
 /// Whether the document has this crate's shape: a date `exp` and an int64
@@ -48,13 +62,14 @@ pub(in crate::store::mongo) fn next_token() -> Document {
 
 /// The acquire update: one round trip, never an error when the key is held.
 ///
-/// An upsert on `_id` alone (an `$expr` is refused in an upsert filter on 6.0,
+/// An upsert on [`upsert_filter`] (an `$expr` is refused in an upsert filter on 6.0,
 /// docs/mongodb-behaviour.md, B1) whose pipeline replaces the document only
-/// if this acquisition (`owner`, `lease_id`) wins: the document is new (only
-/// `_id`), already ours under this lease id and owner id (a retry), or ours in shape,
+/// if this acquisition (`owner`, `lease_id`) wins: the document is new
+/// ([`inserted`]), already ours under this lease id and owner id (a retry), or ours in shape,
 /// expired by `$$NOW`, and not yielded by this owner to a waiting one.
 /// Otherwise the document is returned unchanged (no oplog entry,
-/// docs/mongodb-behaviour.md, B2), including a document of foreign shape;
+/// docs/mongodb-behaviour.md, B2), including a document of foreign shape
+/// (a bare `{_id}` too);
 /// except that a `waiting` attempt on a lease held by another owner records
 /// `wt` if it is not set yet (one write per holding period). A new
 /// acquisition expires `ttl_ms` after `$$NOW`.
@@ -80,7 +95,7 @@ pub(in crate::store::mongo) fn acquire_pipeline(
 ) -> Vec<Document> {
     let lid = bson_lease_id(lease_id);
     let lid_waiting = lid.clone();
-    let fresh = fresh_document();
+    let fresh = inserted();
     let same_owner = doc! { "$eq": [format!("${}", field::OWNER), { "$literal": owner }] };
     // A retry: this lease id and owner id. A document another application
     // rewrote to another owner (keeping `lid`) is not ours any more.
@@ -180,8 +195,9 @@ pub(super) fn acquire_projection() -> Document {
 
 /// The projection of reads that report a [`LeaseInfo`]: every field of the
 /// schema, the server's `$$NOW`, and the stored document's number of fields
-/// ([`FIELD_COUNT`], which tells an empty placeholder from a foreign holder's
-/// document with none of our fields; docs/mongodb-behaviour.md, B11).
+/// ([`FIELD_COUNT`]: a force release deletes a foreign holder's lock only
+/// while it has as many fields as read, [`foreign_filter`];
+/// docs/mongodb-behaviour.md, B11).
 pub(super) fn info_projection() -> Document {
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::ACQUIRED_AT: 1,
@@ -193,10 +209,10 @@ pub(super) fn info_projection() -> Document {
 
 /// Reads a document projected with [`info_projection`] into a [`LeaseInfo`]
 /// judged at its `now` (a foreign holder's lock for a document of foreign
-/// shape). `None` without `now` or for an empty placeholder.
+/// shape, a bare `{_id}` included). `None` without `now`.
 pub(super) fn projected_info(key: &LeaseKey, doc: &Document) -> Option<LeaseInfo> {
     let now = doc.get_datetime("now").ok()?.to_system_time();
-    lease_info(key, doc, now)
+    Some(lease_info(key, doc, now))
 }
 
 /// Every lease held under `owner`, except those with a lease id in `except`.
@@ -292,8 +308,9 @@ pub(super) fn keys_filter(keys: &[LeaseKey]) -> Document {
 
 /// A foreign holder's lock document `found` (as read by an info read) under
 /// `key`, only while it is still of foreign shape with the `aid` and `ts` it
-/// had: the filter of a force release's delete, so that a concurrent change
-/// is not clobbered.
+/// had and as many fields ([`FIELD_COUNT`]; a bare `{_id}` only while still
+/// bare): the filter of a force release's delete, so that a concurrent
+/// change is not clobbered.
 pub(super) fn foreign_filter(key: &LeaseKey, found: &Document) -> Document {
     let same = |name: &str| match found.get(name) {
         Some(value) => {
@@ -301,9 +318,16 @@ pub(super) fn foreign_filter(key: &LeaseKey, found: &Document) -> Document {
         }
         None => doc! { name: { "$exists": false } },
     };
+    let mut same_fields = vec![same(field::OWNER), same(field::RENEWED_AT)];
+    if let Some(count) = found.get(FIELD_COUNT) {
+        same_fields.push(doc! { "$expr": { "$eq": [
+            { "$size": { "$objectToArray": "$$ROOT" } },
+            { "$literal": count.clone() },
+        ]}});
+    }
     doc! {
         field::ID: key.to_bson(),
-        "$and": [same(field::OWNER), same(field::RENEWED_AT)],
+        "$and": same_fields,
         "$nor": [{ field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } }],
     }
 }

@@ -39,8 +39,8 @@
 //!
 //! Before creating the TTL index on `exp` (only when it does not exist yet),
 //! `prepare` looks for one document that is not a lock document: neither of
-//! this crate's shape (`tok` int64 and `exp` date), nor a placeholder (only an
-//! `_id`), nor the common lock pattern's (`aid` present and `ts` a date). If
+//! this crate's shape (`tok` int64 and `exp` date), nor a bare `{_id}` (a lock
+//! by an upsert of `_id` alone), nor the common lock pattern's (`aid` present and `ts` a date). If
 //! there is one, the collection is refused: it is probably a data collection
 //! named by mistake, and the TTL index would delete its documents that happen
 //! to have an `exp` date. The query (`limit 1`, projecting `_id`) uses no
@@ -282,7 +282,7 @@ impl MongoStore {
 }
 
 /// The filter of a document that is neither of this crate's shape (`tok`
-/// int64 and `exp` date), nor a placeholder (only `_id`), nor the common lock
+/// int64 and `exp` date), nor a bare `{_id}` (a foreign lock), nor the common lock
 /// pattern's (`aid` present and `ts` a date).
 fn not_a_lock_document() -> Document {
     doc! { "$nor": [

@@ -365,7 +365,7 @@ impl DocumentStore {
             return Ok(None);
         };
         Ok(lock_view(&self.paths, &found, Bson::DateTime(now))
-            .and_then(|view| lease_info(&key, &view, now.to_system_time())))
+            .map(|view| lease_info(&key, &view, now.to_system_time())))
     }
 
     /// A change stream of the writes that may change who holds a document's

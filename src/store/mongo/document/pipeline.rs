@@ -173,15 +173,13 @@ pub(super) fn acquire_projection() -> Document {
 /// (`classify`, `lease_info`) read a lock document, with `now`: `F`'s fields
 /// if it is a document; otherwise (a value of foreign shape) a document
 /// without our fields, which they read as a foreign holder's lock. `None`
-/// if the document has no `F`. Carries a field count above one, so that an
-/// empty `F` (`{}`) is a foreign holder's, not an empty placeholder.
+/// if the document has no `F`. An empty `F` (`{}`) is a foreign holder's.
 pub(super) fn lock_view(paths: &Paths, document: &Document, now: Bson) -> Option<Document> {
     let mut view = match document.get(paths.field())? {
         Bson::Document(lock) => lock.clone(),
         _ => Document::new(),
     };
     view.insert("now", now);
-    view.insert(crate::store::FIELD_COUNT, 2_i32);
     Some(view)
 }
 
@@ -461,12 +459,12 @@ mod tests {
         let ours = doc! { "_id": "k", "x": 1, "_lease": { "tok": 3_i64 } };
         assert_eq!(
             lock_view(&paths(), &ours, now.clone()),
-            Some(doc! { "tok": 3_i64, "now": now.clone(), "nf": 2 })
+            Some(doc! { "tok": 3_i64, "now": now.clone() })
         );
         let foreign = doc! { "_id": "k", "_lease": "mine, hands off" };
         assert_eq!(
             lock_view(&paths(), &foreign, now.clone()),
-            Some(doc! { "now": now.clone(), "nf": 2 })
+            Some(doc! { "now": now.clone() })
         );
         assert_eq!(lock_view(&paths(), &doc! { "_id": "k" }, now), None);
     }

@@ -48,7 +48,7 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
     );
     let cond = at(body, "$let.in.$cond").as_array().unwrap();
     let wins = cond[0].as_document().unwrap();
-    assert_eq!(at(wins, "$or.0"), &bson(fresh_document()));
+    assert_eq!(at(wins, "$or.0"), &bson(inserted()));
     assert_eq!(
         at(wins, "$or.1"),
         &bson(doc! { "$gt": [{ "$size": "$$mine" }, 0] })

@@ -51,7 +51,7 @@ use super::super::batch::Batcher;
 use super::super::handle::MongoStore;
 use super::super::pipeline::bson_lease_id;
 use super::super::plain::{update_reply, update_statements};
-use super::{Form, LID, raw_key_filter, raw_lets};
+use super::{Form, LID, raw_key_filter, raw_lets, raw_upsert_filter};
 use crate::error::Error;
 use crate::key::LeaseKey;
 use crate::store::{LeaseRef, field};
@@ -195,7 +195,7 @@ impl MongoStore {
         let mut statements = RawArrayBuf::new();
         for request in requests {
             let (Ok(filter), Ok(update)) = (
-                raw_key_filter(&request.key),
+                raw_upsert_filter(&request.key),
                 self.updates()
                     .get(Form::Acquire, self.owner(), request.ttl_ms),
             ) else {

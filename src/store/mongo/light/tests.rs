@@ -250,6 +250,8 @@ async fn where_the_light_acquire_does_not_apply_it_changes_nothing_and_the_key_i
         ),
         // Another application's document.
         doc! { "_id": "foreign", "owner": "x", "until": at(-5) },
+        // Another application's lock by an upsert of `_id` alone.
+        doc! { "_id": "bare" },
     ];
     for state in states {
         let key = state.get_str("_id").unwrap().to_string();
@@ -458,11 +460,20 @@ async fn a_batched_acquire_leaves_a_held_key_unchanged_and_a_stale_write_under_i
         key: "stale".into(),
         lease_id: stale_id,
     });
+    // Another application's lock by an upsert of `_id` alone.
+    let bare = doc! { "_id": "bare" };
+    env.put(bare.clone()).await;
+    all.push(LeaseRef {
+        key: "bare".into(),
+        lease_id: Uuid::new_v4(),
+    });
     let tokens = acquire_all(&env, &all).await;
     assert!(tokens[..3].iter().all(Option::is_some), "{tokens:?}");
     assert_eq!(tokens[3], None, "held by b");
     assert_eq!(tokens[4], None, "not taken as this write's");
+    assert_eq!(tokens[5], None, "held by a foreign holder");
     assert_eq!(env.get("held").await.unwrap(), held, "unchanged");
+    assert_eq!(env.get("bare").await.unwrap(), bare, "unchanged");
     // The general form then renews it as a retry, for a whole TTL.
     let outcome = env.acquire_general("stale", stale_id).await;
     assert!(

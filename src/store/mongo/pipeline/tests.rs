@@ -158,7 +158,7 @@ fn acquire_takes_the_lease_by_server_time_and_drops_the_last_acquisitions_fields
 }
 
 #[test]
-fn acquire_wins_on_a_fresh_document_a_retry_or_an_expired_lease_not_yielded_by_us_nor_kept_for_the_queue()
+fn acquire_wins_on_a_document_it_inserts_a_retry_or_an_expired_lease_not_yielded_by_us_nor_kept_for_the_queue()
  {
     let (wins, _, _) = acquire_parts(false);
     let our_shape = doc! { "$and": [
@@ -172,7 +172,12 @@ fn acquire_wins_on_a_fresh_document_a_retry_or_an_expired_lease_not_yielded_by_u
     assert_eq!(
         wins,
         doc! { "$or": [
-            { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] },
+            // Inserting: `_ins: null` (from the filter) and `_id` only; an
+            // existing bare `{_id}` is a foreign holder's lock.
+            { "$and": [
+                { "$eq": [{ "$type": "$_ins" }, "null"] },
+                { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 2] },
+            ]},
             mine_condition(),
             { "$and": [
                 our_shape,
@@ -551,7 +556,8 @@ fn a_foreign_lock_is_deleted_only_while_it_is_the_document_read() {
             "$nor": [{ "tok": { "$type": "long" }, "exp": { "$type": "date" } }],
         }
     );
-    let bare = doc! { "_id": "k", "now": ts };
+    // A bare `{_id}` (as read: one field), deleted only while still bare.
+    let bare = doc! { "_id": "k", "now": ts, "nf": 1 };
     assert_eq!(
         foreign_filter(&"k".into(), &bare)
             .get_array("$and")
@@ -559,6 +565,10 @@ fn a_foreign_lock_is_deleted_only_while_it_is_the_document_read() {
         &vec![
             Bson::from(doc! { "aid": { "$exists": false } }),
             Bson::from(doc! { "ts": { "$exists": false } }),
+            Bson::from(doc! { "$expr": { "$eq": [
+                { "$size": { "$objectToArray": "$$ROOT" } },
+                { "$literal": 1 },
+            ]}}),
         ]
     );
 }
@@ -609,4 +619,30 @@ fn release_by_owner_matches_unreleased_documents_of_our_shape_only() {
             "exp": { "$type": "date" },
         }
     );
+}
+
+#[tokio::test]
+async fn a_force_releases_delete_takes_a_bare_lock_only_while_it_is_still_bare() {
+    let db = super::super::handle::shared_test_db().await;
+    let coll = db.collection::<Document>(&crate::testkit::unique_name("bare"));
+    coll.insert_one(doc! { "_id": "k" }).await.unwrap();
+    let found = coll
+        .find_one(doc! { "_id": "k" })
+        .projection(info_projection())
+        .await
+        .unwrap()
+        .expect("the bare lock");
+    let filter = foreign_filter(&"k".into(), &found);
+    // Another client's field since the read: not the lock read any more.
+    let changed = doc! { "$set": { "holder": "y" } };
+    coll.update_one(doc! { "_id": "k" }, changed).await.unwrap();
+    let deleted = coll.delete_one(filter.clone()).await.unwrap();
+    assert_eq!(deleted.deleted_count, 0);
+    let bare_again = doc! { "$unset": { "holder": "" } };
+    coll.update_one(doc! { "_id": "k" }, bare_again)
+        .await
+        .unwrap();
+    let deleted = coll.delete_one(filter).await.unwrap();
+    assert_eq!(deleted.deleted_count, 1);
+    coll.drop().await.unwrap();
 }
