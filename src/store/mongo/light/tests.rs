@@ -402,6 +402,23 @@ fn leases(prefix: &str, n: usize) -> Vec<LeaseRef> {
         .collect()
 }
 
+/// `leases` acquired for a scenario's setup: the light acquires asked for
+/// at once, and the general form for any the batch left to it (its
+/// freshness bound is strict, and a slow machine can make it refuse).
+async fn take_all(env: &Env, leases: &[LeaseRef]) {
+    let tokens = acquire_all(env, leases).await;
+    for (lease, token) in leases.iter().zip(tokens) {
+        if token.is_none() {
+            let key = lease.key.as_str().unwrap();
+            let outcome = env.acquire_general(key, lease.lease_id).await;
+            assert!(
+                matches!(outcome, AcquireOutcome::Acquired { .. }),
+                "{outcome:?}"
+            );
+        }
+    }
+}
+
 /// The light acquires of `leases`, asked for at once (one task).
 async fn acquire_all(env: &Env, leases: &[LeaseRef]) -> Vec<Option<u64>> {
     let acquires = leases
@@ -428,10 +445,12 @@ async fn light_acquires_asked_for_while_one_is_in_flight_go_in_one_update_and_on
     for (lease, token) in leases.iter().zip(&tokens) {
         let doc = env.get(lease.key.as_str().unwrap()).await.unwrap();
         assert_acquired(&doc, lease.lease_id);
-        assert_eq!(
-            Some(doc.get_i64(field::TOKEN).unwrap() as u64),
-            *token,
-            "{doc}"
+        // `None`: the `find` ran too late for its freshness bound to tell
+        // this write from an earlier one (a slow machine), so the key is
+        // left to the general form; never a token that is not the write's.
+        assert!(
+            token.is_none_or(|t| t == doc.get_i64(field::TOKEN).unwrap() as u64),
+            "{token:?} {doc}"
         );
     }
     env.drop().await;
@@ -468,7 +487,23 @@ async fn a_batched_acquire_leaves_a_held_key_unchanged_and_a_stale_write_under_i
         lease_id: Uuid::new_v4(),
     });
     let tokens = acquire_all(&env, &all).await;
-    assert!(tokens[..3].iter().all(Option::is_some), "{tokens:?}");
+    // A free key is acquired by the batch, unless the `find` ran late enough
+    // that its freshness bound cannot tell this write from an earlier one
+    // (a slow machine): then it is left to the general form, which wins it
+    // as a retry under the same lease id. Either way it is ours.
+    for (i, (lease, token)) in all[..3].iter().zip(&tokens).enumerate() {
+        let general = match token {
+            Some(_) => None,
+            None => Some(
+                env.acquire_general(&format!("free{i}"), lease.lease_id)
+                    .await,
+            ),
+        };
+        assert!(
+            token.is_some() || matches!(general, Some(AcquireOutcome::Acquired { .. })),
+            "{tokens:?} {general:?}"
+        );
+    }
     assert_eq!(tokens[3], None, "held by b");
     assert_eq!(tokens[4], None, "not taken as this write's");
     assert_eq!(tokens[5], None, "held by a foreign holder");
@@ -494,7 +529,7 @@ async fn a_batched_acquire_leaves_a_held_key_unchanged_and_a_stale_write_under_i
 async fn light_releases_asked_for_together_release_each_lease_and_report_a_lost_one_lost() {
     let env = Env::new().await;
     let leases = leases("r", 6);
-    assert!(acquire_all(&env, &leases).await.iter().all(Option::is_some));
+    take_all(&env, &leases).await;
     // r1: taken over by another owner; r2: another owner waits for it.
     env.raw()
         .update_one(
@@ -547,7 +582,7 @@ async fn light_releases_asked_for_together_release_each_lease_and_report_a_lost_
 async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
     let env = Env::new().await;
     let leases = leases("f", 4);
-    assert!(acquire_all(&env, &leases).await.iter().all(Option::is_some));
+    take_all(&env, &leases).await;
     // f2: force released by an operator (`lid` removed, `aid` kept), as
     // by `release --force`.
     let forced = env
