@@ -310,7 +310,8 @@ async fn a_permit_found_only_by_a_re_read_is_granted_after_a_write_renews_it() {
     let waiter = tokio::spawn(async move { pool.acquire().await });
     a.between_write_and_reread(async || {
         let ours = doc! { "$eq": ["$$this.aid", "reread-permit"] };
-        let aged = doc! { "$mergeObjects": ["$$this", { "exp": { "$add": ["$$NOW", LEFT.as_millis() as i64] } }] };
+        let exp = doc! { "$add": ["$$NOW", LEFT.as_millis() as i64] };
+        let aged = doc! { "$mergeObjects": ["$$this", { "exp": exp }] };
         let result = locks
             .update_one(
                 doc! { "_id": "k", "hs.aid": "reread-permit" },
