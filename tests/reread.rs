@@ -1,14 +1,15 @@
 //! What an acquire's re-read proves, on a real `mongod` with the server's
 //! `failCommand` fail point (a replica set of its own, started with test
-//! commands enabled): a lease handed to a waiting manager's registration
-//! and found only by the re-read after its confirming write failed is
-//! granted only once a write of that manager renewed it, so its local
-//! deadline never outlives the server's expiry.
+//! commands enabled): a lease of ours found only by the re-read after its
+//! acquire's write failed, or applied without an answer, is granted only
+//! once a write of that manager renewed it, so its local deadline never
+//! outlives the server's expiry. So for a lease handed to a waiting
+//! manager's registration, a semaphore's permit and an in-document lease.
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
@@ -20,6 +21,79 @@ use mongodb::event::{EventHandler, command::CommandEvent};
 const LIMIT: Duration = Duration::from_secs(60);
 const TTL: Duration = Duration::from_secs(30);
 const COLLECTION: &str = "reread.locks";
+/// What the tests leave of a lease that an acquire's write applied before
+/// its re-read: as if that write had landed `TTL − LEFT` earlier.
+const LEFT: Duration = Duration::from_secs(5);
+
+/// A replica set of its own whose members run test commands (`failCommand`).
+async fn replica_set() -> ReplicaSet {
+    ReplicaSet::start(
+        ReplicaSetOptions::default()
+            .extra_arg("--setParameter")
+            .extra_arg("enableTestCommands=1"),
+    )
+    .await
+    .expect("a replica set with test commands")
+}
+
+/// Whether a document of a `find`'s reply shows `owner` holding it, at any
+/// depth: as the exclusive acquire projection (`aid`), the shared and
+/// permit one (this acquisition's entry, `me`), or an in-document lease's
+/// lock field in the projected user document.
+fn shows(document: &Document, owner: &str) -> bool {
+    document.get_str("aid") == Ok(owner)
+        || document
+            .values()
+            .any(|value| value.as_document().is_some_and(|inner| shows(inner, owner)))
+}
+
+/// Counts in `finds` the `find` commands of `owner`'s client whose reply
+/// shows a document held by `owner` (a re-read that found its lease).
+fn count_rereads(owner: &str, finds: &AtomicU32, event: &CommandEvent) {
+    if let CommandEvent::Succeeded(done) = event
+        && done.command_name == "find"
+        && done
+            .reply
+            .get_document("cursor")
+            .and_then(|c| c.get_array("firstBatch"))
+            .is_ok_and(|batch| {
+                batch
+                    .iter()
+                    .any(|d| d.as_document().is_some_and(|d| shows(d, owner)))
+            })
+    {
+        finds.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A client of `rs` with app name `owner` (so that a fail point can name
+/// it), whose command events go to `handler`.
+async fn client(
+    rs: &ReplicaSet,
+    owner: &str,
+    handler: impl Fn(CommandEvent) + Send + Sync + 'static,
+) -> mongodb::Client {
+    let mut options = mongodb::options::ClientOptions::parse(rs.uri())
+        .await
+        .unwrap();
+    options.app_name = Some(owner.to_string());
+    options.command_event_handler = Some(EventHandler::callback(handler));
+    mongodb::Client::with_options(options).unwrap()
+}
+
+/// A manager of owner id `owner` (TTL [`TTL`]) on `client`.
+async fn manager_on(client: &mongodb::Client, owner: &str) -> LockManager {
+    LockManager::connect(
+        LockManagerOptions::builder()
+            .database(client.database("app"))
+            .collection(COLLECTION)
+            .owner_id(owner.to_string())
+            .ttl(TTL)
+            .build(),
+    )
+    .await
+    .unwrap()
+}
 
 /// A manager of owner id `owner` on `rs`, through its own client (app name
 /// `owner`, so that a fail point can name it), counting in `finds` the
@@ -29,41 +103,100 @@ async fn manager(
     owner: &str,
     finds: Arc<AtomicU32>,
 ) -> (LockManager, mongodb::Client) {
-    let mut options = mongodb::options::ClientOptions::parse(rs.uri())
-        .await
-        .unwrap();
-    options.app_name = Some(owner.to_string());
     let owner_id = owner.to_string();
-    options.command_event_handler = Some(EventHandler::callback(move |event| {
-        // A re-read (`find`) whose reply shows the key held by this owner.
-        if let CommandEvent::Succeeded(done) = event
-            && done.command_name == "find"
-            && done
-                .reply
-                .get_document("cursor")
-                .and_then(|c| c.get_array("firstBatch"))
-                .is_ok_and(|batch| {
-                    batch.iter().any(|d| {
-                        d.as_document()
-                            .is_some_and(|d| d.get_str("aid") == Ok(owner_id.as_str()))
-                    })
-                })
-        {
-            finds.fetch_add(1, Ordering::SeqCst);
+    let client = client(rs, owner, move |event| {
+        count_rereads(&owner_id, &finds, &event)
+    })
+    .await;
+    (manager_on(&client, owner).await, client)
+}
+
+/// A manager whose acquire write applied without an answer (a write
+/// concern error, [`unanswered_write`]) is held back between that write
+/// and its re-read: the test is told in `applied`, changes the lock
+/// document, then lets it go on (`resume`).
+struct HeldBack {
+    manager: LockManager,
+    client: mongodb::Client,
+    /// The `find`s of the manager that found its lease (its re-reads).
+    finds: Arc<AtomicU32>,
+    applied: tokio::sync::mpsc::UnboundedReceiver<()>,
+    resume: std::sync::mpsc::Sender<()>,
+}
+
+impl HeldBack {
+    /// A manager of owner id `owner` on `rs` (app name `owner`).
+    async fn connect(rs: &ReplicaSet, owner: &str) -> HeldBack {
+        let (applied_tx, applied) = tokio::sync::mpsc::unbounded_channel();
+        let (resume, resume_rx) = std::sync::mpsc::channel::<()>();
+        let resume_rx = Mutex::new(resume_rx);
+        let finds = Arc::new(AtomicU32::new(0));
+        let (owner_id, counted) = (owner.to_string(), finds.clone());
+        let client = client(rs, owner, move |event| {
+            count_rereads(&owner_id, &counted, &event);
+            if let CommandEvent::Succeeded(done) = &event
+                && done.command_name == "findAndModify"
+                && done.reply.contains_key("writeConcernError")
+            {
+                let _ = applied_tx.send(());
+                // The driver calls this on the write's task, before the
+                // store sees the error: its re-read waits for the test.
+                let _ = resume_rx.lock().unwrap().recv_timeout(LIMIT);
+            }
+        })
+        .await;
+        let manager = manager_on(&client, owner).await;
+        HeldBack {
+            manager,
+            client,
+            finds,
+            applied,
+            resume,
         }
-    }));
-    let client = mongodb::Client::with_options(options).unwrap();
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
-            .database(client.database("app"))
-            .collection(COLLECTION)
-            .owner_id(owner.to_string())
-            .ttl(TTL)
-            .build(),
-    )
-    .await
-    .unwrap();
-    (manager, client)
+    }
+
+    /// Waits for the write that applied without an answer, runs `change`
+    /// (on the lock document as that write left it), then lets the
+    /// manager's re-read go.
+    async fn between_write_and_reread(&mut self, change: impl AsyncFnOnce()) {
+        tokio::time::timeout(LIMIT, self.applied.recv())
+            .await
+            .expect("the acquire's write applied")
+            .expect("the client's handler");
+        change().await;
+        self.resume.send(()).expect("the held-back write");
+    }
+}
+
+/// The local deadline of a lease (`Lease::deadline`) as a system time.
+fn local_deadline(lease: &mongo_lease::Lease) -> SystemTime {
+    let deadline = lease.deadline().expect("live");
+    SystemTime::now() + deadline.saturating_duration_since(tokio::time::Instant::now())
+}
+
+/// Sets the `failCommand` fail point: the next `findAndModify` of the
+/// client named `app` applies, and answers with a write concern error
+/// (WriteConcernFailed, as on a `wtimeout`; no retryable label, so the
+/// driver does not retry it): its outcome is unknown to the store, which
+/// re-reads.
+async fn unanswered_write(admin: &mongodb::Database, app: &str) {
+    admin
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": {
+                "failCommands": ["findAndModify"],
+                "appName": app,
+                "writeConcernError": {
+                    "code": 64,
+                    "codeName": "WriteConcernFailed",
+                    "errmsg": "waiting for replication timed out",
+                    "errInfo": { "wtimeout": true },
+                },
+            },
+        })
+        .await
+        .expect("the fail point");
 }
 
 /// Sets the `failCommand` fail point: `commands` of the client named
@@ -87,13 +220,7 @@ async fn fail_point(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_lease_found_only_by_a_re_read_is_granted_after_a_write_renews_it() {
-    let rs = ReplicaSet::start(
-        ReplicaSetOptions::default()
-            .extra_arg("--setParameter")
-            .extra_arg("enableTestCommands=1"),
-    )
-    .await
-    .expect("a replica set with test commands");
+    let rs = replica_set().await;
     let admin_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
     let admin = admin_client.database("admin");
     let locks = admin_client
@@ -145,9 +272,7 @@ async fn a_handed_lease_found_only_by_a_re_read_is_granted_after_a_write_renews_
         .expect("granted")
         .unwrap()
         .unwrap();
-    let deadline = lease.deadline().expect("live");
-    let local_deadline =
-        SystemTime::now() + deadline.saturating_duration_since(tokio::time::Instant::now());
+    let local_deadline = local_deadline(&lease);
     let doc = locks.find_one(doc! { "_id": "k" }).await.unwrap().unwrap();
     let exp = doc.get_datetime("exp").unwrap().to_system_time();
     assert_eq!(
@@ -165,4 +290,139 @@ async fn a_handed_lease_found_only_by_a_re_read_is_granted_after_a_write_renews_
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
     common::shut_down(vec![a_client, b_client, admin_client]);
+}
+
+/// A semaphore's permit whose acquire write applied without an answer, its
+/// entry in `hs` then aged (as if written `TTL − LEFT` earlier) before the
+/// re-read found it: granted from the read, the permit's local deadline
+/// would count a full TTL from the attempt's send, past the entry's expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_permit_found_only_by_a_re_read_is_granted_after_a_write_renews_it() {
+    let rs = replica_set().await;
+    let admin_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
+    let admin = admin_client.database("admin");
+    let locks = admin_client
+        .database("app")
+        .collection::<Document>(COLLECTION);
+    let mut a = HeldBack::connect(&rs, "reread-permit").await;
+    unanswered_write(&admin, "reread-permit").await;
+    let pool = a.manager.semaphore("k", 2).unwrap();
+    let waiter = tokio::spawn(async move { pool.acquire().await });
+    a.between_write_and_reread(async || {
+        let ours = doc! { "$eq": ["$$this.aid", "reread-permit"] };
+        let exp = doc! { "$add": ["$$NOW", LEFT.as_millis() as i64] };
+        let aged = doc! { "$mergeObjects": ["$$this", { "exp": exp }] };
+        let result = locks
+            .update_one(
+                doc! { "_id": "k", "hs.aid": "reread-permit" },
+                vec![
+                    doc! { "$set": { "hs": { "$map": {
+                        "input": "$hs", "in": { "$cond": [ours, aged, "$$this"] },
+                    } } } },
+                    doc! { "$set": { "exp": { "$max": "$hs.exp" } } },
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(result.modified_count, 1, "the entry the write applied");
+    })
+    .await;
+
+    let lease = tokio::time::timeout(LIMIT, waiter)
+        .await
+        .expect("granted")
+        .unwrap()
+        .unwrap();
+    assert!(
+        a.finds.load(Ordering::SeqCst) > 0,
+        "a re-read found the entry"
+    );
+    let doc = locks.find_one(doc! { "_id": "k" }).await.unwrap().unwrap();
+    let hs = doc.get_array("hs").unwrap();
+    let [entry] = hs.as_slice() else {
+        panic!("one entry: {doc}");
+    };
+    let entry = entry.as_document().unwrap();
+    assert_eq!(entry.get_str("aid").unwrap(), "reread-permit", "{doc}");
+    assert_eq!(
+        entry.get_i64("tok").unwrap() as u64,
+        lease.fencing_token(),
+        "{doc}"
+    );
+    let (local_deadline, exp) = (
+        local_deadline(&lease),
+        entry.get_datetime("exp").unwrap().to_system_time(),
+    );
+    assert!(
+        local_deadline <= exp,
+        "the local deadline ({local_deadline:?}) is within the entry's expiry ({exp:?}): {doc}"
+    );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    a.manager.shutdown().await.unwrap();
+    common::shut_down(vec![a.client, admin_client]);
+}
+
+/// The same for an in-document lease (`LockManager::documents`): its lock
+/// field, written by an acquire that applied without an answer, then aged
+/// before the re-read (`DocumentStore`'s) found it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_in_document_lease_found_only_by_a_re_read_is_granted_after_a_write_renews_it() {
+    let rs = replica_set().await;
+    let admin_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
+    let admin = admin_client.database("admin");
+    let items = admin_client
+        .database("app")
+        .collection::<Document>("reread_items");
+    items.insert_one(doc! { "_id": 1, "n": 0 }).await.unwrap();
+    let mut a = HeldBack::connect(&rs, "reread-doc").await;
+    let leases = a
+        .manager
+        .documents::<Document>("reread_items")
+        .await
+        .unwrap();
+    let field = mongo_lease::DEFAULT_LEASE_FIELD;
+    unanswered_write(&admin, "reread-doc").await;
+    let waiter = tokio::spawn(async move { leases.acquire(1).await });
+    a.between_write_and_reread(async || {
+        let result = items
+            .update_one(
+                doc! { "_id": 1, format!("{field}.aid"): "reread-doc" },
+                vec![doc! { "$set": {
+                    format!("{field}.exp"): { "$add": ["$$NOW", LEFT.as_millis() as i64] },
+                } }],
+            )
+            .await
+            .unwrap();
+        assert_eq!(result.modified_count, 1, "the lock field the write applied");
+    })
+    .await;
+
+    let lease = tokio::time::timeout(LIMIT, waiter)
+        .await
+        .expect("granted")
+        .unwrap()
+        .unwrap();
+    assert!(
+        a.finds.load(Ordering::SeqCst) > 0,
+        "a re-read found the lease"
+    );
+    let doc = items.find_one(doc! { "_id": 1 }).await.unwrap().unwrap();
+    let lock = doc.get_document(field).unwrap();
+    assert_eq!(lock.get_str("aid").unwrap(), "reread-doc", "{doc}");
+    assert_eq!(
+        lock.get_i64("tok").unwrap() as u64,
+        lease.lease().fencing_token(),
+        "{doc}"
+    );
+    let (local_deadline, exp) = (
+        local_deadline(lease.lease()),
+        lock.get_datetime("exp").unwrap().to_system_time(),
+    );
+    assert!(
+        local_deadline <= exp,
+        "the local deadline ({local_deadline:?}) is within the lock field's expiry ({exp:?}): {doc}"
+    );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    a.manager.shutdown().await.unwrap();
+    common::shut_down(vec![a.client, admin_client]);
 }

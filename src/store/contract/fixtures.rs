@@ -116,6 +116,20 @@ impl Fixture for MemoryFixture {
             .expect("a re-read")
     }
 
+    async fn reread_document(
+        &self,
+        owner: &str,
+        key: impl Into<LeaseKey>,
+        lease_id: Uuid,
+    ) -> AcquireOutcome {
+        self.store(owner)
+            .await
+            .document_store(DOCUMENTS, FIELD)
+            .reread_acquire(key.into(), lease_id, TTL, Default::default())
+            .await
+            .expect("a re-read")
+    }
+
     async fn expire_mark(&self, key: impl Into<LeaseKey>) {
         self.db.expire_mark(key);
     }
@@ -281,6 +295,19 @@ impl Fixture for MongoFixture {
     ) -> AcquireOutcome {
         store
             .reread_acquire(key.into(), lease_id, TTL, shape)
+            .await
+            .expect("a re-read")
+    }
+
+    async fn reread_document(
+        &self,
+        owner: &str,
+        key: impl Into<LeaseKey>,
+        lease_id: Uuid,
+    ) -> AcquireOutcome {
+        self.store(owner)
+            .await
+            .reread_document(&self.documents_collection(), FIELD, key.into(), lease_id)
             .await
             .expect("a re-read")
     }

@@ -177,6 +177,18 @@ trait Fixture: Sized {
         shape: LeaseShape,
     ) -> AcquireOutcome;
 
+    /// What the re-read after an acquire of the document `key` of
+    /// [`Fixture::documents`]'s collection by `owner` under `lease_id`
+    /// (the store's TTL) whose outcome is unknown answers now
+    /// (`DocumentStore`'s re-read, `MemoryStore::reread_acquire` of the
+    /// twin's in-document leases).
+    async fn reread_document(
+        &self,
+        owner: &str,
+        key: impl Into<LeaseKey>,
+        lease_id: Uuid,
+    ) -> AcquireOutcome;
+
     /// Removes what [`Fixture::new`] created (the MongoDB collections), once
     /// the scenario has passed.
     async fn cleanup(self);
@@ -427,4 +439,5 @@ contract!(
     reread::a_handed_lease_confirmed_only_by_a_read_is_never_acquired,
     reread::an_expired_entry_of_ours_in_a_multi_holder_key_is_not_acquired,
     reread::a_held_answer_from_a_read_carries_no_token,
+    reread::an_in_document_lease_confirmed_only_by_a_read_is_never_acquired,
 );

@@ -2,12 +2,14 @@
 //! (`store::replies`): a lease of ours that only a read shows is never
 //! `Acquired` (its expiry is unknown: a handoff's `hx`, an earlier
 //! attempt's TTL, or past), and a `Held` answer from a read carries no
-//! token (it never orders a handoff after the attempt).
+//! token (it never orders a handoff after the attempt). The same holds
+//! for in-document leases (`Store::documents`).
 
+use mongodb::bson::doc;
 use uuid::Uuid;
 
 use super::kinds::shape;
-use super::{Fixture, raw, stores, take};
+use super::{Fixture, TTL, raw, stores, take};
 use crate::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, Store};
@@ -98,4 +100,39 @@ pub(super) async fn a_held_answer_from_a_read_carries_no_token<F: Fixture>(f: &F
         } if holder == "a" => {}
         other => panic!("held by a, without a token: {other:?}"),
     }
+}
+
+pub(super) async fn an_in_document_lease_confirmed_only_by_a_read_is_never_acquired<F: Fixture>(
+    f: &F,
+) {
+    let a = f.documents("a").await;
+    let la = Uuid::new_v4();
+    let acquire = || a.acquire_document("d".into(), la, false, TTL, Some(doc! {}));
+    let Ok((AcquireOutcome::Acquired { token }, _)) = acquire().await else {
+        panic!("a's lease on the document");
+    };
+    assert_eq!(
+        f.reread_document("a", "d", la).await,
+        AcquireOutcome::Unconfirmed { token },
+        "a read does not prove the lease's expiry"
+    );
+    match f.reread_document("b", "d", Uuid::new_v4()).await {
+        AcquireOutcome::Held {
+            holder,
+            remaining: Some(_),
+            token: None,
+        } if holder == "a" => {}
+        other => panic!("held by a, without a token: {other:?}"),
+    }
+    f.expire_document("d").await;
+    assert_eq!(
+        f.reread_document("a", "d", la).await,
+        AcquireOutcome::Unconfirmed { token },
+        "nor is an expired lease of ours acquired"
+    );
+    // A retry's write renews it: acquired again, same token.
+    assert!(matches!(
+        acquire().await,
+        Ok((AcquireOutcome::Acquired { token: t }, Some(_))) if t == token
+    ));
 }

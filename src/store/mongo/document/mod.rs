@@ -200,12 +200,23 @@ impl DocumentStore {
             }
             Err(e) => return Err(e),
         }
+        self.reread(key, lease_id, create.is_some()).await
+    }
+
+    /// The re-read of an acquire attempt (under `lease_id`, creating the
+    /// document if `creates`) whose write did not return the document:
+    /// its verdict is only what a read proves ([`replies::from_reread`]).
+    async fn reread(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        creates: bool,
+    ) -> Result<(AcquireOutcome, Option<Document>)> {
         match self.read_document(&key).await? {
-            // Only what a read proves (`replies::from_reread`).
             Some(projected) => self
                 .judge(&key, lease_id, projected)
                 .map(|(outcome, document)| (replies::from_reread(outcome), document)),
-            None if create.is_none() => Err(Error::DocumentNotFound { id: key }),
+            None if !creates => Err(Error::DocumentNotFound { id: key }),
             None => Err(Error::Unreachable {
                 waited: self.locks.operation_timeout(),
                 reason: "document vanished during acquire".into(),
@@ -406,6 +417,24 @@ impl DocumentStore {
         })
         .flatten()
         .boxed()
+    }
+}
+
+#[cfg(test)]
+impl MongoStore {
+    /// What the re-read after an unknown outcome of an acquisition of the
+    /// document `key` of `collection` (lock field `field`) by this owner
+    /// under `lease_id` answers now: the store contract's view of that
+    /// path.
+    pub(crate) async fn reread_document(
+        &self,
+        collection: &str,
+        field: &str,
+        key: LeaseKey,
+        lease_id: Uuid,
+    ) -> Result<AcquireOutcome> {
+        let store = DocumentStore::new(self, collection, field)?;
+        Ok(store.reread(key, lease_id, true).await?.0)
     }
 }
 
