@@ -246,6 +246,30 @@ pub(crate) struct Actor {
     gave_up: HashMap<Target, (Uuid, Instant)>,
 }
 
+/// The actor loop's `tokio::select!`. tokio starts at a random branch, from
+/// a generator no caller can seed; a seeded simulation (`sim` feature) needs
+/// the same order on every run, so while one runs the branches are tried in
+/// the order written (`biased`). Time stands still while tasks are runnable
+/// under the simulation's paused clock, so the order changes no instant.
+#[cfg(feature = "sim")]
+macro_rules! actor_select {
+    ($($branches:tt)*) => {
+        if crate::random::is_seeded() {
+            tokio::select! { biased; $($branches)* }
+        } else {
+            tokio::select! { $($branches)* }
+        }
+    };
+}
+
+/// The actor loop's `tokio::select!` (see the `sim` build's).
+#[cfg(not(feature = "sim"))]
+macro_rules! actor_select {
+    ($($branches:tt)*) => {
+        tokio::select! { $($branches)* }
+    };
+}
+
 impl Actor {
     pub(crate) fn new(
         store: Arc<dyn Store>,
@@ -296,7 +320,7 @@ impl Actor {
     pub(crate) async fn run(mut self) {
         while self.closing.is_none() || !self.tasks.is_empty() {
             let open = self.closing.is_none();
-            tokio::select! {
+            actor_select! {
                 command = self.commands.recv(), if open => match command {
                     Some(command) => self.handle_command(command),
                     None => self.begin_shutdown(None),

@@ -262,10 +262,7 @@ impl Actor {
 /// `retry_initial`) before a woken waiter tries again, so that waiters in
 /// several processes do not all arrive in the same instant.
 pub(super) fn wake_jitter(retry_initial: Duration) -> Duration {
-    rand::Rng::random_range(
-        &mut rand::rng(),
-        Duration::ZERO..=RELEASE_WAKE_JITTER.min(retry_initial),
-    )
+    crate::random::random_range(Duration::ZERO..=RELEASE_WAKE_JITTER.min(retry_initial))
 }
 
 /// The next item of any place's open stream of writes, with its place, or

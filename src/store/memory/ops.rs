@@ -230,6 +230,7 @@ impl Store for MemoryStore {
         })
     }
 
+    #[cfg(test)]
     fn default_ttl(&self) -> Duration {
         self.ttl
     }
