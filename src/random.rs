@@ -37,6 +37,43 @@ pub(crate) fn uuid() -> Uuid {
     uuid::Builder::from_random_bytes(bytes).into_uuid()
 }
 
+/// The hasher state of the actor's maps and sets: random per map (as
+/// `std`'s), or fixed while a simulation runs on this thread, so that
+/// iterating a map visits its entries in the same order on every run of a
+/// seed.
+#[cfg(feature = "sim")]
+#[derive(Clone, Debug)]
+pub(crate) struct HashState(Option<std::collections::hash_map::RandomState>);
+
+#[cfg(feature = "sim")]
+impl Default for HashState {
+    fn default() -> Self {
+        HashState((!is_seeded()).then(std::collections::hash_map::RandomState::new))
+    }
+}
+
+#[cfg(feature = "sim")]
+impl std::hash::BuildHasher for HashState {
+    type Hasher = std::collections::hash_map::DefaultHasher;
+
+    fn build_hasher(&self) -> Self::Hasher {
+        match &self.0 {
+            Some(random) => random.build_hasher(),
+            None => std::collections::hash_map::DefaultHasher::new(),
+        }
+    }
+}
+
+/// The hasher state of the actor's maps and sets (see the `sim` build's).
+#[cfg(not(feature = "sim"))]
+pub(crate) type HashState = std::collections::hash_map::RandomState;
+
+/// A `HashMap` with [`HashState`].
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, HashState>;
+
+/// A `HashSet` with [`HashState`].
+pub(crate) type HashSet<T> = std::collections::HashSet<T, HashState>;
+
 /// Seeds this thread's generator (`Some`) or gives it back to the operating
 /// system's (`None`).
 #[cfg(feature = "sim")]

@@ -384,7 +384,7 @@ impl Actor {
                 state.waiters.shrink_to_fit();
             }
             if std::mem::take(&mut state.written_in_flight) {
-                self.check_held([key.clone()].into());
+                self.check_held([key.clone()].into_iter().collect());
             }
             // Writes to held leases by others are noticed through it.
             self.open_release_watch(key.place);

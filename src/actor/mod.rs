@@ -52,7 +52,9 @@ mod shutdown;
 mod telemetry;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::random::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -295,7 +297,7 @@ impl Actor {
             timing,
             commands,
             sender,
-            keys: HashMap::new(),
+            keys: HashMap::default(),
             tasks: FuturesUnordered::new(),
             renewals: FuturesUnordered::new(),
             renewals_waiting: VecDeque::new(),
@@ -304,11 +306,11 @@ impl Actor {
             deadlines: BinaryHeap::new(),
             heartbeat,
             closing: None,
-            observers: HashMap::new(),
+            observers: HashMap::default(),
             stop_observers: CancellationToken::new(),
             health: Arc::default(),
             health_due: false,
-            gave_up: HashMap::new(),
+            gave_up: HashMap::default(),
         }
     }
 
@@ -403,7 +405,7 @@ impl Actor {
             Command::Observe { key, respond_to } => self.on_observe(key, respond_to),
             Command::CheckHeld { key, lease_id } => {
                 if self.held_lease(&key, lease_id).is_some() {
-                    self.check_held(std::collections::HashSet::from([key]));
+                    self.check_held([key].into_iter().collect());
                 }
             }
             Command::OpenDocuments {

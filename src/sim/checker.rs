@@ -149,6 +149,11 @@ impl Checker {
     /// Checks the next entry (its instant not before the previous one's).
     pub fn observe(&mut self, entry: &Entry) {
         self.advance(entry.at);
+        self.observe_event(entry);
+        self.entry += 1;
+    }
+
+    fn observe_event(&mut self, entry: &Entry) {
         match &entry.event {
             Event::Granted {
                 lease,
@@ -239,7 +244,9 @@ impl Checker {
                         format!("{owner} locked the key beside live leases {live:?}"),
                     );
                 }
-                self.keys.entry(key.clone()).or_default().foreign = Some(false);
+                // A force release in flight may delete it at once.
+                let state = self.keys.entry(key.clone()).or_default();
+                state.foreign = Some(state.forcing > 0);
             }
             Event::ForeignRemoved { key } => {
                 self.keys.entry(key.clone()).or_default().foreign = None;
@@ -287,7 +294,6 @@ impl Checker {
             }
             Event::FaultsStopped => self.faults_stopped = Some(self.now),
         }
-        self.entry += 1;
     }
 
     /// Checks the end of the history at `end`; returns every violation.
@@ -419,7 +425,10 @@ impl Checker {
         if kind == Kind::Exclusive {
             state.max_exclusive_token = state.max_exclusive_token.max(Some(token));
         }
-        if let Some(hold) = hold_at_least {
+        // A force release in flight may end this minimum hold too.
+        if let Some(hold) = hold_at_least
+            && !forced
+        {
             state.hold_until = Some(acquired_after + hold);
         }
         if state.foreign == Some(false) && !forced {

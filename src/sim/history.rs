@@ -47,8 +47,8 @@ pub enum Event {
         token: u64,
         /// Its local deadline when the caller got it.
         deadline: At,
-        /// No earlier than the server's acquisition (its attempt's send),
-        /// for `hold_at_least`.
+        /// No later than the server's acquisition (e.g. when the caller
+        /// started waiting), for `hold_at_least`.
         acquired_after: At,
         /// Its minimum hold, if any.
         hold_at_least: Option<Duration>,
