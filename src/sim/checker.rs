@@ -18,9 +18,10 @@
 //!
 //! A force release, or a release of a manager's owner id, ends its leases
 //! on the server while their holders still believe in them until told:
-//! the leases live (or granted) while one is in flight are left out of the
-//! overlap checks from then on, but must still be told by their deadline,
-//! and a minimum hold ends there.
+//! the leases live while one is in flight, or granted after their wait
+//! started before one ended (the reply of an acquisition it ended may come
+//! later), are left out of the overlap checks from then on, but must still
+//! be told by their deadline, and a minimum hold ends there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -98,6 +99,9 @@ pub struct Checker {
     /// Force releases (key) and releases by owner (manager) in flight.
     force_ops: BTreeMap<OpNo, String>,
     owner_ops: BTreeMap<OpNo, usize>,
+    /// Every operator's call: what it concerns (a key, or a manager's
+    /// leases), and when it ended (`None`: in flight).
+    ops: BTreeMap<OpNo, (Result<String, usize>, Option<At>)>,
     waiters: BTreeMap<WaiterNo, (usize, String, At)>,
     faults_stopped: Option<At>,
     now: At,
@@ -115,6 +119,7 @@ impl Checker {
             crashed: BTreeSet::new(),
             force_ops: BTreeMap::new(),
             owner_ops: BTreeMap::new(),
+            ops: BTreeMap::new(),
             waiters: BTreeMap::new(),
             faults_stopped: None,
             now: At::ZERO,
@@ -253,6 +258,7 @@ impl Checker {
             }
             Event::ForceReleaseStarted { op, key } => {
                 self.force_ops.insert(*op, key.clone());
+                self.ops.insert(*op, (Ok(key.clone()), None));
                 let state = self.keys.entry(key.clone()).or_default();
                 state.forcing += 1;
                 state.hold_until = None;
@@ -266,6 +272,7 @@ impl Checker {
             }
             Event::OwnerReleaseStarted { op, manager } => {
                 self.owner_ops.insert(*op, *manager);
+                self.ops.insert(*op, (Err(*manager), None));
                 for l in self.leases.values_mut() {
                     if l.manager == *manager && !l.ended {
                         l.forced = true;
@@ -280,6 +287,9 @@ impl Checker {
                     self.keys.get_mut(&key).expect("started").forcing -= 1;
                 }
                 self.owner_ops.remove(op);
+                if let Some((_, end)) = self.ops.get_mut(op) {
+                    *end = Some(self.now);
+                }
             }
             Event::WaitStarted {
                 waiter,
@@ -382,9 +392,16 @@ impl Checker {
         hold_at_least: Option<Duration>,
     ) {
         let now = self.now;
-        let owner_forcing = self.owner_ops.values().any(|m| *m == manager);
+        // An operator's call that ended after this acquisition's attempt
+        // was sent may have ended it on the server before its reply came.
+        let forced = self.ops.values().any(|(target, end)| {
+            let concerns = match target {
+                Ok(k) => k == key,
+                Err(m) => *m == manager,
+            };
+            concerns && end.is_none_or(|end| end >= acquired_after)
+        });
         let state = self.keys.entry(key.to_string()).or_default();
-        let forced = state.forcing > 0 || owner_forcing;
         let live_at_grant = deadline > now;
         self.leases.insert(
             lease,
@@ -405,6 +422,7 @@ impl Checker {
         }
         let mut problems = Vec::new();
         if let Some(until) = state.hold_until
+            && !forced
             && now + self.bounds.clock_step_back < until
         {
             problems.push(format!(
@@ -416,7 +434,10 @@ impl Checker {
             Kind::Exclusive => state.max_token,
             _ => state.max_exclusive_token,
         };
+        // An operator may have ended it before its reply came: its token
+        // is then the server's older one (a fenced resource refuses it).
         if let Some(before) = tokens_before
+            && !forced
             && token <= before
         {
             problems.push(format!("token {token} not above {before}"));

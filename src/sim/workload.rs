@@ -361,7 +361,7 @@ pub async fn operator(
     stop: Arc<AtomicBool>,
 ) {
     while !stop.load(Ordering::SeqCst) {
-        sleep(ms(random_range(500..5_000))).await;
+        sleep(ms(random_range(1_000..8_000))).await;
         let op: OpNo = recorder.number();
         if random_range(0..3) == 0 {
             let victim = random_range(0..owners.len());
