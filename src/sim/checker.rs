@@ -168,6 +168,7 @@ impl Checker {
                 token,
                 deadline,
                 acquired_after,
+                confirmed_after,
                 hold_at_least,
             } => self.granted(
                 *lease,
@@ -176,7 +177,7 @@ impl Checker {
                 *kind,
                 *token,
                 *deadline,
-                *acquired_after,
+                (*acquired_after, *confirmed_after),
                 *hold_at_least,
             ),
             Event::Renewed { lease, deadline } => {
@@ -388,7 +389,7 @@ impl Checker {
         kind: Kind,
         token: u64,
         deadline: At,
-        acquired_after: At,
+        (acquired_after, confirmed_after): (At, At),
         hold_at_least: Option<Duration>,
     ) {
         let now = self.now;
@@ -399,7 +400,7 @@ impl Checker {
                 Ok(k) => k == key,
                 Err(m) => *m == manager,
             };
-            concerns && end.is_none_or(|end| end >= acquired_after)
+            concerns && end.is_none_or(|end| end >= confirmed_after)
         });
         let state = self.keys.entry(key.to_string()).or_default();
         let live_at_grant = deadline > now;
@@ -467,11 +468,10 @@ impl Checker {
         };
         state.live.insert(lease);
         for (other, other_kind) in &others {
-            let clash = match (kind, *other_kind) {
-                (Kind::Shared, Kind::Shared) => false,
-                (Kind::Permit(_), Kind::Permit(_)) => false,
-                _ => true,
-            };
+            let clash = !matches!(
+                (kind, *other_kind),
+                (Kind::Shared, Kind::Shared) | (Kind::Permit(_), Kind::Permit(_))
+            );
             if clash {
                 problems.push(format!(
                     "{kind:?} granted beside live {other_kind:?} lease {other}"
@@ -515,6 +515,7 @@ mod tests {
             token,
             deadline: ms(deadline),
             acquired_after: Duration::ZERO,
+            confirmed_after: Duration::ZERO,
             hold_at_least: None,
         }
     }

@@ -144,16 +144,23 @@ impl Plan {
                 };
             }
             match faults.period(now) {
-                Some(p) if p.events && random_range(0.0..1.0) < p.chance => {
+                // Stale events (delayed, duplicated) are what grant-on-event
+                // must refuse: a stream in a period of faults suffers often.
+                Some(p) if p.events && random_range(0.0..1.0) < p.chance.max(0.3) => {
                     match random_range(0..20) {
                         0..6 => EventFate::Drop,
                         6..12 => EventFate::Deliver {
                             copies: 2,
                             delay: between(Duration::ZERO, ms(100)),
                         },
-                        12..19 => EventFate::Deliver {
+                        12..16 => EventFate::Deliver {
                             copies: 1,
                             delay: between(ms(1), ms(500)),
+                        },
+                        // Later than a handoff's expiry (its `hx`).
+                        16..19 => EventFate::Deliver {
+                            copies: 1,
+                            delay: between(ms(500), ms(3_000)),
                         },
                         _ => EventFate::Restart,
                     }

@@ -50,6 +50,10 @@ pub enum Event {
         /// No later than the server's acquisition (e.g. when the caller
         /// started waiting), for `hold_at_least`.
         acquired_after: At,
+        /// No later than the send of its last write the server confirmed
+        /// (its acquisition's attempt, or a renewal): an operator's call
+        /// that ended before this did not end it.
+        confirmed_after: At,
         /// Its minimum hold, if any.
         hold_at_least: Option<Duration>,
     },

@@ -46,7 +46,7 @@ pub const WORK_STOP: Duration = Duration::from_secs(20);
 pub const LIVENESS: Duration = Duration::from_secs(30);
 
 const TTL: Duration = Duration::from_secs(3);
-const SAFETY_MARGIN: Duration = Duration::from_millis(300);
+pub(crate) const SAFETY_MARGIN: Duration = Duration::from_millis(300);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
 fn timing(release_mode: ReleaseMode) -> Timing {

@@ -265,6 +265,10 @@ fn granted(
     // attempts (a retry keeps that acquisition's minimum hold), all sent
     // after the wait started.
     let acquired_after = waited_from;
+    // A local deadline is a confirmed write's send + validity (or less).
+    let confirmed_after = deadline
+        .checked_sub(lease.ttl())
+        .map_or(now, |d| (d + super::SAFETY_MARGIN).min(now));
     recorder.push(Event::Granted {
         lease: number,
         manager: process.index,
@@ -273,6 +277,7 @@ fn granted(
         token: lease.fencing_token(),
         deadline: recorder.at(deadline),
         acquired_after: recorder.at(acquired_after),
+        confirmed_after: recorder.at(confirmed_after),
         hold_at_least: hold,
     });
     let follower = recorder.clone();
