@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use rand::Rng;
-
 /// Delay before retry number `attempt` (0-based): exponential from `initial`,
 /// capped at `max`, with "equal jitter" (a uniform pick in the upper half of the
 /// step, so waiters on different machines fall out of lockstep but never retry
@@ -20,11 +18,12 @@ pub(crate) fn retry_delay(
         .checked_mul(1u32.checked_shl(attempt.min(30)).unwrap_or(u32::MAX))
         .unwrap_or(max)
         .min(max);
-    let mut rng = rand::rng();
     let half = step / 2;
-    let delay = half + rng.random_range(Duration::ZERO..=step - half);
+    let delay = half + crate::random::random_range(Duration::ZERO..=step - half);
     match remaining {
-        Some(remaining) => delay.min(remaining + rng.random_range(Duration::ZERO..=initial)),
+        Some(remaining) => {
+            delay.min(remaining + crate::random::random_range(Duration::ZERO..=initial))
+        }
         None => delay,
     }
 }

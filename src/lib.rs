@@ -401,8 +401,11 @@ mod key;
 pub mod kind;
 pub mod lease;
 pub mod manager;
+mod random;
 pub mod semaphore;
 mod shared;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod status;
 mod store;
 pub mod telemetry;

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use uuid::Uuid;
 
 use crate::actor::Actor;
 use crate::actor::command::{AcquireMode, Command, Granted, Place, Target, WaiterId};
@@ -98,7 +97,7 @@ impl LockManager {
         let owner_id = options
             .owner_id
             .clone()
-            .unwrap_or_else(|| Uuid::new_v4().to_string());
+            .unwrap_or_else(|| crate::random::uuid().to_string());
         let store = MongoStore::new(
             &options.database,
             &options.collection,

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use std::sync::Arc;
 use tokio::time::Instant;
-use uuid::Uuid;
 
 use mongodb::bson::Document;
 
@@ -118,7 +117,7 @@ impl Actor {
             // not recognise it as ours and would wait for it to expire. Give
             // it back; the attempt starts under a new lease id once the
             // release is confirmed (`on_released`).
-            let lease_id = std::mem::replace(&mut state.next_lease_id, Uuid::new_v4());
+            let lease_id = std::mem::replace(&mut state.next_lease_id, crate::random::uuid());
             self.spawn_release(key.clone(), lease_id, Instant::now(), None);
             return;
         }
@@ -182,7 +181,7 @@ impl Actor {
                 // handed out. Give it back and try again under a new lease
                 // id; a try gets `None`.
                 tracing::warn!(%key, token, "acquired too late to be safe; giving it back");
-                state.next_lease_id = Uuid::new_v4();
+                state.next_lease_id = crate::random::uuid();
                 for waiter in std::mem::take(&mut state.waiters) {
                     if waiter.mode == AcquireMode::Try {
                         let _ = waiter.respond_to.send(Ok(None));
@@ -198,7 +197,7 @@ impl Actor {
                 state.registered = false;
                 state.handed = false;
                 state.unanswered = None;
-                state.next_lease_id = Uuid::new_v4();
+                state.next_lease_id = crate::random::uuid();
                 self.grant(&key, sent, token, document);
             }
             Ok((AcquireOutcome::Unconfirmed { token }, _)) => {
@@ -327,7 +326,7 @@ impl Actor {
                     // The write may have landed unseen: give it back rather than
                     // leave the key blocked until the lease expires.
                     state.unseen = None;
-                    state.next_lease_id = Uuid::new_v4();
+                    state.next_lease_id = crate::random::uuid();
                     self.spawn_release(key.clone(), lease_id, Instant::now(), None);
                 }
             }
@@ -415,7 +414,7 @@ impl Actor {
                 state.waiters.shrink_to_fit();
             }
             if std::mem::take(&mut state.written_in_flight) {
-                self.check_held([key.clone()].into());
+                self.check_held([key.clone()].into_iter().collect());
             }
             // Writes to held leases by others are noticed through it.
             self.open_release_watch(key.place);

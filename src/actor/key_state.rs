@@ -195,7 +195,7 @@ impl KeyState {
             waiters: VecDeque::new(),
             attempt: Attempt::Idle,
             releases_in_flight: 0,
-            next_lease_id: Uuid::new_v4(),
+            next_lease_id: crate::random::uuid(),
             unseen: None,
             failures: 0,
             written_in_flight: false,

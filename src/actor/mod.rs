@@ -52,7 +52,9 @@ mod shutdown;
 mod telemetry;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::random::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -246,6 +248,30 @@ pub(crate) struct Actor {
     gave_up: HashMap<Target, (Uuid, Instant)>,
 }
 
+/// The actor loop's `tokio::select!`. tokio starts at a random branch, from
+/// a generator no caller can seed; a seeded simulation (`sim` feature) needs
+/// the same order on every run, so while one runs the branches are tried in
+/// the order written (`biased`). Time stands still while tasks are runnable
+/// under the simulation's paused clock, so the order changes no instant.
+#[cfg(feature = "sim")]
+macro_rules! actor_select {
+    ($($branches:tt)*) => {
+        if crate::random::is_seeded() {
+            tokio::select! { biased; $($branches)* }
+        } else {
+            tokio::select! { $($branches)* }
+        }
+    };
+}
+
+/// The actor loop's `tokio::select!` (see the `sim` build's).
+#[cfg(not(feature = "sim"))]
+macro_rules! actor_select {
+    ($($branches:tt)*) => {
+        tokio::select! { $($branches)* }
+    };
+}
+
 impl Actor {
     pub(crate) fn new(
         store: Arc<dyn Store>,
@@ -271,7 +297,7 @@ impl Actor {
             timing,
             commands,
             sender,
-            keys: HashMap::new(),
+            keys: HashMap::default(),
             tasks: FuturesUnordered::new(),
             renewals: FuturesUnordered::new(),
             renewals_waiting: VecDeque::new(),
@@ -280,11 +306,11 @@ impl Actor {
             deadlines: BinaryHeap::new(),
             heartbeat,
             closing: None,
-            observers: HashMap::new(),
+            observers: HashMap::default(),
             stop_observers: CancellationToken::new(),
             health: Arc::default(),
             health_due: false,
-            gave_up: HashMap::new(),
+            gave_up: HashMap::default(),
         }
     }
 
@@ -296,7 +322,7 @@ impl Actor {
     pub(crate) async fn run(mut self) {
         while self.closing.is_none() || !self.tasks.is_empty() {
             let open = self.closing.is_none();
-            tokio::select! {
+            actor_select! {
                 command = self.commands.recv(), if open => match command {
                     Some(command) => self.handle_command(command),
                     None => self.begin_shutdown(None),
@@ -379,7 +405,7 @@ impl Actor {
             Command::Observe { key, respond_to } => self.on_observe(key, respond_to),
             Command::CheckHeld { key, lease_id } => {
                 if self.held_lease(&key, lease_id).is_some() {
-                    self.check_held(std::collections::HashSet::from([key]));
+                    self.check_held([key].into_iter().collect());
                 }
             }
             Command::OpenDocuments {

@@ -176,10 +176,10 @@ impl Actor {
         state.registered = false;
         state.handed = false;
         state.unanswered = None;
-        state.next_lease_id = Uuid::new_v4();
+        state.next_lease_id = crate::random::uuid();
         self.grant(key, sent, token, None);
         // Its expiry to its TTL now: the handoff wrote it only for `hx`.
-        self.check_held([key.clone()].into());
+        self.check_held([key.clone()].into_iter().collect());
         self.forget_if_idle(key);
         true
     }

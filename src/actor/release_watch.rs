@@ -21,7 +21,7 @@
 //! write on every first acquisition, which a user's transaction on an
 //! in-document lease would conflict with).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use super::command::{Place, Target};
 use super::{Actor, Attempt, PlaceState};
 use crate::error::Result;
+use crate::random::HashSet;
 use crate::store::{Announcement, KeyWrite, LeaseRef};
 
 /// The state of the stream of writes of one place (the lock collection, or
@@ -117,7 +118,7 @@ impl Actor {
     pub(super) fn on_release_event(&mut self, place: Place, event: Option<Result<Announcement>>) {
         let index = usize::from(place.0);
         self.release_turn = index + 1;
-        let mut suspects = HashSet::new();
+        let mut suspects = HashSet::default();
         let mut next = Some(event);
         let mut handled = 0;
         while let Some(event) = next.take() {
@@ -262,10 +263,7 @@ impl Actor {
 /// `retry_initial`) before a woken waiter tries again, so that waiters in
 /// several processes do not all arrive in the same instant.
 pub(super) fn wake_jitter(retry_initial: Duration) -> Duration {
-    rand::Rng::random_range(
-        &mut rand::rng(),
-        Duration::ZERO..=RELEASE_WAKE_JITTER.min(retry_initial),
-    )
+    crate::random::random_range(Duration::ZERO..=RELEASE_WAKE_JITTER.min(retry_initial))
 }
 
 /// The next item of any place's open stream of writes, with its place, or

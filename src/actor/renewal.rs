@@ -4,7 +4,7 @@
 //! was confirmed in time.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -15,6 +15,7 @@ use super::command::{Place, Target};
 use super::{Actor, Event, Timer};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
+use crate::random::HashSet;
 use crate::status::{LossReason, server_expiry};
 use crate::store::LeaseRef;
 

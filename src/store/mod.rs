@@ -392,7 +392,7 @@
 
 mod mongo;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "sim"))]
 pub(crate) mod memory;
 
 #[cfg(all(test, feature = "testkit"))]

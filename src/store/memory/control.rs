@@ -62,6 +62,25 @@ pub(crate) struct Call {
     pub keys: Vec<LeaseKey>,
 }
 
+/// Draws what one call suffers (added latency, fault) when it is issued: a
+/// simulation's fault plan (`crate::sim`), ahead of [`Controls::set_fault`].
+pub(crate) type CallFaults = Box<dyn FnMut(Op) -> (Duration, Option<Fault>) + Send>;
+
+/// What becomes of one write announced to a stream of writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventFate {
+    /// Delivered `copies` times (1: once), each after `delay` (later events
+    /// may overtake it).
+    Deliver { copies: usize, delay: Duration },
+    /// Never delivered.
+    Drop,
+    /// The stream fails instead (the manager reopens it later).
+    Restart,
+}
+
+/// Draws the fate of each write announced to this store's streams.
+pub(crate) type EventFaults = Box<dyn FnMut() -> EventFate + Send>;
+
 #[derive(Default)]
 struct Control {
     latency: [Duration; OPS],
@@ -73,6 +92,11 @@ struct Control {
     max_in_flight: [usize; OPS],
     acquires_in_flight: HashMap<LeaseKey, usize>,
     max_acquires_in_flight_per_key: usize,
+    call_faults: Option<CallFaults>,
+    event_faults: Option<EventFaults>,
+    /// The manager's process is gone: nothing it sends from now on
+    /// arrives, and its streams deliver nothing.
+    crashed: bool,
 }
 
 /// The knobs and counters of one store, shared by its clones and by the
@@ -134,6 +158,38 @@ impl Controls {
         lock(&self.0).operation_timeout = timeout;
     }
 
+    /// Draws each later call's added latency and fault with `draw`.
+    pub fn set_call_faults(&self, draw: CallFaults) {
+        lock(&self.0).call_faults = Some(draw);
+    }
+
+    /// Draws the fate of each write later announced to the streams with
+    /// `draw`.
+    pub fn set_event_faults(&self, draw: EventFaults) {
+        lock(&self.0).event_faults = Some(draw);
+    }
+
+    /// The manager's process crashed: its later calls never arrive, its
+    /// streams deliver nothing more (calls already sent still do).
+    pub fn crash(&self) {
+        lock(&self.0).crashed = true;
+    }
+
+    /// What becomes of the next write announced to a stream.
+    pub fn event_fate(&self) -> EventFate {
+        let mut c = lock(&self.0);
+        if c.crashed {
+            return EventFate::Drop;
+        }
+        match c.event_faults.as_mut() {
+            Some(draw) => draw(),
+            None => EventFate::Deliver {
+                copies: 1,
+                delay: Duration::ZERO,
+            },
+        }
+    }
+
     /// Every call made so far, in order.
     pub fn log(&self) -> Vec<Call> {
         lock(&self.0).calls.clone()
@@ -190,13 +246,18 @@ impl Controls {
     pub fn issue(&self, op: Op, keys: &[LeaseKey]) -> Issued {
         let mut c = lock(&self.0);
         let i = op.index();
+        let (extra, drawn) = match c.call_faults.as_mut() {
+            Some(draw) => draw(op),
+            None => (Duration::ZERO, None),
+        };
         let fault = match c.fault_next[i] {
             Some((fault, n)) => {
                 c.fault_next[i] = (n > 1).then_some((fault, n - 1));
                 Some(fault)
             }
-            None => c.fault[i],
+            None => drawn.or(c.fault[i]),
         };
+        let fault = if c.crashed { Some(Fault::Hang) } else { fault };
         c.calls.push(Call {
             op,
             at: Instant::now(),
@@ -211,7 +272,7 @@ impl Controls {
             c.max_acquires_in_flight_per_key = c.max_acquires_in_flight_per_key.max(n);
         }
         Issued {
-            latency: c.latency[i],
+            latency: c.latency[i] + extra,
             fault,
             timeout: c.operation_timeout,
             in_flight: InFlight {
@@ -220,5 +281,26 @@ impl Controls {
                 key: (op == Op::Acquire).then(|| keys[0].clone()),
             },
         }
+    }
+}
+
+impl super::MemoryStore {
+    /// Draws each later call's added latency and fault with `draw` (ahead of
+    /// [`MemoryStore::set_fault`](super::MemoryStore::set_fault), after
+    /// [`MemoryStore::fault_next`](super::MemoryStore::fault_next)).
+    pub fn set_call_faults(&self, draw: CallFaults) {
+        self.control.set_call_faults(draw);
+    }
+
+    /// Draws the fate of each write later announced to this store's streams
+    /// of writes: delayed, duplicated, dropped, or the stream fails.
+    pub fn set_event_faults(&self, draw: EventFaults) {
+        self.control.set_event_faults(draw);
+    }
+
+    /// The manager's process crashed: its later calls never arrive, its
+    /// streams deliver nothing more; calls already sent still apply.
+    pub fn crash(&self) {
+        self.control.crash();
     }
 }

@@ -33,6 +33,10 @@ pub(crate) struct MemoryDb {
     /// ([`MemoryDb::documents`]), shared by clones (empty in those
     /// collections themselves).
     documents: Arc<Mutex<HashMap<(String, String), MemoryDb>>>,
+    /// How far "server time" is behind tokio's clock now (a `$$NOW` that
+    /// stepped back), in nanoseconds; shared with the places of
+    /// in-document leases.
+    behind: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for MemoryDb {
@@ -46,6 +50,7 @@ impl Default for MemoryDb {
                 SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30),
             ),
             documents: Arc::default(),
+            behind: Arc::default(),
         }
     }
 }
@@ -72,6 +77,7 @@ impl MemoryDb {
             .or_insert_with(|| {
                 let db = MemoryDb {
                     epoch: self.epoch,
+                    behind: self.behind.clone(),
                     ..MemoryDb::default()
                 };
                 lock(&db.inner).in_documents = true;
@@ -530,10 +536,83 @@ impl MemoryDb {
         self.changed.subscribe()
     }
 
+    /// Sets server time `behind` tokio's clock from now on (zero: the
+    /// same), as a server whose `$$NOW` stepped back (docs/mongodb-behaviour.md,
+    /// B3); it steps forward again when set smaller.
+    pub fn set_behind(&self, behind: Duration) {
+        let nanos = u64::try_from(behind.as_nanos()).unwrap_or(u64::MAX);
+        self.behind
+            .store(nanos, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The server's time now: tokio's clock, less how far it is
+    /// [behind](MemoryDb::set_behind).
+    pub fn server_now(&self) -> Instant {
+        let behind = self.behind.load(std::sync::atomic::Ordering::Relaxed);
+        Instant::now() - Duration::from_nanos(behind)
+    }
+
+    /// Another application locks `key` as it would with an insert of its
+    /// own document (`{_id, ts, aid}`, upserted only if no document
+    /// exists): returns whether it did.
+    pub fn put_foreign_if_absent(&self, key: impl Into<LeaseKey>, owner: &str) -> bool {
+        let key = key.into();
+        let mut coll = lock(&self.inner);
+        if coll.docs.contains_key(&key) || coll.foreign.contains_key(&key) {
+            return false;
+        }
+        let foreign = Foreign {
+            owner: owner.to_string(),
+            written: self.server_now(),
+        };
+        coll.foreign.insert(key, foreign);
+        drop(coll);
+        self.touch();
+        true
+    }
+
+    /// Another application deletes its own lock of `key` (a delete that
+    /// matches its `aid`): returns whether it was still there.
+    pub fn remove_foreign(&self, key: impl Into<LeaseKey>, owner: &str) -> bool {
+        let key = &key.into();
+        let mut coll = lock(&self.inner);
+        if coll.foreign.get(key).is_none_or(|f| f.owner != owner) {
+            return false;
+        }
+        coll.foreign.remove(key);
+        drop(coll);
+        self.announce_release(key);
+        self.touch();
+        true
+    }
+
+    /// The TTL monitor's pass over `key`: deletes its document if its
+    /// `exp` (never below a live holder's nor its minimum hold) is at
+    /// least `grace` behind server time. Returns whether it did.
+    pub fn delete_expired(&self, key: impl Into<LeaseKey>, grace: Duration) -> bool {
+        let key = &key.into();
+        let now = self.server_now();
+        let mut coll = lock(&self.inner);
+        match coll.docs.get(key) {
+            Some(doc)
+                if doc.exp + grace <= now
+                    && doc.hold_until.is_none_or(|until| until + grace <= now)
+                    && doc.holders.iter().all(|h| h.exp + grace <= now) => {}
+            _ => return false,
+        }
+        let doc = coll.docs.remove(key).expect("checked");
+        coll.deleted_tokens.insert(key.clone(), doc.token);
+        drop(coll);
+        self.announce_release(key);
+        self.touch();
+        true
+    }
+
     /// Applies `operation` to the collection at server time now, then wakes
     /// observers.
     pub(super) fn apply<T>(&self, operation: impl FnOnce(&mut Collection, Instant) -> T) -> T {
-        let result = operation(&mut lock(&self.inner), Instant::now());
+        let now = self.server_now();
+        let result = operation(&mut lock(&self.inner), now);
         self.touch();
         result
     }

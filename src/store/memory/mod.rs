@@ -1,5 +1,6 @@
 //! [`MemoryStore`]: an in-memory twin of the lock protocol, for the actor's
-//! timing tests under tokio's paused clock. Never a stand-in for MongoDB.
+//! timing tests under tokio's paused clock and the deterministic simulation
+//! (`sim` feature, `crate::sim`). Never a stand-in for MongoDB.
 //!
 //! A [`MemoryDb`] is the shared "lock collection": one [`Doc`] per key. Each
 //! [`MemoryStore`] (from [`MemoryDb::store`]) is one manager's view of it, with
@@ -124,7 +125,10 @@ mod rules;
 mod store;
 mod streams;
 
-pub(crate) use control::{Fault, Op};
+// Some are used by the actor's tests only, some by the simulation only.
+#[allow(unused_imports)]
+pub(crate) use control::{EventFate, Fault, Op};
 pub(crate) use db::MemoryDb;
+#[allow(unused_imports)]
 pub(crate) use doc::Doc;
 pub(crate) use store::MemoryStore;

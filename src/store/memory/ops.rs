@@ -283,6 +283,7 @@ impl Store for MemoryStore {
         .boxed()
     }
 
+    #[cfg(test)]
     fn default_ttl(&self) -> Duration {
         self.ttl
     }

@@ -1,17 +1,24 @@
 //! The twin's streams: the writes that may change who holds a key (a change
 //! stream's twin, [`Store::watch_releases`](crate::store::Store::watch_releases))
 //! and the states of one key ([`Store::observe`](crate::store::Store::observe)).
+//! A simulation's fault plan may delay, duplicate or drop each write
+//! announced to a stream of writes, or fail the stream
+//! ([`MemoryStore::set_event_faults`]).
 
-use futures::StreamExt;
-use futures::stream::BoxStream;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, FuturesUnordered};
+use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
+use super::control::EventFate;
 use super::doc::{Doc, Foreign};
 use super::store::MemoryStore;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
-use crate::store::Announcement;
+use crate::store::{Announcement, KeyWrite};
 
 /// What `observe` last reported: the document without its fairness marks,
 /// whether it was held and by how many live holders of a shared or
@@ -27,14 +34,57 @@ impl MemoryStore {
             };
             return futures::stream::iter([Err(error)]).boxed();
         }
-        let writes = |released: tokio::sync::broadcast::Receiver<crate::store::KeyWrite>| {
-            futures::stream::unfold(released, |mut released| async move {
+        let control = self.control.clone();
+        let writes = move |released: tokio::sync::broadcast::Receiver<KeyWrite>| {
+            let delayed = FuturesUnordered::<BoxFuture<'static, KeyWrite>>::new();
+            let state = (Some(released), delayed, control.clone());
+            futures::stream::unfold(state, |(mut released, mut delayed, control)| async move {
                 loop {
-                    match released.recv().await {
-                        Ok(write) => return Some((Ok(Announcement::Write(write)), released)),
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                    }
+                    let receiver = released.as_mut()?;
+                    let write = tokio::select! {
+                        biased;
+                        Some(write) = delayed.next(), if !delayed.is_empty() => write,
+                        received = receiver.recv() => match received {
+                            Ok(write) => match control.event_fate() {
+                                EventFate::Drop => continue,
+                                EventFate::Restart => {
+                                    let error = Error::Unreachable {
+                                        waited: Duration::ZERO,
+                                        reason: "injected change stream failure".into(),
+                                        source: None,
+                                    };
+                                    return Some((Err(error), (None, delayed, control)));
+                                }
+                                EventFate::Deliver { copies, delay } => {
+                                    for _ in 1..copies {
+                                        let write = write.clone();
+                                        delayed.push(
+                                            async move {
+                                                tokio::time::sleep(delay).await;
+                                                write
+                                            }
+                                            .boxed(),
+                                        );
+                                    }
+                                    if !delay.is_zero() {
+                                        delayed.push(
+                                            async move {
+                                                tokio::time::sleep(delay).await;
+                                                write
+                                            }
+                                            .boxed(),
+                                        );
+                                        continue;
+                                    }
+                                    write
+                                }
+                            },
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                        },
+                    };
+                    let next = (released, delayed, control);
+                    return Some((Ok(Announcement::Write(write)), next));
                 }
             })
         };

@@ -1,0 +1,195 @@
+//! The fault plan of one schedule, drawn from its seed: per manager,
+//! periods in which some kinds of store call fail before or after they
+//! apply or arrive late, and in which its change stream delays, duplicates
+//! or drops writes or fails; a freeze (every call and event held until it
+//! ends); and for the whole schedule, a crash of one manager and the
+//! server's clock stepping back. Faults stop at the plan's `stop`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::random::random_range;
+use crate::store::memory::{EventFate, Fault, MemoryStore};
+
+/// How far the server's clock steps back at most (`$$NOW` going back a few
+/// milliseconds, docs/mongodb-behaviour.md B3).
+pub(crate) const CLOCK_STEP_BACK: Duration = Duration::from_millis(10);
+
+/// One period of faults of one manager.
+#[derive(Debug, Clone)]
+struct Period {
+    from: Duration,
+    to: Duration,
+    /// The chance each call of a kind in `ops` (or each event) suffers one.
+    chance: f64,
+    /// The kinds of call concerned, a bit per `Op`.
+    ops: u32,
+    /// Whether its change stream suffers too.
+    events: bool,
+}
+
+/// The faults of one manager.
+#[derive(Debug, Clone, Default)]
+pub struct ManagerFaults {
+    periods: Vec<Period>,
+    /// Every call and event is held from `.0` to `.1`.
+    freeze: Option<(Duration, Duration)>,
+}
+
+/// A schedule's fault plan.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// When faults stop.
+    pub stop: Duration,
+    /// Per manager.
+    pub managers: Vec<ManagerFaults>,
+    /// The manager that crashes, and when.
+    pub crash: Option<(usize, Duration)>,
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn between(from: Duration, to: Duration) -> Duration {
+    ms(random_range(
+        from.as_millis() as u64..=to.as_millis() as u64,
+    ))
+}
+
+impl Plan {
+    /// Draws the plan of `managers` managers, faults stopping at `stop`.
+    pub fn draw(managers: usize, stop: Duration) -> Plan {
+        let managers = (0..managers)
+            .map(|_| {
+                let mut periods = Vec::new();
+                let mut at = between(Duration::ZERO, ms(2_000));
+                while at < stop {
+                    let to = (at + between(ms(200), ms(4_000))).min(stop);
+                    let chance = [0.02, 0.1, 0.3, 0.7][random_range(0..4)];
+                    periods.push(Period {
+                        from: at,
+                        to,
+                        chance,
+                        ops: random_range(1..(1u32 << 11)),
+                        events: random_range(0..2) == 0,
+                    });
+                    at = to + between(Duration::ZERO, ms(3_000));
+                }
+                let freeze = (random_range(0..3) == 0).then(|| {
+                    let from = between(Duration::ZERO, stop.saturating_sub(ms(1_000)));
+                    (from, (from + between(ms(500), ms(6_000))).min(stop))
+                });
+                ManagerFaults { periods, freeze }
+            })
+            .collect::<Vec<_>>();
+        let crash = (random_range(0..4) == 0).then(|| {
+            (
+                random_range(0..managers.len()),
+                between(stop / 10, stop * 7 / 10),
+            )
+        });
+        Plan {
+            stop,
+            managers,
+            crash,
+        }
+    }
+
+    /// Installs manager `m`'s faults on `store` (calls and stream), the
+    /// schedule starting at `t0`.
+    pub fn install(&self, m: usize, store: &MemoryStore, t0: Instant) {
+        let faults = Arc::new(self.managers[m].clone());
+        let stop = self.stop;
+        let calls = faults.clone();
+        store.set_call_faults(Box::new(move |op| {
+            let now = Instant::now() - t0;
+            let latency = ms(random_range(0..=3));
+            if now >= stop {
+                return (latency, None);
+            }
+            if let Some((from, to)) = calls.freeze
+                && (from..to).contains(&now)
+            {
+                return (latency + (to - now), None);
+            }
+            let fault = calls.period(now).and_then(|p| {
+                let concerned = p.ops & (1 << (op as u32)) != 0;
+                (concerned && random_range(0.0..1.0) < p.chance).then(|| match random_range(0..4) {
+                    0 => Fault::Fail,
+                    1 => Fault::FailAfterApply,
+                    _ => Fault::Delay(between(ms(1), ms(1_500))),
+                })
+            });
+            (latency, fault)
+        }));
+        store.set_event_faults(Box::new(move || {
+            let now = Instant::now() - t0;
+            let on_time = EventFate::Deliver {
+                copies: 1,
+                delay: Duration::ZERO,
+            };
+            if now >= stop {
+                return on_time;
+            }
+            if let Some((from, to)) = faults.freeze
+                && (from..to).contains(&now)
+            {
+                return EventFate::Deliver {
+                    copies: 1,
+                    delay: to - now,
+                };
+            }
+            match faults.period(now) {
+                // Stale events (delayed, duplicated) are what grant-on-event
+                // must refuse: a stream in a period of faults suffers often.
+                Some(p) if p.events && random_range(0.0..1.0) < p.chance.max(0.3) => {
+                    match random_range(0..20) {
+                        0..6 => EventFate::Drop,
+                        6..12 => EventFate::Deliver {
+                            copies: 2,
+                            delay: between(Duration::ZERO, ms(100)),
+                        },
+                        12..16 => EventFate::Deliver {
+                            copies: 1,
+                            delay: between(ms(1), ms(500)),
+                        },
+                        // Later than a handoff's expiry (its `hx`).
+                        16..19 => EventFate::Deliver {
+                            copies: 1,
+                            delay: between(ms(500), ms(3_000)),
+                        },
+                        _ => EventFate::Restart,
+                    }
+                }
+                _ => on_time,
+            }
+        }));
+    }
+}
+
+impl ManagerFaults {
+    fn period(&self, now: Duration) -> Option<&Period> {
+        self.periods.iter().find(|p| (p.from..p.to).contains(&now))
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "faults stop at {:?}; crash: {:?}", self.stop, self.crash)?;
+        for (m, faults) in self.managers.iter().enumerate() {
+            writeln!(f, "manager {m}: freeze {:?}", faults.freeze)?;
+            for p in &faults.periods {
+                writeln!(
+                    f,
+                    "  {:?}..{:?}: chance {}, calls {:#013b}, events {}",
+                    p.from, p.to, p.chance, p.ops, p.events
+                )?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,258 @@
+//! The history of one run: what the holders, waiters and operators saw, in
+//! real time, as plain data. Nothing here knows the manager or the store
+//! that produced it, so a fault run on a real `mongod` can record the same
+//! events and feed the same [`checker`](super::checker).
+
+use std::fmt;
+use std::time::Duration;
+
+/// An instant of a run: the time since its start.
+pub type At = Duration;
+
+/// A lease's number in its history (one per acquisition granted).
+pub type LeaseNo = u64;
+
+/// A waiter's number in its history (one per acquire call).
+pub type WaiterNo = u64;
+
+/// An operator's call's number in its history (force release, release by
+/// owner id).
+pub type OpNo = u64;
+
+/// How a key is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// One holder at a time.
+    Exclusive,
+    /// Any number of shared holders, never beside an exclusive one.
+    Shared,
+    /// One of this many permits.
+    Permit(u32),
+}
+
+/// One thing that happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// An acquisition returned a lease to its caller.
+    Granted {
+        /// The lease's number in this history.
+        lease: LeaseNo,
+        /// The manager (process) that holds it.
+        manager: usize,
+        /// Its key (with its place, e.g. `locks/k1`).
+        key: String,
+        /// How it holds the key.
+        kind: Kind,
+        /// Its fencing token.
+        token: u64,
+        /// Its local deadline when the caller got it.
+        deadline: At,
+        /// No later than the server's acquisition (e.g. when the caller
+        /// started waiting), for `hold_at_least`.
+        acquired_after: At,
+        /// No later than the send of its last write the server confirmed
+        /// (its acquisition's attempt, or a renewal): an operator's call
+        /// that ended before this did not end it.
+        confirmed_after: At,
+        /// Its minimum hold, if any.
+        hold_at_least: Option<Duration>,
+    },
+    /// A confirmed renewal moved the lease's local deadline.
+    Renewed {
+        /// The lease.
+        lease: LeaseNo,
+        /// Its new local deadline.
+        deadline: At,
+    },
+    /// The lease's token fired (its holder was told it is lost).
+    Told {
+        /// The lease.
+        lease: LeaseNo,
+        /// Why, as the manager says.
+        reason: String,
+    },
+    /// The holder released or dropped the lease (it stops using it now).
+    Released {
+        /// The lease.
+        lease: LeaseNo,
+    },
+    /// A manager (process) crashed: it does nothing from now on, and
+    /// releases nothing.
+    Crashed {
+        /// The manager.
+        manager: usize,
+    },
+    /// Another application locked the key with a document of its own.
+    ForeignTaken {
+        /// The key.
+        key: String,
+        /// That application's owner id.
+        owner: String,
+    },
+    /// Another application removed its lock.
+    ForeignRemoved {
+        /// The key.
+        key: String,
+    },
+    /// An operator asked to force release the key.
+    ForceReleaseStarted {
+        /// The call.
+        op: OpNo,
+        /// The key.
+        key: String,
+    },
+    /// An operator asked to release every lease of a manager's owner id.
+    OwnerReleaseStarted {
+        /// The call.
+        op: OpNo,
+        /// The manager whose owner id it names.
+        manager: usize,
+    },
+    /// An operator's call returned (whatever its outcome).
+    OpEnded {
+        /// The call.
+        op: OpNo,
+    },
+    /// A caller started waiting for a key.
+    WaitStarted {
+        /// The waiter.
+        waiter: WaiterNo,
+        /// Its manager.
+        manager: usize,
+        /// The key.
+        key: String,
+    },
+    /// The waiter's call returned (a lease, none, or an error).
+    WaitEnded {
+        /// The waiter.
+        waiter: WaiterNo,
+        /// What it returned.
+        outcome: String,
+    },
+    /// No fault is injected from now on.
+    FaultsStopped,
+}
+
+impl Event {
+    /// The key the event concerns, if it names one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Event::Granted { key, .. }
+            | Event::ForeignTaken { key, .. }
+            | Event::ForeignRemoved { key }
+            | Event::ForceReleaseStarted { key, .. }
+            | Event::WaitStarted { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// The lease the event concerns, if any.
+    pub fn lease(&self) -> Option<LeaseNo> {
+        match self {
+            Event::Granted { lease, .. }
+            | Event::Renewed { lease, .. }
+            | Event::Told { lease, .. }
+            | Event::Released { lease } => Some(*lease),
+            _ => None,
+        }
+    }
+}
+
+/// One event with its instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// When it happened.
+    pub at: At,
+    /// What happened.
+    pub event: Event,
+}
+
+impl fmt::Display for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:>10.3} ms  {:?}",
+            self.at.as_secs_f64() * 1e3,
+            self.event
+        )
+    }
+}
+
+/// A run's events in the order they happened (instants never decrease).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    entries: Vec<Entry>,
+}
+
+impl History {
+    /// An empty history.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends `event` at `at`.
+    ///
+    /// # Panics
+    ///
+    /// If `at` is earlier than the last entry's instant.
+    pub fn push(&mut self, at: At, event: Event) {
+        if let Some(last) = self.entries.last() {
+            assert!(at >= last.at, "history out of order: {at:?} after {last}");
+        }
+        self.entries.push(Entry { at, event });
+    }
+
+    /// The events so far.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The last `n` events up to entry `upto` (included) that concern `key`
+    /// (its leases, waiters, foreign holders and operators) or every key
+    /// (crashes, the end of faults), oldest first.
+    pub fn trace_of(&self, key: &str, upto: usize, n: usize) -> Vec<&Entry> {
+        let mut leases = std::collections::BTreeSet::new();
+        let mut waiters = std::collections::BTreeSet::new();
+        let mut ops = std::collections::BTreeSet::new();
+        let end = (upto + 1).min(self.entries.len());
+        for entry in &self.entries[..end] {
+            match &entry.event {
+                Event::Granted { lease, key: k, .. } if k == key => {
+                    leases.insert(*lease);
+                }
+                Event::WaitStarted { waiter, key: k, .. } if k == key => {
+                    waiters.insert(*waiter);
+                }
+                Event::ForceReleaseStarted { op, key: k } if k == key => {
+                    ops.insert(*op);
+                }
+                Event::OwnerReleaseStarted { op, .. } => {
+                    ops.insert(*op);
+                }
+                _ => {}
+            }
+        }
+        let concerns = |event: &Event| match event {
+            Event::Crashed { .. } | Event::FaultsStopped | Event::OwnerReleaseStarted { .. } => {
+                true
+            }
+            Event::OpEnded { op } => ops.contains(op),
+            Event::WaitEnded { waiter, .. } => waiters.contains(waiter),
+            event => event.key() == Some(key) || event.lease().is_some_and(|l| leases.contains(&l)),
+        };
+        let mine: Vec<&Entry> = self.entries[..end]
+            .iter()
+            .filter(|e| concerns(&e.event))
+            .collect();
+        mine[mine.len().saturating_sub(n)..].to_vec()
+    }
+}
+
+impl fmt::Display for History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for entry in &self.entries {
+            writeln!(f, "{entry}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,428 @@
+//! What the simulated processes do: tasks that acquire a key of some kind
+//! (waiting, trying, or with a timeout), hold it for a while checking
+//! `is_lost()`, then release or drop it; an operator who force releases
+//! keys and releases other managers' owner ids; another application that
+//! locks a key with a document of its own; the TTL monitor. Everything a
+//! holder sees is recorded in the [`History`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mongodb::bson::Document;
+use tokio::task::AbortHandle;
+use tokio::time::{Instant, sleep};
+
+use super::history::{At, Event, History, Kind, LeaseNo, OpNo, WaiterNo};
+use crate::AcquireOptions;
+use crate::document::{DEFAULT_LEASE_FIELD, DocumentLease};
+use crate::election::{Election, Leadership};
+use crate::error::Result;
+use crate::lease::Lease;
+use crate::manager::LockManager;
+use crate::random::random_range;
+use crate::status::LeaseEvent;
+use crate::store::memory::{MemoryDb, MemoryStore};
+
+/// The user collection of in-document leases.
+pub const DOCUMENTS: &str = "jobs";
+
+/// The history being recorded, shared by every task of the run.
+#[derive(Clone)]
+pub struct Recorder(Arc<Mutex<Recording>>);
+
+struct Recording {
+    t0: Instant,
+    history: History,
+    next: u64,
+}
+
+impl Recorder {
+    /// A recorder whose instants count from `t0`.
+    pub fn new(t0: Instant) -> Self {
+        Recorder(Arc::new(Mutex::new(Recording {
+            t0,
+            history: History::new(),
+            next: 0,
+        })))
+    }
+
+    /// `at` as an instant of the history.
+    pub fn at(&self, at: Instant) -> At {
+        at.saturating_duration_since(self.0.lock().expect("recorder").t0)
+    }
+
+    /// Records `event` now.
+    pub fn push(&self, event: Event) {
+        let mut r = self.0.lock().expect("recorder");
+        let at = Instant::now().saturating_duration_since(r.t0);
+        r.history.push(at, event);
+    }
+
+    /// A fresh number for a lease, waiter or operator call.
+    pub fn number(&self) -> u64 {
+        let mut r = self.0.lock().expect("recorder");
+        r.next += 1;
+        r.next
+    }
+
+    /// The history so far.
+    pub fn history(&self) -> History {
+        self.0.lock().expect("recorder").history.clone()
+    }
+}
+
+/// One simulated process: a manager over its own store (a connection to
+/// the shared twin).
+pub struct Process {
+    /// Its number in the history.
+    pub index: usize,
+    /// Its manager.
+    pub manager: LockManager,
+    /// Its store (knobs shared with the actor's).
+    pub store: MemoryStore,
+    /// Whether it releases in delete mode.
+    pub delete_mode: bool,
+    /// Its tasks, aborted when it crashes.
+    pub tasks: Mutex<Vec<AbortHandle>>,
+    /// Set when it crashed.
+    pub crashed: AtomicBool,
+}
+
+impl Process {
+    /// Spawns `task` as one of this process's tasks.
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task);
+        self.tasks
+            .lock()
+            .expect("tasks")
+            .push(handle.abort_handle());
+    }
+
+    /// The process crashes now: its tasks stop, nothing it sends from now
+    /// on arrives, its leases are never released.
+    pub fn crash(&self, recorder: &Recorder) {
+        self.crashed.store(true, Ordering::SeqCst);
+        recorder.push(Event::Crashed {
+            manager: self.index,
+        });
+        for task in self.tasks.lock().expect("tasks").drain(..) {
+            task.abort();
+        }
+        self.store.crash();
+        self.store
+            .document_store(DOCUMENTS, DEFAULT_LEASE_FIELD)
+            .crash();
+    }
+}
+
+/// What a task asks for.
+#[derive(Debug, Clone)]
+pub enum Role {
+    /// Exclusive leases of a key, some with a minimum hold.
+    Exclusive {
+        /// The key.
+        key: &'static str,
+        /// Whether it may ask for `hold_at_least`.
+        hold: bool,
+    },
+    /// Shared leases of a key.
+    Shared(&'static str),
+    /// Permits of a semaphore.
+    Permit(&'static str, u32),
+    /// Leadership of an election.
+    Leader(&'static str),
+    /// In-document leases of a document of [`DOCUMENTS`].
+    Document(&'static str),
+}
+
+impl Role {
+    fn key(&self) -> String {
+        match self {
+            Role::Exclusive { key, .. }
+            | Role::Shared(key)
+            | Role::Permit(key, _)
+            | Role::Leader(key) => format!("locks/{key}"),
+            Role::Document(id) => format!("{DOCUMENTS}/{id}"),
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        match self {
+            Role::Shared(_) => Kind::Shared,
+            Role::Permit(_, n) => Kind::Permit(*n),
+            _ => Kind::Exclusive,
+        }
+    }
+}
+
+/// How a task waits.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Wait,
+    Try,
+    Timeout(Duration),
+}
+
+/// A held lease of any kind.
+enum Held {
+    Lease(Lease),
+    Leader(Leadership),
+    Document(DocumentLease<Document>),
+}
+
+impl Held {
+    fn lease(&self) -> &Lease {
+        match self {
+            Held::Lease(lease) => lease,
+            Held::Leader(leadership) => leadership.lease(),
+            Held::Document(document) => document.lease(),
+        }
+    }
+
+    async fn release(self) {
+        let _ = match self {
+            Held::Lease(lease) => lease.release().await,
+            Held::Leader(leadership) => leadership.resign().await,
+            Held::Document(document) => document.release().await,
+        };
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+async fn acquire(
+    process: &Process,
+    role: &Role,
+    mode: Mode,
+    hold: Option<Duration>,
+) -> Result<Option<Held>> {
+    let manager = &process.manager;
+    let lease = |r: Result<Lease>| r.map(|l| Some(Held::Lease(l)));
+    let some = |r: Result<Option<Lease>>| r.map(|l| l.map(Held::Lease));
+    match role {
+        Role::Exclusive { key, .. } => {
+            let options = match hold {
+                Some(hold) => AcquireOptions::builder().hold_at_least(hold).build(),
+                None => AcquireOptions::default(),
+            };
+            match mode {
+                Mode::Wait => lease(manager.acquire_with(*key, &options).await),
+                Mode::Try => some(manager.try_acquire_with(*key, &options).await),
+                Mode::Timeout(t) => some(manager.acquire_timeout_with(*key, t, &options).await),
+            }
+        }
+        Role::Shared(key) => match mode {
+            Mode::Wait => lease(manager.acquire_shared(*key).await),
+            Mode::Try => some(manager.try_acquire_shared(*key).await),
+            Mode::Timeout(t) => some(manager.acquire_shared_timeout(*key, t).await),
+        },
+        Role::Permit(key, n) => {
+            let semaphore = manager.semaphore(*key, *n)?;
+            match mode {
+                Mode::Wait => lease(semaphore.acquire().await),
+                Mode::Try => some(semaphore.try_acquire().await),
+                Mode::Timeout(t) => some(semaphore.acquire_timeout(t).await),
+            }
+        }
+        Role::Leader(name) => {
+            let election = Election::new(manager, *name)?;
+            let won = match mode {
+                Mode::Wait => election.campaign().await.map(Some),
+                Mode::Try => election.try_campaign().await,
+                Mode::Timeout(t) => election.campaign_timeout(t).await,
+            };
+            won.map(|l| l.map(Held::Leader))
+        }
+        Role::Document(id) => {
+            let documents = manager.documents::<Document>(DOCUMENTS).await?;
+            let held = match mode {
+                Mode::Wait => documents.acquire(*id).await.map(Some),
+                Mode::Try => documents.try_acquire(*id).await,
+                Mode::Timeout(t) => documents.acquire_timeout(*id, t).await,
+            };
+            held.map(|d| d.map(Held::Document))
+        }
+    }
+}
+
+/// Records `lease`, just granted, and follows its events (renewals, its
+/// loss) in a task of `process`. Returns its number.
+fn granted(
+    recorder: &Recorder,
+    process: &Process,
+    role: &Role,
+    lease: &Lease,
+    (waited_from, hold): (Instant, Option<Duration>),
+) -> LeaseNo {
+    let mut events = lease.events();
+    let number = recorder.number();
+    let now = Instant::now();
+    let deadline = lease.deadline().unwrap_or(now);
+    // The server took the key under this lease id at one of the waiter's
+    // attempts (a retry keeps that acquisition's minimum hold), all sent
+    // after the wait started.
+    let acquired_after = waited_from;
+    // A local deadline is a confirmed write's send + validity (or less).
+    let confirmed_after = deadline
+        .checked_sub(lease.ttl())
+        .map_or(now, |d| (d + super::SAFETY_MARGIN).min(now));
+    recorder.push(Event::Granted {
+        lease: number,
+        manager: process.index,
+        key: role.key(),
+        kind: role.kind(),
+        token: lease.fencing_token(),
+        deadline: recorder.at(deadline),
+        acquired_after: recorder.at(acquired_after),
+        confirmed_after: recorder.at(confirmed_after),
+        hold_at_least: hold,
+    });
+    let follower = recorder.clone();
+    process.spawn(async move {
+        while let Some(event) = events.recv().await {
+            match event {
+                LeaseEvent::Renewed { deadline, .. } => follower.push(Event::Renewed {
+                    lease: number,
+                    deadline: follower.at(deadline),
+                }),
+                LeaseEvent::Lost(reason) => follower.push(Event::Told {
+                    lease: number,
+                    reason: reason.to_string(),
+                }),
+                _ => {}
+            }
+        }
+    });
+    number
+}
+
+/// A task of `process` that loops on `role` until `stop`.
+pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        let mode = match random_range(0..4) {
+            0 | 1 => Mode::Wait,
+            2 => Mode::Try,
+            _ => Mode::Timeout(ms(random_range(1..3_000))),
+        };
+        let hold = match role {
+            Role::Exclusive { hold: true, .. } if random_range(0..2) == 0 => {
+                Some(ms(random_range(1..2_000)))
+            }
+            _ => None,
+        };
+        let waiter: WaiterNo = recorder.number();
+        recorder.push(Event::WaitStarted {
+            waiter,
+            manager: process.index,
+            key: role.key(),
+        });
+        let waited_from = Instant::now();
+        let result = acquire(&process, &role, mode, hold).await;
+        recorder.push(Event::WaitEnded {
+            waiter,
+            outcome: match &result {
+                Ok(Some(_)) => "granted".into(),
+                Ok(None) => "none".into(),
+                Err(error) => format!("error: {error}"),
+            },
+        });
+        match result {
+            Ok(Some(held)) => {
+                let number = granted(
+                    &recorder,
+                    &process,
+                    &role,
+                    held.lease(),
+                    (waited_from, hold),
+                );
+                let until = Instant::now() + ms(random_range(0..1_500));
+                while Instant::now() < until && !held.lease().is_lost() {
+                    sleep(ms(random_range(1..200))).await;
+                }
+                recorder.push(Event::Released { lease: number });
+                if random_range(0..4) == 0 {
+                    drop(held);
+                } else {
+                    held.release().await;
+                }
+            }
+            Ok(None) => {}
+            Err(_) => sleep(ms(random_range(1..100))).await,
+        }
+        sleep(ms(random_range(0..300))).await;
+    }
+}
+
+/// An operator in `process`: force releases keys and releases other
+/// managers' owner ids, now and then, until `stop`.
+pub async fn operator(
+    recorder: Recorder,
+    process: Arc<Process>,
+    owners: Vec<String>,
+    keys: Vec<&'static str>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(1_000..8_000))).await;
+        let op: OpNo = recorder.number();
+        if random_range(0..3) == 0 {
+            let victim = random_range(0..owners.len());
+            recorder.push(Event::OwnerReleaseStarted {
+                op,
+                manager: victim,
+            });
+            let _ = process.manager.release_owner(&owners[victim]).await;
+        } else {
+            let key = keys[random_range(0..keys.len())];
+            recorder.push(Event::ForceReleaseStarted {
+                op,
+                key: format!("locks/{key}"),
+            });
+            let _ = process.manager.force_release(key).await;
+        }
+        recorder.push(Event::OpEnded { op });
+    }
+}
+
+/// Another application that locks `key` with a document of its own when
+/// no document exists, holds it a while and deletes it, until `stop`.
+pub async fn foreign_holder(
+    recorder: Recorder,
+    db: MemoryDb,
+    key: &'static str,
+    stop: Arc<AtomicBool>,
+) {
+    let owner = "another-app";
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(100..3_000))).await;
+        if !db.put_foreign_if_absent(key, owner) {
+            continue;
+        }
+        let key = format!("locks/{key}");
+        recorder.push(Event::ForeignTaken {
+            key: key.clone(),
+            owner: owner.into(),
+        });
+        sleep(ms(random_range(10..2_000))).await;
+        recorder.push(Event::ForeignRemoved { key: key.clone() });
+        db.remove_foreign(key.trim_start_matches("locks/"), owner);
+    }
+}
+
+/// The TTL monitor: deletes expired lock documents now and then, until
+/// `stop`.
+pub async fn ttl_monitor(dbs: Vec<MemoryDb>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(200..3_000))).await;
+        for db in &dbs {
+            let mut keys: Vec<_> = db.docs().into_keys().collect();
+            keys.sort();
+            for key in keys {
+                db.delete_expired(key, ms(random_range(0..1_000)));
+            }
+        }
+    }
+}
