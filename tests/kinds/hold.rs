@@ -149,7 +149,9 @@ async fn a_crashed_holder_keeps_the_key_until_the_later_of_its_minimum_hold_and_
         }));
     }
     for wait in waits {
-        wait.await.unwrap();
+        crate::common::within(LIVENESS, "a takeover and its checks", wait)
+            .await
+            .unwrap();
     }
     survivor.shutdown().await.unwrap();
 }
