@@ -17,6 +17,9 @@ use tokio::time::{Instant, timeout};
 
 const TTL: Duration = Duration::from_secs(2);
 const WAIT: Duration = Duration::from_secs(20);
+/// A hang guard on the 24 quick terms of three candidates: 30x the 2 s the
+/// whole test takes here.
+const CAMPAIGNS_BOUND: Duration = Duration::from_secs(60);
 
 async fn next<S: futures::Stream + Unpin>(stream: &mut S, what: &str) -> S::Item {
     timeout(WAIT, stream.next())
@@ -230,9 +233,13 @@ async fn observers_see_every_term_in_order_through_the_change_stream() {
             }
         }));
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
+    // A hang guard only: the 24 terms take under 2 s here (the whole test).
+    common::within(CAMPAIGNS_BOUND, "the candidates' 24 terms", async {
+        for task in tasks {
+            task.await.unwrap();
+        }
+    })
+    .await;
     let won = won.lock().unwrap().clone();
     let mut terms: Vec<u64> = won.iter().map(|(t, _)| *t).collect();
     terms.sort_unstable();
@@ -718,9 +725,17 @@ async fn observers_resume_after_a_failover_without_missing_a_term() {
             assert!(!leadership.resign().await.unwrap().was_lost());
         }
     };
-    take_turns(3, &mut terms).await;
+    // Hang guards only: the whole test, three terms on each side of the
+    // step-down and the election that follows it included, takes 6.5 s here.
+    const TURNS: Duration = Duration::from_secs(70);
+    common::within(TURNS, "three terms", take_turns(3, &mut terms)).await;
     let old = rs.step_down_for(Duration::from_secs(5)).await.unwrap();
-    take_turns(3, &mut terms).await;
+    common::within(
+        TURNS,
+        "three terms across the step-down",
+        take_turns(3, &mut terms),
+    )
+    .await;
     let new = rs.wait_for_primary(WAIT).await.unwrap();
     assert_ne!(old, new);
     let mut seen = Vec::new();

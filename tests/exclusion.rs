@@ -11,6 +11,9 @@ use mongo_lease::ReleaseOutcome;
 use mongodb::bson::{Document, doc};
 
 const TTL: Duration = Duration::from_secs(10);
+/// A hang guard on the contention test's tasks: 25x the 4.8 s the whole
+/// test takes here.
+const CONTENTION_BOUND: Duration = Duration::from_secs(120);
 
 /// Several managers with separate clients (as separate processes), several tasks
 /// each, few keys. Inside each critical section: an in-process check that no one
@@ -58,9 +61,14 @@ async fn at_most_one_holder_per_key_and_no_fenced_write_refused() {
             }));
         }
     }
-    for task in tasks {
-        task.await.unwrap();
-    }
+    // A hang guard only: the 192 critical sections take under 5 s here (the
+    // whole test: 4.8 s).
+    common::within(CONTENTION_BOUND, "every task's rounds", async {
+        for task in tasks {
+            task.await.unwrap();
+        }
+    })
+    .await;
     let mut total = 0;
     for key in KEYS {
         let doc = counters.find_one(doc! { "_id": key }).await.unwrap();

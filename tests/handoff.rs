@@ -42,7 +42,9 @@ async fn a_local_handoff_is_one_write_and_the_next_holder_gets_a_greater_token()
             acquire.await
         }
     });
-    queued_rx.await.unwrap();
+    common::within(BOUND, "the waiter's first attempt", queued_rx)
+        .await
+        .unwrap();
     log.clear();
     let first_token = first.fencing_token();
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);

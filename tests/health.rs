@@ -15,12 +15,6 @@ use mongo_lease::{LockManager, LockManagerOptions, LossReason, ReleaseOutcome};
 /// deadline (under 10 s) or a reconnection after a healed link.
 const BOUND: Duration = Duration::from_secs(60);
 
-async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(BOUND, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not happen within {BOUND:?}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_lost_with_the_server_and_back_once_it_answers_again() {
     let (_rs, proxy, uri) = common::server_behind_proxy().await;
@@ -42,7 +36,7 @@ async fn health_is_lost_with_the_server_and_back_once_it_answers_again() {
     assert_eq!(health.held_leases, 1);
 
     proxy.blackhole();
-    bounded("the lease's loss", lease.lost()).await;
+    common::within(BOUND, "the lease's loss", lease.lost()).await;
     assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
     let health = manager.health();
     assert!(
@@ -53,7 +47,7 @@ async fn health_is_lost_with_the_server_and_back_once_it_answers_again() {
 
     proxy.reset();
     proxy.heal();
-    let again = bounded("an acquire after the heal", manager.acquire("held"))
+    let again = common::within(BOUND, "an acquire after the heal", manager.acquire("held"))
         .await
         .unwrap();
     let health = manager.health();

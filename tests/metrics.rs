@@ -181,7 +181,10 @@ fn acquisitions_waits_queue_depth_renewals_and_held_leases_are_recorded() {
 
         let released = Instant::now();
         assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
-        let first = first.await.unwrap().unwrap();
+        let first = common::within(BOUND, "the first waiter's handoff", first)
+            .await
+            .unwrap()
+            .unwrap();
         recorded.update();
         let waits = recorded.histogram(ACQUIRE_WAIT, &[("kind", "exclusive")]);
         assert_eq!(waits.len(), 2, "{waits:?}");
@@ -194,7 +197,10 @@ fn acquisitions_waits_queue_depth_renewals_and_held_leases_are_recorded() {
         assert_eq!(recorded.gauge(HELD_LEASES), 1.0);
 
         assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
-        let second = second.await.unwrap().unwrap();
+        let second = common::within(BOUND, "the second waiter's handoff", second)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
         recorded.update();
         assert_eq!(recorded.gauge(WAITERS), 0.0);

@@ -10,6 +10,8 @@ use mongo_lease::{Error, LockManager, LockManagerOptions};
 use mongodb::bson::doc;
 
 const TTL: Duration = Duration::from_secs(10);
+/// A hang guard on waits that take milliseconds here.
+const BOUND: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn shutdown_releases_everything_and_later_calls_get_a_clear_error() {
@@ -28,13 +30,24 @@ async fn shutdown_releases_everything_and_later_calls_get_a_clear_error() {
             acquire.await
         })
     };
-    queued_rx.await.unwrap();
-    a.shutdown().await.unwrap();
+    // Hang guards only: the shutdown and its end of the waiter take
+    // milliseconds here.
+    common::within(BOUND, "the waiter's first attempt", queued_rx)
+        .await
+        .unwrap();
+    common::within(BOUND, "the shutdown with a waiter queued", a.shutdown())
+        .await
+        .unwrap();
     assert!(
         leases.iter().all(|l| l.is_lost()),
         "tokens of released leases fire"
     );
-    assert!(matches!(waiter.await.unwrap(), Err(Error::Shutdown)));
+    assert!(matches!(
+        common::within(BOUND, "the waiter's end at the shutdown", waiter)
+            .await
+            .unwrap(),
+        Err(Error::Shutdown)
+    ));
     for key in ["x", "y"] {
         let doc = fx.doc(key).await;
         assert!(doc.get("lid").is_none(), "{key} released: {doc}");

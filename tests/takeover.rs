@@ -21,7 +21,14 @@ async fn exactly_one_winner_when_managers_race_for_a_fresh_key() {
             let (m, key) = (m.clone(), key.clone());
             tokio::spawn(async move { m.try_acquire(key).await })
         });
-        let results = futures::future::join_all(attempts).await;
+        // A hang guard only: the eight attempts take milliseconds here (the
+        // 20 rounds, 1.5 s).
+        let results = common::within(
+            Duration::from_secs(30),
+            "the racing try_acquires",
+            futures::future::join_all(attempts),
+        )
+        .await;
         let winners: Vec<_> = results
             .into_iter()
             .filter_map(|r| r.unwrap().unwrap())
@@ -304,8 +311,11 @@ async fn a_release_that_another_manager_waited_for_yields_the_key_to_it() {
     );
     eprintln!("fairness: {counted} of 5 rounds counted from the waiting mark");
     stop.cancel();
+    // A hang guard only: each loop ends after its current hold (HOLD, and a
+    // local handoff of milliseconds); 30 s is 10x the whole test here (3 s).
     for l in loops {
-        assert!(l.await.unwrap() > 0);
+        let held = common::within(Duration::from_secs(30), "the busy loops' end", l).await;
+        assert!(held.unwrap() > 0);
     }
     busy.shutdown().await.unwrap();
     other.shutdown().await.unwrap();

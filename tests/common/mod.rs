@@ -322,6 +322,20 @@ pub async fn server_behind_proxy() -> (ReplicaSet, FaultProxy, String) {
     (rs, proxy, uri)
 }
 
+/// Awaits `wait`, failing the test with `what` if it is not done within
+/// `limit`: a late or hung wait (an acquire, a task's end, a channel) fails
+/// with a message instead of hanging. The caller's `limit` is a hang guard,
+/// over 10x what the wait takes here, unless the protocol bounds it tighter.
+pub async fn within<T>(
+    limit: Duration,
+    what: &str,
+    wait: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::time::timeout(limit, wait)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
+}
+
 /// Waits (bounded) until `check` holds, polling MongoDB state; panics with `what`.
 pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
 where

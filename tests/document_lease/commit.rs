@@ -58,10 +58,15 @@ async fn two_managers_taking_turns_on_one_work_item_never_lose_an_update() {
             reads
         }));
     }
+    // A hang guard only (HANG, 60 s): the 50 turns take under 4 s here (the
+    // whole test: 3.7 s).
     let mut reads = Vec::new();
-    for worker in workers {
-        reads.extend(worker.await.unwrap());
-    }
+    common::within(HANG, "both managers' turns", async {
+        for worker in workers {
+            reads.extend(worker.await.unwrap());
+        }
+    })
+    .await;
     reads.sort_unstable();
     assert_eq!(
         reads,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use mongo_lease::{DocumentAcquireOptions, Error, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 
-use crate::common::Fixture;
+use crate::common::{self, Fixture};
 use crate::support::{HANG, connect_as, items, stored, work_items};
 
 /// Four managers race for the same missing work items with
@@ -43,11 +43,16 @@ async fn a_missing_document_is_created_exactly_once_under_concurrent_acquires() 
                 lease.map(|lease| (name, lease))
             })
         });
-        let mut winners: Vec<_> = futures::future::join_all(attempts)
-            .await
-            .into_iter()
-            .filter_map(|r| r.unwrap())
-            .collect();
+        // A hang guard only (HANG): the racing attempts take milliseconds here.
+        let mut winners: Vec<_> = common::within(
+            HANG,
+            "the racing try_acquires",
+            futures::future::join_all(attempts),
+        )
+        .await
+        .into_iter()
+        .filter_map(|r| r.unwrap())
+        .collect();
         assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
         let (winner, lease) = winners.pop().unwrap();
         assert_eq!(
@@ -82,11 +87,16 @@ async fn a_missing_document_is_created_exactly_once_under_concurrent_acquires() 
             seen
         })
     });
-    let seen: Vec<Document> = futures::future::join_all(turns)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    // A hang guard only (HANG): the four turns take milliseconds here.
+    let seen: Vec<Document> = common::within(
+        HANG,
+        "the waiting acquires' turns",
+        futures::future::join_all(turns),
+    )
+    .await
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
     let count = items(&fx)
         .count_documents(doc! { "_id": id })
         .await

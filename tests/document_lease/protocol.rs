@@ -558,8 +558,10 @@ async fn concurrent_creating_acquires_of_managers_create_the_document_once_with_
             })
             .collect();
         let mut winners = Vec::new();
+        // A hang guard only (WAIT): the four attempts take milliseconds here.
         for attempt in attempts {
-            if let Some(lease) = attempt.await.unwrap().unwrap() {
+            let attempt = common::within(WAIT, "a creating try_acquire", attempt).await;
+            if let Some(lease) = attempt.unwrap().unwrap() {
                 winners.push(lease);
             }
         }

@@ -99,6 +99,7 @@ async fn a_key_released_at_once_stays_held_until_its_hold_at_least_by_the_server
 /// A holder that crashes keeps its key until the later of its minimum hold
 /// (`hl`) and its lease's expiry (`exp`), by the server's clock: with a
 /// minimum hold longer than the TTL (4 s against 2 s), and shorter (1 s).
+/// A waiter takes it within `retry_max` of that time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_holder_keeps_the_key_until_the_later_of_its_minimum_hold_and_its_expiry() {
     const TTL: Duration = Duration::from_secs(2);
@@ -132,6 +133,8 @@ async fn a_crashed_holder_keeps_the_key_until_the_later_of_its_minimum_hold_and_
             "exp = max($$NOW + ttl, hl) at the acquisition"
         );
         let until = hold_until.max(expires);
+        // The server's time just before the survivor's first attempt.
+        let waits_from = server_now(&survivor, key).await;
         let survivor = survivor.clone();
         waits.push(tokio::spawn(async move {
             let Ok(acquired) = tokio::time::timeout(LIVENESS, survivor.acquire(key)).await else {
@@ -145,11 +148,27 @@ async fn a_crashed_holder_keeps_the_key_until_the_later_of_its_minimum_hold_and_
                 "{key} taken at {:?} by the server's clock, before max(hl, exp) = {until:?}",
                 info.acquired_at
             );
+            // Right after it, both by the server's clock: a waiter never
+            // waits longer than `retry_max` between two attempts, and the
+            // time left on the key caps its wait, as in takeover.rs.
+            let late = info
+                .acquired_at
+                .duration_since(until.max(waits_from))
+                .unwrap_or_default();
+            eprintln!("{key} taken {late:?} after max(hl, exp)");
+            assert!(
+                late <= mongo_lease::DEFAULT_RETRY_MAX,
+                "{key} taken {late:?} after max(hl, exp) = {until:?} (the survivor waited from \
+                 {waits_from:?}), more than retry_max ({:?})",
+                mongo_lease::DEFAULT_RETRY_MAX
+            );
             assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
         }));
     }
     for wait in waits {
-        wait.await.unwrap();
+        crate::common::within(LIVENESS, "a takeover and its checks", wait)
+            .await
+            .unwrap();
     }
     survivor.shutdown().await.unwrap();
 }
