@@ -215,7 +215,7 @@ impl Actor {
                 if state.waiters.is_empty() {
                     // Nobody to give it to: give it back at once.
                     state.unseen = None;
-                    state.next_lease_id = Uuid::new_v4();
+                    state.next_lease_id = crate::random::uuid();
                     self.spawn_release(key.clone(), lease_id, Instant::now(), None);
                 } else if confirming {
                     // Confirmed by a read again: the writes keep failing.

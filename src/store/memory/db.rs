@@ -562,8 +562,8 @@ impl MemoryDb {
             return false;
         }
         let foreign = Foreign {
-            owner: owner.to_string(),
-            written: self.server_now(),
+            owner: Some(owner.to_string()),
+            written: Some(self.server_now()),
         };
         coll.foreign.insert(key, foreign);
         drop(coll);
@@ -576,7 +576,11 @@ impl MemoryDb {
     pub fn remove_foreign(&self, key: impl Into<LeaseKey>, owner: &str) -> bool {
         let key = &key.into();
         let mut coll = lock(&self.inner);
-        if coll.foreign.get(key).is_none_or(|f| f.owner != owner) {
+        if coll
+            .foreign
+            .get(key)
+            .is_none_or(|f| f.owner.as_deref() != Some(owner))
+        {
             return false;
         }
         coll.foreign.remove(key);
