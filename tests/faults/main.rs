@@ -24,8 +24,10 @@ mod common;
 mod failover;
 mod harness;
 mod holder_crashes;
+mod kinds;
 mod link_faults;
 mod scenario;
+mod seeded;
 mod worker;
 
 use std::time::Duration;
