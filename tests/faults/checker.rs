@@ -198,6 +198,12 @@ fn collect_sections(events: &[Event], kills: &HashMap<String, (u64, u64)>) -> Ve
             .map(Event::t);
         let claimed = events.iter().filter(|c| c.kind == "claimed").find(same);
         let (kind, permits, hold_ms) = kind_of(e);
+        // Shared holders and permits take no fenced step.
+        let (claim, write) = match claimed {
+            _ if matches!(kind.as_str(), "s" | "p") => (Step::Skipped, Step::Skipped),
+            Some(_) => (Step::Ok, Step::Unknown),
+            None => (Step::Unknown, Step::Unknown),
+        };
         sections.push(Cs {
             w: e.w.clone(),
             key,
@@ -209,15 +215,11 @@ fn collect_sections(events: &[Event], kills: &HashMap<String, (u64, u64)>) -> Ve
             t_acq: e.t(),
             t_end: ended_at.unwrap_or(dead),
             t_lost: 0,
-            claim: if claimed.is_some() {
-                Step::Ok
-            } else {
-                Step::Unknown
-            },
+            claim,
             claim_lost: false,
             n_read: claimed.map(|c| c.num("n")).unwrap_or(0),
             prev_last: claimed.map(|c| c.num("last")).unwrap_or(0),
-            write: Step::Unknown,
+            write,
             write_lost: false,
             lost: false,
             crashed: true,
@@ -648,5 +650,125 @@ mod tests {
             cs("w2", 10, (20, 30), ("ok", 1, 20), "ok", false),
         ];
         rejected(&events, finals(2, 10), "fencing tokens out of order");
+    }
+
+    /// A section of a kind on `key` with no fenced step (shared, permit).
+    fn held(w: &str, key: &str, kind: &str, tok: i64, call: u64, span: (u64, u64)) -> Event {
+        let permits = if kind == "p" { 2 } else { 0 };
+        let line = format!(
+            "EVT cs w={w} task=0 key={key} tok={tok} kind={kind} permits={permits} hold_ms=0 \
+             t_call={call} t_acq={} t_end={} t_lost=0 claim=skipped claim_lost=0 n=0 last=0 \
+             write=skipped write_lost=0 lost=0 release=released",
+            span.0, span.1
+        );
+        Event::parse(w, &line).unwrap()
+    }
+
+    fn no_counters() -> HashMap<String, (i64, i64)> {
+        HashMap::new()
+    }
+
+    #[test]
+    fn accepts_shared_holders_together_and_permits_up_to_their_number() {
+        let events = [
+            held("w1", "x0", "s", 10, 0, (1, 50)),
+            held("w2", "x0", "s", 20, 0, (2, 60)),
+            held("w3", "x0", "x", 30, 55, (60, 70)),
+            held("w1", "p0", "p", 10, 0, (1, 50)),
+            held("w2", "p0", "p", 20, 0, (2, 60)),
+            held("w3", "p0", "p", 30, 50, (50, 70)),
+        ];
+        let report = check(&events, &HashMap::new(), &no_counters());
+        assert_eq!(report.kinds(), "p=3 s=2 x=1");
+    }
+
+    #[test]
+    fn rejects_shared_and_exclusive_at_once() {
+        let events = [
+            held("w1", "x0", "s", 10, 0, (1, 50)),
+            held("w2", "x0", "x", 20, 10, (40, 60)),
+        ];
+        let violation = try_check(&events, &HashMap::new(), &no_counters())
+            .unwrap_err()
+            .to_string();
+        assert!(violation.contains("KINDS MIXED"), "{violation}");
+    }
+
+    #[test]
+    fn rejects_more_permits_than_the_semaphore_has() {
+        let events = [
+            held("w1", "p0", "p", 10, 0, (1, 50)),
+            held("w2", "p0", "p", 20, 0, (2, 60)),
+            held("w3", "p0", "p", 30, 0, (49, 70)),
+        ];
+        let violation = try_check(&events, &HashMap::new(), &no_counters())
+            .unwrap_err()
+            .to_string();
+        assert!(violation.contains("MORE THAN 2 PERMITS"), "{violation}");
+    }
+
+    /// Concurrent acquisitions may return in either order; one that
+    /// returned before another's call began has the lower token.
+    #[test]
+    fn judges_tokens_by_the_order_of_return_and_call() {
+        let overlapping = [
+            held("w1", "x0", "s", 20, 0, (5, 50)),
+            held("w2", "x0", "s", 10, 0, (6, 50)),
+        ];
+        check(&overlapping, &HashMap::new(), &no_counters());
+        let ordered = [
+            held("w1", "x0", "s", 20, 0, (5, 50)),
+            held("w2", "x0", "s", 10, 6, (7, 50)),
+        ];
+        let violation = try_check(&ordered, &HashMap::new(), &no_counters())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            violation.contains("fencing tokens out of order"),
+            "{violation}"
+        );
+    }
+
+    #[test]
+    fn rejects_an_acquisition_within_a_minimum_hold() {
+        const MS: u64 = 1_000_000;
+        let hold = |next_at: u64| {
+            [
+                Event::parse(
+                    "w1",
+                    "EVT cs w=w1 task=0 key=h0 tok=10 kind=h permits=0 hold_ms=100 t_call=0 \
+                     t_acq=1000000 t_end=2000000 t_lost=0 claim=skipped claim_lost=0 n=0 last=0 \
+                     write=skipped write_lost=0 lost=0 release=released",
+                )
+                .unwrap(),
+                held("w2", "h0", "x", 20, MS, (next_at, next_at + MS)),
+            ]
+        };
+        let counters = || HashMap::from([("h0".to_string(), (0, 0))]);
+        check(&hold(100 * MS), &HashMap::new(), &counters());
+        let violation = try_check(&hold(90 * MS), &HashMap::new(), &counters())
+            .unwrap_err()
+            .to_string();
+        assert!(violation.contains("HOLD_AT_LEAST BROKEN"), "{violation}");
+    }
+
+    #[test]
+    fn a_killed_permit_holder_holds_until_reaped() {
+        let events = [
+            Event::parse(
+                "w1",
+                "EVT acq w=w1 task=0 key=p0 tok=10 kind=p permits=2 hold_ms=0 t_call=0 t=1",
+            )
+            .unwrap(),
+            held("w2", "p0", "p", 20, 0, (2, 60)),
+            held("w3", "p0", "p", 30, 0, (40, 70)),
+        ];
+        let kills = HashMap::from([("w1".to_string(), (30, 50))]);
+        let violation = try_check(&events, &kills, &no_counters())
+            .unwrap_err()
+            .to_string();
+        assert!(violation.contains("MORE THAN 2 PERMITS"), "{violation}");
+        let kills = HashMap::from([("w1".to_string(), (30, 35))]);
+        assert_eq!(check(&events, &kills, &no_counters()).crashed, 1);
     }
 }

@@ -256,10 +256,14 @@ impl Watch {
         }
     }
 
-    /// Stops watching (the release was called); returns the notice, if any.
-    fn stop(self) -> Option<u64> {
+    /// Stops watching, as the holder calls release (or commit): a loss
+    /// noticed from now on is the release's. Returns the notice, if any.
+    fn stop(&self) -> Option<u64> {
+        let _ = self
+            .noticed
+            .compare_exchange(0, u64::MAX, Ordering::SeqCst, Ordering::SeqCst);
         self.task.abort();
-        self.noticed()
+        self.noticed().filter(|t| *t != u64::MAX)
     }
 }
 
@@ -347,6 +351,7 @@ async fn section(task: usize, cfg: &Config, kinds: &Kinds, p: &Pick, t_call: u64
     // 3. Write (and, for a document, maybe release in the same write).
     let mut held = Some(held);
     let mut released = None;
+    let mut noticed = None;
     let (write_step, write_lost) =
         if claim_step != Step::Ok || watch.lost(held.as_ref().unwrap().lease(), &id) {
             (Step::Skipped, false)
@@ -360,6 +365,8 @@ async fn section(task: usize, cfg: &Config, kinds: &Kinds, p: &Pick, t_call: u64
             let update = doc! { "$set": { "n": n_read + 1, "last": tok } };
             if rand::rng().random_bool(0.5) {
                 // Commit: the write ends the section, as a release does.
+                watch.lost(d.lease(), &id);
+                noticed = watch.stop();
                 released = Some(monotonic_ns());
                 emit(format!("releasing {id} t={}", released.unwrap()));
                 match d.commit(update).await {
@@ -391,16 +398,18 @@ async fn section(task: usize, cfg: &Config, kinds: &Kinds, p: &Pick, t_call: u64
         };
 
     // 4. Release (unless committed).
+    if let Some(held) = &held {
+        watch.lost(held.lease(), &id);
+        noticed = watch.stop();
+    }
     let t_rel = released.unwrap_or_else(monotonic_ns);
     let release = match held {
         Some(held) => {
-            watch.lost(held.lease(), &id);
             emit(format!("releasing {id} t={t_rel}"));
             held.release().await
         }
         None => "committed".to_string(),
     };
-    let noticed = watch.stop().filter(|t| *t < t_rel);
     let t_end = noticed.unwrap_or(t_rel);
     emit(format!(
         "cs {id} {shape} t_call={t_call} t_acq={t_acq} t_end={t_end} t_lost={} \
