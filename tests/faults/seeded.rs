@@ -423,7 +423,7 @@ fn excerpt(v: &Violation, events: &[Event], rounds: &[(u64, u64, String)], t0: u
     for (s, e, text) in rounds {
         if *s <= to && *e >= from {
             lines.push((*s, format!("controller: {text}")));
-            lines.push((*e, format!("controller: end of round, faults cleared")));
+            lines.push((*e, "controller: end of round, faults cleared".to_string()));
         }
     }
     lines.sort();
