@@ -79,6 +79,8 @@ impl ReplicaSet {
         // SAFETY: signalling our own, not yet reaped child.
         unsafe {
             libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            // A frozen member handles the signal once resumed.
+            libc::kill(child.id() as libc::pid_t, libc::SIGCONT);
         }
         let deadline = Instant::now() + self.opts.startup_timeout;
         loop {
@@ -163,6 +165,39 @@ impl ReplicaSet {
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// Freezes member `i` with `SIGSTOP`: the process stays alive, keeps
+    /// its connections open and answers nothing (a long GC or VM pause, a
+    /// hung disk) until [`thaw`](Self::thaw) resumes it with `SIGCONT`. A
+    /// frozen primary is replaced by an election after the election timeout
+    /// (about 1 s with fast elections) and steps down once thawed; clients
+    /// waiting on it see nothing until their own timeouts. Dropping the set
+    /// kills frozen members as any other. Freezing a member that is not
+    /// running is a no-op.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::NoSuchMember`] if `i` is out of range.
+    pub fn freeze(&self, i: usize) -> Result<(), TestkitError> {
+        if self.member(i)?.set_frozen(true) {
+            tracing::debug!(member = i, "froze mongod (SIGSTOP)");
+        }
+        Ok(())
+    }
+
+    /// Resumes member `i` after [`freeze`](Self::freeze) (`SIGCONT`). A
+    /// no-op for a member that is not frozen or not running.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::NoSuchMember`] if `i` is out of range.
+    pub fn thaw(&self, i: usize) -> Result<(), TestkitError> {
+        let member = self.member(i)?;
+        if member.is_frozen() && member.set_frozen(false) {
+            tracing::debug!(member = i, "thawed mongod (SIGCONT)");
+        }
+        Ok(())
     }
 
     /// One concurrent round of `hello` on every member, through `clients`

@@ -44,6 +44,8 @@ pub(super) struct MemberProc {
     child: Option<Child>,
     /// Token in the process-exit cleanup registry.
     token: Option<u64>,
+    /// Stopped with `SIGSTOP` ([`ReplicaSet::freeze`]) and not resumed since.
+    frozen: bool,
 }
 
 impl Member {
@@ -106,6 +108,28 @@ impl Member {
     /// killed and has not exited on its own).
     pub fn is_running(&self) -> bool {
         self.exit_status().is_none() && self.pid().is_some()
+    }
+
+    /// Whether the member's `mongod` is frozen ([`ReplicaSet::freeze`]):
+    /// stopped with `SIGSTOP` and not yet [thawed](ReplicaSet::thaw).
+    pub fn is_frozen(&self) -> bool {
+        self.lock().frozen
+    }
+
+    /// Sends `SIGSTOP` (`freeze`) or `SIGCONT` to the running process and
+    /// records the state. `false` if the member is not running.
+    pub(super) fn set_frozen(&self, freeze: bool) -> bool {
+        let mut p = self.lock();
+        let Some(child) = p.child.as_ref() else {
+            return false;
+        };
+        let signal = if freeze { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: signalling our own, not yet reaped child.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, signal);
+        }
+        p.frozen = freeze;
+        true
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemberProc> {
@@ -247,6 +271,7 @@ impl Member {
         );
         let mut p = self.lock();
         p.child = Some(child);
+        p.frozen = false;
         p.token = Some(token);
         Ok(())
     }
@@ -291,6 +316,7 @@ impl Member {
     /// Takes the child out (unregistering it) so it can be killed.
     pub(super) fn take_child(&self) -> Option<Child> {
         let mut p = self.lock();
+        p.frozen = false;
         if let Some(token) = p.token.take() {
             process::unregister(token);
         }

@@ -101,6 +101,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 mod auth;
+mod fail_point;
 mod faults;
 mod install;
 mod member;

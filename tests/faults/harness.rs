@@ -169,6 +169,8 @@ pub struct Params {
     pub retry_max: Duration,
     pub hold_ms: (u64, u64),
     pub long_hold_pct: u32,
+    /// Every kind of lease (`kinds.rs`) instead of exclusive leases only.
+    pub mixed: bool,
 }
 
 /// The worker processes of one scenario, the history of their events, and
@@ -181,6 +183,8 @@ pub struct Fleet {
     procs: HashMap<String, Proc>,
     pub history: Arc<History>,
     next: usize,
+    /// The keys with a counter in [`COUNTERS`].
+    counter_keys: Vec<String>,
 }
 
 /// Shuts the fleet's client down while the scenario's (multi-threaded)
@@ -211,16 +215,20 @@ impl Fleet {
         .unwrap();
         setup.shutdown().await.unwrap();
         let counters = worker::counters_collection(&client, &db, COUNTERS);
-        for k in 0..params.keys {
+        let counter_keys = if params.mixed {
+            crate::kinds::counter_keys()
+        } else {
+            (0..params.keys).map(|k| format!("k{k}")).collect()
+        };
+        for key in &counter_keys {
             counters
-                .insert_one(
-                    doc! { "_id": format!("k{k}"), "n": 0_i64, "fence": 0_i64, "last": 0_i64 },
-                )
+                .insert_one(doc! { "_id": key, "n": 0_i64, "fence": 0_i64, "last": 0_i64 })
                 .await
                 .unwrap();
         }
         Fleet {
             params,
+            counter_keys,
             uri: uri.to_string(),
             db,
             client,
@@ -255,6 +263,7 @@ impl Fleet {
             hold_max_ms: self.params.hold_ms.1,
             long_hold_pct: self.params.long_hold_pct,
             pause_first: false,
+            mixed: self.params.mixed,
         }
     }
 
@@ -406,7 +415,7 @@ impl Fleet {
     }
 
     /// Kill times of killed workers.
-    fn kills(&self) -> HashMap<String, (u64, u64)> {
+    pub fn kills(&self) -> HashMap<String, (u64, u64)> {
         self.procs
             .iter()
             .filter_map(|(n, p)| p.killed.map(|k| (n.clone(), k)))
@@ -421,7 +430,17 @@ impl Fleet {
     /// collection's TTL index having zero grace, every document is deleted
     /// within a bounded wait. Returns how long the deletion took.
     pub async fn assert_no_lock_left(&self) -> Duration {
-        let locks = self.locks();
+        let live = self.leases_left().await;
+        assert!(
+            live.is_empty(),
+            "lock documents still holding a lease after shutdown: {live:?}"
+        );
+        self.wait_collected().await
+    }
+
+    /// The lock documents that still hold a lease of a worker that was not
+    /// killed (see [`assert_no_lock_left`](Self::assert_no_lock_left)).
+    pub async fn leases_left(&self) -> Vec<Document> {
         let kills = self.kills();
         let crashed: Vec<String> = self
             .history
@@ -430,7 +449,7 @@ impl Fleet {
             .filter(|e| e.kind == "ready" && kills.contains_key(&e.w))
             .map(|e| e.get("owner").to_string())
             .collect();
-        let live: Vec<Document> = locks
+        self.locks()
             .find(doc! {
                 "lid": { "$exists": true },
                 "aid": { "$nin": crashed },
@@ -439,11 +458,13 @@ impl Fleet {
             .await
             .unwrap()
             .try_collect_vec()
-            .await;
-        assert!(
-            live.is_empty(),
-            "lock documents still holding a lease after shutdown: {live:?}"
-        );
+            .await
+    }
+
+    /// Waits (bounded) until the TTL index deleted every lock document;
+    /// returns how long that took.
+    pub async fn wait_collected(&self) -> Duration {
+        let locks = self.locks();
         let started = tokio::time::Instant::now();
         loop {
             let left = locks.count_documents(doc! {}).await.unwrap();
@@ -460,18 +481,34 @@ impl Fleet {
 
     /// Runs the safety checker over the history and the final counters.
     pub async fn check(&self) -> Report {
+        check(&self.history.all(), &self.kills(), &self.finals().await)
+    }
+
+    /// The final `(n, last)` of every counter, and of every document of the
+    /// in-document leases (`(0, 0)` if never created).
+    pub async fn finals(&self) -> HashMap<String, (i64, i64)> {
         let mut finals = HashMap::new();
-        for k in 0..self.params.keys {
-            let key = format!("k{k}");
+        for key in &self.counter_keys {
             let d = self
                 .counters()
-                .find_one(doc! { "_id": &key })
+                .find_one(doc! { "_id": key })
                 .await
                 .unwrap()
                 .unwrap();
-            finals.insert(key, (d.get_i64("n").unwrap(), d.get_i64("last").unwrap()));
+            finals.insert(
+                key.clone(),
+                (d.get_i64("n").unwrap(), d.get_i64("last").unwrap()),
+            );
         }
-        check(&self.history.all(), &self.kills(), &finals)
+        if self.params.mixed {
+            let items = worker::counters_collection(&self.client, &self.db, crate::kinds::ITEMS);
+            for key in crate::kinds::DOCUMENT_KEYS {
+                let d = items.find_one(doc! { "_id": key }).await.unwrap();
+                let field = |f: &str| d.as_ref().and_then(|d| d.get_i64(f).ok()).unwrap_or(0);
+                finals.insert(key.to_string(), (field("n"), field("last")));
+            }
+        }
+        finals
     }
 }
 

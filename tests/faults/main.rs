@@ -16,6 +16,11 @@
 //! `MONGO_LEASE_SOAK=1` makes each one run for 5 minutes, repeating its
 //! fault (`MONGO_LEASE_SOAK_SECS=<n>` for another duration).
 //! Lines starting with `FIGURE` are the measured figures.
+//!
+//! The seeded fault runs (`seeded.rs`, docs/fault-runs.md) draw
+//! `failCommand` fail points, step-downs, frozen members and killed workers
+//! from a seed while the workers contend with every kind of lease
+//! (`kinds.rs`); the same checker judges them.
 
 mod checker;
 mod clock_offset;
@@ -24,8 +29,10 @@ mod common;
 mod failover;
 mod harness;
 mod holder_crashes;
+mod kinds;
 mod link_faults;
 mod scenario;
+mod seeded;
 mod worker;
 
 use std::time::Duration;

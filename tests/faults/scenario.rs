@@ -156,6 +156,7 @@ pub fn params(ttl_secs: f64) -> Params {
         retry_max: Duration::from_secs(1),
         hold_ms: (5, 40),
         long_hold_pct: 5,
+        mixed: false,
     }
 }
 

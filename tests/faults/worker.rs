@@ -59,6 +59,9 @@ pub struct Config {
     /// The first critical section of task 0 waits for a `write` line on
     /// stdin between its claim and its write.
     pub pause_first: bool,
+    /// Critical sections on every kind of lease (`kinds.rs`) instead of
+    /// exclusive leases on `k0..keys`.
+    pub mixed: bool,
 }
 
 impl Config {
@@ -77,6 +80,7 @@ impl Config {
             ("hold_max_ms", self.hold_max_ms.to_string()),
             ("long_hold_pct", self.long_hold_pct.to_string()),
             ("pause_first", self.pause_first.to_string()),
+            ("mixed", self.mixed.to_string()),
         ]
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -110,6 +114,7 @@ impl Config {
             hold_max_ms: get(&map, "hold_max_ms"),
             long_hold_pct: get(&map, "long_hold_pct"),
             pause_first: get(&map, "pause_first"),
+            mixed: get(&map, "mixed"),
         }
     }
 }
@@ -127,7 +132,7 @@ pub fn counters_collection(client: &Client, db: &str, name: &str) -> Collection<
     )
 }
 
-fn emit(line: String) {
+pub fn emit(line: String) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "EVT {line}");
@@ -173,7 +178,7 @@ fn counter(doc: &Document, field: &str) -> i64 {
 
 /// Step 1. Returns the outcome, `(n, last)` before the claim, and whether
 /// the lease had been signalled lost when a refusal came back.
-async fn claim(
+pub async fn claim(
     coll: &Collection<Document>,
     key: &str,
     tok: i64,
@@ -226,7 +231,7 @@ async fn claim(
 
 /// Step 2. Returns the outcome and whether the lease had been signalled lost
 /// when a refusal (or a superseded unknown) came back.
-async fn write(
+pub async fn write(
     coll: &Collection<Document>,
     key: &str,
     tok: i64,
@@ -268,7 +273,7 @@ async fn write(
     }
 }
 
-fn one_line(s: &str) -> String {
+pub fn one_line(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_whitespace() { ' ' } else { c })
         .take(300)
@@ -277,7 +282,13 @@ fn one_line(s: &str) -> String {
 
 /// Runs the worker until `stop` (or EOF) arrives on stdin; prints events.
 pub async fn run(cfg: Config) {
-    let client = Client::with_uri_str(&cfg.uri).await.expect("worker client");
+    // The worker's name as the client's appName: a `failCommand` fail
+    // point can target one manager.
+    let mut options = mongodb::options::ClientOptions::parse(&cfg.uri)
+        .await
+        .expect("worker URI");
+    options.app_name = Some(cfg.name.clone());
+    let client = Client::with_options(options).expect("worker client");
     let manager = LockManager::connect(
         LockManagerOptions::builder()
             .database(client.database(&cfg.db))
@@ -321,7 +332,16 @@ pub async fn run(cfg: Config) {
 
     let cfg = Arc::new(cfg);
     let mut tasks = Vec::new();
-    for task in 0..cfg.tasks {
+    if cfg.mixed {
+        let kinds = Arc::new(crate::kinds::Kinds::new(&manager, counters.clone()).await);
+        for task in 0..cfg.tasks {
+            let (cfg, kinds, stop) = (cfg.clone(), kinds.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                crate::kinds::task_loop(task, &cfg, &kinds, &stop).await
+            }));
+        }
+    }
+    for task in (0..cfg.tasks).filter(|_| !cfg.mixed) {
         let (cfg, manager, counters, stop, gate) = (
             cfg.clone(),
             manager.clone(),
