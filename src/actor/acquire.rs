@@ -256,13 +256,15 @@ impl Actor {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, "key is held");
                 // A waiting exclusive attempt in the lock collection
-                // registered in the key's queue (not on a foreign holder's
-                // lock, nor on one's own yield; in-document leases have no
-                // queue).
+                // registered in the key's queue, with or without a minimum
+                // hold (not on a foreign holder's lock, nor on one's own
+                // yield; in-document leases have no queue). A key handed
+                // to a registration with a minimum hold is confirmed by an
+                // attempt, never granted on the event (`grant_handed`).
                 let queues = self.places[usize::from(key.place.0)].info.field.is_none();
                 state.registered = queues
                     && sent.waiting
-                    && sent.shape.is_plain()
+                    && sent.shape.kind == crate::LeaseKind::Exclusive
                     && !foreign
                     && holder != *self.owner_id;
                 state.handed = false;

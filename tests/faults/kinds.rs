@@ -49,14 +49,6 @@ pub const ELECTION: &str = "e0";
 pub const DOCUMENT_KEYS: [&str; 2] = ["d0", "d1"];
 pub const ITEMS: &str = "items";
 
-/// Set (to anything) in the environment of a fault run: the acquisitions
-/// with `hold_at_least` wait (`acquire_with`) instead of trying once
-/// (`try_acquire_with`, the usual way to run a job at most once per
-/// interval). A waiting one registers in the key's queue of waiting owners,
-/// and a manager that shuts down then does not leave that queue (see
-/// docs/fault-runs.md, "Findings").
-pub const HOLD_WAITS: &str = "FAULT_RUN_HOLD_WAITS";
-
 /// The keys with a counter in the counters collection.
 pub fn counter_keys() -> Vec<String> {
     RW_KEYS
@@ -157,7 +149,11 @@ impl Kinds {
                 let options = AcquireOptions::builder()
                     .hold_at_least(Duration::from_millis(p.hold_at_least_ms))
                     .build();
-                if std::env::var_os(HOLD_WAITS).is_some() {
+                // Half of them wait (`acquire_with`: registered in the key's
+                // queue of waiting owners, which a manager that shuts down
+                // leaves), the others try once (`try_acquire_with`, the
+                // usual way to run a job at most once per interval).
+                if p.hold_at_least_ms % 2 == 0 {
                     Held::Lease(self.manager.acquire_with(p.key, &options).await?)
                 } else {
                     match self.manager.try_acquire_with(p.key, &options).await? {

@@ -305,6 +305,34 @@ async fn a_manager_that_shuts_down_while_registered_leaves_the_queue_and_is_neve
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_waiter_with_a_minimum_hold_leaves_the_queue_at_shutdown_too() {
+    // Its waiting attempt registers like any exclusive one: a manager that
+    // stops must leave that queue, or a release hands the key to nobody.
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, sb, _) = start(&db, "b");
+    let first = a.acquire("k").await.unwrap();
+    let options = crate::AcquireOptions::builder()
+        .hold_at_least(Duration::from_millis(500))
+        .build();
+    let wb = started({
+        let b = b.clone();
+        async move { b.acquire_with("k", &options).await }
+    })
+    .await;
+    soon(db.changed_until("k", |d| d.queue.len() == 1)).await;
+    assert_eq!(queued(&db, "k"), ["b"]);
+
+    b.shutdown().await.unwrap();
+    assert!(matches!(soon(wb).await.unwrap(), Err(Error::Shutdown)));
+    assert_eq!(sb.calls(Op::LeaveQueues), 1, "one write leaves b's queues");
+    assert!(queued(&db, "k").is_empty(), "b left");
+    // The release frees the key: nothing is handed to the stopped b.
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(db.doc("k").expect("a document").lease_id, None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_key_handed_to_a_manager_as_it_shuts_down_is_released_by_its_shutdown() {
     let Queued {
         db,
