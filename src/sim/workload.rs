@@ -388,23 +388,25 @@ pub async fn operator(
 }
 
 /// Another application that locks `key` with a document of its own when
-/// no document exists, holds it a while and deletes it, until `stop`.
+/// no document exists (`{_id, ts, aid}`, or half the time a bare `{_id}`
+/// as a lock by upsert of `_id` alone takes it), holds it a while and
+/// deletes it, until `stop`.
 pub async fn foreign_holder(
     recorder: Recorder,
     db: MemoryDb,
     key: &'static str,
     stop: Arc<AtomicBool>,
 ) {
-    let owner = "another-app";
     while !stop.load(Ordering::SeqCst) {
         sleep(ms(random_range(100..3_000))).await;
+        let owner = (random_range(0..2) == 0).then_some("another-app");
         if !db.put_foreign_if_absent(key, owner) {
             continue;
         }
         let key = format!("locks/{key}");
         recorder.push(Event::ForeignTaken {
             key: key.clone(),
-            owner: owner.into(),
+            owner: owner.unwrap_or("a bare {_id}").into(),
         });
         sleep(ms(random_range(10..2_000))).await;
         recorder.push(Event::ForeignRemoved { key: key.clone() });

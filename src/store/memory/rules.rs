@@ -19,7 +19,7 @@ use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, HandOver};
 
 /// The documents of a [`MemoryDb`], as its operations see them.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct Collection {
     pub(super) docs: HashMap<LeaseKey, Doc>,
     /// Keys occupied by a foreign holder's lock document (not written by

@@ -291,7 +291,10 @@ impl MemoryStore {
                 Some(Fault::Fail) => return Err(unreachable("injected failure", latency)),
                 _ => {}
             }
-            let result = db.apply(apply);
+            let result = match fault {
+                Some(Fault::Stale(lag)) => db.apply_to_snapshot(lag, apply),
+                _ => db.apply(apply),
+            };
             if fault == Some(Fault::FailAfterApply) {
                 return Err(unreachable("injected failure after apply", latency));
             }
