@@ -81,13 +81,25 @@ impl Plan {
                 let mut at = between(Duration::ZERO, ms(2_000));
                 while at < stop {
                     let to = (at + between(ms(200), ms(4_000))).min(stop);
-                    let chance = [0.02, 0.1, 0.3, 0.7][random_range(0..4)];
+                    // A third of the periods are trouble on the network:
+                    // every kind of call and the stream suffer at once, so
+                    // that faults coincide (an acquire's unknown outcome
+                    // resolved by a stale read, its handoff's event late,
+                    // the renewal after it lost).
+                    let trouble = random_range(0..3) == 0;
+                    let chance = match trouble {
+                        true => [0.3, 0.7][random_range(0..2)],
+                        false => [0.02, 0.1, 0.3, 0.7][random_range(0..4)],
+                    };
                     periods.push(Period {
                         from: at,
                         to,
                         chance,
-                        ops: random_range(1..(1u32 << 11)),
-                        events: random_range(0..2) == 0,
+                        ops: match trouble {
+                            true => (1u32 << 11) - 1,
+                            false => random_range(1..(1u32 << 11)),
+                        },
+                        events: trouble || random_range(0..2) == 0,
                     });
                     at = to + between(Duration::ZERO, ms(3_000));
                 }
