@@ -2,7 +2,7 @@
 //! shared by its clones: what each operation suffers, and what the actor
 //! called.
 
-use std::collections::HashMap;
+use crate::random::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

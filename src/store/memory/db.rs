@@ -2,7 +2,7 @@
 //! notifications, its reads as [`LeaseInfo`], and the test's operations on
 //! it (another owner's acquisition, expiry, deletes, rewrites).
 
-use std::collections::HashMap;
+use crate::random::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 

@@ -2,7 +2,7 @@
 //! filter, release, and delete mode's follow-up delete (those of shared and
 //! semaphore keys' holders are in [`kinds`](super::kinds)).
 
-use std::collections::{HashMap, HashSet};
+use crate::random::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -30,7 +30,7 @@ pub(crate) struct Collection {
     pub(super) deleted_tokens: HashMap<LeaseKey, u64>,
     /// In a place of in-document leases: user documents that do not exist
     /// ([`MemoryDb::remove_user_document`]); every other one does.
-    pub(super) missing: std::collections::HashSet<LeaseKey>,
+    pub(super) missing: HashSet<LeaseKey>,
     /// A place of in-document leases ([`MemoryDb::documents`]): no queue of
     /// waiting owners, as in `DocumentStore`.
     pub(super) in_documents: bool,

@@ -3,7 +3,7 @@
 //! which every operation of its [`Store`](crate::store::Store)
 //! implementation (`ops`) is applied at server time.
 
-use std::collections::HashMap;
+use crate::random::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
