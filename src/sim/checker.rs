@@ -35,6 +35,9 @@ pub struct Bounds {
     /// How far the server's clock may step back (it may free a key this
     /// much before a minimum hold ends in real time).
     pub clock_step_back: Duration,
+    /// How much faster the server's clock may run than real time, in parts
+    /// per million (a minimum hold ends that much sooner in real time).
+    pub server_faster_ppm: u32,
     /// How long after the faults stop (or after it starts, if later) a
     /// waiter may wait.
     pub liveness: Duration,
@@ -451,6 +454,8 @@ impl Checker {
         if let Some(hold) = hold_at_least
             && !forced
         {
+            let ppm = u64::from(self.bounds.server_faster_ppm);
+            let hold = hold.mul_f64(1e6 / (1e6 + ppm as f64));
             state.hold_until = Some(acquired_after + hold);
         }
         if state.foreign == Some(false) && !forced {
@@ -503,6 +508,7 @@ mod tests {
     }
     const BOUNDS: Bounds = Bounds {
         clock_step_back: Duration::from_millis(10),
+        server_faster_ppm: 0,
         liveness: Duration::from_secs(30),
     };
 

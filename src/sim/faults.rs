@@ -1,9 +1,11 @@
 //! The fault plan of one schedule, drawn from its seed: per manager,
 //! periods in which some kinds of store call fail before or after they
-//! apply or arrive late, and in which its change stream delays, duplicates
+//! apply or arrive late, reads see a snapshot behind the latest writes,
+//! and in which its change stream delays, duplicates
 //! or drops writes or fails; a freeze (every call and event held until it
 //! ends); and for the whole schedule, a crash of one manager and the
-//! server's clock stepping back. Faults stop at the plan's `stop`.
+//! server's clock running faster than the managers' and stepping back.
+//! Faults stop at the plan's `stop`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,11 +14,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::random::random_range;
-use crate::store::memory::{EventFate, Fault, MemoryStore};
+use crate::store::memory::{EventFate, Fault, MemoryStore, Op};
 
 /// How far the server's clock steps back at most (`$$NOW` going back a few
 /// milliseconds, docs/mongodb-behaviour.md B3).
 pub(crate) const CLOCK_STEP_BACK: Duration = Duration::from_millis(10);
+
+/// How much faster than the managers' monotonic clocks the server's clock
+/// runs at most, in parts per million: 5 %, within what the safety margin
+/// covers over one TTL (docs/safety.md "Clock rates"; the simulation's
+/// margin is a tenth of its TTL).
+pub(crate) const SERVER_FASTER_PPM: u32 = 50_000;
 
 /// One period of faults of one manager.
 #[derive(Debug, Clone)]
@@ -48,6 +56,10 @@ pub struct Plan {
     pub managers: Vec<ManagerFaults>,
     /// The manager that crashes, and when.
     pub crash: Option<(usize, Duration)>,
+    /// How much faster than the managers' clocks the server's runs, in
+    /// parts per million (up to [`SERVER_FASTER_PPM`]; one schedule in four
+    /// runs at exactly that bound).
+    pub server_faster_ppm: u32,
 }
 
 fn ms(n: u64) -> Duration {
@@ -69,13 +81,25 @@ impl Plan {
                 let mut at = between(Duration::ZERO, ms(2_000));
                 while at < stop {
                     let to = (at + between(ms(200), ms(4_000))).min(stop);
-                    let chance = [0.02, 0.1, 0.3, 0.7][random_range(0..4)];
+                    // A third of the periods are trouble on the network:
+                    // every kind of call and the stream suffer at once, so
+                    // that faults coincide (an acquire's unknown outcome
+                    // resolved by a stale read, its handoff's event late,
+                    // the renewal after it lost).
+                    let trouble = random_range(0..3) == 0;
+                    let chance = match trouble {
+                        true => [0.3, 0.7][random_range(0..2)],
+                        false => [0.02, 0.1, 0.3, 0.7][random_range(0..4)],
+                    };
                     periods.push(Period {
                         from: at,
                         to,
                         chance,
-                        ops: random_range(1..(1u32 << 11)),
-                        events: random_range(0..2) == 0,
+                        ops: match trouble {
+                            true => (1u32 << 11) - 1,
+                            false => random_range(1..(1u32 << 11)),
+                        },
+                        events: trouble || random_range(0..2) == 0,
                     });
                     at = to + between(Duration::ZERO, ms(3_000));
                 }
@@ -92,10 +116,15 @@ impl Plan {
                 between(stop / 10, stop * 7 / 10),
             )
         });
+        let server_faster_ppm = match random_range(0..4) {
+            0 => SERVER_FASTER_PPM,
+            _ => random_range(0..=SERVER_FASTER_PPM),
+        };
         Plan {
             stop,
             managers,
             crash,
+            server_faster_ppm,
         }
     }
 
@@ -116,7 +145,14 @@ impl Plan {
             {
                 return (latency + (to - now), None);
             }
-            let fault = calls.period(now).and_then(|p| {
+            let period = calls.period(now);
+            // A read (the re-read after an acquire's unknown outcome among
+            // them) sees a majority snapshot up to 1.5 s old, half the time
+            // in a period.
+            if op == Op::Inspect && period.is_some() && random_range(0..2) == 0 {
+                return (latency, Some(Fault::Stale(between(ms(1), ms(1_500)))));
+            }
+            let fault = period.and_then(|p| {
                 let concerned = p.ops & (1 << (op as u32)) != 0;
                 (concerned && random_range(0.0..1.0) < p.chance).then(|| match random_range(0..4) {
                     0 => Fault::Fail,
@@ -179,7 +215,11 @@ impl ManagerFaults {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "faults stop at {:?}; crash: {:?}", self.stop, self.crash)?;
+        writeln!(
+            f,
+            "faults stop at {:?}; crash: {:?}; server clock {} ppm faster",
+            self.stop, self.crash, self.server_faster_ppm
+        )?;
         for (m, faults) in self.managers.iter().enumerate() {
             writeln!(f, "manager {m}: freeze {:?}", faults.freeze)?;
             for p in &faults.periods {

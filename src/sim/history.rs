@@ -86,7 +86,7 @@ pub enum Event {
     ForeignTaken {
         /// The key.
         key: String,
-        /// That application's owner id.
+        /// That application's owner id (`a bare {_id}` for a bare one).
         owner: String,
     },
     /// Another application removed its lock.

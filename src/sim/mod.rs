@@ -11,7 +11,8 @@
 //! mode, each with 2 to 4 tasks on a handful of keys , an
 //! operator (force release, release by owner id), another application
 //! locking a key with its own document, the TTL monitor, and the server's
-//! clock stepping back by up to 10 ms.
+//! clock running up to 5 % faster than the managers' and stepping back by
+//! up to 10 ms.
 //! Faults stop at [`FAULTS_STOP`], the tasks at [`WORK_STOP`]; the run
 //! ends once every task is done, or [`LIVENESS`] later.
 //!
@@ -29,7 +30,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use self::checker::{Bounds, Checker, Violation};
-use self::faults::{CLOCK_STEP_BACK, Plan};
+use self::faults::{CLOCK_STEP_BACK, Plan, SERVER_FASTER_PPM};
 use self::history::{At, Event, History};
 use self::workload::{DOCUMENTS, Process, Recorder, Role};
 use crate::config::{ReleaseMode, Timing};
@@ -66,6 +67,7 @@ fn timing(release_mode: ReleaseMode) -> Timing {
 /// The checker's bounds for these schedules.
 pub const BOUNDS: Bounds = Bounds {
     clock_step_back: CLOCK_STEP_BACK,
+    server_faster_ppm: SERVER_FASTER_PPM,
     liveness: LIVENESS,
 };
 
@@ -137,6 +139,11 @@ async fn schedule(seed: u64) -> Report {
     let db = MemoryDb::new();
     let managers = random_range(2..=4usize);
     let plan = Plan::draw(managers, FAULTS_STOP);
+    db.set_faster_ppm(plan.server_faster_ppm);
+    // What stale reads (`Fault::Stale`, up to 1.5 s behind) may see.
+    db.keep_snapshots(Duration::from_secs(2));
+    db.documents(DOCUMENTS, DEFAULT_LEASE_FIELD)
+        .keep_snapshots(Duration::from_secs(2));
     let stop = Arc::new(AtomicBool::new(false));
     let mut described = format!("seed {seed}: {managers} managers\n{plan}");
     let mut processes = Vec::new();

@@ -1,6 +1,7 @@
 //! What the simulated processes do: tasks that acquire a key of some kind
-//! (waiting, trying, or with a timeout), hold it for a while checking
-//! `is_lost()`, then release or drop it; an operator who force releases
+//! (waiting, trying, or with a timeout), hold it for a while (a quarter of
+//! the holds past the TTL, on renewals) checking `is_lost()`, then release
+//! or drop it; an operator who force releases
 //! keys and releases other managers' owner ids; another application that
 //! locks a key with a document of its own; the TTL monitor. Everything a
 //! holder sees is recorded in the [`History`].
@@ -338,8 +339,18 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
                     held.lease(),
                     (waited_from, hold),
                 );
-                let until = Instant::now() + ms(random_range(0..1_500));
-                while Instant::now() < until && !held.lease().is_lost() {
+                // A hold past the TTL lives on its renewals (and its
+                // local deadline matters when they fail).
+                let hold = match random_range(0..4) {
+                    0 => random_range(1_500..8_000),
+                    _ => random_range(0..1_500),
+                };
+                let until = Instant::now() + ms(hold);
+                // Holds end when work stops, so that waiters are served.
+                while Instant::now() < until
+                    && !held.lease().is_lost()
+                    && !stop.load(Ordering::SeqCst)
+                {
                     sleep(ms(random_range(1..200))).await;
                 }
                 recorder.push(Event::Released { lease: number });
@@ -388,23 +399,25 @@ pub async fn operator(
 }
 
 /// Another application that locks `key` with a document of its own when
-/// no document exists, holds it a while and deletes it, until `stop`.
+/// no document exists (`{_id, ts, aid}`, or half the time a bare `{_id}`
+/// as a lock by upsert of `_id` alone takes it), holds it a while and
+/// deletes it, until `stop`.
 pub async fn foreign_holder(
     recorder: Recorder,
     db: MemoryDb,
     key: &'static str,
     stop: Arc<AtomicBool>,
 ) {
-    let owner = "another-app";
     while !stop.load(Ordering::SeqCst) {
         sleep(ms(random_range(100..3_000))).await;
+        let owner = (random_range(0..2) == 0).then_some("another-app");
         if !db.put_foreign_if_absent(key, owner) {
             continue;
         }
         let key = format!("locks/{key}");
         recorder.push(Event::ForeignTaken {
             key: key.clone(),
-            owner: owner.into(),
+            owner: owner.unwrap_or("a bare {_id}").into(),
         });
         sleep(ms(random_range(10..2_000))).await;
         recorder.push(Event::ForeignRemoved { key: key.clone() });

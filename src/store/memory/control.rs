@@ -2,7 +2,7 @@
 //! shared by its clones: what each operation suffers, and what the actor
 //! called.
 
-use std::collections::HashMap;
+use crate::random::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,6 +50,12 @@ pub(crate) enum Fault {
     Fail,
     /// Applied, then reported as a transient failure (outcome unknown to the caller).
     FailAfterApply,
+    /// A read applied to the documents as they were this long ago (a
+    /// majority snapshot behind writes already applied on the primary;
+    /// [`MemoryDb::keep_snapshots`](super::MemoryDb::keep_snapshots) keeps
+    /// them, the documents as they are without): for reads only, a write
+    /// so faulted changes nothing.
+    Stale(Duration),
 }
 
 /// One call the actor made.

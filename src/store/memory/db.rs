@@ -2,7 +2,7 @@
 //! notifications, its reads as [`LeaseInfo`], and the test's operations on
 //! it (another owner's acquisition, expiry, deletes, rewrites).
 
-use std::collections::HashMap;
+use crate::random::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -37,6 +37,20 @@ pub(crate) struct MemoryDb {
     /// stepped back), in nanoseconds; shared with the places of
     /// in-document leases.
     behind: Arc<std::sync::atomic::AtomicU64>,
+    /// How much faster than tokio's clock "server time" runs from `epoch.0`,
+    /// in parts per million; shared with the places of in-document leases.
+    faster_ppm: Arc<std::sync::atomic::AtomicU64>,
+    /// The documents after each change of the last while, for stale reads
+    /// ([`MemoryDb::keep_snapshots`]).
+    snapshots: Arc<Mutex<Snapshots>>,
+}
+
+/// The documents after each change, each with the (tokio) instant it was
+/// made, kept for [`Snapshots::keep`] (nothing when zero).
+#[derive(Default)]
+struct Snapshots {
+    keep: Duration,
+    log: std::collections::VecDeque<(Instant, Arc<Collection>)>,
 }
 
 impl Default for MemoryDb {
@@ -51,6 +65,8 @@ impl Default for MemoryDb {
             ),
             documents: Arc::default(),
             behind: Arc::default(),
+            faster_ppm: Arc::default(),
+            snapshots: Arc::default(),
         }
     }
 }
@@ -78,6 +94,7 @@ impl MemoryDb {
                 let db = MemoryDb {
                     epoch: self.epoch,
                     behind: self.behind.clone(),
+                    faster_ppm: self.faster_ppm.clone(),
                     ..MemoryDb::default()
                 };
                 lock(&db.inner).in_documents = true;
@@ -162,7 +179,61 @@ impl MemoryDb {
 
     /// Wakes observers after a change.
     pub(super) fn touch(&self) {
+        self.snapshot_now();
         self.changed.send_replace(());
+    }
+
+    /// Keeps the documents after each change for `keep` from now on, so
+    /// that a read faulted with [`Fault::Stale`](super::Fault) sees them as
+    /// they were up to `keep` ago (zero: keeps none).
+    pub fn keep_snapshots(&self, keep: Duration) {
+        let mut snapshots = lock(&self.snapshots);
+        snapshots.keep = keep;
+        snapshots.log.clear();
+        drop(snapshots);
+        self.snapshot_now();
+    }
+
+    /// Logs the documents as they are now, if snapshots are kept.
+    fn snapshot_now(&self) {
+        let mut snapshots = lock(&self.snapshots);
+        if snapshots.keep.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        let docs = Arc::new(lock(&self.inner).clone());
+        snapshots.log.push_back((now, docs));
+        // Keep the last one older than `keep`: the state `keep` ago.
+        while snapshots.log.len() > 1 && snapshots.log[1].0 + snapshots.keep <= now {
+            snapshots.log.pop_front();
+        }
+    }
+
+    /// Applies the read `operation` at server time now to a copy of the
+    /// documents as they were `lag` ago (as they are, if no snapshot is
+    /// that old): a majority snapshot behind the primary. Nothing it
+    /// changes is kept.
+    pub(super) fn apply_to_snapshot<T>(
+        &self,
+        lag: Duration,
+        operation: impl FnOnce(&mut Collection, Instant) -> T,
+    ) -> T {
+        let now = self.server_now();
+        let at = Instant::now().checked_sub(lag);
+        let snapshot = at.and_then(|at| {
+            let snapshots = lock(&self.snapshots);
+            snapshots
+                .log
+                .iter()
+                .rev()
+                .find(|(made, _)| *made <= at)
+                .map(|(_, docs)| docs.clone())
+        });
+        let mut docs = match snapshot {
+            Some(docs) => (*docs).clone(),
+            None => lock(&self.inner).clone(),
+        };
+        operation(&mut docs, now)
     }
 
     /// The "server's" wall-clock time of `at`.
@@ -478,7 +549,7 @@ impl MemoryDb {
             key.into(),
             Foreign {
                 owner: Some(owner.to_string()),
-                written: Some(Instant::now()),
+                written: Some(self.server_now()),
             },
         );
     }
@@ -545,25 +616,63 @@ impl MemoryDb {
             .store(nanos, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The server's time now: tokio's clock, less how far it is
-    /// [behind](MemoryDb::set_behind).
+    /// Makes server time run `ppm` parts per million faster than tokio's
+    /// clock, counted from this collection's creation: a server clock whose
+    /// rate differs from the managers' monotonic clocks (the safety margin
+    /// covers that difference over one TTL, docs/safety.md). Set it before
+    /// the first operation: a change later moves server time at once.
+    pub fn set_faster_ppm(&self, ppm: u32) {
+        self.faster_ppm
+            .store(u64::from(ppm), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The server's time now: tokio's clock, run
+    /// [faster](MemoryDb::set_faster_ppm) from the collection's creation, less
+    /// how far it is [behind](MemoryDb::set_behind).
     pub fn server_now(&self) -> Instant {
+        self.server_at(Instant::now())
+    }
+
+    /// The server's time at tokio's instant `at` (see [`MemoryDb::server_now`]).
+    pub fn server_at(&self, at: Instant) -> Instant {
         let behind = self.behind.load(std::sync::atomic::Ordering::Relaxed);
-        Instant::now() - Duration::from_nanos(behind)
+        let ppm = self.faster_ppm.load(std::sync::atomic::Ordering::Relaxed);
+        let elapsed = at.saturating_duration_since(self.epoch.0);
+        let ahead = Duration::from_nanos(
+            u64::try_from(elapsed.as_nanos() * u128::from(ppm) / 1_000_000).unwrap_or(u64::MAX),
+        );
+        at + ahead - Duration::from_nanos(behind)
+    }
+
+    /// Tokio's instant at which server time reaches `at` (the inverse of
+    /// [`MemoryDb::server_at`] at the current step back; `at` itself if
+    /// that is before the collection's creation).
+    pub fn real_at(&self, at: Instant) -> Instant {
+        let behind = self.behind.load(std::sync::atomic::Ordering::Relaxed);
+        let ppm = self.faster_ppm.load(std::sync::atomic::Ordering::Relaxed);
+        let Some(elapsed) =
+            (at + Duration::from_nanos(behind)).checked_duration_since(self.epoch.0)
+        else {
+            return at;
+        };
+        let real = elapsed.as_nanos() * 1_000_000 / (1_000_000 + u128::from(ppm));
+        self.epoch.0 + Duration::from_nanos(u64::try_from(real).unwrap_or(u64::MAX))
     }
 
     /// Another application locks `key` as it would with an insert of its
-    /// own document (`{_id, ts, aid}`, upserted only if no document
-    /// exists): returns whether it did.
-    pub fn put_foreign_if_absent(&self, key: impl Into<LeaseKey>, owner: &str) -> bool {
+    /// own document, upserted only if no document exists: `{_id, ts, aid}`
+    /// with `aid` = `owner`, or a bare `{_id}` when `owner` is `None` (an
+    /// upsert of `_id` alone, as [`MemoryDb::put_bare`]). Returns whether it
+    /// did.
+    pub fn put_foreign_if_absent(&self, key: impl Into<LeaseKey>, owner: Option<&str>) -> bool {
         let key = key.into();
         let mut coll = lock(&self.inner);
         if coll.docs.contains_key(&key) || coll.foreign.contains_key(&key) {
             return false;
         }
         let foreign = Foreign {
-            owner: Some(owner.to_string()),
-            written: Some(self.server_now()),
+            owner: owner.map(str::to_string),
+            written: owner.map(|_| self.server_now()),
         };
         coll.foreign.insert(key, foreign);
         drop(coll);
@@ -572,14 +681,15 @@ impl MemoryDb {
     }
 
     /// Another application deletes its own lock of `key` (a delete that
-    /// matches its `aid`): returns whether it was still there.
-    pub fn remove_foreign(&self, key: impl Into<LeaseKey>, owner: &str) -> bool {
+    /// matches its `aid`, or a bare `{_id}` still bare when `owner` is
+    /// `None`): returns whether it was still there.
+    pub fn remove_foreign(&self, key: impl Into<LeaseKey>, owner: Option<&str>) -> bool {
         let key = &key.into();
         let mut coll = lock(&self.inner);
         if coll
             .foreign
             .get(key)
-            .is_none_or(|f| f.owner.as_deref() != Some(owner))
+            .is_none_or(|f| f.owner.as_deref() != owner)
         {
             return false;
         }

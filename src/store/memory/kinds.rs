@@ -4,7 +4,7 @@
 //! renewal and release of holders in `hs`, and a force release that frees
 //! the key whole.
 
-use std::collections::HashSet;
+use crate::random::HashSet;
 use std::time::Duration;
 
 use mongodb::bson::Document;

@@ -1,7 +1,7 @@
 //! `impl Store for MemoryStore`: each operation applies the rules of
 //! [`rules`](super::rules) at server time through [`MemoryStore::run`].
 
-use std::collections::HashSet;
+use crate::random::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -304,7 +304,7 @@ impl Store for MemoryStore {
         self.run(Op::Renew, keys, move |coll, now| {
             let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
             let ids: HashSet<Uuid> = leases.iter().map(|l| l.lease_id).collect();
-            let mut kept = HashSet::new();
+            let mut kept = HashSet::default();
             for (key, doc) in coll.docs.iter_mut() {
                 if lease_matches(key, doc, &owner, &keys, &ids) {
                     doc.exp = doc.floor(now + ttl);

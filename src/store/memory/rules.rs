@@ -2,7 +2,7 @@
 //! filter, release, and delete mode's follow-up delete (those of shared and
 //! semaphore keys' holders are in [`kinds`](super::kinds)).
 
-use std::collections::{HashMap, HashSet};
+use crate::random::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,7 +19,7 @@ use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, HandOver};
 
 /// The documents of a [`MemoryDb`], as its operations see them.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct Collection {
     pub(super) docs: HashMap<LeaseKey, Doc>,
     /// Keys occupied by a foreign holder's lock document (not written by
@@ -30,7 +30,7 @@ pub(crate) struct Collection {
     pub(super) deleted_tokens: HashMap<LeaseKey, u64>,
     /// In a place of in-document leases: user documents that do not exist
     /// ([`MemoryDb::remove_user_document`]); every other one does.
-    pub(super) missing: std::collections::HashSet<LeaseKey>,
+    pub(super) missing: HashSet<LeaseKey>,
     /// A place of in-document leases ([`MemoryDb::documents`]): no queue of
     /// waiting owners, as in `DocumentStore`.
     pub(super) in_documents: bool,

@@ -3,7 +3,7 @@
 //! which every operation of its [`Store`](crate::store::Store)
 //! implementation (`ops`) is applied at server time.
 
-use std::collections::HashMap;
+use crate::random::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -291,7 +291,10 @@ impl MemoryStore {
                 Some(Fault::Fail) => return Err(unreachable("injected failure", latency)),
                 _ => {}
             }
-            let result = db.apply(apply);
+            let result = match fault {
+                Some(Fault::Stale(lag)) => db.apply_to_snapshot(lag, apply),
+                _ => db.apply(apply),
+            };
             if fault == Some(Fault::FailAfterApply) {
                 return Err(unreachable("injected failure after apply", latency));
             }

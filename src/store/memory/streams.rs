@@ -10,7 +10,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
-use tokio::time::Instant;
 
 use super::control::EventFate;
 use super::doc::{Doc, Foreign};
@@ -128,7 +127,7 @@ impl MemoryStore {
                                 .holders
                                 .iter()
                                 .map(|h| h.exp)
-                                .filter(|e| *e > Instant::now());
+                                .filter(|e| *e > db.server_now());
                             Some(first.min().unwrap_or(doc.exp))
                         });
                         tokio::select! {
@@ -139,7 +138,7 @@ impl MemoryStore {
                             }
                             _ = async {
                                 match expiry {
-                                    Some(at) => tokio::time::sleep_until(at).await,
+                                    Some(at) => tokio::time::sleep_until(db.real_at(at)).await,
                                     None => std::future::pending().await,
                                 }
                             } => {}
@@ -147,7 +146,7 @@ impl MemoryStore {
                     }
                     first = false;
                     changed.borrow_and_update();
-                    let now = Instant::now();
+                    let now = db.server_now();
                     let doc = db.doc(&key).map(|d| d.observed());
                     let foreign = db.foreign(&key);
                     let held = doc.as_ref().map_or((false, 0), |d| {
