@@ -37,7 +37,7 @@ pub(crate) fn uuid() -> Uuid {
     uuid::Builder::from_random_bytes(bytes).into_uuid()
 }
 
-/// The hasher state of the actor's maps and sets: random per map (as
+/// The hasher state of the actor's and the twin's maps and sets: random per map (as
 /// `std`'s), or fixed while a simulation runs on this thread, so that
 /// iterating a map visits its entries in the same order on every run of a
 /// seed.
