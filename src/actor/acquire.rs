@@ -304,6 +304,18 @@ impl Actor {
             Err(error) => {
                 state.note_unanswered(lease_id, sent.ttl, None);
                 let transient = error.is_transient();
+                // A waiting exclusive attempt whose outcome is unknown may
+                // have registered in the key's queue: count it registered,
+                // so that shutdown (or a waiter leaving) leaves that queue
+                // (leaving a queue one is not in changes nothing).
+                let queues = self.places[usize::from(key.place.0)].info.field.is_none();
+                if transient
+                    && queues
+                    && sent.waiting
+                    && sent.shape.kind == crate::LeaseKind::Exclusive
+                {
+                    state.registered = true;
+                }
                 // A missing document: the answer for the callers that gave
                 // no fields to create it (the attempt was sent with the
                 // first one's); the others' attempt follows at once.

@@ -333,6 +333,29 @@ async fn a_waiter_with_a_minimum_hold_leaves_the_queue_at_shutdown_too() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_registration_whose_outcome_is_unknown_is_left_at_shutdown_too() {
+    // b's waiting attempt registers, but its reply and its re-read's are
+    // lost: b cannot tell it registered, so it must leave the queue at
+    // shutdown all the same, or a release hands the key to nobody.
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, sb, _) = start(&db, "b");
+    let first = a.acquire("k").await.unwrap();
+    sb.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    sb.fail_next(Op::Inspect, 1);
+    sb.set_latency(Op::Acquire, Duration::from_secs(5));
+    let wb = waiter(&b, "k").await;
+    soon(db.changed_until("k", |d| d.queue.len() == 1)).await;
+    assert_eq!(queued(&db, "k"), ["b"]);
+
+    b.shutdown().await.unwrap();
+    assert!(matches!(soon(wb).await.unwrap(), Err(Error::Shutdown)));
+    assert!(queued(&db, "k").is_empty(), "b left");
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(db.doc("k").expect("a document").lease_id, None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_key_handed_to_a_manager_as_it_shuts_down_is_released_by_its_shutdown() {
     let Queued {
         db,
