@@ -22,7 +22,7 @@ async fn b_primary_step_down_every_few_seconds() {
     let rs = three_members(false).await;
     let (p, mut fleet) = working_fleet(&rs).await;
     let mut failovers = Outages::default();
-    let mut rounds = Rounds::new(4);
+    let mut rounds = Rounds::new(2);
     while rounds.next() {
         rs.wait_for_primary(Duration::from_secs(30)).await.unwrap();
         let from = fleet.history.len();
@@ -44,7 +44,7 @@ async fn c_primary_kill_9_and_restart() {
     let rs = three_members(false).await;
     let (p, mut fleet) = working_fleet(&rs).await;
     let mut failovers = Outages::default();
-    let mut rounds = Rounds::new(2);
+    let mut rounds = Rounds::new(1);
     while rounds.next() {
         let primary = settled_primary(&rs).await;
         let from = fleet.history.len();

@@ -70,7 +70,7 @@ async fn e_holder_processes_kill_9() {
     fleet.spawn_n(p.workers).await;
     progress(&fleet, 0, 5, Duration::from_secs(60)).await;
     let mut takeovers = Vec::new();
-    let mut rounds = Rounds::new(3);
+    let mut rounds = Rounds::new(2);
     while rounds.next() {
         let Some((victim, takeover)) = kill_holder_and_time_takeover(&mut fleet, |_| true).await
         else {

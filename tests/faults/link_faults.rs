@@ -154,7 +154,7 @@ async fn d_holder_link_blackholed_longer_than_ttl() {
 async fn f_200ms_latency_on_every_link() {
     let _serial = serial().await;
     let rs = three_members(true).await;
-    // Four keys: the same 15 critical sections (a majority write takes
+    // Four keys: the same 8 critical sections (a majority write takes
     // about a second here), twice as many of them at once. TTL 45 s: the
     // heartbeat (TTL / 3) comes every 15 s and a renewal may take as long
     // before it is abandoned, 15x the measured majority write (0.9 s), so
@@ -177,7 +177,7 @@ async fn f_200ms_latency_on_every_link() {
     fleet.spawn_n(p.workers).await;
     let mut rounds = Rounds::new(1);
     while rounds.next() {
-        progress(&fleet, 0, 15 * rounds.done, Duration::from_secs(180)).await;
+        progress(&fleet, 0, 8 * rounds.done, Duration::from_secs(180)).await;
     }
     let elapsed = started.elapsed();
     let report = finish("f_latency", &mut fleet).await;
