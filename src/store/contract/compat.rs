@@ -205,7 +205,7 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
     }
 
     let mut last = 0;
-    for round in 0..4 {
+    for round in 0..2 {
         // Tight cycles, alternating owners: young leases, documents kept.
         for i in 0..100 {
             let store = if i % 2 == 0 { &a } else { &b };
