@@ -433,8 +433,25 @@ pub use manager::LockManager;
 pub use semaphore::Semaphore;
 pub use status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason};
 
-/// The README's code examples, compiled as doctests, so that they stay true
-/// to the API.
+/// The code examples of the README and of the guides in `docs/`, compiled
+/// as doctests, so that they stay true to the API. A guide that gains a
+/// Rust example is listed here.
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+pub mod doc_examples {
+    #[doc = include_str!("../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../docs/kinds.md")]
+    pub struct Kinds;
+    #[doc = include_str!("../docs/sharing.md")]
+    pub struct Sharing;
+    #[doc = include_str!("../docs/in-document.md")]
+    pub struct InDocument;
+    #[doc = include_str!("../docs/fenced-writes.md")]
+    pub struct FencedWrites;
+    #[doc = include_str!("../docs/observability.md")]
+    pub struct Observability;
+    #[doc = include_str!("../docs/election.md")]
+    pub struct Election;
+    #[doc = include_str!("../docs/testing.md")]
+    pub struct Testing;
+}
