@@ -22,7 +22,7 @@ use http::{Http, Phase};
 use leader::leader;
 use output::{Redactor, print_list, print_owner_release, print_release};
 
-/// Exit codes, documented in `--help` and the README.
+/// Exit codes, documented in `--help` and docs/cli.md.
 mod exit {
     /// Bad usage: unknown option, bad duration, URI, key or payload.
     pub const USAGE: u8 = 2;
