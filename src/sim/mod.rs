@@ -4,7 +4,7 @@
 //! clock, over the in-memory twin of the store with faults drawn from a
 //! seed, and every random choice of the library comes from
 //! that seed, so a schedule replays from its number. What the holders see
-//! is recorded as a [`History`](history::History) and judged by the
+//! is recorded as a [`History`] and judged by the
 //! [`checker`].
 //!
 //! One schedule: 2 to 4 managers (processes), some releasing in delete
