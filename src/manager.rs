@@ -89,8 +89,9 @@ impl LockManager {
     /// renewal moves such as `acq`), or a collection holding documents that
     /// are not lock documents when the TTL index on `exp` must be created
     /// (nothing is created then), and
-    /// [`Error::Database`] for other server errors (for example missing
-    /// privileges).
+    /// [`Error::Refused`] when the server refuses a command (for example
+    /// missing privileges: `readWrite` on the database is enough), and
+    /// [`Error::Database`] for other server errors.
     ///
     /// # Panics
     ///
@@ -298,9 +299,11 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`], [`Error::Shutdown`], and database errors
-    /// ([`Error::Database`], [`Error::Unreachable`]) when the attempt's
-    /// outcome could not be established. A key held by a foreign holder
+    /// [`Error::InvalidKey`], [`Error::Shutdown`], [`Error::Refused`] when
+    /// the server refuses the command (for example a user without the
+    /// `readWrite` role), and database errors ([`Error::Database`],
+    /// [`Error::Unreachable`]) when the attempt's outcome could not be
+    /// established. A key held by a foreign holder
     /// (a document not written by this crate) is `Ok(None)`, and the
     /// document is left untouched.
     ///
@@ -454,7 +457,7 @@ impl LockManager {
     /// # Errors
     ///
     /// [`Error::InvalidKey`], [`Error::Shutdown`], and database errors
-    /// ([`Error::Database`], [`Error::Unreachable`]). A document not written
+    /// ([`Error::Refused`], [`Error::Database`], [`Error::Unreachable`]). A document not written
     /// by this crate is not an error: it is shown as held by a foreign holder
     /// ([`LeaseInfo::foreign`], which says what each field then means).
     ///
