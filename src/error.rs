@@ -98,11 +98,55 @@ pub enum Error {
     /// A MongoDB operation failed. Its outcome is known: the manager re-reads the
     /// lease after ambiguous failures before reporting one.
     ///
-    /// `Display` shows the driver's error kind (code, code name and the
-    /// server's message); the driver's error, with its labels and the raw
-    /// server response, is the variant's field and the error's `source()`.
-    #[error("MongoDB operation failed: {}", .0.kind)]
+    /// `Display` shows, for a server's refusal, its message (without the
+    /// command the server may echo, and at most 200 bytes), code name and
+    /// code; else the driver's error kind. The driver's error, with its
+    /// labels and the raw server response, is the variant's field and the
+    /// error's `source()`. A refusal met on the lock collection by
+    /// [`LockManager`](crate::LockManager)'s own calls is [`Error::Refused`]
+    /// instead.
+    #[error("MongoDB operation failed: {}", short_kind(.0))]
     Database(#[from] mongodb::error::Error),
+
+    /// The server refused an operation on the lock collection: a missing
+    /// privilege, a document it cannot store, ... Retrying the same call
+    /// fails the same way until the cause is fixed.
+    ///
+    /// `Display` is one sentence that names the operation, the collection,
+    /// the cause and what to do, without the command the server echoes,
+    /// e.g. "acquire on app.workitem.lock refused by the server: not
+    /// authorized (Unauthorized, code 13); grant the readWrite role on
+    /// database app". The driver's error, with the server's whole answer,
+    /// is the `source` field and the error's `source()`.
+    ///
+    /// Match it with `Error::Refused { operation, .. }` (the variant is
+    /// `#[non_exhaustive]`); the server's code is the source's.
+    ///
+    /// ```
+    /// use mongo_lease::{Error, Operation};
+    ///
+    /// fn advice(error: &Error) -> &'static str {
+    ///     match error {
+    ///         Error::Refused { operation: Operation::Acquire, .. } => "check the user's roles",
+    ///         _ => "see the error",
+    ///     }
+    /// }
+    /// # let _ = advice;
+    /// ```
+    #[error(
+        "{operation} on {namespace} refused by the server: {}",
+        refusal_reason(.source, .namespace)
+    )]
+    #[non_exhaustive]
+    Refused {
+        /// What was refused.
+        operation: Operation,
+        /// The lock collection, as `database.collection`.
+        namespace: String,
+        /// The driver's error: the server's code, code name and whole
+        /// message.
+        source: mongodb::error::Error,
+    },
 
     /// A payload is too large or cannot be encoded as BSON (see
     /// [`MAX_PAYLOAD_LEN`](crate::MAX_PAYLOAD_LEN)). Nothing was sent.
@@ -275,6 +319,145 @@ pub(crate) fn unreachable_from(waited: Duration, error: mongodb::error::Error) -
         waited,
         reason,
         source: Some(error),
+    }
+}
+
+/// Longest server message kept in an error's `Display`; the whole message
+/// stays in its `source()`.
+const MESSAGE_SHOWN: usize = 200;
+
+/// The server's message without the command it echoes (`not authorized on
+/// app to execute command { findAndModify: ... }` carries the whole
+/// command, its pipeline and the cluster time's signature), at most
+/// [`MESSAGE_SHOWN`] bytes.
+fn short_message(message: &str) -> String {
+    let cut = message
+        .find(" to execute command")
+        .or_else(|| message.find("command {"))
+        .unwrap_or(message.len());
+    let mut short = message[..cut].trim_end().to_string();
+    if short.len() > MESSAGE_SHOWN {
+        let mut end = MESSAGE_SHOWN;
+        while !short.is_char_boundary(end) {
+            end -= 1;
+        }
+        short.truncate(end);
+        short.push('…');
+    }
+    short
+}
+
+/// The code, code name and short message of a server's refusal (a command
+/// or write error), if `error` is one.
+fn server_refusal(error: &mongodb::error::Error) -> Option<(i32, &str, String)> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match &*error.kind {
+        ErrorKind::Command(c) => Some((c.code, c.code_name.as_str(), short_message(&c.message))),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some((
+            w.code,
+            w.code_name.as_deref().unwrap_or(""),
+            short_message(&w.message),
+        )),
+        _ => None,
+    }
+}
+
+/// [`Error::Database`]'s `Display`: a server's refusal as its short message,
+/// code name and code; any other driver error as the driver says it.
+fn short_kind(error: &mongodb::error::Error) -> String {
+    match server_refusal(error) {
+        Some((code, name, message)) => format!("{message} ({name}, code {code})"),
+        None => error.kind.to_string(),
+    }
+}
+
+/// The server's code for a command the user may not run (Unauthorized).
+const UNAUTHORIZED: i32 = 13;
+
+impl Error {
+    /// This error as met by `operation` on the lock collection `namespace`
+    /// (`database.collection`): a server's refusal that retrying will not
+    /// cure becomes [`Error::Refused`], naming both, the cause and what to
+    /// do; any other error is returned as it is.
+    pub(crate) fn refused_in(self, operation: Operation, namespace: &str) -> Error {
+        let Error::Database(error) = self else {
+            return self;
+        };
+        if is_transient_db_error(&error) {
+            return Error::Database(error);
+        }
+        if server_refusal(&error).is_none() {
+            return Error::Database(error);
+        }
+        Error::Refused {
+            operation,
+            namespace: namespace.to_string(),
+            source: error,
+        }
+    }
+}
+
+/// [`Error::Refused`]'s cause and what to do about it, from the driver's
+/// `error` met on the lock collection `namespace`.
+fn refusal_reason(error: &mongodb::error::Error, namespace: &str) -> String {
+    let Some((code, name, message)) = server_refusal(error) else {
+        return error.kind.to_string();
+    };
+    let database = namespace.split('.').next().unwrap_or(namespace);
+    let (cause, remedy) = if message.contains("requires authentication") {
+        (
+            message,
+            format!(
+                "connect as a user (credentials in the URI) with the readWrite role on \
+                 database {database}"
+            ),
+        )
+    } else if code == UNAUTHORIZED {
+        (
+            "not authorized".to_string(),
+            format!(
+                "grant the readWrite role on database {database} (enough for every \
+                 operation, change streams included)"
+            ),
+        )
+    } else {
+        (
+            message,
+            "the error's source() has the server's whole answer".to_string(),
+        )
+    };
+    format!("{cause} ({name}, code {code}); {remedy}")
+}
+
+/// The call of [`LockManager`](crate::LockManager) that the server refused
+/// ([`Error::Refused`]); `Display` gives its name (`acquire`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Operation {
+    /// `connect`: reading and preparing the lock collection.
+    Connect,
+    /// An acquisition (`acquire`, `try_acquire`, ... and their `_with` forms).
+    Acquire,
+    /// `inspect`.
+    Inspect,
+    /// `list` or `list_page`.
+    List,
+    /// `force_release`.
+    ForceRelease,
+    /// `release_owner`.
+    ReleaseOwner,
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Operation::Connect => "connect",
+            Operation::Acquire => "acquire",
+            Operation::Inspect => "inspect",
+            Operation::List => "list",
+            Operation::ForceRelease => "force_release",
+            Operation::ReleaseOwner => "release_owner",
+        })
     }
 }
 

@@ -423,7 +423,7 @@ pub use document::{
     DEFAULT_LEASE_FIELD, DocumentAcquireOptions, DocumentLease, DocumentLeases, DocumentUpdate,
 };
 pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
-pub use error::{Error, Result};
+pub use error::{Error, Operation, Result};
 pub use fence::Fence;
 pub use health::Health;
 pub use key::LeaseKey;

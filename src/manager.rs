@@ -12,7 +12,7 @@ use crate::actor::Actor;
 use crate::actor::command::{AcquireMode, Command, Granted, Place, Target, WaiterId};
 use crate::actor::mailbox::Mailbox;
 use crate::config::{AcquireOptions, LockManagerOptions, Timing, validate_key, validate_owner_id};
-use crate::error::{Error, Result};
+use crate::error::{Error, Operation, Result};
 use crate::health::HealthBoard;
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseInfo, LeaseObserver};
@@ -63,6 +63,9 @@ struct Inner {
     next_waiter: AtomicU64,
     /// What the manager task publishes for [`LockManager::health`].
     health: Arc<HealthBoard>,
+    /// The lock collection as `database.collection`, for the errors that
+    /// name it ([`Error::Refused`]).
+    namespace: Arc<str>,
 }
 
 impl LockManager {
@@ -86,8 +89,9 @@ impl LockManager {
     /// renewal moves such as `acq`), or a collection holding documents that
     /// are not lock documents when the TTL index on `exp` must be created
     /// (nothing is created then), and
-    /// [`Error::Database`] for other server errors (for example missing
-    /// privileges).
+    /// [`Error::Refused`] when the server refuses a command (for example
+    /// missing privileges: `readWrite` on the database is enough), and
+    /// [`Error::Database`] for other server errors.
     ///
     /// # Panics
     ///
@@ -108,13 +112,23 @@ impl LockManager {
         )
         .with_release_mode(timing.release_mode)
         .with_safety_margin(timing.safety_margin);
-        let facts = store.prepare(options.gc_grace, &timing).await?;
+        let facts = store
+            .prepare(options.gc_grace, &timing)
+            .await
+            .map_err(|e| {
+                e.refused_in(
+                    Operation::Connect,
+                    &format!("{}.{}", options.database.name(), options.collection),
+                )
+            })?;
         timing.ttl_cap = facts.ttl_cap;
         Ok(Self::start(Arc::new(store), owner_id.into(), timing))
     }
 
     /// Spawns the actor over any store (the in-memory one in timing tests).
     pub(crate) fn start(store: Arc<dyn Store>, owner_id: Arc<str>, timing: Timing) -> LockManager {
+        let place = store.place();
+        let namespace = format!("{}.{}", place.database, place.collection).into();
         let (commands, receiver) = mpsc::unbounded_channel();
         let actor = Actor::new(
             store,
@@ -132,6 +146,7 @@ impl LockManager {
                 timing,
                 next_waiter: AtomicU64::new(0),
                 health,
+                namespace,
             }),
         }
     }
@@ -284,9 +299,11 @@ impl LockManager {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`], [`Error::Shutdown`], and database errors
-    /// ([`Error::Database`], [`Error::Unreachable`]) when the attempt's
-    /// outcome could not be established. A key held by a foreign holder
+    /// [`Error::InvalidKey`], [`Error::Shutdown`], [`Error::Refused`] when
+    /// the server refuses the command (for example a user without the
+    /// `readWrite` role), and database errors ([`Error::Database`],
+    /// [`Error::Unreachable`]) when the attempt's outcome could not be
+    /// established. A key held by a foreign holder
     /// (a document not written by this crate) is `Ok(None)`, and the
     /// document is left untouched.
     ///
@@ -343,6 +360,7 @@ impl LockManager {
         let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!("acquire", key = %key, kind = %shape.kind, owner_id = %self.inner.owner_id);
         let metrics = telemetry::AcquireMetrics::start(shape.kind);
+        let in_locks = key.place == Place::LOCKS;
         // Armed until the reply is in: if this future is dropped while the
         // command waits in the actor's queue, the waiter is removed.
         let mut guard = WaiterGuard {
@@ -364,7 +382,14 @@ impl LockManager {
                 respond_to,
             })
             .instrument(span)
-            .await;
+            .await
+            .map_err(|e| {
+                if in_locks {
+                    self.refused(Operation::Acquire)(e)
+                } else {
+                    e
+                }
+            });
         guard.armed = false;
         metrics.finish(telemetry::AcquireOutcome::of(&result));
         result
@@ -432,7 +457,7 @@ impl LockManager {
     /// # Errors
     ///
     /// [`Error::InvalidKey`], [`Error::Shutdown`], and database errors
-    /// ([`Error::Database`], [`Error::Unreachable`]). A document not written
+    /// ([`Error::Refused`], [`Error::Database`], [`Error::Unreachable`]). A document not written
     /// by this crate is not an error: it is shown as held by a foreign holder
     /// ([`LeaseInfo::foreign`], which says what each field then means).
     ///
@@ -457,6 +482,13 @@ impl LockManager {
             key: key.into(),
         })
         .await
+        .map_err(self.refused(Operation::Inspect))
+    }
+
+    /// `error` as met by `operation` on the lock collection: a server's
+    /// refusal becomes [`Error::Refused`] naming both.
+    fn refused(&self, operation: Operation) -> impl FnOnce(Error) -> Error + '_ {
+        move |error| error.refused_in(operation, &self.inner.namespace)
     }
 
     /// [`LockManager::inspect`] of a key in any place.
@@ -527,6 +559,7 @@ impl LockManager {
                 respond_to,
             })
             .await
+            .map_err(self.refused(Operation::List))
     }
 
     /// **Operator override**: releases `key` whoever holds it, as if its
@@ -559,6 +592,7 @@ impl LockManager {
             .mailbox
             .call(|respond_to| Command::ForceRelease { key, respond_to })
             .await
+            .map_err(self.refused(Operation::ForceRelease))
     }
 
     /// **Operator override**: releases every lease held under `owner_id`,
@@ -617,6 +651,7 @@ impl LockManager {
             .mailbox
             .call(|respond_to| Command::ReleaseOwner { owner, respond_to })
             .await
+            .map_err(self.refused(Operation::ReleaseOwner))
     }
 
     /// Observes `key`: a stream whose first item is the key's current state,

@@ -448,6 +448,51 @@ async fn campaign_leader_resign_and_campaign_timeout() {
     b.shutdown().await.unwrap();
 }
 
+/// Dropping `run_as_leader`'s future while its body runs resigns: a
+/// candidate waiting in another manager becomes leader at once, not after
+/// the TTL (10 min here; the bound is 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_run_as_leader_resigns() {
+    const LONG_TTL: Duration = Duration::from_secs(600);
+    /// A hang guard on a handoff of milliseconds, far below the TTL.
+    const BOUND: Duration = Duration::from_secs(30);
+    let fx = Fixture::new("drop_leader").await;
+    let a = fx.manager(LONG_TTL).await;
+    let b = fx.manager(LONG_TTL).await;
+    let (ea, eb) = (
+        Election::new(&a, "svc").unwrap(),
+        Election::new(&b, "svc").unwrap(),
+    );
+    let (leading, mut led) = tokio::sync::mpsc::unbounded_channel();
+    let running = tokio::spawn(async move {
+        ea.run_as_leader(|leader| {
+            leading.send(leader.term()).unwrap();
+            futures::future::pending::<()>()
+        })
+        .await
+    });
+    let term = timeout(WAIT, led.recv()).await.unwrap().unwrap();
+    let waiting = tokio::spawn(async move { eb.campaign().await.unwrap() });
+    eventually("b's campaign marks the key", WAIT, || async {
+        fx.raw()
+            .find_one(doc! { "_id": "svc" })
+            .await
+            .unwrap()
+            .is_some_and(|d| d.contains_key("wt"))
+    })
+    .await;
+
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+    let next = common::within(BOUND, "b's leadership after the drop", waiting)
+        .await
+        .unwrap();
+    assert!(next.term() > term);
+    assert_eq!(next.resign().await.unwrap(), ReleaseOutcome::Released);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
 /// A body that completes after its leadership's local deadline, before the
 /// manager task could fire the token (the process paused: here the test
 /// runtime's only thread is blocked), produced its output while not leader:

@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use common::Fixture;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use mongo_lease::ReleaseOutcome;
 use mongo_lease::telemetry::{
-    ACQUIRE_WAIT, ACQUISITIONS, HELD_LEASES, LEASES_ENDED, RENEWAL_DURATION, RENEWAL_FAILURES,
-    RENEWAL_LAG, WAITERS,
+    ACQUIRE_WAIT, ACQUISITIONS, CHANGE_STREAM_RESTARTS, HELD_LEASES, LEASES_ENDED,
+    RENEWAL_DURATION, RENEWAL_FAILURES, RENEWAL_LAG, WAITERS,
 };
+use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
+use mongo_lease::{LockManager, LockManagerOptions, ReleaseOutcome};
 use mongodb::bson::doc;
 use tokio::time::Instant;
 
@@ -95,9 +96,19 @@ impl Recorded {
 
     /// Waits (bounded, see [`BOUND`]) until `done` holds of the totals.
     async fn until(&mut self, what: &str, done: impl Fn(&Recorded) -> bool) {
+        self.until_within(BOUND, what, done).await;
+    }
+
+    /// Waits at most `bound` until `done` holds of the totals.
+    async fn until_within(
+        &mut self,
+        bound: Duration,
+        what: &str,
+        done: impl Fn(&Recorded) -> bool,
+    ) {
         let started = Instant::now();
         while !done(self.update()) {
-            assert!(started.elapsed() < BOUND, "waited {BOUND:?} for {what}");
+            assert!(started.elapsed() < bound, "waited {bound:?} for {what}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -241,5 +252,58 @@ fn leases_ended_are_counted_by_the_reason_each_lease_reports() {
             "the lease still held at shutdown"
         );
         assert_eq!(recorded.gauge(HELD_LEASES), 0.0);
+    });
+}
+
+/// The manager's change stream of writes fails (its `getMore` answered once
+/// with ExceededTimeLimit and no label, which the driver does not resume by
+/// itself): the manager reopens it at a heartbeat once its retry delay (5 s)
+/// has passed, and counts the restart, once.
+#[test]
+fn a_change_stream_reopened_after_a_failure_is_counted() {
+    /// The restart comes about 5 s after the failure: 12x that.
+    const RESTART_BOUND: Duration = Duration::from_secs(60);
+    with_recorder(|mut recorded| async move {
+        let rs = ReplicaSet::start(
+            ReplicaSetOptions::default()
+                .extra_arg("--setParameter")
+                .extra_arg("enableTestCommands=1"),
+        )
+        .await
+        .expect("a replica set with test commands");
+        let mut options = mongodb::options::ClientOptions::parse(rs.uri())
+            .await
+            .unwrap();
+        options.app_name = Some("stream-restarts".into());
+        let client = mongodb::Client::with_options(options).unwrap();
+        let manager = LockManager::connect(
+            LockManagerOptions::builder()
+                .database(client.database("d"))
+                .collection("job.lock")
+                .ttl(TTL)
+                .build(),
+        )
+        .await
+        .unwrap();
+        let held = manager.acquire("held").await.unwrap();
+        let restarts = |r: &Recorded| r.counter(CHANGE_STREAM_RESTARTS, &[("place", "locks")]);
+        assert_eq!(restarts(recorded.update()), 0);
+
+        rs.fail_command(
+            doc! { "times": 1 }.into(),
+            doc! {
+                "failCommands": ["getMore"], "appName": "stream-restarts",
+                "errorCode": 262, "errorLabels": [],
+            },
+        )
+        .await
+        .unwrap();
+        recorded
+            .until_within(RESTART_BOUND, "the stream's restart", |r| restarts(r) == 1)
+            .await;
+
+        assert_eq!(restarts(recorded.update()), 1, "one failure, one restart");
+        assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+        manager.shutdown().await.unwrap();
     });
 }

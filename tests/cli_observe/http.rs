@@ -196,3 +196,47 @@ async fn leader_http_answers_null_while_nobody_leads() {
     leader.signal(libc::SIGTERM);
     assert_eq!(leader.wait(), 128 + libc::SIGTERM);
 }
+
+/// `/leader` answers 503, with the error as JSON, when MongoDB cannot be
+/// read: the leader's link to the server is cut (a fault proxy that drops
+/// everything); the read gives up after `--connect-timeout`, long before
+/// the lease (30 s) could be lost and the command stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_http_answers_503_when_mongodb_cannot_be_read() {
+    /// Turns a hang into a failure: the read gives up after 1 s.
+    const BOUND: Duration = Duration::from_secs(20);
+    let (_rs, proxy, uri) = crate::common::server_behind_proxy().await;
+    let mut env = Env::new("cli_http_503");
+    env.uri = uri;
+    let mut leader = env.spawn(&[
+        "--connect-timeout",
+        "1s",
+        "leader",
+        "--name",
+        "svc",
+        "--http",
+        "127.0.0.1:0",
+        "--",
+        "sh",
+        "-c",
+        "echo \"leading $MONGO_LEASE_TOKEN\"; exec sleep 60",
+    ]);
+    let addr = leader.http_addr();
+    leader.expect_line("leading");
+    let read = get(&addr, "/leader").await;
+    assert_eq!(read.status, 200, "{read:?}");
+
+    proxy.blackhole();
+    let cut =
+        crate::common::within(BOUND, "/leader with the link cut", get(&addr, "/leader")).await;
+    assert_eq!(cut.status, 503, "{cut:?}");
+    let error = cut.json()["error"].as_str().map(str::to_owned);
+    assert!(
+        error
+            .as_deref()
+            .is_some_and(|e| e.contains("MongoDB did not answer")),
+        "{cut:?}"
+    );
+    leader.signal(libc::SIGKILL);
+    leader.wait();
+}

@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
-use mongo_lease::{LockManager, ReleaseOutcome};
+use mongo_lease::{Error, LockManager, Operation, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 
 use crate::common::Clients;
-use crate::support::{connect_refused, options_for};
+use crate::support::{BOUND, bounded, connect_refused, options_for};
 
 /// Everything the process logs through `tracing`, at every level and from
 /// every target (the driver's own events included), kept for inspection.
@@ -174,4 +174,150 @@ async fn a_user_without_write_privileges_is_a_clear_error() {
     assert!(e.to_string().contains("not authorized"), "{e}");
     let names = admin.database("d").list_collection_names().await.unwrap();
     assert!(names.is_empty(), "nothing created: {names:?}");
+}
+
+/// Starts a replica set with auth, prepares the lock collection `app.job.lock`
+/// (its indexes) as the admin user, and creates the user `name` with `role`
+/// on database `app`; returns the set and that user's URI.
+async fn user_with_role(clients: &Clients, name: &str, role: &str) -> (ReplicaSet, String) {
+    let rs = ReplicaSet::start(ReplicaSetOptions::default().auth(USER, SECRET))
+        .await
+        .unwrap();
+    let preparer =
+        LockManager::connect(options_for(clients, &rs.uri(), "app", Duration::from_secs(3)).await)
+            .await
+            .unwrap();
+    preparer.shutdown().await.unwrap();
+    let admin = clients.connect(&rs.uri()).await;
+    admin
+        .database("admin")
+        .run_command(
+            doc! { "createUser": name, "pwd": "user-pw", "roles": [{ "role": role, "db": "app" }] },
+        )
+        .await
+        .unwrap();
+    let uri = rs
+        .uri()
+        .replace(&format!("{USER}:{SECRET}@"), &format!("{name}:user-pw@"));
+    (rs, uri)
+}
+
+/// What a refusal's message must not carry: the command's BSON (its
+/// pipeline's `$$NOW`, the command's name) and the cluster time's signature.
+fn assert_short_and_clear(text: &str) {
+    assert!(text.len() < 300, "{} bytes: {text}", text.len());
+    for echoed in ["$$NOW", "signature", "$clusterTime", "findAndModify", "{"] {
+        assert!(!text.contains(echoed), "{echoed:?} in {text}");
+    }
+}
+
+/// A user with only the `read` role connects to a prepared collection (it
+/// only reads) and reads it, and its acquire is refused in one sentence that names the
+/// operation, the collection, the cause and what to do, without the
+/// command's BSON; the driver's error stays its `source()`. `mongo-lease
+/// exec` prints the same sentence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_users_acquire_is_refused_in_one_short_sentence() {
+    let clients = Clients::default();
+    let (_rs, uri) = user_with_role(&clients, "reader", "read").await;
+    let reader =
+        LockManager::connect(options_for(&clients, &uri, "app", Duration::from_secs(3)).await)
+            .await
+            .expect("reading is enough to connect to a prepared collection");
+    assert_eq!(reader.inspect("k").await.expect("reading is allowed"), None);
+    assert!(reader.list().await.expect("reading is allowed").is_empty());
+    let (result, _) = bounded("the read-only acquire", BOUND, reader.try_acquire("k")).await;
+    let error = result.expect_err("a read-only user cannot acquire");
+    eprintln!("read-only acquire: {error}");
+    assert!(
+        matches!(
+            error,
+            Error::Refused {
+                operation: Operation::Acquire,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(!error.is_transient(), "{error}");
+    let text = error.to_string();
+    assert_eq!(
+        text,
+        "acquire on app.job.lock refused by the server: not authorized (Unauthorized, \
+         code 13); grant the readWrite role on database app (enough for every \
+         operation, change streams included)"
+    );
+    assert_short_and_clear(&text);
+    let source = std::error::Error::source(&error).expect("the driver's error is the source");
+    let driver = source
+        .downcast_ref::<mongodb::error::Error>()
+        .expect("a driver error");
+    assert!(
+        driver.to_string().contains("findAndModify"),
+        "the source has the server's whole answer: {driver}"
+    );
+    reader.shutdown().await.unwrap();
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mongo-lease"))
+        .env("MONGODB_URI", &uri)
+        .env("MONGO_LEASE_DB", "app")
+        .env("MONGO_LEASE_COLLECTION", "job.lock")
+        .args(["exec", "--key", "k", "--", "true"])
+        .output()
+        .expect("run mongo-lease");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("exec as a read-only user: {stderr}");
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|line| line.contains("refused by the server"))
+        .unwrap_or_else(|| panic!("no refusal printed: {stderr}"));
+    assert!(
+        line.contains("acquire on app.job.lock refused by the server: not authorized"),
+        "{line}"
+    );
+    assert_short_and_clear(line);
+}
+
+/// `readWrite` on the lock collection's database is enough: the user
+/// acquires, and its waiter is woken by another manager's release through
+/// its change stream. Its backoff alone (at least 60 s here) would retry
+/// long after the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_user_acquires_and_is_woken_through_its_change_stream() {
+    const LONG: Duration = Duration::from_secs(120);
+    let clients = Clients::default();
+    let (rs, uri) = user_with_role(&clients, "writer", "readWrite").await;
+    let mut options = options_for(&clients, &uri, "app", Duration::from_secs(3)).await;
+    options.ttl = LONG;
+    options.retry_initial = LONG;
+    options.retry_max = LONG;
+    let writer = LockManager::connect(options).await.unwrap();
+    let lease = writer.acquire("own").await.expect("readWrite may acquire");
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+
+    let mut holder_options = options_for(&clients, &rs.uri(), "app", Duration::from_secs(3)).await;
+    holder_options.ttl = LONG;
+    let holder = LockManager::connect(holder_options).await.unwrap();
+    let held = holder.acquire("k").await.unwrap();
+    let waiter = writer.clone();
+    let waiting = tokio::spawn(async move { waiter.acquire("k").await });
+    let probe = clients.connect(&rs.uri()).await;
+    let locks = probe.database("app").collection::<Document>("job.lock");
+    crate::common::eventually("the waiter's mark on the key", BOUND, || async {
+        locks
+            .find_one(doc! { "_id": "k" })
+            .await
+            .unwrap()
+            .is_some_and(|d| d.contains_key("wt"))
+    })
+    .await;
+    let held_token = held.fencing_token();
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+    let (acquired, _) = bounded("the waiter's wake by the release", BOUND, waiting).await;
+    let acquired = acquired.unwrap().expect("the waiter acquires");
+    assert!(acquired.fencing_token() > held_token);
+    assert_eq!(acquired.release().await.unwrap(), ReleaseOutcome::Released);
+    writer.shutdown().await.unwrap();
+    holder.shutdown().await.unwrap();
 }

@@ -88,6 +88,70 @@ async fn a_ts_ttl_index_longer_than_heartbeat_plus_margin_is_accepted() {
     manager.shutdown().await.expect("shutdown");
 }
 
+/// An accepted TTL index on `ts` shorter than the TTL shortens the local
+/// deadline to *last renewal + expireAfterSeconds − margin*: 30 s − 9 s =
+/// 21 s after the acquire began, not the TTL's 90 s − 9 s = 81 s.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_accepted_ts_ttl_index_shortens_the_local_deadline() {
+    let fx = Fixture::new("ts_deadline").await;
+    ttl_index(&fx, "ts", Duration::from_secs(30), "ts_1").await;
+    let manager = LockManager::connect(options(&fx, Duration::from_secs(3)).await)
+        .await
+        .expect("accepted");
+    let capped = Duration::from_secs(30) - TTL / 10;
+    let before = tokio::time::Instant::now();
+    let lease = manager.acquire("k").await.expect("acquire");
+    let deadline = lease.deadline().expect("held");
+    let after = tokio::time::Instant::now();
+    assert!(
+        deadline >= before + capped && deadline <= after + capped,
+        "the deadline is {:?} after the acquire began, not {capped:?}",
+        deadline - before
+    );
+    assert!(!lease.release().await.expect("release").was_lost());
+    manager.shutdown().await.expect("shutdown");
+}
+
+/// `hold_at_least` longer than another application's TTL index on `ts`
+/// (which would delete the key's document before then) is refused before
+/// any round trip, naming both; as long as the index is accepted.
+#[tokio::test(flavor = "multi_thread")]
+async fn hold_at_least_longer_than_a_ts_ttl_index_is_refused() {
+    let fx = Fixture::new("ts_hold").await;
+    ttl_index(&fx, "ts", Duration::from_secs(30), "ts_1").await;
+    let manager = LockManager::connect(options(&fx, Duration::from_secs(3)).await)
+        .await
+        .expect("accepted");
+    let hold = |secs| {
+        mongo_lease::AcquireOptions::builder()
+            .hold_at_least(Duration::from_secs(secs))
+            .build()
+    };
+    let error = manager
+        .try_acquire_with("k", &hold(31))
+        .await
+        .expect_err("longer than the index");
+    assert!(error.is_invalid_input(), "{error:?}");
+    assert!(
+        error.to_string().contains(
+            "hold_at_least (31s) is longer than the TTL index on `ts` (30s), which would \
+             delete the key's document before then"
+        ),
+        "{error}"
+    );
+    assert!(
+        fx.raw().find_one(doc! {}).await.unwrap().is_none(),
+        "nothing was written"
+    );
+    let lease = manager
+        .try_acquire_with("k", &hold(30))
+        .await
+        .expect("as long as the index")
+        .expect("the key is free");
+    assert!(!lease.release().await.expect("release").was_lost());
+    manager.shutdown().await.expect("shutdown");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_ttl_index_on_acq_is_refused_whatever_its_expiry() {
     let fx = Fixture::new("acq_refused").await;
