@@ -395,9 +395,11 @@ mod mongo;
 #[cfg(any(test, feature = "sim"))]
 pub(crate) mod memory;
 
+pub(crate) mod batch;
 #[cfg(all(test, feature = "testkit"))]
 mod contract;
 mod handoff;
+pub(crate) mod light_release;
 mod protocol;
 mod read;
 pub(crate) mod replies;

@@ -40,7 +40,7 @@
 //! trip.
 //!
 //! The light acquires and releases of string keys asked for while one of
-//! their form is in flight go together once it returns (`batch`, the
+//! their form is in flight go together once it returns (`store::batch`, the
 //! commands in `batched`); one asked for while none is goes alone, in its
 //! own command here.
 
@@ -60,6 +60,7 @@ use super::plain::{update_command, update_counts};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::store::light_release::LightRelease;
 use crate::store::{LeaseRef, field};
 
 /// How long a key stays on the general forms after one was sent for it.
@@ -554,7 +555,7 @@ impl MongoStore {
 
 mod batched;
 pub(super) use batched::LightBatches;
-use batched::{AcquireRequest, LightAcquire, LightRelease};
+use batched::{AcquireRequest, LightAcquire};
 
 #[cfg(test)]
 mod tests;
