@@ -22,7 +22,14 @@
 //!   matches neither, all of them are reported lost: possibly a release
 //!   reported as a loss, never the reverse.
 
+use std::time::Duration;
+
 use crate::error::Error;
+
+/// How long a key stays on the general forms after one was sent for it
+/// (both stores: a contended key costs no light write that would not
+/// apply).
+pub(crate) const CONTENDED_FOR: Duration = Duration::from_secs(10);
 
 /// What a light release did.
 #[derive(Debug, Default)]

@@ -318,10 +318,11 @@
 //! retry (B25), and an unknown outcome is resolved as every other (B7).
 //! They need MongoDB 5.0 or later (`let`, `$unsetField`). A key the
 //! general form was sent for is remembered for 10 s
-//! (`light::CONTENDED_FOR`), during which its writes go to the general
+//! (`light_release::CONTENDED_FOR`), during which its writes go to the general
 //! form at once: a contended key costs no extra round trip. The twin has
-//! one form of each (the store contract checks the results), and the
-//! light forms' equivalence is checked on a real server
+//! one form of the acquire and of the handoff, and the light release
+//! grouped as below (`memory::light`; the store contract checks the
+//! results), and the light forms' equivalence is checked on a real server
 //! (`store::mongo::light::tests`).
 //!
 //! **Grouped.** A light acquire or release asked for while another of its
@@ -348,6 +349,9 @@
 //! as for a single write.
 //! Only string keys are grouped (the `find`'s documents are matched to the
 //! requests by `_id`). `src/store/mongo/light/batched.rs` has the details.
+//! The group commit (`batch`) and the decision on a group of releases'
+//! replies (`light_release`) are shared with the twin, which groups its
+//! light releases the same way, so that the simulation covers them.
 //!
 //! # Fencing tokens
 //!

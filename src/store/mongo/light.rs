@@ -46,7 +46,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawBinaryRef, RawDocumentBuf, doc};
@@ -60,11 +60,8 @@ use super::plain::{update_command, update_counts};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
-use crate::store::light_release::LightRelease;
+use crate::store::light_release::{CONTENDED_FOR, LightRelease};
 use crate::store::{LeaseRef, field};
-
-/// How long a key stays on the general forms after one was sent for it.
-pub(super) const CONTENDED_FOR: Duration = Duration::from_secs(10);
 
 /// Keys remembered before the expired ones are dropped.
 const PRUNE_AT: usize = 1024;
