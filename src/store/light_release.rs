@@ -20,7 +20,9 @@
 //!   another lease id were taken since) or none (all were lost before it:
 //!   the general release finds them gone and reports them lost). If it
 //!   matches neither, all of them are reported lost: possibly a release
-//!   reported as a loss, never the reverse.
+//!   reported as a loss, never the reverse. For the same reason a batch
+//!   whose command failed leaves every lease to the general release as
+//!   not applied, not as unknown.
 
 use std::time::Duration;
 
@@ -39,8 +41,13 @@ pub(crate) enum LightRelease {
     /// It did not release it (another owner waits, or it was lost): the
     /// general release decides.
     NotApplied,
-    /// It may have: the general release decides, and a lease it no longer
-    /// finds counts as released by this write (as after any retried write).
+    /// It may have (a lone light release whose write was retried after a
+    /// transient failure, or a request whose batch never answered): the
+    /// general release decides, and a lease it no longer finds counts as
+    /// released by this write (as after any retried write). Never the
+    /// answer of a grouped release whose command failed: that is
+    /// [`LightRelease::NotApplied`], so that a lease an operator ended
+    /// before the batch is reported lost.
     #[default]
     Unknown,
     /// The light form's own command failed (a batch of one).

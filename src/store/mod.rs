@@ -344,9 +344,11 @@
 //! the others count as released only if the modified count covers every
 //! one of them (a force release and a release by owner id also remove
 //! `lid` and keep `aid`, so a document without `lid` proves nothing), else
-//! they go to the general release, which reports them lost. Anything else,
-//! and every key after an error, goes to the general form, which decides
-//! as for a single write.
+//! they go to the general release, which reports them lost. Anything else
+//! goes to the general form, which decides as for a single write; after an
+//! error of a group's `update` or `find`, every key goes to it as not
+//! applied (a lease it no longer finds is reported lost, not released:
+//! the group may have released it, or an operator before it).
 //! Only string keys are grouped (the `find`'s documents are matched to the
 //! requests by `_id`). `src/store/mongo/light/batched.rs` has the details.
 //! The group commit (`batch`) and the decision on a group of releases'

@@ -25,7 +25,8 @@
 //!   the documents (in the same call: the twin's read sees no write in
 //!   between, a subset of what the server's `find` may see) and decides
 //!   with the shared [`release_outcomes`]. A failed call leaves every lease
-//!   unknown if transient, else not applied, as `MongoStore`'s batch.
+//!   to the general release, as `MongoStore`'s batch (not "unknown": a
+//!   lease the general release no longer finds is reported lost).
 //! - Not released, or unknown: the general release follows, and a lease
 //!   it no longer finds after an unknown outcome counts as released, as in
 //!   `MongoStore::release_light`.
@@ -219,7 +220,7 @@ impl MemoryStore {
         match call.await {
             Ok(None) => all(|| LightRelease::Released),
             Ok(Some((read, modified))) => release_outcomes(read, modified),
-            Err(e) if e.is_transient() => all(|| LightRelease::Unknown),
+            // Not known to have released: left to the general release.
             Err(_) => all(|| LightRelease::NotApplied),
         }
     }

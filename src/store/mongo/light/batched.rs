@@ -28,7 +28,11 @@
 //!   the shared decision (`store::light_release`'s `release_outcomes`,
 //!   which the in-memory twin makes too) tells from the modified count
 //!   which leases count as released; the others are left to the general
-//!   release.
+//!   release. After an error of the `update` or of the `find`, every lease
+//!   is left to the general release, which reports a lease it no longer
+//!   finds as lost, not as released by the batch: an operator's force
+//!   release or release by owner id before the batch leaves the same
+//!   document (possibly a release reported as a loss, never the reverse).
 //!
 //! Only string keys are batched (the `find`'s documents are matched to
 //! the requests by `_id`, which for a string is exact); other keys go
@@ -208,10 +212,10 @@ impl MongoStore {
             });
         }
         let command = update_statements(self.coll().name(), statements, false);
-        let reply = match self.plain_command(command).await {
-            Ok(reply) => reply,
-            Err(e) if e.is_transient() => return all(|| LightRelease::Unknown),
-            Err(_) => return all(|| LightRelease::NotApplied),
+        // After an error, not known to have released: the general release
+        // decides, and reports a lease it no longer finds lost (module docs).
+        let Ok(reply) = self.plain_command(command).await else {
+            return all(|| LightRelease::NotApplied);
         };
         let (_, count, errors) = update_reply(&reply);
         if !errors && count == leases.len() as u64 {
@@ -220,7 +224,7 @@ impl MongoStore {
         let keys: Vec<&str> = leases.iter().filter_map(|l| l.key.as_str()).collect();
         let projection = doc! { field::LEASE_ID: 1 };
         let Some(docs) = self.read_keys(&keys, projection).await else {
-            return all(|| LightRelease::Unknown);
+            return all(|| LightRelease::NotApplied);
         };
         let read: Vec<Read> = leases
             .iter()
