@@ -382,9 +382,9 @@ pub fn several_keys(manager: usize) -> [String; 3] {
     [0, 1, 2].map(|i| format!("s{manager}-{i}"))
 }
 
-/// A task of `process` that acquires two or three keys of its own
-/// ([`several_keys`]), holds them a while and releases them all at once,
-/// until `stop`: releases of one manager in flight together, which its
+/// A task of `process` that now and then acquires two or three keys of
+/// its own ([`several_keys`]), holds them a while and releases them all at
+/// once, until `stop`: releases of one manager in flight together, which its
 /// store groups (the grouped light release). Half the time an operator
 /// (through `operator`, another manager) force releases one of them just
 /// before: a lease its holder may not know lost yet when it releases it,
@@ -449,7 +449,12 @@ pub async fn several(
             }
         });
         futures::future::join_all(releases).await;
-        sleep(ms(random_range(0..300))).await;
+        // Now and then, so that the simulation's pace stays that of the
+        // other tasks; no later than work stops.
+        let until = Instant::now() + ms(random_range(2_000..8_000));
+        while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+            sleep(ms(random_range(1..200))).await;
+        }
     }
 }
 
