@@ -14,7 +14,14 @@
 //! - every lease that ends other than by its holder (or a crash of its
 //!   process) is told, its token fired, no later than its local deadline
 //!   (the same instant is on time);
-//! - once faults stop, every waiter is answered within a bound.
+//! - once faults stop, every waiter is answered within a bound;
+//! - a holder's release answers "released" only for a lease no operator
+//!   certainly ended before: not if a force release of its key, or a
+//!   release of its manager's owner id (leases in the lock collection,
+//!   keys `locks/...`), started after the lease was granted and returned
+//!   without an error before the holder's release started (such a lease
+//!   was ended on the server by someone else: its release must report it
+//!   lost).
 //!
 //! A force release, or a release of a manager's owner id, ends its leases
 //! on the server while their holders still believe in them until told:
@@ -80,6 +87,21 @@ struct Lease {
     told: bool,
     /// Ended on the server by an operator: left out of overlap checks.
     forced: bool,
+    /// Its holder started releasing it (no later operator's call counts
+    /// against the release's answer).
+    release_started: bool,
+    /// The operator's calls concerning it that started after its grant
+    /// and before its release started, in flight.
+    ops_after_grant: BTreeSet<OpNo>,
+    /// One of those that ended before its release started: the lease was
+    /// certainly ended by someone else.
+    ended_by: Option<OpNo>,
+}
+
+/// Whether an operator's release of manager `manager`'s owner id ends
+/// `lease` (a lease of that manager in the lock collection).
+fn owner_release_ends(lease: &Lease, manager: usize) -> bool {
+    lease.manager == manager && lease.key.starts_with("locks/")
 }
 
 #[derive(Default)]
@@ -226,7 +248,22 @@ impl Checker {
                 if let Some(l) = self.leases.get_mut(lease) {
                     l.gone = true;
                     l.ended = true;
+                    l.release_started = true;
                     self.end(*lease);
+                }
+            }
+            Event::ReleaseAnswered { lease, released } => {
+                let Some(l) = self.leases.get(lease) else {
+                    return;
+                };
+                if let (true, Some(op)) = (*released, l.ended_by) {
+                    let key = l.key.clone();
+                    self.violation(
+                        &key,
+                        format!(
+                            "lease {lease} released as held, though operator's call {op} ended it before its release started"
+                        ),
+                    );
                 }
             }
             Event::Crashed { manager } => {
@@ -273,6 +310,11 @@ impl Checker {
                 for n in live {
                     self.leases.get_mut(&n).expect("live").forced = true;
                 }
+                for l in self.leases.values_mut() {
+                    if l.key == *key && !l.release_started {
+                        l.ops_after_grant.insert(*op);
+                    }
+                }
             }
             Event::OwnerReleaseStarted { op, manager } => {
                 self.owner_ops.insert(*op, *manager);
@@ -281,18 +323,26 @@ impl Checker {
                     if l.manager == *manager && !l.ended {
                         l.forced = true;
                     }
+                    if owner_release_ends(l, *manager) && !l.release_started {
+                        l.ops_after_grant.insert(*op);
+                    }
                 }
                 for state in self.keys.values_mut() {
                     state.hold_until = None;
                 }
             }
-            Event::OpEnded { op } => {
+            Event::OpEnded { op, ok } => {
                 if let Some(key) = self.force_ops.remove(op) {
                     self.keys.get_mut(&key).expect("started").forcing -= 1;
                 }
                 self.owner_ops.remove(op);
                 if let Some((_, end)) = self.ops.get_mut(op) {
                     *end = Some(self.now);
+                }
+                for l in self.leases.values_mut() {
+                    if l.ops_after_grant.remove(op) && *ok && !l.release_started {
+                        l.ended_by.get_or_insert(*op);
+                    }
                 }
             }
             Event::WaitStarted {
@@ -418,6 +468,9 @@ impl Checker {
                 gone: false,
                 told: false,
                 forced,
+                release_started: false,
+                ops_after_grant: BTreeSet::new(),
+                ended_by: None,
             },
         );
         if !live_at_grant {
@@ -513,10 +566,21 @@ mod tests {
     };
 
     fn grant(lease: LeaseNo, manager: usize, kind: Kind, token: u64, deadline: u64) -> Event {
+        grant_on("k", lease, manager, kind, token, deadline)
+    }
+
+    fn grant_on(
+        key: &str,
+        lease: LeaseNo,
+        manager: usize,
+        kind: Kind,
+        token: u64,
+        deadline: u64,
+    ) -> Event {
         Event::Granted {
             lease,
             manager,
-            key: "k".into(),
+            key: key.into(),
             kind,
             token,
             deadline: ms(deadline),
@@ -634,7 +698,7 @@ mod tests {
                         key: "k".into(),
                     },
                 ),
-                (11, Event::OpEnded { op: 1 }),
+                (11, Event::OpEnded { op: 1, ok: true }),
                 (12, grant(2, 1, Kind::Exclusive, 2, 200)),
                 (15, told(1)),
                 (200, told(2)),
@@ -642,6 +706,88 @@ mod tests {
             300,
         );
         assert_eq!(found, vec![]);
+    }
+
+    #[test]
+    fn a_release_answered_released_after_an_operator_ended_the_lease_is_a_violation() {
+        let force = |op| Event::ForceReleaseStarted {
+            op,
+            key: "locks/k".into(),
+        };
+        let granted =
+            |lease, manager| grant_on("locks/k", lease, manager, Kind::Exclusive, lease, 1_000);
+        let answered = |lease, released| Event::ReleaseAnswered { lease, released };
+        // Force released after the grant, ended before the release started.
+        let found = check(
+            vec![
+                (0, granted(1, 0)),
+                (10, force(7)),
+                (11, Event::OpEnded { op: 7, ok: true }),
+                (20, Event::Released { lease: 1 }),
+                (21, answered(1, true)),
+            ],
+            30,
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].what.contains("operator's call 7"), "{found:?}");
+        // Reported lost: right.
+        let found = check(
+            vec![
+                (0, granted(1, 0)),
+                (10, force(7)),
+                (11, Event::OpEnded { op: 7, ok: true }),
+                (20, Event::Released { lease: 1 }),
+                (21, answered(1, false)),
+            ],
+            30,
+        );
+        assert_eq!(found, vec![]);
+        // The same by a release of the manager's owner id; one of another
+        // manager's owner id concerns it not.
+        let owner = |op, manager| Event::OwnerReleaseStarted { op, manager };
+        let by_owner = |manager| {
+            check(
+                vec![
+                    (0, granted(1, 0)),
+                    (10, owner(7, manager)),
+                    (11, Event::OpEnded { op: 7, ok: true }),
+                    (20, Event::Released { lease: 1 }),
+                    (21, answered(1, true)),
+                ],
+                30,
+            )
+        };
+        assert_eq!(by_owner(0).len(), 1);
+        assert_eq!(by_owner(1), vec![]);
+        // Concurrent: the call ended after the release started, or started
+        // before the lease was granted (it may have run before the
+        // acquisition): either may have come first. Or it failed: it may
+        // not have been applied.
+        for events in [
+            vec![
+                (0, granted(1, 0)),
+                (10, force(7)),
+                (11, Event::OpEnded { op: 7, ok: false }),
+                (20, Event::Released { lease: 1 }),
+                (21, answered(1, true)),
+            ],
+            vec![
+                (0, granted(1, 0)),
+                (10, force(7)),
+                (20, Event::Released { lease: 1 }),
+                (21, Event::OpEnded { op: 7, ok: true }),
+                (22, answered(1, true)),
+            ],
+            vec![
+                (0, force(7)),
+                (1, granted(1, 0)),
+                (11, Event::OpEnded { op: 7, ok: true }),
+                (20, Event::Released { lease: 1 }),
+                (21, answered(1, true)),
+            ],
+        ] {
+            assert_eq!(check(events, 30), vec![]);
+        }
     }
 
     #[test]

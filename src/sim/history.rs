@@ -76,6 +76,15 @@ pub enum Event {
         /// The lease.
         lease: LeaseNo,
     },
+    /// The holder's release of the lease (its [`Event::Released`]) returned.
+    ReleaseAnswered {
+        /// The lease.
+        lease: LeaseNo,
+        /// Whether it answered that the lease was still held and is now
+        /// released (`ReleaseOutcome::Released`); `false` for "already
+        /// lost" and for an error.
+        released: bool,
+    },
     /// A manager (process) crashed: it does nothing from now on, and
     /// releases nothing.
     Crashed {
@@ -101,7 +110,9 @@ pub enum Event {
         /// The key.
         key: String,
     },
-    /// An operator asked to release every lease of a manager's owner id.
+    /// An operator asked to release every lease of a manager's owner id
+    /// in the lock collection (keys `locks/...`; in-document leases are
+    /// released by lease id only).
     OwnerReleaseStarted {
         /// The call.
         op: OpNo,
@@ -112,6 +123,9 @@ pub enum Event {
     OpEnded {
         /// The call.
         op: OpNo,
+        /// Whether it returned without an error: it was applied on the
+        /// server (an error leaves that unknown).
+        ok: bool,
     },
     /// A caller started waiting for a key.
     WaitStarted {
@@ -152,7 +166,8 @@ impl Event {
             Event::Granted { lease, .. }
             | Event::Renewed { lease, .. }
             | Event::Told { lease, .. }
-            | Event::Released { lease } => Some(*lease),
+            | Event::Released { lease }
+            | Event::ReleaseAnswered { lease, .. } => Some(*lease),
             _ => None,
         }
     }
@@ -236,7 +251,7 @@ impl History {
             Event::Crashed { .. } | Event::FaultsStopped | Event::OwnerReleaseStarted { .. } => {
                 true
             }
-            Event::OpEnded { op } => ops.contains(op),
+            Event::OpEnded { op, .. } => ops.contains(op),
             Event::WaitEnded { waiter, .. } => waiters.contains(waiter),
             event => event.key() == Some(key) || event.lease().is_some_and(|l| leases.contains(&l)),
         };

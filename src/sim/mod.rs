@@ -8,7 +8,10 @@
 //! [`checker`].
 //!
 //! One schedule: 2 to 4 managers (processes), some releasing in delete
-//! mode, each with 2 to 4 tasks on a handful of keys , an
+//! mode, each with 2 to 4 tasks on a handful of keys, one of them with
+//! one more task that now and then holds several keys of its own and
+//! releases them at once (the store groups those releases), half the time
+//! just after an operator force released one of them; an
 //! operator (force release, release by owner id), another application
 //! locking a key with its own document, the TTL monitor, and the server's
 //! clock running up to 5 % faster than the managers' and stepping back by
@@ -218,6 +221,23 @@ async fn schedule(seed: u64) -> Report {
             },
             roles.join(", ")
         );
+    }
+    // Several leases released at once, by one manager.
+    {
+        let process = &processes[random_range(0..managers)];
+        let operator = processes[(process.index + 1) % managers].clone();
+        described += &format!(
+            "manager {}: several leases at once (operator: manager {})\n",
+            process.index, operator.index
+        );
+        let task = workload::several(recorder.clone(), process.clone(), operator, stop.clone());
+        let handle = tokio::spawn(task);
+        process
+            .tasks
+            .lock()
+            .expect("tasks")
+            .push(handle.abort_handle());
+        workers.push((process.index, handle));
     }
     let work_stop = Arc::new(AtomicBool::new(false));
     let operator = random_range(0..managers);

@@ -1,10 +1,12 @@
 //! What the simulated processes do: tasks that acquire a key of some kind
 //! (waiting, trying, or with a timeout), hold it for a while (a quarter of
 //! the holds past the TTL, on renewals) checking `is_lost()`, then release
-//! or drop it; an operator who force releases
-//! keys and releases other managers' owner ids; another application that
-//! locks a key with a document of its own; the TTL monitor. Everything a
-//! holder sees is recorded in the [`History`].
+//! or drop it; tasks that hold several keys of their own and release them
+//! at once, sometimes just after an operator force released one; an
+//! operator who force releases keys and releases other managers' owner
+//! ids; another application that locks a key with a document of its own;
+//! the TTL monitor. Everything a holder sees, and what its releases
+//! answer, is recorded in the [`History`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,7 +21,7 @@ use crate::AcquireOptions;
 use crate::document::{DEFAULT_LEASE_FIELD, DocumentLease};
 use crate::election::{Election, Leadership};
 use crate::error::Result;
-use crate::lease::Lease;
+use crate::lease::{Lease, ReleaseOutcome};
 use crate::manager::LockManager;
 use crate::random::random_range;
 use crate::status::LeaseEvent;
@@ -181,12 +183,15 @@ impl Held {
         }
     }
 
-    async fn release(self) {
-        let _ = match self {
+    /// Releases it; whether the release answered released (not lost, not
+    /// an error).
+    async fn release(self) -> bool {
+        let outcome = match self {
             Held::Lease(lease) => lease.release().await,
             Held::Leader(leadership) => leadership.resign().await,
             Held::Document(document) => document.release().await,
         };
+        matches!(outcome, Ok(ReleaseOutcome::Released))
     }
 }
 
@@ -254,7 +259,7 @@ async fn acquire(
 fn granted(
     recorder: &Recorder,
     process: &Process,
-    role: &Role,
+    (key, kind): (String, Kind),
     lease: &Lease,
     (waited_from, hold): (Instant, Option<Duration>),
 ) -> LeaseNo {
@@ -273,8 +278,8 @@ fn granted(
     recorder.push(Event::Granted {
         lease: number,
         manager: process.index,
-        key: role.key(),
-        kind: role.kind(),
+        key,
+        kind,
         token: lease.fencing_token(),
         deadline: recorder.at(deadline),
         acquired_after: recorder.at(acquired_after),
@@ -335,7 +340,7 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
                 let number = granted(
                     &recorder,
                     &process,
-                    &role,
+                    (role.key(), role.kind()),
                     held.lease(),
                     (waited_from, hold),
                 );
@@ -357,13 +362,99 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
                 if random_range(0..4) == 0 {
                     drop(held);
                 } else {
-                    held.release().await;
+                    let released = held.release().await;
+                    recorder.push(Event::ReleaseAnswered {
+                        lease: number,
+                        released,
+                    });
                 }
             }
             Ok(None) => {}
             Err(_) => sleep(ms(random_range(1..100))).await,
         }
         sleep(ms(random_range(0..300))).await;
+    }
+}
+
+/// The keys of a task of manager `manager` that holds several leases at
+/// once ([`several`]): no other task uses them.
+pub fn several_keys(manager: usize) -> [String; 3] {
+    [0, 1, 2].map(|i| format!("s{manager}-{i}"))
+}
+
+/// A task of `process` that now and then acquires two or three keys of
+/// its own ([`several_keys`]), holds them a while and releases them all at
+/// once, until `stop`: releases of one manager in flight together, which its
+/// store groups (the grouped light release). Half the time an operator
+/// (through `operator`, another manager) force releases one of them just
+/// before: a lease its holder may not know lost yet when it releases it,
+/// whose release must answer "already lost".
+pub async fn several(
+    recorder: Recorder,
+    process: Arc<Process>,
+    operator: Arc<Process>,
+    stop: Arc<AtomicBool>,
+) {
+    let keys = several_keys(process.index);
+    while !stop.load(Ordering::SeqCst) {
+        let mut held = Vec::new();
+        for key in &keys[..random_range(2..=3usize)] {
+            let waiter: WaiterNo = recorder.number();
+            recorder.push(Event::WaitStarted {
+                waiter,
+                manager: process.index,
+                key: format!("locks/{key}"),
+            });
+            let waited_from = Instant::now();
+            let result = process.manager.try_acquire(key.as_str()).await;
+            recorder.push(Event::WaitEnded {
+                waiter,
+                outcome: match &result {
+                    Ok(Some(_)) => "granted".into(),
+                    Ok(None) => "none".into(),
+                    Err(error) => format!("error: {error}"),
+                },
+            });
+            if let Ok(Some(lease)) = result {
+                let key = (format!("locks/{key}"), Kind::Exclusive);
+                let number = granted(&recorder, &process, key, &lease, (waited_from, None));
+                held.push((number, lease));
+            }
+        }
+        let until = Instant::now() + ms(random_range(0..1_500));
+        while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+            sleep(ms(random_range(1..200))).await;
+        }
+        if !held.is_empty() && random_range(0..2) == 0 && !operator.crashed.load(Ordering::SeqCst) {
+            let key = &keys[random_range(0..held.len())];
+            let op: OpNo = recorder.number();
+            recorder.push(Event::ForceReleaseStarted {
+                op,
+                key: format!("locks/{key}"),
+            });
+            let ok = operator.manager.force_release(key.as_str()).await.is_ok();
+            recorder.push(Event::OpEnded { op, ok });
+        }
+        for (number, _) in &held {
+            recorder.push(Event::Released { lease: *number });
+        }
+        let releases = held.into_iter().map(|(number, lease)| {
+            let recorder = recorder.clone();
+            async move {
+                let released = matches!(lease.release().await, Ok(ReleaseOutcome::Released));
+                recorder.push(Event::ReleaseAnswered {
+                    lease: number,
+                    released,
+                });
+            }
+        });
+        futures::future::join_all(releases).await;
+        // Now and then, so that the simulation's pace stays that of the
+        // other tasks; no later than work stops.
+        let until = Instant::now() + ms(random_range(2_000..8_000));
+        while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+            sleep(ms(random_range(1..200))).await;
+        }
     }
 }
 
@@ -379,22 +470,22 @@ pub async fn operator(
     while !stop.load(Ordering::SeqCst) {
         sleep(ms(random_range(1_000..8_000))).await;
         let op: OpNo = recorder.number();
-        if random_range(0..3) == 0 {
+        let ok = if random_range(0..3) == 0 {
             let victim = random_range(0..owners.len());
             recorder.push(Event::OwnerReleaseStarted {
                 op,
                 manager: victim,
             });
-            let _ = process.manager.release_owner(&owners[victim]).await;
+            process.manager.release_owner(&owners[victim]).await.is_ok()
         } else {
             let key = keys[random_range(0..keys.len())];
             recorder.push(Event::ForceReleaseStarted {
                 op,
                 key: format!("locks/{key}"),
             });
-            let _ = process.manager.force_release(key).await;
-        }
-        recorder.push(Event::OpEnded { op });
+            process.manager.force_release(key).await.is_ok()
+        };
+        recorder.push(Event::OpEnded { op, ok });
     }
 }
 

@@ -318,10 +318,11 @@
 //! retry (B25), and an unknown outcome is resolved as every other (B7).
 //! They need MongoDB 5.0 or later (`let`, `$unsetField`). A key the
 //! general form was sent for is remembered for 10 s
-//! (`light::CONTENDED_FOR`), during which its writes go to the general
+//! (`light_release::CONTENDED_FOR`), during which its writes go to the general
 //! form at once: a contended key costs no extra round trip. The twin has
-//! one form of each (the store contract checks the results), and the
-//! light forms' equivalence is checked on a real server
+//! one form of the acquire and of the handoff, and the light release
+//! grouped as below (`memory::light`; the store contract checks the
+//! results), and the light forms' equivalence is checked on a real server
 //! (`store::mongo::light::tests`).
 //!
 //! **Grouped.** A light acquire or release asked for while another of its
@@ -343,11 +344,16 @@
 //! the others count as released only if the modified count covers every
 //! one of them (a force release and a release by owner id also remove
 //! `lid` and keep `aid`, so a document without `lid` proves nothing), else
-//! they go to the general release, which reports them lost. Anything else,
-//! and every key after an error, goes to the general form, which decides
-//! as for a single write.
+//! they go to the general release, which reports them lost. Anything else
+//! goes to the general form, which decides as for a single write; after an
+//! error of a group's `update` or `find`, every key goes to it as not
+//! applied (a lease it no longer finds is reported lost, not released:
+//! the group may have released it, or an operator before it).
 //! Only string keys are grouped (the `find`'s documents are matched to the
 //! requests by `_id`). `src/store/mongo/light/batched.rs` has the details.
+//! The group commit (`batch`) and the decision on a group of releases'
+//! replies (`light_release`) are shared with the twin, which groups its
+//! light releases the same way, so that the simulation covers them.
 //!
 //! # Fencing tokens
 //!
@@ -395,9 +401,11 @@ mod mongo;
 #[cfg(any(test, feature = "sim"))]
 pub(crate) mod memory;
 
+pub(crate) mod batch;
 #[cfg(all(test, feature = "testkit"))]
 mod contract;
 mod handoff;
+pub(crate) mod light_release;
 mod protocol;
 mod read;
 pub(crate) mod replies;

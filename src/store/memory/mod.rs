@@ -77,6 +77,13 @@
 //!   lease id and owner id and applies the release but not the user's
 //!   update (its semantics are MongoDB's).
 //!
+//! - **Light release, grouped** ([`light`]): a release of one exclusive
+//!   lease in keep mode tries `MongoStore`'s light release first, with the
+//!   same conditions and the same decision on a grouped release's replies
+//!   (`store::light_release`); releases of string keys asked for while one
+//!   is in flight go together in one call (`store::batch`), as on
+//!   MongoDB. Where it does not release, the general release follows.
+//!
 //! What `MongoStore` does internally (re-reading after an ambiguous acquire,
 //! retrying a release up to three times) is not modelled: a fault injected
 //! here is what the actor would see after those internal steps failed too.
@@ -106,9 +113,11 @@
 //! - [`store`]: [`MemoryStore`], its settings and knobs, and `run`, which
 //!   applies an operation at server time;
 //! - [`ops`]: its [`Store`](crate::store::Store) implementation;
+//! - [`light`]: its light release of one exclusive lease, grouped, and the
+//!   keys that skip it ([`Contended`](light::Contended));
 //! - [`streams`]: its stream of writes and its observed states.
 //!
-//! `ops` and `streams` use `store`, which uses `db`, `rules` and
+//! `ops`, `light` and `streams` use `store`, which uses `db`, `rules` and
 //! `control`; `rules` and `kinds` apply to `doc` and announce their writes
 //! through `db`; `control` uses `db` (its lock helper only).
 
@@ -119,6 +128,7 @@ mod control;
 mod db;
 mod doc;
 mod kinds;
+mod light;
 mod ops;
 mod reply;
 mod rules;

@@ -12,6 +12,7 @@ use mongodb::bson::Document;
 use uuid::Uuid;
 
 use super::control::Op;
+use super::db::lock;
 use super::doc::{Doc, Holder};
 use super::kinds;
 use super::reply::{self, Reread};
@@ -100,14 +101,19 @@ impl Store for MemoryStore {
                 if !retry && let Ok(AcquireOutcome::Acquired { token }) = outcome {
                     db.announce_acquisition(&key, &owner, lease_id, token);
                 }
-                outcome
+                outcome.map(|outcome| (outcome, retry))
             }
         });
         async move {
             // An unknown outcome is resolved by a re-read, as by
             // `DocumentStore` (B7).
             let outcome = match acquire.await {
+                Ok((outcome, retry)) => {
+                    store.note_acquire(&key, Some((&outcome, retry)), true);
+                    outcome
+                }
                 Err(error) => {
+                    store.note_acquire(&key, None, true);
                     let (key, owner) = (key.clone(), owner.clone());
                     reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
                         if coll.missing.contains(&key) {
@@ -132,7 +138,6 @@ impl Store for MemoryStore {
                     })
                     .await?
                 }
-                done => done?,
             };
             let document = match (&outcome, field) {
                 (AcquireOutcome::Acquired { token }, Some(field)) => {
@@ -258,15 +263,35 @@ impl Store for MemoryStore {
             if !retry && let Ok(AcquireOutcome::Acquired { token }) = outcome {
                 db.announce_taken(&key, &owner, (lease_id, token), shape.kind, had_lease_id);
             }
-            outcome
+            outcome.map(|outcome| (outcome, retry))
         });
         // An unknown outcome (`Fault::Fail`, `FailAfterApply`, a timeout)
         // is resolved by a re-read, as by `MongoStore` (B7).
+        let multi = shape
+            .kind
+            .is_multi_holder()
+            .then(|| self.multi_holder_ids.clone());
+        let exclusive = shape.kind == crate::LeaseKind::Exclusive;
         async move {
             let error = match write.await {
                 Err(error) => error,
-                done => return done,
+                Ok((outcome, retry)) => {
+                    if let Some(multi) = multi
+                        && matches!(outcome, AcquireOutcome::Acquired { .. })
+                    {
+                        lock(&multi).insert(lease_id);
+                    }
+                    if exclusive {
+                        reread
+                            .0
+                            .note_acquire(&reread.2, Some((&outcome, retry)), shape.is_plain());
+                    }
+                    return Ok(outcome);
+                }
             };
+            if exclusive {
+                reread.0.note_acquire(&reread.2, None, shape.is_plain());
+            }
             let (store, owner, key) = reread;
             reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
                 let reread = Reread {
@@ -346,7 +371,9 @@ impl Store for MemoryStore {
         }
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let yield_window = self.yield_window;
-        self.run(Op::HandOver, vec![key.clone()], move |coll, now| {
+        let contended = self.contended.clone();
+        let handed_key = key.clone();
+        let hand_over = self.run(Op::HandOver, vec![key.clone()], move |coll, now| {
             let ids = (from, to);
             Ok(apply_hand_over(
                 coll,
@@ -358,7 +385,16 @@ impl Store for MemoryStore {
                 yield_window,
                 now,
             ))
-        })
+        });
+        async move {
+            let outcome = hand_over.await;
+            // Where `MongoStore`'s light handoff would not apply.
+            if !matches!(outcome, Ok(HandOver::Acquired { .. })) {
+                contended.insert(&handed_key);
+            }
+            outcome
+        }
+        .boxed()
     }
 
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
@@ -553,6 +589,25 @@ impl MemoryStore {
         if leases.is_empty() {
             // As MongoStore: no command at all.
             return futures::future::ready(Ok(0)).boxed();
+        }
+        if let Some(lease) = self.light_release_of(&leases, mode) {
+            return self.release_light(lease.clone());
+        }
+        self.release_general(leases, mode)
+    }
+
+    /// The general release of `leases` in `mode` (one call), by the rules
+    /// of `rules` and `kinds`.
+    pub(super) fn release_general(
+        &self,
+        leases: Vec<LeaseRef>,
+        mode: ReleaseMode,
+    ) -> BoxFuture<'static, Result<u64>> {
+        {
+            let mut multi = lock(&self.multi_holder_ids);
+            for lease in &leases {
+                multi.remove(&lease.lease_id);
+            }
         }
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         let (db, owner) = (self.db.clone(), self.owner.clone());

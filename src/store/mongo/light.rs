@@ -40,13 +40,13 @@
 //! trip.
 //!
 //! The light acquires and releases of string keys asked for while one of
-//! their form is in flight go together once it returns (`batch`, the
+//! their form is in flight go together once it returns (`store::batch`, the
 //! commands in `batched`); one asked for while none is goes alone, in its
 //! own command here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawBinaryRef, RawDocumentBuf, doc};
@@ -60,10 +60,8 @@ use super::plain::{update_command, update_counts};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::store::light_release::{CONTENDED_FOR, LightRelease};
 use crate::store::{LeaseRef, field};
-
-/// How long a key stays on the general forms after one was sent for it.
-pub(super) const CONTENDED_FOR: Duration = Duration::from_secs(10);
 
 /// Keys remembered before the expired ones are dropped.
 const PRUNE_AT: usize = 1024;
@@ -554,7 +552,7 @@ impl MongoStore {
 
 mod batched;
 pub(super) use batched::LightBatches;
-use batched::{AcquireRequest, LightAcquire, LightRelease};
+use batched::{AcquireRequest, LightAcquire};
 
 #[cfg(test)]
 mod tests;

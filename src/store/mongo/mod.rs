@@ -49,7 +49,6 @@
 //! `ops` (its retried updates and batch renewal) and `pipeline`; `pipeline`
 //! and `handle` use none of their siblings.
 
-mod batch;
 mod document;
 mod handle;
 mod handoff;

@@ -1,5 +1,6 @@
 //! The light acquire and release of many keys in one command: what the
-//! group commit (`batch`) sends when writes queued behind one in flight.
+//! group commit (`store::batch`) sends when writes queued behind one in
+//! flight.
 //! A batch of one is the light form's own command, unchanged.
 //!
 //! * **Acquire**: one `update` of one upsert statement per key (the light
@@ -23,19 +24,15 @@
 //!   which decides (and recognises a landed earlier attempt as a retry).
 //! * **Release**: one `update` of one statement per lease (the light
 //!   release), not ordered. All applied (`nModified` = statements): all
-//!   released. Otherwise one `find` of the keys reads each document:
-//!   - still under the lease's id: not released (someone else waits, or
-//!     a write error); the general release decides;
-//!   - anything else (no lease id, another lease id, no document): no
-//!     longer held, by this batch's release or by another write before it.
-//!     A document without a lease id and of this owner does not tell which:
-//!     a force release and a release by owner id also remove `lid` and keep
-//!     `aid`. The modified count does, when it matches all of these leases
-//!     (the batch released them all; the ones under another lease id were
-//!     taken since) or none (all were lost before it: the general release
-//!     finds them gone and reports them lost). If it matches neither, all
-//!     of them are reported lost: possibly a release reported as a loss,
-//!     never the reverse.
+//!   released. Otherwise one `find` of the keys reads each document, and
+//!   the shared decision (`store::light_release`'s `release_outcomes`,
+//!   which the in-memory twin makes too) tells from the modified count
+//!   which leases count as released; the others are left to the general
+//!   release. After an error of the `update` or of the `find`, every lease
+//!   is left to the general release, which reports a lease it no longer
+//!   finds as lost, not as released by the batch: an operator's force
+//!   release or release by owner id before the batch leaves the same
+//!   document (possibly a release reported as a loss, never the reverse).
 //!
 //! Only string keys are batched (the `find`'s documents are matched to
 //! the requests by `_id`, which for a string is exact); other keys go
@@ -47,13 +44,14 @@ use std::time::Instant;
 use mongodb::bson::{Document, RawArrayBuf, doc, rawdoc};
 use uuid::Uuid;
 
-use super::super::batch::Batcher;
 use super::super::handle::MongoStore;
 use super::super::pipeline::bson_lease_id;
 use super::super::plain::{update_reply, update_statements};
 use super::{Form, LID, raw_key_filter, raw_lets, raw_upsert_filter};
 use crate::error::Error;
 use crate::key::LeaseKey;
+use crate::store::batch::Batcher;
+use crate::store::light_release::{LightRelease, Read, release_outcomes};
 use crate::store::{LeaseRef, field};
 
 /// A light acquire asked for.
@@ -71,22 +69,6 @@ pub(in crate::store::mongo) enum LightAcquire {
     /// Not applied, or not known to have: the general form decides.
     #[default]
     NotApplied,
-    /// The light form's own command failed (a batch of one).
-    Failed(Error),
-}
-
-/// What a light release did.
-#[derive(Default)]
-pub(in crate::store::mongo) enum LightRelease {
-    /// It released the lease.
-    Released,
-    /// It did not release it (another owner waits, or it was lost): the
-    /// general release decides.
-    NotApplied,
-    /// It may have: the general release decides, and a lease it no longer
-    /// finds counts as released by this write (as after any retried write).
-    #[default]
-    Unknown,
     /// The light form's own command failed (a batch of one).
     Failed(Error),
 }
@@ -114,33 +96,6 @@ fn fresh_token(
         - doc.get_datetime("now").ok()?.timestamp_millis();
     let token = doc.get_i64(field::TOKEN).ok()?;
     (ours && left >= request.ttl_ms - elapsed_ms).then_some(token as u64)
-}
-
-/// A released lease's document as the `find` after a batch read it.
-#[derive(PartialEq)]
-enum Read {
-    /// It still holds the lease: not released.
-    Kept,
-    /// No longer held (no lease id, another lease id, or no document):
-    /// released by this batch, or lost before it (taken, force released,
-    /// released by owner id).
-    Gone,
-}
-
-/// The answers of a batch of light releases whose documents read `read`
-/// after the batch modified `modified` of them (see the module docs).
-fn release_outcomes(read: Vec<Read>, modified: u64) -> Vec<LightRelease> {
-    let gone = read.iter().filter(|r| **r == Read::Gone).count() as u64;
-    // A lease still held was not modified: the modified count is that of
-    // the leases gone that the batch released. All of them, or else each
-    // is taken as lost.
-    let gone_released = modified == gone;
-    read.into_iter()
-        .map(|read| match read {
-            Read::Gone if gone_released => LightRelease::Released,
-            Read::Kept | Read::Gone => LightRelease::NotApplied,
-        })
-        .collect()
 }
 
 /// The `e` of the grouped acquire's bound (see the module docs): the
@@ -257,10 +212,10 @@ impl MongoStore {
             });
         }
         let command = update_statements(self.coll().name(), statements, false);
-        let reply = match self.plain_command(command).await {
-            Ok(reply) => reply,
-            Err(e) if e.is_transient() => return all(|| LightRelease::Unknown),
-            Err(_) => return all(|| LightRelease::NotApplied),
+        // After an error, not known to have released: the general release
+        // decides, and reports a lease it no longer finds lost (module docs).
+        let Ok(reply) = self.plain_command(command).await else {
+            return all(|| LightRelease::NotApplied);
         };
         let (_, count, errors) = update_reply(&reply);
         if !errors && count == leases.len() as u64 {
@@ -269,7 +224,7 @@ impl MongoStore {
         let keys: Vec<&str> = leases.iter().filter_map(|l| l.key.as_str()).collect();
         let projection = doc! { field::LEASE_ID: 1 };
         let Some(docs) = self.read_keys(&keys, projection).await else {
-            return all(|| LightRelease::Unknown);
+            return all(|| LightRelease::NotApplied);
         };
         let read: Vec<Read> = leases
             .iter()
@@ -290,45 +245,6 @@ impl MongoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn outcomes(read: Vec<Read>, modified: u64) -> Vec<&'static str> {
-        release_outcomes(read, modified)
-            .iter()
-            .map(|o| match o {
-                LightRelease::Released => "released",
-                LightRelease::NotApplied => "general",
-                LightRelease::Unknown | LightRelease::Failed(_) => "other",
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_lease_still_held_is_left_to_the_general_release() {
-        use Read::*;
-        assert_eq!(
-            outcomes(vec![Gone, Kept, Gone], 2),
-            ["released", "general", "released"]
-        );
-    }
-
-    #[test]
-    fn a_lease_gone_counts_as_released_only_if_the_modified_count_covers_every_one() {
-        use Read::*;
-        // Released by the batch (one of them taken since): it modified 3.
-        assert_eq!(
-            outcomes(vec![Gone, Gone, Gone], 3),
-            ["released", "released", "released"]
-        );
-        // One lost before the batch (force released, released by owner id
-        // or taken): it modified 2, and which one is unknown: all reported
-        // lost, never a loss reported as a release.
-        assert_eq!(
-            outcomes(vec![Gone, Gone, Gone], 2),
-            ["general", "general", "general"]
-        );
-        assert_eq!(outcomes(vec![Gone, Kept], 0), ["general", "general"]);
-        assert_eq!(outcomes(vec![Gone, Kept], 1), ["released", "general"]);
-    }
 
     #[test]
     fn the_acquires_bound_counts_only_the_time_before_the_finds_send() {

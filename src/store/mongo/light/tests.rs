@@ -55,8 +55,13 @@ struct Env {
 
 impl Env {
     async fn new() -> Env {
+        Env::on(crate::testkit::shared_uri()).await
+    }
+
+    /// An `Env` on the deployment at `uri`.
+    async fn on(uri: impl AsRef<str>) -> Env {
         let commands = Commands::default();
-        let mut options = mongodb::options::ClientOptions::parse(crate::testkit::shared_uri())
+        let mut options = mongodb::options::ClientOptions::parse(uri.as_ref())
             .await
             .unwrap();
         let log = commands.clone();
@@ -609,5 +614,68 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
     );
     assert_eq!(counts[0], 1, "f0, alone, released");
     assert_eq!(counts[2], 0, "the force-released lease is lost: {counts:?}");
+    env.drop().await;
+}
+
+/// A grouped release whose `update` fails leaves every lease to the
+/// general release as not applied, not as unknown: a lease an operator
+/// force released before the batch is then reported lost, never released
+/// (found by the simulation's release property). On a replica set of its
+/// own, started with test commands (`failCommand`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
+    use crate::store::light_release::LightRelease;
+    use crate::testkit::{ReplicaSet, ReplicaSetOptions};
+    let rs = ReplicaSet::start(
+        ReplicaSetOptions::default()
+            .extra_arg("--setParameter")
+            .extra_arg("enableTestCommands=1"),
+    )
+    .await
+    .expect("a replica set with test commands");
+    let env = Env::on(rs.uri()).await;
+    let leases = leases("u", 2);
+    take_all(&env, &leases).await;
+    let forced = env
+        .raw()
+        .update_one(
+            doc! { "_id": "u1" },
+            super::super::kinds::force_release_update(0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.modified_count, 1);
+    env.db
+        .client()
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": { "failCommands": ["update"], "closeConnection": true },
+        })
+        .await
+        .expect("the fail point");
+    let outcomes = env.store.release_light_batch(&leases).await;
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, LightRelease::NotApplied)),
+        "{outcomes:?}"
+    );
+    // As `release_light` goes on: the general release finds the forced
+    // lease gone (lost), and releases the other.
+    let released = Released::Leases {
+        owner: env.store.owner(),
+        ids: vec![leases[0].lease_id, leases[1].lease_id],
+    };
+    for (lease, count) in leases.iter().zip([1, 0]) {
+        let filter = holder_filter(env.store.owner(), std::slice::from_ref(lease));
+        let found = env
+            .store
+            .release_matching(filter, &released, true, false)
+            .await
+            .unwrap();
+        assert_eq!(found, count, "{:?}", lease.key);
+    }
     env.drop().await;
 }

@@ -11,7 +11,10 @@
 //! commit applied to the client's side: the latency of one write is at most
 //! the one in flight plus its own, and the throughput grows with the load.
 //!
-//! The queue and its one command in flight belong to the store (shared by
+//! Store-agnostic: `MongoStore` groups its light acquires and releases
+//! with it (`mongo::light`), and the in-memory twin its light releases
+//! (`memory::light`), so that the simulation forms the same batches. The
+//! queue and its one command in flight belong to the store (shared by
 //! its clones). The caller that finds nothing in flight sends its own write
 //! in its own future; the writes that queued meanwhile are sent by a task of
 //! their own once it ends (or is dropped), which answers each caller
@@ -27,13 +30,13 @@ use tokio::sync::oneshot;
 const IN_FLIGHT: usize = 1;
 
 /// Most writes in one command; more queued are sent in further commands.
-pub(super) const MOST_PER_COMMAND: usize = 256;
+pub(crate) const MOST_PER_COMMAND: usize = 256;
 
 /// A queue of writes of one form (see the module docs): requests `R`, one
 /// answer `O` each. `O::default()` is the answer of a request whose
 /// command was never sent or whose sender is gone: the callers read it as
 /// "not applied, or unknown" and fall back on the general form.
-pub(super) struct Batcher<R, O>(Arc<Mutex<Queue<R, O>>>);
+pub(crate) struct Batcher<R, O>(Arc<Mutex<Queue<R, O>>>);
 
 struct Queue<R, O> {
     in_flight: usize,
@@ -70,7 +73,7 @@ impl<R: Send + 'static, O: Default + Send + 'static> Batcher<R, O> {
     /// Dropping the future of a request sent at once hands the queue on
     /// as if its command had returned; a queued request dropped before its
     /// batch is sent is left out of it.
-    pub(super) async fn submit<F, Fut>(&self, request: R, send: F) -> O
+    pub(crate) async fn submit<F, Fut>(&self, request: R, send: F) -> O
     where
         F: Fn(Vec<R>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Vec<O>> + Send + 'static,

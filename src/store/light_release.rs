@@ -1,0 +1,129 @@
+//! What a light release's replies mean, for both stores: [`LightRelease`],
+//! the answer of one light release, and [`release_outcomes`], the decision
+//! on a grouped light release (many leases in one `update`, then a read of
+//! their documents unless all applied).
+//!
+//! [`MongoStore`](super::MongoStore) decides with it on the counts and
+//! documents the server returns (`mongo::light::batched`), the in-memory
+//! twin on its own documents (`memory::light`), so that the simulation
+//! judges the decision the real store makes.
+//!
+//! **The decision.** After the batch, each lease's document reads:
+//! - still under the lease's id ([`Read::Kept`]): not released (someone
+//!   else waits, or a write error); the general release decides;
+//! - anything else ([`Read::Gone`]: no lease id, another lease id, no
+//!   document): no longer held, by this batch's release or by another
+//!   write before it. A document without a lease id and of this owner does
+//!   not tell which: a force release and a release by owner id also
+//!   remove `lid` and keep `aid`. The modified count does, when it matches
+//!   all of these leases (the batch released them all; the ones under
+//!   another lease id were taken since) or none (all were lost before it:
+//!   the general release finds them gone and reports them lost). If it
+//!   matches neither, all of them are reported lost: possibly a release
+//!   reported as a loss, never the reverse. For the same reason a batch
+//!   whose command failed leaves every lease to the general release as
+//!   not applied, not as unknown.
+
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// How long a key stays on the general forms after one was sent for it
+/// (both stores: a contended key costs no light write that would not
+/// apply).
+pub(crate) const CONTENDED_FOR: Duration = Duration::from_secs(10);
+
+/// What a light release did.
+#[derive(Debug, Default)]
+pub(crate) enum LightRelease {
+    /// It released the lease.
+    Released,
+    /// It did not release it (another owner waits, or it was lost): the
+    /// general release decides.
+    NotApplied,
+    /// It may have (a lone light release whose write was retried after a
+    /// transient failure, or a request whose batch never answered): the
+    /// general release decides, and a lease it no longer finds counts as
+    /// released by this write (as after any retried write). Never the
+    /// answer of a grouped release whose command failed: that is
+    /// [`LightRelease::NotApplied`], so that a lease an operator ended
+    /// before the batch is reported lost.
+    #[default]
+    Unknown,
+    /// The light form's own command failed (a batch of one).
+    Failed(Error),
+}
+
+/// A released lease's document as the read after a grouped light release
+/// found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Read {
+    /// It still holds the lease: not released.
+    Kept,
+    /// No longer held (no lease id, another lease id, or no document):
+    /// released by this batch, or lost before it (taken, force released,
+    /// released by owner id).
+    Gone,
+}
+
+/// The answers of a grouped light release whose documents read `read`
+/// (one per lease, in the batch's order) after the batch modified
+/// `modified` of them (see the module docs): [`LightRelease::Released`]
+/// or [`LightRelease::NotApplied`], one per lease, in order.
+pub(crate) fn release_outcomes(read: Vec<Read>, modified: u64) -> Vec<LightRelease> {
+    let gone = read.iter().filter(|r| **r == Read::Gone).count() as u64;
+    // A lease still held was not modified: the modified count is that of
+    // the leases gone that the batch released. All of them, or else each
+    // is taken as lost.
+    let gone_released = modified == gone;
+    read.into_iter()
+        .map(|read| match read {
+            Read::Gone if gone_released => LightRelease::Released,
+            Read::Kept | Read::Gone => LightRelease::NotApplied,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcomes(read: Vec<Read>, modified: u64) -> Vec<&'static str> {
+        release_outcomes(read, modified)
+            .iter()
+            .map(|o| match o {
+                LightRelease::Released => "released",
+                LightRelease::NotApplied => "general",
+                LightRelease::Unknown | LightRelease::Failed(_) => "other",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lease_still_held_is_left_to_the_general_release() {
+        use Read::*;
+        assert_eq!(
+            outcomes(vec![Gone, Kept, Gone], 2),
+            ["released", "general", "released"]
+        );
+    }
+
+    #[test]
+    fn a_lease_gone_counts_as_released_only_if_the_modified_count_covers_every_one() {
+        use Read::*;
+        // Released by the batch (one of them taken since): it modified 3.
+        assert_eq!(
+            outcomes(vec![Gone, Gone, Gone], 3),
+            ["released", "released", "released"]
+        );
+        // One lost before the batch (force released, released by owner id
+        // or taken): it modified 2, and which one is unknown: all reported
+        // lost, never a loss reported as a release.
+        assert_eq!(
+            outcomes(vec![Gone, Gone, Gone], 2),
+            ["general", "general", "general"]
+        );
+        assert_eq!(outcomes(vec![Gone, Kept], 0), ["general", "general"]);
+        assert_eq!(outcomes(vec![Gone, Kept], 1), ["released", "general"]);
+    }
+}
