@@ -3,9 +3,10 @@
 //! [`MongoStore`] is the only code in the crate that issues MongoDB commands,
 //! and only the actor calls it. The actor sees it through the narrow [`Store`]
 //! trait, so its timing logic can also be tested under tokio's paused clock
-//! against `memory::MemoryStore` (a test-only module, hence not linked), an
-//! in-memory twin that follows the same rules (used only by those unit tests,
-//! never as a stand-in for MongoDB). The store contract (`contract`, a test
+//! against `memory::MemoryStore` (built for tests and for the simulator,
+//! feature `sim`, hence not linked), an in-memory twin that follows the same
+//! rules (used by those unit tests and by `crate::sim`, never as a stand-in
+//! for MongoDB). The store contract (`contract`, a test
 //! module) runs one suite of scenarios against both, and the MongoDB
 //! behaviour the protocol relies on is described in
 //! `docs/mongodb-behaviour.md` (cited below by section).
