@@ -179,6 +179,33 @@ fn local_deadline(lease: &mongo_lease::Lease) -> SystemTime {
 /// (WriteConcernFailed, as on a `wtimeout`; no retryable label, so the
 /// driver does not retry it): its outcome is unknown to the store, which
 /// re-reads.
+/// Asserts that `lease` is the one `lock` (the lock document, `hs` entry or
+/// lock field as stored in `stored`) records: its owner id (when given), its
+/// fencing token, and a local deadline within the expiry the server stored.
+fn assert_matches_the_stored_lease(
+    lease: &mongo_lease::Lease,
+    lock: &Document,
+    owner: Option<&str>,
+    stored: &Document,
+) {
+    if let Some(owner) = owner {
+        assert_eq!(lock.get_str("aid").unwrap(), owner, "{stored}");
+    }
+    assert_eq!(
+        lock.get_i64("tok").unwrap() as u64,
+        lease.fencing_token(),
+        "the granted lease: {stored}"
+    );
+    let (local_deadline, exp) = (
+        local_deadline(lease),
+        lock.get_datetime("exp").unwrap().to_system_time(),
+    );
+    assert!(
+        local_deadline <= exp,
+        "the local deadline ({local_deadline:?}) is within the stored expiry ({exp:?}): {stored}"
+    );
+}
+
 async fn unanswered_write(admin: &mongodb::Database, app: &str) {
     admin
         .run_command(doc! {
@@ -272,20 +299,10 @@ async fn a_handed_lease_found_only_by_a_re_read_is_granted_after_a_write_renews_
         .expect("granted")
         .unwrap()
         .unwrap();
-    let local_deadline = local_deadline(&lease);
     let doc = locks.find_one(doc! { "_id": "k" }).await.unwrap().unwrap();
-    let exp = doc.get_datetime("exp").unwrap().to_system_time();
-    assert_eq!(
-        doc.get_i64("tok").unwrap() as u64,
-        lease.fencing_token(),
-        "the handed lease: {doc}"
-    );
     // Granted from the read, its deadline would count from the failed
     // attempt's send + the TTL, while the handoff wrote only `hx` (6 s).
-    assert!(
-        local_deadline <= exp,
-        "the local deadline ({local_deadline:?}) is within the server's expiry ({exp:?}): {doc}"
-    );
+    assert_matches_the_stored_lease(&lease, &doc, None, &doc);
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
@@ -343,20 +360,7 @@ async fn a_permit_found_only_by_a_re_read_is_granted_after_a_write_renews_it() {
         panic!("one entry: {doc}");
     };
     let entry = entry.as_document().unwrap();
-    assert_eq!(entry.get_str("aid").unwrap(), "reread-permit", "{doc}");
-    assert_eq!(
-        entry.get_i64("tok").unwrap() as u64,
-        lease.fencing_token(),
-        "{doc}"
-    );
-    let (local_deadline, exp) = (
-        local_deadline(&lease),
-        entry.get_datetime("exp").unwrap().to_system_time(),
-    );
-    assert!(
-        local_deadline <= exp,
-        "the local deadline ({local_deadline:?}) is within the entry's expiry ({exp:?}): {doc}"
-    );
+    assert_matches_the_stored_lease(&lease, entry, Some("reread-permit"), &doc);
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     a.manager.shutdown().await.unwrap();
     common::shut_down(vec![a.client, admin_client]);
@@ -408,20 +412,7 @@ async fn an_in_document_lease_found_only_by_a_re_read_is_granted_after_a_write_r
     );
     let doc = items.find_one(doc! { "_id": 1 }).await.unwrap().unwrap();
     let lock = doc.get_document(field).unwrap();
-    assert_eq!(lock.get_str("aid").unwrap(), "reread-doc", "{doc}");
-    assert_eq!(
-        lock.get_i64("tok").unwrap() as u64,
-        lease.lease().fencing_token(),
-        "{doc}"
-    );
-    let (local_deadline, exp) = (
-        local_deadline(lease.lease()),
-        lock.get_datetime("exp").unwrap().to_system_time(),
-    );
-    assert!(
-        local_deadline <= exp,
-        "the local deadline ({local_deadline:?}) is within the lock field's expiry ({exp:?}): {doc}"
-    );
+    assert_matches_the_stored_lease(lease.lease(), lock, Some("reread-doc"), &doc);
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     a.manager.shutdown().await.unwrap();
     common::shut_down(vec![a.client, admin_client]);
