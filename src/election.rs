@@ -1,16 +1,4 @@
 //! [`Election`]: leader election on a lease.
-//!
-//! An election named `N` is the lease on key `N` in the manager's lock
-//! collection: the leader is its holder, the **term** is the lease's fencing
-//! token (strictly increasing across leaders), and the leader may publish a
-//! small payload (its address, for example) in the lease document. Candidates
-//! **campaign** by acquiring the key, **resign** by releasing it, and anyone
-//! can **observe** the leadership changes, pushed by a MongoDB change stream.
-//!
-//! [`Election::run_as_leader`] follows the shape of Kubernetes' leader
-//! election (`OnStartedLeading` / `OnStoppedLeading`): it runs a future while
-//! leader, cancels it through a token when leadership is lost, waits for it to
-//! stop, and campaigns again. [`Election::observe`] is `OnNewLeader`.
 
 use std::fmt;
 use std::future::Future;
@@ -34,6 +22,18 @@ use crate::status::{LeaseEvents, LeaseState, LossReason};
 ///
 /// Each process (or each candidate within a process) uses its own
 /// [`LockManager`]: the owner id of the manager identifies the candidate.
+///
+/// An election named `N` is the lease on key `N` in the manager's lock
+/// collection: the leader is its holder, the **term** is the lease's fencing
+/// token (strictly increasing across leaders), and the leader may publish a
+/// small payload (its address, for example) in the lease document. Candidates
+/// **campaign** by acquiring the key, **resign** by releasing it, and anyone
+/// can **observe** the leadership changes, pushed by a MongoDB change stream.
+///
+/// [`Election::run_as_leader`] follows the shape of Kubernetes' leader
+/// election (`OnStartedLeading` / `OnStoppedLeading`): it runs a future while
+/// leader, cancels it through a token when leadership is lost, waits for it to
+/// stop, and campaigns again. [`Election::observe`] is `OnNewLeader`.
 ///
 /// # Examples
 ///

@@ -3,16 +3,6 @@
 //! transaction that commits only while the lease is held) and [`Fence`]
 //! (the filter and update fragments of one single-document write that
 //! applies only under a fencing token not smaller than the stored one).
-//!
-//! Both work for leases of the lock collection and for in-document leases
-//! ([`DocumentLease::lease`](crate::DocumentLease::lease)).
-//!
-//! | | [`Lease::with_transaction`] | [`Fence`] |
-//! |---|---|---|
-//! | needs | a replica set or sharded cluster (transactions) | nothing |
-//! | covers | any number of writes, to any collections of the deployment | one write, to a document that stores the last token |
-//! | refuses | writes while the lease is not held by the server's clock | writes with a token smaller than the document's |
-//! | cost | a transaction and one more write (to the lock) | none: two fields in the user's `updateOne` |
 
 use futures::future::BoxFuture;
 use mongodb::bson::{Bson, Document, doc};
@@ -201,6 +191,16 @@ impl Lease {
 /// [`Lease::with_transaction`] for that, and for writes to several
 /// documents. Tokens are compared as numbers: a non-numeric value in the
 /// field refuses every write.
+///
+/// Both work for leases of the lock collection and for in-document leases
+/// ([`DocumentLease::lease`](crate::DocumentLease::lease)).
+///
+/// | | [`Lease::with_transaction`] | [`Fence`] |
+/// |---|---|---|
+/// | needs | a replica set or sharded cluster (transactions) | nothing |
+/// | covers | any number of writes, to any collections of the deployment | one write, to a document that stores the last token |
+/// | refuses | writes while the lease is not held by the server's clock | writes with a token smaller than the document's |
+/// | cost | a transaction and one more write (to the lock) | none: two fields in the user's `updateOne` |
 ///
 /// # Examples
 ///

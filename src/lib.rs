@@ -69,7 +69,7 @@
 //! state write is fenced by construction; [`DocumentLease::update`] writes
 //! under the lease and keeps it. The same manager drives these leases (the
 //! same heartbeat, fencing-token rule and lost-lease token); see the
-//! [`document`] module for the schema.
+//! [`DocumentLeases`] for the schema.
 //!
 //! ```no_run
 //! # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
@@ -86,7 +86,7 @@
 //! # Kinds of lease
 //!
 //! [`AcquireOptions::kind`] chooses how one acquisition holds its key
-//! ([`LeaseKind`], see the [`kind`] module for the rules between kinds):
+//! ([`LeaseKind`], whose documentation gives the rules between kinds):
 //! [`LeaseKind::Exclusive`] (the default), [`LeaseKind::Shared`] (any number
 //! of shared holders, no exclusive one; a waiting exclusive acquirer stops
 //! new shared acquisitions, so it is not starved) or [`LeaseKind::Permit`]
@@ -362,27 +362,25 @@
 //! # }
 //! ```
 //!
-//! # Module map
+//! # Map of the API
 //!
-//! | module | concept |
+//! Every public item is at the crate root, except the metrics' names
+//! ([`telemetry`]) and the features' modules (`testkit`, `sim`).
+//!
+//! | concept | items |
 //! |---|---|
-//! | [`manager`] | [`LockManager`], the public cloneable handle (never touches MongoDB) |
-//! | [`kind`] | [`LeaseKind`]: exclusive, shared, or one permit of a semaphore; the rules between kinds (writer preference) and [`MAX_PERMITS`] |
-//! | `key` (re-exported) | [`LeaseKey`]: a key of any BSON type MongoDB accepts as `_id`, its check, identity and order |
-//! | [`lease`] | [`Lease`]: key, owner, fencing token, cancellation token, payload, release; [`LeaseInfo`] (a key as read with server time) and [`LeaseObserver`] |
-//! | [`document`] | in-document leases: [`DocumentLeases`] (acquire a document's lease by its `_id`, optionally creating it), [`DocumentLease`] (the document, `update`, `commit`, `release`), [`DocumentUpdate`] |
-//! | [`fence`] | fenced writes to user data under a lease: [`Lease::with_transaction`] (writes committed only while the lease is held) and [`Fence`] (a single-document write refused under a smaller token) |
-//! | [`semaphore`] | [`Semaphore`]: a key with N permits ([`LockManager::semaphore`]); the shared side of a read/write key is [`LockManager::acquire_shared`] |
-//! | [`election`] | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
-//! | [`status`] | what a held lease is doing: [`LossReason`], [`LeaseEvent`] and [`LeaseEvents`] (a lease's events), its local deadline read without the manager task |
-//! | [`config`] | [`LockManagerOptions`], [`AcquireOptions`], [`ReleaseMode`] and the `DEFAULT_*` constants |
-//! | [`error`] | [`Error`] and [`Result`] |
-//! | [`telemetry`] | the metrics' names (`mongo_lease_*`), recorded through the [`metrics`] facade |
-//! | [`health`] | [`Health`], what [`LockManager::health`] reads |
-//! | `actor` (private) | the manager task: state per place (the lock collection, and each user collection of in-document leases), the one `select!` loop, one file per concept (acquire, renewal and deadlines, release, the change streams of writes, shutdown, observers, in-document places); `Command`s and the handles' `Mailbox` |
-//! | `store` (private) | the lock protocol on MongoDB: schema, indexes and `connect`'s collection checks, acquire/renew/release (also delete-on-release and by owner id), reads (foreign holders included), observing a key (change stream or polling), the same protocol inside user documents, the transaction helper's commands; the only code that issues MongoDB commands |
-//! | `backoff` (private) | jittered exponential backoff |
+//! | the manager | [`LockManager`], the cloneable handle (never touches MongoDB); [`LockManagerOptions`], [`ReleaseMode`] and the `DEFAULT_*` constants; [`Health`], what [`LockManager::health`] reads |
+//! | keys and kinds | [`LeaseKey`] (any BSON type MongoDB accepts as `_id`); [`LeaseKind`] (exclusive, shared, or one permit of a semaphore: the rules between kinds) and [`MAX_PERMITS`]; [`AcquireOptions`] |
+//! | a held lease | [`Lease`]: key, owner, fencing token, cancellation token, payload, release; [`LossReason`], [`LeaseEvent`] and [`LeaseEvents`] (what a held lease is doing) |
+//! | reading leases | [`LeaseInfo`] and [`HolderInfo`] (a key as read with server time), [`LeaseObserver`] |
+//! | in-document leases | [`DocumentLeases`] (acquire a document's lease by its `_id`, optionally creating it; the schema), [`DocumentLease`] (the document, `update`, `commit`, `release`), [`DocumentUpdate`] |
+//! | fenced writes | [`Lease::with_transaction`] (writes committed only while the lease is held) and [`Fence`] (a single-document write refused under a smaller token) |
+//! | semaphores | [`Semaphore`] ([`LockManager::semaphore`]); the shared side of a read/write key is [`LockManager::acquire_shared`] |
+//! | elections | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
+//! | errors | [`Error`], [`Operation`] and [`Result`] |
+//! | metrics | [`telemetry`]: the metrics' names (`mongo_lease_*`), recorded through the [`metrics`] facade |
 //! | `testkit` (feature `testkit`) | throwaway real `mongod` replica sets for tests, no Docker |
+//! | `sim` (feature `sim`) | deterministic simulation of the real manager over the in-memory twin |
 //!
 //! See `ARCHITECTURE.md` in the repository for the invariants and where each
 //! is enforced.
@@ -391,22 +389,22 @@
 
 mod actor;
 mod backoff;
-pub mod config;
-pub mod document;
-pub mod election;
-pub mod error;
-pub mod fence;
-pub mod health;
+mod config;
+mod document;
+mod election;
+mod error;
+mod fence;
+mod health;
 mod key;
-pub mod kind;
-pub mod lease;
-pub mod manager;
+mod kind;
+mod lease;
+mod manager;
 mod random;
-pub mod semaphore;
+mod semaphore;
 mod shared;
 #[cfg(feature = "sim")]
 pub mod sim;
-pub mod status;
+mod status;
 mod store;
 pub mod telemetry;
 

@@ -4,7 +4,7 @@
 //! A thin layer over [`LockManager::acquire_with`] with
 //! [`LeaseKind::Permit`]: each permit is a [`Lease`] like any other (renewed
 //! by the manager's batched heartbeat, with a fencing token, a lost-lease
-//! token and an owner-checked release); see [`crate::kind`] for the rules
+//! token and an owner-checked release); see [`LeaseKind`](crate::LeaseKind) for the rules
 //! between kinds on one key.
 
 use std::fmt;

@@ -1,35 +1,6 @@
 //! In-document leases: the lock lives inside the user's own document, under
 //! one field, and the release can write the document's new state in the same
 //! atomic write ([`DocumentLease::commit`]).
-//!
-//! [`LockManager::documents`] gives a [`DocumentLeases`] handle on one user
-//! collection; its acquires return a [`DocumentLease`]: the lease (the same
-//! [`Lease`](crate::Lease) as for keys of the lock collection: fencing token, lost-lease
-//! token, renewal in the manager's batched heartbeat) together with the
-//! document as the acquire read it, in the same round trip.
-//!
-//! # Document schema
-//!
-//! The lock fields live under one field of the user's document (default
-//! [`DEFAULT_LEASE_FIELD`], `_lease`), with the lock collection's names and
-//! rules: `aid` (owner id), `lid` (lease id), `tok` (fencing token), `acq`,
-//! `ts` and `exp` (server times of the acquisition, the last renewal, and
-//! the expiry), `wt`/`yu` (fairness between owners). Acquire, renewal and
-//! release write only that field; every other field of the document is the
-//! user's, and only [`DocumentLease::update`] and [`DocumentLease::commit`]
-//! write them, with the user's update.
-//!
-//! A released document carries no lock field, except after a lease shorter
-//! than [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) (by the
-//! server's clock) or one another owner waited for: the field is then left
-//! in the released state (no lease id `lid`, `exp` at the release time, the
-//! fencing token `tok` kept, so that the next acquisition's token is
-//! greater, see the "Fencing tokens" rule of the lock collection; `yu` if
-//! another owner waited), which the next acquire takes over at once. The
-//! manager removes a released field nobody took once its token is
-//! `DELETE_MIN_TOKEN_AGE` old by the server's clock; shutdown waits for that
-//! removal. A field left yielded (another owner waited, and did not take it)
-//! stays.
 
 mod lease;
 mod update;
@@ -105,6 +76,35 @@ pub struct DocumentAcquireOptions {
 /// TTL), the same fencing-token rule and lost-lease token. `T` is the type
 /// the document is read as (`bson::Document` by default); the lock field is
 /// removed before it is deserialised.
+///
+/// [`LockManager::documents`] gives a [`DocumentLeases`] handle on one user
+/// collection; its acquires return a [`DocumentLease`]: the lease (the same
+/// [`Lease`](crate::Lease) as for keys of the lock collection: fencing token, lost-lease
+/// token, renewal in the manager's batched heartbeat) together with the
+/// document as the acquire read it, in the same round trip.
+///
+/// # Document schema
+///
+/// The lock fields live under one field of the user's document (default
+/// [`DEFAULT_LEASE_FIELD`], `_lease`), with the lock collection's names and
+/// rules: `aid` (owner id), `lid` (lease id), `tok` (fencing token), `acq`,
+/// `ts` and `exp` (server times of the acquisition, the last renewal, and
+/// the expiry), `wt`/`yu` (fairness between owners). Acquire, renewal and
+/// release write only that field; every other field of the document is the
+/// user's, and only [`DocumentLease::update`] and [`DocumentLease::commit`]
+/// write them, with the user's update.
+///
+/// A released document carries no lock field, except after a lease shorter
+/// than [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) (by the
+/// server's clock) or one another owner waited for: the field is then left
+/// in the released state (no lease id `lid`, `exp` at the release time, the
+/// fencing token `tok` kept, so that the next acquisition's token is
+/// greater, see the "Fencing tokens" rule of the lock collection; `yu` if
+/// another owner waited), which the next acquire takes over at once. The
+/// manager removes a released field nobody took once its token is
+/// `DELETE_MIN_TOKEN_AGE` old by the server's clock; shutdown waits for that
+/// removal. A field left yielded (another owner waited, and did not take it)
+/// stays.
 ///
 /// # Examples
 ///
