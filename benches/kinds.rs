@@ -41,6 +41,7 @@ use mongo_lease::{AcquireOptions, LeaseKind, LockManager, LockManagerOptions};
 use mongodb::Client;
 use mongodb::bson::Document;
 use mongodb::event::{EventHandler, command::CommandEvent};
+use tokio_util::time::FutureExt as _;
 
 #[path = "common/mongod.rs"]
 mod mongod;
@@ -300,8 +301,11 @@ async fn acquire(
     options: &AcquireOptions,
 ) -> mongo_lease::Lease {
     manager
-        .acquire_timeout_with(key.clone(), STUCK, options)
+        .acquire_with(key.clone(), options)
+        .timeout(STUCK)
         .await
+        .ok()
+        .transpose()
         .unwrap_or_else(|e| panic!("acquire a {} lease: {e}", primitive.name()))
         .unwrap_or_else(|| panic!("no {} lease on {key} within {STUCK:?}", primitive.name()))
 }
@@ -363,8 +367,9 @@ async fn renewal_tick(
     key: impl Fn(usize) -> String,
 ) -> Tick {
     let leases: Vec<_> = futures::stream::iter(0..HELD)
-        .map(|i| manager.acquire_timeout_with(key(i), STUCK, options))
+        .map(|i| manager.acquire_with(key(i), options).timeout(STUCK))
         .buffer_unordered(64)
+        .map(|timed| timed.ok().transpose())
         .try_collect::<Vec<_>>()
         .await
         .unwrap_or_else(|e| panic!("acquire {HELD} leases ({:?}): {e}", options.kind))

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use mongodb::bson::Document;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
@@ -95,28 +95,21 @@ impl Election {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future withdraws the candidacy; a leadership
-    /// won at that moment is resigned, never leaked.
+    /// won at that moment is resigned, never leaked. To campaign for at most
+    /// a given time:
+    ///
+    /// ```no_run
+    /// # async fn demo(election: mongo_lease::Election) -> mongo_lease::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// if let Ok(leadership) = tokio::time::timeout(Duration::from_secs(5), election.campaign()).await {
+    ///     leadership?.resign().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn campaign(&self) -> Result<Leadership> {
         let lease = self.manager.acquire(self.name.clone()).await?;
         Ok(self.won(lease))
-    }
-
-    /// Campaigns for at most `timeout`; `Ok(None)` if another candidate is
-    /// still leader then.
-    ///
-    /// # Errors
-    ///
-    /// As [`Election::campaign`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Election::campaign`].
-    pub async fn campaign_timeout(&self, timeout: Duration) -> Result<Option<Leadership>> {
-        let lease = self
-            .manager
-            .acquire_timeout(self.name.clone(), timeout)
-            .await?;
-        Ok(lease.map(|lease| self.won(lease)))
     }
 
     /// One attempt: leadership if nobody leads now, else `Ok(None)`.

@@ -224,8 +224,24 @@ impl LockManager {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future removes the waiter from the queue,
-    /// and a lease granted at that moment is released, never leaked. Wrap it in
-    /// [`tokio::time::timeout`] or use [`LockManager::acquire_timeout`].
+    /// and a lease granted at that moment is released, never leaked. So
+    /// [`tokio::time::timeout`] over it waits at most a given time, as every
+    /// `acquire` of this crate does:
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// match tokio::time::timeout(Duration::from_secs(5), manager.acquire("job-1")).await {
+    ///     Ok(lease) => {
+    ///         let lease = lease?; // acquired within 5 s
+    ///         lease.release().await?;
+    ///     }
+    ///     // Dropped: neither a waiter nor a lease is left behind.
+    ///     Err(_elapsed) => eprintln!("job-1 still held after 5 s"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(&self, key: impl Into<LeaseKey>) -> Result<Lease> {
         self.acquire_with(key, &AcquireOptions::default()).await
     }
@@ -249,46 +265,6 @@ impl LockManager {
         match self.request(key.into(), AcquireMode::Wait, options).await? {
             Some(lease) => Ok(lease),
             None => Err(Error::Shutdown),
-        }
-    }
-
-    /// Acquires `key`, waiting at most `timeout`. `Ok(None)` if it could not
-    /// be acquired in time.
-    ///
-    /// # Errors
-    ///
-    /// As [`LockManager::acquire`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LockManager::acquire`].
-    pub async fn acquire_timeout(
-        &self,
-        key: impl Into<LeaseKey>,
-        timeout: Duration,
-    ) -> Result<Option<Lease>> {
-        self.acquire_timeout_with(key, timeout, &AcquireOptions::default())
-            .await
-    }
-
-    /// [`LockManager::acquire_timeout`] with options for this one lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`LockManager::acquire_with`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LockManager::acquire`].
-    pub async fn acquire_timeout_with(
-        &self,
-        key: impl Into<LeaseKey>,
-        timeout: Duration,
-        options: &AcquireOptions,
-    ) -> Result<Option<Lease>> {
-        match tokio::time::timeout(timeout, self.acquire_with(key, options)).await {
-            Ok(result) => result.map(Some),
-            Err(_elapsed) => Ok(None),
         }
     }
 

@@ -8,7 +8,6 @@
 //! between kinds on one key.
 
 use std::fmt;
-use std::time::Duration;
 
 use crate::config::AcquireOptions;
 use crate::error::{Error, Result};
@@ -144,26 +143,21 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`LockManager::acquire`]: dropping the future removes
-    /// the waiter, and a permit granted at that moment is released.
+    /// the waiter, and a permit granted at that moment is released. To wait
+    /// at most a given time:
+    ///
+    /// ```no_run
+    /// # async fn demo(exports: mongo_lease::Semaphore) -> mongo_lease::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// if let Ok(permit) = tokio::time::timeout(Duration::from_secs(5), exports.acquire()).await {
+    ///     permit?.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(&self) -> Result<Lease> {
         self.manager
             .acquire_with(self.key.clone(), &self.options())
-            .await
-    }
-
-    /// Acquires a permit, waiting at most `timeout`; `Ok(None)` if none was
-    /// free in time (Redisson's `RSemaphore::tryAcquire(waitTime, unit)`).
-    ///
-    /// # Errors
-    ///
-    /// As [`Semaphore::acquire`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Semaphore::acquire`].
-    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Lease>> {
-        self.manager
-            .acquire_timeout_with(self.key.clone(), timeout, &self.options())
             .await
     }
 

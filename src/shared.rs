@@ -5,8 +5,6 @@
 //! A thin layer over [`LockManager::acquire_with`] with
 //! [`LeaseKind::Shared`]; see [`crate::kind`] for the rules between kinds.
 
-use std::time::Duration;
-
 use crate::config::AcquireOptions;
 use crate::error::Result;
 use crate::key::LeaseKey;
@@ -53,14 +51,19 @@ impl LockManager {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`].
+    /// Cancel safe, as [`LockManager::acquire`]: [`tokio::time::timeout`]
+    /// over it waits at most a given time.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
-    /// // Readers of the catalogue share it...
-    /// let read = manager.acquire_shared("catalogue").await?;
+    /// use std::time::Duration;
+    ///
+    /// // Readers of the catalogue share it (here waiting at most 5 s)...
+    /// let read = tokio::time::timeout(Duration::from_secs(5), manager.acquire_shared("catalogue"))
+    ///     .await
+    ///     .expect("the catalogue is written for longer than 5 s")?;
     /// read.release().await?;
     /// // ...and a writer has it alone.
     /// let write = manager.acquire("catalogue").await?;
@@ -69,24 +72,6 @@ impl LockManager {
     /// ```
     pub async fn acquire_shared(&self, key: impl Into<LeaseKey>) -> Result<Lease> {
         self.acquire_with(key, &shared()).await
-    }
-
-    /// [`LockManager::acquire_shared`], waiting at most `timeout`;
-    /// `Ok(None)` if the key could not be acquired shared in time.
-    ///
-    /// # Errors
-    ///
-    /// As [`LockManager::acquire_shared`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LockManager::acquire`].
-    pub async fn acquire_shared_timeout(
-        &self,
-        key: impl Into<LeaseKey>,
-        timeout: Duration,
-    ) -> Result<Option<Lease>> {
-        self.acquire_timeout_with(key, timeout, &shared()).await
     }
 
     /// One attempt to acquire `key` shared: `Ok(None)` if an exclusive lease

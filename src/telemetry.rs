@@ -26,8 +26,8 @@ use crate::status::LossReason;
 /// in-document leases, semaphores, elections), by how they ended. Labels:
 /// `kind` ([`kind_label`]: `exclusive`, `shared`, `permit`) and `outcome`:
 /// `acquired`; `not_acquired` (a try found the key held); `timed_out` (the
-/// caller stopped waiting: the timeout of `acquire_timeout`, or the acquire
-/// future was dropped); `failed` (an error was returned).
+/// caller stopped waiting: the acquire future was dropped, by a timeout
+/// over it or otherwise); `failed` (an error was returned).
 pub const ACQUISITIONS: &str = "mongo_lease_acquisitions_total";
 
 /// Histogram, seconds: from the caller's request to the lease handed over

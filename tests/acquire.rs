@@ -7,6 +7,7 @@ use std::time::Duration;
 use common::Fixture;
 use mongo_lease::ReleaseOutcome;
 use mongodb::bson::doc;
+use tokio_util::time::FutureExt as _;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -51,16 +52,22 @@ async fn a_key_held_by_another_manager_is_not_an_error() {
     let lease = a.try_acquire("k").await.unwrap().expect("free");
     assert!(b.try_acquire("k").await.unwrap().is_none());
     assert!(
-        b.acquire_timeout("k", Duration::from_millis(300))
+        b.acquire("k")
+            .timeout(Duration::from_millis(300))
             .await
+            .ok()
+            .transpose()
             .unwrap()
             .is_none()
     );
     drop(lease);
     // Dropping releases in the background; the waiting manager then gets it.
     let lease = b
-        .acquire_timeout("k", Duration::from_secs(10))
+        .acquire("k")
+        .timeout(Duration::from_secs(10))
         .await
+        .ok()
+        .transpose()
         .unwrap();
     assert!(lease.is_some(), "dropped lease was released");
     a.shutdown().await.unwrap();
@@ -129,8 +136,11 @@ async fn bad_input_is_a_clear_error() {
     // Another application's document is a lock held by a foreign holder.
     assert!(m.try_acquire("foreign").await.unwrap().is_none());
     let waited = m
-        .acquire_timeout("foreign", Duration::from_millis(200))
+        .acquire("foreign")
+        .timeout(Duration::from_millis(200))
         .await
+        .ok()
+        .transpose()
         .unwrap();
     assert!(waited.is_none());
     let doc = fx.doc("foreign").await;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::Fixture;
 use mongo_lease::ReleaseOutcome;
 use mongodb::bson::{Document, doc};
+use tokio_util::time::FutureExt as _;
 
 const TTL: Duration = Duration::from_secs(10);
 /// A hang guard on the contention test's tasks: 25x the 4.8 s the whole
@@ -124,8 +125,11 @@ async fn a_cancelled_acquire_never_takes_the_key() {
     let b = mongo_lease::LockManager::connect(options).await.unwrap();
     let holder = a.acquire("k").await.unwrap();
     assert!(
-        b.acquire_timeout("k", Duration::from_millis(200))
+        b.acquire("k")
+            .timeout(Duration::from_millis(200))
             .await
+            .ok()
+            .transpose()
             .unwrap()
             .is_none()
     );
@@ -157,8 +161,11 @@ async fn a_cancelled_acquire_never_takes_the_key() {
     // A third manager gets it: b, whose waiters are gone, did not take it.
     let c = fx.manager(TTL).await;
     let lease = c
-        .acquire_timeout("k", Duration::from_secs(5))
+        .acquire("k")
+        .timeout(Duration::from_secs(5))
         .await
+        .ok()
+        .transpose()
         .unwrap()
         .expect("free for c");
     let doc = fx.doc("k").await;

@@ -8,6 +8,7 @@ use common::Fixture;
 use mongo_lease::ReleaseOutcome;
 use mongodb::bson::doc;
 use tokio::time::Instant;
+use tokio_util::time::FutureExt as _;
 
 /// Eight managers race for the same missing documents: the upsert on `_id` is a
 /// mutex, losers see "held", never an error (docs/mongodb-behaviour.md, B1).
@@ -340,8 +341,11 @@ async fn a_waiter_marks_a_lease_once_however_often_it_retries() {
     let since = fx.doc("k").await.get_datetime("ts").unwrap().to_owned();
     let started = Instant::now();
     let attempt = waiter
-        .acquire_timeout("k", Duration::from_millis(800))
-        .await;
+        .acquire("k")
+        .timeout(Duration::from_millis(800))
+        .await
+        .ok()
+        .transpose();
     let span = started.elapsed();
     assert!(matches!(attempt, Ok(None)), "{attempt:?}");
     let attempts = log.count("findAndModify");

@@ -255,7 +255,18 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`].
+    /// Cancel safe, as [`LockManager::acquire`]. To wait at most a given
+    /// time:
+    ///
+    /// ```no_run
+    /// # async fn demo(items: mongo_lease::DocumentLeases) -> mongo_lease::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// if let Ok(item) = tokio::time::timeout(Duration::from_secs(5), items.acquire("item-17")).await {
+    ///     item?.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(&self, id: impl Into<LeaseKey>) -> Result<DocumentLease<T>> {
         self.acquire_with(id, DocumentAcquireOptions::default())
             .await
@@ -285,46 +296,6 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         match self.request(id.into(), AcquireMode::Wait, options).await? {
             Some(lease) => Ok(lease),
             None => Err(Error::Shutdown),
-        }
-    }
-
-    /// [`DocumentLeases::acquire`], waiting at most `timeout`; `Ok(None)` if
-    /// the lease could not be acquired in time.
-    ///
-    /// # Errors
-    ///
-    /// As [`DocumentLeases::acquire`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LockManager::acquire`].
-    pub async fn acquire_timeout(
-        &self,
-        id: impl Into<LeaseKey>,
-        timeout: Duration,
-    ) -> Result<Option<DocumentLease<T>>> {
-        self.acquire_timeout_with(id, timeout, DocumentAcquireOptions::default())
-            .await
-    }
-
-    /// [`DocumentLeases::acquire_with`], waiting at most `timeout`.
-    ///
-    /// # Errors
-    ///
-    /// As [`DocumentLeases::acquire_with`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LockManager::acquire`].
-    pub async fn acquire_timeout_with(
-        &self,
-        id: impl Into<LeaseKey>,
-        timeout: Duration,
-        options: DocumentAcquireOptions,
-    ) -> Result<Option<DocumentLease<T>>> {
-        match tokio::time::timeout(timeout, self.acquire_with(id, options)).await {
-            Ok(result) => result.map(Some),
-            Err(_elapsed) => Ok(None),
         }
     }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use mongodb::bson::Document;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep};
+use tokio_util::time::FutureExt as _;
 
 use super::history::{At, Event, History, Kind, LeaseNo, OpNo, WaiterNo};
 use crate::AcquireOptions;
@@ -217,20 +218,34 @@ async fn acquire(
             match mode {
                 Mode::Wait => lease(manager.acquire_with(*key, &options).await),
                 Mode::Try => some(manager.try_acquire_with(*key, &options).await),
-                Mode::Timeout(t) => some(manager.acquire_timeout_with(*key, t, &options).await),
+                Mode::Timeout(t) => some(
+                    manager
+                        .acquire_with(*key, &options)
+                        .timeout(t)
+                        .await
+                        .ok()
+                        .transpose(),
+                ),
             }
         }
         Role::Shared(key) => match mode {
             Mode::Wait => lease(manager.acquire_shared(*key).await),
             Mode::Try => some(manager.try_acquire_shared(*key).await),
-            Mode::Timeout(t) => some(manager.acquire_shared_timeout(*key, t).await),
+            Mode::Timeout(t) => some(
+                manager
+                    .acquire_shared(*key)
+                    .timeout(t)
+                    .await
+                    .ok()
+                    .transpose(),
+            ),
         },
         Role::Permit(key, n) => {
             let semaphore = manager.semaphore(*key, *n)?;
             match mode {
                 Mode::Wait => lease(semaphore.acquire().await),
                 Mode::Try => some(semaphore.try_acquire().await),
-                Mode::Timeout(t) => some(semaphore.acquire_timeout(t).await),
+                Mode::Timeout(t) => some(semaphore.acquire().timeout(t).await.ok().transpose()),
             }
         }
         Role::Leader(name) => {
@@ -238,7 +253,7 @@ async fn acquire(
             let won = match mode {
                 Mode::Wait => election.campaign().await.map(Some),
                 Mode::Try => election.try_campaign().await,
-                Mode::Timeout(t) => election.campaign_timeout(t).await,
+                Mode::Timeout(t) => election.campaign().timeout(t).await.ok().transpose(),
             };
             won.map(|l| l.map(Held::Leader))
         }
@@ -247,7 +262,7 @@ async fn acquire(
             let held = match mode {
                 Mode::Wait => documents.acquire(*id).await.map(Some),
                 Mode::Try => documents.try_acquire(*id).await,
-                Mode::Timeout(t) => documents.acquire_timeout(*id, t).await,
+                Mode::Timeout(t) => documents.acquire(*id).timeout(t).await.ok().transpose(),
             };
             held.map(|d| d.map(Held::Document))
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use mongo_lease::{DocumentAcquireOptions, DocumentLease, Error, LockManager};
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, DateTime, Document, doc};
+use tokio_util::time::FutureExt as _;
 
 use crate::common::{self, CommandLog, Fixture};
 use crate::support::{ITEMS, insert_item, items, stored, wait_until_watching};
@@ -169,7 +170,7 @@ async fn a_missing_document_without_create_is_not_found_and_nothing_is_inserted(
         }
         other => panic!("expected DocumentNotFound, got {other:?}"),
     }
-    match docs.acquire_timeout("ghost", WAIT).await {
+    match docs.acquire("ghost").timeout(WAIT).await.ok().transpose() {
         Err(Error::DocumentNotFound { .. }) => {}
         other => panic!("expected DocumentNotFound, got {other:?}"),
     }
@@ -222,8 +223,11 @@ async fn a_users_own_lease_field_of_foreign_shape_is_held_and_never_modified() {
             "{id}: a foreign holder's lock is held"
         );
         assert!(
-            docs.acquire_timeout(id, Duration::from_millis(300))
+            docs.acquire(id)
+                .timeout(Duration::from_millis(300))
                 .await
+                .ok()
+                .transpose()
                 .unwrap()
                 .is_none(),
             "{id}: a waiting acquire does not mark it either"

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use mongo_lease::{LockManager, ReleaseOutcome};
 use mongodb::bson::{Bson, Document, doc};
+use tokio_util::time::FutureExt as _;
 
 use crate::common::Fixture;
 use crate::support::{BOUND, TTL, bounded};
@@ -40,8 +41,11 @@ async fn documents_of_foreign_shape_are_held_by_foreign_holders_and_left_untouch
         let key = shape.get_str("_id").unwrap();
         assert!(manager.try_acquire(key).await.unwrap().is_none(), "{key}");
         let waited = manager
-            .acquire_timeout(key, Duration::from_millis(100))
+            .acquire(key)
+            .timeout(Duration::from_millis(100))
             .await
+            .ok()
+            .transpose()
             .unwrap();
         assert!(waited.is_none(), "{key}");
         let info = manager.inspect(key).await.unwrap().expect("a foreign lock");

@@ -67,11 +67,13 @@ async fn losing_the_server_mid_lease_gives_bounded_calls_and_a_fired_token() {
     let e = r.unwrap_err();
     assert!(e.is_transient(), "{e}");
     eprintln!("try_acquire while unreachable: {e} after {took:?}");
-    let (r, took) = bounded(
-        "acquire_timeout",
-        BOUND,
-        manager.acquire_timeout("other2", Duration::from_secs(1)),
-    )
+    let (r, took) = bounded("acquire under a timeout", BOUND, async {
+        let wait = manager.acquire("other2");
+        tokio::time::timeout(Duration::from_secs(1), wait)
+            .await
+            .ok()
+            .transpose()
+    })
     .await;
     assert!(matches!(r, Ok(None)), "{r:?}");
     // It gave up at its own timeout, not earlier (no upper bound here: how

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use mongo_lease::LockManager;
 use mongodb::bson::{DateTime, Document, doc};
 use serde_json::Value;
+use tokio_util::time::FutureExt as _;
 
 use crate::common::{self, Fixture};
 
@@ -62,8 +63,11 @@ async fn try_acquire_returns_none_and_never_modifies_a_foreign_lock_nor_does_wai
 
     // A waiting acquire that times out: it polled, and marked nothing.
     let waited = m
-        .acquire_timeout("job", Duration::from_millis(500))
+        .acquire("job")
+        .timeout(Duration::from_millis(500))
         .await
+        .ok()
+        .transpose()
         .unwrap();
     assert!(waited.is_none());
     assert_eq!(stored_bytes(&fx, "job").await, bytes(&written));

@@ -1,6 +1,8 @@
 //! Acquire timing (`src/actor/acquire.rs`): FIFO fairness with one attempt in
 //! flight, capped retries, local handoff and yields, cancel safety, acquire
-//! errors, `try_acquire` and `acquire_timeout`.
+//! errors, `try_acquire`, and `acquire` under a timeout.
+
+use tokio_util::time::FutureExt as _;
 
 use super::*;
 
@@ -385,7 +387,7 @@ async fn a_foreign_lock_is_waited_for_with_capped_backoff_and_its_deletion_wakes
     drop(lease);
 }
 
-// ----- 8. try_acquire and acquire_timeout ----------------------------------------------
+// ----- 8. try_acquire, and acquire under a timeout ---------------------------------------
 
 #[tokio::test(start_paused = true)]
 async fn try_acquire_never_jumps_the_queue_and_costs_no_round_trip_when_busy_locally() {
@@ -421,21 +423,32 @@ async fn try_acquire_never_jumps_the_queue_and_costs_no_round_trip_when_busy_loc
 }
 
 #[tokio::test(start_paused = true)]
-async fn acquire_timeout_gives_up_exactly_at_the_timeout() {
+async fn acquire_under_a_timeout_gives_up_exactly_at_the_timeout() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
     db.force_take("k", "remote", TTL);
     let t = Instant::now();
     let wait = Duration::from_millis(700);
-    assert!(a.acquire_timeout("k", wait).await.unwrap().is_none());
+    assert!(
+        a.acquire("k")
+            .timeout(wait)
+            .await
+            .ok()
+            .transpose()
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(Instant::now(), t + wait);
     let polls = store.acquire_calls("k").len();
     sleep(TTL * 2).await;
     assert_eq!(store.acquire_calls("k").len(), polls);
 
     let lease = a
-        .acquire_timeout("free", wait)
+        .acquire("free")
+        .timeout(wait)
         .await
+        .ok()
+        .transpose()
         .unwrap()
         .expect("free key");
     assert_eq!(

@@ -5,6 +5,8 @@
 //! mismatches, one renewal call for every kind, the loss of one permit,
 //! `hold_at_least`, and the change-stream wake-up of a permit waiter.
 
+use tokio_util::time::FutureExt as _;
+
 use super::*;
 use crate::store::memory::Doc;
 use crate::{AcquireOptions, LeaseKind};
@@ -302,7 +304,7 @@ async fn a_cancelled_exclusive_head_waiter_lets_the_shared_waiter_behind_it_star
     let t = Instant::now();
     let exclusive = {
         let a = a.clone();
-        started(async move { a.acquire_timeout("rw", 100 * MS).await }).await
+        started(async move { a.acquire("rw").timeout(100 * MS).await.ok().transpose() }).await
     };
     let behind = waiter_with(&a, "rw", &shared()).await;
     assert!(soon(exclusive).await.unwrap().unwrap().is_none());

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use tokio_util::time::FutureExt as _;
 
 use super::*;
 use crate::telemetry::{
@@ -115,8 +116,11 @@ fn waits_queue_depth_held_leases_and_outcomes_are_recorded() {
         );
         assert!(a.try_acquire("k").await.unwrap().is_none());
         assert!(
-            a.acquire_timeout("k", Duration::from_secs(1))
+            a.acquire("k")
+                .timeout(Duration::from_secs(1))
                 .await
+                .ok()
+                .transpose()
                 .unwrap()
                 .is_none()
         );

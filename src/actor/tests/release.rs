@@ -2,6 +2,8 @@
 //! `observers.rs`): shutdown, `release_all`, payload, observers, force release,
 //! and the prompt wake-up on releases by other owners.
 
+use tokio_util::time::FutureExt as _;
+
 use super::*;
 use crate::store::KeyWrite;
 
@@ -36,7 +38,7 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
 
     assert_shutdown(a.acquire("x").await);
     assert_shutdown(a.clone().try_acquire("x").await);
-    assert_shutdown(a.acquire_timeout("x", TTL).await);
+    assert_shutdown(a.acquire("x").timeout(TTL).await.ok().transpose());
     assert_shutdown(a.release_all().await);
     assert_shutdown(a.shutdown().await);
     for lease in leases {

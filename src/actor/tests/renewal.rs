@@ -1,6 +1,8 @@
 //! Renewal timing (`src/actor/renewal.rs`): heartbeat batching, local
 //! deadlines, leases lost to another owner, transient renewal failures.
 
+use tokio_util::time::FutureExt as _;
+
 use super::*;
 
 // ----- 1. heartbeat batching ---------------------------------------------------
@@ -551,8 +553,11 @@ async fn a_lease_ttl_that_breaks_the_heartbeat_rule_is_refused_before_any_round_
         let error = a.try_acquire_with("k", &with_ttl(ttl)).await.unwrap_err();
         assert!(error.is_invalid_input(), "{error}");
         let error = a
-            .acquire_timeout_with("k", HEARTBEAT, &with_ttl(ttl))
+            .acquire_with("k", &with_ttl(ttl))
+            .timeout(HEARTBEAT)
             .await
+            .ok()
+            .transpose()
             .unwrap_err();
         assert!(error.is_invalid_input(), "{error}");
     }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use mongo_lease::{Error, LeaseKey, LeaseKind, LockManager};
+use tokio_util::time::FutureExt as _;
 
 use crate::args::ExecArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
@@ -26,8 +27,11 @@ pub async fn exec(
             manager.try_acquire_with(key.clone(), &options).await
         } else if let Some(timeout) = args.timeout {
             manager
-                .acquire_timeout_with(key.clone(), timeout, &options)
+                .acquire_with(key.clone(), &options)
+                .timeout(timeout)
                 .await
+                .ok()
+                .transpose()
         } else {
             manager.acquire_with(key.clone(), &options).await.map(Some)
         }
