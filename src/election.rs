@@ -12,9 +12,11 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::config::validate_key;
 use crate::error::Result;
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::{Lease, LeaseHandle, LeaseInfo, LeaseObserver, ReleaseOutcome};
+use crate::lease::{Lease, LeaseHandle, LeaseObserver};
 use crate::manager::LockManager;
+use crate::status::ReleaseOutcome;
 use crate::status::{LeaseEvents, LeaseState, LossReason};
 
 /// One leader election, by name, among the processes that share a lock

@@ -4,7 +4,7 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use mongodb::bson::Document;
 use tokio::sync::mpsc;
@@ -14,8 +14,9 @@ use uuid::Uuid;
 use crate::actor::command::Target;
 use crate::actor::mailbox::Mailbox;
 use crate::error::{Error, Result};
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::status::{LeaseEvents, LeaseState, LossReason};
+use crate::status::{LeaseEvents, LeaseState, LossReason, ReleaseOutcome};
 use crate::store::{DocumentWrite, LockPlace};
 
 /// Largest accepted payload ([`Lease::set_payload`]), in bytes of BSON: 16 KiB.
@@ -23,25 +24,6 @@ use crate::store::{DocumentWrite, LockPlace};
 /// The payload is copied into every change event of the key and every
 /// [`LeaseInfo`]: keep it small (an address, a version, a few labels).
 pub const MAX_PAYLOAD_LEN: usize = 16 * 1024;
-
-/// What [`Lease::release`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
-pub enum ReleaseOutcome {
-    /// The lease was still held and is now released: the key is free at once.
-    Released,
-    /// The lease had already been lost (its cancellation token had fired, or
-    /// the server no longer had it under this lease id): work done since then
-    /// was not protected by it.
-    AlreadyLost,
-}
-
-impl ReleaseOutcome {
-    /// `true` if the lease had been lost before the release.
-    pub fn was_lost(self) -> bool {
-        self == ReleaseOutcome::AlreadyLost
-    }
-}
 
 /// A held lease on one key.
 ///
@@ -146,7 +128,7 @@ impl Lease {
     /// `release`); the document as written, lock field included.
     pub(crate) async fn write_document(
         &self,
-        update: crate::document::DocumentUpdate,
+        update: crate::document_update::DocumentUpdate,
         release: bool,
     ) -> Result<Document> {
         self.mailbox
@@ -438,143 +420,6 @@ fn check_field_names(doc: &Document) -> Result<()> {
         check_value(value)?;
     }
     Ok(())
-}
-
-/// What the lock collection says about one key, read with the server's
-/// clock: returned by [`LockManager::inspect`], [`LockManager::list`] and
-/// [`LockManager::observe`].
-///
-/// Every time is **server time** (MongoDB's `$$NOW`, millisecond precision),
-/// as a [`SystemTime`]; compare them with [`LeaseInfo::server_time`], never
-/// with the local clock. [`LeaseInfo::time_to_expiry`] and [`LeaseInfo::age`]
-/// do that for you.
-///
-/// [`LockManager::inspect`]: crate::LockManager::inspect
-/// [`LockManager::list`]: crate::LockManager::list
-/// [`LockManager::observe`]: crate::LockManager::observe
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct LeaseInfo {
-    /// The lease key (`_id`).
-    pub key: LeaseKey,
-    /// Owner id of the manager that holds, or last held, the lease (`aid`).
-    pub owner_id: String,
-    /// Fencing token of the current (or last) acquisition (`tok`).
-    pub fencing_token: u64,
-    /// Server time of the acquisition (`acq`).
-    pub acquired_at: SystemTime,
-    /// Server time of the last renewal, or of the acquisition (`ts`).
-    pub renewed_at: SystemTime,
-    /// Server time at which the lease expires, or expired (`exp`); the
-    /// release time for a released lease.
-    pub expires_at: SystemTime,
-    /// The server's `$$NOW` when this state was read, or the server's wall
-    /// clock time of the write that produced it (for a state observed through
-    /// a change stream).
-    pub server_time: SystemTime,
-    /// The payload set by the holder with [`Lease::set_payload`] (`data`).
-    pub payload: Option<Document>,
-    /// `true` if the lease was held at [`LeaseInfo::server_time`]: not
-    /// released (or released before its minimum hold,
-    /// [`LeaseInfo::hold_until`]) and `expires_at > server_time`. Always `true` for a foreign
-    /// holder's lock ([`LeaseInfo::foreign`]).
-    pub held: bool,
-    /// `true` if the key is held by a **foreign holder**: its document was
-    /// not written by `mongo-lease` (it has no int64 `tok` or no date `exp`),
-    /// typically another application's lock document `{_id, ts, aid}`.
-    /// `mongo-lease` never takes or modifies it (only
-    /// [`LockManager::force_release`] deletes it); the key is free once its
-    /// owner, or a TTL index, deletes it. The other fields then mean:
-    ///
-    /// - `owner_id`: its `aid` if a string; another BSON type as canonical
-    ///   Extended JSON; empty if it has no `aid`;
-    /// - `acquired_at` and `renewed_at`: its `ts` if a date, else
-    ///   `server_time`;
-    /// - `fencing_token`: its `tok` if a non-negative integer, else 0 (not a
-    ///   fence issued by `mongo-lease`);
-    /// - `expires_at`: unknown, so `server_time`; [`LeaseInfo::time_to_expiry`]
-    ///   is [`Duration::MAX`];
-    /// - `payload`: `None` (its fields are not interpreted);
-    /// - `held`: `true`.
-    ///
-    /// [`LockManager::force_release`]: crate::LockManager::force_release
-    pub foreign: bool,
-    /// How the key is held ([`LeaseKind`](crate::LeaseKind)): exclusively
-    /// (the fields above describe the holder), shared or as permits of a
-    /// semaphore (the holders are in [`LeaseInfo::holders`]; the fields
-    /// above then describe the key: `owner_id` and `fencing_token` of its
-    /// latest acquisition, `expires_at` the latest expiry of its holders,
-    /// `held` whether any holder is live). [`LeaseKind::Exclusive`](crate::LeaseKind::Exclusive)
-    /// for a foreign holder's lock.
-    pub kind: crate::LeaseKind,
-    /// The live holders of a shared or semaphore key (at
-    /// [`LeaseInfo::server_time`]), oldest acquisition first; empty for an
-    /// exclusive key.
-    pub holders: Vec<HolderInfo>,
-    /// Set while the key's minimum hold lasts (it was acquired with
-    /// [`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least)),
-    /// before or after its release: the server time until which no
-    /// acquisition can take it (`hl`).
-    /// `None` once that time has passed, or without `hold_at_least`.
-    pub hold_until: Option<SystemTime>,
-    /// An exclusive lease of our shape whose lease id (`lid`) is gone: a
-    /// release (an expiry keeps it). Tells a lost lease's reason
-    /// (`actor::loss::judge`).
-    pub(crate) released: bool,
-}
-
-/// One holder of a shared or semaphore key, as read by
-/// [`LockManager::inspect`](crate::LockManager::inspect) and
-/// [`LockManager::list`](crate::LockManager::list) ([`LeaseInfo::holders`]).
-/// Times are the server's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HolderInfo {
-    /// Owner id of the manager that holds it.
-    pub owner_id: String,
-    /// Its fencing token.
-    pub fencing_token: u64,
-    /// Server time of its acquisition.
-    pub acquired_at: SystemTime,
-    /// Server time of its last renewal (or of its acquisition).
-    pub renewed_at: SystemTime,
-    /// Server time at which it expires unless renewed.
-    pub expires_at: SystemTime,
-}
-
-impl LeaseInfo {
-    /// How long the lease stays valid after [`LeaseInfo::server_time`] unless
-    /// renewed, by the server's clock; zero if it is not held.
-    /// [`Duration::MAX`] for a foreign holder's lock ([`LeaseInfo::foreign`]),
-    /// whose expiry is unknown: it lasts until its owner or a TTL index
-    /// deletes it.
-    pub fn time_to_expiry(&self) -> Duration {
-        if self.foreign {
-            return Duration::MAX;
-        }
-        if !self.held {
-            return Duration::ZERO;
-        }
-        self.expires_at
-            .duration_since(self.server_time)
-            .unwrap_or(Duration::ZERO)
-    }
-
-    /// How long the current (or last) acquisition had lasted at
-    /// [`LeaseInfo::server_time`], by the server's clock.
-    pub fn age(&self) -> Duration {
-        self.server_time
-            .duration_since(self.acquired_at)
-            .unwrap_or(Duration::ZERO)
-    }
-
-    /// How long ago (at [`LeaseInfo::server_time`]) the lease was last renewed
-    /// or acquired, by the server's clock.
-    pub fn since_renewal(&self) -> Duration {
-        self.server_time
-            .duration_since(self.renewed_at)
-            .unwrap_or(Duration::ZERO)
-    }
 }
 
 /// The changes of one key, from [`LockManager::observe`]: a

@@ -391,10 +391,12 @@ mod actor;
 mod backoff;
 mod config;
 mod document;
+mod document_update;
 mod election;
 mod error;
 mod fence;
 mod health;
+mod info;
 mod key;
 mod kind;
 mod lease;
@@ -407,6 +409,7 @@ pub mod sim;
 mod status;
 mod store;
 pub mod telemetry;
+mod token;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -417,19 +420,19 @@ pub use config::{
     DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL, DELETE_MIN_TOKEN_AGE, LockManagerOptions,
     MAX_KEY_LEN, MAX_OWNER_ID_LEN, ReleaseMode,
 };
-pub use document::{
-    DEFAULT_LEASE_FIELD, DocumentAcquireOptions, DocumentLease, DocumentLeases, DocumentUpdate,
-};
+pub use document::{DEFAULT_LEASE_FIELD, DocumentAcquireOptions, DocumentLease, DocumentLeases};
+pub use document_update::DocumentUpdate;
 pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
 pub use error::{Error, Operation, Result};
 pub use fence::Fence;
 pub use health::Health;
+pub use info::{HolderInfo, LeaseInfo};
 pub use key::LeaseKey;
 pub use kind::{LeaseKind, MAX_PERMITS};
-pub use lease::{HolderInfo, Lease, LeaseInfo, LeaseObserver, MAX_PAYLOAD_LEN, ReleaseOutcome};
+pub use lease::{Lease, LeaseObserver, MAX_PAYLOAD_LEN};
 pub use manager::LockManager;
 pub use semaphore::Semaphore;
-pub use status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason};
+pub use status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason, ReleaseOutcome};
 
 /// The code examples of the README and of the guides in `docs/`, compiled
 /// as doctests, so that they stay true to the API. A guide that gains a

@@ -14,8 +14,9 @@ use crate::actor::mailbox::Mailbox;
 use crate::config::{AcquireOptions, LockManagerOptions, Timing, validate_key, validate_owner_id};
 use crate::error::{Error, Operation, Result};
 use crate::health::HealthBoard;
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::{Lease, LeaseInfo, LeaseObserver};
+use crate::lease::{Lease, LeaseObserver};
 use crate::store::{MongoStore, Store};
 use crate::telemetry;
 use tracing::Instrument;
@@ -374,8 +375,8 @@ impl LockManager {
     /// Opens (or finds) the place of in-document leases on `collection`
     /// with the lock fields under `field`.
     pub(crate) async fn open_documents(&self, collection: &str, field: &str) -> Result<Place> {
-        crate::document::check_field(field)?;
-        crate::document::check_collection(collection)?;
+        crate::document_update::check_field(field)?;
+        crate::document_update::check_collection(collection)?;
         let (collection, field) = (collection.to_string(), field.to_string());
         self.inner
             .mailbox

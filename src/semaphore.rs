@@ -11,9 +11,10 @@ use std::fmt;
 
 use crate::config::AcquireOptions;
 use crate::error::{Error, Result};
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
-use crate::lease::{Lease, LeaseInfo};
+use crate::lease::Lease;
 use crate::manager::LockManager;
 
 /// A counting semaphore on one key: at most [`permits`](Semaphore::permits)
@@ -276,7 +277,7 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
-    use crate::lease::HolderInfo;
+    use crate::info::HolderInfo;
 
     fn info(kind: LeaseKind, holders: usize, held: bool) -> LeaseInfo {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);

@@ -1,5 +1,6 @@
 //! What a held lease is doing: its local deadline, readable without the
-//! manager task, and why it was lost ([`LossReason`]).
+//! manager task, why it was lost ([`LossReason`]), and what its release
+//! found ([`ReleaseOutcome`]).
 //!
 //! Each held lease shares one `LeaseState` between the actor (which moves
 //! the deadline at each confirmed renewal and records the loss) and the
@@ -24,6 +25,25 @@ use futures::stream::{BoxStream, Stream, StreamExt};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// What [`Lease::release`](crate::Lease::release) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum ReleaseOutcome {
+    /// The lease was still held and is now released: the key is free at once.
+    Released,
+    /// The lease had already been lost (its cancellation token had fired, or
+    /// the server no longer had it under this lease id): work done since then
+    /// was not protected by it.
+    AlreadyLost,
+}
+
+impl ReleaseOutcome {
+    /// `true` if the lease had been lost before the release.
+    pub fn was_lost(self) -> bool {
+        self == ReleaseOutcome::AlreadyLost
+    }
+}
 
 /// Why a lease is no longer held.
 ///
@@ -410,7 +430,7 @@ pub(crate) fn server_expiry(
     sent_at: Instant,
     ttl: std::time::Duration,
 ) -> SystemTime {
-    let acquired_ms = token >> crate::store::TOKEN_TIME_SHIFT;
+    let acquired_ms = token >> crate::token::TOKEN_TIME_SHIFT;
     SystemTime::UNIX_EPOCH
         + std::time::Duration::from_millis(acquired_ms)
         + sent_at.saturating_duration_since(acquired_at)

@@ -7,8 +7,10 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::{Lease, LeaseInfo, LeaseObserver, ReleaseOutcome};
+use crate::lease::{Lease, LeaseObserver};
+use crate::status::ReleaseOutcome;
 use crate::store::DocumentWrite;
 
 /// The reply channel of a command.

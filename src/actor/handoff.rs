@@ -19,7 +19,7 @@ use super::command::{Place, Reply, Target};
 use super::{Actor, Attempt, Event, Held, Sent};
 use crate::LeaseKind;
 use crate::error::Result;
-use crate::lease::ReleaseOutcome;
+use crate::status::ReleaseOutcome;
 use crate::store::{AcquireOutcome, HandOver};
 
 impl Actor {

@@ -22,8 +22,8 @@ use uuid::Uuid;
 
 use super::command::Target;
 use super::{Actor, Event};
+use crate::info::LeaseInfo;
 use crate::kind::LeaseKind;
-use crate::lease::LeaseInfo;
 use crate::status::LossReason;
 
 impl Actor {

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::command::{Command, Reply, Target, WaiterId};
 use crate::error::{Error, Result};
-use crate::lease::ReleaseOutcome;
+use crate::status::ReleaseOutcome;
 use crate::store::DocumentWrite;
 
 /// A sender of commands to the actor. Cheap to clone; the actor stops once

@@ -18,8 +18,9 @@ use tokio_util::sync::CancellationToken;
 use super::Actor;
 use super::command::Reply;
 use crate::error::Result;
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::{LeaseInfo, LeaseObserver};
+use crate::lease::LeaseObserver;
 
 pub(crate) type Item = Result<Option<LeaseInfo>>;
 pub(crate) type Subscriber = mpsc::UnboundedSender<Item>;

@@ -12,9 +12,10 @@ use std::collections::BTreeMap;
 use super::command::{Place, Reply, Target};
 use super::{Actor, Attempt, Event, KeyState};
 use crate::error::{Error, Result};
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::{LeaseInfo, ReleaseOutcome};
 use crate::status::LossReason;
+use crate::status::ReleaseOutcome;
 use crate::store::{DELETE_DELAY, LeaseRef};
 
 impl Actor {

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use mongodb::bson::Document;
 use serde::de::DeserializeOwned;
 
-use super::{DocumentUpdate, check_update};
+use crate::document_update::{DocumentUpdate, check_update};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
-use crate::lease::{Lease, ReleaseOutcome};
+use crate::lease::Lease;
+use crate::status::ReleaseOutcome;
 
 /// A held in-document lease, with the document as last read or written under
 /// it (the lock field removed).

@@ -3,12 +3,10 @@
 //! atomic write ([`DocumentLease::commit`]).
 
 mod lease;
-mod update;
 
 pub use lease::DocumentLease;
-pub use update::DocumentUpdate;
-use update::check_create;
-pub(crate) use update::{RESERVED_PREFIX, check_collection, check_field, check_update};
+
+use crate::document_update::check_create;
 
 use std::fmt;
 use std::marker::PhantomData;

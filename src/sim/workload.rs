@@ -22,10 +22,11 @@ use crate::AcquireOptions;
 use crate::document::{DEFAULT_LEASE_FIELD, DocumentLease};
 use crate::election::{Election, Leadership};
 use crate::error::Result;
-use crate::lease::{Lease, ReleaseOutcome};
+use crate::lease::Lease;
 use crate::manager::LockManager;
 use crate::random::random_range;
 use crate::status::LeaseEvent;
+use crate::status::ReleaseOutcome;
 use crate::store::memory::{MemoryDb, MemoryStore};
 
 /// The user collection of in-document leases.

@@ -485,10 +485,7 @@ pub(crate) fn registration_window(retry_max: Duration, safety_margin: Duration) 
         .saturating_add(safety_margin)
 }
 
-/// Multiplier of the server time (ms) in a fencing token: tokens issued within
-/// one millisecond of server time may grow by up to 2^20 before the time part
-/// catches up, far more than one key can be acquired in a millisecond.
-pub(crate) const TOKEN_TIME_SHIFT: u32 = 20;
+pub(crate) use crate::token::TOKEN_TIME_SHIFT;
 
 /// In delete mode, how long after a young lease's acquisition (local time
 /// at which its acquire's reply arrived, no earlier than the token's
@@ -588,7 +585,7 @@ impl LockPlace {
 #[derive(Debug, Clone)]
 pub(crate) struct DocumentWrite {
     /// The user's update (checked: it never names the lock field).
-    pub update: crate::document::DocumentUpdate,
+    pub update: crate::document_update::DocumentUpdate,
     /// Release the lease in the same write (`commit`): the lock field is
     /// removed if the lease's token is at least
     /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by the

@@ -14,9 +14,9 @@ use super::{
     AcquireOutcome, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace, release_instead,
 };
 use crate::error::Result;
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::lease::LeaseInfo;
 
 /// The lock protocol, as seen by the actor. Every method returns a `'static`
 /// future so the actor can run many of them at once without borrowing itself.

@@ -7,8 +7,8 @@ use std::time::SystemTime;
 use mongodb::bson::{Bson, Document};
 
 use super::field;
+use crate::info::{HolderInfo, LeaseInfo};
 use crate::key::LeaseKey;
-use crate::lease::{HolderInfo, LeaseInfo};
 
 /// The kind a lock document of our shape is held as: a semaphore's permits
 /// (`pm`), shared (`hs` without `pm`), or exclusive.

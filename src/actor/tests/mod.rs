@@ -20,8 +20,9 @@ use super::release_watch::RELEASE_WAKE_JITTER;
 use crate::config::Timing;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
-use crate::lease::{Lease, ReleaseOutcome};
+use crate::lease::Lease;
 use crate::manager::LockManager;
+use crate::status::ReleaseOutcome;
 use crate::store::AcquireOutcome;
 use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 

@@ -9,8 +9,8 @@ use uuid::Uuid;
 use super::kinds::take_as;
 use super::{Fixture, retry_as};
 use crate::LeaseKind;
+use crate::info::LeaseInfo;
 use crate::kind::LeaseShape;
-use crate::lease::LeaseInfo;
 use crate::store::{AcquireOutcome, LeaseRef, Store};
 
 /// How long the scenarios hold at least: longer than the stores' TTL.

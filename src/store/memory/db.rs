@@ -12,9 +12,9 @@ use uuid::Uuid;
 use super::doc::{Doc, Foreign};
 use super::rules::{Collection, apply_acquire};
 use crate::LeaseKind;
+use crate::info::{HolderInfo, LeaseInfo};
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::lease::{HolderInfo, LeaseInfo};
 use crate::store::{AcquireOutcome, KeyWrite};
 
 /// The shared in-memory lock collection. Cheap to clone.

@@ -20,9 +20,9 @@ use super::rules::{Collection, apply_acquire, apply_hand_over, lease_matches, re
 use super::store::{MemoryStore, lock_fields_document};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::lease::LeaseInfo;
 use crate::store::{
     AcquireOutcome, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace, Store,
     release_instead,

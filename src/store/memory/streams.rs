@@ -15,8 +15,8 @@ use super::control::EventFate;
 use super::doc::{Doc, Foreign};
 use super::store::MemoryStore;
 use crate::error::{Error, Result};
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::LeaseInfo;
 use crate::store::{Announcement, KeyWrite};
 
 /// What `observe` last reported: the document without its fairness marks,

@@ -29,8 +29,8 @@ use super::handle::{MongoStore, command_code};
 use super::pipeline::{info_projection, key_events_pipeline, key_filter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::LeaseInfo;
 use crate::store::{FIELD_COUNT, field, lease_info};
 
 /// Mean delay between two reads when polling (jittered by ±20 %).

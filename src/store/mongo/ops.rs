@@ -28,8 +28,8 @@ use super::pipeline::{
 };
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::LeaseInfo;
 use crate::store::{
     AcquireOutcome, Announcement, HandOver, LeaseRef, Store, field, release_instead, replies,
 };

@@ -9,8 +9,8 @@ use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
 use super::queue::{queue_after_acquisition, queue_allows, registered};
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::LeaseInfo;
 use crate::store::{FIELD_COUNT, KeyWrite, LeaseRef, TOKEN_TIME_SHIFT, field, lease_info};
 
 /// A lease id as stored in `lid`: a BSON UUID (binary subtype 4).

@@ -54,10 +54,10 @@ use self::write::{
 use super::MongoStore;
 use super::handle::{is_duplicate_key, is_on_id_index};
 use crate::config::DELETE_MIN_TOKEN_AGE;
-use crate::document::DocumentUpdate;
+use crate::document_update::DocumentUpdate;
 use crate::error::{Error, Result};
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::LeaseInfo;
 use crate::store::{
     AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store, lease_info, replies,
 };
@@ -86,8 +86,8 @@ impl DocumentStore {
     /// In-document leases on `collection` (the lock collection's database,
     /// same concerns), with the lock fields under `field`. Sends nothing.
     pub(crate) fn new(locks: &MongoStore, collection: &str, field: &str) -> Result<Self> {
-        crate::document::check_collection(collection)?;
-        crate::document::check_field(field)?;
+        crate::document_update::check_collection(collection)?;
+        crate::document_update::check_field(field)?;
         Ok(DocumentStore {
             locks: locks.clone(),
             coll: locks.sibling(collection),

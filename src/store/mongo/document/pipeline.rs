@@ -54,7 +54,7 @@ impl Paths {
     /// The temporary top-level field that keeps `F` while the user's update
     /// pipeline runs ([`write_pipeline`](super::write::write_pipeline)).
     pub(super) fn stash(&self) -> String {
-        format!("{}{}", crate::document::RESERVED_PREFIX, self.field)
+        format!("{}{}", crate::document_update::RESERVED_PREFIX, self.field)
     }
 }
 

@@ -75,7 +75,7 @@ pub(super) enum LockAfter {
 
 /// The user's update operators `user` with ours merged in: an operator both
 /// use gets the paths of both (they never overlap: the user's update never
-/// names the lock field, `document::check_update`).
+/// names the lock field, `document_update::check_update`).
 pub(super) fn merge_operators(user: &Document, ours: Document) -> Document {
     let mut merged = user.clone();
     for (operator, paths) in ours {

@@ -92,7 +92,7 @@ pub(crate) fn check_collection(collection: &str) -> Result<()> {
 }
 
 /// Checks a document to create: no `_id` (it is the acquired one), no lock field.
-pub(super) fn check_create(create: &Document, field: &str) -> Result<()> {
+pub(crate) fn check_create(create: &Document, field: &str) -> Result<()> {
     for name in ["_id", field] {
         if create.contains_key(name) {
             return Err(Error::InvalidUpdate {
