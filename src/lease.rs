@@ -7,11 +7,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use mongodb::bson::Document;
-use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use uuid::Uuid;
 
-use crate::actor::command::Target;
+use crate::actor::command::{Changes, GrantedLease, Target};
 use crate::actor::mailbox::Mailbox;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
@@ -71,17 +70,19 @@ pub struct Lease {
 }
 
 impl Lease {
-    #[allow(clippy::too_many_arguments)] // one per field, from the actor's grant only
-    pub(crate) fn new(
-        key: Target,
-        place: Arc<LockPlace>,
-        owner_id: Arc<str>,
-        lease_id: Uuid,
-        fencing_token: u64,
-        ttl: Duration,
-        state: Arc<LeaseState>,
-        mailbox: Mailbox,
-    ) -> Self {
+    /// The caller's lease, from the actor's grant.
+    pub(crate) fn new(granted: GrantedLease) -> Self {
+        let GrantedLease {
+            key,
+            place,
+            owner_id,
+            lease_id,
+            fencing_token,
+            ttl,
+            kind,
+            state,
+            mailbox,
+        } = granted;
         Lease {
             key,
             place,
@@ -92,14 +93,8 @@ impl Lease {
             state,
             mailbox,
             released: false,
-            kind: crate::LeaseKind::Exclusive,
+            kind,
         }
-    }
-
-    /// This lease, holding its key as `kind` (set by the actor's grant).
-    pub(crate) fn with_kind(mut self, kind: crate::LeaseKind) -> Self {
-        self.kind = kind;
-        self
     }
 
     /// How this lease holds its key: exclusively (the default), shared, or
@@ -436,11 +431,16 @@ fn check_field_names(doc: &Document) -> Result<()> {
 ///
 /// [`LockManager::observe`]: crate::LockManager::observe
 pub struct LeaseObserver {
-    pub(crate) key: LeaseKey,
-    pub(crate) changes: mpsc::UnboundedReceiver<Result<Option<LeaseInfo>>>,
+    key: LeaseKey,
+    changes: Changes,
 }
 
 impl LeaseObserver {
+    /// The observer of `key`'s changes, as the actor answered `Observe`.
+    pub(crate) fn new(key: LeaseKey, changes: Changes) -> Self {
+        LeaseObserver { key, changes }
+    }
+
     /// The observed key.
     pub fn key(&self) -> &LeaseKey {
         &self.key

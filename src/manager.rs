@@ -318,7 +318,7 @@ impl LockManager {
         let granted = self
             .request_target(Target::lock(key), mode, options, None)
             .await?;
-        Ok(granted.map(|g| g.lease))
+        Ok(granted.map(|granted| Lease::new(granted.take().0)))
     }
 
     /// Acquires `key` in its place (the lock collection, or a user
@@ -672,10 +672,15 @@ impl LockManager {
     pub async fn observe(&self, key: impl Into<LeaseKey>) -> Result<LeaseObserver> {
         let key = key.into();
         validate_key(&key)?;
-        self.inner
+        let changes = self
+            .inner
             .mailbox
-            .call(|respond_to| Command::Observe { key, respond_to })
-            .await
+            .call(|respond_to| Command::Observe {
+                key: key.clone(),
+                respond_to,
+            })
+            .await?;
+        Ok(LeaseObserver::new(key, changes))
     }
 }
 

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use mongodb::bson::Document;
 
-use super::command::{AcquireMode, Granted, Target, WaiterId};
+use super::command::{AcquireMode, Granted, GrantedLease, Target, WaiterId};
 use super::key_state::Registered;
 use super::mailbox::Mailbox;
 use super::release_watch::wake_jitter;
@@ -19,7 +19,6 @@ use super::telemetry;
 use super::{Actor, Attempt, Event, Held, KeyState, Sent, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
-use crate::lease::Lease;
 use crate::status::LeaseState;
 use crate::store::AcquireOutcome;
 
@@ -407,22 +406,22 @@ impl Actor {
                 span,
             });
             tracing::debug!(%key, token, kind = %shape.kind, "lease acquired");
-            let lease = Lease::new(
-                key.clone(),
-                self.places[usize::from(key.place.0)].info.clone(),
-                self.owner_id.clone(),
+            let lease = GrantedLease {
+                key: key.clone(),
+                place: self.places[usize::from(key.place.0)].info.clone(),
+                owner_id: self.owner_id.clone(),
                 lease_id,
-                token,
-                waiter.ttl,
-                lease_state,
+                fencing_token: token,
+                ttl: waiter.ttl,
+                kind: shape.kind,
+                state: lease_state,
                 mailbox,
-            )
-            .with_kind(shape.kind);
-            // If the caller went away just now, the returned lease is dropped
+            };
+            // If the caller went away just now, the returned grant is dropped
             // here, and its drop queues its release.
             let _ = waiter
                 .respond_to
-                .send(Ok(Some(Granted { lease, document })));
+                .send(Ok(Some(Granted::new(lease, document))));
             if state.waiters.is_empty() {
                 // A held key stays in `keys`: keep no empty queue's buffer.
                 state.waiters.shrink_to_fit();

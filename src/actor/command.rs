@@ -1,20 +1,27 @@
-//! Messages from the handles ([`LockManager`](crate::LockManager), [`Lease`]) to the actor.
+//! Messages from the handles ([`LockManager`](crate::LockManager),
+//! [`Lease`](crate::Lease)) to the actor, and the data it answers with.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use mongodb::bson::Document;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use super::mailbox::Mailbox;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::{Lease, LeaseObserver};
-use crate::status::ReleaseOutcome;
-use crate::store::DocumentWrite;
+use crate::kind::LeaseKind;
+use crate::status::{LeaseState, ReleaseOutcome};
+use crate::store::{DocumentWrite, LockPlace};
 
 /// The reply channel of a command.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
+
+/// The changes of one observed key, in order, as the actor answers
+/// `Observe`: the handle wraps them in a [`LeaseObserver`](crate::LeaseObserver).
+pub(crate) type Changes = mpsc::UnboundedReceiver<Result<Option<LeaseInfo>>>;
 
 /// Identifies one waiting `acquire` call, so that dropping its future can
 /// remove it from the queue.
@@ -58,11 +65,57 @@ impl std::fmt::Display for Target {
     }
 }
 
-/// A fresh acquisition, as the actor hands it to the waiter.
+/// A fresh acquisition, as the actor hands it to the waiter: data, from
+/// which the handle builds the caller's [`Lease`](crate::Lease). A grant
+/// dropped unread (its caller went away while the reply was on its way)
+/// releases its lease in the background, as a dropped `Lease` does: a
+/// grant is never leaked.
 pub(crate) struct Granted {
-    pub lease: Lease,
+    /// `None` once [`Granted::take`] handed it to the handle.
+    lease: Option<GrantedLease>,
     /// In-document leases: the document as the acquire left it.
-    pub document: Option<Document>,
+    document: Option<Document>,
+}
+
+/// What a granted lease is made of.
+pub(crate) struct GrantedLease {
+    pub key: Target,
+    /// Where the lock lives (for the transaction helper).
+    pub place: Arc<LockPlace>,
+    pub owner_id: Arc<str>,
+    pub lease_id: Uuid,
+    pub fencing_token: u64,
+    pub ttl: Duration,
+    pub kind: LeaseKind,
+    /// Shared with the actor: local deadline, loss reason.
+    pub state: Arc<LeaseState>,
+    pub mailbox: Mailbox,
+}
+
+impl Granted {
+    pub(crate) fn new(lease: GrantedLease, document: Option<Document>) -> Self {
+        Granted {
+            lease: Some(lease),
+            document,
+        }
+    }
+
+    /// The lease and the document, for the handle; the grant no longer
+    /// releases the lease when dropped (the caller's `Lease` does).
+    pub(crate) fn take(mut self) -> (GrantedLease, Option<Document>) {
+        let lease = self.lease.take().expect("a grant is taken once, by value");
+        (lease, self.document.take())
+    }
+}
+
+impl Drop for Granted {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease
+                .mailbox
+                .release_in_background(lease.key, lease.lease_id);
+        }
+    }
 }
 
 /// How an acquire waits.
@@ -159,7 +212,7 @@ pub(crate) enum Command {
     /// Subscribe to the changes of a key.
     Observe {
         key: LeaseKey,
-        respond_to: Reply<LeaseObserver>,
+        respond_to: Reply<Changes>,
     },
 }
 

@@ -16,11 +16,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Actor;
-use super::command::Reply;
+use super::command::{Changes, Reply};
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::lease::LeaseObserver;
 
 pub(crate) type Item = Result<Option<LeaseInfo>>;
 pub(crate) type Subscriber = mpsc::UnboundedSender<Item>;
@@ -93,13 +92,9 @@ fn closed(subscriber: Subscriber) -> BoxFuture<'static, ()> {
 
 impl Actor {
     /// Subscribes the caller to the key's hub, starting one if needed.
-    pub(super) fn on_observe(&mut self, key: LeaseKey, respond_to: Reply<LeaseObserver>) {
+    pub(super) fn on_observe(&mut self, key: LeaseKey, respond_to: Reply<Changes>) {
         self.observers.retain(|_, hub| !hub.is_closed());
-        let (subscriber, changes) = mpsc::unbounded_channel();
-        let observer = LeaseObserver {
-            key: key.clone(),
-            changes,
-        };
+        let (subscriber, observer) = mpsc::unbounded_channel();
         let subscriber = match self.observers.get(&key) {
             Some(hub) => match hub.send(subscriber) {
                 Ok(()) => {

@@ -6,8 +6,6 @@ mod lease;
 
 pub use lease::DocumentLease;
 
-use crate::document_update::check_create;
-
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -19,8 +17,10 @@ use typed_builder::TypedBuilder;
 
 use crate::actor::command::{AcquireMode, Target};
 use crate::config::AcquireOptions;
+use crate::document_update::check_create;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::lease::Lease;
 use crate::manager::LockManager;
 
 /// Default field of the user's document that holds an in-document lease's
@@ -354,8 +354,9 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         else {
             return Ok(None);
         };
-        let raw = granted.document.unwrap_or_default();
-        let lease = DocumentLease::new(granted.lease, raw, self.field.clone());
+        let (lease, document) = granted.take();
+        let raw = document.unwrap_or_default();
+        let lease = DocumentLease::new(Lease::new(lease), raw, self.field.clone());
         match lease {
             Ok(lease) => Ok(Some(lease)),
             Err(failed) => {
