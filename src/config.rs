@@ -323,7 +323,7 @@ pub struct AcquireOptions {
     pub ttl: Option<Duration>,
     /// How the lease holds its key: [`LeaseKind::Exclusive`] (the default),
     /// [`LeaseKind::Shared`], or one permit of a semaphore
-    /// ([`LeaseKind::Permit`]). See [`crate::kind`] for the rules. Leases of
+    /// ([`LeaseKind::Permit`]). See [`LeaseKind`] for the rules. Leases of
     /// the lock collection only: in-document leases are exclusive.
     ///
     /// [`LeaseKind::Exclusive`]: crate::LeaseKind::Exclusive

@@ -3,7 +3,7 @@
 //! [`LockManager::acquire`] of the same key.
 //!
 //! A thin layer over [`LockManager::acquire_with`] with
-//! [`LeaseKind::Shared`]; see [`crate::kind`] for the rules between kinds.
+//! [`LeaseKind::Shared`]; see [`LeaseKind`](crate::LeaseKind) for the rules between kinds.
 
 use crate::config::AcquireOptions;
 use crate::error::Result;
