@@ -1,6 +1,7 @@
 //! Unit tests of the rules in `rules.rs`: one rule, two paths. Each rule
 //! under the lock field `_lease` is the lock collection's with every lock
-//! field's path under `_lease`, and nothing else changed.
+//! field's path under `_lease`, and nothing else changed; and, on a real
+//! `mongod`, what the token rule's first term does at either path.
 
 use super::*;
 
@@ -260,4 +261,83 @@ fn stored_tokens_are_read_as_non_negative_integers() {
     assert_eq!(read_token(Some(&Bson::Int64(-1))), None);
     assert_eq!(read_token(Some(&Bson::from("7"))), None);
     assert_eq!(read_token(None), None);
+}
+
+/// The rules at either path on a real `mongod`.
+#[cfg(feature = "testkit")]
+mod on_mongod {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use mongodb::bson::{DateTime, Document, doc};
+    use uuid::Uuid;
+
+    use super::super::super::document::DocumentStore;
+    use super::super::super::handle::{shared_test_db, test_store};
+    use crate::store::{AcquireOutcome, Store};
+
+    const TTL: Duration = Duration::from_secs(5);
+
+    /// A token an hour ahead of the server's clock (one written under a
+    /// clock that ran ahead), stored in a lock that expired a second ago
+    /// and was released.
+    fn ahead_of_the_clock() -> (i64, Document) {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let token = (now_ms + 3_600_000) << 20;
+        let lock = doc! {
+            "aid": "other",
+            "tok": token,
+            "ts": DateTime::from_millis(now_ms - 2_000),
+            "exp": DateTime::from_millis(now_ms - 1_000),
+        };
+        (token, lock)
+    }
+
+    /// The token of `store`'s acquisition of `key` (it must be acquired).
+    async fn acquired(store: &impl Store, key: &str) -> u64 {
+        let outcome = store
+            .acquire_with_ttl(key.into(), Uuid::new_v4(), false, TTL)
+            .await
+            .unwrap();
+        match outcome {
+            AcquireOutcome::Acquired { token } => token,
+            other => panic!("not acquired: {other:?}"),
+        }
+    }
+
+    /// The token rule's first term in the lock collection: a lock whose
+    /// token is ahead of the server's clock is taken with that token plus
+    /// one, never with an equal or smaller one.
+    #[tokio::test]
+    async fn a_token_ahead_of_the_servers_clock_is_followed_by_the_next_one_in_the_lock_collection()
+    {
+        let db = shared_test_db().await;
+        let (locks, store) = test_store(&db, "rules", TTL);
+        let (token, lock) = ahead_of_the_clock();
+        let mut document = doc! { "_id": "k" };
+        document.extend(lock);
+        let locks = db.collection::<Document>(&locks);
+        locks.insert_one(document).await.unwrap();
+        assert_eq!(acquired(&store, "k").await, token as u64 + 1);
+        locks.drop().await.unwrap();
+    }
+
+    /// The same rule under the lock field of a user's document.
+    #[tokio::test]
+    async fn a_token_ahead_of_the_servers_clock_is_followed_by_the_next_one_in_a_users_document() {
+        let db = shared_test_db().await;
+        let (_, store) = test_store(&db, "rules", TTL);
+        let (token, lock) = ahead_of_the_clock();
+        let users = crate::testkit::unique_name("rules_documents");
+        let documents = DocumentStore::new(&store, &users, "_lease").unwrap();
+        let users = db.collection::<Document>(&users);
+        users
+            .insert_one(doc! { "_id": "d", "x": 1, "_lease": lock })
+            .await
+            .unwrap();
+        assert_eq!(acquired(&documents, "d").await, token as u64 + 1);
+        users.drop().await.unwrap();
+    }
 }
