@@ -7,13 +7,14 @@
 //! stored forms of the lease id and the fencing token with the reading of
 //! the change events that carry them. Both places' builders
 //! ([`pipeline`](super::pipeline), `document`) call them with their path;
-//! the other builders of the lock collection (`kinds`, `queue`, `handoff`,
-//! `light`) use the top-level ones ([`our_shape`], [`next_token`],
-//! [`inserted`]).
+//! the lock collection's other builders and operations (`kinds`, `queue`,
+//! `handoff`, `light`, `ops`) use the shorthands at the top ([`inserted`],
+//! [`our_shape`], [`next_token`], [`payload_filter`], [`owner_filter`]).
 //!
-//! Pure functions of their arguments: the unit tests below compare the two
-//! paths' forms; what the server does with them is tested against a real
-//! `mongod` (`store::contract`, `tests/document_lease/`).
+//! Pure functions of their arguments: the unit tests (`rules/tests.rs`)
+//! compare the two paths' forms, and check the token rule at both on a real
+//! `mongod`; what the server does with the rest is tested there too
+//! (`store::contract`, `tests/document_lease/`).
 
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, doc};
