@@ -122,9 +122,9 @@ impl LockPath {
 
     /// The win rule of an acquisition `lease_id` of `owner`: the lock is
     /// [`absent`](Self::absent), a [`retry`](Self::retry), or of
-    /// [our shape](Self::our_shape), [expired](Self::expired) and not
-    /// yielded by this owner to a waiting one (`yu > $$NOW`), and `more`
-    /// (the lock collection's queue of waiting owners).
+    /// [our shape](Self::our_shape), [expired](Self::expired), not yielded
+    /// by this owner to a waiting one (`yu > $$NOW`) and, if given, `more`
+    /// (in the lock collection, the queue of waiting owners allows it).
     pub(in crate::store::mongo) fn wins(
         &self,
         owner: &str,
