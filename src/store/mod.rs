@@ -485,8 +485,6 @@ pub(crate) fn registration_window(retry_max: Duration, safety_margin: Duration) 
         .saturating_add(safety_margin)
 }
 
-pub(crate) use crate::token::TOKEN_TIME_SHIFT;
-
 /// In delete mode, how long after a young lease's acquisition (local time
 /// at which its acquire's reply arrived, no earlier than the token's
 /// millisecond) its released document is deleted:

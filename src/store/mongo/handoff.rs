@@ -9,7 +9,8 @@ use uuid::Uuid;
 
 use super::handle::MongoStore;
 use super::ops::WRITE_ATTEMPTS;
-use super::pipeline::{bson_lease_id, key_filter, next_token, read_lease_id};
+use super::pipeline::key_filter;
+use super::rules::{bson_lease_id, next_token, read_lease_id};
 use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::store::{HandOver, field};

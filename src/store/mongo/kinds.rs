@@ -9,7 +9,7 @@
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
-use super::pipeline::{bson_lease_id, inserted, next_token, our_shape};
+use super::rules::{bson_lease_id, inserted, next_token, our_shape};
 use crate::LeaseKind;
 use crate::key::LeaseKey;
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED};

@@ -3,6 +3,11 @@
 //! - [`handle`]: the `MongoStore` value (the collection handle with majority
 //!   concerns, the owner id, TTL and yield window, the operation timeout) and
 //!   how server errors are read;
+//! - [`rules`]: the protocol's rules as expressions over where a document
+//!   keeps its lock fields (`LockPath`: at the top, or under a user's lock
+//!   field): the shape test, the token rule, the win rule, the token-age
+//!   test, the filters of a lease and of an owner's leases, and the reading
+//!   of change events, pure and unit-tested without a server;
 //! - [`pipeline`]: the BSON of every command (filters, update pipelines,
 //!   projections) and the reading of what comes back, pure and unit-tested
 //!   without a server;
@@ -39,15 +44,16 @@
 //! Dependencies go one way: `ops` uses `handle`, `pipeline`, `kinds`, `queue`,
 //! `observe` and `release`; `release` uses `handle`, `pipeline`, `kinds` and
 //! `ops` (its retried updates); `kinds_ops` uses `ops`, `handle` and `kinds`; `kinds` uses
-//! `pipeline` and `queue`, and `pipeline` uses `kinds` only for the
+//! `rules` and `queue`, and `pipeline` uses `rules`, `kinds` only for the
 //! exclusive waiter's mark and `queue` for the queue of waiting owners;
-//! `queue` uses `pipeline`'s token rule;
+//! `queue` uses `rules`' token rule;
 //! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
 //! `transaction` and `handoff` use `handle` and `pipeline` (`handoff` also
 //! `ops`' attempt count and `light`); `light` uses `handle`, `pipeline`,
 //! `kinds`, `ops` (its retried updates) and `release`, and `ops` uses `light`; `document` uses `handle`,
-//! `ops` (its retried updates and batch renewal) and `pipeline`; `pipeline`
-//! and `handle` use none of their siblings.
+//! `ops` (its retried updates and batch renewal), `pipeline` and `rules`;
+//! every builder uses `rules`; `rules` and `handle` use none of their
+//! siblings.
 
 mod document;
 mod handle;
@@ -63,6 +69,7 @@ mod prepare;
 mod queue;
 mod release;
 mod renewal;
+mod rules;
 mod transaction;
 
 pub(crate) use handle::MongoStore;

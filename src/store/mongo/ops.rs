@@ -23,9 +23,10 @@ use super::kinds::{
 use super::observe::observe;
 use super::pipeline::{
     acquire_pipeline, acquire_projection, foreign_filter, id_index, info_projection, key_filter,
-    key_write, keys_filter, list_min, owner_filter, payload_filter, payload_update, projected_info,
-    read_lease_id, release_events_pipeline, upsert_filter,
+    key_write, keys_filter, list_min, payload_update, projected_info, release_events_pipeline,
+    upsert_filter,
 };
+use super::rules::{owner_filter, payload_filter, read_lease_id};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;

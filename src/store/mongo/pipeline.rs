@@ -1,22 +1,19 @@
 //! The BSON of every command [`MongoStore`](super::MongoStore) sends (filters,
 //! update pipelines, projections, change-stream stages) and the reading of
-//! what comes back. Pure functions of their arguments: the unit tests below
+//! what comes back, built on the protocol's rules at the top of a lock
+//! document ([`rules`](super::rules): the shape test, the token rule, the
+//! win rule, the token-age test). Pure functions of their arguments: the unit tests below
 //! check their shape without a server; what the server does with them is
 //! tested against a real `mongod` (`store::contract`, `tests/`).
 
-use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
 use super::queue::{queue_after_acquisition, queue_allows, registered};
+use super::rules::{LockPath, announced, bson_lease_id, freed};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::{FIELD_COUNT, KeyWrite, LeaseRef, TOKEN_TIME_SHIFT, field, lease_info};
-
-/// A lease id as stored in `lid`: a BSON UUID (binary subtype 4).
-pub(in crate::store::mongo) fn bson_lease_id(id: Uuid) -> Bson {
-    Bson::from(mongodb::bson::Uuid::from_bytes(id.into_bytes()))
-}
+use crate::store::{FIELD_COUNT, KeyWrite, field, lease_info};
 
 /// The filter of one key's document.
 pub(super) fn key_filter(key: &LeaseKey) -> Document {
@@ -26,47 +23,22 @@ pub(super) fn key_filter(key: &LeaseKey) -> Document {
 /// The filter of an acquiring upsert of one key's document: `{_id: key,
 /// _ins: null}`. `null` matches the missing `_ins` of every existing
 /// document, and an insert copies the equality into the new document, so
-/// that [`inserted`] tells it from an existing bare `{_id}` (a foreign
+/// that [`inserted`](super::rules::inserted) tells it from an existing bare `{_id}` (a foreign
 /// holder's lock; "Document schema" in `store`, docs/mongodb-behaviour.md,
 /// B29).
 pub(in crate::store::mongo) fn upsert_filter(key: &LeaseKey) -> Document {
     doc! { field::ID: key, field::INSERTED: Bson::Null }
 }
 
-/// Whether the upsert of [`upsert_filter`] is inserting the document: it
-/// holds only `_id` and `_ins: null` (an existing document has no `_ins`).
-pub(in crate::store::mongo) fn inserted() -> Document {
-    doc! { "$and": [
-        { "$eq": [{ "$type": format!("${}", field::INSERTED) }, "null"] },
-        { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 2] },
-    ]}
-}
-
-/// Whether the document has this crate's shape: a date `exp` and an int64
-/// `tok` (`store::is_our_shape`, as an expression).
-pub(in crate::store::mongo) fn our_shape() -> Document {
-    doc! { "$and": [
-        { "$eq": [{ "$type": format!("${}", field::EXPIRES_AT) }, "date"] },
-        { "$eq": [{ "$type": format!("${}", field::TOKEN) }, "long"] },
-    ]}
-}
-
-/// The token of a new acquisition: `max(tok + 1, ms($$NOW) * 2^20)` (see
-/// "Fencing tokens" in `store`).
-pub(in crate::store::mongo) fn next_token() -> Document {
-    doc! { "$max": [
-        { "$add": [{ "$ifNull": [format!("${}", field::TOKEN), 0_i64] }, 1_i64] },
-        { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
-    ]}
-}
-
 /// The acquire update: one round trip, never an error when the key is held.
 ///
 /// An upsert on [`upsert_filter`] (an `$expr` is refused in an upsert filter on 6.0,
 /// docs/mongodb-behaviour.md, B1) whose pipeline replaces the document only
-/// if this acquisition (`owner`, `lease_id`) wins: the document is new
-/// ([`inserted`]), already ours under this lease id and owner id (a retry), or ours in shape,
-/// expired by `$$NOW`, and not yielded by this owner to a waiting one.
+/// if this acquisition (`owner`, `lease_id`) wins by the win rule
+/// ([`LockPath::wins`]: the document is new, [`inserted`](super::rules::inserted); already ours
+/// under this lease id and owner id, a retry; or ours in shape, expired by
+/// `$$NOW`, and not yielded by this owner to a waiting one), writing the
+/// lock fields of [`LockPath::acquired`] (the token by the token rule).
 /// Otherwise the document is returned unchanged (no oplog entry,
 /// docs/mongodb-behaviour.md, B2), including a document of foreign shape
 /// (a bare `{_id}` too);
@@ -93,60 +65,16 @@ pub(in crate::store::mongo) fn acquire_pipeline(
     hold_ms: Option<i64>,
     registration_ms: i64,
 ) -> Vec<Document> {
+    let at = LockPath::TOP;
     let lid = bson_lease_id(lease_id);
-    let lid_waiting = lid.clone();
-    let fresh = inserted();
-    let same_owner = doc! { "$eq": [format!("${}", field::OWNER), { "$literal": owner }] };
-    // A retry: this lease id and owner id. A document another application
-    // rewrote to another owner (keeping `lid`) is not ours any more.
-    let mine = doc! { "$and": [
-        { "$eq": [format!("${}", field::LEASE_ID), lid.clone()] },
-        same_owner.clone(),
-    ]};
-    let our_shape = our_shape();
-    let expired = doc! { "$lte": [format!("${}", field::EXPIRES_AT), "$$NOW"] };
-    let yielded_by_us = doc! { "$and": [
-        same_owner.clone(),
-        { "$gt": [format!("${}", field::YIELD_UNTIL), "$$NOW"] },
-    ]};
-    let wins = doc! { "$or": [
-        fresh,
-        mine.clone(),
-        { "$and": [
-            our_shape.clone(),
-            expired.clone(),
-            { "$not": [yielded_by_us] },
-            queue_allows(owner),
-        ]},
-    ]};
-    let next_token = doc! { "$cond": [
-        mine.clone(),
-        format!("${}", field::TOKEN),
-        next_token(),
-    ]};
-    // A retry under the same lease id keeps the acquisition time, the
-    // payload and the waiting mark; a new acquisition starts without them.
-    let acquired_at = doc! { "$cond": [
-        mine.clone(),
-        { "$ifNull": [format!("${}", field::ACQUIRED_AT), "$$NOW"] },
-        "$$NOW",
-    ]};
-    let keep = |name: &str| doc! { "$cond": [mine.clone(), format!("${name}"), "$$REMOVE"] };
-    let mut acquired = doc! {
-        field::ID: "$_id",
-        field::OWNER: { "$literal": owner },
-        field::LEASE_ID: lid,
-        field::TOKEN: next_token,
-        field::ACQUIRED_AT: acquired_at,
-        field::RENEWED_AT: "$$NOW",
-        field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
-        field::PAYLOAD: keep(field::PAYLOAD),
-        field::WAITING_SINCE: keep(field::WAITING_SINCE),
-        field::QUEUE: queue_after_acquisition(owner),
-    };
+    let mine = at.retry(owner, &lid);
+    let wins = at.wins(owner, &lid, Some(queue_allows(owner)));
+    let mut acquired = doc! { field::ID: "$_id" };
+    acquired.extend(at.acquired(owner, &lid, ttl_ms));
+    acquired.insert(field::QUEUE, queue_after_acquisition(owner));
     if let Some(hold_ms) = hold_ms {
         let hold_until = doc! { "$cond": [
-            mine.clone(),
+            mine,
             { "$ifNull": [format!("${}", field::HOLD_UNTIL), { "$add": ["$$NOW", hold_ms] }] },
             { "$add": ["$$NOW", hold_ms] },
         ]};
@@ -157,21 +85,15 @@ pub(in crate::store::mongo) fn acquire_pipeline(
         acquired.insert(field::HOLD_UNTIL, hold_until);
     }
     let lost = if waiting {
-        let held_by_other = doc! { "$and": [
-            our_shape.clone(),
-            { "$eq": [{ "$type": format!("${}", field::LEASE_ID) }, "binData"] },
-            { "$not": [expired] },
-            { "$not": [same_owner] },
-        ]};
         // A free key kept for the head of the queue (another owner).
-        let kept_for_queue = doc! { "$and": [our_shape, { "$not": [queue_allows(owner)] }] };
+        let kept_for_queue = doc! { "$and": [at.our_shape(), { "$not": [queue_allows(owner)] }] };
         let marked = doc! { "$mergeObjects": ["$$ROOT", {
-            field::WAITING_SINCE: { "$ifNull": [format!("${}", field::WAITING_SINCE), "$$NOW"] },
-            field::QUEUE: registered(owner, lid_waiting, ttl_ms, registration_ms),
+            field::WAITING_SINCE: at.waiting_since(),
+            field::QUEUE: registered(owner, lid, ttl_ms, registration_ms),
         }]};
         let (shared_live, mark) = super::kinds::exclusive_waiter_mark(owner, ttl_ms);
         Bson::from(doc! { "$cond": [
-            { "$or": [held_by_other, kept_for_queue] },
+            { "$or": [at.held_by_other(owner), kept_for_queue] },
             marked,
             { "$cond": [shared_live, mark, "$$ROOT"] },
         ]})
@@ -215,19 +137,6 @@ pub(super) fn projected_info(key: &LeaseKey, doc: &Document) -> Option<LeaseInfo
     Some(lease_info(key, doc, now))
 }
 
-/// Every lease held under `owner`, except those with a lease id in `except`.
-/// Only documents of our shape: a foreign holder's lock document carrying
-/// the same `aid` is never released.
-pub(super) fn owner_filter(owner: &str, except: &[Uuid]) -> Document {
-    let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
-    doc! {
-        field::OWNER: owner,
-        field::LEASE_ID: { "$exists": true, "$nin": except },
-        field::TOKEN: { "$type": "long" },
-        field::EXPIRES_AT: { "$type": "date" },
-    }
-}
-
 /// Every lease document of `owner` not released yet (live, or expired
 /// without a release), of our shape: an operator's release by owner id.
 /// Another application's lock document with the same `aid` (no int64 `tok`)
@@ -241,63 +150,27 @@ pub(super) fn owner_leases_filter(owner: &str) -> Document {
     }
 }
 
-/// The `$expr` condition "the server's `$$NOW` is at least `min_age_ms` past
-/// the token's millisecond": `ms($$NOW) * 2^20 >= tok + min_age_ms * 2^20`,
-/// in int64 arithmetic. It implies `ms($$NOW) >= (tok >> 20) + min_age_ms`,
-/// so a token issued after a delete that passed it is greater than `tok`
-/// unless `$$NOW` steps back by `min_age_ms` or more (see "Fencing tokens"
-/// in `store`).
-pub(super) fn token_older_than(min_age_ms: i64) -> Document {
-    token_at_older_than(field::TOKEN, min_age_ms)
-}
-
-/// [`token_older_than`] for the token stored at `path` (`tok` in the lock
-/// collection, `<field>.tok` in a user's document).
-pub(in crate::store::mongo) fn token_at_older_than(path: &str, min_age_ms: i64) -> Document {
-    doc! { "$gte": [
-        { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
-        { "$add": [format!("${path}"), min_age_ms << TOKEN_TIME_SHIFT] },
-    ]}
-}
-
 /// The documents among `filter`'s that a release in delete mode deletes at
-/// once: of our shape (int64 `tok`), not waited for by another owner (no
-/// `wt`: such a release yields instead; no `q`: it hands the key over or
-/// keeps the queue), with a token at least `min_age_ms`
-/// old by the server's clock ([`token_older_than`]).
+/// once ([`LockPath::deletable_filter`]): of our shape (int64 `tok`), not
+/// waited for by another owner (no `wt`: such a release yields instead; no
+/// `q`: it hands the key over or keeps the queue; no `hs`), with a token at
+/// least `min_age_ms` old by the server's clock.
 pub(super) fn deletable_filter(filter: Document, min_age_ms: i64) -> Document {
-    doc! { "$and": [
-        filter,
-        {
-            field::TOKEN: { "$type": "long" },
-            field::WAITING_SINCE: { "$exists": false },
-            field::HOLDERS: { "$exists": false },
-            field::QUEUE: { "$exists": false },
-            "$expr": token_older_than(min_age_ms),
-        },
-    ]}
+    LockPath::TOP.deletable_filter(filter, min_age_ms, &[field::HOLDERS, field::QUEUE])
 }
 
 /// Released documents of our shape among `filter`'s (no `lid`, int64 `tok`,
-/// date `exp`), not yielded (`yu` not in the future), whose token is at least
-/// `min_age_ms` old: what the follow-up delete of delete mode removes. A new
-/// acquisition (which sets `lid`) never matches.
+/// date `exp`), not yielded (`yu` not in the future) nor held at least
+/// until later (`hl`), whose token is at least `min_age_ms` old: what the
+/// follow-up delete of delete mode removes ([`LockPath::released_filter`]).
+/// A new acquisition (which sets `lid`) never matches.
 pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
-    doc! { "$and": [
+    LockPath::TOP.released_filter(
         filter,
-        {
-            field::LEASE_ID: { "$exists": false },
-            field::TOKEN: { "$type": "long" },
-            field::EXPIRES_AT: { "$type": "date" },
-            field::HOLDERS: { "$exists": false },
-            field::QUEUE: { "$exists": false },
-            "$expr": { "$and": [
-                token_older_than(min_age_ms),
-                { "$not": [{ "$gt": [format!("${}", field::YIELD_UNTIL), "$$NOW"] }] },
-                { "$not": [{ "$gt": [format!("${}", field::HOLD_UNTIL), "$$NOW"] }] },
-            ]},
-        },
-    ]}
+        min_age_ms,
+        &[field::HOLDERS, field::QUEUE],
+        &[field::HOLD_UNTIL],
+    )
 }
 
 /// The documents of `keys`.
@@ -329,16 +202,6 @@ pub(super) fn foreign_filter(key: &LeaseKey, found: &Document) -> Document {
         field::ID: key.to_bson(),
         "$and": same_fields,
         "$nor": [{ field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } }],
-    }
-}
-
-/// The document of `lease` of `owner`, only while it holds its lease id
-/// and owner id.
-pub(super) fn payload_filter(owner: &str, lease: &LeaseRef) -> Document {
-    doc! {
-        field::ID: &lease.key,
-        field::LEASE_ID: bson_lease_id(lease.lease_id),
-        field::OWNER: { "$eq": owner },
     }
 }
 
@@ -406,103 +269,47 @@ pub(super) fn release_events_pipeline() -> [Document; 2] {
 const HOLDERS_CHANGED: &str = "holders";
 
 /// Reads one event of [`release_events_pipeline`] (a raw change event
-/// document). `None` for an event of another kind, one missing the
-/// fields its kind carries (`documentKey._id`, `fullDocument`,
-/// `updateDescription`), or the update of a holder's acquisition on a
-/// shared or semaphore key (`hs` changed without `rl`: the key's other
-/// holders keep their leases, and nothing was freed).
+/// document) as [`LockPath::key_write`] does at the top of a lock document,
+/// reading an update from its `updateDescription`. `None` for an event of
+/// another kind, one missing the fields its kind carries
+/// (`documentKey._id`, `fullDocument`, `updateDescription`), or the update
+/// of a holder's acquisition on a shared or semaphore key (`hs` changed
+/// without `rl`: the key's other holders keep their leases, and nothing was
+/// freed).
 pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
-    let key = event_key(event)?;
-    let lease_id = |doc: &Document| read_lease_id(doc.get(field::LEASE_ID));
-    let owner = |doc: &Document| doc.get_str(field::OWNER).ok().map(str::to_string);
-    let token = |doc: &Document| read_token(doc.get(field::TOKEN));
-    match event.get_str("operationType").ok()? {
-        "delete" => Some(KeyWrite {
+    LockPath::TOP.key_write(event, |key, event| {
+        let update = event.get_document("updateDescription").ok()?;
+        let empty = Document::new();
+        let updated = update.get_document("updatedFields").unwrap_or(&empty);
+        let removed = |name: &str| {
+            update
+                .get_array("removedFields")
+                .is_ok_and(|r| r.iter().any(|f| f.as_str() == Some(name)))
+        };
+        // A holder added to `hs` (its entry, with the key's `aid`, `tok`,
+        // ...) takes nothing from the other holders, and frees nothing.
+        let holders = |name: &String| {
+            name == field::HOLDERS || name.starts_with(&format!("{}.", field::HOLDERS))
+        };
+        if (updated.keys().any(holders) || event.get_bool(HOLDERS_CHANGED) == Ok(true))
+            && !updated.contains_key(field::RELEASED_AT)
+            && !updated.contains_key(field::LEASE_ID)
+            && !removed(field::LEASE_ID)
+        {
+            return None;
+        }
+        // A holder removed from `hs` (`rl` set) frees a place on the key.
+        if updated.contains_key(field::RELEASED_AT) {
+            return Some(freed(key));
+        }
+        Some(announced(
             key,
-            freed: true,
-            lease_id: None,
-            owner: None,
-            token: None,
-        }),
-        "insert" | "replace" => {
-            let doc = event.get_document("fullDocument").ok()?;
-            Some(KeyWrite {
-                key,
-                freed: !doc.contains_key(field::LEASE_ID),
-                lease_id: lease_id(doc),
-                owner: owner(doc),
-                token: token(doc),
-            })
-        }
-        "update" => {
-            let update = event.get_document("updateDescription").ok()?;
-            let empty = Document::new();
-            let updated = update.get_document("updatedFields").unwrap_or(&empty);
-            let removed = |name: &str| {
-                update
-                    .get_array("removedFields")
-                    .is_ok_and(|r| r.iter().any(|f| f.as_str() == Some(name)))
-            };
-            // A holder added to `hs` (its entry, with the key's `aid`, `tok`,
-            // ...) takes nothing from the other holders, and frees nothing.
-            let holders = |name: &String| {
-                name == field::HOLDERS || name.starts_with(&format!("{}.", field::HOLDERS))
-            };
-            if (updated.keys().any(holders) || event.get_bool(HOLDERS_CHANGED) == Ok(true))
-                && !updated.contains_key(field::RELEASED_AT)
-                && !updated.contains_key(field::LEASE_ID)
-                && !removed(field::LEASE_ID)
-            {
-                return None;
-            }
-            // A holder removed from `hs` (`rl` set) frees a place on the key.
-            if updated.contains_key(field::RELEASED_AT) {
-                return Some(KeyWrite {
-                    key,
-                    freed: true,
-                    lease_id: None,
-                    owner: None,
-                    token: None,
-                });
-            }
-            Some(KeyWrite {
-                key,
-                freed: removed(field::LEASE_ID),
-                lease_id: lease_id(updated),
-                owner: owner(updated),
-                token: token(updated),
-            })
-        }
-        _ => None,
-    }
-}
-
-/// The key of a change event's document (`documentKey._id`). Also read by
-/// the in-document store's events (`document::events`).
-pub(super) fn event_key(event: &Document) -> Option<LeaseKey> {
-    let id = event.get_document("documentKey").ok()?.get(field::ID)?;
-    Some(LeaseKey::from(id.clone()))
-}
-
-/// A lease id as stored (a UUID binary, [`bson_lease_id`]); `None` for a
-/// missing value or one of another type.
-pub(super) fn read_lease_id(value: Option<&Bson>) -> Option<Uuid> {
-    match value {
-        Some(Bson::Binary(b)) if b.subtype == BinarySubtype::Uuid => {
-            Uuid::from_slice(&b.bytes).ok()
-        }
-        _ => None,
-    }
-}
-
-/// A fencing token as stored (`tok`, an int64; an int32 is read too);
-/// `None` for a missing value, a negative one, or one of another type.
-pub(super) fn read_token(value: Option<&Bson>) -> Option<u64> {
-    match value {
-        Some(Bson::Int64(n)) => u64::try_from(*n).ok(),
-        Some(Bson::Int32(n)) => u64::try_from(*n).ok(),
-        _ => None,
-    }
+            removed(field::LEASE_ID),
+            updated.get(field::LEASE_ID),
+            updated.get(field::OWNER),
+            updated.get(field::TOKEN),
+        ))
+    })
 }
 
 /// The change-stream stage of observing one key: every event of its document.

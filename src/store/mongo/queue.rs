@@ -8,7 +8,7 @@
 
 use mongodb::bson::{Bson, Document, doc};
 
-use super::pipeline::next_token;
+use super::rules::next_token;
 use crate::store::field;
 
 /// `$name`: the value of field `name`.

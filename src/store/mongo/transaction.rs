@@ -42,7 +42,7 @@ use mongodb::{Client, ClientSession};
 use uuid::Uuid;
 
 use super::handle::command_code;
-use super::pipeline::bson_lease_id;
+use super::rules::bson_lease_id;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::store::{LockPlace, field};

@@ -4,10 +4,9 @@
 //! them without a server; what the server sends is tested against a real
 //! `mongod` (`tests/document_lease/protocol.rs`).
 
-use mongodb::bson::{Bson, Document, doc};
+use mongodb::bson::{Document, doc};
 
-use super::super::pipeline::{event_key, read_lease_id, read_token};
-use super::pipeline::Paths;
+use super::super::rules::{LockPath, announced};
 use crate::store::{KeyWrite, field};
 
 /// The change-stream stages of `watch_releases` on a user collection: the
@@ -22,16 +21,17 @@ use crate::store::{KeyWrite, field};
 /// small document acquired or taken over): its `fullDocument.F` tells the
 /// lease id, owner id and token (docs/mongodb-behaviour.md, B12, B15). Each
 /// event is reduced to what [`key_write`] reads.
-pub(super) fn release_events_pipeline(paths: &Paths) -> [Document; 2] {
+pub(super) fn release_events_pipeline(lock_field: &str) -> [Document; 2] {
     let updated = |name: &str| {
         doc! { "$getField": { "field": { "$literal": name }, "input": "$updateDescription.updatedFields" } }
     };
     let set = |name: &str| doc! { "$ne": [{ "$type": updated(name) }, "missing"] };
+    let at = LockPath::under(lock_field);
     let (f, lid, aid, tok) = (
-        paths.field().to_string(),
-        paths.at(field::LEASE_ID),
-        paths.at(field::OWNER),
-        paths.at(field::TOKEN),
+        lock_field.to_string(),
+        at.at(field::LEASE_ID),
+        at.at(field::OWNER),
+        at.at(field::TOKEN),
     );
     [
         doc! { "$match": { "$or": [
@@ -56,168 +56,37 @@ pub(super) fn release_events_pipeline(paths: &Paths) -> [Document; 2] {
     ]
 }
 
-/// Reads one event of [`release_events_pipeline`] (`F.lid`, `F.aid` and
-/// `F.tok` as the lock collection's `key_write` reads `lid`, `aid` and
-/// `tok`). `None` for an event of another kind, or one missing the fields
-/// its kind carries.
-pub(super) fn key_write(paths: &Paths, event: &Document) -> Option<KeyWrite> {
-    let key = event_key(event)?;
-    let lease_id = read_lease_id;
-    let owner = |value: Option<&Bson>| value.and_then(Bson::as_str).map(str::to_string);
-    match event.get_str("operationType").ok()? {
-        "delete" => Some(KeyWrite {
+/// Reads one event of [`release_events_pipeline`] as the lock collection's
+/// are read ([`LockPath::key_write`] under `F`), an update by the fields its
+/// `$project` stage computed: `F.lid`, `F.aid` and `F.tok` as set one by
+/// one or with `F` whole, the key freed if `F` or `F.lid` was removed or `F`
+/// was set without a lease id. `None` for an event of another kind, or one
+/// missing the fields its kind carries.
+pub(super) fn key_write(lock_field: &str, event: &Document) -> Option<KeyWrite> {
+    let at = LockPath::under(lock_field);
+    at.key_write(event, |key, event| {
+        let removed = |name: &str| {
+            event
+                .get_document("updateDescription")
+                .and_then(|u| u.get_array("removedFields"))
+                .is_ok_and(|r| r.iter().any(|f| f.as_str() == Some(name)))
+        };
+        let whole = event.get_document("setLock").ok();
+        let set_whole = event.contains_key("setLock");
+        let set =
+            |one: &str, name: &str| event.get(one).or_else(|| whole.and_then(|l| l.get(name)));
+        let freed = removed(lock_field)
+            || removed(&at.at(field::LEASE_ID))
+            || (set_whole && !whole.is_some_and(|l| l.contains_key(field::LEASE_ID)));
+        Some(announced(
             key,
-            freed: true,
-            lease_id: None,
-            owner: None,
-            token: None,
-        }),
-        "insert" | "replace" => {
-            let doc = event.get_document("fullDocument").ok()?;
-            let lock = doc.get_document(paths.field()).ok();
-            Some(KeyWrite {
-                key,
-                freed: !lock.is_some_and(|l| l.contains_key(field::LEASE_ID)),
-                lease_id: lease_id(lock.and_then(|l| l.get(field::LEASE_ID))),
-                owner: owner(lock.and_then(|l| l.get(field::OWNER))),
-                token: read_token(lock.and_then(|l| l.get(field::TOKEN))),
-            })
-        }
-        "update" => {
-            let removed = |name: &str| {
-                event
-                    .get_document("updateDescription")
-                    .and_then(|u| u.get_array("removedFields"))
-                    .is_ok_and(|r| r.iter().any(|f| f.as_str() == Some(name)))
-            };
-            let whole = event.get_document("setLock").ok();
-            let set_whole = event.contains_key("setLock");
-            let lid = event
-                .get("setLid")
-                .or_else(|| whole.and_then(|l| l.get(field::LEASE_ID)));
-            let aid = event
-                .get("setAid")
-                .or_else(|| whole.and_then(|l| l.get(field::OWNER)));
-            let tok = event
-                .get("setTok")
-                .or_else(|| whole.and_then(|l| l.get(field::TOKEN)));
-            let freed = removed(paths.field())
-                || removed(&paths.at(field::LEASE_ID))
-                || (set_whole && !whole.is_some_and(|l| l.contains_key(field::LEASE_ID)));
-            Some(KeyWrite {
-                key,
-                freed,
-                lease_id: lease_id(lid),
-                owner: owner(aid),
-                token: read_token(tok),
-            })
-        }
-        _ => None,
-    }
+            freed,
+            set("setLid", field::LEASE_ID),
+            set("setAid", field::OWNER),
+            set("setTok", field::TOKEN),
+        ))
+    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::super::pipeline::bson_lease_id;
-    use super::super::pipeline::fixtures::{LID, paths};
-    use super::*;
-
-    #[test]
-    fn announced_writes_set_or_remove_the_lock_field_its_lease_id_or_owner_id() {
-        let [matched, _] = release_events_pipeline(&paths());
-        let or = matched
-            .get_document("$match")
-            .unwrap()
-            .get_array("$or")
-            .unwrap();
-        assert_eq!(
-            or[1].as_document().unwrap().get_array("$or").unwrap()[1],
-            Bson::from(doc! { "updateDescription.removedFields": {
-                "$in": ["_lease", "_lease.lid", "_lease.aid"],
-            }})
-        );
-    }
-
-    #[test]
-    fn announced_writes_are_read_from_each_kind_of_event() {
-        let p = paths();
-        let write = |freed, lease_id, owner: Option<&str>, token| KeyWrite {
-            key: "k".into(),
-            freed,
-            lease_id,
-            owner: owner.map(str::to_string),
-            token,
-        };
-        let event = |kind: &str, rest: Document| {
-            let mut e = doc! { "operationType": kind, "documentKey": { "_id": "k" } };
-            e.extend(rest);
-            e
-        };
-        let lid = bson_lease_id(LID);
-        assert_eq!(
-            key_write(&p, &event("delete", doc! {})),
-            Some(write(true, None, None, None))
-        );
-        assert_eq!(
-            key_write(
-                &p,
-                &event(
-                    "insert",
-                    doc! { "fullDocument": {
-                        "_lease": { "aid": "me", "lid": lid.clone(), "tok": 5_i64 },
-                    } }
-                )
-            ),
-            Some(write(false, Some(LID), Some("me"), Some(5)))
-        );
-        assert_eq!(
-            key_write(&p, &event("replace", doc! { "fullDocument": { "x": 1 } })),
-            Some(write(true, None, None, None))
-        );
-        assert_eq!(
-            key_write(
-                &p,
-                &event(
-                    "update",
-                    doc! { "setLock": { "aid": "me", "lid": lid.clone(), "tok": 1_i64 } }
-                )
-            ),
-            Some(write(false, Some(LID), Some("me"), Some(1))),
-            "an acquisition that sets the whole lock field"
-        );
-        assert_eq!(
-            key_write(
-                &p,
-                &event(
-                    "update",
-                    doc! { "setLid": lid.clone(), "setAid": "me", "setTok": 7_i64 }
-                )
-            ),
-            Some(write(false, Some(LID), Some("me"), Some(7))),
-            "an acquisition that sets the lock field's fields"
-        );
-        assert_eq!(
-            key_write(
-                &p,
-                &event(
-                    "update",
-                    doc! { "updateDescription": { "removedFields": ["_lease.lid"] } }
-                )
-            ),
-            Some(write(true, None, None, None)),
-            "a release"
-        );
-        assert_eq!(
-            key_write(
-                &p,
-                &event(
-                    "update",
-                    doc! { "updateDescription": { "removedFields": ["_lease"] } }
-                )
-            ),
-            Some(write(true, None, None, None)),
-            "a commit"
-        );
-        assert_eq!(key_write(&p, &event("invalidate", doc! {})), None);
-    }
-}
+mod tests;

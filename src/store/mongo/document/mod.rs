@@ -20,8 +20,10 @@
 //!   offered (`Error::Unsupported`).
 //!
 //! The BSON it sends is built by pure functions, unit-tested without a
-//! server: `pipeline` (the lock field's paths, acquire, renewal, release,
-//! removal, the filters of leases, owners and payloads), `write` (the
+//! server on the shared rules of `rules` (the shape test, the win and token
+//! rules, the filters of owners and payloads, the token-age test, the
+//! reading of change events) under `F`: `pipeline` (acquire, renewal,
+//! release, removal, the filter of leases), `write` (the
 //! filters and updates of writes under a lease: `held_filter`,
 //! `write_operators`, `write_pipeline`) and `events` (the change-stream
 //! stages of `watch_releases` and `key_write`, which reads their events).
@@ -43,9 +45,8 @@ use uuid::Uuid;
 
 use self::events::{key_write, release_events_pipeline};
 use self::pipeline::{
-    DOCUMENT, Paths, acquire_pipeline, acquire_projection, id_filter, info_projection, keys_filter,
-    lease_filter, lock_view, owner_filter, payload_filter, payload_update, release_update,
-    released_filter, removable_filter, remove_update, renew_update,
+    DOCUMENT, acquire_pipeline, acquire_projection, info_projection, lease_filter, lock_view,
+    payload_update, release_update, remove_update, renew_update,
 };
 use self::write::{
     LockAfter, held_filter, held_removable_filter, held_waited_filter, write_operators,
@@ -53,6 +54,8 @@ use self::write::{
 };
 use super::MongoStore;
 use super::handle::{is_duplicate_key, is_on_id_index};
+use super::pipeline::{key_filter, keys_filter};
+use super::rules::LockPath;
 use crate::config::DELETE_MIN_TOKEN_AGE;
 use crate::document_update::DocumentUpdate;
 use crate::error::{Error, Result};
@@ -78,8 +81,8 @@ pub(crate) struct DocumentStore {
     /// The lock collection's store: owner id, TTL, yield window, timeout.
     locks: MongoStore,
     coll: Collection<Document>,
+    /// The lock field `F`.
     field: Arc<str>,
-    paths: Arc<Paths>,
 }
 
 impl DocumentStore {
@@ -92,7 +95,6 @@ impl DocumentStore {
             locks: locks.clone(),
             coll: locks.sibling(collection),
             field: field.into(),
-            paths: Arc::new(Paths::new(field)),
         })
     }
 }
@@ -100,6 +102,11 @@ impl DocumentStore {
 impl DocumentStore {
     fn owner(&self) -> &str {
         self.locks.owner()
+    }
+
+    /// Where the lock fields are: under `F`.
+    fn lock(&self) -> LockPath {
+        LockPath::under(&self.field)
     }
 
     fn unsupported<T: Send + 'static>(&self, what: &str) -> BoxFuture<'static, Result<T>> {
@@ -117,7 +124,7 @@ impl DocumentStore {
         self.locks
             .bounded(
                 self.coll
-                    .find_one(id_filter(key))
+                    .find_one(key_filter(key))
                     .projection(acquire_projection()),
             )
             .await
@@ -142,7 +149,7 @@ impl DocumentStore {
                 source: None,
             });
         };
-        let view = lock_view(&self.paths, document, now);
+        let view = lock_view(&self.field, document, now);
         let outcome = replies::in_document(key, self.owner(), lease_id, view.as_ref());
         Ok((outcome, Some(document.clone())))
     }
@@ -156,7 +163,7 @@ impl DocumentStore {
         create: Option<Document>,
     ) -> Result<(AcquireOutcome, Option<Document>)> {
         let update = acquire_pipeline(
-            &self.paths,
+            &self.field,
             self.owner(),
             ttl_ms(ttl),
             lease_id,
@@ -167,7 +174,7 @@ impl DocumentStore {
             .locks
             .bounded(
                 self.coll
-                    .find_one_and_update(id_filter(&key), update)
+                    .find_one_and_update(key_filter(&key), update)
                     .upsert(create.is_some())
                     .return_document(ReturnDocument::After)
                     .projection(acquire_projection()),
@@ -226,16 +233,16 @@ impl DocumentStore {
     }
 
     async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl: Duration) -> Result<Vec<LeaseRef>> {
-        let filter = |leases: &[LeaseRef]| lease_filter(&self.paths, self.owner(), leases);
+        let filter = |leases: &[LeaseRef]| lease_filter(&self.field, self.owner(), leases);
         // Idempotent, judged by matchedCount (docs/mongodb-behaviour.md, B4).
-        let update = renew_update(&self.paths, ttl_ms(ttl));
+        let update = renew_update(&self.field, ttl_ms(ttl));
         self.locks
             .renew_matching(
                 &self.coll,
                 filter,
                 update,
                 leases,
-                &self.paths.at(crate::store::field::LEASE_ID),
+                &self.lock().at(crate::store::field::LEASE_ID),
             )
             .await
     }
@@ -246,14 +253,16 @@ impl DocumentStore {
     /// waited; the rest left in the released state. A single lease that a
     /// retry after an ambiguous failure no longer finds counts as released.
     async fn release_matching(&self, filter: Document, single: bool) -> Result<u64> {
-        let removable = removable_filter(&self.paths, filter.clone(), min_token_age_ms());
+        let removable = self
+            .lock()
+            .deletable_filter(filter.clone(), min_token_age_ms(), &[]);
         let (removed, retried) = self
             .locks
             .update_matching(
                 &self.coll,
                 "release",
                 &removable,
-                || remove_update(&self.paths).into(),
+                || remove_update(&self.field).into(),
                 single,
             )
             .await?;
@@ -267,7 +276,7 @@ impl DocumentStore {
                 &self.coll,
                 "release",
                 &filter,
-                || release_update(&self.paths, yield_ms).into(),
+                || release_update(&self.field, yield_ms).into(),
                 single,
             )
             .await?;
@@ -299,12 +308,12 @@ impl DocumentStore {
         token: u64,
         write: DocumentWrite,
     ) -> Result<Option<Document>> {
-        let paths = &self.paths;
+        let lock_field = &self.field;
         let owner = self.owner();
         match write.update {
             DocumentUpdate::Pipeline(stages) => {
                 let update = write_pipeline(
-                    paths,
+                    lock_field,
                     owner,
                     token,
                     &stages,
@@ -312,13 +321,13 @@ impl DocumentStore {
                     self.locks.yield_ms(),
                     min_token_age_ms(),
                 );
-                self.write_if(held_filter(paths, owner, &lease), update)
+                self.write_if(held_filter(lock_field, owner, &lease), update)
                     .await
             }
             DocumentUpdate::Modifiers(user) if !write.release => {
                 self.write_if(
-                    held_filter(paths, owner, &lease),
-                    write_operators(paths, &user, LockAfter::Kept),
+                    held_filter(lock_field, owner, &lease),
+                    write_operators(lock_field, &user, LockAfter::Kept),
                 )
                 .await
             }
@@ -329,8 +338,8 @@ impl DocumentStore {
                 if !write.young {
                     let removed = self
                         .write_if(
-                            held_removable_filter(paths, owner, &lease, min_token_age_ms()),
-                            write_operators(paths, &user, LockAfter::Removed),
+                            held_removable_filter(lock_field, owner, &lease, min_token_age_ms()),
+                            write_operators(lock_field, &user, LockAfter::Removed),
                         )
                         .await?;
                     if removed.is_some() {
@@ -339,8 +348,8 @@ impl DocumentStore {
                 }
                 let released = self
                     .write_if(
-                        held_waited_filter(paths, owner, &lease, false),
-                        write_operators(paths, &user, LockAfter::Released(None)),
+                        held_waited_filter(lock_field, owner, &lease, false),
+                        write_operators(lock_field, &user, LockAfter::Released(None)),
                     )
                     .await?;
                 if released.is_some() {
@@ -352,8 +361,8 @@ impl DocumentStore {
                         .saturating_add(self.locks.yield_ms()),
                 );
                 self.write_if(
-                    held_waited_filter(paths, owner, &lease, true),
-                    write_operators(paths, &user, LockAfter::Released(Some(until))),
+                    held_waited_filter(lock_field, owner, &lease, true),
+                    write_operators(lock_field, &user, LockAfter::Released(Some(until))),
                 )
                 .await
             }
@@ -365,8 +374,8 @@ impl DocumentStore {
             .locks
             .bounded(
                 self.coll
-                    .find_one(id_filter(&key))
-                    .projection(info_projection(&self.paths)),
+                    .find_one(key_filter(&key))
+                    .projection(info_projection(&self.field)),
             )
             .await?;
         let Some(found) = found else {
@@ -375,7 +384,7 @@ impl DocumentStore {
         let Ok(now) = found.get_datetime("now").copied() else {
             return Ok(None);
         };
-        Ok(lock_view(&self.paths, &found, Bson::DateTime(now))
+        Ok(lock_view(&self.field, &found, Bson::DateTime(now))
             .map(|view| lease_info(&key, &view, now.to_system_time())))
     }
 
@@ -391,19 +400,19 @@ impl DocumentStore {
                     store
                         .coll
                         .watch()
-                        .pipeline(release_events_pipeline(&store.paths)),
+                        .pipeline(release_events_pipeline(&store.field)),
                 )
                 .await
-                .map(|stream| (stream, store.paths.clone()))
+                .map(|stream| (stream, store.field.clone()))
         })
         .map(|opened| match opened {
-            Ok((stream, paths)) => {
+            Ok((stream, lock_field)) => {
                 let writes = stream.with_type::<Document>().filter_map(move |event| {
-                    let paths = paths.clone();
+                    let lock_field = lock_field.clone();
                     async move {
                         match event {
                             Ok(event) => {
-                                key_write(&paths, &event).map(|w| Ok(Announcement::Write(w)))
+                                key_write(&lock_field, &event).map(|w| Ok(Announcement::Write(w)))
                             }
                             Err(e) => Some(Err(Error::from(e))),
                         }
@@ -482,7 +491,7 @@ impl Store for DocumentStore {
             if leases.is_empty() {
                 return Ok(0);
             }
-            let filter = lease_filter(&store.paths, store.owner(), &leases);
+            let filter = lease_filter(&store.field, store.owner(), &leases);
             store.release_matching(filter, leases.len() == 1).await
         }
         .boxed()
@@ -495,7 +504,7 @@ impl Store for DocumentStore {
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move {
-            let filter = owner_filter(&store.paths, store.owner(), &except);
+            let filter = store.lock().owner_filter(store.owner(), &except);
             store.release_matching(filter, false).await
         }
         .boxed()
@@ -511,15 +520,18 @@ impl Store for DocumentStore {
             if keys.is_empty() {
                 return Ok(0);
             }
-            let filter = released_filter(&store.paths, keys_filter(&keys), min_token_age_ms());
-            let paths = store.paths.clone();
+            let filter =
+                store
+                    .lock()
+                    .released_filter(keys_filter(&keys), min_token_age_ms(), &[], &[]);
+            let lock_field = store.field.clone();
             Ok(store
                 .locks
                 .update_matching(
                     &store.coll,
                     "lock field removal",
                     &filter,
-                    || remove_update(&paths).into(),
+                    || remove_update(&lock_field).into(),
                     false,
                 )
                 .await?
@@ -551,8 +563,8 @@ impl Store for DocumentStore {
             let result = store
                 .locks
                 .bounded(store.coll.update_one(
-                    payload_filter(&store.paths, store.owner(), &lease),
-                    payload_update(&store.paths, payload),
+                    store.lock().payload_filter(store.owner(), &lease),
+                    payload_update(&store.field, payload),
                 ))
                 .await?;
             Ok(result.matched_count == 1)

@@ -9,18 +9,26 @@
 
 use mongodb::bson::{Bson, DateTime, Document, doc};
 
-use super::super::pipeline::token_at_older_than;
-use super::pipeline::{Paths, payload_filter, remove_update};
+use super::super::rules::LockPath;
+use super::pipeline::remove_update;
 use crate::store::{LeaseRef, field};
+
+/// The temporary top-level field that keeps the lock field `lock_field`
+/// while the user's update pipeline runs ([`write_pipeline`]).
+fn stash(lock_field: &str) -> String {
+    format!("{}{lock_field}", crate::document_update::RESERVED_PREFIX)
+}
 
 /// The document of `lease` of `owner` while the lease is held by the
 /// server's clock: its lease id, its owner id, and `F.exp > $$NOW`. The
-/// filter of every write under the lease: [`payload_filter`] and `F.exp > $$NOW`.
-pub(super) fn held_filter(paths: &Paths, owner: &str, lease: &LeaseRef) -> Document {
-    let mut filter = payload_filter(paths, owner, lease);
+/// filter of every write under the lease: [`LockPath::payload_filter`]
+/// and `F.exp > $$NOW`.
+pub(super) fn held_filter(lock_field: &str, owner: &str, lease: &LeaseRef) -> Document {
+    let at = LockPath::under(lock_field);
+    let mut filter = at.payload_filter(owner, lease);
     filter.insert(
         "$expr",
-        doc! { "$gt": [paths.var(field::EXPIRES_AT), "$$NOW"] },
+        doc! { "$gt": [at.var(field::EXPIRES_AT), "$$NOW"] },
     );
     filter
 }
@@ -29,18 +37,19 @@ pub(super) fn held_filter(paths: &Paths, owner: &str, lease: &LeaseRef) -> Docum
 /// releases it: not waited for (no `F.wt`) and its token at least
 /// `min_age_ms` old by `$$NOW`.
 pub(super) fn held_removable_filter(
-    paths: &Paths,
+    lock_field: &str,
     owner: &str,
     lease: &LeaseRef,
     min_age_ms: i64,
 ) -> Document {
-    let mut filter = payload_filter(paths, owner, lease);
-    filter.insert(paths.at(field::WAITING_SINCE), doc! { "$exists": false });
+    let at = LockPath::under(lock_field);
+    let mut filter = at.payload_filter(owner, lease);
+    filter.insert(at.at(field::WAITING_SINCE), doc! { "$exists": false });
     filter.insert(
         "$expr",
         doc! { "$and": [
-            { "$gt": [paths.var(field::EXPIRES_AT), "$$NOW"] },
-            token_at_older_than(&paths.at(field::TOKEN), min_age_ms),
+            { "$gt": [at.var(field::EXPIRES_AT), "$$NOW"] },
+            at.token_older_than(min_age_ms),
         ]},
     );
     filter
@@ -48,13 +57,14 @@ pub(super) fn held_removable_filter(
 
 /// [`held_filter`] with a waiting mark (`F.wt`) or without one.
 pub(super) fn held_waited_filter(
-    paths: &Paths,
+    lock_field: &str,
     owner: &str,
     lease: &LeaseRef,
     waited: bool,
 ) -> Document {
-    let mut filter = held_filter(paths, owner, lease);
-    filter.insert(paths.at(field::WAITING_SINCE), doc! { "$exists": waited });
+    let mut filter = held_filter(lock_field, owner, lease);
+    let at = LockPath::under(lock_field);
+    filter.insert(at.at(field::WAITING_SINCE), doc! { "$exists": waited });
     filter
 }
 
@@ -90,20 +100,21 @@ pub(super) fn merge_operators(user: &Document, ours: Document) -> Document {
 }
 
 /// The user's update operators plus what leaves the lock field `after`.
-pub(super) fn write_operators(paths: &Paths, user: &Document, after: LockAfter) -> Document {
+pub(super) fn write_operators(lock_field: &str, user: &Document, after: LockAfter) -> Document {
+    let at = LockPath::under(lock_field);
     let ours = match after {
         LockAfter::Kept => return user.clone(),
-        LockAfter::Removed => remove_update(paths),
+        LockAfter::Removed => remove_update(lock_field),
         LockAfter::Released(yielded) => {
             let mut ours = doc! {
-                "$unset": { paths.at(field::LEASE_ID): "", paths.at(field::WAITING_SINCE): "" },
+                "$unset": { at.at(field::LEASE_ID): "", at.at(field::WAITING_SINCE): "" },
                 "$currentDate": {
-                    paths.at(field::EXPIRES_AT): true,
-                    paths.at(field::RENEWED_AT): true,
+                    at.at(field::EXPIRES_AT): true,
+                    at.at(field::RENEWED_AT): true,
                 },
             };
             if let Some(until) = yielded {
-                ours.insert("$set", doc! { paths.at(field::YIELD_UNTIL): until });
+                ours.insert("$set", doc! { at.at(field::YIELD_UNTIL): until });
             }
             ours
         }
@@ -125,7 +136,7 @@ pub(super) fn write_operators(paths: &Paths, user: &Document, after: LockAfter) 
 /// the token at least `min_age_ms` old by `$$NOW`; otherwise released
 /// (yielded if waited for).
 pub(super) fn write_pipeline(
-    paths: &Paths,
+    lock_field: &str,
     owner: &str,
     token: u64,
     user: &[Document],
@@ -133,10 +144,12 @@ pub(super) fn write_pipeline(
     yield_ms: i64,
     min_age_ms: i64,
 ) -> Vec<Document> {
-    let stash = paths.stash();
-    let kept = |name: &str| format!("${stash}.{name}");
+    let at = LockPath::under(lock_field);
+    let stash = stash(lock_field);
+    let kept_at = LockPath::under(&stash);
+    let kept = |name: &str| kept_at.var(name);
     let mut stages = Vec::with_capacity(user.len() + 4);
-    stages.push(doc! { "$set": { &stash: paths.whole() } });
+    stages.push(doc! { "$set": { &stash: format!("${lock_field}") } });
     stages.extend(user.iter().cloned());
     let fallback = doc! {
         field::OWNER: { "$literal": owner },
@@ -154,7 +167,7 @@ pub(super) fn write_pipeline(
         doc! { "$set": { &stash: { "$cond": [still_ours, format!("${stash}"), fallback] } } },
     );
     if !release {
-        stages.push(doc! { "$set": { paths.field(): format!("${stash}") } });
+        stages.push(doc! { "$set": { lock_field: format!("${stash}") } });
         stages.push(doc! { "$unset": [&stash] });
         return stages;
     }
@@ -162,7 +175,7 @@ pub(super) fn write_pipeline(
     let removable = doc! { "$and": [
         { "$not": [waited.clone()] },
         { "$eq": [{ "$type": kept(field::TOKEN) }, "long"] },
-        token_at_older_than(&format!("{stash}.{}", field::TOKEN), min_age_ms),
+        kept_at.token_older_than(min_age_ms),
     ]};
     let released = doc! { "$mergeObjects": [format!("${stash}"), {
         field::EXPIRES_AT: { "$min": [kept(field::EXPIRES_AT), "$$NOW"] },
@@ -173,112 +186,14 @@ pub(super) fn write_pipeline(
             kept(field::YIELD_UNTIL),
         ]},
     }]};
-    stages.push(doc! { "$set": { paths.field(): { "$cond": [removable, "$$REMOVE", released] } } });
+    stages.push(doc! { "$set": { lock_field: { "$cond": [removable, "$$REMOVE", released] } } });
     stages.push(doc! { "$unset": [
         stash,
-        paths.at(field::LEASE_ID),
-        paths.at(field::WAITING_SINCE),
+        at.at(field::LEASE_ID),
+        at.at(field::WAITING_SINCE),
     ]});
     stages
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::super::pipeline::bson_lease_id;
-    use super::super::pipeline::fixtures::{LID, lease, paths};
-    use super::*;
-
-    #[test]
-    fn writes_under_a_lease_require_it_held_by_server_time() {
-        assert_eq!(
-            held_filter(&paths(), "me", &lease()),
-            doc! {
-                "_id": "k",
-                "_lease.lid": bson_lease_id(LID),
-                "_lease.aid": { "$eq": "me" },
-                "$expr": { "$gt": ["$_lease.exp", "$$NOW"] },
-            }
-        );
-        assert_eq!(
-            held_waited_filter(&paths(), "me", &lease(), true).get("_lease.wt"),
-            Some(&Bson::from(doc! { "$exists": true }))
-        );
-    }
-
-    #[test]
-    fn the_users_operators_are_merged_with_ours_operator_by_operator() {
-        let p = paths();
-        let user =
-            doc! { "$set": { "state": "done" }, "$unset": { "tmp": "" }, "$inc": { "n": 1 } };
-        assert_eq!(write_operators(&p, &user, LockAfter::Kept), user);
-        assert_eq!(
-            write_operators(&p, &user, LockAfter::Removed),
-            doc! { "$set": { "state": "done" }, "$unset": { "tmp": "", "_lease": "" }, "$inc": { "n": 1 } }
-        );
-        let until = DateTime::from_millis(9);
-        assert_eq!(
-            write_operators(&p, &user, LockAfter::Released(Some(until))),
-            doc! {
-                "$set": { "state": "done", "_lease.yu": until },
-                "$unset": { "tmp": "", "_lease.lid": "", "_lease.wt": "" },
-                "$inc": { "n": 1 },
-                "$currentDate": { "_lease.exp": true, "_lease.ts": true },
-            }
-        );
-        assert_eq!(
-            write_operators(&p, &doc! { "$inc": { "n": 1 } }, LockAfter::Released(None)),
-            doc! {
-                "$inc": { "n": 1 },
-                "$unset": { "_lease.lid": "", "_lease.wt": "" },
-                "$currentDate": { "_lease.exp": true, "_lease.ts": true },
-            }
-        );
-    }
-
-    #[test]
-    fn a_users_pipeline_runs_between_keeping_and_restoring_the_lock_field() {
-        let p = paths();
-        let user = vec![doc! { "$set": { "n": { "$add": ["$n", 1] } } }];
-        let kept = write_pipeline(&p, "me", 42, &user, false, 2_000, 1_000);
-        assert_eq!(
-            kept[0],
-            doc! { "$set": { "__mongo_lease__lease": "$_lease" } }
-        );
-        assert_eq!(kept[1], user[0]);
-        assert_eq!(
-            kept[2],
-            doc! { "$set": { "__mongo_lease__lease": { "$cond": [
-                { "$and": [
-                    { "$eq": ["$__mongo_lease__lease.aid", { "$literal": "me" }] },
-                    { "$eq": ["$__mongo_lease__lease.tok", { "$literal": 42_i64 }] },
-                ]},
-                "$__mongo_lease__lease",
-                {
-                    "aid": { "$literal": "me" },
-                    "tok": { "$literal": 42_i64 },
-                    "ts": "$$NOW",
-                    "exp": "$$NOW",
-                },
-            ]}}}
-        );
-        assert_eq!(
-            kept[3],
-            doc! { "$set": { "_lease": "$__mongo_lease__lease" } }
-        );
-        assert_eq!(kept[4], doc! { "$unset": ["__mongo_lease__lease"] });
-        let released = write_pipeline(&p, "me", 42, &user, true, 2_000, 1_000);
-        assert_eq!(released.len(), 5);
-        assert_eq!(
-            released[4],
-            doc! { "$unset": ["__mongo_lease__lease", "_lease.lid", "_lease.wt"] }
-        );
-        let cond = released[3]
-            .get_document("$set")
-            .unwrap()
-            .get_document("_lease")
-            .unwrap()
-            .get_array("$cond")
-            .unwrap();
-        assert_eq!(cond[1], Bson::from("$$REMOVE"));
-    }
-}
+mod tests;

@@ -45,8 +45,8 @@ use mongodb::bson::{Document, RawArrayBuf, doc, rawdoc};
 use uuid::Uuid;
 
 use super::super::handle::MongoStore;
-use super::super::pipeline::bson_lease_id;
 use super::super::plain::{update_reply, update_statements};
+use super::super::rules::bson_lease_id;
 use super::{Form, LID, raw_key_filter, raw_lets, raw_upsert_filter};
 use crate::error::Error;
 use crate::key::LeaseKey;

@@ -12,7 +12,7 @@ use mongodb::{Collection, Database};
 use uuid::Uuid;
 
 use super::super::kinds::{Released, holder_filter};
-use super::super::pipeline::bson_lease_id;
+use super::super::rules::bson_lease_id;
 use super::MongoStore;
 use crate::store::{AcquireOutcome, HandOver, LeaseRef, field};
 

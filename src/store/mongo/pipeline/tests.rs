@@ -6,8 +6,10 @@ use mongodb::bson::DateTime;
 use std::time::Duration;
 
 use super::*;
-use crate::store::AcquireOutcome;
+use crate::store::mongo::rules::{owner_filter, payload_filter, read_lease_id};
 use crate::store::replies::classify;
+use crate::store::{AcquireOutcome, LeaseRef};
+use crate::token::TOKEN_TIME_SHIFT;
 
 const LID: Uuid = Uuid::from_u128(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
 
@@ -579,7 +581,7 @@ fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases
         { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << 20] },
         { "$add": ["$tok", 1_000_i64 << 20] },
     ]};
-    assert_eq!(token_older_than(1_000), old_enough);
+    assert_eq!(LockPath::TOP.token_older_than(1_000), old_enough);
     let filter = doc! { "_id": "k" };
     assert_eq!(
         deletable_filter(filter.clone(), 1_000),

@@ -1,0 +1,107 @@
+//! Unit tests of `events.rs`: the change-stream stages and the reading of
+//! their events, without a server.
+
+use mongodb::bson::Bson;
+
+use super::super::super::rules::bson_lease_id;
+use super::super::pipeline::fixtures::{LID, LOCK_FIELD};
+use super::*;
+
+#[test]
+fn announced_writes_set_or_remove_the_lock_field_its_lease_id_or_owner_id() {
+    let [matched, _] = release_events_pipeline(LOCK_FIELD);
+    let or = matched
+        .get_document("$match")
+        .unwrap()
+        .get_array("$or")
+        .unwrap();
+    assert_eq!(
+        or[1].as_document().unwrap().get_array("$or").unwrap()[1],
+        Bson::from(doc! { "updateDescription.removedFields": {
+            "$in": ["_lease", "_lease.lid", "_lease.aid"],
+        }})
+    );
+}
+
+#[test]
+fn announced_writes_are_read_from_each_kind_of_event() {
+    let p = LOCK_FIELD;
+    let write = |freed, lease_id, owner: Option<&str>, token| KeyWrite {
+        key: "k".into(),
+        freed,
+        lease_id,
+        owner: owner.map(str::to_string),
+        token,
+    };
+    let event = |kind: &str, rest: Document| {
+        let mut e = doc! { "operationType": kind, "documentKey": { "_id": "k" } };
+        e.extend(rest);
+        e
+    };
+    let lid = bson_lease_id(LID);
+    assert_eq!(
+        key_write(p, &event("delete", doc! {})),
+        Some(write(true, None, None, None))
+    );
+    assert_eq!(
+        key_write(
+            p,
+            &event(
+                "insert",
+                doc! { "fullDocument": {
+                    "_lease": { "aid": "me", "lid": lid.clone(), "tok": 5_i64 },
+                } }
+            )
+        ),
+        Some(write(false, Some(LID), Some("me"), Some(5)))
+    );
+    assert_eq!(
+        key_write(p, &event("replace", doc! { "fullDocument": { "x": 1 } })),
+        Some(write(true, None, None, None))
+    );
+    assert_eq!(
+        key_write(
+            p,
+            &event(
+                "update",
+                doc! { "setLock": { "aid": "me", "lid": lid.clone(), "tok": 1_i64 } }
+            )
+        ),
+        Some(write(false, Some(LID), Some("me"), Some(1))),
+        "an acquisition that sets the whole lock field"
+    );
+    assert_eq!(
+        key_write(
+            p,
+            &event(
+                "update",
+                doc! { "setLid": lid.clone(), "setAid": "me", "setTok": 7_i64 }
+            )
+        ),
+        Some(write(false, Some(LID), Some("me"), Some(7))),
+        "an acquisition that sets the lock field's fields"
+    );
+    assert_eq!(
+        key_write(
+            p,
+            &event(
+                "update",
+                doc! { "updateDescription": { "removedFields": ["_lease.lid"] } }
+            )
+        ),
+        Some(write(true, None, None, None)),
+        "a release"
+    );
+    assert_eq!(
+        key_write(
+            p,
+            &event(
+                "update",
+                doc! { "updateDescription": { "removedFields": ["_lease"] } }
+            )
+        ),
+        Some(write(true, None, None, None)),
+        "a commit"
+    );
+    assert_eq!(key_write(p, &event("invalidate", doc! {})), None);
+}

@@ -1,0 +1,416 @@
+//! The protocol's rules as MongoDB expressions, written once over where a
+//! document keeps its lock fields ([`LockPath`]): at the top of a lock
+//! document (the lock collection) or under the lock field `F` of a user's
+//! document (in-document leases), as `LockPlace::path` states. Here live
+//! the shape test, the token rule, the win rule, the token-age test of
+//! delete mode, the filters of one lease and of an owner's leases, and the
+//! stored forms of the lease id and the fencing token with the reading of
+//! the change events that carry them. Both places' builders
+//! ([`pipeline`](super::pipeline), `document`) call them with their path;
+//! the lock collection's other builders and operations (`kinds`, `queue`,
+//! `handoff`, `light`, `ops`) use the shorthands at the top ([`inserted`],
+//! [`our_shape`], [`next_token`], [`payload_filter`], [`owner_filter`]).
+//!
+//! Pure functions of their arguments: the unit tests (`rules/tests.rs`)
+//! compare the two paths' forms, and check the token rule at both on a real
+//! `mongod`; what the server does with the rest is tested there too
+//! (`store::contract`, `tests/document_lease/`).
+
+use mongodb::bson::spec::BinarySubtype;
+use mongodb::bson::{Bson, Document, doc};
+use uuid::Uuid;
+
+use crate::key::LeaseKey;
+use crate::store::{KeyWrite, LeaseRef, field};
+use crate::token::TOKEN_TIME_SHIFT;
+
+/// Where a document keeps its lock fields (`aid`, `lid`, `tok`, `exp`, ...,
+/// the names of [`field`]): at the top of a lock document, or under the
+/// lock field `F` of a user's document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::store::mongo) struct LockPath {
+    /// `F`, or `None` at the top.
+    field: Option<String>,
+}
+
+impl LockPath {
+    /// The lock collection's: the lock fields at the top of the document.
+    pub(in crate::store::mongo) const TOP: LockPath = LockPath { field: None };
+
+    /// The lock fields under `field` (checked by `document::check_field`: a
+    /// top-level name without `.` or `$`), or under a temporary field that
+    /// holds them while a user's update pipeline runs.
+    pub(in crate::store::mongo) fn under(field: &str) -> Self {
+        LockPath {
+            field: Some(field.to_string()),
+        }
+    }
+
+    /// The path of lock field `name`: `name` at the top, `F.<name>` under `F`.
+    pub(in crate::store::mongo) fn at(&self, name: &str) -> String {
+        match &self.field {
+            None => name.to_string(),
+            Some(f) => format!("{f}.{name}"),
+        }
+    }
+
+    /// The field path expression of lock field `name`: `$<name>` or `$F.<name>`.
+    pub(in crate::store::mongo) fn var(&self, name: &str) -> String {
+        format!("${}", self.at(name))
+    }
+
+    /// Whether the document has no lock yet: at the top, the document that
+    /// the acquiring upsert is inserting ([`inserted`]); under `F`, a
+    /// document without `F`.
+    pub(in crate::store::mongo) fn absent(&self) -> Document {
+        match &self.field {
+            None => inserted(),
+            Some(f) => doc! { "$eq": [{ "$type": format!("${f}") }, "missing"] },
+        }
+    }
+
+    /// The shape test: a date `exp` and an int64 `tok` (`store::is_our_shape`,
+    /// as an expression). Anything else is a foreign holder's lock.
+    pub(in crate::store::mongo) fn our_shape(&self) -> Document {
+        doc! { "$and": [
+            { "$eq": [{ "$type": self.var(field::EXPIRES_AT) }, "date"] },
+            { "$eq": [{ "$type": self.var(field::TOKEN) }, "long"] },
+        ]}
+    }
+
+    /// The lease has expired by the server's clock: `exp <= $$NOW`.
+    pub(in crate::store::mongo) fn expired(&self) -> Document {
+        doc! { "$lte": [self.var(field::EXPIRES_AT), "$$NOW"] }
+    }
+
+    /// The token rule, the token of a new acquisition:
+    /// `max(tok + 1, ms($$NOW) * 2^20)` (see "Fencing tokens" in `store`).
+    pub(in crate::store::mongo) fn next_token(&self) -> Document {
+        doc! { "$max": [
+            { "$add": [{ "$ifNull": [self.var(field::TOKEN), 0_i64] }, 1_i64] },
+            { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
+        ]}
+    }
+
+    /// The token-age test of delete mode: the server's `$$NOW` is at least
+    /// `min_age_ms` past the token's millisecond, `ms($$NOW) * 2^20 >= tok +
+    /// min_age_ms * 2^20` in int64 arithmetic. It implies `ms($$NOW) >=
+    /// (tok >> 20) + min_age_ms`, so a token issued after a delete that
+    /// passed it is greater than `tok` unless `$$NOW` steps back by
+    /// `min_age_ms` or more (see "Fencing tokens" in `store`).
+    pub(in crate::store::mongo) fn token_older_than(&self, min_age_ms: i64) -> Document {
+        doc! { "$gte": [
+            { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
+            { "$add": [self.var(field::TOKEN), min_age_ms << TOKEN_TIME_SHIFT] },
+        ]}
+    }
+
+    /// The lock's owner id is `owner` (compared literally, never as an
+    /// expression).
+    pub(in crate::store::mongo) fn same_owner(&self, owner: &str) -> Document {
+        doc! { "$eq": [self.var(field::OWNER), { "$literal": owner }] }
+    }
+
+    /// A retry of the acquisition `lease_id` (stored form, [`bson_lease_id`])
+    /// of `owner`: this lease id and owner id. A lock another application
+    /// rewrote to another owner (keeping `lid`) is not ours any more.
+    pub(in crate::store::mongo) fn retry(&self, owner: &str, lease_id: &Bson) -> Document {
+        doc! { "$and": [
+            { "$eq": [self.var(field::LEASE_ID), lease_id.clone()] },
+            self.same_owner(owner),
+        ]}
+    }
+
+    /// The win rule of an acquisition `lease_id` of `owner`: the lock is
+    /// [`absent`](Self::absent), a [`retry`](Self::retry), or of
+    /// [our shape](Self::our_shape), [expired](Self::expired), not yielded
+    /// by this owner to a waiting one (`yu > $$NOW`) and, if given, `more`
+    /// (in the lock collection, the queue of waiting owners allows it).
+    pub(in crate::store::mongo) fn wins(
+        &self,
+        owner: &str,
+        lease_id: &Bson,
+        more: Option<Document>,
+    ) -> Document {
+        let yielded_by_us = doc! { "$and": [
+            self.same_owner(owner),
+            { "$gt": [self.var(field::YIELD_UNTIL), "$$NOW"] },
+        ]};
+        let mut free: Vec<Bson> = vec![
+            self.our_shape().into(),
+            self.expired().into(),
+            doc! { "$not": [yielded_by_us] }.into(),
+        ];
+        free.extend(more.map(Bson::from));
+        doc! { "$or": [
+            self.absent(),
+            self.retry(owner, lease_id),
+            { "$and": free },
+        ]}
+    }
+
+    /// The lock fields an acquisition that [`wins`](Self::wins) writes, in
+    /// this order: `aid`, `lid`, `tok` (kept by a retry, else the
+    /// [token rule](Self::next_token)), `acq` (kept by a retry), `ts =
+    /// $$NOW`, `exp = $$NOW + ttl_ms`, and `data` and `wt`, which only a
+    /// retry keeps.
+    pub(in crate::store::mongo) fn acquired(
+        &self,
+        owner: &str,
+        lease_id: &Bson,
+        ttl_ms: i64,
+    ) -> Document {
+        let mine = self.retry(owner, lease_id);
+        let keep = |name: &str| doc! { "$cond": [mine.clone(), self.var(name), "$$REMOVE"] };
+        doc! {
+            field::OWNER: { "$literal": owner },
+            field::LEASE_ID: lease_id.clone(),
+            field::TOKEN: { "$cond": [mine.clone(), self.var(field::TOKEN), self.next_token()] },
+            field::ACQUIRED_AT: { "$cond": [
+                mine.clone(),
+                { "$ifNull": [self.var(field::ACQUIRED_AT), "$$NOW"] },
+                "$$NOW",
+            ]},
+            field::RENEWED_AT: "$$NOW",
+            field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+            field::PAYLOAD: keep(field::PAYLOAD),
+            field::WAITING_SINCE: keep(field::WAITING_SINCE),
+        }
+    }
+
+    /// A live lease of another owner than `owner`, of our shape with a lease
+    /// id: what a waiting attempt marks (`wt`, [`waiting_since`](Self::waiting_since)).
+    pub(in crate::store::mongo) fn held_by_other(&self, owner: &str) -> Document {
+        doc! { "$and": [
+            self.our_shape(),
+            { "$eq": [{ "$type": self.var(field::LEASE_ID) }, "binData"] },
+            { "$not": [self.expired()] },
+            { "$not": [self.same_owner(owner)] },
+        ]}
+    }
+
+    /// The waiting mark's value: `wt` as it is, or `$$NOW` (one write per
+    /// holding period).
+    pub(in crate::store::mongo) fn waiting_since(&self) -> Document {
+        doc! { "$ifNull": [self.var(field::WAITING_SINCE), "$$NOW"] }
+    }
+
+    /// The document of `lease` of `owner`, only while it holds its lease id
+    /// and owner id.
+    pub(in crate::store::mongo) fn payload_filter(
+        &self,
+        owner: &str,
+        lease: &LeaseRef,
+    ) -> Document {
+        doc! {
+            field::ID: &lease.key,
+            self.at(field::LEASE_ID): bson_lease_id(lease.lease_id),
+            self.at(field::OWNER): { "$eq": owner },
+        }
+    }
+
+    /// Every lease held under `owner`, except those with a lease id in
+    /// `except`. Only locks of our shape: a foreign holder's lock carrying
+    /// the same `aid` is never released.
+    pub(in crate::store::mongo) fn owner_filter(&self, owner: &str, except: &[Uuid]) -> Document {
+        let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
+        doc! {
+            self.at(field::OWNER): owner,
+            self.at(field::LEASE_ID): { "$exists": true, "$nin": except },
+            self.at(field::TOKEN): { "$type": "long" },
+            self.at(field::EXPIRES_AT): { "$type": "date" },
+        }
+    }
+
+    /// The documents among `filter`'s whose lock a release in delete mode
+    /// deletes at once (in a user's document: removes `F`): of our shape
+    /// (int64 `tok`), not waited for by another owner (no `wt`: such a
+    /// release yields instead), none of `absent` present (the lock
+    /// collection's `hs` and `q`: a release of a shared key's holder, or one
+    /// that hands the key over or keeps the queue), their token at least
+    /// `min_age_ms` old by the server's clock ([`token_older_than`](Self::token_older_than)).
+    pub(in crate::store::mongo) fn deletable_filter(
+        &self,
+        filter: Document,
+        min_age_ms: i64,
+        absent: &[&str],
+    ) -> Document {
+        let mut deletable = doc! {
+            self.at(field::TOKEN): { "$type": "long" },
+            self.at(field::WAITING_SINCE): { "$exists": false },
+        };
+        for name in absent {
+            deletable.insert(self.at(name), doc! { "$exists": false });
+        }
+        deletable.insert("$expr", self.token_older_than(min_age_ms));
+        doc! { "$and": [filter, deletable] }
+    }
+
+    /// Released locks of our shape among `filter`'s (no `lid`, int64 `tok`,
+    /// date `exp`), none of `absent` present, not yielded (`yu` not in the
+    /// future) nor any of `until` in the future (the lock collection's
+    /// minimum hold `hl`), whose token is at least `min_age_ms` old: what the
+    /// follow-up delete of delete mode removes. A new acquisition (which sets
+    /// `lid`) never matches.
+    pub(in crate::store::mongo) fn released_filter(
+        &self,
+        filter: Document,
+        min_age_ms: i64,
+        absent: &[&str],
+        until: &[&str],
+    ) -> Document {
+        let mut released = doc! {
+            self.at(field::LEASE_ID): { "$exists": false },
+            self.at(field::TOKEN): { "$type": "long" },
+            self.at(field::EXPIRES_AT): { "$type": "date" },
+        };
+        for name in absent {
+            released.insert(self.at(name), doc! { "$exists": false });
+        }
+        let mut old_enough: Vec<Bson> = vec![self.token_older_than(min_age_ms).into()];
+        for name in std::iter::once(&field::YIELD_UNTIL).chain(until) {
+            old_enough.push(doc! { "$not": [{ "$gt": [self.var(name), "$$NOW"] }] }.into());
+        }
+        released.insert("$expr", doc! { "$and": old_enough });
+        doc! { "$and": [filter, released] }
+    }
+
+    /// The lock fields of a whole `document`: the document itself at the
+    /// top, `F` under `F` (`None` if `F` is missing or not a document).
+    pub(in crate::store::mongo) fn lock_of<'a>(
+        &self,
+        document: &'a Document,
+    ) -> Option<&'a Document> {
+        match &self.field {
+            None => Some(document),
+            Some(f) => document.get_document(f).ok(),
+        }
+    }
+
+    /// Reads a change event of a place's stream of writes that may change
+    /// who holds a key: a delete frees it; an insert or a replacement
+    /// announces the lock fields of its `fullDocument` ([`lock_of`](Self::lock_of)),
+    /// freeing the key if they hold no lease id; an update is read by
+    /// `update`, since each place's stream names the updated lock fields its
+    /// own way. `None` for an event of another kind, or one missing the
+    /// fields its kind carries (`documentKey._id`, `fullDocument`).
+    pub(in crate::store::mongo) fn key_write(
+        &self,
+        event: &Document,
+        update: impl FnOnce(LeaseKey, &Document) -> Option<KeyWrite>,
+    ) -> Option<KeyWrite> {
+        let key = event_key(event)?;
+        match event.get_str("operationType").ok()? {
+            "delete" => Some(freed(key)),
+            "insert" | "replace" => {
+                let lock = self.lock_of(event.get_document("fullDocument").ok()?);
+                let get = |name: &str| lock.and_then(|l| l.get(name));
+                Some(announced(
+                    key,
+                    get(field::LEASE_ID).is_none(),
+                    get(field::LEASE_ID),
+                    get(field::OWNER),
+                    get(field::TOKEN),
+                ))
+            }
+            "update" => update(key, event),
+            _ => None,
+        }
+    }
+}
+
+/// Whether the acquiring upsert of a lock document (on `{_id: key, _ins:
+/// null}`, `pipeline::upsert_filter`) is inserting it: it holds only `_id`
+/// and `_ins: null` (an existing document has no `_ins`; an existing bare
+/// `{_id}` is a foreign holder's lock; docs/mongodb-behaviour.md, B29).
+pub(in crate::store::mongo) fn inserted() -> Document {
+    doc! { "$and": [
+        { "$eq": [{ "$type": format!("${}", field::INSERTED) }, "null"] },
+        { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 2] },
+    ]}
+}
+
+/// The shape test at the top of a lock document ([`LockPath::our_shape`]).
+pub(in crate::store::mongo) fn our_shape() -> Document {
+    LockPath::TOP.our_shape()
+}
+
+/// The token rule at the top of a lock document ([`LockPath::next_token`]).
+pub(in crate::store::mongo) fn next_token() -> Document {
+    LockPath::TOP.next_token()
+}
+
+/// [`LockPath::payload_filter`] in the lock collection.
+pub(in crate::store::mongo) fn payload_filter(owner: &str, lease: &LeaseRef) -> Document {
+    LockPath::TOP.payload_filter(owner, lease)
+}
+
+/// [`LockPath::owner_filter`] in the lock collection.
+pub(in crate::store::mongo) fn owner_filter(owner: &str, except: &[Uuid]) -> Document {
+    LockPath::TOP.owner_filter(owner, except)
+}
+
+/// A lease id as stored in `lid`: a BSON UUID (binary subtype 4).
+pub(in crate::store::mongo) fn bson_lease_id(id: Uuid) -> Bson {
+    Bson::from(mongodb::bson::Uuid::from_bytes(id.into_bytes()))
+}
+
+/// A lease id as stored ([`bson_lease_id`]); `None` for a missing value or
+/// one of another type.
+pub(in crate::store::mongo) fn read_lease_id(value: Option<&Bson>) -> Option<Uuid> {
+    match value {
+        Some(Bson::Binary(b)) if b.subtype == BinarySubtype::Uuid => {
+            Uuid::from_slice(&b.bytes).ok()
+        }
+        _ => None,
+    }
+}
+
+/// A fencing token as stored (`tok`, an int64; an int32 is read too);
+/// `None` for a missing value, a negative one, or one of another type.
+pub(in crate::store::mongo) fn read_token(value: Option<&Bson>) -> Option<u64> {
+    match value {
+        Some(Bson::Int64(n)) => u64::try_from(*n).ok(),
+        Some(Bson::Int32(n)) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+/// The key of a change event's document (`documentKey._id`).
+pub(in crate::store::mongo) fn event_key(event: &Document) -> Option<LeaseKey> {
+    let id = event.get_document("documentKey").ok()?.get(field::ID)?;
+    Some(LeaseKey::from(id.clone()))
+}
+
+/// The write of a change event that may have freed `key` and shows no
+/// lease: a delete, a release of a holder of a shared or semaphore key.
+pub(in crate::store::mongo) fn freed(key: LeaseKey) -> KeyWrite {
+    KeyWrite {
+        key,
+        freed: true,
+        lease_id: None,
+        owner: None,
+        token: None,
+    }
+}
+
+/// The write of a change event on `key` that `freed` it or not and shows
+/// the stored `lid`, `aid` and `tok` it set (each `None` if not shown).
+pub(in crate::store::mongo) fn announced(
+    key: LeaseKey,
+    freed: bool,
+    lid: Option<&Bson>,
+    aid: Option<&Bson>,
+    tok: Option<&Bson>,
+) -> KeyWrite {
+    KeyWrite {
+        key,
+        freed,
+        lease_id: read_lease_id(lid),
+        owner: aid.and_then(Bson::as_str).map(str::to_string),
+        token: read_token(tok),
+    }
+}
+
+#[cfg(test)]
+mod tests;
