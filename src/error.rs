@@ -102,13 +102,14 @@ pub enum Error {
     /// command the server may echo, and at most 200 bytes), code name and
     /// code; else the driver's error kind. The driver's error, with its
     /// labels and the raw server response, is the variant's field and the
-    /// error's `source()`. A refusal met on the lock collection by
-    /// [`LockManager`](crate::LockManager)'s own calls is [`Error::Refused`]
-    /// instead.
+    /// error's `source()`. A refusal met by a call of
+    /// [`LockManager`](crate::LockManager), of a lease or of in-document
+    /// leases is [`Error::Refused`] instead.
     #[error("MongoDB operation failed: {}", short_kind(.0))]
     Database(#[from] mongodb::error::Error),
 
-    /// The server refused an operation on the lock collection: a missing
+    /// The server refused an operation on the lock collection or a
+    /// collection of in-document leases: a missing
     /// privilege, a document it cannot store, ... Retrying the same call
     /// fails the same way until the cause is fixed.
     ///
@@ -141,7 +142,8 @@ pub enum Error {
     Refused {
         /// What was refused.
         operation: Operation,
-        /// The lock collection, as `database.collection`.
+        /// The collection, as `database.collection`: the lock collection, or
+        /// the collection of in-document leases.
         namespace: String,
         /// The driver's error: the server's code, code name and whole
         /// message.
@@ -429,8 +431,9 @@ fn refusal_reason(error: &mongodb::error::Error, namespace: &str) -> String {
     format!("{cause} ({name}, code {code}); {remedy}")
 }
 
-/// The call of [`LockManager`](crate::LockManager) that the server refused
-/// ([`Error::Refused`]); `Display` gives its name (`acquire`, ...).
+/// The call that the server refused ([`Error::Refused`]): a
+/// [`LockManager`](crate::LockManager) call, or a lease's own write;
+/// `Display` gives its name (`acquire`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Operation {
@@ -446,6 +449,13 @@ pub enum Operation {
     ForceRelease,
     /// `release_owner`.
     ReleaseOwner,
+    /// A lease's release (`Lease::release`, `DocumentLease::release`).
+    Release,
+    /// `set_payload` of a lease.
+    SetPayload,
+    /// A write under an in-document lease (`DocumentLease::update`,
+    /// `DocumentLease::commit`).
+    Write,
 }
 
 impl std::fmt::Display for Operation {
@@ -457,6 +467,9 @@ impl std::fmt::Display for Operation {
             Operation::List => "list",
             Operation::ForceRelease => "force_release",
             Operation::ReleaseOwner => "release_owner",
+            Operation::Release => "release",
+            Operation::SetPayload => "set_payload",
+            Operation::Write => "write under the lease",
         })
     }
 }

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::actor::command::{Changes, GrantedLease, Target};
 use crate::actor::mailbox::Mailbox;
-use crate::error::{Error, Result};
+use crate::error::{Error, Operation, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::status::{LeaseEvents, LeaseState, LossReason, ReleaseOutcome};
@@ -137,6 +137,13 @@ impl Lease {
                 },
             )
             .await
+            .map_err(|e| self.refused(Operation::Write, e))
+    }
+
+    /// `error` as met by `operation` on this lease's collection: a server's
+    /// refusal becomes [`Error::Refused`] (see [`Error::refused_in`]).
+    fn refused(&self, operation: Operation, error: Error) -> Error {
+        error.refused_in(operation, &self.place.namespace())
     }
 
     /// Makes the manager check this lease now by a renewal (the transaction
@@ -287,8 +294,10 @@ impl Lease {
     /// [`MAX_PAYLOAD_LEN`] bytes of BSON, or has a field name that is empty,
     /// contains a dot or starts with `$` (nothing is sent);
     /// [`Error::LeaseLost`] if the lease is no longer held (its token fires
-    /// too if the server says so); [`Error::Shutdown`]; [`Error::Database`] or
-    /// [`Error::Unreachable`] if the write could not be confirmed.
+    /// too if the server says so); [`Error::Shutdown`]; [`Error::Refused`] if
+    /// the server refuses the write (e.g. a user without the `readWrite`
+    /// role); [`Error::Database`] or [`Error::Unreachable`] if the write
+    /// could not be confirmed.
     ///
     /// # Cancel safety
     ///
@@ -307,7 +316,10 @@ impl Lease {
     /// [`LockManager::list`]: crate::LockManager::list
     /// [`LockManager::observe`]: crate::LockManager::observe
     pub async fn set_payload(&self, payload: Document) -> Result<()> {
-        self.handle().set_payload(payload).await
+        self.handle()
+            .set_payload(payload)
+            .await
+            .map_err(|e| self.refused(Operation::SetPayload, e))
     }
 
     /// A cheap, cloneable reference to this acquisition (no release on drop).
@@ -327,8 +339,10 @@ impl Lease {
     /// # Errors
     ///
     /// [`Error::Shutdown`] if the manager has shut down (its leases were
-    /// released then); [`Error::Database`] or [`Error::Unreachable`] if the
-    /// release could not be confirmed (the lease then expires after its TTL).
+    /// released then); [`Error::Refused`] if the server refuses the release
+    /// (e.g. a user without the `readWrite` role); [`Error::Database`] or
+    /// [`Error::Unreachable`] if the release could not be confirmed (in
+    /// either case the lease then expires after its TTL).
     ///
     /// # Cancel safety
     ///
@@ -337,7 +351,10 @@ impl Lease {
         // The command is sent at the first poll: from then on `Drop` must not
         // send a second one.
         self.released = true;
-        self.mailbox.release(self.key.clone(), self.lease_id).await
+        self.mailbox
+            .release(self.key.clone(), self.lease_id)
+            .await
+            .map_err(|e| self.refused(Operation::Release, e))
     }
 }
 

@@ -464,6 +464,14 @@ impl LockManager {
 
     /// `error` as met by `operation` on the lock collection: a server's
     /// refusal becomes [`Error::Refused`] naming both.
+    /// The lock collection's database (in-document leases' collections are in it too).
+    pub(crate) fn database_name(&self) -> &str {
+        let namespace: &str = &self.inner.namespace;
+        namespace
+            .split_once('.')
+            .map_or(namespace, |(database, _)| database)
+    }
+
     fn refused(&self, operation: Operation) -> impl FnOnce(Error) -> Error + '_ {
         move |error| error.refused_in(operation, &self.inner.namespace)
     }

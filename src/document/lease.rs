@@ -99,9 +99,10 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     /// [`Error::LeaseLost`] if the lease was lost: nothing was written, and
     /// the lease's token has fired. [`Error::InvalidUpdate`] for an update
     /// that is empty or writes the lock field, or a pipeline that names the
-    /// reserved temporary field (nothing sent). [`Error::Database`] for an
-    /// update MongoDB refuses (nothing written), or a result that cannot be
-    /// read as `T` (the write happened). [`Error::Shutdown`]. An error for
+    /// reserved temporary field (nothing sent). [`Error::Refused`] for an
+    /// update MongoDB refuses (nothing written), naming the operation, the
+    /// collection and the cause; [`Error::Database`] for a result that
+    /// cannot be read as `T` (the write happened). [`Error::Shutdown`]. An error for
     /// which [`Error::is_transient`] is true (the network, a failover, the
     /// manager's operation timeout) leaves the outcome unknown: the update
     /// may have been written. (The write is a retryable write: on a replica

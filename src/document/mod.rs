@@ -18,7 +18,7 @@ use typed_builder::TypedBuilder;
 use crate::actor::command::{AcquireMode, Target};
 use crate::config::AcquireOptions;
 use crate::document_update::check_create;
-use crate::error::{Error, Result};
+use crate::error::{Error, Operation, Result};
 use crate::key::LeaseKey;
 use crate::lease::Lease;
 use crate::manager::LockManager;
@@ -212,7 +212,8 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     /// # Errors
     ///
     /// [`Error::InvalidKey`] for an `_id` MongoDB refuses,
-    /// [`Error::Shutdown`], and database errors ([`Error::Database`],
+    /// [`Error::Shutdown`], [`Error::Refused`] if the server refuses the
+    /// read, and other database errors ([`Error::Database`],
     /// [`Error::Unreachable`]).
     ///
     /// # Cancel safety
@@ -237,6 +238,12 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
                 key: id.into(),
             })
             .await
+            .map_err(|e| e.refused_in(Operation::Inspect, &self.namespace()))
+    }
+
+    /// `database.collection` of these documents, as errors name it.
+    fn namespace(&self) -> String {
+        format!("{}.{}", self.manager.database_name(), self.collection)
     }
 
     /// Acquires the lease of the document with `_id` `id`, waiting as long
@@ -249,7 +256,8 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     /// [`DocumentLeases::acquire_with`] to create it), [`Error::InvalidKey`]
     /// for an `_id` MongoDB refuses, [`Error::Database`] if the document
     /// cannot be read as `T` (the lease is then released),
-    /// [`Error::Shutdown`].
+    /// [`Error::Refused`] if the server refuses the acquire (e.g. a user
+    /// without the `readWrite` role), [`Error::Shutdown`].
     ///
     /// # Cancel safety
     ///
@@ -350,7 +358,8 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         let Some(granted) = self
             .manager
             .request_target(target, mode, &acquire, options.create)
-            .await?
+            .await
+            .map_err(|e| e.refused_in(Operation::Acquire, &self.namespace()))?
         else {
             return Ok(None);
         };

@@ -577,6 +577,11 @@ impl LockPlace {
             Some(prefix) => format!("{prefix}.{name}"),
         }
     }
+
+    /// `database.collection`, as errors name it.
+    pub fn namespace(&self) -> String {
+        format!("{}.{}", self.database, self.collection)
+    }
 }
 
 /// A write under an in-document lease ([`Store::write_document`]).

@@ -321,3 +321,85 @@ async fn a_read_write_user_acquires_and_is_woken_through_its_change_stream() {
     writer.shutdown().await.unwrap();
     holder.shutdown().await.unwrap();
 }
+
+/// A lease whose holder loses its write privilege (the `readWrite` role
+/// revoked, `read` kept): its payload write, its in-document write and its
+/// release are refused each in one sentence naming the operation and the
+/// collection, not the command's BSON, as an acquire is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holders_writes_after_its_write_role_is_revoked_are_refused_in_one_sentence() {
+    const LONG: Duration = Duration::from_secs(120);
+    let clients = Clients::default();
+    let (rs, uri) = user_with_role(&clients, "writer", "readWrite").await;
+    let admin = clients.connect(&rs.uri()).await;
+    admin
+        .database("app")
+        .collection::<Document>("items")
+        .insert_one(doc! { "_id": "i1", "n": 1 })
+        .await
+        .unwrap();
+    let mut options = options_for(&clients, &uri, "app", Duration::from_secs(3)).await;
+    options.ttl = LONG;
+    let writer = LockManager::connect(options).await.unwrap();
+    let lease = writer.acquire("k").await.expect("readWrite may acquire");
+    let items = writer.documents::<Document>("items").await.unwrap();
+    let mut item = items.acquire("i1").await.expect("readWrite may acquire");
+    admin
+        .database("admin")
+        .run_command(doc! { "revokeRolesFromUser": "writer", "roles": [{ "role": "readWrite", "db": "app" }] })
+        .await
+        .unwrap();
+    admin
+        .database("admin")
+        .run_command(
+            doc! { "grantRolesToUser": "writer", "roles": [{ "role": "read", "db": "app" }] },
+        )
+        .await
+        .unwrap();
+
+    let refused = |error: &Error, operation: Operation, namespace: &str| {
+        eprintln!("{operation}: {error}");
+        assert!(
+            matches!(error, Error::Refused { operation: o, .. } if *o == operation),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "{operation} on {namespace} refused by the server: not authorized"
+            )),
+            "{text}"
+        );
+        assert_short_and_clear(&text);
+    };
+    let (payload, _) = bounded(
+        "the payload write",
+        BOUND,
+        lease.set_payload(doc! { "a": 1 }),
+    )
+    .await;
+    refused(
+        &payload.expect_err("a read-only user cannot write"),
+        Operation::SetPayload,
+        "app.job.lock",
+    );
+    let (write, _) = bounded(
+        "the write under the lease",
+        BOUND,
+        item.update(doc! { "$set": { "n": 2 } }),
+    )
+    .await;
+    refused(
+        &write.expect_err("a read-only user cannot write"),
+        Operation::Write,
+        "app.items",
+    );
+    let (release, _) = bounded("the release", BOUND, lease.release()).await;
+    refused(
+        &release.expect_err("a read-only user cannot release"),
+        Operation::Release,
+        "app.job.lock",
+    );
+    drop(item);
+    writer.shutdown().await.ok();
+}
