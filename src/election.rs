@@ -264,7 +264,7 @@ impl fmt::Debug for Election {
 /// This candidate's leadership: a held lease on the election's key.
 ///
 /// The manager renews it in the background. Stop acting as leader when
-/// [`lost`](Leadership::lost) completes, and pass its
+/// [`lost`](Lease::lost) completes, and pass its
 /// [term](Leadership::term) to every resource the leader writes, so a stale
 /// leader's writes can be refused. Dropping it resigns in the background;
 /// prefer [`Leadership::resign`].
@@ -283,60 +283,6 @@ impl Leadership {
     /// earlier term of this election.
     pub fn term(&self) -> u64 {
         self.lease.fencing_token()
-    }
-
-    /// The leader's owner id (its manager's).
-    pub fn owner_id(&self) -> &str {
-        self.lease.owner_id()
-    }
-
-    /// A token cancelled when leadership is lost (see
-    /// [`Lease::cancellation_token`]) or resigned.
-    pub fn cancellation_token(&self) -> CancellationToken {
-        self.lease.cancellation_token()
-    }
-
-    /// `true` once leadership has been lost: its token fired, or its local
-    /// deadline has passed, read without the manager task (see
-    /// [`Lease::is_lost`]).
-    pub fn is_lost(&self) -> bool {
-        self.lease.is_lost()
-    }
-
-    /// Why leadership was lost; `None` while it is held (see
-    /// [`Lease::lost_reason`]: set before the token fires).
-    pub fn lost_reason(&self) -> Option<LossReason> {
-        self.lease.lost_reason()
-    }
-
-    /// The events of the leader's lease: renewed, at risk, lost with its
-    /// reason (see [`Lease::events`]).
-    pub fn events(&self) -> LeaseEvents {
-        self.lease.events()
-    }
-
-    /// Completes when leadership is lost (or resigned). The future does not
-    /// borrow the leadership, as [`Lease::lost`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future has no effect on the leadership.
-    pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.lease.lost()
-    }
-
-    /// Publishes `payload` as the leader's payload (see [`Lease::set_payload`]),
-    /// seen by [`Election::leader`] and [`Election::observe`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lease::set_payload`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future may or may not leave the payload written.
-    pub async fn set_payload(&self, payload: Document) -> Result<()> {
-        self.lease.set_payload(payload).await
     }
 
     /// Resigns: releases the lease so that another candidate can lead at once.
@@ -361,11 +307,6 @@ impl Leadership {
         Ok(outcome)
     }
 
-    /// The underlying lease.
-    pub fn lease(&self) -> &Lease {
-        &self.lease
-    }
-
     /// A [`LeaderContext`] for this leadership: what [`Election::run_as_leader`]
     /// passes to its future, for code that campaigns itself.
     pub fn context(&self) -> LeaderContext {
@@ -375,6 +316,18 @@ impl Leadership {
             state: self.lease.state().clone(),
             lease: self.lease.handle(),
         }
+    }
+}
+
+/// A leadership is its lease: [`Lease::lost`], [`Lease::cancellation_token`],
+/// [`Lease::is_lost`], [`Lease::lost_reason`], [`Lease::events`],
+/// [`Lease::owner_id`] and [`Lease::set_payload`] (the leader's payload, seen
+/// by [`Election::leader`] and [`Election::observe`]) are called on it.
+impl std::ops::Deref for Leadership {
+    type Target = Lease;
+
+    fn deref(&self) -> &Lease {
+        &self.lease
     }
 }
 
@@ -444,7 +397,7 @@ impl LeaderContext {
         self.state.events()
     }
 
-    /// Publishes the leader's payload (see [`Leadership::set_payload`]).
+    /// Publishes the leader's payload (see [`Lease::set_payload`]).
     ///
     /// # Errors
     ///
