@@ -111,14 +111,14 @@ impl Actor {
     fn start_attempt(&mut self, key: &Target) {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
         let next_shape = state.waiters.front().map(|w| w.shape).unwrap_or_default();
-        if state.unseen.take().is_some_and(|sent| sent != next_shape) {
+        if let Some(sent) = state.unseen.take().filter(|sent| *sent != next_shape) {
             // An attempt of another shape under this lease id may have
             // landed unseen (its waiter left): a retry of this shape would
             // not recognise it as ours and would wait for it to expire. Give
             // it back; the attempt starts under a new lease id once the
             // release is confirmed (`on_released`).
             let lease_id = std::mem::replace(&mut state.next_lease_id, crate::random::uuid());
-            self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+            self.spawn_release(key.clone(), lease_id, sent.kind, Instant::now(), None);
             return;
         }
         state.attempt = Attempt::InFlight;
@@ -190,7 +190,7 @@ impl Actor {
                     }
                 }
                 // Its confirmation starts the next attempt (`on_released`).
-                self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                self.spawn_release(key.clone(), lease_id, sent.shape.kind, Instant::now(), None);
             }
             Ok((AcquireOutcome::Acquired { token }, document)) => {
                 state.failures = 0;
@@ -216,7 +216,13 @@ impl Actor {
                     // Nobody to give it to: give it back at once.
                     state.unseen = None;
                     state.next_lease_id = crate::random::uuid();
-                    self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                    self.spawn_release(
+                        key.clone(),
+                        lease_id,
+                        sent.shape.kind,
+                        Instant::now(),
+                        None,
+                    );
                 } else if confirming {
                     // Confirmed by a read again: the writes keep failing.
                     self.schedule_retry(&key, None, false);
@@ -341,7 +347,13 @@ impl Actor {
                     // leave the key blocked until the lease expires.
                     state.unseen = None;
                     state.next_lease_id = crate::random::uuid();
-                    self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                    self.spawn_release(
+                        key.clone(),
+                        lease_id,
+                        sent.shape.kind,
+                        Instant::now(),
+                        None,
+                    );
                 }
             }
         }
@@ -438,7 +450,7 @@ impl Actor {
             }
             return;
         }
-        self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+        self.spawn_release(key.clone(), lease_id, shape.kind, Instant::now(), None);
     }
 
     /// Schedules the key's next attempt within [`wake_jitter`] (capped

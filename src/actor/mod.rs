@@ -596,7 +596,13 @@ impl Actor {
             self.keys.remove(key);
             if let Some(lease_id) = handed {
                 // Handed to a registration nobody waits on any more.
-                self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                self.spawn_release(
+                    key.clone(),
+                    lease_id,
+                    crate::LeaseKind::Exclusive,
+                    Instant::now(),
+                    None,
+                );
             }
         }
     }

@@ -13,6 +13,7 @@ use super::command::{Place, Reply, Target};
 use super::{Actor, Attempt, Event, KeyState};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::lease::{LeaseInfo, ReleaseOutcome};
 use crate::status::LossReason;
 use crate::store::{DELETE_DELAY, LeaseRef};
@@ -50,7 +51,7 @@ impl Actor {
                 state.attempt = Attempt::Idle;
             }
         }
-        self.spawn_release(key, held.lease_id, held.acquired_at, respond_to);
+        self.spawn_release(key, held.lease_id, held.kind, held.acquired_at, respond_to);
     }
 
     /// Releases every lease of this manager: in the lock collection by owner
@@ -69,6 +70,7 @@ impl Actor {
                 documents.entry(key.place).or_default().push(LeaseRef {
                     key: key.key.clone(),
                     lease_id: held.lease_id,
+                    kind: held.kind,
                 });
             }
         }
@@ -135,6 +137,7 @@ impl Actor {
         &mut self,
         key: Target,
         lease_id: Uuid,
+        kind: LeaseKind,
         acquired_at: Instant,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
@@ -143,7 +146,7 @@ impl Actor {
             .entry(key.clone())
             .or_insert_with(|| Box::new(KeyState::new()))
             .releases_in_flight += 1;
-        self.send_release(key, lease_id, respond_to, follow_up);
+        self.send_release(key, lease_id, kind, respond_to, follow_up);
     }
 
     /// Sends the release of one lease to its place's store; the outcome
@@ -154,12 +157,14 @@ impl Actor {
         &mut self,
         key: Target,
         lease_id: Uuid,
+        kind: LeaseKind,
         respond_to: Option<Reply<ReleaseOutcome>>,
         follow_up: Option<Instant>,
     ) {
         let lease = LeaseRef {
             key: key.key.clone(),
             lease_id,
+            kind,
         };
         // A follow-up is due: the lease is too young for delete mode's delete.
         let store = self.store(key.place);
@@ -402,14 +407,15 @@ impl Actor {
         payload: Document,
         respond_to: Reply<()>,
     ) {
-        if self.held_lease(&key, lease_id).is_none() {
+        let Some(held) = self.held_lease(&key, lease_id) else {
             let _ = respond_to.send(Err(Error::LeaseLost { key: key.key }));
             return;
-        }
+        };
         let write = self.store(key.place).set_payload(
             LeaseRef {
                 key: key.key.clone(),
                 lease_id,
+                kind: held.kind,
             },
             payload,
         );

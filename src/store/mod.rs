@@ -499,11 +499,15 @@ pub(crate) const TOKEN_TIME_SHIFT: u32 = 20;
 pub(crate) const DELETE_DELAY: Duration =
     Duration::from_millis(crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as u64 + 100);
 
-/// The owner id and lease id that identify one acquisition of a key.
+/// The key and lease id that identify one acquisition, and its kind: the
+/// store picks the form of a renewal or a release by it (the plain
+/// exclusive renewal, the light release), holding no memory of its own of
+/// which leases are holders of shared or semaphore keys.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct LeaseRef {
     pub key: LeaseKey,
     pub lease_id: Uuid,
+    pub kind: crate::kind::LeaseKind,
 }
 
 /// A write to a lock document, as the announcement stream

@@ -5,8 +5,8 @@
 //!
 //! - It applies where `MongoStore`'s does: one lease, a release that does
 //!   not delete first (keep mode, or delete mode's `release_young`), in the
-//!   lock collection, not a lease of a shared or semaphore key that this
-//!   store acquired, not a key [`Contended`] lately: one whose exclusive
+//!   lock collection, not a lease of a shared or semaphore key (its
+//!   [`LeaseRef::kind`]), not a key [`Contended`] lately: one whose exclusive
 //!   acquire by this store was not a new acquisition (`MongoStore`'s
 //!   light acquire did not apply: a retry, a held key, a minimum hold,
 //!   an error), whose handoff did not acquire, or whose light release did
@@ -111,7 +111,7 @@ impl MemoryStore {
             [lease]
                 if mode == ReleaseMode::Keep
                     && self.place.is_none()
-                    && !lock(&self.multi_holder_ids).contains(&lease.lease_id)
+                    && !lease.kind.is_multi_holder()
                     && !self.contended.contains(&lease.key) =>
             {
                 Some(lease)

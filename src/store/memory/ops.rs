@@ -12,7 +12,6 @@ use mongodb::bson::Document;
 use uuid::Uuid;
 
 use super::control::Op;
-use super::db::lock;
 use super::doc::{Doc, Holder};
 use super::kinds;
 use super::reply::{self, Reread};
@@ -267,20 +266,11 @@ impl Store for MemoryStore {
         });
         // An unknown outcome (`Fault::Fail`, `FailAfterApply`, a timeout)
         // is resolved by a re-read, as by `MongoStore` (B7).
-        let multi = shape
-            .kind
-            .is_multi_holder()
-            .then(|| self.multi_holder_ids.clone());
         let exclusive = shape.kind == crate::LeaseKind::Exclusive;
         async move {
             let error = match write.await {
                 Err(error) => error,
                 Ok((outcome, retry)) => {
-                    if let Some(multi) = multi
-                        && matches!(outcome, AcquireOutcome::Acquired { .. })
-                    {
-                        lock(&multi).insert(lease_id);
-                    }
                     if exclusive {
                         reread
                             .0
@@ -603,12 +593,6 @@ impl MemoryStore {
         leases: Vec<LeaseRef>,
         mode: ReleaseMode,
     ) -> BoxFuture<'static, Result<u64>> {
-        {
-            let mut multi = lock(&self.multi_holder_ids);
-            for lease in &leases {
-                multi.remove(&lease.lease_id);
-            }
-        }
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let yield_window = self.yield_window;

@@ -3,7 +3,7 @@
 //! which every operation of its [`Store`](crate::store::Store)
 //! implementation (`ops`) is applied at server time.
 
-use crate::random::{HashMap, HashSet};
+use crate::random::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,10 +52,6 @@ pub(crate) struct MemoryStore {
     pub(super) opening_held: Arc<tokio::sync::watch::Sender<bool>>,
     /// The group commit of its light releases (shared by clones; `light`).
     pub(super) light_releases: Batcher<LeaseRef, LightRelease>,
-    /// The lease ids of the shared and semaphore leases it acquired and
-    /// has not released (shared by clones): their releases skip the light
-    /// form, as `MongoStore`'s.
-    pub(super) multi_holder_ids: Arc<Mutex<HashSet<Uuid>>>,
     /// The keys its releases send the general form for at once (shared by
     /// clones; `light`).
     pub(super) contended: Contended,
@@ -77,7 +73,6 @@ impl MemoryDb {
             opened: Arc::default(),
             opening_held: Arc::new(tokio::sync::watch::channel(false).0),
             light_releases: Batcher::default(),
-            multi_holder_ids: Arc::default(),
             contended: Contended::default(),
         }
     }
@@ -141,7 +136,6 @@ impl MemoryStore {
                 opened: Arc::default(),
                 opening_held: Arc::new(tokio::sync::watch::channel(false).0),
                 light_releases: Batcher::default(),
-                multi_holder_ids: Arc::default(),
                 contended: Contended::default(),
             })
             .clone()

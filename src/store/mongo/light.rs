@@ -417,15 +417,15 @@ impl MongoStore {
     /// the general one ([`release_any_update`]) if the light form matched
     /// nothing: the count of leases released, as
     /// [`MongoStore::release_parts`] counts them. `None` where the light
-    /// form does not apply: a contended key, a lease this store holds on a
-    /// shared or semaphore key, a delete-mode release that deletes first.
+    /// form does not apply: a contended key, a lease of a shared or
+    /// semaphore key, a delete-mode release that deletes first.
     pub(super) async fn release_light(
         &self,
         lease: &LeaseRef,
         delete_first: bool,
     ) -> Result<Option<u64>> {
         if (delete_first && self.release_mode() == ReleaseMode::Delete)
-            || self.holder_ids().contains_key(&lease.lease_id)
+            || lease.kind.is_multi_holder()
             || !self.light_applies(&lease.key)
         {
             return Ok(None);

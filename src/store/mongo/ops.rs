@@ -209,21 +209,14 @@ impl MongoStore {
     }
 
     /// One `updateMany` for the batch: the plain renewal of exclusive leases
-    /// when it holds no lease this store acquired as a holder of a shared
-    /// or semaphore key (encoded directly, `renewal`), else the renewal of
-    /// any kinds. (The actor acquires
-    /// and renews through one store value, whose clones share the hint; a
-    /// holder acquired through another store value would be reported lost,
-    /// never kept wrongly.)
+    /// when every lease of the batch is exclusive (its [`LeaseRef::kind`],
+    /// encoded directly, `renewal`), else the renewal of any kinds.
     pub(super) async fn renew_batch(
         &self,
         leases: Vec<LeaseRef>,
         ttl_ms: i64,
     ) -> Result<Vec<LeaseRef>> {
-        let plain = {
-            let holders = self.holder_ids();
-            !leases.iter().any(|l| holders.contains_key(&l.lease_id))
-        };
+        let plain = !leases.iter().any(|l| l.kind.is_multi_holder());
         let owner = self.owner();
         let (filter, update): (fn(&str, &[LeaseRef]) -> Document, _) = if plain {
             (exclusive_filter, renew_exclusive_update(ttl_ms))
@@ -237,25 +230,22 @@ impl MongoStore {
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
-        let ids = lease_ids(&leases);
         let raw = if plain {
             // Encoded directly: the filter names every key and lease id.
             self.renew_exclusive_raw(&leases, ttl_ms).await?
         } else {
             None
         };
-        let lost = match raw {
+        match raw {
             Some(matched) => {
                 self.unrenewed(self.coll(), filter, leases, field::LEASE_ID, matched)
-                    .await?
+                    .await
             }
             None => {
                 self.renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
-                    .await?
+                    .await
             }
-        };
-        self.renewed_holders(&ids, &lost, ttl_ms);
-        Ok(lost)
+        }
     }
 
     /// Renews `leases` by `update` on the documents of `coll` that match
@@ -618,11 +608,7 @@ impl Store for MongoStore {
                 owner: store.owner(),
                 except: except.clone(),
             };
-            let count = store
-                .release_matching(filter, &released, false, true)
-                .await?;
-            store.holder_ids().retain(|id, _| except.contains(id));
-            Ok(count)
+            store.release_matching(filter, &released, false, true).await
         }
         .boxed()
     }

@@ -199,6 +199,7 @@ mod tests {
         .map(|key| LeaseRef {
             key: key.into(),
             lease_id: Uuid::new_v4(),
+            kind: crate::kind::LeaseKind::Exclusive,
         })
         .collect();
         let command = renewal_command("locks", "me", &leases, 60_000).unwrap();
@@ -226,6 +227,7 @@ mod tests {
             let lease = LeaseRef {
                 key: key.into(),
                 lease_id: Uuid::new_v4(),
+                kind: crate::kind::LeaseKind::Exclusive,
             };
             let token = store
                 .acquire_light(&lease.key, lease.lease_id, 60_000)

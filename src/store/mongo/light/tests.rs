@@ -108,6 +108,7 @@ impl Env {
         let lease = LeaseRef {
             key: key.into(),
             lease_id: Uuid::new_v4(),
+            kind: crate::kind::LeaseKind::Exclusive,
         };
         let token = self
             .store
@@ -403,6 +404,7 @@ fn leases(prefix: &str, n: usize) -> Vec<LeaseRef> {
         .map(|i| LeaseRef {
             key: format!("{prefix}{i}").as_str().into(),
             lease_id: Uuid::new_v4(),
+            kind: crate::kind::LeaseKind::Exclusive,
         })
         .collect()
 }
@@ -479,10 +481,12 @@ async fn a_batched_acquire_leaves_a_held_key_unchanged_and_a_stale_write_under_i
     all.push(LeaseRef {
         key: "held".into(),
         lease_id: Uuid::new_v4(),
+        kind: crate::kind::LeaseKind::Exclusive,
     });
     all.push(LeaseRef {
         key: "stale".into(),
         lease_id: stale_id,
+        kind: crate::kind::LeaseKind::Exclusive,
     });
     // Another application's lock by an upsert of `_id` alone.
     let bare = doc! { "_id": "bare" };
@@ -490,6 +494,7 @@ async fn a_batched_acquire_leaves_a_held_key_unchanged_and_a_stale_write_under_i
     all.push(LeaseRef {
         key: "bare".into(),
         lease_id: Uuid::new_v4(),
+        kind: crate::kind::LeaseKind::Exclusive,
     });
     let tokens = acquire_all(&env, &all).await;
     // A free key is acquired by the batch, unless the `find` ran late enough
