@@ -11,7 +11,7 @@ use mongodb::options::{
 };
 use mongodb::{Collection, Database};
 
-use super::light::{Contended, LightBatches, Updates};
+use super::light::{Contended, LightBatches};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 
@@ -38,8 +38,6 @@ pub(crate) struct MongoStore {
     /// The keys the general forms of the acquire, release and handoff were
     /// sent for lately (shared by clones): see `light`.
     contended: Contended,
-    /// The light acquire's update per TTL, encoded once (see `light`).
-    light_updates: Updates,
     /// The group commits of the light acquire and release (see `batch`).
     light_batches: LightBatches,
 }
@@ -71,14 +69,8 @@ impl MongoStore {
             operation_timeout,
             release_mode: ReleaseMode::Keep,
             contended: Contended::default(),
-            light_updates: Updates::default(),
             light_batches: LightBatches::default(),
         }
-    }
-
-    /// The light acquire's encoded updates (see `light`).
-    pub(super) fn updates(&self) -> &Updates {
-        &self.light_updates
     }
 
     /// The group commits of the light acquire and release (see `batch`).

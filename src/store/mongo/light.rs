@@ -31,8 +31,8 @@
 //! The release and the handoff filter on `_id` alone (the server's fast
 //! path, B26), the acquire on `{_id, _ins: null}` (B29); each carries
 //! its conditions in one `$replaceWith` that leaves any other document
-//! unchanged; the lease ids are `let` variables, so each update is encoded
-//! once per TTL ([`Updates`]).
+//! unchanged; the lease ids are `let` variables, so a grouped command
+//! encodes its update once ([`encoded_update`]).
 //!
 //! A key where a light form did not apply (or that the general form was
 //! sent for) is remembered for [`CONTENDED_FOR`]: its writes go straight
@@ -118,7 +118,7 @@ fn root_with(set: Document, unset: &[&str]) -> Document {
 
 /// The variable of the light acquire's command (`let`) holding the
 /// attempt's lease id, so that its update is the same for every attempt
-/// of one owner and TTL, and encoded once ([`AcquireUpdates`]).
+/// of one owner and TTL, and encoded once per command ([`encoded_update`]).
 const LID: &str = "$$lid";
 
 /// The light acquire's update: a new acquisition by `owner` under the
@@ -230,7 +230,7 @@ pub(super) fn hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
     ]}}]
 }
 
-/// Which light update an encoded one is ([`Updates`]).
+/// Which light update a command carries.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Form {
     Acquire,
@@ -238,39 +238,20 @@ enum Form {
     HandOver,
 }
 
-/// The light updates per form and TTL, encoded (the owner id is the
-/// store's, the lease ids are `let` variables): one copy of their bytes
-/// per command instead of building and encoding the pipeline's documents
-/// at each write.
-#[derive(Clone, Default)]
-pub(super) struct Updates(Arc<Mutex<Vec<(Form, i64, RawArrayBuf)>>>);
-
-impl Updates {
-    /// The encoded update of `form` for `owner` and `ttl_ms`.
-    fn get(&self, form: Form, owner: &str, ttl_ms: i64) -> Result<RawArrayBuf> {
-        let mut updates = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((.., update)) = updates
-            .iter()
-            .find(|(f, ttl, _)| *f == form && *ttl == ttl_ms)
-        {
-            return Ok(update.clone());
-        }
-        let stages = match form {
-            Form::Acquire => acquire_update(owner, ttl_ms),
-            Form::Release => release_update(owner),
-            Form::HandOver => hand_over_update(owner, ttl_ms),
-        };
-        let mut update = RawArrayBuf::new();
-        for stage in stages {
-            update.push(RawDocumentBuf::from_document(&stage).map_err(encoding)?);
-        }
-        // A handful of TTLs in practice; bounded all the same.
-        if updates.len() >= PRUNE_AT {
-            updates.clear();
-        }
-        updates.push((form, ttl_ms, update.clone()));
-        Ok(update)
+/// The light update of `form` for `owner` and `ttl_ms`, encoded (the lease
+/// ids are `let` variables, so a grouped command encodes it once and
+/// copies its bytes into each statement).
+fn encoded_update(form: Form, owner: &str, ttl_ms: i64) -> Result<RawArrayBuf> {
+    let stages = match form {
+        Form::Acquire => acquire_update(owner, ttl_ms),
+        Form::Release => release_update(owner),
+        Form::HandOver => hand_over_update(owner, ttl_ms),
+    };
+    let mut update = RawArrayBuf::new();
+    for stage in stages {
+        update.push(RawDocumentBuf::from_document(&stage).map_err(encoding)?);
     }
+    Ok(update)
 }
 
 /// The `_id` filter of `key`, encoded.
@@ -360,7 +341,7 @@ impl MongoStore {
             Form::Release | Form::HandOver => raw_key_filter(key)?,
         };
         command.append("query", query);
-        command.append("update", self.updates().get(form, self.owner(), ttl_ms)?);
+        command.append("update", encoded_update(form, self.owner(), ttl_ms)?);
         command.append("fields", raw_light_projection());
         command.append("new", true);
         command.append("upsert", form == Form::Acquire);
@@ -374,7 +355,7 @@ impl MongoStore {
     /// follows decides, and reports the error if the server refuses it
     /// again. Idempotent: the first write that lands removes `lid`.
     async fn release_light_command(&self, lease: &LeaseRef) -> Result<u64> {
-        let update = self.updates().get(Form::Release, self.owner(), 0)?;
+        let update = encoded_update(Form::Release, self.owner(), 0)?;
         let mut command = update_command(
             self.coll().name(),
             raw_key_filter(&lease.key)?,

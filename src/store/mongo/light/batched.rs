@@ -47,7 +47,7 @@ use uuid::Uuid;
 use super::super::handle::MongoStore;
 use super::super::pipeline::bson_lease_id;
 use super::super::plain::{update_reply, update_statements};
-use super::{Form, LID, raw_key_filter, raw_lets, raw_upsert_filter};
+use super::{Form, LID, encoded_update, raw_key_filter, raw_lets, raw_upsert_filter};
 use crate::error::Error;
 use crate::key::LeaseKey;
 use crate::store::batch::Batcher;
@@ -147,13 +147,22 @@ impl MongoStore {
         requests: &[AcquireRequest],
     ) -> Vec<LightAcquire> {
         let not_applied = || requests.iter().map(|_| LightAcquire::NotApplied).collect();
+        // One encoding per TTL of the batch (a handful at most).
+        let mut updates: Vec<(i64, RawArrayBuf)> = Vec::new();
         let mut statements = RawArrayBuf::new();
         for request in requests {
-            let (Ok(filter), Ok(update)) = (
-                raw_upsert_filter(&request.key),
-                self.updates()
-                    .get(Form::Acquire, self.owner(), request.ttl_ms),
-            ) else {
+            let update = match updates.iter().find(|(ttl, _)| *ttl == request.ttl_ms) {
+                Some((_, update)) => update.clone(),
+                None => {
+                    let Ok(update) = encoded_update(Form::Acquire, self.owner(), request.ttl_ms)
+                    else {
+                        return not_applied();
+                    };
+                    updates.push((request.ttl_ms, update.clone()));
+                    update
+                }
+            };
+            let Ok(filter) = raw_upsert_filter(&request.key) else {
                 return not_applied();
             };
             statements.push(rawdoc! {
@@ -197,7 +206,7 @@ impl MongoStore {
         leases: &[LeaseRef],
     ) -> Vec<LightRelease> {
         let all = |outcome: fn() -> LightRelease| leases.iter().map(|_| outcome()).collect();
-        let Ok(update) = self.updates().get(Form::Release, self.owner(), 0) else {
+        let Ok(update) = encoded_update(Form::Release, self.owner(), 0) else {
             return all(|| LightRelease::NotApplied);
         };
         let mut statements = RawArrayBuf::new();
