@@ -144,7 +144,29 @@ impl Actor {
             waiting,
         };
         let key = key.clone();
+        if self.tries_light_acquire(&key, &sent) {
+            self.submit_light_acquire(key, sent);
+        } else {
+            if shape.kind == crate::LeaseKind::Exclusive && self.light_forms(key.place).acquire {
+                // The general form goes for an exclusive lease: the key
+                // skips the light forms for a while (`group_commit`).
+                self.note_contended(&key);
+            }
+            self.send_general_acquire(key, sent, create);
+        }
+    }
+
+    /// Sends the general acquire of the attempt `sent` of `key` (with
+    /// `create`, the fields of a missing user document); its answer comes
+    /// back as [`Event::Acquired`].
+    pub(super) fn send_general_acquire(
+        &mut self,
+        key: Target,
+        sent: Sent,
+        create: Option<Document>,
+    ) {
         let store = self.store(key.place);
+        let (lease_id, waiting, ttl, shape) = (sent.lease_id, sent.waiting, sent.ttl, sent.shape);
         let acquire = if shape.is_plain() {
             store.acquire_document(key.key.clone(), lease_id, waiting, ttl, create)
         } else {

@@ -55,6 +55,7 @@ impl Actor {
             store,
             info,
             release_watch: ReleaseWatch::Closed,
+            group_commit: Default::default(),
         });
         tracing::debug!(
             collection,

@@ -3,6 +3,7 @@
 //! of a held lease (a write conditional on its lease id, like a release).
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -10,6 +11,7 @@ use uuid::Uuid;
 use std::collections::BTreeMap;
 
 use super::command::{Place, Reply, Target};
+use super::group_commit::PendingRelease;
 use super::{Actor, Attempt, Event, KeyState};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
@@ -167,17 +169,38 @@ impl Actor {
             kind,
         };
         // A follow-up is due: the lease is too young for delete mode's delete.
-        let store = self.store(key.place);
-        let release = match follow_up {
-            Some(_) => store.release_young(lease),
-            None => store.release(vec![lease]),
-        };
+        let young = follow_up.is_some();
+        if self.tries_light_release(&key, &lease, young) {
+            self.submit_light_release(PendingRelease {
+                key,
+                lease,
+                respond_to,
+                follow_up,
+            });
+            return;
+        }
+        let release = self.general_release(key.place, lease, young);
         self.spawn_store(release, move |result| Event::Released {
             result,
             key,
             respond_to,
             follow_up,
         });
+    }
+
+    /// The general release of `lease` of `place` (`young`: too young for
+    /// delete mode's delete).
+    pub(super) fn general_release(
+        &self,
+        place: Place,
+        lease: LeaseRef,
+        young: bool,
+    ) -> BoxFuture<'static, Result<u64>> {
+        let store = self.store(place);
+        match young {
+            true => store.release_young(lease),
+            false => store.release(vec![lease]),
+        }
     }
 
     pub(super) fn on_released(

@@ -402,7 +402,6 @@ mod mongo;
 #[cfg(any(test, feature = "sim"))]
 pub(crate) mod memory;
 
-pub(crate) mod batch;
 #[cfg(all(test, feature = "testkit"))]
 mod contract;
 mod handoff;

@@ -15,14 +15,10 @@ use uuid::Uuid;
 
 use super::control::{Call, Controls, Fault, Issued, Op};
 use super::db::{MemoryDb, lock};
-use super::light::Contended;
 use super::rules::Collection;
 use crate::config::{DEFAULT_RETRY_MAX, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
-use crate::store::LeaseRef;
-use crate::store::batch::Batcher;
-use crate::store::light_release::LightRelease;
 
 /// One manager's view of a [`MemoryDb`]. Clones share knobs and counters: give
 /// one clone to `LockManager::start` and keep one in the test.
@@ -50,11 +46,6 @@ pub(crate) struct MemoryStore {
     /// sees writes nor reports `Opened`) until this is `false` again, as a
     /// change stream the server has not yet confirmed (shared by clones).
     pub(super) opening_held: Arc<tokio::sync::watch::Sender<bool>>,
-    /// The group commit of its light releases (shared by clones; `light`).
-    pub(super) light_releases: Batcher<LeaseRef, LightRelease>,
-    /// The keys its releases send the general form for at once (shared by
-    /// clones; `light`).
-    pub(super) contended: Contended,
 }
 
 impl MemoryDb {
@@ -72,8 +63,6 @@ impl MemoryDb {
             place: None,
             opened: Arc::default(),
             opening_held: Arc::new(tokio::sync::watch::channel(false).0),
-            light_releases: Batcher::default(),
-            contended: Contended::default(),
         }
     }
 }
@@ -135,8 +124,6 @@ impl MemoryStore {
                 place: Some((collection.to_string(), field.to_string())),
                 opened: Arc::default(),
                 opening_held: Arc::new(tokio::sync::watch::channel(false).0),
-                light_releases: Batcher::default(),
-                contended: Contended::default(),
             })
             .clone()
     }

@@ -11,7 +11,6 @@ use mongodb::options::{
 };
 use mongodb::{Collection, Database};
 
-use super::light::{Contended, LightBatches};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 
@@ -35,11 +34,6 @@ pub(crate) struct MongoStore {
     operation_timeout: Duration,
     /// Whether releases keep or delete the lock document.
     release_mode: ReleaseMode,
-    /// The keys the general forms of the acquire, release and handoff were
-    /// sent for lately (shared by clones): see `light`.
-    contended: Contended,
-    /// The group commits of the light acquire and release (see `batch`).
-    light_batches: LightBatches,
 }
 
 impl MongoStore {
@@ -68,19 +62,7 @@ impl MongoStore {
             safety_margin: Duration::ZERO,
             operation_timeout,
             release_mode: ReleaseMode::Keep,
-            contended: Contended::default(),
-            light_batches: LightBatches::default(),
         }
-    }
-
-    /// The group commits of the light acquire and release (see `batch`).
-    pub(super) fn light_batches(&self) -> &LightBatches {
-        &self.light_batches
-    }
-
-    /// The keys the general forms were sent for lately (see `light`).
-    pub(super) fn contended(&self) -> &Contended {
-        &self.contended
     }
 
     /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).

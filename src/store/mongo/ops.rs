@@ -30,6 +30,7 @@ use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::LeaseInfo;
+use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
     AcquireOutcome, Announcement, HandOver, LeaseRef, Store, field, release_instead, replies,
 };
@@ -85,7 +86,9 @@ impl MongoStore {
             .await
     }
 
-    /// An exclusive acquisition (held at least `hold_ms` if `Some`).
+    /// An exclusive acquisition (held at least `hold_ms` if `Some`) by the
+    /// general pipeline (the actor tries the light acquire first where it
+    /// may apply, `Store::acquire_light`).
     pub(super) async fn acquire_once(
         &self,
         key: LeaseKey,
@@ -94,13 +97,6 @@ impl MongoStore {
         ttl_ms: i64,
         hold_ms: Option<i64>,
     ) -> Result<AcquireOutcome> {
-        // The light form first, for a key nobody else waits for (`light`).
-        if hold_ms.is_none() && self.light_applies(&key) {
-            if let Some(token) = self.acquire_light(&key, lease_id, ttl_ms).await? {
-                return Ok(AcquireOutcome::Acquired { token });
-            }
-        }
-        self.contended().insert(&key);
         let update = acquire_pipeline(
             self.owner(),
             ttl_ms,
@@ -495,6 +491,23 @@ impl MongoStore {
 }
 
 impl Store for MongoStore {
+    fn light_forms(&self) -> LightForms {
+        LightForms {
+            acquire: true,
+            release: true,
+        }
+    }
+
+    fn acquire_light(&self, requests: Vec<LightAcquire>) -> BoxFuture<'static, Vec<LightAcquired>> {
+        let store = self.clone();
+        async move { store.light_acquires(requests).await }.boxed()
+    }
+
+    fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
+        let store = self.clone();
+        async move { store.light_releases(leases).await }.boxed()
+    }
+
     fn place(&self) -> crate::store::LockPlace {
         crate::store::LockPlace {
             database: self.coll().namespace().db,
@@ -584,12 +597,18 @@ impl Store for MongoStore {
         to: Uuid,
         ttl: Duration,
         shape: crate::kind::LeaseShape,
+        light: bool,
     ) -> BoxFuture<'static, Result<HandOver>> {
         if !shape.is_plain() {
             return release_instead(self, key, from);
         }
         let store = self.clone();
-        async move { store.hand_over_once(key, from, to, ttl_ms(ttl)).await }.boxed()
+        async move {
+            store
+                .hand_over_once(key, from, to, ttl_ms(ttl), light)
+                .await
+        }
+        .boxed()
     }
 
     fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {

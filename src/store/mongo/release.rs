@@ -122,12 +122,6 @@ impl MongoStore {
         }
         let mut count = 0;
         for round in rounds {
-            if let [lease] = &round[..]
-                && let Some(released) = self.release_light(lease, delete_first).await?
-            {
-                count += released;
-                continue;
-            }
             let released = Released::Leases {
                 owner: self.owner(),
                 ids: lease_ids(&round),

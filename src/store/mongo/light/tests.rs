@@ -1,7 +1,8 @@
 //! The light forms on a real `mongod`: where one applies, it writes what
 //! the general form writes; where it does not, it changes nothing and the
-//! general form decides; a key the general form was sent for lately costs
-//! one command per write.
+//! general form decides; grouped, one command (and one read) answers each
+//! request. The requests go as the actor's group commit sends them: the
+//! first alone, those asked for meanwhile together.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +15,8 @@ use uuid::Uuid;
 use super::super::kinds::{Released, holder_filter};
 use super::super::pipeline::bson_lease_id;
 use super::MongoStore;
-use crate::store::{AcquireOutcome, HandOver, LeaseRef, field};
+use crate::store::light_release::{LightAcquire, LightAcquired, LightRelease};
+use crate::store::{AcquireOutcome, HandOver, LeaseRef, Store, field};
 
 /// The TTL of the scenario's leases.
 const TTL_MS: i64 = 60_000;
@@ -96,7 +98,6 @@ impl Env {
 
     /// `key` acquired by the store through the general form.
     async fn acquire_general(&self, key: &str, lease_id: Uuid) -> AcquireOutcome {
-        self.store.contended().insert(&key.into());
         self.store
             .acquire_once(key.into(), lease_id, true, TTL_MS, None)
             .await
@@ -110,17 +111,54 @@ impl Env {
             lease_id: Uuid::new_v4(),
             kind: crate::kind::LeaseKind::Exclusive,
         };
-        let token = self
-            .store
-            .acquire_light(&lease.key, lease.lease_id, TTL_MS)
-            .await
-            .unwrap();
+        let token = light_acquire(&self.store, key, lease.lease_id).await;
         assert!(token.is_some(), "{key} taken");
         lease
     }
 
+    /// The releases of `leases` as the actor sends them: the light form,
+    /// the first alone and the others grouped, then the general release
+    /// for each lease the light form did not release. How many each
+    /// released.
+    async fn release(&self, leases: &[LeaseRef]) -> Vec<u64> {
+        let mut answers = self.store.light_releases(leases[..1].to_vec()).await;
+        if leases.len() > 1 {
+            answers.extend(self.store.light_releases(leases[1..].to_vec()).await);
+        }
+        let mut counts = Vec::new();
+        for (lease, answer) in leases.iter().zip(answers) {
+            let unknown = match answer {
+                LightRelease::Released => {
+                    counts.push(1);
+                    continue;
+                }
+                LightRelease::Failed(e) => panic!("{e}"),
+                LightRelease::NotApplied => false,
+                LightRelease::Unknown => true,
+            };
+            let count = self.store.release(vec![lease.clone()]).await.unwrap();
+            counts.push(if unknown { count.max(1) } else { count });
+        }
+        counts
+    }
+
     async fn drop(self) {
         self.raw().drop().await.unwrap();
+    }
+}
+
+/// The light acquire of `key` under `lease_id` (alone): its token if it
+/// acquired it.
+async fn light_acquire(store: &MongoStore, key: &str, lease_id: Uuid) -> Option<u64> {
+    let request = LightAcquire {
+        key: key.into(),
+        lease_id,
+        ttl: Duration::from_millis(TTL_MS as u64),
+    };
+    match store.light_acquires(vec![request]).await.pop().unwrap() {
+        LightAcquired::Acquired(token) => Some(token),
+        LightAcquired::NotApplied => None,
+        LightAcquired::Failed(e) => panic!("{e}"),
     }
 }
 
@@ -184,11 +222,7 @@ async fn where_the_light_acquire_applies_it_writes_the_general_acquires_document
         env.put(with(state.clone(), doc! { "_id": &general_key }))
             .await;
         let lease_id = Uuid::new_v4();
-        let light = env
-            .store
-            .acquire_light(&key.as_str().into(), lease_id, TTL_MS)
-            .await
-            .unwrap();
+        let light = light_acquire(&env.store, &key, lease_id).await;
         let general = env.acquire_general(&general_key, lease_id).await;
         assert!(light.is_some(), "{key}: the light form applies");
         assert!(
@@ -205,11 +239,7 @@ async fn where_the_light_acquire_applies_it_writes_the_general_acquires_document
     }
     // A missing document: created as the general form creates it.
     let lease_id = Uuid::new_v4();
-    let light = env
-        .store
-        .acquire_light(&"new".into(), lease_id, TTL_MS)
-        .await
-        .unwrap();
+    let light = light_acquire(&env.store, "new", lease_id).await;
     assert!(light.is_some());
     env.acquire_general("new-general", lease_id).await;
     let (light, general) = (
@@ -221,7 +251,7 @@ async fn where_the_light_acquire_applies_it_writes_the_general_acquires_document
 }
 
 #[tokio::test]
-async fn where_the_light_acquire_does_not_apply_it_changes_nothing_and_the_key_is_remembered() {
+async fn where_the_light_acquire_does_not_apply_it_changes_nothing() {
     let env = Env::new().await;
     let ours = Uuid::new_v4();
     let released = |key: &str| lock(key, "b", at(-5));
@@ -262,50 +292,14 @@ async fn where_the_light_acquire_does_not_apply_it_changes_nothing_and_the_key_i
     for state in states {
         let key = state.get_str("_id").unwrap().to_string();
         env.put(state.clone()).await;
-        let light = env
-            .store
-            .acquire_light(&key.as_str().into(), ours, TTL_MS)
-            .await
-            .unwrap();
+        let light = light_acquire(&env.store, &key, ours).await;
         assert_eq!(light, None, "{key}");
         assert_eq!(
             env.get(&key).await.as_ref(),
             Some(&state),
             "{key} unchanged"
         );
-        assert!(!env.store.light_applies(&key.as_str().into()), "{key}");
     }
-    env.drop().await;
-}
-
-#[tokio::test]
-async fn a_contended_key_costs_one_command_per_acquire_and_a_free_one_one_command() {
-    let env = Env::new().await;
-    env.put(with(
-        lock("held", "b", at(60)),
-        doc! { field::LEASE_ID: bson_lease_id(Uuid::new_v4()) },
-    ))
-    .await;
-    env.commands.take("findAndModify");
-    let attempt = |key: &'static str| {
-        let store = env.store.clone();
-        async move {
-            store
-                .acquire_once(key.into(), Uuid::new_v4(), false, TTL_MS, None)
-                .await
-                .unwrap()
-        }
-    };
-    let first = attempt("held").await;
-    assert!(matches!(first, AcquireOutcome::Held { .. }), "{first:?}");
-    assert_eq!(env.commands.take("findAndModify"), 2, "light, then general");
-    let second = attempt("held").await;
-    assert!(matches!(second, AcquireOutcome::Held { .. }), "{second:?}");
-    assert_eq!(env.commands.take("findAndModify"), 1, "general only");
-
-    let free = attempt("free").await;
-    assert!(matches!(free, AcquireOutcome::Acquired { .. }), "{free:?}");
-    assert_eq!(env.commands.take("findAndModify"), 1, "light only");
     env.drop().await;
 }
 
@@ -315,10 +309,7 @@ async fn the_light_release_writes_the_general_releases_document_and_defers_to_it
     let env = Env::new().await;
     let light = env.take("light").await;
     let general = env.take("general").await;
-    assert_eq!(
-        env.store.release_light(&light, false).await.unwrap(),
-        Some(1)
-    );
+    assert_eq!(env.release(std::slice::from_ref(&light)).await, [1]);
     let released = Released::Leases {
         owner: "a",
         ids: vec![general.lease_id],
@@ -348,19 +339,13 @@ async fn the_light_release_writes_the_general_releases_document_and_defers_to_it
         .await
         .unwrap();
     env.commands.take("update");
-    assert_eq!(
-        env.store.release_light(&waited, false).await.unwrap(),
-        Some(1)
-    );
+    assert_eq!(env.release(std::slice::from_ref(&waited)).await, [1]);
     assert_eq!(env.commands.take("update"), 2, "light, then general");
     let doc = env.get("waited").await.unwrap();
     assert!(!doc.contains_key(field::WAITING_SINCE), "{doc}");
     assert!(doc.contains_key(field::YIELD_UNTIL), "{doc}");
     // Released already: counted once, whichever form.
-    assert_eq!(
-        env.store.release_light(&light, false).await.unwrap(),
-        Some(0)
-    );
+    assert_eq!(env.release(std::slice::from_ref(&light)).await, [0]);
     env.drop().await;
 }
 
@@ -372,18 +357,13 @@ async fn the_light_handoff_writes_the_general_handoffs_document() {
     let to = Uuid::new_v4();
     let handed = env
         .store
-        .hand_over_once(light.key.clone(), light.lease_id, to, TTL_MS)
+        .hand_over_once(light.key.clone(), light.lease_id, to, TTL_MS, true)
         .await
         .unwrap();
     assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
-    assert!(
-        env.store.light_applies(&light.key),
-        "the light form applied"
-    );
-    env.store.contended().insert(&general.key);
     let handed = env
         .store
-        .hand_over_once(general.key.clone(), general.lease_id, to, TTL_MS)
+        .hand_over_once(general.key.clone(), general.lease_id, to, TTL_MS, false)
         .await
         .unwrap();
     assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
@@ -426,15 +406,24 @@ async fn take_all(env: &Env, leases: &[LeaseRef]) {
     }
 }
 
-/// The light acquires of `leases`, asked for at once (one task).
+/// The light acquires of `leases`, as the actor sends them when they are
+/// asked for at once: the first alone, the others grouped.
 async fn acquire_all(env: &Env, leases: &[LeaseRef]) -> Vec<Option<u64>> {
-    let acquires = leases
-        .iter()
-        .map(|l| env.store.acquire_light(&l.key, l.lease_id, TTL_MS));
-    futures::future::join_all(acquires)
-        .await
+    let request = |l: &LeaseRef| LightAcquire {
+        key: l.key.clone(),
+        lease_id: l.lease_id,
+        ttl: Duration::from_millis(TTL_MS as u64),
+    };
+    let mut answers = env.store.light_acquires(vec![request(&leases[0])]).await;
+    let rest = leases[1..].iter().map(request).collect();
+    answers.extend(env.store.light_acquires(rest).await);
+    answers
         .into_iter()
-        .map(|r| r.unwrap())
+        .map(|answer| match answer {
+            LightAcquired::Acquired(token) => Some(token),
+            LightAcquired::NotApplied => None,
+            LightAcquired::Failed(e) => panic!("{e}"),
+        })
         .collect()
 }
 
@@ -556,12 +545,7 @@ async fn light_releases_asked_for_together_release_each_lease_and_report_a_lost_
         .await
         .unwrap();
     env.commands.counts();
-    let releases = leases.iter().map(|l| env.store.release_light(l, false));
-    let counts: Vec<u64> = futures::future::join_all(releases)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap().unwrap())
-        .collect();
+    let counts = env.release(&leases).await;
     // r1 is lost, and the batch's modified count (3) does not tell which
     // of r1, r3, r4, r5 it released: all four are reported lost (a release
     // reported as a loss, never the reverse).
@@ -605,12 +589,7 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
         .unwrap();
     assert_eq!(forced.modified_count, 1);
     env.commands.counts();
-    let releases = leases.iter().map(|l| env.store.release_light(l, false));
-    let counts: Vec<u64> = futures::future::join_all(releases)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap().unwrap())
-        .collect();
+    let counts = env.release(&leases).await;
     let commands = env.commands.counts();
     assert_eq!(
         commands.get("find"),
@@ -629,7 +608,6 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
 /// own, started with test commands (`failCommand`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
-    use crate::store::light_release::LightRelease;
     use crate::testkit::{ReplicaSet, ReplicaSetOptions};
     let rs = ReplicaSet::start(
         ReplicaSetOptions::default()
@@ -667,7 +645,7 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
             .all(|o| matches!(o, LightRelease::NotApplied)),
         "{outcomes:?}"
     );
-    // As `release_light` goes on: the general release finds the forced
+    // As the actor goes on: the general release finds the forced
     // lease gone (lost), and releases the other.
     let released = Released::Leases {
         owner: env.store.owner(),
