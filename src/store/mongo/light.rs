@@ -41,8 +41,6 @@
 //! flight (its `group_commit`); this store sends a group as one batch (the
 //! commands in `batched`), and one request alone as its own command here.
 
-use std::sync::OnceLock;
-
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawBinaryRef, RawDocumentBuf, doc};
 use uuid::Uuid;
@@ -267,14 +265,9 @@ fn raw_lets(vars: &[(&str, Uuid)]) -> RawDocumentBuf {
     lets
 }
 
-/// [`light_projection`], encoded once.
+/// [`light_projection`], encoded.
 fn raw_light_projection() -> RawDocumentBuf {
-    static PROJECTION: OnceLock<RawDocumentBuf> = OnceLock::new();
-    PROJECTION
-        .get_or_init(|| {
-            RawDocumentBuf::from_document(&light_projection()).expect("a constant document encodes")
-        })
-        .clone()
+    RawDocumentBuf::from_document(&light_projection()).expect("a constant document encodes")
 }
 
 /// A document this store built that BSON cannot encode (a key too large).
