@@ -662,3 +662,47 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
     }
     env.drop().await;
 }
+
+/// Through a manager: acquires and releases of distinct keys asked for at
+/// once go as the actor's group commit sends them: the first alone, the
+/// others together, one command (and one read) for each group.
+#[tokio::test]
+async fn a_managers_acquires_and_releases_asked_for_at_once_are_grouped() {
+    let env = Env::new().await;
+    let manager = crate::LockManager::connect(
+        crate::LockManagerOptions::builder()
+            .database(env.db.clone())
+            .collection(env.collection.as_str())
+            .build(),
+    )
+    .await
+    .unwrap();
+    env.commands.counts();
+    let keys: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    let acquires = keys.iter().map(|k| manager.acquire(k.as_str()));
+    let leases: Vec<crate::Lease> = futures::future::join_all(acquires)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let counts = env.commands.counts();
+    // The first alone; the 19 that queued behind it in one `update` and
+    // one `find` (a key the `find` judged too late goes on to the general
+    // `findAndModify`: a slow machine).
+    assert_eq!(counts.get("update"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("find"), Some(&1), "{counts:?}");
+    assert!(counts.get("findAndModify") >= Some(&1), "{counts:?}");
+    let releases = leases.into_iter().map(|l| l.release());
+    for outcome in futures::future::join_all(releases).await {
+        assert_eq!(outcome.unwrap(), crate::ReleaseOutcome::Released);
+    }
+    let counts = env.commands.counts();
+    // The first alone, the 19 in one `update`: all applied, no `find`.
+    assert_eq!(counts.get("update"), Some(&2), "{counts:?}");
+    assert_eq!(counts.get("find"), None, "{counts:?}");
+    for key in &keys {
+        assert!(!env.get(key).await.unwrap().contains_key(field::LEASE_ID));
+    }
+    manager.shutdown().await.unwrap();
+    env.drop().await;
+}
