@@ -110,14 +110,14 @@ impl Actor {
     fn start_attempt(&mut self, key: &Target) {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
         let next_shape = state.waiters.front().map(|w| w.shape).unwrap_or_default();
-        if state.unseen.take().is_some_and(|sent| sent != next_shape) {
+        if let Some(sent) = state.unseen.take().filter(|sent| *sent != next_shape) {
             // An attempt of another shape under this lease id may have
             // landed unseen (its waiter left): a retry of this shape would
             // not recognise it as ours and would wait for it to expire. Give
             // it back; the attempt starts under a new lease id once the
             // release is confirmed (`on_released`).
             let lease_id = std::mem::replace(&mut state.next_lease_id, crate::random::uuid());
-            self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+            self.spawn_release(key.clone(), lease_id, sent.kind, Instant::now(), None);
             return;
         }
         state.attempt = Attempt::InFlight;
@@ -143,7 +143,29 @@ impl Actor {
             waiting,
         };
         let key = key.clone();
+        if self.tries_light_acquire(&key, &sent) {
+            self.submit_light_acquire(key, sent);
+        } else {
+            if shape.kind == crate::LeaseKind::Exclusive && self.light_forms(key.place).acquire {
+                // The general form goes for an exclusive lease: the key
+                // skips the light forms for a while (`group_commit`).
+                self.note_contended(&key);
+            }
+            self.send_general_acquire(key, sent, create);
+        }
+    }
+
+    /// Sends the general acquire of the attempt `sent` of `key` (with
+    /// `create`, the fields of a missing user document); its answer comes
+    /// back as [`Event::Acquired`].
+    pub(super) fn send_general_acquire(
+        &mut self,
+        key: Target,
+        sent: Sent,
+        create: Option<Document>,
+    ) {
         let store = self.store(key.place);
+        let (lease_id, waiting, ttl, shape) = (sent.lease_id, sent.waiting, sent.ttl, sent.shape);
         let acquire = if shape.is_plain() {
             store.acquire_document(key.key.clone(), lease_id, waiting, ttl, create)
         } else {
@@ -189,7 +211,7 @@ impl Actor {
                     }
                 }
                 // Its confirmation starts the next attempt (`on_released`).
-                self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                self.spawn_release(key.clone(), lease_id, sent.shape.kind, Instant::now(), None);
             }
             Ok((AcquireOutcome::Acquired { token }, document)) => {
                 state.failures = 0;
@@ -215,7 +237,13 @@ impl Actor {
                     // Nobody to give it to: give it back at once.
                     state.unseen = None;
                     state.next_lease_id = crate::random::uuid();
-                    self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                    self.spawn_release(
+                        key.clone(),
+                        lease_id,
+                        sent.shape.kind,
+                        Instant::now(),
+                        None,
+                    );
                 } else if confirming {
                     // Confirmed by a read again: the writes keep failing.
                     self.schedule_retry(&key, None, false);
@@ -340,7 +368,13 @@ impl Actor {
                     // leave the key blocked until the lease expires.
                     state.unseen = None;
                     state.next_lease_id = crate::random::uuid();
-                    self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                    self.spawn_release(
+                        key.clone(),
+                        lease_id,
+                        sent.shape.kind,
+                        Instant::now(),
+                        None,
+                    );
                 }
             }
         }
@@ -437,7 +471,7 @@ impl Actor {
             }
             return;
         }
-        self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+        self.spawn_release(key.clone(), lease_id, shape.kind, Instant::now(), None);
     }
 
     /// Schedules the key's next attempt within [`wake_jitter`] (capped

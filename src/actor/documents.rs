@@ -11,6 +11,7 @@ use super::command::{Place, Reply, Target};
 use super::release_watch::ReleaseWatch;
 use super::{Actor, Event, PlaceState};
 use crate::error::{Error, Result};
+use crate::kind::LeaseKind;
 use crate::status::LossReason;
 use crate::store::{DocumentWrite, LeaseRef};
 
@@ -54,6 +55,7 @@ impl Actor {
             store,
             info,
             release_watch: ReleaseWatch::Closed,
+            group_commit: Default::default(),
         });
         tracing::debug!(
             collection,
@@ -97,6 +99,7 @@ impl Actor {
             LeaseRef {
                 key: key.key.clone(),
                 lease_id,
+                kind: LeaseKind::Exclusive,
             },
             token,
             write,
@@ -150,7 +153,7 @@ impl Actor {
                     if let Some(state) = self.keys.get_mut(&key) {
                         state.releases_in_flight += 1;
                     }
-                    self.send_release(key, lease_id, None, follow_up);
+                    self.send_release(key, lease_id, LeaseKind::Exclusive, None, follow_up);
                     return;
                 }
                 Err(error)

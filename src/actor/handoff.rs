@@ -71,16 +71,21 @@ impl Actor {
         state.written_in_flight = false;
         state.freed_in_flight = false;
         state.releases_in_flight += 1;
+        // The light form first, unless the key went to the general form
+        // lately (`group_commit`).
+        let light = !self.is_contended(&key);
         let hand_over = self.store(key.place).hand_over(
             key.key.clone(),
             from,
             sent.lease_id,
             sent.ttl,
             sent.shape,
+            light,
         );
         self.spawn_store(hand_over, move |result| Event::HandedOver {
             key,
             sent,
+            light,
             follow_up,
             respond_to,
             result,
@@ -94,11 +99,16 @@ impl Actor {
     pub(super) fn on_handed_over(
         &mut self,
         key: Target,
-        sent: Sent,
+        (sent, light): (Sent, bool),
         follow_up: Option<Instant>,
         respond_to: Option<Reply<ReleaseOutcome>>,
         result: Result<HandOver>,
     ) {
+        // The general form went (it was not tried light, or the light form
+        // did not hand the key over): the key skips the light forms.
+        if !light || !matches!(result, Ok(HandOver::Acquired { .. })) {
+            self.note_contended(&key);
+        }
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };

@@ -29,6 +29,7 @@
 //! | `renewal.rs` | heartbeat renewals in batches, their results, the local-deadline min-heap |
 //! | `release.rs` | release, `release_all`, force release, payload |
 //! | `handoff.rs` | a release that hands the key to the first local waiter in the same write |
+//! | `group_commit.rs` | the light forms: when they are tried, the keys contended lately, the group commit of light acquires and releases |
 //! | `release_watch.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
 //! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
 //! | `loss.rs` | why a lease the server no longer holds was lost (one read of its key) |
@@ -39,6 +40,7 @@
 mod acquire;
 pub(crate) mod command;
 mod documents;
+mod group_commit;
 mod handoff;
 mod key_state;
 mod loss;
@@ -138,6 +140,8 @@ enum Event {
         key: Target,
         /// The waiter's acquisition it made.
         sent: Sent,
+        /// The light form could be tried first (`group_commit`).
+        light: bool,
         /// As `Event::Released::follow_up`, if it released instead.
         follow_up: Option<Instant>,
         respond_to: Option<Reply<ReleaseOutcome>>,
@@ -152,6 +156,21 @@ enum Event {
         keys: Vec<Target>,
         respond_to: Reply<u64>,
         result: Result<u64>,
+    },
+    /// A light acquire call answered (`group_commit`): one answer per
+    /// attempt of `batch`, in order; `grouped`: it held its place's slot.
+    LightAcquired {
+        place: Place,
+        batch: Vec<(Target, Sent)>,
+        grouped: bool,
+        answers: Vec<crate::store::light_release::LightAcquired>,
+    },
+    /// A light release call answered (`group_commit`), as `LightAcquired`.
+    LightReleased {
+        place: Place,
+        batch: Vec<group_commit::PendingRelease>,
+        grouped: bool,
+        answers: Vec<crate::store::light_release::LightRelease>,
     },
     /// A read (inspect, list) was answered by its task; nothing to update.
     Answered,
@@ -195,6 +214,8 @@ struct PlaceState {
     /// wakes its waiters at once instead of at their next poll, and a held
     /// lease written by someone else is checked at once.
     release_watch: ReleaseWatch,
+    /// Its light acquires and releases in flight and queued (`group_commit`).
+    group_commit: group_commit::GroupCommit,
 }
 
 pub(crate) struct Actor {
@@ -247,6 +268,9 @@ pub(crate) struct Actor {
     /// the registered lease id, and when the registration lapses (see
     /// `queue`).
     gave_up: HashMap<Target, (Uuid, Instant)>,
+    /// Keys the general form was sent for lately, or a light form did not
+    /// apply to, with when (see `group_commit`); pruned at each heartbeat.
+    contended: HashMap<Target, Instant>,
 }
 
 /// The actor loop's `tokio::select!`. tokio starts at a random branch, from
@@ -292,6 +316,7 @@ impl Actor {
                 store,
                 info,
                 release_watch: ReleaseWatch::Closed,
+                group_commit: Default::default(),
             }],
             release_turn: 0,
             owner_id,
@@ -312,6 +337,7 @@ impl Actor {
             health: Arc::default(),
             health_due: false,
             gave_up: HashMap::default(),
+            contended: HashMap::default(),
         }
     }
 
@@ -342,6 +368,7 @@ impl Actor {
                     self.health_due = true;
                     self.close_release_watch_if_unneeded();
                     self.prune_gave_up();
+                    self.prune_contended();
                 }
                 (place, event) = next_release(&mut self.places, self.release_turn), if open => {
                     self.on_release_event(place, event)
@@ -431,6 +458,8 @@ impl Actor {
                 if result.is_ok() {
                     self.health.server_answered();
                 }
+                let acquired = matches!(result, Ok((AcquireOutcome::Acquired { .. }, _)));
+                self.note_general_acquire(&key, &sent, acquired);
                 self.on_acquired(key, sent, result)
             }
             Event::Renewed {
@@ -455,10 +484,11 @@ impl Actor {
             Event::HandedOver {
                 key,
                 sent,
+                light,
                 follow_up,
                 respond_to,
                 result,
-            } => self.on_handed_over(key, sent, follow_up, respond_to, result),
+            } => self.on_handed_over(key, (sent, light), follow_up, respond_to, result),
             Event::ReleasedMany {
                 keys,
                 respond_to,
@@ -469,6 +499,18 @@ impl Actor {
                 respond_to,
                 result,
             } => self.on_released_all(keys, respond_to, result),
+            Event::LightAcquired {
+                place,
+                batch,
+                grouped,
+                answers,
+            } => self.on_light_acquired(place, batch, grouped, answers),
+            Event::LightReleased {
+                place,
+                batch,
+                grouped,
+                answers,
+            } => self.on_light_released(place, batch, grouped, answers),
             Event::Answered => {}
             Event::ForceReleased {
                 key,
@@ -597,7 +639,13 @@ impl Actor {
             self.keys.remove(key);
             if let Some(lease_id) = handed {
                 // Handed to a registration nobody waits on any more.
-                self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                self.spawn_release(
+                    key.clone(),
+                    lease_id,
+                    crate::LeaseKind::Exclusive,
+                    Instant::now(),
+                    None,
+                );
             }
         }
     }

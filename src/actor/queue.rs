@@ -17,6 +17,7 @@ use super::command::{Place, Target};
 use super::release_watch::ReleaseWatch;
 use super::{Actor, Attempt, Event, Sent, Timer};
 use crate::backoff::retry_delay;
+use crate::kind::LeaseKind;
 use crate::store::{KeyWrite, LeaseRef};
 
 impl Actor {
@@ -191,7 +192,13 @@ impl Actor {
             Some((registered, _)) if *registered == lease_id => {
                 self.gave_up.remove(key);
                 tracing::debug!(%key, "handed a key nobody waits for any more: giving it back");
-                self.spawn_release(key.clone(), lease_id, Instant::now(), None);
+                self.spawn_release(
+                    key.clone(),
+                    lease_id,
+                    LeaseKind::Exclusive,
+                    Instant::now(),
+                    None,
+                );
                 true
             }
             _ => false,
@@ -217,6 +224,7 @@ impl Actor {
                 LeaseRef {
                     key: key.key.clone(),
                     lease_id: state.next_lease_id,
+                    kind: LeaseKind::Exclusive,
                 }
             })
             .collect();
@@ -227,6 +235,7 @@ impl Actor {
                 .map(|(key, (lease_id, _))| LeaseRef {
                     key: key.key,
                     lease_id,
+                    kind: LeaseKind::Exclusive,
                 }),
         );
         if registered.is_empty() {

@@ -3,6 +3,7 @@
 //! of a held lease (a write conditional on its lease id, like a release).
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -10,10 +11,12 @@ use uuid::Uuid;
 use std::collections::BTreeMap;
 
 use super::command::{Place, Reply, Target};
+use super::group_commit::PendingRelease;
 use super::{Actor, Attempt, Event, KeyState};
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
 use crate::store::{DELETE_DELAY, LeaseRef};
@@ -51,7 +54,7 @@ impl Actor {
                 state.attempt = Attempt::Idle;
             }
         }
-        self.spawn_release(key, held.lease_id, held.acquired_at, respond_to);
+        self.spawn_release(key, held.lease_id, held.kind, held.acquired_at, respond_to);
     }
 
     /// Releases every lease of this manager: in the lock collection by owner
@@ -70,6 +73,7 @@ impl Actor {
                 documents.entry(key.place).or_default().push(LeaseRef {
                     key: key.key.clone(),
                     lease_id: held.lease_id,
+                    kind: held.kind,
                 });
             }
         }
@@ -136,6 +140,7 @@ impl Actor {
         &mut self,
         key: Target,
         lease_id: Uuid,
+        kind: LeaseKind,
         acquired_at: Instant,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
@@ -144,7 +149,7 @@ impl Actor {
             .entry(key.clone())
             .or_insert_with(|| Box::new(KeyState::new()))
             .releases_in_flight += 1;
-        self.send_release(key, lease_id, respond_to, follow_up);
+        self.send_release(key, lease_id, kind, respond_to, follow_up);
     }
 
     /// Sends the release of one lease to its place's store; the outcome
@@ -155,25 +160,48 @@ impl Actor {
         &mut self,
         key: Target,
         lease_id: Uuid,
+        kind: LeaseKind,
         respond_to: Option<Reply<ReleaseOutcome>>,
         follow_up: Option<Instant>,
     ) {
         let lease = LeaseRef {
             key: key.key.clone(),
             lease_id,
+            kind,
         };
         // A follow-up is due: the lease is too young for delete mode's delete.
-        let store = self.store(key.place);
-        let release = match follow_up {
-            Some(_) => store.release_young(lease),
-            None => store.release(vec![lease]),
-        };
+        let young = follow_up.is_some();
+        if self.tries_light_release(&key, &lease, young) {
+            self.submit_light_release(PendingRelease {
+                key,
+                lease,
+                respond_to,
+                follow_up,
+            });
+            return;
+        }
+        let release = self.general_release(key.place, lease, young);
         self.spawn_store(release, move |result| Event::Released {
             result,
             key,
             respond_to,
             follow_up,
         });
+    }
+
+    /// The general release of `lease` of `place` (`young`: too young for
+    /// delete mode's delete).
+    pub(super) fn general_release(
+        &self,
+        place: Place,
+        lease: LeaseRef,
+        young: bool,
+    ) -> BoxFuture<'static, Result<u64>> {
+        let store = self.store(place);
+        match young {
+            true => store.release_young(lease),
+            false => store.release(vec![lease]),
+        }
     }
 
     pub(super) fn on_released(
@@ -403,14 +431,15 @@ impl Actor {
         payload: Document,
         respond_to: Reply<()>,
     ) {
-        if self.held_lease(&key, lease_id).is_none() {
+        let Some(held) = self.held_lease(&key, lease_id) else {
             let _ = respond_to.send(Err(Error::LeaseLost { key: key.key }));
             return;
-        }
+        };
         let write = self.store(key.place).set_payload(
             LeaseRef {
                 key: key.key.clone(),
                 lease_id,
+                kind: held.kind,
             },
             payload,
         );

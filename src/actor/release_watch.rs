@@ -244,6 +244,7 @@ impl Actor {
                     .push(LeaseRef {
                         key: key.key.clone(),
                         lease_id: held.lease_id,
+                        kind: held.kind,
                     });
                 count += 1;
             }

@@ -45,6 +45,7 @@ impl Actor {
                     .push(LeaseRef {
                         key: key.key.clone(),
                         lease_id: held.lease_id,
+                        kind: held.kind,
                     });
             }
         }
@@ -240,7 +241,7 @@ impl Actor {
             "lease lost: renewal not confirmed before the local deadline"
         );
         // It may still be ours on the server: free it now rather than at expiry.
-        self.spawn_release(key, held.lease_id, held.acquired_at, None);
+        self.spawn_release(key, held.lease_id, held.kind, held.acquired_at, None);
     }
 }
 

@@ -67,6 +67,7 @@ impl Actor {
                 by_place.entry(key.place).or_default().push(LeaseRef {
                     key: key.key.clone(),
                     lease_id: held.lease_id,
+                    kind: held.kind,
                 });
             }
         }

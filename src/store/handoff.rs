@@ -22,8 +22,9 @@ pub(crate) enum HandOver {
     Lost,
 }
 
-/// [`Store::hand_over`] that only releases `from` ([`Store::release`]):
-/// `Released`, or `Lost` if nothing was released.
+/// [`Store::hand_over`] that only releases `from` ([`Store::release`]; the
+/// actor hands over exclusive leases only): `Released`, or `Lost` if
+/// nothing was released.
 pub(crate) fn release_instead<S: Store + ?Sized>(
     store: &S,
     key: LeaseKey,
@@ -32,6 +33,7 @@ pub(crate) fn release_instead<S: Store + ?Sized>(
     let release = store.release(vec![LeaseRef {
         key,
         lease_id: from,
+        kind: crate::kind::LeaseKind::Exclusive,
     }]);
     Box::pin(async move {
         Ok(match release.await? {

@@ -1,12 +1,21 @@
-//! What a light release's replies mean, for both stores: [`LightRelease`],
-//! the answer of one light release, and [`release_outcomes`], the decision
-//! on a grouped light release (many leases in one `update`, then a read of
-//! their documents unless all applied).
+//! The light forms' requests and answers, for both stores and the actor:
+//! [`LightAcquire`] and [`LightAcquired`], a light acquire and its answer;
+//! [`LightRelease`], the answer of one light release, and
+//! [`release_outcomes`], the decision on a grouped light release (many
+//! leases in one `update`, then a read of their documents unless all
+//! applied); [`LightForms`], which of them a store has.
 //!
-//! [`MongoStore`](super::MongoStore) decides with it on the counts and
-//! documents the server returns (`mongo::light::batched`), the in-memory
-//! twin on its own documents (`memory::light`), so that the simulation
-//! judges the decision the real store makes.
+//! The actor groups them (its `group_commit`): light writes of one form
+//! asked for while one of that form is in flight go together, at most
+//! [`MOST_PER_COMMAND`] in one store call, once it returns; it remembers
+//! the keys where they did not apply ([`CONTENDED_FOR`]). The stores hold
+//! none of that: each call is one command (or one `update` and one
+//! `find`), answered per request.
+//!
+//! [`MongoStore`](super::MongoStore) decides with [`release_outcomes`] on
+//! the counts and documents the server returns (`mongo::light::batched`),
+//! the in-memory twin on its own documents (`memory::light`), so that the
+//! simulation judges the decision the real store makes.
 //!
 //! **The decision.** After the batch, each lease's document reads:
 //! - still under the lease's id ([`Read::Kept`]): not released (someone
@@ -26,12 +35,54 @@
 
 use std::time::Duration;
 
+use uuid::Uuid;
+
 use crate::error::Error;
+use crate::key::LeaseKey;
 
 /// How long a key stays on the general forms after one was sent for it
-/// (both stores: a contended key costs no light write that would not
-/// apply).
+/// (the actor's memory, `Actor::contended`: a contended key costs no light
+/// write that would not apply).
 pub(crate) const CONTENDED_FOR: Duration = Duration::from_secs(10);
+
+/// Most light writes in one store call; more queued go in further calls.
+pub(crate) const MOST_PER_COMMAND: usize = 256;
+
+/// Which light forms a store has ([`Store::light_forms`](super::Store::light_forms)):
+/// the actor tries a light form first only where the store has it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LightForms {
+    /// [`Store::acquire_light`](super::Store::acquire_light).
+    pub acquire: bool,
+    /// [`Store::release_light`](super::Store::release_light).
+    pub release: bool,
+}
+
+/// A light acquire asked for: a new exclusive lease without a minimum hold
+/// of `key` by this owner under `lease_id`, expiring `ttl` after the
+/// server's now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LightAcquire {
+    pub key: LeaseKey,
+    pub lease_id: Uuid,
+    pub ttl: Duration,
+}
+
+/// What a light acquire did.
+#[derive(Debug, Default)]
+pub(crate) enum LightAcquired {
+    /// This owner holds the key under the request's lease id, with this
+    /// fencing token, for at least the TTL from the request's send.
+    Acquired(u64),
+    /// Not applied, or not known to have (a grouped command that failed,
+    /// a transient error): the general form decides, under the same lease
+    /// id (it recognises a landed attempt as a retry).
+    #[default]
+    NotApplied,
+    /// The light form's own command failed (a batch of one) with an error
+    /// the general form would meet too.
+    Failed(Error),
+}
 
 /// What a light release did.
 #[derive(Debug, Default)]

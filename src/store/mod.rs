@@ -313,24 +313,25 @@
 //! The light release and handoff filter on `_id` alone, which the server
 //! runs without query planning (B26; the acquire's `_ins: null` makes it a
 //! planned query on the `_id` index, B29), and each light form names the lease ids as `let` variables, so
-//! that its update is encoded once per owner id and TTL. All three are
+//! that a group's command encodes its update once. All three are
 //! sent as plain commands, not retryable writes: the server then keeps no
 //! image of a `findAndModify`'s result nor a transaction record for a
 //! retry (B25), and an unknown outcome is resolved as every other (B7).
-//! They need MongoDB 5.0 or later (`let`, `$unsetField`). A key the
-//! general form was sent for is remembered for 10 s
-//! (`light_release::CONTENDED_FOR`), during which its writes go to the general
-//! form at once: a contended key costs no extra round trip. The twin has
-//! one form of the acquire and of the handoff, and the light release
-//! grouped as below (`memory::light`; the store contract checks the
-//! results), and the light forms' equivalence is checked on a real server
-//! (`store::mongo::light::tests`).
+//! They need MongoDB 5.0 or later (`let`, `$unsetField`). The actor
+//! picks the form: it remembers for 10 s a key the general form was sent
+//! for, or a light form did not apply to
+//! (`light_release::CONTENDED_FOR`, `actor::group_commit`), and sends its
+//! writes to the general form at once meanwhile: a contended key costs no
+//! extra round trip. The twin has one form of the acquire and of the
+//! handoff, and the light release as below (`memory::light`; the store
+//! contract checks the results), and the light forms' equivalence is
+//! checked on a real server (`store::mongo::light::tests`).
 //!
 //! **Grouped.** A light acquire or release asked for while another of its
-//! form is in flight waits for it, and those that waited go together, in
-//! one command (B27: most of a small write's cost is per command). One
-//! asked for while none is in flight goes at once, alone, in the form
-//! above. A group of acquires is one `update` of one upsert statement per
+//! form is in flight waits for it in the actor, and those that waited go
+//! together, in one store call and one command (B27: most of a small
+//! write's cost is per command). One asked for while none is in flight
+//! goes at once, alone, in the form above. A group of acquires is one `update` of one upsert statement per
 //! key (the lease id a per-statement constant) and one `find` of the
 //! keys: a key counts as acquired if it holds this owner and lease id and
 //! its `exp - $$NOW` at the `find` is at least the TTL less the local time
@@ -402,7 +403,6 @@ mod mongo;
 #[cfg(any(test, feature = "sim"))]
 pub(crate) mod memory;
 
-pub(crate) mod batch;
 #[cfg(all(test, feature = "testkit"))]
 mod contract;
 mod handoff;
@@ -494,11 +494,15 @@ pub(crate) fn registration_window(retry_max: Duration, safety_margin: Duration) 
 pub(crate) const DELETE_DELAY: Duration =
     Duration::from_millis(crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as u64 + 100);
 
-/// The owner id and lease id that identify one acquisition of a key.
+/// The key and lease id that identify one acquisition, and its kind: the
+/// store picks the form of a renewal or a release by it (the plain
+/// exclusive renewal, the light release), holding no memory of its own of
+/// which leases are holders of shared or semaphore keys.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct LeaseRef {
     pub key: LeaseKey,
     pub lease_id: Uuid,
+    pub kind: crate::kind::LeaseKind,
 }
 
 /// A write to a lock document, as the announcement stream

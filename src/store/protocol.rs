@@ -10,6 +10,7 @@ use futures::stream::BoxStream;
 use mongodb::bson::Document;
 use uuid::Uuid;
 
+use super::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use super::{
     AcquireOutcome, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace, release_instead,
 };
@@ -24,6 +25,38 @@ use crate::kind::LeaseShape;
 /// Each operation is idempotent for a given lease id, so the actor may retry
 /// it after an ambiguous failure.
 pub(crate) trait Store: Send + Sync + 'static {
+    /// Which light forms this store has ("Light forms for keys nobody
+    /// waits for"): the actor tries [`Store::acquire_light`] and
+    /// [`Store::release_light`] first only where the store has them. The
+    /// default: none.
+    fn light_forms(&self) -> LightForms {
+        LightForms::default()
+    }
+
+    /// The light acquires `requests` (of distinct keys, at most
+    /// [`MOST_PER_COMMAND`](super::light_release::MOST_PER_COMMAND)): one
+    /// command for one, one batch for more; one answer each, in order. A
+    /// request not [`LightAcquired::Acquired`] goes on to the general
+    /// acquire under the same lease id. The default (a store without the
+    /// light acquire): none applied, nothing sent.
+    fn acquire_light(&self, requests: Vec<LightAcquire>) -> BoxFuture<'static, Vec<LightAcquired>> {
+        let answers = requests.iter().map(|_| LightAcquired::NotApplied).collect();
+        Box::pin(futures::future::ready(answers))
+    }
+
+    /// The light releases of `leases` (exclusive leases of distinct keys,
+    /// at most [`MOST_PER_COMMAND`](super::light_release::MOST_PER_COMMAND)):
+    /// one command for one, one batch for more; one answer each, in order
+    /// (a batch decided by
+    /// [`release_outcomes`](super::light_release::release_outcomes)). A
+    /// lease not [`LightRelease::Released`] goes on to the general
+    /// [`Store::release`]. The default (a store without the light release):
+    /// none applied, nothing sent.
+    fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
+        let answers = leases.iter().map(|_| LightRelease::NotApplied).collect();
+        Box::pin(futures::future::ready(answers))
+    }
+
     /// Takes `key` for `lease_id` if it is free (or already ours under this
     /// lease id and owner id: a retry), and not yielded by this owner to a waiting one. `waiting`:
     /// the caller will retry until it gets the key, so a lease held by
@@ -103,15 +136,17 @@ pub(crate) trait Store: Send + Sync + 'static {
     #[cfg(test)]
     fn default_ttl(&self) -> Duration;
 
-    /// Releases the given leases (only those still held under their lease id).
-    /// Returns how many were still held.
+    /// Releases the given leases (only those still held under their lease
+    /// id) by the general form. Returns how many were still held.
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>>;
 
     /// Releases the lease `from` of `key` and, in the same write, makes
     /// `to` (a local waiter's acquisition, of `shape`, expiring `ttl`
     /// after the server's now) its holder, as "Handoff to a local waiter"
-    /// says. The default (and any shape but a plain one) is a plain
-    /// [`Store::release`]: `Released`, or `Lost` if it released nothing.
+    /// says. `light`: the light form may be tried first (the key was not
+    /// contended lately). The default (and any shape but a plain one) is a
+    /// plain [`Store::release`]: `Released`, or `Lost` if it released
+    /// nothing.
     fn hand_over(
         &self,
         key: LeaseKey,
@@ -119,8 +154,9 @@ pub(crate) trait Store: Send + Sync + 'static {
         to: Uuid,
         ttl: Duration,
         shape: LeaseShape,
+        light: bool,
     ) -> BoxFuture<'static, Result<HandOver>> {
-        let _ = (to, ttl, shape);
+        let _ = (to, ttl, shape, light);
         release_instead(self, key, from)
     }
 

@@ -28,6 +28,7 @@ use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 
 mod acquire;
 mod events;
+mod group_commit;
 mod handoff;
 mod health;
 mod kinds;

@@ -18,7 +18,7 @@ use crate::store::{Announcement, HandOver, KeyWrite, Store};
 async fn hand_over(store: &impl Store, key: &str, from: Uuid) -> (Uuid, HandOver) {
     let to = Uuid::new_v4();
     let outcome = store
-        .hand_over(key.into(), from, to, TTL, LeaseShape::default())
+        .hand_over(key.into(), from, to, TTL, LeaseShape::default(), true)
         .await
         .unwrap();
     (to, outcome)

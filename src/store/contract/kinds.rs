@@ -51,7 +51,10 @@ async fn attempt_for(
     waiting: bool,
     ttl: Duration,
 ) -> (LeaseRef, AcquireOutcome) {
-    let l = lease(key, Uuid::new_v4());
+    let l = LeaseRef {
+        kind: shape.kind,
+        ..lease(key, Uuid::new_v4())
+    };
     let outcome = store
         .acquire_shaped(l.key.clone(), l.lease_id, waiting, ttl, shape)
         .await

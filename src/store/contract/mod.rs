@@ -201,6 +201,7 @@ fn lease(key: impl Into<LeaseKey>, lease_id: Uuid) -> LeaseRef {
     LeaseRef {
         key: key.clone(),
         lease_id,
+        kind: crate::kind::LeaseKind::Exclusive,
     }
 }
 

@@ -269,6 +269,7 @@ pub(super) async fn a_local_handoff_goes_to_the_first_registered_owner_instead<F
             local,
             super::TTL,
             crate::kind::LeaseShape::default(),
+            true,
         )
         .await
         .unwrap();

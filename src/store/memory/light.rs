@@ -1,16 +1,8 @@
-//! The twin's light release of one exclusive lease, grouped as by
-//! `MongoStore` (`mongo::light`, `mongo::light::batched`): releases of
-//! string keys asked for while one light release of this store is in
-//! flight queue in a [`Batcher`] and go together once it returns.
-//!
-//! - It applies where `MongoStore`'s does: one lease, a release that does
-//!   not delete first (keep mode, or delete mode's `release_young`), in the
-//!   lock collection, not a lease of a shared or semaphore key that this
-//!   store acquired, not a key [`Contended`] lately: one whose exclusive
-//!   acquire by this store was not a new acquisition (`MongoStore`'s
-//!   light acquire did not apply: a retry, a held key, a minimum hold,
-//!   an error), whose handoff did not acquire, or whose light release did
-//!   not release.
+//! The twin's light release of exclusive leases, one call per group as
+//! `MongoStore`'s (`mongo::light`, `mongo::light::batched`): the actor
+//! groups the releases asked for while one is in flight and tries the
+//! light form where `MongoStore`'s may apply (its `group_commit`), in the
+//! lock collection only ([`LightForms`](crate::store::light_release::LightForms)).
 //! - **The light statement** (`mongo::light`'s `release_update`) on a
 //!   document: if it holds the lease (its `aid` and `lid`) and has no
 //!   queue, no waiting mark (`wt`), no minimum hold (`hl`), no holders and
@@ -27,50 +19,18 @@
 //!   with the shared [`release_outcomes`]. A failed call leaves every lease
 //!   to the general release, as `MongoStore`'s batch (not "unknown": a
 //!   lease the general release no longer finds is reported lost).
-//! - Not released, or unknown: the general release follows, and a lease
-//!   it no longer finds after an unknown outcome counts as released, as in
-//!   `MongoStore::release_light`.
+//! - Not released, or unknown: the actor sends the general release, and
+//!   counts a lease it no longer finds after an unknown outcome as
+//!   released.
 //!
 //! Each call is one [`Op::Release`] for the fault plan and the counters.
 
-use std::sync::{Arc, Mutex};
-
-use futures::FutureExt;
-use futures::future::BoxFuture;
-use tokio::time::Instant;
-
 use super::control::Op;
-use super::db::{MemoryDb, lock};
+use super::db::MemoryDb;
 use super::rules::{Collection, release_doc};
 use super::store::MemoryStore;
-use crate::config::ReleaseMode;
-use crate::error::Result;
-use crate::key::LeaseKey;
-use crate::random::HashMap;
-use crate::store::light_release::{CONTENDED_FOR, LightRelease, Read, release_outcomes};
-use crate::store::{AcquireOutcome, LeaseRef};
-
-/// The keys whose writes go to the general release for
-/// [`CONTENDED_FOR`] (tokio's clock), as `MongoStore`'s `Contended`
-/// (shared by a store's clones).
-#[derive(Clone, Default)]
-pub(super) struct Contended(Arc<Mutex<HashMap<LeaseKey, Instant>>>);
-
-impl Contended {
-    /// Whether `key` was remembered within [`CONTENDED_FOR`].
-    pub(super) fn contains(&self, key: &LeaseKey) -> bool {
-        lock(&self.0)
-            .get(key)
-            .is_some_and(|at| at.elapsed() < CONTENDED_FOR)
-    }
-
-    /// Remembers `key` now.
-    pub(super) fn insert(&self, key: &LeaseKey) {
-        let mut keys = lock(&self.0);
-        keys.retain(|_, at| at.elapsed() < CONTENDED_FOR);
-        keys.insert(key.clone(), Instant::now());
-    }
-}
+use crate::store::LeaseRef;
+use crate::store::light_release::{LightRelease, Read, release_outcomes};
 
 /// Applies the light release statement of `owner` to `lease`'s document
 /// at `now`; whether it modified it.
@@ -100,82 +60,14 @@ fn light_release(
 }
 
 impl MemoryStore {
-    /// The lease of `leases` whose release in `mode` goes by the light form
-    /// first (see the module docs), if any.
-    pub(super) fn light_release_of<'a>(
-        &self,
-        leases: &'a [LeaseRef],
-        mode: ReleaseMode,
-    ) -> Option<&'a LeaseRef> {
-        match leases {
-            [lease]
-                if mode == ReleaseMode::Keep
-                    && self.place.is_none()
-                    && !lock(&self.multi_holder_ids).contains(&lease.lease_id)
-                    && !self.contended.contains(&lease.key) =>
-            {
-                Some(lease)
-            }
-            _ => None,
+    /// The light releases of `leases` (exclusive, of distinct keys): the
+    /// light release's own call for one, one call for more; one answer
+    /// each, in order (see the module docs).
+    pub(super) async fn light_releases(&self, leases: Vec<LeaseRef>) -> Vec<LightRelease> {
+        match <[LeaseRef; 1]>::try_from(leases) {
+            Ok([lease]) => vec![self.release_light_alone(lease).await],
+            Err(leases) => self.release_light_batch(leases).await,
         }
-    }
-
-    /// Remembers `key` as [`Contended`] after an exclusive acquire by this
-    /// store (of a `plain` lease: no minimum hold) that was not a new
-    /// acquisition: `outcome` and whether it was a retry under the same
-    /// lease id, `None` after an error. There `MongoStore`'s light acquire
-    /// did not apply and its general acquire was sent.
-    pub(super) fn note_acquire(
-        &self,
-        key: &LeaseKey,
-        outcome: Option<(&AcquireOutcome, bool)>,
-        plain: bool,
-    ) {
-        let new = matches!(outcome, Some((AcquireOutcome::Acquired { .. }, false)));
-        if !(new && plain) {
-            self.contended.insert(key);
-        }
-    }
-
-    /// The release of `lease` by its light form, grouped with others if its
-    /// key is a string, then by the general form if it did not release it:
-    /// the count of leases released, as `MongoStore::release_light`.
-    pub(super) fn release_light(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
-        let store = self.clone();
-        async move {
-            let retried = match store.release_light_grouped(&lease).await {
-                LightRelease::Released => return Ok(1),
-                LightRelease::NotApplied => false,
-                LightRelease::Unknown => true,
-                LightRelease::Failed(e) => return Err(e),
-            };
-            store.contended.insert(&lease.key);
-            let count = store
-                .release_general(vec![lease], ReleaseMode::Keep)
-                .await?;
-            // A light write whose outcome was unknown may have landed.
-            Ok(if retried { count.max(1) } else { count })
-        }
-        .boxed()
-    }
-
-    /// The light release of `lease`, in this store's group commit if its
-    /// key is a string.
-    async fn release_light_grouped(&self, lease: &LeaseRef) -> LightRelease {
-        if lease.key.as_str().is_none() {
-            return self.release_light_alone(lease.clone()).await;
-        }
-        let store = self.clone();
-        let send = move |leases: Vec<LeaseRef>| {
-            let store = store.clone();
-            async move {
-                match <[LeaseRef; 1]>::try_from(leases) {
-                    Ok([lease]) => vec![store.release_light_alone(lease).await],
-                    Err(leases) => store.release_light_batch(leases).await,
-                }
-            }
-        };
-        self.light_releases.submit(lease.clone(), send).await
     }
 
     /// The light release's own call for `lease`.

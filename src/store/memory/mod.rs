@@ -77,12 +77,12 @@
 //!   lease id and owner id and applies the release but not the user's
 //!   update (its semantics are MongoDB's).
 //!
-//! - **Light release, grouped** ([`light`]): a release of one exclusive
-//!   lease in keep mode tries `MongoStore`'s light release first, with the
+//! - **Light release** ([`light`]): `MongoStore`'s light release, with the
 //!   same conditions and the same decision on a grouped release's replies
-//!   (`store::light_release`); releases of string keys asked for while one
-//!   is in flight go together in one call (`store::batch`), as on
-//!   MongoDB. Where it does not release, the general release follows.
+//!   (`store::light_release`), one call per group the actor sends (its
+//!   group commit, as over MongoDB). Where it does not release, the actor
+//!   sends the general release. The twin has no light acquire: the actor
+//!   sends it the general acquire at once.
 //!
 //! What `MongoStore` does internally (re-reading after an ambiguous acquire,
 //! retrying a release up to three times) is not modelled: a fault injected
@@ -113,8 +113,7 @@
 //! - [`store`]: [`MemoryStore`], its settings and knobs, and `run`, which
 //!   applies an operation at server time;
 //! - [`ops`]: its [`Store`](crate::store::Store) implementation;
-//! - [`light`]: its light release of one exclusive lease, grouped, and the
-//!   keys that skip it ([`Contended`](light::Contended));
+//! - [`light`]: its light release of a group of exclusive leases;
 //! - [`streams`]: its stream of writes and its observed states.
 //!
 //! `ops`, `light` and `streams` use `store`, which uses `db`, `rules` and

@@ -12,7 +12,6 @@ use mongodb::bson::Document;
 use uuid::Uuid;
 
 use super::control::Op;
-use super::db::lock;
 use super::doc::{Doc, Holder};
 use super::kinds;
 use super::reply::{self, Reread};
@@ -23,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
+use crate::store::light_release::{LightForms, LightRelease};
 use crate::store::{
     AcquireOutcome, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace, Store,
     release_instead,
@@ -108,12 +108,8 @@ impl Store for MemoryStore {
             // An unknown outcome is resolved by a re-read, as by
             // `DocumentStore` (B7).
             let outcome = match acquire.await {
-                Ok((outcome, retry)) => {
-                    store.note_acquire(&key, Some((&outcome, retry)), true);
-                    outcome
-                }
+                Ok((outcome, _)) => outcome,
                 Err(error) => {
-                    store.note_acquire(&key, None, true);
                     let (key, owner) = (key.clone(), owner.clone());
                     reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
                         if coll.missing.contains(&key) {
@@ -267,31 +263,11 @@ impl Store for MemoryStore {
         });
         // An unknown outcome (`Fault::Fail`, `FailAfterApply`, a timeout)
         // is resolved by a re-read, as by `MongoStore` (B7).
-        let multi = shape
-            .kind
-            .is_multi_holder()
-            .then(|| self.multi_holder_ids.clone());
-        let exclusive = shape.kind == crate::LeaseKind::Exclusive;
         async move {
             let error = match write.await {
                 Err(error) => error,
-                Ok((outcome, retry)) => {
-                    if let Some(multi) = multi
-                        && matches!(outcome, AcquireOutcome::Acquired { .. })
-                    {
-                        lock(&multi).insert(lease_id);
-                    }
-                    if exclusive {
-                        reread
-                            .0
-                            .note_acquire(&reread.2, Some((&outcome, retry)), shape.is_plain());
-                    }
-                    return Ok(outcome);
-                }
+                Ok((outcome, _)) => return Ok(outcome),
             };
-            if exclusive {
-                reread.0.note_acquire(&reread.2, None, shape.is_plain());
-            }
             let (store, owner, key) = reread;
             reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
                 let reread = Reread {
@@ -351,6 +327,19 @@ impl Store for MemoryStore {
         self.release_in(leases, self.release_mode)
     }
 
+    /// In the lock collection only, as `MongoStore`'s (`light`).
+    fn light_forms(&self) -> LightForms {
+        LightForms {
+            acquire: false,
+            release: self.place.is_none(),
+        }
+    }
+
+    fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
+        let store = self.clone();
+        async move { store.light_releases(leases).await }.boxed()
+    }
+
     fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
         // As MongoStore: no delete, only the marking (keep mode's release).
         self.release_in(vec![lease], ReleaseMode::Keep)
@@ -365,15 +354,14 @@ impl Store for MemoryStore {
         to: Uuid,
         ttl: Duration,
         shape: LeaseShape,
+        _light: bool,
     ) -> BoxFuture<'static, Result<HandOver>> {
         if !shape.is_plain() || self.place.is_some() {
             return release_instead(self, key, from);
         }
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let yield_window = self.yield_window;
-        let contended = self.contended.clone();
-        let handed_key = key.clone();
-        let hand_over = self.run(Op::HandOver, vec![key.clone()], move |coll, now| {
+        self.run(Op::HandOver, vec![key.clone()], move |coll, now| {
             let ids = (from, to);
             Ok(apply_hand_over(
                 coll,
@@ -385,16 +373,7 @@ impl Store for MemoryStore {
                 yield_window,
                 now,
             ))
-        });
-        async move {
-            let outcome = hand_over.await;
-            // Where `MongoStore`'s light handoff would not apply.
-            if !matches!(outcome, Ok(HandOver::Acquired { .. })) {
-                contended.insert(&handed_key);
-            }
-            outcome
-        }
-        .boxed()
+        })
     }
 
     fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
@@ -580,34 +559,15 @@ fn is_retry(coll: &Collection, key: &LeaseKey, lease_id: Uuid) -> bool {
 }
 
 impl MemoryStore {
-    /// [`Store::release`] as in `mode`.
+    /// The general release of `leases` in `mode` (one call), by the rules
+    /// of `rules` and `kinds`; no call for none (as MongoStore).
     fn release_in(
         &self,
         leases: Vec<LeaseRef>,
         mode: ReleaseMode,
     ) -> BoxFuture<'static, Result<u64>> {
         if leases.is_empty() {
-            // As MongoStore: no command at all.
             return futures::future::ready(Ok(0)).boxed();
-        }
-        if let Some(lease) = self.light_release_of(&leases, mode) {
-            return self.release_light(lease.clone());
-        }
-        self.release_general(leases, mode)
-    }
-
-    /// The general release of `leases` in `mode` (one call), by the rules
-    /// of `rules` and `kinds`.
-    pub(super) fn release_general(
-        &self,
-        leases: Vec<LeaseRef>,
-        mode: ReleaseMode,
-    ) -> BoxFuture<'static, Result<u64>> {
-        {
-            let mut multi = lock(&self.multi_holder_ids);
-            for lease in &leases {
-                multi.remove(&lease.lease_id);
-            }
         }
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         let (db, owner) = (self.db.clone(), self.owner.clone());

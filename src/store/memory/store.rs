@@ -3,7 +3,7 @@
 //! which every operation of its [`Store`](crate::store::Store)
 //! implementation (`ops`) is applied at server time.
 
-use crate::random::{HashMap, HashSet};
+use crate::random::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,14 +15,10 @@ use uuid::Uuid;
 
 use super::control::{Call, Controls, Fault, Issued, Op};
 use super::db::{MemoryDb, lock};
-use super::light::Contended;
 use super::rules::Collection;
 use crate::config::{DEFAULT_RETRY_MAX, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
-use crate::store::LeaseRef;
-use crate::store::batch::Batcher;
-use crate::store::light_release::LightRelease;
 
 /// One manager's view of a [`MemoryDb`]. Clones share knobs and counters: give
 /// one clone to `LockManager::start` and keep one in the test.
@@ -50,15 +46,6 @@ pub(crate) struct MemoryStore {
     /// sees writes nor reports `Opened`) until this is `false` again, as a
     /// change stream the server has not yet confirmed (shared by clones).
     pub(super) opening_held: Arc<tokio::sync::watch::Sender<bool>>,
-    /// The group commit of its light releases (shared by clones; `light`).
-    pub(super) light_releases: Batcher<LeaseRef, LightRelease>,
-    /// The lease ids of the shared and semaphore leases it acquired and
-    /// has not released (shared by clones): their releases skip the light
-    /// form, as `MongoStore`'s.
-    pub(super) multi_holder_ids: Arc<Mutex<HashSet<Uuid>>>,
-    /// The keys its releases send the general form for at once (shared by
-    /// clones; `light`).
-    pub(super) contended: Contended,
 }
 
 impl MemoryDb {
@@ -76,9 +63,6 @@ impl MemoryDb {
             place: None,
             opened: Arc::default(),
             opening_held: Arc::new(tokio::sync::watch::channel(false).0),
-            light_releases: Batcher::default(),
-            multi_holder_ids: Arc::default(),
-            contended: Contended::default(),
         }
     }
 }
@@ -140,9 +124,6 @@ impl MemoryStore {
                 place: Some((collection.to_string(), field.to_string())),
                 opened: Arc::default(),
                 opening_held: Arc::new(tokio::sync::watch::channel(false).0),
-                light_releases: Batcher::default(),
-                multi_holder_ids: Arc::default(),
-                contended: Contended::default(),
             })
             .clone()
     }

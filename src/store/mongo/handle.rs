@@ -2,19 +2,15 @@
 //! the protocol needs), the store's settings, the operation timeout, and how
 //! the server's errors are read.
 
-use std::collections::HashMap;
 use std::future::IntoFuture;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mongodb::bson::Document;
 use mongodb::options::{
     CollectionOptions, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
 };
 use mongodb::{Collection, Database};
-use uuid::Uuid;
 
-use super::light::{Contended, LightBatches, Updates};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 
@@ -38,20 +34,6 @@ pub(crate) struct MongoStore {
     operation_timeout: Duration,
     /// Whether releases keep or delete the lock document.
     release_mode: ReleaseMode,
-    /// The lease ids this store acquired as holders of shared or semaphore
-    /// keys and has not seen released or lost: a hint that lets a renewal
-    /// batch without any of them keep the exclusive leases' plain update.
-    /// Each with when to forget it (local clock): two TTLs after its last
-    /// acquisition or renewal, when a lease dropped without a release (at
-    /// its local deadline, lost to a force release) can no longer be renewed.
-    holder_ids: Arc<Mutex<HashMap<Uuid, Instant>>>,
-    /// The keys the general forms of the acquire, release and handoff were
-    /// sent for lately (shared by clones, like `holder_ids`): see `light`.
-    contended: Contended,
-    /// The light acquire's update per TTL, encoded once (see `light`).
-    light_updates: Updates,
-    /// The group commits of the light acquire and release (see `batch`).
-    light_batches: LightBatches,
 }
 
 impl MongoStore {
@@ -80,34 +62,7 @@ impl MongoStore {
             safety_margin: Duration::ZERO,
             operation_timeout,
             release_mode: ReleaseMode::Keep,
-            holder_ids: Arc::default(),
-            contended: Contended::default(),
-            light_updates: Updates::default(),
-            light_batches: LightBatches::default(),
         }
-    }
-
-    /// The lease ids this store acquired as holders of shared or semaphore
-    /// keys and has not seen released or lost (a hint, see [`MongoStore`]).
-    pub(super) fn holder_ids(&self) -> MutexGuard<'_, HashMap<Uuid, Instant>> {
-        self.holder_ids
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// The light acquire's encoded updates (see `light`).
-    pub(super) fn updates(&self) -> &Updates {
-        &self.light_updates
-    }
-
-    /// The group commits of the light acquire and release (see `batch`).
-    pub(super) fn light_batches(&self) -> &LightBatches {
-        &self.light_batches
-    }
-
-    /// The keys the general forms were sent for lately (see `light`).
-    pub(super) fn contended(&self) -> &Contended {
-        &self.contended
     }
 
     /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).

@@ -114,9 +114,11 @@ impl MongoStore {
         from: Uuid,
         to: Uuid,
         ttl_ms: i64,
+        light: bool,
     ) -> Result<HandOver> {
-        // The light form first, for a key nobody else waits for (`light`).
-        let mut light = self.light_applies(&key);
+        // The light form first, for a key nobody else waits for (`light`),
+        // unless the actor found the key contended lately.
+        let mut light = light;
         let mut attempt = 1;
         loop {
             let error = if light {
@@ -129,7 +131,6 @@ impl MongoStore {
                     Err(e) => return Err(e),
                 }
             } else {
-                self.contended().insert(&key);
                 let write = self
                     .bounded(
                         self.coll()

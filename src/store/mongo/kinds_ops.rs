@@ -2,8 +2,6 @@
 //! plain exclusive one need: the acquisition of any shape and a holder's
 //! payload, sending what [`kinds`](super::kinds) builds.
 
-use std::time::{Duration, Instant};
-
 use uuid::Uuid;
 
 use super::handle::MongoStore;
@@ -47,35 +45,10 @@ impl MongoStore {
         }
         let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, kind, waiting);
         let projection = multi_acquire_projection(self.owner(), lease_id);
-        let outcome = self
-            .acquire_by(key, update, projection, |key, doc| {
-                classify_multi(key, kind, doc)
-            })
-            .await?;
-        if matches!(outcome, AcquireOutcome::Acquired { .. }) {
-            let forget_at = Instant::now() + 2 * duration_ms(ttl_ms);
-            self.holder_ids().insert(lease_id, forget_at);
-        }
-        Ok(outcome)
-    }
-
-    /// Updates the renewal hint after a renewal of the leases `ids` with
-    /// `ttl_ms`: those still held are remembered for two more TTLs, `lost`
-    /// ones are forgotten, and so are holder leases whose time has come
-    /// (dropped without a release or a renewal).
-    pub(super) fn renewed_holders(&self, ids: &[Uuid], lost: &[LeaseRef], ttl_ms: i64) {
-        let now = Instant::now();
-        let forget_at = now + 2 * duration_ms(ttl_ms);
-        let mut holders = self.holder_ids();
-        for id in ids {
-            if let Some(at) = holders.get_mut(id) {
-                *at = forget_at;
-            }
-        }
-        for l in lost {
-            holders.remove(&l.lease_id);
-        }
-        holders.retain(|_, at| *at > now);
+        self.acquire_by(key, update, projection, |key, doc| {
+            classify_multi(key, kind, doc)
+        })
+        .await
     }
 
     /// Sets the payload of `lease` as a holder of a shared or semaphore key
@@ -94,11 +67,3 @@ impl MongoStore {
         Ok(result.matched_count == 1)
     }
 }
-
-/// A duration of `ms` milliseconds (zero if negative).
-fn duration_ms(ms: i64) -> Duration {
-    Duration::from_millis(ms.max(0) as u64)
-}
-
-#[cfg(all(test, feature = "testkit"))]
-mod tests;

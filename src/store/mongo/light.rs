@@ -1,8 +1,7 @@
 //! The light forms of the acquire, the release and the local handoff
 //! ("Light forms for keys nobody waits for" in `store`): the same writes
 //! for the common case of a key that nobody else waits for, in one small
-//! stage instead of the general pipeline of every case, and the memory of
-//! the keys where they do not apply.
+//! stage instead of the general pipeline of every case.
 //!
 //! The general pipelines ([`acquire_pipeline`](super::pipeline::acquire_pipeline),
 //! [`release_any_update`](super::kinds::release_any_update),
@@ -31,41 +30,30 @@
 //! The release and the handoff filter on `_id` alone (the server's fast
 //! path, B26), the acquire on `{_id, _ins: null}` (B29); each carries
 //! its conditions in one `$replaceWith` that leaves any other document
-//! unchanged; the lease ids are `let` variables, so each update is encoded
-//! once per TTL ([`Updates`]).
+//! unchanged; the lease ids are `let` variables, so a grouped command
+//! encodes its update once ([`encoded_update`]).
 //!
-//! A key where a light form did not apply (or that the general form was
-//! sent for) is remembered for [`CONTENDED_FOR`]: its writes go straight
-//! to the general form meanwhile, so a contended key costs no extra round
-//! trip.
-//!
-//! The light acquires and releases of string keys asked for while one of
-//! their form is in flight go together once it returns (`store::batch`, the
-//! commands in `batched`); one asked for while none is goes alone, in its
-//! own command here.
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+//! The actor decides when a light form is tried: not for a key where one
+//! did not apply (or that the general form was sent for) lately
+//! ([`CONTENDED_FOR`](crate::store::light_release::CONTENDED_FOR)), so a
+//! contended key costs no extra round trip. It groups the light acquires
+//! and releases of string keys asked for while one of their form is in
+//! flight (its `group_commit`); this store sends a group as one batch (the
+//! commands in `batched`), and one request alone as its own command here.
 
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawBinaryRef, RawDocumentBuf, doc};
 use uuid::Uuid;
 
 use super::handle::{MongoStore, is_duplicate_key};
-use super::kinds::{Released, holder_filter};
-use super::ops::retried;
+use super::ops::{retried, ttl_ms};
 use super::pipeline::{key_filter, upsert_filter};
 use super::plain::{update_command, update_counts};
 use super::rules::{bson_lease_id, inserted, next_token, our_shape};
-use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
-use crate::store::light_release::{CONTENDED_FOR, LightRelease};
+use crate::store::light_release::{LightAcquire, LightAcquired, LightRelease};
 use crate::store::{LeaseRef, field};
-
-/// Keys remembered before the expired ones are dropped.
-const PRUNE_AT: usize = 1024;
 
 /// `$name`: the value of field `name`.
 fn f(name: &str) -> String {
@@ -119,7 +107,7 @@ fn root_with(set: Document, unset: &[&str]) -> Document {
 
 /// The variable of the light acquire's command (`let`) holding the
 /// attempt's lease id, so that its update is the same for every attempt
-/// of one owner and TTL, and encoded once ([`AcquireUpdates`]).
+/// of one owner and TTL, and encoded once per command ([`encoded_update`]).
 const LID: &str = "$$lid";
 
 /// The light acquire's update: a new acquisition by `owner` under the
@@ -231,7 +219,7 @@ pub(super) fn hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
     ]}}]
 }
 
-/// Which light update an encoded one is ([`Updates`]).
+/// Which light update a command carries.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Form {
     Acquire,
@@ -239,39 +227,20 @@ enum Form {
     HandOver,
 }
 
-/// The light updates per form and TTL, encoded (the owner id is the
-/// store's, the lease ids are `let` variables): one copy of their bytes
-/// per command instead of building and encoding the pipeline's documents
-/// at each write.
-#[derive(Clone, Default)]
-pub(super) struct Updates(Arc<Mutex<Vec<(Form, i64, RawArrayBuf)>>>);
-
-impl Updates {
-    /// The encoded update of `form` for `owner` and `ttl_ms`.
-    fn get(&self, form: Form, owner: &str, ttl_ms: i64) -> Result<RawArrayBuf> {
-        let mut updates = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((.., update)) = updates
-            .iter()
-            .find(|(f, ttl, _)| *f == form && *ttl == ttl_ms)
-        {
-            return Ok(update.clone());
-        }
-        let stages = match form {
-            Form::Acquire => acquire_update(owner, ttl_ms),
-            Form::Release => release_update(owner),
-            Form::HandOver => hand_over_update(owner, ttl_ms),
-        };
-        let mut update = RawArrayBuf::new();
-        for stage in stages {
-            update.push(RawDocumentBuf::from_document(&stage).map_err(encoding)?);
-        }
-        // A handful of TTLs in practice; bounded all the same.
-        if updates.len() >= PRUNE_AT {
-            updates.clear();
-        }
-        updates.push((form, ttl_ms, update.clone()));
-        Ok(update)
+/// The light update of `form` for `owner` and `ttl_ms`, encoded (the lease
+/// ids are `let` variables, so a grouped command encodes it once and
+/// copies its bytes into each statement).
+fn encoded_update(form: Form, owner: &str, ttl_ms: i64) -> Result<RawArrayBuf> {
+    let stages = match form {
+        Form::Acquire => acquire_update(owner, ttl_ms),
+        Form::Release => release_update(owner),
+        Form::HandOver => hand_over_update(owner, ttl_ms),
+    };
+    let mut update = RawArrayBuf::new();
+    for stage in stages {
+        update.push(RawDocumentBuf::from_document(&stage).map_err(encoding)?);
     }
+    Ok(update)
 }
 
 /// The `_id` filter of `key`, encoded.
@@ -297,14 +266,9 @@ fn raw_lets(vars: &[(&str, Uuid)]) -> RawDocumentBuf {
     lets
 }
 
-/// [`light_projection`], encoded once.
+/// [`light_projection`], encoded.
 fn raw_light_projection() -> RawDocumentBuf {
-    static PROJECTION: OnceLock<RawDocumentBuf> = OnceLock::new();
-    PROJECTION
-        .get_or_init(|| {
-            RawDocumentBuf::from_document(&light_projection()).expect("a constant document encodes")
-        })
-        .clone()
+    RawDocumentBuf::from_document(&light_projection()).expect("a constant document encodes")
 }
 
 /// A document this store built that BSON cannot encode (a key too large).
@@ -319,27 +283,6 @@ fn reply_value(mut reply: Document) -> Option<Document> {
     match reply.remove("value") {
         Some(Bson::Document(value)) => Some(value),
         _ => None,
-    }
-}
-
-/// The keys the general forms were sent for, with when (local clock).
-#[derive(Clone, Default)]
-pub(super) struct Contended(Arc<Mutex<HashMap<LeaseKey, Instant>>>);
-
-impl Contended {
-    /// Whether the general forms were sent for `key` within [`CONTENDED_FOR`].
-    pub(super) fn contains(&self, key: &LeaseKey) -> bool {
-        let keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        keys.get(key).is_some_and(|at| at.elapsed() < CONTENDED_FOR)
-    }
-
-    /// Remembers that the general forms were sent for `key` now.
-    pub(super) fn insert(&self, key: &LeaseKey) {
-        let mut keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if keys.len() >= PRUNE_AT && !keys.contains_key(key) {
-            keys.retain(|_, at| at.elapsed() < CONTENDED_FOR);
-        }
-        keys.insert(key.clone(), Instant::now());
     }
 }
 
@@ -361,7 +304,7 @@ impl MongoStore {
             Form::Release | Form::HandOver => raw_key_filter(key)?,
         };
         command.append("query", query);
-        command.append("update", self.updates().get(form, self.owner(), ttl_ms)?);
+        command.append("update", encoded_update(form, self.owner(), ttl_ms)?);
         command.append("fields", raw_light_projection());
         command.append("new", true);
         command.append("upsert", form == Form::Acquire);
@@ -375,7 +318,7 @@ impl MongoStore {
     /// follows decides, and reports the error if the server refuses it
     /// again. Idempotent: the first write that lands removes `lid`.
     async fn release_light_command(&self, lease: &LeaseRef) -> Result<u64> {
-        let update = self.updates().get(Form::Release, self.owner(), 0)?;
+        let update = encoded_update(Form::Release, self.owner(), 0)?;
         let mut command = update_command(
             self.coll().name(),
             raw_key_filter(&lease.key)?,
@@ -409,114 +352,24 @@ impl MongoStore {
         Ok(doc.and_then(|doc| acquired_token(&doc, self.owner(), to)))
     }
 
-    /// Whether the light forms may be tried for `key` (see [`Contended`]).
-    pub(super) fn light_applies(&self, key: &LeaseKey) -> bool {
-        !self.contended().contains(key)
-    }
-
-    /// The release of the one lease `lease` by its light form, followed by
-    /// the general one ([`release_any_update`]) if the light form matched
-    /// nothing: the count of leases released, as
-    /// [`MongoStore::release_parts`] counts them. `None` where the light
-    /// form does not apply: a contended key, a lease this store holds on a
-    /// shared or semaphore key, a delete-mode release that deletes first.
-    pub(super) async fn release_light(
-        &self,
-        lease: &LeaseRef,
-        delete_first: bool,
-    ) -> Result<Option<u64>> {
-        if (delete_first && self.release_mode() == ReleaseMode::Delete)
-            || self.holder_ids().contains_key(&lease.lease_id)
-            || !self.light_applies(&lease.key)
-        {
-            return Ok(None);
-        }
-        let retried = match self.release_light_grouped(lease).await {
-            LightRelease::Released => return Ok(Some(1)),
-            LightRelease::NotApplied => false,
-            LightRelease::Unknown => true,
-            LightRelease::Failed(e) => return Err(e),
-        };
-        self.contended().insert(&lease.key);
-        let released = Released::Leases {
-            owner: self.owner(),
-            ids: vec![lease.lease_id],
-        };
-        let filter = holder_filter(self.owner(), std::slice::from_ref(lease));
-        let count = self
-            .release_matching(filter, &released, true, delete_first)
-            .await?;
-        // A light write whose outcome was unknown may have landed: a lease
-        // the general release no longer finds counts as released by us, as
-        // in `release_parts`.
-        Ok(Some(if retried { count.max(1) } else { count }))
-    }
-
-    /// The light acquire of `key` by this owner under `lease_id`: the
-    /// token if it acquired it; `None` if the light form did not apply or
-    /// its outcome is unknown (the general acquire that follows, under the
-    /// same lease id, recognises a landed one as a retry: B7). The key is
-    /// then remembered as contended.
-    pub(super) async fn acquire_light(
-        &self,
-        key: &LeaseKey,
-        lease_id: Uuid,
-        ttl_ms: i64,
-    ) -> Result<Option<u64>> {
-        let request = AcquireRequest {
-            key: key.clone(),
-            lease_id,
-            ttl_ms,
-        };
-        let outcome = if key.as_str().is_some() {
-            let store = self.clone();
-            let send = move |requests: Vec<AcquireRequest>| {
-                let store = store.clone();
-                async move { store.acquire_light_many(requests).await }
-            };
-            self.light_batches().acquire.submit(request, send).await
-        } else {
-            self.acquire_light_alone(&request).await
-        };
-        match outcome {
-            LightAcquire::Acquired(token) => Ok(Some(token)),
-            LightAcquire::NotApplied => {
-                self.contended().insert(key);
-                Ok(None)
-            }
-            LightAcquire::Failed(e) => Err(e),
-        }
-    }
-
-    /// The light acquires `requests`: the light form's own command for
-    /// one, one batch for more (`batched`).
-    async fn acquire_light_many(&self, requests: Vec<AcquireRequest>) -> Vec<LightAcquire> {
+    /// The light acquires `requests` (of distinct keys; string keys if
+    /// more than one): the light form's own command for one, one batch
+    /// for more (`batched`); one answer each, in order.
+    pub(super) async fn light_acquires(&self, requests: Vec<LightAcquire>) -> Vec<LightAcquired> {
         match &requests[..] {
             [request] => vec![self.acquire_light_alone(request).await],
             _ => self.acquire_light_batch(&requests).await,
         }
     }
 
-    /// The light release of `lease`, grouped with others (`batch`) if its
-    /// key is a string.
-    async fn release_light_grouped(&self, lease: &LeaseRef) -> LightRelease {
-        if lease.key.as_str().is_none() {
-            return self.release_light_alone(lease).await;
+    /// The light releases of `leases` (exclusive, of distinct keys; string
+    /// keys if more than one): the light form's own command for one, one
+    /// batch for more (`batched`); one answer each, in order.
+    pub(super) async fn light_releases(&self, leases: Vec<LeaseRef>) -> Vec<LightRelease> {
+        match &leases[..] {
+            [lease] => vec![self.release_light_alone(lease).await],
+            _ => self.release_light_batch(&leases).await,
         }
-        let store = self.clone();
-        let send = move |leases: Vec<LeaseRef>| {
-            let store = store.clone();
-            async move {
-                match &leases[..] {
-                    [lease] => vec![store.release_light_alone(lease).await],
-                    _ => store.release_light_batch(&leases).await,
-                }
-            }
-        };
-        self.light_batches()
-            .release
-            .submit(lease.clone(), send)
-            .await
     }
 
     /// The light release's own command for `lease`, retried after a
@@ -530,14 +383,13 @@ impl MongoStore {
         }
     }
 
-    /// The light acquire's own command (`findAndModify`) for `request`.
-    async fn acquire_light_alone(&self, request: &AcquireRequest) -> LightAcquire {
-        let AcquireRequest {
-            key,
-            lease_id,
-            ttl_ms,
-        } = request;
-        let (lease_id, ttl_ms) = (*lease_id, *ttl_ms);
+    /// The light acquire's own command (`findAndModify`) for `request`:
+    /// not applied after a transient error (its outcome unknown: the
+    /// general acquire under the same lease id recognises a landed one as
+    /// a retry, B7) or a duplicate key (a racing upsert).
+    async fn acquire_light_alone(&self, request: &LightAcquire) -> LightAcquired {
+        let LightAcquire { key, lease_id, ttl } = request;
+        let (lease_id, ttl_ms) = (*lease_id, ttl_ms(*ttl));
         let attempt = self
             .find_and_modify_light(key, Form::Acquire, ttl_ms, &[(LID, lease_id)])
             .await;
@@ -545,15 +397,13 @@ impl MongoStore {
             Ok(doc) => doc.and_then(|doc| acquired_token(&doc, self.owner(), lease_id)),
             Err(e) if e.is_transient() => None,
             Err(Error::Database(e)) if is_duplicate_key(&e) => None,
-            Err(e) => return LightAcquire::Failed(e),
+            Err(e) => return LightAcquired::Failed(e),
         };
-        token.map_or(LightAcquire::NotApplied, LightAcquire::Acquired)
+        token.map_or(LightAcquired::NotApplied, LightAcquired::Acquired)
     }
 }
 
 mod batched;
-pub(super) use batched::LightBatches;
-use batched::{AcquireRequest, LightAcquire};
 
 #[cfg(test)]
 mod tests;
@@ -630,15 +480,5 @@ mod unit {
             raw_light_projection().to_document().unwrap(),
             light_projection()
         );
-    }
-
-    #[test]
-    fn a_contended_key_is_remembered_for_a_while() {
-        let contended = Contended::default();
-        let key: LeaseKey = "k".into();
-        assert!(!contended.contains(&key));
-        contended.insert(&key);
-        assert!(contended.contains(&key));
-        assert!(!contended.contains(&"other".into()));
     }
 }

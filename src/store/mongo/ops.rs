@@ -31,6 +31,7 @@ use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
+use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
     AcquireOutcome, Announcement, HandOver, LeaseRef, Store, field, release_instead, replies,
 };
@@ -86,7 +87,9 @@ impl MongoStore {
             .await
     }
 
-    /// An exclusive acquisition (held at least `hold_ms` if `Some`).
+    /// An exclusive acquisition (held at least `hold_ms` if `Some`) by the
+    /// general pipeline (the actor tries the light acquire first where it
+    /// may apply, `Store::acquire_light`).
     pub(super) async fn acquire_once(
         &self,
         key: LeaseKey,
@@ -95,13 +98,6 @@ impl MongoStore {
         ttl_ms: i64,
         hold_ms: Option<i64>,
     ) -> Result<AcquireOutcome> {
-        // The light form first, for a key nobody else waits for (`light`).
-        if hold_ms.is_none() && self.light_applies(&key) {
-            if let Some(token) = self.acquire_light(&key, lease_id, ttl_ms).await? {
-                return Ok(AcquireOutcome::Acquired { token });
-            }
-        }
-        self.contended().insert(&key);
         let update = acquire_pipeline(
             self.owner(),
             ttl_ms,
@@ -210,21 +206,14 @@ impl MongoStore {
     }
 
     /// One `updateMany` for the batch: the plain renewal of exclusive leases
-    /// when it holds no lease this store acquired as a holder of a shared
-    /// or semaphore key (encoded directly, `renewal`), else the renewal of
-    /// any kinds. (The actor acquires
-    /// and renews through one store value, whose clones share the hint; a
-    /// holder acquired through another store value would be reported lost,
-    /// never kept wrongly.)
+    /// when every lease of the batch is exclusive (its [`LeaseRef::kind`],
+    /// encoded directly, `renewal`), else the renewal of any kinds.
     pub(super) async fn renew_batch(
         &self,
         leases: Vec<LeaseRef>,
         ttl_ms: i64,
     ) -> Result<Vec<LeaseRef>> {
-        let plain = {
-            let holders = self.holder_ids();
-            !leases.iter().any(|l| holders.contains_key(&l.lease_id))
-        };
+        let plain = !leases.iter().any(|l| l.kind.is_multi_holder());
         let owner = self.owner();
         let (filter, update): (fn(&str, &[LeaseRef]) -> Document, _) = if plain {
             (exclusive_filter, renew_exclusive_update(ttl_ms))
@@ -238,25 +227,22 @@ impl MongoStore {
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
-        let ids = lease_ids(&leases);
         let raw = if plain {
             // Encoded directly: the filter names every key and lease id.
             self.renew_exclusive_raw(&leases, ttl_ms).await?
         } else {
             None
         };
-        let lost = match raw {
+        match raw {
             Some(matched) => {
                 self.unrenewed(self.coll(), filter, leases, field::LEASE_ID, matched)
-                    .await?
+                    .await
             }
             None => {
                 self.renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
-                    .await?
+                    .await
             }
-        };
-        self.renewed_holders(&ids, &lost, ttl_ms);
-        Ok(lost)
+        }
     }
 
     /// Renews `leases` by `update` on the documents of `coll` that match
@@ -506,6 +492,23 @@ impl MongoStore {
 }
 
 impl Store for MongoStore {
+    fn light_forms(&self) -> LightForms {
+        LightForms {
+            acquire: true,
+            release: true,
+        }
+    }
+
+    fn acquire_light(&self, requests: Vec<LightAcquire>) -> BoxFuture<'static, Vec<LightAcquired>> {
+        let store = self.clone();
+        async move { store.light_acquires(requests).await }.boxed()
+    }
+
+    fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
+        let store = self.clone();
+        async move { store.light_releases(leases).await }.boxed()
+    }
+
     fn place(&self) -> crate::store::LockPlace {
         crate::store::LockPlace {
             database: self.coll().namespace().db,
@@ -595,12 +598,18 @@ impl Store for MongoStore {
         to: Uuid,
         ttl: Duration,
         shape: crate::kind::LeaseShape,
+        light: bool,
     ) -> BoxFuture<'static, Result<HandOver>> {
         if !shape.is_plain() {
             return release_instead(self, key, from);
         }
         let store = self.clone();
-        async move { store.hand_over_once(key, from, to, ttl_ms(ttl)).await }.boxed()
+        async move {
+            store
+                .hand_over_once(key, from, to, ttl_ms(ttl), light)
+                .await
+        }
+        .boxed()
     }
 
     fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
@@ -619,11 +628,7 @@ impl Store for MongoStore {
                 owner: store.owner(),
                 except: except.clone(),
             };
-            let count = store
-                .release_matching(filter, &released, false, true)
-                .await?;
-            store.holder_ids().retain(|id, _| except.contains(id));
-            Ok(count)
+            store.release_matching(filter, &released, false, true).await
         }
         .boxed()
     }

@@ -110,7 +110,6 @@ impl MongoStore {
         leases: Vec<LeaseRef>,
         delete_first: bool,
     ) -> Result<u64> {
-        let ids = lease_ids(&leases);
         let mut rounds: Vec<Vec<LeaseRef>> = Vec::new();
         for lease in leases {
             match rounds
@@ -123,12 +122,6 @@ impl MongoStore {
         }
         let mut count = 0;
         for round in rounds {
-            if let [lease] = &round[..]
-                && let Some(released) = self.release_light(lease, delete_first).await?
-            {
-                count += released;
-                continue;
-            }
             let released = Released::Leases {
                 owner: self.owner(),
                 ids: lease_ids(&round),
@@ -137,10 +130,6 @@ impl MongoStore {
             count += self
                 .release_matching(filter, &released, round.len() == 1, delete_first)
                 .await?;
-        }
-        let mut holders = self.holder_ids();
-        for id in &ids {
-            holders.remove(id);
         }
         Ok(count)
     }

@@ -199,6 +199,7 @@ mod tests {
         .map(|key| LeaseRef {
             key: key.into(),
             lease_id: Uuid::new_v4(),
+            kind: crate::kind::LeaseKind::Exclusive,
         })
         .collect();
         let command = renewal_command("locks", "me", &leases, 60_000).unwrap();
@@ -226,12 +227,21 @@ mod tests {
             let lease = LeaseRef {
                 key: key.into(),
                 lease_id: Uuid::new_v4(),
+                kind: crate::kind::LeaseKind::Exclusive,
             };
-            let token = store
-                .acquire_light(&lease.key, lease.lease_id, 60_000)
-                .await
-                .unwrap();
-            assert!(token.is_some(), "{key} acquired");
+            let request = crate::store::light_release::LightAcquire {
+                key: lease.key.clone(),
+                lease_id: lease.lease_id,
+                ttl: Duration::from_secs(60),
+            };
+            let answer = store.light_acquires(vec![request]).await.pop();
+            assert!(
+                matches!(
+                    answer,
+                    Some(crate::store::light_release::LightAcquired::Acquired(_))
+                ),
+                "{key} acquired: {answer:?}"
+            );
             leases.push(lease);
         }
         let coll = db.collection::<Document>(&name);

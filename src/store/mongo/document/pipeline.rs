@@ -168,6 +168,7 @@ pub(super) mod fixtures {
         LeaseRef {
             key: "k".into(),
             lease_id: LID,
+            kind: crate::kind::LeaseKind::Exclusive,
         }
     }
 }

@@ -337,10 +337,12 @@ fn leases() -> Vec<LeaseRef> {
         LeaseRef {
             key: "a".into(),
             lease_id: LID,
+            kind: crate::kind::LeaseKind::Exclusive,
         },
         LeaseRef {
             key: "b".into(),
             lease_id: Uuid::from_u128(7),
+            kind: crate::kind::LeaseKind::Exclusive,
         },
     ]
 }

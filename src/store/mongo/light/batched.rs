@@ -1,6 +1,5 @@
 //! The light acquire and release of many keys in one command: what the
-//! group commit (`store::batch`) sends when writes queued behind one in
-//! flight.
+//! actor's group commit asks for when writes queued behind one in flight.
 //! A batch of one is the light form's own command, unchanged.
 //!
 //! * **Acquire**: one `update` of one upsert statement per key (the light
@@ -35,58 +34,30 @@
 //!   document (possibly a release reported as a loss, never the reverse).
 //!
 //! Only string keys are batched (the `find`'s documents are matched to
-//! the requests by `_id`, which for a string is exact); other keys go
-//! alone.
+//! the requests by `_id`, which for a string is exact); the actor sends
+//! other keys alone.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use mongodb::bson::{Document, RawArrayBuf, doc, rawdoc};
-use uuid::Uuid;
 
 use super::super::handle::MongoStore;
+use super::super::ops::ttl_ms;
 use super::super::plain::{update_reply, update_statements};
 use super::super::rules::bson_lease_id;
-use super::{Form, LID, raw_key_filter, raw_lets, raw_upsert_filter};
-use crate::error::Error;
-use crate::key::LeaseKey;
-use crate::store::batch::Batcher;
-use crate::store::light_release::{LightRelease, Read, release_outcomes};
+use super::{Form, LID, encoded_update, raw_key_filter, raw_lets, raw_upsert_filter};
+use crate::store::light_release::{
+    LightAcquire, LightAcquired, LightRelease, Read, release_outcomes,
+};
 use crate::store::{LeaseRef, field};
-
-/// A light acquire asked for.
-pub(in crate::store::mongo) struct AcquireRequest {
-    pub(in crate::store::mongo) key: LeaseKey,
-    pub(in crate::store::mongo) lease_id: Uuid,
-    pub(in crate::store::mongo) ttl_ms: i64,
-}
-
-/// What a light acquire did.
-#[derive(Default)]
-pub(in crate::store::mongo) enum LightAcquire {
-    /// This owner holds the key under the request's lease id, with this token.
-    Acquired(u64),
-    /// Not applied, or not known to have: the general form decides.
-    #[default]
-    NotApplied,
-    /// The light form's own command failed (a batch of one).
-    Failed(Error),
-}
-
-/// The group commits of the light acquire and release (shared by a
-/// store's clones).
-#[derive(Clone, Default)]
-pub(in crate::store::mongo) struct LightBatches {
-    pub(in crate::store::mongo) acquire: Batcher<AcquireRequest, LightAcquire>,
-    pub(in crate::store::mongo) release: Batcher<LeaseRef, LightRelease>,
-}
 
 /// The token of `doc` (as the batch's `find` read it) if it holds
 /// `request`'s lease for `owner` for at least the request's TTL less
 /// `elapsed_ms` more, by the server's clock.
 fn fresh_token(
     doc: &Document,
-    request: &AcquireRequest,
+    request: &LightAcquire,
     owner: &str,
     elapsed_ms: i64,
 ) -> Option<u64> {
@@ -95,7 +66,7 @@ fn fresh_token(
     let left = doc.get_datetime(field::EXPIRES_AT).ok()?.timestamp_millis()
         - doc.get_datetime("now").ok()?.timestamp_millis();
     let token = doc.get_i64(field::TOKEN).ok()?;
-    (ours && left >= request.ttl_ms - elapsed_ms).then_some(token as u64)
+    (ours && left >= ttl_ms(request.ttl) - elapsed_ms).then_some(token as u64)
 }
 
 /// The `e` of the grouped acquire's bound (see the module docs): the
@@ -144,16 +115,25 @@ impl MongoStore {
     /// order.
     pub(in crate::store::mongo) async fn acquire_light_batch(
         &self,
-        requests: &[AcquireRequest],
-    ) -> Vec<LightAcquire> {
-        let not_applied = || requests.iter().map(|_| LightAcquire::NotApplied).collect();
+        requests: &[LightAcquire],
+    ) -> Vec<LightAcquired> {
+        let not_applied = || requests.iter().map(|_| LightAcquired::NotApplied).collect();
+        // One encoding per TTL of the batch (a handful at most).
+        let mut updates: Vec<(i64, RawArrayBuf)> = Vec::new();
         let mut statements = RawArrayBuf::new();
         for request in requests {
-            let (Ok(filter), Ok(update)) = (
-                raw_upsert_filter(&request.key),
-                self.updates()
-                    .get(Form::Acquire, self.owner(), request.ttl_ms),
-            ) else {
+            let ttl = ttl_ms(request.ttl);
+            let update = match updates.iter().find(|(t, _)| *t == ttl) {
+                Some((_, update)) => update.clone(),
+                None => {
+                    let Ok(update) = encoded_update(Form::Acquire, self.owner(), ttl) else {
+                        return not_applied();
+                    };
+                    updates.push((ttl, update.clone()));
+                    update
+                }
+            };
+            let Ok(filter) = raw_upsert_filter(&request.key) else {
                 return not_applied();
             };
             statements.push(rawdoc! {
@@ -182,8 +162,8 @@ impl MongoStore {
             .map(|request| {
                 let doc = request.key.as_str().and_then(|k| docs.get(k));
                 match doc.and_then(|d| fresh_token(d, request, self.owner(), elapsed_ms)) {
-                    Some(token) => LightAcquire::Acquired(token),
-                    None => LightAcquire::NotApplied,
+                    Some(token) => LightAcquired::Acquired(token),
+                    None => LightAcquired::NotApplied,
                 }
             })
             .collect()
@@ -197,7 +177,7 @@ impl MongoStore {
         leases: &[LeaseRef],
     ) -> Vec<LightRelease> {
         let all = |outcome: fn() -> LightRelease| leases.iter().map(|_| outcome()).collect();
-        let Ok(update) = self.updates().get(Form::Release, self.owner(), 0) else {
+        let Ok(update) = encoded_update(Form::Release, self.owner(), 0) else {
             return all(|| LightRelease::NotApplied);
         };
         let mut statements = RawArrayBuf::new();
@@ -245,6 +225,7 @@ impl MongoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
     #[test]
     fn the_acquires_bound_counts_only_the_time_before_the_finds_send() {
@@ -261,10 +242,10 @@ mod tests {
     #[test]
     fn a_batched_acquire_counts_only_a_lease_that_lasts_its_ttl_from_the_send() {
         let lease_id = Uuid::new_v4();
-        let request = AcquireRequest {
+        let request = LightAcquire {
             key: "k".into(),
             lease_id,
-            ttl_ms: 10_000,
+            ttl: std::time::Duration::from_secs(10),
         };
         let now = mongodb::bson::DateTime::from_millis(1_000_000);
         let doc = |owner: &str, id: Uuid, left_ms: i64| {

@@ -1,7 +1,8 @@
 //! The light forms on a real `mongod`: where one applies, it writes what
 //! the general form writes; where it does not, it changes nothing and the
-//! general form decides; a key the general form was sent for lately costs
-//! one command per write.
+//! general form decides; grouped, one command (and one read) answers each
+//! request. The requests go as the actor's group commit sends them: the
+//! first alone, those asked for meanwhile together.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +15,8 @@ use uuid::Uuid;
 use super::super::kinds::{Released, holder_filter};
 use super::super::rules::bson_lease_id;
 use super::MongoStore;
-use crate::store::{AcquireOutcome, HandOver, LeaseRef, field};
+use crate::store::light_release::{LightAcquire, LightAcquired, LightRelease};
+use crate::store::{AcquireOutcome, HandOver, LeaseRef, Store, field};
 
 /// The TTL of the scenario's leases.
 const TTL_MS: i64 = 60_000;
@@ -96,7 +98,6 @@ impl Env {
 
     /// `key` acquired by the store through the general form.
     async fn acquire_general(&self, key: &str, lease_id: Uuid) -> AcquireOutcome {
-        self.store.contended().insert(&key.into());
         self.store
             .acquire_once(key.into(), lease_id, true, TTL_MS, None)
             .await
@@ -108,18 +109,56 @@ impl Env {
         let lease = LeaseRef {
             key: key.into(),
             lease_id: Uuid::new_v4(),
+            kind: crate::kind::LeaseKind::Exclusive,
         };
-        let token = self
-            .store
-            .acquire_light(&lease.key, lease.lease_id, TTL_MS)
-            .await
-            .unwrap();
+        let token = light_acquire(&self.store, key, lease.lease_id).await;
         assert!(token.is_some(), "{key} taken");
         lease
     }
 
+    /// The releases of `leases` as the actor sends them: the light form,
+    /// the first alone and the others grouped, then the general release
+    /// for each lease the light form did not release. How many each
+    /// released.
+    async fn release(&self, leases: &[LeaseRef]) -> Vec<u64> {
+        let mut answers = self.store.light_releases(leases[..1].to_vec()).await;
+        if leases.len() > 1 {
+            answers.extend(self.store.light_releases(leases[1..].to_vec()).await);
+        }
+        let mut counts = Vec::new();
+        for (lease, answer) in leases.iter().zip(answers) {
+            let unknown = match answer {
+                LightRelease::Released => {
+                    counts.push(1);
+                    continue;
+                }
+                LightRelease::Failed(e) => panic!("{e}"),
+                LightRelease::NotApplied => false,
+                LightRelease::Unknown => true,
+            };
+            let count = self.store.release(vec![lease.clone()]).await.unwrap();
+            counts.push(if unknown { count.max(1) } else { count });
+        }
+        counts
+    }
+
     async fn drop(self) {
         self.raw().drop().await.unwrap();
+    }
+}
+
+/// The light acquire of `key` under `lease_id` (alone): its token if it
+/// acquired it.
+async fn light_acquire(store: &MongoStore, key: &str, lease_id: Uuid) -> Option<u64> {
+    let request = LightAcquire {
+        key: key.into(),
+        lease_id,
+        ttl: Duration::from_millis(TTL_MS as u64),
+    };
+    match store.light_acquires(vec![request]).await.pop().unwrap() {
+        LightAcquired::Acquired(token) => Some(token),
+        LightAcquired::NotApplied => None,
+        LightAcquired::Failed(e) => panic!("{e}"),
     }
 }
 
@@ -183,11 +222,7 @@ async fn where_the_light_acquire_applies_it_writes_the_general_acquires_document
         env.put(with(state.clone(), doc! { "_id": &general_key }))
             .await;
         let lease_id = Uuid::new_v4();
-        let light = env
-            .store
-            .acquire_light(&key.as_str().into(), lease_id, TTL_MS)
-            .await
-            .unwrap();
+        let light = light_acquire(&env.store, &key, lease_id).await;
         let general = env.acquire_general(&general_key, lease_id).await;
         assert!(light.is_some(), "{key}: the light form applies");
         assert!(
@@ -204,11 +239,7 @@ async fn where_the_light_acquire_applies_it_writes_the_general_acquires_document
     }
     // A missing document: created as the general form creates it.
     let lease_id = Uuid::new_v4();
-    let light = env
-        .store
-        .acquire_light(&"new".into(), lease_id, TTL_MS)
-        .await
-        .unwrap();
+    let light = light_acquire(&env.store, "new", lease_id).await;
     assert!(light.is_some());
     env.acquire_general("new-general", lease_id).await;
     let (light, general) = (
@@ -220,7 +251,7 @@ async fn where_the_light_acquire_applies_it_writes_the_general_acquires_document
 }
 
 #[tokio::test]
-async fn where_the_light_acquire_does_not_apply_it_changes_nothing_and_the_key_is_remembered() {
+async fn where_the_light_acquire_does_not_apply_it_changes_nothing() {
     let env = Env::new().await;
     let ours = Uuid::new_v4();
     let released = |key: &str| lock(key, "b", at(-5));
@@ -261,50 +292,14 @@ async fn where_the_light_acquire_does_not_apply_it_changes_nothing_and_the_key_i
     for state in states {
         let key = state.get_str("_id").unwrap().to_string();
         env.put(state.clone()).await;
-        let light = env
-            .store
-            .acquire_light(&key.as_str().into(), ours, TTL_MS)
-            .await
-            .unwrap();
+        let light = light_acquire(&env.store, &key, ours).await;
         assert_eq!(light, None, "{key}");
         assert_eq!(
             env.get(&key).await.as_ref(),
             Some(&state),
             "{key} unchanged"
         );
-        assert!(!env.store.light_applies(&key.as_str().into()), "{key}");
     }
-    env.drop().await;
-}
-
-#[tokio::test]
-async fn a_contended_key_costs_one_command_per_acquire_and_a_free_one_one_command() {
-    let env = Env::new().await;
-    env.put(with(
-        lock("held", "b", at(60)),
-        doc! { field::LEASE_ID: bson_lease_id(Uuid::new_v4()) },
-    ))
-    .await;
-    env.commands.take("findAndModify");
-    let attempt = |key: &'static str| {
-        let store = env.store.clone();
-        async move {
-            store
-                .acquire_once(key.into(), Uuid::new_v4(), false, TTL_MS, None)
-                .await
-                .unwrap()
-        }
-    };
-    let first = attempt("held").await;
-    assert!(matches!(first, AcquireOutcome::Held { .. }), "{first:?}");
-    assert_eq!(env.commands.take("findAndModify"), 2, "light, then general");
-    let second = attempt("held").await;
-    assert!(matches!(second, AcquireOutcome::Held { .. }), "{second:?}");
-    assert_eq!(env.commands.take("findAndModify"), 1, "general only");
-
-    let free = attempt("free").await;
-    assert!(matches!(free, AcquireOutcome::Acquired { .. }), "{free:?}");
-    assert_eq!(env.commands.take("findAndModify"), 1, "light only");
     env.drop().await;
 }
 
@@ -314,10 +309,7 @@ async fn the_light_release_writes_the_general_releases_document_and_defers_to_it
     let env = Env::new().await;
     let light = env.take("light").await;
     let general = env.take("general").await;
-    assert_eq!(
-        env.store.release_light(&light, false).await.unwrap(),
-        Some(1)
-    );
+    assert_eq!(env.release(std::slice::from_ref(&light)).await, [1]);
     let released = Released::Leases {
         owner: "a",
         ids: vec![general.lease_id],
@@ -347,19 +339,13 @@ async fn the_light_release_writes_the_general_releases_document_and_defers_to_it
         .await
         .unwrap();
     env.commands.take("update");
-    assert_eq!(
-        env.store.release_light(&waited, false).await.unwrap(),
-        Some(1)
-    );
+    assert_eq!(env.release(std::slice::from_ref(&waited)).await, [1]);
     assert_eq!(env.commands.take("update"), 2, "light, then general");
     let doc = env.get("waited").await.unwrap();
     assert!(!doc.contains_key(field::WAITING_SINCE), "{doc}");
     assert!(doc.contains_key(field::YIELD_UNTIL), "{doc}");
     // Released already: counted once, whichever form.
-    assert_eq!(
-        env.store.release_light(&light, false).await.unwrap(),
-        Some(0)
-    );
+    assert_eq!(env.release(std::slice::from_ref(&light)).await, [0]);
     env.drop().await;
 }
 
@@ -371,18 +357,13 @@ async fn the_light_handoff_writes_the_general_handoffs_document() {
     let to = Uuid::new_v4();
     let handed = env
         .store
-        .hand_over_once(light.key.clone(), light.lease_id, to, TTL_MS)
+        .hand_over_once(light.key.clone(), light.lease_id, to, TTL_MS, true)
         .await
         .unwrap();
     assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
-    assert!(
-        env.store.light_applies(&light.key),
-        "the light form applied"
-    );
-    env.store.contended().insert(&general.key);
     let handed = env
         .store
-        .hand_over_once(general.key.clone(), general.lease_id, to, TTL_MS)
+        .hand_over_once(general.key.clone(), general.lease_id, to, TTL_MS, false)
         .await
         .unwrap();
     assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
@@ -403,6 +384,7 @@ fn leases(prefix: &str, n: usize) -> Vec<LeaseRef> {
         .map(|i| LeaseRef {
             key: format!("{prefix}{i}").as_str().into(),
             lease_id: Uuid::new_v4(),
+            kind: crate::kind::LeaseKind::Exclusive,
         })
         .collect()
 }
@@ -424,15 +406,24 @@ async fn take_all(env: &Env, leases: &[LeaseRef]) {
     }
 }
 
-/// The light acquires of `leases`, asked for at once (one task).
+/// The light acquires of `leases`, as the actor sends them when they are
+/// asked for at once: the first alone, the others grouped.
 async fn acquire_all(env: &Env, leases: &[LeaseRef]) -> Vec<Option<u64>> {
-    let acquires = leases
-        .iter()
-        .map(|l| env.store.acquire_light(&l.key, l.lease_id, TTL_MS));
-    futures::future::join_all(acquires)
-        .await
+    let request = |l: &LeaseRef| LightAcquire {
+        key: l.key.clone(),
+        lease_id: l.lease_id,
+        ttl: Duration::from_millis(TTL_MS as u64),
+    };
+    let mut answers = env.store.light_acquires(vec![request(&leases[0])]).await;
+    let rest = leases[1..].iter().map(request).collect();
+    answers.extend(env.store.light_acquires(rest).await);
+    answers
         .into_iter()
-        .map(|r| r.unwrap())
+        .map(|answer| match answer {
+            LightAcquired::Acquired(token) => Some(token),
+            LightAcquired::NotApplied => None,
+            LightAcquired::Failed(e) => panic!("{e}"),
+        })
         .collect()
 }
 
@@ -479,10 +470,12 @@ async fn a_batched_acquire_leaves_a_held_key_unchanged_and_a_stale_write_under_i
     all.push(LeaseRef {
         key: "held".into(),
         lease_id: Uuid::new_v4(),
+        kind: crate::kind::LeaseKind::Exclusive,
     });
     all.push(LeaseRef {
         key: "stale".into(),
         lease_id: stale_id,
+        kind: crate::kind::LeaseKind::Exclusive,
     });
     // Another application's lock by an upsert of `_id` alone.
     let bare = doc! { "_id": "bare" };
@@ -490,6 +483,7 @@ async fn a_batched_acquire_leaves_a_held_key_unchanged_and_a_stale_write_under_i
     all.push(LeaseRef {
         key: "bare".into(),
         lease_id: Uuid::new_v4(),
+        kind: crate::kind::LeaseKind::Exclusive,
     });
     let tokens = acquire_all(&env, &all).await;
     // A free key is acquired by the batch, unless the `find` ran late enough
@@ -551,12 +545,7 @@ async fn light_releases_asked_for_together_release_each_lease_and_report_a_lost_
         .await
         .unwrap();
     env.commands.counts();
-    let releases = leases.iter().map(|l| env.store.release_light(l, false));
-    let counts: Vec<u64> = futures::future::join_all(releases)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap().unwrap())
-        .collect();
+    let counts = env.release(&leases).await;
     // r1 is lost, and the batch's modified count (3) does not tell which
     // of r1, r3, r4, r5 it released: all four are reported lost (a release
     // reported as a loss, never the reverse).
@@ -600,12 +589,7 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
         .unwrap();
     assert_eq!(forced.modified_count, 1);
     env.commands.counts();
-    let releases = leases.iter().map(|l| env.store.release_light(l, false));
-    let counts: Vec<u64> = futures::future::join_all(releases)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap().unwrap())
-        .collect();
+    let counts = env.release(&leases).await;
     let commands = env.commands.counts();
     assert_eq!(
         commands.get("find"),
@@ -624,7 +608,6 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
 /// own, started with test commands (`failCommand`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
-    use crate::store::light_release::LightRelease;
     use crate::testkit::{ReplicaSet, ReplicaSetOptions};
     let rs = ReplicaSet::start(
         ReplicaSetOptions::default()
@@ -662,7 +645,7 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
             .all(|o| matches!(o, LightRelease::NotApplied)),
         "{outcomes:?}"
     );
-    // As `release_light` goes on: the general release finds the forced
+    // As the actor goes on: the general release finds the forced
     // lease gone (lost), and releases the other.
     let released = Released::Leases {
         owner: env.store.owner(),
@@ -677,5 +660,49 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
             .unwrap();
         assert_eq!(found, count, "{:?}", lease.key);
     }
+    env.drop().await;
+}
+
+/// Through a manager: acquires and releases of distinct keys asked for at
+/// once go as the actor's group commit sends them: the first alone, the
+/// others together, one command (and one read) for each group.
+#[tokio::test]
+async fn a_managers_acquires_and_releases_asked_for_at_once_are_grouped() {
+    let env = Env::new().await;
+    let manager = crate::LockManager::connect(
+        crate::LockManagerOptions::builder()
+            .database(env.db.clone())
+            .collection(env.collection.as_str())
+            .build(),
+    )
+    .await
+    .unwrap();
+    env.commands.counts();
+    let keys: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    let acquires = keys.iter().map(|k| manager.acquire(k.as_str()));
+    let leases: Vec<crate::Lease> = futures::future::join_all(acquires)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let counts = env.commands.counts();
+    // The first alone; the 19 that queued behind it in one `update` and
+    // one `find` (a key the `find` judged too late goes on to the general
+    // `findAndModify`: a slow machine).
+    assert_eq!(counts.get("update"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("find"), Some(&1), "{counts:?}");
+    assert!(counts.get("findAndModify") >= Some(&1), "{counts:?}");
+    let releases = leases.into_iter().map(|l| l.release());
+    for outcome in futures::future::join_all(releases).await {
+        assert_eq!(outcome.unwrap(), crate::ReleaseOutcome::Released);
+    }
+    let counts = env.commands.counts();
+    // The first alone, the 19 in one `update`: all applied, no `find`.
+    assert_eq!(counts.get("update"), Some(&2), "{counts:?}");
+    assert_eq!(counts.get("find"), None, "{counts:?}");
+    for key in &keys {
+        assert!(!env.get(key).await.unwrap().contains_key(field::LEASE_ID));
+    }
+    manager.shutdown().await.unwrap();
     env.drop().await;
 }

@@ -253,10 +253,12 @@ fn payload_filters_match_key_lease_id_and_owner_id() {
         LeaseRef {
             key: "a".into(),
             lease_id: LID,
+            kind: crate::kind::LeaseKind::Exclusive,
         },
         LeaseRef {
             key: "b".into(),
             lease_id: other,
+            kind: crate::kind::LeaseKind::Exclusive,
         },
     ];
     assert_eq!(

@@ -171,6 +171,7 @@ fn the_filters_of_leases_owners_and_delete_mode_are_one_filter_at_either_path() 
     let one = LeaseRef {
         key: "k".into(),
         lease_id: LID,
+        kind: crate::LeaseKind::Exclusive,
     };
     assert_eq!(
         Bson::from(lease().payload_filter("me", &one)),

@@ -1,0 +1,79 @@
+//! The light forms' group commit and the memory of contended keys
+//! (`actor::group_commit`), over the twin's light release.
+
+use super::*;
+
+/// Releases asked for while a light release is in flight wait for it and
+/// go together in one call; the first goes at once, alone.
+#[tokio::test(start_paused = true)]
+async fn light_releases_asked_for_while_one_is_in_flight_go_together_in_one_call() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let mut leases = Vec::new();
+    for i in 0..5 {
+        leases.push(a.acquire(format!("k{i}").as_str()).await.unwrap());
+    }
+    store.set_latency(Op::Release, 100 * MS);
+    let released_at = Instant::now();
+    let releases = leases.into_iter().map(|lease| lease.release());
+    let outcomes = soon(futures::future::join_all(releases)).await;
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(ReleaseOutcome::Released))),
+        "{outcomes:?}"
+    );
+    let calls = store.calls_of(Op::Release);
+    let keys: Vec<Vec<String>> = calls
+        .iter()
+        .map(|c| c.keys.iter().map(|k| k.to_string()).collect())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            vec!["k0".to_string()],
+            (1..5).map(|i| format!("k{i}")).collect()
+        ],
+        "the first alone, the four asked for meanwhile together"
+    );
+    assert_eq!(calls[0].at, released_at, "the first goes at once");
+    assert_eq!(
+        calls[1].at,
+        released_at + 100 * MS,
+        "the group when it returns"
+    );
+    for i in 0..5 {
+        assert_released(&db, format!("k{i}").as_str());
+    }
+}
+
+/// A key where the light release did not apply (another owner waited)
+/// goes straight to the general release for `CONTENDED_FOR`, then tries
+/// the light form again.
+#[tokio::test(start_paused = true)]
+async fn a_key_where_a_light_form_did_not_apply_skips_it_for_a_while() {
+    use crate::store::light_release::CONTENDED_FOR;
+    let db = MemoryDb::new();
+    let (a, sa, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    // a holds "k", b waits for it, a releases it (the key goes to b, which
+    // releases it): how many release calls a made.
+    let released_while_b_waits = || async {
+        let before = sa.calls(Op::Release);
+        let lease = a.acquire("k").await.unwrap();
+        let remote = waiter(&b, "k").await;
+        soon(db.changed_until("k", |d| d.waiting_since.is_some())).await;
+        assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+        let (_, remote) = soon(remote).await.unwrap().unwrap();
+        assert_eq!(remote.release().await.unwrap(), ReleaseOutcome::Released);
+        sa.calls(Op::Release) - before
+    };
+    assert_eq!(released_while_b_waits().await, 2, "light, then general");
+    assert_eq!(released_while_b_waits().await, 1, "general only, at once");
+    sleep(CONTENDED_FOR).await;
+    assert_eq!(
+        released_while_b_waits().await,
+        2,
+        "light again, then general"
+    );
+}
