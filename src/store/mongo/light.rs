@@ -5,7 +5,7 @@
 //!
 //! The general pipelines ([`acquire_pipeline`](super::pipeline::acquire_pipeline),
 //! [`release_any_update`](super::kinds::release_any_update),
-//! [`hand_over_update`](super::handoff::hand_over_update)) carry every case
+//! [`light_hand_over_update`](super::handoff::hand_over_update)) carry every case
 //! in one command: retries under the same lease id, the queue of waiting
 //! owners, waiting marks, minimum holds, shared and semaphore keys. Over
 //! 400 expression nodes each, the server parses and evaluates them for
@@ -31,7 +31,7 @@
 //! path, B26), the acquire on `{_id, _ins: null}` (B29); each carries
 //! its conditions in one `$replaceWith` that leaves any other document
 //! unchanged; the lease ids are `let` variables, so a grouped command
-//! encodes its update once ([`encoded_update`]).
+//! encodes its update once ([`encode_pipeline`]).
 //!
 //! The actor decides when a light form is tried: not for a key where one
 //! did not apply (or that the general form was sent for) lately
@@ -107,14 +107,14 @@ fn root_with(set: Document, unset: &[&str]) -> Document {
 
 /// The variable of the light acquire's command (`let`) holding the
 /// attempt's lease id, so that its update is the same for every attempt
-/// of one owner and TTL, and encoded once per command ([`encoded_update`]).
+/// of one owner and TTL, and encoded once per command ([`encode_pipeline`]).
 const LID: &str = "$$lid";
 
 /// The light acquire's update: a new acquisition by `owner` under the
 /// lease id `$$lid` (expiring `ttl_ms` after `$$NOW`, the next token) of a
 /// new document or of an expired one that nobody else waits for; any
 /// other document unchanged.
-pub(super) fn acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
+pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
     let lid = LID;
     let free = doc! { "$and": [
         our_shape(),
@@ -179,7 +179,7 @@ const TO: &str = "$$to";
 /// `owner` and nobody else waits, no minimum hold, no holders and no
 /// permits, `exp = min(exp, $$NOW)` and `lid` removed; any other document
 /// unchanged (`nModified` 0).
-pub(super) fn release_update(owner: &str) -> Vec<Document> {
+pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
     let released = root_with(
         doc! { field::EXPIRES_AT: { "$min": [f(field::EXPIRES_AT), "$$NOW"] } },
         &[field::LEASE_ID],
@@ -197,7 +197,7 @@ pub(super) fn release_update(owner: &str) -> Vec<Document> {
 /// and nobody else waits and no minimum hold is live, a new acquisition
 /// under `$$to`, expiring `ttl_ms` after `$$NOW`, with the next token,
 /// without the payload and the yield; any other document unchanged.
-pub(super) fn hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
+pub(super) fn light_hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
     let live = vec![
         doc! { "$eq": [{ "$type": f(field::TOKEN) }, "long"] },
         doc! { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
@@ -219,23 +219,10 @@ pub(super) fn hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
     ]}}]
 }
 
-/// Which light update a command carries.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Form {
-    Acquire,
-    Release,
-    HandOver,
-}
-
-/// The light update of `form` for `owner` and `ttl_ms`, encoded (the lease
-/// ids are `let` variables, so a grouped command encodes it once and
-/// copies its bytes into each statement).
-fn encoded_update(form: Form, owner: &str, ttl_ms: i64) -> Result<RawArrayBuf> {
-    let stages = match form {
-        Form::Acquire => acquire_update(owner, ttl_ms),
-        Form::Release => release_update(owner),
-        Form::HandOver => hand_over_update(owner, ttl_ms),
-    };
+/// A light update's stages, encoded (the lease ids are `let` variables, so
+/// a grouped command encodes it once and copies its bytes into each
+/// statement).
+fn encode_pipeline(stages: Vec<Document>) -> Result<RawArrayBuf> {
     let mut update = RawArrayBuf::new();
     for stage in stages {
         update.push(RawDocumentBuf::from_document(&stage).map_err(encoding)?);
@@ -287,38 +274,40 @@ fn reply_value(mut reply: Document) -> Option<Document> {
 }
 
 impl MongoStore {
-    /// The light `findAndModify` of `key`'s document with the update of
-    /// `form` (TTL `ttl_ms`) and the `let` variables `lets`, returning the
-    /// document after the write with [`light_projection`].
+    /// The light `findAndModify` of `key`'s document (an upsert on
+    /// `{_id, _ins: null}` if `upsert`, else on `_id`) with the encoded
+    /// `update` and the `let` variables `lets`, returning the document after
+    /// the write with [`light_projection`].
     async fn find_and_modify_light(
         &self,
         key: &LeaseKey,
-        form: Form,
-        ttl_ms: i64,
+        upsert: bool,
+        update: RawArrayBuf,
         lets: &[(&str, Uuid)],
     ) -> Result<Option<Document>> {
         let mut command = RawDocumentBuf::new();
         command.append("findAndModify", self.coll().name());
-        let query = match form {
-            Form::Acquire => raw_upsert_filter(key)?,
-            Form::Release | Form::HandOver => raw_key_filter(key)?,
+        let query = if upsert {
+            raw_upsert_filter(key)?
+        } else {
+            raw_key_filter(key)?
         };
         command.append("query", query);
-        command.append("update", encoded_update(form, self.owner(), ttl_ms)?);
+        command.append("update", update);
         command.append("fields", raw_light_projection());
         command.append("new", true);
-        command.append("upsert", form == Form::Acquire);
+        command.append("upsert", upsert);
         command.append("let", raw_lets(lets));
         self.plain_command(command).await.map(reply_value)
     }
 
     /// The light release's `update` of `lease`'s document
-    /// ([`release_update`]): 1 if it released the lease, 0 if it did not
+    /// ([`light_release_update`]): 1 if it released the lease, 0 if it did not
     /// apply; 0 after a write error too, so that the general release that
     /// follows decides, and reports the error if the server refuses it
     /// again. Idempotent: the first write that lands removes `lid`.
     async fn release_light_command(&self, lease: &LeaseRef) -> Result<u64> {
-        let update = encoded_update(Form::Release, self.owner(), 0)?;
+        let update = encode_pipeline(light_release_update(self.owner()))?;
         let mut command = update_command(
             self.coll().name(),
             raw_key_filter(&lease.key)?,
@@ -347,7 +336,12 @@ impl MongoStore {
     ) -> Result<Option<u64>> {
         let lets = [(FROM, from), (TO, to)];
         let doc = self
-            .find_and_modify_light(key, Form::HandOver, ttl_ms, &lets)
+            .find_and_modify_light(
+                key,
+                false,
+                encode_pipeline(light_hand_over_update(self.owner(), ttl_ms))?,
+                &lets,
+            )
             .await?;
         Ok(doc.and_then(|doc| acquired_token(&doc, self.owner(), to)))
     }
@@ -390,8 +384,12 @@ impl MongoStore {
     async fn acquire_light_alone(&self, request: &LightAcquire) -> LightAcquired {
         let LightAcquire { key, lease_id, ttl } = request;
         let (lease_id, ttl_ms) = (*lease_id, ttl_ms(*ttl));
+        let update = match encode_pipeline(light_acquire_update(self.owner(), ttl_ms)) {
+            Ok(update) => update,
+            Err(e) => return LightAcquired::Failed(e),
+        };
         let attempt = self
-            .find_and_modify_light(key, Form::Acquire, ttl_ms, &[(LID, lease_id)])
+            .find_and_modify_light(key, true, update, &[(LID, lease_id)])
             .await;
         let token = match attempt {
             Ok(doc) => doc.and_then(|doc| acquired_token(&doc, self.owner(), lease_id)),
@@ -414,7 +412,7 @@ mod unit {
 
     #[test]
     fn the_light_acquire_is_one_small_stage() {
-        let update = acquire_update("a", 1000);
+        let update = light_acquire_update("a", 1000);
         assert_eq!(update.len(), 1);
         let size = mongodb::bson::to_vec(&doc! { "u": update }).unwrap().len();
         let general =
@@ -450,7 +448,7 @@ mod unit {
 
     #[test]
     fn the_light_updates_apply_only_without_any_sign_of_another_waiter() {
-        for update in [release_update("a"), hand_over_update("a", 1000)] {
+        for update in [light_release_update("a"), light_hand_over_update("a", 1000)] {
             let stage = update[0].get_document("$replaceWith").unwrap();
             let branches = stage.get_array("$cond").unwrap();
             let applies = branches[0].as_document().unwrap();

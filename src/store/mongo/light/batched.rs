@@ -46,7 +46,10 @@ use super::super::handle::MongoStore;
 use super::super::ops::ttl_ms;
 use super::super::plain::{update_reply, update_statements};
 use super::super::rules::bson_lease_id;
-use super::{Form, LID, encoded_update, raw_key_filter, raw_lets, raw_upsert_filter};
+use super::{
+    LID, encode_pipeline, light_acquire_update, light_release_update, raw_key_filter, raw_lets,
+    raw_upsert_filter,
+};
 use crate::store::light_release::{
     LightAcquire, LightAcquired, LightRelease, Read, release_outcomes,
 };
@@ -126,7 +129,8 @@ impl MongoStore {
             let update = match updates.iter().find(|(t, _)| *t == ttl) {
                 Some((_, update)) => update.clone(),
                 None => {
-                    let Ok(update) = encoded_update(Form::Acquire, self.owner(), ttl) else {
+                    let Ok(update) = encode_pipeline(light_acquire_update(self.owner(), ttl))
+                    else {
                         return not_applied();
                     };
                     updates.push((ttl, update.clone()));
@@ -177,7 +181,7 @@ impl MongoStore {
         leases: &[LeaseRef],
     ) -> Vec<LightRelease> {
         let all = |outcome: fn() -> LightRelease| leases.iter().map(|_| outcome()).collect();
-        let Ok(update) = encoded_update(Form::Release, self.owner(), 0) else {
+        let Ok(update) = encode_pipeline(light_release_update(self.owner())) else {
             return all(|| LightRelease::NotApplied);
         };
         let mut statements = RawArrayBuf::new();
