@@ -180,7 +180,7 @@ impl Held {
     fn lease(&self) -> &Lease {
         match self {
             Held::Lease(lease) => lease,
-            Held::Leader(leadership) => &**leadership,
+            Held::Leader(leadership) => leadership,
             Held::Document(document) => document.lease(),
         }
     }

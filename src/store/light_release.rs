@@ -13,7 +13,7 @@
 //! `find`), answered per request.
 //!
 //! [`MongoStore`](super::MongoStore) decides with [`release_outcomes`] on
-//! the counts and documents the server returns (`mongo::light::batched`),
+//! the counts and documents the server returns (`mongo::release`),
 //! the in-memory twin on its own documents (`memory::light`), so that the
 //! simulation judges the decision the real store makes.
 //!

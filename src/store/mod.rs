@@ -325,7 +325,7 @@
 //! extra round trip. The twin has one form of the acquire and of the
 //! handoff, and the light release as below (`memory::light`; the store
 //! contract checks the results), and the light forms' equivalence is
-//! checked on a real server (`store::mongo::light::tests`).
+//! checked on a real server (`store::mongo::tests::light`).
 //!
 //! **Grouped.** A light acquire or release asked for while another of its
 //! form is in flight waits for it in the actor, and those that waited go
@@ -352,7 +352,7 @@
 //! applied (a lease it no longer finds is reported lost, not released:
 //! the group may have released it, or an operator before it).
 //! Only string keys are grouped (the `find`'s documents are matched to the
-//! requests by `_id`). `src/store/mongo/light/batched.rs` has the details.
+//! requests by `_id`). `src/store/mongo/acquire.rs` and `release.rs` have the details.
 //! The group commit (`batch`) and the decision on a group of releases'
 //! replies (`light_release`) are shared with the twin, which groups its
 //! light releases the same way, so that the simulation covers them.

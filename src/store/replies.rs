@@ -4,7 +4,7 @@
 //!
 //! Both stores decide with them: [`MongoStore`](super::MongoStore) on the
 //! documents the server returns (projected with the acquire projections of
-//! `mongo::pipeline` and `mongo::kinds`), the in-memory twin on its
+//! `mongo::acquire`), the in-memory twin on its
 //! documents rendered in the same projected shapes (`memory::reply`). So a
 //! test of the twin exercises the verdicts the real store gives.
 //!
@@ -123,7 +123,7 @@ fn foreign(key: &LeaseKey, doc: &Document) -> AcquireOutcome {
 
 /// Reads what an exclusive acquire attempt (by `owner` under `lease_id`)
 /// found out of a document projected with the exclusive acquire
-/// projection (`mongo::pipeline::acquire_projection`: `aid`, `lid`, `tok`,
+/// projection (`mongo::acquire::acquire_projection`: `aid`, `lid`, `tok`,
 /// `exp`, `yu`, `pm`, `now`, ...).
 ///
 /// `Acquired` when the document holds `lease_id` of `owner`, live at the
@@ -304,7 +304,7 @@ fn live_mark(doc: &Document, now: i64) -> Option<(String, Duration)> {
 
 /// Reads what a shared or permit acquisition of `kind` found, out of a
 /// document projected with the shared and permit acquire projection
-/// (`mongo::kinds::multi_acquire_projection`: the top fields, [`MINE`],
+/// (`mongo::acquire::multi_acquire_projection`: the top fields, [`MINE`],
 /// [`LIVE`], [`FIRST_EXPIRY`], [`YIELDED`], `now`): `Acquired` with this
 /// entry's token if the entry is live at the projection's `now` (an
 /// expired entry of ours, which a write of this attempt never returns, is

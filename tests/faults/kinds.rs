@@ -69,7 +69,7 @@ impl Held {
     fn lease(&self) -> &Lease {
         match self {
             Held::Lease(l) => l,
-            Held::Leader(l) => &**l,
+            Held::Leader(l) => l,
             Held::Document(d) => d.lease(),
         }
     }

@@ -1,9 +1,9 @@
 //! The twin's light release of exclusive leases, one call per group as
-//! `MongoStore`'s (`mongo::light`, `mongo::light::batched`): the actor
+//! `MongoStore`'s (`mongo::release`): the actor
 //! groups the releases asked for while one is in flight and tries the
 //! light form where `MongoStore`'s may apply (its `group_commit`), in the
 //! lock collection only ([`LightForms`](crate::store::light_release::LightForms)).
-//! - **The light statement** (`mongo::light`'s `release_update`) on a
+//! - **The light statement** (`mongo::release`'s `light_release_update`) on a
 //!   document: if it holds the lease (its `aid` and `lid`) and has no
 //!   queue, no waiting mark (`wt`), no minimum hold (`hl`), no holders and
 //!   no permits, the release rule ([`release_doc`]: `exp = min(exp, now)`,

@@ -327,7 +327,7 @@ impl Store for MemoryStore {
         self.release_in(leases, self.release_mode)
     }
 
-    /// In the lock collection only, as `MongoStore`'s (`light`).
+    /// In the lock collection only, as `MongoStore`'s (`mongo::release`).
     fn light_forms(&self) -> LightForms {
         LightForms {
             acquire: false,

@@ -1,7 +1,7 @@
 //! The twin's re-read of a key after an acquire whose outcome is unknown,
 //! as `MongoStore` does it: the key's document rendered as BSON in the
-//! shape of the acquire projections (`mongo::pipeline::acquire_projection`,
-//! `mongo::kinds::multi_acquire_projection`), then judged by the same
+//! shape of the acquire projections (`mongo::acquire::acquire_projection`,
+//! `mongo::acquire::multi_acquire_projection`), then judged by the same
 //! functions ([`replies`]), and worth only what a read proves
 //! ([`replies::from_reread`]).
 

@@ -1,19 +1,21 @@
 //! The [`MongoStore`] value: the lock collection's handle (with the concerns
 //! the protocol needs), the store's settings, the operation timeout, and how
 //! the server's errors are read.
+//! It holds nothing that changes: what a command needs beyond its settings
+//! (a lease's kind, whether its key was contended) comes with the request.
+//! Also here: [`retried`], which runs an idempotent write again after a
+//! transient failure, and the `_id` index's name ([`id_index`]).
 
-use std::future::IntoFuture;
-use std::time::Duration;
-
-use mongodb::bson::Document;
+use crate::config::ReleaseMode;
+use crate::error::{Error, Result};
+use crate::store::field;
+use mongodb::bson::{Document, doc};
 use mongodb::options::{
     CollectionOptions, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
 };
 use mongodb::{Collection, Database};
-
-use crate::config::ReleaseMode;
-use crate::error::{Error, Result};
-
+use std::future::IntoFuture;
+use std::time::Duration;
 /// The lock protocol on MongoDB. Cheap to clone (the collection handle is shared).
 #[derive(Clone)]
 pub(crate) struct MongoStore {
@@ -34,6 +36,95 @@ pub(crate) struct MongoStore {
     operation_timeout: Duration,
     /// Whether releases keep or delete the lock document.
     release_mode: ReleaseMode,
+}
+
+/// The server's error code of a command or write error.
+pub(super) fn command_code(e: &mongodb::error::Error) -> Option<i32> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match &*e.kind {
+        ErrorKind::Command(c) => Some(c.code),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),
+        _ => None,
+    }
+}
+
+/// E11000: a write would duplicate a unique index's key.
+pub(super) fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
+    command_code(e) == Some(11000)
+}
+
+/// Whether a duplicate-key error is on the `_id` index: two upserts raced to
+/// insert the same key, and the other one won (docs/mongodb-behaviour.md, B1).
+/// The server names the index in the message: `... index: _id_ dup key: { _id: "k1" }`.
+pub(super) fn is_on_id_index(e: &mongodb::error::Error) -> bool {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    let message = match &*e.kind {
+        ErrorKind::Command(c) => c.message.as_str(),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => w.message.as_str(),
+        _ => return false,
+    };
+    message.contains("index: _id_ ")
+}
+
+/// For the tests of this store on a real `mongod`: a store of owner `a`
+/// with TTL `ttl` (a yield window of 1 s, an operation timeout of 30 s) on
+/// a new collection of `db` named after `prefix`, and that name.
+#[cfg(test)]
+pub(super) fn test_store(db: &Database, prefix: &str, ttl: Duration) -> (String, MongoStore) {
+    let collection = crate::testkit::unique_name(prefix);
+    let store = MongoStore::new(
+        db,
+        &collection,
+        "a".into(),
+        ttl,
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+    );
+    (collection, store)
+}
+
+/// The contract tests' database on the shared deployment
+/// (`testkit::shared_uri`).
+#[cfg(test)]
+pub(super) async fn shared_test_db() -> Database {
+    mongodb::Client::with_uri_str(crate::testkit::shared_uri())
+        .await
+        .expect("a client of the shared deployment")
+        .database("mongo_lease_contract")
+}
+
+/// How many times a failed idempotent write is tried in all.
+pub(super) const WRITE_ATTEMPTS: u32 = 3;
+
+/// Runs the idempotent write `op` (which returns a count), trying again
+/// after a transient failure, up to [`WRITE_ATTEMPTS`] in all. Returns the
+/// count and whether an earlier attempt failed (and may have applied).
+pub(super) async fn retried<Fut>(what: &str, op: impl Fn() -> Fut) -> Result<(u64, bool)>
+where
+    Fut: std::future::Future<Output = Result<u64>>,
+{
+    let mut attempt = 1;
+    loop {
+        match op().await {
+            Ok(count) => return Ok((count, attempt > 1)),
+            Err(e) if e.is_transient() && attempt < WRITE_ATTEMPTS => {
+                tracing::debug!(error = %e, attempt, "{what} outcome unknown; retrying");
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A TTL in milliseconds, as the pipelines add it to `$$NOW` (TTLs are
+/// validated far below `i64::MAX` ms).
+pub(super) fn ttl_ms(ttl: Duration) -> i64 {
+    ttl.as_millis().min(i64::MAX as u128) as i64
+}
+
+/// The hint that goes with [`list_min`](super::read::list_min): the `_id` index.
+pub(super) fn id_index() -> Document {
+    doc! { field::ID: 1 }
 }
 
 impl MongoStore {
@@ -158,59 +249,4 @@ impl MongoStore {
             }),
         }
     }
-}
-
-/// The server's error code of a command or write error.
-pub(super) fn command_code(e: &mongodb::error::Error) -> Option<i32> {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    match &*e.kind {
-        ErrorKind::Command(c) => Some(c.code),
-        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),
-        _ => None,
-    }
-}
-
-/// E11000: a write would duplicate a unique index's key.
-pub(super) fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
-    command_code(e) == Some(11000)
-}
-
-/// Whether a duplicate-key error is on the `_id` index: two upserts raced to
-/// insert the same key, and the other one won (docs/mongodb-behaviour.md, B1).
-/// The server names the index in the message: `... index: _id_ dup key: { _id: "k1" }`.
-pub(super) fn is_on_id_index(e: &mongodb::error::Error) -> bool {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    let message = match &*e.kind {
-        ErrorKind::Command(c) => c.message.as_str(),
-        ErrorKind::Write(WriteFailure::WriteError(w)) => w.message.as_str(),
-        _ => return false,
-    };
-    message.contains("index: _id_ ")
-}
-
-/// For the tests of this store on a real `mongod`: a store of owner `a`
-/// with TTL `ttl` (a yield window of 1 s, an operation timeout of 30 s) on
-/// a new collection of `db` named after `prefix`, and that name.
-#[cfg(test)]
-pub(super) fn test_store(db: &Database, prefix: &str, ttl: Duration) -> (String, MongoStore) {
-    let collection = crate::testkit::unique_name(prefix);
-    let store = MongoStore::new(
-        db,
-        &collection,
-        "a".into(),
-        ttl,
-        Duration::from_secs(1),
-        Duration::from_secs(30),
-    );
-    (collection, store)
-}
-
-/// The contract tests' database on the shared deployment
-/// (`testkit::shared_uri`).
-#[cfg(test)]
-pub(super) async fn shared_test_db() -> Database {
-    mongodb::Client::with_uri_str(crate::testkit::shared_uri())
-        .await
-        .expect("a client of the shared deployment")
-        .database("mongo_lease_contract")
 }

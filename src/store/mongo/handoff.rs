@@ -1,24 +1,30 @@
-//! The handoff to a local waiter ("Handoff to a local waiter" in `store`):
-//! the BSON of its one `findOneAndUpdate` (pure, unit-tested below), the
-//! reading of what comes back, and [`MongoStore::hand_over_once`], which
-//! sends it and resolves an unknown outcome by re-reading.
+//! **Handoff**: a release that makes the next holder in the releasing write
+//! itself, with a greater fencing token. One concept, two routes:
+//!
+//! - to a **local waiter** ("Handoff to a local waiter" in `store`): one
+//!   `findOneAndUpdate` ([`hand_over_update`]; its light form
+//!   [`light_hand_over_update`] for a key nobody else waits for), sent by
+//!   [`MongoStore::hand_over_once`], which resolves an unknown outcome by
+//!   re-reading;
+//! - to the first **registered** owner of another manager ("Queue of
+//!   waiting owners"): the stages every release carries ([`pick_stage`],
+//!   [`handoff_stages`]), and [`MongoStore::leave_queues_of`], which removes
+//!   a manager's registrations when it stops.
+//!
+//! Pure builders are unit-tested below and in `tests/queue.rs`.
 
-use mongodb::bson::{Bson, Document, doc};
-use mongodb::options::ReturnDocument;
-use uuid::Uuid;
-
-use super::handle::MongoStore;
-use super::ops::WRITE_ATTEMPTS;
-use super::pipeline::key_filter;
-use super::rules::{bson_lease_id, next_token, read_lease_id};
+use super::handle::{MongoStore, WRITE_ATTEMPTS};
+use super::raw::encode_pipeline;
+use super::rules::{
+    FROM, TO, acquired_token, bson_lease_id, f, key_filter, next_token, ours_and_nobody_else_waits,
+    read_lease_id, root_with,
+};
 use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::store::{HandOver, field};
-
-fn f(name: &str) -> String {
-    format!("${name}")
-}
-
+use mongodb::bson::{Bson, Document, doc};
+use mongodb::options::ReturnDocument;
+use uuid::Uuid;
 /// The lease `from` of `owner` on `key`, a plain exclusive lease of our
 /// shape, live by the server's clock (`exp > $$NOW`).
 pub(super) fn hand_over_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Document {
@@ -37,7 +43,7 @@ pub(super) fn hand_over_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Docum
 /// release of an exclusive lease (`lid` and `wt` removed, `exp =
 /// max(min(exp, $$NOW), hl)`, `yu = $$NOW + yield_ms` if another owner
 /// waited), then handed to the first owner registered in the queue of
-/// waiting owners if there is one (between `queue`'s pick and handoff
+/// waiting owners if there is one (between the queue's pick and handoff
 /// stages). One `$set` for the local handoff or the release: every
 /// expression reads the document as it was.
 pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Document> {
@@ -46,7 +52,7 @@ pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Docu
     // `handoff_stages`; "Queue of waiting owners" in `store`).
     let waited = doc! { "$or": [
         { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] },
-        { "$eq": [{ "$type": f(super::queue::HANDED) }, "object"] },
+        { "$eq": [{ "$type": f(HANDED) }, "object"] },
     ]};
     let holding = doc! { "$gt": [f(field::HOLD_UNTIL), "$$NOW"] };
     let handed = doc! { "$not": [{ "$or": [waited.clone(), holding] }] };
@@ -65,9 +71,9 @@ pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Docu
         { "$add": ["$$NOW", yield_ms] },
         f(field::YIELD_UNTIL),
     ]};
-    let [handoff, cleanup] = super::queue::handoff_stages();
+    let [handoff, cleanup] = handoff_stages();
     vec![
-        super::queue::pick_stage(),
+        pick_stage(),
         doc! { "$set": {
             field::LEASE_ID: either(bson_lease_id(to), remove()),
             field::TOKEN: either(next_token().into(), keep(field::TOKEN)),
@@ -103,6 +109,124 @@ pub(super) fn classify_hand_over(doc: &Document, to: Uuid) -> HandOver {
     }
 }
 
+/// The light handoff's update, of the document of the key (its `_id`
+/// alone, B26): if it holds the live lease `$$from` of `owner`
+/// ([`hand_over_filter`]'s conditions)
+/// and nobody else waits and no minimum hold is live, a new acquisition
+/// under `$$to`, expiring `ttl_ms` after `$$NOW`, with the next token,
+/// without the payload and the yield; any other document unchanged.
+pub(super) fn light_hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
+    let live = vec![
+        doc! { "$eq": [{ "$type": f(field::TOKEN) }, "long"] },
+        doc! { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+    ];
+    let handed = root_with(
+        doc! {
+            field::LEASE_ID: TO,
+            field::TOKEN: next_token(),
+            field::ACQUIRED_AT: "$$NOW",
+            field::RENEWED_AT: "$$NOW",
+            field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+        },
+        &[field::PAYLOAD, field::YIELD_UNTIL],
+    );
+    vec![doc! { "$replaceWith": { "$cond": [
+        ours_and_nobody_else_waits(owner, FROM, live),
+        handed,
+        "$$ROOT",
+    ]}}]
+}
+
+/// `$$e.name`: field `name` of the queue entry at hand (bound as `e`).
+pub(super) fn e(name: &str) -> String {
+    format!("$$e.{name}")
+}
+
+/// The live entries of `q` (`re > $$NOW`), in order; `[]` without a `q`
+/// array.
+pub(super) fn live_entries() -> Document {
+    doc! { "$filter": {
+        "input": { "$cond": [{ "$isArray": f(field::QUEUE) }, f(field::QUEUE), []] },
+        "as": "e",
+        "cond": { "$gt": [e(field::REGISTRATION_EXPIRES), "$$NOW"] },
+    }}
+}
+
+/// `entries` without those of owner id `owner` (an expression).
+pub(super) fn entries_without(entries: impl Into<Bson>, owner: impl Into<Bson>) -> Document {
+    doc! { "$filter": {
+        "input": entries.into(),
+        "as": "e",
+        "cond": { "$ne": [e(field::OWNER), owner.into()] },
+    }}
+}
+
+/// `entries` (an array expression), or `$$REMOVE` if it is empty: a `q`
+/// is removed once nobody waits.
+pub(super) fn or_remove(entries: Document) -> Document {
+    doc! { "$let": {
+        "vars": { "q": entries },
+        "in": { "$cond": [{ "$gt": [{ "$size": "$$q" }, 0] }, "$$q", "$$REMOVE"] },
+    }}
+}
+
+/// Temporary field of a release: the queue entry the key is handed to
+/// (removed by the release's last stage).
+pub(super) const HANDED: &str = "qh";
+
+/// Whether the release hands the key over (a [`HANDED`] entry was picked).
+pub(super) fn handed() -> Document {
+    doc! { "$eq": [{ "$type": f(HANDED) }, "object"] }
+}
+
+/// The first stage of a release ([`handoff_stages`] ends it): picks the
+/// first live entry of another owner than the releasing holder's (`aid`),
+/// on an exclusive key (no `hs`) with no minimum hold ahead (`hl`).
+pub(super) fn pick_stage() -> Document {
+    let exclusive = doc! { "$not": [{ "$isArray": f(field::HOLDERS) }] };
+    let no_hold = doc! { "$not": [{ "$gt": [f(field::HOLD_UNTIL), "$$NOW"] }] };
+    doc! { "$set": { HANDED: { "$cond": [
+        { "$and": [exclusive, no_hold] },
+        { "$first": entries_without(live_entries(), f(field::OWNER)) },
+        "$$REMOVE",
+    ]}}}
+}
+
+/// The last stages of a release, after the release itself: if an entry was
+/// picked ([`pick_stage`]), its owner becomes the holder (`aid`, `lid`
+/// from the entry, the next token, `acq = ts = $$NOW`, `exp = $$NOW +
+/// hx`; no `yu`, `hl` nor `data`); in any case `q` keeps the live entries
+/// but the picked one, and the temporary field goes.
+pub(super) fn handoff_stages() -> [Document; 2] {
+    let pick = |then: Bson, otherwise: Bson| doc! { "$cond": [handed(), then, otherwise] };
+    let from_entry = |name: &str| Bson::from(format!("${HANDED}.{name}"));
+    let keep = |name: &str| Bson::from(f(name));
+    let remove = || Bson::from("$$REMOVE");
+    let now = || Bson::from("$$NOW");
+    [
+        doc! { "$set": {
+            field::OWNER: pick(from_entry(field::OWNER), keep(field::OWNER)),
+            field::LEASE_ID: pick(from_entry(field::LEASE_ID), keep(field::LEASE_ID)),
+            field::TOKEN: pick(next_token().into(), keep(field::TOKEN)),
+            field::ACQUIRED_AT: pick(now(), keep(field::ACQUIRED_AT)),
+            field::RENEWED_AT: pick(now(), keep(field::RENEWED_AT)),
+            field::EXPIRES_AT: pick(
+                doc! { "$add": ["$$NOW", from_entry(field::HANDED_TTL)] }.into(),
+                keep(field::EXPIRES_AT),
+            ),
+            field::YIELD_UNTIL: pick(remove(), keep(field::YIELD_UNTIL)),
+            field::HOLD_UNTIL: pick(remove(), keep(field::HOLD_UNTIL)),
+            field::PAYLOAD: pick(remove(), keep(field::PAYLOAD)),
+            field::QUEUE: { "$cond": [
+                { "$isArray": f(field::QUEUE) },
+                or_remove(entries_without(live_entries(), from_entry(field::OWNER))),
+                "$$REMOVE",
+            ]},
+        }},
+        doc! { "$unset": [HANDED] },
+    ]
+}
+
 impl MongoStore {
     /// The handoff of the plain exclusive lease `from` of `key` to `to`
     /// (see "Handoff to a local waiter" in `store`): one `findOneAndUpdate`,
@@ -116,7 +240,7 @@ impl MongoStore {
         ttl_ms: i64,
         light: bool,
     ) -> Result<HandOver> {
-        // The light form first, for a key nobody else waits for (`light`),
+        // The light form first, for a key nobody else waits for (`light_hand_over_update`),
         // unless the actor found the key contended lately.
         let mut light = light;
         let mut attempt = 1;
@@ -172,6 +296,53 @@ impl MongoStore {
             }
         }
     }
+
+    /// The light handoff of `key`'s lease `from` to `to` (TTL `ttl_ms`):
+    /// the new token if it applied; `None` if it did not (the general
+    /// handoff decides then).
+    ///
+    /// # Errors
+    ///
+    /// As the write's: a transient error is an unknown outcome (the write
+    /// may have applied, under `to`).
+    pub(super) async fn hand_over_light(
+        &self,
+        key: &LeaseKey,
+        from: Uuid,
+        to: Uuid,
+        ttl_ms: i64,
+    ) -> Result<Option<u64>> {
+        let lets = [(FROM, from), (TO, to)];
+        let doc = self
+            .find_and_modify_light(
+                key,
+                false,
+                encode_pipeline(light_hand_over_update(self.owner(), ttl_ms))?,
+                &lets,
+            )
+            .await?;
+        Ok(doc.and_then(|doc| acquired_token(&doc, self.owner(), to)))
+    }
+
+    /// [`Store::leave_queues`](crate::store::Store::leave_queues): one
+    /// `updateMany` on the documents of `keys` whose queue has an entry of
+    /// this owner, keeping the other owners' entries.
+    pub(super) async fn leave_queues_of(
+        &self,
+        keys: Vec<crate::key::LeaseKey>,
+    ) -> crate::error::Result<u64> {
+        let keys: Vec<Bson> = keys.iter().map(|k| k.to_bson()).collect();
+        let entry_owner = format!("{}.{}", field::QUEUE, field::OWNER);
+        let filter = doc! { field::ID: { "$in": keys }, entry_owner: self.owner() };
+        let update = vec![doc! { "$set": { field::QUEUE: { "$filter": {
+            "input": format!("${}", field::QUEUE),
+            "cond": { "$ne": [format!("$$this.{}", field::OWNER), self.owner()] },
+        } } } }];
+        Ok(self
+            .bounded(self.coll().update_many(filter, update))
+            .await?
+            .modified_count)
+    }
 }
 
 #[cfg(test)]
@@ -203,8 +374,8 @@ mod tests {
             4,
             "pick, the handoff or release, the queue's handoff, cleanup"
         );
-        assert_eq!(update[0], crate::store::mongo::queue::pick_stage());
-        assert_eq!(update[2..], crate::store::mongo::queue::handoff_stages());
+        assert_eq!(update[0], crate::store::mongo::handoff::pick_stage());
+        assert_eq!(update[2..], crate::store::mongo::handoff::handoff_stages());
         let set = update[1].get_document("$set").unwrap();
         assert_eq!(set.get_str(field::WAITING_SINCE).unwrap(), "$$REMOVE");
         for name in [

@@ -1,76 +1,268 @@
-//! [`MongoStore`]: the lock protocol on a real MongoDB deployment.
+//! [`MongoStore`]: the lock protocol on a real MongoDB deployment, one file
+//! per lease verb. Each holds the verb's wire forms, the one place that
+//! picks among them, and how each reply is read (as the driver's
+//! `operation/` files keep a command's build, reply and retryability
+//! together):
 //!
-//! - [`handle`]: the `MongoStore` value (the collection handle with majority
-//!   concerns, the owner id, TTL and yield window, the operation timeout) and
-//!   how server errors are read;
-//! - [`rules`]: the protocol's rules as expressions over where a document
-//!   keeps its lock fields (`LockPath`: at the top, or under a user's lock
-//!   field): the shape test, the token rule, the win rule, the token-age
-//!   test, the filters of a lease and of an owner's leases, and the reading
-//!   of change events, pure and unit-tested without a server;
-//! - [`pipeline`]: the BSON of every command (filters, update pipelines,
-//!   projections) and the reading of what comes back, pure and unit-tested
-//!   without a server;
-//! - [`ops`]: the [`Store`](super::Store) implementation, which sends them
-//!   and resolves ambiguous outcomes; [`release`]: its release family
-//!   (by lease id, by owner id, delete mode's deletes);
-//! - [`kinds`]: the BSON of shared and semaphore keys and of minimum holds
-//!   (acquire, renewal and release of any kind), pure and unit-tested like
-//!   `pipeline`; [`kinds_ops`]: the operations that send it;
-//! - [`queue`]: the BSON of the queue of waiting owners (registration, the
-//!   head's claim on a free key, the handoff stages of a release), pure and
-//!   unit-tested like `pipeline`;
-//! - [`handoff`]: the handoff to a local waiter in the releasing write
-//!   (its BSON, pure and unit-tested, and the operation that sends it);
-//! - [`plain`]: commands encoded by hand and sent as plain commands (no
-//!   retryable write), and the reading of their replies;
-//! - [`renewal`]: the heartbeat's renewal of plain exclusive leases,
-//!   encoded directly (its filter names every key of the batch);
-//! - [`light`]: the light forms of the acquire, the release and the
-//!   handoff for a key nobody else waits for, and the memory of the keys
-//!   they do not apply to;
-//! - [`prepare`]: the collection checks and the indexes (TTL index for garbage
-//!   collection, owner index);
-//! - [`observe`]: observing one key (change stream, or polling);
-//! - [`transaction`]: the transaction helper's side: the caller's closure and
-//!   a check of the lease by a write to its lock, in one transaction on the
-//!   caller's client;
-//! - [`document`]: the same protocol inside the user's own documents
-//!   (in-document leases): `DocumentStore`, its builders (`pipeline`:
-//!   acquire, renewal and release; `write`: writes under a lease; `events`:
-//!   the change-stream stages and their reading), each pure and unit-tested
-//!   without a server.
+//! - [`acquire`]: the general form of every kind, the light form alone or
+//!   grouped, the registration in the queue of waiting owners, the re-read
+//!   of an unknown outcome;
+//! - [`renew`]: the heartbeat's one `updateMany` per batch;
+//! - [`release`]: release (general, light, grouped light), delete mode's
+//!   deletes, release all and release by owner, force release;
+//! - [`handoff`]: the hand-over to a local waiter and the queue's grant to
+//!   a registered owner, one concept;
+//! - [`read`]: inspect and list; [`payload`]: a holder's payload;
+//! - [`watch`]: the change streams (writes by anyone; one key's states);
+//! - [`prepare`]: the collection checks and the indexes;
+//! - [`transaction`]: the transaction helper's check of a lease;
+//! - [`document`]: in-document leases, the same protocol under a field path.
 //!
-//! Dependencies go one way: `ops` uses `handle`, `pipeline`, `kinds`, `queue`,
-//! `observe` and `release`; `release` uses `handle`, `pipeline`, `kinds` and
-//! `ops` (its retried updates); `kinds_ops` uses `ops`, `handle` and `kinds`; `kinds` uses
-//! `rules` and `queue`, and `pipeline` uses `rules`, `kinds` only for the
-//! exclusive waiter's mark and `queue` for the queue of waiting owners;
-//! `queue` uses `rules`' token rule;
-//! `observe` and `prepare` use `handle` (and `observe` uses `pipeline`);
-//! `transaction` and `handoff` use `handle` and `pipeline` (`handoff` also
-//! `ops`' attempt count and `light`); `light` uses `handle`, `pipeline`,
-//! `kinds`, `ops` (its retried updates) and `release`, and `ops` uses `light`; `document` uses `handle`,
-//! `ops` (its retried updates and batch renewal), `pipeline` and `rules`;
-//! every builder uses `rules`; `rules` and `handle` use none of their
-//! siblings.
+//! Shared by the verbs: [`rules`] (the token rule, the win rule, the shape
+//! test and the field paths, written once over [`rules::LockPath`]),
+//! [`handle`] (the `MongoStore` value: a collection handle and fixed
+//! settings, nothing that changes; how server errors are read; `retried`),
+//! [`raw`] (raw commands: encoded by hand, not retryable writes). The
+//! [`Store`](super::Store) implementation below is the one place each
+//! verb is chosen from the actor's request; what the actor knows (a lease's
+//! kind, whether its key was contended) comes with it.
+//!
+//! Dependencies go one way: the verbs use `rules`, `handle` and `raw`;
+//! `acquire` and `release` use `handoff`'s queue expressions (a waiting
+//! attempt registers, a release hands the key over, in their own writes),
+//! `release` and `watch` use `read`'s projection, `release` uses `renew`'s
+//! holder filter; `document` uses `rules` and `handle`.
 
+mod acquire;
 mod document;
 mod handle;
 mod handoff;
-mod kinds;
-mod kinds_ops;
-mod light;
-mod observe;
-mod ops;
-mod pipeline;
-mod plain;
+mod payload;
 mod prepare;
-mod queue;
+mod raw;
+mod read;
 mod release;
-mod renewal;
+mod renew;
 mod rules;
 mod transaction;
+mod watch;
+
+#[cfg(test)]
+mod tests;
 
 pub(crate) use handle::MongoStore;
 pub(crate) use transaction::{LeaseCheck, run_fenced};
+
+use self::handle::ttl_ms;
+use self::release::{Released, owner_holders_filter};
+use self::rules::{keys_filter, owner_filter};
+use self::watch::observe;
+use crate::config::ReleaseMode;
+use crate::error::Result;
+use crate::info::LeaseInfo;
+use crate::key::LeaseKey;
+use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
+use crate::store::{AcquireOutcome, Announcement, HandOver, LeaseRef, Store, release_instead};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use mongodb::bson::{Document, doc};
+use std::time::Duration;
+use uuid::Uuid;
+/// The one place each verb is chosen: the actor's request, by kind and by
+/// what the actor knows of the key, to the verb's file.
+impl Store for MongoStore {
+    fn light_forms(&self) -> LightForms {
+        LightForms {
+            acquire: true,
+            release: true,
+        }
+    }
+
+    fn acquire_light(&self, requests: Vec<LightAcquire>) -> BoxFuture<'static, Vec<LightAcquired>> {
+        let store = self.clone();
+        async move { store.light_acquires(requests).await }.boxed()
+    }
+
+    fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
+        let store = self.clone();
+        async move { store.light_releases(leases).await }.boxed()
+    }
+
+    fn place(&self) -> crate::store::LockPlace {
+        crate::store::LockPlace {
+            database: self.coll().namespace().db,
+            collection: self.coll().name().to_string(),
+            field: None,
+        }
+    }
+
+    fn removes_on_release(&self) -> bool {
+        self.release_mode() == ReleaseMode::Delete
+    }
+
+    fn documents(&self, collection: &str, field: &str) -> Result<std::sync::Arc<dyn Store>> {
+        Ok(std::sync::Arc::new(document::DocumentStore::new(
+            self, collection, field,
+        )?))
+    }
+
+    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
+        self.release_events()
+    }
+
+    fn acquire_with_ttl(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        let store = self.clone();
+        async move {
+            store
+                .acquire_once(key, lease_id, waiting, ttl_ms(ttl), None)
+                .await
+        }
+        .boxed()
+    }
+
+    fn acquire_shaped(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        shape: crate::kind::LeaseShape,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        let store = self.clone();
+        async move {
+            store
+                .acquire_shape(key, lease_id, waiting, ttl_ms(ttl), shape)
+                .await
+        }
+        .boxed()
+    }
+
+    fn renew_with_ttl(
+        &self,
+        leases: Vec<LeaseRef>,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<Vec<LeaseRef>>> {
+        let store = self.clone();
+        async move { store.renew_batch(leases, ttl_ms(ttl)).await }.boxed()
+    }
+
+    #[cfg(test)]
+    fn default_ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms().max(0) as u64)
+    }
+
+    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move {
+            if leases.is_empty() {
+                return Ok(0);
+            }
+            store.release_leases(leases, true).await
+        }
+        .boxed()
+    }
+
+    /// One `findOneAndUpdate` for a plain shape (`super::handoff`); a
+    /// release for any other.
+    fn hand_over(
+        &self,
+        key: LeaseKey,
+        from: Uuid,
+        to: Uuid,
+        ttl: Duration,
+        shape: crate::kind::LeaseShape,
+        light: bool,
+    ) -> BoxFuture<'static, Result<HandOver>> {
+        if !shape.is_plain() {
+            return release_instead(self, key, from);
+        }
+        let store = self.clone();
+        async move {
+            store
+                .hand_over_once(key, from, to, ttl_ms(ttl), light)
+                .await
+        }
+        .boxed()
+    }
+
+    fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move { store.release_leases(vec![lease], false).await }.boxed()
+    }
+
+    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move {
+            let filter = doc! { "$or": [
+                owner_filter(store.owner(), &except),
+                owner_holders_filter(store.owner(), &except),
+            ]};
+            let released = Released::Owner {
+                owner: store.owner(),
+                except: except.clone(),
+            };
+            store.release_matching(filter, &released, false, true).await
+        }
+        .boxed()
+    }
+
+    fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move { store.leave_queues_of(keys).await }.boxed()
+    }
+
+    fn registration_window(&self) -> Duration {
+        self.registration()
+    }
+
+    fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move { store.release_leases_of(owner).await }.boxed()
+    }
+
+    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        let store = self.clone();
+        async move {
+            if keys.is_empty() || store.release_mode() != ReleaseMode::Delete {
+                return Ok(0);
+            }
+            store.delete_released_matching(keys_filter(&keys)).await
+        }
+        .boxed()
+    }
+
+    fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let store = self.clone();
+        async move { store.inspect_key(key).await }.boxed()
+    }
+
+    fn list(
+        &self,
+        after: Option<LeaseKey>,
+        limit: usize,
+    ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>> {
+        let store = self.clone();
+        async move { store.list_page(after, limit).await }.boxed()
+    }
+
+    fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let store = self.clone();
+        async move { store.force_release_key(key).await }.boxed()
+    }
+
+    fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {
+        let store = self.clone();
+        async move { store.set_payload_of(lease, payload).await }.boxed()
+    }
+
+    fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
+        observe(self.clone(), key)
+    }
+}

@@ -1,18 +1,248 @@
-//! The release family of [`MongoStore`]: releasing leases by lease id or by
-//! owner id, marking them released or, in delete mode, deleting those whose
-//! token is old enough (see "Fencing tokens" in `store`), and delete mode's
-//! follow-up delete. Each write is idempotent and retried here after a
-//! transient failure (`ops`' `retried`).
+//! **Release**: a lease's release and its forms, the release of an owner's
+//! leases (release all, release by owner), force release, and delete mode's
+//! deletes ([`MongoStore::release_leases`] is the one place that picks).
+//!
+//! - The **general release** ([`release_any_update`]): one update for
+//!   leases of any kind, which hands the key to the first live registered
+//!   waiter of another owner in the same write ("Queue of waiting owners"),
+//!   yields it if another owner waited ("Fairness between owners"), keeps
+//!   `exp` at least `hl`, and moves a shared key's `exp` to its latest
+//!   remaining holder's.
+//! - The **light release** ([`light_release_update`]): for an exclusive
+//!   lease of a key the actor does not know to be contended, the general
+//!   release's result when nobody else waits (`exp = min(exp, $$NOW)`, `lid`
+//!   removed) in one small stage on `_id`; not applied (`nModified` 0), the
+//!   general release follows and its answer counts. The actor's group
+//!   commit sends many in one raw `update`
+//!   ([`MongoStore::release_light_batch`]), then one `find`, decided by
+//!   `store::light_release::release_outcomes` (the twin decides with it too).
+//! - **Delete mode** ("Fencing tokens" in `store`): a release deletes only
+//!   documents whose token is old enough by the server's clock
+//!   ([`deletable_filter`]); the others are marked released and deleted by
+//!   the follow-up ([`released_filter`]).
+//! - **Force release** ([`force_release_update`]): an operator's override;
+//!   a foreign holder's lock is deleted only if it is still the document
+//!   read ([`foreign_filter`]).
+//!
+//! Each write is idempotent and retried after a transient failure
+//! ([`retried`]).
 
-use mongodb::bson::{Document, doc};
-
-use super::handle::MongoStore;
-use super::kinds::{Released, holder_filter, lease_ids, owner_holders_filter, release_any_update};
-use super::ops::retried;
-use super::pipeline::{deletable_filter, owner_leases_filter, released_filter};
+use super::handle::{MongoStore, retried};
+use super::handoff::{handoff_stages, pick_stage};
+use super::raw::{
+    encode_pipeline, raw_key_filter, raw_lets, update_command, update_counts, update_reply,
+    update_statements,
+};
+use super::read::{info_projection, projected_info};
+use super::renew::holder_filter;
+use super::rules::{
+    LID, LockPath, bson_lease_id, entry_among, entry_live, entry_of_owner, f, has_holders,
+    lease_ids, ours_and_nobody_else_waits, root_with,
+};
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::Result;
-use crate::store::{DELETE_DELAY, LeaseRef, field};
+use crate::info::LeaseInfo;
+use crate::key::LeaseKey;
+use crate::store::light_release::{LightRelease, Read, release_outcomes};
+use crate::store::{DELETE_DELAY, FIELD_COUNT, LeaseRef, field};
+use mongodb::bson::{Bson, Document, RawArrayBuf, doc, rawdoc};
+use mongodb::options::ReturnDocument;
+use uuid::Uuid;
+/// Which leases a release takes away: those of a batch (`ids` of `owner`),
+/// or every lease of an owner (with a lease id not in `except`).
+pub(super) enum Released<'a> {
+    /// The leases `ids` of `owner`.
+    Leases { owner: &'a str, ids: Vec<Uuid> },
+    /// Every lease of `owner`, except the lease ids `except`.
+    Owner { owner: &'a str, except: Vec<Uuid> },
+}
+
+/// The release of any kinds, one update over every matched document: an
+/// exclusive lease as before (`exp = max(min(exp, $$NOW), hl)`, `lid` and
+/// `wt` removed, `yu` if another owner waited); a document with holders
+/// loses the released entries and the expired ones, gets `rl = $$NOW` (what
+/// the change stream of releases announces) and `exp` = the latest
+/// remaining entry's, or now if none remains (then `hs` and `pm` go too).
+/// An exclusive key with another owner's live entry in its queue is handed
+/// to the first one instead ([`pick_stage`](super::handoff::pick_stage),
+/// [`handoff_stages`](super::handoff::handoff_stages)).
+pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<Document> {
+    let selected = match released {
+        Released::Leases { owner, ids } => entry_among(owner, ids),
+        Released::Owner { owner, except } => entry_of_owner(owner, except),
+    };
+    let waited = doc! { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] };
+    let remain =
+        doc! { "$cond": [has_holders(), { "$gt": [{ "$size": f(field::HOLDERS) }, 0] }, false] };
+    let [handoff, cleanup] = handoff_stages();
+    vec![
+        pick_stage(),
+        doc! { "$set": {
+            field::EXPIRES_AT: { "$cond": [
+                has_holders(),
+                f(field::EXPIRES_AT),
+                { "$max": [{ "$min": [f(field::EXPIRES_AT), "$$NOW"] }, f(field::HOLD_UNTIL)] },
+            ]},
+            field::YIELD_UNTIL: { "$cond": [
+                waited,
+                { "$add": ["$$NOW", yield_ms] },
+                f(field::YIELD_UNTIL),
+            ]},
+            field::RELEASED_AT: { "$cond": [has_holders(), "$$NOW", f(field::RELEASED_AT)] },
+            field::HOLDERS: { "$cond": [
+                has_holders(),
+                { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [
+                    entry_live(),
+                    { "$not": [selected] },
+                ]}}},
+                "$$REMOVE",
+            ]},
+        }},
+        doc! { "$set": {
+            field::EXPIRES_AT: { "$cond": [
+                has_holders(),
+                { "$ifNull": [{ "$max": format!("${}.{}", field::HOLDERS, field::EXPIRES_AT) }, "$$NOW"] },
+                f(field::EXPIRES_AT),
+            ]},
+            field::PERMITS: { "$cond": [remain.clone(), f(field::PERMITS), "$$REMOVE"] },
+            field::HOLDERS: { "$cond": [remain, f(field::HOLDERS), "$$REMOVE"] },
+        }},
+        doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
+        handoff,
+        cleanup,
+    ]
+}
+
+/// Every document with a holder entry of `owner` (a lease id not in
+/// `except`), of our shape: the multi-holder side of a release by owner id.
+pub(super) fn owner_holders_filter(owner: &str, except: &[Uuid]) -> Document {
+    let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
+    doc! {
+        field::HOLDERS: { "$elemMatch": {
+            field::OWNER: { "$eq": owner },
+            field::LEASE_ID: { "$nin": except },
+        }},
+        field::TOKEN: { "$type": "long" },
+        field::EXPIRES_AT: { "$type": "date" },
+    }
+}
+
+/// `key` if held now by anything of our shape: an exclusive lease, holders
+/// in `hs`, or a minimum hold (`exp > $$NOW` covers them all).
+pub(super) fn force_release_any_filter(key: &LeaseKey) -> Document {
+    doc! {
+        field::ID: key,
+        field::TOKEN: { "$type": "long" },
+        "$or": [
+            { field::LEASE_ID: { "$exists": true } },
+            { field::HOLDERS: { "$exists": true } },
+            { field::HOLD_UNTIL: { "$exists": true } },
+        ],
+        "$expr": { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+    }
+}
+
+/// A force release: the key is free at once, whoever holds it and however:
+/// `exp` moves to now, `rl = $$NOW`, and the exclusive holder (`lid`,
+/// `wt`), every holder in `hs` (with `pm`), the minimum hold (`hl`) and the
+/// exclusive waiter's mark (`xw`) are removed; `yu` as in a release.
+pub(super) fn force_release_update(yield_ms: i64) -> Vec<Document> {
+    let waited = doc! { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] };
+    vec![
+        doc! { "$set": {
+            field::EXPIRES_AT: { "$min": [f(field::EXPIRES_AT), "$$NOW"] },
+            field::YIELD_UNTIL: { "$cond": [
+                waited,
+                { "$add": ["$$NOW", yield_ms] },
+                f(field::YIELD_UNTIL),
+            ]},
+            field::RELEASED_AT: "$$NOW",
+        }},
+        doc! { "$unset": [
+            field::LEASE_ID, field::WAITING_SINCE, field::HOLDERS, field::PERMITS,
+            field::HOLD_UNTIL, field::EXCLUSIVE_WAITER,
+        ]},
+    ]
+}
+
+/// The light release's update, of the document of the released lease's
+/// key (its `_id` alone, B26): if it is the exclusive lease `$$lid` of
+/// `owner` and nobody else waits, no minimum hold, no holders and no
+/// permits, `exp = min(exp, $$NOW)` and `lid` removed; any other document
+/// unchanged (`nModified` 0).
+pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
+    let released = root_with(
+        doc! { field::EXPIRES_AT: { "$min": [f(field::EXPIRES_AT), "$$NOW"] } },
+        &[field::LEASE_ID],
+    );
+    vec![doc! { "$replaceWith": { "$cond": [
+        ours_and_nobody_else_waits(owner, LID, vec![]),
+        released,
+        "$$ROOT",
+    ]}}]
+}
+
+/// Every lease document of `owner` not released yet (live, or expired
+/// without a release), of our shape: an operator's release by owner id.
+/// Another application's lock document with the same `aid` (no int64 `tok`)
+/// never matches.
+pub(super) fn owner_leases_filter(owner: &str) -> Document {
+    doc! {
+        field::OWNER: owner,
+        field::LEASE_ID: { "$exists": true },
+        field::TOKEN: { "$type": "long" },
+        field::EXPIRES_AT: { "$type": "date" },
+    }
+}
+
+/// The documents among `filter`'s that a release in delete mode deletes at
+/// once ([`LockPath::deletable_filter`]): of our shape (int64 `tok`), not
+/// waited for by another owner (no `wt`: such a release yields instead; no
+/// `q`: it hands the key over or keeps the queue; no `hs`), with a token at
+/// least `min_age_ms` old by the server's clock.
+pub(super) fn deletable_filter(filter: Document, min_age_ms: i64) -> Document {
+    LockPath::TOP.deletable_filter(filter, min_age_ms, &[field::HOLDERS, field::QUEUE])
+}
+
+/// Released documents of our shape among `filter`'s (no `lid`, int64 `tok`,
+/// date `exp`), not yielded (`yu` not in the future) nor held at least
+/// until later (`hl`), whose token is at least `min_age_ms` old: what the
+/// follow-up delete of delete mode removes ([`LockPath::released_filter`]).
+/// A new acquisition (which sets `lid`) never matches.
+pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
+    LockPath::TOP.released_filter(
+        filter,
+        min_age_ms,
+        &[field::HOLDERS, field::QUEUE],
+        &[field::HOLD_UNTIL],
+    )
+}
+
+/// A foreign holder's lock document `found` (as read by an info read) under
+/// `key`, only while it is still of foreign shape with the `aid` and `ts` it
+/// had and as many fields ([`FIELD_COUNT`]; a bare `{_id}` only while still
+/// bare): the filter of a force release's delete, so that a concurrent
+/// change is not clobbered.
+pub(super) fn foreign_filter(key: &LeaseKey, found: &Document) -> Document {
+    let same = |name: &str| match found.get(name) {
+        Some(value) => {
+            doc! { "$expr": { "$eq": [format!("${name}"), { "$literal": value.clone() }] } }
+        }
+        None => doc! { name: { "$exists": false } },
+    };
+    let mut same_fields = vec![same(field::OWNER), same(field::RENEWED_AT)];
+    if let Some(count) = found.get(FIELD_COUNT) {
+        same_fields.push(doc! { "$expr": { "$eq": [
+            { "$size": { "$objectToArray": "$$ROOT" } },
+            { "$literal": count.clone() },
+        ]}});
+    }
+    doc! {
+        field::ID: key.to_bson(),
+        "$and": same_fields,
+        "$nor": [{ field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } }],
+    }
+}
 
 /// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
 fn min_token_age_ms() -> i64 {
@@ -20,6 +250,128 @@ fn min_token_age_ms() -> i64 {
 }
 
 impl MongoStore {
+    /// The light release's `update` of `lease`'s document
+    /// ([`light_release_update`]): 1 if it released the lease, 0 if it did not
+    /// apply; 0 after a write error too, so that the general release that
+    /// follows decides, and reports the error if the server refuses it
+    /// again. Idempotent: the first write that lands removes `lid`.
+    pub(super) async fn release_light_command(&self, lease: &LeaseRef) -> Result<u64> {
+        let update = encode_pipeline(light_release_update(self.owner()))?;
+        let mut command = update_command(
+            self.coll().name(),
+            raw_key_filter(&lease.key)?,
+            update,
+            false,
+        );
+        command.append("let", raw_lets(&[(LID, lease.lease_id)]));
+        let reply = self.plain_command(command).await?;
+        Ok(update_counts(&reply).map_or(0, |(_, modified)| modified))
+    }
+
+    /// The light releases of `leases` (exclusive, of distinct keys; string
+    /// keys if more than one): the light form's own command for one, one
+    /// batch for more ([`MongoStore::release_light_batch`]); one answer each, in order.
+    pub(super) async fn light_releases(&self, leases: Vec<LeaseRef>) -> Vec<LightRelease> {
+        match &leases[..] {
+            [lease] => vec![self.release_light_alone(lease).await],
+            _ => self.release_light_batch(&leases).await,
+        }
+    }
+
+    /// The light release's own command for `lease`, retried after a
+    /// transient failure.
+    pub(super) async fn release_light_alone(&self, lease: &LeaseRef) -> LightRelease {
+        match retried("release", || self.release_light_command(lease)).await {
+            Ok((count, _)) if count > 0 => LightRelease::Released,
+            Ok((_, false)) => LightRelease::NotApplied,
+            Ok((_, true)) => LightRelease::Unknown,
+            Err(e) => LightRelease::Failed(e),
+        }
+    }
+
+    /// The light releases of `leases` (of distinct string keys) in one
+    /// `update`, and one `find` unless all applied (see the module docs);
+    /// one answer each, in order.
+    pub(super) async fn release_light_batch(&self, leases: &[LeaseRef]) -> Vec<LightRelease> {
+        let all = |outcome: fn() -> LightRelease| leases.iter().map(|_| outcome()).collect();
+        let Ok(update) = encode_pipeline(light_release_update(self.owner())) else {
+            return all(|| LightRelease::NotApplied);
+        };
+        let mut statements = RawArrayBuf::new();
+        for lease in leases {
+            let Ok(filter) = raw_key_filter(&lease.key) else {
+                return all(|| LightRelease::NotApplied);
+            };
+            statements.push(rawdoc! {
+                "q": filter,
+                "u": update.clone(),
+                "c": raw_lets(&[(LID, lease.lease_id)]),
+            });
+        }
+        let command = update_statements(self.coll().name(), statements, false);
+        // After an error, not known to have released: the general release
+        // decides, and reports a lease it no longer finds lost (module docs).
+        let Ok(reply) = self.plain_command(command).await else {
+            return all(|| LightRelease::NotApplied);
+        };
+        let (_, count, errors) = update_reply(&reply);
+        if !errors && count == leases.len() as u64 {
+            return all(|| LightRelease::Released);
+        }
+        let keys: Vec<&str> = leases.iter().filter_map(|l| l.key.as_str()).collect();
+        let projection = doc! { field::LEASE_ID: 1 };
+        let Some(docs) = self.read_keys(&keys, projection).await else {
+            return all(|| LightRelease::NotApplied);
+        };
+        let read: Vec<Read> = leases
+            .iter()
+            .map(|lease| {
+                let doc = lease.key.as_str().and_then(|k| docs.get(k));
+                let lease_id = doc.and_then(|d| d.get(field::LEASE_ID));
+                if lease_id == Some(&bson_lease_id(lease.lease_id)) {
+                    Read::Kept
+                } else {
+                    Read::Gone
+                }
+            })
+            .collect();
+        release_outcomes(read, count)
+    }
+
+    /// One `findAndModify` (a retryable write) that releases `key` if a lease
+    /// of our shape holds it now, whoever the owner; returns it as it was.
+    /// Otherwise, if a foreign holder's lock document is there, one
+    /// `deleteOne` (a retryable write) deletes it if it is still the document
+    /// read ([`foreign_filter`]); a concurrent change wins, and nothing is
+    /// reported released.
+    pub(super) async fn force_release_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
+        let before = self
+            .bounded(
+                self.coll()
+                    .find_one_and_update(
+                        force_release_any_filter(&key),
+                        force_release_update(self.yield_ms()),
+                    )
+                    .return_document(ReturnDocument::Before)
+                    .projection(info_projection()),
+            )
+            .await?;
+        if let Some(doc) = before {
+            return Ok(projected_info(&key, &doc));
+        }
+        let found = self.read_info(&key).await?;
+        let Some((found, info)) = found
+            .and_then(|doc| projected_info(&key, &doc).map(|info| (doc, info)))
+            .filter(|(_, info)| info.foreign)
+        else {
+            return Ok(None);
+        };
+        let deleted = self
+            .bounded(self.coll().delete_one(foreign_filter(&key, &found)))
+            .await?;
+        Ok((deleted.deleted_count == 1).then_some(info))
+    }
+
     /// Marks the leases matching `filter` released ([`release_any_update`]
     /// of `released`): `updateOne` for a `single` lease (a retryable write),
     /// else `updateMany`.
@@ -51,7 +403,7 @@ impl MongoStore {
     /// Releases the leases matching `filter`; `single` for one lease, which
     /// uses `updateOne` / `deleteOne` so that the driver's retryable writes
     /// report the original outcome. The writes are idempotent, so a transient
-    /// failure is also retried here (up to [`WRITE_ATTEMPTS`](super::ops::WRITE_ATTEMPTS) in all). After
+    /// failure is also retried here (up to [`WRITE_ATTEMPTS`](super::handle::WRITE_ATTEMPTS) in all). After
     /// such a failure an earlier attempt may have applied: a single lease that
     /// the retry no longer finds counts as released by us (the caller only
     /// releases leases whose local deadline has not passed, so nobody else can

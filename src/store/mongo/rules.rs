@@ -5,24 +5,149 @@
 //! the shape test, the token rule, the win rule, the token-age test of
 //! delete mode, the filters of one lease and of an owner's leases, and the
 //! stored forms of the lease id and the fencing token with the reading of
-//! the change events that carry them. Both places' builders
-//! ([`pipeline`](super::pipeline), `document`) call them with their path;
-//! the lock collection's other builders and operations (`kinds`, `queue`,
-//! `handoff`, `light`, `ops`) use the shorthands at the top ([`inserted`],
+//! the change events that carry them. Both places' verbs (`acquire`,
+//! `renew`, `release`, `handoff`, ..., and `document`) call them with their
+//! path; the lock collection's use the shorthands at the top ([`inserted`],
 //! [`our_shape`], [`next_token`], [`payload_filter`], [`owner_filter`]).
+//! Also here: the expressions of a shared or semaphore key's holders (`hs`
+//! entries) and the light forms' narrowing ([`nobody_else_waits`]), shared
+//! by several verbs.
 //!
 //! Pure functions of their arguments: the unit tests (`rules/tests.rs`)
 //! compare the two paths' forms, and check the token rule at both on a real
 //! `mongod`; what the server does with the rest is tested there too
 //! (`store::contract`, `tests/document_lease/`).
 
-use mongodb::bson::spec::BinarySubtype;
-use mongodb::bson::{Bson, Document, doc};
-use uuid::Uuid;
-
 use crate::key::LeaseKey;
 use crate::store::{KeyWrite, LeaseRef, field};
 use crate::token::TOKEN_TIME_SHIFT;
+use mongodb::bson::spec::BinarySubtype;
+use mongodb::bson::{Bson, Document, doc};
+use uuid::Uuid;
+/// `$name`: the value of field `name`.
+pub(super) fn f(name: &str) -> String {
+    format!("${name}")
+}
+
+/// `$$this.name`: field `name` of the array element at hand.
+pub(super) fn this(name: &str) -> String {
+    format!("$$this.{name}")
+}
+
+/// Whether the document has holders (`hs` is an array).
+pub(super) fn has_holders() -> Document {
+    doc! { "$isArray": f(field::HOLDERS) }
+}
+
+/// The entries of `hs` (empty if it is not an array).
+pub(super) fn entries() -> Document {
+    doc! { "$cond": [has_holders(), f(field::HOLDERS), []] }
+}
+
+/// Whether the entry at hand is live by the server's clock.
+pub(super) fn entry_live() -> Document {
+    doc! { "$gt": [this(field::EXPIRES_AT), "$$NOW"] }
+}
+
+/// Whether the entry at hand is the acquisition `lease_id` of `owner`.
+pub(super) fn entry_is(owner: &str, lease_id: Uuid) -> Document {
+    doc! { "$and": [
+        { "$eq": [this(field::LEASE_ID), bson_lease_id(lease_id)] },
+        { "$eq": [this(field::OWNER), { "$literal": owner }] },
+    ]}
+}
+
+/// Whether the entry at hand is one of `ids` of `owner`.
+pub(super) fn entry_among(owner: &str, ids: &[Uuid]) -> Document {
+    let ids: Vec<Bson> = ids.iter().copied().map(bson_lease_id).collect();
+    doc! { "$and": [
+        { "$in": [this(field::LEASE_ID), ids] },
+        { "$eq": [this(field::OWNER), { "$literal": owner }] },
+    ]}
+}
+
+/// Whether the entry at hand is `owner`'s, with a lease id not in `except`.
+pub(super) fn entry_of_owner(owner: &str, except: &[Uuid]) -> Document {
+    let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
+    doc! { "$and": [
+        { "$eq": [this(field::OWNER), { "$literal": owner }] },
+        { "$not": [{ "$in": [this(field::LEASE_ID), except] }] },
+    ]}
+}
+
+/// Whether `owner` yielded the key to another owner's waiter and the yield
+/// window is not over (`aid` is `owner`, `yu > $$NOW`).
+pub(super) fn yielded_by(owner: &str) -> Document {
+    doc! { "$and": [
+        { "$eq": [f(field::OWNER), { "$literal": owner }] },
+        { "$gt": [f(field::YIELD_UNTIL), "$$NOW"] },
+    ]}
+}
+
+/// The lease ids of `leases`.
+pub(super) fn lease_ids(leases: &[LeaseRef]) -> Vec<Uuid> {
+    leases.iter().map(|l| l.lease_id).collect()
+}
+
+/// `name` is missing (an expression).
+pub(super) fn missing(name: &str) -> Document {
+    doc! { "$eq": [{ "$type": f(name) }, "missing"] }
+}
+
+/// The fields whose presence says that someone else waits for a key
+/// (its queue, a waiting mark), or that its lease is not a plain exclusive
+/// one (a minimum hold, holders, permits): the light release and handoff
+/// apply only without them.
+pub(super) const OTHERS_WAIT: [&str; 5] = [
+    field::QUEUE,
+    field::WAITING_SINCE,
+    field::HOLD_UNTIL,
+    field::HOLDERS,
+    field::PERMITS,
+];
+
+/// The conditions (expressions) that none of [`OTHERS_WAIT`] is present.
+pub(super) fn nobody_else_waits() -> impl Iterator<Item = Bson> {
+    OTHERS_WAIT
+        .into_iter()
+        .map(|name| Bson::Document(missing(name)))
+}
+
+/// `$and` of the lease `lease_id` (an expression) of `owner` being the
+/// document's and of [`nobody_else_waits`], with `more` conditions.
+pub(super) fn ours_and_nobody_else_waits(
+    owner: &str,
+    lease_id: &str,
+    more: Vec<Document>,
+) -> Document {
+    let mut all: Vec<Bson> = vec![
+        Bson::Document(doc! { "$eq": [f(field::OWNER), { "$literal": owner }] }),
+        Bson::Document(doc! { "$eq": [f(field::LEASE_ID), lease_id] }),
+    ];
+    all.extend(more.into_iter().map(Bson::Document));
+    all.extend(nobody_else_waits());
+    doc! { "$and": all }
+}
+
+/// `$$ROOT` with the fields of `set` set and those of `unset` removed.
+pub(super) fn root_with(set: Document, unset: &[&str]) -> Document {
+    let mut out = doc! { "$mergeObjects": ["$$ROOT", set] };
+    for name in unset {
+        out = doc! { "$unsetField": { "field": name, "input": out } };
+    }
+    out
+}
+
+/// The filter of one key's document.
+pub(super) fn key_filter(key: &LeaseKey) -> Document {
+    doc! { field::ID: key }
+}
+
+/// The documents of `keys`.
+pub(super) fn keys_filter(keys: &[LeaseKey]) -> Document {
+    let keys: Vec<Bson> = keys.iter().map(|k| k.to_bson()).collect();
+    doc! { field::ID: { "$in": keys } }
+}
 
 /// Where a document keeps its lock fields (`aid`, `lid`, `tok`, `exp`, ...,
 /// the names of [`field`]): at the top of a lock document, or under the
@@ -411,6 +536,32 @@ pub(in crate::store::mongo) fn announced(
         token: read_token(tok),
     }
 }
+
+/// The variable of the light acquire's command (`let`) holding the
+/// attempt's lease id, so that its update is the same for every attempt
+/// of one owner and TTL, and encoded once per command ([`encode_pipeline`]).
+pub(super) const LID: &str = "$$lid";
+
+/// The token of the light acquire's reply if this very write made `owner`
+/// the holder under `lease_id` (its `ts` is the write's `$$NOW`); `None`
+/// if the light form did not apply. A document an earlier attempt under
+/// the same lease id left (its outcome unknown, B7) is not this write's:
+/// the general form renews it as a retry.
+pub(super) fn acquired_token(doc: &Document, owner: &str, lease_id: Uuid) -> Option<u64> {
+    let ours = doc.get(field::LEASE_ID) == Some(&bson_lease_id(lease_id))
+        && doc.get_str(field::OWNER) == Ok(owner)
+        && doc.get_datetime(field::RENEWED_AT).is_ok()
+        && doc.get_datetime(field::RENEWED_AT).ok() == doc.get_datetime("now").ok();
+    ours.then(|| doc.get_i64(field::TOKEN).ok())
+        .flatten()
+        .map(|token| token as u64)
+}
+
+/// The `let` variables of the light handoff: the lease handed over, and
+/// the next one.
+pub(super) const FROM: &str = "$$from";
+
+pub(super) const TO: &str = "$$to";
 
 #[cfg(test)]
 mod tests;

@@ -71,11 +71,11 @@ pub(crate) struct LeaseCheck<'a> {
 /// The check's filter: the lock of `check`'s key still under its lease id
 /// and owner id, and not expired by the server's clock (in the lock
 /// collection, as an exclusive lease or a holder of a shared or semaphore
-/// key: [`holder_check_filter`](super::kinds::holder_check_filter)).
+/// key: [`holder_check_filter`](super::renew::holder_check_filter)).
 pub(super) fn check_filter(check: &LeaseCheck<'_>) -> Document {
     let place = check.place;
     if place.field.is_none() {
-        return super::kinds::holder_check_filter(check.key, check.owner, check.lease_id);
+        return super::renew::holder_check_filter(check.key, check.owner, check.lease_id);
     }
     doc! {
         field::ID: check.key,
@@ -300,7 +300,7 @@ mod tests {
         );
         assert_eq!(
             filter,
-            crate::store::mongo::kinds::holder_check_filter(&key, "me", Uuid::nil())
+            crate::store::mongo::renew::holder_check_filter(&key, "me", Uuid::nil())
         );
         assert_eq!(
             check_update(&check),

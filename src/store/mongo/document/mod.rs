@@ -54,8 +54,8 @@ use self::write::{
 };
 use super::MongoStore;
 use super::handle::{is_duplicate_key, is_on_id_index};
-use super::pipeline::{key_filter, keys_filter};
 use super::rules::LockPath;
+use super::rules::{key_filter, keys_filter};
 use crate::config::DELETE_MIN_TOKEN_AGE;
 use crate::document_update::DocumentUpdate;
 use crate::error::{Error, Result};

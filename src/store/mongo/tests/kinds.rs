@@ -1,13 +1,13 @@
-//! Unit tests of [`kinds`](super)'s builders: the shape of the BSON and the
+//! Unit tests of the builders of shared and semaphore keys and of minimum holds: the shape of the BSON and the
 //! reading of sample documents, without a server.
 
 use mongodb::bson::DateTime;
 
 use super::*;
+use crate::LeaseKind;
 use std::time::Duration;
 
 use crate::store::AcquireOutcome;
-use crate::store::mongo::pipeline::acquire_pipeline;
 use crate::store::replies::{cap_for_mark, classify, classify_multi};
 
 const LID: Uuid = Uuid::from_u128(0x1234);

@@ -1,4 +1,9 @@
-//! Observing one key on MongoDB: a change stream when the deployment has
+//! **Watch**: the change streams. Writes to lock documents by anyone, the
+//! stream the actor wakes waiters and checks held leases with
+//! ([`release_events_pipeline`], [`key_write`]: never renewals, payload
+//! writes or waiting marks), and the states of one key for observers.
+//!
+//! **Observing one key**: a change stream when the deployment has
 //! one, jittered polling otherwise.
 //!
 //! With a change stream no change is lost: each state is rebuilt from the
@@ -16,28 +21,121 @@
 //! read about every [`POLL_INTERVAL`] (jittered) and at each known expiry;
 //! states that last less than a poll interval can then be missed.
 
-use std::time::{Duration, SystemTime};
-
-use futures::stream::BoxStream;
-use futures::{FutureExt, StreamExt};
-use mongodb::bson::{Bson, Document, Timestamp};
-use mongodb::change_stream::event::{ChangeStreamEvent, OperationType, ResumeToken};
-use tokio::sync::mpsc;
-use tokio::time::Instant;
-
 use super::handle::{MongoStore, command_code};
-use super::pipeline::{info_projection, key_events_pipeline, key_filter};
+use super::read::info_projection;
+use super::rules::{LockPath, announced, freed, key_filter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::{FIELD_COUNT, field, lease_info};
+use crate::store::{Announcement, FIELD_COUNT, KeyWrite, field, lease_info};
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use mongodb::bson::{Bson, Document, Timestamp, doc};
+use mongodb::change_stream::event::{ChangeStreamEvent, OperationType, ResumeToken};
+use std::time::{Duration, SystemTime};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+/// The change-stream stages of `watch_releases`: the writes that may change
+/// who holds a key — deletes, inserts, replacements (the acquisition of an
+/// existing document is one), updates that set or remove `lid` or `aid`
+/// (a release, another application's rewrite), and updates that set `rl`
+/// (a holder removed from a shared or semaphore key) — filtered on the server, so
+/// that renewals (`ts`, `exp`), payload writes and waiting marks cost no
+/// event; each reduced to what [`key_write`] reads (`lid`, `aid` and `tok`
+/// of the full document or of `updatedFields`; docs/mongodb-behaviour.md,
+/// B12).
+pub(super) fn release_events_pipeline() -> [Document; 2] {
+    let updated = |name: &str| format!("updateDescription.updatedFields.{name}");
+    [
+        doc! { "$match": { "$or": [
+            { "operationType": { "$in": ["delete", "insert", "replace"] } },
+            { "operationType": "update", "$or": [
+                { updated(field::LEASE_ID): { "$exists": true } },
+                { updated(field::OWNER): { "$exists": true } },
+                { "updateDescription.removedFields": { "$in": [field::LEASE_ID, field::OWNER] } },
+                { updated(field::RELEASED_AT): { "$exists": true } },
+            ]},
+        ]}},
+        doc! { "$project": {
+            "operationType": 1,
+            "documentKey._id": 1,
+            format!("fullDocument.{}", field::LEASE_ID): 1,
+            format!("fullDocument.{}", field::OWNER): 1,
+            format!("fullDocument.{}", field::TOKEN): 1,
+            updated(field::LEASE_ID): 1,
+            updated(field::OWNER): 1,
+            updated(field::TOKEN): 1,
+            updated(field::RELEASED_AT): 1,
+            "updateDescription.removedFields": 1,
+            HOLDERS_CHANGED: { "$anyElementTrue": [{ "$map": {
+                "input": { "$objectToArray": { "$ifNull": ["$updateDescription.updatedFields", {}] } },
+                "in": { "$eq": [{ "$arrayElemAt": [{ "$split": ["$$this.k", "."] }, 0] }, field::HOLDERS] },
+            }}]},
+        }},
+    ]
+}
+
+/// Field of the events of [`release_events_pipeline`]: whether the update
+/// changed `hs` (its `updatedFields` name `hs` or `hs.<i>...`), computed on
+/// the server since those names are not known in advance.
+pub(super) const HOLDERS_CHANGED: &str = "holders";
+
+/// Reads one event of [`release_events_pipeline`] (a raw change event
+/// document) as [`LockPath::key_write`] does at the top of a lock document,
+/// reading an update from its `updateDescription`. `None` for an event of
+/// another kind, one missing the fields its kind carries
+/// (`documentKey._id`, `fullDocument`, `updateDescription`), or the update
+/// of a holder's acquisition on a shared or semaphore key (`hs` changed
+/// without `rl`: the key's other holders keep their leases, and nothing was
+/// freed).
+pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
+    LockPath::TOP.key_write(event, |key, event| {
+        let update = event.get_document("updateDescription").ok()?;
+        let empty = Document::new();
+        let updated = update.get_document("updatedFields").unwrap_or(&empty);
+        let removed = |name: &str| {
+            update
+                .get_array("removedFields")
+                .is_ok_and(|r| r.iter().any(|f| f.as_str() == Some(name)))
+        };
+        // A holder added to `hs` (its entry, with the key's `aid`, `tok`,
+        // ...) takes nothing from the other holders, and frees nothing.
+        let holders = |name: &String| {
+            name == field::HOLDERS || name.starts_with(&format!("{}.", field::HOLDERS))
+        };
+        if (updated.keys().any(holders) || event.get_bool(HOLDERS_CHANGED) == Ok(true))
+            && !updated.contains_key(field::RELEASED_AT)
+            && !updated.contains_key(field::LEASE_ID)
+            && !removed(field::LEASE_ID)
+        {
+            return None;
+        }
+        // A holder removed from `hs` (`rl` set) frees a place on the key.
+        if updated.contains_key(field::RELEASED_AT) {
+            return Some(freed(key));
+        }
+        Some(announced(
+            key,
+            removed(field::LEASE_ID),
+            updated.get(field::LEASE_ID),
+            updated.get(field::OWNER),
+            updated.get(field::TOKEN),
+        ))
+    })
+}
+
+/// The change-stream stage of observing one key: every event of its document.
+pub(super) fn key_events_pipeline(key: &LeaseKey) -> [Document; 1] {
+    [doc! { "$match": { "documentKey._id": key } }]
+}
 
 /// Mean delay between two reads when polling (jittered by ±20 %).
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 /// First and longest delay before retrying after a transient error.
 const RETRY_INITIAL: Duration = Duration::from_millis(50);
+
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// ChangeStreamHistoryLost: the resume point fell off the oplog.
@@ -388,12 +486,6 @@ fn same_acquisition(a: Option<&Document>, b: Option<&Document>) -> bool {
     }
 }
 
-// ----- applying an update description ------------------------------------------
-//
-// Paths are dotted; a numeric component inside an array is an index. Payload
-// field names never contain dots (`Lease::set_payload` refuses them), so a
-// dotted path is never ambiguous.
-
 fn set_path(doc: &mut Document, path: &str, value: Bson) {
     match path.split_once('.') {
         None => {
@@ -475,6 +567,39 @@ fn remove_path(doc: &mut Document, path: &str) {
 fn truncate_path(doc: &mut Document, path: &str, len: usize) {
     if let Some(Bson::Array(items)) = get_path_mut(doc, path) {
         items.truncate(len);
+    }
+}
+
+impl MongoStore {
+    /// A change stream of the writes that may change who holds a key
+    /// ([`release_events_pipeline`]), each read by [`key_write`], after
+    /// [`Announcement::Opened`]. Opening it is part of the stream's first
+    /// poll, so the caller never waits for it.
+    pub(super) fn release_events(&self) -> BoxStream<'static, Result<Announcement>> {
+        let store = self.clone();
+        futures::stream::once(async move {
+            store
+                .bounded(store.coll().watch().pipeline(release_events_pipeline()))
+                .await
+        })
+        .map(|opened| match opened {
+            Ok(stream) => {
+                let writes = stream
+                    .with_type::<Document>()
+                    .filter_map(|event| async move {
+                        match event {
+                            Ok(event) => key_write(&event).map(|w| Ok(Announcement::Write(w))),
+                            Err(e) => Some(Err(Error::from(e))),
+                        }
+                    });
+                futures::stream::iter([Ok(Announcement::Opened)])
+                    .chain(writes)
+                    .boxed()
+            }
+            Err(e) => futures::stream::iter([Err(e)]).boxed(),
+        })
+        .flatten()
+        .boxed()
     }
 }
 

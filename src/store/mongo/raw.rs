@@ -1,18 +1,63 @@
-//! Plain commands encoded by hand: the light forms' writes and the
-//! heartbeat's renewal, sent with `run_raw_command`. They are not retryable
-//! writes (no `txnNumber`), so the server keeps no image of a
+//! **Raw commands**: commands encoded by hand (the light forms' writes and
+//! the heartbeat's renewal), sent with `run_raw_command`. They are not
+//! retryable writes (no `txnNumber`), so the server keeps no image of a
 //! `findAndModify`'s result nor a transaction record for a retry
 //! (docs/mongodb-behaviour.md, B25); their callers resolve an unknown
 //! outcome themselves (B7). Unlike the driver's write helpers,
 //! `run_raw_command` returns a write concern error and write errors as
-//! fields of the reply: read here.
-
-use std::time::Duration;
-
-use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, rawdoc};
+//! fields of the reply: read here ([`update_reply`], [`acknowledged`]).
 
 use super::handle::MongoStore;
+use super::rules::key_filter;
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
+use mongodb::bson::spec::BinarySubtype;
+use mongodb::bson::{Bson, Document, RawArrayBuf, RawBinaryRef, RawDocumentBuf, rawdoc};
+use std::time::Duration;
+use uuid::Uuid;
+/// A light update's stages, encoded (the lease ids are `let` variables, so
+/// a grouped command encodes it once and copies its bytes into each
+/// statement).
+pub(super) fn encode_pipeline(stages: Vec<Document>) -> Result<RawArrayBuf> {
+    let mut update = RawArrayBuf::new();
+    for stage in stages {
+        update.push(RawDocumentBuf::from_document(&stage).map_err(encoding)?);
+    }
+    Ok(update)
+}
+
+/// The `_id` filter of `key`, encoded.
+pub(super) fn raw_key_filter(key: &LeaseKey) -> Result<RawDocumentBuf> {
+    RawDocumentBuf::from_document(&key_filter(key)).map_err(encoding)
+}
+
+/// The `let` variables `vars` (name, lease id), encoded.
+pub(super) fn raw_lets(vars: &[(&str, Uuid)]) -> RawDocumentBuf {
+    let mut lets = RawDocumentBuf::new();
+    for (name, id) in vars {
+        let id = RawBinaryRef {
+            subtype: BinarySubtype::Uuid,
+            bytes: id.as_bytes(),
+        };
+        lets.append_ref(&name[2..], id);
+    }
+    lets
+}
+
+/// A document this store built that BSON cannot encode (a key too large).
+pub(super) fn encoding(e: mongodb::bson::raw::Error) -> Error {
+    Error::InvalidKey {
+        reason: format!("cannot be encoded as BSON: {e}"),
+    }
+}
+
+/// The document a plain `findAndModify` command's `reply` returned (`value`).
+pub(super) fn reply_value(mut reply: Document) -> Option<Document> {
+    match reply.remove("value") {
+        Some(Bson::Document(value)) => Some(value),
+        _ => None,
+    }
+}
 
 /// An `update` command of one statement on `collection`: the documents
 /// matching `filter` (`multi`: all of them, else the first) updated by the
@@ -73,7 +118,7 @@ pub(super) fn update_reply(reply: &Document) -> (u64, u64, bool) {
 
 /// `reply`, or an unknown outcome ([`Error::Unreachable`], after `waited`)
 /// if it carries a write concern error: the write may have applied.
-fn acknowledged(reply: Document, waited: Duration) -> Result<Document> {
+pub(super) fn acknowledged(reply: Document, waited: Duration) -> Result<Document> {
     match reply.get_document("writeConcernError") {
         Ok(error) => Err(Error::Unreachable {
             waited,
@@ -108,37 +153,5 @@ impl MongoStore {
             .bounded(self.coll_database().run_raw_command(command))
             .await?;
         acknowledged(reply, self.operation_timeout())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use mongodb::bson::doc;
-
-    use super::*;
-
-    #[test]
-    fn an_update_reply_gives_its_counts_unless_it_has_write_errors() {
-        assert_eq!(
-            update_counts(&doc! { "n": 3, "nModified": 2 }),
-            Some((3, 2))
-        );
-        assert_eq!(update_counts(&doc! { "n": 3_i64 }), Some((3, 0)));
-        assert_eq!(
-            update_counts(&doc! { "n": 1, "writeErrors": [{ "code": 121 }] }),
-            None
-        );
-        assert_eq!(
-            update_counts(&doc! { "n": 1, "writeErrors": [] }),
-            Some((1, 0))
-        );
-    }
-
-    #[test]
-    fn a_write_concern_error_is_an_unknown_outcome() {
-        let waited = Duration::from_secs(1);
-        let reply = doc! { "n": 3, "writeConcernError": { "code": 64 } };
-        assert!(acknowledged(reply, waited).unwrap_err().is_transient());
-        assert!(acknowledged(doc! { "n": 3 }, waited).is_ok());
     }
 }

@@ -6,9 +6,8 @@ use mongodb::bson::DateTime;
 use std::time::Duration;
 
 use super::*;
-use crate::store::mongo::rules::{owner_filter, payload_filter, read_lease_id};
 use crate::store::replies::classify;
-use crate::store::{AcquireOutcome, LeaseRef};
+use crate::store::{AcquireOutcome, KeyWrite, LeaseRef};
 use crate::token::TOKEN_TIME_SHIFT;
 
 const LID: Uuid = Uuid::from_u128(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
@@ -148,7 +147,7 @@ fn acquire_takes_the_lease_by_server_time_and_drops_the_last_acquisitions_fields
     // The queue keeps the other owners' live entries.
     assert_eq!(
         at(&acquired, "q"),
-        &bson(crate::store::mongo::queue::queue_after_acquisition("me"))
+        &bson(crate::store::mongo::acquire::queue_after_acquisition("me"))
     );
     let names: Vec<&str> = acquired.keys().map(String::as_str).collect();
     assert_eq!(
@@ -185,7 +184,7 @@ fn acquire_wins_on_a_document_it_inserts_a_retry_or_an_expired_lease_not_yielded
                 our_shape,
                 { "$lte": ["$exp", "$$NOW"] },
                 { "$not": [yielded_by_us] },
-                crate::store::mongo::queue::queue_allows("me"),
+                crate::store::mongo::acquire::queue_allows("me"),
             ]},
         ]}
     );
@@ -199,7 +198,6 @@ fn a_losing_attempt_returns_the_document_unchanged_unless_waiting() {
 
 #[test]
 fn a_losing_waiting_attempt_marks_and_registers_only_on_a_live_lease_of_another_owner_or_a_queue() {
-    use crate::store::mongo::queue::{queue_allows, registered};
     let (_, _, lost) = acquire_parts(true);
     let cond = at(lost.as_document().unwrap(), "$cond").as_array().unwrap();
     let our_shape = doc! { "$and": [
@@ -225,7 +223,7 @@ fn a_losing_waiting_attempt_marks_and_registers_only_on_a_live_lease_of_another_
             "q": registered("me", bson_lease_id(LID), 30_000, 3_000),
         }] })
     );
-    let (shared_live, mark) = crate::store::mongo::kinds::exclusive_waiter_mark("me", 30_000);
+    let (shared_live, mark) = crate::store::mongo::acquire::exclusive_waiter_mark("me", 30_000);
     assert_eq!(
         cond[2],
         bson(doc! { "$cond": [shared_live, mark, "$$ROOT"] }),

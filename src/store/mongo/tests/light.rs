@@ -4,19 +4,17 @@
 //! request. The requests go as the actor's group commit sends them: the
 //! first alone, those asked for meanwhile together.
 
+use super::*;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::MongoStore;
+use crate::store::light_release::{LightAcquire, LightAcquired, LightRelease};
+use crate::store::{AcquireOutcome, HandOver, LeaseRef, Store, field};
 use mongodb::bson::{DateTime, Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
 use mongodb::{Collection, Database};
 use uuid::Uuid;
-
-use super::super::kinds::{Released, holder_filter};
-use super::super::rules::bson_lease_id;
-use super::MongoStore;
-use crate::store::light_release::{LightAcquire, LightAcquired, LightRelease};
-use crate::store::{AcquireOutcome, HandOver, LeaseRef, Store, field};
 
 /// The TTL of the scenario's leases.
 const TTL_MS: i64 = 60_000;
@@ -583,7 +581,7 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
         .raw()
         .update_one(
             doc! { "_id": "f2" },
-            super::super::kinds::force_release_update(0),
+            super::super::release::force_release_update(0),
         )
         .await
         .unwrap();
@@ -623,7 +621,7 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
         .raw()
         .update_one(
             doc! { "_id": "u1" },
-            super::super::kinds::force_release_update(0),
+            super::super::release::force_release_update(0),
         )
         .await
         .unwrap();

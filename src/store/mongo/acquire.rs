@@ -1,0 +1,760 @@
+//! **Acquire**: every wire form of an acquisition and the one place that
+//! picks among them ([`MongoStore::acquire_once`] for an exclusive lease,
+//! [`MongoStore::acquire_shape`] for any kind), with how each reply is read.
+//!
+//! - The **general form** ([`acquire_pipeline`]; [`multi_acquire_pipeline`]
+//!   for shared leases and permits): one `findOneAndUpdate` upsert on `{_id,
+//!   _ins: null}` whose pipeline carries every case: a free key, a retry
+//!   under the same lease id, the queue of waiting owners (registration,
+//!   [`registered`]), the waiting marks, minimum holds ("Shared and
+//!   semaphore keys", "Holding at least", "Queue of waiting owners" in
+//!   `store`). A document that could not be returned (a racing upsert, an
+//!   unknown outcome) is re-read ([`MongoStore::reread`]), and the answer
+//!   comes from `store::replies`.
+//! - The **light form** ([`light_acquire_update`]): for a key the actor does
+//!   not know to be contended, the general pipeline's "wins" narrowed to a
+//!   new document, or an expired one of our shape with no queue, holders,
+//!   permits, exclusive waiter's mark, not under another lease id of ours
+//!   and not yielded by this owner, in one small `$replaceWith` (the
+//!   general pipeline's 400 expression nodes cost more than the write,
+//!   docs/mongodb-behaviour.md, B25). Sent alone as a raw `findAndModify`,
+//!   or, for the actor's group commit, many keys in one raw `update` of
+//!   one upsert statement per key, not ordered, then one `find` of the keys
+//!   ([`MongoStore::acquire_light_batch`]): a key counts as acquired only if
+//!   it holds this owner and lease id and the server's remaining validity
+//!   (`exp - $$NOW` at the `find`) is at least the TTL less the local time
+//!   from the update's send to the `find`'s send, plus one millisecond
+//!   ([`fresh_token`]), so its expiry is at least the update's send + the
+//!   TTL, less 2 ms of rounding. Any other key is left to the general
+//!   form, which recognises a landed light write as a retry (B7).
+//!
+//! Pure builders are unit-tested without a server (`tests/pipeline.rs`,
+//! `tests/kinds.rs`, `tests/light_unit.rs`, `tests/batched.rs`); what the
+//! server does with them by the store contract and `tests/light.rs`.
+
+use super::handle::{MongoStore, is_duplicate_key, is_on_id_index, ttl_ms};
+use super::handoff::{e, entries_without, live_entries, or_remove};
+use super::raw::{
+    encode_pipeline, encoding, raw_key_filter, raw_lets, reply_value, update_statements,
+};
+use super::rules::{
+    LID, LockPath, acquired_token, bson_lease_id, entries, entry_is, entry_live, f, has_holders,
+    inserted, key_filter, missing, next_token, our_shape, this, yielded_by,
+};
+use crate::LeaseKind;
+use crate::error::{Error, Result};
+use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
+use crate::store::light_release::{LightAcquire, LightAcquired};
+use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
+use crate::store::{AcquireOutcome, field, replies};
+use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
+use mongodb::options::ReturnDocument;
+use std::time::Instant;
+use uuid::Uuid;
+/// The live entries of `hs` other than `lease_id` of `owner`.
+pub(super) fn live_others(owner: &str, lease_id: Uuid) -> Document {
+    doc! { "$filter": { "input": entries(), "cond": { "$and": [
+        entry_live(),
+        { "$not": [entry_is(owner, lease_id)] },
+    ]}}}
+}
+
+/// Whether the key has a live exclusive waiter's mark (`xw`) of another
+/// owner than `owner` (an owner's own mark is of a waiter that left: its
+/// manager serves its waiters in order, so it asks for a shared lease only
+/// when no exclusive waiter of its own is ahead).
+pub(super) fn other_owners_mark(owner: &str) -> Document {
+    doc! { "$and": [
+        { "$gt": [format!("${}.{}", field::EXCLUSIVE_WAITER, field::EXPIRES_AT), "$$NOW"] },
+        { "$ne": [format!("${}.{}", field::EXCLUSIVE_WAITER, field::OWNER), { "$literal": owner }] },
+    ]}
+}
+
+/// A semaphore's number of permits as stored in `pm`.
+pub(super) fn stored_permits(permits: u32) -> i32 {
+    i32::try_from(permits).unwrap_or(i32::MAX)
+}
+
+/// The acquire update of a shared lease or a permit ([`LeaseKind::Shared`],
+/// [`LeaseKind::Permit`]): one `$replaceWith` over the key's document, as
+/// the exclusive acquire (an upsert on `upsert_filter`,
+/// docs/mongodb-behaviour.md, B1, B29), that appends this holder's entry
+/// `{aid, lid, tok, acq, ts, exp}` to `hs` if it wins (see "Shared and semaphore keys" in `store`), dropping the
+/// expired entries, and otherwise returns the document unchanged (no write,
+/// B2). A retry (an entry of this lease id and owner id) renews that entry
+/// and keeps its token. The top fields then describe the key: `aid`, `tok`,
+/// `acq` of this acquisition, `ts` now, `exp` the latest entry's; `lid`,
+/// `wt`, `yu`, `data` and `hl` of an earlier exclusive holder are gone.
+///
+/// As an exclusive acquisition ("Fairness between owners" in `store`), it
+/// never takes a key this owner yielded (`yu`) before the end of the yield
+/// window, and a `waiting` shared acquisition that finds another owner's
+/// live exclusive lease marks it waited for (`wt`, once per holding period),
+/// so that its release yields.
+pub(super) fn multi_acquire_pipeline(
+    owner: &str,
+    ttl_ms: i64,
+    lease_id: Uuid,
+    kind: LeaseKind,
+    waiting: bool,
+) -> Vec<Document> {
+    let mine = doc! { "$gt": [{ "$size": "$$mine" }, 0] };
+    let no_live = doc! { "$eq": [{ "$size": "$$live" }, 0] };
+    // An exclusive holder: a lease (`lid`) or a minimum hold (`hl`). A key
+    // whose last holder left has neither, and an `exp` of that release that
+    // a later `$$NOW` may still be below (docs/mongodb-behaviour.md, B3).
+    let exclusive_holder = doc! { "$or": [
+        { "$ne": [{ "$type": f(field::LEASE_ID) }, "missing"] },
+        { "$gt": [f(field::HOLD_UNTIL), "$$NOW"] },
+    ]};
+    let exclusive_held = doc! { "$and": [
+        { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+        no_live.clone(),
+        { "$not": [mine.clone()] },
+        exclusive_holder,
+    ]};
+    let has_permits = doc! { "$ne": [{ "$type": f(field::PERMITS) }, "missing"] };
+    let kind_admits = match kind {
+        LeaseKind::Permit { permits } => doc! { "$or": [
+            no_live.clone(),
+            { "$and": [
+                { "$eq": [f(field::PERMITS), stored_permits(permits)] },
+                { "$lt": [{ "$size": "$$live" }, i64::from(permits)] },
+            ]},
+        ]},
+        _ => doc! { "$and": [
+            { "$or": [no_live, { "$not": [has_permits] }] },
+            { "$not": [other_owners_mark(owner)] },
+        ]},
+    };
+    let wins = doc! { "$or": [
+        inserted(),
+        mine.clone(),
+        { "$and": [
+            our_shape(),
+            { "$not": [exclusive_held] },
+            kind_admits,
+            { "$not": [yielded_by(owner)] },
+        ]},
+    ]};
+    let lost = if waiting && kind == LeaseKind::Shared {
+        let held_by_other = doc! { "$and": [
+            our_shape(),
+            { "$eq": [{ "$type": f(field::LEASE_ID) }, "binData"] },
+            { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+            { "$ne": [f(field::OWNER), { "$literal": owner }] },
+        ]};
+        let marked = doc! { "$mergeObjects": ["$$ROOT", {
+            field::WAITING_SINCE: { "$ifNull": [f(field::WAITING_SINCE), "$$NOW"] },
+        }]};
+        Bson::from(doc! { "$cond": [held_by_other, marked, "$$ROOT"] })
+    } else {
+        Bson::from("$$ROOT")
+    };
+    let expires = doc! { "$add": ["$$NOW", ttl_ms] };
+    let new_entry = doc! {
+        field::OWNER: { "$literal": owner },
+        field::LEASE_ID: bson_lease_id(lease_id),
+        field::TOKEN: next_token(),
+        field::ACQUIRED_AT: "$$NOW",
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: expires.clone(),
+    };
+    let entry = doc! { "$cond": [
+        mine,
+        { "$mergeObjects": [
+            { "$first": "$$mine" },
+            { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: expires },
+        ]},
+        new_entry,
+    ]};
+    let mut acquired = doc! {
+        field::ID: "$_id",
+        field::OWNER: { "$literal": owner },
+        field::TOKEN: { "$max": [f(field::TOKEN), "$$entry.tok"] },
+        field::ACQUIRED_AT: "$$entry.acq",
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: { "$max": [{ "$max": "$$live.exp" }, "$$entry.exp"] },
+        field::HOLDERS: { "$concatArrays": ["$$live", ["$$entry"]] },
+    };
+    if let LeaseKind::Permit { permits } = kind {
+        acquired.insert(field::PERMITS, stored_permits(permits));
+    }
+    acquired.insert(field::RELEASED_AT, f(field::RELEASED_AT));
+    acquired.insert(field::EXCLUSIVE_WAITER, f(field::EXCLUSIVE_WAITER));
+    let mine_entries =
+        doc! { "$filter": { "input": entries(), "cond": entry_is(owner, lease_id) } };
+    vec![doc! { "$replaceWith": { "$let": {
+        "vars": { "live": live_others(owner, lease_id), "mine": mine_entries },
+        "in": { "$cond": [
+            wins,
+            { "$let": { "vars": { "entry": entry }, "in": acquired } },
+            lost,
+        ]},
+    }}}]
+}
+
+/// The projection of the reads that decide a shared or permit acquisition
+/// (the reply of [`multi_acquire_pipeline`], or a re-read): the top fields,
+/// the exclusive waiter's mark, and, computed on the server
+/// (docs/mongodb-behaviour.md, B11) rather than the whole `hs`, this
+/// acquisition's entry, the number of other live entries and the earliest
+/// of their expiries.
+pub(super) fn multi_acquire_projection(owner: &str, lease_id: Uuid) -> Document {
+    let mine = doc! { "$filter": { "input": entries(), "cond": entry_is(owner, lease_id) } };
+    let live = live_others(owner, lease_id);
+    doc! {
+        field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
+        field::PERMITS: 1, field::HOLD_UNTIL: 1, "now": "$$NOW",
+        field::EXCLUSIVE_WAITER: { "$cond": [
+            other_owners_mark(owner), f(field::EXCLUSIVE_WAITER), "$$REMOVE",
+        ]},
+        MINE: { "$first": mine },
+        LIVE: { "$size": live.clone() },
+        FIRST_EXPIRY: { "$min": { "$map": { "input": live, "in": this(field::EXPIRES_AT) } } },
+        YIELDED: { "$cond": [yielded_by(owner), f(field::YIELD_UNTIL), "$$REMOVE"] },
+    }
+}
+
+/// The waiting mark of an exclusive acquirer (`xw`): the condition "the
+/// document has live shared holders (not permits)" and the document with
+/// the mark `{aid: owner, exp: $$NOW + ttl_ms}` written over an older one.
+/// Part of a losing waiting exclusive attempt ([`acquire_pipeline`]).
+pub(super) fn exclusive_waiter_mark(owner: &str, ttl_ms: i64) -> (Document, Document) {
+    let shared_live = doc! { "$and": [
+        our_shape(),
+        has_holders(),
+        { "$eq": [{ "$type": f(field::PERMITS) }, "missing"] },
+        { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+    ]};
+    let marked = doc! { "$mergeObjects": ["$$ROOT", { field::EXCLUSIVE_WAITER: {
+        field::OWNER: { "$literal": owner },
+        field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+    }}]};
+    (shared_live, marked)
+}
+
+/// The light acquire's update: a new acquisition by `owner` under the
+/// lease id `$$lid` (expiring `ttl_ms` after `$$NOW`, the next token) of a
+/// new document or of an expired one that nobody else waits for; any
+/// other document unchanged.
+pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
+    let lid = LID;
+    let free = doc! { "$and": [
+        our_shape(),
+        { "$lte": [f(field::EXPIRES_AT), "$$NOW"] },
+        missing(field::QUEUE),
+        missing(field::HOLDERS),
+        missing(field::PERMITS),
+        missing(field::EXCLUSIVE_WAITER),
+        { "$ne": [f(field::LEASE_ID), lid] },
+        { "$not": [{ "$and": [
+            { "$eq": [f(field::OWNER), { "$literal": owner }] },
+            { "$gt": [f(field::YIELD_UNTIL), "$$NOW"] },
+        ]}]},
+    ]};
+    let acquired = doc! {
+        field::ID: f(field::ID),
+        field::OWNER: { "$literal": owner },
+        field::LEASE_ID: lid,
+        field::TOKEN: next_token(),
+        field::ACQUIRED_AT: "$$NOW",
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+    };
+    vec![doc! { "$replaceWith": { "$cond": [
+        { "$or": [inserted(), free] },
+        acquired,
+        "$$ROOT",
+    ]}}]
+}
+
+/// What the light acquire's and handoff's replies are read with: the
+/// server's `$$NOW` too.
+pub(super) fn light_projection() -> Document {
+    doc! {
+        field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::RENEWED_AT: 1,
+        "now": "$$NOW",
+    }
+}
+
+/// [`upsert_filter`] of `key`, encoded: the light acquire's filter.
+pub(super) fn raw_upsert_filter(key: &LeaseKey) -> Result<RawDocumentBuf> {
+    RawDocumentBuf::from_document(&upsert_filter(key)).map_err(encoding)
+}
+
+/// [`light_projection`], encoded.
+pub(super) fn raw_light_projection() -> RawDocumentBuf {
+    RawDocumentBuf::from_document(&light_projection()).expect("a constant document encodes")
+}
+
+/// The token of `doc` (as the batch's `find` read it) if it holds
+/// `request`'s lease for `owner` for at least the request's TTL less
+/// `elapsed_ms` more, by the server's clock.
+pub(super) fn fresh_token(
+    doc: &Document,
+    request: &LightAcquire,
+    owner: &str,
+    elapsed_ms: i64,
+) -> Option<u64> {
+    let ours = doc.get(field::LEASE_ID) == Some(&bson_lease_id(request.lease_id))
+        && doc.get_str(field::OWNER) == Ok(owner);
+    let left = doc.get_datetime(field::EXPIRES_AT).ok()?.timestamp_millis()
+        - doc.get_datetime("now").ok()?.timestamp_millis();
+    let token = doc.get_i64(field::TOKEN).ok()?;
+    (ours && left >= ttl_ms(request.ttl) - elapsed_ms).then_some(token as u64)
+}
+
+/// The `e` of the grouped acquire's bound (see the module docs): the
+/// local time from an update sent at `sent` to a `find` sent at
+/// `find_sent`, in whole milliseconds, plus one.
+pub(super) fn elapsed_before_find(sent: Instant, find_sent: Instant) -> i64 {
+    find_sent.saturating_duration_since(sent).as_millis() as i64 + 1
+}
+
+/// The filter of an acquiring upsert of one key's document: `{_id: key,
+/// _ins: null}`. `null` matches the missing `_ins` of every existing
+/// document, and an insert copies the equality into the new document, so
+/// that [`inserted`](super::rules::inserted) tells it from an existing bare `{_id}` (a foreign
+/// holder's lock; "Document schema" in `store`, docs/mongodb-behaviour.md,
+/// B29).
+pub(super) fn upsert_filter(key: &LeaseKey) -> Document {
+    doc! { field::ID: key, field::INSERTED: Bson::Null }
+}
+
+/// The acquire update: one round trip, never an error when the key is held.
+///
+/// An upsert on [`upsert_filter`] (an `$expr` is refused in an upsert filter on 6.0,
+/// docs/mongodb-behaviour.md, B1) whose pipeline replaces the document only
+/// if this acquisition (`owner`, `lease_id`) wins by the win rule
+/// ([`LockPath::wins`]: the document is new, [`inserted`](super::rules::inserted); already ours
+/// under this lease id and owner id, a retry; or ours in shape, expired by
+/// `$$NOW`, and not yielded by this owner to a waiting one), writing the
+/// lock fields of [`LockPath::acquired`] (the token by the token rule).
+/// Otherwise the document is returned unchanged (no oplog entry,
+/// docs/mongodb-behaviour.md, B2), including a document of foreign shape
+/// (a bare `{_id}` too);
+/// except that a `waiting` attempt on a lease held by another owner records
+/// `wt` if it is not set yet (one write per holding period). A new
+/// acquisition expires `ttl_ms` after `$$NOW`.
+///
+/// Held at least `hold_ms` (`Some`, see "Holding at least" in `store`): the acquisition writes `hl =
+/// $$NOW + hold_ms` (a retry keeps it) and `exp = max($$NOW + ttl_ms, hl)`.
+/// A waiting attempt that finds live shared holders leaves its mark
+/// ([`exclusive_waiter_mark`]).
+///
+/// The queue of waiting owners (see "Queue of waiting owners" in `store`):
+/// a free key whose queue has another owner's live entry at its head is
+/// not won ([`queue_allows`]); a waiting attempt that finds the key held by
+/// another owner, or kept for the head of the queue, registers, its entry
+/// lasting `registration_ms` ([`registered`]); an acquisition leaves the
+/// other owners' live entries ([`queue_after_acquisition`]).
+pub(super) fn acquire_pipeline(
+    owner: &str,
+    ttl_ms: i64,
+    lease_id: Uuid,
+    waiting: bool,
+    hold_ms: Option<i64>,
+    registration_ms: i64,
+) -> Vec<Document> {
+    let at = LockPath::TOP;
+    let lid = bson_lease_id(lease_id);
+    let mine = at.retry(owner, &lid);
+    let wins = at.wins(owner, &lid, Some(queue_allows(owner)));
+    let mut acquired = doc! { field::ID: "$_id" };
+    acquired.extend(at.acquired(owner, &lid, ttl_ms));
+    acquired.insert(field::QUEUE, queue_after_acquisition(owner));
+    if let Some(hold_ms) = hold_ms {
+        let hold_until = doc! { "$cond": [
+            mine,
+            { "$ifNull": [format!("${}", field::HOLD_UNTIL), { "$add": ["$$NOW", hold_ms] }] },
+            { "$add": ["$$NOW", hold_ms] },
+        ]};
+        acquired.insert(
+            field::EXPIRES_AT,
+            doc! { "$max": [{ "$add": ["$$NOW", ttl_ms] }, hold_until.clone()] },
+        );
+        acquired.insert(field::HOLD_UNTIL, hold_until);
+    }
+    let lost = if waiting {
+        // A free key kept for the head of the queue (another owner).
+        let kept_for_queue = doc! { "$and": [at.our_shape(), { "$not": [queue_allows(owner)] }] };
+        let marked = doc! { "$mergeObjects": ["$$ROOT", {
+            field::WAITING_SINCE: at.waiting_since(),
+            field::QUEUE: registered(owner, lid, ttl_ms, registration_ms),
+        }]};
+        let (shared_live, mark) = exclusive_waiter_mark(owner, ttl_ms);
+        Bson::from(doc! { "$cond": [
+            { "$or": [at.held_by_other(owner), kept_for_queue] },
+            marked,
+            { "$cond": [shared_live, mark, "$$ROOT"] },
+        ]})
+    } else {
+        Bson::from("$$ROOT")
+    };
+    vec![doc! { "$replaceWith": { "$cond": [wins, acquired, lost] } }]
+}
+
+/// The projection of reads that decide an acquire attempt; `now` is the
+/// server's `$$NOW`, so the remaining lease time is computed on the server's clock.
+pub(super) fn acquire_projection() -> Document {
+    doc! {
+        field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1,
+        field::EXPIRES_AT: 1, field::YIELD_UNTIL: 1, "now": "$$NOW",
+        field::PERMITS: 1, format!("{}.{}", field::EXCLUSIVE_WAITER, field::OWNER): 1,
+        format!("{}.{}", field::QUEUE, field::OWNER): 1,
+        format!("{}.{}", field::QUEUE, field::REGISTRATION_EXPIRES): 1,
+    }
+}
+
+/// Whether `owner` may take the key as far as the queue is concerned: no
+/// live entry, or the first live entry is `owner`'s.
+pub(super) fn queue_allows(owner: &str) -> Document {
+    let head_owner = doc! { "$let": {
+        "vars": { "h": { "$first": live_entries() } },
+        "in": format!("$$h.{}", field::OWNER),
+    }};
+    doc! { "$eq": [
+        { "$ifNull": [head_owner, { "$literal": owner }] },
+        { "$literal": owner },
+    ]}
+}
+
+/// The `q` an acquisition by `owner` leaves: the other owners' live
+/// entries, in order (removed if none).
+pub(super) fn queue_after_acquisition(owner: &str) -> Document {
+    or_remove(entries_without(live_entries(), doc! { "$literal": owner }))
+}
+
+/// The `q` a losing waiting attempt by `owner` writes: the live entries in
+/// order, `owner`'s refreshed in place (`lid`, `re`, `hx`; `at` kept) if it
+/// names another lease id or expires within half the window, or appended
+/// with `at = $$NOW`. `re = $$NOW + registration_ms`, `hx =
+/// min(ttl_ms, registration_ms)`.
+pub(super) fn registered(
+    owner: &str,
+    lease_id: Bson,
+    ttl_ms: i64,
+    registration_ms: i64,
+) -> Document {
+    let entry = |at: &str| {
+        doc! {
+            field::OWNER: { "$literal": owner },
+            field::LEASE_ID: lease_id.clone(),
+            field::REGISTERED_AT: at,
+            field::REGISTRATION_EXPIRES: { "$add": ["$$NOW", registration_ms] },
+            field::HANDED_TTL: ttl_ms.min(registration_ms),
+        }
+    };
+    let is_mine = doc! { "$eq": [e(field::OWNER), { "$literal": owner }] };
+    // Refreshed only under another lease id or past half its window: a
+    // waiter retrying often writes nothing most of the time (B2).
+    let stale = doc! { "$or": [
+        { "$ne": [e(field::LEASE_ID), lease_id.clone()] },
+        { "$lt": [e(field::REGISTRATION_EXPIRES), { "$add": ["$$NOW", registration_ms / 2] }] },
+    ]};
+    doc! { "$let": {
+        "vars": { "live": live_entries() },
+        "in": { "$concatArrays": [
+            { "$map": {
+                "input": "$$live",
+                "as": "e",
+                "in": { "$cond": [
+                    { "$and": [is_mine.clone(), stale] },
+                    entry(&e(field::REGISTERED_AT)),
+                    "$$e",
+                ]},
+            }},
+            { "$cond": [
+                { "$anyElementTrue": [{ "$map": { "input": "$$live", "as": "e", "in": is_mine }}] },
+                [],
+                [entry("$$NOW")],
+            ]},
+        ]},
+    }}
+}
+
+impl MongoStore {
+    /// An acquisition of `shape`: exclusive (held at least its
+    /// `hold_at_least`, if any) through the exclusive pipeline; a shared
+    /// lease or a permit through [`multi_acquire_pipeline`]. One round trip.
+    pub(super) async fn acquire_shape(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl_ms: i64,
+        shape: LeaseShape,
+    ) -> Result<AcquireOutcome> {
+        shape.kind.validate()?;
+        let kind = shape.kind;
+        if kind == LeaseKind::Exclusive {
+            let hold_ms = shape.hold_at_least.map(self::ttl_ms);
+            return self
+                .acquire_once(key, lease_id, waiting, ttl_ms, hold_ms)
+                .await;
+        }
+        if shape.hold_at_least.is_some() {
+            return Err(crate::Error::InvalidConfig {
+                reason: format!(
+                    "hold_at_least applies to exclusive leases only, not to a {kind} lease"
+                ),
+            });
+        }
+        let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, kind, waiting);
+        let projection = multi_acquire_projection(self.owner(), lease_id);
+        self.acquire_by(key, update, projection, |key, doc| {
+            classify_multi(key, kind, doc)
+        })
+        .await
+    }
+
+    /// The light `findAndModify` of `key`'s document (an upsert on
+    /// `{_id, _ins: null}` if `upsert`, else on `_id`) with the encoded
+    /// `update` and the `let` variables `lets`, returning the document after
+    /// the write with [`light_projection`].
+    pub(super) async fn find_and_modify_light(
+        &self,
+        key: &LeaseKey,
+        upsert: bool,
+        update: RawArrayBuf,
+        lets: &[(&str, Uuid)],
+    ) -> Result<Option<Document>> {
+        let mut command = RawDocumentBuf::new();
+        command.append("findAndModify", self.coll().name());
+        let query = if upsert {
+            raw_upsert_filter(key)?
+        } else {
+            raw_key_filter(key)?
+        };
+        command.append("query", query);
+        command.append("update", update);
+        command.append("fields", raw_light_projection());
+        command.append("new", true);
+        command.append("upsert", upsert);
+        command.append("let", raw_lets(lets));
+        self.plain_command(command).await.map(reply_value)
+    }
+
+    /// The light acquires `requests` (of distinct keys; string keys if
+    /// more than one): the light form's own command for one, one batch
+    /// for more ([`MongoStore::acquire_light_batch`]); one answer each, in order.
+    pub(super) async fn light_acquires(&self, requests: Vec<LightAcquire>) -> Vec<LightAcquired> {
+        match &requests[..] {
+            [request] => vec![self.acquire_light_alone(request).await],
+            _ => self.acquire_light_batch(&requests).await,
+        }
+    }
+
+    /// The light acquire's own command (`findAndModify`) for `request`:
+    /// not applied after a transient error (its outcome unknown: the
+    /// general acquire under the same lease id recognises a landed one as
+    /// a retry, B7) or a duplicate key (a racing upsert).
+    pub(super) async fn acquire_light_alone(&self, request: &LightAcquire) -> LightAcquired {
+        let LightAcquire { key, lease_id, ttl } = request;
+        let (lease_id, ttl_ms) = (*lease_id, ttl_ms(*ttl));
+        let update = match encode_pipeline(light_acquire_update(self.owner(), ttl_ms)) {
+            Ok(update) => update,
+            Err(e) => return LightAcquired::Failed(e),
+        };
+        let attempt = self
+            .find_and_modify_light(key, true, update, &[(LID, lease_id)])
+            .await;
+        let token = match attempt {
+            Ok(doc) => doc.and_then(|doc| acquired_token(&doc, self.owner(), lease_id)),
+            Err(e) if e.is_transient() => None,
+            Err(Error::Database(e)) if is_duplicate_key(&e) => None,
+            Err(e) => return LightAcquired::Failed(e),
+        };
+        token.map_or(LightAcquired::NotApplied, LightAcquired::Acquired)
+    }
+
+    /// The light acquires `requests` (of distinct string keys) in one
+    /// `update` and one `find` (see the module docs); one answer each, in
+    /// order.
+    pub(super) async fn acquire_light_batch(
+        &self,
+        requests: &[LightAcquire],
+    ) -> Vec<LightAcquired> {
+        let not_applied = || requests.iter().map(|_| LightAcquired::NotApplied).collect();
+        // One encoding per TTL of the batch (a handful at most).
+        let mut updates: Vec<(i64, RawArrayBuf)> = Vec::new();
+        let mut statements = RawArrayBuf::new();
+        for request in requests {
+            let ttl = ttl_ms(request.ttl);
+            let update = match updates.iter().find(|(t, _)| *t == ttl) {
+                Some((_, update)) => update.clone(),
+                None => {
+                    let Ok(update) = encode_pipeline(light_acquire_update(self.owner(), ttl))
+                    else {
+                        return not_applied();
+                    };
+                    updates.push((ttl, update.clone()));
+                    update
+                }
+            };
+            let Ok(filter) = raw_upsert_filter(&request.key) else {
+                return not_applied();
+            };
+            statements.push(rawdoc! {
+                "q": filter,
+                "u": update,
+                "c": raw_lets(&[(LID, request.lease_id)]),
+                "upsert": true,
+            });
+        }
+        let sent = Instant::now();
+        let command = update_statements(self.coll().name(), statements, false);
+        if self.plain_command(command).await.is_err() {
+            return not_applied();
+        }
+        let keys: Vec<&str> = requests.iter().filter_map(|r| r.key.as_str()).collect();
+        let projection = doc! {
+            field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
+            "now": "$$NOW",
+        };
+        let elapsed_ms = elapsed_before_find(sent, Instant::now());
+        let Some(docs) = self.read_keys(&keys, projection).await else {
+            return not_applied();
+        };
+        requests
+            .iter()
+            .map(|request| {
+                let doc = request.key.as_str().and_then(|k| docs.get(k));
+                match doc.and_then(|d| fresh_token(d, request, self.owner(), elapsed_ms)) {
+                    Some(token) => LightAcquired::Acquired(token),
+                    None => LightAcquired::NotApplied,
+                }
+            })
+            .collect()
+    }
+
+    /// Reads `key`'s document with `projection`.
+    pub(super) async fn read_key(
+        &self,
+        key: &LeaseKey,
+        projection: Document,
+    ) -> Result<Option<Document>> {
+        self.bounded(self.coll().find_one(key_filter(key)).projection(projection))
+            .await
+    }
+
+    /// An exclusive acquisition (held at least `hold_ms` if `Some`) by the
+    /// general pipeline (the actor tries the light acquire first where it
+    /// may apply, `Store::acquire_light`).
+    pub(super) async fn acquire_once(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl_ms: i64,
+        hold_ms: Option<i64>,
+    ) -> Result<AcquireOutcome> {
+        let update = acquire_pipeline(
+            self.owner(),
+            ttl_ms,
+            lease_id,
+            waiting,
+            hold_ms,
+            self.registration_ms(),
+        );
+        self.acquire_by(key, update, acquire_projection(), |key, doc| {
+            replies::exclusive(key, self.owner(), lease_id, ttl_ms, doc)
+        })
+        .await
+    }
+
+    /// One acquire attempt: the upsert `update` of `key`'s document,
+    /// returning it projected with `projection`, read by `read`; a document
+    /// that could not be returned (a racing upsert, an unknown outcome) is
+    /// re-read with `projection` (docs/mongodb-behaviour.md, B1, B7), and
+    /// `read`'s verdict on it is only what a read proves
+    /// ([`replies::from_reread`]: never `Acquired`, no token in `Held`).
+    pub(super) async fn acquire_by(
+        &self,
+        key: LeaseKey,
+        update: Vec<Document>,
+        projection: Document,
+        read: impl Fn(&LeaseKey, &Document) -> AcquireOutcome,
+    ) -> Result<AcquireOutcome> {
+        let attempt = self
+            .bounded(
+                self.coll()
+                    .find_one_and_update(upsert_filter(&key), update)
+                    .upsert(true)
+                    .return_document(ReturnDocument::After)
+                    .projection(projection.clone()),
+            )
+            .await;
+        match attempt {
+            Ok(Some(doc)) => return Ok(read(&key, &doc)),
+            Ok(None) => {}
+            // A duplicate-key error from a concurrent upsert means "held": re-read.
+            Err(Error::Database(e)) if is_duplicate_key(&e) && is_on_id_index(&e) => {}
+            // On another unique index it would fail the same way every time.
+            Err(Error::Database(e)) if is_duplicate_key(&e) => {
+                return Err(Error::UnusableCollection {
+                    reason: format!(
+                        "a unique index other than `_id` refused the lease for {}: {e}",
+                        key.to_extended_json()
+                    ),
+                });
+            }
+            // Outcome unknown (network, failover, timeout): resolve by re-reading,
+            // never by assuming (docs/mongodb-behaviour.md, B7).
+            Err(e) if e.is_transient() => {
+                tracing::debug!(%key, error = %e, "acquire outcome unknown; re-reading");
+            }
+            Err(e) => return Err(e),
+        }
+        self.reread(key, projection, read).await
+    }
+
+    /// The re-read of an acquire attempt whose write did not return the
+    /// document: `key`'s document with `projection`, read by `read`, worth
+    /// only what a read proves ([`replies::from_reread`]).
+    pub(super) async fn reread(
+        &self,
+        key: LeaseKey,
+        projection: Document,
+        read: impl Fn(&LeaseKey, &Document) -> AcquireOutcome,
+    ) -> Result<AcquireOutcome> {
+        match self.read_key(&key, projection).await? {
+            Some(doc) => Ok(replies::from_reread(read(&key, &doc))),
+            // The document vanished between the write and the read: try again.
+            None => Err(Error::Unreachable {
+                waited: self.operation_timeout(),
+                reason: "lock document vanished during acquire".into(),
+                source: None,
+            }),
+        }
+    }
+
+    /// What the re-read after an unknown outcome of an acquisition of
+    /// `shape` by this owner under `lease_id` (for `ttl`) answers now: the
+    /// store contract's view of that path.
+    #[cfg(test)]
+    pub(crate) async fn reread_acquire(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        ttl: std::time::Duration,
+        shape: crate::kind::LeaseShape,
+    ) -> Result<AcquireOutcome> {
+        let kind = shape.kind;
+        if kind.is_multi_holder() {
+            let projection = multi_acquire_projection(self.owner(), lease_id);
+            return self
+                .reread(key, projection, |key, doc| {
+                    replies::classify_multi(key, kind, doc)
+                })
+                .await;
+        }
+        let ttl_ms = ttl_ms(ttl);
+        self.reread(key, acquire_projection(), |key, doc| {
+            replies::exclusive(key, self.owner(), lease_id, ttl_ms, doc)
+        })
+        .await
+    }
+}

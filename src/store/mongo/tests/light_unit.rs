@@ -1,0 +1,71 @@
+use super::*;
+
+#[test]
+fn the_light_acquire_is_one_small_stage() {
+    let update = light_acquire_update("a", 1000);
+    assert_eq!(update.len(), 1);
+    let size = mongodb::bson::to_vec(&doc! { "u": update }).unwrap().len();
+    let general =
+        super::super::acquire::acquire_pipeline("a", 1000, Uuid::new_v4(), true, None, 1000);
+    let general = mongodb::bson::to_vec(&doc! { "u": general }).unwrap().len();
+    assert!(size * 3 < general, "{size} bytes vs {general}");
+}
+
+#[test]
+fn a_reply_is_an_acquisition_only_under_our_lease_id_and_owner_id() {
+    let id = Uuid::new_v4();
+    let now = mongodb::bson::DateTime::now();
+    let ours = doc! {
+        field::OWNER: "a", field::LEASE_ID: bson_lease_id(id), field::TOKEN: 9_i64,
+        field::RENEWED_AT: now, "now": now,
+    };
+    assert_eq!(acquired_token(&ours, "a", id), Some(9));
+    assert_eq!(acquired_token(&ours, "b", id), None);
+    assert_eq!(acquired_token(&ours, "a", Uuid::new_v4()), None);
+    let mut earlier = ours.clone();
+    earlier.insert(
+        field::RENEWED_AT,
+        mongodb::bson::DateTime::from_millis(now.timestamp_millis() - 1),
+    );
+    assert_eq!(
+        acquired_token(&earlier, "a", id),
+        None,
+        "an earlier attempt's"
+    );
+    let held = doc! { field::OWNER: "b", field::TOKEN: 9_i64 };
+    assert_eq!(acquired_token(&held, "a", id), None);
+}
+
+#[test]
+fn the_light_updates_apply_only_without_any_sign_of_another_waiter() {
+    for update in [light_release_update("a"), light_hand_over_update("a", 1000)] {
+        let stage = update[0].get_document("$replaceWith").unwrap();
+        let branches = stage.get_array("$cond").unwrap();
+        let applies = branches[0].as_document().unwrap();
+        let all = applies.get_array("$and").unwrap();
+        for name in [
+            field::QUEUE,
+            field::WAITING_SINCE,
+            field::HOLD_UNTIL,
+            field::HOLDERS,
+            field::PERMITS,
+        ] {
+            assert!(all.contains(&Bson::Document(missing(name))), "{name}");
+        }
+        assert_eq!(branches[2], Bson::from("$$ROOT"), "else unchanged");
+    }
+}
+
+#[test]
+fn the_let_variables_hold_the_lease_ids_as_stored() {
+    let (from, to) = (Uuid::new_v4(), Uuid::new_v4());
+    let lets = raw_lets(&[(FROM, from), (TO, to)]).to_document().unwrap();
+    assert_eq!(
+        lets,
+        doc! { "from": bson_lease_id(from), "to": bson_lease_id(to) }
+    );
+    assert_eq!(
+        raw_light_projection().to_document().unwrap(),
+        light_projection()
+    );
+}
