@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use mongo_lease::testkit::ReplicaSet;
-use mongo_lease::{LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::{
     CollectionOptions, ReadConcern, ReadPreference, ReturnDocument, SelectionCriteria, WriteConcern,
@@ -131,7 +131,7 @@ impl Raw {
 }
 
 /// One acquire + release through the manager; panics if the key was not free.
-async fn lease_acquire_release(manager: &LockManager, key: String) {
+async fn lease_acquire_release(manager: &LeaseManager, key: String) {
     let lease = manager
         .try_acquire(key)
         .await
@@ -144,7 +144,7 @@ async fn lease_acquire_release(manager: &LockManager, key: String) {
 /// The deployment, the runtime and both contenders, shared by every benchmark.
 struct Env {
     runtime: Runtime,
-    manager: LockManager,
+    manager: LeaseManager,
     raw: Raw,
     /// Kept alive for the whole run; dropping it stops `mongod`.
     replica_set: Option<ReplicaSet>,
@@ -163,8 +163,8 @@ impl Env {
             // Same collection setup on both sides: `connect` creates the TTL
             // index on `exp` and the index on `aid`.
             let lease_client = Client::with_uri_str(&uri).await.expect("client");
-            let manager = LockManager::connect(
-                LockManagerOptions::builder()
+            let manager = LeaseManager::connect(
+                LeaseManagerOptions::builder()
                     .database(lease_client.database(&db_name))
                     .collection("lease.lock")
                     .ttl(TTL)
@@ -173,8 +173,8 @@ impl Env {
             .await
             .expect("connect");
             let raw_client = Client::with_uri_str(&uri).await.expect("client");
-            let setup = LockManager::connect(
-                LockManagerOptions::builder()
+            let setup = LeaseManager::connect(
+                LeaseManagerOptions::builder()
                     .database(raw_client.database(&db_name))
                     .collection("raw.lock")
                     .ttl(TTL)

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mongo_lease::{LockManager, LockManagerOptions};
+use mongo_lease::{LeaseManager, LeaseManagerOptions};
 use mongodb::bson::{Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
 use mongodb::options::{CollectionOptions, WriteConcern};
@@ -329,7 +329,7 @@ impl Contention {
 /// `tasks` tasks of `manager` on one key until `warmup + sections` critical
 /// sections ran; the figures are of the last `sections`.
 async fn contend(
-    manager: &LockManager,
+    manager: &LeaseManager,
     commands: &Commands,
     key: &str,
     tasks: usize,
@@ -416,8 +416,8 @@ async fn in_process(uri: &str, db_name: &str) {
     let rounds = env_usize("HANDOFF_ROUNDS", 10).max(1);
     let commands = Commands::default();
     let client = commands.client(uri).await;
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
+    let manager = LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(client.database(db_name))
             .collection("handoff.lock")
             .ttl(TTL)

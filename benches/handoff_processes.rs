@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use mongo_lease::testkit::monotonic_ns;
-use mongo_lease::{LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::Client;
 use mongodb::bson::{Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
@@ -196,8 +196,8 @@ fn worker(mode: &str) {
             std::io::stdin().read_line(&mut line).expect("GO");
         };
         if mode == "lease" {
-            let manager = LockManager::connect(
-                LockManagerOptions::builder()
+            let manager = LeaseManager::connect(
+                LeaseManagerOptions::builder()
                     .database(db)
                     .collection(collection)
                     .ttl(TTL)

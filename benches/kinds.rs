@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use mongo_lease::{AcquireOptions, LeaseKind, LockManager, LockManagerOptions};
+use mongo_lease::{AcquireOptions, LeaseKind, LeaseManager, LeaseManagerOptions};
 use mongodb::Client;
 use mongodb::bson::Document;
 use mongodb::event::{EventHandler, command::CommandEvent};
@@ -191,8 +191,8 @@ async fn run(ops: usize) {
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     ));
     let manager = |collection: &str, ttl: Duration| {
-        LockManager::connect(
-            LockManagerOptions::builder()
+        LeaseManager::connect(
+            LeaseManagerOptions::builder()
                 .database(db.clone())
                 .collection(collection)
                 .ttl(ttl)
@@ -295,7 +295,7 @@ const STUCK: Duration = Duration::from_secs(60);
 
 /// A lease of `primitive` on `key`.
 async fn acquire(
-    manager: &LockManager,
+    manager: &LeaseManager,
     key: String,
     primitive: Primitive,
     options: &AcquireOptions,
@@ -311,7 +311,7 @@ async fn acquire(
 }
 
 /// Acquire + release pairs per second of one task.
-async fn sequential(manager: &LockManager, primitive: Primitive, round: usize, ops: usize) -> f64 {
+async fn sequential(manager: &LeaseManager, primitive: Primitive, round: usize, ops: usize) -> f64 {
     let options = primitive.options();
     let started = Instant::now();
     for i in 0..ops {
@@ -324,7 +324,7 @@ async fn sequential(manager: &LockManager, primitive: Primitive, round: usize, o
 }
 
 /// Acquire + release pairs per second of [`TASKS`] tasks sharing `ops`.
-async fn concurrent(manager: &LockManager, primitive: Primitive, round: usize, ops: usize) -> f64 {
+async fn concurrent(manager: &LeaseManager, primitive: Primitive, round: usize, ops: usize) -> f64 {
     let per_task = ops.div_ceil(TASKS);
     let started = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
@@ -361,7 +361,7 @@ struct Tick {
 /// Acquires [`HELD`] leases with `options` (lease `i` on `key(i)`), times
 /// the next heartbeat tick's renewal of them all, and releases them.
 async fn renewal_tick(
-    manager: &LockManager,
+    manager: &LeaseManager,
     updates: &Updates,
     options: &AcquireOptions,
     key: impl Fn(usize) -> String,

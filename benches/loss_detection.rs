@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use mongo_lease::{LockManager, LockManagerOptions};
+use mongo_lease::{LeaseManager, LeaseManagerOptions};
 use mongodb::Client;
 use mongodb::bson::{Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
@@ -126,15 +126,15 @@ async fn counted_manager(
     collection: &str,
     ttl: Duration,
     heartbeat: Duration,
-) -> (Client, LockManager) {
+) -> (Client, LeaseManager) {
     let client = counts.client(uri).await;
-    let mut options = LockManagerOptions::builder()
+    let mut options = LeaseManagerOptions::builder()
         .database(client.database(db_name))
         .collection(collection)
         .ttl(ttl)
         .build();
     options.heartbeat_interval = Some(heartbeat);
-    let manager = LockManager::connect(options).await.expect("connect");
+    let manager = LeaseManager::connect(options).await.expect("connect");
     (client, manager)
 }
 

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use mongo_lease::{LockManager, LockManagerOptions};
+use mongo_lease::{LeaseManager, LeaseManagerOptions};
 use mongodb::Client;
 use mongodb::bson::{Document, doc};
 use mongodb::options::{CollectionOptions, WriteConcern};
@@ -239,8 +239,8 @@ fn heartbeat(n: usize) -> Duration {
 /// mongo-lease: RSS before and after holding `n` leases renewed twice.
 async fn leases(db: &mongodb::Database, n: usize) -> (Reading, Reading) {
     let heartbeat = heartbeat(n);
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
+    let manager = LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(db.clone())
             .collection("memory.lock")
             .ttl(heartbeat * 6)

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use mongo_lease::{DEFAULT_RENEWAL_BATCH_SIZE, LockManager, LockManagerOptions};
+use mongo_lease::{DEFAULT_RENEWAL_BATCH_SIZE, LeaseManager, LeaseManagerOptions};
 use mongodb::Client;
 use mongodb::bson::{Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
@@ -89,8 +89,8 @@ async fn run(keys: usize) {
         "bench_scale_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     ));
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
+    let manager = LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(db.clone())
             .collection("scale.lock")
             .ttl(TTL)

@@ -10,7 +10,7 @@
 //! pool of 8 keys per task, cycled, so documents are reused as in a
 //! long-running process), for a fixed number of acquire + release pairs,
 //! all `w: majority`, on one `mongod`. Five contenders, each on its own
-//! collection with the same indexes (made by `LockManager::connect`),
+//! collection with the same indexes (made by `LeaseManager::connect`),
 //! interleaved over 3 rounds, each round starting with the next contender;
 //! a contender's round starts only once the previous one's collection has
 //! seen no command for [`QUIET`] (delete mode's follow-up deletes come
@@ -27,7 +27,7 @@
 //! * (b') the same commands from a client without retryable writes (no
 //!   `txnNumber`: a `findAndModify` then stores no image of the document
 //!   for a retry to return);
-//! * (c) `mongo-lease keep`: `LockManager::acquire` + `Lease::release`,
+//! * (c) `mongo-lease keep`: `LeaseManager::acquire` + `Lease::release`,
 //!   release mode `Keep` (the default);
 //! * (d) `mongo-lease delete`: the same with `ReleaseMode::Delete`.
 //!
@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use mongo_lease::{
-    DELETE_MIN_TOKEN_AGE, LockManager, LockManagerOptions, ReleaseMode, ReleaseOutcome,
+    DELETE_MIN_TOKEN_AGE, LeaseManager, LeaseManagerOptions, ReleaseMode, ReleaseOutcome,
 };
 use mongodb::bson::{Bson, DateTime, Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
@@ -332,7 +332,7 @@ fn find_binary(d: &Document) -> Option<Bson> {
 enum Contender {
     InsertDelete(Collection<Document>),
     Replay(Box<Replay>),
-    Manager(LockManager),
+    Manager(LeaseManager),
 }
 
 impl Contender {
@@ -387,9 +387,9 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-async fn connect(db: &Database, collection: &str, mode: ReleaseMode) -> LockManager {
-    LockManager::connect(
-        LockManagerOptions::builder()
+async fn connect(db: &Database, collection: &str, mode: ReleaseMode) -> LeaseManager {
+    LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(db.clone())
             .collection(collection)
             .ttl(TTL)
@@ -560,8 +560,8 @@ fn per_lease(d: Duration, n: usize) -> String {
 /// Renewal cost with `n` leases held by one manager.
 async fn renewal_cost(db: &Database, raw_db: &Database, log: &CommandLog, n: usize) {
     let coll = format!("renew{n}.lock");
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
+    let manager = LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(db.clone())
             .collection(coll.as_str())
             .ttl(Duration::from_secs(60))

@@ -2,7 +2,7 @@
 //!
 //! The lease lives inside the work item itself, under its `_lease` field:
 //! no lock collection is involved. Each worker stands for a separate
-//! process (its own `mongodb::Client` and [`LockManager`]). One turn:
+//! process (its own `mongodb::Client` and [`LeaseManager`]). One turn:
 //!
 //! 1. acquire the item's lease (waiting while the other worker holds it;
 //!    the first acquire creates the item): the call returns the item as read
@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, LockManager, LockManagerOptions};
+use mongo_lease::{DocumentAcquireOptions, LeaseManager, LeaseManagerOptions};
 use mongodb::bson::{Document, doc};
 
 const TURNS: usize = 3;
@@ -47,8 +47,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for name in ["alice", "bob"] {
         // A worker's own client and manager, as in its own process.
         let client = mongodb::Client::with_uri_str(&uri).await?;
-        let manager = LockManager::connect(
-            LockManagerOptions::builder()
+        let manager = LeaseManager::connect(
+            LeaseManagerOptions::builder()
                 .database(client.database(db.name()))
                 .collection("leases")
                 .owner_id(name)
@@ -74,7 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// One worker's turns on `item-17`; shuts its manager down at the end.
-async fn take_turns(name: &'static str, manager: LockManager) -> mongo_lease::Result<()> {
+async fn take_turns(name: &'static str, manager: LeaseManager) -> mongo_lease::Result<()> {
     let items = manager.documents::<Document>("workitem").await?;
     // The item to create if it does not exist yet.
     let create = DocumentAcquireOptions::builder()

@@ -1,7 +1,7 @@
 //! Three candidates elect a leader; an observer follows every change.
 //!
 //! Each candidate stands for a separate process (its own `mongodb::Client`
-//! and [`LockManager`]) and runs [`Election::run_as_leader`]: while leader it
+//! and [`LeaseManager`]) and runs [`Election::run_as_leader`]: while leader it
 //! publishes its address as the leader's payload and "works" until its
 //! leadership is lost. Every 1.5 s an operator force-releases the election
 //! (as `mongo-lease release scheduler --force` would): the leader's token
@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use mongo_lease::{Election, LockManager, LockManagerOptions};
+use mongo_lease::{Election, LeaseManager, LeaseManagerOptions};
 use mongodb::bson::doc;
 
 #[tokio::main]
@@ -38,8 +38,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (uri, db) = (uri.clone(), db.clone());
         async move {
             let client = mongodb::Client::with_uri_str(&uri).await?;
-            LockManager::connect(
-                LockManagerOptions::builder()
+            LeaseManager::connect(
+                LeaseManagerOptions::builder()
                     .database(client.database(&db))
                     .collection("leases")
                     .owner_id(name)

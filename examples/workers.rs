@@ -1,7 +1,7 @@
 //! Four workers compete for three job keys through `mongo-lease`.
 //!
 //! Each worker stands for a separate process: it has its own
-//! `mongodb::Client` and its own [`LockManager`]. A worker acquires a key
+//! `mongodb::Client` and its own [`LeaseManager`]. A worker acquires a key
 //! (waiting when another worker holds it), works for longer than the 2 s
 //! lease TTL (so the manager's heartbeat has to renew the lease, which you can
 //! see in the lock document's `exp`), writes its result to a protected
@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
-use mongo_lease::{Fence, Lease, LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{Fence, Lease, LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 use mongodb::{Client, Collection};
 
@@ -104,7 +104,7 @@ async fn run(uri: String) -> Result<(), BoxError> {
             .await?;
     }
     println!(
-        "4 workers (own Client + LockManager each) x keys {KEYS:?}; TTL {} s, heartbeat {} ms, jobs {} ms",
+        "4 workers (own Client + LeaseManager each) x keys {KEYS:?}; TTL {} s, heartbeat {} ms, jobs {} ms",
         TTL.as_secs(),
         HEARTBEAT.as_millis(),
         JOB.as_millis()
@@ -241,7 +241,7 @@ impl Demo {
 struct Worker {
     name: &'static str,
     demo: Arc<Demo>,
-    manager: LockManager,
+    manager: LeaseManager,
     locks: Collection<Document>,
     resource: Collection<Document>,
 }
@@ -251,8 +251,8 @@ impl Worker {
     async fn connect(name: &'static str, demo: Arc<Demo>) -> Result<Worker, BoxError> {
         let client = Client::with_uri_str(&demo.uri).await?;
         let db = client.database(&demo.db);
-        let manager = LockManager::connect(
-            LockManagerOptions::builder()
+        let manager = LeaseManager::connect(
+            LeaseManagerOptions::builder()
                 .database(db.clone())
                 .collection(LOCKS)
                 .owner_id(name)

@@ -1,4 +1,4 @@
-//! Options of a [`LockManager`](crate::LockManager), their defaults and validation.
+//! Options of a [`LeaseManager`](crate::LeaseManager), their defaults and validation.
 
 use std::time::Duration;
 
@@ -27,9 +27,9 @@ pub const DEFAULT_SAFETY_MARGIN_DIVISOR: u32 = 10;
 /// after its expiry before MongoDB's TTL monitor deletes it: 60 s.
 pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(60);
 
-/// Default bound on a single MongoDB operation, and on [`LockManager::connect`]: 10 s.
+/// Default bound on a single MongoDB operation, and on [`LeaseManager::connect`]: 10 s.
 ///
-/// [`LockManager::connect`]: crate::LockManager::connect
+/// [`LeaseManager::connect`]: crate::LeaseManager::connect
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default first retry delay of a waiter's backoff against MongoDB: 10 ms.
@@ -75,7 +75,7 @@ pub const DEFAULT_RELEASE_MODE: ReleaseMode = ReleaseMode::Keep;
 pub const DELETE_MIN_TOKEN_AGE: Duration = Duration::from_secs(1);
 
 /// What a release does with the lock document: see
-/// [`LockManagerOptions::release_mode`].
+/// [`LeaseManagerOptions::release_mode`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum ReleaseMode {
@@ -115,7 +115,7 @@ pub enum ReleaseMode {
     /// milliseconds, and the waiter's own release deletes it. If nobody
     /// takes a yielded document, the TTL monitor deletes it after the GC grace.
     ///
-    /// [`LockManager::force_release`](crate::LockManager::force_release)
+    /// [`LeaseManager::force_release`](crate::LeaseManager::force_release)
     /// marks the lease released in both modes (the document stays until the
     /// TTL monitor deletes it, or until the next holder's release deletes it).
     Delete,
@@ -128,27 +128,27 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// Longest accepted owner id, in bytes of UTF-8.
 pub const MAX_OWNER_ID_LEN: usize = 256;
 
-/// Options of a [`LockManager`](crate::LockManager), built with
-/// [`LockManagerOptions::builder`]. Only `database` and `collection` are required.
+/// Options of a [`LeaseManager`](crate::LeaseManager), built with
+/// [`LeaseManagerOptions::builder`]. Only `database` and `collection` are required.
 ///
 /// # Examples
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use mongo_lease::{LockManager, LockManagerOptions};
+/// use mongo_lease::{LeaseManager, LeaseManagerOptions};
 ///
 /// # async fn demo(client: mongodb::Client) -> mongo_lease::Result<()> {
-/// let options = LockManagerOptions::builder()
+/// let options = LeaseManagerOptions::builder()
 ///     .database(client.database("app"))
 ///     .collection("workitem.lock")
 ///     .ttl(Duration::from_secs(20))
 ///     .build();
-/// let manager = LockManager::connect(options).await?;
+/// let manager = LeaseManager::connect(options).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, TypedBuilder)]
 #[non_exhaustive]
-pub struct LockManagerOptions {
+pub struct LeaseManagerOptions {
     /// The database that holds the lock collection.
     ///
     /// The manager uses its own collection handle with majority write concern,
@@ -166,7 +166,7 @@ pub struct LockManagerOptions {
     ///
     /// Default: a random UUID per manager. If you set it, it must be unique
     /// among live managers (two managers with one owner id cannot tell their
-    /// leases apart in [`LockManager::release_all`](crate::LockManager::release_all)).
+    /// leases apart in [`LeaseManager::release_all`](crate::LeaseManager::release_all)).
     /// Never use a web session id or anything secret: it is stored in clear in
     /// the database and shown by `mongo-lease list`.
     #[builder(default, setter(strip_option, into))]
@@ -199,7 +199,7 @@ pub struct LockManagerOptions {
     #[builder(default = DEFAULT_GC_GRACE)]
     pub gc_grace: Duration,
 
-    /// Bound on each MongoDB operation and on [`LockManager::connect`](crate::LockManager::connect).
+    /// Bound on each MongoDB operation and on [`LeaseManager::connect`](crate::LeaseManager::connect).
     /// Default [`DEFAULT_OPERATION_TIMEOUT`].
     #[builder(default = DEFAULT_OPERATION_TIMEOUT)]
     pub operation_timeout: Duration,
@@ -227,15 +227,15 @@ pub struct LockManagerOptions {
     /// [`ReleaseMode::Delete`] when other applications lock the same keys by
     /// inserting and deleting lock documents. Applies to every release of
     /// this manager: explicit, on drop, after a lost deadline,
-    /// [`release_all`](crate::LockManager::release_all), shutdown and
-    /// [`release_owner`](crate::LockManager::release_owner).
+    /// [`release_all`](crate::LeaseManager::release_all), shutdown and
+    /// [`release_owner`](crate::LeaseManager::release_owner).
     #[builder(default = DEFAULT_RELEASE_MODE)]
     pub release_mode: ReleaseMode,
 }
 
-impl std::fmt::Debug for LockManagerOptions {
+impl std::fmt::Debug for LeaseManagerOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockManagerOptions")
+        f.debug_struct("LeaseManagerOptions")
             .field("database", &self.database.name())
             .field("collection", &self.collection)
             .field("owner_id", &self.owner_id)
@@ -285,32 +285,32 @@ impl Timing {
     }
 }
 
-/// Options of one acquisition, for [`LockManager::acquire_with`] and its
+/// Options of one acquisition, for [`LeaseManager::acquire_with`] and its
 /// siblings, built with [`AcquireOptions::builder`]; `AcquireOptions::default()`
-/// is what [`LockManager::acquire`] uses. A struct (rather than more
+/// is what [`LeaseManager::acquire`] uses. A struct (rather than more
 /// arguments) so that options can be added without breaking callers.
 ///
 /// # Examples
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use mongo_lease::{AcquireOptions, LockManager};
+/// use mongo_lease::{AcquireOptions, LeaseManager};
 ///
-/// # async fn demo(manager: LockManager) -> mongo_lease::Result<()> {
+/// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
 /// let long = AcquireOptions::builder().ttl(Duration::from_secs(120)).build();
 /// let lease = manager.acquire_with("report-2024", &long).await?;
 /// assert_eq!(lease.ttl(), Duration::from_secs(120));
 /// # Ok(()) }
 /// ```
 ///
-/// [`LockManager::acquire_with`]: crate::LockManager::acquire_with
-/// [`LockManager::acquire`]: crate::LockManager::acquire
+/// [`LeaseManager::acquire_with`]: crate::LeaseManager::acquire_with
+/// [`LeaseManager::acquire`]: crate::LeaseManager::acquire
 #[derive(Debug, Clone, Default, PartialEq, Eq, TypedBuilder)]
 #[non_exhaustive]
 pub struct AcquireOptions {
     /// This lease's time-to-live, stored with it (`exp = $$NOW + ttl` at the
     /// acquire and at each renewal). Default: the manager's
-    /// [`ttl`](LockManagerOptions::ttl).
+    /// [`ttl`](LeaseManagerOptions::ttl).
     ///
     /// The manager's heartbeat renews every lease, so the manager's rule
     /// applies with its heartbeat interval and safety margin as they are:
@@ -418,7 +418,7 @@ impl Timing {
     }
 }
 
-impl LockManagerOptions {
+impl LeaseManagerOptions {
     /// Checks the options and resolves defaults that depend on the TTL.
     pub(crate) fn timing(&self) -> Result<Timing> {
         let ttl = self.ttl;

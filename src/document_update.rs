@@ -53,7 +53,7 @@ impl From<Vec<Document>> for DocumentUpdate {
     }
 }
 
-/// Checks a lock field name given to [`LockManager::documents_in_field`].
+/// Checks a lock field name given to [`LeaseManager::documents_in_field`].
 pub(crate) fn check_field(field: &str) -> Result<()> {
     if field.is_empty()
         || field == "_id"
@@ -71,7 +71,7 @@ pub(crate) fn check_field(field: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks a user collection's name given to [`LockManager::documents`]:
+/// Checks a user collection's name given to [`LeaseManager::documents`]:
 /// what MongoDB accepts as a collection name.
 pub(crate) fn check_collection(collection: &str) -> Result<()> {
     if collection.is_empty()

@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseHandle, LeaseObserver};
-use crate::manager::LockManager;
+use crate::manager::LeaseManager;
 use crate::status::ReleaseOutcome;
 use crate::status::{LeaseEvents, LeaseState, LossReason};
 
@@ -23,7 +23,7 @@ use crate::status::{LeaseEvents, LeaseState, LossReason};
 /// collection. Cheap to clone; every clone campaigns for the same manager.
 ///
 /// Each process (or each candidate within a process) uses its own
-/// [`LockManager`]: the owner id of the manager identifies the candidate.
+/// [`LeaseManager`]: the owner id of the manager identifies the candidate.
 ///
 /// An election named `N` is the lease on key `N` in the manager's lock
 /// collection: the leader is its holder, the **term** is the lease's fencing
@@ -40,9 +40,9 @@ use crate::status::{LeaseEvents, LeaseState, LossReason};
 /// # Examples
 ///
 /// ```no_run
-/// use mongo_lease::{Election, LockManager};
+/// use mongo_lease::{Election, LeaseManager};
 ///
-/// # async fn demo(manager: LockManager) -> mongo_lease::Result<()> {
+/// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
 /// let election = Election::new(&manager, "scheduler")?;
 /// // Runs the scheduler while leader; campaigns again after losing leadership.
 /// election
@@ -55,7 +55,7 @@ use crate::status::{LeaseEvents, LeaseState, LossReason};
 /// ```
 #[derive(Clone)]
 pub struct Election {
-    manager: LockManager,
+    manager: LeaseManager,
     name: LeaseKey,
 }
 
@@ -67,7 +67,7 @@ impl Election {
     /// [`Error::InvalidKey`](crate::Error::InvalidKey) if `name` is not a
     /// valid key (see [`LeaseKey`]: empty, longer than
     /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN), or a kind MongoDB refuses as `_id`).
-    pub fn new(manager: &LockManager, name: impl Into<LeaseKey>) -> Result<Election> {
+    pub fn new(manager: &LeaseManager, name: impl Into<LeaseKey>) -> Result<Election> {
         let name = name.into();
         validate_key(&name)?;
         Ok(Election {
@@ -82,7 +82,7 @@ impl Election {
     }
 
     /// The manager this election campaigns with.
-    pub fn manager(&self) -> &LockManager {
+    pub fn manager(&self) -> &LeaseManager {
         &self.manager
     }
 
@@ -90,7 +90,7 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// As [`LockManager::acquire`]: [`Error::Shutdown`](crate::Error::Shutdown).
+    /// As [`LeaseManager::acquire`]: [`Error::Shutdown`](crate::Error::Shutdown).
     /// Transient database errors are retried while campaigning; a foreign
     /// holder's lock on the election key is waited for like a leader.
     ///
@@ -118,7 +118,7 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// As [`LockManager::try_acquire`].
+    /// As [`LeaseManager::try_acquire`].
     ///
     /// # Cancel safety
     ///
@@ -141,7 +141,7 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// As [`LockManager::inspect`].
+    /// As [`LeaseManager::inspect`].
     ///
     /// # Cancel safety
     ///
@@ -160,11 +160,11 @@ impl Election {
     /// or term, a new payload, or no leader (resigned or expired). Renewals
     /// are not changes. On a replica set, changes arrive through a change
     /// stream a few milliseconds after they are written, and every term is
-    /// seen; see [`LockManager::observe`] for the details.
+    /// seen; see [`LeaseManager::observe`] for the details.
     ///
     /// # Errors
     ///
-    /// As [`LockManager::observe`].
+    /// As [`LeaseManager::observe`].
     ///
     /// # Cancel safety
     ///
@@ -289,7 +289,7 @@ impl Leadership {
     ///
     /// If a candidate of another manager was campaigning, the key is yielded
     /// to it: this manager's own candidates cannot win it back for
-    /// [`retry_max`](crate::LockManagerOptions::retry_max), so a leader that
+    /// [`retry_max`](crate::LeaseManagerOptions::retry_max), so a leader that
     /// resigns and campaigns again hands leadership over instead of winning
     /// the next term itself.
     ///

@@ -6,7 +6,7 @@ use crate::key::LeaseKey;
 
 /// Everything that can go wrong in `mongo-lease`.
 ///
-/// A key held by another owner is **not** an error: [`LockManager::try_acquire`]
+/// A key held by another owner is **not** an error: [`LeaseManager::try_acquire`]
 /// returns `Ok(None)` for it. Errors are either bad input (nothing was sent to
 /// MongoDB), a problem with the lock collection, a database failure, or a
 /// manager that has shut down.
@@ -14,7 +14,7 @@ use crate::key::LeaseKey;
 /// The enum is `#[non_exhaustive]`: match the predicates ([`Error::is_invalid_input`],
 /// [`Error::is_shutdown`], ...) rather than every variant.
 ///
-/// [`LockManager::try_acquire`]: crate::LockManager::try_acquire
+/// [`LeaseManager::try_acquire`]: crate::LeaseManager::try_acquire
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -41,16 +41,16 @@ pub enum Error {
     ///
     /// Not returned by this version: a document not written by `mongo-lease`
     /// (for example another application's lock document `{_id, ts, aid}`) is
-    /// a lock held by a foreign holder, so [`LockManager::try_acquire`]
-    /// returns `Ok(None)` for it, [`LockManager::acquire`] waits until it is
-    /// deleted, and [`LockManager::inspect`] and [`LockManager::list`] show it
+    /// a lock held by a foreign holder, so [`LeaseManager::try_acquire`]
+    /// returns `Ok(None)` for it, [`LeaseManager::acquire`] waits until it is
+    /// deleted, and [`LeaseManager::inspect`] and [`LeaseManager::list`] show it
     /// with [`LeaseInfo::foreign`](crate::LeaseInfo::foreign) set. The variant
     /// stays so that code matching it keeps compiling.
     ///
-    /// [`LockManager::try_acquire`]: crate::LockManager::try_acquire
-    /// [`LockManager::acquire`]: crate::LockManager::acquire
-    /// [`LockManager::inspect`]: crate::LockManager::inspect
-    /// [`LockManager::list`]: crate::LockManager::list
+    /// [`LeaseManager::try_acquire`]: crate::LeaseManager::try_acquire
+    /// [`LeaseManager::acquire`]: crate::LeaseManager::acquire
+    /// [`LeaseManager::inspect`]: crate::LeaseManager::inspect
+    /// [`LeaseManager::list`]: crate::LeaseManager::list
     #[error(
         "the lock collection holds a document of foreign shape under key {}; \
          it was left untouched (remove it or use another collection)",
@@ -78,7 +78,7 @@ pub enum Error {
     /// ...) only when its own server-selection timeout
     /// (`serverSelectionTimeoutMS`, 30 s by default, set where the `Client`
     /// is built) runs out before the manager's
-    /// [`operation_timeout`](crate::LockManagerOptions::operation_timeout):
+    /// [`operation_timeout`](crate::LeaseManagerOptions::operation_timeout):
     /// set it shorter to see the cause (the command-line tool does).
     ///
     /// The variant is `#[non_exhaustive]` (its `source` field was added
@@ -103,7 +103,7 @@ pub enum Error {
     /// code; else the driver's error kind. The driver's error, with its
     /// labels and the raw server response, is the variant's field and the
     /// error's `source()`. A refusal met by a call of
-    /// [`LockManager`](crate::LockManager), of a lease or of in-document
+    /// [`LeaseManager`](crate::LeaseManager), of a lease or of in-document
     /// leases is [`Error::Refused`] instead.
     #[error("MongoDB operation failed: {}", short_kind(.0))]
     Database(#[from] mongodb::error::Error),
@@ -218,10 +218,10 @@ pub enum Error {
         requested: crate::LeaseKind,
     },
 
-    /// The manager has shut down (by [`LockManager::shutdown`] or because its
+    /// The manager has shut down (by [`LeaseManager::shutdown`] or because its
     /// task stopped); no further commands are accepted.
     ///
-    /// [`LockManager::shutdown`]: crate::LockManager::shutdown
+    /// [`LeaseManager::shutdown`]: crate::LeaseManager::shutdown
     #[error("the lease manager has shut down")]
     Shutdown,
 }
@@ -432,7 +432,7 @@ fn refusal_reason(error: &mongodb::error::Error, namespace: &str) -> String {
 }
 
 /// The call that the server refused ([`Error::Refused`]): a
-/// [`LockManager`](crate::LockManager) call, or a lease's own write;
+/// [`LeaseManager`](crate::LeaseManager) call, or a lease's own write;
 /// `Display` gives its name (`acquire`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

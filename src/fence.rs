@@ -110,7 +110,7 @@ impl Lease {
     /// use futures::FutureExt;
     /// use mongodb::bson::{Document, doc};
     ///
-    /// # async fn demo(manager: mongo_lease::LockManager, client: mongodb::Client) -> mongo_lease::Result<()> {
+    /// # async fn demo(manager: mongo_lease::LeaseManager, client: mongodb::Client) -> mongo_lease::Result<()> {
     /// let invoices = client.database("app").collection::<Document>("invoices");
     /// let lease = manager.acquire("invoice-42").await?;
     /// let paid = lease

@@ -1,12 +1,12 @@
 //! [`Health`]: whether a manager's renewals are on time, for liveness probes.
 //!
-//! The manager task publishes what [`LockManager::health`] reads in a few
+//! The manager task publishes what [`LeaseManager::health`] reads in a few
 //! atomics (`HealthBoard`), so that reading needs no message to the task and
 //! no round trip: a manager whose task is starved (a blocked runtime thread)
 //! reads unhealthy as soon as a held lease's local deadline has passed, even
 //! though the task never ran to notice it.
 //!
-//! [`LockManager::health`]: crate::LockManager::health
+//! [`LeaseManager::health`]: crate::LeaseManager::health
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -18,7 +18,7 @@ use crate::status::LossReason;
 use crate::status::base;
 
 /// Whether a manager's renewals are on time: returned by
-/// [`LockManager::health`](crate::LockManager::health).
+/// [`LeaseManager::health`](crate::LeaseManager::health).
 ///
 /// After Kubernetes' leader-election `HealthzAdaptor`, which fails a
 /// liveness check once the leader's last observed renewal is older than the

@@ -10,17 +10,17 @@ use mongodb::bson::Document;
 use crate::key::LeaseKey;
 
 /// What the lock collection says about one key, read with the server's
-/// clock: returned by [`LockManager::inspect`], [`LockManager::list`] and
-/// [`LockManager::observe`].
+/// clock: returned by [`LeaseManager::inspect`], [`LeaseManager::list`] and
+/// [`LeaseManager::observe`].
 ///
 /// Every time is **server time** (MongoDB's `$$NOW`, millisecond precision),
 /// as a [`SystemTime`]; compare them with [`LeaseInfo::server_time`], never
 /// with the local clock. [`LeaseInfo::time_to_expiry`] and [`LeaseInfo::age`]
 /// do that for you.
 ///
-/// [`LockManager::inspect`]: crate::LockManager::inspect
-/// [`LockManager::list`]: crate::LockManager::list
-/// [`LockManager::observe`]: crate::LockManager::observe
+/// [`LeaseManager::inspect`]: crate::LeaseManager::inspect
+/// [`LeaseManager::list`]: crate::LeaseManager::list
+/// [`LeaseManager::observe`]: crate::LeaseManager::observe
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LeaseInfo {
@@ -52,7 +52,7 @@ pub struct LeaseInfo {
     /// not written by `mongo-lease` (it has no int64 `tok` or no date `exp`),
     /// typically another application's lock document `{_id, ts, aid}`.
     /// `mongo-lease` never takes or modifies it (only
-    /// [`LockManager::force_release`] deletes it); the key is free once its
+    /// [`LeaseManager::force_release`] deletes it); the key is free once its
     /// owner, or a TTL index, deletes it. The other fields then mean:
     ///
     /// - `owner_id`: its `aid` if a string; another BSON type as canonical
@@ -66,7 +66,7 @@ pub struct LeaseInfo {
     /// - `payload`: `None` (its fields are not interpreted);
     /// - `held`: `true`.
     ///
-    /// [`LockManager::force_release`]: crate::LockManager::force_release
+    /// [`LeaseManager::force_release`]: crate::LeaseManager::force_release
     pub foreign: bool,
     /// How the key is held ([`LeaseKind`](crate::LeaseKind)): exclusively
     /// (the fields above describe the holder), shared or as permits of a
@@ -93,8 +93,8 @@ pub struct LeaseInfo {
 }
 
 /// One holder of a shared or semaphore key, as read by
-/// [`LockManager::inspect`](crate::LockManager::inspect) and
-/// [`LockManager::list`](crate::LockManager::list) ([`LeaseInfo::holders`]).
+/// [`LeaseManager::inspect`](crate::LeaseManager::inspect) and
+/// [`LeaseManager::list`](crate::LeaseManager::list) ([`LeaseInfo::holders`]).
 /// Times are the server's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

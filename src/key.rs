@@ -56,7 +56,7 @@ use crate::error::{Error, Result};
 /// comparison order: first the type (`MinKey`, `null`, numbers, strings and
 /// symbols, documents, binary data, `ObjectId`, booleans, dates, timestamps,
 /// DBPointer, JavaScript code, `MaxKey`), then the value within the type, so
-/// [`LockManager::list`](crate::LockManager::list) pages in MongoDB's order. A
+/// [`LeaseManager::list`](crate::LeaseManager::list) pages in MongoDB's order. A
 /// Decimal128 is equal only to the same Decimal128 (same bits) and sorts after
 /// the other numbers; DBPointer and JavaScript keys compare by their encoded
 /// bytes.

@@ -43,9 +43,9 @@ pub const MAX_PERMITS: u32 = 10_000;
 /// # Examples
 ///
 /// ```no_run
-/// use mongo_lease::{AcquireOptions, LeaseKind, LockManager};
+/// use mongo_lease::{AcquireOptions, LeaseKind, LeaseManager};
 ///
-/// # async fn demo(manager: LockManager) -> mongo_lease::Result<()> {
+/// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
 /// // At most two holders of "db-migrations-pool" at a time, across processes.
 /// let permit = AcquireOptions::builder()
 ///     .kind(LeaseKind::Permit { permits: 2 })

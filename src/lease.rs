@@ -40,7 +40,7 @@ pub const MAX_PAYLOAD_LEN: usize = 16 * 1024;
 /// # Examples
 ///
 /// ```no_run
-/// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+/// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
 /// let lease = manager.acquire("invoice-42").await?;
 /// tokio::select! {
 ///     _ = lease.lost() => eprintln!("lease lost, stopping"),
@@ -187,8 +187,8 @@ impl Lease {
     /// stream makes it renew that lease at once), when renewal could not be confirmed
     /// before the local deadline (*start of the last confirmed renewal + ttl −
     /// safety margin*, which comes before another owner can take the key), or
-    /// when the manager releases it ([`LockManager::release_all`],
-    /// [`LockManager::shutdown`], [`Lease::release`], and for an
+    /// when the manager releases it ([`LeaseManager::release_all`],
+    /// [`LeaseManager::shutdown`], [`Lease::release`], and for an
     /// in-document lease [`DocumentLease::commit`] as soon as it is sent).
     ///
     /// Clone it into the tasks that work under the lease. When a renewal
@@ -196,8 +196,8 @@ impl Lease {
     /// fires after one read of the key that tells why
     /// ([`Lease::lost_reason`], recorded before the token fires).
     ///
-    /// [`LockManager::release_all`]: crate::LockManager::release_all
-    /// [`LockManager::shutdown`]: crate::LockManager::shutdown
+    /// [`LeaseManager::release_all`]: crate::LeaseManager::release_all
+    /// [`LeaseManager::shutdown`]: crate::LeaseManager::shutdown
     /// [`DocumentLease::commit`]: crate::DocumentLease::commit
     pub fn cancellation_token(&self) -> CancellationToken {
         self.state.token().clone()
@@ -283,8 +283,8 @@ impl Lease {
     }
 
     /// Stores `payload` in the lease's document (field `data`), replacing the
-    /// previous payload, for others to read through [`LockManager::inspect`],
-    /// [`LockManager::list`] and [`LockManager::observe`] (a leader's address,
+    /// previous payload, for others to read through [`LeaseManager::inspect`],
+    /// [`LeaseManager::list`] and [`LeaseManager::observe`] (a leader's address,
     /// for example). The write is conditional on this acquisition: it never
     /// touches a successor's lease. A new acquisition starts without payload.
     ///
@@ -312,9 +312,9 @@ impl Lease {
     /// # Ok(()) }
     /// ```
     ///
-    /// [`LockManager::inspect`]: crate::LockManager::inspect
-    /// [`LockManager::list`]: crate::LockManager::list
-    /// [`LockManager::observe`]: crate::LockManager::observe
+    /// [`LeaseManager::inspect`]: crate::LeaseManager::inspect
+    /// [`LeaseManager::list`]: crate::LeaseManager::list
+    /// [`LeaseManager::observe`]: crate::LeaseManager::observe
     pub async fn set_payload(&self, payload: Document) -> Result<()> {
         self.handle()
             .set_payload(payload)
@@ -434,7 +434,7 @@ fn check_field_names(doc: &Document) -> Result<()> {
     Ok(())
 }
 
-/// The changes of one key, from [`LockManager::observe`]: a
+/// The changes of one key, from [`LeaseManager::observe`]: a
 /// [`Stream`](futures::Stream) of `Result<Option<LeaseInfo>>`, in order.
 ///
 /// The first item is the key's current state; then one item per change
@@ -446,7 +446,7 @@ fn check_field_names(doc: &Document) -> Result<()> {
 /// Drop it to unsubscribe. Items are queued without bound for a consumer that
 /// falls behind: keep reading.
 ///
-/// [`LockManager::observe`]: crate::LockManager::observe
+/// [`LeaseManager::observe`]: crate::LeaseManager::observe
 pub struct LeaseObserver {
     key: LeaseKey,
     changes: Changes,

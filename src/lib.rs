@@ -8,12 +8,12 @@
 //! time ([Kinds of lease](#kinds-of-lease)).
 //!
 //! ```no_run
-//! use mongo_lease::{LockManager, LockManagerOptions};
+//! use mongo_lease::{LeaseManager, LeaseManagerOptions};
 //!
 //! # async fn demo() -> mongo_lease::Result<()> {
 //! let client = mongodb::Client::with_uri_str("mongodb://127.0.0.1:27017/?replicaSet=rs0").await?;
-//! let manager = LockManager::connect(
-//!     LockManagerOptions::builder()
+//! let manager = LeaseManager::connect(
+//!     LeaseManagerOptions::builder()
 //!         .database(client.database("app"))
 //!         .collection("workitem.lock")
 //!         .build(),
@@ -39,7 +39,7 @@
 //! applications do (`workitem.lock` beside `workitem`), use its `_id`:
 //!
 //! ```no_run
-//! # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+//! # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
 //! use mongodb::bson::oid::ObjectId;
 //!
 //! let item: ObjectId = "5087b72181a445980ae47d13".parse().unwrap();
@@ -61,7 +61,7 @@
 //!
 //! When the locked thing is a document of the application's own
 //! collection, the lock can live inside it, under one field
-//! ([`DEFAULT_LEASE_FIELD`], `_lease`): [`LockManager::documents`] gives
+//! ([`DEFAULT_LEASE_FIELD`], `_lease`): [`LeaseManager::documents`] gives
 //! [`DocumentLeases`], whose acquires return a [`DocumentLease`] with the
 //! document read in the same round trip (optionally creating it:
 //! [`DocumentAcquireOptions::create`]). [`DocumentLease::commit`] writes the
@@ -72,7 +72,7 @@
 //! [`DocumentLeases`] for the schema.
 //!
 //! ```no_run
-//! # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+//! # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
 //! use mongodb::bson::{doc, Document};
 //! use mongo_lease::DocumentAcquireOptions;
 //!
@@ -95,14 +95,14 @@
 //! exclusive lease's key held until its acquisition time plus that duration,
 //! by the server's clock, even if it is released earlier: a job guarded by
 //! it runs at most once per interval across processes. The convenience
-//! API: [`LockManager::semaphore`] (a [`Semaphore`] handle) and
-//! [`LockManager::acquire_shared`].
+//! API: [`LeaseManager::semaphore`] (a [`Semaphore`] handle) and
+//! [`LeaseManager::acquire_shared`].
 //!
 //! ```no_run
 //! use std::time::Duration;
 //! use mongo_lease::AcquireOptions;
 //!
-//! # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+//! # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
 //! let encoder = manager.semaphore("encoders", 4)?.acquire().await?; // one of 4 holders
 //! let reader = manager.acquire_shared("catalog").await?; // beside other shared holders
 //!
@@ -125,9 +125,9 @@
 //!   confirmed before the local deadline), `Taken { owner_id,
 //!   fencing_token }` (another acquisition has the key), `Deleted` (its
 //!   document, or an in-document lease's lock field, was removed),
-//!   `ForceReleased` ([`LockManager::force_release`] or
-//!   [`LockManager::release_owner`], of this manager or another),
-//!   `Released` (release, drop, commit, [`LockManager::release_all`]) or
+//!   `ForceReleased` ([`LeaseManager::force_release`] or
+//!   [`LeaseManager::release_owner`], of this manager or another),
+//!   `Released` (release, drop, commit, [`LeaseManager::release_all`]) or
 //!   `Shutdown`. When a write under the lease finds it gone, the manager
 //!   reads the key once to tell which, and fires the token after that read.
 //! - [`Lease::events`] streams [`LeaseEvent`]s: `Renewed` (the server's new
@@ -156,7 +156,7 @@
 //! ```no_run
 //! use mongo_lease::{LeaseEvent, LossReason};
 //!
-//! # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+//! # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
 //! let lease = manager.acquire("report").await?;
 //! let mut events = lease.events();
 //! while let Some(event) = events.recv().await {
@@ -201,7 +201,7 @@
 //!   (writer preference: its waiting mark stops new shared acquisitions). A
 //!   key held with [`AcquireOptions::hold_at_least`] stays held until
 //!   acquisition + that duration by the server's clock, through a release
-//!   or a crash; only [`LockManager::force_release`] frees it earlier.
+//!   or a crash; only [`LeaseManager::force_release`] frees it earlier.
 //! - **Lost-lease signal**: each [`Lease`] carries a
 //!   [`CancellationToken`](tokio_util::sync::CancellationToken) that fires when
 //!   a renewal finds the lease gone, and also when renewal cannot be confirmed
@@ -213,8 +213,8 @@
 //!   set: p50 1.3-1.6 ms, p95 at most 3.1 ms), not at the next heartbeat.
 //! - **Safe release**: releases, renewals and payload writes match owner id
 //!   and lease id, so a stale holder never releases its successor's lease.
-//!   Only the operator calls [`LockManager::force_release`] and
-//!   [`LockManager::release_owner`] (logged at `warn`) release another
+//!   Only the operator calls [`LeaseManager::force_release`] and
+//!   [`LeaseManager::release_owner`] (logged at `warn`) release another
 //!   holder's lease.
 //! - **Fair waiting**: local waiters are served first in, first out, and one
 //!   retry loop per key (jittered exponential backoff) talks to MongoDB.
@@ -230,12 +230,12 @@
 //!   collection that `mongo-lease` did not write (no int64 `tok` or no date
 //!   `exp`, such as another application's `{_id, ts, aid}` lock document) is
 //!   a lock held by a *foreign holder*. It is never taken, renewed, released
-//!   or marked: [`LockManager::try_acquire`] returns `Ok(None)`,
-//!   [`LockManager::acquire`] waits until its owner (or a TTL index) deletes
+//!   or marked: [`LeaseManager::try_acquire`] returns `Ok(None)`,
+//!   [`LeaseManager::acquire`] waits until its owner (or a TTL index) deletes
 //!   it, and reads show it with [`LeaseInfo::foreign`]. Only
-//!   [`LockManager::force_release`] deletes it. (The GC TTL index on `exp`
+//!   [`LeaseManager::force_release`] deletes it. (The GC TTL index on `exp`
 //!   deletes any document whose `exp` is a date, foreign or not.)
-//! - **The collection is checked**: [`LockManager::connect`] refuses, with
+//! - **The collection is checked**: [`LeaseManager::connect`] refuses, with
 //!   [`Error::UnusableCollection`] and creating nothing, a collection whose
 //!   TTL indexes could delete a held lease (one on `ts` whose
 //!   `expireAfterSeconds` is not longer than the heartbeat interval plus the
@@ -348,14 +348,14 @@
 //! token) that the log lines about it (its end, its loss) are in; neither
 //! allocates when no subscriber wants it.
 //!
-//! [`LockManager::health`] tells a liveness probe whether renewals are on
+//! [`LeaseManager::health`] tells a liveness probe whether renewals are on
 //! time, without a round trip and without the manager task (a starved task
 //! reads unhealthy once a held lease's local deadline has passed): see
 //! [`Health`] for the rule, after Kubernetes' leader-election
 //! `HealthzAdaptor`, and what a probe should do with it.
 //!
 //! ```no_run
-//! # async fn demo(manager: mongo_lease::LockManager) {
+//! # async fn demo(manager: mongo_lease::LeaseManager) {
 //! let health = manager.health();
 //! let status = if health.is_healthy() { 200 } else { 503 };
 //! println!("{status}: {} leases, oldest renewal {:?} ago", health.held_leases, health.oldest_renewal_age);
@@ -369,13 +369,13 @@
 //!
 //! | concept | items |
 //! |---|---|
-//! | the manager | [`LockManager`], the cloneable handle (never touches MongoDB); [`LockManagerOptions`], [`ReleaseMode`] and the `DEFAULT_*` constants; [`Health`], what [`LockManager::health`] reads |
+//! | the manager | [`LeaseManager`], the cloneable handle (never touches MongoDB); [`LeaseManagerOptions`], [`ReleaseMode`] and the `DEFAULT_*` constants; [`Health`], what [`LeaseManager::health`] reads |
 //! | keys and kinds | [`LeaseKey`] (any BSON type MongoDB accepts as `_id`); [`LeaseKind`] (exclusive, shared, or one permit of a semaphore: the rules between kinds) and [`MAX_PERMITS`]; [`AcquireOptions`] |
 //! | a held lease | [`Lease`]: key, owner, fencing token, cancellation token, payload, release; [`LossReason`], [`LeaseEvent`] and [`LeaseEvents`] (what a held lease is doing) |
 //! | reading leases | [`LeaseInfo`] and [`HolderInfo`] (a key as read with server time), [`LeaseObserver`] |
 //! | in-document leases | [`DocumentLeases`] (acquire a document's lease by its `_id`, optionally creating it; the schema), [`DocumentLease`] (the document, `update`, `commit`, `release`), [`DocumentUpdate`] |
 //! | fenced writes | [`Lease::with_transaction`] (writes committed only while the lease is held) and [`Fence`] (a single-document write refused under a smaller token) |
-//! | semaphores | [`Semaphore`] ([`LockManager::semaphore`]); the shared side of a read/write key is [`LockManager::acquire_shared`] |
+//! | semaphores | [`Semaphore`] ([`LeaseManager::semaphore`]); the shared side of a read/write key is [`LeaseManager::acquire_shared`] |
 //! | elections | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
 //! | errors | [`Error`], [`Operation`] and [`Result`] |
 //! | metrics | [`telemetry`]: the metrics' names (`mongo_lease_*`), recorded through the [`metrics`] facade |
@@ -417,7 +417,7 @@ pub mod testkit;
 pub use config::{
     AcquireOptions, DEFAULT_GC_GRACE, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_OPERATION_TIMEOUT,
     DEFAULT_RELEASE_MODE, DEFAULT_RENEWAL_BATCH_SIZE, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX,
-    DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL, DELETE_MIN_TOKEN_AGE, LockManagerOptions,
+    DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL, DELETE_MIN_TOKEN_AGE, LeaseManagerOptions,
     MAX_KEY_LEN, MAX_OWNER_ID_LEN, ReleaseMode,
 };
 pub use document::{DEFAULT_LEASE_FIELD, DocumentAcquireOptions, DocumentLease, DocumentLeases};
@@ -430,7 +430,7 @@ pub use info::{HolderInfo, LeaseInfo};
 pub use key::LeaseKey;
 pub use kind::{LeaseKind, MAX_PERMITS};
 pub use lease::{Lease, LeaseObserver, MAX_PAYLOAD_LEN};
-pub use manager::LockManager;
+pub use manager::LeaseManager;
 pub use semaphore::Semaphore;
 pub use status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason, ReleaseOutcome};
 

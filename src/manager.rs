@@ -1,4 +1,4 @@
-//! [`LockManager`]: the public, cloneable handle. It never touches MongoDB; it
+//! [`LeaseManager`]: the public, cloneable handle. It never touches MongoDB; it
 //! sends commands to the actor and awaits the replies.
 
 use std::fmt;
@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::actor::Actor;
 use crate::actor::command::{AcquireMode, Command, Granted, Place, Target, WaiterId};
 use crate::actor::mailbox::Mailbox;
-use crate::config::{AcquireOptions, LockManagerOptions, Timing, validate_key, validate_owner_id};
+use crate::config::{AcquireOptions, LeaseManagerOptions, Timing, validate_key, validate_owner_id};
 use crate::error::{Error, Operation, Result};
 use crate::health::HealthBoard;
 use crate::info::LeaseInfo;
@@ -24,22 +24,22 @@ use tracing::Instrument;
 /// A handle to this process's lease manager: acquire, release and shut down
 /// leases stored in one MongoDB lock collection.
 ///
-/// One manager task (an actor) per [`LockManager::connect`] owns the
+/// One manager task (an actor) per [`LeaseManager::connect`] owns the
 /// collection handle, renews every held lease with batched heartbeats, queues
 /// local waiters per key in FIFO order, and cancels a lease's token when the
 /// lease is lost. Clones are cheap and talk to the same manager. The manager
-/// stops when [`LockManager::shutdown`] is called, or once every handle and
+/// stops when [`LeaseManager::shutdown`] is called, or once every handle and
 /// every [`Lease`] is dropped (it then releases what it still holds).
 ///
 /// # Examples
 ///
 /// ```no_run
-/// use mongo_lease::{LockManager, LockManagerOptions};
+/// use mongo_lease::{LeaseManager, LeaseManagerOptions};
 ///
 /// # async fn demo() -> mongo_lease::Result<()> {
 /// let client = mongodb::Client::with_uri_str("mongodb://127.0.0.1:27017/?replicaSet=rs0").await?;
-/// let manager = LockManager::connect(
-///     LockManagerOptions::builder()
+/// let manager = LeaseManager::connect(
+///     LeaseManagerOptions::builder()
 ///         .database(client.database("app"))
 ///         .collection("workitem.lock")
 ///         .build(),
@@ -53,7 +53,7 @@ use tracing::Instrument;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct LockManager {
+pub struct LeaseManager {
     inner: Arc<Inner>,
 }
 
@@ -62,14 +62,14 @@ struct Inner {
     owner_id: Arc<str>,
     timing: Timing,
     next_waiter: AtomicU64,
-    /// What the manager task publishes for [`LockManager::health`].
+    /// What the manager task publishes for [`LeaseManager::health`].
     health: Arc<HealthBoard>,
     /// The lock collection as `database.collection`, for the errors that
     /// name it ([`Error::Refused`]).
     namespace: Arc<str>,
 }
 
-impl LockManager {
+impl LeaseManager {
     /// Checks `options`, makes sure the lock collection is usable (creating
     /// its TTL index if needed), and starts the manager task on the current
     /// tokio runtime.
@@ -97,7 +97,7 @@ impl LockManager {
     /// # Panics
     ///
     /// Outside a tokio runtime.
-    pub async fn connect(options: LockManagerOptions) -> Result<LockManager> {
+    pub async fn connect(options: LeaseManagerOptions) -> Result<LeaseManager> {
         let mut timing = options.timing()?;
         let owner_id = options
             .owner_id
@@ -127,7 +127,7 @@ impl LockManager {
     }
 
     /// Spawns the actor over any store (the in-memory one in timing tests).
-    pub(crate) fn start(store: Arc<dyn Store>, owner_id: Arc<str>, timing: Timing) -> LockManager {
+    pub(crate) fn start(store: Arc<dyn Store>, owner_id: Arc<str>, timing: Timing) -> LeaseManager {
         let place = store.place();
         let namespace = format!("{}.{}", place.database, place.collection).into();
         let (commands, receiver) = mpsc::unbounded_channel();
@@ -140,7 +140,7 @@ impl LockManager {
         );
         let health = actor.health_board();
         tokio::spawn(actor.run());
-        LockManager {
+        LeaseManager {
             inner: Arc::new(Inner {
                 mailbox: Mailbox::new(commands),
                 owner_id,
@@ -163,7 +163,7 @@ impl LockManager {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(manager: mongo_lease::LockManager) {
+    /// # fn demo(manager: mongo_lease::LeaseManager) {
     /// let health = manager.health();
     /// if !health.is_healthy() {
     ///     eprintln!(
@@ -206,7 +206,7 @@ impl LockManager {
     /// manager goes to the next local waiter at once, unless another manager
     /// waited for that lease: then the release yields the key to it, and local
     /// waiters get it back after its next release, or after
-    /// [`retry_max`](crate::LockManagerOptions::retry_max) if nobody else took
+    /// [`retry_max`](crate::LeaseManagerOptions::retry_max) if nobody else took
     /// it. Transient database errors are retried (and logged) while waiting.
     ///
     /// # Errors
@@ -218,7 +218,7 @@ impl LockManager {
     /// (another application's lock document) is not an error: it is a lock
     /// held by a foreign holder, and `acquire` waits until it is deleted (by
     /// its owner or a TTL index), polling with the usual backoff capped by
-    /// [`retry_max`](crate::LockManagerOptions::retry_max) since its expiry
+    /// [`retry_max`](crate::LeaseManagerOptions::retry_max) since its expiry
     /// is unknown, and woken at once by the deletion on a replica set. Such
     /// a document is never modified.
     ///
@@ -230,7 +230,7 @@ impl LockManager {
     /// `acquire` of this crate does:
     ///
     /// ```no_run
-    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
     /// use std::time::Duration;
     ///
     /// match tokio::time::timeout(Duration::from_secs(5), manager.acquire("job-1")).await {
@@ -247,17 +247,17 @@ impl LockManager {
         self.acquire_with(key, &AcquireOptions::default()).await
     }
 
-    /// [`LockManager::acquire`] with options for this one lease (its TTL).
+    /// [`LeaseManager::acquire`] with options for this one lease (its TTL).
     ///
     /// # Errors
     ///
-    /// As [`LockManager::acquire`], and [`Error::InvalidConfig`] for options
+    /// As [`LeaseManager::acquire`], and [`Error::InvalidConfig`] for options
     /// that break the manager's timing rules (see [`AcquireOptions::ttl`]),
     /// before anything is sent.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`].
+    /// Cancel safe, as [`LeaseManager::acquire`].
     pub async fn acquire_with(
         &self,
         key: impl Into<LeaseKey>,
@@ -286,21 +286,21 @@ impl LockManager {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`].
+    /// Cancel safe, as [`LeaseManager::acquire`].
     pub async fn try_acquire(&self, key: impl Into<LeaseKey>) -> Result<Option<Lease>> {
         self.try_acquire_with(key, &AcquireOptions::default()).await
     }
 
-    /// [`LockManager::try_acquire`] with options for this one lease.
+    /// [`LeaseManager::try_acquire`] with options for this one lease.
     ///
     /// # Errors
     ///
-    /// As [`LockManager::try_acquire`], and [`Error::InvalidConfig`] as
-    /// [`LockManager::acquire_with`].
+    /// As [`LeaseManager::try_acquire`], and [`Error::InvalidConfig`] as
+    /// [`LeaseManager::acquire_with`].
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`].
+    /// Cancel safe, as [`LeaseManager::acquire`].
     pub async fn try_acquire_with(
         &self,
         key: impl Into<LeaseKey>,
@@ -391,7 +391,7 @@ impl LockManager {
     /// Releases every lease held under this manager's owner id, in one
     /// command (by `aid`, so also leases left by an earlier process that used
     /// the same owner id). In-document leases this manager holds
-    /// ([`LockManager::documents`]) are released too, by lease id (one
+    /// ([`LeaseManager::documents`]) are released too, by lease id (one
     /// command per collection and batch; no scan of the user's collection,
     /// so an earlier process's in-document leases are left to expire). The
     /// tokens of local leases are cancelled. Local waiters keep waiting.
@@ -445,7 +445,7 @@ impl LockManager {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
     /// if let Some(info) = manager.inspect("workitem-17").await? {
     ///     if info.held {
     ///         println!("{} holds it for {:?} more", info.owner_id, info.time_to_expiry());
@@ -476,7 +476,7 @@ impl LockManager {
         move |error| error.refused_in(operation, &self.inner.namespace)
     }
 
-    /// [`LockManager::inspect`] of a key in any place.
+    /// [`LeaseManager::inspect`] of a key in any place.
     pub(crate) async fn inspect_target(&self, key: Target) -> Result<Option<LeaseInfo>> {
         validate_key(&key.key)?;
         self.inner
@@ -487,7 +487,7 @@ impl LockManager {
 
     /// Every lease in the lock collection (held, expired or released and not
     /// yet garbage-collected), in key order, each read with the server's
-    /// clock. Reads [`LockManager::list_page`]s of 1 000 documents; for very
+    /// clock. Reads [`LeaseManager::list_page`]s of 1 000 documents; for very
     /// large collections, page yourself. A document not written by this
     /// crate is listed as held by a foreign holder ([`LeaseInfo::foreign`]).
     ///
@@ -511,7 +511,7 @@ impl LockManager {
         }
     }
 
-    /// One page of [`LockManager::list`]: the leases among the next `limit`
+    /// One page of [`LeaseManager::list`]: the leases among the next `limit`
     /// documents whose keys sort after `after` (from the first with `None`),
     /// and the key to pass as `after` for the next page, `None` after the
     /// last page. One MongoDB round trip. Keys of every type are listed, in
@@ -584,13 +584,13 @@ impl LockManager {
     /// whichever manager holds it (typically one of a process that died or
     /// hung), as if its holder had released each one; the session-listener
     /// case of the lock pattern ("free every lock of a timed-out session").
-    /// Logged at `warn`, like [`force_release`](LockManager::force_release).
+    /// Logged at `warn`, like [`force_release`](LeaseManager::force_release).
     /// Returns how many lease documents were released: every document of our
     /// shape under that owner id not released yet, live or expired without a
     /// release.
     ///
     /// In [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) (this manager's
-    /// [`release_mode`](crate::LockManagerOptions::release_mode)) the
+    /// [`release_mode`](crate::LeaseManagerOptions::release_mode)) the
     /// documents are deleted; those whose fencing token is younger than
     /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) are marked
     /// released first and deleted once old enough, before this returns (up
@@ -602,7 +602,7 @@ impl LockManager {
     /// lease's cancellation token fires; until then it may still be working,
     /// so fence the resource with the fencing token (the next holder's is
     /// greater). Releasing this manager's own owner id is
-    /// [`release_all`](LockManager::release_all): its leases' tokens are
+    /// [`release_all`](LeaseManager::release_all): its leases' tokens are
     /// cancelled at once.
     ///
     /// # Errors
@@ -619,7 +619,7 @@ impl LockManager {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
     /// // The process that used owner id "worker-7" is gone: free its keys now
     /// // instead of waiting for their TTL.
     /// let released = manager.release_owner("worker-7").await?;
@@ -666,7 +666,7 @@ impl LockManager {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
     /// use futures::StreamExt;
     /// let mut changes = manager.observe("workitem-17").await?;
     /// while let Some(state) = changes.next().await {
@@ -692,16 +692,16 @@ impl LockManager {
     }
 }
 
-impl fmt::Debug for LockManager {
+impl fmt::Debug for LeaseManager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockManager")
+        f.debug_struct("LeaseManager")
             .field("owner_id", &self.inner.owner_id)
             .field("ttl", &self.inner.timing.ttl)
             .finish_non_exhaustive()
     }
 }
 
-/// Documents per page of [`LockManager::list`].
+/// Documents per page of [`LeaseManager::list`].
 const LIST_PAGE: usize = 1_000;
 
 /// Removes a waiter from the actor's queue when its acquire future is dropped

@@ -1,7 +1,7 @@
 //! [`Semaphore`]: a key with `N` permits, shared by every process that uses
-//! the lock collection, and [`LockManager::semaphore`], which makes one.
+//! the lock collection, and [`LeaseManager::semaphore`], which makes one.
 //!
-//! A thin layer over [`LockManager::acquire_with`] with
+//! A thin layer over [`LeaseManager::acquire_with`] with
 //! [`LeaseKind::Permit`]: each permit is a [`Lease`] like any other (renewed
 //! by the manager's batched heartbeat, with a fencing token, a lost-lease
 //! token and an owner-checked release); see [`LeaseKind`](crate::LeaseKind) for the rules
@@ -15,11 +15,11 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::lease::Lease;
-use crate::manager::LockManager;
+use crate::manager::LeaseManager;
 
 /// A counting semaphore on one key: at most [`permits`](Semaphore::permits)
 /// holders at a time, across every manager (process) that uses the lock
-/// collection. Made by [`LockManager::semaphore`]; cheap to clone (clones
+/// collection. Made by [`LeaseManager::semaphore`]; cheap to clone (clones
 /// talk to the same manager).
 ///
 /// Each permit is a [`Lease`] of kind [`LeaseKind::Permit`]: it expires
@@ -38,7 +38,7 @@ use crate::manager::LockManager;
 /// # Examples
 ///
 /// ```no_run
-/// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+/// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
 /// // At most three exports run at a time, across all processes.
 /// let exports = manager.semaphore("exports", 3)?;
 /// let permit = exports.acquire().await?;
@@ -52,19 +52,19 @@ use crate::manager::LockManager;
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {
-    manager: LockManager,
+    manager: LeaseManager,
     key: LeaseKey,
     permits: u32,
 }
 
-impl LockManager {
+impl LeaseManager {
     /// A [`Semaphore`] of `permits` permits on `key`. Sends nothing: the
     /// key's document is written by the first acquisition.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidKey`] for a key MongoDB refuses as `_id` (see
-    /// [`LockManager::acquire`]); [`Error::InvalidConfig`] for 0 permits,
+    /// [`LeaseManager::acquire`]); [`Error::InvalidConfig`] for 0 permits,
     /// more than [`MAX_PERMITS`](crate::MAX_PERMITS), or a manager in
     /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) (a release there
     /// deletes the key's document, which holds every permit).
@@ -72,7 +72,7 @@ impl LockManager {
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
     /// let pool = manager.semaphore("db-migrations-pool", 2)?;
     /// assert_eq!(pool.permits(), 2);
     /// # Ok(()) }
@@ -139,11 +139,11 @@ impl Semaphore {
     /// written, and the key takes any kind again once all its holders are
     /// gone. [`Error::Shutdown`] once the manager has shut down. A key held
     /// by a foreign holder (another application's lock document) is waited
-    /// for, as by [`LockManager::acquire`].
+    /// for, as by [`LeaseManager::acquire`].
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`]: dropping the future removes
+    /// Cancel safe, as [`LeaseManager::acquire`]: dropping the future removes
     /// the waiter, and a permit granted at that moment is released. To wait
     /// at most a given time:
     ///
@@ -216,7 +216,7 @@ impl Semaphore {
     }
 
     /// How many permits are free now, by the server's clock: `permits` minus
-    /// the live holders, read with [`LockManager::inspect`] (one round
+    /// the live holders, read with [`LeaseManager::inspect`] (one round
     /// trip); 0 while a foreign holder's lock holds the key. Only a
     /// snapshot, like
     /// Redisson's `RSemaphore::availablePermits`: a permit may be taken or

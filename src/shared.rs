@@ -1,8 +1,8 @@
-//! The shared side of a read/write key: [`LockManager::acquire_shared`] and
+//! The shared side of a read/write key: [`LeaseManager::acquire_shared`] and
 //! its timeout and try variants. The exclusive side is a plain
-//! [`LockManager::acquire`] of the same key.
+//! [`LeaseManager::acquire`] of the same key.
 //!
-//! A thin layer over [`LockManager::acquire_with`] with
+//! A thin layer over [`LeaseManager::acquire_with`] with
 //! [`LeaseKind::Shared`]; see [`LeaseKind`](crate::LeaseKind) for the rules between kinds.
 
 use crate::config::AcquireOptions;
@@ -10,17 +10,17 @@ use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::lease::Lease;
-use crate::manager::LockManager;
+use crate::manager::LeaseManager;
 
 /// The options of a shared lease with the manager's TTL.
 fn shared() -> AcquireOptions {
     AcquireOptions::builder().kind(LeaseKind::Shared).build()
 }
 
-impl LockManager {
+impl LeaseManager {
     /// Acquires `key` shared, waiting as long as it takes: the shared
     /// (read) side of a read/write key, whose exclusive (write) side is
-    /// [`LockManager::acquire`] on the same key. Any number of shared
+    /// [`LeaseManager::acquire`] on the same key. Any number of shared
     /// leases, in any processes, hold the key at once; an exclusive lease
     /// excludes them all. The lease's [`kind`](Lease::kind) is
     /// [`LeaseKind::Shared`]; it is renewed, fenced (each shared holder gets
@@ -39,7 +39,7 @@ impl LockManager {
     /// # Errors
     ///
     /// [`Error::InvalidKey`](crate::Error::InvalidKey) as
-    /// [`LockManager::acquire`]; [`Error::InvalidConfig`](crate::Error::InvalidConfig)
+    /// [`LeaseManager::acquire`]; [`Error::InvalidConfig`](crate::Error::InvalidConfig)
     /// for a manager in [`ReleaseMode::Delete`](crate::ReleaseMode::Delete)
     /// (before anything is sent);
     /// [`Error::KindMismatch`](crate::Error::KindMismatch) if the key is
@@ -51,13 +51,13 @@ impl LockManager {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`]: [`tokio::time::timeout`]
+    /// Cancel safe, as [`LeaseManager::acquire`]: [`tokio::time::timeout`]
     /// over it waits at most a given time.
     ///
     /// # Examples
     ///
     /// ```no_run
-    /// # async fn demo(manager: mongo_lease::LockManager) -> mongo_lease::Result<()> {
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
     /// use std::time::Duration;
     ///
     /// // Readers of the catalogue share it (here waiting at most 5 s)...
@@ -76,20 +76,20 @@ impl LockManager {
 
     /// One attempt to acquire `key` shared: `Ok(None)` if an exclusive lease
     /// holds it, an exclusive waiter has marked it (see the writer
-    /// preference on [`LockManager::acquire_shared`]), or local callers
+    /// preference on [`LeaseManager::acquire_shared`]), or local callers
     /// already wait for it (a try never jumps the queue). At most one
     /// MongoDB round trip.
     ///
     /// # Errors
     ///
-    /// As [`LockManager::acquire_shared`], and database errors
+    /// As [`LeaseManager::acquire_shared`], and database errors
     /// ([`Error::Database`](crate::Error::Database),
     /// [`Error::Unreachable`](crate::Error::Unreachable)) when the attempt's
     /// outcome could not be established.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`].
+    /// Cancel safe, as [`LeaseManager::acquire`].
     pub async fn try_acquire_shared(&self, key: impl Into<LeaseKey>) -> Result<Option<Lease>> {
         self.try_acquire_with(key, &shared()).await
     }

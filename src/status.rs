@@ -73,8 +73,8 @@ pub enum LossReason {
     /// ([`ReleaseMode::Delete`](crate::ReleaseMode::Delete)) may delete the
     /// document too, and then reads as this.
     Deleted,
-    /// The lease was force-released ([`LockManager::force_release`],
-    /// [`LockManager::release_owner`]), by this manager or another.
+    /// The lease was force-released ([`LeaseManager::force_release`],
+    /// [`LeaseManager::release_owner`]), by this manager or another.
     ///
     /// Another manager's force release does not delete a lease's document:
     /// it releases it (removes its lease id, `lid`, keeping its fencing
@@ -84,13 +84,13 @@ pub enum LossReason {
     /// tell its entry's removal from its expiry: it reads
     /// [`Expired`](LossReason::Expired) then.
     ///
-    /// [`LockManager::force_release`]: crate::LockManager::force_release
-    /// [`LockManager::release_owner`]: crate::LockManager::release_owner
+    /// [`LeaseManager::force_release`]: crate::LeaseManager::force_release
+    /// [`LeaseManager::release_owner`]: crate::LeaseManager::release_owner
     ForceReleased,
     /// The holder released it ([`Lease::release`](crate::Lease::release),
-    /// a drop, a commit, [`LockManager::release_all`](crate::LockManager::release_all)).
+    /// a drop, a commit, [`LeaseManager::release_all`](crate::LeaseManager::release_all)).
     Released,
-    /// The manager shut down ([`LockManager::shutdown`](crate::LockManager::shutdown),
+    /// The manager shut down ([`LeaseManager::shutdown`](crate::LeaseManager::shutdown),
     /// or every handle dropped).
     Shutdown,
 }

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
-use mongo_lease::{LockManager, LockManagerOptions};
+use mongo_lease::{LeaseManager, LeaseManagerOptions};
 use tokio::time::Instant;
 
 /// Long enough that half the safety margin is far more than the lateness
@@ -18,9 +18,9 @@ const HANG: Duration = Duration::from_secs(30);
 /// The commands that write a lease's `exp`: its acquisition and renewals.
 const WRITES: [&str; 3] = ["findAndModify", "update", "insert"];
 
-async fn manager(client: mongodb::Client) -> LockManager {
-    LockManager::connect(
-        LockManagerOptions::builder()
+async fn manager(client: mongodb::Client) -> LeaseManager {
+    LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(client.database("deadline"))
             .collection("job.lock")
             .ttl(TTL)

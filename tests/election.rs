@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use common::{Fixture, eventually};
 use futures::StreamExt;
 use mongo_lease::testkit::Standalone;
-use mongo_lease::{Election, Error, LeaderInfo, LeaseInfo, LockManager, ReleaseOutcome};
+use mongo_lease::{Election, Error, LeaderInfo, LeaseInfo, LeaseManager, ReleaseOutcome};
 use mongodb::bson::doc;
 use tokio::time::{Instant, timeout};
 use tokio_util::time::FutureExt as _;
@@ -344,7 +344,7 @@ async fn observers_see_an_expiry_without_takeover() {
     );
 }
 
-/// Every renewal and payload is a change for `LockManager::observe`; the
+/// Every renewal and payload is a change for `LeaseManager::observe`; the
 /// first item is the current state, also for a second subscriber.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_observers_see_renewals_payloads_and_releases() {
@@ -636,7 +636,7 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
 // ----- polling fallback ---------------------------------------------------------------
 
 /// A manager on the `poll` database of a standalone server.
-async fn standalone_manager(client: mongodb::Client) -> LockManager {
+async fn standalone_manager(client: mongodb::Client) -> LeaseManager {
     common::manager_on(client.database("poll"), "leases", TTL).await
 }
 
@@ -745,8 +745,8 @@ async fn observers_resume_after_a_failover_without_missing_a_term() {
     let clients = common::Clients::default();
     let manager = || async {
         let client = clients.connect(&rs.uri()).await;
-        LockManager::connect(
-            mongo_lease::LockManagerOptions::builder()
+        LeaseManager::connect(
+            mongo_lease::LeaseManagerOptions::builder()
                 .database(client.database("failover"))
                 .collection("leases")
                 .ttl(Duration::from_secs(10))

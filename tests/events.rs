@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use common::Fixture;
 use mongo_lease::testkit::FaultProxy;
 use mongo_lease::{
-    Election, Lease, LeaseEvent, LeaseEvents, LockManager, LockManagerOptions, LossReason,
+    Election, Lease, LeaseEvent, LeaseEvents, LeaseManager, LeaseManagerOptions, LossReason,
 };
 use mongodb::bson::doc;
 use tokio::time::{Instant, timeout};
@@ -81,8 +81,8 @@ async fn a_holder_cut_off_from_the_server_is_at_risk_then_lost_expired() {
             proxy.addr()
         ))
         .await;
-    let a = LockManager::connect(
-        LockManagerOptions::builder()
+    let a = LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(client.database(fx.db.name()))
             .collection(fx.collection.clone())
             .ttl(TTL)

@@ -122,7 +122,7 @@ async fn a_cancelled_acquire_never_takes_the_key() {
     let fx = Fixture::new("cancel").await;
     let a = fx.manager(TTL).await;
     let (options, log) = fx.monitored_options(TTL, "").await;
-    let b = mongo_lease::LockManager::connect(options).await.unwrap();
+    let b = mongo_lease::LeaseManager::connect(options).await.unwrap();
     let holder = a.acquire("k").await.unwrap();
     assert!(
         b.acquire("k")

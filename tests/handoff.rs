@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::Fixture;
-use mongo_lease::{LockManager, ReleaseOutcome};
+use mongo_lease::{LeaseManager, ReleaseOutcome};
 
 const TTL: Duration = Duration::from_secs(10);
 /// A hang guard only: a handoff takes milliseconds.
@@ -28,7 +28,7 @@ fn is_lease_write(name: &str, command: &mongodb::bson::Document) -> bool {
 async fn a_local_handoff_is_one_write_and_the_next_holder_gets_a_greater_token() {
     let fx = Fixture::new("handoff").await;
     let (options, log) = fx.monitored_options(TTL, "").await;
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     let first = manager.acquire("k").await.unwrap();
     let (queued_tx, queued_rx) = tokio::sync::oneshot::channel::<()>();
     let waiting = tokio::spawn({

@@ -1,4 +1,4 @@
-//! `LockManager::health` against a real MongoDB: healthy while leases are
+//! `LeaseManager::health` against a real MongoDB: healthy while leases are
 //! renewed, unhealthy when the server is unreachable (through the test
 //! kit's fault proxy) and when the manager task is starved (read without
 //! it), healthy again once the server answers.
@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Clients, Fixture};
-use mongo_lease::{LockManager, LockManagerOptions, LossReason, ReleaseOutcome};
+use mongo_lease::{LeaseManager, LeaseManagerOptions, LossReason, ReleaseOutcome};
 
 /// How long a wait for an event may take before the test fails. It only
 /// turns a hang into a failure: the longest wait here is one lease's local
@@ -20,8 +20,8 @@ async fn health_is_lost_with_the_server_and_back_once_it_answers_again() {
     let (_rs, proxy, uri) = common::server_behind_proxy().await;
     let clients = Clients::default();
     let client = clients.connect(&uri).await;
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
+    let manager = LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(client.database("d"))
             .collection("job.lock")
             .ttl(Duration::from_secs(2))
@@ -85,7 +85,7 @@ fn a_starved_manager_task_reads_unhealthy_once_a_deadline_passed() {
         });
         drop(fixture);
     });
-    let manager: LockManager = from_task.recv().unwrap();
+    let manager: LeaseManager = from_task.recv().unwrap();
     let before = manager.health();
     assert_eq!(before.held_leases, 1);
     assert!(

@@ -18,7 +18,7 @@ use mongo_lease::telemetry::{
     RENEWAL_DURATION, RENEWAL_FAILURES, RENEWAL_LAG, WAITERS,
 };
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
-use mongo_lease::{LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::bson::doc;
 use tokio::time::Instant;
 use tokio_util::time::FutureExt as _;
@@ -280,8 +280,8 @@ fn a_change_stream_reopened_after_a_failure_is_counted() {
             .unwrap();
         options.app_name = Some("stream-restarts".into());
         let client = mongodb::Client::with_options(options).unwrap();
-        let manager = LockManager::connect(
-            LockManagerOptions::builder()
+        let manager = LeaseManager::connect(
+            LeaseManagerOptions::builder()
                 .database(client.database("d"))
                 .collection("job.lock")
                 .ttl(TTL)

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::Fixture;
-use mongo_lease::{LockManager, ReleaseOutcome};
+use mongo_lease::{LeaseManager, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 
 /// A hang guard only: each step takes milliseconds.
@@ -40,7 +40,7 @@ async fn managers_in_three_processes_are_handed_the_key_in_arrival_order() {
     const TTL: Duration = Duration::from_secs(30);
     let fx = Fixture::new("queue_order").await;
     let holder = fx.manager(TTL).await;
-    let mut waiters: Vec<LockManager> = Vec::new();
+    let mut waiters: Vec<LeaseManager> = Vec::new();
     for _ in 0..3 {
         waiters.push(fx.manager(TTL).await);
     }

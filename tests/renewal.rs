@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Fixture, eventually};
-use mongo_lease::{LockManager, ReleaseOutcome};
+use mongo_lease::{LeaseManager, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 
 const TTL: Duration = Duration::from_secs(2);
@@ -14,7 +14,7 @@ const TTL: Duration = Duration::from_secs(2);
 async fn heartbeat_keeps_leases_alive_past_their_ttl_with_batched_renewals() {
     let fx = Fixture::new("heartbeat").await;
     let (options, log) = fx.monitored_options(TTL, "").await;
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     let mut leases = Vec::new();
     for i in 0..40 {
         leases.push(manager.acquire(format!("k{i}")).await.unwrap());
@@ -97,7 +97,7 @@ async fn writes_use_majority_and_reads_majority_whatever_the_client_defaults() {
             "w=1&readConcernLevel=local&readPreference=secondaryPreferred",
         )
         .await;
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     let lease = manager.acquire("k").await.unwrap();
     let renewals = log.clone();
     eventually("a heartbeat renewal is sent", TTL * 2, || {
@@ -136,7 +136,7 @@ async fn release_all_releases_every_lease_of_the_owner_id() {
     let options = fx.options(TTL).await;
     let mut options = options;
     options.owner_id = Some("worker-7".into());
-    let a = LockManager::connect(options).await.unwrap();
+    let a = LeaseManager::connect(options).await.unwrap();
     let leases = [a.acquire("x").await.unwrap(), a.acquire("y").await.unwrap()];
     // A lease left by an earlier process with the same owner id.
     let (_, future) = (

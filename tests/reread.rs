@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
-use mongo_lease::{LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
 
@@ -82,9 +82,9 @@ async fn client(
 }
 
 /// A manager of owner id `owner` (TTL [`TTL`]) on `client`.
-async fn manager_on(client: &mongodb::Client, owner: &str) -> LockManager {
-    LockManager::connect(
-        LockManagerOptions::builder()
+async fn manager_on(client: &mongodb::Client, owner: &str) -> LeaseManager {
+    LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(client.database("app"))
             .collection(COLLECTION)
             .owner_id(owner.to_string())
@@ -102,7 +102,7 @@ async fn manager(
     rs: &ReplicaSet,
     owner: &str,
     finds: Arc<AtomicU32>,
-) -> (LockManager, mongodb::Client) {
+) -> (LeaseManager, mongodb::Client) {
     let owner_id = owner.to_string();
     let client = client(rs, owner, move |event| {
         count_rereads(&owner_id, &finds, &event)
@@ -116,7 +116,7 @@ async fn manager(
 /// and its re-read: the test is told in `applied`, changes the lock
 /// document, then lets it go on (`resume`).
 struct HeldBack {
-    manager: LockManager,
+    manager: LeaseManager,
     client: mongodb::Client,
     /// The `find`s of the manager that found its lease (its re-reads).
     finds: Arc<AtomicU32>,
@@ -366,7 +366,7 @@ async fn a_permit_found_only_by_a_re_read_is_granted_after_a_write_renews_it() {
     common::shut_down(vec![a.client, admin_client]);
 }
 
-/// The same for an in-document lease (`LockManager::documents`): its lock
+/// The same for an in-document lease (`LeaseManager::documents`): its lock
 /// field, written by an acquire that applied without an answer, then aged
 /// before the re-read (`DocumentStore`'s) found it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

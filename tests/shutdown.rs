@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use common::Fixture;
 use futures::FutureExt;
-use mongo_lease::{Error, LockManager, LockManagerOptions};
+use mongo_lease::{Error, LeaseManager, LeaseManagerOptions};
 use mongodb::bson::doc;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -70,7 +70,7 @@ async fn inconsistent_options_are_refused_before_contacting_the_server() {
             .await
             .unwrap();
     let base = || {
-        LockManagerOptions::builder()
+        LeaseManagerOptions::builder()
             .database(client.database("d"))
             .collection("l")
     };
@@ -89,7 +89,7 @@ async fn inconsistent_options_are_refused_before_contacting_the_server() {
             .heartbeat_interval(Duration::ZERO)
             .build(),
         base().owner_id("").build(),
-        LockManagerOptions::builder()
+        LeaseManagerOptions::builder()
             .database(client.database("d"))
             .collection("")
             .build(),
@@ -97,7 +97,7 @@ async fn inconsistent_options_are_refused_before_contacting_the_server() {
     for options in cases {
         let described = format!("{options:?}");
         // Refused at the first poll: before any round trip could even start.
-        let error = LockManager::connect(options)
+        let error = LeaseManager::connect(options)
             .now_or_never()
             .unwrap_or_else(|| panic!("{described}: connect waited instead of refusing"))
             .unwrap_err();
@@ -111,13 +111,13 @@ async fn an_unreachable_server_is_a_bounded_wait_and_a_clear_error() {
         mongodb::Client::with_uri_str("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=60000")
             .await
             .unwrap();
-    let options = LockManagerOptions::builder()
+    let options = LeaseManagerOptions::builder()
         .database(client.database("d"))
         .collection("l")
         .operation_timeout(Duration::from_millis(500))
         .build();
     let started = Instant::now();
-    let error = LockManager::connect(options).await.unwrap_err();
+    let error = LeaseManager::connect(options).await.unwrap_err();
     assert!(matches!(error, Error::Unreachable { .. }), "{error}");
     assert!(error.is_transient());
     // Bounded by operation_timeout (0.5 s; about that is measured here),
@@ -139,7 +139,7 @@ async fn an_unusable_lock_collection_is_refused_untouched() {
         .unwrap();
     let mut options = fx.options(TTL).await;
     options.collection = "capped.lock".into();
-    let e = LockManager::connect(options).await.unwrap_err();
+    let e = LeaseManager::connect(options).await.unwrap_err();
     assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
 
     let plain = fx.db.collection::<mongodb::bson::Document>("plainidx.lock");
@@ -153,7 +153,7 @@ async fn an_unusable_lock_collection_is_refused_untouched() {
         .unwrap();
     let mut options = fx.options(TTL).await;
     options.collection = "plainidx.lock".into();
-    let e = LockManager::connect(options).await.unwrap_err();
+    let e = LeaseManager::connect(options).await.unwrap_err();
     assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
     assert_eq!(
         plain.list_index_names().await.unwrap().len(),

@@ -123,7 +123,7 @@ async fn a_release_wakes_waiters_in_other_processes_at_once() {
     let (mut options, log) = fx.monitored_options(TTL, "").await;
     options.retry_initial = POLL;
     options.retry_max = POLL;
-    let waiter = mongo_lease::LockManager::connect(options).await.unwrap();
+    let waiter = mongo_lease::LeaseManager::connect(options).await.unwrap();
     let waiting = {
         let waiter = waiter.clone();
         tokio::spawn(async move {
@@ -336,7 +336,7 @@ async fn a_waiter_marks_a_lease_once_however_often_it_retries() {
     let (mut options, log) = fx.monitored_options(TTL, "").await;
     options.retry_initial = Duration::from_millis(10);
     options.retry_max = Duration::from_millis(40);
-    let waiter = mongo_lease::LockManager::connect(options).await.unwrap();
+    let waiter = mongo_lease::LeaseManager::connect(options).await.unwrap();
 
     let since = fx.doc("k").await.get_datetime("ts").unwrap().to_owned();
     let started = Instant::now();

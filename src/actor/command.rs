@@ -1,4 +1,4 @@
-//! Messages from the handles ([`LockManager`](crate::LockManager),
+//! Messages from the handles ([`LeaseManager`](crate::LeaseManager),
 //! [`Lease`](crate::Lease)) to the actor, and the data it answers with.
 
 use std::sync::Arc;
@@ -29,7 +29,7 @@ pub(crate) type WaiterId = u64;
 
 /// Which store of the actor a lease lives in: [`Place::LOCKS`] (the lock
 /// collection) or a user collection of in-document leases, in the order
-/// [`LockManager::documents`](crate::LockManager::documents) opened them.
+/// [`LeaseManager::documents`](crate::LeaseManager::documents) opened them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Place(pub(crate) u16);
 

@@ -1,6 +1,6 @@
 //! [`Mailbox`]: the handles' typed end of the actor's command channel.
 //!
-//! Every handle ([`LockManager`](crate::LockManager), [`Lease`](crate::Lease),
+//! Every handle ([`LeaseManager`](crate::LeaseManager), [`Lease`](crate::Lease),
 //! the election's leader context) talks to the actor through one of these.
 //! A handle names its command in a closure given to [`Mailbox::call`], which
 //! adds the reply sender, sends the command and awaits the reply; the lease

@@ -259,7 +259,7 @@ pub(crate) struct Actor {
     observers: HashMap<LeaseKey, mpsc::UnboundedSender<observers::Subscriber>>,
     /// Stops every hub when the manager stops.
     stop_observers: CancellationToken,
-    /// What [`LockManager::health`](crate::LockManager::health) reads.
+    /// What [`LeaseManager::health`](crate::LeaseManager::health) reads.
     health: Arc<HealthBoard>,
     /// A heartbeat's renewals are in flight: the health board is published
     /// again once they are all answered.
@@ -341,7 +341,7 @@ impl Actor {
         }
     }
 
-    /// What the manager's handles read for [`LockManager::health`](crate::LockManager::health).
+    /// What the manager's handles read for [`LeaseManager::health`](crate::LeaseManager::health).
     pub(crate) fn health_board(&self) -> Arc<HealthBoard> {
         self.health.clone()
     }

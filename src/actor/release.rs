@@ -86,7 +86,7 @@ impl Actor {
             .filter(|(k, s)| k.place == Place::LOCKS && !matches!(s.attempt, Attempt::Idle))
             .map(|(_, s)| s.next_lease_id)
             .collect();
-        let mut releases = vec![self.store(Place::LOCKS).release_owner(in_flight)];
+        let mut releases = vec![self.store(Place::LOCKS).release_all(in_flight)];
         // In batches, as shutdown does: one command per batch keeps each
         // `$in` list within the renewal batch size.
         for (place, leases) in documents {

@@ -1,5 +1,5 @@
 //! What the actor reports about its leases: the [`HealthBoard`] that
-//! [`LockManager::health`](crate::LockManager::health) reads, the metrics of
+//! [`LeaseManager::health`](crate::LeaseManager::health) reads, the metrics of
 //! [`crate::telemetry`], and one tracing span per held lease (key, owner id,
 //! fencing token) that the lease's later log lines are in.
 

@@ -21,7 +21,7 @@ use crate::document_update::check_create;
 use crate::error::{Error, Operation, Result};
 use crate::key::LeaseKey;
 use crate::lease::Lease;
-use crate::manager::LockManager;
+use crate::manager::LeaseManager;
 
 /// Default field of the user's document that holds an in-document lease's
 /// lock fields: `_lease`.
@@ -46,7 +46,7 @@ pub const DEFAULT_LEASE_FIELD: &str = "_lease";
 #[non_exhaustive]
 pub struct DocumentAcquireOptions {
     /// The lease's TTL, as [`AcquireOptions::ttl`]. Default: the manager's
-    /// [`ttl`](crate::LockManagerOptions::ttl).
+    /// [`ttl`](crate::LeaseManagerOptions::ttl).
     #[builder(default, setter(strip_option))]
     pub ttl: Option<Duration>,
     /// Fields of the document to create if none has this `_id` (the `_id`
@@ -65,7 +65,7 @@ pub struct DocumentAcquireOptions {
 }
 
 /// In-document leases on one user collection, from
-/// [`LockManager::documents`]: acquire a document's lease by its `_id`, and
+/// [`LeaseManager::documents`]: acquire a document's lease by its `_id`, and
 /// get the document with it.
 ///
 /// The same manager drives them as the lock collection's leases: the same
@@ -75,7 +75,7 @@ pub struct DocumentAcquireOptions {
 /// the document is read as (`bson::Document` by default); the lock field is
 /// removed before it is deserialised.
 ///
-/// [`LockManager::documents`] gives a [`DocumentLeases`] handle on one user
+/// [`LeaseManager::documents`] gives a [`DocumentLeases`] handle on one user
 /// collection; its acquires return a [`DocumentLease`]: the lease (the same
 /// [`Lease`](crate::Lease) as for keys of the lock collection: fencing token, lost-lease
 /// token, renewal in the manager's batched heartbeat) together with the
@@ -108,9 +108,9 @@ pub struct DocumentAcquireOptions {
 ///
 /// ```no_run
 /// use mongodb::bson::doc;
-/// use mongo_lease::{DocumentAcquireOptions, LockManager};
+/// use mongo_lease::{DocumentAcquireOptions, LeaseManager};
 ///
-/// # async fn demo(manager: LockManager) -> mongo_lease::Result<()> {
+/// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
 /// let items = manager.documents::<mongodb::bson::Document>("workitem").await?;
 /// let options = DocumentAcquireOptions::builder().create(doc! { "runs": 0 }).build();
 /// let item = items.acquire_with("item-17", options).await?;
@@ -120,7 +120,7 @@ pub struct DocumentAcquireOptions {
 /// # Ok(()) }
 /// ```
 pub struct DocumentLeases<T = Document> {
-    manager: LockManager,
+    manager: LeaseManager,
     place: crate::actor::command::Place,
     collection: Arc<str>,
     field: Arc<str>,
@@ -148,7 +148,7 @@ impl<T> fmt::Debug for DocumentLeases<T> {
     }
 }
 
-impl LockManager {
+impl LeaseManager {
     /// In-document leases on `collection` (in the lock collection's
     /// database), with the lock fields under [`DEFAULT_LEASE_FIELD`].
     ///
@@ -165,12 +165,12 @@ impl LockManager {
             .await
     }
 
-    /// [`LockManager::documents`] with the lock fields under `field`, a
+    /// [`LeaseManager::documents`] with the lock fields under `field`, a
     /// top-level field name of the user's choice.
     ///
     /// # Errors
     ///
-    /// As [`LockManager::documents`], and [`Error::InvalidConfig`] for a
+    /// As [`LeaseManager::documents`], and [`Error::InvalidConfig`] for a
     /// field name that is empty, `_id`, starts with `$` or contains `.` or
     /// NUL.
     pub async fn documents_in_field<T>(
@@ -201,7 +201,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     }
 
     /// Reads the lease of the document with `_id` `id`, with the server's
-    /// clock, as [`LockManager::inspect`] reads a key: who holds it (or last
+    /// clock, as [`LeaseManager::inspect`] reads a key: who holds it (or last
     /// held it), its fencing token, acquisition, renewal and expiry times.
     /// `Ok(None)` if there is no such document or it carries no lock field
     /// (never leased, or released). A lock field of foreign shape (the
@@ -247,7 +247,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     }
 
     /// Acquires the lease of the document with `_id` `id`, waiting as long
-    /// as it takes, as [`LockManager::acquire`] does for a key; returns it
+    /// as it takes, as [`LeaseManager::acquire`] does for a key; returns it
     /// with the document as the acquiring write left it.
     ///
     /// # Errors
@@ -261,7 +261,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`]. To wait at most a given
+    /// Cancel safe, as [`LeaseManager::acquire`]. To wait at most a given
     /// time:
     ///
     /// ```no_run
@@ -293,7 +293,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`].
+    /// Cancel safe, as [`LeaseManager::acquire`].
     pub async fn acquire_with(
         &self,
         id: impl Into<LeaseKey>,
@@ -305,7 +305,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         }
     }
 
-    /// One attempt, as [`LockManager::try_acquire`]: `Ok(None)` if the
+    /// One attempt, as [`LeaseManager::try_acquire`]: `Ok(None)` if the
     /// document's lease is held (by another owner, a local caller, or
     /// local waiters queue for it).
     ///
@@ -315,7 +315,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`].
+    /// Cancel safe, as [`LeaseManager::acquire`].
     pub async fn try_acquire(&self, id: impl Into<LeaseKey>) -> Result<Option<DocumentLease<T>>> {
         self.try_acquire_with(id, DocumentAcquireOptions::default())
             .await
@@ -329,7 +329,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LockManager::acquire`].
+    /// Cancel safe, as [`LeaseManager::acquire`].
     pub async fn try_acquire_with(
         &self,
         id: impl Into<LeaseKey>,

@@ -38,7 +38,7 @@ use self::history::{At, Event, History};
 use self::workload::{DOCUMENTS, Process, Recorder, Role};
 use crate::config::{ReleaseMode, Timing};
 use crate::document::DEFAULT_LEASE_FIELD;
-use crate::manager::LockManager;
+use crate::manager::LeaseManager;
 use crate::random::random_range;
 use crate::store::memory::MemoryDb;
 
@@ -168,7 +168,7 @@ async fn schedule(seed: u64) -> Report {
         let documents = store.document_store(DOCUMENTS, DEFAULT_LEASE_FIELD);
         documents.set_operation_timeout(Some(timing(mode).operation_timeout));
         plan.install(index, &documents, t0);
-        let manager = LockManager::start(Arc::new(store.clone()), owner.into(), timing(mode));
+        let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing(mode));
         processes.push(Arc::new(Process {
             index,
             manager,

@@ -23,7 +23,7 @@ use crate::document::{DEFAULT_LEASE_FIELD, DocumentLease};
 use crate::election::{Election, Leadership};
 use crate::error::Result;
 use crate::lease::Lease;
-use crate::manager::LockManager;
+use crate::manager::LeaseManager;
 use crate::random::random_range;
 use crate::status::LeaseEvent;
 use crate::status::ReleaseOutcome;
@@ -83,7 +83,7 @@ pub struct Process {
     /// Its number in the history.
     pub index: usize,
     /// Its manager.
-    pub manager: LockManager,
+    pub manager: LeaseManager,
     /// Its store (knobs shared with the actor's).
     pub store: MemoryStore,
     /// Whether it releases in delete mode.

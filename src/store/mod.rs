@@ -463,7 +463,7 @@ pub(crate) const REGISTRATION_SLACK: Duration = Duration::from_secs(1);
 /// (`R` of "Queue of waiting owners"): `2 * retry_max +`
 /// [`REGISTRATION_SLACK`] `+ safety_margin` (saturating), from the
 /// registering manager's `retry_max` and
-/// [`safety_margin`](crate::LockManagerOptions::safety_margin).
+/// [`safety_margin`](crate::LeaseManagerOptions::safety_margin).
 ///
 /// A waiting manager tries again (and so refreshes its registration) at
 /// least every `retry_max` (its backoff's cap), so the registration of a

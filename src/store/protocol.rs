@@ -195,7 +195,7 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// changed.
     /// Only documents of our shape match: a foreign holder's lock carrying
     /// the same `aid` is never touched.
-    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>>;
+    fn release_all(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>>;
 
     /// Releases every lease document of `owner` (any manager's) that is not
     /// released yet, of our shape only (an operator's override). Returns how

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use mongo_lease::LockManager;
+use mongo_lease::LeaseManager;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -124,7 +124,7 @@ impl Env {
             .block_on(self.wait_for_waiting_mark(key));
     }
 
-    pub async fn manager(&self, ttl: Duration) -> LockManager {
+    pub async fn manager(&self, ttl: Duration) -> LeaseManager {
         let client = mongodb::Client::with_uri_str(&self.uri).await.unwrap();
         self.clients.lock().unwrap().push(client.clone());
         super::manager_on(client.database(&self.db), "leases", ttl).await

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use mongo_lease::testkit::{FaultProxy, ReplicaSet, ReplicaSetOptions};
-use mongo_lease::{LockManager, LockManagerOptions};
+use mongo_lease::{LeaseManager, LeaseManagerOptions};
 use mongodb::bson::Document;
 use mongodb::{Client, Collection, Database};
 
@@ -154,7 +154,7 @@ impl Fixture {
     /// (renewal keeps a lease nobody took yet), so this tries again until
     /// the takeover wins; each try is two round trips, and the holder
     /// renews at most once per heartbeat, so a few tries suffice.
-    pub async fn take_over(&self, key: &str, taker: &LockManager) -> mongo_lease::Lease {
+    pub async fn take_over(&self, key: &str, taker: &LeaseManager) -> mongo_lease::Lease {
         for _ in 0..100 {
             self.expire(key).await;
             if let Some(lease) = taker.try_acquire(key).await.expect("try_acquire") {
@@ -165,24 +165,24 @@ impl Fixture {
     }
 
     /// Options for a manager with its own `Client` (as if in another process).
-    pub async fn options(&self, ttl: Duration) -> LockManagerOptions {
+    pub async fn options(&self, ttl: Duration) -> LeaseManagerOptions {
         let client = Client::with_uri_str(uri()).await.expect("client");
         self.clients.lock().unwrap().push(client.clone());
-        LockManagerOptions::builder()
+        LeaseManagerOptions::builder()
             .database(client.database(self.db.name()))
             .collection(self.collection.clone())
             .ttl(ttl)
             .build()
     }
 
-    pub async fn manager(&self, ttl: Duration) -> LockManager {
-        LockManager::connect(self.options(ttl).await)
+    pub async fn manager(&self, ttl: Duration) -> LeaseManager {
+        LeaseManager::connect(self.options(ttl).await)
             .await
             .expect("connect")
     }
 
     /// `n` managers, each with its own `Client` (as if in `n` processes).
-    pub async fn managers(&self, n: usize, ttl: Duration) -> Vec<LockManager> {
+    pub async fn managers(&self, n: usize, ttl: Duration) -> Vec<LeaseManager> {
         let mut managers = Vec::with_capacity(n);
         for _ in 0..n {
             managers.push(self.manager(ttl).await);
@@ -202,7 +202,7 @@ impl Fixture {
     pub fn crashed_process<T, F, Fut>(&self, ttl: Duration, body: F) -> T
     where
         T: Send + 'static,
-        F: FnOnce(LockManager) -> Fut + Send + 'static,
+        F: FnOnce(LeaseManager) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = T>,
     {
         let (db, collection) = (self.db.name().to_owned(), self.collection.clone());
@@ -213,8 +213,8 @@ impl Fixture {
                 .expect("runtime");
             let out = runtime.block_on(async move {
                 let client = Client::with_uri_str(uri()).await.expect("client");
-                let manager = LockManager::connect(
-                    LockManagerOptions::builder()
+                let manager = LeaseManager::connect(
+                    LeaseManagerOptions::builder()
                         .database(client.database(&db))
                         .collection(collection)
                         .ttl(ttl)
@@ -263,7 +263,7 @@ impl Fixture {
         &self,
         ttl: Duration,
         uri_options: &str,
-    ) -> (LockManagerOptions, CommandLog) {
+    ) -> (LeaseManagerOptions, CommandLog) {
         use mongodb::event::{EventHandler, command::CommandEvent};
         let log = CommandLog::default();
         let mut uri = uri();
@@ -286,7 +286,7 @@ impl Fixture {
         }));
         let client = Client::with_options(client_options).expect("client");
         self.clients.lock().unwrap().push(client.clone());
-        let options = LockManagerOptions::builder()
+        let options = LeaseManagerOptions::builder()
             .database(client.database(self.db.name()))
             .collection(self.collection.clone())
             .ttl(ttl)
@@ -297,9 +297,9 @@ impl Fixture {
 
 /// A manager on `db`, lock collection `collection`, with the defaults but
 /// its TTL.
-pub async fn manager_on(db: Database, collection: &str, ttl: Duration) -> LockManager {
-    LockManager::connect(
-        LockManagerOptions::builder()
+pub async fn manager_on(db: Database, collection: &str, ttl: Duration) -> LeaseManager {
+    LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(db)
             .collection(collection)
             .ttl(ttl)

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, Error, LockManager, ReleaseOutcome};
+use mongo_lease::{DocumentAcquireOptions, Error, LeaseManager, ReleaseOutcome};
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Binary, Bson, DateTime, Document, Timestamp, doc, oid::ObjectId};
 use serde::Deserialize;
@@ -457,7 +457,7 @@ async fn bad_input_is_refused_with_a_clear_error_and_nothing_is_sent() {
     let fx = Fixture::new("dbad").await;
     insert_item(&fx, doc! { "_id": "item", "state": "new" }).await;
     let (options, log) = fx.monitored_options(TTL, "").await;
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     let handle = work_items(&manager).await;
     let mut item = handle.acquire("item").await.unwrap();
     let lock = lock_fields(&fx, "item").await.expect("lock fields");

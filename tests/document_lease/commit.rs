@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use mongo_lease::{DocumentLease, Error, LockManager, ReleaseOutcome};
+use mongo_lease::{DocumentLease, Error, LeaseManager, ReleaseOutcome};
 use mongodb::bson::{DateTime, Document, doc};
 use mongodb::{Client, Collection};
 
@@ -140,8 +140,8 @@ async fn a_holder_frozen_past_its_ttl_has_its_commit_refused_and_its_state_not_w
         runtime.block_on(async move {
             let sent = Arc::new(AtomicBool::new(false));
             let client = commit_monitored_client(&uri, FROZEN_STATE, sent.clone()).await;
-            let manager = LockManager::connect(
-                mongo_lease::LockManagerOptions::builder()
+            let manager = LeaseManager::connect(
+                mongo_lease::LeaseManagerOptions::builder()
                     .database(client.database(&db))
                     .collection(lock_collection)
                     .owner_id("frozen")
@@ -289,8 +289,8 @@ async fn a_commit_after_a_takeover_its_holder_has_not_noticed_is_refused_by_the_
     let sent = Arc::new(AtomicBool::new(false));
     let holder_client = commit_monitored_client(&server.uri(), STATE, sent.clone()).await;
     let connect = |client: Client, name: &str| {
-        LockManager::connect(
-            mongo_lease::LockManagerOptions::builder()
+        LeaseManager::connect(
+            mongo_lease::LeaseManagerOptions::builder()
                 .database(client.database(db.name()))
                 .collection("workitem.lock")
                 .owner_id(name)
@@ -345,7 +345,7 @@ async fn a_commit_after_a_takeover_its_holder_has_not_noticed_is_refused_by_the_
 /// The work item `item` (state `new`) held by a manager with owner id
 /// `holder` whose change stream of writes to the work items is open: a
 /// loss is then found by a change event, before any heartbeat.
-async fn watched_holder(fx: &Fixture, ttl: Duration) -> (LockManager, DocumentLease<Document>) {
+async fn watched_holder(fx: &Fixture, ttl: Duration) -> (LeaseManager, DocumentLease<Document>) {
     insert_item(fx, doc! { "_id": "item", "state": "new" }).await;
     let (manager, log) = monitored_as(fx, "holder", ttl).await;
     let item = work_items(&manager).await.acquire("item").await.unwrap();
@@ -361,7 +361,7 @@ async fn taken_at_once(
     name: &str,
     ttl: Duration,
     old_token: u64,
-) -> (LockManager, DocumentLease<Document>) {
+) -> (LeaseManager, DocumentLease<Document>) {
     let manager = connect_as(fx, name, ttl).await;
     let taken = work_items(&manager)
         .await

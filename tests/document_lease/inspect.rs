@@ -1,5 +1,5 @@
 //! `DocumentLeases::inspect`: a document's lease read with the server's
-//! clock, as `LockManager::inspect` reads a key; `DocumentLease::into_parts`.
+//! clock, as `LeaseManager::inspect` reads a key; `DocumentLease::into_parts`.
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, DocumentLease, Error, LockManager};
+use mongo_lease::{DocumentAcquireOptions, DocumentLease, Error, LeaseManager};
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, DateTime, Document, doc};
 use tokio_util::time::FutureExt as _;
@@ -38,7 +38,7 @@ fn user_document(id: &str) -> Document {
     }
 }
 
-async fn shutdown(m: LockManager) {
+async fn shutdown(m: LeaseManager) {
     tokio::time::timeout(WAIT, m.shutdown())
         .await
         .expect("shutdown in time")
@@ -398,8 +398,8 @@ fn streamed_events(log: &common::CommandLog) -> usize {
 async fn held_and_a_slow_waiter(
     fx: &Fixture,
 ) -> (
-    LockManager,
-    LockManager,
+    LeaseManager,
+    LeaseManager,
     CommandLog,
     DocumentLease<Document>,
 ) {
@@ -407,7 +407,7 @@ async fn held_and_a_slow_waiter(
     let (mut options, log) = fx.monitored_options(TTL, "").await;
     options.retry_initial = Duration::from_secs(3600);
     options.retry_max = Duration::from_secs(3600);
-    let waiter = LockManager::connect(options).await.unwrap();
+    let waiter = LeaseManager::connect(options).await.unwrap();
     let held = holder
         .documents::<Document>(ITEMS)
         .await
@@ -611,7 +611,7 @@ async fn a_takeover_by_another_manager_makes_the_holders_token_fire_before_its_n
         .await
         .unwrap();
     let (options, log) = fx.monitored_options(LONG_TTL, "").await;
-    let holder = LockManager::connect(options).await.unwrap();
+    let holder = LeaseManager::connect(options).await.unwrap();
     let other = fx.manager(TTL).await;
     let held = holder.documents::<Document>(ITEMS).await.unwrap();
     let taking = other.documents::<Document>(ITEMS).await.unwrap();

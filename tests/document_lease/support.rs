@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentLeases, LockManager};
+use mongo_lease::{DocumentLeases, LeaseManager};
 use mongodb::Collection;
 use mongodb::bson::{Bson, Document, doc};
 
@@ -60,14 +60,14 @@ pub(crate) fn bytes(document: &Document) -> Vec<u8> {
 }
 
 /// A manager with its own client (as if in its own process) and owner id `name`.
-pub(crate) async fn connect_as(fx: &Fixture, name: &str, ttl: Duration) -> LockManager {
+pub(crate) async fn connect_as(fx: &Fixture, name: &str, ttl: Duration) -> LeaseManager {
     let mut options = fx.options(ttl).await;
     options.owner_id = Some(name.into());
-    LockManager::connect(options).await.expect("connect")
+    LeaseManager::connect(options).await.expect("connect")
 }
 
 /// The in-document leases of `manager` on the work items.
-pub(crate) async fn work_items(manager: &LockManager) -> DocumentLeases<Document> {
+pub(crate) async fn work_items(manager: &LeaseManager) -> DocumentLeases<Document> {
     manager.documents(ITEMS).await.expect("documents")
 }
 
@@ -78,7 +78,7 @@ pub(crate) async fn item_and_holder(
     fx: &Fixture,
     item: Document,
     ttl: Duration,
-) -> (LockManager, DocumentLeases<Document>) {
+) -> (LeaseManager, DocumentLeases<Document>) {
     insert_item(fx, item).await;
     let manager = connect_as(fx, "holder", ttl).await;
     let handle = work_items(&manager).await;
@@ -91,10 +91,10 @@ pub(crate) async fn monitored_as(
     fx: &Fixture,
     name: &str,
     ttl: Duration,
-) -> (LockManager, CommandLog) {
+) -> (LeaseManager, CommandLog) {
     let (mut options, log) = fx.monitored_options(ttl, "").await;
     options.owner_id = Some(name.into());
-    (LockManager::connect(options).await.expect("connect"), log)
+    (LeaseManager::connect(options).await.expect("connect"), log)
 }
 
 /// Waits (bounded) until the manager that `log` monitors has its change

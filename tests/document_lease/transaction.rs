@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use mongo_lease::testkit::Standalone;
 use mongo_lease::{
-    DocumentAcquireOptions, Error, Lease, LockManager, LockManagerOptions, ReleaseOutcome,
+    DocumentAcquireOptions, Error, Lease, LeaseManager, LeaseManagerOptions, ReleaseOutcome,
 };
 use mongodb::bson::{Document, doc};
 use mongodb::{Client, Collection};
@@ -230,8 +230,8 @@ async fn standalone_server_gives_unsupported() {
     // Declared after the server: shut down before it is stopped.
     let clients = common::Clients::default();
     let client = clients.connect(&server.uri()).await;
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
+    let manager = LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(client.database("app"))
             .collection("workitem.lock")
             .ttl(TTL)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
-use mongo_lease::{LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 
 use crate::common;
@@ -21,9 +21,9 @@ const RETRY_MAX: Duration = mongo_lease::DEFAULT_RETRY_MAX;
 /// Hang guard of every wait: 10x the TTL, which each wait is shorter than.
 const HANG: Duration = Duration::from_secs(40);
 
-async fn manager(client: mongodb::Client) -> LockManager {
-    LockManager::connect(
-        LockManagerOptions::builder()
+async fn manager(client: mongodb::Client) -> LeaseManager {
+    LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(client.database("txn_lost"))
             .collection("job.lock")
             .ttl(TTL)

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use futures::FutureExt;
-use mongo_lease::{LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 use mongodb::error::TRANSIENT_TRANSACTION_ERROR;
 
@@ -174,8 +174,8 @@ async fn commit_errors_are_retried_as_the_driver_documents() {
     }));
     let client = mongodb::Client::with_options(options).unwrap();
     let manager_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
+    let manager = LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(manager_client.database("app"))
             .collection("workitem.lock")
             .ttl(TTL)

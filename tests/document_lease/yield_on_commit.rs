@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentUpdate, LockManager, ReleaseOutcome};
+use mongo_lease::{DocumentUpdate, LeaseManager, ReleaseOutcome};
 use mongodb::bson::doc;
 
 use crate::common::{self, Fixture};
@@ -48,7 +48,7 @@ async fn a_commit_of_a_lease_another_owner_waited_for_yields_the_document() {
         .unwrap();
     let mut options = fx.options(TTL).await;
     options.retry_max = YIELD;
-    let holder = LockManager::connect(options).await.unwrap();
+    let holder = LeaseManager::connect(options).await.unwrap();
     let other = connect_as(&fx, "other", TTL).await;
     let mine = work_items(&holder).await;
     let theirs = work_items(&other).await;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mongo_lease::testkit::monotonic_ns;
-use mongo_lease::{LockManager, LockManagerOptions};
+use mongo_lease::{LeaseManager, LeaseManagerOptions};
 use mongodb::bson::{Document, doc};
 use mongodb::{Client, Collection};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -204,8 +204,8 @@ impl Fleet {
     pub async fn new(uri: &str, params: Params) -> Fleet {
         let client = Client::with_uri_str(uri).await.unwrap();
         let db = format!("faults_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-        let setup = LockManager::connect(
-            LockManagerOptions::builder()
+        let setup = LeaseManager::connect(
+            LeaseManagerOptions::builder()
                 .database(client.database(&db))
                 .collection(LOCKS)
                 .gc_grace(Duration::ZERO)

@@ -27,7 +27,7 @@ use std::time::Duration;
 use mongo_lease::testkit::monotonic_ns;
 use mongo_lease::{
     AcquireOptions, DocumentAcquireOptions, DocumentLease, DocumentLeases, Election, Leadership,
-    Lease, LeaseEvent, LockManager, ReleaseOutcome, Semaphore,
+    Lease, LeaseEvent, LeaseManager, ReleaseOutcome, Semaphore,
 };
 use mongodb::Collection;
 use mongodb::bson::{Document, doc};
@@ -121,7 +121,7 @@ fn pick(cfg: &Config) -> Pick {
 
 /// The handles a task acquires through.
 pub struct Kinds {
-    pub manager: LockManager,
+    pub manager: LeaseManager,
     pub counters: Collection<Document>,
     pub items: DocumentLeases<Document>,
     pub semaphore: Semaphore,
@@ -129,7 +129,7 @@ pub struct Kinds {
 }
 
 impl Kinds {
-    pub async fn new(manager: &LockManager, counters: Collection<Document>) -> Kinds {
+    pub async fn new(manager: &LeaseManager, counters: Collection<Document>) -> Kinds {
         Kinds {
             manager: manager.clone(),
             counters,

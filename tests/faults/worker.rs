@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mongo_lease::testkit::monotonic_ns;
-use mongo_lease::{Lease, LockManager, LockManagerOptions, ReleaseOutcome};
+use mongo_lease::{Lease, LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 use mongodb::options::{
     CollectionOptions, ReadConcern, ReadPreference, ReturnDocument, SelectionCriteria, WriteConcern,
@@ -289,8 +289,8 @@ pub async fn run(cfg: Config) {
         .expect("worker URI");
     options.app_name = Some(cfg.name.clone());
     let client = Client::with_options(options).expect("worker client");
-    let manager = LockManager::connect(
-        LockManagerOptions::builder()
+    let manager = LeaseManager::connect(
+        LeaseManagerOptions::builder()
             .database(client.database(&cfg.db))
             .collection(cfg.locks.clone())
             .ttl(Duration::from_millis(cfg.ttl_ms))
@@ -373,7 +373,7 @@ pub async fn run(cfg: Config) {
 async fn task_loop(
     task: usize,
     cfg: &Config,
-    manager: &LockManager,
+    manager: &LeaseManager,
     counters: &Collection<Document>,
     stop: &CancellationToken,
     gate: &Notify,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use mongo_lease::{
-    AcquireOptions, Error, LeaseKind, LockManager, MAX_PERMITS, ReleaseMode, Result,
+    AcquireOptions, Error, LeaseKind, LeaseManager, MAX_PERMITS, ReleaseMode, Result,
 };
 use tokio_util::time::FutureExt as _;
 
@@ -47,7 +47,7 @@ fn held_at_least(kind: LeaseKind, at_least: Duration) -> AcquireOptions {
 async fn bad_permits_and_minimum_holds_are_refused_before_any_round_trip() {
     let fx = Fixture::new("kinds_input").await;
     let (options, log) = fx.monitored_options(TTL, "").await;
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     log.clear();
 
     assert_invalid_config(manager.semaphore("pool", 0), "a semaphore of 0 permits");
@@ -122,7 +122,7 @@ async fn kinds_and_minimum_holds_are_refused_in_delete_mode_before_any_round_tri
     let fx = Fixture::new("kinds_delete").await;
     let (mut options, log) = fx.monitored_options(TTL, "").await;
     options.release_mode = ReleaseMode::Delete;
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     log.clear();
 
     assert_invalid_config(manager.semaphore("pool", 2), "a semaphore in delete mode");

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{LeaseKind, LockManager, ReleaseOutcome};
+use mongo_lease::{LeaseKind, LeaseManager, ReleaseOutcome};
 use mongodb::bson::Bson;
 
 use crate::common::{self, Fixture, renewal::renewed_keys};
@@ -22,7 +22,7 @@ async fn permits_and_shared_leases_outlive_their_ttl_renewed_with_exclusive_leas
 {
     let fx = Fixture::new("kinds_renewal").await;
     let (options, log) = fx.monitored_options(TTL, "").await;
-    let holder = LockManager::connect(options).await.unwrap();
+    let holder = LeaseManager::connect(options).await.unwrap();
     let reader = fx.manager(TTL).await;
     let permit = holder
         .semaphore("pool", 2)

@@ -323,7 +323,7 @@ async fn asking_another_kind_while_permits_are_held_is_a_kind_mismatch_that_writ
 async fn asking_another_kind_in_the_manager_that_holds_the_permits_is_a_kind_mismatch_too() {
     let fx = Fixture::new("sem_local_mismatch").await;
     let (options, log) = fx.monitored_options(TTL, "").await;
-    let a = mongo_lease::LockManager::connect(options).await.unwrap();
+    let a = mongo_lease::LeaseManager::connect(options).await.unwrap();
     let two = LeaseKind::Permit { permits: 2 };
     let pool = a.semaphore("pool", 2).unwrap();
     let permit = pool.acquire().await.unwrap();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{LeaseKind, LockManager, ReleaseOutcome};
+use mongo_lease::{LeaseKind, LeaseManager, ReleaseOutcome};
 use tokio::time::Instant;
 
 use crate::common::{self, Fixture};
@@ -28,7 +28,7 @@ async fn a_released_permit_wakes_another_managers_waiter_at_once() {
     let (mut options, log) = fx.monitored_options(TTL, "").await;
     options.retry_initial = POLL;
     options.retry_max = POLL;
-    let waiter = LockManager::connect(options).await.unwrap();
+    let waiter = LeaseManager::connect(options).await.unwrap();
     let waiting = {
         let pool = waiter.semaphore("pool", 2).unwrap();
         tokio::spawn(async move {

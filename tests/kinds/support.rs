@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use mongo_lease::{Error, LeaseKind, LockManager};
+use mongo_lease::{Error, LeaseKind, LeaseManager};
 use mongodb::bson::Document;
 
 /// Turns a hang into a failure: every wait it bounds takes milliseconds to
@@ -62,7 +62,7 @@ pub fn without_renewals(doc: &Document) -> Document {
 
 /// The server's `$$NOW`, read with `inspect` of `key` (which must have a
 /// lock document).
-pub async fn server_now(manager: &LockManager, key: &str) -> SystemTime {
+pub async fn server_now(manager: &LeaseManager, key: &str) -> SystemTime {
     manager
         .inspect(key)
         .await

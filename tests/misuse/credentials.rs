@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
-use mongo_lease::{Error, LockManager, Operation, ReleaseOutcome};
+use mongo_lease::{Error, LeaseManager, Operation, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 
 use crate::common::Clients;
@@ -86,7 +86,7 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
 
     // The right password: acquire, release, and a few errors of other kinds.
     let manager =
-        LockManager::connect(options_for(&clients, &uri, "d", Duration::from_secs(3)).await)
+        LeaseManager::connect(options_for(&clients, &uri, "d", Duration::from_secs(3)).await)
             .await
             .unwrap();
     let lease = manager.acquire("k").await.unwrap();
@@ -129,7 +129,7 @@ async fn wrong_credentials_are_a_clear_error_and_credentials_never_leak() {
     }
     let options = options_for(&clients, &uri, "d", Duration::from_secs(3)).await;
     assert!(!format!("{options:?}").contains(SECRET));
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     assert!(!format!("{manager:?}").contains(SECRET));
     manager.shutdown().await.unwrap();
 
@@ -184,7 +184,7 @@ async fn user_with_role(clients: &Clients, name: &str, role: &str) -> (ReplicaSe
         .await
         .unwrap();
     let preparer =
-        LockManager::connect(options_for(clients, &rs.uri(), "app", Duration::from_secs(3)).await)
+        LeaseManager::connect(options_for(clients, &rs.uri(), "app", Duration::from_secs(3)).await)
             .await
             .unwrap();
     preparer.shutdown().await.unwrap();
@@ -221,7 +221,7 @@ async fn a_read_only_users_acquire_is_refused_in_one_short_sentence() {
     let clients = Clients::default();
     let (_rs, uri) = user_with_role(&clients, "reader", "read").await;
     let reader =
-        LockManager::connect(options_for(&clients, &uri, "app", Duration::from_secs(3)).await)
+        LeaseManager::connect(options_for(&clients, &uri, "app", Duration::from_secs(3)).await)
             .await
             .expect("reading is enough to connect to a prepared collection");
     assert_eq!(reader.inspect("k").await.expect("reading is allowed"), None);
@@ -292,13 +292,13 @@ async fn a_read_write_user_acquires_and_is_woken_through_its_change_stream() {
     options.ttl = LONG;
     options.retry_initial = LONG;
     options.retry_max = LONG;
-    let writer = LockManager::connect(options).await.unwrap();
+    let writer = LeaseManager::connect(options).await.unwrap();
     let lease = writer.acquire("own").await.expect("readWrite may acquire");
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
 
     let mut holder_options = options_for(&clients, &rs.uri(), "app", Duration::from_secs(3)).await;
     holder_options.ttl = LONG;
-    let holder = LockManager::connect(holder_options).await.unwrap();
+    let holder = LeaseManager::connect(holder_options).await.unwrap();
     let held = holder.acquire("k").await.unwrap();
     let waiter = writer.clone();
     let waiting = tokio::spawn(async move { waiter.acquire("k").await });
@@ -340,7 +340,7 @@ async fn a_holders_writes_after_its_write_role_is_revoked_are_refused_in_one_sen
         .unwrap();
     let mut options = options_for(&clients, &uri, "app", Duration::from_secs(3)).await;
     options.ttl = LONG;
-    let writer = LockManager::connect(options).await.unwrap();
+    let writer = LeaseManager::connect(options).await.unwrap();
     let lease = writer.acquire("k").await.expect("readWrite may acquire");
     let items = writer.documents::<Document>("items").await.unwrap();
     let mut item = items.acquire("i1").await.expect("readWrite may acquire");

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{LockManager, ReleaseOutcome};
+use mongo_lease::{LeaseManager, ReleaseOutcome};
 use mongodb::bson::{Bson, Document, doc};
 use tokio_util::time::FutureExt as _;
 
@@ -21,7 +21,7 @@ async fn documents_of_foreign_shape_are_held_by_foreign_holders_and_left_untouch
     // foreign or not, `gc_grace` after it: keep it away from these.
     let mut options = fx.options(TTL).await;
     options.gc_grace = Duration::from_secs(3600);
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     let past = mongodb::bson::DateTime::from_millis(
         mongodb::bson::DateTime::now().timestamp_millis() - 1_000,
     );

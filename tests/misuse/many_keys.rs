@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use mongo_lease::LockManager;
+use mongo_lease::LeaseManager;
 use mongodb::bson::{Document, doc};
 
 use crate::common::{self, Fixture};
@@ -65,7 +65,7 @@ async fn one_manager_holds_10_000_keys_renewed_in_batches() {
     let (mut options, log) = fx.monitored_options(Duration::from_secs(30), "").await;
     options.renewal_batch_size = BATCH;
     options.heartbeat_interval = Some(HEARTBEAT);
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     let keys: Vec<String> = (0..MANY).map(|i| format!("key-{i:05}")).collect();
     // Only a hang guard: the 10 000 acquisitions took 39 s here with the
     // machine's load at 9 (two cores), so this is 15x that.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{Error, LockManager, LockManagerOptions};
+use mongo_lease::{Error, LeaseManager, LeaseManagerOptions};
 use tokio::time::Instant;
 
 use crate::common::Clients;
@@ -23,9 +23,9 @@ pub async fn options_for(
     uri: &str,
     db: &str,
     op_timeout: Duration,
-) -> LockManagerOptions {
+) -> LeaseManagerOptions {
     let client = clients.connect(uri).await;
-    LockManagerOptions::builder()
+    LeaseManagerOptions::builder()
         .database(client.database(db))
         .collection("job.lock")
         .ttl(Duration::from_secs(2))
@@ -44,7 +44,7 @@ pub async fn connect_refused(
     let (r, took) = bounded(
         what,
         BOUND,
-        LockManager::connect(options_for(clients, uri, "d", op_timeout).await),
+        LeaseManager::connect(options_for(clients, uri, "d", op_timeout).await),
     )
     .await;
     (r.expect_err(what), took)

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{Error, LockManager, ReleaseOutcome};
+use mongo_lease::{Error, LeaseManager, ReleaseOutcome};
 use tokio::time::Instant;
 
 use crate::common::{Clients, server_behind_proxy};
@@ -19,7 +19,7 @@ async fn an_unresolvable_host_is_a_bounded_clear_error() {
         Duration::from_millis(800),
     )
     .await;
-    let (result, took) = bounded("connect", BOUND, LockManager::connect(options)).await;
+    let (result, took) = bounded("connect", BOUND, LeaseManager::connect(options)).await;
     let e = result.unwrap_err();
     assert!(matches!(e, Error::Unreachable { .. }), "{e}");
     assert!(e.is_transient());
@@ -34,7 +34,7 @@ async fn a_server_that_never_answers_is_a_bounded_clear_error() {
     let clients = Clients::default();
     proxy.blackhole();
     let options = options_for(&clients, &uri, "d", Duration::from_millis(800)).await;
-    let (result, took) = bounded("connect", BOUND, LockManager::connect(options)).await;
+    let (result, took) = bounded("connect", BOUND, LeaseManager::connect(options)).await;
     let e = result.unwrap_err();
     assert!(matches!(e, Error::Unreachable { .. }), "{e}");
     assert!(took >= Duration::from_millis(800), "{took:?}");
@@ -49,7 +49,7 @@ async fn losing_the_server_mid_lease_gives_bounded_calls_and_a_fired_token() {
     let (_rs, proxy, uri) = server_behind_proxy().await;
     let clients = Clients::default();
     let op = Duration::from_millis(800);
-    let manager = LockManager::connect(options_for(&clients, &uri, "d", op).await)
+    let manager = LeaseManager::connect(options_for(&clients, &uri, "d", op).await)
         .await
         .unwrap();
     let acquired = Instant::now();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use mongo_lease::{Error, LockManager, ReleaseOutcome};
+use mongo_lease::{Error, LeaseManager, ReleaseOutcome};
 use mongodb::IndexModel;
 use mongodb::bson::doc;
 
@@ -24,7 +24,7 @@ async fn a_unique_index_on_the_owner_id_is_refused_at_connect() {
     let (result, took) = bounded(
         "connect to a collection with a unique index on aid",
         BOUND,
-        LockManager::connect(options),
+        LeaseManager::connect(options),
     )
     .await;
     let e = result.expect_err("a unique index on aid must be refused");
@@ -51,7 +51,7 @@ async fn a_unique_index_on_the_owner_id_created_later_is_a_clear_error() {
     let fx = Fixture::new("unique_aid_late").await;
     let mut options = fx.options(TTL).await;
     options.operation_timeout = Duration::from_secs(2);
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     fx.raw().create_index(unique_on_aid()).await.unwrap();
     let first = manager.acquire("a").await.unwrap();
     let (second, took) = bounded(
@@ -107,7 +107,7 @@ async fn an_index_named_like_the_gc_index_is_not_taken_for_it() {
         )
         .await
         .unwrap();
-    match LockManager::connect(fx.options(TTL).await).await {
+    match LeaseManager::connect(fx.options(TTL).await).await {
         Err(e) => {
             eprintln!("same-name index refused: {e}");
             assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
@@ -166,6 +166,6 @@ async fn a_refusing_validator_or_a_view_is_a_clear_error() {
         .unwrap();
     let mut options = fx.options(TTL).await;
     options.collection = "view.lock".into();
-    let e = LockManager::connect(options).await.unwrap_err();
+    let e = LeaseManager::connect(options).await.unwrap_err();
     assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use mongo_lease::testkit::Standalone;
-use mongo_lease::{Error, LockManager, LockManagerOptions};
+use mongo_lease::{Error, LeaseManager, LeaseManagerOptions};
 use mongodb::IndexModel;
 use mongodb::bson::{DateTime, Document, doc};
 use mongodb::options::IndexOptions;
@@ -40,13 +40,13 @@ async fn index_names(fx: &Fixture) -> Vec<String> {
     names
 }
 
-async fn options(fx: &Fixture, heartbeat: Duration) -> LockManagerOptions {
+async fn options(fx: &Fixture, heartbeat: Duration) -> LeaseManagerOptions {
     let mut options = fx.options(TTL).await;
     options.heartbeat_interval = Some(heartbeat);
     options
 }
 
-fn unusable_reason(result: mongo_lease::Result<LockManager>) -> String {
+fn unusable_reason(result: mongo_lease::Result<LeaseManager>) -> String {
     match result {
         Err(Error::UnusableCollection { reason }) => reason,
         Err(other) => panic!("expected UnusableCollection, got {other:?}"),
@@ -61,7 +61,7 @@ async fn a_ts_ttl_index_shorter_than_heartbeat_plus_margin_is_refused_naming_it(
     let before = index_names(&fx).await;
 
     let reason =
-        unusable_reason(LockManager::connect(options(&fx, Duration::from_secs(40)).await).await);
+        unusable_reason(LeaseManager::connect(options(&fx, Duration::from_secs(40)).await).await);
     assert!(reason.contains("\"ts_1\""), "names the index: {reason}");
     assert!(reason.contains("{ \"ts\": 1 }"), "names the key: {reason}");
     assert!(
@@ -76,7 +76,7 @@ async fn a_ts_ttl_index_longer_than_heartbeat_plus_margin_is_accepted() {
     let fx = Fixture::new("ts_accepted").await;
     ttl_index(&fx, "ts", Duration::from_secs(30), "ts_1").await;
 
-    let manager = LockManager::connect(options(&fx, Duration::from_secs(3)).await)
+    let manager = LeaseManager::connect(options(&fx, Duration::from_secs(3)).await)
         .await
         .expect("a 30 s index outlives a 3 s heartbeat plus the 9 s margin");
     let lease = manager.acquire("k").await.expect("acquire");
@@ -95,7 +95,7 @@ async fn a_ts_ttl_index_longer_than_heartbeat_plus_margin_is_accepted() {
 async fn an_accepted_ts_ttl_index_shortens_the_local_deadline() {
     let fx = Fixture::new("ts_deadline").await;
     ttl_index(&fx, "ts", Duration::from_secs(30), "ts_1").await;
-    let manager = LockManager::connect(options(&fx, Duration::from_secs(3)).await)
+    let manager = LeaseManager::connect(options(&fx, Duration::from_secs(3)).await)
         .await
         .expect("accepted");
     let capped = Duration::from_secs(30) - TTL / 10;
@@ -119,7 +119,7 @@ async fn an_accepted_ts_ttl_index_shortens_the_local_deadline() {
 async fn hold_at_least_longer_than_a_ts_ttl_index_is_refused() {
     let fx = Fixture::new("ts_hold").await;
     ttl_index(&fx, "ts", Duration::from_secs(30), "ts_1").await;
-    let manager = LockManager::connect(options(&fx, Duration::from_secs(3)).await)
+    let manager = LeaseManager::connect(options(&fx, Duration::from_secs(3)).await)
         .await
         .expect("accepted");
     let hold = |secs| {
@@ -159,7 +159,7 @@ async fn a_ttl_index_on_acq_is_refused_whatever_its_expiry() {
     let before = index_names(&fx).await;
 
     let reason =
-        unusable_reason(LockManager::connect(options(&fx, Duration::from_secs(3)).await).await);
+        unusable_reason(LeaseManager::connect(options(&fx, Duration::from_secs(3)).await).await);
     assert!(reason.contains("\"acq_1\""), "names the index: {reason}");
     assert!(reason.contains("no renewal moves"), "says why: {reason}");
     assert_eq!(index_names(&fx).await, before, "nothing was created");
@@ -179,7 +179,7 @@ async fn a_data_collection_is_refused_and_its_documents_survive() {
         .await
         .expect("insert the user's document");
 
-    let reason = unusable_reason(LockManager::connect(fx.options(TTL).await).await);
+    let reason = unusable_reason(LeaseManager::connect(fx.options(TTL).await).await);
     assert!(
         reason.contains("lock collection"),
         "says what was expected: {reason}"
@@ -226,7 +226,7 @@ async fn a_collection_of_the_patterns_lock_documents_is_accepted() {
         .await
         .expect("insert the other application's locks");
 
-    let manager = LockManager::connect(fx.options(TTL).await)
+    let manager = LeaseManager::connect(fx.options(TTL).await)
         .await
         .expect("a collection of lock documents is accepted");
     assert!(
@@ -253,12 +253,12 @@ async fn unreachable(
 ) -> Error {
     client_options.server_selection_timeout = selection_timeout;
     let client = mongodb::Client::with_options(client_options).expect("client");
-    let options = LockManagerOptions::builder()
+    let options = LeaseManagerOptions::builder()
         .database(client.database("unreachable"))
         .collection("workitem.lock")
         .operation_timeout(OPERATION_TIMEOUT)
         .build();
-    let error = match LockManager::connect(options).await {
+    let error = match LeaseManager::connect(options).await {
         Err(e @ Error::Unreachable { .. }) => e,
         Err(other) => panic!("expected Unreachable, got {other:?}"),
         Ok(_) => panic!("expected Unreachable, connect succeeded"),
@@ -402,7 +402,7 @@ async fn each_lease_stores_its_own_ttl_and_renews_in_one_update_many_per_ttl() {
     let manager_ttl = Duration::from_secs(3);
     let long_ttl = Duration::from_secs(6);
     let (options, log) = fx.monitored_options(manager_ttl, "").await;
-    let manager = LockManager::connect(options).await.expect("connect");
+    let manager = LeaseManager::connect(options).await.expect("connect");
     let long = mongo_lease::AcquireOptions::builder().ttl(long_ttl).build();
     let mut leases = Vec::new();
     for i in 0..3 {

@@ -1,5 +1,5 @@
 //! The delete-on-release compatibility mode (`ReleaseMode::Delete`) and
-//! release by owner id (`LockManager::release_owner`, `mongo-lease release
+//! release by owner id (`LeaseManager::release_owner`, `mongo-lease release
 //! --owner AID --force`), against a real `mongod`. Plain driver calls play
 //! the other application: acquire = `insert_one({_id, ts, aid})` (E11000 =
 //! held), release = delete.
@@ -14,7 +14,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use mongo_lease::{DELETE_MIN_TOKEN_AGE, Error, LockManager, ReleaseMode};
+use mongo_lease::{DELETE_MIN_TOKEN_AGE, Error, LeaseManager, ReleaseMode};
 use mongodb::bson::{DateTime, doc};
 use serde_json::Value;
 
@@ -31,20 +31,24 @@ const CYCLES_BOUND: Duration = Duration::from_secs(20);
 const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
 
 /// A delete-mode manager on the fixture's collection.
-async fn delete_mode_manager(f: &Fixture, owner: &str, heartbeat: Option<Duration>) -> LockManager {
+async fn delete_mode_manager(
+    f: &Fixture,
+    owner: &str,
+    heartbeat: Option<Duration>,
+) -> LeaseManager {
     let mut options = f.options(TTL).await;
     options.release_mode = ReleaseMode::Delete;
     options.owner_id = Some(owner.to_string());
     options.heartbeat_interval = heartbeat;
-    LockManager::connect(options).await.expect("connect")
+    LeaseManager::connect(options).await.expect("connect")
 }
 
 /// A keep-mode manager with this owner id and heartbeat.
-async fn keep_mode_manager(f: &Fixture, owner: &str, heartbeat: Option<Duration>) -> LockManager {
+async fn keep_mode_manager(f: &Fixture, owner: &str, heartbeat: Option<Duration>) -> LeaseManager {
     let mut options = f.options(TTL).await;
     options.owner_id = Some(owner.to_string());
     options.heartbeat_interval = heartbeat;
-    LockManager::connect(options).await.expect("connect")
+    LeaseManager::connect(options).await.expect("connect")
 }
 
 /// Lets every token issued so far become old enough for a release to delete it.
@@ -127,7 +131,7 @@ async fn delete_mode_an_insert_style_client_locks_a_key_at_once_after_release_dr
 /// `m.acquire(key)` of a key its last holder released: free at once (a
 /// delete-mode release deletes the document or marks it released), so a
 /// wait of [`BOUND`] means it stayed held, and fails rather than hangs.
-async fn acquire_free(m: &LockManager, key: &str) -> mongo_lease::Lease {
+async fn acquire_free(m: &LeaseManager, key: &str) -> mongo_lease::Lease {
     tokio::time::timeout(BOUND, m.acquire(key))
         .await
         .unwrap_or_else(|_| panic!("{key}: released, yet not acquired within {BOUND:?}"))
@@ -391,7 +395,7 @@ async fn delete_mode_releases_a_lease_older_than_the_token_age_in_one_round_trip
     let f = Fixture::new("compat_round_trips").await;
     let (mut options, log) = f.monitored_options(TTL, "").await;
     options.release_mode = ReleaseMode::Delete;
-    let m = LockManager::connect(options).await.expect("connect");
+    let m = LeaseManager::connect(options).await.expect("connect");
 
     let lease = m.acquire("old").await.unwrap();
     age_tokens().await;

@@ -9,7 +9,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mongo_lease::LockManager;
+use mongo_lease::LeaseManager;
 use mongodb::bson::{DateTime, Document, doc};
 use serde_json::Value;
 use tokio_util::time::FutureExt as _;
@@ -47,7 +47,7 @@ fn bytes(doc: &Document) -> Option<Vec<u8>> {
     Some(mongodb::bson::to_vec(doc).expect("BSON"))
 }
 
-async fn shutdown(manager: LockManager) {
+async fn shutdown(manager: LeaseManager) {
     manager.shutdown().await.expect("shutdown");
 }
 
@@ -94,7 +94,7 @@ async fn acquire_waits_for_a_foreign_lock_and_is_woken_by_its_owners_delete() {
     // event can wake the waiter.
     options.retry_initial = Duration::from_secs(3600);
     options.retry_max = Duration::from_secs(3600);
-    let m = LockManager::connect(options).await.unwrap();
+    let m = LeaseManager::connect(options).await.unwrap();
     let written = foreign_lock(&fx, "job", OTHER_APP).await;
 
     let acquire = tokio::spawn({
@@ -216,7 +216,7 @@ async fn force_release_deletes_a_foreign_lock_but_release_all_and_shutdown_with_
     let fx = Fixture::new("foreign_release").await;
     let mut options = fx.options(TTL).await;
     options.owner_id = Some(OTHER_APP.into());
-    let same_aid = LockManager::connect(options).await.unwrap();
+    let same_aid = LeaseManager::connect(options).await.unwrap();
     let operator = fx.manager(TTL).await;
     let written = foreign_lock(&fx, "theirs", OTHER_APP).await;
     let lease = same_aid.acquire("mine").await.unwrap();
@@ -347,7 +347,7 @@ async fn a_bare_id_lock_is_held_try_acquire_returns_none_and_a_waiter_gets_it_af
     // event can wake the waiter.
     options.retry_initial = Duration::from_secs(3600);
     options.retry_max = Duration::from_secs(3600);
-    let m = LockManager::connect(options).await.unwrap();
+    let m = LeaseManager::connect(options).await.unwrap();
     assert_eq!(
         bare_lock(&fx, BARE).await,
         None,
@@ -475,7 +475,7 @@ async fn the_bare_id_client_still_locks_a_key_after_mongo_lease_released_it() {
     // delete): once the release deleted the document, the client locks.
     let mut options = fx.options(TTL).await;
     options.release_mode = mongo_lease::ReleaseMode::Delete;
-    let m = LockManager::connect(options).await.unwrap();
+    let m = LeaseManager::connect(options).await.unwrap();
     let key = "lock_bare_deleted";
     let lease = m.acquire(key).await.unwrap();
     assert!(!lease.release().await.unwrap().was_lost());

@@ -6,7 +6,7 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use mongo_lease::{Election, Error, LeaseKey, LockManager, ReleaseOutcome};
+use mongo_lease::{Election, Error, LeaseKey, LeaseManager, ReleaseOutcome};
 use mongodb::bson::{
     Binary, Bson, DateTime, Document, JavaScriptCodeWithScope, Regex, Timestamp, doc,
     oid::ObjectId, spec::BinarySubtype,
@@ -130,7 +130,7 @@ async fn keys_of_each_type_come_back_equal_and_are_stored_with_their_type() {
 async fn refused_keys_fail_with_invalid_key_before_any_round_trip() {
     let fx = Fixture::new("keys_refused").await;
     let (options, log) = fx.monitored_options(TTL, "").await;
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     let refused: Vec<(LeaseKey, &str)> = vec![
         (Bson::Array(vec![Bson::Int32(1)]).into(), "array"),
         (
@@ -364,7 +364,7 @@ async fn an_observer_and_a_waiter_of_a_document_key_follow_its_lease() {
     let (mut options, log) = fx.monitored_options(TTL, "").await;
     options.retry_initial = Duration::from_secs(600);
     options.retry_max = Duration::from_secs(600);
-    let other = LockManager::connect(options).await.unwrap();
+    let other = LeaseManager::connect(options).await.unwrap();
     let key = LeaseKey::from(doc! { "tenant": 3_i64, "item": oid() });
 
     let mut observer = other.observe(&key).await.unwrap();
@@ -466,7 +466,7 @@ async fn cli_shows_the_key_as(db: &str, args: &[&str], key_json: &str) {
 
 /// A manager of the collection `leases` of the fixture's database, the one
 /// the CLI runs use.
-async fn cli_collection_manager(fx: &Fixture) -> LockManager {
+async fn cli_collection_manager(fx: &Fixture) -> LeaseManager {
     common::manager_on(fx.db.clone(), "leases", TTL).await
 }
 

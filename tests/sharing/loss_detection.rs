@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use mongo_lease::testkit::Standalone;
-use mongo_lease::{Lease, LockManager, ReleaseOutcome};
+use mongo_lease::{Lease, LeaseManager, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 
 use super::common::{CommandLog, Fixture, eventually, renewal::renewed_keys};
@@ -26,10 +26,10 @@ const BOUND: Duration = Duration::from_secs(10);
 
 /// A manager with a command log, holding `keys`, whose change stream of
 /// writes is open (its `aggregate` answered), with the log cleared.
-async fn holder(fx: &Fixture, keys: &[&str]) -> (LockManager, Vec<Lease>, CommandLog) {
+async fn holder(fx: &Fixture, keys: &[&str]) -> (LeaseManager, Vec<Lease>, CommandLog) {
     let (mut options, log) = fx.monitored_options(TTL, "").await;
     options.heartbeat_interval = Some(HEARTBEAT);
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     let mut leases = Vec::new();
     for key in keys {
         leases.push(manager.acquire(*key).await.unwrap());
@@ -221,13 +221,13 @@ async fn without_a_change_stream_a_rewritten_owner_id_is_lost_at_the_next_renewa
     let clients = super::common::Clients::default();
     let client = clients.connect(&server.uri()).await;
     let heartbeat = Duration::from_millis(500);
-    let mut options = mongo_lease::LockManagerOptions::builder()
+    let mut options = mongo_lease::LeaseManagerOptions::builder()
         .database(client.database("poll"))
         .collection("leases")
         .ttl(Duration::from_secs(3))
         .build();
     options.heartbeat_interval = Some(heartbeat);
-    let manager = LockManager::connect(options).await.unwrap();
+    let manager = LeaseManager::connect(options).await.unwrap();
     let lease = manager.acquire("k").await.unwrap();
     let raw = client.database("poll").collection::<Document>("leases");
     // Two renewals (each moves `ts`): renewals match the document as the

@@ -273,7 +273,7 @@ async fn is_lost_reads_true_past_the_deadline_while_the_actor_cannot_run() {
     let db = MemoryDb::new();
     let timing = short_timing();
     let store = db.store("a", timing.ttl);
-    let a = LockManager::start(Arc::new(store), "a".into(), timing);
+    let a = LeaseManager::start(Arc::new(store), "a".into(), timing);
     let lease = a.acquire("k").await.unwrap();
     let deadline = lease.deadline().expect("held");
     // This single-threaded runtime runs the actor too: while this thread

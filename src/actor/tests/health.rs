@@ -1,4 +1,4 @@
-//! `LockManager::health` (`src/health.rs`, published by
+//! `LeaseManager::health` (`src/health.rs`, published by
 //! `src/actor/telemetry.rs`): renewals on time, held leases, the age of the
 //! oldest confirmed renewal, under the paused clock.
 

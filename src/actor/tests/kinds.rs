@@ -26,7 +26,7 @@ fn shared() -> AcquireOptions {
 /// `manager.acquire_with(key, options)` in a task, queued before this
 /// returns; the task yields the instant the lease was granted, with the lease.
 async fn waiter_with(
-    manager: &LockManager,
+    manager: &LeaseManager,
     key: &str,
     options: &AcquireOptions,
 ) -> JoinHandle<Result<(Instant, Lease)>> {
@@ -580,7 +580,7 @@ async fn a_local_permit_release_starts_the_waiters_attempt_at_once_without_chang
         retry_max: Duration::from_secs(10),
         ..timing()
     };
-    let a = LockManager::start(Arc::new(store.clone()), "a".into(), slow_polls);
+    let a = LeaseManager::start(Arc::new(store.clone()), "a".into(), slow_polls);
     let two = permits(2);
     let mine = a.acquire_with("pool", &two).await.unwrap();
     let taken = db.try_take_as("pool", "b", TTL, LeaseKind::Permit { permits: 2 });

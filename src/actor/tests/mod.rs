@@ -21,7 +21,7 @@ use crate::config::Timing;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::Lease;
-use crate::manager::LockManager;
+use crate::manager::LeaseManager;
 use crate::status::ReleaseOutcome;
 use crate::store::AcquireOutcome;
 use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
@@ -71,33 +71,36 @@ fn timing() -> Timing {
 /// Starts a manager with owner id `owner` on `db`. Returns the manager, a clone
 /// of its store (knobs and counters) and the instant it started: its heartbeat
 /// ticks at `t0 + k * HEARTBEAT`.
-fn start(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore, Instant) {
+fn start(db: &MemoryDb, owner: &str) -> (LeaseManager, MemoryStore, Instant) {
     let store = db.store(owner, TTL);
     let t0 = Instant::now();
-    let manager = LockManager::start(Arc::new(store.clone()), owner.into(), timing());
+    let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing());
     (manager, store, t0)
 }
 
 /// As [`start`], on a deployment without change streams (a standalone
 /// server): only the heartbeat notices writes by others.
-fn start_without_change_streams(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore, Instant) {
+fn start_without_change_streams(
+    db: &MemoryDb,
+    owner: &str,
+) -> (LeaseManager, MemoryStore, Instant) {
     let store = db.store(owner, TTL).without_change_streams();
     let t0 = Instant::now();
-    let manager = LockManager::start(Arc::new(store.clone()), owner.into(), timing());
+    let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing());
     (manager, store, t0)
 }
 
 /// A manager whose next poll after a failed attempt is at least a second
 /// away (equal jitter on a 2 s step), so that only a wake-up (a release
 /// announced, a stream that opened) makes it retry sooner.
-fn start_slow_polls(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore) {
+fn start_slow_polls(db: &MemoryDb, owner: &str) -> (LeaseManager, MemoryStore) {
     let store = db.store(owner, TTL);
     let slow_polls = Timing {
         retry_initial: Duration::from_secs(2),
         retry_max: Duration::from_secs(10),
         ..timing()
     };
-    let manager = LockManager::start(Arc::new(store.clone()), owner.into(), slow_polls);
+    let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), slow_polls);
     (manager, store)
 }
 
@@ -137,7 +140,7 @@ where
 /// were granted, each task's index, the instant of its grant and its
 /// fencing token.
 async fn contend(
-    manager: &LockManager,
+    manager: &LeaseManager,
     key: &str,
     n: usize,
     hold: Duration,
@@ -168,7 +171,7 @@ async fn contend(
 /// `manager.acquire(key)` in a task, queued before this returns; the task
 /// yields the instant the lease was granted, with the lease.
 async fn waiter(
-    manager: &LockManager,
+    manager: &LeaseManager,
     key: impl Into<LeaseKey>,
 ) -> JoinHandle<Result<(Instant, Lease)>> {
     let key = &key.into();

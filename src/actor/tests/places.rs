@@ -21,7 +21,7 @@ const BETWEEN_TICKS: Duration = Duration::from_millis(500);
 /// is `store`), with the twin's collection of their lock fields and the
 /// store the actor uses for them (its knobs and counters).
 async fn jobs(
-    manager: &LockManager,
+    manager: &LeaseManager,
     store: &MemoryStore,
 ) -> (DocumentLeases<Document>, MemoryDb, MemoryStore) {
     let leases = manager.documents::<Document>(JOBS).await.unwrap();

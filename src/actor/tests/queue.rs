@@ -30,8 +30,8 @@ fn renewals_of(store: &MemoryStore, key: &str, since: Instant) -> Vec<Instant> {
 /// waits for it (`wb`), registered in the key's queue.
 struct Queued {
     db: MemoryDb,
-    a: LockManager,
-    b: LockManager,
+    a: LeaseManager,
+    b: LeaseManager,
     sb: MemoryStore,
     first: Lease,
     wb: JoinHandle<Result<(Instant, Lease)>>,

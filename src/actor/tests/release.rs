@@ -495,7 +495,7 @@ async fn a_stream_opening_during_the_waiters_attempt_makes_a_held_answer_retry_a
 // ----- delete-on-release mode ----------------------------------------------------
 
 /// A manager in delete-on-release mode (store and timing alike).
-fn start_delete_mode(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore, Instant) {
+fn start_delete_mode(db: &MemoryDb, owner: &str) -> (LeaseManager, MemoryStore, Instant) {
     let store = db
         .store(owner, TTL)
         .with_release_mode(crate::ReleaseMode::Delete);
@@ -504,7 +504,7 @@ fn start_delete_mode(db: &MemoryDb, owner: &str) -> (LockManager, MemoryStore, I
         release_mode: crate::ReleaseMode::Delete,
         ..timing()
     };
-    let manager = LockManager::start(Arc::new(store.clone()), owner.into(), timing);
+    let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing);
     (manager, store, t0)
 }
 

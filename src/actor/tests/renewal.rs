@@ -438,7 +438,7 @@ async fn a_ttl_cap_from_a_ts_index_shortens_the_local_deadline() {
         ..timing()
     };
     assert_eq!(capped.local_validity(), cap - SAFETY_MARGIN);
-    let a = LockManager::start(Arc::new(store.clone()), "a".into(), capped);
+    let a = LeaseManager::start(Arc::new(store.clone()), "a".into(), capped);
     let lease = a.acquire("k").await.unwrap();
     store.fail_renewals();
 
@@ -457,7 +457,7 @@ async fn a_ttl_cap_longer_than_the_ttl_keeps_the_ttl_deadline() {
         ttl_cap: Some(TTL * 10),
         ..timing()
     };
-    let a = LockManager::start(Arc::new(store.clone()), "a".into(), capped);
+    let a = LeaseManager::start(Arc::new(store.clone()), "a".into(), capped);
     let lease = a.acquire("k").await.unwrap();
     store.fail_renewals();
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mongo_lease::{Error, LeaseKey, LeaseKind, LockManager};
+use mongo_lease::{Error, LeaseKey, LeaseKind, LeaseManager};
 use tokio_util::time::FutureExt as _;
 
 use crate::args::ExecArgs;
@@ -14,7 +14,7 @@ use crate::{Failure, exit, output};
 /// the command under the lease, releases it; the exit code. `status` tells
 /// `--http`'s `/healthz` where it is.
 pub async fn exec(
-    manager: &LockManager,
+    manager: &LeaseManager,
     args: ExecArgs,
     json: bool,
     status: &Status,

@@ -13,7 +13,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use mongo_lease::{LeaderContext, LeaderInfo, Lease, LeaseKey, LockManager};
+use mongo_lease::{LeaderContext, LeaderInfo, Lease, LeaseKey, LeaseManager};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -92,7 +92,7 @@ impl Http {
     }
 
     /// Starts serving; `election` adds `/leader`. Prints the bound address.
-    pub fn serve(self, manager: &LockManager, election: Option<LeaseKey>, phase: Phase) -> Server {
+    pub fn serve(self, manager: &LeaseManager, election: Option<LeaseKey>, phase: Phase) -> Server {
         let Some((listener, metrics)) = self.0 else {
             return Server {
                 status: Status::default(),
@@ -180,7 +180,7 @@ impl Drop for Server {
 
 #[derive(Clone)]
 struct AppState {
-    manager: LockManager,
+    manager: LeaseManager,
     metrics: PrometheusHandle,
     status: Status,
     election: Option<LeaseKey>,

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mongo_lease::{Election, LeaseKind, LockManager};
+use mongo_lease::{Election, LeaseKind, LeaseManager};
 
 use crate::args::LeaderArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
@@ -12,7 +12,7 @@ use crate::{Failure, exit};
 /// Campaigns and runs the command while leader (see `--help`); `status`
 /// tells `--http`'s `/healthz` whether it leads or campaigns.
 pub async fn leader(
-    manager: &LockManager,
+    manager: &LeaseManager,
     args: LeaderArgs,
     status: &Status,
 ) -> Result<u8, Failure> {

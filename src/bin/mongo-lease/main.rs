@@ -14,7 +14,7 @@ mod watch;
 use std::process::ExitCode;
 
 use clap::Parser;
-use mongo_lease::{Error, LockManager, LockManagerOptions};
+use mongo_lease::{Error, LeaseManager, LeaseManagerOptions};
 
 use args::{Cli, Commands, Connection, LeaseTiming, ReleaseArgs, one_key};
 use exec::exec;
@@ -202,7 +202,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
 }
 
 /// Shuts the manager down (releasing whatever it still holds).
-async fn finish(manager: &LockManager, code: Result<u8, Failure>) -> Result<u8, Failure> {
+async fn finish(manager: &LeaseManager, code: Result<u8, Failure>) -> Result<u8, Failure> {
     let shutdown = manager.shutdown().await;
     let code = code?;
     if let Err(e) = shutdown {
@@ -216,7 +216,7 @@ async fn finish(manager: &LockManager, code: Result<u8, Failure>) -> Result<u8, 
 /// leave the command `--grace` to stop before the lease expires on the
 /// server (`LeaseTiming::safety_margin`). Without it, the library's default
 /// TTL and timing.
-async fn connect(c: &Connection, timing: Option<&LeaseTiming>) -> Result<LockManager, Failure> {
+async fn connect(c: &Connection, timing: Option<&LeaseTiming>) -> Result<LeaseManager, Failure> {
     let Some(uri) = c.uri.as_deref().filter(|u| !u.is_empty()) else {
         return Err(Failure::usage(
             "no MongoDB URI: pass --uri or set MONGODB_URI",
@@ -233,7 +233,7 @@ async fn connect(c: &Connection, timing: Option<&LeaseTiming>) -> Result<LockMan
     let client = mongodb::Client::with_options(options)
         .map_err(|e| Failure::usage(format!("invalid MongoDB URI: {e}")))?;
     let owner_id = c.owner_id.clone().unwrap_or_else(default_owner_id);
-    let mut options = LockManagerOptions::builder()
+    let mut options = LeaseManagerOptions::builder()
         .database(client.database(&c.db))
         .collection(c.collection.clone())
         .owner_id(owner_id)
@@ -245,7 +245,7 @@ async fn connect(c: &Connection, timing: Option<&LeaseTiming>) -> Result<LockMan
         options.safety_margin = Some(timing.safety_margin());
         options.heartbeat_interval = Some(timing.heartbeat_interval());
     }
-    LockManager::connect(options).await.map_err(|e| {
+    LeaseManager::connect(options).await.map_err(|e| {
         let mut failure = Failure::from(e);
         if failure.code == exit::UNAVAILABLE {
             failure.message = format!("cannot use MongoDB: {}", failure.message);

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use mongo_lease::{HolderInfo, LeaseInfo, LeaseKey, LeaseKind, LockManager};
+use mongo_lease::{HolderInfo, LeaseInfo, LeaseKey, LeaseKind, LeaseManager};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -254,7 +254,11 @@ fn rows(leases: &[LeaseInfo]) -> Vec<[String; 9]> {
     rows
 }
 
-pub async fn print_list(manager: &LockManager, held_only: bool, json: bool) -> Result<u8, Failure> {
+pub async fn print_list(
+    manager: &LeaseManager,
+    held_only: bool,
+    json: bool,
+) -> Result<u8, Failure> {
     let mut leases = manager.list().await?;
     if held_only {
         leases.retain(|l| l.held);

@@ -1,6 +1,6 @@
 //! `mongo-lease watch`: print each change of a key's holders as it happens.
 //!
-//! The states come from `LockManager::observe` (a change stream on a replica
+//! The states come from `LeaseManager::observe` (a change stream on a replica
 //! set, re-reads at expiry, polling on a standalone server); this file turns
 //! consecutive states into changes of holder. Renewals and payload writes
 //! change no holder, so they print nothing.
@@ -20,7 +20,7 @@
 use std::io::Write;
 use std::time::SystemTime;
 
-use mongo_lease::{LeaseInfo, LeaseKey, LeaseKind, LockManager};
+use mongo_lease::{LeaseInfo, LeaseKey, LeaseKind, LeaseManager};
 use serde_json::{Value, json};
 
 use crate::child::Signals;
@@ -29,7 +29,7 @@ use crate::{Failure, exit};
 
 /// Follows `key` until SIGINT or SIGTERM (then exits 0), printing one line
 /// per change; the first line is the current state.
-pub async fn watch(manager: &LockManager, key: LeaseKey, json: bool) -> Result<u8, Failure> {
+pub async fn watch(manager: &LeaseManager, key: LeaseKey, json: bool) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
     let mut observer = manager.observe(key.clone()).await?;
     let mut tracker = Tracker::default();

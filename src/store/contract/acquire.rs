@@ -142,6 +142,6 @@ pub(super) async fn a_document_of_foreign_shape_is_never_taken<F: Fixture>(f: &F
         );
         assert!(f.foreign_unchanged("f").await, "waiting: {waiting}");
     }
-    assert_eq!(a.release_owner(Vec::new()).await.unwrap(), 0);
+    assert_eq!(a.release_all(Vec::new()).await.unwrap(), 0);
     assert!(f.foreign_unchanged("f").await);
 }

@@ -207,7 +207,7 @@ impl Fixture for MongoFixture {
         };
         // Indexes as a manager creates them; a long grace keeps the TTL
         // monitor away from the scenario's documents.
-        let timing = crate::LockManagerOptions::builder()
+        let timing = crate::LeaseManagerOptions::builder()
             .database(fixture.db.clone())
             .collection(fixture.collection.clone())
             .build()

@@ -354,7 +354,7 @@ pub(super) async fn release_by_owner_and_force_release_of_multi_holder_keys<F: F
     let (lc, _) = take_as(&c, "p", permit(3)).await;
     let (in_flight, _) = take_as(&a, "q", permit(3)).await;
 
-    assert_eq!(a.release_owner(vec![in_flight.lease_id]).await.unwrap(), 2);
+    assert_eq!(a.release_all(vec![in_flight.lease_id]).await.unwrap(), 2);
     assert_eq!(holders(&a, "s").await.1, ["b"]);
     assert_eq!(holders(&a, "p").await.1, ["c"]);
     assert_eq!(holders(&a, "q").await.1, ["a"], "in flight: kept");

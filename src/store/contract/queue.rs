@@ -237,7 +237,7 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
     assert!(tb2 > ta2);
     let lc = Uuid::new_v4();
     wait(&c, "k1", lc, "b", tb).await;
-    assert_eq!(b.release_owner(vec![lb2]).await.unwrap(), 1);
+    assert_eq!(b.release_all(vec![lb2]).await.unwrap(), 1);
     let tc = handed(f, "k1", ("c", lc), tb).await;
     let _ = lb1;
 

@@ -74,15 +74,15 @@ pub(super) async fn release_by_owner_skips_lease_ids_in_flight<F: Fixture>(f: &F
     let (l5, _) = take(&a, "k5").await;
     assert_eq!(a.release(vec![l5]).await.unwrap(), 1);
 
-    assert_eq!(a.release_owner(vec![l3.lease_id]).await.unwrap(), 2);
+    assert_eq!(a.release_all(vec![l3.lease_id]).await.unwrap(), 2);
     for l in [&l1, &l2] {
         let r = raw(f, &l.key).await;
         assert_eq!((r.lease_id, r.expired), (None, true), "{} released", l.key);
     }
     assert_held(&raw(f, "k3").await, "a", &l3, t3);
     assert_held(&raw(f, "k4").await, "b", &l4, t4);
-    assert_eq!(a.release_owner(vec![l3.lease_id]).await.unwrap(), 0);
-    assert_eq!(a.release_owner(Vec::new()).await.unwrap(), 1);
+    assert_eq!(a.release_all(vec![l3.lease_id]).await.unwrap(), 0);
+    assert_eq!(a.release_all(Vec::new()).await.unwrap(), 1);
     assert_held(&raw(f, "k4").await, "b", &l4, t4);
 }
 

@@ -64,7 +64,7 @@ pub(crate) struct Call {
     pub op: Op,
     /// When the actor issued it.
     pub at: Instant,
-    /// The keys it named (acquire: one; renew/release: the batch; release_owner: none).
+    /// The keys it named (acquire: one; renew/release: the batch; release_all: none).
     pub keys: Vec<LeaseKey>,
 }
 

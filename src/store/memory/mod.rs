@@ -30,7 +30,7 @@
 //!   yield window` (the store's,
 //!   [`DEFAULT_RETRY_MAX`](crate::config::DEFAULT_RETRY_MAX) unless set
 //!   with [`MemoryStore::with_yield_window`]); returns how many matched.
-//! - **release_owner(except)** does the same to every document of this owner
+//! - **release_all(except)** does the same to every document of this owner
 //!   that still has a lease id, not in `except`; **release_by_owner(owner)**
 //!   to every document of `owner` that still has a lease id.
 //! - In **delete mode** ([`MemoryStore::with_release_mode`]) each of these
@@ -43,7 +43,7 @@
 //!   application's `{_id, ts, aid}`; [`MemoryDb::put_bare`], a bare `{_id}`,
 //!   whose `aid` reads as `""`) is never modified: acquire reports it
 //!   `Held { holder: aid, remaining: None, token: None }`, renew, release and
-//!   release_owner never match it, reads show it held by a foreign holder,
+//!   release_all never match it, reads show it held by a foreign holder,
 //!   and only force release (or [`MemoryDb::delete`]) deletes it, announcing
 //!   the delete like a release.
 //!

@@ -376,7 +376,7 @@ impl Store for MemoryStore {
         })
     }
 
-    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
+    fn release_all(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
         let owner = self.owner.clone();
         let db = self.db.clone();
         let yield_window = self.yield_window;

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 
 /// One manager's view of a [`MemoryDb`]. Clones share knobs and counters: give
-/// one clone to `LockManager::start` and keep one in the test.
+/// one clone to `LeaseManager::start` and keep one in the test.
 #[derive(Clone)]
 pub(crate) struct MemoryStore {
     pub(super) db: MemoryDb,

@@ -197,7 +197,7 @@ impl Store for MongoStore {
         async move { store.release_leases(vec![lease], false).await }.boxed()
     }
 
-    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
+    fn release_all(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move {
             let filter = doc! { "$or": [

@@ -501,7 +501,7 @@ impl Store for DocumentStore {
     /// collection scan unless the user indexed that path (the actor
     /// releases documents' leases by lease id, and calls this only for the
     /// lock collection's `release_all`).
-    fn release_owner(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
+    fn release_all(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move {
             let filter = store.lock().owner_filter(store.owner(), &except);

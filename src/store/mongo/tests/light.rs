@@ -667,8 +667,8 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
 #[tokio::test]
 async fn a_managers_acquires_and_releases_asked_for_at_once_are_grouped() {
     let env = Env::new().await;
-    let manager = crate::LockManager::connect(
-        crate::LockManagerOptions::builder()
+    let manager = crate::LeaseManager::connect(
+        crate::LeaseManagerOptions::builder()
             .database(env.db.clone())
             .collection(env.collection.as_str())
             .build(),
