@@ -366,15 +366,4 @@ pub(super) fn pick_ports(n: usize) -> Result<Vec<u16>, TestkitError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_are_distinct() {
-        let ports = pick_ports(5).unwrap();
-        let mut dedup = ports.clone();
-        dedup.sort_unstable();
-        dedup.dedup();
-        assert_eq!(dedup.len(), 5);
-    }
-}
+mod tests;

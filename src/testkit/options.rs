@@ -166,25 +166,4 @@ impl ReplicaSetOptions {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_validation() {
-        assert!(ReplicaSetOptions::default().validate().is_ok());
-        assert!(ReplicaSetOptions::default().members(0).validate().is_err());
-        assert!(ReplicaSetOptions::default().members(51).validate().is_err());
-        assert!(
-            ReplicaSetOptions::default()
-                .set_name("")
-                .validate()
-                .is_err()
-        );
-        assert!(
-            ReplicaSetOptions::default()
-                .set_name("a/b")
-                .validate()
-                .is_err()
-        );
-    }
-}
+mod tests;
