@@ -5,22 +5,13 @@
 //! * **Acquire**: one `update` of one upsert statement per key (the light
 //!   acquire's update, its lease id a per-statement constant `c`), not
 //!   ordered, then one `find` of the keys. The update command returns no
-//!   documents, so the `find` reads each key's holder, token and expiry.
-//!   A key counts as acquired only if it holds this owner and lease id and
-//!   the server's remaining validity (`exp - $$NOW` at the `find`) is at
-//!   least the TTL less `e`, the local time from the update's send to the
-//!   `find`'s send in whole milliseconds, plus one. The `find`'s `$$NOW`
-//!   is read after the `find` was sent (one clock rate, as every local
-//!   deadline assumes) and rounded down to the millisecond, so `$$NOW >
-//!   find send - 1 ms`, and `exp >= $$NOW + TTL - e > update send + TTL -
-//!   2 ms`: the expiry is at least the update's send + the TTL, less 2 ms
-//!   of rounding (far below any safety margin), which the actor counts on
-//!   (it counts from its attempt's send, earlier still), whichever write
-//!   under that lease id set it (this one, or an earlier attempt whose
-//!   outcome was unknown, B7). The `find`'s reply leg is not counted:
-//!   measured at the reply, it would lower the bound by that leg. Any
-//!   other key, and every key after an error, is left to the general form,
-//!   which decides (and recognises a landed earlier attempt as a retry).
+//!   documents, so the `find` reads each key's holder, token and expiry,
+//!   with the server's `$$NOW`, and the shared decision
+//!   (`store::light_acquire`, which the in-memory twin makes too) tells
+//!   from them and the local time from the update's send to the `find`'s
+//!   send which keys count as acquired. Any other key, and every key after
+//!   an error, is left to the general form, which decides (and recognises
+//!   a landed earlier attempt as a retry).
 //! * **Release**: one `update` of one statement per lease (the light
 //!   release), not ordered. All applied (`nModified` = statements): all
 //!   released. Otherwise one `find` of the keys reads each document, and
@@ -45,35 +36,25 @@ use mongodb::bson::{Document, RawArrayBuf, doc, rawdoc};
 use super::super::handle::MongoStore;
 use super::super::ops::ttl_ms;
 use super::super::plain::{update_reply, update_statements};
-use super::super::rules::bson_lease_id;
+use super::super::rules::{bson_lease_id, read_lease_id};
 use super::{Form, LID, encoded_update, raw_key_filter, raw_lets, raw_upsert_filter};
+use crate::store::light_acquire::{Found, acquired, elapsed_before_find};
 use crate::store::light_release::{
     LightAcquire, LightAcquired, LightRelease, Read, release_outcomes,
 };
 use crate::store::{LeaseRef, field};
 
-/// The token of `doc` (as the batch's `find` read it) if it holds
-/// `request`'s lease for `owner` for at least the request's TTL less
-/// `elapsed_ms` more, by the server's clock.
-fn fresh_token(
-    doc: &Document,
-    request: &LightAcquire,
-    owner: &str,
-    elapsed_ms: i64,
-) -> Option<u64> {
-    let ours = doc.get(field::LEASE_ID) == Some(&bson_lease_id(request.lease_id))
-        && doc.get_str(field::OWNER) == Ok(owner);
-    let left = doc.get_datetime(field::EXPIRES_AT).ok()?.timestamp_millis()
+/// `doc` (as the batch's `find` read it) as the shared decision reads
+/// it; `None` without a token, an expiry or the server's `$$NOW`.
+fn found(doc: &Document) -> Option<Found<'_>> {
+    let left_ms = doc.get_datetime(field::EXPIRES_AT).ok()?.timestamp_millis()
         - doc.get_datetime("now").ok()?.timestamp_millis();
-    let token = doc.get_i64(field::TOKEN).ok()?;
-    (ours && left >= ttl_ms(request.ttl) - elapsed_ms).then_some(token as u64)
-}
-
-/// The `e` of the grouped acquire's bound (see the module docs): the
-/// local time from an update sent at `sent` to a `find` sent at
-/// `find_sent`, in whole milliseconds, plus one.
-fn elapsed_before_find(sent: Instant, find_sent: Instant) -> i64 {
-    find_sent.saturating_duration_since(sent).as_millis() as i64 + 1
+    Some(Found {
+        owner: doc.get_str(field::OWNER).ok(),
+        lease_id: read_lease_id(doc.get(field::LEASE_ID)),
+        token: doc.get_i64(field::TOKEN).ok()? as u64,
+        left_ms,
+    })
 }
 
 impl MongoStore {
@@ -161,10 +142,7 @@ impl MongoStore {
             .iter()
             .map(|request| {
                 let doc = request.key.as_str().and_then(|k| docs.get(k));
-                match doc.and_then(|d| fresh_token(d, request, self.owner(), elapsed_ms)) {
-                    Some(token) => LightAcquired::Acquired(token),
-                    None => LightAcquired::NotApplied,
-                }
+                acquired(doc.and_then(found), request, self.owner(), elapsed_ms)
             })
             .collect()
     }
@@ -219,59 +197,5 @@ impl MongoStore {
             })
             .collect();
         release_outcomes(read, count)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use uuid::Uuid;
-
-    #[test]
-    fn the_acquires_bound_counts_only_the_time_before_the_finds_send() {
-        let sent = Instant::now();
-        let ms = std::time::Duration::from_millis;
-        assert_eq!(elapsed_before_find(sent, sent + ms(7)), 8);
-        assert_eq!(
-            elapsed_before_find(sent, sent + ms(7) + std::time::Duration::from_micros(900)),
-            8
-        );
-        assert_eq!(elapsed_before_find(sent, sent), 1);
-    }
-
-    #[test]
-    fn a_batched_acquire_counts_only_a_lease_that_lasts_its_ttl_from_the_send() {
-        let lease_id = Uuid::new_v4();
-        let request = LightAcquire {
-            key: "k".into(),
-            lease_id,
-            ttl: std::time::Duration::from_secs(10),
-        };
-        let now = mongodb::bson::DateTime::from_millis(1_000_000);
-        let doc = |owner: &str, id: Uuid, left_ms: i64| {
-            doc! {
-                field::OWNER: owner, field::LEASE_ID: bson_lease_id(id), field::TOKEN: 9_i64,
-                field::EXPIRES_AT: mongodb::bson::DateTime::from_millis(1_000_000 + left_ms),
-                "now": now,
-            }
-        };
-        // 5 ms passed since the send: at least 9 995 ms must be left.
-        assert_eq!(
-            fresh_token(&doc("a", lease_id, 9_995), &request, "a", 5),
-            Some(9)
-        );
-        assert_eq!(
-            fresh_token(&doc("a", lease_id, 9_994), &request, "a", 5),
-            None
-        );
-        assert_eq!(
-            fresh_token(&doc("b", lease_id, 10_000), &request, "a", 5),
-            None
-        );
-        let other = Uuid::new_v4();
-        assert_eq!(
-            fresh_token(&doc("a", other, 10_000), &request, "a", 5),
-            None
-        );
     }
 }
