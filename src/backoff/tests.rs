@@ -1,4 +1,3 @@
-
 use super::*;
 
 const MS: Duration = Duration::from_millis(1);

@@ -1,4 +1,3 @@
-
 use mongodb::bson::doc;
 
 use crate::document::DEFAULT_LEASE_FIELD;

@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Compiles only if the transaction helper's future is `Send` (it can

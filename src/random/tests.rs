@@ -1,4 +1,3 @@
-
 #[test]
 fn uuids_are_version_4_and_distinct() {
     let (a, b) = (super::uuid(), super::uuid());

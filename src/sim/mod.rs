@@ -9,8 +9,9 @@
 //!
 //! One schedule: 2 to 4 managers (processes), some releasing in delete
 //! mode, each with 2 to 4 tasks on a handful of keys, one of them with
-//! one more task that now and then holds several keys of its own and
-//! releases them at once (the store groups those releases), half the time
+//! one more task that now and then acquires several keys of its own at
+//! once and releases them at once (the actor groups those acquires and
+//! releases), half the time
 //! just after an operator force released one of them; an
 //! operator (force release, release by owner id), another application
 //! locking a key with its own document, the TTL monitor, and the server's
@@ -162,7 +163,8 @@ async fn schedule(seed: u64) -> Report {
             .store(owner.clone(), TTL)
             .with_safety_margin(SAFETY_MARGIN)
             .with_yield_window(RETRY_MAX)
-            .with_release_mode(mode);
+            .with_release_mode(mode)
+            .with_light_acquire();
         store.set_operation_timeout(Some(timing(mode).operation_timeout));
         plan.install(index, &store, t0);
         let documents = store.document_store(DOCUMENTS, DEFAULT_LEASE_FIELD);

@@ -1,8 +1,8 @@
 //! What the simulated processes do: tasks that acquire a key of some kind
 //! (waiting, trying, or with a timeout), hold it for a while (a quarter of
 //! the holds past the TTL, on renewals) checking `is_lost()`, then release
-//! or drop it; tasks that hold several keys of their own and release them
-//! at once, sometimes just after an operator force released one; an
+//! or drop it; tasks that acquire several keys of their own at once and
+//! release them at once, sometimes just after an operator force released one; an
 //! operator who force releases keys and releases other managers' owner
 //! ids; another application that locks a key with a document of its own;
 //! the TTL monitor. Everything a holder sees, and what its releases
@@ -394,14 +394,15 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
 
 /// The keys of a task of manager `manager` that holds several leases at
 /// once ([`several`]): no other task uses them.
-pub fn several_keys(manager: usize) -> [String; 3] {
-    [0, 1, 2].map(|i| format!("s{manager}-{i}"))
+pub fn several_keys(manager: usize) -> [String; 4] {
+    [0, 1, 2, 3].map(|i| format!("s{manager}-{i}"))
 }
 
-/// A task of `process` that now and then acquires two or three keys of
-/// its own ([`several_keys`]), holds them a while and releases them all at
-/// once, until `stop`: releases of one manager in flight together, which its
-/// store groups (the grouped light release). Half the time an operator
+/// A task of `process` that now and then acquires two to four keys of its
+/// own ([`several_keys`]) at once, holds them a while and releases them all
+/// at once, until `stop`: acquires, then releases, of one manager in flight
+/// together, which its actor groups (the grouped light acquire and
+/// release). Half the time an operator
 /// (through `operator`, another manager) force releases one of them just
 /// before: a lease its holder may not know lost yet when it releases it,
 /// whose release must answer "already lost".
@@ -413,30 +414,38 @@ pub async fn several(
 ) {
     let keys = several_keys(process.index);
     while !stop.load(Ordering::SeqCst) {
-        let mut held = Vec::new();
-        for key in &keys[..random_range(2..=3usize)] {
-            let waiter: WaiterNo = recorder.number();
-            recorder.push(Event::WaitStarted {
-                waiter,
-                manager: process.index,
-                key: format!("locks/{key}"),
-            });
-            let waited_from = Instant::now();
-            let result = process.manager.try_acquire(key.as_str()).await;
-            recorder.push(Event::WaitEnded {
-                waiter,
-                outcome: match &result {
-                    Ok(Some(_)) => "granted".into(),
-                    Ok(None) => "none".into(),
-                    Err(error) => format!("error: {error}"),
-                },
-            });
-            if let Ok(Some(lease)) = result {
+        // All at once: the manager groups the light acquires asked for
+        // while one is in flight (the grouped light acquire).
+        let acquires = keys[..random_range(2..=keys.len())].iter().map(|key| {
+            let (recorder, process) = (recorder.clone(), process.clone());
+            async move {
+                let waiter: WaiterNo = recorder.number();
+                recorder.push(Event::WaitStarted {
+                    waiter,
+                    manager: process.index,
+                    key: format!("locks/{key}"),
+                });
+                let waited_from = Instant::now();
+                let result = process.manager.try_acquire(key.as_str()).await;
+                recorder.push(Event::WaitEnded {
+                    waiter,
+                    outcome: match &result {
+                        Ok(Some(_)) => "granted".into(),
+                        Ok(None) => "none".into(),
+                        Err(error) => format!("error: {error}"),
+                    },
+                });
+                let lease = result.ok().flatten()?;
                 let key = (format!("locks/{key}"), Kind::Exclusive);
                 let number = granted(&recorder, &process, key, &lease, (waited_from, None));
-                held.push((number, lease));
+                Some((number, lease))
             }
-        }
+        });
+        let held: Vec<_> = futures::future::join_all(acquires)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         let until = Instant::now() + ms(random_range(0..1_500));
         while Instant::now() < until && !stop.load(Ordering::SeqCst) {
             sleep(ms(random_range(1..200))).await;

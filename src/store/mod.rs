@@ -322,9 +322,9 @@
 //! for, or a light form did not apply to
 //! (`light_release::CONTENDED_FOR`, `actor::group_commit`), and sends its
 //! writes to the general form at once meanwhile: a contended key costs no
-//! extra round trip. The twin has one form of the acquire and of the
-//! handoff, and the light release as below (`memory::light`; the store
-//! contract checks the results), and the light forms' equivalence is
+//! extra round trip. The twin has one form of the handoff, and the light
+//! acquire and release as below (`memory::light`; the store contract
+//! checks the results), and the light forms' equivalence is
 //! checked on a real server (`store::mongo::tests::light`).
 //!
 //! **Grouped.** A light acquire or release asked for while another of its
@@ -353,9 +353,10 @@
 //! the group may have released it, or an operator before it).
 //! Only string keys are grouped (the `find`'s documents are matched to the
 //! requests by `_id`). `src/store/mongo/acquire.rs` and `release.rs` have the details.
-//! The group commit (`batch`) and the decision on a group of releases'
-//! replies (`light_release`) are shared with the twin, which groups its
-//! light releases the same way, so that the simulation covers them.
+//! The group commit is the actor's (`actor::group_commit`), and the
+//! decisions on a group's replies (`light_acquire`, `light_release`) are
+//! shared with the twin, which answers a group's calls the same way, so
+//! that the simulation covers them.
 //!
 //! # Fencing tokens
 //!
@@ -406,6 +407,7 @@ pub(crate) mod memory;
 #[cfg(all(test, feature = "testkit"))]
 mod contract;
 mod handoff;
+pub(crate) mod light_acquire;
 pub(crate) mod light_release;
 mod protocol;
 mod read;

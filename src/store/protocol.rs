@@ -35,7 +35,9 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// The light acquires `requests` (of distinct keys, at most
     /// [`MOST_PER_COMMAND`](super::light_release::MOST_PER_COMMAND)): one
-    /// command for one, one batch for more; one answer each, in order. A
+    /// command for one, one batch for more; one answer each, in order (a
+    /// batch decided by
+    /// [`light_acquire::acquired`](super::light_acquire::acquired)). A
     /// request not [`LightAcquired::Acquired`] goes on to the general
     /// acquire under the same lease id. The default (a store without the
     /// light acquire): none applied, nothing sent.

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::key::LeaseKey;
 use std::time::{Duration, SystemTime};

@@ -35,6 +35,7 @@ impl Fixture for MemoryFixture {
             .store(owner, TTL)
             .with_yield_window(YIELD)
             .with_safety_margin(MARGIN)
+            .with_light_acquire()
     }
 
     async fn delete_mode_store(&self, owner: &str) -> MemoryStore {

@@ -23,7 +23,8 @@
 //! - [`kinds`]: shared and semaphore keys; [`hold`]: `hold_at_least`;
 //! - [`queue`]: the queue of waiting owners (registration, handoff in the
 //!   releasing write, the head's claim on a free key);
-//! - [`handoff`]: the handoff to a local waiter in the releasing write.
+//! - [`handoff`]: the handoff to a local waiter in the releasing write;
+//! - [`light`]: the light forms (a grouped light acquire).
 
 mod acquire;
 mod compat;
@@ -35,6 +36,7 @@ mod hold;
 mod keys;
 mod kinds;
 mod lease_ttl;
+mod light;
 mod loss_detection;
 mod queue;
 mod reads;
@@ -365,6 +367,7 @@ contract!(
     release::force_release_releases_a_live_lease_of_any_owner,
     release::releases_and_deletes_are_announced_expiries_and_renewals_are_not,
     reads::list_pages_through_leases_in_key_order,
+    light::a_grouped_light_acquire_counts_only_the_new_acquisitions_it_wrote,
     // Keys of any BSON type.
     keys::keys_of_any_type_are_listed_once_in_mongodbs_order,
     keys::numbers_of_equal_value_are_one_key,

@@ -1,8 +1,35 @@
-//! The twin's light release of exclusive leases, one call per group as
-//! `MongoStore`'s (`mongo::release`): the actor
-//! groups the releases asked for while one is in flight and tries the
-//! light form where `MongoStore`'s may apply (its `group_commit`), in the
-//! lock collection only ([`LightForms`](crate::store::light_release::LightForms)).
+//! The twin's light forms of the acquire and the release, one call per
+//! group as `MongoStore`'s (`mongo::acquire`, `mongo::release`): the
+//! actor groups the light writes asked for while one of their form is in
+//! flight and tries a light form where `MongoStore`'s may apply (its
+//! `group_commit`), in the lock collection only
+//! ([`LightForms`](crate::store::light_release::LightForms)).
+//!
+//! **Acquire.**
+//! - **The light statement** (`mongo::acquire`'s `light_acquire_update`) on a key:
+//!   a new acquisition (the acquire rule's, `Doc::take`: token + 1, `exp =
+//!   now + ttl`, no payload, no fairness marks) of a new document, or of
+//!   an expired one with no queue, no holders, no permits, no exclusive
+//!   waiter's mark (`xw`), not under the request's lease id and not
+//!   yielded by this owner; announced as an acquisition. Any other
+//!   document, and a foreign holder's lock, unchanged.
+//! - **A batch of one** is the light acquire alone (a `findAndModify`):
+//!   one call, acquired if the statement applied, else not applied; a
+//!   transient failure is not applied too (the general acquire under the
+//!   same lease id decides, and recognises a landed write as a retry).
+//! - **A batch of more** is two calls, as `MongoStore`'s `update` and
+//!   `find`: one applies the statement to each key, the next reads each
+//!   key's document (owner id, lease id, token, `exp - now` at that
+//!   call's server time), and the shared decision
+//!   ([`acquired`](crate::store::light_acquire::acquired)) answers each
+//!   request from what it read and the local time from the first call's
+//!   issue to the second's ([`elapsed_before_find`]). A failed call leaves
+//!   every request to the general acquire. The read is an
+//!   [`Op::Acquire`] call too (for the fault plan: it may fail or arrive
+//!   late, not read a stale snapshot: the server's `find` reads the
+//!   primary's documents).
+//!
+//! **Release.**
 //! - **The light statement** (`mongo::release`'s `light_release_update`) on a
 //!   document: if it holds the lease (its `aid` and `lid`) and has no
 //!   queue, no waiting mark (`wt`), no minimum hold (`hl`), no holders and
@@ -23,14 +50,62 @@
 //!   counts a lease it no longer finds after an unknown outcome as
 //!   released.
 //!
-//! Each call is one [`Op::Release`] for the fault plan and the counters.
+//! Each acquire call is one [`Op::Acquire`], each release call one
+//! [`Op::Release`], for the fault plan and the counters.
+
+use tokio::time::Instant;
 
 use super::control::Op;
 use super::db::MemoryDb;
 use super::rules::{Collection, release_doc};
 use super::store::MemoryStore;
+use crate::LeaseKind;
+use crate::error::Error;
 use crate::store::LeaseRef;
-use crate::store::light_release::{LightRelease, Read, release_outcomes};
+use crate::store::light_acquire::{Found, acquired, elapsed_before_find};
+use crate::store::light_release::{
+    LightAcquire, LightAcquired, LightRelease, Read, release_outcomes,
+};
+
+/// Applies the light acquire statement of `owner` to `request`'s key at
+/// `now`; the new token if it applied.
+fn light_acquire(
+    coll: &mut Collection,
+    db: &MemoryDb,
+    request: &LightAcquire,
+    owner: &str,
+    now: Instant,
+) -> Option<u64> {
+    let key = &request.key;
+    if coll.foreign.contains_key(key) {
+        return None;
+    }
+    let had_lease_id = match coll.docs.get(key) {
+        None => {
+            let vacant = coll.vacant(key, now);
+            coll.docs.insert(key.clone(), vacant);
+            None
+        }
+        Some(doc) => {
+            let free = doc.exp <= now
+                && doc.queue.is_empty()
+                && doc.holders.is_empty()
+                && doc.permits.is_none()
+                && doc.exclusive_waiter.is_none()
+                && doc.lease_id != Some(request.lease_id)
+                && !doc.yielded_by(owner, now);
+            if !free {
+                return None;
+            }
+            Some(doc.lease_id.is_some())
+        }
+    };
+    let doc = coll.docs.get_mut(key).expect("present");
+    let token = doc.take(owner, request.lease_id, request.ttl, None, now);
+    let ids = (request.lease_id, token);
+    db.announce_taken(key, owner, ids, LeaseKind::Exclusive, had_lease_id);
+    Some(token)
+}
 
 /// Applies the light release statement of `owner` to `lease`'s document
 /// at `now`; whether it modified it.
@@ -60,6 +135,74 @@ fn light_release(
 }
 
 impl MemoryStore {
+    /// The light acquires `requests` (of distinct keys): the light
+    /// acquire's own call for one, two calls for more; one answer each, in
+    /// order (see the module docs).
+    pub(super) async fn light_acquires(&self, requests: Vec<LightAcquire>) -> Vec<LightAcquired> {
+        match <[LightAcquire; 1]>::try_from(requests) {
+            Ok([request]) => vec![self.acquire_light_alone(request).await],
+            Err(requests) => self.acquire_light_batch(requests).await,
+        }
+    }
+
+    /// The light acquire's own call for `request`.
+    async fn acquire_light_alone(&self, request: LightAcquire) -> LightAcquired {
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        let keys = vec![request.key.clone()];
+        let call = self.run(Op::Acquire, keys, move |coll, now| {
+            Ok(light_acquire(coll, &db, &request, &owner, now))
+        });
+        match call.await {
+            Ok(Some(token)) => LightAcquired::Acquired(token),
+            Ok(None) => LightAcquired::NotApplied,
+            Err(e) if e.is_transient() => LightAcquired::NotApplied,
+            Err(e) => LightAcquired::Failed(e),
+        }
+    }
+
+    /// The light acquires `requests` (of distinct keys) in two calls (see
+    /// the module docs); one answer each, in order.
+    async fn acquire_light_batch(&self, requests: Vec<LightAcquire>) -> Vec<LightAcquired> {
+        let not_applied = |n: usize| (0..n).map(|_| LightAcquired::NotApplied).collect();
+        let n = requests.len();
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        let keys: Vec<_> = requests.iter().map(|r| r.key.clone()).collect();
+        let sent = Instant::now();
+        let update = self.run(Op::Acquire, keys.clone(), {
+            let requests = requests.clone();
+            move |coll, now| {
+                for request in &requests {
+                    light_acquire(coll, &db, request, &owner, now);
+                }
+                Ok(())
+            }
+        });
+        if update.await.is_err() {
+            return not_applied(n);
+        }
+        let find_sent = Instant::now();
+        let elapsed_ms = elapsed_before_find(sent.into_std(), find_sent.into_std());
+        let owner = self.owner.clone();
+        let find = self.run(Op::Acquire, keys, move |coll, now| {
+            Ok::<_, Error>(
+                requests
+                    .iter()
+                    .map(|request| {
+                        let found = coll.docs.get(&request.key).map(|doc| Found {
+                            owner: Some(doc.owner.as_str()),
+                            lease_id: doc.lease_id,
+                            token: doc.token,
+                            left_ms: millis_between(now, doc.exp),
+                        });
+                        let found = found.filter(|_| !coll.foreign.contains_key(&request.key));
+                        acquired(found, request, &owner, elapsed_ms)
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        });
+        find.await.unwrap_or_else(|_| not_applied(n))
+    }
+
     /// The light releases of `leases` (exclusive, of distinct keys): the
     /// light release's own call for one, one call for more; one answer
     /// each, in order (see the module docs).
@@ -115,5 +258,15 @@ impl MemoryStore {
             // Not known to have released: left to the general release.
             Err(_) => all(|| LightRelease::NotApplied),
         }
+    }
+}
+
+/// `to - from` in whole milliseconds, as the server's dates (rounded down:
+/// negative once `to` is before `from`).
+fn millis_between(from: Instant, to: Instant) -> i64 {
+    if to >= from {
+        (to - from).as_millis() as i64
+    } else {
+        -((from - to).as_nanos().div_ceil(1_000_000) as i64)
     }
 }

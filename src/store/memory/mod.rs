@@ -77,12 +77,14 @@
 //!   lease id and owner id and applies the release but not the user's
 //!   update (its semantics are MongoDB's).
 //!
-//! - **Light release** ([`light`]): `MongoStore`'s light release, with the
-//!   same conditions and the same decision on a grouped release's replies
-//!   (`store::light_release`), one call per group the actor sends (its
-//!   group commit, as over MongoDB). Where it does not release, the actor
-//!   sends the general release. The twin has no light acquire: the actor
-//!   sends it the general acquire at once.
+//! - **Light forms** ([`light`]): `MongoStore`'s light acquire and light
+//!   release, with the same conditions and the same decisions on a grouped
+//!   acquire's and a grouped release's replies (`store::light_acquire`,
+//!   `store::light_release`), one call per group the actor sends (its
+//!   group commit, as over MongoDB; a grouped acquire's `update` and
+//!   `find` are two calls). Where one does not apply, the actor sends the
+//!   general form. The light acquire only with
+//!   [`MemoryStore::with_light_acquire`] (the simulation, the contract).
 //!
 //! What `MongoStore` does internally (re-reading after an ambiguous acquire,
 //! retrying a release up to three times) is not modelled: a fault injected
@@ -113,7 +115,7 @@
 //! - [`store`]: [`MemoryStore`], its settings and knobs, and `run`, which
 //!   applies an operation at server time;
 //! - [`ops`]: its [`Store`](crate::store::Store) implementation;
-//! - [`light`]: its light release of a group of exclusive leases;
+//! - [`light`]: its light acquire and release, alone or grouped;
 //! - [`streams`]: its stream of writes and its observed states.
 //!
 //! `ops`, `light` and `streams` use `store`, which uses `db`, `rules` and

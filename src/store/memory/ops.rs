@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::store::light_release::{LightForms, LightRelease};
+use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
     AcquireOutcome, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace, Store,
     release_instead,
@@ -327,12 +327,18 @@ impl Store for MemoryStore {
         self.release_in(leases, self.release_mode)
     }
 
-    /// In the lock collection only, as `MongoStore`'s (`mongo::release`).
+    /// In the lock collection only, as `MongoStore`'s (`mongo::acquire`, `mongo::release`); the
+    /// light acquire if [`MemoryStore::with_light_acquire`].
     fn light_forms(&self) -> LightForms {
         LightForms {
-            acquire: false,
+            acquire: self.light_acquire && self.place.is_none(),
             release: self.place.is_none(),
         }
+    }
+
+    fn acquire_light(&self, requests: Vec<LightAcquire>) -> BoxFuture<'static, Vec<LightAcquired>> {
+        let store = self.clone();
+        async move { store.light_acquires(requests).await }.boxed()
     }
 
     fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {

@@ -32,6 +32,8 @@ pub(crate) struct MemoryStore {
     /// ([`registration_window`](crate::store::registration_window)).
     pub(super) safety_margin: Duration,
     pub(super) release_mode: ReleaseMode,
+    /// Whether it has the light acquire ([`MemoryStore::with_light_acquire`]).
+    pub(super) light_acquire: bool,
     pub(super) control: Controls,
     /// `false`: `watch_releases` fails as on a standalone server.
     pub(super) change_streams: bool,
@@ -58,6 +60,7 @@ impl MemoryDb {
             yield_window: DEFAULT_RETRY_MAX,
             safety_margin: Duration::ZERO,
             release_mode: ReleaseMode::Keep,
+            light_acquire: false,
             control: Controls::default(),
             change_streams: true,
             place: None,
@@ -119,6 +122,7 @@ impl MemoryStore {
                 yield_window: self.yield_window,
                 safety_margin: self.safety_margin,
                 release_mode: ReleaseMode::Delete,
+                light_acquire: false,
                 control: Controls::default(),
                 change_streams: self.change_streams,
                 place: Some((collection.to_string(), field.to_string())),
@@ -152,6 +156,17 @@ impl MemoryStore {
     /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).
     pub fn with_release_mode(mut self, mode: ReleaseMode) -> Self {
         self.release_mode = mode;
+        self
+    }
+
+    /// This store with `MongoStore`'s light acquire, alone and grouped
+    /// (`light`), in the lock collection: the actor then tries it first
+    /// for a plain exclusive lease of a key not contended lately, as over
+    /// MongoDB. Off by default: the actor's paused-clock tests count the
+    /// general acquire's calls; the simulation and the store contract turn
+    /// it on.
+    pub fn with_light_acquire(mut self) -> Self {
+        self.light_acquire = true;
         self
     }
 

@@ -20,12 +20,10 @@
 //!   docs/mongodb-behaviour.md, B25). Sent alone as a raw `findAndModify`,
 //!   or, for the actor's group commit, many keys in one raw `update` of
 //!   one upsert statement per key, not ordered, then one `find` of the keys
-//!   ([`MongoStore::acquire_light_batch`]): a key counts as acquired only if
-//!   it holds this owner and lease id and the server's remaining validity
-//!   (`exp - $$NOW` at the `find`) is at least the TTL less the local time
-//!   from the update's send to the `find`'s send, plus one millisecond
-//!   ([`fresh_token`]), so its expiry is at least the update's send + the
-//!   TTL, less 2 ms of rounding. Any other key is left to the general
+//!   ([`MongoStore::acquire_light_batch`]), decided by the code the twin
+//!   decides with (`store::light_acquire`: a key counts as acquired only if
+//!   it holds this owner and lease id for at least the TTL from the
+//!   update's send, by the server's clock). Any other key is left to the general
 //!   form, which recognises a landed light write as a retry (B7).
 //!
 //! Pure builders are unit-tested without a server (`tests/pipeline.rs`,
@@ -39,12 +37,13 @@ use super::raw::{
 };
 use super::rules::{
     LID, LockPath, acquired_token, bson_lease_id, entries, entry_is, entry_live, f, has_holders,
-    inserted, key_filter, missing, next_token, our_shape, this, yielded_by,
+    inserted, key_filter, missing, next_token, our_shape, read_lease_id, this, yielded_by,
 };
 use crate::LeaseKind;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
+use crate::store::light_acquire::{Found, acquired, elapsed_before_find};
 use crate::store::light_release::{LightAcquire, LightAcquired};
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
 use crate::store::{AcquireOutcome, field, replies};
@@ -289,28 +288,17 @@ pub(super) fn raw_light_projection() -> RawDocumentBuf {
     RawDocumentBuf::from_document(&light_projection()).expect("a constant document encodes")
 }
 
-/// The token of `doc` (as the batch's `find` read it) if it holds
-/// `request`'s lease for `owner` for at least the request's TTL less
-/// `elapsed_ms` more, by the server's clock.
-pub(super) fn fresh_token(
-    doc: &Document,
-    request: &LightAcquire,
-    owner: &str,
-    elapsed_ms: i64,
-) -> Option<u64> {
-    let ours = doc.get(field::LEASE_ID) == Some(&bson_lease_id(request.lease_id))
-        && doc.get_str(field::OWNER) == Ok(owner);
-    let left = doc.get_datetime(field::EXPIRES_AT).ok()?.timestamp_millis()
+/// `doc` (as the batch's `find` read it) as the shared decision reads
+/// it; `None` without a token, an expiry or the server's `$$NOW`.
+fn found(doc: &Document) -> Option<Found<'_>> {
+    let left_ms = doc.get_datetime(field::EXPIRES_AT).ok()?.timestamp_millis()
         - doc.get_datetime("now").ok()?.timestamp_millis();
-    let token = doc.get_i64(field::TOKEN).ok()?;
-    (ours && left >= ttl_ms(request.ttl) - elapsed_ms).then_some(token as u64)
-}
-
-/// The `e` of the grouped acquire's bound (see the module docs): the
-/// local time from an update sent at `sent` to a `find` sent at
-/// `find_sent`, in whole milliseconds, plus one.
-pub(super) fn elapsed_before_find(sent: Instant, find_sent: Instant) -> i64 {
-    find_sent.saturating_duration_since(sent).as_millis() as i64 + 1
+    Some(Found {
+        owner: doc.get_str(field::OWNER).ok(),
+        lease_id: read_lease_id(doc.get(field::LEASE_ID)),
+        token: doc.get_i64(field::TOKEN).ok()? as u64,
+        left_ms,
+    })
 }
 
 /// The filter of an acquiring upsert of one key's document: `{_id: key,
@@ -622,10 +610,7 @@ impl MongoStore {
             .iter()
             .map(|request| {
                 let doc = request.key.as_str().and_then(|k| docs.get(k));
-                match doc.and_then(|d| fresh_token(d, request, self.owner(), elapsed_ms)) {
-                    Some(token) => LightAcquired::Acquired(token),
-                    None => LightAcquired::NotApplied,
-                }
+                acquired(doc.and_then(found), request, self.owner(), elapsed_ms)
             })
             .collect()
     }

@@ -1,4 +1,3 @@
-
 use mongodb::bson::doc;
 
 use super::*;

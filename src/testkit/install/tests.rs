@@ -1,4 +1,3 @@
-
 use super::tail_lines;
 
 #[test]

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn probe_of(index: usize, state: MemberState, election_id: Option<ObjectId>) -> Probe {

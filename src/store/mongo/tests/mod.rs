@@ -18,7 +18,6 @@ use super::watch::*;
 use crate::key::LeaseKey;
 use crate::store::{LeaseRef, field};
 
-mod batched;
 mod kinds;
 mod light;
 mod light_unit;

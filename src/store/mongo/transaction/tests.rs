@@ -1,4 +1,3 @@
-
 use mongodb::bson::Bson;
 
 use super::*;
