@@ -9,9 +9,6 @@ use mongo_lease::{LeaseManager, LeaseManagerOptions};
 use mongodb::bson::Document;
 use mongodb::{Client, Collection, Database};
 
-#[cfg(feature = "cli")]
-pub mod cli;
-pub mod http;
 pub mod renewal;
 pub mod timed;
 pub mod watchdog;

@@ -9,7 +9,10 @@ use mongo_lease::{Error, LeaseManager, Operation, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 
 use crate::common::Clients;
-use crate::support::{BOUND, bounded, connect_refused, options_for};
+use crate::support::{
+    BOUND, SECRET, USER, assert_short_and_clear, bounded, connect_refused, options_for,
+    user_with_role,
+};
 
 /// Everything the process logs through `tracing`, at every level and from
 /// every target (the driver's own events included), kept for inspection.
@@ -40,9 +43,6 @@ impl std::io::Write for Writer {
         Ok(())
     }
 }
-
-const USER: &str = "lease-admin";
-const SECRET: &str = "s3cr3t-Pa55w0rd";
 
 /// Wrong credentials: a clear, immediate error. With right credentials
 /// everything works. The password appears in no error (Display or Debug)
@@ -176,46 +176,11 @@ async fn a_user_without_write_privileges_is_a_clear_error() {
     assert!(names.is_empty(), "nothing created: {names:?}");
 }
 
-/// Starts a replica set with auth, prepares the lock collection `app.job.lock`
-/// (its indexes) as the admin user, and creates the user `name` with `role`
-/// on database `app`; returns the set and that user's URI.
-async fn user_with_role(clients: &Clients, name: &str, role: &str) -> (ReplicaSet, String) {
-    let rs = ReplicaSet::start(ReplicaSetOptions::default().auth(USER, SECRET))
-        .await
-        .unwrap();
-    let preparer =
-        LeaseManager::connect(options_for(clients, &rs.uri(), "app", Duration::from_secs(3)).await)
-            .await
-            .unwrap();
-    preparer.shutdown().await.unwrap();
-    let admin = clients.connect(&rs.uri()).await;
-    admin
-        .database("admin")
-        .run_command(
-            doc! { "createUser": name, "pwd": "user-pw", "roles": [{ "role": role, "db": "app" }] },
-        )
-        .await
-        .unwrap();
-    let uri = rs
-        .uri()
-        .replace(&format!("{USER}:{SECRET}@"), &format!("{name}:user-pw@"));
-    (rs, uri)
-}
-
-/// What a refusal's message must not carry: the command's BSON (its
-/// pipeline's `$$NOW`, the command's name) and the cluster time's signature.
-fn assert_short_and_clear(text: &str) {
-    assert!(text.len() < 300, "{} bytes: {text}", text.len());
-    for echoed in ["$$NOW", "signature", "$clusterTime", "findAndModify", "{"] {
-        assert!(!text.contains(echoed), "{echoed:?} in {text}");
-    }
-}
-
 /// A user with only the `read` role connects to a prepared collection (it
 /// only reads) and reads it, and its acquire is refused in one sentence that names the
 /// operation, the collection, the cause and what to do, without the
-/// command's BSON; the driver's error stays its `source()`. `mongo-lease
-/// exec` prints the same sentence.
+/// command's BSON; the driver's error stays its `source()`. (`mongo-lease
+/// exec` printing the same sentence: `cli/tests/misuse/credentials.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_users_acquire_is_refused_in_one_short_sentence() {
     let clients = Clients::default();
@@ -257,26 +222,6 @@ async fn a_read_only_users_acquire_is_refused_in_one_short_sentence() {
         "the source has the server's whole answer: {driver}"
     );
     reader.shutdown().await.unwrap();
-
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mongo-lease"))
-        .env("MONGODB_URI", &uri)
-        .env("MONGO_LEASE_DB", "app")
-        .env("MONGO_LEASE_COLLECTION", "job.lock")
-        .args(["exec", "--key", "k", "--", "true"])
-        .output()
-        .expect("run mongo-lease");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("exec as a read-only user: {stderr}");
-    assert_eq!(out.status.code(), Some(69), "{stderr}");
-    let line = stderr
-        .lines()
-        .find(|line| line.contains("refused by the server"))
-        .unwrap_or_else(|| panic!("no refusal printed: {stderr}"));
-    assert!(
-        line.contains("acquire on app.job.lock refused by the server: not authorized"),
-        "{line}"
-    );
-    assert_short_and_clear(line);
 }
 
 /// `readWrite` on the lock collection's database is enough: the user

@@ -1,9 +1,13 @@
-//! What the misuse cases share: the bound that turns a hang into a
-//! failure, and managers connected with a short operation timeout.
+//! What the misuse cases share (here and in `cli/tests/misuse/`): the
+//! bound that turns a hang into a failure, managers connected with a short
+//! operation timeout, replica sets with access control and users of one
+//! role, and the check that a refusal's message is short and clear.
 
 use std::time::Duration;
 
+use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
 use mongo_lease::{Error, LeaseManager, LeaseManagerOptions};
+use mongodb::bson::doc;
 use tokio::time::Instant;
 
 use crate::common::Clients;
@@ -61,4 +65,43 @@ pub async fn bounded<T>(
         .await
         .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}"));
     (out, started.elapsed())
+}
+
+/// The admin user of the replica sets started with access control.
+pub const USER: &str = "lease-admin";
+pub const SECRET: &str = "s3cr3t-Pa55w0rd";
+
+/// Starts a replica set with auth, prepares the lock collection `app.job.lock`
+/// (its indexes) as the admin user, and creates the user `name` with `role`
+/// on database `app`; returns the set and that user's URI.
+pub async fn user_with_role(clients: &Clients, name: &str, role: &str) -> (ReplicaSet, String) {
+    let rs = ReplicaSet::start(ReplicaSetOptions::default().auth(USER, SECRET))
+        .await
+        .unwrap();
+    let preparer =
+        LeaseManager::connect(options_for(clients, &rs.uri(), "app", Duration::from_secs(3)).await)
+            .await
+            .unwrap();
+    preparer.shutdown().await.unwrap();
+    let admin = clients.connect(&rs.uri()).await;
+    admin
+        .database("admin")
+        .run_command(
+            doc! { "createUser": name, "pwd": "user-pw", "roles": [{ "role": role, "db": "app" }] },
+        )
+        .await
+        .unwrap();
+    let uri = rs
+        .uri()
+        .replace(&format!("{USER}:{SECRET}@"), &format!("{name}:user-pw@"));
+    (rs, uri)
+}
+
+/// What a refusal's message must not carry: the command's BSON (its
+/// pipeline's `$$NOW`, the command's name) and the cluster time's signature.
+pub fn assert_short_and_clear(text: &str) {
+    assert!(text.len() < 300, "{} bytes: {text}", text.len());
+    for echoed in ["$$NOW", "signature", "$clusterTime", "findAndModify", "{"] {
+        assert!(!text.contains(echoed), "{echoed:?} in {text}");
+    }
 }

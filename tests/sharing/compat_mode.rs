@@ -1,8 +1,8 @@
 //! The delete-on-release compatibility mode (`ReleaseMode::Delete`) and
-//! release by owner id (`LeaseManager::release_owner`, `mongo-lease release
-//! --owner AID --force`), against a real `mongod`. Plain driver calls play
-//! the other application: acquire = `insert_one({_id, ts, aid})` (E11000 =
-//! held), release = delete.
+//! release by owner id (`LeaseManager::release_owner`; the CLI's `release
+//! --owner AID --force` is tested in `cli/tests/sharing/`), against a real
+//! `mongod`. Plain driver calls play the other application: acquire =
+//! `insert_one({_id, ts, aid})` (E11000 = held), release = delete.
 //!
 //! Where a scenario needs a lease older than `DELETE_MIN_TOKEN_AGE` (so that
 //! its release deletes at once), it sleeps that long plus a margin: the
@@ -11,12 +11,10 @@
 //! into a failure; the bound (10 s) is far below the 60 s a document kept
 //! in keep mode would stay, so they also tell the two modes apart.
 
-use std::process::Command;
 use std::time::Duration;
 
 use mongo_lease::{DELETE_MIN_TOKEN_AGE, Error, LeaseManager, ReleaseMode};
 use mongodb::bson::{DateTime, doc};
-use serde_json::Value;
 
 use crate::common::{Fixture, eventually};
 
@@ -28,7 +26,6 @@ const BOUND: Duration = Duration::from_secs(10);
 /// acquisition 0.2 s), and under the 66 s they would take if a released key
 /// stayed held until its follow-up delete (1.1 s each).
 const CYCLES_BOUND: Duration = Duration::from_secs(20);
-const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
 
 /// A delete-mode manager on the fixture's collection.
 async fn delete_mode_manager(
@@ -301,93 +298,6 @@ async fn release_owner_from_another_manager_releases_every_lease_of_that_owner_o
         m.shutdown().await.unwrap();
     }
     drop(taken);
-}
-
-/// `mongo-lease ARGS` on the fixture's collection.
-fn cli(f: &Fixture, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .env("MONGODB_URI", crate::common::uri())
-        .env("MONGO_LEASE_DB", f.db.name())
-        .env("MONGO_LEASE_COLLECTION", &f.collection)
-        .env_remove("MONGO_LEASE_OWNER_ID")
-        .env_remove("MONGO_LEASE_RELEASE_MODE")
-        .args(args)
-        .output()
-        .expect("run mongo-lease")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cli_release_owner_force_releases_every_lease_of_that_owner_and_prints_the_count() {
-    let f = Fixture::new("compat_cli").await;
-    let heartbeat = Some(Duration::from_millis(200));
-    let dead = keep_mode_manager(&f, "dead-worker", heartbeat).await;
-    let other = keep_mode_manager(&f, "other-worker", heartbeat).await;
-    let (d1, d2) = (
-        dead.acquire("d1").await.unwrap(),
-        dead.acquire("d2").await.unwrap(),
-    );
-    let o1 = other.acquire("o1").await.unwrap();
-
-    // Without --force: refused, nothing released.
-    let out = tokio::task::block_in_place(|| cli(&f, &["release", "--owner", "dead-worker"]));
-    assert_eq!(out.status.code(), Some(2), "usage error");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("--force") && stderr.contains("dead-worker"),
-        "{stderr}"
-    );
-    assert!(!d1.is_lost());
-
-    // A key and --owner together are refused.
-    let out =
-        tokio::task::block_in_place(|| cli(&f, &["release", "d1", "--owner", "x", "--force"]));
-    assert_eq!(out.status.code(), Some(2));
-
-    let out =
-        tokio::task::block_in_place(|| cli(&f, &["release", "--owner", "dead-worker", "--force"]));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("released 2 leases of owner id \"dead-worker\""),
-        "{stdout}"
-    );
-    for lease in [&d1, &d2] {
-        tokio::time::timeout(BOUND, lease.lost())
-            .await
-            .expect("lost");
-    }
-    assert!(!o1.is_lost());
-
-    // JSON, and delete mode from the command line.
-    let d3 = dead.acquire("d3").await.unwrap();
-    let out = tokio::task::block_in_place(|| {
-        cli(
-            &f,
-            &[
-                "--json",
-                "--release-mode",
-                "delete",
-                "release",
-                "--owner",
-                "dead-worker",
-                "--force",
-            ],
-        )
-    });
-    assert_eq!(out.status.code(), Some(0));
-    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    assert_eq!(report["owner_id"], Value::from("dead-worker"));
-    assert_eq!(report["released"], Value::from(1));
-    assert!(foreign_insert(&f, "d3").await, "deleted in delete mode");
-    tokio::time::timeout(BOUND, d3.lost()).await.expect("lost");
-
-    dead.shutdown().await.unwrap();
-    other.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

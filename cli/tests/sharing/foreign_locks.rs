@@ -1,0 +1,181 @@
+//! Other applications' lock documents seen from the command line: `exec
+//! --no-wait` exits 75 on a foreign holder (the common `{_id, ts, aid}` or a
+//! bare `{_id}`), `list` shows it, only `release --force` deletes it, and
+//! nothing else modifies it. Plain driver calls play the other application.
+//! The library's side: `tests/sharing/foreign_locks.rs`.
+
+use std::process::Output;
+
+use mongodb::bson::{DateTime, Document, doc};
+use serde_json::Value;
+
+use crate::common::{self, Fixture};
+
+const OTHER_APP: &str = "java-app-1";
+const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
+/// `mongo-lease` exit code for "not acquired" (`mongo-lease --help`).
+const NOT_ACQUIRED: i32 = 75;
+
+/// The other application acquires `key`: it inserts its lock document.
+async fn foreign_lock(fx: &Fixture, key: &str, aid: &str) -> Document {
+    let written = doc! { "_id": key, "ts": DateTime::now(), "aid": aid };
+    fx.raw()
+        .insert_one(written.clone())
+        .await
+        .expect("the other application's insert");
+    written
+}
+
+/// The stored document of `key` as BSON bytes (field order and types included).
+async fn stored_bytes(fx: &Fixture, key: &str) -> Option<Vec<u8>> {
+    fx.raw()
+        .find_one(doc! { "_id": key })
+        .await
+        .expect("read the document")
+        .map(|d| mongodb::bson::to_vec(&d).expect("BSON"))
+}
+
+fn bytes(doc: &Document) -> Option<Vec<u8>> {
+    Some(mongodb::bson::to_vec(doc).expect("BSON"))
+}
+
+/// Runs `mongo-lease ARGS` on the fixture's lock collection.
+async fn cli(fx: &Fixture, args: &[&str]) -> Output {
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.env("MONGODB_URI", common::uri())
+        .env("MONGO_LEASE_DB", fx.db.name())
+        .env("MONGO_LEASE_COLLECTION", &fx.collection)
+        .env_remove("MONGO_LEASE_OWNER_ID")
+        .args(args);
+    tokio::task::spawn_blocking(move || cmd.output().expect("run mongo-lease"))
+        .await
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_exec_no_wait_exits_75_list_shows_the_foreign_holder_and_release_force_deletes_it() {
+    let fx = Fixture::new("foreign_cli").await;
+    let written = foreign_lock(&fx, "job", OTHER_APP).await;
+
+    let out = cli(&fx, &["exec", "--key", "job", "--no-wait", "--", "true"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(NOT_ACQUIRED),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("foreign holder \"java-app-1\""),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(stored_bytes(&fx, "job").await, bytes(&written));
+
+    let out = cli(&fx, &["list"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("job "))
+        .unwrap_or_else(|| panic!("no row for job in\n{table}"));
+    assert!(row.contains("java-app-1 (foreign)"), "{row}");
+    assert!(row.contains("held") && row.contains("unknown"), "{row}");
+
+    let out = cli(&fx, &["list", "--json"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = &listed.as_array().unwrap()[0];
+    assert_eq!(entry["key"], "job");
+    assert_eq!(entry["owner_id"], OTHER_APP);
+    assert_eq!(entry["foreign"], true);
+    assert_eq!(entry["held"], true);
+    assert_eq!(entry["expires_at"], Value::Null);
+    assert_eq!(entry["time_to_expiry_ms"], Value::Null);
+    assert_eq!(stored_bytes(&fx, "job").await, bytes(&written));
+
+    let out = cli(&fx, &["release", "job", "--force"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("held by a foreign holder \"java-app-1\"") && said.contains("deleted"),
+        "{said}"
+    );
+    assert_eq!(stored_bytes(&fx, "job").await, None);
+}
+
+// ----- a bare `{_id}`: a client that locks by an upsert of its `_id` alone --
+
+/// The key such a client locks.
+const BARE: &str = "lock_bare";
+
+/// A client that locks by upserting `_id` alone tries to lock `key`, with
+/// its exact command: `findOneAndUpdate({_id}, {$setOnInsert: {_id}},
+/// upsert, ReturnDocument.Before)`. Returns what it reads back: `None`
+/// means it acquired (it inserted the bare `{_id}`), a document that the
+/// key is held.
+async fn bare_lock(fx: &Fixture, key: &str) -> Option<Document> {
+    fx.raw()
+        .find_one_and_update(doc! { "_id": key }, doc! { "$setOnInsert": { "_id": key } })
+        .upsert(true)
+        .return_document(mongodb::options::ReturnDocument::Before)
+        .await
+        .expect("the other client's lock command")
+}
+
+/// That client releases `key`: `deleteOne({_id})`.
+async fn bare_unlock(fx: &Fixture, key: &str) {
+    let deleted = fx.raw().delete_one(doc! { "_id": key }).await.unwrap();
+    assert_eq!(deleted.deleted_count, 1, "the other client held {key}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_exec_no_wait_exits_75_while_a_bare_id_lock_exists_and_runs_once_it_is_deleted() {
+    let fx = Fixture::new("foreign_bare_cli").await;
+    assert_eq!(
+        bare_lock(&fx, BARE).await,
+        None,
+        "the other client acquired"
+    );
+    let bare = doc! { "_id": BARE };
+
+    let out = cli(&fx, &["exec", "--key", BARE, "--no-wait", "--", "true"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(NOT_ACQUIRED),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("foreign holder"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(stored_bytes(&fx, BARE).await, bytes(&bare));
+
+    let out = cli(&fx, &["list", "--json"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = &listed.as_array().unwrap()[0];
+    assert_eq!(
+        (
+            &entry["key"],
+            &entry["owner_id"],
+            &entry["foreign"],
+            &entry["held"]
+        ),
+        (
+            &Value::from(BARE),
+            &Value::from(""),
+            &Value::from(true),
+            &Value::from(true)
+        )
+    );
+
+    bare_unlock(&fx, BARE).await;
+    let out = cli(&fx, &["exec", "--key", BARE, "--no-wait", "--", "true"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
