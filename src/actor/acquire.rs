@@ -20,7 +20,7 @@ use super::{Actor, Attempt, Event, Held, KeyState, Sent, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::status::LeaseState;
-use crate::store::AcquireOutcome;
+use crate::store::{AcquireOutcome, AcquireRequest};
 
 impl Actor {
     pub(super) fn on_acquire(&mut self, key: Target, waiter: Waiter) {
@@ -166,12 +166,14 @@ impl Actor {
     ) {
         let store = self.store(key.place);
         let (lease_id, waiting, ttl, shape) = (sent.lease_id, sent.waiting, sent.ttl, sent.shape);
-        let acquire = if shape.is_plain() {
-            store.acquire_document(key.key.clone(), lease_id, waiting, ttl, create)
-        } else {
-            let acquire = store.acquire_shaped(key.key.clone(), lease_id, waiting, ttl, shape);
-            futures::FutureExt::boxed(async move { acquire.await.map(|outcome| (outcome, None)) })
-        };
+        let acquire = store.acquire(AcquireRequest {
+            key: key.key.clone(),
+            lease_id,
+            waiting,
+            ttl,
+            shape,
+            create,
+        });
         self.spawn_store(acquire, move |result| Event::Acquired { result, key, sent });
     }
 

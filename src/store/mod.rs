@@ -423,6 +423,8 @@ pub(crate) use handoff::{HandOver, release_instead};
 pub(crate) use mongo::MongoStore;
 pub(crate) use mongo::{LeaseCheck, run_fenced};
 pub(crate) use protocol::Store;
+#[cfg(test)]
+pub(crate) use protocol::StoreExt;
 pub(crate) use read::{FIELD_COUNT, foreign_owner, is_our_shape, lease_info};
 
 /// Field names of the lock document.
@@ -609,6 +611,40 @@ pub(crate) struct DocumentWrite {
     /// to be removed, so a release by update operators skips that attempt
     /// (one round trip less). Only a hint: the server's clock decides.
     pub young: bool,
+}
+
+/// One acquire attempt of the general form ([`Store::acquire`]), as the
+/// actor sends it.
+#[derive(Debug, Clone)]
+pub(crate) struct AcquireRequest {
+    pub key: LeaseKey,
+    /// Kept across the attempt's retries, so that a retry is recognised.
+    pub lease_id: Uuid,
+    /// The caller will retry until it gets the key, so a lease held by
+    /// another owner is marked as waited for (see "Fairness between owners").
+    pub waiting: bool,
+    /// The acquisition expires this long after the server's now.
+    pub ttl: Duration,
+    /// The kind and minimum hold asked for.
+    pub shape: crate::kind::LeaseShape,
+    /// In-document leases: the fields to create a missing document with
+    /// (`None`: a missing document is
+    /// [`Error::DocumentNotFound`](crate::Error::DocumentNotFound)).
+    pub create: Option<mongodb::bson::Document>,
+}
+
+/// In-document leases are plain exclusive leases: any other shape (a
+/// shared lease, a permit, a minimum hold) is refused before anything is
+/// sent, by both stores.
+pub(crate) fn document_shape(shape: crate::kind::LeaseShape) -> crate::error::Result<()> {
+    if shape.is_plain() {
+        return Ok(());
+    }
+    Err(crate::Error::Unsupported {
+        reason: format!(
+            "in-document leases are exclusive, without hold_at_least (asked: {shape:?})"
+        ),
+    })
 }
 
 /// What an acquire attempt found.

@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use super::{
-    AcquireOutcome, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace, release_instead,
+    AcquireOutcome, AcquireRequest, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace,
+    release_instead,
 };
 use crate::error::Result;
 use crate::info::LeaseInfo;
@@ -59,59 +60,21 @@ pub(crate) trait Store: Send + Sync + 'static {
         Box::pin(futures::future::ready(answers))
     }
 
-    /// Takes `key` for `lease_id` if it is free (or already ours under this
-    /// lease id and owner id: a retry), and not yielded by this owner to a waiting one. `waiting`:
-    /// the caller will retry until it gets the key, so a lease held by
-    /// another owner is marked as waited for (see "Fairness between owners").
-    /// A key yielded by this owner is reported `Held` by this owner until the
-    /// end of the yield window.
-    ///
-    /// The acquisition expires `ttl` after the server's now (`exp = $$NOW + ttl`).
-    fn acquire_with_ttl(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-    ) -> BoxFuture<'static, Result<AcquireOutcome>>;
-
-    /// [`Store::acquire_with_ttl`] for a lease of any kind, with a minimum
-    /// hold (see "Shared and semaphore keys" and "Holding at least"). A
-    /// plain shape ([`LeaseShape::is_plain`]) is exactly
-    /// [`Store::acquire_with_ttl`]. The default (in-document leases) refuses
-    /// other shapes with [`Error::Unsupported`](crate::Error::Unsupported).
-    fn acquire_shaped(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-        shape: LeaseShape,
-    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        if shape.is_plain() {
-            return self.acquire_with_ttl(key, lease_id, waiting, ttl);
-        }
-        Box::pin(async move {
-            Err(crate::Error::Unsupported {
-                reason: format!(
-                    "in-document leases are exclusive, without hold_at_least (asked: {:?})",
-                    shape
-                ),
-            })
-        })
-    }
-
-    /// [`Store::acquire_with_ttl`] with the store's default TTL (the
-    /// manager's); for the store contract's scenarios.
-    #[cfg(test)]
+    /// One acquire attempt of the general form (see "Shared and semaphore
+    /// keys", "Holding at least", "Fairness between owners"): takes
+    /// `request.key` for `request.lease_id` if it is free (or already ours
+    /// under this lease id and owner id: a retry), and not yielded by this
+    /// owner to a waiting one, expiring `request.ttl` after the server's now
+    /// (`exp = $$NOW + ttl`). A key yielded by this owner is reported `Held`
+    /// by this owner until the end of the yield window. Also returns the
+    /// document as the acquire left it (in-document leases: the user's
+    /// document, lock field included; `None` in the lock collection). In-document
+    /// leases refuse any shape but a plain one with
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
     fn acquire(
         &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        self.acquire_with_ttl(key, lease_id, waiting, self.default_ttl())
-    }
+        request: AcquireRequest,
+    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>>;
 
     /// Extends every lease in `leases` to `ttl` from the server's now
     /// (`exp = $$NOW + ttl`), in as few commands as the batch allows (one
@@ -134,7 +97,7 @@ pub(crate) trait Store: Send + Sync + 'static {
         Box::pin(async move { Ok(renew.await?.into_iter().map(|l| l.key).collect()) })
     }
 
-    /// The TTL of [`Store::acquire`] and [`Store::renew`]: the manager's.
+    /// The TTL of the store contract's acquires and renewals: the manager's.
     #[cfg(test)]
     fn default_ttl(&self) -> Duration;
 
@@ -284,25 +247,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         })
     }
 
-    /// [`Store::acquire_with_ttl`], also returning the document as the
-    /// acquire left it (in-document leases: the user's document, lock field
-    /// included; `None` in the lock collection). `create`: for in-document
-    /// leases, the fields of the document to create if it does not exist
-    /// (`None`: a missing document is
-    /// [`Error::DocumentNotFound`](crate::Error::DocumentNotFound)).
-    fn acquire_document(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-        create: Option<Document>,
-    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
-        let _ = create;
-        let acquire = self.acquire_with_ttl(key, lease_id, waiting, ttl);
-        Box::pin(async move { acquire.await.map(|outcome| (outcome, None)) })
-    }
-
     /// Applies `write.update` to the document of `lease` if the lease is
     /// still held under its lease id and owner id by the server's clock, in
     /// one conditional write, releasing it too if `write.release`. Returns
@@ -323,3 +267,73 @@ pub(crate) trait Store: Send + Sync + 'static {
         })
     }
 }
+
+/// The acquire forms the store contract's scenarios and the unit tests
+/// call: [`Store::acquire`] with its request spelled out.
+#[cfg(test)]
+pub(crate) trait StoreExt: Store {
+    /// An exclusive acquire with the store's default TTL (the manager's).
+    fn attempt(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        self.acquire_with_ttl(key, lease_id, waiting, self.default_ttl())
+    }
+
+    /// An exclusive acquire expiring `ttl` after the server's now.
+    fn acquire_with_ttl(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        self.acquire_shaped(key, lease_id, waiting, ttl, LeaseShape::default())
+    }
+
+    /// An acquire of any kind and minimum hold.
+    fn acquire_shaped(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        let request = AcquireRequest {
+            key,
+            lease_id,
+            waiting,
+            ttl,
+            shape,
+            create: None,
+        };
+        let acquire = self.acquire(request);
+        Box::pin(async move { acquire.await.map(|(outcome, _)| outcome) })
+    }
+
+    /// An exclusive acquire creating a missing user document with `create`.
+    fn acquire_document(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        create: Option<Document>,
+    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
+        let shape = LeaseShape::default();
+        self.acquire(AcquireRequest {
+            key,
+            lease_id,
+            waiting,
+            ttl,
+            shape,
+            create,
+        })
+    }
+}
+
+#[cfg(test)]
+impl<S: Store + ?Sized> StoreExt for S {}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, Error, LeaseManager, ReleaseOutcome};
+use mongo_lease::{DocumentAcquireOptions, Error, LeaseManager, Operation, ReleaseOutcome};
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Binary, Bson, DateTime, Document, Timestamp, doc, oid::ObjectId};
 use serde::Deserialize;
@@ -354,8 +354,8 @@ async fn dropping_a_document_lease_releases_it() {
     );
 }
 
-/// An update MongoDB refuses (`$inc` of a string) is a `Database` error
-/// and writes nothing: after `update` the lease is still held; after
+/// An update MongoDB refuses (`$inc` of a string) is refused (`Refused`,
+/// naming the write and the collection) and writes nothing: after `update` the lease is still held; after
 /// `commit` it is released (another manager gets the item long before it
 /// could have expired).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,7 +370,16 @@ async fn an_update_the_server_refuses_writes_nothing_and_a_failed_commit_release
     let bad = doc! { "$inc": { "state": 1 }, "$set": { "touched": true } };
 
     let update = item.update(bad.clone()).await.cloned();
-    assert!(matches!(update, Err(Error::Database(_))), "{update:?}");
+    assert!(
+        matches!(
+            update,
+            Err(Error::Refused {
+                operation: Operation::Write,
+                ..
+            })
+        ),
+        "{update:?}"
+    );
     assert!(!item.lease().is_lost());
     let mut now = stored(&fx, "item").await;
     let still = now.remove("_lease").expect("lock field");
@@ -378,7 +387,16 @@ async fn an_update_the_server_refuses_writes_nothing_and_a_failed_commit_release
     assert_eq!(now, doc! { "_id": "item", "state": "new" });
 
     let commit = item.commit(bad).await;
-    assert!(matches!(commit, Err(Error::Database(_))), "{commit:?}");
+    assert!(
+        matches!(
+            commit,
+            Err(Error::Refused {
+                operation: Operation::Write,
+                ..
+            })
+        ),
+        "{commit:?}"
+    );
     let next = work_items(&other)
         .await
         .acquire("item")

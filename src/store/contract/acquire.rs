@@ -1,5 +1,6 @@
 //! Acquiring: free, held, expired and yielded keys, fencing tokens, foreign documents.
 
+use crate::store::StoreExt;
 use uuid::Uuid;
 
 use super::{Fixture, Raw, TTL, YIELD, assert_held, held, raw, take, yielded};
@@ -18,7 +19,7 @@ pub(super) async fn acquire_free_key_takes_it<F: Fixture>(f: &F) {
 
     // A retry under the same lease id (an ambiguous first attempt) is
     // recognised: the same acquisition, the same token.
-    let retry = a.acquire("k".into(), l.lease_id, false).await.unwrap();
+    let retry = a.attempt("k".into(), l.lease_id, false).await.unwrap();
     assert_eq!(retry, AcquireOutcome::Acquired { token });
     assert_held(&raw(f, "k").await, "a", &l, token);
 }
@@ -129,7 +130,7 @@ pub(super) async fn a_document_of_foreign_shape_is_never_taken<F: Fixture>(f: &F
     // waited for.
     for waiting in [false, true, true] {
         let outcome = a
-            .acquire("f".into(), Uuid::new_v4(), waiting)
+            .attempt("f".into(), Uuid::new_v4(), waiting)
             .await
             .unwrap();
         assert_eq!(

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::{Fixture, assert_held, held, lease, raw, take, yielded};
 use crate::DELETE_MIN_TOKEN_AGE;
-use crate::store::{AcquireOutcome, DELETE_DELAY, Store};
+use crate::store::{AcquireOutcome, DELETE_DELAY, Store, StoreExt};
 
 /// How long the four racers of
 /// [`delete_mode_tokens_strictly_increase_over_tight_acquire_release_cycles`]
@@ -174,7 +174,7 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
         let mut acquired = 0;
         while acquired < 25 {
             let lease_id = Uuid::new_v4();
-            match store.acquire("race".into(), lease_id, false).await.unwrap() {
+            match store.attempt("race".into(), lease_id, false).await.unwrap() {
                 AcquireOutcome::Acquired { token } => {
                     order.lock().unwrap().push(token);
                     assert_eq!(

@@ -7,6 +7,7 @@
 //! both stores do (the outcome of a write, and its release as the next
 //! acquire sees it).
 
+use crate::store::StoreExt;
 use std::collections::BTreeSet;
 
 use mongodb::bson::doc;

@@ -1,6 +1,7 @@
 //! Other applications' lock documents: foreign holders' locks are read as
 //! held, never modified, and deleted only by a force release.
 
+use crate::store::StoreExt;
 use std::time::Duration;
 
 use uuid::Uuid;

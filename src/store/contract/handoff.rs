@@ -2,6 +2,7 @@
 //! a new acquisition in the releasing write, or a release when another
 //! owner waits, and nothing for a lease no longer held.
 
+use crate::store::StoreExt;
 use std::time::Duration;
 
 use futures::StreamExt;

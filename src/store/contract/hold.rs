@@ -2,6 +2,7 @@
 //! acquired with `hold_at_least` keeps its key until acquisition + that
 //! long by the server's clock, whatever its holder does.
 
+use crate::store::StoreExt;
 use std::time::{Duration, SystemTime};
 
 use uuid::Uuid;
@@ -42,7 +43,7 @@ async fn held_until_hold(store: &impl Store, key: &str, holder: &str) -> Duratio
     let before = info(store, key).await;
     let hold = before.hold_until.expect("a minimum hold");
     let outcome = store
-        .acquire(key.into(), Uuid::new_v4(), true)
+        .attempt(key.into(), Uuid::new_v4(), true)
         .await
         .unwrap();
     let after = info(store, key).await;

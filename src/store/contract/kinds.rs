@@ -2,6 +2,7 @@
 //! permits, shared holders, the exclusive waiter's mark, kind mismatches,
 //! renewal and release of one holder among several, and what is announced.
 
+use crate::store::StoreExt;
 use std::time::Duration;
 
 use futures::StreamExt;

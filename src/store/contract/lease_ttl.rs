@@ -1,6 +1,7 @@
 //! Per-lease TTL: the TTL given with an acquire or a renewal batch is the one
 //! stored (`exp = $$NOW + ttl`, `ts = $$NOW`).
 
+use crate::store::StoreExt;
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -25,7 +26,7 @@ pub(super) async fn an_acquire_with_a_ttl_stores_exp_that_far_after_ts<F: Fixtur
     assert_eq!(f.lifetime("k").await, LEASE_TTL);
     // The default TTL for comparison.
     assert!(matches!(
-        a.acquire("d".into(), Uuid::new_v4(), false).await.unwrap(),
+        a.attempt("d".into(), Uuid::new_v4(), false).await.unwrap(),
         AcquireOutcome::Acquired { .. }
     ));
     assert_eq!(f.lifetime("d").await, TTL);

@@ -2,6 +2,7 @@
 //! acquire would take as a new acquisition, and counts only a lease under
 //! the request's own lease id that lasts its TTL from its send.
 
+use crate::store::StoreExt;
 use uuid::Uuid;
 
 use super::{Fixture, Raw, TTL, assert_held, lease, raw, take};
@@ -104,7 +105,7 @@ pub(super) async fn a_grouped_light_acquire_counts_only_the_new_acquisitions_it_
 
     // The general acquire under that lease id takes it back as a retry.
     let retry = a
-        .acquire("earlier".into(), earlier.lease_id, false)
+        .attempt("earlier".into(), earlier.lease_id, false)
         .await
         .unwrap();
     assert_eq!(

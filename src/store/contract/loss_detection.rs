@@ -2,6 +2,7 @@
 //! writes match the owner id, and the announcement stream reports the
 //! writes that may take a lease away.
 
+use crate::store::StoreExt;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -41,12 +42,12 @@ pub(super) async fn an_acquire_retry_under_a_lease_id_whose_owner_id_was_rewritt
     let (l, token) = take(&a, "k").await;
     // Our own retry under the same lease id is the same acquisition...
     assert_eq!(
-        a.acquire(l.key.clone(), l.lease_id, false).await.unwrap(),
+        a.attempt(l.key.clone(), l.lease_id, false).await.unwrap(),
         AcquireOutcome::Acquired { token }
     );
     f.rewrite_owner("k", "intruder").await;
     // ...but not once another application rewrote the owner id.
-    match a.acquire(l.key.clone(), l.lease_id, false).await.unwrap() {
+    match a.attempt(l.key.clone(), l.lease_id, false).await.unwrap() {
         AcquireOutcome::Held {
             holder,
             remaining,

@@ -44,6 +44,7 @@ mod release;
 mod renewal;
 mod reread;
 
+use crate::store::StoreExt;
 use std::time::Duration;
 
 use mongodb::bson::Document;
@@ -212,7 +213,7 @@ fn lease(key: impl Into<LeaseKey>, lease_id: Uuid) -> LeaseRef {
 async fn take(store: &impl Store, key: impl Into<LeaseKey>) -> (LeaseRef, u64) {
     let key = &key.into();
     let lease_id = Uuid::new_v4();
-    match store.acquire(key.clone(), lease_id, false).await {
+    match store.attempt(key.clone(), lease_id, false).await {
         Ok(AcquireOutcome::Acquired { token }) => (lease(key, lease_id), token),
         other => panic!("acquiring {key:?}: {other:?}"),
     }
@@ -254,7 +255,7 @@ async fn held(
     holder: &str,
 ) -> Duration {
     let key = &key.into();
-    match store.acquire(key.clone(), Uuid::new_v4(), waiting).await {
+    match store.attempt(key.clone(), Uuid::new_v4(), waiting).await {
         Ok(AcquireOutcome::Held {
             holder: h,
             remaining: Some(remaining),

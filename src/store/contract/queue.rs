@@ -3,6 +3,7 @@
 //! head's claim on a free key, lapsed registrations, and what never
 //! registers.
 
+use crate::store::StoreExt;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -17,7 +18,7 @@ use crate::store::{AcquireOutcome, Announcement, KeyWrite, LeaseRef, Store};
 /// on the key, `token`: that of the holder's lease, or of the last lease of
 /// a free key kept for the head of the queue.
 async fn wait(store: &impl Store, key: &str, lease_id: Uuid, holder: &str, token: u64) {
-    match store.acquire(key.into(), lease_id, true).await {
+    match store.attempt(key.into(), lease_id, true).await {
         Ok(AcquireOutcome::Held {
             holder: h,
             token: t,
@@ -30,7 +31,7 @@ async fn wait(store: &impl Store, key: &str, lease_id: Uuid, holder: &str, token
 /// The retry of `store` under `lease_id`, which must get the key handed to
 /// it, with `token`.
 async fn confirm(store: &impl Store, key: &str, lease_id: Uuid, token: u64) -> LeaseRef {
-    match store.acquire(key.into(), lease_id, true).await {
+    match store.attempt(key.into(), lease_id, true).await {
         Ok(AcquireOutcome::Acquired { token: t }) if t == token => lease(key, lease_id),
         other => panic!("confirming {key:?} handed with token {token}: {other:?}"),
     }
@@ -120,7 +121,7 @@ pub(super) async fn a_free_key_is_kept_for_the_head_of_the_queue_and_lapsed_regi
     // (with the token of a's lease, the last one).
     f.expire("k").await;
     wait(&c, "k", lc, "b", ta).await;
-    match d.acquire("k".into(), Uuid::new_v4(), false).await {
+    match d.attempt("k".into(), Uuid::new_v4(), false).await {
         Ok(AcquireOutcome::Held {
             holder,
             remaining,
@@ -175,13 +176,13 @@ pub(super) async fn a_handed_lease_never_confirmed_expires_and_the_next_owner_ta
     // b died before confirming: once the handed lease expires, c (now the
     // head) takes the key with a greater token.
     f.expire("k").await;
-    let tc = match c.acquire("k".into(), lc, true).await {
+    let tc = match c.attempt("k".into(), lc, true).await {
         Ok(AcquireOutcome::Acquired { token }) => token,
         other => panic!("c should take the expired handed lease: {other:?}"),
     };
     assert!(tc > tb, "{tc} > {tb}");
     // b's late confirmation finds the key held.
-    match b.acquire("k".into(), lb, true).await {
+    match b.attempt("k".into(), lb, true).await {
         Ok(AcquireOutcome::Held { holder, .. }) => assert_eq!(holder, "c"),
         other => panic!("b's late confirmation: {other:?}"),
     }
@@ -191,7 +192,7 @@ pub(super) async fn try_acquire_and_foreign_documents_never_register<F: Fixture>
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (la, _) = take(&a, "k").await;
     // A try (not waiting) leaves no registration.
-    match b.acquire("k".into(), Uuid::new_v4(), false).await {
+    match b.attempt("k".into(), Uuid::new_v4(), false).await {
         Ok(AcquireOutcome::Held { holder, .. }) => assert_eq!(holder, "a"),
         other => panic!("{other:?}"),
     }
@@ -202,7 +203,7 @@ pub(super) async fn try_acquire_and_foreign_documents_never_register<F: Fixture>
 
     // A foreign holder's lock is never modified by a waiting attempt.
     f.put_foreign("foreign", "other-app").await;
-    let outcome = b.acquire("foreign".into(), Uuid::new_v4(), true).await;
+    let outcome = b.attempt("foreign".into(), Uuid::new_v4(), true).await;
     assert!(
         matches!(
             outcome,
@@ -250,7 +251,7 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
     assert_eq!((r.lease_id, r.expired, r.token), (None, true, tc));
     assert_eq!(f.queue("k1").await, owners(&["a"]));
     wait(&b, "k1", Uuid::new_v4(), "a", tc).await;
-    match a.acquire("k1".into(), la, true).await {
+    match a.attempt("k1".into(), la, true).await {
         Ok(AcquireOutcome::Acquired { token }) => assert!(token > tc),
         other => panic!("the head takes the force-released key: {other:?}"),
     }

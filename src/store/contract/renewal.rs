@@ -1,5 +1,6 @@
 //! Writes under a held lease id: renewal and payload.
 
+use crate::store::StoreExt;
 use std::collections::BTreeSet;
 
 use mongodb::bson::doc;
@@ -64,7 +65,7 @@ pub(super) async fn payload_is_set_only_under_the_holding_lease_id<F: Fixture>(f
     assert_eq!(raw(f, "k").await.payload.as_ref(), Some(&payload));
 
     // A retry of the acquisition keeps it; a new acquisition drops it.
-    let retry = a.acquire("k".into(), la.lease_id, false).await.unwrap();
+    let retry = a.attempt("k".into(), la.lease_id, false).await.unwrap();
     assert_eq!(retry, AcquireOutcome::Acquired { token: ta });
     assert_eq!(raw(f, "k").await.payload.as_ref(), Some(&payload));
     f.expire("k").await;

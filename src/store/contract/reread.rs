@@ -5,6 +5,7 @@
 //! token (it never orders a handoff after the attempt). The same holds
 //! for in-document leases (`Store::documents`).
 
+use crate::store::StoreExt;
 use mongodb::bson::doc;
 use uuid::Uuid;
 
@@ -18,7 +19,7 @@ pub(super) async fn a_handed_lease_confirmed_only_by_a_read_is_never_acquired<F:
     let [a, b] = stores(f, ["a", "b"]).await;
     let (la, ta) = take(&a, "k").await;
     let lb = Uuid::new_v4();
-    match b.acquire("k".into(), lb, true).await {
+    match b.attempt("k".into(), lb, true).await {
         Ok(AcquireOutcome::Held { holder, .. }) if holder == "a" => {}
         other => panic!("b waits for a: {other:?}"),
     }
@@ -40,7 +41,7 @@ pub(super) async fn a_handed_lease_confirmed_only_by_a_read_is_never_acquired<F:
     );
     // A write under that lease id confirms it; a read still never does.
     assert_eq!(
-        b.acquire("k".into(), lb, true).await.unwrap(),
+        b.attempt("k".into(), lb, true).await.unwrap(),
         AcquireOutcome::Acquired {
             token: handed.token
         }

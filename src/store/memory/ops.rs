@@ -24,11 +24,33 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
-    AcquireOutcome, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace, Store,
-    release_instead,
+    AcquireOutcome, AcquireRequest, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace,
+    Store, release_instead,
 };
 
 impl Store for MemoryStore {
+    fn acquire(
+        &self,
+        request: AcquireRequest,
+    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
+        let AcquireRequest {
+            key,
+            lease_id,
+            waiting,
+            ttl,
+            shape,
+            create,
+        } = request;
+        if self.place.is_some() {
+            if let Err(e) = crate::store::document_shape(shape) {
+                return futures::future::ready(Err(e)).boxed();
+            }
+            return self.acquire_in_document(key, lease_id, waiting, ttl, create);
+        }
+        let acquire = self.acquire_in_collection(key, lease_id, waiting, ttl, shape);
+        async move { acquire.await.map(|outcome| (outcome, None)) }.boxed()
+    }
+
     fn place(&self) -> LockPlace {
         match &self.place {
             None => LockPlace {
@@ -55,95 +77,6 @@ impl Store for MemoryStore {
             });
         }
         Ok(Arc::new(self.document_store(collection, field)))
-    }
-
-    /// In-document leases: every user document exists unless the test
-    /// removed it ([`MemoryDb::remove_user_document`]): then an acquisition
-    /// with `create` creates it (its fields are not modelled), one without
-    /// fails with `DocumentNotFound`. An acquisition returns `{_id, <field>:
-    /// {aid, lid, tok}}`.
-    fn acquire_document(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-        create: Option<Document>,
-    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
-        let field = self.place.as_ref().map(|(_, field)| field.clone());
-        let owner = self.owner.clone();
-        let (db, creates) = (self.db.clone(), create.is_some());
-        let registration = self.registration_window();
-        let store = self.clone();
-        let acquire = self.run(Op::Acquire, vec![key.clone()], {
-            let (key, owner) = (key.clone(), owner.clone());
-            move |coll, now| {
-                if coll.missing.contains(&key) {
-                    if !creates {
-                        return Err(Error::DocumentNotFound { id: key });
-                    }
-                    coll.missing.remove(&key);
-                }
-                // As `acquire_with_ttl`.
-                let retry = is_retry(coll, &key, lease_id);
-                let shape = LeaseShape::default();
-                let outcome = apply_acquire(
-                    coll,
-                    &key,
-                    &owner,
-                    lease_id,
-                    ttl,
-                    waiting,
-                    shape,
-                    now,
-                    registration,
-                );
-                if !retry && let Ok(AcquireOutcome::Acquired { token }) = outcome {
-                    db.announce_acquisition(&key, &owner, lease_id, token);
-                }
-                outcome.map(|outcome| (outcome, retry))
-            }
-        });
-        async move {
-            // An unknown outcome is resolved by a re-read, as by
-            // `DocumentStore` (B7).
-            let outcome = match acquire.await {
-                Ok((outcome, _)) => outcome,
-                Err(error) => {
-                    let (key, owner) = (key.clone(), owner.clone());
-                    reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
-                        if coll.missing.contains(&key) {
-                            return match creates {
-                                false => Err(Error::DocumentNotFound { id: key.clone() }),
-                                true => Ok(None),
-                            };
-                        }
-                        let reread = Reread {
-                            key: &key,
-                            owner: &owner,
-                            lease_id,
-                            ttl,
-                            kind: crate::LeaseKind::Exclusive,
-                        };
-                        Ok(reread.verdict(db, coll, now).or_else(|| {
-                            // A user document without the lock field.
-                            coll.in_documents.then(|| {
-                                crate::store::replies::in_document(&key, &owner, lease_id, None)
-                            })
-                        }))
-                    })
-                    .await?
-                }
-            };
-            let document = match (&outcome, field) {
-                (AcquireOutcome::Acquired { token }, Some(field)) => {
-                    Some(lock_fields_document(&key, &field, &owner, lease_id, *token))
-                }
-                _ => None,
-            };
-            Ok((outcome, document))
-        }
-        .boxed()
     }
 
     /// Conditional on the lease id and owner id, as on MongoDB; the user's
@@ -193,95 +126,6 @@ impl Store for MemoryStore {
 
     fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
         self.writes()
-    }
-
-    fn acquire_with_ttl(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        self.acquire_shaped(key, lease_id, waiting, ttl, LeaseShape::default())
-    }
-
-    /// Any kind, with a minimum hold, by the rules of `rules` and `kinds`.
-    fn acquire_shaped(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-        shape: LeaseShape,
-    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        if !shape.is_plain() && self.place.is_some() {
-            return futures::future::ready(Err(Error::Unsupported {
-                reason: format!(
-                    "in-document leases are exclusive, without hold_at_least (asked: {shape:?})"
-                ),
-            }))
-            .boxed();
-        }
-        // Refused before any write, as by MongoStore.
-        let invalid = shape.kind.validate().err().or_else(|| {
-            (shape.hold_at_least.is_some() && shape.kind != crate::LeaseKind::Exclusive).then(
-                || Error::InvalidConfig {
-                    reason: format!(
-                        "hold_at_least applies to exclusive leases only, not to a {} lease",
-                        shape.kind
-                    ),
-                },
-            )
-        });
-        if let Some(error) = invalid {
-            return futures::future::ready(Err(error)).boxed();
-        }
-        let (db, owner) = (self.db.clone(), self.owner.clone());
-        let registration = self.registration_window();
-        let reread = (self.clone(), self.owner.clone(), key.clone());
-        let write = self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
-            let retry = is_retry(coll, &key, lease_id);
-            // `None`: no document (an insert); else whether it had a `lid`.
-            let had_lease_id = coll.docs.get(&key).map(|d| d.lease_id.is_some());
-            let outcome = apply_acquire(
-                coll,
-                &key,
-                &owner,
-                lease_id,
-                ttl,
-                waiting,
-                shape,
-                now,
-                registration,
-            );
-            // A retry under the same lease id sets neither `lid` nor `aid`:
-            // no event on MongoDB either.
-            if !retry && let Ok(AcquireOutcome::Acquired { token }) = outcome {
-                db.announce_taken(&key, &owner, (lease_id, token), shape.kind, had_lease_id);
-            }
-            outcome.map(|outcome| (outcome, retry))
-        });
-        // An unknown outcome (`Fault::Fail`, `FailAfterApply`, a timeout)
-        // is resolved by a re-read, as by `MongoStore` (B7).
-        async move {
-            let error = match write.await {
-                Err(error) => error,
-                Ok((outcome, _)) => return Ok(outcome),
-            };
-            let (store, owner, key) = reread;
-            reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
-                let reread = Reread {
-                    key: &key,
-                    owner: &owner,
-                    lease_id,
-                    ttl,
-                    kind: shape.kind,
-                };
-                Ok(reread.verdict(db, coll, now))
-            })
-            .await
-        }
-        .boxed()
     }
 
     #[cfg(test)]
@@ -552,6 +396,168 @@ impl Store for MemoryStore {
 
     fn observe(&self, key: LeaseKey) -> BoxStream<'static, Result<Option<LeaseInfo>>> {
         self.states(key)
+    }
+}
+
+impl MemoryStore {
+    /// In-document leases: every user document exists unless the test
+    /// removed it ([`MemoryDb::remove_user_document`]): then an acquisition
+    /// with `create` creates it (its fields are not modelled), one without
+    /// fails with `DocumentNotFound`. An acquisition returns `{_id, <field>:
+    /// {aid, lid, tok}}`.
+    fn acquire_in_document(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        create: Option<Document>,
+    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
+        let field = self.place.as_ref().map(|(_, field)| field.clone());
+        let owner = self.owner.clone();
+        let (db, creates) = (self.db.clone(), create.is_some());
+        let registration = self.registration_window();
+        let store = self.clone();
+        let acquire = self.run(Op::Acquire, vec![key.clone()], {
+            let (key, owner) = (key.clone(), owner.clone());
+            move |coll, now| {
+                if coll.missing.contains(&key) {
+                    if !creates {
+                        return Err(Error::DocumentNotFound { id: key });
+                    }
+                    coll.missing.remove(&key);
+                }
+                // As `acquire_with_ttl`.
+                let retry = is_retry(coll, &key, lease_id);
+                let shape = LeaseShape::default();
+                let outcome = apply_acquire(
+                    coll,
+                    &key,
+                    &owner,
+                    lease_id,
+                    ttl,
+                    waiting,
+                    shape,
+                    now,
+                    registration,
+                );
+                if !retry && let Ok(AcquireOutcome::Acquired { token }) = outcome {
+                    db.announce_acquisition(&key, &owner, lease_id, token);
+                }
+                outcome.map(|outcome| (outcome, retry))
+            }
+        });
+        async move {
+            // An unknown outcome is resolved by a re-read, as by
+            // `DocumentStore` (B7).
+            let outcome = match acquire.await {
+                Ok((outcome, _)) => outcome,
+                Err(error) => {
+                    let (key, owner) = (key.clone(), owner.clone());
+                    reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
+                        if coll.missing.contains(&key) {
+                            return match creates {
+                                false => Err(Error::DocumentNotFound { id: key.clone() }),
+                                true => Ok(None),
+                            };
+                        }
+                        let reread = Reread {
+                            key: &key,
+                            owner: &owner,
+                            lease_id,
+                            ttl,
+                            kind: crate::LeaseKind::Exclusive,
+                        };
+                        Ok(reread.verdict(db, coll, now).or_else(|| {
+                            // A user document without the lock field.
+                            coll.in_documents.then(|| {
+                                crate::store::replies::in_document(&key, &owner, lease_id, None)
+                            })
+                        }))
+                    })
+                    .await?
+                }
+            };
+            let document = match (&outcome, field) {
+                (AcquireOutcome::Acquired { token }, Some(field)) => {
+                    Some(lock_fields_document(&key, &field, &owner, lease_id, *token))
+                }
+                _ => None,
+            };
+            Ok((outcome, document))
+        }
+        .boxed()
+    }
+
+    /// Any kind, with a minimum hold, by the rules of `rules` and `kinds`.
+    fn acquire_in_collection(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        // Refused before any write, as by MongoStore.
+        let invalid = shape.kind.validate().err().or_else(|| {
+            (shape.hold_at_least.is_some() && shape.kind != crate::LeaseKind::Exclusive).then(
+                || Error::InvalidConfig {
+                    reason: format!(
+                        "hold_at_least applies to exclusive leases only, not to a {} lease",
+                        shape.kind
+                    ),
+                },
+            )
+        });
+        if let Some(error) = invalid {
+            return futures::future::ready(Err(error)).boxed();
+        }
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        let registration = self.registration_window();
+        let reread = (self.clone(), self.owner.clone(), key.clone());
+        let write = self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
+            let retry = is_retry(coll, &key, lease_id);
+            // `None`: no document (an insert); else whether it had a `lid`.
+            let had_lease_id = coll.docs.get(&key).map(|d| d.lease_id.is_some());
+            let outcome = apply_acquire(
+                coll,
+                &key,
+                &owner,
+                lease_id,
+                ttl,
+                waiting,
+                shape,
+                now,
+                registration,
+            );
+            // A retry under the same lease id sets neither `lid` nor `aid`:
+            // no event on MongoDB either.
+            if !retry && let Ok(AcquireOutcome::Acquired { token }) = outcome {
+                db.announce_taken(&key, &owner, (lease_id, token), shape.kind, had_lease_id);
+            }
+            outcome.map(|outcome| (outcome, retry))
+        });
+        // An unknown outcome (`Fault::Fail`, `FailAfterApply`, a timeout)
+        // is resolved by a re-read, as by `MongoStore` (B7).
+        async move {
+            let error = match write.await {
+                Err(error) => error,
+                Ok((outcome, _)) => return Ok(outcome),
+            };
+            let (store, owner, key) = reread;
+            reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
+                let reread = Reread {
+                    key: &key,
+                    owner: &owner,
+                    lease_id,
+                    ttl,
+                    kind: shape.kind,
+                };
+                Ok(reread.verdict(db, coll, now))
+            })
+            .await
+        }
+        .boxed()
     }
 }
 

@@ -62,7 +62,9 @@ use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
-use crate::store::{AcquireOutcome, Announcement, HandOver, LeaseRef, Store, release_instead};
+use crate::store::{
+    AcquireOutcome, AcquireRequest, Announcement, HandOver, LeaseRef, Store, release_instead,
+};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -111,35 +113,24 @@ impl Store for MongoStore {
         self.release_events()
     }
 
-    fn acquire_with_ttl(
+    fn acquire(
         &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        request: AcquireRequest,
+    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
         let store = self.clone();
         async move {
-            store
-                .acquire_once(key, lease_id, waiting, ttl_ms(ttl), None)
-                .await
-        }
-        .boxed()
-    }
-
-    fn acquire_shaped(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-        shape: crate::kind::LeaseShape,
-    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        let store = self.clone();
-        async move {
-            store
+            let AcquireRequest {
+                key,
+                lease_id,
+                waiting,
+                ttl,
+                shape,
+                ..
+            } = request;
+            let outcome = store
                 .acquire_shape(key, lease_id, waiting, ttl_ms(ttl), shape)
-                .await
+                .await?;
+            Ok((outcome, None))
         }
         .boxed()
     }

@@ -62,7 +62,8 @@ use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::{
-    AcquireOutcome, Announcement, DocumentWrite, LeaseRef, LockPlace, Store, lease_info, replies,
+    AcquireOutcome, AcquireRequest, Announcement, DocumentWrite, LeaseRef, LockPlace, Store,
+    lease_info, replies,
 };
 
 /// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
@@ -448,17 +449,6 @@ impl MongoStore {
 }
 
 impl Store for DocumentStore {
-    fn acquire_with_ttl(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        let acquire = self.acquire_document(key, lease_id, waiting, ttl, None);
-        async move { acquire.await.map(|(outcome, _)| outcome) }.boxed()
-    }
-
     #[cfg(test)]
     fn default_ttl(&self) -> Duration {
         Duration::from_millis(self.locks.ttl_ms() as u64)
@@ -597,16 +587,21 @@ impl Store for DocumentStore {
         true
     }
 
-    fn acquire_document(
+    fn acquire(
         &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-        create: Option<Document>,
+        request: AcquireRequest,
     ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
         let store = self.clone();
         async move {
+            let AcquireRequest {
+                key,
+                lease_id,
+                waiting,
+                ttl,
+                shape,
+                create,
+            } = request;
+            crate::store::document_shape(shape)?;
             store
                 .acquire_once(key, lease_id, waiting, ttl, create)
                 .await

@@ -267,6 +267,7 @@ fn stored_tokens_are_read_as_non_negative_integers() {
 /// The rules at either path on a real `mongod`.
 #[cfg(feature = "testkit")]
 mod on_mongod {
+    use crate::store::StoreExt;
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use mongodb::bson::{DateTime, Document, doc};
