@@ -424,7 +424,7 @@ pub(crate) use mongo::MongoStore;
 pub(crate) use mongo::{LeaseCheck, run_fenced};
 pub(crate) use protocol::Store;
 #[cfg(test)]
-pub(crate) use protocol::StoreExt;
+pub(crate) use protocol::tests::StoreExt;
 pub(crate) use read::{FIELD_COUNT, foreign_owner, is_our_shape, lease_info};
 
 /// Field names of the lock document.

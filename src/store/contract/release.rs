@@ -1,5 +1,6 @@
 //! Releasing: yield, batches, by owner, forced, and the announcements of releases.
 
+use crate::store::StoreExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -47,7 +47,7 @@
 //!   and only force release (or [`MemoryDb::delete`]) deletes it, announcing
 //!   the delete like a release.
 //!
-//! - **Shared and semaphore keys** (`Store::acquire_shaped`, rules in
+//! - **Shared and semaphore keys** (`Store::acquire` of a shape, rules in
 //!   [`kinds`]): holders in [`Doc::holders`] (`hs`, each with owner id,
 //!   lease id, token, times and payload), `pm` in [`Doc::permits`]; a
 //!   shared acquisition waits for a live exclusive holder or minimum hold

@@ -24,7 +24,7 @@ pub(crate) struct MongoStore {
     coll: Collection<Document>,
     owner: String,
     /// The manager's TTL: the default of the test-only `Store::acquire` and
-    /// `Store::renew` (the actor always passes each lease's TTL).
+    /// `StoreExt::renew` (the actor always passes each lease's TTL).
     #[cfg_attr(not(test), allow(dead_code))]
     ttl_ms: i64,
     /// How long a release that another owner waited for keeps this owner

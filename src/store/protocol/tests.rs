@@ -1,0 +1,90 @@
+//! What the store contract's scenarios and the unit tests call on a
+//! [`Store`]: its requests spelled out.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use mongodb::bson::Document;
+use uuid::Uuid;
+
+use super::Store;
+use crate::error::Result;
+use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
+use crate::store::{AcquireOutcome, AcquireRequest, LeaseRef};
+
+/// The acquire forms the store contract's scenarios and the unit tests
+/// call: [`Store::acquire`] with its request spelled out.
+pub(crate) trait StoreExt: Store {
+    /// [`Store::renew_with_ttl`] with the store's default TTL (the
+    /// manager's), returning the keys of the leases no longer held; for the
+    /// store contract's scenarios.
+    fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
+        let renew = self.renew_with_ttl(leases, self.default_ttl());
+        Box::pin(async move { Ok(renew.await?.into_iter().map(|l| l.key).collect()) })
+    }
+
+    /// An exclusive acquire with the store's default TTL (the manager's).
+    fn attempt(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        self.acquire_with_ttl(key, lease_id, waiting, self.default_ttl())
+    }
+
+    /// An exclusive acquire expiring `ttl` after the server's now.
+    fn acquire_with_ttl(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        self.acquire_shaped(key, lease_id, waiting, ttl, LeaseShape::default())
+    }
+
+    /// An acquire of any kind and minimum hold.
+    fn acquire_shaped(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        shape: LeaseShape,
+    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
+        let request = AcquireRequest {
+            key,
+            lease_id,
+            waiting,
+            ttl,
+            shape,
+            create: None,
+        };
+        let acquire = self.acquire(request);
+        Box::pin(async move { acquire.await.map(|(outcome, _)| outcome) })
+    }
+
+    /// An exclusive acquire creating a missing user document with `create`.
+    fn acquire_document(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        waiting: bool,
+        ttl: Duration,
+        create: Option<Document>,
+    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
+        let shape = LeaseShape::default();
+        self.acquire(AcquireRequest {
+            key,
+            lease_id,
+            waiting,
+            ttl,
+            shape,
+            create,
+        })
+    }
+}
+
+impl<S: Store + ?Sized> StoreExt for S {}
