@@ -23,7 +23,7 @@ pub(crate) struct MongoStore {
     database: Database,
     coll: Collection<Document>,
     owner: String,
-    /// The manager's TTL: the default of the test-only `Store::acquire` and
+    /// The manager's TTL: the default of the test-only `StoreExt::attempt` and
     /// `StoreExt::renew` (the actor always passes each lease's TTL).
     #[cfg_attr(not(test), allow(dead_code))]
     ttl_ms: i64,
