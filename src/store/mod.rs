@@ -6,7 +6,7 @@
 //! against `memory::MemoryStore` (built for tests and for the simulator,
 //! feature `sim`, hence not linked), an in-memory twin that follows the same
 //! rules (used by those unit tests and by `crate::sim`, never as a stand-in
-//! for MongoDB). The store contract (`contract`, a test
+//! for MongoDB). The store contract (`tests::contract`, a test
 //! module) runs one suite of scenarios against both, and the MongoDB
 //! behaviour the protocol relies on is described in
 //! `docs/mongodb-behaviour.md` (cited below by section).
@@ -404,14 +404,14 @@ mod mongo;
 #[cfg(any(test, feature = "sim"))]
 pub(crate) mod memory;
 
-#[cfg(all(test, feature = "testkit"))]
-mod contract;
 mod handoff;
 pub(crate) mod light_acquire;
 pub(crate) mod light_release;
 mod protocol;
 mod read;
 pub(crate) mod replies;
+#[cfg(all(test, feature = "testkit"))]
+mod tests;
 
 use std::time::Duration;
 

@@ -16,7 +16,7 @@
 //! Pure functions of their arguments: the unit tests (`rules/tests.rs`)
 //! compare the two paths' forms, and check the token rule at both on a real
 //! `mongod`; what the server does with the rest is tested there too
-//! (`store::contract`, `tests/document_lease/`).
+//! (`store::tests::contract`, `tests/document_lease/`).
 
 use crate::key::LeaseKey;
 use crate::store::{KeyWrite, LeaseRef, field};

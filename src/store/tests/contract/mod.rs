@@ -1,8 +1,8 @@
 //! The store contract: one suite of scenarios over the [`Store`] trait, each
 //! run against [`MemoryStore`](super::memory::MemoryStore)
-//! (`store::contract::memory::*`) and against
+//! (`store::tests::contract::memory::*`) and against
 //! [`MongoStore`](super::MongoStore) on a real `mongod` from the test kit
-//! (`store::contract::mongo::*`), so that the twin the actor's timing tests
+//! (`store::tests::contract::mongo::*`), so that the twin the actor's timing tests
 //! rely on follows the rules the real store follows.
 //!
 //! A scenario only uses the trait, plus a [`Fixture`] for what only a test
@@ -50,9 +50,9 @@ use std::time::Duration;
 use mongodb::bson::Document;
 use uuid::Uuid;
 
-use super::{AcquireOutcome, LeaseRef, Store};
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
+use crate::store::{AcquireOutcome, LeaseRef, Store};
 
 /// Lease TTL of every store in the scenarios: far longer than a scenario.
 const TTL: Duration = Duration::from_secs(30);
@@ -276,13 +276,16 @@ async fn raw(f: &impl Fixture, key: impl Into<LeaseKey>) -> Raw {
 /// The keys of the writes that freed a key (releases, deletes), from an
 /// announcement stream.
 fn freed_keys(
-    announcements: futures::stream::BoxStream<'static, crate::error::Result<super::Announcement>>,
+    announcements: futures::stream::BoxStream<
+        'static,
+        crate::error::Result<crate::store::Announcement>,
+    >,
 ) -> futures::stream::BoxStream<'static, crate::error::Result<LeaseKey>> {
     use futures::StreamExt;
     announcements
         .filter_map(|item| async move {
             match item {
-                Ok(super::Announcement::Write(write)) if write.freed => Some(Ok(write.key)),
+                Ok(crate::store::Announcement::Write(write)) if write.freed => Some(Ok(write.key)),
                 Ok(_) => None,
                 Err(e) => Some(Err(e)),
             }

@@ -1,0 +1,4 @@
+//! The store's tests: the store contract, one suite of scenarios run
+//! against both stores.
+
+mod contract;
