@@ -314,7 +314,7 @@
 //! runs without query planning (B26; the acquire's `_ins: null` makes it a
 //! planned query on the `_id` index, B29), and each light form names the lease ids as `let` variables, so
 //! that a group's command encodes its update once. All three are
-//! sent as plain commands, not retryable writes: the server then keeps no
+//! sent as raw commands, not retryable writes: the server then keeps no
 //! image of a `findAndModify`'s result nor a transaction record for a
 //! retry (B25), and an unknown outcome is resolved as every other (B7).
 //! They need MongoDB 5.0 or later (`let`, `$unsetField`). The actor

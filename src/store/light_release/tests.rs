@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn outcomes(read: Vec<Read>, modified: u64) -> Vec<&'static str> {

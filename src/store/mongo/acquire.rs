@@ -3,28 +3,18 @@
 //! [`MongoStore::acquire_shape`] for any kind), with how each reply is read.
 //!
 //! - The **general form** ([`acquire_pipeline`]; [`multi_acquire_pipeline`]
-//!   for shared leases and permits): one `findOneAndUpdate` upsert on `{_id,
-//!   _ins: null}` whose pipeline carries every case: a free key, a retry
-//!   under the same lease id, the queue of waiting owners (registration,
-//!   [`registered`]), the waiting marks, minimum holds ("Shared and
-//!   semaphore keys", "Holding at least", "Queue of waiting owners" in
-//!   `store`). A document that could not be returned (a racing upsert, an
-//!   unknown outcome) is re-read ([`MongoStore::reread`]), and the answer
-//!   comes from `store::replies`.
-//! - The **light form** ([`light_acquire_update`]): for a key the actor does
-//!   not know to be contended, the general pipeline's "wins" narrowed to a
-//!   new document, or an expired one of our shape with no queue, holders,
-//!   permits, exclusive waiter's mark, not under another lease id of ours
-//!   and not yielded by this owner, in one small `$replaceWith` (the
-//!   general pipeline's 400 expression nodes cost more than the write,
-//!   docs/mongodb-behaviour.md, B25). Sent alone as a raw `findAndModify`,
-//!   or, for the actor's group commit, many keys in one raw `update` of
-//!   one upsert statement per key, not ordered, then one `find` of the keys
-//!   ([`MongoStore::acquire_light_batch`]), decided by the code the twin
-//!   decides with (`store::light_acquire`: a key counts as acquired only if
-//!   it holds this owner and lease id for at least the TTL from the
-//!   update's send, by the server's clock). Any other key is left to the general
-//!   form, which recognises a landed light write as a retry (B7).
+//!   for shared leases and permits): one `findOneAndUpdate` upsert whose
+//!   pipeline carries every case of "Document schema" to "Queue of waiting
+//!   owners" in `store` (the registration: [`registered`]). A document that
+//!   could not be returned (a racing upsert, an unknown outcome) is re-read
+//!   ([`MongoStore::reread`]); the answer comes from `store::replies`.
+//! - The **light form** ([`light_acquire_update`]), alone as a raw
+//!   `findAndModify` or grouped ([`MongoStore::acquire_light_batch`]: one
+//!   `update` of an upsert per key, one `find`, decided by
+//!   `store::light_acquire`, which the twin decides with), as "Light forms
+//!   for keys nobody waits for" in `store` specifies. Any key it does not
+//!   settle goes on to the general form, which recognises a landed light
+//!   write as a retry (B7).
 //!
 //! Pure builders are unit-tested without a server (`tests/pipeline.rs`,
 //! `tests/kinds.rs`, `tests/light_unit.rs`, `tests/batched.rs`); what the
@@ -522,7 +512,7 @@ impl MongoStore {
         command.append("new", true);
         command.append("upsert", upsert);
         command.append("let", raw_lets(lets));
-        self.plain_command(command).await.map(reply_value)
+        self.raw_command(command).await.map(reply_value)
     }
 
     /// The light acquires `requests` (of distinct keys; string keys if
@@ -594,7 +584,7 @@ impl MongoStore {
         }
         let sent = Instant::now();
         let command = update_statements(self.coll().name(), statements, false);
-        if self.plain_command(command).await.is_err() {
+        if self.raw_command(command).await.is_err() {
             return not_applied();
         }
         let keys: Vec<&str> = requests.iter().filter_map(|r| r.key.as_str()).collect();

@@ -51,7 +51,7 @@ pub(super) fn encoding(e: mongodb::bson::raw::Error) -> Error {
     }
 }
 
-/// The document a plain `findAndModify` command's `reply` returned (`value`).
+/// The document a raw `findAndModify` command's `reply` returned (`value`).
 pub(super) fn reply_value(mut reply: Document) -> Option<Document> {
     match reply.remove("value") {
         Some(Bson::Document(value)) => Some(value),
@@ -131,24 +131,24 @@ pub(super) fn acknowledged(reply: Document, waited: Duration) -> Result<Document
 
 impl MongoStore {
     /// Sends `command` (on the lock collection's database) with majority
-    /// write concern, as a plain command.
+    /// write concern, as a raw command.
     ///
     /// # Errors
     ///
     /// As the command's; a write concern error is [`Error::Unreachable`],
     /// an unknown outcome.
-    pub(super) async fn plain_command(&self, mut command: RawDocumentBuf) -> Result<Document> {
+    pub(super) async fn raw_command(&self, mut command: RawDocumentBuf) -> Result<Document> {
         command.append("writeConcern", rawdoc! { "w": "majority" });
-        self.send_plain(command).await
+        self.send_raw(command).await
     }
 
     /// Sends `command` (on the lock collection's database), which names
-    /// its write concern, as a plain command.
+    /// its write concern, as a raw command.
     ///
     /// # Errors
     ///
-    /// As [`MongoStore::plain_command`]'s.
-    pub(super) async fn send_plain(&self, command: RawDocumentBuf) -> Result<Document> {
+    /// As [`MongoStore::raw_command`]'s.
+    pub(super) async fn send_raw(&self, command: RawDocumentBuf) -> Result<Document> {
         let reply = self
             .bounded(self.coll_database().run_raw_command(command))
             .await?;

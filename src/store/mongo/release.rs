@@ -3,26 +3,18 @@
 //! deletes ([`MongoStore::release_leases`] is the one place that picks).
 //!
 //! - The **general release** ([`release_any_update`]): one update for
-//!   leases of any kind, which hands the key to the first live registered
-//!   waiter of another owner in the same write ("Queue of waiting owners"),
-//!   yields it if another owner waited ("Fairness between owners"), keeps
-//!   `exp` at least `hl`, and moves a shared key's `exp` to its latest
-//!   remaining holder's.
-//! - The **light release** ([`light_release_update`]): for an exclusive
-//!   lease of a key the actor does not know to be contended, the general
-//!   release's result when nobody else waits (`exp = min(exp, $$NOW)`, `lid`
-//!   removed) in one small stage on `_id`; not applied (`nModified` 0), the
-//!   general release follows and its answer counts. The actor's group
-//!   commit sends many in one raw `update`
-//!   ([`MongoStore::release_light_batch`]), then one `find`, decided by
-//!   `store::light_release::release_outcomes` (the twin decides with it too).
-//! - **Delete mode** ("Fencing tokens" in `store`): a release deletes only
-//!   documents whose token is old enough by the server's clock
-//!   ([`deletable_filter`]); the others are marked released and deleted by
-//!   the follow-up ([`released_filter`]).
-//! - **Force release** ([`force_release_update`]): an operator's override;
-//!   a foreign holder's lock is deleted only if it is still the document
-//!   read ([`foreign_filter`]).
+//!   leases of any kind, which hands the key over, yields it, keeps a
+//!   minimum hold ("Fairness between owners", "Queue of waiting owners",
+//!   "Holding at least" in `store`).
+//! - The **light release** ([`light_release_update`]), alone or grouped
+//!   ([`MongoStore::release_light_batch`], decided by
+//!   `store::light_release::release_outcomes`, which the twin decides
+//!   with), as "Light forms for keys nobody waits for" specifies; what it
+//!   does not settle goes on to the general release.
+//! - **Delete mode** ([`deletable_filter`], [`released_filter`]) and
+//!   **force release** ([`force_release_update`]; a foreign holder's lock
+//!   only if it is still the document read, [`foreign_filter`]), as
+//!   "Fencing tokens" and [`Store::force_release`](crate::store::Store::force_release) say.
 //!
 //! Each write is idempotent and retried after a transient failure
 //! ([`retried`]).
@@ -264,7 +256,7 @@ impl MongoStore {
             false,
         );
         command.append("let", raw_lets(&[(LID, lease.lease_id)]));
-        let reply = self.plain_command(command).await?;
+        let reply = self.raw_command(command).await?;
         Ok(update_counts(&reply).map_or(0, |(_, modified)| modified))
     }
 
@@ -311,7 +303,7 @@ impl MongoStore {
         let command = update_statements(self.coll().name(), statements, false);
         // After an error, not known to have released: the general release
         // decides, and reports a lease it no longer finds lost (module docs).
-        let Ok(reply) = self.plain_command(command).await else {
+        let Ok(reply) = self.raw_command(command).await else {
             return all(|| LightRelease::NotApplied);
         };
         let (_, count, errors) = update_reply(&reply);

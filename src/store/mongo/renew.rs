@@ -115,7 +115,7 @@ pub(super) fn renew_exclusive_update(ttl_ms: i64) -> Vec<Document> {
 /// `updateMany` with [`holder_filter`]: `ts = $$NOW`; an exclusive lease's
 /// `exp = max($$NOW + ttl_ms, hl)`; a holder's entry `ts` and `exp =
 /// $$NOW + ttl_ms`, and the top `exp` the latest of the entries'. The
-/// first stage sets `exp = $$NOW + ttl_ms` as the plain renewal does, the
+/// first stage sets `exp = $$NOW + ttl_ms` as the renewal of plain exclusive leases does, the
 /// second raises it to `hl` or the latest entry's.
 pub(super) fn renew_any_update(owner: &str, ids: &[Uuid], ttl_ms: i64) -> Vec<Document> {
     let expires = doc! { "$add": ["$$NOW", ttl_ms] };
@@ -162,7 +162,7 @@ pub(super) fn held_lease_ids(doc: &Document, path: &str) -> Vec<Uuid> {
 /// The `update` command renewing the plain exclusive `leases` of `owner` on
 /// `collection` by `update`, with majority write concern, in the order
 /// [`update_command`](super::raw::update_command) and
-/// [`plain_command`](MongoStore::plain_command) give it.
+/// [`raw_command`](MongoStore::raw_command) give it.
 pub(super) struct RenewalCommand<'a> {
     collection: &'a str,
     owner: &'a str,
@@ -287,7 +287,7 @@ pub(super) fn renewal_command(
 }
 
 impl MongoStore {
-    /// One `updateMany` for the batch: the plain renewal of exclusive leases
+    /// One `updateMany` for the batch: the renewal of plain exclusive leases
     /// when every lease of the batch is exclusive (its [`LeaseRef::kind`],
     /// encoded directly, [`renewal_command`]), else the renewal of any kinds.
     pub(super) async fn renew_batch(
@@ -439,7 +439,7 @@ impl MongoStore {
         ttl_ms: i64,
     ) -> Result<Option<u64>> {
         let command = renewal_command(self.coll().name(), self.owner(), leases, ttl_ms)?;
-        let reply = self.send_plain(command).await?;
+        let reply = self.send_raw(command).await?;
         Ok(update_counts(&reply).map(|(matched, _)| matched))
     }
 }
