@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::checker::{Bounds, Checker, Violation};
+use self::checker::{Bounds, Violation};
 use self::faults::{CLOCK_STEP_BACK, Plan, SERVER_FASTER_PPM};
 use self::history::{At, Event, History};
 use self::workload::{DOCUMENTS, Process, Recorder, Role};
@@ -67,13 +67,6 @@ fn timing(release_mode: ReleaseMode) -> Timing {
         ttl_cap: None,
     }
 }
-
-/// The checker's bounds for these schedules.
-pub const BOUNDS: Bounds = Bounds {
-    clock_step_back: CLOCK_STEP_BACK,
-    server_faster_ppm: SERVER_FASTER_PPM,
-    liveness: LIVENESS,
-};
 
 /// What one schedule did.
 pub struct Report {
@@ -205,13 +198,7 @@ async fn schedule(seed: u64) -> Report {
             };
             roles.push(format!("{role:?}"));
             let task = workload::worker(recorder.clone(), process.clone(), role, stop.clone());
-            let handle = tokio::spawn(task);
-            process
-                .tasks
-                .lock()
-                .expect("tasks")
-                .push(handle.abort_handle());
-            workers.push((process.index, handle));
+            workers.push((process.index, process.spawn(task)));
         }
         described += &format!(
             "manager {} ({}): {}\n",
@@ -233,13 +220,7 @@ async fn schedule(seed: u64) -> Report {
             process.index, operator.index
         );
         let task = workload::several(recorder.clone(), process.clone(), operator, stop.clone());
-        let handle = tokio::spawn(task);
-        process
-            .tasks
-            .lock()
-            .expect("tasks")
-            .push(handle.abort_handle());
-        workers.push((process.index, handle));
+        workers.push((process.index, process.spawn(task)));
     }
     let work_stop = Arc::new(AtomicBool::new(false));
     let operator = random_range(0..managers);
@@ -294,7 +275,12 @@ async fn schedule(seed: u64) -> Report {
     tokio::time::sleep(TTL).await;
     let end = recorder.at(Instant::now());
     let history = recorder.history();
-    let violations = Checker::check(BOUNDS, &history, end);
+    let bounds = Bounds {
+        clock_step_back: CLOCK_STEP_BACK,
+        server_faster_ppm: SERVER_FASTER_PPM,
+        liveness: LIVENESS,
+    };
+    let violations = checker::check(bounds, &history, end);
     Report {
         seed,
         plan: described,

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mongodb::bson::Document;
-use tokio::task::AbortHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{Instant, sleep};
 use tokio_util::time::FutureExt as _;
 
@@ -25,8 +25,7 @@ use crate::error::Result;
 use crate::lease::Lease;
 use crate::manager::LeaseManager;
 use crate::random::random_range;
-use crate::status::LeaseEvent;
-use crate::status::ReleaseOutcome;
+use crate::status::{LeaseEvent, ReleaseOutcome};
 use crate::store::memory::{MemoryDb, MemoryStore};
 
 /// The user collection of in-document leases.
@@ -96,12 +95,11 @@ pub struct Process {
 
 impl Process {
     /// Spawns `task` as one of this process's tasks.
-    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> JoinHandle<()> {
         let handle = tokio::spawn(task);
-        self.tasks
-            .lock()
-            .expect("tasks")
-            .push(handle.abort_handle());
+        let tasks = &mut self.tasks.lock().expect("tasks");
+        tasks.push(handle.abort_handle());
+        handle
     }
 
     /// The process crashes now: its tasks stop, nothing it sends from now
@@ -270,6 +268,33 @@ async fn acquire(
     }
 }
 
+/// Records a wait of a task of `process` for `key` around `acquire`;
+/// returns what `acquire` returned and when the wait started.
+async fn wait<T>(
+    recorder: &Recorder,
+    process: &Process,
+    key: String,
+    acquire: impl Future<Output = Result<Option<T>>>,
+) -> (Result<Option<T>>, Instant) {
+    let waiter: WaiterNo = recorder.number();
+    recorder.push(Event::WaitStarted {
+        waiter,
+        manager: process.index,
+        key,
+    });
+    let waited_from = Instant::now();
+    let result = acquire.await;
+    recorder.push(Event::WaitEnded {
+        waiter,
+        outcome: match &result {
+            Ok(Some(_)) => "granted".into(),
+            Ok(None) => "none".into(),
+            Err(error) => format!("error: {error}"),
+        },
+    });
+    (result, waited_from)
+}
+
 /// Records `lease`, just granted, and follows its events (renewals, its
 /// loss) in a task of `process`. Returns its number.
 fn granted(
@@ -335,22 +360,8 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
             }
             _ => None,
         };
-        let waiter: WaiterNo = recorder.number();
-        recorder.push(Event::WaitStarted {
-            waiter,
-            manager: process.index,
-            key: role.key(),
-        });
-        let waited_from = Instant::now();
-        let result = acquire(&process, &role, mode, hold).await;
-        recorder.push(Event::WaitEnded {
-            waiter,
-            outcome: match &result {
-                Ok(Some(_)) => "granted".into(),
-                Ok(None) => "none".into(),
-                Err(error) => format!("error: {error}"),
-            },
-        });
+        let acquired = acquire(&process, &role, mode, hold);
+        let (result, waited_from) = wait(&recorder, &process, role.key(), acquired).await;
         match result {
             Ok(Some(held)) => {
                 let number = granted(
@@ -392,14 +403,8 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
     }
 }
 
-/// The keys of a task of manager `manager` that holds several leases at
-/// once ([`several`]): no other task uses them.
-pub fn several_keys(manager: usize) -> [String; 4] {
-    [0, 1, 2, 3].map(|i| format!("s{manager}-{i}"))
-}
-
 /// A task of `process` that now and then acquires two to four keys of its
-/// own ([`several_keys`]) at once, holds them a while and releases them all
+/// own (no other task uses them) at once, holds them a while and releases them all
 /// at once, until `stop`: acquires, then releases, of one manager in flight
 /// together, which its actor groups (the grouped light acquire and
 /// release). Half the time an operator
@@ -412,31 +417,18 @@ pub async fn several(
     operator: Arc<Process>,
     stop: Arc<AtomicBool>,
 ) {
-    let keys = several_keys(process.index);
+    let keys = [0, 1, 2, 3].map(|i| format!("s{}-{i}", process.index));
     while !stop.load(Ordering::SeqCst) {
         // All at once: the manager groups the light acquires asked for
         // while one is in flight (the grouped light acquire).
         let acquires = keys[..random_range(2..=keys.len())].iter().map(|key| {
             let (recorder, process) = (recorder.clone(), process.clone());
             async move {
-                let waiter: WaiterNo = recorder.number();
-                recorder.push(Event::WaitStarted {
-                    waiter,
-                    manager: process.index,
-                    key: format!("locks/{key}"),
-                });
-                let waited_from = Instant::now();
-                let result = process.manager.try_acquire(key.as_str()).await;
-                recorder.push(Event::WaitEnded {
-                    waiter,
-                    outcome: match &result {
-                        Ok(Some(_)) => "granted".into(),
-                        Ok(None) => "none".into(),
-                        Err(error) => format!("error: {error}"),
-                    },
-                });
+                let acquired = process.manager.try_acquire(key.as_str());
+                let key = format!("locks/{key}");
+                let (result, waited_from) = wait(&recorder, &process, key.clone(), acquired).await;
                 let lease = result.ok().flatten()?;
-                let key = (format!("locks/{key}"), Kind::Exclusive);
+                let key = (key, Kind::Exclusive);
                 let number = granted(&recorder, &process, key, &lease, (waited_from, None));
                 Some((number, lease))
             }
@@ -446,10 +438,7 @@ pub async fn several(
             .into_iter()
             .flatten()
             .collect();
-        let until = Instant::now() + ms(random_range(0..1_500));
-        while Instant::now() < until && !stop.load(Ordering::SeqCst) {
-            sleep(ms(random_range(1..200))).await;
-        }
+        idle(Instant::now() + ms(random_range(0..1_500)), &stop).await;
         if !held.is_empty() && random_range(0..2) == 0 && !operator.crashed.load(Ordering::SeqCst) {
             let key = &keys[random_range(0..held.len())];
             let op: OpNo = recorder.number();
@@ -466,7 +455,7 @@ pub async fn several(
         let releases = held.into_iter().map(|(number, lease)| {
             let recorder = recorder.clone();
             async move {
-                let released = matches!(lease.release().await, Ok(ReleaseOutcome::Released));
+                let released = Held::Lease(lease).release().await;
                 recorder.push(Event::ReleaseAnswered {
                     lease: number,
                     released,
@@ -476,10 +465,14 @@ pub async fn several(
         futures::future::join_all(releases).await;
         // Now and then, so that the simulation's pace stays that of the
         // other tasks; no later than work stops.
-        let until = Instant::now() + ms(random_range(2_000..8_000));
-        while Instant::now() < until && !stop.load(Ordering::SeqCst) {
-            sleep(ms(random_range(1..200))).await;
-        }
+        idle(Instant::now() + ms(random_range(2_000..8_000)), &stop).await;
+    }
+}
+
+/// Sleeps in short steps until `until`, or until `stop`.
+async fn idle(until: Instant, stop: &AtomicBool) {
+    while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(1..200))).await;
     }
 }
 
