@@ -2,21 +2,17 @@
 //! and its handles (exclusive, shared and semaphore leases, minimum holds,
 //! in-document leases, elections) run on one thread under tokio's paused
 //! clock, over the in-memory twin of the store with faults drawn from a
-//! seed, and every random choice of the library comes from
-//! that seed, so a schedule replays from its number. What the holders see
-//! is recorded as a [`History`] and judged by the
-//! [`checker`].
+//! seed, and every random choice of the library comes from that seed, so a
+//! schedule replays from its number. What the holders see is recorded as a
+//! [`History`] and judged by the [`checker`].
 //!
 //! One schedule: 2 to 4 managers (processes), some releasing in delete
-//! mode, each with 2 to 4 tasks on a handful of keys, one of them with
-//! one more task that now and then acquires several keys of its own at
-//! once and releases them at once (the actor groups those acquires and
-//! releases), half the time
-//! just after an operator force released one of them; an
-//! operator (force release, release by owner id), another application
-//! locking a key with its own document, the TTL monitor, and the server's
-//! clock running up to 5 % faster than the managers' and stepping back by
-//! up to 10 ms.
+//! mode, each with 2 to 4 tasks on a handful of keys; one more task of one
+//! manager acquiring several keys of its own at once and releasing them at
+//! once; an operator (force release, release by owner id), another
+//! application locking a key with its own document, the TTL monitor, and
+//! the server's clock running up to 5 % faster than the managers' and
+//! stepping back by up to 10 ms.
 //! Faults stop at [`FAULTS_STOP`], the tasks at [`WORK_STOP`]; the run
 //! ends once every task is done, or [`LIVENESS`] later.
 //!

@@ -1,12 +1,10 @@
 //! What the simulated processes do: tasks that acquire a key of some kind
 //! (waiting, trying, or with a timeout), hold it for a while (a quarter of
 //! the holds past the TTL, on renewals) checking `is_lost()`, then release
-//! or drop it; tasks that acquire several keys of their own at once and
-//! release them at once, sometimes just after an operator force released one; an
-//! operator who force releases keys and releases other managers' owner
-//! ids; another application that locks a key with a document of its own;
-//! the TTL monitor. Everything a holder sees, and what its releases
-//! answer, is recorded in the [`History`].
+//! or drop it; a task that acquires several keys at once; an operator; another
+//! application that locks a key with a document of its own; the TTL
+//! monitor. Everything a holder sees, and what its releases answer, is
+//! recorded in the [`History`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -199,6 +197,11 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// `acquire`'s result, or none if it takes longer than `t`.
+async fn timed<T>(acquire: impl Future<Output = Result<T>>, t: Duration) -> Result<Option<T>> {
+    acquire.timeout(t).await.ok().transpose()
+}
+
 async fn acquire(
     process: &Process,
     role: &Role,
@@ -217,34 +220,20 @@ async fn acquire(
             match mode {
                 Mode::Wait => lease(manager.acquire_with(*key, &options).await),
                 Mode::Try => some(manager.try_acquire_with(*key, &options).await),
-                Mode::Timeout(t) => some(
-                    manager
-                        .acquire_with(*key, &options)
-                        .timeout(t)
-                        .await
-                        .ok()
-                        .transpose(),
-                ),
+                Mode::Timeout(t) => some(timed(manager.acquire_with(*key, &options), t).await),
             }
         }
         Role::Shared(key) => match mode {
             Mode::Wait => lease(manager.acquire_shared(*key).await),
             Mode::Try => some(manager.try_acquire_shared(*key).await),
-            Mode::Timeout(t) => some(
-                manager
-                    .acquire_shared(*key)
-                    .timeout(t)
-                    .await
-                    .ok()
-                    .transpose(),
-            ),
+            Mode::Timeout(t) => some(timed(manager.acquire_shared(*key), t).await),
         },
         Role::Permit(key, n) => {
             let semaphore = manager.semaphore(*key, *n)?;
             match mode {
                 Mode::Wait => lease(semaphore.acquire().await),
                 Mode::Try => some(semaphore.try_acquire().await),
-                Mode::Timeout(t) => some(semaphore.acquire().timeout(t).await.ok().transpose()),
+                Mode::Timeout(t) => some(timed(semaphore.acquire(), t).await),
             }
         }
         Role::Leader(name) => {
@@ -252,7 +241,7 @@ async fn acquire(
             let won = match mode {
                 Mode::Wait => election.campaign().await.map(Some),
                 Mode::Try => election.try_campaign().await,
-                Mode::Timeout(t) => election.campaign().timeout(t).await.ok().transpose(),
+                Mode::Timeout(t) => timed(election.campaign(), t).await,
             };
             won.map(|l| l.map(Held::Leader))
         }
@@ -261,7 +250,7 @@ async fn acquire(
             let held = match mode {
                 Mode::Wait => documents.acquire(*id).await.map(Some),
                 Mode::Try => documents.try_acquire(*id).await,
-                Mode::Timeout(t) => documents.acquire(*id).timeout(t).await.ok().transpose(),
+                Mode::Timeout(t) => timed(documents.acquire(*id), t).await,
             };
             held.map(|d| d.map(Held::Document))
         }
@@ -404,13 +393,12 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
 }
 
 /// A task of `process` that now and then acquires two to four keys of its
-/// own (no other task uses them) at once, holds them a while and releases them all
-/// at once, until `stop`: acquires, then releases, of one manager in flight
-/// together, which its actor groups (the grouped light acquire and
-/// release). Half the time an operator
-/// (through `operator`, another manager) force releases one of them just
-/// before: a lease its holder may not know lost yet when it releases it,
-/// whose release must answer "already lost".
+/// own (no other task uses them) at once, holds them a while and releases
+/// them all at once, until `stop`: its actor groups those acquires and
+/// releases (the grouped light forms). Half the time an operator (through
+/// `operator`, another manager) force releases one of them just before: a
+/// lease its holder may not know lost yet when it releases it, whose
+/// release must answer "already lost".
 pub async fn several(
     recorder: Recorder,
     process: Arc<Process>,
