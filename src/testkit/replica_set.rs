@@ -350,11 +350,6 @@ impl ReplicaSet {
         &self.members
     }
 
-    /// The replica set name.
-    pub fn set_name(&self) -> &str {
-        &self.opts.set_name
-    }
-
     /// The options the set was started with.
     pub fn options(&self) -> &ReplicaSetOptions {
         &self.opts
