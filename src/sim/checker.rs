@@ -115,15 +115,36 @@ struct KeyState {
     forcing: usize,
 }
 
+/// Checks the whole of `history`, then its end at `end`; returns every
+/// violation.
+pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
+    let mut checker = Checker {
+        bounds,
+        leases: BTreeMap::new(),
+        keys: BTreeMap::new(),
+        crashed: BTreeSet::new(),
+        ops: BTreeMap::new(),
+        waiters: BTreeMap::new(),
+        faults_stopped: None,
+        now: At::ZERO,
+        entry: 0,
+        found: Vec::new(),
+    };
+    for entry in history.entries() {
+        checker.advance(entry.at);
+        checker.observe(entry);
+        checker.entry += 1;
+    }
+    checker.advance(end);
+    checker.found
+}
+
 /// The checker's state after the events seen so far.
-pub struct Checker {
+struct Checker {
     bounds: Bounds,
     leases: BTreeMap<LeaseNo, Lease>,
     keys: BTreeMap<String, KeyState>,
     crashed: BTreeSet<usize>,
-    /// Force releases (key) and releases by owner (manager) in flight.
-    force_ops: BTreeMap<OpNo, String>,
-    owner_ops: BTreeMap<OpNo, usize>,
     /// Every operator's call: what it concerns (a key, or a manager's
     /// leases), and when it ended (`None`: in flight).
     ops: BTreeMap<OpNo, (Result<String, usize>, Option<At>)>,
@@ -135,38 +156,6 @@ pub struct Checker {
 }
 
 impl Checker {
-    /// A checker of a new history.
-    pub fn new(bounds: Bounds) -> Self {
-        Checker {
-            bounds,
-            leases: BTreeMap::new(),
-            keys: BTreeMap::new(),
-            crashed: BTreeSet::new(),
-            force_ops: BTreeMap::new(),
-            owner_ops: BTreeMap::new(),
-            ops: BTreeMap::new(),
-            waiters: BTreeMap::new(),
-            faults_stopped: None,
-            now: At::ZERO,
-            entry: 0,
-            found: Vec::new(),
-        }
-    }
-
-    /// Checks the whole of `history`, then its end at `end`.
-    pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
-        let mut checker = Checker::new(bounds);
-        for entry in history.entries() {
-            checker.observe(entry);
-        }
-        checker.finish(end)
-    }
-
-    /// The violations found so far.
-    pub fn violations(&self) -> &[Violation] {
-        &self.found
-    }
-
     fn violation(&mut self, key: &str, what: String) {
         self.found.push(Violation {
             at: self.now,
@@ -176,14 +165,8 @@ impl Checker {
         });
     }
 
-    /// Checks the next entry (its instant not before the previous one's).
-    pub fn observe(&mut self, entry: &Entry) {
-        self.advance(entry.at);
-        self.observe_event(entry);
-        self.entry += 1;
-    }
-
-    fn observe_event(&mut self, entry: &Entry) {
+    /// Checks the next entry, once the checker has moved to its instant.
+    fn observe(&mut self, entry: &Entry) {
         match &entry.event {
             Event::Granted {
                 lease,
@@ -298,7 +281,6 @@ impl Checker {
                 self.keys.entry(key.clone()).or_default().foreign = None;
             }
             Event::ForceReleaseStarted { op, key } => {
-                self.force_ops.insert(*op, key.clone());
                 self.ops.insert(*op, (Ok(key.clone()), None));
                 let state = self.keys.entry(key.clone()).or_default();
                 state.forcing += 1;
@@ -317,7 +299,6 @@ impl Checker {
                 }
             }
             Event::OwnerReleaseStarted { op, manager } => {
-                self.owner_ops.insert(*op, *manager);
                 self.ops.insert(*op, (Err(*manager), None));
                 for l in self.leases.values_mut() {
                     if l.manager == *manager && !l.ended {
@@ -332,12 +313,11 @@ impl Checker {
                 }
             }
             Event::OpEnded { op, ok } => {
-                if let Some(key) = self.force_ops.remove(op) {
-                    self.keys.get_mut(&key).expect("started").forcing -= 1;
-                }
-                self.owner_ops.remove(op);
-                if let Some((_, end)) = self.ops.get_mut(op) {
+                if let Some((target, end)) = self.ops.get_mut(op) {
                     *end = Some(self.now);
+                    if let Ok(key) = target {
+                        self.keys.get_mut(key).expect("started").forcing -= 1;
+                    }
                 }
                 for l in self.leases.values_mut() {
                     if l.ops_after_grant.remove(op) && *ok && !l.release_started {
@@ -358,12 +338,6 @@ impl Checker {
             }
             Event::FaultsStopped => self.faults_stopped = Some(self.now),
         }
-    }
-
-    /// Checks the end of the history at `end`; returns every violation.
-    pub fn finish(mut self, end: At) -> Vec<Violation> {
-        self.advance(end);
-        self.found
     }
 
     fn end(&mut self, lease: LeaseNo) {
@@ -595,7 +569,7 @@ mod tests {
         for (at, event) in events {
             history.push(ms(at), event);
         }
-        Checker::check(BOUNDS, &history, ms(end))
+        super::check(BOUNDS, &history, ms(end))
     }
 
     fn told(lease: LeaseNo) -> Event {

@@ -1,7 +1,5 @@
 //! The history of one run: what the holders, waiters and operators saw, in
-//! real time, as plain data. Nothing here knows the manager or the store
-//! that produced it, so a fault run on a real `mongod` can record the same
-//! events and feed the same [`checker`](super::checker).
+//! real time, as plain data, judged by the [`checker`](super::checker).
 
 use std::fmt;
 use std::time::Duration;

@@ -2,21 +2,17 @@
 //! and its handles (exclusive, shared and semaphore leases, minimum holds,
 //! in-document leases, elections) run on one thread under tokio's paused
 //! clock, over the in-memory twin of the store with faults drawn from a
-//! seed, and every random choice of the library comes from
-//! that seed, so a schedule replays from its number. What the holders see
-//! is recorded as a [`History`] and judged by the
-//! [`checker`].
+//! seed, and every random choice of the library comes from that seed, so a
+//! schedule replays from its number. What the holders see is recorded as a
+//! [`History`] and judged by the [`checker`].
 //!
 //! One schedule: 2 to 4 managers (processes), some releasing in delete
-//! mode, each with 2 to 4 tasks on a handful of keys, one of them with
-//! one more task that now and then acquires several keys of its own at
-//! once and releases them at once (the actor groups those acquires and
-//! releases), half the time
-//! just after an operator force released one of them; an
-//! operator (force release, release by owner id), another application
-//! locking a key with its own document, the TTL monitor, and the server's
-//! clock running up to 5 % faster than the managers' and stepping back by
-//! up to 10 ms.
+//! mode, each with 2 to 4 tasks on a handful of keys; one more task of one
+//! manager acquiring several keys of its own at once and releasing them at
+//! once; an operator (force release, release by owner id), another
+//! application locking a key with its own document, the TTL monitor, and
+//! the server's clock running up to 5 % faster than the managers' and
+//! stepping back by up to 10 ms.
 //! Faults stop at [`FAULTS_STOP`], the tasks at [`WORK_STOP`]; the run
 //! ends once every task is done, or [`LIVENESS`] later.
 //!
@@ -33,7 +29,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::checker::{Bounds, Checker, Violation};
+use self::checker::{Bounds, Violation};
 use self::faults::{CLOCK_STEP_BACK, Plan, SERVER_FASTER_PPM};
 use self::history::{At, Event, History};
 use self::workload::{DOCUMENTS, Process, Recorder, Role};
@@ -67,13 +63,6 @@ fn timing(release_mode: ReleaseMode) -> Timing {
         ttl_cap: None,
     }
 }
-
-/// The checker's bounds for these schedules.
-pub const BOUNDS: Bounds = Bounds {
-    clock_step_back: CLOCK_STEP_BACK,
-    server_faster_ppm: SERVER_FASTER_PPM,
-    liveness: LIVENESS,
-};
 
 /// What one schedule did.
 pub struct Report {
@@ -205,13 +194,7 @@ async fn schedule(seed: u64) -> Report {
             };
             roles.push(format!("{role:?}"));
             let task = workload::worker(recorder.clone(), process.clone(), role, stop.clone());
-            let handle = tokio::spawn(task);
-            process
-                .tasks
-                .lock()
-                .expect("tasks")
-                .push(handle.abort_handle());
-            workers.push((process.index, handle));
+            workers.push((process.index, process.spawn(task)));
         }
         described += &format!(
             "manager {} ({}): {}\n",
@@ -233,13 +216,7 @@ async fn schedule(seed: u64) -> Report {
             process.index, operator.index
         );
         let task = workload::several(recorder.clone(), process.clone(), operator, stop.clone());
-        let handle = tokio::spawn(task);
-        process
-            .tasks
-            .lock()
-            .expect("tasks")
-            .push(handle.abort_handle());
-        workers.push((process.index, handle));
+        workers.push((process.index, process.spawn(task)));
     }
     let work_stop = Arc::new(AtomicBool::new(false));
     let operator = random_range(0..managers);
@@ -294,7 +271,12 @@ async fn schedule(seed: u64) -> Report {
     tokio::time::sleep(TTL).await;
     let end = recorder.at(Instant::now());
     let history = recorder.history();
-    let violations = Checker::check(BOUNDS, &history, end);
+    let bounds = Bounds {
+        clock_step_back: CLOCK_STEP_BACK,
+        server_faster_ppm: SERVER_FASTER_PPM,
+        liveness: LIVENESS,
+    };
+    let violations = checker::check(bounds, &history, end);
     Report {
         seed,
         plan: described,

@@ -1,19 +1,17 @@
 //! What the simulated processes do: tasks that acquire a key of some kind
 //! (waiting, trying, or with a timeout), hold it for a while (a quarter of
 //! the holds past the TTL, on renewals) checking `is_lost()`, then release
-//! or drop it; tasks that acquire several keys of their own at once and
-//! release them at once, sometimes just after an operator force released one; an
-//! operator who force releases keys and releases other managers' owner
-//! ids; another application that locks a key with a document of its own;
-//! the TTL monitor. Everything a holder sees, and what its releases
-//! answer, is recorded in the [`History`].
+//! or drop it; a task that acquires several keys at once; an operator; another
+//! application that locks a key with a document of its own; the TTL
+//! monitor. Everything a holder sees, and what its releases answer, is
+//! recorded in the [`History`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mongodb::bson::Document;
-use tokio::task::AbortHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{Instant, sleep};
 use tokio_util::time::FutureExt as _;
 
@@ -25,8 +23,7 @@ use crate::error::Result;
 use crate::lease::Lease;
 use crate::manager::LeaseManager;
 use crate::random::random_range;
-use crate::status::LeaseEvent;
-use crate::status::ReleaseOutcome;
+use crate::status::{LeaseEvent, ReleaseOutcome};
 use crate::store::memory::{MemoryDb, MemoryStore};
 
 /// The user collection of in-document leases.
@@ -96,12 +93,11 @@ pub struct Process {
 
 impl Process {
     /// Spawns `task` as one of this process's tasks.
-    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) -> JoinHandle<()> {
         let handle = tokio::spawn(task);
-        self.tasks
-            .lock()
-            .expect("tasks")
-            .push(handle.abort_handle());
+        let tasks = &mut self.tasks.lock().expect("tasks");
+        tasks.push(handle.abort_handle());
+        handle
     }
 
     /// The process crashes now: its tasks stop, nothing it sends from now
@@ -201,6 +197,11 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// `acquire`'s result, or none if it takes longer than `t`.
+async fn timed<T>(acquire: impl Future<Output = Result<T>>, t: Duration) -> Result<Option<T>> {
+    acquire.timeout(t).await.ok().transpose()
+}
+
 async fn acquire(
     process: &Process,
     role: &Role,
@@ -219,34 +220,20 @@ async fn acquire(
             match mode {
                 Mode::Wait => lease(manager.acquire_with(*key, &options).await),
                 Mode::Try => some(manager.try_acquire_with(*key, &options).await),
-                Mode::Timeout(t) => some(
-                    manager
-                        .acquire_with(*key, &options)
-                        .timeout(t)
-                        .await
-                        .ok()
-                        .transpose(),
-                ),
+                Mode::Timeout(t) => some(timed(manager.acquire_with(*key, &options), t).await),
             }
         }
         Role::Shared(key) => match mode {
             Mode::Wait => lease(manager.acquire_shared(*key).await),
             Mode::Try => some(manager.try_acquire_shared(*key).await),
-            Mode::Timeout(t) => some(
-                manager
-                    .acquire_shared(*key)
-                    .timeout(t)
-                    .await
-                    .ok()
-                    .transpose(),
-            ),
+            Mode::Timeout(t) => some(timed(manager.acquire_shared(*key), t).await),
         },
         Role::Permit(key, n) => {
             let semaphore = manager.semaphore(*key, *n)?;
             match mode {
                 Mode::Wait => lease(semaphore.acquire().await),
                 Mode::Try => some(semaphore.try_acquire().await),
-                Mode::Timeout(t) => some(semaphore.acquire().timeout(t).await.ok().transpose()),
+                Mode::Timeout(t) => some(timed(semaphore.acquire(), t).await),
             }
         }
         Role::Leader(name) => {
@@ -254,7 +241,7 @@ async fn acquire(
             let won = match mode {
                 Mode::Wait => election.campaign().await.map(Some),
                 Mode::Try => election.try_campaign().await,
-                Mode::Timeout(t) => election.campaign().timeout(t).await.ok().transpose(),
+                Mode::Timeout(t) => timed(election.campaign(), t).await,
             };
             won.map(|l| l.map(Held::Leader))
         }
@@ -263,11 +250,38 @@ async fn acquire(
             let held = match mode {
                 Mode::Wait => documents.acquire(*id).await.map(Some),
                 Mode::Try => documents.try_acquire(*id).await,
-                Mode::Timeout(t) => documents.acquire(*id).timeout(t).await.ok().transpose(),
+                Mode::Timeout(t) => timed(documents.acquire(*id), t).await,
             };
             held.map(|d| d.map(Held::Document))
         }
     }
+}
+
+/// Records a wait of a task of `process` for `key` around `acquire`;
+/// returns what `acquire` returned and when the wait started.
+async fn wait<T>(
+    recorder: &Recorder,
+    process: &Process,
+    key: String,
+    acquire: impl Future<Output = Result<Option<T>>>,
+) -> (Result<Option<T>>, Instant) {
+    let waiter: WaiterNo = recorder.number();
+    recorder.push(Event::WaitStarted {
+        waiter,
+        manager: process.index,
+        key,
+    });
+    let waited_from = Instant::now();
+    let result = acquire.await;
+    recorder.push(Event::WaitEnded {
+        waiter,
+        outcome: match &result {
+            Ok(Some(_)) => "granted".into(),
+            Ok(None) => "none".into(),
+            Err(error) => format!("error: {error}"),
+        },
+    });
+    (result, waited_from)
 }
 
 /// Records `lease`, just granted, and follows its events (renewals, its
@@ -335,22 +349,8 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
             }
             _ => None,
         };
-        let waiter: WaiterNo = recorder.number();
-        recorder.push(Event::WaitStarted {
-            waiter,
-            manager: process.index,
-            key: role.key(),
-        });
-        let waited_from = Instant::now();
-        let result = acquire(&process, &role, mode, hold).await;
-        recorder.push(Event::WaitEnded {
-            waiter,
-            outcome: match &result {
-                Ok(Some(_)) => "granted".into(),
-                Ok(None) => "none".into(),
-                Err(error) => format!("error: {error}"),
-            },
-        });
+        let acquired = acquire(&process, &role, mode, hold);
+        let (result, waited_from) = wait(&recorder, &process, role.key(), acquired).await;
         match result {
             Ok(Some(held)) => {
                 let number = granted(
@@ -392,51 +392,31 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
     }
 }
 
-/// The keys of a task of manager `manager` that holds several leases at
-/// once ([`several`]): no other task uses them.
-pub fn several_keys(manager: usize) -> [String; 4] {
-    [0, 1, 2, 3].map(|i| format!("s{manager}-{i}"))
-}
-
 /// A task of `process` that now and then acquires two to four keys of its
-/// own ([`several_keys`]) at once, holds them a while and releases them all
-/// at once, until `stop`: acquires, then releases, of one manager in flight
-/// together, which its actor groups (the grouped light acquire and
-/// release). Half the time an operator
-/// (through `operator`, another manager) force releases one of them just
-/// before: a lease its holder may not know lost yet when it releases it,
-/// whose release must answer "already lost".
+/// own (no other task uses them) at once, holds them a while and releases
+/// them all at once, until `stop`: its actor groups those acquires and
+/// releases (the grouped light forms). Half the time an operator (through
+/// `operator`, another manager) force releases one of them just before: a
+/// lease its holder may not know lost yet when it releases it, whose
+/// release must answer "already lost".
 pub async fn several(
     recorder: Recorder,
     process: Arc<Process>,
     operator: Arc<Process>,
     stop: Arc<AtomicBool>,
 ) {
-    let keys = several_keys(process.index);
+    let keys = [0, 1, 2, 3].map(|i| format!("s{}-{i}", process.index));
     while !stop.load(Ordering::SeqCst) {
         // All at once: the manager groups the light acquires asked for
         // while one is in flight (the grouped light acquire).
         let acquires = keys[..random_range(2..=keys.len())].iter().map(|key| {
             let (recorder, process) = (recorder.clone(), process.clone());
             async move {
-                let waiter: WaiterNo = recorder.number();
-                recorder.push(Event::WaitStarted {
-                    waiter,
-                    manager: process.index,
-                    key: format!("locks/{key}"),
-                });
-                let waited_from = Instant::now();
-                let result = process.manager.try_acquire(key.as_str()).await;
-                recorder.push(Event::WaitEnded {
-                    waiter,
-                    outcome: match &result {
-                        Ok(Some(_)) => "granted".into(),
-                        Ok(None) => "none".into(),
-                        Err(error) => format!("error: {error}"),
-                    },
-                });
+                let acquired = process.manager.try_acquire(key.as_str());
+                let key = format!("locks/{key}");
+                let (result, waited_from) = wait(&recorder, &process, key.clone(), acquired).await;
                 let lease = result.ok().flatten()?;
-                let key = (format!("locks/{key}"), Kind::Exclusive);
+                let key = (key, Kind::Exclusive);
                 let number = granted(&recorder, &process, key, &lease, (waited_from, None));
                 Some((number, lease))
             }
@@ -446,10 +426,7 @@ pub async fn several(
             .into_iter()
             .flatten()
             .collect();
-        let until = Instant::now() + ms(random_range(0..1_500));
-        while Instant::now() < until && !stop.load(Ordering::SeqCst) {
-            sleep(ms(random_range(1..200))).await;
-        }
+        idle(Instant::now() + ms(random_range(0..1_500)), &stop).await;
         if !held.is_empty() && random_range(0..2) == 0 && !operator.crashed.load(Ordering::SeqCst) {
             let key = &keys[random_range(0..held.len())];
             let op: OpNo = recorder.number();
@@ -466,7 +443,7 @@ pub async fn several(
         let releases = held.into_iter().map(|(number, lease)| {
             let recorder = recorder.clone();
             async move {
-                let released = matches!(lease.release().await, Ok(ReleaseOutcome::Released));
+                let released = Held::Lease(lease).release().await;
                 recorder.push(Event::ReleaseAnswered {
                     lease: number,
                     released,
@@ -476,10 +453,14 @@ pub async fn several(
         futures::future::join_all(releases).await;
         // Now and then, so that the simulation's pace stays that of the
         // other tasks; no later than work stops.
-        let until = Instant::now() + ms(random_range(2_000..8_000));
-        while Instant::now() < until && !stop.load(Ordering::SeqCst) {
-            sleep(ms(random_range(1..200))).await;
-        }
+        idle(Instant::now() + ms(random_range(2_000..8_000)), &stop).await;
+    }
+}
+
+/// Sleeps in short steps until `until`, or until `stop`.
+async fn idle(until: Instant, stop: &AtomicBool) {
+    while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(1..200))).await;
     }
 }
 

@@ -1,13 +1,8 @@
 //! Faults on a running [`ReplicaSet`]: kill, stop and restart members,
-//! find the primary, step it down.
-//!
-//! A replica set changes on its own: elections follow a step-down, member 0
-//! (highest priority) takes over again once it can, a restarted member
-//! recovers before it is a secondary. So every operation that needs a
-//! target ("the primary", "a healthy member") polls for it within a bound
-//! instead of looking once, retries when the target changes under it, and
-//! says what it saw when it gives up.
+//! find the primary, step it down; each operation that needs a target
+//! waits for it within a bound (see the [module docs](super)).
 
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use mongodb::Client;
@@ -38,16 +33,8 @@ impl ReplicaSet {
         let member = self.member(i)?;
         if let Some(mut child) = member.take_child() {
             let _ = child.kill();
-            let deadline = Instant::now() + self.opts.startup_timeout;
-            loop {
-                match child.try_wait() {
-                    Ok(Some(_)) => break,
-                    Ok(None) if Instant::now() >= deadline => {
-                        return Err(self.timeout(format!("member {i} to exit after SIGKILL")));
-                    }
-                    Ok(None) => tokio::time::sleep(Duration::from_millis(5)).await,
-                    Err(e) => return Err(TestkitError::io("waiting for a killed mongod", e)),
-                }
+            if !self.exited(&mut child).await? {
+                return Err(self.timeout(format!("member {i} to exit after SIGKILL")));
             }
             tracing::debug!(member = i, "killed mongod");
         }
@@ -82,20 +69,25 @@ impl ReplicaSet {
             // A frozen member handles the signal once resumed.
             libc::kill(child.id() as libc::pid_t, libc::SIGCONT);
         }
+        if !self.exited(&mut child).await? {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(self.timeout(format!("member {i} to shut down after SIGTERM")));
+        }
+        tracing::debug!(member = i, "stopped mongod");
+        Ok(())
+    }
+
+    /// Waits until `child` has exited: `false` if it has not within
+    /// [`startup_timeout`](ReplicaSetOptions::startup_timeout).
+    async fn exited(&self, child: &mut Child) -> Result<bool, TestkitError> {
         let deadline = Instant::now() + self.opts.startup_timeout;
         loop {
             match child.try_wait() {
-                Ok(Some(status)) => {
-                    tracing::debug!(member = i, %status, "stopped mongod");
-                    return Ok(());
-                }
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(self.timeout(format!("member {i} to shut down after SIGTERM")));
-                }
-                Ok(None) => tokio::time::sleep(Duration::from_millis(10)).await,
-                Err(e) => return Err(TestkitError::io("waiting for a stopped mongod", e)),
+                Ok(Some(_)) => return Ok(true),
+                Ok(None) if Instant::now() >= deadline => return Ok(false),
+                Ok(None) => tokio::time::sleep(Duration::from_millis(5)).await,
+                Err(e) => return Err(TestkitError::io("waiting for a mongod to exit", e)),
             }
         }
     }

@@ -49,6 +49,21 @@ pub(super) struct MemberProc {
 }
 
 impl Member {
+    /// A member not started yet, with a fresh temporary data directory.
+    pub(super) fn new(index: usize, port: u16) -> Result<Member, TestkitError> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{}{}-", process::DIR_PREFIX, std::process::id()))
+            .tempdir()
+            .map_err(|e| TestkitError::io("creating a temporary data directory", e))?;
+        Ok(Member {
+            index,
+            port,
+            dir,
+            proc: Mutex::new(MemberProc::default()),
+            proxy: None,
+        })
+    }
+
     /// Index of this member in the set (also its `_id` in the replica set
     /// configuration).
     pub fn index(&self) -> usize {
@@ -310,6 +325,45 @@ impl Member {
                 }));
             }
             tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits until the spawned `mongod` listens; if its port was taken
+    /// before `mongod` bound it, starts it again on a fresh port, up to
+    /// [`PORT_ATTEMPTS`] ports.
+    pub(super) async fn wait_listening_on_a_free_port(
+        &mut self,
+        mongod: &Path,
+        set_name: Option<&str>,
+        opts: &ReplicaSetOptions,
+        key_file: Option<&Path>,
+        deadline: Instant,
+    ) -> Result<(), TestkitError> {
+        let mut attempts = 1;
+        loop {
+            match self.wait_listening(deadline, opts.startup_timeout).await {
+                Ok(()) => return Ok(()),
+                Err(ListenError::Other(e)) => return Err(e),
+                Err(ListenError::AddrInUse) if attempts >= PORT_ATTEMPTS => {
+                    return Err(TestkitError::PortConflict {
+                        member: self.index,
+                        attempts,
+                    });
+                }
+                Err(ListenError::AddrInUse) => {
+                    attempts += 1;
+                    tracing::debug!(
+                        member = self.index,
+                        port = self.port,
+                        "port taken, retrying"
+                    );
+                    if let Some(mut child) = self.take_child() {
+                        let _ = child.wait();
+                    }
+                    self.port = pick_ports(1)?[0];
+                    self.spawn_mongod(mongod, set_name, opts, key_file).await?;
+                }
+            }
         }
     }
 

@@ -108,7 +108,7 @@ mod member;
 mod options;
 mod probe;
 mod process;
-pub mod proxy;
+mod proxy;
 mod replica_set;
 mod shared;
 mod standalone;

@@ -83,39 +83,15 @@ impl ReplicaSetOptions {
         self
     }
 
-    /// Sets [`ttl_monitor_sleep_secs`](Self::ttl_monitor_sleep_secs).
-    pub fn ttl_monitor_sleep_secs(mut self, secs: u32) -> Self {
-        self.ttl_monitor_sleep_secs = secs;
-        self
-    }
-
-    /// Sets [`fast_elections`](Self::fast_elections).
-    pub fn fast_elections(mut self, fast: bool) -> Self {
-        self.fast_elections = fast;
-        self
-    }
-
     /// Sets [`set_name`](Self::set_name).
     pub fn set_name(mut self, name: impl Into<String>) -> Self {
         self.set_name = name.into();
         self
     }
 
-    /// Sets [`startup_timeout`](Self::startup_timeout).
-    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
-        self.startup_timeout = timeout;
-        self
-    }
-
     /// Sets [`primary_timeout`](Self::primary_timeout).
     pub fn primary_timeout(mut self, timeout: Duration) -> Self {
         self.primary_timeout = timeout;
-        self
-    }
-
-    /// Sets [`small_journal`](Self::small_journal).
-    pub fn small_journal(mut self, small: bool) -> Self {
-        self.small_journal = small;
         self
     }
 

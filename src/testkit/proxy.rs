@@ -1,41 +1,5 @@
-//! A fault-injecting TCP proxy on loopback: added latency, blackhole, reset.
-//!
-//! [`FaultProxy`] listens on a free `127.0.0.1` port and forwards every
-//! accepted connection to one upstream address. While it runs, a test can
-//! change what the link does to the bytes crossing it:
-//!
-//! * [`set_latency`](FaultProxy::set_latency): every chunk of bytes is
-//!   delivered `latency` after the proxy read it, in each direction (so a
-//!   request/response round trip gets twice the latency). Order is kept and
-//!   delays do not add up: chunks read 1 ms apart leave 1 ms apart.
-//! * [`blackhole`](FaultProxy::blackhole): traffic in both directions stops
-//!   silently. Nothing is discarded: bytes sent meanwhile are held and
-//!   delivered after [`heal`](FaultProxy::heal), like TCP retransmitting
-//!   packets that a partitioned network dropped. A peer that gives up and
-//!   closes its end still gets its last bytes delivered after the heal, like
-//!   a kernel flushing a closed socket's send buffer. New connections are
-//!   accepted (the kernel completes the handshake) and then stall too.
-//! * [`reset`](FaultProxy::reset): every open connection is aborted with a
-//!   TCP reset on both sides (`SO_LINGER` 0); data held back is dropped.
-//!
-//! The proxy runs as tasks on the tokio runtime that called
-//! [`FaultProxy::start`]; dropping the proxy stops accepting and aborts every
-//! connection.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), mongo_lease::testkit::TestkitError> {
-//! use std::time::Duration;
-//! use mongo_lease::testkit::{FaultProxy, ReplicaSet, ReplicaSetOptions};
-//!
-//! let rs = ReplicaSet::start(ReplicaSetOptions::default()).await?;
-//! let proxy = FaultProxy::start(([127, 0, 0, 1], rs.members()[0].port()).into()).await?;
-//! let uri = format!("mongodb://{}/?directConnection=true", proxy.addr());
-//! proxy.set_latency(Duration::from_millis(200));
-//! proxy.blackhole();   // silence
-//! proxy.heal();        // held bytes flow again
-//! proxy.reset();       // connection reset by peer
-//! # let _ = uri; Ok(()) }
-//! ```
+//! [`FaultProxy`]: a fault-injecting TCP proxy on loopback (added latency,
+//! blackhole, reset).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -71,7 +35,43 @@ struct Conn {
 }
 
 /// A TCP proxy from a loopback port to one upstream address, with faults
-/// switched on and off at run time. See the [module docs](self).
+/// switched on and off at run time.
+///
+/// While it runs, a test can change what the link does to the bytes
+/// crossing it:
+///
+/// * [`set_latency`](FaultProxy::set_latency): every chunk of bytes is
+///   delivered `latency` after the proxy read it, in each direction (so a
+///   request/response round trip gets twice the latency). Order is kept and
+///   delays do not add up: chunks read 1 ms apart leave 1 ms apart.
+/// * [`blackhole`](FaultProxy::blackhole): traffic in both directions stops
+///   silently. Nothing is discarded: bytes sent meanwhile are held and
+///   delivered after [`heal`](FaultProxy::heal), like TCP retransmitting
+///   packets that a partitioned network dropped. A peer that gives up and
+///   closes its end still gets its last bytes delivered after the heal, like
+///   a kernel flushing a closed socket's send buffer. New connections are
+///   accepted (the kernel completes the handshake) and then stall too.
+/// * [`reset`](FaultProxy::reset): every open connection is aborted with a
+///   TCP reset on both sides (`SO_LINGER` 0); data held back is dropped.
+///
+/// The proxy runs as tasks on the tokio runtime that called
+/// [`FaultProxy::start`]; dropping the proxy stops accepting and aborts every
+/// connection.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), mongo_lease::testkit::TestkitError> {
+/// use std::time::Duration;
+/// use mongo_lease::testkit::{FaultProxy, ReplicaSet, ReplicaSetOptions};
+///
+/// let rs = ReplicaSet::start(ReplicaSetOptions::default()).await?;
+/// let proxy = FaultProxy::start(([127, 0, 0, 1], rs.members()[0].port()).into()).await?;
+/// let uri = format!("mongodb://{}/?directConnection=true", proxy.addr());
+/// proxy.set_latency(Duration::from_millis(200));
+/// proxy.blackhole();   // silence
+/// proxy.heal();        // held bytes flow again
+/// proxy.reset();       // connection reset by peer
+/// # let _ = uri; Ok(()) }
+/// ```
 pub struct FaultProxy {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -93,17 +93,9 @@ impl FaultProxy {
     /// Starts a proxy on a free `127.0.0.1` port that forwards to `upstream`,
     /// with no fault. Must be called inside a tokio runtime.
     pub async fn start(upstream: SocketAddr) -> Result<FaultProxy, TestkitError> {
-        Self::start_on(([127, 0, 0, 1], 0).into(), upstream).await
-    }
-
-    /// Starts a proxy listening on `listen` (port 0 picks a free one).
-    pub async fn start_on(
-        listen: SocketAddr,
-        upstream: SocketAddr,
-    ) -> Result<FaultProxy, TestkitError> {
-        let listener = TcpListener::bind(listen)
+        let listener = TcpListener::bind("127.0.0.1:0")
             .await
-            .map_err(|e| TestkitError::io(format!("binding the fault proxy on {listen}"), e))?;
+            .map_err(|e| TestkitError::io("binding the fault proxy on 127.0.0.1", e))?;
         let addr = listener
             .local_addr()
             .map_err(|e| TestkitError::io("reading the fault proxy's address", e))?;
@@ -126,11 +118,6 @@ impl FaultProxy {
     /// The address clients connect to (`127.0.0.1:<port>`).
     pub fn addr(&self) -> SocketAddr {
         self.addr
-    }
-
-    /// The address the proxy forwards to.
-    pub fn upstream(&self) -> SocketAddr {
-        self.shared.upstream
     }
 
     /// Delays every chunk of bytes by `latency` in each direction, from now
@@ -181,15 +168,6 @@ impl FaultProxy {
     /// Connections accepted since the proxy started.
     pub fn connections_accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::Relaxed)
-    }
-
-    /// Connections currently open.
-    pub fn open_connections(&self) -> usize {
-        self.shared
-            .conns
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
     }
 }
 

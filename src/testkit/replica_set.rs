@@ -2,7 +2,6 @@
 //! healthy), its URIs and clients.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mongodb::Client;
@@ -12,12 +11,10 @@ use tempfile::TempDir;
 use super::TestkitError;
 use super::auth::{encode_userinfo, write_key_file};
 use super::install::mongod_path;
-use super::member::{
-    LOG_TAIL_LINES, ListenError, Member, MemberProc, POLL, PORT_ATTEMPTS, pick_ports,
-};
+use super::member::{LOG_TAIL_LINES, Member, POLL, pick_ports};
 use super::options::ReplicaSetOptions;
 use super::probe::{MemberState, MemberStatus, describe};
-use super::process::{self, DIR_PREFIX};
+use super::process;
 use super::proxy::FaultProxy;
 
 /// MongoDB allows at most 7 voting members.
@@ -75,21 +72,9 @@ impl ReplicaSet {
         let began = Instant::now();
         let deadline = began + opts.startup_timeout;
         let ports = pick_ports(opts.members)?;
-        let pid = std::process::id();
-        let mut members = Vec::with_capacity(opts.members);
-        for (index, port) in ports.into_iter().enumerate() {
-            let dir = tempfile::Builder::new()
-                .prefix(&format!("{DIR_PREFIX}{pid}-"))
-                .tempdir()
-                .map_err(|e| TestkitError::io("creating a temporary data directory", e))?;
-            members.push(Member {
-                index,
-                port,
-                dir,
-                proc: Mutex::new(MemberProc::default()),
-                proxy: None,
-            });
-        }
+        let members = (ports.into_iter().enumerate())
+            .map(|(index, port)| Member::new(index, port))
+            .collect::<Result<Vec<_>, _>>()?;
         let key_dir = match &opts.auth {
             Some(_) => Some(write_key_file()?),
             None => None,
@@ -108,36 +93,16 @@ impl ReplicaSet {
             m.spawn(&rs.mongod, &rs.opts, rs.key_file().as_deref())
                 .await?;
         }
-        for i in 0..rs.members.len() {
-            let mut attempts = 1;
-            loop {
-                match rs.members[i]
-                    .wait_listening(deadline, rs.opts.startup_timeout)
-                    .await
-                {
-                    Ok(()) => break,
-                    Err(ListenError::Other(e)) => return Err(e),
-                    Err(ListenError::AddrInUse) if attempts >= PORT_ATTEMPTS => {
-                        return Err(TestkitError::PortConflict {
-                            member: i,
-                            attempts,
-                        });
-                    }
-                    Err(ListenError::AddrInUse) => {
-                        attempts += 1;
-                        let member = &mut rs.members[i];
-                        tracing::debug!(member = i, port = member.port, "port taken, retrying");
-                        if let Some(mut child) = member.take_child() {
-                            let _ = child.wait();
-                        }
-                        member.port = pick_ports(1)?[0];
-                        let key_file = rs.key_file();
-                        rs.members[i]
-                            .spawn(&rs.mongod, &rs.opts, key_file.as_deref())
-                            .await?;
-                    }
-                }
-            }
+        let key_file = rs.key_file();
+        for m in &mut rs.members {
+            m.wait_listening_on_a_free_port(
+                &rs.mongod,
+                Some(&rs.opts.set_name),
+                &rs.opts,
+                key_file.as_deref(),
+                deadline,
+            )
+            .await?;
         }
         let listening = began.elapsed();
         if rs.opts.proxied {
@@ -383,11 +348,6 @@ impl ReplicaSet {
     /// The members, indexed like the replica set configuration `_id`s.
     pub fn members(&self) -> &[Member] {
         &self.members
-    }
-
-    /// The replica set name.
-    pub fn set_name(&self) -> &str {
-        &self.opts.set_name
     }
 
     /// The options the set was started with.

@@ -2,15 +2,13 @@
 //! of what a deployment without replication (no change streams, no
 //! transactions, no replica set name) does.
 
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use super::TestkitError;
 use super::install::mongod_path;
-use super::member::{ListenError, Member, MemberProc, PORT_ATTEMPTS, pick_ports};
+use super::member::{Member, pick_ports};
 use super::options::ReplicaSetOptions;
-use super::process::{self, DIR_PREFIX};
+use super::process;
 
 /// A throwaway standalone `mongod` (started without `--replSet`) on
 /// `127.0.0.1`.
@@ -83,39 +81,11 @@ impl Standalone {
 
         let began = Instant::now();
         let deadline = began + opts.startup_timeout;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("{DIR_PREFIX}{}-", std::process::id()))
-            .tempdir()
-            .map_err(|e| TestkitError::io("creating a temporary data directory", e))?;
-        let mut member = Member {
-            index: 0,
-            port: pick_ports(1)?[0],
-            dir,
-            proc: Mutex::new(MemberProc::default()),
-            proxy: None,
-        };
-        let mut attempts = 1;
-        loop {
-            member.spawn_mongod(&mongod, None, &opts, None).await?;
-            match member.wait_listening(deadline, opts.startup_timeout).await {
-                Ok(()) => break,
-                Err(ListenError::Other(e)) => return Err(e),
-                Err(ListenError::AddrInUse) if attempts >= PORT_ATTEMPTS => {
-                    return Err(TestkitError::PortConflict {
-                        member: 0,
-                        attempts,
-                    });
-                }
-                Err(ListenError::AddrInUse) => {
-                    attempts += 1;
-                    tracing::debug!(port = member.port, "port taken, retrying");
-                    if let Some(mut child) = member.take_child() {
-                        let _ = child.wait();
-                    }
-                    member.port = pick_ports(1)?[0];
-                }
-            }
-        }
+        let mut member = Member::new(0, pick_ports(1)?[0])?;
+        member.spawn_mongod(&mongod, None, &opts, None).await?;
+        member
+            .wait_listening_on_a_free_port(&mongod, None, &opts, None, deadline)
+            .await?;
         tracing::info!(
             port = member.port,
             listening_ms = began.elapsed().as_millis() as u64,
@@ -123,36 +93,14 @@ impl Standalone {
         );
         Ok(Standalone { member })
     }
+}
 
-    /// The loopback port the server listens on.
-    pub fn port(&self) -> u16 {
-        self.member.port()
-    }
+/// The server's address, port, URI, data directory, log and process id,
+/// as a [`Member`]'s.
+impl std::ops::Deref for Standalone {
+    type Target = Member;
 
-    /// The server's address: `127.0.0.1:<port>`.
-    pub fn host(&self) -> String {
-        self.member.host()
-    }
-
-    /// A URI for this server:
-    /// `mongodb://127.0.0.1:<port>/?directConnection=true`.
-    pub fn uri(&self) -> String {
-        self.member.uri()
-    }
-
-    /// The server's data directory (`--dbpath`); removed on drop.
-    pub fn dbpath(&self) -> &Path {
-        self.member.dbpath()
-    }
-
-    /// The server's log file (`<dbpath>/mongod.log`); anything it wrote to
-    /// stdout/stderr goes to `<dbpath>/mongod.stdio.log`.
-    pub fn log_path(&self) -> PathBuf {
-        self.member.log_path()
-    }
-
-    /// The OS process id of the server's `mongod`.
-    pub fn pid(&self) -> Option<u32> {
-        self.member.pid()
+    fn deref(&self) -> &Member {
+        &self.member
     }
 }
