@@ -1,0 +1,284 @@
+
+use super::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+const BOUNDS: Bounds = Bounds {
+    clock_step_back: Duration::from_millis(10),
+    server_faster_ppm: 0,
+    liveness: Duration::from_secs(30),
+};
+
+fn grant(lease: LeaseNo, manager: usize, kind: Kind, token: u64, deadline: u64) -> Event {
+    grant_on("k", lease, manager, kind, token, deadline)
+}
+
+fn grant_on(
+    key: &str,
+    lease: LeaseNo,
+    manager: usize,
+    kind: Kind,
+    token: u64,
+    deadline: u64,
+) -> Event {
+    Event::Granted {
+        lease,
+        manager,
+        key: key.into(),
+        kind,
+        token,
+        deadline: ms(deadline),
+        acquired_after: Duration::ZERO,
+        confirmed_after: Duration::ZERO,
+        hold_at_least: None,
+    }
+}
+
+fn check(events: Vec<(u64, Event)>, end: u64) -> Vec<Violation> {
+    let mut history = History::new();
+    for (at, event) in events {
+        history.push(ms(at), event);
+    }
+    super::check(BOUNDS, &history, ms(end))
+}
+
+fn told(lease: LeaseNo) -> Event {
+    Event::Told {
+        lease,
+        reason: "taken".into(),
+    }
+}
+
+#[test]
+fn a_succession_within_deadlines_passes() {
+    let found = check(
+        vec![
+            (0, grant(1, 0, Kind::Exclusive, 1, 100)),
+            (
+                50,
+                Event::Renewed {
+                    lease: 1,
+                    deadline: ms(150),
+                },
+            ),
+            (120, Event::Released { lease: 1 }),
+            (130, grant(2, 1, Kind::Exclusive, 2, 230)),
+            (230, told(2)),
+        ],
+        1_000,
+    );
+    assert_eq!(found, vec![]);
+}
+
+#[test]
+fn two_live_exclusive_holders_are_a_violation() {
+    let found = check(
+        vec![
+            (0, grant(1, 0, Kind::Exclusive, 1, 100)),
+            (99, grant(2, 1, Kind::Exclusive, 2, 200)),
+        ],
+        99,
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].what.contains("beside live Exclusive lease 1"));
+}
+
+#[test]
+fn a_holder_past_its_deadline_is_not_live_but_must_have_been_told() {
+    let found = check(
+        vec![
+            (0, grant(1, 0, Kind::Exclusive, 1, 100)),
+            (100, told(1)),
+            (100, grant(2, 1, Kind::Exclusive, 2, 200)),
+        ],
+        150,
+    );
+    assert_eq!(found, vec![]);
+    let found = check(vec![(0, grant(1, 0, Kind::Exclusive, 1, 100))], 101);
+    assert_eq!(found.len(), 1);
+    assert!(found[0].what.contains("not told"), "{found:?}");
+    let found = check(
+        vec![(0, grant(1, 0, Kind::Exclusive, 1, 100)), (101, told(1))],
+        200,
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+}
+
+#[test]
+fn tokens_must_increase_and_permits_stay_within_their_number() {
+    let found = check(
+        vec![
+            (0, grant(1, 0, Kind::Exclusive, 5, 10)),
+            (10, told(1)),
+            (20, grant(2, 1, Kind::Exclusive, 5, 30)),
+            (30, told(2)),
+        ],
+        40,
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    let found = check(
+        vec![
+            (0, grant(1, 0, Kind::Permit(2), 7, 100)),
+            (1, grant(2, 1, Kind::Permit(2), 6, 100)),
+            (2, grant(3, 1, Kind::Permit(2), 8, 100)),
+            (3, grant(4, 1, Kind::Shared, 9, 100)),
+        ],
+        4,
+    );
+    let whats: Vec<&str> = found.iter().map(|v| v.what.as_str()).collect();
+    assert_eq!(found.len(), 4, "{whats:?}");
+    assert!(whats[0].contains("3 live permits of 2"));
+}
+
+#[test]
+fn force_release_exempts_its_leases_from_overlap_but_not_from_telling() {
+    let found = check(
+        vec![
+            (0, grant(1, 0, Kind::Exclusive, 1, 100)),
+            (
+                10,
+                Event::ForceReleaseStarted {
+                    op: 1,
+                    key: "k".into(),
+                },
+            ),
+            (11, Event::OpEnded { op: 1, ok: true }),
+            (12, grant(2, 1, Kind::Exclusive, 2, 200)),
+            (15, told(1)),
+            (200, told(2)),
+        ],
+        300,
+    );
+    assert_eq!(found, vec![]);
+}
+
+#[test]
+fn a_release_answered_released_after_an_operator_ended_the_lease_is_a_violation() {
+    let force = |op| Event::ForceReleaseStarted {
+        op,
+        key: "locks/k".into(),
+    };
+    let granted =
+        |lease, manager| grant_on("locks/k", lease, manager, Kind::Exclusive, lease, 1_000);
+    let answered = |lease, released| Event::ReleaseAnswered { lease, released };
+    // Force released after the grant, ended before the release started.
+    let found = check(
+        vec![
+            (0, granted(1, 0)),
+            (10, force(7)),
+            (11, Event::OpEnded { op: 7, ok: true }),
+            (20, Event::Released { lease: 1 }),
+            (21, answered(1, true)),
+        ],
+        30,
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].what.contains("operator's call 7"), "{found:?}");
+    // Reported lost: right.
+    let found = check(
+        vec![
+            (0, granted(1, 0)),
+            (10, force(7)),
+            (11, Event::OpEnded { op: 7, ok: true }),
+            (20, Event::Released { lease: 1 }),
+            (21, answered(1, false)),
+        ],
+        30,
+    );
+    assert_eq!(found, vec![]);
+    // The same by a release of the manager's owner id; one of another
+    // manager's owner id concerns it not.
+    let owner = |op, manager| Event::OwnerReleaseStarted { op, manager };
+    let by_owner = |manager| {
+        check(
+            vec![
+                (0, granted(1, 0)),
+                (10, owner(7, manager)),
+                (11, Event::OpEnded { op: 7, ok: true }),
+                (20, Event::Released { lease: 1 }),
+                (21, answered(1, true)),
+            ],
+            30,
+        )
+    };
+    assert_eq!(by_owner(0).len(), 1);
+    assert_eq!(by_owner(1), vec![]);
+    // Concurrent: the call ended after the release started, or started
+    // before the lease was granted (it may have run before the
+    // acquisition): either may have come first. Or it failed: it may
+    // not have been applied.
+    for events in [
+        vec![
+            (0, granted(1, 0)),
+            (10, force(7)),
+            (11, Event::OpEnded { op: 7, ok: false }),
+            (20, Event::Released { lease: 1 }),
+            (21, answered(1, true)),
+        ],
+        vec![
+            (0, granted(1, 0)),
+            (10, force(7)),
+            (20, Event::Released { lease: 1 }),
+            (21, Event::OpEnded { op: 7, ok: true }),
+            (22, answered(1, true)),
+        ],
+        vec![
+            (0, force(7)),
+            (1, granted(1, 0)),
+            (11, Event::OpEnded { op: 7, ok: true }),
+            (20, Event::Released { lease: 1 }),
+            (21, answered(1, true)),
+        ],
+    ] {
+        assert_eq!(check(events, 30), vec![]);
+    }
+}
+
+#[test]
+fn hold_at_least_and_foreign_holders() {
+    let mut held = grant(1, 0, Kind::Exclusive, 1, 100);
+    if let Event::Granted {
+        hold_at_least,
+        acquired_after,
+        ..
+    } = &mut held
+    {
+        *hold_at_least = Some(ms(500));
+        *acquired_after = ms(2);
+    }
+    let found = check(
+        vec![
+            (5, held),
+            (10, Event::Released { lease: 1 }),
+            (300, grant(2, 1, Kind::Exclusive, 2, 600)),
+            (
+                400,
+                Event::ForeignTaken {
+                    key: "k".into(),
+                    owner: "app".into(),
+                },
+            ),
+        ],
+        450,
+    );
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].what.contains("minimum hold"));
+    assert!(found[1].what.contains("beside live leases [2]"));
+}
+
+#[test]
+fn waiters_are_answered_within_the_bound_once_faults_stop() {
+    let wait = Event::WaitStarted {
+        waiter: 1,
+        manager: 0,
+        key: "k".into(),
+    };
+    let found = check(
+        vec![(0, wait.clone()), (1_000, Event::FaultsStopped)],
+        20_000,
+    );
+    assert_eq!(found, vec![]);
+    let found = check(vec![(0, wait), (1_000, Event::FaultsStopped)], 31_001);
+    assert_eq!(found.len(), 1, "{found:?}");
+}
