@@ -476,11 +476,8 @@ impl futures::Stream for LeaderObserver {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
-            let state = match Pin::new(&mut self.changes).poll_next(cx) {
-                Poll::Ready(Some(Ok(state))) => state,
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
-                Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
+            let Some(state) = std::task::ready!(Pin::new(&mut self.changes).poll_next(cx)?) else {
+                return Poll::Ready(None);
             };
             let leader = state.as_ref().and_then(LeaderInfo::from_info);
             if self.last.as_ref() != Some(&leader) {

@@ -53,70 +53,40 @@ pub const MAX_PAYLOAD_LEN: usize = 16 * 1024;
 /// # async fn do_work(_token: u64) {}
 /// ```
 pub struct Lease {
-    key: Target,
-    /// Where the lock lives (for the transaction helper).
-    place: Arc<LockPlace>,
-    owner_id: Arc<str>,
-    lease_id: Uuid,
-    fencing_token: u64,
-    ttl: Duration,
-    /// Shared with the actor: token, local deadline, loss reason.
-    state: Arc<LeaseState>,
-    mailbox: Mailbox,
+    granted: GrantedLease,
     /// Set once [`Lease::release`] has sent its release, so `Drop` does nothing.
     released: bool,
-    /// How it holds its key.
-    kind: crate::LeaseKind,
 }
 
 impl Lease {
     /// The caller's lease, from the actor's grant.
     pub(crate) fn new(granted: GrantedLease) -> Self {
-        let GrantedLease {
-            key,
-            place,
-            owner_id,
-            lease_id,
-            fencing_token,
-            ttl,
-            kind,
-            state,
-            mailbox,
-        } = granted;
         Lease {
-            key,
-            place,
-            owner_id,
-            lease_id,
-            fencing_token,
-            ttl,
-            state,
-            mailbox,
+            granted,
             released: false,
-            kind,
         }
     }
 
     /// How this lease holds its key: exclusively (the default), shared, or
     /// as one permit of a semaphore ([`AcquireOptions::kind`](crate::AcquireOptions::kind)).
     pub fn kind(&self) -> crate::LeaseKind {
-        self.kind
+        self.granted.kind
     }
 
     /// The key this lease holds (for an in-document lease, the document's `_id`).
     pub fn key(&self) -> &LeaseKey {
-        &self.key.key
+        &self.granted.key.key
     }
 
     /// Where the lock lives: the lock collection, or the user collection and
     /// lock field of an in-document lease.
     pub(crate) fn lock_place(&self) -> &LockPlace {
-        &self.place
+        &self.granted.place
     }
 
     /// The lease id of this acquisition (stored as `lid`).
     pub(crate) fn lease_id(&self) -> Uuid {
-        self.lease_id
+        self.granted.lease_id
     }
 
     /// Writes an in-document lease's document (and releases the lease too if
@@ -126,10 +96,11 @@ impl Lease {
         update: crate::document_update::DocumentUpdate,
         release: bool,
     ) -> Result<Document> {
-        self.mailbox
+        self.granted
+            .mailbox
             .write_document(
-                self.key.clone(),
-                self.lease_id,
+                self.granted.key.clone(),
+                self.granted.lease_id,
                 DocumentWrite {
                     update,
                     release,
@@ -143,13 +114,15 @@ impl Lease {
     /// `error` as met by `operation` on this lease's collection: a server's
     /// refusal becomes [`Error::Refused`] (see [`Error::refused_in`]).
     fn refused(&self, operation: Operation, error: Error) -> Error {
-        error.refused_in(operation, &self.place.namespace())
+        error.refused_in(operation, &self.granted.place.namespace())
     }
 
     /// Makes the manager check this lease now by a renewal (the transaction
     /// helper found it not held): its token fires if the lease is gone.
     pub(crate) fn check_now(&self) {
-        self.mailbox.check_held(self.key.clone(), self.lease_id);
+        self.granted
+            .mailbox
+            .check_held(self.granted.key.clone(), self.granted.lease_id);
     }
 
     /// The lease was released by a write under it (`commit`): `Drop` sends nothing.
@@ -161,12 +134,12 @@ impl Lease {
     /// [`AcquireOptions::ttl`](crate::AcquireOptions::ttl), or the manager's.
     /// Each renewal sets the lease to expire this long after the server's now.
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.granted.ttl
     }
 
     /// The owner id of the manager that holds the lease (stored as `aid`).
     pub fn owner_id(&self) -> &str {
-        &self.owner_id
+        &self.granted.owner_id
     }
 
     /// The fencing token of this acquisition: strictly greater than every
@@ -177,7 +150,7 @@ impl Lease {
     /// refuse writes that carry a token lower than one it has seen (Martin
     /// Kleppmann, "How to do distributed locking", 2016).
     pub fn fencing_token(&self) -> u64 {
-        self.fencing_token
+        self.granted.fencing_token
     }
 
     /// A token that is cancelled when this lease is no longer held: when a
@@ -200,7 +173,7 @@ impl Lease {
     /// [`LeaseManager::shutdown`]: crate::LeaseManager::shutdown
     /// [`DocumentLease::commit`]: crate::DocumentLease::commit
     pub fn cancellation_token(&self) -> CancellationToken {
-        self.state.token().clone()
+        self.granted.state.token().clone()
     }
 
     /// Completes when the lease is lost (see [`Lease::cancellation_token`]).
@@ -212,7 +185,7 @@ impl Lease {
     ///
     /// Cancel safe: dropping the future has no effect on the lease.
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.state.token().clone().cancelled_owned()
+        self.granted.state.token().clone().cancelled_owned()
     }
 
     /// `true` once the lease has been lost: its cancellation token fired,
@@ -223,7 +196,7 @@ impl Lease {
     /// has passed even if the manager task has not run since (a starved
     /// runtime, a paused thread); the token fires when the manager runs.
     pub fn is_lost(&self) -> bool {
-        self.state.is_lost()
+        self.granted.state.is_lost()
     }
 
     /// Why the lease was lost; `None` while it is held.
@@ -233,7 +206,7 @@ impl Lease {
     /// token fires: once [`Lease::lost`] has completed (or the token reads
     /// cancelled), this returns the manager's verdict, never `None`.
     pub fn lost_reason(&self) -> Option<LossReason> {
-        self.state.lost_reason()
+        self.granted.state.lost_reason()
     }
 
     /// The local deadline: the instant (tokio's clock,
@@ -244,7 +217,7 @@ impl Lease {
     ///
     /// Read without the manager task, like [`Lease::is_lost`].
     pub fn deadline(&self) -> Option<tokio::time::Instant> {
-        self.state.deadline()
+        self.granted.state.deadline()
     }
 
     /// The events of this lease from now on: each confirmed renewal (with
@@ -274,12 +247,12 @@ impl Lease {
     /// # }
     /// ```
     pub fn events(&self) -> LeaseEvents {
-        self.state.events()
+        self.granted.state.events()
     }
 
     /// The state shared with the manager (token, deadline, reason, events).
     pub(crate) fn state(&self) -> &Arc<LeaseState> {
-        &self.state
+        &self.granted.state
     }
 
     /// Stores `payload` in the lease's document (field `data`), replacing the
@@ -325,9 +298,9 @@ impl Lease {
     /// A cheap, cloneable reference to this acquisition (no release on drop).
     pub(crate) fn handle(&self) -> LeaseHandle {
         LeaseHandle {
-            key: self.key.clone(),
-            lease_id: self.lease_id,
-            mailbox: self.mailbox.clone(),
+            key: self.granted.key.clone(),
+            lease_id: self.granted.lease_id,
+            mailbox: self.granted.mailbox.clone(),
         }
     }
 
@@ -351,8 +324,9 @@ impl Lease {
         // The command is sent at the first poll: from then on `Drop` must not
         // send a second one.
         self.released = true;
-        self.mailbox
-            .release(self.key.clone(), self.lease_id)
+        self.granted
+            .mailbox
+            .release(self.granted.key.clone(), self.granted.lease_id)
             .await
             .map_err(|e| self.refused(Operation::Release, e))
     }
@@ -362,8 +336,9 @@ impl Drop for Lease {
     /// Releases the lease in the background (the manager logs a failure).
     fn drop(&mut self) {
         if !self.released {
-            self.mailbox
-                .release_in_background(self.key.clone(), self.lease_id);
+            self.granted
+                .mailbox
+                .release_in_background(self.granted.key.clone(), self.granted.lease_id);
         }
     }
 }
@@ -371,10 +346,10 @@ impl Drop for Lease {
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("key", &self.key.key)
-            .field("owner_id", &self.owner_id)
-            .field("fencing_token", &self.fencing_token)
-            .field("ttl", &self.ttl)
+            .field("key", &self.granted.key.key)
+            .field("owner_id", &self.granted.owner_id)
+            .field("fencing_token", &self.granted.fencing_token)
+            .field("ttl", &self.granted.ttl)
             .field("lost", &self.is_lost())
             .finish()
     }

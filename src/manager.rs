@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::actor::Actor;
-use crate::actor::command::{AcquireMode, Command, Granted, Place, Target, WaiterId};
+use crate::actor::command::{AcquireMode, Command, Granted, Place, Target, Waiter, WaiterId};
 use crate::actor::mailbox::Mailbox;
 use crate::config::{AcquireOptions, LeaseManagerOptions, Timing, validate_key, validate_owner_id};
 use crate::error::{Error, Operation, Result};
@@ -263,10 +263,8 @@ impl LeaseManager {
         key: impl Into<LeaseKey>,
         options: &AcquireOptions,
     ) -> Result<Lease> {
-        match self.request(key.into(), AcquireMode::Wait, options).await? {
-            Some(lease) => Ok(lease),
-            None => Err(Error::Shutdown),
-        }
+        let lease = self.request(key.into(), AcquireMode::Wait, options).await?;
+        lease.ok_or(Error::Shutdown)
     }
 
     /// One attempt to acquire `key`: `Ok(None)` if it is held, by another
@@ -334,7 +332,7 @@ impl LeaseManager {
         validate_key(&key.key)?;
         let ttl = self.inner.timing.lease_ttl(options)?;
         let shape = self.inner.timing.lease_shape(options)?;
-        let waiter = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let id = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!("acquire", key = %key, kind = %shape.kind, owner_id = %self.inner.owner_id);
         let metrics = telemetry::AcquireMetrics::start(shape.kind);
         let in_locks = key.place == Place::LOCKS;
@@ -343,7 +341,7 @@ impl LeaseManager {
         let mut guard = WaiterGuard {
             mailbox: &self.inner.mailbox,
             key: key.clone(),
-            waiter,
+            waiter: id,
             armed: true,
         };
         let result = self
@@ -351,23 +349,22 @@ impl LeaseManager {
             .mailbox
             .call(|respond_to| Command::Acquire {
                 key,
-                waiter,
-                mode,
-                ttl,
-                create,
-                shape,
-                respond_to,
+                waiter: Waiter {
+                    id,
+                    mode,
+                    ttl,
+                    create,
+                    shape,
+                    respond_to,
+                },
             })
             .instrument(span)
-            .await
-            .map_err(|e| {
-                if in_locks {
-                    self.refused(Operation::Acquire)(e)
-                } else {
-                    e
-                }
-            });
+            .await;
         guard.armed = false;
+        let result = match in_locks {
+            true => result.map_err(self.refused(Operation::Acquire)),
+            false => result,
+        };
         metrics.finish(telemetry::AcquireOutcome::of(&result));
         result
     }
@@ -454,16 +451,11 @@ impl LeaseManager {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, key: impl Into<LeaseKey>) -> Result<Option<LeaseInfo>> {
-        self.inspect_target(Target {
-            place: Place::LOCKS,
-            key: key.into(),
-        })
-        .await
-        .map_err(self.refused(Operation::Inspect))
+        self.inspect_target(Target::lock(key.into()))
+            .await
+            .map_err(self.refused(Operation::Inspect))
     }
 
-    /// `error` as met by `operation` on the lock collection: a server's
-    /// refusal becomes [`Error::Refused`] naming both.
     /// The lock collection's database (in-document leases' collections are in it too).
     pub(crate) fn database_name(&self) -> &str {
         let namespace: &str = &self.inner.namespace;
@@ -472,6 +464,8 @@ impl LeaseManager {
             .map_or(namespace, |(database, _)| database)
     }
 
+    /// `error` as met by `operation` on the lock collection: a server's
+    /// refusal becomes [`Error::Refused`] naming both.
     fn refused(&self, operation: Operation) -> impl FnOnce(Error) -> Error + '_ {
         move |error| error.refused_in(operation, &self.inner.namespace)
     }
@@ -499,15 +493,14 @@ impl LeaseManager {
     ///
     /// Cancel safe (reads).
     pub async fn list(&self) -> Result<Vec<LeaseInfo>> {
-        let mut all = Vec::new();
-        let mut after = None;
+        let (mut all, mut after) = (Vec::new(), None);
         loop {
             let (page, next) = self.list_page(after.as_ref(), LIST_PAGE).await?;
             all.extend(page);
-            match next {
-                Some(next) => after = Some(next),
-                None => return Ok(all),
+            if next.is_none() {
+                return Ok(all);
             }
+            after = next;
         }
     }
 
@@ -715,9 +708,8 @@ struct WaiterGuard<'a> {
 
 impl Drop for WaiterGuard<'_> {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            self.mailbox.cancel_waiter(self.key.clone(), self.waiter);
         }
-        self.mailbox.cancel_waiter(self.key.clone(), self.waiter);
     }
 }

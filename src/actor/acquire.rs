@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 use tokio::time::Instant;
+use uuid::Uuid;
 
 use mongodb::bson::Document;
 
@@ -19,6 +20,7 @@ use super::telemetry;
 use super::{Actor, Attempt, Event, Held, KeyState, Sent, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
+use crate::kind::LeaseKind;
 use crate::status::LeaseState;
 use crate::store::{AcquireOutcome, AcquireRequest};
 
@@ -36,11 +38,8 @@ impl Actor {
             }));
             return;
         }
-        let busy = !state.admits(&waiter.shape)
-            || !state.waiters.is_empty()
-            || state.releases_in_flight > 0
-            || !matches!(state.attempt, Attempt::Idle)
-            || self.releasing_all > 0;
+        let busy =
+            !state.waiters.is_empty() || !state.can_start(&waiter.shape) || self.releasing_all > 0;
         if waiter.mode == AcquireMode::Try && busy {
             let _ = waiter.respond_to.send(Ok(None));
             self.forget_if_idle(&key);
@@ -95,10 +94,7 @@ impl Actor {
         let ready = state
             .waiters
             .front()
-            .is_some_and(|w| state.admits(&w.shape))
-            && state.releases_in_flight == 0
-            && matches!(state.attempt, Attempt::Idle)
-            && !state.waiters.is_empty()
+            .is_some_and(|w| state.can_start(&w.shape))
             && self.releasing_all == 0;
         if ready {
             self.start_attempt(key);
@@ -109,44 +105,38 @@ impl Actor {
 
     fn start_attempt(&mut self, key: &Target) {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
-        let next_shape = state.waiters.front().map(|w| w.shape).unwrap_or_default();
-        if let Some(sent) = state.unseen.take().filter(|sent| *sent != next_shape) {
+        // The attempt is the first waiter's: its kind, its TTL (if it goes
+        // away meanwhile, `grant` adjusts to the next one's, and hands the
+        // lease to a waiter of this shape only), and its fields to create a
+        // missing document with (created for a caller that asked for it,
+        // never handed to one that did not).
+        let first = state.waiters.front();
+        let shape = first.map(|w| w.shape).unwrap_or_default();
+        let ttl = first.map_or(self.timing.ttl, |w| w.ttl);
+        let create = first.and_then(|w| w.create.clone());
+        if let Some(sent) = state.unseen.take().filter(|sent| *sent != shape) {
             // An attempt of another shape under this lease id may have
             // landed unseen (its waiter left): a retry of this shape would
             // not recognise it as ours and would wait for it to expire. Give
             // it back; the attempt starts under a new lease id once the
             // release is confirmed (`on_released`).
-            let lease_id = std::mem::replace(&mut state.next_lease_id, crate::random::uuid());
-            self.spawn_release(key.clone(), lease_id, sent.kind, Instant::now(), None);
+            let lease_id = state.new_lease_id();
+            self.give_back(key, lease_id, sent.kind);
             return;
         }
-        state.attempt = Attempt::InFlight;
-        state.written_in_flight = false;
-        state.freed_in_flight = false;
-        let lease_id = state.next_lease_id;
-        let waiting = state.waiters.iter().any(|w| w.mode != AcquireMode::Try);
-        // The TTL of the waiter that will get the lease (the first one); if it
-        // goes away meanwhile, `grant` adjusts to the next one's.
-        let ttl = state.waiters.front().map_or(self.timing.ttl, |w| w.ttl);
-        // Likewise the fields to create a missing document with: the first
-        // waiter's (a missing document is created for a caller that asked
-        // for it, never handed to one that did not).
-        let create = state.waiters.front().and_then(|w| w.create.clone());
-        // The first waiter's kind (a later waiter of another kind waits for
-        // its own attempt: `grant` hands the lease to a waiter of this shape only).
-        let shape = state.waiters.front().map(|w| w.shape).unwrap_or_default();
+        state.begin_attempt();
         let sent = Sent {
-            lease_id,
+            lease_id: state.next_lease_id,
             sent_at: Instant::now(),
             ttl,
             shape,
-            waiting,
+            waiting: state.waiters.iter().any(|w| w.mode != AcquireMode::Try),
         };
         let key = key.clone();
         if self.tries_light_acquire(&key, &sent) {
             self.submit_light_acquire(key, sent);
         } else {
-            if shape.kind == crate::LeaseKind::Exclusive && self.light_forms(key.place).acquire {
+            if shape.kind == LeaseKind::Exclusive && self.store(key.place).light_forms().acquire {
                 // The general form goes for an exclusive lease: the key
                 // skips the light forms for a while (`group_commit`).
                 self.note_contended(&key);
@@ -164,14 +154,12 @@ impl Actor {
         sent: Sent,
         create: Option<Document>,
     ) {
-        let store = self.store(key.place);
-        let (lease_id, waiting, ttl, shape) = (sent.lease_id, sent.waiting, sent.ttl, sent.shape);
-        let acquire = store.acquire(AcquireRequest {
+        let acquire = self.store(key.place).acquire(AcquireRequest {
             key: key.key.clone(),
-            lease_id,
-            waiting,
-            ttl,
-            shape,
+            lease_id: sent.lease_id,
+            waiting: sent.waiting,
+            ttl: sent.ttl,
+            shape: sent.shape,
             create,
         });
         self.spawn_store(acquire, move |result| Event::Acquired { result, key, sent });
@@ -183,6 +171,7 @@ impl Actor {
         sent: Sent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     ) {
+        let may_register = self.may_register(&key, &sent);
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
@@ -204,23 +193,13 @@ impl Actor {
                 // handed out. Give it back and try again under a new lease
                 // id; a try gets `None`.
                 tracing::warn!(%key, token, "acquired too late to be safe; giving it back");
-                state.next_lease_id = crate::random::uuid();
-                for waiter in std::mem::take(&mut state.waiters) {
-                    if waiter.mode == AcquireMode::Try {
-                        let _ = waiter.respond_to.send(Ok(None));
-                    } else if !waiter.respond_to.is_closed() {
-                        state.waiters.push_back(waiter);
-                    }
-                }
+                state.new_lease_id();
+                state.answer_waiters(answer_tries);
                 // Its confirmation starts the next attempt (`on_released`).
-                self.spawn_release(key.clone(), lease_id, sent.shape.kind, Instant::now(), None);
+                self.give_back(&key, lease_id, sent.shape.kind);
             }
             Ok((AcquireOutcome::Acquired { token }, document)) => {
-                state.failures = 0;
-                state.registered = false;
-                state.handed = false;
-                state.unanswered = None;
-                state.next_lease_id = crate::random::uuid();
+                state.acquired();
                 self.grant(&key, sent, token, document);
             }
             Ok((AcquireOutcome::Unconfirmed { token }, _)) => {
@@ -237,15 +216,8 @@ impl Actor {
                 state.prune_waiters();
                 if state.waiters.is_empty() {
                     // Nobody to give it to: give it back at once.
-                    state.unseen = None;
-                    state.next_lease_id = crate::random::uuid();
-                    self.spawn_release(
-                        key.clone(),
-                        lease_id,
-                        sent.shape.kind,
-                        Instant::now(),
-                        None,
-                    );
+                    state.new_lease_id();
+                    self.give_back(&key, lease_id, sent.shape.kind);
                 } else if confirming {
                     // Confirmed by a read again: the writes keep failing.
                     self.schedule_retry(&key, None, false);
@@ -263,15 +235,9 @@ impl Actor {
                 // others' attempts follow.
                 let requested = sent.shape.kind;
                 tracing::debug!(%key, %stored, %requested, "key held as another kind");
-                for waiter in std::mem::take(&mut state.waiters) {
-                    if waiter.shape.kind == requested {
-                        let _ = waiter
-                            .respond_to
-                            .send(Err(Error::KindMismatch { stored, requested }));
-                    } else if !waiter.respond_to.is_closed() {
-                        state.waiters.push_back(waiter);
-                    }
-                }
+                let mismatch = Error::KindMismatch { stored, requested };
+                state
+                    .answer_waiters(|w| (w.shape.kind == requested).then(|| Err(mismatch.clone())));
                 self.serve_next(&key);
             }
             Ok((
@@ -290,12 +256,7 @@ impl Actor {
                 // yield; in-document leases have no queue). A key handed
                 // to a registration with a minimum hold is confirmed by an
                 // attempt, never granted on the event (`grant_handed`).
-                let queues = self.places[usize::from(key.place.0)].info.field.is_none();
-                state.registered = queues
-                    && sent.waiting
-                    && sent.shape.kind == crate::LeaseKind::Exclusive
-                    && !foreign
-                    && holder != *self.owner_id;
+                state.registered = may_register && !foreign && holder != *self.owner_id;
                 state.handed = false;
                 let registered = token.filter(|_| state.registered).map(|token| Registered {
                     sent_at: sent.sent_at,
@@ -303,13 +264,7 @@ impl Actor {
                     token,
                 });
                 state.note_unanswered(lease_id, sent.ttl, registered);
-                for waiter in std::mem::take(&mut state.waiters) {
-                    if waiter.mode == AcquireMode::Try {
-                        let _ = waiter.respond_to.send(Ok(None));
-                    } else if !waiter.respond_to.is_closed() {
-                        state.waiters.push_back(waiter);
-                    }
-                }
+                state.answer_waiters(answer_tries);
                 if state.waiters.is_empty() {
                 } else if std::mem::take(&mut state.freed_in_flight) {
                     // Freed after this attempt read it: its answer is stale.
@@ -337,29 +292,18 @@ impl Actor {
                 // have registered in the key's queue: count it registered,
                 // so that shutdown (or a waiter leaving) leaves that queue
                 // (leaving a queue one is not in changes nothing).
-                let queues = self.places[usize::from(key.place.0)].info.field.is_none();
-                if transient
-                    && queues
-                    && sent.waiting
-                    && sent.shape.kind == crate::LeaseKind::Exclusive
-                {
+                if transient && may_register {
                     state.registered = true;
                 }
                 // A missing document: the answer for the callers that gave
                 // no fields to create it (the attempt was sent with the
                 // first one's); the others' attempt follows at once.
                 let not_found = matches!(error, Error::DocumentNotFound { .. });
-                for waiter in std::mem::take(&mut state.waiters) {
-                    if not_found && waiter.create.is_some() {
-                        if !waiter.respond_to.is_closed() {
-                            state.waiters.push_back(waiter);
-                        }
-                    } else if waiter.mode == AcquireMode::Try || !transient {
-                        let _ = waiter.respond_to.send(Err(error.clone()));
-                    } else if !waiter.respond_to.is_closed() {
-                        state.waiters.push_back(waiter);
-                    }
-                }
+                state.answer_waiters(|w| {
+                    let retries = (not_found && w.create.is_some())
+                        || (transient && w.mode != AcquireMode::Try);
+                    (!retries).then(|| Err(error.clone()))
+                });
                 if not_found {
                     self.serve_next(&key);
                 } else if !state.waiters.is_empty() {
@@ -368,15 +312,8 @@ impl Actor {
                 } else if transient {
                     // The write may have landed unseen: give it back rather than
                     // leave the key blocked until the lease expires.
-                    state.unseen = None;
-                    state.next_lease_id = crate::random::uuid();
-                    self.spawn_release(
-                        key.clone(),
-                        lease_id,
-                        sent.shape.kind,
-                        Instant::now(),
-                        None,
-                    );
+                    state.new_lease_id();
+                    self.give_back(&key, lease_id, sent.shape.kind);
                 }
             }
         }
@@ -442,7 +379,7 @@ impl Actor {
                 span,
             });
             tracing::debug!(%key, token, kind = %shape.kind, "lease acquired");
-            let lease = GrantedLease {
+            let lease = Some(GrantedLease {
                 key: key.clone(),
                 place: self.places[usize::from(key.place.0)].info.clone(),
                 owner_id: self.owner_id.clone(),
@@ -452,12 +389,12 @@ impl Actor {
                 kind: shape.kind,
                 state: lease_state,
                 mailbox,
-            };
+            });
             // If the caller went away just now, the returned grant is dropped
             // here, and its drop queues its release.
             let _ = waiter
                 .respond_to
-                .send(Ok(Some(Granted::new(lease, document))));
+                .send(Ok(Some(Granted { lease, document })));
             if state.waiters.is_empty() {
                 // A held key stays in `keys`: keep no empty queue's buffer.
                 state.waiters.shrink_to_fit();
@@ -473,7 +410,21 @@ impl Actor {
             }
             return;
         }
-        self.spawn_release(key.clone(), lease_id, shape.kind, Instant::now(), None);
+        self.give_back(key, lease_id, shape.kind);
+    }
+
+    /// Gives back `lease_id` of `key`, which nobody holds locally, at once.
+    pub(super) fn give_back(&mut self, key: &Target, lease_id: Uuid, kind: LeaseKind) {
+        self.spawn_release(key.clone(), lease_id, kind, Instant::now(), None);
+    }
+
+    /// Whether the attempt `sent` of `key` may register in the key's queue
+    /// of waiting owners: a waiting exclusive attempt in the lock collection
+    /// (in-document leases have no queue).
+    fn may_register(&self, key: &Target, sent: &Sent) -> bool {
+        self.places[usize::from(key.place.0)].info.field.is_none()
+            && sent.waiting
+            && sent.shape.kind == LeaseKind::Exclusive
     }
 
     /// Schedules the key's next attempt within [`wake_jitter`] (capped
@@ -491,7 +442,7 @@ impl Actor {
     /// Schedules the key's next attempt after the backoff, capped by the
     /// holder's `remaining` time if known; `held`: the key is held by another
     /// holder, so a release or delete of it should wake the retry.
-    fn schedule_retry(&mut self, key: &Target, remaining: Option<std::time::Duration>, held: bool) {
+    fn schedule_retry(&mut self, key: &Target, remaining: Option<Duration>, held: bool) {
         let state = self.keys.get_mut(key).expect("retry for a known key");
         let delay = retry_delay(
             state.failures,
@@ -506,4 +457,10 @@ impl Actor {
             self.open_release_watch(key.place);
         }
     }
+}
+
+/// The answer for the tries among a key's waiters when the key is not
+/// acquired now: `None`, and the others keep waiting.
+fn answer_tries(waiter: &Waiter) -> Option<Result<Option<Granted>>> {
+    (waiter.mode == AcquireMode::Try).then_some(Ok(None))
 }

@@ -12,7 +12,7 @@ use super::mailbox::Mailbox;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::kind::LeaseKind;
+use crate::kind::{LeaseKind, LeaseShape};
 use crate::status::{LeaseState, ReleaseOutcome};
 use crate::store::{DocumentWrite, LockPlace};
 
@@ -72,9 +72,9 @@ impl std::fmt::Display for Target {
 /// grant is never leaked.
 pub(crate) struct Granted {
     /// `None` once [`Granted::take`] handed it to the handle.
-    lease: Option<GrantedLease>,
+    pub(super) lease: Option<GrantedLease>,
     /// In-document leases: the document as the acquire left it.
-    document: Option<Document>,
+    pub(super) document: Option<Document>,
 }
 
 /// What a granted lease is made of.
@@ -93,13 +93,6 @@ pub(crate) struct GrantedLease {
 }
 
 impl Granted {
-    pub(crate) fn new(lease: GrantedLease, document: Option<Document>) -> Self {
-        Granted {
-            lease: Some(lease),
-            document,
-        }
-    }
-
     /// The lease and the document, for the handle; the grant no longer
     /// releases the lease when dropped (the caller's `Lease` does).
     pub(crate) fn take(mut self) -> (GrantedLease, Option<Document>) {
@@ -118,6 +111,19 @@ impl Drop for Granted {
     }
 }
 
+/// A local caller waiting in an `acquire` or `try_acquire`.
+pub(crate) struct Waiter {
+    pub(crate) id: WaiterId,
+    pub(crate) mode: AcquireMode,
+    /// The TTL its lease is to have (validated by the handle).
+    pub(crate) ttl: Duration,
+    /// In-document leases: the fields to create a missing document with.
+    pub(crate) create: Option<Document>,
+    /// Its lease's kind and minimum hold (validated by the handle).
+    pub(crate) shape: LeaseShape,
+    pub(crate) respond_to: Reply<Option<Granted>>,
+}
+
 /// How an acquire waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireMode {
@@ -133,15 +139,7 @@ pub(crate) enum AcquireMode {
 pub(crate) enum Command {
     Acquire {
         key: Target,
-        waiter: WaiterId,
-        mode: AcquireMode,
-        /// The lease's TTL (validated by the handle).
-        ttl: Duration,
-        /// In-document leases: the fields to create a missing document with.
-        create: Option<Document>,
-        /// The lease's kind and minimum hold (validated by the handle).
-        shape: crate::kind::LeaseShape,
-        respond_to: Reply<Option<Granted>>,
+        waiter: Waiter,
     },
     /// The acquire future of `waiter` was dropped before it completed.
     CancelWaiter {
@@ -221,42 +219,30 @@ impl Command {
     /// a reply channel (a cancelled waiter, the release of a dropped lease) is
     /// just dropped.
     pub(crate) fn fail(self, error: Error) {
+        fn send<T>(respond_to: Reply<T>, error: Error) {
+            let _ = respond_to.send(Err(error));
+        }
         match self {
-            Command::Acquire { respond_to, .. } => {
-                let _ = respond_to.send(Err(error));
+            Command::CancelWaiter { .. } | Command::CheckHeld { .. } => {}
+            Command::Release { respond_to, .. } => {
+                if let Some(respond_to) = respond_to {
+                    send(respond_to, error);
+                }
             }
-            Command::CancelWaiter { .. }
-            | Command::CheckHeld { .. }
-            | Command::Release {
-                respond_to: None, ..
-            } => {}
-            Command::Release {
-                respond_to: Some(respond_to),
-                ..
-            } => {
-                let _ = respond_to.send(Err(error));
-            }
+            Command::Acquire { waiter, .. } => send(waiter.respond_to, error),
             Command::ReleaseAll { respond_to } | Command::ReleaseOwner { respond_to, .. } => {
-                let _ = respond_to.send(Err(error));
+                send(respond_to, error)
             }
             Command::Shutdown { respond_to } | Command::SetPayload { respond_to, .. } => {
-                let _ = respond_to.send(Err(error));
+                send(respond_to, error)
             }
             Command::Inspect { respond_to, .. } | Command::ForceRelease { respond_to, .. } => {
-                let _ = respond_to.send(Err(error));
+                send(respond_to, error)
             }
-            Command::List { respond_to, .. } => {
-                let _ = respond_to.send(Err(error));
-            }
-            Command::Observe { respond_to, .. } => {
-                let _ = respond_to.send(Err(error));
-            }
-            Command::OpenDocuments { respond_to, .. } => {
-                let _ = respond_to.send(Err(error));
-            }
-            Command::WriteDocument { respond_to, .. } => {
-                let _ = respond_to.send(Err(error));
-            }
+            Command::List { respond_to, .. } => send(respond_to, error),
+            Command::Observe { respond_to, .. } => send(respond_to, error),
+            Command::OpenDocuments { respond_to, .. } => send(respond_to, error),
+            Command::WriteDocument { respond_to, .. } => send(respond_to, error),
         }
     }
 }

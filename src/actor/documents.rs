@@ -8,12 +8,11 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::command::{Place, Reply, Target};
-use super::release_watch::ReleaseWatch;
 use super::{Actor, Event, PlaceState};
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
 use crate::status::LossReason;
-use crate::store::{DocumentWrite, LeaseRef};
+use crate::store::DocumentWrite;
 
 /// Most places of in-document leases one manager opens (the lock
 /// collection is one more).
@@ -49,14 +48,8 @@ impl Actor {
             });
         }
         let store = self.store(Place::LOCKS).documents(collection, field)?;
-        let info = std::sync::Arc::new(store.place());
         let place = Place(self.places.len() as u16);
-        self.places.push(PlaceState {
-            store,
-            info,
-            release_watch: ReleaseWatch::Closed,
-            group_commit: Default::default(),
-        });
+        self.places.push(PlaceState::new(store));
         tracing::debug!(
             collection,
             field,
@@ -77,17 +70,13 @@ impl Actor {
             let _ = respond_to.send(Err(Error::LeaseLost { key: key.key }));
             return;
         };
-        let token = held.token;
-        let acquired_at = held.acquired_at;
+        let (token, acquired_at, lease) = (held.token, held.acquired_at, held.lease_ref(&key.key));
         write.young = acquired_at + crate::store::DELETE_DELAY > Instant::now();
         let release = write.release;
-        // Delete mode's follow-up of a commit, scheduled once it is confirmed.
-        let follow_up = if release {
-            self.follow_up_due(key.place, acquired_at)
-        } else {
-            None
-        };
+        let mut follow_up = None;
         if release {
+            // Delete mode's follow-up of a commit, scheduled once it is confirmed.
+            follow_up = self.follow_up_due(key.place, acquired_at);
             // Like a release: no acquire attempt of the key starts until the
             // write is answered, and the lease is no longer renewed.
             self.take_held(&key, lease_id, LossReason::Released);
@@ -95,15 +84,7 @@ impl Actor {
                 state.releases_in_flight += 1;
             }
         }
-        let operation = self.store(key.place).write_document(
-            LeaseRef {
-                key: key.key.clone(),
-                lease_id,
-                kind: LeaseKind::Exclusive,
-            },
-            token,
-            write,
-        );
+        let operation = self.store(key.place).write_document(lease, token, write);
         self.spawn_store(operation, move |result| Event::DocumentWritten {
             key,
             lease_id,
@@ -133,10 +114,7 @@ impl Actor {
                 Ok(document)
             }
             Ok(None) => {
-                if self.held_lease(&key, lease_id).is_some() {
-                    tracing::debug!(%key, "a write under the lease found it gone: reading why");
-                    self.lose_found_gone(key.clone(), lease_id);
-                }
+                self.lose_found_gone(key.clone(), lease_id, "a write under the lease");
                 Err(Error::LeaseLost {
                     key: key.key.clone(),
                 })

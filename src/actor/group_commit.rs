@@ -5,7 +5,7 @@
 //! **When.** A light acquire for a plain exclusive lease, a light release
 //! for an exclusive lease not deleted at once (keep mode, or a lease too
 //! young for delete mode's delete), a light handoff, where the place's
-//! store has the form ([`LightForms`]) and the key is not contended: the
+//! store has the form (`Store::light_forms`) and the key is not contended: the
 //! general form was sent for it, or a light form did not apply to it,
 //! less than [`CONTENDED_FOR`] ago ([`Actor::contended`], the actor's
 //! clock). A contended key goes straight to the general form, so it costs
@@ -43,7 +43,7 @@ use crate::LeaseKind;
 use crate::error::Result;
 use crate::status::ReleaseOutcome;
 use crate::store::light_release::{
-    CONTENDED_FOR, LightAcquire, LightAcquired, LightForms, LightRelease, MOST_PER_COMMAND,
+    CONTENDED_FOR, LightAcquire, LightAcquired, LightRelease, MOST_PER_COMMAND,
 };
 use crate::store::{AcquireOutcome, LeaseRef};
 
@@ -64,15 +64,20 @@ impl<T> Default for Queue<T> {
 }
 
 impl<T> Queue<T> {
-    /// The batch to send now for `request` (of a string key): itself, if
-    /// nothing of its form is in flight; else nothing, and it waits.
-    fn submit(&mut self, request: T) -> Option<Vec<T>> {
+    /// The batch to send now for `request`, and whether it holds the slot
+    /// (`grouped`): itself alone if `alone` (a key that is not a string);
+    /// itself, grouped, if nothing of its form is in flight; else nothing,
+    /// and it waits.
+    fn submit(&mut self, request: T, alone: bool) -> Option<(Vec<T>, bool)> {
+        if alone {
+            return Some((vec![request], false));
+        }
         if self.in_flight {
             self.queued.push(request);
             return None;
         }
         self.in_flight = true;
-        Some(vec![request])
+        Some((vec![request], true))
     }
 
     /// The grouped call in flight returned: the next batch to send, if
@@ -105,11 +110,6 @@ pub(super) struct PendingRelease {
 }
 
 impl Actor {
-    /// The light forms of `place`'s store.
-    pub(super) fn light_forms(&self, place: Place) -> LightForms {
-        self.store(place).light_forms()
-    }
-
     /// Whether `key` went to the general form lately (see the module docs).
     pub(super) fn is_contended(&self, key: &Target) -> bool {
         self.contended
@@ -130,7 +130,9 @@ impl Actor {
 
     /// Whether the attempt `sent` of `key` tries the light acquire first.
     pub(super) fn tries_light_acquire(&self, key: &Target, sent: &Sent) -> bool {
-        sent.shape.is_plain() && self.light_forms(key.place).acquire && !self.is_contended(key)
+        sent.shape.is_plain()
+            && self.store(key.place).light_forms().acquire
+            && !self.is_contended(key)
     }
 
     /// Where the store has no light acquire (the in-memory twin), the
@@ -140,7 +142,7 @@ impl Actor {
     /// lease is itself the sign (`Actor::start_attempt`).
     pub(super) fn note_general_acquire(&mut self, key: &Target, sent: &Sent, acquired: bool) {
         if sent.shape.kind == LeaseKind::Exclusive
-            && !self.light_forms(key.place).acquire
+            && !self.store(key.place).light_forms().acquire
             && !(acquired && sent.shape.is_plain())
         {
             self.note_contended(key);
@@ -150,13 +152,9 @@ impl Actor {
     /// The light acquire of the attempt `sent` of `key` (see the module
     /// docs): at once, alone or grouped.
     pub(super) fn submit_light_acquire(&mut self, key: Target, sent: Sent) {
-        if key.key.as_str().is_none() {
-            self.send_light_acquires(key.place, vec![(key, sent)], false);
-            return;
-        }
-        let place = key.place;
-        if let Some(batch) = self.group(place).acquires.submit((key, sent)) {
-            self.send_light_acquires(place, batch, true);
+        let (place, alone) = (key.place, key.key.as_str().is_none());
+        if let Some((batch, grouped)) = self.group(place).acquires.submit((key, sent), alone) {
+            self.send_light_acquires(place, batch, grouped);
         }
     }
 
@@ -215,7 +213,7 @@ impl Actor {
     /// delete mode's delete) tries the light release first.
     pub(super) fn tries_light_release(&self, key: &Target, lease: &LeaseRef, young: bool) -> bool {
         lease.kind == LeaseKind::Exclusive
-            && self.light_forms(key.place).release
+            && self.store(key.place).light_forms().release
             && (young || !self.store(key.place).removes_on_release())
             && !self.is_contended(key)
     }
@@ -223,13 +221,9 @@ impl Actor {
     /// The light release of `pending` (see the module docs): at once,
     /// alone or grouped.
     pub(super) fn submit_light_release(&mut self, pending: PendingRelease) {
-        let place = pending.key.place;
-        if pending.key.key.as_str().is_none() {
-            self.send_light_releases(place, vec![pending], false);
-            return;
-        }
-        if let Some(batch) = self.group(place).releases.submit(pending) {
-            self.send_light_releases(place, batch, true);
+        let (place, alone) = (pending.key.place, pending.key.key.as_str().is_none());
+        if let Some((batch, grouped)) = self.group(place).releases.submit(pending, alone) {
+            self.send_light_releases(place, batch, grouped);
         }
     }
 

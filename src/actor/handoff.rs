@@ -40,9 +40,7 @@ impl Actor {
         state
             .waiters
             .front()
-            .is_some_and(|w| w.shape.is_plain() && state.admits(&w.shape))
-            && matches!(state.attempt, Attempt::Idle)
-            && state.releases_in_flight == 0
+            .is_some_and(|w| w.shape.is_plain() && state.can_start(&w.shape))
             && state.unseen.is_none()
     }
 
@@ -67,9 +65,7 @@ impl Actor {
             shape: waiter.shape,
             waiting: true,
         };
-        state.attempt = Attempt::InFlight;
-        state.written_in_flight = false;
-        state.freed_in_flight = false;
+        state.begin_attempt();
         state.releases_in_flight += 1;
         // The light form first, unless the key went to the general form
         // lately (`group_commit`).
@@ -129,10 +125,7 @@ impl Actor {
         if result.as_ref().is_err_and(|e| e.is_transient()) {
             state.unseen = Some(sent.shape);
         }
-        let released = result.map(|outcome| match outcome {
-            HandOver::Lost => 0,
-            _ => 1,
-        });
+        let released = result.map(|outcome| u64::from(!matches!(outcome, HandOver::Lost)));
         self.on_released(key, respond_to, follow_up, released);
     }
 }

@@ -6,27 +6,16 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mongodb::bson::Document;
 use tokio::time::Instant;
 use tokio_util::time::delay_queue;
 use uuid::Uuid;
 
-use super::command::{AcquireMode, Granted, Reply, WaiterId};
+use super::command::{Granted, Waiter};
+use crate::error::Result;
+use crate::key::LeaseKey;
 use crate::kind::{LeaseKind, LeaseShape};
 use crate::status::LeaseState;
-
-/// A local caller waiting in an `acquire` or `try_acquire`.
-pub(super) struct Waiter {
-    pub(super) id: WaiterId,
-    pub(super) mode: AcquireMode,
-    /// The TTL its lease is to have.
-    pub(super) ttl: Duration,
-    /// In-document leases: the fields to create a missing document with.
-    pub(super) create: Option<Document>,
-    /// Its lease's kind and minimum hold.
-    pub(super) shape: LeaseShape,
-    pub(super) respond_to: Reply<Option<Granted>>,
-}
+use crate::store::LeaseRef;
 
 /// A lease this manager holds.
 pub(super) struct Held {
@@ -52,7 +41,7 @@ pub(super) struct Held {
     /// fencing token's millisecond, the server's time of the write, is no
     /// later than this (on one clock; `DELETE_DELAY`'s margin covers the
     /// server's steps back). In delete mode, whether its document can be
-    /// deleted at release (see [`Actor::delete_when_old_enough`]). Not the
+    /// deleted at release (see [`Actor::follow_up_due`]). Not the
     /// time the acquire was sent: under load a request may reach the server
     /// long after it was sent, and the token would then still be too young
     /// at a follow-up timed from the send.
@@ -60,6 +49,17 @@ pub(super) struct Held {
     /// Its tracing span (key, owner id, fencing token), if a subscriber
     /// wanted one when it was acquired.
     pub(super) span: Option<Box<tracing::Span>>,
+}
+
+impl Held {
+    /// This lease as the store names it (`key`: its key).
+    pub(super) fn lease_ref(&self, key: &LeaseKey) -> LeaseRef {
+        LeaseRef {
+            key: key.clone(),
+            lease_id: self.lease_id,
+            kind: self.kind,
+        }
+    }
 }
 
 /// The state of a key's one retry loop against MongoDB.
@@ -263,6 +263,12 @@ impl KeyState {
         }
     }
 
+    /// Whether an attempt for `shape` can start now as far as this key goes:
+    /// its holders admit it, and no attempt or release of it is under way.
+    pub(super) fn can_start(&self, shape: &LeaseShape) -> bool {
+        self.admits(shape) && self.releases_in_flight == 0 && matches!(self.attempt, Attempt::Idle)
+    }
+
     /// The kind the leases held here have, if a waiter asking for `kind`
     /// cannot get it while they are held: a semaphore's permits and another
     /// kind (or another number of permits), either way. The store would
@@ -279,5 +285,48 @@ impl KeyState {
     /// Drops waiters whose acquire future is gone.
     pub(super) fn prune_waiters(&mut self) {
         self.waiters.retain(|w| !w.respond_to.is_closed());
+    }
+
+    /// Answers each waiter `answer` has an answer for; the others still
+    /// waiting keep their order.
+    pub(super) fn answer_waiters(
+        &mut self,
+        mut answer: impl FnMut(&Waiter) -> Option<Result<Option<Granted>>>,
+    ) {
+        for waiter in std::mem::take(&mut self.waiters) {
+            match answer(&waiter) {
+                Some(reply) => {
+                    let _ = waiter.respond_to.send(reply);
+                }
+                None if !waiter.respond_to.is_closed() => self.waiters.push_back(waiter),
+                None => {}
+            }
+        }
+    }
+
+    /// An attempt under `next_lease_id` starts: writes announced before
+    /// concern earlier attempts.
+    pub(super) fn begin_attempt(&mut self) {
+        self.attempt = Attempt::InFlight;
+        self.written_in_flight = false;
+        self.freed_in_flight = false;
+    }
+
+    /// The key was acquired under `next_lease_id`: the backoff, the
+    /// registration and the unanswered attempts start over, under a new
+    /// lease id.
+    pub(super) fn acquired(&mut self) {
+        self.failures = 0;
+        self.registered = false;
+        self.handed = false;
+        self.unanswered = None;
+        self.next_lease_id = crate::random::uuid();
+    }
+
+    /// Gives up `next_lease_id` (its lease is being given back): the next
+    /// attempt goes under a new one.
+    pub(super) fn new_lease_id(&mut self) -> Uuid {
+        self.unseen = None;
+        std::mem::replace(&mut self.next_lease_id, crate::random::uuid())
     }
 }

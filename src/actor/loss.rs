@@ -27,10 +27,11 @@ use crate::kind::LeaseKind;
 use crate::status::LossReason;
 
 impl Actor {
-    /// The server no longer holds lease `lease_id` of `key` (a write under
-    /// it matched nothing): reads the key once, then ends the lease with the
-    /// reason the read shows ([`Actor::on_loss_judged`]).
-    pub(super) fn lose_found_gone(&mut self, key: Target, lease_id: Uuid) {
+    /// The server no longer holds lease `lease_id` of `key` (`write`, a
+    /// write under it, matched nothing): reads the key once, then ends the
+    /// lease with the reason the read shows ([`Actor::on_loss_judged`]).
+    /// Nothing if the lease is not held any more.
+    pub(super) fn lose_found_gone(&mut self, key: Target, lease_id: Uuid, write: &str) {
         let owner_id = self.owner_id.clone();
         let Some(held) = self
             .keys
@@ -39,9 +40,10 @@ impl Actor {
         else {
             return;
         };
+        let (token, kind) = (held.token, held.kind);
+        tracing::debug!(%key, token, "{write} found the lease gone or taken: reading why");
         // No heartbeat renews it while its verdict is read.
         held.renewing += 1;
-        let (token, kind) = (held.token, held.kind);
         let read = self.store(key.place).inspect(key.key.clone());
         self.spawn_store(read, move |result| {
             let reason = match result {

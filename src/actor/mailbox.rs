@@ -48,11 +48,8 @@ impl Mailbox {
         response.await.map_err(|_| Error::Shutdown)?
     }
 
-    /// Sends `command` without waiting for anything.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Shutdown`] if the actor has stopped.
+    /// Sends `command` without waiting for anything ([`Error::Shutdown`] if
+    /// the actor has stopped).
     fn send(&self, command: Command) -> Result<()> {
         self.commands.send(command).map_err(|_| Error::Shutdown)
     }

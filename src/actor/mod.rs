@@ -54,7 +54,7 @@ mod shutdown;
 mod telemetry;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use crate::random::HashMap;
 use std::sync::Arc;
@@ -80,8 +80,8 @@ use crate::kind::LeaseShape;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
 use crate::store::{AcquireOutcome, LeaseRef, LockPlace, Store};
-use command::{Command, Place, Reply, Target};
-use key_state::{Attempt, Held, KeyState, Waiter};
+use command::{Command, Place, Reply, Target, Waiter};
+use key_state::{Attempt, Held, KeyState};
 use release_watch::{ReleaseWatch, next_release};
 use renewal::sleep_until_deadline;
 use shutdown::Closing;
@@ -90,12 +90,7 @@ enum Timer {
     /// Time for the key's next acquire attempt.
     Retry(Target),
     /// Retry a renewal batch that failed.
-    RenewRetry {
-        place: Place,
-        leases: Vec<LeaseRef>,
-        ttl: Duration,
-        attempt: u32,
-    },
+    RenewRetry(renewal::Batch),
 }
 
 /// What an acquire attempt asked the store for.
@@ -119,19 +114,15 @@ enum Event {
         result: Result<(AcquireOutcome, Option<Document>)>,
     },
     Renewed {
-        place: Place,
-        leases: Vec<LeaseRef>,
-        /// The TTL the batch renewed its leases to.
-        ttl: Duration,
+        batch: renewal::Batch,
         sent_at: Instant,
-        attempt: u32,
         result: Result<Vec<LeaseRef>>,
     },
     Released {
         key: Target,
         respond_to: Option<Reply<ReleaseOutcome>>,
         /// Delete mode's follow-up delete, due at this instant once the
-        /// release is confirmed (see `Actor::delete_when_old_enough`).
+        /// release is confirmed (see `Actor::follow_up_due`).
         follow_up: Option<Instant>,
         result: Result<u64>,
     },
@@ -147,14 +138,11 @@ enum Event {
         respond_to: Option<Reply<ReleaseOutcome>>,
         result: Result<crate::store::HandOver>,
     },
+    /// Leases released together: by shutdown, or by a `release_all`, the
+    /// one with a caller to answer (`respond_to`).
     ReleasedMany {
         keys: Vec<Target>,
         respond_to: Option<Reply<u64>>,
-        result: Result<u64>,
-    },
-    ReleasedAll {
-        keys: Vec<Target>,
-        respond_to: Reply<u64>,
         result: Result<u64>,
     },
     /// A light acquire call answered (`group_commit`): one answer per
@@ -218,6 +206,17 @@ struct PlaceState {
     group_commit: group_commit::GroupCommit,
 }
 
+impl PlaceState {
+    fn new(store: Arc<dyn Store>) -> Self {
+        PlaceState {
+            info: Arc::new(store.place()),
+            store,
+            release_watch: ReleaseWatch::Closed,
+            group_commit: Default::default(),
+        }
+    }
+}
+
 pub(crate) struct Actor {
     /// The stores, indexed by [`Place`]: the lock collection first, then
     /// each user collection of in-document leases, as opened.
@@ -239,9 +238,8 @@ pub(crate) struct Actor {
     /// released lease: it matches on the lease id, which release removes).
     renewals: FuturesUnordered<BoxFuture<'static, Event>>,
     /// Renewal batches waiting for one of `renewals` to be answered (at
-    /// most `renewal::RENEWALS_IN_FLIGHT` in flight): place, leases, TTL,
-    /// attempt.
-    renewals_waiting: VecDeque<(Place, Vec<LeaseRef>, Duration, u32)>,
+    /// most `renewal::RENEWALS_IN_FLIGHT` in flight).
+    renewals_waiting: VecDeque<renewal::Batch>,
     /// `release_all` calls in flight. While one runs no acquire attempt
     /// starts: it releases by owner id, so it would also free a lease
     /// acquired meanwhile, whose holder would not know.
@@ -310,14 +308,8 @@ impl Actor {
             timing.heartbeat_interval,
         );
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let info = Arc::new(store.place());
         Actor {
-            places: vec![PlaceState {
-                store,
-                info,
-                release_watch: ReleaseWatch::Closed,
-                group_commit: Default::default(),
-            }],
+            places: vec![PlaceState::new(store)],
             release_turn: 0,
             owner_id,
             timing,
@@ -383,25 +375,7 @@ impl Actor {
 
     fn handle_command(&mut self, command: Command) {
         match command {
-            Command::Acquire {
-                key,
-                waiter,
-                mode,
-                ttl,
-                create,
-                shape,
-                respond_to,
-            } => self.on_acquire(
-                key,
-                Waiter {
-                    id: waiter,
-                    mode,
-                    ttl,
-                    create,
-                    shape,
-                    respond_to,
-                },
-            ),
+            Command::Acquire { key, waiter } => self.on_acquire(key, waiter),
             Command::CancelWaiter { key, waiter } => self.on_cancel_waiter(&key, waiter),
             Command::Release {
                 key,
@@ -411,8 +385,7 @@ impl Actor {
             Command::ReleaseAll { respond_to } => self.on_release_all(respond_to),
             Command::Shutdown { respond_to } => self.begin_shutdown(Some(respond_to)),
             Command::Inspect { key, respond_to } => {
-                let read = self.store(key.place).inspect(key.key);
-                self.answer(read, respond_to);
+                self.answer(self.store(key.place).inspect(key.key), respond_to)
             }
             Command::List {
                 after,
@@ -463,15 +436,12 @@ impl Actor {
                 self.on_acquired(key, sent, result)
             }
             Event::Renewed {
-                place,
-                leases,
-                ttl,
+                batch,
                 sent_at,
-                attempt,
                 result,
             } => {
                 self.renewal_answered(sent_at, result.is_ok());
-                self.on_renewed(place, leases, ttl, sent_at, attempt, result);
+                self.on_renewed(batch, sent_at, result);
                 self.send_waiting_renewals();
                 self.renewals_settled();
             }
@@ -494,11 +464,6 @@ impl Actor {
                 respond_to,
                 result,
             } => self.on_released_many(keys, respond_to, result),
-            Event::ReleasedAll {
-                keys,
-                respond_to,
-                result,
-            } => self.on_released_all(keys, respond_to, result),
             Event::LightAcquired {
                 place,
                 batch,
@@ -547,30 +512,15 @@ impl Actor {
                 }
                 self.serve_next(&key);
             }
-            Timer::RenewRetry {
-                place,
-                leases,
-                ttl,
-                attempt,
-            } => {
-                let leases: Vec<LeaseRef> = leases
-                    .into_iter()
-                    .filter(|l| {
-                        let key = Target {
-                            place,
-                            key: l.key.clone(),
-                        };
-                        self.held_lease(&key, l.lease_id).is_some()
-                    })
-                    .collect();
-                if !leases.is_empty() {
-                    self.spawn_renewal(place, leases, ttl, attempt);
+            Timer::RenewRetry(mut batch) => {
+                let place = batch.place;
+                batch.leases.retain(|l| self.held_in(place, l).is_some());
+                if !batch.leases.is_empty() {
+                    self.spawn_renewal(batch);
                 }
             }
         }
     }
-
-    // ----- reads ----------------------------------------------------------
 
     /// Runs a read in `tasks`; its task answers the caller itself.
     fn answer<T: Send + 'static>(
@@ -583,8 +533,6 @@ impl Actor {
             Event::Answered
         });
     }
-
-    // ----- state helpers --------------------------------------------------
 
     /// Runs a store operation in [`Actor::tasks`]; `event` turns its output
     /// into the [`Event`] handled when it completes. Renewal batches do not
@@ -633,19 +581,23 @@ impl Actor {
         keys
     }
 
+    /// Every held lease, by place.
+    fn held_by_place(&self) -> BTreeMap<Place, Vec<LeaseRef>> {
+        let mut by_place: BTreeMap<Place, Vec<LeaseRef>> = BTreeMap::new();
+        for (key, state) in &self.keys {
+            let leases = state.holders.iter().map(|held| held.lease_ref(&key.key));
+            by_place.entry(key.place).or_default().extend(leases);
+        }
+        by_place
+    }
+
     fn forget_if_idle(&mut self, key: &Target) {
         if self.keys.get(key).is_some_and(|state| state.is_idle()) {
             let handed = self.remember_registration(key);
             self.keys.remove(key);
             if let Some(lease_id) = handed {
                 // Handed to a registration nobody waits on any more.
-                self.spawn_release(
-                    key.clone(),
-                    lease_id,
-                    crate::LeaseKind::Exclusive,
-                    Instant::now(),
-                    None,
-                );
+                self.give_back(key, lease_id, crate::LeaseKind::Exclusive);
             }
         }
     }

@@ -3,11 +3,11 @@
 //!
 //! The actor (`Actor::on_observe`, at the end of this file) spawns a hub on
 //! the first `Observe` of a key and hands it later subscribers through the
-//! hub's control channel. A new subscriber first gets
-//! the last state the hub forwarded (the current one), then every later state
-//! in order. The hub ends when its last subscriber is gone (which also closes
-//! the store's stream and its change stream), when the store's stream ends,
-//! or when the manager stops.
+//! hub's control channel. A new subscriber first gets the last state the
+//! hub forwarded (the current one), then every later state in order. The
+//! hub ends when its last subscriber is gone (which also closes the
+//! store's stream and its change stream), when the store's stream ends, or
+//! when the manager stops.
 
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesUnordered};
@@ -26,11 +26,10 @@ pub(crate) type Subscriber = mpsc::UnboundedSender<Item>;
 
 pub(crate) async fn run_hub(
     key: LeaseKey,
-    source: BoxStream<'static, Item>,
+    mut source: BoxStream<'static, Item>,
     mut control: mpsc::UnboundedReceiver<Subscriber>,
     stop: CancellationToken,
 ) {
-    let mut source = source;
     let mut subscribers: Vec<Subscriber> = Vec::new();
     let mut gone = FuturesUnordered::new();
     let mut last: Option<Item> = None;
@@ -95,12 +94,10 @@ impl Actor {
     pub(super) fn on_observe(&mut self, key: LeaseKey, respond_to: Reply<Changes>) {
         self.observers.retain(|_, hub| !hub.is_closed());
         let (subscriber, observer) = mpsc::unbounded_channel();
+        let _ = respond_to.send(Ok(observer));
         let subscriber = match self.observers.get(&key) {
             Some(hub) => match hub.send(subscriber) {
-                Ok(()) => {
-                    let _ = respond_to.send(Ok(observer));
-                    return;
-                }
+                Ok(()) => return,
                 // The hub is ending: start a new one.
                 Err(mpsc::error::SendError(subscriber)) => subscriber,
             },
@@ -118,6 +115,5 @@ impl Actor {
             self.stop_observers.clone(),
         ));
         self.observers.insert(key, hub);
-        let _ = respond_to.send(Ok(observer));
     }
 }

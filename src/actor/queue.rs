@@ -173,11 +173,7 @@ impl Actor {
         // those attempts: this lease is checked at once anyway.
         state.written_in_flight = false;
         state.freed_in_flight = false;
-        state.failures = 0;
-        state.registered = false;
-        state.handed = false;
-        state.unanswered = None;
-        state.next_lease_id = crate::random::uuid();
+        state.acquired();
         self.grant(key, sent, token, None);
         // Its expiry to its TTL now: the handoff wrote it only for `hx`.
         self.check_held([key.clone()].into_iter().collect());
@@ -192,13 +188,7 @@ impl Actor {
             Some((registered, _)) if *registered == lease_id => {
                 self.gave_up.remove(key);
                 tracing::debug!(%key, "handed a key nobody waits for any more: giving it back");
-                self.spawn_release(
-                    key.clone(),
-                    lease_id,
-                    LeaseKind::Exclusive,
-                    Instant::now(),
-                    None,
-                );
+                self.give_back(key, lease_id, LeaseKind::Exclusive);
                 true
             }
             _ => false,
@@ -213,7 +203,11 @@ impl Actor {
     /// would stay held, unconfirmed, until the handed lease expires. Runs
     /// in `tasks`, so shutdown waits for it.
     pub(super) fn leave_queues_at_shutdown(&mut self) {
-        let mut registered: Vec<LeaseRef> = self
+        let gave_up = self
+            .gave_up
+            .drain()
+            .map(|(key, (lease_id, _))| (key, lease_id));
+        let registered: Vec<LeaseRef> = self
             .keys
             .iter_mut()
             .filter(|(key, state)| key.place == Place::LOCKS && state.registered)
@@ -221,23 +215,15 @@ impl Actor {
                 // Left once: a later call (an attempt in flight at the
                 // beginning of shutdown registered) leaves only new ones.
                 state.registered = false;
-                LeaseRef {
-                    key: key.key.clone(),
-                    lease_id: state.next_lease_id,
-                    kind: LeaseKind::Exclusive,
-                }
+                (key.clone(), state.next_lease_id)
+            })
+            .chain(gave_up.filter(|(key, _)| key.place == Place::LOCKS))
+            .map(|(key, lease_id)| LeaseRef {
+                key: key.key,
+                lease_id,
+                kind: LeaseKind::Exclusive,
             })
             .collect();
-        registered.extend(
-            self.gave_up
-                .drain()
-                .filter(|(key, _)| key.place == Place::LOCKS)
-                .map(|(key, (lease_id, _))| LeaseRef {
-                    key: key.key,
-                    lease_id,
-                    kind: LeaseKind::Exclusive,
-                }),
-        );
         if registered.is_empty() {
             return;
         }

@@ -28,16 +28,13 @@ impl Actor {
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
-        if self.held_lease(&key, lease_id).is_none() {
+        let Some(held) = self.take_held(&key, lease_id, LossReason::Released) else {
             // Already lost (its token has fired) or already released by the manager.
             if let Some(respond_to) = respond_to {
                 let _ = respond_to.send(Ok(ReleaseOutcome::AlreadyLost));
             }
             return;
-        }
-        let held = self
-            .take_held(&key, lease_id, LossReason::Released)
-            .expect("checked above");
+        };
         tracing::debug!(%key, token = held.token, "releasing lease");
         if self.can_hand_over(&key, &held) {
             self.spawn_hand_over(key, held.lease_id, held.acquired_at, respond_to);
@@ -64,19 +61,8 @@ impl Actor {
     pub(super) fn on_release_all(&mut self, respond_to: Reply<u64>) {
         self.releasing_all += 1;
         self.delete_young_held_when_old_enough();
-        let mut documents: BTreeMap<Place, Vec<LeaseRef>> = BTreeMap::new();
-        for (key, state) in &self.keys {
-            if key.place == Place::LOCKS {
-                continue;
-            }
-            for held in &state.holders {
-                documents.entry(key.place).or_default().push(LeaseRef {
-                    key: key.key.clone(),
-                    lease_id: held.lease_id,
-                    kind: held.kind,
-                });
-            }
-        }
+        let mut documents = self.held_by_place();
+        documents.remove(&Place::LOCKS);
         let keys = self.take_all_held(LossReason::Released);
         // Keys acquired while this runs must not be released by it: leave out
         // the lease ids of attempts in flight.
@@ -105,33 +91,11 @@ impl Actor {
             Ok(released)
         }
         .boxed();
-        self.spawn_store(release, |result| Event::ReleasedAll {
+        self.spawn_store(release, |result| Event::ReleasedMany {
             keys,
-            respond_to,
+            respond_to: Some(respond_to),
             result,
         });
-    }
-
-    /// A `release_all` is confirmed (or failed): answer it, and start the
-    /// attempts it held back.
-    pub(super) fn on_released_all(
-        &mut self,
-        keys: Vec<Target>,
-        respond_to: Reply<u64>,
-        result: Result<u64>,
-    ) {
-        self.releasing_all -= 1;
-        self.on_released_many(keys, Some(respond_to), result);
-        // Attempts held back while it ran.
-        let waiting: Vec<Target> = self
-            .keys
-            .iter()
-            .filter(|(_, s)| !s.waiters.is_empty())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in waiting {
-            self.serve_next(&key);
-        }
     }
 
     /// Releases one lease whose acquire's reply arrived at `acquired_at`
@@ -231,12 +195,18 @@ impl Actor {
         self.serve_next(&key);
     }
 
+    /// Leases released together are confirmed (or failed); a `release_all`
+    /// (`respond_to`) is answered, and the attempts it held back start.
     pub(super) fn on_released_many(
         &mut self,
         keys: Vec<Target>,
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     ) {
+        let release_all = respond_to.is_some();
+        if release_all {
+            self.releasing_all -= 1;
+        }
         for key in &keys {
             if let Some(state) = self.keys.get_mut(key) {
                 state.releases_in_flight -= 1;
@@ -254,44 +224,41 @@ impl Actor {
         for key in &keys {
             self.serve_next(key);
         }
+        if release_all {
+            // Attempts held back while it ran.
+            let waiting: Vec<Target> = self
+                .keys
+                .iter()
+                .filter(|(_, s)| !s.waiters.is_empty())
+                .map(|(k, _)| k.clone())
+                .collect();
+            for key in waiting {
+                self.serve_next(&key);
+            }
+        }
     }
 
+    /// When the follow-up delete of a lease of `place` acquired at
+    /// `acquired_at` is due, if a release sent now needs one.
+    ///
     /// In delete mode, a release deletes the lock document only if its token
     /// is at least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old
     /// (by the server's clock), and otherwise marks it released. For leases
     /// whose acquire's reply arrived less than [`DELETE_DELAY`] before now
     /// (`acquired_at`, local clock: the token's millisecond is no later),
-    /// this schedules the follow-up delete of their released documents at
+    /// the follow-up delete of their released documents is due at
     /// `acquired_at + DELETE_DELAY`: the server's time then is at least that
     /// much past the acquisition's (minus the small steps back of `$$NOW`,
     /// which `DELETE_DELAY` covers), however long the acquire took to reach
-    /// the server.
-    /// It runs in [`Actor::tasks`], so shutdown waits for it. A document
-    /// acquired again meanwhile is not deleted; one whose release is not
-    /// confirmed by then, or whose token the server still finds too young
-    /// (its time part ahead of the server's clock, e.g. after a failover to a
-    /// member whose clock is behind), stays until the TTL monitor deletes it.
-    /// In-document leases (whose release removes the lock field) follow the
-    /// same rule, with "delete" meaning "remove the lock field".
-    pub(super) fn delete_when_old_enough(
-        &mut self,
-        place: Place,
-        keys: Vec<LeaseKey>,
-        acquired_at: Instant,
-    ) {
-        if let Some(at) = self.follow_up_due(place, acquired_at)
-            && !keys.is_empty()
-        {
-            self.schedule_follow_up(place, keys, at);
-        }
-    }
-
-    /// When the follow-up delete of a lease of `place` acquired at
-    /// `acquired_at` (see [`Actor::delete_when_old_enough`]) is due, if a
-    /// release sent now needs one: in a place that removes on release, for a
-    /// lease younger than [`DELETE_DELAY`]. A single lease's release
-    /// schedules it once the release is confirmed (a follow-up that ran
-    /// before a late release landed would find nothing to delete).
+    /// the server. A single lease's release schedules it once the release is
+    /// confirmed (a follow-up that ran before a late release landed would
+    /// find nothing to delete). A document acquired again meanwhile is not
+    /// deleted; one whose release is not confirmed by then, or whose token
+    /// the server still finds too young (its time part ahead of the server's
+    /// clock, e.g. after a failover to a member whose clock is behind), stays
+    /// until the TTL monitor deletes it. In-document leases (whose release
+    /// removes the lock field) follow the same rule, with "delete" meaning
+    /// "remove the lock field".
     pub(super) fn follow_up_due(&self, place: Place, acquired_at: Instant) -> Option<Instant> {
         let at = acquired_at + DELETE_DELAY;
         (self.store(place).removes_on_release() && at > Instant::now()).then_some(at)
@@ -318,29 +285,23 @@ impl Actor {
         });
     }
 
-    /// [`Actor::delete_when_old_enough`] for every held lease about to be
-    /// released together (`release_all`, shutdown): one follow-up delete for
-    /// those acquired less than [`DELETE_DELAY`] ago.
+    /// The follow-up deletes ([`Actor::follow_up_due`]) of every held lease
+    /// about to be released together (`release_all`, shutdown): one per
+    /// place for those acquired less than [`DELETE_DELAY`] ago.
     pub(super) fn delete_young_held_when_old_enough(&mut self) {
-        let now = Instant::now();
         let mut young: BTreeMap<Place, (Vec<LeaseKey>, Instant)> = BTreeMap::new();
-        let held = self
-            .keys
-            .iter()
-            .flat_map(|(key, state)| state.holders.iter().map(move |held| (key, held)));
-        for (key, held) in held {
-            if held.acquired_at + DELETE_DELAY <= now || !self.store(key.place).removes_on_release()
-            {
-                continue;
+        for (key, state) in &self.keys {
+            for held in &state.holders {
+                let Some(at) = self.follow_up_due(key.place, held.acquired_at) else {
+                    continue;
+                };
+                let (keys, latest) = young.entry(key.place).or_insert((Vec::new(), at));
+                keys.push(key.key.clone());
+                *latest = (*latest).max(at);
             }
-            let (keys, latest) = young
-                .entry(key.place)
-                .or_insert_with(|| (Vec::new(), held.acquired_at));
-            keys.push(key.key.clone());
-            *latest = (*latest).max(held.acquired_at);
         }
-        for (place, (keys, latest)) in young {
-            self.delete_when_old_enough(place, keys, latest);
+        for (place, (keys, at)) in young {
+            self.schedule_follow_up(place, keys, at);
         }
     }
 
@@ -399,18 +360,14 @@ impl Actor {
                 let ours: Vec<Uuid> = self
                     .keys
                     .get(&target)
-                    .map(|s| {
-                        s.holders
-                            .iter()
-                            .filter(|h| {
-                                h.kind.is_multi_holder()
-                                    || (info.owner_id == *self.owner_id
-                                        && h.token == info.fencing_token)
-                            })
-                            .map(|h| h.lease_id)
-                            .collect()
+                    .into_iter()
+                    .flat_map(|s| &s.holders)
+                    .filter(|h| {
+                        h.kind.is_multi_holder()
+                            || (info.owner_id == *self.owner_id && h.token == info.fencing_token)
                     })
-                    .unwrap_or_default();
+                    .map(|h| h.lease_id)
+                    .collect();
                 for lease_id in &ours {
                     self.take_held(&target, *lease_id, LossReason::ForceReleased);
                 }
@@ -435,14 +392,9 @@ impl Actor {
             let _ = respond_to.send(Err(Error::LeaseLost { key: key.key }));
             return;
         };
-        let write = self.store(key.place).set_payload(
-            LeaseRef {
-                key: key.key.clone(),
-                lease_id,
-                kind: held.kind,
-            },
-            payload,
-        );
+        let write = self
+            .store(key.place)
+            .set_payload(held.lease_ref(&key.key), payload);
         self.spawn_store(write, move |result| Event::PayloadSet {
             result,
             key,
@@ -458,24 +410,10 @@ impl Actor {
         respond_to: Reply<()>,
         result: Result<bool>,
     ) {
-        let reply = match result {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                let lost = Error::LeaseLost {
-                    key: key.key.clone(),
-                };
-                if let Some(held) = self.held_lease(&key, lease_id) {
-                    tracing::debug!(
-                        %key,
-                        token = held.token,
-                        "setting the payload found the lease gone or taken: reading why"
-                    );
-                    self.lose_found_gone(key, lease_id);
-                }
-                Err(lost)
-            }
-            Err(error) => Err(error),
-        };
-        let _ = respond_to.send(reply);
+        if let Ok(false) = result {
+            self.lose_found_gone(key.clone(), lease_id, "setting the payload");
+        }
+        let lost = Error::LeaseLost { key: key.key };
+        let _ = respond_to.send(result.and_then(|set| set.then_some(()).ok_or(lost)));
     }
 }

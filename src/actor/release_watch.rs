@@ -21,7 +21,6 @@
 //! write on every first acquisition, which a user's transaction on an
 //! in-document lease would conflict with).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
@@ -29,10 +28,11 @@ use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
 use super::command::{Place, Target};
+use super::renewal::{ByTtl, add_renewal};
 use super::{Actor, Attempt, PlaceState};
 use crate::error::Result;
 use crate::random::HashSet;
-use crate::store::{Announcement, KeyWrite, LeaseRef};
+use crate::store::{Announcement, KeyWrite};
 
 /// The state of the stream of writes of one place (the lock collection, or
 /// a user collection of in-document leases).
@@ -54,10 +54,10 @@ pub(super) enum ReleaseWatch {
 }
 
 /// Longest random delay before a waiter woken by a release tries again.
-pub(super) const RELEASE_WAKE_JITTER: std::time::Duration = std::time::Duration::from_millis(5);
+pub(super) const RELEASE_WAKE_JITTER: Duration = Duration::from_millis(5);
 
 /// How long a failed release stream stays closed before it is reopened.
-const RELEASE_WATCH_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+const RELEASE_WATCH_RETRY: Duration = Duration::from_secs(5);
 
 /// Most announcements handled in one go (those already delivered), so that
 /// a burst of writes is checked in few renewal commands without starving
@@ -65,13 +65,9 @@ const RELEASE_WATCH_RETRY: std::time::Duration = std::time::Duration::from_secs(
 const ANNOUNCEMENTS_PER_TURN: usize = 1024;
 
 impl Actor {
-    /// Opens the stream of writes if it is not open (or failed long enough
-    /// ago). Writes before the server confirms the stream open are not
-    /// announced, so once it reports itself open (first open or reopen) every
-    /// waiting key of the place is retried now, and a reopened stream checks
-    /// every lease held in the place (`Actor::on_opened`). (A first open does
-    /// not check: the leases it covers were just acquired, and a write in the
-    /// few milliseconds before the stream starts is left to the heartbeat.)
+    /// Opens the stream of writes of `place` if it is not open (or failed
+    /// long enough ago); once open, `Actor::on_opened` catches up (see the
+    /// module docs).
     pub(super) fn open_release_watch(&mut self, place: Place) {
         let state = &mut self.places[usize::from(place.0)];
         let recheck = match &state.release_watch {
@@ -125,18 +121,16 @@ impl Actor {
             match event {
                 Some(Ok(Announcement::Opened)) => self.on_opened(place, &mut suspects),
                 Some(Ok(Announcement::Write(write))) => self.on_write(place, write, &mut suspects),
-                Some(Err(error)) if error.is_transient() => {
-                    tracing::debug!(%error, "stream of writes failed; reopening later");
-                    self.places[index].release_watch = ReleaseWatch::Failed {
-                        retry_at: Instant::now() + RELEASE_WATCH_RETRY,
-                    };
-                }
-                Some(Err(error)) => {
+                Some(Err(error)) if !error.is_transient() => {
                     // Typically a standalone server (no change streams, code 40573).
                     tracing::debug!(%error, "no change stream of writes; waiters poll");
                     self.places[index].release_watch = ReleaseWatch::Unsupported;
                 }
-                None => {
+                // It failed (transiently) or ended.
+                failed => {
+                    if let Some(Err(error)) = failed {
+                        tracing::debug!(%error, "stream of writes failed; reopening later");
+                    }
                     self.places[index].release_watch = ReleaseWatch::Failed {
                         retry_at: Instant::now() + RELEASE_WATCH_RETRY,
                     };
@@ -230,32 +224,19 @@ impl Actor {
     /// longer held is lost exactly as when a heartbeat's renewal finds it
     /// gone (`Actor::on_renewed`).
     pub(super) fn check_held(&mut self, keys: HashSet<Target>) {
-        let mut by_ttl: BTreeMap<(Place, Duration), Vec<LeaseRef>> = BTreeMap::new();
-        let mut count = 0;
+        let mut by_ttl = ByTtl::new();
         for key in keys {
-            let Some(state) = self.keys.get_mut(&key) else {
-                continue;
-            };
-            for held in &mut state.holders {
-                held.renewing += 1;
-                by_ttl
-                    .entry((key.place, held.ttl))
-                    .or_default()
-                    .push(LeaseRef {
-                        key: key.key.clone(),
-                        lease_id: held.lease_id,
-                        kind: held.kind,
-                    });
-                count += 1;
+            if let Some(state) = self.keys.get_mut(&key) {
+                for held in &mut state.holders {
+                    add_renewal(&mut by_ttl, &key, held);
+                }
             }
         }
-        if count == 0 {
+        let leases: usize = by_ttl.values().map(Vec::len).sum();
+        if leases == 0 {
             return;
         }
-        tracing::debug!(
-            leases = count,
-            "held leases written by someone: checking now"
-        );
+        tracing::debug!(leases, "held leases written by someone: checking now");
         self.spawn_renewals(by_ttl);
     }
 }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::command::{Place, Target};
-use super::{Actor, Event, Timer};
+use super::{Actor, Event, Held, Timer};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::random::HashSet;
@@ -30,53 +30,62 @@ use crate::store::LeaseRef;
 /// about a second of the tick, well inside a heartbeat interval.
 pub(super) const RENEWALS_IN_FLIGHT: usize = 2;
 
+/// Leases of one place renewed to one TTL in one store call.
+pub(super) struct Batch {
+    pub(super) place: Place,
+    pub(super) leases: Vec<LeaseRef>,
+    /// The TTL the batch renews its leases to.
+    pub(super) ttl: Duration,
+    /// How many times it failed before (the retry's backoff exponent).
+    pub(super) attempt: u32,
+}
+
+/// Held leases to renew, grouped by place and TTL.
+pub(super) type ByTtl = BTreeMap<(Place, Duration), Vec<LeaseRef>>;
+
+/// Adds `held` of `key` to `by_ttl`, counting one more renewal of it in flight.
+pub(super) fn add_renewal(by_ttl: &mut ByTtl, key: &Target, held: &mut Held) {
+    held.renewing += 1;
+    let lease = held.lease_ref(&key.key);
+    by_ttl.entry((key.place, held.ttl)).or_default().push(lease);
+}
+
 impl Actor {
     /// Heartbeat: renew every held lease not already being renewed, in
     /// batches of leases with one TTL (one store call per distinct TTL and
     /// batch).
     pub(super) fn renew_all(&mut self) {
-        let mut by_ttl: BTreeMap<(Place, Duration), Vec<LeaseRef>> = BTreeMap::new();
+        let mut by_ttl = ByTtl::new();
         for (key, state) in &mut self.keys {
             for held in state.holders.iter_mut().filter(|h| h.renewing == 0) {
-                held.renewing += 1;
-                by_ttl
-                    .entry((key.place, held.ttl))
-                    .or_default()
-                    .push(LeaseRef {
-                        key: key.key.clone(),
-                        lease_id: held.lease_id,
-                        kind: held.kind,
-                    });
+                add_renewal(&mut by_ttl, key, held);
             }
         }
         self.spawn_renewals(by_ttl);
     }
 
-    /// Renews `by_ttl` (leases grouped by place and TTL) in one store call
-    /// per place, distinct TTL and batch.
-    pub(super) fn spawn_renewals(&mut self, by_ttl: BTreeMap<(Place, Duration), Vec<LeaseRef>>) {
+    /// Renews `by_ttl` in one store call per place, distinct TTL and batch.
+    pub(super) fn spawn_renewals(&mut self, by_ttl: ByTtl) {
         for ((place, ttl), leases) in by_ttl {
             for batch in leases.chunks(self.timing.renewal_batch_size) {
-                self.spawn_renewal(place, batch.to_vec(), ttl, 0);
+                self.spawn_renewal(Batch {
+                    place,
+                    leases: batch.to_vec(),
+                    ttl,
+                    attempt: 0,
+                });
             }
         }
     }
 
-    /// Renews `leases` in one store call: at once while fewer than
+    /// Renews `batch` in one store call: at once while fewer than
     /// [`RENEWALS_IN_FLIGHT`] are in flight, else once one is answered
     /// ([`Actor::send_waiting_renewals`]).
-    pub(super) fn spawn_renewal(
-        &mut self,
-        place: Place,
-        leases: Vec<LeaseRef>,
-        ttl: Duration,
-        attempt: u32,
-    ) {
+    pub(super) fn spawn_renewal(&mut self, batch: Batch) {
         if self.renewals.len() >= RENEWALS_IN_FLIGHT {
-            self.renewals_waiting
-                .push_back((place, leases, ttl, attempt));
+            self.renewals_waiting.push_back(batch);
         } else {
-            self.send_renewal(place, leases, ttl, attempt);
+            self.send_renewal(batch);
         }
     }
 
@@ -84,21 +93,23 @@ impl Actor {
     /// [`RENEWALS_IN_FLIGHT`] are in flight.
     pub(super) fn send_waiting_renewals(&mut self) {
         while self.renewals.len() < RENEWALS_IN_FLIGHT {
-            let Some((place, leases, ttl, attempt)) = self.renewals_waiting.pop_front() else {
+            let Some(batch) = self.renewals_waiting.pop_front() else {
                 return;
             };
-            self.send_renewal(place, leases, ttl, attempt);
+            self.send_renewal(batch);
         }
     }
 
-    /// Sends the renewal of `leases`, bounded by the heartbeat interval
+    /// Sends the renewal of `batch`, bounded by the heartbeat interval
     /// from now: a renewal that hangs longer is abandoned and retried, so
     /// it cannot hold back the next ones until the lease's deadline.
-    fn send_renewal(&mut self, place: Place, leases: Vec<LeaseRef>, ttl: Duration, attempt: u32) {
+    fn send_renewal(&mut self, batch: Batch) {
         let sent_at = Instant::now();
         let bound = self.timing.heartbeat_interval;
-        let renew =
-            tokio::time::timeout(bound, self.store(place).renew_with_ttl(leases.clone(), ttl));
+        let renew = self
+            .store(batch.place)
+            .renew_with_ttl(batch.leases.clone(), batch.ttl);
+        let renew = tokio::time::timeout(bound, renew);
         self.renewals.push(
             async move {
                 let result = renew.await.unwrap_or_else(|_elapsed| {
@@ -109,25 +120,28 @@ impl Actor {
                     })
                 });
                 Event::Renewed {
-                    result,
-                    place,
-                    leases,
-                    ttl,
+                    batch,
                     sent_at,
-                    attempt,
+                    result,
                 }
             }
             .boxed(),
         );
     }
 
+    /// The lease `lease` of `place`, if it is still held.
+    pub(super) fn held_in(&self, place: Place, lease: &LeaseRef) -> Option<&Held> {
+        let key = Target {
+            place,
+            key: lease.key.clone(),
+        };
+        self.held_lease(&key, lease.lease_id)
+    }
+
     pub(super) fn on_renewed(
         &mut self,
-        place: Place,
-        leases: Vec<LeaseRef>,
-        ttl: Duration,
+        mut batch: Batch,
         sent_at: Instant,
-        attempt: u32,
         result: Result<Vec<LeaseRef>>,
     ) {
         let lost = match result {
@@ -136,48 +150,36 @@ impl Actor {
                 // Outcome unknown: renewing again is idempotent and its matched
                 // count tells the truth. The local deadline stays where the last
                 // confirmed renewal put it.
-                let leases: Vec<LeaseRef> = leases
-                    .into_iter()
-                    .filter(|l| {
-                        let key = Target {
-                            place,
-                            key: l.key.clone(),
-                        };
-                        let held = self.held_lease(&key, l.lease_id);
-                        // Still held until its deadline: its followers hear of it.
-                        if let Some(held) = held {
-                            held.state.at_risk(&error);
-                        }
-                        held.is_some()
-                    })
-                    .collect();
-                tracing::warn!(%error, leases = leases.len(), attempt, "renewal failed; retrying");
-                if !leases.is_empty() {
+                let place = batch.place;
+                batch.leases.retain(|lease| {
+                    let held = self.held_in(place, lease);
+                    // Still held until its deadline: its followers hear of it.
+                    if let Some(held) = held {
+                        held.state.at_risk(&error);
+                    }
+                    held.is_some()
+                });
+                let (leases, attempt) = (batch.leases.len(), batch.attempt);
+                tracing::warn!(%error, leases, attempt, "renewal failed; retrying");
+                if leases > 0 {
                     let delay = retry_delay(
                         attempt,
                         self.timing.retry_initial,
                         self.timing.heartbeat_interval / 2,
                         None,
                     );
-                    self.timers.insert(
-                        Timer::RenewRetry {
-                            place,
-                            leases,
-                            ttl,
-                            attempt: attempt.saturating_add(1),
-                        },
-                        delay,
-                    );
+                    batch.attempt = attempt.saturating_add(1);
+                    self.timers.insert(Timer::RenewRetry(batch), delay);
                 }
                 return;
             }
         };
-        let deadline = sent_at + self.timing.validity_for(ttl);
+        let deadline = sent_at + self.timing.validity_for(batch.ttl);
         let now = Instant::now();
-        for lease in leases {
+        for lease in batch.leases {
             let lost_now = lost.contains(&lease);
             let key = Target {
-                place,
+                place: batch.place,
                 key: lease.key,
             };
             let Some(state) = self.keys.get_mut(&key) else {
@@ -188,18 +190,13 @@ impl Actor {
             };
             held.renewing = held.renewing.saturating_sub(1);
             if lost_now {
-                tracing::debug!(
-                    %key,
-                    token = held.token,
-                    "renewal found the lease gone or taken: reading why"
-                );
-                self.lose_found_gone(key, lease.lease_id);
+                self.lose_found_gone(key, lease.lease_id, "renewal");
             } else if deadline > held.deadline && held.deadline > now {
                 // The heap entry is re-armed lazily when it comes due. A
                 // renewal confirmed after the deadline passed moves nothing:
                 // the lease read lost then (`Lease::is_lost`), and is.
                 held.deadline = deadline;
-                let (token, acquired_at) = (held.token, held.acquired_at);
+                let (token, acquired_at, ttl) = (held.token, held.acquired_at, batch.ttl);
                 held.state
                     .renewed(deadline, || server_expiry(token, acquired_at, sent_at, ttl));
             }

@@ -4,14 +4,11 @@
 
 use futures::stream::FuturesUnordered;
 
-use std::collections::BTreeMap;
-
-use super::command::{Command, Place, Reply, Target};
+use super::command::{Command, Reply, Target};
 use super::release_watch::ReleaseWatch;
 use super::{Actor, Attempt, Event};
 use crate::error::Error;
 use crate::status::LossReason;
-use crate::store::LeaseRef;
 
 /// Set once shutdown has begun.
 pub(super) struct Closing {
@@ -52,25 +49,14 @@ impl Actor {
         self.stop_observers.cancel();
         self.observers.clear();
         for state in self.keys.values_mut() {
-            for waiter in state.waiters.drain(..) {
-                let _ = waiter.respond_to.send(Err(Error::Shutdown));
-            }
+            state.answer_waiters(|_| Some(Err(Error::Shutdown)));
             if let Attempt::Scheduled(timer) = state.attempt {
                 self.timers.remove(&timer);
                 state.attempt = Attempt::Idle;
             }
         }
         self.leave_queues_at_shutdown();
-        let mut by_place: BTreeMap<Place, Vec<LeaseRef>> = BTreeMap::new();
-        for (key, state) in &self.keys {
-            for held in &state.holders {
-                by_place.entry(key.place).or_default().push(LeaseRef {
-                    key: key.key.clone(),
-                    lease_id: held.lease_id,
-                    kind: held.kind,
-                });
-            }
-        }
+        let by_place = self.held_by_place();
         self.delete_young_held_when_old_enough();
         self.take_all_held(LossReason::Shutdown);
         for (place, leases) in by_place {
@@ -97,10 +83,7 @@ impl Actor {
     pub(super) fn answer_shutdown(&mut self) {
         if let Some(closing) = self.closing.take() {
             for respond_to in closing.responders {
-                let _ = respond_to.send(match &closing.error {
-                    None => Ok(()),
-                    Some(e) => Err(e.clone()),
-                });
+                let _ = respond_to.send(closing.error.clone().map_or(Ok(()), Err));
             }
         }
     }

@@ -31,15 +31,11 @@ impl Actor {
         if !heartbeat {
             return;
         }
-        let lag = oldest.map_or(Duration::ZERO, |o| {
-            Instant::now().saturating_duration_since(o)
-        });
+        let lag = oldest.map_or(Duration::ZERO, |o| o.elapsed());
         telemetry::renewal_lag(&self.owner_id, lag);
     }
 
-    /// A renewal batch sent at `sent_at` was answered (`ok`) or failed; once
-    /// every renewal in flight is answered after a heartbeat, the health
-    /// board is published again (it then has the renewals' new deadlines).
+    /// A renewal batch sent at `sent_at` was answered (`ok`) or failed.
     pub(super) fn renewal_answered(&mut self, sent_at: Instant, ok: bool) {
         telemetry::renewal_answered(sent_at.elapsed(), ok);
         if ok {
@@ -48,7 +44,8 @@ impl Actor {
     }
 
     /// After a renewal answer was handled: publishes the health board if it
-    /// was the last renewal in flight since the heartbeat.
+    /// was the last renewal in flight since the heartbeat (it then has the
+    /// renewals' new deadlines).
     pub(super) fn renewals_settled(&mut self) {
         if self.renewals.is_empty() && std::mem::take(&mut self.health_due) {
             self.publish_health(false);
