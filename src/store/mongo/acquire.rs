@@ -15,12 +15,8 @@
 //!   for keys nobody waits for" in `store` specifies. Any key it does not
 //!   settle goes on to the general form, which recognises a landed light
 //!   write as a retry (B7).
-//!
-//! Pure builders are unit-tested without a server (`tests/pipeline.rs`,
-//! `tests/kinds.rs`, `tests/light_unit.rs`, `tests/batched.rs`); what the
-//! server does with them by the store contract and `tests/light.rs`.
 
-use super::handle::{MongoStore, is_duplicate_key, is_on_id_index, ttl_ms};
+use super::handle::{MongoStore, is_duplicate_key, reread_after, ttl_ms};
 use super::handoff::{e, entries_without, live_entries, or_remove};
 use super::raw::{
     encode_pipeline, encoding, raw_key_filter, raw_lets, reply_value, update_statements,
@@ -32,11 +28,10 @@ use super::rules::{
 use crate::LeaseKind;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
-use crate::kind::LeaseShape;
 use crate::store::light_acquire::{Found, acquired, elapsed_before_find};
 use crate::store::light_release::{LightAcquire, LightAcquired};
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
-use crate::store::{AcquireOutcome, field, replies};
+use crate::store::{AcquireOutcome, AcquireRequest, field, replies};
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
 use mongodb::options::ReturnDocument;
 use std::time::Instant;
@@ -303,31 +298,20 @@ pub(super) fn upsert_filter(key: &LeaseKey) -> Document {
 
 /// The acquire update: one round trip, never an error when the key is held.
 ///
-/// An upsert on [`upsert_filter`] (an `$expr` is refused in an upsert filter on 6.0,
-/// docs/mongodb-behaviour.md, B1) whose pipeline replaces the document only
-/// if this acquisition (`owner`, `lease_id`) wins by the win rule
-/// ([`LockPath::wins`]: the document is new, [`inserted`](super::rules::inserted); already ours
-/// under this lease id and owner id, a retry; or ours in shape, expired by
-/// `$$NOW`, and not yielded by this owner to a waiting one), writing the
-/// lock fields of [`LockPath::acquired`] (the token by the token rule).
-/// Otherwise the document is returned unchanged (no oplog entry,
-/// docs/mongodb-behaviour.md, B2), including a document of foreign shape
-/// (a bare `{_id}` too);
-/// except that a `waiting` attempt on a lease held by another owner records
-/// `wt` if it is not set yet (one write per holding period). A new
-/// acquisition expires `ttl_ms` after `$$NOW`.
+/// An upsert on [`upsert_filter`] (an `$expr` is refused in an upsert filter
+/// on 6.0, docs/mongodb-behaviour.md, B1) whose pipeline writes
+/// [`LockPath::acquired`] (expiring `ttl_ms` after `$$NOW`) if the
+/// acquisition wins by [`LockPath::wins`] and [`queue_allows`] it, and
+/// otherwise returns the document unchanged (no oplog entry, B2; a document
+/// of foreign shape too), except that a `waiting` attempt marks a lease of
+/// another owner (`wt`, once per holding period) and registers in the queue
+/// for `registration_ms` ([`registered`]; "Queue of waiting owners" in
+/// `store`), or marks live shared holders ([`exclusive_waiter_mark`]).
 ///
-/// Held at least `hold_ms` (`Some`, see "Holding at least" in `store`): the acquisition writes `hl =
-/// $$NOW + hold_ms` (a retry keeps it) and `exp = max($$NOW + ttl_ms, hl)`.
-/// A waiting attempt that finds live shared holders leaves its mark
-/// ([`exclusive_waiter_mark`]).
-///
-/// The queue of waiting owners (see "Queue of waiting owners" in `store`):
-/// a free key whose queue has another owner's live entry at its head is
-/// not won ([`queue_allows`]); a waiting attempt that finds the key held by
-/// another owner, or kept for the head of the queue, registers, its entry
-/// lasting `registration_ms` ([`registered`]); an acquisition leaves the
-/// other owners' live entries ([`queue_after_acquisition`]).
+/// Held at least `hold_ms` ("Holding at least" in `store`): `hl = $$NOW +
+/// hold_ms` (a retry keeps it) and `exp = max($$NOW + ttl_ms, hl)`. An
+/// acquisition leaves the other owners' live queue entries
+/// ([`queue_after_acquisition`]).
 pub(super) fn acquire_pipeline(
     owner: &str,
     ttl_ms: i64,
@@ -454,19 +438,20 @@ pub(super) fn registered(
 }
 
 impl MongoStore {
-    /// An acquisition of `shape`: exclusive (held at least its
+    /// An acquisition of the request's shape: exclusive (held at least its
     /// `hold_at_least`, if any) through the exclusive pipeline; a shared
     /// lease or a permit through [`multi_acquire_pipeline`]. One round trip.
-    pub(super) async fn acquire_shape(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl_ms: i64,
-        shape: LeaseShape,
-    ) -> Result<AcquireOutcome> {
-        shape.kind.validate()?;
-        let kind = shape.kind;
+    pub(super) async fn acquire_shape(&self, request: AcquireRequest) -> Result<AcquireOutcome> {
+        let AcquireRequest {
+            key,
+            lease_id,
+            waiting,
+            ttl,
+            shape,
+            ..
+        } = request;
+        let (kind, ttl_ms) = (shape.kind, ttl_ms(ttl));
+        kind.validate()?;
         if kind == LeaseKind::Exclusive {
             let hold_ms = shape.hold_at_least.map(self::ttl_ms);
             return self
@@ -665,23 +650,12 @@ impl MongoStore {
         match attempt {
             Ok(Some(doc)) => return Ok(read(&key, &doc)),
             Ok(None) => {}
-            // A duplicate-key error from a concurrent upsert means "held": re-read.
-            Err(Error::Database(e)) if is_duplicate_key(&e) && is_on_id_index(&e) => {}
-            // On another unique index it would fail the same way every time.
-            Err(Error::Database(e)) if is_duplicate_key(&e) => {
-                return Err(Error::UnusableCollection {
-                    reason: format!(
-                        "a unique index other than `_id` refused the lease for {}: {e}",
-                        key.to_extended_json()
-                    ),
-                });
-            }
-            // Outcome unknown (network, failover, timeout): resolve by re-reading,
-            // never by assuming (docs/mongodb-behaviour.md, B7).
-            Err(e) if e.is_transient() => {
-                tracing::debug!(%key, error = %e, "acquire outcome unknown; re-reading");
-            }
-            Err(e) => return Err(e),
+            Err(e) => reread_after(&key, e, |e| Error::UnusableCollection {
+                reason: format!(
+                    "a unique index other than `_id` refused the lease for {}: {e}",
+                    key.to_extended_json()
+                ),
+            })?,
         }
         self.reread(key, projection, read).await
     }

@@ -6,8 +6,9 @@
 //! Also here: [`retried`], which runs an idempotent write again after a
 //! transient failure, and the `_id` index's name ([`id_index`]).
 
-use crate::config::ReleaseMode;
+use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
+use crate::key::LeaseKey;
 use crate::store::field;
 use mongodb::bson::{Document, doc};
 use mongodb::options::{
@@ -38,14 +39,19 @@ pub(crate) struct MongoStore {
     release_mode: ReleaseMode,
 }
 
-/// The server's error code of a command or write error.
-pub(super) fn command_code(e: &mongodb::error::Error) -> Option<i32> {
+/// The server's error code and message of a command or write error.
+fn server_error(e: &mongodb::error::Error) -> Option<(i32, &str)> {
     use mongodb::error::{ErrorKind, WriteFailure};
     match &*e.kind {
-        ErrorKind::Command(c) => Some(c.code),
-        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),
+        ErrorKind::Command(c) => Some((c.code, &c.message)),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some((w.code, &w.message)),
         _ => None,
     }
+}
+
+/// The server's error code of a command or write error.
+pub(super) fn command_code(e: &mongodb::error::Error) -> Option<i32> {
+    server_error(e).map(|(code, _)| code)
 }
 
 /// E11000: a write would duplicate a unique index's key.
@@ -56,14 +62,30 @@ pub(super) fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
 /// Whether a duplicate-key error is on the `_id` index: two upserts raced to
 /// insert the same key, and the other one won (docs/mongodb-behaviour.md, B1).
 /// The server names the index in the message: `... index: _id_ dup key: { _id: "k1" }`.
-pub(super) fn is_on_id_index(e: &mongodb::error::Error) -> bool {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    let message = match &*e.kind {
-        ErrorKind::Command(c) => c.message.as_str(),
-        ErrorKind::Write(WriteFailure::WriteError(w)) => w.message.as_str(),
-        _ => return false,
-    };
-    message.contains("index: _id_ ")
+fn is_on_id_index(e: &mongodb::error::Error) -> bool {
+    server_error(e).is_some_and(|(_, message)| message.contains("index: _id_ "))
+}
+
+/// What the failure `e` of an acquiring upsert of `key` means: `Ok` if the
+/// document is to be re-read, or the error to report. A duplicate key on
+/// `_id` is a concurrent upsert that won (B1); on another unique index it
+/// would fail the same way every time, and is reported as `refused` says.
+/// A transient error is an unknown outcome, resolved by re-reading, never
+/// by assuming (docs/mongodb-behaviour.md, B7).
+pub(super) fn reread_after(
+    key: &LeaseKey,
+    e: Error,
+    refused: impl FnOnce(mongodb::error::Error) -> Error,
+) -> Result<()> {
+    match e {
+        Error::Database(e) if is_duplicate_key(&e) && is_on_id_index(&e) => Ok(()),
+        Error::Database(e) if is_duplicate_key(&e) => Err(refused(e)),
+        e if e.is_transient() => {
+            tracing::debug!(%key, error = %e, "acquire outcome unknown; re-reading");
+            Ok(())
+        }
+        e => Err(e),
+    }
 }
 
 /// For the tests of this store on a real `mongod`: a store of owner `a`
@@ -122,15 +144,29 @@ pub(super) fn ttl_ms(ttl: Duration) -> i64 {
     ttl.as_millis().min(i64::MAX as u128) as i64
 }
 
+/// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
+pub(super) fn min_token_age_ms() -> i64 {
+    ttl_ms(DELETE_MIN_TOKEN_AGE)
+}
+
+/// Majority write and read concern and primary reads, whatever the client's
+/// defaults (only majority-acknowledged writes survive a failover:
+/// docs/mongodb-behaviour.md, B8).
+fn majority() -> CollectionOptions {
+    CollectionOptions::builder()
+        .write_concern(WriteConcern::majority())
+        .read_concern(ReadConcern::majority())
+        .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
+        .build()
+}
+
 /// The hint that goes with [`list_min`](super::read::list_min): the `_id` index.
 pub(super) fn id_index() -> Document {
     doc! { field::ID: 1 }
 }
 
 impl MongoStore {
-    /// A store on `database.collection` with majority write and read concern and
-    /// primary reads, whatever the client's defaults (only majority-acknowledged
-    /// writes survive a failover: docs/mongodb-behaviour.md, B8).
+    /// A store on `database.collection`, with [`majority`] concerns.
     pub(crate) fn new(
         database: &Database,
         collection: &str,
@@ -139,17 +175,12 @@ impl MongoStore {
         yield_window: Duration,
         operation_timeout: Duration,
     ) -> Self {
-        let options = CollectionOptions::builder()
-            .write_concern(WriteConcern::majority())
-            .read_concern(ReadConcern::majority())
-            .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
-            .build();
         MongoStore {
             database: database.clone(),
-            coll: database.collection_with_options(collection, options),
+            coll: database.collection_with_options(collection, majority()),
             owner,
-            ttl_ms: ttl.as_millis() as i64,
-            yield_ms: yield_window.as_millis().min(i64::MAX as u128) as i64,
+            ttl_ms: ttl_ms(ttl),
+            yield_ms: ttl_ms(yield_window),
             safety_margin: Duration::ZERO,
             operation_timeout,
             release_mode: ReleaseMode::Keep,
@@ -186,14 +217,10 @@ impl MongoStore {
     }
 
     /// Another collection of the lock collection's database, with the same
-    /// concerns (majority write and read concern, primary reads).
+    /// concerns.
     pub(super) fn sibling(&self, collection: &str) -> Collection<Document> {
-        let options = CollectionOptions::builder()
-            .write_concern(WriteConcern::majority())
-            .read_concern(ReadConcern::majority())
-            .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
-            .build();
-        self.database.collection_with_options(collection, options)
+        self.database
+            .collection_with_options(collection, majority())
     }
 
     /// This manager's owner id (`aid`).
@@ -220,10 +247,9 @@ impl MongoStore {
         crate::store::registration_window(retry_max, self.safety_margin)
     }
 
-    /// [`MongoStore::registration`] in milliseconds, as the pipelines add
-    /// it to `$$NOW`.
+    /// [`MongoStore::registration`] in milliseconds.
     pub(super) fn registration_ms(&self) -> i64 {
-        self.registration().as_millis().min(i64::MAX as u128) as i64
+        ttl_ms(self.registration())
     }
 
     /// How long one operation may take before it counts as failed.

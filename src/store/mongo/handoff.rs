@@ -10,14 +10,12 @@
 //!   waiting owners"): the stages every release carries ([`pick_stage`],
 //!   [`handoff_stages`]), and [`MongoStore::leave_queues_of`], which removes
 //!   a manager's registrations when it stops.
-//!
-//! Pure builders are unit-tested below and in `tests/queue.rs`.
 
 use super::handle::{MongoStore, WRITE_ATTEMPTS};
 use super::raw::encode_pipeline;
 use super::rules::{
-    FROM, TO, acquired_token, bson_lease_id, f, key_filter, next_token, ours_and_nobody_else_waits,
-    read_lease_id, root_with,
+    FROM, TO, acquired_token, bson_lease_id, f, keys_filter, next_token,
+    ours_and_nobody_else_waits, read_lease_id, root_with,
 };
 use crate::error::Result;
 use crate::key::LeaseKey;
@@ -52,7 +50,7 @@ pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Docu
     // `handoff_stages`; "Queue of waiting owners" in `store`).
     let waited = doc! { "$or": [
         { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] },
-        { "$eq": [{ "$type": f(HANDED) }, "object"] },
+        handed(),
     ]};
     let holding = doc! { "$gt": [f(field::HOLD_UNTIL), "$$NOW"] };
     let handed = doc! { "$not": [{ "$or": [waited.clone(), holding] }] };
@@ -98,11 +96,9 @@ pub(super) fn hand_over_projection() -> Document {
 /// What the handoff's reply (the document after the write, projected
 /// with [`hand_over_projection`]) says: `to` holds it, or it was released.
 pub(super) fn classify_hand_over(doc: &Document, to: Uuid) -> HandOver {
-    match (
-        read_lease_id(doc.get(field::LEASE_ID)),
-        doc.get_i64(field::TOKEN),
-    ) {
-        (Some(id), Ok(token)) if id == to => HandOver::Acquired {
+    let ours = read_lease_id(doc.get(field::LEASE_ID)) == Some(to);
+    match doc.get_i64(field::TOKEN) {
+        Ok(token) if ours => HandOver::Acquired {
             token: token as u64,
         },
         _ => HandOver::Released,
@@ -275,13 +271,7 @@ impl MongoStore {
             };
             // Outcome unknown: re-read, never assume (docs/mongodb-behaviour.md, B7).
             tracing::debug!(%key, error = %error, attempt, "handoff outcome unknown; re-reading");
-            let found = self
-                .bounded(
-                    self.coll()
-                        .find_one(key_filter(&key))
-                        .projection(hand_over_projection()),
-                )
-                .await?;
+            let found = self.read_key(&key, hand_over_projection()).await?;
             let ours = found
                 .as_ref()
                 .filter(|d| d.get_str(field::OWNER).is_ok_and(|o| o == self.owner()));
@@ -327,13 +317,9 @@ impl MongoStore {
     /// [`Store::leave_queues`](crate::store::Store::leave_queues): one
     /// `updateMany` on the documents of `keys` whose queue has an entry of
     /// this owner, keeping the other owners' entries.
-    pub(super) async fn leave_queues_of(
-        &self,
-        keys: Vec<crate::key::LeaseKey>,
-    ) -> crate::error::Result<u64> {
-        let keys: Vec<Bson> = keys.iter().map(|k| k.to_bson()).collect();
-        let entry_owner = format!("{}.{}", field::QUEUE, field::OWNER);
-        let filter = doc! { field::ID: { "$in": keys }, entry_owner: self.owner() };
+    pub(super) async fn leave_queues_of(&self, keys: Vec<LeaseKey>) -> Result<u64> {
+        let mut filter = keys_filter(&keys);
+        filter.insert(format!("{}.{}", field::QUEUE, field::OWNER), self.owner());
         let update = vec![doc! { "$set": { field::QUEUE: { "$filter": {
             "input": format!("${}", field::QUEUE),
             "cond": { "$ne": [format!("$$this.{}", field::OWNER), self.owner()] },

@@ -31,7 +31,8 @@
 //! `acquire` and `release` use `handoff`'s queue expressions (a waiting
 //! attempt registers, a release hands the key over, in their own writes),
 //! `release` and `watch` use `read`'s projection, `release` uses `renew`'s
-//! holder filter; `document` uses `rules` and `handle`.
+//! holder filter; `document` uses `rules`, `handle`, `release`'s release in
+//! two writes and `watch`'s stream of announcements.
 
 mod acquire;
 mod document;
@@ -69,8 +70,10 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use mongodb::bson::{Document, doc};
+use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
+
 /// The one place each verb is chosen: the actor's request, by kind and by
 /// what the actor knows of the key, to the verb's file.
 impl Store for MongoStore {
@@ -103,10 +106,9 @@ impl Store for MongoStore {
         self.release_mode() == ReleaseMode::Delete
     }
 
-    fn documents(&self, collection: &str, field: &str) -> Result<std::sync::Arc<dyn Store>> {
-        Ok(std::sync::Arc::new(document::DocumentStore::new(
-            self, collection, field,
-        )?))
+    fn documents(&self, collection: &str, field: &str) -> Result<Arc<dyn Store>> {
+        let store = document::DocumentStore::new(self, collection, field)?;
+        Ok(Arc::new(store))
     }
 
     fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
@@ -118,21 +120,7 @@ impl Store for MongoStore {
         request: AcquireRequest,
     ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
         let store = self.clone();
-        async move {
-            let AcquireRequest {
-                key,
-                lease_id,
-                waiting,
-                ttl,
-                shape,
-                ..
-            } = request;
-            let outcome = store
-                .acquire_shape(key, lease_id, waiting, ttl_ms(ttl), shape)
-                .await?;
-            Ok((outcome, None))
-        }
-        .boxed()
+        async move { Ok((store.acquire_shape(request).await?, None)) }.boxed()
     }
 
     fn renew_with_ttl(
@@ -151,17 +139,9 @@ impl Store for MongoStore {
 
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
-        async move {
-            if leases.is_empty() {
-                return Ok(0);
-            }
-            store.release_leases(leases, true).await
-        }
-        .boxed()
+        async move { store.release_leases(leases, true).await }.boxed()
     }
 
-    /// One `findOneAndUpdate` for a plain shape (`super::handoff`); a
-    /// release for any other.
     fn hand_over(
         &self,
         key: LeaseKey,

@@ -31,34 +31,27 @@ pub(super) fn payload_update(payload: Document) -> Document {
 }
 
 impl MongoStore {
-    /// Sets the payload of `lease` as a holder of a shared or semaphore key
-    /// (its entry's `data`); `false` if it is not one (any more).
-    pub(super) async fn set_holder_payload(
-        &self,
-        lease: LeaseRef,
-        payload: mongodb::bson::Document,
-    ) -> Result<bool> {
-        let result = self
-            .bounded(self.coll().update_one(
-                holder_payload_filter(self.owner(), &lease),
-                holder_payload_update(payload),
-            ))
-            .await?;
-        Ok(result.matched_count == 1)
-    }
-
+    /// Sets the payload of `lease`: as an exclusive lease, else as a holder
+    /// of a shared or semaphore key (its entry's `data`); `false` if it is
+    /// neither (any more).
     pub(super) async fn set_payload_of(&self, lease: LeaseRef, payload: Document) -> Result<bool> {
-        let result = self
-            .bounded(self.coll().update_one(
-                payload_filter(self.owner(), &lease),
+        let owner = self.owner();
+        let writes = [
+            (
+                payload_filter(owner, &lease),
                 payload_update(payload.clone()),
-            ))
-            .await?;
-        if result.matched_count == 1 {
-            return Ok(true);
+            ),
+            (
+                holder_payload_filter(owner, &lease),
+                holder_payload_update(payload),
+            ),
+        ];
+        for (filter, update) in writes {
+            let result = self.bounded(self.coll().update_one(filter, update)).await?;
+            if result.matched_count == 1 {
+                return Ok(true);
+            }
         }
-        // Not an exclusive lease (any more): a holder of a shared or
-        // semaphore key, if still one.
-        self.set_holder_payload(lease, payload).await
+        Ok(false)
     }
 }

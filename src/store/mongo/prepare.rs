@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongodb::IndexModel;
-use mongodb::bson::{Bson, Document, doc};
+use mongodb::bson::{Document, doc};
 use mongodb::options::IndexOptions;
 
 use super::handle::{MongoStore, command_code};
@@ -167,7 +167,7 @@ impl MongoStore {
             .find(|index| index.keys == doc! { field::EXPIRES_AT: 1 });
         match gc_index {
             Some(index) => {
-                let ttl = index.options.as_ref().and_then(|o| o.expire_after);
+                let ttl = expire_after(index);
                 if ttl.is_none() {
                     return Err(Error::UnusableCollection {
                         reason: format!(
@@ -261,12 +261,7 @@ impl MongoStore {
             .bounded(async { self.coll().list_indexes().await?.try_collect().await })
             .await?;
         let ttl_on_exp = indexes.iter().any(|index| {
-            index.keys == doc! { field::EXPIRES_AT: 1 }
-                && index
-                    .options
-                    .as_ref()
-                    .and_then(|o| o.expire_after)
-                    .is_some()
+            index.keys == doc! { field::EXPIRES_AT: 1 } && expire_after(index).is_some()
         });
         if ttl_on_exp {
             return Ok(());
@@ -292,10 +287,6 @@ fn not_a_lock_document() -> Document {
     ] }
 }
 
-/// Checks one index of the collection against the lock documents (see "TTL
-/// indexes of other applications" in the module docs). `Ok(Some(e))` for an
-/// accepted TTL index on `ts`: local deadlines must not pass `e` after a
-/// renewal, whatever the lease's TTL.
 /// The oldest MongoDB release the manager's writes run on: they use `let`
 /// variables and `$unsetField`, both from 5.0.
 const MIN_SERVER_MAJOR: i64 = 5;
@@ -311,11 +302,7 @@ fn check_server_version(build: &Document) -> Result<()> {
         .get_array("versionArray")
         .ok()
         .and_then(|v| v.first())
-        .and_then(|m| match m {
-            Bson::Int32(m) => Some(i64::from(*m)),
-            Bson::Int64(m) => Some(*m),
-            _ => None,
-        });
+        .and_then(|m| m.as_i64().or_else(|| m.as_i32().map(i64::from)));
     match major {
         Some(major) if major < MIN_SERVER_MAJOR => Err(Error::Unsupported {
             reason: format!(
@@ -328,8 +315,17 @@ fn check_server_version(build: &Document) -> Result<()> {
     }
 }
 
+/// An index's `expireAfterSeconds`: `Some` for a TTL index.
+fn expire_after(index: &IndexModel) -> Option<Duration> {
+    index.options.as_ref().and_then(|o| o.expire_after)
+}
+
+/// Checks one index of the collection against the lock documents (see "TTL
+/// indexes of other applications" in the module docs). `Ok(Some(e))` for an
+/// accepted TTL index on `ts`: local deadlines must not pass `e` after a
+/// renewal, whatever the lease's TTL.
 fn check_ttl_index(index: &IndexModel, timing: &Timing, ns: &str) -> Result<Option<Duration>> {
-    let Some(expire_after) = index.options.as_ref().and_then(|o| o.expire_after) else {
+    let Some(expire_after) = expire_after(index) else {
         return Ok(None);
     };
     // A TTL index has a single key (MongoDB ignores or refuses the option on

@@ -59,24 +59,6 @@ pub(super) fn reply_value(mut reply: Document) -> Option<Document> {
     }
 }
 
-/// An `update` command of one statement on `collection`: the documents
-/// matching `filter` (`multi`: all of them, else the first) updated by the
-/// pipeline `update`.
-pub(super) fn update_command(
-    collection: &str,
-    filter: RawDocumentBuf,
-    update: RawArrayBuf,
-    multi: bool,
-) -> RawDocumentBuf {
-    let mut statement = RawDocumentBuf::new();
-    statement.append("q", filter);
-    statement.append("u", update);
-    statement.append("multi", multi);
-    let mut statements = RawArrayBuf::new();
-    statements.push(statement);
-    update_statements(collection, statements, true)
-}
-
 /// An `update` command of `statements` on `collection`. With `ordered`
 /// false (`ordered: false` in the command) every statement is tried,
 /// whatever an earlier one's write error; with `ordered` true (the

@@ -77,14 +77,8 @@ impl MongoStore {
         )
     }
 
-    /// Reads `key`'s document projected with [`info_projection`] (with the
-    /// server's now), as [`projected_info`] reads it.
-    pub(super) async fn read_info(&self, key: &LeaseKey) -> Result<Option<Document>> {
-        self.read_key(key, info_projection()).await
-    }
-
     pub(super) async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
-        let found = self.read_info(&key).await?;
+        let found = self.read_key(&key, info_projection()).await?;
         Ok(found.and_then(|doc| projected_info(&key, &doc)))
     }
 
@@ -135,11 +129,7 @@ impl MongoStore {
             docs.remove(0);
         }
         docs.truncate(limit);
-        let next = if docs.len() == limit {
-            docs.last().and_then(id)
-        } else {
-            None
-        };
+        let next = docs.last().filter(|_| docs.len() == limit).and_then(id);
         let page = docs
             .iter()
             .filter_map(|doc| projected_info(&id(doc)?, doc))

@@ -19,11 +19,10 @@
 //! Each write is idempotent and retried after a transient failure
 //! ([`retried`]).
 
-use super::handle::{MongoStore, retried};
+use super::handle::{MongoStore, min_token_age_ms, retried};
 use super::handoff::{handoff_stages, pick_stage};
 use super::raw::{
-    encode_pipeline, raw_key_filter, raw_lets, update_command, update_counts, update_reply,
-    update_statements,
+    encode_pipeline, raw_key_filter, raw_lets, update_counts, update_reply, update_statements,
 };
 use super::read::{info_projection, projected_info};
 use super::renew::holder_filter;
@@ -31,7 +30,7 @@ use super::rules::{
     LID, LockPath, bson_lease_id, entry_among, entry_live, entry_of_owner, f, has_holders,
     lease_ids, ours_and_nobody_else_waits, root_with,
 };
-use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
+use crate::config::ReleaseMode;
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
@@ -63,7 +62,6 @@ pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<
         Released::Leases { owner, ids } => entry_among(owner, ids),
         Released::Owner { owner, except } => entry_of_owner(owner, except),
     };
-    let waited = doc! { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] };
     let remain =
         doc! { "$cond": [has_holders(), { "$gt": [{ "$size": f(field::HOLDERS) }, 0] }, false] };
     let [handoff, cleanup] = handoff_stages();
@@ -75,11 +73,7 @@ pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<
                 f(field::EXPIRES_AT),
                 { "$max": [{ "$min": [f(field::EXPIRES_AT), "$$NOW"] }, f(field::HOLD_UNTIL)] },
             ]},
-            field::YIELD_UNTIL: { "$cond": [
-                waited,
-                { "$add": ["$$NOW", yield_ms] },
-                f(field::YIELD_UNTIL),
-            ]},
+            field::YIELD_UNTIL: LockPath::TOP.yield_if_waited(yield_ms),
             field::RELEASED_AT: { "$cond": [has_holders(), "$$NOW", f(field::RELEASED_AT)] },
             field::HOLDERS: { "$cond": [
                 has_holders(),
@@ -139,15 +133,10 @@ pub(super) fn force_release_any_filter(key: &LeaseKey) -> Document {
 /// `wt`), every holder in `hs` (with `pm`), the minimum hold (`hl`) and the
 /// exclusive waiter's mark (`xw`) are removed; `yu` as in a release.
 pub(super) fn force_release_update(yield_ms: i64) -> Vec<Document> {
-    let waited = doc! { "$ne": [{ "$type": f(field::WAITING_SINCE) }, "missing"] };
     vec![
         doc! { "$set": {
             field::EXPIRES_AT: { "$min": [f(field::EXPIRES_AT), "$$NOW"] },
-            field::YIELD_UNTIL: { "$cond": [
-                waited,
-                { "$add": ["$$NOW", yield_ms] },
-                f(field::YIELD_UNTIL),
-            ]},
+            field::YIELD_UNTIL: LockPath::TOP.yield_if_waited(yield_ms),
             field::RELEASED_AT: "$$NOW",
         }},
         doc! { "$unset": [
@@ -188,19 +177,13 @@ pub(super) fn owner_leases_filter(owner: &str) -> Document {
 }
 
 /// The documents among `filter`'s that a release in delete mode deletes at
-/// once ([`LockPath::deletable_filter`]): of our shape (int64 `tok`), not
-/// waited for by another owner (no `wt`: such a release yields instead; no
-/// `q`: it hands the key over or keeps the queue; no `hs`), with a token at
-/// least `min_age_ms` old by the server's clock.
+/// once ([`LockPath::deletable_filter`], with no `hs` nor `q`).
 pub(super) fn deletable_filter(filter: Document, min_age_ms: i64) -> Document {
     LockPath::TOP.deletable_filter(filter, min_age_ms, &[field::HOLDERS, field::QUEUE])
 }
 
-/// Released documents of our shape among `filter`'s (no `lid`, int64 `tok`,
-/// date `exp`), not yielded (`yu` not in the future) nor held at least
-/// until later (`hl`), whose token is at least `min_age_ms` old: what the
-/// follow-up delete of delete mode removes ([`LockPath::released_filter`]).
-/// A new acquisition (which sets `lid`) never matches.
+/// What the follow-up delete of delete mode removes among `filter`'s
+/// ([`LockPath::released_filter`], with no `hs` nor `q`, `hl` not ahead).
 pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
     LockPath::TOP.released_filter(
         filter,
@@ -208,6 +191,32 @@ pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
         &[field::HOLDERS, field::QUEUE],
         &[field::HOLD_UNTIL],
     )
+}
+
+/// A release in two idempotent writes, each retried after a transient
+/// failure (up to [`WRITE_ATTEMPTS`](super::handle::WRITE_ATTEMPTS) in all):
+/// `remove` (a delete, or the removal of a user document's lock field)
+/// where it applies, then `mark`, the released state; each gives its count
+/// and whether an earlier attempt failed. A `single` lease that `remove`
+/// removed is done. After a failure an earlier attempt may have applied: a
+/// single lease that neither write finds then counts as released by us
+/// (the caller only releases leases whose local deadline has not passed,
+/// so nobody else can have taken it by expiry). How many were removed, and
+/// how many marked released.
+pub(super) async fn release_in_two_writes(
+    single: bool,
+    remove: impl Future<Output = Result<(u64, bool)>>,
+    mark: impl Future<Output = Result<(u64, bool)>>,
+) -> Result<(u64, u64)> {
+    let (removed, retried) = remove.await?;
+    if single && removed > 0 {
+        return Ok((removed, 0));
+    }
+    let (mut marked, retried_too) = mark.await?;
+    if single && (retried || retried_too) && removed + marked == 0 {
+        marked = 1;
+    }
+    Ok((removed, marked))
 }
 
 /// A foreign holder's lock document `found` (as read by an info read) under
@@ -236,11 +245,6 @@ pub(super) fn foreign_filter(key: &LeaseKey, found: &Document) -> Document {
     }
 }
 
-/// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
-fn min_token_age_ms() -> i64 {
-    DELETE_MIN_TOKEN_AGE.as_millis() as i64
-}
-
 impl MongoStore {
     /// The light release's `update` of `lease`'s document
     /// ([`light_release_update`]): 1 if it released the lease, 0 if it did not
@@ -249,12 +253,9 @@ impl MongoStore {
     /// again. Idempotent: the first write that lands removes `lid`.
     pub(super) async fn release_light_command(&self, lease: &LeaseRef) -> Result<u64> {
         let update = encode_pipeline(light_release_update(self.owner()))?;
-        let mut command = update_command(
-            self.coll().name(),
-            raw_key_filter(&lease.key)?,
-            update,
-            false,
-        );
+        let mut statements = RawArrayBuf::new();
+        statements.push(rawdoc! { "q": raw_key_filter(&lease.key)?, "u": update, "multi": false });
+        let mut command = update_statements(self.coll().name(), statements, true);
         command.append("let", raw_lets(&[(LID, lease.lease_id)]));
         let reply = self.raw_command(command).await?;
         Ok(update_counts(&reply).map_or(0, |(_, modified)| modified))
@@ -351,7 +352,7 @@ impl MongoStore {
         if let Some(doc) = before {
             return Ok(projected_info(&key, &doc));
         }
-        let found = self.read_info(&key).await?;
+        let found = self.read_key(&key, info_projection()).await?;
         let Some((found, info)) = found
             .and_then(|doc| projected_info(&key, &doc).map(|info| (doc, info)))
             .filter(|(_, info)| info.foreign)
@@ -362,20 +363,6 @@ impl MongoStore {
             .bounded(self.coll().delete_one(foreign_filter(&key, &found)))
             .await?;
         Ok((deleted.deleted_count == 1).then_some(info))
-    }
-
-    /// Marks the leases matching `filter` released ([`release_any_update`]
-    /// of `released`): `updateOne` for a `single` lease (a retryable write),
-    /// else `updateMany`.
-    async fn mark_released(
-        &self,
-        filter: &Document,
-        released: &Released<'_>,
-        single: bool,
-    ) -> Result<(u64, bool)> {
-        let update = || release_any_update(released, self.yield_ms()).into();
-        self.update_matching(self.coll(), "release", filter, update, single)
-            .await
     }
 
     /// Deletes the documents matching `filter`: `deleteOne` for a `single`
@@ -392,20 +379,15 @@ impl MongoStore {
         .await
     }
 
-    /// Releases the leases matching `filter`; `single` for one lease, which
-    /// uses `updateOne` / `deleteOne` so that the driver's retryable writes
-    /// report the original outcome. The writes are idempotent, so a transient
-    /// failure is also retried here (up to [`WRITE_ATTEMPTS`](super::handle::WRITE_ATTEMPTS) in all). After
-    /// such a failure an earlier attempt may have applied: a single lease that
-    /// the retry no longer finds counts as released by us (the caller only
-    /// releases leases whose local deadline has not passed, so nobody else can
-    /// have taken it by expiry).
+    /// Releases the leases matching `filter` ([`release_in_two_writes`]);
+    /// `single` for one lease, which uses `updateOne` / `deleteOne` so that
+    /// the driver's retryable writes report the original outcome.
     ///
     /// In [`ReleaseMode::Delete`] and with `delete_first`, the documents
-    /// whose token is at least [`DELETE_MIN_TOKEN_AGE`] old and that nobody
+    /// whose token is at least [`DELETE_MIN_TOKEN_AGE`](crate::config::DELETE_MIN_TOKEN_AGE) old and that nobody
     /// waited for are deleted first ([`deletable_filter`]); the rest are
-    /// marked released as in keep mode. Returns how many were deleted and
-    /// how many marked released.
+    /// marked released ([`release_any_update`]) as in keep mode. Returns how
+    /// many were deleted and how many marked released.
     async fn release_parts(
         &self,
         filter: Document,
@@ -413,23 +395,16 @@ impl MongoStore {
         single: bool,
         delete_first: bool,
     ) -> Result<(u64, u64)> {
-        let mut ambiguous = false;
-        let mut deleted = 0;
-        if delete_first && self.release_mode() == ReleaseMode::Delete {
-            let deletable = deletable_filter(filter.clone(), min_token_age_ms());
-            let (count, retried) = self.delete_matching(&deletable, single).await?;
-            if single && count > 0 {
-                return Ok((count, 0));
+        let delete = async {
+            if !delete_first || self.release_mode() != ReleaseMode::Delete {
+                return Ok((0, false));
             }
-            deleted = count;
-            ambiguous |= retried;
-        }
-        let (mut marked, retried) = self.mark_released(&filter, released, single).await?;
-        ambiguous |= retried;
-        if single && ambiguous && deleted + marked == 0 {
-            marked = 1;
-        }
-        Ok((deleted, marked))
+            let deletable = deletable_filter(filter.clone(), min_token_age_ms());
+            self.delete_matching(&deletable, single).await
+        };
+        let update = || release_any_update(released, self.yield_ms()).into();
+        let mark = self.update_matching(self.coll(), "release", &filter, update, single);
+        release_in_two_writes(single, delete, mark).await
     }
 
     pub(super) async fn release_matching(
@@ -488,7 +463,7 @@ impl MongoStore {
     /// Releases every lease document of `owner` not released yet
     /// ([`owner_leases_filter`]), whoever's manager holds it. In delete mode,
     /// the documents it could only mark released (tokens younger than
-    /// [`DELETE_MIN_TOKEN_AGE`]) are deleted once they are old enough, before
+    /// [`DELETE_MIN_TOKEN_AGE`](crate::config::DELETE_MIN_TOKEN_AGE)) are deleted once they are old enough, before
     /// this returns.
     pub(super) async fn release_leases_of(&self, owner: String) -> Result<u64> {
         let filter =

@@ -28,7 +28,7 @@ use crate::key::LeaseKey;
 use crate::store::{LeaseRef, field};
 use futures::TryStreamExt;
 use mongodb::Collection;
-use mongodb::bson::{Bson, Document, RawDocumentBuf, doc};
+use mongodb::bson::{Bson, Document, RawDocumentBuf, bson, doc};
 use mongodb::options::UpdateModifications;
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
@@ -41,16 +41,20 @@ use uuid::Uuid;
 pub(super) fn holder_filter(owner: &str, leases: &[LeaseRef]) -> Document {
     let keys: Vec<Bson> = leases.iter().map(|l| l.key.to_bson()).collect();
     let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
-    doc! {
-        field::ID: { "$in": keys },
-        "$or": [
-            { field::LEASE_ID: { "$in": ids.clone() }, field::OWNER: { "$eq": owner } },
-            { field::HOLDERS: { "$elemMatch": {
-                field::LEASE_ID: { "$in": ids },
-                field::OWNER: { "$eq": owner },
-            }}},
-        ],
-    }
+    doc! { field::ID: { "$in": keys }, "$or": top_or_entry(owner, doc! { "$in": ids }) }
+}
+
+/// The `$or` of the lock of `owner` under `lease_id` (a value or a query
+/// operator): at the top (`lid`), or an entry of `hs`.
+fn top_or_entry(owner: &str, lease_id: impl Into<Bson>) -> Bson {
+    let lease_id = lease_id.into();
+    bson!([
+        { field::LEASE_ID: lease_id.clone(), field::OWNER: { "$eq": owner } },
+        { field::HOLDERS: { "$elemMatch": {
+            field::LEASE_ID: lease_id,
+            field::OWNER: { "$eq": owner },
+        }}},
+    ])
 }
 
 /// The lock of `key` still under `lease_id` of `owner` and live by the
@@ -65,13 +69,7 @@ pub(super) fn holder_check_filter(key: &LeaseKey, owner: &str, lease_id: Uuid) -
     ]}}}]};
     doc! {
         field::ID: key,
-        "$or": [
-            { field::LEASE_ID: lid.clone(), field::OWNER: { "$eq": owner } },
-            { field::HOLDERS: { "$elemMatch": {
-                field::LEASE_ID: lid.clone(),
-                field::OWNER: { "$eq": owner },
-            }}},
-        ],
+        "$or": top_or_entry(owner, lid.clone()),
         "$expr": { "$or": [
             { "$and": [
                 { "$eq": [f(field::LEASE_ID), lid] },
@@ -159,42 +157,35 @@ pub(super) fn held_lease_ids(doc: &Document, path: &str) -> Vec<Uuid> {
     ids
 }
 
-/// The `update` command renewing the plain exclusive `leases` of `owner` on
-/// `collection` by `update`, with majority write concern, in the order
-/// [`update_command`](super::raw::update_command) and
+/// The `update` command of one statement, `{ q: filter, u: update, multi:
+/// true }`, renewing the plain exclusive `leases` of `owner` on `collection`
+/// by `update`, with majority write concern, in the order
+/// [`update_statements`](super::raw::update_statements) and
 /// [`raw_command`](MongoStore::raw_command) give it.
 pub(super) struct RenewalCommand<'a> {
     collection: &'a str,
-    owner: &'a str,
-    leases: &'a [LeaseRef],
+    filter: Filter<'a>,
     update: &'a [Document],
 }
 
 impl Serialize for RenewalCommand<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        let statement = Statement(self);
         let mut command = serializer.serialize_map(Some(3))?;
         command.serialize_entry("update", self.collection)?;
-        command.serialize_entry("updates", &[statement])?;
+        command.serialize_entry("updates", &[Statement(self)])?;
         command.serialize_entry("writeConcern", &OneField("w", "majority"))?;
         command.end()
     }
 }
 
-/// The command's one statement: `{ q: filter, u: update, multi: true }`.
+/// The command's one statement.
 pub(super) struct Statement<'a, 'b>(&'b RenewalCommand<'a>);
 
 impl Serialize for Statement<'_, '_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        let RenewalCommand {
-            owner,
-            leases,
-            update,
-            ..
-        } = self.0;
         let mut statement = serializer.serialize_map(Some(3))?;
-        statement.serialize_entry("q", &Filter { owner, leases })?;
-        statement.serialize_entry("u", update)?;
+        statement.serialize_entry("q", &self.0.filter)?;
+        statement.serialize_entry("u", self.0.update)?;
         statement.serialize_entry("multi", &true)?;
         statement.end()
     }
@@ -275,8 +266,7 @@ pub(super) fn renewal_command(
     let update = renew_exclusive_update(ttl_ms);
     let command = RenewalCommand {
         collection,
-        owner,
-        leases,
+        filter: Filter { owner, leases },
         update: &update,
     };
     let invalid = |e: &dyn std::fmt::Display| Error::InvalidKey {
@@ -295,32 +285,25 @@ impl MongoStore {
         leases: Vec<LeaseRef>,
         ttl_ms: i64,
     ) -> Result<Vec<LeaseRef>> {
-        let plain = !leases.iter().any(|l| l.kind.is_multi_holder());
         let owner = self.owner();
-        let (filter, update): (fn(&str, &[LeaseRef]) -> Document, _) = if plain {
-            (exclusive_filter, renew_exclusive_update(ttl_ms))
-        } else {
-            (
-                holder_filter,
-                renew_any_update(owner, &lease_ids(&leases), ttl_ms),
-            )
-        };
-        let filter = |leases: &[LeaseRef]| filter(owner, leases);
         // updateMany is not a retryable write; it is idempotent, so the actor retries
         // it. Judge by matchedCount: modifiedCount is lower when a renewal lands in
         // the same millisecond as the previous one (docs/mongodb-behaviour.md, B4).
-        let raw = if plain {
-            // Encoded directly: the filter names every key and lease id.
-            self.renew_exclusive_raw(&leases, ttl_ms).await?
-        } else {
-            None
-        };
-        match raw {
+        if leases.iter().any(|l| l.kind.is_multi_holder()) {
+            let filter = |leases: &[LeaseRef]| holder_filter(owner, leases);
+            let update = renew_any_update(owner, &lease_ids(&leases), ttl_ms);
+            return self
+                .renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
+                .await;
+        }
+        let filter = |leases: &[LeaseRef]| exclusive_filter(owner, leases);
+        match self.renew_exclusive_raw(&leases, ttl_ms).await? {
             Some(matched) => {
                 self.unrenewed(self.coll(), filter, leases, field::LEASE_ID, matched)
                     .await
             }
             None => {
+                let update = renew_exclusive_update(ttl_ms);
                 self.renew_matching(self.coll(), filter, update, leases, field::LEASE_ID)
                     .await
             }
@@ -328,18 +311,12 @@ impl MongoStore {
     }
 
     /// Renews `leases` by `update` on the documents of `coll` that match
-    /// `filter(leases)` (one `updateMany`); returns those no longer held.
-    /// The filter (a copy of every key and lease id of the batch, several
-    /// times the batch's own size) is built again for the read below
-    /// rather than kept or cloned, so one lives at a time. Also the
-    /// in-document store's (`super::document`), on the user's collection,
-    /// whose lease ids are at `lease_id_path`.
-    ///
-    /// When the batch names each key once, a matched count equal to its
-    /// size means every lease was renewed; otherwise (some leases gone, or
-    /// several leases of one key, which one document matches once) a read
-    /// of the matching documents' lease ids (at `lease_id_path`, and in the
-    /// entries of `hs`) tells which leases are still held.
+    /// `filter(leases)` (one `updateMany`); returns those no longer held
+    /// ([`MongoStore::unrenewed`]). The filter (a copy of every key and
+    /// lease id of the batch, several times the batch's own size) is built
+    /// again for that read rather than kept or cloned, so one lives at a
+    /// time. Also the in-document store's (`super::document`), on the
+    /// user's collection, whose lease ids are at `lease_id_path`.
     pub(super) async fn renew_matching(
         &self,
         coll: &Collection<Document>,
@@ -357,9 +334,10 @@ impl MongoStore {
 
     /// The leases of a renewal of `leases` (by `filter`, on `coll`) that
     /// `matched` documents matched which are no longer held: none if the
-    /// batch names each key once and every one matched; otherwise those a
-    /// read of the matching documents' lease ids (at `lease_id_path`, and
-    /// in the entries of `hs`) does not find.
+    /// batch names each key once and every one matched; otherwise (some
+    /// leases gone, or several leases of one key, which one document matches
+    /// once) those a read of the matching documents' lease ids (at
+    /// `lease_id_path`, and in the entries of `hs`) does not find.
     pub(super) async fn unrenewed(
         &self,
         coll: &Collection<Document>,

@@ -10,13 +10,8 @@
 //! path; the lock collection's use the shorthands at the top ([`inserted`],
 //! [`our_shape`], [`next_token`], [`payload_filter`], [`owner_filter`]).
 //! Also here: the expressions of a shared or semaphore key's holders (`hs`
-//! entries) and the light forms' narrowing ([`nobody_else_waits`]), shared
-//! by several verbs.
-//!
-//! Pure functions of their arguments: the unit tests (`rules/tests.rs`)
-//! compare the two paths' forms, and check the token rule at both on a real
-//! `mongod`; what the server does with the rest is tested there too
-//! (`store::tests::contract`, `tests/document_lease/`).
+//! entries) and the light forms' narrowing ([`ours_and_nobody_else_waits`]),
+//! shared by several verbs.
 
 use crate::key::LeaseKey;
 use crate::store::{KeyWrite, LeaseRef, field};
@@ -106,15 +101,8 @@ pub(super) const OTHERS_WAIT: [&str; 5] = [
     field::PERMITS,
 ];
 
-/// The conditions (expressions) that none of [`OTHERS_WAIT`] is present.
-pub(super) fn nobody_else_waits() -> impl Iterator<Item = Bson> {
-    OTHERS_WAIT
-        .into_iter()
-        .map(|name| Bson::Document(missing(name)))
-}
-
 /// `$and` of the lease `lease_id` (an expression) of `owner` being the
-/// document's and of [`nobody_else_waits`], with `more` conditions.
+/// document's, of none of [`OTHERS_WAIT`] present, and of `more`.
 pub(super) fn ours_and_nobody_else_waits(
     owner: &str,
     lease_id: &str,
@@ -125,7 +113,7 @@ pub(super) fn ours_and_nobody_else_waits(
         Bson::Document(doc! { "$eq": [f(field::LEASE_ID), lease_id] }),
     ];
     all.extend(more.into_iter().map(Bson::Document));
-    all.extend(nobody_else_waits());
+    all.extend(OTHERS_WAIT.map(|name| Bson::Document(missing(name))));
     doc! { "$and": all }
 }
 
@@ -311,6 +299,17 @@ impl LockPath {
             { "$eq": [{ "$type": self.var(field::LEASE_ID) }, "binData"] },
             { "$not": [self.expired()] },
             { "$not": [self.same_owner(owner)] },
+        ]}
+    }
+
+    /// The yield of a release: `yu = $$NOW + yield_ms` if another owner
+    /// waited (`wt`), else `yu` as it is ("Fairness between owners" in `store`).
+    pub(in crate::store::mongo) fn yield_if_waited(&self, yield_ms: i64) -> Document {
+        let waited = doc! { "$ne": [{ "$type": self.var(field::WAITING_SINCE) }, "missing"] };
+        doc! { "$cond": [
+            waited,
+            { "$add": ["$$NOW", yield_ms] },
+            self.var(field::YIELD_UNTIL),
         ]}
     }
 
@@ -510,13 +509,7 @@ pub(in crate::store::mongo) fn event_key(event: &Document) -> Option<LeaseKey> {
 /// The write of a change event that may have freed `key` and shows no
 /// lease: a delete, a release of a holder of a shared or semaphore key.
 pub(in crate::store::mongo) fn freed(key: LeaseKey) -> KeyWrite {
-    KeyWrite {
-        key,
-        freed: true,
-        lease_id: None,
-        owner: None,
-        token: None,
-    }
+    announced(key, true, None, None, None)
 }
 
 /// The write of a change event on `key` that `freed` it or not and shows

@@ -146,8 +146,24 @@ where
             .write_concern(WriteConcern::majority())
             .await
             .map_err(map_error)?;
-        let out = match callback(&mut session, &mut context).await {
-            Ok(out) => out,
+        // The callback, then the check of the lease.
+        let ran = match callback(&mut session, &mut context).await {
+            Ok(out) => locks
+                .update_one(filter.clone(), update.clone())
+                .session(&mut session)
+                .await
+                .map(|checked| (out, checked.matched_count == 1)),
+            Err(error) => Err(error),
+        };
+        let out = match ran {
+            // The token fired while the callback ran (the manager saw the
+            // lease taken, or could not renew it in time): its holder must
+            // stop writing, so nothing is committed.
+            Ok((out, true)) if !is_lost() => out,
+            Ok(_) => {
+                abort(&mut session).await;
+                return Err(lost());
+            }
             Err(error) => {
                 abort(&mut session).await;
                 if error.contains_label(TRANSIENT_TRANSACTION_ERROR)
@@ -159,34 +175,6 @@ where
                 return Err(map_error(error));
             }
         };
-        match locks
-            .update_one(filter.clone(), update.clone())
-            .session(&mut session)
-            .await
-        {
-            // The token fired while the callback ran (the manager saw the
-            // lease taken, or could not renew it in time): its holder must
-            // stop writing, so nothing is committed.
-            Ok(result) if result.matched_count == 1 && !is_lost() => {}
-            Ok(_) => {
-                abort(&mut session).await;
-                return Err(lost());
-            }
-            Err(error) => {
-                abort(&mut session).await;
-                if error.contains_label(TRANSIENT_TRANSACTION_ERROR)
-                    && attempt < TRANSACTION_ATTEMPTS
-                {
-                    tracing::debug!(
-                        %error,
-                        attempt,
-                        "transaction: the lease check conflicted, retrying"
-                    );
-                    continue 'transaction;
-                }
-                return Err(map_error(error));
-            }
-        }
         let mut commits = 0;
         loop {
             commits += 1;
@@ -194,8 +182,10 @@ where
                 Ok(()) => return Ok(out),
                 Err(error) => error,
             };
+            // A commit that ran out of its `maxTimeMS` (MaxTimeMSExpired, 50)
+            // is not retried (the driver's rule for its convenient transactions).
             if error.contains_label(UNKNOWN_TRANSACTION_COMMIT_RESULT)
-                && !is_max_time_expired(&error)
+                && command_code(&error) != Some(50)
                 && commits < COMMIT_ATTEMPTS
             {
                 tracing::debug!(%error, commits, "transaction: commit outcome unknown, retrying");
@@ -218,12 +208,6 @@ async fn abort(session: &mut ClientSession) {
     if let Err(error) = session.abort_transaction().await {
         tracing::debug!(%error, "transaction: abort failed");
     }
-}
-
-/// `MaxTimeMSExpired` (code 50): a commit that ran out of its `maxTimeMS`
-/// is not retried (the driver's rule for its convenient transactions).
-fn is_max_time_expired(error: &mongodb::error::Error) -> bool {
-    command_code(error) == Some(50)
 }
 
 /// The driver's backoff between attempts of a convenient transaction:

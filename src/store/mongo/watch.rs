@@ -32,6 +32,7 @@ use crate::store::{Announcement, FIELD_COUNT, KeyWrite, field, lease_info};
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use mongodb::bson::{Bson, Document, Timestamp, doc};
+use mongodb::change_stream::ChangeStream;
 use mongodb::change_stream::event::{ChangeStreamEvent, OperationType, ResumeToken};
 use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
@@ -125,17 +126,11 @@ pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
     })
 }
 
-/// The change-stream stage of observing one key: every event of its document.
-pub(super) fn key_events_pipeline(key: &LeaseKey) -> [Document; 1] {
-    [doc! { "$match": { "documentKey._id": key } }]
-}
-
 /// Mean delay between two reads when polling (jittered by ±20 %).
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 /// First and longest delay before retrying after a transient error.
 const RETRY_INITIAL: Duration = Duration::from_millis(50);
-
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// ChangeStreamHistoryLost: the resume point fell off the oplog.
@@ -310,11 +305,9 @@ impl Observer {
         let mut opened_once = false;
         let mut failures = 0;
         loop {
-            let mut watch = self
-                .store
-                .coll()
-                .watch()
-                .pipeline(key_events_pipeline(&self.key));
+            // Every event of the key's document.
+            let key_events = [doc! { "$match": { "documentKey._id": &self.key } }];
+            let mut watch = self.store.coll().watch().pipeline(key_events);
             watch = match (&resume, start) {
                 (Some(token), _) => watch.resume_after(token.clone()),
                 (None, Some(time)) => watch.start_at_operation_time(time),
@@ -570,28 +563,22 @@ fn truncate_path(doc: &mut Document, path: &str, len: usize) {
     }
 }
 
-impl MongoStore {
-    /// A change stream of the writes that may change who holds a key
-    /// ([`release_events_pipeline`]), each read by [`key_write`], after
-    /// [`Announcement::Opened`]. Opening it is part of the stream's first
-    /// poll, so the caller never waits for it.
-    pub(super) fn release_events(&self) -> BoxStream<'static, Result<Announcement>> {
-        let store = self.clone();
-        futures::stream::once(async move {
-            store
-                .bounded(store.coll().watch().pipeline(release_events_pipeline()))
-                .await
-        })
-        .map(|opened| match opened {
+/// The stream of `watch_releases`: [`Announcement::Opened`] once `open`
+/// has opened the change stream, then each event that `read` reads as a
+/// write. Opening it is part of the stream's first poll, so the caller never
+/// waits for it.
+pub(super) fn announcements(
+    open: impl Future<Output = Result<ChangeStream<ChangeStreamEvent<Document>>>> + Send + 'static,
+    read: impl Fn(&Document) -> Option<KeyWrite> + Clone + Send + 'static,
+) -> BoxStream<'static, Result<Announcement>> {
+    futures::stream::once(open)
+        .map(move |opened| match opened {
             Ok(stream) => {
-                let writes = stream
-                    .with_type::<Document>()
-                    .filter_map(|event| async move {
-                        match event {
-                            Ok(event) => key_write(&event).map(|w| Ok(Announcement::Write(w))),
-                            Err(e) => Some(Err(Error::from(e))),
-                        }
-                    });
+                let read = read.clone();
+                let writes = stream.with_type::<Document>().filter_map(move |event| {
+                    let write = event.map_err(Error::from).map(|e| read(&e)).transpose();
+                    async move { write.map(|w| w.map(Announcement::Write)) }
+                });
                 futures::stream::iter([Ok(Announcement::Opened)])
                     .chain(writes)
                     .boxed()
@@ -600,6 +587,18 @@ impl MongoStore {
         })
         .flatten()
         .boxed()
+}
+
+impl MongoStore {
+    /// The writes that may change who holds a key
+    /// ([`release_events_pipeline`]), each read by [`key_write`].
+    pub(super) fn release_events(&self) -> BoxStream<'static, Result<Announcement>> {
+        let store = self.clone();
+        let open = async move {
+            let watch = store.coll().watch().pipeline(release_events_pipeline());
+            store.bounded(watch).await
+        };
+        announcements(open, key_write)
     }
 }
 

@@ -1,8 +1,7 @@
 //! The change-stream stages of `watch_releases` on a user collection and
 //! the reading of their events (which write changed who holds a document's
-//! lease). Pure functions of their arguments: the unit tests below check
-//! them without a server; what the server sends is tested against a real
-//! `mongod` (`tests/document_lease/protocol.rs`).
+//! lease). What the server sends is tested against a real `mongod`
+//! (`tests/document_lease/protocol.rs`).
 
 use mongodb::bson::{Document, doc};
 

@@ -19,14 +19,9 @@
 //!   observing, force release and release by another owner id are not
 //!   offered (`Error::Unsupported`).
 //!
-//! The BSON it sends is built by pure functions, unit-tested without a
-//! server on the shared rules of `rules` (the shape test, the win and token
-//! rules, the filters of owners and payloads, the token-age test, the
-//! reading of change events) under `F`: `pipeline` (acquire, renewal,
-//! release, removal, the filter of leases), `write` (the
-//! filters and updates of writes under a lease: `held_filter`,
-//! `write_operators`, `write_pipeline`) and `events` (the change-stream
-//! stages of `watch_releases` and `key_write`, which reads their events).
+//! The BSON it sends is built by pure functions over the shared rules
+//! (`rules`, under `F`): `pipeline` (acquire, renewal, release), `write`
+//! (writes under a lease) and `events` (the change-stream stages).
 
 mod events;
 mod pipeline;
@@ -53,10 +48,11 @@ use self::write::{
     write_pipeline,
 };
 use super::MongoStore;
-use super::handle::{is_duplicate_key, is_on_id_index};
+use super::handle::{min_token_age_ms, reread_after, ttl_ms};
+use super::release::release_in_two_writes;
 use super::rules::LockPath;
 use super::rules::{key_filter, keys_filter};
-use crate::config::DELETE_MIN_TOKEN_AGE;
+use super::watch::announcements;
 use crate::document_update::DocumentUpdate;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
@@ -65,16 +61,6 @@ use crate::store::{
     AcquireOutcome, AcquireRequest, Announcement, DocumentWrite, LeaseRef, LockPlace, Store,
     lease_info, replies,
 };
-
-/// [`DELETE_MIN_TOKEN_AGE`] in milliseconds.
-fn min_token_age_ms() -> i64 {
-    DELETE_MIN_TOKEN_AGE.as_millis() as i64
-}
-
-/// A TTL in milliseconds, as the pipelines add it to `$$NOW`.
-fn ttl_ms(ttl: Duration) -> i64 {
-    ttl.as_millis().min(i64::MAX as u128) as i64
-}
 
 /// In-document leases on one user collection, lock fields under one field.
 #[derive(Clone)]
@@ -98,9 +84,7 @@ impl DocumentStore {
             field: field.into(),
         })
     }
-}
 
-impl DocumentStore {
     fn owner(&self) -> &str {
         self.locks.owner()
     }
@@ -119,23 +103,15 @@ impl DocumentStore {
         Box::pin(async move { Err(Error::Unsupported { reason }) })
     }
 
-    /// Reads `key`'s document with the server's now, as an acquire's
-    /// projection returns it.
-    async fn read_document(&self, key: &LeaseKey) -> Result<Option<Document>> {
-        self.locks
-            .bounded(
-                self.coll
-                    .find_one(key_filter(key))
-                    .projection(acquire_projection()),
-            )
-            .await
+    /// Reads `key`'s document with `projection`.
+    async fn read_key(&self, key: &LeaseKey, projection: Document) -> Result<Option<Document>> {
+        let read = self.coll.find_one(key_filter(key)).projection(projection);
+        self.locks.bounded(read).await
     }
 
     /// What an acquire read out of `projected` (the document and `now`, as
     /// [`acquire_projection`] returns them): the outcome by
     /// [`replies::in_document`] on the lock field, and the document.
-    // The crate's `Error` is large since it carries a document's `_id`
-    // (`Error::DocumentNotFound`); the lock collection's store has the same.
     fn judge(
         &self,
         key: &LeaseKey,
@@ -187,26 +163,14 @@ impl DocumentStore {
                 return Err(Error::DocumentNotFound { id: key });
             }
             Ok(None) => {}
-            // A concurrent creating acquire won the insert (the server
-            // retries such an upsert itself, docs/mongodb-behaviour.md, B1):
-            // re-read.
-            Err(Error::Database(e)) if is_duplicate_key(&e) && is_on_id_index(&e) => {}
-            Err(Error::Database(e)) if is_duplicate_key(&e) => {
-                return Err(Error::InvalidUpdate {
-                    reason: format!(
-                        "a unique index of collection {} other than `_id` refused the document \
-                         {}: {e}",
-                        self.coll.name(),
-                        key.to_extended_json()
-                    ),
-                });
-            }
-            // Outcome unknown: resolve by re-reading, never by assuming
-            // (docs/mongodb-behaviour.md, B7).
-            Err(e) if e.is_transient() => {
-                tracing::debug!(%key, error = %e, "document acquire outcome unknown; re-reading");
-            }
-            Err(e) => return Err(e),
+            Err(e) => reread_after(&key, e, |e| Error::InvalidUpdate {
+                reason: format!(
+                    "a unique index of collection {} other than `_id` refused the document \
+                     {}: {e}",
+                    self.coll.name(),
+                    key.to_extended_json()
+                ),
+            })?,
         }
         self.reread(key, lease_id, create.is_some()).await
     }
@@ -220,7 +184,7 @@ impl DocumentStore {
         lease_id: Uuid,
         creates: bool,
     ) -> Result<(AcquireOutcome, Option<Document>)> {
-        match self.read_document(&key).await? {
+        match self.read_key(&key, acquire_projection()).await? {
             Some(projected) => self
                 .judge(&key, lease_id, projected)
                 .map(|(outcome, document)| (replies::from_reread(outcome), document)),
@@ -249,41 +213,24 @@ impl DocumentStore {
     }
 
     /// Releases the leases matching `filter` as the lock collection does in
-    /// delete mode, "delete" being the removal of the lock field: removed
-    /// where the token is at least [`DELETE_MIN_TOKEN_AGE`] old and nobody
-    /// waited; the rest left in the released state. A single lease that a
-    /// retry after an ambiguous failure no longer finds counts as released.
+    /// delete mode ([`release_in_two_writes`]), "delete" being the removal of
+    /// the lock field: removed where the token is at least
+    /// `DELETE_MIN_TOKEN_AGE` old and nobody waited; the rest left in the
+    /// released state.
     async fn release_matching(&self, filter: Document, single: bool) -> Result<u64> {
         let removable = self
             .lock()
             .deletable_filter(filter.clone(), min_token_age_ms(), &[]);
-        let (removed, retried) = self
-            .locks
-            .update_matching(
-                &self.coll,
-                "release",
-                &removable,
-                || remove_update(&self.field).into(),
-                single,
-            )
-            .await?;
-        if single && removed > 0 {
-            return Ok(removed);
-        }
-        let yield_ms = self.locks.yield_ms();
-        let (mut marked, retried_too) = self
-            .locks
-            .update_matching(
-                &self.coll,
-                "release",
-                &filter,
-                || release_update(&self.field, yield_ms).into(),
-                single,
-            )
-            .await?;
-        if single && (retried || retried_too) && removed + marked == 0 {
-            marked = 1;
-        }
+        let remove = || remove_update(&self.field).into();
+        let release = || release_update(&self.field, self.locks.yield_ms()).into();
+        let (removed, marked) = release_in_two_writes(
+            single,
+            self.locks
+                .update_matching(&self.coll, "release", &removable, remove, single),
+            self.locks
+                .update_matching(&self.coll, "release", &filter, release, single),
+        )
+        .await?;
         Ok(removed + marked)
     }
 
@@ -371,62 +318,12 @@ impl DocumentStore {
     }
 
     async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
-        let found = self
-            .locks
-            .bounded(
-                self.coll
-                    .find_one(key_filter(&key))
-                    .projection(info_projection(&self.field)),
-            )
-            .await?;
-        let Some(found) = found else {
-            return Ok(None);
-        };
-        let Ok(now) = found.get_datetime("now").copied() else {
-            return Ok(None);
-        };
-        Ok(lock_view(&self.field, &found, Bson::DateTime(now))
-            .map(|view| lease_info(&key, &view, now.to_system_time())))
-    }
-
-    /// A change stream of the writes that may change who holds a document's
-    /// lease ([`release_events_pipeline`]), each read by [`key_write`],
-    /// after [`Announcement::Opened`].
-    fn release_events(&self) -> BoxStream<'static, Result<Announcement>> {
-        let store = self.clone();
-        futures::stream::once(async move {
-            store
-                .locks
-                .bounded(
-                    store
-                        .coll
-                        .watch()
-                        .pipeline(release_events_pipeline(&store.field)),
-                )
-                .await
-                .map(|stream| (stream, store.field.clone()))
-        })
-        .map(|opened| match opened {
-            Ok((stream, lock_field)) => {
-                let writes = stream.with_type::<Document>().filter_map(move |event| {
-                    let lock_field = lock_field.clone();
-                    async move {
-                        match event {
-                            Ok(event) => {
-                                key_write(&lock_field, &event).map(|w| Ok(Announcement::Write(w)))
-                            }
-                            Err(e) => Some(Err(Error::from(e))),
-                        }
-                    }
-                });
-                futures::stream::iter([Ok(Announcement::Opened)])
-                    .chain(writes)
-                    .boxed()
-            }
-            Err(e) => futures::stream::iter([Err(e)]).boxed(),
-        })
-        .flatten()
-        .boxed()
+        let found = self.read_key(&key, info_projection(&self.field)).await?;
+        Ok(found.and_then(|found| {
+            let now = *found.get_datetime("now").ok()?;
+            let view = lock_view(&self.field, &found, Bson::DateTime(now))?;
+            Some(lease_info(&key, &view, now.to_system_time()))
+        }))
     }
 }
 
@@ -514,18 +411,12 @@ impl Store for DocumentStore {
                 store
                     .lock()
                     .released_filter(keys_filter(&keys), min_token_age_ms(), &[], &[]);
-            let lock_field = store.field.clone();
-            Ok(store
+            let remove = || remove_update(&store.field).into();
+            let (removed, _) = store
                 .locks
-                .update_matching(
-                    &store.coll,
-                    "lock field removal",
-                    &filter,
-                    || remove_update(&lock_field).into(),
-                    false,
-                )
-                .await?
-                .0)
+                .update_matching(&store.coll, "lock field removal", &filter, remove, false)
+                .await?;
+            Ok(removed)
         }
         .boxed()
     }
@@ -571,8 +462,19 @@ impl Store for DocumentStore {
         futures::stream::iter([Err(Error::Unsupported { reason })]).boxed()
     }
 
+    /// The writes that may change who holds a document's lease
+    /// ([`release_events_pipeline`]), each read by [`key_write`].
     fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
-        self.release_events()
+        let store = self.clone();
+        let lock_field = self.field.clone();
+        let open = async move {
+            let pipeline = release_events_pipeline(&store.field);
+            store
+                .locks
+                .bounded(store.coll.watch().pipeline(pipeline))
+                .await
+        };
+        announcements(open, move |event| key_write(&lock_field, event))
     }
 
     fn place(&self) -> LockPlace {

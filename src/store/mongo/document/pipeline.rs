@@ -6,12 +6,8 @@
 //! release. What is specific to a user's document is here: the merge of
 //! `F` into the document, the fields an acquire creates the document with,
 //! the projection of the whole document, and the exclusive lease's
-//! renewal, release and removal under `F`. Writes under a lease are built in
-//! [`write`](super::write), the change-stream stages in
-//! [`events`](super::events). Pure functions of their arguments: the unit
-//! tests below check their shape without a server; what the server does
-//! with them is tested against a real `mongod`
-//! (`tests/document_lease/protocol.rs`).
+//! renewal, release and removal under `F`. What the server does with them
+//! is tested against a real `mongod` (`tests/document_lease/protocol.rs`).
 
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
@@ -127,15 +123,10 @@ pub(super) fn renew_update(lock_field: &str, ttl_ms: i64) -> Vec<Document> {
 /// takes it over with the next token.
 pub(super) fn release_update(lock_field: &str, yield_ms: i64) -> Vec<Document> {
     let at = LockPath::under(lock_field);
-    let waited = doc! { "$ne": [{ "$type": at.var(field::WAITING_SINCE) }, "missing"] };
     vec![
         doc! { "$set": {
             at.at(field::EXPIRES_AT): { "$min": [at.var(field::EXPIRES_AT), "$$NOW"] },
-            at.at(field::YIELD_UNTIL): { "$cond": [
-                waited,
-                { "$add": ["$$NOW", yield_ms] },
-                at.var(field::YIELD_UNTIL),
-            ]},
+            at.at(field::YIELD_UNTIL): at.yield_if_waited(yield_ms),
         }},
         doc! { "$unset": [at.at(field::LEASE_ID), at.at(field::WAITING_SINCE)] },
     ]

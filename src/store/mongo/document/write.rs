@@ -2,10 +2,8 @@
 //! (`DocumentStore::write_document`): the filter that requires the lease
 //! held by the server's clock, and the user's update operators or update
 //! pipeline with what leaves the lock field `F` kept, removed or released.
-//! Pure functions of their arguments: the unit tests below check their
-//! shape without a server; what the server does with them is tested against
-//! a real `mongod` (`tests/document_lease/`: `protocol.rs`, `commit.rs`,
-//! `api.rs`).
+//! What the server does with them is tested against a real `mongod`
+//! (`tests/document_lease/`).
 
 use mongodb::bson::{Bson, DateTime, Document, doc};
 
