@@ -1,4 +1,3 @@
-
 #[test]
 fn a_seed_replays_the_same_history() {
     for seed in [1, 2] {

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn ms(n: u64) -> Duration {
