@@ -679,31 +679,4 @@ impl MongoStore {
             }),
         }
     }
-
-    /// What the re-read after an unknown outcome of an acquisition of
-    /// `shape` by this owner under `lease_id` (for `ttl`) answers now: the
-    /// store contract's view of that path.
-    #[cfg(test)]
-    pub(crate) async fn reread_acquire(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        ttl: std::time::Duration,
-        shape: crate::kind::LeaseShape,
-    ) -> Result<AcquireOutcome> {
-        let kind = shape.kind;
-        if kind.is_multi_holder() {
-            let projection = multi_acquire_projection(self.owner(), lease_id);
-            return self
-                .reread(key, projection, |key, doc| {
-                    replies::classify_multi(key, kind, doc)
-                })
-                .await;
-        }
-        let ttl_ms = ttl_ms(ttl);
-        self.reread(key, acquire_projection(), |key, doc| {
-            replies::exclusive(key, self.owner(), lease_id, ttl_ms, doc)
-        })
-        .await
-    }
 }

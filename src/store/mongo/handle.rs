@@ -88,33 +88,6 @@ pub(super) fn reread_after(
     }
 }
 
-/// For the tests of this store on a real `mongod`: a store of owner `a`
-/// with TTL `ttl` (a yield window of 1 s, an operation timeout of 30 s) on
-/// a new collection of `db` named after `prefix`, and that name.
-#[cfg(test)]
-pub(super) fn test_store(db: &Database, prefix: &str, ttl: Duration) -> (String, MongoStore) {
-    let collection = crate::testkit::unique_name(prefix);
-    let store = MongoStore::new(
-        db,
-        &collection,
-        "a".into(),
-        ttl,
-        Duration::from_secs(1),
-        Duration::from_secs(30),
-    );
-    (collection, store)
-}
-
-/// The contract tests' database on the shared deployment
-/// (`testkit::shared_uri`).
-#[cfg(test)]
-pub(super) async fn shared_test_db() -> Database {
-    mongodb::Client::with_uri_str(crate::testkit::shared_uri())
-        .await
-        .expect("a client of the shared deployment")
-        .database("mongo_lease_contract")
-}
-
 /// How many times a failed idempotent write is tried in all.
 pub(super) const WRITE_ATTEMPTS: u32 = 3;
 

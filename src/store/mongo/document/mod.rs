@@ -178,7 +178,7 @@ impl DocumentStore {
     /// The re-read of an acquire attempt (under `lease_id`, creating the
     /// document if `creates`) whose write did not return the document:
     /// its verdict is only what a read proves ([`replies::from_reread`]).
-    async fn reread(
+    pub(in crate::store::mongo) async fn reread(
         &self,
         key: LeaseKey,
         lease_id: Uuid,
@@ -324,24 +324,6 @@ impl DocumentStore {
             let view = lock_view(&self.field, &found, Bson::DateTime(now))?;
             Some(lease_info(&key, &view, now.to_system_time()))
         }))
-    }
-}
-
-#[cfg(test)]
-impl MongoStore {
-    /// What the re-read after an unknown outcome of an acquisition of the
-    /// document `key` of `collection` (lock field `field`) by this owner
-    /// under `lease_id` answers now: the store contract's view of that
-    /// path.
-    pub(crate) async fn reread_document(
-        &self,
-        collection: &str,
-        field: &str,
-        key: LeaseKey,
-        lease_id: Uuid,
-    ) -> Result<AcquireOutcome> {
-        let store = DocumentStore::new(self, collection, field)?;
-        Ok(store.reread(key, lease_id, true).await?.0)
     }
 }
 

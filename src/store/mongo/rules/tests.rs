@@ -274,7 +274,7 @@ mod on_mongod {
     use uuid::Uuid;
 
     use super::super::super::document::DocumentStore;
-    use super::super::super::handle::{shared_test_db, test_store};
+    use super::super::super::tests::{shared_test_db, test_store};
     use crate::store::{AcquireOutcome, Store};
 
     const TTL: Duration = Duration::from_secs(5);

@@ -73,7 +73,7 @@ impl Env {
         let client = mongodb::Client::with_options(options).unwrap();
         let db = client.database("mongo_lease_contract");
         let (collection, store) =
-            super::super::handle::test_store(&db, "light", Duration::from_millis(TTL_MS as u64));
+            super::test_store(&db, "light", Duration::from_millis(TTL_MS as u64));
         Env {
             db,
             collection,

@@ -625,7 +625,7 @@ fn release_by_owner_matches_unreleased_documents_of_our_shape_only() {
 
 #[tokio::test]
 async fn a_force_releases_delete_takes_a_bare_lock_only_while_it_is_still_bare() {
-    let db = super::super::handle::shared_test_db().await;
+    let db = super::shared_test_db().await;
     let coll = db.collection::<Document>(&crate::testkit::unique_name("bare"));
     coll.insert_one(doc! { "_id": "k" }).await.unwrap();
     let found = coll

@@ -44,8 +44,8 @@ fn the_serialized_renewal_is_the_update_command_of_the_exclusive_filter() {
 
 #[tokio::test]
 async fn the_encoded_renewal_renews_and_tells_lost_leases_and_the_servers_refusal() {
-    let db = super::super::handle::shared_test_db().await;
-    let (name, store) = super::super::handle::test_store(&db, "renewal", Duration::from_secs(60));
+    let db = super::shared_test_db().await;
+    let (name, store) = super::test_store(&db, "renewal", Duration::from_secs(60));
     let mut leases = Vec::new();
     for key in ["k1", "k2", "k3"] {
         let lease = LeaseRef {
