@@ -15,15 +15,34 @@ use crate::key::LeaseKey;
 pub(crate) fn stored_kind(doc: &Document) -> crate::LeaseKind {
     match (doc.get(field::HOLDERS), doc.get(field::PERMITS)) {
         (Some(Bson::Array(_)), Some(pm)) => crate::LeaseKind::Permit {
-            permits: match pm {
-                Bson::Int32(n) => u32::try_from(*n).unwrap_or(0),
-                Bson::Int64(n) => u32::try_from(*n).unwrap_or(0),
-                _ => 0,
-            },
+            permits: permits(pm),
         },
         (Some(Bson::Array(_)), None) => crate::LeaseKind::Shared,
         _ => crate::LeaseKind::Exclusive,
     }
+}
+
+/// An integer as stored (an int32 or an int64).
+pub(crate) fn int(value: Option<&Bson>) -> Option<i64> {
+    match value? {
+        Bson::Int32(n) => Some(i64::from(*n)),
+        Bson::Int64(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// A semaphore's number of permits as stored (`pm`); 0 if it is not an
+/// integer that fits.
+pub(crate) fn permits(pm: &Bson) -> u32 {
+    int(Some(pm))
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+/// A fencing token as stored (`tok`, an int64; an int32 is read too);
+/// `None` for a missing value, a negative one, or one of another type.
+pub(crate) fn token(tok: Option<&Bson>) -> Option<u64> {
+    int(tok).and_then(|n| u64::try_from(n).ok())
 }
 
 /// The live holders (`exp > server_time`) of a shared or semaphore key's
@@ -139,15 +158,10 @@ fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> Leas
         .get_datetime(field::RENEWED_AT)
         .map(|d| d.to_system_time())
         .unwrap_or(server_time);
-    let token = match doc.get(field::TOKEN) {
-        Some(Bson::Int32(t)) => u64::try_from(*t).unwrap_or(0),
-        Some(Bson::Int64(t)) => u64::try_from(*t).unwrap_or(0),
-        _ => 0,
-    };
     LeaseInfo {
         key: key.clone(),
         owner_id: foreign_owner(doc),
-        fencing_token: token,
+        fencing_token: token(doc.get(field::TOKEN)).unwrap_or(0),
         acquired_at: ts,
         renewed_at: ts,
         expires_at: server_time,

@@ -33,6 +33,7 @@ use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, DateTime, Document};
 use uuid::Uuid;
 
+use super::read::{self, int, permits};
 use super::{AcquireOutcome, field, foreign_owner, is_our_shape};
 use crate::LeaseKind;
 use crate::key::LeaseKey;
@@ -79,16 +80,6 @@ fn is_lease_id(value: Option<&Bson>, id: Uuid) -> bool {
         if b.subtype == BinarySubtype::Uuid && b.bytes.as_slice() == id.as_bytes())
 }
 
-/// A fencing token as stored (`tok`, an int64; an int32 is read too);
-/// `None` for a missing value, a negative one, or one of another type.
-fn read_token(value: Option<&Bson>) -> Option<u64> {
-    match value {
-        Some(Bson::Int64(n)) => u64::try_from(*n).ok(),
-        Some(Bson::Int32(n)) => u64::try_from(*n).ok(),
-        _ => None,
-    }
-}
-
 /// The server's now of a projected document in ms, or `or` without one.
 fn now_ms(doc: &Document, or: DateTime) -> i64 {
     doc.get_datetime(NOW)
@@ -99,15 +90,6 @@ fn now_ms(doc: &Document, or: DateTime) -> i64 {
 /// Milliseconds from `now` to `until` (zero if past).
 fn until(until: DateTime, now: i64) -> Duration {
     Duration::from_millis(until.timestamp_millis().saturating_sub(now).max(0) as u64)
-}
-
-/// An integer field of a projected document (int32 or int64).
-fn int(doc: &Document, name: &str) -> Option<i64> {
-    match doc.get(name)? {
-        Bson::Int32(n) => Some(i64::from(*n)),
-        Bson::Int64(n) => Some(*n),
-        _ => None,
-    }
 }
 
 /// A foreign holder's lock: its `aid` as owner id, no known remaining time
@@ -157,24 +139,20 @@ pub(crate) fn classify(
     if let Some(pm) = doc.get(field::PERMITS)
         && expires.timestamp_millis() > now
     {
-        let permits = match pm {
-            Bson::Int32(n) => u32::try_from(*n).unwrap_or(0),
-            Bson::Int64(n) => u32::try_from(*n).unwrap_or(0),
-            _ => 0,
-        };
         return AcquireOutcome::Mismatch {
-            stored: LeaseKind::Permit { permits },
+            stored: LeaseKind::Permit {
+                permits: permits(pm),
+            },
         };
     }
     // Yielded by this owner: free for others now, for us at `yu`.
-    let until = match doc.get_datetime(field::YIELD_UNTIL) {
-        Ok(until) if holder == owner => *expires.max(until),
+    let held_until = match doc.get_datetime(field::YIELD_UNTIL) {
+        Ok(yielded) if holder == owner => *expires.max(yielded),
         _ => *expires,
     };
-    let remaining = until.timestamp_millis().saturating_sub(now).max(0) as u64;
     AcquireOutcome::Held {
         holder,
-        remaining: Some(Duration::from_millis(remaining)),
+        remaining: Some(until(held_until, now)),
         token: Some(token as u64),
     }
 }
@@ -335,18 +313,16 @@ pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) ->
         };
     }
     let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
-    let token = read_token(doc.get(field::TOKEN));
+    let token = read::token(doc.get(field::TOKEN));
     let held = |holder: String, remaining| AcquireOutcome::Held {
         holder,
         remaining: Some(remaining),
         token,
     };
-    let mark = if kind == LeaseKind::Shared {
-        live_mark(doc, now)
-    } else {
-        None
-    };
-    if int(doc, LIVE).unwrap_or(0) == 0 {
+    let mark = (kind == LeaseKind::Shared)
+        .then(|| live_mark(doc, now))
+        .flatten();
+    if int(doc.get(LIVE)).unwrap_or(0) == 0 {
         if exp.timestamp_millis() > now {
             // Without a live exclusive lease (`lid`) or minimum hold (`hl`),
             // the last holder's release ran on a `$$NOW` a few ms ahead of
@@ -373,7 +349,7 @@ pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) ->
             None => held(holder, Duration::ZERO),
         };
     }
-    let stored = match int(doc, field::PERMITS) {
+    let stored = match int(doc.get(field::PERMITS)) {
         Some(n) => LeaseKind::Permit {
             permits: u32::try_from(n).unwrap_or(0),
         },

@@ -1,14 +1,15 @@
-//! The fault knobs and call counters of a [`MemoryStore`](super::MemoryStore),
+//! The fault knobs and call counters of a [`MemoryStore`],
 //! shared by its clones: what each operation suffers, and what the actor
 //! called.
 
 use crate::random::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::db::lock;
+use super::store::MemoryStore;
 use crate::key::LeaseKey;
 
 /// One kind of store operation.
@@ -69,7 +70,7 @@ pub(crate) struct Call {
 }
 
 /// Draws what one call suffers (added latency, fault) when it is issued: a
-/// simulation's fault plan (`crate::sim`), ahead of [`Controls::set_fault`].
+/// simulation's fault plan (`crate::sim`), ahead of [`MemoryStore::set_fault`].
 pub(crate) type CallFaults = Box<dyn FnMut(Op) -> (Duration, Option<Fault>) + Send>;
 
 /// What becomes of one write announced to a stream of writes.
@@ -144,43 +145,6 @@ impl Drop for InFlight {
 }
 
 impl Controls {
-    /// See [`MemoryStore::set_latency`](super::MemoryStore::set_latency).
-    pub fn set_latency(&self, op: Op, latency: Duration) {
-        lock(&self.0).latency[op.index()] = latency;
-    }
-
-    /// See [`MemoryStore::set_fault`](super::MemoryStore::set_fault).
-    pub fn set_fault(&self, op: Op, fault: Option<Fault>) {
-        lock(&self.0).fault[op.index()] = fault;
-    }
-
-    /// See [`MemoryStore::fault_next`](super::MemoryStore::fault_next).
-    pub fn fault_next(&self, op: Op, fault: Fault, n: u32) {
-        lock(&self.0).fault_next[op.index()] = (n > 0).then_some((fault, n));
-    }
-
-    /// See [`MemoryStore::set_operation_timeout`](super::MemoryStore::set_operation_timeout).
-    pub fn set_operation_timeout(&self, timeout: Option<Duration>) {
-        lock(&self.0).operation_timeout = timeout;
-    }
-
-    /// Draws each later call's added latency and fault with `draw`.
-    pub fn set_call_faults(&self, draw: CallFaults) {
-        lock(&self.0).call_faults = Some(draw);
-    }
-
-    /// Draws the fate of each write later announced to the streams with
-    /// `draw`.
-    pub fn set_event_faults(&self, draw: EventFaults) {
-        lock(&self.0).event_faults = Some(draw);
-    }
-
-    /// The manager's process crashed: its later calls never arrive, its
-    /// streams deliver nothing more (calls already sent still do).
-    pub fn crash(&self) {
-        lock(&self.0).crashed = true;
-    }
-
     /// What becomes of the next write announced to a stream.
     pub fn event_fate(&self) -> EventFate {
         let mut c = lock(&self.0);
@@ -194,57 +158,6 @@ impl Controls {
                 delay: Duration::ZERO,
             },
         }
-    }
-
-    /// Every call made so far, in order.
-    pub fn log(&self) -> Vec<Call> {
-        lock(&self.0).calls.clone()
-    }
-
-    /// The calls of `op` made so far.
-    pub fn calls_of(&self, op: Op) -> Vec<Call> {
-        lock(&self.0)
-            .calls
-            .iter()
-            .filter(|c| c.op == op)
-            .cloned()
-            .collect()
-    }
-
-    /// How many calls of `op` were made so far.
-    pub fn calls(&self, op: Op) -> usize {
-        lock(&self.0).calls.iter().filter(|c| c.op == op).count()
-    }
-
-    /// Acquire calls for `key` so far.
-    pub fn acquire_calls(&self, key: impl Into<LeaseKey>) -> Vec<Instant> {
-        let key = &key.into();
-        lock(&self.0)
-            .calls
-            .iter()
-            .filter(|c| c.op == Op::Acquire && &c.keys[0] == key)
-            .map(|c| c.at)
-            .collect()
-    }
-
-    /// Calls of `op` in flight now.
-    pub fn in_flight(&self, op: Op) -> usize {
-        lock(&self.0).in_flight[op.index()]
-    }
-
-    /// The most calls of `op` ever in flight at once.
-    pub fn max_in_flight(&self, op: Op) -> usize {
-        lock(&self.0).max_in_flight[op.index()]
-    }
-
-    /// The most acquire calls ever in flight at once for one key.
-    pub fn max_acquires_in_flight_per_key(&self) -> usize {
-        lock(&self.0).max_acquires_in_flight_per_key
-    }
-
-    /// How many holders of these controls exist (stores and calls in flight).
-    pub fn handles(&self) -> usize {
-        Arc::strong_count(&self.0)
     }
 
     /// Records a call of `op` naming `keys`, counts it in flight, and reads
@@ -290,23 +203,134 @@ impl Controls {
     }
 }
 
-impl super::MemoryStore {
+/// The knobs and counters, set and read by the test through any clone of
+/// the store.
+impl MemoryStore {
+    fn control(&self) -> MutexGuard<'_, Control> {
+        lock(&self.control.0)
+    }
+
+    /// Every later call of `op` waits this long, then is applied.
+    pub fn set_latency(&self, op: Op, latency: Duration) {
+        self.control().latency[op.index()] = latency;
+    }
+
+    /// Every later call of `op` suffers `fault` (`None` heals it).
+    pub fn set_fault(&self, op: Op, fault: Option<Fault>) {
+        self.control().fault[op.index()] = fault;
+    }
+
+    /// The next `n` calls of `op` suffer `fault`, ahead of any fault set with
+    /// [`MemoryStore::set_fault`]; later calls behave as before.
+    pub fn fault_next(&self, op: Op, fault: Fault, n: u32) {
+        self.control().fault_next[op.index()] = (n > 0).then_some((fault, n));
+    }
+
+    /// The next `n` calls of `op` fail transiently before applying.
+    pub fn fail_next(&self, op: Op, n: u32) {
+        self.fault_next(op, Fault::Fail, n);
+    }
+
+    /// Renewals never complete.
+    pub fn hang_renewals(&self) {
+        self.set_fault(Op::Renew, Some(Fault::Hang));
+    }
+
+    /// Renewals fail with a transient error.
+    pub fn fail_renewals(&self) {
+        self.set_fault(Op::Renew, Some(Fault::Fail));
+    }
+
+    /// Bounds every later operation like `MongoStore` does (`None`: no
+    /// bound, so a hang is a hang).
+    pub fn set_operation_timeout(&self, timeout: Option<Duration>) {
+        self.control().operation_timeout = timeout;
+    }
+
     /// Draws each later call's added latency and fault with `draw` (ahead of
-    /// [`MemoryStore::set_fault`](super::MemoryStore::set_fault), after
-    /// [`MemoryStore::fault_next`](super::MemoryStore::fault_next)).
+    /// [`MemoryStore::set_fault`], after [`MemoryStore::fault_next`]).
     pub fn set_call_faults(&self, draw: CallFaults) {
-        self.control.set_call_faults(draw);
+        self.control().call_faults = Some(draw);
     }
 
     /// Draws the fate of each write later announced to this store's streams
     /// of writes: delayed, duplicated, dropped, or the stream fails.
     pub fn set_event_faults(&self, draw: EventFaults) {
-        self.control.set_event_faults(draw);
+        self.control().event_faults = Some(draw);
     }
 
     /// The manager's process crashed: its later calls never arrive, its
     /// streams deliver nothing more; calls already sent still apply.
     pub fn crash(&self) {
-        self.control.crash();
+        self.control().crashed = true;
+    }
+
+    /// Every call made so far, in order.
+    pub fn log(&self) -> Vec<Call> {
+        self.control().calls.clone()
+    }
+
+    /// The calls of `op` made so far.
+    pub fn calls_of(&self, op: Op) -> Vec<Call> {
+        let calls = self.control().calls.clone();
+        calls.into_iter().filter(|c| c.op == op).collect()
+    }
+
+    /// How many calls of `op` were made so far.
+    pub fn calls(&self, op: Op) -> usize {
+        self.control().calls.iter().filter(|c| c.op == op).count()
+    }
+
+    /// Acquire calls for `key` so far.
+    pub fn acquire_calls(&self, key: impl Into<LeaseKey>) -> Vec<Instant> {
+        let key = &key.into();
+        let calls = self.calls_of(Op::Acquire);
+        calls
+            .iter()
+            .filter(|c| &c.keys[0] == key)
+            .map(|c| c.at)
+            .collect()
+    }
+
+    /// The size of each renew call, in order.
+    pub fn renew_batch_sizes(&self) -> Vec<usize> {
+        self.calls_of(Op::Renew)
+            .iter()
+            .map(|c| c.keys.len())
+            .collect()
+    }
+
+    /// Total leases named by all renew calls.
+    pub fn leases_renewed(&self) -> usize {
+        self.renew_batch_sizes().iter().sum()
+    }
+
+    /// Total leases named by all release calls.
+    pub fn leases_released(&self) -> usize {
+        self.calls_of(Op::Release)
+            .iter()
+            .map(|c| c.keys.len())
+            .sum()
+    }
+
+    /// Calls of `op` in flight now.
+    pub fn in_flight(&self, op: Op) -> usize {
+        self.control().in_flight[op.index()]
+    }
+
+    /// The most calls of `op` ever in flight at once.
+    pub fn max_in_flight(&self, op: Op) -> usize {
+        self.control().max_in_flight[op.index()]
+    }
+
+    /// The most acquire calls ever in flight at once for one key.
+    pub fn max_acquires_in_flight_per_key(&self) -> usize {
+        self.control().max_acquires_in_flight_per_key
+    }
+
+    /// How many clones of this store exist (the test's, the actor's, and one
+    /// per operation in flight): 1 once the actor has stopped and nothing runs.
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.control.0)
     }
 }

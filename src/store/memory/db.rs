@@ -3,6 +3,7 @@
 //! it (another owner's acquisition, expiry, deletes, rewrites).
 
 use crate::random::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -36,10 +37,10 @@ pub(crate) struct MemoryDb {
     /// How far "server time" is behind tokio's clock now (a `$$NOW` that
     /// stepped back), in nanoseconds; shared with the places of
     /// in-document leases.
-    behind: Arc<std::sync::atomic::AtomicU64>,
+    behind: Arc<AtomicU64>,
     /// How much faster than tokio's clock "server time" runs from `epoch.0`,
     /// in parts per million; shared with the places of in-document leases.
-    faster_ppm: Arc<std::sync::atomic::AtomicU64>,
+    faster_ppm: Arc<AtomicU64>,
     /// The documents after each change of the last while, for stale reads
     /// ([`MemoryDb::keep_snapshots`]).
     snapshots: Arc<Mutex<Snapshots>>,
@@ -337,15 +338,6 @@ impl MemoryDb {
         lock(&self.inner).docs.clone()
     }
 
-    /// `true` if another owner could acquire `key` now.
-    pub fn is_free(&self, key: impl Into<LeaseKey>) -> bool {
-        let key = &key.into();
-        match self.doc(key) {
-            None => true,
-            Some(doc) => doc.is_free_at(Instant::now()),
-        }
-    }
-
     /// The owner holding `key` now (with a lease id and `exp > now`), if any.
     pub fn holder(&self, key: impl Into<LeaseKey>) -> Option<String> {
         let key = &key.into();
@@ -374,26 +366,26 @@ impl MemoryDb {
             kind,
             hold_at_least: None,
         };
-        let mut coll = lock(&self.inner);
-        let had_lease_id = coll.docs.get(key).map(|d| d.lease_id.is_some());
-        let outcome = apply_acquire(
-            &mut coll,
-            key,
-            owner,
-            lease_id,
-            ttl,
-            false,
-            shape,
-            Instant::now(),
-            Duration::ZERO,
-        )
-        .expect("try_take on a foreign document");
-        drop(coll);
-        if let AcquireOutcome::Acquired { token } = outcome {
-            self.announce_taken(key, owner, (lease_id, token), kind, had_lease_id);
-        }
-        self.touch();
-        outcome
+        self.change(|coll| {
+            let had_lease_id = coll.docs.get(key).map(|d| d.lease_id.is_some());
+            let now = Instant::now();
+            let outcome = apply_acquire(
+                coll,
+                key,
+                owner,
+                lease_id,
+                ttl,
+                false,
+                shape,
+                now,
+                Duration::ZERO,
+            );
+            let outcome = outcome.expect("try_take on a foreign document");
+            if let AcquireOutcome::Acquired { token } = outcome {
+                self.announce_taken(key, owner, (lease_id, token), kind, had_lease_id);
+            }
+            outcome
+        })
     }
 
     /// Another owner takes `key` now whatever its state (as if this process's
@@ -401,30 +393,26 @@ impl MemoryDb {
     /// `exp = now + ttl`. Returns the new token.
     pub fn force_take(&self, key: impl Into<LeaseKey>, owner: &str, ttl: Duration) -> u64 {
         let key = &key.into();
-        let mut coll = lock(&self.inner);
-        coll.foreign.remove(key);
-        let now = Instant::now();
-        let vacant = coll.vacant(key, now);
-        let lease_id = Uuid::new_v4();
-        let token = coll
-            .docs
-            .entry(key.clone())
-            .or_insert(vacant)
-            .take(owner, lease_id, ttl, None, now);
-        drop(coll);
-        self.announce_acquisition(key, owner, lease_id, token);
-        self.touch();
-        token
+        let (now, lease_id) = (Instant::now(), Uuid::new_v4());
+        self.change(|coll| {
+            coll.foreign.remove(key);
+            let vacant = coll.vacant(key, now);
+            let doc = coll.docs.entry(key.clone()).or_insert(vacant);
+            let token = doc.take(owner, lease_id, ttl, None, now);
+            self.announce_acquisition(key, owner, lease_id, token);
+            token
+        })
     }
 
     /// Makes `key` expire now (`exp = min(exp, now)`), keeping its lease id:
     /// the server's view of a holder whose renewals stopped reaching it.
     pub fn expire(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
-        if let Some(doc) = lock(&self.inner).docs.get_mut(key) {
-            doc.exp = doc.floor(doc.exp.min(Instant::now()));
-        }
-        self.touch();
+        self.change(|coll| {
+            if let Some(doc) = coll.docs.get_mut(key) {
+                doc.exp = doc.floor(doc.exp.min(Instant::now()));
+            }
+        });
     }
 
     /// Makes the holder `lease_id` of `key` (an entry of `hs`) expire now,
@@ -433,17 +421,13 @@ impl MemoryDb {
     pub fn expire_holder(&self, key: impl Into<LeaseKey>, lease_id: Uuid) {
         let key = &key.into();
         let now = Instant::now();
-        let mut coll = lock(&self.inner);
-        let doc = coll.docs.get_mut(key).expect("a document");
-        let holder = doc
-            .holders
-            .iter_mut()
-            .find(|h| h.lease_id == lease_id)
-            .expect("a holder with this lease id");
-        holder.exp = holder.exp.min(now);
-        doc.exp = doc.holders.iter().map(|h| h.exp).max().unwrap_or(now);
-        drop(coll);
-        self.touch();
+        self.change(|coll| {
+            let doc = coll.docs.get_mut(key).expect("a document");
+            let holder = doc.holders.iter_mut().find(|h| h.lease_id == lease_id);
+            let holder = holder.expect("a holder with this lease id");
+            holder.exp = holder.exp.min(now);
+            doc.exp = doc.holders.iter().map(|h| h.exp).max().unwrap_or(now);
+        });
     }
 
     /// Makes the exclusive waiter's mark on `key` (`xw`) expire now: a
@@ -451,15 +435,12 @@ impl MemoryDb {
     pub fn expire_mark(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
         let now = Instant::now();
-        let mut coll = lock(&self.inner);
-        let mark = coll
-            .docs
-            .get_mut(key)
-            .and_then(|doc| doc.exclusive_waiter.as_mut())
-            .expect("a waiting mark");
-        mark.1 = mark.1.min(now);
-        drop(coll);
-        self.touch();
+        self.change(|coll| {
+            let doc = coll.docs.get_mut(key);
+            let mark = doc.and_then(|doc| doc.exclusive_waiter.as_mut());
+            let mark = mark.expect("a waiting mark");
+            mark.1 = mark.1.min(now);
+        });
     }
 
     /// Makes every registration in the queue of `key` (`q`) expire now
@@ -467,14 +448,13 @@ impl MemoryDb {
     pub fn lapse_registrations(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
         let now = Instant::now();
-        let mut coll = lock(&self.inner);
-        let doc = coll.docs.get_mut(key).expect("a document with a queue");
-        assert!(!doc.queue.is_empty(), "no queue on {key:?}");
-        for entry in &mut doc.queue {
-            entry.re = entry.re.min(now);
-        }
-        drop(coll);
-        self.touch();
+        self.change(|coll| {
+            let doc = coll.docs.get_mut(key).expect("a document with a queue");
+            assert!(!doc.queue.is_empty(), "no queue on {key:?}");
+            for entry in &mut doc.queue {
+                entry.re = entry.re.min(now);
+            }
+        });
     }
 
     /// Makes the minimum hold of `key` (`hl`) pass now, and its `exp` not
@@ -482,25 +462,23 @@ impl MemoryDb {
     pub fn expire_hold(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
         let now = Instant::now();
-        let mut coll = lock(&self.inner);
-        let doc = coll.docs.get_mut(key).expect("a document");
-        let until = doc.hold_until.as_mut().expect("a minimum hold");
-        *until = (*until).min(now);
-        doc.exp = doc.exp.min(now);
-        drop(coll);
-        self.touch();
+        self.change(|coll| {
+            let doc = coll.docs.get_mut(key).expect("a document");
+            let until = doc.hold_until.as_mut().expect("a minimum hold");
+            *until = (*until).min(now);
+            doc.exp = doc.exp.min(now);
+        });
     }
 
     /// Moves the `exp` of the released key `key` (no lease id) `ahead` past
     /// now, as a release on a server clock that ran ahead leaves it.
     pub fn run_ahead(&self, key: impl Into<LeaseKey>, ahead: Duration) {
         let key = &key.into();
-        let mut coll = lock(&self.inner);
-        let doc = coll.docs.get_mut(key).expect("a document");
-        assert!(doc.lease_id.is_none(), "{key:?} is not released");
-        doc.exp = Instant::now() + ahead;
-        drop(coll);
-        self.touch();
+        self.change(|coll| {
+            let doc = coll.docs.get_mut(key).expect("a document");
+            assert!(doc.lease_id.is_none(), "{key:?} is not released");
+            doc.exp = Instant::now() + ahead;
+        });
     }
 
     /// Writes a raw document (e.g. a lease left by an earlier process).
@@ -513,12 +491,11 @@ impl MemoryDb {
             owner: Some(doc.owner.clone()),
             token: Some(doc.token),
         };
-        let mut coll = lock(&self.inner);
-        coll.foreign.remove(key);
-        coll.docs.insert(key.clone(), doc);
-        drop(coll);
-        self.announce(write);
-        self.touch();
+        self.change(|coll| {
+            coll.foreign.remove(key);
+            coll.docs.insert(key.clone(), doc);
+            self.announce(write);
+        });
     }
 
     /// Another application rewrites the owner id of `key` (`$set: {aid}`),
@@ -566,25 +543,23 @@ impl MemoryDb {
     }
 
     fn put_foreign_doc(&self, key: LeaseKey, foreign: Foreign) {
-        let mut coll = lock(&self.inner);
-        coll.docs.remove(&key);
-        coll.foreign.insert(key, foreign);
-        drop(coll);
-        self.touch();
+        self.change(|coll| {
+            coll.docs.remove(&key);
+            coll.foreign.insert(key, foreign);
+        });
     }
 
     /// Deletes the document (the TTL monitor). The next acquisition's token
     /// is still greater than the deleted document's, as on MongoDB.
     pub fn delete(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
-        let mut coll = lock(&self.inner);
-        if let Some(doc) = coll.docs.remove(key) {
-            coll.deleted_tokens.insert(key.clone(), doc.token);
-        }
-        coll.foreign.remove(key);
-        drop(coll);
-        self.announce_release(key);
-        self.touch();
+        self.change(|coll| {
+            if let Some(doc) = coll.docs.remove(key) {
+                coll.deleted_tokens.insert(key.clone(), doc.token);
+            }
+            coll.foreign.remove(key);
+            self.announce_release(key);
+        });
     }
 
     /// In a place of in-document leases ([`MemoryDb::documents`]): the user's
@@ -612,8 +587,7 @@ impl MemoryDb {
     /// B3); it steps forward again when set smaller.
     pub fn set_behind(&self, behind: Duration) {
         let nanos = u64::try_from(behind.as_nanos()).unwrap_or(u64::MAX);
-        self.behind
-            .store(nanos, std::sync::atomic::Ordering::Relaxed);
+        self.behind.store(nanos, Relaxed);
     }
 
     /// Makes server time run `ppm` parts per million faster than tokio's
@@ -622,21 +596,16 @@ impl MemoryDb {
     /// covers that difference over one TTL, docs/safety.md). Set it before
     /// the first operation: a change later moves server time at once.
     pub fn set_faster_ppm(&self, ppm: u32) {
-        self.faster_ppm
-            .store(u64::from(ppm), std::sync::atomic::Ordering::Relaxed);
+        self.faster_ppm.store(u64::from(ppm), Relaxed);
     }
 
     /// The server's time now: tokio's clock, run
     /// [faster](MemoryDb::set_faster_ppm) from the collection's creation, less
     /// how far it is [behind](MemoryDb::set_behind).
     pub fn server_now(&self) -> Instant {
-        self.server_at(Instant::now())
-    }
-
-    /// The server's time at tokio's instant `at` (see [`MemoryDb::server_now`]).
-    pub fn server_at(&self, at: Instant) -> Instant {
-        let behind = self.behind.load(std::sync::atomic::Ordering::Relaxed);
-        let ppm = self.faster_ppm.load(std::sync::atomic::Ordering::Relaxed);
+        let at = Instant::now();
+        let behind = self.behind.load(Relaxed);
+        let ppm = self.faster_ppm.load(Relaxed);
         let elapsed = at.saturating_duration_since(self.epoch.0);
         let ahead = Duration::from_nanos(
             u64::try_from(elapsed.as_nanos() * u128::from(ppm) / 1_000_000).unwrap_or(u64::MAX),
@@ -645,11 +614,11 @@ impl MemoryDb {
     }
 
     /// Tokio's instant at which server time reaches `at` (the inverse of
-    /// [`MemoryDb::server_at`] at the current step back; `at` itself if
+    /// [`MemoryDb::server_now`] at the current step back; `at` itself if
     /// that is before the collection's creation).
     pub fn real_at(&self, at: Instant) -> Instant {
-        let behind = self.behind.load(std::sync::atomic::Ordering::Relaxed);
-        let ppm = self.faster_ppm.load(std::sync::atomic::Ordering::Relaxed);
+        let behind = self.behind.load(Relaxed);
+        let ppm = self.faster_ppm.load(Relaxed);
         let Some(elapsed) =
             (at + Duration::from_nanos(behind)).checked_duration_since(self.epoch.0)
         else {
@@ -720,6 +689,13 @@ impl MemoryDb {
         self.announce_release(key);
         self.touch();
         true
+    }
+
+    /// A test's `change` to the collection, then observers woken.
+    fn change<T>(&self, change: impl FnOnce(&mut Collection) -> T) -> T {
+        let result = change(&mut lock(&self.inner));
+        self.touch();
+        result
     }
 
     /// Applies `operation` to the collection at server time now, then wakes

@@ -211,17 +211,9 @@ pub(super) fn set_holder_payload(
     lease_id: Uuid,
     payload: Document,
 ) -> bool {
-    match doc
-        .holders
-        .iter_mut()
-        .find(|h| h.lease_id == lease_id && h.owner == owner)
-    {
-        Some(holder) => {
-            holder.payload = Some(payload);
-            true
-        }
-        None => false,
-    }
+    let mut holders = doc.holders.iter_mut();
+    let mine = holders.find(|h| h.lease_id == lease_id && h.owner == owner);
+    mine.map(|holder| holder.payload = Some(payload)).is_some()
 }
 
 /// Frees a key whole (a force release): `hs`, `pm`, `xw` and `hl`

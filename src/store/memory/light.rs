@@ -138,7 +138,7 @@ impl MemoryStore {
     /// The light acquires `requests` (of distinct keys): the light
     /// acquire's own call for one, two calls for more; one answer each, in
     /// order (see the module docs).
-    pub(super) async fn light_acquires(&self, requests: Vec<LightAcquire>) -> Vec<LightAcquired> {
+    pub(super) async fn light_acquires(self, requests: Vec<LightAcquire>) -> Vec<LightAcquired> {
         match <[LightAcquire; 1]>::try_from(requests) {
             Ok([request]) => vec![self.acquire_light_alone(request).await],
             Err(requests) => self.acquire_light_batch(requests).await,
@@ -206,7 +206,7 @@ impl MemoryStore {
     /// The light releases of `leases` (exclusive, of distinct keys): the
     /// light release's own call for one, one call for more; one answer
     /// each, in order (see the module docs).
-    pub(super) async fn light_releases(&self, leases: Vec<LeaseRef>) -> Vec<LightRelease> {
+    pub(super) async fn light_releases(self, leases: Vec<LeaseRef>) -> Vec<LightRelease> {
         match <[LeaseRef; 1]>::try_from(leases) {
             Ok([lease]) => vec![self.release_light_alone(lease).await],
             Err(leases) => self.release_light_batch(leases).await,

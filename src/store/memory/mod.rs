@@ -111,16 +111,18 @@
 //! - [`db`]: the shared collection ([`MemoryDb`]) with its change
 //!   notifications, its reads, and the test's own operations on it;
 //! - [`control`]: the fault knobs and call counters ([`Op`], [`Fault`],
-//!   [`Call`](control::Call)), shared by a store's clones;
-//! - [`store`]: [`MemoryStore`], its settings and knobs, and `run`, which
-//!   applies an operation at server time;
+//!   [`Call`](control::Call)), shared by a store's clones, and the
+//!   store's methods that set and read them;
+//! - [`store`]: [`MemoryStore`], its settings, and `run`, which applies an
+//!   operation at server time;
 //! - [`ops`]: its [`Store`](crate::store::Store) implementation;
+//! - [`reply`]: its re-read after an acquire whose outcome is unknown;
 //! - [`light`]: its light acquire and release, alone or grouped;
 //! - [`streams`]: its stream of writes and its observed states.
 //!
-//! `ops`, `light` and `streams` use `store`, which uses `db`, `rules` and
-//! `control`; `rules` and `kinds` apply to `doc` and announce their writes
-//! through `db`; `control` uses `db` (its lock helper only).
+//! `ops`, `light`, `reply` and `streams` use `store`, which uses `db`,
+//! `rules` and `control`; `rules` and `kinds` apply to `doc` and announce
+//! their writes through `db`.
 
 // A test utility: not every helper is used by every test.
 #![allow(dead_code)]

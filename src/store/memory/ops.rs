@@ -14,7 +14,6 @@ use uuid::Uuid;
 use super::control::Op;
 use super::doc::{Doc, Holder};
 use super::kinds;
-use super::reply::{self, Reread};
 use super::rules::{Collection, apply_acquire, apply_hand_over, lease_matches, release_doc};
 use super::store::{MemoryStore, lock_fields_document};
 use crate::config::ReleaseMode;
@@ -29,6 +28,12 @@ use crate::store::{
 };
 
 impl Store for MemoryStore {
+    /// Any kind, with a minimum hold, by the rules of `rules` and `kinds`.
+    /// In-document leases: every user document exists unless the test
+    /// removed it ([`MemoryDb::remove_user_document`](super::MemoryDb::remove_user_document)):
+    /// then an acquisition with `create` creates it (its fields are not
+    /// modelled), one without fails with `DocumentNotFound`. An acquisition
+    /// there returns `{_id, <field>: {aid, lid, tok}}`.
     fn acquire(
         &self,
         request: AcquireRequest,
@@ -41,28 +46,77 @@ impl Store for MemoryStore {
             shape,
             create,
         } = request;
-        if self.place.is_some() {
-            if let Err(e) = crate::store::document_shape(shape) {
-                return futures::future::ready(Err(e)).boxed();
-            }
-            return self.acquire_in_document(key, lease_id, waiting, ttl, create);
+        if let Some(error) = self.refuses(shape) {
+            return futures::future::ready(Err(error)).boxed();
         }
-        let acquire = self.acquire_in_collection(key, lease_id, waiting, ttl, shape);
-        async move { acquire.await.map(|outcome| (outcome, None)) }.boxed()
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        let creates = create.is_some();
+        let registration = self.registration_window();
+        let write = self.run(Op::Acquire, vec![key.clone()], {
+            let (key, owner) = (key.clone(), owner.clone());
+            move |coll, now| {
+                if coll.missing.contains(&key) {
+                    if !creates {
+                        return Err(Error::DocumentNotFound { id: key });
+                    }
+                    coll.missing.remove(&key);
+                }
+                let retry = is_retry(coll, &key, lease_id);
+                // `None`: no document (an insert); else whether it had a `lid`.
+                let had_lease_id = coll.docs.get(&key).map(|d| d.lease_id.is_some());
+                let outcome = apply_acquire(
+                    coll,
+                    &key,
+                    &owner,
+                    lease_id,
+                    ttl,
+                    waiting,
+                    shape,
+                    now,
+                    registration,
+                )?;
+                // A retry under the same lease id sets neither `lid` nor
+                // `aid`: no event on MongoDB either.
+                if !retry && let AcquireOutcome::Acquired { token } = outcome {
+                    db.announce_taken(&key, &owner, (lease_id, token), shape.kind, had_lease_id);
+                }
+                Ok(outcome)
+            }
+        });
+        let store = self.clone();
+        async move {
+            let outcome = match write.await {
+                Ok(outcome) => outcome,
+                // An unknown outcome (`Fault::Fail`, `FailAfterApply`, a
+                // timeout) is resolved by a re-read, as by `MongoStore` and
+                // `DocumentStore` (B7).
+                Err(error) if error.is_transient() => {
+                    tracing::debug!(%key, %error, "acquire outcome unknown; re-reading");
+                    let reread = store.reread(key.clone(), lease_id, ttl, shape.kind, creates);
+                    reread.await?
+                }
+                Err(error) => return Err(error),
+            };
+            let document = match (&outcome, &store.place) {
+                (AcquireOutcome::Acquired { token }, Some((_, field))) => {
+                    Some(lock_fields_document(&key, field, &owner, lease_id, *token))
+                }
+                _ => None,
+            };
+            Ok((outcome, document))
+        }
+        .boxed()
     }
 
     fn place(&self) -> LockPlace {
-        match &self.place {
-            None => LockPlace {
-                database: "memory".into(),
-                collection: "locks".into(),
-                field: None,
-            },
-            Some((collection, field)) => LockPlace {
-                database: "memory".into(),
-                collection: collection.clone(),
-                field: Some(field.clone()),
-            },
+        let (collection, field) = match &self.place {
+            None => ("locks".into(), None),
+            Some((collection, field)) => (collection.clone(), Some(field.clone())),
+        };
+        LockPlace {
+            database: "memory".into(),
+            collection,
+            field,
         }
     }
 
@@ -181,13 +235,11 @@ impl Store for MemoryStore {
     }
 
     fn acquire_light(&self, requests: Vec<LightAcquire>) -> BoxFuture<'static, Vec<LightAcquired>> {
-        let store = self.clone();
-        async move { store.light_acquires(requests).await }.boxed()
+        self.clone().light_acquires(requests).boxed()
     }
 
     fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
-        let store = self.clone();
-        async move { store.light_releases(leases).await }.boxed()
+        self.clone().light_releases(leases).boxed()
     }
 
     fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
@@ -248,19 +300,15 @@ impl Store for MemoryStore {
 
     fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
         let owner = self.owner.clone();
-        let db = self.db.clone();
         self.run(Op::LeaveQueues, keys.clone(), move |coll, now| {
             let mut changed = 0;
             for key in &keys {
-                if let Some(doc) = coll.docs.get_mut(key) {
-                    if doc.queue.iter().any(|w| w.owner == owner) {
-                        doc.leave_queue(&owner, now);
-                        changed += 1;
-                    }
+                if let Some(doc) = coll.docs.get_mut(key)
+                    && doc.queue.iter().any(|w| w.owner == owner)
+                {
+                    doc.leave_queue(&owner, now);
+                    changed += 1;
                 }
-            }
-            if changed > 0 {
-                db.touch();
             }
             Ok(changed)
         })
@@ -400,106 +448,13 @@ impl Store for MemoryStore {
 }
 
 impl MemoryStore {
-    /// In-document leases: every user document exists unless the test
-    /// removed it ([`MemoryDb::remove_user_document`]): then an acquisition
-    /// with `create` creates it (its fields are not modelled), one without
-    /// fails with `DocumentNotFound`. An acquisition returns `{_id, <field>:
-    /// {aid, lid, tok}}`.
-    fn acquire_in_document(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-        create: Option<Document>,
-    ) -> BoxFuture<'static, Result<(AcquireOutcome, Option<Document>)>> {
-        let field = self.place.as_ref().map(|(_, field)| field.clone());
-        let owner = self.owner.clone();
-        let (db, creates) = (self.db.clone(), create.is_some());
-        let registration = self.registration_window();
-        let store = self.clone();
-        let acquire = self.run(Op::Acquire, vec![key.clone()], {
-            let (key, owner) = (key.clone(), owner.clone());
-            move |coll, now| {
-                if coll.missing.contains(&key) {
-                    if !creates {
-                        return Err(Error::DocumentNotFound { id: key });
-                    }
-                    coll.missing.remove(&key);
-                }
-                // As `acquire_with_ttl`.
-                let retry = is_retry(coll, &key, lease_id);
-                let shape = LeaseShape::default();
-                let outcome = apply_acquire(
-                    coll,
-                    &key,
-                    &owner,
-                    lease_id,
-                    ttl,
-                    waiting,
-                    shape,
-                    now,
-                    registration,
-                );
-                if !retry && let Ok(AcquireOutcome::Acquired { token }) = outcome {
-                    db.announce_acquisition(&key, &owner, lease_id, token);
-                }
-                outcome.map(|outcome| (outcome, retry))
-            }
-        });
-        async move {
-            // An unknown outcome is resolved by a re-read, as by
-            // `DocumentStore` (B7).
-            let outcome = match acquire.await {
-                Ok((outcome, _)) => outcome,
-                Err(error) => {
-                    let (key, owner) = (key.clone(), owner.clone());
-                    reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
-                        if coll.missing.contains(&key) {
-                            return match creates {
-                                false => Err(Error::DocumentNotFound { id: key.clone() }),
-                                true => Ok(None),
-                            };
-                        }
-                        let reread = Reread {
-                            key: &key,
-                            owner: &owner,
-                            lease_id,
-                            ttl,
-                            kind: crate::LeaseKind::Exclusive,
-                        };
-                        Ok(reread.verdict(db, coll, now).or_else(|| {
-                            // A user document without the lock field.
-                            coll.in_documents.then(|| {
-                                crate::store::replies::in_document(&key, &owner, lease_id, None)
-                            })
-                        }))
-                    })
-                    .await?
-                }
-            };
-            let document = match (&outcome, field) {
-                (AcquireOutcome::Acquired { token }, Some(field)) => {
-                    Some(lock_fields_document(&key, &field, &owner, lease_id, *token))
-                }
-                _ => None,
-            };
-            Ok((outcome, document))
+    /// Why an acquisition of `shape` is refused before any write, as by
+    /// `MongoStore` and `DocumentStore`.
+    fn refuses(&self, shape: LeaseShape) -> Option<Error> {
+        if self.place.is_some() {
+            return crate::store::document_shape(shape).err();
         }
-        .boxed()
-    }
-
-    /// Any kind, with a minimum hold, by the rules of `rules` and `kinds`.
-    fn acquire_in_collection(
-        &self,
-        key: LeaseKey,
-        lease_id: Uuid,
-        waiting: bool,
-        ttl: Duration,
-        shape: LeaseShape,
-    ) -> BoxFuture<'static, Result<AcquireOutcome>> {
-        // Refused before any write, as by MongoStore.
-        let invalid = shape.kind.validate().err().or_else(|| {
+        shape.kind.validate().err().or_else(|| {
             (shape.hold_at_least.is_some() && shape.kind != crate::LeaseKind::Exclusive).then(
                 || Error::InvalidConfig {
                     reason: format!(
@@ -508,56 +463,7 @@ impl MemoryStore {
                     ),
                 },
             )
-        });
-        if let Some(error) = invalid {
-            return futures::future::ready(Err(error)).boxed();
-        }
-        let (db, owner) = (self.db.clone(), self.owner.clone());
-        let registration = self.registration_window();
-        let reread = (self.clone(), self.owner.clone(), key.clone());
-        let write = self.run(Op::Acquire, vec![key.clone()], move |coll, now| {
-            let retry = is_retry(coll, &key, lease_id);
-            // `None`: no document (an insert); else whether it had a `lid`.
-            let had_lease_id = coll.docs.get(&key).map(|d| d.lease_id.is_some());
-            let outcome = apply_acquire(
-                coll,
-                &key,
-                &owner,
-                lease_id,
-                ttl,
-                waiting,
-                shape,
-                now,
-                registration,
-            );
-            // A retry under the same lease id sets neither `lid` nor `aid`:
-            // no event on MongoDB either.
-            if !retry && let Ok(AcquireOutcome::Acquired { token }) = outcome {
-                db.announce_taken(&key, &owner, (lease_id, token), shape.kind, had_lease_id);
-            }
-            outcome.map(|outcome| (outcome, retry))
-        });
-        // An unknown outcome (`Fault::Fail`, `FailAfterApply`, a timeout)
-        // is resolved by a re-read, as by `MongoStore` (B7).
-        async move {
-            let error = match write.await {
-                Err(error) => error,
-                Ok((outcome, _)) => return Ok(outcome),
-            };
-            let (store, owner, key) = reread;
-            reply::after_failure(&store, key.clone(), error, move |db, coll, now| {
-                let reread = Reread {
-                    key: &key,
-                    owner: &owner,
-                    lease_id,
-                    ttl,
-                    kind: shape.kind,
-                };
-                Ok(reread.verdict(db, coll, now))
-            })
-            .await
-        }
-        .boxed()
+        })
     }
 }
 

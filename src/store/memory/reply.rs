@@ -27,60 +27,6 @@ fn lid(id: Uuid) -> Bson {
     Bson::from(mongodb::bson::Uuid::from_bytes(id.into_bytes()))
 }
 
-/// One attempt's re-read: who asked, for what.
-pub(super) struct Reread<'a> {
-    pub key: &'a LeaseKey,
-    pub owner: &'a str,
-    pub lease_id: Uuid,
-    pub ttl: Duration,
-    pub kind: LeaseKind,
-}
-
-impl Reread<'_> {
-    /// The verdict on `key` as a read finds it in `coll` at `now`: `None`
-    /// without a document (a foreign holder's lock is one).
-    pub(super) fn verdict(
-        &self,
-        db: &MemoryDb,
-        coll: &Collection,
-        now: Instant,
-    ) -> Option<AcquireOutcome> {
-        let date = |at: Instant| DateTime::from_system_time(db.system_time(at));
-        let Reread {
-            key,
-            owner,
-            lease_id,
-            kind,
-            ..
-        } = *self;
-        if let Some(foreign) = coll.foreign.get(key) {
-            let mut doc = Document::new();
-            if let Some(owner) = &foreign.owner {
-                doc.insert(field::OWNER, owner);
-            }
-            if let Some(written) = foreign.written {
-                doc.insert(field::RENEWED_AT, date(written));
-            }
-            return Some(replies::from_reread(replies::classify(
-                key, owner, lease_id, &doc,
-            )));
-        }
-        let stored = coll.docs.get(key)?;
-        let outcome = if kind.is_multi_holder() {
-            replies::classify_multi(key, kind, &multi(stored, owner, lease_id, now, date))
-        } else {
-            let doc = exclusive(stored, now, date);
-            if coll.in_documents {
-                replies::in_document(key, owner, lease_id, Some(&doc))
-            } else {
-                let ttl_ms = self.ttl.as_millis().min(i64::MAX as u128) as i64;
-                replies::exclusive(key, owner, lease_id, ttl_ms, &doc)
-            }
-        };
-        Some(replies::from_reread(outcome))
-    }
-}
-
 /// The top fields every acquire projection has: `aid`, `lid`, `tok`,
 /// `exp`, `pm`, and the server's now.
 fn top(stored: &Doc, now: Instant, date: impl Fn(Instant) -> DateTime) -> Document {
@@ -177,52 +123,6 @@ fn multi(
     doc
 }
 
-/// The error of a re-read that found no document, as `MongoStore`'s.
-pub(super) fn vanished() -> Error {
-    Error::Unreachable {
-        waited: Duration::ZERO,
-        reason: "lock document vanished during acquire".into(),
-        source: None,
-    }
-}
-
-/// Resolves an acquire of `key` whose write failed with `error` as
-/// `MongoStore` does: a transient error (an unknown outcome) by
-/// [`reread`]; any other error is returned as it is.
-pub(super) async fn after_failure(
-    store: &MemoryStore,
-    key: LeaseKey,
-    error: Error,
-    verdict: impl FnOnce(&MemoryDb, &Collection, Instant) -> Result<Option<AcquireOutcome>>
-    + Send
-    + 'static,
-) -> Result<AcquireOutcome> {
-    if !error.is_transient() {
-        return Err(error);
-    }
-    tracing::debug!(%key, %error, "acquire outcome unknown; re-reading");
-    reread(store, key, verdict).await
-}
-
-/// A re-read of `key` (an [`Op::Inspect`] call of `store`, with its
-/// latency and faults), judged by `verdict`; [`vanished`] without a
-/// document.
-pub(super) async fn reread(
-    store: &MemoryStore,
-    key: LeaseKey,
-    verdict: impl FnOnce(&MemoryDb, &Collection, Instant) -> Result<Option<AcquireOutcome>>
-    + Send
-    + 'static,
-) -> Result<AcquireOutcome> {
-    let db = store.db.clone();
-    store
-        .run(Op::Inspect, vec![key], move |coll, now| {
-            verdict(&db, coll, now)
-        })
-        .await?
-        .ok_or_else(vanished)
-}
-
 impl MemoryStore {
     /// What the re-read after an unknown outcome of an acquisition of
     /// `shape` by this owner under `lease_id` (for `ttl`) answers now, as
@@ -234,17 +134,83 @@ impl MemoryStore {
         ttl: Duration,
         shape: crate::kind::LeaseShape,
     ) -> Result<AcquireOutcome> {
-        let owner = self.owner.clone();
-        reread(self, key.clone(), move |db, coll, now| {
-            let reread = Reread {
-                key: &key,
-                owner: &owner,
-                lease_id,
-                ttl,
-                kind: shape.kind,
-            };
-            Ok(reread.verdict(db, coll, now))
-        })
-        .await
+        self.reread(key, lease_id, ttl, shape.kind, true).await
     }
+
+    /// The re-read of `key` after an acquisition of `kind` by this owner
+    /// under `lease_id` (for `ttl`) whose outcome is unknown, as
+    /// `MongoStore`'s and `DocumentStore`'s: an [`Op::Inspect`] call (with
+    /// its latency and faults) that renders the document as the acquire
+    /// projections do and judges it by [`replies`]. A foreign holder's lock
+    /// is judged too; no document is the error of a document that vanished
+    /// (in a place of in-document leases: a user document without the lock
+    /// field is free now, and one that does not exist is `DocumentNotFound`
+    /// unless the acquisition `creates` it).
+    pub(super) async fn reread(
+        &self,
+        key: LeaseKey,
+        lease_id: Uuid,
+        ttl: Duration,
+        kind: LeaseKind,
+        creates: bool,
+    ) -> Result<AcquireOutcome> {
+        let (db, owner) = (self.db.clone(), self.owner.clone());
+        let read = self.run(Op::Inspect, vec![key.clone()], move |coll, now| {
+            if coll.missing.contains(&key) {
+                return match creates {
+                    false => Err(Error::DocumentNotFound { id: key }),
+                    true => Ok(None),
+                };
+            }
+            Ok(verdict(&db, coll, now, &key, &owner, lease_id, ttl, kind))
+        });
+        read.await?.ok_or_else(|| Error::Unreachable {
+            waited: Duration::ZERO,
+            reason: "lock document vanished during acquire".into(),
+            source: None,
+        })
+    }
+}
+
+/// The verdict on `key` as a read finds it in `coll` at `now`, for an
+/// acquisition of `kind` by `owner` under `lease_id` (for `ttl`): `None`
+/// without a document (nor a foreign holder's lock, nor a place of
+/// in-document leases).
+#[allow(clippy::too_many_arguments)]
+fn verdict(
+    db: &MemoryDb,
+    coll: &Collection,
+    now: Instant,
+    key: &LeaseKey,
+    owner: &str,
+    lease_id: Uuid,
+    ttl: Duration,
+    kind: LeaseKind,
+) -> Option<AcquireOutcome> {
+    let date = |at: Instant| DateTime::from_system_time(db.system_time(at));
+    let outcome = if let Some(foreign) = coll.foreign.get(key) {
+        let mut doc = Document::new();
+        if let Some(owner) = &foreign.owner {
+            doc.insert(field::OWNER, owner);
+        }
+        if let Some(written) = foreign.written {
+            doc.insert(field::RENEWED_AT, date(written));
+        }
+        replies::classify(key, owner, lease_id, &doc)
+    } else if let Some(stored) = coll.docs.get(key) {
+        if kind.is_multi_holder() {
+            replies::classify_multi(key, kind, &multi(stored, owner, lease_id, now, date))
+        } else if coll.in_documents {
+            replies::in_document(key, owner, lease_id, Some(&exclusive(stored, now, date)))
+        } else {
+            let ttl_ms = ttl.as_millis().min(i64::MAX as u128) as i64;
+            replies::exclusive(key, owner, lease_id, ttl_ms, &exclusive(stored, now, date))
+        }
+    } else if coll.in_documents {
+        // A user document without the lock field.
+        replies::in_document(key, owner, lease_id, None)
+    } else {
+        return None;
+    };
+    Some(replies::from_reread(outcome))
 }

@@ -1,7 +1,7 @@
-//! [`MemoryStore`], one manager's view of a [`MemoryDb`]: its settings, the
-//! knobs of [`control`](super::control), and [`MemoryStore::run`], through
-//! which every operation of its [`Store`](crate::store::Store)
-//! implementation (`ops`) is applied at server time.
+//! [`MemoryStore`], one manager's view of a [`MemoryDb`]: its settings, and
+//! [`MemoryStore::run`], through which every operation of its
+//! [`Store`](crate::store::Store) implementation (`ops`) is applied at
+//! server time, under the knobs of [`control`](super::control).
 
 use crate::random::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use mongodb::bson::Document;
+use mongodb::bson::{Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::control::{Call, Controls, Fault, Issued, Op};
+use super::control::{Controls, Fault, Issued, Op};
 use super::db::{MemoryDb, lock};
 use super::rules::Collection;
 use crate::config::{DEFAULT_RETRY_MAX, ReleaseMode};
@@ -39,7 +39,7 @@ pub(crate) struct MemoryStore {
     pub(super) change_streams: bool,
     /// `None`: the lock collection; `Some((collection, field))`: the place
     /// of in-document leases on a user collection (from
-    /// [`Store::documents`]).
+    /// [`Store::documents`](crate::store::Store::documents)).
     pub(super) place: Option<(String, String)>,
     /// The stores of in-document leases this one opened, by collection and
     /// lock field (shared by clones), so that tests reach the actor's.
@@ -79,14 +79,8 @@ pub(super) fn lock_fields_document(
     lease_id: Uuid,
     token: u64,
 ) -> Document {
-    let mut lease = Document::new();
-    lease.insert("aid", owner);
-    lease.insert("lid", lease_id.to_string());
-    lease.insert("tok", token as i64);
-    let mut document = Document::new();
-    document.insert("_id", key.to_bson());
-    document.insert(field, lease);
-    document
+    let lease = doc! { "aid": owner, "lid": lease_id.to_string(), "tok": token as i64 };
+    doc! { "_id": key.to_bson(), field: lease }
 }
 
 fn unreachable(reason: &str, waited: Duration) -> Error {
@@ -107,7 +101,7 @@ impl MemoryStore {
     }
 
     /// The store of in-document leases on `collection` under lock field
-    /// `field` that [`Store::documents`] gives the actor (same knobs and
+    /// `field` that [`Store::documents`](crate::store::Store::documents) gives the actor (same knobs and
     /// counters), opened now if it was not: a view of
     /// [`MemoryDb::documents`] with this store's owner id, TTL, yield
     /// window and change streams, whose releases follow the delete-mode
@@ -116,18 +110,15 @@ impl MemoryStore {
         lock(&self.opened)
             .entry((collection.to_string(), field.to_string()))
             .or_insert_with(|| MemoryStore {
-                db: self.db.documents(collection, field),
-                owner: self.owner.clone(),
-                ttl: self.ttl,
                 yield_window: self.yield_window,
                 safety_margin: self.safety_margin,
                 release_mode: ReleaseMode::Delete,
-                light_acquire: false,
-                control: Controls::default(),
                 change_streams: self.change_streams,
                 place: Some((collection.to_string(), field.to_string())),
-                opened: Arc::default(),
-                opening_held: Arc::new(tokio::sync::watch::channel(false).0),
+                ..self
+                    .db
+                    .documents(collection, field)
+                    .store(&self.owner, self.ttl)
             })
             .clone()
     }
@@ -182,103 +173,6 @@ impl MemoryStore {
     /// now (each reports `Opened`, then the writes from this instant on).
     pub fn let_streams_open(&self) {
         self.opening_held.send_replace(false);
-    }
-
-    /// Every later call of `op` waits this long, then is applied.
-    pub fn set_latency(&self, op: Op, latency: Duration) {
-        self.control.set_latency(op, latency);
-    }
-
-    /// Every later call of `op` suffers `fault` (`None` heals it).
-    pub fn set_fault(&self, op: Op, fault: Option<Fault>) {
-        self.control.set_fault(op, fault);
-    }
-
-    /// The next `n` calls of `op` suffer `fault`, ahead of any fault set with
-    /// [`MemoryStore::set_fault`]; later calls behave as before.
-    pub fn fault_next(&self, op: Op, fault: Fault, n: u32) {
-        self.control.fault_next(op, fault, n);
-    }
-
-    /// The next `n` calls of `op` fail transiently before applying.
-    pub fn fail_next(&self, op: Op, n: u32) {
-        self.fault_next(op, Fault::Fail, n);
-    }
-
-    /// Renewals never complete.
-    pub fn hang_renewals(&self) {
-        self.set_fault(Op::Renew, Some(Fault::Hang));
-    }
-
-    /// Renewals fail with a transient error.
-    pub fn fail_renewals(&self) {
-        self.set_fault(Op::Renew, Some(Fault::Fail));
-    }
-
-    pub fn set_operation_timeout(&self, timeout: Option<Duration>) {
-        self.control.set_operation_timeout(timeout);
-    }
-
-    /// Every call made so far, in order.
-    pub fn log(&self) -> Vec<Call> {
-        self.control.log()
-    }
-
-    /// The calls of `op` made so far.
-    pub fn calls_of(&self, op: Op) -> Vec<Call> {
-        self.control.calls_of(op)
-    }
-
-    /// How many calls of `op` were made so far.
-    pub fn calls(&self, op: Op) -> usize {
-        self.control.calls(op)
-    }
-
-    /// Acquire calls for `key` so far.
-    pub fn acquire_calls(&self, key: impl Into<LeaseKey>) -> Vec<Instant> {
-        let key = &key.into();
-        self.control.acquire_calls(key)
-    }
-
-    /// The size of each renew call, in order.
-    pub fn renew_batch_sizes(&self) -> Vec<usize> {
-        self.calls_of(Op::Renew)
-            .iter()
-            .map(|c| c.keys.len())
-            .collect()
-    }
-
-    /// Total leases named by all renew calls.
-    pub fn leases_renewed(&self) -> usize {
-        self.renew_batch_sizes().iter().sum()
-    }
-
-    /// Total leases named by all release calls.
-    pub fn leases_released(&self) -> usize {
-        self.calls_of(Op::Release)
-            .iter()
-            .map(|c| c.keys.len())
-            .sum()
-    }
-
-    pub fn in_flight(&self, op: Op) -> usize {
-        self.control.in_flight(op)
-    }
-
-    /// The most calls of `op` ever in flight at once.
-    pub fn max_in_flight(&self, op: Op) -> usize {
-        self.control.max_in_flight(op)
-    }
-
-    /// The most acquire calls ever in flight at once for one key.
-    pub fn max_acquires_in_flight_per_key(&self) -> usize {
-        self.control.max_acquires_in_flight_per_key()
-    }
-
-    /// How many clones of this store exist (the test's, the actor's, and one
-    /// per operation in flight): 1 once the actor has stopped and nothing runs.
-    pub fn handles(&self) -> usize {
-        self.control.handles()
     }
 
     /// Records the call, reads the knobs, and wraps `apply` (run at server

@@ -55,24 +55,17 @@ impl MemoryStore {
                                     return Some((Err(error), (None, delayed, control)));
                                 }
                                 EventFate::Deliver { copies, delay } => {
-                                    for _ in 1..copies {
-                                        let write = write.clone();
-                                        delayed.push(
-                                            async move {
-                                                tokio::time::sleep(delay).await;
-                                                write
-                                            }
-                                            .boxed(),
-                                        );
-                                    }
+                                    // Its timer starts when first polled.
+                                    let later = |write: KeyWrite| {
+                                        async move {
+                                            tokio::time::sleep(delay).await;
+                                            write
+                                        }
+                                        .boxed()
+                                    };
+                                    delayed.extend((1..copies).map(|_| later(write.clone())));
                                     if !delay.is_zero() {
-                                        delayed.push(
-                                            async move {
-                                                tokio::time::sleep(delay).await;
-                                                write
-                                            }
-                                            .boxed(),
-                                        );
+                                        delayed.push(later(write));
                                         continue;
                                     }
                                     write
