@@ -169,6 +169,7 @@ impl Actor {
                 key: key.key.clone(),
                 lease_id: sent.lease_id,
                 ttl: sent.ttl,
+                started: sent.sent_at,
             })
             .collect();
         let call = self.store(place).acquire_light(requests);

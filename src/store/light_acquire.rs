@@ -1,7 +1,7 @@
 //! The decision on a grouped light acquire, for both stores: which of its
 //! requests count as acquired, from the documents its read found
-//! ([`Found`]) and the local time from its write's send to its read's send
-//! ([`elapsed_before_find`]). The requests and answers are in
+//! ([`Found`]) and the local time from each request's attempt's start to
+//! the read's send ([`elapsed_before_find`]). The requests and answers are in
 //! [`light_release`](super::light_release) ([`LightAcquire`],
 //! [`LightAcquired`]).
 //!
@@ -17,23 +17,30 @@
 //! **The decision** ([`acquired`]). A key counts as acquired only if its
 //! document holds this owner and the request's lease id, and the server's
 //! remaining validity (`exp - now` at the read) is at least the TTL less
-//! `e`, the local time from the write's send to the read's send in whole
-//! milliseconds, plus one. The read's `now` is taken after the read was
-//! sent (one clock rate, as every local deadline assumes) and rounded down
-//! to the millisecond, so `now > read send - 1 ms`, and `exp >= now + TTL -
-//! e > write send + TTL - 2 ms`: the expiry is at least the write's send +
-//! the TTL, less 2 ms of rounding (far below any safety margin), which the
-//! actor counts on (it counts from its attempt's send, earlier still),
-//! whichever write under that lease id set it (this one, or an earlier
-//! attempt whose outcome was unknown, B7). The read's reply leg is not
-//! counted: measured at the reply, it would lower the bound by that leg.
+//! `e`, the local time from the attempt's start ([`LightAcquire::started`])
+//! to the read's send in whole milliseconds, plus one. The read's `now` is
+//! taken after the read was sent (one clock rate, as every local deadline
+//! assumes) and rounded down to the millisecond, so `now > read send - 1
+//! ms`, and `exp >= now + TTL - e > start + TTL - 2 ms`: the expiry is at
+//! least the attempt's start + the TTL, less 2 ms of rounding (far below
+//! any safety margin), which is what the actor counts on (the holder's
+//! local deadline counts from the attempt's start), whichever write under
+//! that lease id set it (this one, or an earlier attempt whose outcome was
+//! unknown, B7). Counting from the start, not from the write's send, gives
+//! the requests that queued behind the group in flight its round trip as
+//! slack: a read that the server runs a few milliseconds later than the
+//! write, relative to their sends (both queue behind other commands on a
+//! busy server), does not turn a fresh lease into a contended key. The
+//! read's reply leg is not counted: measured at the reply, it would lower
+//! the bound by that leg.
 //! Any other key, a key not found, and every key after an error of the
 //! write or of the read, is left to the general acquire
 //! ([`LightAcquired::NotApplied`]), which decides (and recognises a landed
 //! earlier attempt as a retry).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::light_release::{LightAcquire, LightAcquired};
@@ -53,11 +60,11 @@ pub(crate) struct Found<'a> {
     pub left_ms: i64,
 }
 
-/// The `e` of the bound (see the module docs): the local time from a write
-/// sent at `sent` to a read sent at `find_sent`, in whole milliseconds,
-/// plus one.
-pub(crate) fn elapsed_before_find(sent: Instant, find_sent: Instant) -> i64 {
-    find_sent.saturating_duration_since(sent).as_millis() as i64 + 1
+/// The `e` of the bound (see the module docs): the local time from an
+/// attempt started at `started` to a read sent at `find_sent`, in whole
+/// milliseconds, plus one.
+pub(crate) fn elapsed_before_find(started: Instant, find_sent: Instant) -> i64 {
+    find_sent.saturating_duration_since(started).as_millis() as i64 + 1
 }
 
 /// `ttl` in whole milliseconds, as the light acquire writes it.
@@ -66,19 +73,20 @@ fn ttl_ms(ttl: Duration) -> i64 {
 }
 
 /// The answer to `request` of `owner` whose key's document read `found`
-/// (`None`: not found, or not readable as a lock document) `elapsed_ms`
-/// ([`elapsed_before_find`]) after the write was sent: acquired with its
-/// token if it holds the request's lease for at least the TTL less
-/// `elapsed_ms` more, else left to the general acquire.
+/// (`None`: not found, or not readable as a lock document) by a read sent
+/// at `find_sent`: acquired with its token if it holds the request's lease
+/// for at least the TTL less [`elapsed_before_find`] (from the attempt's
+/// start) more, else left to the general acquire.
 pub(crate) fn acquired(
     found: Option<Found<'_>>,
     request: &LightAcquire,
     owner: &str,
-    elapsed_ms: i64,
+    find_sent: Instant,
 ) -> LightAcquired {
     let Some(found) = found else {
         return LightAcquired::NotApplied;
     };
+    let elapsed_ms = elapsed_before_find(request.started, find_sent);
     let ours = found.lease_id == Some(request.lease_id) && found.owner == Some(owner);
     if ours && found.left_ms >= ttl_ms(request.ttl) - elapsed_ms {
         LightAcquired::Acquired(found.token)

@@ -35,6 +35,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use uuid::Uuid;
 
 use crate::error::Error;
@@ -66,6 +68,11 @@ pub(crate) struct LightAcquire {
     pub key: LeaseKey,
     pub lease_id: Uuid,
     pub ttl: Duration,
+    /// When the attempt started (`Sent::sent_at`), before any write of it
+    /// was sent: the holder counts its local deadline from it, and a
+    /// grouped acquire's decision counts from it too
+    /// ([`light_acquire`](super::light_acquire)).
+    pub started: Instant,
 }
 
 /// What a light acquire did.

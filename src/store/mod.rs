@@ -335,10 +335,10 @@
 //! key (the lease id a per-statement constant) and one `find` of the
 //! keys: a key counts as acquired if it holds this owner and lease id and
 //! its `exp - $$NOW` at the `find` is at least the TTL less the local time
-//! from the `update`'s send to the `find`'s send (whole ms, plus one), so
-//! that its expiry is at least the `update`'s send + the TTL - 2 ms (the
-//! rounding of `$$NOW` and of that time; the actor counts from its
-//! attempt's send, earlier, less its safety margin), whichever write under
+//! from the attempt's start to the `find`'s send (whole ms, plus one), so
+//! that its expiry is at least the attempt's start + the TTL - 2 ms (the
+//! rounding of `$$NOW` and of that time; the holder's local deadline
+//! counts from that start, less its safety margin), whichever write under
 //! that lease id set it; the `find`'s reply leg is not counted.
 //! A group of releases is one `update` of one statement per lease, and a
 //! `find` of the keys unless every statement applied: a document still

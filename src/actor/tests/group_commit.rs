@@ -77,3 +77,47 @@ async fn a_key_where_a_light_form_did_not_apply_skips_it_for_a_while() {
         "light again, then general"
     );
 }
+
+/// Light acquires that queued behind the one in flight are granted from
+/// their grouped `update` and `find` even when the server runs the `find`
+/// later than the `update`, relative to their sends (both queue behind other
+/// commands on a busy server): the bound counts from each attempt's start,
+/// from which its holder's local deadline counts, so the time spent queued
+/// is slack. Counted from the `update`'s send, a `find` run 50 ms late left
+/// every grouped key to the general acquire, and skipping the light forms
+/// for `CONTENDED_FOR`.
+#[tokio::test(start_paused = true)]
+async fn queued_light_acquires_count_from_their_start_when_the_find_runs_late() {
+    let db = MemoryDb::new();
+    let store = db.store("a", TTL).with_light_acquire();
+    let a = LeaseManager::start(Arc::new(store.clone()), "a".into(), timing());
+    store.set_latency(Op::Acquire, 100 * MS);
+    let acquires: Vec<_> = (0..5)
+        .map(|i| {
+            let a = a.clone();
+            tokio::spawn(async move { a.acquire(format!("k{i}").as_str()).await })
+        })
+        .collect();
+    // The lone light acquire of k0 returns at 100 ms; the group's `update`
+    // goes then, and returns at 200 ms: its `find` is the next call.
+    sleep(150 * MS).await;
+    assert_eq!(store.calls(Op::Acquire), 2, "the lone acquire, the update");
+    store.fault_next(Op::Acquire, Fault::Delay(50 * MS), 1);
+    let mut leases = Vec::new();
+    for acquire in acquires {
+        leases.push(soon(acquire).await.unwrap().unwrap());
+    }
+    let keys: Vec<usize> = store
+        .calls_of(Op::Acquire)
+        .iter()
+        .map(|c| c.keys.len())
+        .collect();
+    assert_eq!(
+        keys,
+        [1, 4, 4],
+        "the lone acquire, then the group's update and find; no general acquire"
+    );
+    for lease in leases {
+        assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+}

@@ -13,13 +13,17 @@ fn the_bound_counts_only_the_time_before_the_reads_send() {
 }
 
 #[test]
-fn a_grouped_acquire_counts_only_a_lease_that_lasts_its_ttl_from_the_send() {
+fn a_grouped_acquire_counts_only_a_lease_that_lasts_its_ttl_from_the_attempts_start() {
     let lease_id = Uuid::new_v4();
+    let started = Instant::now();
     let request = LightAcquire {
         key: "k".into(),
         lease_id,
         ttl: Duration::from_secs(10),
+        started,
     };
+    // The find went 4 ms after the attempt started: e = 5 ms.
+    let find_sent = started + Duration::from_millis(4);
     let token = |owner: &str, id: Uuid, left_ms: i64| {
         let found = Found {
             owner: Some(owner),
@@ -27,12 +31,12 @@ fn a_grouped_acquire_counts_only_a_lease_that_lasts_its_ttl_from_the_send() {
             token: 9,
             left_ms,
         };
-        match acquired(Some(found), &request, "a", 5) {
+        match acquired(Some(found), &request, "a", find_sent) {
             LightAcquired::Acquired(token) => Some(token),
             _ => None,
         }
     };
-    // 5 ms passed since the send: at least 9 995 ms must be left.
+    // At least 9 995 ms must be left.
     assert_eq!(token("a", lease_id, 9_995), Some(9));
     assert_eq!(token("a", lease_id, 9_994), None);
     assert_eq!(token("a", lease_id, -1), None);
@@ -45,11 +49,11 @@ fn a_grouped_acquire_counts_only_a_lease_that_lasts_its_ttl_from_the_send() {
         left_ms: 10_000,
     };
     assert!(matches!(
-        acquired(Some(released), &request, "a", 5),
+        acquired(Some(released), &request, "a", find_sent),
         LightAcquired::NotApplied
     ));
     assert!(matches!(
-        acquired(None, &request, "a", 5),
+        acquired(None, &request, "a", find_sent),
         LightAcquired::NotApplied
     ));
 }

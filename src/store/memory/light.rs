@@ -22,8 +22,10 @@
 //!   key's document (owner id, lease id, token, `exp - now` at that
 //!   call's server time), and the shared decision
 //!   ([`acquired`](crate::store::light_acquire::acquired)) answers each
-//!   request from what it read and the local time from the first call's
-//!   issue to the second's ([`elapsed_before_find`]). A failed call leaves
+//!   request from what it read and the local time from the request's
+//!   attempt's start to the second call's issue
+//!   ([`elapsed_before_find`](crate::store::light_acquire::elapsed_before_find)).
+//!   A failed call leaves
 //!   every request to the general acquire. The read is an
 //!   [`Op::Acquire`] call too (for the fault plan: it may fail or arrive
 //!   late, not read a stale snapshot: the server's `find` reads the
@@ -62,7 +64,7 @@ use super::store::MemoryStore;
 use crate::LeaseKind;
 use crate::error::Error;
 use crate::store::LeaseRef;
-use crate::store::light_acquire::{Found, acquired, elapsed_before_find};
+use crate::store::light_acquire::{Found, acquired};
 use crate::store::light_release::{
     LightAcquire, LightAcquired, LightRelease, Read, release_outcomes,
 };
@@ -167,7 +169,6 @@ impl MemoryStore {
         let n = requests.len();
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let keys: Vec<_> = requests.iter().map(|r| r.key.clone()).collect();
-        let sent = Instant::now();
         let update = self.run(Op::Acquire, keys.clone(), {
             let requests = requests.clone();
             move |coll, now| {
@@ -181,7 +182,6 @@ impl MemoryStore {
             return not_applied(n);
         }
         let find_sent = Instant::now();
-        let elapsed_ms = elapsed_before_find(sent.into_std(), find_sent.into_std());
         let owner = self.owner.clone();
         let find = self.run(Op::Acquire, keys, move |coll, now| {
             Ok::<_, Error>(
@@ -195,7 +195,7 @@ impl MemoryStore {
                             left_ms: millis_between(now, doc.exp),
                         });
                         let found = found.filter(|_| !coll.foreign.contains_key(&request.key));
-                        acquired(found, request, &owner, elapsed_ms)
+                        acquired(found, request, &owner, find_sent)
                     })
                     .collect::<Vec<_>>(),
             )

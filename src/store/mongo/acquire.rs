@@ -28,13 +28,13 @@ use super::rules::{
 use crate::LeaseKind;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
-use crate::store::light_acquire::{Found, acquired, elapsed_before_find};
+use crate::store::light_acquire::{Found, acquired};
 use crate::store::light_release::{LightAcquire, LightAcquired};
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
 use crate::store::{AcquireOutcome, AcquireRequest, field, replies};
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
 use mongodb::options::ReturnDocument;
-use std::time::Instant;
+use tokio::time::Instant;
 use uuid::Uuid;
 /// The live entries of `hs` other than `lease_id` of `owner`.
 pub(super) fn live_others(owner: &str, lease_id: Uuid) -> Document {
@@ -515,7 +515,9 @@ impl MongoStore {
     /// general acquire under the same lease id recognises a landed one as
     /// a retry, B7) or a duplicate key (a racing upsert).
     pub(super) async fn acquire_light_alone(&self, request: &LightAcquire) -> LightAcquired {
-        let LightAcquire { key, lease_id, ttl } = request;
+        let LightAcquire {
+            key, lease_id, ttl, ..
+        } = request;
         let (lease_id, ttl_ms) = (*lease_id, ttl_ms(*ttl));
         let update = match encode_pipeline(light_acquire_update(self.owner(), ttl_ms)) {
             Ok(update) => update,
@@ -567,7 +569,6 @@ impl MongoStore {
                 "upsert": true,
             });
         }
-        let sent = Instant::now();
         let command = update_statements(self.coll().name(), statements, false);
         if self.raw_command(command).await.is_err() {
             return not_applied();
@@ -577,7 +578,7 @@ impl MongoStore {
             field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
             "now": "$$NOW",
         };
-        let elapsed_ms = elapsed_before_find(sent, Instant::now());
+        let find_sent = Instant::now();
         let Some(docs) = self.read_keys(&keys, projection).await else {
             return not_applied();
         };
@@ -585,7 +586,7 @@ impl MongoStore {
             .iter()
             .map(|request| {
                 let doc = request.key.as_str().and_then(|k| docs.get(k));
-                acquired(doc.and_then(found), request, self.owner(), elapsed_ms)
+                acquired(doc.and_then(found), request, self.owner(), find_sent)
             })
             .collect()
     }

@@ -57,6 +57,7 @@ async fn the_encoded_renewal_renews_and_tells_lost_leases_and_the_servers_refusa
             key: lease.key.clone(),
             lease_id: lease.lease_id,
             ttl: Duration::from_secs(60),
+            started: tokio::time::Instant::now(),
         };
         let answer = store.light_acquires(vec![request]).await.pop();
         assert!(

@@ -1,6 +1,6 @@
 //! The light forms: a grouped light acquire takes only what the general
 //! acquire would take as a new acquisition, and counts only a lease under
-//! the request's own lease id that lasts its TTL from its send.
+//! the request's own lease id that lasts its TTL from its attempt's start.
 
 use crate::store::StoreExt;
 use uuid::Uuid;
@@ -9,11 +9,16 @@ use super::{Fixture, Raw, TTL, assert_held, lease, raw, take};
 use crate::store::Store;
 use crate::store::light_release::{LightAcquire, LightAcquired};
 
+/// A request whose attempt started a second before: as in the actor, whose
+/// attempts start before their write is sent, the bound has slack, so the
+/// verdicts do not depend on how much later than the `update` a busy
+/// server runs the `find`.
 fn request(key: &str, lease_id: Uuid) -> LightAcquire {
     LightAcquire {
         key: key.into(),
         lease_id,
         ttl: TTL,
+        started: tokio::time::Instant::now() - std::time::Duration::from_secs(1),
     }
 }
 
@@ -41,7 +46,7 @@ pub(super) async fn a_grouped_light_acquire_counts_only_the_new_acquisitions_it_
     f.put_foreign("foreign", "other-app").await;
     // An earlier attempt of this owner under the request's lease id that
     // landed, and whose lease has expired since: not taken again, and not
-    // counted (its expiry is not this TTL from the send).
+    // counted (its expiry is not this TTL from the attempt's start).
     let (earlier, earlier_token) = take(&a, "earlier").await;
     f.expire("earlier").await;
     let stale = raw(f, "earlier").await;
