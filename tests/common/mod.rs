@@ -9,6 +9,7 @@ use mongo_lease::{LeaseManager, LeaseManagerOptions};
 use mongodb::bson::Document;
 use mongodb::{Client, Collection, Database};
 
+pub mod others;
 pub mod renewal;
 pub mod timed;
 pub mod watchdog;

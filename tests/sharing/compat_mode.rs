@@ -16,6 +16,7 @@ use std::time::Duration;
 use mongo_lease::{DELETE_MIN_TOKEN_AGE, Error, LeaseManager, ReleaseMode};
 use mongodb::bson::{DateTime, doc};
 
+use crate::common::others::foreign_insert;
 use crate::common::{Fixture, eventually};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -51,17 +52,6 @@ async fn keep_mode_manager(f: &Fixture, owner: &str, heartbeat: Option<Duration>
 /// Lets every token issued so far become old enough for a release to delete it.
 async fn age_tokens() {
     tokio::time::sleep(DELETE_MIN_TOKEN_AGE + Duration::from_millis(200)).await;
-}
-
-/// The other application's acquire: `Ok(true)` if it inserted its lock
-/// document, `Ok(false)` on E11000 (held).
-async fn foreign_insert(f: &Fixture, key: &str) -> bool {
-    let lock = doc! { "_id": key, "ts": DateTime::now(), "aid": "other-app" };
-    match f.raw().insert_one(lock).await {
-        Ok(_) => true,
-        Err(e) if e.to_string().contains("E11000") => false,
-        Err(e) => panic!("foreign insert of {key:?}: {e}"),
-    }
 }
 
 /// The other application's release: delete by `_id` (and its `aid`).

@@ -9,39 +9,17 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use mongo_lease::LeaseManager;
-use mongodb::bson::{DateTime, Document, doc};
+use mongodb::bson::doc;
 use tokio_util::time::FutureExt as _;
 
+use crate::common::others::{
+    BARE, OTHER_APP, bare_lock, bare_unlock, bytes, foreign_lock, stored_bytes,
+};
 use crate::common::{self, Fixture};
 
 const TTL: Duration = Duration::from_secs(3);
 /// A liveness bound: only turns a hang into a failure.
 const WAIT: Duration = Duration::from_secs(60);
-const OTHER_APP: &str = "java-app-1";
-
-/// The other application acquires `key`: it inserts its lock document.
-async fn foreign_lock(fx: &Fixture, key: &str, aid: &str) -> Document {
-    let written = doc! { "_id": key, "ts": DateTime::now(), "aid": aid };
-    fx.raw()
-        .insert_one(written.clone())
-        .await
-        .expect("the other application's insert");
-    written
-}
-
-/// The stored document of `key` as BSON bytes (field order and types included).
-async fn stored_bytes(fx: &Fixture, key: &str) -> Option<Vec<u8>> {
-    fx.raw()
-        .find_one(doc! { "_id": key })
-        .await
-        .expect("read the document")
-        .map(|d| mongodb::bson::to_vec(&d).expect("BSON"))
-}
-
-fn bytes(doc: &Document) -> Option<Vec<u8>> {
-    Some(mongodb::bson::to_vec(doc).expect("BSON"))
-}
-
 async fn shutdown(manager: LeaseManager) {
     manager.shutdown().await.expect("shutdown");
 }
@@ -240,29 +218,6 @@ async fn force_release_deletes_a_foreign_lock_but_release_all_and_shutdown_with_
 }
 
 // ----- a bare `{_id}`: a client that locks by an upsert of its `_id` alone --
-
-/// The key such a client locks.
-const BARE: &str = "lock_bare";
-
-/// A client that locks by upserting `_id` alone tries to lock `key`, with
-/// its exact command: `findOneAndUpdate({_id}, {$setOnInsert: {_id}},
-/// upsert, ReturnDocument.Before)`. Returns what it reads back: `None`
-/// means it acquired (it inserted the bare `{_id}`), a document that the
-/// key is held.
-async fn bare_lock(fx: &Fixture, key: &str) -> Option<Document> {
-    fx.raw()
-        .find_one_and_update(doc! { "_id": key }, doc! { "$setOnInsert": { "_id": key } })
-        .upsert(true)
-        .return_document(mongodb::options::ReturnDocument::Before)
-        .await
-        .expect("the other client's lock command")
-}
-
-/// That client releases `key`: `deleteOne({_id})`.
-async fn bare_unlock(fx: &Fixture, key: &str) {
-    let deleted = fx.raw().delete_one(doc! { "_id": key }).await.unwrap();
-    assert_eq!(deleted.deleted_count, 1, "the other client held {key}");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bare_id_lock_is_held_try_acquire_returns_none_and_a_waiter_gets_it_after_its_delete() {

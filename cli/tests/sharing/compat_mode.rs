@@ -6,10 +6,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use mongo_lease::LeaseManager;
-use mongodb::bson::{DateTime, doc};
 use serde_json::Value;
 
 use crate::common::Fixture;
+use crate::common::others::foreign_insert;
 
 const TTL: Duration = Duration::from_secs(30);
 /// Bound on waits for a loss: >= 10x what they take here.
@@ -22,17 +22,6 @@ async fn keep_mode_manager(f: &Fixture, owner: &str, heartbeat: Option<Duration>
     options.owner_id = Some(owner.to_string());
     options.heartbeat_interval = heartbeat;
     LeaseManager::connect(options).await.expect("connect")
-}
-
-/// The other application's acquire: `Ok(true)` if it inserted its lock
-/// document, `Ok(false)` on E11000 (held).
-async fn foreign_insert(f: &Fixture, key: &str) -> bool {
-    let lock = doc! { "_id": key, "ts": DateTime::now(), "aid": "other-app" };
-    match f.raw().insert_one(lock).await {
-        Ok(_) => true,
-        Err(e) if e.to_string().contains("E11000") => false,
-        Err(e) => panic!("foreign insert of {key:?}: {e}"),
-    }
 }
 
 /// `mongo-lease ARGS` on the fixture's collection.

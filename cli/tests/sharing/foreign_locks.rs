@@ -6,38 +6,17 @@
 
 use std::process::Output;
 
-use mongodb::bson::{DateTime, Document, doc};
+use mongodb::bson::doc;
 use serde_json::Value;
 
+use crate::common::others::{
+    BARE, OTHER_APP, bare_lock, bare_unlock, bytes, foreign_lock, stored_bytes,
+};
 use crate::common::{self, Fixture};
 
-const OTHER_APP: &str = "java-app-1";
 const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
 /// `mongo-lease` exit code for "not acquired" (`mongo-lease --help`).
 const NOT_ACQUIRED: i32 = 75;
-
-/// The other application acquires `key`: it inserts its lock document.
-async fn foreign_lock(fx: &Fixture, key: &str, aid: &str) -> Document {
-    let written = doc! { "_id": key, "ts": DateTime::now(), "aid": aid };
-    fx.raw()
-        .insert_one(written.clone())
-        .await
-        .expect("the other application's insert");
-    written
-}
-
-/// The stored document of `key` as BSON bytes (field order and types included).
-async fn stored_bytes(fx: &Fixture, key: &str) -> Option<Vec<u8>> {
-    fx.raw()
-        .find_one(doc! { "_id": key })
-        .await
-        .expect("read the document")
-        .map(|d| mongodb::bson::to_vec(&d).expect("BSON"))
-}
-
-fn bytes(doc: &Document) -> Option<Vec<u8>> {
-    Some(mongodb::bson::to_vec(doc).expect("BSON"))
-}
 
 /// Runs `mongo-lease ARGS` on the fixture's lock collection.
 async fn cli(fx: &Fixture, args: &[&str]) -> Output {
@@ -108,29 +87,6 @@ async fn cli_exec_no_wait_exits_75_list_shows_the_foreign_holder_and_release_for
 }
 
 // ----- a bare `{_id}`: a client that locks by an upsert of its `_id` alone --
-
-/// The key such a client locks.
-const BARE: &str = "lock_bare";
-
-/// A client that locks by upserting `_id` alone tries to lock `key`, with
-/// its exact command: `findOneAndUpdate({_id}, {$setOnInsert: {_id}},
-/// upsert, ReturnDocument.Before)`. Returns what it reads back: `None`
-/// means it acquired (it inserted the bare `{_id}`), a document that the
-/// key is held.
-async fn bare_lock(fx: &Fixture, key: &str) -> Option<Document> {
-    fx.raw()
-        .find_one_and_update(doc! { "_id": key }, doc! { "$setOnInsert": { "_id": key } })
-        .upsert(true)
-        .return_document(mongodb::options::ReturnDocument::Before)
-        .await
-        .expect("the other client's lock command")
-}
-
-/// That client releases `key`: `deleteOne({_id})`.
-async fn bare_unlock(fx: &Fixture, key: &str) {
-    let deleted = fx.raw().delete_one(doc! { "_id": key }).await.unwrap();
-    assert_eq!(deleted.deleted_count, 1, "the other client held {key}");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_exec_no_wait_exits_75_while_a_bare_id_lock_exists_and_runs_once_it_is_deleted() {
