@@ -26,6 +26,9 @@ use crate::store::{AcquireOutcome, AcquireRequest};
 
 impl Actor {
     pub(super) fn on_acquire(&mut self, key: Target, waiter: Waiter) {
+        let Some(waiter) = self.reenter_or_refuse(&key, waiter) else {
+            return;
+        };
         let state = self
             .keys
             .entry(key.clone())
@@ -377,6 +380,9 @@ impl Actor {
                 kind: shape.kind,
                 acquired_at: Instant::now(),
                 span,
+                holder: waiter.holder,
+                entries: 1,
+                group: None,
             });
             tracing::debug!(%key, token, kind = %shape.kind, "lease acquired");
             let lease = Some(GrantedLease {
@@ -401,6 +407,9 @@ impl Actor {
             }
             if std::mem::take(&mut state.written_in_flight) {
                 self.check_held([key.clone()].into_iter().collect());
+            }
+            if waiter.holder.is_some() {
+                self.settle_same_holder(key, lease_id);
             }
             // Writes to held leases by others are noticed through it.
             self.open_release_watch(key.place);

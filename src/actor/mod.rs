@@ -33,6 +33,8 @@
 //! | `release_watch.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
 //! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
 //! | `loss.rs` | why a lease the server no longer holds was lost (one read of its key) |
+//! | `reentry.rs` | a second acquisition by the holder of a lease: re-entered (counted) or refused |
+//! | `lease_group.rs` | leases acquired together (`acquire_all`): the loss of one ends all |
 //! | `shutdown.rs` | draining the queue, failing waiters, the final release |
 //! | `observers.rs` | observer hubs, one task per observed key |
 //! | `telemetry.rs` | the health board, metrics and per-lease tracing spans |
@@ -43,10 +45,12 @@ mod documents;
 mod group_commit;
 mod handoff;
 mod key_state;
+mod lease_group;
 mod loss;
 pub(crate) mod mailbox;
 mod observers;
 mod queue;
+mod reentry;
 mod release;
 mod release_watch;
 mod renewal;
@@ -422,6 +426,11 @@ impl Actor {
                 write,
                 respond_to,
             } => self.on_write_document(key, lease_id, write, respond_to),
+            Command::Reenter { key, lease_id } => self.on_reenter(&key, lease_id),
+            Command::BindGroup {
+                members,
+                respond_to,
+            } => self.on_bind_group(members, respond_to),
         }
     }
 
@@ -562,7 +571,10 @@ impl Actor {
         let index = state.holders.iter().position(|h| h.lease_id == lease_id)?;
         let held = state.holders.remove(index);
         telemetry::lease_ended(&self.health, key, &held, &reason);
-        held.state.lose(reason);
+        held.state.lose(reason.clone());
+        if let Some(group) = held.group.clone() {
+            self.end_group(&group, key, &reason);
+        }
         Some(held)
     }
 
