@@ -87,7 +87,7 @@ async fn try_acquire_all_gives_back_what_it_took_before_it_returns() {
             .unwrap()
             .is_none()
     );
-    held.release().await.unwrap();
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
@@ -106,7 +106,7 @@ async fn an_acquire_all_given_up_leaves_no_key_held() {
         fx.doc("a").await.get("lid").is_none()
     })
     .await;
-    held.release().await.unwrap();
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
@@ -133,7 +133,8 @@ async fn the_loss_of_one_key_ends_the_whole_group() {
     );
     // The others are released on the server: another owner takes them.
     let others = within(LIMIT, "the other keys", operator.acquire_all(["a", "c"])).await;
-    others.unwrap().release().await.unwrap();
+    let others = others.unwrap().release().await.unwrap();
+    assert_eq!(others, ReleaseOutcome::Released);
     assert_eq!(group.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
     a.shutdown().await.unwrap();
     operator.shutdown().await.unwrap();
