@@ -459,4 +459,8 @@ pub mod doc_examples {
     pub struct Election;
     #[doc = include_str!("../docs/testing.md")]
     pub struct Testing;
+    #[doc = include_str!("../docs/reentrancy.md")]
+    pub struct Reentrancy;
+    #[doc = include_str!("../docs/multi-key.md")]
+    pub struct MultiKey;
 }
