@@ -166,7 +166,10 @@ async fn lease_reenter_keeps_the_key_until_the_last_entry_is_released() {
 #[tokio::test]
 async fn a_loss_ends_every_entry_at_once() {
     let fx = Fixture::new("reenter_loss").await;
-    let (a, operator) = (fx.manager(TTL).await, fx.manager(TTL).await);
+    // A short TTL: the holder learns of the force release at its next
+    // renewal (1 s) if its change stream was not open yet.
+    let ttl = Duration::from_secs(3);
+    let (a, operator) = (fx.manager(ttl).await, fx.manager(ttl).await);
     let options = reentrant(HolderId::new());
     let outer = a.acquire_with("job", &options).await.unwrap();
     let inner = a.acquire_with("job", &options).await.unwrap();

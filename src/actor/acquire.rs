@@ -380,9 +380,6 @@ impl Actor {
                 kind: shape.kind,
                 acquired_at: Instant::now(),
                 span,
-                holder: waiter.holder,
-                entries: 1,
-                group: None,
             });
             tracing::debug!(%key, token, kind = %shape.kind, "lease acquired");
             let lease = Some(GrantedLease {
@@ -408,8 +405,8 @@ impl Actor {
             if std::mem::take(&mut state.written_in_flight) {
                 self.check_held([key.clone()].into_iter().collect());
             }
-            if waiter.holder.is_some() {
-                self.settle_same_holder(key, lease_id);
+            if let Some(holder) = waiter.holder {
+                self.held_by(key, lease_id, holder);
             }
             // Writes to held leases by others are noticed through it.
             self.open_release_watch(key.place);

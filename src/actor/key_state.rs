@@ -49,13 +49,6 @@ pub(super) struct Held {
     /// Its tracing span (key, owner id, fencing token), if a subscriber
     /// wanted one when it was acquired.
     pub(super) span: Option<Box<tracing::Span>>,
-    /// The holder it was acquired for, if named (`reentry.rs`).
-    pub(super) holder: Option<crate::HolderId>,
-    /// Its entries not released yet: 1, plus one per re-entry; the lease
-    /// is released with its last entry (`reentry.rs`).
-    pub(super) entries: u32,
-    /// The leases it was acquired with, if any (`lease_group.rs`).
-    pub(super) group: Option<super::lease_group::Group>,
 }
 
 impl Held {

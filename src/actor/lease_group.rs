@@ -2,7 +2,7 @@
 //! is the loss of all.
 //!
 //! Once a group's leases are all granted, the handle binds them
-//! (`Command::BindGroup`): each `Held` keeps the group's members. When one
+//! (`Command::BindGroup`): each one's `Binding` keeps the group's members. When one
 //! of them ends other than by its holder (expired, taken, deleted,
 //! force-released), every other member still held ends with it, for
 //! [`LossReason::GroupLost`] naming the first one and its reason, and is
@@ -32,10 +32,8 @@ impl Actor {
             .all(|(key, lease_id)| self.held_lease(key, *lease_id).is_some());
         if all_held {
             let group: Group = members.into();
-            for (key, lease_id) in group.iter() {
-                let state = self.keys.get_mut(key).expect("held above");
-                let held = state.holder_mut(*lease_id).expect("held above");
-                held.group = Some(group.clone());
+            for (_, lease_id) in group.iter() {
+                self.bindings.entry(*lease_id).or_default().group = Some(group.clone());
             }
         }
         let _ = respond_to.send(Ok(all_held));

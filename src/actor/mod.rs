@@ -33,6 +33,7 @@
 //! | `release_watch.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
 //! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
 //! | `loss.rs` | why a lease the server no longer holds was lost (one read of its key) |
+//! | `binding.rs` | what a few held leases are bound to: a named holder, re-entries, a group (`Actor::bindings`) |
 //! | `reentry.rs` | a second acquisition by the holder of a lease: re-entered (counted) or refused |
 //! | `lease_group.rs` | leases acquired together (`acquire_all`): the loss of one ends all |
 //! | `shutdown.rs` | draining the queue, failing waiters, the final release |
@@ -40,6 +41,7 @@
 //! | `telemetry.rs` | the health board, metrics and per-lease tracing spans |
 
 mod acquire;
+mod binding;
 pub(crate) mod command;
 mod documents;
 mod group_commit;
@@ -273,6 +275,9 @@ pub(crate) struct Actor {
     /// Keys the general form was sent for lately, or a light form did not
     /// apply to, with when (see `group_commit`); pruned at each heartbeat.
     contended: HashMap<Target, Instant>,
+    /// The held leases bound to more than themselves (a named holder,
+    /// re-entries, a group), by lease id; none for a plain lease.
+    bindings: HashMap<Uuid, binding::Binding>,
 }
 
 /// The actor loop's `tokio::select!`. tokio starts at a random branch, from
@@ -334,6 +339,7 @@ impl Actor {
             health_due: false,
             gave_up: HashMap::default(),
             contended: HashMap::default(),
+            bindings: HashMap::default(),
         }
     }
 
@@ -572,7 +578,8 @@ impl Actor {
         let held = state.holders.remove(index);
         telemetry::lease_ended(&self.health, key, &held, &reason);
         held.state.lose(reason.clone());
-        if let Some(group) = held.group.clone() {
+        let group = self.bindings.remove(&lease_id).and_then(|b| b.group);
+        if let Some(group) = group {
             self.end_group(&group, key, &reason);
         }
         Some(held)
@@ -581,6 +588,8 @@ impl Actor {
     /// Takes every held lease (as `take_held`, for `reason`) and counts a
     /// release in flight for each; returns their keys, once per lease.
     fn take_all_held(&mut self, reason: LossReason) -> Vec<Target> {
+        // Every lease ends on its own: no group ends another.
+        self.bindings.clear();
         let mut keys = Vec::new();
         for (key, state) in &mut self.keys {
             for held in state.holders.drain(..) {

@@ -1,14 +1,14 @@
 //! Re-entry: a second acquisition of a key by the holder of a lease on it
 //! (`AcquireOptions::holder`, `Lease::reenter`) never waits on itself.
 //!
-//! A lease acquired for a named holder keeps that holder (`Held::holder`).
+//! A lease acquired for a named holder keeps that holder (its `Binding`).
 //! An acquisition by the same holder of a key it holds is answered at once,
 //! without a round trip: a new entry of the same lease if it asked to
 //! re-enter and for the same kind, [`Error::AlreadyHeld`] otherwise. One
 //! that arrives while its holder's first acquisition still waits queues as
 //! any waiter, and is answered so as soon as that one is granted
-//! ([`Actor::settle_same_holder`]). Entries are counted per held lease
-//! (`Held::entries`); releasing one that is not the last answers
+//! ([`Actor::held_by`]). Entries are counted per held lease
+//! (`Binding::reentries`); releasing one that is not the last answers
 //! [`ReleaseOutcome::StillHeld`](crate::ReleaseOutcome::StillHeld) and
 //! sends nothing, the last one releases the lease. Every entry shares the
 //! lease's state, so a loss ends them all. Nothing of this is stored in
@@ -20,6 +20,7 @@ use super::Actor;
 use super::command::{Granted, GrantedLease, Target, Waiter};
 use super::mailbox::Mailbox;
 use crate::error::{Error, Result};
+use crate::holder::HolderId;
 
 impl Actor {
     /// Answers `waiter` at once if its holder holds a lease on `key` here
@@ -28,10 +29,12 @@ impl Actor {
         let Some(holder) = waiter.holder else {
             return Some(waiter);
         };
-        let held = self
-            .keys
-            .get(key)
-            .and_then(|state| state.holders.iter().find(|h| h.holder == Some(holder)));
+        let held = self.keys.get(key).and_then(|state| {
+            state.holders.iter().find(|h| {
+                let binding = self.bindings.get(&h.lease_id);
+                binding.is_some_and(|b| b.holder == Some(holder))
+            })
+        });
         let Some(held) = held else {
             return Some(waiter);
         };
@@ -41,14 +44,16 @@ impl Actor {
         None
     }
 
-    /// Lease `lease_id` of `key` was just granted to a named holder: the
-    /// waiters of that holder behind it (which asked while it waited) are
-    /// answered now, as if they had asked after the grant.
-    pub(super) fn settle_same_holder(&mut self, key: &Target, lease_id: Uuid) {
+    /// Lease `lease_id` of `key` was just granted to `holder`: it keeps
+    /// that holder, and the waiters of that holder behind it (which asked
+    /// while it waited) are answered now, as if they had asked after the
+    /// grant.
+    pub(super) fn held_by(&mut self, key: &Target, lease_id: Uuid, holder: HolderId) {
+        self.bindings.entry(lease_id).or_default().holder = Some(holder);
         let Some(state) = self.keys.get_mut(key) else {
             return;
         };
-        let Some((Some(holder), kind)) = state.holder(lease_id).map(|h| (h.holder, h.kind)) else {
+        let Some(kind) = state.holder(lease_id).map(|h| h.kind) else {
             return;
         };
         let (same, others) = std::mem::take(&mut state.waiters)
@@ -79,11 +84,13 @@ impl Actor {
         let owner_id = self.owner_id.clone();
         let held = self
             .keys
-            .get_mut(key)
-            .and_then(|state| state.holder_mut(lease_id))
+            .get(key)
+            .and_then(|state| state.holder(lease_id))
             .expect("re-entry of a held lease");
-        held.entries += 1;
-        tracing::debug!(%key, token = held.token, entries = held.entries, "lease re-entered");
+        let binding = self.bindings.entry(lease_id).or_default();
+        binding.reentries += 1;
+        let entries = binding.reentries + 1;
+        tracing::debug!(%key, token = held.token, entries, "lease re-entered");
         Ok(Some(Granted {
             lease: Some(GrantedLease {
                 key: key.clone(),
@@ -104,12 +111,8 @@ impl Actor {
     /// lost lease's new entry is lost with it, and its release is answered
     /// as lost).
     pub(super) fn on_reenter(&mut self, key: &Target, lease_id: Uuid) {
-        if let Some(held) = self
-            .keys
-            .get_mut(key)
-            .and_then(|state| state.holder_mut(lease_id))
-        {
-            held.entries += 1;
+        if self.held_lease(key, lease_id).is_some() {
+            self.bindings.entry(lease_id).or_default().reentries += 1;
         }
     }
 
@@ -117,15 +120,17 @@ impl Actor {
     /// `true` then, and the lease stays held. `false` for the last entry
     /// (the caller releases the lease) and for a lease no longer held.
     pub(super) fn leave_entry(&mut self, key: &Target, lease_id: Uuid) -> bool {
-        let Some(held) = self
-            .keys
-            .get_mut(key)
-            .and_then(|state| state.holder_mut(lease_id))
-            .filter(|held| held.entries > 1)
+        if self.held_lease(key, lease_id).is_none() {
+            return false;
+        }
+        let Some(binding) = self
+            .bindings
+            .get_mut(&lease_id)
+            .filter(|binding| binding.reentries > 0)
         else {
             return false;
         };
-        held.entries -= 1;
+        binding.reentries -= 1;
         true
     }
 }
