@@ -343,6 +343,24 @@ pub struct AcquireOptions {
     /// document earlier).
     #[builder(default, setter(strip_option))]
     pub hold_at_least: Option<Duration>,
+    /// Who acquires: an explicit holder ([`HolderId`](crate::HolderId)).
+    /// While that holder holds the key, a second acquisition of it with the
+    /// same holder never waits on itself: it re-enters the lease if
+    /// [`reentrant`](AcquireOptions::reentrant), and otherwise fails at once
+    /// with [`Error::AlreadyHeld`](crate::Error::AlreadyHeld) (a try too).
+    /// Default: `None`, every acquisition is its own holder and a second
+    /// one waits in the key's queue like any other caller.
+    #[builder(default, setter(strip_option))]
+    pub holder: Option<crate::HolderId>,
+    /// Re-enter a lease the [`holder`](AcquireOptions::holder) already holds
+    /// on the key, of the same kind: the acquisition returns at once, with
+    /// no round trip, a [`Lease`](crate::Lease) of the same acquisition
+    /// (same fencing token, TTL and cancellation token), counted: the key
+    /// is released when the last of its entries is released or dropped.
+    /// This acquisition's `ttl` and `hold_at_least` are not applied (the
+    /// lease keeps its own). Default: `false`. Needs a `holder`.
+    #[builder(default)]
+    pub reentrant: bool,
 }
 
 fn invalid(reason: impl Into<String>) -> Error {
@@ -357,6 +375,11 @@ impl Timing {
     /// [`AcquireOptions::hold_at_least`]).
     pub(crate) fn lease_shape(&self, options: &AcquireOptions) -> Result<LeaseShape> {
         options.kind.validate()?;
+        if options.reentrant && options.holder.is_none() {
+            return Err(invalid(
+                "reentrant needs a holder (AcquireOptions::holder): re-entry is by the same holder",
+            ));
+        }
         let shape = LeaseShape {
             kind: options.kind,
             hold_at_least: options.hold_at_least,

@@ -218,6 +218,24 @@ pub enum Error {
         requested: crate::LeaseKind,
     },
 
+    /// The acquisition's holder ([`AcquireOptions::holder`]) already holds
+    /// the key, and the acquisition did not ask to re-enter it
+    /// ([`AcquireOptions::reentrant`]), or asked for another kind than the
+    /// lease held: waiting would wait on itself. Nothing was sent; the
+    /// holder's lease is unchanged.
+    ///
+    /// [`AcquireOptions::holder`]: crate::AcquireOptions::holder
+    /// [`AcquireOptions::reentrant`]: crate::AcquireOptions::reentrant
+    #[error(
+        "the key {} is already held by this holder; acquiring it again would wait on itself \
+         (AcquireOptions::reentrant re-enters a lease of the same kind)",
+        .key.to_extended_json()
+    )]
+    AlreadyHeld {
+        /// The key.
+        key: LeaseKey,
+    },
+
     /// The manager has shut down (by [`LeaseManager::shutdown`] or because its
     /// task stopped); no further commands are accepted.
     ///

@@ -250,6 +250,15 @@ impl Lease {
         self.granted.state.events()
     }
 
+    /// This lease as a member of a group ([`LeaseGroup`](crate::LeaseGroup)):
+    /// its key, its lease id, and its manager's mailbox.
+    pub(crate) fn member(&self) -> ((Target, Uuid), &Mailbox) {
+        (
+            (self.granted.key.clone(), self.granted.lease_id),
+            &self.granted.mailbox,
+        )
+    }
+
     /// The state shared with the manager (token, deadline, reason, events).
     pub(crate) fn state(&self) -> &Arc<LeaseState> {
         &self.granted.state
@@ -304,6 +313,57 @@ impl Lease {
         }
     }
 
+    /// Re-enters this lease: another `Lease` of the same acquisition (same
+    /// key, fencing token, TTL and cancellation token), counted as one more
+    /// entry. The lease stays held, and renewed, until every entry is
+    /// released or dropped: releasing an entry that is not the last answers
+    /// [`ReleaseOutcome::StillHeld`] and sends nothing; the last one
+    /// releases the lease. A loss ends every entry at once. No round trip:
+    /// the count is the manager's.
+    ///
+    /// The lease handle is the holder here (as a thread is for a Java
+    /// reentrant lock): give the new entry to code that must keep the key
+    /// held for as long as it runs, a spawned task for example, whichever
+    /// of the two ends first. To re-enter by acquiring again, name the
+    /// holder instead ([`AcquireOptions::holder`](crate::AcquireOptions::holder)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] if the lease is already lost; [`Error::Unsupported`]
+    /// for an in-document lease ([`DocumentLease`](crate::DocumentLease),
+    /// whose commit releases the lease whatever its entries).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// let lease = manager.acquire("report").await?;
+    /// let entry = lease.reenter()?;
+    /// let upload = tokio::spawn(async move {
+    ///     // ... work under `entry.fencing_token()` ...
+    ///     entry.release().await
+    /// });
+    /// lease.release().await?; // `StillHeld` while the upload runs
+    /// upload.await.expect("upload task")?; // `Released`: the key is free
+    /// # Ok(()) }
+    /// ```
+    pub fn reenter(&self) -> Result<Lease> {
+        if self.granted.place.field.is_some() {
+            return Err(Error::Unsupported {
+                reason: "an in-document lease cannot be re-entered".into(),
+            });
+        }
+        if self.is_lost() {
+            return Err(Error::LeaseLost {
+                key: self.key().clone(),
+            });
+        }
+        self.granted
+            .mailbox
+            .reenter(self.granted.key.clone(), self.granted.lease_id);
+        Ok(Lease::new(self.granted.clone()))
+    }
+
     /// Releases the lease and waits for MongoDB to confirm. The key is free at
     /// once for the next waiter, local or remote. Only this acquisition (owner
     /// id and lease id) is released: a stale holder can never release its
@@ -316,6 +376,11 @@ impl Lease {
     /// (e.g. a user without the `readWrite` role); [`Error::Database`] or
     /// [`Error::Unreachable`] if the release could not be confirmed (in
     /// either case the lease then expires after its TTL).
+    ///
+    /// For a re-entered lease ([`Lease::reenter`],
+    /// [`AcquireOptions::reentrant`](crate::AcquireOptions::reentrant)),
+    /// this releases one entry: [`ReleaseOutcome::StillHeld`] while other
+    /// entries remain (nothing is sent), and the lease with the last one.
     ///
     /// # Cancel safety
     ///

@@ -396,10 +396,12 @@ mod election;
 mod error;
 mod fence;
 mod health;
+mod holder;
 mod info;
 mod key;
 mod kind;
 mod lease;
+mod lease_group;
 mod manager;
 mod random;
 mod semaphore;
@@ -426,10 +428,12 @@ pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadersh
 pub use error::{Error, Operation, Result};
 pub use fence::Fence;
 pub use health::Health;
+pub use holder::HolderId;
 pub use info::{HolderInfo, LeaseInfo};
 pub use key::LeaseKey;
 pub use kind::{LeaseKind, MAX_PERMITS};
 pub use lease::{Lease, LeaseObserver, MAX_PAYLOAD_LEN};
+pub use lease_group::LeaseGroup;
 pub use manager::LeaseManager;
 pub use semaphore::Semaphore;
 pub use status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason, ReleaseOutcome};
@@ -455,4 +459,8 @@ pub mod doc_examples {
     pub struct Election;
     #[doc = include_str!("../docs/testing.md")]
     pub struct Testing;
+    #[doc = include_str!("../docs/reentrancy.md")]
+    pub struct Reentrancy;
+    #[doc = include_str!("../docs/multi-key.md")]
+    pub struct MultiKey;
 }

@@ -355,6 +355,8 @@ impl LeaseManager {
                     ttl,
                     create,
                     shape,
+                    holder: options.holder,
+                    reentrant: options.reentrant,
                     respond_to,
                 },
             })

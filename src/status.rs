@@ -36,6 +36,12 @@ pub enum ReleaseOutcome {
     /// the server no longer had it under this lease id): work done since then
     /// was not protected by it.
     AlreadyLost,
+    /// One entry of a re-entered lease ended
+    /// ([`AcquireOptions::reentrant`](crate::AcquireOptions::reentrant),
+    /// [`Lease::reenter`](crate::Lease::reenter)); its other entries still
+    /// hold the lease, and the key stays held until the last one is
+    /// released. Nothing was sent.
+    StillHeld,
 }
 
 impl ReleaseOutcome {
@@ -93,11 +99,20 @@ pub enum LossReason {
     /// The manager shut down ([`LeaseManager::shutdown`](crate::LeaseManager::shutdown),
     /// or every handle dropped).
     Shutdown,
+    /// Another lease of its group ([`LeaseManager::acquire_all`](crate::LeaseManager::acquire_all))
+    /// was lost, for `reason`: the loss of one key of a group is the loss
+    /// of all, and the manager released this one at once.
+    GroupLost {
+        /// The key whose lease was lost first.
+        key: crate::LeaseKey,
+        /// Why that lease was lost.
+        reason: Box<LossReason>,
+    },
 }
 
 impl LossReason {
     /// A short label, for metrics and logs: `expired`, `taken`, `deleted`,
-    /// `force_released`, `released` or `shutdown`.
+    /// `force_released`, `released`, `shutdown` or `group_lost`.
     pub fn as_str(&self) -> &'static str {
         match self {
             LossReason::Expired => "expired",
@@ -106,6 +121,7 @@ impl LossReason {
             LossReason::ForceReleased => "force_released",
             LossReason::Released => "released",
             LossReason::Shutdown => "shutdown",
+            LossReason::GroupLost { .. } => "group_lost",
         }
     }
 
@@ -123,6 +139,9 @@ impl fmt::Display for LossReason {
                 owner_id,
                 fencing_token,
             } => write!(f, "taken by {owner_id:?} (fencing token {fencing_token})"),
+            LossReason::GroupLost { key, reason } => {
+                write!(f, "the lease on {key} of its group was lost: {reason}")
+            }
             other => f.write_str(other.as_str()),
         }
     }

@@ -36,9 +36,14 @@ permits of a semaphore key; every exec of the key must pass the same N while it 
 --hold-at-least D keeps an exclusive key held until its acquisition + D by the server's
 clock, even if the command ends earlier: at most one run per D across machines.
 
+Several keys (exec): repeat --key or --key-json; all are held while the command runs, or
+none (exit 75), and the loss of any is the loss of all (exit 76).
+
 Environment of the command: MONGO_LEASE_KEY (key or election name; a non-string key as
-canonical Extended JSON), MONGO_LEASE_TOKEN (fencing token = term), MONGO_LEASE_OWNER (owner id),
-MONGO_LEASE_KIND (exclusive, shared or permit), MONGO_LEASE_PERMITS (N, for --permits N only).";
+canonical Extended JSON; with several keys, one per line, in the order they were taken),
+MONGO_LEASE_TOKEN (fencing token = term; with several keys, one per line in the same order),
+MONGO_LEASE_OWNER (owner id), MONGO_LEASE_KIND (exclusive, shared or permit),
+MONGO_LEASE_PERMITS (N, for --permits N only).";
 
 /// Distributed leases (renewable locks) and leader election on MongoDB.
 ///
@@ -329,29 +334,45 @@ impl ExecArgs {
     }
 }
 
-/// A lease key: a string (`--key`) or any BSON value in Extended JSON
-/// (`--key-json`); exactly one.
+/// The lease keys of `exec`: strings (`--key`) and any BSON values in
+/// Extended JSON (`--key-json`); one or more, held together.
 #[derive(Args, Debug)]
-#[group(required = true, multiple = false)]
+#[group(required = true, multiple = true)]
 pub struct KeyArg {
-    /// The key to lock, a string.
+    /// The key to lock, a string. Repeat --key (or --key-json) to hold
+    /// several keys at once: all of them or none, taken in one order
+    /// whatever the order given (so two execs over overlapping keys never
+    /// deadlock), and the loss of any is the loss of all.
     #[arg(long)]
-    pub key: Option<String>,
+    pub key: Vec<String>,
 
     /// The key as MongoDB Extended JSON v2, for a key of any BSON type (the
     /// `_id` of the document to lock), e.g.
     /// `--key-json '{"$oid":"5087b72181a445980ae47d13"}'`.
     #[arg(long, value_name = "JSON", value_parser = parse_key_json)]
-    pub key_json: Option<LeaseKey>,
+    pub key_json: Vec<LeaseKey>,
 }
 
 impl KeyArg {
-    pub fn key(&self) -> Result<LeaseKey, Failure> {
-        one_key(
-            self.key.as_deref(),
-            self.key_json.as_ref(),
-            "--key or --key-json",
-        )
+    /// The keys, at least one; with several, no string key may contain a
+    /// newline (the separator of `MONGO_LEASE_KEY`).
+    pub fn keys(&self) -> Result<Vec<LeaseKey>, Failure> {
+        let strings = self.key.iter().map(|key| LeaseKey::from(key.as_str()));
+        let keys: Vec<LeaseKey> = strings.chain(self.key_json.iter().cloned()).collect();
+        if keys.is_empty() {
+            return Err(Failure::usage(
+                "a key is required: pass --key or --key-json",
+            ));
+        }
+        if keys.len() > 1
+            && let Some(key) = self.key.iter().find(|key| key.contains('\n'))
+        {
+            return Err(Failure::usage(format!(
+                "--key {key:?} contains a newline, which separates the keys in \
+                 MONGO_LEASE_KEY when several are held: pass it alone, or with --key-json"
+            )));
+        }
+        Ok(keys)
     }
 }
 

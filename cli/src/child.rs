@@ -88,8 +88,9 @@ pub struct LeaseEnv<'a> {
     /// `MONGO_LEASE_KEY`: the key as a string (a non-string key as
     /// canonical Extended JSON).
     pub key: &'a str,
-    /// `MONGO_LEASE_TOKEN`: the fencing token (an election's term).
-    pub token: u64,
+    /// `MONGO_LEASE_TOKEN`: the fencing token (an election's term); one
+    /// per key, one per line, for several keys.
+    pub tokens: &'a [u64],
     /// `MONGO_LEASE_OWNER`: the owner id of this process's leases.
     pub owner_id: &'a str,
     /// `MONGO_LEASE_KIND` (`exclusive`, `shared` or `permit`), and
@@ -100,7 +101,7 @@ pub struct LeaseEnv<'a> {
 impl LeaseEnv<'_> {
     fn apply(&self, cmd: &mut std::process::Command) {
         cmd.env("MONGO_LEASE_KEY", self.key)
-            .env("MONGO_LEASE_TOKEN", self.token.to_string())
+            .env("MONGO_LEASE_TOKEN", lines(self.tokens))
             .env("MONGO_LEASE_OWNER", self.owner_id)
             .env("MONGO_LEASE_KIND", kind_name(self.kind))
             // Not inherited from an outer mongo-lease's command.
@@ -109,6 +110,12 @@ impl LeaseEnv<'_> {
             cmd.env("MONGO_LEASE_PERMITS", permits.to_string());
         }
     }
+}
+
+/// `values`, one per line.
+fn lines(values: &[u64]) -> String {
+    let lines: Vec<String> = values.iter().map(u64::to_string).collect();
+    lines.join("\n")
 }
 
 /// Runs `command` with the lease in its environment, in a process group of
@@ -124,7 +131,7 @@ pub async fn run(
     grace: Duration,
     signals: &Signals,
 ) -> ChildOutcome {
-    let (key, token) = (lease.key, lease.token);
+    let (key, token) = (lease.key, lines(lease.tokens));
     let mut cmd = std::process::Command::new(&command[0]);
     cmd.args(&command[1..]);
     lease.apply(&mut cmd);
@@ -153,7 +160,7 @@ pub async fn run(
         }
     };
     if exited.is_none() {
-        tracing::warn!(key, token, "lease lost: terminating the command");
+        tracing::warn!(key, %token, "lease lost: terminating the command");
     }
     if !group.end(grace).await {
         tracing::warn!(

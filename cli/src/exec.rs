@@ -1,13 +1,17 @@
-//! `mongo-lease exec`: run a command while holding a lease on a key.
+//! `mongo-lease exec`: run a command while holding a lease on a key, or
+//! on several keys at once (`--key` repeated: `LeaseManager::acquire_all`).
 
 use std::sync::Arc;
 
-use mongo_lease::{Error, LeaseKey, LeaseKind, LeaseManager};
+use mongo_lease::{
+    Error, Lease, LeaseGroup, LeaseInfo, LeaseKey, LeaseKind, LeaseManager, ReleaseOutcome,
+};
+use tokio_util::sync::WaitForCancellationFutureOwned;
 use tokio_util::time::FutureExt as _;
 
 use crate::args::ExecArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
-use crate::http::{Phase, Status};
+use crate::http::{self, Held as _, Phase, Status};
 use crate::{Failure, exit, output};
 
 /// Acquires the key (of the kind and minimum hold the flags ask for), runs
@@ -20,60 +24,87 @@ pub async fn exec(
     status: &Status,
 ) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
-    let key = args.key.key()?;
+    let keys = args.key.keys()?;
     let options = args.acquire_options();
     let acquire = async {
-        if args.no_wait {
-            manager.try_acquire_with(key.clone(), &options).await
-        } else if let Some(timeout) = args.timeout {
-            manager
+        match (keys.as_slice(), args.no_wait, args.timeout) {
+            ([key], true, _) => manager
+                .try_acquire_with(key.clone(), &options)
+                .await
+                .map(|lease| lease.map(Held::One)),
+            ([key], false, None) => manager
+                .acquire_with(key.clone(), &options)
+                .await
+                .map(|lease| Some(Held::One(lease))),
+            ([key], false, Some(timeout)) => manager
                 .acquire_with(key.clone(), &options)
                 .timeout(timeout)
                 .await
                 .ok()
                 .transpose()
-        } else {
-            manager.acquire_with(key.clone(), &options).await.map(Some)
+                .map(|lease| lease.map(Held::One)),
+            (_, true, _) => manager
+                .try_acquire_all_with(keys.clone(), &options)
+                .await
+                .map(|group| group.map(Held::All)),
+            (_, false, None) => manager
+                .acquire_all_with(keys.clone(), &options)
+                .await
+                .map(|group| Some(Held::All(group))),
+            (_, false, Some(timeout)) => manager
+                .acquire_all_with(keys.clone(), &options)
+                .timeout(timeout)
+                .await
+                .ok()
+                .transpose()
+                .map(|group| group.map(Held::All)),
         }
     };
-    let lease = tokio::select! {
-        lease = acquire => lease.map_err(|e| mismatch_hint(&key, e))?,
+    let held = tokio::select! {
+        held = acquire => held.map_err(|e| mismatch_hint(&keys, e))?,
         signal = signals.next() => return Ok(128 + signal as u8),
     };
-    let Some(lease) = lease else {
-        let holder = manager.inspect(key.clone()).await.ok().flatten();
-        output::print_not_acquired(&key, holder.as_ref(), json);
+    let Some(held) = held else {
+        let (key, holder) = first_held(manager, &keys).await;
+        output::print_not_acquired(key, holder.as_ref(), json);
         return Ok(exit::NOT_ACQUIRED);
     };
-    tracing::debug!(%key, token = lease.fencing_token(), kind = %lease.kind(), "acquired");
-    let lease = Arc::new(lease);
-    status.set(Phase::Holding(lease.clone()));
+    let leases = held.leases();
+    let (names, tokens): (Vec<String>, Vec<u64>) = leases
+        .iter()
+        .map(|lease| (lease.key().to_string(), lease.fencing_token()))
+        .unzip();
+    let (names, kind) = (names.join("\n"), leases[0].kind());
+    tracing::debug!(keys = %names.replace('\n', ", "), ?tokens, %kind, "acquired");
+    let held = Arc::new(held);
+    status.set(Phase::Holding(held.clone()));
     let env = LeaseEnv {
-        key: &key.to_string(),
-        token: lease.fencing_token(),
+        key: &names,
+        tokens: &tokens,
         owner_id: manager.owner_id(),
-        kind: lease.kind(),
+        kind,
     };
     let outcome = child::run(
         &args.command,
         &env,
-        lease.lost(),
+        held.lost(),
         args.timing.grace(),
         &signals,
     )
     .await;
-    let lost = lease.is_lost();
+    let lost = held.is_lost();
     // The status held the only other reference.
     status.set(Phase::Ended);
-    if let Ok(lease) = Arc::try_unwrap(lease) {
-        let _ = lease.release().await;
+    if let Ok(held) = Arc::try_unwrap(held) {
+        let _ = held.release().await;
     }
     match outcome {
         ChildOutcome::Exited(code) if !lost => Ok(code),
         ChildOutcome::Exited(_) | ChildOutcome::Lost => {
+            let keys: Vec<String> = keys.iter().map(LeaseKey::to_extended_json).collect();
             eprintln!(
                 "mongo-lease: the lease on {} was lost; the command was terminated",
-                key.to_extended_json()
+                keys.join(", ")
             );
             Ok(exit::LEASE_LOST)
         }
@@ -84,9 +115,64 @@ pub async fn exec(
     }
 }
 
+/// What the command runs under: the lease on its one key, or the group of
+/// leases on its several keys (`--key` repeated), which is lost as a whole.
+enum Held {
+    One(Lease),
+    All(LeaseGroup),
+}
+
+impl Held {
+    /// The leases, in the order they were taken.
+    fn leases(&self) -> &[Lease] {
+        match self {
+            Held::One(lease) => std::slice::from_ref(lease),
+            Held::All(group) => group.leases(),
+        }
+    }
+
+    fn lost(&self) -> WaitForCancellationFutureOwned {
+        match self {
+            Held::One(lease) => lease.lost(),
+            Held::All(group) => group.lost(),
+        }
+    }
+
+    async fn release(self) -> mongo_lease::Result<ReleaseOutcome> {
+        match self {
+            Held::One(lease) => lease.release().await,
+            Held::All(group) => group.release().await,
+        }
+    }
+}
+
+impl http::Held for Held {
+    fn is_lost(&self) -> bool {
+        match self {
+            Held::One(lease) => lease.is_lost(),
+            Held::All(group) => group.is_lost(),
+        }
+    }
+}
+
+/// The first of `keys` held by someone, with what a read shows of it (the
+/// first key if none reads held now).
+async fn first_held<'k>(
+    manager: &LeaseManager,
+    keys: &'k [LeaseKey],
+) -> (&'k LeaseKey, Option<LeaseInfo>) {
+    for key in keys {
+        let holder = manager.inspect(key.clone()).await.ok().flatten();
+        if holder.as_ref().is_some_and(|h| h.held) {
+            return (key, holder);
+        }
+    }
+    (&keys[0], None)
+}
+
 /// The failure of an acquisition; a kind mismatch names the key and says
 /// what to change.
-fn mismatch_hint(key: &LeaseKey, e: Error) -> Failure {
+fn mismatch_hint(keys: &[LeaseKey], e: Error) -> Failure {
     let named = matches!(e, Error::KindMismatch { .. });
     let hint = match &e {
         Error::KindMismatch {
@@ -108,7 +194,7 @@ fn mismatch_hint(key: &LeaseKey, e: Error) -> Failure {
     if named {
         failure.message = failure
             .message
-            .replacen("the key", &key.to_extended_json(), 1);
+            .replacen("the key", &keys[0].to_extended_json(), 1);
     }
     failure.message.push_str(&hint);
     failure

@@ -39,7 +39,7 @@ pub async fn leader(
         }
         let lease = LeaseEnv {
             key: &env_name,
-            token: leadership.term(),
+            tokens: &[leadership.term()],
             owner_id: manager.owner_id(),
             kind: LeaseKind::Exclusive,
         };
@@ -89,7 +89,7 @@ pub async fn leader(
                 running.store(true, std::sync::atomic::Ordering::SeqCst);
                 let lease = LeaseEnv {
                     key: env_name,
-                    token: leader.term(),
+                    tokens: &[leader.term()],
                     owner_id,
                     kind: LeaseKind::Exclusive,
                 };

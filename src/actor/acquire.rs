@@ -26,6 +26,9 @@ use crate::store::{AcquireOutcome, AcquireRequest};
 
 impl Actor {
     pub(super) fn on_acquire(&mut self, key: Target, waiter: Waiter) {
+        let Some(waiter) = self.reenter_or_refuse(&key, waiter) else {
+            return;
+        };
         let state = self
             .keys
             .entry(key.clone())
@@ -401,6 +404,9 @@ impl Actor {
             }
             if std::mem::take(&mut state.written_in_flight) {
                 self.check_held([key.clone()].into_iter().collect());
+            }
+            if let Some(holder) = waiter.holder {
+                self.held_by(key, lease_id, holder);
             }
             // Writes to held leases by others are noticed through it.
             self.open_release_watch(key.place);

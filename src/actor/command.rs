@@ -77,7 +77,10 @@ pub(crate) struct Granted {
     pub(super) document: Option<Document>,
 }
 
-/// What a granted lease is made of.
+/// What a granted lease is made of. A clone is another entry of the same
+/// lease: only [`Lease::reenter`](crate::Lease::reenter) makes one, after
+/// telling the actor (`Command::Reenter`).
+#[derive(Clone)]
 pub(crate) struct GrantedLease {
     pub key: Target,
     /// Where the lock lives (for the transaction helper).
@@ -121,6 +124,10 @@ pub(crate) struct Waiter {
     pub(crate) create: Option<Document>,
     /// Its lease's kind and minimum hold (validated by the handle).
     pub(crate) shape: LeaseShape,
+    /// Its holder, if named (`AcquireOptions::holder`), and whether it
+    /// re-enters a lease that holder holds on the key (`reentry.rs`).
+    pub(crate) holder: Option<crate::HolderId>,
+    pub(crate) reentrant: bool,
     pub(crate) respond_to: Reply<Option<Granted>>,
 }
 
@@ -212,6 +219,17 @@ pub(crate) enum Command {
         key: LeaseKey,
         respond_to: Reply<Changes>,
     },
+    /// One more entry of a held lease ([`Lease::reenter`](crate::Lease::reenter)).
+    Reenter {
+        key: Target,
+        lease_id: Uuid,
+    },
+    /// Bind held leases into a group whose members end together
+    /// (`lease_group.rs`); answers whether all of them were still held.
+    BindGroup {
+        members: Vec<(Target, Uuid)>,
+        respond_to: Reply<bool>,
+    },
 }
 
 impl Command {
@@ -223,7 +241,7 @@ impl Command {
             let _ = respond_to.send(Err(error));
         }
         match self {
-            Command::CancelWaiter { .. } | Command::CheckHeld { .. } => {}
+            Command::CancelWaiter { .. } | Command::CheckHeld { .. } | Command::Reenter { .. } => {}
             Command::Release { respond_to, .. } => {
                 if let Some(respond_to) = respond_to {
                     send(respond_to, error);
@@ -243,6 +261,7 @@ impl Command {
             Command::Observe { respond_to, .. } => send(respond_to, error),
             Command::OpenDocuments { respond_to, .. } => send(respond_to, error),
             Command::WriteDocument { respond_to, .. } => send(respond_to, error),
+            Command::BindGroup { respond_to, .. } => send(respond_to, error),
         }
     }
 }

@@ -115,6 +115,21 @@ impl Mailbox {
         let _ = self.send(Command::CheckHeld { key, lease_id });
     }
 
+    /// Counts one more entry of a held lease (fire and forget: sent before
+    /// any release of the entry it copies, so counted before it).
+    pub(crate) fn reenter(&self, key: Target, lease_id: Uuid) {
+        let _ = self.send(Command::Reenter { key, lease_id });
+    }
+
+    /// Binds held leases into one group; whether all were still held.
+    pub(crate) async fn bind_group(&self, members: Vec<(Target, Uuid)>) -> Result<bool> {
+        self.call(|respond_to| Command::BindGroup {
+            members,
+            respond_to,
+        })
+        .await
+    }
+
     /// Removes a waiter whose acquire future was dropped (fire and forget).
     pub(crate) fn cancel_waiter(&self, key: Target, waiter: WaiterId) {
         let _ = self.send(Command::CancelWaiter { key, waiter });

@@ -33,20 +33,26 @@
 //! | `release_watch.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
 //! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
 //! | `loss.rs` | why a lease the server no longer holds was lost (one read of its key) |
+//! | `binding.rs` | what a few held leases are bound to: a named holder, re-entries, a group (`Actor::bindings`) |
+//! | `reentry.rs` | a second acquisition by the holder of a lease: re-entered (counted) or refused |
+//! | `lease_group.rs` | leases acquired together (`acquire_all`): the loss of one ends all |
 //! | `shutdown.rs` | draining the queue, failing waiters, the final release |
 //! | `observers.rs` | observer hubs, one task per observed key |
 //! | `telemetry.rs` | the health board, metrics and per-lease tracing spans |
 
 mod acquire;
+mod binding;
 pub(crate) mod command;
 mod documents;
 mod group_commit;
 mod handoff;
 mod key_state;
+mod lease_group;
 mod loss;
 pub(crate) mod mailbox;
 mod observers;
 mod queue;
+mod reentry;
 mod release;
 mod release_watch;
 mod renewal;
@@ -269,6 +275,9 @@ pub(crate) struct Actor {
     /// Keys the general form was sent for lately, or a light form did not
     /// apply to, with when (see `group_commit`); pruned at each heartbeat.
     contended: HashMap<Target, Instant>,
+    /// The held leases bound to more than themselves (a named holder,
+    /// re-entries, a group), by lease id; none for a plain lease.
+    bindings: HashMap<Uuid, binding::Binding>,
 }
 
 /// The actor loop's `tokio::select!`. tokio starts at a random branch, from
@@ -330,6 +339,7 @@ impl Actor {
             health_due: false,
             gave_up: HashMap::default(),
             contended: HashMap::default(),
+            bindings: HashMap::default(),
         }
     }
 
@@ -422,6 +432,11 @@ impl Actor {
                 write,
                 respond_to,
             } => self.on_write_document(key, lease_id, write, respond_to),
+            Command::Reenter { key, lease_id } => self.on_reenter(&key, lease_id),
+            Command::BindGroup {
+                members,
+                respond_to,
+            } => self.on_bind_group(members, respond_to),
         }
     }
 
@@ -562,13 +577,19 @@ impl Actor {
         let index = state.holders.iter().position(|h| h.lease_id == lease_id)?;
         let held = state.holders.remove(index);
         telemetry::lease_ended(&self.health, key, &held, &reason);
-        held.state.lose(reason);
+        held.state.lose(reason.clone());
+        let group = self.bindings.remove(&lease_id).and_then(|b| b.group);
+        if let Some(group) = group {
+            self.end_group(&group, key, &reason);
+        }
         Some(held)
     }
 
     /// Takes every held lease (as `take_held`, for `reason`) and counts a
     /// release in flight for each; returns their keys, once per lease.
     fn take_all_held(&mut self, reason: LossReason) -> Vec<Target> {
+        // Every lease ends on its own: no group ends another.
+        self.bindings.clear();
         let mut keys = Vec::new();
         for (key, state) in &mut self.keys {
             for held in state.holders.drain(..) {

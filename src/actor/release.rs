@@ -28,6 +28,12 @@ impl Actor {
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
+        if self.leave_entry(&key, lease_id) {
+            if let Some(respond_to) = respond_to {
+                let _ = respond_to.send(Ok(ReleaseOutcome::StillHeld));
+            }
+            return;
+        }
         let Some(held) = self.take_held(&key, lease_id, LossReason::Released) else {
             // Already lost (its token has fired) or already released by the manager.
             if let Some(respond_to) = respond_to {

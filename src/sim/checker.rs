@@ -23,6 +23,10 @@
 //!   was ended on the server by someone else: its release must report it
 //!   lost).
 //!
+//! - a re-entered lease is one lease, held until its last entry is
+//!   released, and a group is handed out whole and lost whole (properties
+//!   8 and 9, `checker/entries.rs`).
+//!
 //! A force release, or a release of a manager's owner id, ends its leases
 //! on the server while their holders still believe in them until told:
 //! the leases live while one is in flight, or granted after their wait
@@ -125,6 +129,7 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         crashed: BTreeSet::new(),
         ops: BTreeMap::new(),
         waiters: BTreeMap::new(),
+        entries: Default::default(),
         faults_stopped: None,
         now: At::ZERO,
         entry: 0,
@@ -149,6 +154,8 @@ struct Checker {
     /// leases), and when it ended (`None`: in flight).
     ops: BTreeMap<OpNo, (Result<String, usize>, Option<At>)>,
     waiters: BTreeMap<WaiterNo, (usize, String, At)>,
+    /// Re-entered leases and groups (properties 8 and 9).
+    entries: entries::Entries,
     faults_stopped: Option<At>,
     now: At,
     entry: usize,
@@ -178,16 +185,19 @@ impl Checker {
                 acquired_after,
                 confirmed_after,
                 hold_at_least,
-            } => self.granted(
-                *lease,
-                *manager,
-                key,
-                *kind,
-                *token,
-                *deadline,
-                (*acquired_after, *confirmed_after),
-                *hold_at_least,
-            ),
+            } => {
+                self.granted(
+                    *lease,
+                    *manager,
+                    key,
+                    *kind,
+                    *token,
+                    *deadline,
+                    (*acquired_after, *confirmed_after),
+                    *hold_at_least,
+                );
+                self.entry_granted(*lease, *token);
+            }
             Event::Renewed { lease, deadline } => {
                 let now = self.now;
                 let Some(l) = self.leases.get_mut(lease) else {
@@ -206,6 +216,7 @@ impl Checker {
                 }
             }
             Event::Told { lease, reason } => {
+                self.entries_told(*lease, reason);
                 let now = self.now;
                 let Some(l) = self.leases.get_mut(lease) else {
                     return;
@@ -228,6 +239,10 @@ impl Checker {
                 }
             }
             Event::Released { lease } => {
+                let lease = &self.root(*lease);
+                if !self.entry_released(*lease) {
+                    return;
+                }
                 if let Some(l) = self.leases.get_mut(lease) {
                     l.gone = true;
                     l.ended = true;
@@ -236,6 +251,7 @@ impl Checker {
                 }
             }
             Event::ReleaseAnswered { lease, released } => {
+                let lease = &self.root(*lease);
                 let Some(l) = self.leases.get(lease) else {
                     return;
                 };
@@ -337,6 +353,8 @@ impl Checker {
                 self.waiters.remove(waiter);
             }
             Event::FaultsStopped => self.faults_stopped = Some(self.now),
+            Event::Reentered { lease, of, token } => self.reentered(*lease, *of, *token),
+            Event::GroupGranted { leases } => self.group_granted(leases),
         }
     }
 
@@ -394,6 +412,7 @@ impl Checker {
                 );
             }
         }
+        self.check_groups_told();
     }
 
     fn unforced_live(&self, key: &str) -> Vec<LeaseNo> {
@@ -526,5 +545,6 @@ impl Checker {
     }
 }
 
+mod entries;
 #[cfg(test)]
 mod tests;

@@ -143,6 +143,23 @@ pub enum Event {
     },
     /// No fault is injected from now on.
     FaultsStopped,
+    /// A holder re-entered a lease it holds (`AcquireOptions::reentrant`,
+    /// `Lease::reenter`): `lease` is the new entry, which its holder
+    /// releases with [`Event::Released`] like any lease.
+    Reentered {
+        /// The new entry's number.
+        lease: LeaseNo,
+        /// The lease (or entry of it) re-entered.
+        of: LeaseNo,
+        /// The new entry's fencing token.
+        token: u64,
+    },
+    /// `acquire_all` or `try_acquire_all` returned a group: its leases,
+    /// each recorded [`Event::Granted`] just before.
+    GroupGranted {
+        /// The group's leases.
+        leases: Vec<LeaseNo>,
+    },
 }
 
 impl Event {
@@ -165,7 +182,8 @@ impl Event {
             | Event::Renewed { lease, .. }
             | Event::Told { lease, .. }
             | Event::Released { lease }
-            | Event::ReleaseAnswered { lease, .. } => Some(*lease),
+            | Event::ReleaseAnswered { lease, .. }
+            | Event::Reentered { lease, .. } => Some(*lease),
             _ => None,
         }
     }
@@ -242,6 +260,9 @@ impl History {
                 Event::OwnerReleaseStarted { op, .. } => {
                     ops.insert(*op);
                 }
+                Event::Reentered { lease, of, .. } if leases.contains(of) => {
+                    leases.insert(*lease);
+                }
                 _ => {}
             }
         }
@@ -250,6 +271,8 @@ impl History {
                 true
             }
             Event::OpEnded { op, .. } => ops.contains(op),
+            Event::Reentered { of, .. } => leases.contains(of),
+            Event::GroupGranted { leases: group } => group.iter().any(|l| leases.contains(l)),
             Event::WaitEnded { waiter, .. } => waiters.contains(waiter),
             event => event.key() == Some(key) || event.lease().is_some_and(|l| leases.contains(&l)),
         };

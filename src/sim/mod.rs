@@ -9,7 +9,9 @@
 //! One schedule: 2 to 4 managers (processes), some releasing in delete
 //! mode, each with 2 to 4 tasks on a handful of keys; one more task of one
 //! manager acquiring several keys of its own at once and releasing them at
-//! once; an operator (force release, release by owner id), another
+//! once; in some schedules a holder that re-enters its lease and tasks
+//! that take several keys at once in random orders; an operator (force
+//! release, release by owner id), another
 //! application locking a key with its own document, the TTL monitor, and
 //! the server's clock running up to 5 % faster than the managers' and
 //! stepping back by up to 10 ms.
@@ -20,7 +22,9 @@
 
 pub mod checker;
 mod faults;
+mod groups;
 pub mod history;
+mod reentrant;
 mod workload;
 
 use std::sync::Arc;
@@ -218,6 +222,23 @@ async fn schedule(seed: u64) -> Report {
         let task = workload::several(recorder.clone(), process.clone(), operator, stop.clone());
         workers.push((process.index, process.spawn(task)));
     }
+    // In two schedules of three, a re-entrant holder, and tasks taking
+    // several keys at once (two or three, in random orders).
+    if random_range(0..3) != 0 {
+        let process = &processes[random_range(0..managers)];
+        let key = EXCLUSIVE_KEYS[random_range(0..EXCLUSIVE_KEYS.len())];
+        described += &format!("manager {}: re-entrant holder of {key}\n", process.index);
+        let task = reentrant::reentrant(recorder.clone(), process.clone(), key, stop.clone());
+        workers.push((process.index, process.spawn(task)));
+    }
+    if random_range(0..3) != 0 {
+        for _ in 0..random_range(1..=3usize) {
+            let process = &processes[random_range(0..managers)];
+            described += &format!("manager {}: several keys at once\n", process.index);
+            let task = groups::groups(recorder.clone(), process.clone(), stop.clone());
+            workers.push((process.index, process.spawn(task)));
+        }
+    }
     let work_stop = Arc::new(AtomicBool::new(false));
     let operator = random_range(0..managers);
     let owners: Vec<String> = (0..managers).map(|m| format!("m{m}")).collect();
@@ -225,7 +246,7 @@ async fn schedule(seed: u64) -> Report {
         recorder.clone(),
         processes[operator].clone(),
         owners,
-        vec!["x0", "x1", "rw", "p2", "leader"],
+        vec!["x0", "x1", "rw", "p2", "leader", "g0"],
         work_stop.clone(),
     ));
     tokio::spawn(workload::foreign_holder(

@@ -193,12 +193,15 @@ impl Held {
     }
 }
 
-fn ms(n: u64) -> Duration {
+pub(super) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
 /// `acquire`'s result, or none if it takes longer than `t`.
-async fn timed<T>(acquire: impl Future<Output = Result<T>>, t: Duration) -> Result<Option<T>> {
+pub(super) async fn timed<T>(
+    acquire: impl Future<Output = Result<T>>,
+    t: Duration,
+) -> Result<Option<T>> {
     acquire.timeout(t).await.ok().transpose()
 }
 
@@ -259,7 +262,7 @@ async fn acquire(
 
 /// Records a wait of a task of `process` for `key` around `acquire`;
 /// returns what `acquire` returned and when the wait started.
-async fn wait<T>(
+pub(super) async fn wait<T>(
     recorder: &Recorder,
     process: &Process,
     key: String,
@@ -286,7 +289,7 @@ async fn wait<T>(
 
 /// Records `lease`, just granted, and follows its events (renewals, its
 /// loss) in a task of `process`. Returns its number.
-fn granted(
+pub(super) fn granted(
     recorder: &Recorder,
     process: &Process,
     (key, kind): (String, Kind),
@@ -458,7 +461,7 @@ pub async fn several(
 }
 
 /// Sleeps in short steps until `until`, or until `stop`.
-async fn idle(until: Instant, stop: &AtomicBool) {
+pub(super) async fn idle(until: Instant, stop: &AtomicBool) {
     while Instant::now() < until && !stop.load(Ordering::SeqCst) {
         sleep(ms(random_range(1..200))).await;
     }

@@ -83,6 +83,7 @@ impl Held {
         match outcome {
             Ok(ReleaseOutcome::Released) => "released".to_string(),
             Ok(ReleaseOutcome::AlreadyLost) => "lost".to_string(),
+            Ok(ReleaseOutcome::StillHeld) => "still_held".to_string(),
             Err(e) => format!("err:{}", one_line(&e.to_string()).replace(' ', "_")),
         }
     }

@@ -453,6 +453,7 @@ async fn task_loop(
         let release = match lease.release().await {
             Ok(ReleaseOutcome::Released) => "released".to_string(),
             Ok(ReleaseOutcome::AlreadyLost) => "lost".to_string(),
+            Ok(ReleaseOutcome::StillHeld) => "still_held".to_string(),
             Err(e) => format!("err:{}", one_line(&e.to_string()).replace(' ', "_")),
         };
         let t_fired = tokio::time::timeout(Duration::from_secs(10), fired)

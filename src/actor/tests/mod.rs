@@ -37,6 +37,7 @@ mod memory;
 mod metrics;
 mod places;
 mod queue;
+mod reentry_groups;
 mod release;
 mod renewal;
 

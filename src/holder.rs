@@ -1,0 +1,61 @@
+//! [`HolderId`]: who holds a lease within one process, for re-entry.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The identity of one local holder, named explicitly: the "same holder" of
+/// a re-entrant acquisition ([`AcquireOptions::holder`]).
+///
+/// Java's reentrant locks (Redisson's `RLock`, Curator's
+/// `InterProcessMutex`, Hazelcast's `FencedLock`) take the calling thread
+/// as the holder. An async task has no such identity that survives a
+/// `tokio::spawn` or a `join!`, so mongo-lease asks for one: create a
+/// `HolderId` where a unit of work starts and pass it (it is `Copy`) to the
+/// code that acquires keys for that work, including tasks it spawns. Two
+/// acquisitions with the same `HolderId` are the same holder, whatever task
+/// runs them; acquisitions without one are always different holders.
+///
+/// An acquisition whose holder already holds the key never waits on itself:
+/// with [`AcquireOptions::reentrant`] it re-enters the lease (same lease,
+/// same fencing token, one more entry to release), without it it fails at
+/// once with [`Error::AlreadyHeld`]. The rules are in docs/reentrancy.md.
+///
+/// Ids are unique within the process (a counter), never stored in MongoDB.
+///
+/// # Examples
+///
+/// ```no_run
+/// use mongo_lease::{AcquireOptions, HolderId, LeaseManager};
+///
+/// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
+/// let me = HolderId::new();
+/// let options = AcquireOptions::builder().holder(me).reentrant(true).build();
+/// let outer = manager.acquire_with("invoice-42", &options).await?;
+/// // Deeper in the same unit of work: re-enters, at once.
+/// let inner = manager.acquire_with("invoice-42", &options).await?;
+/// assert_eq!(inner.fencing_token(), outer.fencing_token());
+/// inner.release().await?; // still held by `outer`
+/// outer.release().await?; // released now
+/// # Ok(()) }
+/// ```
+///
+/// [`AcquireOptions::holder`]: crate::AcquireOptions::holder
+/// [`AcquireOptions::reentrant`]: crate::AcquireOptions::reentrant
+/// [`Error::AlreadyHeld`]: crate::Error::AlreadyHeld
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HolderId(u64);
+
+impl HolderId {
+    /// A new holder, different from every other of this process.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        HolderId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl fmt::Debug for HolderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HolderId({})", self.0)
+    }
+}
