@@ -114,6 +114,8 @@ impl Actor {
         let shape = first.map(|w| w.shape).unwrap_or_default();
         let ttl = first.map_or(self.timing.ttl, |w| w.ttl);
         let create = first.and_then(|w| w.create.clone());
+        let payload = first.and_then(|w| w.payload.clone());
+        let at_most = first.is_some_and(|w| w.at_most);
         if let Some(sent) = state.unseen.take().filter(|sent| *sent != shape) {
             // An attempt of another shape under this lease id may have
             // landed unseen (its waiter left): a retry of this shape would
@@ -131,6 +133,8 @@ impl Actor {
             ttl,
             shape,
             waiting: state.waiters.iter().any(|w| w.mode != AcquireMode::Try),
+            payload,
+            at_most,
         };
         let key = key.clone();
         if self.tries_light_acquire(&key, &sent) {
@@ -161,6 +165,7 @@ impl Actor {
             ttl: sent.ttl,
             shape: sent.shape,
             create,
+            payload: sent.payload.clone(),
         });
         self.spawn_store(acquire, move |result| Event::Acquired { result, key, sent });
     }
@@ -339,6 +344,8 @@ impl Actor {
             sent_at,
             ttl: written_ttl,
             shape,
+            payload,
+            at_most,
             ..
         } = sent;
         let state = self.keys.get_mut(key).expect("grant for a known key");
@@ -346,9 +353,13 @@ impl Actor {
             if waiter.respond_to.is_closed() {
                 continue;
             }
-            if waiter.shape != shape {
+            // A lease held at most its TTL must have been written with it.
+            let at_most_differs =
+                waiter.at_most != at_most || (at_most && waiter.ttl != written_ttl);
+            if waiter.shape != shape || waiter.payload != payload || at_most_differs {
                 // The waiter it was for went away and the next one asked for
-                // another kind: give it back, then serve that one.
+                // another kind (payload, duration): give it back, then serve
+                // that one.
                 state.waiters.push_front(waiter);
                 break;
             }
@@ -372,6 +383,7 @@ impl Actor {
                 token,
                 state: lease_state.clone(),
                 ttl: waiter.ttl,
+                renews: !at_most,
                 deadline,
                 renewing: 0,
                 kind: shape.kind,

@@ -121,7 +121,23 @@ pub(crate) struct Waiter {
     pub(crate) create: Option<Document>,
     /// Its lease's kind and minimum hold (validated by the handle).
     pub(crate) shape: LeaseShape,
+    /// The payload its acquiring write is to write (validated by the handle).
+    pub(crate) payload: Option<Document>,
+    /// Its lease is held at most its TTL, never renewed
+    /// (`AcquireOptions::hold_at_most`).
+    pub(crate) at_most: bool,
     pub(crate) respond_to: Reply<Option<Granted>>,
+}
+
+impl Waiter {
+    /// Whether its lease may be handed over to it or granted on the event
+    /// of a handoff: a plain lease ([`LeaseShape::is_plain`]), renewed (not
+    /// held at most a duration: a lease granted on the event is renewed at
+    /// once) and without a payload to write with the acquisition (which
+    /// only the general acquire writes).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.shape.is_plain() && !self.at_most && self.payload.is_none()
+    }
 }
 
 /// How an acquire waits.
@@ -187,6 +203,14 @@ pub(crate) enum Command {
         payload: Document,
         respond_to: Reply<()>,
     },
+    /// Renew a lease this manager holds at once to a new TTL, which its
+    /// renewals use from then on.
+    SetTtl {
+        key: Target,
+        lease_id: Uuid,
+        ttl: Duration,
+        respond_to: Reply<()>,
+    },
     /// Open (or find) the place of in-document leases on a user collection.
     OpenDocuments {
         collection: String,
@@ -240,6 +264,7 @@ impl Command {
                 send(respond_to, error)
             }
             Command::List { respond_to, .. } => send(respond_to, error),
+            Command::SetTtl { respond_to, .. } => send(respond_to, error),
             Command::Observe { respond_to, .. } => send(respond_to, error),
             Command::OpenDocuments { respond_to, .. } => send(respond_to, error),
             Command::WriteDocument { respond_to, .. } => send(respond_to, error),

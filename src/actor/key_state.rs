@@ -26,6 +26,10 @@ pub(super) struct Held {
     pub(super) state: Arc<LeaseState>,
     /// The lease's TTL: its renewals set `exp = $$NOW + ttl`.
     pub(super) ttl: Duration,
+    /// The heartbeat renews it; `false` for a lease held at most its TTL
+    /// (`AcquireOptions::hold_at_most`), never renewed nor checked by a
+    /// renewal.
+    pub(super) renews: bool,
     /// Start of the last confirmed renewal (or of the acquire) + ttl − safety margin.
     pub(super) deadline: Instant,
     /// How many renewals of this lease are in flight or scheduled for retry:

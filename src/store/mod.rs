@@ -24,7 +24,7 @@
 //! | `acq` | date | server time (`$$NOW`) of the current acquisition; kept by renewals and by a retry under the same lease id |
 //! | `ts` | date | server time (`$$NOW`) of the last acquire or renewal |
 //! | `exp` | date | server time at which the lease expires (`ts + ttl`, or the release time) |
-//! | `data` | document, optional | payload set by the holder (`Lease::set_payload`); absent after a new acquisition |
+//! | `data` | document, optional | payload set by the holder (`Lease::set_payload`, or by the acquiring write: `AcquireOptions::payload`); absent after a new acquisition without one |
 //! | `wt` | date, optional | server time at which another owner first waited for the current lease; removed by release and by a new acquisition |
 //! | `yu` | date, optional | set by a release that another owner waited for: until then the releasing owner (`aid`) cannot take the key back |
 //! | `hl` | date, optional | *hold until*: acquisition time + [`hold_at_least`](crate::AcquireOptions::hold_at_least) (exclusive leases) |
@@ -631,6 +631,28 @@ pub(crate) struct AcquireRequest {
     /// (`None`: a missing document is
     /// [`Error::DocumentNotFound`](crate::Error::DocumentNotFound)).
     pub create: Option<mongodb::bson::Document>,
+    /// Exclusive leases of the lock collection: the payload (`data`) the
+    /// acquiring write sets, a retry under the same lease id included
+    /// (`None`: a new acquisition drops `data`, a retry keeps it).
+    pub payload: Option<mongodb::bson::Document>,
+}
+
+/// A payload with the acquisition is written by the general acquire of an
+/// exclusive lease of the lock collection only: refused elsewhere, before
+/// anything is sent, by both stores.
+pub(crate) fn payload_applies(
+    in_documents: bool,
+    shape: crate::kind::LeaseShape,
+    payload: Option<&mongodb::bson::Document>,
+) -> crate::error::Result<()> {
+    if payload.is_none() || (!in_documents && shape.kind == crate::LeaseKind::Exclusive) {
+        return Ok(());
+    }
+    Err(crate::Error::Unsupported {
+        reason: "a payload with the acquisition applies to exclusive leases of the lock \
+                 collection only"
+            .into(),
+    })
 }
 
 /// In-document leases are plain exclusive leases: any other shape (a
