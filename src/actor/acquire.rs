@@ -13,7 +13,7 @@ use uuid::Uuid;
 use mongodb::bson::Document;
 
 use super::command::{AcquireMode, Granted, GrantedLease, Target, WaiterId};
-use super::key_state::Registered;
+use super::key_state::{Registered, payload_hash};
 use super::mailbox::Mailbox;
 use super::release_watch::wake_jitter;
 use super::telemetry;
@@ -116,7 +116,22 @@ impl Actor {
         let create = first.and_then(|w| w.create.clone());
         let payload = first.and_then(|w| w.payload.clone());
         let at_most = first.is_some_and(|w| w.at_most);
-        if let Some(sent) = state.unseen.take().filter(|sent| *sent != shape) {
+        // An attempt with a payload retries no attempt under this lease
+        // id: one that landed unseen (perhaps another waiter's, without
+        // that payload) would show this acquisition without its payload
+        // until the retry lands.
+        let unseen = state.unseen.take();
+        // Nor one whose attempts registered with another payload: a release
+        // may hand the key to that registration, with that payload.
+        let other_payload = state.unanswered.as_deref().is_some_and(|u| {
+            u.lease_id == state.next_lease_id && u.payload != payload_hash(payload.as_ref())
+        });
+        if other_payload {
+            let lease_id = state.new_lease_id();
+            self.give_back(key, lease_id, shape.kind);
+            return;
+        }
+        if let Some(sent) = unseen.filter(|sent| *sent != shape || payload.is_some()) {
             // An attempt of another shape under this lease id may have
             // landed unseen (its waiter left): a retry of this shape would
             // not recognise it as ours and would wait for it to expire. Give
@@ -214,7 +229,12 @@ impl Actor {
                 // the same lease id (of the same shape, `unseen`) renews it
                 // and is granted from its own send.
                 tracing::debug!(%key, token, "lease found by a read: confirming it at once");
-                state.note_unanswered(lease_id, sent.ttl, None);
+                state.note_unanswered(
+                    lease_id,
+                    sent.ttl,
+                    None,
+                    payload_hash(sent.payload.as_ref()),
+                );
                 state.unseen = Some(sent.shape);
                 state.registered = false;
                 state.handed = false;
@@ -235,7 +255,12 @@ impl Actor {
                 }
             }
             Ok((AcquireOutcome::Mismatch { stored }, _)) => {
-                state.note_unanswered(lease_id, sent.ttl, None);
+                state.note_unanswered(
+                    lease_id,
+                    sent.ttl,
+                    None,
+                    payload_hash(sent.payload.as_ref()),
+                );
                 // The answer for every waiter asking for this kind; the
                 // others' attempts follow.
                 let requested = sent.shape.kind;
@@ -268,7 +293,12 @@ impl Actor {
                     round_trip: sent.sent_at.elapsed(),
                     token,
                 });
-                state.note_unanswered(lease_id, sent.ttl, registered);
+                state.note_unanswered(
+                    lease_id,
+                    sent.ttl,
+                    registered,
+                    payload_hash(sent.payload.as_ref()),
+                );
                 state.answer_waiters(answer_tries);
                 if state.waiters.is_empty() {
                 } else if std::mem::take(&mut state.freed_in_flight) {
@@ -291,7 +321,12 @@ impl Actor {
                 }
             }
             Err(error) => {
-                state.note_unanswered(lease_id, sent.ttl, None);
+                state.note_unanswered(
+                    lease_id,
+                    sent.ttl,
+                    None,
+                    payload_hash(sent.payload.as_ref()),
+                );
                 let transient = error.is_transient();
                 // A waiting exclusive attempt whose outcome is unknown may
                 // have registered in the key's queue: count it registered,

@@ -121,7 +121,7 @@ impl Actor {
             return;
         }
         state.attempt = Attempt::Idle;
-        state.note_unanswered(sent.lease_id, sent.ttl, None);
+        state.note_unanswered(sent.lease_id, sent.ttl, None, None);
         // A handoff whose outcome stayed unknown may have landed under the
         // next lease id: its next attempt recognises it as a retry.
         if result.as_ref().is_err_and(|e| e.is_transient()) {

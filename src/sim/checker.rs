@@ -136,7 +136,9 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         checker.entry += 1;
     }
     checker.advance(end);
-    checker.found
+    let mut found = checker.found;
+    found.extend(super::durations::check(history));
+    found
 }
 
 /// The checker's state after the events seen so far.
@@ -337,6 +339,10 @@ impl Checker {
                 self.waiters.remove(waiter);
             }
             Event::FaultsStopped => self.faults_stopped = Some(self.now),
+            // Judged by `durations::check`.
+            Event::HeldAtMost { .. }
+            | Event::AcquiredWithPayload { .. }
+            | Event::Inspected { .. } => {}
         }
     }
 

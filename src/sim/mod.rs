@@ -19,6 +19,7 @@
 //! `cargo run --release --example simulate -- --seeds N` runs many.
 
 pub mod checker;
+mod durations;
 mod faults;
 pub mod history;
 mod workload;

@@ -78,6 +78,7 @@ impl Store for MemoryStore {
                     shape,
                     now,
                     registration,
+                    payload.as_ref(),
                 )?;
                 // The payload with the acquisition, in the acquiring write
                 // (a retry too), as `MongoStore`'s `acquire_pipeline`.

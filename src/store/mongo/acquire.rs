@@ -351,7 +351,7 @@ pub(super) fn acquire_pipeline(
         let kept_for_queue = doc! { "$and": [at.our_shape(), { "$not": [queue_allows(owner)] }] };
         let marked = doc! { "$mergeObjects": ["$$ROOT", {
             field::WAITING_SINCE: at.waiting_since(),
-            field::QUEUE: registered(owner, lid, ttl_ms, registration_ms),
+            field::QUEUE: registered(owner, lid, ttl_ms, registration_ms, payload),
         }]};
         let (shared_live, mark) = exclusive_waiter_mark(owner, ttl_ms);
         Bson::from(doc! { "$cond": [
@@ -397,30 +397,42 @@ pub(super) fn queue_after_acquisition(owner: &str) -> Document {
 }
 
 /// The `q` a losing waiting attempt by `owner` writes: the live entries in
-/// order, `owner`'s refreshed in place (`lid`, `re`, `hx`; `at` kept) if it
-/// names another lease id or expires within half the window, or appended
-/// with `at = $$NOW`. `re = $$NOW + registration_ms`, `hx =
-/// min(ttl_ms, registration_ms)`.
+/// order, `owner`'s refreshed in place (`lid`, `re`, `hx`, `data`; `at`
+/// kept) if it names another lease id or payload or expires within half
+/// the window, or appended with `at = $$NOW`. `re = $$NOW +
+/// registration_ms`, `hx = min(ttl_ms, registration_ms)`, `data` the
+/// payload the attempt acquires with (if any), which a handoff to the
+/// entry writes ([`handoff_stages`](super::handoff::handoff_stages)).
 pub(super) fn registered(
     owner: &str,
     lease_id: Bson,
     ttl_ms: i64,
     registration_ms: i64,
+    payload: Option<&Document>,
 ) -> Document {
     let entry = |at: &str| {
-        doc! {
+        let mut entry = doc! {
             field::OWNER: { "$literal": owner },
             field::LEASE_ID: lease_id.clone(),
             field::REGISTERED_AT: at,
             field::REGISTRATION_EXPIRES: { "$add": ["$$NOW", registration_ms] },
             field::HANDED_TTL: ttl_ms.min(registration_ms),
+        };
+        if let Some(payload) = payload {
+            entry.insert(field::PAYLOAD, doc! { "$literal": payload });
         }
+        entry
     };
     let is_mine = doc! { "$eq": [e(field::OWNER), { "$literal": owner }] };
-    // Refreshed only under another lease id or past half its window: a
-    // waiter retrying often writes nothing most of the time (B2).
+    let other_payload = match payload {
+        Some(payload) => doc! { "$ne": [e(field::PAYLOAD), { "$literal": payload }] },
+        None => doc! { "$ne": [{ "$type": e(field::PAYLOAD) }, "missing"] },
+    };
+    // Refreshed only under another lease id or payload, or past half its
+    // window: a waiter retrying often writes nothing most of the time (B2).
     let stale = doc! { "$or": [
         { "$ne": [e(field::LEASE_ID), lease_id.clone()] },
+        other_payload,
         { "$lt": [e(field::REGISTRATION_EXPIRES), { "$add": ["$$NOW", registration_ms / 2] }] },
     ]};
     doc! { "$let": {

@@ -220,7 +220,7 @@ fn a_losing_waiting_attempt_marks_and_registers_only_on_a_live_lease_of_another_
         cond[1],
         bson(doc! { "$mergeObjects": ["$$ROOT", {
             "wt": { "$ifNull": ["$wt", "$$NOW"] },
-            "q": registered("me", bson_lease_id(LID), 30_000, 3_000),
+            "q": registered("me", bson_lease_id(LID), 30_000, 3_000, None),
         }] })
     );
     let (shared_live, mark) = crate::store::mongo::acquire::exclusive_waiter_mark("me", 30_000);

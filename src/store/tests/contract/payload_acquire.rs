@@ -121,3 +121,51 @@ pub(super) async fn a_payload_with_a_shared_or_document_acquisition_is_refused<F
         AcquireOutcome::Acquired { .. }
     ));
 }
+
+pub(super) async fn a_key_handed_to_a_waiting_owner_carries_the_payload_it_registered_with<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let [a, b] = super::stores(f, ["a", "b"]).await;
+    let (held, _) = super::take(&a, "k").await;
+    let (theirs, waiting) = (doc! { "addr": "10.0.0.8:8080" }, Uuid::new_v4());
+    let shape = LeaseShape::default();
+    let outcome = acquire_with(&b, "k", waiting, shape, Some(theirs.clone())).await;
+    assert!(
+        matches!(outcome, Ok(AcquireOutcome::Held { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(f.queue("k").await, vec!["b".to_string()]);
+    assert_eq!(
+        raw(f, "k").await.payload,
+        None,
+        "the holder's document is unchanged"
+    );
+    // The release hands the key to b's registration, with b's payload.
+    assert_eq!(a.release(vec![held]).await.unwrap(), 1);
+    let handed = raw(f, "k").await;
+    assert_eq!(handed.owner, "b");
+    assert_eq!(handed.lease_id, Some(waiting));
+    assert_eq!(handed.payload, Some(theirs.clone()));
+    // b's next attempt under that lease id confirms it, payload kept.
+    let outcome = acquire_with(&b, "k", waiting, shape, Some(theirs.clone())).await;
+    assert!(
+        matches!(outcome, Ok(AcquireOutcome::Acquired { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(raw(f, "k").await.payload, Some(theirs));
+
+    // A registration without a payload hands over none.
+    let (held, _) = super::take(&a, "n").await;
+    let waiting = Uuid::new_v4();
+    let outcome = acquire_with(&b, "n", waiting, shape, None).await;
+    assert!(
+        matches!(outcome, Ok(AcquireOutcome::Held { .. })),
+        "{outcome:?}"
+    );
+    assert!(a.set_payload(held.clone(), doc! { "x": 1 }).await.unwrap());
+    assert_eq!(a.release(vec![held]).await.unwrap(), 1);
+    let handed = raw(f, "n").await;
+    assert_eq!((handed.owner.as_str(), handed.payload), ("b", None));
+}
