@@ -455,4 +455,6 @@ pub mod doc_examples {
     pub struct Election;
     #[doc = include_str!("../docs/testing.md")]
     pub struct Testing;
+    #[doc = include_str!("../docs/duration.md")]
+    pub struct Duration;
 }
