@@ -147,10 +147,11 @@ impl Lease {
     /// Changes the lease's TTL to `ttl`: the manager renews the lease at
     /// once to expire `ttl` after the server's now, and every later
     /// renewal does the same. Returns once the server confirmed that
-    /// renewal; the local deadline then counts from its send (see
-    /// [`Lease::deadline`]). A shorter TTL brings the local deadline
-    /// forward at once, before the renewal is sent. Redisson's
-    /// `updateLeaseTime`, ShedLock's `extend`.
+    /// renewal. A shorter TTL brings the local deadline ([`Lease::deadline`])
+    /// forward at once, before the renewal is sent; a longer one moves it
+    /// from the next heartbeat's renewal on (a renewal of the old TTL sent
+    /// before may land after this one). Redisson's `updateLeaseTime`,
+    /// ShedLock's `extend`.
     ///
     /// The rules of [`AcquireOptions::ttl`](crate::AcquireOptions::ttl)
     /// apply: at least 10 ms, and `ttl − safety_margin` longer than the

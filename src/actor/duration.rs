@@ -25,7 +25,11 @@ impl Actor {
     /// shorter TTL is the lease's at once (and brings the deadline forward
     /// to now + its validity, as this renewal may land before its answer
     /// comes); a longer one once no renewal of the lease is in flight
-    /// (`Actor::longer_ttls`). The heartbeat skips a lease while one is.
+    /// (`Actor::longer_ttls`), for the renewals sent from then on: the
+    /// deadline a renewal's answer gives is counted with the TTL the lease
+    /// had before it, as a write of the old TTL may land after it even if
+    /// answered earlier. The heartbeat skips a lease while a renewal of it
+    /// is in flight.
     pub(super) fn on_set_ttl(
         &mut self,
         key: Target,

@@ -211,14 +211,17 @@ impl Actor {
             self.longer_ttls.remove(&lease_id);
             return;
         };
+        // Counted before a longer TTL becomes the lease's: a write of the
+        // old TTL answered earlier may have landed after this one.
+        let deadline = sent_at + self.timing.validity_for(ttl.min(held.ttl));
         held.renewing = held.renewing.saturating_sub(1);
         if held.renewing == 0
             && let Some(longer) = self.longer_ttls.remove(&lease_id)
         {
-            // No write of the shorter TTL can land after this one.
+            // Every write of the old TTL has landed: the next renewals
+            // (sent from now on) use the longer one.
             held.ttl = longer;
         }
-        let deadline = sent_at + self.timing.validity_for(ttl.min(held.ttl));
         if lost_now {
             self.lose_found_gone(key, lease_id, "renewal");
         } else if deadline > held.deadline && held.deadline > now {
