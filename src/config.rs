@@ -305,7 +305,7 @@ impl Timing {
 ///
 /// [`LeaseManager::acquire_with`]: crate::LeaseManager::acquire_with
 /// [`LeaseManager::acquire`]: crate::LeaseManager::acquire
-#[derive(Debug, Clone, Default, PartialEq, Eq, TypedBuilder)]
+#[derive(Debug, Clone, Default, PartialEq, TypedBuilder)]
 #[non_exhaustive]
 pub struct AcquireOptions {
     /// This lease's time-to-live, stored with it (`exp = $$NOW + ttl` at the
@@ -361,6 +361,38 @@ pub struct AcquireOptions {
     /// lease keeps its own). Default: `false`. Needs a `holder`.
     #[builder(default)]
     pub reentrant: bool,
+    /// A lease that is **not** renewed: it ends at its acquisition plus
+    /// this, by the server's clock (`exp = $$NOW + hold_at_most`, written
+    /// once by the acquiring write), even if its holder lives and never
+    /// releases it (ShedLock's `lockAtMostFor`, Redisson's
+    /// `lock(leaseTime)`). Its cancellation token fires with
+    /// [`LossReason::Expired`](crate::LossReason::Expired) at its local
+    /// deadline, the acquiring write's send + `hold_at_most` − the safety
+    /// margin, when the manager releases it (as any lease whose deadline
+    /// passed: the key is free for others a safety margin before the
+    /// server's expiry, or at that expiry if the release fails). An
+    /// acquisition retried after an unknown outcome counts from the retry
+    /// that confirmed it.
+    ///
+    /// It takes the place of [`ttl`](Self::ttl) (give one or the other);
+    /// longer than the manager's safety margin, at least 10 ms, and not
+    /// shorter than [`hold_at_least`](Self::hold_at_least). Such a lease is
+    /// checked by no renewal: a force release of it is noticed at its
+    /// deadline, and [`Lease::set_ttl`](crate::Lease::set_ttl) refuses it.
+    /// Default: `None` (renewed until released).
+    #[builder(default, setter(strip_option))]
+    pub hold_at_most: Option<Duration>,
+    /// A payload written by the acquiring write itself (field `data`, as
+    /// [`Lease::set_payload`](crate::Lease::set_payload) writes it), so that
+    /// nobody reading the key ([`LeaseManager::inspect`](crate::LeaseManager::inspect),
+    /// [`LeaseManager::observe`](crate::LeaseManager::observe), `list`)
+    /// ever sees this acquisition without it. At most
+    /// [`MAX_PAYLOAD_LEN`](crate::MAX_PAYLOAD_LEN) bytes of BSON, field
+    /// names not empty, without dots, not starting with `$`. Exclusive
+    /// leases of the lock collection only. Default: `None` (the lease
+    /// starts without payload).
+    #[builder(default, setter(strip_option))]
+    pub payload: Option<mongodb::bson::Document>,
 }
 
 fn invalid(reason: impl Into<String>) -> Error {
@@ -384,6 +416,15 @@ impl Timing {
             kind: options.kind,
             hold_at_least: options.hold_at_least,
         };
+        if let Some(at_most) = options.hold_at_most {
+            self.check_hold_at_most(options, at_most)?;
+        }
+        if options.payload.is_some() && options.kind != LeaseKind::Exclusive {
+            return Err(invalid(format!(
+                "a payload with the acquisition applies to exclusive leases only, not to a {} lease",
+                options.kind
+            )));
+        }
         if let Some(at_least) = shape.hold_at_least {
             if options.kind != LeaseKind::Exclusive {
                 return Err(invalid(format!(
@@ -418,9 +459,46 @@ impl Timing {
     /// The TTL of a lease acquired with `options`, checked before any round
     /// trip (see [`AcquireOptions::ttl`]).
     pub(crate) fn lease_ttl(&self, options: &AcquireOptions) -> Result<Duration> {
-        let Some(ttl) = options.ttl else {
-            return Ok(self.ttl);
-        };
+        if let Some(at_most) = options.hold_at_most {
+            self.check_hold_at_most(options, at_most)?;
+            return Ok(at_most);
+        }
+        match options.ttl {
+            Some(ttl) => self.renewed_ttl(ttl),
+            None => Ok(self.ttl),
+        }
+    }
+
+    /// Checks `at_most`, the [`AcquireOptions::hold_at_most`] of `options`.
+    fn check_hold_at_most(&self, options: &AcquireOptions, at_most: Duration) -> Result<()> {
+        if options.ttl.is_some() {
+            return Err(invalid(
+                "give ttl or hold_at_most, not both: a lease held at most a duration \
+                 is not renewed, and that duration is its TTL",
+            ));
+        }
+        if at_most < Duration::from_millis(10) || at_most <= self.safety_margin {
+            return Err(invalid(format!(
+                "hold_at_most ({at_most:?}) must be at least 10 ms and longer than the \
+                 manager's safety_margin ({:?})",
+                self.safety_margin
+            )));
+        }
+        if at_most.as_millis() > i64::MAX as u128 / 2 {
+            return Err(invalid(format!("hold_at_most is too long: {at_most:?}")));
+        }
+        if let Some(at_least) = options.hold_at_least.filter(|l| *l > at_most) {
+            return Err(invalid(format!(
+                "hold_at_least ({at_least:?}) is longer than hold_at_most ({at_most:?})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks `ttl`, the TTL of a lease the heartbeat renews (at its
+    /// acquisition, [`AcquireOptions::ttl`], or later,
+    /// [`Lease::set_ttl`](crate::Lease::set_ttl)).
+    pub(crate) fn renewed_ttl(&self, ttl: Duration) -> Result<Duration> {
         if ttl < Duration::from_millis(10) {
             return Err(invalid(format!(
                 "the lease's ttl must be at least 10 ms, got {ttl:?}"

@@ -57,6 +57,8 @@ use crate::status::{LeaseEvents, LeaseState, LossReason};
 pub struct Election {
     manager: LeaseManager,
     name: LeaseKey,
+    /// How each term is acquired: with the candidate's payload, if any.
+    options: crate::AcquireOptions,
 }
 
 impl Election {
@@ -73,7 +75,36 @@ impl Election {
         Ok(Election {
             manager: manager.clone(),
             name,
+            options: crate::AcquireOptions::default(),
         })
+    }
+
+    /// This candidate's payload (its address, say), written by the very
+    /// write that makes it leader ([`AcquireOptions::payload`](crate::AcquireOptions::payload)):
+    /// an observer ([`Election::leader`], [`Election::observe`]) never sees
+    /// its term without it. Etcd's `Campaign(ctx, val)`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidPayload`](crate::Error::InvalidPayload) if the
+    /// payload is larger than [`MAX_PAYLOAD_LEN`](crate::MAX_PAYLOAD_LEN)
+    /// bytes of BSON, or has a field name that is empty, contains a dot or
+    /// starts with `$`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// use mongodb::bson::doc;
+    /// let election = mongo_lease::Election::new(&manager, "scheduler")?
+    ///     .with_payload(doc! { "addr": "10.0.0.7:8080" })?;
+    /// let leadership = election.campaign().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_payload(mut self, payload: mongodb::bson::Document) -> Result<Election> {
+        crate::lease::check_payload(&payload)?;
+        self.options.payload = Some(payload);
+        Ok(self)
     }
 
     /// The election's name, which is also its lease key.
@@ -110,7 +141,10 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn campaign(&self) -> Result<Leadership> {
-        let lease = self.manager.acquire(self.name.clone()).await?;
+        let lease = self
+            .manager
+            .acquire_with(self.name.clone(), &self.options)
+            .await?;
         Ok(self.won(lease))
     }
 
@@ -124,7 +158,10 @@ impl Election {
     ///
     /// Cancel safe, as [`Election::campaign`].
     pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
-        let lease = self.manager.try_acquire(self.name.clone()).await?;
+        let lease = self
+            .manager
+            .try_acquire_with(self.name.clone(), &self.options)
+            .await?;
         Ok(lease.map(|lease| self.won(lease)))
     }
 

@@ -471,6 +471,8 @@ pub enum Operation {
     Release,
     /// `set_payload` of a lease.
     SetPayload,
+    /// `set_ttl` of a lease.
+    SetTtl,
     /// A write under an in-document lease (`DocumentLease::update`,
     /// `DocumentLease::commit`).
     Write,
@@ -487,6 +489,7 @@ impl std::fmt::Display for Operation {
             Operation::ReleaseOwner => "release_owner",
             Operation::Release => "release",
             Operation::SetPayload => "set_payload",
+            Operation::SetTtl => "set_ttl",
             Operation::Write => "write under the lease",
         })
     }

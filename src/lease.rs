@@ -3,6 +3,7 @@
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -54,6 +55,9 @@ pub const MAX_PAYLOAD_LEN: usize = 16 * 1024;
 /// ```
 pub struct Lease {
     granted: GrantedLease,
+    /// Its TTL in nanoseconds: the granted one, then the last one
+    /// [`Lease::set_ttl`] had confirmed.
+    ttl_nanos: AtomicU64,
     /// Set once [`Lease::release`] has sent its release, so `Drop` does nothing.
     released: bool,
 }
@@ -62,6 +66,7 @@ impl Lease {
     /// The caller's lease, from the actor's grant.
     pub(crate) fn new(granted: GrantedLease) -> Self {
         Lease {
+            ttl_nanos: AtomicU64::new(nanos(granted.ttl)),
             granted,
             released: false,
         }
@@ -131,10 +136,63 @@ impl Lease {
     }
 
     /// The lease's TTL: the one given with
-    /// [`AcquireOptions::ttl`](crate::AcquireOptions::ttl), or the manager's.
+    /// [`AcquireOptions::ttl`](crate::AcquireOptions::ttl) (or
+    /// [`hold_at_most`](crate::AcquireOptions::hold_at_most)), or the
+    /// manager's, until [`Lease::set_ttl`] changes it.
     /// Each renewal sets the lease to expire this long after the server's now.
     pub fn ttl(&self) -> Duration {
-        self.granted.ttl
+        Duration::from_nanos(self.ttl_nanos.load(Ordering::Acquire))
+    }
+
+    /// Changes the lease's TTL to `ttl`: the manager renews the lease at
+    /// once to expire `ttl` after the server's now, and every later
+    /// renewal does the same. Returns once the server confirmed that
+    /// renewal. A shorter TTL brings the local deadline ([`Lease::deadline`])
+    /// forward at once, before the renewal is sent; a longer one moves it
+    /// from the next heartbeat's renewal on (a renewal of the old TTL sent
+    /// before may land after this one). Redisson's `updateLeaseTime`,
+    /// ShedLock's `extend`.
+    ///
+    /// The rules of [`AcquireOptions::ttl`](crate::AcquireOptions::ttl)
+    /// apply: at least 10 ms, and `ttl − safety_margin` longer than the
+    /// manager's heartbeat interval. The key's minimum hold, if any, is
+    /// kept: the renewal never sets the expiry below it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] if `ttl` breaks those rules, or the lease
+    /// was acquired with
+    /// [`hold_at_most`](crate::AcquireOptions::hold_at_most) (never
+    /// renewed; nothing is sent either way); [`Error::LeaseLost`] if the
+    /// lease is no longer held, or the renewal found it gone (its token
+    /// fires too); [`Error::Shutdown`]; [`Error::Refused`],
+    /// [`Error::Database`] or [`Error::Unreachable`] if the renewal could
+    /// not be confirmed: the heartbeat renews the lease to `ttl` from its
+    /// next tick all the same, and [`Lease::ttl`] keeps the old value.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after the first poll still changes the TTL
+    /// (the renewal is sent), without telling [`Lease::ttl`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: mongo_lease::Lease) -> mongo_lease::Result<()> {
+    /// use std::time::Duration;
+    /// // The job turned out long: give the lease more room.
+    /// lease.set_ttl(Duration::from_secs(120)).await?;
+    /// assert_eq!(lease.ttl(), Duration::from_secs(120));
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_ttl(&self, ttl: Duration) -> Result<()> {
+        self.granted
+            .mailbox
+            .set_ttl(self.granted.key.clone(), self.granted.lease_id, ttl)
+            .await
+            .map_err(|e| self.refused(Operation::SetTtl, e))?;
+        self.ttl_nanos.store(nanos(ttl), Ordering::Release);
+        Ok(())
     }
 
     /// The owner id of the manager that holds the lease (stored as `aid`).
@@ -414,10 +472,15 @@ impl fmt::Debug for Lease {
             .field("key", &self.granted.key.key)
             .field("owner_id", &self.granted.owner_id)
             .field("fencing_token", &self.granted.fencing_token)
-            .field("ttl", &self.granted.ttl)
+            .field("ttl", &self.ttl())
             .field("lost", &self.is_lost())
             .finish()
     }
+}
+
+/// `duration` in nanoseconds (a TTL: far below 584 years).
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Refers to one acquisition without owning it: used by the election's
@@ -438,7 +501,7 @@ impl LeaseHandle {
     }
 }
 
-fn check_payload(payload: &Document) -> Result<()> {
+pub(crate) fn check_payload(payload: &Document) -> Result<()> {
     check_field_names(payload)?;
     let len = mongodb::bson::to_vec(payload)
         .map_err(|e| Error::InvalidPayload {

@@ -463,4 +463,6 @@ pub mod doc_examples {
     pub struct Reentrancy;
     #[doc = include_str!("../docs/multi-key.md")]
     pub struct MultiKey;
+    #[doc = include_str!("../docs/duration.md")]
+    pub struct Duration;
 }

@@ -332,6 +332,16 @@ impl LeaseManager {
         validate_key(&key.key)?;
         let ttl = self.inner.timing.lease_ttl(options)?;
         let shape = self.inner.timing.lease_shape(options)?;
+        if let Some(payload) = &options.payload {
+            if key.place != Place::LOCKS {
+                return Err(Error::InvalidConfig {
+                    reason: "a payload with the acquisition applies to leases of the lock \
+                             collection only, not to in-document leases"
+                        .into(),
+                });
+            }
+            crate::lease::check_payload(payload)?;
+        }
         let id = self.inner.next_waiter.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!("acquire", key = %key, kind = %shape.kind, owner_id = %self.inner.owner_id);
         let metrics = telemetry::AcquireMetrics::start(shape.kind);
@@ -357,6 +367,8 @@ impl LeaseManager {
                     shape,
                     holder: options.holder,
                     reentrant: options.reentrant,
+                    payload: options.payload.clone(),
+                    at_most: options.hold_at_most.is_some(),
                     respond_to,
                 },
             })

@@ -19,7 +19,8 @@ Exit codes:
           address that cannot be listened on
   69      MongoDB could not be reached, or refused an operation
   75      not acquired: the key is held (--no-wait) or --timeout elapsed
-  76      the lease was lost while the command ran (it got SIGTERM, then SIGKILL after --grace)
+  76      the lease was lost while the command ran, or its --hold-at-most ended (it got
+          SIGTERM, then SIGKILL after --grace)
   78      exec: the key is held as another kind (nothing was acquired): a semaphore key
           without its --permits N, or a key held exclusive or shared with --permits
   126     the command could not be executed
@@ -35,6 +36,8 @@ exclusive exec stops new shared holders, so it is not starved), --permits N (one
 permits of a semaphore key; every exec of the key must pass the same N while it is held).
 --hold-at-least D keeps an exclusive key held until its acquisition + D by the server's
 clock, even if the command ends earlier: at most one run per D across machines.
+--hold-at-most D ends the lease D after its acquisition (never renewed): the command gets
+SIGTERM at the lease's local deadline, and mongo-lease exits 76.
 
 Several keys (exec): repeat --key or --key-json; all are held while the command runs, or
 none (exit 75), and the loss of any is the loss of all (exit 76).
@@ -307,6 +310,16 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["permits", "shared"])]
     pub hold_at_least: Option<Duration>,
 
+    /// Hold the key at most this long, e.g. `30s`: the lease is never
+    /// renewed and ends at its acquisition plus this by the server's clock
+    /// (ShedLock's `lockAtMostFor`). At its local deadline (this, less the
+    /// safety margin, counted from the acquiring write's send) the command
+    /// gets SIGTERM, then SIGKILL after --grace, and mongo-lease exits 76.
+    /// Longer than the safety margin (--ttl / 10 + --grace); the lease's
+    /// TTL in place of --ttl, which still sets the margin.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub hold_at_most: Option<Duration>,
+
     #[command(flatten)]
     pub http: HttpArg,
 
@@ -325,11 +338,12 @@ impl ExecArgs {
         }
     }
 
-    /// The options of the lease: its kind and minimum hold (the TTL is the
-    /// manager's, from --ttl).
+    /// The options of the lease: its kind, minimum and maximum hold (the
+    /// TTL is the manager's, from --ttl, unless --hold-at-most).
     pub fn acquire_options(&self) -> AcquireOptions {
         let mut options = AcquireOptions::builder().kind(self.kind()).build();
         options.hold_at_least = self.hold_at_least;
+        options.hold_at_most = self.hold_at_most;
         options
     }
 }
@@ -432,7 +446,8 @@ pub struct LeaderArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub restart_delay: Duration,
 
-    /// A JSON object published as the leader's payload, e.g. '{"addr":"10.0.0.7:8080"}'.
+    /// A JSON object published as the leader's payload, e.g. '{"addr":"10.0.0.7:8080"}',
+    /// written by the write that wins each term: no observer sees the leader without it.
     #[arg(long, value_parser = parse_payload)]
     pub payload: Option<Document>,
 

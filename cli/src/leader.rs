@@ -18,7 +18,11 @@ pub async fn leader(
 ) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
     let name = args.name.key()?;
-    let election = Election::new(manager, name.clone())?;
+    let mut election = Election::new(manager, name.clone())?;
+    if let Some(payload) = &args.payload {
+        // Written with each term's acquisition, not after it.
+        election = election.with_payload(payload.clone())?;
+    }
     // What the messages call the election, and what the command gets as
     // MONGO_LEASE_KEY (a string as is, another type as Extended JSON).
     let shown = name.to_extended_json();
@@ -34,9 +38,6 @@ pub async fn leader(
             leadership.term()
         );
         status.set(Phase::Holding(Arc::new(leadership.context())));
-        if let Some(payload) = &args.payload {
-            leadership.set_payload(payload.clone()).await?;
-        }
         let lease = LeaseEnv {
             key: &env_name,
             tokens: &[leadership.term()],
@@ -80,11 +81,6 @@ pub async fn leader(
                     return ChildOutcome::Exited(0);
                 }
                 eprintln!("mongo-lease: leader of {} (term {})", shown, leader.term());
-                if let Some(payload) = &args.payload {
-                    if let Err(e) = leader.set_payload(payload.clone()).await {
-                        tracing::warn!(error = %e, "could not publish the payload");
-                    }
-                }
                 status.set(Phase::Holding(Arc::new(leader.clone())));
                 running.store(true, std::sync::atomic::Ordering::SeqCst);
                 let lease = LeaseEnv {

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use mongodb::bson::Document;
 
 use super::command::{AcquireMode, Granted, GrantedLease, Target, WaiterId};
-use super::key_state::Registered;
+use super::key_state::{Registered, payload_hash};
 use super::mailbox::Mailbox;
 use super::release_watch::wake_jitter;
 use super::telemetry;
@@ -117,7 +117,24 @@ impl Actor {
         let shape = first.map(|w| w.shape).unwrap_or_default();
         let ttl = first.map_or(self.timing.ttl, |w| w.ttl);
         let create = first.and_then(|w| w.create.clone());
-        if let Some(sent) = state.unseen.take().filter(|sent| *sent != shape) {
+        let payload = first.and_then(|w| w.payload.clone());
+        let at_most = first.is_some_and(|w| w.at_most);
+        // An attempt with a payload retries no attempt under this lease
+        // id: one that landed unseen (perhaps another waiter's, without
+        // that payload) would show this acquisition without its payload
+        // until the retry lands.
+        let unseen = state.unseen.take();
+        // Nor one whose attempts registered with another payload: a release
+        // may hand the key to that registration, with that payload.
+        let other_payload = state.unanswered.as_deref().is_some_and(|u| {
+            u.lease_id == state.next_lease_id && u.payload != payload_hash(payload.as_ref())
+        });
+        if other_payload {
+            let lease_id = state.new_lease_id();
+            self.give_back(key, lease_id, shape.kind);
+            return;
+        }
+        if let Some(sent) = unseen.filter(|sent| *sent != shape || payload.is_some()) {
             // An attempt of another shape under this lease id may have
             // landed unseen (its waiter left): a retry of this shape would
             // not recognise it as ours and would wait for it to expire. Give
@@ -134,6 +151,8 @@ impl Actor {
             ttl,
             shape,
             waiting: state.waiters.iter().any(|w| w.mode != AcquireMode::Try),
+            payload,
+            at_most,
         };
         let key = key.clone();
         if self.tries_light_acquire(&key, &sent) {
@@ -164,6 +183,7 @@ impl Actor {
             ttl: sent.ttl,
             shape: sent.shape,
             create,
+            payload: sent.payload.clone(),
         });
         self.spawn_store(acquire, move |result| Event::Acquired { result, key, sent });
     }
@@ -212,7 +232,12 @@ impl Actor {
                 // the same lease id (of the same shape, `unseen`) renews it
                 // and is granted from its own send.
                 tracing::debug!(%key, token, "lease found by a read: confirming it at once");
-                state.note_unanswered(lease_id, sent.ttl, None);
+                state.note_unanswered(
+                    lease_id,
+                    sent.ttl,
+                    None,
+                    payload_hash(sent.payload.as_ref()),
+                );
                 state.unseen = Some(sent.shape);
                 state.registered = false;
                 state.handed = false;
@@ -233,7 +258,12 @@ impl Actor {
                 }
             }
             Ok((AcquireOutcome::Mismatch { stored }, _)) => {
-                state.note_unanswered(lease_id, sent.ttl, None);
+                state.note_unanswered(
+                    lease_id,
+                    sent.ttl,
+                    None,
+                    payload_hash(sent.payload.as_ref()),
+                );
                 // The answer for every waiter asking for this kind; the
                 // others' attempts follow.
                 let requested = sent.shape.kind;
@@ -266,7 +296,12 @@ impl Actor {
                     round_trip: sent.sent_at.elapsed(),
                     token,
                 });
-                state.note_unanswered(lease_id, sent.ttl, registered);
+                state.note_unanswered(
+                    lease_id,
+                    sent.ttl,
+                    registered,
+                    payload_hash(sent.payload.as_ref()),
+                );
                 state.answer_waiters(answer_tries);
                 if state.waiters.is_empty() {
                 } else if std::mem::take(&mut state.freed_in_flight) {
@@ -289,7 +324,12 @@ impl Actor {
                 }
             }
             Err(error) => {
-                state.note_unanswered(lease_id, sent.ttl, None);
+                state.note_unanswered(
+                    lease_id,
+                    sent.ttl,
+                    None,
+                    payload_hash(sent.payload.as_ref()),
+                );
                 let transient = error.is_transient();
                 // A waiting exclusive attempt whose outcome is unknown may
                 // have registered in the key's queue: count it registered,
@@ -342,6 +382,8 @@ impl Actor {
             sent_at,
             ttl: written_ttl,
             shape,
+            payload,
+            at_most,
             ..
         } = sent;
         let state = self.keys.get_mut(key).expect("grant for a known key");
@@ -349,9 +391,13 @@ impl Actor {
             if waiter.respond_to.is_closed() {
                 continue;
             }
-            if waiter.shape != shape {
+            // A lease held at most its TTL must have been written with it.
+            let at_most_differs =
+                waiter.at_most != at_most || (at_most && waiter.ttl != written_ttl);
+            if waiter.shape != shape || waiter.payload != payload || at_most_differs {
                 // The waiter it was for went away and the next one asked for
-                // another kind: give it back, then serve that one.
+                // another kind (payload, duration): give it back, then serve
+                // that one.
                 state.waiters.push_front(waiter);
                 break;
             }
@@ -375,6 +421,7 @@ impl Actor {
                 token,
                 state: lease_state.clone(),
                 ttl: waiter.ttl,
+                renews: !at_most,
                 deadline,
                 renewing: 0,
                 kind: shape.kind,

@@ -128,7 +128,23 @@ pub(crate) struct Waiter {
     /// re-enters a lease that holder holds on the key (`reentry.rs`).
     pub(crate) holder: Option<crate::HolderId>,
     pub(crate) reentrant: bool,
+    /// The payload its acquiring write is to write (validated by the handle).
+    pub(crate) payload: Option<Document>,
+    /// Its lease is held at most its TTL, never renewed
+    /// (`AcquireOptions::hold_at_most`).
+    pub(crate) at_most: bool,
     pub(crate) respond_to: Reply<Option<Granted>>,
+}
+
+impl Waiter {
+    /// Whether its lease may be handed over to it or granted on the event
+    /// of a handoff: a plain lease ([`LeaseShape::is_plain`]), renewed (not
+    /// held at most a duration: a lease granted on the event is renewed at
+    /// once) and without a payload to write with the acquisition (which
+    /// only the general acquire writes).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.shape.is_plain() && !self.at_most && self.payload.is_none()
+    }
 }
 
 /// How an acquire waits.
@@ -192,6 +208,14 @@ pub(crate) enum Command {
         key: Target,
         lease_id: Uuid,
         payload: Document,
+        respond_to: Reply<()>,
+    },
+    /// Renew a lease this manager holds at once to a new TTL, which its
+    /// renewals use from then on.
+    SetTtl {
+        key: Target,
+        lease_id: Uuid,
+        ttl: Duration,
         respond_to: Reply<()>,
     },
     /// Open (or find) the place of in-document leases on a user collection.
@@ -258,6 +282,7 @@ impl Command {
                 send(respond_to, error)
             }
             Command::List { respond_to, .. } => send(respond_to, error),
+            Command::SetTtl { respond_to, .. } => send(respond_to, error),
             Command::Observe { respond_to, .. } => send(respond_to, error),
             Command::OpenDocuments { respond_to, .. } => send(respond_to, error),
             Command::WriteDocument { respond_to, .. } => send(respond_to, error),

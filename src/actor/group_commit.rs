@@ -131,6 +131,7 @@ impl Actor {
     /// Whether the attempt `sent` of `key` tries the light acquire first.
     pub(super) fn tries_light_acquire(&self, key: &Target, sent: &Sent) -> bool {
         sent.shape.is_plain()
+            && sent.payload.is_none()
             && self.store(key.place).light_forms().acquire
             && !self.is_contended(key)
     }

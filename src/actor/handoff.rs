@@ -40,7 +40,7 @@ impl Actor {
         state
             .waiters
             .front()
-            .is_some_and(|w| w.shape.is_plain() && state.can_start(&w.shape))
+            .is_some_and(|w| w.is_plain() && state.can_start(&w.shape))
             && state.unseen.is_none()
     }
 
@@ -64,6 +64,8 @@ impl Actor {
             ttl: waiter.ttl,
             shape: waiter.shape,
             waiting: true,
+            payload: None,
+            at_most: false,
         };
         state.begin_attempt();
         state.releases_in_flight += 1;
@@ -119,7 +121,7 @@ impl Actor {
             return;
         }
         state.attempt = Attempt::Idle;
-        state.note_unanswered(sent.lease_id, sent.ttl, None);
+        state.note_unanswered(sent.lease_id, sent.ttl, None, None);
         // A handoff whose outcome stayed unknown may have landed under the
         // next lease id: its next attempt recognises it as a retry.
         if result.as_ref().is_err_and(|e| e.is_transient()) {

@@ -26,6 +26,10 @@ pub(super) struct Held {
     pub(super) state: Arc<LeaseState>,
     /// The lease's TTL: its renewals set `exp = $$NOW + ttl`.
     pub(super) ttl: Duration,
+    /// The heartbeat renews it; `false` for a lease held at most its TTL
+    /// (`AcquireOptions::hold_at_most`), never renewed nor checked by a
+    /// renewal.
+    pub(super) renews: bool,
     /// Start of the last confirmed renewal (or of the acquire) + ttl − safety margin.
     pub(super) deadline: Instant,
     /// How many renewals of this lease are in flight or scheduled for retry:
@@ -135,6 +139,19 @@ pub(super) struct Unanswered {
     /// The last of them registered this manager in the key's queue of
     /// waiting owners (see [`Registered`]).
     pub(super) registered: Option<Registered>,
+    /// The payload the last of them acquires with, as [`payload_hash`]:
+    /// a lease handed to its registration carries it.
+    pub(super) payload: Option<u64>,
+}
+
+/// A digest of an attempt's payload (`AcquireOptions::payload`), to tell
+/// whether two attempts under one lease id asked for the same one.
+pub(super) fn payload_hash(payload: Option<&mongodb::bson::Document>) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let bytes = mongodb::bson::to_vec(payload?).unwrap_or_default();
+    let mut hasher = std::hash::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// An attempt that registered its manager in a key's queue of waiting
@@ -217,11 +234,13 @@ impl KeyState {
         lease_id: Uuid,
         ttl: Duration,
         registered: Option<Registered>,
+        payload: Option<u64>,
     ) {
         let fresh = Unanswered {
             lease_id,
             shortest_ttl: ttl,
             registered: None,
+            payload,
         };
         let record = self.unanswered.get_or_insert_with(|| Box::new(fresh));
         if record.lease_id != lease_id {
@@ -229,6 +248,7 @@ impl KeyState {
         }
         record.shortest_ttl = record.shortest_ttl.min(ttl);
         record.registered = registered;
+        record.payload = payload;
     }
 
     pub(super) fn is_idle(&self) -> bool {

@@ -9,6 +9,8 @@
 //! becomes [`Error::Shutdown`]. Shape after the mongodb driver's
 //! `ConnectionRequester` (a small typed handle per channel endpoint).
 
+use std::time::Duration;
+
 use mongodb::bson::Document;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
@@ -86,6 +88,18 @@ impl Mailbox {
             key,
             lease_id,
             payload,
+            respond_to,
+        })
+        .await
+    }
+
+    /// Renews one acquisition at once to `ttl`, which its renewals use from
+    /// then on, and awaits the server's confirmation.
+    pub(crate) async fn set_ttl(&self, key: Target, lease_id: Uuid, ttl: Duration) -> Result<()> {
+        self.call(|respond_to| Command::SetTtl {
+            key,
+            lease_id,
+            ttl,
             respond_to,
         })
         .await

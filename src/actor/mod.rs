@@ -44,6 +44,7 @@ mod acquire;
 mod binding;
 pub(crate) mod command;
 mod documents;
+mod duration;
 mod group_commit;
 mod handoff;
 mod key_state;
@@ -110,6 +111,10 @@ struct Sent {
     shape: LeaseShape,
     /// It was a waiting attempt (someone other than a try waits).
     waiting: bool,
+    /// The payload it wrote (`AcquireOptions::payload`).
+    payload: Option<Document>,
+    /// For a lease held at most its TTL (`Waiter::at_most`).
+    at_most: bool,
 }
 
 /// The result of a store operation, back in the actor's loop.
@@ -172,6 +177,15 @@ enum Event {
         key: LeaseKey,
         respond_to: Reply<Option<LeaseInfo>>,
         result: Result<Option<LeaseInfo>>,
+    },
+    /// The renewal of `Command::SetTtl` was answered.
+    TtlSet {
+        key: Target,
+        lease_id: Uuid,
+        ttl: Duration,
+        sent_at: Instant,
+        respond_to: Reply<()>,
+        result: Result<Vec<LeaseRef>>,
     },
     PayloadSet {
         key: Target,
@@ -272,6 +286,10 @@ pub(crate) struct Actor {
     /// the registered lease id, and when the registration lapses (see
     /// `queue`).
     gave_up: HashMap<Target, (Uuid, Instant)>,
+    /// A longer TTL set on a held lease (by its lease id) while renewals of
+    /// it were in flight: its renewals take it once none is
+    /// (`Actor::on_set_ttl`).
+    longer_ttls: HashMap<Uuid, Duration>,
     /// Keys the general form was sent for lately, or a light form did not
     /// apply to, with when (see `group_commit`); pruned at each heartbeat.
     contended: HashMap<Target, Instant>,
@@ -338,6 +356,7 @@ impl Actor {
             health: Arc::default(),
             health_due: false,
             gave_up: HashMap::default(),
+            longer_ttls: HashMap::default(),
             contended: HashMap::default(),
             bindings: HashMap::default(),
         }
@@ -414,6 +433,12 @@ impl Actor {
                 respond_to,
             } => self.on_set_payload(key, lease_id, payload, respond_to),
             Command::Observe { key, respond_to } => self.on_observe(key, respond_to),
+            Command::SetTtl {
+                key,
+                lease_id,
+                ttl,
+                respond_to,
+            } => self.on_set_ttl(key, lease_id, ttl, respond_to),
             Command::CheckHeld { key, lease_id } => {
                 if self.held_lease(&key, lease_id).is_some() {
                     self.check_held([key].into_iter().collect());
@@ -497,6 +522,14 @@ impl Actor {
                 respond_to,
                 result,
             } => self.on_force_released(key, respond_to, result),
+            Event::TtlSet {
+                key,
+                lease_id,
+                ttl,
+                sent_at,
+                respond_to,
+                result,
+            } => self.on_ttl_set(key, lease_id, (ttl, sent_at), respond_to, result),
             Event::PayloadSet {
                 key,
                 lease_id,

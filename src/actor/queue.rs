@@ -155,7 +155,7 @@ impl Actor {
         ) else {
             return false;
         };
-        if !waiter.shape.is_plain() || self.closing.is_some() || self.releasing_all > 0 {
+        if !waiter.is_plain() || self.closing.is_some() || self.releasing_all > 0 {
             return false;
         }
         let registered = unanswered.registered.expect("a deadline");
@@ -165,6 +165,8 @@ impl Actor {
             ttl: unanswered.shortest_ttl.min(window),
             shape: waiter.shape,
             waiting: true,
+            payload: None,
+            at_most: false,
         };
         tracing::debug!(%key, token, ?deadline, "handed over by a release: granted on the event");
         self.timers.remove(&timer);

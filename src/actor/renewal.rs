@@ -43,8 +43,12 @@ pub(super) struct Batch {
 /// Held leases to renew, grouped by place and TTL.
 pub(super) type ByTtl = BTreeMap<(Place, Duration), Vec<LeaseRef>>;
 
-/// Adds `held` of `key` to `by_ttl`, counting one more renewal of it in flight.
+/// Adds `held` of `key` to `by_ttl`, counting one more renewal of it in
+/// flight, unless it is held at most its TTL (never renewed).
 pub(super) fn add_renewal(by_ttl: &mut ByTtl, key: &Target, held: &mut Held) {
+    if !held.renews {
+        return;
+    }
     held.renewing += 1;
     let lease = held.lease_ref(&key.key);
     by_ttl.entry((key.place, held.ttl)).or_default().push(lease);
@@ -174,32 +178,60 @@ impl Actor {
                 return;
             }
         };
-        let deadline = sent_at + self.timing.validity_for(batch.ttl);
-        let now = Instant::now();
         for lease in batch.leases {
             let lost_now = lost.contains(&lease);
             let key = Target {
                 place: batch.place,
                 key: lease.key,
             };
-            let Some(state) = self.keys.get_mut(&key) else {
-                continue;
-            };
-            let Some(held) = state.holder_mut(lease.lease_id) else {
-                continue;
-            };
-            held.renewing = held.renewing.saturating_sub(1);
-            if lost_now {
-                self.lose_found_gone(key, lease.lease_id, "renewal");
-            } else if deadline > held.deadline && held.deadline > now {
-                // The heap entry is re-armed lazily when it comes due. A
-                // renewal confirmed after the deadline passed moves nothing:
-                // the lease read lost then (`Lease::is_lost`), and is.
-                held.deadline = deadline;
-                let (token, acquired_at, ttl) = (held.token, held.acquired_at, batch.ttl);
-                held.state
-                    .renewed(deadline, || server_expiry(token, acquired_at, sent_at, ttl));
-            }
+            self.confirm_renewal(key, lease.lease_id, (sent_at, batch.ttl), lost_now);
+        }
+    }
+
+    /// A renewal of `lease_id` of `key` to `ttl`, sent at `sent_at`, was
+    /// answered: the lease is lost if `lost_now` (the renewal matched
+    /// nothing), else its local deadline moves to the send + the validity
+    /// of the shorter of `ttl` and the lease's TTL if that is later: the
+    /// lease's TTL is never longer than a write of it that may land later
+    /// (a longer one waits in `Actor::longer_ttls` until none is in
+    /// flight, see `Actor::on_set_ttl`).
+    pub(super) fn confirm_renewal(
+        &mut self,
+        key: Target,
+        lease_id: Uuid,
+        (sent_at, ttl): (Instant, Duration),
+        lost_now: bool,
+    ) {
+        let now = Instant::now();
+        let Some(held) = self
+            .keys
+            .get_mut(&key)
+            .and_then(|state| state.holder_mut(lease_id))
+        else {
+            self.longer_ttls.remove(&lease_id);
+            return;
+        };
+        // Counted before a longer TTL becomes the lease's: a write of the
+        // old TTL answered earlier may have landed after this one.
+        let deadline = sent_at + self.timing.validity_for(ttl.min(held.ttl));
+        held.renewing = held.renewing.saturating_sub(1);
+        if held.renewing == 0
+            && let Some(longer) = self.longer_ttls.remove(&lease_id)
+        {
+            // Every write of the old TTL has landed: the next renewals
+            // (sent from now on) use the longer one.
+            held.ttl = longer;
+        }
+        if lost_now {
+            self.lose_found_gone(key, lease_id, "renewal");
+        } else if deadline > held.deadline && held.deadline > now {
+            // The heap entry is re-armed lazily when it comes due. A
+            // renewal confirmed after the deadline passed moves nothing:
+            // the lease read lost then (`Lease::is_lost`), and is.
+            held.deadline = deadline;
+            let (token, acquired_at) = (held.token, held.acquired_at);
+            held.state
+                .renewed(deadline, || server_expiry(token, acquired_at, sent_at, ttl));
         }
     }
 

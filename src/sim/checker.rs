@@ -141,7 +141,9 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         checker.entry += 1;
     }
     checker.advance(end);
-    checker.found
+    let mut found = checker.found;
+    found.extend(super::durations::check(history));
+    found
 }
 
 /// The checker's state after the events seen so far.
@@ -355,6 +357,10 @@ impl Checker {
             Event::FaultsStopped => self.faults_stopped = Some(self.now),
             Event::Reentered { lease, of, token } => self.reentered(*lease, *of, *token),
             Event::GroupGranted { leases } => self.group_granted(leases),
+            // Judged by `durations::check`.
+            Event::HeldAtMost { .. }
+            | Event::AcquiredWithPayload { .. }
+            | Event::Inspected { .. } => {}
         }
     }
 

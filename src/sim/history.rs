@@ -160,6 +160,31 @@ pub enum Event {
         /// The group's leases.
         leases: Vec<LeaseNo>,
     },
+    /// The lease (just granted) was acquired with `hold_at_most`: never
+    /// renewed, its deadline at most `at_most` after its grant.
+    HeldAtMost {
+        /// The lease.
+        lease: LeaseNo,
+        /// Its `hold_at_most`.
+        at_most: Duration,
+    },
+    /// The lease (just granted) was acquired with a payload in its
+    /// acquiring write.
+    AcquiredWithPayload {
+        /// The lease.
+        lease: LeaseNo,
+    },
+    /// A read of the key (`inspect`) showed a holder.
+    Inspected {
+        /// The manager that read it.
+        manager: usize,
+        /// The key.
+        key: String,
+        /// The holder's fencing token.
+        token: u64,
+        /// Whether it showed a payload.
+        payload: bool,
+    },
 }
 
 impl Event {
@@ -170,6 +195,7 @@ impl Event {
             | Event::ForeignTaken { key, .. }
             | Event::ForeignRemoved { key }
             | Event::ForceReleaseStarted { key, .. }
+            | Event::Inspected { key, .. }
             | Event::WaitStarted { key, .. } => Some(key),
             _ => None,
         }
@@ -183,7 +209,9 @@ impl Event {
             | Event::Told { lease, .. }
             | Event::Released { lease }
             | Event::ReleaseAnswered { lease, .. }
-            | Event::Reentered { lease, .. } => Some(*lease),
+            | Event::Reentered { lease, .. }
+            | Event::HeldAtMost { lease, .. }
+            | Event::AcquiredWithPayload { lease } => Some(*lease),
             _ => None,
         }
     }

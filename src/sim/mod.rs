@@ -21,6 +21,7 @@
 //! `cargo run --release --example simulate -- --seeds N` runs many.
 
 pub mod checker;
+mod durations;
 mod faults;
 mod groups;
 pub mod history;

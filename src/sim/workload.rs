@@ -15,6 +15,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{Instant, sleep};
 use tokio_util::time::FutureExt as _;
 
+use super::durations;
 use super::history::{At, Event, History, Kind, LeaseNo, OpNo, WaiterNo};
 use crate::AcquireOptions;
 use crate::document::{DEFAULT_LEASE_FIELD, DocumentLease};
@@ -205,27 +206,23 @@ pub(super) async fn timed<T>(
     acquire.timeout(t).await.ok().transpose()
 }
 
+/// Acquires for `role`; an exclusive lease with `options` (its minimum or
+/// maximum hold, its payload).
 async fn acquire(
     process: &Process,
     role: &Role,
     mode: Mode,
-    hold: Option<Duration>,
+    options: &AcquireOptions,
 ) -> Result<Option<Held>> {
     let manager = &process.manager;
     let lease = |r: Result<Lease>| r.map(|l| Some(Held::Lease(l)));
     let some = |r: Result<Option<Lease>>| r.map(|l| l.map(Held::Lease));
     match role {
-        Role::Exclusive { key, .. } => {
-            let options = match hold {
-                Some(hold) => AcquireOptions::builder().hold_at_least(hold).build(),
-                None => AcquireOptions::default(),
-            };
-            match mode {
-                Mode::Wait => lease(manager.acquire_with(*key, &options).await),
-                Mode::Try => some(manager.try_acquire_with(*key, &options).await),
-                Mode::Timeout(t) => some(timed(manager.acquire_with(*key, &options), t).await),
-            }
-        }
+        Role::Exclusive { key, .. } => match mode {
+            Mode::Wait => lease(manager.acquire_with(*key, options).await),
+            Mode::Try => some(manager.try_acquire_with(*key, options).await),
+            Mode::Timeout(t) => some(timed(manager.acquire_with(*key, options), t).await),
+        },
         Role::Shared(key) => match mode {
             Mode::Wait => lease(manager.acquire_shared(*key).await),
             Mode::Try => some(manager.try_acquire_shared(*key).await),
@@ -338,6 +335,24 @@ pub(super) fn granted(
     number
 }
 
+/// The options of an exclusive acquisition of `role` with the minimum hold
+/// `hold`: now and then held at most a while or with a payload (see
+/// `durations`), after an inspection of the key by `process`.
+async fn exclusive_options(
+    recorder: &Recorder,
+    process: &Process,
+    role: &Role,
+    hold: Option<Duration>,
+) -> AcquireOptions {
+    let Role::Exclusive { key, .. } = role else {
+        return AcquireOptions::default();
+    };
+    durations::inspect(recorder, process, key, role.key()).await;
+    let mut options = durations::draw(hold);
+    options.hold_at_least = hold;
+    options
+}
+
 /// A task of `process` that loops on `role` until `stop`.
 pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
@@ -352,7 +367,8 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
             }
             _ => None,
         };
-        let acquired = acquire(&process, &role, mode, hold);
+        let options = exclusive_options(&recorder, &process, &role, hold).await;
+        let acquired = acquire(&process, &role, mode, &options);
         let (result, waited_from) = wait(&recorder, &process, role.key(), acquired).await;
         match result {
             Ok(Some(held)) => {
@@ -363,6 +379,7 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
                     held.lease(),
                     (waited_from, hold),
                 );
+                durations::granted(&recorder, number, held.lease(), &options);
                 // A hold past the TTL lives on its renewals (and its
                 // local deadline matters when they fail).
                 let hold = match random_range(0..4) {
@@ -376,6 +393,7 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
                     && !stop.load(Ordering::SeqCst)
                 {
                     sleep(ms(random_range(1..200))).await;
+                    durations::maybe_set_ttl(held.lease(), &options).await;
                 }
                 recorder.push(Event::Released { lease: number });
                 if random_range(0..4) == 0 {

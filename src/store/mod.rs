@@ -24,7 +24,7 @@
 //! | `acq` | date | server time (`$$NOW`) of the current acquisition; kept by renewals and by a retry under the same lease id |
 //! | `ts` | date | server time (`$$NOW`) of the last acquire or renewal |
 //! | `exp` | date | server time at which the lease expires (`ts + ttl`, or the release time) |
-//! | `data` | document, optional | payload set by the holder (`Lease::set_payload`); absent after a new acquisition |
+//! | `data` | document, optional | payload set by the holder (`Lease::set_payload`, or by the acquiring write: `AcquireOptions::payload`); absent after a new acquisition without one |
 //! | `wt` | date, optional | server time at which another owner first waited for the current lease; removed by release and by a new acquisition |
 //! | `yu` | date, optional | set by a release that another owner waited for: until then the releasing owner (`aid`) cannot take the key back |
 //! | `hl` | date, optional | *hold until*: acquisition time + [`hold_at_least`](crate::AcquireOptions::hold_at_least) (exclusive leases) |
@@ -32,7 +32,7 @@
 //! | `pm` | int32, optional | a semaphore key's number of permits, while it has holders in `hs` |
 //! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
 //! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
-//! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each (see "Queue of waiting owners") |
+//! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each, and `data`, the payload it acquires with, if any (see "Queue of waiting owners") |
 //!
 //! **New documents and foreign ones.** Every write of this crate leaves a
 //! document of its shape (an int64 `tok` and a date `exp`) or none: an
@@ -160,7 +160,9 @@
 //! order, in one array of its document, `q`: one entry per owner, `{aid,
 //! lid, at, re, hx}` (the waiting owner's id, the lease id its next
 //! acquisition will carry, when it first registered, when its registration
-//! expires, and how long a lease handed to it lasts unconfirmed). Like the
+//! expires, and how long a lease handed to it lasts unconfirmed; and
+//! `data`, the payload its acquisition writes, `AcquireOptions::payload`,
+//! if any). Like the
 //! hand-over of a fair lock (Redisson's fair lock keeps such a queue with
 //! per-waiter timeouts), the key goes to the first live waiter in the
 //! releasing write itself, with no race between the processes that wait.
@@ -168,8 +170,9 @@
 //! - **Registration.** A waiting exclusive attempt (not a `try_acquire`)
 //!   that does not win because another owner holds the key (or is ahead in
 //!   the queue) registers in its own write, no extra round trip: its entry
-//!   is refreshed in place (`lid`, `re`, `hx`; `at` and the position kept)
-//!   when it names another lease id or expires within `R / 2` (so a waiter
+//!   is refreshed in place (`lid`, `re`, `hx`, `data`; `at` and the position
+//!   kept) when it names another lease id or payload or expires within `R /
+//!   2` (so a waiter
 //!   retrying often writes about once per `R / 2`; the other attempts
 //!   change nothing and write nothing, B2), or appended if its owner has
 //!   none. `re = $$NOW + R`, with `R` = [`registration_window`] of the
@@ -191,7 +194,8 @@
 //!   the first such entry the holder in the same update: `aid` and `lid`
 //!   from the entry, `tok = max(tok + 1, ms($$NOW) * 2^20)` (the fencing
 //!   rule), `acq = ts = $$NOW`, `exp = $$NOW + hx`; the entry leaves `q`,
-//!   `wt`, `yu`, `hl` and `data` go. Otherwise the release is as before
+//!   `wt`, `yu` and `hl` go, `data` is the entry's (none if it has none).
+//!   Otherwise the release is as before
 //!   (yield included). The change stream of writes announces the handoff
 //!   (it sets `lid`, `aid` and `tok`, docs/mongodb-behaviour.md, B12,
 //!   B24: [`KeyWrite::token`]); the new holder's manager, seeing its own
@@ -631,6 +635,28 @@ pub(crate) struct AcquireRequest {
     /// (`None`: a missing document is
     /// [`Error::DocumentNotFound`](crate::Error::DocumentNotFound)).
     pub create: Option<mongodb::bson::Document>,
+    /// Exclusive leases of the lock collection: the payload (`data`) the
+    /// acquiring write sets, a retry under the same lease id included
+    /// (`None`: a new acquisition drops `data`, a retry keeps it).
+    pub payload: Option<mongodb::bson::Document>,
+}
+
+/// A payload with the acquisition is written by the general acquire of an
+/// exclusive lease of the lock collection only: refused elsewhere, before
+/// anything is sent, by both stores.
+pub(crate) fn payload_applies(
+    in_documents: bool,
+    shape: crate::kind::LeaseShape,
+    payload: Option<&mongodb::bson::Document>,
+) -> crate::error::Result<()> {
+    if payload.is_none() || (!in_documents && shape.kind == crate::LeaseKind::Exclusive) {
+        return Ok(());
+    }
+    Err(crate::Error::Unsupported {
+        reason: "a payload with the acquisition applies to exclusive leases of the lock \
+                 collection only"
+            .into(),
+    })
 }
 
 /// In-document leases are plain exclusive leases: any other shape (a

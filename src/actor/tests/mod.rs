@@ -27,6 +27,7 @@ use crate::store::AcquireOutcome;
 use crate::store::memory::{Doc, Fault, MemoryDb, MemoryStore, Op};
 
 mod acquire;
+mod duration;
 mod events;
 mod group_commit;
 mod handoff;

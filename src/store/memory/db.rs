@@ -379,6 +379,7 @@ impl MemoryDb {
                 shape,
                 now,
                 Duration::ZERO,
+                None,
             );
             let outcome = outcome.expect("try_take on a foreign document");
             if let AcquireOutcome::Acquired { token } = outcome {

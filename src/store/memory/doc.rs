@@ -64,6 +64,8 @@ pub(crate) struct Waiting {
     pub re: Instant,
     /// `hx`: how long a lease handed to it lasts unconfirmed.
     pub hx: Duration,
+    /// `data`: the payload it acquires with, written by a handoff to it.
+    pub payload: Option<Document>,
 }
 
 /// One holder of a shared or semaphore key: an entry of `hs`.
@@ -141,13 +143,15 @@ impl Doc {
     pub(super) fn register(
         &mut self,
         owner: &str,
-        lease_id: Uuid,
+        (lease_id, payload): (Uuid, Option<&Document>),
         ttl: Duration,
         window: Duration,
         now: Instant,
     ) {
         self.queue.retain(|w| w.re > now);
-        let fresh = |w: &Waiting| w.lease_id == lease_id && w.re >= now + window / 2;
+        let fresh = |w: &Waiting| {
+            w.lease_id == lease_id && w.re >= now + window / 2 && w.payload.as_ref() == payload
+        };
         if self.queue.iter().any(|w| w.owner == owner && fresh(w)) {
             return;
         }
@@ -162,6 +166,7 @@ impl Doc {
             at,
             re: now + window,
             hx: ttl.min(window),
+            payload: payload.cloned(),
         };
         match self.queue.iter_mut().find(|w| w.owner == owner) {
             Some(mine) => *mine = entry,

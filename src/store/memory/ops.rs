@@ -45,8 +45,12 @@ impl Store for MemoryStore {
             ttl,
             shape,
             create,
+            payload,
         } = request;
-        if let Some(error) = self.refuses(shape) {
+        let refused = self.refuses(shape).or_else(|| {
+            crate::store::payload_applies(self.place.is_some(), shape, payload.as_ref()).err()
+        });
+        if let Some(error) = refused {
             return futures::future::ready(Err(error)).boxed();
         }
         let (db, owner) = (self.db.clone(), self.owner.clone());
@@ -74,7 +78,15 @@ impl Store for MemoryStore {
                     shape,
                     now,
                     registration,
+                    payload.as_ref(),
                 )?;
+                // The payload with the acquisition, in the acquiring write
+                // (a retry too), as `MongoStore`'s `acquire_pipeline`.
+                if let (Some(payload), AcquireOutcome::Acquired { .. }) = (&payload, &outcome)
+                    && let Some(doc) = coll.docs.get_mut(&key)
+                {
+                    doc.payload = Some(payload.clone());
+                }
                 // A retry under the same lease id sets neither `lid` nor
                 // `aid`: no event on MongoDB either.
                 if !retry && let AcquireOutcome::Acquired { token } = outcome {

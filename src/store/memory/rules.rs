@@ -49,7 +49,9 @@ impl Collection {
 ///
 /// The queue of waiting owners (not in a place of in-document leases): a
 /// free key is kept for the head of its queue, and a waiting attempt that
-/// loses to another owner (or to the head) registers for `registration`.
+/// loses to another owner (or to the head) registers for `registration`,
+/// with the payload it acquires with (`payload`), which a handoff to it
+/// writes.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn apply_acquire(
     coll: &mut Collection,
@@ -61,6 +63,7 @@ pub(super) fn apply_acquire(
     shape: LeaseShape,
     now: Instant,
     registration: Duration,
+    payload: Option<&mongodb::bson::Document>,
 ) -> Result<AcquireOutcome> {
     let queues = !coll.in_documents;
     if let Some(foreign) = coll.foreign.get(key) {
@@ -117,7 +120,7 @@ pub(super) fn apply_acquire(
                 if waiting && (held_by_other || kept_for_queue) {
                     doc.waiting_since.get_or_insert(now);
                     if queues {
-                        doc.register(owner, lease_id, ttl, registration, now);
+                        doc.register(owner, (lease_id, payload), ttl, registration, now);
                     }
                 }
                 let until = match doc.yield_until {
@@ -168,7 +171,7 @@ pub(super) fn release_doc(doc: &mut Doc, now: Instant, yield_window: Duration) {
 /// The release rule of an exclusive lease with the handoff of "Queue of
 /// waiting owners": the first live entry of another owner, if the key has
 /// no holders nor minimum hold ahead, becomes the holder (token + 1, `exp =
-/// now + hx`, no `yu`, `hl`, `data`) and leaves the queue; otherwise
+/// now + hx`, no `yu` nor `hl`, the entry's `data`) and leaves the queue; otherwise
 /// [`release_doc`], dead entries dropped. Returns the new holder's owner id,
 /// lease id and token.
 pub(super) fn release_or_hand_over(
@@ -192,7 +195,7 @@ pub(super) fn release_or_hand_over(
     doc.exp = now + next.hx;
     doc.yield_until = None;
     doc.hold_until = None;
-    doc.payload = None;
+    doc.payload = next.payload.clone();
     Some((next.owner, next.lease_id, doc.token))
 }
 

@@ -309,7 +309,8 @@ pub(super) fn upsert_filter(key: &LeaseKey) -> Document {
 /// `store`), or marks live shared holders ([`exclusive_waiter_mark`]).
 ///
 /// Held at least `hold_ms` ("Holding at least" in `store`): `hl = $$NOW +
-/// hold_ms` (a retry keeps it) and `exp = max($$NOW + ttl_ms, hl)`. An
+/// hold_ms` (a retry keeps it) and `exp = max($$NOW + ttl_ms, hl)`. With
+/// `payload`, an acquisition (a retry too) sets `data` to it. An
 /// acquisition leaves the other owners' live queue entries
 /// ([`queue_after_acquisition`]).
 pub(super) fn acquire_pipeline(
@@ -319,6 +320,7 @@ pub(super) fn acquire_pipeline(
     waiting: bool,
     hold_ms: Option<i64>,
     registration_ms: i64,
+    payload: Option<&Document>,
 ) -> Vec<Document> {
     let at = LockPath::TOP;
     let lid = bson_lease_id(lease_id);
@@ -327,6 +329,11 @@ pub(super) fn acquire_pipeline(
     let mut acquired = doc! { field::ID: "$_id" };
     acquired.extend(at.acquired(owner, &lid, ttl_ms));
     acquired.insert(field::QUEUE, queue_after_acquisition(owner));
+    if let Some(payload) = payload {
+        // In the acquiring write itself, a retry included, so that no
+        // reader sees this acquisition without it (`AcquireOptions::payload`).
+        acquired.insert(field::PAYLOAD, doc! { "$literal": payload });
+    }
     if let Some(hold_ms) = hold_ms {
         let hold_until = doc! { "$cond": [
             mine,
@@ -344,7 +351,7 @@ pub(super) fn acquire_pipeline(
         let kept_for_queue = doc! { "$and": [at.our_shape(), { "$not": [queue_allows(owner)] }] };
         let marked = doc! { "$mergeObjects": ["$$ROOT", {
             field::WAITING_SINCE: at.waiting_since(),
-            field::QUEUE: registered(owner, lid, ttl_ms, registration_ms),
+            field::QUEUE: registered(owner, lid, ttl_ms, registration_ms, payload),
         }]};
         let (shared_live, mark) = exclusive_waiter_mark(owner, ttl_ms);
         Bson::from(doc! { "$cond": [
@@ -390,30 +397,42 @@ pub(super) fn queue_after_acquisition(owner: &str) -> Document {
 }
 
 /// The `q` a losing waiting attempt by `owner` writes: the live entries in
-/// order, `owner`'s refreshed in place (`lid`, `re`, `hx`; `at` kept) if it
-/// names another lease id or expires within half the window, or appended
-/// with `at = $$NOW`. `re = $$NOW + registration_ms`, `hx =
-/// min(ttl_ms, registration_ms)`.
+/// order, `owner`'s refreshed in place (`lid`, `re`, `hx`, `data`; `at`
+/// kept) if it names another lease id or payload or expires within half
+/// the window, or appended with `at = $$NOW`. `re = $$NOW +
+/// registration_ms`, `hx = min(ttl_ms, registration_ms)`, `data` the
+/// payload the attempt acquires with (if any), which a handoff to the
+/// entry writes ([`handoff_stages`](super::handoff::handoff_stages)).
 pub(super) fn registered(
     owner: &str,
     lease_id: Bson,
     ttl_ms: i64,
     registration_ms: i64,
+    payload: Option<&Document>,
 ) -> Document {
     let entry = |at: &str| {
-        doc! {
+        let mut entry = doc! {
             field::OWNER: { "$literal": owner },
             field::LEASE_ID: lease_id.clone(),
             field::REGISTERED_AT: at,
             field::REGISTRATION_EXPIRES: { "$add": ["$$NOW", registration_ms] },
             field::HANDED_TTL: ttl_ms.min(registration_ms),
+        };
+        if let Some(payload) = payload {
+            entry.insert(field::PAYLOAD, doc! { "$literal": payload });
         }
+        entry
     };
     let is_mine = doc! { "$eq": [e(field::OWNER), { "$literal": owner }] };
-    // Refreshed only under another lease id or past half its window: a
-    // waiter retrying often writes nothing most of the time (B2).
+    let other_payload = match payload {
+        Some(payload) => doc! { "$ne": [e(field::PAYLOAD), { "$literal": payload }] },
+        None => doc! { "$ne": [{ "$type": e(field::PAYLOAD) }, "missing"] },
+    };
+    // Refreshed only under another lease id or payload, or past half its
+    // window: a waiter retrying often writes nothing most of the time (B2).
     let stale = doc! { "$or": [
         { "$ne": [e(field::LEASE_ID), lease_id.clone()] },
+        other_payload,
         { "$lt": [e(field::REGISTRATION_EXPIRES), { "$add": ["$$NOW", registration_ms / 2] }] },
     ]};
     doc! { "$let": {
@@ -448,14 +467,16 @@ impl MongoStore {
             waiting,
             ttl,
             shape,
+            payload,
             ..
         } = request;
         let (kind, ttl_ms) = (shape.kind, ttl_ms(ttl));
         kind.validate()?;
+        crate::store::payload_applies(false, shape, payload.as_ref())?;
         if kind == LeaseKind::Exclusive {
             let hold_ms = shape.hold_at_least.map(self::ttl_ms);
             return self
-                .acquire_once(key, lease_id, waiting, ttl_ms, hold_ms)
+                .acquire_once(key, lease_id, waiting, ttl_ms, hold_ms, payload)
                 .await;
         }
         if shape.hold_at_least.is_some() {
@@ -601,9 +622,9 @@ impl MongoStore {
             .await
     }
 
-    /// An exclusive acquisition (held at least `hold_ms` if `Some`) by the
-    /// general pipeline (the actor tries the light acquire first where it
-    /// may apply, `Store::acquire_light`).
+    /// An exclusive acquisition (held at least `hold_ms` if `Some`, with
+    /// `payload` if `Some`) by the general pipeline (the actor tries the
+    /// light acquire first where it may apply, `Store::acquire_light`).
     pub(super) async fn acquire_once(
         &self,
         key: LeaseKey,
@@ -611,6 +632,7 @@ impl MongoStore {
         waiting: bool,
         ttl_ms: i64,
         hold_ms: Option<i64>,
+        payload: Option<Document>,
     ) -> Result<AcquireOutcome> {
         let update = acquire_pipeline(
             self.owner(),
@@ -619,6 +641,7 @@ impl MongoStore {
             waiting,
             hold_ms,
             self.registration_ms(),
+            payload.as_ref(),
         );
         self.acquire_by(key, update, acquire_projection(), |key, doc| {
             replies::exclusive(key, self.owner(), lease_id, ttl_ms, doc)

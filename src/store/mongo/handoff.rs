@@ -191,7 +191,7 @@ pub(super) fn pick_stage() -> Document {
 /// The last stages of a release, after the release itself: if an entry was
 /// picked ([`pick_stage`]), its owner becomes the holder (`aid`, `lid`
 /// from the entry, the next token, `acq = ts = $$NOW`, `exp = $$NOW +
-/// hx`; no `yu`, `hl` nor `data`); in any case `q` keeps the live entries
+/// hx`; no `yu` nor `hl`, the entry's `data` if any); in any case `q` keeps the live entries
 /// but the picked one, and the temporary field goes.
 pub(super) fn handoff_stages() -> [Document; 2] {
     let pick = |then: Bson, otherwise: Bson| doc! { "$cond": [handed(), then, otherwise] };
@@ -212,7 +212,11 @@ pub(super) fn handoff_stages() -> [Document; 2] {
             ),
             field::YIELD_UNTIL: pick(remove(), keep(field::YIELD_UNTIL)),
             field::HOLD_UNTIL: pick(remove(), keep(field::HOLD_UNTIL)),
-            field::PAYLOAD: pick(remove(), keep(field::PAYLOAD)),
+            // The payload the entry's owner acquires with, if any.
+            field::PAYLOAD: pick(
+                doc! { "$ifNull": [from_entry(field::PAYLOAD), "$$REMOVE"] }.into(),
+                keep(field::PAYLOAD),
+            ),
             field::QUEUE: { "$cond": [
                 { "$isArray": f(field::QUEUE) },
                 or_remove(entries_without(live_entries(), from_entry(field::OWNER))),

@@ -61,6 +61,7 @@ pub(crate) trait StoreExt: Store {
             ttl,
             shape,
             create: None,
+            payload: None,
         };
         let acquire = self.acquire(request);
         Box::pin(async move { acquire.await.map(|(outcome, _)| outcome) })
@@ -83,6 +84,7 @@ pub(crate) trait StoreExt: Store {
             ttl,
             shape,
             create,
+            payload: None,
         })
     }
 }

@@ -484,8 +484,10 @@ impl Store for DocumentStore {
                 ttl,
                 shape,
                 create,
+                payload,
             } = request;
             crate::store::document_shape(shape)?;
+            crate::store::payload_applies(true, shape, payload.as_ref())?;
             store
                 .acquire_once(key, lease_id, waiting, ttl, create)
                 .await

@@ -314,10 +314,10 @@ fn a_waiting_exclusive_attempt_marks_only_live_shared_holders_and_retries_within
 
 #[test]
 fn an_exclusive_acquisition_held_at_least_writes_hl_and_never_expires_before_it() {
-    let plain = acquire_pipeline("me", 30_000, LID, false, None, 3_000);
+    let plain = acquire_pipeline("me", 30_000, LID, false, None, 3_000, None);
     let acquired = at(&plain[0], "$replaceWith.$cond.1").as_document().unwrap();
     assert!(!acquired.contains_key("hl"), "a new acquisition removes hl");
-    let held = acquire_pipeline("me", 30_000, LID, false, Some(90_000), 3_000);
+    let held = acquire_pipeline("me", 30_000, LID, false, Some(90_000), 3_000, None);
     let acquired = at(&held[0], "$replaceWith.$cond.1").as_document().unwrap();
     let mine = at(&held[0], "$replaceWith.$cond.0.$or.1");
     let hold_until = doc! { "$cond": [

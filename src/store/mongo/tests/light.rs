@@ -97,7 +97,7 @@ impl Env {
     /// `key` acquired by the store through the general form.
     async fn acquire_general(&self, key: &str, lease_id: Uuid) -> AcquireOutcome {
         self.store
-            .acquire_once(key.into(), lease_id, true, TTL_MS, None)
+            .acquire_once(key.into(), lease_id, true, TTL_MS, None, None)
             .await
             .unwrap()
     }

@@ -6,7 +6,7 @@ fn the_light_acquire_is_one_small_stage() {
     assert_eq!(update.len(), 1);
     let size = mongodb::bson::to_vec(&doc! { "u": update }).unwrap().len();
     let general =
-        super::super::acquire::acquire_pipeline("a", 1000, Uuid::new_v4(), true, None, 1000);
+        super::super::acquire::acquire_pipeline("a", 1000, Uuid::new_v4(), true, None, 1000, None);
     let general = mongodb::bson::to_vec(&doc! { "u": general }).unwrap().len();
     assert!(size * 3 < general, "{size} bytes vs {general}");
 }

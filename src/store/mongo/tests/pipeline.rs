@@ -35,7 +35,7 @@ fn bson(doc: Document) -> Bson {
 
 /// The parts of the acquire pipeline's single `$replaceWith: { $cond: [wins, acquired, lost] }`.
 fn acquire_parts(waiting: bool) -> (Document, Document, Bson) {
-    let pipeline = acquire_pipeline("me", 30_000, LID, waiting, None, 3_000);
+    let pipeline = acquire_pipeline("me", 30_000, LID, waiting, None, 3_000, None);
     assert_eq!(pipeline.len(), 1, "one stage: {pipeline:?}");
     let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
     assert_eq!(cond.len(), 3);
@@ -220,7 +220,7 @@ fn a_losing_waiting_attempt_marks_and_registers_only_on_a_live_lease_of_another_
         cond[1],
         bson(doc! { "$mergeObjects": ["$$ROOT", {
             "wt": { "$ifNull": ["$wt", "$$NOW"] },
-            "q": registered("me", bson_lease_id(LID), 30_000, 3_000),
+            "q": registered("me", bson_lease_id(LID), 30_000, 3_000, None),
         }] })
     );
     let (shared_live, mark) = crate::store::mongo::acquire::exclusive_waiter_mark("me", 30_000);
@@ -233,7 +233,7 @@ fn a_losing_waiting_attempt_marks_and_registers_only_on_a_live_lease_of_another_
 
 #[test]
 fn an_owner_id_is_written_and_compared_literally_never_as_an_expression() {
-    let pipeline = acquire_pipeline("$tok", 1, LID, true, None, 3_000);
+    let pipeline = acquire_pipeline("$tok", 1, LID, true, None, 3_000, None);
     let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
     let acquired = cond[1].as_document().unwrap();
     assert_eq!(at(acquired, "aid"), &bson(doc! { "$literal": "$tok" }));

@@ -46,7 +46,7 @@ fn a_free_key_kept_for_the_queue_head_is_held_by_it_until_its_registration_expir
 
 #[test]
 fn a_registration_keeps_the_place_of_the_owners_entry_and_appends_a_new_one() {
-    let reg = registered("$me", Bson::Null, 30_000, 3_000);
+    let reg = registered("$me", Bson::Null, 30_000, 3_000, None);
     let text = reg.to_string();
     assert!(text.contains("$literal"), "owner ids are literals: {text}");
     assert!(text.contains("$concatArrays"), "{text}");

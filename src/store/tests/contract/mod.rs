@@ -24,7 +24,8 @@
 //! - [`queue`]: the queue of waiting owners (registration, handoff in the
 //!   releasing write, the head's claim on a free key);
 //! - [`handoff`]: the handoff to a local waiter in the releasing write;
-//! - [`light`]: the light forms (a grouped light acquire).
+//! - [`light`]: the light forms (a grouped light acquire);
+//! - [`payload_acquire`]: the payload written with the acquisition.
 
 mod acquire;
 mod compat;
@@ -38,6 +39,7 @@ mod kinds;
 mod lease_ttl;
 mod light;
 mod loss_detection;
+mod payload_acquire;
 mod queue;
 mod reads;
 mod release;
@@ -427,6 +429,9 @@ contract!(
     // Per-lease TTL.
     lease_ttl::an_acquire_with_a_ttl_stores_exp_that_far_after_ts,
     lease_ttl::a_renewal_batch_with_a_ttl_keeps_exp_that_far_after_ts,
+    payload_acquire::an_acquisition_with_a_payload_writes_it_in_the_same_write,
+    payload_acquire::a_payload_with_a_shared_or_document_acquisition_is_refused,
+    payload_acquire::a_key_handed_to_a_waiting_owner_carries_the_payload_it_registered_with,
     // In-document leases.
     documents::acquiring_a_free_document_takes_it_and_a_second_owner_finds_it_held,
     documents::document_renewal_reports_exactly_the_leases_taken_over,

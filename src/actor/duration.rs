@@ -1,0 +1,156 @@
+//! Duration control: a held lease's TTL changed by a renewal to the new TTL
+//! at once (`Lease::set_ttl`). A lease held at most a duration
+//! (`AcquireOptions::hold_at_most`, `Held::renews` false) is left out of
+//! every renewal (`renewal::add_renewal`) and ends at its local deadline.
+
+use std::cmp::Reverse;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::command::{Reply, Target};
+use super::{Actor, Event};
+use crate::error::{Error, Result};
+use crate::store::LeaseRef;
+
+impl Actor {
+    /// Renews the lease `lease_id` of `key` at once to `ttl` (one renewal
+    /// of that lease, `exp = $$NOW + ttl`), which the heartbeat uses from
+    /// now on; the caller is answered once the server confirmed it.
+    ///
+    /// A confirmed renewal counts the local deadline with the shorter of
+    /// its TTL and the lease's (`Actor::confirm_renewal`), so the lease's
+    /// TTL must never be longer than a write of it that may land later: a
+    /// shorter TTL is the lease's at once (and brings the deadline forward
+    /// to now + its validity, as this renewal may land before its answer
+    /// comes); a longer one once no renewal of the lease is in flight
+    /// (`Actor::longer_ttls`), for the renewals sent from then on: the
+    /// deadline a renewal's answer gives is counted with the TTL the lease
+    /// had before it, as a write of the old TTL may land after it even if
+    /// answered earlier. The heartbeat skips a lease while a renewal of it
+    /// is in flight.
+    pub(super) fn on_set_ttl(
+        &mut self,
+        key: Target,
+        lease_id: Uuid,
+        ttl: Duration,
+        respond_to: Reply<()>,
+    ) {
+        if let Err(error) = self.timing.renewed_ttl(ttl) {
+            let _ = respond_to.send(Err(error));
+            return;
+        }
+        let now = Instant::now();
+        let validity = self.timing.validity_for(ttl);
+        let Some(held) = self
+            .keys
+            .get_mut(&key)
+            .and_then(|state| state.holder_mut(lease_id))
+            .filter(|held| held.deadline > now)
+        else {
+            let _ = respond_to.send(Err(Error::LeaseLost { key: key.key }));
+            return;
+        };
+        if !held.renews {
+            let _ = respond_to.send(Err(Error::InvalidConfig {
+                reason: "the lease was acquired with hold_at_most: it is never renewed, \
+                         and its TTL cannot change"
+                    .into(),
+            }));
+            return;
+        }
+        held.renewing += 1;
+        if ttl <= held.ttl {
+            // Shorter: at once, as this write may land before its answer
+            // comes, and a deadline counted with it is short enough for
+            // every write of the old TTL in flight.
+            held.ttl = ttl;
+            self.longer_ttls.remove(&lease_id);
+            let latest = now + validity;
+            if latest < held.deadline {
+                held.deadline = latest;
+                held.state.set_deadline(latest);
+                self.deadlines
+                    .push(Reverse((latest, key.clone(), lease_id)));
+            }
+        } else {
+            // Longer: once no write of the old TTL is in flight, this one
+            // included (`Actor::confirm_renewal`), as one may land after a
+            // longer one and cut the server's expiry.
+            self.longer_ttls.insert(lease_id, ttl);
+        }
+        let lease: LeaseRef = held.lease_ref(&key.key);
+        let renew = self.store(key.place).renew_with_ttl(vec![lease], ttl);
+        let bound = self.timing.heartbeat_interval;
+        let renew = async move {
+            tokio::time::timeout(bound, renew)
+                .await
+                .unwrap_or_else(|_elapsed| {
+                    Err(Error::Unreachable {
+                        waited: bound,
+                        reason: "renewal to a new TTL timed out".into(),
+                        source: None,
+                    })
+                })
+        };
+        self.spawn_store(Box::pin(renew), move |result| Event::TtlSet {
+            key,
+            lease_id,
+            ttl,
+            sent_at: now,
+            respond_to,
+            result,
+        });
+    }
+
+    /// The renewal of [`Actor::on_set_ttl`] was answered: confirmed, it
+    /// moves the deadline as a heartbeat's renewal does and answers `Ok`;
+    /// matching nothing, the lease is lost; failed, the caller gets the
+    /// error and the heartbeat renews the lease to the new TTL.
+    pub(super) fn on_ttl_set(
+        &mut self,
+        key: Target,
+        lease_id: Uuid,
+        (ttl, sent_at): (Duration, Instant),
+        respond_to: Reply<()>,
+        result: Result<Vec<LeaseRef>>,
+    ) {
+        let answer = match result {
+            Ok(lost) => {
+                let lost_now = !lost.is_empty();
+                let gone = Error::LeaseLost {
+                    key: key.key.clone(),
+                };
+                self.confirm_renewal(key.clone(), lease_id, (sent_at, ttl), lost_now);
+                // Confirmed after the deadline passed: the lease reads lost.
+                let held = self.held_lease(&key, lease_id);
+                match held.filter(|held| held.deadline > Instant::now()) {
+                    Some(_) if !lost_now => Ok(()),
+                    _ => Err(gone),
+                }
+            }
+            Err(error) => {
+                // Its outcome is unknown: the heartbeat takes over, with the
+                // new TTL once nothing of the old one is in flight.
+                if let Some(held) = self
+                    .keys
+                    .get_mut(&key)
+                    .and_then(|state| state.holder_mut(lease_id))
+                {
+                    held.renewing = held.renewing.saturating_sub(1);
+                    if held.renewing == 0
+                        && let Some(longer) = self.longer_ttls.remove(&lease_id)
+                    {
+                        held.ttl = longer;
+                    }
+                    held.state.at_risk(&error);
+                } else {
+                    self.longer_ttls.remove(&lease_id);
+                }
+                Err(error)
+            }
+        };
+        let _ = respond_to.send(answer);
+    }
+}
