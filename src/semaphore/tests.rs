@@ -26,6 +26,7 @@ fn info(kind: LeaseKind, holders: usize, held: bool) -> LeaseInfo {
         kind,
         holders: vec![holder; holders],
         hold_until: None,
+        waiters: Vec::new(),
         released: false,
     }
 }

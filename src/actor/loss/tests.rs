@@ -34,6 +34,7 @@ fn info_released(
         kind: LeaseKind::Exclusive,
         holders: Vec::new(),
         hold_until: None,
+        waiters: Vec::new(),
         released,
     }
 }

@@ -22,7 +22,8 @@
 //! - [`documents`]: in-document leases ([`Store::documents`]);
 //! - [`kinds`]: shared and semaphore keys; [`hold`]: `hold_at_least`;
 //! - [`queue`]: the queue of waiting owners (registration, handoff in the
-//!   releasing write, the head's claim on a free key);
+//!   releasing write, the head's claim on a free key); [`waiters`]: what
+//!   a read shows of them;
 //! - [`handoff`]: the handoff to a local waiter in the releasing write;
 //! - [`light`]: the light forms (a grouped light acquire).
 
@@ -43,6 +44,7 @@ mod reads;
 mod release;
 mod renewal;
 mod reread;
+mod waiters;
 
 use crate::store::StoreExt;
 use std::time::Duration;
@@ -448,4 +450,6 @@ contract!(
     reread::an_expired_entry_of_ours_in_a_multi_holder_key_is_not_acquired,
     reread::a_held_answer_from_a_read_carries_no_token,
     reread::an_in_document_lease_confirmed_only_by_a_read_is_never_acquired,
+    // What a read shows of the waiting owners.
+    waiters::a_read_shows_the_registered_owners_in_order_then_an_exclusive_mark,
 );
