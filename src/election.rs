@@ -489,6 +489,12 @@ pub struct LeaderInfo {
     pub since: SystemTime,
     /// The payload it published, if any.
     pub payload: Option<Document>,
+    /// How many times leadership went to another candidate (another owner
+    /// id) since the election's lock document was created: the Kubernetes
+    /// Lease's `leaseTransitions` ([`LeaseInfo::transitions`]). 0 under its
+    /// first leader; a candidate that leads again after its own term (with
+    /// nobody else in between) is no transition.
+    pub transitions: u64,
 }
 
 impl LeaderInfo {
@@ -501,6 +507,7 @@ impl LeaderInfo {
             term: info.fencing_token,
             since: info.acquired_at,
             payload: info.payload.clone(),
+            transitions: info.transitions,
         })
     }
 }

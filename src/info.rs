@@ -92,6 +92,17 @@ pub struct LeaseInfo {
     /// waiter's live mark on a shared key (`xw`). Read-only: see
     /// [`WaitingOwner`] for who appears. Empty for a foreign holder's lock.
     pub waiters: Vec<WaitingOwner>,
+    /// Leader transitions, as the Kubernetes Lease's `leaseTransitions`:
+    /// how many acquisitions took the key from another owner id than the
+    /// key's previous acquisition's, since its lock document was created
+    /// (0 for its first holder). The same owner taking it again (after its
+    /// release or expiry, or another local caller of the same manager) is
+    /// no transition; every kind counts. It starts again from 0 if the
+    /// document is deleted (by the TTL index after the GC grace, or by a
+    /// release in [`ReleaseMode::Delete`](crate::ReleaseMode::Delete)).
+    /// 0 for a foreign holder's lock, and for a document last acquired by
+    /// a version that did not count them.
+    pub transitions: u64,
     /// An exclusive lease of our shape whose lease id (`lid`) is gone: a
     /// release (an expiry keeps it). Tells a lost lease's reason
     /// (`actor::loss::judge`).

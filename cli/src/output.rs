@@ -161,7 +161,8 @@ pub fn waiters_json(info: &LeaseInfo) -> Value {
 /// `holders` lists the live holders of a shared or semaphore key (empty for
 /// an exclusive one), `hold_until` is the server time until which a key
 /// acquired with `--hold-at-least` stays held (`null` without one, or once
-/// past), and `waiters` the owners waiting for the key ([`waiters_json`]).
+/// past), `waiters` the owners waiting for the key ([`waiters_json`]), and
+/// `transitions` how many times the key went to another owner id.
 pub fn lease_json(info: &LeaseInfo) -> Value {
     let (expires_at, time_to_expiry_ms) = if info.foreign {
         (Value::Null, Value::Null)
@@ -194,6 +195,7 @@ pub fn lease_json(info: &LeaseInfo) -> Value {
         "holders": holders,
         "hold_until": info.hold_until.map(time),
         "waiters": waiters_json(info),
+        "transitions": info.transitions,
     })
 }
 

@@ -27,6 +27,7 @@ fn info(kind: LeaseKind, holders: usize, held: bool) -> LeaseInfo {
         holders: vec![holder; holders],
         hold_until: None,
         waiters: Vec::new(),
+        transitions: 0,
         released: false,
     }
 }

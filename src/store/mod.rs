@@ -33,6 +33,7 @@
 //! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
 //! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
 //! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each (see "Queue of waiting owners") |
+//! | `tr` | int64, optional | leader transitions: how many acquisitions took the key from another owner since the document was created (see "Leader transitions") |
 //!
 //! **New documents and foreign ones.** Every write of this crate leaves a
 //! document of its shape (an int64 `tok` and a date `exp`) or none: an
@@ -358,6 +359,20 @@
 //! shared with the twin, which answers a group's calls the same way, so
 //! that the simulation covers them.
 //!
+//! # Leader transitions
+//!
+//! `tr` counts the changes of owner of a key, as the Kubernetes Lease's
+//! `leaseTransitions`: every write that makes a new acquisition (the
+//! general and light acquires of every kind, the handoff to a registered
+//! owner) sets `tr = 0` on a document it inserts, `tr + 1` if the key's
+//! last acquisition (`aid`) was another owner's, `tr` otherwise (a missing
+//! `tr` counts as 0); every other write keeps it. So a lease taken again by
+//! the same owner (a retry, a handoff to a local waiter, a re-acquisition
+//! after its own release or expiry) is no transition, and a document
+//! deleted (by the TTL index on `exp`, or a release in delete mode) starts
+//! again from 0. The fencing token cannot stand in for it: it grows with
+//! every acquisition, the same owner's included, and by the server's time.
+//!
 //! # Fencing tokens
 //!
 //! `tok = max(previous tok + 1, ms($$NOW) * 2^20)`. The first term makes tokens
@@ -445,6 +460,9 @@ pub(crate) mod field {
     pub const RELEASED_AT: &str = "rl";
     pub const EXCLUSIVE_WAITER: &str = "xw";
     pub const QUEUE: &str = "q";
+    /// How many times the key went to another owner (see "Leader
+    /// transitions").
+    pub const TRANSITIONS: &str = "tr";
     /// Only in an acquiring upsert's filter (`{_id, _ins: null}`), hence in
     /// the document it inserts, which its pipeline rewrites without it: what
     /// tells a new document from an existing bare `{_id}` (see "Document

@@ -176,6 +176,7 @@ pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime
         holders,
         hold_until,
         waiters: live_waiters(doc, server_time),
+        transitions: int(doc.get(field::TRANSITIONS)).map_or(0, |n| n.max(0) as u64),
         released: !kind.is_multi_holder() && !has_lease_id,
     }
 }
@@ -203,6 +204,7 @@ fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> Leas
         holders: Vec::new(),
         hold_until: None,
         waiters: Vec::new(),
+        transitions: 0,
         released: false,
     }
 }

@@ -35,6 +35,7 @@ fn info_released(
         holders: Vec::new(),
         hold_until: None,
         waiters: Vec::new(),
+        transitions: 0,
         released,
     }
 }

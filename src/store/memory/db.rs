@@ -282,6 +282,7 @@ impl MemoryDb {
             holders,
             hold_until: hold_until.map(|until| self.system_time(until)),
             waiters: self.waiters(doc, now),
+            transitions: doc.transitions,
             released: !kind.is_multi_holder() && doc.lease_id.is_none(),
         }
     }
@@ -325,6 +326,7 @@ impl MemoryDb {
             holders: Vec::new(),
             hold_until: None,
             waiters: Vec::new(),
+            transitions: 0,
             released: false,
         }
     }

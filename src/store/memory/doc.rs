@@ -49,6 +49,8 @@ pub(crate) struct Doc {
     /// `q`: the owners waiting for an exclusive key, in arrival order (see
     /// "Queue of waiting owners" in `store`).
     pub queue: Vec<Waiting>,
+    /// `tr`: leader transitions ("Leader transitions" in `store`).
+    pub transitions: u64,
 }
 
 /// An entry of `q`: an owner waiting for an exclusive key.
@@ -110,12 +112,25 @@ impl Doc {
         now: Instant,
     ) -> u64 {
         let queue = std::mem::take(&mut self.queue);
+        let transitions = self.transitions_after(owner);
         *self = Doc::fresh(owner, Some(lease_id), self.token + 1, now, now + ttl);
         self.queue = queue;
+        self.transitions = transitions;
         self.leave_queue(owner, now);
         self.hold_until = hold.map(|hold| now + hold);
         self.exp = self.floor(self.exp);
         self.token
+    }
+
+    /// The leader transitions after a new acquisition by `owner`: 0 for a
+    /// new document (no owner), one more if the last acquisition was
+    /// another owner's.
+    pub(super) fn transitions_after(&self, owner: &str) -> u64 {
+        match self.owner.as_str() {
+            "" => 0,
+            last if last == owner => self.transitions,
+            _ => self.transitions + 1,
+        }
     }
 
     /// The live entries of `q` at `now` (`re > now`), in order.
@@ -194,14 +209,16 @@ impl Doc {
             released_at: None,
             exclusive_waiter: None,
             queue: Vec::new(),
+            transitions: 0,
         }
     }
 
-    /// The lease as observers see it: without the fairness fields (`wt`,
-    /// `yu`, `xw`, `q`) nor the last release of a holder (`rl`).
+    /// The lease as observers compare it, as `MongoStore`'s: without the
+    /// fairness marks (`wt`, `yu`, `xw`) nor the last release of a holder
+    /// (`rl`); the queue of waiting owners (`q`) is kept, so that its
+    /// changes are states of their own (`LeaseInfo::waiters`).
     pub(super) fn observed(&self) -> Doc {
         Doc {
-            queue: Vec::new(),
             waiting_since: None,
             yield_until: None,
             exclusive_waiter: None,

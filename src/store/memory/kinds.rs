@@ -120,6 +120,7 @@ pub(super) fn acquire_holder(
         exp: now + ttl,
         payload: None,
     });
+    doc.transitions = doc.transitions_after(owner);
     doc.owner = owner.to_string();
     doc.lease_id = None;
     doc.token = token;

@@ -184,6 +184,7 @@ pub(super) fn release_or_hand_over(
     doc.queue.retain(|w| w.re > now);
     let next = next?;
     doc.queue.retain(|w| w.owner != next.owner);
+    doc.transitions = doc.transitions_after(&next.owner);
     doc.owner = next.owner.clone();
     doc.lease_id = Some(next.lease_id);
     doc.token += 1;

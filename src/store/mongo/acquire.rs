@@ -23,7 +23,8 @@ use super::raw::{
 };
 use super::rules::{
     LID, LockPath, acquired_token, bson_lease_id, entries, entry_is, entry_live, f, has_holders,
-    inserted, key_filter, missing, next_token, our_shape, read_lease_id, this, yielded_by,
+    inserted, key_filter, missing, next_token, our_shape, read_lease_id, this, transitions_after,
+    yielded_by,
 };
 use crate::LeaseKind;
 use crate::error::{Error, Result};
@@ -145,6 +146,11 @@ pub(super) fn multi_acquire_pipeline(
         field::RENEWED_AT: "$$NOW",
         field::EXPIRES_AT: expires.clone(),
     };
+    let transitions = doc! { "$cond": [
+        mine.clone(),
+        f(field::TRANSITIONS),
+        transitions_after(doc! { "$literal": owner }),
+    ]};
     let entry = doc! { "$cond": [
         mine,
         { "$mergeObjects": [
@@ -167,6 +173,8 @@ pub(super) fn multi_acquire_pipeline(
     }
     acquired.insert(field::RELEASED_AT, f(field::RELEASED_AT));
     acquired.insert(field::EXCLUSIVE_WAITER, f(field::EXCLUSIVE_WAITER));
+    // A retry keeps `tr` (the top `aid` may be another holder's since).
+    acquired.insert(field::TRANSITIONS, transitions);
     let mine_entries =
         doc! { "$filter": { "input": entries(), "cond": entry_is(owner, lease_id) } };
     vec![doc! { "$replaceWith": { "$let": {
@@ -246,6 +254,7 @@ pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
         field::ACQUIRED_AT: "$$NOW",
         field::RENEWED_AT: "$$NOW",
         field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+        field::TRANSITIONS: transitions_after(doc! { "$literal": owner }),
     };
     vec![doc! { "$replaceWith": { "$cond": [
         { "$or": [inserted(), free] },

@@ -68,7 +68,7 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
     assert_eq!(
         acquired.keys().map(String::as_str).collect::<Vec<_>>(),
         [
-            "_id", "aid", "tok", "acq", "ts", "exp", "hs", "pm", "rl", "xw"
+            "_id", "aid", "tok", "acq", "ts", "exp", "hs", "pm", "rl", "xw", "tr"
         ],
         "no lid, wt, yu, data nor hl"
     );

@@ -23,7 +23,7 @@
 //! - [`kinds`]: shared and semaphore keys; [`hold`]: `hold_at_least`;
 //! - [`queue`]: the queue of waiting owners (registration, handoff in the
 //!   releasing write, the head's claim on a free key); [`waiters`]: what
-//!   a read shows of them;
+//!   a read shows of them; [`transitions`]: the count of changes of owner;
 //! - [`handoff`]: the handoff to a local waiter in the releasing write;
 //! - [`light`]: the light forms (a grouped light acquire).
 
@@ -44,6 +44,7 @@ mod reads;
 mod release;
 mod renewal;
 mod reread;
+mod transitions;
 mod waiters;
 
 use crate::store::StoreExt;
@@ -452,4 +453,6 @@ contract!(
     reread::an_in_document_lease_confirmed_only_by_a_read_is_never_acquired,
     // What a read shows of the waiting owners.
     waiters::a_read_shows_the_registered_owners_in_order_then_an_exclusive_mark,
+    // Leader transitions.
+    transitions::transitions_count_the_acquisitions_by_another_owner,
 );
