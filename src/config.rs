@@ -343,6 +343,13 @@ pub struct AcquireOptions {
     /// document earlier).
     #[builder(default, setter(strip_option))]
     pub hold_at_least: Option<Duration>,
+    /// How many permits of a semaphore the lease takes at once, all or
+    /// none ([`LeaseKind::Permit`](crate::LeaseKind::Permit) only; see
+    /// [`Semaphore::acquire_many`](crate::Semaphore::acquire_many)): 1 to
+    /// the semaphore's number of permits. Default: `None`, one permit. The
+    /// lease is renewed, lost and released as one, with one fencing token.
+    #[builder(default, setter(strip_option))]
+    pub permits_taken: Option<u32>,
 }
 
 fn invalid(reason: impl Into<String>) -> Error {
@@ -360,7 +367,24 @@ impl Timing {
         let shape = LeaseShape {
             kind: options.kind,
             hold_at_least: options.hold_at_least,
+            permits_taken: options.permits_taken,
         };
+        if let Some(taken) = shape.permits_taken {
+            match options.kind {
+                LeaseKind::Permit { permits } if (1..=permits).contains(&taken) => {}
+                LeaseKind::Permit { permits } => {
+                    return Err(invalid(format!(
+                        "a lease takes 1 to {permits} permits of a semaphore of {permits}, \
+                         not {taken}"
+                    )));
+                }
+                kind => {
+                    return Err(invalid(format!(
+                        "permits_taken applies to permits of a semaphore, not to a {kind} lease"
+                    )));
+                }
+            }
+        }
         if let Some(at_least) = shape.hold_at_least {
             if options.kind != LeaseKind::Exclusive {
                 return Err(invalid(format!(

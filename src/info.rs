@@ -126,6 +126,10 @@ pub struct HolderInfo {
     pub renewed_at: SystemTime,
     /// Server time at which it expires unless renewed.
     pub expires_at: SystemTime,
+    /// How many permits of a semaphore key it takes
+    /// ([`AcquireOptions::permits_taken`](crate::AcquireOptions::permits_taken));
+    /// 1 for a shared holder.
+    pub permits: u32,
 }
 
 /// A *waiting owner*: another manager (process) waiting for a key, as

@@ -116,9 +116,19 @@ pub(crate) struct LeaseShape {
     /// The key stays held until acquisition + this, by the server's clock,
     /// even if released (or abandoned) earlier.
     pub hold_at_least: Option<Duration>,
+    /// How many permits of a semaphore key the lease takes at once
+    /// ([`AcquireOptions::permits_taken`](crate::AcquireOptions::permits_taken));
+    /// `None`: one.
+    pub permits_taken: Option<u32>,
 }
 
 impl LeaseShape {
+    /// How many permits the lease takes: 1 unless set (also for the other
+    /// kinds, where it is not stored).
+    pub fn taken(&self) -> u32 {
+        self.permits_taken.unwrap_or(1)
+    }
+
     /// A plain exclusive lease with no minimum hold: what in-document leases
     /// and every store support.
     pub fn is_plain(&self) -> bool {

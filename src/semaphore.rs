@@ -18,8 +18,9 @@ use crate::lease::Lease;
 use crate::manager::LeaseManager;
 
 /// A counting semaphore on one key: at most [`permits`](Semaphore::permits)
-/// holders at a time, across every manager (process) that uses the lock
-/// collection. Made by [`LeaseManager::semaphore`]; cheap to clone (clones
+/// permits taken at a time, across every manager (process) that uses the
+/// lock collection; a lease takes one permit, or several at once
+/// ([`Semaphore::acquire_many`]). Made by [`LeaseManager::semaphore`]; cheap to clone (clones
 /// talk to the same manager).
 ///
 /// Each permit is a [`Lease`] of kind [`LeaseKind::Permit`]: it expires
@@ -215,8 +216,67 @@ impl Semaphore {
             .await
     }
 
+    /// Acquires `k` permits at once, all or none, waiting as long as it
+    /// takes (Redisson's `RSemaphore::acquire(permits)`, Curator's
+    /// `InterProcessSemaphoreV2::acquire(qty)`): one [`Lease`] that holds
+    /// `k` of the key's permits, with one fencing token, renewed, lost and
+    /// released as one. Its acquisition is one conditional write that takes
+    /// all `k` only while the live holders take at most `permits - k`; it
+    /// never holds some of them while waiting for the others, so two callers
+    /// asking for several permits never deadlock.
+    ///
+    /// Waiters are served in order within a manager: a waiter for `k`
+    /// permits blocks the later waiters of its manager until it gets them
+    /// (no barging, so it cannot starve behind single permits of its own
+    /// manager). Across managers, each tries whenever a permit is released
+    /// (waking on the change stream), so a request for many permits may wait
+    /// while single permits keep being taken elsewhere.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] before anything is sent if `k` is 0 or more
+    /// than [`permits`](Semaphore::permits); otherwise as
+    /// [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`]: no permit is left taken.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// // A heavy export takes 3 of the 8 slots.
+    /// let slots = manager.semaphore("export-slots", 8)?;
+    /// let three = slots.acquire_many(3).await?;
+    /// // ... run it, stopping when `three.lost()` completes ...
+    /// three.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_many(&self, k: u32) -> Result<Lease> {
+        let options = AcquireOptions::builder().permits_taken(k).build();
+        self.acquire_with(&options).await
+    }
+
+    /// One attempt at `k` permits at once: all of them if they are free
+    /// now, `Ok(None)` otherwise (nothing taken). At most one round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire_many`] and [`Semaphore::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn try_acquire_many(&self, k: u32) -> Result<Option<Lease>> {
+        let options = AcquireOptions::builder().permits_taken(k).build();
+        self.manager
+            .try_acquire_with(self.key.clone(), &Self::options_for(self.permits, &options))
+            .await
+    }
+
     /// How many permits are free now, by the server's clock: `permits` minus
-    /// the live holders, read with [`LeaseManager::inspect`] (one round
+    /// the permits the live holders take, read with [`LeaseManager::inspect`] (one round
     /// trip); 0 while a foreign holder's lock holds the key. Only a
     /// snapshot, like
     /// Redisson's `RSemaphore::availablePermits`: a permit may be taken or
@@ -254,7 +314,7 @@ fn free_permits(permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
         LeaseKind::Exclusive => return Ok(permits),
         _ if info.holders.is_empty() => return Ok(permits),
         kind if kind == requested => {
-            let held = u32::try_from(info.holders.len()).unwrap_or(u32::MAX);
+            let held: u32 = info.holders.iter().map(|h| h.permits).sum();
             return Ok(permits.saturating_sub(held));
         }
         kind => kind,

@@ -12,6 +12,8 @@ mod support;
 mod hold;
 #[path = "kinds/input.rs"]
 mod input;
+#[path = "kinds/many.rs"]
+mod many;
 #[path = "kinds/renewal.rs"]
 mod renewal;
 #[path = "kinds/semaphore.rs"]

@@ -3,8 +3,8 @@
 //! - at most one live exclusive holder per key, where live means granted,
 //!   neither told lost nor released, and before its local deadline;
 //!   another application's lock counts as a holder;
-//! - never more live permits than the semaphore's number, and shared and
-//!   exclusive holders never at once;
+//! - never more live permits than the semaphore's number (a lease counting
+//!   the permits it takes), and shared and exclusive holders never at once;
 //! - fencing tokens strictly increase per key in the order of acquisition
 //!   (between two live-at-grant leases of which one is exclusive: shared
 //!   holders or permits may be answered out of order);
@@ -502,7 +502,7 @@ impl Checker {
         for (other, other_kind) in &others {
             let clash = !matches!(
                 (kind, *other_kind),
-                (Kind::Shared, Kind::Shared) | (Kind::Permit(_), Kind::Permit(_))
+                (Kind::Shared, Kind::Shared) | (Kind::Permit(..), Kind::Permit(..))
             );
             if clash {
                 problems.push(format!(
@@ -510,13 +510,17 @@ impl Checker {
                 ));
             }
         }
-        if let Kind::Permit(n) = kind {
-            let permits = others
+        if let Kind::Permit(n, taken) = kind {
+            // Each lease counts the permits it takes.
+            let others: u32 = others
                 .iter()
-                .filter(|(_, k)| matches!(k, Kind::Permit(_)))
-                .count()
-                + 1;
-            if permits > n as usize {
+                .map(|(_, k)| match k {
+                    Kind::Permit(_, t) => *t,
+                    _ => 0,
+                })
+                .sum();
+            let permits = others + taken;
+            if permits > n {
                 problems.push(format!("{permits} live permits of {n}"));
             }
         }

@@ -24,8 +24,9 @@ pub enum Kind {
     Exclusive,
     /// Any number of shared holders, never beside an exclusive one.
     Shared,
-    /// One of this many permits.
-    Permit(u32),
+    /// `.1` permits (one lease taking several at once, or one) of a
+    /// semaphore of `.0`.
+    Permit(u32, u32),
 }
 
 /// One thing that happened.

@@ -148,10 +148,11 @@ impl Role {
         }
     }
 
-    fn kind(&self) -> Kind {
+    /// The kind of its leases, taking `taken` permits of a semaphore.
+    fn kind(&self, taken: u32) -> Kind {
         match self {
             Role::Shared(_) => Kind::Shared,
-            Role::Permit(_, n) => Kind::Permit(*n),
+            Role::Permit(_, n) => Kind::Permit(*n, taken),
             _ => Kind::Exclusive,
         }
     }
@@ -206,7 +207,7 @@ async fn acquire(
     process: &Process,
     role: &Role,
     mode: Mode,
-    hold: Option<Duration>,
+    (hold, taken): (Option<Duration>, u32),
 ) -> Result<Option<Held>> {
     let manager = &process.manager;
     let lease = |r: Result<Lease>| r.map(|l| Some(Held::Lease(l)));
@@ -231,9 +232,9 @@ async fn acquire(
         Role::Permit(key, n) => {
             let semaphore = manager.semaphore(*key, *n)?;
             match mode {
-                Mode::Wait => lease(semaphore.acquire().await),
-                Mode::Try => some(semaphore.try_acquire().await),
-                Mode::Timeout(t) => some(timed(semaphore.acquire(), t).await),
+                Mode::Wait => lease(semaphore.acquire_many(taken).await),
+                Mode::Try => some(semaphore.try_acquire_many(taken).await),
+                Mode::Timeout(t) => some(timed(semaphore.acquire_many(taken), t).await),
             }
         }
         Role::Leader(name) => {
@@ -349,14 +350,19 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
             }
             _ => None,
         };
-        let acquired = acquire(&process, &role, mode, hold);
+        // A third of the permit acquisitions take several at once.
+        let taken = match role {
+            Role::Permit(_, n) if random_range(0..3) == 0 => random_range(1..=n),
+            _ => 1,
+        };
+        let acquired = acquire(&process, &role, mode, (hold, taken));
         let (result, waited_from) = wait(&recorder, &process, role.key(), acquired).await;
         match result {
             Ok(Some(held)) => {
                 let number = granted(
                     &recorder,
                     &process,
-                    (role.key(), role.kind()),
+                    (role.key(), role.kind(taken)),
                     held.lease(),
                     (waited_from, hold),
                 );

@@ -28,7 +28,7 @@
 //! | `wt` | date, optional | server time at which another owner first waited for the current lease; removed by release and by a new acquisition |
 //! | `yu` | date, optional | set by a release that another owner waited for: until then the releasing owner (`aid`) cannot take the key back |
 //! | `hl` | date, optional | *hold until*: acquisition time + [`hold_at_least`](crate::AcquireOptions::hold_at_least) (exclusive leases) |
-//! | `hs` | array, optional | the holders of a shared or semaphore key, oldest first: `{aid, lid, tok, acq, ts, exp}` each (and `data`, a holder's payload) |
+//! | `hs` | array, optional | the holders of a shared or semaphore key, oldest first: `{aid, lid, tok, acq, ts, exp}` each (and `data`, a holder's payload; `n`, the permits a holder of several takes) |
 //! | `pm` | int32, optional | a semaphore key's number of permits, while it has holders in `hs` |
 //! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
 //! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
@@ -84,9 +84,12 @@
 //!   minimum hold, `hl`) makes it wait (held until that `exp`), a live mark
 //!   likewise (held by the mark's `aid` until its `exp`); live permits are
 //!   a [`KindMismatch`](crate::Error::KindMismatch).
-//! - A **permit** of `n` wins if the document is new, a retry, or has no
-//!   live exclusive holder and fewer than `n` live entries in `hs` with `pm =
-//!   n` (or none at all, which stores `pm = n`). Live holders of another
+//! - A **permit** of `n` taking `k` permits (1 by default; `k` is stored
+//!   in its entry as `n` when above 1) wins if the document is new, a
+//!   retry, or has no live exclusive holder and live entries in `hs` with
+//!   `pm = n` whose permits (their `n`, or 1) add up to at most `n - k`
+//!   (or none at all, which stores `pm = n`): all `k` or none, in the one
+//!   conditional write. Live holders of another
 //!   kind (shared holders, or a live exclusive holder or minimum hold), or
 //!   `pm != n` with live holders, are a
 //!   [`KindMismatch`](crate::Error::KindMismatch) (`AcquireOutcome::Mismatch`),
@@ -468,6 +471,9 @@ pub(crate) mod field {
     /// tells a new document from an existing bare `{_id}` (see "Document
     /// schema").
     pub const INSERTED: &str = "_ins";
+    /// An entry of `hs` of a semaphore key: how many permits it takes (1
+    /// when absent).
+    pub const PERMITS_TAKEN: &str = "n";
     /// An entry of `q`: when its owner first registered.
     pub const REGISTERED_AT: &str = "at";
     /// An entry of `q`: when its registration expires.

@@ -68,6 +68,9 @@ pub(crate) fn live_holders(doc: &Document, server_time: SystemTime) -> Vec<Holde
                 acquired_at: time(field::ACQUIRED_AT),
                 renewed_at: time(field::RENEWED_AT),
                 expires_at,
+                permits: int(entry.get(field::PERMITS_TAKEN))
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(1),
             })
         })
         .collect()

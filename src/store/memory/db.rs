@@ -258,6 +258,7 @@ impl MemoryDb {
                 acquired_at: self.system_time(h.acquired),
                 renewed_at: self.system_time(h.renewed),
                 expires_at: self.system_time(h.exp),
+                permits: h.permits,
             })
             .collect();
         let hold_until = doc.hold_until.filter(|until| *until > now);
@@ -387,6 +388,7 @@ impl MemoryDb {
         let shape = LeaseShape {
             kind,
             hold_at_least: None,
+            permits_taken: None,
         };
         self.change(|coll| {
             let had_lease_id = coll.docs.get(key).map(|d| d.lease_id.is_some());

@@ -85,6 +85,8 @@ pub(crate) struct Holder {
     pub exp: Instant,
     /// `data`: this holder's payload.
     pub payload: Option<Document>,
+    /// `n`: how many permits it takes (1 for a shared holder).
+    pub permits: u32,
 }
 
 impl Doc {
@@ -242,6 +244,11 @@ impl Doc {
     /// Yielded by `owner` to waiting owners: `owner` cannot take it back yet.
     pub fn yielded_by(&self, owner: &str, now: Instant) -> bool {
         self.owner == owner && self.yield_until.is_some_and(|until| until > now)
+    }
+
+    /// How many permits the holders live at `now` take.
+    pub fn permits_used(&self, now: Instant) -> u32 {
+        self.live_holders(now).map(|h| h.permits).sum()
     }
 
     /// The holders of `hs` live at `now` (`exp > now`), oldest first.

@@ -16,6 +16,7 @@ use super::doc::{Doc, Holder};
 use super::rules::Collection;
 use crate::LeaseKind;
 use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
 use crate::store::AcquireOutcome;
 
 /// An acquisition of `kind` (shared, or a permit) by `owner` under
@@ -31,8 +32,8 @@ use crate::store::AcquireOutcome;
 ///   without either is free for any kind (nobody holds it); a key held by
 ///   permits is a mismatch for anything but a permit of the same number,
 ///   and one held shared a mismatch for a permit;
-/// - a permit is held while `permits` live holders have one, until the
-///   earliest of their expiries; a shared acquisition while an exclusive
+/// - a permit taking `k` permits is held while the live holders take
+///   more than `permits - k`, until the earliest of their expiries; a shared acquisition while an exclusive
 ///   waiter's mark is live, until the mark's expiry;
 /// - as an exclusive acquisition, a key this owner yielded is held by it
 ///   until the end of the yield window, and a `waiting` shared acquisition
@@ -47,10 +48,11 @@ pub(super) fn acquire_holder(
     owner: &str,
     lease_id: Uuid,
     ttl: Duration,
-    kind: LeaseKind,
+    shape: LeaseShape,
     waiting: bool,
     now: Instant,
 ) -> AcquireOutcome {
+    let (kind, taken) = (shape.kind, shape.taken());
     if let Some(holder) = doc
         .holders
         .iter_mut()
@@ -96,7 +98,7 @@ pub(super) fn acquire_holder(
         };
     }
     match kind {
-        LeaseKind::Permit { permits } if live >= permits as usize => {
+        LeaseKind::Permit { permits } if doc.permits_used(now) + taken > permits => {
             let first = doc.live_holders(now).map(|h| h.exp).min().unwrap_or(now);
             return held(doc.owner.clone(), first, doc.token, now);
         }
@@ -119,6 +121,7 @@ pub(super) fn acquire_holder(
         renewed: now,
         exp: now + ttl,
         payload: None,
+        permits: taken,
     });
     doc.transitions = doc.transitions_after(owner);
     doc.owner = owner.to_string();

@@ -76,7 +76,7 @@ pub(super) fn apply_acquire(
         None => {
             let mut doc = coll.vacant(key, now);
             let outcome = if multi {
-                kinds::acquire_holder(&mut doc, owner, lease_id, ttl, shape.kind, waiting, now)
+                kinds::acquire_holder(&mut doc, owner, lease_id, ttl, shape, waiting, now)
             } else {
                 AcquireOutcome::Acquired {
                     token: doc.take(owner, lease_id, ttl, hold, now),
@@ -86,7 +86,7 @@ pub(super) fn apply_acquire(
             Ok(outcome)
         }
         Some(doc) if multi => Ok(kinds::acquire_holder(
-            doc, owner, lease_id, ttl, shape.kind, waiting, now,
+            doc, owner, lease_id, ttl, shape, waiting, now,
         )),
         Some(doc) if doc.lease_id == Some(lease_id) && doc.owner == owner => {
             // A retry of an acquisition that landed: same token, fresh expiry.

@@ -29,6 +29,7 @@ use super::rules::{
 use crate::LeaseKind;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
 use crate::store::light_acquire::{Found, acquired, elapsed_before_find};
 use crate::store::light_release::{LightAcquire, LightAcquired};
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
@@ -56,6 +57,15 @@ pub(super) fn other_owners_mark(owner: &str) -> Document {
     ]}
 }
 
+/// How many permits the entries `entries` (an array expression) take: the
+/// sum of their `n`, 1 for an entry without one.
+pub(super) fn permits_used(entries: &str) -> Document {
+    doc! { "$sum": { "$map": {
+        "input": entries,
+        "in": { "$ifNull": [this(field::PERMITS_TAKEN), 1_i64] },
+    }}}
+}
+
 /// A semaphore's number of permits as stored in `pm`.
 pub(super) fn stored_permits(permits: u32) -> i32 {
     i32::try_from(permits).unwrap_or(i32::MAX)
@@ -65,7 +75,8 @@ pub(super) fn stored_permits(permits: u32) -> i32 {
 /// [`LeaseKind::Permit`]): one `$replaceWith` over the key's document, as
 /// the exclusive acquire (an upsert on `upsert_filter`,
 /// docs/mongodb-behaviour.md, B1, B29), that appends this holder's entry
-/// `{aid, lid, tok, acq, ts, exp}` to `hs` if it wins (see "Shared and semaphore keys" in `store`), dropping the
+/// `{aid, lid, tok, acq, ts, exp}` (and `n`, the permits it takes, when
+/// more than one) to `hs` if it wins (see "Shared and semaphore keys" in `store`), dropping the
 /// expired entries, and otherwise returns the document unchanged (no write,
 /// B2). A retry (an entry of this lease id and owner id) renews that entry
 /// and keeps its token. The top fields then describe the key: `aid`, `tok`,
@@ -81,9 +92,10 @@ pub(super) fn multi_acquire_pipeline(
     owner: &str,
     ttl_ms: i64,
     lease_id: Uuid,
-    kind: LeaseKind,
+    shape: LeaseShape,
     waiting: bool,
 ) -> Vec<Document> {
+    let (kind, taken) = (shape.kind, shape.taken());
     let mine = doc! { "$gt": [{ "$size": "$$mine" }, 0] };
     let no_live = doc! { "$eq": [{ "$size": "$$live" }, 0] };
     // An exclusive holder: a lease (`lid`) or a minimum hold (`hl`). A key
@@ -105,7 +117,10 @@ pub(super) fn multi_acquire_pipeline(
             no_live.clone(),
             { "$and": [
                 { "$eq": [f(field::PERMITS), stored_permits(permits)] },
-                { "$lt": [{ "$size": "$$live" }, i64::from(permits)] },
+                { "$lte": [
+                    { "$add": [permits_used("$$live"), i64::from(taken)] },
+                    i64::from(permits),
+                ]},
             ]},
         ]},
         _ => doc! { "$and": [
@@ -138,7 +153,7 @@ pub(super) fn multi_acquire_pipeline(
         Bson::from("$$ROOT")
     };
     let expires = doc! { "$add": ["$$NOW", ttl_ms] };
-    let new_entry = doc! {
+    let mut new_entry = doc! {
         field::OWNER: { "$literal": owner },
         field::LEASE_ID: bson_lease_id(lease_id),
         field::TOKEN: next_token(),
@@ -146,6 +161,9 @@ pub(super) fn multi_acquire_pipeline(
         field::RENEWED_AT: "$$NOW",
         field::EXPIRES_AT: expires.clone(),
     };
+    if taken > 1 {
+        new_entry.insert(field::PERMITS_TAKEN, stored_permits(taken));
+    }
     let transitions = doc! { "$cond": [
         mine.clone(),
         f(field::TRANSITIONS),
@@ -474,7 +492,7 @@ impl MongoStore {
                 ),
             });
         }
-        let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, kind, waiting);
+        let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, shape, waiting);
         let projection = multi_acquire_projection(self.owner(), lease_id);
         self.acquire_by(key, update, projection, |key, doc| {
             classify_multi(key, kind, doc)

@@ -20,7 +20,8 @@
 //! - [`foreign`]: other applications' lock documents (foreign holders);
 //! - [`compat`]: delete-on-release mode and release by owner id;
 //! - [`documents`]: in-document leases ([`Store::documents`]);
-//! - [`kinds`]: shared and semaphore keys; [`hold`]: `hold_at_least`;
+//! - [`kinds`]: shared and semaphore keys; [`permits`]: several permits in
+//!   one lease; [`hold`]: `hold_at_least`;
 //! - [`queue`]: the queue of waiting owners (registration, handoff in the
 //!   releasing write, the head's claim on a free key); [`waiters`]: what
 //!   a read shows of them; [`transitions`]: the count of changes of owner;
@@ -39,6 +40,7 @@ mod kinds;
 mod lease_ttl;
 mod light;
 mod loss_detection;
+mod permits;
 mod queue;
 mod reads;
 mod release;
@@ -455,4 +457,6 @@ contract!(
     waiters::a_read_shows_the_registered_owners_in_order_then_an_exclusive_mark,
     // Leader transitions.
     transitions::transitions_count_the_acquisitions_by_another_owner,
+    // Several permits in one lease.
+    permits::a_lease_takes_k_permits_all_or_none,
 );
