@@ -428,7 +428,7 @@ pub use fence::Fence;
 pub use health::Health;
 pub use info::{HolderInfo, LeaseInfo, WaitingOwner};
 pub use key::LeaseKey;
-pub use kind::{LeaseKind, MAX_PERMITS};
+pub use kind::{LeaseKind, MAX_PERMITS, PermitsChange};
 pub use lease::{Lease, LeaseObserver, MAX_PAYLOAD_LEN};
 pub use manager::LeaseManager;
 pub use semaphore::Semaphore;

@@ -13,7 +13,7 @@ use crate::config::AcquireOptions;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::kind::LeaseKind;
+use crate::kind::{LeaseKind, PermitsChange};
 use crate::lease::Lease;
 use crate::manager::LeaseManager;
 
@@ -273,6 +273,70 @@ impl Semaphore {
         self.manager
             .try_acquire_with(self.key.clone(), &Self::options_for(self.permits, &options))
             .await
+    }
+
+    /// Changes the semaphore's number of permits to `permits`, for every
+    /// process, if its live holders take no more than that (Redisson's
+    /// `RSemaphore::trySetPermits`/`addPermits`, Curator's
+    /// `SharedCount`-based resizing), in one conditional write of the key's
+    /// document; this handle asks for `permits` from then on (its
+    /// [`permits`](Semaphore::permits)), also if nothing is held.
+    ///
+    /// - [`PermitsChange::Set`]: stored. Acquisitions asking for `permits`
+    ///   are admitted at once, up to the new number; the permits held keep
+    ///   their leases (and count against it). The write announces itself
+    ///   as a release, so every waiter tries again at once: waiters asking
+    ///   for `permits` (this manager's, or those of processes already
+    ///   changed) get places freed by a larger number; waiters of other
+    ///   processes still asking for the old number fail with
+    ///   [`Error::KindMismatch`] naming the new one, so that they can make
+    ///   a semaphore of it; this manager's waiters asking for the old
+    ///   number likewise.
+    /// - [`PermitsChange::TooManyHeld`]: the live holders take more than
+    ///   `permits` (shrinking below what is in use is refused, never
+    ///   forced): nothing changed, waiters are not disturbed. Try again once
+    ///   permits were released.
+    /// - [`PermitsChange::NothingHeld`]: no permit is held, nothing is
+    ///   stored (the number lives with the holders): the next acquisition
+    ///   stores its own number, whoever makes it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for 0 or more than
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS) permits, before anything is sent;
+    /// [`Error::KindMismatch`] if the key is held as another kind (shared,
+    /// exclusive, or its minimum hold); [`Error::Shutdown`], and database
+    /// errors (the outcome is then unknown: the write is idempotent, call
+    /// it again).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future may leave the number changed
+    /// on the server while this handle keeps the old one.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// use mongo_lease::PermitsChange;
+    ///
+    /// let mut pool = manager.semaphore("encoders", 4)?;
+    /// match pool.set_permits(8).await? {
+    ///     PermitsChange::TooManyHeld { held } => println!("{held} in use, try later"),
+    ///     _ => assert_eq!(pool.permits(), 8),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_permits(&mut self, permits: u32) -> Result<PermitsChange> {
+        LeaseKind::Permit { permits }.validate()?;
+        let change = self
+            .manager
+            .set_permits_of(self.key.clone(), permits)
+            .await?;
+        if !matches!(change, PermitsChange::TooManyHeld { .. }) {
+            self.permits = permits;
+        }
+        Ok(change)
     }
 
     /// How many permits are free now, by the server's clock: `permits` minus

@@ -16,6 +16,8 @@ mod input;
 mod many;
 #[path = "kinds/renewal.rs"]
 mod renewal;
+#[path = "kinds/resize.rs"]
+mod resize;
 #[path = "kinds/semaphore.rs"]
 mod semaphore;
 #[path = "kinds/semaphore_wake.rs"]

@@ -46,6 +46,7 @@ mod key_state;
 mod loss;
 pub(crate) mod mailbox;
 mod observers;
+mod permits;
 mod queue;
 mod release;
 mod release_watch;
@@ -166,6 +167,12 @@ enum Event {
         key: LeaseKey,
         respond_to: Reply<Option<LeaseInfo>>,
         result: Result<Option<LeaseInfo>>,
+    },
+    PermitsSet {
+        key: LeaseKey,
+        permits: u32,
+        respond_to: Reply<crate::kind::PermitsChange>,
+        result: Result<crate::kind::PermitsChange>,
     },
     PayloadSet {
         key: Target,
@@ -396,6 +403,11 @@ impl Actor {
                 self.answer(read, respond_to);
             }
             Command::ForceRelease { key, respond_to } => self.on_force_release(key, respond_to),
+            Command::SetPermits {
+                key,
+                permits,
+                respond_to,
+            } => self.on_set_permits(key, permits, respond_to),
             Command::ReleaseOwner { owner, respond_to } => self.on_release_owner(owner, respond_to),
             Command::SetPayload {
                 key,
@@ -482,6 +494,12 @@ impl Actor {
                 respond_to,
                 result,
             } => self.on_force_released(key, respond_to, result),
+            Event::PermitsSet {
+                key,
+                permits,
+                respond_to,
+                result,
+            } => self.on_permits_set(key, permits, respond_to, result),
             Event::PayloadSet {
                 key,
                 lease_id,

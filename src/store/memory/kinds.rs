@@ -16,7 +16,7 @@ use super::doc::{Doc, Holder};
 use super::rules::Collection;
 use crate::LeaseKind;
 use crate::key::LeaseKey;
-use crate::kind::LeaseShape;
+use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::AcquireOutcome;
 
 /// An acquisition of `kind` (shared, or a permit) by `owner` under
@@ -218,6 +218,31 @@ pub(super) fn set_holder_payload(
     let mut holders = doc.holders.iter_mut();
     let mine = holders.find(|h| h.lease_id == lease_id && h.owner == owner);
     mine.map(|holder| holder.payload = Some(payload)).is_some()
+}
+
+/// The change of a semaphore key's number of permits to `permits` at
+/// `now`, as `MongoStore`'s: with live holders of permits that take at
+/// most `permits`, `pm = permits` and `rl = now` (announced by the caller);
+/// without live holders, nothing; live holders of another kind (or a live
+/// exclusive lease or minimum hold), a mismatch.
+pub(super) fn set_permits(
+    doc: &mut Doc,
+    permits: u32,
+    now: Instant,
+) -> Result<PermitsChange, LeaseKind> {
+    match doc.live_kind(now) {
+        None => Ok(PermitsChange::NothingHeld),
+        Some(LeaseKind::Permit { .. }) => {
+            let held = doc.permits_used(now);
+            if held > permits {
+                return Ok(PermitsChange::TooManyHeld { held });
+            }
+            doc.permits = Some(permits);
+            doc.released_at = Some(now);
+            Ok(PermitsChange::Set)
+        }
+        Some(stored) => Err(stored),
+    }
 }
 
 /// Frees a key whole (a force release): `hs`, `pm`, `xw` and `hl`

@@ -59,9 +59,9 @@ pub(super) fn other_owners_mark(owner: &str) -> Document {
 
 /// How many permits the entries `entries` (an array expression) take: the
 /// sum of their `n`, 1 for an entry without one.
-pub(super) fn permits_used(entries: &str) -> Document {
+pub(super) fn permits_used(entries: impl Into<Bson>) -> Document {
     doc! { "$sum": { "$map": {
-        "input": entries,
+        "input": entries.into(),
         "in": { "$ifNull": [this(field::PERMITS_TAKEN), 1_i64] },
     }}}
 }

@@ -36,7 +36,7 @@ fn shared() -> LeaseShape {
 
 /// An attempt to acquire `key` as `shape` under a new lease id, with the
 /// store's TTL; returns the lease it would be and the outcome.
-async fn attempt(
+pub(super) async fn attempt(
     store: &impl Store,
     key: &str,
     shape: LeaseShape,

@@ -459,4 +459,5 @@ contract!(
     transitions::transitions_count_the_acquisitions_by_another_owner,
     // Several permits in one lease.
     permits::a_lease_takes_k_permits_all_or_none,
+    permits::the_number_of_permits_changes_only_when_no_more_are_held,
 );
