@@ -3,8 +3,10 @@
 //! - at most one live exclusive holder per key, where live means granted,
 //!   neither told lost nor released, and before its local deadline;
 //!   another application's lock counts as a holder;
-//! - never more live permits than the semaphore's number (a lease counting
-//!   the permits it takes), and shared and exclusive holders never at once;
+//! - never more live permits than the semaphore's number in force (a lease
+//!   counting the permits it takes; at a grant, the number the grantee asked
+//!   for, which the server held; at a change of the number, the new one),
+//!   and shared and exclusive holders never at once;
 //! - fencing tokens strictly increase per key in the order of acquisition
 //!   (between two live-at-grant leases of which one is exclusive: shared
 //!   holders or permits may be answered out of order);
@@ -325,6 +327,7 @@ impl Checker {
                     }
                 }
             }
+            Event::PermitsSet { key, permits } => self.permits_set(key, *permits),
             Event::WaitStarted {
                 waiter,
                 manager,
@@ -526,6 +529,28 @@ impl Checker {
         }
         for problem in problems {
             self.violation(key, format!("lease {lease} (manager {manager}): {problem}"));
+        }
+    }
+}
+
+impl Checker {
+    /// The number of permits of `key` was set to `permits` (the change
+    /// applies only while the live holders take no more): its live permits
+    /// (a lease counting those it takes) must fit.
+    fn permits_set(&mut self, key: &str, permits: u32) {
+        let live: u32 = self
+            .unforced_live(key)
+            .iter()
+            .map(|n| match self.leases[n].kind {
+                Kind::Permit(_, taken) => taken,
+                _ => 0,
+            })
+            .sum();
+        if live > permits {
+            self.violation(
+                key,
+                format!("the number of permits set to {permits} with {live} live permits"),
+            );
         }
     }
 }

@@ -142,6 +142,14 @@ pub enum Event {
         /// What it returned.
         outcome: String,
     },
+    /// A change of a semaphore key's number of permits returned `Set`: the
+    /// server stored it, its live holders taking no more.
+    PermitsSet {
+        /// The key.
+        key: String,
+        /// The number now in force.
+        permits: u32,
+    },
     /// No fault is injected from now on.
     FaultsStopped,
 }
@@ -154,7 +162,8 @@ impl Event {
             | Event::ForeignTaken { key, .. }
             | Event::ForeignRemoved { key }
             | Event::ForceReleaseStarted { key, .. }
-            | Event::WaitStarted { key, .. } => Some(key),
+            | Event::WaitStarted { key, .. }
+            | Event::PermitsSet { key, .. } => Some(key),
             _ => None,
         }
     }

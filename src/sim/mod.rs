@@ -184,7 +184,7 @@ async fn schedule(seed: u64) -> Report {
                     key: "rw",
                     hold: false,
                 },
-                5 if !process.delete_mode => Role::Permit("p2", 2),
+                5 if !process.delete_mode => Role::Permit("p2", 2 + random_range(0..2)),
                 3 | 5 => Role::Exclusive {
                     key: "x0",
                     hold: false,
@@ -228,6 +228,16 @@ async fn schedule(seed: u64) -> Report {
         vec!["x0", "x1", "rw", "p2", "leader"],
         work_stop.clone(),
     ));
+    // The number of permits of `p2` changes now and then (2 or 3).
+    if let Some(resizer) = processes.iter().find(|p| !p.delete_mode) {
+        resizer.spawn(workload::resizer(
+            recorder.clone(),
+            resizer.clone(),
+            "p2",
+            [2, 3],
+            work_stop.clone(),
+        ));
+    }
     tokio::spawn(workload::foreign_holder(
         recorder.clone(),
         db.clone(),

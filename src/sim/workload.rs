@@ -501,6 +501,32 @@ pub async fn operator(
     }
 }
 
+/// A task of `process` that now and then changes the number of permits of
+/// the semaphore key `key` to one of `numbers` (`Semaphore::set_permits`),
+/// recording each change the server applied, until `stop`. Tasks asking
+/// for another number get `KindMismatch` meanwhile.
+pub async fn resizer(
+    recorder: Recorder,
+    process: Arc<Process>,
+    key: &'static str,
+    numbers: [u32; 2],
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(200..3_000))).await;
+        let permits = numbers[random_range(0..2)];
+        let Ok(mut semaphore) = process.manager.semaphore(key, permits) else {
+            return;
+        };
+        if let Ok(crate::PermitsChange::Set) = semaphore.set_permits(permits).await {
+            recorder.push(Event::PermitsSet {
+                key: format!("locks/{key}"),
+                permits,
+            });
+        }
+    }
+}
+
 /// Another application that locks `key` with a document of its own when
 /// no document exists (`{_id, ts, aid}`, or half the time a bare `{_id}`
 /// as a lock by upsert of `_id` alone takes it), holds it a while and
