@@ -17,6 +17,8 @@
 //!   process) is told, its token fired, no later than its local deadline
 //!   (the same instant is on time);
 //! - once faults stop, every waiter is answered within a bound;
+//! - a read shows as waiting only managers that wait for the key, or did
+//!   within the waiter window (a registration's lifetime), each once;
 //! - a holder's release answers "released" only for a lease no operator
 //!   certainly ended before: not if a force release of its key, or a
 //!   release of its manager's owner id (leases in the lock collection,
@@ -50,6 +52,10 @@ pub struct Bounds {
     /// How long after the faults stop (or after it starts, if later) a
     /// waiter may wait.
     pub liveness: Duration,
+    /// How long after its last wait for a key ended a manager may still be
+    /// shown waiting for it: its registration window (or a waiting mark's
+    /// TTL), plus how late an attempt sent before the wait ended may land.
+    pub waiter_window: Duration,
 }
 
 /// A property the history breaks.
@@ -127,6 +133,7 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         crashed: BTreeSet::new(),
         ops: BTreeMap::new(),
         waiters: BTreeMap::new(),
+        waits: BTreeMap::new(),
         faults_stopped: None,
         now: At::ZERO,
         entry: 0,
@@ -151,6 +158,9 @@ struct Checker {
     /// leases), and when it ended (`None`: in flight).
     ops: BTreeMap<OpNo, (Result<String, usize>, Option<At>)>,
     waiters: BTreeMap<WaiterNo, (usize, String, At)>,
+    /// Per manager and key: its waits in progress, and when the last one
+    /// ended (or its process crashed).
+    waits: BTreeMap<(usize, String), (usize, Option<At>)>,
     faults_stopped: Option<At>,
     now: At,
     entry: usize,
@@ -266,6 +276,12 @@ impl Checker {
                     self.end(n);
                 }
                 self.waiters.retain(|_, (m, _, _)| m != manager);
+                let now = self.now;
+                for ((m, _), waits) in self.waits.iter_mut() {
+                    if m == manager {
+                        *waits = (0, Some(now));
+                    }
+                }
             }
             Event::ForeignTaken { key, owner } => {
                 let live = self.unforced_live(key);
@@ -328,6 +344,7 @@ impl Checker {
                 }
             }
             Event::PermitsSet { key, permits } => self.permits_set(key, *permits),
+            Event::WaitersRead { key, waiting } => self.waiters_read(key, waiting),
             Event::WaitStarted {
                 waiter,
                 manager,
@@ -335,9 +352,16 @@ impl Checker {
             } => {
                 self.waiters
                     .insert(*waiter, (*manager, key.clone(), self.now));
+                let waits = self.waits.entry((*manager, key.clone())).or_default();
+                waits.0 += 1;
             }
             Event::WaitEnded { waiter, .. } => {
-                self.waiters.remove(waiter);
+                if let Some((manager, key, _)) = self.waiters.remove(waiter)
+                    && let Some(waits) = self.waits.get_mut(&(manager, key))
+                {
+                    waits.0 = waits.0.saturating_sub(1);
+                    waits.1 = Some(self.now);
+                }
             }
             Event::FaultsStopped => self.faults_stopped = Some(self.now),
         }
@@ -534,6 +558,32 @@ impl Checker {
 }
 
 impl Checker {
+    /// A read showed `waiting` waiting for `key`: each a manager, at most
+    /// once, that waits for the key now or did within the waiter window.
+    fn waiters_read(&mut self, key: &str, waiting: &[Option<usize>]) {
+        let mut seen = BTreeSet::new();
+        for shown in waiting {
+            let Some(manager) = *shown else {
+                self.violation(key, "a read shows a waiting owner of no manager".into());
+                continue;
+            };
+            if !seen.insert(manager) {
+                self.violation(key, format!("a read shows manager {manager} waiting twice"));
+            }
+            let recent = match self.waits.get(&(manager, key.to_string())) {
+                Some((in_progress, _)) if *in_progress > 0 => true,
+                Some((_, Some(ended))) => self.now <= *ended + self.bounds.waiter_window,
+                _ => false,
+            };
+            if !recent {
+                self.violation(
+                    key,
+                    format!("a read shows manager {manager} waiting, which has not waited for the key within {:?}", self.bounds.waiter_window),
+                );
+            }
+        }
+    }
+
     /// The number of permits of `key` was set to `permits` (the change
     /// applies only while the live holders take no more): its live permits
     /// (a lease counting those it takes) must fit.

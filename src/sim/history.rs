@@ -150,6 +150,15 @@ pub enum Event {
         /// The number now in force.
         permits: u32,
     },
+    /// A read of the key (`inspect`) showed these owners waiting for it
+    /// (`LeaseInfo::waiters`), in order: each a manager, or `None` for an
+    /// owner id of no manager.
+    WaitersRead {
+        /// The key.
+        key: String,
+        /// The managers shown waiting.
+        waiting: Vec<Option<usize>>,
+    },
     /// No fault is injected from now on.
     FaultsStopped,
 }
@@ -163,7 +172,8 @@ impl Event {
             | Event::ForeignRemoved { key }
             | Event::ForceReleaseStarted { key, .. }
             | Event::WaitStarted { key, .. }
-            | Event::PermitsSet { key, .. } => Some(key),
+            | Event::PermitsSet { key, .. }
+            | Event::WaitersRead { key, .. } => Some(key),
             _ => None,
         }
     }

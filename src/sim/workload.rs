@@ -501,6 +501,33 @@ pub async fn operator(
     }
 }
 
+/// A task of `process` that reads one of `keys` now and then and records
+/// the owners it shows waiting (`LeaseInfo::waiters`; owner ids `m<i>`),
+/// until `stop`.
+pub async fn inspector(
+    recorder: Recorder,
+    process: Arc<Process>,
+    keys: Vec<&'static str>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(50..500))).await;
+        let key = keys[random_range(0..keys.len())];
+        let Ok(Some(info)) = process.manager.inspect(key).await else {
+            continue;
+        };
+        let waiting = info
+            .waiters
+            .iter()
+            .map(|w| w.owner_id.strip_prefix('m').and_then(|i| i.parse().ok()))
+            .collect();
+        recorder.push(Event::WaitersRead {
+            key: format!("locks/{key}"),
+            waiting,
+        });
+    }
+}
+
 /// A task of `process` that now and then changes the number of permits of
 /// the semaphore key `key` to one of `numbers` (`Semaphore::set_permits`),
 /// recording each change the server applied, until `stop`. Tasks asking

@@ -7,6 +7,7 @@ const BOUNDS: Bounds = Bounds {
     clock_step_back: Duration::from_millis(10),
     server_faster_ppm: 0,
     liveness: Duration::from_secs(30),
+    waiter_window: Duration::from_secs(5),
 };
 
 fn grant(lease: LeaseNo, manager: usize, kind: Kind, token: u64, deadline: u64) -> Event {

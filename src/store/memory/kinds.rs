@@ -42,7 +42,7 @@ use crate::store::AcquireOutcome;
 /// - otherwise it wins: the expired entries are dropped, its own is
 ///   appended with `token = tok + 1`, and the top fields describe the key
 ///   (no lease id, its owner, token and time, `exp` the latest holder's,
-///   `pm` for permits; no payload, `wt`, `yu` or `hl`).
+///   `pm` for permits; no payload, `wt`, `yu`, `hl` or queue `q`).
 pub(super) fn acquire_holder(
     doc: &mut Doc,
     owner: &str,
@@ -138,6 +138,8 @@ pub(super) fn acquire_holder(
     doc.waiting_since = None;
     doc.yield_until = None;
     doc.hold_until = None;
+    // As MongoStore's, whose pipeline rewrites the document without `q`.
+    doc.queue.clear();
     AcquireOutcome::Acquired { token }
 }
 

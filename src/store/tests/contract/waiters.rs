@@ -67,4 +67,22 @@ pub(super) async fn a_read_shows_the_registered_owners_in_order_then_an_exclusiv
     assert_eq!(info.waiters[0].registered_at, None);
     f.expire_mark("s").await;
     assert!(inspect(&c, "s").await.waiters.is_empty());
+
+    // A shared acquisition of a free key drops its queue (the whole
+    // document is rewritten as a shared key's).
+    let (lq, _) = take(&a, "q").await;
+    for store in [&b, &d] {
+        let outcome = store.attempt("q".into(), Uuid::new_v4(), true).await;
+        assert!(
+            matches!(outcome, Ok(AcquireOutcome::Held { .. })),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(owners(&inspect(&c, "q").await), ["b", "d"]);
+    // Handed to b; d waits on; b's lease expires unconfirmed.
+    assert_eq!(a.release(vec![lq]).await.unwrap(), 1);
+    assert_eq!(owners(&inspect(&c, "q").await), ["d"]);
+    f.expire("q").await;
+    take_as(&c, "q", shape(LeaseKind::Shared)).await;
+    assert!(inspect(&c, "q").await.waiters.is_empty());
 }
