@@ -19,6 +19,8 @@
 //! - once faults stop, every waiter is answered within a bound;
 //! - a read shows as waiting only managers that wait for the key, or did
 //!   within the waiter window (a registration's lifetime), each once;
+//! - reads of one fencing token of a key show one owner and one count of
+//!   leader transitions (only a new acquisition changes them);
 //! - a holder's release answers "released" only for a lease no operator
 //!   certainly ended before: not if a force release of its key, or a
 //!   release of its manager's owner id (leases in the lock collection,
@@ -134,6 +136,7 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         ops: BTreeMap::new(),
         waiters: BTreeMap::new(),
         waits: BTreeMap::new(),
+        terms: BTreeMap::new(),
         faults_stopped: None,
         now: At::ZERO,
         entry: 0,
@@ -161,6 +164,9 @@ struct Checker {
     /// Per manager and key: its waits in progress, and when the last one
     /// ended (or its process crashed).
     waits: BTreeMap<(usize, String), (usize, Option<At>)>,
+    /// Per key and fencing token: the owner id and leader transitions a
+    /// read showed with it.
+    terms: BTreeMap<(String, u64), (String, u64)>,
     faults_stopped: Option<At>,
     now: At,
     entry: usize,
@@ -344,7 +350,12 @@ impl Checker {
                 }
             }
             Event::PermitsSet { key, permits } => self.permits_set(key, *permits),
-            Event::WaitersRead { key, waiting } => self.waiters_read(key, waiting),
+            Event::WaitersRead { key, waiting, term } => {
+                self.waiters_read(key, waiting);
+                if let Some((token, owner, transitions)) = term {
+                    self.transitions_read(key, *token, owner, *transitions);
+                }
+            }
             Event::WaitStarted {
                 waiter,
                 manager,
@@ -581,6 +592,26 @@ impl Checker {
                     format!("a read shows manager {manager} waiting, which has not waited for the key within {:?}", self.bounds.waiter_window),
                 );
             }
+        }
+    }
+
+    /// A read showed `key` last acquired with `token` by `owner`, after
+    /// `transitions` leader transitions: only a new acquisition (a new
+    /// token) changes them, so every read of one token shows the same.
+    fn transitions_read(&mut self, key: &str, token: u64, owner: &str, transitions: u64) {
+        let seen = (owner.to_string(), transitions);
+        let first = self
+            .terms
+            .entry((key.to_string(), token))
+            .or_insert_with(|| seen.clone())
+            .clone();
+        if first != seen {
+            self.violation(
+                key,
+                format!(
+                    "token {token} read with owner and transitions {seen:?}, earlier {first:?}"
+                ),
+            );
         }
     }
 

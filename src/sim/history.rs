@@ -152,12 +152,16 @@ pub enum Event {
     },
     /// A read of the key (`inspect`) showed these owners waiting for it
     /// (`LeaseInfo::waiters`), in order: each a manager, or `None` for an
-    /// owner id of no manager.
+    /// owner id of no manager; and its last acquisition's fencing token,
+    /// owner id and leader transitions.
     WaitersRead {
         /// The key.
         key: String,
         /// The managers shown waiting.
         waiting: Vec<Option<usize>>,
+        /// The key's fencing token, owner id and leader transitions
+        /// (`LeaseInfo::transitions`); `None` for a foreign holder's lock.
+        term: Option<(u64, String, u64)>,
     },
     /// No fault is injected from now on.
     FaultsStopped,

@@ -503,7 +503,7 @@ pub async fn operator(
 
 /// A task of `process` that reads one of `keys` now and then and records
 /// the owners it shows waiting (`LeaseInfo::waiters`; owner ids `m<i>`),
-/// until `stop`.
+/// its token, owner and leader transitions, until `stop`.
 pub async fn inspector(
     recorder: Recorder,
     process: Arc<Process>,
@@ -524,6 +524,7 @@ pub async fn inspector(
         recorder.push(Event::WaitersRead {
             key: format!("locks/{key}"),
             waiting,
+            term: (!info.foreign).then(|| (info.fencing_token, info.owner_id, info.transitions)),
         });
     }
 }
