@@ -524,7 +524,7 @@ pub async fn inspector(
         recorder.push(Event::WaitersRead {
             key: format!("locks/{key}"),
             waiting,
-            term: (!info.foreign).then(|| (info.fencing_token, info.owner_id, info.transitions)),
+            term: (!info.foreign).then_some((info.fencing_token, info.owner_id, info.transitions)),
         });
     }
 }
