@@ -393,6 +393,13 @@ pub struct AcquireOptions {
     /// starts without payload).
     #[builder(default, setter(strip_option))]
     pub payload: Option<mongodb::bson::Document>,
+    /// How many permits of a semaphore the lease takes at once, all or
+    /// none ([`LeaseKind::Permit`](crate::LeaseKind::Permit) only; see
+    /// [`Semaphore::acquire_many`](crate::Semaphore::acquire_many)): 1 to
+    /// the semaphore's number of permits. Default: `None`, one permit. The
+    /// lease is renewed, lost and released as one, with one fencing token.
+    #[builder(default, setter(strip_option))]
+    pub permits_taken: Option<u32>,
 }
 
 fn invalid(reason: impl Into<String>) -> Error {
@@ -415,6 +422,7 @@ impl Timing {
         let shape = LeaseShape {
             kind: options.kind,
             hold_at_least: options.hold_at_least,
+            permits_taken: options.permits_taken,
         };
         if let Some(at_most) = options.hold_at_most {
             self.check_hold_at_most(options, at_most)?;
@@ -424,6 +432,22 @@ impl Timing {
                 "a payload with the acquisition applies to exclusive leases only, not to a {} lease",
                 options.kind
             )));
+        }
+        if let Some(taken) = shape.permits_taken {
+            match options.kind {
+                LeaseKind::Permit { permits } if (1..=permits).contains(&taken) => {}
+                LeaseKind::Permit { permits } => {
+                    return Err(invalid(format!(
+                        "a lease takes 1 to {permits} permits of a semaphore of {permits}, \
+                         not {taken}"
+                    )));
+                }
+                kind => {
+                    return Err(invalid(format!(
+                        "permits_taken applies to permits of a semaphore, not to a {kind} lease"
+                    )));
+                }
+            }
         }
         if let Some(at_least) = shape.hold_at_least {
             if options.kind != LeaseKind::Exclusive {

@@ -12,7 +12,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::config::validate_key;
 use crate::error::Result;
-use crate::info::LeaseInfo;
+use crate::info::{LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseHandle, LeaseObserver};
 use crate::manager::LeaseManager;
@@ -190,6 +190,49 @@ impl Election {
             .await?
             .as_ref()
             .and_then(LeaderInfo::from_info))
+    }
+
+    /// The candidates of the election, read from MongoDB with the server's
+    /// clock (one round trip): the leader, if any, and the managers waiting
+    /// for leadership, first served first (Curator's
+    /// `LeaderLatch::getParticipants`).
+    ///
+    /// A waiting candidate is a manager whose campaign found another
+    /// candidate leading and registered in the election key's queue of
+    /// waiting owners, one entry per manager (see [`WaitingOwner`] for who
+    /// appears): the leader's own manager's other candidates, candidates
+    /// that only [`try_campaign`](Election::try_campaign), and candidates
+    /// that campaign while nobody leads are not listed; a candidate whose
+    /// process died stays listed until its registration lapses (about
+    /// `2 * retry_max + 1 s + safety_margin`).
+    ///
+    /// # Errors
+    ///
+    /// As [`LeaseManager::inspect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(election: mongo_lease::Election) -> mongo_lease::Result<()> {
+    /// let candidates = election.candidates().await?;
+    /// if let Some(leader) = &candidates.leader {
+    ///     println!("leader {}", leader.owner_id);
+    /// }
+    /// for (place, waiter) in candidates.waiting.iter().enumerate() {
+    ///     println!("next #{}: {}", place + 1, waiter.owner_id);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn candidates(&self) -> Result<Candidates> {
+        let info = self.manager.inspect(self.name.clone()).await?;
+        Ok(Candidates {
+            leader: info.as_ref().and_then(LeaderInfo::from_info),
+            waiting: info.map(|info| info.waiters).unwrap_or_default(),
+        })
     }
 
     /// Observes the leadership: a stream whose first item is the current
@@ -458,6 +501,17 @@ impl fmt::Debug for LeaderContext {
     }
 }
 
+/// The candidates of an election, as read by [`Election::candidates`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Candidates {
+    /// The leader; `None` if nobody leads.
+    pub leader: Option<LeaderInfo>,
+    /// The managers waiting for leadership, first served first
+    /// ([`LeaseInfo::waiters`] of the election key).
+    pub waiting: Vec<WaitingOwner>,
+}
+
 /// The leader of an election, as read from the lock collection: the
 /// election's view of a held [`LeaseInfo`] (times are server time). Returned
 /// by [`Election::leader`] and [`Election::observe`].
@@ -472,6 +526,12 @@ pub struct LeaderInfo {
     pub since: SystemTime,
     /// The payload it published, if any.
     pub payload: Option<Document>,
+    /// How many times leadership went to another candidate (another owner
+    /// id) since the election's lock document was created: the Kubernetes
+    /// Lease's `leaseTransitions` ([`LeaseInfo::transitions`]). 0 under its
+    /// first leader; a candidate that leads again after its own term (with
+    /// nobody else in between) is no transition.
+    pub transitions: u64,
 }
 
 impl LeaderInfo {
@@ -484,6 +544,7 @@ impl LeaderInfo {
             term: info.fencing_token,
             since: info.acquired_at,
             payload: info.payload.clone(),
+            transitions: info.transitions,
         })
     }
 }

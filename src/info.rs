@@ -1,6 +1,6 @@
 //! What a read of a key shows, as plain data: [`LeaseInfo`] (the key, with
-//! the server's times) and [`HolderInfo`] (one holder of a shared or
-//! semaphore key). The store builds them from lock documents; the handles
+//! the server's times), [`HolderInfo`] (one holder of a shared or
+//! semaphore key) and [`WaitingOwner`] (a manager waiting for the key). The store builds them from lock documents; the handles
 //! hand them to callers.
 
 use std::time::{Duration, SystemTime};
@@ -86,6 +86,23 @@ pub struct LeaseInfo {
     /// acquisition can take it (`hl`).
     /// `None` once that time has passed, or without `hold_at_least`.
     pub hold_until: Option<SystemTime>,
+    /// The owners (managers) waiting for the key at
+    /// [`LeaseInfo::server_time`], first to be served first: the live
+    /// entries of the key's queue of waiting owners (`q`), then an exclusive
+    /// waiter's live mark on a shared key (`xw`). Read-only: see
+    /// [`WaitingOwner`] for who appears. Empty for a foreign holder's lock.
+    pub waiters: Vec<WaitingOwner>,
+    /// Leader transitions, as the Kubernetes Lease's `leaseTransitions`:
+    /// how many acquisitions took the key from another owner id than the
+    /// key's previous acquisition's, since its lock document was created
+    /// (0 for its first holder). The same owner taking it again (after its
+    /// release or expiry, or another local caller of the same manager) is
+    /// no transition; every kind counts. It starts again from 0 if the
+    /// document is deleted (by the TTL index after the GC grace, or by a
+    /// release in [`ReleaseMode::Delete`](crate::ReleaseMode::Delete)).
+    /// 0 for a foreign holder's lock, and for a document last acquired by
+    /// a version that did not count them.
+    pub transitions: u64,
     /// An exclusive lease of our shape whose lease id (`lid`) is gone: a
     /// release (an expiry keeps it). Tells a lost lease's reason
     /// (`actor::loss::judge`).
@@ -108,6 +125,47 @@ pub struct HolderInfo {
     /// Server time of its last renewal (or of its acquisition).
     pub renewed_at: SystemTime,
     /// Server time at which it expires unless renewed.
+    pub expires_at: SystemTime,
+    /// How many permits of a semaphore key it takes
+    /// ([`AcquireOptions::permits_taken`](crate::AcquireOptions::permits_taken));
+    /// 1 for a shared holder.
+    pub permits: u32,
+}
+
+/// A *waiting owner*: another manager (process) waiting for a key, as
+/// read by [`LeaseManager::inspect`](crate::LeaseManager::inspect),
+/// [`LeaseManager::list`](crate::LeaseManager::list) and
+/// [`LeaseManager::observe`](crate::LeaseManager::observe)
+/// ([`LeaseInfo::waiters`]). Times are the server's.
+///
+/// Only what the key's document records appears, one entry per manager
+/// (never per task: a manager's own waiters queue in the manager):
+///
+/// - a manager whose waiting exclusive acquisition found the key held by
+///   another owner (or another owner ahead in the queue) registers in the
+///   key's queue of waiting owners, in the same write, and is served in that
+///   order ([`registered_at`](WaitingOwner::registered_at) is set); its
+///   entry lasts its registration window (about `2 * retry_max + 1 s +
+///   safety_margin`), refreshed while it keeps waiting, so a waiter that
+///   died stays listed until then;
+/// - an exclusive acquisition waiting for shared holders leaves a waiting
+///   mark instead (the last one; `registered_at` is `None`), live for the
+///   waiter's TTL;
+/// - a [`try_acquire`](crate::LeaseManager::try_acquire), a waiter for a
+///   shared lease or a permit, and the holder's own manager do not
+///   register, and in-document leases have no queue: they never appear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WaitingOwner {
+    /// Owner id of the waiting manager.
+    pub owner_id: String,
+    /// The kind of lease it waits for (every waiter that registers waits for
+    /// an exclusive lease).
+    pub kind: crate::LeaseKind,
+    /// Server time of its first registration in the queue (its place in
+    /// line); `None` for an exclusive waiter's mark on a shared key.
+    pub registered_at: Option<SystemTime>,
+    /// Server time at which its entry lapses unless it tries again.
     pub expires_at: SystemTime,
 }
 

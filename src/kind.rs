@@ -108,6 +108,25 @@ impl std::fmt::Display for LeaseKind {
     }
 }
 
+/// What [`Semaphore::set_permits`](crate::Semaphore::set_permits) did to a
+/// semaphore key's number of permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PermitsChange {
+    /// The key's live holders take no more than the new number: it is
+    /// stored, and acquisitions asking for it are admitted at once.
+    Set,
+    /// No permit is held: nothing is stored (the number lives with the
+    /// key's holders), and the next acquisition stores its own number.
+    NothingHeld,
+    /// The live holders take more permits than the new number: nothing was
+    /// changed. Try again once enough of them are released.
+    TooManyHeld {
+        /// How many permits the live holders take.
+        held: u32,
+    },
+}
+
 /// What one acquisition asks the store for, besides its key, lease id and
 /// TTL: its kind and how long the key stays held at least.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -116,9 +135,19 @@ pub(crate) struct LeaseShape {
     /// The key stays held until acquisition + this, by the server's clock,
     /// even if released (or abandoned) earlier.
     pub hold_at_least: Option<Duration>,
+    /// How many permits of a semaphore key the lease takes at once
+    /// ([`AcquireOptions::permits_taken`](crate::AcquireOptions::permits_taken));
+    /// `None`: one.
+    pub permits_taken: Option<u32>,
 }
 
 impl LeaseShape {
+    /// How many permits the lease takes: 1 unless set (also for the other
+    /// kinds, where it is not stored).
+    pub fn taken(&self) -> u32 {
+        self.permits_taken.unwrap_or(1)
+    }
+
     /// A plain exclusive lease with no minimum hold: what in-document leases
     /// and every store support.
     pub fn is_plain(&self) -> bool {

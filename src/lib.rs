@@ -376,7 +376,7 @@
 //! | in-document leases | [`DocumentLeases`] (acquire a document's lease by its `_id`, optionally creating it; the schema), [`DocumentLease`] (the document, `update`, `commit`, `release`), [`DocumentUpdate`] |
 //! | fenced writes | [`Lease::with_transaction`] (writes committed only while the lease is held) and [`Fence`] (a single-document write refused under a smaller token) |
 //! | semaphores | [`Semaphore`] ([`LeaseManager::semaphore`]); the shared side of a read/write key is [`LeaseManager::acquire_shared`] |
-//! | elections | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), observe, `run_as_leader` |
+//! | elections | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), the candidates ([`Candidates`]), observe, `run_as_leader` |
 //! | errors | [`Error`], [`Operation`] and [`Result`] |
 //! | metrics | [`telemetry`]: the metrics' names (`mongo_lease_*`), recorded through the [`metrics`] facade |
 //! | `testkit` (feature `testkit`) | throwaway real `mongod` replica sets for tests, no Docker |
@@ -424,14 +424,14 @@ pub use config::{
 };
 pub use document::{DEFAULT_LEASE_FIELD, DocumentAcquireOptions, DocumentLease, DocumentLeases};
 pub use document_update::DocumentUpdate;
-pub use election::{Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
+pub use election::{Candidates, Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
 pub use error::{Error, Operation, Result};
 pub use fence::Fence;
 pub use health::Health;
 pub use holder::HolderId;
-pub use info::{HolderInfo, LeaseInfo};
+pub use info::{HolderInfo, LeaseInfo, WaitingOwner};
 pub use key::LeaseKey;
-pub use kind::{LeaseKind, MAX_PERMITS};
+pub use kind::{LeaseKind, MAX_PERMITS, PermitsChange};
 pub use lease::{Lease, LeaseObserver, MAX_PAYLOAD_LEN};
 pub use lease_group::LeaseGroup;
 pub use manager::LeaseManager;

@@ -190,6 +190,21 @@ impl LeaseManager {
 
     /// Checks `options` against this manager's rules (kind, minimum hold,
     /// release mode) before anything is sent, as an acquisition does.
+    /// Changes the number of permits of the semaphore key `key`
+    /// ([`Semaphore::set_permits`](crate::Semaphore::set_permits)).
+    pub(crate) async fn set_permits_of(
+        &self,
+        key: LeaseKey,
+        permits: u32,
+    ) -> Result<crate::PermitsChange> {
+        let call = |respond_to| Command::SetPermits {
+            key,
+            permits,
+            respond_to,
+        };
+        self.inner.mailbox.call(call).await
+    }
+
     pub(crate) fn check_shape(&self, options: &AcquireOptions) -> Result<()> {
         self.inner.timing.lease_shape(options).map(drop)
     }

@@ -13,13 +13,14 @@ use crate::config::AcquireOptions;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::kind::LeaseKind;
+use crate::kind::{LeaseKind, PermitsChange};
 use crate::lease::Lease;
 use crate::manager::LeaseManager;
 
 /// A counting semaphore on one key: at most [`permits`](Semaphore::permits)
-/// holders at a time, across every manager (process) that uses the lock
-/// collection. Made by [`LeaseManager::semaphore`]; cheap to clone (clones
+/// permits taken at a time, across every manager (process) that uses the
+/// lock collection; a lease takes one permit, or several at once
+/// ([`Semaphore::acquire_many`]). Made by [`LeaseManager::semaphore`]; cheap to clone (clones
 /// talk to the same manager).
 ///
 /// Each permit is a [`Lease`] of kind [`LeaseKind::Permit`]: it expires
@@ -215,8 +216,131 @@ impl Semaphore {
             .await
     }
 
+    /// Acquires `k` permits at once, all or none, waiting as long as it
+    /// takes (Redisson's `RSemaphore::acquire(permits)`, Curator's
+    /// `InterProcessSemaphoreV2::acquire(qty)`): one [`Lease`] that holds
+    /// `k` of the key's permits, with one fencing token, renewed, lost and
+    /// released as one. Its acquisition is one conditional write that takes
+    /// all `k` only while the live holders take at most `permits - k`; it
+    /// never holds some of them while waiting for the others, so two callers
+    /// asking for several permits never deadlock.
+    ///
+    /// Waiters are served in order within a manager: a waiter for `k`
+    /// permits blocks the later waiters of its manager until it gets them
+    /// (no barging, so it cannot starve behind single permits of its own
+    /// manager). Across managers, each tries whenever a permit is released
+    /// (waking on the change stream), so a request for many permits may wait
+    /// while single permits keep being taken elsewhere.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] before anything is sent if `k` is 0 or more
+    /// than [`permits`](Semaphore::permits); otherwise as
+    /// [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`]: no permit is left taken.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// // A heavy export takes 3 of the 8 slots.
+    /// let slots = manager.semaphore("export-slots", 8)?;
+    /// let three = slots.acquire_many(3).await?;
+    /// // ... run it, stopping when `three.lost()` completes ...
+    /// three.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_many(&self, k: u32) -> Result<Lease> {
+        let options = AcquireOptions::builder().permits_taken(k).build();
+        self.acquire_with(&options).await
+    }
+
+    /// One attempt at `k` permits at once: all of them if they are free
+    /// now, `Ok(None)` otherwise (nothing taken). At most one round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire_many`] and [`Semaphore::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn try_acquire_many(&self, k: u32) -> Result<Option<Lease>> {
+        let options = AcquireOptions::builder().permits_taken(k).build();
+        self.manager
+            .try_acquire_with(self.key.clone(), &Self::options_for(self.permits, &options))
+            .await
+    }
+
+    /// Changes the semaphore's number of permits to `permits`, for every
+    /// process, if its live holders take no more than that (Redisson's
+    /// `RSemaphore::trySetPermits`/`addPermits`, Curator's
+    /// `SharedCount`-based resizing), in one conditional write of the key's
+    /// document; this handle asks for `permits` from then on (its
+    /// [`permits`](Semaphore::permits)), also if nothing is held.
+    ///
+    /// - [`PermitsChange::Set`]: stored. Acquisitions asking for `permits`
+    ///   are admitted at once, up to the new number; the permits held keep
+    ///   their leases (and count against it). The write announces itself
+    ///   as a release, so every waiter tries again at once: waiters asking
+    ///   for `permits` (this manager's, or those of processes already
+    ///   changed) get places freed by a larger number; waiters of other
+    ///   processes still asking for the old number fail with
+    ///   [`Error::KindMismatch`] naming the new one, so that they can make
+    ///   a semaphore of it; this manager's waiters asking for the old
+    ///   number likewise.
+    /// - [`PermitsChange::TooManyHeld`]: the live holders take more than
+    ///   `permits` (shrinking below what is in use is refused, never
+    ///   forced): nothing changed, waiters are not disturbed. Try again once
+    ///   permits were released.
+    /// - [`PermitsChange::NothingHeld`]: no permit is held, nothing is
+    ///   stored (the number lives with the holders): the next acquisition
+    ///   stores its own number, whoever makes it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for 0 or more than
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS) permits, before anything is sent;
+    /// [`Error::KindMismatch`] if the key is held as another kind (shared,
+    /// exclusive, or its minimum hold); [`Error::Shutdown`], and database
+    /// errors (the outcome is then unknown: the write is idempotent, call
+    /// it again).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future may leave the number changed
+    /// on the server while this handle keeps the old one.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// use mongo_lease::PermitsChange;
+    ///
+    /// let mut pool = manager.semaphore("encoders", 4)?;
+    /// match pool.set_permits(8).await? {
+    ///     PermitsChange::TooManyHeld { held } => println!("{held} in use, try later"),
+    ///     _ => assert_eq!(pool.permits(), 8),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_permits(&mut self, permits: u32) -> Result<PermitsChange> {
+        LeaseKind::Permit { permits }.validate()?;
+        let change = self
+            .manager
+            .set_permits_of(self.key.clone(), permits)
+            .await?;
+        if !matches!(change, PermitsChange::TooManyHeld { .. }) {
+            self.permits = permits;
+        }
+        Ok(change)
+    }
+
     /// How many permits are free now, by the server's clock: `permits` minus
-    /// the live holders, read with [`LeaseManager::inspect`] (one round
+    /// the permits the live holders take, read with [`LeaseManager::inspect`] (one round
     /// trip); 0 while a foreign holder's lock holds the key. Only a
     /// snapshot, like
     /// Redisson's `RSemaphore::availablePermits`: a permit may be taken or
@@ -254,7 +378,7 @@ fn free_permits(permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
         LeaseKind::Exclusive => return Ok(permits),
         _ if info.holders.is_empty() => return Ok(permits),
         kind if kind == requested => {
-            let held = u32::try_from(info.holders.len()).unwrap_or(u32::MAX);
+            let held: u32 = info.holders.iter().map(|h| h.permits).sum();
             return Ok(permits.saturating_sub(held));
         }
         kind => kind,

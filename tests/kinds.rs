@@ -12,8 +12,12 @@ mod support;
 mod hold;
 #[path = "kinds/input.rs"]
 mod input;
+#[path = "kinds/many.rs"]
+mod many;
 #[path = "kinds/renewal.rs"]
 mod renewal;
+#[path = "kinds/resize.rs"]
+mod resize;
 #[path = "kinds/semaphore.rs"]
 mod semaphore;
 #[path = "kinds/semaphore_wake.rs"]

@@ -244,6 +244,7 @@ async fn leader(State(state): State<AppState>) -> Response {
                         "owner_id": leader.owner_id,
                         "term": leader.term,
                         "since": time(leader.since),
+                        "transitions": leader.transitions,
                         "expires_at": (!info.foreign).then(|| time(info.expires_at)),
                         "payload": leader.payload.map(|p| {
                             mongodb::bson::Bson::Document(p).into_relaxed_extjson()

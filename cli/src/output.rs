@@ -138,14 +138,31 @@ fn holder_json(holder: &HolderInfo, server_time: SystemTime) -> Value {
     })
 }
 
+/// The waiting owners of a key as JSON, first served first
+/// (`LeaseInfo::waiters`): `owner_id`, `kind`, `registered_at` (`null` for
+/// an exclusive waiter's mark on a shared key) and `expires_at`, when its
+/// entry lapses unless it tries again.
+pub fn waiters_json(info: &LeaseInfo) -> Value {
+    let waiters = info.waiters.iter().map(|w| {
+        json!({
+            "owner_id": w.owner_id,
+            "kind": kind_name(w.kind),
+            "registered_at": w.registered_at.map(time),
+            "expires_at": time(w.expires_at),
+        })
+    });
+    Value::Array(waiters.collect())
+}
+
 /// A lease as JSON. A foreign holder's lock (`"foreign": true`: a document
 /// not written by mongo-lease) has no known expiry: `expires_at` and
 /// `time_to_expiry_ms` are `null`. `kind` is `exclusive`, `shared` or
 /// `permit` (then `permits` is the key's number of permits, else `null`);
 /// `holders` lists the live holders of a shared or semaphore key (empty for
-/// an exclusive one), and `hold_until` is the server time until which a key
+/// an exclusive one), `hold_until` is the server time until which a key
 /// acquired with `--hold-at-least` stays held (`null` without one, or once
-/// past).
+/// past), `waiters` the owners waiting for the key ([`waiters_json`]), and
+/// `transitions` how many times the key went to another owner id.
 pub fn lease_json(info: &LeaseInfo) -> Value {
     let (expires_at, time_to_expiry_ms) = if info.foreign {
         (Value::Null, Value::Null)
@@ -177,6 +194,8 @@ pub fn lease_json(info: &LeaseInfo) -> Value {
         "permits": permits(info.kind),
         "holders": holders,
         "hold_until": info.hold_until.map(time),
+        "waiters": waiters_json(info),
+        "transitions": info.transitions,
     })
 }
 

@@ -12,7 +12,10 @@
 //! previous lease expired (`taken over`), or a release that hands the key
 //! to the first owner registered in the key's queue of waiting owners (a
 //! release and an acquisition, so `released` then `acquired`: the
-//! acquisition's server time is before the previous lease's expiry). A
+//! acquisition's server time is before the previous lease's expiry).
+//! Each JSON line also lists the owners waiting for the key in that state
+//! (`waiters`, as in `list --json`); a change of waiters alone prints
+//! nothing. A
 //! force release stores exactly what a release by the holder does (the
 //! lock document does not say who released it), so it prints `released`
 //! too.
@@ -24,7 +27,7 @@ use mongo_lease::{LeaseInfo, LeaseKey, LeaseKind, LeaseManager};
 use serde_json::{Value, json};
 
 use crate::child::Signals;
-use crate::output::{key_json, kind_name, time};
+use crate::output::{key_json, kind_name, time, waiters_json};
 use crate::{Failure, exit};
 
 /// Follows `key` until SIGINT or SIGTERM (then exits 0), printing one line
@@ -50,9 +53,14 @@ pub async fn watch(manager: &LeaseManager, key: LeaseKey, json: bool) -> Result<
                 });
             }
         };
+        let waiters = state
+            .as_ref()
+            .map_or(Value::Array(Vec::new()), waiters_json);
         for change in tracker.next(&Snapshot::of(state.as_ref())) {
             let line = if json {
-                change.json(&key).to_string()
+                let mut line = change.json(&key);
+                line["waiters"] = waiters.clone();
+                line.to_string()
             } else {
                 change.text(&key)
             };

@@ -204,6 +204,10 @@ impl Actor {
         // Known unless the attempt failed in a way that may have applied.
         state.unseen = match &result {
             Err(error) if error.is_transient() => Some(sent.shape),
+            // A re-read's answer (a `Held` read carries no token,
+            // `replies::from_reread`): the write it stands for may still
+            // land, so a retry of another shape must not reuse this lease id.
+            Ok((AcquireOutcome::Held { token: None, .. }, _)) => Some(sent.shape),
             _ => None,
         };
         match result {

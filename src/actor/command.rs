@@ -198,6 +198,12 @@ pub(crate) enum Command {
         key: LeaseKey,
         respond_to: Reply<Option<LeaseInfo>>,
     },
+    /// Change a semaphore key's number of permits (`Store::set_permits`).
+    SetPermits {
+        key: LeaseKey,
+        permits: u32,
+        respond_to: Reply<crate::kind::PermitsChange>,
+    },
     /// Release every lease of another owner id (an operator's override).
     ReleaseOwner {
         owner: String,
@@ -283,6 +289,7 @@ impl Command {
             }
             Command::List { respond_to, .. } => send(respond_to, error),
             Command::SetTtl { respond_to, .. } => send(respond_to, error),
+            Command::SetPermits { respond_to, .. } => send(respond_to, error),
             Command::Observe { respond_to, .. } => send(respond_to, error),
             Command::OpenDocuments { respond_to, .. } => send(respond_to, error),
             Command::WriteDocument { respond_to, .. } => send(respond_to, error),

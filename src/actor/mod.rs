@@ -52,6 +52,7 @@ mod lease_group;
 mod loss;
 pub(crate) mod mailbox;
 mod observers;
+mod permits;
 mod queue;
 mod reentry;
 mod release;
@@ -186,6 +187,13 @@ enum Event {
         sent_at: Instant,
         respond_to: Reply<()>,
         result: Result<Vec<LeaseRef>>,
+    },
+    /// The write of `Command::SetPermits` was answered.
+    PermitsSet {
+        key: LeaseKey,
+        permits: u32,
+        respond_to: Reply<crate::kind::PermitsChange>,
+        result: Result<crate::kind::PermitsChange>,
     },
     PayloadSet {
         key: Target,
@@ -425,6 +433,11 @@ impl Actor {
                 self.answer(read, respond_to);
             }
             Command::ForceRelease { key, respond_to } => self.on_force_release(key, respond_to),
+            Command::SetPermits {
+                key,
+                permits,
+                respond_to,
+            } => self.on_set_permits(key, permits, respond_to),
             Command::ReleaseOwner { owner, respond_to } => self.on_release_owner(owner, respond_to),
             Command::SetPayload {
                 key,
@@ -530,6 +543,12 @@ impl Actor {
                 respond_to,
                 result,
             } => self.on_ttl_set(key, lease_id, (ttl, sent_at), respond_to, result),
+            Event::PermitsSet {
+                key,
+                permits,
+                respond_to,
+                result,
+            } => self.on_permits_set(key, permits, respond_to, result),
             Event::PayloadSet {
                 key,
                 lease_id,

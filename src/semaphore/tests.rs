@@ -11,6 +11,7 @@ fn info(kind: LeaseKind, holders: usize, held: bool) -> LeaseInfo {
         acquired_at: now,
         renewed_at: now,
         expires_at: now + Duration::from_secs(10),
+        permits: 1,
     };
     LeaseInfo {
         key: LeaseKey::from("k"),
@@ -26,6 +27,8 @@ fn info(kind: LeaseKind, holders: usize, held: bool) -> LeaseInfo {
         kind,
         holders: vec![holder; holders],
         hold_until: None,
+        waiters: Vec::new(),
+        transitions: 0,
         released: false,
     }
 }

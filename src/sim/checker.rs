@@ -3,8 +3,10 @@
 //! - at most one live exclusive holder per key, where live means granted,
 //!   neither told lost nor released, and before its local deadline;
 //!   another application's lock counts as a holder;
-//! - never more live permits than the semaphore's number, and shared and
-//!   exclusive holders never at once;
+//! - never more live permits than the semaphore's number in force (a lease
+//!   counting the permits it takes; at a grant, the number the grantee asked
+//!   for, which the server held; at a change of the number, the new one),
+//!   and shared and exclusive holders never at once;
 //! - fencing tokens strictly increase per key in the order of acquisition
 //!   (between two live-at-grant leases of which one is exclusive: shared
 //!   holders or permits may be answered out of order);
@@ -15,6 +17,10 @@
 //!   process) is told, its token fired, no later than its local deadline
 //!   (the same instant is on time);
 //! - once faults stop, every waiter is answered within a bound;
+//! - a read shows as waiting only managers that wait for the key, or did
+//!   within the waiter window (a registration's lifetime), each once;
+//! - reads of one fencing token of a key show one owner and one count of
+//!   leader transitions (only a new acquisition changes them);
 //! - a holder's release answers "released" only for a lease no operator
 //!   certainly ended before: not if a force release of its key, or a
 //!   release of its manager's owner id (leases in the lock collection,
@@ -52,6 +58,10 @@ pub struct Bounds {
     /// How long after the faults stop (or after it starts, if later) a
     /// waiter may wait.
     pub liveness: Duration,
+    /// How long after its last wait for a key ended a manager may still be
+    /// shown waiting for it: its registration window (or a waiting mark's
+    /// TTL), plus how late an attempt sent before the wait ended may land.
+    pub waiter_window: Duration,
 }
 
 /// A property the history breaks.
@@ -130,6 +140,8 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         ops: BTreeMap::new(),
         waiters: BTreeMap::new(),
         entries: Default::default(),
+        waits: BTreeMap::new(),
+        terms: BTreeMap::new(),
         faults_stopped: None,
         now: At::ZERO,
         entry: 0,
@@ -158,6 +170,12 @@ struct Checker {
     waiters: BTreeMap<WaiterNo, (usize, String, At)>,
     /// Re-entered leases and groups (properties 8 and 9).
     entries: entries::Entries,
+    /// Per manager and key: its waits in progress, and when the last one
+    /// ended (or its process crashed).
+    waits: BTreeMap<(usize, String), (usize, Option<At>)>,
+    /// Per key and fencing token: the owner id and leader transitions a
+    /// read showed with it.
+    terms: BTreeMap<(String, u64), (String, u64)>,
     faults_stopped: Option<At>,
     now: At,
     entry: usize,
@@ -282,6 +300,12 @@ impl Checker {
                     self.end(n);
                 }
                 self.waiters.retain(|_, (m, _, _)| m != manager);
+                let now = self.now;
+                for ((m, _), waits) in self.waits.iter_mut() {
+                    if m == manager {
+                        *waits = (0, Some(now));
+                    }
+                }
             }
             Event::ForeignTaken { key, owner } => {
                 let live = self.unforced_live(key);
@@ -343,6 +367,13 @@ impl Checker {
                     }
                 }
             }
+            Event::PermitsSet { key, permits } => self.permits_set(key, *permits),
+            Event::WaitersRead { key, waiting, term } => {
+                self.waiters_read(key, waiting);
+                if let Some((token, owner, transitions)) = term {
+                    self.transitions_read(key, *token, owner, *transitions);
+                }
+            }
             Event::WaitStarted {
                 waiter,
                 manager,
@@ -350,9 +381,16 @@ impl Checker {
             } => {
                 self.waiters
                     .insert(*waiter, (*manager, key.clone(), self.now));
+                let waits = self.waits.entry((*manager, key.clone())).or_default();
+                waits.0 += 1;
             }
             Event::WaitEnded { waiter, .. } => {
-                self.waiters.remove(waiter);
+                if let Some((manager, key, _)) = self.waiters.remove(waiter)
+                    && let Some(waits) = self.waits.get_mut(&(manager, key))
+                {
+                    waits.0 = waits.0.saturating_sub(1);
+                    waits.1 = Some(self.now);
+                }
             }
             Event::FaultsStopped => self.faults_stopped = Some(self.now),
             Event::Reentered { lease, of, token } => self.reentered(*lease, *of, *token),
@@ -527,7 +565,7 @@ impl Checker {
         for (other, other_kind) in &others {
             let clash = !matches!(
                 (kind, *other_kind),
-                (Kind::Shared, Kind::Shared) | (Kind::Permit(_), Kind::Permit(_))
+                (Kind::Shared, Kind::Shared) | (Kind::Permit(..), Kind::Permit(..))
             );
             if clash {
                 problems.push(format!(
@@ -535,13 +573,17 @@ impl Checker {
                 ));
             }
         }
-        if let Kind::Permit(n) = kind {
-            let permits = others
+        if let Kind::Permit(n, taken) = kind {
+            // Each lease counts the permits it takes.
+            let others: u32 = others
                 .iter()
-                .filter(|(_, k)| matches!(k, Kind::Permit(_)))
-                .count()
-                + 1;
-            if permits > n as usize {
+                .map(|(_, k)| match k {
+                    Kind::Permit(_, t) => *t,
+                    _ => 0,
+                })
+                .sum();
+            let permits = others + taken;
+            if permits > n {
                 problems.push(format!("{permits} live permits of {n}"));
             }
         }
@@ -552,5 +594,73 @@ impl Checker {
 }
 
 mod entries;
+impl Checker {
+    /// A read showed `waiting` waiting for `key`: each a manager, at most
+    /// once, that waits for the key now or did within the waiter window.
+    fn waiters_read(&mut self, key: &str, waiting: &[Option<usize>]) {
+        let mut seen = BTreeSet::new();
+        for shown in waiting {
+            let Some(manager) = *shown else {
+                self.violation(key, "a read shows a waiting owner of no manager".into());
+                continue;
+            };
+            if !seen.insert(manager) {
+                self.violation(key, format!("a read shows manager {manager} waiting twice"));
+            }
+            let recent = match self.waits.get(&(manager, key.to_string())) {
+                Some((in_progress, _)) if *in_progress > 0 => true,
+                Some((_, Some(ended))) => self.now <= *ended + self.bounds.waiter_window,
+                _ => false,
+            };
+            if !recent {
+                self.violation(
+                    key,
+                    format!("a read shows manager {manager} waiting, which has not waited for the key within {:?}", self.bounds.waiter_window),
+                );
+            }
+        }
+    }
+
+    /// A read showed `key` last acquired with `token` by `owner`, after
+    /// `transitions` leader transitions: only a new acquisition (a new
+    /// token) changes them, so every read of one token shows the same.
+    fn transitions_read(&mut self, key: &str, token: u64, owner: &str, transitions: u64) {
+        let seen = (owner.to_string(), transitions);
+        let first = self
+            .terms
+            .entry((key.to_string(), token))
+            .or_insert_with(|| seen.clone())
+            .clone();
+        if first != seen {
+            self.violation(
+                key,
+                format!(
+                    "token {token} read with owner and transitions {seen:?}, earlier {first:?}"
+                ),
+            );
+        }
+    }
+
+    /// The number of permits of `key` was set to `permits` (the change
+    /// applies only while the live holders take no more): its live permits
+    /// (a lease counting those it takes) must fit.
+    fn permits_set(&mut self, key: &str, permits: u32) {
+        let live: u32 = self
+            .unforced_live(key)
+            .iter()
+            .map(|n| match self.leases[n].kind {
+                Kind::Permit(_, taken) => taken,
+                _ => 0,
+            })
+            .sum();
+        if live > permits {
+            self.violation(
+                key,
+                format!("the number of permits set to {permits} with {live} live permits"),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -24,8 +24,9 @@ pub enum Kind {
     Exclusive,
     /// Any number of shared holders, never beside an exclusive one.
     Shared,
-    /// One of this many permits.
-    Permit(u32),
+    /// `.1` permits (one lease taking several at once, or one) of a
+    /// semaphore of `.0`.
+    Permit(u32, u32),
 }
 
 /// One thing that happened.
@@ -141,6 +142,27 @@ pub enum Event {
         /// What it returned.
         outcome: String,
     },
+    /// A change of a semaphore key's number of permits returned `Set`: the
+    /// server stored it, its live holders taking no more.
+    PermitsSet {
+        /// The key.
+        key: String,
+        /// The number now in force.
+        permits: u32,
+    },
+    /// A read of the key (`inspect`) showed these owners waiting for it
+    /// (`LeaseInfo::waiters`), in order: each a manager, or `None` for an
+    /// owner id of no manager; and its last acquisition's fencing token,
+    /// owner id and leader transitions.
+    WaitersRead {
+        /// The key.
+        key: String,
+        /// The managers shown waiting.
+        waiting: Vec<Option<usize>>,
+        /// The key's fencing token, owner id and leader transitions
+        /// (`LeaseInfo::transitions`); `None` for a foreign holder's lock.
+        term: Option<(u64, String, u64)>,
+    },
     /// No fault is injected from now on.
     FaultsStopped,
     /// A holder re-entered a lease it holds (`AcquireOptions::reentrant`,
@@ -196,7 +218,9 @@ impl Event {
             | Event::ForeignRemoved { key }
             | Event::ForceReleaseStarted { key, .. }
             | Event::Inspected { key, .. }
-            | Event::WaitStarted { key, .. } => Some(key),
+            | Event::WaitStarted { key, .. }
+            | Event::PermitsSet { key, .. }
+            | Event::WaitersRead { key, .. } => Some(key),
             _ => None,
         }
     }

@@ -189,7 +189,7 @@ async fn schedule(seed: u64) -> Report {
                     key: "rw",
                     hold: false,
                 },
-                5 if !process.delete_mode => Role::Permit("p2", 2),
+                5 if !process.delete_mode => Role::Permit("p2", 2 + random_range(0..2)),
                 3 | 5 => Role::Exclusive {
                     key: "x0",
                     hold: false,
@@ -250,6 +250,23 @@ async fn schedule(seed: u64) -> Report {
         vec!["x0", "x1", "rw", "p2", "leader", "g0"],
         work_stop.clone(),
     ));
+    // Reads of the waiting owners of the contended keys.
+    processes[operator].spawn(workload::inspector(
+        recorder.clone(),
+        processes[operator].clone(),
+        vec!["x0", "x1", "rw", "leader"],
+        work_stop.clone(),
+    ));
+    // The number of permits of `p2` changes now and then (2 or 3).
+    if let Some(resizer) = processes.iter().find(|p| !p.delete_mode) {
+        resizer.spawn(workload::resizer(
+            recorder.clone(),
+            resizer.clone(),
+            "p2",
+            [2, 3],
+            work_stop.clone(),
+        ));
+    }
     tokio::spawn(workload::foreign_holder(
         recorder.clone(),
         db.clone(),
@@ -297,6 +314,15 @@ async fn schedule(seed: u64) -> Report {
         clock_step_back: CLOCK_STEP_BACK,
         server_faster_ppm: SERVER_FASTER_PPM,
         liveness: LIVENESS,
+        // The registration window (2 × retry_max + 1 s + safety margin,
+        // longer than a waiting mark's TTL), how late an attempt sent
+        // before its wait ended may land (a freeze holds a call up to 6 s,
+        // a delay up to 1.5 s), and the server clock's step back.
+        waiter_window: 2 * RETRY_MAX
+            + Duration::from_secs(1)
+            + SAFETY_MARGIN
+            + Duration::from_secs(6)
+            + CLOCK_STEP_BACK,
     };
     let violations = checker::check(bounds, &history, end);
     Report {

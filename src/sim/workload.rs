@@ -149,10 +149,11 @@ impl Role {
         }
     }
 
-    fn kind(&self) -> Kind {
+    /// The kind of its leases, taking `taken` permits of a semaphore.
+    fn kind(&self, taken: u32) -> Kind {
         match self {
             Role::Shared(_) => Kind::Shared,
-            Role::Permit(_, n) => Kind::Permit(*n),
+            Role::Permit(_, n) => Kind::Permit(*n, taken),
             _ => Kind::Exclusive,
         }
     }
@@ -213,6 +214,7 @@ async fn acquire(
     role: &Role,
     mode: Mode,
     options: &AcquireOptions,
+    taken: u32,
 ) -> Result<Option<Held>> {
     let manager = &process.manager;
     let lease = |r: Result<Lease>| r.map(|l| Some(Held::Lease(l)));
@@ -231,9 +233,9 @@ async fn acquire(
         Role::Permit(key, n) => {
             let semaphore = manager.semaphore(*key, *n)?;
             match mode {
-                Mode::Wait => lease(semaphore.acquire().await),
-                Mode::Try => some(semaphore.try_acquire().await),
-                Mode::Timeout(t) => some(timed(semaphore.acquire(), t).await),
+                Mode::Wait => lease(semaphore.acquire_many(taken).await),
+                Mode::Try => some(semaphore.try_acquire_many(taken).await),
+                Mode::Timeout(t) => some(timed(semaphore.acquire_many(taken), t).await),
             }
         }
         Role::Leader(name) => {
@@ -368,14 +370,19 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
             _ => None,
         };
         let options = exclusive_options(&recorder, &process, &role, hold).await;
-        let acquired = acquire(&process, &role, mode, &options);
+        // A third of the permit acquisitions take several at once.
+        let taken = match role {
+            Role::Permit(_, n) if random_range(0..3) == 0 => random_range(1..=n),
+            _ => 1,
+        };
+        let acquired = acquire(&process, &role, mode, &options, taken);
         let (result, waited_from) = wait(&recorder, &process, role.key(), acquired).await;
         match result {
             Ok(Some(held)) => {
                 let number = granted(
                     &recorder,
                     &process,
-                    (role.key(), role.kind()),
+                    (role.key(), role.kind(taken)),
                     held.lease(),
                     (waited_from, hold),
                 );
@@ -513,6 +520,60 @@ pub async fn operator(
             process.manager.force_release(key).await.is_ok()
         };
         recorder.push(Event::OpEnded { op, ok });
+    }
+}
+
+/// A task of `process` that reads one of `keys` now and then and records
+/// the owners it shows waiting (`LeaseInfo::waiters`; owner ids `m<i>`),
+/// its token, owner and leader transitions, until `stop`.
+pub async fn inspector(
+    recorder: Recorder,
+    process: Arc<Process>,
+    keys: Vec<&'static str>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(50..500))).await;
+        let key = keys[random_range(0..keys.len())];
+        let Ok(Some(info)) = process.manager.inspect(key).await else {
+            continue;
+        };
+        let waiting = info
+            .waiters
+            .iter()
+            .map(|w| w.owner_id.strip_prefix('m').and_then(|i| i.parse().ok()))
+            .collect();
+        recorder.push(Event::WaitersRead {
+            key: format!("locks/{key}"),
+            waiting,
+            term: (!info.foreign).then_some((info.fencing_token, info.owner_id, info.transitions)),
+        });
+    }
+}
+
+/// A task of `process` that now and then changes the number of permits of
+/// the semaphore key `key` to one of `numbers` (`Semaphore::set_permits`),
+/// recording each change the server applied, until `stop`. Tasks asking
+/// for another number get `KindMismatch` meanwhile.
+pub async fn resizer(
+    recorder: Recorder,
+    process: Arc<Process>,
+    key: &'static str,
+    numbers: [u32; 2],
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(200..3_000))).await;
+        let permits = numbers[random_range(0..2)];
+        let Ok(mut semaphore) = process.manager.semaphore(key, permits) else {
+            return;
+        };
+        if let Ok(crate::PermitsChange::Set) = semaphore.set_permits(permits).await {
+            recorder.push(Event::PermitsSet {
+                key: format!("locks/{key}"),
+                permits,
+            });
+        }
     }
 }
 

@@ -28,11 +28,13 @@
 //! | `wt` | date, optional | server time at which another owner first waited for the current lease; removed by release and by a new acquisition |
 //! | `yu` | date, optional | set by a release that another owner waited for: until then the releasing owner (`aid`) cannot take the key back |
 //! | `hl` | date, optional | *hold until*: acquisition time + [`hold_at_least`](crate::AcquireOptions::hold_at_least) (exclusive leases) |
-//! | `hs` | array, optional | the holders of a shared or semaphore key, oldest first: `{aid, lid, tok, acq, ts, exp}` each (and `data`, a holder's payload) |
+//! | `hs` | array, optional | the holders of a shared or semaphore key, oldest first: `{aid, lid, tok, acq, ts, exp}` each (and `data`, a holder's payload; `n`, the permits a holder of several takes) |
 //! | `pm` | int32, optional | a semaphore key's number of permits, while it has holders in `hs` |
 //! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
 //! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
 //! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each, and `data`, the payload it acquires with, if any (see "Queue of waiting owners") |
+//! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each (see "Queue of waiting owners") |
+//! | `tr` | int64, optional | leader transitions: how many acquisitions took the key from another owner since the document was created (see "Leader transitions") |
 //!
 //! **New documents and foreign ones.** Every write of this crate leaves a
 //! document of its shape (an int64 `tok` and a date `exp`) or none: an
@@ -83,9 +85,12 @@
 //!   minimum hold, `hl`) makes it wait (held until that `exp`), a live mark
 //!   likewise (held by the mark's `aid` until its `exp`); live permits are
 //!   a [`KindMismatch`](crate::Error::KindMismatch).
-//! - A **permit** of `n` wins if the document is new, a retry, or has no
-//!   live exclusive holder and fewer than `n` live entries in `hs` with `pm =
-//!   n` (or none at all, which stores `pm = n`). Live holders of another
+//! - A **permit** of `n` taking `k` permits (1 by default; `k` is stored
+//!   in its entry as `n` when above 1) wins if the document is new, a
+//!   retry, or has no live exclusive holder and live entries in `hs` with
+//!   `pm = n` whose permits (their `n`, or 1) add up to at most `n - k`
+//!   (or none at all, which stores `pm = n`): all `k` or none, in the one
+//!   conditional write. Live holders of another
 //!   kind (shared holders, or a live exclusive holder or minimum hold), or
 //!   `pm != n` with live holders, are a
 //!   [`KindMismatch`](crate::Error::KindMismatch) (`AcquireOutcome::Mismatch`),
@@ -362,6 +367,20 @@
 //! shared with the twin, which answers a group's calls the same way, so
 //! that the simulation covers them.
 //!
+//! # Leader transitions
+//!
+//! `tr` counts the changes of owner of a key, as the Kubernetes Lease's
+//! `leaseTransitions`: every write that makes a new acquisition (the
+//! general and light acquires of every kind, the handoff to a registered
+//! owner) sets `tr = 0` on a document it inserts, `tr + 1` if the key's
+//! last acquisition (`aid`) was another owner's, `tr` otherwise (a missing
+//! `tr` counts as 0); every other write keeps it. So a lease taken again by
+//! the same owner (a retry, a handoff to a local waiter, a re-acquisition
+//! after its own release or expiry) is no transition, and a document
+//! deleted (by the TTL index on `exp`, or a release in delete mode) starts
+//! again from 0. The fencing token cannot stand in for it: it grows with
+//! every acquisition, the same owner's included, and by the server's time.
+//!
 //! # Fencing tokens
 //!
 //! `tok = max(previous tok + 1, ms($$NOW) * 2^20)`. The first term makes tokens
@@ -449,11 +468,17 @@ pub(crate) mod field {
     pub const RELEASED_AT: &str = "rl";
     pub const EXCLUSIVE_WAITER: &str = "xw";
     pub const QUEUE: &str = "q";
+    /// How many times the key went to another owner (see "Leader
+    /// transitions").
+    pub const TRANSITIONS: &str = "tr";
     /// Only in an acquiring upsert's filter (`{_id, _ins: null}`), hence in
     /// the document it inserts, which its pipeline rewrites without it: what
     /// tells a new document from an existing bare `{_id}` (see "Document
     /// schema").
     pub const INSERTED: &str = "_ins";
+    /// An entry of `hs` of a semaphore key: how many permits it takes (1
+    /// when absent).
+    pub const PERMITS_TAKEN: &str = "n";
     /// An entry of `q`: when its owner first registered.
     pub const REGISTERED_AT: &str = "at";
     /// An entry of `q`: when its registration expires.

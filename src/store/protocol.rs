@@ -18,7 +18,7 @@ use super::{
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::kind::LeaseShape;
+use crate::kind::{LeaseShape, PermitsChange};
 
 /// The lock protocol, as seen by the actor. Every method returns a `'static`
 /// future so the actor can run many of them at once without borrowing itself.
@@ -188,6 +188,30 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// lock is deleted instead, only if it is still the document read
     /// (same `aid` and `ts`). Returns the lease as it was, if it was held.
     fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
+
+    /// Changes the number of permits (`pm`) of the semaphore key `key` to
+    /// `permits`, only if its live holders take no more than that, in one
+    /// conditional write that also sets `rl` (announced, so that waiters
+    /// try again at once); see "Shared and semaphore keys". A key without
+    /// live holders is left as it is
+    /// ([`PermitsChange::NothingHeld`](crate::PermitsChange::NothingHeld));
+    /// a key held as another kind is
+    /// [`Error::KindMismatch`](crate::Error::KindMismatch). The lock
+    /// collection only: by default
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    fn set_permits(
+        &self,
+        key: LeaseKey,
+        permits: u32,
+    ) -> BoxFuture<'static, Result<PermitsChange>> {
+        let reason = format!(
+            "set_permits of {key} is not available here: semaphores live in the lock collection"
+        );
+        let _ = permits;
+        Box::pin(futures::future::ready(Err(crate::Error::Unsupported {
+            reason,
+        })))
+    }
 
     /// Sets the payload of `lease` if it is still held under its lease id.
     /// `Ok(false)` if it is not.

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use mongodb::bson::{Bson, Document};
 
 use super::field;
-use crate::info::{HolderInfo, LeaseInfo};
+use crate::info::{HolderInfo, LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
 
 /// The kind a lock document of our shape is held as: a semaphore's permits
@@ -67,6 +67,38 @@ pub(crate) fn live_holders(doc: &Document, server_time: SystemTime) -> Vec<Holde
                 fencing_token: entry.get_i64(field::TOKEN).unwrap_or(0) as u64,
                 acquired_at: time(field::ACQUIRED_AT),
                 renewed_at: time(field::RENEWED_AT),
+                expires_at,
+                permits: int(entry.get(field::PERMITS_TAKEN))
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(1),
+            })
+        })
+        .collect()
+}
+
+/// The waiting owners of a lock document at `server_time`, first served
+/// first: the live entries of `q` (`re > server_time`) in order, then a
+/// live exclusive waiter's mark (`xw`); entries of another shape are
+/// skipped ([`LeaseInfo::waiters`]).
+pub(crate) fn live_waiters(doc: &Document, server_time: SystemTime) -> Vec<WaitingOwner> {
+    let date = |d: &Document, name: &str| d.get_datetime(name).ok().map(|t| t.to_system_time());
+    let queue = doc.get_array(field::QUEUE).into_iter().flatten();
+    let mark = doc.get_document(field::EXCLUSIVE_WAITER).ok();
+    let entries = queue
+        .filter_map(|entry| {
+            let entry = entry.as_document()?;
+            let at = date(entry, field::REGISTERED_AT);
+            Some((entry, at?, date(entry, field::REGISTRATION_EXPIRES)?))
+        })
+        .map(|(entry, at, re)| (entry, Some(at), re))
+        .chain(mark.and_then(|m| Some((m, None, date(m, field::EXPIRES_AT)?))));
+    entries
+        .filter(|(_, _, expires_at)| *expires_at > server_time)
+        .filter_map(|(entry, registered_at, expires_at)| {
+            Some(WaitingOwner {
+                owner_id: entry.get_str(field::OWNER).ok()?.to_string(),
+                kind: crate::LeaseKind::Exclusive,
+                registered_at,
                 expires_at,
             })
         })
@@ -146,6 +178,8 @@ pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime
         kind,
         holders,
         hold_until,
+        waiters: live_waiters(doc, server_time),
+        transitions: int(doc.get(field::TRANSITIONS)).map_or(0, |n| n.max(0) as u64),
         released: !kind.is_multi_holder() && !has_lease_id,
     }
 }
@@ -172,6 +206,8 @@ fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> Leas
         kind: crate::LeaseKind::Exclusive,
         holders: Vec::new(),
         hold_until: None,
+        waiters: Vec::new(),
+        transitions: 0,
         released: false,
     }
 }

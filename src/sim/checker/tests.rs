@@ -7,6 +7,7 @@ const BOUNDS: Bounds = Bounds {
     clock_step_back: Duration::from_millis(10),
     server_faster_ppm: 0,
     liveness: Duration::from_secs(30),
+    waiter_window: Duration::from_secs(5),
 };
 
 fn grant(lease: LeaseNo, manager: usize, kind: Kind, token: u64, deadline: u64) -> Event {
@@ -118,9 +119,9 @@ fn tokens_must_increase_and_permits_stay_within_their_number() {
     assert_eq!(found.len(), 1, "{found:?}");
     let found = check(
         vec![
-            (0, grant(1, 0, Kind::Permit(2), 7, 100)),
-            (1, grant(2, 1, Kind::Permit(2), 6, 100)),
-            (2, grant(3, 1, Kind::Permit(2), 8, 100)),
+            (0, grant(1, 0, Kind::Permit(2, 1), 7, 100)),
+            (1, grant(2, 1, Kind::Permit(2, 1), 6, 100)),
+            (2, grant(3, 1, Kind::Permit(2, 1), 8, 100)),
             (3, grant(4, 1, Kind::Shared, 9, 100)),
         ],
         4,

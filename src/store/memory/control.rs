@@ -29,9 +29,11 @@ pub(crate) enum Op {
     HandOver,
     /// Leaving the queues of waiting owners (`Store::leave_queues`).
     LeaveQueues,
+    /// A change of a semaphore's number of permits (`Store::set_permits`).
+    SetPermits,
 }
 
-pub(super) const OPS: usize = 11;
+pub(super) const OPS: usize = 12;
 
 impl Op {
     pub(super) fn index(self) -> usize {

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::doc::{Doc, Foreign};
 use super::rules::{Collection, apply_acquire};
 use crate::LeaseKind;
-use crate::info::{HolderInfo, LeaseInfo};
+use crate::info::{HolderInfo, LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, KeyWrite};
@@ -258,6 +258,7 @@ impl MemoryDb {
                 acquired_at: self.system_time(h.acquired),
                 renewed_at: self.system_time(h.renewed),
                 expires_at: self.system_time(h.exp),
+                permits: h.permits,
             })
             .collect();
         let hold_until = doc.hold_until.filter(|until| *until > now);
@@ -281,8 +282,28 @@ impl MemoryDb {
             kind,
             holders,
             hold_until: hold_until.map(|until| self.system_time(until)),
+            waiters: self.waiters(doc, now),
+            transitions: doc.transitions,
             released: !kind.is_multi_holder() && doc.lease_id.is_none(),
         }
+    }
+
+    /// The waiting owners of `doc` at `now`, as `store::live_waiters` reads
+    /// them: the live entries of `q` in order, then a live `xw` mark.
+    fn waiters(&self, doc: &Doc, now: Instant) -> Vec<WaitingOwner> {
+        let queued = doc
+            .live_queue(now)
+            .map(|w| (w.owner.clone(), Some(self.system_time(w.at)), w.re));
+        let mark = doc.exclusive_waiter.clone().map(|(o, exp)| (o, None, exp));
+        queued
+            .chain(mark.filter(|(_, _, exp)| *exp > now))
+            .map(|(owner_id, registered_at, exp)| WaitingOwner {
+                owner_id,
+                kind: crate::LeaseKind::Exclusive,
+                registered_at,
+                expires_at: self.system_time(exp),
+            })
+            .collect()
     }
 
     /// A foreign holder's lock as a [`LeaseInfo`] judged at `now`, as
@@ -305,6 +326,8 @@ impl MemoryDb {
             kind: crate::LeaseKind::Exclusive,
             holders: Vec::new(),
             hold_until: None,
+            waiters: Vec::new(),
+            transitions: 0,
             released: false,
         }
     }
@@ -365,6 +388,7 @@ impl MemoryDb {
         let shape = LeaseShape {
             kind,
             hold_at_least: None,
+            permits_taken: None,
         };
         self.change(|coll| {
             let had_lease_id = coll.docs.get(key).map(|d| d.lease_id.is_some());

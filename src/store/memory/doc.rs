@@ -49,6 +49,8 @@ pub(crate) struct Doc {
     /// `q`: the owners waiting for an exclusive key, in arrival order (see
     /// "Queue of waiting owners" in `store`).
     pub queue: Vec<Waiting>,
+    /// `tr`: leader transitions ("Leader transitions" in `store`).
+    pub transitions: u64,
 }
 
 /// An entry of `q`: an owner waiting for an exclusive key.
@@ -85,6 +87,8 @@ pub(crate) struct Holder {
     pub exp: Instant,
     /// `data`: this holder's payload.
     pub payload: Option<Document>,
+    /// `n`: how many permits it takes (1 for a shared holder).
+    pub permits: u32,
 }
 
 impl Doc {
@@ -112,12 +116,25 @@ impl Doc {
         now: Instant,
     ) -> u64 {
         let queue = std::mem::take(&mut self.queue);
+        let transitions = self.transitions_after(owner);
         *self = Doc::fresh(owner, Some(lease_id), self.token + 1, now, now + ttl);
         self.queue = queue;
+        self.transitions = transitions;
         self.leave_queue(owner, now);
         self.hold_until = hold.map(|hold| now + hold);
         self.exp = self.floor(self.exp);
         self.token
+    }
+
+    /// The leader transitions after a new acquisition by `owner`: 0 for a
+    /// new document (no owner), one more if the last acquisition was
+    /// another owner's.
+    pub(super) fn transitions_after(&self, owner: &str) -> u64 {
+        match self.owner.as_str() {
+            "" => 0,
+            last if last == owner => self.transitions,
+            _ => self.transitions + 1,
+        }
     }
 
     /// The live entries of `q` at `now` (`re > now`), in order.
@@ -199,14 +216,16 @@ impl Doc {
             released_at: None,
             exclusive_waiter: None,
             queue: Vec::new(),
+            transitions: 0,
         }
     }
 
-    /// The lease as observers see it: without the fairness fields (`wt`,
-    /// `yu`, `xw`, `q`) nor the last release of a holder (`rl`).
+    /// The lease as observers compare it, as `MongoStore`'s: without the
+    /// fairness marks (`wt`, `yu`, `xw`) nor the last release of a holder
+    /// (`rl`); the queue of waiting owners (`q`) is kept, so that its
+    /// changes are states of their own (`LeaseInfo::waiters`).
     pub(super) fn observed(&self) -> Doc {
         Doc {
-            queue: Vec::new(),
             waiting_since: None,
             yield_until: None,
             exclusive_waiter: None,
@@ -230,6 +249,11 @@ impl Doc {
     /// Yielded by `owner` to waiting owners: `owner` cannot take it back yet.
     pub fn yielded_by(&self, owner: &str, now: Instant) -> bool {
         self.owner == owner && self.yield_until.is_some_and(|until| until > now)
+    }
+
+    /// How many permits the holders live at `now` take.
+    pub fn permits_used(&self, now: Instant) -> u32 {
+        self.live_holders(now).map(|h| h.permits).sum()
     }
 
     /// The holders of `hs` live at `now` (`exp > now`), oldest first.

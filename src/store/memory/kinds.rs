@@ -16,6 +16,7 @@ use super::doc::{Doc, Holder};
 use super::rules::Collection;
 use crate::LeaseKind;
 use crate::key::LeaseKey;
+use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::AcquireOutcome;
 
 /// An acquisition of `kind` (shared, or a permit) by `owner` under
@@ -31,8 +32,8 @@ use crate::store::AcquireOutcome;
 ///   without either is free for any kind (nobody holds it); a key held by
 ///   permits is a mismatch for anything but a permit of the same number,
 ///   and one held shared a mismatch for a permit;
-/// - a permit is held while `permits` live holders have one, until the
-///   earliest of their expiries; a shared acquisition while an exclusive
+/// - a permit taking `k` permits is held while the live holders take
+///   more than `permits - k`, until the earliest of their expiries; a shared acquisition while an exclusive
 ///   waiter's mark is live, until the mark's expiry;
 /// - as an exclusive acquisition, a key this owner yielded is held by it
 ///   until the end of the yield window, and a `waiting` shared acquisition
@@ -41,16 +42,17 @@ use crate::store::AcquireOutcome;
 /// - otherwise it wins: the expired entries are dropped, its own is
 ///   appended with `token = tok + 1`, and the top fields describe the key
 ///   (no lease id, its owner, token and time, `exp` the latest holder's,
-///   `pm` for permits; no payload, `wt`, `yu` or `hl`).
+///   `pm` for permits; no payload, `wt`, `yu`, `hl` or queue `q`).
 pub(super) fn acquire_holder(
     doc: &mut Doc,
     owner: &str,
     lease_id: Uuid,
     ttl: Duration,
-    kind: LeaseKind,
+    shape: LeaseShape,
     waiting: bool,
     now: Instant,
 ) -> AcquireOutcome {
+    let (kind, taken) = (shape.kind, shape.taken());
     if let Some(holder) = doc
         .holders
         .iter_mut()
@@ -96,7 +98,7 @@ pub(super) fn acquire_holder(
         };
     }
     match kind {
-        LeaseKind::Permit { permits } if live >= permits as usize => {
+        LeaseKind::Permit { permits } if doc.permits_used(now) + taken > permits => {
             let first = doc.live_holders(now).map(|h| h.exp).min().unwrap_or(now);
             return held(doc.owner.clone(), first, doc.token, now);
         }
@@ -119,7 +121,9 @@ pub(super) fn acquire_holder(
         renewed: now,
         exp: now + ttl,
         payload: None,
+        permits: taken,
     });
+    doc.transitions = doc.transitions_after(owner);
     doc.owner = owner.to_string();
     doc.lease_id = None;
     doc.token = token;
@@ -134,6 +138,8 @@ pub(super) fn acquire_holder(
     doc.waiting_since = None;
     doc.yield_until = None;
     doc.hold_until = None;
+    // As MongoStore's, whose pipeline rewrites the document without `q`.
+    doc.queue.clear();
     AcquireOutcome::Acquired { token }
 }
 
@@ -214,6 +220,31 @@ pub(super) fn set_holder_payload(
     let mut holders = doc.holders.iter_mut();
     let mine = holders.find(|h| h.lease_id == lease_id && h.owner == owner);
     mine.map(|holder| holder.payload = Some(payload)).is_some()
+}
+
+/// The change of a semaphore key's number of permits to `permits` at
+/// `now`, as `MongoStore`'s: with live holders of permits that take at
+/// most `permits`, `pm = permits` and `rl = now` (announced by the caller);
+/// without live holders, nothing; live holders of another kind (or a live
+/// exclusive lease or minimum hold), a mismatch.
+pub(super) fn set_permits(
+    doc: &mut Doc,
+    permits: u32,
+    now: Instant,
+) -> Result<PermitsChange, LeaseKind> {
+    match doc.live_kind(now) {
+        None => Ok(PermitsChange::NothingHeld),
+        Some(LeaseKind::Permit { .. }) => {
+            let held = doc.permits_used(now);
+            if held > permits {
+                return Ok(PermitsChange::TooManyHeld { held });
+            }
+            doc.permits = Some(permits);
+            doc.released_at = Some(now);
+            Ok(PermitsChange::Set)
+        }
+        Some(stored) => Err(stored),
+    }
 }
 
 /// Frees a key whole (a force release): `hs`, `pm`, `xw` and `hl`

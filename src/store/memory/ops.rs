@@ -16,11 +16,12 @@ use super::doc::{Doc, Holder};
 use super::kinds;
 use super::rules::{Collection, apply_acquire, apply_hand_over, lease_matches, release_doc};
 use super::store::{MemoryStore, lock_fields_document};
+use crate::LeaseKind;
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::kind::LeaseShape;
+use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
     AcquireOutcome, AcquireRequest, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace,
@@ -401,6 +402,29 @@ impl Store for MemoryStore {
                 })
                 .collect();
             Ok((page, next))
+        })
+    }
+
+    fn set_permits(
+        &self,
+        key: LeaseKey,
+        permits: u32,
+    ) -> BoxFuture<'static, Result<PermitsChange>> {
+        let db = self.db.clone();
+        if let Err(e) = (LeaseKind::Permit { permits }).validate() {
+            return Box::pin(futures::future::ready(Err(e)));
+        }
+        self.run(Op::SetPermits, vec![key.clone()], move |coll, now| {
+            let Some(doc) = coll.docs.get_mut(&key) else {
+                return Ok(PermitsChange::NothingHeld);
+            };
+            let requested = LeaseKind::Permit { permits };
+            let change = kinds::set_permits(doc, permits, now)
+                .map_err(|stored| Error::KindMismatch { stored, requested })?;
+            if change == PermitsChange::Set {
+                db.announce_release(&key);
+            }
+            Ok(change)
         })
     }
 

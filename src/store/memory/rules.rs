@@ -79,7 +79,7 @@ pub(super) fn apply_acquire(
         None => {
             let mut doc = coll.vacant(key, now);
             let outcome = if multi {
-                kinds::acquire_holder(&mut doc, owner, lease_id, ttl, shape.kind, waiting, now)
+                kinds::acquire_holder(&mut doc, owner, lease_id, ttl, shape, waiting, now)
             } else {
                 AcquireOutcome::Acquired {
                     token: doc.take(owner, lease_id, ttl, hold, now),
@@ -89,7 +89,7 @@ pub(super) fn apply_acquire(
             Ok(outcome)
         }
         Some(doc) if multi => Ok(kinds::acquire_holder(
-            doc, owner, lease_id, ttl, shape.kind, waiting, now,
+            doc, owner, lease_id, ttl, shape, waiting, now,
         )),
         Some(doc) if doc.lease_id == Some(lease_id) && doc.owner == owner => {
             // A retry of an acquisition that landed: same token, fresh expiry.
@@ -187,6 +187,7 @@ pub(super) fn release_or_hand_over(
     doc.queue.retain(|w| w.re > now);
     let next = next?;
     doc.queue.retain(|w| w.owner != next.owner);
+    doc.transitions = doc.transitions_after(&next.owner);
     doc.owner = next.owner.clone();
     doc.lease_id = Some(next.lease_id);
     doc.token += 1;

@@ -140,7 +140,8 @@ impl MemoryStore {
                     first = false;
                     changed.borrow_and_update();
                     let now = db.server_now();
-                    let doc = db.doc(&key).map(|d| d.observed());
+                    let stored = db.doc(&key);
+                    let doc = stored.as_ref().map(|d| d.observed());
                     let foreign = db.foreign(&key);
                     let held = doc.as_ref().map_or((false, 0), |d| {
                         (d.live_kind(now).is_some(), d.live_holders(now).count())
@@ -152,7 +153,7 @@ impl MemoryStore {
                     last = Some(state);
                     let info = match foreign {
                         Some(foreign) => Some(db.foreign_info(&key, &foreign, now)),
-                        None => doc.map(|d| db.info(&key, &d, now)),
+                        None => stored.map(|d| db.info(&key, &d, now)),
                     };
                     return Some((Ok(info), (db, changed, key, last, false)));
                 }

@@ -23,11 +23,13 @@ use super::raw::{
 };
 use super::rules::{
     LID, LockPath, acquired_token, bson_lease_id, entries, entry_is, entry_live, f, has_holders,
-    inserted, key_filter, missing, next_token, our_shape, read_lease_id, this, yielded_by,
+    inserted, key_filter, missing, next_token, our_shape, read_lease_id, this, transitions_after,
+    yielded_by,
 };
 use crate::LeaseKind;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::kind::LeaseShape;
 use crate::store::light_acquire::{Found, acquired};
 use crate::store::light_release::{LightAcquire, LightAcquired};
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
@@ -55,6 +57,15 @@ pub(super) fn other_owners_mark(owner: &str) -> Document {
     ]}
 }
 
+/// How many permits the entries `entries` (an array expression) take: the
+/// sum of their `n`, 1 for an entry without one.
+pub(super) fn permits_used(entries: impl Into<Bson>) -> Document {
+    doc! { "$sum": { "$map": {
+        "input": entries.into(),
+        "in": { "$ifNull": [this(field::PERMITS_TAKEN), 1_i64] },
+    }}}
+}
+
 /// A semaphore's number of permits as stored in `pm`.
 pub(super) fn stored_permits(permits: u32) -> i32 {
     i32::try_from(permits).unwrap_or(i32::MAX)
@@ -64,7 +75,8 @@ pub(super) fn stored_permits(permits: u32) -> i32 {
 /// [`LeaseKind::Permit`]): one `$replaceWith` over the key's document, as
 /// the exclusive acquire (an upsert on `upsert_filter`,
 /// docs/mongodb-behaviour.md, B1, B29), that appends this holder's entry
-/// `{aid, lid, tok, acq, ts, exp}` to `hs` if it wins (see "Shared and semaphore keys" in `store`), dropping the
+/// `{aid, lid, tok, acq, ts, exp}` (and `n`, the permits it takes, when
+/// more than one) to `hs` if it wins (see "Shared and semaphore keys" in `store`), dropping the
 /// expired entries, and otherwise returns the document unchanged (no write,
 /// B2). A retry (an entry of this lease id and owner id) renews that entry
 /// and keeps its token. The top fields then describe the key: `aid`, `tok`,
@@ -80,9 +92,10 @@ pub(super) fn multi_acquire_pipeline(
     owner: &str,
     ttl_ms: i64,
     lease_id: Uuid,
-    kind: LeaseKind,
+    shape: LeaseShape,
     waiting: bool,
 ) -> Vec<Document> {
+    let (kind, taken) = (shape.kind, shape.taken());
     let mine = doc! { "$gt": [{ "$size": "$$mine" }, 0] };
     let no_live = doc! { "$eq": [{ "$size": "$$live" }, 0] };
     // An exclusive holder: a lease (`lid`) or a minimum hold (`hl`). A key
@@ -104,7 +117,10 @@ pub(super) fn multi_acquire_pipeline(
             no_live.clone(),
             { "$and": [
                 { "$eq": [f(field::PERMITS), stored_permits(permits)] },
-                { "$lt": [{ "$size": "$$live" }, i64::from(permits)] },
+                { "$lte": [
+                    { "$add": [permits_used("$$live"), i64::from(taken)] },
+                    i64::from(permits),
+                ]},
             ]},
         ]},
         _ => doc! { "$and": [
@@ -137,7 +153,7 @@ pub(super) fn multi_acquire_pipeline(
         Bson::from("$$ROOT")
     };
     let expires = doc! { "$add": ["$$NOW", ttl_ms] };
-    let new_entry = doc! {
+    let mut new_entry = doc! {
         field::OWNER: { "$literal": owner },
         field::LEASE_ID: bson_lease_id(lease_id),
         field::TOKEN: next_token(),
@@ -145,6 +161,14 @@ pub(super) fn multi_acquire_pipeline(
         field::RENEWED_AT: "$$NOW",
         field::EXPIRES_AT: expires.clone(),
     };
+    if taken > 1 {
+        new_entry.insert(field::PERMITS_TAKEN, stored_permits(taken));
+    }
+    let transitions = doc! { "$cond": [
+        mine.clone(),
+        f(field::TRANSITIONS),
+        transitions_after(doc! { "$literal": owner }),
+    ]};
     let entry = doc! { "$cond": [
         mine,
         { "$mergeObjects": [
@@ -167,6 +191,8 @@ pub(super) fn multi_acquire_pipeline(
     }
     acquired.insert(field::RELEASED_AT, f(field::RELEASED_AT));
     acquired.insert(field::EXCLUSIVE_WAITER, f(field::EXCLUSIVE_WAITER));
+    // A retry keeps `tr` (the top `aid` may be another holder's since).
+    acquired.insert(field::TRANSITIONS, transitions);
     let mine_entries =
         doc! { "$filter": { "input": entries(), "cond": entry_is(owner, lease_id) } };
     vec![doc! { "$replaceWith": { "$let": {
@@ -246,6 +272,7 @@ pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
         field::ACQUIRED_AT: "$$NOW",
         field::RENEWED_AT: "$$NOW",
         field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+        field::TRANSITIONS: transitions_after(doc! { "$literal": owner }),
     };
     vec![doc! { "$replaceWith": { "$cond": [
         { "$or": [inserted(), free] },
@@ -486,7 +513,7 @@ impl MongoStore {
                 ),
             });
         }
-        let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, kind, waiting);
+        let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, shape, waiting);
         let projection = multi_acquire_projection(self.owner(), lease_id);
         self.acquire_by(key, update, projection, |key, doc| {
             classify_multi(key, kind, doc)

@@ -15,7 +15,7 @@ use super::handle::{MongoStore, WRITE_ATTEMPTS};
 use super::raw::encode_pipeline;
 use super::rules::{
     FROM, TO, acquired_token, bson_lease_id, f, keys_filter, next_token,
-    ours_and_nobody_else_waits, read_lease_id, root_with,
+    ours_and_nobody_else_waits, read_lease_id, root_with, transitions_after,
 };
 use crate::error::Result;
 use crate::key::LeaseKey;
@@ -190,8 +190,9 @@ pub(super) fn pick_stage() -> Document {
 
 /// The last stages of a release, after the release itself: if an entry was
 /// picked ([`pick_stage`]), its owner becomes the holder (`aid`, `lid`
-/// from the entry, the next token, `acq = ts = $$NOW`, `exp = $$NOW +
-/// hx`; no `yu` nor `hl`, the entry's `data` if any); in any case `q` keeps the live entries
+/// from the entry, the next token, one more leader transition, `acq = ts
+/// = $$NOW`, `exp = $$NOW + hx`; no `yu` nor `hl`, the entry's `data` if
+/// any); in any case `q` keeps the live entries
 /// but the picked one, and the temporary field goes.
 pub(super) fn handoff_stages() -> [Document; 2] {
     let pick = |then: Bson, otherwise: Bson| doc! { "$cond": [handed(), then, otherwise] };
@@ -204,6 +205,10 @@ pub(super) fn handoff_stages() -> [Document; 2] {
             field::OWNER: pick(from_entry(field::OWNER), keep(field::OWNER)),
             field::LEASE_ID: pick(from_entry(field::LEASE_ID), keep(field::LEASE_ID)),
             field::TOKEN: pick(next_token().into(), keep(field::TOKEN)),
+            field::TRANSITIONS: pick(
+                transitions_after(from_entry(field::OWNER)).into(),
+                keep(field::TRANSITIONS),
+            ),
             field::ACQUIRED_AT: pick(now(), keep(field::ACQUIRED_AT)),
             field::RENEWED_AT: pick(now(), keep(field::RENEWED_AT)),
             field::EXPIRES_AT: pick(

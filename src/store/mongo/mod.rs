@@ -39,6 +39,7 @@ mod document;
 mod handle;
 mod handoff;
 mod payload;
+mod permits;
 mod prepare;
 mod raw;
 mod read;
@@ -226,6 +227,15 @@ impl Store for MongoStore {
     fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let store = self.clone();
         async move { store.force_release_key(key).await }.boxed()
+    }
+
+    fn set_permits(
+        &self,
+        key: LeaseKey,
+        permits: u32,
+    ) -> BoxFuture<'static, Result<crate::kind::PermitsChange>> {
+        let store = self.clone();
+        async move { store.set_permits_of(key, permits).await }.boxed()
     }
 
     fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {

@@ -205,6 +205,20 @@ impl LockPath {
         ]}
     }
 
+    /// The leader-transition counter after a new acquisition by `owner` (an
+    /// expression): 0 for a lock without `aid` (a new one), `tr + 1` if the
+    /// key's last acquisition (`aid`) was another owner's, else `tr` (a
+    /// missing `tr` counts as 0; "Leader transitions" in `store`).
+    pub(in crate::store::mongo) fn transitions_after(&self, owner: impl Into<Bson>) -> Document {
+        let tr = doc! { "$ifNull": [self.var(field::TRANSITIONS), 0_i64] };
+        let same_owner = doc! { "$eq": [self.var(field::OWNER), owner.into()] };
+        doc! { "$cond": [
+            { "$eq": [{ "$type": self.var(field::OWNER) }, "missing"] },
+            0_i64,
+            { "$cond": [same_owner, tr.clone(), { "$add": [tr, 1_i64] }] },
+        ]}
+    }
+
     /// The token-age test of delete mode: the server's `$$NOW` is at least
     /// `min_age_ms` past the token's millisecond, `ms($$NOW) * 2^20 >= tok +
     /// min_age_ms * 2^20` in int64 arithmetic. It implies `ms($$NOW) >=
@@ -265,8 +279,9 @@ impl LockPath {
     /// The lock fields an acquisition that [`wins`](Self::wins) writes, in
     /// this order: `aid`, `lid`, `tok` (kept by a retry, else the
     /// [token rule](Self::next_token)), `acq` (kept by a retry), `ts =
-    /// $$NOW`, `exp = $$NOW + ttl_ms`, and `data` and `wt`, which only a
-    /// retry keeps.
+    /// $$NOW`, `exp = $$NOW + ttl_ms`, `data` and `wt`, which only a
+    /// retry keeps, and the [leader transitions](Self::transitions_after)
+    /// (which a retry, of the same owner, keeps).
     pub(in crate::store::mongo) fn acquired(
         &self,
         owner: &str,
@@ -288,6 +303,7 @@ impl LockPath {
             field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
             field::PAYLOAD: keep(field::PAYLOAD),
             field::WAITING_SINCE: keep(field::WAITING_SINCE),
+            field::TRANSITIONS: self.transitions_after(doc! { "$literal": owner }),
         }
     }
 
@@ -452,6 +468,12 @@ pub(in crate::store::mongo) fn inserted() -> Document {
         { "$eq": [{ "$type": format!("${}", field::INSERTED) }, "null"] },
         { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 2] },
     ]}
+}
+
+/// The leader-transition counter at the top of a lock document
+/// ([`LockPath::transitions_after`]).
+pub(in crate::store::mongo) fn transitions_after(owner: impl Into<Bson>) -> Document {
+    LockPath::TOP.transitions_after(owner)
 }
 
 /// The shape test at the top of a lock document ([`LockPath::our_shape`]).

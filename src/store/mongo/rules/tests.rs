@@ -148,7 +148,7 @@ fn an_acquisition_writes_the_same_lock_fields_at_either_path() {
     let top = LockPath::TOP.acquired("me", &lid, 30_000);
     assert_eq!(
         top.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["aid", "lid", "tok", "acq", "ts", "exp", "data", "wt"]
+        ["aid", "lid", "tok", "acq", "ts", "exp", "data", "wt", "tr"]
     );
     let mine = LockPath::TOP.retry("me", &lid);
     assert_eq!(

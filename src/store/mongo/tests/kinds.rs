@@ -10,6 +10,14 @@ use std::time::Duration;
 use crate::store::AcquireOutcome;
 use crate::store::replies::{cap_for_mark, classify, classify_multi};
 
+/// A lease of `kind` taking one permit, without a minimum hold.
+fn shape(kind: LeaseKind) -> crate::kind::LeaseShape {
+    crate::kind::LeaseShape {
+        kind,
+        ..Default::default()
+    }
+}
+
 const LID: Uuid = Uuid::from_u128(0x1234);
 
 fn bson(d: Document) -> Bson {
@@ -37,8 +45,13 @@ fn date(ms: i64) -> DateTime {
 
 #[test]
 fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() {
-    let pipeline =
-        multi_acquire_pipeline("me", 30_000, LID, LeaseKind::Permit { permits: 3 }, true);
+    let pipeline = multi_acquire_pipeline(
+        "me",
+        30_000,
+        LID,
+        shape(LeaseKind::Permit { permits: 3 }),
+        true,
+    );
     assert_eq!(pipeline.len(), 1, "one stage, one round trip");
     let body = pipeline[0].get_document("$replaceWith").unwrap();
     assert_eq!(
@@ -58,7 +71,7 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
         at(wins, "$or.2.$and.2.$or.1"),
         &bson(doc! { "$and": [
             { "$eq": ["$pm", 3] },
-            { "$lt": [{ "$size": "$$live" }, 3_i64] },
+            { "$lte": [{ "$add": [permits_used("$$live"), 1_i64] }, 3_i64] },
         ]})
     );
     assert_eq!(cond[2], Bson::from("$$ROOT"), "else nothing written");
@@ -68,7 +81,7 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
     assert_eq!(
         acquired.keys().map(String::as_str).collect::<Vec<_>>(),
         [
-            "_id", "aid", "tok", "acq", "ts", "exp", "hs", "pm", "rl", "xw"
+            "_id", "aid", "tok", "acq", "ts", "exp", "hs", "pm", "rl", "xw", "tr"
         ],
         "no lid, wt, yu, data nor hl"
     );
@@ -92,7 +105,7 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
 
 #[test]
 fn a_shared_lease_never_wins_over_live_permits_or_a_live_exclusive_waiters_mark() {
-    let pipeline = multi_acquire_pipeline("me", 30_000, LID, LeaseKind::Shared, true);
+    let pipeline = multi_acquire_pipeline("me", 30_000, LID, shape(LeaseKind::Shared), true);
     let body = pipeline[0].get_document("$replaceWith").unwrap();
     let admits = at(body, "$let.in.$cond.0.$or.2.$and.2")
         .as_document()

@@ -153,7 +153,7 @@ fn acquire_takes_the_lease_by_server_time_and_drops_the_last_acquisitions_fields
     assert_eq!(
         names,
         [
-            "_id", "aid", "lid", "tok", "acq", "ts", "exp", "data", "wt", "q"
+            "_id", "aid", "lid", "tok", "acq", "ts", "exp", "data", "wt", "tr", "q"
         ]
     );
 }

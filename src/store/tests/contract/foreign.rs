@@ -118,14 +118,17 @@ pub(super) async fn a_bare_id_document_is_a_foreign_holders_lock_of_every_kind<F
         LeaseShape {
             kind: LeaseKind::Exclusive,
             hold_at_least: Some(Duration::from_secs(1)),
+            permits_taken: None,
         },
         LeaseShape {
             kind: LeaseKind::Shared,
             hold_at_least: None,
+            permits_taken: None,
         },
         LeaseShape {
             kind: LeaseKind::Permit { permits: 2 },
             hold_at_least: None,
+            permits_taken: None,
         },
     ];
     for shape in shapes {

@@ -21,6 +21,7 @@ fn held_at_least(at_least: Duration) -> LeaseShape {
     LeaseShape {
         kind: LeaseKind::Exclusive,
         hold_at_least: Some(at_least),
+        permits_taken: None,
     }
 }
 

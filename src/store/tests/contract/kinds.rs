@@ -20,6 +20,7 @@ pub(super) fn shape(kind: LeaseKind) -> LeaseShape {
     LeaseShape {
         kind,
         hold_at_least: None,
+        permits_taken: None,
     }
 }
 
@@ -35,7 +36,7 @@ fn shared() -> LeaseShape {
 
 /// An attempt to acquire `key` as `shape` under a new lease id, with the
 /// store's TTL; returns the lease it would be and the outcome.
-async fn attempt(
+pub(super) async fn attempt(
     store: &impl Store,
     key: &str,
     shape: LeaseShape,
@@ -594,10 +595,12 @@ pub(super) async fn a_bad_shape_is_refused_with_a_clear_error_and_nothing_writte
         LeaseShape {
             kind: LeaseKind::Shared,
             hold_at_least: Some(Duration::from_secs(5)),
+            permits_taken: None,
         },
         LeaseShape {
             kind: LeaseKind::Permit { permits: 2 },
             hold_at_least: Some(Duration::from_secs(5)),
+            permits_taken: None,
         },
     ];
     for shape in bad {

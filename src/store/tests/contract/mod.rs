@@ -20,9 +20,11 @@
 //! - [`foreign`]: other applications' lock documents (foreign holders);
 //! - [`compat`]: delete-on-release mode and release by owner id;
 //! - [`documents`]: in-document leases ([`Store::documents`]);
-//! - [`kinds`]: shared and semaphore keys; [`hold`]: `hold_at_least`;
+//! - [`kinds`]: shared and semaphore keys; [`permits`]: several permits in
+//!   one lease; [`hold`]: `hold_at_least`;
 //! - [`queue`]: the queue of waiting owners (registration, handoff in the
-//!   releasing write, the head's claim on a free key);
+//!   releasing write, the head's claim on a free key); [`waiters`]: what
+//!   a read shows of them; [`transitions`]: the count of changes of owner;
 //! - [`handoff`]: the handoff to a local waiter in the releasing write;
 //! - [`light`]: the light forms (a grouped light acquire);
 //! - [`payload_acquire`]: the payload written with the acquisition.
@@ -40,11 +42,14 @@ mod lease_ttl;
 mod light;
 mod loss_detection;
 mod payload_acquire;
+mod permits;
 mod queue;
 mod reads;
 mod release;
 mod renewal;
 mod reread;
+mod transitions;
+mod waiters;
 
 use crate::store::StoreExt;
 use std::time::Duration;
@@ -453,4 +458,11 @@ contract!(
     reread::an_expired_entry_of_ours_in_a_multi_holder_key_is_not_acquired,
     reread::a_held_answer_from_a_read_carries_no_token,
     reread::an_in_document_lease_confirmed_only_by_a_read_is_never_acquired,
+    // What a read shows of the waiting owners.
+    waiters::a_read_shows_the_registered_owners_in_order_then_an_exclusive_mark,
+    // Leader transitions.
+    transitions::transitions_count_the_acquisitions_by_another_owner,
+    // Several permits in one lease.
+    permits::a_lease_takes_k_permits_all_or_none,
+    permits::the_number_of_permits_changes_only_when_no_more_are_held,
 );

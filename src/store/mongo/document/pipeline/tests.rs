@@ -36,7 +36,7 @@ fn acquire_merges_the_lock_field_into_the_document_and_never_replaces_it() {
         .unwrap();
     assert_eq!(
         acquired.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["aid", "lid", "tok", "acq", "ts", "exp", "data", "wt"]
+        ["aid", "lid", "tok", "acq", "ts", "exp", "data", "wt", "tr"]
     );
     assert_eq!(acquired.get("lid"), Some(&bson_lease_id(LID)));
     assert_eq!(

@@ -1,0 +1,48 @@
+//! The change of a semaphore key's number of permits
+//! (`Semaphore::set_permits`): one store write; once it is set, the permits
+//! this manager holds on the key count as permits of the new number, so
+//! that its own acquisitions asking for that number are not refused as
+//! another kind.
+
+use super::command::{Place, Reply, Target};
+use super::{Actor, Event};
+use crate::LeaseKind;
+use crate::error::Result;
+use crate::key::LeaseKey;
+use crate::kind::PermitsChange;
+
+impl Actor {
+    pub(super) fn on_set_permits(
+        &mut self,
+        key: LeaseKey,
+        permits: u32,
+        respond_to: Reply<PermitsChange>,
+    ) {
+        let write = self.store(Place::LOCKS).set_permits(key.clone(), permits);
+        self.spawn_store(write, move |result| Event::PermitsSet {
+            key,
+            permits,
+            respond_to,
+            result,
+        });
+    }
+
+    pub(super) fn on_permits_set(
+        &mut self,
+        key: LeaseKey,
+        permits: u32,
+        respond_to: Reply<PermitsChange>,
+        result: Result<PermitsChange>,
+    ) {
+        if let Ok(PermitsChange::Set) = result
+            && let Some(state) = self.keys.get_mut(&Target::lock(key))
+        {
+            for held in state.holders.iter_mut() {
+                if matches!(held.kind, LeaseKind::Permit { .. }) {
+                    held.kind = LeaseKind::Permit { permits };
+                }
+            }
+        }
+        let _ = respond_to.send(result);
+    }
+}
