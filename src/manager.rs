@@ -67,6 +67,9 @@ struct Inner {
     /// The lock collection as `database.collection`, for the errors that
     /// name it ([`Error::Refused`]).
     namespace: Arc<str>,
+    /// The lock-delay of this manager's force releases and releases by
+    /// owner id ([`LeaseManager::lock_delay`]).
+    lock_delay: Duration,
 }
 
 impl LeaseManager {
@@ -112,7 +115,8 @@ impl LeaseManager {
             timing.operation_timeout,
         )
         .with_release_mode(timing.release_mode)
-        .with_safety_margin(timing.safety_margin);
+        .with_safety_margin(timing.safety_margin)
+        .with_lock_delay(options.lock_delay(&timing)?);
         let facts = store
             .prepare(options.gc_grace, &timing)
             .await
@@ -129,6 +133,7 @@ impl LeaseManager {
     /// Spawns the actor over any store (the in-memory one in timing tests).
     pub(crate) fn start(store: Arc<dyn Store>, owner_id: Arc<str>, timing: Timing) -> LeaseManager {
         let place = store.place();
+        let lock_delay = store.lock_delay();
         let namespace = format!("{}.{}", place.database, place.collection).into();
         let (commands, receiver) = mpsc::unbounded_channel();
         let actor = Actor::new(
@@ -148,6 +153,7 @@ impl LeaseManager {
                 next_waiter: AtomicU64::new(0),
                 health,
                 namespace,
+                lock_delay,
             }),
         }
     }
@@ -186,6 +192,25 @@ impl LeaseManager {
     /// ([`AcquireOptions::ttl`]).
     pub fn ttl(&self) -> Duration {
         self.inner.timing.ttl
+    }
+
+    /// The lock-delay of this manager's involuntary ends
+    /// ([`LeaseManagerOptions::lock_delay`](crate::LeaseManagerOptions::lock_delay)):
+    /// after its [`force_release`](LeaseManager::force_release) or
+    /// [`release_owner`](LeaseManager::release_owner) of a live lease,
+    /// nobody is granted the key for this long, by the server's clock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// if manager.force_release("job-1").await?.is_some() {
+    ///     println!("job-1 is free again in {:?}", manager.lock_delay());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_delay(&self) -> Duration {
+        self.inner.lock_delay
     }
 
     /// Checks `options` against this manager's rules (kind, minimum hold,

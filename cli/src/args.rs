@@ -496,6 +496,18 @@ pub struct ReleaseArgs {
     /// Confirm the override: the current holder loses its lease.
     #[arg(long)]
     pub force: bool,
+
+    /// The lock-delay: after the override, nobody is granted the released
+    /// keys for this long (by the server's clock), so that their holders
+    /// have time to stop; 0s frees them at once. Default: the library's,
+    /// the safety margin (a tenth of the default TTL, 3s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_lock_delay)]
+    pub lock_delay: Option<Duration>,
+}
+
+/// `--lock-delay`: a duration, zero included.
+fn parse_lock_delay(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 0s, 500ms, 15s)"))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

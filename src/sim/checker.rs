@@ -14,6 +14,9 @@
 //! - every lease that ends other than by its holder (or a crash of its
 //!   process) is told, its token fired, no later than its local deadline
 //!   (the same instant is on time);
+//! - lock-delay: after an operator's call ends a lease on the server,
+//!   nobody is granted its key before the delay has passed
+//!   ([`lock_delay`]);
 //! - once faults stop, every waiter is answered within a bound;
 //! - a holder's release answers "released" only for a lease no operator
 //!   certainly ended before: not if a force release of its key, or a
@@ -126,6 +129,7 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         ops: BTreeMap::new(),
         waiters: BTreeMap::new(),
         faults_stopped: None,
+        lock_delays: Default::default(),
         now: At::ZERO,
         entry: 0,
         found: Vec::new(),
@@ -150,6 +154,7 @@ struct Checker {
     ops: BTreeMap<OpNo, (Result<String, usize>, Option<At>)>,
     waiters: BTreeMap<WaiterNo, (usize, String, At)>,
     faults_stopped: Option<At>,
+    lock_delays: lock_delay::LockDelays,
     now: At,
     entry: usize,
     found: Vec<Violation>,
@@ -281,6 +286,7 @@ impl Checker {
                 self.keys.entry(key.clone()).or_default().foreign = None;
             }
             Event::ForceReleaseStarted { op, key } => {
+                self.lock_delay_call_started(*op, None);
                 self.ops.insert(*op, (Ok(key.clone()), None));
                 let state = self.keys.entry(key.clone()).or_default();
                 state.forcing += 1;
@@ -299,6 +305,7 @@ impl Checker {
                 }
             }
             Event::OwnerReleaseStarted { op, manager } => {
+                self.lock_delay_call_started(*op, Some(*manager));
                 self.ops.insert(*op, (Err(*manager), None));
                 for l in self.leases.values_mut() {
                     if l.manager == *manager && !l.ended {
@@ -312,7 +319,9 @@ impl Checker {
                     state.hold_until = None;
                 }
             }
+            Event::LockDelay { op, delay } => self.lock_delay_recorded(*op, *delay),
             Event::OpEnded { op, ok } => {
+                self.lock_delay_call_ended(*op);
                 if let Some((target, end)) = self.ops.get_mut(op) {
                     *end = Some(self.now);
                     if let Ok(key) = target {
@@ -429,6 +438,7 @@ impl Checker {
             };
             concerns && end.is_none_or(|end| end >= confirmed_after)
         });
+        self.check_lock_delay(lease, key, forced);
         let state = self.keys.entry(key.to_string()).or_default();
         let live_at_grant = deadline > now;
         self.leases.insert(
@@ -526,5 +536,6 @@ impl Checker {
     }
 }
 
+mod lock_delay;
 #[cfg(test)]
 mod tests;

@@ -117,6 +117,15 @@ pub enum Event {
         /// The manager whose owner id it names.
         manager: usize,
     },
+    /// An operator's call ended leases with a lock-delay (pushed before
+    /// its [`Event::OpEnded`]): a force release that ended a lease of ours,
+    /// or a release by owner id.
+    LockDelay {
+        /// The call.
+        op: OpNo,
+        /// The operator's manager's lock-delay, by the server's clock.
+        delay: Duration,
+    },
     /// An operator's call returned (whatever its outcome).
     OpEnded {
         /// The call.
@@ -249,7 +258,7 @@ impl History {
             Event::Crashed { .. } | Event::FaultsStopped | Event::OwnerReleaseStarted { .. } => {
                 true
             }
-            Event::OpEnded { op, .. } => ops.contains(op),
+            Event::OpEnded { op, .. } | Event::LockDelay { op, .. } => ops.contains(op),
             Event::WaitEnded { waiter, .. } => waiters.contains(waiter),
             event => event.key() == Some(key) || event.lease().is_some_and(|l| leases.contains(&l)),
         };

@@ -434,8 +434,12 @@ pub async fn several(
                 op,
                 key: format!("locks/{key}"),
             });
-            let ok = operator.manager.force_release(key.as_str()).await.is_ok();
-            recorder.push(Event::OpEnded { op, ok });
+            let forced = operator.manager.force_release(key.as_str()).await;
+            lock_delay(&recorder, op, &operator, ended_ours(&forced));
+            recorder.push(Event::OpEnded {
+                op,
+                ok: forced.is_ok(),
+            });
         }
         for (number, _) in &held {
             recorder.push(Event::Released { lease: *number });
@@ -482,16 +486,37 @@ pub async fn operator(
                 op,
                 manager: victim,
             });
-            process.manager.release_owner(&owners[victim]).await.is_ok()
+            let released = process.manager.release_owner(&owners[victim]).await;
+            lock_delay(&recorder, op, &process, released.is_ok());
+            released.is_ok()
         } else {
             let key = keys[random_range(0..keys.len())];
             recorder.push(Event::ForceReleaseStarted {
                 op,
                 key: format!("locks/{key}"),
             });
-            process.manager.force_release(key).await.is_ok()
+            let forced = process.manager.force_release(key).await;
+            lock_delay(&recorder, op, &process, ended_ours(&forced));
+            forced.is_ok()
         };
         recorder.push(Event::OpEnded { op, ok });
+    }
+}
+
+/// Whether a force release ended a lease of ours (not a foreign
+/// holder's lock).
+fn ended_ours(forced: &crate::Result<Option<crate::LeaseInfo>>) -> bool {
+    matches!(forced, Ok(Some(info)) if !info.foreign)
+}
+
+/// Records the lock-delay of the operator's call `op` through `process`,
+/// if it `ended` leases (a force release that ended a lease of ours, a
+/// release by owner id that returned without an error) and the delay is
+/// not zero.
+fn lock_delay(recorder: &Recorder, op: OpNo, process: &Process, ended: bool) {
+    let delay = process.manager.lock_delay();
+    if ended && !delay.is_zero() {
+        recorder.push(Event::LockDelay { op, delay });
     }
 }
 

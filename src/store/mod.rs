@@ -33,6 +33,7 @@
 //! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
 //! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
 //! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each (see "Queue of waiting owners") |
+//! | `nb` | date, optional | *not before*: the end of a lock-delay, written by a force release or a release by owner id of a live lease (see "Lock-delay"); removed by a new acquisition |
 //!
 //! **New documents and foreign ones.** Every write of this crate leaves a
 //! document of its shape (an int64 `tok` and a date `exp`) or none: an
@@ -131,6 +132,26 @@
 //! `exp` cannot delete the document before then. Only a force release (an
 //! operator's override) frees it earlier. A new acquisition without
 //! `hold_at_least` removes `hl`.
+//!
+//! # Lock-delay
+//!
+//! An involuntary end of a live lease (a force release, a release by
+//! owner id) with a lock-delay `d` (the releasing manager's
+//! [`lock_delay`](crate::LeaseManagerOptions::lock_delay), as Consul
+//! sessions' lock-delay) writes `nb = $$NOW + d` and `exp = max(..., nb)`
+//! with the release, in the same write: the free rule keeps the key held by
+//! nobody until `nb`, so that its old holder, which learns of the end only
+//! at its next renewal, has time to stop. A shared or semaphore
+//! acquisition, which does not wait for an `exp` ahead without a holder
+//! (B3), waits for `nb`. A release by owner id delays a shared or
+//! semaphore key only when it removes all its live holders. No handoff
+//! to a registered owner happens before `nb`, delete mode never deletes
+//! before `nb` (a release by owner id with a lock-delay only marks its
+//! leases released, and its follow-up delete waits for `nb`), and the TTL
+//! index on `exp` cannot delete the document before then. A new
+//! acquisition removes `nb`. A delete or a rewrite of the document by
+//! another application cannot be delayed: the document (or its lease) is
+//! gone, and the next acquisition takes the key at once.
 //!
 //! # Fairness between owners
 //!
@@ -445,6 +466,8 @@ pub(crate) mod field {
     pub const RELEASED_AT: &str = "rl";
     pub const EXCLUSIVE_WAITER: &str = "xw";
     pub const QUEUE: &str = "q";
+    /// *Not before*: the end of a lock-delay (see "Lock-delay").
+    pub const NOT_BEFORE: &str = "nb";
     /// Only in an acquiring upsert's filter (`{_id, _ins: null}`), hence in
     /// the document it inserts, which its pipeline rewrites without it: what
     /// tells a new document from an existing bare `{_id}` (see "Document

@@ -145,6 +145,12 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// unconfirmed.
     fn registration_window(&self) -> Duration;
 
+    /// The lock-delay that this store's force releases and releases by
+    /// owner id write ("Lock-delay"). The default: none.
+    fn lock_delay(&self) -> Duration {
+        Duration::ZERO
+    }
+
     /// Releases every lease held under this manager's owner id, except those
     /// with a lease id in `except` (acquisitions in flight), holders of
     /// shared and semaphore keys included. Returns how many documents it

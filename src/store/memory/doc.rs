@@ -49,6 +49,10 @@ pub(crate) struct Doc {
     /// `q`: the owners waiting for an exclusive key, in arrival order (see
     /// "Queue of waiting owners" in `store`).
     pub queue: Vec<Waiting>,
+    /// `nb`: the end of a lock-delay (a force release or a release by owner
+    /// id of a live lease; "Lock-delay" in `store`): `exp` never goes
+    /// below it, and no kind is granted before it.
+    pub not_before: Option<Instant>,
 }
 
 /// An entry of `q`: an owner waiting for an exclusive key.
@@ -194,6 +198,7 @@ impl Doc {
             released_at: None,
             exclusive_waiter: None,
             queue: Vec::new(),
+            not_before: None,
         }
     }
 
@@ -210,9 +215,15 @@ impl Doc {
         }
     }
 
-    /// `exp` raised to `hl` if the key must stay held until later.
+    /// `exp` raised to `hl` and `nb` if the key must stay held until later.
     pub(super) fn floor(&self, exp: Instant) -> Instant {
-        self.hold_until.map_or(exp, |until| exp.max(until))
+        let exp = self.hold_until.map_or(exp, |until| exp.max(until));
+        self.not_before.map_or(exp, |nb| exp.max(nb))
+    }
+
+    /// A lock-delay ahead at `now` (`nb > now`).
+    pub fn delayed_at(&self, now: Instant) -> bool {
+        self.not_before.is_some_and(|nb| nb > now)
     }
 }
 

@@ -64,6 +64,10 @@ pub(super) fn acquire_holder(
         return AcquireOutcome::Acquired { token };
     }
     let live = doc.live_holders(now).count();
+    // A lock-delay keeps the key from every kind ("Lock-delay" in `store`).
+    if live == 0 && doc.delayed_at(now) {
+        return held(doc.owner.clone(), doc.exp, doc.token, now);
+    }
     // An exclusive holder: a lease (`lid`) or a minimum hold (`hl`). An
     // `exp` ahead without either is the release of the key's last holder on
     // a server clock that read ahead (docs/mongodb-behaviour.md, B3): as
@@ -134,6 +138,7 @@ pub(super) fn acquire_holder(
     doc.waiting_since = None;
     doc.yield_until = None;
     doc.hold_until = None;
+    doc.not_before = None;
     AcquireOutcome::Acquired { token }
 }
 
@@ -255,7 +260,7 @@ impl Collection {
             match latest(doc) {
                 Some(exp) => doc.exp = exp,
                 None => {
-                    doc.exp = now;
+                    doc.exp = doc.floor(now);
                     doc.permits = None;
                 }
             }

@@ -193,6 +193,10 @@ impl Store for MemoryStore {
         crate::store::registration_window(self.yield_window, self.safety_margin)
     }
 
+    fn lock_delay(&self) -> Duration {
+        self.lock_delay
+    }
+
     fn renew_with_ttl(
         &self,
         leases: Vec<LeaseRef>,
@@ -318,10 +322,12 @@ impl Store for MemoryStore {
         let db = self.db.clone();
         let yield_window = self.yield_window;
         let mode = self.release_mode;
+        let lock_delay = self.lock_delay;
         let release = {
             let owner = owner.clone();
             let db = db.clone();
             self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
+                coll.delay_owner_ends(&owner, lock_delay, now);
                 let matches =
                     |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
                 let released = coll.release_where(&db, matches, now, yield_window, mode);
@@ -395,6 +401,7 @@ impl Store for MemoryStore {
     fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let db = self.db.clone();
         let yield_window = self.yield_window;
+        let lock_delay = self.lock_delay;
         self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
             // A foreign holder's lock is deleted (as MongoStore's `deleteOne`).
             if let Some(foreign) = coll.foreign.remove(&key) {
@@ -415,6 +422,7 @@ impl Store for MemoryStore {
             }
             let before = db.info(&key, doc, now);
             kinds::drop_holders(doc, now);
+            super::lock_delay::delay(doc, lock_delay, now);
             release_doc(doc, now, yield_window);
             db.announce_release(&key);
             Ok(Some(before))

@@ -176,7 +176,7 @@ pub(super) fn release_or_hand_over(
     now: Instant,
     yield_window: Duration,
 ) -> Option<(String, Uuid, u64)> {
-    let hold_ahead = doc.hold_until.is_some_and(|until| until > now);
+    let hold_ahead = doc.hold_until.is_some_and(|until| until > now) || doc.delayed_at(now);
     let next = (doc.holders.is_empty() && !hold_ahead)
         .then(|| doc.live_queue(now).find(|w| w.owner != doc.owner).cloned())
         .flatten();
@@ -266,6 +266,7 @@ impl Collection {
                 && doc.waiting_since.is_none()
                 && doc.queue.is_empty()
                 && doc.hold_until.is_none_or(|until| until <= now)
+                && !doc.delayed_at(now)
                 && now >= doc.acquired + DELETE_MIN_TOKEN_AGE;
             if deletable {
                 let doc = self.docs.remove(&key).expect("listed above");
@@ -304,6 +305,7 @@ impl Collection {
                     && d.live_holders(now).next().is_none()
                     && d.yield_until.is_none_or(|until| until <= now)
                     && d.hold_until.is_none_or(|until| until <= now)
+                    && !d.delayed_at(now)
                     && now >= d.acquired + DELETE_MIN_TOKEN_AGE
             })
             .map(|(k, _)| k.clone())

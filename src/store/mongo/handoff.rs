@@ -177,10 +177,12 @@ pub(super) fn handed() -> Document {
 
 /// The first stage of a release ([`handoff_stages`] ends it): picks the
 /// first live entry of another owner than the releasing holder's (`aid`),
-/// on an exclusive key (no `hs`) with no minimum hold ahead (`hl`).
+/// on an exclusive key (no `hs`) with no minimum hold nor lock-delay ahead
+/// (`hl`, `nb`).
 pub(super) fn pick_stage() -> Document {
     let exclusive = doc! { "$not": [{ "$isArray": f(field::HOLDERS) }] };
-    let no_hold = doc! { "$not": [{ "$gt": [f(field::HOLD_UNTIL), "$$NOW"] }] };
+    let ahead = doc! { "$max": [f(field::HOLD_UNTIL), f(field::NOT_BEFORE)] };
+    let no_hold = doc! { "$not": [{ "$gt": [ahead, "$$NOW"] }] };
     doc! { "$set": { HANDED: { "$cond": [
         { "$and": [exclusive, no_hold] },
         { "$first": entries_without(live_entries(), f(field::OWNER)) },

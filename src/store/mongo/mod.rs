@@ -193,6 +193,10 @@ impl Store for MongoStore {
         self.registration()
     }
 
+    fn lock_delay(&self) -> Duration {
+        Duration::from_millis(self.lock_delay_ms() as u64)
+    }
+
     fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move { store.release_leases_of(owner).await }.boxed()
