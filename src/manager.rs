@@ -657,6 +657,47 @@ impl LeaseManager {
             .map_err(self.refused(Operation::ReleaseOwner))
     }
 
+    /// **Cooperative revocation**: asks the holders of `key` to release it,
+    /// as Curator's revocable locks. Marks the key's lock document (`rv`,
+    /// changing no lease field); each holder's manager sees the mark in
+    /// its change stream of writes and sends
+    /// [`LeaseEvent::RevocationRequested`](crate::LeaseEvent::RevocationRequested)
+    /// to the followers of its lease ([`Lease::events`](crate::Lease::events)),
+    /// which decide whether and when to release. Nothing is taken away:
+    /// use [`force_release`](LeaseManager::force_release) for that.
+    /// Returns whether a lease held the key (`false`: nothing to ask).
+    ///
+    /// The request reaches a holder within milliseconds on a replica set.
+    /// On a standalone server (no change streams) it is written but no
+    /// holder is told. A new acquisition of the key clears it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`], [`Error::Shutdown`], and database errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not leave the request written.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// if manager.request_release("nightly-report").await? {
+    ///     println!("asked the holder of nightly-report to let go");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn request_release(&self, key: impl Into<LeaseKey>) -> Result<bool> {
+        let key = key.into();
+        validate_key(&key)?;
+        self.inner
+            .mailbox
+            .call(|respond_to| Command::RequestRelease { key, respond_to })
+            .await
+            .map_err(self.refused(Operation::ForceRelease))
+    }
+
     /// Observes `key`: a stream whose first item is the key's current state,
     /// followed by every change in order (acquisitions, renewals, payloads,
     /// releases, expiries, deletions).

@@ -54,12 +54,17 @@ pub async fn exec(
         owner_id: manager.owner_id(),
         kind: lease.kind(),
     };
+    let revoke = args
+        .on_revoke
+        .signal()
+        .map(|signal| (lease.events(), signal));
     let outcome = child::run(
         &args.command,
         &env,
         lease.lost(),
         args.timing.grace(),
         &signals,
+        revoke,
     )
     .await;
     let lost = lease.is_lost();

@@ -49,6 +49,7 @@ pub async fn leader(
             leadership.lost(),
             args.timing.grace(),
             &signals,
+            None,
         )
         .await;
         let lost = leadership.is_lost();
@@ -99,6 +100,7 @@ pub async fn leader(
                     leader.lost(),
                     args.timing.grace(),
                     signals,
+                    None,
                 )
                 .await;
                 running.store(false, std::sync::atomic::Ordering::SeqCst);

@@ -21,7 +21,7 @@ use args::{Cli, Commands, Connection, LeaseTiming, ReleaseArgs, one_key};
 use exec::exec;
 use http::{Http, Phase};
 use leader::leader;
-use output::{Redactor, print_list, print_owner_release, print_release};
+use output::{Redactor, print_list, print_owner_release, print_release, print_request};
 
 /// Exit codes, documented in `--help` and docs/cli.md.
 mod exit {
@@ -184,6 +184,16 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 args.key_json.as_ref(),
                 "KEY or --key-json",
             )?;
+            if args.request {
+                let manager = connect(&cli.connection, None).await?;
+                let code = async {
+                    let held = manager.request_release(&key).await?;
+                    print_request(&key, held, json);
+                    Ok(0)
+                }
+                .await;
+                return finish(&manager, code).await;
+            }
             if !args.force {
                 return Err(Failure::usage(format!(
                     "releasing {} takes the lease away from its holder; \

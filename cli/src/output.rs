@@ -376,6 +376,20 @@ fn print_lock_delay(delay: Duration) {
     }
 }
 
+/// The answer of `release KEY --request`.
+pub fn print_request(key: &LeaseKey, held: bool, json: bool) {
+    if json {
+        println!("{}", json!({ "key": key_json(key), "requested": held }));
+    } else if held {
+        println!(
+            "asked the holders of {} to release it",
+            key.to_extended_json()
+        );
+    } else {
+        println!("{} was not held; nothing to ask", key.to_extended_json());
+    }
+}
+
 pub fn print_owner_release(owner: &str, released: u64, lock_delay: Duration, json: bool) {
     if json {
         let mut out = json!({ "owner_id": owner, "released": released });

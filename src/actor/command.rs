@@ -175,6 +175,11 @@ pub(crate) enum Command {
         key: LeaseKey,
         respond_to: Reply<Option<LeaseInfo>>,
     },
+    /// Ask the holders of a key to release it (a cooperative revocation).
+    RequestRelease {
+        key: LeaseKey,
+        respond_to: Reply<bool>,
+    },
     /// Release every lease of another owner id (an operator's override).
     ReleaseOwner {
         owner: String,
@@ -240,6 +245,7 @@ impl Command {
                 send(respond_to, error)
             }
             Command::List { respond_to, .. } => send(respond_to, error),
+            Command::RequestRelease { respond_to, .. } => send(respond_to, error),
             Command::Observe { respond_to, .. } => send(respond_to, error),
             Command::OpenDocuments { respond_to, .. } => send(respond_to, error),
             Command::WriteDocument { respond_to, .. } => send(respond_to, error),

@@ -33,6 +33,7 @@
 //! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
 //! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
 //! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each (see "Queue of waiting owners") |
+//! | `rv` | document, optional | a cooperative revocation: `{aid, at}`, the owner id that asked the holders to release the key and the server time it asked (see "Revocation"); removed by a new acquisition and a handoff |
 //! | `nb` | date, optional | *not before*: the end of a lock-delay, written by a force release or a release by owner id of a live lease (see "Lock-delay"); removed by a new acquisition |
 //!
 //! **New documents and foreign ones.** Every write of this crate leaves a
@@ -152,6 +153,14 @@
 //! acquisition removes `nb`. A delete or a rewrite of the document by
 //! another application cannot be delayed: the document (or its lease) is
 //! gone, and the next acquisition takes the key at once.
+//!
+//! # Revocation
+//!
+//! A request that the holders of a key release it (`rv = {aid, at:
+//! $$NOW}`) is one update of a key held now, which changes no lease field:
+//! the holders' managers see it in their change stream of writes and tell
+//! their leases' followers. A new acquisition (which rewrites the
+//! document) and a handoff remove it.
 //!
 //! # Fairness between owners
 //!
@@ -466,6 +475,8 @@ pub(crate) mod field {
     pub const RELEASED_AT: &str = "rl";
     pub const EXCLUSIVE_WAITER: &str = "xw";
     pub const QUEUE: &str = "q";
+    /// A cooperative revocation's request, `{aid, at}` (see "Revocation").
+    pub const REVOCATION: &str = "rv";
     /// *Not before*: the end of a lock-delay (see "Lock-delay").
     pub const NOT_BEFORE: &str = "nb";
     /// Only in an acquiring upsert's filter (`{_id, _ins: null}`), hence in
@@ -580,6 +591,9 @@ pub(crate) enum Announcement {
     Opened,
     /// A write that may change who holds a key.
     Write(KeyWrite),
+    /// A request that the holders of `key` release it, by owner id `by`
+    /// ("Revocation").
+    Revoked { key: LeaseKey, by: String },
 }
 
 /// Where the locks of one store live: the lock collection, or a user

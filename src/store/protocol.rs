@@ -195,6 +195,26 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// (same `aid` and `ts`). Returns the lease as it was, if it was held.
     fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
 
+    /// Asks the holders of `key` to release it ("Revocation"): writes `rv
+    /// = {aid: this owner, at: $$NOW}` if a lease of our shape holds it
+    /// now, changing no lease field. `Ok(false)` if nothing holds it. The
+    /// default (a store without revocation): `Ok(false)`, nothing sent.
+    fn request_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<bool>> {
+        let _ = key;
+        Box::pin(futures::future::ready(Ok(false)))
+    }
+
+    /// The requests on `keys` ("Revocation"): each key with `rv`, and the
+    /// owner id that asked; read when a change stream of writes opens,
+    /// since the writes before it are not announced. The default: none.
+    fn revocations(
+        &self,
+        keys: Vec<LeaseKey>,
+    ) -> BoxFuture<'static, Result<Vec<(LeaseKey, String)>>> {
+        let _ = keys;
+        Box::pin(futures::future::ready(Ok(Vec::new())))
+    }
+
     /// Sets the payload of `lease` if it is still held under its lease id.
     /// `Ok(false)` if it is not.
     fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>>;

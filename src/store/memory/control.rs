@@ -29,9 +29,12 @@ pub(crate) enum Op {
     HandOver,
     /// Leaving the queues of waiting owners (`Store::leave_queues`).
     LeaveQueues,
+    /// A cooperative revocation: its request (`Store::request_release`),
+    /// the read of the requests (`Store::revocations`).
+    RequestRelease,
 }
 
-pub(super) const OPS: usize = 11;
+pub(super) const OPS: usize = 12;
 
 impl Op {
     pub(super) fn index(self) -> usize {

@@ -53,6 +53,9 @@ pub(crate) struct Doc {
     /// id of a live lease; "Lock-delay" in `store`): `exp` never goes
     /// below it, and no kind is granted before it.
     pub not_before: Option<Instant>,
+    /// `rv`: a cooperative revocation's request, `(aid, at)` ("Revocation"
+    /// in `store`); cleared by a new acquisition and a handoff.
+    pub revocation: Option<(String, Instant)>,
 }
 
 /// An entry of `q`: an owner waiting for an exclusive key.
@@ -199,6 +202,7 @@ impl Doc {
             exclusive_waiter: None,
             queue: Vec::new(),
             not_before: None,
+            revocation: None,
         }
     }
 

@@ -60,6 +60,7 @@ pub(super) fn acquire_holder(
         holder.renewed = now;
         let token = holder.token;
         doc.renewed = now;
+        doc.revocation = None;
         doc.exp = doc.exp.max(now + ttl);
         return AcquireOutcome::Acquired { token };
     }
@@ -139,6 +140,7 @@ pub(super) fn acquire_holder(
     doc.yield_until = None;
     doc.hold_until = None;
     doc.not_before = None;
+    doc.revocation = None;
     AcquireOutcome::Acquired { token }
 }
 

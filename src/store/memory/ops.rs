@@ -429,6 +429,38 @@ impl Store for MemoryStore {
         })
     }
 
+    fn request_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<bool>> {
+        let (db, by) = (self.db.clone(), self.owner.clone());
+        self.run(Op::RequestRelease, vec![key.clone()], move |coll, now| {
+            // Held now by a lease or holders of our shape (as MongoStore's
+            // filter: `lid` or `hs`, `exp > now`).
+            let Some(doc) = coll.docs.get_mut(&key) else {
+                return Ok(false);
+            };
+            let held = (doc.lease_id.is_some() || !doc.holders.is_empty()) && doc.exp > now;
+            if held {
+                doc.revocation = Some((by.clone(), now));
+                db.announce_revocation(&key, &by);
+            }
+            Ok(held)
+        })
+    }
+
+    fn revocations(
+        &self,
+        keys: Vec<LeaseKey>,
+    ) -> BoxFuture<'static, Result<Vec<(LeaseKey, String)>>> {
+        self.run(Op::RequestRelease, keys.clone(), move |coll, _now| {
+            Ok(keys
+                .iter()
+                .filter_map(|key| {
+                    let (by, _) = coll.docs.get(key)?.revocation.as_ref()?;
+                    Some((key.clone(), by.clone()))
+                })
+                .collect())
+        })
+    }
+
     fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {
         let owner = self.owner.clone();
         self.run(

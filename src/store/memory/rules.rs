@@ -97,6 +97,7 @@ pub(super) fn apply_acquire(
             }
             doc.exp = doc.floor(now + ttl);
             doc.renewed = now;
+            doc.revocation = None;
             doc.leave_queue(owner, now);
             Ok(AcquireOutcome::Acquired { token: doc.token })
         }
@@ -193,6 +194,7 @@ pub(super) fn release_or_hand_over(
     doc.yield_until = None;
     doc.hold_until = None;
     doc.payload = None;
+    doc.revocation = None;
     Some((next.owner, next.lease_id, doc.token))
 }
 

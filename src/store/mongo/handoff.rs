@@ -80,6 +80,7 @@ pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Docu
             field::EXPIRES_AT: either(doc! { "$add": ["$$NOW", ttl_ms] }.into(), released_exp.into()),
             field::PAYLOAD: either(remove(), keep(field::PAYLOAD)),
             field::HOLD_UNTIL: either(remove(), keep(field::HOLD_UNTIL)),
+            field::REVOCATION: either(remove(), keep(field::REVOCATION)),
             field::YIELD_UNTIL: either(remove(), yielded.into()),
             field::WAITING_SINCE: remove(),
         }},
@@ -214,6 +215,7 @@ pub(super) fn handoff_stages() -> [Document; 2] {
             ),
             field::YIELD_UNTIL: pick(remove(), keep(field::YIELD_UNTIL)),
             field::HOLD_UNTIL: pick(remove(), keep(field::HOLD_UNTIL)),
+            field::REVOCATION: pick(remove(), keep(field::REVOCATION)),
             field::PAYLOAD: pick(remove(), keep(field::PAYLOAD)),
             field::QUEUE: { "$cond": [
                 { "$isArray": f(field::QUEUE) },

@@ -44,6 +44,7 @@ mod raw;
 mod read;
 mod release;
 mod renew;
+mod revoke;
 mod rules;
 mod transaction;
 mod watch;
@@ -230,6 +231,19 @@ impl Store for MongoStore {
     fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let store = self.clone();
         async move { store.force_release_key(key).await }.boxed()
+    }
+
+    fn request_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<bool>> {
+        let store = self.clone();
+        async move { store.request_release_of(key).await }.boxed()
+    }
+
+    fn revocations(
+        &self,
+        keys: Vec<LeaseKey>,
+    ) -> BoxFuture<'static, Result<Vec<(LeaseKey, String)>>> {
+        let store = self.clone();
+        async move { store.revocations_of(keys).await }.boxed()
     }
 
     fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {

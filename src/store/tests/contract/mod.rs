@@ -26,7 +26,7 @@
 //! - [`handoff`]: the handoff to a local waiter in the releasing write;
 //! - [`light`]: the light forms (a grouped light acquire);
 //! - [`lock_delay`]: the lock-delay after a force release or a release by
-//!   owner id.
+//!   owner id; [`revocation`]: a request that the holders release a key.
 
 mod acquire;
 mod compat;
@@ -46,6 +46,7 @@ mod reads;
 mod release;
 mod renewal;
 mod reread;
+mod revocation;
 
 use crate::store::StoreExt;
 use std::time::Duration;
@@ -403,6 +404,7 @@ contract!(
     lock_delay::a_force_release_keeps_the_key_from_every_kind_until_the_lock_delay_ends,
     lock_delay::a_release_by_owner_delays_the_live_leases_it_ends_only,
     lock_delay::a_zero_lock_delay_frees_the_key_at_once,
+    revocation::a_release_request_is_announced_and_changes_no_lease,
     kinds::a_semaphore_admits_n_holders_then_is_held_until_the_earliest_expiry,
     kinds::a_crashed_holders_permit_comes_back_after_its_ttl,
     kinds::a_semaphore_of_another_number_or_kind_is_a_mismatch,
