@@ -17,6 +17,8 @@
 //! - lock-delay: after an operator's call ends a lease on the server,
 //!   nobody is granted its key before the delay has passed
 //!   ([`lock_delay`]);
+//! - revocation: once faults stop, a request to release a held key
+//!   reaches its live holders within a bound ([`revocation`]);
 //! - once faults stop, every waiter is answered within a bound;
 //! - a holder's release answers "released" only for a lease no operator
 //!   certainly ended before: not if a force release of its key, or a
@@ -130,6 +132,7 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         waiters: BTreeMap::new(),
         faults_stopped: None,
         lock_delays: Default::default(),
+        requests: Default::default(),
         now: At::ZERO,
         entry: 0,
         found: Vec::new(),
@@ -155,6 +158,7 @@ struct Checker {
     waiters: BTreeMap<WaiterNo, (usize, String, At)>,
     faults_stopped: Option<At>,
     lock_delays: lock_delay::LockDelays,
+    requests: revocation::Requests,
     now: At,
     entry: usize,
     found: Vec<Violation>,
@@ -320,8 +324,11 @@ impl Checker {
                 }
             }
             Event::LockDelay { op, delay } => self.lock_delay_recorded(*op, *delay),
+            Event::ReleaseRequested { op, key } => self.release_requested(*op, key),
+            Event::RevocationTold { lease } => self.revocation_told(*lease),
             Event::OpEnded { op, ok } => {
                 self.lock_delay_call_ended(*op);
+                self.release_request_ended(*op, *ok);
                 if let Some((target, end)) = self.ops.get_mut(op) {
                     *end = Some(self.now);
                     if let Ok(key) = target {
@@ -375,6 +382,7 @@ impl Checker {
         for n in expired {
             self.end(n);
         }
+        self.check_requests();
         for n in untold {
             let l = &self.leases[&n];
             if !self.crashed.contains(&l.manager) {
@@ -537,5 +545,6 @@ impl Checker {
 }
 
 mod lock_delay;
+mod revocation;
 #[cfg(test)]
 mod tests;

@@ -117,6 +117,20 @@ pub enum Event {
         /// The manager whose owner id it names.
         manager: usize,
     },
+    /// An operator asked the holders of the key to release it
+    /// (`request_release`); its [`Event::OpEnded`]'s `ok` says whether it
+    /// returned `true` (a lease held the key).
+    ReleaseRequested {
+        /// The call.
+        op: OpNo,
+        /// The key.
+        key: String,
+    },
+    /// The lease's follower got `LeaseEvent::RevocationRequested`.
+    RevocationTold {
+        /// The lease.
+        lease: LeaseNo,
+    },
     /// An operator's call ended leases with a lock-delay (pushed before
     /// its [`Event::OpEnded`]): a force release that ended a lease of ours,
     /// or a release by owner id.
@@ -162,6 +176,7 @@ impl Event {
             | Event::ForeignTaken { key, .. }
             | Event::ForeignRemoved { key }
             | Event::ForceReleaseStarted { key, .. }
+            | Event::ReleaseRequested { key, .. }
             | Event::WaitStarted { key, .. } => Some(key),
             _ => None,
         }
@@ -174,6 +189,7 @@ impl Event {
             | Event::Renewed { lease, .. }
             | Event::Told { lease, .. }
             | Event::Released { lease }
+            | Event::RevocationTold { lease }
             | Event::ReleaseAnswered { lease, .. } => Some(*lease),
             _ => None,
         }
@@ -245,7 +261,10 @@ impl History {
                 Event::WaitStarted { waiter, key: k, .. } if k == key => {
                     waiters.insert(*waiter);
                 }
-                Event::ForceReleaseStarted { op, key: k } if k == key => {
+                Event::ForceReleaseStarted { op, key: k }
+                | Event::ReleaseRequested { op, key: k }
+                    if k == key =>
+                {
                     ops.insert(*op);
                 }
                 Event::OwnerReleaseStarted { op, .. } => {

@@ -324,6 +324,9 @@ fn granted(
                     lease: number,
                     deadline: follower.at(deadline),
                 }),
+                LeaseEvent::RevocationRequested { .. } => {
+                    follower.push(Event::RevocationTold { lease: number })
+                }
                 LeaseEvent::Lost(reason) => follower.push(Event::Told {
                     lease: number,
                     reason: reason.to_string(),
@@ -489,6 +492,18 @@ pub async fn operator(
             let released = process.manager.release_owner(&owners[victim]).await;
             lock_delay(&recorder, op, &process, released.is_ok());
             released.is_ok()
+        } else if op % 4 == 0 || (recorder.at(Instant::now()) >= super::FAULTS_STOP && op % 2 == 1)
+        {
+            // A request to release (without a draw of its own, so that
+            // the schedule's draws stay as they were), more often once the
+            // faults stopped (the revocation property's time).
+            let key = keys[random_range(0..keys.len())];
+            let key = if key == "leader" { "x0" } else { key };
+            recorder.push(Event::ReleaseRequested {
+                op,
+                key: format!("locks/{key}"),
+            });
+            matches!(process.manager.request_release(key).await, Ok(true))
         } else {
             let key = keys[random_range(0..keys.len())];
             recorder.push(Event::ForceReleaseStarted {

@@ -94,45 +94,56 @@ pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<
         doc! { "$cond": [has_holders(), { "$gt": [{ "$size": f(field::HOLDERS) }, 0] }, false] };
     let [handoff, cleanup] = handoff_stages();
     let delay = (delay_ms > 0).then(|| delay_stage(&selected, delay_ms));
-    delay.into_iter().chain([
-        pick_stage(),
-        doc! { "$set": {
-            field::EXPIRES_AT: { "$cond": [
-                has_holders(),
-                f(field::EXPIRES_AT),
-                { "$max": [
-                    { "$min": [f(field::EXPIRES_AT), "$$NOW"] },
-                    f(field::HOLD_UNTIL),
-                    f(field::NOT_BEFORE),
+    // `nb` only where a delay may have been written (a held document has
+    // none: a new acquisition removes it).
+    let mut floor = vec![
+        Bson::from(doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] }),
+        Bson::from(f(field::HOLD_UNTIL)),
+    ];
+    let mut holders_exp: Bson = doc! { "$ifNull": [
+        { "$max": format!("${}.{}", field::HOLDERS, field::EXPIRES_AT) },
+        "$$NOW",
+    ]}
+    .into();
+    if delay.is_some() {
+        floor.push(f(field::NOT_BEFORE).into());
+        holders_exp = doc! { "$max": [holders_exp, f(field::NOT_BEFORE)] }.into();
+    }
+    delay
+        .into_iter()
+        .chain([
+            pick_stage(),
+            doc! { "$set": {
+                field::EXPIRES_AT: { "$cond": [
+                    has_holders(),
+                    f(field::EXPIRES_AT),
+                    { "$max": floor },
                 ]},
-            ]},
-            field::YIELD_UNTIL: LockPath::TOP.yield_if_waited(yield_ms),
-            field::RELEASED_AT: { "$cond": [has_holders(), "$$NOW", f(field::RELEASED_AT)] },
-            field::HOLDERS: { "$cond": [
-                has_holders(),
-                { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [
-                    entry_live(),
-                    { "$not": [selected] },
-                ]}}},
-                "$$REMOVE",
-            ]},
-        }},
-        doc! { "$set": {
-            field::EXPIRES_AT: { "$cond": [
-                has_holders(),
-                { "$max": [
-                    { "$ifNull": [{ "$max": format!("${}.{}", field::HOLDERS, field::EXPIRES_AT) }, "$$NOW"] },
-                    f(field::NOT_BEFORE),
+                field::YIELD_UNTIL: LockPath::TOP.yield_if_waited(yield_ms),
+                field::RELEASED_AT: { "$cond": [has_holders(), "$$NOW", f(field::RELEASED_AT)] },
+                field::HOLDERS: { "$cond": [
+                    has_holders(),
+                    { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [
+                        entry_live(),
+                        { "$not": [selected] },
+                    ]}}},
+                    "$$REMOVE",
                 ]},
-                f(field::EXPIRES_AT),
-            ]},
-            field::PERMITS: { "$cond": [remain.clone(), f(field::PERMITS), "$$REMOVE"] },
-            field::HOLDERS: { "$cond": [remain, f(field::HOLDERS), "$$REMOVE"] },
-        }},
-        doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
-        handoff,
-        cleanup,
-    ]).collect()
+            }},
+            doc! { "$set": {
+                field::EXPIRES_AT: { "$cond": [
+                    has_holders(),
+                    holders_exp,
+                    f(field::EXPIRES_AT),
+                ]},
+                field::PERMITS: { "$cond": [remain.clone(), f(field::PERMITS), "$$REMOVE"] },
+                field::HOLDERS: { "$cond": [remain, f(field::HOLDERS), "$$REMOVE"] },
+            }},
+            doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
+            handoff,
+            cleanup,
+        ])
+        .collect()
 }
 
 /// Every document with a holder entry of `owner` (a lease id not in

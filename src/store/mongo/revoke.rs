@@ -56,15 +56,12 @@ impl MongoStore {
             .build();
         let coll =
             (self.coll_database()).collection_with_options::<Document>(self.coll().name(), options);
+        let pipeline = [
+            doc! { "$match": filter },
+            doc! { "$project": { field::REVOCATION: 1 } },
+        ];
         let found = self
-            .bounded(async {
-                let projection = doc! { field::REVOCATION: 1 };
-                coll.find(filter)
-                    .projection(projection)
-                    .await?
-                    .try_collect()
-                    .await
-            })
+            .bounded(async { coll.aggregate(pipeline).await?.try_collect().await })
             .await?;
         let found: Vec<Document> = found;
         Ok(found
