@@ -240,6 +240,12 @@ async fn schedule(seed: u64) -> Report {
         vec!["x0", "x1", "rw", "p2", "leader"],
         work_stop.clone(),
     ));
+    processes[operator].spawn(workload::requester(
+        recorder.clone(),
+        processes[operator].clone(),
+        vec!["x0", "x1", "rw", "p2"],
+        work_stop.clone(),
+    ));
     tokio::spawn(workload::foreign_holder(
         recorder.clone(),
         db.clone(),

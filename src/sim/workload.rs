@@ -518,6 +518,31 @@ pub async fn operator(
     }
 }
 
+/// Once the faults stopped, asks the holders of `keys` to release them
+/// through `process` every 50 to 400 ms, until `stop` (the revocation
+/// property's requests).
+pub async fn requester(
+    recorder: Recorder,
+    process: Arc<Process>,
+    keys: Vec<&'static str>,
+    stop: Arc<AtomicBool>,
+) {
+    while recorder.at(Instant::now()) < super::FAULTS_STOP {
+        sleep(ms(100)).await;
+    }
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(50..400))).await;
+        let op: OpNo = recorder.number();
+        let key = keys[random_range(0..keys.len())];
+        recorder.push(Event::ReleaseRequested {
+            op,
+            key: format!("locks/{key}"),
+        });
+        let ok = matches!(process.manager.request_release(key).await, Ok(true));
+        recorder.push(Event::OpEnded { op, ok });
+    }
+}
+
 /// Whether a force release ended a lease of ours (not a foreign
 /// holder's lock).
 fn ended_ours(forced: &crate::Result<Option<crate::LeaseInfo>>) -> bool {
