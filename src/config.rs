@@ -231,6 +231,19 @@ pub struct LeaseManagerOptions {
     /// [`release_owner`](crate::LeaseManager::release_owner).
     #[builder(default = DEFAULT_RELEASE_MODE)]
     pub release_mode: ReleaseMode,
+
+    /// The lock-delay, as Consul sessions have: after this manager ends
+    /// another holder's live lease ([`force_release`](crate::LeaseManager::force_release),
+    /// [`release_owner`](crate::LeaseManager::release_owner)), nobody is
+    /// granted the key for this long, by the server's clock, so that the
+    /// old holder, which learns of it only at its next renewal, has time
+    /// to stop. Default: the [`safety_margin`](Self::safety_margin) (which
+    /// is the old holder's too when the managers share their options).
+    /// `Duration::ZERO` frees the key at once. At most [`MAX_LOCK_DELAY`].
+    /// A delete or a rewrite of a lock document by another application
+    /// cannot be delayed. See `docs/lock-delay.md`.
+    #[builder(default, setter(strip_option))]
+    pub lock_delay: Option<Duration>,
 }
 
 impl std::fmt::Debug for LeaseManagerOptions {
@@ -245,6 +258,7 @@ impl std::fmt::Debug for LeaseManagerOptions {
             .field("gc_grace", &self.gc_grace)
             .field("operation_timeout", &self.operation_timeout)
             .field("release_mode", &self.release_mode)
+            .field("lock_delay", &self.lock_delay)
             .finish_non_exhaustive()
     }
 }
@@ -609,6 +623,23 @@ impl LeaseManagerOptions {
             release_mode: self.release_mode,
             ttl_cap: None,
         })
+    }
+}
+
+/// The longest [`LeaseManagerOptions::lock_delay`]: one hour.
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
+
+impl LeaseManagerOptions {
+    /// The lock-delay of this manager: [`LeaseManagerOptions::lock_delay`],
+    /// or `timing`'s safety margin. An error above [`MAX_LOCK_DELAY`].
+    pub(crate) fn lock_delay(&self, timing: &Timing) -> Result<Duration> {
+        let delay = self.lock_delay.unwrap_or(timing.safety_margin);
+        if delay > MAX_LOCK_DELAY {
+            return Err(invalid(format!(
+                "lock_delay ({delay:?}) must be at most {MAX_LOCK_DELAY:?}"
+            )));
+        }
+        Ok(delay)
     }
 }
 

@@ -416,6 +416,7 @@ mod token;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use config::MAX_LOCK_DELAY;
 pub use config::{
     AcquireOptions, DEFAULT_GC_GRACE, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_OPERATION_TIMEOUT,
     DEFAULT_RELEASE_MODE, DEFAULT_RENEWAL_BATCH_SIZE, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX,

@@ -67,6 +67,9 @@ struct Inner {
     /// The lock collection as `database.collection`, for the errors that
     /// name it ([`Error::Refused`]).
     namespace: Arc<str>,
+    /// The lock-delay of this manager's force releases and releases by
+    /// owner id ([`LeaseManager::lock_delay`]).
+    lock_delay: Duration,
 }
 
 impl LeaseManager {
@@ -112,7 +115,8 @@ impl LeaseManager {
             timing.operation_timeout,
         )
         .with_release_mode(timing.release_mode)
-        .with_safety_margin(timing.safety_margin);
+        .with_safety_margin(timing.safety_margin)
+        .with_lock_delay(options.lock_delay(&timing)?);
         let facts = store
             .prepare(options.gc_grace, &timing)
             .await
@@ -129,6 +133,7 @@ impl LeaseManager {
     /// Spawns the actor over any store (the in-memory one in timing tests).
     pub(crate) fn start(store: Arc<dyn Store>, owner_id: Arc<str>, timing: Timing) -> LeaseManager {
         let place = store.place();
+        let lock_delay = store.lock_delay();
         let namespace = format!("{}.{}", place.database, place.collection).into();
         let (commands, receiver) = mpsc::unbounded_channel();
         let actor = Actor::new(
@@ -148,6 +153,7 @@ impl LeaseManager {
                 next_waiter: AtomicU64::new(0),
                 health,
                 namespace,
+                lock_delay,
             }),
         }
     }
@@ -186,6 +192,25 @@ impl LeaseManager {
     /// ([`AcquireOptions::ttl`]).
     pub fn ttl(&self) -> Duration {
         self.inner.timing.ttl
+    }
+
+    /// The lock-delay of this manager's involuntary ends
+    /// ([`LeaseManagerOptions::lock_delay`](crate::LeaseManagerOptions::lock_delay)):
+    /// after its [`force_release`](LeaseManager::force_release) or
+    /// [`release_owner`](LeaseManager::release_owner) of a live lease,
+    /// nobody is granted the key for this long, by the server's clock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// if manager.force_release("job-1").await?.is_some() {
+    ///     println!("job-1 is free again in {:?}", manager.lock_delay());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_delay(&self) -> Duration {
+        self.inner.lock_delay
     }
 
     /// Checks `options` against this manager's rules (kind, minimum hold,
@@ -659,6 +684,47 @@ impl LeaseManager {
             .call(|respond_to| Command::ReleaseOwner { owner, respond_to })
             .await
             .map_err(self.refused(Operation::ReleaseOwner))
+    }
+
+    /// **Cooperative revocation**: asks the holders of `key` to release it,
+    /// as Curator's revocable locks. Marks the key's lock document (`rv`,
+    /// changing no lease field); each holder's manager sees the mark in
+    /// its change stream of writes and sends
+    /// [`LeaseEvent::RevocationRequested`](crate::LeaseEvent::RevocationRequested)
+    /// to the followers of its lease ([`Lease::events`](crate::Lease::events)),
+    /// which decide whether and when to release. Nothing is taken away:
+    /// use [`force_release`](LeaseManager::force_release) for that.
+    /// Returns whether a lease held the key (`false`: nothing to ask).
+    ///
+    /// The request reaches a holder within milliseconds on a replica set.
+    /// On a standalone server (no change streams) it is written but no
+    /// holder is told. A new acquisition of the key clears it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`], [`Error::Shutdown`], and database errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not leave the request written.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// if manager.request_release("nightly-report").await? {
+    ///     println!("asked the holder of nightly-report to let go");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn request_release(&self, key: impl Into<LeaseKey>) -> Result<bool> {
+        let key = key.into();
+        validate_key(&key)?;
+        self.inner
+            .mailbox
+            .call(|respond_to| Command::RequestRelease { key, respond_to })
+            .await
+            .map_err(self.refused(Operation::ForceRelease))
     }
 
     /// Observes `key`: a stream whose first item is the key's current state,

@@ -186,6 +186,16 @@ pub enum LeaseEvent {
         /// The renewal's error, as text.
         error: String,
     },
+    /// Someone asked the holder to release the lease
+    /// ([`LeaseManager::request_release`](crate::LeaseManager::request_release),
+    /// `mongo-lease release --request`): a cooperative revocation, as
+    /// Curator's revocable locks. The lease is still held; the holder
+    /// decides whether, and when, to release it. See `docs/revocation.md`
+    /// for how soon it arrives.
+    RevocationRequested {
+        /// The owner id of the manager that asked.
+        by: String,
+    },
     /// The lease is no longer held; the last event of the stream.
     Lost(LossReason),
 }
@@ -349,6 +359,15 @@ impl LeaseState {
                 deadline,
                 error: error.to_string(),
             });
+        }
+    }
+
+    /// A release of the lease was requested by owner id `by`: sends
+    /// [`LeaseEvent::RevocationRequested`], if someone follows the lease
+    /// and it is still held.
+    pub(crate) fn revocation_requested(&self, by: &str) {
+        if !self.is_lost() {
+            self.send(|| LeaseEvent::RevocationRequested { by: by.to_string() });
         }
     }
 

@@ -129,7 +129,10 @@ async fn inspect_reports_holder_times_and_payload_by_server_time() {
 async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
     let fx = Fixture::new("list").await;
     let a = fx.manager(TTL).await;
-    let operator = fx.manager(TTL).await;
+    // No lock-delay (docs/lock-delay.md): a force-released key is free at once.
+    let mut options = fx.options(TTL).await;
+    options.lock_delay = Some(Duration::ZERO);
+    let operator = LeaseManager::connect(options).await.unwrap();
     let mut leases = Vec::new();
     for key in ["k3", "k1", "k5", "k2", "k4"] {
         leases.push(a.acquire(key).await.unwrap());

@@ -324,6 +324,13 @@ pub struct ExecArgs {
     pub http: HttpArg,
 
     /// The command and its arguments.
+    /// The signal the command's process group gets when someone asks to
+    /// release the lease (`release KEY --request`, `request_release`):
+    /// TERM (the default), INT, HUP, QUIT, USR1, USR2, or `none` to ignore
+    /// requests. The lease stays held until the command exits.
+    #[arg(long, value_name = "SIGNAL", default_value = "TERM", value_parser = parse_on_revoke)]
+    pub on_revoke: OnRevokeArg,
+
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -530,8 +537,52 @@ pub struct ReleaseArgs {
     pub owner: Option<String>,
 
     /// Confirm the override: the current holder loses its lease.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "request")]
     pub force: bool,
+
+    /// Ask the holders to release the key instead (a cooperative
+    /// revocation): nothing is taken away; an `exec` holding it signals its
+    /// command (`--on-revoke`). Prints whether the key was held.
+    #[arg(long, conflicts_with = "owner")]
+    pub request: bool,
+
+    /// The lock-delay: after the override, nobody is granted the released
+    /// keys for this long (by the server's clock), so that their holders
+    /// have time to stop; 0s frees them at once. Default: the library's,
+    /// the safety margin (a tenth of the default TTL, 3s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_lock_delay)]
+    pub lock_delay: Option<Duration>,
+}
+
+/// `exec --on-revoke`: the signal a request to release sends, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnRevokeArg(Option<i32>);
+
+impl OnRevokeArg {
+    /// The signal, `None` for `none`.
+    pub fn signal(self) -> Option<i32> {
+        self.0
+    }
+}
+
+fn parse_on_revoke(s: &str) -> Result<OnRevokeArg, String> {
+    let name = s.to_ascii_uppercase();
+    let signal = match name.strip_prefix("SIG").unwrap_or(&name) {
+        "NONE" => return Ok(OnRevokeArg(None)),
+        "TERM" => libc::SIGTERM,
+        "INT" => libc::SIGINT,
+        "HUP" => libc::SIGHUP,
+        "QUIT" => libc::SIGQUIT,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        _ => return Err("expected TERM, INT, HUP, QUIT, USR1, USR2 or none".into()),
+    };
+    Ok(OnRevokeArg(Some(signal)))
+}
+
+/// `--lock-delay`: a duration, zero included.
+fn parse_lock_delay(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 0s, 500ms, 15s)"))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

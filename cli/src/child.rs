@@ -118,10 +118,34 @@ fn lines(values: &[u64]) -> String {
     lines.join("\n")
 }
 
+/// The lease's events and the signal that a request to release it
+/// (`LeaseEvent::RevocationRequested`) sends to the command's group
+/// (`exec --on-revoke`).
+pub type OnRevoke = Option<(mongo_lease::LeaseEvents, i32)>;
+
+/// The signal of the next request to release the lease, from `revoke`;
+/// never without one.
+async fn next_revocation(revoke: &mut OnRevoke) -> i32 {
+    if let Some((events, signal)) = revoke {
+        while let Some(event) = events.recv().await {
+            if let mongo_lease::LeaseEvent::RevocationRequested { by } = event {
+                tracing::info!(
+                    by,
+                    signal = *signal,
+                    "release requested: signalling the command"
+                );
+                return *signal;
+            }
+        }
+    }
+    std::future::pending().await
+}
+
 /// Runs `command` with the lease in its environment, in a process group of
 /// its own (see `group.rs`), until it exits, or until `lost` (the lease's or
 /// leadership's `lost()` future) completes: then the group gets SIGTERM,
-/// and SIGKILL after `grace`. Forwards SIGTERM and SIGINT to the group.
+/// and SIGKILL after `grace`. Forwards SIGTERM and SIGINT to the group, and
+/// `revoke`'s signal on each request to release the lease.
 /// Whatever the command leaves running in its group when it exits ends the
 /// same way, before this returns (and so before the lease is released).
 pub async fn run(
@@ -130,6 +154,7 @@ pub async fn run(
     lost: WaitForCancellationFutureOwned,
     grace: Duration,
     signals: &Signals,
+    mut revoke: OnRevoke,
 ) -> ChildOutcome {
     let (key, token) = (lease.key, lines(lease.tokens));
     let mut cmd = std::process::Command::new(&command[0]);
@@ -155,6 +180,10 @@ pub async fn run(
                 group.signal(signal);
                 // A stopped process (SIGTTIN: it read the terminal from
                 // its background group) acts on the signal once continued.
+                group.signal(libc::SIGCONT);
+            }
+            signal = next_revocation(&mut revoke) => {
+                group.signal(signal);
                 group.signal(libc::SIGCONT);
             }
         }

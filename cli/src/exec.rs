@@ -75,6 +75,9 @@ pub async fn exec(
         .map(|lease| (lease.key().to_string(), lease.fencing_token()))
         .unzip();
     let (names, kind) = (names.join("\n"), leases[0].kind());
+    // A request to release the first key signals the command (with several
+    // keys, the first in the order taken).
+    let events = leases[0].events();
     tracing::debug!(keys = %names.replace('\n', ", "), ?tokens, %kind, "acquired");
     let held = Arc::new(held);
     status.set(Phase::Holding(held.clone()));
@@ -84,12 +87,14 @@ pub async fn exec(
         owner_id: manager.owner_id(),
         kind,
     };
+    let revoke = args.on_revoke.signal().map(|signal| (events, signal));
     let outcome = child::run(
         &args.command,
         &env,
         held.lost(),
         args.timing.grace(),
         &signals,
+        revoke,
     )
     .await;
     let lost = held.is_lost();

@@ -50,6 +50,7 @@ pub async fn leader(
             leadership.lost(),
             args.timing.grace(),
             &signals,
+            None,
         )
         .await;
         let lost = leadership.is_lost();
@@ -95,6 +96,7 @@ pub async fn leader(
                     leader.lost(),
                     args.timing.grace(),
                     signals,
+                    None,
                 )
                 .await;
                 running.store(false, std::sync::atomic::Ordering::SeqCst);

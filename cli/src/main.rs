@@ -12,6 +12,7 @@ mod output;
 mod watch;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use mongo_lease::{Error, LeaseManager, LeaseManagerOptions};
@@ -20,7 +21,7 @@ use args::{Cli, Commands, Connection, LeaseTiming, ReleaseArgs, one_key};
 use exec::exec;
 use http::{Http, Phase};
 use leader::leader;
-use output::{Redactor, print_list, print_owner_release, print_release};
+use output::{Redactor, print_list, print_owner_release, print_release, print_request};
 
 /// Exit codes, documented in `--help` and docs/cli.md.
 mod exit {
@@ -159,6 +160,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         Commands::Release(ReleaseArgs {
             owner: Some(owner),
             force,
+            lock_delay,
             ..
         }) => {
             if !force {
@@ -167,10 +169,10 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                      their holder; add --force to confirm"
                 )));
             }
-            let manager = connect(&cli.connection, None).await?;
+            let manager = connect_with(&cli.connection, None, lock_delay).await?;
             let code = async {
                 let released = manager.release_owner(&owner).await?;
-                print_owner_release(&owner, released, json);
+                print_owner_release(&owner, released, manager.lock_delay(), json);
                 Ok(0)
             }
             .await;
@@ -182,6 +184,16 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 args.key_json.as_ref(),
                 "KEY or --key-json",
             )?;
+            if args.request {
+                let manager = connect(&cli.connection, None).await?;
+                let code = async {
+                    let held = manager.request_release(&key).await?;
+                    print_request(&key, held, json);
+                    Ok(0)
+                }
+                .await;
+                return finish(&manager, code).await;
+            }
             if !args.force {
                 return Err(Failure::usage(format!(
                     "releasing {} takes the lease away from its holder; \
@@ -189,10 +201,10 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                     key.to_extended_json()
                 )));
             }
-            let manager = connect(&cli.connection, None).await?;
+            let manager = connect_with(&cli.connection, None, args.lock_delay).await?;
             let code = async {
                 let released = manager.force_release(&key).await?;
-                print_release(&key, released.as_ref(), json);
+                print_release(&key, released.as_ref(), manager.lock_delay(), json);
                 Ok(0)
             }
             .await;
@@ -217,6 +229,16 @@ async fn finish(manager: &LeaseManager, code: Result<u8, Failure>) -> Result<u8,
 /// server (`LeaseTiming::safety_margin`). Without it, the library's default
 /// TTL and timing.
 async fn connect(c: &Connection, timing: Option<&LeaseTiming>) -> Result<LeaseManager, Failure> {
+    connect_with(c, timing, None).await
+}
+
+/// [`connect`], with the lock-delay of `release --force` (`None`: the
+/// library's default).
+async fn connect_with(
+    c: &Connection,
+    timing: Option<&LeaseTiming>,
+    lock_delay: Option<Duration>,
+) -> Result<LeaseManager, Failure> {
     let Some(uri) = c.uri.as_deref().filter(|u| !u.is_empty()) else {
         return Err(Failure::usage(
             "no MongoDB URI: pass --uri or set MONGODB_URI",
@@ -245,6 +267,7 @@ async fn connect(c: &Connection, timing: Option<&LeaseTiming>) -> Result<LeaseMa
         options.safety_margin = Some(timing.safety_margin());
         options.heartbeat_interval = Some(timing.heartbeat_interval());
     }
+    options.lock_delay = lock_delay;
     LeaseManager::connect(options).await.map_err(|e| {
         let mut failure = Failure::from(e);
         if failure.code == exit::UNAVAILABLE {

@@ -326,9 +326,19 @@ pub async fn print_list(
     Ok(0)
 }
 
-pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
+pub fn print_release(
+    key: &LeaseKey,
+    released: Option<&LeaseInfo>,
+    lock_delay: Duration,
+    json: bool,
+) {
+    // A foreign holder's lock is deleted: nothing delays the next holder.
+    let delayed = released.filter(|info| !info.foreign).map(|_| lock_delay);
     if json {
         let mut out = json!({ "key": key_json(key), "released": released.is_some() });
+        if let Some(delay) = delayed {
+            out["lock_delay_ms"] = json!(delay.as_millis() as u64);
+        }
         if let Some(info) = released {
             out["owner_id"] = json!(info.owner_id);
             out["fencing_token"] = json!(info.fencing_token);
@@ -368,15 +378,51 @@ pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, json: bool) {
         ),
         None => println!("{key} was not held; nothing released"),
     }
+    if let Some(delay) = delayed {
+        print_lock_delay(delay);
+    }
 }
 
-pub fn print_owner_release(owner: &str, released: u64, json: bool) {
+/// The lock-delay line of a force release that ended leases.
+fn print_lock_delay(delay: Duration) {
+    if delay.is_zero() {
+        println!("lock-delay: none, free now");
+    } else {
+        println!(
+            "lock-delay: not granted again for {} (--lock-delay to change)",
+            humantime::format_duration(delay)
+        );
+    }
+}
+
+/// The answer of `release KEY --request`.
+pub fn print_request(key: &LeaseKey, held: bool, json: bool) {
     if json {
-        println!("{}", json!({ "owner_id": owner, "released": released }));
+        println!("{}", json!({ "key": key_json(key), "requested": held }));
+    } else if held {
+        println!(
+            "asked the holders of {} to release it",
+            key.to_extended_json()
+        );
+    } else {
+        println!("{} was not held; nothing to ask", key.to_extended_json());
+    }
+}
+
+pub fn print_owner_release(owner: &str, released: u64, lock_delay: Duration, json: bool) {
+    if json {
+        let mut out = json!({ "owner_id": owner, "released": released });
+        if released > 0 {
+            out["lock_delay_ms"] = json!(lock_delay.as_millis() as u64);
+        }
+        println!("{out}");
         return;
     }
     let leases = if released == 1 { "lease" } else { "leases" };
     println!("released {released} {leases} of owner id {owner:?} (force)");
+    if released > 0 {
+        print_lock_delay(lock_delay);
+    }
 }
 
 pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool) {

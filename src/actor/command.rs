@@ -204,6 +204,11 @@ pub(crate) enum Command {
         permits: u32,
         respond_to: Reply<crate::kind::PermitsChange>,
     },
+    /// Ask the holders of a key to release it (a cooperative revocation).
+    RequestRelease {
+        key: LeaseKey,
+        respond_to: Reply<bool>,
+    },
     /// Release every lease of another owner id (an operator's override).
     ReleaseOwner {
         owner: String,
@@ -290,6 +295,7 @@ impl Command {
             Command::List { respond_to, .. } => send(respond_to, error),
             Command::SetTtl { respond_to, .. } => send(respond_to, error),
             Command::SetPermits { respond_to, .. } => send(respond_to, error),
+            Command::RequestRelease { respond_to, .. } => send(respond_to, error),
             Command::Observe { respond_to, .. } => send(respond_to, error),
             Command::OpenDocuments { respond_to, .. } => send(respond_to, error),
             Command::WriteDocument { respond_to, .. } => send(respond_to, error),

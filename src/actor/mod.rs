@@ -58,6 +58,7 @@ mod reentry;
 mod release;
 mod release_watch;
 mod renewal;
+mod revocation;
 mod shutdown;
 mod telemetry;
 
@@ -209,6 +210,12 @@ enum Event {
         follow_up: Option<Instant>,
         respond_to: Reply<Document>,
         result: Result<Option<Document>>,
+    },
+    /// The requests to release keys held in `place`, read when its stream
+    /// of writes opened (`Actor::on_revocations`).
+    Revocations {
+        place: Place,
+        result: Result<Vec<(LeaseKey, String)>>,
     },
     /// The read of a lease the server no longer holds told why
     /// (`Actor::lose_found_gone`).
@@ -439,6 +446,10 @@ impl Actor {
                 respond_to,
             } => self.on_set_permits(key, permits, respond_to),
             Command::ReleaseOwner { owner, respond_to } => self.on_release_owner(owner, respond_to),
+            Command::RequestRelease { key, respond_to } => {
+                let request = self.store(Place::LOCKS).request_release(key);
+                self.answer(request, respond_to);
+            }
             Command::SetPayload {
                 key,
                 lease_id,
@@ -563,6 +574,7 @@ impl Actor {
                 respond_to,
                 result,
             } => self.on_document_written(key, lease_id, (release, follow_up), respond_to, result),
+            Event::Revocations { place, result } => self.on_revocations(place, result),
             Event::LossJudged {
                 key,
                 lease_id,

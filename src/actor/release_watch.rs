@@ -121,6 +121,7 @@ impl Actor {
             match event {
                 Some(Ok(Announcement::Opened)) => self.on_opened(place, &mut suspects),
                 Some(Ok(Announcement::Write(write))) => self.on_write(place, write, &mut suspects),
+                Some(Ok(Announcement::Revoked { key, by })) => self.on_revoked(place, key, &by),
                 Some(Err(error)) if !error.is_transient() => {
                     // Typically a standalone server (no change streams, code 40573).
                     tracing::debug!(%error, "no change stream of writes; waiters poll");
@@ -157,6 +158,7 @@ impl Actor {
             _ => false,
         };
         tracing::debug!(recheck, "stream of writes open: retrying waiting keys");
+        self.read_revocations(place);
         for (key, state) in &mut self.keys {
             if key.place != place {
                 continue;

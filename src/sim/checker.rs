@@ -16,6 +16,11 @@
 //! - every lease that ends other than by its holder (or a crash of its
 //!   process) is told, its token fired, no later than its local deadline
 //!   (the same instant is on time);
+//! - lock-delay: after an operator's call ends a lease on the server,
+//!   nobody is granted its key before the delay has passed
+//!   ([`lock_delay`]);
+//! - revocation: once faults stop, a request to release a held key
+//!   reaches its live holders within a bound ([`revocation`]);
 //! - once faults stop, every waiter is answered within a bound;
 //! - a read shows as waiting only managers that wait for the key, or did
 //!   within the waiter window (a registration's lifetime), each once;
@@ -143,6 +148,8 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         waits: BTreeMap::new(),
         terms: BTreeMap::new(),
         faults_stopped: None,
+        lock_delays: Default::default(),
+        requests: Default::default(),
         now: At::ZERO,
         entry: 0,
         found: Vec::new(),
@@ -177,6 +184,8 @@ struct Checker {
     /// read showed with it.
     terms: BTreeMap<(String, u64), (String, u64)>,
     faults_stopped: Option<At>,
+    lock_delays: lock_delay::LockDelays,
+    requests: revocation::Requests,
     now: At,
     entry: usize,
     found: Vec<Violation>,
@@ -323,6 +332,7 @@ impl Checker {
                 self.keys.entry(key.clone()).or_default().foreign = None;
             }
             Event::ForceReleaseStarted { op, key } => {
+                self.lock_delay_call_started(*op, None);
                 self.ops.insert(*op, (Ok(key.clone()), None));
                 let state = self.keys.entry(key.clone()).or_default();
                 state.forcing += 1;
@@ -341,6 +351,7 @@ impl Checker {
                 }
             }
             Event::OwnerReleaseStarted { op, manager } => {
+                self.lock_delay_call_started(*op, Some(*manager));
                 self.ops.insert(*op, (Err(*manager), None));
                 for l in self.leases.values_mut() {
                     if l.manager == *manager && !l.ended {
@@ -354,7 +365,12 @@ impl Checker {
                     state.hold_until = None;
                 }
             }
+            Event::LockDelay { op, delay } => self.lock_delay_recorded(*op, *delay),
+            Event::ReleaseRequested { op, key } => self.release_requested(*op, key),
+            Event::RevocationTold { lease } => self.revocation_told(*lease),
             Event::OpEnded { op, ok } => {
+                self.lock_delay_call_ended(*op);
+                self.release_request_ended(*op, *ok);
                 if let Some((target, end)) = self.ops.get_mut(op) {
                     *end = Some(self.now);
                     if let Ok(key) = target {
@@ -428,6 +444,7 @@ impl Checker {
         for n in expired {
             self.end(n);
         }
+        self.check_requests();
         for n in untold {
             let l = &self.leases[&n];
             if !self.crashed.contains(&l.manager) {
@@ -492,6 +509,7 @@ impl Checker {
             };
             concerns && end.is_none_or(|end| end >= confirmed_after)
         });
+        self.check_lock_delay(lease, key, forced);
         let state = self.keys.entry(key.to_string()).or_default();
         let live_at_grant = deadline > now;
         self.leases.insert(
@@ -662,5 +680,7 @@ impl Checker {
     }
 }
 
+mod lock_delay;
+mod revocation;
 #[cfg(test)]
 mod tests;

@@ -118,6 +118,29 @@ pub enum Event {
         /// The manager whose owner id it names.
         manager: usize,
     },
+    /// An operator asked the holders of the key to release it
+    /// (`request_release`); its [`Event::OpEnded`]'s `ok` says whether it
+    /// returned `true` (a lease held the key).
+    ReleaseRequested {
+        /// The call.
+        op: OpNo,
+        /// The key.
+        key: String,
+    },
+    /// The lease's follower got `LeaseEvent::RevocationRequested`.
+    RevocationTold {
+        /// The lease.
+        lease: LeaseNo,
+    },
+    /// An operator's call ended leases with a lock-delay (pushed before
+    /// its [`Event::OpEnded`]): a force release that ended a lease of ours,
+    /// or a release by owner id.
+    LockDelay {
+        /// The call.
+        op: OpNo,
+        /// The operator's manager's lock-delay, by the server's clock.
+        delay: Duration,
+    },
     /// An operator's call returned (whatever its outcome).
     OpEnded {
         /// The call.
@@ -218,9 +241,10 @@ impl Event {
             | Event::ForeignRemoved { key }
             | Event::ForceReleaseStarted { key, .. }
             | Event::Inspected { key, .. }
-            | Event::WaitStarted { key, .. }
             | Event::PermitsSet { key, .. }
-            | Event::WaitersRead { key, .. } => Some(key),
+            | Event::WaitersRead { key, .. }
+            | Event::ReleaseRequested { key, .. }
+            | Event::WaitStarted { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -235,6 +259,7 @@ impl Event {
             | Event::ReleaseAnswered { lease, .. }
             | Event::Reentered { lease, .. }
             | Event::HeldAtMost { lease, .. }
+            | Event::RevocationTold { lease }
             | Event::AcquiredWithPayload { lease } => Some(*lease),
             _ => None,
         }
@@ -306,7 +331,10 @@ impl History {
                 Event::WaitStarted { waiter, key: k, .. } if k == key => {
                     waiters.insert(*waiter);
                 }
-                Event::ForceReleaseStarted { op, key: k } if k == key => {
+                Event::ForceReleaseStarted { op, key: k }
+                | Event::ReleaseRequested { op, key: k }
+                    if k == key =>
+                {
                     ops.insert(*op);
                 }
                 Event::OwnerReleaseStarted { op, .. } => {
@@ -322,7 +350,7 @@ impl History {
             Event::Crashed { .. } | Event::FaultsStopped | Event::OwnerReleaseStarted { .. } => {
                 true
             }
-            Event::OpEnded { op, .. } => ops.contains(op),
+            Event::OpEnded { op, .. } | Event::LockDelay { op, .. } => ops.contains(op),
             Event::Reentered { of, .. } => leases.contains(of),
             Event::GroupGranted { leases: group } => group.iter().any(|l| leases.contains(l)),
             Event::WaitEnded { waiter, .. } => waiters.contains(waiter),

@@ -11,7 +11,8 @@
 //! manager acquiring several keys of its own at once and releasing them at
 //! once; in some schedules a holder that re-enters its lease and tasks
 //! that take several keys at once in random orders; an operator (force
-//! release, release by owner id), another
+//! release, release by owner id, with a lock-delay of none, the safety
+//! margin or 1 s), another
 //! application locking a key with its own document, the TTL monitor, and
 //! the server's clock running up to 5 % faster than the managers' and
 //! stepping back by up to 10 ms.
@@ -54,6 +55,13 @@ pub const LIVENESS: Duration = Duration::from_secs(30);
 const TTL: Duration = Duration::from_secs(3);
 pub(crate) const SAFETY_MARGIN: Duration = Duration::from_millis(300);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The managers' lock-delay in schedule `seed`: none, the default (the
+/// safety margin), or longer; from the seed's number, so that the draws of
+/// the schedule stay as they were.
+fn lock_delay(seed: u64) -> Duration {
+    [Duration::ZERO, SAFETY_MARGIN, Duration::from_secs(1)][(seed % 3) as usize]
+}
 
 fn timing(release_mode: ReleaseMode) -> Timing {
     Timing {
@@ -143,7 +151,10 @@ async fn schedule(seed: u64) -> Report {
     db.documents(DOCUMENTS, DEFAULT_LEASE_FIELD)
         .keep_snapshots(Duration::from_secs(2));
     let stop = Arc::new(AtomicBool::new(false));
-    let mut described = format!("seed {seed}: {managers} managers\n{plan}");
+    let mut described = format!(
+        "seed {seed}: {managers} managers, lock-delay {:?}\n{plan}",
+        lock_delay(seed)
+    );
     let mut processes = Vec::new();
     for index in 0..managers {
         let delete_mode = random_range(0..3) == 0;
@@ -158,6 +169,7 @@ async fn schedule(seed: u64) -> Report {
             .with_safety_margin(SAFETY_MARGIN)
             .with_yield_window(RETRY_MAX)
             .with_release_mode(mode)
+            .with_lock_delay(lock_delay(seed))
             .with_light_acquire();
         store.set_operation_timeout(Some(timing(mode).operation_timeout));
         plan.install(index, &store, t0);
@@ -267,6 +279,12 @@ async fn schedule(seed: u64) -> Report {
             work_stop.clone(),
         ));
     }
+    processes[operator].spawn(workload::requester(
+        recorder.clone(),
+        processes[operator].clone(),
+        vec!["x0", "x1", "rw", "p2"],
+        work_stop.clone(),
+    ));
     tokio::spawn(workload::foreign_holder(
         recorder.clone(),
         db.clone(),

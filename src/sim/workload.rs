@@ -326,6 +326,9 @@ pub(super) fn granted(
                     lease: number,
                     deadline: follower.at(deadline),
                 }),
+                LeaseEvent::RevocationRequested { .. } => {
+                    follower.push(Event::RevocationTold { lease: number })
+                }
                 LeaseEvent::Lost(reason) => follower.push(Event::Told {
                     lease: number,
                     reason: reason.to_string(),
@@ -462,8 +465,12 @@ pub async fn several(
                 op,
                 key: format!("locks/{key}"),
             });
-            let ok = operator.manager.force_release(key.as_str()).await.is_ok();
-            recorder.push(Event::OpEnded { op, ok });
+            let forced = operator.manager.force_release(key.as_str()).await;
+            lock_delay(&recorder, op, &operator, ended_ours(&forced));
+            recorder.push(Event::OpEnded {
+                op,
+                ok: forced.is_ok(),
+            });
         }
         for (number, _) in &held {
             recorder.push(Event::Released { lease: *number });
@@ -510,14 +517,30 @@ pub async fn operator(
                 op,
                 manager: victim,
             });
-            process.manager.release_owner(&owners[victim]).await.is_ok()
+            let released = process.manager.release_owner(&owners[victim]).await;
+            lock_delay(&recorder, op, &process, released.is_ok());
+            released.is_ok()
+        } else if op % 4 == 0 || (recorder.at(Instant::now()) >= super::FAULTS_STOP && op % 2 == 1)
+        {
+            // A request to release (without a draw of its own, so that
+            // the schedule's draws stay as they were), more often once the
+            // faults stopped (the revocation property's time).
+            let key = keys[random_range(0..keys.len())];
+            let key = if key == "leader" { "x0" } else { key };
+            recorder.push(Event::ReleaseRequested {
+                op,
+                key: format!("locks/{key}"),
+            });
+            matches!(process.manager.request_release(key).await, Ok(true))
         } else {
             let key = keys[random_range(0..keys.len())];
             recorder.push(Event::ForceReleaseStarted {
                 op,
                 key: format!("locks/{key}"),
             });
-            process.manager.force_release(key).await.is_ok()
+            let forced = process.manager.force_release(key).await;
+            lock_delay(&recorder, op, &process, ended_ours(&forced));
+            forced.is_ok()
         };
         recorder.push(Event::OpEnded { op, ok });
     }
@@ -574,6 +597,48 @@ pub async fn resizer(
                 permits,
             });
         }
+    }
+}
+
+/// Once the faults stopped, asks the holders of `keys` to release them
+/// through `process` every 50 to 400 ms, until `stop` (the revocation
+/// property's requests).
+pub async fn requester(
+    recorder: Recorder,
+    process: Arc<Process>,
+    keys: Vec<&'static str>,
+    stop: Arc<AtomicBool>,
+) {
+    while recorder.at(Instant::now()) < super::FAULTS_STOP {
+        sleep(ms(100)).await;
+    }
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(50..400))).await;
+        let op: OpNo = recorder.number();
+        let key = keys[random_range(0..keys.len())];
+        recorder.push(Event::ReleaseRequested {
+            op,
+            key: format!("locks/{key}"),
+        });
+        let ok = matches!(process.manager.request_release(key).await, Ok(true));
+        recorder.push(Event::OpEnded { op, ok });
+    }
+}
+
+/// Whether a force release ended a lease of ours (not a foreign
+/// holder's lock).
+fn ended_ours(forced: &crate::Result<Option<crate::LeaseInfo>>) -> bool {
+    matches!(forced, Ok(Some(info)) if !info.foreign)
+}
+
+/// Records the lock-delay of the operator's call `op` through `process`,
+/// if it `ended` leases (a force release that ended a lease of ours, a
+/// release by owner id that returned without an error) and the delay is
+/// not zero.
+fn lock_delay(recorder: &Recorder, op: OpNo, process: &Process, ended: bool) {
+    let delay = process.manager.lock_delay();
+    if ended && !delay.is_zero() {
+        recorder.push(Event::LockDelay { op, delay });
     }
 }
 

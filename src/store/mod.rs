@@ -35,6 +35,8 @@
 //! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each, and `data`, the payload it acquires with, if any (see "Queue of waiting owners") |
 //! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each (see "Queue of waiting owners") |
 //! | `tr` | int64, optional | leader transitions: how many acquisitions took the key from another owner since the document was created (see "Leader transitions") |
+//! | `rv` | document, optional | a cooperative revocation: `{aid, at}`, the owner id that asked the holders to release the key and the server time it asked (see "Revocation"); removed by a new acquisition and a handoff |
+//! | `nb` | date, optional | *not before*: the end of a lock-delay, written by a force release or a release by owner id of a live lease (see "Lock-delay"); removed by a new acquisition |
 //!
 //! **New documents and foreign ones.** Every write of this crate leaves a
 //! document of its shape (an int64 `tok` and a date `exp`) or none: an
@@ -136,6 +138,34 @@
 //! `exp` cannot delete the document before then. Only a force release (an
 //! operator's override) frees it earlier. A new acquisition without
 //! `hold_at_least` removes `hl`.
+//!
+//! # Lock-delay
+//!
+//! An involuntary end of a live lease (a force release, a release by
+//! owner id) with a lock-delay `d` (the releasing manager's
+//! [`lock_delay`](crate::LeaseManagerOptions::lock_delay), as Consul
+//! sessions' lock-delay) writes `nb = $$NOW + d` and `exp = max(..., nb)`
+//! with the release, in the same write: the free rule keeps the key held by
+//! nobody until `nb`, so that its old holder, which learns of the end only
+//! at its next renewal, has time to stop. A shared or semaphore
+//! acquisition, which does not wait for an `exp` ahead without a holder
+//! (B3), waits for `nb`. A release by owner id delays a shared or
+//! semaphore key only when it removes all its live holders. No handoff
+//! to a registered owner happens before `nb`, delete mode never deletes
+//! before `nb` (a release by owner id with a lock-delay only marks its
+//! leases released, and its follow-up delete waits for `nb`), and the TTL
+//! index on `exp` cannot delete the document before then. A new
+//! acquisition removes `nb`. A delete or a rewrite of the document by
+//! another application cannot be delayed: the document (or its lease) is
+//! gone, and the next acquisition takes the key at once.
+//!
+//! # Revocation
+//!
+//! A request that the holders of a key release it (`rv = {aid, at:
+//! $$NOW}`) is one update of a key held now, which changes no lease field:
+//! the holders' managers see it in their change stream of writes and tell
+//! their leases' followers. A new acquisition (which rewrites the
+//! document) and a handoff remove it.
 //!
 //! # Fairness between owners
 //!
@@ -471,6 +501,10 @@ pub(crate) mod field {
     /// How many times the key went to another owner (see "Leader
     /// transitions").
     pub const TRANSITIONS: &str = "tr";
+    /// A cooperative revocation's request, `{aid, at}` (see "Revocation").
+    pub const REVOCATION: &str = "rv";
+    /// *Not before*: the end of a lock-delay (see "Lock-delay").
+    pub const NOT_BEFORE: &str = "nb";
     /// Only in an acquiring upsert's filter (`{_id, _ins: null}`), hence in
     /// the document it inserts, which its pipeline rewrites without it: what
     /// tells a new document from an existing bare `{_id}` (see "Document
@@ -586,6 +620,9 @@ pub(crate) enum Announcement {
     Opened,
     /// A write that may change who holds a key.
     Write(KeyWrite),
+    /// A request that the holders of `key` release it, by owner id `by`
+    /// ("Revocation").
+    Revoked { key: LeaseKey, by: String },
 }
 
 /// Where the locks of one store live: the lock collection, or a user

@@ -145,6 +145,12 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// unconfirmed.
     fn registration_window(&self) -> Duration;
 
+    /// The lock-delay that this store's force releases and releases by
+    /// owner id write ("Lock-delay"). The default: none.
+    fn lock_delay(&self) -> Duration {
+        Duration::ZERO
+    }
+
     /// Releases every lease held under this manager's owner id, except those
     /// with a lease id in `except` (acquisitions in flight), holders of
     /// shared and semaphore keys included. Returns how many documents it
@@ -211,6 +217,26 @@ pub(crate) trait Store: Send + Sync + 'static {
         Box::pin(futures::future::ready(Err(crate::Error::Unsupported {
             reason,
         })))
+    }
+
+    /// Asks the holders of `key` to release it ("Revocation"): writes `rv
+    /// = {aid: this owner, at: $$NOW}` if a lease of our shape holds it
+    /// now, changing no lease field. `Ok(false)` if nothing holds it. The
+    /// default (a store without revocation): `Ok(false)`, nothing sent.
+    fn request_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<bool>> {
+        let _ = key;
+        Box::pin(futures::future::ready(Ok(false)))
+    }
+
+    /// The requests on `keys` ("Revocation"): each key with `rv`, and the
+    /// owner id that asked; read when a change stream of writes opens,
+    /// since the writes before it are not announced. The default: none.
+    fn revocations(
+        &self,
+        keys: Vec<LeaseKey>,
+    ) -> BoxFuture<'static, Result<Vec<(LeaseKey, String)>>> {
+        let _ = keys;
+        Box::pin(futures::future::ready(Ok(Vec::new())))
     }
 
     /// Sets the payload of `lease` if it is still held under its lease id.

@@ -49,6 +49,16 @@ async fn keep_mode_manager(f: &Fixture, owner: &str, heartbeat: Option<Duration>
     LeaseManager::connect(options).await.expect("connect")
 }
 
+/// An operator's manager with owner id `owner`, releases in `mode`, and no
+/// lock-delay.
+async fn without_lock_delay(f: &Fixture, owner: &str, mode: ReleaseMode) -> LeaseManager {
+    let mut options = f.options(TTL).await;
+    options.release_mode = mode;
+    options.owner_id = Some(owner.to_string());
+    options.lock_delay = Some(Duration::ZERO);
+    LeaseManager::connect(options).await.expect("connect")
+}
+
 /// Lets every token issued so far become old enough for a release to delete it.
 async fn age_tokens() {
     tokio::time::sleep(DELETE_MIN_TOKEN_AGE + Duration::from_millis(200)).await;
@@ -212,7 +222,8 @@ async fn release_owner_from_another_manager_releases_every_lease_of_that_owner_o
     let heartbeat = Some(Duration::from_millis(200));
     let dead = keep_mode_manager(&f, "dead-worker", heartbeat).await;
     let other = keep_mode_manager(&f, "other-worker", heartbeat).await;
-    let operator = keep_mode_manager(&f, "operator", None).await;
+    // No lock-delay (docs/lock-delay.md): the released keys are free at once.
+    let operator = without_lock_delay(&f, "operator", ReleaseMode::Keep).await;
     let (d1, d2) = (
         dead.acquire("d1").await.unwrap(),
         dead.acquire("d2").await.unwrap(),
@@ -268,7 +279,7 @@ async fn release_owner_from_another_manager_releases_every_lease_of_that_owner_o
     let d3 = dead.acquire("d3").await.unwrap();
     age_tokens().await;
     let d4 = dead.acquire("d4").await.unwrap();
-    let deleter = delete_mode_manager(&f, "operator-2", None).await;
+    let deleter = without_lock_delay(&f, "operator-2", ReleaseMode::Delete).await;
     assert_eq!(deleter.release_owner("dead-worker").await.unwrap(), 2);
     for key in ["d3", "d4"] {
         assert!(foreign_insert(&f, key).await, "{key} deleted");

@@ -97,6 +97,9 @@ async fn cli_release_owner_force_releases_every_lease_of_that_owner_and_prints_t
                 "--owner",
                 "dead-worker",
                 "--force",
+                // Deleted at once only without a lock-delay (docs/lock-delay.md).
+                "--lock-delay",
+                "0s",
             ],
         )
     });

@@ -29,7 +29,9 @@ async fn assert_ends_lost(events: &mut LeaseEvents, reason: LossReason) {
                 assert_eq!(lost, reason);
                 break;
             }
-            LeaseEvent::Renewed { .. } | LeaseEvent::AtRisk { .. } => {}
+            LeaseEvent::Renewed { .. }
+            | LeaseEvent::AtRisk { .. }
+            | LeaseEvent::RevocationRequested { .. } => {}
         }
     }
     assert_eq!(soon(events.recv()).await, None, "nothing after Lost");

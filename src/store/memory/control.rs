@@ -31,6 +31,9 @@ pub(crate) enum Op {
     LeaveQueues,
     /// A change of a semaphore's number of permits (`Store::set_permits`).
     SetPermits,
+    /// A cooperative revocation: its request (`Store::request_release`),
+    /// the read of the requests (`Store::revocations`).
+    RequestRelease,
 }
 
 pub(super) const OPS: usize = 12;

@@ -16,7 +16,7 @@ use crate::LeaseKind;
 use crate::info::{HolderInfo, LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::store::{AcquireOutcome, KeyWrite};
+use crate::store::{AcquireOutcome, Announcement, KeyWrite};
 
 /// The shared in-memory lock collection. Cheap to clone.
 #[derive(Clone)]
@@ -26,7 +26,7 @@ pub(crate) struct MemoryDb {
     changed: Arc<tokio::sync::watch::Sender<()>>,
     /// Writes that may change who holds a key, for `watch_releases` (a
     /// change stream's twin): releases, deletes, acquisitions, rewrites.
-    released: tokio::sync::broadcast::Sender<KeyWrite>,
+    released: tokio::sync::broadcast::Sender<Announcement>,
     /// "Server time" as wall clock: `SystemTime` of `epoch.0` is `epoch.1`.
     epoch: (Instant, SystemTime),
     /// The lock fields of in-document leases in the same "database", one
@@ -118,7 +118,16 @@ impl MemoryDb {
     /// Reports a write to `watch_releases` streams, as a change stream
     /// would (docs/mongodb-behaviour.md, B12).
     pub fn announce(&self, write: KeyWrite) {
-        let _ = self.released.send(write);
+        let _ = self.released.send(Announcement::Write(write));
+    }
+
+    /// Reports a revocation's request on `key` by owner id `by` to
+    /// `watch_releases` streams ("Revocation" in `store`).
+    pub(super) fn announce_revocation(&self, key: &LeaseKey, by: &str) {
+        let _ = self.released.send(Announcement::Revoked {
+            key: key.clone(),
+            by: by.to_string(),
+        });
     }
 
     /// Reports a new acquisition of `key` with fencing token `token` (an
@@ -598,7 +607,7 @@ impl MemoryDb {
     }
 
     /// A receiver of the writes announced from now on.
-    pub(super) fn subscribe_releases(&self) -> tokio::sync::broadcast::Receiver<KeyWrite> {
+    pub(super) fn subscribe_releases(&self) -> tokio::sync::broadcast::Receiver<Announcement> {
         self.released.subscribe()
     }
 

@@ -51,6 +51,13 @@ pub(crate) struct Doc {
     pub queue: Vec<Waiting>,
     /// `tr`: leader transitions ("Leader transitions" in `store`).
     pub transitions: u64,
+    /// `nb`: the end of a lock-delay (a force release or a release by owner
+    /// id of a live lease; "Lock-delay" in `store`): `exp` never goes
+    /// below it, and no kind is granted before it.
+    pub not_before: Option<Instant>,
+    /// `rv`: a cooperative revocation's request, `(aid, at)` ("Revocation"
+    /// in `store`); cleared by a new acquisition and a handoff.
+    pub revocation: Option<(String, Instant)>,
 }
 
 /// An entry of `q`: an owner waiting for an exclusive key.
@@ -217,6 +224,8 @@ impl Doc {
             exclusive_waiter: None,
             queue: Vec::new(),
             transitions: 0,
+            not_before: None,
+            revocation: None,
         }
     }
 
@@ -234,9 +243,15 @@ impl Doc {
         }
     }
 
-    /// `exp` raised to `hl` if the key must stay held until later.
+    /// `exp` raised to `hl` and `nb` if the key must stay held until later.
     pub(super) fn floor(&self, exp: Instant) -> Instant {
-        self.hold_until.map_or(exp, |until| exp.max(until))
+        let exp = self.hold_until.map_or(exp, |until| exp.max(until));
+        self.not_before.map_or(exp, |nb| exp.max(nb))
+    }
+
+    /// A lock-delay ahead at `now` (`nb > now`).
+    pub fn delayed_at(&self, now: Instant) -> bool {
+        self.not_before.is_some_and(|nb| nb > now)
     }
 }
 

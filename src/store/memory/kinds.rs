@@ -62,10 +62,15 @@ pub(super) fn acquire_holder(
         holder.renewed = now;
         let token = holder.token;
         doc.renewed = now;
+        doc.revocation = None;
         doc.exp = doc.exp.max(now + ttl);
         return AcquireOutcome::Acquired { token };
     }
     let live = doc.live_holders(now).count();
+    // A lock-delay keeps the key from every kind ("Lock-delay" in `store`).
+    if live == 0 && doc.delayed_at(now) {
+        return held(doc.owner.clone(), doc.exp, doc.token, now);
+    }
     // An exclusive holder: a lease (`lid`) or a minimum hold (`hl`). An
     // `exp` ahead without either is the release of the key's last holder on
     // a server clock that read ahead (docs/mongodb-behaviour.md, B3): as
@@ -140,6 +145,8 @@ pub(super) fn acquire_holder(
     doc.hold_until = None;
     // As MongoStore's, whose pipeline rewrites the document without `q`.
     doc.queue.clear();
+    doc.not_before = None;
+    doc.revocation = None;
     AcquireOutcome::Acquired { token }
 }
 
@@ -286,7 +293,7 @@ impl Collection {
             match latest(doc) {
                 Some(exp) => doc.exp = exp,
                 None => {
-                    doc.exp = now;
+                    doc.exp = doc.floor(now);
                     doc.permits = None;
                 }
             }

@@ -60,6 +60,11 @@
 //!   release removes a holder's entry and announces the key as freed
 //!   (MongoDB's stream shows `rl`); release by owner id matches entries;
 //!   force release frees the key whole (holders, `xw` and `hl`; `rl` set).
+//! - **Lock-delay** ([`MemoryStore::with_lock_delay`], [`lock_delay`]):
+//!   a force release, and a release by owner id of a live lease (or of
+//!   all the live holders of a shared or semaphore key), set `nb = now +
+//!   delay` and keep `exp >= nb`; no kind is granted, no key handed over
+//!   and no document deleted before `nb`; a new acquisition clears it.
 //! - **Holding at least**: an exclusive acquisition with `hold_at_least`
 //!   sets `hl = now + hold_at_least` ([`Doc::hold_until`]); acquisition,
 //!   renewal and release keep `exp >= hl`, delete mode never deletes
@@ -132,6 +137,7 @@ mod db;
 mod doc;
 mod kinds;
 mod light;
+mod lock_delay;
 mod ops;
 mod reply;
 mod rules;

@@ -206,6 +206,10 @@ impl Store for MemoryStore {
         crate::store::registration_window(self.yield_window, self.safety_margin)
     }
 
+    fn lock_delay(&self) -> Duration {
+        self.lock_delay
+    }
+
     fn renew_with_ttl(
         &self,
         leases: Vec<LeaseRef>,
@@ -331,10 +335,12 @@ impl Store for MemoryStore {
         let db = self.db.clone();
         let yield_window = self.yield_window;
         let mode = self.release_mode;
+        let lock_delay = self.lock_delay;
         let release = {
             let owner = owner.clone();
             let db = db.clone();
             self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
+                coll.delay_owner_ends(&owner, lock_delay, now);
                 let matches =
                     |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
                 let released = coll.release_where(&db, matches, now, yield_window, mode);
@@ -431,6 +437,7 @@ impl Store for MemoryStore {
     fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let db = self.db.clone();
         let yield_window = self.yield_window;
+        let lock_delay = self.lock_delay;
         self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
             // A foreign holder's lock is deleted (as MongoStore's `deleteOne`).
             if let Some(foreign) = coll.foreign.remove(&key) {
@@ -451,9 +458,42 @@ impl Store for MemoryStore {
             }
             let before = db.info(&key, doc, now);
             kinds::drop_holders(doc, now);
+            super::lock_delay::delay(doc, lock_delay, now);
             release_doc(doc, now, yield_window);
             db.announce_release(&key);
             Ok(Some(before))
+        })
+    }
+
+    fn request_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<bool>> {
+        let (db, by) = (self.db.clone(), self.owner.clone());
+        self.run(Op::RequestRelease, vec![key.clone()], move |coll, now| {
+            // Held now by a lease or holders of our shape (as MongoStore's
+            // filter: `lid` or `hs`, `exp > now`).
+            let Some(doc) = coll.docs.get_mut(&key) else {
+                return Ok(false);
+            };
+            let held = (doc.lease_id.is_some() || !doc.holders.is_empty()) && doc.exp > now;
+            if held {
+                doc.revocation = Some((by.clone(), now));
+                db.announce_revocation(&key, &by);
+            }
+            Ok(held)
+        })
+    }
+
+    fn revocations(
+        &self,
+        keys: Vec<LeaseKey>,
+    ) -> BoxFuture<'static, Result<Vec<(LeaseKey, String)>>> {
+        self.run(Op::RequestRelease, keys.clone(), move |coll, _now| {
+            Ok(keys
+                .iter()
+                .filter_map(|key| {
+                    let (by, _) = coll.docs.get(key)?.revocation.as_ref()?;
+                    Some((key.clone(), by.clone()))
+                })
+                .collect())
         })
     }
 

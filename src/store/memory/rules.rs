@@ -100,6 +100,7 @@ pub(super) fn apply_acquire(
             }
             doc.exp = doc.floor(now + ttl);
             doc.renewed = now;
+            doc.revocation = None;
             doc.leave_queue(owner, now);
             Ok(AcquireOutcome::Acquired { token: doc.token })
         }
@@ -179,7 +180,7 @@ pub(super) fn release_or_hand_over(
     now: Instant,
     yield_window: Duration,
 ) -> Option<(String, Uuid, u64)> {
-    let hold_ahead = doc.hold_until.is_some_and(|until| until > now);
+    let hold_ahead = doc.hold_until.is_some_and(|until| until > now) || doc.delayed_at(now);
     let next = (doc.holders.is_empty() && !hold_ahead)
         .then(|| doc.live_queue(now).find(|w| w.owner != doc.owner).cloned())
         .flatten();
@@ -197,6 +198,7 @@ pub(super) fn release_or_hand_over(
     doc.yield_until = None;
     doc.hold_until = None;
     doc.payload = next.payload.clone();
+    doc.revocation = None;
     Some((next.owner, next.lease_id, doc.token))
 }
 
@@ -270,6 +272,7 @@ impl Collection {
                 && doc.waiting_since.is_none()
                 && doc.queue.is_empty()
                 && doc.hold_until.is_none_or(|until| until <= now)
+                && !doc.delayed_at(now)
                 && now >= doc.acquired + DELETE_MIN_TOKEN_AGE;
             if deletable {
                 let doc = self.docs.remove(&key).expect("listed above");
@@ -308,6 +311,7 @@ impl Collection {
                     && d.live_holders(now).next().is_none()
                     && d.yield_until.is_none_or(|until| until <= now)
                     && d.hold_until.is_none_or(|until| until <= now)
+                    && !d.delayed_at(now)
                     && now >= d.acquired + DELETE_MIN_TOKEN_AGE
             })
             .map(|(k, _)| k.clone())

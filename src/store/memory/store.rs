@@ -31,6 +31,9 @@ pub(crate) struct MemoryStore {
     /// The manager's safety margin, part of the registration window
     /// ([`registration_window`](crate::store::registration_window)).
     pub(super) safety_margin: Duration,
+    /// The lock-delay of its involuntary ends (force release, release by
+    /// owner id), as `MongoStore`'s ([`MemoryStore::with_lock_delay`]).
+    pub(super) lock_delay: Duration,
     pub(super) release_mode: ReleaseMode,
     /// Whether it has the light acquire ([`MemoryStore::with_light_acquire`]).
     pub(super) light_acquire: bool,
@@ -59,6 +62,7 @@ impl MemoryDb {
             ttl,
             yield_window: DEFAULT_RETRY_MAX,
             safety_margin: Duration::ZERO,
+            lock_delay: Duration::ZERO,
             release_mode: ReleaseMode::Keep,
             light_acquire: false,
             control: Controls::default(),
@@ -141,6 +145,13 @@ impl MemoryStore {
     /// its registration window includes, as `MongoStore`'s.
     pub fn with_safety_margin(mut self, margin: Duration) -> Self {
         self.safety_margin = margin;
+        self
+    }
+
+    /// This store with a lock-delay (default zero) after the involuntary
+    /// ends it writes, as `MongoStore`'s ("Lock-delay" in `store`).
+    pub fn with_lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
         self
     }
 

@@ -17,7 +17,7 @@ use super::store::MemoryStore;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::{Announcement, KeyWrite};
+use crate::store::Announcement;
 
 /// What `observe` last reported: the document without its fairness marks,
 /// whether it was held and by how many live holders of a shared or
@@ -34,8 +34,8 @@ impl MemoryStore {
             return futures::stream::iter([Err(error)]).boxed();
         }
         let control = self.control.clone();
-        let writes = move |released: tokio::sync::broadcast::Receiver<KeyWrite>| {
-            let delayed = FuturesUnordered::<BoxFuture<'static, KeyWrite>>::new();
+        let writes = move |released: tokio::sync::broadcast::Receiver<Announcement>| {
+            let delayed = FuturesUnordered::<BoxFuture<'static, Announcement>>::new();
             let state = (Some(released), delayed, control.clone());
             futures::stream::unfold(state, |(mut released, mut delayed, control)| async move {
                 loop {
@@ -56,7 +56,7 @@ impl MemoryStore {
                                 }
                                 EventFate::Deliver { copies, delay } => {
                                     // Its timer starts when first polled.
-                                    let later = |write: KeyWrite| {
+                                    let later = |write: Announcement| {
                                         async move {
                                             tokio::time::sleep(delay).await;
                                             write
@@ -76,7 +76,7 @@ impl MemoryStore {
                         },
                     };
                     let next = (released, delayed, control);
-                    return Some((Ok(Announcement::Write(write)), next));
+                    return Some((Ok(write), next));
                 }
             })
         };

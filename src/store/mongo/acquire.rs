@@ -101,9 +101,11 @@ pub(super) fn multi_acquire_pipeline(
     // An exclusive holder: a lease (`lid`) or a minimum hold (`hl`). A key
     // whose last holder left has neither, and an `exp` of that release that
     // a later `$$NOW` may still be below (docs/mongodb-behaviour.md, B3).
+    // A lock-delay (`nb`) keeps the key from every kind ("Lock-delay").
     let exclusive_holder = doc! { "$or": [
         { "$ne": [{ "$type": f(field::LEASE_ID) }, "missing"] },
         { "$gt": [f(field::HOLD_UNTIL), "$$NOW"] },
+        { "$gt": [f(field::NOT_BEFORE), "$$NOW"] },
     ]};
     let exclusive_held = doc! { "$and": [
         { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },

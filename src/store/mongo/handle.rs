@@ -34,6 +34,9 @@ pub(crate) struct MongoStore {
     /// The manager's safety margin, part of the registration window (see
     /// "Queue of waiting owners" in the module docs of `store`).
     safety_margin: Duration,
+    /// The lock-delay an involuntary end writes (force release, release by
+    /// owner id; "Lock-delay" in the module docs of `store`), in ms.
+    lock_delay_ms: i64,
     operation_timeout: Duration,
     /// Whether releases keep or delete the lock document.
     release_mode: ReleaseMode,
@@ -155,6 +158,7 @@ impl MongoStore {
             ttl_ms: ttl_ms(ttl),
             yield_ms: ttl_ms(yield_window),
             safety_margin: Duration::ZERO,
+            lock_delay_ms: 0,
             operation_timeout,
             release_mode: ReleaseMode::Keep,
         }
@@ -172,6 +176,18 @@ impl MongoStore {
     pub(crate) fn with_safety_margin(mut self, margin: Duration) -> Self {
         self.safety_margin = margin;
         self
+    }
+
+    /// This store with a lock-delay of `delay` (default zero) after the
+    /// involuntary ends it writes ("Lock-delay" in `store`).
+    pub(crate) fn with_lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay_ms = ttl_ms(delay);
+        self
+    }
+
+    /// The lock-delay of its involuntary ends, in ms.
+    pub(super) fn lock_delay_ms(&self) -> i64 {
+        self.lock_delay_ms
     }
 
     /// Whether releases keep or delete the lock document.

@@ -80,6 +80,7 @@ pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Docu
             field::EXPIRES_AT: either(doc! { "$add": ["$$NOW", ttl_ms] }.into(), released_exp.into()),
             field::PAYLOAD: either(remove(), keep(field::PAYLOAD)),
             field::HOLD_UNTIL: either(remove(), keep(field::HOLD_UNTIL)),
+            field::REVOCATION: either(remove(), keep(field::REVOCATION)),
             field::YIELD_UNTIL: either(remove(), yielded.into()),
             field::WAITING_SINCE: remove(),
         }},
@@ -177,10 +178,12 @@ pub(super) fn handed() -> Document {
 
 /// The first stage of a release ([`handoff_stages`] ends it): picks the
 /// first live entry of another owner than the releasing holder's (`aid`),
-/// on an exclusive key (no `hs`) with no minimum hold ahead (`hl`).
+/// on an exclusive key (no `hs`) with no minimum hold nor lock-delay ahead
+/// (`hl`, `nb`).
 pub(super) fn pick_stage() -> Document {
     let exclusive = doc! { "$not": [{ "$isArray": f(field::HOLDERS) }] };
-    let no_hold = doc! { "$not": [{ "$gt": [f(field::HOLD_UNTIL), "$$NOW"] }] };
+    let ahead = doc! { "$max": [f(field::HOLD_UNTIL), f(field::NOT_BEFORE)] };
+    let no_hold = doc! { "$not": [{ "$gt": [ahead, "$$NOW"] }] };
     doc! { "$set": { HANDED: { "$cond": [
         { "$and": [exclusive, no_hold] },
         { "$first": entries_without(live_entries(), f(field::OWNER)) },
@@ -217,6 +220,7 @@ pub(super) fn handoff_stages() -> [Document; 2] {
             ),
             field::YIELD_UNTIL: pick(remove(), keep(field::YIELD_UNTIL)),
             field::HOLD_UNTIL: pick(remove(), keep(field::HOLD_UNTIL)),
+            field::REVOCATION: pick(remove(), keep(field::REVOCATION)),
             // The payload the entry's owner acquires with, if any.
             field::PAYLOAD: pick(
                 doc! { "$ifNull": [from_entry(field::PAYLOAD), "$$REMOVE"] }.into(),

@@ -45,6 +45,7 @@ mod raw;
 mod read;
 mod release;
 mod renew;
+mod revoke;
 mod rules;
 mod transaction;
 mod watch;
@@ -194,6 +195,10 @@ impl Store for MongoStore {
         self.registration()
     }
 
+    fn lock_delay(&self) -> Duration {
+        Duration::from_millis(self.lock_delay_ms() as u64)
+    }
+
     fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move { store.release_leases_of(owner).await }.boxed()
@@ -236,6 +241,19 @@ impl Store for MongoStore {
     ) -> BoxFuture<'static, Result<crate::kind::PermitsChange>> {
         let store = self.clone();
         async move { store.set_permits_of(key, permits).await }.boxed()
+    }
+
+    fn request_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<bool>> {
+        let store = self.clone();
+        async move { store.request_release_of(key).await }.boxed()
+    }
+
+    fn revocations(
+        &self,
+        keys: Vec<LeaseKey>,
+    ) -> BoxFuture<'static, Result<Vec<(LeaseKey, String)>>> {
+        let store = self.clone();
+        async move { store.revocations_of(keys).await }.boxed()
     }
 
     fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {

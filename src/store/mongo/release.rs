@@ -27,7 +27,7 @@ use super::raw::{
 use super::read::{info_projection, projected_info};
 use super::renew::holder_filter;
 use super::rules::{
-    LID, LockPath, bson_lease_id, entry_among, entry_live, entry_of_owner, f, has_holders,
+    LID, LockPath, bson_lease_id, entries, entry_among, entry_live, entry_of_owner, f, has_holders,
     lease_ids, ours_and_nobody_else_waits, root_with,
 };
 use crate::config::ReleaseMode;
@@ -46,6 +46,33 @@ pub(super) enum Released<'a> {
     Leases { owner: &'a str, ids: Vec<Uuid> },
     /// Every lease of `owner`, except the lease ids `except`.
     Owner { owner: &'a str, except: Vec<Uuid> },
+    /// Every lease of `owner`, ended by an operator (release by owner id):
+    /// with a lock-delay of `delay_ms` if positive ([`delay_stage`]).
+    ByOperator { owner: &'a str, delay_ms: i64 },
+}
+
+/// The lock-delay of a release by owner id (`owner`'s leases, `selected`
+/// among a key's holders), a stage before the release's: `nb = $$NOW +
+/// delay_ms` (or later, if already) on a document whose live exclusive
+/// lease it ends, or all of whose live holders are `owner`'s (at least
+/// one); any other document unchanged. The release then keeps `exp` at
+/// least `nb`, and hands the key to nobody ("Lock-delay" in `store`).
+pub(super) fn delay_stage(selected: &Document, delay_ms: i64) -> Document {
+    let live = doc! { "$filter": { "input": entries(), "cond": entry_live() } };
+    let ends_all_holders = doc! { "$and": [
+        { "$gt": [{ "$size": live.clone() }, 0] },
+        { "$allElementsTrue": [{ "$map": { "input": live, "in": selected.clone() } }] },
+    ]};
+    let ends = doc! { "$cond": [
+        has_holders(),
+        ends_all_holders,
+        { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+    ]};
+    doc! { "$set": { field::NOT_BEFORE: { "$cond": [
+        ends,
+        { "$max": [f(field::NOT_BEFORE), { "$add": ["$$NOW", delay_ms] }] },
+        f(field::NOT_BEFORE),
+    ]}}}
 }
 
 /// The release of any kinds, one update over every matched document: an
@@ -58,45 +85,65 @@ pub(super) enum Released<'a> {
 /// to the first one instead ([`pick_stage`](super::handoff::pick_stage),
 /// [`handoff_stages`](super::handoff::handoff_stages)).
 pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<Document> {
-    let selected = match released {
-        Released::Leases { owner, ids } => entry_among(owner, ids),
-        Released::Owner { owner, except } => entry_of_owner(owner, except),
+    let (selected, delay_ms) = match released {
+        Released::Leases { owner, ids } => (entry_among(owner, ids), 0),
+        Released::Owner { owner, except } => (entry_of_owner(owner, except), 0),
+        Released::ByOperator { owner, delay_ms } => (entry_of_owner(owner, &[]), *delay_ms),
     };
     let remain =
         doc! { "$cond": [has_holders(), { "$gt": [{ "$size": f(field::HOLDERS) }, 0] }, false] };
     let [handoff, cleanup] = handoff_stages();
-    vec![
-        pick_stage(),
-        doc! { "$set": {
-            field::EXPIRES_AT: { "$cond": [
-                has_holders(),
-                f(field::EXPIRES_AT),
-                { "$max": [{ "$min": [f(field::EXPIRES_AT), "$$NOW"] }, f(field::HOLD_UNTIL)] },
-            ]},
-            field::YIELD_UNTIL: LockPath::TOP.yield_if_waited(yield_ms),
-            field::RELEASED_AT: { "$cond": [has_holders(), "$$NOW", f(field::RELEASED_AT)] },
-            field::HOLDERS: { "$cond": [
-                has_holders(),
-                { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [
-                    entry_live(),
-                    { "$not": [selected] },
-                ]}}},
-                "$$REMOVE",
-            ]},
-        }},
-        doc! { "$set": {
-            field::EXPIRES_AT: { "$cond": [
-                has_holders(),
-                { "$ifNull": [{ "$max": format!("${}.{}", field::HOLDERS, field::EXPIRES_AT) }, "$$NOW"] },
-                f(field::EXPIRES_AT),
-            ]},
-            field::PERMITS: { "$cond": [remain.clone(), f(field::PERMITS), "$$REMOVE"] },
-            field::HOLDERS: { "$cond": [remain, f(field::HOLDERS), "$$REMOVE"] },
-        }},
-        doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
-        handoff,
-        cleanup,
-    ]
+    let delay = (delay_ms > 0).then(|| delay_stage(&selected, delay_ms));
+    // `nb` only where a delay may have been written (a held document has
+    // none: a new acquisition removes it).
+    let mut floor = vec![
+        Bson::from(doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] }),
+        Bson::from(f(field::HOLD_UNTIL)),
+    ];
+    let mut holders_exp: Bson = doc! { "$ifNull": [
+        { "$max": format!("${}.{}", field::HOLDERS, field::EXPIRES_AT) },
+        "$$NOW",
+    ]}
+    .into();
+    if delay.is_some() {
+        floor.push(f(field::NOT_BEFORE).into());
+        holders_exp = doc! { "$max": [holders_exp, f(field::NOT_BEFORE)] }.into();
+    }
+    delay
+        .into_iter()
+        .chain([
+            pick_stage(),
+            doc! { "$set": {
+                field::EXPIRES_AT: { "$cond": [
+                    has_holders(),
+                    f(field::EXPIRES_AT),
+                    { "$max": floor },
+                ]},
+                field::YIELD_UNTIL: LockPath::TOP.yield_if_waited(yield_ms),
+                field::RELEASED_AT: { "$cond": [has_holders(), "$$NOW", f(field::RELEASED_AT)] },
+                field::HOLDERS: { "$cond": [
+                    has_holders(),
+                    { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [
+                        entry_live(),
+                        { "$not": [selected] },
+                    ]}}},
+                    "$$REMOVE",
+                ]},
+            }},
+            doc! { "$set": {
+                field::EXPIRES_AT: { "$cond": [
+                    has_holders(),
+                    holders_exp,
+                    f(field::EXPIRES_AT),
+                ]},
+                field::PERMITS: { "$cond": [remain.clone(), f(field::PERMITS), "$$REMOVE"] },
+                field::HOLDERS: { "$cond": [remain, f(field::HOLDERS), "$$REMOVE"] },
+            }},
+            doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
+            handoff,
+            cleanup,
+        ])
+        .collect()
 }
 
 /// Every document with a holder entry of `owner` (a lease id not in
@@ -131,11 +178,22 @@ pub(super) fn force_release_any_filter(key: &LeaseKey) -> Document {
 /// A force release: the key is free at once, whoever holds it and however:
 /// `exp` moves to now, `rl = $$NOW`, and the exclusive holder (`lid`,
 /// `wt`), every holder in `hs` (with `pm`), the minimum hold (`hl`) and the
-/// exclusive waiter's mark (`xw`) are removed; `yu` as in a release.
-pub(super) fn force_release_update(yield_ms: i64) -> Vec<Document> {
+/// exclusive waiter's mark (`xw`) are removed; `yu` as in a release. With
+/// a lock-delay (`delay_ms > 0`), free only from `nb = exp = $$NOW +
+/// delay_ms` on ("Lock-delay" in `store`): the filter
+/// ([`force_release_any_filter`]) matches only a key held now.
+pub(super) fn force_release_update(yield_ms: i64, delay_ms: i64) -> Vec<Document> {
+    let (expires, not_before) = if delay_ms > 0 {
+        let end = Bson::from(doc! { "$add": ["$$NOW", delay_ms] });
+        (end.clone(), end)
+    } else {
+        let now = doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] };
+        (Bson::from(now), Bson::from("$$REMOVE"))
+    };
     vec![
         doc! { "$set": {
-            field::EXPIRES_AT: { "$min": [f(field::EXPIRES_AT), "$$NOW"] },
+            field::EXPIRES_AT: expires,
+            field::NOT_BEFORE: not_before,
             field::YIELD_UNTIL: LockPath::TOP.yield_if_waited(yield_ms),
             field::RELEASED_AT: "$$NOW",
         }},
@@ -189,7 +247,7 @@ pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
         filter,
         min_age_ms,
         &[field::HOLDERS, field::QUEUE],
-        &[field::HOLD_UNTIL],
+        &[field::HOLD_UNTIL, field::NOT_BEFORE],
     )
 }
 
@@ -343,7 +401,7 @@ impl MongoStore {
                 self.coll()
                     .find_one_and_update(
                         force_release_any_filter(&key),
-                        force_release_update(self.yield_ms()),
+                        force_release_update(self.yield_ms(), self.lock_delay_ms()),
                     )
                     .return_document(ReturnDocument::Before)
                     .projection(info_projection()),
@@ -468,11 +526,17 @@ impl MongoStore {
     pub(super) async fn release_leases_of(&self, owner: String) -> Result<u64> {
         let filter =
             doc! { "$or": [owner_leases_filter(&owner), owner_holders_filter(&owner, &[])] };
-        let released = Released::Owner {
+        let delay_ms = self.lock_delay_ms();
+        let released = Released::ByOperator {
             owner: &owner,
-            except: Vec::new(),
+            delay_ms,
         };
-        let (deleted, marked) = self.release_parts(filter, &released, false, true).await?;
+        // With a lock-delay, a live lease's document stays until `nb`: the
+        // follow-up delete below waits for it ([`released_filter`]).
+        let delete_first = delay_ms == 0;
+        let (deleted, marked) = self
+            .release_parts(filter, &released, false, delete_first)
+            .await?;
         if self.release_mode() == ReleaseMode::Delete && marked > 0 {
             tokio::time::sleep(DELETE_DELAY).await;
             self.delete_released_matching(doc! { field::OWNER: &owner })

@@ -56,6 +56,7 @@ pub(super) fn release_events_pipeline() -> [Document; 2] {
                 { updated(field::OWNER): { "$exists": true } },
                 { "updateDescription.removedFields": { "$in": [field::LEASE_ID, field::OWNER] } },
                 { updated(field::RELEASED_AT): { "$exists": true } },
+                { updated(field::REVOCATION): { "$exists": true } },
             ]},
         ]}},
         doc! { "$project": {
@@ -68,6 +69,7 @@ pub(super) fn release_events_pipeline() -> [Document; 2] {
             updated(field::OWNER): 1,
             updated(field::TOKEN): 1,
             updated(field::RELEASED_AT): 1,
+            updated(field::REVOCATION): 1,
             "updateDescription.removedFields": 1,
             HOLDERS_CHANGED: { "$anyElementTrue": [{ "$map": {
                 "input": { "$objectToArray": { "$ifNull": ["$updateDescription.updatedFields", {}] } },
@@ -124,6 +126,28 @@ pub(super) fn key_write(event: &Document) -> Option<KeyWrite> {
             updated.get(field::TOKEN),
         ))
     })
+}
+
+/// Reads one event of [`release_events_pipeline`] as an announcement: a
+/// revocation's request (an update that sets `rv` alone,
+/// "Revocation" in `store`), or else as [`key_write`] reads it.
+pub(super) fn announcement(event: &Document) -> Option<Announcement> {
+    let updated = event
+        .get_document("updateDescription")
+        .and_then(|u| u.get_document("updatedFields"));
+    if let Ok(updated) = updated
+        && updated.len() == 1
+        && let Ok(request) = updated.get_document(field::REVOCATION)
+    {
+        return Some(Announcement::Revoked {
+            key: super::rules::event_key(event)?,
+            by: request
+                .get_str(field::OWNER)
+                .unwrap_or_default()
+                .to_string(),
+        });
+    }
+    key_write(event).map(Announcement::Write)
 }
 
 /// Mean delay between two reads when polling (jittered by ±20 %).
@@ -569,7 +593,7 @@ fn truncate_path(doc: &mut Document, path: &str, len: usize) {
 /// waits for it.
 pub(super) fn announcements(
     open: impl Future<Output = Result<ChangeStream<ChangeStreamEvent<Document>>>> + Send + 'static,
-    read: impl Fn(&Document) -> Option<KeyWrite> + Clone + Send + 'static,
+    read: impl Fn(&Document) -> Option<Announcement> + Clone + Send + 'static,
 ) -> BoxStream<'static, Result<Announcement>> {
     futures::stream::once(open)
         .map(move |opened| match opened {
@@ -577,7 +601,7 @@ pub(super) fn announcements(
                 let read = read.clone();
                 let writes = stream.with_type::<Document>().filter_map(move |event| {
                     let write = event.map_err(Error::from).map(|e| read(&e)).transpose();
-                    async move { write.map(|w| w.map(Announcement::Write)) }
+                    async move { write }
                 });
                 futures::stream::iter([Ok(Announcement::Opened)])
                     .chain(writes)
@@ -598,7 +622,7 @@ impl MongoStore {
             let watch = store.coll().watch().pipeline(release_events_pipeline());
             store.bounded(watch).await
         };
-        announcements(open, key_write)
+        announcements(open, announcement)
     }
 }
 

@@ -456,7 +456,9 @@ impl Store for DocumentStore {
                 .bounded(store.coll.watch().pipeline(pipeline))
                 .await
         };
-        announcements(open, move |event| key_write(&lock_field, event))
+        announcements(open, move |event| {
+            key_write(&lock_field, event).map(crate::store::Announcement::Write)
+        })
     }
 
     fn place(&self) -> LockPlace {

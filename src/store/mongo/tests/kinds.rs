@@ -472,7 +472,7 @@ fn force_release_frees_every_holder_the_minimum_hold_and_the_waiting_mark() {
             "$expr": { "$gt": ["$exp", "$$NOW"] },
         }
     );
-    let update = force_release_update(2_000);
+    let update = force_release_update(2_000, 0);
     assert_eq!(
         at(&update[0], "$set.exp"),
         &bson(doc! { "$min": ["$exp", "$$NOW"] })

@@ -585,7 +585,7 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
         .raw()
         .update_one(
             doc! { "_id": "f2" },
-            super::super::release::force_release_update(0),
+            super::super::release::force_release_update(0, 0),
         )
         .await
         .unwrap();
@@ -625,7 +625,7 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
         .raw()
         .update_one(
             doc! { "_id": "u1" },
-            super::super::release::force_release_update(0),
+            super::super::release::force_release_update(0, 0),
         )
         .await
         .unwrap();

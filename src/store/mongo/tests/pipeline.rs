@@ -303,6 +303,7 @@ fn announced_writes_are_those_that_set_or_remove_the_lease_id_or_owner_id() {
                 { "updateDescription.updatedFields.aid": { "$exists": true } },
                 { "updateDescription.removedFields": { "$in": ["lid", "aid"] } },
                 { "updateDescription.updatedFields.rl": { "$exists": true } },
+                { "updateDescription.updatedFields.rv": { "$exists": true } },
             ]},
         ]}}
     );
@@ -324,6 +325,7 @@ fn announced_writes_are_those_that_set_or_remove_the_lease_id_or_owner_id() {
             "updateDescription.updatedFields.aid",
             "updateDescription.updatedFields.tok",
             "updateDescription.updatedFields.rl",
+            "updateDescription.updatedFields.rv",
             "updateDescription.removedFields",
             "holders",
         ]
@@ -605,6 +607,7 @@ fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases
                 old_enough,
                 { "$not": [{ "$gt": ["$yu", "$$NOW"] }] },
                 { "$not": [{ "$gt": ["$hl", "$$NOW"] }] },
+                { "$not": [{ "$gt": ["$nb", "$$NOW"] }] },
             ]},
         }]}
     );

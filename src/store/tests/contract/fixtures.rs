@@ -44,6 +44,10 @@ impl Fixture for MemoryFixture {
             .with_release_mode(ReleaseMode::Delete)
     }
 
+    async fn delaying_store(&self, owner: &str, delay: Duration) -> MemoryStore {
+        self.store(owner).await.with_lock_delay(delay)
+    }
+
     async fn expire(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
         self.db.expire(key);
@@ -239,6 +243,10 @@ impl Fixture for MongoFixture {
         self.store(owner)
             .await
             .with_release_mode(ReleaseMode::Delete)
+    }
+
+    async fn delaying_store(&self, owner: &str, delay: Duration) -> MongoStore {
+        self.store(owner).await.with_lock_delay(delay)
     }
 
     async fn expire(&self, key: impl Into<LeaseKey>) {

@@ -28,6 +28,8 @@
 //! - [`handoff`]: the handoff to a local waiter in the releasing write;
 //! - [`light`]: the light forms (a grouped light acquire);
 //! - [`payload_acquire`]: the payload written with the acquisition.
+//! - [`lock_delay`]: the lock-delay after a force release or a release by
+//!   owner id; [`revocation`]: a request that the holders release a key.
 
 mod acquire;
 mod compat;
@@ -40,6 +42,7 @@ mod keys;
 mod kinds;
 mod lease_ttl;
 mod light;
+mod lock_delay;
 mod loss_detection;
 mod payload_acquire;
 mod permits;
@@ -48,6 +51,7 @@ mod reads;
 mod release;
 mod renewal;
 mod reread;
+mod revocation;
 mod transitions;
 mod waiters;
 
@@ -105,6 +109,10 @@ trait Fixture: Sized {
     /// As [`Fixture::store`], with releases in
     /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete).
     async fn delete_mode_store(&self, owner: &str) -> Self::Store;
+
+    /// As [`Fixture::store`], with a lock-delay of `delay` after its force
+    /// releases and releases by owner id ("Lock-delay" in `store`).
+    async fn delaying_store(&self, owner: &str, delay: Duration) -> Self::Store;
 
     /// Makes the lease on `key` expired by server time, keeping its lease id
     /// (a holder whose renewals stopped reaching the server).
@@ -399,6 +407,11 @@ contract!(
     loss_detection::an_acquire_retry_under_a_lease_id_whose_owner_id_was_rewritten_finds_it_held,
     loss_detection::foreign_deletes_and_owner_rewrites_are_announced_renewals_are_not,
     // Shared and semaphore keys.
+    // Lock-delay.
+    lock_delay::a_force_release_keeps_the_key_from_every_kind_until_the_lock_delay_ends,
+    lock_delay::a_release_by_owner_delays_the_live_leases_it_ends_only,
+    lock_delay::a_zero_lock_delay_frees_the_key_at_once,
+    revocation::a_release_request_is_announced_and_changes_no_lease,
     kinds::a_semaphore_admits_n_holders_then_is_held_until_the_earliest_expiry,
     kinds::a_crashed_holders_permit_comes_back_after_its_ttl,
     kinds::a_semaphore_of_another_number_or_kind_is_a_mismatch,

@@ -1,0 +1,67 @@
+//! `release --force` and `release --owner` with a lock-delay
+//! (docs/lock-delay.md): they print it, and the released key is granted to
+//! nobody until it has passed.
+
+mod common;
+
+use common::cli::{Env, LEASE_LOST, NOT_ACQUIRED, stderr, stdout};
+use serde_json::Value;
+
+/// A command that holds its lease until it is lost.
+const HOLD: [&str; 3] = ["sh", "-c", "echo working; while true; do sleep 0.05; done"];
+
+#[test]
+fn release_force_prints_its_lock_delay_and_nobody_gets_the_key_meanwhile() {
+    let env = Env::new("cli_delay");
+    let mut holder =
+        env.spawn(&[&["exec", "--key", "job", "--ttl", "5s", "--"][..], &HOLD].concat());
+    holder.expect_line("working");
+    // Far longer than the test: the key stays delayed throughout.
+    let out = env.run(&["release", "job", "--force", "--lock-delay", "10m"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("lock-delay: not granted again for 10m"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(holder.wait(), LEASE_LOST);
+    let out = env.run(&["exec", "--key", "job", "--no-wait", "--", "true"]);
+    assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{}", stderr(&out));
+
+    // The default: the safety margin of the default TTL (30 s / 10).
+    let mut holder = env.spawn(&[&["exec", "--key", "job2", "--"][..], &HOLD].concat());
+    holder.expect_line("working");
+    let out = env.run(&["--json", "release", "job2", "--force"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["released"], Value::Bool(true));
+    assert_eq!(report["lock_delay_ms"], Value::from(3_000));
+    assert_eq!(holder.wait(), LEASE_LOST);
+
+    // By owner id, and none for a key nobody held.
+    let mut holder = env.spawn(
+        &[
+            &["--owner-id", "w7", "exec", "--key", "job3", "--"][..],
+            &HOLD,
+        ]
+        .concat(),
+    );
+    holder.expect_line("working");
+    let out = env.run(&["release", "--owner", "w7", "--force", "--lock-delay", "10m"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("released 1 lease of owner id \"w7\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("lock-delay: not granted again for 10m"),
+        "{text}"
+    );
+    assert_eq!(holder.wait(), LEASE_LOST);
+    let out = env.run(&["exec", "--key", "job3", "--no-wait", "--", "true"]);
+    assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{}", stderr(&out));
+    let out = env.run(&["release", "free", "--force"]);
+    assert!(!stdout(&out).contains("lock-delay"), "{}", stdout(&out));
+    let out = env.run(&["release", "free", "--force", "--lock-delay", "soon"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("--lock-delay"), "{}", stderr(&out));
+}

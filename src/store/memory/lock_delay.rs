@@ -1,0 +1,39 @@
+//! The twin's lock-delay ("Lock-delay" in `store`): what `MongoStore`'s
+//! force release and release by owner id write before their release, so
+//! that the release keeps the key until `nb`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::doc::Doc;
+use super::rules::Collection;
+
+/// `nb = now + delay` (or later, if already) on `doc`, whose live lease an
+/// involuntary end is about to release; nothing for a zero `delay`.
+pub(super) fn delay(doc: &mut Doc, delay: Duration, now: Instant) {
+    if !delay.is_zero() {
+        let end = now + delay;
+        doc.not_before = Some(doc.not_before.map_or(end, |nb| nb.max(end)));
+    }
+}
+
+impl Collection {
+    /// The lock-delay of a release by owner id of `owner`'s leases
+    /// (`MongoStore`'s `delay_stage`): on each document whose live
+    /// exclusive lease is `owner`'s, or all of whose live holders (at least
+    /// one) are `owner`'s.
+    pub(super) fn delay_owner_ends(&mut self, owner: &str, delay: Duration, now: Instant) {
+        for doc in self.docs.values_mut() {
+            let ends = if doc.holders.is_empty() {
+                doc.owner == owner && doc.lease_id.is_some() && doc.exp > now
+            } else {
+                let mut live = doc.live_holders(now).peekable();
+                live.peek().is_some() && live.all(|h| h.owner == owner)
+            };
+            if ends {
+                self::delay(doc, delay, now);
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Lock-delay ("Lock-delay" in `store`): after a force release, or a
+//! release by owner id, of a live lease, no kind is granted the key, and
+//! nobody is handed it, before `nb`; an expired lease, and a shared key
+//! whose other holders remain, are not delayed.
+
+use crate::store::StoreExt;
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use super::kinds::{shape, take_as};
+use super::{Fixture, held, raw, take};
+use crate::LeaseKind;
+use crate::store::light_release::{LightAcquire, LightAcquired};
+use crate::store::{AcquireOutcome, Store};
+
+/// Longer than any scenario: a key it delays stays delayed throughout.
+const LONG: Duration = Duration::from_secs(600);
+
+/// An attempt by `store` on `key` as `kind`, waiting.
+async fn attempt(store: &impl Store, key: &str, kind: LeaseKind) -> AcquireOutcome {
+    let ttl = store.default_ttl();
+    store
+        .acquire_shaped(key.into(), Uuid::new_v4(), true, ttl, shape(kind))
+        .await
+        .unwrap()
+}
+
+/// Asserts that every kind's attempt on `key` finds it held until about
+/// [`LONG`] from now (not a mismatch, not acquired), and that the light
+/// acquire does not take it.
+async fn delayed(store: &impl Store, key: &str) {
+    let remaining = held(store, key, true, "a").await;
+    assert!(
+        remaining > LONG - Duration::from_secs(60) && remaining <= LONG,
+        "{key}: {remaining:?}"
+    );
+    for kind in [LeaseKind::Shared, LeaseKind::Permit { permits: 3 }] {
+        match attempt(store, key, kind).await {
+            AcquireOutcome::Held { remaining, .. } => {
+                assert!(remaining.is_some_and(|r| r > LONG - Duration::from_secs(60)))
+            }
+            other => panic!("{key} as {kind:?}: {other:?}"),
+        }
+    }
+    let light = LightAcquire {
+        key: key.into(),
+        lease_id: Uuid::new_v4(),
+        ttl: super::TTL,
+        started: tokio::time::Instant::now(),
+    };
+    let answers = store.acquire_light(vec![light]).await;
+    assert!(
+        matches!(answers[..], [LightAcquired::NotApplied]),
+        "{answers:?}"
+    );
+}
+
+pub(super) async fn a_force_release_keeps_the_key_from_every_kind_until_the_lock_delay_ends<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let operator = f.delaying_store("op", LONG).await;
+    assert_eq!(operator.lock_delay(), LONG);
+    let (la, ta) = take(&a, "k").await;
+    let before = operator.force_release("k".into()).await.unwrap();
+    assert_eq!(before.map(|i| i.fencing_token), Some(ta));
+    let r = raw(f, "k").await;
+    assert_eq!((r.lease_id, r.expired), (None, false));
+    assert_eq!(
+        a.renew(vec![la]).await.unwrap().len(),
+        1,
+        "the lease is lost"
+    );
+    delayed(&b, "k").await;
+    // Nothing held: a second force release ends nothing, and does not
+    // shorten the delay.
+    assert_eq!(operator.force_release("k".into()).await.unwrap(), None);
+    delayed(&b, "k").await;
+
+    // Every kind: a shared key's holders are ended, and delayed, too.
+    let (_, _) = take_as(&a, "s", shape(LeaseKind::Shared)).await;
+    assert!(operator.force_release("s".into()).await.unwrap().is_some());
+    delayed(&b, "s").await;
+
+    // A short delay: the key is free once it has passed, by the server's
+    // clock (the same machine's here), and the next token is greater.
+    let short = Duration::from_millis(700);
+    let quick = f.delaying_store("op", short).await;
+    let (_, tq) = take(&a, "q").await;
+    let start = Instant::now();
+    assert!(quick.force_release("q".into()).await.unwrap().is_some());
+    let bound = start + Duration::from_secs(30);
+    let token = loop {
+        match b.attempt("q".into(), Uuid::new_v4(), false).await.unwrap() {
+            AcquireOutcome::Acquired { token } => break token,
+            AcquireOutcome::Held { .. } if Instant::now() < bound => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            other => panic!("q: {other:?}"),
+        }
+    };
+    // Less the server's `$$NOW` stepping back a few ms (B3).
+    assert!(
+        start.elapsed() >= short - Duration::from_millis(50),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(token > tq);
+}
+
+pub(super) async fn a_release_by_owner_delays_the_live_leases_it_ends_only<F: Fixture>(f: &F) {
+    let [a, b, c] = super::stores(f, ["a", "b", "c"]).await;
+    let operator = f.delaying_store("op", LONG).await;
+    take(&a, "live").await;
+    take(&a, "expired").await;
+    f.expire("expired").await;
+    // A waiting owner registered in the queue is not handed the key.
+    take(&a, "queued").await;
+    held(&b, "queued", true, "a").await;
+    assert_eq!(f.queue("queued").await, ["b"]);
+    // A shared key whose other holder remains, and one whose last live
+    // holder is `a`'s.
+    take_as(&a, "shared", shape(LeaseKind::Shared)).await;
+    take_as(&c, "shared", shape(LeaseKind::Shared)).await;
+    take_as(&a, "alone", shape(LeaseKind::Shared)).await;
+
+    let released = operator.release_by_owner("a".into()).await.unwrap();
+    assert_eq!(released, 5);
+    delayed(&b, "live").await;
+    delayed(&c, "queued").await;
+    assert_eq!(raw(f, "queued").await.lease_id, None, "not handed over");
+    delayed(&b, "alone").await;
+    take(&b, "expired").await;
+    take_as(&b, "shared", shape(LeaseKind::Shared)).await;
+}
+
+pub(super) async fn a_zero_lock_delay_frees_the_key_at_once<F: Fixture>(f: &F) {
+    let (a, b) = (f.store("a").await, f.store("b").await);
+    let operator = f.delaying_store("op", Duration::ZERO).await;
+    take(&a, "k").await;
+    assert!(operator.force_release("k".into()).await.unwrap().is_some());
+    take(&b, "k").await;
+    take(&a, "o").await;
+    assert_eq!(operator.release_by_owner("a".into()).await.unwrap(), 1);
+    take(&b, "o").await;
+}
