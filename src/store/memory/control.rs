@@ -36,7 +36,7 @@ pub(crate) enum Op {
     RequestRelease,
 }
 
-pub(super) const OPS: usize = 12;
+pub(super) const OPS: usize = 13;
 
 impl Op {
     pub(super) fn index(self) -> usize {
