@@ -61,7 +61,7 @@ async fn the_lock_field_holds_the_lock_collections_schema_and_user_fields_surviv
     let lock = acquired.get_document("_lease").unwrap();
     assert_eq!(
         lock.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["aid", "lid", "tok", "acq", "ts", "exp"]
+        ["aid", "lid", "tok", "acq", "ts", "exp", "tr"]
     );
     assert_eq!(lock.get_str("aid").unwrap(), m.owner_id());
     assert!(

@@ -275,10 +275,13 @@ async fn an_exclusive_waiter_gets_the_key_while_shared_acquirers_keep_arriving()
 #[tokio::test]
 async fn a_force_released_shared_lease_is_lost_and_its_token_fires() {
     let fx = Fixture::new("shared_force").await;
+    // No lock-delay (docs/lock-delay.md): a force-released key is free at once.
+    let mut options = fx.options(TTL).await;
+    options.lock_delay = Some(std::time::Duration::ZERO);
     let (a, b, operator) = (
         fx.manager(TTL).await,
         fx.manager(TTL).await,
-        fx.manager(TTL).await,
+        mongo_lease::LeaseManager::connect(options).await.unwrap(),
     );
     let reader_a = a.acquire_shared("catalogue").await.unwrap();
     let reader_b = b.acquire_shared("catalogue").await.unwrap();

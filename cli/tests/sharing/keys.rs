@@ -117,12 +117,11 @@ async fn cli_locks_an_objectid_given_as_extended_json_and_lists_it_as_extended_j
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cli_takes_exactly_one_of_key_and_key_json_and_refuses_bad_extended_json() {
+async fn cli_needs_a_key_takes_one_for_release_and_refuses_bad_extended_json() {
     let fx = Fixture::new("keys_cli_usage").await;
     let db = fx.db.name().to_owned();
     for args in [
-        &["exec", "--key", "a", "--key-json", "\"b\"", "--", "true"][..],
-        &["exec", "--no-wait", "--", "true"],
+        &["exec", "--no-wait", "--", "true"][..],
         &["exec", "--key-json", r#"{"$oid":"xyz"}"#, "--", "true"],
         &["exec", "--key-json", "not json", "--", "true"],
         &["exec", "--key-json", "[1, 2]", "--", "true"],
