@@ -261,6 +261,20 @@ impl Actor {
                     state.attempt = Attempt::Scheduled(timer);
                 }
             }
+            Ok((AcquireOutcome::OursAsAnotherKind { stored }, _)) => {
+                // An earlier attempt under this lease id landed unseen, and
+                // the key's number of permits changed since: give its entry
+                // back (the next attempt goes under a new lease id once the
+                // release is confirmed, `on_released`), and answer as a
+                // mismatch.
+                let requested = sent.shape.kind;
+                tracing::debug!(%key, %stored, %requested, "our entry on a key now held as another kind");
+                let mismatch = Error::KindMismatch { stored, requested };
+                state
+                    .answer_waiters(|w| (w.shape.kind == requested).then(|| Err(mismatch.clone())));
+                state.new_lease_id();
+                self.give_back(&key, lease_id, requested);
+            }
             Ok((AcquireOutcome::Mismatch { stored }, _)) => {
                 state.note_unanswered(
                     lease_id,

@@ -746,7 +746,8 @@ pub(crate) fn document_shape(shape: crate::kind::LeaseShape) -> crate::error::Re
 /// [`Unconfirmed`](AcquireOutcome::Unconfirmed), never `Acquired`, and a
 /// `Held` answer from a read carries no `token`, so that it never orders a
 /// handoff after the attempt (grant on the change stream's event, see
-/// "Queue of waiting owners").
+/// "Queue of waiting owners"). Nor is a read ever a `Mismatch`: only the
+/// write's own reply proves that it did not land.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireOutcome {
     /// The lease is ours, with this fencing token: the attempt's own write
@@ -765,8 +766,17 @@ pub(crate) enum AcquireOutcome {
     /// the key meanwhile). Registers nothing for grant on the event.
     Unconfirmed { token: u64 },
     /// The key is held as another kind than the one asked for (see
-    /// "Shared and semaphore keys"); nothing was written.
+    /// "Shared and semaphore keys"); the attempt's own write says so, and
+    /// wrote nothing.
     Mismatch { stored: crate::LeaseKind },
+    /// This attempt's lease id has an entry on the key (an earlier attempt
+    /// under it landed unseen), but the key is now held as `stored` by
+    /// other live holders: its number of permits changed since
+    /// (`Store::set_permits`). The write renewed nothing. The actor gives
+    /// the entry back and answers as for a [`Mismatch`](Self::Mismatch);
+    /// renewed, the entry would count as a permit of the old number on a
+    /// key of the new one.
+    OursAsAnotherKind { stored: crate::LeaseKind },
     /// Another acquisition holds the key for at most `remaining` more
     /// (server time). `remaining` is `None` for a foreign holder (a document
     /// not of our shape, never modified by an acquire), whose lock has no

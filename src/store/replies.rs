@@ -56,7 +56,18 @@ pub(crate) const NOW: &str = "now";
 /// The verdict on a document that a read found, not the attempt's own
 /// write (see the module docs): an acquisition found there (or an
 /// expired lease of ours) is [`AcquireOutcome::Unconfirmed`], a `Held`
-/// answer carries no token; a `Mismatch` is as read.
+/// answer carries no token.
+///
+/// A key read as held as another kind (with this attempt's entry or
+/// without) is `Held` too, with nothing left to
+/// wait (and no holder named): the read may predate the attempt's write
+/// (a majority snapshot), or follow writes after it, so it does not prove
+/// that the write did not land. The actor retries at once under the same
+/// lease id and shape (`KeyState::unseen`), and that write's own reply
+/// decides: the lease, or the mismatch. Were the read's mismatch the
+/// answer, the lease id would go to the next attempt, perhaps for another
+/// number of permits, which the server would take for a retry of the
+/// landed one (safety.md, property 2).
 pub(crate) fn from_reread(outcome: AcquireOutcome) -> AcquireOutcome {
     match outcome {
         AcquireOutcome::Acquired { token } | AcquireOutcome::Unconfirmed { token } => {
@@ -69,7 +80,13 @@ pub(crate) fn from_reread(outcome: AcquireOutcome) -> AcquireOutcome {
             remaining,
             token: None,
         },
-        mismatch @ AcquireOutcome::Mismatch { .. } => mismatch,
+        AcquireOutcome::Mismatch { .. } | AcquireOutcome::OursAsAnotherKind { .. } => {
+            AcquireOutcome::Held {
+                holder: String::new(),
+                remaining: Some(Duration::ZERO),
+                token: None,
+            }
+        }
     }
 }
 
@@ -286,7 +303,10 @@ fn live_mark(doc: &Document, now: i64) -> Option<(String, Duration)> {
 /// [`LIVE`], [`FIRST_EXPIRY`], [`YIELDED`], `now`): `Acquired` with this
 /// entry's token if the entry is live at the projection's `now` (an
 /// expired entry of ours, which a write of this attempt never returns, is
-/// `Unconfirmed`: a retry under its lease id wins and renews it);
+/// `Unconfirmed`: a retry under its lease id wins and renews it), unless
+/// other live holders hold the key as another kind now
+/// (`OursAsAnotherKind`: its number of permits changed since that entry
+/// was written);
 /// `Mismatch` for live holders of another kind (a live exclusive holder is
 /// a mismatch for a permit; a shared acquirer waits for it); else `Held`
 /// until the earliest live permit's expiry (a full semaphore), the
@@ -302,6 +322,10 @@ pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) ->
     let exp = *doc.get_datetime(field::EXPIRES_AT).expect("our shape");
     let now = now_ms(doc, exp);
     if let Ok(entry) = doc.get_document(MINE) {
+        let stored = read_kind(doc);
+        if stored != kind && int(doc.get(LIVE)).unwrap_or(0) > 0 {
+            return AcquireOutcome::OursAsAnotherKind { stored };
+        }
         let token = entry.get_i64(field::TOKEN).unwrap_or(0) as u64;
         let live = entry
             .get_datetime(field::EXPIRES_AT)
@@ -349,12 +373,7 @@ pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) ->
             None => held(holder, Duration::ZERO),
         };
     }
-    let stored = match int(doc.get(field::PERMITS)) {
-        Some(n) => LeaseKind::Permit {
-            permits: u32::try_from(n).unwrap_or(0),
-        },
-        None => LeaseKind::Shared,
-    };
+    let stored = read_kind(doc);
     if stored != kind {
         return AcquireOutcome::Mismatch { stored };
     }
@@ -365,6 +384,16 @@ pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) ->
             let first = doc.get_datetime(FIRST_EXPIRY).map(|d| until(*d, now));
             held(holder, first.unwrap_or(until(exp, now)))
         }
+    }
+}
+
+/// The kind of a shared or semaphore key with live holders, as `pm` says.
+fn read_kind(doc: &Document) -> LeaseKind {
+    match int(doc.get(field::PERMITS)) {
+        Some(n) => LeaseKind::Permit {
+            permits: u32::try_from(n).unwrap_or(0),
+        },
+        None => LeaseKind::Shared,
     }
 }
 

@@ -9,7 +9,7 @@ use tokio_util::time::FutureExt as _;
 
 use super::*;
 use crate::store::memory::Doc;
-use crate::{AcquireOptions, LeaseKind};
+use crate::{AcquireOptions, LeaseKind, PermitsChange};
 
 /// A semaphore of `n` permits.
 fn permits(n: u32) -> AcquireOptions {
@@ -622,4 +622,66 @@ async fn an_unseen_acquisition_for_a_waiter_that_left_never_blocks_the_next_wait
     assert_eq!(lease.kind(), LeaseKind::Shared);
     assert_eq!(store.calls(Op::Release), 1, "{:?}", store.log());
     assert_eq!(holder_owners(&db, "k"), ["a"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_whose_reply_is_lost_and_whose_reread_is_stale_is_retried_not_refused() {
+    let db = MemoryDb::new();
+    db.keep_snapshots(Duration::from_secs(10));
+    let (a, store, _) = start(&db, "a");
+    let two = a.semaphore("pool", 2).unwrap();
+    let _first = two.acquire().await.unwrap();
+    sleep(Duration::from_millis(100)).await;
+    let mut three = a.semaphore("pool", 3).unwrap();
+    assert_eq!(three.set_permits(3).await.unwrap(), PermitsChange::Set);
+    sleep(Duration::from_millis(100)).await;
+    // The acquisition of one permit of 3 lands, its reply is lost, and the
+    // re-read is a snapshot from before the change to 3 permits: it reads
+    // the key as held as 2 permits, without this acquisition.
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    store.fault_next(Op::Inspect, Fault::Stale(Duration::from_millis(150)), 1);
+    let second = soon(three.acquire()).await.unwrap();
+    assert_eq!(second.kind(), LeaseKind::Permit { permits: 3 });
+    let doc = db.doc("pool").unwrap();
+    let taken: Vec<_> = doc
+        .holders
+        .iter()
+        .map(|h| (h.lease_id, h.permits))
+        .collect();
+    assert!(taken.contains(&(second.lease_id(), 1)), "{taken:?}");
+    // Two of 3 permits are taken: two more are not free (the lease id of
+    // the landed acquisition is not reused for them).
+    assert!(three.try_acquire_many(2).await.unwrap().is_none());
+    assert_eq!(db.doc("pool").unwrap().permits_used(Instant::now()), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permit_that_landed_unseen_before_the_number_changed_is_given_back_and_refused() {
+    let db = MemoryDb::new();
+    let (a, sa, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let _theirs = b.semaphore("pool", 2).unwrap().acquire().await.unwrap();
+    // a's acquisition of one permit of 2 lands, its reply is lost and so is
+    // the re-read: it retries under the same lease id.
+    sa.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    sa.fail_next(Op::Inspect, 1);
+    let two = a.semaphore("pool", 2).unwrap();
+    let mine = started(async move { two.acquire().await }).await;
+    settle().await;
+    assert_eq!(holder_owners(&db, "pool"), ["b", "a"]);
+    // Meanwhile b makes it a semaphore of 3.
+    let mut three = b.semaphore("pool", 3).unwrap();
+    assert_eq!(three.set_permits(3).await.unwrap(), PermitsChange::Set);
+    // The retry finds its entry on a key of 3 permits: a permit of 2 is
+    // not granted (it would count against 2 on a key of 3), and the entry
+    // is given back.
+    assert_mismatch(
+        soon(mine).await.unwrap(),
+        LeaseKind::Permit { permits: 3 },
+        LeaseKind::Permit { permits: 2 },
+    );
+    settle().await;
+    assert_eq!(sa.calls(Op::Release), 1, "{:?}", sa.log());
+    assert_eq!(holder_owners(&db, "pool"), ["b"]);
+    assert_eq!(db.doc("pool").unwrap().permits, Some(3));
 }

@@ -53,17 +53,31 @@ pub(super) fn acquire_holder(
     now: Instant,
 ) -> AcquireOutcome {
     let (kind, taken) = (shape.kind, shape.taken());
-    if let Some(holder) = doc
-        .holders
-        .iter_mut()
-        .find(|h| h.lease_id == lease_id && h.owner == owner)
-    {
+    let mine = |h: &Holder| h.lease_id == lease_id && h.owner == owner;
+    let others_live = doc.live_holders(now).any(|h| !mine(h));
+    // A retry wins only on a key still held as its kind, or alone (as
+    // MongoStore's `mine_wins`).
+    if doc.holders.iter().any(mine) && others_live && doc.stored_kind() != kind {
+        return AcquireOutcome::OursAsAnotherKind {
+            stored: doc.stored_kind(),
+        };
+    }
+    if let Some(at) = doc.holders.iter().position(mine) {
+        // Renewed and moved last, the expired entries dropped, as the
+        // pipeline's `live ++ [entry]`.
+        let mut holder = doc.holders.remove(at);
         holder.exp = now + ttl;
         holder.renewed = now;
         let token = holder.token;
+        doc.holders.retain(|h| h.exp > now);
+        doc.holders.push(holder);
         doc.renewed = now;
         doc.revocation = None;
-        doc.exp = doc.exp.max(now + ttl);
+        doc.exp = latest(doc).unwrap_or(now);
+        doc.permits = match kind {
+            LeaseKind::Permit { permits } => Some(permits),
+            _ => None,
+        };
         return AcquireOutcome::Acquired { token };
     }
     let live = doc.live_holders(now).count();

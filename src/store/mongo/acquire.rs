@@ -79,7 +79,8 @@ pub(super) fn stored_permits(permits: u32) -> i32 {
 /// more than one) to `hs` if it wins (see "Shared and semaphore keys" in `store`), dropping the
 /// expired entries, and otherwise returns the document unchanged (no write,
 /// B2). A retry (an entry of this lease id and owner id) renews that entry
-/// and keeps its token. The top fields then describe the key: `aid`, `tok`,
+/// and keeps its token, if the key is still held as its kind (or by no
+/// other live holder). The top fields then describe the key: `aid`, `tok`,
 /// `acq` of this acquisition, `ts` now, `exp` the latest entry's; `lid`,
 /// `wt`, `yu`, `data` and `hl` of an earlier exclusive holder are gone.
 ///
@@ -114,6 +115,17 @@ pub(super) fn multi_acquire_pipeline(
         exclusive_holder,
     ]};
     let has_permits = doc! { "$ne": [{ "$type": f(field::PERMITS) }, "missing"] };
+    // A retry wins only on a key still held as its kind (or alone): one
+    // whose number of permits changed since the entry was written answers
+    // `OursAsAnotherKind` (`replies::classify_multi`), and its entry is
+    // given back; renewed, it would count as a permit of the old number.
+    let same_kind = match kind {
+        LeaseKind::Permit { permits } => {
+            doc! { "$eq": [f(field::PERMITS), stored_permits(permits)] }
+        }
+        _ => doc! { "$not": [has_permits.clone()] },
+    };
+    let mine_wins = doc! { "$and": [mine.clone(), { "$or": [no_live.clone(), same_kind] }] };
     let kind_admits = match kind {
         LeaseKind::Permit { permits } => doc! { "$or": [
             no_live.clone(),
@@ -132,7 +144,7 @@ pub(super) fn multi_acquire_pipeline(
     };
     let wins = doc! { "$or": [
         inserted(),
-        mine.clone(),
+        mine_wins,
         { "$and": [
             our_shape(),
             { "$not": [exclusive_held] },
@@ -166,13 +178,11 @@ pub(super) fn multi_acquire_pipeline(
     if taken > 1 {
         new_entry.insert(field::PERMITS_TAKEN, stored_permits(taken));
     }
-    let transitions = doc! { "$cond": [
-        mine.clone(),
-        f(field::TRANSITIONS),
-        transitions_after(doc! { "$literal": owner }),
-    ]};
+    // A retry keeps the top `aid`, `acq` and `tr`: those of the key's
+    // latest acquisition, which may be another holder's since.
+    let latest = |field: &str, new: Bson| doc! { "$cond": [mine.clone(), f(field), new] };
     let entry = doc! { "$cond": [
-        mine,
+        mine.clone(),
         { "$mergeObjects": [
             { "$first": "$$mine" },
             { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: expires },
@@ -181,9 +191,9 @@ pub(super) fn multi_acquire_pipeline(
     ]};
     let mut acquired = doc! {
         field::ID: "$_id",
-        field::OWNER: { "$literal": owner },
+        field::OWNER: latest(field::OWNER, doc! { "$literal": owner }.into()),
         field::TOKEN: { "$max": [f(field::TOKEN), "$$entry.tok"] },
-        field::ACQUIRED_AT: "$$entry.acq",
+        field::ACQUIRED_AT: latest(field::ACQUIRED_AT, "$$entry.acq".into()),
         field::RENEWED_AT: "$$NOW",
         field::EXPIRES_AT: { "$max": [{ "$max": "$$live.exp" }, "$$entry.exp"] },
         field::HOLDERS: { "$concatArrays": ["$$live", ["$$entry"]] },
@@ -193,8 +203,11 @@ pub(super) fn multi_acquire_pipeline(
     }
     acquired.insert(field::RELEASED_AT, f(field::RELEASED_AT));
     acquired.insert(field::EXCLUSIVE_WAITER, f(field::EXCLUSIVE_WAITER));
-    // A retry keeps `tr` (the top `aid` may be another holder's since).
-    acquired.insert(field::TRANSITIONS, transitions);
+    let transitions = transitions_after(doc! { "$literal": owner });
+    acquired.insert(
+        field::TRANSITIONS,
+        latest(field::TRANSITIONS, transitions.into()),
+    );
     let mine_entries =
         doc! { "$filter": { "input": entries(), "cond": entry_is(owner, lease_id) } };
     vec![doc! { "$replaceWith": { "$let": {

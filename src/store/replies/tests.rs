@@ -13,7 +13,7 @@ fn date(ms: i64) -> DateTime {
 }
 
 #[test]
-fn a_read_confirms_no_acquisition_and_orders_no_handoff() {
+fn a_read_confirms_no_acquisition_orders_no_handoff_and_refuses_no_kind() {
     assert_eq!(
         from_reread(AcquireOutcome::Acquired { token: 7 }),
         AcquireOutcome::Unconfirmed { token: 7 }
@@ -30,10 +30,18 @@ fn a_read_confirms_no_acquisition_and_orders_no_handoff() {
             token: None,
         }
     );
+    // Only the write's own reply proves that it did not land.
     let mismatch = AcquireOutcome::Mismatch {
         stored: LeaseKind::Shared,
     };
-    assert_eq!(from_reread(mismatch.clone()), mismatch);
+    assert_eq!(
+        from_reread(mismatch),
+        AcquireOutcome::Held {
+            holder: String::new(),
+            remaining: Some(Duration::ZERO),
+            token: None,
+        }
+    );
 }
 
 #[test]
@@ -54,7 +62,7 @@ fn an_expired_lease_of_ours_is_not_acquired() {
     );
     let entry = |exp: i64| {
         doc! {
-            "aid": "x", "tok": 9_i64, "exp": date(50_000), "now": date(1_000), "live": 1,
+            "aid": "x", "tok": 9_i64, "exp": date(50_000), "now": date(1_000), "live": 1, "pm": 2,
             MINE: { "aid": "me", "lid": lid(LID), "tok": 7_i64, "exp": date(exp) },
         }
     };

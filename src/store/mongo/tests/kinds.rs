@@ -64,7 +64,14 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
     assert_eq!(at(wins, "$or.0"), &bson(inserted()));
     assert_eq!(
         at(wins, "$or.1"),
-        &bson(doc! { "$gt": [{ "$size": "$$mine" }, 0] })
+        &bson(doc! { "$and": [
+            { "$gt": [{ "$size": "$$mine" }, 0] },
+            { "$or": [
+                { "$eq": [{ "$size": "$$live" }, 0] },
+                { "$eq": ["$pm", 3] },
+            ]},
+        ]}),
+        "a retry, on a key still of its number of permits or alone"
     );
     assert_eq!(at(wins, "$or.2.$and.0"), &bson(our_shape()));
     assert_eq!(
@@ -86,7 +93,12 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
         "no lid, wt, yu, data nor hl"
     );
     assert_eq!(at(acquired, "pm"), &Bson::Int32(3));
-    assert_eq!(at(acquired, "aid"), &bson(doc! { "$literal": "me" }));
+    let mine = doc! { "$gt": [{ "$size": "$$mine" }, 0] };
+    assert_eq!(
+        at(acquired, "aid"),
+        &bson(doc! { "$cond": [mine, "$aid", { "$literal": "me" }] }),
+        "a retry keeps the latest acquisition's owner"
+    );
     assert_eq!(
         at(acquired, "hs"),
         &bson(doc! { "$concatArrays": ["$$live", ["$$entry"]] })
@@ -142,10 +154,25 @@ fn a_retry_reads_its_own_entrys_token_and_a_foreign_document_is_held_with_no_exp
         "me",
         doc! { "tok": 7_i64, "lid": bson_lease_id(LID), "exp": date(30_000) },
     );
+    retry.insert("pm", 3);
     let permit = LeaseKind::Permit { permits: 3 };
     assert_eq!(
         classify_multi(&key, permit, &retry),
         AcquireOutcome::Acquired { token: 7 }
+    );
+    // Its entry on a key whose number changed since, with other holders.
+    retry.insert("pm", 4);
+    assert_eq!(
+        classify_multi(&key, permit, &retry),
+        AcquireOutcome::OursAsAnotherKind {
+            stored: LeaseKind::Permit { permits: 4 }
+        }
+    );
+    retry.insert("live", 0);
+    assert_eq!(
+        classify_multi(&key, permit, &retry),
+        AcquireOutcome::Acquired { token: 7 },
+        "alone on the key: a retry as on a free key"
     );
     let foreign = doc! { "_id": "k", "aid": "java", "ts": date(5) };
     assert_eq!(

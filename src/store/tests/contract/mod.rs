@@ -478,4 +478,5 @@ contract!(
     // Several permits in one lease.
     permits::a_lease_takes_k_permits_all_or_none,
     permits::the_number_of_permits_changes_only_when_no_more_are_held,
+    permits::a_retry_after_the_number_of_permits_changed_is_refused_while_others_hold,
 );

@@ -124,3 +124,36 @@ pub(super) async fn the_number_of_permits_changes_only_when_no_more_are_held<F: 
         Err(Error::InvalidConfig { .. })
     ));
 }
+
+pub(super) async fn a_retry_after_the_number_of_permits_changed_is_refused_while_others_hold<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let [a, b] = stores(f, ["a", "b"]).await;
+    let (la, ta) = take_as(&a, "k", permits(2, 1)).await;
+    take_as(&b, "k", permits(2, 1)).await;
+    assert_eq!(
+        b.set_permits("k".into(), 3).await.unwrap(),
+        PermitsChange::Set
+    );
+    // a's entry is a permit of 3 now: a retry asking for 2 is refused, and
+    // neither renews the entry nor turns the key back to 2 permits.
+    let before = a.inspect("k".into()).await.unwrap().unwrap();
+    let retry = retry_as(&a, &la, permits(2, 1)).await;
+    let stored = LeaseKind::Permit { permits: 3 };
+    assert_eq!(retry, AcquireOutcome::OursAsAnotherKind { stored });
+    let after = a.inspect("k".into()).await.unwrap().unwrap();
+    assert_eq!(after.kind, stored);
+    assert_eq!(after.holders, before.holders, "nothing written");
+    // Asking for 3, it is a retry as before: the same entry, renewed (and
+    // now the latest).
+    let retry = retry_as(&a, &la, permits(3, 1)).await;
+    assert_eq!(retry, AcquireOutcome::Acquired { token: ta });
+    assert_eq!(taken(&a, "k").await, [("b".into(), 1), ("a".into(), 1)]);
+    // The key's latest acquisition is still b's (the top owner id, token
+    // and transitions).
+    let info = a.inspect("k".into()).await.unwrap().unwrap();
+    let latest = (info.owner_id.as_str(), info.fencing_token, info.transitions);
+    assert_eq!(latest, ("b", before.fencing_token, before.transitions));
+}
