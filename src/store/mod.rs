@@ -99,8 +99,13 @@
 //!   nothing written; otherwise the key is held until its first live
 //!   holder's `exp`.
 //! - A retry under the same lease id and owner id (its entry still in `hs`)
-//!   wins whatever the other holders: it renews its entry and gets its
-//!   token back.
+//!   wins, whatever the other holders take, on a key still held as its
+//!   kind (the same `pm`, or none for a shared one) or with no other live
+//!   holder: it renews its entry, moved last, and gets its token back; the
+//!   top `aid`, `acq` and `tr` stay those of the key's latest acquisition.
+//!   On a key other live holders now hold as another kind (its number of
+//!   permits changed since the entry was written) it writes nothing and is
+//!   `AcquireOutcome::OursAsAnotherKind`: the actor gives the entry back.
 //! - Between owners, a shared or permit acquisition follows "Fairness
 //!   between owners" as an exclusive one does: it never takes a key its
 //!   owner yielded before `yu`, and a waiting shared acquisition that finds
