@@ -626,11 +626,11 @@ impl LeaseManagerOptions {
     }
 }
 
-/// The longest [`LeaseManagerOptions::lock_delay`]: one hour.
+/// The longest [`LeaseManagerOptions::lock_delay`](field@LeaseManagerOptions::lock_delay): one hour.
 pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
 
 impl LeaseManagerOptions {
-    /// The lock-delay of this manager: [`LeaseManagerOptions::lock_delay`],
+    /// The lock-delay of this manager: [`LeaseManagerOptions::lock_delay`](field@LeaseManagerOptions::lock_delay),
     /// or `timing`'s safety margin. An error above [`MAX_LOCK_DELAY`].
     pub(crate) fn lock_delay(&self, timing: &Timing) -> Result<Duration> {
         let delay = self.lock_delay.unwrap_or(timing.safety_margin);

@@ -195,7 +195,7 @@ impl LeaseManager {
     }
 
     /// The lock-delay of this manager's involuntary ends
-    /// ([`LeaseManagerOptions::lock_delay`](crate::LeaseManagerOptions::lock_delay)):
+    /// ([`LeaseManagerOptions::lock_delay`](field@crate::LeaseManagerOptions::lock_delay)):
     /// after its [`force_release`](LeaseManager::force_release) or
     /// [`release_owner`](LeaseManager::release_owner) of a live lease,
     /// nobody is granted the key for this long, by the server's clock.

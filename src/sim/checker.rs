@@ -18,9 +18,9 @@
 //!   (the same instant is on time);
 //! - lock-delay: after an operator's call ends a lease on the server,
 //!   nobody is granted its key before the delay has passed
-//!   ([`lock_delay`]);
+//!   (`checker/lock_delay.rs`);
 //! - revocation: once faults stop, a request to release a held key
-//!   reaches its live holders within a bound ([`revocation`]);
+//!   reaches its live holders within a bound (`checker/revocation.rs`);
 //! - once faults stop, every waiter is answered within a bound;
 //! - a read shows as waiting only managers that wait for the key, or did
 //!   within the waiter window (a registration's lifetime), each once;
