@@ -306,7 +306,7 @@ async fn schedule(seed: u64) -> Report {
     processes[requester].spawn(workload::requester(
         recorder.clone(),
         processes[requester].clone(),
-        vec!["x0", "x1", "rw", "p2", revocable::KEY],
+        (vec!["x0", "x1", "rw", "p2"], revocable::KEY),
         work_stop.clone(),
     ));
     tokio::spawn(workload::foreign_holder(
