@@ -397,15 +397,20 @@ impl Checker {
             } => {
                 self.waiters
                     .insert(*waiter, (*manager, key.clone(), self.now));
-                let waits = self.waits.entry((*manager, key.clone())).or_default();
-                waits.0 += 1;
+                // A group's wait (keys joined by `+`) waits for each key.
+                for key in key.split('+') {
+                    let waits = self.waits.entry((*manager, key.to_string())).or_default();
+                    waits.0 += 1;
+                }
             }
             Event::WaitEnded { waiter, .. } => {
-                if let Some((manager, key, _)) = self.waiters.remove(waiter)
-                    && let Some(waits) = self.waits.get_mut(&(manager, key))
-                {
-                    waits.0 = waits.0.saturating_sub(1);
-                    waits.1 = Some(self.now);
+                if let Some((manager, keys, _)) = self.waiters.remove(waiter) {
+                    for key in keys.split('+') {
+                        if let Some(waits) = self.waits.get_mut(&(manager, key.to_string())) {
+                            waits.0 = waits.0.saturating_sub(1);
+                            waits.1 = Some(self.now);
+                        }
+                    }
                 }
             }
             Event::FaultsStopped => self.faults_stopped = Some(self.now),
