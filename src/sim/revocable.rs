@@ -1,10 +1,11 @@
 //! The revocable holder of the workload: once faults stopped, it holds a
 //! key of its own until its lease is told of a request to release it
 //! (`LeaseEvent::RevocationRequested`), then releases it at once and takes
-//! it again; the requester asks for that key too. Every request that finds
-//! it held must reach it within the revocation property's bound, and a
-//! lease that is never told outlives that bound, so the property decides
-//! on those requests (holds of the other tasks mostly end before it).
+//! it again; every other request of the requester is for that key. Every
+//! request that finds it held must reach it within the revocation
+//! property's bound, and a lease that is never told outlives that bound,
+//! so the property decides on those requests (holds of the other tasks
+//! mostly end before it).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +30,7 @@ const UNTOLD_HOLD: Duration =
 
 /// A task of `process` that, once faults stopped and until `stop`,
 /// acquires [`KEY`] and holds it until told of a request to release it (or
-/// lost, or [`UNTOLD_HOLD`] passed), then releases it.
+/// lost, or `UNTOLD_HOLD` passed), then releases it.
 pub async fn revocable(recorder: Recorder, process: Arc<Process>, stop: Arc<AtomicBool>) {
     while recorder.at(Instant::now()) < FAULTS_STOP {
         sleep(ms(100)).await;
