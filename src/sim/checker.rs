@@ -688,5 +688,6 @@ impl Checker {
 
 mod lock_delay;
 mod revocation;
+pub(crate) use revocation::TOLD_WITHIN;
 #[cfg(test)]
 mod tests;

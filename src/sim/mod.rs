@@ -13,7 +13,9 @@
 //! that take several keys at once in random orders; an operator (force
 //! release, release by owner id, with a lock-delay of none, the safety
 //! margin or 1 s), another
-//! application locking a key with its own document, the TTL monitor, and
+//! application locking a key with its own document, once faults stopped a
+//! holder of a key of its own that releases it when told of a request to
+//! and a requester asking the holders of keys to, the TTL monitor, and
 //! the server's clock running up to 5 % faster than the managers' and
 //! stepping back by up to 10 ms.
 //! Faults stop at [`FAULTS_STOP`], the tasks at [`WORK_STOP`]; the run
@@ -27,6 +29,7 @@ mod faults;
 mod groups;
 pub mod history;
 mod reentrant;
+mod revocable;
 mod workload;
 
 use std::sync::Arc;
@@ -252,6 +255,27 @@ async fn schedule(seed: u64) -> Report {
             workers.push((process.index, process.spawn(task)));
         }
     }
+    // Once faults stopped, a holder of a key of its own that releases it
+    // when told of a request to, and a requester asking the holders of
+    // keys to release them, in managers that do not crash (another one
+    // than the holder's if there is one; no draw, so that the schedule's
+    // draws stay as they were).
+    let survives = |m: usize| plan.crash.is_none_or(|(victim, _)| victim != m);
+    let revocable_holder = plan.crash.map_or(0, |(victim, _)| (victim + 1) % managers);
+    let requester = Some((revocable_holder + 1) % managers)
+        .filter(|m| survives(*m))
+        .unwrap_or(revocable_holder);
+    described += &format!("manager {requester}: requests to release\n");
+    {
+        let process = &processes[revocable_holder];
+        described += &format!(
+            "manager {}: revocable holder of {}\n",
+            process.index,
+            revocable::KEY
+        );
+        let task = revocable::revocable(recorder.clone(), process.clone(), stop.clone());
+        workers.push((process.index, process.spawn(task)));
+    }
     let work_stop = Arc::new(AtomicBool::new(false));
     let operator = random_range(0..managers);
     let owners: Vec<String> = (0..managers).map(|m| format!("m{m}")).collect();
@@ -279,10 +303,10 @@ async fn schedule(seed: u64) -> Report {
             work_stop.clone(),
         ));
     }
-    processes[operator].spawn(workload::requester(
+    processes[requester].spawn(workload::requester(
         recorder.clone(),
-        processes[operator].clone(),
-        vec!["x0", "x1", "rw", "p2"],
+        processes[requester].clone(),
+        (vec!["x0", "x1", "rw", "p2"], revocable::KEY),
         work_stop.clone(),
     ));
     tokio::spawn(workload::foreign_holder(

@@ -601,21 +601,28 @@ pub async fn resizer(
 }
 
 /// Once the faults stopped, asks the holders of `keys` to release them
-/// through `process` every 50 to 400 ms, until `stop` (the revocation
+/// through `process` every 50 to 400 ms, every other time those of
+/// `often` (the revocable holder's key), until `stop` (the revocation
 /// property's requests).
 pub async fn requester(
     recorder: Recorder,
     process: Arc<Process>,
-    keys: Vec<&'static str>,
+    (keys, often): (Vec<&'static str>, &'static str),
     stop: Arc<AtomicBool>,
 ) {
     while recorder.at(Instant::now()) < super::FAULTS_STOP {
         sleep(ms(100)).await;
     }
+    let mut turn = 0;
     while !stop.load(Ordering::SeqCst) {
         sleep(ms(random_range(50..400))).await;
         let op: OpNo = recorder.number();
-        let key = keys[random_range(0..keys.len())];
+        turn += 1;
+        let key = if turn % 2 == 0 {
+            often
+        } else {
+            keys[random_range(0..keys.len())]
+        };
         recorder.push(Event::ReleaseRequested {
             op,
             key: format!("locks/{key}"),

@@ -2,6 +2,17 @@
 //! a key that returned `true` reaches every lease of the key that was live
 //! (and not ended by an operator) when the request started, within
 //! [`TOLD_WITHIN`] of its return, unless the lease ended first.
+//!
+//! What the protocol does not promise is left out (docs/revocation.md,
+//! "Limits"): a lease whose manager has no stream of writes is not told
+//! (in the simulation every manager's stream works once faults stop, and a
+//! failed one reopens within the bound); a request that lands while the
+//! holder's acquisition is in flight may be missed, so only the leases
+//! granted (recorded) before the request started are due. A lease that
+//! ends before its due instant (released, told lost, expired, its process
+//! crashed, ended by an operator) is not judged. The property decides on
+//! the requests for the revocable holder's key (`sim/revocable.rs`),
+//! which holds until told: holds of the other tasks mostly end first.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,7 +23,7 @@ use crate::sim::history::{At, LeaseNo, OpNo};
 /// How soon after a request returns its holders must be told: a stream
 /// of writes that failed just before the faults stopped reopens (and reads
 /// the requests) within its retry delay (5 s) and a heartbeat.
-const TOLD_WITHIN: Duration = Duration::from_secs(8);
+pub(crate) const TOLD_WITHIN: Duration = Duration::from_secs(8);
 
 /// What the revocation property tracks.
 #[derive(Default)]
