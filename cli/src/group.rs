@@ -11,7 +11,9 @@
 //! in it. If `mongo-lease` itself dies, even by SIGKILL, a watchdog (a
 //! forked process in a group of its own, blocked on a pipe whose only
 //! writer is `mongo-lease`) sees the pipe close and kills the group with
-//! SIGKILL.
+//! SIGKILL. The watchdog is forked before the command, and the command's
+//! leader writes its pid (the group's id) to it between fork and exec, so
+//! no code of the command runs before the watchdog can kill its group.
 //!
 //! What escapes: a process that leaves the group (`setsid`, `setpgid`, as
 //! daemons do when they double-fork) is neither signalled nor waited for.
@@ -57,36 +59,37 @@ impl Group {
             libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
         }
         let children = signal(SignalKind::child())?;
+        let watchdog = Watchdog::start()?;
+        let announce = watchdog.pipe.as_raw_fd();
         cmd.process_group(0);
-        #[cfg(target_os = "linux")]
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
-            cmd.pre_exec(|| {
-                // Until the watchdog is up, the leader at least dies with
-                // this process (the main thread: the runtime is single-threaded).
+            cmd.pre_exec(move || {
+                // The leader of its own group (again: idempotent), which
+                // the watchdog learns before the command runs.
+                libc::setpgid(0, 0);
+                let pid = libc::getpid().to_ne_bytes();
+                if libc::write(announce, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
+                    return Err(io::Error::last_os_error());
+                }
+                // The leader dies with this process too (the main thread:
+                // the runtime is single-threaded).
+                #[cfg(target_os = "linux")]
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(io::Error::last_os_error());
                 }
                 Ok(())
             });
         }
+        // A failed spawn drops the watchdog: it reads the end of the pipe
+        // before any pid, and exits without killing anything.
         let child = cmd.spawn()?;
-        let pid = child.id() as libc::pid_t;
-        let mut group = Group {
-            pid,
+        Ok(Group {
+            pid: child.id() as libc::pid_t,
             status: None,
             children,
-            watchdog: None,
-        };
-        match Watchdog::start(pid) {
-            Ok(watchdog) => group.watchdog = Some(watchdog),
-            Err(e) => {
-                group.signal(libc::SIGKILL);
-                group.reap();
-                return Err(e);
-            }
-        }
-        Ok(group)
+            watchdog: Some(watchdog),
+        })
     }
 
     /// Sends `signal` to every process of the group.
@@ -192,7 +195,7 @@ struct Watchdog {
 }
 
 impl Watchdog {
-    fn start(group: libc::pid_t) -> io::Result<Watchdog> {
+    fn start() -> io::Result<Watchdog> {
         let mut fds = [0; 2];
         // SAFETY: pipe(2) and fcntl(2) on the descriptors just made; the
         // child of fork(2) runs only async-signal-safe calls (`watch`).
@@ -208,7 +211,7 @@ impl Watchdog {
             }
             match libc::fork() {
                 -1 => Err(io::Error::last_os_error()),
-                0 => watch(read.as_raw_fd(), group),
+                0 => watch(read.as_raw_fd()),
                 _ => Ok(Watchdog { pipe: write }),
             }
         }
@@ -227,10 +230,12 @@ impl Watchdog {
 /// The watchdog's life, in the forked child: async-signal-safe calls only.
 /// In a group of its own (a signal to the group of `mongo-lease`, such as a
 /// shell's `kill -9 %1`, does not reach it) and deaf to the signals that
-/// end processes politely, it waits on the pipe: a byte means the group
+/// end processes politely, it reads the group's id from the pipe (written
+/// by the command's leader before exec; the end of the pipe before it: the
+/// command never started), then waits on the pipe: a byte means the group
 /// ended; end of file means every writer is gone, `mongo-lease` died, and
 /// the group gets SIGKILL.
-unsafe fn watch(read: libc::c_int, group: libc::pid_t) -> ! {
+unsafe fn watch(read: libc::c_int) -> ! {
     // SAFETY: async-signal-safe system calls on integers and a local byte.
     unsafe {
         libc::setpgid(0, 0);
@@ -242,6 +247,17 @@ unsafe fn watch(read: libc::c_int, group: libc::pid_t) -> ! {
         // file), and so must the sockets and pipes of `mongo-lease`.
         libc::dup2(read, 0);
         close_from(1);
+        let mut pid = [0u8; size_of::<libc::pid_t>()];
+        let mut got = 0;
+        while got < pid.len() {
+            match libc::read(0, pid[got..].as_mut_ptr().cast(), pid.len() - got) {
+                0 => libc::_exit(0),
+                n if n > 0 => got += n as usize,
+                _ if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
+                _ => libc::_exit(1),
+            }
+        }
+        let group = libc::pid_t::from_ne_bytes(pid);
         let mut byte = 0u8;
         loop {
             match libc::read(0, (&raw mut byte).cast(), 1) {
