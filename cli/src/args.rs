@@ -323,14 +323,15 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub http: HttpArg,
 
-    /// The command and its arguments.
     /// The signal the command's process group gets when someone asks to
-    /// release the lease (`release KEY --request`, `request_release`):
+    /// release the lease, or any of them with several keys (`release KEY
+    /// --request`, `request_release`):
     /// TERM (the default), INT, HUP, QUIT, USR1, USR2, or `none` to ignore
     /// requests. The lease stays held until the command exits.
     #[arg(long, value_name = "SIGNAL", default_value = "TERM", value_parser = parse_on_revoke)]
     pub on_revoke: OnRevokeArg,
 
+    /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }

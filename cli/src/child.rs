@@ -7,6 +7,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::SelectAll;
 use mongo_lease::LeaseKind;
 use tokio::sync::watch;
 use tokio_util::sync::WaitForCancellationFutureOwned;
@@ -118,16 +120,17 @@ fn lines(values: &[u64]) -> String {
     lines.join("\n")
 }
 
-/// The lease's events and the signal that a request to release it
+/// The events of the leases held (several keys: one lease each), merged,
+/// and the signal that a request to release any of them
 /// (`LeaseEvent::RevocationRequested`) sends to the command's group
 /// (`exec --on-revoke`).
-pub type OnRevoke = Option<(mongo_lease::LeaseEvents, i32)>;
+pub type OnRevoke = Option<(SelectAll<mongo_lease::LeaseEvents>, i32)>;
 
-/// The signal of the next request to release the lease, from `revoke`;
+/// The signal of the next request to release a lease held, from `revoke`;
 /// never without one.
 async fn next_revocation(revoke: &mut OnRevoke) -> i32 {
     if let Some((events, signal)) = revoke {
-        while let Some(event) = events.recv().await {
+        while let Some(event) = events.next().await {
             if let mongo_lease::LeaseEvent::RevocationRequested { by } = event {
                 tracing::info!(
                     by,

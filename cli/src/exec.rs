@@ -75,9 +75,8 @@ pub async fn exec(
         .map(|lease| (lease.key().to_string(), lease.fencing_token()))
         .unzip();
     let (names, kind) = (names.join("\n"), leases[0].kind());
-    // A request to release the first key signals the command (with several
-    // keys, the first in the order taken).
-    let events = leases[0].events();
+    // A request to release any of the keys signals the command.
+    let events = futures::stream::select_all(leases.iter().map(|lease| lease.events()));
     tracing::debug!(keys = %names.replace('\n', ", "), ?tokens, %kind, "acquired");
     let held = Arc::new(held);
     status.set(Phase::Holding(held.clone()));

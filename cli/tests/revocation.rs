@@ -53,6 +53,16 @@ fn a_release_request_signals_execs_command_which_exits_and_releases() {
     holder.expect_line("got USR1");
     assert_eq!(holder.wait(), 0);
 
+    // Several keys: a request for any of them (here the last taken).
+    let script = trapping("TERM");
+    let mut holder = env.spawn(&[
+        "exec", "--key", "job", "--key", "zeta", "--", "sh", "-c", &script,
+    ]);
+    holder.expect_line("working");
+    env.run(&["release", "zeta", "--request"]);
+    holder.expect_line("got TERM");
+    assert_eq!(holder.wait(), 0);
+
     // Bad input.
     let out = env.run(&["release", "job", "--request", "--force"]);
     assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
