@@ -299,16 +299,25 @@ pub(crate) fn is_transient_db_error(e: &mongodb::error::Error) -> bool {
         | ErrorKind::ConnectionPoolCleared { .. }
         | ErrorKind::Io(_) => true,
         ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(_)) => true,
-        ErrorKind::Command(c) => matches!(
-            c.code,
-            // NotWritablePrimary, InterruptedDueToReplStateChange, PrimarySteppedDown,
-            // NotPrimaryNoSecondaryOk, NotPrimaryOrSecondary, ShutdownInProgress,
-            // InterruptedAtShutdown, HostUnreachable, HostNotFound, NetworkTimeout,
-            // ExceededTimeLimit, WriteConcernFailed
-            10107 | 11602 | 189 | 13435 | 13436 | 91 | 11600 | 6 | 7 | 89 | 262 | 64
-        ),
+        ErrorKind::Command(c) => is_transient_code(c.code),
+        // A write that a stepdown interrupted in the middle of its command
+        // comes back as a write error of the reply, with no label
+        // (docs/mongodb-behaviour.md, B7).
+        ErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) => is_transient_code(w.code),
         _ => false,
     }
+}
+
+/// A server error code of a change of primary, a shutdown or an unreachable
+/// member: NotWritablePrimary, InterruptedDueToReplStateChange,
+/// PrimarySteppedDown, NotPrimaryNoSecondaryOk, NotPrimaryOrSecondary,
+/// ShutdownInProgress, InterruptedAtShutdown, HostUnreachable,
+/// HostNotFound, NetworkTimeout, ExceededTimeLimit, WriteConcernFailed.
+fn is_transient_code(code: i32) -> bool {
+    matches!(
+        code,
+        10107 | 11602 | 189 | 13435 | 13436 | 91 | 11600 | 6 | 7 | 89 | 262 | 64
+    )
 }
 
 /// [`Error::Unreachable`] for a driver error that says the deployment could
@@ -497,3 +506,39 @@ impl std::fmt::Display for Operation {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use mongodb::bson::doc;
+    use mongodb::error::{CommandError, ErrorKind, WriteError, WriteFailure};
+
+    use super::is_transient_db_error;
+
+    /// A driver error with the server's `code`, as a command error or as a
+    /// write error of the reply.
+    fn errors(code: i32) -> [mongodb::error::Error; 2] {
+        let reply =
+            doc! { "code": code, "codeName": "", "errmsg": "Not primary while writing to d.c" };
+        let command: CommandError = mongodb::bson::from_document(reply.clone()).unwrap();
+        let write: WriteError = mongodb::bson::from_document(reply).unwrap();
+        [
+            ErrorKind::Command(command).into(),
+            ErrorKind::Write(WriteFailure::WriteError(write)).into(),
+        ]
+    }
+
+    #[test]
+    fn a_change_of_primary_is_transient_as_a_command_error_or_a_write_error() {
+        for code in [10107, 189, 11602, 91] {
+            for error in errors(code) {
+                assert!(is_transient_db_error(&error), "{error:?}");
+            }
+        }
+        // A duplicate key, a bad value: the server refused; retrying will not cure it.
+        for code in [11000, 2] {
+            for error in errors(code) {
+                assert!(!is_transient_db_error(&error), "{error:?}");
+            }
+        }
+    }
+}
