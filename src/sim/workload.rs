@@ -662,7 +662,11 @@ pub async fn foreign_holder(
     while !stop.load(Ordering::SeqCst) {
         sleep(ms(random_range(100..3_000))).await;
         let owner = (random_range(0..2) == 0).then_some("another-app");
-        if !db.put_foreign_if_absent(key, owner) {
+        let fields = match owner {
+            Some(owner) => mongodb::bson::doc! { "ts": db.date(db.server_now()), "aid": owner },
+            None => mongodb::bson::Document::new(),
+        };
+        if !db.put_foreign_if_absent(key, fields) {
             continue;
         }
         let key = format!("locks/{key}");

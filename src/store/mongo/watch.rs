@@ -22,13 +22,13 @@
 //! states that last less than a poll interval can then be missed.
 
 use super::handle::{MongoStore, command_code};
-use super::read::info_projection;
 use super::rules::{LockPath, announced, freed, key_filter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
+use crate::foreign;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::{Announcement, FIELD_COUNT, KeyWrite, field, lease_info};
+use crate::store::{Announcement, FIELD_COUNT, KeyWrite, field, is_our_shape, lease_info};
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use mongodb::bson::{Bson, Document, Timestamp, doc};
@@ -251,7 +251,7 @@ impl Observer {
     ) -> Result<(Option<Document>, SystemTime, Option<Timestamp>)> {
         let coll = self.store.coll();
         let filter = key_filter(&self.key);
-        let projection = info_projection();
+        let projection = self.store.info_projection();
         let (found, operation_time) = if session {
             self.store
                 .bounded(async {
@@ -280,6 +280,9 @@ impl Observer {
             // As stored (the field count is not a field), so that the state
             // compares equal to a change event's full document.
             d.remove(FIELD_COUNT);
+            for name in [foreign::EXPIRY, foreign::OWNER, foreign::TAKEN_AT] {
+                d.remove(name);
+            }
             d
         });
         // Without a document there is no `$$NOW`; the local clock only matters
@@ -293,11 +296,14 @@ impl Observer {
         let info = self
             .doc
             .as_ref()
-            .map(|d| lease_info(&self.key, d, server_time));
+            .map(|d| self.store.foreign().annotate(d, is_our_shape(d)))
+            .map(|d| lease_info(&self.key, &d, server_time));
         let held = info.as_ref().is_some_and(|i| i.held);
-        // A foreign holder's lock has no expiry to check: its deletion is an event.
+        // A foreign holder's lock without an expiry by its rule has none to
+        // check: its deletion is an event.
         // A shared or semaphore key changes when its first holder expires.
-        self.check_at = info.as_ref().filter(|i| i.held && !i.foreign).map(|i| {
+        let expires = |i: &&LeaseInfo| !i.foreign || i.expires_at > i.server_time;
+        self.check_at = info.as_ref().filter(|i| i.held && expires(i)).map(|i| {
             match i.holders.iter().map(|h| h.expires_at).min() {
                 Some(first) => {
                     Instant::now() + first.duration_since(i.server_time).unwrap_or_default()
