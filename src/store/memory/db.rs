@@ -701,13 +701,18 @@ impl MemoryDb {
         true
     }
 
-    /// Another application deletes its own lock of `key` (a delete that
-    /// matches its `aid`, or a bare `{_id}` still bare when `owner` is
-    /// `None`): returns whether it was still there.
-    pub fn remove_foreign(&self, key: impl Into<LeaseKey>, owner: Option<&str>) -> bool {
+    /// Another application deletes its own lock of `key`, the document
+    /// `{_id}` and `fields` it wrote (a delete that matches it: not after a
+    /// manager took it over): returns whether it was still there.
+    pub fn remove_foreign(&self, key: impl Into<LeaseKey>, fields: &Document) -> bool {
         let key = &key.into();
         let mut coll = lock(&self.inner);
-        if coll.foreign.get(key).is_none_or(|f| f.aid() != owner) {
+        let written = |f: &Foreign| {
+            let mut doc = f.doc.clone();
+            doc.remove(field::ID);
+            doc == *fields
+        };
+        if coll.foreign.get(key).is_none_or(|f| !written(f)) {
             return false;
         }
         coll.foreign.remove(key);

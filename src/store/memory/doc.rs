@@ -311,11 +311,6 @@ pub(crate) struct Foreign {
 }
 
 impl Foreign {
-    /// Its `aid`, if a string (the owner id of `{_id, ts, aid}`).
-    pub fn aid(&self) -> Option<&str> {
-        self.doc.get_str(crate::store::field::OWNER).ok()
-    }
-
     /// The document as the reads of `MongoStore` project it at server time
     /// `now`: with the fields of `rules`
     /// ([`ForeignRules::annotate`](crate::foreign::ForeignRules::annotate))
