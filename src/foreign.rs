@@ -397,7 +397,8 @@ impl ForeignRules {
     }
 
     /// Whether `doc` (whole) is a recognised foreign lock (not `ours`)
-    /// expired by its rule at `now`.
+    /// expired by its rule at `now` (the twin's takeover).
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn expired(&self, doc: &Document, ours: bool, now: DateTime) -> bool {
         self.annotate(doc, ours)
             .get_datetime(EXPIRY)

@@ -208,13 +208,15 @@ fn live_locks() -> Vec<(
         ),
         (
             "p2",
+            // 59 999.9 ms, truncated to whole ms as `$convert` to a long
+            // does, then its clients' strict `>`: 60 000 ms.
             vec![
                 ("value", v("node-7")),
-                ("ttl", Planted::Value(Bson::Int32(60))),
+                ("ttl", Planted::Value(Bson::Double(59.9999))),
                 ("obtained_at", Planted::At(0)),
             ],
             "node-7",
-            Some(60_001),
+            Some(60_000),
         ),
         ("p3", vec![("ExpireAt", Planted::At(60_000))], "", None),
         (
@@ -406,6 +408,25 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
                 ("obtained_at", Planted::At(-3_600_000)),
             ],
             "",
+        ),
+        // No finite number of milliseconds: no expiry.
+        (
+            "nan",
+            vec![
+                ("value", v("node-7")),
+                ("ttl", Planted::Value(Bson::Double(f64::NAN))),
+                ("obtained_at", Planted::At(-3_600_000)),
+            ],
+            "node-7",
+        ),
+        (
+            "huge",
+            vec![
+                ("value", v("node-7")),
+                ("ttl", Planted::Value(Bson::Int64(i64::MAX))),
+                ("obtained_at", Planted::At(-3_600_000)),
+            ],
+            "node-7",
         ),
         // A user's shape, without the user's rule.
         (
