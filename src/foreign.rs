@@ -24,6 +24,8 @@
 //! Rust for the in-memory twin ([`ForeignRules::annotate`]), which renders a
 //! foreign document as the projections do. Both stores then read the
 //! projected fields with the same functions (`store::replies`, `store::read`).
+//! The server behaviour the expressions rely on: docs/mongodb-behaviour.md,
+//! B29 and B30.
 
 use std::time::Duration;
 
