@@ -356,6 +356,18 @@ impl ForeignRules {
         }
     }
 
+    /// The fields the shapes read, for a projection that must keep what
+    /// [`annotate`](Self::annotate) reads (`{name: 1}` each).
+    pub(crate) fn fields(&self) -> Document {
+        let mut fields = Document::new();
+        for shape in self.shapes() {
+            for (name, _) in &shape.fields {
+                fields.insert(name.clone(), 1);
+            }
+        }
+        fields
+    }
+
     /// `$switch`: `ours` for a document of our shape, `then` of the first
     /// shape that recognises it, else `default`.
     fn switch(

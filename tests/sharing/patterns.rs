@@ -236,3 +236,45 @@ async fn pattern_1s_lock_is_held_until_ts_plus_its_ttl_index_then_taken_over() {
     assert!(!lease.release().await.unwrap().was_lost());
     m.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_shows_a_pattern_2_lock_with_its_owner_and_expiry_then_free_at_its_expiry() {
+    use futures::StreamExt;
+    let fx = Fixture::new("pattern2_observe").await;
+    let m = waiter(&fx).await;
+    assert!(pattern2_lock(&fx, "job", "node-7", 2).await);
+    let obtained_at = fx
+        .doc("job")
+        .await
+        .get_datetime("obtained_at")
+        .unwrap()
+        .timestamp_millis();
+
+    let mut observer = m.observe("job").await.unwrap();
+    let first = observer
+        .next()
+        .timeout(WAIT)
+        .await
+        .expect("in time")
+        .expect("a state");
+    let first = first.unwrap().expect("the lock");
+    assert!(first.foreign && first.held, "{first:?}");
+    assert_eq!(first.owner_id, "node-7");
+    assert_eq!(ms(first.expires_at), obtained_at + 2_001);
+    // Nothing writes at its expiry: the observer reads the key again then.
+    let expired = observer
+        .next()
+        .timeout(WAIT)
+        .await
+        .expect("in time")
+        .expect("a state");
+    let expired = expired.unwrap().expect("the lock, expired");
+    assert!(expired.foreign && !expired.held, "{expired:?}");
+    assert!(
+        ms(expired.server_time) >= obtained_at + 2_001,
+        "{expired:?}"
+    );
+    assert_eq!(expired.time_to_expiry(), Duration::ZERO);
+    drop(observer);
+    m.shutdown().await.unwrap();
+}

@@ -25,7 +25,6 @@ use super::handle::{MongoStore, command_code};
 use super::rules::{LockPath, announced, freed, key_filter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
-use crate::foreign;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::{Announcement, FIELD_COUNT, KeyWrite, field, is_our_shape, lease_info};
@@ -251,7 +250,10 @@ impl Observer {
     ) -> Result<(Option<Document>, SystemTime, Option<Timestamp>)> {
         let coll = self.store.coll();
         let filter = key_filter(&self.key);
-        let projection = self.store.info_projection();
+        // The fields of a foreign lock as stored, as a change event's full
+        // document has them: `emit` reads them by the foreign rules.
+        let mut projection = super::read::info_projection();
+        projection.extend(self.store.foreign().fields());
         let (found, operation_time) = if session {
             self.store
                 .bounded(async {
@@ -280,9 +282,6 @@ impl Observer {
             // As stored (the field count is not a field), so that the state
             // compares equal to a change event's full document.
             d.remove(FIELD_COUNT);
-            for name in [foreign::EXPIRY, foreign::OWNER, foreign::TAKEN_AT] {
-                d.remove(name);
-            }
             d
         });
         // Without a document there is no `$$NOW`; the local clock only matters
