@@ -176,6 +176,9 @@ pub(super) async fn a_bare_id_document_is_a_foreign_holders_lock_of_every_kind<F
     take(&a, "b").await;
 }
 
+/// A planted foreign lock's fields ([`Fixture::put_foreign_doc`]).
+type Fields = Vec<(&'static str, Planted)>;
+
 /// The foreign lock shapes of the scenarios below: the built-in ones with a
 /// TTL index of 30 s on `ts`, and a user's rule for `{_id, holder, until}`.
 fn rules() -> ForeignRules {
@@ -192,12 +195,7 @@ fn rules() -> ForeignRules {
 /// One lock document of each recognised shape, live for about a minute
 /// by its own rule (`{_id, ts, aid}`: 30 s), with the owner each shows and
 /// its expiry minus when it was taken (`None`: no such date shown).
-fn live_locks() -> Vec<(
-    &'static str,
-    Vec<(&'static str, Planted)>,
-    &'static str,
-    Option<u64>,
-)> {
+fn live_locks() -> Vec<(&'static str, Fields, &'static str, Option<u64>)> {
     let v = |b: &str| Planted::Value(Bson::from(b));
     vec![
         (
@@ -328,7 +326,7 @@ pub(super) async fn a_live_foreign_lock_of_each_shape_is_held_until_its_own_expi
 pub(super) async fn a_foreign_lock_expired_by_its_own_rule_is_taken_over<F: Fixture>(f: &F) {
     let a = f.store_with_rules("a", rules()).await;
     let v = |b: &str| Planted::Value(Bson::from(b));
-    let expired: Vec<(&str, Vec<(&str, Planted)>)> = vec![
+    let expired: Vec<(&str, Fields)> = vec![
         (
             "p1",
             vec![("ts", Planted::At(-30_000)), ("aid", v("java-app-1"))],
@@ -393,7 +391,7 @@ pub(super) async fn a_foreign_lock_expired_by_its_own_rule_is_taken_over<F: Fixt
 pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(f: &F) {
     let a = f.store_with_rules("a", ForeignRules::new(None)).await;
     let v = |b: &str| Planted::Value(Bson::from(b));
-    let locks: Vec<(&str, Vec<(&str, Planted)>, &str)> = vec![
+    let locks: Vec<(&str, Fields, &str)> = vec![
         (
             "p1",
             vec![("ts", Planted::At(-3_600_000)), ("aid", v("java-app-1"))],
