@@ -198,6 +198,8 @@ struct Shape {
     /// A bare `{_id}`: no field but `_id`.
     bare: bool,
     owner: Option<String>,
+    /// The date field the lock counts from, shown as when it was taken.
+    taken_at: Option<String>,
     expiry: ForeignExpiry,
     /// Added to the expiry: 1 for a rule judged with a strict `>`.
     plus_ms: i64,
@@ -248,6 +250,11 @@ impl ForeignRules {
                 fields: rule.fields.iter().map(|f| (f.clone(), typed(f))).collect(),
                 bare: false,
                 owner: rule.owner.clone(),
+                taken_at: match &rule.expiry {
+                    ForeignExpiry::After { since, .. }
+                    | ForeignExpiry::AfterSeconds { since, .. } => Some(since.clone()),
+                    _ => None,
+                },
                 expiry: rule.expiry.clone(),
                 plus_ms: 0,
             });
@@ -256,6 +263,7 @@ impl ForeignRules {
             fields: vec![(s("aid"), Type::Any), (s("ts"), Type::Date)],
             bare: false,
             owner: Some(s("aid")),
+            taken_at: Some(s("ts")),
             expiry: match self.ts_expire_after {
                 Some(ttl) => ForeignExpiry::After {
                     since: s("ts"),
@@ -273,6 +281,7 @@ impl ForeignRules {
             ],
             bare: false,
             owner: Some(s("value")),
+            taken_at: Some(s("obtained_at")),
             expiry: ForeignExpiry::AfterSeconds {
                 since: s("obtained_at"),
                 seconds: s("ttl"),
@@ -283,6 +292,7 @@ impl ForeignRules {
             fields: vec![(s("ExpireAt"), Type::Date)],
             bare: false,
             owner: None,
+            taken_at: None,
             expiry: ForeignExpiry::At {
                 field: s("ExpireAt"),
             },
@@ -292,6 +302,7 @@ impl ForeignRules {
             fields: Vec::new(),
             bare: true,
             owner: None,
+            taken_at: None,
             expiry: ForeignExpiry::Never,
             plus_ms: 0,
         });
@@ -352,7 +363,7 @@ impl ForeignRules {
         doc! {
             EXPIRY: self.switch(ours.clone(), remove(), |s| s.expiry_expr().map_or_else(remove, Bson::from), remove()),
             OWNER: self.switch(ours.clone(), remove(), |s| field(&s.owner), remove()),
-            TAKEN_AT: self.switch(ours, remove(), |s| field(&s.taken_at()), remove()),
+            TAKEN_AT: self.switch(ours, remove(), |s| field(&s.taken_at), remove()),
         }
     }
 
@@ -404,7 +415,7 @@ impl ForeignRules {
         if let Some(owner) = shape.owner.as_ref().and_then(|o| doc.get(o)) {
             out.insert(OWNER, owner.clone());
         }
-        if let Some(at) = shape.taken_at().and_then(|f| doc.get(&f).cloned()) {
+        if let Some(at) = shape.taken_at.as_ref().and_then(|f| doc.get(f).cloned()) {
             out.insert(TAKEN_AT, at);
         }
         out
@@ -421,22 +432,6 @@ impl ForeignRules {
 }
 
 impl Shape {
-    /// The date field the lock counts from, if its expiry has one.
-    fn taken_at(&self) -> Option<String> {
-        match &self.expiry {
-            ForeignExpiry::After { since, .. } | ForeignExpiry::AfterSeconds { since, .. } => {
-                Some(since.clone())
-            }
-            // `ts` of `{_id, ts, aid}` without a TTL index.
-            _ => self
-                .fields
-                .iter()
-                .find(|(_, t)| *t == Type::Date)
-                .filter(|_| self.owner.is_some())
-                .map(|(n, _)| n.clone()),
-        }
-    }
-
     fn recognised_expr(&self) -> Document {
         if self.bare {
             return doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] };
