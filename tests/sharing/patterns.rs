@@ -278,3 +278,59 @@ async fn observe_shows_a_pattern_2_lock_with_its_owner_and_expiry_then_free_at_i
     drop(observer);
     m.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_rule_makes_its_schema_a_foreign_lock_and_a_bad_rule_is_refused() {
+    use mongo_lease::{ForeignExpiry, ForeignLockRule};
+    let fx = Fixture::new("patterns_user_rule").await;
+    // Another application's `{_id, holder, until}`: one live, one expired.
+    let now = mongodb::bson::DateTime::now().timestamp_millis();
+    let date = mongodb::bson::DateTime::from_millis;
+    let live = doc! { "_id": "live", "holder": "batch-1", "until": date(now + 600_000) };
+    fx.raw().insert_one(live.clone()).await.unwrap();
+    fx.raw()
+        .insert_one(doc! { "_id": "old", "holder": "batch-0", "until": date(now - 1_000) })
+        .await
+        .unwrap();
+    // Without the rule: not a lock document.
+    let refused = LeaseManager::connect(fx.options(mongo_lease::DEFAULT_TTL).await).await;
+    assert!(
+        matches!(refused, Err(Error::UnusableCollection { .. })),
+        "{refused:?}"
+    );
+
+    let rule = ForeignLockRule::new(
+        ["holder", "until"],
+        ForeignExpiry::At {
+            field: "until".into(),
+        },
+    );
+    let mut options = fx.options(mongo_lease::DEFAULT_TTL).await;
+    options.foreign_lock = Some(rule.clone().owner("nobody"));
+    let bad = LeaseManager::connect(options).await;
+    let Err(Error::InvalidConfig { reason }) = bad else {
+        panic!("expected InvalidConfig, got {bad:?}");
+    };
+    assert!(
+        reason.contains("\"nobody\"") && reason.contains("foreign_lock"),
+        "{reason}"
+    );
+
+    let mut options = fx.options(mongo_lease::DEFAULT_TTL).await;
+    options.foreign_lock = Some(rule.owner("holder"));
+    let m = LeaseManager::connect(options)
+        .await
+        .expect("joins with the rule");
+    assert!(m.try_acquire("live").await.unwrap().is_none());
+    assert_eq!(stored_bytes(&fx, "live").await, bytes(&live));
+    let info = m.inspect("live").await.unwrap().expect("the live lock");
+    assert_eq!((info.owner_id.as_str(), info.foreign), ("batch-1", true));
+    assert_eq!(ms(info.expires_at), now + 600_000);
+    let lease = m
+        .try_acquire("old")
+        .await
+        .unwrap()
+        .expect("expired by the rule");
+    assert!(!lease.release().await.unwrap().was_lost());
+    m.shutdown().await.unwrap();
+}
