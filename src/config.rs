@@ -244,6 +244,15 @@ pub struct LeaseManagerOptions {
     /// cannot be delayed. See `docs/lock-delay.md`.
     #[builder(default, setter(strip_option))]
     pub lock_delay: Option<Duration>,
+
+    /// Another application's lock document schema, when it shares the lock
+    /// collection with a shape not recognised without it (docs/sharing.md
+    /// lists those that are: `{_id, ts, aid}`, `{_id, value, ttl,
+    /// obtained_at}`, `{_id, ExpireAt}`, a bare `{_id}`). Its locks are
+    /// respected until they expire by its rule, then taken over; `connect`
+    /// accepts a collection that holds them. Default: none.
+    #[builder(default, setter(strip_option))]
+    pub foreign_lock: Option<crate::foreign::ForeignLockRule>,
 }
 
 impl std::fmt::Debug for LeaseManagerOptions {
@@ -259,6 +268,7 @@ impl std::fmt::Debug for LeaseManagerOptions {
             .field("operation_timeout", &self.operation_timeout)
             .field("release_mode", &self.release_mode)
             .field("lock_delay", &self.lock_delay)
+            .field("foreign_lock", &self.foreign_lock)
             .finish_non_exhaustive()
     }
 }

@@ -45,26 +45,34 @@ pub struct LeaseInfo {
     pub payload: Option<Document>,
     /// `true` if the lease was held at [`LeaseInfo::server_time`]: not
     /// released (or released before its minimum hold,
-    /// [`LeaseInfo::hold_until`]) and `expires_at > server_time`. Always `true` for a foreign
-    /// holder's lock ([`LeaseInfo::foreign`]).
+    /// [`LeaseInfo::hold_until`]) and `expires_at > server_time`. For a foreign
+    /// holder's lock ([`LeaseInfo::foreign`]): until its expiry by its own
+    /// rule, or always if it has none.
     pub held: bool,
     /// `true` if the key is held by a **foreign holder**: its document was
     /// not written by `mongo-lease` (it has no int64 `tok` or no date `exp`),
-    /// typically another application's lock document `{_id, ts, aid}`.
-    /// `mongo-lease` never takes or modifies it (only
-    /// [`LeaseManager::force_release`] deletes it); the key is free once its
-    /// owner, or a TTL index, deletes it. The other fields then mean:
+    /// another application's lock document (docs/sharing.md lists the
+    /// shapes recognised, each with its owner field and expiry rule:
+    /// `{_id, ts, aid}`, `{_id, value, ttl, obtained_at}`, `{_id, ExpireAt}`,
+    /// a bare `{_id}`, and
+    /// [`LeaseManagerOptions::foreign_lock`](crate::LeaseManagerOptions::foreign_lock)).
+    /// `mongo-lease` never modifies it while it is live by its own rule (only
+    /// [`LeaseManager::force_release`] deletes it); an acquisition takes it
+    /// over once it has expired by that rule. The other fields then mean:
     ///
-    /// - `owner_id`: its `aid` if a string; another BSON type as canonical
-    ///   Extended JSON; empty if it has no `aid`;
-    /// - `acquired_at` and `renewed_at`: its `ts` if a date, else
-    ///   `server_time`;
+    /// - `owner_id`: its owner field (`aid`, `value`, ...; `aid` for a
+    ///   document of no recognised shape) if a string; another BSON type as
+    ///   canonical Extended JSON; empty if it has none;
+    /// - `acquired_at` and `renewed_at`: the date its expiry counts from
+    ///   (`ts`, `obtained_at`), else its `ts` if a date, else `server_time`;
     /// - `fencing_token`: its `tok` if a non-negative integer, else 0 (not a
     ///   fence issued by `mongo-lease`);
-    /// - `expires_at`: unknown, so `server_time`; [`LeaseInfo::time_to_expiry`]
-    ///   is [`Duration::MAX`];
+    /// - `expires_at`: its expiry by its own rule; for a lock without one
+    ///   (a bare `{_id}`, `{_id, ts, aid}` without a TTL index on `ts`, a
+    ///   document of no recognised shape) unknown, so `server_time`, and
+    ///   [`LeaseInfo::time_to_expiry`] is [`Duration::MAX`];
     /// - `payload`: `None` (its fields are not interpreted);
-    /// - `held`: `true`.
+    /// - `held`: `true` until its expiry (always without one).
     ///
     /// [`LeaseManager::force_release`]: crate::LeaseManager::force_release
     pub foreign: bool,
@@ -172,15 +180,15 @@ pub struct WaitingOwner {
 impl LeaseInfo {
     /// How long the lease stays valid after [`LeaseInfo::server_time`] unless
     /// renewed, by the server's clock; zero if it is not held.
-    /// [`Duration::MAX`] for a foreign holder's lock ([`LeaseInfo::foreign`]),
+    /// [`Duration::MAX`] for a held foreign holder's lock ([`LeaseInfo::foreign`])
     /// whose expiry is unknown: it lasts until its owner or a TTL index
     /// deletes it.
     pub fn time_to_expiry(&self) -> Duration {
-        if self.foreign {
-            return Duration::MAX;
-        }
         if !self.held {
             return Duration::ZERO;
+        }
+        if self.foreign && self.expires_at <= self.server_time {
+            return Duration::MAX;
         }
         self.expires_at
             .duration_since(self.server_time)

@@ -13,6 +13,7 @@ use crate::actor::command::{AcquireMode, Command, Granted, Place, Target, Waiter
 use crate::actor::mailbox::Mailbox;
 use crate::config::{AcquireOptions, LeaseManagerOptions, Timing, validate_key, validate_owner_id};
 use crate::error::{Error, Operation, Result};
+use crate::foreign::ForeignRules;
 use crate::health::HealthBoard;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
@@ -117,6 +118,11 @@ impl LeaseManager {
         .with_release_mode(timing.release_mode)
         .with_safety_margin(timing.safety_margin)
         .with_lock_delay(options.lock_delay(&timing)?);
+        if let Some(rule) = &options.foreign_lock {
+            rule.validate()?;
+        }
+        let foreign = ForeignRules::new(options.foreign_lock.clone());
+        let store = store.with_foreign(foreign.clone());
         let facts = store
             .prepare(options.gc_grace, &timing)
             .await
@@ -127,6 +133,8 @@ impl LeaseManager {
                 )
             })?;
         timing.ttl_cap = facts.ttl_cap;
+        // `{_id, ts, aid}` expires as its TTL index on `ts` deletes it.
+        let store = store.with_foreign(foreign.with_ts_expiry(facts.ttl_cap));
         Ok(Self::start(Arc::new(store), owner_id.into(), timing))
     }
 

@@ -245,7 +245,8 @@ async fn leader(State(state): State<AppState>) -> Response {
                         "term": leader.term,
                         "since": time(leader.since),
                         "transitions": leader.transitions,
-                        "expires_at": (!info.foreign).then(|| time(info.expires_at)),
+                        "expires_at": (!crate::output::expiry_unknown(info))
+                            .then(|| time(info.expires_at)),
                         "payload": leader.payload.map(|p| {
                             mongodb::bson::Bson::Document(p).into_relaxed_extjson()
                         }),

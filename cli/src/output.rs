@@ -154,9 +154,16 @@ pub fn waiters_json(info: &LeaseInfo) -> Value {
     Value::Array(waiters.collect())
 }
 
+/// Whether `info`'s expiry is unknown: a foreign holder's lock without an
+/// expiry rule of its own (a bare `{_id}`, `{_id, ts, aid}` without a TTL
+/// index on `ts`, a document of no recognised shape).
+pub fn expiry_unknown(info: &LeaseInfo) -> bool {
+    info.foreign && info.time_to_expiry() == Duration::MAX
+}
+
 /// A lease as JSON. A foreign holder's lock (`"foreign": true`: a document
-/// not written by mongo-lease) has no known expiry: `expires_at` and
-/// `time_to_expiry_ms` are `null`. `kind` is `exclusive`, `shared` or
+/// not written by mongo-lease) shows its expiry by its own rule; without
+/// one ([`expiry_unknown`]) `expires_at` and `time_to_expiry_ms` are `null`. `kind` is `exclusive`, `shared` or
 /// `permit` (then `permits` is the key's number of permits, else `null`);
 /// `holders` lists the live holders of a shared or semaphore key (empty for
 /// an exclusive one), `hold_until` is the server time until which a key
@@ -164,7 +171,7 @@ pub fn waiters_json(info: &LeaseInfo) -> Value {
 /// past), `waiters` the owners waiting for the key ([`waiters_json`]), and
 /// `transitions` how many times the key went to another owner id.
 pub fn lease_json(info: &LeaseInfo) -> Value {
-    let (expires_at, time_to_expiry_ms) = if info.foreign {
+    let (expires_at, time_to_expiry_ms) = if expiry_unknown(info) {
         (Value::Null, Value::Null)
     } else {
         (
@@ -240,7 +247,7 @@ fn rows(leases: &[LeaseInfo]) -> Vec<[String; 9]> {
             l.fencing_token.to_string(),
             state.to_string(),
             short(l.age()),
-            if l.foreign {
+            if expiry_unknown(l) {
                 "unknown".into()
             } else if l.held {
                 short(l.time_to_expiry())
@@ -438,10 +445,16 @@ pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool
     }
     let key = key.to_extended_json();
     match holder {
-        Some(h) if h.foreign => eprintln!(
+        Some(h) if expiry_unknown(h) => eprintln!(
             "mongo-lease: not acquired: {key} is held by a foreign holder {:?} \
              (a lock document not written by mongo-lease; expiry unknown)",
             h.owner_id
+        ),
+        Some(h) if h.foreign => eprintln!(
+            "mongo-lease: not acquired: {key} is held by a foreign holder {:?} \
+             (a lock document not written by mongo-lease) for {} more, by its own rule",
+            h.owner_id,
+            short(h.time_to_expiry())
         ),
         Some(h) if h.kind.is_multi_holder() => {
             let holders: Vec<String> = h

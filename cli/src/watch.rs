@@ -84,8 +84,11 @@ struct Holder {
     acquired_at: SystemTime,
     /// When it expires unless renewed, as last seen.
     expires_at: SystemTime,
-    /// A foreign holder's lock (no known expiry).
+    /// A foreign holder's lock.
     foreign: bool,
+    /// Whether `expires_at` is its expiry: always for mongo-lease's
+    /// leases, for a foreign holder's lock only by a rule of its shape.
+    expiry_known: bool,
     kind: LeaseKind,
 }
 
@@ -104,8 +107,9 @@ struct Snapshot {
     /// The server time of the state.
     server_time: SystemTime,
     /// The stored expiry (`exp`) of a key of mongo-lease's shape held (or
-    /// last held) exclusively; `None` for a deleted document, a foreign
-    /// holder's lock, or a shared or semaphore key.
+    /// last held) exclusively, or a foreign holder's lock's expiry by its
+    /// own rule; `None` for a deleted document, a foreign holder's lock
+    /// without one, or a shared or semaphore key.
     exclusive_expiry: Option<SystemTime>,
 }
 
@@ -120,13 +124,15 @@ impl Snapshot {
                 exclusive_expiry: None,
             };
         };
-        let exclusive = !info.kind.is_multi_holder() && !info.foreign;
+        let expiry_known = !crate::output::expiry_unknown(info);
+        let exclusive = !info.kind.is_multi_holder() && expiry_known;
         let holder = |owner_id: &str, fencing_token, acquired_at, expires_at| Holder {
             owner_id: owner_id.to_string(),
             fencing_token,
             acquired_at,
             expires_at,
             foreign: info.foreign,
+            expiry_known,
             kind: info.kind,
         };
         let holders = if !info.held {
@@ -276,19 +282,21 @@ impl Tracker {
     }
 }
 
-/// The expiry of a holder, unknown for a foreign holder's lock.
+/// The expiry of a holder, unknown for a foreign holder's lock without an
+/// expiry rule.
 fn expiry(holder: &Holder) -> Option<SystemTime> {
-    (!holder.foreign).then_some(holder.expires_at)
+    holder.expiry_known.then_some(holder.expires_at)
 }
 
 /// Whether `new`, which replaced the exclusive holder `old` in one write,
 /// took the key once `old`'s lease had expired, rather than from `old`'s
 /// release handing it on in that write: an acquisition takes a key only if
 /// its `exp <= $$NOW`, and `new.acquired_at` is that write's `$$NOW`. A
-/// foreign holder's lock has no known expiry (it was replaced by a write
-/// of its own application).
+/// foreign holder's lock without a known expiry was replaced by a write of
+/// its own application; one with an expiry by its rule is taken over once
+/// that has passed.
 fn taken_after_expiry(old: &Holder, new: &Holder) -> bool {
-    old.foreign || old.expires_at <= new.acquired_at
+    !old.expiry_known || old.expires_at <= new.acquired_at
 }
 
 /// Whether `old`, no longer a holder in `state`, left because its expiry
@@ -297,7 +305,7 @@ fn taken_after_expiry(old: &Holder, new: &Holder) -> bool {
 /// leaves it where the last renewal put it; a holder of a shared or
 /// semaphore key has expired once its last seen expiry has passed.
 fn ended_by_expiry(old: &Holder, state: &Snapshot) -> bool {
-    if old.foreign {
+    if !old.expiry_known {
         return false;
     }
     if old.kind.is_multi_holder() {

@@ -18,6 +18,7 @@ fn holder(owner: &str, token: u64, expires_ms: u64) -> Holder {
         acquired_at: at(0),
         expires_at: at(expires_ms),
         foreign: false,
+        expiry_known: true,
         kind: LeaseKind::Exclusive,
     }
 }

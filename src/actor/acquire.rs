@@ -331,8 +331,10 @@ impl Actor {
                     // release): poll only to refresh the registration.
                     self.schedule_refresh(&key, remaining);
                 } else {
-                    // A foreign holder's lock has no known expiry: poll with
-                    // the plain backoff, and be woken by its deletion.
+                    // Capped by the time left (a foreign holder's lock: by
+                    // its own rule); without one, a foreign holder's lock is
+                    // polled with the plain backoff, and its deletion wakes
+                    // the waiters.
                     self.schedule_retry(&key, remaining, true);
                 }
                 if self.closing.is_some() {

@@ -96,6 +96,9 @@ pub enum Event {
         key: String,
         /// That application's owner id (`a bare {_id}` for a bare one).
         owner: String,
+        /// How long after now, by the server's clock, that lock expires by
+        /// its own rule (`crate::foreign`); `None` if never.
+        expires_in: Option<Duration>,
     },
     /// Another application removed its lock.
     ForeignRemoved {

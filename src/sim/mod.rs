@@ -44,6 +44,7 @@ use self::history::{At, Event, History};
 use self::workload::{DOCUMENTS, Process, Recorder, Role};
 use crate::config::{ReleaseMode, Timing};
 use crate::document::DEFAULT_LEASE_FIELD;
+use crate::foreign::ForeignRules;
 use crate::manager::LeaseManager;
 use crate::random::random_range;
 use crate::store::memory::MemoryDb;
@@ -145,7 +146,8 @@ const EXCLUSIVE_KEYS: [&str; 2] = ["x0", "x1"];
 async fn schedule(seed: u64) -> Report {
     let t0 = Instant::now();
     let recorder = Recorder::new(t0);
-    let db = MemoryDb::new();
+    let rules = ForeignRules::new(None).with_ts_expiry(Some(workload::TS_EXPIRE_AFTER));
+    let db = MemoryDb::new().with_foreign_rules(rules);
     let managers = random_range(2..=4usize);
     let plan = Plan::draw(managers, FAULTS_STOP);
     db.set_faster_ppm(plan.server_faster_ppm);

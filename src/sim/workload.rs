@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mongodb::bson::Document;
+use mongodb::bson::{Document, doc};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{Instant, sleep};
 use tokio_util::time::FutureExt as _;
@@ -649,10 +649,17 @@ fn lock_delay(recorder: &Recorder, op: OpNo, process: &Process, ended: bool) {
     }
 }
 
+/// The `expireAfterSeconds` of the TTL index on `ts` of the simulated
+/// lock collection: `{_id, ts, aid}` expires that long after `ts`.
+pub const TS_EXPIRE_AFTER: Duration = Duration::from_secs(2);
+
 /// Another application that locks `key` with a document of its own when
-/// no document exists (`{_id, ts, aid}`, or half the time a bare `{_id}`
-/// as a lock by upsert of `_id` alone takes it), holds it a while and
-/// deletes it, until `stop`.
+/// no document exists, of a shape drawn among those `crate::foreign`
+/// recognises (`{_id, ts, aid}`, a bare `{_id}` as a lock by upsert of
+/// `_id` alone takes it, `{_id, value, ttl, obtained_at}` for 1 or 2 s,
+/// `{_id, ExpireAt}` 0.2 to 2 s ahead), holds it a while, perhaps past its
+/// expiry by its own rule (then a manager may take it over), and deletes
+/// it if it is still its own, until `stop`.
 pub async fn foreign_holder(
     recorder: Recorder,
     db: MemoryDb,
@@ -661,18 +668,39 @@ pub async fn foreign_holder(
 ) {
     while !stop.load(Ordering::SeqCst) {
         sleep(ms(random_range(100..3_000))).await;
-        let owner = (random_range(0..2) == 0).then_some("another-app");
-        if !db.put_foreign_if_absent(key, owner) {
+        let now = db.date(db.server_now());
+        let after =
+            |d: u64| mongodb::bson::DateTime::from_millis(now.timestamp_millis() + d as i64);
+        let (fields, owner, expires_in) = match random_range(0..4) {
+            0 => (
+                doc! { "ts": now, "aid": "another-app" },
+                "another-app",
+                Some(TS_EXPIRE_AFTER),
+            ),
+            1 => (doc! {}, "a bare {_id}", None),
+            2 => {
+                let ttl = random_range(1..3);
+                let fields = doc! { "value": "node-1", "ttl": ttl, "obtained_at": now };
+                // Its clients' strict `>`: free 1 ms after `obtained_at + ttl`.
+                (fields, "node-1", Some(ms(1_000 * ttl as u64 + 1)))
+            }
+            _ => {
+                let life = random_range(200..2_000);
+                (doc! { "ExpireAt": after(life) }, "", Some(ms(life)))
+            }
+        };
+        if !db.put_foreign_if_absent(key, fields.clone()) {
             continue;
         }
         let key = format!("locks/{key}");
         recorder.push(Event::ForeignTaken {
             key: key.clone(),
-            owner: owner.unwrap_or("a bare {_id}").into(),
+            owner: owner.into(),
+            expires_in,
         });
-        sleep(ms(random_range(10..2_000))).await;
+        sleep(ms(random_range(10..3_000))).await;
         recorder.push(Event::ForeignRemoved { key: key.clone() });
-        db.remove_foreign(key.trim_start_matches("locks/"), owner);
+        db.remove_foreign(key.trim_start_matches("locks/"), &fields);
     }
 }
 

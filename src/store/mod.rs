@@ -45,8 +45,14 @@
 //! and `exp`, and a delete removes the document. So any other document,
 //! a bare `{_id}` included (a common lock by upsert: `$setOnInsert` of the
 //! `_id` alone, released by a delete), is a lock held by a foreign holder:
-//! owner id its `aid` (`""` without one), no known expiry, never taken,
-//! deleted only by a force release. An upsert's pipeline sees a new
+//! owner id and expiry by the rules of its shape (`crate::foreign`: `ts` +
+//! the TTL index on `ts`, `obtained_at + ttl`, `ExpireAt`, a user's rule;
+//! otherwise owner id its `aid`, `""` without one, and no known expiry),
+//! never modified while live by its rule, deleted only by a force release,
+//! and taken over once expired by its rule: the acquire pipelines' first
+//! stage turns it into what an inserting upsert sees, so the acquisition
+//! writes a new document, its token by the token rule from no `tok`. An
+//! upsert's pipeline sees a new
 //! document as `{_id}` too, so the acquiring upserts filter on `{_id: key,
 //! _ins: null}` (`_ins` is a field no lock document has): the upsert
 //! copies that equality into the document it inserts, so the pipeline sees
@@ -783,9 +789,10 @@ pub(crate) enum AcquireOutcome {
     /// key of the new one.
     OursAsAnotherKind { stored: crate::LeaseKind },
     /// Another acquisition holds the key for at most `remaining` more
-    /// (server time). `remaining` is `None` for a foreign holder (a document
-    /// not of our shape, never modified by an acquire), whose lock has no
-    /// known expiry: it is free once its owner (or a TTL index) deletes it.
+    /// (server time). For a foreign holder (a document not of our shape,
+    /// never modified by an acquire while live), the time left until its
+    /// expiry by its own rule (`crate::foreign`), or `None` if it has none:
+    /// it is free once its owner (or a TTL index) deletes it.
     Held {
         holder: String,
         remaining: Option<Duration>,

@@ -120,10 +120,12 @@ pub(crate) fn is_our_shape(doc: &Document) -> bool {
 /// still bare).
 pub(crate) const FIELD_COUNT: &str = "nf";
 
-/// The owner id shown for a foreign holder: its `aid` if a string, canonical
-/// Extended JSON for another type, empty if absent.
+/// The owner id shown for a foreign holder: the owner field of its shape
+/// (the projected [`OWNER`](crate::foreign::OWNER)), else its `aid`; a
+/// string as it is, another type in canonical Extended JSON, empty if
+/// absent.
 pub(crate) fn foreign_owner(doc: &Document) -> String {
-    match doc.get(field::OWNER) {
+    match doc.get(crate::foreign::OWNER).or(doc.get(field::OWNER)) {
         None => String::new(),
         Some(Bson::String(s)) => s.clone(),
         Some(other) => other.clone().into_canonical_extjson().to_string(),
@@ -184,24 +186,28 @@ pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime
     }
 }
 
-/// A foreign holder's lock document as a [`LeaseInfo`], as documented on
-/// [`LeaseInfo::foreign`]: `aid`, `ts` and an integer `tok` are shown, the
-/// expiry is unknown (`server_time`), nothing else is interpreted.
+/// A foreign holder's lock document (as projected with the foreign fields,
+/// `crate::foreign`) as a [`LeaseInfo`], as documented on
+/// [`LeaseInfo::foreign`]: its owner ([`foreign_owner`]), when it was taken
+/// (the projected date its shape counts from, else `ts`), an integer `tok`,
+/// and its expiry by its own rule: held until then, or with no known expiry
+/// (`server_time`) held until deleted. Nothing else is interpreted.
 fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> LeaseInfo {
-    let ts = doc
-        .get_datetime(field::RENEWED_AT)
-        .map(|d| d.to_system_time())
+    let date = |name: &str| doc.get_datetime(name).ok().map(|d| d.to_system_time());
+    let taken = date(crate::foreign::TAKEN_AT)
+        .or(date(field::RENEWED_AT))
         .unwrap_or(server_time);
+    let expiry = date(crate::foreign::EXPIRY);
     LeaseInfo {
         key: key.clone(),
         owner_id: foreign_owner(doc),
         fencing_token: token(doc.get(field::TOKEN)).unwrap_or(0),
-        acquired_at: ts,
-        renewed_at: ts,
-        expires_at: server_time,
+        acquired_at: taken,
+        renewed_at: taken,
+        expires_at: expiry.unwrap_or(server_time),
         server_time,
         payload: None,
-        held: true,
+        held: expiry.is_none_or(|expiry| expiry > server_time),
         foreign: true,
         kind: crate::LeaseKind::Exclusive,
         holders: Vec::new(),

@@ -109,13 +109,20 @@ fn until(until: DateTime, now: i64) -> Duration {
     Duration::from_millis(until.timestamp_millis().saturating_sub(now).max(0) as u64)
 }
 
-/// A foreign holder's lock: its `aid` as owner id, no known remaining time
-/// nor token.
+/// A foreign holder's lock: its owner ([`foreign_owner`]) as holder, no
+/// token, and the time left until its expiry by its own rule (the
+/// projected [`EXPIRY`](crate::foreign::EXPIRY), zero if past: a write in
+/// between, or a re-read), or none for a lock that never expires or is of
+/// no recognised shape.
 fn foreign(key: &LeaseKey, doc: &Document) -> AcquireOutcome {
     tracing::trace!(%key, "held by a foreign holder");
+    let remaining = doc
+        .get_datetime(crate::foreign::EXPIRY)
+        .ok()
+        .map(|expiry| until(*expiry, now_ms(doc, *expiry)));
     AcquireOutcome::Held {
         holder: foreign_owner(doc),
-        remaining: None,
+        remaining,
         token: None,
     }
 }

@@ -3,7 +3,7 @@
 //! and a client that locks by upserting a bare `{_id}`. Shared by the
 //! library's and the CLI's tests of sharing a collection.
 
-use mongodb::bson::{DateTime, Document, doc};
+use mongodb::bson::{Bson, DateTime, Document, doc};
 
 use super::Fixture;
 
@@ -67,4 +67,157 @@ pub async fn bare_lock(fx: &Fixture, key: &str) -> Option<Document> {
 pub async fn bare_unlock(fx: &Fixture, key: &str) {
     let deleted = fx.raw().delete_one(doc! { "_id": key }).await.unwrap();
     assert_eq!(deleted.deleted_count, 1, "the other client held {key}");
+}
+
+// ----- the patterns with an expiry of their own -------------------------------
+
+/// Pattern 1's collection setup, as its clients make it: a TTL index on
+/// `ts` with `expire_after`, and a non-unique index on `aid`.
+pub async fn pattern1_indexes(fx: &Fixture, expire_after: std::time::Duration) {
+    use mongodb::IndexModel;
+    use mongodb::options::IndexOptions;
+    let ttl = IndexOptions::builder().expire_after(expire_after).build();
+    let ts = IndexModel::builder()
+        .keys(doc! { "ts": 1 })
+        .options(ttl)
+        .build();
+    let aid = IndexModel::builder()
+        .keys(doc! { "aid": 1 })
+        .options(IndexOptions::builder().unique(false).build())
+        .build();
+    fx.raw()
+        .create_indexes([ts, aid])
+        .await
+        .expect("pattern 1's indexes");
+}
+
+/// Pattern 1's lock by a client whose `ts` is `age` old (a holder that
+/// locked then, and crashed or still works): its insert of `{_id, ts, aid}`,
+/// returned as written.
+pub async fn pattern1_lock(
+    fx: &Fixture,
+    key: &str,
+    aid: &str,
+    age: std::time::Duration,
+) -> Document {
+    let ts = DateTime::from_millis(DateTime::now().timestamp_millis() - age.as_millis() as i64);
+    let written = doc! { "_id": key, "ts": ts, "aid": aid };
+    fx.raw()
+        .insert_one(written.clone())
+        .await
+        .expect("pattern 1's insert");
+    written
+}
+
+/// Pattern 2's client (npm `distributed-locks-mongodb` 1.0.3) acquires
+/// `key` as `value` for `ttl` seconds, by its exact commands: a `findOne`
+/// projecting `current_date: "$$NOW"`; if nothing is there, an upsert
+/// matching `{_id, value}`; if the lock found is past `obtained_at + ttl`
+/// seconds, an upsert guarded by its old `value` and `obtained_at`. Returns
+/// whether it holds the lock (an E11000 of a racing upsert: not).
+pub async fn pattern2_lock(fx: &Fixture, key: &str, value: &str, ttl: i32) -> bool {
+    let projection = doc! {
+        "_id": 1, "value": 1, "ttl": 1, "obtained_at": 1, "current_date": "$$NOW",
+    };
+    let found = fx
+        .raw()
+        .find_one(doc! { "_id": key })
+        .projection(projection)
+        .await
+        .expect("pattern 2's findOne");
+    let set = doc! {
+        "$set": { "_id": key, "value": value, "ttl": ttl },
+        "$currentDate": { "obtained_at": { "$type": "date" } },
+    };
+    let filter = match found {
+        None => doc! { "_id": key, "value": value },
+        Some(lock) => {
+            // Its check: `current_date > obtained_at + ttl` seconds.
+            let (Ok(now), Ok(obtained_at)) = (
+                lock.get_datetime("current_date"),
+                lock.get_datetime("obtained_at"),
+            ) else {
+                return false;
+            };
+            let ttl_ms = match lock.get("ttl") {
+                Some(Bson::Int32(n)) => i64::from(*n) * 1000,
+                Some(Bson::Int64(n)) => n * 1000,
+                Some(Bson::Double(x)) => (x * 1000.0) as i64,
+                _ => return false,
+            };
+            if now.timestamp_millis() <= obtained_at.timestamp_millis() + ttl_ms {
+                return false;
+            }
+            doc! {
+                "_id": key,
+                "value": lock.get("value").cloned().unwrap_or(Bson::Null),
+                "obtained_at": *obtained_at,
+            }
+        }
+    };
+    match fx.raw().update_one(filter, set).upsert(true).await {
+        Ok(_) => true,
+        Err(e) if e.to_string().contains("E11000") => false,
+        Err(e) => panic!("pattern 2's upsert of {key:?}: {e}"),
+    }
+}
+
+/// Pattern 2's release: `deleteOne({_id, value})`; whether it deleted.
+pub async fn pattern2_unlock(fx: &Fixture, key: &str, value: &str) -> bool {
+    let deleted = fx
+        .raw()
+        .delete_one(doc! { "_id": key, "value": value })
+        .await
+        .expect("pattern 2's deleteOne");
+    deleted.deleted_count == 1
+}
+
+/// Pattern 3's collection setup: a TTL index on `ExpireAt` with
+/// `expireAfterSeconds: 0`.
+pub async fn pattern3_index(fx: &Fixture) {
+    use mongodb::IndexModel;
+    use mongodb::options::IndexOptions;
+    let ttl = IndexOptions::builder()
+        .expire_after(std::time::Duration::ZERO)
+        .build();
+    let index = IndexModel::builder()
+        .keys(doc! { "ExpireAt": 1 })
+        .options(ttl)
+        .build();
+    fx.raw()
+        .create_index(index)
+        .await
+        .expect("pattern 3's index");
+}
+
+/// Pattern 3's client (the C# article) acquires `key` for `lifetime` (its
+/// own: one minute), by its exact command: `findOneAndUpdate({_id},
+/// {$setOnInsert: {_id, ExpireAt: now + lifetime}}, upsert,
+/// ReturnDocument.Before)`, `now` by its own clock. `None` (nothing before)
+/// means acquired; the document found, or an E11000, that it is held.
+pub async fn pattern3_lock(fx: &Fixture, key: &str, lifetime: std::time::Duration) -> bool {
+    let expire_at =
+        DateTime::from_millis(DateTime::now().timestamp_millis() + lifetime.as_millis() as i64);
+    let before = fx
+        .raw()
+        .find_one_and_update(
+            doc! { "_id": key },
+            doc! { "$setOnInsert": { "_id": key, "ExpireAt": expire_at } },
+        )
+        .upsert(true)
+        .return_document(mongodb::options::ReturnDocument::Before)
+        .await;
+    match before {
+        Ok(before) => before.is_none(),
+        Err(e) if e.to_string().contains("E11000") => false,
+        Err(e) => panic!("pattern 3's lock of {key:?}: {e}"),
+    }
+}
+
+/// Pattern 3's release: `deleteOne({_id})`.
+pub async fn pattern3_unlock(fx: &Fixture, key: &str) {
+    fx.raw()
+        .delete_one(doc! { "_id": key })
+        .await
+        .expect("pattern 3's deleteOne");
 }

@@ -12,3 +12,4 @@ mod compat_mode;
 mod foreign_locks;
 mod keys;
 mod loss_detection;
+mod patterns;

@@ -242,3 +242,43 @@ async fn watch_json_lines_parse_and_carry_the_fields() {
     assert_eq!(watch.wait(), 0);
     manager.shutdown().await.unwrap();
 }
+
+/// Another application's lock with an expiry of its own (npm
+/// `distributed-locks-mongodb`'s `{_id, value, ttl, obtained_at}`, by its
+/// upsert for a free key): watched as held by its owner, marked foreign,
+/// with its expiry by its rule, then `expired` when that passes (nothing
+/// writes then: the observer reads the key at that time).
+#[test]
+fn watch_prints_a_foreign_lock_with_its_owner_then_expired_by_its_own_rule() {
+    let env = Env::new("cli_watch_foreign");
+    let mut watch = env.spawn(&["watch", "job"]);
+    assert!(watch.expect_line(" free ").ends_with("free \"job\""));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let lock = mongodb::bson::doc! {
+                "$set": { "_id": "job", "value": "node-7", "ttl": 2 },
+                "$currentDate": { "obtained_at": { "$type": "date" } },
+            };
+            env.leases()
+                .await
+                .update_one(
+                    mongodb::bson::doc! { "_id": "job", "value": "node-7" },
+                    lock,
+                )
+                .upsert(true)
+                .await
+                .unwrap();
+        });
+    let held = watch.expect_line(" acquired ");
+    assert!(
+        held.contains("by node-7 (foreign)") && held.contains("expires at"),
+        "{held}"
+    );
+    let expired = watch.expect_line(" expired ");
+    assert!(expired.contains("expired \"job\" by node-7"), "{expired}");
+    watch.signal(libc::SIGINT);
+    assert_eq!(watch.wait(), 0);
+}

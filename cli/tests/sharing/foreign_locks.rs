@@ -9,8 +9,10 @@ use std::process::Output;
 use mongodb::bson::doc;
 use serde_json::Value;
 
+use std::time::Duration;
+
 use crate::common::others::{
-    BARE, OTHER_APP, bare_lock, bare_unlock, bytes, foreign_lock, stored_bytes,
+    BARE, OTHER_APP, bare_lock, bare_unlock, bytes, foreign_lock, pattern2_lock, stored_bytes,
 };
 use crate::common::{self, Fixture};
 
@@ -134,4 +136,73 @@ async fn cli_exec_no_wait_exits_75_while_a_bare_id_lock_exists_and_runs_once_it_
     bare_unlock(&fx, BARE).await;
     let out = cli(&fx, &["exec", "--key", BARE, "--no-wait", "--", "true"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+// ----- a lock with an expiry of its own: npm `distributed-locks-mongodb` ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_exec_no_wait_exits_75_on_a_live_pattern_2_lock_list_shows_its_owner_and_0_once_it_expired()
+ {
+    let fx = Fixture::new("pattern2_cli").await;
+    // Its client locks for 2 s, by its exact commands.
+    assert!(pattern2_lock(&fx, "job", "node-7", 2).await);
+    let written = fx.doc("job").await;
+
+    let out = cli(&fx, &["exec", "--key", "job", "--no-wait", "--", "true"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(NOT_ACQUIRED),
+        "{}",
+        text(&out.stderr)
+    );
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("foreign holder \"node-7\"") && said.contains("by its own rule"),
+        "{said}"
+    );
+    assert_eq!(stored_bytes(&fx, "job").await, bytes(&written));
+
+    let out = cli(&fx, &["list", "--json"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = &listed.as_array().unwrap()[0];
+    assert_eq!(
+        (&entry["owner_id"], &entry["foreign"]),
+        (&Value::from("node-7"), &Value::from(true))
+    );
+    // `obtained_at + ttl` and its clients' strict `>`: 2 001 ms after it.
+    let obtained_at = written.get_datetime("obtained_at").unwrap();
+    let expires = entry["expires_at"].as_str().expect("an expiry");
+    let expires = mongodb::bson::DateTime::parse_rfc3339_str(expires).unwrap();
+    assert_eq!(
+        expires.timestamp_millis(),
+        obtained_at.timestamp_millis() + 2_001
+    );
+    let out = cli(&fx, &["list"]).await;
+    let table = text(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("job "))
+        .expect("a row for job");
+    assert!(
+        row.contains("node-7 (foreign)") && !row.contains("unknown"),
+        "{row}"
+    );
+
+    // Past its expiry by its rule, the next `exec --no-wait` takes it over.
+    common::eventually(
+        "exec --no-wait runs the command",
+        Duration::from_secs(60),
+        || async {
+            let out = cli(&fx, &["exec", "--key", "job", "--no-wait", "--", "true"]).await;
+            match out.status.code() {
+                Some(0) => true,
+                Some(NOT_ACQUIRED) => false,
+                other => panic!("exit {other:?}: {}", text(&out.stderr)),
+            }
+        },
+    )
+    .await;
+    let stored = fx.doc("job").await;
+    assert!(stored.get("value").is_none(), "taken over: {stored}");
 }

@@ -257,6 +257,7 @@ fn hold_at_least_and_foreign_holders() {
                 Event::ForeignTaken {
                     key: "k".into(),
                     owner: "app".into(),
+                    expires_in: None,
                 },
             ),
         ],
@@ -281,4 +282,36 @@ fn waiters_are_answered_within_the_bound_once_faults_stop() {
     assert_eq!(found, vec![]);
     let found = check(vec![(0, wait), (1_000, Event::FaultsStopped)], 31_001);
     assert_eq!(found.len(), 1, "{found:?}");
+}
+
+#[test]
+fn a_foreign_lock_is_taken_over_only_after_its_own_expiry() {
+    let foreign = || Event::ForeignTaken {
+        key: "k".into(),
+        owner: "node-1".into(),
+        expires_in: Some(ms(1_000)),
+    };
+    // Granted well before the lock's expiry by its own rule (1 s after it
+    // was written at 0, less the bounds' step of the server clock).
+    let early = check(
+        vec![
+            (0, foreign()),
+            (500, grant(1, 0, Kind::Exclusive, 1, 5_000)),
+        ],
+        600,
+    );
+    assert_eq!(early.len(), 1, "{early:?}");
+    assert!(
+        early[0].what.contains("another application holds"),
+        "{early:?}"
+    );
+    // Granted after it.
+    let late = check(
+        vec![
+            (0, foreign()),
+            (1_500, grant(1, 0, Kind::Exclusive, 1, 5_000)),
+        ],
+        1_600,
+    );
+    assert_eq!(late, vec![]);
 }

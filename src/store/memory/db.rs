@@ -7,16 +7,18 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use mongodb::bson::{DateTime, Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::doc::{Doc, Foreign};
 use super::rules::{Collection, apply_acquire};
 use crate::LeaseKind;
+use crate::foreign::ForeignRules;
 use crate::info::{HolderInfo, LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::store::{AcquireOutcome, Announcement, KeyWrite};
+use crate::store::{AcquireOutcome, Announcement, KeyWrite, field};
 
 /// The shared in-memory lock collection. Cheap to clone.
 #[derive(Clone)]
@@ -44,6 +46,9 @@ pub(crate) struct MemoryDb {
     /// The documents after each change of the last while, for stale reads
     /// ([`MemoryDb::keep_snapshots`]).
     snapshots: Arc<Mutex<Snapshots>>,
+    /// The foreign lock shapes and their expiry rules, as `MongoStore`'s
+    /// ([`MemoryDb::with_foreign_rules`]).
+    foreign_rules: Arc<ForeignRules>,
 }
 
 /// The documents after each change, each with the (tokio) instant it was
@@ -68,6 +73,7 @@ impl Default for MemoryDb {
             behind: Arc::default(),
             faster_ppm: Arc::default(),
             snapshots: Arc::default(),
+            foreign_rules: Arc::default(),
         }
     }
 }
@@ -102,6 +108,24 @@ impl MemoryDb {
                 db
             })
             .clone()
+    }
+
+    /// This collection with the foreign lock shapes `rules` (default: the
+    /// built-in shapes, `{_id, ts, aid}` never expiring), as `MongoStore`
+    /// gets them at `connect`. Set it before cloning.
+    pub fn with_foreign_rules(mut self, rules: ForeignRules) -> Self {
+        self.foreign_rules = Arc::new(rules);
+        self
+    }
+
+    /// The foreign lock shapes of this collection.
+    pub fn foreign_rules(&self) -> &ForeignRules {
+        &self.foreign_rules
+    }
+
+    /// Server time `at` as a BSON date (as `$$NOW` reads).
+    pub fn date(&self, at: Instant) -> DateTime {
+        DateTime::from_system_time(self.system_time(at))
     }
 
     /// Reports a release or delete of `key` to `watch_releases` streams.
@@ -316,29 +340,27 @@ impl MemoryDb {
     }
 
     /// A foreign holder's lock as a [`LeaseInfo`] judged at `now`, as
-    /// `MongoStore` reads `{_id, ts, aid}` (a bare `{_id}`: owner id `""`,
-    /// written at `now`).
+    /// `MongoStore` reads it: projected by the rules of `crate::foreign`,
+    /// read by `store::lease_info`.
     pub fn foreign_info(&self, key: &LeaseKey, foreign: &Foreign, now: Instant) -> LeaseInfo {
-        let written = self.system_time(foreign.written.unwrap_or(now));
-        let now = self.system_time(now);
-        LeaseInfo {
-            key: key.clone(),
-            owner_id: foreign.owner.clone().unwrap_or_default(),
-            fencing_token: 0,
-            acquired_at: written,
-            renewed_at: written,
-            expires_at: now,
-            server_time: now,
-            payload: None,
-            held: true,
-            foreign: true,
-            kind: crate::LeaseKind::Exclusive,
-            holders: Vec::new(),
-            hold_until: None,
-            waiters: Vec::new(),
-            transitions: 0,
-            released: false,
-        }
+        let projected = foreign.projected(&self.foreign_rules, self.date(now));
+        crate::store::lease_info(key, &projected, self.system_time(now))
+    }
+
+    /// The server time at which `foreign` expires by its own rule, if it
+    /// has an expiry.
+    pub fn foreign_expiry(&self, foreign: &Foreign) -> Option<Instant> {
+        let projected = foreign.projected(&self.foreign_rules, DateTime::MIN);
+        let at = projected.get_datetime(crate::foreign::EXPIRY).ok()?;
+        let at = at.to_system_time();
+        Some(match at.duration_since(self.epoch.1) {
+            Ok(after) => self.epoch.0 + after,
+            Err(before) => self
+                .epoch
+                .0
+                .checked_sub(before.duration())
+                .unwrap_or(self.epoch.0),
+        })
     }
 
     /// The foreign holder's lock document under `key`, if any.
@@ -403,6 +425,7 @@ impl MemoryDb {
             let had_lease_id = coll.docs.get(key).map(|d| d.lease_id.is_some());
             let now = Instant::now();
             let outcome = apply_acquire(
+                self,
                 coll,
                 key,
                 owner,
@@ -552,34 +575,32 @@ impl MemoryDb {
         self.touch();
     }
 
-    /// Occupies `key` with a foreign holder's lock document (`aid` =
-    /// `owner`, `ts` = now): acquire reports it held with no known expiry,
+    /// Occupies `key` with a foreign holder's lock document `{_id, ts: now,
+    /// aid: owner}`: acquire reports it held (until `ts` + the TTL index
+    /// on `ts` of [`MemoryDb::with_foreign_rules`], never without one),
     /// renew, release and release by owner never match it.
     pub fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str) {
-        self.put_foreign_doc(
-            key.into(),
-            Foreign {
-                owner: Some(owner.to_string()),
-                written: Some(self.server_now()),
-            },
-        );
+        let now = self.date(self.server_now());
+        self.put_foreign_document(key, doc! { field::RENEWED_AT: now, field::OWNER: owner });
     }
 
     /// Occupies `key` with a bare `{_id}` (a lock by upsert of `_id` alone,
     /// released by a delete): a foreign holder's lock as
-    /// [`MemoryDb::put_foreign`]'s, of owner id `""` and no `ts`.
+    /// [`MemoryDb::put_foreign`]'s, of owner id `""`, never expiring.
     pub fn put_bare(&self, key: impl Into<LeaseKey>) {
-        let bare = Foreign {
-            owner: None,
-            written: None,
-        };
-        self.put_foreign_doc(key.into(), bare);
+        self.put_foreign_document(key, Document::new());
     }
 
-    fn put_foreign_doc(&self, key: LeaseKey, foreign: Foreign) {
+    /// Occupies `key` with another application's lock document: `_id` and
+    /// `fields` (dates in server time, [`MemoryDb::date`]), read by the
+    /// rules of `crate::foreign`.
+    pub fn put_foreign_document(&self, key: impl Into<LeaseKey>, fields: Document) {
+        let key = key.into();
+        let mut doc = doc! { field::ID: key.to_bson() };
+        doc.extend(fields);
         self.change(|coll| {
             coll.docs.remove(&key);
-            coll.foreign.insert(key, foreign);
+            coll.foreign.insert(key, Foreign { doc });
         });
     }
 
@@ -663,37 +684,35 @@ impl MemoryDb {
     }
 
     /// Another application locks `key` as it would with an insert of its
-    /// own document, upserted only if no document exists: `{_id, ts, aid}`
-    /// with `aid` = `owner`, or a bare `{_id}` when `owner` is `None` (an
-    /// upsert of `_id` alone, as [`MemoryDb::put_bare`]). Returns whether it
-    /// did.
-    pub fn put_foreign_if_absent(&self, key: impl Into<LeaseKey>, owner: Option<&str>) -> bool {
+    /// own document, upserted only if no document exists: `{_id}` and
+    /// `fields` (e.g. `{ts, aid}`; none for a bare `{_id}`, an upsert of
+    /// `_id` alone, as [`MemoryDb::put_bare`]). Returns whether it did.
+    pub fn put_foreign_if_absent(&self, key: impl Into<LeaseKey>, fields: Document) -> bool {
         let key = key.into();
         let mut coll = lock(&self.inner);
         if coll.docs.contains_key(&key) || coll.foreign.contains_key(&key) {
             return false;
         }
-        let foreign = Foreign {
-            owner: owner.map(str::to_string),
-            written: owner.map(|_| self.server_now()),
-        };
-        coll.foreign.insert(key, foreign);
+        let mut doc = doc! { field::ID: key.to_bson() };
+        doc.extend(fields);
+        coll.foreign.insert(key, Foreign { doc });
         drop(coll);
         self.touch();
         true
     }
 
-    /// Another application deletes its own lock of `key` (a delete that
-    /// matches its `aid`, or a bare `{_id}` still bare when `owner` is
-    /// `None`): returns whether it was still there.
-    pub fn remove_foreign(&self, key: impl Into<LeaseKey>, owner: Option<&str>) -> bool {
+    /// Another application deletes its own lock of `key`, the document
+    /// `{_id}` and `fields` it wrote (a delete that matches it: not after a
+    /// manager took it over): returns whether it was still there.
+    pub fn remove_foreign(&self, key: impl Into<LeaseKey>, fields: &Document) -> bool {
         let key = &key.into();
         let mut coll = lock(&self.inner);
-        if coll
-            .foreign
-            .get(key)
-            .is_none_or(|f| f.owner.as_deref() != owner)
-        {
+        let written = |f: &Foreign| {
+            let mut doc = f.doc.clone();
+            doc.remove(field::ID);
+            doc == *fields
+        };
+        if coll.foreign.get(key).is_none_or(|f| !written(f)) {
             return false;
         }
         coll.foreign.remove(key);

@@ -301,12 +301,27 @@ impl Doc {
     }
 }
 
-/// A foreign holder's lock document (another application's `{_id, ts, aid}`,
-/// or a bare `{_id}`: neither field).
+/// A foreign holder's lock document as stored, `_id` included (another
+/// application's `{_id, ts, aid}`, `{_id, value, ttl, obtained_at}`,
+/// `{_id, ExpireAt}`, a bare `{_id}`, ...; dates in server time), read by
+/// the rules of `crate::foreign`, as `MongoStore` reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Foreign {
-    /// `aid`: the other application's owner id.
-    pub owner: Option<String>,
-    /// `ts`: when it was written.
-    pub written: Option<Instant>,
+    pub doc: mongodb::bson::Document,
+}
+
+impl Foreign {
+    /// The document as the reads of `MongoStore` project it at server time
+    /// `now`: with the fields of `rules`
+    /// ([`ForeignRules::annotate`](crate::foreign::ForeignRules::annotate))
+    /// and `now`.
+    pub fn projected(
+        &self,
+        rules: &crate::foreign::ForeignRules,
+        now: mongodb::bson::DateTime,
+    ) -> mongodb::bson::Document {
+        let mut doc = rules.annotate(&self.doc, crate::store::is_our_shape(&self.doc));
+        doc.insert("now", now);
+        doc
+    }
 }

@@ -40,12 +40,17 @@
 //!   **delete_released(keys)** deletes released documents of `keys` (no lease
 //!   id, not yielded) acquired that long ago.
 //! - A **foreign holder's lock** ([`MemoryDb::put_foreign`], another
-//!   application's `{_id, ts, aid}`; [`MemoryDb::put_bare`], a bare `{_id}`,
-//!   whose `aid` reads as `""`) is never modified: acquire reports it
-//!   `Held { holder: aid, remaining: None, token: None }`, renew, release and
-//!   release_all never match it, reads show it held by a foreign holder,
-//!   and only force release (or [`MemoryDb::delete`]) deletes it, announcing
-//!   the delete like a release.
+//!   application's `{_id, ts, aid}`; [`MemoryDb::put_bare`], a bare `{_id}`;
+//!   [`MemoryDb::put_foreign_document`], any other document) is stored as
+//!   written and read by the rules of `crate::foreign`
+//!   ([`MemoryDb::with_foreign_rules`]), rendered as `MongoStore`'s reads
+//!   project it and judged by `replies` and `store::lease_info`: while live
+//!   by its own rule it is never modified, acquire reports it `Held` by its
+//!   owner with the time left by that rule (`None` without one), renew,
+//!   release and release_all never match it, and only force release (or
+//!   [`MemoryDb::delete`]) deletes it, announcing the delete like a
+//!   release; once expired by its rule, an acquisition takes it over as a
+//!   new document.
 //!
 //! - **Shared and semaphore keys** (`Store::acquire` of a shape, rules in
 //!   [`kinds`]): holders in [`Doc::holders`] (`hs`, each with owner id,

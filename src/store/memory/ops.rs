@@ -70,6 +70,7 @@ impl Store for MemoryStore {
                 // `None`: no document (an insert); else whether it had a `lid`.
                 let had_lease_id = coll.docs.get(&key).map(|d| d.lease_id.is_some());
                 let outcome = apply_acquire(
+                    &db,
                     coll,
                     &key,
                     &owner,

@@ -189,13 +189,7 @@ fn verdict(
 ) -> Option<AcquireOutcome> {
     let date = |at: Instant| DateTime::from_system_time(db.system_time(at));
     let outcome = if let Some(foreign) = coll.foreign.get(key) {
-        let mut doc = Document::new();
-        if let Some(owner) = &foreign.owner {
-            doc.insert(field::OWNER, owner);
-        }
-        if let Some(written) = foreign.written {
-            doc.insert(field::RENEWED_AT, date(written));
-        }
+        let doc = foreign.projected(db.foreign_rules(), date(now));
         replies::classify(key, owner, lease_id, &doc)
     } else if let Some(stored) = coll.docs.get(key) {
         if kind.is_multi_holder() {

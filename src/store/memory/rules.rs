@@ -16,14 +16,16 @@ use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::store::{AcquireOutcome, HandOver};
+use crate::store::{AcquireOutcome, HandOver, replies};
 
 /// The documents of a [`MemoryDb`], as its operations see them.
 #[derive(Default, Clone)]
 pub(crate) struct Collection {
     pub(super) docs: HashMap<LeaseKey, Doc>,
     /// Keys occupied by a foreign holder's lock document (not written by
-    /// the protocol): never modified, except deleted by a force release.
+    /// the protocol): never modified while live by its own rule
+    /// (`crate::foreign`), except deleted by a force release; an
+    /// acquisition takes it over once expired by that rule.
     pub(super) foreign: HashMap<LeaseKey, Foreign>,
     /// The token of each deleted document: a new document of its key starts
     /// above it, as on MongoDB.
@@ -47,6 +49,10 @@ impl Collection {
 /// `shape` (the rules of shared and semaphore keys are in
 /// [`kinds`](super::kinds)).
 ///
+/// A foreign holder's lock is held until its expiry by its own rule (the
+/// rules of `db`, read by `replies::classify`), then taken over as a new
+/// document, as the acquire pipelines' first stage does.
+///
 /// The queue of waiting owners (not in a place of in-document leases): a
 /// free key is kept for the head of its queue, and a waiting attempt that
 /// loses to another owner (or to the head) registers for `registration`,
@@ -54,6 +60,7 @@ impl Collection {
 /// writes.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn apply_acquire(
+    db: &MemoryDb,
     coll: &mut Collection,
     key: &LeaseKey,
     owner: &str,
@@ -67,11 +74,15 @@ pub(super) fn apply_acquire(
 ) -> Result<AcquireOutcome> {
     let queues = !coll.in_documents;
     if let Some(foreign) = coll.foreign.get(key) {
-        return Ok(AcquireOutcome::Held {
-            holder: foreign.owner.clone().unwrap_or_default(),
-            remaining: None,
-            token: None,
-        });
+        let date = db.date(now);
+        if !db.foreign_rules().expired(&foreign.doc, false, date) {
+            // Held by its own rule: read as `MongoStore` reads it.
+            let projected = foreign.projected(db.foreign_rules(), date);
+            return Ok(replies::classify(key, owner, lease_id, &projected));
+        }
+        // Expired by its own rule: taken over in this write (the acquire
+        // pipeline's first stage), as a new document.
+        coll.foreign.remove(key);
     }
     let hold = shape.hold_at_least;
     let multi = shape.kind.is_multi_holder();

@@ -114,7 +114,11 @@ impl MemoryStore {
                     if !first {
                         // The lease's expiry, or a holder's (the first to
                         // expire changes the key's holders).
-                        let expiry = last.as_ref().and_then(|(doc, (held, _), _)| {
+                        // A foreign holder's lock: its expiry by its own rule.
+                        let expiry = last.as_ref().and_then(|(doc, (held, _), foreign)| {
+                            if let Some(foreign) = foreign.as_ref().filter(|_| *held) {
+                                return db.foreign_expiry(foreign);
+                            }
                             let doc = doc.as_ref().filter(|_| *held)?;
                             let first = doc
                                 .holders
@@ -143,9 +147,12 @@ impl MemoryStore {
                     let stored = db.doc(&key);
                     let doc = stored.as_ref().map(|d| d.observed());
                     let foreign = db.foreign(&key);
-                    let held = doc.as_ref().map_or((false, 0), |d| {
-                        (d.live_kind(now).is_some(), d.live_holders(now).count())
-                    });
+                    let held = match &foreign {
+                        Some(foreign) => (db.foreign_info(&key, foreign, now).held, 0),
+                        None => doc.as_ref().map_or((false, 0), |d| {
+                            (d.live_kind(now).is_some(), d.live_holders(now).count())
+                        }),
+                    };
                     let state = (doc.clone(), held, foreign.clone());
                     if last.as_ref() == Some(&state) {
                         continue;

@@ -528,8 +528,16 @@ impl MongoStore {
                 ),
             });
         }
-        let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, shape, waiting);
-        let projection = multi_acquire_projection(self.owner(), lease_id);
+        let mut update = vec![self.takeover_stage()];
+        update.extend(multi_acquire_pipeline(
+            self.owner(),
+            ttl_ms,
+            lease_id,
+            shape,
+            waiting,
+        ));
+        let mut projection = multi_acquire_projection(self.owner(), lease_id);
+        projection.extend(self.foreign_projection());
         self.acquire_by(key, update, projection, |key, doc| {
             classify_multi(key, kind, doc)
         })
@@ -654,6 +662,13 @@ impl MongoStore {
             .collect()
     }
 
+    /// The first stage of both acquire pipelines: a foreign holder's lock
+    /// expired by its own rule is taken over in the acquiring write itself
+    /// ([`ForeignRules::takeover_stage`](crate::foreign::ForeignRules::takeover_stage)).
+    pub(super) fn takeover_stage(&self) -> Document {
+        self.foreign().takeover_stage(our_shape(), field::INSERTED)
+    }
+
     /// Reads `key`'s document with `projection`.
     pub(super) async fn read_key(
         &self,
@@ -676,7 +691,8 @@ impl MongoStore {
         hold_ms: Option<i64>,
         payload: Option<Document>,
     ) -> Result<AcquireOutcome> {
-        let update = acquire_pipeline(
+        let mut update = vec![self.takeover_stage()];
+        update.extend(acquire_pipeline(
             self.owner(),
             ttl_ms,
             lease_id,
@@ -684,8 +700,10 @@ impl MongoStore {
             hold_ms,
             self.registration_ms(),
             payload.as_ref(),
-        );
-        self.acquire_by(key, update, acquire_projection(), |key, doc| {
+        ));
+        let mut projection = acquire_projection();
+        projection.extend(self.foreign_projection());
+        self.acquire_by(key, update, projection, |key, doc| {
             replies::exclusive(key, self.owner(), lease_id, ttl_ms, doc)
         })
         .await

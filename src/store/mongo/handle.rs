@@ -8,6 +8,7 @@
 
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
+use crate::foreign::ForeignRules;
 use crate::key::LeaseKey;
 use crate::store::field;
 use mongodb::bson::{Document, doc};
@@ -40,6 +41,9 @@ pub(crate) struct MongoStore {
     operation_timeout: Duration,
     /// Whether releases keep or delete the lock document.
     release_mode: ReleaseMode,
+    /// The foreign lock shapes of the collection and their expiry rules
+    /// (fixed at `connect`).
+    foreign: ForeignRules,
 }
 
 /// The server's error code and message of a command or write error.
@@ -161,7 +165,26 @@ impl MongoStore {
             lock_delay_ms: 0,
             operation_timeout,
             release_mode: ReleaseMode::Keep,
+            foreign: ForeignRules::default(),
         }
+    }
+
+    /// This store with the foreign lock shapes `rules` (default: the
+    /// built-in shapes, `{_id, ts, aid}` never expiring).
+    pub(crate) fn with_foreign(mut self, rules: ForeignRules) -> Self {
+        self.foreign = rules;
+        self
+    }
+
+    /// The foreign lock shapes of its collection.
+    pub(crate) fn foreign(&self) -> &ForeignRules {
+        &self.foreign
+    }
+
+    /// The fields the reads of a lock document project for a foreign
+    /// holder's lock ([`ForeignRules::projection`]).
+    pub(super) fn foreign_projection(&self) -> Document {
+        self.foreign.projection(super::rules::our_shape())
     }
 
     /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).

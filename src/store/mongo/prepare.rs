@@ -39,8 +39,10 @@
 //!
 //! Before creating the TTL index on `exp` (only when it does not exist yet),
 //! `prepare` looks for one document that is not a lock document: neither of
-//! this crate's shape (`tok` int64 and `exp` date), nor a bare `{_id}` (a lock
-//! by an upsert of `_id` alone), nor the common lock pattern's (`aid` present and `ts` a date). If
+//! this crate's shape (`tok` int64 and `exp` date), nor another application's
+//! lock of a recognised shape (`crate::foreign`: `{_id, ts, aid}`, `{_id,
+//! value, ttl, obtained_at}`, `{_id, ExpireAt}`, a bare `{_id}`, the shape of
+//! `LeaseManagerOptions::foreign_lock`), which it joins. If
 //! there is one, the collection is refused: it is probably a data collection
 //! named by mistake, and the TTL index would delete its documents that happen
 //! to have an `exp` date. The query (`limit 1`, projecting `_id`) uses no
@@ -56,8 +58,10 @@ use mongodb::bson::{Document, doc};
 use mongodb::options::IndexOptions;
 
 use super::handle::{MongoStore, command_code};
+use super::rules::our_shape;
 use crate::config::Timing;
 use crate::error::{Error, Result, is_transient_db_error, unreachable_from};
+use crate::foreign::ForeignRules;
 use crate::store::field;
 
 /// Name of the TTL index that garbage-collects lock documents.
@@ -218,7 +222,7 @@ impl MongoStore {
         let found = self
             .bounded(
                 self.coll()
-                    .find_one(not_a_lock_document())
+                    .find_one(not_a_lock_document(self.foreign()))
                     .projection(doc! { field::ID: 1 }),
             )
             .await?;
@@ -230,8 +234,10 @@ impl MongoStore {
             .map_or_else(|| "(none)".to_string(), |id| id.to_string());
         Err(Error::UnusableCollection {
             reason: format!(
-                "{} is expected to be a lock collection (documents {{_id, aid, ts, ...}}), \
-                 but it holds a document that is not a lock document (_id: {id}); the TTL \
+                "{} is expected to be a lock collection (documents {{_id, aid, ts, ...}}, or \
+                 another application's locks: {{_id, ts, aid}}, {{_id, value, ttl, \
+                 obtained_at}}, {{_id, ExpireAt}}, {{_id}}, or the shape of the foreign_lock \
+                 option), but it holds a document that is not a lock document (_id: {id}); the TTL \
                  index on `exp` would delete such documents when they carry an `exp` date. \
                  Nothing was created: point the manager at a collection of its own (e.g. \
                  \"<name>.lock\")",
@@ -277,13 +283,13 @@ impl MongoStore {
 }
 
 /// The filter of a document that is neither of this crate's shape (`tok`
-/// int64 and `exp` date), nor a bare `{_id}` (a foreign lock), nor the common lock
-/// pattern's (`aid` present and `ts` a date).
-fn not_a_lock_document() -> Document {
+/// int64 and `exp` date) nor a foreign holder's lock of a shape of `rules`
+/// (`crate::foreign`: `{_id, ts, aid}`, `{_id, value, ttl, obtained_at}`,
+/// `{_id, ExpireAt}`, a bare `{_id}`, the user's rule).
+fn not_a_lock_document(rules: &ForeignRules) -> Document {
     doc! { "$nor": [
         { field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } },
-        { field::OWNER: { "$exists": true }, field::RENEWED_AT: { "$type": "date" } },
-        { "$expr": { "$eq": [ { "$size": { "$objectToArray": "$$ROOT" } }, 1 ] } },
+        { "$expr": rules.recognised_expr(our_shape()) },
     ] }
 }
 

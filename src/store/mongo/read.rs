@@ -78,8 +78,16 @@ impl MongoStore {
         )
     }
 
+    /// [`info_projection`] with the fields of a foreign holder's lock
+    /// (`crate::foreign`).
+    pub(super) fn info_projection(&self) -> Document {
+        let mut projection = info_projection();
+        projection.extend(self.foreign_projection());
+        projection
+    }
+
     pub(super) async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
-        let found = self.read_key(&key, info_projection()).await?;
+        let found = self.read_key(&key, self.info_projection()).await?;
         Ok(found.and_then(|doc| projected_info(&key, &doc)))
     }
 
@@ -97,7 +105,7 @@ impl MongoStore {
         let mut options = FindOptions::builder()
             .sort(doc! { field::ID: 1 })
             .limit(fetch.min(i64::MAX as usize) as i64)
-            .projection(info_projection())
+            .projection(self.info_projection())
             .build();
         if let Some(after) = &after {
             options.min = Some(list_min(after));
@@ -120,7 +128,7 @@ impl MongoStore {
                 .bounded(
                     self.coll()
                         .find_one(doc! { field::ID: Bson::MaxKey })
-                        .projection(info_projection()),
+                        .projection(self.info_projection()),
                 )
                 .await?;
             docs.extend(max_key);

@@ -24,7 +24,7 @@ use super::handoff::{handoff_stages, pick_stage};
 use super::raw::{
     encode_pipeline, raw_key_filter, raw_lets, update_counts, update_reply, update_statements,
 };
-use super::read::{info_projection, projected_info};
+use super::read::projected_info;
 use super::renew::holder_filter;
 use super::rules::{
     LID, LockPath, bson_lease_id, entries, entry_among, entry_live, entry_of_owner, f, has_holders,
@@ -404,13 +404,13 @@ impl MongoStore {
                         force_release_update(self.yield_ms(), self.lock_delay_ms()),
                     )
                     .return_document(ReturnDocument::Before)
-                    .projection(info_projection()),
+                    .projection(self.info_projection()),
             )
             .await?;
         if let Some(doc) = before {
             return Ok(projected_info(&key, &doc));
         }
-        let found = self.read_key(&key, info_projection()).await?;
+        let found = self.read_key(&key, self.info_projection()).await?;
         let Some((found, info)) = found
             .and_then(|doc| projected_info(&key, &doc).map(|info| (doc, info)))
             .filter(|(_, info)| info.foreign)

@@ -22,13 +22,12 @@
 //! states that last less than a poll interval can then be missed.
 
 use super::handle::{MongoStore, command_code};
-use super::read::info_projection;
 use super::rules::{LockPath, announced, freed, key_filter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::{Announcement, FIELD_COUNT, KeyWrite, field, lease_info};
+use crate::store::{Announcement, FIELD_COUNT, KeyWrite, field, is_our_shape, lease_info};
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use mongodb::bson::{Bson, Document, Timestamp, doc};
@@ -251,7 +250,10 @@ impl Observer {
     ) -> Result<(Option<Document>, SystemTime, Option<Timestamp>)> {
         let coll = self.store.coll();
         let filter = key_filter(&self.key);
-        let projection = info_projection();
+        // The fields of a foreign lock as stored, as a change event's full
+        // document has them: `emit` reads them by the foreign rules.
+        let mut projection = super::read::info_projection();
+        projection.extend(self.store.foreign().fields());
         let (found, operation_time) = if session {
             self.store
                 .bounded(async {
@@ -293,11 +295,14 @@ impl Observer {
         let info = self
             .doc
             .as_ref()
-            .map(|d| lease_info(&self.key, d, server_time));
+            .map(|d| self.store.foreign().annotate(d, is_our_shape(d)))
+            .map(|d| lease_info(&self.key, &d, server_time));
         let held = info.as_ref().is_some_and(|i| i.held);
-        // A foreign holder's lock has no expiry to check: its deletion is an event.
+        // A foreign holder's lock without an expiry by its rule has none to
+        // check: its deletion is an event.
         // A shared or semaphore key changes when its first holder expires.
-        self.check_at = info.as_ref().filter(|i| i.held && !i.foreign).map(|i| {
+        let expires = |i: &&LeaseInfo| !i.foreign || i.expires_at > i.server_time;
+        self.check_at = info.as_ref().filter(|i| i.held && expires(i)).map(|i| {
             match i.holders.iter().map(|h| h.expires_at).min() {
                 Some(first) => {
                     Instant::now() + first.duration_since(i.server_time).unwrap_or_default()

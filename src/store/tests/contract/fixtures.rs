@@ -6,8 +6,9 @@ use mongodb::bson::{Bson, DateTime, Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{FIELD, Fixture, MARGIN, Raw, TTL, YIELD};
+use super::{FIELD, Fixture, MARGIN, Planted, Raw, TTL, YIELD};
 use crate::config::ReleaseMode;
+use crate::foreign::ForeignRules;
 use crate::key::LeaseKey;
 use crate::store::memory::{MemoryDb, MemoryStore};
 use crate::store::{AcquireOutcome, MongoStore, Store};
@@ -66,6 +67,32 @@ impl Fixture for MemoryFixture {
 
     async fn put_bare(&self, key: impl Into<LeaseKey>) {
         self.db.put_bare(key);
+    }
+
+    async fn store_with_rules(&self, owner: &str, rules: ForeignRules) -> MemoryStore {
+        self.db
+            .clone()
+            .with_foreign_rules(rules)
+            .store(owner, TTL)
+            .with_yield_window(YIELD)
+            .with_safety_margin(MARGIN)
+            .with_light_acquire()
+    }
+
+    async fn put_foreign_doc(&self, key: impl Into<LeaseKey>, fields: Vec<(&str, Planted)>) {
+        let now = self.db.system_time(self.db.server_now());
+        let mut doc = Document::new();
+        for (name, value) in fields {
+            let value = match value {
+                Planted::Value(v) => v,
+                Planted::At(ms) => {
+                    let at = DateTime::from_system_time(now).timestamp_millis() + ms;
+                    Bson::DateTime(DateTime::from_millis(at))
+                }
+            };
+            doc.insert(name, value);
+        }
+        self.db.put_foreign_document(key, doc);
     }
 
     async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool {
@@ -466,6 +493,39 @@ impl Fixture for MongoFixture {
             .insert_one(written.clone())
             .await
             .expect("insert a foreign document");
+        self.foreign.lock().unwrap().insert(key, written);
+    }
+
+    async fn store_with_rules(&self, owner: &str, rules: ForeignRules) -> MongoStore {
+        self.store(owner).await.with_foreign(rules)
+    }
+
+    async fn put_foreign_doc(&self, key: impl Into<LeaseKey>, fields: Vec<(&str, Planted)>) {
+        let key = key.into();
+        let mut planted = doc! { "_id": key.to_bson() };
+        for (name, value) in fields {
+            let value = match value {
+                Planted::Value(v) => Bson::from(doc! { "$literal": v }),
+                Planted::At(ms) => Bson::from(doc! { "$add": ["$$NOW", ms] }),
+            };
+            planted.insert(name, value);
+        }
+        let result = self
+            .raw_collection()
+            .update_one(
+                doc! { "_id": key.to_bson() },
+                vec![doc! { "$replaceWith": planted }],
+            )
+            .upsert(true)
+            .await
+            .expect("write a foreign document");
+        assert!(result.upserted_id.is_some(), "{key:?} was free");
+        let written = self
+            .raw_collection()
+            .find_one(doc! { "_id": key.to_bson() })
+            .await
+            .expect("read the foreign document")
+            .expect("the foreign document");
         self.foreign.lock().unwrap().insert(key, written);
     }
 

@@ -94,6 +94,15 @@ struct Raw {
     payload: Option<Document>,
 }
 
+/// A field of a planted foreign lock document ([`Fixture::put_foreign_doc`]).
+#[derive(Debug, Clone)]
+enum Planted {
+    /// This value.
+    Value(mongodb::bson::Bson),
+    /// A date: the server's now plus this many ms (negative: in the past).
+    At(i64),
+}
+
 /// What a scenario needs besides the [`Store`] trait: a fresh lock
 /// collection, stores (managers) on it, and the test-only operations.
 trait Fixture: Sized {
@@ -135,6 +144,19 @@ trait Fixture: Sized {
     /// Whether `key` still has the foreign holder's lock document written
     /// by [`Fixture::put_foreign`], unchanged.
     async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool;
+
+    /// A store as [`Fixture::store`] whose collection's foreign lock shapes
+    /// are `rules` (as `connect` gives them to `MongoStore`).
+    async fn store_with_rules(
+        &self,
+        owner: &str,
+        rules: crate::foreign::ForeignRules,
+    ) -> Self::Store;
+
+    /// Writes another application's lock document under `key`: `{_id: key}`
+    /// then `fields` in order, a [`Planted::At`] as a date at the server's
+    /// now plus its offset in ms ([`Fixture::foreign_unchanged`] checks it).
+    async fn put_foreign_doc(&self, key: impl Into<LeaseKey>, fields: Vec<(&str, Planted)>);
 
     /// Another application deletes the document of `key`, whatever its state.
     async fn delete_now(&self, key: impl Into<LeaseKey>);
@@ -378,6 +400,9 @@ contract!(
     acquire::acquire_yielded_key_is_refused_to_the_yielding_owner_only,
     acquire::fencing_tokens_strictly_increase_also_after_a_delete,
     acquire::a_document_of_foreign_shape_is_never_taken,
+    foreign::a_live_foreign_lock_of_each_shape_is_held_until_its_own_expiry,
+    foreign::a_foreign_lock_expired_by_its_own_rule_is_taken_over,
+    foreign::a_foreign_lock_without_an_expiry_is_never_taken,
     renewal::renewal_reports_exactly_the_lost_keys,
     renewal::payload_is_set_only_under_the_holding_lease_id,
     release::release_of_an_unmarked_lease_does_not_yield,
