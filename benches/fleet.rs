@@ -9,21 +9,23 @@
 //! ```
 //!
 //! **Idle managers.** An unrelated writer (its own client) updates one
-//! document of another database (`updateOne` `$inc`, one at a time, the
-//! deployment's default write concern) for `FLEET_WINDOW_MS` (default
+//! document of another database (`updateOne` `$inc`, one at a time, `w: 1`
+//! so that the server's work per write, not the journal's commit, bounds
+//! its rate) for `FLEET_WINDOW_MS` (default
 //! 5 000 ms) with N managers in the process, each with its own client and
 //! holding one key that nobody waits for: N = 0, 10, 100 (the default
 //! options: no change stream while merely holding), then 100 managers with
-//! `watch_held_leases` (a change stream each, the behaviour before it was
-//! an option), then N = 0 again to show the drift of the run. Printed: the
-//! writer's updates/s and the ratio to the mean of the two N = 0 windows.
+//! `watch_held_leases` (a change stream each, open before the window
+//! starts: the behaviour before it was an option), then N = 0 again to
+//! show the drift of the run. Printed: the writer's updates/s and the ratio
+//! to the mean of the two N = 0 windows.
 //!
 //! **Uncontended acquire + release.** One task acquires and releases one
 //! key `FLEET_CYCLES` times (default 2 000), against the raw driver's
 //! `insertOne` + `deleteOne` of a lock document (`w: majority`, as
-//! mongo-lease writes); printed: commands per cycle (driver command
-//! monitoring, every command but the driver's handshakes and heartbeats),
-//! cycles/s, and the ratios mongo-lease / raw.
+//! mongo-lease writes), in 4 alternating rounds; printed: commands per
+//! cycle (driver command monitoring, every command but the driver's
+//! handshakes and heartbeats), cycles/s, and the ratios mongo-lease / raw.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
-use mongodb::options::{ClientOptions, WriteConcern};
+use mongodb::options::{ClientOptions, CollectionOptions, WriteConcern};
 use mongodb::{Client, Collection};
 
 #[path = "common/mongod.rs"]
@@ -69,7 +71,12 @@ async fn idle_managers(options: &ClientOptions, database: &str, window: Duration
     let writer = Client::with_options(options.clone()).expect("client");
     let items = writer
         .database(&format!("{database}_other"))
-        .collection::<Document>("items");
+        .collection_with_options::<Document>(
+            "items",
+            CollectionOptions::builder()
+                .write_concern(WriteConcern::nodes(1))
+                .build(),
+        );
     items
         .insert_one(doc! { "_id": 0, "n": 0 })
         .await
@@ -139,8 +146,31 @@ async fn managers(
     watch: bool,
 ) -> Vec<(Client, LeaseManager, mongo_lease::Lease)> {
     let mut fleet = Vec::new();
+    // Change streams opened (answered `aggregate`s of a `$changeStream`).
+    let streams = Arc::new(AtomicU64::new(0));
     for i in first..first + n {
-        let client = Client::with_options(options.clone()).expect("client");
+        let mut options = options.clone();
+        let opened = streams.clone();
+        let opening = std::sync::Mutex::new(Vec::new());
+        options.command_event_handler = Some(EventHandler::callback(move |event| match event {
+            CommandEvent::Started(started)
+                if started.command_name == "aggregate"
+                    && started
+                        .command
+                        .get_array("pipeline")
+                        .ok()
+                        .and_then(|p| p.first())
+                        .and_then(|s| s.as_document())
+                        .is_some_and(|s| s.contains_key("$changeStream")) =>
+            {
+                opening.lock().unwrap().push(started.request_id);
+            }
+            CommandEvent::Succeeded(done) if opening.lock().unwrap().contains(&done.request_id) => {
+                opened.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }));
+        let client = Client::with_options(options).expect("client");
         let mut manager_options = LeaseManagerOptions::builder()
             .database(client.database(database))
             .collection("fleet.lock")
@@ -155,8 +185,20 @@ async fn managers(
             .expect("acquire");
         fleet.push((client, manager, lease));
     }
-    // Let the streams of the watching managers open before measuring.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The watching managers' streams are open before the window starts;
+    // the others opened none.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while watch && streams.load(Ordering::Relaxed) < n as u64 {
+        assert!(Instant::now() < deadline, "the streams did not open");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let opened = streams.load(Ordering::Relaxed);
+    assert_eq!(
+        opened,
+        if watch { n as u64 } else { 0 },
+        "change streams opened"
+    );
     fleet
 }
 
@@ -183,39 +225,43 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
     )
     .await
     .expect("connect");
-    // Warm-up outside the count.
-    for _ in 0..50 {
-        let lease = manager.acquire("k").await.expect("acquire");
-        lease.release().await.expect("release");
-    }
-    let before = commands.load(Ordering::Relaxed);
-    let start = Instant::now();
-    for _ in 0..cycles {
-        let lease = manager.acquire("k").await.expect("acquire");
-        lease.release().await.expect("release");
-    }
-    let ours_rate = cycles as f64 / start.elapsed().as_secs_f64();
-    let ours = (commands.load(Ordering::Relaxed) - before) as f64 / cycles as f64;
-    manager.shutdown().await.expect("shutdown");
-
     let raw = client
         .database(database)
-        .collection::<Document>("raw.lock")
-        .with_options(
-            mongodb::options::CollectionOptions::builder()
+        .collection_with_options::<Document>(
+            "raw.lock",
+            CollectionOptions::builder()
                 .write_concern(WriteConcern::majority())
                 .build(),
         );
+    // Warm-up outside the count.
     for _ in 0..50 {
+        our_cycle(&manager).await;
         raw_cycle(&raw).await;
     }
-    let before = commands.load(Ordering::Relaxed);
-    let start = Instant::now();
-    for _ in 0..cycles {
-        raw_cycle(&raw).await;
+    const ROUNDS: usize = 4;
+    let per_round = cycles / ROUNDS;
+    let cycles = per_round * ROUNDS;
+    let (mut ours, mut raw_commands) = (0, 0);
+    let (mut ours_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..ROUNDS {
+        let (before, start) = (commands.load(Ordering::Relaxed), Instant::now());
+        for _ in 0..per_round {
+            our_cycle(&manager).await;
+        }
+        ours_time += start.elapsed();
+        ours += commands.load(Ordering::Relaxed) - before;
+        let (before, start) = (commands.load(Ordering::Relaxed), Instant::now());
+        for _ in 0..per_round {
+            raw_cycle(&raw).await;
+        }
+        raw_time += start.elapsed();
+        raw_commands += commands.load(Ordering::Relaxed) - before;
     }
-    let raw_rate = cycles as f64 / start.elapsed().as_secs_f64();
-    let raw_commands = (commands.load(Ordering::Relaxed) - before) as f64 / cycles as f64;
+    manager.shutdown().await.expect("shutdown");
+    let ours = ours as f64 / cycles as f64;
+    let raw_commands = raw_commands as f64 / cycles as f64;
+    let ours_rate = cycles as f64 / ours_time.as_secs_f64();
+    let raw_rate = cycles as f64 / raw_time.as_secs_f64();
     println!("one task's uncontended acquire + release, {cycles} cycles");
     println!("  mongo-lease:       {ours:.2} commands per cycle, {ours_rate:>6.0} cycles/s");
     println!("  raw insert/delete: {raw_commands:.2} commands per cycle, {raw_rate:>6.0} cycles/s");
@@ -225,6 +271,14 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
         ours_rate / raw_rate
     );
     client.shutdown().await;
+}
+
+async fn our_cycle(manager: &LeaseManager) {
+    let lease = manager.acquire("k").await.expect("acquire");
+    assert_eq!(
+        lease.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }
 
 async fn raw_cycle(raw: &Collection<Document>) {
