@@ -256,7 +256,7 @@ pub struct LeaseManagerOptions {
     /// every open change stream over every write of the deployment, the
     /// other applications' included, so each such idle manager adds work to
     /// every write (100 of them cut an unrelated application's write rate
-    /// to about 0.4x; see `docs/performance.md`, "fleet").
+    /// to about half; see `docs/performance.md`, "Fleet").
     ///
     /// With `false`, the stream is open only while a key of this manager
     /// waits for another owner's lease (or a registration of its may be

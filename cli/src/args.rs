@@ -105,7 +105,7 @@ pub struct Connection {
     /// Notice at once, through a change stream, when someone else deletes or
     /// rewrites a held lease, instead of at the next renewal; each such
     /// process then costs the server some work on every write of the
-    /// deployment (docs/performance.md, "fleet").
+    /// deployment (docs/performance.md, "Fleet").
     #[arg(long, env = "MONGO_LEASE_WATCH_HELD_LEASES", global = true)]
     pub watch_held_leases: bool,
 
