@@ -320,16 +320,19 @@ async fn by_default_a_release_request_is_told_at_the_next_heartbeat_once() {
     assert_eq!(db.release_watchers(), 0, "merely holding: no stream");
     let reads_before = store.calls(Op::RequestRelease);
     assert!(b.request_release("k").await.unwrap());
-    loop {
-        match next(&mut events).await {
-            LeaseEvent::RevocationRequested { by } => {
-                assert_eq!(by, "b");
-                break;
+    // Renewals go on meanwhile; a minute of paused time turns a request
+    // never told into a failure.
+    let by = soon(async {
+        loop {
+            match events.recv().await {
+                Some(LeaseEvent::RevocationRequested { by }) => break by,
+                Some(LeaseEvent::Renewed { .. }) => {}
+                other => panic!("{other:?}"),
             }
-            LeaseEvent::Renewed { .. } => {}
-            other => panic!("{other:?}"),
         }
-    }
+    })
+    .await;
+    assert_eq!(by, "b");
     assert_eq!(Instant::now(), t0 + HEARTBEAT, "read at the next tick");
     assert_eq!(store.calls(Op::RequestRelease), reads_before + 1);
     sleep_until(t0 + HEARTBEAT * 3 + HEARTBEAT / 2).await;
