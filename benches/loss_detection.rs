@@ -1,4 +1,6 @@
-//! Loss detection: how soon a held lease's token fires after another
+//! Loss detection with `LeaseManagerOptions::watch_held_leases` (by default
+//! a holder keeps no change stream open, and the heartbeat's renewal finds
+//! a lost lease): how soon a held lease's token fires after another
 //! application deletes or rewrites its document, and what the manager's one
 //! change stream of writes costs.
 //!
@@ -134,6 +136,7 @@ async fn counted_manager(
         .ttl(ttl)
         .build();
     options.heartbeat_interval = Some(heartbeat);
+    options.watch_held_leases = true;
     let manager = LeaseManager::connect(options).await.expect("connect");
     (client, manager)
 }

@@ -253,6 +253,43 @@ pub struct LeaseManagerOptions {
     /// accepts a collection that holds them. Default: none.
     #[builder(default, setter(strip_option))]
     pub foreign_lock: Option<crate::foreign::ForeignLockRule>,
+
+    /// Whether a lease taken away by someone else's write (a delete, a
+    /// rewrite of its owner id or lease id, a force release) is noticed at
+    /// once, within milliseconds, rather than at the next heartbeat.
+    /// Default `false`.
+    ///
+    /// With `true`, the manager keeps a change stream of writes open while
+    /// it holds any lease, and checks a held lease with a renewal as soon as
+    /// a write may have taken it away. The price is on the server: it runs
+    /// every open change stream over every write of the deployment, the
+    /// other applications' included, so each such idle manager adds work to
+    /// every write (100 of them cut an unrelated application's write rate
+    /// to about half; see `docs/performance.md`, "Fleet").
+    ///
+    /// With `false`, the stream is open only while a key of this manager
+    /// waits for another owner's lease (or a registration of its may be
+    /// handed a lease): merely holding leases costs the server nothing per
+    /// foreign write, and a lease taken away is noticed by the heartbeat's
+    /// renewal, within one [`heartbeat_interval`](Self::heartbeat_interval).
+    /// Either way a lease is never held locally past its local deadline.
+    /// See `docs/performance.md`, "Loss detection".
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn example(database: mongodb::Database) -> mongo_lease::Result<()> {
+    /// use mongo_lease::{LeaseManager, LeaseManagerOptions};
+    /// let options = LeaseManagerOptions::builder()
+    ///     .database(database)
+    ///     .collection("jobs.lock")
+    ///     .watch_held_leases(true)
+    ///     .build();
+    /// let manager = LeaseManager::connect(options).await?;
+    /// # Ok(()) }
+    /// ```
+    #[builder(default = false)]
+    pub watch_held_leases: bool,
 }
 
 impl std::fmt::Debug for LeaseManagerOptions {
@@ -269,6 +306,7 @@ impl std::fmt::Debug for LeaseManagerOptions {
             .field("release_mode", &self.release_mode)
             .field("lock_delay", &self.lock_delay)
             .field("foreign_lock", &self.foreign_lock)
+            .field("watch_held_leases", &self.watch_held_leases)
             .finish_non_exhaustive()
     }
 }
@@ -289,6 +327,9 @@ pub(crate) struct Timing {
     /// its last renewal, so the local deadline uses it instead of the TTL
     /// (found by `connect`; see `src/store/mongo/prepare.rs`).
     pub ttl_cap: Option<Duration>,
+    /// [`LeaseManagerOptions::watch_held_leases`]: the stream of writes
+    /// stays open while a lease is held.
+    pub watch_held_leases: bool,
 }
 
 impl Timing {
@@ -632,6 +673,7 @@ impl LeaseManagerOptions {
             renewal_batch_size: self.renewal_batch_size,
             release_mode: self.release_mode,
             ttl_cap: None,
+            watch_held_leases: self.watch_held_leases,
         })
     }
 }

@@ -371,6 +371,13 @@ impl LeaseState {
         }
     }
 
+    /// Whether someone follows the lease's events (`Lease::events`).
+    pub(crate) fn is_followed(&self) -> bool {
+        self.events
+            .get()
+            .is_some_and(|events| events.receiver_count() > 0)
+    }
+
     /// Sends an event to the lease's followers, if any (made only then).
     fn send(&self, event: impl FnOnce() -> LeaseEvent) {
         if let Some(events) = self.events.get()

@@ -11,7 +11,8 @@ use futures::StreamExt;
 use mongo_lease::{LeaseEvent, ReleaseOutcome};
 
 const TTL: Duration = Duration::from_secs(10);
-/// Hang guard (the request arrives within milliseconds here).
+/// Hang guard (the request arrives within a heartbeat, 1/3 of the TTL, here:
+/// the holder merely holds, so it reads requests at its heartbeat).
 const GUARD: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -102,6 +102,13 @@ pub struct Connection {
     )]
     pub release_mode: ReleaseModeArg,
 
+    /// Notice at once, through a change stream, when someone else deletes or
+    /// rewrites a held lease, instead of at the next renewal; each such
+    /// process then costs the server some work on every write of the
+    /// deployment (docs/performance.md, "Fleet").
+    #[arg(long, env = "MONGO_LEASE_WATCH_HELD_LEASES", global = true)]
+    pub watch_held_leases: bool,
+
     /// How long to wait for MongoDB to answer, e.g. `10s`.
     #[arg(long, default_value = "10s", value_parser = parse_duration, global = true)]
     pub connect_timeout: Duration,

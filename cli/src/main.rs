@@ -260,6 +260,7 @@ async fn connect_with(
         .collection(c.collection.clone())
         .owner_id(owner_id)
         .release_mode(c.release_mode.into())
+        .watch_held_leases(c.watch_held_leases)
         .operation_timeout(c.connect_timeout)
         .build();
     if let Some(timing) = timing {

@@ -17,7 +17,17 @@ fn trapping(signal: &str) -> String {
 fn a_release_request_signals_execs_command_which_exits_and_releases() {
     let env = Env::new("cli_revoke");
     let script = trapping("TERM");
-    let mut holder = env.spawn(&["exec", "--key", "job", "--", "sh", "-c", &script]);
+    // Told by its stream of writes, at once.
+    let mut holder = env.spawn(&[
+        "--watch-held-leases",
+        "exec",
+        "--key",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
     holder.expect_line("working");
     let out = env.run(&["release", "job", "--request"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -35,12 +45,15 @@ fn a_release_request_signals_execs_command_which_exits_and_releases() {
     let out = env.run(&["exec", "--key", "job", "--no-wait", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
-    // Another signal.
+    // Another signal; by default the holder reads requests at its
+    // heartbeat (under a second with a 3 s TTL).
     let script = trapping("USR1");
     let mut holder = env.spawn(&[
         "exec",
         "--key",
         "job",
+        "--ttl",
+        "3s",
         "--on-revoke",
         "USR1",
         "--",

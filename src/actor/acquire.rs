@@ -445,6 +445,7 @@ impl Actor {
                 deadline,
                 renewing: 0,
                 kind: shape.kind,
+                revocation_told: false,
                 acquired_at: Instant::now(),
                 span,
             });
@@ -475,8 +476,10 @@ impl Actor {
             if let Some(holder) = waiter.holder {
                 self.held_by(key, lease_id, holder);
             }
-            // Writes to held leases by others are noticed through it.
-            self.open_release_watch(key.place);
+            if self.timing.watch_held_leases {
+                // Writes to held leases by others are noticed through it.
+                self.open_release_watch(key.place);
+            }
             if shape.kind.is_multi_holder() {
                 // The next waiter may share the key too.
                 self.serve_next(key);

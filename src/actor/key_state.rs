@@ -41,6 +41,9 @@ pub(super) struct Held {
     /// How it holds its key (several leases of a key are held at once only
     /// when their kinds allow it, see [`KeyState::admits`]).
     pub(super) kind: LeaseKind,
+    /// Its followers were told of a request to release its key: the
+    /// heartbeat's read of requests (`Actor::poll_revocations`) skips it.
+    pub(super) revocation_told: bool,
     /// When the reply of the acquire that took it arrived (local clock): its
     /// fencing token's millisecond, the server's time of the write, is no
     /// later than this (on one clock; `DELETE_DELAY`'s margin covers the

@@ -5,11 +5,11 @@
 //! its event sources: commands from the handles, results of store operations
 //! in flight (acquires, releases, payload writes and reads; renewals apart,
 //! so shutdown can drop them), expired timers (local deadlines and retries),
-//! the heartbeat, and, while a lease is held or some key waits for another
-//! owner, a change stream of writes to lock documents that wakes a waiting
-//! key's waiters at once instead of at their next poll, and makes a held
-//! lease that someone else's write may have taken away checked at once
-//! instead of at the next heartbeat. Each event has one method. The actor never awaits a store
+//! the heartbeat, and, while some key waits for another owner (or, with
+//! `watch_held_leases`, a lease is held), a change stream of writes to lock
+//! documents that wakes a waiting key's waiters at once instead of at their
+//! next poll, and makes a held lease that someone else's write may have
+//! taken away checked at once instead of at the next heartbeat. Each event has one method. The actor never awaits a store
 //! operation inline: operations run concurrently in [`FuturesUnordered`] sets
 //! and their results come back as [`Event`]s, so a slow round trip never
 //! delays another command.
@@ -232,10 +232,10 @@ struct PlaceState {
     store: Arc<dyn Store>,
     info: Arc<LockPlace>,
     /// Writes by any owner to this place's documents
-    /// (`Store::watch_releases`), open while a lease is held here or some
-    /// key of this place waits for another owner's lease, so that a release
-    /// wakes its waiters at once instead of at their next poll, and a held
-    /// lease written by someone else is checked at once.
+    /// (`Store::watch_releases`), open only while something here needs
+    /// prompt news of another owner's write (`release_watch.rs`): a release
+    /// wakes waiters at once instead of at their next poll, and a held lease
+    /// written by someone else is checked at once.
     release_watch: ReleaseWatch,
     /// Its light acquires and releases in flight and queued (`group_commit`).
     group_commit: group_commit::GroupCommit,
@@ -402,8 +402,9 @@ impl Actor {
                     self.publish_health(true);
                     self.renew_all();
                     self.health_due = true;
-                    self.close_release_watch_if_unneeded();
                     self.prune_gave_up();
+                    self.close_release_watch_if_unneeded();
+                    self.poll_revocations();
                     self.prune_contended();
                 }
                 (place, event) = next_release(&mut self.places, self.release_turn), if open => {

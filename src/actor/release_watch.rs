@@ -1,13 +1,25 @@
 //! The actor's one change stream of writes to lock documents
 //! (`Actor::release_watch`, [`Store::watch_releases`](crate::store::Store::watch_releases)),
-//! open while this manager holds a lease or some key waits for another
-//! owner's: a release of a key that waits moves its retry to now, and a
-//! write that may have taken a held lease away (a delete, a release, another
-//! lease id or owner id, by anyone) makes the actor check that lease at once
-//! with a renewal of just the leases concerned, instead of at the next
-//! heartbeat. The verdict comes from that renewal, never from the event: an
-//! event can be stale (e.g. the previous holder's release, delivered after
-//! this manager's acquire reply).
+//! open only while something in this manager needs prompt news of another
+//! owner's write: a key that waits for another owner's lease (a release
+//! moves its retry to now), a registration in a key's queue that a release
+//! may hand the key to (granted on the event, or given back at once if its
+//! waiters left), and, with `Timing::watch_held_leases`
+//! ([`LeaseManagerOptions::watch_held_leases`](crate::LeaseManagerOptions::watch_held_leases)),
+//! a held lease. The server runs every open change stream over every write
+//! of the deployment, so merely holding leases keeps none open by default:
+//! a lease taken away is then found by the heartbeat's renewal, and a
+//! request to release a held key by a read of the held keys at the
+//! heartbeat (`Actor::poll_revocations`, only for leases someone follows).
+//! Nor does a stream open for an uncontended acquire: its own writes would
+//! only wake it.
+//!
+//! While the stream is open, a write that may have taken a held lease away
+//! (a delete, a release, another lease id or owner id, by anyone) makes the
+//! actor check that lease at once with a renewal of just the leases
+//! concerned. The verdict comes from that renewal, never from the event:
+//! an event can be stale (e.g. the previous holder's release, delivered
+//! after this manager's acquire reply).
 //!
 //! Writes before the stream is open are not announced. So every time the
 //! server confirms a stream open (`Announcement::Opened`, the first open as
@@ -16,10 +28,13 @@
 //! between a failed attempt and the stream's opening wakes the waiter then,
 //! not at its next backoff retry. A reopened stream also checks every lease
 //! held in the place (one renewal batch); a first open does not (the leases
-//! it covers were just acquired, and a write in the few milliseconds before
-//! the stream starts is left to the heartbeat: a check would be one more
-//! write on every first acquisition, which a user's transaction on an
-//! in-document lease would conflict with).
+//! it covers were checked by their acquisition or their last renewal, and
+//! a write since is left to the heartbeat: a check would be one more write
+//! on every first open, which a user's transaction on an in-document lease
+//! would conflict with).
+//!
+//! The heartbeat closes a stream nothing needs any more, and reopens a
+//! failed one that is still needed.
 
 use std::time::Duration;
 
@@ -37,7 +52,7 @@ use crate::store::{Announcement, KeyWrite};
 /// The state of the stream of writes of one place (the lock collection, or
 /// a user collection of in-document leases).
 pub(super) enum ReleaseWatch {
-    /// Not open: nothing is held and no key waits for another owner.
+    /// Not open: nothing needs it (see the module docs).
     Closed,
     /// Open (or opening): every waiting key is retried once the stream
     /// reports itself open, since writes before that were not announced.
@@ -86,22 +101,38 @@ impl Actor {
         };
     }
 
-    /// Heartbeat: closes each place's stream once nothing is held there and
-    /// no key there waits for another owner; reopens a failed one that is
-    /// still needed. One pass over the keys, whatever the number of places.
+    /// Heartbeat: closes each place's stream once nothing there needs it
+    /// (see the module docs), and reopens a failed one that is still needed.
+    /// A key whose attempt is in flight while callers wait keeps an open
+    /// stream open (it may be contended) but opens none (most attempts are
+    /// not). One pass over the keys, whatever the number of places.
     pub(super) fn close_release_watch_if_unneeded(&mut self) {
         let mut needed = vec![false; self.places.len()];
+        let mut kept = vec![false; self.places.len()];
         for (key, state) in &self.keys {
-            if !state.holders.is_empty()
-                || (matches!(state.attempt, Attempt::Scheduled(_)) && !state.waiters.is_empty())
-            {
-                needed[usize::from(key.place.0)] = true;
+            let index = usize::from(key.place.0);
+            if self.timing.watch_held_leases && !state.holders.is_empty() {
+                needed[index] = true;
+            }
+            if state.waiters.is_empty() {
+                continue;
+            }
+            match state.attempt {
+                Attempt::Scheduled(_) => needed[index] = true,
+                Attempt::InFlight => kept[index] = true,
+                Attempt::Idle => {}
             }
         }
-        for (index, needed) in needed.into_iter().enumerate() {
+        // A registration nobody waits for any more: a handoff to it is
+        // given back on the event.
+        for key in self.gave_up.keys() {
+            needed[usize::from(key.place.0)] = true;
+        }
+        for (index, (needed, kept)) in needed.into_iter().zip(kept).enumerate() {
             if needed {
                 self.open_release_watch(Place(index as u16));
-            } else if matches!(self.places[index].release_watch, ReleaseWatch::Open { .. }) {
+            } else if !kept && matches!(self.places[index].release_watch, ReleaseWatch::Open { .. })
+            {
                 self.places[index].release_watch = ReleaseWatch::Closed;
             }
         }

@@ -2,8 +2,13 @@
 //! holders of a key release it, announced by the change stream of writes,
 //! reaches the followers of this manager's leases of that key as
 //! [`LeaseEvent::RevocationRequested`](crate::LeaseEvent::RevocationRequested).
+//! While a place has no stream open (merely holding leases opens none, see
+//! `release_watch.rs`), the heartbeat reads the requests of the keys whose
+//! leases someone follows and was not told yet (`Actor::poll_revocations`):
+//! a request then arrives within one heartbeat interval.
 
 use super::command::{Place, Target};
+use super::release_watch::ReleaseWatch;
 use super::{Actor, Event};
 use crate::error::Result;
 use crate::key::LeaseKey;
@@ -26,6 +31,36 @@ impl Actor {
         self.spawn_store(read, move |result| Event::Revocations { place, result });
     }
 
+    /// Heartbeat: for each place without an open stream of writes, reads
+    /// the requests to release the keys held there whose leases someone
+    /// follows and was not told of one yet (one read per place, none if
+    /// there is no such key).
+    pub(super) fn poll_revocations(&mut self) {
+        for index in 0..self.places.len() {
+            if matches!(self.places[index].release_watch, ReleaseWatch::Open { .. }) {
+                continue;
+            }
+            let place = Place(index as u16);
+            let followed: Vec<LeaseKey> = self
+                .keys
+                .iter()
+                .filter(|(target, state)| {
+                    target.place == place
+                        && state
+                            .holders
+                            .iter()
+                            .any(|held| !held.revocation_told && held.state.is_followed())
+                })
+                .map(|(target, _)| target.key.clone())
+                .collect();
+            if followed.is_empty() {
+                continue;
+            }
+            let read = self.store(place).revocations(followed);
+            self.spawn_store(read, move |result| Event::Revocations { place, result });
+        }
+    }
+
     /// The requests [`Actor::read_revocations`] found (an error is dropped:
     /// the stream announces the requests from now on).
     pub(super) fn on_revocations(&mut self, place: Place, result: Result<Vec<(LeaseKey, String)>>) {
@@ -38,12 +73,13 @@ impl Actor {
     /// `by`: each of this manager's leases of the key tells its followers.
     pub(super) fn on_revoked(&mut self, place: Place, key: LeaseKey, by: &str) {
         let target = Target { place, key };
-        let Some(state) = self.keys.get(&target) else {
+        let Some(state) = self.keys.get_mut(&target) else {
             return;
         };
-        for held in &state.holders {
+        for held in &mut state.holders {
             tracing::debug!(key = %target.key, by, "release requested");
             held.state.revocation_requested(by);
+            held.revocation_told |= held.state.is_followed();
         }
     }
 }

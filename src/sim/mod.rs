@@ -67,7 +67,21 @@ fn lock_delay(seed: u64) -> Duration {
     [Duration::ZERO, SAFETY_MARGIN, Duration::from_secs(1)][(seed % 3) as usize]
 }
 
-fn timing(release_mode: ReleaseMode) -> Timing {
+/// Whether manager `index` of schedule `seed` keeps its stream of writes
+/// open while it holds leases (`LeaseManagerOptions::watch_held_leases`):
+/// in half of the schedules no manager does (loss found by the heartbeat,
+/// requests to release read there), in a quarter every manager does, in
+/// the last quarter every other manager; from the seed's number, so that
+/// the draws of the schedule stay as they were.
+fn watch_held_leases(seed: u64, index: usize) -> bool {
+    match seed % 4 {
+        0 | 1 => false,
+        2 => true,
+        _ => index % 2 == 1,
+    }
+}
+
+fn timing(release_mode: ReleaseMode, watch_held_leases: bool) -> Timing {
     Timing {
         ttl: TTL,
         heartbeat_interval: Duration::from_secs(1),
@@ -78,6 +92,7 @@ fn timing(release_mode: ReleaseMode) -> Timing {
         renewal_batch_size: 100,
         release_mode,
         ttl_cap: None,
+        watch_held_leases,
     }
 }
 
@@ -176,12 +191,13 @@ async fn schedule(seed: u64) -> Report {
             .with_release_mode(mode)
             .with_lock_delay(lock_delay(seed))
             .with_light_acquire();
-        store.set_operation_timeout(Some(timing(mode).operation_timeout));
+        let timing = timing(mode, watch_held_leases(seed, index));
+        store.set_operation_timeout(Some(timing.operation_timeout));
         plan.install(index, &store, t0);
         let documents = store.document_store(DOCUMENTS, DEFAULT_LEASE_FIELD);
-        documents.set_operation_timeout(Some(timing(mode).operation_timeout));
+        documents.set_operation_timeout(Some(timing.operation_timeout));
         plan.install(index, &documents, t0);
-        let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing(mode));
+        let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing);
         processes.push(Arc::new(Process {
             index,
             manager,
@@ -219,12 +235,17 @@ async fn schedule(seed: u64) -> Report {
             workers.push((process.index, process.spawn(task)));
         }
         described += &format!(
-            "manager {} ({}): {}\n",
+            "manager {} ({}{}): {}\n",
             process.index,
             if process.delete_mode {
                 "delete"
             } else {
                 "keep"
+            },
+            if watch_held_leases(seed, process.index) {
+                ", watching held leases"
+            } else {
+                ""
             },
             roles.join(", ")
         );

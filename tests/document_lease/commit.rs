@@ -343,8 +343,9 @@ async fn a_commit_after_a_takeover_its_holder_has_not_noticed_is_refused_by_the_
 }
 
 /// The work item `item` (state `new`) held by a manager with owner id
-/// `holder` whose change stream of writes to the work items is open: a
-/// loss is then found by a change event, before any heartbeat.
+/// `holder` and `watch_held_leases`, whose change stream of writes to the
+/// work items is open: a loss is then found by a change event, before any
+/// heartbeat.
 async fn watched_holder(fx: &Fixture, ttl: Duration) -> (LeaseManager, DocumentLease<Document>) {
     insert_item(fx, doc! { "_id": "item", "state": "new" }).await;
     let (manager, log) = monitored_as(fx, "holder", ttl).await;

@@ -596,7 +596,7 @@ async fn concurrent_creating_acquires_of_managers_create_the_document_once_with_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_takeover_by_another_manager_makes_the_holders_token_fire_before_its_next_heartbeat() {
     // The holder renews every 20 s: within the bound below, only its change
-    // stream can tell it.
+    // stream (`watch_held_leases`) can tell it.
     const LONG_TTL: Duration = Duration::from_secs(60);
     const AT_ONCE: Duration = Duration::from_secs(10);
     let fx = Fixture::new("doc_takeover").await;
@@ -610,7 +610,8 @@ async fn a_takeover_by_another_manager_makes_the_holders_token_fire_before_its_n
         ])
         .await
         .unwrap();
-    let (options, log) = fx.monitored_options(LONG_TTL, "").await;
+    let (mut options, log) = fx.monitored_options(LONG_TTL, "").await;
+    options.watch_held_leases = true;
     let holder = LeaseManager::connect(options).await.unwrap();
     let other = fx.manager(TTL).await;
     let held = holder.documents::<Document>(ITEMS).await.unwrap();

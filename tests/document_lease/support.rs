@@ -85,8 +85,9 @@ pub(crate) async fn item_and_holder(
     (manager, handle)
 }
 
-/// A manager as [`connect_as`] whose client logs its commands, so a test
-/// can tell when its change stream of writes to the work items is open.
+/// A manager as [`connect_as`], with `watch_held_leases` (its change stream
+/// of writes stays open while it holds a lease), whose client logs its
+/// commands, so a test can tell when that stream is open.
 pub(crate) async fn monitored_as(
     fx: &Fixture,
     name: &str,
@@ -94,6 +95,7 @@ pub(crate) async fn monitored_as(
 ) -> (LeaseManager, CommandLog) {
     let (mut options, log) = fx.monitored_options(ttl, "").await;
     options.owner_id = Some(name.into());
+    options.watch_held_leases = true;
     (LeaseManager::connect(options).await.expect("connect"), log)
 }
 

@@ -1,14 +1,15 @@
 //! Leases lost to someone else's write: another application deletes or
-//! rewrites a held lease's document. The manager's one change stream of
-//! writes makes it check just the leases concerned at once, so their tokens
-//! fire within milliseconds instead of at the next heartbeat; without a
-//! change stream, the next renewal finds them lost because renewals match
-//! the owner id (`aid`).
+//! rewrites a held lease's document. With `watch_held_leases`, the
+//! manager's one change stream of writes makes it check just the leases
+//! concerned at once, so their tokens fire within milliseconds instead of
+//! at the next heartbeat; by default (no stream while merely holding), and
+//! without a change stream, the next renewal finds them lost because
+//! renewals match the owner id (`aid`).
 //!
-//! The leases here last 600 s and the heartbeat runs every 200 s: a loss
-//! noticed within the tests' liveness bound (10 s) can only come from the
-//! stream, and the command log shows the one renewal that checked it,
-//! covering only the leases written.
+//! The leases here last 600 s and the heartbeat of the watching holders
+//! runs every 200 s: a loss noticed within the tests' liveness bound (10 s)
+//! can only come from the stream, and the command log shows the one
+//! renewal that checked it, covering only the leases written.
 
 use std::time::Duration;
 
@@ -24,11 +25,13 @@ const HEARTBEAT: Duration = Duration::from_secs(200);
 /// Only turns a hang into a failure: a loss is noticed in milliseconds.
 const BOUND: Duration = Duration::from_secs(10);
 
-/// A manager with a command log, holding `keys`, whose change stream of
-/// writes is open (its `aggregate` answered), with the log cleared.
+/// A manager with a command log and `watch_held_leases`, holding `keys`,
+/// whose change stream of writes is open (its `aggregate` answered), with
+/// the log cleared.
 async fn holder(fx: &Fixture, keys: &[&str]) -> (LeaseManager, Vec<Lease>, CommandLog) {
     let (mut options, log) = fx.monitored_options(TTL, "").await;
     options.heartbeat_interval = Some(HEARTBEAT);
+    options.watch_held_leases = true;
     let manager = LeaseManager::connect(options).await.unwrap();
     let mut leases = Vec::new();
     for key in keys {
@@ -45,18 +48,30 @@ async fn holder(fx: &Fixture, keys: &[&str]) -> (LeaseManager, Vec<Lease>, Comma
 
 /// Whether an `aggregate` opening a change stream was sent and answered.
 fn stream_open(log: &[(String, Document)]) -> bool {
-    let Some(sent) = log.iter().position(|(name, command)| {
-        name == "aggregate"
-            && command
-                .get_array("pipeline")
-                .ok()
-                .and_then(|p| p.first())
-                .and_then(|s| s.as_document())
-                .is_some_and(|s| s.contains_key("$changeStream"))
-    }) else {
+    let Some(sent) = log.iter().position(opens_stream) else {
         return false;
     };
     log[sent..].iter().any(|(name, _)| name == "ok:aggregate")
+}
+
+/// Whether a logged command is an `aggregate` opening a change stream.
+fn opens_stream((name, command): &(String, Document)) -> bool {
+    name == "aggregate"
+        && command
+            .get_array("pipeline")
+            .ok()
+            .and_then(|p| p.first())
+            .and_then(|s| s.as_document())
+            .is_some_and(|s| s.contains_key("$changeStream"))
+}
+
+/// The names of the commands sent (not the replies) in the log.
+fn sent(log: &CommandLog) -> Vec<String> {
+    log.all()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !name.starts_with("ok:"))
+        .collect()
 }
 
 /// The keys of each renewal command in the log, sorted.
@@ -207,6 +222,110 @@ async fn writes_to_other_keys_own_writes_and_stale_releases_never_lose_a_held_le
     }
     let doc = fx.doc("k").await;
     assert_eq!(doc.get_str("aid").unwrap(), manager.owner_id());
+    manager.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
+// ----- by default: no stream while merely holding ---------------------------------------
+
+/// One task's uncontended acquire + release: its own writes are not echoed
+/// by a stream of writes (none is open), so each cycle is two commands,
+/// as raw insert + delete.
+#[tokio::test]
+async fn one_tasks_uncontended_acquire_and_release_send_two_commands_per_cycle() {
+    let fx = Fixture::new("loss_two_commands").await;
+    let (options, log) = fx.monitored_options(TTL, "").await;
+    let manager = LeaseManager::connect(options).await.unwrap();
+    // A first cycle, so that nothing of the connection's set-up is counted.
+    let first = manager.acquire("k").await.unwrap();
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    log.clear();
+    const CYCLES: usize = 50;
+    for _ in 0..CYCLES {
+        let lease = manager.acquire("k").await.unwrap();
+        assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+    let sent = sent(&log);
+    assert_eq!(sent.len(), 2 * CYCLES, "{sent:?}");
+    assert!(
+        !sent
+            .iter()
+            .any(|name| name == "aggregate" || name == "getMore"),
+        "no stream of writes: {sent:?}"
+    );
+    manager.shutdown().await.unwrap();
+}
+
+/// By default a holder opens no stream of writes, and a lease deleted by
+/// someone else is found lost by the heartbeat's renewal.
+#[tokio::test]
+async fn by_default_a_holder_opens_no_stream_and_its_renewal_finds_a_deleted_lease() {
+    let fx = Fixture::new("loss_default").await;
+    let (mut options, log) = fx.monitored_options(TTL, "").await;
+    options.heartbeat_interval = Some(Duration::from_millis(300));
+    let manager = LeaseManager::connect(options).await.unwrap();
+    let leases = [
+        manager.acquire("k").await.unwrap(),
+        manager.acquire("kept").await.unwrap(),
+    ];
+    // Two renewals of both leases, with no stream opened meanwhile.
+    eventually("two heartbeat renewals", BOUND, || {
+        let log = log.clone();
+        async move { renewals(&log).len() >= 2 }
+    })
+    .await;
+    let before = renewals(&log).len();
+    fx.raw().delete_one(doc! { "_id": "k" }).await.unwrap();
+    lost_soon(&leases[0]).await;
+    assert_eq!(
+        leases[0].lost_reason(),
+        Some(mongo_lease::LossReason::Deleted)
+    );
+    assert!(!leases[1].is_lost());
+    let after = renewals(&log);
+    assert!(
+        after[before..].iter().all(|keys| keys == &["k", "kept"]),
+        "found by the heartbeat's renewal of every lease: {after:?}"
+    );
+    assert!(
+        !log.all().iter().any(opens_stream),
+        "merely holding opens no stream of writes"
+    );
+    manager.shutdown().await.unwrap();
+}
+
+/// A key that waits for another owner's lease opens the stream of writes
+/// (a release wakes the waiter at once); once it merely holds the key, the
+/// next heartbeat closes it (a `killCursors`).
+#[tokio::test]
+async fn a_waiting_key_opens_the_stream_and_the_heartbeat_closes_it_once_it_only_holds() {
+    let fx = Fixture::new("loss_stream_waiting").await;
+    let other = fx.manager(TTL).await;
+    let theirs = other.acquire("k").await.unwrap();
+    let (mut options, log) = fx.monitored_options(TTL, "").await;
+    options.heartbeat_interval = Some(Duration::from_millis(300));
+    let manager = LeaseManager::connect(options).await.unwrap();
+    let waiting = tokio::spawn({
+        let manager = manager.clone();
+        async move { manager.acquire("k").await }
+    });
+    eventually("the waiter's stream is open", BOUND, || {
+        let log = log.clone();
+        async move { stream_open(&log.all()) }
+    })
+    .await;
+    assert_eq!(theirs.release().await.unwrap(), ReleaseOutcome::Released);
+    let ours = tokio::time::timeout(BOUND, waiting)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .unwrap();
+    eventually("the stream closed", BOUND, || {
+        let log = log.clone();
+        async move { log.count("killCursors") >= 1 }
+    })
+    .await;
+    assert!(!ours.is_lost());
     manager.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }

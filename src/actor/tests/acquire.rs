@@ -187,6 +187,30 @@ async fn a_key_handed_to_an_owner_whose_waiter_gave_up_is_given_back_at_once() {
     assert_eq!(db.holder("k").as_deref(), Some("a"));
 }
 
+/// The stream of writes stays open while a registration whose waiters left
+/// may still be handed the key, across heartbeats (the heartbeat closes a
+/// stream nothing needs): the handoff to it is seen and given back at once,
+/// not left held until its TTL.
+#[tokio::test(start_paused = true)]
+async fn a_registration_whose_waiter_gave_up_keeps_the_stream_open_until_it_lapses() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, sb, _) = start(&db, "b");
+    let first = a.acquire("k").await.unwrap();
+    let remote = waiter(&b, "k").await;
+    soon(db.changed_until("k", |d| !d.queue.is_empty())).await;
+    remote.abort();
+    // A heartbeat of b's passes; its registration is still live.
+    sleep(HEARTBEAT + MS).await;
+    assert_eq!(queued_owners(&db, "k"), ["b"], "still registered");
+    assert_eq!(db.release_watchers(), 1, "b's stream: a merely holds");
+
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    soon(db.changed_until("k", |d| d.owner == "b" && d.lease_id.is_none())).await;
+    assert_eq!(sb.calls(Op::Release), 1, "b gave the handed key back");
+    assert_eq!(db.holder("k"), None);
+}
+
 // ----- 7. cancel safety -------------------------------------------------------------
 
 #[tokio::test(start_paused = true)]
@@ -457,4 +481,12 @@ async fn acquire_under_a_timeout_gives_up_exactly_at_the_timeout() {
         "a free key is granted at once"
     );
     assert_eq!(lease.key(), "free");
+}
+
+/// The owner ids live in the queue of `key`, in order.
+fn queued_owners(db: &MemoryDb, key: &str) -> Vec<String> {
+    let now = Instant::now();
+    db.doc(key).map_or_else(Vec::new, |doc| {
+        doc.live_queue(now).map(|w| w.owner.clone()).collect()
+    })
 }

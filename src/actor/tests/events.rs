@@ -122,7 +122,7 @@ async fn a_lease_expired_on_the_server_and_taken_is_lost_taken_at_the_next_heart
 #[tokio::test(start_paused = true)]
 async fn a_deleted_lease_is_lost_deleted_and_its_events_end_with_it() {
     let db = MemoryDb::new();
-    let (a, _, _) = start(&db, "a");
+    let (a, _, _) = start_watching_held(&db, "a");
     let lease = a.acquire("k").await.unwrap();
     let mut events = lease.events();
     let before = Instant::now();
@@ -133,6 +133,18 @@ async fn a_deleted_lease_is_lost_deleted_and_its_events_end_with_it() {
         before,
         "at once, through the stream of writes"
     );
+    assert_ends_lost(&mut events, LossReason::Deleted).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_default_a_deleted_lease_is_lost_deleted_at_the_next_heartbeat() {
+    let db = MemoryDb::new();
+    let (a, _, t0) = start(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    let mut events = lease.events();
+    db.delete("k");
+    assert_eq!(reason_of(&lease).await, LossReason::Deleted);
+    assert_eq!(Instant::now(), t0 + HEARTBEAT, "found by the renewal");
     assert_ends_lost(&mut events, LossReason::Deleted).await;
 }
 
@@ -292,4 +304,69 @@ async fn is_lost_reads_true_past_the_deadline_while_the_actor_cannot_run() {
     assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
     assert!(lease.is_lost());
     a.shutdown().await.unwrap();
+}
+
+/// A holder with no stream of writes open (it merely holds) reads the
+/// requests to release its followed leases at the heartbeat: told once, at
+/// the next tick, not again at the ticks after.
+#[tokio::test(start_paused = true)]
+async fn by_default_a_release_request_is_told_at_the_next_heartbeat_once() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let lease = a.acquire("k").await.unwrap();
+    let mut events = lease.events();
+    sleep_until(t0 + HEARTBEAT / 2).await;
+    assert_eq!(db.release_watchers(), 0, "merely holding: no stream");
+    let reads_before = store.calls(Op::RequestRelease);
+    assert!(b.request_release("k").await.unwrap());
+    // Renewals go on meanwhile; a minute of paused time turns a request
+    // never told into a failure.
+    let by = soon(async {
+        loop {
+            match events.recv().await {
+                Some(LeaseEvent::RevocationRequested { by }) => break by,
+                Some(LeaseEvent::Renewed { .. }) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(by, "b");
+    assert_eq!(Instant::now(), t0 + HEARTBEAT, "read at the next tick");
+    assert_eq!(store.calls(Op::RequestRelease), reads_before + 1);
+    sleep_until(t0 + HEARTBEAT * 3 + HEARTBEAT / 2).await;
+    assert_eq!(
+        store.calls(Op::RequestRelease),
+        reads_before + 1,
+        "told: not read again"
+    );
+    while let Some(Some(event)) = futures::FutureExt::now_or_never(events.recv()) {
+        assert!(matches!(event, LeaseEvent::Renewed { .. }), "{event:?}");
+    }
+    assert!(!lease.is_lost());
+}
+
+/// With `watch_held_leases`, the request is announced by the stream: told
+/// at once, and the heartbeat reads nothing.
+#[tokio::test(start_paused = true)]
+async fn watching_held_leases_a_release_request_is_told_at_once() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start_watching_held(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let lease = a.acquire("k").await.unwrap();
+    let mut events = lease.events();
+    sleep_until(t0 + HEARTBEAT / 2).await;
+    assert!(b.request_release("k").await.unwrap());
+    match next(&mut events).await {
+        LeaseEvent::RevocationRequested { by } => assert_eq!(by, "b"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(Instant::now(), t0 + HEARTBEAT / 2, "at once");
+    sleep_until(t0 + HEARTBEAT * 2 + HEARTBEAT / 2).await;
+    assert_eq!(
+        store.calls(Op::RequestRelease),
+        1,
+        "one read, of the stream's opening; none at the heartbeat"
+    );
 }

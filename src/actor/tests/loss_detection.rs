@@ -1,8 +1,11 @@
 //! Leases taken away by someone else's write (`src/actor/release_watch.rs`):
-//! noticed through the stream of writes at once, by a renewal of just the
-//! leases concerned, never by the event alone.
+//! by default noticed by the next heartbeat's renewal (merely holding leases
+//! keeps no stream of writes open); with `watch_held_leases`, through the
+//! stream of writes at once, by a renewal of just the leases concerned,
+//! never by the event alone.
 
 use super::*;
+use crate::status::LossReason;
 use crate::store::KeyWrite;
 
 /// Half-way between the manager's start and its first heartbeat.
@@ -25,7 +28,7 @@ fn renewals_since(store: &MemoryStore, before: usize) -> Vec<(Instant, Vec<Lease
 #[tokio::test(start_paused = true)]
 async fn a_lease_deleted_by_someone_else_is_lost_at_once_by_a_check_of_that_lease_only() {
     let db = MemoryDb::new();
-    let (a, store, t0) = start(&db, "a");
+    let (a, store, t0) = start_watching_held(&db, "a");
     let k1 = a.acquire("k1").await.unwrap();
     let k2 = a.acquire("k2").await.unwrap();
     sleep_until(t0 + BETWEEN_TICKS).await;
@@ -52,7 +55,7 @@ async fn a_lease_deleted_by_someone_else_is_lost_at_once_by_a_check_of_that_leas
 #[tokio::test(start_paused = true)]
 async fn a_lease_whose_owner_id_is_rewritten_is_lost_at_once() {
     let db = MemoryDb::new();
-    let (a, store, t0) = start(&db, "a");
+    let (a, store, t0) = start_watching_held(&db, "a");
     let lease = a.acquire("k").await.unwrap();
     sleep_until(t0 + BETWEEN_TICKS).await;
     let before = store.calls(Op::Renew);
@@ -69,6 +72,86 @@ async fn a_lease_whose_owner_id_is_rewritten_is_lost_at_once() {
         Some("intruder"),
         "theirs untouched"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_default_a_holder_opens_no_stream_and_a_delete_is_lost_at_the_next_heartbeat() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let k1 = a.acquire("k1").await.unwrap();
+    let k2 = a.acquire("k2").await.unwrap();
+    sleep_until(t0 + BETWEEN_TICKS).await;
+    assert_eq!(db.release_watchers(), 0, "merely holding: no stream");
+    let before = store.calls(Op::Renew);
+
+    db.delete("k1");
+    let reason = soon(async {
+        k1.lost().await;
+        k1.lost_reason()
+    })
+    .await;
+    assert_eq!(reason, Some(LossReason::Deleted));
+    assert_eq!(Instant::now(), t0 + HEARTBEAT, "at the next heartbeat");
+    assert_eq!(
+        renewals_since(&store, before),
+        [(
+            t0 + HEARTBEAT,
+            vec![LeaseKey::from("k1"), LeaseKey::from("k2")]
+        )],
+        "the heartbeat's one renewal found it gone"
+    );
+    assert!(!k2.is_lost());
+    assert_eq!(db.release_watchers(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_watch_held_leases_the_stream_stays_open_while_holding_and_a_delete_is_lost_at_once() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start_watching_held(&db, "a");
+    let lease = a.acquire("k").await.unwrap();
+    sleep_until(t0 + HEARTBEAT * 3 + BETWEEN_TICKS).await;
+    assert_eq!(db.release_watchers(), 1, "held: open, across heartbeats");
+    let before = store.calls(Op::Renew);
+
+    db.delete("k");
+    let reason = soon(async {
+        lease.lost().await;
+        lease.lost_reason()
+    })
+    .await;
+    assert_eq!(reason, Some(LossReason::Deleted));
+    assert_eq!(
+        Instant::now(),
+        t0 + HEARTBEAT * 3 + BETWEEN_TICKS,
+        "at once"
+    );
+    assert_eq!(
+        renewals_since(&store, before),
+        [(
+            t0 + HEARTBEAT * 3 + BETWEEN_TICKS,
+            vec![LeaseKey::from("k")]
+        )],
+        "one check of that lease"
+    );
+    sleep(HEARTBEAT).await;
+    assert_eq!(db.release_watchers(), 0, "nothing held: closed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_opens_while_a_key_waits_for_another_owner_and_closes_once_it_only_holds() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let theirs = a.acquire("k").await.unwrap();
+    let waiting = waiter(&b, "k").await;
+    settle().await;
+    assert_eq!(db.release_watchers(), 1, "b waits: b's stream is open");
+    assert_eq!(theirs.release().await.unwrap(), ReleaseOutcome::Released);
+    let (_, ours) = soon(waiting).await.unwrap().unwrap();
+    // The next heartbeat after the key is b's closes it (b merely holds).
+    sleep(HEARTBEAT + MS).await;
+    assert_eq!(db.release_watchers(), 0, "b merely holds: closed");
+    assert!(!ours.is_lost());
 }
 
 #[tokio::test(start_paused = true)]
@@ -90,7 +173,7 @@ async fn without_a_change_stream_a_rewritten_owner_id_is_lost_at_the_next_heartb
 #[tokio::test(start_paused = true)]
 async fn a_stale_event_makes_the_holder_check_but_never_loses_a_held_lease() {
     let db = MemoryDb::new();
-    let (a, store, t0) = start(&db, "a");
+    let (a, store, t0) = start_watching_held(&db, "a");
     let lease = a.acquire("k").await.unwrap();
     sleep_until(t0 + BETWEEN_TICKS).await;
     let before = store.calls(Op::Renew);
@@ -118,7 +201,7 @@ async fn a_stale_event_makes_the_holder_check_but_never_loses_a_held_lease() {
 #[tokio::test(start_paused = true)]
 async fn writes_to_other_keys_and_the_holders_own_writes_cost_no_check() {
     let db = MemoryDb::new();
-    let (a, store, t0) = start(&db, "a");
+    let (a, store, t0) = start_watching_held(&db, "a");
     let (b, _, _) = start(&db, "b");
     let lease = a.acquire("k").await.unwrap();
     sleep_until(t0 + BETWEEN_TICKS).await;
@@ -149,7 +232,7 @@ async fn writes_to_other_keys_and_the_holders_own_writes_cost_no_check() {
 #[tokio::test(start_paused = true)]
 async fn a_write_announced_while_the_acquire_is_in_flight_is_checked_once_granted() {
     let db = MemoryDb::new();
-    let (a, store, t0) = start(&db, "a");
+    let (a, store, t0) = start_watching_held(&db, "a");
     let _other = a.acquire("other").await.unwrap();
     store.set_latency(Op::Acquire, Duration::from_millis(100));
     let acquiring = waiter(&a, "k").await;
@@ -189,7 +272,7 @@ fn announce_stale_write(db: &MemoryDb, key: &str) {
 #[tokio::test(start_paused = true)]
 async fn a_check_in_flight_at_a_heartbeat_tick_stands_for_that_ticks_renewal() {
     let db = MemoryDb::new();
-    let (a, store, t0) = start(&db, "a");
+    let (a, store, t0) = start_watching_held(&db, "a");
     let lease = a.acquire("k").await.unwrap();
     store.set_latency(Op::Renew, Duration::from_millis(300));
     let check_at = t0 + HEARTBEAT - Duration::from_millis(100);
@@ -216,7 +299,7 @@ async fn a_check_in_flight_at_a_heartbeat_tick_stands_for_that_ticks_renewal() {
 #[tokio::test(start_paused = true)]
 async fn a_checks_result_does_not_end_the_heartbeats_renewal_still_pending() {
     let db = MemoryDb::new();
-    let (a, store, t0) = start(&db, "a");
+    let (a, store, t0) = start_watching_held(&db, "a");
     let lease = a.acquire("k").await.unwrap();
     // The heartbeat's renewal at 1 s hangs past its bound (one heartbeat
     // interval): it times out at 2 s and is retried within RETRY_INITIAL.

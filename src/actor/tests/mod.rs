@@ -65,6 +65,7 @@ fn timing() -> Timing {
         renewal_batch_size: BATCH,
         release_mode: crate::ReleaseMode::Keep,
         ttl_cap: None,
+        watch_held_leases: false,
     };
     assert_eq!(timing.local_validity(), VALIDITY);
     timing
@@ -77,6 +78,19 @@ fn start(db: &MemoryDb, owner: &str) -> (LeaseManager, MemoryStore, Instant) {
     let store = db.store(owner, TTL);
     let t0 = Instant::now();
     let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing());
+    (manager, store, t0)
+}
+
+/// As [`start`], with `watch_held_leases`: the stream of writes stays open
+/// while a lease is held, so that a write taking one away is noticed at once.
+fn start_watching_held(db: &MemoryDb, owner: &str) -> (LeaseManager, MemoryStore, Instant) {
+    let store = db.store(owner, TTL);
+    let t0 = Instant::now();
+    let watching = Timing {
+        watch_held_leases: true,
+        ..timing()
+    };
+    let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), watching);
     (manager, store, t0)
 }
 

@@ -134,7 +134,7 @@ async fn one_heartbeat_renews_every_place_in_one_store_call_per_place() {
 #[tokio::test(start_paused = true)]
 async fn a_write_by_someone_else_fires_only_the_token_of_the_lease_in_its_place() {
     let db = MemoryDb::new();
-    let (a, store, t0) = start(&db, "a");
+    let (a, store, t0) = start_watching_held(&db, "a");
     let (jobs, docs, doc_store) = jobs(&a, &store).await;
     let lock = a.acquire("k").await.unwrap();
     let other_lock = a.acquire("other").await.unwrap();

@@ -40,7 +40,7 @@ async fn a_re_entry_and_an_entrys_release_call_no_store() {
 #[tokio::test(start_paused = true)]
 async fn a_group_lease_deleted_by_someone_else_ends_the_group_at_once() {
     let db = MemoryDb::new();
-    let (a, _, _) = start(&db, "a");
+    let (a, _, _) = start_watching_held(&db, "a");
     let group = a.acquire_all(["g1", "g2", "g3"]).await.unwrap();
     let t = Instant::now();
     db.delete("g2");

@@ -25,6 +25,7 @@ fn timing(ttl: u64, heartbeat: u64, margin: u64) -> Timing {
         retry_max: Duration::from_secs(1),
         renewal_batch_size: 100,
         ttl_cap: None,
+        watch_held_leases: false,
         release_mode: crate::ReleaseMode::Keep,
     }
 }

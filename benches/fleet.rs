@@ -1,0 +1,310 @@
+//! A fleet of idle managers: what holding leases costs an unrelated
+//! application's writes, and what one task's uncontended acquire + release
+//! costs in commands, side by side in one run, on one `mongod`.
+//!
+//! ```text
+//! cargo bench --bench fleet                     # throwaway 1-member replica set
+//! FLEET_WINDOW_MS=10000 cargo bench --bench fleet
+//! MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' cargo bench --bench fleet
+//! ```
+//!
+//! **Idle managers.** An unrelated writer (its own client) updates one
+//! document of another database (`updateOne` `$inc`, one at a time, `w: 1`
+//! so that the server's work per write, not the journal's commit, bounds
+//! its rate) for `FLEET_WINDOW_MS` (default
+//! 5 000 ms) with N managers in the process, each with its own client and
+//! holding one key that nobody waits for: N = 0, 10, 100 (the default
+//! options: no change stream while merely holding), then 100 managers with
+//! `watch_held_leases` (a change stream each, open before the window
+//! starts: the behaviour before it was an option), then N = 0 again to
+//! show the drift of the run. Printed: the writer's updates/s and the ratio
+//! to the mean of the two N = 0 windows.
+//!
+//! **Uncontended acquire + release.** One task acquires and releases one
+//! key `FLEET_CYCLES` times (default 2 000), against the raw driver's
+//! `insertOne` + `deleteOne` of a lock document (`w: majority`, as
+//! mongo-lease writes), in 4 alternating rounds; printed: commands per
+//! cycle (driver command monitoring, every command but the driver's
+//! handshakes and heartbeats), cycles/s, and the ratios mongo-lease / raw.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
+use mongodb::bson::{Document, doc};
+use mongodb::event::{EventHandler, command::CommandEvent};
+use mongodb::options::{ClientOptions, CollectionOptions, WriteConcern};
+use mongodb::{Client, Collection};
+
+#[path = "common/mongod.rs"]
+mod mongod;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map_or(default, |v| v.parse().expect(name))
+}
+
+fn main() {
+    let window = Duration::from_millis(env_or("FLEET_WINDOW_MS", 5_000));
+    let cycles = env_or("FLEET_CYCLES", 2_000) as usize;
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let (_replica_set, uri) = mongod::mongod().await;
+        let options = ClientOptions::parse(&uri).await.expect("uri");
+        let database = format!("fleet_{}", std::process::id());
+        idle_managers(&options, &database, window).await;
+        uncontended(&options, &database, cycles).await;
+        let client = Client::with_options(options).expect("client");
+        for name in [database.clone(), format!("{database}_other")] {
+            client.database(&name).drop().await.expect("drop");
+        }
+        client.shutdown().await;
+    });
+}
+
+/// The unrelated writer's rate alone, with idle managers, and with
+/// watching ones.
+async fn idle_managers(options: &ClientOptions, database: &str, window: Duration) {
+    let writer = Client::with_options(options.clone()).expect("client");
+    let items = writer
+        .database(&format!("{database}_other"))
+        .collection_with_options::<Document>(
+            "items",
+            CollectionOptions::builder()
+                .write_concern(WriteConcern::nodes(1))
+                .build(),
+        );
+    items
+        .insert_one(doc! { "_id": 0, "n": 0 })
+        .await
+        .expect("insert");
+    println!(
+        "an unrelated writer's single-document updates to another database, {window:?} per \
+         window, with N managers each holding one key nobody waits for"
+    );
+    let alone = rate(&items, window).await;
+    println!("  N =   0:                        {alone:>7.0} updates/s");
+    let mut rows = Vec::new();
+    let mut fleet = Vec::new();
+    for (n, watch) in [(10, false), (100, false)] {
+        fleet.extend(managers(options, database, fleet.len(), n - fleet.len(), watch).await);
+        rows.push((n, watch, rate(&items, window).await));
+    }
+    stop(std::mem::take(&mut fleet)).await;
+    fleet.extend(managers(options, database, 0, 100, true).await);
+    rows.push((100, true, rate(&items, window).await));
+    stop(fleet).await;
+    let again = rate(&items, window).await;
+    println!("  N =   0 (again):                {again:>7.0} updates/s");
+    let base = (alone + again) / 2.0;
+    for (n, watch, rate) in rows {
+        let how = if watch {
+            "watch_held_leases"
+        } else {
+            "default"
+        };
+        println!(
+            "  N = {n:>3} ({how:>17}):  {rate:>7.0} updates/s, {:.2}x of N = 0",
+            rate / base
+        );
+    }
+    writer.shutdown().await;
+}
+
+/// The writer's updates per second over `window`.
+async fn rate(items: &Collection<Document>, window: Duration) -> f64 {
+    // A short warm-up, outside the window.
+    for _ in 0..50 {
+        update(items).await;
+    }
+    let start = Instant::now();
+    let mut updates = 0u64;
+    while start.elapsed() < window {
+        update(items).await;
+        updates += 1;
+    }
+    updates as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn update(items: &Collection<Document>) {
+    items
+        .update_one(doc! { "_id": 0 }, doc! { "$inc": { "n": 1 } })
+        .await
+        .expect("update");
+}
+
+/// `n` managers, each with its own client, each holding key `shard-<i>`
+/// (from `first` on) with nobody waiting; `watch`: `watch_held_leases`.
+async fn managers(
+    options: &ClientOptions,
+    database: &str,
+    first: usize,
+    n: usize,
+    watch: bool,
+) -> Vec<(Client, LeaseManager, mongo_lease::Lease)> {
+    let mut fleet = Vec::new();
+    // Change streams opened (answered `aggregate`s of a `$changeStream`).
+    let streams = Arc::new(AtomicU64::new(0));
+    for i in first..first + n {
+        let mut options = options.clone();
+        let opened = streams.clone();
+        let opening = std::sync::Mutex::new(Vec::new());
+        options.command_event_handler = Some(EventHandler::callback(move |event| match event {
+            CommandEvent::Started(started)
+                if started.command_name == "aggregate"
+                    && started
+                        .command
+                        .get_array("pipeline")
+                        .ok()
+                        .and_then(|p| p.first())
+                        .and_then(|s| s.as_document())
+                        .is_some_and(|s| s.contains_key("$changeStream")) =>
+            {
+                opening.lock().unwrap().push(started.request_id);
+            }
+            CommandEvent::Succeeded(done) if opening.lock().unwrap().contains(&done.request_id) => {
+                opened.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }));
+        let client = Client::with_options(options).expect("client");
+        let mut manager_options = LeaseManagerOptions::builder()
+            .database(client.database(database))
+            .collection("fleet.lock")
+            .build();
+        manager_options.watch_held_leases = watch;
+        let manager = LeaseManager::connect(manager_options)
+            .await
+            .expect("connect");
+        let lease = manager
+            .acquire(format!("shard-{i}"))
+            .await
+            .expect("acquire");
+        fleet.push((client, manager, lease));
+    }
+    // The watching managers' streams are open before the window starts;
+    // the others opened none.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while watch && streams.load(Ordering::Relaxed) < n as u64 {
+        assert!(Instant::now() < deadline, "the streams did not open");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let opened = streams.load(Ordering::Relaxed);
+    assert_eq!(
+        opened,
+        if watch { n as u64 } else { 0 },
+        "change streams opened"
+    );
+    fleet
+}
+
+async fn stop(fleet: Vec<(Client, LeaseManager, mongo_lease::Lease)>) {
+    for (client, manager, lease) in fleet {
+        assert_eq!(
+            lease.release().await.expect("release"),
+            ReleaseOutcome::Released
+        );
+        manager.shutdown().await.expect("shutdown");
+        client.shutdown().await;
+    }
+}
+
+/// Commands per cycle and cycles/s of one task's uncontended acquire +
+/// release, against raw insert/delete.
+async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
+    let (client, commands) = counted(options);
+    let manager = LeaseManager::connect(
+        LeaseManagerOptions::builder()
+            .database(client.database(database))
+            .collection("cycle.lock")
+            .build(),
+    )
+    .await
+    .expect("connect");
+    let raw = client
+        .database(database)
+        .collection_with_options::<Document>(
+            "raw.lock",
+            CollectionOptions::builder()
+                .write_concern(WriteConcern::majority())
+                .build(),
+        );
+    // Warm-up outside the count.
+    for _ in 0..50 {
+        our_cycle(&manager).await;
+        raw_cycle(&raw).await;
+    }
+    const ROUNDS: usize = 4;
+    let per_round = cycles / ROUNDS;
+    let cycles = per_round * ROUNDS;
+    let (mut ours, mut raw_commands) = (0, 0);
+    let (mut ours_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..ROUNDS {
+        let (before, start) = (commands.load(Ordering::Relaxed), Instant::now());
+        for _ in 0..per_round {
+            our_cycle(&manager).await;
+        }
+        ours_time += start.elapsed();
+        ours += commands.load(Ordering::Relaxed) - before;
+        let (before, start) = (commands.load(Ordering::Relaxed), Instant::now());
+        for _ in 0..per_round {
+            raw_cycle(&raw).await;
+        }
+        raw_time += start.elapsed();
+        raw_commands += commands.load(Ordering::Relaxed) - before;
+    }
+    manager.shutdown().await.expect("shutdown");
+    let ours = ours as f64 / cycles as f64;
+    let raw_commands = raw_commands as f64 / cycles as f64;
+    let ours_rate = cycles as f64 / ours_time.as_secs_f64();
+    let raw_rate = cycles as f64 / raw_time.as_secs_f64();
+    println!("one task's uncontended acquire + release, {cycles} cycles");
+    println!("  mongo-lease:       {ours:.2} commands per cycle, {ours_rate:>6.0} cycles/s");
+    println!("  raw insert/delete: {raw_commands:.2} commands per cycle, {raw_rate:>6.0} cycles/s");
+    println!(
+        "  ratio mongo-lease / raw: commands {:.2}x, throughput {:.2}x",
+        ours / raw_commands,
+        ours_rate / raw_rate
+    );
+    client.shutdown().await;
+}
+
+async fn our_cycle(manager: &LeaseManager) {
+    let lease = manager.acquire("k").await.expect("acquire");
+    assert_eq!(
+        lease.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+}
+
+async fn raw_cycle(raw: &Collection<Document>) {
+    raw.insert_one(doc! { "_id": "k", "aid": "raw" })
+        .await
+        .expect("insertOne");
+    raw.delete_one(doc! { "_id": "k", "aid": "raw" })
+        .await
+        .expect("deleteOne");
+}
+
+/// A client that counts the commands it sends (but the driver's handshakes
+/// and heartbeats).
+fn counted(options: &ClientOptions) -> (Client, Arc<AtomicU64>) {
+    let commands = Arc::new(AtomicU64::new(0));
+    let mut options = options.clone();
+    let sink = commands.clone();
+    options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Started(started) = event
+            && !matches!(
+                started.command_name.as_str(),
+                "hello" | "isMaster" | "ping" | "endSessions"
+            )
+        {
+            sink.fetch_add(1, Ordering::Relaxed);
+        }
+    }));
+    (Client::with_options(options).expect("client"), commands)
+}
