@@ -69,7 +69,7 @@ fn a_release_request_signals_execs_command_which_exits_and_releases() {
     // Several keys: a request for any of them (here the last taken).
     let script = trapping("TERM");
     let mut holder = env.spawn(&[
-        "exec", "--key", "job", "--key", "zeta", "--", "sh", "-c", &script,
+        "exec", "--key", "job", "--key", "zeta", "--ttl", "3s", "--", "sh", "-c", &script,
     ]);
     holder.expect_line("working");
     env.run(&["release", "zeta", "--request"]);
