@@ -59,12 +59,10 @@ pub async fn reentrant(
             granted(&recorder, &process, key, lease, (waited_from, None))
         };
         let outer = as_granted(&lease, waited_from);
-        let token = lease.fencing_token();
         let mut entries: Vec<(LeaseNo, Lease)> = vec![(outer, lease)];
         for _ in 0..random_range(1..=3usize) {
             idle(Instant::now() + ms(random_range(0..500)), &stop).await;
-            let (of, base) = &entries[random_range(0..entries.len())];
-            let of = *of;
+            let (_, base) = &entries[random_range(0..entries.len())];
             if base.is_lost() {
                 break;
             }
@@ -89,17 +87,23 @@ pub async fn reentrant(
             let Ok(Some(entry)) = again else {
                 continue;
             };
-            let number = if entry.fencing_token() == token {
-                let number = recorder.number();
-                recorder.push(Event::Reentered {
-                    lease: number,
-                    of,
-                    token: entry.fencing_token(),
-                });
-                number
-            } else {
+            // A re-entry of the entries' lease of that token (the outer
+            // one, or a new lease taken after the outer one was lost).
+            let reentered = entries
+                .iter()
+                .find(|(_, lease)| lease.fencing_token() == entry.fencing_token());
+            let number = match reentered {
+                Some((of, _)) => {
+                    let (of, number) = (*of, recorder.number());
+                    recorder.push(Event::Reentered {
+                        lease: number,
+                        of,
+                        token: entry.fencing_token(),
+                    });
+                    number
+                }
                 // The lease was lost meanwhile: a new acquisition.
-                as_granted(&entry, Instant::now())
+                None => as_granted(&entry, Instant::now()),
             };
             entries.push((number, entry));
         }
