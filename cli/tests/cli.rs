@@ -399,7 +399,8 @@ fn grandchild_dies_when(args: &[&str], ending: Ending) -> i32 {
         "sleep 300 & echo $! > {}; echo ready; wait",
         grandchild.display()
     );
-    let mut args = args.to_vec();
+    // Told of a force release at once, not at the next heartbeat.
+    let mut args = [&["--watch-held-leases"][..], args].concat();
     args.extend_from_slice(&["--", "sh", "-c", &script]);
     let mut proc = env.spawn(&args);
     proc.expect_line("ready");

@@ -10,11 +10,20 @@ use serde_json::Value;
 /// A command that holds its lease until it is lost.
 const HOLD: [&str; 3] = ["sh", "-c", "echo working; while true; do sleep 0.05; done"];
 
+/// The holders are told of a force release at once, not at their next
+/// heartbeat (`--watch-held-leases`).
+const WATCH: &str = "--watch-held-leases";
+
 #[test]
 fn release_force_prints_its_lock_delay_and_nobody_gets_the_key_meanwhile() {
     let env = Env::new("cli_delay");
-    let mut holder =
-        env.spawn(&[&["exec", "--key", "job", "--ttl", "5s", "--"][..], &HOLD].concat());
+    let mut holder = env.spawn(
+        &[
+            &[WATCH, "exec", "--key", "job", "--ttl", "5s", "--"][..],
+            &HOLD,
+        ]
+        .concat(),
+    );
     holder.expect_line("working");
     // Far longer than the test: the key stays delayed throughout.
     let out = env.run(&["release", "job", "--force", "--lock-delay", "10m"]);
@@ -29,7 +38,7 @@ fn release_force_prints_its_lock_delay_and_nobody_gets_the_key_meanwhile() {
     assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{}", stderr(&out));
 
     // The default: the safety margin of the default TTL (30 s / 10).
-    let mut holder = env.spawn(&[&["exec", "--key", "job2", "--"][..], &HOLD].concat());
+    let mut holder = env.spawn(&[&[WATCH, "exec", "--key", "job2", "--"][..], &HOLD].concat());
     holder.expect_line("working");
     let out = env.run(&["--json", "release", "job2", "--force"]);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -40,7 +49,7 @@ fn release_force_prints_its_lock_delay_and_nobody_gets_the_key_meanwhile() {
     // By owner id, and none for a key nobody held.
     let mut holder = env.spawn(
         &[
-            &["--owner-id", "w7", "exec", "--key", "job3", "--"][..],
+            &[WATCH, "--owner-id", "w7", "exec", "--key", "job3", "--"][..],
             &HOLD,
         ]
         .concat(),

@@ -15,7 +15,8 @@ const GUARD: Duration = Duration::from_secs(120);
 
 /// `exec` over `keys` running `script` under sh.
 fn exec<'a>(keys: &[&'a str], flags: &[&'a str], script: &'a str) -> Vec<&'a str> {
-    let mut args = vec!["exec"];
+    // Told of a force release at once, not at the next heartbeat.
+    let mut args = vec!["--watch-held-leases", "exec"];
     for key in keys {
         args.extend_from_slice(&["--key", key]);
     }
