@@ -99,7 +99,17 @@ fn watch_prints_a_force_release_and_a_handoff_as_released_then_acquired() {
         dir.display()
     );
     let hold = |owner: &str| {
-        let args = ["--owner-id", owner, "exec", "--key", "job", "--ttl", "30s"];
+        // Told of the force release at once, not at the next heartbeat.
+        let args = [
+            "--watch-held-leases",
+            "--owner-id",
+            owner,
+            "exec",
+            "--key",
+            "job",
+            "--ttl",
+            "30s",
+        ];
         env.spawn(&[&args[..], &["--", "sh", "-c", &script]].concat())
     };
     let finish = |owner: &str| std::fs::write(dir.join(owner), "").unwrap();
