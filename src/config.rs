@@ -222,15 +222,21 @@ pub struct LeaseManagerOptions {
     #[builder(default = DEFAULT_RENEWAL_BATCH_SIZE)]
     pub renewal_batch_size: usize,
 
-    /// What a release does with the lock document. Default
-    /// [`DEFAULT_RELEASE_MODE`] ([`ReleaseMode::Keep`]); choose
-    /// [`ReleaseMode::Delete`] when other applications lock the same keys by
-    /// inserting and deleting lock documents. Applies to every release of
-    /// this manager: explicit, on drop, after a lost deadline,
+    /// What a release does with the lock document. Default: chosen by
+    /// [`connect`](crate::LeaseManager::connect) from the collection:
+    /// [`ReleaseMode::Delete`] in a collection shared with other
+    /// applications' lock clients (it holds a lock document of a shape
+    /// `connect` recognises, or has a TTL index on `ts` or on `ExpireAt`, as
+    /// their patterns create), so that a key released is free to their
+    /// clients at once (docs/sharing.md); otherwise
+    /// [`DEFAULT_RELEASE_MODE`] ([`ReleaseMode::Keep`]). Set it to fix the
+    /// mode whatever the collection holds (e.g. `Keep` to use shared or
+    /// semaphore leases in a shared collection). Applies to every release
+    /// of this manager: explicit, on drop, after a lost deadline,
     /// [`release_all`](crate::LeaseManager::release_all), shutdown and
     /// [`release_owner`](crate::LeaseManager::release_owner).
-    #[builder(default = DEFAULT_RELEASE_MODE)]
-    pub release_mode: ReleaseMode,
+    #[builder(default, setter(strip_option))]
+    pub release_mode: Option<ReleaseMode>,
 
     /// The lock-delay, as Consul sessions have: after this manager ends
     /// another holder's live lease ([`force_release`](crate::LeaseManager::force_release),
@@ -539,7 +545,9 @@ impl Timing {
         if !shape.is_plain() && self.release_mode != ReleaseMode::Keep {
             return Err(invalid(
                 "shared and semaphore leases and hold_at_least need ReleaseMode::Keep \
-                 (a release in delete mode deletes the key's document)",
+                 (a release in delete mode deletes the key's document; connect chooses \
+                 delete mode in a collection shared with other lock clients unless \
+                 LeaseManagerOptions::release_mode is set)",
             ));
         }
         Ok(shape)
@@ -671,7 +679,7 @@ impl LeaseManagerOptions {
             retry_initial: self.retry_initial,
             retry_max: self.retry_max,
             renewal_batch_size: self.renewal_batch_size,
-            release_mode: self.release_mode,
+            release_mode: self.release_mode.unwrap_or(DEFAULT_RELEASE_MODE),
             ttl_cap: None,
             watch_held_leases: self.watch_held_leases,
         })

@@ -3,15 +3,21 @@
 //! expiry rule its own clients apply (see docs/sharing.md).
 //!
 //! The table ([`ForeignRules`]), first match wins, after a document of this
-//! crate's shape (an int64 `tok` and a date `exp`), which is never foreign:
+//! crate's shape (an int64 `tok`, a date `exp` and no `value`), which is
+//! never foreign:
 //!
 //! | shape | recognised by | owner | expires |
 //! |---|---|---|---|
 //! | a user's rule ([`ForeignLockRule`]) | its fields present, its dates dates | its owner field | by its [`ForeignExpiry`] |
-//! | `{_id, ts, aid}` | `aid` present, `ts` a date | `aid` | at `ts` + the `expireAfterSeconds` of the collection's TTL index on `ts` (never without one) |
 //! | `{_id, value, ttl, obtained_at}` | `value` present, `ttl` a number, `obtained_at` a date | `value` | once `$$NOW > obtained_at + ttl` seconds |
+//! | `{_id, ts, aid}` | `aid` present, `ts` a date | `aid` | at `ts` + the `expireAfterSeconds` of the collection's TTL index on `ts` (never without one) |
 //! | `{_id, ExpireAt}` | `ExpireAt` a date | none | at `ExpireAt` |
 //! | a bare `{_id}` | no other field | none | never |
+//!
+//! The second row comes before the third: that pattern's clients take over
+//! an expired lease of ours in place, writing `value`, `ttl` and
+//! `obtained_at` beside our `aid` and `ts` (`store`, "Read by other
+//! clients"), and the document is then theirs.
 //!
 //! Any other document not of our shape is a foreign holder's lock too, held
 //! with no known expiry, and never taken over. A foreign lock is expired once
@@ -260,20 +266,6 @@ impl ForeignRules {
             });
         }
         shapes.push(Shape {
-            fields: vec![(s("aid"), Type::Any), (s("ts"), Type::Date)],
-            bare: false,
-            owner: Some(s("aid")),
-            taken_at: Some(s("ts")),
-            expiry: match self.ts_expire_after {
-                Some(ttl) => ForeignExpiry::After {
-                    since: s("ts"),
-                    ttl,
-                },
-                None => ForeignExpiry::Never,
-            },
-            plus_ms: 0,
-        });
-        shapes.push(Shape {
             fields: vec![
                 (s("value"), Type::Any),
                 (s("ttl"), Type::Number),
@@ -287,6 +279,20 @@ impl ForeignRules {
                 seconds: s("ttl"),
             },
             plus_ms: 1,
+        });
+        shapes.push(Shape {
+            fields: vec![(s("aid"), Type::Any), (s("ts"), Type::Date)],
+            bare: false,
+            owner: Some(s("aid")),
+            taken_at: Some(s("ts")),
+            expiry: match self.ts_expire_after {
+                Some(ttl) => ForeignExpiry::After {
+                    since: s("ts"),
+                    ttl,
+                },
+                None => ForeignExpiry::Never,
+            },
+            plus_ms: 0,
         });
         shapes.push(Shape {
             fields: vec![(s("ExpireAt"), Type::Date)],

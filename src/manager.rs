@@ -11,7 +11,9 @@ use tokio::sync::mpsc;
 use crate::actor::Actor;
 use crate::actor::command::{AcquireMode, Command, Granted, Place, Target, Waiter, WaiterId};
 use crate::actor::mailbox::Mailbox;
-use crate::config::{AcquireOptions, LeaseManagerOptions, Timing, validate_key, validate_owner_id};
+use crate::config::{
+    AcquireOptions, LeaseManagerOptions, ReleaseMode, Timing, validate_key, validate_owner_id,
+};
 use crate::error::{Error, Operation, Result};
 use crate::foreign::ForeignRules;
 use crate::health::HealthBoard;
@@ -133,8 +135,15 @@ impl LeaseManager {
                 )
             })?;
         timing.ttl_cap = facts.ttl_cap;
+        // Other applications' clients lock the collection's keys too: a key
+        // released is theirs at once (docs/sharing.md).
+        if options.release_mode.is_none() && facts.shared {
+            timing.release_mode = ReleaseMode::Delete;
+        }
         // `{_id, ts, aid}` expires as its TTL index on `ts` deletes it.
-        let store = store.with_foreign(foreign.with_ts_expiry(facts.ttl_cap));
+        let store = store
+            .with_foreign(foreign.with_ts_expiry(facts.ttl_cap))
+            .with_release_mode(timing.release_mode);
         Ok(Self::start(Arc::new(store), owner_id.into(), timing))
     }
 

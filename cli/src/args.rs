@@ -91,16 +91,12 @@ pub struct Connection {
     pub owner_id: Option<String>,
 
     /// What a release does with the lock document: `keep` it until MongoDB's
-    /// TTL monitor deletes it, or `delete` it (for collections shared with
-    /// applications that lock by inserting and unlock by deleting).
-    #[arg(
-        long,
-        value_enum,
-        default_value = "keep",
-        env = "MONGO_LEASE_RELEASE_MODE",
-        global = true
-    )]
-    pub release_mode: ReleaseModeArg,
+    /// TTL monitor deletes it, or `delete` it. Default: `delete` in a
+    /// collection shared with other applications' lock clients (it holds
+    /// their lock documents, or a TTL index on `ts` or `ExpireAt`), else
+    /// `keep`.
+    #[arg(long, value_enum, env = "MONGO_LEASE_RELEASE_MODE", global = true)]
+    pub release_mode: Option<ReleaseModeArg>,
 
     /// Notice at once, through a change stream, when someone else deletes or
     /// rewrites a held lease, instead of at the next renewal; each such

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use mongo_lease::{Error, LeaseManager, LeaseManagerOptions};
+use mongo_lease::{Error, LeaseManager, LeaseManagerOptions, ReleaseMode};
 
 use args::{Cli, Commands, Connection, LeaseTiming, ReleaseArgs, one_key};
 use exec::exec;
@@ -259,10 +259,10 @@ async fn connect_with(
         .database(client.database(&c.db))
         .collection(c.collection.clone())
         .owner_id(owner_id)
-        .release_mode(c.release_mode.into())
         .watch_held_leases(c.watch_held_leases)
         .operation_timeout(c.connect_timeout)
         .build();
+    options.release_mode = c.release_mode.map(ReleaseMode::from);
     if let Some(timing) = timing {
         options.ttl = timing.ttl;
         options.safety_margin = Some(timing.safety_margin());

@@ -78,6 +78,7 @@ pub(super) async fn inspect(recorder: &Recorder, process: &Process, key: &str, r
     }
     if let Ok(Some(info)) = process.manager.inspect(key).await
         && info.held
+        && !info.foreign
     {
         recorder.push(Event::Inspected {
             manager: process.index,

@@ -656,8 +656,9 @@ pub const TS_EXPIRE_AFTER: Duration = Duration::from_secs(2);
 /// Another application that locks `key` with a document of its own when
 /// no document exists, of a shape drawn among those `crate::foreign`
 /// recognises (`{_id, ts, aid}`, a bare `{_id}` as a lock by upsert of
-/// `_id` alone takes it, `{_id, value, ttl, obtained_at}` for 1 or 2 s,
-/// `{_id, ExpireAt}` 0.2 to 2 s ahead), holds it a while, perhaps past its
+/// `_id` alone takes it, `{_id, ExpireAt}` 0.2 to 2 s ahead), or as a
+/// client of `{_id, value, ttl, obtained_at}` does, taking over a lease of
+/// ours that reads expired by its rule too ([`pattern2_client`]); holds it a while, perhaps past its
 /// expiry by its own rule (then a manager may take it over), and deletes
 /// it if it is still its own, until `stop`.
 pub async fn foreign_holder(
@@ -679,10 +680,8 @@ pub async fn foreign_holder(
             ),
             1 => (doc! {}, "a bare {_id}", None),
             2 => {
-                let ttl = random_range(1..3);
-                let fields = doc! { "value": "node-1", "ttl": ttl, "obtained_at": now };
-                // Its clients' strict `>`: free 1 ms after `obtained_at + ttl`.
-                (fields, "node-1", Some(ms(1_000 * ttl as u64 + 1)))
+                pattern2_client(&recorder, &db, key).await;
+                continue;
             }
             _ => {
                 let life = random_range(200..2_000);
@@ -702,6 +701,37 @@ pub async fn foreign_holder(
         recorder.push(Event::ForeignRemoved { key: key.clone() });
         db.remove_foreign(key.trim_start_matches("locks/"), &fields);
     }
+}
+
+/// A client of the `{_id, value, ttl, obtained_at}` pattern locking `key`
+/// once, exactly as that pattern does: a read; if nothing is there, an
+/// upsert matching `{_id, value}`; if what is there expired by its rule
+/// (`$$NOW > obtained_at + ttl` seconds: a lease of ours, released or
+/// expired, reads so), a guarded takeover matching the `value` and
+/// `obtained_at` read, a moment later. Holds for a while (perhaps past its
+/// TTL, then a manager may take it over), then deletes `{_id, value}`.
+async fn pattern2_client(recorder: &Recorder, db: &MemoryDb, key: &'static str) {
+    const VALUE: &str = "node-1";
+    let ttl = random_range(1..3);
+    let seen = db.pattern2_read(key);
+    if seen.as_ref().is_some_and(|seen| !seen.expired) {
+        return;
+    }
+    // Another write may land between its read and its write.
+    sleep(ms(random_range(0..50))).await;
+    if !db.pattern2_write(key, seen.as_ref(), VALUE, ttl) {
+        return;
+    }
+    let key = format!("locks/{key}");
+    recorder.push(Event::ForeignTaken {
+        key: key.clone(),
+        owner: VALUE.into(),
+        // Its clients' strict `>`: free 1 ms after `obtained_at + ttl`.
+        expires_in: Some(ms(1_000 * ttl as u64 + 1)),
+    });
+    sleep(ms(random_range(10..3_000))).await;
+    recorder.push(Event::ForeignRemoved { key: key.clone() });
+    db.pattern2_release(key.trim_start_matches("locks/"), VALUE);
 }
 
 /// The TTL monitor: deletes expired lock documents now and then, until

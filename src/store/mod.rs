@@ -37,6 +37,13 @@
 //! | `tr` | int64, optional | leader transitions: how many acquisitions took the key from another owner since the document was created (see "Leader transitions") |
 //! | `rv` | document, optional | a cooperative revocation: `{aid, at}`, the owner id that asked the holders to release the key and the server time it asked (see "Revocation"); removed by a new acquisition and a handoff |
 //! | `nb` | date, optional | *not before*: the end of a lock-delay, written by a force release or a release by owner id of a live lease (see "Lock-delay"); removed by a new acquisition |
+//! | `obtained_at` | date | `ts`, restated for other applications' clients (see "Read by other clients") |
+//! | `ttl` | double | `exp − ts` in seconds, restated likewise: `obtained_at + ttl` seconds is `exp` |
+//!
+//! A document of this crate never has a `value` field: that is the owner
+//! field of another lock pattern (`{_id, value, ttl, obtained_at}`), whose
+//! clients take over an expired lock in place, writing `value`, `ttl` and
+//! `obtained_at` and leaving the other fields (see "Read by other clients").
 //!
 //! **New documents and foreign ones.** Every write of this crate leaves a
 //! document of its shape (an int64 `tok` and a date `exp`) or none: an
@@ -521,6 +528,15 @@ pub(crate) mod field {
     /// tells a new document from an existing bare `{_id}` (see "Document
     /// schema").
     pub const INSERTED: &str = "_ins";
+    /// `ts` restated for another lock pattern's clients ("Read by other
+    /// clients").
+    pub const OBTAINED_AT: &str = "obtained_at";
+    /// `exp − ts` in seconds, restated likewise.
+    pub const TTL_SECONDS: &str = "ttl";
+    /// Another lock pattern's owner field: never in a document of ours, so
+    /// a document that has it is another application's lock (that
+    /// pattern's takeover of an expired lease of ours writes it).
+    pub const OTHER_OWNER: &str = "value";
     /// An entry of `hs` of a semaphore key: how many permits it takes (1
     /// when absent).
     pub const PERMITS_TAKEN: &str = "n";

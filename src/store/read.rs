@@ -111,7 +111,9 @@ pub(crate) fn live_waiters(doc: &Document, server_time: SystemTime) -> Vec<Waiti
 /// bare `{_id}`, which this crate never leaves: "Document schema" in
 /// `store`).
 pub(crate) fn is_our_shape(doc: &Document) -> bool {
-    doc.get_i64(field::TOKEN).is_ok() && doc.get_datetime(field::EXPIRES_AT).is_ok()
+    doc.get_i64(field::TOKEN).is_ok()
+        && doc.get_datetime(field::EXPIRES_AT).is_ok()
+        && !doc.contains_key(field::OTHER_OWNER)
 }
 
 /// Field of the reads that report a [`LeaseInfo`]: how many fields the stored
@@ -137,7 +139,8 @@ pub(crate) fn foreign_owner(doc: &Document) -> String {
 /// ([`is_our_shape`]) is a lock held by a foreign holder (see
 /// [`LeaseInfo::foreign`]), a bare `{_id}` included.
 pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> LeaseInfo {
-    let (Ok(token), Ok(expires_at)) = (
+    let (true, Ok(token), Ok(expires_at)) = (
+        is_our_shape(doc),
         doc.get_i64(field::TOKEN),
         doc.get_datetime(field::EXPIRES_AT),
     ) else {

@@ -146,7 +146,7 @@ pub(crate) fn classify(
 ) -> AcquireOutcome {
     let token = doc.get_i64(field::TOKEN);
     let expires = doc.get_datetime(field::EXPIRES_AT);
-    let (Ok(token), Ok(expires)) = (token, expires) else {
+    let (true, Ok(token), Ok(expires)) = (is_our_shape(doc), token, expires) else {
         return foreign(key, doc);
     };
     let now = now_ms(doc, *expires);

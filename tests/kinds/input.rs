@@ -121,7 +121,7 @@ async fn bad_permits_and_minimum_holds_are_refused_before_any_round_trip() {
 async fn kinds_and_minimum_holds_are_refused_in_delete_mode_before_any_round_trip() {
     let fx = Fixture::new("kinds_delete").await;
     let (mut options, log) = fx.monitored_options(TTL, "").await;
-    options.release_mode = ReleaseMode::Delete;
+    options.release_mode = Some(ReleaseMode::Delete);
     let manager = LeaseManager::connect(options).await.unwrap();
     log.clear();
 

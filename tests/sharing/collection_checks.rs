@@ -119,9 +119,11 @@ async fn an_accepted_ts_ttl_index_shortens_the_local_deadline() {
 async fn hold_at_least_longer_than_a_ts_ttl_index_is_refused() {
     let fx = Fixture::new("ts_hold").await;
     ttl_index(&fx, "ts", Duration::from_secs(30), "ts_1").await;
-    let manager = LeaseManager::connect(options(&fx, Duration::from_secs(3)).await)
-        .await
-        .expect("accepted");
+    // A minimum hold needs the released document kept, which `connect`
+    // would not choose beside the insert pattern's TTL index.
+    let mut keep = options(&fx, Duration::from_secs(3)).await;
+    keep.release_mode = Some(mongo_lease::ReleaseMode::Keep);
+    let manager = LeaseManager::connect(keep).await.expect("accepted");
     let hold = |secs| {
         mongo_lease::AcquireOptions::builder()
             .hold_at_least(Duration::from_secs(secs))

@@ -35,7 +35,7 @@ async fn delete_mode_manager(
     heartbeat: Option<Duration>,
 ) -> LeaseManager {
     let mut options = f.options(TTL).await;
-    options.release_mode = ReleaseMode::Delete;
+    options.release_mode = Some(ReleaseMode::Delete);
     options.owner_id = Some(owner.to_string());
     options.heartbeat_interval = heartbeat;
     LeaseManager::connect(options).await.expect("connect")
@@ -53,7 +53,7 @@ async fn keep_mode_manager(f: &Fixture, owner: &str, heartbeat: Option<Duration>
 /// lock-delay.
 async fn without_lock_delay(f: &Fixture, owner: &str, mode: ReleaseMode) -> LeaseManager {
     let mut options = f.options(TTL).await;
-    options.release_mode = mode;
+    options.release_mode = Some(mode);
     options.owner_id = Some(owner.to_string());
     options.lock_delay = Some(Duration::ZERO);
     LeaseManager::connect(options).await.expect("connect")
@@ -305,7 +305,7 @@ async fn release_owner_from_another_manager_releases_every_lease_of_that_owner_o
 async fn delete_mode_releases_a_lease_older_than_the_token_age_in_one_round_trip() {
     let f = Fixture::new("compat_round_trips").await;
     let (mut options, log) = f.monitored_options(TTL, "").await;
-    options.release_mode = ReleaseMode::Delete;
+    options.release_mode = Some(ReleaseMode::Delete);
     let m = LeaseManager::connect(options).await.expect("connect");
 
     let lease = m.acquire("old").await.unwrap();

@@ -306,7 +306,7 @@ async fn the_bare_id_client_still_locks_a_key_after_mongo_lease_released_it() {
     // Delete mode (for clients that lock by insert or upsert and release by
     // delete): once the release deleted the document, the client locks.
     let mut options = fx.options(TTL).await;
-    options.release_mode = mongo_lease::ReleaseMode::Delete;
+    options.release_mode = Some(mongo_lease::ReleaseMode::Delete);
     let m = LeaseManager::connect(options).await.unwrap();
     let key = "lock_bare_deleted";
     let lease = m.acquire(key).await.unwrap();

@@ -13,3 +13,4 @@ mod foreign_locks;
 mod keys;
 mod loss_detection;
 mod patterns;
+mod read_by_patterns;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use mongodb::bson::{DateTime, Document, doc};
+use mongodb::bson::{Bson, DateTime, Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -49,6 +49,18 @@ pub(crate) struct MemoryDb {
     /// The foreign lock shapes and their expiry rules, as `MongoStore`'s
     /// ([`MemoryDb::with_foreign_rules`]).
     foreign_rules: Arc<ForeignRules>,
+}
+
+/// What a client of the `{_id, value, ttl, obtained_at}` lock pattern read
+/// of a key ([`MemoryDb::pattern2_read`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pattern2Seen {
+    /// Its `value` (`None`: missing, as in a lease document of ours).
+    pub value: Option<Bson>,
+    /// Its `obtained_at`.
+    pub obtained_at: Option<DateTime>,
+    /// Whether `$$NOW > obtained_at + ttl` seconds at the read.
+    pub expired: bool,
 }
 
 /// The documents after each change, each with the (tokio) instant it was
@@ -697,6 +709,136 @@ impl MemoryDb {
         doc.extend(fields);
         coll.foreign.insert(key, Foreign { doc });
         drop(coll);
+        self.touch();
+        true
+    }
+
+    /// What a client of the `{_id, value, ttl, obtained_at}` lock pattern
+    /// reads of `key` (its `findOne` projecting `value`, `ttl`,
+    /// `obtained_at` and `$$NOW`): `None` without a document. A lease
+    /// document of ours reads as `MongoStore` writes it ("Read by other
+    /// clients" in `store`): no `value`, `obtained_at = ts`, `ttl = exp -
+    /// ts` in seconds.
+    pub fn pattern2_read(&self, key: impl Into<LeaseKey>) -> Option<Pattern2Seen> {
+        let key = &key.into();
+        let now = self.server_now();
+        let coll = lock(&self.inner);
+        if let Some(doc) = coll.docs.get(key) {
+            return Some(self.pattern2_of_ours(doc, now));
+        }
+        let foreign = coll.foreign.get(key)?;
+        let ttl_ms = match foreign.doc.get("ttl") {
+            Some(Bson::Int32(n)) => Some(i64::from(*n) * 1_000),
+            Some(Bson::Int64(n)) => n.checked_mul(1_000),
+            Some(Bson::Double(n)) => Some((n * 1_000.0) as i64),
+            _ => None,
+        };
+        let obtained_at = foreign.doc.get_datetime("obtained_at").ok().copied();
+        let expired = match (obtained_at, ttl_ms) {
+            (Some(at), Some(ttl_ms)) => {
+                self.date(now).timestamp_millis() > at.timestamp_millis() + ttl_ms
+            }
+            // `undefined + undefined` is `NaN`: never expired.
+            _ => false,
+        };
+        Some(Pattern2Seen {
+            value: foreign.doc.get("value").cloned(),
+            obtained_at,
+            expired,
+        })
+    }
+
+    fn pattern2_of_ours(&self, doc: &Doc, now: Instant) -> Pattern2Seen {
+        Pattern2Seen {
+            value: None,
+            obtained_at: Some(self.date(doc.renewed)),
+            // `obtained_at + ttl` is `exp`; expired once `$$NOW > exp`.
+            expired: now > doc.exp,
+        }
+    }
+
+    /// That client's write: with `seen` `None` (nothing was there), the
+    /// upsert matching `{_id, value}`; with `seen` expired, the guarded
+    /// takeover matching `{_id, value: seen.value, obtained_at:
+    /// seen.obtained_at}` (a missing `value` matches `null`), upserting.
+    /// Either sets `value`, `ttl` (seconds) and `obtained_at = $$NOW`,
+    /// leaving every other field of the document as it is (a lease
+    /// document of ours becomes another application's lock: `value`
+    /// present). Returns whether it locked `key`: `false` when its filter
+    /// matched nothing and the upsert's insert hit the existing `_id`
+    /// (E11000).
+    pub fn pattern2_write(
+        &self,
+        key: impl Into<LeaseKey>,
+        seen: Option<&Pattern2Seen>,
+        value: &str,
+        ttl_secs: i64,
+    ) -> bool {
+        let key = key.into();
+        let now = self.server_now();
+        let date = self.date(now);
+        let mut coll = lock(&self.inner);
+        let current = match coll.docs.get(&key) {
+            Some(doc) => Some(self.pattern2_of_ours(doc, now)),
+            None => coll.foreign.get(&key).map(|f| Pattern2Seen {
+                value: f.doc.get("value").cloned(),
+                obtained_at: f.doc.get_datetime("obtained_at").ok().copied(),
+                expired: false,
+            }),
+        };
+        let matches = match (seen, &current) {
+            (_, None) => true,
+            (None, Some(current)) => current.value == Some(Bson::from(value)),
+            (Some(seen), Some(current)) => {
+                let null_or = |v: &Option<Bson>| v.clone().unwrap_or(Bson::Null);
+                null_or(&seen.value) == null_or(&current.value)
+                    && seen.obtained_at == current.obtained_at
+            }
+        };
+        if !matches {
+            return false;
+        }
+        let mut doc = match (coll.docs.remove(&key), coll.foreign.remove(&key)) {
+            (Some(ours), _) => {
+                // A later acquisition's token is still above this one's, as
+                // after a delete (on MongoDB, by the token rule's time part).
+                coll.deleted_tokens.insert(key.clone(), ours.token);
+                doc! {
+                field::ID: key.to_bson(),
+                field::OWNER: ours.owner.as_str(),
+                field::TOKEN: ours.token as i64,
+                field::RENEWED_AT: self.date(ours.renewed),
+                field::EXPIRES_AT: self.date(ours.exp),
+                }
+            }
+            (None, Some(foreign)) => foreign.doc,
+            (None, None) => doc! { field::ID: key.to_bson() },
+        };
+        doc.insert("value", value);
+        doc.insert("ttl", ttl_secs);
+        doc.insert("obtained_at", date);
+        coll.foreign.insert(key.clone(), Foreign { doc });
+        drop(coll);
+        self.announce_release(&key);
+        self.touch();
+        true
+    }
+
+    /// That client's release, `deleteOne({_id, value})`: returns whether it
+    /// deleted its lock (not after another took it over).
+    pub fn pattern2_release(&self, key: impl Into<LeaseKey>, value: &str) -> bool {
+        let key = key.into();
+        let mut coll = lock(&self.inner);
+        if coll
+            .foreign
+            .get(&key)
+            .is_none_or(|f| f.doc.get("value") != Some(&Bson::from(value)))
+        {
+            return false;
+        }
+        coll.foreign.remove(&key);
+        drop(coll);
+        self.announce_release(&key);
         self.touch();
         true
     }

@@ -23,8 +23,8 @@ use super::raw::{
 };
 use super::rules::{
     LID, LockPath, acquired_token, bson_lease_id, entries, entry_is, entry_live, f, has_holders,
-    inserted, key_filter, missing, next_token, our_shape, read_lease_id, this, transitions_after,
-    yielded_by,
+    inserted, key_filter, missing, next_token, our_shape, read_lease_id, restated_after, this,
+    transitions_after, yielded_by,
 };
 use crate::LeaseKind;
 use crate::error::{Error, Result};
@@ -125,7 +125,11 @@ pub(super) fn multi_acquire_pipeline(
         }
         _ => doc! { "$not": [has_permits.clone()] },
     };
-    let mine_wins = doc! { "$and": [mine.clone(), { "$or": [no_live.clone(), same_kind] }] };
+    let mine_wins = doc! { "$and": [
+        our_shape(),
+        mine.clone(),
+        { "$or": [no_live.clone(), same_kind] },
+    ]};
     let kind_admits = match kind {
         LeaseKind::Permit { permits } => doc! { "$or": [
             no_live.clone(),
@@ -210,14 +214,14 @@ pub(super) fn multi_acquire_pipeline(
     );
     let mine_entries =
         doc! { "$filter": { "input": entries(), "cond": entry_is(owner, lease_id) } };
-    vec![doc! { "$replaceWith": { "$let": {
+    restated_after(vec![doc! { "$replaceWith": { "$let": {
         "vars": { "live": live_others(owner, lease_id), "mine": mine_entries },
         "in": { "$cond": [
             wins,
             { "$let": { "vars": { "entry": entry }, "in": acquired } },
             lost,
         ]},
-    }}}]
+    }}}])
 }
 
 /// The projection of the reads that decide a shared or permit acquisition
@@ -231,7 +235,7 @@ pub(super) fn multi_acquire_projection(owner: &str, lease_id: Uuid) -> Document 
     let live = live_others(owner, lease_id);
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
-        field::PERMITS: 1, field::HOLD_UNTIL: 1, "now": "$$NOW",
+        field::PERMITS: 1, field::HOLD_UNTIL: 1, field::OTHER_OWNER: 1, "now": "$$NOW",
         field::EXCLUSIVE_WAITER: { "$cond": [
             other_owners_mark(owner), f(field::EXCLUSIVE_WAITER), "$$REMOVE",
         ]},
@@ -289,11 +293,11 @@ pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
         field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
         field::TRANSITIONS: transitions_after(doc! { "$literal": owner }),
     };
-    vec![doc! { "$replaceWith": { "$cond": [
+    restated_after(vec![doc! { "$replaceWith": { "$cond": [
         { "$or": [inserted(), free] },
         acquired,
         "$$ROOT",
-    ]}}]
+    ]}}])
 }
 
 /// What the light acquire's and handoff's replies are read with: the
@@ -301,7 +305,7 @@ pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
 pub(super) fn light_projection() -> Document {
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::RENEWED_AT: 1,
-        "now": "$$NOW",
+        field::OTHER_OWNER: 1, "now": "$$NOW",
     }
 }
 
@@ -404,14 +408,16 @@ pub(super) fn acquire_pipeline(
     } else {
         Bson::from("$$ROOT")
     };
-    vec![doc! { "$replaceWith": { "$cond": [wins, acquired, lost] } }]
+    restated_after(vec![
+        doc! { "$replaceWith": { "$cond": [wins, acquired, lost] } },
+    ])
 }
 
 /// The projection of reads that decide an acquire attempt; `now` is the
 /// server's `$$NOW`, so the remaining lease time is computed on the server's clock.
 pub(super) fn acquire_projection() -> Document {
     doc! {
-        field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1,
+        field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::OTHER_OWNER: 1,
         field::EXPIRES_AT: 1, field::YIELD_UNTIL: 1, "now": "$$NOW",
         field::PERMITS: 1, format!("{}.{}", field::EXCLUSIVE_WAITER, field::OWNER): 1,
         format!("{}.{}", field::QUEUE, field::OWNER): 1,
@@ -647,7 +653,7 @@ impl MongoStore {
         let keys: Vec<&str> = requests.iter().filter_map(|r| r.key.as_str()).collect();
         let projection = doc! {
             field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
-            "now": "$$NOW",
+            field::OTHER_OWNER: 1, "now": "$$NOW",
         };
         let find_sent = Instant::now();
         let Some(docs) = self.read_keys(&keys, projection).await else {

@@ -14,8 +14,8 @@
 use super::handle::{MongoStore, WRITE_ATTEMPTS};
 use super::raw::encode_pipeline;
 use super::rules::{
-    FROM, TO, acquired_token, bson_lease_id, f, keys_filter, next_token,
-    ours_and_nobody_else_waits, read_lease_id, root_with, transitions_after,
+    FROM, TO, acquired_token, bson_lease_id, f, keys_filter, missing, next_token,
+    ours_and_nobody_else_waits, read_lease_id, restated_after, root_with, transitions_after,
 };
 use crate::error::Result;
 use crate::key::LeaseKey;
@@ -31,6 +31,7 @@ pub(super) fn hand_over_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Docum
         field::LEASE_ID: bson_lease_id(from),
         field::OWNER: { "$eq": owner },
         field::TOKEN: { "$type": "long" },
+        field::OTHER_OWNER: { "$exists": false },
         "$expr": { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
     }
 }
@@ -70,7 +71,7 @@ pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Docu
         f(field::YIELD_UNTIL),
     ]};
     let [handoff, cleanup] = handoff_stages();
-    vec![
+    restated_after(vec![
         pick_stage(),
         doc! { "$set": {
             field::LEASE_ID: either(bson_lease_id(to), remove()),
@@ -86,7 +87,7 @@ pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Docu
         }},
         handoff,
         cleanup,
-    ]
+    ])
 }
 
 /// The projection of the handoff's reply and of its re-read.
@@ -116,6 +117,7 @@ pub(super) fn light_hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> 
     let live = vec![
         doc! { "$eq": [{ "$type": f(field::TOKEN) }, "long"] },
         doc! { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
+        missing(field::OTHER_OWNER),
     ];
     let handed = root_with(
         doc! {
@@ -127,11 +129,11 @@ pub(super) fn light_hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> 
         },
         &[field::PAYLOAD, field::YIELD_UNTIL],
     );
-    vec![doc! { "$replaceWith": { "$cond": [
+    restated_after(vec![doc! { "$replaceWith": { "$cond": [
         ours_and_nobody_else_waits(owner, FROM, live),
         handed,
         "$$ROOT",
-    ]}}]
+    ]}}])
 }
 
 /// `$$e.name`: field `name` of the queue entry at hand (bound as `e`).

@@ -79,6 +79,11 @@ pub(crate) struct CollectionFacts {
     /// when it is not shorter than the manager's TTL: a lease acquired with
     /// a longer TTL of its own (`AcquireOptions::ttl`) is capped by it.
     pub ttl_cap: Option<Duration>,
+    /// The collection is shared with other applications' lock clients: it
+    /// holds a foreign holder's lock of a recognised shape
+    /// (`crate::foreign`), or has a TTL index on `ts` (the insert pattern's)
+    /// or on `ExpireAt` (the `$setOnInsert` pattern's).
+    pub shared: bool,
 }
 
 impl MongoStore {
@@ -202,6 +207,13 @@ impl MongoStore {
                 }
             }
         }
+        facts.shared = facts.ttl_cap.is_some()
+            || existing
+                .iter()
+                .any(|index| index.keys == doc! { "ExpireAt": 1 } && expire_after(index).is_some());
+        if !facts.shared && !collections.is_empty() {
+            facts.shared = self.holds_a_foreign_lock().await.map_err(unreachable)?;
+        }
         if !existing.iter().any(|i| i.keys == doc! { field::OWNER: 1 }) {
             let model = IndexModel::builder()
                 .keys(doc! { field::OWNER: 1 })
@@ -214,6 +226,20 @@ impl MongoStore {
             self.create_index(model).await.map_err(unreachable)?;
         }
         Ok(facts)
+    }
+
+    /// Whether the collection holds a foreign holder's lock of a recognised
+    /// shape (one indexed-less read, which may scan the collection once).
+    async fn holds_a_foreign_lock(&self) -> Result<bool> {
+        let filter = doc! { "$expr": self.foreign().recognised_expr(our_shape()) };
+        let found = self
+            .bounded(
+                self.coll()
+                    .find_one(filter)
+                    .projection(doc! { field::ID: 1 }),
+            )
+            .await?;
+        Ok(found.is_some())
     }
 
     /// Refuses the collection if it holds a document that is not a lock

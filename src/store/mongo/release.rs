@@ -28,7 +28,7 @@ use super::read::projected_info;
 use super::renew::holder_filter;
 use super::rules::{
     LID, LockPath, bson_lease_id, entries, entry_among, entry_live, entry_of_owner, f, has_holders,
-    lease_ids, ours_and_nobody_else_waits, root_with,
+    lease_ids, ours_and_nobody_else_waits, restated_after, root_with,
 };
 use crate::config::ReleaseMode;
 use crate::error::Result;
@@ -109,41 +109,43 @@ pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<
         floor.push(f(field::NOT_BEFORE).into());
         holders_exp = doc! { "$max": [holders_exp, f(field::NOT_BEFORE)] }.into();
     }
-    delay
-        .into_iter()
-        .chain([
-            pick_stage(),
-            doc! { "$set": {
-                field::EXPIRES_AT: { "$cond": [
-                    has_holders(),
-                    f(field::EXPIRES_AT),
-                    { "$max": floor },
-                ]},
-                field::YIELD_UNTIL: LockPath::TOP.yield_if_waited(yield_ms),
-                field::RELEASED_AT: { "$cond": [has_holders(), "$$NOW", f(field::RELEASED_AT)] },
-                field::HOLDERS: { "$cond": [
-                    has_holders(),
-                    { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [
-                        entry_live(),
-                        { "$not": [selected] },
-                    ]}}},
-                    "$$REMOVE",
-                ]},
-            }},
-            doc! { "$set": {
-                field::EXPIRES_AT: { "$cond": [
-                    has_holders(),
-                    holders_exp,
-                    f(field::EXPIRES_AT),
-                ]},
-                field::PERMITS: { "$cond": [remain.clone(), f(field::PERMITS), "$$REMOVE"] },
-                field::HOLDERS: { "$cond": [remain, f(field::HOLDERS), "$$REMOVE"] },
-            }},
-            doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
-            handoff,
-            cleanup,
-        ])
-        .collect()
+    restated_after(
+        delay
+            .into_iter()
+            .chain([
+                pick_stage(),
+                doc! { "$set": {
+                    field::EXPIRES_AT: { "$cond": [
+                        has_holders(),
+                        f(field::EXPIRES_AT),
+                        { "$max": floor },
+                    ]},
+                    field::YIELD_UNTIL: LockPath::TOP.yield_if_waited(yield_ms),
+                    field::RELEASED_AT: { "$cond": [has_holders(), "$$NOW", f(field::RELEASED_AT)] },
+                    field::HOLDERS: { "$cond": [
+                        has_holders(),
+                        { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [
+                            entry_live(),
+                            { "$not": [selected] },
+                        ]}}},
+                        "$$REMOVE",
+                    ]},
+                }},
+                doc! { "$set": {
+                    field::EXPIRES_AT: { "$cond": [
+                        has_holders(),
+                        holders_exp,
+                        f(field::EXPIRES_AT),
+                    ]},
+                    field::PERMITS: { "$cond": [remain.clone(), f(field::PERMITS), "$$REMOVE"] },
+                    field::HOLDERS: { "$cond": [remain, f(field::HOLDERS), "$$REMOVE"] },
+                }},
+                doc! { "$unset": [field::LEASE_ID, field::WAITING_SINCE] },
+                handoff,
+                cleanup,
+            ])
+            .collect(),
+    )
 }
 
 /// Every document with a holder entry of `owner` (a lease id not in
@@ -157,6 +159,7 @@ pub(super) fn owner_holders_filter(owner: &str, except: &[Uuid]) -> Document {
         }},
         field::TOKEN: { "$type": "long" },
         field::EXPIRES_AT: { "$type": "date" },
+        field::OTHER_OWNER: { "$exists": false },
     }
 }
 
@@ -166,6 +169,7 @@ pub(super) fn force_release_any_filter(key: &LeaseKey) -> Document {
     doc! {
         field::ID: key,
         field::TOKEN: { "$type": "long" },
+        field::OTHER_OWNER: { "$exists": false },
         "$or": [
             { field::LEASE_ID: { "$exists": true } },
             { field::HOLDERS: { "$exists": true } },
@@ -190,7 +194,7 @@ pub(super) fn force_release_update(yield_ms: i64, delay_ms: i64) -> Vec<Document
         let now = doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] };
         (Bson::from(now), Bson::from("$$REMOVE"))
     };
-    vec![
+    restated_after(vec![
         doc! { "$set": {
             field::EXPIRES_AT: expires,
             field::NOT_BEFORE: not_before,
@@ -201,7 +205,7 @@ pub(super) fn force_release_update(yield_ms: i64, delay_ms: i64) -> Vec<Document
             field::LEASE_ID, field::WAITING_SINCE, field::HOLDERS, field::PERMITS,
             field::HOLD_UNTIL, field::EXCLUSIVE_WAITER,
         ]},
-    ]
+    ])
 }
 
 /// The light release's update, of the document of the released lease's
@@ -214,11 +218,11 @@ pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
         doc! { field::EXPIRES_AT: { "$min": [f(field::EXPIRES_AT), "$$NOW"] } },
         &[field::LEASE_ID],
     );
-    vec![doc! { "$replaceWith": { "$cond": [
+    restated_after(vec![doc! { "$replaceWith": { "$cond": [
         ours_and_nobody_else_waits(owner, LID, vec![]),
         released,
         "$$ROOT",
-    ]}}]
+    ]}}])
 }
 
 /// Every lease document of `owner` not released yet (live, or expired
@@ -231,6 +235,7 @@ pub(super) fn owner_leases_filter(owner: &str) -> Document {
         field::LEASE_ID: { "$exists": true },
         field::TOKEN: { "$type": "long" },
         field::EXPIRES_AT: { "$type": "date" },
+        field::OTHER_OWNER: { "$exists": false },
     }
 }
 
@@ -299,7 +304,11 @@ pub(super) fn foreign_filter(key: &LeaseKey, found: &Document) -> Document {
     doc! {
         field::ID: key.to_bson(),
         "$and": same_fields,
-        "$nor": [{ field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } }],
+        "$nor": [{
+            field::TOKEN: { "$type": "long" },
+            field::EXPIRES_AT: { "$type": "date" },
+            field::OTHER_OWNER: { "$exists": false },
+        }],
     }
 }
 

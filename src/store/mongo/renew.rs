@@ -21,7 +21,7 @@ use super::handle::{MongoStore, retried};
 use super::raw::update_counts;
 use super::rules::{
     bson_lease_id, entries, entry_among, entry_is, entry_live, f, has_holders, lease_ids,
-    read_lease_id,
+    read_lease_id, restated_after,
 };
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
@@ -41,7 +41,11 @@ use uuid::Uuid;
 pub(super) fn holder_filter(owner: &str, leases: &[LeaseRef]) -> Document {
     let keys: Vec<Bson> = leases.iter().map(|l| l.key.to_bson()).collect();
     let ids: Vec<Bson> = leases.iter().map(|l| bson_lease_id(l.lease_id)).collect();
-    doc! { field::ID: { "$in": keys }, "$or": top_or_entry(owner, doc! { "$in": ids }) }
+    doc! {
+        field::ID: { "$in": keys },
+        "$or": top_or_entry(owner, doc! { "$in": ids }),
+        field::OTHER_OWNER: { "$exists": false },
+    }
 }
 
 /// The `$or` of the lock of `owner` under `lease_id` (a value or a query
@@ -70,6 +74,7 @@ pub(super) fn holder_check_filter(key: &LeaseKey, owner: &str, lease_id: Uuid) -
     doc! {
         field::ID: key,
         "$or": top_or_entry(owner, lid.clone()),
+        field::OTHER_OWNER: { "$exists": false },
         "$expr": { "$or": [
             { "$and": [
                 { "$eq": [f(field::LEASE_ID), lid] },
@@ -91,6 +96,7 @@ pub(super) fn exclusive_filter(owner: &str, leases: &[LeaseRef]) -> Document {
         field::ID: { "$in": keys },
         field::LEASE_ID: { "$in": ids },
         field::OWNER: { "$eq": owner },
+        field::OTHER_OWNER: { "$exists": false },
     }
 }
 
@@ -98,7 +104,7 @@ pub(super) fn exclusive_filter(owner: &str, leases: &[LeaseRef]) -> Document {
 /// `exp = $$NOW + ttl_ms`, then `exp = max(exp, hl)` (a second stage, so
 /// that the first is the renewal as it always was); nothing else changes.
 pub(super) fn renew_exclusive_update(ttl_ms: i64) -> Vec<Document> {
-    vec![
+    restated_after(vec![
         doc! { "$set": {
             field::RENEWED_AT: "$$NOW",
             field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
@@ -106,7 +112,7 @@ pub(super) fn renew_exclusive_update(ttl_ms: i64) -> Vec<Document> {
         doc! { "$set": {
             field::EXPIRES_AT: { "$max": [f(field::EXPIRES_AT), f(field::HOLD_UNTIL)] },
         }},
-    ]
+    ])
 }
 
 /// The renewal of a batch of any kinds (the leases `ids` of `owner`), one
@@ -122,7 +128,7 @@ pub(super) fn renew_any_update(owner: &str, ids: &[Uuid], ttl_ms: i64) -> Vec<Do
         { "$mergeObjects": ["$$this", { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: expires.clone() }] },
         "$$this",
     ]}}};
-    vec![
+    restated_after(vec![
         doc! { "$set": {
             field::RENEWED_AT: "$$NOW",
             field::EXPIRES_AT: expires,
@@ -133,7 +139,7 @@ pub(super) fn renew_any_update(owner: &str, ids: &[Uuid], ttl_ms: i64) -> Vec<Do
             f(field::HOLD_UNTIL),
             { "$max": format!("${}.{}", field::HOLDERS, field::EXPIRES_AT) },
         ]}}},
-    ]
+    ])
 }
 
 /// The lease ids a document read by [`MongoStore::renew_matching`] holds:
@@ -200,10 +206,11 @@ pub(super) struct Filter<'a> {
 
 impl Serialize for Filter<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        let mut filter = serializer.serialize_map(Some(3))?;
+        let mut filter = serializer.serialize_map(Some(4))?;
         filter.serialize_entry(field::ID, &OneField("$in", Keys(self.leases)))?;
         filter.serialize_entry(field::LEASE_ID, &OneField("$in", LeaseIds(self.leases)))?;
         filter.serialize_entry(field::OWNER, &OneField("$eq", self.owner))?;
+        filter.serialize_entry(field::OTHER_OWNER, &OneField("$exists", false))?;
         filter.end()
     }
 }

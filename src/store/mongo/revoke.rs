@@ -18,6 +18,7 @@ pub(super) fn revocable_filter(key: &LeaseKey) -> Document {
     doc! {
         field::ID: key,
         field::TOKEN: { "$type": "long" },
+        field::OTHER_OWNER: { "$exists": false },
         "$or": [
             { field::LEASE_ID: { "$exists": true } },
             { field::HOLDERS: { "$exists": true } },

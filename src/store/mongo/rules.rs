@@ -111,6 +111,7 @@ pub(super) fn ours_and_nobody_else_waits(
     let mut all: Vec<Bson> = vec![
         Bson::Document(doc! { "$eq": [f(field::OWNER), { "$literal": owner }] }),
         Bson::Document(doc! { "$eq": [f(field::LEASE_ID), lease_id] }),
+        Bson::Document(missing(field::OTHER_OWNER)),
     ];
     all.extend(more.into_iter().map(Bson::Document));
     all.extend(OTHERS_WAIT.map(|name| Bson::Document(missing(name))));
@@ -182,13 +183,45 @@ impl LockPath {
         }
     }
 
-    /// The shape test: a date `exp` and an int64 `tok` (`store::is_our_shape`,
-    /// as an expression). Anything else is a foreign holder's lock.
+    /// The shape test: a date `exp`, an int64 `tok` and no `value`
+    /// (`store::is_our_shape`, as an expression). Anything else is a
+    /// foreign holder's lock: a lease of ours that another lock pattern's
+    /// client took over once expired has its `value` ("Read by other
+    /// clients" in `store`).
     pub(in crate::store::mongo) fn our_shape(&self) -> Document {
-        doc! { "$and": [
-            { "$eq": [{ "$type": self.var(field::EXPIRES_AT) }, "date"] },
-            { "$eq": [{ "$type": self.var(field::TOKEN) }, "long"] },
-        ]}
+        let mut all = vec![
+            Bson::from(doc! { "$eq": [{ "$type": self.var(field::EXPIRES_AT) }, "date"] }),
+            Bson::from(doc! { "$eq": [{ "$type": self.var(field::TOKEN) }, "long"] }),
+        ];
+        all.extend(self.untaken_expr().map(Bson::from));
+        doc! { "$and": all }
+    }
+
+    /// The query form of "not taken over by another lock pattern's client"
+    /// (no `value`), part of every filter of a write conditional on a
+    /// lease id: a lease of ours that such a client took over keeps our
+    /// `lid` and `aid`, and a late renewal, release, payload write,
+    /// handoff or fence check must not match it ("Read by other clients"
+    /// in `store`).
+    /// Only at the top: that pattern locks whole documents of a lock
+    /// collection, never a field of a user's document.
+    pub(in crate::store::mongo) fn untaken(&self) -> Option<(String, Document)> {
+        self.field
+            .is_none()
+            .then(|| (field::OTHER_OWNER.to_string(), doc! { "$exists": false }))
+    }
+
+    /// [`untaken`](Self::untaken) as an expression.
+    fn untaken_expr(&self) -> Option<Document> {
+        self.field.is_none().then(|| missing(field::OTHER_OWNER))
+    }
+
+    /// `filter` with [`untaken`](Self::untaken).
+    fn with_untaken(&self, mut filter: Document) -> Document {
+        if let Some((name, absent)) = self.untaken() {
+            filter.insert(name, absent);
+        }
+        filter
     }
 
     /// The lease has expired by the server's clock: `exp <= $$NOW`.
@@ -242,10 +275,12 @@ impl LockPath {
     /// of `owner`: this lease id and owner id. A lock another application
     /// rewrote to another owner (keeping `lid`) is not ours any more.
     pub(in crate::store::mongo) fn retry(&self, owner: &str, lease_id: &Bson) -> Document {
-        doc! { "$and": [
-            { "$eq": [self.var(field::LEASE_ID), lease_id.clone()] },
-            self.same_owner(owner),
-        ]}
+        let mut all = vec![
+            Bson::from(doc! { "$eq": [self.var(field::LEASE_ID), lease_id.clone()] }),
+            Bson::from(self.same_owner(owner)),
+        ];
+        all.extend(self.untaken_expr().map(Bson::from));
+        doc! { "$and": all }
     }
 
     /// The win rule of an acquisition `lease_id` of `owner`: the lock is
@@ -342,11 +377,11 @@ impl LockPath {
         owner: &str,
         lease: &LeaseRef,
     ) -> Document {
-        doc! {
+        self.with_untaken(doc! {
             field::ID: &lease.key,
             self.at(field::LEASE_ID): bson_lease_id(lease.lease_id),
             self.at(field::OWNER): { "$eq": owner },
-        }
+        })
     }
 
     /// Every lease held under `owner`, except those with a lease id in
@@ -354,12 +389,12 @@ impl LockPath {
     /// the same `aid` is never released.
     pub(in crate::store::mongo) fn owner_filter(&self, owner: &str, except: &[Uuid]) -> Document {
         let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
-        doc! {
+        self.with_untaken(doc! {
             self.at(field::OWNER): owner,
             self.at(field::LEASE_ID): { "$exists": true, "$nin": except },
             self.at(field::TOKEN): { "$type": "long" },
             self.at(field::EXPIRES_AT): { "$type": "date" },
-        }
+        })
     }
 
     /// The documents among `filter`'s whose lock a release in delete mode
@@ -375,10 +410,10 @@ impl LockPath {
         min_age_ms: i64,
         absent: &[&str],
     ) -> Document {
-        let mut deletable = doc! {
+        let mut deletable = self.with_untaken(doc! {
             self.at(field::TOKEN): { "$type": "long" },
             self.at(field::WAITING_SINCE): { "$exists": false },
-        };
+        });
         for name in absent {
             deletable.insert(self.at(name), doc! { "$exists": false });
         }
@@ -399,11 +434,11 @@ impl LockPath {
         absent: &[&str],
         until: &[&str],
     ) -> Document {
-        let mut released = doc! {
+        let mut released = self.with_untaken(doc! {
             self.at(field::LEASE_ID): { "$exists": false },
             self.at(field::TOKEN): { "$type": "long" },
             self.at(field::EXPIRES_AT): { "$type": "date" },
-        };
+        });
         for name in absent {
             released.insert(self.at(name), doc! { "$exists": false });
         }
@@ -457,6 +492,31 @@ impl LockPath {
             _ => None,
         }
     }
+}
+
+/// The last stage of every write of a lock document that may change `ts`
+/// or `exp`: on a document of [our shape](our_shape) after the write,
+/// `obtained_at = ts` and `ttl = (exp − ts)` in seconds, so that another
+/// lock pattern's clients (`{_id, value, ttl, obtained_at}`, held until
+/// `obtained_at + ttl` seconds) read our lease as held exactly until its
+/// `exp`; any other document keeps them as they are ("Read by other
+/// clients" in `store`).
+pub(in crate::store::mongo) fn restated() -> Document {
+    let ours = our_shape();
+    let since = doc! { "$ifNull": [f(field::RENEWED_AT), f(field::EXPIRES_AT)] };
+    let seconds =
+        doc! { "$divide": [{ "$subtract": [f(field::EXPIRES_AT), since.clone()] }, 1000.0] };
+    doc! { "$set": {
+        field::OBTAINED_AT: { "$cond": [ours.clone(), since, f(field::OBTAINED_AT)] },
+        field::TTL_SECONDS: { "$cond": [ours, seconds, f(field::TTL_SECONDS)] },
+    }}
+}
+
+/// `stages` then [`restated`]: a write of a lock document that may change
+/// its `ts` or `exp`.
+pub(in crate::store::mongo) fn restated_after(mut stages: Vec<Document>) -> Vec<Document> {
+    stages.push(restated());
+    stages
 }
 
 /// Whether the acquiring upsert of a lock document (on `{_id: key, _ins:

@@ -21,11 +21,16 @@ fn the_update_is_one_set_stage_between_the_queues_pick_and_handoff_and_removes_t
     let update = hand_over_update(Uuid::new_v4(), 1000, 500);
     assert_eq!(
         update.len(),
-        4,
-        "pick, the handoff or release, the queue's handoff, cleanup"
+        5,
+        "pick, the handoff or release, the queue's handoff, cleanup, restatement"
     );
     assert_eq!(update[0], crate::store::mongo::handoff::pick_stage());
-    assert_eq!(update[2..], crate::store::mongo::handoff::handoff_stages());
+    assert_eq!(update[2..4], crate::store::mongo::handoff::handoff_stages());
+    assert_eq!(
+        update[4],
+        crate::store::mongo::rules::restated(),
+        "the handed-over lease's `ts` and `exp` restated last"
+    );
     let set = update[1].get_document("$set").unwrap();
     assert_eq!(set.get_str(field::WAITING_SINCE).unwrap(), "$$REMOVE");
     for name in [

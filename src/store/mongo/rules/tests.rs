@@ -38,6 +38,35 @@ fn moved(value: &Bson, keys: bool) -> Bson {
     }
 }
 
+/// `value` without the lock collection's "not taken over" test (no
+/// `value` field, [`LockPath::untaken`]): each `{ "$eq": [{ "$type":
+/// "$value" }, "missing"] }` of an array and each `value` key of a
+/// document removed. Only the top has it: the in-document path is the
+/// top's form without it, moved under `_lease`.
+fn untested(value: &Bson) -> Bson {
+    let test = Bson::from(doc! { "$eq": [{ "$type": "$value" }, "missing"] });
+    match value {
+        Bson::Array(items) => {
+            Bson::Array(items.iter().filter(|v| **v != test).map(untested).collect())
+        }
+        Bson::Document(d) => Bson::Document(
+            d.iter()
+                .filter(|(k, _)| k.as_str() != "value")
+                .map(|(k, v)| (k.clone(), untested(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// [`untested`] for a document.
+fn untaken_removed(doc: Document) -> Document {
+    match untested(&Bson::Document(doc)) {
+        Bson::Document(d) => d,
+        _ => unreachable!(),
+    }
+}
+
 /// [`moved`] for an expression (field paths in values only).
 fn expr(doc: Document) -> Bson {
     moved(&Bson::Document(doc), false)
@@ -75,9 +104,21 @@ fn the_shape_test_and_the_token_age_test_are_one_expression_at_either_path() {
         doc! { "$and": [
             { "$eq": [{ "$type": "$exp" }, "date"] },
             { "$eq": [{ "$type": "$tok" }, "long"] },
-        ]}
+            { "$eq": [{ "$type": "$value" }, "missing"] },
+        ]},
+        "at the top, a lease another lock pattern's client took over is foreign"
     );
-    assert_eq!(Bson::from(lease().our_shape()), expr(our_shape()));
+    assert_eq!(
+        Bson::from(lease().our_shape()),
+        expr(doc! { "$and": [
+            { "$eq": [{ "$type": "$exp" }, "date"] },
+            { "$eq": [{ "$type": "$tok" }, "long"] },
+        ]})
+    );
+    assert_eq!(
+        Bson::from(lease().our_shape()),
+        expr(untaken_removed(our_shape()))
+    );
     assert_eq!(
         LockPath::TOP.token_older_than(1_000),
         doc! { "$gte": [
@@ -115,8 +156,9 @@ fn the_win_rule_is_one_rule_at_either_path_with_its_own_absence() {
         Bson::from(doc! { "$and": [
             { "$eq": ["$lid", lid.clone()] },
             { "$eq": ["$aid", { "$literal": "me" }] },
+            { "$eq": [{ "$type": "$value" }, "missing"] },
         ]}),
-        "a retry under this lease id and owner id"
+        "a retry under this lease id and owner id, not taken over"
     );
     assert_eq!(
         top[2],
@@ -130,7 +172,13 @@ fn the_win_rule_is_one_rule_at_either_path_with_its_own_absence() {
         ]}),
         "expired, of our shape, and not yielded by this owner"
     );
-    assert_eq!(under[1..], [moved(&top[1], false), moved(&top[2], false)]);
+    assert_eq!(
+        under[1..],
+        [
+            moved(&untested(&top[1]), false),
+            moved(&untested(&top[2]), false)
+        ]
+    );
     let more = doc! { "$eq": [1, 1] };
     let with_more = LockPath::TOP.wins("me", &lid, Some(more.clone()));
     let free = with_more.get_array("$or").unwrap()[2]
@@ -155,10 +203,13 @@ fn an_acquisition_writes_the_same_lock_fields_at_either_path() {
         top.get("tok"),
         Some(&Bson::from(doc! { "$cond": [mine, "$tok", next_token()] }))
     );
-    assert_eq!(Bson::from(lease().acquired("me", &lid, 30_000)), expr(top));
+    assert_eq!(
+        Bson::from(lease().acquired("me", &lid, 30_000)),
+        expr(untaken_removed(top))
+    );
     assert_eq!(
         Bson::from(lease().held_by_other("me")),
-        expr(LockPath::TOP.held_by_other("me"))
+        expr(untaken_removed(LockPath::TOP.held_by_other("me")))
     );
     assert_eq!(
         Bson::from(lease().waiting_since()),
@@ -173,22 +224,43 @@ fn the_filters_of_leases_owners_and_delete_mode_are_one_filter_at_either_path() 
         lease_id: LID,
         kind: crate::LeaseKind::Exclusive,
     };
+    let keys = doc! { "_id": "k" };
+    let untaken = Bson::from(doc! { "$exists": false });
+    assert_eq!(
+        payload_filter("me", &one),
+        doc! {
+            "_id": "k",
+            "lid": bson_lease_id(LID),
+            "aid": { "$eq": "me" },
+            "value": { "$exists": false },
+        }
+    );
+    assert_eq!(owner_filter("me", &[LID]).get("value"), Some(&untaken));
+    let and = |filter: Document| filter.get_array("$and").unwrap()[1].clone();
+    let deletable = LockPath::TOP.deletable_filter(keys.clone(), 1_000, &[]);
+    let released = LockPath::TOP.released_filter(keys.clone(), 1_000, &[], &[]);
+    for top in [and(deletable.clone()), and(released.clone())] {
+        assert_eq!(
+            top.as_document().unwrap().get("value"),
+            Some(&untaken),
+            "at the top, a lease another lock pattern's client took over is not ours"
+        );
+    }
     assert_eq!(
         Bson::from(lease().payload_filter("me", &one)),
-        filter(payload_filter("me", &one))
+        filter(untaken_removed(payload_filter("me", &one)))
     );
     assert_eq!(
         Bson::from(lease().owner_filter("me", &[LID])),
-        filter(owner_filter("me", &[LID]))
+        filter(untaken_removed(owner_filter("me", &[LID])))
     );
-    let keys = doc! { "_id": "k" };
     assert_eq!(
         Bson::from(lease().deletable_filter(keys.clone(), 1_000, &[])),
-        filter(LockPath::TOP.deletable_filter(keys.clone(), 1_000, &[]))
+        filter(untaken_removed(deletable))
     );
     assert_eq!(
-        Bson::from(lease().released_filter(keys.clone(), 1_000, &[], &[])),
-        filter(LockPath::TOP.released_filter(keys, 1_000, &[], &[]))
+        Bson::from(lease().released_filter(keys, 1_000, &[], &[])),
+        filter(untaken_removed(released))
     );
 }
 

@@ -52,7 +52,12 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
         shape(LeaseKind::Permit { permits: 3 }),
         true,
     );
-    assert_eq!(pipeline.len(), 1, "one stage, one round trip");
+    assert_eq!(
+        pipeline.len(),
+        2,
+        "one stage and the restatement, one round trip"
+    );
+    assert_eq!(pipeline[1], crate::store::mongo::rules::restated());
     let body = pipeline[0].get_document("$replaceWith").unwrap();
     assert_eq!(
         at(body, "$let.vars.live"),
@@ -65,6 +70,7 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
     assert_eq!(
         at(wins, "$or.1"),
         &bson(doc! { "$and": [
+            our_shape(),
             { "$gt": [{ "$size": "$$mine" }, 0] },
             { "$or": [
                 { "$eq": [{ "$size": "$$live" }, 0] },
@@ -398,6 +404,7 @@ fn renewals_and_releases_match_a_lease_at_the_top_or_as_an_entry_of_its_owner() 
                 { "lid": { "$in": ids.clone() }, "aid": { "$eq": "me" } },
                 { "hs": { "$elemMatch": { "lid": { "$in": ids }, "aid": { "$eq": "me" } } } },
             ],
+            "value": { "$exists": false },
         }
     );
     assert_eq!(
@@ -406,6 +413,7 @@ fn renewals_and_releases_match_a_lease_at_the_top_or_as_an_entry_of_its_owner() 
             "hs": { "$elemMatch": { "aid": { "$eq": "me" }, "lid": { "$nin": [bson_lease_id(LID)] } } },
             "tok": { "$type": "long" },
             "exp": { "$type": "date" },
+            "value": { "$exists": false },
         }
     );
 }
@@ -414,7 +422,7 @@ fn renewals_and_releases_match_a_lease_at_the_top_or_as_an_entry_of_its_owner() 
 fn renewal_keeps_exp_at_least_hl_and_renews_only_the_batchs_entries() {
     let ids = lease_ids(&leases());
     let update = renew_any_update("me", &ids, 5_000);
-    assert_eq!(update.len(), 2);
+    assert_eq!(update.len(), 3);
     let set = update[0].get_document("$set").unwrap();
     assert_eq!(at(set, "ts"), &Bson::from("$$NOW"));
     assert_eq!(
@@ -432,6 +440,11 @@ fn renewal_keeps_exp_at_least_hl_and_renews_only_the_batchs_entries() {
         doc! { "$set": { "exp": { "$max": ["$exp", "$hl", { "$max": "$hs.exp" }] } } },
         "then at least hl, or the latest holder's"
     );
+    assert_eq!(
+        update[2],
+        crate::store::mongo::rules::restated(),
+        "then ts and exp restated"
+    );
 }
 
 #[test]
@@ -443,9 +456,10 @@ fn release_removes_the_entries_sets_rl_and_keeps_an_exclusive_lease_until_hl() {
     let update = release_any_update(&released, 2_000);
     assert_eq!(
         update.len(),
-        6,
-        "pick, release (3 stages), handoff, cleanup"
+        7,
+        "pick, release (3 stages), handoff, cleanup, restatement"
     );
+    assert_eq!(update[6], crate::store::mongo::rules::restated());
     let first = update[1].get_document("$set").unwrap();
     assert_eq!(
         at(first, "exp.$cond.2"),
@@ -491,6 +505,7 @@ fn force_release_frees_every_holder_the_minimum_hold_and_the_waiting_mark() {
         doc! {
             "_id": "k",
             "tok": { "$type": "long" },
+            "value": { "$exists": false },
             "$or": [
                 { "lid": { "$exists": true } },
                 { "hs": { "$exists": true } },
@@ -509,6 +524,8 @@ fn force_release_frees_every_holder_the_minimum_hold_and_the_waiting_mark() {
         update[1],
         doc! { "$unset": ["lid", "wt", "hs", "pm", "hl", "xw"] }
     );
+    assert_eq!(update.len(), 3);
+    assert_eq!(update[2], crate::store::mongo::rules::restated());
 }
 
 #[test]
@@ -532,6 +549,7 @@ fn a_batch_of_exclusive_leases_keeps_the_plain_renewal_never_below_hl() {
             "_id": { "$in": ["a", "b"] },
             "lid": { "$in": ids },
             "aid": { "$eq": "me" },
+            "value": { "$exists": false },
         }
     );
     assert_eq!(
@@ -539,6 +557,7 @@ fn a_batch_of_exclusive_leases_keeps_the_plain_renewal_never_below_hl() {
         vec![
             doc! { "$set": { "ts": "$$NOW", "exp": { "$add": ["$$NOW", 7_000_i64] } } },
             doc! { "$set": { "exp": { "$max": ["$exp", "$hl"] } } },
+            crate::store::mongo::rules::restated(),
         ]
     );
 }

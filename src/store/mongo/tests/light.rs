@@ -180,6 +180,18 @@ fn with(mut doc: Document, fields: Document) -> Document {
     doc
 }
 
+/// `doc`, of our shape, as any write of it leaves it (`rules::restated`):
+/// with `obtained_at = ts` and `ttl = (exp − ts)` in seconds, as another
+/// lock pattern's clients read it.
+fn restated(mut doc: Document) -> Document {
+    let ts = *doc.get_datetime(field::RENEWED_AT).unwrap();
+    let exp = doc.get_datetime(field::EXPIRES_AT).unwrap();
+    let ttl = (exp.timestamp_millis() - ts.timestamp_millis()) as f64 / 1000.0;
+    doc.insert(field::OBTAINED_AT, ts);
+    doc.insert(field::TTL_SECONDS, ttl);
+    doc
+}
+
 /// The field names of `doc`, sorted.
 fn names(doc: &Document) -> Vec<String> {
     let mut names: Vec<String> = doc.keys().cloned().collect();
@@ -195,6 +207,12 @@ fn assert_acquired(doc: &Document, lease_id: Uuid) {
     let ts = doc.get_datetime(field::RENEWED_AT).unwrap();
     let exp = doc.get_datetime(field::EXPIRES_AT).unwrap();
     assert_eq!(exp.timestamp_millis() - ts.timestamp_millis(), TTL_MS);
+    assert_eq!(doc.get_datetime(field::OBTAINED_AT), Ok(ts), "{doc}");
+    assert_eq!(
+        doc.get_f64(field::TTL_SECONDS),
+        Ok(TTL_MS as f64 / 1000.0),
+        "{doc}"
+    );
 }
 
 #[tokio::test]
@@ -283,19 +301,31 @@ async fn where_the_light_acquire_does_not_apply_it_changes_nothing() {
             lock("retry", "a", at(-1)),
             doc! { field::LEASE_ID: bson_lease_id(ours) },
         ),
+    ];
+    // Another application's documents, never written.
+    let foreign = [
         // Another application's document.
         doc! { "_id": "foreign", "owner": "x", "until": at(-5) },
         // Another application's lock by an upsert of `_id` alone.
         doc! { "_id": "bare" },
+        // A released lease of ours that another lock pattern's client
+        // took over (free without its `value`).
+        with(lock("taken", "b", at(-5)), doc! { field::OTHER_OWNER: "x" }),
     ];
-    for state in states {
+    for (state, of_our_shape) in states
+        .into_iter()
+        .map(|s| (s, true))
+        .chain(foreign.into_iter().map(|s| (s, false)))
+    {
         let key = state.get_str("_id").unwrap().to_string();
         env.put(state.clone()).await;
         let light = light_acquire(&env.store, &key, ours).await;
         assert_eq!(light, None, "{key}");
+        // A lock of our shape is only restated: its lock fields unchanged.
+        let expected = if of_our_shape { restated(state) } else { state };
         assert_eq!(
             env.get(&key).await.as_ref(),
-            Some(&state),
+            Some(&expected),
             "{key} unchanged"
         );
     }
@@ -508,7 +538,11 @@ async fn a_batched_acquire_leaves_a_held_key_unchanged_and_a_stale_write_under_i
     assert_eq!(tokens[3], None, "held by b");
     assert_eq!(tokens[4], None, "not taken as this write's");
     assert_eq!(tokens[5], None, "held by a foreign holder");
-    assert_eq!(env.get("held").await.unwrap(), held, "unchanged");
+    assert_eq!(
+        env.get("held").await.unwrap(),
+        restated(held),
+        "unchanged but restated"
+    );
     assert_eq!(env.get("bare").await.unwrap(), bare, "unchanged");
     // The general form then renews it as a retry, for a whole TTL.
     let outcome = env.acquire_general("stale", stale_id).await;

@@ -3,11 +3,14 @@ use super::*;
 #[test]
 fn the_light_acquire_is_one_small_stage() {
     let update = light_acquire_update("a", 1000);
-    assert_eq!(update.len(), 1);
-    let size = mongodb::bson::to_vec(&doc! { "u": update }).unwrap().len();
+    assert_eq!(update.len(), 2, "one stage, then the restatement");
+    assert_eq!(update[1], restated());
     let general =
         super::super::acquire::acquire_pipeline("a", 1000, Uuid::new_v4(), true, None, 1000, None);
-    let general = mongodb::bson::to_vec(&doc! { "u": general }).unwrap().len();
+    assert_eq!(general.last(), Some(&restated()), "both end alike");
+    let encoded = |stages: &[Document]| mongodb::bson::to_vec(&doc! { "u": stages }).unwrap().len();
+    let size = encoded(&update[..1]);
+    let general = encoded(&general[..general.len() - 1]);
     assert!(size * 3 < general, "{size} bytes vs {general}");
 }
 

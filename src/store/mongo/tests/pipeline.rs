@@ -33,10 +33,13 @@ fn bson(doc: Document) -> Bson {
     Bson::Document(doc)
 }
 
-/// The parts of the acquire pipeline's single `$replaceWith: { $cond: [wins, acquired, lost] }`.
+/// The parts of the acquire pipeline's `$replaceWith: { $cond: [wins,
+/// acquired, lost] }`, its one stage before the restatement of `ts` and
+/// `exp` (`restated`).
 fn acquire_parts(waiting: bool) -> (Document, Document, Bson) {
     let pipeline = acquire_pipeline("me", 30_000, LID, waiting, None, 3_000, None);
-    assert_eq!(pipeline.len(), 1, "one stage: {pipeline:?}");
+    assert_eq!(pipeline.len(), 2, "one stage, restated: {pipeline:?}");
+    assert_eq!(pipeline[1], restated());
     let cond = at(&pipeline[0], "$replaceWith.$cond").as_array().unwrap();
     assert_eq!(cond.len(), 3);
     (
@@ -47,11 +50,13 @@ fn acquire_parts(waiting: bool) -> (Document, Document, Bson) {
 }
 
 /// The acquire pipeline's "a retry of this acquisition" condition, as
-/// built for owner `me` and lease id `LID`.
+/// built for owner `me` and lease id `LID`: not taken over by another lock
+/// pattern's client (no `value`).
 fn mine_condition() -> Document {
     doc! { "$and": [
         { "$eq": ["$lid", bson_lease_id(LID)] },
         { "$eq": ["$aid", { "$literal": "me" }] },
+        { "$eq": [{ "$type": "$value" }, "missing"] },
     ]}
 }
 
@@ -165,6 +170,7 @@ fn acquire_wins_on_a_document_it_inserts_a_retry_or_an_expired_lease_not_yielded
     let our_shape = doc! { "$and": [
         { "$eq": [{ "$type": "$exp" }, "date"] },
         { "$eq": [{ "$type": "$tok" }, "long"] },
+        { "$eq": [{ "$type": "$value" }, "missing"] },
     ]};
     let yielded_by_us = doc! { "$and": [
         { "$eq": ["$aid", { "$literal": "me" }] },
@@ -203,6 +209,7 @@ fn a_losing_waiting_attempt_marks_and_registers_only_on_a_live_lease_of_another_
     let our_shape = doc! { "$and": [
         { "$eq": [{ "$type": "$exp" }, "date"] },
         { "$eq": [{ "$type": "$tok" }, "long"] },
+        { "$eq": [{ "$type": "$value" }, "missing"] },
     ]};
     assert_eq!(
         cond[0],
@@ -261,7 +268,12 @@ fn payload_filters_match_key_lease_id_and_owner_id() {
     ];
     assert_eq!(
         payload_filter("me", &leases[0]),
-        doc! { "_id": "a", "lid": bson_lease_id(LID), "aid": { "$eq": "me" } }
+        doc! {
+            "_id": "a",
+            "lid": bson_lease_id(LID),
+            "aid": { "$eq": "me" },
+            "value": { "$exists": false },
+        }
     );
     assert_eq!(
         payload_update(doc! { "x": 1 }),
@@ -278,6 +290,7 @@ fn release_by_owner_skips_lease_ids_in_flight_released_and_foreign_documents() {
             "lid": { "$exists": true, "$nin": [bson_lease_id(LID)] },
             "tok": { "$type": "long" },
             "exp": { "$type": "date" },
+            "value": { "$exists": false },
         }
     );
 }
@@ -557,7 +570,11 @@ fn a_foreign_lock_is_deleted_only_while_it_is_the_document_read() {
                 { "$expr": { "$eq": ["$aid", { "$literal": "java-app-1" }] } },
                 { "$expr": { "$eq": ["$ts", { "$literal": ts }] } },
             ],
-            "$nor": [{ "tok": { "$type": "long" }, "exp": { "$type": "date" } }],
+            "$nor": [{
+                "tok": { "$type": "long" },
+                "exp": { "$type": "date" },
+                "value": { "$exists": false },
+            }],
         }
     );
     // A bare `{_id}` (as read: one field), deleted only while still bare.
@@ -590,6 +607,7 @@ fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases
         doc! { "$and": [filter.clone(), {
             "tok": { "$type": "long" },
             "wt": { "$exists": false },
+            "value": { "$exists": false },
             "hs": { "$exists": false },
             "q": { "$exists": false },
             "$expr": old_enough.clone(),
@@ -601,6 +619,7 @@ fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases
             "lid": { "$exists": false },
             "tok": { "$type": "long" },
             "exp": { "$type": "date" },
+            "value": { "$exists": false },
             "hs": { "$exists": false },
             "q": { "$exists": false },
             "$expr": { "$and": [
@@ -622,6 +641,7 @@ fn release_by_owner_matches_unreleased_documents_of_our_shape_only() {
             "lid": { "$exists": true },
             "tok": { "$type": "long" },
             "exp": { "$type": "date" },
+            "value": { "$exists": false },
         }
     );
 }

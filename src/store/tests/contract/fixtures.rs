@@ -69,6 +69,20 @@ impl Fixture for MemoryFixture {
         self.db.put_bare(key);
     }
 
+    async fn pattern2_lock(&self, key: impl Into<LeaseKey>, value: &str, ttl_secs: i32) -> bool {
+        let key = key.into();
+        let seen = self.db.pattern2_read(key.clone());
+        if seen.as_ref().is_some_and(|seen| !seen.expired) {
+            return false;
+        }
+        self.db
+            .pattern2_write(key, seen.as_ref(), value, i64::from(ttl_secs))
+    }
+
+    async fn pattern2_unlock(&self, key: impl Into<LeaseKey>, value: &str) -> bool {
+        self.db.pattern2_release(key, value)
+    }
+
     async fn store_with_rules(&self, owner: &str, rules: ForeignRules) -> MemoryStore {
         self.db
             .clone()
@@ -287,6 +301,12 @@ impl Fixture for MongoFixture {
                 doc! { "_id": key },
                 vec![
                     doc! { "$set": { "exp": { "$max": [{ "$min": ["$exp", "$$NOW"] }, "$hl"] } } },
+                    // Restated as every write of the store does ("Read by
+                    // other clients" in `store`).
+                    doc! { "$set": { "ttl": { "$divide": [
+                        { "$subtract": ["$exp", "$obtained_at"] },
+                        1000.0,
+                    ]}}},
                 ],
             )
             .await
@@ -545,6 +565,68 @@ impl Fixture for MongoFixture {
         assert_eq!(before, None, "the other application acquired {key:?}");
         let written = doc! { "_id": key.to_bson() };
         self.foreign.lock().unwrap().insert(key, written);
+    }
+
+    async fn pattern2_lock(&self, key: impl Into<LeaseKey>, value: &str, ttl_secs: i32) -> bool {
+        let key = key.into().to_bson();
+        let projection = doc! {
+            "_id": 1, "value": 1, "ttl": 1, "obtained_at": 1, "current_date": "$$NOW",
+        };
+        let found = self
+            .raw_collection()
+            .find_one(doc! { "_id": key.clone() })
+            .projection(projection)
+            .await
+            .expect("pattern 2's findOne");
+        let set = doc! {
+            "$set": { "_id": key.clone(), "value": value, "ttl": ttl_secs },
+            "$currentDate": { "obtained_at": { "$type": "date" } },
+        };
+        let filter = match found {
+            None => doc! { "_id": key.clone(), "value": value },
+            Some(lock) => {
+                let (Ok(now), Ok(obtained_at)) = (
+                    lock.get_datetime("current_date"),
+                    lock.get_datetime("obtained_at"),
+                ) else {
+                    return false;
+                };
+                let ttl_ms = match lock.get("ttl") {
+                    Some(Bson::Int32(n)) => i64::from(*n) * 1000,
+                    Some(Bson::Int64(n)) => n * 1000,
+                    Some(Bson::Double(x)) => (x * 1000.0) as i64,
+                    _ => return false,
+                };
+                if now.timestamp_millis() <= obtained_at.timestamp_millis() + ttl_ms {
+                    return false;
+                }
+                doc! {
+                    "_id": key.clone(),
+                    "value": lock.get("value").cloned().unwrap_or(Bson::Null),
+                    "obtained_at": *obtained_at,
+                }
+            }
+        };
+        match self
+            .raw_collection()
+            .update_one(filter, set)
+            .upsert(true)
+            .await
+        {
+            Ok(_) => true,
+            Err(e) if e.to_string().contains("E11000") => false,
+            Err(e) => panic!("pattern 2's upsert of {key:?}: {e}"),
+        }
+    }
+
+    async fn pattern2_unlock(&self, key: impl Into<LeaseKey>, value: &str) -> bool {
+        let key = key.into().to_bson();
+        self.raw_collection()
+            .delete_one(doc! { "_id": key, "value": value })
+            .await
+            .expect("pattern 2's deleteOne")
+            .deleted_count
+            == 1
     }
 
     async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool {

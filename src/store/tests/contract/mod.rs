@@ -18,6 +18,8 @@
 //!   the operation they are about, each generic over the fixture;
 //! - [`keys`]: keys of any BSON type (identity, order of `list`);
 //! - [`foreign`]: other applications' lock documents (foreign holders);
+//!   [`read_by_others`]: our lease documents as another pattern's clients
+//!   read them;
 //! - [`compat`]: delete-on-release mode and release by owner id;
 //! - [`documents`]: in-document leases ([`Store::documents`]);
 //! - [`kinds`]: shared and semaphore keys; [`permits`]: several permits in
@@ -47,6 +49,7 @@ mod loss_detection;
 mod payload_acquire;
 mod permits;
 mod queue;
+mod read_by_others;
 mod reads;
 mod release;
 mod renewal;
@@ -163,6 +166,17 @@ trait Fixture: Sized {
 
     /// Another application rewrites the owner id of `key` (`$set: {aid}`).
     async fn rewrite_owner(&self, key: impl Into<LeaseKey>, owner: &str);
+
+    /// A client of the `{_id, value, ttl, obtained_at}` lock pattern locks
+    /// `key` as `value` for `ttl_secs`, by that pattern's commands: a read;
+    /// nothing there, an upsert matching `{_id, value}`; a lock past
+    /// `obtained_at + ttl` seconds, an upsert guarded by the `value` and
+    /// `obtained_at` read. Returns whether it locked it (an E11000, or a
+    /// lock not expired by that rule: not).
+    async fn pattern2_lock(&self, key: impl Into<LeaseKey>, value: &str, ttl_secs: i32) -> bool;
+
+    /// That client's release, `deleteOne({_id, value})`: whether it deleted.
+    async fn pattern2_unlock(&self, key: impl Into<LeaseKey>, value: &str) -> bool;
 
     /// The document of `key`, if any.
     async fn raw(&self, key: impl Into<LeaseKey>) -> Option<Raw>;
@@ -420,6 +434,9 @@ contract!(
     foreign::force_release_deletes_a_foreign_lock,
     foreign::release_by_owner_never_touches_a_foreign_document_with_the_same_aid,
     foreign::a_bare_id_document_is_a_foreign_holders_lock_of_every_kind,
+    read_by_others::a_live_lease_reads_as_held_to_the_value_pattern,
+    read_by_others::a_released_lease_is_free_to_the_value_pattern_at_once,
+    read_by_others::an_expired_lease_taken_over_by_the_value_pattern_is_its_lock,
     // Delete-on-release mode and release by owner.
     compat::delete_mode_release_deletes_the_document_once_its_token_is_old_enough,
     compat::delete_mode_release_of_a_lost_lease_deletes_nothing,
