@@ -28,7 +28,11 @@ fn assert_restated(doc: &Document) {
     let ms = |name: &str| doc.get_datetime(name).unwrap().timestamp_millis();
     let ttl = doc.get_f64("ttl").expect("a double ttl");
     assert_eq!(ms("obtained_at"), ms("ts"), "{doc}");
-    assert_eq!(ms("obtained_at") + (ttl * 1000.0).round() as i64, ms("exp"), "{doc}");
+    assert_eq!(
+        ms("obtained_at") + (ttl * 1000.0).round() as i64,
+        ms("exp"),
+        "{doc}"
+    );
     assert!(doc.get("value").is_none(), "{doc}");
 }
 
@@ -79,18 +83,32 @@ async fn pattern_2s_client_finds_our_lease_held_until_released_or_expired() {
     assert!(m.try_acquire("k").await.unwrap().is_none(), "its lock now");
 
     crashed_holder(&fx, "c");
-    let exp = fx.doc("c").await.get_datetime("exp").unwrap().timestamp_millis();
-    assert!(!pattern2_lock(&fx, "c", "node-7", 10).await, "held until it expires");
+    let exp = fx
+        .doc("c")
+        .await
+        .get_datetime("exp")
+        .unwrap()
+        .timestamp_millis();
+    assert!(
+        !pattern2_lock(&fx, "c", "node-7", 10).await,
+        "held until it expires"
+    );
     crate::common::eventually("expired: free to it", WAIT, || async {
         pattern2_lock(&fx, "c", "node-7", 10).await
     })
     .await;
     let taken = fx.doc("c").await;
-    let at = taken.get_datetime("obtained_at").unwrap().timestamp_millis();
+    let at = taken
+        .get_datetime("obtained_at")
+        .unwrap()
+        .timestamp_millis();
     assert!(at > exp, "taken over at {at}, before our lease's exp {exp}");
     // Its lock, beside the fields of the lease it took over: held for us.
     let info = m.inspect("c").await.unwrap().expect("its lock");
-    assert!(info.foreign && info.held && info.owner_id == "node-7", "{info:?}");
+    assert!(
+        info.foreign && info.held && info.owner_id == "node-7",
+        "{info:?}"
+    );
     assert!(m.try_acquire("c").await.unwrap().is_none());
     m.shutdown().await.unwrap();
 }
@@ -106,7 +124,10 @@ async fn pattern_1s_client_finds_our_lease_held_until_released_or_deleted_by_its
     token_a_second_old(&fx, "k").await;
     assert!(!lease.release().await.unwrap().was_lost());
     // `connect` chose delete mode: the release deleted the document.
-    assert!(foreign_insert(&fx, "k").await, "released: free to it at once");
+    assert!(
+        foreign_insert(&fx, "k").await,
+        "released: free to it at once"
+    );
 
     crashed_holder(&fx, "c");
     assert!(!foreign_insert(&fx, "c").await, "held");
@@ -128,10 +149,16 @@ async fn pattern_3s_client_finds_our_lease_held_until_released_or_deleted_by_the
     let minute = Duration::from_secs(60);
 
     let lease = m.acquire("k").await.unwrap();
-    assert!(!pattern3_lock(&fx, "k", minute).await, "held: the document exists");
+    assert!(
+        !pattern3_lock(&fx, "k", minute).await,
+        "held: the document exists"
+    );
     token_a_second_old(&fx, "k").await;
     assert!(!lease.release().await.unwrap().was_lost());
-    assert!(pattern3_lock(&fx, "k", minute).await, "released: free to it at once");
+    assert!(
+        pattern3_lock(&fx, "k", minute).await,
+        "released: free to it at once"
+    );
 
     crashed_holder(&fx, "c");
     assert!(!pattern3_lock(&fx, "c", minute).await, "held");

@@ -502,14 +502,17 @@ impl LockPath {
 /// `exp`; any other document keeps them as they are ("Read by other
 /// clients" in `store`).
 pub(in crate::store::mongo) fn restated() -> Document {
-    let ours = our_shape();
-    let since = doc! { "$ifNull": [f(field::RENEWED_AT), f(field::EXPIRES_AT)] };
-    let seconds =
-        doc! { "$divide": [{ "$subtract": [f(field::EXPIRES_AT), since.clone()] }, 1000.0] };
-    doc! { "$set": {
-        field::OBTAINED_AT: { "$cond": [ours.clone(), since, f(field::OBTAINED_AT)] },
-        field::TTL_SECONDS: { "$cond": [ours, seconds, f(field::TTL_SECONDS)] },
-    }}
+    let seconds = doc! { "$divide": [
+        { "$subtract": [f(field::EXPIRES_AT), f(field::RENEWED_AT)] },
+        1000.0,
+    ]};
+    let restated = doc! { "$mergeObjects": ["$$ROOT", {
+        field::OBTAINED_AT: f(field::RENEWED_AT),
+        field::TTL_SECONDS: seconds,
+    }]};
+    let ours =
+        doc! { "$and": [our_shape(), { "$eq": [{ "$type": f(field::RENEWED_AT) }, "date"] }] };
+    doc! { "$replaceWith": { "$cond": [ours, restated, "$$ROOT"] } }
 }
 
 /// `stages` then [`restated`]: a write of a lock document that may change
