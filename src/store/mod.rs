@@ -46,7 +46,7 @@
 //! `obtained_at` and leaving the other fields (see "Read by other clients").
 //!
 //! **New documents and foreign ones.** Every write of this crate leaves a
-//! document of its shape (an int64 `tok` and a date `exp`) or none: an
+//! document of its shape (an int64 `tok`, a date `exp` and no `value`) or none: an
 //! acquisition writes the whole document, an attempt that does not win
 //! writes nothing (docs/mongodb-behaviour.md, B2), a release keeps `tok`
 //! and `exp`, and a delete removes the document. So any other document,
@@ -469,6 +469,39 @@
 //! than 2^20 acquisitions of one key per millisecond (the `tok + 1` term
 //! would otherwise run ahead of the time part; it still only makes `tok >>
 //! 20` larger, which the rule reads as younger).
+//!
+//! # Read by other clients
+//!
+//! Other applications' lock clients share lock collections
+//! (`crate::foreign`). The `{_id, value, ttl, obtained_at}` pattern's
+//! clients read a lock as held until `obtained_at + ttl` seconds and then
+//! take it over in place: an update matching the `value` and `obtained_at`
+//! they read (a missing `value` matches their `null`, B31) that sets
+//! `value`, `ttl` and `obtained_at` and leaves every other field. So:
+//!
+//! - every write of a lock document that may change `ts` or `exp` ends with
+//!   one stage (`mongo::rules::restated`) that, on a document of our shape,
+//!   sets `obtained_at = ts` and `ttl = (exp − ts)` seconds: to those
+//!   clients a lease of ours is held exactly until its `exp` (their strict
+//!   `>` frees it 1 ms later), and a released one (`exp` the release's
+//!   `$$NOW`) is free;
+//! - a document of ours never has `value`; one that has it is that
+//!   pattern's lock (the shape test, `store::is_our_shape`), even if it
+//!   still carries our `aid`, `lid`, `tok`, `exp` from the lease it took
+//!   over, and is held by that pattern's rule;
+//! - every write conditional on a lease id (renewal, release, payload,
+//!   handoff, retry, fence check, revocation request, release by owner id,
+//!   delete mode's deletes) also requires no `value`, so a late write of
+//!   the lease it was (a renewal sent before the holder's local deadline
+//!   and applied after the takeover) matches nothing: that lease is lost,
+//!   never revived beside their lock.
+//!
+//! The `{_id, ts, aid}` pattern reads `ts` and `aid` (and a lock exists
+//! until its TTL index on `ts` deletes it); the `{_id, ExpireAt}` pattern
+//! only reads that a document exists. For both, a released key is free only
+//! once its document is gone: `connect` chooses delete-on-release mode in a
+//! collection it finds shared (`mongo::prepare`, `CollectionFacts::shared`)
+//! unless the user set `LeaseManagerOptions::release_mode`.
 
 mod mongo;
 
