@@ -336,3 +336,39 @@ async fn a_users_rule_makes_its_schema_a_foreign_lock_and_a_bad_rule_is_refused(
     assert!(!lease.release().await.unwrap().was_lost());
     m.shutdown().await.unwrap();
 }
+
+/// Patterns 2 and 3 release by a delete (`{_id, value}`, `{_id}`): a
+/// waiter is woken by it (the change stream) and takes the key long before
+/// their lock would have expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_the_key_when_pattern_2s_or_3s_client_releases_it() {
+    let fx = Fixture::new("patterns_release").await;
+    pattern3_index(&fx).await;
+    let m = fx.manager(mongo_lease::DEFAULT_TTL).await;
+    assert!(pattern2_lock(&fx, "p2", "node-7", 3_600).await);
+    assert!(pattern3_lock(&fx, "p3", Duration::from_secs(3_600)).await);
+    for key in ["p2", "p3"] {
+        let waiter = tokio::spawn({
+            let m = m.clone();
+            async move { m.acquire(key).await }
+        });
+        // The waiter has tried and found it held.
+        crate::common::eventually("the waiter waits", WAIT, || async {
+            m.inspect(key).await.unwrap().is_some_and(|i| i.foreign) && !waiter.is_finished()
+        })
+        .await;
+        if key == "p2" {
+            assert!(pattern2_unlock(&fx, "p2", "node-7").await);
+        } else {
+            pattern3_unlock(&fx, "p3").await;
+        }
+        let lease = waiter
+            .timeout(WAIT)
+            .await
+            .expect("in time")
+            .unwrap()
+            .unwrap();
+        assert!(!lease.release().await.unwrap().was_lost());
+    }
+    m.shutdown().await.unwrap();
+}
