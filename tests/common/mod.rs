@@ -10,6 +10,7 @@ use mongodb::bson::Document;
 use mongodb::{Client, Collection, Database};
 
 pub mod others;
+pub mod pattern2_client;
 pub mod renewal;
 pub mod timed;
 pub mod watchdog;

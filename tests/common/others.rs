@@ -3,7 +3,7 @@
 //! and a client that locks by upserting a bare `{_id}`. Shared by the
 //! library's and the CLI's tests of sharing a collection.
 
-use mongodb::bson::{Bson, DateTime, Document, doc};
+use mongodb::bson::{DateTime, Document, doc};
 
 use super::Fixture;
 
@@ -116,60 +116,12 @@ pub async fn pattern1_lock(
 /// seconds, an upsert guarded by its old `value` and `obtained_at`. Returns
 /// whether it holds the lock (an E11000 of a racing upsert: not).
 pub async fn pattern2_lock(fx: &Fixture, key: &str, value: &str, ttl: i32) -> bool {
-    let projection = doc! {
-        "_id": 1, "value": 1, "ttl": 1, "obtained_at": 1, "current_date": "$$NOW",
-    };
-    let found = fx
-        .raw()
-        .find_one(doc! { "_id": key })
-        .projection(projection)
-        .await
-        .expect("pattern 2's findOne");
-    let set = doc! {
-        "$set": { "_id": key, "value": value, "ttl": ttl },
-        "$currentDate": { "obtained_at": { "$type": "date" } },
-    };
-    let filter = match found {
-        None => doc! { "_id": key, "value": value },
-        Some(lock) => {
-            // Its check: `current_date > obtained_at + ttl` seconds.
-            let (Ok(now), Ok(obtained_at)) = (
-                lock.get_datetime("current_date"),
-                lock.get_datetime("obtained_at"),
-            ) else {
-                return false;
-            };
-            let ttl_ms = match lock.get("ttl") {
-                Some(Bson::Int32(n)) => i64::from(*n) * 1000,
-                Some(Bson::Int64(n)) => n * 1000,
-                Some(Bson::Double(x)) => (x * 1000.0) as i64,
-                _ => return false,
-            };
-            if now.timestamp_millis() <= obtained_at.timestamp_millis() + ttl_ms {
-                return false;
-            }
-            doc! {
-                "_id": key,
-                "value": lock.get("value").cloned().unwrap_or(Bson::Null),
-                "obtained_at": *obtained_at,
-            }
-        }
-    };
-    match fx.raw().update_one(filter, set).upsert(true).await {
-        Ok(_) => true,
-        Err(e) if e.to_string().contains("E11000") => false,
-        Err(e) => panic!("pattern 2's upsert of {key:?}: {e}"),
-    }
+    super::pattern2_client::lock(&fx.raw(), key.into(), value, ttl).await
 }
 
 /// Pattern 2's release: `deleteOne({_id, value})`; whether it deleted.
 pub async fn pattern2_unlock(fx: &Fixture, key: &str, value: &str) -> bool {
-    let deleted = fx
-        .raw()
-        .delete_one(doc! { "_id": key, "value": value })
-        .await
-        .expect("pattern 2's deleteOne");
-    deleted.deleted_count == 1
+    super::pattern2_client::unlock(&fx.raw(), key.into(), value).await
 }
 
 /// Pattern 3's collection setup: a TTL index on `ExpireAt` with

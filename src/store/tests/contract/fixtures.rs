@@ -13,6 +13,11 @@ use crate::key::LeaseKey;
 use crate::store::memory::{MemoryDb, MemoryStore};
 use crate::store::{AcquireOutcome, MongoStore, Store};
 
+/// The `{_id, value, ttl, obtained_at}` pattern's client, shared with the
+/// integration tests.
+#[path = "../../../../tests/common/pattern2_client.rs"]
+mod pattern2_client;
+
 /// The twin's user collection of in-document leases.
 const DOCUMENTS: &str = "documents";
 
@@ -568,65 +573,17 @@ impl Fixture for MongoFixture {
     }
 
     async fn pattern2_lock(&self, key: impl Into<LeaseKey>, value: &str, ttl_secs: i32) -> bool {
-        let key = key.into().to_bson();
-        let projection = doc! {
-            "_id": 1, "value": 1, "ttl": 1, "obtained_at": 1, "current_date": "$$NOW",
-        };
-        let found = self
-            .raw_collection()
-            .find_one(doc! { "_id": key.clone() })
-            .projection(projection)
-            .await
-            .expect("pattern 2's findOne");
-        let set = doc! {
-            "$set": { "_id": key.clone(), "value": value, "ttl": ttl_secs },
-            "$currentDate": { "obtained_at": { "$type": "date" } },
-        };
-        let filter = match found {
-            None => doc! { "_id": key.clone(), "value": value },
-            Some(lock) => {
-                let (Ok(now), Ok(obtained_at)) = (
-                    lock.get_datetime("current_date"),
-                    lock.get_datetime("obtained_at"),
-                ) else {
-                    return false;
-                };
-                let ttl_ms = match lock.get("ttl") {
-                    Some(Bson::Int32(n)) => i64::from(*n) * 1000,
-                    Some(Bson::Int64(n)) => n * 1000,
-                    Some(Bson::Double(x)) => (x * 1000.0) as i64,
-                    _ => return false,
-                };
-                if now.timestamp_millis() <= obtained_at.timestamp_millis() + ttl_ms {
-                    return false;
-                }
-                doc! {
-                    "_id": key.clone(),
-                    "value": lock.get("value").cloned().unwrap_or(Bson::Null),
-                    "obtained_at": *obtained_at,
-                }
-            }
-        };
-        match self
-            .raw_collection()
-            .update_one(filter, set)
-            .upsert(true)
-            .await
-        {
-            Ok(_) => true,
-            Err(e) if e.to_string().contains("E11000") => false,
-            Err(e) => panic!("pattern 2's upsert of {key:?}: {e}"),
-        }
+        pattern2_client::lock(
+            &self.raw_collection(),
+            key.into().to_bson(),
+            value,
+            ttl_secs,
+        )
+        .await
     }
 
     async fn pattern2_unlock(&self, key: impl Into<LeaseKey>, value: &str) -> bool {
-        let key = key.into().to_bson();
-        self.raw_collection()
-            .delete_one(doc! { "_id": key, "value": value })
-            .await
-            .expect("pattern 2's deleteOne")
-            .deleted_count
-            == 1
+        pattern2_client::unlock(&self.raw_collection(), key.into().to_bson(), value).await
     }
 
     async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool {
