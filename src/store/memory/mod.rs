@@ -143,6 +143,7 @@ mod doc;
 mod kinds;
 mod light;
 mod lock_delay;
+mod lock_id;
 mod ops;
 mod reply;
 mod rules;

@@ -115,7 +115,7 @@ impl Fixture for MemoryFixture {
     async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store> {
         self.store(owner)
             .await
-            .documents(DOCUMENTS, FIELD)
+            .documents(DOCUMENTS, FIELD, None)
             .expect("the twin's in-document leases")
     }
 
@@ -455,7 +455,7 @@ impl Fixture for MongoFixture {
     async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store> {
         self.store(owner)
             .await
-            .documents(&self.documents_collection(), FIELD)
+            .documents(&self.documents_collection(), FIELD, None)
             .expect("in-document leases")
     }
 

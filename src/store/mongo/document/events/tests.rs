@@ -9,7 +9,7 @@ use super::*;
 
 #[test]
 fn announced_writes_set_or_remove_the_lock_field_its_lease_id_or_owner_id() {
-    let [matched, _] = release_events_pipeline(LOCK_FIELD);
+    let [matched, _] = release_events_pipeline(LOCK_FIELD, None);
     let or = matched
         .get_document("$match")
         .unwrap()
@@ -40,12 +40,13 @@ fn announced_writes_are_read_from_each_kind_of_event() {
     };
     let lid = bson_lease_id(LID);
     assert_eq!(
-        key_write(p, &event("delete", doc! {})),
+        key_write(p, None, &event("delete", doc! {})),
         Some(write(true, None, None, None))
     );
     assert_eq!(
         key_write(
             p,
+            None,
             &event(
                 "insert",
                 doc! { "fullDocument": {
@@ -56,12 +57,13 @@ fn announced_writes_are_read_from_each_kind_of_event() {
         Some(write(false, Some(LID), Some("me"), Some(5)))
     );
     assert_eq!(
-        key_write(p, &event("replace", doc! { "fullDocument": { "x": 1 } })),
+        key_write(p, None, &event("replace", doc! { "fullDocument": { "x": 1 } })),
         Some(write(true, None, None, None))
     );
     assert_eq!(
         key_write(
             p,
+            None,
             &event(
                 "update",
                 doc! { "setLock": { "aid": "me", "lid": lid.clone(), "tok": 1_i64 } }
@@ -73,6 +75,7 @@ fn announced_writes_are_read_from_each_kind_of_event() {
     assert_eq!(
         key_write(
             p,
+            None,
             &event(
                 "update",
                 doc! { "setLid": lid.clone(), "setAid": "me", "setTok": 7_i64 }
@@ -84,6 +87,7 @@ fn announced_writes_are_read_from_each_kind_of_event() {
     assert_eq!(
         key_write(
             p,
+            None,
             &event(
                 "update",
                 doc! { "updateDescription": { "removedFields": ["_lease.lid"] } }
@@ -95,6 +99,7 @@ fn announced_writes_are_read_from_each_kind_of_event() {
     assert_eq!(
         key_write(
             p,
+            None,
             &event(
                 "update",
                 doc! { "updateDescription": { "removedFields": ["_lease"] } }
@@ -103,5 +108,5 @@ fn announced_writes_are_read_from_each_kind_of_event() {
         Some(write(true, None, None, None)),
         "a commit"
     );
-    assert_eq!(key_write(p, &event("invalidate", doc! {})), None);
+    assert_eq!(key_write(p, None, &event("invalidate", doc! {})), None);
 }
