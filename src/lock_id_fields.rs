@@ -100,8 +100,7 @@ impl LockIdFields {
                 ),
             });
         }
-        if self.max_duration < Duration::from_millis(1) || self.max_duration > MAX_DURATION_LIMIT
-        {
+        if self.max_duration < Duration::from_millis(1) || self.max_duration > MAX_DURATION_LIMIT {
             return Err(Error::InvalidConfig {
                 reason: format!(
                     "max_duration must be between 1 ms and a year; got {:?}",

@@ -4,8 +4,8 @@
 //! which also releases it in the same write).
 
 use mongodb::bson::Document;
-use tokio::time::Instant;
 use std::sync::Arc;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::command::{Place, Reply, Target};

@@ -57,7 +57,12 @@ async fn client_lock(
 
 /// The other client's unlock of `id` under `lock_id`, writing `value`:
 /// whether it matched (modified one document).
-async fn client_unlock(items: &Collection<Document>, id: &str, lock_id: &Bson, value: &str) -> bool {
+async fn client_unlock(
+    items: &Collection<Document>,
+    id: &str,
+    lock_id: &Bson,
+    value: &str,
+) -> bool {
     let result = items
         .update_one(
             doc! { "_id": id, "LockId": lock_id.clone() },
@@ -112,8 +117,15 @@ async fn mongo_lease_and_the_client_exclude_each_other_on_one_document() {
 
     let lease = leases.try_acquire("a").await.unwrap().expect("free");
     assert_ours(&stored(&fx, "a").await);
-    assert_eq!(client_lock(&raw, "a", clock(0), MAX).await, None, "held by mongo-lease");
-    lease.commit(doc! { "$set": { "Value": "ours" } }).await.unwrap();
+    assert_eq!(
+        client_lock(&raw, "a", clock(0), MAX).await,
+        None,
+        "held by mongo-lease"
+    );
+    lease
+        .commit(doc! { "$set": { "Value": "ours" } })
+        .await
+        .unwrap();
     let after = stored(&fx, "a").await;
     assert_eq!(after.get("LockId"), Some(&Bson::Null), "{after}");
     assert_eq!(after.get("LockTime"), Some(&Bson::Null), "{after}");
@@ -122,14 +134,33 @@ async fn mongo_lease_and_the_client_exclude_each_other_on_one_document() {
     let theirs = client_lock(&raw, "a", clock(0), MAX)
         .await
         .expect("free to the client right after the commit");
-    assert!(leases.try_acquire("a").await.unwrap().is_none(), "held by the client");
-    let info = leases.inspect("a").await.unwrap().expect("the client's lock");
+    assert!(
+        leases.try_acquire("a").await.unwrap().is_none(),
+        "held by the client"
+    );
+    let info = leases
+        .inspect("a")
+        .await
+        .unwrap()
+        .expect("the client's lock");
     assert!(info.held && info.foreign, "{info:?}");
-    let Bson::Binary(id) = &theirs else { unreachable!() };
-    assert_eq!(info.owner_id, uuid::Uuid::from_slice(&id.bytes).unwrap().to_string());
-    let lock_time = stored(&fx, "a").await.get_datetime("LockTime").copied().unwrap();
+    let Bson::Binary(id) = &theirs else {
+        unreachable!()
+    };
+    assert_eq!(
+        info.owner_id,
+        uuid::Uuid::from_slice(&id.bytes).unwrap().to_string()
+    );
+    let lock_time = stored(&fx, "a")
+        .await
+        .get_datetime("LockTime")
+        .copied()
+        .unwrap();
     let expires = DateTime::from_system_time(info.expires_at).timestamp_millis();
-    assert_eq!(expires, lock_time.timestamp_millis() + MAX.as_millis() as i64 + 1);
+    assert_eq!(
+        expires,
+        lock_time.timestamp_millis() + MAX.as_millis() as i64 + 1
+    );
 
     let waiting = tokio::spawn({
         let leases = leases.clone();
@@ -148,7 +179,10 @@ async fn mongo_lease_and_the_client_exclude_each_other_on_one_document() {
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     let after = stored(&fx, "a").await;
     assert_eq!(after.get("LockId"), Some(&Bson::Null), "{after}");
-    assert!(client_lock(&raw, "a", clock(0), MAX).await.is_some(), "free after release");
+    assert!(
+        client_lock(&raw, "a", clock(0), MAX).await.is_some(),
+        "free after release"
+    );
     manager.shutdown().await.unwrap();
 }
 
@@ -171,7 +205,10 @@ async fn an_expired_client_lock_is_taken_over_and_its_late_unlock_misses() {
         .unwrap()
         .expect("expired by the client's rule: taken over");
     assert_ours(&stored(&fx, "b").await);
-    assert!(!client_unlock(&raw, "b", &old, "late").await, "the late unlock misses");
+    assert!(
+        !client_unlock(&raw, "b", &old, "late").await,
+        "the late unlock misses"
+    );
     assert_eq!(client_lock(&raw, "b", clock(0), MAX).await, None);
     assert_eq!(stored(&fx, "b").await.get_str("Value"), Ok("created"));
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
@@ -223,7 +260,11 @@ async fn renewals_write_lock_time_and_miss_after_a_client_takeover() {
     let raw = items(&fx);
     insert_item(&fx, doc! { "_id": "r", "Value": "new" }).await;
     let lease = leases.acquire("r").await.unwrap();
-    let acquired = stored(&fx, "r").await.get_datetime("LockTime").copied().unwrap();
+    let acquired = stored(&fx, "r")
+        .await
+        .get_datetime("LockTime")
+        .copied()
+        .unwrap();
     common::eventually("a renewal writes LockTime", HANG, || async {
         let now = stored(&fx, "r").await;
         assert_ours(&now);
@@ -231,16 +272,27 @@ async fn renewals_write_lock_time_and_miss_after_a_client_takeover() {
     })
     .await;
     let ahead = MAX.as_millis() as i64 + 10_000;
-    let theirs = client_lock(&raw, "r", clock(ahead), MAX).await.expect("taken over");
+    let theirs = client_lock(&raw, "r", clock(ahead), MAX)
+        .await
+        .expect("taken over");
     let taken = stored(&fx, "r").await;
-    common::within(HANG, "the renewal that finds the lease lost", lease.lease().lost()).await;
+    common::within(
+        HANG,
+        "the renewal that finds the lease lost",
+        lease.lease().lost(),
+    )
+    .await;
     let after = stored(&fx, "r").await;
     assert_eq!(after.get("LockId"), Some(&theirs), "{after}");
     assert_eq!(after.get("LockTime"), taken.get("LockTime"), "{after}");
     drop(lease);
     manager.shutdown().await.unwrap();
     let after = stored(&fx, "r").await;
-    assert_eq!(after.get("LockId"), Some(&theirs), "shutdown released nothing of theirs");
+    assert_eq!(
+        after.get("LockId"),
+        Some(&theirs),
+        "shutdown released nothing of theirs"
+    );
 }
 
 /// A mongo-lease holder whose process dies without releasing: the client
@@ -261,7 +313,11 @@ async fn a_crashed_holder_is_taken_over_by_the_client_after_max_duration() {
     let mut refused = 0;
     let start = std::time::Instant::now();
     let taken_at = loop {
-        let lock_time = stored(&fx, "d").await.get_datetime("LockTime").copied().unwrap();
+        let lock_time = stored(&fx, "d")
+            .await
+            .get_datetime("LockTime")
+            .copied()
+            .unwrap();
         let now = clock(0);
         match client_lock(&raw, "d", now, SHORT_MAX).await {
             Some(_) => break (lock_time, now),
@@ -291,14 +347,28 @@ async fn a_ttl_over_max_duration_is_refused() {
     let manager = fx.manager(TTL).await;
     let leases = lock_id_items(&manager, Duration::from_secs(20)).await;
     insert_item(&fx, doc! { "_id": "e" }).await;
-    let error = leases.try_acquire("e").await.expect_err("TTL 30 s over 20 s");
+    let error = leases
+        .try_acquire("e")
+        .await
+        .expect_err("TTL 30 s over 20 s");
     assert!(matches!(error, Error::InvalidConfig { .. }), "{error}");
-    assert!(stored(&fx, "e").await.get("LockId").is_none(), "nothing written");
+    assert!(
+        stored(&fx, "e").await.get("LockId").is_none(),
+        "nothing written"
+    );
     let options = mongo_lease::DocumentAcquireOptions::builder()
         .ttl(Duration::from_secs(15))
         .build();
-    let lease = leases.try_acquire_with("e", options).await.unwrap().expect("free");
-    let error = lease.lease().set_ttl(Duration::from_secs(25)).await.expect_err("over 20 s");
+    let lease = leases
+        .try_acquire_with("e", options)
+        .await
+        .unwrap()
+        .expect("free");
+    let error = lease
+        .lease()
+        .set_ttl(Duration::from_secs(25))
+        .await
+        .expect_err("over 20 s");
     assert!(matches!(error, Error::InvalidConfig { .. }), "{error}");
     let error = manager
         .documents_with_lock_id::<Document>(ITEMS, fields(Duration::from_secs(10)))

@@ -94,7 +94,12 @@ impl MemoryDb {
     /// missing) if `LockId` is null or `LockTime < client_now - max`;
     /// otherwise `None` (its upsert's duplicate key error: "already
     /// locked").
-    pub fn lock_by_id(&self, key: impl Into<LeaseKey>, client_now: DateTime, max: Duration) -> Option<Uuid> {
+    pub fn lock_by_id(
+        &self,
+        key: impl Into<LeaseKey>,
+        client_now: DateTime,
+        max: Duration,
+    ) -> Option<Uuid> {
         let key = key.into();
         let now = self.server_now();
         let mut coll = lock(&self.inner);
@@ -112,7 +117,13 @@ impl MemoryDb {
         }
         let id = crate::random::uuid();
         coll.missing.remove(&key);
-        coll.their_locks.insert(key.clone(), TheirLock { id, time: client_now });
+        coll.their_locks.insert(
+            key.clone(),
+            TheirLock {
+                id,
+                time: client_now,
+            },
+        );
         if let Some(doc) = coll.docs.get_mut(&key) {
             // Our lease there, if any, is no longer current.
             doc.lease_id = None;
@@ -137,7 +148,11 @@ impl MemoryDb {
     pub fn unlock_by_id(&self, key: impl Into<LeaseKey>, id: Uuid) -> bool {
         let key = key.into();
         let mut coll = lock(&self.inner);
-        if coll.their_locks.get(&key).is_none_or(|theirs| theirs.id != id) {
+        if coll
+            .their_locks
+            .get(&key)
+            .is_none_or(|theirs| theirs.id != id)
+        {
             return false;
         }
         coll.their_locks.remove(&key);

@@ -113,9 +113,7 @@ pub(super) fn key_write(
             freed: true,
             ..write
         },
-        Some(id) if read_lease_id(Some(&id)) == write.lease_id && write.lease_id.is_some() => {
-            write
-        }
+        Some(id) if read_lease_id(Some(&id)) == write.lease_id && write.lease_id.is_some() => write,
         Some(id) => KeyWrite {
             key: write.key,
             freed: false,

@@ -174,10 +174,7 @@ impl TopLock {
             &self.time: restore(&time_stash),
         }};
         stages.insert(1 + user_len, restored);
-        if let Some(Ok(unset)) = stages
-            .last_mut()
-            .map(|last| last.get_array_mut("$unset"))
-        {
+        if let Some(Ok(unset)) = stages.last_mut().map(|last| last.get_array_mut("$unset")) {
             unset.push(id_stash.into());
             unset.push(time_stash.into());
         }
@@ -202,18 +199,25 @@ impl TopLock {
     /// - otherwise `F` without its lease id, expired at `now` at the
     ///   latest (a lease no longer current), a foreign shape as it is, or
     ///   `None` without `F`.
-    pub(super) fn view(&self, lock_field: &str, document: &Document, now: Bson) -> Option<Document> {
+    pub(super) fn view(
+        &self,
+        lock_field: &str,
+        document: &Document,
+        now: Bson,
+    ) -> Option<Document> {
         let lock_id = document.get(&self.id).filter(|v| !matches!(v, Bson::Null));
         let lock = document.get_document(lock_field).ok();
         let current = lock_id.is_some_and(|id| {
-            read_lease_id(Some(id)).is_some() && lock.and_then(|l| l.get(field::LEASE_ID)) == Some(id)
+            read_lease_id(Some(id)).is_some()
+                && lock.and_then(|l| l.get(field::LEASE_ID)) == Some(id)
         });
         if current {
             return super::pipeline::lock_view(lock_field, document, now);
         }
         let now_date = now.as_datetime().copied();
         let time = document.get_datetime(&self.time).ok().copied();
-        let expiry = time.map(|t| DateTime::from_millis(t.timestamp_millis().saturating_add(self.max_ms)));
+        let expiry =
+            time.map(|t| DateTime::from_millis(t.timestamp_millis().saturating_add(self.max_ms)));
         if let Some(id) = lock_id {
             // Their rule: free once `LockTime < now - max_duration`.
             let held = match (expiry, now_date) {
@@ -231,7 +235,8 @@ impl TopLock {
                 }
                 if let Some(expiry) = expiry {
                     // Free at `LockTime + max_duration + 1 ms` by their `<`.
-                    let free_at = DateTime::from_millis(expiry.timestamp_millis().saturating_add(1));
+                    let free_at =
+                        DateTime::from_millis(expiry.timestamp_millis().saturating_add(1));
                     view.insert(crate::foreign::EXPIRY, free_at);
                 }
                 view.insert("now", now);

@@ -57,7 +57,11 @@ fn announced_writes_are_read_from_each_kind_of_event() {
         Some(write(false, Some(LID), Some("me"), Some(5)))
     );
     assert_eq!(
-        key_write(p, None, &event("replace", doc! { "fullDocument": { "x": 1 } })),
+        key_write(
+            p,
+            None,
+            &event("replace", doc! { "fullDocument": { "x": 1 } })
+        ),
         Some(write(true, None, None, None))
     );
     assert_eq!(
