@@ -13,7 +13,9 @@
 //! that take several keys at once in random orders; an operator (force
 //! release, release by owner id, with a lock-delay of none, the safety
 //! margin or 1 s), another
-//! application locking a key with its own document, once faults stopped a
+//! application locking a key with its own document, a client locking a
+//! user document by its `LockId` / `LockTime` fields beside in-document
+//! leases opened with `LockIdFields`, once faults stopped a
 //! holder of a key of its own that releases it when told of a request to
 //! and a requester asking the holders of keys to, the TTL monitor, and
 //! the server's clock running up to 5 % faster than the managers' and
