@@ -246,6 +246,53 @@ async fn after_a_client_takeover_no_write_of_the_old_lease_lands() {
     manager.shutdown().await.unwrap();
 }
 
+/// The user's update cannot write `LockId` or `LockTime`: update operators
+/// naming them are refused before anything is sent, and an update
+/// pipeline's stages that set them are undone (they are kept aside and
+/// restored, as the lease field is); a commit with a pipeline writes the
+/// new state with `LockId: null, LockTime: null`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_updates_never_change_lock_id_or_lock_time() {
+    let fx = Fixture::new("lockid_updates").await;
+    let manager = fx.manager(TTL).await;
+    let leases = lock_id_items(&manager, MAX).await;
+    let raw = items(&fx);
+    insert_item(&fx, doc! { "_id": "u", "Value": "new" }).await;
+    let mut lease = leases.acquire("u").await.unwrap();
+    let before = stored(&fx, "u").await;
+    for update in [
+        doc! { "$set": { "LockId": null } },
+        doc! { "$unset": { "LockTime": "" } },
+        doc! { "$rename": { "Value": "LockTime" } },
+    ] {
+        let error = lease.update(update.clone()).await.expect_err("refused");
+        assert!(
+            matches!(error, Error::InvalidUpdate { .. }),
+            "{update}: {error}"
+        );
+    }
+    let pipeline = vec![doc! { "$set": { "Value": "piped", "LockId": null, "LockTime": "x" } }];
+    lease.update(pipeline).await.unwrap();
+    let after = stored(&fx, "u").await;
+    assert_ours(&after);
+    assert_eq!(after.get("LockId"), before.get("LockId"));
+    assert_eq!(after.get("LockTime"), before.get("LockTime"));
+    assert_eq!(after.get_str("Value"), Ok("piped"));
+    assert_eq!(client_lock(&raw, "u", clock(0), MAX).await, None);
+    let pipeline = vec![doc! { "$set": { "Value": "done", "LockId": "mine" } }];
+    let done = lease.commit(pipeline).await.unwrap();
+    assert!(
+        !done.contains_key("LockId"),
+        "the typed document is read without it"
+    );
+    let after = stored(&fx, "u").await;
+    assert_eq!(after.get("LockId"), Some(&Bson::Null), "{after}");
+    assert_eq!(after.get("LockTime"), Some(&Bson::Null), "{after}");
+    assert_eq!(after.get_str("Value"), Ok("done"));
+    assert!(client_lock(&raw, "u", clock(0), MAX).await.is_some());
+    manager.shutdown().await.unwrap();
+}
+
 /// Each heartbeat's renewal writes `LockTime` (the server's time), so the
 /// client keeps finding the document locked; after a client's takeover (its
 /// clock ahead by more than `maxDuration`) the next renewal, conditional on

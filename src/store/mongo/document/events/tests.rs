@@ -114,3 +114,49 @@ fn announced_writes_are_read_from_each_kind_of_event() {
     );
     assert_eq!(key_write(p, None, &event("invalidate", doc! {})), None);
 }
+
+#[test]
+fn with_lock_id_kept_a_null_lock_id_frees_the_key_and_another_one_is_another_clients_write() {
+    let p = LOCK_FIELD;
+    let write = |freed, lease_id| KeyWrite {
+        key: "k".into(),
+        freed,
+        lease_id,
+        owner: None,
+        token: None,
+    };
+    let event = |kind: &str, rest: Document| {
+        let mut e = doc! { "operationType": kind, "documentKey": { "_id": "k" } };
+        e.extend(rest);
+        e
+    };
+    let theirs = uuid::Uuid::from_u128(42);
+    let their_id = bson_lease_id(theirs);
+    let unlocked = event("update", doc! { "setTopId": Bson::Null });
+    assert_eq!(
+        key_write(p, Some("LockId"), &unlocked),
+        Some(write(true, None))
+    );
+    let locked = event("update", doc! { "setTopId": their_id.clone() });
+    assert_eq!(
+        key_write(p, Some("LockId"), &locked),
+        Some(write(false, Some(theirs)))
+    );
+    let inserted = event("insert", doc! { "fullDocument": { "LockId": their_id } });
+    assert_eq!(
+        key_write(p, Some("LockId"), &inserted),
+        Some(write(false, Some(theirs)))
+    );
+    // Our acquisition sets both to its lease id: read as the lock field says.
+    let ours = bson_lease_id(LID);
+    let acquired = event(
+        "update",
+        doc! { "setLid": ours.clone(), "setAid": "me", "setTok": 7_i64, "setTopId": ours },
+    );
+    assert_eq!(
+        key_write(p, Some("LockId"), &acquired),
+        key_write(p, None, &acquired)
+    );
+    let [matched, _] = release_events_pipeline(p, Some("LockId"));
+    assert!(matched.to_string().contains("\"LockId\""), "{matched}");
+}
