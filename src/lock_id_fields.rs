@@ -38,8 +38,10 @@ const MAX_DURATION_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 ///   [`DocumentLease::commit`](crate::DocumentLease::commit)), so those
 ///   clients can lock the document at once;
 /// - make every write under a lease conditional on `LockId` still holding
-///   the lease id: once another client has taken the document over, the
-///   lease is lost and nothing of it is written any more.
+///   the lease id (renewal, update, commit, release, payload, the check of
+///   [`Lease::with_transaction`](crate::Lease::with_transaction)): once
+///   another client has taken the document over, the lease is lost and
+///   nothing of it is written any more.
 ///
 /// A lease's TTL must not exceed `max_duration` (acquire and
 /// [`Lease::set_ttl`](crate::Lease::set_ttl) refuse it), so that a lease

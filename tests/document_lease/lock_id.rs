@@ -246,6 +246,50 @@ async fn after_a_client_takeover_no_write_of_the_old_lease_lands() {
     manager.shutdown().await.unwrap();
 }
 
+/// The transaction helper's check of a lease is conditional on `LockId`
+/// too: after a client's takeover (its clock ahead by more than
+/// `maxDuration`, so the lease field alone still reads live), a fenced
+/// transaction is refused as lost and its writes are not committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_transaction_after_a_client_takeover_does_not_commit() {
+    use futures::FutureExt;
+    let fx = Fixture::new("lockid_txn").await;
+    let manager = fx.manager(TTL).await;
+    let leases = lock_id_items(&manager, MAX).await;
+    let raw = items(&fx);
+    insert_item(&fx, doc! { "_id": "t", "Value": "new" }).await;
+    let audit: Collection<Document> = fx.db.collection("audit");
+    audit
+        .insert_one(doc! { "_id": 0 })
+        .await
+        .expect("create the audit collection");
+    let (lease, _) = leases.acquire("t").await.unwrap().into_parts();
+    let ahead = MAX.as_millis() as i64 + 10_000;
+    client_lock(&raw, "t", clock(ahead), MAX)
+        .await
+        .expect("taken over");
+    let fenced = lease
+        .with_transaction(&fx.client, &audit, |session, audit| {
+            async move {
+                audit
+                    .insert_one(doc! { "_id": 1 })
+                    .session(&mut *session)
+                    .await?;
+                Ok(())
+            }
+            .boxed()
+        })
+        .await;
+    assert!(matches!(fenced, Err(Error::LeaseLost { .. })), "{fenced:?}");
+    assert_eq!(
+        audit.count_documents(doc! {}).await.unwrap(),
+        1,
+        "not committed"
+    );
+    drop(lease);
+    manager.shutdown().await.unwrap();
+}
+
 /// The user's update cannot write `LockId` or `LockTime`: update operators
 /// naming them are refused before anything is sent, and an update
 /// pipeline's stages that set them are undone (they are kept aside and

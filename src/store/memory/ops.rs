@@ -131,6 +131,7 @@ impl Store for MemoryStore {
             database: "memory".into(),
             collection,
             field,
+            lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
         }
     }
 

@@ -101,6 +101,7 @@ impl Store for MongoStore {
             database: self.coll().namespace().db,
             collection: self.coll().name().to_string(),
             field: None,
+            lock_id: None,
         }
     }
 

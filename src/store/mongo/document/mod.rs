@@ -552,6 +552,7 @@ impl Store for DocumentStore {
             database: self.coll.namespace().db,
             collection: self.coll.name().to_string(),
             field: Some(self.field.to_string()),
+            lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
         }
     }
 
