@@ -441,8 +441,14 @@ impl LeaseManager {
     }
 
     /// Opens (or finds) the place of in-document leases on `collection`
-    /// with the lock fields under `field`.
-    pub(crate) async fn open_documents(&self, collection: &str, field: &str) -> Result<Place> {
+    /// with the lock fields under `field` (and `LockId` / `LockTime` at the
+    /// top with `lock_id`).
+    pub(crate) async fn open_documents(
+        &self,
+        collection: &str,
+        field: &str,
+        lock_id: Option<std::sync::Arc<crate::LockIdFields>>,
+    ) -> Result<Place> {
         crate::document_update::check_field(field)?;
         crate::document_update::check_collection(collection)?;
         let (collection, field) = (collection.to_string(), field.to_string());
@@ -451,6 +457,7 @@ impl LeaseManager {
             .call(|respond_to| Command::OpenDocuments {
                 collection,
                 field,
+                lock_id,
                 respond_to,
             })
             .await

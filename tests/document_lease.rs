@@ -22,6 +22,8 @@ mod fence;
 mod input;
 #[path = "document_lease/inspect.rs"]
 mod inspect;
+#[path = "document_lease/lock_id.rs"]
+mod lock_id;
 #[path = "document_lease/protocol.rs"]
 mod protocol;
 #[path = "document_lease/transaction.rs"]

@@ -233,6 +233,7 @@ pub(crate) enum Command {
     OpenDocuments {
         collection: String,
         field: String,
+        lock_id: Option<std::sync::Arc<crate::LockIdFields>>,
         respond_to: Reply<Place>,
     },
     /// Write the document of an in-document lease this manager holds (and

@@ -4,6 +4,7 @@
 //! which also releases it in the same write).
 
 use mongodb::bson::Document;
+use std::sync::Arc;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -11,6 +12,7 @@ use super::command::{Place, Reply, Target};
 use super::{Actor, Event, PlaceState};
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
+use crate::lock_id_fields::LockIdFields;
 use crate::status::LossReason;
 use crate::store::DocumentWrite;
 
@@ -20,13 +22,30 @@ const MAX_DOCUMENT_PLACES: usize = 1_000;
 
 impl Actor {
     /// The place of in-document leases on `collection` with the lock fields
-    /// under `field`: the one opened before, or a new one.
-    pub(super) fn open_documents(&mut self, collection: &str, field: &str) -> Result<Place> {
+    /// under `field` (and `LockId` / `LockTime` at the top with `lock_id`):
+    /// the one opened before, or a new one. A place opened before with
+    /// other top-level fields is refused.
+    pub(super) fn open_documents(
+        &mut self,
+        collection: &str,
+        field: &str,
+        lock_id: Option<Arc<LockIdFields>>,
+    ) -> Result<Place> {
         if let Some(index) = self
             .places
             .iter()
             .position(|p| p.info.field.as_deref() == Some(field) && p.info.collection == collection)
         {
+            let opened = self.places[index].store.lock_id_fields();
+            if opened.as_deref() != lock_id.as_deref() {
+                return Err(Error::InvalidConfig {
+                    reason: format!(
+                        "in-document leases on {collection:?} under {field:?} are already \
+                         open with other LockId / LockTime fields ({opened:?}): every handle \
+                         on one collection must use the same fields"
+                    ),
+                });
+            }
             return Ok(Place(index as u16));
         }
         if collection == self.places[usize::from(Place::LOCKS.0)].info.collection {
@@ -47,7 +66,9 @@ impl Actor {
                 ),
             });
         }
-        let store = self.store(Place::LOCKS).documents(collection, field)?;
+        let store = self
+            .store(Place::LOCKS)
+            .documents(collection, field, lock_id)?;
         let place = Place(self.places.len() as u16);
         self.places.push(PlaceState::new(store));
         tracing::debug!(

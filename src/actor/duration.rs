@@ -37,7 +37,12 @@ impl Actor {
         ttl: Duration,
         respond_to: Reply<()>,
     ) {
-        if let Err(error) = self.timing.renewed_ttl(ttl) {
+        let top = self.store(key.place).lock_id_fields();
+        if let Err(error) = self
+            .timing
+            .renewed_ttl(ttl)
+            .and_then(|_| top.map_or(Ok(()), |fields| fields.check_ttl(ttl)))
+        {
             let _ = respond_to.send(Err(error));
             return;
         }

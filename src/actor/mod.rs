@@ -472,9 +472,10 @@ impl Actor {
             Command::OpenDocuments {
                 collection,
                 field,
+                lock_id,
                 respond_to,
             } => {
-                let _ = respond_to.send(self.open_documents(&collection, &field));
+                let _ = respond_to.send(self.open_documents(&collection, &field, lock_id));
             }
             Command::WriteDocument {
                 key,

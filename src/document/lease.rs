@@ -13,7 +13,8 @@ use crate::lease::Lease;
 use crate::status::ReleaseOutcome;
 
 /// A held in-document lease, with the document as last read or written under
-/// it (the lock field removed).
+/// it (the lock field removed, and `LockId` and `LockTime` with
+/// [`LockIdFields`](crate::LockIdFields)).
 ///
 /// Dropping it releases the lease in the background, as for a [`Lease`]; the
 /// document's own fields are then left as they are.
@@ -21,25 +22,27 @@ pub struct DocumentLease<T = Document> {
     lease: Lease,
     raw: Document,
     document: T,
-    field: Arc<str>,
+    /// The fields the lease writes: the lock field first, then `LockId`
+    /// and `LockTime` if kept.
+    fields: Arc<[String]>,
 }
 
 impl<T: DeserializeOwned> DocumentLease<T> {
-    /// `raw` is the document as MongoDB returned it, lock field included.
-    /// On a document that cannot be read as `T`, the lease is given back with
-    /// the error.
+    /// `raw` is the document as MongoDB returned it, lock fields included
+    /// (`fields`, removed here). On a document that cannot be read as `T`,
+    /// the lease is given back with the error.
     pub(super) fn new(
         lease: Lease,
         mut raw: Document,
-        field: Arc<str>,
+        fields: Arc<[String]>,
     ) -> Result<Self, Box<(Lease, Error)>> {
-        raw.remove(&*field);
+        remove_fields(&mut raw, &fields);
         match mongodb::bson::from_document::<T>(raw.clone()) {
             Ok(document) => Ok(DocumentLease {
                 lease,
                 raw,
                 document,
-                field,
+                fields,
             }),
             Err(error) => Err(Box::new((
                 lease,
@@ -116,7 +119,7 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     pub async fn update(&mut self, update: impl Into<DocumentUpdate>) -> Result<&T> {
         let written = self.write(update.into(), false).await?;
         let mut raw = written;
-        raw.remove(&*self.field);
+        remove_fields(&mut raw, &self.fields);
         self.document = mongodb::bson::from_document(raw.clone())
             .map_err(|e| Error::Database(mongodb::error::Error::from(e)))?;
         self.raw = raw;
@@ -146,7 +149,7 @@ impl<T: DeserializeOwned> DocumentLease<T> {
         let written = self.write(update.into(), true).await?;
         self.lease.mark_released();
         let mut raw = written;
-        raw.remove(&*self.field);
+        remove_fields(&mut raw, &self.fields);
         mongodb::bson::from_document(raw)
             .map_err(|e| Error::Database(mongodb::error::Error::from(e)))
     }
@@ -162,8 +165,17 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     }
 
     async fn write(&mut self, update: DocumentUpdate, release: bool) -> Result<Document> {
-        check_update(&update, &self.field)?;
+        for field in self.fields.iter() {
+            check_update(&update, field)?;
+        }
         self.lease.write_document(update, release).await
+    }
+}
+
+/// `raw` without the lease's `fields`.
+fn remove_fields(raw: &mut Document, fields: &[String]) {
+    for field in fields {
+        raw.remove(field);
     }
 }
 

@@ -21,6 +21,7 @@ use crate::document_update::check_create;
 use crate::error::{Error, Operation, Result};
 use crate::key::LeaseKey;
 use crate::lease::Lease;
+use crate::lock_id_fields::LockIdFields;
 use crate::manager::LeaseManager;
 
 /// Default field of the user's document that holds an in-document lease's
@@ -124,6 +125,9 @@ pub struct DocumentLeases<T = Document> {
     place: crate::actor::command::Place,
     collection: Arc<str>,
     field: Arc<str>,
+    /// The top-level `LockId` / `LockTime` fields kept true, if opened with
+    /// them.
+    lock_id: Option<Arc<LockIdFields>>,
     _document: PhantomData<fn() -> T>,
 }
 
@@ -134,6 +138,7 @@ impl<T> Clone for DocumentLeases<T> {
             place: self.place,
             collection: self.collection.clone(),
             field: self.field.clone(),
+            lock_id: self.lock_id.clone(),
             _document: PhantomData,
         }
     }
@@ -144,6 +149,7 @@ impl<T> fmt::Debug for DocumentLeases<T> {
         f.debug_struct("DocumentLeases")
             .field("collection", &self.collection)
             .field("field", &self.field)
+            .field("lock_id", &self.lock_id)
             .finish_non_exhaustive()
     }
 }
@@ -178,12 +184,68 @@ impl LeaseManager {
         collection: &str,
         field: &str,
     ) -> Result<DocumentLeases<T>> {
-        let place = self.open_documents(collection, field).await?;
+        let place = self.open_documents(collection, field, None).await?;
         Ok(DocumentLeases {
             manager: self.clone(),
             place,
             collection: collection.into(),
             field: field.into(),
+            lock_id: None,
+            _document: PhantomData,
+        })
+    }
+
+    /// [`LeaseManager::documents`] on documents that other applications'
+    /// clients lock by top-level `LockId` and `LockTime` fields
+    /// ([`LockIdFields`]): each lease also stores its lease id as `LockId`
+    /// and its last renewal's server time as `LockTime`, a document they
+    /// lock is held until `LockTime + max_duration`, and a release writes
+    /// `LockId: null, LockTime: null`. The other lock fields stay under
+    /// [`DEFAULT_LEASE_FIELD`]. Every manager using these documents must
+    /// open them the same way.
+    ///
+    /// Nothing is sent to MongoDB and no index is created.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeaseManager::documents`], and [`Error::InvalidConfig`] for
+    /// field names that are not top-level names other than `_id` or are
+    /// equal, a `max_duration` under 1 ms or over a year, or a collection
+    /// this manager already opened with [`DEFAULT_LEASE_FIELD`] and other
+    /// fields.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use mongodb::bson::doc;
+    /// use mongo_lease::{LeaseManager, LockIdFields};
+    ///
+    /// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
+    /// // Their clients take a lock over 60 s after its LockTime; our TTL is 20 s.
+    /// let fields = LockIdFields::builder().max_duration(Duration::from_secs(60)).build();
+    /// let items = manager.documents_with_lock_id::<mongodb::bson::Document>("workitem", fields).await?;
+    /// let item = items.acquire("item-17").await?;
+    /// // The new state with LockId: null and LockTime: null, in one write.
+    /// item.commit(doc! { "$set": { "state": "done" } }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn documents_with_lock_id<T>(
+        &self,
+        collection: &str,
+        fields: LockIdFields,
+    ) -> Result<DocumentLeases<T>> {
+        fields.check(DEFAULT_LEASE_FIELD)?;
+        let fields = Arc::new(fields);
+        let place = self
+            .open_documents(collection, DEFAULT_LEASE_FIELD, Some(fields.clone()))
+            .await?;
+        Ok(DocumentLeases {
+            manager: self.clone(),
+            place,
+            collection: collection.into(),
+            field: DEFAULT_LEASE_FIELD.into(),
+            lock_id: Some(fields),
             _document: PhantomData,
         })
     }
@@ -198,6 +260,12 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     /// The field that holds the lock fields.
     pub fn field(&self) -> &str {
         &self.field
+    }
+
+    /// The top-level `LockId` / `LockTime` fields these leases keep true
+    /// ([`LeaseManager::documents_with_lock_id`]), if any.
+    pub fn lock_id_fields(&self) -> Option<&LockIdFields> {
+        self.lock_id.as_deref()
     }
 
     /// Reads the lease of the document with `_id` `id`, with the server's
@@ -239,6 +307,21 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
             })
             .await
             .map_err(|e| e.refused_in(Operation::Inspect, &self.namespace()))
+    }
+
+    /// The top-level lock fields (`LockId`, `LockTime`), if any.
+    fn top_fields(&self) -> impl Iterator<Item = &str> {
+        self.lock_id
+            .iter()
+            .flat_map(|f| [f.lock_id.as_str(), f.lock_time.as_str()])
+    }
+
+    /// Every field the lease writes: the lock field, and `LockId` and
+    /// `LockTime` if kept.
+    fn lock_fields(&self) -> Arc<[String]> {
+        std::iter::once(self.field.to_string())
+            .chain(self.top_fields().map(str::to_string))
+            .collect()
     }
 
     /// `database.collection` of these documents, as errors name it.
@@ -346,6 +429,12 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     ) -> Result<Option<DocumentLease<T>>> {
         if let Some(create) = &options.create {
             check_create(create, &self.field)?;
+            for name in self.top_fields() {
+                check_create(create, name)?;
+            }
+        }
+        if let Some(fields) = &self.lock_id {
+            fields.check_ttl(options.ttl.unwrap_or(self.manager.ttl()))?;
         }
         let acquire = AcquireOptions {
             ttl: options.ttl,
@@ -365,7 +454,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         };
         let (lease, document) = granted.take();
         let raw = document.unwrap_or_default();
-        let lease = DocumentLease::new(Lease::new(lease), raw, self.field.clone());
+        let lease = DocumentLease::new(Lease::new(lease), raw, self.lock_fields());
         match lease {
             Ok(lease) => Ok(Some(lease)),
             Err(failed) => {

@@ -13,7 +13,9 @@
 //! that take several keys at once in random orders; an operator (force
 //! release, release by owner id, with a lock-delay of none, the safety
 //! margin or 1 s), another
-//! application locking a key with its own document, once faults stopped a
+//! application locking a key with its own document, a client locking a
+//! user document by its `LockId` / `LockTime` fields beside in-document
+//! leases opened with `LockIdFields`, once faults stopped a
 //! holder of a key of its own that releases it when told of a request to
 //! and a requester asking the holders of keys to, the TTL monitor, and
 //! the server's clock running up to 5 % faster than the managers' and
@@ -41,7 +43,7 @@ use tokio::time::Instant;
 use self::checker::{Bounds, Violation};
 use self::faults::{CLOCK_STEP_BACK, Plan, SERVER_FASTER_PPM};
 use self::history::{At, Event, History};
-use self::workload::{DOCUMENTS, Process, Recorder, Role};
+use self::workload::{DOCUMENTS, LOCK_ID_DOCUMENTS, Process, Recorder, Role};
 use crate::config::{ReleaseMode, Timing};
 use crate::document::DEFAULT_LEASE_FIELD;
 use crate::foreign::ForeignRules;
@@ -170,6 +172,8 @@ async fn schedule(seed: u64) -> Report {
     db.keep_snapshots(Duration::from_secs(2));
     db.documents(DOCUMENTS, DEFAULT_LEASE_FIELD)
         .keep_snapshots(Duration::from_secs(2));
+    db.documents(LOCK_ID_DOCUMENTS, DEFAULT_LEASE_FIELD)
+        .keep_snapshots(Duration::from_secs(2));
     let stop = Arc::new(AtomicBool::new(false));
     let mut described = format!(
         "seed {seed}: {managers} managers, lock-delay {:?}\n{plan}",
@@ -197,6 +201,10 @@ async fn schedule(seed: u64) -> Report {
         let documents = store.document_store(DOCUMENTS, DEFAULT_LEASE_FIELD);
         documents.set_operation_timeout(Some(timing.operation_timeout));
         plan.install(index, &documents, t0);
+        let lock_id = Some(Arc::new(workload::lock_id_fields()));
+        let documents = store.document_store_with(LOCK_ID_DOCUMENTS, DEFAULT_LEASE_FIELD, lock_id);
+        documents.set_operation_timeout(Some(timing.operation_timeout));
+        plan.install(index, &documents, t0);
         let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing);
         processes.push(Arc::new(Process {
             index,
@@ -212,7 +220,7 @@ async fn schedule(seed: u64) -> Report {
         let tasks = random_range(2..=4usize);
         let mut roles = Vec::new();
         for _ in 0..tasks {
-            let role = match random_range(0..9) {
+            let role = match random_range(0..10) {
                 0..3 => Role::Exclusive {
                     key: EXCLUSIVE_KEYS[random_range(0..EXCLUSIVE_KEYS.len())],
                     hold: !process.delete_mode,
@@ -228,6 +236,7 @@ async fn schedule(seed: u64) -> Report {
                     hold: false,
                 },
                 6 => Role::Leader("leader"),
+                9 => Role::LockIdDocument("d1"),
                 _ => Role::Document("d0"),
             };
             roles.push(format!("{role:?}"));
@@ -336,6 +345,12 @@ async fn schedule(seed: u64) -> Report {
         recorder.clone(),
         db.clone(),
         EXCLUSIVE_KEYS[1],
+        work_stop.clone(),
+    ));
+    tokio::spawn(workload::lock_id_client(
+        recorder.clone(),
+        db.documents(LOCK_ID_DOCUMENTS, DEFAULT_LEASE_FIELD),
+        "d1",
         work_stop.clone(),
     ));
     tokio::spawn(workload::ttl_monitor(

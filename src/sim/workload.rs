@@ -2,7 +2,8 @@
 //! (waiting, trying, or with a timeout), hold it for a while (a quarter of
 //! the holds past the TTL, on renewals) checking `is_lost()`, then release
 //! or drop it; a task that acquires several keys at once; an operator; another
-//! application that locks a key with a document of its own; the TTL
+//! application that locks a key with a document of its own; a client that
+//! locks a user document by its `LockId` / `LockTime` fields; the TTL
 //! monitor. Everything a holder sees, and what its releases answer, is
 //! recorded in the [`History`].
 
@@ -29,6 +30,24 @@ use crate::store::memory::{MemoryDb, MemoryStore};
 
 /// The user collection of in-document leases.
 pub const DOCUMENTS: &str = "jobs";
+
+/// The user collection of in-document leases that keep `LockId` /
+/// `LockTime` for another client ([`lock_id_client`]).
+pub const LOCK_ID_DOCUMENTS: &str = "lock_id_jobs";
+
+/// That client's `maxDuration`: the TTL (3 s) plus more than its largest
+/// clock skew ([`LOCK_ID_SKEW_MAX`]) and the server clock's step back.
+pub const LOCK_ID_MAX: Duration = Duration::from_secs(4);
+
+/// How far ahead of the server's clock that client's clock may run.
+pub const LOCK_ID_SKEW_MAX: Duration = Duration::from_millis(500);
+
+/// The fields of [`LOCK_ID_DOCUMENTS`].
+pub fn lock_id_fields() -> crate::LockIdFields {
+    crate::LockIdFields::builder()
+        .max_duration(LOCK_ID_MAX)
+        .build()
+}
 
 /// The history being recorded, shared by every task of the run.
 #[derive(Clone)]
@@ -115,6 +134,9 @@ impl Process {
         self.store
             .document_store(DOCUMENTS, DEFAULT_LEASE_FIELD)
             .crash();
+        self.store
+            .document_store(LOCK_ID_DOCUMENTS, DEFAULT_LEASE_FIELD)
+            .crash();
     }
 }
 
@@ -136,6 +158,8 @@ pub enum Role {
     Leader(&'static str),
     /// In-document leases of a document of [`DOCUMENTS`].
     Document(&'static str),
+    /// In-document leases of a document of [`LOCK_ID_DOCUMENTS`].
+    LockIdDocument(&'static str),
 }
 
 impl Role {
@@ -146,6 +170,7 @@ impl Role {
             | Role::Permit(key, _)
             | Role::Leader(key) => format!("locks/{key}"),
             Role::Document(id) => format!("{DOCUMENTS}/{id}"),
+            Role::LockIdDocument(id) => format!("{LOCK_ID_DOCUMENTS}/{id}"),
         }
     }
 
@@ -249,6 +274,17 @@ async fn acquire(
         }
         Role::Document(id) => {
             let documents = manager.documents::<Document>(DOCUMENTS).await?;
+            let held = match mode {
+                Mode::Wait => documents.acquire(*id).await.map(Some),
+                Mode::Try => documents.try_acquire(*id).await,
+                Mode::Timeout(t) => timed(documents.acquire(*id), t).await,
+            };
+            held.map(|d| d.map(Held::Document))
+        }
+        Role::LockIdDocument(id) => {
+            let documents = manager
+                .documents_with_lock_id::<Document>(LOCK_ID_DOCUMENTS, lock_id_fields())
+                .await?;
             let held = match mode {
                 Mode::Wait => documents.acquire(*id).await.map(Some),
                 Mode::Try => documents.try_acquire(*id).await,
@@ -732,6 +768,42 @@ async fn pattern2_client(recorder: &Recorder, db: &MemoryDb, key: &'static str) 
     sleep(ms(random_range(10..3_000))).await;
     recorder.push(Event::ForeignRemoved { key: key.clone() });
     db.pattern2_release(key.trim_start_matches("locks/"), VALUE);
+}
+
+/// A client that locks the document `id` of [`LOCK_ID_DOCUMENTS`] (`db`,
+/// the twin's collection) by its own `LockId` / `LockTime` rule, exactly
+/// as its `findOneAndUpdate` and `updateOne` do (`MemoryDb::lock_by_id`,
+/// `MemoryDb::unlock_by_id`), with [`LOCK_ID_MAX`] as its `maxDuration`
+/// and a clock ahead of the server's by up to [`LOCK_ID_SKEW_MAX`]: it
+/// holds the document a while, perhaps past `maxDuration` (then a manager
+/// may take it over), and unlocks it, until `stop`.
+pub async fn lock_id_client(
+    recorder: Recorder,
+    db: MemoryDb,
+    id: &'static str,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(100..3_000))).await;
+        let skew = random_range(0..=LOCK_ID_SKEW_MAX.as_millis() as i64);
+        let now = db.date(db.server_now()).timestamp_millis() + skew;
+        let now = mongodb::bson::DateTime::from_millis(now);
+        let Some(lock_id) = db.lock_by_id(id, now, LOCK_ID_MAX) else {
+            continue;
+        };
+        let key = format!("{LOCK_ID_DOCUMENTS}/{id}");
+        // Free by our rule once the server's clock passes `LockTime +
+        // maxDuration` (1 ms after, by its strict `<`).
+        let expires_in = LOCK_ID_MAX + ms(skew as u64 + 1);
+        recorder.push(Event::ForeignTaken {
+            key: key.clone(),
+            owner: lock_id.to_string(),
+            expires_in: Some(expires_in),
+        });
+        sleep(ms(random_range(10..6_000))).await;
+        recorder.push(Event::ForeignRemoved { key });
+        db.unlock_by_id(id, lock_id);
+    }
 }
 
 /// The TTL monitor: deletes expired lock documents now and then, until

@@ -699,6 +699,10 @@ pub(crate) struct LockPlace {
     /// `lid`, `tok`, `acq`, `ts`, `exp`, `wt`, `yu`) for in-document leases;
     /// `None` for the lock collection, whose documents hold them at the top.
     pub field: Option<String>,
+    /// The top-level field that also holds the lease id of in-document
+    /// leases kept for other clients (`LockIdFields::lock_id`): a check of
+    /// the lease requires it to hold the lease id too.
+    pub lock_id: Option<String>,
 }
 
 impl LockPlace {

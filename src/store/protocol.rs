@@ -274,18 +274,32 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// A store for in-document leases on `collection` (same database, same
     /// owner id, TTL and timeouts as this one), with the lock fields under
-    /// `field`. Sends nothing.
+    /// `field`, and with `lock_id` the lease id and last renewal also in
+    /// top-level `LockId` / `LockTime` fields that other clients lock the
+    /// documents with ([`LockIdFields`](crate::LockIdFields)). Sends nothing.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for an empty or
     /// invalid collection or field name, or a store that has no database
     /// (the in-memory twin).
-    fn documents(&self, collection: &str, field: &str) -> Result<Arc<dyn Store>> {
-        let _ = (collection, field);
+    fn documents(
+        &self,
+        collection: &str,
+        field: &str,
+        lock_id: Option<Arc<crate::LockIdFields>>,
+    ) -> Result<Arc<dyn Store>> {
+        let _ = (collection, field, lock_id);
         Err(crate::Error::InvalidConfig {
             reason: "in-document leases need a MongoDB store".into(),
         })
+    }
+
+    /// The top-level `LockId` / `LockTime` fields this store keeps
+    /// ([`Store::documents`]); no lease here may have a TTL over their
+    /// `max_duration`.
+    fn lock_id_fields(&self) -> Option<Arc<crate::LockIdFields>> {
+        None
     }
 
     /// Applies `write.update` to the document of `lease` if the lease is

@@ -23,7 +23,7 @@ use crate::store::{AcquireOutcome, Announcement, KeyWrite, field};
 /// The shared in-memory lock collection. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct MemoryDb {
-    inner: Arc<Mutex<Collection>>,
+    pub(super) inner: Arc<Mutex<Collection>>,
     /// Bumped after every change, for `observe`.
     changed: Arc<tokio::sync::watch::Sender<()>>,
     /// Writes that may change who holds a key, for `watch_releases` (a

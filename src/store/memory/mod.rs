@@ -85,7 +85,11 @@
 //!   is taken to exist (`create` is ignored), an acquisition returns `{_id,
 //!   <field>: {aid, lid, tok}}`, and `write_document` is conditional on the
 //!   lease id and owner id and applies the release but not the user's
-//!   update (its semantics are MongoDB's).
+//!   update (its semantics are MongoDB's). Opened with `LockIdFields`
+//!   ([`lock_id`]), the lease id and last renewal are read as `LockId` /
+//!   `LockTime` by another client's lock ([`MemoryDb::lock_by_id`]), whose
+//!   lock holds the document until `LockTime + max_duration` at server
+//!   time and whose takeover ends the lease there.
 //!
 //! - **Light forms** ([`light`]): `MongoStore`'s light acquire and light
 //!   release, with the same conditions and the same decisions on a grouped
@@ -128,6 +132,7 @@
 //! - [`ops`]: its [`Store`](crate::store::Store) implementation;
 //! - [`reply`]: its re-read after an acquire whose outcome is unknown;
 //! - [`light`]: its light acquire and release, alone or grouped;
+//! - [`lock_id`]: `LockId` / `LockTime` and another client's lock by them;
 //! - [`streams`]: its stream of writes and its observed states.
 //!
 //! `ops`, `light`, `reply` and `streams` use `store`, which uses `db`,
@@ -143,6 +148,7 @@ mod doc;
 mod kinds;
 mod light;
 mod lock_delay;
+mod lock_id;
 mod ops;
 mod reply;
 mod rules;

@@ -131,6 +131,7 @@ impl Store for MemoryStore {
             database: "memory".into(),
             collection,
             field,
+            lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
         }
     }
 
@@ -138,13 +139,24 @@ impl Store for MemoryStore {
         self.release_mode == ReleaseMode::Delete
     }
 
-    fn documents(&self, collection: &str, field: &str) -> Result<Arc<dyn Store>> {
+    fn documents(
+        &self,
+        collection: &str,
+        field: &str,
+        lock_id: Option<Arc<crate::LockIdFields>>,
+    ) -> Result<Arc<dyn Store>> {
         if self.place.is_some() {
             return Err(Error::InvalidConfig {
                 reason: "in-document leases are opened from the lock collection's store".into(),
             });
         }
-        Ok(Arc::new(self.document_store(collection, field)))
+        Ok(Arc::new(
+            self.document_store_with(collection, field, lock_id),
+        ))
+    }
+
+    fn lock_id_fields(&self) -> Option<Arc<crate::LockIdFields>> {
+        self.lock_id.clone()
     }
 
     /// Conditional on the lease id and owner id, as on MongoDB; the user's
@@ -378,6 +390,10 @@ impl Store for MemoryStore {
         self.run(Op::Inspect, vec![key.clone()], move |coll, now| {
             if let Some(foreign) = coll.foreign.get(&key) {
                 return Ok(Some(db.foreign_info(&key, foreign, now)));
+            }
+            if let Some(view) = coll.their_lock_at(&db, &key, now) {
+                let server_time = db.date(now).to_system_time();
+                return Ok(Some(crate::store::lease_info(&key, &view, server_time)));
             }
             Ok(coll.docs.get(&key).map(|doc| db.info(&key, doc, now)))
         })

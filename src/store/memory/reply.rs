@@ -188,7 +188,9 @@ fn verdict(
     kind: LeaseKind,
 ) -> Option<AcquireOutcome> {
     let date = |at: Instant| DateTime::from_system_time(db.system_time(at));
-    let outcome = if let Some(foreign) = coll.foreign.get(key) {
+    let outcome = if let Some(view) = coll.their_lock_at(db, key, now) {
+        replies::in_document(key, owner, lease_id, Some(&view))
+    } else if let Some(foreign) = coll.foreign.get(key) {
         let doc = foreign.projected(db.foreign_rules(), date(now));
         replies::classify(key, owner, lease_id, &doc)
     } else if let Some(stored) = coll.docs.get(key) {

@@ -36,6 +36,12 @@ pub(crate) struct Collection {
     /// A place of in-document leases ([`MemoryDb::documents`]): no queue of
     /// waiting owners, as in `DocumentStore`.
     pub(super) in_documents: bool,
+    /// In a place of in-document leases with `LockId` / `LockTime`: their
+    /// clients' `max_duration` (`lock_id`).
+    pub(super) lock_id_max: Option<Duration>,
+    /// There: the documents another client locked by `LockId` / `LockTime`
+    /// (`lock_id`).
+    pub(super) their_locks: HashMap<LeaseKey, super::lock_id::TheirLock>,
 }
 
 impl Collection {
@@ -73,6 +79,9 @@ pub(super) fn apply_acquire(
     payload: Option<&mongodb::bson::Document>,
 ) -> Result<AcquireOutcome> {
     let queues = !coll.in_documents;
+    if let Some(outcome) = coll.acquire_over_their_lock(db, key, owner, lease_id, now) {
+        return Ok(outcome);
+    }
     if let Some(foreign) = coll.foreign.get(key) {
         let date = db.date(now);
         if !db.foreign_rules().expired(&foreign.doc, false, date) {

@@ -44,6 +44,9 @@ pub(crate) struct MemoryStore {
     /// of in-document leases on a user collection (from
     /// [`Store::documents`](crate::store::Store::documents)).
     pub(super) place: Option<(String, String)>,
+    /// In a place of in-document leases: the top-level `LockId` /
+    /// `LockTime` fields kept for other clients, if opened with them.
+    pub(super) lock_id: Option<Arc<crate::LockIdFields>>,
     /// The stores of in-document leases this one opened, by collection and
     /// lock field (shared by clones), so that tests reach the actor's.
     pub(super) opened: Arc<Mutex<HashMap<(String, String), MemoryStore>>>,
@@ -68,6 +71,7 @@ impl MemoryDb {
             control: Controls::default(),
             change_streams: true,
             place: None,
+            lock_id: None,
             opened: Arc::default(),
             opening_held: Arc::new(tokio::sync::watch::channel(false).0),
         }
@@ -111,18 +115,31 @@ impl MemoryStore {
     /// window and change streams, whose releases follow the delete-mode
     /// rules (a release removes the lock field, i.e. the twin's document).
     pub fn document_store(&self, collection: &str, field: &str) -> MemoryStore {
+        self.document_store_with(collection, field, None)
+    }
+
+    /// [`MemoryStore::document_store`] with `LockId` / `LockTime` kept at
+    /// the top (`lock_id`, set by the first opening of the place).
+    pub fn document_store_with(
+        &self,
+        collection: &str,
+        field: &str,
+        lock_id: Option<Arc<crate::LockIdFields>>,
+    ) -> MemoryStore {
         lock(&self.opened)
             .entry((collection.to_string(), field.to_string()))
-            .or_insert_with(|| MemoryStore {
-                yield_window: self.yield_window,
-                safety_margin: self.safety_margin,
-                release_mode: ReleaseMode::Delete,
-                change_streams: self.change_streams,
-                place: Some((collection.to_string(), field.to_string())),
-                ..self
-                    .db
-                    .documents(collection, field)
-                    .store(&self.owner, self.ttl)
+            .or_insert_with(|| {
+                let db = self.db.documents(collection, field);
+                lock(&db.inner).lock_id_max = lock_id.as_ref().map(|f| f.max_duration);
+                MemoryStore {
+                    yield_window: self.yield_window,
+                    safety_margin: self.safety_margin,
+                    release_mode: ReleaseMode::Delete,
+                    change_streams: self.change_streams,
+                    place: Some((collection.to_string(), field.to_string())),
+                    lock_id,
+                    ..db.store(&self.owner, self.ttl)
+                }
             })
             .clone()
     }

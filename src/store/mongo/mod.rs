@@ -101,6 +101,7 @@ impl Store for MongoStore {
             database: self.coll().namespace().db,
             collection: self.coll().name().to_string(),
             field: None,
+            lock_id: None,
         }
     }
 
@@ -108,8 +109,13 @@ impl Store for MongoStore {
         self.release_mode() == ReleaseMode::Delete
     }
 
-    fn documents(&self, collection: &str, field: &str) -> Result<Arc<dyn Store>> {
-        let store = document::DocumentStore::new(self, collection, field)?;
+    fn documents(
+        &self,
+        collection: &str,
+        field: &str,
+        lock_id: Option<Arc<crate::LockIdFields>>,
+    ) -> Result<Arc<dyn Store>> {
+        let store = document::DocumentStore::new(self, collection, field, lock_id)?;
         Ok(Arc::new(store))
     }
 

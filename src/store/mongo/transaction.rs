@@ -69,7 +69,8 @@ pub(crate) struct LeaseCheck<'a> {
 }
 
 /// The check's filter: the lock of `check`'s key still under its lease id
-/// and owner id, and not expired by the server's clock (in the lock
+/// and owner id (and in `LockId` if kept for other clients), and not
+/// expired by the server's clock (in the lock
 /// collection, as an exclusive lease or a holder of a shared or semaphore
 /// key: [`holder_check_filter`](super::renew::holder_check_filter)).
 pub(super) fn check_filter(check: &LeaseCheck<'_>) -> Document {
@@ -77,12 +78,17 @@ pub(super) fn check_filter(check: &LeaseCheck<'_>) -> Document {
     if place.field.is_none() {
         return super::renew::holder_check_filter(check.key, check.owner, check.lease_id);
     }
-    doc! {
+    let mut filter = doc! {
         field::ID: check.key,
         place.path(field::LEASE_ID): bson_lease_id(check.lease_id),
         place.path(field::OWNER): { "$eq": check.owner },
         "$expr": { "$gt": [format!("${}", place.path(field::EXPIRES_AT)), "$$NOW"] },
+    };
+    // Kept for other clients: their takeover rewrote it, and ended the lease.
+    if let Some(lock_id) = &place.lock_id {
+        filter.insert(lock_id, bson_lease_id(check.lease_id));
     }
+    filter
 }
 
 /// The check's update: `ts = max($$NOW, ts + 1 ms)` (the lock's, or the

@@ -17,14 +17,20 @@
 //!   released state (each conditional on the lease, so at most one applies);
 //! - nothing here creates an index in the user's collection; listing,
 //!   observing, force release and release by another owner id are not
-//!   offered (`Error::Unsupported`).
+//!   offered (`Error::Unsupported`);
+//! - with [`LockIdFields`], the lease id and last renewal are also kept in
+//!   top-level `LockId` / `LockTime` fields for other clients, and every
+//!   write conditional on the lease also requires `LockId` to hold it
+//!   (`top_lock`).
 //!
 //! The BSON it sends is built by pure functions over the shared rules
 //! (`rules`, under `F`): `pipeline` (acquire, renewal, release), `write`
-//! (writes under a lease) and `events` (the change-stream stages).
+//! (writes under a lease), `events` (the change-stream stages) and
+//! `top_lock` (`LockId` / `LockTime`).
 
 mod events;
 mod pipeline;
+mod top_lock;
 mod write;
 
 use std::sync::Arc;
@@ -43,6 +49,7 @@ use self::pipeline::{
     DOCUMENT, acquire_pipeline, acquire_projection, info_projection, lease_filter, lock_view,
     payload_update, release_update, remove_update, renew_update,
 };
+use self::top_lock::TopLock;
 use self::write::{
     LockAfter, held_filter, held_removable_filter, held_waited_filter, write_operators,
     write_pipeline,
@@ -57,6 +64,7 @@ use crate::document_update::DocumentUpdate;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
+use crate::lock_id_fields::LockIdFields;
 use crate::store::{
     AcquireOutcome, AcquireRequest, Announcement, DocumentWrite, LeaseRef, LockPlace, Store,
     lease_info, replies,
@@ -70,19 +78,49 @@ pub(crate) struct DocumentStore {
     coll: Collection<Document>,
     /// The lock field `F`.
     field: Arc<str>,
+    /// `LockId` / `LockTime` kept at the top, if opened with them.
+    lock_id: Option<Arc<LockIdFields>>,
+    top: Option<Arc<TopLock>>,
 }
 
 impl DocumentStore {
     /// In-document leases on `collection` (the lock collection's database,
     /// same concerns), with the lock fields under `field`. Sends nothing.
-    pub(crate) fn new(locks: &MongoStore, collection: &str, field: &str) -> Result<Self> {
+    pub(crate) fn new(
+        locks: &MongoStore,
+        collection: &str,
+        field: &str,
+        lock_id: Option<Arc<LockIdFields>>,
+    ) -> Result<Self> {
         crate::document_update::check_collection(collection)?;
         crate::document_update::check_field(field)?;
+        if let Some(fields) = &lock_id {
+            fields.check(field)?;
+        }
         Ok(DocumentStore {
             locks: locks.clone(),
             coll: locks.sibling(collection),
             field: field.into(),
+            top: lock_id.as_deref().map(|f| Arc::new(TopLock::new(f))),
+            lock_id,
         })
+    }
+
+    /// `filter`, only while the lease is current in `LockId` too (with
+    /// `LockId` / `LockTime` kept).
+    fn current(&self, filter: Document) -> Document {
+        match &self.top {
+            Some(top) => top.only_current(&self.field, filter),
+            None => filter,
+        }
+    }
+
+    /// The lock of `document` as read ([`lock_view`], or [`TopLock::view`]).
+    fn view(&self, document: &Document, now: Bson) -> Option<Document> {
+        match &self.top {
+            Some(top) => top.view(&self.field, document, now),
+            None => lock_view(&self.field, document, now),
+        }
     }
 
     fn owner(&self) -> &str {
@@ -126,7 +164,7 @@ impl DocumentStore {
                 source: None,
             });
         };
-        let view = lock_view(&self.field, document, now);
+        let view = self.view(document, now);
         let outcome = replies::in_document(key, self.owner(), lease_id, view.as_ref());
         Ok((outcome, Some(document.clone())))
     }
@@ -146,6 +184,7 @@ impl DocumentStore {
             lease_id,
             waiting,
             create.as_ref(),
+            self.top.as_deref(),
         );
         let attempt = self
             .locks
@@ -198,9 +237,13 @@ impl DocumentStore {
     }
 
     async fn renew_batch(&self, leases: Vec<LeaseRef>, ttl: Duration) -> Result<Vec<LeaseRef>> {
-        let filter = |leases: &[LeaseRef]| lease_filter(&self.field, self.owner(), leases);
+        let filter =
+            |leases: &[LeaseRef]| self.current(lease_filter(&self.field, self.owner(), leases));
         // Idempotent, judged by matchedCount (docs/mongodb-behaviour.md, B4).
-        let update = renew_update(&self.field, ttl_ms(ttl));
+        let mut update = renew_update(&self.field, ttl_ms(ttl));
+        if let Some(top) = &self.top {
+            update = top.renewing(update);
+        }
         self.locks
             .renew_matching(
                 &self.coll,
@@ -216,13 +259,24 @@ impl DocumentStore {
     /// delete mode ([`release_in_two_writes`]), "delete" being the removal of
     /// the lock field: removed where the token is at least
     /// `DELETE_MIN_TOKEN_AGE` old and nobody waited; the rest left in the
-    /// released state.
+    /// released state. With `LockId` / `LockTime` kept, only while the
+    /// lease is current there, and both are set to null.
     async fn release_matching(&self, filter: Document, single: bool) -> Result<u64> {
+        let filter = self.current(filter);
         let removable = self
             .lock()
             .deletable_filter(filter.clone(), min_token_age_ms(), &[]);
-        let remove = || remove_update(&self.field).into();
-        let release = || release_update(&self.field, self.locks.yield_ms()).into();
+        let remove = || match &self.top {
+            Some(top) => top.releasing_operators(&remove_update(&self.field)).into(),
+            None => remove_update(&self.field).into(),
+        };
+        let release = || {
+            let update = release_update(&self.field, self.locks.yield_ms());
+            match &self.top {
+                Some(top) => top.releasing(update).into(),
+                None => update.into(),
+            }
+        };
         let (removed, marked) = release_in_two_writes(
             single,
             self.locks
@@ -258,9 +312,19 @@ impl DocumentStore {
     ) -> Result<Option<Document>> {
         let lock_field = &self.field;
         let owner = self.owner();
+        let top = self.top.as_deref();
+        // The lock field after the write, and `LockId` / `LockTime` null if
+        // it releases.
+        let operators = |user: &Document, after: LockAfter| {
+            let update = write_operators(lock_field, user, after);
+            match top {
+                Some(top) if after != LockAfter::Kept => top.releasing_operators(&update),
+                _ => update,
+            }
+        };
         match write.update {
             DocumentUpdate::Pipeline(stages) => {
-                let update = write_pipeline(
+                let mut update = write_pipeline(
                     lock_field,
                     owner,
                     token,
@@ -269,13 +333,23 @@ impl DocumentStore {
                     self.locks.yield_ms(),
                     min_token_age_ms(),
                 );
-                self.write_if(held_filter(lock_field, owner, &lease), update)
+                if let Some(top) = top {
+                    update = top.around_pipeline(
+                        update,
+                        stages.len(),
+                        lock_field,
+                        owner,
+                        token,
+                        write.release,
+                    );
+                }
+                self.write_if(self.current(held_filter(lock_field, owner, &lease)), update)
                     .await
             }
             DocumentUpdate::Modifiers(user) if !write.release => {
                 self.write_if(
-                    held_filter(lock_field, owner, &lease),
-                    write_operators(lock_field, &user, LockAfter::Kept),
+                    self.current(held_filter(lock_field, owner, &lease)),
+                    operators(&user, LockAfter::Kept),
                 )
                 .await
             }
@@ -286,8 +360,13 @@ impl DocumentStore {
                 if !write.young {
                     let removed = self
                         .write_if(
-                            held_removable_filter(lock_field, owner, &lease, min_token_age_ms()),
-                            write_operators(lock_field, &user, LockAfter::Removed),
+                            self.current(held_removable_filter(
+                                lock_field,
+                                owner,
+                                &lease,
+                                min_token_age_ms(),
+                            )),
+                            operators(&user, LockAfter::Removed),
                         )
                         .await?;
                     if removed.is_some() {
@@ -296,8 +375,8 @@ impl DocumentStore {
                 }
                 let released = self
                     .write_if(
-                        held_waited_filter(lock_field, owner, &lease, false),
-                        write_operators(lock_field, &user, LockAfter::Released(None)),
+                        self.current(held_waited_filter(lock_field, owner, &lease, false)),
+                        operators(&user, LockAfter::Released(None)),
                     )
                     .await?;
                 if released.is_some() {
@@ -309,8 +388,8 @@ impl DocumentStore {
                         .saturating_add(self.locks.yield_ms()),
                 );
                 self.write_if(
-                    held_waited_filter(lock_field, owner, &lease, true),
-                    write_operators(lock_field, &user, LockAfter::Released(Some(until))),
+                    self.current(held_waited_filter(lock_field, owner, &lease, true)),
+                    operators(&user, LockAfter::Released(Some(until))),
                 )
                 .await
             }
@@ -318,10 +397,14 @@ impl DocumentStore {
     }
 
     async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
-        let found = self.read_key(&key, info_projection(&self.field)).await?;
+        let mut projection = info_projection(&self.field);
+        if let Some(top) = &self.top {
+            projection = top.projecting(projection);
+        }
+        let found = self.read_key(&key, projection).await?;
         Ok(found.and_then(|found| {
             let now = *found.get_datetime("now").ok()?;
-            let view = lock_view(&self.field, &found, Bson::DateTime(now))?;
+            let view = self.view(&found, Bson::DateTime(now))?;
             Some(lease_info(&key, &view, now.to_system_time()))
         }))
     }
@@ -374,6 +457,7 @@ impl Store for DocumentStore {
         let store = self.clone();
         async move {
             let filter = store.lock().owner_filter(store.owner(), &except);
+            // Only leases current in `LockId` too (`release_matching`).
             store.release_matching(filter, false).await
         }
         .boxed()
@@ -426,7 +510,7 @@ impl Store for DocumentStore {
             let result = store
                 .locks
                 .bounded(store.coll.update_one(
-                    store.lock().payload_filter(store.owner(), &lease),
+                    store.current(store.lock().payload_filter(store.owner(), &lease)),
                     payload_update(&store.field, payload),
                 ))
                 .await?;
@@ -449,15 +533,17 @@ impl Store for DocumentStore {
     fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
         let store = self.clone();
         let lock_field = self.field.clone();
+        let top_id = self.top.as_ref().map(|t| t.id().to_string());
         let open = async move {
-            let pipeline = release_events_pipeline(&store.field);
+            let top_id = store.top.as_ref().map(|t| t.id());
+            let pipeline = release_events_pipeline(&store.field, top_id);
             store
                 .locks
                 .bounded(store.coll.watch().pipeline(pipeline))
                 .await
         };
         announcements(open, move |event| {
-            key_write(&lock_field, event).map(crate::store::Announcement::Write)
+            key_write(&lock_field, top_id.as_deref(), event).map(crate::store::Announcement::Write)
         })
     }
 
@@ -466,11 +552,16 @@ impl Store for DocumentStore {
             database: self.coll.namespace().db,
             collection: self.coll.name().to_string(),
             field: Some(self.field.to_string()),
+            lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
         }
     }
 
     fn removes_on_release(&self) -> bool {
         true
+    }
+
+    fn lock_id_fields(&self) -> Option<Arc<LockIdFields>> {
+        self.lock_id.clone()
     }
 
     fn acquire(
@@ -490,6 +581,9 @@ impl Store for DocumentStore {
             } = request;
             crate::store::document_shape(shape)?;
             crate::store::payload_applies(true, shape, payload.as_ref())?;
+            if let Some(fields) = &store.lock_id {
+                fields.check_ttl(ttl)?;
+            }
             store
                 .acquire_once(key, lease_id, waiting, ttl, create)
                 .await

@@ -13,6 +13,7 @@ use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
 
 use super::super::rules::{LockPath, bson_lease_id};
+use super::top_lock::TopLock;
 use crate::store::{LeaseRef, field};
 
 /// The acquire update of a user's document: one `findAndModify` on `_id`
@@ -30,6 +31,9 @@ use crate::store::{LeaseRef, field};
 ///
 /// With `create` (the upsert's fields), a document that has only `_id` (the
 /// one an upsert starts from) first gets `create`'s fields, as literals.
+///
+/// With `top` (`LockId` / `LockTime` kept at the top), the win rule is
+/// [`TopLock::wins`] and winning also writes [`TopLock::acquired`].
 pub(super) fn acquire_pipeline(
     lock_field: &str,
     owner: &str,
@@ -37,18 +41,25 @@ pub(super) fn acquire_pipeline(
     lease_id: Uuid,
     waiting: bool,
     create: Option<&Document>,
+    top: Option<&TopLock>,
 ) -> Vec<Document> {
     let at = LockPath::under(lock_field);
     let lid = bson_lease_id(lease_id);
-    let wins = at.wins(owner, &lid, None);
-    let took =
-        doc! { "$mergeObjects": ["$$ROOT", { lock_field: at.acquired(owner, &lid, ttl_ms) }] };
+    let mut wins = at.wins(owner, &lid, None);
+    let mut lock = doc! { lock_field: at.acquired(owner, &lid, ttl_ms) };
+    let mut held_by_other = at.held_by_other(owner);
+    if let Some(top) = top {
+        wins = top.wins(lock_field, wins);
+        lock.extend(top.acquired(&lid));
+        held_by_other = top.marks(lock_field, held_by_other);
+    }
+    let took = doc! { "$mergeObjects": ["$$ROOT", lock] };
     let lost = if waiting {
         let marked = doc! { "$mergeObjects": ["$$ROOT", { lock_field: { "$mergeObjects": [
             format!("${lock_field}"),
             { field::WAITING_SINCE: at.waiting_since() },
         ]}}]};
-        Bson::from(doc! { "$cond": [at.held_by_other(owner), marked, "$$ROOT"] })
+        Bson::from(doc! { "$cond": [held_by_other, marked, "$$ROOT"] })
     } else {
         Bson::from("$$ROOT")
     };

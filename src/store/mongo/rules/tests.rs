@@ -405,7 +405,7 @@ mod on_mongod {
         let (_, store) = test_store(&db, "rules", TTL);
         let (token, lock) = ahead_of_the_clock();
         let users = crate::testkit::unique_name("rules_documents");
-        let documents = DocumentStore::new(&store, &users, "_lease").unwrap();
+        let documents = DocumentStore::new(&store, &users, "_lease", None).unwrap();
         let users = db.collection::<Document>(&users);
         users
             .insert_one(doc! { "_id": "d", "x": 1, "_lease": lock })

@@ -95,7 +95,7 @@ impl MongoStore {
         key: LeaseKey,
         lease_id: Uuid,
     ) -> Result<AcquireOutcome> {
-        let store = DocumentStore::new(self, collection, field)?;
+        let store = DocumentStore::new(self, collection, field, None)?;
         Ok(store.reread(key, lease_id, true).await?.0)
     }
 }

@@ -7,6 +7,7 @@ fn place(field: Option<&str>) -> LockPlace {
         database: "app".into(),
         collection: "workitem".into(),
         field: field.map(str::to_string),
+        lock_id: None,
     }
 }
 

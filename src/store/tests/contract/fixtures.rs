@@ -21,6 +21,16 @@ mod pattern2_client;
 /// The twin's user collection of in-document leases.
 const DOCUMENTS: &str = "documents";
 
+/// The twin's user collection of documents locked by `LockId` / `LockTime`.
+const LOCK_ID_DOCUMENTS: &str = "lock_id_documents";
+
+/// `LockIdFields` with `max` as `max_duration`.
+fn lock_id_fields(max: Duration) -> Option<std::sync::Arc<crate::LockIdFields>> {
+    Some(std::sync::Arc::new(
+        crate::LockIdFields::builder().max_duration(max).build(),
+    ))
+}
+
 // ----- the twin ---------------------------------------------------------------
 
 pub(super) struct MemoryFixture {
@@ -134,8 +144,36 @@ impl Fixture for MemoryFixture {
     async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store> {
         self.store(owner)
             .await
-            .documents(DOCUMENTS, FIELD)
+            .documents(DOCUMENTS, FIELD, None)
             .expect("the twin's in-document leases")
+    }
+
+    async fn documents_with_lock_id(
+        &self,
+        owner: &str,
+        max: Duration,
+    ) -> std::sync::Arc<dyn Store> {
+        self.store(owner)
+            .await
+            .documents(LOCK_ID_DOCUMENTS, FIELD, lock_id_fields(max))
+            .expect("the twin's in-document leases with LockId / LockTime")
+    }
+
+    async fn client_lock(
+        &self,
+        key: impl Into<LeaseKey>,
+        ahead_ms: i64,
+        max: Duration,
+    ) -> Option<Uuid> {
+        let documents = self.db.documents(LOCK_ID_DOCUMENTS, FIELD);
+        let now = documents.date(documents.server_now()).timestamp_millis();
+        documents.lock_by_id(key, DateTime::from_millis(now + ahead_ms), max)
+    }
+
+    async fn client_unlock(&self, key: impl Into<LeaseKey>, lock_id: Uuid) -> bool {
+        self.db
+            .documents(LOCK_ID_DOCUMENTS, FIELD)
+            .unlock_by_id(key, lock_id)
     }
 
     async fn expire_document(&self, key: impl Into<LeaseKey>) {
@@ -241,6 +279,12 @@ impl MongoFixture {
     /// The user collection of [`Fixture::documents`].
     fn documents_collection(&self) -> String {
         format!("{}_documents", self.collection)
+    }
+
+    /// The user collection of [`Fixture::documents_with_lock_id`].
+    fn lock_id_collection(&self) -> mongodb::Collection<Document> {
+        self.db
+            .collection(&format!("{}_lock_id_documents", self.collection))
     }
 }
 
@@ -480,8 +524,59 @@ impl Fixture for MongoFixture {
     async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store> {
         self.store(owner)
             .await
-            .documents(&self.documents_collection(), FIELD)
+            .documents(&self.documents_collection(), FIELD, None)
             .expect("in-document leases")
+    }
+
+    async fn documents_with_lock_id(
+        &self,
+        owner: &str,
+        max: Duration,
+    ) -> std::sync::Arc<dyn Store> {
+        let collection = self.lock_id_collection().name().to_string();
+        self.store(owner)
+            .await
+            .documents(&collection, FIELD, lock_id_fields(max))
+            .expect("in-document leases with LockId / LockTime")
+    }
+
+    async fn client_lock(
+        &self,
+        key: impl Into<LeaseKey>,
+        ahead_ms: i64,
+        max: Duration,
+    ) -> Option<Uuid> {
+        let key = key.into().to_bson();
+        let now = DateTime::from_millis(DateTime::now().timestamp_millis() + ahead_ms);
+        let cutoff = DateTime::from_millis(now.timestamp_millis() - max.as_millis() as i64);
+        let lock_id = mongodb::bson::Uuid::new();
+        let locked = self
+            .lock_id_collection()
+            .find_one_and_update(
+                doc! { "_id": &key, "$or": [{ "LockId": null }, { "LockTime": { "$lt": cutoff } }] },
+                doc! { "$set": { "LockId": lock_id, "LockTime": now } },
+            )
+            .upsert(true)
+            .return_document(mongodb::options::ReturnDocument::After)
+            .await;
+        match locked {
+            Ok(_) => Some(Uuid::from_bytes(lock_id.bytes())),
+            Err(e) if e.to_string().contains("E11000") => None,
+            Err(e) => panic!("the client's lock of {key}: {e}"),
+        }
+    }
+
+    async fn client_unlock(&self, key: impl Into<LeaseKey>, lock_id: Uuid) -> bool {
+        let lock_id = mongodb::bson::Uuid::from_bytes(lock_id.into_bytes());
+        let result = self
+            .lock_id_collection()
+            .update_one(
+                doc! { "_id": key.into().to_bson(), "LockId": lock_id },
+                doc! { "$set": { "LockId": null, "LockTime": null } },
+            )
+            .await
+            .expect("the client's unlock");
+        result.modified_count == 1
     }
 
     async fn expire_document(&self, key: impl Into<LeaseKey>) {
@@ -509,6 +604,10 @@ impl Fixture for MongoFixture {
             .drop()
             .await
             .expect("drop the scenario's user collection");
+        self.lock_id_collection()
+            .drop()
+            .await
+            .expect("drop the scenario's LockId / LockTime collection");
     }
 
     async fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str) {

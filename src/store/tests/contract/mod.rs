@@ -45,6 +45,7 @@ mod kinds;
 mod lease_ttl;
 mod light;
 mod lock_delay;
+mod lock_id;
 mod loss_detection;
 mod payload_acquire;
 mod permits;
@@ -189,6 +190,27 @@ trait Fixture: Sized {
     /// user collection, lock field [`FIELD`]: [`Store::documents`] of
     /// [`Fixture::store`].
     async fn documents(&self, owner: &str) -> std::sync::Arc<dyn Store>;
+
+    /// The in-document leases of the owner id `owner` on this fixture's
+    /// user collection of documents locked by `LockId` / `LockTime` (another
+    /// one than [`Fixture::documents`]'s), lock field [`FIELD`], with the
+    /// other client's `max` as `max_duration`.
+    async fn documents_with_lock_id(&self, owner: &str, max: Duration)
+    -> std::sync::Arc<dyn Store>;
+
+    /// The other client's lock of the document `key` there, at its clock's
+    /// now (the server's, moved by `ahead_ms`), by its exact command
+    /// (`LockIdFields`' docs): its `LockId`, or `None` ("already locked").
+    async fn client_lock(
+        &self,
+        key: impl Into<LeaseKey>,
+        ahead_ms: i64,
+        max: Duration,
+    ) -> Option<Uuid>;
+
+    /// That client's unlock of `key` under `lock_id` (`LockId: null,
+    /// LockTime: null` where `LockId` is still `lock_id`): whether it matched.
+    async fn client_unlock(&self, key: impl Into<LeaseKey>, lock_id: Uuid) -> bool;
 
     /// Makes the holder `lease_id` of the shared or semaphore key `key`
     /// expired by server time (a holder whose renewals stopped), keeping
@@ -497,6 +519,8 @@ contract!(
     documents::document_renewal_reports_exactly_the_leases_taken_over,
     documents::a_released_document_lease_is_taken_with_a_greater_token_also_after_its_removal,
     documents::a_document_write_applies_only_under_the_held_lease,
+    lock_id::documents_locked_by_lock_id_exclude_the_other_client_both_ways,
+    lock_id::a_client_lock_expired_by_its_rule_is_taken_over_and_a_client_takeover_ends_our_lease,
     // The queue of waiting owners.
     queue::waiting_owners_are_handed_the_key_in_arrival_order_with_greater_tokens,
     queue::an_owner_that_leaves_the_queues_is_never_handed_a_key_and_the_others_keep_their_places,

@@ -25,7 +25,7 @@ fn cond_and_took(stage: &Document) -> (&Vec<Bson>, &Vec<Bson>) {
 
 #[test]
 fn acquire_merges_the_lock_field_into_the_document_and_never_replaces_it() {
-    let pipeline = acquire_pipeline(LOCK_FIELD, "me", 5_000, LID, false, None);
+    let pipeline = acquire_pipeline(LOCK_FIELD, "me", 5_000, LID, false, None, None);
     assert_eq!(pipeline.len(), 1);
     let (cond, took) = cond_and_took(&pipeline[0]);
     assert_eq!(took[0], Bson::from("$$ROOT"));
@@ -66,7 +66,7 @@ fn acquire_merges_the_lock_field_into_the_document_and_never_replaces_it() {
 
 #[test]
 fn acquire_follows_the_token_rule_under_the_lock_field() {
-    let pipeline = acquire_pipeline(LOCK_FIELD, "me", 5_000, LID, false, None);
+    let pipeline = acquire_pipeline(LOCK_FIELD, "me", 5_000, LID, false, None, None);
     let (_, took) = cond_and_took(&pipeline[0]);
     let token = took[1]
         .as_document()
@@ -95,7 +95,7 @@ fn acquire_follows_the_token_rule_under_the_lock_field() {
 #[test]
 fn a_creating_acquire_fills_only_a_document_that_has_only_its_id() {
     let create = doc! { "state": "new", "$odd": 1 };
-    let pipeline = acquire_pipeline(LOCK_FIELD, "me", 5_000, LID, true, Some(&create));
+    let pipeline = acquire_pipeline(LOCK_FIELD, "me", 5_000, LID, true, Some(&create), None);
     assert_eq!(pipeline.len(), 2);
     assert_eq!(
         pipeline[0],
