@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use crate::harness::{Fleet, Params};
 use crate::holder_crashes::kill_holder_and_time_takeover;
-use crate::scenario::{finish, params, progress, serial, summarize, takeover_bound, three_members};
+use crate::scenario::{
+    finish, params, progress, scenario_slot, summarize, takeover_bound, three_members,
+};
 
 /// Builds the wall-clock shifting `LD_PRELOAD` shim (`clockshift.c`).
 fn build_clock_shim() -> std::path::PathBuf {
@@ -44,7 +46,7 @@ async fn spawn_skewed(fleet: &mut Fleet, shim: &std::path::Path, offset: i64) ->
 /// worker's leases would be expired on arrival (exclusion fails).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h_client_wall_clock_offset_by_minutes() {
-    let _serial = serial().await;
+    let _slot = scenario_slot().await;
     let rs = three_members(false).await;
     let shim = build_clock_shim();
     let p = Params {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::harness::{Fleet, Params};
 use crate::scenario::{
-    Rounds, finish, params, progress, serial, settled_primary, summarize, three_members,
+    Rounds, finish, params, progress, scenario_slot, settled_primary, summarize, three_members,
     write_probe,
 };
 
@@ -18,7 +18,7 @@ use crate::scenario::{
 /// survive each failover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_primary_step_down_every_few_seconds() {
-    let _serial = serial().await;
+    let _slot = scenario_slot().await;
     let rs = three_members(false).await;
     let (p, mut fleet) = working_fleet(&rs).await;
     let mut failovers = Outages::default();
@@ -40,7 +40,7 @@ async fn b_primary_step_down_every_few_seconds() {
 /// (c) The primary is killed with SIGKILL, then restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_primary_kill_9_and_restart() {
-    let _serial = serial().await;
+    let _slot = scenario_slot().await;
     let rs = three_members(false).await;
     let (p, mut fleet) = working_fleet(&rs).await;
     let mut failovers = Outages::default();
@@ -62,7 +62,7 @@ async fn c_primary_kill_9_and_restart() {
 /// (g) Every member is restarted (SIGTERM, then started again) at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_restart_all_members() {
-    let _serial = serial().await;
+    let _slot = scenario_slot().await;
     let rs = three_members(false).await;
     let (_, mut fleet) = working_fleet(&rs).await;
     let mut outages = Outages::default();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::harness::{Fleet, Params};
 use crate::scenario::{
-    Rounds, finish, params, progress, serial, summarize, takeover_bound, three_members,
+    Rounds, finish, params, progress, scenario_slot, summarize, takeover_bound, three_members,
 };
 
 /// Kills (SIGKILL) the worker behind the next acquisition that `pick`
@@ -56,7 +56,7 @@ pub async fn kill_holder_and_time_takeover(
 /// must be taken over within [`takeover_bound`] of the crash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e_holder_processes_kill_9() {
-    let _serial = serial().await;
+    let _slot = scenario_slot().await;
     let rs = three_members(false).await;
     let p = Params {
         hold_ms: (200, 400),

@@ -10,7 +10,9 @@ use tokio::time::Instant;
 use crate::checker::ms;
 use crate::common;
 use crate::harness::{Fleet, Params};
-use crate::scenario::{Rounds, finish, params, progress, serial, three_members, write_probe};
+use crate::scenario::{
+    Rounds, finish, params, progress, scenario_slot, three_members, write_probe,
+};
 
 /// (d) One holder's link is blackholed for longer than the TTL while it is
 /// inside a critical section (between its claim and its write). Its token
@@ -18,7 +20,7 @@ use crate::scenario::{Rounds, finish, params, progress, serial, three_members, w
 /// delivered after the heal, must be refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d_holder_link_blackholed_longer_than_ttl() {
-    let _serial = serial().await;
+    let _slot = scenario_slot().await;
     let rs = three_members(false).await;
     let p = params(2.0);
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;
@@ -152,7 +154,7 @@ async fn d_holder_link_blackholed_longer_than_ttl() {
 /// members and between members (each member's configured host is a proxy).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f_200ms_latency_on_every_link() {
-    let _serial = serial().await;
+    let _slot = scenario_slot().await;
     let rs = three_members(true).await;
     // Four keys: the same 8 critical sections (a majority write takes
     // about a second here), twice as many of them at once. TTL 45 s: the

@@ -38,7 +38,7 @@ mod worker;
 use std::time::Duration;
 
 use harness::Fleet;
-use scenario::{Rounds, finish, params, progress, serial, three_members};
+use scenario::{Rounds, finish, params, progress, scenario_slot, three_members};
 
 /// The worker process. Not a test of its own: the scenarios start it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +63,7 @@ async fn worker_process() {
 /// (a) No faults: the baseline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_no_faults() {
-    let _serial = serial().await;
+    let _slot = scenario_slot().await;
     let rs = three_members(false).await;
     let p = params(2.0);
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;

@@ -13,10 +13,12 @@ use tokio::time::Instant;
 use crate::checker::Report;
 use crate::harness::{Fleet, Params};
 
-/// One scenario at a time in this binary.
-pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    SERIAL.lock().await
+/// At most two scenarios at a time in this binary (each starts its own
+/// replica set and worker processes; their verdicts do not depend on the
+/// machine's speed, and a third would only queue on 2 cores).
+pub async fn scenario_slot() -> tokio::sync::SemaphorePermit<'static> {
+    static SCENARIOS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+    SCENARIOS.acquire().await.expect("never closed")
 }
 
 /// How long to keep injecting faults: `None` for the quick run, in which

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::checker::{Violation, Violations, try_check};
 use crate::harness::{Event, Fleet, Params};
-use crate::scenario::{progress, serial};
+use crate::scenario::{progress, scenario_slot};
 
 /// The commands a fail point may fail.
 const COMMANDS: [&str; 7] = [
@@ -486,7 +486,7 @@ const SHORT_SEED: u64 = 12;
 /// default test run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_fault_run_short() {
-    let _serial = serial().await;
+    let _slot = scenario_slot().await;
     let seed = env("FAULT_SEED").unwrap_or(SHORT_SEED);
     let (operations, violations) = run(seed, Some(1), 8.0, None).await;
     assert_eq!(violations, 0, "violations found: see the excerpts above");
@@ -504,7 +504,7 @@ async fn seeded_fault_run_short() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: run by hand (docs/fault-runs.md)"]
 async fn fault_run() {
-    let _serial = serial().await;
+    let _slot = scenario_slot().await;
     let secs: f64 = env("FAULT_SEED_SECS").unwrap_or(120.0);
     let total: Option<f64> = env("FAULT_RUN_SECS");
     let (_, violations) = run(
