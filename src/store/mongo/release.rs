@@ -214,15 +214,26 @@ pub(super) fn force_release_update(yield_ms: i64, delay_ms: i64) -> Vec<Document
 /// permits, `exp = min(exp, $$NOW)` and `lid` removed; any other document
 /// unchanged (`nModified` 0).
 pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
+    let expires = doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] };
+    // Restated in the release itself, not by a last stage: a document this
+    // write leaves alone must stay unchanged, since `nModified` is the
+    // answer.
     let released = root_with(
-        doc! { field::EXPIRES_AT: { "$min": [f(field::EXPIRES_AT), "$$NOW"] } },
+        doc! {
+            field::EXPIRES_AT: expires.clone(),
+            field::OBTAINED_AT: f(field::RENEWED_AT),
+            field::TTL_SECONDS: { "$divide": [
+                { "$subtract": [expires, f(field::RENEWED_AT)] },
+                1000.0,
+            ]},
+        },
         &[field::LEASE_ID],
     );
-    restated_after(vec![doc! { "$replaceWith": { "$cond": [
+    vec![doc! { "$replaceWith": { "$cond": [
         ours_and_nobody_else_waits(owner, LID, vec![]),
         released,
         "$$ROOT",
-    ]}}])
+    ]}}]
 }
 
 /// Every lease document of `owner` not released yet (live, or expired

@@ -99,7 +99,14 @@ pub(super) fn check_filter(check: &LeaseCheck<'_>) -> Document {
 /// write conflict.
 pub(super) fn check_update(check: &LeaseCheck<'_>) -> Vec<Document> {
     let ts = check.place.path(field::RENEWED_AT);
-    vec![doc! { "$set": { &ts: { "$max": ["$$NOW", { "$add": [format!("${ts}"), 1_i64] }] } } }]
+    let set_ts =
+        doc! { "$set": { &ts: { "$max": ["$$NOW", { "$add": [format!("${ts}"), 1_i64] }] } } };
+    match check.place.field {
+        // In the lock collection, `obtained_at` follows `ts` ("Read by
+        // other clients" in `store`).
+        None => super::rules::restated_after(vec![set_ts]),
+        Some(_) => vec![set_ts],
+    }
 }
 
 /// Runs `callback` and the check of `check`'s lease in one transaction on a

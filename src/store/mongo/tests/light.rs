@@ -378,6 +378,36 @@ async fn the_light_release_writes_the_general_releases_document_and_defers_to_it
     env.drop().await;
 }
 
+/// The light release's answer is `nModified`: a lease it no longer finds
+/// (another owner's lease now, in a document whose restated fields lag,
+/// e.g. written before they existed) is 0 and the document unchanged, and a
+/// release of ours restates them in its own write.
+#[tokio::test]
+async fn a_light_release_that_does_not_apply_changes_nothing_even_a_document_not_restated() {
+    let env = Env::new().await;
+    let ours = env.take("k").await;
+    let theirs = with(
+        lock("k", "b", at(30)),
+        doc! { field::LEASE_ID: bson_lease_id(Uuid::new_v4()) },
+    );
+    env.raw()
+        .replace_one(doc! { "_id": "k" }, theirs.clone())
+        .await
+        .unwrap();
+    assert_eq!(env.store.release_light_command(&ours).await.unwrap(), 0);
+    assert_eq!(env.get("k").await.unwrap(), theirs, "unchanged");
+
+    let ours = env.take("m").await;
+    assert_eq!(env.store.release_light_command(&ours).await.unwrap(), 1);
+    let released = env.get("m").await.unwrap();
+    assert_eq!(
+        released,
+        restated(released.clone()),
+        "restated by the release"
+    );
+    env.drop().await;
+}
+
 #[tokio::test]
 async fn the_light_handoff_writes_the_general_handoffs_document() {
     let env = Env::new().await;

@@ -38,8 +38,11 @@ fn check_of_the_lock_collection_names_top_level_fields() {
     );
     assert_eq!(
         check_update(&check),
-        vec![doc! { "$set": { "ts": { "$max": ["$$NOW", { "$add": ["$ts", 1_i64] }] } } }],
-        "a write that proves the lease, not a renewal"
+        vec![
+            doc! { "$set": { "ts": { "$max": ["$$NOW", { "$add": ["$ts", 1_i64] }] } } },
+            crate::store::mongo::rules::restated(),
+        ],
+        "a write that proves the lease, not a renewal; `obtained_at` follows `ts`"
     );
 }
 
