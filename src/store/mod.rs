@@ -481,7 +481,9 @@
 //!
 //! - every write of a lock document that may change `ts` or `exp` ends with
 //!   one stage (`mongo::rules::restated`) that, on a document of our shape,
-//!   sets `obtained_at = ts` and `ttl = (exp − ts)` seconds: to those
+//!   sets `obtained_at = ts` and `ttl = (exp − ts)` seconds (the light
+//!   release sets them in its own branch instead: its answer is
+//!   `nModified`, so a document it leaves alone must stay unchanged): to those
 //!   clients a lease of ours is held exactly until its `exp` (their strict
 //!   `>` frees it 1 ms later), and a released one (`exp` the release's
 //!   `$$NOW`) is free;
