@@ -248,14 +248,14 @@
 //!   answers `Held` as a registering one does; its owner still waits,
 //!   woken by the change stream of writes (a release that hands the key to
 //!   nobody) and by its next attempts (at least one per `retry_max`), each
-//!   of which tries to register again. Until one succeeds it is an owner that never
-//!   registered (see "Order"): it takes the key only when no live entry of
-//!   another owner is in `q`, so the registered owners keep their order
-//!   and are never passed, and it has no place among the owners beyond the
-//!   bound, which race for the next free entry (no arrival order for them).
-//!   A manager that believes itself registered without being so costs
-//!   nothing: no handoff names it, and leaving a queue one is not in
-//!   changes nothing.
+//!   of which tries to register again. Until one succeeds it is an owner
+//!   that never registered (see "Order"): it takes the key only when no
+//!   live entry of another owner is in `q`, so the registered owners keep
+//!   their order and are never passed, and it has no place among the
+//!   owners beyond the bound, which race for the next free entry (no
+//!   arrival order for them). A manager that believes itself registered
+//!   without being so (the actor cannot tell) costs nothing: no handoff
+//!   names it, and leaving a queue one is not in changes nothing.
 //! - **Handoff on release.** A release of an exclusive lease (also by owner
 //!   id; not a force release, which only frees the key) whose document has
 //!   a live entry of another owner, and no minimum hold ahead (`hl`), makes
