@@ -84,7 +84,9 @@ pub(crate) struct Waiting {
 /// sets a smaller one).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Registration {
+    /// The registering manager's registration window (`R`).
     pub window: Duration,
+    /// The most live entries `q` may hold for a new one to be appended.
     pub bound: usize,
 }
 
