@@ -26,6 +26,22 @@
 //! mongo-lease writes), in 4 alternating rounds; printed: commands per
 //! cycle (driver command monitoring, every command but the driver's
 //! handshakes and heartbeats), cycles/s, and the ratios mongo-lease / raw.
+//!
+//! **Many waiters.** W = 2, 20, 50, 200 managers contend for one key, each
+//! with its own client (managers in this process rather than W processes,
+//! which 2 cores could not run side by side), each task holding the key
+//! about 1 ms per critical section, so W - 1 wait at any time: beyond the
+//! queue's bound (64 registered owners, "Queue of waiting owners" in the
+//! lock protocol) the others wait unregistered. After W (at least 20)
+//! critical sections of warm-up, `FLEET_HANDOFFS` (default 200) are
+//! measured: p50 of release start -> the next holder's acquisition when
+//! the next holder is another manager; commands per handoff (driver
+//! command monitoring of every client, the driver's handshakes and
+//! heartbeats left out), split into the lock's commands and the change
+//! streams' (`aggregate`, `getMore`, `killCursors`); and the `mongod`
+//! process's CPU time per handoff (`utime + stime` of `/proc/<pid>/stat`,
+//! its pid from `serverStatus`; not shown for a server on another
+//! machine). Printed with the ratios to W = 2.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +66,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 fn main() {
     let window = Duration::from_millis(env_or("FLEET_WINDOW_MS", 5_000));
     let cycles = env_or("FLEET_CYCLES", 2_000) as usize;
+    let handoffs = env_or("FLEET_HANDOFFS", 200) as usize;
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let (_replica_set, uri) = mongod::mongod().await;
@@ -57,6 +74,7 @@ fn main() {
         let database = format!("fleet_{}", std::process::id());
         idle_managers(&options, &database, window).await;
         uncontended(&options, &database, cycles).await;
+        many_waiters(&options, &database, handoffs).await;
         let client = Client::with_options(options).expect("client");
         for name in [database.clone(), format!("{database}_other")] {
             client.database(&name).drop().await.expect("drop");
@@ -307,4 +325,230 @@ fn counted(options: &ClientOptions) -> (Client, Arc<AtomicU64>) {
         }
     }));
     (Client::with_options(options).expect("client"), commands)
+}
+
+/// How long a task holds the key per critical section (many waiters).
+const HOLD: Duration = Duration::from_millis(1);
+
+/// What one waiter count measured.
+struct Waiters {
+    p50_ms: f64,
+    lock_commands: f64,
+    stream_commands: f64,
+    /// `mongod`'s CPU ms per handoff, if its `/proc` entry is readable.
+    cpu_ms: Option<f64>,
+    handoffs: usize,
+}
+
+/// Handoff among 2, 20, 50 and 200 managers contending for one key.
+async fn many_waiters(options: &ClientOptions, database: &str, handoffs: usize) {
+    let pid = mongod_pid(options).await;
+    println!(
+        "W managers contending for one key (W - 1 waiting), each with its own client, \
+         ~{HOLD:?} per critical section, {handoffs} critical sections measured"
+    );
+    let mut rows: Vec<(usize, Waiters)> = Vec::new();
+    for w in [2, 20, 50, 200] {
+        let figures = contend(options, database, w, handoffs, pid).await;
+        let cpu = figures
+            .cpu_ms
+            .map_or("n/a".to_string(), |c| format!("{c:.2} ms"));
+        println!(
+            "  W = {w:>3}: handoff p50 {:.2} ms ({} handoffs); {:.2} lock + {:.2} stream \
+             commands per handoff; mongod CPU {cpu} per handoff",
+            figures.p50_ms, figures.handoffs, figures.lock_commands, figures.stream_commands
+        );
+        rows.push((w, figures));
+    }
+    let base = &rows[0].1;
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+        _ => "n/a".to_string(),
+    };
+    for (w, f) in &rows[1..] {
+        println!(
+            "  W = {w:>3} / W = 2: p50 {}, commands {} (lock {}, stream {}), mongod CPU {}",
+            ratio(Some(f.p50_ms), Some(base.p50_ms)),
+            ratio(
+                Some(f.lock_commands + f.stream_commands),
+                Some(base.lock_commands + base.stream_commands)
+            ),
+            ratio(Some(f.lock_commands), Some(base.lock_commands)),
+            ratio(Some(f.stream_commands), Some(base.stream_commands)),
+            ratio(f.cpu_ms, base.cpu_ms),
+        );
+    }
+}
+
+/// `w` managers, each with its own client and one task that acquires the
+/// key, holds it ~[`HOLD`] and releases it, until `max(w, 20)` critical
+/// sections of warm-up and `handoffs` measured ones are done.
+async fn contend(
+    options: &ClientOptions,
+    database: &str,
+    w: usize,
+    handoffs: usize,
+    pid: Option<u32>,
+) -> Waiters {
+    let lock_commands = Arc::new(AtomicU64::new(0));
+    let stream_commands = Arc::new(AtomicU64::new(0));
+    let mut fleet = Vec::with_capacity(w);
+    for _ in 0..w {
+        let mut options = options.clone();
+        let (lock, stream) = (lock_commands.clone(), stream_commands.clone());
+        options.command_event_handler = Some(EventHandler::callback(move |event| {
+            if let CommandEvent::Started(started) = event {
+                match started.command_name.as_str() {
+                    "hello" | "isMaster" | "ping" | "endSessions" => {}
+                    "aggregate" | "getMore" | "killCursors" => {
+                        stream.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        lock.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+        let client = Client::with_options(options).expect("client");
+        let manager = LeaseManager::connect(
+            LeaseManagerOptions::builder()
+                .database(client.database(database))
+                .collection(format!("waiters_{w}.lock"))
+                .build(),
+        )
+        .await
+        .expect("connect");
+        fleet.push((client, manager));
+    }
+    let warm = w.max(20);
+    let total = warm + handoffs;
+    // (acquired, release start, manager) per critical section, in order
+    // (one holder at a time); the counters at the start and end of the
+    // measured ones.
+    type Mark = (u64, u64, Option<u64>);
+    struct Run {
+        sections: Vec<(Instant, Instant, usize)>,
+        start: Option<Mark>,
+        end: Option<Mark>,
+    }
+    let run = Arc::new(std::sync::Mutex::new(Run {
+        sections: Vec::with_capacity(total),
+        start: None,
+        end: None,
+    }));
+    let mark = {
+        let (lock, stream) = (lock_commands.clone(), stream_commands.clone());
+        move || -> Mark {
+            (
+                lock.load(Ordering::Relaxed),
+                stream.load(Ordering::Relaxed),
+                pid.and_then(cpu_ticks),
+            )
+        }
+    };
+    let mut tasks = Vec::with_capacity(w);
+    for (index, (_, manager)) in fleet.iter().enumerate() {
+        let (manager, run, mark) = (manager.clone(), run.clone(), mark.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let lease = manager.acquire("hot").await.expect("acquire");
+                let acquired = Instant::now();
+                let done = run.lock().unwrap().end.is_some();
+                if !done {
+                    tokio::time::sleep(HOLD).await;
+                    let mut run = run.lock().unwrap();
+                    run.sections.push((acquired, Instant::now(), index));
+                    if run.sections.len() == warm {
+                        run.start = Some(mark());
+                    } else if run.sections.len() == total {
+                        run.end = Some(mark());
+                    }
+                }
+                assert_eq!(
+                    lease.release().await.expect("release"),
+                    ReleaseOutcome::Released
+                );
+                if done {
+                    return;
+                }
+            }
+        }));
+    }
+    // Every task gets the key once more after the end (the queue, then the
+    // unregistered ones' race), sees it and stops; a bound far beyond that
+    // turns a hang into a failure.
+    tokio::time::timeout(Duration::from_secs(600), futures::future::join_all(tasks))
+        .await
+        .expect("the contending tasks finish")
+        .into_iter()
+        .for_each(|t| t.expect("a contending task"));
+    for (client, manager) in fleet {
+        manager.shutdown().await.expect("shutdown");
+        client.shutdown().await;
+    }
+    let run = Arc::try_unwrap(run)
+        .ok()
+        .expect("tasks done")
+        .into_inner()
+        .unwrap();
+    let (start, end) = (run.start.expect("start"), run.end.expect("end"));
+    let mut gaps: Vec<f64> = run.sections[warm - 1..total]
+        .windows(2)
+        .filter(|pair| pair[0].2 != pair[1].2)
+        .map(|pair| pair[1].0.duration_since(pair[0].1).as_secs_f64() * 1e3)
+        .collect();
+    gaps.sort_by(f64::total_cmp);
+    let measured = gaps.len();
+    let per = |n: u64| n as f64 / handoffs as f64;
+    let cpu_ms = match (start.2, end.2) {
+        (Some(a), Some(b)) => Some((b - a) as f64 * 1e3 / clock_ticks() / handoffs as f64),
+        _ => None,
+    };
+    Waiters {
+        p50_ms: gaps[(measured - 1) / 2],
+        lock_commands: per(end.0 - start.0),
+        stream_commands: per(end.1 - start.1),
+        cpu_ms,
+        handoffs: measured,
+    }
+}
+
+/// The pid of `mongod`, if it runs on this machine (`serverStatus.pid`,
+/// with its `/proc` entry readable).
+async fn mongod_pid(options: &ClientOptions) -> Option<u32> {
+    let client = Client::with_options(options.clone()).expect("client");
+    let status = client
+        .database("admin")
+        .run_command(doc! { "serverStatus": 1 })
+        .await
+        .expect("serverStatus");
+    client.shutdown().await;
+    let pid = match status.get("pid") {
+        Some(mongodb::bson::Bson::Int64(p)) => u32::try_from(*p).ok(),
+        Some(mongodb::bson::Bson::Int32(p)) => u32::try_from(*p).ok(),
+        _ => None,
+    }?;
+    cpu_ticks(pid).map(|_| pid)
+}
+
+/// `utime + stime` of process `pid`, in clock ticks (`/proc/<pid>/stat`).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces), from
+    // field 3 (state) on: utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`; 100 if it cannot tell).
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
 }

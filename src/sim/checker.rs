@@ -23,7 +23,8 @@
 //!   reaches its live holders within a bound (`checker/revocation.rs`);
 //! - once faults stop, every waiter is answered within a bound;
 //! - a read shows as waiting only managers that wait for the key, or did
-//!   within the waiter window (a registration's lifetime), each once;
+//!   within the waiter window (a registration's lifetime), each once, and
+//!   at most the queue's bound of them;
 //! - reads of one fencing token of a key show one owner and one count of
 //!   leader transitions (only a new acquisition changes them);
 //! - a holder's release answers "released" only for a lease no operator
@@ -67,6 +68,10 @@ pub struct Bounds {
     /// shown waiting for it: its registration window (or a waiting mark's
     /// TTL), plus how late an attempt sent before the wait ended may land.
     pub waiter_window: Duration,
+    /// The most owners a read may show waiting for a key: the bound on its
+    /// queue of waiting owners ("Bound" in `store`'s "Queue of waiting
+    /// owners").
+    pub queue_bound: usize,
 }
 
 /// A property the history breaks.
@@ -637,8 +642,19 @@ impl Checker {
 mod entries;
 impl Checker {
     /// A read showed `waiting` waiting for `key`: each a manager, at most
-    /// once, that waits for the key now or did within the waiter window.
+    /// once, that waits for the key now or did within the waiter window;
+    /// at most the queue's bound of them.
     fn waiters_read(&mut self, key: &str, waiting: &[Option<usize>]) {
+        if waiting.len() > self.bounds.queue_bound {
+            self.violation(
+                key,
+                format!(
+                    "a read shows {} owners waiting, beyond the queue's bound {}",
+                    waiting.len(),
+                    self.bounds.queue_bound
+                ),
+            );
+        }
         let mut seen = BTreeSet::new();
         for shown in waiting {
             let Some(manager) = *shown else {

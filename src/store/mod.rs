@@ -32,8 +32,7 @@
 //! | `pm` | int32, optional | a semaphore key's number of permits, while it has holders in `hs` |
 //! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
 //! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
-//! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each, and `data`, the payload it acquires with, if any (see "Queue of waiting owners") |
-//! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order: `{aid, lid, at, re, hx}` each (see "Queue of waiting owners") |
+//! | `q` | array, optional | the owners waiting for an exclusive key, in arrival order, at most [`MAX_QUEUE`] live: `{aid, lid, at, re, hx}` each, and `data`, the payload it acquires with, if any (see "Queue of waiting owners") |
 //! | `tr` | int64, optional | leader transitions: how many acquisitions took the key from another owner since the document was created (see "Leader transitions") |
 //! | `rv` | document, optional | a cooperative revocation: `{aid, at}`, the owner id that asked the holders to release the key and the server time it asked (see "Revocation"); removed by a new acquisition and a handoff |
 //! | `nb` | date, optional | *not before*: the end of a lock-delay, written by a force release or a release by owner id of a live lease (see "Lock-delay"); removed by a new acquisition |
@@ -241,6 +240,22 @@
 //!   it waits for, which a lease handed to it later exceeds. Every write
 //!   that rewrites `q` drops the entries with `re <= $$NOW` and removes `q`
 //!   once it is empty.
+//! - **Bound.** `q` holds at most [`MAX_QUEUE`] live entries: a waiting
+//!   attempt whose owner has no entry appends one only while fewer are
+//!   live (after dropping the dead ones); an entry it already has is
+//!   refreshed as above whatever the count (a refresh is not a new entry).
+//!   Beyond the bound an attempt writes the rest as before (`wt`) and
+//!   answers `Held` as a registering one does; its owner still waits,
+//!   woken by the change stream of writes (a release that hands the key to
+//!   nobody) and by its next attempts (at least one per `retry_max`), each
+//!   of which tries to register again. Until one succeeds it is an owner
+//!   that never registered (see "Order"): it takes the key only when no
+//!   live entry of another owner is in `q`, so the registered owners keep
+//!   their order and are never passed, and it has no place among the
+//!   owners beyond the bound, which race for the next free entry (no
+//!   arrival order for them). A manager that believes itself registered
+//!   without being so (the actor cannot tell) costs nothing: no handoff
+//!   names it, and leaving a queue one is not in changes nothing.
 //! - **Handoff on release.** A release of an exclusive lease (also by owner
 //!   id; not a force release, which only frees the key) whose document has
 //!   a live entry of another owner, and no minimum hold ahead (`hl`), makes
@@ -613,6 +628,21 @@ pub(crate) fn registration_window(retry_max: Duration, safety_margin: Duration) 
         .saturating_add(REGISTRATION_SLACK)
         .saturating_add(safety_margin)
 }
+
+/// The most live entries the queue of waiting owners of a key (`q`) holds
+/// (see "Queue of waiting owners"): a waiting owner beyond it does not
+/// register, and waits unordered until an entry leaves.
+///
+/// Every write of the key rewrites its document, `q` included, and the
+/// general pipelines walk `q` (live entries, the owner's own, the head).
+/// An entry without a payload is about 117 bytes of BSON (`aid` a 36-byte
+/// UUID string 46, `lid` 26, `at`, `re` and `hx` 12 each, its document's
+/// and array index's overhead 9), so 64 entries cap that at about 7.5 KB
+/// per write of the key (a payload adds its own size per entry), against
+/// about 200 bytes for the rest of the document: a key stays a small
+/// document whatever the fleet, and the queue still orders more waiting
+/// owners than most keys have (`benches/fleet.rs` measures 2 to 200).
+pub(crate) const MAX_QUEUE: usize = 64;
 
 /// In delete mode, how long after a young lease's acquisition (local time
 /// at which its acquire's reply arrived, no earlier than the token's

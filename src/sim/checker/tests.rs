@@ -8,6 +8,7 @@ const BOUNDS: Bounds = Bounds {
     server_faster_ppm: 0,
     liveness: Duration::from_secs(30),
     waiter_window: Duration::from_secs(5),
+    queue_bound: 2,
 };
 
 fn grant(lease: LeaseNo, manager: usize, kind: Kind, token: u64, deadline: u64) -> Event {
@@ -282,6 +283,32 @@ fn waiters_are_answered_within_the_bound_once_faults_stop() {
     assert_eq!(found, vec![]);
     let found = check(vec![(0, wait), (1_000, Event::FaultsStopped)], 31_001);
     assert_eq!(found.len(), 1, "{found:?}");
+}
+
+#[test]
+fn a_read_shows_waiting_owners_up_to_the_queues_bound() {
+    let waits = (0..3).map(|m| {
+        let wait = Event::WaitStarted {
+            waiter: m as WaiterNo,
+            manager: m,
+            key: "k".into(),
+        };
+        (0, wait)
+    });
+    let read = |waiting: Vec<Option<usize>>| Event::WaitersRead {
+        key: "k".into(),
+        waiting,
+        term: None,
+    };
+    let within = waits.clone().chain([(10, read(vec![Some(2), Some(0)]))]);
+    assert_eq!(check(within.collect(), 20), vec![]);
+    let beyond = waits.chain([(10, read(vec![Some(2), Some(0), Some(1)]))]);
+    let found = check(beyond.collect(), 20);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].what.contains("beyond the queue's bound 2"),
+        "{found:?}"
+    );
 }
 
 #[test]

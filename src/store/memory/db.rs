@@ -11,7 +11,7 @@ use mongodb::bson::{Bson, DateTime, Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::doc::{Doc, Foreign};
+use super::doc::{Doc, Foreign, Registration};
 use super::rules::{Collection, apply_acquire};
 use crate::LeaseKind;
 use crate::foreign::ForeignRules;
@@ -446,7 +446,10 @@ impl MemoryDb {
                 false,
                 shape,
                 now,
-                Duration::ZERO,
+                Registration {
+                    window: Duration::ZERO,
+                    bound: crate::store::MAX_QUEUE,
+                },
                 None,
             );
             let outcome = outcome.expect("try_take on a foreign document");

@@ -77,6 +77,19 @@ pub(crate) struct Waiting {
     pub payload: Option<Document>,
 }
 
+/// How a losing waiting attempt registers in `q` ("Queue of waiting owners"
+/// in `store`): for how long (`re = now + window`), and while fewer than
+/// `bound` entries are live (`store::MAX_QUEUE`, unless
+/// [`MemoryStore::with_queue_bound`](super::MemoryStore::with_queue_bound)
+/// sets a smaller one).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Registration {
+    /// The registering manager's registration window (`R`).
+    pub window: Duration,
+    /// The most live entries `q` may hold for a new one to be appended.
+    pub bound: usize,
+}
+
 /// One holder of a shared or semaphore key: an entry of `hs`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Holder {
@@ -163,16 +176,22 @@ impl Doc {
 
     /// A losing waiting attempt's registration: `owner`'s entry refreshed
     /// in place (`at` kept) if it names another lease id or expires within
-    /// half of `window`, or appended; dead entries dropped.
+    /// half of the window, or appended while fewer than the bound are live;
+    /// dead entries dropped.
     pub(super) fn register(
         &mut self,
         owner: &str,
         (lease_id, payload): (Uuid, Option<&Document>),
         ttl: Duration,
-        window: Duration,
+        Registration { window, bound }: Registration,
         now: Instant,
     ) {
         self.queue.retain(|w| w.re > now);
+        let registered = self.queue.iter().any(|w| w.owner == owner);
+        if !registered && self.queue.len() >= bound {
+            // Beyond the bound: no new entry ("Bound" in `store`).
+            return;
+        }
         let fresh = |w: &Waiting| {
             w.lease_id == lease_id && w.re >= now + window / 2 && w.payload.as_ref() == payload
         };

@@ -12,7 +12,7 @@ use mongodb::bson::Document;
 use uuid::Uuid;
 
 use super::control::Op;
-use super::doc::{Doc, Holder};
+use super::doc::{Doc, Holder, Registration};
 use super::kinds;
 use super::rules::{Collection, apply_acquire, apply_hand_over, lease_matches, release_doc};
 use super::store::{MemoryStore, lock_fields_document};
@@ -56,7 +56,10 @@ impl Store for MemoryStore {
         }
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let creates = create.is_some();
-        let registration = self.registration_window();
+        let registration = Registration {
+            window: self.registration_window(),
+            bound: self.queue_bound,
+        };
         let write = self.run(Op::Acquire, vec![key.clone()], {
             let (key, owner) = (key.clone(), owner.clone());
             move |coll, now| {

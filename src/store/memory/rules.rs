@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::db::MemoryDb;
-use super::doc::{Doc, Foreign};
+use super::doc::{Doc, Foreign, Registration};
 use super::kinds;
 use crate::LeaseKind;
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
@@ -61,9 +61,9 @@ impl Collection {
 ///
 /// The queue of waiting owners (not in a place of in-document leases): a
 /// free key is kept for the head of its queue, and a waiting attempt that
-/// loses to another owner (or to the head) registers for `registration`,
-/// with the payload it acquires with (`payload`), which a handoff to it
-/// writes.
+/// loses to another owner (or to the head) registers by `registration`
+/// (its window, and the queue's bound), with the payload it acquires with
+/// (`payload`), which a handoff to it writes.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn apply_acquire(
     db: &MemoryDb,
@@ -75,7 +75,7 @@ pub(super) fn apply_acquire(
     waiting: bool,
     shape: LeaseShape,
     now: Instant,
-    registration: Duration,
+    registration: Registration,
     payload: Option<&mongodb::bson::Document>,
 ) -> Result<AcquireOutcome> {
     let queues = !coll.in_documents;

@@ -35,6 +35,9 @@ pub(crate) struct MemoryStore {
     /// owner id), as `MongoStore`'s ([`MemoryStore::with_lock_delay`]).
     pub(super) lock_delay: Duration,
     pub(super) release_mode: ReleaseMode,
+    /// The most live entries its waiting attempts let a queue of waiting
+    /// owners hold ([`MemoryStore::with_queue_bound`]).
+    pub(super) queue_bound: usize,
     /// Whether it has the light acquire ([`MemoryStore::with_light_acquire`]).
     pub(super) light_acquire: bool,
     pub(super) control: Controls,
@@ -67,6 +70,7 @@ impl MemoryDb {
             safety_margin: Duration::ZERO,
             lock_delay: Duration::ZERO,
             release_mode: ReleaseMode::Keep,
+            queue_bound: crate::store::MAX_QUEUE,
             light_acquire: false,
             control: Controls::default(),
             change_streams: true,
@@ -169,6 +173,16 @@ impl MemoryStore {
     /// ends it writes, as `MongoStore`'s ("Lock-delay" in `store`).
     pub fn with_lock_delay(mut self, delay: Duration) -> Self {
         self.lock_delay = delay;
+        self
+    }
+
+    /// This store with another bound on the queues of waiting owners its
+    /// attempts register in (default `store::MAX_QUEUE`, `MongoStore`'s
+    /// constant): the simulation uses a small one, so that its 2 to 4
+    /// managers go beyond it ("Bound" in "Queue of waiting owners" in
+    /// `store`).
+    pub fn with_queue_bound(mut self, bound: usize) -> Self {
+        self.queue_bound = bound;
         self
     }
 

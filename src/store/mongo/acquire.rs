@@ -33,7 +33,7 @@ use crate::kind::LeaseShape;
 use crate::store::light_acquire::{Found, acquired};
 use crate::store::light_release::{LightAcquire, LightAcquired};
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
-use crate::store::{AcquireOutcome, AcquireRequest, field, replies};
+use crate::store::{AcquireOutcome, AcquireRequest, MAX_QUEUE, field, replies};
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
 use mongodb::options::ReturnDocument;
 use tokio::time::Instant;
@@ -447,7 +447,9 @@ pub(super) fn queue_after_acquisition(owner: &str) -> Document {
 /// The `q` a losing waiting attempt by `owner` writes: the live entries in
 /// order, `owner`'s refreshed in place (`lid`, `re`, `hx`, `data`; `at`
 /// kept) if it names another lease id or payload or expires within half
-/// the window, or appended with `at = $$NOW`. `re = $$NOW +
+/// the window, or appended with `at = $$NOW` while fewer than
+/// [`MAX_QUEUE`] are live (beyond it, `owner` does not register: "Bound"
+/// in "Queue of waiting owners" in `store`). `re = $$NOW +
 /// registration_ms`, `hx = min(ttl_ms, registration_ms)`, `data` the
 /// payload the attempt acquires with (if any), which a handoff to the
 /// entry writes ([`handoff_stages`](super::handoff::handoff_stages)).
@@ -496,7 +498,10 @@ pub(super) fn registered(
                 ]},
             }},
             { "$cond": [
-                { "$anyElementTrue": [{ "$map": { "input": "$$live", "as": "e", "in": is_mine }}] },
+                { "$or": [
+                    { "$anyElementTrue": [{ "$map": { "input": "$$live", "as": "e", "in": is_mine }}] },
+                    { "$gte": [{ "$size": "$$live" }, MAX_QUEUE as i64] },
+                ]},
                 [],
                 [entry("$$NOW")],
             ]},

@@ -25,7 +25,7 @@
 //! - [`kinds`]: shared and semaphore keys; [`permits`]: several permits in
 //!   one lease; [`hold`]: `hold_at_least`;
 //! - [`queue`]: the queue of waiting owners (registration, handoff in the
-//!   releasing write, the head's claim on a free key); [`waiters`]: what
+//!   releasing write, the head's claim on a free key, its bound); [`waiters`]: what
 //!   a read shows of them; [`transitions`]: the count of changes of owner;
 //! - [`handoff`]: the handoff to a local waiter in the releasing write;
 //! - [`light`]: the light forms (a grouped light acquire);
@@ -532,6 +532,7 @@ contract!(
     queue::delete_mode_hands_over_instead_of_deleting,
     queue::a_handoff_is_announced_with_the_new_holders_owner_and_lease_ids,
     queue::an_acquisition_is_announced_with_its_token,
+    queue::beyond_the_bound_a_waiting_owner_does_not_register_until_an_entry_leaves,
     // What a re-read after an unknown outcome proves.
     reread::a_handed_lease_confirmed_only_by_a_read_is_never_acquired,
     reread::an_expired_entry_of_ours_in_a_multi_holder_key_is_not_acquired,

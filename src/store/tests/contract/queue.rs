@@ -1,7 +1,7 @@
 //! The queue of waiting owners ("Queue of waiting owners" in `store`):
 //! registration by waiting attempts, handoff in the releasing write, the
-//! head's claim on a free key, lapsed registrations, and what never
-//! registers.
+//! head's claim on a free key, lapsed registrations, what never
+//! registers, and the bound on the queue's entries.
 
 use crate::store::StoreExt;
 use std::time::Duration;
@@ -410,4 +410,65 @@ pub(super) async fn an_owner_that_leaves_the_queues_is_never_handed_a_key_and_th
     // Handed to c, not b.
     let token = handed(f, "k", ("c", lc), ta).await;
     confirm(&c, "k", lc, token).await;
+}
+
+pub(super) async fn beyond_the_bound_a_waiting_owner_does_not_register_until_an_entry_leaves<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    use crate::store::MAX_QUEUE;
+    let [a, x, y] = stores(f, ["a", "x", "y"]).await;
+    let (la, ta) = take(&a, "k").await;
+    // The queue filled to its bound by distinct owners.
+    let mut registered = Vec::new();
+    for i in 0..MAX_QUEUE {
+        let store = f.store(&format!("w{i:02}")).await;
+        let lease_id = Uuid::new_v4();
+        wait(&store, "k", lease_id, "a", ta).await;
+        registered.push((store, lease_id));
+    }
+    let names: Vec<String> = (0..MAX_QUEUE).map(|i| format!("w{i:02}")).collect();
+    assert_eq!(f.queue("k").await, names);
+
+    // The next owner's waiting attempt is told who holds the key, as a
+    // registering one is, but does not register.
+    let lx = Uuid::new_v4();
+    wait(&x, "k", lx, "a", ta).await;
+    assert_eq!(f.queue("k").await, names, "an entry beyond the bound");
+
+    // An owner already registered still refreshes its entry (another lease
+    // id), in place: the release hands the key to it under that lease id.
+    let (w00, _) = &registered[0];
+    let l00 = Uuid::new_v4();
+    wait(w00, "k", l00, "a", ta).await;
+    assert_eq!(f.queue("k").await, names);
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    let t00 = handed(f, "k", ("w00", l00), ta).await;
+    confirm(w00, "k", l00, t00).await;
+
+    // Its entry left: the next new owner registers, at the tail.
+    assert_eq!(f.queue("k").await, names[1..]);
+    wait(&x, "k", lx, "w00", t00).await;
+    let mut names = names[1..].to_vec();
+    names.push("x".into());
+    assert_eq!(f.queue("k").await, names);
+
+    // Full again: y does not register, and takes no key the queue keeps
+    // for its head (w00's lease expired: the head, w01, may take it).
+    let ly = Uuid::new_v4();
+    wait(&y, "k", ly, "w00", t00).await;
+    f.expire("k").await;
+    wait(&y, "k", ly, "w01", t00).await;
+    assert_eq!(f.queue("k").await, names, "an entry beyond the bound");
+    let (w01, l01) = &registered[1];
+    let t01 = match w01.attempt("k".into(), *l01, true).await {
+        Ok(AcquireOutcome::Acquired { token }) if token > t00 => token,
+        other => panic!("the head takes the free key kept for it: {other:?}"),
+    };
+    names.retain(|n| n != "w01");
+    assert_eq!(f.queue("k").await, names);
+    wait(&y, "k", ly, "w01", t01).await;
+    names.push("y".into());
+    assert_eq!(f.queue("k").await, names);
 }
