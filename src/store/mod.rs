@@ -494,11 +494,13 @@
 //! they read (a missing `value` matches their `null`, B31) that sets
 //! `value`, `ttl` and `obtained_at` and leaves every other field. So:
 //!
-//! - every write of a lock document that may change `ts` or `exp` ends with
-//!   one stage (`mongo::rules::restated`) that, on a document of our shape,
-//!   sets `obtained_at = ts` and `ttl = (exp − ts)` seconds (the light
-//!   release sets them in its own branch instead: its answer is
-//!   `nModified`, so a document it leaves alone must stay unchanged): to those
+//! - every write of a lock document that may change `ts` or `exp` sets
+//!   `obtained_at = ts` and `ttl = (exp − ts)` seconds on a document of our
+//!   shape: by one last stage (`mongo::rules::restated`), or, in the light
+//!   acquire, the light release and the renewals, in the write's own
+//!   stages (the light forms leave every other document unchanged, the
+//!   light release's answer being `nModified`; a renewal's filter matches
+//!   only leases of ours): to those
 //!   clients a lease of ours is held exactly until its `exp` (their strict
 //!   `>` frees it 1 ms later), and a released one (`exp` the release's
 //!   `$$NOW`) is free;

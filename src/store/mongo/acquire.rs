@@ -292,12 +292,17 @@ pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
         field::RENEWED_AT: "$$NOW",
         field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
         field::TRANSITIONS: transitions_after(doc! { "$literal": owner }),
+        // Restated in the acquisition itself ("Read by other clients" in
+        // `store`): `ts = $$NOW`, `exp − ts = ttl_ms`; a document this
+        // write leaves alone keeps its own.
+        field::OBTAINED_AT: "$$NOW",
+        field::TTL_SECONDS: ttl_ms as f64 / 1000.0,
     };
-    restated_after(vec![doc! { "$replaceWith": { "$cond": [
+    vec![doc! { "$replaceWith": { "$cond": [
         { "$or": [inserted(), free] },
         acquired,
         "$$ROOT",
-    ]}}])
+    ]}}]
 }
 
 /// What the light acquire's and handoff's replies are read with: the

@@ -21,7 +21,7 @@ use super::handle::{MongoStore, retried};
 use super::raw::update_counts;
 use super::rules::{
     bson_lease_id, entries, entry_among, entry_is, entry_live, f, has_holders, lease_ids,
-    read_lease_id, restated_after,
+    read_lease_id,
 };
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
@@ -104,15 +104,18 @@ pub(super) fn exclusive_filter(owner: &str, leases: &[LeaseRef]) -> Document {
 /// `exp = $$NOW + ttl_ms`, then `exp = max(exp, hl)` (a second stage, so
 /// that the first is the renewal as it always was); nothing else changes.
 pub(super) fn renew_exclusive_update(ttl_ms: i64) -> Vec<Document> {
-    restated_after(vec![
+    let expires = doc! { "$max": [f(field::EXPIRES_AT), f(field::HOLD_UNTIL)] };
+    vec![
         doc! { "$set": {
             field::RENEWED_AT: "$$NOW",
             field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+            field::OBTAINED_AT: "$$NOW",
         }},
         doc! { "$set": {
-            field::EXPIRES_AT: { "$max": [f(field::EXPIRES_AT), f(field::HOLD_UNTIL)] },
+            field::EXPIRES_AT: expires.clone(),
+            field::TTL_SECONDS: restated_ttl(expires),
         }},
-    ])
+    ]
 }
 
 /// The renewal of a batch of any kinds (the leases `ids` of `owner`), one
@@ -128,18 +131,31 @@ pub(super) fn renew_any_update(owner: &str, ids: &[Uuid], ttl_ms: i64) -> Vec<Do
         { "$mergeObjects": ["$$this", { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: expires.clone() }] },
         "$$this",
     ]}}};
-    restated_after(vec![
+    let latest = doc! { "$max": [
+        f(field::EXPIRES_AT),
+        f(field::HOLD_UNTIL),
+        { "$max": format!("${}.{}", field::HOLDERS, field::EXPIRES_AT) },
+    ]};
+    vec![
         doc! { "$set": {
             field::RENEWED_AT: "$$NOW",
             field::EXPIRES_AT: expires,
             field::HOLDERS: { "$cond": [has_holders(), renewed, "$$REMOVE"] },
+            field::OBTAINED_AT: "$$NOW",
         }},
-        doc! { "$set": { field::EXPIRES_AT: { "$max": [
-            f(field::EXPIRES_AT),
-            f(field::HOLD_UNTIL),
-            { "$max": format!("${}.{}", field::HOLDERS, field::EXPIRES_AT) },
-        ]}}},
-    ])
+        doc! { "$set": {
+            field::EXPIRES_AT: latest.clone(),
+            field::TTL_SECONDS: restated_ttl(latest),
+        }},
+    ]
+}
+
+/// The restated `ttl` of a renewal, whose filter matches only leases of
+/// ours (so no shape test, unlike `rules::restated`): `(exp − ts)` in
+/// seconds, `exp` being `expires` (the stage's new `exp`) and `ts` the
+/// first stage's `$$NOW` ("Read by other clients" in `store`).
+fn restated_ttl(expires: Document) -> Document {
+    doc! { "$divide": [{ "$subtract": [expires, f(field::RENEWED_AT)] }, 1000.0] }
 }
 
 /// The lease ids a document read by [`MongoStore::renew_matching`] holds:

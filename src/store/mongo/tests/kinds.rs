@@ -422,7 +422,7 @@ fn renewals_and_releases_match_a_lease_at_the_top_or_as_an_entry_of_its_owner() 
 fn renewal_keeps_exp_at_least_hl_and_renews_only_the_batchs_entries() {
     let ids = lease_ids(&leases());
     let update = renew_any_update("me", &ids, 5_000);
-    assert_eq!(update.len(), 3);
+    assert_eq!(update.len(), 2);
     let set = update[0].get_document("$set").unwrap();
     assert_eq!(at(set, "ts"), &Bson::from("$$NOW"));
     assert_eq!(
@@ -435,16 +435,16 @@ fn renewal_keeps_exp_at_least_hl_and_renews_only_the_batchs_entries() {
         &bson(entry_among("me", &ids))
     );
     assert_eq!(at(set, "hs.$cond.2"), &Bson::from("$$REMOVE"));
+    let latest = doc! { "$max": ["$exp", "$hl", { "$max": "$hs.exp" }] };
     assert_eq!(
         update[1],
-        doc! { "$set": { "exp": { "$max": ["$exp", "$hl", { "$max": "$hs.exp" }] } } },
-        "then at least hl, or the latest holder's"
+        doc! { "$set": {
+            "exp": latest.clone(),
+            "ttl": { "$divide": [{ "$subtract": [latest, "$ts"] }, 1000.0] },
+        }},
+        "then at least hl, or the latest holder's; restated"
     );
-    assert_eq!(
-        update[2],
-        crate::store::mongo::rules::restated(),
-        "then ts and exp restated"
-    );
+    assert_eq!(at(set, "obtained_at"), &Bson::from("$$NOW"));
 }
 
 #[test]
@@ -555,9 +555,16 @@ fn a_batch_of_exclusive_leases_keeps_the_plain_renewal_never_below_hl() {
     assert_eq!(
         renew_exclusive_update(7_000),
         vec![
-            doc! { "$set": { "ts": "$$NOW", "exp": { "$add": ["$$NOW", 7_000_i64] } } },
-            doc! { "$set": { "exp": { "$max": ["$exp", "$hl"] } } },
-            crate::store::mongo::rules::restated(),
-        ]
+            doc! { "$set": {
+                "ts": "$$NOW",
+                "exp": { "$add": ["$$NOW", 7_000_i64] },
+                "obtained_at": "$$NOW",
+            }},
+            doc! { "$set": {
+                "exp": { "$max": ["$exp", "$hl"] },
+                "ttl": { "$divide": [{ "$subtract": [{ "$max": ["$exp", "$hl"] }, "$ts"] }, 1000.0] },
+            }},
+        ],
+        "restated in the renewal itself (its filter matches leases of ours only)"
     );
 }

@@ -3,13 +3,24 @@ use super::*;
 #[test]
 fn the_light_acquire_is_one_small_stage() {
     let update = light_acquire_update("a", 1000);
-    assert_eq!(update.len(), 2, "one stage, then the restatement");
-    assert_eq!(update[1], restated());
+    assert_eq!(update.len(), 1, "one stage, restating in its acquisition");
+    let branches = update[0]
+        .get_document("$replaceWith")
+        .unwrap()
+        .get_array("$cond")
+        .unwrap();
+    let acquired = branches[1].as_document().unwrap();
+    assert_eq!(acquired.get("obtained_at"), Some(&Bson::from("$$NOW")));
+    assert_eq!(acquired.get("ttl"), Some(&Bson::from(1.0)));
     let general =
         super::super::acquire::acquire_pipeline("a", 1000, Uuid::new_v4(), true, None, 1000, None);
-    assert_eq!(general.last(), Some(&restated()), "both end alike");
+    assert_eq!(
+        general.last(),
+        Some(&restated()),
+        "the general form restates last"
+    );
     let encoded = |stages: &[Document]| mongodb::bson::to_vec(&doc! { "u": stages }).unwrap().len();
-    let size = encoded(&update[..1]);
+    let size = encoded(&update);
     let general = encoded(&general[..general.len() - 1]);
     assert!(size * 3 < general, "{size} bytes vs {general}");
 }
