@@ -6,6 +6,7 @@
 //! cargo bench --bench fleet                     # throwaway 1-member replica set
 //! FLEET_WINDOW_MS=10000 cargo bench --bench fleet
 //! MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' cargo bench --bench fleet
+//! FLEET_PARTS=waiters cargo bench --bench fleet   # some of: idle,uncontended,waiters
 //! ```
 //!
 //! **Idle managers.** An unrelated writer (its own client) updates one
@@ -72,9 +73,17 @@ fn main() {
         let (_replica_set, uri) = mongod::mongod().await;
         let options = ClientOptions::parse(&uri).await.expect("uri");
         let database = format!("fleet_{}", std::process::id());
-        idle_managers(&options, &database, window).await;
-        uncontended(&options, &database, cycles).await;
-        many_waiters(&options, &database, handoffs).await;
+        let parts = std::env::var("FLEET_PARTS").unwrap_or_default();
+        let part = |name: &str| parts.is_empty() || parts.split(',').any(|p| p.trim() == name);
+        if part("idle") {
+            idle_managers(&options, &database, window).await;
+        }
+        if part("uncontended") {
+            uncontended(&options, &database, cycles).await;
+        }
+        if part("waiters") {
+            many_waiters(&options, &database, handoffs).await;
+        }
         let client = Client::with_options(options).expect("client");
         for name in [database.clone(), format!("{database}_other")] {
             client.database(&name).drop().await.expect("drop");

@@ -14,6 +14,13 @@
 //! Nor does a stream open for an uncontended acquire: its own writes would
 //! only wake it.
 //!
+//! Without `watch_held_leases` the stream announces only what a waiter
+//! needs ([`Announced::Waits`]): writes that may free a key, writes that
+//! make this owner the holder (a handoff to it), and revocation requests.
+//! So a handoff wakes the stream of its new holder alone, however many
+//! managers wait for the key; a held lease that another owner takes over
+//! is then found by the heartbeat's renewal, as when no stream is open.
+//!
 //! While the stream is open, a write that may have taken a held lease away
 //! (a delete, a release, another lease id or owner id, by anyone) makes the
 //! actor check that lease at once with a renewal of just the leases
@@ -47,7 +54,7 @@ use super::renewal::{ByTtl, add_renewal};
 use super::{Actor, Attempt, PlaceState};
 use crate::error::Result;
 use crate::random::HashSet;
-use crate::store::{Announcement, KeyWrite};
+use crate::store::{Announced, Announcement, KeyWrite};
 
 /// The state of the stream of writes of one place (the lock collection, or
 /// a user collection of in-document leases).
@@ -95,8 +102,15 @@ impl Actor {
                 return;
             }
         };
+        // A waiter needs only the writes that free its keys or hand them to
+        // this owner; held leases need every write that may take them.
+        let announced = if self.timing.watch_held_leases {
+            Announced::Writes
+        } else {
+            Announced::Waits
+        };
         state.release_watch = ReleaseWatch::Open {
-            stream: state.store.watch_releases(),
+            stream: state.store.watch_releases(announced),
             recheck,
         };
     }

@@ -266,7 +266,9 @@
 //!   Otherwise the release is as before
 //!   (yield included). The change stream of writes announces the handoff
 //!   (it sets `lid`, `aid` and `tok`, docs/mongodb-behaviour.md, B12,
-//!   B24: [`KeyWrite::token`]); the new holder's manager, seeing its own
+//!   B24: [`KeyWrite::token`]) to the new holder's stream, and to no other
+//!   waiter's ([`Announced::Waits`] selects a write setting `aid` only for
+//!   that owner's streams); the new holder's manager, seeing its own
 //!   owner id and the lease id it registered, grants the lease to its
 //!   first waiter on the event itself, and renews it at once (`exp` to its
 //!   TTL), when it can tell how long the handed lease lasts: the event
@@ -703,6 +705,39 @@ impl KeyWrite {
         !self.freed
             && self.lease_id == Some(lease_id)
             && self.owner.as_deref().is_none_or(|o| o == owner)
+    }
+}
+
+/// Which writes a stream of writes ([`Store::watch_releases`]) announces.
+///
+/// Every waiting manager keeps its stream open, and a queue's handoff
+/// goes to one owner: with [`Announced::Waits`] it is announced to that
+/// owner alone, not to every owner waiting for the key ("Queue of waiting
+/// owners").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Announced {
+    /// Every write that may change who holds a key: also another owner's
+    /// acquisition or handoff, which may take a held lease away
+    /// (`LeaseManagerOptions::watch_held_leases`).
+    Writes,
+    /// What a waiter needs: writes that may free a key, writes that make
+    /// this owner the holder (`aid` set to it: a handoff to it), and
+    /// requests for revocation.
+    Waits,
+}
+
+impl Announcement {
+    /// Whether a stream of `announced` opened by `owner` carries this
+    /// announcement. The twin filters its announcements with this; a
+    /// change stream's `$match` selects the same writes on the server
+    /// (`store::mongo::watch`), as the store contract checks.
+    pub fn is_announced(&self, announced: Announced, owner: &str) -> bool {
+        match (self, announced) {
+            (Announcement::Write(write), Announced::Waits) => {
+                write.freed || write.owner.as_deref() == Some(owner)
+            }
+            _ => true,
+        }
     }
 }
 

@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use super::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use super::{
-    AcquireOutcome, AcquireRequest, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace,
-    release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
+    LockPlace, release_instead,
 };
 use crate::error::Result;
 use crate::info::LeaseInfo;
@@ -255,12 +255,15 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// `lid` or `aid`, and releases of holders of shared or semaphore keys
     /// (`rl` set); never renewals, payload writes, waiting marks (`wt`,
     /// `xw`) or a holder's acquisition beside others (`hs` changed without
-    /// `rl`).
+    /// `rl`). With [`Announced::Waits`], of those only the writes that
+    /// may free a key or make this owner its holder, and revocation
+    /// requests ([`Announcement::is_announced`]); in-document places
+    /// (no queue, no handoff) announce the same writes either way.
     /// Starts with [`Announcement::Opened`] once the stream is open.
     /// Expiries are not reported (no write happens). Best effort: the
     /// stream ends, or yields an error, when the deployment has no change
     /// streams or the stream broke; the actor then keeps polling.
-    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>>;
+    fn watch_releases(&self, announced: Announced) -> BoxStream<'static, Result<Announcement>>;
 
     /// Where this store's locks live.
     fn place(&self) -> LockPlace;

@@ -24,8 +24,8 @@ use crate::key::LeaseKey;
 use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, Announcement, DocumentWrite, HandOver, LeaseRef, LockPlace,
-    Store, release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
+    LockPlace, Store, release_instead,
 };
 
 impl Store for MemoryStore {
@@ -207,8 +207,8 @@ impl Store for MemoryStore {
         )
     }
 
-    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
-        self.writes()
+    fn watch_releases(&self, announced: Announced) -> BoxStream<'static, Result<Announcement>> {
+        self.writes(announced)
     }
 
     #[cfg(test)]

@@ -17,7 +17,7 @@ use super::store::MemoryStore;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::Announcement;
+use crate::store::{Announced, Announcement};
 
 /// What `observe` last reported: the document without its fairness marks,
 /// whether it was held and by how many live holders of a shared or
@@ -25,8 +25,11 @@ use crate::store::Announcement;
 type Observed = (Option<Doc>, (bool, usize), Option<Foreign>);
 
 impl MemoryStore {
-    /// [`Store::watch_releases`](crate::store::Store::watch_releases).
-    pub(super) fn writes(&self) -> BoxStream<'static, Result<Announcement>> {
+    /// [`Store::watch_releases`](crate::store::Store::watch_releases):
+    /// of the lock collection's writes, those [`Announcement::is_announced`]
+    /// selects for `announced` and this owner, as the server's `$match`
+    /// does; an in-document place announces the same writes either way.
+    pub(super) fn writes(&self, announced: Announced) -> BoxStream<'static, Result<Announcement>> {
         if !self.change_streams {
             let error = Error::UnusableCollection {
                 reason: "no change streams on a standalone server".into(),
@@ -34,51 +37,62 @@ impl MemoryStore {
             return futures::stream::iter([Err(error)]).boxed();
         }
         let control = self.control.clone();
+        let announced = if self.place.is_some() {
+            Announced::Writes
+        } else {
+            announced
+        };
+        let owner = self.owner.clone();
         let writes = move |released: tokio::sync::broadcast::Receiver<Announcement>| {
             let delayed = FuturesUnordered::<BoxFuture<'static, Announcement>>::new();
-            let state = (Some(released), delayed, control.clone());
-            futures::stream::unfold(state, |(mut released, mut delayed, control)| async move {
-                loop {
-                    let receiver = released.as_mut()?;
-                    let write = tokio::select! {
-                        biased;
-                        Some(write) = delayed.next(), if !delayed.is_empty() => write,
-                        received = receiver.recv() => match received {
-                            Ok(write) => match control.event_fate() {
-                                EventFate::Drop => continue,
-                                EventFate::Restart => {
-                                    let error = Error::Unreachable {
-                                        waited: Duration::ZERO,
-                                        reason: "injected change stream failure".into(),
-                                        source: None,
-                                    };
-                                    return Some((Err(error), (None, delayed, control)));
-                                }
-                                EventFate::Deliver { copies, delay } => {
-                                    // Its timer starts when first polled.
-                                    let later = |write: Announcement| {
-                                        async move {
-                                            tokio::time::sleep(delay).await;
-                                            write
-                                        }
-                                        .boxed()
-                                    };
-                                    delayed.extend((1..copies).map(|_| later(write.clone())));
-                                    if !delay.is_zero() {
-                                        delayed.push(later(write));
-                                        continue;
+            let state = (Some(released), delayed, (control.clone(), owner.clone()));
+            futures::stream::unfold(
+                state,
+                move |(mut released, mut delayed, reader)| async move {
+                    let (control, owner) = &reader;
+                    loop {
+                        let receiver = released.as_mut()?;
+                        let write = tokio::select! {
+                            biased;
+                            Some(write) = delayed.next(), if !delayed.is_empty() => write,
+                            received = receiver.recv() => match received {
+                                Ok(write) if !write.is_announced(announced, owner) => continue,
+                                Ok(write) => match control.event_fate() {
+                                    EventFate::Drop => continue,
+                                    EventFate::Restart => {
+                                        let error = Error::Unreachable {
+                                            waited: Duration::ZERO,
+                                            reason: "injected change stream failure".into(),
+                                            source: None,
+                                        };
+                                        return Some((Err(error), (None, delayed, reader)));
                                     }
-                                    write
-                                }
+                                    EventFate::Deliver { copies, delay } => {
+                                        // Its timer starts when first polled.
+                                        let later = |write: Announcement| {
+                                            async move {
+                                                tokio::time::sleep(delay).await;
+                                                write
+                                            }
+                                            .boxed()
+                                        };
+                                        delayed.extend((1..copies).map(|_| later(write.clone())));
+                                        if !delay.is_zero() {
+                                            delayed.push(later(write));
+                                            continue;
+                                        }
+                                        write
+                                    }
+                                },
+                                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                             },
-                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                        },
-                    };
-                    let next = (released, delayed, control);
-                    return Some((Ok(write), next));
-                }
-            })
+                        };
+                        let next = (released, delayed, reader);
+                        return Some((Ok(write), next));
+                    }
+                },
+            )
         };
         if !*self.opening_held.borrow() {
             let released = self.db.subscribe_releases();

@@ -66,7 +66,8 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, Announcement, HandOver, LeaseRef, Store, release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, HandOver, LeaseRef, Store,
+    release_instead,
 };
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -119,8 +120,8 @@ impl Store for MongoStore {
         Ok(Arc::new(store))
     }
 
-    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
-        self.release_events()
+    fn watch_releases(&self, announced: Announced) -> BoxStream<'static, Result<Announcement>> {
+        self.release_events(announced)
     }
 
     fn acquire(

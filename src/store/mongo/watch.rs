@@ -27,7 +27,9 @@ use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::{Announcement, FIELD_COUNT, KeyWrite, field, is_our_shape, lease_info};
+use crate::store::{
+    Announced, Announcement, FIELD_COUNT, KeyWrite, field, is_our_shape, lease_info,
+};
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use mongodb::bson::{Bson, Document, Timestamp, doc};
@@ -45,19 +47,45 @@ use tokio::time::Instant;
 /// event; each reduced to what [`key_write`] reads (`lid`, `aid` and `tok`
 /// of the full document or of `updatedFields`; docs/mongodb-behaviour.md,
 /// B12).
-pub(super) fn release_events_pipeline() -> [Document; 2] {
+///
+/// With [`Announced::Waits`] (`owner` the stream's owner id), only those
+/// that may free a key or make `owner` its holder, and revocation
+/// requests, as [`Announcement::is_announced`] selects them from what
+/// [`key_write`] reads: a delete; an insert or replacement whose document
+/// has no `lid` or has `aid` = `owner`; an update that removes `lid` (or
+/// `aid`), sets `aid` to `owner` (a handoff to it), sets `rl` or sets `rv`.
+/// A handoff to another owner, the most frequent write of a key many
+/// owners wait for, then wakes none of the others' streams.
+pub(super) fn release_events_pipeline(announced: Announced, owner: &str) -> [Document; 2] {
     let updated = |name: &str| format!("updateDescription.updatedFields.{name}");
-    [
-        doc! { "$match": { "$or": [
+    let full = |name: &str| format!("fullDocument.{name}");
+    let removed =
+        doc! { "updateDescription.removedFields": { "$in": [field::LEASE_ID, field::OWNER] } };
+    let holders_released = doc! { updated(field::RELEASED_AT): { "$exists": true } };
+    let revocation = doc! { updated(field::REVOCATION): { "$exists": true } };
+    let matched = match announced {
+        Announced::Writes => doc! { "$or": [
             { "operationType": { "$in": ["delete", "insert", "replace"] } },
             { "operationType": "update", "$or": [
                 { updated(field::LEASE_ID): { "$exists": true } },
                 { updated(field::OWNER): { "$exists": true } },
-                { "updateDescription.removedFields": { "$in": [field::LEASE_ID, field::OWNER] } },
-                { updated(field::RELEASED_AT): { "$exists": true } },
-                { updated(field::REVOCATION): { "$exists": true } },
+                removed, holders_released, revocation,
             ]},
-        ]}},
+        ]},
+        Announced::Waits => doc! { "$or": [
+            { "operationType": "delete" },
+            { "operationType": { "$in": ["insert", "replace"] }, "$or": [
+                { full(field::LEASE_ID): { "$exists": false } },
+                { full(field::OWNER): owner },
+            ]},
+            { "operationType": "update", "$or": [
+                { updated(field::OWNER): owner },
+                removed, holders_released, revocation,
+            ]},
+        ]},
+    };
+    [
+        doc! { "$match": matched },
         doc! { "$project": {
             "operationType": 1,
             "documentKey._id": 1,
@@ -621,10 +649,14 @@ pub(super) fn announcements(
 impl MongoStore {
     /// The writes that may change who holds a key
     /// ([`release_events_pipeline`]), each read by [`key_write`].
-    pub(super) fn release_events(&self) -> BoxStream<'static, Result<Announcement>> {
+    pub(super) fn release_events(
+        &self,
+        announced: Announced,
+    ) -> BoxStream<'static, Result<Announcement>> {
         let store = self.clone();
         let open = async move {
-            let watch = store.coll().watch().pipeline(release_events_pipeline());
+            let pipeline = release_events_pipeline(announced, store.owner());
+            let watch = store.coll().watch().pipeline(pipeline);
             store.bounded(watch).await
         };
         announcements(open, announcement)

@@ -66,8 +66,8 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::lock_id_fields::LockIdFields;
 use crate::store::{
-    AcquireOutcome, AcquireRequest, Announcement, DocumentWrite, LeaseRef, LockPlace, Store,
-    lease_info, replies,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, LeaseRef, LockPlace,
+    Store, lease_info, replies,
 };
 
 /// In-document leases on one user collection, lock fields under one field.
@@ -530,7 +530,7 @@ impl Store for DocumentStore {
 
     /// The writes that may change who holds a document's lease
     /// ([`release_events_pipeline`]), each read by [`key_write`].
-    fn watch_releases(&self) -> BoxStream<'static, Result<Announcement>> {
+    fn watch_releases(&self, _: Announced) -> BoxStream<'static, Result<Announcement>> {
         let store = self.clone();
         let lock_field = self.field.clone();
         let top_id = self.top.as_ref().map(|t| t.id().to_string());

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::store::replies::classify;
-use crate::store::{AcquireOutcome, KeyWrite, LeaseRef};
+use crate::store::{AcquireOutcome, Announced, KeyWrite, LeaseRef};
 use crate::token::TOKEN_TIME_SHIFT;
 
 const LID: Uuid = Uuid::from_u128(0x1234_5678_9abc_def0_1234_5678_9abc_def0);
@@ -306,7 +306,7 @@ fn reads_project_the_servers_now() {
 
 #[test]
 fn announced_writes_are_those_that_set_or_remove_the_lease_id_or_owner_id() {
-    let [matched, projected] = release_events_pipeline();
+    let [matched, projected] = release_events_pipeline(Announced::Writes, "a");
     assert_eq!(
         matched,
         doc! { "$match": { "$or": [

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::{Fixture, TTL, assert_held, held, lease, raw, take, yielded};
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::store::{Announcement, HandOver, KeyWrite, Store};
+use crate::store::{Announced, Announcement, HandOver, KeyWrite, Store};
 
 /// Hands the lease `from` of `key` to a new lease id (plain shape, [`TTL`]).
 async fn hand_over(store: &impl Store, key: &str, from: Uuid) -> (Uuid, HandOver) {
@@ -109,7 +109,7 @@ pub(super) async fn a_handoff_within_a_minimum_hold_releases_and_keeps_the_hold<
 
 pub(super) async fn a_handoff_is_announced_as_a_new_lease_not_as_a_release<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
-    let mut writes = b.watch_releases();
+    let mut writes = b.watch_releases(Announced::Writes);
     // The stream opens in the background: wait for it to say so.
     let opened = tokio::time::timeout(Duration::from_secs(10), writes.next()).await;
     assert!(

@@ -13,7 +13,7 @@ use super::{Fixture, lease, retry_as};
 use crate::LeaseKind;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::store::{AcquireOutcome, Announcement, KeyWrite, LeaseRef, Store};
+use crate::store::{AcquireOutcome, Announced, Announcement, KeyWrite, LeaseRef, Store};
 
 /// A lease of `kind`, without a minimum hold.
 pub(super) fn shape(kind: LeaseKind) -> LeaseShape {
@@ -431,7 +431,7 @@ pub(super) async fn a_holders_release_is_announced_its_renewal_and_acquisition_a
     let (la, _) = take_as(&a, "k", shared()).await;
     let (lb, _) = take_as(&b, "k", shared()).await;
     let (lp, _) = take_as(&a, "p", permit(2)).await;
-    let mut writes = a.watch_releases();
+    let mut writes = a.watch_releases(Announced::Writes);
     // Liveness bound only: the stream opens in milliseconds.
     let opened = tokio::time::timeout(Duration::from_secs(30), writes.next()).await;
     assert!(

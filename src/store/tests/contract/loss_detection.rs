@@ -10,7 +10,7 @@ use mongodb::bson::doc;
 use tokio::time::Instant;
 
 use super::{Fixture, raw, take};
-use crate::store::{AcquireOutcome, Announcement, KeyWrite, Store};
+use crate::store::{AcquireOutcome, Announced, Announcement, KeyWrite, Store};
 
 pub(super) async fn renewal_reports_a_lease_lost_whose_owner_id_was_rewritten<F: Fixture>(f: &F) {
     let a = f.store("a").await;
@@ -76,7 +76,7 @@ pub(super) async fn foreign_deletes_and_owner_rewrites_are_announced_renewals_ar
     f: &F,
 ) {
     let a = f.store("a").await;
-    let mut writes = a.watch_releases();
+    let mut writes = a.watch_releases(Announced::Writes);
     // Liveness bound only: the stream opens in milliseconds.
     let opened = tokio::time::timeout(Duration::from_secs(30), writes.next()).await;
     assert!(

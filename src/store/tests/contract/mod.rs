@@ -532,6 +532,7 @@ contract!(
     queue::delete_mode_hands_over_instead_of_deleting,
     queue::a_handoff_is_announced_with_the_new_holders_owner_and_lease_ids,
     queue::an_acquisition_is_announced_with_its_token,
+    queue::a_waiters_stream_announces_frees_and_handoffs_to_its_owner_alone,
     queue::beyond_the_bound_a_waiting_owner_does_not_register_until_an_entry_leaves,
     // What a re-read after an unknown outcome proves.
     reread::a_handed_lease_confirmed_only_by_a_read_is_never_acquired,

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::{Fixture, lease, raw, stores, take};
 use crate::key::LeaseKey;
-use crate::store::{AcquireOutcome, Announcement, KeyWrite, LeaseRef, Store};
+use crate::store::{AcquireOutcome, Announced, Announcement, KeyWrite, LeaseRef, Store};
 
 /// A waiting attempt of `store` on `key` under `lease_id`, which must find
 /// the key held by `holder` (and so registers), and report the token stored
@@ -306,7 +306,7 @@ pub(super) async fn a_handoff_is_announced_with_the_new_holders_owner_and_lease_
     f: &F,
 ) {
     let (a, b) = (f.store("a").await, f.store("b").await);
-    let mut writes = b.watch_releases();
+    let mut writes = b.watch_releases(Announced::Writes);
     let opened = tokio::time::timeout(Duration::from_secs(30), writes.next()).await;
     assert!(
         matches!(opened, Ok(Some(Ok(Announcement::Opened)))),
@@ -340,9 +340,95 @@ pub(super) async fn a_handoff_is_announced_with_the_new_holders_owner_and_lease_
     confirm(&b, "k", lb, tb).await;
 }
 
+pub(super) async fn a_waiters_stream_announces_frees_and_handoffs_to_its_owner_alone<F: Fixture>(
+    f: &F,
+) {
+    let [a, b, c] = stores(f, ["a", "b", "c"]).await;
+    let mut writes = c.watch_releases(Announced::Waits);
+    let opened = tokio::time::timeout(Duration::from_secs(30), writes.next()).await;
+    assert!(
+        matches!(opened, Ok(Some(Ok(Announcement::Opened)))),
+        "{opened:?}"
+    );
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut next = async || match tokio::time::timeout_at(give_up, writes.next()).await {
+        Ok(Some(Ok(Announcement::Write(write)))) => write,
+        other => panic!("{other:?}"),
+    };
+    let handoff = |write: &KeyWrite, key: &str, lease_id: Uuid, token: u64| {
+        assert_eq!(
+            (
+                &write.key,
+                write.freed,
+                write.lease_id,
+                write.owner.as_deref(),
+                write.token
+            ),
+            (
+                &LeaseKey::from(key),
+                false,
+                Some(lease_id),
+                Some("c"),
+                Some(token)
+            ),
+            "the handoff of {key:?} to c: {write:?}"
+        );
+    };
+    // A small document: MongoDB logs the handoff as a replacement
+    // (docs/mongodb-behaviour.md, B24). Announced to c, before c confirms.
+    let (la, ta) = take(&a, "small").await;
+    let lc = Uuid::new_v4();
+    wait(&c, "small", lc, "a", ta).await;
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    let tc = handed(f, "small", ("c", lc), ta).await;
+    handoff(&next().await, "small", lc, tc);
+    let small = confirm(&c, "small", lc, tc).await;
+
+    // Another owner's acquisition, and a handoff to another owner: neither
+    // is announced to c. With 20 more owners queued, MongoDB logs a
+    // handoff as an update setting `aid`.
+    let (la, ta) = take(&a, "k").await;
+    let (lb, lc) = (Uuid::new_v4(), Uuid::new_v4());
+    wait(&b, "k", lb, "a", ta).await;
+    wait(&c, "k", lc, "a", ta).await;
+    for i in 0..20 {
+        let behind = f.store(&format!("w{i}")).await;
+        wait(&behind, "k", Uuid::new_v4(), "a", ta).await;
+    }
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    let tb = handed(f, "k", ("b", lb), ta).await;
+    let lb = confirm(&b, "k", lb, tb).await;
+    // The handoff to c is announced, before c confirms it.
+    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    let tc = handed(f, "k", ("c", lc), tb).await;
+    let mut seen = vec![next().await];
+    // (The twin announces c's confirming retry of "small" too.)
+    if seen[0].keeps(small.lease_id, "c") {
+        seen = vec![next().await];
+    }
+    handoff(&seen[0], "k", lc, tc);
+    let lc = confirm(&c, "k", lc, tc).await;
+    // c's release of "k" hands it to the next owner (not announced); another
+    // key acquired by another owner (not announced) and released
+    // (announced).
+    assert_eq!(c.release(vec![lc.clone()]).await.unwrap(), 1);
+    let (l2, _) = take(&a, "k2").await;
+    assert_eq!(a.release(vec![l2]).await.unwrap(), 1);
+    let mut seen: Vec<KeyWrite> = Vec::new();
+    while !seen.iter().any(|w| w.key == "k2") {
+        seen.push(next().await);
+    }
+    // Before it, at most the twin's announcement of c's confirming retry.
+    assert!(
+        seen.iter()
+            .all(|w| w.key == "k2" && w.freed || w.keeps(lc.lease_id, "c")),
+        "only c's lease and the release of k2: {seen:?}"
+    );
+}
+
 pub(super) async fn an_acquisition_is_announced_with_its_token<F: Fixture>(f: &F) {
     let a = f.store("a").await;
-    let mut writes = a.watch_releases();
+    let mut writes = a.watch_releases(Announced::Writes);
     let opened = tokio::time::timeout(Duration::from_secs(30), writes.next()).await;
     assert!(
         matches!(opened, Ok(Some(Ok(Announcement::Opened)))),

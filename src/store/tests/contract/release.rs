@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::{Fixture, Raw, assert_held, held, lease, raw, take};
 use crate::key::LeaseKey;
-use crate::store::Store;
+use crate::store::{Announced, Store};
 
 pub(super) async fn release_of_an_unmarked_lease_does_not_yield<F: Fixture>(f: &F) {
     let a = f.store("a").await;
@@ -105,7 +105,7 @@ pub(super) async fn releases_and_deletes_are_announced_expiries_and_renewals_are
     f: &F,
 ) {
     let (a, b) = (f.store("a").await, f.store("b").await);
-    let mut releases = super::freed_keys(a.watch_releases());
+    let mut releases = super::freed_keys(a.watch_releases(Announced::Waits));
     // The stream opens in the background: release a probe key until the
     // stream reports it, so that it sees everything below.
     let give_up = Instant::now() + Duration::from_secs(10);

@@ -9,14 +9,14 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use super::{Fixture, raw, take};
-use crate::store::{Announcement, Store};
+use crate::store::{Announced, Announcement, Store};
 
 /// Hang guard of the stream's next item (milliseconds here).
 const GUARD: Duration = Duration::from_secs(30);
 
 pub(super) async fn a_release_request_is_announced_and_changes_no_lease<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
-    let mut announcements = a.watch_releases();
+    let mut announcements = a.watch_releases(Announced::Writes);
     let first = tokio::time::timeout(GUARD, announcements.next())
         .await
         .unwrap();
