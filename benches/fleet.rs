@@ -243,7 +243,7 @@ async fn stop(fleet: Vec<(Client, LeaseManager, mongo_lease::Lease)>) {
 /// Commands per cycle and cycles/s of one task's uncontended acquire +
 /// release, against raw insert/delete.
 async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
-    let (client, commands) = counted(options);
+    let (client, commands, waited) = counted(options);
     let manager = LeaseManager::connect(
         LeaseManagerOptions::builder()
             .database(client.database(database))
@@ -270,19 +270,24 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
     let cycles = per_round * ROUNDS;
     let (mut ours, mut raw_commands) = (0, 0);
     let (mut ours_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
+    let (mut ours_waited, mut raw_waited) = (0, 0);
     for _ in 0..ROUNDS {
         let (before, start) = (commands.load(Ordering::Relaxed), Instant::now());
+        let waited_before = waited.load(Ordering::Relaxed);
         for _ in 0..per_round {
             our_cycle(&manager).await;
         }
         ours_time += start.elapsed();
         ours += commands.load(Ordering::Relaxed) - before;
+        ours_waited += waited.load(Ordering::Relaxed) - waited_before;
         let (before, start) = (commands.load(Ordering::Relaxed), Instant::now());
+        let waited_before = waited.load(Ordering::Relaxed);
         for _ in 0..per_round {
             raw_cycle(&raw).await;
         }
         raw_time += start.elapsed();
         raw_commands += commands.load(Ordering::Relaxed) - before;
+        raw_waited += waited.load(Ordering::Relaxed) - waited_before;
     }
     manager.shutdown().await.expect("shutdown");
     let ours = ours as f64 / cycles as f64;
@@ -290,8 +295,22 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
     let ours_rate = cycles as f64 / ours_time.as_secs_f64();
     let raw_rate = cycles as f64 / raw_time.as_secs_f64();
     println!("one task's uncontended acquire + release, {cycles} cycles");
-    println!("  mongo-lease:       {ours:.2} commands per cycle, {ours_rate:>6.0} cycles/s");
-    println!("  raw insert/delete: {raw_commands:.2} commands per cycle, {raw_rate:>6.0} cycles/s");
+    // The driver's round trips (command sent -> reply read) per cycle, and
+    // the rest of the cycle: the caller's and the actor's own work.
+    let split = |waited: u64, time: Duration| {
+        let waited = waited as f64 / 1e3 / cycles as f64;
+        (waited, time.as_secs_f64() * 1e6 / cycles as f64 - waited)
+    };
+    let (ours_trips, ours_rest) = split(ours_waited, ours_time);
+    let (raw_trips, raw_rest) = split(raw_waited, raw_time);
+    println!(
+        "  mongo-lease:       {ours:.2} commands per cycle, {ours_rate:>6.0} cycles/s \
+         ({ours_trips:.0} us in round trips + {ours_rest:.0} us else per cycle)"
+    );
+    println!(
+        "  raw insert/delete: {raw_commands:.2} commands per cycle, {raw_rate:>6.0} cycles/s \
+         ({raw_trips:.0} us in round trips + {raw_rest:.0} us else per cycle)"
+    );
     println!(
         "  ratio mongo-lease / raw: commands {:.2}x, throughput {:.2}x",
         ours / raw_commands,
@@ -319,21 +338,25 @@ async fn raw_cycle(raw: &Collection<Document>) {
 
 /// A client that counts the commands it sends (but the driver's handshakes
 /// and heartbeats).
-fn counted(options: &ClientOptions) -> (Client, Arc<AtomicU64>) {
-    let commands = Arc::new(AtomicU64::new(0));
+fn counted(options: &ClientOptions) -> (Client, Arc<AtomicU64>, Arc<AtomicU64>) {
+    let (commands, waited) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let mut options = options.clone();
-    let sink = commands.clone();
-    options.command_event_handler = Some(EventHandler::callback(move |event| {
-        if let CommandEvent::Started(started) = event
-            && !matches!(
-                started.command_name.as_str(),
-                "hello" | "isMaster" | "ping" | "endSessions"
-            )
-        {
+    let (sink, waits) = (commands.clone(), waited.clone());
+    let counted = |name: &str| !matches!(name, "hello" | "isMaster" | "ping" | "endSessions");
+    options.command_event_handler = Some(EventHandler::callback(move |event| match event {
+        CommandEvent::Started(started) if counted(&started.command_name) => {
             sink.fetch_add(1, Ordering::Relaxed);
         }
+        CommandEvent::Succeeded(done) if counted(&done.command_name) => {
+            waits.fetch_add(done.duration.as_nanos() as u64, Ordering::Relaxed);
+        }
+        _ => {}
     }));
-    (Client::with_options(options).expect("client"), commands)
+    (
+        Client::with_options(options).expect("client"),
+        commands,
+        waited,
+    )
 }
 
 /// How long a task holds the key per critical section (many waiters).
