@@ -274,7 +274,8 @@ fn a_string_key_is_the_same_key_whether_its_text_is_in_place_or_boxed() {
             assert_eq!(key, symbol);
             assert_eq!(hash_of(&key), hash_of(&symbol));
             let longer = LeaseKey::from(format!("{text}k"));
-            assert!(key < longer && longer > key);
+            assert_eq!(key.cmp(&longer), Ordering::Less);
+            assert_eq!(longer.cmp(&key), Ordering::Greater);
             assert!(key.validate().is_ok());
         }
     }
