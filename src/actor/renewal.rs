@@ -27,8 +27,8 @@ use crate::store::LeaseRef;
 /// about 250 bytes per lease of the batch: 1.2 MB for a batch of 5 000,
 /// at each heartbeat, which the allocator may keep. With two in flight,
 /// 10 000 held leases read up to 1 006 B of RSS each during a renewal;
-/// with one, up to 918 B (`benches/memory.rs`). One at a time renews
-/// 100 000 leases about 2 s after the tick (1.4 s two at a time,
+/// with one, up to 906 B (docs/performance.md, "Memory"). One at a time
+/// renews 100 000 leases about 2 s after the tick (1.4 s two at a time,
 /// `benches/scale.rs`), in the same 20 commands, well inside a heartbeat
 /// interval.
 pub(super) const RENEWALS_IN_FLIGHT: usize = 1;
