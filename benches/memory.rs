@@ -14,23 +14,24 @@
 //!   batches run during the measurement), acquire and release 64 keys once
 //!   (the connection pool and the actor's first allocations), read RSS,
 //!   acquire N leases on distinct keys (64 acquires in flight, through the
-//!   public API), keep the `Lease`s in a `Vec`, wait until the heartbeat has
-//!   renewed every lease twice (read on the server: every lock document's
-//!   `ts` later than a moment, twice), read RSS again, and again every
-//!   tenth of a heartbeat over the next two heartbeats (printed as min,
-//!   median and max: a reading taken while a renewal is in flight holds
-//!   its batches' encodings, which the allocator may then keep), then shut
-//!   down (which releases everything).
+//!   public API), keep the `Lease`s in a `Vec`, read RSS (*acquired*), wait
+//!   until the heartbeat has renewed every lease twice (read on the server:
+//!   every lock document's `ts` later than a moment, twice), read RSS
+//!   (*renewed*), and again every 40th of a heartbeat over the next two
+//!   heartbeats (*most*: the highest of these; a reading taken while a
+//!   renewal is in flight holds its batches and their encodings, which the
+//!   allocator may then keep), then shut down (which releases everything).
 //! * **raw driver** (the baseline): the same client and warm-up, then N
 //!   `insert_one` of a lock-shaped document (64 in flight), keeping each
 //!   `_id` in a `Vec`, as a raw-driver lock user keeps the keys to delete.
 //!
-//! It prints `(RSS after − RSS before) / N` in bytes, its ratio to 1 KiB
-//! (the target: at most 1 KiB per held lease, the manager's state and the
-//! caller's `Lease` together), and the heap bytes still allocated per lease
-//! (a counting global allocator): the difference between the two is the
-//! allocator's overhead and fragmentation (glibc keeps freed memory, e.g.
-//! of the transient renewal batches).
+//! For each reading it prints `(RSS then − RSS before) / N` in bytes and, in
+//! parentheses, the heap bytes allocated per lease (a counting global
+//! allocator); then the worst reading's ratio to 1 KiB (the target: at most
+//! 1 KiB per held lease at every reading, the manager's state and the
+//! caller's `Lease` together). The difference between RSS and heap is the
+//! allocator's overhead and the freed memory it keeps (glibc keeps freed
+//! memory, e.g. of the transient renewal batches).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,6 +48,8 @@ mod mongod;
 
 /// Acquires (or raw inserts) in flight at once.
 const CONCURRENCY: usize = 64;
+/// Readings per heartbeat over the two heartbeats after the second renewal.
+const SAMPLES_PER_HEARTBEAT: u32 = 40;
 /// The environment variable that makes this binary a measuring child.
 const CHILD: &str = "MEMORY_CHILD";
 /// The prefix of a child's result line on stdout.
@@ -115,11 +118,45 @@ impl Reading {
     }
 }
 
-/// What one child measured.
+/// What one child measured: three readings, each as RSS and heap bytes per
+/// lease (or document) over the reading before the acquisitions (or
+/// inserts), and how long the child ran.
 struct Measured {
-    rss_per: f64,
-    live_per: f64,
+    /// Right after the last acquisition.
+    acquired: PerLease,
+    /// After the heartbeat renewed every lease twice.
+    renewed: PerLease,
+    /// The highest of the readings over the next two heartbeats (RSS and
+    /// heap each at its own highest reading).
+    most: PerLease,
     seconds: f64,
+}
+
+/// One reading, per lease.
+#[derive(Clone, Copy)]
+struct PerLease {
+    rss: f64,
+    heap: f64,
+}
+
+impl PerLease {
+    fn of(reading: &Reading, before: &Reading, n: usize) -> PerLease {
+        let per = |a: usize, b: usize| (a as f64 - b as f64) / n as f64;
+        PerLease {
+            rss: per(reading.rss, before.rss),
+            heap: per(reading.live, before.live),
+        }
+    }
+}
+
+/// Every reading of one child, as taken.
+struct Readings {
+    before: Reading,
+    acquired: Reading,
+    renewed: Reading,
+    /// The readings over the next two heartbeats (for the raw driver, the
+    /// one reading after its inserts).
+    later: Vec<Reading>,
 }
 
 fn main() {
@@ -146,21 +183,30 @@ async fn parent() {
         .collect();
     let (_replica_set, uri) = mongod::mongod().await;
     println!(
-        "memory: bytes of process RSS per held lease, one manager, {CONCURRENCY} acquires in flight, \
-         each size in a fresh process, after the heartbeat renewed every lease twice"
+        "memory: bytes of process RSS (heap) per held lease, one manager, {CONCURRENCY} acquires in flight, \
+         each size in a fresh process: right after acquiring, after the heartbeat renewed every lease \
+         twice, and the most over the next two heartbeats (read every {SAMPLES_PER_HEARTBEAT}th of one)"
     );
     for n in sizes {
         let raw = run_child(&uri, "raw", n).await;
         let lease = run_child(&uri, "lease", n).await;
+        let worst = [lease.acquired, lease.renewed, lease.most]
+            .iter()
+            .map(|r| r.rss)
+            .fold(f64::MIN, f64::max);
         println!(
-            "  {n:>7} leases: mongo-lease {:>6.0} B RSS/lease ({:.2}x of 1 KiB; heap {:>5.0} B/lease; {:.0} s) \
-             | raw driver {:>5.0} B RSS/doc (heap {:>4.0} B/doc)",
-            lease.rss_per,
-            lease.rss_per / 1024.0,
-            lease.live_per,
+            "  {n:>7} leases: mongo-lease acquired {:>5.0} B ({:>4.0}), renewed {:>5.0} B ({:>4.0}), \
+             most {:>5.0} B ({:>4.0}): worst {:.2}x of 1 KiB ({:.0} s) | raw driver {:>4.0} B RSS/doc ({:>3.0})",
+            lease.acquired.rss,
+            lease.acquired.heap,
+            lease.renewed.rss,
+            lease.renewed.heap,
+            lease.most.rss,
+            lease.most.heap,
+            worst / 1024.0,
             lease.seconds,
-            raw.rss_per,
-            raw.live_per,
+            raw.renewed.rss,
+            raw.renewed.heap,
         );
     }
 }
@@ -185,10 +231,15 @@ async fn run_child(uri: &str, mode: &str, n: usize) -> Measured {
         .split_whitespace()
         .map(|f| f.parse().expect("a number"))
         .collect();
+    let per = |i: usize| PerLease {
+        rss: fields[i],
+        heap: fields[i + 1],
+    };
     Measured {
-        rss_per: fields[0],
-        live_per: fields[1],
-        seconds: fields[2],
+        acquired: per(0),
+        renewed: per(2),
+        most: per(4),
+        seconds: fields[6],
     }
 }
 
@@ -203,7 +254,7 @@ async fn child(spec: &str) {
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     ));
     let started = Instant::now();
-    let (before, after) = match mode {
+    let readings = match mode {
         "lease" => leases(&db, n).await,
         "raw" => raw(&db, n).await,
         other => panic!("unknown mode {other}"),
@@ -217,12 +268,22 @@ async fn child(spec: &str) {
     {
         eprintln!("the client's shutdown took over 10 s");
     }
-    let per = |a: usize, b: usize| (a as f64 - b as f64) / n as f64;
-    println!(
-        "{RESULT} {} {} {seconds}",
-        per(after.rss, before.rss),
-        per(after.live, before.live)
-    );
+    let Readings {
+        before,
+        acquired,
+        renewed,
+        later,
+    } = readings;
+    let most = Reading {
+        rss: later.iter().map(|r| r.rss).max().unwrap_or(renewed.rss),
+        live: later.iter().map(|r| r.live).max().unwrap_or(renewed.live),
+    };
+    let mut line = String::from(RESULT);
+    for reading in [acquired, renewed, most] {
+        let per = PerLease::of(&reading, &before, n);
+        line += &format!(" {} {}", per.rss, per.heap);
+    }
+    println!("{line} {seconds}");
 }
 
 /// The heartbeat for `n` leases: 2 s, longer when one tick's renewals take
@@ -236,8 +297,9 @@ fn heartbeat(n: usize) -> Duration {
     Duration::from_millis(ms)
 }
 
-/// mongo-lease: RSS before and after holding `n` leases renewed twice.
-async fn leases(db: &mongodb::Database, n: usize) -> (Reading, Reading) {
+/// mongo-lease: the readings before and after acquiring `n` leases, after
+/// the heartbeat renewed them twice, and over the next two heartbeats.
+async fn leases(db: &mongodb::Database, n: usize) -> Readings {
     let heartbeat = heartbeat(n);
     let manager = LeaseManager::connect(
         LeaseManagerOptions::builder()
@@ -283,18 +345,20 @@ async fn leases(db: &mongodb::Database, n: usize) -> (Reading, Reading) {
     for _ in 0..2 {
         renewed_since_now(&locks, heartbeat).await;
     }
-    let after = Reading::now();
+    let renewed = Reading::now();
     // The same over the next two heartbeats, which renew every lease
     // again: the readings that fall on a renewal in flight hold its
-    // batches' encodings.
-    let mut samples = vec![after];
-    for _ in 0..20 {
-        tokio::time::sleep(heartbeat / 10).await;
+    // batches and their encodings. Often enough that several readings
+    // fall on each heartbeat's renewals (a batch takes tens of
+    // milliseconds).
+    let mut samples = Vec::new();
+    for _ in 0..2 * SAMPLES_PER_HEARTBEAT {
+        tokio::time::sleep(heartbeat / SAMPLES_PER_HEARTBEAT).await;
         samples.push(Reading::now());
     }
     let spread = |of: fn(&Reading) -> usize| {
-        let mut per: Vec<f64> = samples
-            .iter()
+        let mut per: Vec<f64> = std::iter::once(&renewed)
+            .chain(&samples)
             .map(|r| (of(r) as f64 - of(&before) as f64) / n as f64)
             .collect();
         per.sort_by(f64::total_cmp);
@@ -303,14 +367,19 @@ async fn leases(db: &mongodb::Database, n: usize) -> (Reading, Reading) {
     let ((rss_min, rss_median, rss_max), (heap_min, heap_median, heap_max)) =
         (spread(|r| r.rss), spread(|r| r.live));
     eprintln!(
-        "lease:{n}: read every tenth of a heartbeat over the next two: \
+        "lease:{n}: read every {SAMPLES_PER_HEARTBEAT}th of a heartbeat over the next two: \
          RSS/lease min {rss_min:.0} B, median {rss_median:.0} B, max {rss_max:.0} B; \
          heap/lease min {heap_min:.0} B, median {heap_median:.0} B, max {heap_max:.0} B"
     );
     assert!(leases.iter().all(|l| !l.is_lost()), "no lease lost");
     manager.shutdown().await.expect("shutdown");
     assert!(leases.iter().all(|l| l.is_lost()));
-    (before, after)
+    Readings {
+        before,
+        acquired,
+        renewed,
+        later: samples,
+    }
 }
 
 /// Waits until every lock document of `locks` was renewed after now: its
@@ -337,8 +406,9 @@ async fn renewed_since_now(locks: &mongodb::Collection<Document>, heartbeat: Dur
     }
 }
 
-/// The raw driver: RSS before and after inserting `n` lock-shaped documents.
-async fn raw(db: &mongodb::Database, n: usize) -> (Reading, Reading) {
+/// The raw driver: the readings before and after inserting `n` lock-shaped
+/// documents (the one after stands for every reading).
+async fn raw(db: &mongodb::Database, n: usize) -> Readings {
     let coll = db.collection_with_options::<Document>(
         "raw.lock",
         CollectionOptions::builder()
@@ -384,5 +454,10 @@ async fn raw(db: &mongodb::Database, n: usize) -> (Reading, Reading) {
     coll.delete_many(doc! { "_id": { "$in": &ids } })
         .await
         .expect("delete");
-    (before, after)
+    Readings {
+        before,
+        acquired: after,
+        renewed: after,
+        later: Vec::new(),
+    }
 }

@@ -48,10 +48,10 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
 /// same runs), and the filter
 /// reads one `_id` index key per lease (`benches/throughput.rs`,
 /// docs/mongodb-behaviour.md, B23). Batches keep each command far below the
-/// 16 MiB command size limit. A heartbeat sends at most two batches at once
-/// and the next as each is answered (each names every key and lease id of
-/// its leases), so 100 000 leases are renewed in 20 commands, two in flight
-/// at a time.
+/// 16 MiB command size limit. A heartbeat sends one batch at a time, the
+/// next once it is answered (each names every key and lease id of its
+/// leases, which the command holds several copies of while in flight), so
+/// 100 000 leases are renewed in 20 commands, one after another.
 pub const DEFAULT_RENEWAL_BATCH_SIZE: usize = 5_000;
 
 /// Default [`ReleaseMode`]: [`ReleaseMode::Keep`], the released lock document

@@ -72,9 +72,11 @@ use crate::error::{Error, Result};
 /// A key is shared: cloning it counts a reference, so the manager's per-key
 /// state, its deadline heap, its renewal batches and the caller's
 /// [`Lease`](crate::Lease) all share one copy of the key. A string key is
-/// kept as its text alone (about 40 bytes besides the text, where a `Bson`
-/// value alone is 112), since most keys are strings and a manager may hold
-/// 100 000 of them; any other key as its `Bson` value.
+/// kept as its text alone, since most keys are strings and a manager may
+/// hold 100 000 of them: one allocation of 40 bytes for a text of up to 22
+/// bytes, which it holds in place, and the text's own allocation beside it
+/// for a longer one (a `Bson` value alone is 112 bytes); any other key as
+/// its `Bson` value.
 #[derive(Clone)]
 pub struct LeaseKey(Arc<Repr>);
 
@@ -82,8 +84,47 @@ pub struct LeaseKey(Arc<Repr>);
 /// (never a `Bson::String`: [`LeaseKey::new`] keeps those as `Str`).
 #[derive(Clone)]
 enum Repr {
-    Str(Box<str>),
+    Str(Text),
     Other(Box<Bson>),
+}
+
+/// The most bytes of text a string key holds in place ([`Text::Short`]):
+/// as many as leave [`Repr`] at 24 bytes, so that a short key is one
+/// allocation of 40 bytes (the `Arc`'s counts and the `Repr`), one malloc
+/// chunk of 48 bytes, where a boxed text would add a chunk of its own.
+const SHORT: usize = 22;
+
+/// A string key's text: in place when it is short (most keys), else boxed.
+#[derive(Clone)]
+enum Text {
+    /// The first `len` bytes of `bytes`, copied from a `str`.
+    Short {
+        len: u8,
+        bytes: [u8; SHORT],
+    },
+    Long(Box<str>),
+}
+
+impl Text {
+    fn new(text: String) -> Text {
+        if text.len() > SHORT {
+            return Text::Long(text.into_boxed_str());
+        }
+        let mut bytes = [0; SHORT];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Text::Short {
+            len: text.len() as u8,
+            bytes,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            Text::Short { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
+                .expect("a short key's bytes are copied whole from a str"),
+            Text::Long(text) => text,
+        }
+    }
 }
 
 impl fmt::Debug for LeaseKey {
@@ -103,7 +144,7 @@ impl LeaseKey {
 
     /// A string key.
     fn string(key: String) -> Self {
-        LeaseKey(Arc::new(Repr::Str(key.into_boxed_str())))
+        LeaseKey(Arc::new(Repr::Str(Text::new(key))))
     }
 
     /// Parses a key from MongoDB Extended JSON v2, canonical or relaxed:
@@ -146,7 +187,7 @@ impl LeaseKey {
     /// ```
     pub fn to_bson(&self) -> Bson {
         match &*self.0 {
-            Repr::Str(s) => Bson::String(s.to_string()),
+            Repr::Str(s) => Bson::String(s.as_str().to_owned()),
             Repr::Other(bson) => Bson::clone(bson),
         }
     }
@@ -155,7 +196,8 @@ impl LeaseKey {
     /// a copy when this is the key's last handle).
     pub fn into_bson(self) -> Bson {
         match Arc::unwrap_or_clone(self.0) {
-            Repr::Str(s) => Bson::String(s.into_string()),
+            Repr::Str(Text::Long(s)) => Bson::String(s.into_string()),
+            Repr::Str(s) => Bson::String(s.as_str().to_owned()),
             Repr::Other(bson) => *bson,
         }
     }
@@ -163,7 +205,7 @@ impl LeaseKey {
     /// The key as a string slice if it is a string key, `None` otherwise.
     pub fn as_str(&self) -> Option<&str> {
         match &*self.0 {
-            Repr::Str(s) => Some(s),
+            Repr::Str(s) => Some(s.as_str()),
             Repr::Other(_) => None,
         }
     }
@@ -172,11 +214,11 @@ impl LeaseKey {
     pub(crate) fn validate(&self) -> Result<()> {
         let refuse = |reason: String| Err(Error::InvalidKey { reason });
         let value = match &*self.0 {
-            Repr::Str(s) if s.is_empty() => return refuse("the key is empty".into()),
-            Repr::Str(s) if s.len() > crate::MAX_KEY_LEN => {
+            Repr::Str(s) if s.as_str().is_empty() => return refuse("the key is empty".into()),
+            Repr::Str(s) if s.as_str().len() > crate::MAX_KEY_LEN => {
                 return refuse(format!(
                     "the key is {} bytes long; the limit is {}",
-                    s.len(),
+                    s.as_str().len(),
                     crate::MAX_KEY_LEN
                 ));
             }
@@ -447,7 +489,7 @@ fn hash_bson<H: Hasher>(value: &Bson, state: &mut H) {
 /// `Bson::String(key)` and `other`, without building the former).
 fn cmp_str(key: &str, other: &Repr) -> Ordering {
     match other {
-        Repr::Str(s) => key.as_bytes().cmp(s.as_bytes()),
+        Repr::Str(s) => key.as_bytes().cmp(s.as_str().as_bytes()),
         Repr::Other(other) => STRING_RANK.cmp(&rank(other)).then_with(|| match &**other {
             Bson::Symbol(s) => key.as_bytes().cmp(s.as_bytes()),
             _ => Ordering::Equal,
@@ -475,8 +517,8 @@ impl PartialOrd for LeaseKey {
 impl Ord for LeaseKey {
     fn cmp(&self, other: &Self) -> Ordering {
         match (&*self.0, &*other.0) {
-            (Repr::Str(key), other) => cmp_str(key, other),
-            (this, Repr::Str(key)) => cmp_str(key, this).reverse(),
+            (Repr::Str(key), other) => cmp_str(key.as_str(), other),
+            (this, Repr::Str(key)) => cmp_str(key.as_str(), this).reverse(),
             (Repr::Other(a), Repr::Other(b)) => cmp_bson(a, b),
         }
     }
@@ -488,7 +530,7 @@ impl Hash for LeaseKey {
             // As `hash_bson` hashes a `Bson::String` (and a symbol).
             Repr::Str(s) => {
                 STRING_RANK.hash(state);
-                s.hash(state);
+                s.as_str().hash(state);
             }
             Repr::Other(value) => hash_bson(value, state),
         }
@@ -528,7 +570,7 @@ impl PartialEq<LeaseKey> for &str {
 impl fmt::Display for LeaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &*self.0 {
-            Repr::Str(s) => f.write_str(s),
+            Repr::Str(s) => f.write_str(s.as_str()),
             Repr::Other(_) => f.write_str(&self.to_extended_json()),
         }
     }

@@ -19,16 +19,19 @@ use crate::random::HashSet;
 use crate::status::{LossReason, server_expiry};
 use crate::store::LeaseRef;
 
-/// Renewal batches in flight at once; the others of a heartbeat wait for
-/// one to be answered. Each batch builds a filter several times its own
-/// size (every key and lease id of up to `renewal_batch_size` leases), so
-/// sending all of a large heartbeat's batches at once (20 for 100 000
-/// leases) would allocate tens of megabytes at each heartbeat, which the
-/// allocator keeps (`benches/memory.rs`: 100 000 leases went from 1.27 to
-/// 0.91 KiB of RSS each). A batch of 5 000 takes about 0.1 s
-/// (docs/mongodb-behaviour.md, B23), so 100 000 leases are renewed within
-/// about a second of the tick, well inside a heartbeat interval.
-pub(super) const RENEWALS_IN_FLIGHT: usize = 2;
+/// The heartbeat's renewal batches in flight at once; the others wait for
+/// it to be answered (a check of leases a write may have taken away goes
+/// beside it, [`Actor::spawn_renewals`]). A batch in flight holds its leases twice (the
+/// actor's copy and the store's) and its command's encoding four times
+/// (the store's, then the driver's copies on the way to the socket),
+/// about 250 bytes per lease of the batch: 1.2 MB for a batch of 5 000,
+/// at each heartbeat, which the allocator may keep. With two in flight,
+/// 10 000 held leases read up to 1 006 B of RSS each during a renewal;
+/// with one, up to 906 B (docs/performance.md, "Memory"). One at a time
+/// renews 100 000 leases about 2 s after the tick (1.4 s two at a time,
+/// `benches/scale.rs`), in the same 20 commands, well inside a heartbeat
+/// interval.
+pub(super) const RENEWALS_IN_FLIGHT: usize = 1;
 
 /// Leases of one place renewed to one TTL in one store call.
 pub(super) struct Batch {
@@ -58,27 +61,73 @@ impl Actor {
     /// Heartbeat: renew every held lease not already being renewed, in
     /// batches of leases with one TTL (one store call per distinct TTL and
     /// batch).
+    ///
+    /// Each batch is filled in place, its room for at most
+    /// `renewal_batch_size` leases allocated once: no list of every held
+    /// lease is built first and copied into batches (at 100 000 leases
+    /// that list and its copies were several megabytes at each heartbeat,
+    /// which the allocator keeps; `benches/memory.rs`).
     pub(super) fn renew_all(&mut self) {
-        let mut by_ttl = ByTtl::new();
+        let size = self.timing.renewal_batch_size;
+        // An upper bound of the leases still to add: no batch is given
+        // room for more.
+        let mut left: usize = self.keys.values().map(|state| state.holders.len()).sum();
+        let mut filling: BTreeMap<(Place, Duration), Vec<LeaseRef>> = BTreeMap::new();
+        let mut full = Vec::new();
         for (key, state) in &mut self.keys {
-            for held in state.holders.iter_mut().filter(|h| h.renewing == 0) {
-                add_renewal(&mut by_ttl, key, held);
+            for held in state.holders.iter_mut() {
+                left -= 1;
+                if held.renewing > 0 || !held.renews {
+                    continue;
+                }
+                held.renewing += 1;
+                let group = (key.place, held.ttl);
+                let leases = filling
+                    .entry(group)
+                    .or_insert_with(|| Vec::with_capacity(size.min(left + 1)));
+                leases.push(held.lease_ref(&key.key));
+                if leases.len() == size {
+                    let leases = std::mem::replace(leases, Vec::with_capacity(size.min(left)));
+                    full.push((group, leases));
+                }
             }
         }
-        self.spawn_renewals(by_ttl);
+        let partial = filling.into_iter().filter(|(_, leases)| !leases.is_empty());
+        for ((place, ttl), leases) in full.into_iter().chain(partial) {
+            self.spawn_renewal(Batch {
+                place,
+                leases,
+                ttl,
+                attempt: 0,
+            });
+        }
     }
 
-    /// Renews `by_ttl` in one store call per place, distinct TTL and batch.
+    /// Checks `by_ttl` (leases a write may have taken away) by renewing
+    /// them in one store call per place, distinct TTL and batch: at once
+    /// even while a batch of the heartbeat is in flight (up to
+    /// [`RENEWALS_IN_FLIGHT`] + 1 calls in flight), so that a lease taken
+    /// away is found within a round trip; else before the heartbeat's
+    /// batches still waiting.
     pub(super) fn spawn_renewals(&mut self, by_ttl: ByTtl) {
+        let mut waiting = Vec::new();
         for ((place, ttl), leases) in by_ttl {
             for batch in leases.chunks(self.timing.renewal_batch_size) {
-                self.spawn_renewal(Batch {
+                let batch = Batch {
                     place,
                     leases: batch.to_vec(),
                     ttl,
                     attempt: 0,
-                });
+                };
+                if self.renewals.len() <= RENEWALS_IN_FLIGHT {
+                    self.send_renewal(batch);
+                } else {
+                    waiting.push(batch);
+                }
             }
+        }
+        for batch in waiting.into_iter().rev() {
+            self.renewals_waiting.push_front(batch);
         }
     }
 

@@ -241,14 +241,45 @@ fn validation_refuses_what_mongodb_refuses_as_id() {
 }
 
 #[test]
-fn a_key_is_one_pointer_to_at_most_24_bytes_besides_a_string_keys_text() {
-    // The `Arc`'s allocation holds two counts and a `Repr`: 40 bytes, where
-    // an `Arc<Bson>` took 128 (a `Bson` is 112). `benches/memory.rs` shows
-    // the effect on the heap per held lease.
+fn a_key_is_one_pointer_to_24_bytes_which_hold_a_short_string_keys_text() {
+    // The `Arc`'s allocation holds two counts and a `Repr`: 40 bytes, one
+    // malloc chunk of 48, where an `Arc<Bson>` took 128 (a `Bson` is 112);
+    // a text of up to `SHORT` bytes is in it, a longer one in a chunk of
+    // its own. `benches/memory.rs` shows the effect on RSS per held lease.
     assert_eq!(std::mem::size_of::<LeaseKey>(), 8);
-    assert!(
-        std::mem::size_of::<Repr>() <= 24,
-        "{}",
-        std::mem::size_of::<Repr>()
-    );
+    assert_eq!(std::mem::size_of::<Repr>(), 24);
+    assert_eq!(SHORT, 22);
+}
+
+#[test]
+fn a_string_key_is_the_same_key_whether_its_text_is_in_place_or_boxed() {
+    for len in [1, SHORT - 1, SHORT, SHORT + 1, 2 * SHORT] {
+        // Multi-byte characters too: the boundary falls between them.
+        for text in ["k".repeat(len), "é".repeat(len.div_ceil(2))] {
+            let key = LeaseKey::from(text.as_str());
+            let short = text.len() <= SHORT;
+            assert_eq!(
+                matches!(&*key.0, Repr::Str(Text::Short { .. })),
+                short,
+                "{text}"
+            );
+            assert_eq!(key.as_str(), Some(text.as_str()));
+            assert_eq!(key, text);
+            assert_eq!(key.to_string(), text);
+            assert_eq!(key.to_bson(), Bson::String(text.clone()));
+            assert_eq!(key.clone().into_bson(), Bson::String(text.clone()));
+            let as_bson = LeaseKey::from(Bson::String(text.clone()));
+            assert_eq!(hash_of(&key), hash_of(&as_bson));
+            let symbol = LeaseKey::from(Bson::Symbol(text.clone()));
+            assert_eq!(key, symbol);
+            assert_eq!(hash_of(&key), hash_of(&symbol));
+            let longer = LeaseKey::from(format!("{text}k"));
+            assert_eq!(key.cmp(&longer), Ordering::Less);
+            assert_eq!(longer.cmp(&key), Ordering::Greater);
+            assert!(key.validate().is_ok());
+        }
+    }
+    assert!(LeaseKey::from("").validate().is_err());
+    let too_long = LeaseKey::from("k".repeat(crate::MAX_KEY_LEN + 1));
+    assert!(too_long.validate().is_err());
 }

@@ -341,3 +341,48 @@ async fn a_checks_result_does_not_end_the_heartbeats_renewal_still_pending() {
     assert_eq!(renewals.len(), 4, "{renewals:?}");
     assert!(!lease.is_lost());
 }
+
+/// A check is sent at once even while a heartbeat's batch is in flight and
+/// others wait behind it (one heartbeat batch in flight at a time): a lease
+/// taken away is found within a round trip, not after the heartbeat's
+/// batches.
+#[tokio::test(start_paused = true)]
+async fn a_check_goes_beside_the_heartbeats_batch_in_flight_not_behind_those_waiting() {
+    use crate::actor::renewal::RENEWALS_IN_FLIGHT;
+    const LATENCY: Duration = Duration::from_millis(300);
+    let db = MemoryDb::new();
+    let (a, store, t0) = start_watching_held(&db, "a");
+    let batches = RENEWALS_IN_FLIGHT + 2;
+    let mut leases = Vec::new();
+    for i in 0..batches * BATCH {
+        leases.push(a.acquire(format!("k{i}")).await.unwrap());
+    }
+    store.set_latency(Op::Renew, LATENCY);
+    let check_at = t0 + HEARTBEAT + Duration::from_millis(50);
+    sleep_until(check_at).await;
+    assert_eq!(
+        store.in_flight(Op::Renew),
+        RENEWALS_IN_FLIGHT,
+        "the heartbeat's batches in flight, the others waiting"
+    );
+    announce_stale_write(&db, "k0");
+    sleep_until(t0 + HEARTBEAT * 2 - MS).await;
+    let sent: Vec<(Instant, usize)> = store
+        .calls_of(Op::Renew)
+        .into_iter()
+        .map(|c| (c.at, c.keys.len()))
+        .collect();
+    let mut first = vec![(t0 + HEARTBEAT, BATCH); RENEWALS_IN_FLIGHT];
+    first.push((check_at, 1));
+    assert_eq!(sent[..first.len()], first, "{sent:?}");
+    let rest = &sent[first.len()..];
+    assert_eq!(rest.len(), batches - RENEWALS_IN_FLIGHT, "{sent:?}");
+    assert!(
+        rest.iter()
+            .all(|&(at, keys)| at >= t0 + HEARTBEAT + LATENCY && keys == BATCH),
+        "the waiting batches go once the one in flight is answered: {sent:?}"
+    );
+    assert_eq!(store.max_in_flight(Op::Renew), RENEWALS_IN_FLIGHT + 1);
+    assert!(leases.iter().all(|l| !l.is_lost()));
+    a.shutdown().await.unwrap();
+}

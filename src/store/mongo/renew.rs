@@ -356,10 +356,11 @@ impl MongoStore {
     }
 
     /// The leases of a renewal of `leases` (by `filter`, on `coll`) that
-    /// `matched` documents matched which are no longer held: none if the
-    /// batch names each key once and every one matched; otherwise (some
-    /// leases gone, or several leases of one key, which one document matches
-    /// once) those a read of the matching documents' lease ids (at
+    /// `matched` documents matched which are no longer held: none if it
+    /// matched one document per lease (a document has one key, so the
+    /// batch then names each key once, and every one matched); otherwise
+    /// (some leases gone, or several leases of one key, which one document
+    /// matches once) those a read of the matching documents' lease ids (at
     /// `lease_id_path`, and in the entries of `hs`) does not find.
     pub(super) async fn unrenewed(
         &self,
@@ -369,8 +370,9 @@ impl MongoStore {
         lease_id_path: &str,
         matched: u64,
     ) -> Result<Vec<LeaseRef>> {
-        let keys: HashSet<&LeaseKey> = leases.iter().map(|l| &l.key).collect();
-        if keys.len() == leases.len() && matched as usize == leases.len() {
+        // No set of the batch's keys is built to tell that they are
+        // distinct: the documents matched have distinct keys among them.
+        if matched as usize == leases.len() {
             return Ok(Vec::new());
         }
         let holders = format!("{}.{}", field::HOLDERS, field::LEASE_ID);
