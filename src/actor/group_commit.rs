@@ -202,6 +202,16 @@ impl Actor {
                     let acquired = Ok((AcquireOutcome::Acquired { token }, None));
                     self.on_acquired(key, sent, acquired);
                 }
+                LightAcquired::AcquiredShort { token, counts_from } => {
+                    self.health.server_answered();
+                    // Its local deadline counts from `counts_from`.
+                    let sent = Sent {
+                        sent_at: sent.sent_at.min(counts_from),
+                        ..sent
+                    };
+                    let acquired = Ok((AcquireOutcome::Acquired { token }, None));
+                    self.on_acquired(key, sent, acquired);
+                }
                 LightAcquired::NotApplied => {
                     self.note_contended(&key);
                     self.send_general_acquire(key, sent, None);

@@ -81,6 +81,13 @@ pub(crate) enum LightAcquired {
     /// This owner holds the key under the request's lease id, with this
     /// fencing token, for at least the TTL from the request's send.
     Acquired(u64),
+    /// This owner holds the key under the request's lease id, with this
+    /// fencing token, found by a grouped acquire's read with less time
+    /// left than the TTL from the request's start: the holder counts its
+    /// local deadline from `counts_from`, earlier than that start by the
+    /// shortfall, for which the lease lasts its TTL
+    /// ([`light_acquire`](super::light_acquire)).
+    AcquiredShort { token: u64, counts_from: Instant },
     /// Not applied, or not known to have (a grouped command that failed,
     /// a transient error): the general form decides, under the same lease
     /// id (it recognises a landed attempt as a retry).

@@ -413,7 +413,10 @@
 //! that its expiry is at least the attempt's start + the TTL - 2 ms (the
 //! rounding of `$$NOW` and of that time; the holder's local deadline
 //! counts from that start, less its safety margin), whichever write under
-//! that lease id set it; the `find`'s reply leg is not counted.
+//! that lease id set it; the `find`'s reply leg is not counted. One found
+//! with less left than that, but at least half the TTL, counts as acquired
+//! with its holder's local deadline counted from earlier than the start by
+//! the shortfall, for which the same bound holds (`light_acquire`).
 //! A group of releases is one `update` of one statement per lease, and a
 //! `find` of the keys unless every statement applied: a document still
 //! under the lease id was not released (the general release decides);

@@ -39,7 +39,8 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// command for one, one batch for more; one answer each, in order (a
     /// batch decided by
     /// [`light_acquire::acquired`](super::light_acquire::acquired)). A
-    /// request not [`LightAcquired::Acquired`] goes on to the general
+    /// request neither [`LightAcquired::Acquired`] nor
+    /// [`LightAcquired::AcquiredShort`] goes on to the general
     /// acquire under the same lease id. The default (a store without the
     /// light acquire): none applied, nothing sent.
     fn acquire_light(&self, requests: Vec<LightAcquire>) -> BoxFuture<'static, Vec<LightAcquired>> {

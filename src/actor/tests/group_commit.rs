@@ -121,3 +121,49 @@ async fn queued_light_acquires_count_from_their_start_when_the_find_runs_late() 
         assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     }
 }
+
+/// A grouped light acquire whose `find` the server runs so late that its
+/// leases have less time left than the TTL from their attempts' start
+/// (here a `find` delayed 1 s, with a 3 s TTL) grants them all the same,
+/// with no general acquire, but each counts its local deadline from
+/// earlier by the shortfall (`LightAcquired::AcquiredShort`): 899 ms
+/// here (1.9 s left at the `find`, 201 ms from the start to its send).
+/// Counted from the start, the holders' deadlines would pass the leases'
+/// expiry if an earlier attempt under the same lease id had set it.
+#[tokio::test(start_paused = true)]
+async fn a_grouped_light_acquire_found_short_counts_its_deadlines_from_earlier() {
+    let db = MemoryDb::new();
+    let store = db.store("a", TTL).with_light_acquire();
+    let a = LeaseManager::start(Arc::new(store.clone()), "a".into(), timing());
+    store.set_latency(Op::Acquire, 100 * MS);
+    let started = Instant::now();
+    let acquires: Vec<_> = (0..5)
+        .map(|i| {
+            let a = a.clone();
+            tokio::spawn(async move { a.acquire(format!("k{i}").as_str()).await })
+        })
+        .collect();
+    sleep(150 * MS).await;
+    assert_eq!(store.calls(Op::Acquire), 2, "the lone acquire, the update");
+    store.fault_next(Op::Acquire, Fault::Delay(1000 * MS), 1);
+    let mut leases = Vec::new();
+    for acquire in acquires {
+        leases.push(soon(acquire).await.unwrap().unwrap());
+    }
+    let keys: Vec<usize> = store
+        .calls_of(Op::Acquire)
+        .iter()
+        .map(|c| c.keys.len())
+        .collect();
+    assert_eq!(keys, [1, 4, 4], "no general acquire");
+    // Not renewed yet (the heartbeat ran before they were granted).
+    let from_start = started + TTL - SAFETY_MARGIN;
+    for lease in &leases[1..] {
+        assert_eq!(
+            lease.deadline(),
+            Some(from_start - 899 * MS),
+            "{}",
+            lease.key()
+        );
+    }
+}

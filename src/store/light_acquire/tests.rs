@@ -36,7 +36,7 @@ fn a_grouped_acquire_counts_only_a_lease_that_lasts_its_ttl_from_the_attempts_st
             _ => None,
         }
     };
-    // At least 9 995 ms must be left.
+    // At least 9 995 ms must be left to count from the start.
     assert_eq!(token("a", lease_id, 9_995), Some(9));
     assert_eq!(token("a", lease_id, 9_994), None);
     assert_eq!(token("a", lease_id, -1), None);
@@ -56,4 +56,49 @@ fn a_grouped_acquire_counts_only_a_lease_that_lasts_its_ttl_from_the_attempts_st
         acquired(None, &request, "a", find_sent),
         LightAcquired::NotApplied
     ));
+}
+
+#[test]
+fn a_grouped_acquire_found_short_counts_from_earlier_by_the_shortfall_down_to_half_the_ttl() {
+    let lease_id = Uuid::new_v4();
+    // An instant with room before it on any clock.
+    let started = Instant::now() + Duration::from_secs(60);
+    let request = LightAcquire {
+        key: "k".into(),
+        lease_id,
+        ttl: Duration::from_secs(10),
+        started,
+    };
+    // e = 5 ms: 9 995 ms left is the bound.
+    let find_sent = started + Duration::from_millis(4);
+    let answer = |left_ms: i64| {
+        let found = Found {
+            owner: Some("a"),
+            lease_id: Some(lease_id),
+            token: 9,
+            left_ms,
+        };
+        acquired(Some(found), &request, "a", find_sent)
+    };
+    let counts_from = |left_ms: i64| match answer(left_ms) {
+        LightAcquired::AcquiredShort {
+            token: 9,
+            counts_from,
+        } => Some(counts_from),
+        _ => None,
+    };
+    let ms = Duration::from_millis;
+    assert_eq!(counts_from(9_994), Some(started - ms(1)));
+    assert_eq!(counts_from(9_000), Some(started - ms(995)));
+    // Whatever the shortfall, the lease lasts its TTL from that instant
+    // by the bound: counting from it, e grows by the shortfall.
+    for left in [5_000, 7_321, 9_994] {
+        let from = counts_from(left).expect("acquired short");
+        let e = elapsed_before_find(from, find_sent);
+        assert_eq!(left, 10_000 - e, "left {left}");
+    }
+    assert_eq!(counts_from(5_000), Some(started - ms(4_995)));
+    // Less than half the TTL left: the general acquire renews it.
+    assert!(matches!(answer(4_999), LightAcquired::NotApplied));
+    assert!(matches!(answer(9_995), LightAcquired::Acquired(9)));
 }

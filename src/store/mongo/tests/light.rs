@@ -155,7 +155,7 @@ async fn light_acquire(store: &MongoStore, key: &str, lease_id: Uuid) -> Option<
         started: tokio::time::Instant::now(),
     };
     match store.light_acquires(vec![request]).await.pop().unwrap() {
-        LightAcquired::Acquired(token) => Some(token),
+        LightAcquired::Acquired(token) | LightAcquired::AcquiredShort { token, .. } => Some(token),
         LightAcquired::NotApplied => None,
         LightAcquired::Failed(e) => panic!("{e}"),
     }
@@ -477,7 +477,9 @@ async fn acquire_all(env: &Env, leases: &[LeaseRef]) -> Vec<Option<u64>> {
     answers
         .into_iter()
         .map(|answer| match answer {
-            LightAcquired::Acquired(token) => Some(token),
+            LightAcquired::Acquired(token) | LightAcquired::AcquiredShort { token, .. } => {
+                Some(token)
+            }
             LightAcquired::NotApplied => None,
             LightAcquired::Failed(e) => panic!("{e}"),
         })

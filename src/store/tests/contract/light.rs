@@ -25,7 +25,7 @@ fn request(key: &str, lease_id: Uuid) -> LightAcquire {
 /// The token of an acquired answer, `None` for not applied.
 fn token(answer: &LightAcquired) -> Option<u64> {
     match answer {
-        LightAcquired::Acquired(token) => Some(*token),
+        LightAcquired::Acquired(token) | LightAcquired::AcquiredShort { token, .. } => Some(*token),
         LightAcquired::NotApplied => None,
         LightAcquired::Failed(e) => panic!("a grouped light acquire failed: {e}"),
     }
