@@ -78,31 +78,27 @@ async fn a_key_where_a_light_form_did_not_apply_skips_it_for_a_while() {
     );
 }
 
-/// Light acquires that queued behind the one in flight are granted from
-/// their grouped `update` and `find` even when the server runs the `find`
-/// later than the `update`, relative to their sends (both queue behind other
-/// commands on a busy server): the bound counts from each attempt's start,
-/// from which its holder's local deadline counts, so the time spent queued
-/// is slack. Counted from the `update`'s send, a `find` run 50 ms late left
-/// every grouped key to the general acquire, and skipping the light forms
-/// for `CONTENDED_FOR`.
-#[tokio::test(start_paused = true)]
-async fn queued_light_acquires_count_from_their_start_when_the_find_runs_late() {
+/// Five acquires of distinct keys started at once, with 100 ms of latency
+/// per call: the lone light acquire of k0 returns at 100 ms; the group of
+/// the four others goes then, its `update` returning at 200 ms and its
+/// `find`, the next call, delayed `find_delay` on the server. Returns the
+/// leases in key order and the instant they started; asserts
+/// that no general acquire was sent.
+async fn grouped_acquires_with_a_late_find(find_delay: Duration) -> (Vec<Lease>, Instant) {
     let db = MemoryDb::new();
     let store = db.store("a", TTL).with_light_acquire();
     let a = LeaseManager::start(Arc::new(store.clone()), "a".into(), timing());
     store.set_latency(Op::Acquire, 100 * MS);
+    let started = Instant::now();
     let acquires: Vec<_> = (0..5)
         .map(|i| {
             let a = a.clone();
             tokio::spawn(async move { a.acquire(format!("k{i}").as_str()).await })
         })
         .collect();
-    // The lone light acquire of k0 returns at 100 ms; the group's `update`
-    // goes then, and returns at 200 ms: its `find` is the next call.
     sleep(150 * MS).await;
     assert_eq!(store.calls(Op::Acquire), 2, "the lone acquire, the update");
-    store.fault_next(Op::Acquire, Fault::Delay(50 * MS), 1);
+    store.fault_next(Op::Acquire, Fault::Delay(find_delay), 1);
     let mut leases = Vec::new();
     for acquire in acquires {
         leases.push(soon(acquire).await.unwrap().unwrap());
@@ -117,6 +113,24 @@ async fn queued_light_acquires_count_from_their_start_when_the_find_runs_late() 
         [1, 4, 4],
         "the lone acquire, then the group's update and find; no general acquire"
     );
+    (leases, started)
+}
+
+/// Light acquires that queued behind the one in flight are granted from
+/// their grouped `update` and `find` even when the server runs the `find`
+/// later than the `update`, relative to their sends (both queue behind other
+/// commands on a busy server): the bound counts from each attempt's start,
+/// from which its holder's local deadline counts, so the time spent queued
+/// is slack. Counted from the `update`'s send, a `find` run 50 ms late left
+/// every grouped key to the general acquire, and skipping the light forms
+/// for `CONTENDED_FOR`.
+#[tokio::test(start_paused = true)]
+async fn queued_light_acquires_count_from_their_start_when_the_find_runs_late() {
+    let (leases, started) = grouped_acquires_with_a_late_find(50 * MS).await;
+    // Counted from their start: 51 ms of slack covered the late `find`.
+    for lease in &leases[1..] {
+        assert_eq!(lease.deadline(), Some(started + TTL - SAFETY_MARGIN));
+    }
     for lease in leases {
         assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     }
@@ -132,30 +146,7 @@ async fn queued_light_acquires_count_from_their_start_when_the_find_runs_late() 
 /// expiry if an earlier attempt under the same lease id had set it.
 #[tokio::test(start_paused = true)]
 async fn a_grouped_light_acquire_found_short_counts_its_deadlines_from_earlier() {
-    let db = MemoryDb::new();
-    let store = db.store("a", TTL).with_light_acquire();
-    let a = LeaseManager::start(Arc::new(store.clone()), "a".into(), timing());
-    store.set_latency(Op::Acquire, 100 * MS);
-    let started = Instant::now();
-    let acquires: Vec<_> = (0..5)
-        .map(|i| {
-            let a = a.clone();
-            tokio::spawn(async move { a.acquire(format!("k{i}").as_str()).await })
-        })
-        .collect();
-    sleep(150 * MS).await;
-    assert_eq!(store.calls(Op::Acquire), 2, "the lone acquire, the update");
-    store.fault_next(Op::Acquire, Fault::Delay(1000 * MS), 1);
-    let mut leases = Vec::new();
-    for acquire in acquires {
-        leases.push(soon(acquire).await.unwrap().unwrap());
-    }
-    let keys: Vec<usize> = store
-        .calls_of(Op::Acquire)
-        .iter()
-        .map(|c| c.keys.len())
-        .collect();
-    assert_eq!(keys, [1, 4, 4], "no general acquire");
+    let (leases, started) = grouped_acquires_with_a_late_find(1000 * MS).await;
     // Not renewed yet (the heartbeat ran before they were granted).
     let from_start = started + TTL - SAFETY_MARGIN;
     for lease in &leases[1..] {

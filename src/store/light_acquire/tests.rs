@@ -1,5 +1,26 @@
 use super::*;
 
+/// A request under `lease_id` with a 10 s TTL whose attempt started at
+/// `started`.
+fn request(lease_id: Uuid, started: Instant) -> LightAcquire {
+    LightAcquire {
+        key: "k".into(),
+        lease_id,
+        ttl: Duration::from_secs(10),
+        started,
+    }
+}
+
+/// A document of `owner` under `id`, token 9, with `left_ms` left.
+fn found(owner: &str, id: Uuid, left_ms: i64) -> Found<'_> {
+    Found {
+        owner: Some(owner),
+        lease_id: Some(id),
+        token: 9,
+        left_ms,
+    }
+}
+
 #[test]
 fn the_bound_counts_only_the_time_before_the_reads_send() {
     let sent = Instant::now();
@@ -16,25 +37,17 @@ fn the_bound_counts_only_the_time_before_the_reads_send() {
 fn a_grouped_acquire_counts_only_a_lease_that_lasts_its_ttl_from_the_attempts_start() {
     let lease_id = Uuid::new_v4();
     let started = Instant::now();
-    let request = LightAcquire {
-        key: "k".into(),
-        lease_id,
-        ttl: Duration::from_secs(10),
-        started,
-    };
+    let request = request(lease_id, started);
     // The find went 4 ms after the attempt started: e = 5 ms.
     let find_sent = started + Duration::from_millis(4);
-    let token = |owner: &str, id: Uuid, left_ms: i64| {
-        let found = Found {
-            owner: Some(owner),
-            lease_id: Some(id),
-            token: 9,
-            left_ms,
-        };
-        match acquired(Some(found), &request, "a", find_sent) {
-            LightAcquired::Acquired(token) => Some(token),
-            _ => None,
-        }
+    let token = |owner: &str, id: Uuid, left_ms: i64| match acquired(
+        Some(found(owner, id, left_ms)),
+        &request,
+        "a",
+        find_sent,
+    ) {
+        LightAcquired::Acquired(token) => Some(token),
+        _ => None,
     };
     // At least 9 995 ms must be left to count from the start.
     assert_eq!(token("a", lease_id, 9_995), Some(9));
@@ -63,22 +76,16 @@ fn a_grouped_acquire_found_short_counts_from_earlier_by_the_shortfall_down_to_ha
     let lease_id = Uuid::new_v4();
     // An instant with room before it on any clock.
     let started = Instant::now() + Duration::from_secs(60);
-    let request = LightAcquire {
-        key: "k".into(),
-        lease_id,
-        ttl: Duration::from_secs(10),
-        started,
-    };
+    let request = request(lease_id, started);
     // e = 5 ms: 9 995 ms left is the bound.
     let find_sent = started + Duration::from_millis(4);
     let answer = |left_ms: i64| {
-        let found = Found {
-            owner: Some("a"),
-            lease_id: Some(lease_id),
-            token: 9,
-            left_ms,
-        };
-        acquired(Some(found), &request, "a", find_sent)
+        acquired(
+            Some(found("a", lease_id, left_ms)),
+            &request,
+            "a",
+            find_sent,
+        )
     };
     let counts_from = |left_ms: i64| match answer(left_ms) {
         LightAcquired::AcquiredShort {
