@@ -197,20 +197,11 @@ impl Actor {
         let mut answers = answers.into_iter();
         for (key, sent) in batch {
             match answers.next().unwrap_or_default() {
-                LightAcquired::Acquired(token) => {
-                    self.health.server_answered();
-                    let acquired = Ok((AcquireOutcome::Acquired { token }, None));
-                    self.on_acquired(key, sent, acquired);
-                }
+                LightAcquired::Acquired(token) => self.on_light_granted(key, sent, token),
                 LightAcquired::AcquiredShort { token, counts_from } => {
-                    self.health.server_answered();
                     // Its local deadline counts from `counts_from`.
-                    let sent = Sent {
-                        sent_at: sent.sent_at.min(counts_from),
-                        ..sent
-                    };
-                    let acquired = Ok((AcquireOutcome::Acquired { token }, None));
-                    self.on_acquired(key, sent, acquired);
+                    let sent_at = sent.sent_at.min(counts_from);
+                    self.on_light_granted(key, Sent { sent_at, ..sent }, token);
                 }
                 LightAcquired::NotApplied => {
                     self.note_contended(&key);
@@ -219,6 +210,14 @@ impl Actor {
                 LightAcquired::Failed(error) => self.on_acquired(key, sent, Err(error)),
             }
         }
+    }
+
+    /// A light acquire granted `key` with `token`, its local deadline
+    /// counting from `sent.sent_at`.
+    fn on_light_granted(&mut self, key: Target, sent: Sent, token: u64) {
+        self.health.server_answered();
+        let acquired = Ok((AcquireOutcome::Acquired { token }, None));
+        self.on_acquired(key, sent, acquired);
     }
 
     /// Whether the release of `lease` of `key` (`young`: too young for
