@@ -17,16 +17,24 @@
 //! holding one key that nobody waits for: N = 0, 10, 100 (the default
 //! options: no change stream while merely holding), then 100 managers with
 //! `watch_held_leases` (a change stream each, open before the window
-//! starts: the behaviour before it was an option), then N = 0 again to
-//! show the drift of the run. Printed: the writer's updates/s and the ratio
+//! starts: the behaviour before it was an option), then 100 managers
+//! campaigning for one key as an election's candidates do (one holds it,
+//! 99 wait, each with the change stream a waiter keeps open), then N = 0
+//! again to show the drift of the run. Printed: the writer's updates/s and the ratio
 //! to the mean of the two N = 0 windows.
 //!
 //! **Uncontended acquire + release.** One task acquires and releases one
-//! key `FLEET_CYCLES` times (default 2 000), against the raw driver's
-//! `insertOne` + `deleteOne` of a lock document (`w: majority`, as
-//! mongo-lease writes), in 4 alternating rounds; printed: commands per
-//! cycle (driver command monitoring, every command but the driver's
-//! handshakes and heartbeats), cycles/s, and the ratios mongo-lease / raw.
+//! key `FLEET_CYCLES` times (default 2 000), against two raw forms with the
+//! driver (`w: majority`, as mongo-lease writes): `insertOne` +
+//! `deleteOne` of a lock document, and the least a lease that keeps its
+//! document writes (a `findOneAndUpdate` upsert setting owner, next token
+//! and expiry, then an `updateOne` ending the expiry, both on `_id` alone
+//! and with no condition), in 20 rounds, the three alternating; printed:
+//! commands per cycle (driver command monitoring, every command but the
+//! driver's handshakes and heartbeats), cycles/s, the time in the driver's
+//! round trips and the rest, the CPU time per cycle of this process (the
+//! caller, the actor and the driver) and of `mongod`, and the throughput
+//! ratios over the run and round by round (median and range).
 //!
 //! **Many waiters.** W = 2, 20, 50, 200 managers contend for one key, each
 //! with its own client (managers in this process rather than W processes,
@@ -116,22 +124,32 @@ async fn idle_managers(options: &ClientOptions, database: &str, window: Duration
     println!("  N =   0:                        {alone:>7.0} updates/s");
     let mut rows = Vec::new();
     let mut fleet = Vec::new();
-    for (n, watch) in [(10, false), (100, false)] {
-        fleet.extend(managers(options, database, fleet.len(), n - fleet.len(), watch).await);
-        rows.push((n, watch, rate(&items, window).await));
+    for n in [10, 100] {
+        let more = managers(
+            options,
+            database,
+            fleet.len(),
+            n - fleet.len(),
+            Role::Holding,
+        )
+        .await;
+        fleet.extend(more);
+        rows.push((n, Role::Holding, rate(&items, window).await));
     }
     stop(std::mem::take(&mut fleet)).await;
-    fleet.extend(managers(options, database, 0, 100, true).await);
-    rows.push((100, true, rate(&items, window).await));
-    stop(fleet).await;
+    for role in [Role::Watching, Role::Campaigning] {
+        let fleet = managers(options, database, 0, 100, role).await;
+        rows.push((100, role, rate(&items, window).await));
+        stop(fleet).await;
+    }
     let again = rate(&items, window).await;
     println!("  N =   0 (again):                {again:>7.0} updates/s");
     let base = (alone + again) / 2.0;
-    for (n, watch, rate) in rows {
-        let how = if watch {
-            "watch_held_leases"
-        } else {
-            "default"
+    for (n, role, rate) in rows {
+        let how = match role {
+            Role::Holding => "default",
+            Role::Watching => "watch_held_leases",
+            Role::Campaigning => "1 holds, 99 wait",
         };
         println!(
             "  N = {n:>3} ({how:>17}):  {rate:>7.0} updates/s, {:.2}x of N = 0",
@@ -163,15 +181,38 @@ async fn update(items: &Collection<Document>) {
         .expect("update");
 }
 
-/// `n` managers, each with its own client, each holding key `shard-<i>`
-/// (from `first` on) with nobody waiting; `watch`: `watch_held_leases`.
+/// What the managers of an idle fleet do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Each holds its own key, nobody waiting (default options: no
+    /// change stream).
+    Holding,
+    /// The same with `watch_held_leases` (a change stream each).
+    Watching,
+    /// The first holds one key and the others wait for it, as the
+    /// candidates of an election do: each waiting manager keeps a change
+    /// stream open to hear the release.
+    Campaigning,
+}
+
+/// A manager of an idle fleet, its client, its lease if it holds one, and
+/// its waiting `acquire` if it waits.
+type Member = (
+    Client,
+    LeaseManager,
+    Option<mongo_lease::Lease>,
+    Option<tokio::task::JoinHandle<()>>,
+);
+
+/// `n` managers, each with its own client, from `first` on, in `role`;
+/// returns once the change streams the role opens are open.
 async fn managers(
     options: &ClientOptions,
     database: &str,
     first: usize,
     n: usize,
-    watch: bool,
-) -> Vec<(Client, LeaseManager, mongo_lease::Lease)> {
+    role: Role,
+) -> Vec<Member> {
     let mut fleet = Vec::new();
     // Change streams opened (answered `aggregate`s of a `$changeStream`).
     let streams = Arc::new(AtomicU64::new(0));
@@ -202,46 +243,101 @@ async fn managers(
             .database(client.database(database))
             .collection("fleet.lock")
             .build();
-        manager_options.watch_held_leases = watch;
+        manager_options.watch_held_leases = role == Role::Watching;
         let manager = LeaseManager::connect(manager_options)
             .await
             .expect("connect");
-        let lease = manager
-            .acquire(format!("shard-{i}"))
-            .await
-            .expect("acquire");
-        fleet.push((client, manager, lease));
+        let member = match role {
+            Role::Campaigning if i > first => {
+                let candidate = manager.clone();
+                let waiting = tokio::spawn(async move {
+                    // Ends with an error when the bench shuts the manager down.
+                    let _ = candidate.acquire("leader").await;
+                });
+                (client, manager, None, Some(waiting))
+            }
+            Role::Campaigning => {
+                let lease = manager.acquire("leader").await.expect("acquire");
+                (client, manager, Some(lease), None)
+            }
+            Role::Holding | Role::Watching => {
+                let key = format!("shard-{i}");
+                let lease = manager.acquire(key).await.expect("acquire");
+                (client, manager, Some(lease), None)
+            }
+        };
+        fleet.push(member);
     }
-    // The watching managers' streams are open before the window starts;
-    // the others opened none.
+    // Streams open before the window starts: one per watching manager, or
+    // per waiting one; holding managers open none.
+    let expected = match role {
+        Role::Holding => 0,
+        Role::Watching => n as u64,
+        Role::Campaigning => n as u64 - 1,
+    };
     let deadline = Instant::now() + Duration::from_secs(120);
-    while watch && streams.load(Ordering::Relaxed) < n as u64 {
+    while streams.load(Ordering::Relaxed) < expected {
         assert!(Instant::now() < deadline, "the streams did not open");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let opened = streams.load(Ordering::Relaxed);
     assert_eq!(
-        opened,
-        if watch { n as u64 } else { 0 },
+        streams.load(Ordering::Relaxed),
+        expected,
         "change streams opened"
     );
     fleet
 }
 
-async fn stop(fleet: Vec<(Client, LeaseManager, mongo_lease::Lease)>) {
-    for (client, manager, lease) in fleet {
-        assert_eq!(
-            lease.release().await.expect("release"),
-            ReleaseOutcome::Released
-        );
+async fn stop(fleet: Vec<Member>) {
+    for (client, manager, lease, waiting) in fleet {
+        if let Some(lease) = lease {
+            assert_eq!(
+                lease.release().await.expect("release"),
+                ReleaseOutcome::Released
+            );
+        }
         manager.shutdown().await.expect("shutdown");
+        if let Some(waiting) = waiting {
+            waiting.await.expect("the waiting acquire ends");
+        }
         client.shutdown().await;
     }
 }
 
+/// One contender of the uncontended part: its name, and the commands,
+/// time and time in round trips its cycles took, round by round.
+struct Contender {
+    name: &'static str,
+    commands: u64,
+    waited: u64,
+    rounds: Vec<Duration>,
+    /// CPU clock ticks of this process and of `mongod` during its rounds
+    /// (`None` if `/proc` cannot tell).
+    own_ticks: Option<u64>,
+    mongod_ticks: Option<u64>,
+}
+
+impl Contender {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            commands: 0,
+            waited: 0,
+            rounds: Vec::new(),
+            own_ticks: Some(0),
+            mongod_ticks: Some(0),
+        }
+    }
+
+    fn time(&self) -> Duration {
+        self.rounds.iter().sum()
+    }
+}
+
 /// Commands per cycle and cycles/s of one task's uncontended acquire +
-/// release, against raw insert/delete.
+/// release, against raw insert/delete and against the raw update of a
+/// kept document.
 async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
     let (client, commands, waited) = counted(options);
     let manager = LeaseManager::connect(
@@ -252,69 +348,111 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
     )
     .await
     .expect("connect");
-    let raw = client
-        .database(database)
-        .collection_with_options::<Document>(
-            "raw.lock",
-            CollectionOptions::builder()
-                .write_concern(WriteConcern::majority())
-                .build(),
-        );
+    let majority = |name: &str| {
+        client
+            .database(database)
+            .collection_with_options::<Document>(
+                name,
+                CollectionOptions::builder()
+                    .write_concern(WriteConcern::majority())
+                    .build(),
+            )
+    };
+    let (raw, kept) = (majority("raw.lock"), majority("kept.lock"));
+    let (own, mongod) = (std::process::id(), mongod_pid(options).await);
+    let ticks = |pid: Option<u32>| pid.and_then(cpu_ticks);
     // Warm-up outside the count.
     for _ in 0..50 {
         our_cycle(&manager).await;
         raw_cycle(&raw).await;
+        kept_cycle(&kept).await;
     }
-    const ROUNDS: usize = 4;
-    let per_round = cycles / ROUNDS;
+    // Many short rounds, the contenders alternating, so that the machine's
+    // drift reaches all three alike; ratios are taken round by round.
+    const ROUNDS: usize = 20;
+    let per_round = (cycles / ROUNDS).max(1);
     let cycles = per_round * ROUNDS;
-    let (mut ours, mut raw_commands) = (0, 0);
-    let (mut ours_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
-    let (mut ours_waited, mut raw_waited) = (0, 0);
+    let mut contenders = [
+        Contender::new("mongo-lease"),
+        Contender::new("raw insert/delete"),
+        Contender::new("raw kept document"),
+    ];
     for _ in 0..ROUNDS {
-        let (before, start) = (commands.load(Ordering::Relaxed), Instant::now());
-        let waited_before = waited.load(Ordering::Relaxed);
-        for _ in 0..per_round {
-            our_cycle(&manager).await;
+        for (index, contender) in contenders.iter_mut().enumerate() {
+            let (before, waited_before) = (
+                commands.load(Ordering::Relaxed),
+                waited.load(Ordering::Relaxed),
+            );
+            let (own_before, mongod_before) = (ticks(Some(own)), ticks(mongod));
+            let start = Instant::now();
+            for _ in 0..per_round {
+                match index {
+                    0 => our_cycle(&manager).await,
+                    1 => raw_cycle(&raw).await,
+                    _ => kept_cycle(&kept).await,
+                }
+            }
+            contender.rounds.push(start.elapsed());
+            let spent = |before: Option<u64>, after: Option<u64>, sum: Option<u64>| {
+                Some(sum? + after?.checked_sub(before?)?)
+            };
+            contender.own_ticks = spent(own_before, ticks(Some(own)), contender.own_ticks);
+            contender.mongod_ticks = spent(mongod_before, ticks(mongod), contender.mongod_ticks);
+            contender.commands += commands.load(Ordering::Relaxed) - before;
+            contender.waited += waited.load(Ordering::Relaxed) - waited_before;
         }
-        ours_time += start.elapsed();
-        ours += commands.load(Ordering::Relaxed) - before;
-        ours_waited += waited.load(Ordering::Relaxed) - waited_before;
-        let (before, start) = (commands.load(Ordering::Relaxed), Instant::now());
-        let waited_before = waited.load(Ordering::Relaxed);
-        for _ in 0..per_round {
-            raw_cycle(&raw).await;
-        }
-        raw_time += start.elapsed();
-        raw_commands += commands.load(Ordering::Relaxed) - before;
-        raw_waited += waited.load(Ordering::Relaxed) - waited_before;
     }
     manager.shutdown().await.expect("shutdown");
-    let ours = ours as f64 / cycles as f64;
-    let raw_commands = raw_commands as f64 / cycles as f64;
-    let ours_rate = cycles as f64 / ours_time.as_secs_f64();
-    let raw_rate = cycles as f64 / raw_time.as_secs_f64();
-    println!("one task's uncontended acquire + release, {cycles} cycles");
+    println!("one task's uncontended acquire + release, {cycles} cycles in {ROUNDS} rounds");
     // The driver's round trips (command sent -> reply read) per cycle, and
     // the rest of the cycle: the caller's and the actor's own work.
-    let split = |waited: u64, time: Duration| {
-        let waited = waited as f64 / 1e3 / cycles as f64;
-        (waited, time.as_secs_f64() * 1e6 / cycles as f64 - waited)
+    // CPU time per cycle, in microseconds, from clock ticks.
+    let tick_us = 1e6 / clock_ticks();
+    let per_cycle = |ticks: Option<u64>| {
+        ticks.map_or("-".to_string(), |t| {
+            format!("{:.0}", t as f64 * tick_us / cycles as f64)
+        })
     };
-    let (ours_trips, ours_rest) = split(ours_waited, ours_time);
-    let (raw_trips, raw_rest) = split(raw_waited, raw_time);
+    for contender in &contenders {
+        let time = contender.time();
+        let trips = contender.waited as f64 / 1e3 / cycles as f64;
+        println!(
+            "  {:<18} {:.2} commands per cycle, {:>6.0} cycles/s ({trips:.0} us in round trips + {:.0} us else per cycle; CPU per cycle: this process {} us, mongod {} us)",
+            contender.name,
+            contender.commands as f64 / cycles as f64,
+            cycles as f64 / time.as_secs_f64(),
+            time.as_secs_f64() * 1e6 / cycles as f64 - trips,
+            per_cycle(contender.own_ticks),
+            per_cycle(contender.mongod_ticks),
+        );
+    }
+    // Throughput ratio of `a` to `b`: over the whole run, and the median and
+    // range of the rounds' ratios.
+    let ratio = |a: &Contender, b: &Contender| {
+        let mut rounds: Vec<f64> = (a.rounds.iter().zip(&b.rounds))
+            .map(|(a, b)| b.as_secs_f64() / a.as_secs_f64())
+            .collect();
+        rounds.sort_by(f64::total_cmp);
+        format!(
+            "{:.2}x (rounds: median {:.2}x, {:.2}x to {:.2}x)",
+            b.time().as_secs_f64() / a.time().as_secs_f64(),
+            rounds[rounds.len() / 2],
+            rounds[0],
+            rounds[rounds.len() - 1],
+        )
+    };
+    let [ours, raw, kept] = &contenders;
     println!(
-        "  mongo-lease:       {ours:.2} commands per cycle, {ours_rate:>6.0} cycles/s \
-         ({ours_trips:.0} us in round trips + {ours_rest:.0} us else per cycle)"
+        "  throughput mongo-lease / raw insert/delete: {}",
+        ratio(ours, raw)
     );
     println!(
-        "  raw insert/delete: {raw_commands:.2} commands per cycle, {raw_rate:>6.0} cycles/s \
-         ({raw_trips:.0} us in round trips + {raw_rest:.0} us else per cycle)"
+        "  throughput mongo-lease / raw kept document: {}",
+        ratio(ours, kept)
     );
     println!(
-        "  ratio mongo-lease / raw: commands {:.2}x, throughput {:.2}x",
-        ours / raw_commands,
-        ours_rate / raw_rate
+        "  throughput raw kept document / raw insert/delete: {}",
+        ratio(kept, raw)
     );
     client.shutdown().await;
 }
@@ -334,6 +472,32 @@ async fn raw_cycle(raw: &Collection<Document>) {
     raw.delete_one(doc! { "_id": "k", "aid": "raw" })
         .await
         .expect("deleteOne");
+}
+
+/// The least a lease that keeps its document (so that its fencing token
+/// keeps growing) writes: a `findOneAndUpdate` upsert on `_id` alone that
+/// sets the owner, the next token and the expiry by the server's clock,
+/// then an `updateOne` on `_id` alone that ends the expiry; no condition
+/// at all (not even "free"), so a floor for any such lease.
+async fn kept_cycle(kept: &Collection<Document>) {
+    let acquire = vec![doc! { "$set": {
+        "aid": "raw",
+        "tok": { "$add": [{ "$ifNull": ["$tok", 0_i64] }, 1_i64] },
+        "exp": { "$add": ["$$NOW", 30_000] },
+    }}];
+    let acquired = kept
+        .find_one_and_update(doc! { "_id": "k" }, acquire)
+        .upsert(true)
+        .return_document(mongodb::options::ReturnDocument::After)
+        .await
+        .expect("findOneAndUpdate");
+    assert!(acquired.is_some());
+    kept.update_one(
+        doc! { "_id": "k" },
+        vec![doc! { "$set": { "exp": "$$NOW" } }],
+    )
+    .await
+    .expect("updateOne");
 }
 
 /// A client that counts the commands it sends (but the driver's handshakes
