@@ -19,8 +19,9 @@
 //! `watch_held_leases` (a change stream each, open before the window
 //! starts: the behaviour before it was an option), then 100 managers
 //! campaigning for one key as an election's candidates do (one holds it,
-//! 99 wait, each with the change stream a waiter keeps open), then N = 0
-//! again to show the drift of the run. Printed: the writer's updates/s and the ratio
+//! 99 wait; each opens a change stream at first, and the window starts
+//! once only the next one's is left open), then N = 0 again to show the
+//! drift of the run. Printed: the writer's updates/s and the ratio
 //! to the mean of the two N = 0 windows.
 //!
 //! **Uncontended acquire + release.** One task acquires and releases one
@@ -190,8 +191,8 @@ enum Role {
     /// The same with `watch_held_leases` (a change stream each).
     Watching,
     /// The first holds one key and the others wait for it, as the
-    /// candidates of an election do: each waiting manager keeps a change
-    /// stream open to hear the release.
+    /// candidates of an election do: the next one keeps a change stream
+    /// open to hear the release, the others poll.
     Campaigning,
 }
 
@@ -214,13 +215,19 @@ async fn managers(
     role: Role,
 ) -> Vec<Member> {
     let mut fleet = Vec::new();
-    // Change streams opened (answered `aggregate`s of a `$changeStream`).
+    // Change streams opened (answered `aggregate`s of a `$changeStream`),
+    // and closed (`killCursors`: the managers read no other cursor that
+    // outlives its first batch).
     let streams = Arc::new(AtomicU64::new(0));
+    let closed = Arc::new(AtomicU64::new(0));
     for i in first..first + n {
         let mut options = options.clone();
-        let opened = streams.clone();
+        let (opened, killed) = (streams.clone(), closed.clone());
         let opening = std::sync::Mutex::new(Vec::new());
         options.command_event_handler = Some(EventHandler::callback(move |event| match event {
+            CommandEvent::Started(started) if started.command_name == "killCursors" => {
+                killed.fetch_add(1, Ordering::Relaxed);
+            }
             CommandEvent::Started(started)
                 if started.command_name == "aggregate"
                     && started
@@ -268,24 +275,35 @@ async fn managers(
         };
         fleet.push(member);
     }
-    // Streams open before the window starts: one per watching manager, or
-    // per waiting one; holding managers open none.
+    // Streams open before the window starts: one per watching manager;
+    // holding managers open none; waiting ones each open one at first,
+    // and keep it only while next in the key's queue or while the key
+    // changes hands, so the heartbeat after their next attempts closes all
+    // but the head's.
     let expected = match role {
         Role::Holding => 0,
         Role::Watching => n as u64,
-        Role::Campaigning => n as u64 - 1,
+        Role::Campaigning => 1,
+    };
+    let open = || {
+        streams.load(Ordering::Relaxed)
+            - closed
+                .load(Ordering::Relaxed)
+                .min(streams.load(Ordering::Relaxed))
     };
     let deadline = Instant::now() + Duration::from_secs(120);
-    while streams.load(Ordering::Relaxed) < expected {
-        assert!(Instant::now() < deadline, "the streams did not open");
+    while open() != expected
+        || (role == Role::Campaigning && streams.load(Ordering::Relaxed) < n as u64 - 1)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{} change streams open, {expected} expected",
+            open()
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        streams.load(Ordering::Relaxed),
-        expected,
-        "change streams opened"
-    );
+    assert_eq!(open(), expected, "change streams open");
     fleet
 }
 

@@ -200,6 +200,8 @@ impl Actor {
         };
         state.attempt = Attempt::Idle;
         let confirming = std::mem::take(&mut state.confirming);
+        // Set again by a `Held` answer that says so.
+        state.quiet_behind = false;
         let lease_id = sent.lease_id;
         // Known unless the attempt failed in a way that may have applied.
         state.unseen = match &result {
@@ -293,6 +295,7 @@ impl Actor {
             }
             Ok((
                 AcquireOutcome::Held {
+                    ahead,
                     holder,
                     remaining,
                     token,
@@ -300,7 +303,25 @@ impl Actor {
                 _,
             )) => {
                 let foreign = remaining.is_none();
-                tracing::trace!(%key, holder, ?remaining, foreign, "key is held");
+                tracing::trace!(%key, holder, ?remaining, foreign, ahead, "key is held");
+                // Others ahead in the queue, and the key kept its token
+                // since this owner's last registering attempt under this
+                // lease id, at least half a `retry_max` ago (a refresh's
+                // spacing): no release or handoff is for this owner soon,
+                // so it needs no change stream for the key
+                // (`Actor::close_release_watch_if_unneeded`). A key that
+                // changes hands faster keeps its waiters' streams.
+                let previous = state
+                    .unanswered
+                    .as_ref()
+                    .filter(|u| u.lease_id == lease_id)
+                    .and_then(|u| u.registered);
+                state.quiet_behind = ahead > 0
+                    && previous.is_some_and(|p| {
+                        Some(p.token) == token
+                            && sent.sent_at.saturating_duration_since(p.sent_at)
+                                >= self.timing.retry_max / 2
+                    });
                 // A waiting exclusive attempt in the lock collection
                 // registered in the key's queue, with or without a minimum
                 // hold (not on a foreign holder's lock, nor on one's own
@@ -321,15 +342,24 @@ impl Actor {
                     payload_hash(sent.payload.as_ref()),
                 );
                 state.answer_waiters(answer_tries);
+                let (registered, quiet_behind) = (state.registered, state.quiet_behind);
                 if state.waiters.is_empty() {
                 } else if std::mem::take(&mut state.freed_in_flight) {
                     // Freed after this attempt read it: its answer is stale.
                     tracing::trace!(%key, "freed while the attempt was in flight: retrying now");
                     self.schedule_wake(&key);
-                } else if state.registered && self.hears_handoffs(key.place) {
+                } else if registered && self.hears_handoffs(key.place) {
                     // The change stream announces the handoff (or a
                     // release): poll only to refresh the registration.
                     self.schedule_refresh(&key, remaining);
+                } else if quiet_behind {
+                    // Behind others in a quiet queue: the next attempts
+                    // tell when this owner is next, without a stream.
+                    if registered {
+                        self.schedule_refresh(&key, remaining);
+                    } else {
+                        self.schedule_retry(&key, remaining, false);
+                    }
                 } else {
                     // Capped by the time left (a foreign holder's lock: by
                     // its own rule); without one, a foreign holder's lock is

@@ -14,6 +14,18 @@
 //! Nor does a stream open for an uncontended acquire: its own writes would
 //! only wake it.
 //!
+//! A key whose last attempt found other owners ahead of this one in its
+//! queue of waiting owners, with the key's token unchanged since this
+//! owner's registering attempt at least half a `retry_max` before
+//! (`KeyState::quiet_behind`: the holder kept the key meanwhile), needs no
+//! stream: no release or handoff is for this owner soon, and its next
+//! attempts (at least one per `retry_max`, to refresh its registration)
+//! tell when it is next, which opens the stream again, as does a key
+//! that changes hands (a new token). So the candidates of an election keep
+//! about one stream per key, the next one's, however many wait; a key
+//! handed on twice within a `retry_max` may reach a waiter without its
+//! stream, which its next attempt confirms.
+//!
 //! Without `watch_held_leases` the stream announces only what a waiter
 //! needs ([`Announced::Waits`]): writes that may free a key, writes that
 //! make this owner the holder (a handoff to it), and revocation requests.
@@ -132,6 +144,9 @@ impl Actor {
                 continue;
             }
             match state.attempt {
+                // Behind others in a quiet queue: its attempts tell when
+                // it is next (see the module docs).
+                Attempt::Scheduled(_) if state.quiet_behind => {}
                 Attempt::Scheduled(_) => needed[index] = true,
                 Attempt::InFlight => kept[index] = true,
                 Attempt::Idle => {}

@@ -237,7 +237,12 @@
 //!   live waiter, counted from its last registering attempt less its
 //!   safety margin, still has time left when its manager learns of the
 //!   handoff. The attempt's `Held` reports the token (`tok`) of the lease
-//!   it waits for, which a lease handed to it later exceeds. Every write
+//!   it waits for, which a lease handed to it later exceeds, and how many
+//!   other owners' live entries are ahead of its own (`ahead`; all of them
+//!   if it has none): its manager keeps a change stream open for the key
+//!   only while nobody is ahead of it or the key changes hands
+//!   (`Actor::close_release_watch_if_unneeded`), and otherwise learns from
+//!   these attempts when it is next. Every write
 //!   that rewrites `q` drops the entries with `re <= $$NOW` and removes `q`
 //!   once it is empty.
 //! - **Bound.** `q` holds at most [`MAX_QUEUE`] live entries: a waiting
@@ -245,10 +250,11 @@
 //!   live (after dropping the dead ones); an entry it already has is
 //!   refreshed as above whatever the count (a refresh is not a new entry).
 //!   Beyond the bound an attempt writes the rest as before (`wt`) and
-//!   answers `Held` as a registering one does; its owner still waits,
-//!   woken by the change stream of writes (a release that hands the key to
-//!   nobody) and by its next attempts (at least one per `retry_max`), each
-//!   of which tries to register again. Until one succeeds it is an owner
+//!   answers `Held` as a registering one does (every live entry ahead of
+//!   it); its owner still waits, woken by the change stream of writes while
+//!   the key changes hands (a release that hands the key to nobody) and by
+//!   its next attempts (at least one per `retry_max`), each of which tries
+//!   to register again. Until one succeeds it is an owner
 //!   that never registered (see "Order"): it takes the key only when no
 //!   live entry of another owner is in `q`, so the registered owners keep
 //!   their order and are never passed, and it has no place among the
@@ -933,5 +939,14 @@ pub(crate) enum AcquireOutcome {
         /// ([`replies::from_reread`]): the read may predate a handoff already
         /// applied, so its token must not order one after the attempt.
         token: Option<u64>,
+        /// How many other owners' live registrations are ahead of this
+        /// owner's in the key's queue of waiting owners (all of them if it
+        /// has none): 0 when this owner is next, when the key has no queue,
+        /// and when the answer does not tell (a read, a foreign holder's
+        /// lock, a shared or semaphore key, an in-document lease). A
+        /// waiting manager keeps its change stream open for a key only
+        /// while nobody is ahead of it or the key changes hands (see
+        /// "Queue of waiting owners").
+        ahead: u32,
     },
 }

@@ -76,12 +76,14 @@ pub(crate) fn from_reread(outcome: AcquireOutcome) -> AcquireOutcome {
         AcquireOutcome::Held {
             holder, remaining, ..
         } => AcquireOutcome::Held {
+            ahead: 0,
             holder,
             remaining,
             token: None,
         },
         AcquireOutcome::Mismatch { .. } | AcquireOutcome::OursAsAnotherKind { .. } => {
             AcquireOutcome::Held {
+                ahead: 0,
                 holder: String::new(),
                 remaining: Some(Duration::ZERO),
                 token: None,
@@ -121,6 +123,7 @@ fn foreign(key: &LeaseKey, doc: &Document) -> AcquireOutcome {
         .ok()
         .map(|expiry| until(*expiry, now_ms(doc, *expiry)));
     AcquireOutcome::Held {
+        ahead: 0,
         holder: foreign_owner(doc),
         remaining,
         token: None,
@@ -175,6 +178,7 @@ pub(crate) fn classify(
         _ => *expires,
     };
     AcquireOutcome::Held {
+        ahead: 0,
         holder,
         remaining: Some(until(held_until, now)),
         token: Some(token as u64),
@@ -193,7 +197,47 @@ pub(crate) fn exclusive(
 ) -> AcquireOutcome {
     let outcome = classify(key, owner, lease_id, doc);
     let outcome = held_for_queue(outcome, doc, owner);
-    cap_for_mark(outcome, doc, owner, ttl_ms)
+    let outcome = cap_for_mark(outcome, doc, owner, ttl_ms);
+    with_ahead(outcome, doc, owner)
+}
+
+/// A `Held` answer with `ahead`: how many other owners' live entries of
+/// `doc`'s `q` (projected with the server's `now`) come before `owner`'s,
+/// or all of them if it has none. Other outcomes are returned as they are.
+pub(crate) fn with_ahead(outcome: AcquireOutcome, doc: &Document, owner: &str) -> AcquireOutcome {
+    let AcquireOutcome::Held {
+        holder,
+        remaining,
+        token,
+        ..
+    } = outcome
+    else {
+        return outcome;
+    };
+    let ahead = doc
+        .get_datetime(NOW)
+        .ok()
+        .map_or(0, |now| queued_ahead(doc, now.to_system_time(), owner));
+    AcquireOutcome::Held {
+        holder,
+        remaining,
+        token,
+        ahead,
+    }
+}
+
+/// The live entries of `doc`'s `q` at server time `now` of owners other
+/// than `owner` that come before `owner`'s (all of them if it has none).
+fn queued_ahead(doc: &Document, now: SystemTime, owner: &str) -> u32 {
+    let Ok(queue) = doc.get_array(field::QUEUE) else {
+        return 0;
+    };
+    let live = queue.iter().filter_map(|entry| {
+        let entry = entry.as_document()?;
+        let expires = entry.get_datetime(field::REGISTRATION_EXPIRES).ok()?;
+        (expires.to_system_time() > now).then(|| entry.get_str(field::OWNER).unwrap_or_default())
+    });
+    live.take_while(|entry_owner| *entry_owner != owner).count() as u32
 }
 
 /// The verdict on an in-document acquire's document: the lock field `view`
@@ -209,6 +253,7 @@ pub(crate) fn in_document(
     match view {
         Some(view) => classify(key, owner, lease_id, view),
         None => AcquireOutcome::Held {
+            ahead: 0,
             holder: String::new(),
             remaining: Some(Duration::ZERO),
             token: None,
@@ -244,6 +289,7 @@ pub(crate) fn held_for_queue(
     };
     match live_head(doc, now) {
         Some((head, expires)) if head != owner => AcquireOutcome::Held {
+            ahead: 0,
             holder: head,
             remaining: Some(expires.duration_since(now).unwrap_or(Duration::ZERO)),
             token,
@@ -281,10 +327,12 @@ pub(crate) fn cap_for_mark(
         .is_ok_and(|mark| mark.get_str(field::OWNER) == Ok(owner));
     match outcome {
         AcquireOutcome::Held {
+            ahead: _,
             holder,
             remaining: Some(remaining),
             token,
         } if marked => AcquireOutcome::Held {
+            ahead: 0,
             holder,
             remaining: Some(remaining.min(Duration::from_millis((ttl_ms / 2).max(0) as u64))),
             token,
@@ -346,6 +394,7 @@ pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) ->
     let holder = doc.get_str(field::OWNER).unwrap_or_default().to_string();
     let token = read::token(doc.get(field::TOKEN));
     let held = |holder: String, remaining| AcquireOutcome::Held {
+        ahead: 0,
         holder,
         remaining: Some(remaining),
         token,

@@ -54,8 +54,22 @@ async fn a_holds_b_queued() -> Queued {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn waiting_managers_are_handed_the_key_in_arrival_order_each_granted_on_the_event() {
+/// Three managers on one twin: `a` holds "k" (`first`); `b` (store `sb`),
+/// then `c` (store `sc`), wait for it (`wb`, `wc`), registered in that
+/// order.
+struct TwoQueued {
+    db: MemoryDb,
+    a: LeaseManager,
+    b: LeaseManager,
+    c: LeaseManager,
+    sb: MemoryStore,
+    sc: MemoryStore,
+    first: Lease,
+    wb: JoinHandle<Result<(Instant, Lease)>>,
+    wc: JoinHandle<Result<(Instant, Lease)>>,
+}
+
+async fn a_holds_b_then_c_queued() -> TwoQueued {
     let db = MemoryDb::new();
     let (a, _, _) = start(&db, "a");
     let (b, sb, _) = start(&db, "b");
@@ -65,6 +79,32 @@ async fn waiting_managers_are_handed_the_key_in_arrival_order_each_granted_on_th
     soon(db.changed_until("k", |d| d.queue.len() == 1)).await;
     let wc = waiter(&c, "k").await;
     soon(db.changed_until("k", |d| d.queue.len() == 2)).await;
+    TwoQueued {
+        db,
+        a,
+        b,
+        c,
+        sb,
+        sc,
+        first,
+        wb,
+        wc,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_managers_are_handed_the_key_in_arrival_order_each_granted_on_the_event() {
+    let TwoQueued {
+        db,
+        a: _a,
+        b: _b,
+        c: _c,
+        sb,
+        sc,
+        first,
+        wb,
+        wc,
+    } = a_holds_b_then_c_queued().await;
     // Both streams of writes are open (their retries at the opening done).
     sleep(RELEASE_WAKE_JITTER + MS).await;
     assert_eq!(queued(&db, "k"), ["b", "c"]);
@@ -418,4 +458,93 @@ async fn a_handed_key_that_only_a_re_read_shows_is_granted_after_a_write_renews_
         lb.deadline().unwrap() <= doc.exp,
         "the local deadline is within the server's expiry"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_behind_another_in_a_quiet_queue_keeps_no_stream_until_it_is_next() {
+    let TwoQueued {
+        db,
+        a: _a,
+        b: _b,
+        c: _c,
+        first,
+        wb,
+        wc,
+        ..
+    } = a_holds_b_then_c_queued().await;
+    settle().await;
+    assert_eq!(db.release_watchers(), 2, "each waiter opens its stream");
+
+    // c's refresh finds b ahead of it and the key's token unchanged: the
+    // heartbeat after it closes c's stream; b, next, keeps its own.
+    sleep(RETRY_MAX + 2 * HEARTBEAT).await;
+    assert_eq!(db.release_watchers(), 1, "the head of the queue alone");
+    assert_eq!(queued(&db, "k"), ["b", "c"]);
+
+    // a's release hands the key to b, granted on the event.
+    let released = Instant::now();
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, second) = soon(wb).await.unwrap().unwrap();
+    assert_eq!(at, released, "b heard the handoff at once");
+
+    // c's next attempt finds itself next and opens its stream again, so
+    // b's release hands the key to c on the event too.
+    sleep(RETRY_MAX + HEARTBEAT).await;
+    settle().await;
+    let released = Instant::now();
+    assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, _third) = soon(wc).await.unwrap().unwrap();
+    assert_eq!(at, released, "c heard the handoff at once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_behind_another_reopens_its_stream_when_the_key_changes_hands() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let (c, _, _) = start(&db, "c");
+    let (d, sd, _) = start(&db, "d");
+    let first = a.acquire("k").await.unwrap();
+    // c also waits for a key it is next for, so its stream stays open and
+    // it hears its handoff of "k" at once wherever it is in that queue.
+    let _k2 = a.acquire("k2").await.unwrap();
+    let _c2 = waiter(&c, "k2").await;
+    let mut waiting = Vec::new();
+    for (i, manager) in [&b, &c, &d].into_iter().enumerate() {
+        waiting.push(waiter(manager, "k").await);
+        soon(db.changed_until("k", |doc| doc.queue.len() == i + 1)).await;
+    }
+    let [wb, wc, wd] = <[_; 3]>::try_from(waiting).ok().unwrap();
+    sleep(RETRY_MAX + 2 * HEARTBEAT).await;
+    assert_eq!(
+        db.release_watchers(),
+        2,
+        "b, next for k, and c, next for k2; d behind both in a quiet queue"
+    );
+
+    // a's release hands "k" to b: the token changes, so d's next attempt,
+    // c still ahead of it, opens d's stream again.
+    let released = Instant::now();
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let (_, second) = soon(wb).await.unwrap().unwrap();
+    soon(async {
+        while !sd
+            .calls_of(Op::Acquire)
+            .iter()
+            .any(|call| call.at > released)
+        {
+            sleep(MS).await;
+        }
+    })
+    .await;
+    settle().await;
+    // Two quick handoffs, to c and then to d, each heard on the event.
+    let released = Instant::now();
+    assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, third) = soon(wc).await.unwrap().unwrap();
+    assert_eq!(at, released, "c heard the handoff at once");
+    let released = Instant::now();
+    assert_eq!(third.release().await.unwrap(), ReleaseOutcome::Released);
+    let (at, _fourth) = soon(wd).await.unwrap().unwrap();
+    assert_eq!(at, released, "d heard the handoff at once");
 }

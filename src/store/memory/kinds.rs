@@ -194,6 +194,7 @@ pub(super) fn exclusive_waits(
 /// `MongoStore` reports it: the `tok` of the document read).
 fn held(holder: String, until: Instant, token: u64, now: Instant) -> AcquireOutcome {
     AcquireOutcome::Held {
+        ahead: 0,
         holder,
         remaining: Some(until.saturating_duration_since(now)),
         token: Some(token),

@@ -149,14 +149,19 @@ pub(super) fn apply_acquire(
                     _ => doc.exp,
                 };
                 let head = doc.live_queue(now).next().filter(|w| w.owner != owner);
+                // Other owners' live entries before this owner's (all of
+                // them if it has none), as `replies::with_ahead` counts.
+                let ahead = doc.live_queue(now).take_while(|w| w.owner != owner).count() as u32;
                 Ok(match head {
                     // Free, but kept for the head of the queue.
                     Some(head) if until <= now => AcquireOutcome::Held {
+                        ahead,
                         holder: head.owner.clone(),
                         remaining: Some(head.re.saturating_duration_since(now)),
                         token: Some(doc.token),
                     },
                     _ => AcquireOutcome::Held {
+                        ahead,
                         holder: doc.owner.clone(),
                         remaining: Some(until.saturating_duration_since(now)),
                         token: Some(doc.token),

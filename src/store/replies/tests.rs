@@ -20,11 +20,13 @@ fn a_read_confirms_no_acquisition_orders_no_handoff_and_refuses_no_kind() {
     );
     assert_eq!(
         from_reread(AcquireOutcome::Held {
+            ahead: 0,
             holder: "b".into(),
             remaining: Some(Duration::from_secs(3)),
             token: Some(9),
         }),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: "b".into(),
             remaining: Some(Duration::from_secs(3)),
             token: None,
@@ -37,6 +39,7 @@ fn a_read_confirms_no_acquisition_orders_no_handoff_and_refuses_no_kind() {
     assert_eq!(
         from_reread(mismatch),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: String::new(),
             remaining: Some(Duration::ZERO),
             token: None,

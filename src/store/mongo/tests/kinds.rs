@@ -184,6 +184,7 @@ fn a_retry_reads_its_own_entrys_token_and_a_foreign_document_is_held_with_no_exp
     assert_eq!(
         classify_multi(&key, permit, &foreign),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: "java".into(),
             remaining: None,
             token: None,
@@ -199,6 +200,7 @@ fn a_full_semaphore_is_held_until_its_earliest_live_holders_expiry() {
     assert_eq!(
         classify_multi(&"k".into(), LeaseKind::Permit { permits: 2 }, &full),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: "them".into(),
             remaining: Some(Duration::from_secs(10)),
             token: Some(9),
@@ -249,6 +251,7 @@ fn live_holders_of_another_kind_are_a_mismatch() {
     assert_eq!(
         classify_multi(&key, two, &released),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: "them".into(),
             remaining: Some(Duration::from_millis(2)),
             token: Some(9),
@@ -257,6 +260,7 @@ fn live_holders_of_another_kind_are_a_mismatch() {
     assert_eq!(
         classify_multi(&key, LeaseKind::Shared, &exclusive),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: "them".into(),
             remaining: Some(Duration::from_secs(49)),
             token: Some(9),
@@ -282,6 +286,7 @@ fn a_shared_acquisition_is_held_by_a_live_exclusive_waiter_until_its_mark_ends()
     let mut marked = projected(1, 50_000, 1_000);
     marked.insert("xw", doc! { "aid": "writer", "exp": date(4_000) });
     let held_by_writer = AcquireOutcome::Held {
+        ahead: 0,
         holder: "writer".into(),
         remaining: Some(Duration::from_secs(3)),
         token: Some(9),
@@ -300,6 +305,7 @@ fn a_shared_acquisition_is_held_by_a_live_exclusive_waiter_until_its_mark_ends()
     assert_eq!(
         classify_multi(&"k".into(), LeaseKind::Shared, &marked),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: "them".into(),
             remaining: Some(Duration::ZERO),
             token: Some(9),
@@ -343,6 +349,7 @@ fn a_waiting_exclusive_attempt_marks_only_live_shared_holders_and_retries_within
         }}]}
     );
     let held = |remaining| AcquireOutcome::Held {
+        ahead: 0,
         holder: "reader".into(),
         remaining: Some(remaining),
         token: Some(3),

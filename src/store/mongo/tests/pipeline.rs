@@ -83,6 +83,7 @@ fn classify_reports_a_document_with_our_lease_id_rewritten_to_another_owner_as_h
     ));
     match classify(&key, "me", LID, &stored("other")) {
         AcquireOutcome::Held {
+            ahead: _,
             holder,
             remaining,
             token,
@@ -505,6 +506,7 @@ fn classify_reads_our_lease_id_as_acquired_and_another_as_held_until_its_expiry(
     assert_eq!(
         classify(&"k".into(), "me", LID, &theirs),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: "them".into(),
             remaining: Some(Duration::from_millis(9_000)),
             token: Some(5),
@@ -520,6 +522,7 @@ fn classify_counts_a_yield_against_the_yielding_owner_only() {
     assert_eq!(
         classify(&"k".into(), "me", LID, &released),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: "me".into(),
             remaining: Some(Duration::from_millis(3_000)),
             token: Some(5),
@@ -529,6 +532,7 @@ fn classify_counts_a_yield_against_the_yielding_owner_only() {
     assert_eq!(
         classify(&"k".into(), "me", LID, &released),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: "them".into(),
             remaining: Some(Duration::ZERO),
             token: Some(5),
@@ -549,6 +553,7 @@ fn classify_reads_a_document_of_foreign_shape_as_held_by_its_aid_with_no_known_e
         assert_eq!(
             classify(&"k".into(), "me", LID, &foreign),
             AcquireOutcome::Held {
+                ahead: 0,
                 holder: holder.into(),
                 remaining: None,
                 token: None,

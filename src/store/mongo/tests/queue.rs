@@ -21,6 +21,7 @@ fn a_free_key_kept_for_the_queue_head_is_held_by_it_until_its_registration_expir
         ],
     };
     let free = AcquireOutcome::Held {
+        ahead: 0,
         holder: "old".into(),
         remaining: Some(Duration::ZERO),
         token: Some(41),
@@ -28,6 +29,7 @@ fn a_free_key_kept_for_the_queue_head_is_held_by_it_until_its_registration_expir
     assert_eq!(
         held_for_queue(free.clone(), &doc, "me"),
         AcquireOutcome::Held {
+            ahead: 0,
             holder: "head".into(),
             remaining: Some(Duration::from_millis(2_500)),
             token: Some(41),
@@ -37,6 +39,7 @@ fn a_free_key_kept_for_the_queue_head_is_held_by_it_until_its_registration_expir
     // The head itself, and a key still held, are left as they are.
     assert_eq!(held_for_queue(free.clone(), &doc, "head"), free);
     let held = AcquireOutcome::Held {
+        ahead: 0,
         holder: "old".into(),
         remaining: Some(Duration::from_millis(700)),
         token: Some(41),

@@ -136,6 +136,7 @@ pub(super) async fn a_document_of_foreign_shape_is_never_taken<F: Fixture>(f: &F
         assert_eq!(
             outcome,
             AcquireOutcome::Held {
+                ahead: 0,
                 holder: "java-app-1".into(),
                 remaining: None,
                 token: None,

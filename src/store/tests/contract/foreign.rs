@@ -111,6 +111,7 @@ pub(super) async fn a_bare_id_document_is_a_foreign_holders_lock_of_every_kind<F
     let a = f.store("a").await;
     f.put_bare("b").await;
     let foreign = AcquireOutcome::Held {
+        ahead: 0,
         holder: String::new(),
         remaining: None,
         token: None,
@@ -253,6 +254,7 @@ pub(super) async fn a_live_foreign_lock_of_each_shape_is_held_until_its_own_expi
                     .await
                     .unwrap();
                 let AcquireOutcome::Held {
+                    ahead: _,
                     holder,
                     remaining: Some(left),
                     token: None,
@@ -437,6 +439,7 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
         f.put_foreign_doc(key, fields).await;
         let outcome = a.attempt(key.into(), Uuid::new_v4(), true).await.unwrap();
         let held = AcquireOutcome::Held {
+            ahead: 0,
             holder: owner.into(),
             remaining: None,
             token: None,

@@ -534,6 +534,7 @@ contract!(
     queue::an_acquisition_is_announced_with_its_token,
     queue::a_waiters_stream_announces_frees_and_handoffs_to_its_owner_alone,
     queue::beyond_the_bound_a_waiting_owner_does_not_register_until_an_entry_leaves,
+    queue::a_waiting_attempt_is_told_how_many_owners_are_ahead_of_it,
     // What a re-read after an unknown outcome proves.
     reread::a_handed_lease_confirmed_only_by_a_read_is_never_acquired,
     reread::an_expired_entry_of_ours_in_a_multi_holder_key_is_not_acquired,

@@ -123,6 +123,7 @@ pub(super) async fn a_free_key_is_kept_for_the_head_of_the_queue_and_lapsed_regi
     wait(&c, "k", lc, "b", ta).await;
     match d.attempt("k".into(), Uuid::new_v4(), false).await {
         Ok(AcquireOutcome::Held {
+            ahead: _,
             holder,
             remaining,
             token,
@@ -557,4 +558,36 @@ pub(super) async fn beyond_the_bound_a_waiting_owner_does_not_register_until_an_
     wait(&y, "k", ly, "w01", t01).await;
     names.push("y".into());
     assert_eq!(f.queue("k").await, names);
+}
+
+/// How many owners `store`'s attempt on `key` under `lease_id` is told are
+/// ahead of it in the key's queue (it must find the key held).
+async fn ahead(store: &impl Store, key: &str, lease_id: Uuid, waiting: bool) -> u32 {
+    match store.attempt(key.into(), lease_id, waiting).await {
+        Ok(AcquireOutcome::Held { ahead, .. }) => ahead,
+        other => panic!("an attempt on {key:?} held by another owner: {other:?}"),
+    }
+}
+
+pub(super) async fn a_waiting_attempt_is_told_how_many_owners_are_ahead_of_it<F: Fixture>(f: &F) {
+    let [a, b, c, d, e] = stores(f, ["a", "b", "c", "d", "e"]).await;
+    let (la, ta) = take(&a, "k").await;
+    let (lb, lc, ld) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    // Registering attempts, in arrival order; refreshes keep the places.
+    assert_eq!(ahead(&b, "k", lb, true).await, 0);
+    assert_eq!(ahead(&c, "k", lc, true).await, 1);
+    assert_eq!(ahead(&d, "k", ld, true).await, 2);
+    assert_eq!(ahead(&d, "k", ld, true).await, 2);
+    assert_eq!(ahead(&b, "k", lb, true).await, 0);
+    // An owner with no entry (a try registers nothing) has all of them
+    // ahead.
+    assert_eq!(ahead(&e, "k", Uuid::new_v4(), false).await, 3);
+    assert_eq!(f.queue("k").await, owners(&["b", "c", "d"]));
+    // The release hands the key to b: c is next, d behind it.
+    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    let tb = handed(f, "k", ("b", lb), ta).await;
+    assert_eq!(ahead(&d, "k", ld, true).await, 1);
+    assert_eq!(ahead(&c, "k", lc, true).await, 0);
+    // The holder's retry is granted, not told a place.
+    confirm(&b, "k", lb, tb).await;
 }
