@@ -327,10 +327,10 @@ pub(crate) fn cap_for_mark(
         .is_ok_and(|mark| mark.get_str(field::OWNER) == Ok(owner));
     match outcome {
         AcquireOutcome::Held {
-            ahead: _,
             holder,
             remaining: Some(remaining),
             token,
+            ..
         } if marked => AcquireOutcome::Held {
             ahead: 0,
             holder,

@@ -83,10 +83,10 @@ fn classify_reports_a_document_with_our_lease_id_rewritten_to_another_owner_as_h
     ));
     match classify(&key, "me", LID, &stored("other")) {
         AcquireOutcome::Held {
-            ahead: _,
             holder,
             remaining,
             token,
+            ..
         } => {
             assert_eq!(holder, "other");
             assert_eq!(remaining, Some(Duration::from_secs(30)));

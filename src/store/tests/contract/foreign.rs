@@ -254,10 +254,10 @@ pub(super) async fn a_live_foreign_lock_of_each_shape_is_held_until_its_own_expi
                     .await
                     .unwrap();
                 let AcquireOutcome::Held {
-                    ahead: _,
                     holder,
                     remaining: Some(left),
                     token: None,
+                    ..
                 } = outcome
                 else {
                     panic!("{key}, {kind:?}: {outcome:?}");

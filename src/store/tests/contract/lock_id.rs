@@ -66,10 +66,10 @@ pub(super) async fn documents_locked_by_lock_id_exclude_the_other_client_both_wa
         (
             _,
             AcquireOutcome::Held {
-                ahead: _,
                 holder,
                 remaining: Some(remaining),
                 token: None,
+                ..
             },
         ) if holder == theirs.to_string()
             && remaining > MAX - Duration::from_secs(10)

@@ -49,10 +49,10 @@ pub(super) async fn an_acquire_retry_under_a_lease_id_whose_owner_id_was_rewritt
     // ...but not once another application rewrote the owner id.
     match a.attempt(l.key.clone(), l.lease_id, false).await.unwrap() {
         AcquireOutcome::Held {
-            ahead: _,
             holder,
             remaining,
             token: found,
+            ..
         } => {
             assert_eq!(holder, "intruder");
             assert!(

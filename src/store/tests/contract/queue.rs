@@ -123,10 +123,10 @@ pub(super) async fn a_free_key_is_kept_for_the_head_of_the_queue_and_lapsed_regi
     wait(&c, "k", lc, "b", ta).await;
     match d.attempt("k".into(), Uuid::new_v4(), false).await {
         Ok(AcquireOutcome::Held {
-            ahead: _,
             holder,
             remaining,
             token,
+            ..
         }) => {
             assert_eq!(holder, "b");
             let remaining = remaining.expect("until the head's registration expires");

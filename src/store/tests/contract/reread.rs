@@ -95,10 +95,10 @@ pub(super) async fn a_held_answer_from_a_read_carries_no_token<F: Fixture>(f: &F
         .await
     {
         AcquireOutcome::Held {
-            ahead: _,
             holder,
             remaining: Some(_),
             token: None,
+            ..
         } if holder == "a" => {}
         other => panic!("held by a, without a token: {other:?}"),
     }
@@ -120,10 +120,10 @@ pub(super) async fn an_in_document_lease_confirmed_only_by_a_read_is_never_acqui
     );
     match f.reread_document("b", "d", Uuid::new_v4()).await {
         AcquireOutcome::Held {
-            ahead: _,
             holder,
             remaining: Some(_),
             token: None,
+            ..
         } if holder == "a" => {}
         other => panic!("held by a, without a token: {other:?}"),
     }
