@@ -195,6 +195,7 @@ impl Actor {
         result: Result<(AcquireOutcome, Option<Document>)>,
     ) {
         let may_register = self.may_register(&key, &sent);
+        let queue_bound = self.store(key.place).queue_bound();
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
@@ -304,24 +305,32 @@ impl Actor {
             )) => {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, ahead, "key is held");
-                // Others ahead in the queue, and the key kept its token
-                // since this owner's last registering attempt under this
-                // lease id, at least half a `retry_max` ago (a refresh's
-                // spacing): no release or handoff is for this owner soon,
-                // so it needs no change stream for the key
-                // (`Actor::close_release_watch_if_unneeded`). A key that
-                // changes hands faster keeps its waiters' streams.
+                // No release or handoff is for this owner soon, so the key
+                // needs no change stream (`KeyState::quiet_behind`,
+                // `Actor::pause_release_watch_if_unneeded`) when either
+                // - the queue is full without it (`ahead` counts every
+                //   live entry when this owner has none,
+                //   `Store::queue_bound`): the key is neither freed nor
+                //   handed to it before the queue drains, and its
+                //   refreshes register it once there is room; or
+                // - others are ahead of it, and the key kept its token
+                //   since this owner's last registering attempt under
+                //   this lease id, at least half a `retry_max` ago (a
+                //   refresh's spacing). A key that changes hands faster
+                //   keeps its registered waiters' streams.
                 let previous = state
                     .unanswered
                     .as_ref()
                     .filter(|u| u.lease_id == lease_id)
                     .and_then(|u| u.registered);
-                state.quiet_behind = ahead > 0
-                    && previous.is_some_and(|p| {
-                        Some(p.token) == token
-                            && sent.sent_at.saturating_duration_since(p.sent_at)
-                                >= self.timing.retry_max / 2
-                    });
+                let beyond_queue = usize::try_from(ahead).is_ok_and(|a| a >= queue_bound);
+                state.quiet_behind = beyond_queue
+                    || ahead > 0
+                        && previous.is_some_and(|p| {
+                            Some(p.token) == token
+                                && sent.sent_at.saturating_duration_since(p.sent_at)
+                                    >= self.timing.retry_max / 2
+                        });
                 // A waiting exclusive attempt in the lock collection
                 // registered in the key's queue, with or without a minimum
                 // hold (not on a foreign holder's lock, nor on one's own
@@ -348,24 +357,31 @@ impl Actor {
                     // Freed after this attempt read it: its answer is stale.
                     tracing::trace!(%key, "freed while the attempt was in flight: retrying now");
                     self.schedule_wake(&key);
-                } else if registered && self.hears_handoffs(key.place) {
-                    // The change stream announces the handoff (or a
-                    // release): poll only to refresh the registration.
-                    self.schedule_refresh(&key, remaining);
                 } else if quiet_behind {
-                    // Behind others in a quiet queue: the next attempts
-                    // tell when this owner is next, without a stream.
+                    // No release or handoff is for this owner soon: its
+                    // next attempts tell when one may be, without a
+                    // stream meanwhile (checked before the stream, which
+                    // may be open for other keys).
                     if registered {
                         self.schedule_refresh(&key, remaining);
                     } else {
                         self.schedule_retry(&key, remaining, false);
                     }
+                } else if registered && self.hears_handoffs(key.place) {
+                    // The change stream announces the handoff (or a
+                    // release), read again if it was paused: poll only to
+                    // refresh the registration.
+                    self.open_release_watch(key.place);
+                    self.schedule_refresh(&key, remaining);
                 } else {
                     // Capped by the time left (a foreign holder's lock: by
                     // its own rule); without one, a foreign holder's lock is
                     // polled with the plain backoff, and its deletion wakes
                     // the waiters.
                     self.schedule_retry(&key, remaining, true);
+                }
+                if quiet_behind {
+                    self.pause_release_watch_if_unneeded(key.place);
                 }
                 if self.closing.is_some() {
                     // Registered by an attempt that was in flight when

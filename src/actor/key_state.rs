@@ -115,10 +115,10 @@ pub(super) struct KeyState {
     /// A release handed the key to that registration (announced by the
     /// change stream of writes): the next attempt confirms it.
     pub(super) handed: bool,
-    /// The last attempt found other owners ahead of this one in the key's
-    /// queue, and the key's token unchanged since this owner's registering
-    /// attempt before it: the key needs no change stream while it waits
-    /// (`Actor::close_release_watch_if_unneeded`; "Queue of waiting
+    /// The last attempt found this owner behind others in the key's queue
+    /// where no release or handoff is for it soon (`Actor::on_acquired`):
+    /// the key needs no change stream while it waits
+    /// (`Actor::pause_release_watch_if_unneeded`; "Queue of waiting
     /// owners" in `store`).
     pub(super) quiet_behind: bool,
     /// The next attempt was scheduled at once to confirm a lease of this

@@ -39,7 +39,8 @@ impl Actor {
 
     /// Whether a registered waiter of `place` can rely on the change stream
     /// of writes to learn of a handoff or a release (open, or opening: once
-    /// open, every waiting key retries).
+    /// open, every waiting key retries; or paused, to be read again, which
+    /// announces the writes made meanwhile).
     pub(super) fn hears_handoffs(&self, place: Place) -> bool {
         matches!(
             self.places[usize::from(place.0)].release_watch,

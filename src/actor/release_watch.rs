@@ -14,17 +14,36 @@
 //! Nor does a stream open for an uncontended acquire: its own writes would
 //! only wake it.
 //!
-//! A key whose last attempt found other owners ahead of this one in its
-//! queue of waiting owners, with the key's token unchanged since this
-//! owner's registering attempt at least half a `retry_max` before
-//! (`KeyState::quiet_behind`: the holder kept the key meanwhile), needs no
-//! stream: no release or handoff is for this owner soon, and its next
-//! attempts (at least one per `retry_max`, to refresh its registration)
-//! tell when it is next, which opens the stream again, as does a key
-//! that changes hands (a new token). So the candidates of an election keep
-//! about one stream per key, the next one's, however many wait; a key
-//! handed on twice within a `retry_max` may reach a waiter without its
-//! stream, which its next attempt confirms.
+//! A key whose last attempt found that no release or handoff is for this
+//! owner soon (`KeyState::quiet_behind`) needs no stream either:
+//! - the queue of waiting owners is full without this owner (`ahead` at
+//!   least [`Store::queue_bound`](crate::store::Store::queue_bound)): the
+//!   key is neither freed nor handed to it before the queue drains, and
+//!   its refreshes register it once there is room;
+//! - or other owners are ahead of it, with the key's token unchanged since
+//!   this owner's registering attempt at least half a `retry_max` before
+//!   (the holder kept the key meanwhile): its next attempts (at least one
+//!   per `retry_max`, to refresh its registration) tell when it is next,
+//!   which reads the stream again, as does a key that changes hands (a new
+//!   token). So the candidates of an election keep about one stream per
+//!   key, the next one's, however many wait; a key handed on twice within
+//!   a `retry_max` may reach a waiter without its stream, which its next
+//!   attempt confirms.
+//!
+//! **Paused, not closed.** A stream nothing needs any more is first paused:
+//! the actor stops reading it (`ReleaseWatch::Open::paused_at`), at once
+//! when an attempt finds its key quiet or an event hands this owner a key
+//! (`Actor::pause_release_watch_if_unneeded`). The server runs a change
+//! stream only while a `getMore` of it waits (docs/mongodb-behaviour.md,
+//! B33): a paused stream costs it nothing per write once its last
+//! `getMore` has answered (at once if it had just announced a write, else
+//! within `RELEASE_EVENTS_AWAIT`), and reading it again resumes where it
+//! stopped, announcing the writes made meanwhile, late but none missed, so
+//! it needs no retry of the waiting keys, nor an `aggregate` and a
+//! `killCursors`. A manager that waits, is handed the key, holds it and
+//! waits again, as the many waiters of a busy key do, so keeps one stream
+//! and reads it only while it waits. The heartbeat closes a stream paused
+//! for a heartbeat interval or more.
 //!
 //! Without `watch_held_leases` the stream announces only what a waiter
 //! needs ([`Announced::Waits`]): writes that may free a key, writes that
@@ -52,8 +71,9 @@
 //! on every first open, which a user's transaction on an in-document lease
 //! would conflict with).
 //!
-//! The heartbeat closes a stream nothing needs any more, and reopens a
-//! failed one that is still needed.
+//! The heartbeat closes a stream nothing needs any more (a paused one once
+//! it has been paused for an interval), resumes a paused one that is
+//! needed again, and reopens a failed one that is still needed.
 
 use std::time::Duration;
 
@@ -63,7 +83,7 @@ use tokio::time::Instant;
 
 use super::command::{Place, Target};
 use super::renewal::{ByTtl, add_renewal};
-use super::{Actor, Attempt, PlaceState};
+use super::{Actor, Attempt, KeyState, PlaceState};
 use crate::error::Result;
 use crate::random::HashSet;
 use crate::store::{Announced, Announcement, KeyWrite};
@@ -80,6 +100,15 @@ pub(super) enum ReleaseWatch {
         /// Reopened after a failure: writes may have been missed meanwhile,
         /// so every held lease is checked once the stream is open again.
         recheck: bool,
+        /// Since when the actor has not read the stream, if it is paused
+        /// (`None`: it reads it). Paused while nothing here needs it: the
+        /// server runs a change stream only while a `getMore` of it waits
+        /// (B33), so a paused one costs it nothing per write once its last
+        /// `getMore` has answered, and resumes where it stopped, announcing
+        /// the writes made meanwhile (late, none missed), with no retry of
+        /// the waiting keys. The heartbeat closes one paused for a
+        /// heartbeat interval or more.
+        paused_at: Option<Instant>,
     },
     /// It failed; reopen no earlier than this (polling still works meanwhile).
     Failed { retry_at: Instant },
@@ -100,19 +129,21 @@ const ANNOUNCEMENTS_PER_TURN: usize = 1024;
 
 impl Actor {
     /// Opens the stream of writes of `place` if it is not open (or failed
-    /// long enough ago); once open, `Actor::on_opened` catches up (see the
-    /// module docs).
+    /// long enough ago), or resumes reading it if it is paused; once open,
+    /// `Actor::on_opened` catches up (see the module docs).
     pub(super) fn open_release_watch(&mut self, place: Place) {
         let state = &mut self.places[usize::from(place.0)];
-        let recheck = match &state.release_watch {
+        let recheck = match &mut state.release_watch {
+            ReleaseWatch::Open { paused_at, .. } => {
+                *paused_at = None;
+                return;
+            }
             ReleaseWatch::Closed => false,
             ReleaseWatch::Failed { retry_at } if Instant::now() >= *retry_at => {
                 crate::telemetry::change_stream_restarted(place != Place::LOCKS);
                 true
             }
-            ReleaseWatch::Failed { .. } | ReleaseWatch::Open { .. } | ReleaseWatch::Unsupported => {
-                return;
-            }
+            ReleaseWatch::Failed { .. } | ReleaseWatch::Unsupported => return,
         };
         // A waiter needs only the writes that free its keys or hand them to
         // this owner; held leases need every write that may take them.
@@ -124,11 +155,14 @@ impl Actor {
         state.release_watch = ReleaseWatch::Open {
             stream: state.store.watch_releases(announced),
             recheck,
+            paused_at: None,
         };
     }
 
     /// Heartbeat: closes each place's stream once nothing there needs it
-    /// (see the module docs), and reopens a failed one that is still needed.
+    /// and it was not paused lately (see the module docs), resumes a
+    /// paused one that is needed, and reopens a failed one that is still
+    /// needed.
     /// A key whose attempt is in flight while callers wait keeps an open
     /// stream open (it may be contended) but opens none (most attempts are
     /// not). One pass over the keys, whatever the number of places.
@@ -137,19 +171,10 @@ impl Actor {
         let mut kept = vec![false; self.places.len()];
         for (key, state) in &self.keys {
             let index = usize::from(key.place.0);
-            if self.timing.watch_held_leases && !state.holders.is_empty() {
-                needed[index] = true;
-            }
-            if state.waiters.is_empty() {
-                continue;
-            }
-            match state.attempt {
-                // Behind others in a quiet queue: its attempts tell when
-                // it is next (see the module docs).
-                Attempt::Scheduled(_) if state.quiet_behind => {}
-                Attempt::Scheduled(_) => needed[index] = true,
-                Attempt::InFlight => kept[index] = true,
-                Attempt::Idle => {}
+            match self.watch_need(state) {
+                WatchNeed::Open => needed[index] = true,
+                WatchNeed::KeepOpen => kept[index] = true,
+                WatchNeed::None => {}
             }
         }
         // A registration nobody waits for any more: a handoff to it is
@@ -157,13 +182,70 @@ impl Actor {
         for key in self.gave_up.keys() {
             needed[usize::from(key.place.0)] = true;
         }
+        // A stream paused lately may be needed again soon (a key that
+        // changes hands fast, its waiters far behind): it stays open,
+        // costing the server nothing per write, until a heartbeat finds it
+        // paused for an interval or more.
+        let paused_lately = Instant::now().checked_sub(self.timing.heartbeat_interval);
         for (index, (needed, kept)) in needed.into_iter().zip(kept).enumerate() {
             if needed {
                 self.open_release_watch(Place(index as u16));
-            } else if !kept && matches!(self.places[index].release_watch, ReleaseWatch::Open { .. })
+            } else if !kept
+                && let ReleaseWatch::Open { paused_at, .. } = self.places[index].release_watch
+                && paused_at.is_none_or(|at| paused_lately.is_some_and(|lately| at <= lately))
             {
                 self.places[index].release_watch = ReleaseWatch::Closed;
             }
+        }
+    }
+
+    /// Pauses the stream of `place` if nothing there needs it now (see the
+    /// module docs): called when an attempt finds its key quiet
+    /// (`KeyState::quiet_behind`) and when an event hands a key to this
+    /// owner, so that a manager waiting behind a full queue or a quiet one,
+    /// or holding what it waited for, costs the server nothing per write
+    /// from then on rather than from the next heartbeat. Scans the keys
+    /// only while the stream is read, and stops at the first key that
+    /// needs it.
+    pub(super) fn pause_release_watch_if_unneeded(&mut self, place: Place) {
+        let index = usize::from(place.0);
+        if !matches!(
+            self.places[index].release_watch,
+            ReleaseWatch::Open {
+                paused_at: None,
+                ..
+            }
+        ) || self.gave_up.keys().any(|key| key.place == place)
+            || self
+                .keys
+                .iter()
+                .any(|(key, state)| key.place == place && self.watch_need(state) != WatchNeed::None)
+        {
+            return;
+        }
+        tracing::trace!(?place, "nothing waits on the stream of writes: pausing it");
+        if let ReleaseWatch::Open { paused_at, .. } = &mut self.places[index].release_watch {
+            *paused_at = Some(Instant::now());
+        }
+    }
+
+    /// What `state` asks of its place's stream (see the module docs).
+    fn watch_need(&self, state: &KeyState) -> WatchNeed {
+        if self.timing.watch_held_leases && !state.holders.is_empty() {
+            return WatchNeed::Open;
+        }
+        if state.waiters.is_empty() {
+            return WatchNeed::None;
+        }
+        match state.attempt {
+            // Behind others in a quiet queue, or a full one: its attempts
+            // tell when it may be next (see the module docs).
+            Attempt::Scheduled(_) if state.quiet_behind => WatchNeed::None,
+            Attempt::Scheduled(_) => WatchNeed::Open,
+            // It may be contended: an open stream stays open, but none
+            // opens for it.
+            Attempt::InFlight => WatchNeed::KeepOpen,
+            Attempt::Idle => WatchNeed::None,
         }
     }
 
@@ -180,7 +262,13 @@ impl Actor {
         while let Some(event) = next.take() {
             match event {
                 Some(Ok(Announcement::Opened)) => self.on_opened(place, &mut suspects),
-                Some(Ok(Announcement::Write(write))) => self.on_write(place, write, &mut suspects),
+                Some(Ok(Announcement::Write(write))) => {
+                    if self.on_write(place, write, &mut suspects) {
+                        // A key handed to this owner: perhaps the last
+                        // thing that needed the stream.
+                        self.pause_release_watch_if_unneeded(place);
+                    }
+                }
                 Some(Ok(Announcement::Revoked { key, by })) => self.on_revoked(place, key, &by),
                 Some(Err(error)) if !error.is_transient() => {
                     // Typically a standalone server (no change streams, code 40573).
@@ -198,7 +286,11 @@ impl Actor {
                 }
             }
             handled += 1;
-            if let ReleaseWatch::Open { stream, .. } = &mut self.places[index].release_watch
+            if let ReleaseWatch::Open {
+                stream,
+                paused_at: None,
+                ..
+            } = &mut self.places[index].release_watch
                 && handled < ANNOUNCEMENTS_PER_TURN
             {
                 next = stream.next().now_or_never();
@@ -243,17 +335,18 @@ impl Actor {
     /// flight, once granted (`KeyState::written_in_flight`); if the write freed the key and local callers
     /// wait for it, they try again now, with up to [`RELEASE_WAKE_JITTER`]
     /// of jitter so that waiters in several processes do not all arrive in
-    /// the same instant. Writes to other keys are ignored.
-    fn on_write(&mut self, place: Place, write: KeyWrite, suspects: &mut HashSet<Target>) {
+    /// the same instant. Writes to other keys are ignored. Returns whether
+    /// the write handed a key to this owner ([`Actor::on_handoff`]).
+    fn on_write(&mut self, place: Place, write: KeyWrite, suspects: &mut HashSet<Target>) -> bool {
         let key = Target {
             place,
             key: write.key.clone(),
         };
         if self.on_handoff(&key, &write) {
-            return;
+            return true;
         }
         let Some(state) = self.keys.get_mut(&key) else {
-            return;
+            return false;
         };
         if state
             .holders
@@ -268,7 +361,7 @@ impl Actor {
             state.written_in_flight = true;
         }
         if !write.freed {
-            return;
+            return false;
         }
         match state.attempt {
             Attempt::Scheduled(timer) => {
@@ -280,6 +373,7 @@ impl Actor {
             Attempt::InFlight => state.freed_in_flight = true,
             Attempt::Idle => {}
         }
+        false
     }
 
     /// Renews the held leases of `keys` now, in batches: a lease that is no
@@ -321,7 +415,11 @@ pub(super) async fn next_release(
         let count = places.len();
         for index in (0..count).map(|i| (first + i) % count) {
             let place = &mut places[index];
-            if let ReleaseWatch::Open { stream, .. } = &mut place.release_watch
+            if let ReleaseWatch::Open {
+                stream,
+                paused_at: None,
+                ..
+            } = &mut place.release_watch
                 && let std::task::Poll::Ready(item) = stream.poll_next_unpin(cx)
             {
                 return std::task::Poll::Ready((Place(index as u16), item));
@@ -330,4 +428,15 @@ pub(super) async fn next_release(
         std::task::Poll::Pending
     })
     .await
+}
+
+/// What one key asks of its place's stream of writes
+/// ([`Actor::close_release_watch_if_unneeded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchNeed {
+    /// Open it, or keep it open.
+    Open,
+    /// Keep an open one open, but open none.
+    KeepOpen,
+    None,
 }

@@ -31,13 +31,21 @@ impl Actor {
         self.spawn_store(read, move |result| Event::Revocations { place, result });
     }
 
-    /// Heartbeat: for each place without an open stream of writes, reads
+    /// Heartbeat: for each place without a stream of writes it reads (the
+    /// heartbeat has just closed those nothing needs, and resumed the
+    /// others), reads
     /// the requests to release the keys held there whose leases someone
     /// follows and was not told of one yet (one read per place, none if
     /// there is no such key).
     pub(super) fn poll_revocations(&mut self) {
         for index in 0..self.places.len() {
-            if matches!(self.places[index].release_watch, ReleaseWatch::Open { .. }) {
+            if matches!(
+                self.places[index].release_watch,
+                ReleaseWatch::Open {
+                    paused_at: None,
+                    ..
+                }
+            ) {
                 continue;
             }
             let place = Place(index as u16);

@@ -239,10 +239,10 @@
 //!   handoff. The attempt's `Held` reports the token (`tok`) of the lease
 //!   it waits for, which a lease handed to it later exceeds, and how many
 //!   other owners' live entries are ahead of its own (`ahead`; all of them
-//!   if it has none): its manager keeps a change stream open for the key
-//!   only while nobody is ahead of it or the key changes hands
-//!   (`Actor::close_release_watch_if_unneeded`), and otherwise learns from
-//!   these attempts when it is next. Every write
+//!   if it has none): its manager reads a change stream for the key only
+//!   while it is registered and nobody is ahead of it or the key changes
+//!   hands (`KeyState::quiet_behind` in the actor), and otherwise learns
+//!   from these attempts when it is next. Every write
 //!   that rewrites `q` drops the entries with `re <= $$NOW` and removes `q`
 //!   once it is empty.
 //! - **Bound.** `q` holds at most [`MAX_QUEUE`] live entries: a waiting
@@ -251,10 +251,12 @@
 //!   refreshed as above whatever the count (a refresh is not a new entry).
 //!   Beyond the bound an attempt writes the rest as before (`wt`) and
 //!   answers `Held` as a registering one does (every live entry ahead of
-//!   it); its owner still waits, woken by the change stream of writes while
-//!   the key changes hands (a release that hands the key to nobody) and by
-//!   its next attempts (at least one per `retry_max`), each of which tries
-//!   to register again. Until one succeeds it is an owner
+//!   it, so at least the bound: `Store::queue_bound`); its owner still
+//!   waits, reading no change stream for the key (the key is neither freed
+//!   nor handed to it while the queue is full), and its next attempts (at
+//!   least one per `retry_max`) each try to register again, so that a
+//!   waiter beyond the bound costs the server one attempt per `retry_max`
+//!   and nothing per write. Until one succeeds it is an owner
 //!   that never registered (see "Order"): it takes the key only when no
 //!   live entry of another owner is in `q`, so the registered owners keep
 //!   their order and are never passed, and it has no place among the
@@ -656,6 +658,15 @@ pub(crate) fn registration_window(retry_max: Duration, safety_margin: Duration) 
 /// document whatever the fleet, and the queue still orders more waiting
 /// owners than most keys have (`benches/fleet.rs` measures 2 to 200).
 pub(crate) const MAX_QUEUE: usize = 64;
+
+/// How long the server holds a `getMore` of the stream of writes that has
+/// nothing to announce before it answers with an empty batch (the
+/// server's default is 1 s): an open stream with nothing to announce, a
+/// waiter's most of the time once a handoff wakes only its new holder,
+/// then costs one command per 10 s instead of one per second. Events are
+/// answered as soon as they are written, whatever this is. The twin's
+/// streams wake as often (`MemoryDb::release_readers`).
+pub(crate) const RELEASE_EVENTS_AWAIT: Duration = Duration::from_secs(10);
 
 /// In delete mode, how long after a young lease's acquisition (local time
 /// at which its acquire's reply arrived, no earlier than the token's

@@ -146,6 +146,15 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// unconfirmed.
     fn registration_window(&self) -> Duration;
 
+    /// The most live entries a key's queue of waiting owners holds
+    /// ("Bound" in "Queue of waiting owners"): a waiting attempt answered
+    /// `Held` with at least this many `ahead` is not registered, and is
+    /// neither handed the key nor finds it free before the queue drains.
+    /// The default: [`MAX_QUEUE`](super::MAX_QUEUE).
+    fn queue_bound(&self) -> usize {
+        super::MAX_QUEUE
+    }
+
     /// The lock-delay that this store's force releases and releases by
     /// owner id write ("Lock-delay"). The default: none.
     fn lock_delay(&self) -> Duration {

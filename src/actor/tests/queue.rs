@@ -92,6 +92,21 @@ async fn a_holds_b_then_c_queued() -> TwoQueued {
     }
 }
 
+/// Releases `lease`, then each lease the `waiters` are handed in turn,
+/// checking that each heard its handoff on the event, at once.
+async fn handed_on_at_once<const N: usize>(
+    mut lease: Lease,
+    waiters: [(&str, JoinHandle<Result<(Instant, Lease)>>); N],
+) {
+    for (name, waiter) in waiters {
+        let released = Instant::now();
+        assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+        let (at, next) = soon(waiter).await.unwrap().unwrap();
+        assert_eq!(at, released, "{name} heard the handoff at once");
+        lease = next;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn waiting_managers_are_handed_the_key_in_arrival_order_each_granted_on_the_event() {
     let TwoQueued {
@@ -475,10 +490,12 @@ async fn a_waiter_behind_another_in_a_quiet_queue_keeps_no_stream_until_it_is_ne
     settle().await;
     assert_eq!(db.release_watchers(), 2, "each waiter opens its stream");
 
-    // c's refresh finds b ahead of it and the key's token unchanged: the
-    // heartbeat after it closes c's stream; b, next, keeps its own.
+    // c's refresh finds b ahead of it and the key's token unchanged: c
+    // stops reading its stream (the `getMore` it had sent waits on), and a
+    // heartbeat a whole interval later closes it; b, next, keeps its own.
     sleep(RETRY_MAX + 2 * HEARTBEAT).await;
     assert_eq!(db.release_watchers(), 1, "the head of the queue alone");
+    assert_eq!(db.release_readers(), 1);
     assert_eq!(queued(&db, "k"), ["b", "c"]);
 
     // a's release hands the key to b, granted on the event.
@@ -539,12 +556,95 @@ async fn a_waiter_behind_another_reopens_its_stream_when_the_key_changes_hands()
     .await;
     settle().await;
     // Two quick handoffs, to c and then to d, each heard on the event.
+    handed_on_at_once(second, [("c", wc), ("d", wd)]).await;
+}
+
+/// A manager with a queue bound of `bound` ("Bound" in "Queue of waiting
+/// owners"), as [`start`].
+fn start_bounded(db: &MemoryDb, owner: &str, bound: usize) -> (LeaseManager, MemoryStore) {
+    let store = db.store(owner, TTL).with_queue_bound(bound);
+    let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing());
+    (manager, store)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_beyond_a_full_queue_reads_no_stream_until_it_registers() {
+    let db = MemoryDb::new();
+    let [(a, _), (b, _), (c, _), (d, sd)] =
+        ["a", "b", "c", "d"].map(|owner| start_bounded(&db, owner, 2));
+    let first = a.acquire("k").await.unwrap();
+    let mut waiting = Vec::new();
+    for (i, manager) in [&b, &c].into_iter().enumerate() {
+        waiting.push(waiter(manager, "k").await);
+        soon(db.changed_until("k", |doc| doc.queue.len() == i + 1)).await;
+    }
+    let [wb, wc] = <[_; 2]>::try_from(waiting).ok().unwrap();
+    sleep(RELEASE_WAKE_JITTER + MS).await;
+    assert_eq!(db.release_readers(), 2, "b and c, registered, read theirs");
+
+    // d finds the queue full: it opens no stream, and its refreshes poll.
+    let wd = waiter(&d, "k").await;
+    sleep(RELEASE_WAKE_JITTER + MS).await;
+    assert_eq!(queued(&db, "k"), ["b", "c"]);
+    assert_eq!(db.release_watchers(), 2, "d beyond the queue opens none");
+    assert_eq!(db.release_readers(), 2);
+
+    // a's release hands the key to b; d's next refresh finds room,
+    // registers and reads its stream again.
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let (_, second) = soon(wb).await.unwrap().unwrap();
+    let d_calls = sd.acquire_calls("k").len();
+    sleep(RETRY_MAX + MS).await;
+    assert!(sd.acquire_calls("k").len() > d_calls);
+    assert_eq!(queued(&db, "k"), ["c", "d"]);
+    settle().await;
+    assert_eq!(db.release_readers(), 2, "c and d read theirs; b holds");
+
+    // Two quick handoffs, to c and then to d, each heard on the event.
+    handed_on_at_once(second, [("c", wc), ("d", wd)]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_waiter_stops_reading_its_stream_and_reads_it_again_with_nothing_missed() {
+    let db = MemoryDb::new();
+    let (a, _, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    // c's heartbeat is far off: what stops its stream before then is the
+    // answer that finds its key quiet.
+    let slow = Timing {
+        ttl: Duration::from_secs(60),
+        heartbeat_interval: Duration::from_secs(30),
+        ..timing()
+    };
+    let sc = db.store("c", Duration::from_secs(60));
+    let c = LeaseManager::start(Arc::new(sc.clone()), "c".into(), slow);
+    let first = a.acquire("k").await.unwrap();
+    let wb = waiter(&b, "k").await;
+    soon(db.changed_until("k", |doc| doc.queue.len() == 1)).await;
+    let wc = waiter(&c, "k").await;
+    soon(db.changed_until("k", |doc| doc.queue.len() == 2)).await;
+    sleep(RELEASE_WAKE_JITTER + MS).await;
+    assert_eq!(db.release_readers(), 2);
+
+    // c's refresh finds b ahead of it and the key's token unchanged: c
+    // stops reading its stream, whose last `getMore` waits on at most
+    // `RELEASE_EVENTS_AWAIT`; the stream stays open.
+    sleep(2 * RETRY_MAX + crate::store::RELEASE_EVENTS_AWAIT).await;
+    assert_eq!(db.release_readers(), 1, "b, next, alone reads its stream");
+    assert_eq!(db.release_watchers(), 2, "c's stream is paused, not closed");
+
+    // a's release hands the key to b. c's next refresh finds itself next
+    // and reads its stream again, opening none; b's release hands the key
+    // to c on the event.
+    let opened = db.release_streams_opened();
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let (_, second) = soon(wb).await.unwrap().unwrap();
+    sleep(RETRY_MAX + MS).await;
+    settle().await;
+    assert_eq!(db.release_readers(), 1, "c reads again; b holds");
+    assert_eq!(db.release_streams_opened(), opened);
     let released = Instant::now();
     assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
-    let (at, third) = soon(wc).await.unwrap().unwrap();
+    let (at, _third) = soon(wc).await.unwrap().unwrap();
     assert_eq!(at, released, "c heard the handoff at once");
-    let released = Instant::now();
-    assert_eq!(third.release().await.unwrap(), ReleaseOutcome::Released);
-    let (at, _fourth) = soon(wd).await.unwrap().unwrap();
-    assert_eq!(at, released, "d heard the handoff at once");
 }

@@ -337,6 +337,7 @@ async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
          b's stream opened (a release before then would not be announced)"
     );
     assert_eq!(db.release_watchers(), 1, "b watches writes while it waits");
+    assert_eq!(db.release_readers(), 1, "and reads them");
 
     // Its next poll is at least 1 s away (equal jitter on a 2 s step).
     sleep(Duration::from_millis(500)).await;
@@ -355,9 +356,19 @@ async fn a_release_by_another_owner_wakes_local_waiters_at_once() {
          handed it the key, and b was granted it on the event"
     );
 
-    // Nobody waits any more: the next heartbeat closes b's stream, though
-    // b holds the lease.
-    sleep(HEARTBEAT).await;
+    // Nobody waits any more: b stops reading its stream at once, though
+    // b holds the lease, and the heartbeat that finds it paused for an
+    // interval closes it.
+    settle().await;
+    assert_eq!(db.release_readers(), 0, "b merely holds: paused");
+    assert_eq!(db.release_watchers(), 1);
+    sleep(HEARTBEAT - MS).await;
+    assert_eq!(
+        db.release_watchers(),
+        1,
+        "a heartbeat within an interval of the pause keeps it"
+    );
+    sleep(2 * HEARTBEAT).await;
     assert_eq!(db.release_watchers(), 0, "b merely holds: closed");
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
 }

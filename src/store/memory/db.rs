@@ -49,7 +49,16 @@ pub(crate) struct MemoryDb {
     /// The foreign lock shapes and their expiry rules, as `MongoStore`'s
     /// ([`MemoryDb::with_foreign_rules`]).
     foreign_rules: Arc<ForeignRules>,
+    /// Per stream of writes opened (a closed one's no longer upgrades),
+    /// when it was last polled and found nothing yet, if it was (`None`:
+    /// it has delivered since, and was not polled again):
+    /// [`MemoryDb::release_readers`].
+    readers: Arc<Mutex<Vec<std::sync::Weak<Reader>>>>,
 }
+
+/// When one stream of writes was last polled and found nothing yet
+/// ([`MemoryDb::release_readers`]).
+pub(super) type Reader = Mutex<Option<Instant>>;
 
 /// What a client of the `{_id, value, ttl, obtained_at}` lock pattern read
 /// of a key ([`MemoryDb::pattern2_read`]).
@@ -86,6 +95,7 @@ impl Default for MemoryDb {
             faster_ppm: Arc::default(),
             snapshots: Arc::default(),
             foreign_rules: Arc::default(),
+            readers: Arc::default(),
         }
     }
 }
@@ -216,6 +226,36 @@ impl MemoryDb {
     /// How many `watch_releases` streams are open.
     pub fn release_watchers(&self) -> usize {
         self.released.receiver_count()
+    }
+
+    /// How many `watch_releases` streams the server would run now: those
+    /// whose reader waits for their next write, as a `getMore` waits on
+    /// the server for at most [`RELEASE_EVENTS_AWAIT`](crate::store::RELEASE_EVENTS_AWAIT)
+    /// (the twin's streams wake that often, as a `getMore` answers). A
+    /// stream that delivered and was not polled again, or was last polled
+    /// longer ago than that, costs the server nothing (B33).
+    pub fn release_readers(&self) -> usize {
+        let now = Instant::now();
+        lock(&self.readers)
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|reader| {
+                lock(reader)
+                    .is_some_and(|at| now.duration_since(at) < crate::store::RELEASE_EVENTS_AWAIT)
+            })
+            .count()
+    }
+
+    /// How many `watch_releases` streams were opened so far.
+    pub fn release_streams_opened(&self) -> usize {
+        lock(&self.readers).len()
+    }
+
+    /// A new stream's entry in [`MemoryDb::release_readers`].
+    pub(super) fn reader(&self) -> Arc<Reader> {
+        let reader = Arc::new(Mutex::new(None));
+        lock(&self.readers).push(Arc::downgrade(&reader));
+        reader
     }
 
     /// How many `observe` streams are open.

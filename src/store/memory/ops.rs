@@ -226,6 +226,10 @@ impl Store for MemoryStore {
         self.lock_delay
     }
 
+    fn queue_bound(&self) -> usize {
+        self.queue_bound
+    }
+
     fn renew_with_ttl(
         &self,
         leases: Vec<LeaseRef>,

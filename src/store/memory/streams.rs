@@ -55,6 +55,10 @@ impl MemoryStore {
                         let write = tokio::select! {
                             biased;
                             Some(write) = delayed.next(), if !delayed.is_empty() => write,
+                            // A `getMore` with nothing to announce answers
+                            // empty, and its reader, if it still reads,
+                            // sends the next one (`MemoryDb::release_readers`).
+                            () = tokio::time::sleep(crate::store::RELEASE_EVENTS_AWAIT) => continue,
                             received = receiver.recv() => match received {
                                 Ok(write) if !write.is_announced(announced, owner) => continue,
                                 Ok(write) => match control.event_fate() {
@@ -84,7 +88,18 @@ impl MemoryStore {
                                         write
                                     }
                                 },
-                                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                                // Writes fell out of its buffer while it
+                                // was not read: it fails, as a change
+                                // stream whose resume point fell off the
+                                // oplog does (nothing is skipped silently).
+                                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                                    let error = Error::Unreachable {
+                                        waited: Duration::ZERO,
+                                        reason: "writes missed while the stream was not read".into(),
+                                        source: None,
+                                    };
+                                    return Some((Err(error), (None, delayed, reader)));
+                                }
                                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                             },
                         };
@@ -96,19 +111,37 @@ impl MemoryStore {
         };
         if !*self.opening_held.borrow() {
             let released = self.db.subscribe_releases();
-            return futures::stream::iter([Ok(Announcement::Opened)])
-                .chain(writes(released))
-                .boxed();
+            return self.read(
+                futures::stream::iter([Ok(Announcement::Opened)])
+                    .chain(writes(released))
+                    .boxed(),
+            );
         }
         // Subscribed only once let open: writes meanwhile are missed.
         let (db, mut held) = (self.db.clone(), self.opening_held.subscribe());
-        futures::stream::once(async move {
+        let opened = futures::stream::once(async move {
             // The sender lives in this store; if it is gone, open anyway.
             let _ = held.wait_for(|held| !*held).await;
             db.subscribe_releases()
         })
         .flat_map(move |released| {
             futures::stream::iter([Ok(Announcement::Opened)]).chain(writes(released))
+        });
+        self.read(opened.boxed())
+    }
+
+    /// `stream`, noting in [`MemoryDb::release_readers`] when its reader
+    /// last polled it and found nothing yet: a `getMore` waiting on the
+    /// server.
+    fn read(
+        &self,
+        mut stream: BoxStream<'static, Result<Announcement>>,
+    ) -> BoxStream<'static, Result<Announcement>> {
+        let reader = self.db.reader();
+        futures::stream::poll_fn(move |cx| {
+            let polled = stream.poll_next_unpin(cx);
+            *super::db::lock(&reader) = polled.is_pending().then(tokio::time::Instant::now);
+            polled
         })
         .boxed()
     }

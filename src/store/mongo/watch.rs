@@ -106,14 +106,6 @@ pub(super) fn release_events_pipeline(announced: Announced, owner: &str) -> [Doc
     ]
 }
 
-/// How long the server holds a `getMore` of the stream of writes that has
-/// nothing to announce before it answers with an empty batch (the
-/// server's default is 1 s): an open stream with nothing to announce, a
-/// waiter's most of the time once a handoff wakes only its new holder,
-/// then costs one command per 10 s instead of one per second. Events are
-/// answered as soon as they are written, whatever this is.
-const RELEASE_EVENTS_AWAIT: Duration = Duration::from_secs(10);
-
 /// Field of the events of [`release_events_pipeline`]: whether the update
 /// changed `hs` (its `updatedFields` name `hs` or `hs.<i>...`), computed on
 /// the server since those names are not known in advance.
@@ -668,7 +660,7 @@ impl MongoStore {
                 .coll()
                 .watch()
                 .pipeline(pipeline)
-                .max_await_time(RELEASE_EVENTS_AWAIT);
+                .max_await_time(crate::store::RELEASE_EVENTS_AWAIT);
             store.bounded(watch).await
         };
         announcements(open, announcement)

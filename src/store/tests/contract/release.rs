@@ -125,6 +125,8 @@ pub(super) async fn releases_and_deletes_are_announced_expiries_and_renewals_are
         );
     }
 
+    // The stream is not read while the writes below are made: read again,
+    // it announces them all (B33).
     let (l1, _) = take(&a, "k1").await;
     let (l2, _) = take(&a, "k2").await;
     let (l3, _) = take(&b, "k3").await;
