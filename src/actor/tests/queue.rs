@@ -92,12 +92,12 @@ async fn a_holds_b_then_c_queued() -> TwoQueued {
     }
 }
 
+/// A task waiting for a lease ([`waiter`]).
+type Waiting = JoinHandle<Result<(Instant, Lease)>>;
+
 /// Releases `lease`, then each lease the `waiters` are handed in turn,
 /// checking that each heard its handoff on the event, at once.
-async fn handed_on_at_once<const N: usize>(
-    mut lease: Lease,
-    waiters: [(&str, JoinHandle<Result<(Instant, Lease)>>); N],
-) {
+async fn handed_on_at_once<const N: usize>(mut lease: Lease, waiters: [(&str, Waiting); N]) {
     for (name, waiter) in waiters {
         let released = Instant::now();
         assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);

@@ -49,11 +49,13 @@ pub(crate) struct MemoryDb {
     /// The foreign lock shapes and their expiry rules, as `MongoStore`'s
     /// ([`MemoryDb::with_foreign_rules`]).
     foreign_rules: Arc<ForeignRules>,
-    /// Per stream of writes opened (a closed one's no longer upgrades),
-    /// when it was last polled and found nothing yet, if it was (`None`:
-    /// it has delivered since, and was not polled again):
-    /// [`MemoryDb::release_readers`].
+    /// Per open stream of writes, when it was last polled and found
+    /// nothing yet, if it was (`None`: it has delivered since, and was not
+    /// polled again): [`MemoryDb::release_readers`]; closed ones are
+    /// dropped as new ones open.
     readers: Arc<Mutex<Vec<std::sync::Weak<Reader>>>>,
+    /// How many streams of writes were opened so far.
+    streams_opened: Arc<AtomicU64>,
 }
 
 /// When one stream of writes was last polled and found nothing yet
@@ -96,6 +98,7 @@ impl Default for MemoryDb {
             snapshots: Arc::default(),
             foreign_rules: Arc::default(),
             readers: Arc::default(),
+            streams_opened: Arc::default(),
         }
     }
 }
@@ -247,14 +250,17 @@ impl MemoryDb {
     }
 
     /// How many `watch_releases` streams were opened so far.
-    pub fn release_streams_opened(&self) -> usize {
-        lock(&self.readers).len()
+    pub fn release_streams_opened(&self) -> u64 {
+        self.streams_opened.load(Relaxed)
     }
 
     /// A new stream's entry in [`MemoryDb::release_readers`].
     pub(super) fn reader(&self) -> Arc<Reader> {
         let reader = Arc::new(Mutex::new(None));
-        lock(&self.readers).push(Arc::downgrade(&reader));
+        let mut readers = lock(&self.readers);
+        readers.retain(|open| open.strong_count() > 0);
+        readers.push(Arc::downgrade(&reader));
+        self.streams_opened.fetch_add(1, Relaxed);
         reader
     }
 
