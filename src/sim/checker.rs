@@ -5,7 +5,9 @@
 //!   another application's lock counts as a holder;
 //! - never more live permits than the semaphore's number in force (a lease
 //!   counting the permits it takes; at a grant, the number the grantee asked
-//!   for, which the server held; at a change of the number, the new one),
+//!   for, which the server held at its write, or a number set since: one
+//!   whose change returned after the grantee's attempt was sent, or was
+//!   under way at the grant; at a change of the number, the new one),
 //!   and shared and exclusive holders never at once;
 //! - fencing tokens strictly increase per key in the order of acquisition
 //!   (between two live-at-grant leases of which one is exclusive: shared
@@ -37,7 +39,10 @@
 //!
 //! - a re-entered lease is one lease, held until its last entry is
 //!   released, and a group is handed out whole and lost whole (properties
-//!   8 and 9, `checker/entries.rs`).
+//!   8 and 9, `checker/entries.rs`);
+//! - an exclusive lease's local deadline, at its grant and each renewal,
+//!   is no later than its document's expiry on the server (property 16,
+//!   `expiry.rs`).
 //!
 //! A force release, or a release of a manager's owner id, ends its leases
 //! on the server while their holders still believe in them until told:
@@ -157,6 +162,7 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         waits: BTreeMap::new(),
         terms: BTreeMap::new(),
         faults_stopped: None,
+        permits_sets: permits_sets(history),
         lock_delays: Default::default(),
         requests: Default::default(),
         now: At::ZERO,
@@ -171,6 +177,7 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
     checker.advance(end);
     let mut found = checker.found;
     found.extend(super::durations::check(history));
+    found.extend(super::expiry::check(history));
     found
 }
 
@@ -193,6 +200,11 @@ struct Checker {
     /// read showed with it.
     terms: BTreeMap<(String, u64), (String, u64)>,
     faults_stopped: Option<At>,
+    /// Per semaphore key: each change of its number of permits that
+    /// returned `Set`, as when it was asked for, when it returned, and the
+    /// number (read ahead of time: a grant may come while one is under
+    /// way).
+    permits_sets: BTreeMap<String, Vec<(At, At, u32)>>,
     lock_delays: lock_delay::LockDelays,
     requests: revocation::Requests,
     now: At,
@@ -399,7 +411,7 @@ impl Checker {
                     }
                 }
             }
-            Event::PermitsSet { key, permits } => self.permits_set(key, *permits),
+            Event::PermitsSet { key, permits, .. } => self.permits_set(key, *permits),
             Event::WaitersRead { key, waiting, term } => {
                 self.waiters_read(key, waiting);
                 if let Some((token, owner, transitions)) = term {
@@ -437,6 +449,8 @@ impl Checker {
             Event::HeldAtMost { .. }
             | Event::AcquiredWithPayload { .. }
             | Event::Inspected { .. } => {}
+            // Judged by `expiry::check`.
+            Event::ServerExpiry { .. } => {}
         }
     }
 
@@ -619,7 +633,7 @@ impl Checker {
                 ));
             }
         }
-        if let Kind::Permit(n, taken) = kind {
+        if let Kind::Permit(asked, taken) = kind {
             // Each lease counts the permits it takes.
             let others: u32 = others
                 .iter()
@@ -629,6 +643,18 @@ impl Checker {
                 })
                 .sum();
             let permits = others + taken;
+            // The number the server held at this acquisition's write is
+            // the one asked for (another fails it); a change that returned
+            // after the attempt was sent, or is under way, may have come
+            // after that write, its number in force now.
+            let n = self
+                .permits_sets
+                .get(key)
+                .into_iter()
+                .flatten()
+                .filter(|(started, returned, _)| *started <= now && *returned >= confirmed_after)
+                .map(|(_, _, number)| *number)
+                .fold(asked, u32::max);
             if permits > n {
                 problems.push(format!("{permits} live permits of {n}"));
             }
@@ -637,6 +663,25 @@ impl Checker {
             self.violation(key, format!("lease {lease} (manager {manager}): {problem}"));
         }
     }
+}
+
+/// Each key's changes of its number of permits that returned `Set` in
+/// `history` (`Checker::permits_sets`).
+fn permits_sets(history: &History) -> BTreeMap<String, Vec<(At, At, u32)>> {
+    let mut sets: BTreeMap<String, Vec<(At, At, u32)>> = BTreeMap::new();
+    for entry in history.entries() {
+        if let Event::PermitsSet {
+            key,
+            permits,
+            started,
+        } = &entry.event
+        {
+            sets.entry(key.clone())
+                .or_default()
+                .push((*started, entry.at, *permits));
+        }
+    }
+    sets
 }
 
 mod entries;

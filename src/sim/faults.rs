@@ -1,9 +1,10 @@
 //! The fault plan of one schedule, drawn from its seed: per manager,
 //! periods in which some kinds of store call fail before or after they
-//! apply or arrive late, reads see a snapshot behind the latest writes,
-//! and in which its change stream delays, duplicates
+//! apply, arrive late, or are answered late, reads see a snapshot behind
+//! the latest writes, and in which its change stream delays, duplicates
 //! or drops writes or fails; a freeze (every call and event held until it
-//! ends); and for the whole schedule, a crash of one manager and the
+//! ends); a lag of its stream (every event late by one delay for a
+//! while); and for the whole schedule, a crash of one manager and the
 //! server's clock running faster than the managers' and stepping back.
 //! Faults stop at the plan's `stop`.
 
@@ -45,6 +46,12 @@ pub struct ManagerFaults {
     periods: Vec<Period>,
     /// Every call and event is held from `.0` to `.1`.
     freeze: Option<(Duration, Duration)>,
+    /// From `.0` to `.1` its stream lags: every event is delivered `.2`
+    /// late, in order, as a change stream does while the majority commit
+    /// point lags behind the writes. A handoff then reaches its waiter
+    /// after the handed lease's `hx` may have ended and another owner
+    /// taken the key.
+    lag: Option<(Duration, Duration, Duration)>,
 }
 
 /// A schedule's fault plan.
@@ -107,7 +114,16 @@ impl Plan {
                     let from = between(Duration::ZERO, stop.saturating_sub(ms(1_000)));
                     (from, (from + between(ms(500), ms(6_000))).min(stop))
                 });
-                ManagerFaults { periods, freeze }
+                let lag = (random_range(0..3) == 0).then(|| {
+                    let from = between(Duration::ZERO, stop.saturating_sub(ms(1_000)));
+                    let to = (from + between(ms(1_000), ms(8_000))).min(stop);
+                    (from, to, between(ms(400), ms(1_500)))
+                });
+                ManagerFaults {
+                    periods,
+                    freeze,
+                    lag,
+                }
             })
             .collect::<Vec<_>>();
         let crash = (random_range(0..4) == 0).then(|| {
@@ -154,9 +170,10 @@ impl Plan {
             }
             let fault = period.and_then(|p| {
                 let concerned = p.ops & (1 << (op as u32)) != 0;
-                (concerned && random_range(0.0..1.0) < p.chance).then(|| match random_range(0..4) {
+                (concerned && random_range(0.0..1.0) < p.chance).then(|| match random_range(0..5) {
                     0 => Fault::Fail,
                     1 => Fault::FailAfterApply,
+                    2 => Fault::LateReply(between(ms(1), ms(1_500))),
                     _ => Fault::Delay(between(ms(1), ms(1_500))),
                 })
             });
@@ -178,6 +195,12 @@ impl Plan {
                     copies: 1,
                     delay: to - now,
                 };
+            }
+            if let Some((_, _, delay)) = faults
+                .lag
+                .filter(|(from, to, _)| (from..to).contains(&&now))
+            {
+                return EventFate::Deliver { copies: 1, delay };
             }
             match faults.period(now) {
                 // Stale events (delayed, duplicated) are what grant-on-event
@@ -221,7 +244,11 @@ impl fmt::Display for Plan {
             self.stop, self.crash, self.server_faster_ppm
         )?;
         for (m, faults) in self.managers.iter().enumerate() {
-            writeln!(f, "manager {m}: freeze {:?}", faults.freeze)?;
+            writeln!(
+                f,
+                "manager {m}: freeze {:?}, stream lag {:?}",
+                faults.freeze, faults.lag
+            )?;
             for p in &faults.periods {
                 writeln!(
                     f,

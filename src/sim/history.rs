@@ -63,6 +63,16 @@ pub enum Event {
         /// Its new local deadline.
         deadline: At,
     },
+    /// When the server's document of an exclusive lease in the lock
+    /// collection expires (its `exp`, in real time at the server clock's
+    /// rate and step back then), read as its holder got or renewed it
+    /// (`sim::expiry`).
+    ServerExpiry {
+        /// The lease.
+        lease: LeaseNo,
+        /// When its document expires.
+        expiry: At,
+    },
     /// The lease's token fired (its holder was told it is lost).
     Told {
         /// The lease.
@@ -175,6 +185,9 @@ pub enum Event {
         key: String,
         /// The number now in force.
         permits: u32,
+        /// When the change was asked for: the server stored it at some
+        /// instant between then and now.
+        started: At,
     },
     /// A read of the key (`inspect`) showed these owners waiting for it
     /// (`LeaseInfo::waiters`), in order: each a manager, or `None` for an
@@ -257,6 +270,7 @@ impl Event {
         match self {
             Event::Granted { lease, .. }
             | Event::Renewed { lease, .. }
+            | Event::ServerExpiry { lease, .. }
             | Event::Told { lease, .. }
             | Event::Released { lease }
             | Event::ReleaseAnswered { lease, .. }

@@ -27,6 +27,7 @@
 
 pub mod checker;
 mod durations;
+mod expiry;
 mod faults;
 mod groups;
 pub mod history;
@@ -61,6 +62,8 @@ pub const LIVENESS: Duration = Duration::from_secs(30);
 const TTL: Duration = Duration::from_secs(3);
 pub(crate) const SAFETY_MARGIN: Duration = Duration::from_millis(300);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// The longer `retry_max` of some managers ([`retry_max`]).
+const SLOW_RETRY_MAX: Duration = Duration::from_secs(4);
 
 /// The managers' lock-delay in schedule `seed`: none, the default (the
 /// safety margin), or longer; from the seed's number, so that the draws of
@@ -95,14 +98,29 @@ fn watch_held_leases(seed: u64, index: usize) -> bool {
     }
 }
 
-fn timing(release_mode: ReleaseMode, watch_held_leases: bool) -> Timing {
+/// The `retry_max` of manager `index` of schedule `seed`, which also sets
+/// its registration window: in two schedules of seven, every other manager
+/// refreshes its registrations only every 2 to 4 s ([`SLOW_RETRY_MAX`]),
+/// so that a handoff announced late still finds it waiting, and grants
+/// the lease on the event, rather than confirmed by a refresh in between
+/// (`Actor::grant_handed`, which counts the lease from the registering
+/// attempt's send); from the seed's number, so that the draws of the
+/// schedule stay as they were.
+fn retry_max(seed: u64, index: usize) -> Duration {
+    match seed % 7 {
+        0 | 3 if index % 2 == 1 => SLOW_RETRY_MAX,
+        _ => RETRY_MAX,
+    }
+}
+
+fn timing(release_mode: ReleaseMode, watch_held_leases: bool, retry_max: Duration) -> Timing {
     Timing {
         ttl: TTL,
         heartbeat_interval: Duration::from_secs(1),
         safety_margin: SAFETY_MARGIN,
         operation_timeout: Duration::from_secs(10),
         retry_initial: Duration::from_millis(10),
-        retry_max: RETRY_MAX,
+        retry_max,
         renewal_batch_size: 100,
         release_mode,
         ttl_cap: None,
@@ -204,12 +222,12 @@ async fn schedule(seed: u64) -> Report {
         let store = db
             .store(owner.clone(), TTL)
             .with_safety_margin(SAFETY_MARGIN)
-            .with_yield_window(RETRY_MAX)
+            .with_yield_window(retry_max(seed, index))
             .with_release_mode(mode)
             .with_lock_delay(lock_delay(seed))
             .with_queue_bound(queue_bound(seed))
             .with_light_acquire();
-        let timing = timing(mode, watch_held_leases(seed, index));
+        let timing = timing(mode, watch_held_leases(seed, index), retry_max(seed, index));
         store.set_operation_timeout(Some(timing.operation_timeout));
         plan.install(index, &store, t0);
         let documents = store.document_store(DOCUMENTS, DEFAULT_LEASE_FIELD);
@@ -408,11 +426,15 @@ async fn schedule(seed: u64) -> Report {
         clock_step_back: CLOCK_STEP_BACK,
         server_faster_ppm: SERVER_FASTER_PPM,
         liveness: LIVENESS,
-        // The registration window (2 × retry_max + 1 s + safety margin,
-        // longer than a waiting mark's TTL), how late an attempt sent
-        // before its wait ended may land (a freeze holds a call up to 6 s,
-        // a delay up to 1.5 s), and the server clock's step back.
-        waiter_window: 2 * RETRY_MAX
+        // The longest registration window (2 × retry_max + 1 s + safety
+        // margin, longer than a waiting mark's TTL), how late an attempt
+        // sent before its wait ended may land (a freeze holds a call up to
+        // 6 s, a delay up to 1.5 s), and the server clock's step back.
+        waiter_window: 2
+            * (0..managers)
+                .map(|index| retry_max(seed, index))
+                .max()
+                .unwrap_or(RETRY_MAX)
             + Duration::from_secs(1)
             + SAFETY_MARGIN
             + Duration::from_secs(6)

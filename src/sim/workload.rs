@@ -17,6 +17,7 @@ use tokio::time::{Instant, sleep};
 use tokio_util::time::FutureExt as _;
 
 use super::durations;
+use super::expiry;
 use super::history::{At, Event, History, Kind, LeaseNo, OpNo, WaiterNo};
 use crate::AcquireOptions;
 use crate::document::{DEFAULT_LEASE_FIELD, DocumentLease};
@@ -343,6 +344,17 @@ pub(super) fn granted(
     let confirmed_after = deadline
         .checked_sub(lease.ttl())
         .map_or(now, |d| (d + super::SAFETY_MARGIN).min(now));
+    // An exclusive lease of the lock collection: its document's expiry.
+    let document = (kind == Kind::Exclusive)
+        .then(|| key.strip_prefix("locks/"))
+        .flatten()
+        .map(|name| {
+            (
+                process.store.db().clone(),
+                name.to_string(),
+                lease.fencing_token(),
+            )
+        });
     recorder.push(Event::Granted {
         lease: number,
         manager: process.index,
@@ -354,14 +366,22 @@ pub(super) fn granted(
         confirmed_after: recorder.at(confirmed_after),
         hold_at_least: hold,
     });
+    if let Some((db, name, token)) = &document {
+        expiry::record(recorder, db, name, number, *token);
+    }
     let follower = recorder.clone();
     process.spawn(async move {
         while let Some(event) = events.recv().await {
             match event {
-                LeaseEvent::Renewed { deadline, .. } => follower.push(Event::Renewed {
-                    lease: number,
-                    deadline: follower.at(deadline),
-                }),
+                LeaseEvent::Renewed { deadline, .. } => {
+                    follower.push(Event::Renewed {
+                        lease: number,
+                        deadline: follower.at(deadline),
+                    });
+                    if let Some((db, name, token)) = &document {
+                        expiry::record(&follower, db, name, number, *token);
+                    }
+                }
                 LeaseEvent::RevocationRequested { .. } => {
                     follower.push(Event::RevocationTold { lease: number })
                 }
@@ -627,10 +647,12 @@ pub async fn resizer(
         let Ok(mut semaphore) = process.manager.semaphore(key, permits) else {
             return;
         };
+        let started = recorder.at(Instant::now());
         if let Ok(crate::PermitsChange::Set) = semaphore.set_permits(permits).await {
             recorder.push(Event::PermitsSet {
                 key: format!("locks/{key}"),
                 permits,
+                started,
             });
         }
     }

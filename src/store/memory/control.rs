@@ -52,6 +52,10 @@ pub(crate) enum Fault {
     Hang,
     /// The operation completes (and is applied) this much later than its latency.
     Delay(Duration),
+    /// The operation is applied after its latency, and its answer arrives
+    /// this much later (held up on its way back): the caller learns of a
+    /// write the server made long before.
+    LateReply(Duration),
     /// Transient failure before applying: `Error::Unreachable`.
     Fail,
     /// Applied, then reported as a transient failure (outcome unknown to the caller).

@@ -246,8 +246,12 @@ impl MemoryStore {
                 Some(Fault::Stale(lag)) => db.apply_to_snapshot(lag, apply),
                 _ => db.apply(apply),
             };
-            if fault == Some(Fault::FailAfterApply) {
-                return Err(unreachable("injected failure after apply", latency));
+            match fault {
+                Some(Fault::FailAfterApply) => {
+                    return Err(unreachable("injected failure after apply", latency));
+                }
+                Some(Fault::LateReply(d)) => tokio::time::sleep(d).await,
+                _ => {}
             }
             result
         };
