@@ -133,6 +133,83 @@ fn tokens_must_increase_and_permits_stay_within_their_number() {
 }
 
 #[test]
+fn a_permit_answered_after_a_change_of_the_number_counts_against_the_number_since() {
+    // A permit of 2 whose attempt was sent at `sent`, answered at 20.
+    let late = |lease, sent| Event::Granted {
+        lease,
+        manager: 2,
+        key: "k".into(),
+        kind: Kind::Permit(2, 1),
+        token: lease,
+        deadline: ms(100),
+        acquired_after: ms(sent),
+        confirmed_after: ms(sent),
+        hold_at_least: None,
+    };
+    let run = |sent| {
+        check(
+            vec![
+                (0, grant(1, 0, Kind::Permit(2, 1), 1, 100)),
+                (
+                    10,
+                    Event::PermitsSet {
+                        key: "k".into(),
+                        permits: 3,
+                        started: ms(5),
+                    },
+                ),
+                (12, grant(2, 1, Kind::Permit(3, 1), 2, 100)),
+                (20, late(3, sent)),
+            ],
+            30,
+        )
+    };
+    // Sent before the change returned: its write may have come first, and
+    // the 3 in force since count.
+    assert_eq!(run(4), []);
+    // Sent after: the server held 2 at its write, and 3 live exceed it.
+    let found = run(11);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].what.contains("3 live permits of 2"), "{found:?}");
+}
+
+#[test]
+fn a_local_deadline_after_the_documents_expiry_is_a_violation() {
+    let expiring = |at| Event::ServerExpiry {
+        lease: 1,
+        expiry: ms(at),
+    };
+    let run = |renewed_expiry| {
+        check(
+            vec![
+                (0, grant(1, 0, Kind::Exclusive, 1, 100)),
+                // Within the server clock's allowed step back.
+                (0, expiring(95)),
+                (
+                    50,
+                    Event::Renewed {
+                        lease: 1,
+                        deadline: ms(150),
+                    },
+                ),
+                (50, expiring(renewed_expiry)),
+                (60, Event::Released { lease: 1 }),
+            ],
+            70,
+        )
+    };
+    assert_eq!(run(160), []);
+    let found = run(130);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .what
+            .contains("after its document on the server expires"),
+        "{found:?}"
+    );
+}
+
+#[test]
 fn force_release_exempts_its_leases_from_overlap_but_not_from_telling() {
     let found = check(
         vec![
