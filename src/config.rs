@@ -336,6 +336,10 @@ pub(crate) struct Timing {
     /// [`LeaseManagerOptions::watch_held_leases`]: the stream of writes
     /// stays open while a lease is held.
     pub watch_held_leases: bool,
+    /// How long a key stays on the general forms after one was sent for
+    /// it ([`CONTENDED_FOR`](crate::store::light_release::CONTENDED_FOR)
+    /// for every manager; shorter in some simulated managers).
+    pub contended_for: Duration,
 }
 
 impl Timing {
@@ -682,6 +686,7 @@ impl LeaseManagerOptions {
             release_mode: self.release_mode.unwrap_or(DEFAULT_RELEASE_MODE),
             ttl_cap: None,
             watch_held_leases: self.watch_held_leases,
+            contended_for: crate::store::light_release::CONTENDED_FOR,
         })
     }
 }

@@ -7,8 +7,9 @@
 //! young for delete mode's delete), a light handoff, where the place's
 //! store has the form (`Store::light_forms`) and the key is not contended: the
 //! general form was sent for it, or a light form did not apply to it,
-//! less than [`CONTENDED_FOR`] ago ([`Actor::contended`], the actor's
-//! clock). A contended key goes straight to the general form, so it costs
+//! less than `Timing::contended_for` ago
+//! ([`CONTENDED_FOR`](crate::store::light_release::CONTENDED_FOR) but in
+//! the simulation; [`Actor::contended`], the actor's clock). A contended key goes straight to the general form, so it costs
 //! no light write that would not apply.
 //!
 //! **Group commit.** Per place and per form (acquire, release), at most
@@ -42,9 +43,7 @@ use super::{Actor, Event, Sent};
 use crate::LeaseKind;
 use crate::error::Result;
 use crate::status::ReleaseOutcome;
-use crate::store::light_release::{
-    CONTENDED_FOR, LightAcquire, LightAcquired, LightRelease, MOST_PER_COMMAND,
-};
+use crate::store::light_release::{LightAcquire, LightAcquired, LightRelease, MOST_PER_COMMAND};
 use crate::store::{AcquireOutcome, LeaseRef};
 
 /// The light writes of one form of one place: whether a grouped call is
@@ -114,7 +113,7 @@ impl Actor {
     pub(super) fn is_contended(&self, key: &Target) -> bool {
         self.contended
             .get(key)
-            .is_some_and(|at| at.elapsed() < CONTENDED_FOR)
+            .is_some_and(|at| at.elapsed() < self.timing.contended_for)
     }
 
     /// Remembers that `key` went to the general form now.
@@ -122,10 +121,11 @@ impl Actor {
         self.contended.insert(key.clone(), Instant::now());
     }
 
-    /// Forgets the keys contended longer ago than [`CONTENDED_FOR`] (at
-    /// each heartbeat).
+    /// Forgets the keys contended longer ago than `Timing::contended_for`
+    /// (at each heartbeat).
     pub(super) fn prune_contended(&mut self) {
-        self.contended.retain(|_, at| at.elapsed() < CONTENDED_FOR);
+        let contended_for = self.timing.contended_for;
+        self.contended.retain(|_, at| at.elapsed() < contended_for);
     }
 
     /// Whether the attempt `sent` of `key` tries the light acquire first.

@@ -646,13 +646,18 @@ impl Checker {
             // The number the server held at this acquisition's write is
             // the one asked for (another fails it); a change that returned
             // after the attempt was sent, or is under way, may have come
-            // after that write, its number in force now.
+            // after that write, its number in force now. The attempt was
+            // sent no earlier than the wait's start, or than its own
+            // confirmation if it was an earlier wait's, answered late:
+            // the earlier of `acquired_after` and `confirmed_after` (a
+            // renewal, which checks no number, may set the latter later).
+            let sent = acquired_after.min(confirmed_after);
             let n = self
                 .permits_sets
                 .get(key)
                 .into_iter()
                 .flatten()
-                .filter(|(started, returned, _)| *started <= now && *returned >= confirmed_after)
+                .filter(|(started, returned, _)| *started <= now && *returned >= sent)
                 .map(|(_, _, number)| *number)
                 .fold(asked, u32::max);
             if permits > n {

@@ -50,6 +50,7 @@ use crate::document::DEFAULT_LEASE_FIELD;
 use crate::foreign::ForeignRules;
 use crate::manager::LeaseManager;
 use crate::random::random_range;
+use crate::store::light_release::CONTENDED_FOR;
 use crate::store::memory::MemoryDb;
 
 /// When faults stop, from the schedule's start.
@@ -113,7 +114,31 @@ fn retry_max(seed: u64, index: usize) -> Duration {
     }
 }
 
-fn timing(release_mode: ReleaseMode, watch_held_leases: bool, retry_max: Duration) -> Timing {
+/// How long manager `index` of schedule `seed` keeps a key on the general
+/// forms after one was sent for it (`Timing::contended_for`): in one
+/// schedule of four the product's [`CONTENDED_FOR`] (10 s, longer than
+/// the TTL), else 300 ms or 1 s, every other manager. With 10 s a light
+/// acquire retried under the lease id of an attempt whose outcome was
+/// unknown never comes in time to find that attempt's write (a retry goes
+/// to the general forms until the write has less than half the TTL left),
+/// as it does with the product's TTL (30 s, a third of which is 10 s); so
+/// the simulation, with a TTL of 3 s, also keeps a key contended for less.
+/// From the seed's number, so that the draws of the schedule stay as they
+/// were.
+fn contended_for(seed: u64, index: usize) -> Duration {
+    match (seed % 4, index % 2) {
+        (0, _) => CONTENDED_FOR,
+        (_, 0) => Duration::from_millis(300),
+        _ => Duration::from_secs(1),
+    }
+}
+
+fn timing(
+    release_mode: ReleaseMode,
+    watch_held_leases: bool,
+    retry_max: Duration,
+    contended_for: Duration,
+) -> Timing {
     Timing {
         ttl: TTL,
         heartbeat_interval: Duration::from_secs(1),
@@ -125,6 +150,7 @@ fn timing(release_mode: ReleaseMode, watch_held_leases: bool, retry_max: Duratio
         release_mode,
         ttl_cap: None,
         watch_held_leases,
+        contended_for,
     }
 }
 
@@ -227,7 +253,12 @@ async fn schedule(seed: u64) -> Report {
             .with_lock_delay(lock_delay(seed))
             .with_queue_bound(queue_bound(seed))
             .with_light_acquire();
-        let timing = timing(mode, watch_held_leases(seed, index), retry_max(seed, index));
+        let timing = timing(
+            mode,
+            watch_held_leases(seed, index),
+            retry_max(seed, index),
+            contended_for(seed, index),
+        );
         store.set_operation_timeout(Some(timing.operation_timeout));
         plan.install(index, &store, t0);
         let documents = store.document_store(DOCUMENTS, DEFAULT_LEASE_FIELD);

@@ -18,6 +18,7 @@ use tokio_util::time::FutureExt as _;
 
 use super::durations;
 use super::expiry;
+use super::faults::CLOCK_STEP_BACK;
 use super::history::{At, Event, History, Kind, LeaseNo, OpNo, WaiterNo};
 use crate::AcquireOptions;
 use crate::document::{DEFAULT_LEASE_FIELD, DocumentLease};
@@ -42,6 +43,15 @@ pub const LOCK_ID_MAX: Duration = Duration::from_secs(4);
 
 /// How far ahead of the server's clock that client's clock may run.
 pub const LOCK_ID_SKEW_MAX: Duration = Duration::from_millis(500);
+
+/// The longest TTL a lease of [`LOCK_ID_DOCUMENTS`] takes: what
+/// `LockIdFields` asks of its `max_duration` (the TTL plus the largest clock
+/// skew, and here the server clock's step back) holds for it. Up to
+/// [`LOCK_ID_MAX`] (which `set_ttl` accepts), that client, its clock ahead,
+/// may take a renewed lease over before its local deadline, as documented.
+pub const LOCK_ID_TTL_MOST: Duration = LOCK_ID_MAX
+    .saturating_sub(LOCK_ID_SKEW_MAX)
+    .saturating_sub(CLOCK_STEP_BACK);
 
 /// The fields of [`LOCK_ID_DOCUMENTS`].
 pub fn lock_id_fields() -> crate::LockIdFields {
@@ -164,6 +174,15 @@ pub enum Role {
 }
 
 impl Role {
+    /// The longest TTL its leases take ([`LOCK_ID_TTL_MOST`] for a
+    /// [`LOCK_ID_DOCUMENTS`] document).
+    fn ttl_most(&self) -> Duration {
+        match self {
+            Role::LockIdDocument(_) => LOCK_ID_TTL_MOST,
+            _ => Duration::MAX,
+        }
+    }
+
     fn key(&self) -> String {
         match self {
             Role::Exclusive { key, .. }
@@ -459,7 +478,7 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
                     && !stop.load(Ordering::SeqCst)
                 {
                     sleep(ms(random_range(1..200))).await;
-                    durations::maybe_set_ttl(held.lease(), &options).await;
+                    durations::maybe_set_ttl(held.lease(), &options, role.ttl_most()).await;
                 }
                 recorder.push(Event::Released { lease: number });
                 if random_range(0..4) == 0 {

@@ -44,7 +44,9 @@ use crate::key::LeaseKey;
 
 /// How long a key stays on the general forms after one was sent for it
 /// (the actor's memory, `Actor::contended`: a contended key costs no light
-/// write that would not apply).
+/// write that would not apply): every manager's `Timing::contended_for`.
+/// The simulation also runs shorter ones, in proportion to its shorter
+/// TTL.
 pub(crate) const CONTENDED_FOR: Duration = Duration::from_secs(10);
 
 /// Most light writes in one store call; more queued go in further calls.

@@ -66,6 +66,7 @@ fn timing() -> Timing {
         release_mode: crate::ReleaseMode::Keep,
         ttl_cap: None,
         watch_held_leases: false,
+        contended_for: crate::store::light_release::CONTENDED_FOR,
     };
     assert_eq!(timing.local_validity(), VALIDITY);
     timing

@@ -134,19 +134,21 @@ fn tokens_must_increase_and_permits_stay_within_their_number() {
 
 #[test]
 fn a_permit_answered_after_a_change_of_the_number_counts_against_the_number_since() {
-    // A permit of 2 whose attempt was sent at `sent`, answered at 20.
-    let late = |lease, sent| Event::Granted {
+    // A permit of 2 whose wait started at `waited`, answered at 20, its
+    // last confirmed write sent at `confirmed` (a renewal at once, or the
+    // attempt).
+    let late = |lease, (waited, confirmed)| Event::Granted {
         lease,
         manager: 2,
         key: "k".into(),
         kind: Kind::Permit(2, 1),
         token: lease,
         deadline: ms(100),
-        acquired_after: ms(sent),
-        confirmed_after: ms(sent),
+        acquired_after: ms(waited),
+        confirmed_after: ms(confirmed),
         hold_at_least: None,
     };
-    let run = |sent| {
+    let run = |times| {
         check(
             vec![
                 (0, grant(1, 0, Kind::Permit(2, 1), 1, 100)),
@@ -159,16 +161,22 @@ fn a_permit_answered_after_a_change_of_the_number_counts_against_the_number_sinc
                     },
                 ),
                 (12, grant(2, 1, Kind::Permit(3, 1), 2, 100)),
-                (20, late(3, sent)),
+                (20, late(3, times)),
             ],
             30,
         )
     };
     // Sent before the change returned: its write may have come first, and
     // the 3 in force since count.
-    assert_eq!(run(4), []);
+    assert_eq!(run((4, 4)), []);
+    // The same when a renewal confirmed it after the change: a renewal
+    // does not check the number.
+    assert_eq!(run((4, 20)), []);
+    // And for an earlier wait's attempt, sent at 4 and answered late to
+    // this wait.
+    assert_eq!(run((11, 4)), []);
     // Sent after: the server held 2 at its write, and 3 live exceed it.
-    let found = run(11);
+    let found = run((11, 11));
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].what.contains("3 live permits of 2"), "{found:?}");
 }

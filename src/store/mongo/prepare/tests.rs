@@ -27,6 +27,7 @@ fn timing(ttl: u64, heartbeat: u64, margin: u64) -> Timing {
         ttl_cap: None,
         watch_held_leases: false,
         release_mode: crate::ReleaseMode::Keep,
+        contended_for: crate::store::light_release::CONTENDED_FOR,
     }
 }
 
