@@ -65,6 +65,11 @@ pub(crate) const SAFETY_MARGIN: Duration = Duration::from_millis(300);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 /// The longer `retry_max` of some managers ([`retry_max`]).
 const SLOW_RETRY_MAX: Duration = Duration::from_secs(4);
+/// The shorter `retry_max` of the managers of some schedules
+/// ([`retry_max`]): their registration window (`2 * retry_max + 1 s +
+/// safety margin`, `store::registration_window`) is 2.1 s, shorter than
+/// the TTL.
+const FAST_RETRY_MAX: Duration = Duration::from_millis(400);
 
 /// The managers' lock-delay in schedule `seed`: none, the default (the
 /// safety margin), or longer; from the seed's number, so that the draws of
@@ -105,11 +110,16 @@ fn watch_held_leases(seed: u64, index: usize) -> bool {
 /// so that a handoff announced late still finds it waiting, and grants
 /// the lease on the event, rather than confirmed by a refresh in between
 /// (`Actor::grant_handed`, which counts the lease from the registering
-/// attempt's send); from the seed's number, so that the draws of the
-/// schedule stay as they were.
+/// attempt's send); in two others every manager retries within 400 ms
+/// ([`FAST_RETRY_MAX`]), so that its registration window is shorter than
+/// the TTL and a lease handed to it lasts the window unconfirmed, as with
+/// the product's defaults (6 s of 30 s; with 1 s it is 3.3 s, longer than
+/// the simulation's TTL of 3 s, and a handed lease lasts the TTL); from
+/// the seed's number, so that the draws of the schedule stay as they were.
 fn retry_max(seed: u64, index: usize) -> Duration {
     match seed % 7 {
         0 | 3 if index % 2 == 1 => SLOW_RETRY_MAX,
+        1 | 5 => FAST_RETRY_MAX,
         _ => RETRY_MAX,
     }
 }
@@ -458,9 +468,12 @@ async fn schedule(seed: u64) -> Report {
         server_faster_ppm: SERVER_FASTER_PPM,
         liveness: LIVENESS,
         // The longest registration window (2 × retry_max + 1 s + safety
-        // margin, longer than a waiting mark's TTL), how late an attempt
-        // sent before its wait ended may land (a freeze holds a call up to
-        // 6 s, a delay up to 1.5 s), and the server clock's step back.
+        // margin, longer than a waiting mark's TTL); how late an attempt
+        // started before its wait ended may register: queued in the group
+        // commit behind a light acquire that a freeze holds (up to 6 s)
+        // and that comes late (1.5 s), then sent and delayed itself (1.5
+        // s); a stale read showing it (1.5 s old); and the server clock's
+        // step back.
         waiter_window: 2
             * (0..managers)
                 .map(|index| retry_max(seed, index))
@@ -469,6 +482,7 @@ async fn schedule(seed: u64) -> Report {
             + Duration::from_secs(1)
             + SAFETY_MARGIN
             + Duration::from_secs(6)
+            + Duration::from_millis(3 * 1_500)
             + CLOCK_STEP_BACK,
         queue_bound: queue_bound(seed),
     };
