@@ -47,6 +47,47 @@ async fn light_releases_asked_for_while_one_is_in_flight_go_together_in_one_call
     }
 }
 
+/// More releases queued than one call takes go in further calls, each
+/// once the previous returns, at most `MOST_PER_COMMAND` per call: none
+/// is left unanswered.
+#[tokio::test(start_paused = true)]
+async fn light_releases_beyond_one_calls_most_go_in_the_next_call() {
+    use crate::store::light_release::MOST_PER_COMMAND;
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    let queued = MOST_PER_COMMAND + 44;
+    let mut leases = Vec::new();
+    for i in 0..=queued {
+        leases.push(a.acquire(format!("k{i}").as_str()).await.unwrap());
+    }
+    store.set_latency(Op::Release, 100 * MS);
+    let released_at = Instant::now();
+    let releases = leases.into_iter().map(|lease| lease.release());
+    let outcomes = soon(futures::future::join_all(releases)).await;
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(ReleaseOutcome::Released))),
+        "{outcomes:?}"
+    );
+    let calls = store.calls_of(Op::Release);
+    let sizes: Vec<usize> = calls.iter().map(|c| c.keys.len()).collect();
+    assert_eq!(
+        sizes,
+        [1, MOST_PER_COMMAND, 44],
+        "alone, then at most the most per call"
+    );
+    let ats: Vec<Instant> = calls.iter().map(|c| c.at).collect();
+    assert_eq!(
+        ats,
+        [0, 100, 200].map(|ms| released_at + ms * MS),
+        "each once the previous returns"
+    );
+    for i in 0..=queued {
+        assert_released(&db, format!("k{i}").as_str());
+    }
+}
+
 /// A key where the light release did not apply (another owner waited)
 /// goes straight to the general release for `CONTENDED_FOR`, then tries
 /// the light form again.
