@@ -9,8 +9,9 @@
 //! general form was sent for it, or a light form did not apply to it,
 //! less than `Timing::contended_for` ago
 //! ([`CONTENDED_FOR`](crate::store::light_release::CONTENDED_FOR) but in
-//! the simulation; [`Actor::contended`], the actor's clock). A contended key goes straight to the general form, so it costs
-//! no light write that would not apply.
+//! the simulation; [`Actor::contended`], the actor's clock). A contended
+//! key goes straight to the general form, so it costs no light write that
+//! would not apply.
 //!
 //! **Group commit.** Per place and per form (acquire, release), at most
 //! one light store call is in flight. A light write asked for while none

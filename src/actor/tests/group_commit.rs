@@ -3,14 +3,15 @@
 
 use super::*;
 
-/// Releases asked for while a light release is in flight wait for it and
-/// go together in one call; the first goes at once, alone.
-#[tokio::test(start_paused = true)]
-async fn light_releases_asked_for_while_one_is_in_flight_go_together_in_one_call() {
+/// Acquires `k0` to `k{n - 1}`, then releases them all at once while each
+/// release call takes 100 ms: checks every lease released, and returns the
+/// release calls (the keys of each and when it went) and when the releases
+/// were asked for.
+async fn release_together(n: usize) -> (Vec<(Vec<String>, Instant)>, Instant) {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
     let mut leases = Vec::new();
-    for i in 0..5 {
+    for i in 0..n {
         leases.push(a.acquire(format!("k{i}").as_str()).await.unwrap());
     }
     store.set_latency(Op::Release, 100 * MS);
@@ -23,11 +24,20 @@ async fn light_releases_asked_for_while_one_is_in_flight_go_together_in_one_call
             .all(|o| matches!(o, Ok(ReleaseOutcome::Released))),
         "{outcomes:?}"
     );
-    let calls = store.calls_of(Op::Release);
-    let keys: Vec<Vec<String>> = calls
-        .iter()
-        .map(|c| c.keys.iter().map(|k| k.to_string()).collect())
-        .collect();
+    for i in 0..n {
+        assert_released(&db, format!("k{i}").as_str());
+    }
+    let calls = store.calls_of(Op::Release).into_iter();
+    let calls = calls.map(|c| (c.keys.iter().map(|k| k.to_string()).collect(), c.at));
+    (calls.collect(), released_at)
+}
+
+/// Releases asked for while a light release is in flight wait for it and
+/// go together in one call; the first goes at once, alone.
+#[tokio::test(start_paused = true)]
+async fn light_releases_asked_for_while_one_is_in_flight_go_together_in_one_call() {
+    let (calls, released_at) = release_together(5).await;
+    let keys: Vec<Vec<String>> = calls.iter().map(|(keys, _)| keys.clone()).collect();
     assert_eq!(
         keys,
         [
@@ -36,15 +46,12 @@ async fn light_releases_asked_for_while_one_is_in_flight_go_together_in_one_call
         ],
         "the first alone, the four asked for meanwhile together"
     );
-    assert_eq!(calls[0].at, released_at, "the first goes at once");
+    assert_eq!(calls[0].1, released_at, "the first goes at once");
     assert_eq!(
-        calls[1].at,
+        calls[1].1,
         released_at + 100 * MS,
         "the group when it returns"
     );
-    for i in 0..5 {
-        assert_released(&db, format!("k{i}").as_str());
-    }
 }
 
 /// More releases queued than one call takes go in further calls, each
@@ -53,39 +60,19 @@ async fn light_releases_asked_for_while_one_is_in_flight_go_together_in_one_call
 #[tokio::test(start_paused = true)]
 async fn light_releases_beyond_one_calls_most_go_in_the_next_call() {
     use crate::store::light_release::MOST_PER_COMMAND;
-    let db = MemoryDb::new();
-    let (a, store, _) = start(&db, "a");
-    let queued = MOST_PER_COMMAND + 44;
-    let mut leases = Vec::new();
-    for i in 0..=queued {
-        leases.push(a.acquire(format!("k{i}").as_str()).await.unwrap());
-    }
-    store.set_latency(Op::Release, 100 * MS);
-    let released_at = Instant::now();
-    let releases = leases.into_iter().map(|lease| lease.release());
-    let outcomes = soon(futures::future::join_all(releases)).await;
-    assert!(
-        outcomes
-            .iter()
-            .all(|o| matches!(o, Ok(ReleaseOutcome::Released))),
-        "{outcomes:?}"
-    );
-    let calls = store.calls_of(Op::Release);
-    let sizes: Vec<usize> = calls.iter().map(|c| c.keys.len()).collect();
+    let (calls, released_at) = release_together(1 + MOST_PER_COMMAND + 44).await;
+    let sizes: Vec<usize> = calls.iter().map(|(keys, _)| keys.len()).collect();
     assert_eq!(
         sizes,
         [1, MOST_PER_COMMAND, 44],
         "alone, then at most the most per call"
     );
-    let ats: Vec<Instant> = calls.iter().map(|c| c.at).collect();
+    let ats: Vec<Instant> = calls.iter().map(|(_, at)| *at).collect();
     assert_eq!(
         ats,
         [0, 100, 200].map(|ms| released_at + ms * MS),
         "each once the previous returns"
     );
-    for i in 0..=queued {
-        assert_released(&db, format!("k{i}").as_str());
-    }
 }
 
 /// A key where the light release did not apply (another owner waited)
