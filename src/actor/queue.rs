@@ -202,9 +202,10 @@ impl Actor {
     /// waiting owners it is registered in (`Store::leave_queues`), then,
     /// unless it left every one of them (a handoff removes the entry it
     /// hands the key to), releases what a release may have handed to those
-    /// registrations meanwhile (a release under each registered lease id). Without it, a key handed to a stopped manager
-    /// would stay held, unconfirmed, until the handed lease expires. Runs
-    /// in `tasks`, so shutdown waits for it.
+    /// registrations meanwhile (a release under each registered lease id;
+    /// also when leaving failed, as its outcome is unknown). Without it, a
+    /// key handed to a stopped manager would stay held, unconfirmed, until
+    /// the handed lease expires. Runs in `tasks`, so shutdown waits for it.
     pub(super) fn leave_queues_at_shutdown(&mut self) {
         let gave_up = self
             .gave_up
@@ -234,12 +235,17 @@ impl Actor {
         let leave = async move {
             let left = store
                 .leave_queues(registered.iter().map(|l| l.key.clone()).collect())
-                .await?;
-            if usize::try_from(left).is_ok_and(|left| left == registered.len()) {
+                .await;
+            if left.is_ok_and(|left| usize::try_from(left).is_ok_and(|l| l == registered.len())) {
                 // Every entry was still there: a handoff removes the entry
                 // it hands the key to, in the same write, so none happened.
                 return Ok(0);
             }
+            // Some entry was gone, or the outcome is unknown (an error
+            // after the write may have applied): release under each lease
+            // id, which changes nothing where this owner holds none. An
+            // attempt whose outcome was unknown counts as registered, so
+            // this also releases what it may have acquired.
             store.release(registered).await
         }
         .boxed();

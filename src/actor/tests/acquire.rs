@@ -490,3 +490,28 @@ fn queued_owners(db: &MemoryDb, key: &str) -> Vec<String> {
         doc.live_queue(now).map(|w| w.owner.clone()).collect()
     })
 }
+
+/// Shutdown while a waiter's attempt whose outcome is unknown waits for
+/// its retry, and shutdown's leaving of the queues fails: the attempt's
+/// write may have landed, so shutdown still releases under its lease id
+/// rather than leave the key held until the lease expires (the seeded
+/// fault run on `mongod`, seed 12: write concern errors on every write of
+/// one manager, then a clean shutdown).
+#[tokio::test(start_paused = true)]
+async fn shutdown_releases_an_ambiguous_attempt_even_when_leaving_the_queues_fails() {
+    let db = MemoryDb::new();
+    let (a, store, _) = start(&db, "a");
+    // The write lands but its reply is lost, and so is the re-read's.
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    store.fail_next(Op::Inspect, 1);
+    let local = waiter(&a, "k").await;
+    settle().await;
+    assert_eq!(store.acquire_calls("k").len(), 1, "the retry waits");
+    assert!(db.doc("k").unwrap().lease_id.is_some(), "the write landed");
+    store.fault_next(Op::LeaveQueues, Fault::FailAfterApply, 1);
+    a.shutdown().await.unwrap();
+    assert_shutdown(soon(local).await.unwrap());
+    assert_eq!(store.acquire_calls("k").len(), 1, "no retry");
+    assert_eq!(store.calls(Op::LeaveQueues), 1);
+    assert_released(&db, "k");
+}
