@@ -23,6 +23,16 @@ pub const DEFAULT_HEARTBEAT_DIVISOR: u32 = 3;
 /// The default safety margin is the TTL divided by this (3 s for the default TTL).
 pub const DEFAULT_SAFETY_MARGIN_DIVISOR: u32 = 10;
 
+/// Default [`LeaseManagerOptions::clock_skew`]: 1 s, the bound on how far
+/// apart the replica set's members' clocks are that the fencing tokens
+/// assume too ([`DELETE_MIN_TOKEN_AGE`]).
+pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(1);
+
+/// The longest accepted [`LeaseManagerOptions::clock_skew`]: 1 s
+/// ([`DELETE_MIN_TOKEN_AGE`]; a larger difference between the members'
+/// clocks would also break the fencing tokens' order after a delete).
+pub const MAX_CLOCK_SKEW: Duration = DELETE_MIN_TOKEN_AGE;
+
 /// Default time an abandoned or released lock document stays in the collection
 /// after its expiry before MongoDB's TTL monitor deletes it: 60 s.
 pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(60);
@@ -193,6 +203,41 @@ pub struct LeaseManagerOptions {
     #[builder(default, setter(strip_option))]
     pub safety_margin: Option<Duration>,
 
+    /// How far apart the clocks of the replica set's members may be: the
+    /// most the server's clock (`$$NOW`, which decides expiry) may step
+    /// forward or back between two writes, a failover to another member
+    /// included. Default [`DEFAULT_CLOCK_SKEW`] (1 s), at most
+    /// [`MAX_CLOCK_SKEW`] (1 s, which the fencing tokens assume).
+    ///
+    /// Every local deadline is this much earlier than the TTL and the
+    /// safety margin alone give: after a failover to a member whose clock
+    /// is ahead, every lease expires that much sooner in real time, before
+    /// its holder hears of anything. So the local deadline of a lease is
+    /// *send of its last confirmed write + ttl − safety_margin −
+    /// clock_skew*, and `heartbeat_interval` must be shorter than *ttl −
+    /// safety_margin − clock_skew*. Lower it (for leases of a few seconds)
+    /// only where the members' clocks are known to stay that close (NTP
+    /// keeps them within milliseconds), or on a single server, whose clock
+    /// only steps when it is set.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn example(database: mongodb::Database) -> mongo_lease::Result<()> {
+    /// use std::time::Duration;
+    /// use mongo_lease::{LeaseManager, LeaseManagerOptions};
+    /// let options = LeaseManagerOptions::builder()
+    ///     .database(database)
+    ///     .collection("jobs.lock")
+    ///     .ttl(Duration::from_secs(2))
+    ///     .clock_skew(Duration::from_millis(100)) // members' clocks within 100 ms
+    ///     .build();
+    /// let manager = LeaseManager::connect(options).await?;
+    /// # Ok(()) }
+    /// ```
+    #[builder(default, setter(strip_option))]
+    pub clock_skew: Option<Duration>,
+
     /// How long released or abandoned lock documents stay before MongoDB's TTL
     /// monitor deletes them. Default [`DEFAULT_GC_GRACE`]. Used only when the
     /// manager creates the TTL index; an existing TTL index on `exp` is kept.
@@ -307,6 +352,7 @@ impl std::fmt::Debug for LeaseManagerOptions {
             .field("ttl", &self.ttl)
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("safety_margin", &self.safety_margin)
+            .field("clock_skew", &self.clock_skew)
             .field("gc_grace", &self.gc_grace)
             .field("operation_timeout", &self.operation_timeout)
             .field("release_mode", &self.release_mode)
@@ -323,6 +369,9 @@ pub(crate) struct Timing {
     pub ttl: Duration,
     pub heartbeat_interval: Duration,
     pub safety_margin: Duration,
+    /// [`LeaseManagerOptions::clock_skew`]: taken off every local deadline
+    /// besides the safety margin.
+    pub clock_skew: Duration,
     pub operation_timeout: Duration,
     pub retry_initial: Duration,
     pub retry_max: Duration,
@@ -352,11 +401,17 @@ impl Timing {
     }
 
     /// [`Timing::local_validity`] of a lease with its own TTL `ttl`:
-    /// `min(ttl, ttl_cap) − safety_margin`.
+    /// `min(ttl, ttl_cap) − safety_margin − clock_skew`.
     pub fn validity_for(&self, ttl: Duration) -> Duration {
         self.ttl_cap
             .map_or(ttl, |cap| cap.min(ttl))
-            .saturating_sub(self.safety_margin)
+            .saturating_sub(self.unsafe_time())
+    }
+
+    /// What every local deadline keeps short of the server's expiry: the
+    /// safety margin and the clock skew.
+    pub fn unsafe_time(&self) -> Duration {
+        self.safety_margin + self.clock_skew
     }
 }
 
@@ -578,11 +633,11 @@ impl Timing {
                  is not renewed, and that duration is its TTL",
             ));
         }
-        if at_most < Duration::from_millis(10) || at_most <= self.safety_margin {
+        if at_most < Duration::from_millis(10) || at_most <= self.unsafe_time() {
             return Err(invalid(format!(
                 "hold_at_most ({at_most:?}) must be at least 10 ms and longer than the \
-                 manager's safety_margin ({:?})",
-                self.safety_margin
+                 manager's safety_margin ({:?}) plus its clock_skew ({:?})",
+                self.safety_margin, self.clock_skew
             )));
         }
         if at_most.as_millis() > i64::MAX as u128 / 2 {
@@ -608,12 +663,12 @@ impl Timing {
         if ttl.as_millis() > i64::MAX as u128 / 2 {
             return Err(invalid(format!("the lease's ttl is too long: {ttl:?}")));
         }
-        if self.heartbeat_interval >= ttl.saturating_sub(self.safety_margin) {
+        if self.heartbeat_interval >= ttl.saturating_sub(self.unsafe_time()) {
             return Err(invalid(format!(
-                "the lease's ttl ({ttl:?}) minus the manager's safety_margin ({:?}) must be \
-                 longer than the manager's heartbeat_interval ({:?}), or the lease expires \
-                 between renewals",
-                self.safety_margin, self.heartbeat_interval
+                "the lease's ttl ({ttl:?}) minus the manager's safety_margin ({:?}) and \
+                 clock_skew ({:?}) must be longer than the manager's heartbeat_interval \
+                 ({:?}), or the lease expires between renewals",
+                self.safety_margin, self.clock_skew, self.heartbeat_interval
             )));
         }
         Ok(ttl)
@@ -638,17 +693,26 @@ impl LeaseManagerOptions {
                 "safety_margin ({safety_margin:?}) must be shorter than ttl ({ttl:?})"
             )));
         }
+        let clock_skew = self.clock_skew.unwrap_or(DEFAULT_CLOCK_SKEW);
+        if clock_skew > MAX_CLOCK_SKEW {
+            return Err(invalid(format!(
+                "clock_skew ({clock_skew:?}) must be at most {MAX_CLOCK_SKEW:?}: the fencing \
+                 tokens assume the members' clocks that close"
+            )));
+        }
         let heartbeat_interval = self
             .heartbeat_interval
             .unwrap_or(ttl / DEFAULT_HEARTBEAT_DIVISOR);
         if heartbeat_interval.is_zero() {
             return Err(invalid("heartbeat_interval must be greater than zero"));
         }
-        if heartbeat_interval >= ttl - safety_margin {
+        let valid = ttl.saturating_sub(safety_margin + clock_skew);
+        if heartbeat_interval >= valid {
             return Err(invalid(format!(
-                "heartbeat_interval ({heartbeat_interval:?}) must be shorter than \
-                 ttl - safety_margin ({:?}), or leases expire between renewals",
-                ttl - safety_margin
+                "heartbeat_interval ({heartbeat_interval:?}) must be shorter than ttl - \
+                 safety_margin - clock_skew ({valid:?}), or leases expire between renewals \
+                 (for a TTL of a few seconds, lower clock_skew, 1 s by default, if the \
+                 members' clocks are that close)"
             )));
         }
         if self.operation_timeout.is_zero() {
@@ -679,6 +743,7 @@ impl LeaseManagerOptions {
             ttl,
             heartbeat_interval,
             safety_margin,
+            clock_skew,
             operation_timeout: self.operation_timeout,
             retry_initial: self.retry_initial,
             retry_max: self.retry_max,

@@ -153,6 +153,7 @@ fn timing(
         ttl: TTL,
         heartbeat_interval: Duration::from_secs(1),
         safety_margin: SAFETY_MARGIN,
+        clock_skew: CLOCK_STEP_BACK,
         operation_timeout: Duration::from_secs(10),
         retry_initial: Duration::from_millis(10),
         retry_max,

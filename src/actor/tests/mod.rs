@@ -59,6 +59,10 @@ fn timing() -> Timing {
         ttl: TTL,
         heartbeat_interval: HEARTBEAT,
         safety_margin: SAFETY_MARGIN,
+        // Taken off every local deadline besides the margin: none here, so
+        // that the deadlines are the TTL less the margin
+        // (`a_local_deadline_keeps_the_clock_skew_short_of_the_expiry` has one).
+        clock_skew: Duration::ZERO,
         operation_timeout: OPERATION_TIMEOUT,
         retry_initial: RETRY_INITIAL,
         retry_max: RETRY_MAX,

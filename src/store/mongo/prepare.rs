@@ -384,11 +384,11 @@ fn check_ttl_index(index: &IndexModel, timing: &Timing, ns: &str) -> Result<Opti
     };
     match path.as_str() {
         field::RENEWED_AT => {
-            let needed = timing.heartbeat_interval + timing.safety_margin;
+            let needed = timing.heartbeat_interval + timing.unsafe_time();
             if expire_after <= needed {
                 return refuse(format!(
                     "MongoDB may delete a lease {:?} after its last renewal, which is not \
-                     longer than heartbeat_interval + safety_margin ({needed:?}): live leases \
+                     longer than heartbeat_interval + safety_margin + clock_skew ({needed:?}): live leases \
                      would be deleted between renewals",
                     expire_after
                 ));

@@ -20,6 +20,7 @@ fn timing(ttl: u64, heartbeat: u64, margin: u64) -> Timing {
         ttl: Duration::from_secs(ttl),
         heartbeat_interval: Duration::from_secs(heartbeat),
         safety_margin: Duration::from_secs(margin),
+        clock_skew: Duration::ZERO,
         operation_timeout: Duration::from_secs(10),
         retry_initial: Duration::from_millis(10),
         retry_max: Duration::from_secs(1),
