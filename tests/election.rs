@@ -169,6 +169,7 @@ async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
     let k3 = leases.remove(0);
     let released = operator
         .force_release("k3")
+        .immediately()
         .await
         .unwrap()
         .expect("it was held");
@@ -619,6 +620,7 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
     let (_, first_term) = recv().await;
     managers[1]
         .force_release("loss")
+        .immediately()
         .await
         .unwrap()
         .expect("held");

@@ -161,9 +161,12 @@ pub enum Commands {
     /// Release a key whoever holds it, or every lease of an owner id with
     /// --owner (operator override; needs --force).
     ///
-    /// The holder learns it within milliseconds on a replica set (its
-    /// manager follows writes to its leases), at its next renewal otherwise;
-    /// its command is then terminated. The release is printed and logged.
+    /// The holder learns it at its next renewal (within a third of its
+    /// TTL), and its command is then terminated. Until then it may still be
+    /// running, so the key is granted again only once the holder's lease
+    /// could no longer be live (its expiry, at most one TTL away), never
+    /// beside it; --immediately frees it after the lock-delay alone, for a
+    /// holder known to be gone. The release is printed and logged.
     Release(ReleaseArgs),
     /// Print each change of a key's holders as it happens, until interrupted.
     ///
@@ -543,6 +546,14 @@ pub struct ReleaseArgs {
     /// Confirm the override: the current holder loses its lease.
     #[arg(long, conflicts_with = "request")]
     pub force: bool,
+
+    /// The holder is known to be gone (its process killed, its machine
+    /// off): grant the key again after the lock-delay alone, not at the
+    /// holder's lease expiry. Also frees a key that an earlier --force left
+    /// waiting. If the holder is in fact still running, it keeps running
+    /// beside the next holder until its next renewal.
+    #[arg(long, requires = "force")]
+    pub immediately: bool,
 
     /// Ask the holders to release the key instead (a cooperative
     /// revocation): nothing is taken away; an `exec` holding it signals its
