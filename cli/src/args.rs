@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use mongo_lease::{
-    AcquireOptions, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_SAFETY_MARGIN_DIVISOR, LeaseKey, LeaseKind,
-    MAX_PERMITS, ReleaseMode,
+    AcquireOptions, DEFAULT_CLOCK_SKEW, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_SAFETY_MARGIN_DIVISOR,
+    LeaseKey, LeaseKind, MAX_PERMITS, ReleaseMode,
 };
 use mongodb::bson::Document;
 
@@ -203,7 +203,8 @@ pub enum Commands {
 pub struct LeaseTiming {
     /// Lease time-to-live, e.g. `30s`, `2m`: the lease expires on the server
     /// this long after its last renewal. Renewed three times per TTL minus
-    /// TTL/10 minus --grace.
+    /// TTL/10 minus --grace minus 1 s (the clock skew between the replica
+    /// set's members the library assumes); at least 2 s.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub ttl: Duration,
 
@@ -212,14 +213,16 @@ pub struct LeaseTiming {
     ///
     /// The command is gone before its lease expires on the server: when
     /// renewals go unconfirmed (MongoDB unreachable), the lease counts as
-    /// lost, and the command gets SIGTERM, --grace + TTL/10 before the
-    /// server's expiry, so SIGKILL comes TTL/10 before it. A longer --grace
-    /// gives the command longer to stop, and gives up the lease that much
-    /// sooner after MongoDB becomes unreachable; for more than TTL/2, raise
-    /// --ttl. A loss the server already made (release --force, a deletion
-    /// of the lock document) frees the key at once: the command gets
-    /// SIGTERM at once, and may run beside the next holder for up to
-    /// --grace.
+    /// lost, and the command gets SIGTERM, --grace + TTL/10 + 1 s (the clock
+    /// skew) before the server's expiry, so SIGKILL comes TTL/10 + 1 s
+    /// before it. A longer --grace gives the command longer to stop, and
+    /// gives up the lease that much sooner after MongoDB becomes
+    /// unreachable; for more than TTL/2, raise --ttl. An operator's
+    /// `release --force` is noticed at the next renewal, and the key is
+    /// granted again only once the lease could no longer be live, so the
+    /// command is gone first; with `release --force --immediately`, or a
+    /// deletion of the lock document by another application, the command
+    /// may run beside the next holder until its next renewal + --grace.
     #[arg(long, value_parser = parse_duration)]
     pub grace: Option<Duration>,
 }
@@ -234,25 +237,41 @@ impl LeaseTiming {
     /// The manager's safety margin: the library's default (TTL/10, for the
     /// difference of clock rates and the delivery of SIGKILL) plus
     /// `--grace`. The lease is lost, and SIGTERM sent, at its local
-    /// deadline (the start of its last confirmed renewal + TTL − this), so
-    /// SIGKILL comes TTL/10 before the lease expires on the server.
+    /// deadline (the start of its last confirmed renewal + TTL − this − the
+    /// clock skew), so SIGKILL comes TTL/10 + the clock skew before the
+    /// lease expires on the server.
     pub fn safety_margin(&self) -> Duration {
         self.ttl / DEFAULT_SAFETY_MARGIN_DIVISOR + self.grace()
     }
 
     /// The heartbeat: a third of the time a renewal keeps the lease (TTL −
-    /// the safety margin), as the library's defaults have it, so that two
-    /// renewals can fail before the lease is at risk.
+    /// the safety margin − the clock skew), as the library's defaults have
+    /// it, so that two renewals can fail before the lease is at risk.
     pub fn heartbeat_interval(&self) -> Duration {
-        self.ttl.saturating_sub(self.safety_margin()) / DEFAULT_HEARTBEAT_DIVISOR
+        self.ttl
+            .saturating_sub(self.safety_margin() + DEFAULT_CLOCK_SKEW)
+            / DEFAULT_HEARTBEAT_DIVISOR
     }
 
-    /// Refuses a `--grace` longer than half the TTL.
+    /// Refuses a `--grace` longer than half the TTL, and a TTL that leaves
+    /// no time to renew in once the safety margin and the clock skew are
+    /// taken off.
     ///
     /// # Errors
     ///
-    /// A usage failure that names both options.
+    /// A usage failure that names the options.
     pub fn check(&self) -> Result<(), Failure> {
+        let given_up = self.safety_margin() + DEFAULT_CLOCK_SKEW;
+        if self.ttl <= given_up + Duration::from_millis(30) {
+            return Err(Failure::usage(format!(
+                "--ttl {} is too short: the lease is given up TTL/10 + --grace + 1 s (the \
+                 clock skew between the replica set's members), {} in all, before it \
+                 expires on the server, which leaves no time to renew it; raise --ttl (2s \
+                 or more with the default --grace) or shorten --grace",
+                humantime::format_duration(self.ttl),
+                humantime::format_duration(given_up),
+            )));
+        }
         let grace = self.grace();
         if grace > self.ttl / 2 {
             return Err(Failure::usage(format!(
