@@ -755,6 +755,7 @@ async fn observers_resume_after_a_failover_without_missing_a_term() {
                 .database(client.database("failover"))
                 .collection("leases")
                 .ttl(Duration::from_secs(10))
+                .clock_skew(common::clock_skew(Duration::from_secs(10)))
                 .build(),
         )
         .await

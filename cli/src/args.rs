@@ -225,6 +225,14 @@ pub struct LeaseTiming {
     /// may run beside the next holder until its next renewal + --grace.
     #[arg(long, value_parser = parse_duration)]
     pub grace: Option<Duration>,
+
+    /// How far apart the replica set's members' clocks may be, e.g.
+    /// `200ms`; at most 1s [default: 1s]. The lease is given up this much
+    /// earlier too: a failover to a member whose clock is ahead ends every
+    /// lease that much sooner. Lower it for a --ttl of a few seconds where
+    /// the members' clocks are known to be that close.
+    #[arg(long, env = "MONGO_LEASE_CLOCK_SKEW", value_parser = parse_lock_delay)]
+    pub clock_skew: Option<Duration>,
 }
 
 impl LeaseTiming {
@@ -244,12 +252,17 @@ impl LeaseTiming {
         self.ttl / DEFAULT_SAFETY_MARGIN_DIVISOR + self.grace()
     }
 
+    /// `--clock-skew`, or the library's default (1 s).
+    pub fn clock_skew(&self) -> Duration {
+        self.clock_skew.unwrap_or(DEFAULT_CLOCK_SKEW)
+    }
+
     /// The heartbeat: a third of the time a renewal keeps the lease (TTL −
     /// the safety margin − the clock skew), as the library's defaults have
     /// it, so that two renewals can fail before the lease is at risk.
     pub fn heartbeat_interval(&self) -> Duration {
         self.ttl
-            .saturating_sub(self.safety_margin() + DEFAULT_CLOCK_SKEW)
+            .saturating_sub(self.safety_margin() + self.clock_skew())
             / DEFAULT_HEARTBEAT_DIVISOR
     }
 
@@ -261,14 +274,15 @@ impl LeaseTiming {
     ///
     /// A usage failure that names the options.
     pub fn check(&self) -> Result<(), Failure> {
-        let given_up = self.safety_margin() + DEFAULT_CLOCK_SKEW;
+        let given_up = self.safety_margin() + self.clock_skew();
         if self.ttl <= given_up + Duration::from_millis(30) {
             return Err(Failure::usage(format!(
-                "--ttl {} is too short: the lease is given up TTL/10 + --grace + 1 s (the \
-                 clock skew between the replica set's members), {} in all, before it \
-                 expires on the server, which leaves no time to renew it; raise --ttl (2s \
-                 or more with the default --grace) or shorten --grace",
+                "--ttl {} is too short: the lease is given up TTL/10 + --grace + --clock-skew \
+                 ({} by default, how far apart the replica set's members' clocks may be), {} \
+                 in all, before it expires on the server, which leaves no time to renew it; \
+                 raise --ttl, or lower --grace or --clock-skew",
                 humantime::format_duration(self.ttl),
+                humantime::format_duration(DEFAULT_CLOCK_SKEW),
                 humantime::format_duration(given_up),
             )));
         }

@@ -277,6 +277,7 @@ async fn connect_with(
     if let Some(timing) = timing {
         options.ttl = timing.ttl;
         options.safety_margin = Some(timing.safety_margin());
+        options.clock_skew = Some(timing.clock_skew());
         options.heartbeat_interval = Some(timing.heartbeat_interval());
     }
     options.lock_delay = lock_delay;

@@ -448,9 +448,9 @@ pub fn print_owner_release(owner: &str, released: u64, freed: Freed, json: bool)
     match freed.immediately {
         true => println!("their keys are free again in {delay}: the lock-delay"),
         false => println!(
-            "their keys are free again once each lease could no longer be live (at most its \
-             TTL, at least {delay}); their holders are told at their next renewal \
-             (--immediately if they are known to be gone)"
+            "their keys are free again once each lease could no longer be live (at most a \
+             TTL from now), and not before the lock-delay ({delay}); their holders are told \
+             at their next renewal (--immediately if they are known to be gone)"
         ),
     }
 }
