@@ -274,18 +274,6 @@ impl LeaseTiming {
     ///
     /// A usage failure that names the options.
     pub fn check(&self) -> Result<(), Failure> {
-        let given_up = self.safety_margin() + self.clock_skew();
-        if self.ttl <= given_up + Duration::from_millis(30) {
-            return Err(Failure::usage(format!(
-                "--ttl {} is too short: the lease is given up TTL/10 + --grace + --clock-skew \
-                 ({} by default, how far apart the replica set's members' clocks may be), {} \
-                 in all, before it expires on the server, which leaves no time to renew it; \
-                 raise --ttl, or lower --grace or --clock-skew",
-                humantime::format_duration(self.ttl),
-                humantime::format_duration(DEFAULT_CLOCK_SKEW),
-                humantime::format_duration(given_up),
-            )));
-        }
         let grace = self.grace();
         if grace > self.ttl / 2 {
             return Err(Failure::usage(format!(
@@ -296,6 +284,18 @@ impl LeaseTiming {
                 humantime::format_duration(grace),
                 humantime::format_duration(self.ttl),
                 humantime::format_duration(grace * 2),
+            )));
+        }
+        let given_up = self.safety_margin() + self.clock_skew();
+        if self.ttl <= given_up + Duration::from_millis(30) {
+            return Err(Failure::usage(format!(
+                "--ttl {} is too short: the lease is given up TTL/10 + --grace + --clock-skew \
+                 ({} by default, how far apart the replica set's members' clocks may be), {} \
+                 in all, before it expires on the server, which leaves no time to renew it; \
+                 raise --ttl, or lower --grace or --clock-skew",
+                humantime::format_duration(self.ttl),
+                humantime::format_duration(DEFAULT_CLOCK_SKEW),
+                humantime::format_duration(given_up),
             )));
         }
         Ok(())
