@@ -537,6 +537,12 @@
 //! - releases, handoffs and overrides decide from the document as it is
 //!   when they land, by the same rules as on time.
 //!
+//! Not covered: the writes that carry the holder's own data, a payload
+//! (`Lease::set_payload`) and a write under an in-document lease. One that
+//! the manager gave up on (its caller got an error) may land after a later
+//! one of the same lease and overwrite it, while the lease is held; no
+//! lease property depends on them.
+//!
 //! # Garbage collection
 //!
 //! A TTL index on `exp` (`expireAfterSeconds` the GC grace, at least
