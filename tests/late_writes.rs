@@ -3,7 +3,7 @@
 //! its manager gave up on it, and after later writes of the lease were
 //! answered, is harmless, on a real `mongod` whose `failCommand` fail point
 //! holds the write back (a replica set of its own, started with test
-//! commands enabled).
+//! commands enabled) while a `FaultProxy` cuts its client off.
 
 mod common;
 
@@ -126,6 +126,9 @@ async fn a_renewal_given_up_and_landing_after_a_longer_ttl_was_confirmed_cuts_no
         async { while !matches!(events.recv().await, Some(LeaseEvent::AtRisk { .. })) {} },
     )
     .await;
+    // Cut off by the proxy, not refused by a second `failCommand`: the
+    // server's `configureFailPoint` waits until the held-back command has
+    // left the first one, which would let it land before the refusal.
     proxy.blackhole();
     assert!(
         !holders_updates(&admin).await.is_empty(),
