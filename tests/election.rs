@@ -348,6 +348,48 @@ async fn observers_see_an_expiry_without_takeover() {
     );
 }
 
+/// A term is a fencing token of ours: after A led (term T) and resigned,
+/// the `{_id, value, ttl, obtained_at}` pattern's client takes the
+/// election's lock document over in place, keeping our `tok` beside its
+/// `value`. Its lock leads with its owner and no term, by `leader()` and by
+/// `observe()` (the change as it happens, and the state a late subscriber
+/// reads first), never with T.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_applications_lock_taken_over_in_place_leads_with_no_term() {
+    let fx = Fixture::new("foreign_term").await;
+    let a = fx.manager(TTL).await;
+    let election = Election::new(&a, "svc").unwrap();
+    let leadership = election.campaign().await.unwrap();
+    let term = leadership.term();
+    assert_eq!(leadership.resign().await.unwrap(), ReleaseOutcome::Released);
+    let mut observer = election.observe().await.unwrap();
+    assert_eq!(next(&mut observer, "no leader").await.unwrap(), None);
+    // Free to pattern 2 once our token is a second old.
+    common::within(WAIT, "pattern 2's lock", async {
+        while !common::others::pattern2_lock(&fx, "svc", "npm-1", 600).await {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let taken = fx.doc("svc").await;
+    assert_eq!(
+        taken.get_i64("tok"),
+        Ok(term as i64),
+        "our tok, kept: {taken}"
+    );
+
+    let leader = election.leader().await.unwrap().expect("pattern 2 leads");
+    assert_eq!((leader.owner_id.as_str(), leader.term), ("npm-1", 0));
+    let seen = next(&mut observer, "pattern 2's lock").await.unwrap();
+    let seen = seen.expect("pattern 2 leads");
+    assert_eq!((seen.owner_id.as_str(), seen.term), ("npm-1", 0));
+    let mut late = election.observe().await.unwrap();
+    let current = next(&mut late, "the current state").await.unwrap();
+    let current = current.expect("pattern 2 leads");
+    assert_eq!((current.owner_id.as_str(), current.term), ("npm-1", 0));
+    a.shutdown().await.unwrap();
+}
+
 /// Every renewal and payload is a change for `LeaseManager::observe`; the
 /// first item is the current state, also for a second subscriber.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

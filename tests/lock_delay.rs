@@ -1,14 +1,16 @@
 //! Lock-delay (docs/lock-delay.md): after an operator ends a live lease
 //! (force release, release by owner id), nobody is granted its key for the
 //! operator's manager's lock-delay, by the server's clock; its default is
-//! the safety margin.
+//! the safety margin. Unless the operator says the holder is gone
+//! (`.immediately()`), nobody is granted it before the ended lease's expiry
+//! either: its holder, told at its next renewal, has stopped by then.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{Fixture, within};
-use mongo_lease::{Error, LeaseManager};
+use mongo_lease::{Error, LeaseEvent, LeaseManager};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -162,4 +164,78 @@ async fn the_lock_delay_defaults_to_the_safety_margin_and_zero_frees_at_once() {
     for m in [default, margin, none] {
         m.shutdown().await.unwrap();
     }
+}
+
+/// The holder's heartbeat (a third of [`SHORT_TTL`]) and safety margin
+/// (a tenth, and so the operator's lock-delay) are the defaults.
+const SHORT_TTL: Duration = Duration::from_secs(3);
+
+/// A holder is renewed just now, another manager waits in the key's queue,
+/// and `end` (an operator's override by `operator`, which does not say the
+/// holder is gone) ends the lease: the holder is told only at its next
+/// renewal, a heartbeat later, long after the lock-delay. The waiter is
+/// granted the key only once the holder's lease is lost.
+async fn granted_again_only_once_the_holder_is_lost(
+    test: &str,
+    end: impl AsyncFnOnce(&LeaseManager, &LeaseManager),
+) {
+    let fx = Fixture::new(test).await;
+    let [holder, waiter, operator] = [
+        fx.manager(SHORT_TTL).await,
+        fx.manager(SHORT_TTL).await,
+        fx.manager(SHORT_TTL).await,
+    ];
+    let lease = holder.acquire("job").await.unwrap();
+    let mut events = lease.events();
+    let wait = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire("job").await }
+    });
+    common::eventually("the waiter registered", GUARD, || async {
+        fx.doc("job")
+            .await
+            .get_array("q")
+            .is_ok_and(|q| !q.is_empty())
+    })
+    .await;
+    within(GUARD, "a renewal of the holder's lease", async {
+        while !matches!(events.recv().await, Some(LeaseEvent::Renewed { .. })) {}
+    })
+    .await;
+    end(&operator, &holder).await;
+    let next = within(GUARD, "the waiter's grant", wait)
+        .await
+        .unwrap()
+        .unwrap();
+    let left = lease
+        .deadline()
+        .map(|d| d.saturating_duration_since(Instant::now()));
+    assert!(
+        lease.is_lost(),
+        "the waiter was granted the key (token {} > {}) while its holder still held it: \
+         its local deadline {left:?} away, told of nothing",
+        next.fencing_token(),
+        lease.fencing_token()
+    );
+    assert!(next.fencing_token() > lease.fencing_token());
+    for m in [holder, waiter, operator] {
+        m.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_released_key_is_granted_again_only_once_its_holder_is_lost() {
+    granted_again_only_once_the_holder_is_lost("delay_holder", async |operator, _| {
+        let ended = operator.force_release("job").await.unwrap();
+        assert!(ended.as_ref().is_some_and(|info| info.held), "{ended:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_released_by_owner_id_is_granted_again_only_once_its_holder_is_lost() {
+    granted_again_only_once_the_holder_is_lost("delay_owner_holder", async |operator, holder| {
+        assert_eq!(operator.release_owner(holder.owner_id()).await.unwrap(), 1);
+    })
+    .await;
 }

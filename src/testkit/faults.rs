@@ -410,6 +410,7 @@ enum StepDownFailure {
 /// Server error codes after which a step-down is tried again.
 const RETRY_CODES: &[i32] = &[
     6,     // HostUnreachable
+    24,    // LockTimeout: the step-down could not take the global lock yet
     50,    // MaxTimeMSExpired
     89,    // NetworkTimeout
     91,    // ShutdownInProgress

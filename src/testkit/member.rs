@@ -269,6 +269,12 @@ impl Member {
         if let Some(key_file) = key_file {
             cmd.arg("--keyFile").arg(key_file);
         }
+        cmd.envs(opts.env.iter().map(|(name, value)| (name, value)));
+        cmd.envs(
+            (opts.member_env.iter())
+                .filter(|(index, ..)| *index == self.index)
+                .map(|(_, name, value)| (name, value)),
+        );
         cmd.args(&opts.extra_args)
             .stdin(Stdio::null())
             .stdout(stdio)

@@ -43,6 +43,13 @@ pub struct ReplicaSetOptions {
     pub small_journal: bool,
     /// Extra command-line arguments appended to every `mongod` invocation.
     pub extra_args: Vec<String>,
+    /// Extra environment variables of every member's `mongod` (besides
+    /// the test process's own), e.g. an `LD_PRELOAD` shim and its settings.
+    pub env: Vec<(String, String)>,
+    /// Extra environment variables of one member's `mongod`: `(index,
+    /// name, value)`, set after [`env`](Self::env), so that one member
+    /// differs from the others (its clock, for one).
+    pub member_env: Vec<(usize, String, String)>,
     /// Put a [`FaultProxy`] in front of every member (default `false`). The
     /// replica set configuration then names each member by its proxy's
     /// address, so *all* traffic to a member goes through its proxy: from
@@ -70,6 +77,8 @@ impl Default for ReplicaSetOptions {
             primary_timeout: Duration::from_secs(30),
             small_journal: true,
             extra_args: Vec::new(),
+            env: Vec::new(),
+            member_env: Vec::new(),
             proxied: false,
             auth: None,
         }
@@ -102,6 +111,25 @@ impl ReplicaSetOptions {
         self
     }
 
+    /// Adds an environment variable of every member's `mongod` (see
+    /// [`env`](Self::env)).
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Adds an environment variable of member `index`'s `mongod` alone
+    /// (see [`member_env`](Self::member_env)).
+    pub fn member_env(
+        mut self,
+        index: usize,
+        name: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        self.member_env.push((index, name.into(), value.into()));
+        self
+    }
+
     /// Sets [`proxied`](Self::proxied).
     pub fn proxied(mut self, proxied: bool) -> Self {
         self.proxied = proxied;
@@ -123,6 +151,12 @@ impl ReplicaSetOptions {
         if self.members > 50 {
             return Err(TestkitError::InvalidOptions(format!(
                 "members is {}, MongoDB allows at most 50",
+                self.members
+            )));
+        }
+        if let Some((index, name, _)) = self.member_env.iter().find(|(i, ..)| *i >= self.members) {
+            return Err(TestkitError::InvalidOptions(format!(
+                "member_env names member {index} ({name}), but the set has {} member(s)",
                 self.members
             )));
         }

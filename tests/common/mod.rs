@@ -9,6 +9,7 @@ use mongo_lease::{LeaseManager, LeaseManagerOptions};
 use mongodb::bson::Document;
 use mongodb::{Client, Collection, Database};
 
+pub mod clock;
 pub mod others;
 pub mod pattern2_client;
 pub mod renewal;
@@ -50,6 +51,11 @@ impl Clients {
     /// A client for `uri`, shut down with the others.
     pub async fn connect(&self, uri: &str) -> Client {
         let client = Client::with_uri_str(uri).await.expect("client");
+        self.add(client)
+    }
+
+    /// `client`, shut down with the others.
+    pub fn add(&self, client: Client) -> Client {
         self.0.lock().unwrap().push(client.clone());
         client
     }

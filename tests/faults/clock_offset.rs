@@ -9,26 +9,6 @@ use crate::scenario::{
     finish, params, progress, scenario_slot, summarize, takeover_bound, three_members,
 };
 
-/// Builds the wall-clock shifting `LD_PRELOAD` shim (`clockshift.c`).
-fn build_clock_shim() -> std::path::PathBuf {
-    let out =
-        std::env::temp_dir().join(format!("mongo-lease-clockshift-{}.so", std::process::id()));
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/faults/clockshift.c");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = std::process::Command::new(&cc)
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&out)
-        .arg(src)
-        .arg("-ldl")
-        .status()
-        .unwrap_or_else(|e| panic!("this test builds an LD_PRELOAD shim with a C compiler (`{cc}`, or $CC), which cannot run: {e}"));
-    assert!(
-        status.success(),
-        "building {src} with `{cc}` failed: {status}"
-    );
-    out
-}
-
 /// Starts a worker whose wall clock reads `offset` seconds off.
 async fn spawn_skewed(fleet: &mut Fleet, shim: &std::path::Path, offset: i64) -> String {
     let cfg = fleet.config(&fleet.uri.clone());
@@ -48,7 +28,7 @@ async fn spawn_skewed(fleet: &mut Fleet, shim: &std::path::Path, offset: i64) ->
 async fn h_client_wall_clock_offset_by_minutes() {
     let _slot = scenario_slot().await;
     let rs = three_members(false).await;
-    let shim = build_clock_shim();
+    let shim = crate::common::clock::shim();
     let p = Params {
         keys: 1,
         hold_ms: (200, 400),
@@ -61,7 +41,7 @@ async fn h_client_wall_clock_offset_by_minutes() {
     let mut fleet = Fleet::new(&rs.uri(), p.clone()).await;
     let mut offsets = std::collections::HashMap::new();
     for offset in [300, -300, 0] {
-        offsets.insert(spawn_skewed(&mut fleet, &shim, offset).await, offset);
+        offsets.insert(spawn_skewed(&mut fleet, shim, offset).await, offset);
     }
     // The shim works: each worker's wall clock reads the offset.
     let now_ms = std::time::SystemTime::now()
@@ -103,17 +83,16 @@ async fn h_client_wall_clock_offset_by_minutes() {
                     "taken over {takeover:.2} s after the crash of a client with its clock {offset:+} s off; bound {bound:.2} s"
                 );
                 takeovers.push(takeover);
-                offsets.insert(spawn_skewed(&mut fleet, &shim, offset).await, offset);
+                offsets.insert(spawn_skewed(&mut fleet, shim, offset).await, offset);
                 break;
             }
             // It had released just before the signal: start another one.
-            offsets.insert(spawn_skewed(&mut fleet, &shim, offset).await, offset);
+            offsets.insert(spawn_skewed(&mut fleet, shim, offset).await, offset);
         }
     }
     let from = fleet.history.len();
     progress(&fleet, from, 10, Duration::from_secs(60)).await;
     let report = finish("h_clock_offset", &mut fleet).await;
-    let _ = std::fs::remove_file(&shim);
     eprintln!(
         "FIGURE h_clock_offset: clients at +5 min, -5 min and 0: key taken over {} after a skewed holder's crash (bound {bound:.1} s); leases lost {}",
         summarize(&takeovers),

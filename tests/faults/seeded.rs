@@ -1,8 +1,9 @@
 //! Seeded fault runs: from a seed, `failCommand` fail points set at random
 //! on the members of a 3-member replica set (error codes with and without
 //! the `RetryableWriteError` label, write concern errors, closed
-//! connections, blocked connections, on chosen commands and workers'
-//! `appName`s, with `times`, `skip`, probability and always-on modes), plus
+//! connections, blocked connections, among them writes held back longer
+//! than their callers wait, which land after the callers gave up, on chosen
+//! commands and workers' `appName`s, with `times`, `skip`, probability and always-on modes), plus
 //! step-downs, frozen members (`SIGSTOP` / `SIGCONT`) and killed workers,
 //! while worker processes contend with every kind of lease (`kinds.rs`).
 //! The history is then judged by `checker.rs`. See docs/fault-runs.md.
@@ -16,6 +17,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions, monotonic_ns};
+use mongo_lease::{DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_OPERATION_TIMEOUT};
 use mongodb::bson::{Bson, Document, doc};
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
@@ -95,7 +97,12 @@ impl Round {
     fn describe(&self, workers: &[String]) -> String {
         let mut parts = Vec::new();
         if let Some((mode, data)) = &self.fail_point {
-            parts.push(format!("failCommand mode={mode} data={data}"));
+            let late = if is_late_write(data) {
+                " (a late write: held back longer than its caller waits)"
+            } else {
+                ""
+            };
+            parts.push(format!("failCommand mode={mode} data={data}{late}"));
         }
         match &self.member {
             Some(MemberFault::StepDown { secs }) => parts.push(format!("step-down for {secs} s")),
@@ -162,10 +169,10 @@ fn fail_point(rng: &mut StdRng, workers: &[String]) -> (Bson, Document) {
             data.insert("closeConnection", true);
         }
         60..80 => {
-            let ms: i64 = if rng.random_bool(0.85) {
-                rng.random_range(20..=1500)
-            } else {
-                rng.random_range(1500..=4000)
+            let ms: i64 = match rng.random_range(0..100) {
+                0..70 => rng.random_range(20..=1500),
+                70..85 => rng.random_range(1500..=4000),
+                _ => return late_write(rng, data),
             };
             data.insert("blockConnection", true);
             data.insert("blockTimeMS", ms);
@@ -185,6 +192,48 @@ fn fail_point(rng: &mut StdRng, workers: &[String]) -> (Bson, Document) {
         _ => "alwaysOn".into(),
     };
     (mode, data)
+}
+
+/// A late write: the next command (`times: 1`) of one kind of write is
+/// held back on the server longer than its caller waits, and applied after
+/// the caller gave up on it (docs/safety.md, "Late writes and client-side
+/// timeouts"): an `update` (a heartbeat's renewal, which the manager bounds
+/// by the heartbeat interval; also a light release) for the heartbeat and
+/// 0.1-2 s more, or a `findAndModify` (an acquisition, a release, a
+/// handoff: bounded by `operation_timeout`) for that timeout and 0.5-3 s
+/// more. `data` names the commands' client (or none) already.
+fn late_write(rng: &mut StdRng, mut data: Document) -> (Bson, Document) {
+    let renewal_bound = params().ttl / DEFAULT_HEARTBEAT_DIVISOR;
+    let (command, bound, more) = if rng.random_bool(0.6) {
+        ("update", renewal_bound, rng.random_range(100..=2000))
+    } else {
+        (
+            "findAndModify",
+            DEFAULT_OPERATION_TIMEOUT,
+            rng.random_range(500..=3000),
+        )
+    };
+    data.insert("failCommands", vec![command]);
+    data.insert("blockConnection", true);
+    data.insert("blockTimeMS", bound.as_millis() as i64 + more);
+    (doc! { "times": 1 }.into(), data)
+}
+
+/// Whether `data` holds a write back longer than its caller waits: an
+/// `update` longer than a renewal's bound, or a `findAndModify` longer than
+/// `operation_timeout` ([`late_write`]; the longest other blocks on
+/// `update` are late writes too).
+fn is_late_write(data: &Document) -> bool {
+    let Ok(ms) = data.get_i64("blockTimeMS") else {
+        return false;
+    };
+    let names = |name: &str| {
+        data.get_array("failCommands")
+            .is_ok_and(|c| c.iter().any(|c| c.as_str() == Some(name)))
+    };
+    let longer = |bound: Duration| ms > bound.as_millis() as i64;
+    (names("update") && longer(params().ttl / DEFAULT_HEARTBEAT_DIVISOR))
+        || (names("findAndModify") && longer(DEFAULT_OPERATION_TIMEOUT))
 }
 
 /// The replica set of the fault runs: 3 members, fast elections, test
@@ -479,8 +528,9 @@ fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
 }
 
 /// The seed of the default test run: its first 8 s of rounds set every
-/// kind of fail point and member fault, and kill a worker.
-const SHORT_SEED: u64 = 12;
+/// kind of fail point and member fault (a late renewal among them: an
+/// `update` held back longer than the heartbeat), and kill a worker.
+const SHORT_SEED: u64 = 2421;
 
 /// One short seed ([`SHORT_SEED`], or `FAULT_SEED`; 8 s of faults) in the
 /// default test run.
@@ -540,6 +590,7 @@ fn a_seed_draws_the_same_rounds() {
         "step-down",
         "freeze",
         "appName",
+        "a late write",
     ] {
         assert!(
             rounds.contains(needle),

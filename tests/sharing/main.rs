@@ -1,8 +1,9 @@
 //! Sharing a lock collection with other applications: keys of any BSON type,
 //! other applications' lock documents (`{_id, ts, aid}`), the
 //! delete-on-release compatibility mode, release by owner, the checks
-//! `connect` makes on the collection, per-lease TTLs, and leases lost to
-//! someone else's write. Plain driver calls play the other application.
+//! `connect` makes on the collection, per-lease TTLs, leases lost to
+//! someone else's write, and lease documents of ours another application
+//! took over in place. Plain driver calls play the other application.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -14,3 +15,4 @@ mod keys;
 mod loss_detection;
 mod patterns;
 mod read_by_patterns;
+mod taken_over_in_place;

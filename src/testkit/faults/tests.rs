@@ -20,6 +20,7 @@ fn step_down_errors_are_classified() {
         (262, "ExceededTimeLimit"),
         (117, "ConflictingOperationInProgress"),
         (91, "ShutdownInProgress"),
+        (24, "LockTimeout"),
     ] {
         assert_eq!(
             classify_step_down(&command_error(code, name)),

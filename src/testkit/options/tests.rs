@@ -17,4 +17,18 @@ fn options_validation() {
             .validate()
             .is_err()
     );
+    assert!(
+        ReplicaSetOptions::default()
+            .members(3)
+            .env("TZ", "UTC")
+            .member_env(2, "TZ", "UTC")
+            .validate()
+            .is_ok()
+    );
+    assert!(
+        ReplicaSetOptions::default()
+            .member_env(1, "TZ", "UTC")
+            .validate()
+            .is_err()
+    );
 }
