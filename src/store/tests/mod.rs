@@ -2,3 +2,4 @@
 //! against both stores.
 
 mod contract;
+mod differential;
