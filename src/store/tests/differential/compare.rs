@@ -229,9 +229,10 @@ pub(super) fn documents(
     out
 }
 
-/// The differences between the two answers of a step.
-pub(super) fn replies(ctx: &mut Ctx<'_>, twin: &V, mongo: &V) -> Vec<Divergence> {
+/// The differences between the two answers of a step (`what`: the call's
+/// answer, `reply`, or what the streams of writes `announced`).
+pub(super) fn replies(ctx: &mut Ctx<'_>, what: &str, twin: &V, mongo: &V) -> Vec<Divergence> {
     let mut out = Vec::new();
-    ctx.same(None, "reply", twin, mongo, &mut out);
+    ctx.same(None, what, twin, mongo, &mut out);
     out
 }

@@ -10,7 +10,7 @@ use super::world::{self, World};
 
 /// How far from a deadline a step must stay (ms), besides its own length
 /// and the spread of the deadline between the two sides.
-pub(super) const GUARD: i64 = 25;
+pub(super) const GUARD: i64 = 20;
 
 /// Which operations a deadline matters to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

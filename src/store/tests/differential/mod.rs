@@ -55,6 +55,7 @@ mod deadlines;
 mod known;
 mod norm;
 mod ops;
+mod streams;
 mod world;
 
 use std::collections::BTreeMap;
@@ -66,7 +67,7 @@ use ops::{Gen, Op};
 use world::{Server, World};
 
 /// Seeds of the short run.
-const SHORT_SEEDS: std::ops::Range<u64> = 1..4;
+const SHORT_SEEDS: std::ops::Range<u64> = 1..3;
 /// Steps per seed of the short run.
 const SHORT_STEPS: usize = 40;
 
@@ -90,6 +91,7 @@ async fn long_run() {
             run(first..first + seeds, steps(), false).await
         }
     };
+    summary.print_coverage();
     summary.check();
 }
 
@@ -143,8 +145,9 @@ impl std::fmt::Display for Report {
 struct Summary {
     seeds: u64,
     steps: u64,
-    /// Known divergences met, by name: in how many seeds.
-    known: BTreeMap<&'static str, u64>,
+    /// Known divergences met, by name: in how many seeds, and the first
+    /// seed and step.
+    known: BTreeMap<&'static str, (u64, (u64, usize))>,
     /// Divergences in steps that crossed a deadline.
     inconclusive: Vec<Report>,
     /// Divergences not in the table.
@@ -153,9 +156,23 @@ struct Summary {
     /// Time spent waiting for deadlines to pass, and in sleep steps.
     waited: Duration,
     slept: Duration,
+    /// The steps' lengths (ms; neither sleeps nor releases by owner): the
+    /// sum and the longest.
+    lengths: (i64, i64),
+    /// What the steps met: each kind of operation with each kind of twin
+    /// answer, and each field of the twin's documents after a step.
+    coverage: BTreeMap<String, u64>,
 }
 
 impl Summary {
+    /// Prints what the steps met.
+    fn print_coverage(&self) {
+        eprintln!("coverage (steps):");
+        for (what, n) in &self.coverage {
+            eprintln!("  {n:>6}  {what}");
+        }
+    }
+
     fn check(self) {
         eprintln!(
             "differential: {} seeds, {} steps in {:.1?} ({:.1?} waiting for deadlines, {:.1?} in \
@@ -165,12 +182,17 @@ impl Summary {
             self.elapsed,
             self.waited,
             self.slept,
-            self.known.values().sum::<u64>(),
+            self.known.values().map(|(n, _)| n).sum::<u64>(),
             self.unknown.len(),
             self.inconclusive.len(),
         );
-        for (name, n) in &self.known {
-            eprintln!("  known, met in {n} seeds: {name}");
+        let (total, longest) = self.lengths;
+        eprintln!(
+            "  steps took {:.1} ms on average, {longest} ms at most",
+            total as f64 / self.steps.max(1) as f64
+        );
+        for (name, (n, (seed, step))) in &self.known {
+            eprintln!("  known, met in {n} seeds (first: seed {seed} step {step}): {name}");
         }
         for report in &self.inconclusive {
             eprintln!("inconclusive (a deadline fell in the step): {report}");
@@ -225,6 +247,7 @@ async fn run_seed(server: &Server, seed: u64, steps: usize, verbose: bool, summa
     if verbose {
         eprintln!("seed {seed}: {:?}", world.config);
     }
+    let mut streams = streams::Streams::open(&world).await;
     let mut draws = Gen::new(seed);
     let mut tokens = Tokens::default();
     let mut deadlines = Deadlines::default();
@@ -251,16 +274,35 @@ async fn run_seed(server: &Server, seed: u64, steps: usize, verbose: bool, summa
         world.clocks.twin.push((twin_from, twin_to));
         world.clocks.mongo.push((mongo_from, mongo_to));
         summary.steps += 1;
+        if !matches!(op, Op::Sleep(_) | Op::ReleaseByOwner { .. }) {
+            let length = twin_to - twin_from;
+            summary.lengths = (summary.lengths.0 + length, summary.lengths.1.max(length));
+        }
         draws.learn(&op, &answers.twin);
+        let answered = format!("{}: {}", op.kind(), norm::class(&answers.twin));
+        *summary.coverage.entry(answered).or_default() += 1;
         let crossed = !matches!(op, Op::Sleep(_)) && deadlines.crossed(twin_from, twin_to, cares);
+        let (twin_announced, mongo_announced) = streams.step(&world).await;
         let (twin_docs, mongo_docs) = (norm::twin_documents(&world), world.mongo_documents().await);
+        for field in twin_docs.values().flat_map(norm::fields) {
+            *summary
+                .coverage
+                .entry(format!("document with {field}"))
+                .or_default() += 1;
+        }
         let mut ctx = Ctx {
             clocks: &world.clocks,
             offsets: &offsets,
             step,
             tokens: &mut tokens,
         };
-        let mut found = compare::replies(&mut ctx, &answers.twin, &answers.mongo);
+        let mut found = compare::replies(&mut ctx, "reply", &answers.twin, &answers.mongo);
+        found.extend(compare::replies(
+            &mut ctx,
+            "announced",
+            &twin_announced,
+            &mongo_announced,
+        ));
         found.extend(compare::documents(&mut ctx, &twin_docs, &mongo_docs));
         if verbose {
             eprintln!(
@@ -286,7 +328,10 @@ async fn run_seed(server: &Server, seed: u64, steps: usize, verbose: bool, summa
             seed,
             step,
             op: format!("{} {op:?}", op.kind()),
-            answers: (answers.twin_raw.clone(), answers.mongo_raw.clone()),
+            answers: (
+                format!("{} announced {}", answers.twin_raw, twin_announced.show()),
+                format!("{} announced {}", answers.mongo_raw, mongo_announced.show()),
+            ),
             documents: documents.clone(),
             divergences,
         };
@@ -301,11 +346,12 @@ async fn run_seed(server: &Server, seed: u64, steps: usize, verbose: bool, summa
             match known::known(&seen) {
                 Some(k) => {
                     if met.insert(k.name) {
-                        *summary.known.entry(k.name).or_default() += 1;
+                        summary.known.entry(k.name).or_insert((0, (seed, step))).0 += 1;
                     }
                     stop |= k.stops;
                     if verbose {
-                        eprintln!("  known: {} ({})", k.name, k.reason);
+                        let shown = report(vec![divergence.clone()]);
+                        eprintln!("known: {} ({})\n{shown}", k.name, k.reason);
                     }
                 }
                 None => unknown.push(divergence.clone()),

@@ -261,6 +261,57 @@ fn value(key: &LeaseKey, name: &str, bson: &Bson) -> V {
     }
 }
 
+/// What kinds of fields a document has, for the coverage: each field of
+/// ours but the ones every document has, `foreign (<fields>)` for another
+/// application's lock.
+pub(super) fn fields(doc: &Document) -> Vec<String> {
+    if !crate::store::is_our_shape(doc) {
+        let names: Vec<&str> = doc.keys().map(String::as_str).collect();
+        return vec![format!("foreign lock {{{}}}", names.join(", "))];
+    }
+    let always = [
+        "_id",
+        "aid",
+        "tok",
+        "acq",
+        "ts",
+        "exp",
+        "tr",
+        "obtained_at",
+        "ttl",
+    ];
+    doc.keys()
+        .filter(|k| !always.contains(&k.as_str()))
+        .map(|k| format!("`{k}`"))
+        .collect()
+}
+
+/// A short class of an answer, for the coverage: its outcome without its
+/// values.
+pub(super) fn class(v: &V) -> String {
+    match v {
+        V::Map(m) if m.contains_key("error") => format!("error {}", m["error"].show()),
+        V::Map(m) if m.contains_key("held") => format!(
+            "read (held {}, foreign {})",
+            m["held"].show(),
+            m["foreign"].show()
+        ),
+        V::Map(m) if m.contains_key("held by") => "held".into(),
+        V::Map(m) if m.contains_key("page") => match &m["page"] {
+            V::List(page) => format!("page of {}", page.len()),
+            _ => "page".into(),
+        },
+        V::Map(m) => m.keys().next().cloned().unwrap_or_default(),
+        V::List(items) if items.len() <= 3 => {
+            let items: Vec<String> = items.iter().map(class).collect();
+            format!("[{}]", items.join(", "))
+        }
+        V::List(items) => format!("{} items", items.len()),
+        V::Int(n) => n.to_string(),
+        other => other.show(),
+    }
+}
+
 // ----- answers ----------------------------------------------------------------
 
 /// A `SystemTime` of a read, in ms (either side's clock).

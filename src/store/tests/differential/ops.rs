@@ -206,7 +206,7 @@ impl Op {
         match self {
             // Delete mode's follow-up after `DELETE_DELAY`.
             Op::ReleaseByOwner { .. } => 1_300,
-            _ => 60,
+            _ => 40,
         }
     }
 
@@ -281,13 +281,13 @@ impl Gen {
             (2, Gen::release_all),
             (3, Gen::release_by_owner),
             (3, Gen::force_release),
-            (2, Gen::delete_released),
+            (3, Gen::delete_released),
             (5, Gen::hand_over),
             (3, Gen::set_payload),
             (3, Gen::set_permits),
             (2, Gen::request_release),
-            (1, Gen::revocations),
-            (2, Gen::leave_queues),
+            (3, Gen::revocations),
+            (3, Gen::leave_queues),
             (3, Gen::inspect),
             (2, Gen::list),
             (9, Gen::foreign),
@@ -560,19 +560,39 @@ impl Gen {
 
     fn light_release(&mut self, world: &World) -> Option<Op> {
         let owner = self.owner();
-        let group = self.rng.random_bool(0.4);
-        let mut leases: Vec<Used> = self.leases_of(world, owner, if group { 3 } else { 1 }, true);
-        if group {
-            // Of distinct string keys.
+        let leases = match self.rng.random_bool(0.4) {
+            true => self.group_of_held(world, owner),
+            false => self.leases_of(world, owner, 1, true),
+        };
+        let leases: Vec<LeaseRef> = leases.iter().map(Used::lease).collect();
+        (!leases.is_empty()).then_some(Op::LightRelease { owner, leases })
+    }
+
+    /// Exclusive leases of `owner` on distinct string keys for a group:
+    /// those the twin shows held (two or three), else any.
+    fn group_of_held(&mut self, world: &World, owner: usize) -> Vec<Used> {
+        let mut held: Vec<Used> = Vec::new();
+        for used in self.used.iter().rev() {
+            let fits = used.owner == owner
+                && used.shape.kind == LeaseKind::Exclusive
+                && used.key.as_str().is_some()
+                && !held.iter().any(|h| h.key == used.key);
+            if fits && Gen::held(world, used) {
+                held.push(used.clone());
+            }
+        }
+        if held.len() < 2 {
+            let mut any = self.leases_of(world, owner, 3, true);
             let mut seen = Vec::new();
-            leases.retain(|u| {
+            any.retain(|u| {
                 let fresh = u.key.as_str().is_some() && !seen.contains(&u.key);
                 seen.push(u.key.clone());
                 fresh
             });
+            return any;
         }
-        let leases: Vec<LeaseRef> = leases.iter().map(Used::lease).collect();
-        (!leases.is_empty()).then_some(Op::LightRelease { owner, leases })
+        held.truncate(self.rng.random_range(2..=3));
+        held
     }
 
     fn release_young(&mut self, world: &World) -> Option<Op> {
@@ -612,11 +632,39 @@ impl Gen {
         })
     }
 
+    /// Mostly by an owner in delete mode, of keys it released.
     fn delete_released(&mut self, world: &World) -> Option<Op> {
-        Some(Op::DeleteReleased {
-            owner: self.owner(),
-            keys: self.some_keys(world),
-        })
+        let released: Vec<(usize, LeaseKey)> = world
+            .keys
+            .iter()
+            .filter_map(|key| {
+                let doc = world.db.doc(key.clone())?;
+                let owner = OWNERS.iter().position(|o| *o == doc.owner)?;
+                (doc.lease_id.is_none() && world.owners[owner].delete_mode)
+                    .then(|| (owner, key.clone()))
+            })
+            .collect();
+        if released.is_empty() && self.rng.random_bool(0.7) {
+            return None;
+        }
+        if released.is_empty() || self.rng.random_bool(0.2) {
+            return Some(Op::DeleteReleased {
+                owner: self.owner(),
+                keys: self.some_keys(world),
+            });
+        }
+        let (owner, _) = released[self.rng.random_range(0..released.len())].clone();
+        let mut keys: Vec<LeaseKey> = released
+            .into_iter()
+            .filter(|(o, _)| *o == owner)
+            .map(|(_, key)| key)
+            .collect();
+        for key in self.some_keys(world) {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        Some(Op::DeleteReleased { owner, keys })
     }
 
     fn hand_over(&mut self, world: &World) -> Option<Op> {
@@ -664,18 +712,64 @@ impl Gen {
         })
     }
 
+    /// Mostly of keys with a request.
     fn revocations(&mut self, world: &World) -> Option<Op> {
+        let mut keys = self.some_keys(world);
+        let requested: Vec<&LeaseKey> = world
+            .keys
+            .iter()
+            .filter(|key| {
+                world
+                    .db
+                    .doc((*key).clone())
+                    .is_some_and(|d| d.revocation.is_some())
+            })
+            .collect();
+        if requested.is_empty() && self.rng.random_bool(0.7) {
+            return None;
+        }
+        for key in requested {
+            if !keys.contains(key) && self.rng.random_bool(0.8) {
+                keys.push(key.clone());
+            }
+        }
         Some(Op::Revocations {
             owner: self.owner(),
-            keys: self.some_keys(world),
+            keys,
         })
     }
 
+    /// Mostly by an owner registered somewhere, of its keys.
     fn leave_queues(&mut self, world: &World) -> Option<Op> {
-        Some(Op::LeaveQueues {
-            owner: self.owner(),
-            keys: self.some_keys(world),
-        })
+        let registered: Vec<(usize, LeaseKey)> = world
+            .keys
+            .iter()
+            .filter_map(|key| world.db.doc(key.clone()).map(|d| (key, d)))
+            .flat_map(|(key, d)| {
+                d.queue
+                    .iter()
+                    .filter_map(|w| OWNERS.iter().position(|o| *o == w.owner))
+                    .map(|owner| (owner, key.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if registered.is_empty() && self.rng.random_bool(0.7) {
+            return None;
+        }
+        let mut keys = self.some_keys(world);
+        let owner = match registered.is_empty() || self.rng.random_bool(0.2) {
+            true => self.owner(),
+            false => {
+                let (owner, _) = registered[self.rng.random_range(0..registered.len())].clone();
+                for (_, key) in registered.iter().filter(|(o, _)| *o == owner) {
+                    if !keys.contains(key) {
+                        keys.push(key.clone());
+                    }
+                }
+                owner
+            }
+        };
+        Some(Op::LeaveQueues { owner, keys })
     }
 
     fn inspect(&mut self, world: &World) -> Option<Op> {

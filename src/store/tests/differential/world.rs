@@ -92,11 +92,9 @@ impl Server {
 
 /// One owner (manager) on both sides.
 pub(super) struct Owner {
-    pub name: String,
     pub twin: MemoryStore,
     pub mongo: MongoStore,
     pub delete_mode: bool,
-    pub lock_delay: Duration,
 }
 
 /// What a seed draws once: the owners' settings and the collection's
@@ -212,11 +210,9 @@ impl World {
                 .with_release_mode(mode)
                 .with_foreign(rules.clone());
                 Owner {
-                    name: name.to_string(),
                     twin,
                     mongo,
                     delete_mode,
-                    lock_delay,
                 }
             })
             .collect();
