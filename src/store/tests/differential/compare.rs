@@ -40,10 +40,13 @@ pub(super) struct Divergence {
     pub note: String,
 }
 
-/// The fencing tokens seen so far, per key: twin's to mongod's and back.
+/// One key's tokens: the twin's to the mongod's, and back.
+type Pairs = (BTreeMap<u64, u64>, BTreeMap<u64, u64>);
+
+/// The fencing tokens seen so far, per key.
 #[derive(Default)]
 pub(super) struct Tokens {
-    keys: HashMap<LeaseKey, (BTreeMap<u64, u64>, BTreeMap<u64, u64>)>,
+    keys: HashMap<LeaseKey, Pairs>,
 }
 
 impl Tokens {

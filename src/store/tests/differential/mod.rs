@@ -69,7 +69,7 @@ use world::{Server, World};
 /// Seeds of the short run.
 const SHORT_SEEDS: std::ops::Range<u64> = 1..3;
 /// Steps per seed of the short run.
-const SHORT_STEPS: usize = 40;
+const SHORT_STEPS: usize = 30;
 
 #[tokio::test]
 async fn short_run() {
@@ -282,7 +282,7 @@ async fn run_seed(server: &Server, seed: u64, steps: usize, verbose: bool, summa
         let answered = format!("{}: {}", op.kind(), norm::class(&answers.twin));
         *summary.coverage.entry(answered).or_default() += 1;
         let crossed = !matches!(op, Op::Sleep(_)) && deadlines.crossed(twin_from, twin_to, cares);
-        let (twin_announced, mongo_announced) = streams.step(&world).await;
+        let (twin_announced, mongo_announced) = streams.step(&world, op.writes()).await;
         let (twin_docs, mongo_docs) = (norm::twin_documents(&world), world.mongo_documents().await);
         for field in twin_docs.values().flat_map(norm::fields) {
             *summary

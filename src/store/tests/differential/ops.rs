@@ -210,6 +210,14 @@ impl Op {
         }
     }
 
+    /// Whether the step may write: anything but the reads and the sleeps.
+    pub fn writes(&self) -> bool {
+        !matches!(
+            self,
+            Op::Inspect { .. } | Op::List { .. } | Op::Revocations { .. } | Op::Sleep(_)
+        )
+    }
+
     /// Whether deadlines of `class` matter to this step (`delete_mode`: of
     /// an owner's store).
     pub fn cares(&self, class: Class, delete_mode: impl Fn(usize) -> bool) -> bool {
@@ -249,6 +257,10 @@ impl Used {
     }
 }
 
+/// One kind of operation's drawing function: `None` if it has nothing to
+/// draw from now.
+type Draw = fn(&mut Gen, &World) -> Option<Op>;
+
 /// A seed's generator: its random numbers, the lease ids it used, and the
 /// other applications' locks it believes held.
 pub(super) struct Gen {
@@ -271,7 +283,7 @@ impl Gen {
     /// The next step; `next_deadline`: how long until the earliest
     /// deadline is surely past, if any.
     pub fn draw(&mut self, world: &World, next_deadline: Option<Duration>) -> Op {
-        let weights: [(u32, fn(&mut Gen, &World) -> Option<Op>); 20] = [
+        let weights: [(u32, Draw); 20] = [
             (24, Gen::acquire),
             (7, Gen::light_acquire),
             (9, Gen::renew),

@@ -52,8 +52,10 @@ impl Streams {
     }
 
     /// What each side's streams announced since the last call: the twin's
-    /// at once, the mongod's up to the sentinel's two writes.
-    pub async fn step(&mut self, world: &World) -> (V, V) {
+    /// at once, the mongod's up to the sentinel's two writes; none of the
+    /// mongod's after a step that `writes` nothing (a later step's read of
+    /// the streams would show what it did write).
+    pub async fn step(&mut self, world: &World, writes: bool) -> (V, V) {
         let twin = self.twin.each_mut().map(|stream| {
             let mut items = Vec::new();
             while let Some(Some(item)) = stream.next().now_or_never() {
@@ -61,18 +63,26 @@ impl Streams {
             }
             items
         });
+        let mut mongo: [Vec<Result<Announcement>>; 2] = [Vec::new(), Vec::new()];
+        if !writes {
+            return (announced(&twin), announced(&mongo));
+        }
         let key = LeaseKey::from(SENTINEL);
+        // The insert acknowledged by the primary alone, the delete by a
+        // majority (which commits the insert too): one journal wait.
+        let one = mongodb::options::WriteConcern::nodes(1);
         world
             .coll
             .insert_one(doc! { "_id": SENTINEL })
+            .write_concern(one)
             .await
             .expect("the sentinel's insert");
         world
             .coll
             .delete_one(doc! { "_id": SENTINEL })
+            .write_concern(mongodb::options::WriteConcern::majority())
             .await
             .expect("the sentinel's delete");
-        let mut mongo: [Vec<Result<Announcement>>; 2] = [Vec::new(), Vec::new()];
         for (stream, items) in self.mongo.iter_mut().zip(&mut mongo) {
             let mut sentinels = 0;
             while sentinels < 2 {

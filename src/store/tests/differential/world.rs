@@ -13,17 +13,13 @@ use mongodb::{Collection, Database, IndexModel};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::super::pattern2_client;
 use crate::config::ReleaseMode;
 use crate::foreign::ForeignRules;
 use crate::key::LeaseKey;
 use crate::store::MongoStore;
 use crate::store::memory::{MemoryDb, MemoryStore};
 use crate::testkit::{ReplicaSet, ReplicaSetOptions};
-
-/// The `{_id, value, ttl, obtained_at}` pattern's client, shared with the
-/// integration tests and the store contract.
-#[path = "../../../../tests/common/pattern2_client.rs"]
-mod pattern2_client;
 
 /// The stores' TTL (the manager's): far longer than a seed.
 pub(super) const TTL: Duration = Duration::from_secs(60);
