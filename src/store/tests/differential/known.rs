@@ -75,6 +75,34 @@ pub(super) const KNOWN: &[Known] = &[
         },
     },
     Known {
+        name: "delete mode's follow-up deletes a key with expired holders",
+        reason: "delete_released of a shared or semaphore key whose holders all expired: the \
+                 twin deletes it (no live holder), mongod keeps any document with hs \
+                 (memory::rules delete_released_where)",
+        stops: true,
+        matches: |seen| {
+            matches!(seen.op, Op::DeleteReleased { .. })
+                && mongod_alone(seen, |d| d.contains_key("hs"))
+        },
+    },
+    Known {
+        name: "one release of several holders of a key announced once",
+        reason: "a general release of several leases of one shared or semaphore key: mongod \
+                 writes once per lease (a round per key, so that the count is of leases) and \
+                 announces each, the twin releases them in one write (memory::ops release_in)",
+        stops: false,
+        matches: |seen| {
+            let Op::Release { leases, .. } = seen.op else {
+                return false;
+            };
+            let shared_key = leases
+                .iter()
+                .enumerate()
+                .any(|(i, l)| leases[..i].iter().any(|m| m.key == l.key));
+            shared_key && seen.divergence.path.starts_with("announced") && fewer_in_twin(seen)
+        },
+    },
+    Known {
         name: "which refusal first",
         reason: "an acquire both refuse before sending (a payload and hold_at_least on a shared \
                  or semaphore lease): the twin reports InvalidConfig (the shape first), mongod \
@@ -287,6 +315,17 @@ fn twin_alone(seen: &Seen<'_>, which: impl Fn(&Document) -> bool) -> bool {
         Some(key) => seen.twin_docs.get_key_value(key).is_some_and(alone),
         None if seen.divergence.path.starts_with("announced") => seen.twin_docs.iter().any(alone),
         None => false,
+    }
+}
+
+/// Whether mongod has a document that the twin lacks, of which `which`
+/// holds: the divergence's, or for a divergence of the answer or the
+/// announcements, any.
+fn mongod_alone(seen: &Seen<'_>, which: impl Fn(&Document) -> bool) -> bool {
+    let alone = |(key, d): (&LeaseKey, &Document)| !seen.twin_docs.contains_key(key) && which(d);
+    match &seen.divergence.key {
+        Some(key) => seen.mongo_docs.get_key_value(key).is_some_and(alone),
+        None => seen.mongo_docs.iter().any(alone),
     }
 }
 

@@ -1,45 +1,52 @@
-//! A differential test of the in-memory twin ([`MemoryStore`]) against a
-//! real `mongod` ([`MongoStore`]): for a seed, a random sequence of the
-//! store's operations is applied step by step to both, and after each step
-//! **the answers** and **the documents** are compared.
+//! A differential test of the in-memory twin (`MemoryStore`) against a real
+//! `mongod` (`MongoStore`): for a seed, a random sequence of the store's
+//! operations is applied step by step to both, and after each step **the
+//! answers**, **what the streams of writes announced** and **the
+//! documents** are compared.
 //!
-//! - **Operations** (`ops`): every verb of the `Store` trait with its wire
-//!   forms (the general acquire of each kind, with a minimum hold, a
-//!   payload, waiting or not, and retried under the same lease id; the
-//!   light acquire alone and grouped; renewals of batches with various
-//!   TTLs; the general, light and grouped light releases, the release of a
-//!   young lease, release all, release by owner, force release, delete
-//!   mode's follow-up; the handoff to a local waiter and the queue's grant;
-//!   payloads; the number of permits; requests to release; leaving the
-//!   queues; `inspect` and `list`), by three owners on four keys, some in
-//!   delete mode, some with a lock-delay; other applications' commands by
-//!   their exact protocols (patterns 1, 2, 3 and a bare `{_id}`:
-//!   `tests/common/others.rs`, the seeds), on the twin by `MemoryDb`'s
-//!   equivalents; a TTL pass (on the mongod, what each TTL index of the
-//!   collection, as `listIndexes` defines it, would delete now: the
-//!   server's own monitor is off; on the twin, `MemoryDb::delete_expired`);
-//!   and time passing past the short TTLs' expiries.
+//! - **Operations** (`ops`, one drawing function per kind): every verb of
+//!   the `Store` trait with its wire forms (the general acquire of each
+//!   kind, with a minimum hold, a payload, waiting or not, and retried
+//!   under the same lease id; the light acquire alone and grouped;
+//!   renewals of batches with various TTLs; the general, light and grouped
+//!   light releases, the release of a young lease, release all, release by
+//!   owner, force release, delete mode's follow-up; the handoff to a local
+//!   waiter and the queue's grant; payloads; the number of permits;
+//!   requests to release and their reads; leaving the queues; `inspect` and
+//!   `list`; `watch_releases`, read after every step), by three owners on
+//!   four keys, some in delete mode, some with a lock-delay; other
+//!   applications' commands by their exact protocols (patterns 1, 2, 3 and
+//!   a bare `{_id}`: `tests/common/others.rs`, the seeds), on the twin by
+//!   `MemoryDb`'s equivalents; a TTL pass (on the mongod, what each TTL
+//!   index of the collection, as `listIndexes` defines it, would delete
+//!   now: the server's own monitor is off; on the twin,
+//!   `MemoryDb::delete_expired`); and time passing past the short TTLs'
+//!   expiries. Not covered: `observe`, in-document leases, and the
+//!   outcomes only faults give (`Unconfirmed`, re-reads).
 //! - **Documents** (`norm`, `compare::documents`): the twin's rendered in
 //!   `MongoStore`'s field layout against a `find` of the collection, field
 //!   by field; **answers** (`compare::replies`): outcomes, leases lost,
-//!   reads, in one normal form. Server times are compared as readings of
-//!   the step that wrote them ("step j's `$$NOW` + a known duration", each
-//!   side by its own clock), fencing tokens by equality and order across
-//!   the seed, lease ids and owner ids exactly (`compare`).
-//! - **Time.** TTLs are either long (45 s or more: never reached in a
-//!   seed) or short (250 ms to 400 ms, and the yield window, the lock-delay,
-//!   a minimum hold, the registration window): before each step the runner
-//!   waits until no deadline of the twin's documents (an `exp`, `yu`,
-//!   `hl`, `nb`, `re`, a foreign lock's expiry, a token's age for delete
-//!   mode, ...) is near, so that the real clock cannot make the two sides
-//!   disagree; a step that crossed one anyway (a stalled machine) makes
-//!   its divergences inconclusive, not failures.
+//!   reads, announcements, in one normal form. Server times are compared as
+//!   readings of the step that wrote them ("step j's `$$NOW` + a known
+//!   duration", each side by its own clock), fencing tokens by equality
+//!   and order across the seed, lease ids and owner ids exactly
+//!   (`compare`).
+//! - **Time** (`deadlines`). TTLs are either long (45 s or more: never
+//!   reached in a seed) or short (250 ms to 400 ms, and the yield window,
+//!   the lock-delay, a minimum hold, the registration window): before each
+//!   step the runner waits until no deadline of the twin's documents (an
+//!   `exp`, `yu`, `hl`, `nb`, `re`, a foreign lock's expiry, a token's age
+//!   for delete mode, ...) that the step may read is near, so that the
+//!   real clock cannot make the two sides disagree; a step that crossed
+//!   one anyway (a stalled machine) makes its unknown divergences
+//!   inconclusive, not failures.
 //! - **Divergences** found today are listed once, in `known::KNOWN`, each
 //!   with its reason; anything else fails the test, with a report of the
 //!   seed, the step, the operation, both answers and both documents.
 //!
-//! The short run is part of the suite (`short_run`: a few seeds). The long
-//! run is by command:
+//! The short run is part of the suite (`short_run`: two seeds of 30
+//! steps). The long run is by command, with a summary (seeds, steps,
+//! divergences by kind, what the steps met):
 //!
 //! ```text
 //! DIFFERENTIAL_SEEDS=500 cargo test --features sim,testkit --lib \
@@ -47,8 +54,11 @@
 //! ```
 //!
 //! (`DIFFERENTIAL_FIRST_SEED`, default 1000, and `DIFFERENTIAL_STEPS`,
-//! default 60, too). One seed, step by step: `DIFFERENTIAL_SEED=<seed>`
-//! with either test (and `--nocapture`).
+//! default 60, too). One seed, step by step, with the report of every
+//! divergence met: `DIFFERENTIAL_SEED=<seed>` with either test (and
+//! `--nocapture`). A seed draws the same operations again as long as the
+//! twin's states it reads (which leases are held, who is registered) come
+//! out the same, which the real clock may change now and then.
 
 mod compare;
 mod deadlines;

@@ -528,16 +528,19 @@ impl Gen {
         })
     }
 
+    /// Alone, any TTL; grouped, a long one: a group's answer reads the
+    /// local time from the attempt's start to its `find`, which a loaded
+    /// machine may stretch past half a short TTL (then not applied), as
+    /// the real clock would, not the rules.
     fn light_acquire(&mut self, world: &World) -> Option<Op> {
         let owner = self.owner();
-        let keys = match self.rng.random_bool(0.6) {
-            true => vec![self.key(world)],
+        let (keys, ttl) = match self.rng.random_bool(0.6) {
+            true => (vec![self.key(world)], self.ttl()),
             false => {
                 let n = self.rng.random_range(2..=3);
-                self.string_keys(world, n)
+                (self.string_keys(world, n), TTL)
             }
         };
-        let ttl = self.ttl();
         let requests = keys
             .into_iter()
             .map(|key| {
