@@ -40,6 +40,9 @@
 //!   real clock cannot make the two sides disagree; a step that crossed
 //!   one anyway (a stalled machine) makes its unknown divergences
 //!   inconclusive, not failures.
+//! - **The server** (`world::Server`): a one-member replica set of the test
+//!   kit's `mongod` started for the run, whatever `MONGODB_URI` says, with
+//!   its TTL monitor off, so that only the TTL pass steps delete by TTL.
 //! - **Divergences** found today are listed once, in `known::KNOWN`, each
 //!   with its reason; anything else fails the test, with a report of the
 //!   seed, the step, the operation, both answers and both documents.
