@@ -13,10 +13,7 @@ use crate::key::LeaseKey;
 use crate::store::memory::{MemoryDb, MemoryStore};
 use crate::store::{AcquireOutcome, MongoStore, Store};
 
-/// The `{_id, value, ttl, obtained_at}` pattern's client, shared with the
-/// integration tests.
-#[path = "../../../../tests/common/pattern2_client.rs"]
-mod pattern2_client;
+use super::super::pattern2_client;
 
 /// The twin's user collection of in-document leases.
 const DOCUMENTS: &str = "documents";

@@ -1,0 +1,359 @@
+//! The divergences known today, in one table ([`KNOWN`]): each with a
+//! one-line reason naming the side and the code, and whether the seed stops
+//! there (the two sides' states differ from then on) or goes on (nothing a
+//! later step reads differs). Remove an entry once its side is fixed: the
+//! seeds that met it then check the fix. Each is described, with a seed
+//! that meets it, in `/work/notes/differential.md`.
+
+use std::collections::BTreeMap;
+
+use mongodb::bson::{Bson, Document};
+
+use super::compare::Divergence;
+use super::ops::{Foreign, Op};
+use super::world::OWNERS;
+use crate::key::LeaseKey;
+
+/// A divergence, with what the step did and the documents after it.
+pub(super) struct Seen<'a> {
+    pub op: &'a Op,
+    pub divergence: &'a Divergence,
+    pub twin_docs: &'a BTreeMap<LeaseKey, Document>,
+    pub mongo_docs: &'a BTreeMap<LeaseKey, Document>,
+}
+
+/// One known divergence.
+pub(super) struct Known {
+    pub name: &'static str,
+    pub reason: &'static str,
+    /// The seed stops at it (the states differ from then on).
+    pub stops: bool,
+    pub matches: fn(&Seen<'_>) -> bool,
+}
+
+/// The known divergences: the twin's first, then `MongoStore`'s, then those
+/// of the other applications' equivalents on the twin.
+pub(super) const KNOWN: &[Known] = &[
+    // ----- the twin ---------------------------------------------------------
+    Known {
+        name: "holder renewal keeps the top exp",
+        reason: "renewing a holder of a shared or semaphore key: the twin keeps max(top exp, \
+                 new), mongod sets the latest entry's (memory::kinds::renew_holders)",
+        stops: true,
+        matches: |seen| {
+            matches!(seen.op, Op::Renew { .. })
+                && seen.divergence.path == "exp"
+                && both(seen, |d| d.contains_key("hs"))
+        },
+    },
+    Known {
+        name: "release by owner leaves the last holders' document",
+        reason: "release by owner in delete mode that removes the last holders of a shared or \
+                 semaphore key: the twin runs the follow-up delete only if it marked an \
+                 exclusive lease, mongod if it changed any document (memory::ops \
+                 release_by_owner)",
+        stops: true,
+        matches: |seen| {
+            let released = |d: &Document| {
+                crate::store::is_our_shape(d) && !d.contains_key("lid") && !d.contains_key("hs")
+            };
+            matches!(seen.op, Op::ReleaseByOwner { .. })
+                && seen.twin_docs.values().any(|d| d.contains_key("rl"))
+                && twin_alone(seen, released)
+        },
+    },
+    Known {
+        name: "release by owner with a lock-delay marks, then deletes",
+        reason: "release by owner in delete mode by a store with a lock-delay: mongod marks \
+                 every lease released, then deletes in its follow-up (two events), the twin \
+                 deletes at once those it does not delay (one) (memory::ops release_by_owner)",
+        stops: false,
+        matches: |seen| {
+            matches!(seen.op, Op::ReleaseByOwner { .. })
+                && seen.divergence.path.starts_with("announced")
+                && fewer_in_twin(seen)
+        },
+    },
+    Known {
+        name: "delete mode's follow-up deletes a key with expired holders",
+        reason: "delete_released of a shared or semaphore key whose holders all expired: the \
+                 twin deletes it (no live holder), mongod keeps any document with hs \
+                 (memory::rules delete_released_where)",
+        stops: true,
+        matches: |seen| {
+            matches!(seen.op, Op::DeleteReleased { .. })
+                && mongod_alone(seen, |d| d.contains_key("hs"))
+        },
+    },
+    Known {
+        name: "one release of several holders of a key announced once",
+        reason: "a general release of several leases of one shared or semaphore key: mongod \
+                 writes once per lease (a round per key, so that the count is of leases) and \
+                 announces each, the twin releases them in one write (memory::ops release_in)",
+        stops: false,
+        matches: |seen| {
+            let Op::Release { leases, .. } = seen.op else {
+                return false;
+            };
+            let shared_key = leases
+                .iter()
+                .enumerate()
+                .any(|(i, l)| leases[..i].iter().any(|m| m.key == l.key));
+            shared_key && seen.divergence.path.starts_with("announced") && fewer_in_twin(seen)
+        },
+    },
+    Known {
+        name: "which refusal first",
+        reason: "an acquire both refuse before sending (a payload and hold_at_least on a shared \
+                 or semaphore lease): the twin reports InvalidConfig (the shape first), mongod \
+                 Unsupported (the payload first) (memory::ops acquire)",
+        stops: false,
+        matches: |seen| {
+            matches!(seen.op, Op::Acquire { payload: Some(_), shape, .. }
+                if shape.hold_at_least.is_some() && shape.kind.is_multi_holder())
+                && seen.divergence.path == "reply.error"
+        },
+    },
+    Known {
+        name: "a holder's acquisition logged as a replacement",
+        reason: "a shared or permit acquisition that rewrites an existing document: mongod may \
+                 log the pipeline update as a replacement, whose event announces it (freed, no \
+                 lid), where the twin announces only an insert or a removed lid \
+                 (MemoryDb::announce_taken)",
+        stops: false,
+        matches: |seen| {
+            seen.divergence.path.starts_with("announced")
+                && matches!(seen.op, Op::Acquire { shape, .. } if shape.kind.is_multi_holder())
+        },
+    },
+    Known {
+        name: "an acquisition by the last owner shows no aid",
+        reason: "an acquisition of a key whose last owner is the same (a handoff to a local \
+                 waiter, a re-acquisition): mongod's update event sets lid and tok, not aid \
+                 (unchanged), so it shows no owner and that owner's waiter's stream does not \
+                 carry it; the twin announces the owner (MemoryDb::announce_acquisition)",
+        stops: false,
+        matches: |seen| {
+            let d = seen.divergence;
+            let owner = match seen.op {
+                Op::Acquire { owner, .. }
+                | Op::LightAcquire { owner, .. }
+                | Op::HandOver { owner, .. } => *owner,
+                _ => return false,
+            };
+            let no_aid = d.path.starts_with("announced.writes")
+                && d.path.ends_with(".owner")
+                && d.mongo == "null";
+            no_aid || d.path == "announced.waits (b)" && OWNERS[owner] == "b"
+        },
+    },
+    Known {
+        name: "no TTL monitor on other applications' indexes",
+        reason: "the TTL pass: mongod deletes pattern 1's and 3's expired locks by their TTL \
+                 indexes, the twin's delete_expired only ours (issue 40, point 3)",
+        stops: true,
+        matches: |seen| {
+            matches!(seen.op, Op::TtlPass)
+                && twin_alone(seen, |d| {
+                    !crate::store::is_our_shape(d) && !d.contains_key("value")
+                })
+        },
+    },
+    Known {
+        name: "GC index deletes a pattern 2 lock",
+        reason: "the TTL pass: mongod's TTL index on exp deletes a pattern 2 lock that took a \
+                 lease of ours over in place (our past exp kept), the twin does not (issue 40, \
+                 point 2)",
+        stops: true,
+        matches: |seen| {
+            matches!(seen.op, Op::TtlPass)
+                && twin_alone(seen, |d| d.contains_key("value") && d.contains_key("exp"))
+        },
+    },
+    // ----- MongoStore -------------------------------------------------------
+    Known {
+        name: "delete mode deletes a key in its minimum hold",
+        reason: "a release in delete mode of a lease whose token is over 1 s old: mongod \
+                 deletes the document although its minimum hold (hl) is ahead, the twin keeps \
+                 it until hl (mongo::rules LockPath::deletable_filter: no hl nor nb condition)",
+        stops: true,
+        matches: |seen| {
+            matches!(
+                seen.op,
+                Op::Release { .. }
+                    | Op::ReleaseAll { .. }
+                    | Op::ReleaseByOwner { .. }
+                    | Op::HandOver { .. }
+            ) && twin_alone(seen, |d| d.contains_key("hl"))
+        },
+    },
+    Known {
+        name: "light handoff keeps rv",
+        reason: "a handoff to a local waiter by the light form: mongod keeps a revocation \
+                 request (rv), which the general form and the twin remove \
+                 (mongo::handoff light_hand_over_update)",
+        stops: true,
+        matches: |seen| {
+            matches!(seen.op, Op::HandOver { light: true, .. })
+                && seen.divergence.path == "rv"
+                && seen.divergence.twin == "(missing)"
+        },
+    },
+    Known {
+        name: "leave queues leaves an empty q",
+        reason: "leave_queues removing a key's last entry: mongod leaves q: [] (and the dead \
+                 entries), the twin removes q, as every other write that rewrites it does \
+                 (mongo::handoff leave_queues_of)",
+        stops: true,
+        matches: |seen| {
+            matches!(seen.op, Op::LeaveQueues { .. })
+                && seen.divergence.path == "q"
+                && seen.divergence.twin == "(missing)"
+        },
+    },
+    Known {
+        name: "leave queues edits a pattern 2 lock",
+        reason: "leave_queues on a pattern 2 lock that kept our q: mongod's updateMany (no \
+                 shape test in its filter) removes the entry and counts it, the twin has no q \
+                 there (mongo::handoff leave_queues_of; MemoryDb::pattern2_write)",
+        stops: false,
+        matches: |seen| {
+            let Op::LeaveQueues { owner, keys } = seen.op else {
+                return false;
+            };
+            let theirs_with_q = |d: &Document| {
+                d.contains_key("value")
+                    && d.get_array("q").is_ok_and(|q| {
+                        q.is_empty() || q.iter().any(|e| owner_is(e, OWNERS[*owner]))
+                    })
+            };
+            seen.divergence.path == "reply"
+                && keys
+                    .iter()
+                    .any(|k| seen.mongo_docs.get(k).is_some_and(theirs_with_q))
+        },
+    },
+    Known {
+        name: "a repeated request to release is not announced",
+        reason: "request_release by the owner that asked last: only rv.at changes, and \
+                 mongod's change stream filter ($match on updatedFields.rv) misses the update \
+                 event's dotted field rv.at; the twin announces it (mongo::watch \
+                 release_events_pipeline)",
+        stops: false,
+        matches: |seen| {
+            matches!(seen.op, Op::RequestRelease { .. })
+                && seen.divergence.path.starts_with("announced")
+                && seen.divergence.mongo == "[]"
+        },
+    },
+    // ----- the other applications' equivalents on the twin ----------------------
+    Known {
+        name: "pattern 2 takeover drops our fields",
+        reason: "a pattern 2 takeover of a lease of ours: the twin keeps _id, aid, tok, ts, exp \
+                 beside its fields, mongod every field (MemoryDb::pattern2_write); nothing \
+                 reads them in a foreign lock",
+        stops: false,
+        matches: |seen| {
+            seen.divergence.twin == "(missing)"
+                && seen.divergence.note == "a field on one side only"
+                && both(seen, |d| d.contains_key("value"))
+        },
+    },
+    Known {
+        name: "pattern 2 takeover announced as a release",
+        reason: "pattern 2's takeover of an existing document (an update of value, ttl, \
+                 obtained_at): the twin announces a release, mongod nothing (neither lid nor \
+                 aid changes) (MemoryDb::pattern2_write)",
+        stops: false,
+        matches: |seen| {
+            seen.divergence.path.starts_with("announced")
+                && matches!(seen.op, Op::Foreign(Foreign::P2Lock { .. }))
+        },
+    },
+    Known {
+        name: "other applications' inserts not announced",
+        reason: "pattern 1's and 3's inserts and the bare {_id} upsert: mongod's change stream \
+                 announces each insert (freed, no lid), the twin none \
+                 (MemoryDb::put_foreign_if_absent)",
+        stops: false,
+        matches: |seen| {
+            let insert = matches!(
+                seen.op,
+                Op::Foreign(
+                    Foreign::P1Lock { .. } | Foreign::P3Lock { .. } | Foreign::BareLock { .. }
+                )
+            );
+            insert && seen.divergence.path.starts_with("announced")
+        },
+    },
+];
+
+impl Seen<'_> {
+    /// The twin's document of the divergence's key.
+    fn twin_doc(&self) -> Option<&Document> {
+        self.divergence
+            .key
+            .as_ref()
+            .and_then(|k| self.twin_docs.get(k))
+    }
+
+    /// The mongod's document of the divergence's key.
+    fn mongo_doc(&self) -> Option<&Document> {
+        self.divergence
+            .key
+            .as_ref()
+            .and_then(|k| self.mongo_docs.get(k))
+    }
+}
+
+/// Whether the twin has a document that mongod lacks, of which `which`
+/// holds: the divergence's, or for a divergence of the announcements (a
+/// delete announced by mongod alone), any.
+fn twin_alone(seen: &Seen<'_>, which: impl Fn(&Document) -> bool) -> bool {
+    let alone = |(key, d): (&LeaseKey, &Document)| !seen.mongo_docs.contains_key(key) && which(d);
+    match &seen.divergence.key {
+        Some(key) => seen.twin_docs.get_key_value(key).is_some_and(alone),
+        None if seen.divergence.path.starts_with("announced") => seen.twin_docs.iter().any(alone),
+        None => false,
+    }
+}
+
+/// Whether mongod has a document that the twin lacks, of which `which`
+/// holds: the divergence's, or for a divergence of the answer or the
+/// announcements, any.
+fn mongod_alone(seen: &Seen<'_>, which: impl Fn(&Document) -> bool) -> bool {
+    let alone = |(key, d): (&LeaseKey, &Document)| !seen.twin_docs.contains_key(key) && which(d);
+    match &seen.divergence.key {
+        Some(key) => seen.mongo_docs.get_key_value(key).is_some_and(alone),
+        None => seen.mongo_docs.iter().any(alone),
+    }
+}
+
+/// Whether the twin announced fewer writes than mongod (the divergence's
+/// note on the lists' lengths).
+fn fewer_in_twin(seen: &Seen<'_>) -> bool {
+    let counts: Vec<usize> = seen
+        .divergence
+        .note
+        .split(" against ")
+        .filter_map(|n| n.split(' ').next()?.parse().ok())
+        .collect();
+    matches!(counts[..], [twin, mongo] if twin < mongo)
+}
+
+/// Whether the entry `e` (of `q`) is `owner`'s.
+fn owner_is(e: &Bson, owner: &str) -> bool {
+    e.as_document().and_then(|e| e.get_str("aid").ok()) == Some(owner)
+}
+
+/// Whether both sides have the document and `test` holds for each.
+fn both(seen: &Seen<'_>, test: impl Fn(&Document) -> bool) -> bool {
+    [seen.twin_doc(), seen.mongo_doc()]
+        .iter()
+        .all(|d| d.is_some_and(&test))
+}
+
+/// The known divergence `seen` is, if any.
+pub(super) fn known(seen: &Seen<'_>) -> Option<&'static Known> {
+    KNOWN.iter().find(|k| (k.matches)(seen))
+}
