@@ -127,7 +127,9 @@ pub(super) fn light_hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> 
             field::RENEWED_AT: "$$NOW",
             field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
         },
-        &[field::PAYLOAD, field::YIELD_UNTIL],
+        // A new acquisition: no payload, yield or request to release of
+        // the lease it ends (as the general handoff).
+        &[field::PAYLOAD, field::YIELD_UNTIL, field::REVOCATION],
     );
     restated_after(vec![doc! { "$replaceWith": { "$cond": [
         ours_and_nobody_else_waits(owner, FROM, live),
@@ -330,15 +332,19 @@ impl MongoStore {
     }
 
     /// [`Store::leave_queues`](crate::store::Store::leave_queues): one
-    /// `updateMany` on the documents of `keys` whose queue has an entry of
-    /// this owner, keeping the other owners' entries.
+    /// `updateMany` on the documents of our shape among `keys` whose queue
+    /// has an entry of this owner, keeping the other owners' live entries
+    /// (and removing `q` once none is left, as every write of it does); a
+    /// document another application took over in place keeps our `q` and
+    /// is never written.
     pub(super) async fn leave_queues_of(&self, keys: Vec<LeaseKey>) -> Result<u64> {
         let mut filter = keys_filter(&keys);
         filter.insert(format!("{}.{}", field::QUEUE, field::OWNER), self.owner());
-        let update = vec![doc! { "$set": { field::QUEUE: { "$filter": {
-            "input": format!("${}", field::QUEUE),
-            "cond": { "$ne": [format!("$$this.{}", field::OWNER), self.owner()] },
-        } } } }];
+        filter.insert(field::TOKEN, doc! { "$type": "long" });
+        filter.insert(field::OTHER_OWNER, doc! { "$exists": false });
+        let update = vec![doc! { "$set": { field::QUEUE: or_remove(
+            entries_without(live_entries(), self.owner()),
+        ) } }];
         Ok(self
             .bounded(self.coll().update_many(filter, update))
             .await?

@@ -431,8 +431,10 @@ impl LockPath {
     /// (int64 `tok`), not waited for by another owner (no `wt`: such a
     /// release yields instead), none of `absent` present (the lock
     /// collection's `hs` and `q`: a release of a shared key's holder, or one
-    /// that hands the key over or keeps the queue), their token at least
-    /// `min_age_ms` old by the server's clock ([`token_older_than`](Self::token_older_than)).
+    /// that hands the key over or keeps the queue), no minimum hold (`hl`)
+    /// nor lock-delay (`nb`) ahead, which keep the key held past the
+    /// release, their token at least `min_age_ms` old by the server's clock
+    /// ([`token_older_than`](Self::token_older_than)).
     pub(in crate::store::mongo) fn deletable_filter(
         &self,
         filter: Document,
@@ -446,7 +448,11 @@ impl LockPath {
         for name in absent {
             deletable.insert(self.at(name), doc! { "$exists": false });
         }
-        deletable.insert("$expr", self.token_older_than(min_age_ms));
+        let mut old_enough: Vec<Bson> = vec![self.token_older_than(min_age_ms).into()];
+        for name in [field::HOLD_UNTIL, field::NOT_BEFORE] {
+            old_enough.push(doc! { "$not": [{ "$gt": [self.var(name), "$$NOW"] }] }.into());
+        }
+        deletable.insert("$expr", doc! { "$and": old_enough });
         doc! { "$and": [filter, deletable] }
     }
 

@@ -620,7 +620,12 @@ fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases
             "value": { "$exists": false },
             "hs": { "$exists": false },
             "q": { "$exists": false },
-            "$expr": old_enough.clone(),
+            // Nor a key kept held by a minimum hold or a lock-delay.
+            "$expr": { "$and": [
+                old_enough.clone(),
+                { "$not": [{ "$gt": ["$hl", "$$NOW"] }] },
+                { "$not": [{ "$gt": ["$nb", "$$NOW"] }] },
+            ]},
         }]}
     );
     assert_eq!(

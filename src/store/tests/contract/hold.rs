@@ -183,4 +183,23 @@ pub(super) async fn delete_mode_never_deletes_a_key_before_its_minimum_hold<F: F
     assert_eq!(del.delete_released(vec!["k".into()]).await.unwrap(), 0);
     assert!(info(&del, "k").await.held);
     held_until_hold(&del, "k", "a").await;
+
+    // Nor a release in delete mode itself, its token old enough (the
+    // first write a release tries there is the delete): `hl` keeps the
+    // document, marked released.
+    let (ld, _) = take_as(&del, "m", held_at_least(AT_LEAST)).await;
+    tokio::time::sleep(crate::store::DELETE_DELAY).await;
+    assert_eq!(del.release(vec![ld]).await.unwrap(), 1);
+    assert!(info(&keep, "m").await.held, "kept until its minimum hold");
+    held_until_hold(&keep, "m", "d").await;
+    // Nor an operator's immediate release by owner id without a
+    // lock-delay, which deletes what it can at once: `hl` is not its to end.
+    let (_, _) = take_as(&keep, "o", held_at_least(AT_LEAST)).await;
+    tokio::time::sleep(crate::store::DELETE_DELAY).await;
+    let ended = del
+        .release_by_owner("a".into(), crate::store::OverrideEnd::Immediately)
+        .await
+        .unwrap();
+    assert!(ended >= 1, "{ended}");
+    held_until_hold(&del, "o", "a").await;
 }

@@ -201,16 +201,30 @@ pub(super) fn render(db: &MemoryDb, key: &LeaseKey, d: &Doc) -> Document {
     // Restated for other clients ("Read by other clients" in `store`).
     let (ts, exp) = (db.date(d.renewed), db.date(d.exp));
     out.insert(field::OBTAINED_AT, ts);
-    let ttl = (exp.timestamp_millis() - ts.timestamp_millis()) as f64 / 1000.0;
+    let until = restated_until(exp.timestamp_millis(), d.token as i64);
+    let ttl = (until - ts.timestamp_millis()) as f64 / 1000.0;
     out.insert(field::TTL_SECONDS, ttl);
     out
+}
+
+/// Until when a document of ours with expiry `exp` and token `tok` (ms and
+/// the stored value) reads held to the `{_id, value, ttl, obtained_at}`
+/// pattern's clients: its `exp`, or for a token younger than
+/// `DELETE_MIN_TOKEN_AGE` its millisecond + that age + 1 ms
+/// (`rules::restated_seconds`).
+fn restated_until(exp: i64, tok: i64) -> i64 {
+    let young = (tok >> crate::token::TOKEN_TIME_SHIFT)
+        + crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as i64
+        + 1;
+    exp.max(young)
 }
 
 /// A stored document (either side's) in the normal form, for `key`: dates
 /// are [`V::Time`], `tok` (at the top and in entries) [`V::Token`], BSON
 /// UUIDs [`V::Id`]; a document of our shape has its `ttl` replaced by
-/// whether it restates `exp - obtained_at` (each side's own arithmetic on
-/// its own clock: the values themselves are times).
+/// whether it restates `max(exp, young) - obtained_at` ([`restated_until`];
+/// each side's own arithmetic on its own clock: the values themselves are
+/// times).
 pub(super) fn document(key: &LeaseKey, doc: &Document) -> V {
     let mut out = match value(key, field::ID, &Bson::Document(doc.clone())) {
         V::Map(m) => m,
@@ -221,17 +235,15 @@ pub(super) fn document(key: &LeaseKey, doc: &Document) -> V {
             doc.get(field::TTL_SECONDS),
             super::world::date_ms(doc.get(field::EXPIRES_AT)),
             super::world::date_ms(doc.get(field::OBTAINED_AT)),
+            doc.get_i64(field::TOKEN),
         ) {
-            (Some(Bson::Double(ttl)), Some(exp), Some(at)) => {
-                ((ttl * 1000.0).round() as i64 == exp - at).then_some(true)
+            (Some(Bson::Double(ttl)), Some(exp), Some(at), Ok(tok)) => {
+                ((ttl * 1000.0).round() as i64 == restated_until(exp, tok) - at).then_some(true)
             }
             _ => None,
         };
         out.remove(field::TTL_SECONDS);
-        out.insert(
-            "ttl = exp - obtained_at".into(),
-            V::Bool(restated.unwrap_or(false)),
-        );
+        out.insert("ttl restated".into(), V::Bool(restated.unwrap_or(false)));
     }
     V::Map(out)
 }

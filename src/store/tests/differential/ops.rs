@@ -19,7 +19,7 @@ use crate::LeaseKind;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::store::light_release::LightAcquire;
-use crate::store::{AcquireRequest, LeaseRef, Store};
+use crate::store::{AcquireRequest, LeaseRef, OverrideEnd, Store};
 
 /// One step, as drawn: its store calls (by owner index) or the other
 /// applications' commands.
@@ -67,10 +67,12 @@ pub(super) enum Op {
     ReleaseByOwner {
         operator: usize,
         owner: String,
+        end: OverrideEnd,
     },
     ForceRelease {
         operator: usize,
         key: LeaseKey,
+        end: OverrideEnd,
     },
     DeleteReleased {
         owner: usize,
@@ -637,13 +639,28 @@ impl Gen {
             true => world::P1_AID.to_string(),
             false => OWNERS[self.owner()].to_string(),
         };
-        Some(Op::ReleaseByOwner { operator, owner })
+        let end = self.override_end();
+        Some(Op::ReleaseByOwner {
+            operator,
+            owner,
+            end,
+        })
+    }
+
+    /// When an override frees the key of a live lease it ends: at that
+    /// lease's expiry (the default) or after the lock-delay alone.
+    fn override_end(&mut self) -> OverrideEnd {
+        match self.rng.random_bool(0.5) {
+            true => OverrideEnd::AtExpiry,
+            false => OverrideEnd::Immediately,
+        }
     }
 
     fn force_release(&mut self, world: &World) -> Option<Op> {
         Some(Op::ForceRelease {
             operator: self.owner(),
             key: self.key(world),
+            end: self.override_end(),
         })
     }
 
@@ -953,15 +970,23 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
         Op::ReleaseAll { owner, except } => {
             both!(owner, |s| s.release_all(except.clone()), Reply::count)
         }
-        Op::ReleaseByOwner { operator, owner } => {
+        Op::ReleaseByOwner {
+            operator,
+            owner,
+            end,
+        } => {
             both!(
                 operator,
-                |s| s.release_by_owner(owner.clone()),
+                |s| s.release_by_owner(owner.clone(), *end),
                 Reply::count
             )
         }
-        Op::ForceRelease { operator, key } => {
-            both!(operator, |s| s.force_release(key.clone()), Reply::info)
+        Op::ForceRelease { operator, key, end } => {
+            both!(
+                operator,
+                |s| s.force_release(key.clone(), *end),
+                Reply::info
+            )
         }
         Op::DeleteReleased { owner, keys } => {
             both!(owner, |s| s.delete_released(keys.clone()), Reply::count)

@@ -199,7 +199,11 @@ fn the_lock_field_is_removed_only_when_old_enough_unmarked_or_released() {
         doc! { "$and": [filter.clone(), {
             "_lease.tok": { "$type": "long" },
             "_lease.wt": { "$exists": false },
-            "$expr": old.clone(),
+            "$expr": { "$and": [
+                old.clone(),
+                { "$not": [{ "$gt": ["$_lease.hl", "$$NOW"] }] },
+                { "$not": [{ "$gt": ["$_lease.nb", "$$NOW"] }] },
+            ]},
         }]}
     );
     assert_eq!(
