@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use mongodb::bson::{Bson, Document};
+use mongodb::bson::Document;
 
 use super::compare::Divergence;
 use super::ops::{Foreign, Op};
@@ -35,17 +35,6 @@ pub(super) struct Known {
 /// of the other applications' equivalents on the twin.
 pub(super) const KNOWN: &[Known] = &[
     // ----- the twin ---------------------------------------------------------
-    Known {
-        name: "holder renewal keeps the top exp",
-        reason: "renewing a holder of a shared or semaphore key: the twin keeps max(top exp, \
-                 new), mongod sets the latest entry's (memory::kinds::renew_holders)",
-        stops: true,
-        matches: |seen| {
-            matches!(seen.op, Op::Renew { .. })
-                && seen.divergence.path == "exp"
-                && both(seen, |d| d.contains_key("hs"))
-        },
-    },
     Known {
         name: "release by owner leaves the last holders' document",
         reason: "release by owner in delete mode that removes the last holders of a shared or \
@@ -172,68 +161,6 @@ pub(super) const KNOWN: &[Known] = &[
     },
     // ----- MongoStore -------------------------------------------------------
     Known {
-        name: "delete mode deletes a key in its minimum hold",
-        reason: "a release in delete mode of a lease whose token is over 1 s old: mongod \
-                 deletes the document although its minimum hold (hl) is ahead, the twin keeps \
-                 it until hl (mongo::rules LockPath::deletable_filter: no hl nor nb condition)",
-        stops: true,
-        matches: |seen| {
-            matches!(
-                seen.op,
-                Op::Release { .. }
-                    | Op::ReleaseAll { .. }
-                    | Op::ReleaseByOwner { .. }
-                    | Op::HandOver { .. }
-            ) && twin_alone(seen, |d| d.contains_key("hl"))
-        },
-    },
-    Known {
-        name: "light handoff keeps rv",
-        reason: "a handoff to a local waiter by the light form: mongod keeps a revocation \
-                 request (rv), which the general form and the twin remove \
-                 (mongo::handoff light_hand_over_update)",
-        stops: true,
-        matches: |seen| {
-            matches!(seen.op, Op::HandOver { light: true, .. })
-                && seen.divergence.path == "rv"
-                && seen.divergence.twin == "(missing)"
-        },
-    },
-    Known {
-        name: "leave queues leaves an empty q",
-        reason: "leave_queues removing a key's last entry: mongod leaves q: [] (and the dead \
-                 entries), the twin removes q, as every other write that rewrites it does \
-                 (mongo::handoff leave_queues_of)",
-        stops: true,
-        matches: |seen| {
-            matches!(seen.op, Op::LeaveQueues { .. })
-                && seen.divergence.path == "q"
-                && seen.divergence.twin == "(missing)"
-        },
-    },
-    Known {
-        name: "leave queues edits a pattern 2 lock",
-        reason: "leave_queues on a pattern 2 lock that kept our q: mongod's updateMany (no \
-                 shape test in its filter) removes the entry and counts it, the twin has no q \
-                 there (mongo::handoff leave_queues_of; MemoryDb::pattern2_write)",
-        stops: false,
-        matches: |seen| {
-            let Op::LeaveQueues { owner, keys } = seen.op else {
-                return false;
-            };
-            let theirs_with_q = |d: &Document| {
-                d.contains_key("value")
-                    && d.get_array("q").is_ok_and(|q| {
-                        q.is_empty() || q.iter().any(|e| owner_is(e, OWNERS[*owner]))
-                    })
-            };
-            seen.divergence.path == "reply"
-                && keys
-                    .iter()
-                    .any(|k| seen.mongo_docs.get(k).is_some_and(theirs_with_q))
-        },
-    },
-    Known {
         name: "a repeated request to release is not announced",
         reason: "request_release by the owner that asked last: only rv.at changes, and \
                  mongod's change stream filter ($match on updatedFields.rv) misses the update \
@@ -339,11 +266,6 @@ fn fewer_in_twin(seen: &Seen<'_>) -> bool {
         .filter_map(|n| n.split(' ').next()?.parse().ok())
         .collect();
     matches!(counts[..], [twin, mongo] if twin < mongo)
-}
-
-/// Whether the entry `e` (of `q`) is `owner`'s.
-fn owner_is(e: &Bson, owner: &str) -> bool {
-    e.as_document().and_then(|e| e.get_str("aid").ok()) == Some(owner)
 }
 
 /// Whether both sides have the document and `test` holds for each.
