@@ -84,14 +84,18 @@ struct Snapshots {
 
 impl Default for MemoryDb {
     fn default() -> Self {
+        let epoch = (
+            Instant::now(),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30),
+        );
         MemoryDb {
-            inner: Arc::default(),
+            inner: Arc::new(Mutex::new(Collection {
+                epoch: Some(epoch),
+                ..Collection::default()
+            })),
             changed: Arc::new(tokio::sync::watch::Sender::new(())),
             released: tokio::sync::broadcast::channel(1024).0,
-            epoch: (
-                Instant::now(),
-                SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30),
-            ),
+            epoch,
             documents: Arc::default(),
             behind: Arc::default(),
             faster_ppm: Arc::default(),
@@ -129,7 +133,10 @@ impl MemoryDb {
                     faster_ppm: self.faster_ppm.clone(),
                     ..MemoryDb::default()
                 };
-                lock(&db.inner).in_documents = true;
+                let mut coll = lock(&db.inner);
+                coll.in_documents = true;
+                coll.epoch = Some(self.epoch);
+                drop(coll);
                 db
             })
             .clone()
@@ -514,9 +521,10 @@ impl MemoryDb {
         let (now, lease_id) = (Instant::now(), Uuid::new_v4());
         self.change(|coll| {
             coll.foreign.remove(key);
-            let vacant = coll.vacant(key, now);
+            let vacant = coll.vacant(now);
+            let floor = coll.token_floor(now);
             let doc = coll.docs.entry(key.clone()).or_insert(vacant);
-            let token = doc.take(owner, lease_id, ttl, None, now);
+            let token = doc.take(owner, lease_id, ttl, None, (now, floor));
             self.announce_acquisition(key, owner, lease_id, token);
             token
         })
@@ -665,14 +673,13 @@ impl MemoryDb {
         });
     }
 
-    /// Deletes the document (the TTL monitor). The next acquisition's token
-    /// is still greater than the deleted document's, as on MongoDB.
+    /// Deletes the document (the TTL monitor, another application). Nothing
+    /// of it is remembered, as on MongoDB: the next acquisition's token is
+    /// the token rule's time part.
     pub fn delete(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
         self.change(|coll| {
-            if let Some(doc) = coll.docs.remove(key) {
-                coll.deleted_tokens.insert(key.clone(), doc.token);
-            }
+            coll.docs.remove(key);
             coll.foreign.remove(key);
             self.announce_release(key);
         });
@@ -849,9 +856,6 @@ impl MemoryDb {
         }
         let mut doc = match (coll.docs.remove(&key), coll.foreign.remove(&key)) {
             (Some(ours), _) => {
-                // A later acquisition's token is still above this one's, as
-                // after a delete (on MongoDB, by the token rule's time part).
-                coll.deleted_tokens.insert(key.clone(), ours.token);
                 doc! {
                 field::ID: key.to_bson(),
                 field::OWNER: ours.owner.as_str(),
@@ -927,8 +931,7 @@ impl MemoryDb {
                     && doc.holders.iter().all(|h| h.exp + grace <= now) => {}
             _ => return false,
         }
-        let doc = coll.docs.remove(key).expect("checked");
-        coll.deleted_tokens.insert(key.clone(), doc.token);
+        coll.docs.remove(key).expect("checked");
         drop(coll);
         self.announce_release(key);
         self.touch();
