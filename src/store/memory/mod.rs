@@ -143,7 +143,10 @@
 //! - [`reply`]: its re-read after an acquire whose outcome is unknown;
 //! - [`light`]: its light acquire and release, alone or grouped;
 //! - [`lock_id`]: `LockId` / `LockTime` and another client's lock by them;
-//! - [`streams`]: its stream of writes and its observed states.
+//! - [`streams`]: its stream of writes and its observed states;
+//! - [`ttl`]: the TTL monitor over the collection's TTL indexes (the
+//!   managers' on `exp`, other applications' on their own fields), and
+//!   [`gc_index_covers`], which documents the managers' index covers.
 //!
 //! `ops`, `light`, `reply` and `streams` use `store`, which uses `db`,
 //! `rules` and `control`; `rules` and `kinds` apply to `doc` and announce
@@ -164,6 +167,7 @@ mod reply;
 mod rules;
 mod store;
 mod streams;
+mod ttl;
 
 // Some are used by the actor's tests only, some by the simulation only.
 #[allow(unused_imports)]
@@ -172,3 +176,5 @@ pub(crate) use db::MemoryDb;
 #[allow(unused_imports)]
 pub(crate) use doc::Doc;
 pub(crate) use store::MemoryStore;
+#[allow(unused_imports)]
+pub(crate) use ttl::{TtlIndex, gc_index_covers};
