@@ -5,7 +5,9 @@ fn ms(n: u64) -> Duration {
 }
 const BOUNDS: Bounds = Bounds {
     clock_step_back: Duration::from_millis(10),
+    clock_skew: Duration::from_millis(10),
     server_faster_ppm: 0,
+    landing: Duration::ZERO,
     liveness: Duration::from_secs(30),
     waiter_window: Duration::from_secs(5),
     queue_bound: 2,
@@ -227,6 +229,7 @@ fn force_release_exempts_its_leases_from_overlap_but_not_from_telling() {
                 Event::ForceReleaseStarted {
                     op: 1,
                     key: "k".into(),
+                    immediately: true,
                 },
             ),
             (11, Event::OpEnded { op: 1, ok: true }),
@@ -244,6 +247,7 @@ fn a_release_answered_released_after_an_operator_ended_the_lease_is_a_violation(
     let force = |op| Event::ForceReleaseStarted {
         op,
         key: "locks/k".into(),
+        immediately: false,
     };
     let granted =
         |lease, manager| grant_on("locks/k", lease, manager, Kind::Exclusive, lease, 1_000);
@@ -275,7 +279,11 @@ fn a_release_answered_released_after_an_operator_ended_the_lease_is_a_violation(
     assert_eq!(found, vec![]);
     // The same by a release of the manager's owner id; one of another
     // manager's owner id concerns it not.
-    let owner = |op, manager| Event::OwnerReleaseStarted { op, manager };
+    let owner = |op, manager| Event::OwnerReleaseStarted {
+        op,
+        manager,
+        immediately: false,
+    };
     let by_owner = |manager| {
         check(
             vec![
