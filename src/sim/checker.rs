@@ -76,10 +76,12 @@ pub struct Bounds {
     /// operator's call that failed may still end leases until then.
     pub landing: Duration,
     /// How long after the faults stop (or after it starts, if later) a
-    /// waiter may wait: the time to serve it once nothing fails, plus the
-    /// longest a write sent before may land after (it may hold its key
-    /// for one TTL from then).
+    /// waiter may wait once nothing fails; a write sent before may still
+    /// land up to `landing` after and hold its key for one `ttl` from then,
+    /// which the bound adds.
     pub liveness: Duration,
+    /// The longest TTL a write of an acquisition carries.
+    pub ttl: Duration,
     /// How long after its last wait for a key ended a manager may still be
     /// shown waiting for it: its registration window (or a waiting mark's
     /// TTL), plus how late an attempt sent before the wait ended may land.
@@ -488,6 +490,8 @@ impl Checker {
             | Event::Inspected { .. } => {}
             // Judged by `expiry::check`.
             Event::ServerExpiry { .. } => {}
+            // What the server did, for the trace.
+            Event::TtlDeleted { .. } => {}
             Event::ExpiryNow {
                 lease,
                 deadline,
@@ -548,7 +552,7 @@ impl Checker {
             }
         }
         if let Some(stopped) = self.faults_stopped {
-            let bound = self.bounds.liveness;
+            let bound = self.bounds.liveness + self.bounds.landing + self.bounds.ttl;
             let late: Vec<(WaiterNo, String, At)> = self
                 .waiters
                 .iter()

@@ -177,18 +177,20 @@ impl Plan {
         let clock_skew = CLOCK_SKEWS[random_range(0..CLOCK_SKEWS.len())];
         // The members' clocks within `clock_skew` of each other, the steps
         // back of B3 included: a failover's step is at most that, either
-        // way; a third of them to each end of the range.
+        // way; most of them to either end of the range, so that full steps
+        // forward and back are common. More often than on a real replica
+        // set, so that one comes between two acquisitions of a key.
         let widest = clock_skew.saturating_sub(CLOCK_STEP_BACK);
         let mut failovers = Vec::new();
-        let mut at = between(Duration::ZERO, ms(3_000));
+        let mut at = between(Duration::ZERO, ms(2_000));
         while at < stop {
-            let ahead = match random_range(0..3) {
-                0 => Duration::ZERO,
-                1 => widest,
+            let ahead = match random_range(0..5) {
+                0 | 1 => Duration::ZERO,
+                2 | 3 => widest,
                 _ => between(Duration::ZERO, widest),
             };
             failovers.push((at, ahead));
-            at += between(ms(300), ms(4_000));
+            at += between(ms(200), ms(2_000));
         }
         let gc_grace = between(ms(500), ms(3_000));
         let operation_timeout = match random_range(0..3) {

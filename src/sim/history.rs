@@ -125,6 +125,14 @@ pub enum Event {
         /// its own rule (`crate::foreign`); `None` if never.
         expires_in: Option<Duration>,
     },
+    /// The TTL monitor deleted the key's document (ours, or another
+    /// application's), by the TTL index on `field`.
+    TtlDeleted {
+        /// The key.
+        key: String,
+        /// The indexed field (`exp`: the managers' garbage collector).
+        field: String,
+    },
     /// Another application removed its lock.
     ForeignRemoved {
         /// The key.
@@ -287,6 +295,7 @@ impl Event {
             Event::Granted { key, .. }
             | Event::ForeignTaken { key, .. }
             | Event::ForeignRemoved { key }
+            | Event::TtlDeleted { key, .. }
             | Event::ForceReleaseStarted { key, .. }
             | Event::Inspected { key, .. }
             | Event::PermitsSet { key, .. }

@@ -450,7 +450,7 @@ async fn schedule(seed: u64) -> Report {
         "d1",
         work_stop.clone(),
     ));
-    tokio::spawn(others::ttl_monitor(db.clone()));
+    tokio::spawn(others::ttl_monitor(recorder.clone(), db.clone()));
     tokio::spawn(expiry::watch(recorder.clone(), db.clone()));
     // Failovers: the new primary's clock ahead of the managers' by up to
     // the bound they assume (a step forward or back).
@@ -503,7 +503,8 @@ async fn schedule(seed: u64) -> Report {
         clock_skew: plan.clock_skew,
         server_faster_ppm: SERVER_FASTER_PPM,
         landing: LANDING_MOST,
-        liveness,
+        liveness: LIVENESS,
+        ttl: TTL,
         // The longest registration window (2 × retry_max + 1 s + safety
         // margin, longer than a waiting mark's TTL); how late an attempt
         // started before its wait ended may register: queued in the group

@@ -72,11 +72,17 @@ pub fn ttl_indexes(gc_grace: Duration) -> Vec<TtlIndex> {
 }
 
 /// The TTL monitor: a pass over every TTL index of `db`'s collection every
-/// 0.2 to 3 s (MongoDB's runs every 60 s by default), until the run ends.
-pub async fn ttl_monitor(db: MemoryDb) {
+/// 0.2 to 3 s (MongoDB's runs every 60 s by default), recording what it
+/// deleted, until the run ends.
+pub async fn ttl_monitor(recorder: Recorder, db: MemoryDb) {
     loop {
         sleep(ms(random_range(200..3_000))).await;
-        db.ttl_monitor_pass();
+        for (key, field) in db.ttl_monitor_pass() {
+            recorder.push(Event::TtlDeleted {
+                key: format!("locks/{}", key.as_str().unwrap_or_default()),
+                field,
+            });
+        }
     }
 }
 
@@ -108,10 +114,12 @@ pub async fn foreign_holder(
     stop: Arc<AtomicBool>,
 ) {
     while !stop.load(Ordering::SeqCst) {
-        sleep(ms(random_range(100..3_000))).await;
-        let pattern = random_range(0..4);
-        // Now and then it spins: tries every 5 to 50 ms for a while.
-        let spin_until = match random_range(0..3) {
+        sleep(ms(random_range(50..2_000))).await;
+        // Pattern 2, the one that writes over documents of ours, two times
+        // in five.
+        let pattern = random_range(0..5);
+        // Half the time it spins: tries every 5 to 50 ms for a while.
+        let spin_until = match random_range(0..2) {
             0 => Instant::now() + ms(random_range(300..3_000)),
             _ => Instant::now(),
         };
@@ -119,8 +127,8 @@ pub async fn foreign_holder(
             let held = match pattern {
                 0 => pattern1(&recorder, &db, key),
                 1 => bare(&recorder, &db, key),
-                2 => pattern2(&recorder, &db, key).await,
-                _ => pattern3(&recorder, &db, key),
+                2 => pattern3(&recorder, &db, key),
+                _ => pattern2(&recorder, &db, key).await,
             };
             if held.is_some() || Instant::now() >= spin_until || stop.load(Ordering::SeqCst) {
                 break held;

@@ -141,35 +141,39 @@ impl MemoryDb {
     /// document (ours and other applications') that one of the
     /// collection's TTL indexes finds expired, announcing each delete.
     /// Nothing of a deleted document is remembered. Returns the keys
-    /// deleted, in the order of the keys.
-    pub fn ttl_monitor_pass(&self) -> Vec<LeaseKey> {
+    /// deleted, in the order of the keys, each with the field of the
+    /// index that deleted it.
+    pub fn ttl_monitor_pass(&self) -> Vec<(LeaseKey, String)> {
         let indexes = lock(&self.ttl_indexes).clone();
         if indexes.is_empty() {
             return Vec::new();
         }
         let now = self.date(self.server_now());
         let mut coll = lock(&self.inner);
-        let expired = |doc: &Document| indexes.iter().any(|index| index.expires(doc, now));
-        let mut doomed: Vec<LeaseKey> = coll
+        let expired = |doc: &Document| {
+            indexes
+                .iter()
+                .find(|index| index.expires(doc, now))
+                .map(|index| index.field.clone())
+        };
+        let mut doomed: Vec<(LeaseKey, String)> = coll
             .docs
             .iter()
-            .filter(|(key, doc)| expired(&doc.stored(self, key)))
-            .map(|(key, _)| key.clone())
+            .filter_map(|(key, doc)| Some((key.clone(), expired(&doc.stored(self, key))?)))
             .chain(
                 coll.foreign
                     .iter()
-                    .filter(|(_, foreign)| expired(&foreign.doc))
-                    .map(|(key, _)| key.clone()),
+                    .filter_map(|(key, foreign)| Some((key.clone(), expired(&foreign.doc)?))),
             )
             .collect();
         doomed.sort();
-        for key in &doomed {
+        for (key, _) in &doomed {
             coll.docs.remove(key);
             coll.foreign.remove(key);
         }
         drop(coll);
         if !doomed.is_empty() {
-            for key in &doomed {
+            for (key, _) in &doomed {
                 self.announce_release(key);
             }
             self.touch();
