@@ -49,8 +49,13 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const KEYS: [&str; 3] = ["job-a", "job-b", "job-c"];
 /// Lease time-to-live: short, so that the demo is quick.
 const TTL: Duration = Duration::from_secs(2);
-/// How often each manager renews its leases (must be below TTL - safety margin).
+/// How often each manager renews its leases (must be below TTL - safety
+/// margin - clock skew).
 const HEARTBEAT: Duration = Duration::from_millis(600);
+/// How far apart the replica set's members' clocks may be: the demo's set
+/// has one member, whose clock steps only when it is set (the default, 1 s,
+/// suits a set whose members may fail over).
+const CLOCK_SKEW: Duration = Duration::from_millis(200);
 /// How long one job holds its lease: longer than the TTL.
 const JOB: Duration = Duration::from_millis(2500);
 /// How long delta's thread is frozen while it holds `job-c`.
@@ -258,6 +263,7 @@ impl Worker {
                 .owner_id(name)
                 .ttl(TTL)
                 .heartbeat_interval(HEARTBEAT)
+                .clock_skew(CLOCK_SKEW)
                 .build(),
         )
         .await?;

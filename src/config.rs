@@ -393,8 +393,9 @@ pub(crate) struct Timing {
 
 impl Timing {
     /// The time a lease stays safe after the start of a confirmed renewal:
-    /// the effective TTL minus the safety margin (`prepare` refuses a cap
-    /// not longer than the heartbeat interval plus the safety margin).
+    /// the effective TTL minus the safety margin and the clock skew
+    /// (`prepare` refuses a cap not longer than the heartbeat interval plus
+    /// both).
     #[cfg(test)]
     pub fn local_validity(&self) -> Duration {
         self.validity_for(self.ttl)
@@ -443,8 +444,8 @@ pub struct AcquireOptions {
     /// [`ttl`](LeaseManagerOptions::ttl).
     ///
     /// The manager's heartbeat renews every lease, so the manager's rule
-    /// applies with its heartbeat interval and safety margin as they are:
-    /// `heartbeat_interval < ttl − safety_margin`. The safety margin is not
+    /// applies with its heartbeat interval, safety margin and clock skew as
+    /// they are: `heartbeat_interval < ttl − safety_margin − clock_skew`. The safety margin is not
     /// scaled with the lease's TTL: it is the time the holder needs to stop
     /// its work, and the clock-rate difference it covers grows with the time
     /// since the last confirmed renewal, which the heartbeat bounds, not the

@@ -536,8 +536,8 @@ pub struct LeaderInfo {
 
 impl LeaderInfo {
     /// The leader described by `info`, if the lease is held. A foreign
-    /// holder's lock ([`LeaseInfo::foreign`]) is a leader with its `aid` as
-    /// owner id and term 0 (or its integer `tok`).
+    /// holder's lock ([`LeaseInfo::foreign`]) is a leader with its owner
+    /// field as owner id and term 0.
     pub fn from_info(info: &LeaseInfo) -> Option<LeaderInfo> {
         info.held.then(|| LeaderInfo {
             owner_id: info.owner_id.clone(),

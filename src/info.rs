@@ -65,8 +65,9 @@ pub struct LeaseInfo {
     ///   canonical Extended JSON; empty if it has none;
     /// - `acquired_at` and `renewed_at`: the date its expiry counts from
     ///   (`ts`, `obtained_at`), else its `ts` if a date, else `server_time`;
-    /// - `fencing_token`: its `tok` if a non-negative integer, else 0 (not a
-    ///   fence issued by `mongo-lease`);
+    /// - `fencing_token`: 0, not a fence issued by `mongo-lease` (a `tok` it
+    ///   carries, as one left by a lease of ours it took over in place, is
+    ///   not its own);
     /// - `expires_at`: its expiry by its own rule; for a lock without one
     ///   (a bare `{_id}`, `{_id, ts, aid}` without a TTL index on `ts`, a
     ///   document of no recognised shape) unknown, so `server_time`, and

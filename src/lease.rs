@@ -147,15 +147,16 @@ impl Lease {
     /// Changes the lease's TTL to `ttl`: the manager renews the lease at
     /// once to expire `ttl` after the server's now, and every later
     /// renewal does the same. Returns once the server confirmed that
-    /// renewal. A shorter TTL brings the local deadline ([`Lease::deadline`])
-    /// forward at once, before the renewal is sent; a longer one moves it
-    /// from the next heartbeat's renewal on (a renewal of the old TTL sent
-    /// before may land after this one). Redisson's `updateLeaseTime`,
+    /// renewal. A longer TTL moves the local deadline ([`Lease::deadline`])
+    /// when that renewal is confirmed; a shorter one moves nothing back
+    /// (under one lease id the server's expiry never does: a renewal of
+    /// the old TTL landing late cuts nothing), and the renewals follow it
+    /// once the longer expiry has passed. Redisson's `updateLeaseTime`,
     /// ShedLock's `extend`.
     ///
     /// The rules of [`AcquireOptions::ttl`](crate::AcquireOptions::ttl)
-    /// apply: at least 10 ms, and `ttl − safety_margin` longer than the
-    /// manager's heartbeat interval. The key's minimum hold, if any, is
+    /// apply: at least 10 ms, and `ttl − safety_margin − clock_skew` longer
+    /// than the manager's heartbeat interval. The key's minimum hold, if any, is
     /// kept: the renewal never sets the expiry below it.
     ///
     /// # Errors

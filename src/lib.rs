@@ -405,6 +405,7 @@ mod lease;
 mod lease_group;
 mod lock_id_fields;
 mod manager;
+mod operator;
 mod random;
 mod semaphore;
 mod shared;
@@ -420,10 +421,11 @@ pub mod testkit;
 
 pub use config::MAX_LOCK_DELAY;
 pub use config::{
-    AcquireOptions, DEFAULT_GC_GRACE, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_OPERATION_TIMEOUT,
-    DEFAULT_RELEASE_MODE, DEFAULT_RENEWAL_BATCH_SIZE, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX,
-    DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL, DELETE_MIN_TOKEN_AGE, LeaseManagerOptions,
-    MAX_KEY_LEN, MAX_OWNER_ID_LEN, ReleaseMode,
+    AcquireOptions, DEFAULT_CLOCK_SKEW, DEFAULT_GC_GRACE, DEFAULT_HEARTBEAT_DIVISOR,
+    DEFAULT_OPERATION_TIMEOUT, DEFAULT_RELEASE_MODE, DEFAULT_RENEWAL_BATCH_SIZE,
+    DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX, DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL,
+    DELETE_MIN_TOKEN_AGE, LeaseManagerOptions, MAX_CLOCK_SKEW, MAX_KEY_LEN, MAX_OWNER_ID_LEN,
+    ReleaseMode,
 };
 pub use document::{DEFAULT_LEASE_FIELD, DocumentAcquireOptions, DocumentLease, DocumentLeases};
 pub use document_update::DocumentUpdate;
@@ -440,6 +442,7 @@ pub use lease::{Lease, LeaseObserver, MAX_PAYLOAD_LEN};
 pub use lease_group::LeaseGroup;
 pub use lock_id_fields::LockIdFields;
 pub use manager::LeaseManager;
+pub use operator::{ForceRelease, ReleaseOwner};
 pub use semaphore::Semaphore;
 pub use status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason, ReleaseOutcome};
 

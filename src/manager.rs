@@ -20,7 +20,7 @@ use crate::health::HealthBoard;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseObserver};
-use crate::store::{MongoStore, Store};
+use crate::store::{MongoStore, OverrideEnd, Store};
 use crate::telemetry;
 use tracing::Instrument;
 
@@ -619,20 +619,29 @@ impl LeaseManager {
     }
 
     /// **Operator override**: releases `key` whoever holds it, as if its
-    /// holder had released it (expiry set to now, lease id removed; the
-    /// fencing token stays, so the next holder gets a greater one). The
-    /// holder learns it at its next renewal, when its cancellation token
-    /// fires. Logged at `warn`. Returns the lease as it was if it was held,
-    /// `Ok(None)` if the key was free.
+    /// holder had released it (lease id removed; the fencing token stays, so
+    /// the next holder gets a greater one). The holder learns it at its
+    /// next renewal, when its cancellation token fires (within milliseconds
+    /// with [`watch_held_leases`](crate::LeaseManagerOptions::watch_held_leases)).
+    /// Logged at `warn`. The returned request resolves to the lease as it
+    /// was if it was held, `None` if the key was free.
+    ///
+    /// **When the key is free again.** By default, not before the ended
+    /// lease's expiry (and the [`lock_delay`](LeaseManager::lock_delay)):
+    /// its holder, which may still be working until it hears of the
+    /// override, has stopped by then by its own local deadline, so the next
+    /// holder never overlaps it (as Consul's lock-delay, and Curator's
+    /// cooperative revocation, keep the next holder away from a holder
+    /// that has not stopped). When you know the holder is gone (its process
+    /// killed, its machine off), [`ForceRelease::immediately`] frees the key
+    /// after the lock-delay alone; it also frees a key that an earlier
+    /// override left waiting.
     ///
     /// A lock held by a foreign holder ([`LeaseInfo::foreign`]: a document
-    /// not written by this crate) is **deleted**, only if it still has the
-    /// `aid` and `ts` just read (a concurrent change wins: `Ok(None)`), and
-    /// returned as it was; the deletion is logged at `warn`. This is the only
-    /// call that ever modifies such a document.
-    ///
-    /// Use it to unblock a key whose holder is stuck; the holder may still be
-    /// working until its next renewal, so fence the resource with the token.
+    /// not written by this crate) is **deleted** at once, only if it still
+    /// has the `aid` and `ts` just read (a concurrent change wins: `None`),
+    /// and returned as it was; the deletion is logged at `warn`. This is the
+    /// only call that ever modifies such a document.
     ///
     /// # Errors
     ///
@@ -641,12 +650,34 @@ impl LeaseManager {
     /// # Cancel safety
     ///
     /// Dropping the future may or may not leave the key released.
-    pub async fn force_release(&self, key: impl Into<LeaseKey>) -> Result<Option<LeaseInfo>> {
-        let key = key.into();
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// if let Some(was) = manager.force_release("job-1").await? {
+    ///     println!("{} held job-1; free again at {:?}", was.owner_id, was.expires_at);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn force_release(&self, key: impl Into<LeaseKey>) -> crate::ForceRelease<'_> {
+        crate::ForceRelease::new(self, key.into())
+    }
+
+    /// [`LeaseManager::force_release`], awaited.
+    pub(crate) async fn force_release_key(
+        &self,
+        key: LeaseKey,
+        end: OverrideEnd,
+    ) -> Result<Option<LeaseInfo>> {
         validate_key(&key)?;
         self.inner
             .mailbox
-            .call(|respond_to| Command::ForceRelease { key, respond_to })
+            .call(|respond_to| Command::ForceRelease {
+                key,
+                end,
+                respond_to,
+            })
             .await
             .map_err(self.refused(Operation::ForceRelease))
     }
@@ -656,25 +687,29 @@ impl LeaseManager {
     /// hung), as if its holder had released each one; the session-listener
     /// case of the lock pattern ("free every lock of a timed-out session").
     /// Logged at `warn`, like [`force_release`](LeaseManager::force_release).
-    /// Returns how many lease documents were released: every document of our
-    /// shape under that owner id not released yet, live or expired without a
-    /// release.
+    /// The returned request resolves to how many lease documents were
+    /// released: every document of our shape under that owner id not
+    /// released yet, live or expired without a release.
+    ///
+    /// **When the keys are free again**: as for
+    /// [`force_release`](LeaseManager::force_release), the key of each live
+    /// lease it ends not before that lease's expiry by default, after the
+    /// lock-delay alone with [`ReleaseOwner::immediately`].
     ///
     /// In [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) (this manager's
     /// [`release_mode`](crate::LeaseManagerOptions::release_mode)) the
-    /// documents are deleted; those whose fencing token is younger than
-    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) are marked
-    /// released first and deleted once old enough, before this returns (up
-    /// to about 1.1 s). Only lock documents written by this crate are
-    /// touched: another application's lock document that carries the same
-    /// `aid` is left alone.
+    /// documents are deleted once their key is free and their fencing token
+    /// at least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old;
+    /// those it could only mark released are deleted by the TTL monitor, or
+    /// by this call before it returns when they become old enough within
+    /// about 1.1 s. Only lock documents written by this crate are touched:
+    /// another application's lock document that carries the same `aid` is
+    /// left alone.
     ///
     /// A holder under that owner id learns it at its next renewal, when its
-    /// lease's cancellation token fires; until then it may still be working,
-    /// so fence the resource with the fencing token (the next holder's is
-    /// greater). Releasing this manager's own owner id is
-    /// [`release_all`](LeaseManager::release_all): its leases' tokens are
-    /// cancelled at once.
+    /// lease's cancellation token fires. Releasing this manager's own owner
+    /// id is [`release_all`](LeaseManager::release_all): its leases' tokens
+    /// are cancelled at once.
     ///
     /// # Errors
     ///
@@ -691,13 +726,22 @@ impl LeaseManager {
     ///
     /// ```no_run
     /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
-    /// // The process that used owner id "worker-7" is gone: free its keys now
-    /// // instead of waiting for their TTL.
+    /// // The process that used owner id "worker-7" hangs: end its leases;
+    /// // their keys are free once its leases could no longer be live.
     /// let released = manager.release_owner("worker-7").await?;
     /// println!("released {released} leases of worker-7");
     /// # Ok(()) }
     /// ```
-    pub async fn release_owner(&self, owner_id: &str) -> Result<u64> {
+    pub fn release_owner<'a>(&'a self, owner_id: &'a str) -> crate::ReleaseOwner<'a> {
+        crate::ReleaseOwner::new(self, owner_id)
+    }
+
+    /// [`LeaseManager::release_owner`], awaited.
+    pub(crate) async fn release_owner_leases(
+        &self,
+        owner_id: &str,
+        end: OverrideEnd,
+    ) -> Result<u64> {
         validate_owner_id(owner_id)?;
         if owner_id == self.owner_id() {
             return self.release_all().await;
@@ -705,7 +749,11 @@ impl LeaseManager {
         let owner = owner_id.to_string();
         self.inner
             .mailbox
-            .call(|respond_to| Command::ReleaseOwner { owner, respond_to })
+            .call(|respond_to| Command::ReleaseOwner {
+                owner,
+                end,
+                respond_to,
+            })
             .await
             .map_err(self.refused(Operation::ReleaseOwner))
     }

@@ -13,6 +13,11 @@ use tokio::time::Instant;
 /// of a timer and a task's wake-up here (milliseconds).
 const TTL: Duration = Duration::from_secs(3);
 const MARGIN: Duration = Duration::from_secs(1);
+/// The clock skew the holder allows for (a failover to a member ahead; none
+/// here, one member): taken off the deadline besides the margin.
+const SKEW: Duration = Duration::from_millis(500);
+/// What the local deadline keeps short of the server's expiry.
+const SHORT_OF: Duration = MARGIN.saturating_add(SKEW);
 /// Hang guard of every wait: 10x the TTL, which each wait is shorter than.
 const HANG: Duration = Duration::from_secs(30);
 /// The commands that write a lease's `exp`: its acquisition and renewals.
@@ -25,6 +30,7 @@ async fn manager(client: mongodb::Client) -> LeaseManager {
             .collection("job.lock")
             .ttl(TTL)
             .safety_margin(MARGIN)
+            .clock_skew(SKEW)
             .build(),
     )
     .await
@@ -40,8 +46,9 @@ fn signal(pid: u32, sig: &str) {
 }
 
 /// The holder is told its lease is lost by its local deadline (the start of
-/// its last confirmed write + TTL − safety margin): not before, and at least
-/// half the safety margin before the lease expires on the server. The
+/// its last confirmed write + TTL − safety margin − clock skew): not
+/// before, and at least half of the margin and skew before the lease
+/// expires on the server. The
 /// server's expiry is read from the server (`exp − ts` of the lease) and
 /// placed in local time by the last confirmed write's own round trip: that
 /// write's `$$NOW` came after it was sent, so the lease expires on the
@@ -88,25 +95,25 @@ async fn token_fires_at_the_local_deadline_before_another_owner_can_acquire() {
 
     let since_acquire = fired - started;
     assert!(
-        since_acquire >= TTL - MARGIN,
+        since_acquire >= TTL - SHORT_OF,
         "not before the deadline: fired after {since_acquire:?}"
     );
     // Before the lease could expire on the server, by half the safety
-    // margin at least: the other half covers the lateness of the timer and
-    // of this task's wake-up (milliseconds). Without the margin the token
-    // would fire at the server's expiry, 0 to 1 round trip before it.
+    // margin and the skew at least: the other half covers the lateness of
+    // the timer and of this task's wake-up (milliseconds). Without them the
+    // token would fire at the server's expiry, 0 to 1 round trip before it.
     let last = writes
         .last_confirmed(&WRITES, fired)
         .expect("the acquisition was confirmed");
     let expires_no_earlier = last.sent + server_ttl;
     assert!(
-        fired + MARGIN / 2 <= expires_no_earlier,
+        fired + SHORT_OF / 2 <= expires_no_earlier,
         "the token fired {:?} after the last confirmed write ({}) was sent; \
          the lease expires on the server {server_ttl:?} after that write, and \
          the holder must know {:?} before",
         fired - last.sent,
         last.name,
-        MARGIN / 2
+        SHORT_OF / 2
     );
     eprintln!(
         "token fired {:?} before the server's earliest expiry",

@@ -169,6 +169,7 @@ async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
     let k3 = leases.remove(0);
     let released = operator
         .force_release("k3")
+        .immediately()
         .await
         .unwrap()
         .expect("it was held");
@@ -619,6 +620,7 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
     let (_, first_term) = recv().await;
     managers[1]
         .force_release("loss")
+        .immediately()
         .await
         .unwrap()
         .expect("held");
@@ -753,6 +755,7 @@ async fn observers_resume_after_a_failover_without_missing_a_term() {
                 .database(client.database("failover"))
                 .collection("leases")
                 .ttl(Duration::from_secs(10))
+                .clock_skew(common::clock_skew(Duration::from_secs(10)))
                 .build(),
         )
         .await

@@ -86,6 +86,7 @@ async fn a_holder_cut_off_from_the_server_is_at_risk_then_lost_expired() {
             .database(client.database(fx.db.name()))
             .collection(fx.collection.clone())
             .ttl(TTL)
+            .clock_skew(common::clock_skew(TTL))
             .build(),
     )
     .await

@@ -41,7 +41,12 @@ async fn a_force_released_key_is_granted_again_only_after_the_lock_delay() {
         async move { waiter.acquire("job").await }
     });
     let start = Instant::now();
-    let before = op.force_release("job").await.unwrap().expect("held");
+    let before = op
+        .force_release("job")
+        .immediately()
+        .await
+        .unwrap()
+        .expect("held");
     assert_eq!(before.fencing_token, lease.fencing_token());
     let doc = fx.doc("job").await;
     assert_eq!(doc.get("nb"), doc.get("exp"), "{doc}");
@@ -95,7 +100,13 @@ async fn a_release_by_owner_delays_each_live_lease_it_ends() {
     })
     .await;
     let start = Instant::now();
-    assert_eq!(op.release_owner(holder.owner_id()).await.unwrap(), 2);
+    assert_eq!(
+        op.release_owner(holder.owner_id())
+            .immediately()
+            .await
+            .unwrap(),
+        2
+    );
     for (wait, old) in waits.into_iter().zip([&a, &b]) {
         let next = within(GUARD, "a waiter's grant", wait)
             .await
@@ -128,7 +139,13 @@ async fn the_lock_delay_defaults_to_the_safety_margin_and_zero_frees_at_once() {
 
     let none = operator(&fx, Some(Duration::ZERO)).await;
     let lease = default.acquire("k").await.unwrap();
-    assert!(none.force_release("k").await.unwrap().is_some());
+    assert!(
+        none.force_release("k")
+            .immediately()
+            .await
+            .unwrap()
+            .is_some()
+    );
     let next = margin
         .try_acquire("k")
         .await

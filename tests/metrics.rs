@@ -285,6 +285,7 @@ fn a_change_stream_reopened_after_a_failure_is_counted() {
                 .database(client.database("d"))
                 .collection("job.lock")
                 .ttl(TTL)
+                .clock_skew(common::clock_skew(TTL))
                 // Its stream of writes stays open while it holds a lease.
                 .watch_held_leases(true)
                 .build(),

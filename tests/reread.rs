@@ -89,6 +89,7 @@ async fn manager_on(client: &mongodb::Client, owner: &str) -> LeaseManager {
             .collection(COLLECTION)
             .owner_id(owner.to_string())
             .ttl(TTL)
+            .clock_skew(common::clock_skew(TTL))
             .build(),
     )
     .await

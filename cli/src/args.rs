@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use mongo_lease::{
-    AcquireOptions, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_SAFETY_MARGIN_DIVISOR, LeaseKey, LeaseKind,
-    MAX_PERMITS, ReleaseMode,
+    AcquireOptions, DEFAULT_CLOCK_SKEW, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_SAFETY_MARGIN_DIVISOR,
+    LeaseKey, LeaseKind, MAX_PERMITS, ReleaseMode,
 };
 use mongodb::bson::Document;
 
@@ -161,9 +161,12 @@ pub enum Commands {
     /// Release a key whoever holds it, or every lease of an owner id with
     /// --owner (operator override; needs --force).
     ///
-    /// The holder learns it within milliseconds on a replica set (its
-    /// manager follows writes to its leases), at its next renewal otherwise;
-    /// its command is then terminated. The release is printed and logged.
+    /// The holder learns it at its next renewal (within a third of its
+    /// TTL), and its command is then terminated. Until then it may still be
+    /// running, so the key is granted again only once the holder's lease
+    /// could no longer be live (its expiry, at most one TTL away), never
+    /// beside it; --immediately frees it after the lock-delay alone, for a
+    /// holder known to be gone. The release is printed and logged.
     Release(ReleaseArgs),
     /// Print each change of a key's holders as it happens, until interrupted.
     ///
@@ -200,7 +203,8 @@ pub enum Commands {
 pub struct LeaseTiming {
     /// Lease time-to-live, e.g. `30s`, `2m`: the lease expires on the server
     /// this long after its last renewal. Renewed three times per TTL minus
-    /// TTL/10 minus --grace.
+    /// TTL/10 minus --grace minus 1 s (the clock skew between the replica
+    /// set's members the library assumes); at least 2 s.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub ttl: Duration,
 
@@ -209,16 +213,26 @@ pub struct LeaseTiming {
     ///
     /// The command is gone before its lease expires on the server: when
     /// renewals go unconfirmed (MongoDB unreachable), the lease counts as
-    /// lost, and the command gets SIGTERM, --grace + TTL/10 before the
-    /// server's expiry, so SIGKILL comes TTL/10 before it. A longer --grace
-    /// gives the command longer to stop, and gives up the lease that much
-    /// sooner after MongoDB becomes unreachable; for more than TTL/2, raise
-    /// --ttl. A loss the server already made (release --force, a deletion
-    /// of the lock document) frees the key at once: the command gets
-    /// SIGTERM at once, and may run beside the next holder for up to
-    /// --grace.
+    /// lost, and the command gets SIGTERM, --grace + TTL/10 + 1 s (the clock
+    /// skew) before the server's expiry, so SIGKILL comes TTL/10 + 1 s
+    /// before it. A longer --grace gives the command longer to stop, and
+    /// gives up the lease that much sooner after MongoDB becomes
+    /// unreachable; for more than TTL/2, raise --ttl. An operator's
+    /// `release --force` is noticed at the next renewal, and the key is
+    /// granted again only once the lease could no longer be live, so the
+    /// command is gone first; with `release --force --immediately`, or a
+    /// deletion of the lock document by another application, the command
+    /// may run beside the next holder until its next renewal + --grace.
     #[arg(long, value_parser = parse_duration)]
     pub grace: Option<Duration>,
+
+    /// How far apart the replica set's members' clocks may be, e.g.
+    /// `200ms`; at most 1s [default: 1s]. The lease is given up this much
+    /// earlier too: a failover to a member whose clock is ahead ends every
+    /// lease that much sooner. Lower it for a --ttl of a few seconds where
+    /// the members' clocks are known to be that close.
+    #[arg(long, env = "MONGO_LEASE_CLOCK_SKEW", value_parser = parse_lock_delay)]
+    pub clock_skew: Option<Duration>,
 }
 
 impl LeaseTiming {
@@ -231,24 +245,34 @@ impl LeaseTiming {
     /// The manager's safety margin: the library's default (TTL/10, for the
     /// difference of clock rates and the delivery of SIGKILL) plus
     /// `--grace`. The lease is lost, and SIGTERM sent, at its local
-    /// deadline (the start of its last confirmed renewal + TTL − this), so
-    /// SIGKILL comes TTL/10 before the lease expires on the server.
+    /// deadline (the start of its last confirmed renewal + TTL − this − the
+    /// clock skew), so SIGKILL comes TTL/10 + the clock skew before the
+    /// lease expires on the server.
     pub fn safety_margin(&self) -> Duration {
         self.ttl / DEFAULT_SAFETY_MARGIN_DIVISOR + self.grace()
     }
 
-    /// The heartbeat: a third of the time a renewal keeps the lease (TTL −
-    /// the safety margin), as the library's defaults have it, so that two
-    /// renewals can fail before the lease is at risk.
-    pub fn heartbeat_interval(&self) -> Duration {
-        self.ttl.saturating_sub(self.safety_margin()) / DEFAULT_HEARTBEAT_DIVISOR
+    /// `--clock-skew`, or the library's default (1 s).
+    pub fn clock_skew(&self) -> Duration {
+        self.clock_skew.unwrap_or(DEFAULT_CLOCK_SKEW)
     }
 
-    /// Refuses a `--grace` longer than half the TTL.
+    /// The heartbeat: a third of the time a renewal keeps the lease (TTL −
+    /// the safety margin − the clock skew), as the library's defaults have
+    /// it, so that two renewals can fail before the lease is at risk.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.ttl
+            .saturating_sub(self.safety_margin() + self.clock_skew())
+            / DEFAULT_HEARTBEAT_DIVISOR
+    }
+
+    /// Refuses a `--grace` longer than half the TTL, and a TTL that leaves
+    /// no time to renew in once the safety margin and the clock skew are
+    /// taken off.
     ///
     /// # Errors
     ///
-    /// A usage failure that names both options.
+    /// A usage failure that names the options.
     pub fn check(&self) -> Result<(), Failure> {
         let grace = self.grace();
         if grace > self.ttl / 2 {
@@ -260,6 +284,18 @@ impl LeaseTiming {
                 humantime::format_duration(grace),
                 humantime::format_duration(self.ttl),
                 humantime::format_duration(grace * 2),
+            )));
+        }
+        let given_up = self.safety_margin() + self.clock_skew();
+        if self.ttl <= given_up + Duration::from_millis(30) {
+            return Err(Failure::usage(format!(
+                "--ttl {} is too short: the lease is given up TTL/10 + --grace + --clock-skew \
+                 ({} by default, how far apart the replica set's members' clocks may be), {} \
+                 in all, before it expires on the server, which leaves no time to renew it; \
+                 raise --ttl, or lower --grace or --clock-skew",
+                humantime::format_duration(self.ttl),
+                humantime::format_duration(DEFAULT_CLOCK_SKEW),
+                humantime::format_duration(given_up),
             )));
         }
         Ok(())
@@ -543,6 +579,14 @@ pub struct ReleaseArgs {
     /// Confirm the override: the current holder loses its lease.
     #[arg(long, conflicts_with = "request")]
     pub force: bool,
+
+    /// The holder is known to be gone (its process killed, its machine
+    /// off): grant the key again after the lock-delay alone, not at the
+    /// holder's lease expiry. Also frees a key that an earlier --force left
+    /// waiting. If the holder is in fact still running, it keeps running
+    /// beside the next holder until its next renewal.
+    #[arg(long, requires = "force")]
+    pub immediately: bool,
 
     /// Ask the holders to release the key instead (a cooperative
     /// revocation): nothing is taken away; an `exec` holding it signals its

@@ -21,7 +21,7 @@ use args::{Cli, Commands, Connection, LeaseTiming, ReleaseArgs, one_key};
 use exec::exec;
 use http::{Http, Phase};
 use leader::leader;
-use output::{Redactor, print_list, print_owner_release, print_release, print_request};
+use output::{Freed, Redactor, print_list, print_owner_release, print_release, print_request};
 
 /// Exit codes, documented in `--help` and docs/cli.md.
 mod exit {
@@ -160,6 +160,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         Commands::Release(ReleaseArgs {
             owner: Some(owner),
             force,
+            immediately,
             lock_delay,
             ..
         }) => {
@@ -171,8 +172,13 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             }
             let manager = connect_with(&cli.connection, None, lock_delay).await?;
             let code = async {
-                let released = manager.release_owner(&owner).await?;
-                print_owner_release(&owner, released, manager.lock_delay(), json);
+                let release = manager.release_owner(&owner);
+                let released = match immediately {
+                    true => release.immediately().await?,
+                    false => release.await?,
+                };
+                let freed = Freed::new(manager.lock_delay(), immediately);
+                print_owner_release(&owner, released, freed, json);
                 Ok(0)
             }
             .await;
@@ -203,8 +209,13 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             }
             let manager = connect_with(&cli.connection, None, args.lock_delay).await?;
             let code = async {
-                let released = manager.force_release(&key).await?;
-                print_release(&key, released.as_ref(), manager.lock_delay(), json);
+                let release = manager.force_release(&key);
+                let released = match args.immediately {
+                    true => release.immediately().await?,
+                    false => release.await?,
+                };
+                let freed = Freed::new(manager.lock_delay(), args.immediately);
+                print_release(&key, released.as_ref(), freed, json);
                 Ok(0)
             }
             .await;
@@ -266,6 +277,7 @@ async fn connect_with(
     if let Some(timing) = timing {
         options.ttl = timing.ttl;
         options.safety_margin = Some(timing.safety_margin());
+        options.clock_skew = Some(timing.clock_skew());
         options.heartbeat_interval = Some(timing.heartbeat_interval());
     }
     options.lock_delay = lock_delay;

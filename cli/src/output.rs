@@ -333,18 +333,43 @@ pub async fn print_list(
     Ok(0)
 }
 
-pub fn print_release(
-    key: &LeaseKey,
-    released: Option<&LeaseInfo>,
+/// When the keys an override released are granted again: after the
+/// lock-delay, and by default not before the released lease's expiry.
+#[derive(Debug, Clone, Copy)]
+pub struct Freed {
     lock_delay: Duration,
-    json: bool,
-) {
+    immediately: bool,
+}
+
+impl Freed {
+    pub fn new(lock_delay: Duration, immediately: bool) -> Self {
+        Freed {
+            lock_delay,
+            immediately,
+        }
+    }
+
+    /// How long after the release `released` (its lease as it was) its
+    /// key stays unavailable.
+    fn after(&self, released: &LeaseInfo) -> Duration {
+        match self.immediately {
+            true => self.lock_delay,
+            false => self.lock_delay.max(released.time_to_expiry()),
+        }
+    }
+}
+
+/// The answer of `release KEY --force`.
+pub fn print_release(key: &LeaseKey, released: Option<&LeaseInfo>, freed: Freed, json: bool) {
     // A foreign holder's lock is deleted: nothing delays the next holder.
-    let delayed = released.filter(|info| !info.foreign).map(|_| lock_delay);
+    let delayed = released
+        .filter(|info| !info.foreign)
+        .map(|info| freed.after(info));
     if json {
         let mut out = json!({ "key": key_json(key), "released": released.is_some() });
-        if let Some(delay) = delayed {
-            out["lock_delay_ms"] = json!(delay.as_millis() as u64);
+        if let Some(after) = delayed {
+            out["lock_delay_ms"] = json!(freed.lock_delay.as_millis() as u64);
+            out["free_in_ms"] = json!(after.as_millis() as u64);
         }
         if let Some(info) = released {
             out["owner_id"] = json!(info.owner_id);
@@ -385,20 +410,48 @@ pub fn print_release(
         ),
         None => println!("{key} was not held; nothing released"),
     }
-    if let Some(delay) = delayed {
-        print_lock_delay(delay);
+    if let Some(after) = delayed {
+        print_free_in(after, freed);
     }
 }
 
-/// The lock-delay line of a force release that ended leases.
-fn print_lock_delay(delay: Duration) {
-    if delay.is_zero() {
-        println!("lock-delay: none, free now");
-    } else {
-        println!(
-            "lock-delay: not granted again for {} (--lock-delay to change)",
-            humantime::format_duration(delay)
-        );
+/// The line saying when a released key is granted again.
+fn print_free_in(after: Duration, freed: Freed) {
+    let after = humantime::format_duration(Duration::from_millis(after.as_millis() as u64));
+    match (freed.immediately, freed.lock_delay.is_zero()) {
+        (true, true) => println!("free now (--immediately, no lock-delay)"),
+        (true, false) => println!("free again in {after}: the lock-delay (--lock-delay to change)"),
+        (false, _) => println!(
+            "free again in {after}, when the holder's lease could no longer be live; \
+             its holder is told at its next renewal (--immediately if it is known to be gone)"
+        ),
+    }
+}
+
+/// The answer of `release --owner AID --force`.
+pub fn print_owner_release(owner: &str, released: u64, freed: Freed, json: bool) {
+    if json {
+        let mut out =
+            json!({ "owner_id": owner, "released": released, "immediately": freed.immediately });
+        if released > 0 {
+            out["lock_delay_ms"] = json!(freed.lock_delay.as_millis() as u64);
+        }
+        println!("{out}");
+        return;
+    }
+    let leases = if released == 1 { "lease" } else { "leases" };
+    println!("released {released} {leases} of owner id {owner:?} (force)");
+    if released == 0 {
+        return;
+    }
+    let delay = humantime::format_duration(freed.lock_delay);
+    match freed.immediately {
+        true => println!("their keys are free again in {delay}: the lock-delay"),
+        false => println!(
+            "their keys are free again once each lease could no longer be live (at most a \
+             TTL from now), and not before the lock-delay ({delay}); their holders are told \
+             at their next renewal (--immediately if they are known to be gone)"
+        ),
     }
 }
 
@@ -413,22 +466,6 @@ pub fn print_request(key: &LeaseKey, held: bool, json: bool) {
         );
     } else {
         println!("{} was not held; nothing to ask", key.to_extended_json());
-    }
-}
-
-pub fn print_owner_release(owner: &str, released: u64, lock_delay: Duration, json: bool) {
-    if json {
-        let mut out = json!({ "owner_id": owner, "released": released });
-        if released > 0 {
-            out["lock_delay_ms"] = json!(lock_delay.as_millis() as u64);
-        }
-        println!("{out}");
-        return;
-    }
-    let leases = if released == 1 { "lease" } else { "leases" };
-    println!("released {released} {leases} of owner id {owner:?} (force)");
-    if released > 0 {
-        print_lock_delay(lock_delay);
     }
 }
 

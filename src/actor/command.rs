@@ -14,7 +14,7 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::{LeaseKind, LeaseShape};
 use crate::status::{LeaseState, ReleaseOutcome};
-use crate::store::{DocumentWrite, LockPlace};
+use crate::store::{DocumentWrite, LockPlace, OverrideEnd};
 
 /// The reply channel of a command.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
@@ -196,6 +196,7 @@ pub(crate) enum Command {
     /// Release a key whoever holds it (operator override).
     ForceRelease {
         key: LeaseKey,
+        end: OverrideEnd,
         respond_to: Reply<Option<LeaseInfo>>,
     },
     /// Change a semaphore key's number of permits (`Store::set_permits`).
@@ -212,6 +213,7 @@ pub(crate) enum Command {
     /// Release every lease of another owner id (an operator's override).
     ReleaseOwner {
         owner: String,
+        end: OverrideEnd,
         respond_to: Reply<u64>,
     },
     /// Set the payload of a lease this manager holds.

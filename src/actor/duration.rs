@@ -3,7 +3,6 @@
 //! (`AcquireOptions::hold_at_most`, `Held::renews` false) is left out of
 //! every renewal (`renewal::add_renewal`) and ends at its local deadline.
 
-use std::cmp::Reverse;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,20 +15,18 @@ use crate::store::LeaseRef;
 
 impl Actor {
     /// Renews the lease `lease_id` of `key` at once to `ttl` (one renewal
-    /// of that lease, `exp = $$NOW + ttl`), which the heartbeat uses from
-    /// now on; the caller is answered once the server confirmed it.
+    /// of that lease, `exp = max(exp, $$NOW + ttl)`), which the heartbeat
+    /// uses from now on; the caller is answered once the server confirmed
+    /// it, and the local deadline then counts from its send with `ttl`.
     ///
-    /// A confirmed renewal counts the local deadline with the shorter of
-    /// its TTL and the lease's (`Actor::confirm_renewal`), so the lease's
-    /// TTL must never be longer than a write of it that may land later: a
-    /// shorter TTL is the lease's at once (and brings the deadline forward
-    /// to now + its validity, as this renewal may land before its answer
-    /// comes); a longer one once no renewal of the lease is in flight
-    /// (`Actor::longer_ttls`), for the renewals sent from then on: the
-    /// deadline a renewal's answer gives is counted with the TTL the lease
-    /// had before it, as a write of the old TTL may land after it even if
-    /// answered earlier. The heartbeat skips a lease while a renewal of it
-    /// is in flight.
+    /// A longer or a shorter TTL is the lease's at once: under one lease id
+    /// the server's expiry never moves back, so a renewal of the old TTL
+    /// that lands after this one (or this one, landing after later ones)
+    /// cuts nothing a confirmed write gave, and each confirmed write's
+    /// deadline holds ("Late writes" in `store`). A shorter TTL therefore
+    /// does not bring the deadline forward: the lease stays as long as
+    /// its last confirmed write gave it, then renews to the new TTL. The
+    /// heartbeat skips a lease while a renewal of it is in flight.
     pub(super) fn on_set_ttl(
         &mut self,
         key: Target,
@@ -47,7 +44,6 @@ impl Actor {
             return;
         }
         let now = Instant::now();
-        let validity = self.timing.validity_for(ttl);
         let Some(held) = self
             .keys
             .get_mut(&key)
@@ -66,25 +62,7 @@ impl Actor {
             return;
         }
         held.renewing += 1;
-        if ttl <= held.ttl {
-            // Shorter: at once, as this write may land before its answer
-            // comes, and a deadline counted with it is short enough for
-            // every write of the old TTL in flight.
-            held.ttl = ttl;
-            self.longer_ttls.remove(&lease_id);
-            let latest = now + validity;
-            if latest < held.deadline {
-                held.deadline = latest;
-                held.state.set_deadline(latest);
-                self.deadlines
-                    .push(Reverse((latest, key.clone(), lease_id)));
-            }
-        } else {
-            // Longer: once no write of the old TTL is in flight, this one
-            // included (`Actor::confirm_renewal`), as one may land after a
-            // longer one and cut the server's expiry.
-            self.longer_ttls.insert(lease_id, ttl);
-        }
+        held.ttl = ttl;
         let lease: LeaseRef = held.lease_ref(&key.key);
         let renew = self.store(key.place).renew_with_ttl(vec![lease], ttl);
         let bound = self.timing.heartbeat_interval;
@@ -136,22 +114,15 @@ impl Actor {
                 }
             }
             Err(error) => {
-                // Its outcome is unknown: the heartbeat takes over, with the
-                // new TTL once nothing of the old one is in flight.
+                // Its outcome is unknown, and it may still land: harmless
+                // whenever it does. The heartbeat renews to the new TTL.
                 if let Some(held) = self
                     .keys
                     .get_mut(&key)
                     .and_then(|state| state.holder_mut(lease_id))
                 {
                     held.renewing = held.renewing.saturating_sub(1);
-                    if held.renewing == 0
-                        && let Some(longer) = self.longer_ttls.remove(&lease_id)
-                    {
-                        held.ttl = longer;
-                    }
                     held.state.at_risk(&error);
-                } else {
-                    self.longer_ttls.remove(&lease_id);
                 }
                 Err(error)
             }

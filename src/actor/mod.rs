@@ -301,10 +301,6 @@ pub(crate) struct Actor {
     /// the registered lease id, and when the registration lapses (see
     /// `queue`).
     gave_up: HashMap<Target, (Uuid, Instant)>,
-    /// A longer TTL set on a held lease (by its lease id) while renewals of
-    /// it were in flight: its renewals take it once none is
-    /// (`Actor::on_set_ttl`).
-    longer_ttls: HashMap<Uuid, Duration>,
     /// Keys the general form was sent for lately, or a light form did not
     /// apply to, with when (see `group_commit`); pruned at each heartbeat.
     contended: HashMap<Target, Instant>,
@@ -371,7 +367,6 @@ impl Actor {
             health: Arc::default(),
             health_due: false,
             gave_up: HashMap::default(),
-            longer_ttls: HashMap::default(),
             contended: HashMap::default(),
             bindings: HashMap::default(),
         }
@@ -440,13 +435,21 @@ impl Actor {
                 let read = self.store(Place::LOCKS).list(after, limit);
                 self.answer(read, respond_to);
             }
-            Command::ForceRelease { key, respond_to } => self.on_force_release(key, respond_to),
+            Command::ForceRelease {
+                key,
+                end,
+                respond_to,
+            } => self.on_force_release(key, end, respond_to),
             Command::SetPermits {
                 key,
                 permits,
                 respond_to,
             } => self.on_set_permits(key, permits, respond_to),
-            Command::ReleaseOwner { owner, respond_to } => self.on_release_owner(owner, respond_to),
+            Command::ReleaseOwner {
+                owner,
+                end,
+                respond_to,
+            } => self.on_release_owner(owner, end, respond_to),
             Command::RequestRelease { key, respond_to } => {
                 let request = self.store(Place::LOCKS).request_release(key);
                 self.answer(request, respond_to);

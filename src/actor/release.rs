@@ -19,7 +19,7 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
-use crate::store::{DELETE_DELAY, LeaseRef};
+use crate::store::{DELETE_DELAY, LeaseRef, OverrideEnd};
 
 impl Actor {
     pub(super) fn on_release(
@@ -313,8 +313,15 @@ impl Actor {
 
     /// Releases every lease document of another owner id (an operator's
     /// override); answered by its task.
-    pub(super) fn on_release_owner(&mut self, owner: String, respond_to: Reply<u64>) {
-        let release = self.store(Place::LOCKS).release_by_owner(owner.clone());
+    pub(super) fn on_release_owner(
+        &mut self,
+        owner: String,
+        end: OverrideEnd,
+        respond_to: Reply<u64>,
+    ) {
+        let release = self
+            .store(Place::LOCKS)
+            .release_by_owner(owner.clone(), end);
         self.spawn_store(release, move |result| {
             match &result {
                 Ok(n) => tracing::warn!(
@@ -329,8 +336,13 @@ impl Actor {
         });
     }
 
-    pub(super) fn on_force_release(&mut self, key: LeaseKey, respond_to: Reply<Option<LeaseInfo>>) {
-        let release = self.store(Place::LOCKS).force_release(key.clone());
+    pub(super) fn on_force_release(
+        &mut self,
+        key: LeaseKey,
+        end: OverrideEnd,
+        respond_to: Reply<Option<LeaseInfo>>,
+    ) {
+        let release = self.store(Place::LOCKS).force_release(key.clone(), end);
         self.spawn_store(release, |result| Event::ForceReleased {
             result,
             key,

@@ -240,10 +240,10 @@ impl Actor {
     /// A renewal of `lease_id` of `key` to `ttl`, sent at `sent_at`, was
     /// answered: the lease is lost if `lost_now` (the renewal matched
     /// nothing), else its local deadline moves to the send + the validity
-    /// of the shorter of `ttl` and the lease's TTL if that is later: the
-    /// lease's TTL is never longer than a write of it that may land later
-    /// (a longer one waits in `Actor::longer_ttls` until none is in
-    /// flight, see `Actor::on_set_ttl`).
+    /// of `ttl` if that is later. Whatever other write of the lease lands
+    /// after it, sooner or later, with whatever TTL, leaves the server's
+    /// expiry at least there: under one lease id `exp` never moves back
+    /// ("Late writes" in `store`).
     pub(super) fn confirm_renewal(
         &mut self,
         key: Target,
@@ -257,20 +257,10 @@ impl Actor {
             .get_mut(&key)
             .and_then(|state| state.holder_mut(lease_id))
         else {
-            self.longer_ttls.remove(&lease_id);
             return;
         };
-        // Counted before a longer TTL becomes the lease's: a write of the
-        // old TTL answered earlier may have landed after this one.
-        let deadline = sent_at + self.timing.validity_for(ttl.min(held.ttl));
+        let deadline = sent_at + self.timing.validity_for(ttl);
         held.renewing = held.renewing.saturating_sub(1);
-        if held.renewing == 0
-            && let Some(longer) = self.longer_ttls.remove(&lease_id)
-        {
-            // Every write of the old TTL has landed: the next renewals
-            // (sent from now on) use the longer one.
-            held.ttl = longer;
-        }
         if lost_now {
             self.lose_found_gone(key, lease_id, "renewal");
         } else if deadline > held.deadline && held.deadline > now {

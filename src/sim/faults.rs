@@ -192,7 +192,8 @@ impl Plan {
             failovers.push((at, ahead));
             at += between(ms(200), ms(2_000));
         }
-        let gc_grace = between(ms(500), ms(3_000));
+        // As `connect` creates the index: at least `DELETE_MIN_TOKEN_AGE`.
+        let gc_grace = between(crate::config::DELETE_MIN_TOKEN_AGE, ms(3_000));
         let operation_timeout = match random_range(0..3) {
             0 => ms(1_000),
             _ => ms(10_000),

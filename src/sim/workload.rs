@@ -640,31 +640,32 @@ async fn force_release(recorder: &Recorder, process: &Process, key: &str, immedi
     forced.is_ok()
 }
 
-/// The operator's overrides, as this build of the manager offers them.
+/// The operator's overrides, by default or `immediately`.
 mod overrides {
     use crate::manager::LeaseManager;
 
-    /// `manager.force_release(key)`, by default or `immediately`. This
-    /// build has the one form, which frees the key after the lock-delay
-    /// only.
+    /// `manager.force_release(key)`, or `.immediately()`.
     pub(super) async fn force_release(
         manager: &LeaseManager,
         key: &str,
         immediately: bool,
     ) -> crate::Result<Option<crate::LeaseInfo>> {
-        let _ = immediately;
-        manager.force_release(key).await
+        match immediately {
+            true => manager.force_release(key).immediately().await,
+            false => manager.force_release(key).await,
+        }
     }
 
-    /// `manager.release_owner(owner)`, by default or `immediately` (the
-    /// one form here, as [`force_release`]).
+    /// `manager.release_owner(owner)`, or `.immediately()`.
     pub(super) async fn release_owner(
         manager: &LeaseManager,
         owner: &str,
         immediately: bool,
     ) -> crate::Result<u64> {
-        let _ = immediately;
-        manager.release_owner(owner).await
+        match immediately {
+            true => manager.release_owner(owner).immediately().await,
+            false => manager.release_owner(owner).await,
+        }
     }
 }
 

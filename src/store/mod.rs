@@ -176,6 +176,18 @@
 //! another application cannot be delayed: the document (or its lease) is
 //! gone, and the next acquisition takes the key at once.
 //!
+//! By default ([`OverrideEnd::AtExpiry`]) an override also waits for the
+//! lease it ends: `nb = max($$NOW + d, exp)`, `exp` being the lease's
+//! expiry (at least every live holder's and the minimum hold's), which
+//! comes after its holder's local deadline by at least the safety margin
+//! and the clock skew. Its holder, told at its next renewal at the
+//! latest, has stopped by then whether or not it was told, so no two
+//! holders overlap however late it hears. Only an override the operator
+//! marks [`OverrideEnd::Immediately`] (the holder is known to be gone)
+//! frees the key after the lock-delay alone; a force release marked so
+//! also shortens the wait an earlier override of the key left (`nb` in
+//! the future, no lease): `nb = $$NOW + d`.
+//!
 //! # Revocation
 //!
 //! A request that the holders of a key release it (`rv = {aid, at:
@@ -498,6 +510,43 @@
 //! would otherwise run ahead of the time part; it still only makes `tok >>
 //! 20` larger, which the rule reads as younger).
 //!
+//! # Late writes
+//!
+//! A write the manager sent may land at any time: after its reply was
+//! lost, after the manager gave up waiting for it (the operation timeout,
+//! a renewal bounded by the heartbeat interval), after later writes of the
+//! same lease were answered, after the manager crashed. MongoDB applies a
+//! write it received whether or not its client still waits, and no write
+//! of the crate carries a server-side bound (`maxTimeMS`). Every write is
+//! harmless whenever it lands:
+//!
+//! - every write of a lease is conditional on its lease id (and owner id),
+//!   which a release, a handoff and a takeover remove or replace, so a late
+//!   one after them matches nothing;
+//! - under one lease id `exp` never moves back: a renewal, a TTL change
+//!   and a retry of the acquisition write `exp = max(exp, $$NOW + ttl)`
+//!   (a holder's entry of `hs` likewise), so a write of a shorter TTL
+//!   landing after a longer one cuts nothing. The local deadline each
+//!   confirmed write gives (its send + its TTL − the safety margin − the
+//!   clock skew) therefore holds whatever the other writes of the lease
+//!   do, and how late they land;
+//! - a late acquisition of a key freed meanwhile (its waiter gone, or the
+//!   lease it retried released) takes the key for a lease id nobody holds:
+//!   it keeps the key from others until its TTL passes (or the manager's
+//!   release of that lease id lands), which costs time, never safety;
+//! - releases, handoffs and overrides decide from the document as it is
+//!   when they land, by the same rules as on time.
+//!
+//! # Garbage collection
+//!
+//! A TTL index on `exp` (`expireAfterSeconds` the GC grace, at least
+//! `DELETE_MIN_TOKEN_AGE`) deletes released and abandoned documents of
+//! ours. It is partial ([`gc_filter`]: documents without `value`), so it
+//! never deletes the lock of the `{_id, value, ttl, obtained_at}`
+//! pattern's client that took a document of ours over in place, which
+//! keeps our `exp` beside its `value` ("Read by other clients").
+//! `connect` replaces a TTL index on `exp` that covers every document.
+//!
 //! # Read by other clients
 //!
 //! Other applications' lock clients share lock collections
@@ -527,6 +576,16 @@
 //!   the lease it was (a renewal sent before the holder's local deadline
 //!   and applied after the takeover) matches nothing: that lease is lost,
 //!   never revived beside their lock.
+//!
+//! Our documents restated so are held to those clients at least until
+//! their token is `DELETE_MIN_TOKEN_AGE` old too (`ttl` restated from
+//! `max(exp, ms(tok >> 20) + D + 1 ms)`): they may take a document of ours
+//! over in place, and then delete it (`deleteOne({_id, value})`), only once
+//! the token's millisecond is `D` past, so the next acquisition's token,
+//! by the token rule's time part, is above every earlier one, as after a
+//! delete of ours ("Fencing tokens"). The young lease a release leaves (a
+//! token younger than `D`) stays held to them for that long, as in delete
+//! mode it stays in place for us.
 //!
 //! The `{_id, ts, aid}` pattern reads `ts` and `aid` (and a lock exists
 //! until its TTL index on `ts` deletes it); the `{_id, ExpireAt}` pattern
@@ -676,6 +735,27 @@ pub(crate) const RELEASE_EVENTS_AWAIT: Duration = Duration::from_secs(10);
 /// round trip of the release.
 pub(crate) const DELETE_DELAY: Duration =
     Duration::from_millis(crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as u64 + 100);
+
+/// The partial filter of the garbage-collection TTL index on `exp`:
+/// documents without `value` (`{value: null}` matches a missing field),
+/// so that another application's lock that took a lease document of ours
+/// over in place, keeping our `exp` beside its `value`, is never deleted
+/// by our index ("Garbage collection").
+pub(crate) fn gc_filter() -> mongodb::bson::Document {
+    mongodb::bson::doc! { field::OTHER_OWNER: mongodb::bson::Bson::Null }
+}
+
+/// When an operator's override (a force release, a release by owner id)
+/// lets the key of a live lease it ends be granted again ("Lock-delay").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum OverrideEnd {
+    /// Not before the lease's expiry (`exp`), nor before the lock-delay:
+    /// its holder has stopped by then, whether it was told or not.
+    #[default]
+    AtExpiry,
+    /// After the lock-delay alone: the operator knows the holder is gone.
+    Immediately,
+}
 
 /// The key and lease id that identify one acquisition, and its kind: the
 /// store picks the form of a renewal or a release by it (the plain

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use super::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
-    LockPlace, release_instead,
+    LockPlace, OverrideEnd, release_instead,
 };
 use crate::error::Result;
 use crate::info::LeaseInfo;
@@ -172,8 +172,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Releases every lease document of `owner` (any manager's) that is not
     /// released yet, of our shape only (an operator's override). Returns how
     /// many. In delete mode, documents it could only mark released are
-    /// deleted once their token is old enough, before it returns.
-    fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>>;
+    /// deleted once their token is old enough, before it returns. A live
+    /// lease it ends keeps its key until `end` says ("Lock-delay").
+    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>>;
 
     /// Delete mode's follow-up to a release of young leases: deletes the
     /// released documents of `keys` (no lease id, not yielded) whose token is
@@ -203,7 +204,14 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// waiter's mark go too. A foreign holder's
     /// lock is deleted instead, only if it is still the document read
     /// (same `aid` and `ts`). Returns the lease as it was, if it was held.
-    fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
+    /// The key stays unavailable until `end` says ("Lock-delay"); with
+    /// [`OverrideEnd::Immediately`] a key that an earlier override left
+    /// waiting (`nb` ahead, no lease) is freed after the lock-delay too.
+    fn force_release(
+        &self,
+        key: LeaseKey,
+        end: OverrideEnd,
+    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
 
     /// Changes the number of permits (`pm`) of the semaphore key `key` to
     /// `permits`, only if its live holders take no more than that, in one

@@ -163,7 +163,8 @@ impl Fixture {
         panic!("{key}: the holder renewed before every takeover attempt");
     }
 
-    /// Options for a manager with its own `Client` (as if in another process).
+    /// Options for a manager with its own `Client` (as if in another process),
+    /// with the [`clock_skew`] of a TTL this short.
     pub async fn options(&self, ttl: Duration) -> LeaseManagerOptions {
         let client = Client::with_uri_str(uri()).await.expect("client");
         self.clients.lock().unwrap().push(client.clone());
@@ -171,6 +172,7 @@ impl Fixture {
             .database(client.database(self.db.name()))
             .collection(self.collection.clone())
             .ttl(ttl)
+            .clock_skew(clock_skew(ttl))
             .build()
     }
 
@@ -217,6 +219,7 @@ impl Fixture {
                         .database(client.database(&db))
                         .collection(collection)
                         .ttl(ttl)
+                        .clock_skew(clock_skew(ttl))
                         .build(),
                 )
                 .await
@@ -289,19 +292,29 @@ impl Fixture {
             .database(client.database(self.db.name()))
             .collection(self.collection.clone())
             .ttl(ttl)
+            .clock_skew(clock_skew(ttl))
             .build();
         (options, log)
     }
 }
 
+/// The clock skew of the fixture's managers: a tenth of their TTL, at most
+/// the library's default (1 s). Their deployment is one member, whose clock
+/// steps only when set; the tests of leases of a few seconds keep the
+/// skew's place in every deadline without its full default size.
+pub fn clock_skew(ttl: Duration) -> Duration {
+    (ttl / 10).min(mongo_lease::DEFAULT_CLOCK_SKEW)
+}
+
 /// A manager on `db`, lock collection `collection`, with the defaults but
-/// its TTL.
+/// its TTL and the fixture's [`clock_skew`].
 pub async fn manager_on(db: Database, collection: &str, ttl: Duration) -> LeaseManager {
     LeaseManager::connect(
         LeaseManagerOptions::builder()
             .database(db)
             .collection(collection)
             .ttl(ttl)
+            .clock_skew(clock_skew(ttl))
             .build(),
     )
     .await

@@ -19,13 +19,17 @@ pub fn renewed_keys(command: &Document) -> Option<&Array> {
         .ok()
 }
 
-/// The TTL a renewal command sets (milliseconds added to `$$NOW` for `exp`),
-/// or `None` for any other command.
+/// The TTL a renewal command sets (milliseconds added to `$$NOW` for `exp`,
+/// in `exp = max(exp, $$NOW + ttl)`), or `None` for any other command.
 pub fn renewal_ttl_ms(command: &Document) -> Option<i64> {
     let (_, set) = renewal_update(command)?;
     match set
         .get_document("exp")
         .ok()?
+        .get_array("$max")
+        .ok()?
+        .get(1)?
+        .as_document()?
         .get_array("$add")
         .ok()?
         .get(1)?

@@ -146,6 +146,7 @@ async fn a_holder_frozen_past_its_ttl_has_its_commit_refused_and_its_state_not_w
                     .collection(lock_collection)
                     .owner_id("frozen")
                     .ttl(TTL)
+                    .clock_skew(crate::common::clock_skew(TTL))
                     .build(),
             )
             .await
@@ -295,6 +296,7 @@ async fn a_commit_after_a_takeover_its_holder_has_not_noticed_is_refused_by_the_
                 .collection("workitem.lock")
                 .owner_id(name)
                 .ttl(TTL)
+                .clock_skew(crate::common::clock_skew(TTL))
                 .build(),
         )
     };

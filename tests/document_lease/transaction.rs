@@ -235,6 +235,7 @@ async fn standalone_server_gives_unsupported() {
             .database(client.database("app"))
             .collection("workitem.lock")
             .ttl(TTL)
+            .clock_skew(crate::common::clock_skew(TTL))
             .build(),
     )
     .await

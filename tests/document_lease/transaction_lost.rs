@@ -27,6 +27,7 @@ async fn manager(client: mongodb::Client) -> LeaseManager {
             .database(client.database("txn_lost"))
             .collection("job.lock")
             .ttl(TTL)
+            .clock_skew(crate::common::clock_skew(TTL))
             .heartbeat_interval(HEARTBEAT)
             .safety_margin(MARGIN)
             .build(),

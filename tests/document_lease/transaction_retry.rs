@@ -179,6 +179,7 @@ async fn commit_errors_are_retried_as_the_driver_documents() {
             .database(manager_client.database("app"))
             .collection("workitem.lock")
             .ttl(TTL)
+            .clock_skew(crate::common::clock_skew(TTL))
             .build(),
     )
     .await

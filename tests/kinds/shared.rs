@@ -287,6 +287,7 @@ async fn a_force_released_shared_lease_is_lost_and_its_token_fires() {
     let reader_b = b.acquire_shared("catalogue").await.unwrap();
     let was = operator
         .force_release("catalogue")
+        .immediately()
         .await
         .unwrap()
         .expect("the key was held");

@@ -33,6 +33,7 @@ pub async fn options_for(
         .database(client.database(db))
         .collection("job.lock")
         .ttl(Duration::from_secs(2))
+        .clock_skew(crate::common::clock_skew(Duration::from_secs(2)))
         .operation_timeout(op_timeout)
         .build()
 }

@@ -98,7 +98,7 @@ async fn an_accepted_ts_ttl_index_shortens_the_local_deadline() {
     let manager = LeaseManager::connect(options(&fx, Duration::from_secs(3)).await)
         .await
         .expect("accepted");
-    let capped = Duration::from_secs(30) - TTL / 10;
+    let capped = Duration::from_secs(30) - TTL / 10 - crate::common::clock_skew(TTL);
     let before = tokio::time::Instant::now();
     let lease = manager.acquire("k").await.expect("acquire");
     let deadline = lease.deadline().expect("held");

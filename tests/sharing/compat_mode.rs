@@ -243,7 +243,14 @@ async fn release_owner_from_another_manager_releases_every_lease_of_that_owner_o
         ));
     }
 
-    assert_eq!(operator.release_owner("dead-worker").await.unwrap(), 2);
+    assert_eq!(
+        operator
+            .release_owner("dead-worker")
+            .immediately()
+            .await
+            .unwrap(),
+        2
+    );
     // The holder learns it at its next renewal.
     for lease in [&d1, &d2] {
         tokio::time::timeout(BOUND, lease.lost())
@@ -280,7 +287,14 @@ async fn release_owner_from_another_manager_releases_every_lease_of_that_owner_o
     age_tokens().await;
     let d4 = dead.acquire("d4").await.unwrap();
     let deleter = without_lock_delay(&f, "operator-2", ReleaseMode::Delete).await;
-    assert_eq!(deleter.release_owner("dead-worker").await.unwrap(), 2);
+    assert_eq!(
+        deleter
+            .release_owner("dead-worker")
+            .immediately()
+            .await
+            .unwrap(),
+        2
+    );
     for key in ["d3", "d4"] {
         assert!(foreign_insert(&f, key).await, "{key} deleted");
     }

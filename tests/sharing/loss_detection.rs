@@ -344,6 +344,7 @@ async fn without_a_change_stream_a_rewritten_owner_id_is_lost_at_the_next_renewa
         .database(client.database("poll"))
         .collection("leases")
         .ttl(Duration::from_secs(3))
+        .clock_skew(crate::common::clock_skew(Duration::from_secs(3)))
         .build();
     options.heartbeat_interval = Some(heartbeat);
     let manager = LeaseManager::connect(options).await.unwrap();

@@ -121,7 +121,8 @@ fn watch_prints_a_force_release_and_a_handoff_as_released_then_acquired() {
     watch.expect_line(" acquired \"job\" by first ");
     let second = hold("second");
     env.wait_for_waiting_mark_blocking("job");
-    let forced = env.run(&["release", "--force", "job"]);
+    // Free at once: the next holder starts while this one is told.
+    let forced = env.run(&["release", "--force", "--immediately", "job"]);
     assert!(forced.status.success(), "{forced:?}");
     let second_token = token_of(&second.expect_line("holding"));
     assert_eq!(first.wait_within(Duration::from_secs(60)), LEASE_LOST);

@@ -32,6 +32,11 @@ impl Drop for Env {
     }
 }
 
+/// The `--clock-skew` of the commands the tests run: their deployment is one
+/// member, whose clock steps only when set, and their leases last a second
+/// or two.
+pub const CLOCK_SKEW: &str = "100ms";
+
 impl Env {
     pub fn new(prefix: &str) -> Env {
         Env {
@@ -41,11 +46,13 @@ impl Env {
         }
     }
 
-    /// `mongo-lease ARGS` with this database (collection `leases`).
+    /// `mongo-lease ARGS` with this database (collection `leases`), and a
+    /// clock skew of [`CLOCK_SKEW`] (one member: leases of a second or two).
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.env("MONGODB_URI", &self.uri)
             .env("MONGO_LEASE_DB", &self.db)
+            .env("MONGO_LEASE_CLOCK_SKEW", CLOCK_SKEW)
             .env_remove("MONGO_LEASE_COLLECTION")
             .env_remove("MONGO_LEASE_OWNER_ID")
             .args(args);

@@ -30,6 +30,7 @@ fn cli(f: &Fixture, args: &[&str]) -> std::process::Output {
         .env("MONGODB_URI", crate::common::uri())
         .env("MONGO_LEASE_DB", f.db.name())
         .env("MONGO_LEASE_COLLECTION", &f.collection)
+        .env("MONGO_LEASE_CLOCK_SKEW", "100ms") // one member; short leases
         .env_remove("MONGO_LEASE_OWNER_ID")
         .env_remove("MONGO_LEASE_RELEASE_MODE")
         .args(args)
@@ -97,7 +98,9 @@ async fn cli_release_owner_force_releases_every_lease_of_that_owner_and_prints_t
                 "--owner",
                 "dead-worker",
                 "--force",
-                // Deleted at once only without a lock-delay (docs/lock-delay.md).
+                // Deleted at once only when freed at once: the holder is
+                // known to be gone, and no lock-delay (docs/lock-delay.md).
+                "--immediately",
                 "--lock-delay",
                 "0s",
             ],

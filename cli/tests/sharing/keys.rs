@@ -30,6 +30,7 @@ async fn cli(db: &str, args: &[&str]) -> Output {
     cmd.env("MONGODB_URI", common::uri())
         .env("MONGO_LEASE_DB", db)
         .env_remove("MONGO_LEASE_COLLECTION")
+        .env("MONGO_LEASE_CLOCK_SKEW", "100ms") // one member; short leases
         .env_remove("MONGO_LEASE_OWNER_ID")
         .args(args);
     tokio::task::spawn_blocking(move || cmd.output().expect("run mongo-lease"))

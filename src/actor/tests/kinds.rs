@@ -374,7 +374,12 @@ async fn force_release_of_a_shared_key_cancels_every_local_holder_and_serves_the
     let s1 = a.acquire_with("rw", &shared()).await.unwrap();
     let s2 = a.acquire_with("rw", &shared()).await.unwrap();
     let exclusive = waiter(&a, "rw").await;
-    let before = a.force_release("rw").await.unwrap().expect("held");
+    let before = a
+        .force_release("rw")
+        .immediately()
+        .await
+        .unwrap()
+        .expect("held");
     assert_eq!((before.kind, before.holders.len()), (LeaseKind::Shared, 2));
     assert!(s1.is_lost() && s2.is_lost());
     let (_, x) = soon(exclusive).await.unwrap().unwrap();

@@ -295,7 +295,12 @@ async fn force_release_of_a_local_lease_cancels_it_and_serves_the_next_waiter() 
     let (a, _store, _) = start(&db, "a");
     let lease = a.acquire("k").await.unwrap();
     let next = waiter(&a, "k").await;
-    let released = a.force_release("k").await.unwrap().expect("held");
+    let released = a
+        .force_release("k")
+        .immediately()
+        .await
+        .unwrap()
+        .expect("held");
     assert_eq!(released.fencing_token, lease.fencing_token());
     assert!(lease.is_lost());
     let (_, second) = soon(next).await.unwrap().unwrap();

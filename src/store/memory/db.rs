@@ -854,11 +854,17 @@ impl MemoryDb {
     }
 
     fn pattern2_of_ours(&self, doc: &Doc, now: Instant) -> Pattern2Seen {
+        // `obtained_at + ttl` is `exp`, or for a young token its
+        // millisecond + `DELETE_MIN_TOKEN_AGE` + 1 ms (`restated_seconds`);
+        // expired once `$$NOW` is past it.
+        let young_until = (doc.token >> crate::token::TOKEN_TIME_SHIFT) as i64
+            + crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as i64
+            + 1;
+        let until = self.date(doc.exp).timestamp_millis().max(young_until);
         Pattern2Seen {
             value: None,
             obtained_at: Some(self.date(doc.renewed)),
-            // `obtained_at + ttl` is `exp`; expired once `$$NOW > exp`.
-            expired: now > doc.exp,
+            expired: self.date(now).timestamp_millis() > until,
         }
     }
 

@@ -66,7 +66,7 @@ pub(super) fn acquire_holder(
         // Renewed and moved last, the expired entries dropped, as the
         // pipeline's `live ++ [entry]`.
         let mut holder = doc.holders.remove(at);
-        holder.exp = now + ttl;
+        holder.exp = holder.exp.max(now + ttl);
         holder.renewed = now;
         let token = holder.token;
         doc.holders.retain(|h| h.exp > now);
@@ -208,8 +208,8 @@ fn latest(doc: &Doc) -> Option<Instant> {
 }
 
 /// Renews the entries of `hs` of `owner` whose lease id is in `ids` (expiry
-/// not checked, as on the server): `exp = now + ttl`, and the top `ts`, and
-/// `exp = max(exp, ...)`. Returns their lease ids.
+/// not checked, as on the server): `exp = max(exp, now + ttl)`, and the top
+/// `ts`, and `exp = max(exp, ...)`. Returns their lease ids.
 pub(super) fn renew_holders(
     doc: &mut Doc,
     owner: &str,
@@ -220,7 +220,7 @@ pub(super) fn renew_holders(
     let mut renewed = Vec::new();
     for holder in &mut doc.holders {
         if holder.owner == owner && ids.contains(&holder.lease_id) {
-            holder.exp = now + ttl;
+            holder.exp = holder.exp.max(now + ttl);
             holder.renewed = now;
             renewed.push(holder.lease_id);
         }

@@ -8,14 +8,20 @@ use tokio::time::Instant;
 
 use super::doc::Doc;
 use super::rules::Collection;
+use crate::store::OverrideEnd;
 
-/// `nb = now + delay` (or later, if already) on `doc`, whose live lease an
-/// involuntary end is about to release; nothing for a zero `delay`.
-pub(super) fn delay(doc: &mut Doc, delay: Duration, now: Instant) {
-    if !delay.is_zero() {
-        let end = now + delay;
-        doc.not_before = Some(doc.not_before.map_or(end, |nb| nb.max(end)));
-    }
+/// `nb` on `doc`, whose live lease an involuntary end is about to
+/// release: `now + delay` (or later, if already), and with
+/// [`OverrideEnd::AtExpiry`] at least its `exp` (`exp` is at least every
+/// live holder's and the minimum hold's); nothing for a zero `delay` with
+/// [`OverrideEnd::Immediately`].
+pub(super) fn delay(doc: &mut Doc, delay: Duration, end: OverrideEnd, now: Instant) {
+    let until = match end {
+        OverrideEnd::AtExpiry => doc.exp.max(now + delay),
+        OverrideEnd::Immediately if delay.is_zero() => return,
+        OverrideEnd::Immediately => now + delay,
+    };
+    doc.not_before = Some(doc.not_before.map_or(until, |nb| nb.max(until)));
 }
 
 impl Collection {
@@ -23,7 +29,13 @@ impl Collection {
     /// (`MongoStore`'s `delay_stage`): on each document whose live
     /// exclusive lease is `owner`'s, or all of whose live holders (at least
     /// one) are `owner`'s.
-    pub(super) fn delay_owner_ends(&mut self, owner: &str, delay: Duration, now: Instant) {
+    pub(super) fn delay_owner_ends(
+        &mut self,
+        owner: &str,
+        delay: Duration,
+        end: OverrideEnd,
+        now: Instant,
+    ) {
         for doc in self.docs.values_mut() {
             let ends = if doc.holders.is_empty() {
                 doc.owner == owner && doc.lease_id.is_some() && doc.exp > now
@@ -32,7 +44,7 @@ impl Collection {
                 live.peek().is_some() && live.all(|h| h.owner == owner)
             };
             if ends {
-                self::delay(doc, delay, now);
+                self::delay(doc, delay, end, now);
             }
         }
     }

@@ -11,7 +11,7 @@
 //! The rules are those of [`MongoStore`](crate::store::MongoStore):
 //!
 //! - **acquire** wins if there is no document, or the document carries this
-//!   lease id (a retry: token unchanged, expiry refreshed), or `exp <= now`
+//!   lease id (a retry: token unchanged, `exp = max(exp, now + ttl)`), or `exp <= now`
 //!   and the key is not yielded by this owner (`yu > now`); the winner gets
 //!   the token of MongoDB's rule, `max(previous + 1, ms($$NOW) * 2^20)` at
 //!   server time (see "Fencing tokens" in `store`), and `exp = now + ttl`,
@@ -21,7 +21,7 @@
 //!   Otherwise the outcome is `Held { holder, remaining: exp - now, token:
 //!   Some(tok) }` (`yu - now` if yielded by this owner), and a `waiting`
 //!   attempt on a lease held by another owner sets `wt` if unset.
-//! - **renew** sets `exp = now + ttl` on documents whose key is among the
+//! - **renew** sets `exp = max(exp, now + ttl)` on documents whose key is among the
 //!   leases' keys and whose lease id is among their lease ids (the same `$in`
 //!   / `$in` filter as `MongoStore`; expiry is not checked, as on the server),
 //!   and returns the keys that did not match.

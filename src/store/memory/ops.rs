@@ -25,7 +25,7 @@ use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
-    LockPlace, Store, release_instead,
+    LockPlace, OverrideEnd, Store, release_instead,
 };
 
 impl Store for MemoryStore {
@@ -243,7 +243,8 @@ impl Store for MemoryStore {
             let mut kept = HashSet::default();
             for (key, doc) in coll.docs.iter_mut() {
                 if lease_matches(key, doc, &owner, &keys, &ids) {
-                    doc.exp = doc.floor(now + ttl);
+                    // Never back under one lease id (`renewed_expiry`).
+                    doc.exp = doc.floor(doc.exp.max(now + ttl));
                     doc.renewed = now;
                     kept.extend(doc.lease_id.map(|id| (key.clone(), id)));
                 } else if keys.contains(key) {
@@ -351,7 +352,7 @@ impl Store for MemoryStore {
         })
     }
 
-    fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
+    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {
         let db = self.db.clone();
         let yield_window = self.yield_window;
         let mode = self.release_mode;
@@ -360,7 +361,7 @@ impl Store for MemoryStore {
             let owner = owner.clone();
             let db = db.clone();
             self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
-                coll.delay_owner_ends(&owner, lock_delay, now);
+                coll.delay_owner_ends(&owner, lock_delay, end, now);
                 let matches =
                     |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
                 let released = coll.release_where(&db, matches, now, yield_window, mode);
@@ -458,7 +459,11 @@ impl Store for MemoryStore {
         })
     }
 
-    fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+    fn force_release(
+        &self,
+        key: LeaseKey,
+        end: OverrideEnd,
+    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let db = self.db.clone();
         let yield_window = self.yield_window;
         let lock_delay = self.lock_delay;
@@ -472,20 +477,29 @@ impl Store for MemoryStore {
                 return Ok(None);
             };
             // Held by a lease, by holders, or by a minimum hold: freed
-            // whole, `hl` included (only a force release frees it earlier).
+            // whole, `hl` included (only a force release frees it earlier);
+            // marked immediate, also a key an earlier override left
+            // waiting (`nb`).
             let held = doc.live_kind(now).is_some()
                 || doc
                     .hold_until
                     .is_some_and(|until| until > now && doc.exp > now);
-            if !held {
+            let waiting =
+                end == OverrideEnd::Immediately && doc.not_before.is_some() && doc.exp > now;
+            if !held && !waiting {
                 return Ok(None);
             }
             let before = db.info(&key, doc, now);
+            if end == OverrideEnd::Immediately {
+                doc.not_before = None;
+                doc.exp = doc.exp.min(now);
+            }
+            super::lock_delay::delay(doc, lock_delay, end, now);
             kinds::drop_holders(doc, now);
-            super::lock_delay::delay(doc, lock_delay, now);
             release_doc(doc, now, yield_window);
             db.announce_release(&key);
-            Ok(Some(before))
+            // A key an earlier override left waiting held nothing.
+            Ok(Some(before).filter(|before| before.held))
         })
     }
 

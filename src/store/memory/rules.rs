@@ -153,13 +153,14 @@ pub(super) fn apply_acquire(
             (now, floor),
         )),
         Some(doc) if doc.lease_id == Some(lease_id) && doc.owner == owner => {
-            // A retry of an acquisition that landed: same token, fresh expiry.
-            // (A document rewritten to another owner is not ours any more.)
-            // Its minimum hold: the one it has, or from now if a handoff left none.
+            // A retry of an acquisition that landed: same token, an expiry
+            // never back (`expiry_after`). (A document rewritten to another
+            // owner is not ours any more.) Its minimum hold: the one it
+            // has, or from now if a handoff left none.
             if let Some(hold) = hold {
                 doc.hold_until.get_or_insert(now + hold);
             }
-            doc.exp = doc.floor(now + ttl);
+            doc.exp = doc.floor(doc.exp.max(now + ttl));
             doc.renewed = now;
             doc.revocation = None;
             doc.leave_queue(owner, now);

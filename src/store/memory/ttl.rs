@@ -76,10 +76,15 @@ impl TtlIndex {
 }
 
 /// Whether the managers' garbage-collecting index on `exp` covers `doc`
-/// (as MongoDB stores it): every document with a date `exp`, whoever wrote
-/// it (the index has no partial filter).
+/// (as MongoDB stores it): a document with a date `exp` that its partial
+/// filter (`store::gc_filter`, `{value: null}`) matches, i.e. without
+/// `value` (or with a null one). Another application's lock that took a
+/// document of ours over in place keeps our `exp` beside its `value`: not
+/// covered.
 pub(crate) fn gc_index_covers(doc: &Document) -> bool {
+    let value = doc.get(field::OTHER_OWNER);
     matches!(doc.get(field::EXPIRES_AT), Some(Bson::DateTime(_)))
+        && value.is_none_or(|value| *value == Bson::Null)
 }
 
 impl Doc {

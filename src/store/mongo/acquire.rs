@@ -23,8 +23,8 @@ use super::raw::{
 };
 use super::rules::{
     LID, LockPath, acquired_token, bson_lease_id, entries, entry_is, entry_live, f, has_holders,
-    inserted, key_filter, missing, next_token, our_shape, read_lease_id, restated_after, this,
-    transitions_after, yielded_by,
+    inserted, key_filter, missing, next_token, our_shape, read_lease_id, restated_after,
+    restated_seconds, this, transitions_after, yielded_by,
 };
 use crate::LeaseKind;
 use crate::error::{Error, Result};
@@ -185,12 +185,13 @@ pub(super) fn multi_acquire_pipeline(
     // A retry keeps the top `aid`, `acq` and `tr`: those of the key's
     // latest acquisition, which may be another holder's since.
     let latest = |field: &str, new: Bson| doc! { "$cond": [mine.clone(), f(field), new] };
+    // A retry's entry never expires sooner than it did (`renewed_expiry`).
     let entry = doc! { "$cond": [
         mine.clone(),
-        { "$mergeObjects": [
-            { "$first": "$$mine" },
-            { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: expires },
-        ]},
+        { "$let": { "vars": { "it": { "$first": "$$mine" } }, "in": { "$mergeObjects": [
+            "$$it",
+            { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: { "$max": ["$$it.exp", expires] } },
+        ]}}},
         new_entry,
     ]};
     let mut acquired = doc! {
@@ -293,10 +294,14 @@ pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
         field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
         field::TRANSITIONS: transitions_after(doc! { "$literal": owner }),
         // Restated in the acquisition itself ("Read by other clients" in
-        // `store`): `ts = $$NOW`, `exp − ts = ttl_ms`; a document this
-        // write leaves alone keeps its own.
+        // `store`), from `ts = $$NOW`, `exp = $$NOW + ttl_ms` and the new
+        // token; a document this write leaves alone keeps its own.
         field::OBTAINED_AT: "$$NOW",
-        field::TTL_SECONDS: ttl_ms as f64 / 1000.0,
+        field::TTL_SECONDS: restated_seconds(
+            doc! { "$add": ["$$NOW", ttl_ms] },
+            "$$NOW",
+            next_token(),
+        ),
     };
     vec![doc! { "$replaceWith": { "$cond": [
         { "$or": [inserted(), free] },
@@ -393,7 +398,7 @@ pub(super) fn acquire_pipeline(
         ]};
         acquired.insert(
             field::EXPIRES_AT,
-            doc! { "$max": [{ "$add": ["$$NOW", ttl_ms] }, hold_until.clone()] },
+            doc! { "$max": [at.expiry_after(owner, &lid, ttl_ms), hold_until.clone()] },
         );
         acquired.insert(field::HOLD_UNTIL, hold_until);
     }

@@ -66,8 +66,8 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, Announced, Announcement, HandOver, LeaseRef, Store,
-    release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, HandOver, LeaseRef, OverrideEnd,
+    Store, release_instead,
 };
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -206,9 +206,9 @@ impl Store for MongoStore {
         Duration::from_millis(self.lock_delay_ms() as u64)
     }
 
-    fn release_by_owner(&self, owner: String) -> BoxFuture<'static, Result<u64>> {
+    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
-        async move { store.release_leases_of(owner).await }.boxed()
+        async move { store.release_leases_of(owner, end).await }.boxed()
     }
 
     fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
@@ -236,9 +236,13 @@ impl Store for MongoStore {
         async move { store.list_page(after, limit).await }.boxed()
     }
 
-    fn force_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+    fn force_release(
+        &self,
+        key: LeaseKey,
+        end: OverrideEnd,
+    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let store = self.clone();
-        async move { store.force_release_key(key).await }.boxed()
+        async move { store.force_release_key(key, end).await }.boxed()
     }
 
     fn set_permits(

@@ -30,7 +30,9 @@
 //!   often it is renewed. Always refused.
 //! - on `exp` (the crate's own garbage-collection index): `exp` is the expiry,
 //!   which each renewal moves ahead; deletion at *exp + E* with E >= 0 is
-//!   never before the lease ended. Always accepted.
+//!   never before the lease ended. Accepted; one that covers every document
+//!   is replaced by one that spares other applications' locks
+//!   ("Garbage collection" in `store`).
 //!
 //! A TTL index on any other field never deletes a lock document of this crate
 //! (its documents have no other fields), and is accepted.
@@ -59,7 +61,7 @@ use mongodb::options::IndexOptions;
 
 use super::handle::{MongoStore, command_code};
 use super::rules::our_shape;
-use crate::config::Timing;
+use crate::config::{DELETE_MIN_TOKEN_AGE, Timing};
 use crate::error::{Error, Result, is_transient_db_error, unreachable_from};
 use crate::foreign::ForeignRules;
 use crate::store::field;
@@ -171,40 +173,52 @@ impl MongoStore {
                 facts.ttl_cap = Some(facts.ttl_cap.map_or(cap, |c| c.min(cap)));
             }
         }
-        let gc_index = existing
+        let on_exp: Vec<&IndexModel> = existing
             .iter()
-            .find(|index| index.keys == doc! { field::EXPIRES_AT: 1 });
-        match gc_index {
-            Some(index) => {
-                let ttl = expire_after(index);
-                if ttl.is_none() {
-                    return Err(Error::UnusableCollection {
-                        reason: format!(
-                            "{db}.{name} has an index on `exp` that is not a TTL index \
-                             (expireAfterSeconds); drop it or use another collection"
-                        ),
-                    });
-                }
-                if ttl != Some(gc_grace) {
-                    tracing::debug!(existing = ?ttl, wanted = ?gc_grace, "keeping the existing TTL index on `exp`");
-                }
+            .filter(|index| index.keys == doc! { field::EXPIRES_AT: 1 })
+            .collect();
+        if on_exp.iter().any(|index| expire_after(index).is_none()) {
+            return Err(Error::UnusableCollection {
+                reason: format!(
+                    "{db}.{name} has an index on `exp` that is not a TTL index \
+                     (expireAfterSeconds); drop it or use another collection"
+                ),
+            });
+        }
+        let (spares, deletes_all): (Vec<&IndexModel>, Vec<&IndexModel>) =
+            on_exp.into_iter().partition(|index| is_gc_index(index));
+        if let Some(index) = spares.first() {
+            let ttl = expire_after(index);
+            if ttl != Some(gc_grace) {
+                tracing::debug!(existing = ?ttl, wanted = ?gc_grace, "keeping the existing TTL index on `exp`");
             }
-            None => {
-                if !collections.is_empty() {
-                    self.refuse_other_documents().await.map_err(unreachable)?;
-                }
-                let model = IndexModel::builder()
-                    .keys(doc! { field::EXPIRES_AT: 1 })
-                    .options(
-                        IndexOptions::builder()
-                            .name(GC_INDEX_NAME.to_string())
-                            .expire_after(gc_grace)
-                            .build(),
-                    )
-                    .build();
-                if !self.create_index(model).await.map_err(unreachable)? {
-                    self.require_gc_index().await.map_err(unreachable)?;
-                }
+        } else {
+            if deletes_all.is_empty() && !collections.is_empty() {
+                self.refuse_other_documents().await.map_err(unreachable)?;
+            }
+            // A TTL index on `exp` for every document (an earlier release's,
+            // or the user's) would delete another application's lock that
+            // took a lease document of ours over in place: replaced by one
+            // that spares them, keeping its grace ("Garbage collection").
+            let grace = deletes_all
+                .iter()
+                .find_map(|index| expire_after(index))
+                .unwrap_or(gc_grace);
+            for index in &deletes_all {
+                self.replace_gc_index(index).await.map_err(unreachable)?;
+            }
+            let model = IndexModel::builder()
+                .keys(doc! { field::EXPIRES_AT: 1 })
+                .options(
+                    IndexOptions::builder()
+                        .name(GC_INDEX_NAME.to_string())
+                        .expire_after(grace.max(DELETE_MIN_TOKEN_AGE))
+                        .partial_filter_expression(crate::store::gc_filter())
+                        .build(),
+                )
+                .build();
+            if !self.create_index(model).await.map_err(unreachable)? {
+                self.require_gc_index().await.map_err(unreachable)?;
             }
         }
         facts.shared = facts.ttl_cap.is_some()
@@ -286,25 +300,57 @@ impl MongoStore {
         }
     }
 
-    /// After a conflict creating the TTL index: there must now be a TTL index
-    /// on `exp` (another manager's), not just an index that took its name.
+    /// After a conflict creating the TTL index: there must now be the TTL
+    /// index on `exp` that spares other applications' locks (another
+    /// manager's), not just an index that took its name.
     async fn require_gc_index(&self) -> Result<()> {
         let indexes: Vec<IndexModel> = self
             .bounded(async { self.coll().list_indexes().await?.try_collect().await })
             .await?;
-        let ttl_on_exp = indexes.iter().any(|index| {
-            index.keys == doc! { field::EXPIRES_AT: 1 } && expire_after(index).is_some()
-        });
-        if ttl_on_exp {
+        if indexes.iter().any(is_gc_index) {
             return Ok(());
         }
         let ns = self.coll().namespace();
         Err(Error::UnusableCollection {
             reason: format!(
-                "{ns} has an index named {GC_INDEX_NAME:?} that is not a TTL index on `exp`; \
-                 lock documents would never be deleted. Drop it or use another collection"
+                "{ns} has an index named {GC_INDEX_NAME:?} that is not the TTL index on `exp` \
+                 sparing other applications' locks (partialFilterExpression {}); lock \
+                 documents would never be deleted, or another application's would. Drop it \
+                 or use another collection",
+                crate::store::gc_filter()
             ),
         })
+    }
+
+    /// Drops `index`, a TTL index on `exp` that covers every document, before
+    /// the one that spares other applications' locks replaces it. Logged at
+    /// `info`; refused by the server (a user without `dropIndex`), it is
+    /// reported as an unusable collection, nothing else changed.
+    async fn replace_gc_index(&self, index: &IndexModel) -> Result<()> {
+        let Some(name) = index.options.as_ref().and_then(|o| o.name.clone()) else {
+            return Ok(());
+        };
+        tracing::info!(
+            index = name,
+            "replacing the TTL index on `exp` by one that spares other applications' locks"
+        );
+        match self.bounded(self.coll().drop_index(name.as_str())).await {
+            Ok(()) => Ok(()),
+            // Dropped meanwhile by another manager doing the same.
+            Err(Error::Database(e)) if command_code(&e) == Some(27) => Ok(()),
+            Err(Error::Database(e)) if !is_transient_db_error(&e) => {
+                Err(Error::UnusableCollection {
+                    reason: format!(
+                        "{} has a TTL index on `exp` ({name:?}) that would delete another \
+                         application's lock taken over from a lease of ours, and dropping it \
+                         to put one that spares them in its place was refused: {e}. Drop it \
+                         (the next connect creates the right one) or use another collection",
+                        self.coll().namespace()
+                    ),
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -350,6 +396,18 @@ fn check_server_version(build: &Document) -> Result<()> {
 /// An index's `expireAfterSeconds`: `Some` for a TTL index.
 fn expire_after(index: &IndexModel) -> Option<Duration> {
     index.options.as_ref().and_then(|o| o.expire_after)
+}
+
+/// Whether `index` is the garbage-collection index: a TTL index on `exp`
+/// that spares other applications' locks (`store::gc_filter`).
+fn is_gc_index(index: &IndexModel) -> bool {
+    let partial = index
+        .options
+        .as_ref()
+        .and_then(|o| o.partial_filter_expression.as_ref());
+    index.keys == doc! { field::EXPIRES_AT: 1 }
+        && expire_after(index).is_some()
+        && partial == Some(&crate::store::gc_filter())
 }
 
 /// Checks one index of the collection against the lock documents (see "TTL

@@ -28,14 +28,14 @@ use super::read::projected_info;
 use super::renew::holder_filter;
 use super::rules::{
     LID, LockPath, bson_lease_id, entries, entry_among, entry_live, entry_of_owner, f, has_holders,
-    lease_ids, ours_and_nobody_else_waits, restated_after, root_with,
+    lease_ids, ours_and_nobody_else_waits, restated_after, restated_seconds, root_with,
 };
 use crate::config::ReleaseMode;
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::light_release::{LightRelease, Read, release_outcomes};
-use crate::store::{DELETE_DELAY, FIELD_COUNT, LeaseRef, field};
+use crate::store::{DELETE_DELAY, FIELD_COUNT, LeaseRef, OverrideEnd, field};
 use mongodb::bson::{Bson, Document, RawArrayBuf, doc, rawdoc};
 use mongodb::options::ReturnDocument;
 use uuid::Uuid;
@@ -47,17 +47,23 @@ pub(super) enum Released<'a> {
     /// Every lease of `owner`, except the lease ids `except`.
     Owner { owner: &'a str, except: Vec<Uuid> },
     /// Every lease of `owner`, ended by an operator (release by owner id):
-    /// with a lock-delay of `delay_ms` if positive ([`delay_stage`]).
-    ByOperator { owner: &'a str, delay_ms: i64 },
+    /// its key unavailable until `end` says, with a lock-delay of
+    /// `delay_ms` ([`delay_stage`]).
+    ByOperator {
+        owner: &'a str,
+        delay_ms: i64,
+        end: OverrideEnd,
+    },
 }
 
 /// The lock-delay of a release by owner id (`owner`'s leases, `selected`
 /// among a key's holders), a stage before the release's: `nb = $$NOW +
-/// delay_ms` (or later, if already) on a document whose live exclusive
-/// lease it ends, or all of whose live holders are `owner`'s (at least
-/// one); any other document unchanged. The release then keeps `exp` at
-/// least `nb`, and hands the key to nobody ("Lock-delay" in `store`).
-pub(super) fn delay_stage(selected: &Document, delay_ms: i64) -> Document {
+/// delay_ms` (or later, if already), and with [`OverrideEnd::AtExpiry`]
+/// at least the lease's `exp`, on a document whose live exclusive lease it
+/// ends, or all of whose live holders are `owner`'s (at least one); any
+/// other document unchanged. The release then keeps `exp` at least `nb`,
+/// and hands the key to nobody ("Lock-delay" in `store`).
+pub(super) fn delay_stage(selected: &Document, delay_ms: i64, end: OverrideEnd) -> Document {
     let live = doc! { "$filter": { "input": entries(), "cond": entry_live() } };
     let ends_all_holders = doc! { "$and": [
         { "$gt": [{ "$size": live.clone() }, 0] },
@@ -68,9 +74,16 @@ pub(super) fn delay_stage(selected: &Document, delay_ms: i64) -> Document {
         ends_all_holders,
         { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
     ]};
+    let mut until = vec![
+        Bson::from(f(field::NOT_BEFORE)),
+        Bson::from(doc! { "$add": ["$$NOW", delay_ms] }),
+    ];
+    if end == OverrideEnd::AtExpiry {
+        until.push(f(field::EXPIRES_AT).into());
+    }
     doc! { "$set": { field::NOT_BEFORE: { "$cond": [
         ends,
-        { "$max": [f(field::NOT_BEFORE), { "$add": ["$$NOW", delay_ms] }] },
+        { "$max": until },
         f(field::NOT_BEFORE),
     ]}}}
 }
@@ -85,15 +98,25 @@ pub(super) fn delay_stage(selected: &Document, delay_ms: i64) -> Document {
 /// to the first one instead ([`pick_stage`](super::handoff::pick_stage),
 /// [`handoff_stages`](super::handoff::handoff_stages)).
 pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<Document> {
-    let (selected, delay_ms) = match released {
-        Released::Leases { owner, ids } => (entry_among(owner, ids), 0),
-        Released::Owner { owner, except } => (entry_of_owner(owner, except), 0),
-        Released::ByOperator { owner, delay_ms } => (entry_of_owner(owner, &[]), *delay_ms),
+    let (selected, delay) = match released {
+        Released::Leases { owner, ids } => (entry_among(owner, ids), None),
+        Released::Owner { owner, except } => (entry_of_owner(owner, except), None),
+        Released::ByOperator {
+            owner,
+            delay_ms,
+            end,
+        } => {
+            let waits = *delay_ms > 0 || *end == OverrideEnd::AtExpiry;
+            (
+                entry_of_owner(owner, &[]),
+                waits.then_some((*delay_ms, *end)),
+            )
+        }
     };
     let remain =
         doc! { "$cond": [has_holders(), { "$gt": [{ "$size": f(field::HOLDERS) }, 0] }, false] };
     let [handoff, cleanup] = handoff_stages();
-    let delay = (delay_ms > 0).then(|| delay_stage(&selected, delay_ms));
+    let delay = delay.map(|(delay_ms, end)| delay_stage(&selected, delay_ms, end));
     // `nb` only where a delay may have been written (a held document has
     // none: a new acquisition removes it).
     let mut floor = vec![
@@ -164,35 +187,56 @@ pub(super) fn owner_holders_filter(owner: &str, except: &[Uuid]) -> Document {
 }
 
 /// `key` if held now by anything of our shape: an exclusive lease, holders
-/// in `hs`, or a minimum hold (`exp > $$NOW` covers them all).
-pub(super) fn force_release_any_filter(key: &LeaseKey) -> Document {
+/// in `hs`, or a minimum hold (`exp > $$NOW` covers them all); with
+/// [`OverrideEnd::Immediately`], also a key an earlier override left
+/// waiting for its lease's expiry or a lock-delay (`nb`, ahead).
+pub(super) fn force_release_any_filter(key: &LeaseKey, end: OverrideEnd) -> Document {
+    let mut held = vec![
+        doc! { field::LEASE_ID: { "$exists": true } },
+        doc! { field::HOLDERS: { "$exists": true } },
+        doc! { field::HOLD_UNTIL: { "$exists": true } },
+    ];
+    if end == OverrideEnd::Immediately {
+        held.push(doc! { field::NOT_BEFORE: { "$exists": true } });
+    }
     doc! {
         field::ID: key,
         field::TOKEN: { "$type": "long" },
         field::OTHER_OWNER: { "$exists": false },
-        "$or": [
-            { field::LEASE_ID: { "$exists": true } },
-            { field::HOLDERS: { "$exists": true } },
-            { field::HOLD_UNTIL: { "$exists": true } },
-        ],
+        "$or": held,
         "$expr": { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
     }
 }
 
-/// A force release: the key is free at once, whoever holds it and however:
-/// `exp` moves to now, `rl = $$NOW`, and the exclusive holder (`lid`,
-/// `wt`), every holder in `hs` (with `pm`), the minimum hold (`hl`) and the
-/// exclusive waiter's mark (`xw`) are removed; `yu` as in a release. With
-/// a lock-delay (`delay_ms > 0`), free only from `nb = exp = $$NOW +
-/// delay_ms` on ("Lock-delay" in `store`): the filter
-/// ([`force_release_any_filter`]) matches only a key held now.
-pub(super) fn force_release_update(yield_ms: i64, delay_ms: i64) -> Vec<Document> {
-    let (expires, not_before) = if delay_ms > 0 {
-        let end = Bson::from(doc! { "$add": ["$$NOW", delay_ms] });
-        (end.clone(), end)
-    } else {
-        let now = doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] };
-        (Bson::from(now), Bson::from("$$REMOVE"))
+/// A force release, whoever holds the key and however: `rl = $$NOW`, and
+/// the exclusive holder (`lid`, `wt`), every holder in `hs` (with `pm`),
+/// the minimum hold (`hl`) and the exclusive waiter's mark (`xw`) are
+/// removed; `yu` as in a release. The key is free from `nb = exp =
+/// max($$NOW + delay_ms, exp)` on with [`OverrideEnd::AtExpiry`] (`exp` is
+/// at least every live holder's and the minimum hold's); with
+/// [`OverrideEnd::Immediately`], from `nb = exp = $$NOW + delay_ms` on,
+/// or at once (`exp` to now, no `nb`) without a lock-delay ("Lock-delay"
+/// in `store`): the filter ([`force_release_any_filter`]) matches only a
+/// key held now, or waiting for an earlier override's `nb`.
+pub(super) fn force_release_update(
+    yield_ms: i64,
+    delay_ms: i64,
+    end: OverrideEnd,
+) -> Vec<Document> {
+    let delay_end = doc! { "$add": ["$$NOW", delay_ms] };
+    let (expires, not_before) = match end {
+        OverrideEnd::AtExpiry => {
+            let until = Bson::from(doc! { "$max": [f(field::EXPIRES_AT), delay_end] });
+            (until.clone(), until)
+        }
+        OverrideEnd::Immediately if delay_ms > 0 => {
+            let until = Bson::from(delay_end);
+            (until.clone(), until)
+        }
+        OverrideEnd::Immediately => {
+            let now = doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] };
+            (Bson::from(now), Bson::from("$$REMOVE"))
+        }
     };
     restated_after(vec![
         doc! { "$set": {
@@ -222,10 +266,7 @@ pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
         doc! {
             field::EXPIRES_AT: expires.clone(),
             field::OBTAINED_AT: f(field::RENEWED_AT),
-            field::TTL_SECONDS: { "$divide": [
-                { "$subtract": [expires, f(field::RENEWED_AT)] },
-                1000.0,
-            ]},
+            field::TTL_SECONDS: restated_seconds(expires, f(field::RENEWED_AT), f(field::TOKEN)),
         },
         &[field::LEASE_ID],
     );
@@ -415,20 +456,25 @@ impl MongoStore {
     /// `deleteOne` (a retryable write) deletes it if it is still the document
     /// read ([`foreign_filter`]); a concurrent change wins, and nothing is
     /// reported released.
-    pub(super) async fn force_release_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {
+    pub(super) async fn force_release_key(
+        &self,
+        key: LeaseKey,
+        end: OverrideEnd,
+    ) -> Result<Option<LeaseInfo>> {
         let before = self
             .bounded(
                 self.coll()
                     .find_one_and_update(
-                        force_release_any_filter(&key),
-                        force_release_update(self.yield_ms(), self.lock_delay_ms()),
+                        force_release_any_filter(&key, end),
+                        force_release_update(self.yield_ms(), self.lock_delay_ms(), end),
                     )
                     .return_document(ReturnDocument::Before)
                     .projection(self.info_projection()),
             )
             .await?;
         if let Some(doc) = before {
-            return Ok(projected_info(&key, &doc));
+            // A key an earlier override left waiting held nothing.
+            return Ok(projected_info(&key, &doc).filter(|info| info.held));
         }
         let found = self.read_key(&key, self.info_projection()).await?;
         let Some((found, info)) = found
@@ -543,17 +589,19 @@ impl MongoStore {
     /// the documents it could only mark released (tokens younger than
     /// [`DELETE_MIN_TOKEN_AGE`](crate::config::DELETE_MIN_TOKEN_AGE)) are deleted once they are old enough, before
     /// this returns.
-    pub(super) async fn release_leases_of(&self, owner: String) -> Result<u64> {
+    pub(super) async fn release_leases_of(&self, owner: String, end: OverrideEnd) -> Result<u64> {
         let filter =
             doc! { "$or": [owner_leases_filter(&owner), owner_holders_filter(&owner, &[])] };
         let delay_ms = self.lock_delay_ms();
         let released = Released::ByOperator {
             owner: &owner,
             delay_ms,
+            end,
         };
-        // With a lock-delay, a live lease's document stays until `nb`: the
-        // follow-up delete below waits for it ([`released_filter`]).
-        let delete_first = delay_ms == 0;
+        // Waiting for a lock-delay or a lease's expiry, a live lease's
+        // document stays until `nb`: the follow-up delete below waits for
+        // it ([`released_filter`]).
+        let delete_first = delay_ms == 0 && end == OverrideEnd::Immediately;
         let (deleted, marked) = self
             .release_parts(filter, &released, false, delete_first)
             .await?;

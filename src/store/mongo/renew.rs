@@ -20,8 +20,8 @@
 use super::handle::{MongoStore, retried};
 use super::raw::update_counts;
 use super::rules::{
-    bson_lease_id, entries, entry_among, entry_is, entry_live, f, has_holders, lease_ids,
-    read_lease_id,
+    LockPath, bson_lease_id, entries, entry_among, entry_is, entry_live, f, has_holders, lease_ids,
+    read_lease_id, restated_seconds, this,
 };
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
@@ -101,14 +101,16 @@ pub(super) fn exclusive_filter(owner: &str, leases: &[LeaseRef]) -> Document {
 }
 
 /// The renewal of exclusive leases ([`exclusive_filter`]): `ts = $$NOW`,
-/// `exp = $$NOW + ttl_ms`, then `exp = max(exp, hl)` (a second stage, so
-/// that the first is the renewal as it always was); nothing else changes.
+/// `exp = max(exp, $$NOW + ttl_ms)` (never back: a renewal that lands
+/// late cuts nothing, `LockPath::renewed_expiry`), then `exp = max(exp,
+/// hl)` (a second stage, so that the first is the renewal alone); nothing
+/// else changes.
 pub(super) fn renew_exclusive_update(ttl_ms: i64) -> Vec<Document> {
     let expires = doc! { "$max": [f(field::EXPIRES_AT), f(field::HOLD_UNTIL)] };
     vec![
         doc! { "$set": {
             field::RENEWED_AT: "$$NOW",
-            field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+            field::EXPIRES_AT: LockPath::TOP.renewed_expiry(ttl_ms),
             field::OBTAINED_AT: "$$NOW",
         }},
         doc! { "$set": {
@@ -120,15 +122,17 @@ pub(super) fn renew_exclusive_update(ttl_ms: i64) -> Vec<Document> {
 
 /// The renewal of a batch of any kinds (the leases `ids` of `owner`), one
 /// `updateMany` with [`holder_filter`]: `ts = $$NOW`; an exclusive lease's
-/// `exp = max($$NOW + ttl_ms, hl)`; a holder's entry `ts` and `exp =
-/// $$NOW + ttl_ms`, and the top `exp` the latest of the entries'. The
-/// first stage sets `exp = $$NOW + ttl_ms` as the renewal of plain exclusive leases does, the
-/// second raises it to `hl` or the latest entry's.
+/// `exp = max(exp, $$NOW + ttl_ms, hl)`; a holder's entry `ts` and `exp =
+/// max(exp, $$NOW + ttl_ms)`, and the top `exp` the latest of the
+/// entries'. No `exp` moves back (`LockPath::renewed_expiry`). The first
+/// stage renews as the renewal of plain exclusive leases does, the second
+/// raises `exp` to `hl` or the latest entry's.
 pub(super) fn renew_any_update(owner: &str, ids: &[Uuid], ttl_ms: i64) -> Vec<Document> {
-    let expires = doc! { "$add": ["$$NOW", ttl_ms] };
+    let expires = LockPath::TOP.renewed_expiry(ttl_ms);
+    let entry_expires = doc! { "$max": [this(field::EXPIRES_AT), { "$add": ["$$NOW", ttl_ms] }] };
     let renewed = doc! { "$map": { "input": f(field::HOLDERS), "in": { "$cond": [
         entry_among(owner, ids),
-        { "$mergeObjects": ["$$this", { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: expires.clone() }] },
+        { "$mergeObjects": ["$$this", { field::RENEWED_AT: "$$NOW", field::EXPIRES_AT: entry_expires }] },
         "$$this",
     ]}}};
     let latest = doc! { "$max": [
@@ -151,11 +155,11 @@ pub(super) fn renew_any_update(owner: &str, ids: &[Uuid], ttl_ms: i64) -> Vec<Do
 }
 
 /// The restated `ttl` of a renewal, whose filter matches only leases of
-/// ours (so no shape test, unlike `rules::restated`): `(exp − ts)` in
-/// seconds, `exp` being `expires` (the stage's new `exp`) and `ts` the
-/// first stage's `$$NOW` ("Read by other clients" in `store`).
+/// ours (so no shape test, unlike `rules::restated`): `rules::restated_seconds`
+/// of `expires` (the stage's new `exp`) from `ts` (the first stage's
+/// `$$NOW`) ("Read by other clients" in `store`).
 fn restated_ttl(expires: Document) -> Document {
-    doc! { "$divide": [{ "$subtract": [expires, f(field::RENEWED_AT)] }, 1000.0] }
+    restated_seconds(expires, f(field::RENEWED_AT), f(field::TOKEN))
 }
 
 /// The lease ids a document read by [`MongoStore::renew_matching`] holds:

@@ -13,6 +13,7 @@
 //! entries) and the light forms' narrowing ([`ours_and_nobody_else_waits`]),
 //! shared by several verbs.
 
+use super::handle::min_token_age_ms;
 use crate::key::LeaseKey;
 use crate::store::{KeyWrite, LeaseRef, field};
 use crate::token::TOKEN_TIME_SHIFT;
@@ -224,6 +225,17 @@ impl LockPath {
         filter
     }
 
+    /// The expiry a write of a lease that holds the document sets (a
+    /// renewal, a retry of its acquisition): `max(exp, $$NOW + ttl_ms)`.
+    /// Under one lease id `exp` never moves back, so a write that lands
+    /// late (its reply lost, its caller gone, after later writes of the
+    /// lease with a longer TTL were answered) cuts no expiry a confirmed
+    /// write gave, and the local deadline of every confirmed write holds
+    /// ("Late writes" in `store`).
+    pub(in crate::store::mongo) fn renewed_expiry(&self, ttl_ms: i64) -> Document {
+        doc! { "$max": [self.var(field::EXPIRES_AT), { "$add": ["$$NOW", ttl_ms] }] }
+    }
+
     /// The lease has expired by the server's clock: `exp <= $$NOW`.
     pub(in crate::store::mongo) fn expired(&self) -> Document {
         doc! { "$lte": [self.var(field::EXPIRES_AT), "$$NOW"] }
@@ -314,9 +326,10 @@ impl LockPath {
     /// The lock fields an acquisition that [`wins`](Self::wins) writes, in
     /// this order: `aid`, `lid`, `tok` (kept by a retry, else the
     /// [token rule](Self::next_token)), `acq` (kept by a retry), `ts =
-    /// $$NOW`, `exp = $$NOW + ttl_ms`, `data` and `wt`, which only a
-    /// retry keeps, and the [leader transitions](Self::transitions_after)
-    /// (which a retry, of the same owner, keeps).
+    /// $$NOW`, `exp` ([`expiry_after`](Self::expiry_after)), `data` and
+    /// `wt`, which only a retry keeps, and the
+    /// [leader transitions](Self::transitions_after) (which a retry, of the
+    /// same owner, keeps).
     pub(in crate::store::mongo) fn acquired(
         &self,
         owner: &str,
@@ -335,11 +348,27 @@ impl LockPath {
                 "$$NOW",
             ]},
             field::RENEWED_AT: "$$NOW",
-            field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+            field::EXPIRES_AT: self.expiry_after(owner, lease_id, ttl_ms),
             field::PAYLOAD: keep(field::PAYLOAD),
             field::WAITING_SINCE: keep(field::WAITING_SINCE),
             field::TRANSITIONS: self.transitions_after(doc! { "$literal": owner }),
         }
+    }
+
+    /// The expiry an acquisition that [`wins`](Self::wins) writes: `$$NOW
+    /// + ttl_ms`, and for a retry (this lease id's document) never less
+    /// than it was ([`renewed_expiry`](Self::renewed_expiry)).
+    pub(in crate::store::mongo) fn expiry_after(
+        &self,
+        owner: &str,
+        lease_id: &Bson,
+        ttl_ms: i64,
+    ) -> Document {
+        doc! { "$cond": [
+            self.retry(owner, lease_id),
+            self.renewed_expiry(ttl_ms),
+            { "$add": ["$$NOW", ttl_ms] },
+        ]}
     }
 
     /// A live lease of another owner than `owner`, of our shape with a lease
@@ -494,18 +523,38 @@ impl LockPath {
     }
 }
 
+/// The restated `ttl` of a document of ours, in seconds from `renewed`
+/// (its `ts`, restated as `obtained_at`): to the `{_id, value, ttl,
+/// obtained_at}` pattern's clients it is held until its expiry `expires`,
+/// and at least until its fencing token `token` is `DELETE_MIN_TOKEN_AGE`
+/// old by the server's clock (the token's millisecond + that age + 1 ms,
+/// for the division's rounding), so that they take it over in place, and
+/// may then delete it, only once the token rule's time part covers a
+/// delete ("Read by other clients" in `store`).
+pub(in crate::store::mongo) fn restated_seconds(
+    expires: impl Into<Bson>,
+    renewed: impl Into<Bson>,
+    token: impl Into<Bson>,
+) -> Document {
+    let old_enough = doc! { "$toDate": { "$add": [
+        { "$toLong": { "$divide": [token.into(), (1_i64 << TOKEN_TIME_SHIFT) as f64] } },
+        min_token_age_ms() + 1,
+    ]}};
+    doc! { "$divide": [
+        { "$subtract": [{ "$max": [expires.into(), old_enough] }, renewed.into()] },
+        1000.0,
+    ]}
+}
+
 /// The last stage of every write of a lock document that may change `ts`
 /// or `exp`: on a document of [our shape](our_shape) after the write,
-/// `obtained_at = ts` and `ttl = (exp − ts)` in seconds, so that another
+/// `obtained_at = ts` and `ttl` ([`restated_seconds`]), so that another
 /// lock pattern's clients (`{_id, value, ttl, obtained_at}`, held until
-/// `obtained_at + ttl` seconds) read our lease as held exactly until its
-/// `exp`; any other document keeps them as they are ("Read by other
-/// clients" in `store`).
+/// `obtained_at + ttl` seconds) read our lease as held until its `exp`, a
+/// young one longer; any other document keeps them as they are ("Read by
+/// other clients" in `store`).
 pub(in crate::store::mongo) fn restated() -> Document {
-    let seconds = doc! { "$divide": [
-        { "$subtract": [f(field::EXPIRES_AT), f(field::RENEWED_AT)] },
-        1000.0,
-    ]};
+    let seconds = restated_seconds(f(field::EXPIRES_AT), f(field::RENEWED_AT), f(field::TOKEN));
     let restated = doc! { "$mergeObjects": ["$$ROOT", {
         field::OBTAINED_AT: f(field::RENEWED_AT),
         field::TTL_SECONDS: seconds,

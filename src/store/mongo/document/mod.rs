@@ -463,7 +463,11 @@ impl Store for DocumentStore {
         .boxed()
     }
 
-    fn release_by_owner(&self, _owner: String) -> BoxFuture<'static, Result<u64>> {
+    fn release_by_owner(
+        &self,
+        _owner: String,
+        _end: crate::store::OverrideEnd,
+    ) -> BoxFuture<'static, Result<u64>> {
         self.unsupported("release by another owner id")
     }
 
@@ -500,7 +504,11 @@ impl Store for DocumentStore {
         self.unsupported("listing")
     }
 
-    fn force_release(&self, _key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+    fn force_release(
+        &self,
+        _key: LeaseKey,
+        _end: crate::store::OverrideEnd,
+    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         self.unsupported("force release")
     }
 

@@ -119,12 +119,13 @@ pub(super) fn lease_filter(lock_field: &str, owner: &str, leases: &[LeaseRef]) -
     }
 }
 
-/// The renewal: `F.ts = $$NOW`, `F.exp = $$NOW + ttl_ms`; nothing else changes.
+/// The renewal: `F.ts = $$NOW`, `F.exp = max(F.exp, $$NOW + ttl_ms)`
+/// (never back, `LockPath::renewed_expiry`); nothing else changes.
 pub(super) fn renew_update(lock_field: &str, ttl_ms: i64) -> Vec<Document> {
     let at = LockPath::under(lock_field);
     vec![doc! { "$set": {
         at.at(field::RENEWED_AT): "$$NOW",
-        at.at(field::EXPIRES_AT): { "$add": ["$$NOW", ttl_ms] },
+        at.at(field::EXPIRES_AT): at.renewed_expiry(ttl_ms),
     }}]
 }
 

@@ -379,9 +379,14 @@ fn an_exclusive_acquisition_held_at_least_writes_hl_and_never_expires_before_it(
         { "$add": ["$$NOW", 90_000_i64] },
     ]};
     assert_eq!(at(acquired, "hl"), &bson(hold_until.clone()));
+    let expires = doc! { "$cond": [
+        mine.clone(),
+        { "$max": ["$exp", { "$add": ["$$NOW", 30_000_i64] }] },
+        { "$add": ["$$NOW", 30_000_i64] },
+    ]};
     assert_eq!(
         at(acquired, "exp"),
-        &bson(doc! { "$max": [{ "$add": ["$$NOW", 30_000_i64] }, hold_until] })
+        &bson(doc! { "$max": [expires, hold_until] })
     );
 }
 
@@ -434,20 +439,25 @@ fn renewal_keeps_exp_at_least_hl_and_renews_only_the_batchs_entries() {
     assert_eq!(at(set, "ts"), &Bson::from("$$NOW"));
     assert_eq!(
         at(set, "exp"),
-        &bson(doc! { "$add": ["$$NOW", 5_000_i64] }),
-        "first as the plain renewal"
+        &bson(doc! { "$max": ["$exp", { "$add": ["$$NOW", 5_000_i64] }] }),
+        "first as the plain renewal, never back"
     );
     assert_eq!(
         at(set, "hs.$cond.1.$map.in.$cond.0"),
         &bson(entry_among("me", &ids))
     );
     assert_eq!(at(set, "hs.$cond.2"), &Bson::from("$$REMOVE"));
+    assert_eq!(
+        at(set, "hs.$cond.1.$map.in.$cond.1.$mergeObjects.1.exp"),
+        &bson(doc! { "$max": ["$$this.exp", { "$add": ["$$NOW", 5_000_i64] }] }),
+        "an entry's expiry never back either"
+    );
     let latest = doc! { "$max": ["$exp", "$hl", { "$max": "$hs.exp" }] };
     assert_eq!(
         update[1],
         doc! { "$set": {
             "exp": latest.clone(),
-            "ttl": { "$divide": [{ "$subtract": [latest, "$ts"] }, 1000.0] },
+            "ttl": restated_seconds(latest, "$ts", "$tok"),
         }},
         "then at least hl, or the latest holder's; restated"
     );
@@ -507,8 +517,9 @@ fn release_removes_the_entries_sets_rl_and_keeps_an_exclusive_lease_until_hl() {
 
 #[test]
 fn force_release_frees_every_holder_the_minimum_hold_and_the_waiting_mark() {
+    use crate::store::OverrideEnd::{AtExpiry, Immediately};
     assert_eq!(
-        force_release_any_filter(&"k".into()),
+        force_release_any_filter(&"k".into(), AtExpiry),
         doc! {
             "_id": "k",
             "tok": { "$type": "long" },
@@ -521,11 +532,23 @@ fn force_release_frees_every_holder_the_minimum_hold_and_the_waiting_mark() {
             "$expr": { "$gt": ["$exp", "$$NOW"] },
         }
     );
-    let update = force_release_update(2_000, 0);
+    // An override the operator marks immediate also shortens the wait an
+    // earlier one left (`nb` ahead).
+    assert_eq!(
+        at(&force_release_any_filter(&"k".into(), Immediately), "$or.3"),
+        &bson(doc! { "nb": { "$exists": true } })
+    );
+    let update = force_release_update(2_000, 0, Immediately);
     assert_eq!(
         at(&update[0], "$set.exp"),
         &bson(doc! { "$min": ["$exp", "$$NOW"] })
     );
+    // By default, not before the lease's expiry: its holder has stopped
+    // by then, told or not.
+    let waits = force_release_update(2_000, 0, AtExpiry);
+    let until = bson(doc! { "$max": ["$exp", { "$add": ["$$NOW", 0_i64] }] });
+    assert_eq!(at(&waits[0], "$set.exp"), &until);
+    assert_eq!(at(&waits[0], "$set.nb"), &until);
     assert_eq!(at(&update[0], "$set.rl"), &Bson::from("$$NOW"));
     assert_eq!(
         update[1],
@@ -564,12 +587,12 @@ fn a_batch_of_exclusive_leases_keeps_the_plain_renewal_never_below_hl() {
         vec![
             doc! { "$set": {
                 "ts": "$$NOW",
-                "exp": { "$add": ["$$NOW", 7_000_i64] },
+                "exp": { "$max": ["$exp", { "$add": ["$$NOW", 7_000_i64] }] },
                 "obtained_at": "$$NOW",
             }},
             doc! { "$set": {
                 "exp": { "$max": ["$exp", "$hl"] },
-                "ttl": { "$divide": [{ "$subtract": [{ "$max": ["$exp", "$hl"] }, "$ts"] }, 1000.0] },
+                "ttl": restated_seconds(doc! { "$max": ["$exp", "$hl"] }, "$ts", "$tok"),
             }},
         ],
         "restated in the renewal itself (its filter matches leases of ours only)"

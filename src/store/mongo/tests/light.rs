@@ -186,7 +186,12 @@ fn with(mut doc: Document, fields: Document) -> Document {
 fn restated(mut doc: Document) -> Document {
     let ts = *doc.get_datetime(field::RENEWED_AT).unwrap();
     let exp = doc.get_datetime(field::EXPIRES_AT).unwrap();
-    let ttl = (exp.timestamp_millis() - ts.timestamp_millis()) as f64 / 1000.0;
+    // Held to the other pattern's clients until `exp`, and until the
+    // token is `DELETE_MIN_TOKEN_AGE` old (+ 1 ms).
+    let token = doc.get_i64(field::TOKEN).unwrap() >> crate::token::TOKEN_TIME_SHIFT;
+    let young = token + crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as i64 + 1;
+    let until = exp.timestamp_millis().max(young);
+    let ttl = (until - ts.timestamp_millis()) as f64 / 1000.0;
     doc.insert(field::OBTAINED_AT, ts);
     doc.insert(field::TTL_SECONDS, ttl);
     doc
@@ -642,7 +647,11 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
         .raw()
         .update_one(
             doc! { "_id": "f2" },
-            super::super::release::force_release_update(0, 0),
+            super::super::release::force_release_update(
+                0,
+                0,
+                crate::store::OverrideEnd::Immediately,
+            ),
         )
         .await
         .unwrap();
@@ -682,7 +691,11 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
         .raw()
         .update_one(
             doc! { "_id": "u1" },
-            super::super::release::force_release_update(0, 0),
+            super::super::release::force_release_update(
+                0,
+                0,
+                crate::store::OverrideEnd::Immediately,
+            ),
         )
         .await
         .unwrap();

@@ -11,7 +11,14 @@ fn the_light_acquire_is_one_small_stage() {
         .unwrap();
     let acquired = branches[1].as_document().unwrap();
     assert_eq!(acquired.get("obtained_at"), Some(&Bson::from("$$NOW")));
-    assert_eq!(acquired.get("ttl"), Some(&Bson::from(1.0)));
+    assert_eq!(
+        acquired.get("ttl"),
+        Some(&Bson::from(restated_seconds(
+            doc! { "$add": ["$$NOW", 1000_i64] },
+            "$$NOW",
+            super::super::rules::next_token(),
+        )))
+    );
     let general =
         super::super::acquire::acquire_pipeline("a", 1000, Uuid::new_v4(), true, None, 1000, None);
     assert_eq!(

@@ -6,6 +6,7 @@
 //! (that rule's own duration, not a synchronisation); every verdict is a
 //! count or a document read afterwards.
 
+use crate::store::OverrideEnd;
 use std::time::Instant;
 
 use uuid::Uuid;
@@ -281,20 +282,35 @@ pub(super) async fn release_by_owner_releases_every_lease_of_that_owner_only<F: 
     a.release(vec![la3]).await.unwrap();
     let (lb, tb) = take(&b, "b1").await;
     // Keep mode: both of a's unreleased leases are marked released.
-    assert_eq!(op.release_by_owner("a".into()).await.unwrap(), 2);
+    assert_eq!(
+        op.release_by_owner("a".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        2
+    );
     let r1 = raw(f, "a1").await;
     assert_eq!((r1.owner.as_str(), r1.lease_id, r1.token), ("a", None, t1));
     assert!(r1.expired);
     assert_eq!(raw(f, "a2").await.lease_id, None);
     assert_held(&raw(f, "b1").await, "b", &lb, tb);
-    assert_eq!(op.release_by_owner("a".into()).await.unwrap(), 0);
+    assert_eq!(
+        op.release_by_owner("a".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        0
+    );
 
     // Delete mode: old leases deleted at once, young ones before it returns.
     let del = f.delete_mode_store("operator").await;
     let (_, _) = take(&b, "b2").await;
     age_tokens().await;
     let (_, _) = take(&b, "b3").await;
-    assert_eq!(del.release_by_owner("b".into()).await.unwrap(), 3);
+    assert_eq!(
+        del.release_by_owner("b".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        3
+    );
     for key in ["b1", "b2", "b3"] {
         assert_eq!(f.raw(key).await, None, "{key} deleted");
     }

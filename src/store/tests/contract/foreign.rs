@@ -1,6 +1,7 @@
 //! Other applications' lock documents: foreign holders' locks are read as
 //! held, never modified, and deleted only by a force release.
 
+use crate::store::OverrideEnd;
 use crate::store::StoreExt;
 use std::time::Duration;
 
@@ -72,7 +73,10 @@ pub(super) async fn inspect_and_list_show_a_foreign_lock_as_held_by_its_foreign_
 pub(super) async fn force_release_deletes_a_foreign_lock<F: Fixture>(f: &F) {
     let a = f.store("a").await;
     f.put_foreign("f", "java-app-1").await;
-    let before = a.force_release("f".into()).await.unwrap();
+    let before = a
+        .force_release("f".into(), OverrideEnd::Immediately)
+        .await
+        .unwrap();
     let before = before.expect("the foreign lock, as it was");
     assert!(before.foreign && before.held);
     assert_eq!(before.owner_id, "java-app-1");
@@ -148,7 +152,12 @@ pub(super) async fn a_bare_id_document_is_a_foreign_holders_lock_of_every_kind<F
         }
     }
     assert_eq!(a.release_all(Vec::new()).await.unwrap(), 0);
-    assert_eq!(a.release_by_owner(String::new()).await.unwrap(), 0);
+    assert_eq!(
+        a.release_by_owner(String::new(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(
         a.release(vec![lease("b", Uuid::new_v4())]).await.unwrap(),
         0
@@ -170,7 +179,10 @@ pub(super) async fn a_bare_id_document_is_a_foreign_holders_lock_of_every_kind<F
         .collect();
     assert_eq!(seen, [(info.key.clone(), "", true, true)]);
 
-    let before = a.force_release("b".into()).await.unwrap();
+    let before = a
+        .force_release("b".into(), OverrideEnd::Immediately)
+        .await
+        .unwrap();
     let before = before.expect("the bare lock, as it was");
     assert!(before.foreign && before.held && before.owner_id.is_empty());
     assert_eq!(f.raw("b").await, None);

@@ -2,6 +2,7 @@
 //! permits, shared holders, the exclusive waiter's mark, kind mismatches,
 //! renewal and release of one holder among several, and what is announced.
 
+use crate::store::OverrideEnd;
 use crate::store::StoreExt;
 use std::time::Duration;
 
@@ -363,14 +364,19 @@ pub(super) async fn release_by_owner_and_force_release_of_multi_holder_keys<F: F
     let lost = a.renew(vec![la.clone(), la2.clone()]).await.unwrap();
     assert_eq!(lost.len(), 2);
 
-    assert_eq!(b.release_by_owner("c".into()).await.unwrap(), 1);
+    assert_eq!(
+        b.release_by_owner("c".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        1
+    );
     assert!(holders(&a, "p").await.1.is_empty());
     assert!(!a.inspect("p".into()).await.unwrap().unwrap().held);
     assert_eq!(c.renew(vec![lc]).await.unwrap().len(), 1);
 
     take_as(&c, "s", shared()).await;
     let forced = c
-        .force_release("s".into())
+        .force_release("s".into(), OverrideEnd::Immediately)
         .await
         .unwrap()
         .expect("a held key");
@@ -380,7 +386,12 @@ pub(super) async fn release_by_owner_and_force_release_of_multi_holder_keys<F: F
     let info = c.inspect("s".into()).await.unwrap().unwrap();
     assert!(!info.held && info.holders.is_empty());
     assert_eq!(b.renew(vec![lb]).await.unwrap().len(), 1);
-    assert_eq!(c.force_release("s".into()).await.unwrap(), None);
+    assert_eq!(
+        c.force_release("s".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        None
+    );
     super::take(&c, "s").await;
 }
 
@@ -513,7 +524,12 @@ pub(super) async fn delete_mode_never_deletes_a_key_with_live_holders<F: Fixture
     assert_eq!(holders(&del, "p").await.1, ["a"]);
     // Once its last holder is gone, a delete-mode release by owner id
     // deletes the document.
-    assert_eq!(del.release_by_owner("a".into()).await.unwrap(), 2);
+    assert_eq!(
+        del.release_by_owner("a".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        2
+    );
     for key in ["s", "p"] {
         let left = del.inspect(key.into()).await.unwrap();
         assert!(left.as_ref().is_none_or(|i| !i.held), "{key}: {left:?}");

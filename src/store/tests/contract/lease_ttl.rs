@@ -1,5 +1,7 @@
 //! Per-lease TTL: the TTL given with an acquire or a renewal batch is the one
-//! stored (`exp = $$NOW + ttl`, `ts = $$NOW`).
+//! stored (`exp = $$NOW + ttl`, `ts = $$NOW`), except that under one lease
+//! id `exp` never moves back (`exp = max(exp, $$NOW + ttl)`, "Late writes"
+//! in `store`).
 
 use crate::store::StoreExt;
 use std::time::Duration;
@@ -33,23 +35,36 @@ pub(super) async fn an_acquire_with_a_ttl_stores_exp_that_far_after_ts<F: Fixtur
 }
 
 pub(super) async fn a_renewal_batch_with_a_ttl_keeps_exp_that_far_after_ts<F: Fixture>(f: &F) {
+    assert!(LEASE_TTL < TTL);
     let a = f.store("a").await;
     let (k1, k2) = (Uuid::new_v4(), Uuid::new_v4());
     for (key, id) in [("k1", k1), ("k2", k2)] {
-        a.acquire_with_ttl(key.into(), id, false, TTL)
+        a.acquire_with_ttl(key.into(), id, false, LEASE_TTL)
             .await
             .unwrap();
     }
     let lost = a
-        .renew_with_ttl(vec![lease("k1", k1), lease("k2", k2)], LEASE_TTL)
+        .renew_with_ttl(vec![lease("k1", k1), lease("k2", k2)], TTL)
         .await
         .unwrap();
     assert!(lost.is_empty(), "{lost:?}");
     for key in ["k1", "k2"] {
-        assert_eq!(f.lifetime(key).await, LEASE_TTL, "{key}");
+        assert_eq!(f.lifetime(key).await, TTL, "{key}");
     }
-    // And back to the other TTL.
-    a.renew_with_ttl(vec![lease("k1", k1)], TTL).await.unwrap();
-    assert_eq!(f.lifetime("k1").await, TTL);
-    assert_eq!(f.lifetime("k2").await, LEASE_TTL);
+    // Back to the shorter TTL: `exp` stays where the longer one put it,
+    // as a renewal of the shorter TTL landing late must leave it.
+    let expiry = async || {
+        a.inspect("k1".into())
+            .await
+            .unwrap()
+            .expect("k1")
+            .expires_at
+    };
+    let before = expiry().await;
+    a.renew_with_ttl(vec![lease("k1", k1)], LEASE_TTL)
+        .await
+        .unwrap();
+    assert_eq!(expiry().await, before);
+    assert!(f.lifetime("k1").await > LEASE_TTL);
+    assert_eq!(f.lifetime("k2").await, TTL);
 }

@@ -3,6 +3,7 @@
 //! nobody is handed it, before `nb`; an expired lease, and a shared key
 //! whose other holders remain, are not delayed.
 
+use crate::store::OverrideEnd;
 use crate::store::StoreExt;
 use std::time::{Duration, Instant};
 
@@ -65,7 +66,10 @@ pub(super) async fn a_force_release_keeps_the_key_from_every_kind_until_the_lock
     let operator = f.delaying_store("op", LONG).await;
     assert_eq!(operator.lock_delay(), LONG);
     let (la, ta) = take(&a, "k").await;
-    let before = operator.force_release("k".into()).await.unwrap();
+    let before = operator
+        .force_release("k".into(), OverrideEnd::Immediately)
+        .await
+        .unwrap();
     assert_eq!(before.map(|i| i.fencing_token), Some(ta));
     let r = raw(f, "k").await;
     assert_eq!((r.lease_id, r.expired), (None, false));
@@ -77,12 +81,24 @@ pub(super) async fn a_force_release_keeps_the_key_from_every_kind_until_the_lock
     delayed(&b, "k").await;
     // Nothing held: a second force release ends nothing, and does not
     // shorten the delay.
-    assert_eq!(operator.force_release("k".into()).await.unwrap(), None);
+    assert_eq!(
+        operator
+            .force_release("k".into(), OverrideEnd::AtExpiry)
+            .await
+            .unwrap(),
+        None
+    );
     delayed(&b, "k").await;
 
     // Every kind: a shared key's holders are ended, and delayed, too.
     let (_, _) = take_as(&a, "s", shape(LeaseKind::Shared)).await;
-    assert!(operator.force_release("s".into()).await.unwrap().is_some());
+    assert!(
+        operator
+            .force_release("s".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap()
+            .is_some()
+    );
     delayed(&b, "s").await;
 
     // A short delay: the key is free once it has passed, by the server's
@@ -91,7 +107,13 @@ pub(super) async fn a_force_release_keeps_the_key_from_every_kind_until_the_lock
     let quick = f.delaying_store("op", short).await;
     let (_, tq) = take(&a, "q").await;
     let start = Instant::now();
-    assert!(quick.force_release("q".into()).await.unwrap().is_some());
+    assert!(
+        quick
+            .force_release("q".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap()
+            .is_some()
+    );
     let bound = start + Duration::from_secs(30);
     let token = loop {
         match b.attempt("q".into(), Uuid::new_v4(), false).await.unwrap() {
@@ -111,6 +133,70 @@ pub(super) async fn a_force_release_keeps_the_key_from_every_kind_until_the_lock
     assert!(token > tq);
 }
 
+/// By default an override keeps the key of the live lease it ends until
+/// that lease's expiry (`nb = max(exp, $$NOW + delay)`): its holder, told at
+/// its next renewal at the latest, has stopped by then. An override marked
+/// immediate frees the key after the lock-delay alone, also a key an
+/// earlier override left waiting.
+pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unless_immediate<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let [a, b] = super::stores(f, ["a", "b"]).await;
+    let (la, ta) = take(&a, "k").await;
+    let left = held(&b, "k", false, "a").await;
+    assert!(left > super::TTL - Duration::from_secs(5), "{left:?}");
+    // A force release: the lease is ended, its key waits for its expiry.
+    let was = b
+        .force_release("k".into(), OverrideEnd::AtExpiry)
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(was.fencing_token, ta);
+    assert_eq!(
+        a.renew(vec![la]).await.unwrap().len(),
+        1,
+        "the lease is lost"
+    );
+    let r = raw(f, "k").await;
+    assert_eq!((r.lease_id, r.expired), (None, false));
+    let waiting = held(&b, "k", true, "a").await;
+    assert!(
+        waiting > left - Duration::from_secs(5) && waiting <= left,
+        "{waiting:?}"
+    );
+    // Marked immediate (no lock-delay here): free at once, a greater token.
+    assert_eq!(
+        b.force_release("k".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        None,
+        "nothing was held"
+    );
+    let (_, tb) = take(&b, "k").await;
+    assert!(tb > ta);
+
+    // A release by owner id likewise: its live lease waits for its expiry,
+    // and an immediate one frees at once.
+    let (_, _) = take(&a, "o").await;
+    assert_eq!(
+        b.release_by_owner("a".into(), OverrideEnd::AtExpiry)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(held(&b, "o", true, "a").await > super::TTL - Duration::from_secs(5));
+    let (_, _) = take(&a, "p").await;
+    assert_eq!(
+        b.release_by_owner("a".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        1
+    );
+    take(&b, "p").await;
+}
+
 pub(super) async fn a_release_by_owner_delays_the_live_leases_it_ends_only<F: Fixture>(f: &F) {
     let [a, b, c] = super::stores(f, ["a", "b", "c"]).await;
     let operator = f.delaying_store("op", LONG).await;
@@ -127,7 +213,10 @@ pub(super) async fn a_release_by_owner_delays_the_live_leases_it_ends_only<F: Fi
     take_as(&c, "shared", shape(LeaseKind::Shared)).await;
     take_as(&a, "alone", shape(LeaseKind::Shared)).await;
 
-    let released = operator.release_by_owner("a".into()).await.unwrap();
+    let released = operator
+        .release_by_owner("a".into(), OverrideEnd::Immediately)
+        .await
+        .unwrap();
     assert_eq!(released, 5);
     delayed(&b, "live").await;
     delayed(&c, "queued").await;
@@ -141,9 +230,21 @@ pub(super) async fn a_zero_lock_delay_frees_the_key_at_once<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let operator = f.delaying_store("op", Duration::ZERO).await;
     take(&a, "k").await;
-    assert!(operator.force_release("k".into()).await.unwrap().is_some());
+    assert!(
+        operator
+            .force_release("k".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap()
+            .is_some()
+    );
     take(&b, "k").await;
     take(&a, "o").await;
-    assert_eq!(operator.release_by_owner("a".into()).await.unwrap(), 1);
+    assert_eq!(
+        operator
+            .release_by_owner("a".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        1
+    );
     take(&b, "o").await;
 }

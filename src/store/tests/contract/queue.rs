@@ -3,6 +3,7 @@
 //! head's claim on a free key, lapsed registrations, what never
 //! registers, and the bound on the queue's entries.
 
+use crate::store::OverrideEnd;
 use crate::store::StoreExt;
 use std::time::Duration;
 
@@ -231,7 +232,12 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
     wait(&b, "k2", lb2, "a", ta2).await;
 
     // An operator's release of a's leases hands each one to its waiter.
-    assert_eq!(op.release_by_owner("a".into()).await.unwrap(), 2);
+    assert_eq!(
+        op.release_by_owner("a".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        2
+    );
     let tb = handed(f, "k1", ("b", lb1), ta).await;
     // So does a manager's release of all its leases.
     let lb1 = confirm(&b, "k1", lb1, tb).await;
@@ -247,7 +253,12 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
     // the head of the queue takes it at its next attempt.
     let la = Uuid::new_v4();
     wait(&a, "k1", la, "c", tc).await;
-    assert!(op.force_release("k1".into()).await.unwrap().is_some());
+    assert!(
+        op.force_release("k1".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap()
+            .is_some()
+    );
     let r = raw(f, "k1").await;
     assert_eq!((r.lease_id, r.expired, r.token), (None, true, tc));
     assert_eq!(f.queue("k1").await, owners(&["a"]));

@@ -1,5 +1,6 @@
 //! Releasing: yield, batches, by owner, forced, and the announcements of releases.
 
+use crate::store::OverrideEnd;
 use crate::store::StoreExt;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -90,13 +91,27 @@ pub(super) async fn release_by_owner_skips_lease_ids_in_flight<F: Fixture>(f: &F
 pub(super) async fn force_release_releases_a_live_lease_of_any_owner<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (_, tb) = take(&b, "k").await;
-    let before = a.force_release("k".into()).await.unwrap().expect("held");
+    let before = a
+        .force_release("k".into(), OverrideEnd::Immediately)
+        .await
+        .unwrap()
+        .expect("held");
     assert!(before.held);
     assert_eq!((before.owner_id.as_str(), before.fencing_token), ("b", tb));
     let r = raw(f, "k").await;
     assert_eq!((r.lease_id, r.expired, r.yielded), (None, true, false));
-    assert_eq!(a.force_release("k".into()).await.unwrap(), None);
-    assert_eq!(a.force_release("nothing".into()).await.unwrap(), None);
+    assert_eq!(
+        a.force_release("k".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        a.force_release("nothing".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap(),
+        None
+    );
     let (_, ta) = take(&a, "k").await;
     assert!(ta > tb);
 }
@@ -143,7 +158,12 @@ pub(super) async fn releases_and_deletes_are_announced_expiries_and_renewals_are
     // Releases: a release, a delete (the TTL monitor), a forced release.
     assert_eq!(a.release(vec![l1]).await.unwrap(), 1);
     f.delete("k2").await;
-    assert!(a.force_release("k3".into()).await.unwrap().is_some());
+    assert!(
+        a.force_release("k3".into(), OverrideEnd::Immediately)
+            .await
+            .unwrap()
+            .is_some()
+    );
     assert_eq!(b.release(vec![l3]).await.unwrap(), 0);
     let (end, _) = take(&a, "end").await;
     assert_eq!(a.release(vec![end]).await.unwrap(), 1);

@@ -39,9 +39,17 @@ fn acquire_merges_the_lock_field_into_the_document_and_never_replaces_it() {
         ["aid", "lid", "tok", "acq", "ts", "exp", "data", "wt", "tr"]
     );
     assert_eq!(acquired.get("lid"), Some(&bson_lease_id(LID)));
+    // A retry's expiry never moves back ("Late writes" in `store`).
     assert_eq!(
         acquired.get_document("exp").unwrap(),
-        &doc! { "$add": ["$$NOW", 5_000_i64] }
+        &doc! { "$cond": [
+            { "$and": [
+                { "$eq": ["$_lease.lid", bson_lease_id(LID)] },
+                { "$eq": ["$_lease.aid", { "$literal": "me" }] },
+            ]},
+            { "$max": ["$_lease.exp", { "$add": ["$$NOW", 5_000_i64] }] },
+            { "$add": ["$$NOW", 5_000_i64] },
+        ]}
     );
     assert_eq!(
         cond[2],
@@ -158,7 +166,7 @@ fn renewal_and_release_write_only_under_the_lock_field() {
         renew_update(p, 7_000),
         vec![doc! { "$set": {
             "_lease.ts": "$$NOW",
-            "_lease.exp": { "$add": ["$$NOW", 7_000_i64] },
+            "_lease.exp": { "$max": ["$_lease.exp", { "$add": ["$$NOW", 7_000_i64] }] },
         }}]
     );
     assert_eq!(

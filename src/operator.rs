@@ -1,0 +1,122 @@
+//! The operator's overrides, as requests awaited directly: a force release
+//! of a key ([`ForceRelease`], from [`LeaseManager::force_release`]) and a
+//! release of every lease of an owner id ([`ReleaseOwner`], from
+//! [`LeaseManager::release_owner`]). By default the key of a live lease
+//! they end is granted again only once that lease could no longer be live
+//! (its expiry, after its holder's local deadline), whether or not its
+//! holder heard of the override by then; [`ForceRelease::immediately`] and
+//! [`ReleaseOwner::immediately`] say that the holder is known to be gone,
+//! and free the key after the lock-delay alone (`docs/lock-delay.md`).
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+
+use crate::error::Result;
+use crate::info::LeaseInfo;
+use crate::key::LeaseKey;
+use crate::manager::LeaseManager;
+use crate::store::OverrideEnd;
+
+/// A force release of one key, awaited directly (`IntoFuture`):
+/// [`LeaseManager::force_release`] makes it, [`immediately`](Self::immediately)
+/// changes when the key is free again.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+/// // The holder may still be running: the key is free once its lease
+/// // could no longer be live.
+/// manager.force_release("job-1").await?;
+/// // The holder's machine is known to be off: free the key now (after the
+/// // lock-delay).
+/// manager.force_release("job-2").immediately().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a request does nothing until it is awaited"]
+pub struct ForceRelease<'a> {
+    manager: &'a LeaseManager,
+    key: LeaseKey,
+    end: OverrideEnd,
+}
+
+impl<'a> ForceRelease<'a> {
+    pub(crate) fn new(manager: &'a LeaseManager, key: LeaseKey) -> Self {
+        ForceRelease {
+            manager,
+            key,
+            end: OverrideEnd::AtExpiry,
+        }
+    }
+
+    /// The holder is known to be gone (its process stopped, its machine
+    /// off): the key is free after the manager's
+    /// [`lock_delay`](LeaseManager::lock_delay) alone, not at the ended
+    /// lease's expiry. Also frees a key that an earlier override left
+    /// waiting for its old lease's expiry. If the holder is in fact still
+    /// running, it keeps working until its next renewal while the next
+    /// holder already works: use it only when you know.
+    pub fn immediately(mut self) -> Self {
+        self.end = OverrideEnd::Immediately;
+        self
+    }
+}
+
+impl<'a> IntoFuture for ForceRelease<'a> {
+    type Output = Result<Option<LeaseInfo>>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.manager.force_release_key(self.key, self.end))
+    }
+}
+
+/// A release of every lease of an owner id, awaited directly
+/// (`IntoFuture`): [`LeaseManager::release_owner`] makes it,
+/// [`immediately`](Self::immediately) changes when the keys are free
+/// again.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+/// // The process that used owner id "worker-7" was killed: free its keys
+/// // now instead of at their expiry.
+/// let released = manager.release_owner("worker-7").immediately().await?;
+/// println!("released {released} leases of worker-7");
+/// # Ok(()) }
+/// ```
+#[must_use = "a request does nothing until it is awaited"]
+pub struct ReleaseOwner<'a> {
+    manager: &'a LeaseManager,
+    owner_id: &'a str,
+    end: OverrideEnd,
+}
+
+impl<'a> ReleaseOwner<'a> {
+    pub(crate) fn new(manager: &'a LeaseManager, owner_id: &'a str) -> Self {
+        ReleaseOwner {
+            manager,
+            owner_id,
+            end: OverrideEnd::AtExpiry,
+        }
+    }
+
+    /// Every holder under the owner id is known to be gone: the keys of
+    /// the live leases it ends are free after the manager's
+    /// [`lock_delay`](LeaseManager::lock_delay) alone, not at those
+    /// leases' expiry (see [`ForceRelease::immediately`]).
+    pub fn immediately(mut self) -> Self {
+        self.end = OverrideEnd::Immediately;
+        self
+    }
+}
+
+impl<'a> IntoFuture for ReleaseOwner<'a> {
+    type Output = Result<u64>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.manager.release_owner_leases(self.owner_id, self.end))
+    }
+}
