@@ -20,7 +20,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -64,16 +63,13 @@ impl Followed {
     }
 }
 
-/// Records, on every change of `db` and every 100 ms (a step of the
-/// server's clock), each followed lease whose document now expires before
-/// its local deadline (once per gap), until the run ends.
+/// Records, on every change of `db` (its documents, or a step of the
+/// server's clock at a failover; the steps back of a few milliseconds are
+/// within the check's allowance), each followed lease whose document now
+/// expires before its local deadline (once per gap), until the run ends.
 pub(super) async fn watch(recorder: Recorder, db: MemoryDb) {
     let mut changes = db.changes();
-    loop {
-        tokio::select! {
-            _ = changes.changed() => {}
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-        }
+    while changes.changed().await.is_ok() {
         let now = Instant::now();
         let gaps = recorder.followed_gaps(|followed| followed.gap(&db, now));
         for (lease, (deadline, expiry)) in gaps {

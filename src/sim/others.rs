@@ -24,7 +24,7 @@
 //! - A lock by an upsert of `_id` alone (a bare `{_id}`), released by a
 //!   delete.
 //!
-//! Each spins now and then (retries every 5 to 50 ms for a while, as the
+//! Each spins now and then (retries every 10 to 50 ms for a while, as the
 //! C# client does), so that it lands on a document of ours just released,
 //! and holds a few milliseconds or seconds, sometimes past its expiry by
 //! its own rule (a manager may then take it over). A release by `_id` of a
@@ -118,9 +118,9 @@ pub async fn foreign_holder(
         // Pattern 2, the one that writes over documents of ours, two times
         // in five.
         let pattern = random_range(0..5);
-        // Half the time it spins: tries every 5 to 50 ms for a while.
+        // Half the time it spins: tries every 10 to 50 ms for a while.
         let spin_until = match random_range(0..2) {
-            0 => Instant::now() + ms(random_range(300..3_000)),
+            0 => Instant::now() + ms(random_range(300..1_500)),
             _ => Instant::now(),
         };
         let held = loop {
@@ -133,7 +133,7 @@ pub async fn foreign_holder(
             if held.is_some() || Instant::now() >= spin_until || stop.load(Ordering::SeqCst) {
                 break held;
             }
-            sleep(ms(random_range(5..50))).await;
+            sleep(ms(random_range(10..50))).await;
         };
         let Some(held) = held else {
             continue;
@@ -245,7 +245,7 @@ async fn pattern2(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Opti
 fn release(recorder: &Recorder, db: &MemoryDb, held: Held) {
     let id = held.key.trim_start_matches("locks/");
     match held.release {
-        Release::Never => return,
+        Release::Never => {}
         Release::ById(fields) => {
             // Its own lock only (see the module docs).
             if db.foreign(id).is_none_or(|f| {

@@ -398,9 +398,9 @@ pub(super) fn granted(
     let acquired_after = waited_from;
     // A local deadline is a confirmed write's send + validity (or less):
     // the TTL less the safety margin and the clock skew.
-    let confirmed_after = deadline
-        .checked_sub(lease.ttl())
-        .map_or(now, |d| (d + super::SAFETY_MARGIN + process.clock_skew).min(now));
+    let confirmed_after = deadline.checked_sub(lease.ttl()).map_or(now, |d| {
+        (d + super::SAFETY_MARGIN + process.clock_skew).min(now)
+    });
     // An exclusive lease of the lock collection: its document's expiry.
     let document = (kind == Kind::Exclusive)
         .then(|| key.strip_prefix("locks/"))
@@ -616,7 +616,12 @@ pub(super) async fn idle(until: Instant, stop: &AtomicBool) {
 /// `immediately` (after the lock-delay only): records its start, the lease
 /// of ours it ended, its lock-delay and its end; whether it returned
 /// without an error.
-async fn force_release(recorder: &Recorder, process: &Process, key: &str, immediately: bool) -> bool {
+async fn force_release(
+    recorder: &Recorder,
+    process: &Process,
+    key: &str,
+    immediately: bool,
+) -> bool {
     let op: OpNo = recorder.number();
     recorder.push(Event::ForceReleaseStarted {
         op,

@@ -100,13 +100,13 @@ impl Checker {
                 true => self.now,
                 false => self.now + self.bounds.landing,
             };
-            if let Some(immediate) = self
-                .override_waits
-                .immediate
-                .iter_mut()
-                .find(|(start, end, target)| {
-                    *start == call.start && end.is_none() && *target == call.target
-                })
+            if let Some(immediate) =
+                self.override_waits
+                    .immediate
+                    .iter_mut()
+                    .find(|(start, end, target)| {
+                        *start == call.start && end.is_none() && *target == call.target
+                    })
             {
                 immediate.1 = Some(now);
             }

@@ -473,7 +473,13 @@ fn a_grant_before_the_holder_of_a_lease_a_default_override_ended_was_told_is_a_v
         let mut events = vec![
             (0, sent_grant("locks/k", 1, 0, 0, 1_000)),
             (10, started),
-            (11, Event::Overridden { op: 7, token: ended }),
+            (
+                11,
+                Event::Overridden {
+                    op: 7,
+                    token: ended,
+                },
+            ),
             (11, Event::OpEnded { op: 7, ok }),
         ];
         events.push((told.unwrap_or(1_000), told_lost(1)));
