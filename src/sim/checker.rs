@@ -60,15 +60,28 @@ use super::history::{At, Entry, Event, History, Kind, LeaseNo, OpNo, WaiterNo};
 /// What the checker allows.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
-    /// How far the server's clock may step back (it may free a key this
-    /// much before a minimum hold ends in real time).
+    /// How far the server's clock may step back between two writes (a few
+    /// milliseconds, B3); what a lease's expiry may be read short by.
     pub clock_step_back: Duration,
+    /// How far the server's clock may step, either way, at a failover
+    /// (the bound on the members' clocks' difference the managers assume,
+    /// `clock_skew`, the steps back included): a server ahead frees a key
+    /// this much before a minimum hold, a lock-delay or another
+    /// application's lock ends in real time.
+    pub clock_skew: Duration,
     /// How much faster the server's clock may run than real time, in parts
     /// per million (a minimum hold ends that much sooner in real time).
     pub server_faster_ppm: u32,
+    /// How long after it was sent a call may land on the server: an
+    /// operator's call that failed may still end leases until then.
+    pub landing: Duration,
     /// How long after the faults stop (or after it starts, if later) a
-    /// waiter may wait.
+    /// waiter may wait once nothing fails; a write sent before may still
+    /// land up to `landing` after and hold its key for one `ttl` from then,
+    /// which the bound adds.
     pub liveness: Duration,
+    /// The longest TTL a write of an acquisition carries.
+    pub ttl: Duration,
     /// How long after its last wait for a key ended a manager may still be
     /// shown waiting for it: its registration window (or a waiting mark's
     /// TTL), plus how late an attempt sent before the wait ended may land.
@@ -108,6 +121,7 @@ struct Lease {
     manager: usize,
     key: String,
     kind: Kind,
+    token: u64,
     deadline: At,
     /// Told, released, its process crashed, or its deadline passed.
     ended: bool,
@@ -164,6 +178,8 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         faults_stopped: None,
         permits_sets: permits_sets(history),
         lock_delays: Default::default(),
+        landing_forces: Vec::new(),
+        override_waits: Default::default(),
         requests: Default::default(),
         now: At::ZERO,
         entry: 0,
@@ -206,6 +222,10 @@ struct Checker {
     /// way).
     permits_sets: BTreeMap<String, Vec<(At, At, u32)>>,
     lock_delays: lock_delay::LockDelays,
+    /// Force releases that returned, each with when it may have landed by
+    /// and its key: in flight (`KeyState::forcing`) until then.
+    landing_forces: Vec<(At, String)>,
+    override_waits: override_wait::OverrideWaits,
     requests: revocation::Requests,
     now: At,
     entry: usize,
@@ -359,7 +379,12 @@ impl Checker {
             Event::ForeignRemoved { key } => {
                 self.keys.entry(key.clone()).or_default().foreign = None;
             }
-            Event::ForceReleaseStarted { op, key } => {
+            Event::ForceReleaseStarted {
+                op,
+                key,
+                immediately,
+            } => {
+                self.override_started(*op, Ok(key), *immediately);
                 self.lock_delay_call_started(*op, None);
                 self.ops.insert(*op, (Ok(key.clone()), None));
                 let state = self.keys.entry(key.clone()).or_default();
@@ -378,7 +403,12 @@ impl Checker {
                     }
                 }
             }
-            Event::OwnerReleaseStarted { op, manager } => {
+            Event::OwnerReleaseStarted {
+                op,
+                manager,
+                immediately,
+            } => {
+                self.override_started(*op, Err(*manager), *immediately);
                 self.lock_delay_call_started(*op, Some(*manager));
                 self.ops.insert(*op, (Err(*manager), None));
                 for l in self.leases.values_mut() {
@@ -396,15 +426,24 @@ impl Checker {
             Event::LockDelay { op, delay } => self.lock_delay_recorded(*op, *delay),
             Event::ReleaseRequested { op, key } => self.release_requested(*op, key),
             Event::RevocationTold { lease } => self.revocation_told(*lease),
+            Event::Overridden { op, token } => self.overridden(*op, *token),
             Event::OpEnded { op, ok } => {
+                self.override_ended(*op, *ok);
                 self.lock_delay_call_ended(*op);
                 self.release_request_ended(*op, *ok);
+                // A call that failed may still land on the server, up to
+                // `landing` later: it counts as in flight until then.
+                let until = match ok {
+                    true => self.now,
+                    false => self.now + self.bounds.landing,
+                };
                 if let Some((target, end)) = self.ops.get_mut(op) {
-                    *end = Some(self.now);
+                    *end = Some(until);
                     if let Ok(key) = target {
-                        self.keys.get_mut(key).expect("started").forcing -= 1;
+                        self.landing_forces.push((until, key.clone()));
                     }
                 }
+                self.forces_landed();
                 for l in self.leases.values_mut() {
                     if l.ops_after_grant.remove(op) && *ok && !l.release_started {
                         l.ended_by.get_or_insert(*op);
@@ -451,6 +490,13 @@ impl Checker {
             | Event::Inspected { .. } => {}
             // Judged by `expiry::check`.
             Event::ServerExpiry { .. } => {}
+            // What the server did, for the trace.
+            Event::TtlDeleted { .. } => {}
+            Event::ExpiryNow {
+                lease,
+                deadline,
+                expiry,
+            } => self.expiry_now(*lease, *deadline, *expiry),
         }
     }
 
@@ -461,10 +507,24 @@ impl Checker {
         }
     }
 
+    /// The force releases that may have landed by now stop being in flight.
+    fn forces_landed(&mut self) {
+        let now = self.now;
+        let keys = &mut self.keys;
+        self.landing_forces.retain(|(until, key)| {
+            let landed = *until <= now;
+            if landed {
+                keys.get_mut(key).expect("started").forcing -= 1;
+            }
+            !landed
+        });
+    }
+
     /// Moves to `now`: leases whose deadline passed stop being live (and
     /// must have been told by then), waiters past their bound are late.
     fn advance(&mut self, now: At) {
         self.now = now;
+        self.forces_landed();
         let (mut expired, mut untold) = (Vec::new(), Vec::new());
         for (n, l) in &mut self.leases {
             if !l.ended && l.deadline <= now {
@@ -492,7 +552,7 @@ impl Checker {
             }
         }
         if let Some(stopped) = self.faults_stopped {
-            let bound = self.bounds.liveness;
+            let bound = self.bounds.liveness + self.bounds.landing + self.bounds.ttl;
             let late: Vec<(WaiterNo, String, At)> = self
                 .waiters
                 .iter()
@@ -546,6 +606,7 @@ impl Checker {
             concerns && end.is_none_or(|end| end >= confirmed_after)
         });
         self.check_lock_delay(lease, key, forced);
+        self.check_override_wait(lease, key, acquired_after.max(confirmed_after));
         let state = self.keys.entry(key.to_string()).or_default();
         let live_at_grant = deadline > now;
         self.leases.insert(
@@ -554,6 +615,7 @@ impl Checker {
                 manager,
                 key: key.to_string(),
                 kind,
+                token,
                 deadline,
                 ended: !live_at_grant,
                 gone: false,
@@ -569,9 +631,10 @@ impl Checker {
             return;
         }
         let mut problems = Vec::new();
+        let step = self.bounds.clock_step_back.max(self.bounds.clock_skew);
         if let Some(until) = state.hold_until
             && !forced
-            && now + self.bounds.clock_step_back < until
+            && now + step < until
         {
             problems.push(format!(
                 "granted {:?} before the minimum hold's end {until:?}",
@@ -604,10 +667,8 @@ impl Checker {
         }
         // Before that lock expired by its own rule, whatever `$$NOW` did
         // (a step back only delays its expiry; a step forward after it was
-        // written, at most `clock_step_back`, brings it closer).
-        let foreign_live = state
-            .foreign_until
-            .is_none_or(|until| now + self.bounds.clock_step_back < until);
+        // written, at most `clock_skew`, brings it closer).
+        let foreign_live = state.foreign_until.is_none_or(|until| now + step < until);
         if state.foreign == Some(false) && !forced && foreign_live {
             problems.push("granted while another application holds the key".into());
         }
@@ -770,7 +831,36 @@ impl Checker {
 }
 
 mod lock_delay;
+mod override_wait;
 mod revocation;
 pub(crate) use revocation::TOLD_WITHIN;
 #[cfg(test)]
 mod tests;
+
+impl Checker {
+    /// Property 16 at every instant: the document of the live lease
+    /// `lease`, as the server holds it now, expires at `expiry` (in real
+    /// time), which must not come before its local deadline `deadline`
+    /// (less the server clock's allowed step back), unless an operator's
+    /// call may have ended it.
+    fn expiry_now(&mut self, lease: LeaseNo, deadline: At, expiry: At) {
+        let Some(l) = self.leases.get(&lease) else {
+            return;
+        };
+        if l.forced || l.ended || deadline <= self.now {
+            return;
+        }
+        if deadline > expiry + self.bounds.clock_step_back {
+            let key = l.key.clone();
+            self.violation(
+                &key,
+                format!(
+                    "lease {lease} (manager {}) has its local deadline {deadline:?} after its \
+                     document on the server now expires, at {expiry:?}: a write landed or the \
+                     server's clock stepped",
+                    l.manager
+                ),
+            );
+        }
+    }
+}

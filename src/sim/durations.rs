@@ -61,8 +61,11 @@ pub(super) fn granted(
 }
 
 /// Now and then (one in eight calls) changes the TTL of `lease`, held with
-/// `options` and renewed, to 1.4 to 6 s, at most `most`; its outcome (a
-/// fault may fail it) is judged by the other properties.
+/// `options` and renewed, to 1.4 to 6 s (up to twice the TTL: the safety
+/// margin, a tenth of the TTL, covers the server clock's faster rate over
+/// 6 s), at most `most`; its outcome (a fault may fail it) is judged by the
+/// other properties. A renewal of the old TTL given up by its caller may
+/// land after a longer one was confirmed.
 pub(super) async fn maybe_set_ttl(lease: &Lease, options: &AcquireOptions, most: Duration) {
     if options.hold_at_most.is_none() && random_range(0..8) == 0 {
         let ttl = Duration::from_millis(random_range(1_400..6_000)).min(most);

@@ -3,6 +3,13 @@
 //! or renews it, its local deadline is no later than the instant its
 //! document's `exp` passes, read then (in real time, at the server clock's
 //! rate and step back then, less [`CLOCK_STEP_BACK`] for a later step).
+//! And at every instant while the lease is live, whatever lands on the
+//! server (a write of it sent long before, given up by its caller, or
+//! one of another owner) and however the server's clock steps: its
+//! [`watch`]er records each instant its document, as the server holds it
+//! then, expires before the holder's local deadline
+//! ([`Event::ExpiryNow`], judged by the checker, which leaves out leases
+//! an operator's call may have ended).
 //!
 //! Mutual exclusion (`checker`) breaks only when another owner takes the
 //! key in the gap, which needs a third coincidence in the schedule; this
@@ -12,12 +19,68 @@
 //! that case.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::time::Instant;
 
 use super::checker::Violation;
 use super::faults::CLOCK_STEP_BACK;
 use super::history::{At, Event, History, LeaseNo};
 use super::workload::Recorder;
+use crate::key::LeaseKey;
+use crate::status::LeaseState;
 use crate::store::memory::MemoryDb;
+
+/// A live exclusive lease of the lock collection that the [`watch`]er
+/// follows, from its grant until its holder releases it (or its process
+/// crashes); told lost or past its deadline, it is skipped.
+pub(super) struct Followed {
+    /// Its manager.
+    pub manager: usize,
+    /// Its key in the lock collection (without `locks/`).
+    pub key: LeaseKey,
+    /// Its fencing token.
+    pub token: u64,
+    /// Its state, which holds its local deadline now.
+    pub state: Arc<LeaseState>,
+    /// Whether the current gap (expiry before the deadline) was recorded.
+    pub recorded: bool,
+}
+
+impl Followed {
+    /// Whether the gap it shows now, if any, is to be recorded: the
+    /// deadline now and the document's expiry in real time (now if the
+    /// server no longer holds the key for it).
+    fn gap(&mut self, db: &MemoryDb, now: Instant) -> Option<(Instant, Instant)> {
+        let deadline = self.state.deadline().filter(|d| *d > now)?;
+        let expiry = db
+            .lease_expiry(&self.key, self.token)
+            .map_or(now, |exp| db.real_at(exp));
+        let gap = deadline > expiry + CLOCK_STEP_BACK;
+        let new = gap && !self.recorded;
+        self.recorded = gap;
+        new.then_some((deadline, expiry))
+    }
+}
+
+/// Records, on every change of `db` (its documents, or a step of the
+/// server's clock at a failover; the steps back of a few milliseconds are
+/// within the check's allowance), each followed lease whose document now
+/// expires before its local deadline (once per gap), until the run ends.
+pub(super) async fn watch(recorder: Recorder, db: MemoryDb) {
+    let mut changes = db.changes();
+    while changes.changed().await.is_ok() {
+        let now = Instant::now();
+        let gaps = recorder.followed_gaps(|followed| followed.gap(&db, now));
+        for (lease, (deadline, expiry)) in gaps {
+            recorder.push(Event::ExpiryNow {
+                lease,
+                deadline: recorder.at(deadline),
+                expiry: recorder.at(expiry),
+            });
+        }
+    }
+}
 
 /// Records when the document of lease `lease` (fencing token `token`) of
 /// the lock collection's `key` (its place stripped) expires, if it is

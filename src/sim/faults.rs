@@ -2,11 +2,17 @@
 //! periods in which some kinds of store call fail before or after they
 //! apply, arrive late, or are answered late, reads see a snapshot behind
 //! the latest writes, and in which its change stream delays, duplicates
-//! or drops writes or fails; a freeze (every call and event held until it
-//! ends); a lag of its stream (every event late by one delay for a
-//! while); and for the whole schedule, a crash of one manager and the
-//! server's clock running faster than the managers' and stepping back.
-//! Faults stop at the plan's `stop`.
+//! or drops writes or fails; in a third of the periods calls also land
+//! long after they were sent (up to [`LANDING_MOST`], three TTLs), answered
+//! then or never, or never land, while their callers give up in between;
+//! a freeze (every call and event held until it ends); a lag of its
+//! stream (every event late by one delay for a while); and for the whole
+//! schedule, a crash of one manager, the server's clock running faster
+//! than the managers' and stepping back, failovers to members whose
+//! clocks are ahead or behind by up to the bound the managers assume
+//! (`clock_skew`), the GC grace of the managers' TTL index, and the bound
+//! their stores put on each operation. Faults stop at the plan's `stop`;
+//! a call sent before may still land after it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,6 +26,20 @@ use crate::store::memory::{EventFate, Fault, MemoryStore, Op};
 /// How far the server's clock steps back at most (`$$NOW` going back a few
 /// milliseconds, docs/mongodb-behaviour.md B3).
 pub(crate) const CLOCK_STEP_BACK: Duration = Duration::from_millis(10);
+
+/// The longest a call may take to land after it was sent ([`Fault::Delay`],
+/// [`Fault::Unanswered`]): three of the simulation's TTLs. Its caller may
+/// have given up long before (a renewal after a heartbeat interval, any
+/// call after the operation timeout).
+pub(crate) const LANDING_MOST: Duration = Duration::from_secs(9);
+
+/// The bounds on the difference between the members' clocks that a
+/// schedule draws from (every manager's `clock_skew`; the default is 1 s).
+const CLOCK_SKEWS: [Duration; 3] = [
+    Duration::from_millis(100),
+    Duration::from_millis(300),
+    Duration::from_secs(1),
+];
 
 /// How much faster than the managers' monotonic clocks the server's clock
 /// runs at most, in parts per million: 5 %, within what the safety margin
@@ -38,6 +58,9 @@ struct Period {
     ops: u32,
     /// Whether its change stream suffers too.
     events: bool,
+    /// Whether its calls may land long after they were sent (up to
+    /// [`LANDING_MOST`]), or never.
+    long: bool,
 }
 
 /// The faults of one manager.
@@ -67,6 +90,20 @@ pub struct Plan {
     /// parts per million (up to [`SERVER_FASTER_PPM`]; one schedule in four
     /// runs at exactly that bound).
     pub server_faster_ppm: u32,
+    /// The bound on the difference between the members' clocks: every
+    /// manager's `clock_skew`, which the failovers keep to (with the steps
+    /// back of [`CLOCK_STEP_BACK`] included).
+    pub clock_skew: Duration,
+    /// Failovers: when, and how far ahead of the managers' clocks the new
+    /// primary's clock is (from none to `clock_skew` less
+    /// [`CLOCK_STEP_BACK`]; the first primary's is none), so that each
+    /// steps the server's clock forward or back by up to that.
+    pub failovers: Vec<(Duration, Duration)>,
+    /// The GC grace of the managers' TTL index on `exp`.
+    pub gc_grace: Duration,
+    /// The bound each manager's store puts on an operation (the product's
+    /// default, or a tenth of the TTL as that default is of the product's).
+    pub operation_timeout: Duration,
 }
 
 fn ms(n: u64) -> Duration {
@@ -107,6 +144,7 @@ impl Plan {
                             false => random_range(1..(1u32 << 11)),
                         },
                         events: trouble || random_range(0..2) == 0,
+                        long: random_range(0..3) == 0,
                     });
                     at = to + between(Duration::ZERO, ms(3_000));
                 }
@@ -136,11 +174,39 @@ impl Plan {
             0 => SERVER_FASTER_PPM,
             _ => random_range(0..=SERVER_FASTER_PPM),
         };
+        let clock_skew = CLOCK_SKEWS[random_range(0..CLOCK_SKEWS.len())];
+        // The members' clocks within `clock_skew` of each other, the steps
+        // back of B3 included: a failover's step is at most that, either
+        // way; most of them to either end of the range, so that full steps
+        // forward and back are common. More often than on a real replica
+        // set, so that one comes between two acquisitions of a key.
+        let widest = clock_skew.saturating_sub(CLOCK_STEP_BACK);
+        let mut failovers = Vec::new();
+        let mut at = between(Duration::ZERO, ms(2_000));
+        while at < stop {
+            let ahead = match random_range(0..5) {
+                0 | 1 => Duration::ZERO,
+                2 | 3 => widest,
+                _ => between(Duration::ZERO, widest),
+            };
+            failovers.push((at, ahead));
+            at += between(ms(200), ms(2_000));
+        }
+        // As `connect` creates the index: at least `DELETE_MIN_TOKEN_AGE`.
+        let gc_grace = between(crate::config::DELETE_MIN_TOKEN_AGE, ms(3_000));
+        let operation_timeout = match random_range(0..3) {
+            0 => ms(1_000),
+            _ => ms(10_000),
+        };
         Plan {
             stop,
             managers,
             crash,
             server_faster_ppm,
+            clock_skew,
+            failovers,
+            gc_grace,
+            operation_timeout,
         }
     }
 
@@ -170,11 +236,21 @@ impl Plan {
             }
             let fault = period.and_then(|p| {
                 let concerned = p.ops & (1 << (op as u32)) != 0;
-                (concerned && random_range(0.0..1.0) < p.chance).then(|| match random_range(0..5) {
-                    0 => Fault::Fail,
-                    1 => Fault::FailAfterApply,
-                    2 => Fault::LateReply(between(ms(1), ms(1_500))),
-                    _ => Fault::Delay(between(ms(1), ms(1_500))),
+                let late = || between(ms(1), ms(1_500));
+                let long = || between(ms(1), LANDING_MOST);
+                (concerned && random_range(0.0..1.0) < p.chance).then(|| {
+                    match (p.long, random_range(0..6)) {
+                        (_, 0) => Fault::Fail,
+                        (_, 1) => Fault::FailAfterApply,
+                        (_, 2) => Fault::LateReply(late()),
+                        (false, _) => Fault::Delay(late()),
+                        // Landing long after the send, while the caller
+                        // gives up (its timeout): answered if it still
+                        // waits, or never; or never landing.
+                        (true, 3) => Fault::Delay(long()),
+                        (true, 4) => Fault::Unanswered(long()),
+                        (true, _) => Fault::Lost,
+                    }
                 })
             });
             (latency, fault)
@@ -240,8 +316,15 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "faults stop at {:?}; crash: {:?}; server clock {} ppm faster",
-            self.stop, self.crash, self.server_faster_ppm
+            "faults stop at {:?}; crash: {:?}; server clock {} ppm faster; clock skew {:?}, \
+             failovers {:?}; GC grace {:?}; operation timeout {:?}",
+            self.stop,
+            self.crash,
+            self.server_faster_ppm,
+            self.clock_skew,
+            self.failovers,
+            self.gc_grace,
+            self.operation_timeout
         )?;
         for (m, faults) in self.managers.iter().enumerate() {
             writeln!(
@@ -252,8 +335,8 @@ impl fmt::Display for Plan {
             for p in &faults.periods {
                 writeln!(
                     f,
-                    "  {:?}..{:?}: chance {}, calls {:#013b}, events {}",
-                    p.from, p.to, p.chance, p.ops, p.events
+                    "  {:?}..{:?}: chance {}, calls {:#013b}, events {}, long {}",
+                    p.from, p.to, p.chance, p.ops, p.events, p.long
                 )?;
             }
         }

@@ -73,6 +73,21 @@ pub enum Event {
         /// When its document expires.
         expiry: At,
     },
+    /// The document of a live exclusive lease in the lock collection, as
+    /// the server holds it now (a write of it landed, perhaps long after
+    /// it was sent, or the server's clock stepped), expires before the
+    /// holder's local deadline, or sooner than it did (`sim::expiry`'s
+    /// watcher).
+    ExpiryNow {
+        /// The lease.
+        lease: LeaseNo,
+        /// Its local deadline now.
+        deadline: At,
+        /// When its document expires on the server, in real time at the
+        /// server clock's rate and steps now; now if the server no longer
+        /// holds the key for it (deleted, another acquisition).
+        expiry: At,
+    },
     /// The lease's token fired (its holder was told it is lost).
     Told {
         /// The lease.
@@ -110,6 +125,14 @@ pub enum Event {
         /// its own rule (`crate::foreign`); `None` if never.
         expires_in: Option<Duration>,
     },
+    /// The TTL monitor deleted the key's document (ours, or another
+    /// application's), by the TTL index on `field`.
+    TtlDeleted {
+        /// The key.
+        key: String,
+        /// The indexed field (`exp`: the managers' garbage collector).
+        field: String,
+    },
     /// Another application removed its lock.
     ForeignRemoved {
         /// The key.
@@ -121,6 +144,10 @@ pub enum Event {
         op: OpNo,
         /// The key.
         key: String,
+        /// Whether it asked for the key freed at once (after the lock-delay
+        /// only), not once the holder was told or its deadline passed (the
+        /// default).
+        immediately: bool,
     },
     /// An operator asked to release every lease of a manager's owner id
     /// in the lock collection (keys `locks/...`; in-document leases are
@@ -130,6 +157,18 @@ pub enum Event {
         op: OpNo,
         /// The manager whose owner id it names.
         manager: usize,
+        /// As [`Event::ForceReleaseStarted`]'s.
+        immediately: bool,
+    },
+    /// An operator's call ended leases of ours (pushed before its
+    /// [`Event::OpEnded`]): a force release that returned the lease it
+    /// ended (its fencing token), or a release by owner id that released
+    /// some (`None`).
+    Overridden {
+        /// The call.
+        op: OpNo,
+        /// The fencing token of the lease a force release ended.
+        token: Option<u64>,
     },
     /// An operator asked the holders of the key to release it
     /// (`request_release`); its [`Event::OpEnded`]'s `ok` says whether it
@@ -199,7 +238,8 @@ pub enum Event {
         /// The managers shown waiting.
         waiting: Vec<Option<usize>>,
         /// The key's fencing token, owner id and leader transitions
-        /// (`LeaseInfo::transitions`); `None` for a foreign holder's lock.
+        /// (`LeaseInfo::transitions`), another application's lock's too;
+        /// `None` when it shows no token (0).
         term: Option<(u64, String, u64)>,
     },
     /// No fault is injected from now on.
@@ -255,6 +295,7 @@ impl Event {
             Event::Granted { key, .. }
             | Event::ForeignTaken { key, .. }
             | Event::ForeignRemoved { key }
+            | Event::TtlDeleted { key, .. }
             | Event::ForceReleaseStarted { key, .. }
             | Event::Inspected { key, .. }
             | Event::PermitsSet { key, .. }
@@ -271,6 +312,7 @@ impl Event {
             Event::Granted { lease, .. }
             | Event::Renewed { lease, .. }
             | Event::ServerExpiry { lease, .. }
+            | Event::ExpiryNow { lease, .. }
             | Event::Told { lease, .. }
             | Event::Released { lease }
             | Event::ReleaseAnswered { lease, .. }
@@ -348,7 +390,7 @@ impl History {
                 Event::WaitStarted { waiter, key: k, .. } if k == key => {
                     waiters.insert(*waiter);
                 }
-                Event::ForceReleaseStarted { op, key: k }
+                Event::ForceReleaseStarted { op, key: k, .. }
                 | Event::ReleaseRequested { op, key: k }
                     if k == key =>
                 {
@@ -367,7 +409,9 @@ impl History {
             Event::Crashed { .. } | Event::FaultsStopped | Event::OwnerReleaseStarted { .. } => {
                 true
             }
-            Event::OpEnded { op, .. } | Event::LockDelay { op, .. } => ops.contains(op),
+            Event::OpEnded { op, .. }
+            | Event::LockDelay { op, .. }
+            | Event::Overridden { op, .. } => ops.contains(op),
             Event::Reentered { of, .. } => leases.contains(of),
             Event::GroupGranted { leases: group } => group.iter().any(|l| leases.contains(l)),
             Event::WaitEnded { waiter, .. } => waiters.contains(waiter),

@@ -12,14 +12,18 @@
 //! once; in some schedules a holder that re-enters its lease and tasks
 //! that take several keys at once in random orders; an operator (force
 //! release, release by owner id, with a lock-delay of none, the safety
-//! margin or 1 s), another
-//! application locking a key with its own document, a client locking a
-//! user document by its `LockId` / `LockTime` fields beside in-document
-//! leases opened with `LockIdFields`, once faults stopped a
+//! margin or 1 s; by default, or immediately), other
+//! applications locking keys by their own protocols (`others`), a client
+//! locking a user document by its `LockId` / `LockTime` fields beside
+//! in-document leases opened with `LockIdFields`, once faults stopped a
 //! holder of a key of its own that releases it when told of a request to
-//! and a requester asking the holders of keys to, the TTL monitor, and
-//! the server's clock running up to 5 % faster than the managers' and
-//! stepping back by up to 10 ms.
+//! and a requester asking the holders of keys to, the TTL monitor over
+//! every TTL index of the collection, and the server's clock running up
+//! to 5 % faster than the managers', stepping back by up to 10 ms, and
+//! stepping forward or back at failovers by up to the bound the managers
+//! assume (`clock_skew`). The twin plays the server's side of every call:
+//! a call applies when the fault plan says, perhaps long after its caller
+//! gave up on it.
 //! Faults stop at [`FAULTS_STOP`], the tasks at [`WORK_STOP`]; the run
 //! ends once every task is done, or [`LIVENESS`] later.
 //!
@@ -31,6 +35,7 @@ mod expiry;
 mod faults;
 mod groups;
 pub mod history;
+mod others;
 mod reentrant;
 mod revocable;
 mod workload;
@@ -42,7 +47,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use self::checker::{Bounds, Violation};
-use self::faults::{CLOCK_STEP_BACK, Plan, SERVER_FASTER_PPM};
+use self::faults::{CLOCK_STEP_BACK, LANDING_MOST, Plan, SERVER_FASTER_PPM};
 use self::history::{At, Event, History};
 use self::workload::{DOCUMENTS, LOCK_ID_DOCUMENTS, Process, Recorder, Role};
 use crate::config::{ReleaseMode, Timing};
@@ -143,23 +148,26 @@ fn contended_for(seed: u64, index: usize) -> Duration {
     }
 }
 
+/// The managers' timing: `clock_skew` is the schedule's bound on the
+/// members' clocks' difference, and the cap on local deadlines is what
+/// `connect` finds in the collection (pattern 1's TTL index on `ts`).
 fn timing(
     release_mode: ReleaseMode,
     watch_held_leases: bool,
-    retry_max: Duration,
-    contended_for: Duration,
+    (retry_max, contended_for): (Duration, Duration),
+    clock_skew: Duration,
 ) -> Timing {
     Timing {
         ttl: TTL,
         heartbeat_interval: Duration::from_secs(1),
         safety_margin: SAFETY_MARGIN,
-        clock_skew: CLOCK_STEP_BACK,
+        clock_skew,
         operation_timeout: Duration::from_secs(10),
         retry_initial: Duration::from_millis(10),
         retry_max,
         renewal_batch_size: 100,
         release_mode,
-        ttl_cap: None,
+        ttl_cap: Some(others::TS_EXPIRE_AFTER),
         watch_held_leases,
         contended_for,
     }
@@ -224,17 +232,19 @@ pub fn run(seed: u64) -> Report {
     report
 }
 
-/// Keys of exclusive leases; the other application locks the last one.
+/// Keys of exclusive leases; other applications lock the last one, and
+/// now and then the first one.
 const EXCLUSIVE_KEYS: [&str; 2] = ["x0", "x1"];
 
 async fn schedule(seed: u64) -> Report {
     let t0 = Instant::now();
     let recorder = Recorder::new(t0);
-    let rules = ForeignRules::new(None).with_ts_expiry(Some(workload::TS_EXPIRE_AFTER));
+    let rules = ForeignRules::new(None).with_ts_expiry(Some(others::TS_EXPIRE_AFTER));
     let db = MemoryDb::new().with_foreign_rules(rules);
     let managers = random_range(2..=4usize);
     let plan = Plan::draw(managers, FAULTS_STOP);
     db.set_faster_ppm(plan.server_faster_ppm);
+    db.set_ttl_indexes(others::ttl_indexes(plan.gc_grace));
     // What stale reads (`Fault::Stale`, up to 1.5 s behind) may see.
     db.keep_snapshots(Duration::from_secs(2));
     db.documents(DOCUMENTS, DEFAULT_LEASE_FIELD)
@@ -267,17 +277,18 @@ async fn schedule(seed: u64) -> Report {
         let timing = timing(
             mode,
             watch_held_leases(seed, index),
-            retry_max(seed, index),
-            contended_for(seed, index),
+            (retry_max(seed, index), contended_for(seed, index)),
+            plan.clock_skew,
         );
-        store.set_operation_timeout(Some(timing.operation_timeout));
+        let operation_timeout = Some(plan.operation_timeout);
+        store.set_operation_timeout(operation_timeout);
         plan.install(index, &store, t0);
         let documents = store.document_store(DOCUMENTS, DEFAULT_LEASE_FIELD);
-        documents.set_operation_timeout(Some(timing.operation_timeout));
+        documents.set_operation_timeout(operation_timeout);
         plan.install(index, &documents, t0);
         let lock_id = Some(Arc::new(workload::lock_id_fields()));
         let documents = store.document_store_with(LOCK_ID_DOCUMENTS, DEFAULT_LEASE_FIELD, lock_id);
-        documents.set_operation_timeout(Some(timing.operation_timeout));
+        documents.set_operation_timeout(operation_timeout);
         plan.install(index, &documents, t0);
         let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing);
         processes.push(Arc::new(Process {
@@ -285,6 +296,7 @@ async fn schedule(seed: u64) -> Report {
             manager,
             store,
             delete_mode,
+            clock_skew: plan.clock_skew,
             tasks: Default::default(),
             crashed: AtomicBool::new(false),
         }));
@@ -415,22 +427,41 @@ async fn schedule(seed: u64) -> Report {
         (vec!["x0", "x1", "rw", "p2"], revocable::KEY),
         work_stop.clone(),
     ));
-    tokio::spawn(workload::foreign_holder(
-        recorder.clone(),
-        db.clone(),
-        EXCLUSIVE_KEYS[1],
-        work_stop.clone(),
-    ));
+    // Other applications: on the last exclusive key always, on the others
+    // and the election's and shared key now and then.
+    let mut foreign_keys = vec![EXCLUSIVE_KEYS[1]];
+    foreign_keys.extend(
+        [EXCLUSIVE_KEYS[0], "leader", "rw"]
+            .into_iter()
+            .filter(|_| random_range(0..2) == 0),
+    );
+    described += &format!("other applications on {foreign_keys:?}\n");
+    for key in foreign_keys {
+        tokio::spawn(others::foreign_holder(
+            recorder.clone(),
+            db.clone(),
+            key,
+            work_stop.clone(),
+        ));
+    }
     tokio::spawn(workload::lock_id_client(
         recorder.clone(),
         db.documents(LOCK_ID_DOCUMENTS, DEFAULT_LEASE_FIELD),
         "d1",
         work_stop.clone(),
     ));
-    tokio::spawn(workload::ttl_monitor(
-        vec![db.clone(), db.documents(DOCUMENTS, DEFAULT_LEASE_FIELD)],
-        work_stop.clone(),
-    ));
+    tokio::spawn(others::ttl_monitor(recorder.clone(), db.clone()));
+    tokio::spawn(expiry::watch(recorder.clone(), db.clone()));
+    // Failovers: the new primary's clock ahead of the managers' by up to
+    // the bound they assume (a step forward or back).
+    let failover = db.clone();
+    let failovers = plan.failovers.clone();
+    tokio::spawn(async move {
+        for (at, ahead) in failovers {
+            tokio::time::sleep_until(t0 + at).await;
+            failover.set_ahead(ahead);
+        }
+    });
     let clock = db.clone();
     tokio::spawn(async move {
         while Instant::now() - t0 < FAULTS_STOP {
@@ -453,7 +484,10 @@ async fn schedule(seed: u64) -> Report {
     tokio::time::sleep_until(t0 + WORK_STOP).await;
     stop.store(true, Ordering::SeqCst);
     work_stop.store(true, Ordering::SeqCst);
-    let deadline = t0 + WORK_STOP + LIVENESS + Duration::from_secs(1);
+    // A write sent before the faults stopped may land up to `LANDING_MOST`
+    // later and hold its key a TTL more (property 6's bound).
+    let liveness = LIVENESS + LANDING_MOST + TTL;
+    let deadline = t0 + WORK_STOP + liveness + Duration::from_secs(1);
     for (index, handle) in workers {
         if processes[index].crashed.load(Ordering::SeqCst) {
             continue;
@@ -466,15 +500,19 @@ async fn schedule(seed: u64) -> Report {
     let history = recorder.history();
     let bounds = Bounds {
         clock_step_back: CLOCK_STEP_BACK,
+        clock_skew: plan.clock_skew,
         server_faster_ppm: SERVER_FASTER_PPM,
+        landing: LANDING_MOST,
         liveness: LIVENESS,
+        ttl: TTL,
         // The longest registration window (2 × retry_max + 1 s + safety
         // margin, longer than a waiting mark's TTL); how late an attempt
         // started before its wait ended may register: queued in the group
         // commit behind a light acquire that a freeze holds (up to 6 s)
         // and that comes late (1.5 s), then sent and delayed itself (1.5
-        // s); a stale read showing it (1.5 s old); and the server clock's
-        // step back.
+        // s); a stale read showing it (1.5 s old); an attempt landing up
+        // to `LANDING_MOST` after it was sent; and the server clock's
+        // steps.
         waiter_window: 2
             * (0..managers)
                 .map(|index| retry_max(seed, index))
@@ -483,8 +521,9 @@ async fn schedule(seed: u64) -> Report {
             + Duration::from_secs(1)
             + SAFETY_MARGIN
             + Duration::from_secs(6)
-            + Duration::from_millis(3 * 1_500)
-            + CLOCK_STEP_BACK,
+            + Duration::from_millis(2 * 1_500)
+            + LANDING_MOST
+            + plan.clock_skew,
         queue_bound: queue_bound(seed),
     };
     let violations = checker::check(bounds, &history, end);

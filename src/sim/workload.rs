@@ -7,11 +7,12 @@
 //! monitor. Everything a holder sees, and what its releases answer, is
 //! recorded in the [`History`].
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mongodb::bson::{Document, doc};
+use mongodb::bson::Document;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{Instant, sleep};
 use tokio_util::time::FutureExt as _;
@@ -68,6 +69,9 @@ struct Recording {
     t0: Instant,
     history: History,
     next: u64,
+    /// The live exclusive leases of the lock collection that
+    /// [`expiry::watch`] follows, until released or their process crashed.
+    followed: BTreeMap<LeaseNo, expiry::Followed>,
 }
 
 impl Recorder {
@@ -77,6 +81,7 @@ impl Recorder {
             t0,
             history: History::new(),
             next: 0,
+            followed: BTreeMap::new(),
         })))
     }
 
@@ -88,8 +93,37 @@ impl Recorder {
     /// Records `event` now.
     pub fn push(&self, event: Event) {
         let mut r = self.0.lock().expect("recorder");
+        match &event {
+            Event::Released { lease } => {
+                r.followed.remove(lease);
+            }
+            Event::Crashed { manager } => r.followed.retain(|_, f| f.manager != *manager),
+            _ => {}
+        }
         let at = Instant::now().saturating_duration_since(r.t0);
         r.history.push(at, event);
+    }
+
+    /// Follows `lease` (a live exclusive lease of the lock collection) for
+    /// [`expiry::watch`].
+    pub(super) fn follow(&self, lease: LeaseNo, followed: expiry::Followed) {
+        self.0
+            .lock()
+            .expect("recorder")
+            .followed
+            .insert(lease, followed);
+    }
+
+    /// What `gap` finds of each followed lease, by lease.
+    pub(super) fn followed_gaps<T>(
+        &self,
+        mut gap: impl FnMut(&mut expiry::Followed) -> Option<T>,
+    ) -> Vec<(LeaseNo, T)> {
+        let mut r = self.0.lock().expect("recorder");
+        r.followed
+            .iter_mut()
+            .filter_map(|(lease, followed)| gap(followed).map(|found| (*lease, found)))
+            .collect()
     }
 
     /// A fresh number for a lease, waiter or operator call.
@@ -116,6 +150,9 @@ pub struct Process {
     pub store: MemoryStore,
     /// Whether it releases in delete mode.
     pub delete_mode: bool,
+    /// Its manager's `clock_skew`, which its local deadlines keep short of
+    /// the server's expiry besides the safety margin.
+    pub clock_skew: Duration,
     /// Its tasks, aborted when it crashes.
     pub tasks: Mutex<Vec<AbortHandle>>,
     /// Set when it crashed.
@@ -359,10 +396,11 @@ pub(super) fn granted(
     // attempts (a retry keeps that acquisition's minimum hold), all sent
     // after the wait started.
     let acquired_after = waited_from;
-    // A local deadline is a confirmed write's send + validity (or less).
-    let confirmed_after = deadline
-        .checked_sub(lease.ttl())
-        .map_or(now, |d| (d + super::SAFETY_MARGIN).min(now));
+    // A local deadline is a confirmed write's send + validity (or less):
+    // the TTL less the safety margin and the clock skew.
+    let confirmed_after = deadline.checked_sub(lease.ttl()).map_or(now, |d| {
+        (d + super::SAFETY_MARGIN + process.clock_skew).min(now)
+    });
     // An exclusive lease of the lock collection: its document's expiry.
     let document = (kind == Kind::Exclusive)
         .then(|| key.strip_prefix("locks/"))
@@ -387,6 +425,14 @@ pub(super) fn granted(
     });
     if let Some((db, name, token)) = &document {
         expiry::record(recorder, db, name, number, *token);
+        let followed = expiry::Followed {
+            manager: process.index,
+            key: name.as_str().into(),
+            token: *token,
+            state: lease.state().clone(),
+            recorded: false,
+        };
+        recorder.follow(number, followed);
     }
     let follower = recorder.clone();
     process.spawn(async move {
@@ -535,17 +581,8 @@ pub async fn several(
         idle(Instant::now() + ms(random_range(0..1_500)), &stop).await;
         if !held.is_empty() && random_range(0..2) == 0 && !operator.crashed.load(Ordering::SeqCst) {
             let key = &keys[random_range(0..held.len())];
-            let op: OpNo = recorder.number();
-            recorder.push(Event::ForceReleaseStarted {
-                op,
-                key: format!("locks/{key}"),
-            });
-            let forced = operator.manager.force_release(key.as_str()).await;
-            lock_delay(&recorder, op, &operator, ended_ours(&forced));
-            recorder.push(Event::OpEnded {
-                op,
-                ok: forced.is_ok(),
-            });
+            let immediately = random_range(0..2) == 0;
+            force_release(&recorder, &operator, key, immediately).await;
         }
         for (number, _) in &held {
             recorder.push(Event::Released { lease: *number });
@@ -574,8 +611,72 @@ pub(super) async fn idle(until: Instant, stop: &AtomicBool) {
     }
 }
 
+/// A force release of `key` by `process`'s manager, by default (no new
+/// holder before the old one was told or its deadline passed) or
+/// `immediately` (after the lock-delay only): records its start, the lease
+/// of ours it ended, its lock-delay and its end; whether it returned
+/// without an error.
+async fn force_release(
+    recorder: &Recorder,
+    process: &Process,
+    key: &str,
+    immediately: bool,
+) -> bool {
+    let op: OpNo = recorder.number();
+    recorder.push(Event::ForceReleaseStarted {
+        op,
+        key: format!("locks/{key}"),
+        immediately,
+    });
+    let forced = overrides::force_release(&process.manager, key, immediately).await;
+    if let Ok(Some(info)) = &forced
+        && !info.foreign
+    {
+        recorder.push(Event::Overridden {
+            op,
+            token: Some(info.fencing_token),
+        });
+    }
+    lock_delay(recorder, op, process, ended_ours(&forced));
+    recorder.push(Event::OpEnded {
+        op,
+        ok: forced.is_ok(),
+    });
+    forced.is_ok()
+}
+
+/// The operator's overrides, by default or `immediately`.
+mod overrides {
+    use crate::manager::LeaseManager;
+
+    /// `manager.force_release(key)`, or `.immediately()`.
+    pub(super) async fn force_release(
+        manager: &LeaseManager,
+        key: &str,
+        immediately: bool,
+    ) -> crate::Result<Option<crate::LeaseInfo>> {
+        match immediately {
+            true => manager.force_release(key).immediately().await,
+            false => manager.force_release(key).await,
+        }
+    }
+
+    /// `manager.release_owner(owner)`, or `.immediately()`.
+    pub(super) async fn release_owner(
+        manager: &LeaseManager,
+        owner: &str,
+        immediately: bool,
+    ) -> crate::Result<u64> {
+        match immediately {
+            true => manager.release_owner(owner).immediately().await,
+            false => manager.release_owner(owner).await,
+        }
+    }
+}
+
 /// An operator in `process`: force releases keys and releases other
-/// managers' owner ids, now and then, until `stop`.
+/// managers' owner ids, now and then, until `stop`; three in four by
+/// default, the others immediately.
 pub async fn operator(
     recorder: Recorder,
     process: Arc<Process>,
@@ -586,13 +687,19 @@ pub async fn operator(
     while !stop.load(Ordering::SeqCst) {
         sleep(ms(random_range(1_000..8_000))).await;
         let op: OpNo = recorder.number();
+        let immediately = random_range(0..4) == 0;
         let ok = if random_range(0..3) == 0 {
             let victim = random_range(0..owners.len());
             recorder.push(Event::OwnerReleaseStarted {
                 op,
                 manager: victim,
+                immediately,
             });
-            let released = process.manager.release_owner(&owners[victim]).await;
+            let released =
+                overrides::release_owner(&process.manager, &owners[victim], immediately).await;
+            if matches!(released, Ok(n) if n > 0) {
+                recorder.push(Event::Overridden { op, token: None });
+            }
             lock_delay(&recorder, op, &process, released.is_ok());
             released.is_ok()
         } else if op % 4 == 0 || (recorder.at(Instant::now()) >= super::FAULTS_STOP && op % 2 == 1)
@@ -609,13 +716,8 @@ pub async fn operator(
             matches!(process.manager.request_release(key).await, Ok(true))
         } else {
             let key = keys[random_range(0..keys.len())];
-            recorder.push(Event::ForceReleaseStarted {
-                op,
-                key: format!("locks/{key}"),
-            });
-            let forced = process.manager.force_release(key).await;
-            lock_delay(&recorder, op, &process, ended_ours(&forced));
-            forced.is_ok()
+            force_release(&recorder, &process, key, immediately).await;
+            continue;
         };
         recorder.push(Event::OpEnded { op, ok });
     }
@@ -623,7 +725,8 @@ pub async fn operator(
 
 /// A task of `process` that reads one of `keys` now and then and records
 /// the owners it shows waiting (`LeaseInfo::waiters`; owner ids `m<i>`),
-/// its token, owner and leader transitions, until `stop`.
+/// its token, owner and leader transitions (another application's lock
+/// too, when it shows a token), until `stop`.
 pub async fn inspector(
     recorder: Recorder,
     process: Arc<Process>,
@@ -641,10 +744,17 @@ pub async fn inspector(
             .iter()
             .map(|w| w.owner_id.strip_prefix('m').and_then(|i| i.parse().ok()))
             .collect();
+        // Every read that shows a fencing token, another application's lock
+        // included: a document of ours it took over in place still carries
+        // our `tok`, which must not read as its term.
         recorder.push(Event::WaitersRead {
             key: format!("locks/{key}"),
             waiting,
-            term: (!info.foreign).then_some((info.fencing_token, info.owner_id, info.transitions)),
+            term: (info.fencing_token != 0).then_some((
+                info.fencing_token,
+                info.owner_id,
+                info.transitions,
+            )),
         });
     }
 }
@@ -726,91 +836,6 @@ fn lock_delay(recorder: &Recorder, op: OpNo, process: &Process, ended: bool) {
     }
 }
 
-/// The `expireAfterSeconds` of the TTL index on `ts` of the simulated
-/// lock collection: `{_id, ts, aid}` expires that long after `ts`.
-pub const TS_EXPIRE_AFTER: Duration = Duration::from_secs(2);
-
-/// Another application that locks `key` with a document of its own when
-/// no document exists, of a shape drawn among those `crate::foreign`
-/// recognises (`{_id, ts, aid}`, a bare `{_id}` as a lock by upsert of
-/// `_id` alone takes it, `{_id, ExpireAt}` 0.2 to 2 s ahead), or as a
-/// client of `{_id, value, ttl, obtained_at}` does, taking over a lease of
-/// ours that reads expired by its rule too ([`pattern2_client`]); holds it a while, perhaps past its
-/// expiry by its own rule (then a manager may take it over), and deletes
-/// it if it is still its own, until `stop`.
-pub async fn foreign_holder(
-    recorder: Recorder,
-    db: MemoryDb,
-    key: &'static str,
-    stop: Arc<AtomicBool>,
-) {
-    while !stop.load(Ordering::SeqCst) {
-        sleep(ms(random_range(100..3_000))).await;
-        let now = db.date(db.server_now());
-        let after =
-            |d: u64| mongodb::bson::DateTime::from_millis(now.timestamp_millis() + d as i64);
-        let (fields, owner, expires_in) = match random_range(0..4) {
-            0 => (
-                doc! { "ts": now, "aid": "another-app" },
-                "another-app",
-                Some(TS_EXPIRE_AFTER),
-            ),
-            1 => (doc! {}, "a bare {_id}", None),
-            2 => {
-                pattern2_client(&recorder, &db, key).await;
-                continue;
-            }
-            _ => {
-                let life = random_range(200..2_000);
-                (doc! { "ExpireAt": after(life) }, "", Some(ms(life)))
-            }
-        };
-        if !db.put_foreign_if_absent(key, fields.clone()) {
-            continue;
-        }
-        let key = format!("locks/{key}");
-        recorder.push(Event::ForeignTaken {
-            key: key.clone(),
-            owner: owner.into(),
-            expires_in,
-        });
-        sleep(ms(random_range(10..3_000))).await;
-        recorder.push(Event::ForeignRemoved { key: key.clone() });
-        db.remove_foreign(key.trim_start_matches("locks/"), &fields);
-    }
-}
-
-/// A client of the `{_id, value, ttl, obtained_at}` pattern locking `key`
-/// once, exactly as that pattern does: a read; if nothing is there, an
-/// upsert matching `{_id, value}`; if what is there expired by its rule
-/// (`$$NOW > obtained_at + ttl` seconds: a lease of ours, released or
-/// expired, reads so), a guarded takeover matching the `value` and
-/// `obtained_at` read, a moment later. Holds for a while (perhaps past its
-/// TTL, then a manager may take it over), then deletes `{_id, value}`.
-async fn pattern2_client(recorder: &Recorder, db: &MemoryDb, key: &'static str) {
-    const VALUE: &str = "node-1";
-    let ttl = random_range(1..3);
-    let seen = db.pattern2_read(key);
-    if seen.as_ref().is_some_and(|seen| !seen.expired) {
-        return;
-    }
-    // Another write may land between its read and its write.
-    sleep(ms(random_range(0..50))).await;
-    if !db.pattern2_write(key, seen.as_ref(), VALUE, ttl) {
-        return;
-    }
-    let key = format!("locks/{key}");
-    recorder.push(Event::ForeignTaken {
-        key: key.clone(),
-        owner: VALUE.into(),
-        // Its clients' strict `>`: free 1 ms after `obtained_at + ttl`.
-        expires_in: Some(ms(1_000 * ttl as u64 + 1)),
-    });
-    sleep(ms(random_range(10..3_000))).await;
-    recorder.push(Event::ForeignRemoved { key: key.clone() });
-    db.pattern2_release(key.trim_start_matches("locks/"), VALUE);
-}
-
 /// A client that locks the document `id` of [`LOCK_ID_DOCUMENTS`] (`db`,
 /// the twin's collection) by its own `LockId` / `LockTime` rule, exactly
 /// as its `findOneAndUpdate` and `updateOne` do (`MemoryDb::lock_by_id`,
@@ -844,20 +869,5 @@ pub async fn lock_id_client(
         sleep(ms(random_range(10..6_000))).await;
         recorder.push(Event::ForeignRemoved { key });
         db.unlock_by_id(id, lock_id);
-    }
-}
-
-/// The TTL monitor: deletes expired lock documents now and then, until
-/// `stop`.
-pub async fn ttl_monitor(dbs: Vec<MemoryDb>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
-        sleep(ms(random_range(200..3_000))).await;
-        for db in &dbs {
-            let mut keys: Vec<_> = db.docs().into_keys().collect();
-            keys.sort();
-            for key in keys {
-                db.delete_expired(key, ms(random_range(0..1_000)));
-            }
-        }
     }
 }

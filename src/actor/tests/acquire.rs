@@ -321,7 +321,9 @@ async fn an_acquisition_only_a_re_read_shows_is_confirmed_at_once_by_a_write() {
     let sent = store.acquire_calls("k");
     assert_eq!(sent.len(), 2, "one retry: {sent:?}");
     assert_eq!(sent[1], sent[0] + LATENCY, "at once after the re-read");
-    assert_eq!(lease.fencing_token(), 1, "the same acquisition");
+    let doc = db.doc("k").unwrap();
+    assert_eq!(doc.acquired, sent[0] + LATENCY, "the same acquisition");
+    assert_eq!(lease.fencing_token(), doc.token);
     // Its local deadline counts from the write that confirmed it.
     assert_eq!(lease.deadline(), Some(sent[1] + VALIDITY));
     assert_eq!(store.calls(Op::Release), 0);
@@ -356,7 +358,9 @@ async fn transient_acquire_failures_are_retried_for_waiters_and_reported_to_a_tr
     let lease = soon(a.acquire("w")).await.unwrap();
     let calls = store.acquire_calls("w");
     assert_eq!(calls.len(), 3);
-    assert_eq!(lease.fencing_token(), 1, "one acquisition, not three");
+    let doc = db.doc("w").unwrap();
+    assert_eq!(doc.acquired, calls[0], "one acquisition, not three");
+    assert_eq!(lease.fencing_token(), doc.token);
     for (attempt, pair) in calls.windows(2).enumerate() {
         let step = RETRY_INITIAL * 2_u32.pow(attempt as u32);
         let gap = pair[1] - pair[0];

@@ -457,10 +457,10 @@ async fn assert_stale_held_answer_retried_at_once(
 #[tokio::test(start_paused = true)]
 async fn a_release_announced_during_the_waiters_attempt_makes_a_held_answer_retry_at_once() {
     let db = MemoryDb::new();
-    assert_eq!(
+    assert!(matches!(
         db.try_take("k", "x", TTL),
-        AcquireOutcome::Acquired { token: 1 }
-    );
+        AcquireOutcome::Acquired { .. }
+    ));
     let (b, b_store) = start_slow_polls(&db, "b");
     // b's stream is open before it waits (it holds another key).
     let _other = b.acquire("other").await.unwrap();
@@ -487,10 +487,10 @@ async fn a_release_announced_during_the_waiters_attempt_makes_a_held_answer_retr
 #[tokio::test(start_paused = true)]
 async fn a_stream_opening_during_the_waiters_attempt_makes_a_held_answer_retry_at_once() {
     let db = MemoryDb::new();
-    assert_eq!(
+    assert!(matches!(
         db.try_take("k", "x", TTL),
-        AcquireOutcome::Acquired { token: 1 }
-    );
+        AcquireOutcome::Acquired { .. }
+    ));
     let (b, b_store) = start_slow_polls(&db, "b");
     b_store.hold_stream_opening();
     // Holding another key makes b open its stream, which does not report

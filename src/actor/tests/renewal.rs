@@ -123,7 +123,7 @@ async fn hung_renewals_fire_the_token_exactly_at_the_local_deadline_before_serve
     store.hang_renewals();
     // The holder's give-back after the deadline never lands either, so the
     // other owner can only take over by server-side expiry.
-    store.set_fault(Op::Release, Some(Fault::Hang));
+    store.set_fault(Op::Release, Some(Fault::Lost));
 
     let acquired_at = Instant::now();
     let lease = a.acquire("k").await.unwrap();

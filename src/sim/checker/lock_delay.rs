@@ -1,8 +1,9 @@
 //! The lock-delay property: after an operator's call ends a lease on the
 //! server at server time `t` (a force release that ended a lease of ours,
 //! a release by owner id of a live exclusive lease), nobody is granted its
-//! key before `t + delay`, less the server clock's allowed step back (and
-//! the delay shortened by its allowed rate). `t` is no earlier than the
+//! key before `t + delay`, less the server clock's allowed step (a server
+//! ahead frees it sooner in real time; the delay shortened by its allowed
+//! rate). `t` is no earlier than the
 //! call's start; grants that an operator's call may have ended before
 //! their reply came (`forced`) are left out, as for the other overlap
 //! checks.
@@ -85,7 +86,8 @@ impl Checker {
         let Some(until) = self.lock_delays.until.get(key).copied() else {
             return;
         };
-        if !forced && self.now + self.bounds.clock_step_back < until {
+        let step = self.bounds.clock_step_back.max(self.bounds.clock_skew);
+        if !forced && self.now + step < until {
             self.violation(
                 key,
                 format!(

@@ -5,7 +5,10 @@ fn ms(n: u64) -> Duration {
 }
 const BOUNDS: Bounds = Bounds {
     clock_step_back: Duration::from_millis(10),
+    clock_skew: Duration::from_millis(10),
     server_faster_ppm: 0,
+    landing: Duration::ZERO,
+    ttl: Duration::ZERO,
     liveness: Duration::from_secs(30),
     waiter_window: Duration::from_secs(5),
     queue_bound: 2,
@@ -37,11 +40,15 @@ fn grant_on(
 }
 
 fn check(events: Vec<(u64, Event)>, end: u64) -> Vec<Violation> {
+    check_within(BOUNDS, events, end)
+}
+
+fn check_within(bounds: Bounds, events: Vec<(u64, Event)>, end: u64) -> Vec<Violation> {
     let mut history = History::new();
     for (at, event) in events {
         history.push(ms(at), event);
     }
-    super::check(BOUNDS, &history, ms(end))
+    super::check(bounds, &history, ms(end))
 }
 
 fn told(lease: LeaseNo) -> Event {
@@ -227,6 +234,7 @@ fn force_release_exempts_its_leases_from_overlap_but_not_from_telling() {
                 Event::ForceReleaseStarted {
                     op: 1,
                     key: "k".into(),
+                    immediately: true,
                 },
             ),
             (11, Event::OpEnded { op: 1, ok: true }),
@@ -244,6 +252,7 @@ fn a_release_answered_released_after_an_operator_ended_the_lease_is_a_violation(
     let force = |op| Event::ForceReleaseStarted {
         op,
         key: "locks/k".into(),
+        immediately: false,
     };
     let granted =
         |lease, manager| grant_on("locks/k", lease, manager, Kind::Exclusive, lease, 1_000);
@@ -275,7 +284,11 @@ fn a_release_answered_released_after_an_operator_ended_the_lease_is_a_violation(
     assert_eq!(found, vec![]);
     // The same by a release of the manager's owner id; one of another
     // manager's owner id concerns it not.
-    let owner = |op, manager| Event::OwnerReleaseStarted { op, manager };
+    let owner = |op, manager| Event::OwnerReleaseStarted {
+        op,
+        manager,
+        immediately: false,
+    };
     let by_owner = |manager| {
         check(
             vec![
@@ -426,4 +439,184 @@ fn a_foreign_lock_is_taken_over_only_after_its_own_expiry() {
         1_600,
     );
     assert_eq!(late, vec![]);
+}
+
+/// A grant of `key` to `lease` of `manager` whose attempt was sent at
+/// `sent` (its wait started then too).
+fn sent_grant(key: &str, lease: LeaseNo, manager: usize, sent: u64, deadline: u64) -> Event {
+    Event::Granted {
+        lease,
+        manager,
+        key: key.into(),
+        kind: Kind::Exclusive,
+        token: lease,
+        deadline: ms(deadline),
+        acquired_after: ms(sent),
+        confirmed_after: ms(sent),
+        hold_at_least: None,
+    }
+}
+
+#[test]
+fn a_grant_before_the_holder_of_a_lease_a_default_override_ended_was_told_is_a_violation() {
+    let force = |immediately| Event::ForceReleaseStarted {
+        op: 7,
+        key: "locks/k".into(),
+        immediately,
+    };
+    let owner = |immediately| Event::OwnerReleaseStarted {
+        op: 7,
+        manager: 0,
+        immediately,
+    };
+    let run = |started: Event, ended: Option<u64>, ok: bool, (told, sent): (Option<u64>, u64)| {
+        let mut events = vec![
+            (0, sent_grant("locks/k", 1, 0, 0, 1_000)),
+            (10, started),
+            (
+                11,
+                Event::Overridden {
+                    op: 7,
+                    token: ended,
+                },
+            ),
+            (11, Event::OpEnded { op: 7, ok }),
+        ];
+        events.push((told.unwrap_or(1_000), told_lost(1)));
+        events.push((20, sent_grant("locks/k", 2, 1, sent, 2_000)));
+        events.push((2_000, told_lost(2)));
+        events.sort_by_key(|(at, _)| *at);
+        check(events, 2_100)
+    };
+    // The default: the holder was neither told nor past its deadline.
+    let found = run(force(false), Some(1), true, (None, 15));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].what.contains("default override 7"), "{found:?}");
+    let found = run(owner(false), None, true, (None, 15));
+    assert_eq!(found.len(), 1, "{found:?}");
+    // Told first; asked for immediately; an attempt sent before the call
+    // started; a call that failed; a force release that ended another
+    // lease (another token): no violation.
+    for found in [
+        run(force(false), Some(1), true, (Some(15), 15)),
+        run(force(true), Some(1), true, (None, 15)),
+        run(force(false), Some(1), true, (None, 5)),
+        run(force(false), Some(1), false, (None, 15)),
+        run(force(false), Some(9), true, (None, 15)),
+    ] {
+        assert_eq!(found, vec![]);
+    }
+}
+
+fn told_lost(lease: LeaseNo) -> Event {
+    Event::Told {
+        lease,
+        reason: "force released".into(),
+    }
+}
+
+#[test]
+fn a_live_leases_document_expiring_before_its_deadline_is_a_violation() {
+    let now = |expiry| Event::ExpiryNow {
+        lease: 1,
+        deadline: ms(1_000),
+        expiry: ms(expiry),
+    };
+    let run = |events: Vec<(u64, Event)>| {
+        let mut all = vec![(0, sent_grant("locks/k", 1, 0, 0, 1_000))];
+        all.extend(events);
+        all.push((1_000, told(1)));
+        check(all, 1_100)
+    };
+    let found = run(vec![(100, now(500))]);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].what.contains("now expires"), "{found:?}");
+    // Within the clock's step back; or after an operator's call started.
+    assert_eq!(run(vec![(100, now(995))]), vec![]);
+    let forced = Event::ForceReleaseStarted {
+        op: 3,
+        key: "locks/k".into(),
+        immediately: true,
+    };
+    assert_eq!(run(vec![(50, forced), (100, now(500))]), vec![]);
+}
+
+#[test]
+fn an_operators_call_that_failed_may_land_until_the_landing_bound() {
+    let bounds = Bounds {
+        landing: Duration::from_secs(9),
+        ..BOUNDS
+    };
+    // A release by owner id of manager 0 fails; its lease granted after
+    // is ended when the call lands, before its deadline.
+    let events = || {
+        vec![
+            (
+                10,
+                Event::OwnerReleaseStarted {
+                    op: 3,
+                    manager: 0,
+                    immediately: true,
+                },
+            ),
+            (20, Event::OpEnded { op: 3, ok: false }),
+            (100, sent_grant("locks/k", 1, 0, 100, 3_000)),
+            (
+                150,
+                Event::ExpiryNow {
+                    lease: 1,
+                    deadline: ms(3_000),
+                    expiry: ms(150),
+                },
+            ),
+            (200, sent_grant("locks/k", 2, 1, 200, 3_000)),
+            (3_000, told(1)),
+            (3_000, told(2)),
+        ]
+    };
+    assert_eq!(check_within(bounds, events(), 3_100), vec![]);
+    let found = check(events(), 3_100);
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
+#[test]
+fn liveness_allows_a_late_landing_and_a_ttl_after_the_faults_stop() {
+    let bounds = Bounds {
+        landing: Duration::from_secs(9),
+        ttl: Duration::from_secs(3),
+        ..BOUNDS
+    };
+    let wait = Event::WaitStarted {
+        waiter: 1,
+        manager: 0,
+        key: "k".into(),
+    };
+    let events = || vec![(0, wait.clone()), (1_000, Event::FaultsStopped)];
+    assert_eq!(check_within(bounds, events(), 43_000), vec![]);
+    assert_eq!(check(events(), 43_000).len(), 1);
+    assert_eq!(check_within(bounds, events(), 43_001).len(), 1);
+}
+
+#[test]
+fn a_minimum_hold_allows_the_server_clocks_step_ahead() {
+    let bounds = Bounds {
+        clock_skew: Duration::from_millis(300),
+        ..BOUNDS
+    };
+    let events = || {
+        let mut held = sent_grant("k", 1, 0, 0, 100);
+        if let Event::Granted { hold_at_least, .. } = &mut held {
+            *hold_at_least = Some(ms(500));
+        }
+        vec![
+            (0, held),
+            (10, Event::Released { lease: 1 }),
+            (250, sent_grant("k", 2, 1, 250, 600)),
+            (600, told(2)),
+        ]
+    };
+    assert_eq!(check_within(bounds, events(), 700), vec![]);
+    let found = check(events(), 700);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].what.contains("minimum hold"), "{found:?}");
 }

@@ -44,13 +44,30 @@ impl Op {
     }
 }
 
-/// An injected fault.
+/// An injected fault. The twin plays the server's side of every call: once
+/// issued, a call is applied at the instant its latency and fault give
+/// (in a task of its own on the runtime), whether or not its caller still
+/// waits for the answer, as MongoDB applies a write it received whether
+/// or not the client still waits; the answer reaches the caller if it
+/// still waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fault {
-    /// The future never completes and the operation is never applied (unless
-    /// an operation timeout is set, see [`MemoryStore::set_operation_timeout`]).
+    /// The answer never comes (the caller waits for ever, or until an
+    /// operation timeout, see [`MemoryStore::set_operation_timeout`]), and
+    /// the call may still be applied: whether and when is drawn when it is
+    /// issued (half the time never, else up to three of the store's TTLs
+    /// after its latency), from `crate::random`.
     Hang,
-    /// The operation completes (and is applied) this much later than its latency.
+    /// The call is never applied and never answered: lost on its way to
+    /// the server (or refused there by a server-side bound, without a
+    /// word).
+    Lost,
+    /// The call is applied this much later than its latency, and its answer
+    /// never comes: a write the server holds up (a lock, a slow majority)
+    /// while the client gives up on it.
+    Unanswered(Duration),
+    /// The operation completes (and is applied) this much later than its
+    /// latency: applied then whether or not its caller still waits.
     Delay(Duration),
     /// The operation is applied after its latency, and its answer arrives
     /// this much later (held up on its way back): the caller learns of a
@@ -103,6 +120,9 @@ struct Control {
     fault: [Option<Fault>; OPS],
     fault_next: [Option<(Fault, u32)>; OPS],
     operation_timeout: Option<Duration>,
+    /// The bound the server puts on each call (MongoDB's `maxTimeMS`),
+    /// [`MemoryStore::set_server_bound`].
+    server_bound: Option<Duration>,
     calls: Vec<Call>,
     in_flight: [usize; OPS],
     max_in_flight: [usize; OPS],
@@ -126,8 +146,13 @@ pub(super) struct Issued {
     pub latency: Duration,
     /// The fault injected into it, if any.
     pub fault: Option<Fault>,
-    /// The bound on the whole operation, if any.
+    /// The bound on the whole operation, if any: the caller gives up
+    /// then, the call may still be applied.
     pub timeout: Option<Duration>,
+    /// The server-side bound the call carries, if any (MongoDB's
+    /// `maxTimeMS`): a call not applied within it after it was issued is
+    /// never applied (answered with an error if its caller still waits).
+    pub server_bound: Option<Duration>,
     /// Counts the call in flight until dropped.
     pub in_flight: InFlight,
 }
@@ -185,7 +210,8 @@ impl Controls {
             }
             None => drawn.or(c.fault[i]),
         };
-        let fault = if c.crashed { Some(Fault::Hang) } else { fault };
+        // Nothing a crashed process sends arrives.
+        let fault = if c.crashed { Some(Fault::Lost) } else { fault };
         c.calls.push(Call {
             op,
             at: Instant::now(),
@@ -203,6 +229,7 @@ impl Controls {
             latency: c.latency[i] + extra,
             fault,
             timeout: c.operation_timeout,
+            server_bound: c.server_bound,
             in_flight: InFlight {
                 control: self.0.clone(),
                 op,
@@ -240,9 +267,9 @@ impl MemoryStore {
         self.fault_next(op, Fault::Fail, n);
     }
 
-    /// Renewals never complete.
+    /// Renewals never complete and are never applied ([`Fault::Lost`]).
     pub fn hang_renewals(&self) {
-        self.set_fault(Op::Renew, Some(Fault::Hang));
+        self.set_fault(Op::Renew, Some(Fault::Lost));
     }
 
     /// Renewals fail with a transient error.
@@ -254,6 +281,13 @@ impl MemoryStore {
     /// bound, so a hang is a hang).
     pub fn set_operation_timeout(&self, timeout: Option<Duration>) {
         self.control().operation_timeout = timeout;
+    }
+
+    /// Every later call carries this server-side bound (MongoDB's
+    /// `maxTimeMS`; `None`, the default: none, as the product sends none):
+    /// a call not applied within it after it was issued is never applied.
+    pub fn set_server_bound(&self, bound: Option<Duration>) {
+        self.control().server_bound = bound;
     }
 
     /// Draws each later call's added latency and fault with `draw` (ahead of
@@ -269,7 +303,8 @@ impl MemoryStore {
     }
 
     /// The manager's process crashed: its later calls never arrive, its
-    /// streams deliver nothing more; calls already sent still apply.
+    /// streams deliver nothing more; calls already sent still apply when
+    /// their faults say (perhaps long after).
     pub fn crash(&self) {
         self.control().crashed = true;
     }

@@ -40,6 +40,10 @@ pub(crate) struct MemoryDb {
     /// stepped back), in nanoseconds; shared with the places of
     /// in-document leases.
     behind: Arc<AtomicU64>,
+    /// How far "server time" is ahead of tokio's clock now (the clock of a
+    /// member that became primary at a failover), in nanoseconds; shared
+    /// with the places of in-document leases.
+    ahead: Arc<AtomicU64>,
     /// How much faster than tokio's clock "server time" runs from `epoch.0`,
     /// in parts per million; shared with the places of in-document leases.
     faster_ppm: Arc<AtomicU64>,
@@ -56,6 +60,9 @@ pub(crate) struct MemoryDb {
     readers: Arc<Mutex<Vec<std::sync::Weak<Reader>>>>,
     /// How many streams of writes were opened so far.
     streams_opened: Arc<AtomicU64>,
+    /// The collection's TTL indexes ([`MemoryDb::set_ttl_indexes`]), which
+    /// the TTL monitor's passes apply (`ttl`).
+    pub(super) ttl_indexes: Arc<Mutex<Vec<super::ttl::TtlIndex>>>,
 }
 
 /// When one stream of writes was last polled and found nothing yet
@@ -84,21 +91,27 @@ struct Snapshots {
 
 impl Default for MemoryDb {
     fn default() -> Self {
+        let epoch = (
+            Instant::now(),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30),
+        );
         MemoryDb {
-            inner: Arc::default(),
+            inner: Arc::new(Mutex::new(Collection {
+                epoch: Some(epoch),
+                ..Collection::default()
+            })),
             changed: Arc::new(tokio::sync::watch::Sender::new(())),
             released: tokio::sync::broadcast::channel(1024).0,
-            epoch: (
-                Instant::now(),
-                SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30),
-            ),
+            epoch,
             documents: Arc::default(),
             behind: Arc::default(),
+            ahead: Arc::default(),
             faster_ppm: Arc::default(),
             snapshots: Arc::default(),
             foreign_rules: Arc::default(),
             readers: Arc::default(),
             streams_opened: Arc::default(),
+            ttl_indexes: Arc::default(),
         }
     }
 }
@@ -126,10 +139,14 @@ impl MemoryDb {
                 let db = MemoryDb {
                     epoch: self.epoch,
                     behind: self.behind.clone(),
+                    ahead: self.ahead.clone(),
                     faster_ppm: self.faster_ppm.clone(),
                     ..MemoryDb::default()
                 };
-                lock(&db.inner).in_documents = true;
+                let mut coll = lock(&db.inner);
+                coll.in_documents = true;
+                coll.epoch = Some(self.epoch);
+                drop(coll);
                 db
             })
             .clone()
@@ -426,6 +443,15 @@ impl MemoryDb {
         lock(&self.inner).foreign.get(&key.into()).cloned()
     }
 
+    /// The expiry (`exp`, server time) of the document under `key` while it
+    /// holds the exclusive lease of fencing token `token` (with a lease id),
+    /// without copying it.
+    pub fn lease_expiry(&self, key: &LeaseKey, token: u64) -> Option<Instant> {
+        let coll = lock(&self.inner);
+        let doc = coll.docs.get(key)?;
+        (doc.token == token && doc.lease_id.is_some()).then_some(doc.exp)
+    }
+
     /// A snapshot of the document under `key`.
     pub fn doc(&self, key: impl Into<LeaseKey>) -> Option<Doc> {
         let key = &key.into();
@@ -514,9 +540,10 @@ impl MemoryDb {
         let (now, lease_id) = (Instant::now(), Uuid::new_v4());
         self.change(|coll| {
             coll.foreign.remove(key);
-            let vacant = coll.vacant(key, now);
+            let vacant = coll.vacant(now);
+            let floor = coll.token_floor(now);
             let doc = coll.docs.entry(key.clone()).or_insert(vacant);
-            let token = doc.take(owner, lease_id, ttl, None, now);
+            let token = doc.take(owner, lease_id, ttl, None, (now, floor));
             self.announce_acquisition(key, owner, lease_id, token);
             token
         })
@@ -665,14 +692,13 @@ impl MemoryDb {
         });
     }
 
-    /// Deletes the document (the TTL monitor). The next acquisition's token
-    /// is still greater than the deleted document's, as on MongoDB.
+    /// Deletes the document (the TTL monitor, another application). Nothing
+    /// of it is remembered, as on MongoDB: the next acquisition's token is
+    /// the token rule's time part.
     pub fn delete(&self, key: impl Into<LeaseKey>) {
         let key = &key.into();
         self.change(|coll| {
-            if let Some(doc) = coll.docs.remove(key) {
-                coll.deleted_tokens.insert(key.clone(), doc.token);
-            }
+            coll.docs.remove(key);
             coll.foreign.remove(key);
             self.announce_release(key);
         });
@@ -698,12 +724,38 @@ impl MemoryDb {
         self.changed.subscribe()
     }
 
+    /// A receiver woken after every change of the documents (and every
+    /// step of the server's clock ahead, [`MemoryDb::set_ahead`]) from now
+    /// on.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changed.subscribe()
+    }
+
     /// Sets server time `behind` tokio's clock from now on (zero: the
     /// same), as a server whose `$$NOW` stepped back (docs/mongodb-behaviour.md,
     /// B3); it steps forward again when set smaller.
     pub fn set_behind(&self, behind: Duration) {
         let nanos = u64::try_from(behind.as_nanos()).unwrap_or(u64::MAX);
         self.behind.store(nanos, Relaxed);
+    }
+
+    /// Sets server time `ahead` of tokio's clock (before any step back of
+    /// [`MemoryDb::set_behind`]) from now on: the clock of the member that
+    /// became primary at a failover, ahead of the last one's (set smaller:
+    /// behind it). Members' clocks are within a bound of each other, which
+    /// the managers assume (`Timing::clock_skew`); the simulation's failovers
+    /// step within it, both ways.
+    pub fn set_ahead(&self, ahead: Duration) {
+        let nanos = u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX);
+        self.ahead.store(nanos, Relaxed);
+        // A step is a change of every expiry's instant in real time.
+        self.changed.send_replace(());
+    }
+
+    /// How far server time is ahead of tokio's clock now
+    /// ([`MemoryDb::set_ahead`]).
+    pub fn ahead(&self) -> Duration {
+        Duration::from_nanos(self.ahead.load(Relaxed))
     }
 
     /// Makes server time run `ppm` parts per million faster than tokio's
@@ -716,27 +768,31 @@ impl MemoryDb {
     }
 
     /// The server's time now: tokio's clock, run
-    /// [faster](MemoryDb::set_faster_ppm) from the collection's creation, less
-    /// how far it is [behind](MemoryDb::set_behind).
+    /// [faster](MemoryDb::set_faster_ppm) from the collection's creation, plus
+    /// how far it is [ahead](MemoryDb::set_ahead), less how far it is
+    /// [behind](MemoryDb::set_behind).
     pub fn server_now(&self) -> Instant {
         let at = Instant::now();
         let behind = self.behind.load(Relaxed);
+        let forward = self.ahead.load(Relaxed);
         let ppm = self.faster_ppm.load(Relaxed);
         let elapsed = at.saturating_duration_since(self.epoch.0);
         let ahead = Duration::from_nanos(
             u64::try_from(elapsed.as_nanos() * u128::from(ppm) / 1_000_000).unwrap_or(u64::MAX),
         );
-        at + ahead - Duration::from_nanos(behind)
+        at + ahead + Duration::from_nanos(forward) - Duration::from_nanos(behind)
     }
 
     /// Tokio's instant at which server time reaches `at` (the inverse of
-    /// [`MemoryDb::server_now`] at the current step back; `at` itself if
+    /// [`MemoryDb::server_now`] at the current steps; `at` itself if
     /// that is before the collection's creation).
     pub fn real_at(&self, at: Instant) -> Instant {
         let behind = self.behind.load(Relaxed);
+        let forward = self.ahead.load(Relaxed);
         let ppm = self.faster_ppm.load(Relaxed);
-        let Some(elapsed) =
-            (at + Duration::from_nanos(behind)).checked_duration_since(self.epoch.0)
+        let Some(elapsed) = (at + Duration::from_nanos(behind))
+            .checked_sub(Duration::from_nanos(forward))
+            .and_then(|at| at.checked_duration_since(self.epoch.0))
         else {
             return at;
         };
@@ -855,9 +911,6 @@ impl MemoryDb {
         }
         let mut doc = match (coll.docs.remove(&key), coll.foreign.remove(&key)) {
             (Some(ours), _) => {
-                // A later acquisition's token is still above this one's, as
-                // after a delete (on MongoDB, by the token rule's time part).
-                coll.deleted_tokens.insert(key.clone(), ours.token);
                 doc! {
                 field::ID: key.to_bson(),
                 field::OWNER: ours.owner.as_str(),
@@ -898,6 +951,36 @@ impl MemoryDb {
         true
     }
 
+    /// Another application's `deleteMany({aid: owner})`: deletes every
+    /// document whose `aid` is `owner` (its own locks; ours carry the
+    /// managers' owner ids). Returns how many.
+    pub fn delete_where_owner(&self, owner: &str) -> usize {
+        let mut coll = lock(&self.inner);
+        let mut keys: Vec<LeaseKey> = coll
+            .docs
+            .iter()
+            .filter(|(_, doc)| doc.owner == owner)
+            .map(|(key, _)| key.clone())
+            .chain(
+                coll.foreign
+                    .iter()
+                    .filter(|(_, f)| f.doc.get_str(field::OWNER) == Ok(owner))
+                    .map(|(key, _)| key.clone()),
+            )
+            .collect();
+        keys.sort();
+        for key in &keys {
+            coll.docs.remove(key);
+            coll.foreign.remove(key);
+        }
+        drop(coll);
+        for key in &keys {
+            self.announce_release(key);
+        }
+        self.touch();
+        keys.len()
+    }
+
     /// Another application deletes its own lock of `key`, the document
     /// `{_id}` and `fields` it wrote (a delete that matches it: not after a
     /// manager took it over): returns whether it was still there.
@@ -913,28 +996,6 @@ impl MemoryDb {
             return false;
         }
         coll.foreign.remove(key);
-        drop(coll);
-        self.announce_release(key);
-        self.touch();
-        true
-    }
-
-    /// The TTL monitor's pass over `key`: deletes its document if its
-    /// `exp` (never below a live holder's nor its minimum hold) is at
-    /// least `grace` behind server time. Returns whether it did.
-    pub fn delete_expired(&self, key: impl Into<LeaseKey>, grace: Duration) -> bool {
-        let key = &key.into();
-        let now = self.server_now();
-        let mut coll = lock(&self.inner);
-        match coll.docs.get(key) {
-            Some(doc)
-                if doc.exp + grace <= now
-                    && doc.hold_until.is_none_or(|until| until + grace <= now)
-                    && doc.holders.iter().all(|h| h.exp + grace <= now) => {}
-            _ => return false,
-        }
-        let doc = coll.docs.remove(key).expect("checked");
-        coll.deleted_tokens.insert(key.clone(), doc.token);
         drop(coll);
         self.announce_release(key);
         self.touch();

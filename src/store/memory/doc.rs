@@ -124,7 +124,8 @@ impl Doc {
     }
 
     /// A new exclusive acquisition by `owner` under `lease_id` at `now`:
-    /// token + 1, `exp = max(now + ttl, hl)` with `hl = now + hold` if
+    /// the token rule's token (`max(tok + 1, floor)`, `floor` the rule's
+    /// time part at `now`, `Collection::token_floor`), `exp = max(now + ttl, hl)` with `hl = now + hold` if
     /// `hold` is given, no payload, no holders and no fairness marks.
     /// Returns the token.
     pub(super) fn take(
@@ -133,11 +134,12 @@ impl Doc {
         lease_id: Uuid,
         ttl: Duration,
         hold: Option<Duration>,
-        now: Instant,
+        (now, floor): (Instant, u64),
     ) -> u64 {
         let queue = std::mem::take(&mut self.queue);
         let transitions = self.transitions_after(owner);
-        *self = Doc::fresh(owner, Some(lease_id), self.token + 1, now, now + ttl);
+        let token = (self.token + 1).max(floor);
+        *self = Doc::fresh(owner, Some(lease_id), token, now, now + ttl);
         self.queue = queue;
         self.transitions = transitions;
         self.leave_queue(owner, now);

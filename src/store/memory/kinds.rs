@@ -40,7 +40,7 @@ use crate::store::AcquireOutcome;
 ///   that finds another owner's live exclusive lease marks it waited for
 ///   (`wt`), so that its release yields;
 /// - otherwise it wins: the expired entries are dropped, its own is
-///   appended with `token = tok + 1`, and the top fields describe the key
+///   appended with the token rule's token (`max(tok + 1, ms($$NOW) * 2^20)`), and the top fields describe the key
 ///   (no lease id, its owner, token and time, `exp` the latest holder's,
 ///   `pm` for permits; no payload, `wt`, `yu`, `hl` or queue `q`).
 pub(super) fn acquire_holder(
@@ -50,7 +50,7 @@ pub(super) fn acquire_holder(
     ttl: Duration,
     shape: LeaseShape,
     waiting: bool,
-    now: Instant,
+    (now, floor): (Instant, u64),
 ) -> AcquireOutcome {
     let (kind, taken) = (shape.kind, shape.taken());
     let mine = |h: &Holder| h.lease_id == lease_id && h.owner == owner;
@@ -131,7 +131,8 @@ pub(super) fn acquire_holder(
         _ => {}
     }
     doc.holders.retain(|h| h.exp > now);
-    let token = doc.token + 1;
+    // The token rule (`Collection::next_token`).
+    let token = (doc.token + 1).max(floor);
     doc.holders.push(Holder {
         owner: owner.to_string(),
         lease_id,

@@ -84,7 +84,7 @@ fn light_acquire(
     }
     let had_lease_id = match coll.docs.get(key) {
         None => {
-            let vacant = coll.vacant(key, now);
+            let vacant = coll.vacant(now);
             coll.docs.insert(key.clone(), vacant);
             None
         }
@@ -102,8 +102,9 @@ fn light_acquire(
             Some(doc.lease_id.is_some())
         }
     };
+    let floor = coll.token_floor(now);
     let doc = coll.docs.get_mut(key).expect("present");
-    let token = doc.take(owner, request.lease_id, request.ttl, None, now);
+    let token = doc.take(owner, request.lease_id, request.ttl, None, (now, floor));
     let ids = (request.lease_id, token);
     db.announce_taken(key, owner, ids, LeaseKind::Exclusive, had_lease_id);
     Some(token)

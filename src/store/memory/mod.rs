@@ -13,11 +13,11 @@
 //! - **acquire** wins if there is no document, or the document carries this
 //!   lease id (a retry: token unchanged, `exp = max(exp, now + ttl)`), or `exp <= now`
 //!   and the key is not yielded by this owner (`yu > now`); the winner gets
-//!   `token = previous + 1` and `exp = now + ttl`, without `wt` / `yu`. A key
-//!   whose document was deleted continues from the deleted document's token:
-//!   on MongoDB the time part of the token rule guarantees the same (see
-//!   "Fencing tokens" in `store`), which a twin whose server time starts at
-//!   the test's start cannot reproduce with the same token values.
+//!   the token of MongoDB's rule, `max(previous + 1, ms($$NOW) * 2^20)` at
+//!   server time (see "Fencing tokens" in `store`), and `exp = now + ttl`,
+//!   without `wt` / `yu`. Nothing of a deleted document is remembered: a
+//!   new document's token is the rule's time part, so a server clock that
+//!   steps back may make it smaller, as on MongoDB.
 //!   Otherwise the outcome is `Held { holder, remaining: exp - now, token:
 //!   Some(tok) }` (`yu - now` if yielded by this owner), and a `waiting`
 //!   attempt on a lease held by another owner sets `wt` if unset.
@@ -35,10 +35,10 @@
 //!   to every document of `owner` that still has a lease id.
 //! - In **delete mode** ([`MemoryStore::with_release_mode`]) each of these
 //!   releases deletes, instead, a matching document nobody waited for (`wt`
-//!   unset) acquired at least `DELETE_MIN_TOKEN_AGE` ago (the twin's tokens
-//!   carry no time, so the acquisition time stands for `tok >> 20`), and
+//!   unset) whose token is at least `DELETE_MIN_TOKEN_AGE` old by server
+//!   time (MongoDB's token-age test on `tok >> 20`), and
 //!   **delete_released(keys)** deletes released documents of `keys` (no lease
-//!   id, not yielded) acquired that long ago.
+//!   id, not yielded) whose token is that old.
 //! - A **foreign holder's lock** ([`MemoryDb::put_foreign`], another
 //!   application's `{_id, ts, aid}`; [`MemoryDb::put_bare`], a bare `{_id}`;
 //!   [`MemoryDb::put_foreign_document`], any other document) is stored as
@@ -110,13 +110,23 @@
 //! - [`MemoryStore::set_latency`]: an operation sleeps this long on tokio time
 //!   and is applied at the *end* of the sleep (a server that receives late).
 //! - [`MemoryStore::set_fault`] / [`MemoryStore::fault_next`]: make operations
-//!   hang forever, complete late, or fail with a transient
-//!   [`Error::Unreachable`](crate::Error::Unreachable) (before or after applying).
+//!   hang (never answered, applied later or never), be lost (never applied
+//!   nor answered), apply late, answer late, or fail with a transient
+//!   [`Error::Unreachable`](crate::Error::Unreachable) (before or after
+//!   applying).
 //! - [`MemoryStore::set_operation_timeout`]: bound every operation like
-//!   `MongoStore` does (off by default, so a hang is a hang).
+//!   `MongoStore` does (off by default, so a hang is a hang): the caller
+//!   gives up then, the call may still be applied.
+//! - [`MemoryStore::set_server_bound`]: a server-side bound on every call
+//!   (MongoDB's `maxTimeMS`; none by default, as the product sends none):
+//!   a call not applied within it is never applied.
 //!
 //! Knobs are read when the actor *calls* the method (when it issues the
-//! command), not when the future is first polled.
+//! command), not when the future is first polled. The twin plays the
+//! server's side of each call: from that moment it is applied on the
+//! server's schedule, in a task of its own on the runtime, whether or not
+//! its caller still polls its future (`store::MemoryStore::run`); only the
+//! answer depends on the caller.
 //!
 //! - [`doc`]: the document model ([`Doc`], a holder of a shared or
 //!   semaphore key, a foreign holder's [`Foreign`](doc::Foreign));
@@ -133,7 +143,10 @@
 //! - [`reply`]: its re-read after an acquire whose outcome is unknown;
 //! - [`light`]: its light acquire and release, alone or grouped;
 //! - [`lock_id`]: `LockId` / `LockTime` and another client's lock by them;
-//! - [`streams`]: its stream of writes and its observed states.
+//! - [`streams`]: its stream of writes and its observed states;
+//! - [`ttl`]: the TTL monitor over the collection's TTL indexes (the
+//!   managers' on `exp`, other applications' on their own fields), and
+//!   [`gc_index_covers`], which documents the managers' index covers.
 //!
 //! `ops`, `light`, `reply` and `streams` use `store`, which uses `db`,
 //! `rules` and `control`; `rules` and `kinds` apply to `doc` and announce
@@ -154,6 +167,7 @@ mod reply;
 mod rules;
 mod store;
 mod streams;
+mod ttl;
 
 // Some are used by the actor's tests only, some by the simulation only.
 #[allow(unused_imports)]
@@ -162,3 +176,5 @@ pub(crate) use db::MemoryDb;
 #[allow(unused_imports)]
 pub(crate) use doc::Doc;
 pub(crate) use store::MemoryStore;
+#[allow(unused_imports)]
+pub(crate) use ttl::{TtlIndex, gc_index_covers};

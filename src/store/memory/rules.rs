@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, HandOver, replies};
+use crate::token::TOKEN_TIME_SHIFT;
 
 /// The documents of a [`MemoryDb`], as its operations see them.
 #[derive(Default, Clone)]
@@ -27,9 +28,10 @@ pub(crate) struct Collection {
     /// (`crate::foreign`), except deleted by a force release; an
     /// acquisition takes it over once expired by that rule.
     pub(super) foreign: HashMap<LeaseKey, Foreign>,
-    /// The token of each deleted document: a new document of its key starts
-    /// above it, as on MongoDB.
-    pub(super) deleted_tokens: HashMap<LeaseKey, u64>,
+    /// The server's clock's epoch (its instant, and the wall-clock time
+    /// then), as its [`MemoryDb`]'s: the token rule's time part
+    /// ([`Collection::token_floor`]).
+    pub(super) epoch: Option<(Instant, std::time::SystemTime)>,
     /// In a place of in-document leases: user documents that do not exist
     /// ([`MemoryDb::remove_user_document`]); every other one does.
     pub(super) missing: HashSet<LeaseKey>,
@@ -45,9 +47,41 @@ pub(crate) struct Collection {
 }
 
 impl Collection {
-    /// What a new document of `key` starts from at `now`.
-    pub(super) fn vacant(&self, key: &LeaseKey, now: Instant) -> Doc {
-        Doc::vacant(now, self.deleted_tokens.get(key).copied().unwrap_or(0))
+    /// What a new document starts from at `now`: no token. Nothing of a
+    /// deleted document is remembered, as on MongoDB: the token rule's time
+    /// part alone keeps a new document's token above a deleted one's.
+    pub(super) fn vacant(&self, now: Instant) -> Doc {
+        Doc::vacant(now, 0)
+    }
+
+    /// The token rule's time part at server time `now`: `ms($$NOW) *
+    /// 2^20` (`src/token.rs`; `MongoStore`'s `next_token`). A server clock
+    /// that steps back lowers it.
+    pub(super) fn token_floor(&self, now: Instant) -> u64 {
+        let Some((at, wall)) = self.epoch else {
+            return 0;
+        };
+        let wall = match now.checked_duration_since(at) {
+            Some(after) => wall + after,
+            None => wall - at.duration_since(now),
+        };
+        let ms = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        ms << TOKEN_TIME_SHIFT
+    }
+
+    /// The token rule, `max(tok + 1, ms($$NOW) * 2^20)`, after `previous`
+    /// at server time `now`.
+    pub(super) fn next_token(&self, previous: u64, now: Instant) -> u64 {
+        (previous + 1).max(self.token_floor(now))
+    }
+
+    /// Delete mode's token-age test (`MongoStore`'s `token_older_than`):
+    /// `ms($$NOW) * 2^20 >= tok + DELETE_MIN_TOKEN_AGE * 2^20`.
+    pub(super) fn token_older_than_min_age(&self, token: u64, now: Instant) -> bool {
+        let age = (DELETE_MIN_TOKEN_AGE.as_millis() as u64) << TOKEN_TIME_SHIFT;
+        self.token_floor(now) >= token.saturating_add(age)
     }
 }
 
@@ -95,21 +129,28 @@ pub(super) fn apply_acquire(
     }
     let hold = shape.hold_at_least;
     let multi = shape.kind.is_multi_holder();
+    let floor = coll.token_floor(now);
     match coll.docs.get_mut(key) {
         None => {
-            let mut doc = coll.vacant(key, now);
+            let mut doc = coll.vacant(now);
             let outcome = if multi {
-                kinds::acquire_holder(&mut doc, owner, lease_id, ttl, shape, waiting, now)
+                kinds::acquire_holder(&mut doc, owner, lease_id, ttl, shape, waiting, (now, floor))
             } else {
                 AcquireOutcome::Acquired {
-                    token: doc.take(owner, lease_id, ttl, hold, now),
+                    token: doc.take(owner, lease_id, ttl, hold, (now, floor)),
                 }
             };
             coll.docs.insert(key.clone(), doc);
             Ok(outcome)
         }
         Some(doc) if multi => Ok(kinds::acquire_holder(
-            doc, owner, lease_id, ttl, shape, waiting, now,
+            doc,
+            owner,
+            lease_id,
+            ttl,
+            shape,
+            waiting,
+            (now, floor),
         )),
         Some(doc) if doc.lease_id == Some(lease_id) && doc.owner == owner => {
             // A retry of an acquisition that landed: same token, an expiry
@@ -133,7 +174,7 @@ pub(super) fn apply_acquire(
                 && (!queues || doc.queue_allows(owner, now)) =>
             {
                 Ok(AcquireOutcome::Acquired {
-                    token: doc.take(owner, lease_id, ttl, hold, now),
+                    token: doc.take(owner, lease_id, ttl, hold, (now, floor)),
                 })
             }
             _ => {
@@ -197,13 +238,14 @@ pub(super) fn release_doc(doc: &mut Doc, now: Instant, yield_window: Duration) {
 
 /// The release rule of an exclusive lease with the handoff of "Queue of
 /// waiting owners": the first live entry of another owner, if the key has
-/// no holders nor minimum hold ahead, becomes the holder (token + 1, `exp =
+/// no holders nor minimum hold ahead, becomes the holder (the token rule's
+/// token after the last, `floor` its time part at `now`, `exp =
 /// now + hx`, no `yu` nor `hl`, the entry's `data`) and leaves the queue; otherwise
 /// [`release_doc`], dead entries dropped. Returns the new holder's owner id,
 /// lease id and token.
 pub(super) fn release_or_hand_over(
     doc: &mut Doc,
-    now: Instant,
+    (now, floor): (Instant, u64),
     yield_window: Duration,
 ) -> Option<(String, Uuid, u64)> {
     let hold_ahead = doc.hold_until.is_some_and(|until| until > now) || doc.delayed_at(now);
@@ -217,7 +259,7 @@ pub(super) fn release_or_hand_over(
     doc.transitions = doc.transitions_after(&next.owner);
     doc.owner = next.owner.clone();
     doc.lease_id = Some(next.lease_id);
-    doc.token += 1;
+    doc.token = (doc.token + 1).max(floor);
     doc.acquired = now;
     doc.renewed = now;
     doc.exp = now + next.hx;
@@ -246,6 +288,7 @@ pub(super) fn apply_hand_over(
     yield_window: Duration,
     now: Instant,
 ) -> HandOver {
+    let floor = coll.token_floor(now);
     let Some(doc) = coll.docs.get_mut(key) else {
         return HandOver::Lost;
     };
@@ -256,13 +299,13 @@ pub(super) fn apply_hand_over(
     if registered || doc.waiting_since.is_some() || doc.hold_until.is_some_and(|until| until > now)
     {
         // Released, or handed to the first registered owner.
-        match release_or_hand_over(doc, now, yield_window) {
+        match release_or_hand_over(doc, (now, floor), yield_window) {
             Some((next, lease_id, token)) => db.announce_acquisition(key, &next, lease_id, token),
             None => db.announce_release(key),
         }
         return HandOver::Released;
     }
-    let token = doc.take(owner, to, ttl, None, now);
+    let token = doc.take(owner, to, ttl, None, (now, floor));
     db.announce_acquisition(key, owner, to, token);
     HandOver::Acquired { token }
 }
@@ -270,10 +313,9 @@ pub(super) fn apply_hand_over(
 impl Collection {
     /// The release rule on the documents of `keys` for which `matches` holds,
     /// at `now`, in `mode`: in delete mode a document nobody waited for
-    /// (`wt` unset) and acquired at least
-    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) ago is deleted
-    /// (the twin's stand-in for the token-age rule; its next token continues
-    /// from the deleted one), every other one is marked released
+    /// (`wt` unset) whose token is at least
+    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by the
+    /// server's clock is deleted (the token-age rule), every other one is marked released
     /// ([`release_or_hand_over`]: a release that hands the key over is
     /// announced as an acquisition). Announces each key; returns `(deleted,
     /// marked)`.
@@ -292,21 +334,22 @@ impl Collection {
             .map(|(k, _)| k.clone())
             .collect();
         let (mut deleted, mut marked) = (0, 0);
+        let floor = self.token_floor(now);
         for key in keys {
+            let old_enough = self.token_older_than_min_age(self.docs[&key].token, now);
             let doc = self.docs.get_mut(&key).expect("listed above");
             let deletable = mode == ReleaseMode::Delete
                 && doc.waiting_since.is_none()
                 && doc.queue.is_empty()
                 && doc.hold_until.is_none_or(|until| until <= now)
                 && !doc.delayed_at(now)
-                && now >= doc.acquired + DELETE_MIN_TOKEN_AGE;
+                && old_enough;
             if deletable {
-                let doc = self.docs.remove(&key).expect("listed above");
-                self.deleted_tokens.insert(key.clone(), doc.token);
+                self.docs.remove(&key).expect("listed above");
                 deleted += 1;
                 db.announce_release(&key);
             } else {
-                match release_or_hand_over(doc, now, yield_window) {
+                match release_or_hand_over(doc, (now, floor), yield_window) {
                     Some((owner, lease_id, token)) => {
                         db.announce_acquisition(&key, &owner, lease_id, token)
                     }
@@ -319,8 +362,9 @@ impl Collection {
     }
 
     /// Delete mode's follow-up: deletes the released documents (no lease
-    /// id, not yielded at `now`) for which `matches` holds, acquired at least
-    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) ago. Returns how many.
+    /// id, not yielded at `now`) for which `matches` holds, whose token is at
+    /// least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by
+    /// the server's clock. Returns how many.
     pub(super) fn delete_released_where(
         &mut self,
         db: &MemoryDb,
@@ -338,13 +382,12 @@ impl Collection {
                     && d.yield_until.is_none_or(|until| until <= now)
                     && d.hold_until.is_none_or(|until| until <= now)
                     && !d.delayed_at(now)
-                    && now >= d.acquired + DELETE_MIN_TOKEN_AGE
+                    && self.token_older_than_min_age(d.token, now)
             })
             .map(|(k, _)| k.clone())
             .collect();
         for key in &keys {
-            let doc = self.docs.remove(key).expect("listed above");
-            self.deleted_tokens.insert(key.clone(), doc.token);
+            self.docs.remove(key).expect("listed above");
             db.announce_release(key);
         }
         keys.len() as u64

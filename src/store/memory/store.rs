@@ -19,6 +19,7 @@ use super::rules::Collection;
 use crate::config::{DEFAULT_RETRY_MAX, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::random::random_range;
 
 /// One manager's view of a [`MemoryDb`]. Clones share knobs and counters: give
 /// one clone to `LeaseManager::start` and keep one in the test.
@@ -217,8 +218,14 @@ impl MemoryStore {
         self.opening_held.send_replace(false);
     }
 
-    /// Records the call, reads the knobs, and wraps `apply` (run at server
-    /// time, at the end of the latency) into the operation's future.
+    /// Records the call, reads the knobs, and plays the server's side of
+    /// it: `apply` runs at server time in a task of its own, at the end of
+    /// the call's latency and delay, whatever becomes of the returned
+    /// future (dropped, timed out, its manager crashed), unless the call
+    /// is lost, fails before it applies, or carries a server-side bound
+    /// (`Issued::server_bound`) that passed first. The returned future is
+    /// the caller's side: the answer, if one comes while it waits, bounded
+    /// by the operation timeout.
     pub(super) fn run<T: Send + 'static>(
         &self,
         op: Op,
@@ -229,18 +236,44 @@ impl MemoryStore {
             latency,
             fault,
             timeout,
+            server_bound,
             in_flight: guard,
         } = self.control.issue(op, &keys);
+        // A hung call's fate on the server, drawn now: never applied, or
+        // applied up to three TTLs later.
+        let fault = match fault {
+            Some(Fault::Hang) => Some(match random_range(0..2) {
+                0 => Fault::Lost,
+                _ => {
+                    let most = 3 * self.ttl.as_millis() as u64;
+                    Fault::Unanswered(Duration::from_millis(random_range(0..=most)))
+                }
+            }),
+            fault => fault,
+        };
+        let (answer, answered) = tokio::sync::oneshot::channel::<Result<T>>();
         let db = self.db.clone();
-        let work = async move {
-            if !latency.is_zero() {
-                tokio::time::sleep(latency).await;
+        let server = async move {
+            let held = match fault {
+                Some(Fault::Delay(d) | Fault::Unanswered(d)) => d,
+                _ => Duration::ZERO,
+            };
+            let lands_after = latency + held;
+            if !lands_after.is_zero() {
+                tokio::time::sleep(lands_after).await;
             }
             match fault {
-                Some(Fault::Hang) => std::future::pending::<()>().await,
-                Some(Fault::Delay(d)) if !d.is_zero() => tokio::time::sleep(d).await,
-                Some(Fault::Fail) => return Err(unreachable("injected failure", latency)),
+                Some(Fault::Lost) => return,
+                Some(Fault::Fail) => {
+                    let _ = answer.send(Err(unreachable("injected failure", latency)));
+                    return;
+                }
                 _ => {}
+            }
+            if server_bound.is_some_and(|bound| lands_after > bound) {
+                let error = unreachable("operation exceeded its server-side time limit", held);
+                let _ = answer.send(Err(error));
+                return;
             }
             let result = match fault {
                 Some(Fault::Stale(lag)) => db.apply_to_snapshot(lag, apply),
@@ -248,18 +281,32 @@ impl MemoryStore {
             };
             match fault {
                 Some(Fault::FailAfterApply) => {
-                    return Err(unreachable("injected failure after apply", latency));
+                    let error = unreachable("injected failure after apply", latency);
+                    let _ = answer.send(Err(error));
                 }
-                Some(Fault::LateReply(d)) => tokio::time::sleep(d).await,
-                _ => {}
+                Some(Fault::LateReply(d)) => {
+                    tokio::time::sleep(d).await;
+                    let _ = answer.send(result);
+                }
+                Some(Fault::Unanswered(_)) => {}
+                _ => {
+                    let _ = answer.send(result);
+                }
             }
-            result
         };
+        tokio::spawn(server);
         async move {
             let _guard = guard;
+            // No answer ever comes once the server's side is gone unanswered.
+            let answer = async {
+                match answered.await {
+                    Ok(result) => result,
+                    Err(_) => std::future::pending().await,
+                }
+            };
             match timeout {
-                None => work.await,
-                Some(t) => match tokio::time::timeout(t, work).await {
+                None => answer.await,
+                Some(t) => match tokio::time::timeout(t, answer).await {
                     Ok(result) => result,
                     Err(_) => Err(unreachable("operation timed out", t)),
                 },

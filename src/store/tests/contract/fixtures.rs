@@ -70,6 +70,14 @@ impl Fixture for MemoryFixture {
         let key = &key.into();
         let doc = self.db.doc(key).expect("a document to delete");
         assert!(doc.is_free_at(Instant::now()), "deleting a live lease");
+        // Strictly after `exp` and the last write's `ts` by the server's
+        // clock, in its milliseconds, as the TTL monitor (the Mongo
+        // fixture's condition): the token rule's time part then keeps the
+        // next token above the deleted one's.
+        let last = self.db.date(doc.exp.max(doc.renewed)).timestamp_millis();
+        while self.db.date(self.db.server_now()).timestamp_millis() <= last {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         self.db.delete(key);
     }
 

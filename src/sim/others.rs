@@ -1,0 +1,276 @@
+//! The other applications on the simulated lock collection, each by its
+//! exact protocol (the reference texts' patterns, `tests/common/others.rs`
+//! on a real `mongod`), and the TTL monitor over every TTL index of the
+//! collection. They meet documents of ours in every state: held, released
+//! young and old, expired, left by a crashed holder, and (pattern 2) taken
+//! over in place and then deleted by them.
+//!
+//! - Pattern 1 (`workitem.lock`): inserts `{_id, ts, aid}` when no document
+//!   is there (E11000 otherwise: held), its TTL index on `ts`
+//!   ([`TS_EXPIRE_AFTER`]) deleting it, ours too, once `ts` is that old;
+//!   releases by `deleteOne({_id})` while its lock is there, or
+//!   `deleteMany({aid})`, or never (a holder that crashed: the TTL index
+//!   frees the key).
+//! - Pattern 2 (npm `distributed-locks-mongodb`): a read; an upsert when
+//!   nothing is there, a guarded takeover in place of a lock expired by its
+//!   rule (a document of ours, released or expired, reads so), which
+//!   leaves our fields beside its own; releases by `deleteOne({_id,
+//!   value})`.
+//! - Pattern 3 (the C# lock): `findOneAndUpdate({_id}, {$setOnInsert: {_id,
+//!   ExpireAt}}, upsert, ReturnDocument.Before)`, a document back (or
+//!   E11000) meaning held, spinning; its TTL index on `ExpireAt`
+//!   (`expireAfterSeconds: 0`); releases by `deleteOne({_id})` while its
+//!   lock is there, or never.
+//! - A lock by an upsert of `_id` alone (a bare `{_id}`), released by a
+//!   delete.
+//!
+//! Each spins now and then (retries every 10 to 50 ms for a while, as the
+//! C# client does), so that it lands on a document of ours just released,
+//! and holds a few milliseconds or seconds, sometimes past its expiry by
+//! its own rule (a manager may then take it over). A release by `_id` of a
+//! lock that is no longer its own would delete whatever is there (a limit
+//! documented in docs/sharing.md, left out): it releases only its own.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mongodb::bson::{DateTime, Document, doc};
+use tokio::time::{Instant, sleep};
+
+use super::history::Event;
+use super::workload::{Recorder, ms};
+use crate::random::random_range;
+use crate::store::memory::{MemoryDb, TtlIndex};
+
+/// The `expireAfterSeconds` of pattern 1's TTL index on `ts` in the
+/// simulated lock collection: `{_id, ts, aid}` expires that long after
+/// `ts`, and a document of ours whose last write is that old is deleted.
+/// Longer than a lease's longest TTL in the simulation (so that `connect`'s
+/// cap on local deadlines, `Timing::ttl_cap`, never shortens one), in whole
+/// seconds as MongoDB's.
+pub const TS_EXPIRE_AFTER: Duration = Duration::from_secs(10);
+
+/// The owner id of pattern 1's client (`aid`) on `key` (one session per
+/// key, so that its `deleteMany({aid})` releases its own locks).
+fn pattern1_aid(key: &str) -> String {
+    format!("another-app-{key}")
+}
+
+/// Pattern 2's client's `value`.
+const PATTERN2_VALUE: &str = "node-1";
+
+/// The TTL indexes of the simulated lock collection: the managers' garbage
+/// collector on `exp` with `gc_grace`, pattern 1's on `ts`, pattern 3's on
+/// `ExpireAt`.
+pub fn ttl_indexes(gc_grace: Duration) -> Vec<TtlIndex> {
+    vec![
+        TtlIndex::gc(gc_grace),
+        TtlIndex::on("ts", TS_EXPIRE_AFTER),
+        TtlIndex::on("ExpireAt", Duration::ZERO),
+    ]
+}
+
+/// The TTL monitor: a pass over every TTL index of `db`'s collection every
+/// 0.2 to 3 s (MongoDB's runs every 60 s by default), recording what it
+/// deleted, until the run ends.
+pub async fn ttl_monitor(recorder: Recorder, db: MemoryDb) {
+    loop {
+        sleep(ms(random_range(200..3_000))).await;
+        for (key, field) in db.ttl_monitor_pass() {
+            recorder.push(Event::TtlDeleted {
+                key: format!("locks/{}", key.as_str().unwrap_or_default()),
+                field,
+            });
+        }
+    }
+}
+
+/// A lock another application holds, and how it releases it.
+struct Held {
+    key: String,
+    release: Release,
+}
+
+/// How a lock of another application is released.
+enum Release {
+    /// `deleteOne({_id})` (patterns 1 and 3, a bare `{_id}`), of the
+    /// document it wrote: its fields besides `_id`.
+    ById(Document),
+    /// Pattern 1's `deleteMany({aid})`.
+    ByOwner,
+    /// Pattern 2's `deleteOne({_id, value})`.
+    ByValue,
+    /// Never: its holder crashed, the TTL index frees the key.
+    Never,
+}
+
+/// Another application locking `key` of `db` now and then, by a pattern
+/// drawn each time, until `stop`.
+pub async fn foreign_holder(
+    recorder: Recorder,
+    db: MemoryDb,
+    key: &'static str,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        sleep(ms(random_range(50..2_000))).await;
+        // Pattern 2, the one that writes over documents of ours, two times
+        // in five.
+        let pattern = random_range(0..5);
+        // Half the time it spins: tries every 10 to 50 ms for a while.
+        let spin_until = match random_range(0..2) {
+            0 => Instant::now() + ms(random_range(300..1_500)),
+            _ => Instant::now(),
+        };
+        let held = loop {
+            let held = match pattern {
+                0 => pattern1(&recorder, &db, key),
+                1 => bare(&recorder, &db, key),
+                2 => pattern3(&recorder, &db, key),
+                _ => pattern2(&recorder, &db, key).await,
+            };
+            if held.is_some() || Instant::now() >= spin_until || stop.load(Ordering::SeqCst) {
+                break held;
+            }
+            sleep(ms(random_range(10..50))).await;
+        };
+        let Some(held) = held else {
+            continue;
+        };
+        // Released at once, a moment later, or seconds later (perhaps past
+        // its expiry by its own rule).
+        let hold = match random_range(0..3) {
+            0 => random_range(1..50),
+            1 => random_range(10..300),
+            _ => random_range(10..3_000),
+        };
+        sleep(ms(hold)).await;
+        release(&recorder, &db, held);
+    }
+}
+
+/// The server's time now as a date, `d` ms later.
+fn date_after(db: &MemoryDb, d: u64) -> DateTime {
+    let now = db.date(db.server_now()).timestamp_millis();
+    DateTime::from_millis(now + d as i64)
+}
+
+/// Records that another application locked `key` (its owner, its expiry
+/// by its own rule from now).
+fn taken(recorder: &Recorder, key: &str, owner: &str, expires_in: Option<Duration>) -> String {
+    let key = format!("locks/{key}");
+    recorder.push(Event::ForeignTaken {
+        key: key.clone(),
+        owner: owner.into(),
+        expires_in,
+    });
+    key
+}
+
+/// Pattern 1's acquire: its insert of `{_id, ts: now, aid}`.
+fn pattern1(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Option<Held> {
+    let aid = pattern1_aid(key);
+    let fields = doc! { "ts": date_after(db, 0), "aid": aid.as_str() };
+    if !db.put_foreign_if_absent(key, fields.clone()) {
+        return None;
+    }
+    let key = taken(recorder, key, &aid, Some(TS_EXPIRE_AFTER));
+    let release = match random_range(0..8) {
+        0 => Release::Never,
+        1..4 => Release::ByOwner,
+        _ => Release::ById(fields),
+    };
+    Some(Held { key, release })
+}
+
+/// The lock by an upsert of `_id` alone.
+fn bare(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Option<Held> {
+    if !db.put_foreign_if_absent(key, Document::new()) {
+        return None;
+    }
+    let key = taken(recorder, key, "a bare {_id}", None);
+    Some(Held {
+        key,
+        release: Release::ById(Document::new()),
+    })
+}
+
+/// Pattern 3's acquire: `findOneAndUpdate` with `$setOnInsert: {_id,
+/// ExpireAt: now + its lifetime}`, upsert: `null` back (it inserted) means
+/// acquired.
+fn pattern3(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Option<Held> {
+    let life = match random_range(0..3) {
+        0 => random_range(200..1_000),
+        _ => random_range(1_000..5_000),
+    };
+    let fields = doc! { "ExpireAt": date_after(db, life) };
+    if !db.put_foreign_if_absent(key, fields.clone()) {
+        return None;
+    }
+    let key = taken(recorder, key, "", Some(ms(life)));
+    let release = match random_range(0..6) {
+        0 => Release::Never,
+        _ => Release::ById(fields),
+    };
+    Some(Held { key, release })
+}
+
+/// Pattern 2's acquire, exactly as its client does: a read; if nothing is
+/// there, an upsert matching `{_id, value}`; if what is there expired by its
+/// rule (`$$NOW > obtained_at + ttl` seconds: a document of ours released
+/// or expired reads so), a guarded takeover matching the `value` and
+/// `obtained_at` read, a moment later, in place.
+async fn pattern2(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Option<Held> {
+    let ttl = [1, 1, 2, 5][random_range(0..4)];
+    let seen = db.pattern2_read(key);
+    if seen.as_ref().is_some_and(|seen| !seen.expired) {
+        return None;
+    }
+    // Another write may land between its read and its write.
+    sleep(ms(random_range(0..20))).await;
+    if !db.pattern2_write(key, seen.as_ref(), PATTERN2_VALUE, ttl) {
+        return None;
+    }
+    // Its clients' strict `>`: free 1 ms after `obtained_at + ttl`.
+    let expires_in = ms(1_000 * ttl as u64 + 1);
+    let key = taken(recorder, key, PATTERN2_VALUE, Some(expires_in));
+    Some(Held {
+        key,
+        release: Release::ByValue,
+    })
+}
+
+/// Releases `held` by its pattern's command.
+fn release(recorder: &Recorder, db: &MemoryDb, held: Held) {
+    let id = held.key.trim_start_matches("locks/");
+    match held.release {
+        Release::Never => {}
+        Release::ById(fields) => {
+            // Its own lock only (see the module docs).
+            if db.foreign(id).is_none_or(|f| {
+                let mut written = f.doc.clone();
+                written.remove("_id");
+                written != fields
+            }) {
+                return;
+            }
+            recorder.push(Event::ForeignRemoved {
+                key: held.key.clone(),
+            });
+            db.remove_foreign(id, &fields);
+        }
+        Release::ByOwner => {
+            recorder.push(Event::ForeignRemoved {
+                key: held.key.clone(),
+            });
+            db.delete_where_owner(&pattern1_aid(id));
+        }
+        Release::ByValue => {
+            recorder.push(Event::ForeignRemoved {
+                key: held.key.clone(),
+            });
+            db.pattern2_release(id, PATTERN2_VALUE);
+        }
+    }
+}
