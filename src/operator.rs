@@ -55,7 +55,9 @@ impl<'a> ForceRelease<'a> {
     /// lease's expiry. Also frees a key that an earlier override left
     /// waiting for its old lease's expiry. If the holder is in fact still
     /// running, it keeps working until its next renewal while the next
-    /// holder already works: use it only when you know.
+    /// holder already works, and an acquisition attempt of it still in
+    /// flight may land after the override and take the key again under
+    /// the ended lease id: use it only when you know.
     pub fn immediately(mut self) -> Self {
         self.end = OverrideEnd::Immediately;
         self

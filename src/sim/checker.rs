@@ -32,10 +32,10 @@
 //! - a holder's release answers "released" only for a lease no operator
 //!   certainly ended before: not if a force release of its key, or a
 //!   release of its manager's owner id (leases in the lock collection,
-//!   keys `locks/...`), started after the lease was granted and returned
-//!   without an error before the holder's release started (such a lease
-//!   was ended on the server by someone else: its release must report it
-//!   lost).
+//!   keys `locks/...`), not marked immediate, started after the lease was
+//!   granted and returned without an error before the holder's release
+//!   started (such a lease was ended on the server by someone else: its
+//!   release must report it lost).
 //!
 //! - a re-entered lease is one lease, held until its last entry is
 //!   released, and a group is handed out whole and lost whole (properties
@@ -397,8 +397,12 @@ impl Checker {
                 for n in live {
                     self.leases.get_mut(&n).expect("live").forced = true;
                 }
+                // Only an override that waits for the holder certainly
+                // ends its lease: after an immediate one, an acquisition
+                // attempt of the holder still in flight may land and hold
+                // the key under that lease id again (docs/lock-delay.md).
                 for l in self.leases.values_mut() {
-                    if l.key == *key && !l.release_started {
+                    if l.key == *key && !l.release_started && !*immediately {
                         l.ops_after_grant.insert(*op);
                     }
                 }
@@ -415,7 +419,7 @@ impl Checker {
                     if l.manager == *manager && !l.ended {
                         l.forced = true;
                     }
-                    if owner_release_ends(l, *manager) && !l.release_started {
+                    if owner_release_ends(l, *manager) && !l.release_started && !*immediately {
                         l.ops_after_grant.insert(*op);
                     }
                 }

@@ -136,29 +136,6 @@ pub(super) const KNOWN: &[Known] = &[
             no_aid || d.path == "announced.waits (b)" && OWNERS[owner] == "b"
         },
     },
-    Known {
-        name: "no TTL monitor on other applications' indexes",
-        reason: "the TTL pass: mongod deletes pattern 1's and 3's expired locks by their TTL \
-                 indexes, the twin's delete_expired only ours (issue 40, point 3)",
-        stops: true,
-        matches: |seen| {
-            matches!(seen.op, Op::TtlPass)
-                && twin_alone(seen, |d| {
-                    !crate::store::is_our_shape(d) && !d.contains_key("value")
-                })
-        },
-    },
-    Known {
-        name: "GC index deletes a pattern 2 lock",
-        reason: "the TTL pass: mongod's TTL index on exp deletes a pattern 2 lock that took a \
-                 lease of ours over in place (our past exp kept), the twin does not (issue 40, \
-                 point 2)",
-        stops: true,
-        matches: |seen| {
-            matches!(seen.op, Op::TtlPass)
-                && twin_alone(seen, |d| d.contains_key("value") && d.contains_key("exp"))
-        },
-    },
     // ----- MongoStore -------------------------------------------------------
     Known {
         name: "a repeated request to release is not announced",

@@ -54,9 +54,10 @@ pub(super) const P2_VALUES: [&str; 2] = ["npm-1", "npm-2"];
 pub(super) const P2_TTLS: [i32; 2] = [1, 60];
 /// Pattern 3's lock lifetimes (`ExpireAt = now + lifetime`).
 pub(super) const P3_LIFETIMES: [Duration; 2] = [SHORT, TTL];
-/// The GC grace of the TTL index on `exp`: zero, so that a TTL pass
-/// deletes every expired or released document of ours.
-pub(super) const GC_GRACE: Duration = Duration::ZERO;
+/// The GC grace of the TTL index on `exp`: the least `connect` creates
+/// (`DELETE_MIN_TOKEN_AGE`, 1 s), so that a TTL pass soon deletes the
+/// expired or released documents of ours.
+pub(super) const GC_GRACE: Duration = crate::config::DELETE_MIN_TOKEN_AGE;
 /// The owner ids.
 pub(super) const OWNERS: [&str; 3] = ["a", "b", "c"];
 
@@ -178,6 +179,19 @@ impl World {
         }
         let rules = config.foreign_rules();
         let db = MemoryDb::new().with_foreign_rules(rules.clone());
+        // The twin's TTL monitor runs the collection's indexes: ours (the
+        // GC index `prepare` creates) and the other applications'.
+        let mut indexes = vec![crate::store::memory::TtlIndex::gc(GC_GRACE)];
+        if config.ts_index {
+            indexes.push(crate::store::memory::TtlIndex::on("ts", TS_EXPIRE_AFTER));
+        }
+        if config.expire_at_index {
+            indexes.push(crate::store::memory::TtlIndex::on(
+                "ExpireAt",
+                Duration::ZERO,
+            ));
+        }
+        db.set_ttl_indexes(indexes);
         let owners: Vec<Owner> = OWNERS
             .iter()
             .zip(&config.owners)
@@ -281,13 +295,11 @@ impl World {
 
     // ----- the TTL pass ----------------------------------------------------
 
-    /// The twin's TTL pass: [`MemoryDb::delete_expired`] of every key, at
-    /// the GC grace. Returns how many it deleted.
+    /// The twin's TTL pass: one pass of its TTL monitor over the
+    /// collection's indexes ([`MemoryDb::ttl_monitor_pass`]). Returns how
+    /// many it deleted.
     pub fn twin_ttl_pass(&self) -> u64 {
-        self.keys
-            .iter()
-            .filter(|key| self.db.delete_expired((*key).clone(), GC_GRACE))
-            .count() as u64
+        self.db.ttl_monitor_pass().len() as u64
     }
 
     /// What MongoDB's TTL monitor would delete now: for each TTL index of
