@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Fixture, within};
-use mongo_lease::{Error, LeaseEvent, LeaseManager};
+use mongo_lease::{Error, Lease, LeaseEvent, LeaseManager, ReleaseOutcome};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -238,4 +238,86 @@ async fn a_key_released_by_owner_id_is_granted_again_only_once_its_holder_is_los
         assert_eq!(operator.release_owner(holder.owner_id()).await.unwrap(), 1);
     })
     .await;
+}
+
+/// Whether `lease` could still be live to its holder: not told lost and
+/// before its local deadline.
+fn still_live(lease: &Lease) -> bool {
+    !lease.is_lost() && lease.deadline().is_some_and(|d| Instant::now() < d)
+}
+
+/// A semaphore of 2 permits held by a and b. A release by owner id of a
+/// (not immediate) keeps a's permit taken until its expiry: c is refused
+/// while a may still work, and granted only once a is lost (property 2:
+/// never 3 live permits of 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_released_by_owner_id_stays_taken_while_its_holder_may_still_work() {
+    let fx = Fixture::new("delay_owner_permit").await;
+    let managers = fx.managers(4, SHORT_TTL).await;
+    let [a, b, c, operator] = &managers[..] else {
+        unreachable!()
+    };
+    let pa = a.semaphore("pool", 2).unwrap().acquire().await.unwrap();
+    let pb = b.semaphore("pool", 2).unwrap().acquire().await.unwrap();
+    assert_eq!(operator.release_owner(a.owner_id()).await.unwrap(), 1);
+    let pool = c.semaphore("pool", 2).unwrap();
+    if let Some(pc) = pool.try_acquire().await.unwrap() {
+        assert!(
+            !still_live(&pa),
+            "3 live permits of 2: c {} granted beside a {} (released by owner id, not told) and b {}",
+            pc.fencing_token(),
+            pa.fencing_token(),
+            pb.fencing_token()
+        );
+    }
+    let pc = within(GUARD, "c's permit", pool.acquire()).await.unwrap();
+    assert!(
+        !still_live(&pa),
+        "3 live permits of 2: c {} granted while a {} may still work",
+        pc.fencing_token(),
+        pa.fencing_token()
+    );
+    assert!(!pb.is_lost(), "b's permit was not released");
+    for m in managers {
+        m.shutdown().await.unwrap();
+    }
+}
+
+/// A key shared by a and b. A release by owner id of a (not immediate)
+/// keeps a's place until its expiry: once b releases, c's exclusive
+/// acquisition is granted only once a is lost (property 2: no exclusive
+/// lease beside a live shared one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_place_released_by_owner_id_keeps_an_exclusive_holder_out_while_its_holder_may_still_work()
+ {
+    let fx = Fixture::new("delay_owner_shared").await;
+    let managers = fx.managers(4, SHORT_TTL).await;
+    let [a, b, c, operator] = &managers[..] else {
+        unreachable!()
+    };
+    let ra = a.acquire_shared("catalogue").await.unwrap();
+    let rb = b.acquire_shared("catalogue").await.unwrap();
+    assert_eq!(operator.release_owner(a.owner_id()).await.unwrap(), 1);
+    assert_eq!(rb.release().await.unwrap(), ReleaseOutcome::Released);
+    if let Some(writer) = c.try_acquire("catalogue").await.unwrap() {
+        assert!(
+            !still_live(&ra),
+            "exclusive lease {} granted beside shared lease {} (released by owner id, not told)",
+            writer.fencing_token(),
+            ra.fencing_token()
+        );
+    }
+    let writer = within(GUARD, "c's exclusive lease", c.acquire("catalogue"))
+        .await
+        .unwrap();
+    assert!(
+        !still_live(&ra),
+        "exclusive lease {} granted while shared lease {} may still be read under",
+        writer.fencing_token(),
+        ra.fencing_token()
+    );
+    assert!(writer.fencing_token() > ra.fencing_token());
+    for m in managers {
+        m.shutdown().await.unwrap();
+    }
 }

@@ -128,8 +128,12 @@ struct Lease {
     /// Its holder released it or its process crashed: nothing to tell.
     gone: bool,
     told: bool,
-    /// Ended on the server by an operator: left out of overlap checks.
+    /// An operator's call may have ended it on the server: left out of
+    /// the checks of what its holder is told and when its document expires.
     forced: bool,
+    /// An immediate override (the operator's word that its holder is
+    /// gone) may have ended it: left out of mutual exclusion too.
+    at_once: bool,
     /// Its holder started releasing it (no later operator's call counts
     /// against the release's answer).
     release_started: bool,
@@ -198,6 +202,17 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
 }
 
 /// The checker's state after the events seen so far.
+/// An operator's call.
+struct Op {
+    /// What it concerns: a key, or a manager's leases.
+    target: Result<String, usize>,
+    /// When it ended (`None`: in flight; a failed call counts until it can
+    /// no longer land).
+    end: Option<At>,
+    /// Whether the operator said the holders are gone (`immediately`).
+    immediately: bool,
+}
+
 struct Checker {
     bounds: Bounds,
     leases: BTreeMap<LeaseNo, Lease>,
@@ -205,7 +220,7 @@ struct Checker {
     crashed: BTreeSet<usize>,
     /// Every operator's call: what it concerns (a key, or a manager's
     /// leases), and when it ended (`None`: in flight).
-    ops: BTreeMap<OpNo, (Result<String, usize>, Option<At>)>,
+    ops: BTreeMap<OpNo, Op>,
     waiters: BTreeMap<WaiterNo, (usize, String, At)>,
     /// Re-entered leases and groups (properties 8 and 9).
     entries: entries::Entries,
@@ -386,16 +401,30 @@ impl Checker {
             } => {
                 self.override_started(*op, Ok(key), *immediately);
                 self.lock_delay_call_started(*op, None);
-                self.ops.insert(*op, (Ok(key.clone()), None));
+                self.ops.insert(
+                    *op,
+                    Op {
+                        target: Ok(key.clone()),
+                        end: None,
+                        immediately: *immediately,
+                    },
+                );
                 let state = self.keys.entry(key.clone()).or_default();
                 state.forcing += 1;
                 state.hold_until = None;
                 if let Some(forced) = &mut state.foreign {
                     *forced = true;
                 }
+                // Each live lease may be ended on the server; only an
+                // immediate override (the operator's word that their holders
+                // are gone) excuses another holder beside them: by default
+                // they stay live to their holders until told or their
+                // deadline (properties 1, 2 and 17).
                 let live: Vec<LeaseNo> = state.live.iter().copied().collect();
                 for n in live {
-                    self.leases.get_mut(&n).expect("live").forced = true;
+                    let l = self.leases.get_mut(&n).expect("live");
+                    l.forced = true;
+                    l.at_once |= *immediately;
                 }
                 // Only an override that waits for the holder certainly
                 // ends its lease: after an immediate one, an acquisition
@@ -414,10 +443,18 @@ impl Checker {
             } => {
                 self.override_started(*op, Err(*manager), *immediately);
                 self.lock_delay_call_started(*op, Some(*manager));
-                self.ops.insert(*op, (Err(*manager), None));
+                self.ops.insert(
+                    *op,
+                    Op {
+                        target: Err(*manager),
+                        end: None,
+                        immediately: *immediately,
+                    },
+                );
                 for l in self.leases.values_mut() {
                     if l.manager == *manager && !l.ended {
                         l.forced = true;
+                        l.at_once |= *immediately;
                     }
                     if owner_release_ends(l, *manager) && !l.release_started && !*immediately {
                         l.ops_after_grant.insert(*op);
@@ -441,9 +478,9 @@ impl Checker {
                     true => self.now,
                     false => self.now + self.bounds.landing,
                 };
-                if let Some((target, end)) = self.ops.get_mut(op) {
-                    *end = Some(until);
-                    if let Ok(key) = target {
+                if let Some(call) = self.ops.get_mut(op) {
+                    call.end = Some(until);
+                    if let Ok(key) = &call.target {
                         self.landing_forces.push((until, key.clone()));
                     }
                 }
@@ -602,13 +639,22 @@ impl Checker {
         let now = self.now;
         // An operator's call that ended after this acquisition's attempt
         // was sent may have ended it on the server before its reply came.
-        let forced = self.ops.values().any(|(target, end)| {
-            let concerns = match target {
-                Ok(k) => k == key,
-                Err(m) => *m == manager,
-            };
-            concerns && end.is_none_or(|end| end >= confirmed_after)
-        });
+        let may_end = |at_once_only: bool| {
+            self.ops.values().any(|call| {
+                let concerns = match &call.target {
+                    Ok(k) => k == key,
+                    Err(m) => *m == manager,
+                };
+                let at_once = call.immediately || !at_once_only;
+                at_once && concerns && call.end.is_none_or(|end| end >= confirmed_after)
+            })
+        };
+        let forced = may_end(false);
+        // Only an immediate override excuses a grant beside a live lease:
+        // one that waits for the holders ends the new lease, if it lands
+        // after the grant, only once its holder is told, and the key's
+        // other leases stay live to their holders meanwhile.
+        let forced_at_once = may_end(true);
         self.check_lock_delay(lease, key, forced);
         self.check_override_wait(lease, key, acquired_after.max(confirmed_after));
         let state = self.keys.entry(key.to_string()).or_default();
@@ -625,6 +671,7 @@ impl Checker {
                 gone: false,
                 told: false,
                 forced,
+                at_once: forced_at_once,
                 release_started: false,
                 ops_after_grant: BTreeSet::new(),
                 ended_by: None,
@@ -676,13 +723,13 @@ impl Checker {
         if state.foreign == Some(false) && !forced && foreign_live {
             problems.push("granted while another application holds the key".into());
         }
-        let others: Vec<(LeaseNo, Kind)> = if forced {
+        let others: Vec<(LeaseNo, Kind)> = if forced_at_once {
             Vec::new()
         } else {
             state
                 .live
                 .iter()
-                .filter(|n| !self.leases[*n].forced)
+                .filter(|n| !self.leases[*n].at_once)
                 .map(|n| (*n, self.leases[n].kind))
                 .collect()
         };

@@ -65,7 +65,7 @@ impl Checker {
         };
         let ppm = f64::from(self.bounds.server_faster_ppm);
         let until = start + delay.mul_f64(1e6 / (1e6 + ppm));
-        let keys: Vec<String> = match &self.ops.get(&op).map(|(target, _)| target) {
+        let keys: Vec<String> = match &self.ops.get(&op).map(|call| &call.target) {
             Some(Ok(key)) => vec![key.clone()],
             Some(Err(_)) => ends
                 .iter()

@@ -568,7 +568,10 @@ impl MemoryDb {
         let now = Instant::now();
         self.change(|coll| {
             let doc = coll.docs.get_mut(key).expect("a document");
-            let holder = doc.holders.iter_mut().find(|h| h.lease_id == lease_id);
+            let holder = doc
+                .holders
+                .iter_mut()
+                .find(|h| h.lease_id == Some(lease_id));
             let holder = holder.expect("a holder with this lease id");
             holder.exp = holder.exp.min(now);
             doc.exp = doc.holders.iter().map(|h| h.exp).max().unwrap_or(now);

@@ -95,8 +95,9 @@ pub(crate) struct Registration {
 pub(crate) struct Holder {
     /// `aid`.
     pub owner: String,
-    /// `lid`.
-    pub lease_id: Uuid,
+    /// `lid`; `None` for the place of a holder an operator's release by
+    /// owner id ended, kept until its expiry (no write of its matches it).
+    pub lease_id: Option<Uuid>,
     /// `tok`: also the key's top `tok` when it was acquired.
     pub token: u64,
     /// `acq`.

@@ -53,7 +53,7 @@ pub(super) fn acquire_holder(
     (now, floor): (Instant, u64),
 ) -> AcquireOutcome {
     let (kind, taken) = (shape.kind, shape.taken());
-    let mine = |h: &Holder| h.lease_id == lease_id && h.owner == owner;
+    let mine = |h: &Holder| h.lease_id == Some(lease_id) && h.owner == owner;
     let others_live = doc.live_holders(now).any(|h| !mine(h));
     // A retry wins only on a key still held as its kind, or alone (as
     // MongoStore's `mine_wins`).
@@ -81,10 +81,6 @@ pub(super) fn acquire_holder(
         return AcquireOutcome::Acquired { token };
     }
     let live = doc.live_holders(now).count();
-    // A lock-delay keeps the key from every kind ("Lock-delay" in `store`).
-    if live == 0 && doc.delayed_at(now) {
-        return held(doc.owner.clone(), doc.exp, doc.token, now);
-    }
     // An exclusive holder: a lease (`lid`) or a minimum hold (`hl`). An
     // `exp` ahead without either is the release of the key's last holder on
     // a server clock that read ahead (docs/mongodb-behaviour.md, B3): as
@@ -104,6 +100,12 @@ pub(super) fn acquire_holder(
                 stored: LeaseKind::Exclusive,
             },
         };
+    }
+    // A lock-delay keeps the key from every kind ("Lock-delay" in `store`);
+    // after an exclusive holder's (a minimum hold kept by a release by
+    // owner id), as MongoStore reads it.
+    if live == 0 && doc.delayed_at(now) {
+        return held(doc.owner.clone(), doc.exp, doc.token, now);
     }
     if let Some(until) = doc
         .yield_until
@@ -135,7 +137,7 @@ pub(super) fn acquire_holder(
     let token = (doc.token + 1).max(floor);
     doc.holders.push(Holder {
         owner: owner.to_string(),
-        lease_id,
+        lease_id: Some(lease_id),
         token,
         acquired: now,
         renewed: now,
@@ -219,10 +221,13 @@ pub(super) fn renew_holders(
 ) -> Vec<Uuid> {
     let mut renewed = Vec::new();
     for holder in &mut doc.holders {
-        if holder.owner == owner && ids.contains(&holder.lease_id) {
+        if let Some(id) = holder
+            .lease_id
+            .filter(|id| holder.owner == owner && ids.contains(id))
+        {
             holder.exp = holder.exp.max(now + ttl);
             holder.renewed = now;
-            renewed.push(holder.lease_id);
+            renewed.push(id);
         }
     }
     if !renewed.is_empty() {
@@ -241,7 +246,7 @@ pub(super) fn set_holder_payload(
     payload: Document,
 ) -> bool {
     let mut holders = doc.holders.iter_mut();
-    let mine = holders.find(|h| h.lease_id == lease_id && h.owner == owner);
+    let mine = holders.find(|h| h.lease_id == Some(lease_id) && h.owner == owner);
     mine.map(|holder| holder.payload = Some(payload)).is_some()
 }
 
@@ -281,6 +286,41 @@ pub(super) fn drop_holders(doc: &mut Doc, now: Instant) {
 }
 
 impl Collection {
+    /// An operator's release by owner id that waits for the holders
+    /// (`OverrideEnd::AtExpiry`), on the entries of `hs` of `owner`: each
+    /// live one stays, without its lease id, until its expiry (its holder,
+    /// told at its next renewal, may still work), the expired ones go, `rl
+    /// = now`, and the top `exp` is the latest entry's (or `nb`), as
+    /// `MongoStore`'s `release_any_update`. Each key written is announced
+    /// as freed. Returns from how many documents.
+    pub(super) fn keep_places_of(&mut self, db: &MemoryDb, owner: &str, now: Instant) -> u64 {
+        let mut documents = 0;
+        for (key, doc) in self.docs.iter_mut() {
+            let ends = doc
+                .holders
+                .iter()
+                .any(|h| h.owner == owner && h.lease_id.is_some());
+            if !ends {
+                continue;
+            }
+            doc.holders.retain(|h| h.exp > now);
+            for holder in doc.holders.iter_mut().filter(|h| h.owner == owner) {
+                holder.lease_id = None;
+            }
+            documents += 1;
+            doc.released_at = Some(now);
+            match latest(doc) {
+                Some(exp) => doc.exp = doc.floor(exp),
+                None => {
+                    doc.exp = doc.floor(now);
+                    doc.permits = None;
+                }
+            }
+            db.announce_release(key);
+        }
+        documents
+    }
+
     /// The release rule for holders of shared and semaphore keys: removes
     /// the entries of `hs` for which `matches` holds (with the expired
     /// ones), sets `rl = now`, and moves the top `exp` to the latest

@@ -328,7 +328,7 @@ impl Store for MemoryStore {
             };
             let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
             let holders = |_: &LeaseKey, holder: &Holder| {
-                holder.owner == owner && !except.contains(&holder.lease_id)
+                holder.owner == owner && holder.lease_id.is_none_or(|id| !except.contains(&id))
             };
             // As `updateMany`: documents changed.
             let (_, documents) = coll.release_holders_where(&db, holders, now);
@@ -365,13 +365,23 @@ impl Store for MemoryStore {
                 let matches =
                     |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
                 let released = coll.release_where(&db, matches, now, yield_window, mode);
-                let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
-                Ok((released, coll.release_holders_where(&db, holders, now).1))
+                // Waiting for the holders, their places stay until their
+                // expiry (`Collection::keep_places_of`).
+                let holders = match end {
+                    OverrideEnd::AtExpiry => coll.keep_places_of(&db, &owner, now),
+                    OverrideEnd::Immediately => {
+                        let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
+                        coll.release_holders_where(&db, holders, now).1
+                    }
+                };
+                Ok((released, holders))
             })
         };
         async move {
             let ((deleted, marked), holders) = release.await?;
-            if mode == ReleaseMode::Delete && marked > 0 {
+            // As `MongoStore`'s: a follow-up once its update changed any
+            // document (leases marked released or holders' documents).
+            if mode == ReleaseMode::Delete && marked + holders > 0 {
                 tokio::time::sleep(crate::store::DELETE_DELAY).await;
                 db.apply(|coll, now| {
                     coll.delete_released_where(&db, |_, doc| doc.owner == owner, now)
@@ -586,7 +596,7 @@ impl MemoryStore {
 /// event for it either).
 fn is_retry(coll: &Collection, key: &LeaseKey, lease_id: Uuid) -> bool {
     coll.docs.get(key).is_some_and(|doc| {
-        doc.lease_id == Some(lease_id) || doc.holders.iter().any(|h| h.lease_id == lease_id)
+        doc.lease_id == Some(lease_id) || doc.holders.iter().any(|h| h.lease_id == Some(lease_id))
     })
 }
 
@@ -610,7 +620,9 @@ impl MemoryStore {
             let matches = |key: &LeaseKey, doc: &Doc| lease_matches(key, doc, &owner, &keys, &ids);
             let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
             let holders = |key: &LeaseKey, holder: &Holder| {
-                keys.contains(key) && ids.contains(&holder.lease_id) && holder.owner == owner
+                keys.contains(key)
+                    && holder.lease_id.is_some_and(|id| ids.contains(&id))
+                    && holder.owner == owner
             };
             let (removed, _) = coll.release_holders_where(&db, holders, now);
             Ok(deleted + marked + removed)

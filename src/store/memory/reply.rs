@@ -90,13 +90,13 @@ fn multi(
             doc! { field::OWNER: waiter, field::EXPIRES_AT: date(*exp) },
         );
     }
-    let is_mine = |h: &&super::doc::Holder| h.lease_id == lease_id && h.owner == owner;
+    let is_mine = |h: &&super::doc::Holder| h.lease_id == Some(lease_id) && h.owner == owner;
     if let Some(mine) = stored.holders.iter().find(is_mine) {
         doc.insert(
             MINE,
             doc! {
                 field::OWNER: &mine.owner,
-                field::LEASE_ID: lid(mine.lease_id),
+                field::LEASE_ID: lid(lease_id),
                 field::TOKEN: mine.token as i64,
                 field::ACQUIRED_AT: date(mine.acquired),
                 field::RENEWED_AT: date(mine.renewed),

@@ -378,7 +378,9 @@ impl Collection {
                 matches(k, d)
                     && d.lease_id.is_none()
                     && d.queue.is_empty()
-                    && d.live_holders(now).next().is_none()
+                    // As `released_filter`: no `hs` at all, even of
+                    // expired holders.
+                    && d.holders.is_empty()
                     && d.yield_until.is_none_or(|until| until <= now)
                     && d.hold_until.is_none_or(|until| until <= now)
                     && !d.delayed_at(now)

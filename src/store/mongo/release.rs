@@ -94,13 +94,18 @@ pub(super) fn delay_stage(selected: &Document, delay_ms: i64, end: OverrideEnd) 
 /// loses the released entries and the expired ones, gets `rl = $$NOW` (what
 /// the change stream of releases announces) and `exp` = the latest
 /// remaining entry's, or now if none remains (then `hs` and `pm` go too).
+/// An operator's release by owner id that waits for the holders
+/// ([`OverrideEnd::AtExpiry`]) keeps each live entry it ends, without its
+/// `lid`, until that entry's expiry: its holder, told at its next renewal,
+/// may still work, so its place (a permit, a shared holder) is not given
+/// to anyone before then.
 /// An exclusive key with another owner's live entry in its queue is handed
 /// to the first one instead ([`pick_stage`](super::handoff::pick_stage),
 /// [`handoff_stages`](super::handoff::handoff_stages)).
 pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<Document> {
-    let (selected, delay) = match released {
-        Released::Leases { owner, ids } => (entry_among(owner, ids), None),
-        Released::Owner { owner, except } => (entry_of_owner(owner, except), None),
+    let (selected, delay, keeps_places) = match released {
+        Released::Leases { owner, ids } => (entry_among(owner, ids), None, false),
+        Released::Owner { owner, except } => (entry_of_owner(owner, except), None, false),
         Released::ByOperator {
             owner,
             delay_ms,
@@ -110,8 +115,27 @@ pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<
             (
                 entry_of_owner(owner, &[]),
                 waits.then_some((*delay_ms, *end)),
+                *end == OverrideEnd::AtExpiry,
             )
         }
+    };
+    // The live entries that stay: all but the released ones, or, for an
+    // override that waits for its holders, all, the ended ones without
+    // their lease id (none of their holder's writes matches them again).
+    let entries_left = if keeps_places {
+        doc! { "$map": {
+            "input": { "$filter": { "input": f(field::HOLDERS), "cond": entry_live() } },
+            "in": { "$cond": [
+                selected.clone(),
+                { "$unsetField": { "field": field::LEASE_ID, "input": "$$this" } },
+                "$$this",
+            ]},
+        }}
+    } else {
+        doc! { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [
+            entry_live(),
+            { "$not": [selected.clone()] },
+        ]}}}
     };
     let remain =
         doc! { "$cond": [has_holders(), { "$gt": [{ "$size": f(field::HOLDERS) }, 0] }, false] };
@@ -145,14 +169,7 @@ pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<
                     ]},
                     field::YIELD_UNTIL: LockPath::TOP.yield_if_waited(yield_ms),
                     field::RELEASED_AT: { "$cond": [has_holders(), "$$NOW", f(field::RELEASED_AT)] },
-                    field::HOLDERS: { "$cond": [
-                        has_holders(),
-                        { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [
-                            entry_live(),
-                            { "$not": [selected] },
-                        ]}}},
-                        "$$REMOVE",
-                    ]},
+                    field::HOLDERS: { "$cond": [has_holders(), entries_left, "$$REMOVE"] },
                 }},
                 doc! { "$set": {
                     field::EXPIRES_AT: { "$cond": [
@@ -590,8 +607,16 @@ impl MongoStore {
     /// [`DELETE_MIN_TOKEN_AGE`](crate::config::DELETE_MIN_TOKEN_AGE)) are deleted once they are old enough, before
     /// this returns.
     pub(super) async fn release_leases_of(&self, owner: String, end: OverrideEnd) -> Result<u64> {
-        let filter =
-            doc! { "$or": [owner_leases_filter(&owner), owner_holders_filter(&owner, &[])] };
+        let mut holders = owner_holders_filter(&owner, &[]);
+        if end == OverrideEnd::AtExpiry {
+            // A place an earlier such release kept (its entry without a
+            // lease id) is released already; an immediate one frees it.
+            holders = doc! { "$and": [holders, { field::HOLDERS: { "$elemMatch": {
+                field::OWNER: { "$eq": &owner },
+                field::LEASE_ID: { "$exists": true },
+            }}}]};
+        }
+        let filter = doc! { "$or": [owner_leases_filter(&owner), holders] };
         let delay_ms = self.lock_delay_ms();
         let released = Released::ByOperator {
             owner: &owner,

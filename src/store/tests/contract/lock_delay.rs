@@ -1,7 +1,8 @@
 //! Lock-delay ("Lock-delay" in `store`): after a force release, or a
 //! release by owner id, of a live lease, no kind is granted the key, and
-//! nobody is handed it, before `nb`; an expired lease, and a shared key
-//! whose other holders remain, are not delayed.
+//! nobody is handed it, before `nb`; an expired lease is not delayed, and
+//! on a shared or semaphore key whose other holders remain, the ended
+//! holder's place stays taken until its expiry (unless immediate).
 
 use crate::store::OverrideEnd;
 use crate::store::StoreExt;
@@ -143,7 +144,7 @@ pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unle
 >(
     f: &F,
 ) {
-    let [a, b] = super::stores(f, ["a", "b"]).await;
+    let [a, b, c] = super::stores(f, ["a", "b", "c"]).await;
     let (la, ta) = take(&a, "k").await;
     let left = held(&b, "k", false, "a").await;
     assert!(left > super::TTL - Duration::from_secs(5), "{left:?}");
@@ -195,6 +196,25 @@ pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unle
         1
     );
     take(&b, "p").await;
+
+    // A permit (or a shared place) released by owner id keeps its place
+    // until its expiry, as its holder may still work; the other holder's
+    // stays; a second such release finds nothing; an immediate one frees
+    // the place.
+    let two = LeaseKind::Permit { permits: 2 };
+    let (pa, _) = take_as(&a, "pool", shape(two)).await;
+    let (pc, _) = take_as(&c, "pool", shape(two)).await;
+    let ended = b.release_by_owner("a".into(), OverrideEnd::AtExpiry);
+    assert_eq!(ended.await.unwrap(), 1);
+    let outcome = attempt(&b, "pool", two).await;
+    assert!(matches!(outcome, AcquireOutcome::Held { .. }), "{outcome:?}");
+    assert_eq!(a.renew(vec![pa]).await.unwrap().len(), 1, "a's is lost");
+    assert_eq!(c.renew(vec![pc]).await.unwrap().len(), 0, "c's is not");
+    let again = b.release_by_owner("a".into(), OverrideEnd::AtExpiry);
+    assert_eq!(again.await.unwrap(), 0);
+    let now = b.release_by_owner("a".into(), OverrideEnd::Immediately);
+    assert_eq!(now.await.unwrap(), 1);
+    take_as(&b, "pool", shape(two)).await;
 }
 
 pub(super) async fn a_release_by_owner_delays_the_live_leases_it_ends_only<F: Fixture>(f: &F) {

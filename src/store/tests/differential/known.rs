@@ -36,22 +36,6 @@ pub(super) struct Known {
 pub(super) const KNOWN: &[Known] = &[
     // ----- the twin ---------------------------------------------------------
     Known {
-        name: "release by owner leaves the last holders' document",
-        reason: "release by owner in delete mode that removes the last holders of a shared or \
-                 semaphore key: the twin runs the follow-up delete only if it marked an \
-                 exclusive lease, mongod if it changed any document (memory::ops \
-                 release_by_owner)",
-        stops: true,
-        matches: |seen| {
-            let released = |d: &Document| {
-                crate::store::is_our_shape(d) && !d.contains_key("lid") && !d.contains_key("hs")
-            };
-            matches!(seen.op, Op::ReleaseByOwner { .. })
-                && seen.twin_docs.values().any(|d| d.contains_key("rl"))
-                && twin_alone(seen, released)
-        },
-    },
-    Known {
         name: "release by owner with a lock-delay marks, then deletes",
         reason: "release by owner in delete mode by a store with a lock-delay: mongod marks \
                  every lease released, then deletes in its follow-up (two events), the twin \
@@ -61,17 +45,6 @@ pub(super) const KNOWN: &[Known] = &[
             matches!(seen.op, Op::ReleaseByOwner { .. })
                 && seen.divergence.path.starts_with("announced")
                 && fewer_in_twin(seen)
-        },
-    },
-    Known {
-        name: "delete mode's follow-up deletes a key with expired holders",
-        reason: "delete_released of a shared or semaphore key whose holders all expired: the \
-                 twin deletes it (no live holder), mongod keeps any document with hs \
-                 (memory::rules delete_released_where)",
-        stops: true,
-        matches: |seen| {
-            matches!(seen.op, Op::DeleteReleased { .. })
-                && mongod_alone(seen, |d| d.contains_key("hs"))
         },
     },
     Known {
@@ -207,29 +180,6 @@ impl Seen<'_> {
             .key
             .as_ref()
             .and_then(|k| self.mongo_docs.get(k))
-    }
-}
-
-/// Whether the twin has a document that mongod lacks, of which `which`
-/// holds: the divergence's, or for a divergence of the announcements (a
-/// delete announced by mongod alone), any.
-fn twin_alone(seen: &Seen<'_>, which: impl Fn(&Document) -> bool) -> bool {
-    let alone = |(key, d): (&LeaseKey, &Document)| !seen.mongo_docs.contains_key(key) && which(d);
-    match &seen.divergence.key {
-        Some(key) => seen.twin_docs.get_key_value(key).is_some_and(alone),
-        None if seen.divergence.path.starts_with("announced") => seen.twin_docs.iter().any(alone),
-        None => false,
-    }
-}
-
-/// Whether mongod has a document that the twin lacks, of which `which`
-/// holds: the divergence's, or for a divergence of the answer or the
-/// announcements, any.
-fn mongod_alone(seen: &Seen<'_>, which: impl Fn(&Document) -> bool) -> bool {
-    let alone = |(key, d): (&LeaseKey, &Document)| !seen.twin_docs.contains_key(key) && which(d);
-    match &seen.divergence.key {
-        Some(key) => seen.mongo_docs.get_key_value(key).is_some_and(alone),
-        None => seen.mongo_docs.iter().any(alone),
     }
 }
 

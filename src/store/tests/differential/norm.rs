@@ -143,14 +143,14 @@ pub(super) fn render(db: &MemoryDb, key: &LeaseKey, d: &Doc) -> Document {
             .holders
             .iter()
             .map(|h| {
-                let mut entry = doc! {
-                    field::OWNER: &h.owner,
-                    field::LEASE_ID: lid(h.lease_id),
-                    field::TOKEN: h.token as i64,
-                    field::ACQUIRED_AT: date(h.acquired),
-                    field::RENEWED_AT: date(h.renewed),
-                    field::EXPIRES_AT: date(h.exp),
-                };
+                let mut entry = doc! { field::OWNER: &h.owner };
+                if let Some(id) = h.lease_id {
+                    entry.insert(field::LEASE_ID, lid(id));
+                }
+                entry.insert(field::TOKEN, h.token as i64);
+                entry.insert(field::ACQUIRED_AT, date(h.acquired));
+                entry.insert(field::RENEWED_AT, date(h.renewed));
+                entry.insert(field::EXPIRES_AT, date(h.exp));
                 if let Some(payload) = &h.payload {
                     entry.insert(field::PAYLOAD, payload.clone());
                 }

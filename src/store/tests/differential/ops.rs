@@ -410,7 +410,7 @@ impl Gen {
     /// in `hs`).
     fn held(world: &World, used: &Used) -> bool {
         world.db.doc(used.key.clone()).is_some_and(|d| {
-            d.lease_id == Some(used.id) || d.holders.iter().any(|h| h.lease_id == used.id)
+            d.lease_id == Some(used.id) || d.holders.iter().any(|h| h.lease_id == Some(used.id))
         })
     }
 
