@@ -135,6 +135,24 @@ impl LeaseManager {
                 )
             })?;
         timing.ttl_cap = facts.ttl_cap;
+        if let Some(cap) = facts.ttl_cap {
+            // Another application's TTL index on `ts` deletes a document
+            // `cap` after its last renewal, whatever `nb` says: a lock-delay
+            // ends no later than that, counted from a renewal a heartbeat
+            // old (docs/lock-delay.md).
+            let delay = options.lock_delay(&timing)?;
+            let most = cap.saturating_sub(timing.heartbeat_interval + timing.unsafe_time());
+            if delay > most {
+                return Err(Error::InvalidConfig {
+                    reason: format!(
+                        "lock_delay ({delay:?}) is longer than the collection's TTL index on `ts` \
+                     ({cap:?}) allows: MongoDB may delete an overridden lease's document \
+                     {cap:?} after its last renewal, so the lock-delay must be at most {most:?} \
+                     (the index's time less heartbeat_interval, safety_margin and clock_skew)"
+                    ),
+                });
+            }
+        }
         // Other applications' clients lock the collection's keys too: a key
         // released is theirs at once (docs/sharing.md).
         if options.release_mode.is_none() && facts.shared {
@@ -463,14 +481,19 @@ impl LeaseManager {
             .await
     }
 
-    /// Releases every lease held under this manager's owner id, in one
-    /// command (by `aid`, so also leases left by an earlier process that used
-    /// the same owner id). In-document leases this manager holds
-    /// ([`LeaseManager::documents`]) are released too, by lease id (one
-    /// command per collection and batch; no scan of the user's collection,
-    /// so an earlier process's in-document leases are left to expire). The
-    /// tokens of local leases are cancelled. Local waiters keep waiting.
-    /// Returns how many leases the server released.
+    /// Releases every lease this manager holds, in the lock collection and
+    /// in each collection of in-document leases ([`LeaseManager::documents`]),
+    /// by lease id: one command per collection and batch of
+    /// [`renewal_batch_size`](crate::LeaseManagerOptions::renewal_batch_size)
+    /// leases. The tokens of local leases are cancelled. Local waiters keep
+    /// waiting. Returns how many leases the server released.
+    ///
+    /// Leases left by an earlier process that used the same owner id are not
+    /// released: they expire after their TTL, or an operator ends them with
+    /// [`LeaseManager::release_owner`]. (A release by owner id that the
+    /// server applies late, after its caller gave up on it, would also end
+    /// the leases acquired since; a release by lease id then matches
+    /// nothing: docs/safety.md, "Late writes and client-side timeouts".)
     ///
     /// # Errors
     ///

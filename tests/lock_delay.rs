@@ -321,3 +321,35 @@ async fn a_shared_place_released_by_owner_id_keeps_an_exclusive_holder_out_while
         m.shutdown().await.unwrap();
     }
 }
+
+/// Another application's TTL index on `ts` deletes a document its
+/// `expireAfterSeconds` after the lease's last renewal, whatever `nb` says:
+/// `connect` refuses a lock-delay that would outlast it, with an error that
+/// names both, and accepts one within it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_longer_than_a_ts_ttl_index_allows_is_refused_at_connect() {
+    let fx = Fixture::new("delay_ts_index").await;
+    common::others::pattern1_indexes(&fx, Duration::from_secs(5)).await;
+    let connect = |delay: Duration| {
+        let fx = &fx;
+        async move {
+            let mut options = fx.options(SHORT_TTL).await;
+            options.lock_delay = Some(delay);
+            LeaseManager::connect(options).await
+        }
+    };
+    match connect(Duration::from_secs(20)).await {
+        Err(Error::InvalidConfig { reason }) => {
+            assert!(
+                reason.contains("lock_delay") && reason.contains("`ts`"),
+                "{reason}"
+            );
+        }
+        other => panic!("a 20 s lock-delay under a 5 s TTL index on ts: {other:?}"),
+    }
+    let manager = connect(Duration::from_secs(2))
+        .await
+        .expect("within the index's time");
+    assert_eq!(manager.lock_delay(), Duration::from_secs(2));
+    manager.shutdown().await.unwrap();
+}

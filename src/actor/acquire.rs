@@ -41,8 +41,7 @@ impl Actor {
             }));
             return;
         }
-        let busy =
-            !state.waiters.is_empty() || !state.can_start(&waiter.shape) || self.releasing_all > 0;
+        let busy = !state.waiters.is_empty() || !state.can_start(&waiter.shape);
         if waiter.mode == AcquireMode::Try && busy {
             let _ = waiter.respond_to.send(Ok(None));
             self.forget_if_idle(&key);
@@ -97,8 +96,7 @@ impl Actor {
         let ready = state
             .waiters
             .front()
-            .is_some_and(|w| state.can_start(&w.shape))
-            && self.releasing_all == 0;
+            .is_some_and(|w| state.can_start(&w.shape));
         if ready {
             self.start_attempt(key);
         } else {

@@ -26,11 +26,10 @@ impl Actor {
     /// Whether the release of `held` (just taken from `key`) can hand the
     /// key to its first local waiter: a plain exclusive lease of the lock
     /// collection, a first waiter asking for a plain exclusive lease, and
-    /// nothing else in flight for the key (no attempt, release, unknown
-    /// outcome, nor `release_all`).
+    /// nothing else in flight for the key (no attempt, release, nor unknown
+    /// outcome).
     pub(super) fn can_hand_over(&mut self, key: &Target, held: &Held) -> bool {
-        if key.place != Place::LOCKS || held.kind != LeaseKind::Exclusive || self.releasing_all > 0
-        {
+        if key.place != Place::LOCKS || held.kind != LeaseKind::Exclusive {
             return false;
         }
         let Some(state) = self.keys.get_mut(key) else {

@@ -275,10 +275,6 @@ pub(crate) struct Actor {
     /// Renewal batches waiting for one of `renewals` to be answered (at
     /// most `renewal::RENEWALS_IN_FLIGHT` in flight).
     renewals_waiting: VecDeque<renewal::Batch>,
-    /// `release_all` calls in flight. While one runs no acquire attempt
-    /// starts: it releases by owner id, so it would also free a lease
-    /// acquired meanwhile, whose holder would not know.
-    releasing_all: u32,
     /// Retries; few at a time (one per waiting key, one per failed renewal batch).
     timers: DelayQueue<Timer>,
     /// Local deadlines of held leases: a min-heap with one entry per lease,
@@ -357,7 +353,6 @@ impl Actor {
             tasks: FuturesUnordered::new(),
             renewals: FuturesUnordered::new(),
             renewals_waiting: VecDeque::new(),
-            releasing_all: 0,
             timers: DelayQueue::new(),
             deadlines: BinaryHeap::new(),
             heartbeat,

@@ -156,7 +156,7 @@ impl Actor {
         ) else {
             return false;
         };
-        if !waiter.is_plain() || self.closing.is_some() || self.releasing_all > 0 {
+        if !waiter.is_plain() || self.closing.is_some() {
             return false;
         }
         let registered = unanswered.registered.expect("a deadline");

@@ -1,5 +1,5 @@
 //! Releasing: one lease (explicit, dropped, or after a lost deadline),
-//! `release_all` by owner id, the operator's force release, and the payload
+//! `release_all` by lease id, the operator's force release, and the payload
 //! of a held lease (a write conditional on its lease id, like a release).
 
 use futures::FutureExt;
@@ -60,28 +60,19 @@ impl Actor {
         self.spawn_release(key, held.lease_id, held.kind, held.acquired_at, respond_to);
     }
 
-    /// Releases every lease of this manager: in the lock collection by owner
-    /// id (one command, also catching leases of an earlier process with the
-    /// same owner id), in each user collection of in-document leases by
-    /// lease id (no scan of the user's collection).
+    /// Releases every lease this manager holds, by lease id, in each place
+    /// (the lock collection, each user collection of in-document leases).
+    /// Never by owner id: such a write, given up by its caller and landing
+    /// later, would end leases acquired after it ("Late writes" in
+    /// `store`), while one by lease id then matches nothing.
     pub(super) fn on_release_all(&mut self, respond_to: Reply<u64>) {
-        self.releasing_all += 1;
         self.delete_young_held_when_old_enough();
-        let mut documents = self.held_by_place();
-        documents.remove(&Place::LOCKS);
+        let held = self.held_by_place();
         let keys = self.take_all_held(LossReason::Released);
-        // Keys acquired while this runs must not be released by it: leave out
-        // the lease ids of attempts in flight.
-        let in_flight: Vec<Uuid> = self
-            .keys
-            .iter()
-            .filter(|(k, s)| k.place == Place::LOCKS && !matches!(s.attempt, Attempt::Idle))
-            .map(|(_, s)| s.next_lease_id)
-            .collect();
-        let mut releases = vec![self.store(Place::LOCKS).release_all(in_flight)];
+        let mut releases = Vec::new();
         // In batches, as shutdown does: one command per batch keeps each
         // `$in` list within the renewal batch size.
-        for (place, leases) in documents {
+        for (place, leases) in held {
             for batch in leases.chunks(self.timing.renewal_batch_size) {
                 releases.push(self.store(place).release(batch.to_vec()));
             }
@@ -202,17 +193,13 @@ impl Actor {
     }
 
     /// Leases released together are confirmed (or failed); a `release_all`
-    /// (`respond_to`) is answered, and the attempts it held back start.
+    /// (`respond_to`) is answered.
     pub(super) fn on_released_many(
         &mut self,
         keys: Vec<Target>,
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     ) {
-        let release_all = respond_to.is_some();
-        if release_all {
-            self.releasing_all -= 1;
-        }
         for key in &keys {
             if let Some(state) = self.keys.get_mut(key) {
                 state.releases_in_flight -= 1;
@@ -229,18 +216,6 @@ impl Actor {
         }
         for key in &keys {
             self.serve_next(key);
-        }
-        if release_all {
-            // Attempts held back while it ran.
-            let waiting: Vec<Target> = self
-                .keys
-                .iter()
-                .filter(|(_, s)| !s.waiters.is_empty())
-                .map(|(k, _)| k.clone())
-                .collect();
-            for key in waiting {
-                self.serve_next(&key);
-            }
         }
     }
 

@@ -161,14 +161,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         Duration::ZERO
     }
 
-    /// Releases every lease held under this manager's owner id, except those
-    /// with a lease id in `except` (acquisitions in flight), holders of
-    /// shared and semaphore keys included. Returns how many documents it
-    /// changed.
-    /// Only documents of our shape match: a foreign holder's lock carrying
-    /// the same `aid` is never touched.
-    fn release_all(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>>;
-
     /// Releases every lease document of `owner` (any manager's) that is not
     /// released yet, of our shape only (an operator's override). Returns how
     /// many. In delete mode, documents it could only mark released are

@@ -522,9 +522,12 @@ async fn release_all_and_shutdown_release_every_lease_of_every_kind() {
         leases.push(a.acquire_with("s", &shared()).await.unwrap());
         leases.push(a.acquire_with("p", &permits(3)).await.unwrap());
     }
-    a.release_all().await.unwrap();
+    assert_eq!(a.release_all().await.unwrap(), 4);
     assert!(leases.iter().all(Lease::is_lost));
     assert!(holder_owners(&db, "s").is_empty() && holder_owners(&db, "p").is_empty());
+    let releases = store.calls_of(Op::Release);
+    assert_eq!(releases.len(), 1, "one batch: {releases:?}");
+    assert_eq!(releases[0].keys.len(), 4, "one entry per lease");
 
     let mut leases = Vec::new();
     for _ in 0..2 {
@@ -535,8 +538,8 @@ async fn release_all_and_shutdown_release_every_lease_of_every_kind() {
     a.shutdown().await.unwrap();
     assert!(leases.iter().all(Lease::is_lost));
     let releases = store.calls_of(Op::Release);
-    assert_eq!(releases.len(), 1, "one batch: {releases:?}");
-    assert_eq!(releases[0].keys.len(), 5, "one entry per lease");
+    assert_eq!(releases.len(), 2, "one batch more: {releases:?}");
+    assert_eq!(releases[1].keys.len(), 5, "one entry per lease");
     assert!(holder_owners(&db, "s").is_empty() && holder_owners(&db, "p").is_empty());
     assert_released(&db, "x");
 }

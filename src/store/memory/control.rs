@@ -91,7 +91,7 @@ pub(crate) struct Call {
     pub op: Op,
     /// When the actor issued it.
     pub at: Instant,
-    /// The keys it named (acquire: one; renew/release: the batch; release_all: none).
+    /// The keys it named (acquire: one; renew/release: the batch; release by owner: none).
     pub keys: Vec<LeaseKey>,
 }
 

@@ -30,9 +30,8 @@
 //!   yield window` (the store's,
 //!   [`DEFAULT_RETRY_MAX`](crate::config::DEFAULT_RETRY_MAX) unless set
 //!   with [`MemoryStore::with_yield_window`]); returns how many matched.
-//! - **release_all(except)** does the same to every document of this owner
-//!   that still has a lease id, not in `except`; **release_by_owner(owner)**
-//!   to every document of `owner` that still has a lease id.
+//! - **release_by_owner(owner)** does the same to every document of `owner`
+//!   that still has a lease id.
 //! - In **delete mode** ([`MemoryStore::with_release_mode`]) each of these
 //!   releases deletes, instead, a matching document nobody waited for (`wt`
 //!   unset) whose token is at least `DELETE_MIN_TOKEN_AGE` old by server
@@ -47,7 +46,7 @@
 //!   project it and judged by `replies` and `store::lease_info`: while live
 //!   by its own rule it is never modified, acquire reports it `Held` by its
 //!   owner with the time left by that rule (`None` without one), renew,
-//!   release and release_all never match it, and only force release (or
+//!   release and release by owner never match it, and only force release (or
 //!   [`MemoryDb::delete`]) deletes it, announcing the delete like a
 //!   release; once expired by its rule, an acquisition takes it over as a
 //!   new document.

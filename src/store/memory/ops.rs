@@ -316,26 +316,6 @@ impl Store for MemoryStore {
         })
     }
 
-    fn release_all(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
-        let owner = self.owner.clone();
-        let db = self.db.clone();
-        let yield_window = self.yield_window;
-        let mode = self.release_mode;
-        self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
-            let except: HashSet<Uuid> = except.into_iter().collect();
-            let matches = |_: &LeaseKey, doc: &Doc| {
-                doc.owner == owner && doc.lease_id.is_some_and(|id| !except.contains(&id))
-            };
-            let (deleted, marked) = coll.release_where(&db, matches, now, yield_window, mode);
-            let holders = |_: &LeaseKey, holder: &Holder| {
-                holder.owner == owner && holder.lease_id.is_none_or(|id| !except.contains(&id))
-            };
-            // As `updateMany`: documents changed.
-            let (_, documents) = coll.release_holders_where(&db, holders, now);
-            Ok(deleted + marked + documents)
-        })
-    }
-
     fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
         let owner = self.owner.clone();
         self.run(Op::LeaveQueues, keys.clone(), move |coll, now| {

@@ -9,7 +9,7 @@
 //!   of an unknown outcome;
 //! - [`renew`]: the heartbeat's one `updateMany` per batch;
 //! - [`release`]: release (general, light, grouped light), delete mode's
-//!   deletes, release all and release by owner, force release;
+//!   deletes, release by owner id, force release;
 //! - [`handoff`]: the hand-over to a local waiter and the queue's grant to
 //!   a registered owner, one concept;
 //! - [`read`]: inspect and list; [`payload`]: a holder's payload;
@@ -57,8 +57,7 @@ pub(crate) use handle::MongoStore;
 pub(crate) use transaction::{LeaseCheck, run_fenced};
 
 use self::handle::ttl_ms;
-use self::release::{Released, owner_holders_filter};
-use self::rules::{keys_filter, owner_filter};
+use self::rules::keys_filter;
 use self::watch::observe;
 use crate::config::ReleaseMode;
 use crate::error::Result;
@@ -72,7 +71,7 @@ use crate::store::{
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use mongodb::bson::{Document, doc};
+use mongodb::bson::Document;
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
@@ -175,22 +174,6 @@ impl Store for MongoStore {
     fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move { store.release_leases(vec![lease], false).await }.boxed()
-    }
-
-    fn release_all(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
-        let store = self.clone();
-        async move {
-            let filter = doc! { "$or": [
-                owner_filter(store.owner(), &except),
-                owner_holders_filter(store.owner(), &except),
-            ]};
-            let released = Released::Owner {
-                owner: store.owner(),
-                except: except.clone(),
-            };
-            store.release_matching(filter, &released, false, true).await
-        }
-        .boxed()
     }
 
     fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {

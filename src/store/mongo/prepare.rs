@@ -3,7 +3,7 @@
 //! no non-TTL index on `exp`, no TTL index that could delete a live lease, no
 //! documents other than lock documents before the TTL index is created), and
 //! creates the TTL index that garbage-collects lock documents and the owner
-//! index of `release_all`.
+//! index of a release by owner id.
 //!
 //! # TTL indexes of other applications
 //!
@@ -68,7 +68,7 @@ use crate::store::field;
 
 /// Name of the TTL index that garbage-collects lock documents.
 pub(crate) const GC_INDEX_NAME: &str = "mongo_lease_gc";
-/// Name of the index that serves `release_all` (by owner id).
+/// Name of the index that serves a release by owner id (an operator's).
 pub(crate) const OWNER_INDEX_NAME: &str = "mongo_lease_owner";
 
 /// What [`MongoStore::prepare`] found in the collection that the manager must

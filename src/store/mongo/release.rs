@@ -1,5 +1,5 @@
 //! **Release**: a lease's release and its forms, the release of an owner's
-//! leases (release all, release by owner), force release, and delete mode's
+//! leases (an operator's release by owner id), force release, and delete mode's
 //! deletes ([`MongoStore::release_leases`] is the one place that picks).
 //!
 //! - The **general release** ([`release_any_update`]): one update for
@@ -40,12 +40,12 @@ use mongodb::bson::{Bson, Document, RawArrayBuf, doc, rawdoc};
 use mongodb::options::ReturnDocument;
 use uuid::Uuid;
 /// Which leases a release takes away: those of a batch (`ids` of `owner`),
-/// or every lease of an owner (with a lease id not in `except`).
+/// or every lease of an owner, ended by an operator. (A manager releases
+/// its own leases by lease id only, never by owner id: a release by owner
+/// id that lands late would end leases acquired after it was sent.)
 pub(super) enum Released<'a> {
     /// The leases `ids` of `owner`.
     Leases { owner: &'a str, ids: Vec<Uuid> },
-    /// Every lease of `owner`, except the lease ids `except`.
-    Owner { owner: &'a str, except: Vec<Uuid> },
     /// Every lease of `owner`, ended by an operator (release by owner id):
     /// its key unavailable until `end` says, with a lock-delay of
     /// `delay_ms` ([`delay_stage`]).
@@ -105,7 +105,6 @@ pub(super) fn delay_stage(selected: &Document, delay_ms: i64, end: OverrideEnd) 
 pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<Document> {
     let (selected, delay, keeps_places) = match released {
         Released::Leases { owner, ids } => (entry_among(owner, ids), None, false),
-        Released::Owner { owner, except } => (entry_of_owner(owner, except), None, false),
         Released::ByOperator {
             owner,
             delay_ms,
@@ -113,7 +112,7 @@ pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<
         } => {
             let waits = *delay_ms > 0 || *end == OverrideEnd::AtExpiry;
             (
-                entry_of_owner(owner, &[]),
+                entry_of_owner(owner),
                 waits.then_some((*delay_ms, *end)),
                 *end == OverrideEnd::AtExpiry,
             )
@@ -188,15 +187,11 @@ pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<
     )
 }
 
-/// Every document with a holder entry of `owner` (a lease id not in
-/// `except`), of our shape: the multi-holder side of a release by owner id.
-pub(super) fn owner_holders_filter(owner: &str, except: &[Uuid]) -> Document {
-    let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
+/// Every document with a holder entry of `owner`, of our shape: the
+/// multi-holder side of a release by owner id.
+pub(super) fn owner_holders_filter(owner: &str) -> Document {
     doc! {
-        field::HOLDERS: { "$elemMatch": {
-            field::OWNER: { "$eq": owner },
-            field::LEASE_ID: { "$nin": except },
-        }},
+        field::HOLDERS: { "$elemMatch": { field::OWNER: { "$eq": owner } } },
         field::TOKEN: { "$type": "long" },
         field::EXPIRES_AT: { "$type": "date" },
         field::OTHER_OWNER: { "$exists": false },
@@ -607,7 +602,7 @@ impl MongoStore {
     /// [`DELETE_MIN_TOKEN_AGE`](crate::config::DELETE_MIN_TOKEN_AGE)) are deleted once they are old enough, before
     /// this returns.
     pub(super) async fn release_leases_of(&self, owner: String, end: OverrideEnd) -> Result<u64> {
-        let mut holders = owner_holders_filter(&owner, &[]);
+        let mut holders = owner_holders_filter(&owner);
         if end == OverrideEnd::AtExpiry {
             // A place an earlier such release kept (its entry without a
             // lease id) is released already; an immediate one frees it.

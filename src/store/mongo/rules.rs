@@ -8,7 +8,7 @@
 //! the change events that carry them. Both places' verbs (`acquire`,
 //! `renew`, `release`, `handoff`, ..., and `document`) call them with their
 //! path; the lock collection's use the shorthands at the top ([`inserted`],
-//! [`our_shape`], [`next_token`], [`payload_filter`], [`owner_filter`]).
+//! [`our_shape`], [`next_token`], [`payload_filter`]).
 //! Also here: the expressions of a shared or semaphore key's holders (`hs`
 //! entries) and the light forms' narrowing ([`ours_and_nobody_else_waits`]),
 //! shared by several verbs.
@@ -62,13 +62,9 @@ pub(super) fn entry_among(owner: &str, ids: &[Uuid]) -> Document {
     ]}
 }
 
-/// Whether the entry at hand is `owner`'s, with a lease id not in `except`.
-pub(super) fn entry_of_owner(owner: &str, except: &[Uuid]) -> Document {
-    let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
-    doc! { "$and": [
-        { "$eq": [this(field::OWNER), { "$literal": owner }] },
-        { "$not": [{ "$in": [this(field::LEASE_ID), except] }] },
-    ]}
+/// Whether the entry at hand is `owner`'s.
+pub(super) fn entry_of_owner(owner: &str) -> Document {
+    doc! { "$eq": [this(field::OWNER), { "$literal": owner }] }
 }
 
 /// Whether `owner` yielded the key to another owner's waiter and the yield
@@ -413,19 +409,6 @@ impl LockPath {
         })
     }
 
-    /// Every lease held under `owner`, except those with a lease id in
-    /// `except`. Only locks of our shape: a foreign holder's lock carrying
-    /// the same `aid` is never released.
-    pub(in crate::store::mongo) fn owner_filter(&self, owner: &str, except: &[Uuid]) -> Document {
-        let except: Vec<Bson> = except.iter().copied().map(bson_lease_id).collect();
-        self.with_untaken(doc! {
-            self.at(field::OWNER): owner,
-            self.at(field::LEASE_ID): { "$exists": true, "$nin": except },
-            self.at(field::TOKEN): { "$type": "long" },
-            self.at(field::EXPIRES_AT): { "$type": "date" },
-        })
-    }
-
     /// The documents among `filter`'s whose lock a release in delete mode
     /// deletes at once (in a user's document: removes `F`): of our shape
     /// (int64 `tok`), not waited for by another owner (no `wt`: such a
@@ -607,11 +590,6 @@ pub(in crate::store::mongo) fn next_token() -> Document {
 /// [`LockPath::payload_filter`] in the lock collection.
 pub(in crate::store::mongo) fn payload_filter(owner: &str, lease: &LeaseRef) -> Document {
     LockPath::TOP.payload_filter(owner, lease)
-}
-
-/// [`LockPath::owner_filter`] in the lock collection.
-pub(in crate::store::mongo) fn owner_filter(owner: &str, except: &[Uuid]) -> Document {
-    LockPath::TOP.owner_filter(owner, except)
 }
 
 /// A lease id as stored in `lid`: a BSON UUID (binary subtype 4).

@@ -449,20 +449,6 @@ impl Store for DocumentStore {
         .boxed()
     }
 
-    /// Releases this owner's leases in this collection by `F.aid`: a
-    /// collection scan unless the user indexed that path (the actor
-    /// releases documents' leases by lease id, and calls this only for the
-    /// lock collection's `release_all`).
-    fn release_all(&self, except: Vec<Uuid>) -> BoxFuture<'static, Result<u64>> {
-        let store = self.clone();
-        async move {
-            let filter = store.lock().owner_filter(store.owner(), &except);
-            // Only leases current in `LockId` too (`release_matching`).
-            store.release_matching(filter, false).await
-        }
-        .boxed()
-    }
-
     fn release_by_owner(
         &self,
         _owner: String,

@@ -235,7 +235,6 @@ fn the_filters_of_leases_owners_and_delete_mode_are_one_filter_at_either_path() 
             "value": { "$exists": false },
         }
     );
-    assert_eq!(owner_filter("me", &[LID]).get("value"), Some(&untaken));
     let and = |filter: Document| filter.get_array("$and").unwrap()[1].clone();
     let deletable = LockPath::TOP.deletable_filter(keys.clone(), 1_000, &[]);
     let released = LockPath::TOP.released_filter(keys.clone(), 1_000, &[], &[]);
@@ -249,10 +248,6 @@ fn the_filters_of_leases_owners_and_delete_mode_are_one_filter_at_either_path() 
     assert_eq!(
         Bson::from(lease().payload_filter("me", &one)),
         filter(untaken_removed(payload_filter("me", &one)))
-    );
-    assert_eq!(
-        Bson::from(lease().owner_filter("me", &[LID])),
-        filter(untaken_removed(owner_filter("me", &[LID])))
     );
     assert_eq!(
         Bson::from(lease().deletable_filter(keys.clone(), 1_000, &[])),

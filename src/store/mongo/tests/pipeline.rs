@@ -288,20 +288,6 @@ fn payload_filters_match_key_lease_id_and_owner_id() {
 }
 
 #[test]
-fn release_by_owner_skips_lease_ids_in_flight_released_and_foreign_documents() {
-    assert_eq!(
-        owner_filter("me", &[LID]),
-        doc! {
-            "aid": "me",
-            "lid": { "$exists": true, "$nin": [bson_lease_id(LID)] },
-            "tok": { "$type": "long" },
-            "exp": { "$type": "date" },
-            "value": { "$exists": false },
-        }
-    );
-}
-
-#[test]
 fn reads_project_the_servers_now() {
     assert_eq!(at(&acquire_projection(), "now"), &Bson::from("$$NOW"));
     assert_eq!(at(&info_projection(), "now"), &Bson::from("$$NOW"));

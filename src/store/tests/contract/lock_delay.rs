@@ -207,7 +207,10 @@ pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unle
     let ended = b.release_by_owner("a".into(), OverrideEnd::AtExpiry);
     assert_eq!(ended.await.unwrap(), 1);
     let outcome = attempt(&b, "pool", two).await;
-    assert!(matches!(outcome, AcquireOutcome::Held { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, AcquireOutcome::Held { .. }),
+        "{outcome:?}"
+    );
     assert_eq!(a.renew(vec![pa]).await.unwrap().len(), 1, "a's is lost");
     assert_eq!(c.renew(vec![pc]).await.unwrap().len(), 0, "c's is not");
     let again = b.release_by_owner("a".into(), OverrideEnd::AtExpiry);

@@ -443,7 +443,6 @@ contract!(
     renewal::payload_is_set_only_under_the_holding_lease_id,
     release::release_of_an_unmarked_lease_does_not_yield,
     release::release_clears_the_lease_id_and_yields_only_when_marked,
-    release::release_by_owner_skips_lease_ids_in_flight,
     release::force_release_releases_a_live_lease_of_any_owner,
     release::releases_and_deletes_are_announced_expiries_and_renewals_are_not,
     reads::list_pages_through_leases_in_key_order,

@@ -67,27 +67,6 @@ pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: F
     assert_eq!(raw(f, "k3").await, released(t3, false));
 }
 
-pub(super) async fn release_by_owner_skips_lease_ids_in_flight<F: Fixture>(f: &F) {
-    let (a, b) = (f.store("a").await, f.store("b").await);
-    let (l1, _) = take(&a, "k1").await;
-    let (l2, _) = take(&a, "k2").await;
-    let (l3, t3) = take(&a, "k3").await;
-    let (l4, t4) = take(&b, "k4").await;
-    let (l5, _) = take(&a, "k5").await;
-    assert_eq!(a.release(vec![l5]).await.unwrap(), 1);
-
-    assert_eq!(a.release_all(vec![l3.lease_id]).await.unwrap(), 2);
-    for l in [&l1, &l2] {
-        let r = raw(f, &l.key).await;
-        assert_eq!((r.lease_id, r.expired), (None, true), "{} released", l.key);
-    }
-    assert_held(&raw(f, "k3").await, "a", &l3, t3);
-    assert_held(&raw(f, "k4").await, "b", &l4, t4);
-    assert_eq!(a.release_all(vec![l3.lease_id]).await.unwrap(), 0);
-    assert_eq!(a.release_all(Vec::new()).await.unwrap(), 1);
-    assert_held(&raw(f, "k4").await, "b", &l4, t4);
-}
-
 pub(super) async fn force_release_releases_a_live_lease_of_any_owner<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (_, tb) = take(&b, "k").await;

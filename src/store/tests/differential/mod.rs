@@ -9,8 +9,8 @@
 //!   kind, with a minimum hold, a payload, waiting or not, and retried
 //!   under the same lease id; the light acquire alone and grouped;
 //!   renewals of batches with various TTLs; the general, light and grouped
-//!   light releases, the release of a young lease, release all, release by
-//!   owner, force release, delete mode's follow-up; the handoff to a local
+//!   light releases, the release of a young lease, release by owner,
+//!   force release, delete mode's follow-up; the handoff to a local
 //!   waiter and the queue's grant; payloads; the number of permits;
 //!   requests to release and their reads; leaving the queues; `inspect` and
 //!   `list`; `watch_releases`, read after every step), by three owners on

@@ -60,10 +60,6 @@ pub(super) enum Op {
         owner: usize,
         lease: LeaseRef,
     },
-    ReleaseAll {
-        owner: usize,
-        except: Vec<Uuid>,
-    },
     ReleaseByOwner {
         operator: usize,
         owner: String,
@@ -177,7 +173,6 @@ impl Op {
             Op::LightRelease { leases, .. } if leases.len() == 1 => "light release",
             Op::LightRelease { .. } => "grouped light release",
             Op::ReleaseYoung { .. } => "release young",
-            Op::ReleaseAll { .. } => "release all",
             Op::ReleaseByOwner { .. } => "release by owner",
             Op::ForceRelease { .. } => "force release",
             Op::DeleteReleased { .. } => "delete released",
@@ -228,7 +223,6 @@ impl Op {
             Class::TokenAge => match self {
                 Op::Release { owner, .. }
                 | Op::ReleaseYoung { owner, .. }
-                | Op::ReleaseAll { owner, .. }
                 | Op::DeleteReleased { owner, .. }
                 | Op::HandOver { owner, .. } => delete_mode(*owner),
                 Op::ReleaseByOwner { operator, .. } => delete_mode(*operator),
@@ -285,14 +279,13 @@ impl Gen {
     /// The next step; `next_deadline`: how long until the earliest
     /// deadline is surely past, if any.
     pub fn draw(&mut self, world: &World, next_deadline: Option<Duration>) -> Op {
-        let weights: [(u32, Draw); 20] = [
+        let weights: [(u32, Draw); 19] = [
             (24, Gen::acquire),
             (7, Gen::light_acquire),
             (9, Gen::renew),
             (7, Gen::release),
             (5, Gen::light_release),
             (2, Gen::release_young),
-            (2, Gen::release_all),
             (3, Gen::release_by_owner),
             (3, Gen::force_release),
             (3, Gen::delete_released),
@@ -618,18 +611,6 @@ impl Gen {
         Some(Op::ReleaseYoung {
             owner,
             lease: used.lease(),
-        })
-    }
-
-    fn release_all(&mut self, world: &World) -> Option<Op> {
-        let owner = self.owner();
-        let except = match self.rng.random_bool(0.3) {
-            true => self.used_by(world, owner, |_| true).map(|u| u.id),
-            false => None,
-        };
-        Some(Op::ReleaseAll {
-            owner,
-            except: except.into_iter().collect(),
         })
     }
 
@@ -966,9 +947,6 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
         }
         Op::ReleaseYoung { owner, lease } => {
             both!(owner, |s| s.release_young(lease.clone()), Reply::count)
-        }
-        Op::ReleaseAll { owner, except } => {
-            both!(owner, |s| s.release_all(except.clone()), Reply::count)
         }
         Op::ReleaseByOwner {
             operator,
