@@ -2,8 +2,8 @@
 //! one-line reason naming the side and the code, and whether the seed stops
 //! there (the two sides' states differ from then on) or goes on (nothing a
 //! later step reads differs). Remove an entry once its side is fixed: the
-//! seeds that met it then check the fix. Each is described, with a seed
-//! that meets it, in `/work/notes/differential.md`.
+//! seeds that met it then check the fix. docs/safety.md ("The twin against
+//! `mongod`") says why none changes a verdict.
 
 use std::collections::BTreeMap;
 
