@@ -670,6 +670,11 @@ pub(crate) mod field {
     /// An entry of `hs` of a semaphore key: how many permits it takes (1
     /// when absent).
     pub const PERMITS_TAKEN: &str = "n";
+    /// An entry of `hs` that an operator's release by owner id ended and
+    /// keeps until its expiry: its lease id, moved out of `lid` (no write of
+    /// the lease matches it, and an acquisition under it, landing late, does
+    /// not take a place again; see "Lock-delay").
+    pub const ENDED_LEASE_ID: &str = "xl";
     /// An entry of `q`: when its owner first registered.
     pub const REGISTERED_AT: &str = "at";
     /// An entry of `q`: when its registration expires.

@@ -98,6 +98,9 @@ pub(crate) struct Holder {
     /// `lid`; `None` for the place of a holder an operator's release by
     /// owner id ended, kept until its expiry (no write of its matches it).
     pub lease_id: Option<Uuid>,
+    /// `xl`: that ended holder's lease id (an acquisition under it takes no
+    /// place again).
+    pub ended: Option<Uuid>,
     /// `tok`: also the key's top `tok` when it was acquired.
     pub token: u64,
     /// `acq`.

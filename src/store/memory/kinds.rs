@@ -138,6 +138,7 @@ pub(super) fn acquire_holder(
     doc.holders.push(Holder {
         owner: owner.to_string(),
         lease_id: Some(lease_id),
+        ended: None,
         token,
         acquired: now,
         renewed: now,
@@ -305,7 +306,7 @@ impl Collection {
             }
             doc.holders.retain(|h| h.exp > now);
             for holder in doc.holders.iter_mut().filter(|h| h.owner == owner) {
-                holder.lease_id = None;
+                holder.ended = holder.lease_id.take().or(holder.ended);
             }
             documents += 1;
             doc.released_at = Some(now);

@@ -177,7 +177,7 @@ impl MemoryStore {
 /// without a document (nor a foreign holder's lock, nor a place of
 /// in-document leases).
 #[allow(clippy::too_many_arguments)]
-fn verdict(
+pub(super) fn verdict(
     db: &MemoryDb,
     coll: &Collection,
     now: Instant,

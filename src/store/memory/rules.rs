@@ -129,6 +129,14 @@ pub(super) fn apply_acquire(
     }
     let hold = shape.hold_at_least;
     let multi = shape.kind.is_multi_holder();
+    // An acquisition under a lease id an operator's release by owner id
+    // ended (`xl`), landing late, takes no place again: answered as a read
+    // of the key answers it, as `MongoStore`'s, whose write changes nothing.
+    let ended = |doc: &Doc| doc.holders.iter().any(|h| h.ended == Some(lease_id));
+    if multi && coll.docs.get(key).is_some_and(ended) {
+        let outcome = super::reply::verdict(db, coll, now, key, owner, lease_id, ttl, shape.kind);
+        return Ok(outcome.expect("a document"));
+    }
     let floor = coll.token_floor(now);
     match coll.docs.get_mut(key) {
         None => {

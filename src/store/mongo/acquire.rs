@@ -146,14 +146,23 @@ pub(super) fn multi_acquire_pipeline(
             { "$not": [other_owners_mark(owner)] },
         ]},
     };
-    let wins = doc! { "$or": [
-        inserted(),
-        mine_wins,
-        { "$and": [
-            our_shape(),
-            { "$not": [exclusive_held] },
-            kind_admits,
-            { "$not": [yielded_by(owner)] },
+    // An entry an operator's release by owner id ended under this lease id
+    // (`xl`): an attempt under it, landing late, takes no place again.
+    let ended = doc! { "$in": [
+        bson_lease_id(lease_id),
+        { "$ifNull": [format!("${}.{}", field::HOLDERS, field::ENDED_LEASE_ID), []] },
+    ]};
+    let wins = doc! { "$and": [
+        { "$not": [ended] },
+        { "$or": [
+            inserted(),
+            mine_wins,
+            { "$and": [
+                our_shape(),
+                { "$not": [exclusive_held] },
+                kind_admits,
+                { "$not": [yielded_by(owner)] },
+            ]},
         ]},
     ]};
     let lost = if waiting && kind == LeaseKind::Shared {

@@ -119,16 +119,20 @@ pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<
         }
     };
     // The live entries that stay: all but the released ones, or, for an
-    // override that waits for its holders, all, the ended ones without
-    // their lease id (none of their holder's writes matches them again).
+    // override that waits for its holders, all, the ended ones with their
+    // lease id moved to `xl` (none of their holder's writes matches them
+    // again, nor does an acquisition under it take a place again).
+    let ended = doc! { "$mergeObjects": [
+        { "$unsetField": { "field": field::LEASE_ID, "input": "$$this" } },
+        { field::ENDED_LEASE_ID: { "$ifNull": [
+            format!("$$this.{}", field::LEASE_ID),
+            format!("$$this.{}", field::ENDED_LEASE_ID),
+        ]}},
+    ]};
     let entries_left = if keeps_places {
         doc! { "$map": {
             "input": { "$filter": { "input": f(field::HOLDERS), "cond": entry_live() } },
-            "in": { "$cond": [
-                selected.clone(),
-                { "$unsetField": { "field": field::LEASE_ID, "input": "$$this" } },
-                "$$this",
-            ]},
+            "in": { "$cond": [selected.clone(), ended, "$$this"] },
         }}
     } else {
         doc! { "$filter": { "input": f(field::HOLDERS), "cond": { "$and": [

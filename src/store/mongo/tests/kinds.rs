@@ -65,7 +65,16 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
         "the other live entries: the expired ones are dropped"
     );
     let cond = at(body, "$let.in.$cond").as_array().unwrap();
-    let wins = cond[0].as_document().unwrap();
+    let guarded = cond[0].as_document().unwrap();
+    assert_eq!(
+        at(guarded, "$and.0"),
+        &bson(doc! { "$not": [{ "$in": [
+            bson_lease_id(LID),
+            { "$ifNull": ["$hs.xl", []] },
+        ]}]}),
+        "never under a lease id an operator's release by owner id ended"
+    );
+    let wins = at(guarded, "$and.1").as_document().unwrap();
     assert_eq!(at(wins, "$or.0"), &bson(inserted()));
     assert_eq!(
         at(wins, "$or.1"),
@@ -125,7 +134,7 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
 fn a_shared_lease_never_wins_over_live_permits_or_a_live_exclusive_waiters_mark() {
     let pipeline = multi_acquire_pipeline("me", 30_000, LID, shape(LeaseKind::Shared), true);
     let body = pipeline[0].get_document("$replaceWith").unwrap();
-    let admits = at(body, "$let.in.$cond.0.$or.2.$and.2")
+    let admits = at(body, "$let.in.$cond.0.$and.1.$or.2.$and.2")
         .as_document()
         .unwrap();
     assert_eq!(

@@ -204,19 +204,31 @@ pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unle
     let two = LeaseKind::Permit { permits: 2 };
     let (pa, _) = take_as(&a, "pool", shape(two)).await;
     let (pc, _) = take_as(&c, "pool", shape(two)).await;
+    let (sa, _) = take_as(&a, "s", shape(LeaseKind::Shared)).await;
+    take_as(&c, "s", shape(LeaseKind::Shared)).await;
     let ended = b.release_by_owner("a".into(), OverrideEnd::AtExpiry);
-    assert_eq!(ended.await.unwrap(), 1);
+    assert_eq!(ended.await.unwrap(), 2);
     let outcome = attempt(&b, "pool", two).await;
     assert!(
         matches!(outcome, AcquireOutcome::Held { .. }),
         "{outcome:?}"
     );
-    assert_eq!(a.renew(vec![pa]).await.unwrap().len(), 1, "a's is lost");
+    // An attempt of a's under its ended lease id, landing late, takes no
+    // place again, though the shared key admits another holder.
+    let ttl = a.default_ttl();
+    let late = a.acquire_shaped("s".into(), sa.lease_id, true, ttl, shape(LeaseKind::Shared));
+    let late = late.await.unwrap();
+    assert!(matches!(late, AcquireOutcome::Held { .. }), "{late:?}");
+    assert_eq!(
+        a.renew(vec![pa, sa]).await.unwrap().len(),
+        2,
+        "a's are lost"
+    );
     assert_eq!(c.renew(vec![pc]).await.unwrap().len(), 0, "c's is not");
     let again = b.release_by_owner("a".into(), OverrideEnd::AtExpiry);
     assert_eq!(again.await.unwrap(), 0);
     let now = b.release_by_owner("a".into(), OverrideEnd::Immediately);
-    assert_eq!(now.await.unwrap(), 1);
+    assert_eq!(now.await.unwrap(), 2);
     take_as(&b, "pool", shape(two)).await;
 }
 

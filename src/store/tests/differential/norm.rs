@@ -147,6 +147,9 @@ pub(super) fn render(db: &MemoryDb, key: &LeaseKey, d: &Doc) -> Document {
                 if let Some(id) = h.lease_id {
                     entry.insert(field::LEASE_ID, lid(id));
                 }
+                if let Some(id) = h.ended {
+                    entry.insert(field::ENDED_LEASE_ID, lid(id));
+                }
                 entry.insert(field::TOKEN, h.token as i64);
                 entry.insert(field::ACQUIRED_AT, date(h.acquired));
                 entry.insert(field::RENEWED_AT, date(h.renewed));
