@@ -1,7 +1,9 @@
 //! The other applications on the simulated lock collection, each by its
 //! exact protocol (the reference texts' patterns, `tests/common/others.rs`
 //! on a real `mongod`), and the TTL monitor over every TTL index of the
-//! collection. They meet documents of ours in every state: held, released
+//! collection. Pattern 1 and its TTL index on `ts` run in half the
+//! schedules, pattern 2 in the others (the two in one collection are not
+//! supported: docs/sharing.md). They meet documents of ours in every state: held, released
 //! young and old, expired, left by a crashed holder, and (pattern 2) taken
 //! over in place and then deleted by them.
 //!

@@ -28,7 +28,7 @@
 //! | `wt` | date, optional | server time at which another owner first waited for the current lease; removed by release and by a new acquisition |
 //! | `yu` | date, optional | set by a release that another owner waited for: until then the releasing owner (`aid`) cannot take the key back |
 //! | `hl` | date, optional | *hold until*: acquisition time + [`hold_at_least`](crate::AcquireOptions::hold_at_least) (exclusive leases) |
-//! | `hs` | array, optional | the holders of a shared or semaphore key, oldest first: `{aid, lid, tok, acq, ts, exp}` each (and `data`, a holder's payload; `n`, the permits a holder of several takes) |
+//! | `hs` | array, optional | the holders of a shared or semaphore key, oldest first: `{aid, lid, tok, acq, ts, exp}` each (and `data`, a holder's payload; `n`, the permits a holder of several takes; an entry a release by owner id ended has `xl`, its lease id, instead of `lid`, until its expiry: see "Lock-delay") |
 //! | `pm` | int32, optional | a semaphore key's number of permits, while it has holders in `hs` |
 //! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
 //! | `xw` | document, optional | an exclusive waiter's mark on a shared key, `{aid, exp}`: no shared acquisition succeeds while `exp > $$NOW` |
@@ -187,6 +187,14 @@
 //! frees the key after the lock-delay alone; a force release marked so
 //! also shortens the wait an earlier override of the key left (`nb` in
 //! the future, no lease): `nb = $$NOW + d`.
+//!
+//! A release by owner id that waits for the holders, on a shared or
+//! semaphore key that others hold too, keeps each live entry it ends until
+//! that entry's expiry, its lease id moved from `lid` to `xl`: the place
+//! (its permits, its shared place) is given to nobody while its holder may
+//! still work, no write of that lease matches it again, and an acquisition
+//! under that lease id that lands late (sent before the release) takes no
+//! place again. An immediate one removes those entries.
 //!
 //! # Revocation
 //!
