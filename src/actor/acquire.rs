@@ -121,7 +121,7 @@ impl Actor {
         // id: one that landed unseen (perhaps another waiter's, without
         // that payload) would show this acquisition without its payload
         // until the retry lands.
-        let unseen = state.unseen.take();
+        let unseen = state.unseen;
         // Nor one whose attempts registered with another payload: a release
         // may hand the key to that registration, with that payload.
         let other_payload = state.unanswered.as_deref().is_some_and(|u| {
@@ -202,15 +202,21 @@ impl Actor {
         // Set again by a `Held` answer that says so.
         state.quiet_behind = false;
         let lease_id = sent.lease_id;
-        // Known unless the attempt failed in a way that may have applied.
-        state.unseen = match &result {
-            Err(error) if error.is_transient() => Some(sent.shape),
+        // A send whose outcome is unknown may land at any time later, even
+        // after a later attempt under the lease id was answered ("Late
+        // writes" in `store`): its shape stays with the lease id until the
+        // id changes (`KeyState::acquired`, `new_lease_id`).
+        let may_land = match &result {
+            Err(error) => error.is_transient(),
             // A re-read's answer (a `Held` read carries no token,
             // `replies::from_reread`): the write it stands for may still
             // land, so a retry of another shape must not reuse this lease id.
-            Ok((AcquireOutcome::Held { token: None, .. }, _)) => Some(sent.shape),
-            _ => None,
+            Ok((AcquireOutcome::Held { token: None, .. }, _)) => true,
+            _ => false,
         };
+        if may_land {
+            state.unseen = Some(sent.shape);
+        }
         match result {
             Ok((AcquireOutcome::Acquired { token }, _))
                 if sent.sent_at + self.timing.validity_for(sent.ttl) <= Instant::now() =>

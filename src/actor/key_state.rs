@@ -95,8 +95,9 @@ pub(super) struct KeyState {
     /// attempt whose outcome was unknown is recognised as ours on the next try.
     pub(super) next_lease_id: Uuid,
     /// The shape of an attempt under `next_lease_id` whose outcome is
-    /// unknown (it may have landed unseen): the next attempt under that
-    /// lease id must ask for the same shape, or the lease id is given back.
+    /// unknown (it may have landed unseen, or land later, whatever the
+    /// later attempts' answers): every later attempt under that lease id
+    /// must ask for the same shape, or the lease id is given back.
     pub(super) unseen: Option<LeaseShape>,
     /// Attempts since the last acquisition (the backoff exponent).
     pub(super) failures: u32,
@@ -350,6 +351,7 @@ impl KeyState {
         self.registered = false;
         self.handed = false;
         self.unanswered = None;
+        self.unseen = None;
         self.next_lease_id = crate::random::uuid();
     }
 

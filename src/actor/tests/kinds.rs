@@ -693,3 +693,54 @@ async fn a_permit_that_landed_unseen_before_the_number_changed_is_given_back_and
     assert_eq!(holder_owners(&db, "pool"), ["b"]);
     assert_eq!(db.doc("pool").unwrap().permits, Some(3));
 }
+
+/// An acquisition of one permit whose write the server holds up past the
+/// operation timeout may land at any time later, even after a retry under
+/// its lease id was answered `Held` ("Late writes" in `store`): an
+/// acquisition of another number of permits never goes under that lease
+/// id, or it would take the landed entry, of one permit, for its own.
+#[tokio::test(start_paused = true)]
+async fn a_lease_id_whose_attempt_may_still_land_is_never_reused_for_another_number_of_permits() {
+    let db = MemoryDb::new();
+    let (a, sa, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    sa.set_operation_timeout(Some(OPERATION_TIMEOUT));
+    let pool = |m: &LeaseManager| m.semaphore("pool", 3).unwrap();
+    let _mine = pool(&a).acquire().await.unwrap();
+    let theirs = pool(&b).acquire_many(2).await.unwrap();
+    // a's acquisition of one more permit: held up on the server, given up
+    // at the operation timeout, and retried under the same lease id, which
+    // is answered held.
+    let held_up = OPERATION_TIMEOUT * 3;
+    sa.fault_next(Op::Acquire, Fault::Unanswered(held_up), 1);
+    let sent = Instant::now();
+    let one = started({
+        let pool = pool(&a);
+        async move { pool.acquire().await }
+    })
+    .await;
+    sleep(OPERATION_TIMEOUT + OPERATION_TIMEOUT / 2).await;
+    assert!(
+        sa.calls(Op::Acquire) >= 3,
+        "the held-up send and its retries"
+    );
+    one.abort();
+    theirs.release().await.unwrap();
+    // The held-up send lands: one permit under the old lease id.
+    sleep_until(sent + held_up + OPERATION_TIMEOUT / 10).await;
+    assert_eq!(db.doc("pool").unwrap().permits_used(Instant::now()), 2);
+
+    let two = soon(pool(&a).acquire_many(2)).await.unwrap();
+    let doc = db.doc("pool").unwrap();
+    let entry = doc
+        .holders
+        .iter()
+        .find(|h| h.lease_id == Some(two.lease_id()))
+        .map(|h| h.permits);
+    assert_eq!(
+        entry,
+        Some(2),
+        "the new lease's entry takes its two permits"
+    );
+    assert_eq!(doc.permits_used(Instant::now()), 3, "{:?}", doc.holders);
+}
