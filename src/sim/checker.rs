@@ -430,8 +430,10 @@ impl Checker {
                 // ends its lease: after an immediate one, an acquisition
                 // attempt of the holder still in flight may land and hold
                 // the key under that lease id again (docs/lock-delay.md).
+                // (Nor does one end a lease an immediate override ended
+                // already: the key is free after that one's lock-delay.)
                 for l in self.leases.values_mut() {
-                    if l.key == *key && !l.release_started && !*immediately {
+                    if l.key == *key && !l.release_started && !*immediately && !l.at_once {
                         l.ops_after_grant.insert(*op);
                     }
                 }
@@ -456,7 +458,8 @@ impl Checker {
                         l.forced = true;
                         l.at_once |= *immediately;
                     }
-                    if owner_release_ends(l, *manager) && !l.release_started && !*immediately {
+                    let waits = !*immediately && !l.at_once;
+                    if owner_release_ends(l, *manager) && !l.release_started && waits {
                         l.ops_after_grant.insert(*op);
                     }
                 }
@@ -639,6 +642,10 @@ impl Checker {
         let now = self.now;
         // An operator's call that ended after this acquisition's attempt
         // was sent may have ended it on the server before its reply came.
+        // An immediate one also counts for an attempt sent before it ended
+        // and confirmed after (under a lease id it ended, whose earlier
+        // write may have landed after it and taken the key again:
+        // docs/lock-delay.md).
         let may_end = |at_once_only: bool| {
             self.ops.values().any(|call| {
                 let concerns = match &call.target {
@@ -646,7 +653,11 @@ impl Checker {
                     Err(m) => *m == manager,
                 };
                 let at_once = call.immediately || !at_once_only;
-                at_once && concerns && call.end.is_none_or(|end| end >= confirmed_after)
+                let since = match call.immediately {
+                    true => acquired_after.min(confirmed_after),
+                    false => confirmed_after,
+                };
+                at_once && concerns && call.end.is_none_or(|end| end >= since)
             })
         };
         let forced = may_end(false);

@@ -61,7 +61,8 @@ impl Checker {
                     Ok(key) => l.key == *key,
                     Err(manager) => l.manager == *manager && l.key.starts_with("locks/"),
                 };
-                concerns && l.kind == super::Kind::Exclusive && !l.ended
+                // (Not one an immediate override ended already.)
+                concerns && l.kind == super::Kind::Exclusive && !l.ended && !l.at_once
             })
             .map(|(n, _)| *n)
             .collect();
