@@ -180,7 +180,7 @@ pub fn check(bounds: Bounds, history: &History, end: At) -> Vec<Violation> {
         waits: BTreeMap::new(),
         terms: BTreeMap::new(),
         faults_stopped: None,
-        permits_sets: permits_sets(history),
+        permits_sets: permits_sets(history, bounds.landing),
         lock_delays: Default::default(),
         landing_forces: Vec::new(),
         override_waits: Default::default(),
@@ -494,7 +494,15 @@ impl Checker {
                     }
                 }
             }
-            Event::PermitsSet { key, permits, .. } => self.permits_set(key, *permits),
+            Event::PermitsSet {
+                key,
+                permits,
+                unknown: false,
+                ..
+            } => self.permits_set(key, *permits),
+            // Perhaps stored: its number counts for grants (`permits_sets`),
+            // the live permits need not fit it.
+            Event::PermitsSet { unknown: true, .. } => {}
             Event::WaitersRead { key, waiting, term } => {
                 self.waiters_read(key, waiting);
                 if let Some((token, owner, transitions)) = term {
@@ -793,20 +801,26 @@ impl Checker {
     }
 }
 
-/// Each key's changes of its number of permits that returned `Set` in
-/// `history` (`Checker::permits_sets`).
-fn permits_sets(history: &History) -> BTreeMap<String, Vec<(At, At, u32)>> {
+/// Each key's changes of its number of permits in `history` that returned
+/// `Set`, or failed with an unknown outcome (then perhaps stored up to
+/// `landing` after they returned) (`Checker::permits_sets`).
+fn permits_sets(history: &History, landing: Duration) -> BTreeMap<String, Vec<(At, At, u32)>> {
     let mut sets: BTreeMap<String, Vec<(At, At, u32)>> = BTreeMap::new();
     for entry in history.entries() {
         if let Event::PermitsSet {
             key,
             permits,
             started,
+            unknown,
         } = &entry.event
         {
+            let returned = match unknown {
+                true => entry.at + landing,
+                false => entry.at,
+            };
             sets.entry(key.clone())
                 .or_default()
-                .push((*started, entry.at, *permits));
+                .push((*started, returned, *permits));
         }
     }
     sets

@@ -227,6 +227,9 @@ pub enum Event {
         /// When the change was asked for: the server stored it at some
         /// instant between then and now.
         started: At,
+        /// The call failed with an unknown outcome: the server may have
+        /// stored it, up to the landing bound after now, or not at all.
+        unknown: bool,
     },
     /// A read of the key (`inspect`) showed these owners waiting for it
     /// (`LeaseInfo::waiters`), in order: each a manager, or `None` for an

@@ -777,13 +777,17 @@ pub async fn resizer(
             return;
         };
         let started = recorder.at(Instant::now());
-        if let Ok(crate::PermitsChange::Set) = semaphore.set_permits(permits).await {
-            recorder.push(Event::PermitsSet {
-                key: format!("locks/{key}"),
-                permits,
-                started,
-            });
-        }
+        let unknown = match semaphore.set_permits(permits).await {
+            Ok(crate::PermitsChange::Set) => false,
+            Err(error) if error.is_transient() => true,
+            _ => continue,
+        };
+        recorder.push(Event::PermitsSet {
+            key: format!("locks/{key}"),
+            permits,
+            started,
+            unknown,
+        });
     }
 }
 

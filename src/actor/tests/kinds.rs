@@ -725,7 +725,7 @@ async fn a_lease_id_whose_attempt_may_still_land_is_never_reused_for_another_num
         "the held-up send and its retries"
     );
     one.abort();
-    theirs.release().await.unwrap();
+    assert_eq!(theirs.release().await.unwrap(), ReleaseOutcome::Released);
     // The held-up send lands: one permit under the old lease id.
     sleep_until(sent + held_up + OPERATION_TIMEOUT / 10).await;
     assert_eq!(db.doc("pool").unwrap().permits_used(Instant::now()), 2);

@@ -165,6 +165,7 @@ fn a_permit_answered_after_a_change_of_the_number_counts_against_the_number_sinc
                         key: "k".into(),
                         permits: 3,
                         started: ms(5),
+                        unknown: false,
                     },
                 ),
                 (12, grant(2, 1, Kind::Permit(3, 1), 2, 100)),
