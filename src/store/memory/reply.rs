@@ -70,7 +70,7 @@ fn exclusive(stored: &Doc, now: Instant, date: impl Fn(Instant) -> DateTime) -> 
 /// `lease_id` of `owner`: the top fields, `hl`, another owner's live
 /// waiting mark, this acquisition's entry, the other live entries' count
 /// and earliest expiry, and `yu` if this owner yielded the key.
-fn multi(
+pub(super) fn multi(
     stored: &Doc,
     owner: &str,
     lease_id: Uuid,
@@ -177,7 +177,7 @@ impl MemoryStore {
 /// without a document (nor a foreign holder's lock, nor a place of
 /// in-document leases).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn verdict(
+fn verdict(
     db: &MemoryDb,
     coll: &Collection,
     now: Instant,

@@ -133,9 +133,12 @@ pub(super) fn apply_acquire(
     // ended (`xl`), landing late, takes no place again: answered as a read
     // of the key answers it, as `MongoStore`'s, whose write changes nothing.
     let ended = |doc: &Doc| doc.holders.iter().any(|h| h.ended == Some(lease_id));
-    if multi && coll.docs.get(key).is_some_and(ended) {
-        let outcome = super::reply::verdict(db, coll, now, key, owner, lease_id, ttl, shape.kind);
-        return Ok(outcome.expect("a document"));
+    if let Some(stored) = coll.docs.get(key).filter(|doc| multi && ended(doc)) {
+        let date = |at: Instant| mongodb::bson::DateTime::from_system_time(db.system_time(at));
+        let read = super::reply::multi(stored, owner, lease_id, now, date);
+        return Ok(crate::store::replies::classify_multi(
+            key, shape.kind, &read,
+        ));
     }
     let floor = coll.token_floor(now);
     match coll.docs.get_mut(key) {
