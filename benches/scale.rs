@@ -9,7 +9,7 @@
 //! ```
 //!
 //! The integration tests check the same behaviour at a size that runs in
-//! seconds (`one_manager_holds_10_000_keys_renewed_in_batches` in
+//! seconds (`one_manager_holds_2_000_keys_renewed_in_batches` in
 //! `tests/misuse/many_keys.rs`); the figures live here because they depend on the
 //! machine.
 

@@ -11,8 +11,9 @@
 //! After each scenario every manager shuts down and no lock document may be
 //! left behind.
 //!
-//! Scenarios run one at a time (a 2-core machine runs one 3-member set plus
-//! its workers comfortably; two at once distort the timing figures).
+//! At most three scenarios run at a time (`scenario::scenario_slot`); the
+//! timing figures they print are for reading, and the bounds they assert
+//! leave room for a loaded machine.
 //! `MONGO_LEASE_SOAK=1` makes each one run for 5 minutes, repeating its
 //! fault (`MONGO_LEASE_SOAK_SECS=<n>` for another duration).
 //! Lines starting with `FIGURE` are the measured figures.

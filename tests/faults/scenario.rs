@@ -13,11 +13,12 @@ use tokio::time::Instant;
 use crate::checker::Report;
 use crate::harness::{Fleet, Params};
 
-/// At most two scenarios at a time in this binary (each starts its own
-/// replica set and worker processes; their verdicts do not depend on the
-/// machine's speed, and a third would only queue on 2 cores).
+/// At most three scenarios at a time in this binary (each starts its own
+/// replica set and worker processes). Their verdicts do not depend on the
+/// machine's speed, and they wait far more than they compute: with three at
+/// a time the binary keeps two cores about a third busy.
 pub async fn scenario_slot() -> tokio::sync::SemaphorePermit<'static> {
-    static SCENARIOS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+    static SCENARIOS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(3);
     SCENARIOS.acquire().await.expect("never closed")
 }
 

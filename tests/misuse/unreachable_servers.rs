@@ -82,7 +82,7 @@ async fn losing_the_server_mid_lease_gives_bounded_calls_and_a_fired_token() {
     // The token fires at the local deadline: TTL 2 s − margin 0.2 s − clock
     // skew 0.2 s after the acquire was sent, not earlier. (That it fires
     // before another owner can take the key is checked by ordering, in
-    // `tests/deadline.rs`.)
+    // `tests/manager/deadline.rs`.)
     let (fired, _) = bounded("the lost-lease signal", BOUND, fired).await;
     let fired = fired.unwrap();
     assert!(

@@ -19,10 +19,13 @@ async fn exec_http_answers_healthz_by_the_lease_and_serves_metrics() {
         "exec",
         "--key",
         "job",
+        // The holder learns of the force release at its next renewal, a
+        // heartbeat of about 5 s here; the grace keeps the command (which
+        // ignores SIGTERM) and its server up for the last check.
         "--ttl",
-        "2m",
+        "30s",
         "--grace",
-        "60s",
+        "10s",
         "--http",
         "127.0.0.1:0",
         "--",

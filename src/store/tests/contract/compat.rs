@@ -17,10 +17,15 @@ use crate::store::{AcquireOutcome, DELETE_DELAY, Store, StoreExt};
 
 /// How long the four racers of
 /// [`delete_mode_tokens_strictly_increase_over_tight_acquire_release_cycles`]
-/// may take for their 100 acquisitions before the scenario fails, rather
-/// than spin for ever if a released key stayed held: 50x the 0.6 s they
+/// may take for their acquisitions before the scenario fails, rather
+/// than spin for ever if a released key stayed held: 80x the 0.4 s they
 /// took on a real `mongod` here.
 const RACE_HANG: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Acquisitions each racer makes in the race of four owners on one key.
+const RACE_EACH: usize = 15;
+/// Tight acquire-release cycles per round, alternating two owners.
+const TIGHT_CYCLES: usize = 50;
 
 /// Waits until every token issued so far is old enough to be deleted.
 async fn age_tokens() {
@@ -173,7 +178,7 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
     }
     let race = futures::future::join_all(racers.iter().map(|store| async {
         let mut acquired = 0;
-        while acquired < 25 {
+        while acquired < RACE_EACH {
             let lease_id = Uuid::new_v4();
             match store.attempt("race".into(), lease_id, false).await.unwrap() {
                 AcquireOutcome::Acquired { token } => {
@@ -194,13 +199,18 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
     // that finds it held waits for one racer's release only.
     if tokio::time::timeout(RACE_HANG, race).await.is_err() {
         panic!(
-            "the racers got {} of 100 acquisitions in {RACE_HANG:?}: a released key stays held",
-            order.lock().unwrap().len()
+            "the racers got {} of {} acquisitions in {RACE_HANG:?}: a released key stays held",
+            order.lock().unwrap().len(),
+            4 * RACE_EACH
         );
     }
-    eprintln!("race of 100 acquisitions: {:?}", started.elapsed());
+    eprintln!(
+        "race of {} acquisitions: {:?}",
+        4 * RACE_EACH,
+        started.elapsed()
+    );
     let order = order.into_inner().unwrap();
-    assert_eq!(order.len(), 100);
+    assert_eq!(order.len(), 4 * RACE_EACH);
     for pair in order.windows(2) {
         assert!(pair[1] > pair[0], "token {} after {}", pair[1], pair[0]);
     }
@@ -208,7 +218,7 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
     let mut last = 0;
     for round in 0..2 {
         // Tight cycles, alternating owners: young leases, documents kept.
-        for i in 0..100 {
+        for i in 0..TIGHT_CYCLES {
             let store = if i % 2 == 0 { &a } else { &b };
             let (l, token) = take(store, "k").await;
             assert!(

@@ -4,7 +4,7 @@
 //! through every write that makes a new holder, and the count grows by one
 //! exactly when leadership goes to another owner id.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

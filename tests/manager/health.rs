@@ -3,7 +3,7 @@
 //! kit's fault proxy) and when the manager task is starved (read without
 //! it), healthy again once the server answers.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! re-enters the lease (same fencing token, counted, no write), without it
 //! it fails at once; `Lease::reenter` counts an entry from the handle.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Shutdown, bad configuration and unreachable servers.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! exclusive waiter on a shared key shows by its mark; an election lists
 //! its leader and waiting candidates.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

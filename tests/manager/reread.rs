@@ -6,7 +6,7 @@
 //! outlives the server's expiry. So for a lease handed to a waiting
 //! manager's registration, a semaphore's permit and an in-document lease.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

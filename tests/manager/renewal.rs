@@ -1,6 +1,6 @@
 //! Heartbeat renewal, lost-lease signals and durability settings against a real mongod.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! holder of a key to release it; the holder's lease events carry the
 //! request, the holder releases, and the asking manager gets the key.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! lease that a task of the same manager waits for makes that task the
 //! holder in the releasing write itself.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

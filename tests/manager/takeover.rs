@@ -1,6 +1,6 @@
 //! Racing acquires on fresh keys, and takeover after a holder crashes.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! that thread, records there too, and tests running at the same time do
 //! not see each other's series.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -305,6 +305,11 @@ fn a_change_stream_reopened_after_a_failure_is_counted() {
         )
         .await
         .unwrap();
+        // A release announced on the stream answers the `getMore` waiting
+        // now (the server holds an idle one up to 10 s), so the next one
+        // meets the fail point at once.
+        let poke = manager.acquire("poke").await.unwrap();
+        assert_eq!(poke.release().await.unwrap(), ReleaseOutcome::Released);
         recorded
             .until_within(RESTART_BOUND, "the stream's restart", |r| restarts(r) == 1)
             .await;

@@ -4,7 +4,7 @@
 //! write, with strictly increasing fencing tokens; a waiter whose process
 //! died holds a handed key at most its registration's `hx`.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! holds the write back (a replica set of its own, started with test
 //! commands enabled) while a `FaultProxy` cuts its client off.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

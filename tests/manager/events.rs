@@ -4,7 +4,7 @@
 //! `lost()` completes; `is_lost()` reads the local deadline without the
 //! manager task; a renewal's `expires_at` bounds the server's `exp`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

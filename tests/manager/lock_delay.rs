@@ -5,7 +5,7 @@
 //! (`.immediately()`), nobody is granted it before the ended lease's expiry
 //! either: its holder, told at its next renewal, has stopped by then.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

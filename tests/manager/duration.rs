@@ -4,7 +4,7 @@
 //! (`AcquireOptions::hold_at_most`: never renewed, ended at their deadline
 //! with `LossReason::Expired`, free for others only at the server's expiry).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

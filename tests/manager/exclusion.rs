@@ -1,6 +1,6 @@
 //! Mutual exclusion and fair waiting under contention, against a real mongod.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,7 @@
 //! deadline keeps the clock skew short of the expiry besides the safety
 //! margin.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

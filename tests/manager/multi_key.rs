@@ -2,7 +2,7 @@
 //! taken in one canonical order, all held or none, released together, and
 //! the loss of one is the loss of all.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! real mongod: one write, and no reader, in this process or another, ever
 //! sees the acquisition without it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

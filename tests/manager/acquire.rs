@@ -1,6 +1,6 @@
 //! Acquire, try-acquire, release and fencing tokens against a real mongod.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

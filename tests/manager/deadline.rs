@@ -1,7 +1,7 @@
 //! The local deadline: a holder whose renewals cannot be confirmed is told
 //! before anyone else can take its key. Uses its own mongod, frozen with SIGSTOP.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
