@@ -4,7 +4,10 @@
 //! and on timers far more than on the CPU, so in one binary they overlap
 //! (four at a time, `.cargo/config.toml`), share one throwaway replica
 //! set, and link once. Larger topics keep binaries of their own
-//! (`document_lease`, `election`, `faults`, `kinds`, `misuse`, `sharing`).
+//! (`document_lease`, `election`, `faults`, `kinds`, `misuse`, `sharing`),
+//! and so does `spans`: its subscriber is its thread's own, and tracing
+//! caches a callsite's interest for the whole process, so other tests
+//! reaching the same callsites without a subscriber can hide its spans.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -29,6 +32,5 @@ mod renewal;
 mod reread;
 mod revocation;
 mod shutdown;
-mod spans;
 mod takeover;
 mod waiters;

@@ -6,7 +6,7 @@
 //! runtime single-threaded, so the manager task, which runs on that thread,
 //! reports to it too, and tests running at the same time do not mix.
 
-use crate::common;
+mod common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
