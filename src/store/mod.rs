@@ -850,6 +850,7 @@ impl Announcement {
     /// announcement. The twin filters its announcements with this; a
     /// change stream's `$match` selects the same writes on the server
     /// (`store::mongo::watch`), as the store contract checks.
+    #[cfg(any(test, feature = "sim"))]
     pub fn is_announced(&self, announced: Announced, owner: &str) -> bool {
         match (self, announced) {
             (Announcement::Write(write), Announced::Waits) => {
