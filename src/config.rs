@@ -131,10 +131,6 @@ pub enum ReleaseMode {
     Delete,
 }
 
-/// Longest accepted lease key: 1 KiB, in bytes of UTF-8 for a string key,
-/// in bytes of the encoded BSON value for any other [`LeaseKey`].
-pub const MAX_KEY_LEN: usize = 1024;
-
 /// Longest accepted owner id, in bytes of UTF-8.
 pub const MAX_OWNER_ID_LEN: usize = 256;
 
@@ -386,7 +382,7 @@ pub(crate) struct Timing {
     /// stays open while a lease is held.
     pub watch_held_leases: bool,
     /// How long a key stays on the general forms after one was sent for
-    /// it ([`CONTENDED_FOR`](crate::store::light_release::CONTENDED_FOR)
+    /// it ([`CONTENDED_FOR`](crate::config::CONTENDED_FOR)
     /// for every manager; shorter in some simulated managers).
     pub contended_for: Duration,
 }
@@ -461,7 +457,7 @@ pub struct AcquireOptions {
     /// [`LeaseKind::Shared`]: crate::LeaseKind::Shared
     /// [`LeaseKind::Permit`]: crate::LeaseKind::Permit
     #[builder(default)]
-    pub kind: crate::LeaseKind,
+    pub kind: crate::kind::LeaseKind,
     /// Keep the key held until the acquisition time plus this, by the
     /// server's clock, even if the lease is released (or its holder dies)
     /// earlier: a job guarded by such a lease runs at most once per
@@ -482,7 +478,7 @@ pub struct AcquireOptions {
     /// Default: `None`, every acquisition is its own holder and a second
     /// one waits in the key's queue like any other caller.
     #[builder(default, setter(strip_option))]
-    pub holder: Option<crate::HolderId>,
+    pub holder: Option<crate::holder::HolderId>,
     /// Re-enter a lease the [`holder`](AcquireOptions::holder) already holds
     /// on the key, of the same kind: the acquisition returns at once, with
     /// no round trip, a [`Lease`](crate::Lease) of the same acquisition
@@ -752,10 +748,17 @@ impl LeaseManagerOptions {
             release_mode: self.release_mode.unwrap_or(DEFAULT_RELEASE_MODE),
             ttl_cap: None,
             watch_held_leases: self.watch_held_leases,
-            contended_for: crate::store::light_release::CONTENDED_FOR,
+            contended_for: CONTENDED_FOR,
         })
     }
 }
+
+/// How long a key stays on the general forms after one was sent for it
+/// (the actor's memory, `Actor::contended`: a contended key costs no light
+/// write that would not apply): every manager's `Timing::contended_for`.
+/// The simulation also runs shorter ones, in proportion to its shorter
+/// TTL.
+pub(crate) const CONTENDED_FOR: Duration = Duration::from_secs(10);
 
 /// The longest [`LeaseManagerOptions::lock_delay`](field@LeaseManagerOptions::lock_delay): one hour.
 pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);

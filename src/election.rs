@@ -58,7 +58,7 @@ pub struct Election {
     manager: LeaseManager,
     name: LeaseKey,
     /// How each term is acquired: with the candidate's payload, if any.
-    options: crate::AcquireOptions,
+    options: crate::config::AcquireOptions,
 }
 
 impl Election {
@@ -75,7 +75,7 @@ impl Election {
         Ok(Election {
             manager: manager.clone(),
             name,
-            options: crate::AcquireOptions::default(),
+            options: crate::config::AcquireOptions::default(),
         })
     }
 

@@ -213,9 +213,9 @@ pub enum Error {
     #[error("the key is held as {stored}, not as {requested}")]
     KindMismatch {
         /// How it is held now.
-        stored: crate::LeaseKind,
+        stored: crate::kind::LeaseKind,
         /// What the acquisition asked for.
-        requested: crate::LeaseKind,
+        requested: crate::kind::LeaseKind,
     },
 
     /// The acquisition's holder ([`AcquireOptions::holder`]) already holds

@@ -84,7 +84,7 @@ pub struct LeaseInfo {
     /// latest acquisition, `expires_at` the latest expiry of its holders,
     /// `held` whether any holder is live). [`LeaseKind::Exclusive`](crate::LeaseKind::Exclusive)
     /// for a foreign holder's lock.
-    pub kind: crate::LeaseKind,
+    pub kind: crate::kind::LeaseKind,
     /// The live holders of a shared or semaphore key (at
     /// [`LeaseInfo::server_time`]), oldest acquisition first; empty for an
     /// exclusive key.
@@ -170,7 +170,7 @@ pub struct WaitingOwner {
     pub owner_id: String,
     /// The kind of lease it waits for (every waiter that registers waits for
     /// an exclusive lease).
-    pub kind: crate::LeaseKind,
+    pub kind: crate::kind::LeaseKind,
     /// Server time of its first registration in the queue (its place in
     /// line); `None` for an exclusive waiter's mark on a shared key.
     pub registered_at: Option<SystemTime>,

@@ -9,6 +9,10 @@ use mongodb::bson::{self, Binary, Bson, DateTime, Document, oid::ObjectId, spec:
 
 use crate::error::{Error, Result};
 
+/// Longest accepted lease key: 1 KiB, in bytes of UTF-8 for a string key,
+/// in bytes of the encoded BSON value for any other [`LeaseKey`].
+pub const MAX_KEY_LEN: usize = 1024;
+
 /// The key of a lease: the `_id` of its lock document, exactly as given (never
 /// converted: an `ObjectId` key is stored as that `ObjectId`, an `i64` key as
 /// a 64-bit integer).
@@ -42,7 +46,7 @@ use crate::error::{Error, Result};
 /// regular expressions and `undefined` (MongoDB refuses them as `_id`), embedded
 /// documents with a field name starting with `$` at any depth (MongoDB refuses
 /// such an `_id`), the empty string, and keys longer than
-/// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes (UTF-8 bytes for a string, bytes
+/// [`MAX_KEY_LEN`](MAX_KEY_LEN) bytes (UTF-8 bytes for a string, bytes
 /// of the encoded BSON value for other types).
 ///
 /// # Identity and order
@@ -215,11 +219,11 @@ impl LeaseKey {
         let refuse = |reason: String| Err(Error::InvalidKey { reason });
         let value = match &*self.0 {
             Repr::Str(s) if s.as_str().is_empty() => return refuse("the key is empty".into()),
-            Repr::Str(s) if s.as_str().len() > crate::MAX_KEY_LEN => {
+            Repr::Str(s) if s.as_str().len() > MAX_KEY_LEN => {
                 return refuse(format!(
                     "the key is {} bytes long; the limit is {}",
                     s.as_str().len(),
-                    crate::MAX_KEY_LEN
+                    MAX_KEY_LEN
                 ));
             }
             Repr::Str(_) => return Ok(()),
@@ -227,11 +231,11 @@ impl LeaseKey {
         };
         refused_type(value, "")?;
         let len = encoded_len(value);
-        if len > crate::MAX_KEY_LEN {
+        if len > MAX_KEY_LEN {
             return refuse(format!(
                 "the {} key is {len} bytes long encoded as BSON; the limit is {}",
                 type_name(value),
-                crate::MAX_KEY_LEN
+                MAX_KEY_LEN
             ));
         }
         Ok(())

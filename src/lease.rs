@@ -74,7 +74,7 @@ impl Lease {
 
     /// How this lease holds its key: exclusively (the default), shared, or
     /// as one permit of a semaphore ([`AcquireOptions::kind`](crate::AcquireOptions::kind)).
-    pub fn kind(&self) -> crate::LeaseKind {
+    pub fn kind(&self) -> crate::kind::LeaseKind {
         self.granted.kind
     }
 

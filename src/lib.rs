@@ -401,11 +401,12 @@ mod holder;
 mod info;
 mod key;
 mod kind;
+#[cfg(test)]
+mod layers;
 mod lease;
 mod lease_group;
 mod lock_id_fields;
 mod manager;
-mod operator;
 mod random;
 mod semaphore;
 mod shared;
@@ -424,8 +425,7 @@ pub use config::{
     AcquireOptions, DEFAULT_CLOCK_SKEW, DEFAULT_GC_GRACE, DEFAULT_HEARTBEAT_DIVISOR,
     DEFAULT_OPERATION_TIMEOUT, DEFAULT_RELEASE_MODE, DEFAULT_RENEWAL_BATCH_SIZE,
     DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX, DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL,
-    DELETE_MIN_TOKEN_AGE, LeaseManagerOptions, MAX_CLOCK_SKEW, MAX_KEY_LEN, MAX_OWNER_ID_LEN,
-    ReleaseMode,
+    DELETE_MIN_TOKEN_AGE, LeaseManagerOptions, MAX_CLOCK_SKEW, MAX_OWNER_ID_LEN, ReleaseMode,
 };
 pub use document::{DEFAULT_LEASE_FIELD, DocumentAcquireOptions, DocumentLease, DocumentLeases};
 pub use document_update::DocumentUpdate;
@@ -436,13 +436,13 @@ pub use foreign::{ForeignExpiry, ForeignLockRule};
 pub use health::Health;
 pub use holder::HolderId;
 pub use info::{HolderInfo, LeaseInfo, WaitingOwner};
-pub use key::LeaseKey;
+pub use key::{LeaseKey, MAX_KEY_LEN};
 pub use kind::{LeaseKind, MAX_PERMITS, PermitsChange};
 pub use lease::{Lease, LeaseObserver, MAX_PAYLOAD_LEN};
 pub use lease_group::LeaseGroup;
 pub use lock_id_fields::LockIdFields;
 pub use manager::LeaseManager;
-pub use operator::{ForceRelease, ReleaseOwner};
+pub use manager::operator::{ForceRelease, ReleaseOwner};
 pub use semaphore::Semaphore;
 pub use status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason, ReleaseOutcome};
 

@@ -1,6 +1,8 @@
 //! [`LeaseManager`]: the public, cloneable handle. It never touches MongoDB; it
 //! sends commands to the actor and awaits the replies.
 
+pub(crate) mod operator;
+
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -214,7 +216,7 @@ impl LeaseManager {
     /// }
     /// # }
     /// ```
-    pub fn health(&self) -> crate::Health {
+    pub fn health(&self) -> crate::health::Health {
         self.inner.health.read()
     }
 
@@ -256,7 +258,7 @@ impl LeaseManager {
         &self,
         key: LeaseKey,
         permits: u32,
-    ) -> Result<crate::PermitsChange> {
+    ) -> Result<crate::kind::PermitsChange> {
         let call = |respond_to| Command::SetPermits {
             key,
             permits,
@@ -465,7 +467,7 @@ impl LeaseManager {
         &self,
         collection: &str,
         field: &str,
-        lock_id: Option<std::sync::Arc<crate::LockIdFields>>,
+        lock_id: Option<std::sync::Arc<crate::lock_id_fields::LockIdFields>>,
     ) -> Result<Place> {
         crate::document_update::check_field(field)?;
         crate::document_update::check_collection(collection)?;
@@ -656,7 +658,7 @@ impl LeaseManager {
     /// holder never overlaps it (as Consul's lock-delay, and Curator's
     /// cooperative revocation, keep the next holder away from a holder
     /// that has not stopped). When you know the holder is gone (its process
-    /// killed, its machine off), [`ForceRelease::immediately`] frees the key
+    /// killed, its machine off), [`ForceRelease::immediately`](operator::ForceRelease::immediately) frees the key
     /// after the lock-delay alone; it also frees a key that an earlier
     /// override left waiting.
     ///
@@ -683,8 +685,8 @@ impl LeaseManager {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn force_release(&self, key: impl Into<LeaseKey>) -> crate::ForceRelease<'_> {
-        crate::ForceRelease::new(self, key.into())
+    pub fn force_release(&self, key: impl Into<LeaseKey>) -> operator::ForceRelease<'_> {
+        operator::ForceRelease::new(self, key.into())
     }
 
     /// [`LeaseManager::force_release`], awaited.
@@ -717,7 +719,7 @@ impl LeaseManager {
     /// **When the keys are free again**: as for
     /// [`force_release`](LeaseManager::force_release), the key of each live
     /// lease it ends not before that lease's expiry by default, after the
-    /// lock-delay alone with [`ReleaseOwner::immediately`].
+    /// lock-delay alone with [`ReleaseOwner::immediately`](operator::ReleaseOwner::immediately).
     ///
     /// In [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) (this manager's
     /// [`release_mode`](crate::LeaseManagerOptions::release_mode)) the
@@ -755,8 +757,8 @@ impl LeaseManager {
     /// println!("released {released} leases of worker-7");
     /// # Ok(()) }
     /// ```
-    pub fn release_owner<'a>(&'a self, owner_id: &'a str) -> crate::ReleaseOwner<'a> {
-        crate::ReleaseOwner::new(self, owner_id)
+    pub fn release_owner<'a>(&'a self, owner_id: &'a str) -> operator::ReleaseOwner<'a> {
+        operator::ReleaseOwner::new(self, owner_id)
     }
 
     /// [`LeaseManager::release_owner`], awaited.

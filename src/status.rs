@@ -104,7 +104,7 @@ pub enum LossReason {
     /// of all, and the manager released this one at once.
     GroupLost {
         /// The key whose lease was lost first.
-        key: crate::LeaseKey,
+        key: crate::key::LeaseKey,
         /// Why that lease was lost.
         reason: Box<LossReason>,
     },

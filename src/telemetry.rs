@@ -142,7 +142,7 @@ pub(crate) enum AcquireOutcome {
 impl AcquireOutcome {
     /// The outcome of an acquisition that answered `result` (the `outcome`
     /// label's values are spelled in `kind_and_outcome!`).
-    pub(crate) fn of<T>(result: &crate::Result<Option<T>>) -> Self {
+    pub(crate) fn of<T>(result: &crate::error::Result<Option<T>>) -> Self {
         match result {
             Ok(Some(_)) => AcquireOutcome::Acquired,
             Ok(None) => AcquireOutcome::NotAcquired,

@@ -126,7 +126,7 @@ pub(crate) struct Waiter {
     pub(crate) shape: LeaseShape,
     /// Its holder, if named (`AcquireOptions::holder`), and whether it
     /// re-enters a lease that holder holds on the key (`reentry.rs`).
-    pub(crate) holder: Option<crate::HolderId>,
+    pub(crate) holder: Option<crate::holder::HolderId>,
     pub(crate) reentrant: bool,
     /// The payload its acquiring write is to write (validated by the handle).
     pub(crate) payload: Option<Document>,
@@ -235,7 +235,7 @@ pub(crate) enum Command {
     OpenDocuments {
         collection: String,
         field: String,
-        lock_id: Option<std::sync::Arc<crate::LockIdFields>>,
+        lock_id: Option<std::sync::Arc<crate::lock_id_fields::LockIdFields>>,
         respond_to: Reply<Place>,
     },
     /// Write the document of an in-document lease this manager holds (and

@@ -8,7 +8,7 @@
 //! store has the form (`Store::light_forms`) and the key is not contended: the
 //! general form was sent for it, or a light form did not apply to it,
 //! less than `Timing::contended_for` ago
-//! ([`CONTENDED_FOR`](crate::store::light_release::CONTENDED_FOR) but in
+//! ([`CONTENDED_FOR`](crate::config::CONTENDED_FOR) but in
 //! the simulation; [`Actor::contended`], the actor's clock). A contended
 //! key goes straight to the general form, so it costs no light write that
 //! would not apply.
@@ -41,8 +41,8 @@ use tokio::time::Instant;
 
 use super::command::{Place, Reply, Target};
 use super::{Actor, Event, Sent};
-use crate::LeaseKind;
 use crate::error::Result;
+use crate::kind::LeaseKind;
 use crate::status::ReleaseOutcome;
 use crate::store::light_release::{LightAcquire, LightAcquired, LightRelease, MOST_PER_COMMAND};
 use crate::store::{AcquireOutcome, LeaseRef};

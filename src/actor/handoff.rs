@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use super::command::{Place, Reply, Target};
 use super::{Actor, Attempt, Event, Held, Sent};
-use crate::LeaseKind;
 use crate::error::Result;
+use crate::kind::LeaseKind;
 use crate::status::ReleaseOutcome;
 use crate::store::{AcquireOutcome, HandOver};
 

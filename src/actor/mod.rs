@@ -682,7 +682,7 @@ impl Actor {
             self.keys.remove(key);
             if let Some(lease_id) = handed {
                 // Handed to a registration nobody waits on any more.
-                self.give_back(key, lease_id, crate::LeaseKind::Exclusive);
+                self.give_back(key, lease_id, crate::kind::LeaseKind::Exclusive);
             }
         }
     }

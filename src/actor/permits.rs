@@ -6,9 +6,9 @@
 
 use super::command::{Place, Reply, Target};
 use super::{Actor, Event};
-use crate::LeaseKind;
 use crate::error::Result;
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::kind::PermitsChange;
 
 impl Actor {

@@ -299,7 +299,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn inspect(&self, id: impl Into<LeaseKey>) -> Result<Option<crate::LeaseInfo>> {
+    pub async fn inspect(&self, id: impl Into<LeaseKey>) -> Result<Option<crate::info::LeaseInfo>> {
         self.manager
             .inspect_target(Target {
                 place: self.place,

@@ -218,9 +218,12 @@ fn validation_refuses_what_mongodb_refuses_as_id() {
         (LeaseKey::from(Bson::Undefined), "undefined"),
         (LeaseKey::from(doc! { "a": { "$b": 1 } }), "'$'"),
         (LeaseKey::from(""), "empty"),
-        (LeaseKey::from("x".repeat(crate::MAX_KEY_LEN + 1)), "limit"),
         (
-            LeaseKey::from(doc! { "a": "x".repeat(crate::MAX_KEY_LEN) }),
+            LeaseKey::from("x".repeat(crate::key::MAX_KEY_LEN + 1)),
+            "limit",
+        ),
+        (
+            LeaseKey::from(doc! { "a": "x".repeat(crate::key::MAX_KEY_LEN) }),
             "limit",
         ),
     ];
@@ -231,7 +234,7 @@ fn validation_refuses_what_mongodb_refuses_as_id() {
         }
     }
     for key in [
-        LeaseKey::from("x".repeat(crate::MAX_KEY_LEN)),
+        LeaseKey::from("x".repeat(crate::key::MAX_KEY_LEN)),
         LeaseKey::from(7_i32),
         LeaseKey::from(doc! { "a": [1, 2] }),
         LeaseKey::from(Bson::Null),
@@ -280,6 +283,6 @@ fn a_string_key_is_the_same_key_whether_its_text_is_in_place_or_boxed() {
         }
     }
     assert!(LeaseKey::from("").validate().is_err());
-    let too_long = LeaseKey::from("k".repeat(crate::MAX_KEY_LEN + 1));
+    let too_long = LeaseKey::from("k".repeat(crate::key::MAX_KEY_LEN + 1));
     assert!(too_long.validate().is_err());
 }

@@ -22,7 +22,7 @@ use mongodb::bson::doc;
 use super::checker::Violation;
 use super::history::{At, Event, History, LeaseNo};
 use super::workload::{Process, Recorder};
-use crate::AcquireOptions;
+use crate::config::AcquireOptions;
 use crate::lease::Lease;
 use crate::random::random_range;
 

@@ -50,12 +50,12 @@ use self::checker::{Bounds, Violation};
 use self::faults::{CLOCK_STEP_BACK, LANDING_MOST, Plan, SERVER_FASTER_PPM};
 use self::history::{At, Event, History};
 use self::workload::{DOCUMENTS, LOCK_ID_DOCUMENTS, Process, Recorder, Role};
+use crate::config::CONTENDED_FOR;
 use crate::config::{ReleaseMode, Timing};
 use crate::document::DEFAULT_LEASE_FIELD;
 use crate::foreign::ForeignRules;
 use crate::manager::LeaseManager;
 use crate::random::random_range;
-use crate::store::light_release::CONTENDED_FOR;
 use crate::store::memory::MemoryDb;
 
 /// When faults stop, from the schedule's start.

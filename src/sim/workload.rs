@@ -21,7 +21,7 @@ use super::durations;
 use super::expiry;
 use super::faults::CLOCK_STEP_BACK;
 use super::history::{At, Event, History, Kind, LeaseNo, OpNo, WaiterNo};
-use crate::AcquireOptions;
+use crate::config::AcquireOptions;
 use crate::document::{DEFAULT_LEASE_FIELD, DocumentLease};
 use crate::election::{Election, Leadership};
 use crate::error::Result;
@@ -55,8 +55,8 @@ pub const LOCK_ID_TTL_MOST: Duration = LOCK_ID_MAX
     .saturating_sub(CLOCK_STEP_BACK);
 
 /// The fields of [`LOCK_ID_DOCUMENTS`].
-pub fn lock_id_fields() -> crate::LockIdFields {
-    crate::LockIdFields::builder()
+pub fn lock_id_fields() -> crate::lock_id_fields::LockIdFields {
+    crate::lock_id_fields::LockIdFields::builder()
         .max_duration(LOCK_ID_MAX)
         .build()
 }
@@ -654,7 +654,7 @@ mod overrides {
         manager: &LeaseManager,
         key: &str,
         immediately: bool,
-    ) -> crate::Result<Option<crate::LeaseInfo>> {
+    ) -> crate::error::Result<Option<crate::info::LeaseInfo>> {
         match immediately {
             true => manager.force_release(key).immediately().await,
             false => manager.force_release(key).await,
@@ -666,7 +666,7 @@ mod overrides {
         manager: &LeaseManager,
         owner: &str,
         immediately: bool,
-    ) -> crate::Result<u64> {
+    ) -> crate::error::Result<u64> {
         match immediately {
             true => manager.release_owner(owner).immediately().await,
             false => manager.release_owner(owner).await,
@@ -778,7 +778,7 @@ pub async fn resizer(
         };
         let started = recorder.at(Instant::now());
         let unknown = match semaphore.set_permits(permits).await {
-            Ok(crate::PermitsChange::Set) => false,
+            Ok(crate::kind::PermitsChange::Set) => false,
             Err(error) if error.is_transient() => true,
             _ => continue,
         };
@@ -825,7 +825,7 @@ pub async fn requester(
 
 /// Whether a force release ended a lease of ours (not a foreign
 /// holder's lock).
-fn ended_ours(forced: &crate::Result<Option<crate::LeaseInfo>>) -> bool {
+fn ended_ours(forced: &crate::error::Result<Option<crate::info::LeaseInfo>>) -> bool {
     matches!(forced, Ok(Some(info)) if !info.foreign)
 }
 

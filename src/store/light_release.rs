@@ -8,7 +8,7 @@
 //! The actor groups them (its `group_commit`): light writes of one form
 //! asked for while one of that form is in flight go together, at most
 //! [`MOST_PER_COMMAND`] in one store call, once it returns; it remembers
-//! the keys where they did not apply ([`CONTENDED_FOR`]). The stores hold
+//! the keys where they did not apply ([`CONTENDED_FOR`](crate::config::CONTENDED_FOR)). The stores hold
 //! none of that: each call is one command (or one `update` and one
 //! `find`), answered per request.
 //!
@@ -41,13 +41,6 @@ use uuid::Uuid;
 
 use crate::error::Error;
 use crate::key::LeaseKey;
-
-/// How long a key stays on the general forms after one was sent for it
-/// (the actor's memory, `Actor::contended`: a contended key costs no light
-/// write that would not apply): every manager's `Timing::contended_for`.
-/// The simulation also runs shorter ones, in proportion to its shorter
-/// TTL.
-pub(crate) const CONTENDED_FOR: Duration = Duration::from_secs(10);
 
 /// Most light writes in one store call; more queued go in further calls.
 pub(crate) const MOST_PER_COMMAND: usize = 256;

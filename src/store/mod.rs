@@ -422,7 +422,7 @@
 //! They need MongoDB 5.0 or later (`let`, `$unsetField`). The actor
 //! picks the form: it remembers for 10 s a key the general form was sent
 //! for, or a light form did not apply to
-//! (`light_release::CONTENDED_FOR`, `actor::group_commit`), and sends its
+//! (`config::CONTENDED_FOR`, `actor::group_commit`), and sends its
 //! writes to the general form at once meanwhile: a contended key costs no
 //! extra round trip. The twin has one form of the handoff, and the light
 //! acquire and release as below (`memory::light`; the store contract
@@ -964,10 +964,10 @@ pub(crate) fn payload_applies(
     shape: crate::kind::LeaseShape,
     payload: Option<&mongodb::bson::Document>,
 ) -> crate::error::Result<()> {
-    if payload.is_none() || (!in_documents && shape.kind == crate::LeaseKind::Exclusive) {
+    if payload.is_none() || (!in_documents && shape.kind == crate::kind::LeaseKind::Exclusive) {
         return Ok(());
     }
-    Err(crate::Error::Unsupported {
+    Err(crate::error::Error::Unsupported {
         reason: "a payload with the acquisition applies to exclusive leases of the lock \
                  collection only"
             .into(),
@@ -981,7 +981,7 @@ pub(crate) fn document_shape(shape: crate::kind::LeaseShape) -> crate::error::Re
     if shape.is_plain() {
         return Ok(());
     }
-    Err(crate::Error::Unsupported {
+    Err(crate::error::Error::Unsupported {
         reason: format!(
             "in-document leases are exclusive, without hold_at_least (asked: {shape:?})"
         ),
@@ -1021,7 +1021,7 @@ pub(crate) enum AcquireOutcome {
     /// The key is held as another kind than the one asked for (see
     /// "Shared and semaphore keys"); the attempt's own write says so, and
     /// wrote nothing.
-    Mismatch { stored: crate::LeaseKind },
+    Mismatch { stored: crate::kind::LeaseKind },
     /// This attempt's lease id has an entry on the key (an earlier attempt
     /// under it landed unseen), but the key is now held as `stored` by
     /// other live holders: its number of permits changed since
@@ -1029,7 +1029,7 @@ pub(crate) enum AcquireOutcome {
     /// the entry back and answers as for a [`Mismatch`](Self::Mismatch);
     /// renewed, the entry would count as a permit of the old number on a
     /// key of the new one.
-    OursAsAnotherKind { stored: crate::LeaseKind },
+    OursAsAnotherKind { stored: crate::kind::LeaseKind },
     /// Another acquisition holds the key for at most `remaining` more
     /// (server time). For a foreign holder (a document not of our shape,
     /// never modified by an acquire while live), the time left until its

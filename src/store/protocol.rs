@@ -224,9 +224,9 @@ pub(crate) trait Store: Send + Sync + 'static {
             "set_permits of {key} is not available here: semaphores live in the lock collection"
         );
         let _ = permits;
-        Box::pin(futures::future::ready(Err(crate::Error::Unsupported {
-            reason,
-        })))
+        Box::pin(futures::future::ready(Err(
+            crate::error::Error::Unsupported { reason },
+        )))
     }
 
     /// Asks the holders of `key` to release it ("Revocation"): writes `rv
@@ -300,10 +300,10 @@ pub(crate) trait Store: Send + Sync + 'static {
         &self,
         collection: &str,
         field: &str,
-        lock_id: Option<Arc<crate::LockIdFields>>,
+        lock_id: Option<Arc<crate::lock_id_fields::LockIdFields>>,
     ) -> Result<Arc<dyn Store>> {
         let _ = (collection, field, lock_id);
-        Err(crate::Error::InvalidConfig {
+        Err(crate::error::Error::InvalidConfig {
             reason: "in-document leases need a MongoDB store".into(),
         })
     }
@@ -311,7 +311,7 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// The top-level `LockId` / `LockTime` fields this store keeps
     /// ([`Store::documents`]); no lease here may have a TTL over their
     /// `max_duration`.
-    fn lock_id_fields(&self) -> Option<Arc<crate::LockIdFields>> {
+    fn lock_id_fields(&self) -> Option<Arc<crate::lock_id_fields::LockIdFields>> {
         None
     }
 
@@ -329,7 +329,7 @@ pub(crate) trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<Option<Document>>> {
         let _ = (lease, token, write);
         Box::pin(async {
-            Err(crate::Error::InvalidConfig {
+            Err(crate::error::Error::InvalidConfig {
                 reason: "not an in-document lease".into(),
             })
         })

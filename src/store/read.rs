@@ -12,13 +12,13 @@ use crate::key::LeaseKey;
 
 /// The kind a lock document of our shape is held as: a semaphore's permits
 /// (`pm`), shared (`hs` without `pm`), or exclusive.
-pub(crate) fn stored_kind(doc: &Document) -> crate::LeaseKind {
+pub(crate) fn stored_kind(doc: &Document) -> crate::kind::LeaseKind {
     match (doc.get(field::HOLDERS), doc.get(field::PERMITS)) {
-        (Some(Bson::Array(_)), Some(pm)) => crate::LeaseKind::Permit {
+        (Some(Bson::Array(_)), Some(pm)) => crate::kind::LeaseKind::Permit {
             permits: permits(pm),
         },
-        (Some(Bson::Array(_)), None) => crate::LeaseKind::Shared,
-        _ => crate::LeaseKind::Exclusive,
+        (Some(Bson::Array(_)), None) => crate::kind::LeaseKind::Shared,
+        _ => crate::kind::LeaseKind::Exclusive,
     }
 }
 
@@ -97,7 +97,7 @@ pub(crate) fn live_waiters(doc: &Document, server_time: SystemTime) -> Vec<Waiti
         .filter_map(|(entry, registered_at, expires_at)| {
             Some(WaitingOwner {
                 owner_id: entry.get_str(field::OWNER).ok()?.to_string(),
-                kind: crate::LeaseKind::Exclusive,
+                kind: crate::kind::LeaseKind::Exclusive,
                 registered_at,
                 expires_at,
             })
@@ -214,7 +214,7 @@ fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> Leas
         payload: None,
         held: expiry.is_none_or(|expiry| expiry > server_time),
         foreign: true,
-        kind: crate::LeaseKind::Exclusive,
+        kind: crate::kind::LeaseKind::Exclusive,
         holders: Vec::new(),
         hold_until: None,
         waiters: Vec::new(),

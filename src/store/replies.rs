@@ -35,8 +35,8 @@ use uuid::Uuid;
 
 use super::read::{self, int, permits};
 use super::{AcquireOutcome, field, foreign_owner, is_our_shape};
-use crate::LeaseKind;
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 
 /// Field of the shared and permit acquire projection: this acquisition's
 /// entry of `hs`, if any.

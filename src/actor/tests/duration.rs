@@ -2,7 +2,7 @@
 //! heartbeat's renewals are in flight, and leases held at most their TTL.
 
 use super::*;
-use crate::AcquireOptions;
+use crate::config::AcquireOptions;
 
 const LATENCY: Duration = Duration::from_millis(200);
 
@@ -86,7 +86,10 @@ async fn a_lease_held_at_most_is_never_renewed_and_lost_at_its_deadline() {
     assert_eq!(lease.deadline(), Some(deadline));
     lease.lost().await;
     assert_eq!(Instant::now(), deadline);
-    assert_eq!(lease.lost_reason(), Some(crate::LossReason::Expired));
+    assert_eq!(
+        lease.lost_reason(),
+        Some(crate::status::LossReason::Expired)
+    );
     for call in store.calls_of(Op::Renew) {
         assert!(!call.keys.contains(&LeaseKey::from("once")), "{call:?}");
     }

@@ -80,7 +80,7 @@ async fn light_releases_beyond_one_calls_most_go_in_the_next_call() {
 /// the light form again.
 #[tokio::test(start_paused = true)]
 async fn a_key_where_a_light_form_did_not_apply_skips_it_for_a_while() {
-    use crate::store::light_release::CONTENDED_FOR;
+    use crate::config::CONTENDED_FOR;
     let db = MemoryDb::new();
     let (a, sa, _) = start(&db, "a");
     let (b, _, _) = start(&db, "b");

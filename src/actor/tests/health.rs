@@ -83,7 +83,7 @@ async fn the_oldest_renewal_is_the_oldest_among_leases_of_different_ttls_and_age
     let (a, _, t0) = start(&db, "a");
     let _first = a.acquire("first").await.unwrap();
     sleep_until(t0 + HEARTBEAT / 4).await;
-    let long = crate::AcquireOptions::builder()
+    let long = crate::config::AcquireOptions::builder()
         .ttl(Duration::from_secs(6))
         .build();
     let _second = a.acquire_with("second", &long).await.unwrap();

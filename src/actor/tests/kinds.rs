@@ -9,7 +9,7 @@ use tokio_util::time::FutureExt as _;
 
 use super::*;
 use crate::store::memory::Doc;
-use crate::{AcquireOptions, LeaseKind, PermitsChange};
+use crate::{config::AcquireOptions, kind::LeaseKind, kind::PermitsChange};
 
 /// A semaphore of `n` permits.
 fn permits(n: u32) -> AcquireOptions {

@@ -67,10 +67,10 @@ fn timing() -> Timing {
         retry_initial: RETRY_INITIAL,
         retry_max: RETRY_MAX,
         renewal_batch_size: BATCH,
-        release_mode: crate::ReleaseMode::Keep,
+        release_mode: crate::config::ReleaseMode::Keep,
         ttl_cap: None,
         watch_held_leases: false,
-        contended_for: crate::store::light_release::CONTENDED_FOR,
+        contended_for: crate::config::CONTENDED_FOR,
     };
     assert_eq!(timing.local_validity(), VALIDITY);
     timing

@@ -617,7 +617,7 @@ async fn a_missing_document_is_created_only_for_a_caller_that_gave_fields_to_cre
     let creating = started({
         let jobs = jobs.clone();
         async move {
-            let options = crate::DocumentAcquireOptions::builder()
+            let options = crate::document::DocumentAcquireOptions::builder()
                 .create(doc! { "n": 0 })
                 .build();
             jobs.acquire_with("d", options).await

@@ -220,7 +220,7 @@ async fn a_handoff_too_late_for_its_registration_is_confirmed_by_an_attempt() {
     let wb = started({
         let b = b.clone();
         async move {
-            let options = crate::AcquireOptions::builder().ttl(ttl).build();
+            let options = crate::config::AcquireOptions::builder().ttl(ttl).build();
             b.acquire_with("k", &options).await
         }
     })
@@ -367,7 +367,7 @@ async fn a_waiter_with_a_minimum_hold_leaves_the_queue_at_shutdown_too() {
     let (a, _, _) = start(&db, "a");
     let (b, sb, _) = start(&db, "b");
     let first = a.acquire("k").await.unwrap();
-    let options = crate::AcquireOptions::builder()
+    let options = crate::config::AcquireOptions::builder()
         .hold_at_least(Duration::from_millis(500))
         .build();
     let wb = started({

@@ -546,10 +546,10 @@ async fn a_stream_opening_during_the_waiters_attempt_makes_a_held_answer_retry_a
 fn start_delete_mode(db: &MemoryDb, owner: &str) -> (LeaseManager, MemoryStore, Instant) {
     let store = db
         .store(owner, TTL)
-        .with_release_mode(crate::ReleaseMode::Delete);
+        .with_release_mode(crate::config::ReleaseMode::Delete);
     let t0 = Instant::now();
     let timing = Timing {
-        release_mode: crate::ReleaseMode::Delete,
+        release_mode: crate::config::ReleaseMode::Delete,
         ..timing()
     };
     let manager = LeaseManager::start(Arc::new(store.clone()), owner.into(), timing);

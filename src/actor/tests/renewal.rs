@@ -469,8 +469,8 @@ async fn a_ttl_cap_longer_than_the_ttl_keeps_the_ttl_deadline() {
 
 const LONG_TTL: Duration = Duration::from_secs(6);
 
-fn with_ttl(ttl: Duration) -> crate::AcquireOptions {
-    crate::AcquireOptions::builder().ttl(ttl).build()
+fn with_ttl(ttl: Duration) -> crate::config::AcquireOptions {
+    crate::config::AcquireOptions::builder().ttl(ttl).build()
 }
 
 #[tokio::test(start_paused = true)]

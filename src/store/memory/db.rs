@@ -13,10 +13,10 @@ use uuid::Uuid;
 
 use super::doc::{Doc, Foreign, Registration};
 use super::rules::{Collection, apply_acquire};
-use crate::LeaseKind;
 use crate::foreign::ForeignRules;
 use crate::info::{HolderInfo, LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, Announcement, KeyWrite, field};
 
@@ -407,7 +407,7 @@ impl MemoryDb {
             .chain(mark.filter(|(_, _, exp)| *exp > now))
             .map(|(owner_id, registered_at, exp)| WaitingOwner {
                 owner_id,
-                kind: crate::LeaseKind::Exclusive,
+                kind: crate::kind::LeaseKind::Exclusive,
                 registered_at,
                 expires_at: self.system_time(exp),
             })

@@ -8,7 +8,7 @@ use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::LeaseKind;
+use crate::kind::LeaseKind;
 
 /// One lock document.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,8 +14,8 @@ use uuid::Uuid;
 use super::db::MemoryDb;
 use super::doc::{Doc, Holder};
 use super::rules::Collection;
-use crate::LeaseKind;
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::AcquireOutcome;
 

@@ -61,8 +61,8 @@ use super::control::Op;
 use super::db::MemoryDb;
 use super::rules::{Collection, release_doc};
 use super::store::MemoryStore;
-use crate::LeaseKind;
 use crate::error::Error;
+use crate::kind::LeaseKind;
 use crate::store::LeaseRef;
 use crate::store::light_acquire::{Found, acquired};
 use crate::store::light_release::{

@@ -16,11 +16,11 @@ use super::doc::{Doc, Holder, Registration};
 use super::kinds;
 use super::rules::{Collection, apply_acquire, apply_hand_over, lease_matches, release_doc};
 use super::store::{MemoryStore, lock_fields_document};
-use crate::LeaseKind;
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
@@ -146,7 +146,7 @@ impl Store for MemoryStore {
         &self,
         collection: &str,
         field: &str,
-        lock_id: Option<Arc<crate::LockIdFields>>,
+        lock_id: Option<Arc<crate::lock_id_fields::LockIdFields>>,
     ) -> Result<Arc<dyn Store>> {
         if self.place.is_some() {
             return Err(Error::InvalidConfig {
@@ -158,7 +158,7 @@ impl Store for MemoryStore {
         ))
     }
 
-    fn lock_id_fields(&self) -> Option<Arc<crate::LockIdFields>> {
+    fn lock_id_fields(&self) -> Option<Arc<crate::lock_id_fields::LockIdFields>> {
         self.lock_id.clone()
     }
 
@@ -559,7 +559,7 @@ impl MemoryStore {
             return crate::store::document_shape(shape).err();
         }
         shape.kind.validate().err().or_else(|| {
-            (shape.hold_at_least.is_some() && shape.kind != crate::LeaseKind::Exclusive).then(
+            (shape.hold_at_least.is_some() && shape.kind != crate::kind::LeaseKind::Exclusive).then(
                 || Error::InvalidConfig {
                     reason: format!(
                         "hold_at_least applies to exclusive leases only, not to a {} lease",

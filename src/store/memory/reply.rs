@@ -16,9 +16,9 @@ use super::db::MemoryDb;
 use super::doc::Doc;
 use super::rules::Collection;
 use super::store::MemoryStore;
-use crate::LeaseKind;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::store::replies::{self, FIRST_EXPIRY, LIVE, MINE, NOW, YIELDED};
 use crate::store::{AcquireOutcome, field};
 

@@ -50,7 +50,7 @@ pub(crate) struct MemoryStore {
     pub(super) place: Option<(String, String)>,
     /// In a place of in-document leases: the top-level `LockId` /
     /// `LockTime` fields kept for other clients, if opened with them.
-    pub(super) lock_id: Option<Arc<crate::LockIdFields>>,
+    pub(super) lock_id: Option<Arc<crate::lock_id_fields::LockIdFields>>,
     /// The stores of in-document leases this one opened, by collection and
     /// lock field (shared by clones), so that tests reach the actor's.
     pub(super) opened: Arc<Mutex<HashMap<(String, String), MemoryStore>>>,
@@ -129,7 +129,7 @@ impl MemoryStore {
         &self,
         collection: &str,
         field: &str,
-        lock_id: Option<Arc<crate::LockIdFields>>,
+        lock_id: Option<Arc<crate::lock_id_fields::LockIdFields>>,
     ) -> MemoryStore {
         lock(&self.opened)
             .entry((collection.to_string(), field.to_string()))

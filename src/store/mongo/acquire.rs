@@ -26,9 +26,9 @@ use super::rules::{
     inserted, key_filter, missing, next_token, our_shape, read_lease_id, restated_after,
     restated_seconds, this, transitions_after, yielded_by,
 };
-use crate::LeaseKind;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::light_acquire::{Found, acquired};
 use crate::store::light_release::{LightAcquire, LightAcquired};
@@ -552,7 +552,7 @@ impl MongoStore {
                 .await;
         }
         if shape.hold_at_least.is_some() {
-            return Err(crate::Error::InvalidConfig {
+            return Err(crate::error::Error::InvalidConfig {
                 reason: format!(
                     "hold_at_least applies to exclusive leases only, not to a {kind} lease"
                 ),

@@ -113,7 +113,7 @@ impl Store for MongoStore {
         &self,
         collection: &str,
         field: &str,
-        lock_id: Option<Arc<crate::LockIdFields>>,
+        lock_id: Option<Arc<crate::lock_id_fields::LockIdFields>>,
     ) -> Result<Arc<dyn Store>> {
         let store = document::DocumentStore::new(self, collection, field, lock_id)?;
         Ok(Arc::new(store))

@@ -7,9 +7,9 @@
 use super::acquire::{permits_used, stored_permits};
 use super::handle::MongoStore;
 use super::rules::{entries, entry_live, f, key_filter, our_shape};
-use crate::LeaseKind;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::kind::PermitsChange;
 use crate::store::field;
 use crate::store::read::{int, stored_kind};
@@ -108,7 +108,7 @@ impl MongoStore {
         key: LeaseKey,
         permits: u32,
     ) -> Result<PermitsChange> {
-        crate::LeaseKind::Permit { permits }.validate()?;
+        crate::kind::LeaseKind::Permit { permits }.validate()?;
         let found = self
             .bounded(
                 self.coll()

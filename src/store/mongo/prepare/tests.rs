@@ -27,8 +27,8 @@ fn timing(ttl: u64, heartbeat: u64, margin: u64) -> Timing {
         renewal_batch_size: 100,
         ttl_cap: None,
         watch_held_leases: false,
-        release_mode: crate::ReleaseMode::Keep,
-        contended_for: crate::store::light_release::CONTENDED_FOR,
+        release_mode: crate::config::ReleaseMode::Keep,
+        contended_for: crate::config::CONTENDED_FOR,
     }
 }
 

@@ -222,7 +222,7 @@ fn the_filters_of_leases_owners_and_delete_mode_are_one_filter_at_either_path() 
     let one = LeaseRef {
         key: "k".into(),
         lease_id: LID,
-        kind: crate::LeaseKind::Exclusive,
+        kind: crate::kind::LeaseKind::Exclusive,
     };
     let keys = doc! { "_id": "k" };
     let untaken = Bson::from(doc! { "$exists": false });

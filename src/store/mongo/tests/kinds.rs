@@ -4,7 +4,7 @@
 use mongodb::bson::DateTime;
 
 use super::*;
-use crate::LeaseKind;
+use crate::kind::LeaseKind;
 use std::time::Duration;
 
 use crate::store::AcquireOutcome;

@@ -741,8 +741,8 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
 #[tokio::test]
 async fn a_managers_acquires_and_releases_asked_for_at_once_are_grouped() {
     let env = Env::new().await;
-    let manager = crate::LeaseManager::connect(
-        crate::LeaseManagerOptions::builder()
+    let manager = crate::manager::LeaseManager::connect(
+        crate::config::LeaseManagerOptions::builder()
             .database(env.db.clone())
             .collection(env.collection.as_str())
             .build(),
@@ -752,7 +752,7 @@ async fn a_managers_acquires_and_releases_asked_for_at_once_are_grouped() {
     env.commands.counts();
     let keys: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
     let acquires = keys.iter().map(|k| manager.acquire(k.as_str()));
-    let leases: Vec<crate::Lease> = futures::future::join_all(acquires)
+    let leases: Vec<crate::lease::Lease> = futures::future::join_all(acquires)
         .await
         .into_iter()
         .map(|r| r.unwrap())
@@ -766,7 +766,7 @@ async fn a_managers_acquires_and_releases_asked_for_at_once_are_grouped() {
     assert!(counts.get("findAndModify") >= Some(&1), "{counts:?}");
     let releases = leases.into_iter().map(|l| l.release());
     for outcome in futures::future::join_all(releases).await {
-        assert_eq!(outcome.unwrap(), crate::ReleaseOutcome::Released);
+        assert_eq!(outcome.unwrap(), crate::status::ReleaseOutcome::Released);
     }
     let counts = env.commands.counts();
     // The first alone, the 19 in one `update`: all applied, no `find`.

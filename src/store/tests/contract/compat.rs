@@ -12,7 +12,7 @@ use std::time::Instant;
 use uuid::Uuid;
 
 use super::{Fixture, assert_held, held, lease, raw, take, yielded};
-use crate::DELETE_MIN_TOKEN_AGE;
+use crate::config::DELETE_MIN_TOKEN_AGE;
 use crate::store::{AcquireOutcome, DELETE_DELAY, Store, StoreExt};
 
 /// How long the four racers of

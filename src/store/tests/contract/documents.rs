@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{FIELD, Fixture, TTL, lease};
-use crate::DELETE_MIN_TOKEN_AGE;
+use crate::config::DELETE_MIN_TOKEN_AGE;
 use crate::key::LeaseKey;
 use crate::store::{AcquireOutcome, DELETE_DELAY, DocumentWrite, LeaseRef, Store};
 

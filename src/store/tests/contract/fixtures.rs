@@ -22,9 +22,11 @@ const DOCUMENTS: &str = "documents";
 const LOCK_ID_DOCUMENTS: &str = "lock_id_documents";
 
 /// `LockIdFields` with `max` as `max_duration`.
-fn lock_id_fields(max: Duration) -> Option<std::sync::Arc<crate::LockIdFields>> {
+fn lock_id_fields(max: Duration) -> Option<std::sync::Arc<crate::lock_id_fields::LockIdFields>> {
     Some(std::sync::Arc::new(
-        crate::LockIdFields::builder().max_duration(max).build(),
+        crate::lock_id_fields::LockIdFields::builder()
+            .max_duration(max)
+            .build(),
     ))
 }
 
@@ -307,7 +309,7 @@ impl Fixture for MongoFixture {
         };
         // Indexes as a manager creates them; a long grace keeps the TTL
         // monitor away from the scenario's documents.
-        let timing = crate::LeaseManagerOptions::builder()
+        let timing = crate::config::LeaseManagerOptions::builder()
             .database(fixture.db.clone())
             .collection(fixture.collection.clone())
             .build()

@@ -9,8 +9,8 @@ use mongodb::bson::Bson;
 use uuid::Uuid;
 
 use super::{Fixture, Planted, TTL, lease, take};
-use crate::LeaseKind;
 use crate::foreign::{ForeignExpiry, ForeignLockRule, ForeignRules};
+use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, Store};
 

@@ -10,8 +10,8 @@ use uuid::Uuid;
 
 use super::kinds::take_as;
 use super::{Fixture, retry_as};
-use crate::LeaseKind;
 use crate::info::LeaseInfo;
+use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, LeaseRef, Store};
 

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{Fixture, lease, retry_as};
-use crate::LeaseKind;
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, Announced, Announcement, KeyWrite, LeaseRef, Store};
 
@@ -627,7 +627,7 @@ pub(super) async fn a_bad_shape_is_refused_with_a_clear_error_and_nothing_writte
             .acquire_shaped(l.key.clone(), l.lease_id, true, a.default_ttl(), shape)
             .await;
         assert!(
-            matches!(outcome, Err(crate::Error::InvalidConfig { .. })),
+            matches!(outcome, Err(crate::error::Error::InvalidConfig { .. })),
             "{shape:?}: {outcome:?}"
         );
     }

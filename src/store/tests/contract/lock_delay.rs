@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::kinds::{shape, take_as};
 use super::{Fixture, held, raw, take};
-use crate::LeaseKind;
+use crate::kind::LeaseKind;
 use crate::store::light_release::{LightAcquire, LightAcquired};
 use crate::store::{AcquireOutcome, Store};
 

@@ -7,7 +7,7 @@ use mongodb::bson::{Document, doc};
 use uuid::Uuid;
 
 use super::{Fixture, raw};
-use crate::Error;
+use crate::error::Error;
 use crate::kind::{LeaseKind, LeaseShape};
 use crate::store::{AcquireOutcome, AcquireRequest, Store, StoreExt};
 

@@ -7,8 +7,8 @@ use crate::store::StoreExt;
 
 use super::kinds::{held_as, take_as};
 use super::{Fixture, retry_as, stores};
-use crate::LeaseKind;
 use crate::error::Error;
+use crate::kind::LeaseKind;
 use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::{AcquireOutcome, Store};
 

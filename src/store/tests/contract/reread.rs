@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::kinds::shape;
 use super::{Fixture, TTL, raw, stores, take};
-use crate::LeaseKind;
+use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, Store};
 

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::kinds::{shape, take_as};
 use super::{Fixture, TTL, stores, take};
-use crate::LeaseKind;
+use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::light_release::{LightAcquire, LightAcquired};
 use crate::store::{AcquireOutcome, HandOver, Store};

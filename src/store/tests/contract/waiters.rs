@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::kinds::{held_as, shape, take_as};
 use super::{Fixture, stores, take};
-use crate::LeaseKind;
 use crate::info::LeaseInfo;
+use crate::kind::LeaseKind;
 use crate::store::{AcquireOutcome, Store};
 
 fn owners(info: &LeaseInfo) -> Vec<&str> {

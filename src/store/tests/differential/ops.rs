@@ -15,8 +15,8 @@ use super::norm::{Reply, V};
 use super::world::{
     self, HOLDS, OWNERS, P1_AGE, P2_TTLS, P2_VALUES, P3_LIFETIMES, TTL, TTLS, World,
 };
-use crate::LeaseKind;
 use crate::key::LeaseKey;
+use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::light_release::LightAcquire;
 use crate::store::{AcquireRequest, LeaseRef, OverrideEnd, Store};

@@ -226,7 +226,7 @@ impl World {
                 }
             })
             .collect();
-        let timing = crate::LeaseManagerOptions::builder()
+        let timing = crate::config::LeaseManagerOptions::builder()
             .database(database.clone())
             .collection(name_of(&coll))
             .build()

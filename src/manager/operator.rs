@@ -11,10 +11,10 @@
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 
+use super::LeaseManager;
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::manager::LeaseManager;
 use crate::store::OverrideEnd;
 
 /// A force release of one key, awaited directly (`IntoFuture`):
