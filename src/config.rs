@@ -787,7 +787,7 @@ pub(crate) fn validate_owner_id(owner: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks a lease key: a type MongoDB accepts as `_id`, 1 to [`MAX_KEY_LEN`]
+/// Checks a lease key: a type MongoDB accepts as `_id`, 1 to [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN)
 /// bytes (see [`LeaseKey`]).
 pub(crate) fn validate_key(key: &LeaseKey) -> Result<()> {
     key.validate()

@@ -46,7 +46,7 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// regular expressions and `undefined` (MongoDB refuses them as `_id`), embedded
 /// documents with a field name starting with `$` at any depth (MongoDB refuses
 /// such an `_id`), the empty string, and keys longer than
-/// [`MAX_KEY_LEN`](MAX_KEY_LEN) bytes (UTF-8 bytes for a string, bytes
+/// [`MAX_KEY_LEN`] bytes (UTF-8 bytes for a string, bytes
 /// of the encoded BSON value for other types).
 ///
 /// # Identity and order

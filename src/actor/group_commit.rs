@@ -44,8 +44,11 @@ use super::{Actor, Event, Sent};
 use crate::error::Result;
 use crate::kind::LeaseKind;
 use crate::status::ReleaseOutcome;
-use crate::store::light_release::{LightAcquire, LightAcquired, LightRelease, MOST_PER_COMMAND};
 use crate::store::{AcquireOutcome, LeaseRef};
+use crate::store::{
+    light_acquire::{LightAcquire, LightAcquired},
+    light_release::{LightRelease, MOST_PER_COMMAND},
+};
 
 /// The light writes of one form of one place: whether a grouped call is
 /// in flight, and those queued behind it.

@@ -164,7 +164,7 @@ enum Event {
         place: Place,
         batch: Vec<(Target, Sent)>,
         grouped: bool,
-        answers: Vec<crate::store::light_release::LightAcquired>,
+        answers: Vec<crate::store::light_acquire::LightAcquired>,
     },
     /// A light release call answered (`group_commit`), as `LightAcquired`.
     LightReleased {

@@ -1,15 +1,14 @@
 //! The decision on a grouped light acquire, for both stores: which of its
 //! requests count as acquired, from the documents its read found
 //! ([`Found`]) and the local time from each request's attempt's start to
-//! the read's send ([`elapsed_before_find`]). The requests and answers are in
-//! [`light_release`](super::light_release) ([`LightAcquire`],
-//! [`LightAcquired`]).
+//! the read's send ([`elapsed_before_find`]); and the light acquire's
+//! request and answer ([`LightAcquire`], [`LightAcquired`]).
 //!
 //! A grouped light acquire is one write of every request (the light
 //! acquire's update, one upsert per key, not ordered), then one read of
 //! their documents: the write tells nothing per key, so the read decides.
 //! [`MongoStore`](super::MongoStore) reads the counts and documents the
-//! server returns (`mongo::light::batched`: an `update`, then a `find`
+//! server returns (`MongoStore::acquire_light_batch`: an `update`, then a `find`
 //! projecting `$$NOW`), the in-memory twin its own documents
 //! (`memory::light`), and both decide here, so that the simulation judges
 //! the decision the real store makes.
@@ -56,7 +55,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::light_release::{LightAcquire, LightAcquired};
+use crate::error::Error;
+use crate::key::LeaseKey;
 
 /// A key's document as the read after a grouped light acquire found it:
 /// what the decision needs of it.
@@ -125,3 +125,41 @@ pub(crate) fn acquired(
 
 #[cfg(test)]
 mod tests;
+
+/// A light acquire asked for: a new exclusive lease without a minimum hold
+/// of `key` by this owner under `lease_id`, expiring `ttl` after the
+/// server's now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LightAcquire {
+    pub key: LeaseKey,
+    pub lease_id: Uuid,
+    pub ttl: Duration,
+    /// When the attempt started (`Sent::sent_at`), before any write of it
+    /// was sent: the holder counts its local deadline from it, and a
+    /// grouped acquire's decision counts from it too
+    /// (this module).
+    pub started: Instant,
+}
+
+/// What a light acquire did.
+#[derive(Debug, Default)]
+pub(crate) enum LightAcquired {
+    /// This owner holds the key under the request's lease id, with this
+    /// fencing token, for at least the TTL from the request's send.
+    Acquired(u64),
+    /// This owner holds the key under the request's lease id, with this
+    /// fencing token, found by a grouped acquire's read with less time
+    /// left than the TTL from the request's start: the holder counts its
+    /// local deadline from `counts_from`, earlier than that start by the
+    /// shortfall, for which the lease lasts its TTL
+    /// (this module).
+    AcquiredShort { token: u64, counts_from: Instant },
+    /// Not applied, or not known to have (a grouped command that failed,
+    /// a transient error): the general form decides, under the same lease
+    /// id (it recognises a landed attempt as a retry).
+    #[default]
+    NotApplied,
+    /// The light form's own command failed (a batch of one) with an error
+    /// the general form would meet too.
+    Failed(Error),
+}

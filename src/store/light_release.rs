@@ -1,5 +1,5 @@
-//! The light forms' requests and answers, for both stores and the actor:
-//! [`LightAcquire`] and [`LightAcquired`], a light acquire and its answer;
+//! The light release's answer, for both stores and the actor (the light
+//! acquire's are in [`light_acquire`](super::light_acquire)):
 //! [`LightRelease`], the answer of one light release, and
 //! [`release_outcomes`], the decision on a grouped light release (many
 //! leases in one `update`, then a read of their documents unless all
@@ -8,8 +8,9 @@
 //! The actor groups them (its `group_commit`): light writes of one form
 //! asked for while one of that form is in flight go together, at most
 //! [`MOST_PER_COMMAND`] in one store call, once it returns; it remembers
-//! the keys where they did not apply ([`CONTENDED_FOR`](crate::config::CONTENDED_FOR)). The stores hold
-//! none of that: each call is one command (or one `update` and one
+//! the keys where they did not apply
+//! ([`CONTENDED_FOR`](crate::config::CONTENDED_FOR)). The stores hold none
+//! of that: each call is one command (or one `update` and one
 //! `find`), answered per request.
 //!
 //! [`MongoStore`](super::MongoStore) decides with [`release_outcomes`] on
@@ -33,14 +34,7 @@
 //!   whose command failed leaves every lease to the general release as
 //!   not applied, not as unknown.
 
-use std::time::Duration;
-
-use tokio::time::Instant;
-
-use uuid::Uuid;
-
 use crate::error::Error;
-use crate::key::LeaseKey;
 
 /// Most light writes in one store call; more queued go in further calls.
 pub(crate) const MOST_PER_COMMAND: usize = 256;
@@ -53,44 +47,6 @@ pub(crate) struct LightForms {
     pub acquire: bool,
     /// [`Store::release_light`](super::Store::release_light).
     pub release: bool,
-}
-
-/// A light acquire asked for: a new exclusive lease without a minimum hold
-/// of `key` by this owner under `lease_id`, expiring `ttl` after the
-/// server's now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LightAcquire {
-    pub key: LeaseKey,
-    pub lease_id: Uuid,
-    pub ttl: Duration,
-    /// When the attempt started (`Sent::sent_at`), before any write of it
-    /// was sent: the holder counts its local deadline from it, and a
-    /// grouped acquire's decision counts from it too
-    /// ([`light_acquire`](super::light_acquire)).
-    pub started: Instant,
-}
-
-/// What a light acquire did.
-#[derive(Debug, Default)]
-pub(crate) enum LightAcquired {
-    /// This owner holds the key under the request's lease id, with this
-    /// fencing token, for at least the TTL from the request's send.
-    Acquired(u64),
-    /// This owner holds the key under the request's lease id, with this
-    /// fencing token, found by a grouped acquire's read with less time
-    /// left than the TTL from the request's start: the holder counts its
-    /// local deadline from `counts_from`, earlier than that start by the
-    /// shortfall, for which the lease lasts its TTL
-    /// ([`light_acquire`](super::light_acquire)).
-    AcquiredShort { token: u64, counts_from: Instant },
-    /// Not applied, or not known to have (a grouped command that failed,
-    /// a transient error): the general form decides, under the same lease
-    /// id (it recognises a landed attempt as a retry).
-    #[default]
-    NotApplied,
-    /// The light form's own command failed (a batch of one) with an error
-    /// the general form would meet too.
-    Failed(Error),
 }
 
 /// What a light release did.

@@ -10,10 +10,13 @@ use futures::stream::BoxStream;
 use mongodb::bson::Document;
 use uuid::Uuid;
 
-use super::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use super::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
     LockPlace, OverrideEnd, release_instead,
+};
+use super::{
+    light_acquire::{LightAcquire, LightAcquired},
+    light_release::{LightForms, LightRelease},
 };
 use crate::error::Result;
 use crate::info::LeaseInfo;

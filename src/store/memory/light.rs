@@ -65,8 +65,9 @@ use crate::error::Error;
 use crate::kind::LeaseKind;
 use crate::store::LeaseRef;
 use crate::store::light_acquire::{Found, acquired};
-use crate::store::light_release::{
-    LightAcquire, LightAcquired, LightRelease, Read, release_outcomes,
+use crate::store::{
+    light_acquire::{LightAcquire, LightAcquired},
+    light_release::{LightRelease, Read, release_outcomes},
 };
 
 /// Applies the light acquire statement of `owner` to `request`'s key at

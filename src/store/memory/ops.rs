@@ -22,10 +22,13 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::kind::{LeaseShape, PermitsChange};
-use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
     LockPlace, OverrideEnd, Store, release_instead,
+};
+use crate::store::{
+    light_acquire::{LightAcquire, LightAcquired},
+    light_release::{LightForms, LightRelease},
 };
 
 impl Store for MemoryStore {

@@ -31,7 +31,7 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::light_acquire::{Found, acquired};
-use crate::store::light_release::{LightAcquire, LightAcquired};
+use crate::store::light_acquire::{LightAcquire, LightAcquired};
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
 use crate::store::{AcquireOutcome, AcquireRequest, MAX_QUEUE, field, replies};
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};

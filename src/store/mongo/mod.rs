@@ -63,10 +63,13 @@ use crate::config::ReleaseMode;
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::light_release::{LightAcquire, LightAcquired, LightForms, LightRelease};
 use crate::store::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, HandOver, LeaseRef, OverrideEnd,
     Store, release_instead,
+};
+use crate::store::{
+    light_acquire::{LightAcquire, LightAcquired},
+    light_release::{LightForms, LightRelease},
 };
 use futures::FutureExt;
 use futures::future::BoxFuture;

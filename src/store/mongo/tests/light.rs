@@ -9,8 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::MongoStore;
-use crate::store::light_release::{LightAcquire, LightAcquired, LightRelease};
 use crate::store::{AcquireOutcome, HandOver, LeaseRef, Store, field};
+use crate::store::{
+    light_acquire::{LightAcquire, LightAcquired},
+    light_release::LightRelease,
+};
 use mongodb::bson::{DateTime, Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
 use mongodb::{Collection, Database};

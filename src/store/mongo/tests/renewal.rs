@@ -53,7 +53,7 @@ async fn the_encoded_renewal_renews_and_tells_lost_leases_and_the_servers_refusa
             lease_id: Uuid::new_v4(),
             kind: crate::kind::LeaseKind::Exclusive,
         };
-        let request = crate::store::light_release::LightAcquire {
+        let request = crate::store::light_acquire::LightAcquire {
             key: lease.key.clone(),
             lease_id: lease.lease_id,
             ttl: Duration::from_secs(60),
@@ -63,7 +63,7 @@ async fn the_encoded_renewal_renews_and_tells_lost_leases_and_the_servers_refusa
         assert!(
             matches!(
                 answer,
-                Some(crate::store::light_release::LightAcquired::Acquired(_))
+                Some(crate::store::light_acquire::LightAcquired::Acquired(_))
             ),
             "{key} acquired: {answer:?}"
         );

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::{Fixture, Raw, TTL, assert_held, lease, raw, take};
 use crate::store::Store;
-use crate::store::light_release::{LightAcquire, LightAcquired};
+use crate::store::light_acquire::{LightAcquire, LightAcquired};
 
 /// A request whose attempt started a second before: as in the actor, whose
 /// attempts start before their write is sent, the bound has slack, so the

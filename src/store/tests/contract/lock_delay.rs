@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::kinds::{shape, take_as};
 use super::{Fixture, held, raw, take};
 use crate::kind::LeaseKind;
-use crate::store::light_release::{LightAcquire, LightAcquired};
+use crate::store::light_acquire::{LightAcquire, LightAcquired};
 use crate::store::{AcquireOutcome, Store};
 
 /// Longer than any scenario: a key it delays stays delayed throughout.

@@ -9,7 +9,7 @@ use super::kinds::{shape, take_as};
 use super::{Fixture, TTL, stores, take};
 use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
-use crate::store::light_release::{LightAcquire, LightAcquired};
+use crate::store::light_acquire::{LightAcquire, LightAcquired};
 use crate::store::{AcquireOutcome, HandOver, Store};
 
 async fn transitions(store: &impl Store, key: &str) -> u64 {

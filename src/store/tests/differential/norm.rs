@@ -18,9 +18,9 @@ use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::PermitsChange;
-use crate::store::light_release::{LightAcquired, LightRelease};
 use crate::store::memory::{Doc, MemoryDb};
 use crate::store::{AcquireOutcome, HandOver, LeaseRef, field};
+use crate::store::{light_acquire::LightAcquired, light_release::LightRelease};
 
 /// A value in the normal form.
 #[derive(Debug, Clone, PartialEq)]

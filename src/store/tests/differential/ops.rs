@@ -18,7 +18,7 @@ use super::world::{
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
-use crate::store::light_release::LightAcquire;
+use crate::store::light_acquire::LightAcquire;
 use crate::store::{AcquireRequest, LeaseRef, OverrideEnd, Store};
 
 /// One step, as drawn: its store calls (by owner index) or the other
