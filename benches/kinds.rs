@@ -15,7 +15,7 @@
 //! primitives are measured in interleaved rounds ([`ROUNDS`]) and each
 //! figure is the median of its rounds.
 //!
-//! * **sequential**: one task, `acquire_with` + `release` in a loop. The
+//! * **sequential**: one task, `acquire` + `release` in a loop. The
 //!   exclusive, permit (4 permits) and shared leases reuse one key; an
 //!   exclusive lease with `hold_at_least` stays held after its release, so
 //!   it takes a new key each time.
@@ -37,11 +37,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use mongo_lease::{AcquireOptions, LeaseKind, LeaseManager, LeaseManagerOptions};
+use mongo_lease::{Lease, LeaseKind, LeaseManager, LeaseManagerOptions, Semaphore};
 use mongodb::Client;
 use mongodb::bson::Document;
 use mongodb::event::{EventHandler, command::CommandEvent};
-use tokio_util::time::FutureExt as _;
 
 #[path = "common/mongod.rs"]
 mod mongod;
@@ -88,14 +87,16 @@ impl Primitive {
         }
     }
 
-    fn options(self) -> AcquireOptions {
-        match self {
-            Primitive::Exclusive => AcquireOptions::default(),
-            Primitive::Permit => AcquireOptions::builder()
-                .kind(LeaseKind::Permit { permits: PERMITS })
-                .build(),
-            Primitive::Shared => AcquireOptions::builder().kind(LeaseKind::Shared).build(),
-            Primitive::HoldAtLeast => AcquireOptions::builder().hold_at_least(HOLD).build(),
+    fn take(self) -> Take {
+        let (kind, hold_at_least) = match self {
+            Primitive::Exclusive => (LeaseKind::Exclusive, None),
+            Primitive::Permit => (LeaseKind::Permit { permits: PERMITS }, None),
+            Primitive::Shared => (LeaseKind::Shared, None),
+            Primitive::HoldAtLeast => (LeaseKind::Exclusive, Some(HOLD)),
+        };
+        Take {
+            kind,
+            hold_at_least,
         }
     }
 
@@ -221,11 +222,12 @@ async fn run(ops: usize) {
         .await
         .expect("connect");
     // Each primitive on HELD keys, then HELD permits of one semaphore key.
-    let one_key = AcquireOptions::builder()
-        .kind(LeaseKind::Permit {
+    let one_key = Take {
+        kind: LeaseKind::Permit {
             permits: HELD as u32,
-        })
-        .build();
+        },
+        hold_at_least: None,
+    };
     let mut renewal: HashMap<Primitive, Vec<f64>> = HashMap::new();
     let mut shape: HashMap<Primitive, (usize, usize)> = HashMap::new();
     let mut one_key_ms = Vec::new();
@@ -234,11 +236,11 @@ async fn run(ops: usize) {
         for primitive in PRIMITIVES {
             let name = primitive.name();
             let key = |i: usize| format!("r-{round}-{name}-{i:04}");
-            let tick = renewal_tick(&renewing, &updates, &primitive.options(), key).await;
+            let tick = renewal_tick(&renewing, &updates, primitive.take(), key).await;
             renewal.entry(primitive).or_default().push(tick.ms);
             shape.insert(primitive, (tick.commands, tick.keys));
         }
-        let tick = renewal_tick(&renewing, &updates, &one_key, |_| format!("r1-{round}")).await;
+        let tick = renewal_tick(&renewing, &updates, one_key, |_| format!("r1-{round}")).await;
         one_key_ms.push(tick.ms);
         one_key_shape = (tick.commands, tick.keys);
     }
@@ -293,30 +295,55 @@ async fn run(ops: usize) {
 /// acquisition here finds its key free or soon free: a hang is a bug).
 const STUCK: Duration = Duration::from_secs(60);
 
+/// How a measurement takes its leases: their kind (a permit of a semaphore
+/// of that many permits, on the lease's key), and a minimum hold.
+#[derive(Clone, Copy, Debug)]
+struct Take {
+    kind: LeaseKind,
+    hold_at_least: Option<Duration>,
+}
+
+impl Take {
+    /// A lease on `key`, or none within [`STUCK`].
+    async fn lease(
+        self,
+        manager: &LeaseManager,
+        key: String,
+    ) -> mongo_lease::Result<Option<Lease>> {
+        let acquired = match self.kind {
+            LeaseKind::Permit { permits } => {
+                let semaphore = Semaphore::new(manager, key, permits)?;
+                tokio::time::timeout(STUCK, semaphore.acquire()).await
+            }
+            LeaseKind::Shared => tokio::time::timeout(STUCK, manager.acquire(key).shared()).await,
+            _ => {
+                let mut request = manager.acquire(key);
+                if let Some(at_least) = self.hold_at_least {
+                    request = request.hold_at_least(at_least);
+                }
+                tokio::time::timeout(STUCK, request).await
+            }
+        };
+        acquired.ok().transpose()
+    }
+}
+
 /// A lease of `primitive` on `key`.
-async fn acquire(
-    manager: &LeaseManager,
-    key: String,
-    primitive: Primitive,
-    options: &AcquireOptions,
-) -> mongo_lease::Lease {
-    manager
-        .acquire_with(key.clone(), options)
-        .timeout(STUCK)
+async fn acquire(manager: &LeaseManager, key: String, primitive: Primitive) -> Lease {
+    primitive
+        .take()
+        .lease(manager, key.clone())
         .await
-        .ok()
-        .transpose()
         .unwrap_or_else(|e| panic!("acquire a {} lease: {e}", primitive.name()))
         .unwrap_or_else(|| panic!("no {} lease on {key} within {STUCK:?}", primitive.name()))
 }
 
 /// Acquire + release pairs per second of one task.
 async fn sequential(manager: &LeaseManager, primitive: Primitive, round: usize, ops: usize) -> f64 {
-    let options = primitive.options();
     let started = Instant::now();
     for i in 0..ops {
         // Task number TASKS: keys of their own, apart from the concurrent tasks'.
-        let lease = acquire(manager, primitive.key(round, TASKS, i), primitive, &options).await;
+        let lease = acquire(manager, primitive.key(round, TASKS, i), primitive).await;
         let outcome = lease.release().await.expect("release");
         assert!(!outcome.was_lost(), "a {} lease was lost", primitive.name());
     }
@@ -330,11 +357,10 @@ async fn concurrent(manager: &LeaseManager, primitive: Primitive, round: usize, 
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
             let manager = manager.clone();
-            let options = primitive.options();
             tokio::spawn(async move {
                 for i in 0..per_task {
                     let key = primitive.key(round, task, i);
-                    let lease = acquire(&manager, key, primitive, &options).await;
+                    let lease = acquire(&manager, key, primitive).await;
                     let outcome = lease.release().await.expect("release");
                     assert!(!outcome.was_lost(), "a {} lease was lost", primitive.name());
                 }
@@ -358,26 +384,23 @@ struct Tick {
     keys: usize,
 }
 
-/// Acquires [`HELD`] leases with `options` (lease `i` on `key(i)`), times
+/// Acquires [`HELD`] leases as `take` says (lease `i` on `key(i)`), times
 /// the next heartbeat tick's renewal of them all, and releases them.
 async fn renewal_tick(
     manager: &LeaseManager,
     updates: &Updates,
-    options: &AcquireOptions,
+    take: Take,
     key: impl Fn(usize) -> String,
 ) -> Tick {
     let leases: Vec<_> = futures::stream::iter(0..HELD)
-        .map(|i| manager.acquire_with(key(i), options).timeout(STUCK))
+        .map(|i| take.lease(manager, key(i)))
         .buffer_unordered(64)
-        .map(|timed| timed.ok().transpose())
         .try_collect::<Vec<_>>()
         .await
-        .unwrap_or_else(|e| panic!("acquire {HELD} leases ({:?}): {e}", options.kind))
+        .unwrap_or_else(|e| panic!("acquire {HELD} leases ({:?}): {e}", take.kind))
         .into_iter()
         .map(|lease| {
-            lease.unwrap_or_else(|| {
-                panic!("a {:?} lease not acquired within {STUCK:?}", options.kind)
-            })
+            lease.unwrap_or_else(|| panic!("a {:?} lease not acquired within {STUCK:?}", take.kind))
         })
         .collect();
     // Only renewals send `update` and `find` commands while the leases are
@@ -390,11 +413,11 @@ async fn renewal_tick(
         tokio::time::sleep(Duration::from_millis(20)).await;
         // A lost lease is never renewed again, so no `update` would ever
         // name every lease: fail, naming the loss, instead of waiting.
-        let lost = leases.iter().filter(|l| l.is_lost()).count();
+        let lost = leases.iter().filter(|l| l.status().is_lost()).count();
         assert!(
             lost == 0,
             "{lost} of {HELD} {:?} leases lost before a renewal named them all",
-            options.kind
+            take.kind
         );
         let log = updates.0.lock().unwrap();
         let Some(&(first, end, keys)) = log
@@ -422,7 +445,10 @@ async fn renewal_tick(
             keys,
         };
     };
-    assert!(leases.iter().all(|l| !l.is_lost()), "no lease lost");
+    assert!(
+        leases.iter().all(|l| !l.status().is_lost()),
+        "no lease lost"
+    );
     manager.release_all().await.expect("release_all");
     drop(leases);
     tick

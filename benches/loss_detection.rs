@@ -196,12 +196,12 @@ async fn run(samples: usize, held: usize) {
                         .expect("rewrite");
                 }
             }
-            tokio::time::timeout(BOUND, lease.lost())
+            tokio::time::timeout(BOUND, lease.status().lost())
                 .await
                 .unwrap_or_else(|_| panic!("{kind}: not lost within {BOUND:?}"));
             delays.push(sent.elapsed());
             if kind == "delete by aid" {
-                tokio::time::timeout(BOUND, anchor.lost())
+                tokio::time::timeout(BOUND, anchor.status().lost())
                     .await
                     .expect("the anchor is lost too");
                 anchor = manager.acquire("anchor").await.expect("anchor");

@@ -371,9 +371,12 @@ async fn leases(db: &mongodb::Database, n: usize) -> Readings {
          RSS/lease min {rss_min:.0} B, median {rss_median:.0} B, max {rss_max:.0} B; \
          heap/lease min {heap_min:.0} B, median {heap_median:.0} B, max {heap_max:.0} B"
     );
-    assert!(leases.iter().all(|l| !l.is_lost()), "no lease lost");
+    assert!(
+        leases.iter().all(|l| !l.status().is_lost()),
+        "no lease lost"
+    );
     manager.shutdown().await.expect("shutdown");
-    assert!(leases.iter().all(|l| l.is_lost()));
+    assert!(leases.iter().all(|l| l.status().is_lost()));
     Readings {
         before,
         acquired,

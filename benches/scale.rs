@@ -130,12 +130,15 @@ async fn run(keys: usize) {
     let first = tick.iter().map(|(at, _, _)| *at).min().unwrap();
     let last = tick.iter().map(|(_, end, _)| *end).max().unwrap();
     let renewal = last - first;
-    assert!(leases.iter().all(|l| !l.is_lost()), "no lease lost");
+    assert!(
+        leases.iter().all(|l| !l.status().is_lost()),
+        "no lease lost"
+    );
 
     let shutdown_started = Instant::now();
     manager.shutdown().await.expect("shutdown");
     let shutdown = shutdown_started.elapsed();
-    assert!(leases.iter().all(|l| l.is_lost()));
+    assert!(leases.iter().all(|l| l.status().is_lost()));
     let live = db
         .collection::<Document>("scale.lock")
         .count_documents(doc! { "lid": { "$exists": true } })

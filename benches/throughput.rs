@@ -682,7 +682,10 @@ async fn renewal_cost(db: &Database, raw_db: &Database, log: &CommandLog, n: usi
             .and_then(|s| s.get("nWouldModify").cloned())
             .unwrap_or(Bson::Null),
     );
-    assert!(leases.iter().all(|l| !l.is_lost()), "no lease lost");
+    assert!(
+        leases.iter().all(|l| !l.status().is_lost()),
+        "no lease lost"
+    );
     manager.shutdown().await.expect("shutdown");
 }
 

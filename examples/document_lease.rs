@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, LeaseManager, LeaseManagerOptions};
+use mongo_lease::{LeaseManager, LeaseManagerOptions};
 use mongodb::bson::{Document, doc};
 
 const TURNS: usize = 3;
@@ -77,11 +77,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn take_turns(name: &'static str, manager: LeaseManager) -> mongo_lease::Result<()> {
     let items = manager.documents::<Document>("workitem").await?;
     // The item to create if it does not exist yet.
-    let create = DocumentAcquireOptions::builder()
-        .create(doc! { "state": "new", "turns": 0, "log": [] })
-        .build();
+    let create = doc! { "state": "new", "turns": 0, "log": [] };
     for _ in 0..TURNS {
-        let item = items.acquire_with("item-17", create.clone()).await?;
+        let item = items.acquire("item-17").create(create.clone()).await?;
         println!(
             "{name:>5}: acquired item-17 (fencing token {}), turns so far: {}",
             item.lease().fencing_token(),

@@ -75,7 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     println!("{name}: leading in term {}", leader.term());
                     let addr = format!("10.0.0.7:{port}");
                     leader.set_payload(doc! { "addr": addr }).await.ok();
-                    leader.lost().await; // "work" until leadership is lost
+                    leader.status().lost().await; // "work" until leadership is lost
                     println!("{name}: lost leadership of term {}", leader.term());
                 })
                 .await

@@ -356,7 +356,7 @@ impl Worker {
         let (mut last_ts, mut renewals, mut shown) = (ts0, 0, false);
         while began.elapsed() < duration {
             tokio::select! {
-                _ = lease.lost() => {
+                _ = lease.status().lost() => {
                     self.say(key, "LOST: cancellation token fired, stopping work");
                     return Ok(false);
                 }
@@ -419,7 +419,7 @@ impl Worker {
         let token = lease.fencing_token();
         let held = Instant::now();
         let completed = self.work(&lease, JOB).await?;
-        let write = if completed && !lease.is_lost() {
+        let write = if completed && !lease.status().is_lost() {
             match self.fenced_write(key, lease.fence()).await? {
                 Ok(()) => "result written (fenced)".to_string(),
                 Err((fence, by)) => format!("result REFUSED (fence {fence} by {by})"),
@@ -449,7 +449,7 @@ impl Worker {
         let lease = self.acquire(key).await?;
         let token = lease.fencing_token();
         // Runs on this (delta's) runtime: prints when the manager signals the loss.
-        let lost = lease.lost();
+        let lost = lease.status().lost();
         let demo = self.demo.clone();
         let watcher = tokio::spawn(async move {
             lost.await;
@@ -474,13 +474,14 @@ impl Worker {
         // deadline is read without the manager). It writes anyway, to show
         // the fence.
         let reason = lease
+            .status()
             .lost_reason()
             .map_or_else(|| "none".to_string(), |r| r.to_string());
         self.say(
             key,
             format!(
                 "thaws: is_lost() = {} (reason: {reason}), yet writes its result with token {token}",
-                lease.is_lost()
+                lease.status().is_lost()
             ),
         );
         match self.fenced_write(key, lease.fence()).await? {
@@ -498,7 +499,7 @@ impl Worker {
                 ));
             }
         }
-        tokio::time::timeout(TTL, lease.lost()).await?;
+        tokio::time::timeout(TTL, lease.status().lost()).await?;
         watcher.await?;
         let outcome = lease.release().await?;
         debug_assert_eq!(outcome, ReleaseOutcome::AlreadyLost);

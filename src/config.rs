@@ -412,121 +412,19 @@ impl Timing {
     }
 }
 
-/// Options of one acquisition, for [`LeaseManager::acquire_with`] and its
-/// siblings, built with [`AcquireOptions::builder`]; `AcquireOptions::default()`
-/// is what [`LeaseManager::acquire`] uses. A struct (rather than more
-/// arguments) so that options can be added without breaking callers.
-///
-/// # Examples
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use mongo_lease::{AcquireOptions, LeaseManager};
-///
-/// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
-/// let long = AcquireOptions::builder().ttl(Duration::from_secs(120)).build();
-/// let lease = manager.acquire_with("report-2024", &long).await?;
-/// assert_eq!(lease.ttl(), Duration::from_secs(120));
-/// # Ok(()) }
-/// ```
-///
-/// [`LeaseManager::acquire_with`]: crate::LeaseManager::acquire_with
-/// [`LeaseManager::acquire`]: crate::LeaseManager::acquire
-#[derive(Debug, Clone, Default, PartialEq, TypedBuilder)]
-#[non_exhaustive]
-pub struct AcquireOptions {
-    /// This lease's time-to-live, stored with it (`exp = $$NOW + ttl` at the
-    /// acquire and at each renewal). Default: the manager's
-    /// [`ttl`](LeaseManagerOptions::ttl).
-    ///
-    /// The manager's heartbeat renews every lease, so the manager's rule
-    /// applies with its heartbeat interval, safety margin and clock skew as
-    /// they are: `heartbeat_interval < ttl − safety_margin − clock_skew`. The safety margin is not
-    /// scaled with the lease's TTL: it is the time the holder needs to stop
-    /// its work, and the clock-rate difference it covers grows with the time
-    /// since the last confirmed renewal, which the heartbeat bounds, not the
-    /// TTL. A TTL shorter than 10 ms is refused, as for the manager.
-    #[builder(default, setter(strip_option))]
-    pub ttl: Option<Duration>,
-    /// How the lease holds its key: [`LeaseKind::Exclusive`] (the default),
-    /// [`LeaseKind::Shared`], or one permit of a semaphore
-    /// ([`LeaseKind::Permit`]). See [`LeaseKind`] for the rules. Leases of
-    /// the lock collection only: in-document leases are exclusive.
-    ///
-    /// [`LeaseKind::Exclusive`]: crate::LeaseKind::Exclusive
-    /// [`LeaseKind::Shared`]: crate::LeaseKind::Shared
-    /// [`LeaseKind::Permit`]: crate::LeaseKind::Permit
-    #[builder(default)]
-    pub kind: crate::kind::LeaseKind,
-    /// Keep the key held until the acquisition time plus this, by the
-    /// server's clock, even if the lease is released (or its holder dies)
-    /// earlier: a job guarded by such a lease runs at most once per
-    /// `hold_at_least` across processes, however fast it ends and however
-    /// far apart the processes' clocks and schedules are (ShedLock's
-    /// `lockAtLeastFor`). The lease itself is renewed and lost as any other;
-    /// only the key stays unavailable after its release. Default: `None`.
-    /// Exclusive leases only; at least 1 ms, and not longer than the TTL
-    /// index another application keeps on `ts` (which would delete the
-    /// document earlier).
-    #[builder(default, setter(strip_option))]
-    pub hold_at_least: Option<Duration>,
-    /// Who acquires: an explicit holder ([`HolderId`](crate::HolderId)).
-    /// While that holder holds the key, a second acquisition of it with the
-    /// same holder never waits on itself: it re-enters the lease if
-    /// [`reentrant`](AcquireOptions::reentrant), and otherwise fails at once
-    /// with [`Error::AlreadyHeld`](crate::Error::AlreadyHeld) (a try too).
-    /// Default: `None`, every acquisition is its own holder and a second
-    /// one waits in the key's queue like any other caller.
-    #[builder(default, setter(strip_option))]
-    pub holder: Option<crate::holder::HolderId>,
-    /// Re-enter a lease the [`holder`](AcquireOptions::holder) already holds
-    /// on the key, of the same kind: the acquisition returns at once, with
-    /// no round trip, a [`Lease`](crate::Lease) of the same acquisition
-    /// (same fencing token, TTL and cancellation token), counted: the key
-    /// is released when the last of its entries is released or dropped.
-    /// This acquisition's `ttl` and `hold_at_least` are not applied (the
-    /// lease keeps its own). Default: `false`. Needs a `holder`.
-    #[builder(default)]
-    pub reentrant: bool,
-    /// A lease that is **not** renewed: it ends at its acquisition plus
-    /// this, by the server's clock (`exp = $$NOW + hold_at_most`, written
-    /// once by the acquiring write), even if its holder lives and never
-    /// releases it (ShedLock's `lockAtMostFor`, Redisson's
-    /// `lock(leaseTime)`). Its cancellation token fires with
-    /// [`LossReason::Expired`](crate::LossReason::Expired) at its local
-    /// deadline, the acquiring write's send + `hold_at_most` − the safety
-    /// margin, when the manager releases it (as any lease whose deadline
-    /// passed: the key is free for others a safety margin before the
-    /// server's expiry, or at that expiry if the release fails). An
-    /// acquisition retried after an unknown outcome counts from the retry
-    /// that confirmed it.
-    ///
-    /// It takes the place of [`ttl`](Self::ttl) (give one or the other);
-    /// longer than the manager's safety margin, at least 10 ms, and not
-    /// shorter than [`hold_at_least`](Self::hold_at_least). Such a lease is
-    /// checked by no renewal: a force release of it is noticed at its
-    /// deadline, and [`Lease::set_ttl`](crate::Lease::set_ttl) refuses it.
-    /// Default: `None` (renewed until released).
-    #[builder(default, setter(strip_option))]
-    pub hold_at_most: Option<Duration>,
-    /// A payload written by the acquiring write itself (field `data`, as
-    /// [`Lease::set_payload`](crate::Lease::set_payload) writes it), so that
-    /// nobody reading the key ([`LeaseManager::inspect`](crate::LeaseManager::inspect),
-    /// [`LeaseManager::observe`](crate::LeaseManager::observe), `list`)
-    /// ever sees this acquisition without it. At most
-    /// [`MAX_PAYLOAD_LEN`](crate::MAX_PAYLOAD_LEN) bytes of BSON, field
-    /// names not empty, without dots, not starting with `$`. Exclusive
-    /// leases of the lock collection only. Default: `None` (the lease
-    /// starts without payload).
-    #[builder(default, setter(strip_option))]
-    pub payload: Option<mongodb::bson::Document>,
-    /// How many permits of a semaphore the lease takes at once, all or
-    /// none ([`LeaseKind::Permit`](crate::LeaseKind::Permit) only; see
-    /// [`Semaphore::acquire_many`](crate::Semaphore::acquire_many)): 1 to
-    /// the semaphore's number of permits. Default: `None`, one permit. The
-    /// lease is renewed, lost and released as one, with one fencing token.
-    #[builder(default, setter(strip_option))]
-    pub permits_taken: Option<u32>,
+/// The options of one acquisition, as its request ([`Acquire`](crate::Acquire))
+/// set them; each is documented on the request's method of the same name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct AcquireOptions {
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) kind: crate::kind::LeaseKind,
+    pub(crate) hold_at_least: Option<Duration>,
+    pub(crate) holder: Option<crate::holder::HolderId>,
+    pub(crate) reentrant: bool,
+    pub(crate) hold_at_most: Option<Duration>,
+    pub(crate) payload: Option<mongodb::bson::Document>,
+    /// [`Acquire::permits`](crate::Acquire::permits).
+    pub(crate) permits_taken: Option<u32>,
 }
 
 fn invalid(reason: impl Into<String>) -> Error {
@@ -537,13 +435,13 @@ fn invalid(reason: impl Into<String>) -> Error {
 
 impl Timing {
     /// The kind and minimum hold of a lease acquired with `options`, checked
-    /// before any round trip (see [`AcquireOptions::kind`] and
-    /// [`AcquireOptions::hold_at_least`]).
+    /// before any round trip (see [`Acquire::shared`] and
+    /// [`Acquire::hold_at_least`]).
     pub(crate) fn lease_shape(&self, options: &AcquireOptions) -> Result<LeaseShape> {
         options.kind.validate()?;
         if options.reentrant && options.holder.is_none() {
             return Err(invalid(
-                "reentrant needs a holder (AcquireOptions::holder): re-entry is by the same holder",
+                "reentrant needs a holder (Acquire::holder): re-entry is by the same holder",
             ));
         }
         let shape = LeaseShape {
@@ -610,7 +508,7 @@ impl Timing {
     }
 
     /// The TTL of a lease acquired with `options`, checked before any round
-    /// trip (see [`AcquireOptions::ttl`]).
+    /// trip (see [`Acquire::ttl`]).
     pub(crate) fn lease_ttl(&self, options: &AcquireOptions) -> Result<Duration> {
         if let Some(at_most) = options.hold_at_most {
             self.check_hold_at_most(options, at_most)?;
@@ -622,7 +520,7 @@ impl Timing {
         }
     }
 
-    /// Checks `at_most`, the [`AcquireOptions::hold_at_most`] of `options`.
+    /// Checks `at_most`, the [`Acquire::hold_at_most`] of `options`.
     fn check_hold_at_most(&self, options: &AcquireOptions, at_most: Duration) -> Result<()> {
         if options.ttl.is_some() {
             return Err(invalid(
@@ -649,7 +547,7 @@ impl Timing {
     }
 
     /// Checks `ttl`, the TTL of a lease the heartbeat renews (at its
-    /// acquisition, [`AcquireOptions::ttl`], or later,
+    /// acquisition, [`Acquire::ttl`], or later,
     /// [`Lease::set_ttl`](crate::Lease::set_ttl)).
     pub(crate) fn renewed_ttl(&self, ttl: Duration) -> Result<Duration> {
         if ttl < Duration::from_millis(10) {

@@ -53,7 +53,7 @@ impl From<Vec<Document>> for DocumentUpdate {
     }
 }
 
-/// Checks a lock field name given to [`LeaseManager::documents_in_field`].
+/// Checks a lock field name given to [`OpenDocuments::field`](crate::OpenDocuments::field).
 pub(crate) fn check_field(field: &str) -> Result<()> {
     if field.is_empty()
         || field == "_id"

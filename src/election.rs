@@ -3,21 +3,19 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use mongodb::bson::Document;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use crate::actor::command::AcquireMode;
 use crate::config::validate_key;
 use crate::error::Result;
 use crate::info::{LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseHandle, LeaseObserver};
 use crate::manager::LeaseManager;
-use crate::status::ReleaseOutcome;
-use crate::status::{LeaseEvents, LeaseState, LossReason};
+use crate::status::{LeaseStatus, ReleaseOutcome};
 
 /// One leader election, by name, among the processes that share a lock
 /// collection. Cheap to clone; every clone campaigns for the same manager.
@@ -48,7 +46,7 @@ use crate::status::{LeaseEvents, LeaseState, LossReason};
 /// election
 ///     .run_as_leader(|leader| async move {
 ///         println!("leading in term {}", leader.term());
-///         leader.lost().await; // stop when leadership is lost
+///         leader.status().lost().await; // stop when leadership is lost
 ///     })
 ///     .await?;
 /// # Ok(()) }
@@ -80,7 +78,7 @@ impl Election {
     }
 
     /// This candidate's payload (its address, say), written by the very
-    /// write that makes it leader ([`AcquireOptions::payload`](crate::AcquireOptions::payload)):
+    /// write that makes it leader ([`Acquire::payload`](crate::request::Acquire::payload)):
     /// an observer ([`Election::leader`], [`Election::observe`]) never sees
     /// its term without it. Etcd's `Campaign(ctx, val)`.
     ///
@@ -143,8 +141,9 @@ impl Election {
     pub async fn campaign(&self) -> Result<Leadership> {
         let lease = self
             .manager
-            .acquire_with(self.name.clone(), &self.options)
-            .await?;
+            .acquire_key(self.name.clone(), AcquireMode::Wait, &self.options)
+            .await?
+            .ok_or(crate::error::Error::Shutdown)?;
         Ok(self.won(lease))
     }
 
@@ -160,7 +159,7 @@ impl Election {
     pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
         let lease = self
             .manager
-            .try_acquire_with(self.name.clone(), &self.options)
+            .acquire_key(self.name.clone(), AcquireMode::Try, &self.options)
             .await?;
         Ok(lease.map(|lease| self.won(lease)))
     }
@@ -278,12 +277,12 @@ impl Election {
     ///    when leadership is lost, and awaits the future `f` returns;
     /// 3. if leadership was lost by the time the future completed (its
     ///    token fired, or its local deadline passed before the manager task
-    ///    could fire it: [`LeaderContext::is_lost`]), the output is dropped
+    ///    could fire it: [`LeaseStatus::is_lost`]), the output is dropped
     ///    and it starts again at 1;
     /// 4. otherwise it resigns and returns the output.
     ///
     /// The future must stop promptly when the token fires (`select!` on
-    /// [`LeaderContext::lost`]): it is awaited to its end, never aborted,
+    /// [`LeaseStatus::lost`]): it is awaited to its end, never aborted,
     /// so that a new campaign starts only once it has stopped.
     ///
     /// A returned output was produced while leader: leadership was held when
@@ -312,7 +311,7 @@ impl Election {
         loop {
             let leadership = self.campaign().await?;
             let output = f(leadership.context()).await;
-            if leadership.is_lost() {
+            if leadership.status().is_lost() {
                 tracing::info!(
                     election = %self.name,
                     term = leadership.term(),
@@ -343,8 +342,8 @@ impl fmt::Debug for Election {
 
 /// This candidate's leadership: a held lease on the election's key.
 ///
-/// The manager renews it in the background. Stop acting as leader when
-/// [`lost`](Lease::lost) completes, and pass its
+/// The manager renews it in the background. Stop acting as leader when its
+/// [`status`](Leadership::status) reads lost, and pass its
 /// [term](Leadership::term) to every resource the leader writes, so a stale
 /// leader's writes can be refused. Dropping it resigns in the background;
 /// prefer [`Leadership::resign`].
@@ -355,8 +354,20 @@ pub struct Leadership {
 
 impl Leadership {
     /// The election's name.
-    pub fn election(&self) -> &LeaseKey {
+    pub fn name(&self) -> &LeaseKey {
         &self.election
+    }
+
+    /// The leader's lease: its owner id, TTL, payload
+    /// ([`Lease::set_payload`], seen by [`Election::leader`] and
+    /// [`Election::observe`]).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// How the leadership stands (see [`LeaseStatus`]): lost when its lease is.
+    pub fn status(&self) -> LeaseStatus {
+        self.lease.status()
     }
 
     /// The term: the fencing token of the lease, strictly greater than every
@@ -393,21 +404,9 @@ impl Leadership {
         LeaderContext {
             election: self.election.clone(),
             term: self.term(),
-            state: self.lease.state().clone(),
+            status: self.lease.status(),
             lease: self.lease.handle(),
         }
-    }
-}
-
-/// A leadership is its lease: [`Lease::lost`], [`Lease::cancellation_token`],
-/// [`Lease::is_lost`], [`Lease::lost_reason`], [`Lease::events`],
-/// [`Lease::owner_id`] and [`Lease::set_payload`] (the leader's payload, seen
-/// by [`Election::leader`] and [`Election::observe`]) are called on it.
-impl std::ops::Deref for Leadership {
-    type Target = Lease;
-
-    fn deref(&self) -> &Lease {
-        &self.lease
     }
 }
 
@@ -416,8 +415,8 @@ impl fmt::Debug for Leadership {
         f.debug_struct("Leadership")
             .field("election", &self.election)
             .field("term", &self.term())
-            .field("owner_id", &self.owner_id())
-            .field("lost", &self.is_lost())
+            .field("owner_id", &self.lease.owner_id())
+            .field("lost", &self.status().is_lost())
             .finish()
     }
 }
@@ -428,14 +427,13 @@ impl fmt::Debug for Leadership {
 pub struct LeaderContext {
     election: LeaseKey,
     term: u64,
-    /// The leader's lease state, shared with its `Lease` and the manager.
-    state: Arc<LeaseState>,
+    status: LeaseStatus,
     lease: LeaseHandle,
 }
 
 impl LeaderContext {
     /// The election's name.
-    pub fn election(&self) -> &LeaseKey {
+    pub fn name(&self) -> &LeaseKey {
         &self.election
     }
 
@@ -444,37 +442,9 @@ impl LeaderContext {
         self.term
     }
 
-    /// A token cancelled when leadership is lost.
-    pub fn cancellation_token(&self) -> CancellationToken {
-        self.state.token().clone()
-    }
-
-    /// Completes when leadership is lost. The future does not borrow the
-    /// context, as [`Lease::lost`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future has no effect on the leadership.
-    pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.state.token().clone().cancelled_owned()
-    }
-
-    /// `true` once leadership has been lost: the token fired, or the
-    /// lease's local deadline has passed, read without the manager task
-    /// (see [`Lease::is_lost`]).
-    pub fn is_lost(&self) -> bool {
-        self.state.is_lost()
-    }
-
-    /// Why leadership was lost; `None` while it is held (see
-    /// [`Lease::lost_reason`]).
-    pub fn lost_reason(&self) -> Option<LossReason> {
-        self.state.lost_reason()
-    }
-
-    /// The events of the leader's lease (see [`Lease::events`]).
-    pub fn events(&self) -> LeaseEvents {
-        self.state.events()
+    /// How the leadership stands (see [`LeaseStatus`]).
+    pub fn status(&self) -> LeaseStatus {
+        self.status.clone()
     }
 
     /// Publishes the leader's payload (see [`Lease::set_payload`]).
@@ -496,7 +466,7 @@ impl fmt::Debug for LeaderContext {
         f.debug_struct("LeaderContext")
             .field("election", &self.election)
             .field("term", &self.term)
-            .field("lost", &self.is_lost())
+            .field("lost", &self.status.is_lost())
             .finish()
     }
 }

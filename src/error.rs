@@ -168,7 +168,7 @@ pub enum Error {
 
     /// An in-document lease was asked for a document that does not exist,
     /// without fields to create it with
-    /// ([`DocumentAcquireOptions::create`](crate::DocumentAcquireOptions::create)).
+    /// ([`AcquireDocument::create`](crate::AcquireDocument::create)).
     /// Nothing was written.
     #[error(
         "no document has _id {} in the collection of in-document leases",
@@ -218,17 +218,17 @@ pub enum Error {
         requested: crate::kind::LeaseKind,
     },
 
-    /// The acquisition's holder ([`AcquireOptions::holder`]) already holds
+    /// The acquisition's holder ([`Acquire::holder`]) already holds
     /// the key, and the acquisition did not ask to re-enter it
-    /// ([`AcquireOptions::reentrant`]), or asked for another kind than the
+    /// ([`Acquire::reentrant`]), or asked for another kind than the
     /// lease held: waiting would wait on itself. Nothing was sent; the
     /// holder's lease is unchanged.
     ///
-    /// [`AcquireOptions::holder`]: crate::AcquireOptions::holder
-    /// [`AcquireOptions::reentrant`]: crate::AcquireOptions::reentrant
+    /// [`Acquire::holder`]: crate::Acquire::holder
+    /// [`Acquire::reentrant`]: crate::Acquire::reentrant
     #[error(
         "the key {} is already held by this holder; acquiring it again would wait on itself \
-         (AcquireOptions::reentrant re-enters a lease of the same kind)",
+         (Acquire::reentrant re-enters a lease of the same kind)",
         .key.to_extended_json()
     )]
     AlreadyHeld {
@@ -470,7 +470,7 @@ pub enum Operation {
     Acquire,
     /// `inspect`.
     Inspect,
-    /// `list` or `list_page`.
+    /// `list`, or a page of it.
     List,
     /// `force_release`.
     ForceRelease,

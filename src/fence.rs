@@ -148,8 +148,8 @@ impl Lease {
             lease_id: self.lease_id(),
             owner: self.owner_id(),
         };
-        let result = run_fenced(client, check, || self.is_lost(), context, callback).await;
-        if matches!(result, Err(Error::LeaseLost { .. })) && !self.is_lost() {
+        let result = run_fenced(client, check, || self.status().is_lost(), context, callback).await;
+        if matches!(result, Err(Error::LeaseLost { .. })) && !self.status().is_lost() {
             self.check_now();
         }
         result

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The identity of one local holder, named explicitly: the "same holder" of
-/// a re-entrant acquisition ([`AcquireOptions::holder`]).
+/// a re-entrant acquisition ([`Acquire::holder`]).
 ///
 /// Java's reentrant locks (Redisson's `RLock`, Curator's
 /// `InterProcessMutex`, Hazelcast's `FencedLock`) take the calling thread
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// runs them; acquisitions without one are always different holders.
 ///
 /// An acquisition whose holder already holds the key never waits on itself:
-/// with [`AcquireOptions::reentrant`] it re-enters the lease (same lease,
+/// with [`Acquire::reentrant`] it re-enters the lease (same lease,
 /// same fencing token, one more entry to release), without it it fails at
 /// once with [`Error::AlreadyHeld`]. The rules are in docs/reentrancy.md.
 ///
@@ -25,22 +25,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// # Examples
 ///
 /// ```no_run
-/// use mongo_lease::{AcquireOptions, HolderId, LeaseManager};
+/// use mongo_lease::{HolderId, LeaseManager};
 ///
 /// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
 /// let me = HolderId::new();
-/// let options = AcquireOptions::builder().holder(me).reentrant(true).build();
-/// let outer = manager.acquire_with("invoice-42", &options).await?;
+/// let outer = manager.acquire("invoice-42").holder(me).reentrant().await?;
 /// // Deeper in the same unit of work: re-enters, at once.
-/// let inner = manager.acquire_with("invoice-42", &options).await?;
+/// let inner = manager.acquire("invoice-42").holder(me).reentrant().await?;
 /// assert_eq!(inner.fencing_token(), outer.fencing_token());
 /// inner.release().await?; // still held by `outer`
 /// outer.release().await?; // released now
 /// # Ok(()) }
 /// ```
 ///
-/// [`AcquireOptions::holder`]: crate::AcquireOptions::holder
-/// [`AcquireOptions::reentrant`]: crate::AcquireOptions::reentrant
+/// [`Acquire::holder`]: crate::Acquire::holder
+/// [`Acquire::reentrant`]: crate::Acquire::reentrant
 /// [`Error::AlreadyHeld`]: crate::Error::AlreadyHeld
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HolderId(u64);

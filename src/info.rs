@@ -90,7 +90,7 @@ pub struct LeaseInfo {
     /// exclusive key.
     pub holders: Vec<HolderInfo>,
     /// Set while the key's minimum hold lasts (it was acquired with
-    /// [`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least)),
+    /// [`Acquire::hold_at_least`](crate::Acquire::hold_at_least)),
     /// before or after its release: the server time until which no
     /// acquisition can take it (`hl`).
     /// `None` once that time has passed, or without `hold_at_least`.
@@ -136,7 +136,7 @@ pub struct HolderInfo {
     /// Server time at which it expires unless renewed.
     pub expires_at: SystemTime,
     /// How many permits of a semaphore key it takes
-    /// ([`AcquireOptions::permits_taken`](crate::AcquireOptions::permits_taken));
+    /// ([`Acquire::permits`](crate::Acquire::permits));
     /// 1 for a shared holder.
     pub permits: u32,
 }

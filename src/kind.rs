@@ -43,14 +43,12 @@ pub const MAX_PERMITS: u32 = 10_000;
 /// # Examples
 ///
 /// ```no_run
-/// use mongo_lease::{AcquireOptions, LeaseKind, LeaseManager};
+/// use mongo_lease::{LeaseKind, LeaseManager, Semaphore};
 ///
 /// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
 /// // At most two holders of "db-migrations-pool" at a time, across processes.
-/// let permit = AcquireOptions::builder()
-///     .kind(LeaseKind::Permit { permits: 2 })
-///     .build();
-/// let lease = manager.acquire_with("db-migrations-pool", &permit).await?;
+/// let pool = Semaphore::new(&manager, "db-migrations-pool", 2)?;
+/// let lease = pool.acquire().await?;
 /// assert_eq!(lease.kind(), LeaseKind::Permit { permits: 2 });
 /// # Ok(()) }
 /// ```
@@ -136,7 +134,7 @@ pub(crate) struct LeaseShape {
     /// even if released (or abandoned) earlier.
     pub hold_at_least: Option<Duration>,
     /// How many permits of a semaphore key the lease takes at once
-    /// ([`AcquireOptions::permits_taken`](crate::AcquireOptions::permits_taken));
+    /// ([`Acquire::permits`](crate::Acquire::permits));
     /// `None`: one.
     pub permits_taken: Option<u32>,
 }

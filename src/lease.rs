@@ -2,13 +2,11 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use mongodb::bson::Document;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use uuid::Uuid;
 
 use crate::actor::command::{Changes, GrantedLease, Target};
@@ -16,7 +14,7 @@ use crate::actor::mailbox::Mailbox;
 use crate::error::{Error, Operation, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::status::{LeaseEvents, LeaseState, LossReason, ReleaseOutcome};
+use crate::status::{LeaseStatus, ReleaseOutcome};
 use crate::store::{DocumentWrite, LockPlace};
 
 /// Largest accepted payload ([`Lease::set_payload`]), in bytes of BSON: 16 KiB.
@@ -28,10 +26,10 @@ pub const MAX_PAYLOAD_LEN: usize = 16 * 1024;
 /// A held lease on one key.
 ///
 /// The manager renews it in the background until it is released or dropped.
-/// Hold it for as long as you work under the lock; await
-/// [`lost`](Lease::lost) (or hand its
-/// [`cancellation_token`](Lease::cancellation_token) to code that takes one)
-/// to stop when the lease is lost, and pass its
+/// Hold it for as long as you work under the lock; follow its
+/// [`status`](Lease::status) (await [`lost`](LeaseStatus::lost), or hand its
+/// [`cancellation_token`](LeaseStatus::cancellation_token) to code that takes
+/// one) to stop when the lease is lost, and pass its
 /// [`fencing_token`](Lease::fencing_token) to every resource you change, so a
 /// stale holder's late writes can be refused.
 ///
@@ -44,7 +42,7 @@ pub const MAX_PAYLOAD_LEN: usize = 16 * 1024;
 /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
 /// let lease = manager.acquire("invoice-42").await?;
 /// tokio::select! {
-///     _ = lease.lost() => eprintln!("lease lost, stopping"),
+///     _ = lease.status().lost() => eprintln!("lease lost, stopping"),
 ///     _ = do_work(lease.fencing_token()) => {}
 /// }
 /// if lease.release().await?.was_lost() {
@@ -73,7 +71,7 @@ impl Lease {
     }
 
     /// How this lease holds its key: exclusively (the default), shared, or
-    /// as one permit of a semaphore ([`AcquireOptions::kind`](crate::AcquireOptions::kind)).
+    /// as one permit of a semaphore ([`Acquire::shared`](crate::Acquire::shared)).
     pub fn kind(&self) -> crate::kind::LeaseKind {
         self.granted.kind
     }
@@ -136,8 +134,8 @@ impl Lease {
     }
 
     /// The lease's TTL: the one given with
-    /// [`AcquireOptions::ttl`](crate::AcquireOptions::ttl) (or
-    /// [`hold_at_most`](crate::AcquireOptions::hold_at_most)), or the
+    /// [`Acquire::ttl`](crate::Acquire::ttl) (or
+    /// [`hold_at_most`](crate::Acquire::hold_at_most)), or the
     /// manager's, until [`Lease::set_ttl`] changes it.
     /// Each renewal sets the lease to expire this long after the server's now.
     pub fn ttl(&self) -> Duration {
@@ -147,14 +145,14 @@ impl Lease {
     /// Changes the lease's TTL to `ttl`: the manager renews the lease at
     /// once to expire `ttl` after the server's now, and every later
     /// renewal does the same. Returns once the server confirmed that
-    /// renewal. A longer TTL moves the local deadline ([`Lease::deadline`])
+    /// renewal. A longer TTL moves the local deadline ([`LeaseStatus::deadline`])
     /// when that renewal is confirmed; a shorter one moves nothing back
     /// (under one lease id the server's expiry never does: a renewal of
     /// the old TTL landing late cuts nothing), and the renewals follow it
     /// once the longer expiry has passed. Redisson's `updateLeaseTime`,
     /// ShedLock's `extend`.
     ///
-    /// The rules of [`AcquireOptions::ttl`](crate::AcquireOptions::ttl)
+    /// The rules of [`Acquire::ttl`](crate::Acquire::ttl)
     /// apply: at least 10 ms, and `ttl − safety_margin − clock_skew` longer
     /// than the manager's heartbeat interval. The key's minimum hold, if any, is
     /// kept: the renewal never sets the expiry below it.
@@ -163,7 +161,7 @@ impl Lease {
     ///
     /// [`Error::InvalidConfig`] if `ttl` breaks those rules, or the lease
     /// was acquired with
-    /// [`hold_at_most`](crate::AcquireOptions::hold_at_most) (never
+    /// [`hold_at_most`](crate::Acquire::hold_at_most) (never
     /// renewed; nothing is sent either way); [`Error::LeaseLost`] if the
     /// lease is no longer held, or the renewal found it gone (its token
     /// fires too); [`Error::Shutdown`]; [`Error::Refused`],
@@ -212,103 +210,6 @@ impl Lease {
         self.granted.fencing_token
     }
 
-    /// A token that is cancelled when this lease is no longer held: when a
-    /// renewal finds it gone or taken (at the next heartbeat, or within
-    /// milliseconds on a replica set when someone else's write deleted the
-    /// lease's document or rewrote its `lid` or `aid`: the manager's change
-    /// stream makes it renew that lease at once), when renewal could not be confirmed
-    /// before the local deadline (*start of the last confirmed renewal + ttl −
-    /// safety margin*, which comes before another owner can take the key), or
-    /// when the manager releases it ([`LeaseManager::release_all`],
-    /// [`LeaseManager::shutdown`], [`Lease::release`], and for an
-    /// in-document lease [`DocumentLease::commit`] as soon as it is sent).
-    ///
-    /// Clone it into the tasks that work under the lease. When a renewal
-    /// (or a payload or in-document write) finds the lease gone, the token
-    /// fires after one read of the key that tells why
-    /// ([`Lease::lost_reason`], recorded before the token fires).
-    ///
-    /// [`LeaseManager::release_all`]: crate::LeaseManager::release_all
-    /// [`LeaseManager::shutdown`]: crate::LeaseManager::shutdown
-    /// [`DocumentLease::commit`]: crate::DocumentLease::commit
-    pub fn cancellation_token(&self) -> CancellationToken {
-        self.granted.state.token().clone()
-    }
-
-    /// Completes when the lease is lost (see [`Lease::cancellation_token`]).
-    ///
-    /// The future does not borrow the lease: it can be moved into another
-    /// task, or kept in a `select!` loop that later releases the lease.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future has no effect on the lease.
-    pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.granted.state.token().clone().cancelled_owned()
-    }
-
-    /// `true` once the lease has been lost: its cancellation token fired,
-    /// or its local deadline has passed.
-    ///
-    /// The deadline is read without the manager task (the manager moves it
-    /// at each confirmed renewal), so this is `true` as soon as the deadline
-    /// has passed even if the manager task has not run since (a starved
-    /// runtime, a paused thread); the token fires when the manager runs.
-    pub fn is_lost(&self) -> bool {
-        self.granted.state.is_lost()
-    }
-
-    /// Why the lease was lost; `None` while it is held.
-    ///
-    /// [`LossReason::Expired`] once the local deadline has passed, even before
-    /// the manager task has noticed. The reason is recorded before the
-    /// token fires: once [`Lease::lost`] has completed (or the token reads
-    /// cancelled), this returns the manager's verdict, never `None`.
-    pub fn lost_reason(&self) -> Option<LossReason> {
-        self.granted.state.lost_reason()
-    }
-
-    /// The local deadline: the instant (tokio's clock,
-    /// [`tokio::time::Instant`], which paused-clock tests move) after which
-    /// this lease reads lost unless a renewal is confirmed before then:
-    /// *start of the last confirmed renewal (or of the acquire) + ttl −
-    /// safety margin*. `None` once the lease is lost.
-    ///
-    /// Read without the manager task, like [`Lease::is_lost`].
-    pub fn deadline(&self) -> Option<tokio::time::Instant> {
-        self.granted.state.deadline()
-    }
-
-    /// The events of this lease from now on: each confirmed renewal (with
-    /// the server's new expiry and the new local deadline), each failed
-    /// renewal while the lease is still held (at risk), and the loss with
-    /// its reason, the last event. See [`LeaseEvents`] for the delivery
-    /// (bounded, never blocks the manager, always ends with the loss).
-    ///
-    /// The first call makes the lease's event channel; leases nobody
-    /// follows have none.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lease: mongo_lease::Lease) {
-    /// use mongo_lease::LeaseEvent;
-    /// let mut events = lease.events();
-    /// while let Some(event) = events.recv().await {
-    ///     match event {
-    ///         LeaseEvent::AtRisk { deadline, error } => {
-    ///             eprintln!("renewal failed ({error}); held until {deadline:?} at most")
-    ///         }
-    ///         LeaseEvent::Lost(reason) => eprintln!("lease lost: {reason}"),
-    ///         _ => {}
-    ///     }
-    /// }
-    /// # }
-    /// ```
-    pub fn events(&self) -> LeaseEvents {
-        self.granted.state.events()
-    }
-
     /// This lease as a member of a group ([`LeaseGroup`](crate::LeaseGroup)):
     /// its key, its lease id, and its manager's mailbox.
     pub(crate) fn member(&self) -> ((Target, Uuid), &Mailbox) {
@@ -318,9 +219,11 @@ impl Lease {
         )
     }
 
-    /// The state shared with the manager (token, deadline, reason, events).
-    pub(crate) fn state(&self) -> &Arc<LeaseState> {
-        &self.granted.state
+    /// How the lease stands: lost or held, why, its local deadline, its
+    /// cancellation token and its events (see [`LeaseStatus`]). Read
+    /// without the manager task.
+    pub fn status(&self) -> LeaseStatus {
+        LeaseStatus::of(self.granted.state.clone())
     }
 
     /// Stores `payload` in the lease's document (field `data`), replacing the
@@ -384,7 +287,7 @@ impl Lease {
     /// reentrant lock): give the new entry to code that must keep the key
     /// held for as long as it runs, a spawned task for example, whichever
     /// of the two ends first. To re-enter by acquiring again, name the
-    /// holder instead ([`AcquireOptions::holder`](crate::AcquireOptions::holder)).
+    /// holder instead ([`Acquire::holder`](crate::Acquire::holder)).
     ///
     /// # Errors
     ///
@@ -412,7 +315,7 @@ impl Lease {
                 reason: "an in-document lease cannot be re-entered".into(),
             });
         }
-        if self.is_lost() {
+        if self.granted.state.is_lost() {
             return Err(Error::LeaseLost {
                 key: self.key().clone(),
             });
@@ -437,7 +340,7 @@ impl Lease {
     /// either case the lease then expires after its TTL).
     ///
     /// For a re-entered lease ([`Lease::reenter`],
-    /// [`AcquireOptions::reentrant`](crate::AcquireOptions::reentrant)),
+    /// [`Acquire::reentrant`](crate::Acquire::reentrant)),
     /// this releases one entry: [`ReleaseOutcome::StillHeld`] while other
     /// entries remain (nothing is sent), and the lease with the last one.
     ///
@@ -474,7 +377,7 @@ impl fmt::Debug for Lease {
             .field("owner_id", &self.granted.owner_id)
             .field("fencing_token", &self.granted.fencing_token)
             .field("ttl", &self.ttl())
-            .field("lost", &self.is_lost())
+            .field("lost", &self.granted.state.is_lost())
             .finish()
     }
 }

@@ -15,22 +15,21 @@
 
 use std::fmt;
 
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
-
+use crate::actor::command::AcquireMode;
 use crate::config::AcquireOptions;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::lease::Lease;
 use crate::manager::LeaseManager;
-use crate::status::{LossReason, ReleaseOutcome};
+use crate::status::{LeaseStatus, ReleaseOutcome};
 
 /// Leases on several keys held together, from [`LeaseManager::acquire_all`]
 /// or [`LeaseManager::try_acquire_all`].
 ///
 /// Every key is held, or the group is lost: when one of its leases is lost
 /// (expired, taken, deleted, force-released), the manager ends the others at
-/// once ([`LossReason::GroupLost`]) and releases them, and the group's
-/// [`cancellation_token`](LeaseGroup::cancellation_token) fires. Work under
+/// once ([`LossReason::GroupLost`](crate::LossReason::GroupLost)) and
+/// releases them, and the group's [`status`](LeaseGroup::status) reads lost. Work under
 /// the group stops then, as under a single lease. Dropping the group
 /// releases every lease in the background; prefer [`LeaseGroup::release`].
 ///
@@ -44,7 +43,7 @@ use crate::status::{LossReason, ReleaseOutcome};
 ///     println!("{} under fencing token {}", lease.key(), lease.fencing_token());
 /// }
 /// tokio::select! {
-///     _ = group.lost() => eprintln!("lost: {:?}", group.lost_reason()),
+///     _ = group.status().lost() => eprintln!("lost: {:?}", group.status().lost_reason()),
 ///     _ = transfer() => {}
 /// }
 /// group.release().await?;
@@ -54,6 +53,7 @@ use crate::status::{LossReason, ReleaseOutcome};
 pub struct LeaseGroup {
     /// In key order; never empty.
     leases: Vec<Lease>,
+    status: LeaseStatus,
 }
 
 impl LeaseGroup {
@@ -65,7 +65,9 @@ impl LeaseGroup {
             (members, leases[0].member().1.clone())
         };
         if mailbox.bind_group(members).await? {
-            Ok(Some(LeaseGroup { leases }))
+            let states = leases.iter().map(|lease| lease.status().state().clone());
+            let status = LeaseStatus::of_group(states.collect());
+            Ok(Some(LeaseGroup { leases, status }))
         } else {
             give_back(leases).await;
             Ok(None)
@@ -84,38 +86,12 @@ impl LeaseGroup {
         self.leases.iter().find(|lease| *lease.key() == key)
     }
 
-    /// A token cancelled when the group is lost: when any of its leases is
-    /// lost (the manager then ends the others with it), or when the manager
-    /// releases them ([`LeaseManager::release_all`], shutdown).
-    pub fn cancellation_token(&self) -> CancellationToken {
-        self.leases[0].cancellation_token()
-    }
-
-    /// Completes when the group is lost (see [`LeaseGroup::cancellation_token`]).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future has no effect on the group.
-    pub fn lost(&self) -> WaitForCancellationFutureOwned {
-        self.leases[0].lost()
-    }
-
-    /// `true` once any lease of the group reads lost (see [`Lease::is_lost`]).
-    pub fn is_lost(&self) -> bool {
-        self.leases.iter().any(Lease::is_lost)
-    }
-
-    /// Why the group was lost: the reason of the lease lost first (not
-    /// [`LossReason::GroupLost`], which the others read); `None` while held.
-    pub fn lost_reason(&self) -> Option<LossReason> {
-        self.leases
-            .iter()
-            .filter_map(Lease::lost_reason)
-            .map(|reason| match reason {
-                LossReason::GroupLost { reason, .. } => *reason,
-                reason => reason,
-            })
-            .next()
+    /// How the group stands ([`LeaseStatus`]): lost once any of its
+    /// leases is lost (the manager then ends the others with it), or when
+    /// the manager releases them ([`LeaseManager::release_all`], shutdown);
+    /// its reason is the reason of the lease lost first.
+    pub fn status(&self) -> LeaseStatus {
+        self.status.clone()
     }
 
     /// Releases every lease of the group, together, and waits for MongoDB
@@ -164,16 +140,12 @@ async fn give_back(leases: Vec<Lease>) {
 
 /// `keys` in canonical order, each checked; no key twice, at least one;
 /// options a group can take.
-fn canonical<K: Into<LeaseKey>>(
-    keys: impl IntoIterator<Item = K>,
-    options: &AcquireOptions,
-) -> Result<Vec<LeaseKey>> {
+fn canonical(mut keys: Vec<LeaseKey>, options: &AcquireOptions) -> Result<Vec<LeaseKey>> {
     if options.reentrant {
         return Err(Error::InvalidConfig {
-            reason: "acquire_all does not re-enter: drop AcquireOptions::reentrant".into(),
+            reason: "acquire_all does not re-enter: drop reentrant()".into(),
         });
     }
-    let mut keys: Vec<LeaseKey> = keys.into_iter().map(Into::into).collect();
     for key in &keys {
         key.validate()?;
     }
@@ -191,136 +163,54 @@ fn canonical<K: Into<LeaseKey>>(
     Ok(keys)
 }
 
-impl LeaseManager {
-    /// Acquires every key of `keys`, waiting as long as it takes, and holds
-    /// them together: all of them, or none.
-    ///
-    /// The keys are taken one at a time in [`LeaseKey`]'s order (MongoDB's
-    /// order), whatever the order given, each as [`LeaseManager::acquire`]
-    /// takes one (FIFO among local waiters, fair between managers). So
-    /// callers over overlapping keys, in this process or any other, never
-    /// deadlock: none holds a key another waits for while it waits for one
-    /// that other holds. Keys already taken stay held, and renewed, while
-    /// the next one is awaited. If a lease already taken is lost meanwhile,
-    /// all are given back and the acquisition starts over.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidKey`] for a key refused as by [`LeaseManager::acquire`],
-    /// no key, or a key given twice; [`Error::InvalidConfig`] for options
-    /// [`LeaseManager::acquire_with`] refuses or with
-    /// [`reentrant`](AcquireOptions::reentrant) (all before anything is
-    /// sent); [`Error::AlreadyHeld`] if the options' holder already holds
-    /// one of the keys; otherwise as [`LeaseManager::acquire`]. On an error
-    /// the keys already taken are released.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future releases the keys already taken
-    /// (in the background) and removes the waiter, so [`tokio::time::timeout`]
-    /// bounds the whole acquisition.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
-    /// use std::time::Duration;
-    /// let all = manager.acquire_all(["b", "a", "c"]);
-    /// match tokio::time::timeout(Duration::from_secs(5), all).await {
-    ///     Ok(group) => group?.release().await.map(drop)?,
-    ///     Err(_) => eprintln!("not all three within 5 s; none is held"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire_all<K: Into<LeaseKey>>(
-        &self,
-        keys: impl IntoIterator<Item = K>,
-    ) -> Result<LeaseGroup> {
-        self.acquire_all_with(keys, &AcquireOptions::default())
-            .await
-    }
-
-    /// [`LeaseManager::acquire_all`] with `options` for every lease of the
-    /// group (TTL, kind, minimum hold, holder).
-    ///
-    /// # Errors
-    ///
-    /// As [`LeaseManager::acquire_all`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LeaseManager::acquire_all`].
-    pub async fn acquire_all_with<K: Into<LeaseKey>>(
-        &self,
-        keys: impl IntoIterator<Item = K>,
-        options: &AcquireOptions,
-    ) -> Result<LeaseGroup> {
-        let keys = canonical(keys, options)?;
-        loop {
-            let mut leases = Vec::with_capacity(keys.len());
-            for key in &keys {
-                match self.acquire_with(key.clone(), options).await {
-                    Ok(lease) => leases.push(lease),
-                    Err(error) => {
-                        give_back(leases).await;
-                        return Err(error);
-                    }
-                }
-            }
-            if let Some(group) = LeaseGroup::bind(leases).await? {
-                return Ok(group);
-            }
-            tracing::debug!("a lease of the group was lost before all were held: starting over");
-        }
-    }
-
-    /// One attempt to acquire every key of `keys`, in [`LeaseKey`]'s order:
-    /// `Ok(None)` as soon as one of them is held (as
-    /// [`LeaseManager::try_acquire`] answers), after releasing the keys
-    /// taken before it. Costs one round trip per key taken, plus the
-    /// releases.
-    ///
-    /// # Errors
-    ///
-    /// As [`LeaseManager::acquire_all`] and [`LeaseManager::try_acquire`];
-    /// the keys taken are released first.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LeaseManager::acquire_all`].
-    pub async fn try_acquire_all<K: Into<LeaseKey>>(
-        &self,
-        keys: impl IntoIterator<Item = K>,
-    ) -> Result<Option<LeaseGroup>> {
-        self.try_acquire_all_with(keys, &AcquireOptions::default())
-            .await
-    }
-
-    /// [`LeaseManager::try_acquire_all`] with `options` for every lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`LeaseManager::try_acquire_all`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LeaseManager::acquire_all`].
-    pub async fn try_acquire_all_with<K: Into<LeaseKey>>(
-        &self,
-        keys: impl IntoIterator<Item = K>,
-        options: &AcquireOptions,
-    ) -> Result<Option<LeaseGroup>> {
-        let keys = canonical(keys, options)?;
+/// Acquires every key of `keys` with `options` ([`LeaseManager::acquire_all`]).
+pub(crate) async fn acquire_all(
+    manager: &LeaseManager,
+    keys: Vec<LeaseKey>,
+    options: &AcquireOptions,
+) -> Result<LeaseGroup> {
+    let keys = canonical(keys, options)?;
+    loop {
         let mut leases = Vec::with_capacity(keys.len());
-        for key in keys {
-            match self.try_acquire_with(key, options).await {
+        for key in &keys {
+            match manager
+                .acquire_key(key.clone(), AcquireMode::Wait, options)
+                .await
+            {
                 Ok(Some(lease)) => leases.push(lease),
-                other => {
+                Ok(None) => {
                     give_back(leases).await;
-                    return other.map(|_| None);
+                    return Err(Error::Shutdown);
+                }
+                Err(error) => {
+                    give_back(leases).await;
+                    return Err(error);
                 }
             }
         }
-        LeaseGroup::bind(leases).await
+        if let Some(group) = LeaseGroup::bind(leases).await? {
+            return Ok(group);
+        }
+        tracing::debug!("a lease of the group was lost before all were held: starting over");
     }
+}
+
+/// One attempt at every key of `keys` ([`LeaseManager::try_acquire_all`]).
+pub(crate) async fn try_acquire_all(
+    manager: &LeaseManager,
+    keys: Vec<LeaseKey>,
+    options: &AcquireOptions,
+) -> Result<Option<LeaseGroup>> {
+    let keys = canonical(keys, options)?;
+    let mut leases = Vec::with_capacity(keys.len());
+    for key in keys {
+        match manager.acquire_key(key, AcquireMode::Try, options).await {
+            Ok(Some(lease)) => leases.push(lease),
+            other => {
+                give_back(leases).await;
+                return other.map(|_| None);
+            }
+        }
+    }
+    LeaseGroup::bind(leases).await
 }

@@ -22,7 +22,7 @@
 //!
 //! let lease = manager.acquire("workitem-17").await?;
 //! tokio::select! {
-//!     _ = lease.lost() => eprintln!("lease lost: stop writing"),
+//!     _ = lease.status().lost() => eprintln!("lease lost: stop writing"),
 //!     _ = process(17, lease.fencing_token()) => {}
 //! }
 //! lease.release().await?;
@@ -64,7 +64,7 @@
 //! ([`DEFAULT_LEASE_FIELD`], `_lease`): [`LeaseManager::documents`] gives
 //! [`DocumentLeases`], whose acquires return a [`DocumentLease`] with the
 //! document read in the same round trip (optionally creating it:
-//! [`DocumentAcquireOptions::create`]). [`DocumentLease::commit`] writes the
+//! [`AcquireDocument::create`]). [`DocumentLease::commit`] writes the
 //! document's new state and releases the lease in one atomic write, so the
 //! state write is fenced by construction; [`DocumentLease::update`] writes
 //! under the lease and keeps it. The same manager drives these leases (the
@@ -74,40 +74,37 @@
 //! ```no_run
 //! # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
 //! use mongodb::bson::{doc, Document};
-//! use mongo_lease::DocumentAcquireOptions;
 //!
 //! let items = manager.documents::<Document>("workitem").await?;
-//! let create = DocumentAcquireOptions::builder().create(doc! { "runs": 0 }).build();
-//! let item = items.acquire_with("item-17", create).await?;
+//! let item = items.acquire("item-17").create(doc! { "runs": 0 }).await?;
 //! item.commit(doc! { "$inc": { "runs": 1 } }).await?; // new state + release
 //! # Ok(()) }
 //! ```
 //!
 //! # Kinds of lease
 //!
-//! [`AcquireOptions::kind`] chooses how one acquisition holds its key
-//! ([`LeaseKind`], whose documentation gives the rules between kinds):
-//! [`LeaseKind::Exclusive`] (the default), [`LeaseKind::Shared`] (any number
-//! of shared holders, no exclusive one; a waiting exclusive acquirer stops
-//! new shared acquisitions, so it is not starved) or [`LeaseKind::Permit`]
-//! (at most `permits` holders: a semaphore whose number of permits is
-//! stored with the key). [`AcquireOptions::hold_at_least`] keeps an
-//! exclusive lease's key held until its acquisition time plus that duration,
-//! by the server's clock, even if it is released earlier: a job guarded by
-//! it runs at most once per interval across processes. The convenience
-//! API: [`LeaseManager::semaphore`] (a [`Semaphore`] handle) and
-//! [`LeaseManager::acquire_shared`].
+//! A key is held in one of three ways ([`LeaseKind`], whose documentation
+//! gives the rules between kinds): [`LeaseKind::Exclusive`] (the default),
+//! [`LeaseKind::Shared`] ([`Acquire::shared`]: any number of shared holders,
+//! no exclusive one; a waiting exclusive acquirer stops new shared
+//! acquisitions, so it is not starved) or [`LeaseKind::Permit`] (a
+//! [`Semaphore`]: at most `permits` holders, a number stored with the key).
+//! [`Acquire::hold_at_least`] keeps an exclusive lease's key held until its
+//! acquisition time plus that duration, by the server's clock, even if it is
+//! released earlier: a job guarded by it runs at most once per interval
+//! across processes.
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use mongo_lease::AcquireOptions;
+//! use mongo_lease::Semaphore;
 //!
 //! # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
-//! let encoder = manager.semaphore("encoders", 4)?.acquire().await?; // one of 4 holders
-//! let reader = manager.acquire_shared("catalog").await?; // beside other shared holders
+//! let encoders = Semaphore::new(&manager, "encoders", 4)?;
+//! let encoder = encoders.acquire().await?; // one of 4 holders
+//! let reader = manager.acquire("catalog").shared().await?; // beside other shared holders
 //!
-//! let once = AcquireOptions::builder().hold_at_least(Duration::from_secs(600)).build();
-//! if let Some(digest) = manager.try_acquire_with("hourly-digest", &once).await? {
+//! let once = manager.try_acquire("hourly-digest").hold_at_least(Duration::from_secs(600));
+//! if let Some(digest) = once.await? {
 //!     digest.release().await?; // the key stays held 10 min after its acquisition
 //! }
 //! encoder.release().await?;
@@ -117,11 +114,13 @@
 //!
 //! # Following a lease
 //!
-//! The [`CancellationToken`](tokio_util::sync::CancellationToken) of a lease
-//! ([`Lease::lost`], [`Lease::cancellation_token`]) stays the simple path:
-//! it fires when the lease is no longer held. To know more:
+//! Every holder ([`Lease`], [`LeaseGroup`], [`Leadership`], [`LeaderContext`],
+//! [`DocumentLease`]) hands out its [`LeaseStatus`] (`status()`). Its
+//! [`CancellationToken`](tokio_util::sync::CancellationToken)
+//! ([`LeaseStatus::lost`], [`LeaseStatus::cancellation_token`]) stays the
+//! simple path: it fires when the lease is no longer held. To know more:
 //!
-//! - [`Lease::lost_reason`] says why ([`LossReason`]): `Expired` (no renewal
+//! - [`LeaseStatus::lost_reason`] says why ([`LossReason`]): `Expired` (no renewal
 //!   confirmed before the local deadline), `Taken { owner_id,
 //!   fencing_token }` (another acquisition has the key), `Deleted` (its
 //!   document, or an in-document lease's lock field, was removed),
@@ -130,14 +129,14 @@
 //!   `Released` (release, drop, commit, [`LeaseManager::release_all`]) or
 //!   `Shutdown`. When a write under the lease finds it gone, the manager
 //!   reads the key once to tell which, and fires the token after that read.
-//! - [`Lease::events`] streams [`LeaseEvent`]s: `Renewed` (the server's new
+//! - [`LeaseStatus::events`] streams [`LeaseEvent`]s: `Renewed` (the server's new
 //!   expiry, a lower bound within the acquire's and the renewal's round
 //!   trips, and the new local deadline), `AtRisk` (a renewal failed; held
 //!   until the deadline unless a retry is confirmed), and `Lost(reason)`,
 //!   the last one. A bounded channel made on the first call: the manager
 //!   never waits for a reader, a reader that falls behind skips old events,
 //!   and `Lost` is always delivered ([`LeaseEvents`]).
-//! - [`Lease::is_lost`] and [`Lease::deadline`] read the local deadline
+//! - [`LeaseStatus::is_lost`] and [`LeaseStatus::deadline`] read the local deadline
 //!   without the manager task (the manager moves it at each confirmed
 //!   renewal, as DynamoDB's lock client's `isExpired()` reads its lease): a
 //!   lease reads lost as soon as its deadline has passed, even in a frozen
@@ -147,18 +146,17 @@
 //!   after the deadline does not revive it.
 //!
 //! Ordering: the reason is recorded before the token fires, and the token
-//! fires before the `Lost` event is sent; so once [`Lease::lost`] has
-//! completed (or the event arrived), [`Lease::lost_reason`] returns the
-//! manager's verdict. A `Renewed` event is sent after [`Lease::deadline`]
-//! moved. [`Leadership`] and [`LeaderContext`] share their lease's state:
-//! the same `lost_reason()`, `events()` and `is_lost()`.
+//! fires before the `Lost` event is sent; so once [`LeaseStatus::lost`] has
+//! completed (or the event arrived), [`LeaseStatus::lost_reason`] returns the
+//! manager's verdict. A `Renewed` event is sent after [`LeaseStatus::deadline`]
+//! moved.
 //!
 //! ```no_run
 //! use mongo_lease::{LeaseEvent, LossReason};
 //!
 //! # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
 //! let lease = manager.acquire("report").await?;
-//! let mut events = lease.events();
+//! let mut events = lease.status().events();
 //! while let Some(event) = events.recv().await {
 //!     match event {
 //!         LeaseEvent::AtRisk { error, .. } => eprintln!("renewal failed: {error}"),
@@ -190,7 +188,7 @@
 //!   mode ([`ReleaseMode::Delete`]).
 //! - **Renewal**: a heartbeat renews every held lease in batched commands (one
 //!   `updateMany` per [`DEFAULT_RENEWAL_BATCH_SIZE`] leases and per distinct
-//!   lease TTL: [`AcquireOptions::ttl`] sets one lease's TTL), whatever their
+//!   lease TTL: [`Acquire::ttl`] sets one lease's TTL), whatever their
 //!   kinds: one command renews exclusive leases, shared leases and permits
 //!   together.
 //! - **Every kind is a lease**: a shared lease and a permit have their own
@@ -199,7 +197,7 @@
 //!   processes' waiters through the change stream when released. A waiting
 //!   exclusive acquirer is not starved by a stream of shared acquirers
 //!   (writer preference: its waiting mark stops new shared acquisitions). A
-//!   key held with [`AcquireOptions::hold_at_least`] stays held until
+//!   key held with [`Acquire::hold_at_least`] stays held until
 //!   acquisition + that duration by the server's clock, through a release
 //!   or a crash; only [`LeaseManager::force_release`] frees it earlier.
 //! - **Lost-lease signal**: each [`Lease`] carries a
@@ -365,17 +363,20 @@
 //! # Map of the API
 //!
 //! Every public item is at the crate root, except the metrics' names
-//! ([`telemetry`]) and the features' modules (`testkit`, `sim`).
+//! ([`telemetry`]), the markers of a request that waits or not
+//! ([`request::Wait`], [`request::NoWait`]) and the features' modules
+//! (`testkit`, `sim`).
 //!
 //! | concept | items |
 //! |---|---|
 //! | the manager | [`LeaseManager`], the cloneable handle (never touches MongoDB); [`LeaseManagerOptions`], [`ReleaseMode`] and the `DEFAULT_*` constants; [`Health`], what [`LeaseManager::health`] reads |
-//! | keys and kinds | [`LeaseKey`] (any BSON type MongoDB accepts as `_id`); [`LeaseKind`] (exclusive, shared, or one permit of a semaphore: the rules between kinds) and [`MAX_PERMITS`]; [`AcquireOptions`] |
-//! | a held lease | [`Lease`]: key, owner, fencing token, cancellation token, payload, release; [`LossReason`], [`LeaseEvent`] and [`LeaseEvents`] (what a held lease is doing) |
+//! | keys and kinds | [`LeaseKey`] (any BSON type MongoDB accepts as `_id`); [`LeaseKind`] (exclusive, shared, or one permit of a semaphore: the rules between kinds) and [`MAX_PERMITS`] |
+//! | requests | [`Acquire`] (the options of an acquisition: TTL, shared, permits, payload, holder, minimum and maximum hold), [`AcquireDocument`], [`OpenDocuments`], [`List`], [`ForceRelease`], [`ReleaseOwner`]: chained, then awaited |
+//! | a held lease | [`Lease`]: key, owner, fencing token, payload, release; [`LeaseStatus`] (lost or held, why, its deadline, cancellation token and events), [`LossReason`], [`LeaseEvent`] and [`LeaseEvents`] |
 //! | reading leases | [`LeaseInfo`] and [`HolderInfo`] (a key as read with server time), [`LeaseObserver`] |
 //! | in-document leases | [`DocumentLeases`] (acquire a document's lease by its `_id`, optionally creating it; the schema), [`DocumentLease`] (the document, `update`, `commit`, `release`), [`DocumentUpdate`] |
 //! | fenced writes | [`Lease::with_transaction`] (writes committed only while the lease is held) and [`Fence`] (a single-document write refused under a smaller token) |
-//! | semaphores | [`Semaphore`] ([`LeaseManager::semaphore`]); the shared side of a read/write key is [`LeaseManager::acquire_shared`] |
+//! | semaphores | [`Semaphore`]; the shared side of a read/write key is [`Acquire::shared`] |
 //! | elections | [`Election`]: campaign, resign, the current leader ([`LeaderInfo`]), the candidates ([`Candidates`]), observe, `run_as_leader` |
 //! | errors | [`Error`], [`Operation`] and [`Result`] |
 //! | metrics | [`telemetry`]: the metrics' names (`mongo_lease_*`), recorded through the [`metrics`] facade |
@@ -408,8 +409,8 @@ mod lease_group;
 mod lock_id_fields;
 mod manager;
 mod random;
+pub mod request;
 mod semaphore;
-mod shared;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod status;
@@ -422,12 +423,12 @@ pub mod testkit;
 
 pub use config::MAX_LOCK_DELAY;
 pub use config::{
-    AcquireOptions, DEFAULT_CLOCK_SKEW, DEFAULT_GC_GRACE, DEFAULT_HEARTBEAT_DIVISOR,
-    DEFAULT_OPERATION_TIMEOUT, DEFAULT_RELEASE_MODE, DEFAULT_RENEWAL_BATCH_SIZE,
-    DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX, DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL,
-    DELETE_MIN_TOKEN_AGE, LeaseManagerOptions, MAX_CLOCK_SKEW, MAX_OWNER_ID_LEN, ReleaseMode,
+    DEFAULT_CLOCK_SKEW, DEFAULT_GC_GRACE, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_OPERATION_TIMEOUT,
+    DEFAULT_RELEASE_MODE, DEFAULT_RENEWAL_BATCH_SIZE, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX,
+    DEFAULT_SAFETY_MARGIN_DIVISOR, DEFAULT_TTL, DELETE_MIN_TOKEN_AGE, LeaseManagerOptions,
+    MAX_CLOCK_SKEW, MAX_OWNER_ID_LEN, ReleaseMode,
 };
-pub use document::{DEFAULT_LEASE_FIELD, DocumentAcquireOptions, DocumentLease, DocumentLeases};
+pub use document::{DEFAULT_LEASE_FIELD, DocumentLease, DocumentLeases};
 pub use document_update::DocumentUpdate;
 pub use election::{Candidates, Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
 pub use error::{Error, Operation, Result};
@@ -443,8 +444,11 @@ pub use lease_group::LeaseGroup;
 pub use lock_id_fields::LockIdFields;
 pub use manager::LeaseManager;
 pub use manager::operator::{ForceRelease, ReleaseOwner};
+pub use request::{Acquire, AcquireDocument, List, OpenDocuments};
 pub use semaphore::Semaphore;
-pub use status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason, ReleaseOutcome};
+pub use status::{
+    LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LeaseStatus, LossReason, ReleaseOutcome,
+};
 
 /// The code examples of the README and of the guides in `docs/`, compiled
 /// as doctests, so that they stay true to the API. A guide that gains a

@@ -1,6 +1,6 @@
 //! [`LockIdFields`]: the top-level `LockId` / `LockTime` fields with which
 //! other applications lock their own documents, which in-document leases
-//! can keep true (`LeaseManager::documents_with_lock_id`). Plain data and
+//! can keep true (`OpenDocuments::lock_id`). Plain data and
 //! its checks, made before anything is sent.
 
 use std::time::Duration;
@@ -24,7 +24,7 @@ const MAX_DURATION_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// means "already locked"), and unlock with an update filtered on their
 /// `LockId` that writes the document's new state with `LockId: null` and
 /// `LockTime: null`. In-document leases opened with these fields
-/// ([`LeaseManager::documents_with_lock_id`](crate::LeaseManager::documents_with_lock_id)):
+/// ([`OpenDocuments::lock_id`](crate::OpenDocuments::lock_id)):
 ///
 /// - store the lease id as `LockId` and the server time of each acquisition
 ///   and renewal as `LockTime`, so those clients see the document locked
@@ -61,7 +61,8 @@ const MAX_DURATION_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
 /// let fields = LockIdFields::builder().max_duration(Duration::from_secs(60)).build();
 /// let items = manager
-///     .documents_with_lock_id::<mongodb::bson::Document>("workitem", fields)
+///     .documents::<mongodb::bson::Document>("workitem")
+///     .lock_id(fields)
 ///     .await?;
 /// # Ok(()) }
 /// ```

@@ -73,7 +73,7 @@ struct Inner {
     /// name it ([`Error::Refused`]).
     namespace: Arc<str>,
     /// The lock-delay of this manager's force releases and releases by
-    /// owner id ([`LeaseManager::lock_delay`]).
+    /// owner id.
     lock_delay: Duration,
 }
 
@@ -225,28 +225,14 @@ impl LeaseManager {
         &self.inner.owner_id
     }
 
-    /// The lease TTL this manager uses, unless an acquisition gives its own
-    /// ([`AcquireOptions::ttl`]).
-    pub fn ttl(&self) -> Duration {
+    /// The lease TTL this manager uses, unless an acquisition gives its own.
+    pub(crate) fn ttl(&self) -> Duration {
         self.inner.timing.ttl
     }
 
     /// The lock-delay of this manager's involuntary ends
-    /// ([`LeaseManagerOptions::lock_delay`](field@crate::LeaseManagerOptions::lock_delay)):
-    /// after its [`force_release`](LeaseManager::force_release) or
-    /// [`release_owner`](LeaseManager::release_owner) of a live lease,
-    /// nobody is granted the key for this long, by the server's clock.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
-    /// if manager.force_release("job-1").await?.is_some() {
-    ///     println!("job-1 is free again in {:?}", manager.lock_delay());
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn lock_delay(&self) -> Duration {
+    /// ([`LeaseManagerOptions::lock_delay`](field@crate::LeaseManagerOptions::lock_delay)).
+    pub(crate) fn lock_delay(&self) -> Duration {
         self.inner.lock_delay
     }
 
@@ -271,120 +257,8 @@ impl LeaseManager {
         self.inner.timing.lease_shape(options).map(drop)
     }
 
-    /// Acquires `key`, waiting as long as it takes.
-    ///
-    /// `key` is a string (`"job-1"`) or any [`LeaseKey`]: the `_id` of the
-    /// lock document, e.g. the `ObjectId` of the document being locked, so
-    /// that every application locking that `_id` excludes this one.
-    ///
-    /// Local callers waiting for one key are served first in, first out; one
-    /// retry loop per key talks to MongoDB, with jittered exponential backoff
-    /// capped by the holder's remaining lease time. A key released by this
-    /// manager goes to the next local waiter at once, unless another manager
-    /// waited for that lease: then the release yields the key to it, and local
-    /// waiters get it back after its next release, or after
-    /// [`retry_max`](crate::LeaseManagerOptions::retry_max) if nobody else took
-    /// it. Transient database errors are retried (and logged) while waiting.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidKey`] for a key MongoDB refuses as `_id` (see
-    /// [`LeaseKey`]), an empty key or one longer than
-    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes, and [`Error::Shutdown`]
-    /// once the manager has shut down. A document not written by this crate
-    /// (another application's lock document) is not an error: it is a lock
-    /// held by a foreign holder, and `acquire` waits until it is deleted (by
-    /// its owner or a TTL index), polling with the usual backoff capped by
-    /// [`retry_max`](crate::LeaseManagerOptions::retry_max) since its expiry
-    /// is unknown, and woken at once by the deletion on a replica set. Such
-    /// a document is never modified.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future removes the waiter from the queue,
-    /// and a lease granted at that moment is released, never leaked. So
-    /// [`tokio::time::timeout`] over it waits at most a given time, as every
-    /// `acquire` of this crate does:
-    ///
-    /// ```no_run
-    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// match tokio::time::timeout(Duration::from_secs(5), manager.acquire("job-1")).await {
-    ///     Ok(lease) => {
-    ///         let lease = lease?; // acquired within 5 s
-    ///         lease.release().await?;
-    ///     }
-    ///     // Dropped: neither a waiter nor a lease is left behind.
-    ///     Err(_elapsed) => eprintln!("job-1 still held after 5 s"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire(&self, key: impl Into<LeaseKey>) -> Result<Lease> {
-        self.acquire_with(key, &AcquireOptions::default()).await
-    }
-
-    /// [`LeaseManager::acquire`] with options for this one lease (its TTL).
-    ///
-    /// # Errors
-    ///
-    /// As [`LeaseManager::acquire`], and [`Error::InvalidConfig`] for options
-    /// that break the manager's timing rules (see [`AcquireOptions::ttl`]),
-    /// before anything is sent.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LeaseManager::acquire`].
-    pub async fn acquire_with(
-        &self,
-        key: impl Into<LeaseKey>,
-        options: &AcquireOptions,
-    ) -> Result<Lease> {
-        let lease = self.request(key.into(), AcquireMode::Wait, options).await?;
-        lease.ok_or(Error::Shutdown)
-    }
-
-    /// One attempt to acquire `key`: `Ok(None)` if it is held, by another
-    /// owner or by a local caller, or if local callers are already waiting for
-    /// it (a try never jumps the queue). Costs one MongoDB round trip when the
-    /// key is not held locally.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidKey`], [`Error::Shutdown`], [`Error::Refused`] when
-    /// the server refuses the command (for example a user without the
-    /// `readWrite` role), and database errors ([`Error::Database`],
-    /// [`Error::Unreachable`]) when the attempt's outcome could not be
-    /// established. A key held by a foreign holder
-    /// (a document not written by this crate) is `Ok(None)`, and the
-    /// document is left untouched.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LeaseManager::acquire`].
-    pub async fn try_acquire(&self, key: impl Into<LeaseKey>) -> Result<Option<Lease>> {
-        self.try_acquire_with(key, &AcquireOptions::default()).await
-    }
-
-    /// [`LeaseManager::try_acquire`] with options for this one lease.
-    ///
-    /// # Errors
-    ///
-    /// As [`LeaseManager::try_acquire`], and [`Error::InvalidConfig`] as
-    /// [`LeaseManager::acquire_with`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LeaseManager::acquire`].
-    pub async fn try_acquire_with(
-        &self,
-        key: impl Into<LeaseKey>,
-        options: &AcquireOptions,
-    ) -> Result<Option<Lease>> {
-        self.request(key.into(), AcquireMode::Try, options).await
-    }
-
-    async fn request(
+    /// Acquires `key` (in the lock collection) with `options`.
+    pub(crate) async fn acquire_key(
         &self,
         key: LeaseKey,
         mode: AcquireMode,
@@ -582,20 +456,8 @@ impl LeaseManager {
             .await
     }
 
-    /// Every lease in the lock collection (held, expired or released and not
-    /// yet garbage-collected), in key order, each read with the server's
-    /// clock. Reads [`LeaseManager::list_page`]s of 1 000 documents; for very
-    /// large collections, page yourself. A document not written by this
-    /// crate is listed as held by a foreign holder ([`LeaseInfo::foreign`]).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Shutdown`] and database errors.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (reads).
-    pub async fn list(&self) -> Result<Vec<LeaseInfo>> {
+    /// Every lease of the lock collection, page by page.
+    pub(crate) async fn list_all(&self) -> Result<Vec<LeaseInfo>> {
         let (mut all, mut after) = (Vec::new(), None);
         loop {
             let (page, next) = self.list_page(after.as_ref(), LIST_PAGE).await?;
@@ -607,29 +469,15 @@ impl LeaseManager {
         }
     }
 
-    /// One page of [`LeaseManager::list`]: the leases among the next `limit`
-    /// documents whose keys sort after `after` (from the first with `None`),
-    /// and the key to pass as `after` for the next page, `None` after the
-    /// last page. One MongoDB round trip. Keys of every type are listed, in
-    /// MongoDB's BSON order (the order of [`LeaseKey`]'s `Ord`: numbers,
-    /// then strings, documents, binary data, `ObjectId`s, dates, ...).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] for a `limit` of 0, [`Error::Shutdown`], and
-    /// database errors.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe (a read).
-    pub async fn list_page(
+    /// One page of the lock collection ([`List::page`]).
+    pub(crate) async fn list_page(
         &self,
         after: Option<&LeaseKey>,
         limit: usize,
     ) -> Result<(Vec<LeaseInfo>, Option<LeaseKey>)> {
         if limit == 0 {
             return Err(Error::InvalidConfig {
-                reason: "list_page needs a limit of at least 1".into(),
+                reason: "a page of the list needs a limit of at least 1".into(),
             });
         }
         self.inner
@@ -652,7 +500,7 @@ impl LeaseManager {
     /// was if it was held, `None` if the key was free.
     ///
     /// **When the key is free again.** By default, not before the ended
-    /// lease's expiry (and the [`lock_delay`](LeaseManager::lock_delay)):
+    /// lease's expiry (and the [`lock_delay`](field@crate::LeaseManagerOptions::lock_delay)):
     /// its holder, which may still be working until it hears of the
     /// override, has stopped by then by its own local deadline, so the next
     /// holder never overlaps it (as Consul's lock-delay, and Curator's
@@ -788,7 +636,7 @@ impl LeaseManager {
     /// changing no lease field); each holder's manager sees the mark in
     /// its change stream of writes and sends
     /// [`LeaseEvent::RevocationRequested`](crate::LeaseEvent::RevocationRequested)
-    /// to the followers of its lease ([`Lease::events`](crate::Lease::events)),
+    /// to the followers of its lease ([`LeaseStatus::events`](crate::LeaseStatus::events)),
     /// which decide whether and when to release. Nothing is taken away:
     /// use [`force_release`](LeaseManager::force_release) for that.
     /// Returns whether a lease held the key (`false`: nothing to ask).

@@ -1,8 +1,7 @@
 //! [`Semaphore`]: a key with `N` permits, shared by every process that uses
-//! the lock collection, and [`LeaseManager::semaphore`], which makes one.
+//! the lock collection.
 //!
-//! A thin layer over [`LeaseManager::acquire_with`] with
-//! [`LeaseKind::Permit`]: each permit is a [`Lease`] like any other (renewed
+//! A thin layer over the manager's [`Acquire`] with [`LeaseKind::Permit`]: each permit is a [`Lease`](crate::Lease) like any other (renewed
 //! by the manager's batched heartbeat, with a fencing token, a lost-lease
 //! token and an owner-checked release); see [`LeaseKind`](crate::LeaseKind) for the rules
 //! between kinds on one key.
@@ -14,16 +13,16 @@ use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::{LeaseKind, PermitsChange};
-use crate::lease::Lease;
 use crate::manager::LeaseManager;
+use crate::request::{Acquire, NoWait};
 
 /// A counting semaphore on one key: at most [`permits`](Semaphore::permits)
 /// permits taken at a time, across every manager (process) that uses the
 /// lock collection; a lease takes one permit, or several at once
-/// ([`Semaphore::acquire_many`]). Made by [`LeaseManager::semaphore`]; cheap to clone (clones
-/// talk to the same manager).
+/// ([`Acquire::permits`]). Made by [`Semaphore::new`]; cheap to clone
+/// (clones talk to the same manager).
 ///
-/// Each permit is a [`Lease`] of kind [`LeaseKind::Permit`]: it expires
+/// Each permit is a [`Lease`](crate::Lease) of kind [`LeaseKind::Permit`]: it expires
 /// after its TTL by the server's clock unless the manager renews it, so a
 /// permit of a crashed process comes back on its own, as in Redisson's
 /// `RPermitExpirableSemaphore` (whereas an `RSemaphore` permit stays taken
@@ -41,10 +40,10 @@ use crate::manager::LeaseManager;
 /// ```no_run
 /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
 /// // At most three exports run at a time, across all processes.
-/// let exports = manager.semaphore("exports", 3)?;
+/// let exports = mongo_lease::Semaphore::new(&manager, "exports", 3)?;
 /// let permit = exports.acquire().await?;
 /// tokio::select! {
-///     _ = permit.lost() => eprintln!("permit lost: stop"),
+///     _ = permit.status().lost() => eprintln!("permit lost: stop"),
 ///     _ = run_export(permit.fencing_token()) => {}
 /// }
 /// permit.release().await?;
@@ -58,9 +57,10 @@ pub struct Semaphore {
     permits: u32,
 }
 
-impl LeaseManager {
-    /// A [`Semaphore`] of `permits` permits on `key`. Sends nothing: the
-    /// key's document is written by the first acquisition.
+impl Semaphore {
+    /// A semaphore of `permits` permits on `key`, acquired through
+    /// `manager`. Sends nothing: the key's document is written by the first
+    /// acquisition.
     ///
     /// # Errors
     ///
@@ -74,33 +74,27 @@ impl LeaseManager {
     ///
     /// ```no_run
     /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
-    /// let pool = manager.semaphore("db-migrations-pool", 2)?;
+    /// let pool = mongo_lease::Semaphore::new(&manager, "db-migrations-pool", 2)?;
     /// assert_eq!(pool.permits(), 2);
     /// # Ok(()) }
     /// ```
-    pub fn semaphore(&self, key: impl Into<LeaseKey>, permits: u32) -> Result<Semaphore> {
+    pub fn new(
+        manager: &LeaseManager,
+        key: impl Into<LeaseKey>,
+        permits: u32,
+    ) -> Result<Semaphore> {
         let key = key.into();
         key.validate()?;
-        self.check_shape(&Semaphore::options_for(permits, &AcquireOptions::default()))?;
+        let options = AcquireOptions {
+            kind: LeaseKind::Permit { permits },
+            ..AcquireOptions::default()
+        };
+        manager.check_shape(&options)?;
         Ok(Semaphore {
-            manager: self.clone(),
+            manager: manager.clone(),
             key,
             permits,
         })
-    }
-}
-
-impl Semaphore {
-    /// `options` with the kind set to one permit of `permits`.
-    fn options_for(permits: u32, options: &AcquireOptions) -> AcquireOptions {
-        let mut options = options.clone();
-        options.kind = LeaseKind::Permit { permits };
-        options
-    }
-
-    /// This semaphore's acquisition options (the manager's TTL).
-    fn options(&self) -> AcquireOptions {
-        Self::options_for(self.permits, &AcquireOptions::default())
     }
 
     /// The key whose permits this semaphore hands out.
@@ -122,9 +116,10 @@ impl Semaphore {
     }
 
     /// Acquires a permit, waiting as long as it takes (Redisson's
-    /// `RSemaphore::acquire`). The permit is a [`Lease`] whose
-    /// [`kind`](Lease::kind) is `LeaseKind::Permit { permits }`, with the
-    /// manager's TTL.
+    /// `RSemaphore::acquire`): a request ([`Acquire`]; several permits at
+    /// once with [`Acquire::permits`], a TTL with [`Acquire::ttl`]). The
+    /// permit is a [`Lease`](crate::Lease) whose [`kind`](crate::Lease::kind) is
+    /// `LeaseKind::Permit { permits }`, with the manager's TTL by default.
     ///
     /// While every permit is held, the manager retries with its jittered
     /// backoff, capped by the remaining time of the permit that expires
@@ -136,7 +131,10 @@ impl Semaphore {
     /// [`Error::KindMismatch`] if the key is held as something else:
     /// permits of a semaphore with another number, shared leases, or an
     /// exclusive lease (also one released but still held for its
-    /// [`hold_at_least`](AcquireOptions::hold_at_least)). Nothing is
+    /// [`hold_at_least`](Acquire::hold_at_least)). [`Error::InvalidConfig`]
+    /// before anything is sent for options the request's rules refuse (a
+    /// number of permits outside 1 to [`permits`](Semaphore::permits), a
+    /// minimum hold, a payload, shared). Nothing is
     /// written, and the key takes any kind again once all its holders are
     /// gone. [`Error::Shutdown`] once the manager has shut down. A key held
     /// by a foreign holder (another application's lock document) is waited
@@ -157,10 +155,8 @@ impl Semaphore {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn acquire(&self) -> Result<Lease> {
-        self.manager
-            .acquire_with(self.key.clone(), &self.options())
-            .await
+    pub fn acquire(&self) -> Acquire<'_> {
+        Acquire::new(&self.manager, self.key.clone(), self.kind())
     }
 
     /// One attempt: a permit if one is free now, `Ok(None)` if they are all
@@ -177,102 +173,8 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`Semaphore::acquire`].
-    pub async fn try_acquire(&self) -> Result<Option<Lease>> {
-        self.manager
-            .try_acquire_with(self.key.clone(), &self.options())
-            .await
-    }
-
-    /// [`Semaphore::acquire`] with options for this one permit (its
-    /// [`ttl`](AcquireOptions::ttl)); the kind is always this semaphore's,
-    /// whatever `options.kind` says.
-    ///
-    /// # Errors
-    ///
-    /// As [`Semaphore::acquire`], and [`Error::InvalidConfig`] before
-    /// anything is sent for a TTL that breaks the manager's timing rules or
-    /// a [`hold_at_least`](AcquireOptions::hold_at_least) (exclusive leases
-    /// only).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Semaphore::acquire`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(pool: mongo_lease::Semaphore) -> mongo_lease::Result<()> {
-    /// use std::time::Duration;
-    /// use mongo_lease::AcquireOptions;
-    ///
-    /// let long = AcquireOptions::builder().ttl(Duration::from_secs(120)).build();
-    /// let permit = pool.acquire_with(&long).await?;
-    /// assert_eq!(permit.ttl(), Duration::from_secs(120));
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire_with(&self, options: &AcquireOptions) -> Result<Lease> {
-        self.manager
-            .acquire_with(self.key.clone(), &Self::options_for(self.permits, options))
-            .await
-    }
-
-    /// Acquires `k` permits at once, all or none, waiting as long as it
-    /// takes (Redisson's `RSemaphore::acquire(permits)`, Curator's
-    /// `InterProcessSemaphoreV2::acquire(qty)`): one [`Lease`] that holds
-    /// `k` of the key's permits, with one fencing token, renewed, lost and
-    /// released as one. Its acquisition is one conditional write that takes
-    /// all `k` only while the live holders take at most `permits - k`; it
-    /// never holds some of them while waiting for the others, so two callers
-    /// asking for several permits never deadlock.
-    ///
-    /// Waiters are served in order within a manager: a waiter for `k`
-    /// permits blocks the later waiters of its manager until it gets them
-    /// (no barging, so it cannot starve behind single permits of its own
-    /// manager). Across managers, each tries whenever a permit is released
-    /// (waking on the change stream), so a request for many permits may wait
-    /// while single permits keep being taken elsewhere.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] before anything is sent if `k` is 0 or more
-    /// than [`permits`](Semaphore::permits); otherwise as
-    /// [`Semaphore::acquire`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Semaphore::acquire`]: no permit is left taken.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
-    /// // A heavy export takes 3 of the 8 slots.
-    /// let slots = manager.semaphore("export-slots", 8)?;
-    /// let three = slots.acquire_many(3).await?;
-    /// // ... run it, stopping when `three.lost()` completes ...
-    /// three.release().await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire_many(&self, k: u32) -> Result<Lease> {
-        let options = AcquireOptions::builder().permits_taken(k).build();
-        self.acquire_with(&options).await
-    }
-
-    /// One attempt at `k` permits at once: all of them if they are free
-    /// now, `Ok(None)` otherwise (nothing taken). At most one round trip.
-    ///
-    /// # Errors
-    ///
-    /// As [`Semaphore::acquire_many`] and [`Semaphore::try_acquire`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Semaphore::acquire`].
-    pub async fn try_acquire_many(&self, k: u32) -> Result<Option<Lease>> {
-        let options = AcquireOptions::builder().permits_taken(k).build();
-        self.manager
-            .try_acquire_with(self.key.clone(), &Self::options_for(self.permits, &options))
-            .await
+    pub fn try_acquire(&self) -> Acquire<'_, LeaseKey, NoWait> {
+        Acquire::new(&self.manager, self.key.clone(), self.kind())
     }
 
     /// Changes the semaphore's number of permits to `permits`, for every
@@ -320,7 +222,7 @@ impl Semaphore {
     /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
     /// use mongo_lease::PermitsChange;
     ///
-    /// let mut pool = manager.semaphore("encoders", 4)?;
+    /// let mut pool = mongo_lease::Semaphore::new(&manager, "encoders", 4)?;
     /// match pool.set_permits(8).await? {
     ///     PermitsChange::TooManyHeld { held } => println!("{held} in use, try later"),
     ///     _ => assert_eq!(pool.permits(), 8),

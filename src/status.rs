@@ -5,19 +5,19 @@
 //! Each held lease shares one `LeaseState` between the actor (which moves
 //! the deadline at each confirmed renewal and records the loss) and the
 //! caller's [`Lease`](crate::Lease) (which reads them). Reading needs no
-//! message to the actor, so [`Lease::is_lost`](crate::Lease::is_lost) is
+//! message to the actor, so [`LeaseStatus::is_lost`](crate::LeaseStatus::is_lost) is
 //! right even when the manager task has not run for a while (a starved
 //! runtime, a paused thread): once the local deadline has passed, the lease
 //! reads as lost, as DynamoDB's lock client's `isExpired()` does.
 //!
-//! To follow a lease as it goes, [`Lease::events`](crate::Lease::events)
+//! To follow a lease as it goes, [`LeaseStatus::events`](crate::LeaseStatus::events)
 //! gives a stream of [`LeaseEvent`]s: renewed, at risk, lost (see
 //! [`LeaseEvents`] for what it delivers to a slow reader).
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
@@ -37,7 +37,7 @@ pub enum ReleaseOutcome {
     /// was not protected by it.
     AlreadyLost,
     /// One entry of a re-entered lease ended
-    /// ([`AcquireOptions::reentrant`](crate::AcquireOptions::reentrant),
+    /// ([`Acquire::reentrant`](crate::Acquire::reentrant),
     /// [`Lease::reenter`](crate::Lease::reenter)); its other entries still
     /// hold the lease, and the key stays held until the last one is
     /// released. Nothing was sent.
@@ -53,7 +53,7 @@ impl ReleaseOutcome {
 
 /// Why a lease is no longer held.
 ///
-/// Read it with [`Lease::lost_reason`](crate::Lease::lost_reason) once the
+/// Read it with [`LeaseStatus::lost_reason`](crate::LeaseStatus::lost_reason) once the
 /// lease's cancellation token has fired (or its local deadline has passed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -147,7 +147,7 @@ impl fmt::Display for LossReason {
     }
 }
 
-/// Something that happened to one held lease ([`Lease::events`](crate::Lease::events)).
+/// Something that happened to one held lease ([`LeaseStatus::events`](crate::LeaseStatus::events)).
 ///
 /// The notion of a lease "at risk" follows DynamoDB's lock client's session
 /// monitor (a callback when a lease enters its danger zone) and Kubernetes'
@@ -174,7 +174,7 @@ pub enum LeaseEvent {
         /// not with this machine's `SystemTime::now()` if the clocks differ.
         expires_at: SystemTime,
         /// The new local deadline (tokio's clock; see
-        /// [`Lease::deadline`](crate::Lease::deadline)).
+        /// [`LeaseStatus::deadline`](crate::LeaseStatus::deadline)).
         deadline: Instant,
     },
     /// A renewal failed or could not be confirmed (the server unreachable,
@@ -204,7 +204,7 @@ pub enum LeaseEvent {
 /// misses the oldest ones (the final [`LeaseEvent::Lost`] is never missed).
 pub const LEASE_EVENTS_CAPACITY: usize = 16;
 
-/// The events of one lease, from [`Lease::events`](crate::Lease::events)
+/// The events of one lease, from [`LeaseStatus::events`](crate::LeaseStatus::events)
 /// (a [`Stream`]; or call [`LeaseEvents::recv`]).
 ///
 /// Delivery: each event is sent on a bounded broadcast channel of
@@ -221,7 +221,7 @@ pub const LEASE_EVENTS_CAPACITY: usize = 16;
 /// seen by a reader that keeps up.
 ///
 /// Events come from the manager task: a lease whose local deadline has
-/// passed reads lost at once ([`Lease::is_lost`](crate::Lease::is_lost)),
+/// passed reads lost at once ([`LeaseStatus::is_lost`](crate::LeaseStatus::is_lost)),
 /// but its `Lost` event comes when the manager task runs.
 pub struct LeaseEvents {
     inner: BoxStream<'static, LeaseEvent>,
@@ -249,6 +249,197 @@ impl Stream for LeaseEvents {
 impl fmt::Debug for LeaseEvents {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseEvents").finish_non_exhaustive()
+    }
+}
+
+/// How a held lease stands, readable without the manager task: whether it is
+/// lost and why, its local deadline, its cancellation token and its events.
+/// Every holder hands one out: [`Lease::status`](crate::Lease::status),
+/// [`LeaseGroup::status`](crate::LeaseGroup::status),
+/// [`Leadership::status`](crate::Leadership::status),
+/// [`LeaderContext::status`](crate::LeaderContext::status) and
+/// [`DocumentLease::status`](crate::DocumentLease::status). Cheap to clone
+/// into the tasks that work under the lease; it does not keep the lease
+/// held (dropping the `Lease` still releases it).
+///
+/// A group's status ([`LeaseGroup`](crate::LeaseGroup)) reads lost once any
+/// of its leases is: the manager then ends the others with it
+/// ([`LossReason::GroupLost`]).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+/// let lease = manager.acquire("invoice-42").await?;
+/// let status = lease.status();
+/// tokio::select! {
+///     _ = status.lost() => eprintln!("lost: {:?}", status.lost_reason()),
+///     _ = do_work(lease.fencing_token()) => {}
+/// }
+/// lease.release().await?;
+/// # Ok(()) }
+/// # async fn do_work(_token: u64) {}
+/// ```
+#[derive(Clone)]
+pub struct LeaseStatus {
+    /// The lease's state; for a group, its first lease's (in key order).
+    first: Arc<LeaseState>,
+    /// A group's other leases; `None` for one lease.
+    others: Option<Arc<[Arc<LeaseState>]>>,
+}
+
+impl LeaseStatus {
+    /// The status of one lease.
+    pub(crate) fn of(state: Arc<LeaseState>) -> Self {
+        LeaseStatus {
+            first: state,
+            others: None,
+        }
+    }
+
+    /// The status of a group of leases (`states` never empty).
+    pub(crate) fn of_group(mut states: Vec<Arc<LeaseState>>) -> Self {
+        let first = states.remove(0);
+        LeaseStatus {
+            first,
+            others: Some(Arc::from(states)),
+        }
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Arc<LeaseState>> {
+        std::iter::once(&self.first).chain(self.others.iter().flat_map(|others| others.iter()))
+    }
+
+    /// A token cancelled when the lease is no longer held: when a renewal
+    /// finds it gone or taken (at the next heartbeat, or within
+    /// milliseconds on a replica set when someone else's write deleted the
+    /// lease's document or rewrote its `lid` or `aid`: the manager's change
+    /// stream makes it renew that lease at once), when renewal could not be
+    /// confirmed before the local deadline (*start of the last confirmed
+    /// renewal + ttl − safety margin − clock skew*, which comes before
+    /// another owner can take the key), or when the manager releases it
+    /// ([`LeaseManager::release_all`](crate::LeaseManager::release_all),
+    /// [`LeaseManager::shutdown`](crate::LeaseManager::shutdown),
+    /// [`Lease::release`](crate::Lease::release), and for an in-document
+    /// lease [`DocumentLease::commit`](crate::DocumentLease::commit) as soon
+    /// as it is sent).
+    ///
+    /// When a renewal (or a payload or in-document write) finds the lease
+    /// gone, the token fires after one read of the key that tells why
+    /// ([`LeaseStatus::lost_reason`], recorded before the token fires).
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.first.token().clone()
+    }
+
+    /// Completes when the lease is lost (see
+    /// [`LeaseStatus::cancellation_token`]). The future borrows nothing: it
+    /// can be moved into another task, or kept in a `select!` loop that
+    /// later releases the lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future has no effect on the lease.
+    pub fn lost(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.first.token().clone().cancelled_owned()
+    }
+
+    /// `true` once the lease has been lost: its cancellation token fired,
+    /// or its local deadline has passed.
+    ///
+    /// The deadline is read without the manager task (the manager moves it
+    /// at each confirmed renewal), so this is `true` as soon as the deadline
+    /// has passed even if the manager task has not run since (a starved
+    /// runtime, a paused thread), as DynamoDB's lock client's `isExpired()`;
+    /// the token fires when the manager runs.
+    pub fn is_lost(&self) -> bool {
+        self.all().any(|state| state.is_lost())
+    }
+
+    /// Why the lease was lost; `None` while it is held. For a group's status
+    /// ([`LeaseGroup::status`](crate::LeaseGroup::status)), the reason of the
+    /// lease lost first (not [`LossReason::GroupLost`], which each of the
+    /// group's other leases reads in its own status).
+    ///
+    /// [`LossReason::Expired`] once the local deadline has passed, even
+    /// before the manager task has noticed. The reason is recorded before
+    /// the token fires: once [`LeaseStatus::lost`] has completed (or the
+    /// token reads cancelled), this returns the manager's verdict, never
+    /// `None`.
+    pub fn lost_reason(&self) -> Option<LossReason> {
+        if self.others.is_none() {
+            return self.first.lost_reason();
+        }
+        self.all()
+            .filter_map(|state| state.lost_reason())
+            .map(|reason| match reason {
+                LossReason::GroupLost { reason, .. } => *reason,
+                reason => reason,
+            })
+            .next()
+    }
+
+    /// The local deadline: the instant (tokio's clock,
+    /// [`tokio::time::Instant`], which paused-clock tests move) after which
+    /// the lease reads lost unless a renewal is confirmed before then:
+    /// *start of the last confirmed renewal (or of the acquire) + ttl −
+    /// safety margin − clock skew*; for a group, the earliest of its leases'.
+    /// `None` once the lease is lost.
+    ///
+    /// Read without the manager task, like [`LeaseStatus::is_lost`].
+    pub fn deadline(&self) -> Option<Instant> {
+        self.all()
+            .map(|state| state.deadline())
+            .try_fold(None::<Instant>, |earliest, deadline| {
+                let deadline = deadline?;
+                Some(Some(earliest.map_or(deadline, |e| e.min(deadline))))
+            })
+            .flatten()
+    }
+
+    /// The events of the lease from now on: each confirmed renewal (with
+    /// the server's new expiry and the new local deadline), each failed
+    /// renewal while the lease is still held (at risk), a revocation
+    /// request, and the loss with its reason, the last event. See
+    /// [`LeaseEvents`] for the delivery (bounded, never blocks the
+    /// manager, always ends with the loss). For a group, the events of its
+    /// first lease in key order (whose loss the loss of any other causes).
+    ///
+    /// The first call makes the lease's event channel; leases nobody
+    /// follows have none.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: mongo_lease::Lease) {
+    /// use mongo_lease::LeaseEvent;
+    /// let mut events = lease.status().events();
+    /// while let Some(event) = events.recv().await {
+    ///     match event {
+    ///         LeaseEvent::AtRisk { deadline, error } => {
+    ///             eprintln!("renewal failed ({error}); held until {deadline:?} at most")
+    ///         }
+    ///         LeaseEvent::Lost(reason) => eprintln!("lease lost: {reason}"),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn events(&self) -> LeaseEvents {
+        self.first.events()
+    }
+
+    /// The state shared with the manager (for a group, the first lease's).
+    pub(crate) fn state(&self) -> &Arc<LeaseState> {
+        &self.first
+    }
+}
+
+impl fmt::Debug for LeaseStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseStatus")
+            .field("deadline", &self.deadline())
+            .field("lost_reason", &self.lost_reason())
+            .finish()
     }
 }
 
@@ -371,7 +562,7 @@ impl LeaseState {
         }
     }
 
-    /// Whether someone follows the lease's events (`Lease::events`).
+    /// Whether someone follows the lease's events (`LeaseStatus::events`).
     pub(crate) fn is_followed(&self) -> bool {
         self.events
             .get()

@@ -152,17 +152,17 @@ async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
     assert!(foreign.foreign && foreign.held, "{foreign:?}");
     assert!(all.iter().all(|i| i.held && i.owner_id == a.owner_id()));
 
-    let (page, next) = operator.list_page(None, 3).await.unwrap();
+    let (page, next) = operator.list().page(None, 3).await.unwrap();
     assert_eq!(
         page.iter().map(|i| i.key.to_string()).collect::<Vec<_>>(),
         ["k0-foreign", "k1", "k2"]
     );
-    let (page2, next2) = operator.list_page(next.as_ref(), 3).await.unwrap();
+    let (page2, next2) = operator.list().page(next.as_ref(), 3).await.unwrap();
     assert_eq!(
         page2.iter().map(|i| i.key.to_string()).collect::<Vec<_>>(),
         ["k3", "k4", "k5"]
     );
-    let (last, end) = operator.list_page(next2.as_ref(), 3).await.unwrap();
+    let (last, end) = operator.list().page(next2.as_ref(), 3).await.unwrap();
     assert!(last.is_empty() && end.is_none());
 
     // Force release: the holder's token fires at its next renewal.
@@ -176,7 +176,7 @@ async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
     assert_eq!(released.owner_id, a.owner_id());
     assert_eq!(released.fencing_token, k3.fencing_token());
     assert!(!operator.inspect("k3").await.unwrap().unwrap().held);
-    timeout(WAIT, k3.lost())
+    timeout(WAIT, k3.status().lost())
         .await
         .expect("the holder learns it");
     assert!(matches!(
@@ -196,7 +196,7 @@ async fn list_pages_in_key_order_and_force_release_fires_the_holders_token() {
     // Force-releasing a lease of this very manager marks it lost at once.
     let k1 = leases.remove(0);
     assert!(a.force_release("k1").await.unwrap().is_some());
-    assert!(k1.is_lost());
+    assert!(k1.status().is_lost());
     a.shutdown().await.unwrap();
     operator.shutdown().await.unwrap();
 }
@@ -230,6 +230,7 @@ async fn observers_see_every_term_in_order_through_the_change_stream() {
                     .push((leadership.term(), Instant::now()));
                 if round % 2 == 0 {
                     leadership
+                        .lease()
                         .set_payload(doc! { "candidate": i as i32 })
                         .await
                         .unwrap();
@@ -464,6 +465,7 @@ async fn campaign_leader_resign_and_campaign_under_a_timeout() {
     assert_eq!(ea.leader().await.unwrap(), None);
     let leadership = ea.campaign().await.unwrap();
     leadership
+        .lease()
         .set_payload(doc! { "addr": "a:1" })
         .await
         .unwrap();
@@ -560,12 +562,12 @@ async fn run_as_leader_drops_an_output_completed_after_the_local_deadline() {
             if call == 0 {
                 // The pause: polls the local deadline, the runtime blocked.
                 let paused = std::time::Instant::now();
-                while !leader.is_lost() {
+                while !leader.status().is_lost() {
                     assert!(paused.elapsed() < WAIT, "the local deadline never passed");
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 assert!(
-                    !leader.cancellation_token().is_cancelled(),
+                    !leader.status().cancellation_token().is_cancelled(),
                     "the token fired during the pause: the manager task ran"
                 );
             }
@@ -641,7 +643,7 @@ async fn run_as_leader_runs_one_body_at_a_time_and_campaigns_again_after_a_loss(
                     tx.send(("started", leader.term())).unwrap();
                     // The first body is cancelled; the second returns after 3 s.
                     tokio::select! {
-                        _ = leader.lost() => {
+                        _ = leader.status().lost() => {
                             tokio::time::sleep(Duration::from_millis(100)).await;
                             tx.send(("stopped", leader.term())).unwrap();
                             "lost"

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use mongo_lease::{
-    AcquireOptions, DEFAULT_CLOCK_SKEW, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_SAFETY_MARGIN_DIVISOR,
-    LeaseKey, LeaseKind, MAX_PERMITS, ReleaseMode,
+    Acquire, DEFAULT_CLOCK_SKEW, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_SAFETY_MARGIN_DIVISOR,
+    LeaseKey, MAX_PERMITS, ReleaseMode,
 };
 use mongodb::bson::Document;
 
@@ -376,22 +376,20 @@ pub struct ExecArgs {
 }
 
 impl ExecArgs {
-    /// The kind of lease asked for: `--permits N`, `--shared`, or exclusive.
-    pub fn kind(&self) -> LeaseKind {
-        match (self.permits, self.shared) {
-            (Some(permits), _) => LeaseKind::Permit { permits },
-            (None, true) => LeaseKind::Shared,
-            (None, false) => LeaseKind::Exclusive,
+    /// `request` with the lease's options: shared, minimum and maximum hold
+    /// (the TTL is the manager's, from --ttl, unless --hold-at-most; the
+    /// permits are the semaphore's, which made the request).
+    pub fn apply<'a, K, W>(&self, mut request: Acquire<'a, K, W>) -> Acquire<'a, K, W> {
+        if self.shared {
+            request = request.shared();
         }
-    }
-
-    /// The options of the lease: its kind, minimum and maximum hold (the
-    /// TTL is the manager's, from --ttl, unless --hold-at-most).
-    pub fn acquire_options(&self) -> AcquireOptions {
-        let mut options = AcquireOptions::builder().kind(self.kind()).build();
-        options.hold_at_least = self.hold_at_least;
-        options.hold_at_most = self.hold_at_most;
-        options
+        if let Some(at_least) = self.hold_at_least {
+            request = request.hold_at_least(at_least);
+        }
+        if let Some(at_most) = self.hold_at_most {
+            request = request.hold_at_most(at_most);
+        }
+        request
     }
 }
 

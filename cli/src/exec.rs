@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use mongo_lease::{
     Error, Lease, LeaseGroup, LeaseInfo, LeaseKey, LeaseKind, LeaseManager, ReleaseOutcome,
+    Semaphore,
 };
+use std::future::IntoFuture;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 use tokio_util::time::FutureExt as _;
 
@@ -13,6 +15,17 @@ use crate::args::ExecArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
 use crate::http::{self, Held as _, Phase, Status};
 use crate::{Failure, exit, output};
+
+/// `acquired`, or `None` if it takes longer than `timeout` (if any).
+async fn within<T>(
+    acquired: impl std::future::Future<Output = Result<T, Error>>,
+    timeout: Option<std::time::Duration>,
+) -> Result<Option<T>, Error> {
+    match timeout {
+        None => acquired.await.map(Some),
+        Some(timeout) => acquired.timeout(timeout).await.ok().transpose(),
+    }
+}
 
 /// Acquires the key (of the kind and minimum hold the flags ask for), runs
 /// the command under the lease, releases it; the exit code. `status` tells
@@ -25,39 +38,47 @@ pub async fn exec(
 ) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
     let keys = args.key.keys()?;
-    let options = args.acquire_options();
+    let semaphore = match (keys.as_slice(), args.permits) {
+        (_, None) => None,
+        ([key], Some(permits)) => Some(Semaphore::new(manager, key.clone(), permits)?),
+        (_, Some(_)) => {
+            return Err(Failure::usage(
+                "--permits takes one key: a semaphore is one key with N permits",
+            ));
+        }
+    };
     let acquire = async {
-        match (keys.as_slice(), args.no_wait, args.timeout) {
-            ([key], true, _) => manager
-                .try_acquire_with(key.clone(), &options)
-                .await
-                .map(|lease| lease.map(Held::One)),
-            ([key], false, None) => manager
-                .acquire_with(key.clone(), &options)
-                .await
-                .map(|lease| Some(Held::One(lease))),
-            ([key], false, Some(timeout)) => manager
-                .acquire_with(key.clone(), &options)
-                .timeout(timeout)
-                .await
-                .ok()
-                .transpose()
-                .map(|lease| lease.map(Held::One)),
-            (_, true, _) => manager
-                .try_acquire_all_with(keys.clone(), &options)
-                .await
-                .map(|group| group.map(Held::All)),
-            (_, false, None) => manager
-                .acquire_all_with(keys.clone(), &options)
-                .await
-                .map(|group| Some(Held::All(group))),
-            (_, false, Some(timeout)) => manager
-                .acquire_all_with(keys.clone(), &options)
-                .timeout(timeout)
-                .await
-                .ok()
-                .transpose()
-                .map(|group| group.map(Held::All)),
+        match (keys.as_slice(), &semaphore, args.no_wait) {
+            ([_], Some(semaphore), true) => {
+                let acquired = args.apply(semaphore.try_acquire()).await;
+                acquired.map(|lease| lease.map(Held::One))
+            }
+            ([_], Some(semaphore), false) => {
+                let acquired = args.apply(semaphore.acquire()).into_future();
+                within(acquired, args.timeout)
+                    .await
+                    .map(|lease| lease.map(Held::One))
+            }
+            ([key], None, true) => {
+                let acquired = args.apply(manager.try_acquire(key.clone())).await;
+                acquired.map(|lease| lease.map(Held::One))
+            }
+            ([key], None, false) => {
+                let acquired = args.apply(manager.acquire(key.clone())).into_future();
+                within(acquired, args.timeout)
+                    .await
+                    .map(|lease| lease.map(Held::One))
+            }
+            (_, _, true) => {
+                let acquired = args.apply(manager.try_acquire_all(keys.clone())).await;
+                acquired.map(|group| group.map(Held::All))
+            }
+            (_, _, false) => {
+                let acquired = args.apply(manager.acquire_all(keys.clone())).into_future();
+                within(acquired, args.timeout)
+                    .await
+                    .map(|group| group.map(Held::All))
+            }
         }
     };
     let held = tokio::select! {
@@ -76,7 +97,7 @@ pub async fn exec(
         .unzip();
     let (names, kind) = (names.join("\n"), leases[0].kind());
     // A request to release any of the keys signals the command.
-    let events = futures::stream::select_all(leases.iter().map(|lease| lease.events()));
+    let events = futures::stream::select_all(leases.iter().map(|lease| lease.status().events()));
     tracing::debug!(keys = %names.replace('\n', ", "), ?tokens, %kind, "acquired");
     let held = Arc::new(held);
     status.set(Phase::Holding(held.clone()));
@@ -137,8 +158,8 @@ impl Held {
 
     fn lost(&self) -> WaitForCancellationFutureOwned {
         match self {
-            Held::One(lease) => lease.lost(),
-            Held::All(group) => group.lost(),
+            Held::One(lease) => lease.status().lost(),
+            Held::All(group) => group.status().lost(),
         }
     }
 
@@ -153,8 +174,8 @@ impl Held {
 impl http::Held for Held {
     fn is_lost(&self) -> bool {
         match self {
-            Held::One(lease) => lease.is_lost(),
-            Held::All(group) => group.is_lost(),
+            Held::One(lease) => lease.status().is_lost(),
+            Held::All(group) => group.status().is_lost(),
         }
     }
 }

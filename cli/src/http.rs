@@ -37,13 +37,13 @@ pub trait Held: Send + Sync {
 
 impl Held for Lease {
     fn is_lost(&self) -> bool {
-        Lease::is_lost(self)
+        self.status().is_lost()
     }
 }
 
 impl Held for LeaderContext {
     fn is_lost(&self) -> bool {
-        LeaderContext::is_lost(self)
+        self.status().is_lost()
     }
 }
 

@@ -47,13 +47,13 @@ pub async fn leader(
         let outcome = child::run(
             &args.command,
             &lease,
-            leadership.lost(),
+            leadership.status().lost(),
             args.timing.grace(),
             &signals,
             None,
         )
         .await;
-        let lost = leadership.is_lost();
+        let lost = leadership.status().is_lost();
         status.set(Phase::Ended);
         let _ = leadership.resign().await;
         return Ok(match outcome {
@@ -93,7 +93,7 @@ pub async fn leader(
                 let outcome = child::run(
                     &args.command,
                     &lease,
-                    leader.lost(),
+                    leader.status().lost(),
                     args.timing.grace(),
                     signals,
                     None,
@@ -101,7 +101,7 @@ pub async fn leader(
                 .await;
                 running.store(false, std::sync::atomic::Ordering::SeqCst);
                 status.set(Phase::Campaigning);
-                if leader.is_lost() {
+                if leader.status().is_lost() {
                     eprintln!(
                         "mongo-lease: leadership of {} lost (term {}); campaigning again",
                         shown,

@@ -177,7 +177,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                     true => release.immediately().await?,
                     false => release.await?,
                 };
-                let freed = Freed::new(manager.lock_delay(), immediately);
+                let freed = Freed::new(release_lock_delay(lock_delay), immediately);
                 print_owner_release(&owner, released, freed, json);
                 Ok(0)
             }
@@ -214,7 +214,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                     true => release.immediately().await?,
                     false => release.await?,
                 };
-                let freed = Freed::new(manager.lock_delay(), args.immediately);
+                let freed = Freed::new(release_lock_delay(args.lock_delay), args.immediately);
                 print_release(&key, released.as_ref(), freed, json);
                 Ok(0)
             }
@@ -241,6 +241,13 @@ async fn finish(manager: &LeaseManager, code: Result<u8, Failure>) -> Result<u8,
 /// TTL and timing.
 async fn connect(c: &Connection, timing: Option<&LeaseTiming>) -> Result<LeaseManager, Failure> {
     connect_with(c, timing, None).await
+}
+
+/// The lock-delay of `release --force` given `--lock-delay` (`None`: the
+/// library's default, the safety margin of a manager with the default TTL,
+/// which is how `release` connects).
+fn release_lock_delay(given: Option<Duration>) -> Duration {
+    given.unwrap_or(mongo_lease::DEFAULT_TTL / mongo_lease::DEFAULT_SAFETY_MARGIN_DIVISOR)
 }
 
 /// [`connect`], with the lock-delay of `release --force` (`None`: the

@@ -124,14 +124,14 @@ pub(crate) struct Waiter {
     pub(crate) create: Option<Document>,
     /// Its lease's kind and minimum hold (validated by the handle).
     pub(crate) shape: LeaseShape,
-    /// Its holder, if named (`AcquireOptions::holder`), and whether it
+    /// Its holder, if named (`Acquire::holder`), and whether it
     /// re-enters a lease that holder holds on the key (`reentry.rs`).
     pub(crate) holder: Option<crate::holder::HolderId>,
     pub(crate) reentrant: bool,
     /// The payload its acquiring write is to write (validated by the handle).
     pub(crate) payload: Option<Document>,
     /// Its lease is held at most its TTL, never renewed
-    /// (`AcquireOptions::hold_at_most`).
+    /// (`Acquire::hold_at_most`).
     pub(crate) at_most: bool,
     pub(crate) respond_to: Reply<Option<Granted>>,
 }

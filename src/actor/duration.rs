@@ -1,6 +1,6 @@
 //! Duration control: a held lease's TTL changed by a renewal to the new TTL
 //! at once (`Lease::set_ttl`). A lease held at most a duration
-//! (`AcquireOptions::hold_at_most`, `Held::renews` false) is left out of
+//! (`Acquire::hold_at_most`, `Held::renews` false) is left out of
 //! every renewal (`renewal::add_renewal`) and ends at its local deadline.
 
 use std::time::Duration;

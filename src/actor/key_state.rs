@@ -27,7 +27,7 @@ pub(super) struct Held {
     /// The lease's TTL: its renewals set `exp = $$NOW + ttl`.
     pub(super) ttl: Duration,
     /// The heartbeat renews it; `false` for a lease held at most its TTL
-    /// (`AcquireOptions::hold_at_most`), never renewed nor checked by a
+    /// (`Acquire::hold_at_most`), never renewed nor checked by a
     /// renewal.
     pub(super) renews: bool,
     /// Start of the last confirmed renewal (or of the acquire) + ttl − safety margin.
@@ -154,7 +154,7 @@ pub(super) struct Unanswered {
     pub(super) payload: Option<u64>,
 }
 
-/// A digest of an attempt's payload (`AcquireOptions::payload`), to tell
+/// A digest of an attempt's payload (`Acquire::payload`), to tell
 /// whether two attempts under one lease id asked for the same one.
 pub(super) fn payload_hash(payload: Option<&mongodb::bson::Document>) -> Option<u64> {
     use std::hash::{Hash, Hasher};

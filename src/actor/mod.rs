@@ -113,7 +113,7 @@ struct Sent {
     shape: LeaseShape,
     /// It was a waiting attempt (someone other than a try waits).
     waiting: bool,
-    /// The payload it wrote (`AcquireOptions::payload`).
+    /// The payload it wrote (`Acquire::payload`).
     payload: Option<Document>,
     /// For a lease held at most its TTL (`Waiter::at_most`).
     at_most: bool,

@@ -1,5 +1,5 @@
 //! Re-entry: a second acquisition of a key by the holder of a lease on it
-//! (`AcquireOptions::holder`, `Lease::reenter`) never waits on itself.
+//! (`Acquire::holder`, `Lease::reenter`) never waits on itself.
 //!
 //! A lease acquired for a named holder keeps that holder (its `Binding`).
 //! An acquisition by the same holder of a key it holds is answered at once,

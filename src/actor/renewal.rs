@@ -266,7 +266,7 @@ impl Actor {
         } else if deadline > held.deadline && held.deadline > now {
             // The heap entry is re-armed lazily when it comes due. A
             // renewal confirmed after the deadline passed moves nothing:
-            // the lease read lost then (`Lease::is_lost`), and is.
+            // the lease read lost then (`LeaseStatus::is_lost`), and is.
             held.deadline = deadline;
             let (token, acquired_at) = (held.token, held.acquired_at);
             held.state

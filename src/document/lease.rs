@@ -62,14 +62,19 @@ impl<T: DeserializeOwned> DocumentLease<T> {
         &self.raw
     }
 
-    /// The document's `_id` (the lease's key).
-    pub fn id(&self) -> &LeaseKey {
+    /// The document's `_id`: the lease's key.
+    pub fn key(&self) -> &LeaseKey {
         self.lease.key()
     }
 
-    /// The lease: fencing token, lost-lease token, TTL, owner id.
+    /// The lease: fencing token, TTL, owner id.
     pub fn lease(&self) -> &Lease {
         &self.lease
+    }
+
+    /// How the lease stands (see [`LeaseStatus`](crate::LeaseStatus)).
+    pub fn status(&self) -> crate::status::LeaseStatus {
+        self.lease.status()
     }
 
     /// The lease and the document (as [`DocumentLease::document`]), apart:

@@ -13,12 +13,11 @@ use std::time::Duration;
 
 use mongodb::bson::Document;
 use serde::de::DeserializeOwned;
-use typed_builder::TypedBuilder;
 
 use crate::actor::command::{AcquireMode, Target};
 use crate::config::AcquireOptions;
 use crate::document_update::check_create;
-use crate::error::{Error, Operation, Result};
+use crate::error::{Operation, Result};
 use crate::key::LeaseKey;
 use crate::lease::Lease;
 use crate::lock_id_fields::LockIdFields;
@@ -27,43 +26,6 @@ use crate::manager::LeaseManager;
 /// Default field of the user's document that holds an in-document lease's
 /// lock fields: `_lease`.
 pub const DEFAULT_LEASE_FIELD: &str = "_lease";
-
-/// Options of one in-document acquisition
-/// ([`DocumentLeases::acquire_with`] and its variants).
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use mongodb::bson::doc;
-/// use mongo_lease::DocumentAcquireOptions;
-///
-/// let options = DocumentAcquireOptions::builder()
-///     .create(doc! { "state": "new", "runs": 0 })
-///     .ttl(Duration::from_secs(60))
-///     .build();
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, TypedBuilder)]
-#[non_exhaustive]
-pub struct DocumentAcquireOptions {
-    /// The lease's TTL, as [`AcquireOptions::ttl`]. Default: the manager's
-    /// [`ttl`](crate::LeaseManagerOptions::ttl).
-    #[builder(default, setter(strip_option))]
-    pub ttl: Option<Duration>,
-    /// Fields of the document to create if none has this `_id` (the `_id`
-    /// is the one acquired; the document must not name `_id` or the lock
-    /// field). Concurrent acquires that create the same document create it
-    /// once: one of them wins, the others find it held. A document that
-    /// exists but holds nothing but its `_id` is given these fields too.
-    /// Local callers waiting for the same document are served first in,
-    /// first out, each attempt with the fields of the caller first in line:
-    /// a missing document is created only for a caller that gave fields,
-    /// with its fields. Default: `None`, a missing document is
-    /// [`Error::DocumentNotFound`] (for every local caller then waiting for
-    /// it without fields; the next one with fields creates it).
-    #[builder(default, setter(strip_option))]
-    pub create: Option<Document>,
-}
 
 /// In-document leases on one user collection, from
 /// [`LeaseManager::documents`]: acquire a document's lease by its `_id`, and
@@ -109,12 +71,11 @@ pub struct DocumentAcquireOptions {
 ///
 /// ```no_run
 /// use mongodb::bson::doc;
-/// use mongo_lease::{DocumentAcquireOptions, LeaseManager};
+/// use mongo_lease::LeaseManager;
 ///
 /// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
 /// let items = manager.documents::<mongodb::bson::Document>("workitem").await?;
-/// let options = DocumentAcquireOptions::builder().create(doc! { "runs": 0 }).build();
-/// let item = items.acquire_with("item-17", options).await?;
+/// let item = items.acquire("item-17").create(doc! { "runs": 0 }).await?;
 /// println!("runs so far: {}", item.document().get_i32("runs").unwrap_or(0));
 /// // Write the new state and release, in one atomic write:
 /// item.commit(doc! { "$inc": { "runs": 1 } }).await?;
@@ -154,98 +115,27 @@ impl<T> fmt::Debug for DocumentLeases<T> {
     }
 }
 
-impl LeaseManager {
-    /// In-document leases on `collection` (in the lock collection's
-    /// database), with the lock fields under [`DEFAULT_LEASE_FIELD`].
-    ///
-    /// Nothing is sent to MongoDB and no index is created.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] for an empty collection name or one MongoDB
-    /// refuses (`$`, NUL, a `system.` prefix), or the lock collection itself
-    /// (its documents are lock documents), and [`Error::Shutdown`] once the
-    /// manager has shut down.
-    pub async fn documents<T>(&self, collection: &str) -> Result<DocumentLeases<T>> {
-        self.documents_in_field(collection, DEFAULT_LEASE_FIELD)
-            .await
-    }
-
-    /// [`LeaseManager::documents`] with the lock fields under `field`, a
-    /// top-level field name of the user's choice.
-    ///
-    /// # Errors
-    ///
-    /// As [`LeaseManager::documents`], and [`Error::InvalidConfig`] for a
-    /// field name that is empty, `_id`, starts with `$` or contains `.` or
-    /// NUL.
-    pub async fn documents_in_field<T>(
-        &self,
+impl<T> DocumentLeases<T> {
+    /// Opens in-document leases on `collection` with the lock fields under
+    /// `field` (and `LockId` / `LockTime` at the top with `lock_id`).
+    pub(crate) async fn open(
+        manager: &LeaseManager,
         collection: &str,
         field: &str,
+        lock_id: Option<Arc<LockIdFields>>,
     ) -> Result<DocumentLeases<T>> {
-        let place = self.open_documents(collection, field, None).await?;
+        if let Some(fields) = &lock_id {
+            fields.check(field)?;
+        }
+        let place = manager
+            .open_documents(collection, field, lock_id.clone())
+            .await?;
         Ok(DocumentLeases {
-            manager: self.clone(),
+            manager: manager.clone(),
             place,
             collection: collection.into(),
             field: field.into(),
-            lock_id: None,
-            _document: PhantomData,
-        })
-    }
-
-    /// [`LeaseManager::documents`] on documents that other applications'
-    /// clients lock by top-level `LockId` and `LockTime` fields
-    /// ([`LockIdFields`]): each lease also stores its lease id as `LockId`
-    /// and its last renewal's server time as `LockTime`, a document they
-    /// lock is held until `LockTime + max_duration`, and a release writes
-    /// `LockId: null, LockTime: null`. The other lock fields stay under
-    /// [`DEFAULT_LEASE_FIELD`]. Every manager using these documents must
-    /// open them the same way.
-    ///
-    /// Nothing is sent to MongoDB and no index is created.
-    ///
-    /// # Errors
-    ///
-    /// As [`LeaseManager::documents`], and [`Error::InvalidConfig`] for
-    /// field names that are not top-level names other than `_id` or are
-    /// equal, a `max_duration` under 1 ms or over a year, or a collection
-    /// this manager already opened with [`DEFAULT_LEASE_FIELD`] and other
-    /// fields.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use mongodb::bson::doc;
-    /// use mongo_lease::{LeaseManager, LockIdFields};
-    ///
-    /// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
-    /// // Their clients take a lock over 60 s after its LockTime; our TTL is 20 s.
-    /// let fields = LockIdFields::builder().max_duration(Duration::from_secs(60)).build();
-    /// let items = manager.documents_with_lock_id::<mongodb::bson::Document>("workitem", fields).await?;
-    /// let item = items.acquire("item-17").await?;
-    /// // The new state with LockId: null and LockTime: null, in one write.
-    /// item.commit(doc! { "$set": { "state": "done" } }).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn documents_with_lock_id<T>(
-        &self,
-        collection: &str,
-        fields: LockIdFields,
-    ) -> Result<DocumentLeases<T>> {
-        fields.check(DEFAULT_LEASE_FIELD)?;
-        let fields = Arc::new(fields);
-        let place = self
-            .open_documents(collection, DEFAULT_LEASE_FIELD, Some(fields.clone()))
-            .await?;
-        Ok(DocumentLeases {
-            manager: self.clone(),
-            place,
-            collection: collection.into(),
-            field: DEFAULT_LEASE_FIELD.into(),
-            lock_id: Some(fields),
+            lock_id,
             _document: PhantomData,
         })
     }
@@ -263,7 +153,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     }
 
     /// The top-level `LockId` / `LockTime` fields these leases keep true
-    /// ([`LeaseManager::documents_with_lock_id`]), if any.
+    /// ([`OpenDocuments::lock_id`](crate::OpenDocuments::lock_id)), if any.
     pub fn lock_id_fields(&self) -> Option<&LockIdFields> {
         self.lock_id.as_deref()
     }
@@ -279,10 +169,10 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`] for an `_id` MongoDB refuses,
-    /// [`Error::Shutdown`], [`Error::Refused`] if the server refuses the
-    /// read, and other database errors ([`Error::Database`],
-    /// [`Error::Unreachable`]).
+    /// [`Error::InvalidKey`](crate::Error::InvalidKey) for an `_id` MongoDB refuses,
+    /// [`Error::Shutdown`](crate::Error::Shutdown), [`Error::Refused`](crate::Error::Refused) if the server refuses the
+    /// read, and other database errors ([`Error::Database`](crate::Error::Database),
+    /// [`Error::Unreachable`](crate::Error::Unreachable)).
     ///
     /// # Cancel safety
     ///
@@ -329,115 +219,25 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         format!("{}.{}", self.manager.database_name(), self.collection)
     }
 
-    /// Acquires the lease of the document with `_id` `id`, waiting as long
-    /// as it takes, as [`LeaseManager::acquire`] does for a key; returns it
-    /// with the document as the acquiring write left it.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::DocumentNotFound`] if no document has this `_id` (see
-    /// [`DocumentLeases::acquire_with`] to create it), [`Error::InvalidKey`]
-    /// for an `_id` MongoDB refuses, [`Error::Database`] if the document
-    /// cannot be read as `T` (the lease is then released),
-    /// [`Error::Refused`] if the server refuses the acquire (e.g. a user
-    /// without the `readWrite` role), [`Error::Shutdown`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LeaseManager::acquire`]. To wait at most a given
-    /// time:
-    ///
-    /// ```no_run
-    /// # async fn demo(items: mongo_lease::DocumentLeases) -> mongo_lease::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// if let Ok(item) = tokio::time::timeout(Duration::from_secs(5), items.acquire("item-17")).await {
-    ///     item?.release().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn acquire(&self, id: impl Into<LeaseKey>) -> Result<DocumentLease<T>> {
-        self.acquire_with(id, DocumentAcquireOptions::default())
-            .await
-    }
-
-    /// [`DocumentLeases::acquire`] with options: the fields to create the
-    /// document with if it does not exist, the lease's TTL.
-    ///
-    /// # Errors
-    ///
-    /// As [`DocumentLeases::acquire`] (no [`Error::DocumentNotFound`] with
-    /// [`DocumentAcquireOptions::create`]), and [`Error::InvalidUpdate`] for
-    /// a document to create that names `_id` or the lock field (nothing
-    /// sent) or that a unique index of the collection other than `_id`'s
-    /// refuses (nothing written),
-    /// [`Error::InvalidConfig`] for a TTL that breaks the manager's timing
-    /// rules.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LeaseManager::acquire`].
-    pub async fn acquire_with(
-        &self,
-        id: impl Into<LeaseKey>,
-        options: DocumentAcquireOptions,
-    ) -> Result<DocumentLease<T>> {
-        match self.request(id.into(), AcquireMode::Wait, options).await? {
-            Some(lease) => Ok(lease),
-            None => Err(Error::Shutdown),
-        }
-    }
-
-    /// One attempt, as [`LeaseManager::try_acquire`]: `Ok(None)` if the
-    /// document's lease is held (by another owner, a local caller, or
-    /// local waiters queue for it).
-    ///
-    /// # Errors
-    ///
-    /// As [`DocumentLeases::acquire`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LeaseManager::acquire`].
-    pub async fn try_acquire(&self, id: impl Into<LeaseKey>) -> Result<Option<DocumentLease<T>>> {
-        self.try_acquire_with(id, DocumentAcquireOptions::default())
-            .await
-    }
-
-    /// [`DocumentLeases::try_acquire`] with options.
-    ///
-    /// # Errors
-    ///
-    /// As [`DocumentLeases::acquire_with`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`LeaseManager::acquire`].
-    pub async fn try_acquire_with(
-        &self,
-        id: impl Into<LeaseKey>,
-        options: DocumentAcquireOptions,
-    ) -> Result<Option<DocumentLease<T>>> {
-        self.request(id.into(), AcquireMode::Try, options).await
-    }
-
-    async fn request(
+    /// Acquires the document `id` ([`AcquireDocument`]).
+    pub(crate) async fn acquire_document(
         &self,
         id: LeaseKey,
         mode: AcquireMode,
-        options: DocumentAcquireOptions,
+        ttl: Option<Duration>,
+        create: Option<Document>,
     ) -> Result<Option<DocumentLease<T>>> {
-        if let Some(create) = &options.create {
+        if let Some(create) = &create {
             check_create(create, &self.field)?;
             for name in self.top_fields() {
                 check_create(create, name)?;
             }
         }
         if let Some(fields) = &self.lock_id {
-            fields.check_ttl(options.ttl.unwrap_or(self.manager.ttl()))?;
+            fields.check_ttl(ttl.unwrap_or(self.manager.ttl()))?;
         }
         let acquire = AcquireOptions {
-            ttl: options.ttl,
+            ttl,
             ..AcquireOptions::default()
         };
         let target = Target {
@@ -446,7 +246,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         };
         let Some(granted) = self
             .manager
-            .request_target(target, mode, &acquire, options.create)
+            .request_target(target, mode, &acquire, create)
             .await
             .map_err(|e| e.refused_in(Operation::Acquire, &self.namespace()))?
         else {

@@ -51,7 +51,7 @@ impl<'a> ForceRelease<'a> {
 
     /// The holder is known to be gone (its process stopped, its machine
     /// off): the key is free after the manager's
-    /// [`lock_delay`](LeaseManager::lock_delay) alone, not at the ended
+    /// [`lock_delay`](field@crate::LeaseManagerOptions::lock_delay) alone, not at the ended
     /// lease's expiry. Also frees a key that an earlier override left
     /// waiting for its old lease's expiry. If the holder is in fact still
     /// running, it keeps working until its next renewal while the next
@@ -106,7 +106,7 @@ impl<'a> ReleaseOwner<'a> {
 
     /// Every holder under the owner id is known to be gone: the keys of
     /// the live leases it ends are free after the manager's
-    /// [`lock_delay`](LeaseManager::lock_delay) alone, not at those
+    /// [`lock_delay`](field@crate::LeaseManagerOptions::lock_delay) alone, not at those
     /// leases' expiry (see [`ForceRelease::immediately`]).
     pub fn immediately(mut self) -> Self {
         self.end = OverrideEnd::Immediately;

@@ -71,7 +71,7 @@ pub async fn groups(recorder: Recorder, process: Arc<Process>, stop: Arc<AtomicB
             _ => random_range(0..1_500),
         };
         let until = Instant::now() + ms(hold);
-        while Instant::now() < until && !group.is_lost() && !stop.load(Ordering::SeqCst) {
+        while Instant::now() < until && !group.status().is_lost() && !stop.load(Ordering::SeqCst) {
             sleep(ms(random_range(1..200))).await;
         }
         for lease in &leases {

@@ -247,7 +247,7 @@ pub enum Event {
     },
     /// No fault is injected from now on.
     FaultsStopped,
-    /// A holder re-entered a lease it holds (`AcquireOptions::reentrant`,
+    /// A holder re-entered a lease it holds (`Acquire::reentrant`,
     /// `Lease::reenter`): `lease` is the new entry, which its holder
     /// releases with [`Event::Released`] like any lease.
     Reentered {

@@ -8,11 +8,11 @@ use tokio::time::{Instant, sleep};
 
 use super::history::{Event, Kind, LeaseNo};
 use super::workload::{Process, Recorder, granted, idle, ms, timed, wait};
-use crate::config::AcquireOptions;
 use crate::holder::HolderId;
 use crate::lease::Lease;
 use crate::random::random_range;
 use crate::status::ReleaseOutcome;
+use std::future::IntoFuture;
 
 /// A task of `process` that, until `stop`, acquires `key` for a holder of
 /// its own (waiting, or with a timeout), then one to three times either
@@ -32,21 +32,11 @@ pub async fn reentrant(
     let manager = &process.manager;
     while !stop.load(Ordering::SeqCst) {
         let holder = HolderId::new();
-        let reenter = AcquireOptions::builder()
-            .holder(holder)
-            .reentrant(true)
-            .build();
-        let refuse = AcquireOptions::builder().holder(holder).build();
+        let reenter = || manager.acquire(key).holder(holder).reentrant();
         let acquired = async {
             match random_range(0..2) {
-                0 => manager.acquire_with(key, &reenter).await.map(Some),
-                _ => {
-                    timed(
-                        manager.acquire_with(key, &reenter),
-                        ms(random_range(1..3_000)),
-                    )
-                    .await
-                }
+                0 => reenter().await.map(Some),
+                _ => timed(reenter(), ms(random_range(1..3_000))).await,
             }
         };
         let (result, waited_from) = wait(&recorder, &process, name.clone(), acquired).await;
@@ -63,7 +53,7 @@ pub async fn reentrant(
         for _ in 0..random_range(1..=3usize) {
             idle(Instant::now() + ms(random_range(0..500)), &stop).await;
             let (_, base) = &entries[random_range(0..entries.len())];
-            if base.is_lost() {
+            if base.status().is_lost() {
                 break;
             }
             let again = match random_range(0..4) {
@@ -72,15 +62,19 @@ pub async fn reentrant(
                     Err(_) => break,
                 },
                 1 => {
-                    let acquired = async { manager.acquire_with(key, &refuse).await.map(Some) };
+                    let acquired = async { manager.acquire(key).holder(holder).await.map(Some) };
                     wait(&recorder, &process, name.clone(), acquired).await.0
                 }
                 2 => {
-                    let acquired = manager.try_acquire_with(key, &reenter);
+                    let acquired = manager
+                        .try_acquire(key)
+                        .holder(holder)
+                        .reentrant()
+                        .into_future();
                     wait(&recorder, &process, name.clone(), acquired).await.0
                 }
                 _ => {
-                    let acquired = async { manager.acquire_with(key, &reenter).await.map(Some) };
+                    let acquired = async { reenter().await.map(Some) };
                     wait(&recorder, &process, name.clone(), acquired).await.0
                 }
             };
@@ -109,7 +103,7 @@ pub async fn reentrant(
         }
         let until = Instant::now() + ms(random_range(0..2_000));
         while Instant::now() < until
-            && !entries.iter().any(|(_, lease)| lease.is_lost())
+            && !entries.iter().any(|(_, lease)| lease.status().is_lost())
             && !stop.load(Ordering::SeqCst)
         {
             sleep(ms(random_range(1..200))).await;

@@ -43,7 +43,7 @@ pub async fn revocable(recorder: Recorder, process: Arc<Process>, stop: Arc<Atom
             sleep(ms(100)).await;
             continue;
         };
-        let mut events = lease.events();
+        let mut events = lease.status().events();
         let key = (name.clone(), Kind::Exclusive);
         let number = granted(&recorder, &process, key, &lease, (waited_from, None));
         // Told (its follower in `granted` records it), lost, or never told.

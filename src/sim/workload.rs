@@ -8,6 +8,7 @@
 //! recorded in the [`History`].
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +29,8 @@ use crate::error::Result;
 use crate::lease::Lease;
 use crate::manager::LeaseManager;
 use crate::random::random_range;
+use crate::request::Acquire;
+use crate::semaphore::Semaphore;
 use crate::status::{LeaseEvent, ReleaseOutcome};
 use crate::store::memory::{MemoryDb, MemoryStore};
 
@@ -260,7 +263,7 @@ impl Held {
     fn lease(&self) -> &Lease {
         match self {
             Held::Lease(lease) => lease,
-            Held::Leader(leadership) => leadership,
+            Held::Leader(leadership) => leadership.lease(),
             Held::Document(document) => document.lease(),
         }
     }
@@ -281,12 +284,29 @@ pub(super) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// `request` with `options` (as drawn for an exclusive lease).
+fn with<'a, K, W>(mut request: Acquire<'a, K, W>, options: &AcquireOptions) -> Acquire<'a, K, W> {
+    if let Some(ttl) = options.ttl {
+        request = request.ttl(ttl);
+    }
+    if let Some(at_least) = options.hold_at_least {
+        request = request.hold_at_least(at_least);
+    }
+    if let Some(at_most) = options.hold_at_most {
+        request = request.hold_at_most(at_most);
+    }
+    if let Some(payload) = options.payload.clone() {
+        request = request.payload(payload);
+    }
+    request
+}
+
 /// `acquire`'s result, or none if it takes longer than `t`.
 pub(super) async fn timed<T>(
-    acquire: impl Future<Output = Result<T>>,
+    acquire: impl IntoFuture<Output = Result<T>>,
     t: Duration,
 ) -> Result<Option<T>> {
-    acquire.timeout(t).await.ok().transpose()
+    acquire.into_future().timeout(t).await.ok().transpose()
 }
 
 /// Acquires for `role`; an exclusive lease with `options` (its minimum or
@@ -303,21 +323,21 @@ async fn acquire(
     let some = |r: Result<Option<Lease>>| r.map(|l| l.map(Held::Lease));
     match role {
         Role::Exclusive { key, .. } => match mode {
-            Mode::Wait => lease(manager.acquire_with(*key, options).await),
-            Mode::Try => some(manager.try_acquire_with(*key, options).await),
-            Mode::Timeout(t) => some(timed(manager.acquire_with(*key, options), t).await),
+            Mode::Wait => lease(with(manager.acquire(*key), options).await),
+            Mode::Try => some(with(manager.try_acquire(*key), options).await),
+            Mode::Timeout(t) => some(timed(with(manager.acquire(*key), options), t).await),
         },
         Role::Shared(key) => match mode {
-            Mode::Wait => lease(manager.acquire_shared(*key).await),
-            Mode::Try => some(manager.try_acquire_shared(*key).await),
-            Mode::Timeout(t) => some(timed(manager.acquire_shared(*key), t).await),
+            Mode::Wait => lease(manager.acquire(*key).shared().await),
+            Mode::Try => some(manager.try_acquire(*key).shared().await),
+            Mode::Timeout(t) => some(timed(manager.acquire(*key).shared(), t).await),
         },
         Role::Permit(key, n) => {
-            let semaphore = manager.semaphore(*key, *n)?;
+            let semaphore = Semaphore::new(manager, *key, *n)?;
             match mode {
-                Mode::Wait => lease(semaphore.acquire_many(taken).await),
-                Mode::Try => some(semaphore.try_acquire_many(taken).await),
-                Mode::Timeout(t) => some(timed(semaphore.acquire_many(taken), t).await),
+                Mode::Wait => lease(semaphore.acquire().permits(taken).await),
+                Mode::Try => some(semaphore.try_acquire().permits(taken).await),
+                Mode::Timeout(t) => some(timed(semaphore.acquire().permits(taken), t).await),
             }
         }
         Role::Leader(name) => {
@@ -340,7 +360,8 @@ async fn acquire(
         }
         Role::LockIdDocument(id) => {
             let documents = manager
-                .documents_with_lock_id::<Document>(LOCK_ID_DOCUMENTS, lock_id_fields())
+                .documents::<Document>(LOCK_ID_DOCUMENTS)
+                .lock_id(lock_id_fields())
                 .await?;
             let held = match mode {
                 Mode::Wait => documents.acquire(*id).await.map(Some),
@@ -388,10 +409,10 @@ pub(super) fn granted(
     lease: &Lease,
     (waited_from, hold): (Instant, Option<Duration>),
 ) -> LeaseNo {
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     let number = recorder.number();
     let now = Instant::now();
-    let deadline = lease.deadline().unwrap_or(now);
+    let deadline = lease.status().deadline().unwrap_or(now);
     // The server took the key under this lease id at one of the waiter's
     // attempts (a retry keeps that acquisition's minimum hold), all sent
     // after the wait started.
@@ -429,7 +450,7 @@ pub(super) fn granted(
             manager: process.index,
             key: name.as_str().into(),
             token: *token,
-            state: lease.state().clone(),
+            state: lease.status().state().clone(),
             recorded: false,
         };
         recorder.follow(number, followed);
@@ -520,7 +541,7 @@ pub async fn worker(recorder: Recorder, process: Arc<Process>, role: Role, stop:
                 let until = Instant::now() + ms(hold);
                 // Holds end when work stops, so that waiters are served.
                 while Instant::now() < until
-                    && !held.lease().is_lost()
+                    && !held.lease().status().is_lost()
                     && !stop.load(Ordering::SeqCst)
                 {
                     sleep(ms(random_range(1..200))).await;
@@ -564,7 +585,7 @@ pub async fn several(
         let acquires = keys[..random_range(2..=keys.len())].iter().map(|key| {
             let (recorder, process) = (recorder.clone(), process.clone());
             async move {
-                let acquired = process.manager.try_acquire(key.as_str());
+                let acquired = process.manager.try_acquire(key.as_str()).into_future();
                 let key = format!("locks/{key}");
                 let (result, waited_from) = wait(&recorder, &process, key.clone(), acquired).await;
                 let lease = result.ok().flatten()?;
@@ -773,7 +794,7 @@ pub async fn resizer(
     while !stop.load(Ordering::SeqCst) {
         sleep(ms(random_range(200..3_000))).await;
         let permits = numbers[random_range(0..2)];
-        let Ok(mut semaphore) = process.manager.semaphore(key, permits) else {
+        let Ok(mut semaphore) = Semaphore::new(&process.manager, key, permits) else {
             return;
         };
         let started = recorder.at(Instant::now());

@@ -24,10 +24,10 @@
 //! | `acq` | date | server time (`$$NOW`) of the current acquisition; kept by renewals and by a retry under the same lease id |
 //! | `ts` | date | server time (`$$NOW`) of the last acquire or renewal |
 //! | `exp` | date | server time at which the lease expires (`ts + ttl`, or the release time) |
-//! | `data` | document, optional | payload set by the holder (`Lease::set_payload`, or by the acquiring write: `AcquireOptions::payload`); absent after a new acquisition without one |
+//! | `data` | document, optional | payload set by the holder (`Lease::set_payload`, or by the acquiring write: `Acquire::payload`); absent after a new acquisition without one |
 //! | `wt` | date, optional | server time at which another owner first waited for the current lease; removed by release and by a new acquisition |
 //! | `yu` | date, optional | set by a release that another owner waited for: until then the releasing owner (`aid`) cannot take the key back |
-//! | `hl` | date, optional | *hold until*: acquisition time + [`hold_at_least`](crate::AcquireOptions::hold_at_least) (exclusive leases) |
+//! | `hl` | date, optional | *hold until*: acquisition time + [`hold_at_least`](crate::Acquire::hold_at_least) (exclusive leases) |
 //! | `hs` | array, optional | the holders of a shared or semaphore key, oldest first: `{aid, lid, tok, acq, ts, exp}` each (and `data`, a holder's payload; `n`, the permits a holder of several takes; an entry a release by owner id ended has `xl`, its lease id, instead of `lid`, until its expiry: see "Lock-delay") |
 //! | `pm` | int32, optional | a semaphore key's number of permits, while it has holders in `hs` |
 //! | `rl` | date, optional | server time of the last removal of a holder from `hs` (a release, a release by owner id, a force release): the write the change stream of releases announces |
@@ -233,7 +233,7 @@
 //! lid, at, re, hx}` (the waiting owner's id, the lease id its next
 //! acquisition will carry, when it first registered, when its registration
 //! expires, and how long a lease handed to it lasts unconfirmed; and
-//! `data`, the payload its acquisition writes, `AcquireOptions::payload`,
+//! `data`, the payload its acquisition writes, `Acquire::payload`,
 //! if any). Like the
 //! hand-over of a fair lock (Redisson's fair lock keeps such a queue with
 //! per-waiter timeouts), the key goes to the first live waiter in the

@@ -347,7 +347,7 @@ pub async fn server_behind_proxy() -> (ReplicaSet, FaultProxy, String) {
 pub async fn within<T>(
     limit: Duration,
     what: &str,
-    wait: impl std::future::Future<Output = T>,
+    wait: impl std::future::IntoFuture<Output = T>,
 ) -> T {
     tokio::time::timeout(limit, wait)
         .await

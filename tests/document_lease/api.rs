@@ -3,9 +3,10 @@
 //! a lock field of the user's choice, release on drop, refused updates,
 //! ids of any type, bad input.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, Error, LeaseManager, Operation, ReleaseOutcome};
+use mongo_lease::{Error, LeaseManager, Operation, ReleaseOutcome};
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Binary, Bson, DateTime, Document, Timestamp, doc, oid::ObjectId};
 use serde::Deserialize;
@@ -64,10 +65,11 @@ async fn acquire_renewal_and_release_never_change_the_users_fields() {
         .unwrap();
     let manager = connect_as(&fx, "holder", TTL).await;
     let handle = work_items(&manager).await;
-    let options = DocumentAcquireOptions::builder()
+    let item = handle
+        .acquire("item")
         .create(doc! { "counter": 0_i64, "title": "overwritten?" })
-        .build();
-    let item = handle.acquire_with("item", options).await.unwrap();
+        .await
+        .unwrap();
     assert_eq!(bytes(item.raw_document()), bytes(&original));
     assert_eq!(item.document(), &original);
 
@@ -100,7 +102,7 @@ async fn acquire_renewal_and_release_never_change_the_users_fields() {
             last_ts = ts;
         }
     }
-    assert!(!item.lease().is_lost());
+    assert!(!item.lease().status().is_lost());
 
     assert_eq!(item.release().await.unwrap(), ReleaseOutcome::Released);
     let (now, _) = without_lock(stored(&fx, "item").await);
@@ -138,7 +140,7 @@ async fn update_keeps_the_lease_and_returns_the_written_document() {
         doc! { "_id": "item", "counter": 1, "state": "working" }
     );
     assert_eq!(item.raw_document(), &written);
-    assert!(!item.lease().is_lost());
+    assert!(!item.lease().status().is_lost());
     let after = lock_fields(&fx, "item").await.expect("lock fields");
     assert_eq!(after.get("lid"), lock.get("lid"), "{after:?}");
     assert_eq!(after.get("tok"), lock.get("tok"), "{after:?}");
@@ -173,7 +175,7 @@ async fn update_keeps_the_lease_and_returns_the_written_document() {
     );
     let after = lock_fields(&fx, "item").await.expect("lock fields");
     assert_eq!(after.get("lid"), lock.get("lid"), "{after:?}");
-    assert!(!item.lease().is_lost());
+    assert!(!item.lease().status().is_lost());
 
     let done = item
         .commit(doc! { "$set": { "state": "done" }, "$unset": { "note": "" } })
@@ -226,10 +228,11 @@ async fn typed_documents_are_read_as_the_users_type() {
     let fx = Fixture::new("dtyped").await;
     let manager = connect_as(&fx, "holder", TTL).await;
     let typed = manager.documents::<WorkItem>(ITEMS).await.unwrap();
-    let options = DocumentAcquireOptions::builder()
+    let mut item = typed
+        .acquire("typed")
         .create(doc! { "state": "new", "runs": 0 })
-        .build();
-    let mut item = typed.acquire_with("typed", options).await.unwrap();
+        .await
+        .unwrap();
     let expected = |state: &str, runs, log: &[&str]| WorkItem {
         id: "typed".into(),
         state: state.into(),
@@ -282,7 +285,8 @@ async fn a_lock_field_of_the_users_choice_holds_the_lock() {
     .await;
     let manager = connect_as(&fx, "holder", Duration::from_secs(30)).await;
     let handle = manager
-        .documents_in_field::<Document>(ITEMS, "lock")
+        .documents::<Document>(ITEMS)
+        .field("lock")
         .await
         .unwrap();
     assert_eq!(handle.field(), "lock");
@@ -337,6 +341,7 @@ async fn dropping_a_document_lease_releases_it() {
     let next = work_items(&other)
         .await
         .acquire("item")
+        .into_future()
         .timeout(HANG)
         .await
         .ok()
@@ -380,7 +385,7 @@ async fn an_update_the_server_refuses_writes_nothing_and_a_failed_commit_release
         ),
         "{update:?}"
     );
-    assert!(!item.lease().is_lost());
+    assert!(!item.lease().status().is_lost());
     let mut now = stored(&fx, "item").await;
     let still = now.remove("_lease").expect("lock field");
     assert_eq!(still.as_document().unwrap().get("lid"), lock.get("lid"));
@@ -400,6 +405,7 @@ async fn an_update_the_server_refuses_writes_nothing_and_a_failed_commit_release
     let next = work_items(&other)
         .await
         .acquire("item")
+        .into_future()
         .timeout(HANG)
         .await
         .ok()
@@ -438,7 +444,7 @@ async fn documents_of_any_id_type_are_leased_by_their_id() {
     ];
     for id in &ids {
         let item = mine.acquire(id.clone()).await.unwrap();
-        assert_eq!(item.id(), &mongo_lease::LeaseKey::from(id.clone()));
+        assert_eq!(item.key(), &mongo_lease::LeaseKey::from(id.clone()));
         assert_eq!(item.document().get("_id"), Some(id));
         assert!(
             theirs.try_acquire(id.clone()).await.unwrap().is_none(),
@@ -497,7 +503,7 @@ async fn bad_input_is_refused_with_a_clear_error_and_nothing_is_sent() {
             "{update:?}: {result:?}"
         );
     }
-    assert!(!item.lease().is_lost());
+    assert!(!item.lease().status().is_lost());
     let mut now = stored(&fx, "item").await;
     assert_eq!(now.remove("_lease"), Some(Bson::Document(lock)));
     assert_eq!(now, doc! { "_id": "item", "state": "new" });
@@ -516,8 +522,7 @@ async fn bad_input_is_refused_with_a_clear_error_and_nothing_is_sent() {
             doc! { "_lease": { "aid": "forged" }, "state": "forged" },
         ),
     ] {
-        let options = DocumentAcquireOptions::builder().create(create).build();
-        let result = handle.try_acquire_with("new-item", options).await;
+        let result = handle.try_acquire("new-item").create(create).await;
         assert!(
             matches!(&result, Err(Error::InvalidUpdate { reason }) if reason.contains(name)),
             "{result:?}"
@@ -538,7 +543,7 @@ async fn bad_input_is_refused_with_a_clear_error_and_nothing_is_sent() {
     );
 
     for field in ["", "_id", "$lease", "a.b", "a\0b"] {
-        let result = manager.documents_in_field::<Document>(ITEMS, field).await;
+        let result = manager.documents::<Document>(ITEMS).field(field).await;
         assert!(
             matches!(result, Err(Error::InvalidConfig { .. })),
             "field {field:?}: {result:?}"

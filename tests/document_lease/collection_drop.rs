@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, ReleaseOutcome};
+use mongo_lease::ReleaseOutcome;
 use mongodb::bson::doc;
 
 use crate::common::Fixture;
@@ -25,7 +25,7 @@ async fn a_dropped_collection_loses_its_leases_and_later_tokens_are_greater() {
     items(&fx).drop().await.unwrap();
     // The loss is found by the next heartbeat (every TTL / 3, one second
     // here).
-    tokio::time::timeout(HANG, item.lease().lost())
+    tokio::time::timeout(HANG, item.lease().status().lost())
         .await
         .expect("the dropped lease's token did not fire");
     let commit = item.commit(doc! { "$set": { "state": "written" } }).await;
@@ -35,10 +35,8 @@ async fn a_dropped_collection_loses_its_leases_and_later_tokens_are_greater() {
     );
     assert_eq!(items(&fx).count_documents(doc! {}).await.unwrap(), 0);
 
-    let options = DocumentAcquireOptions::builder()
-        .create(doc! { "state": "again" })
-        .build();
-    let again = tokio::time::timeout(HANG, handle.acquire_with("item", options))
+    let acquire = handle.acquire("item").create(doc! { "state": "again" });
+    let again = tokio::time::timeout(HANG, acquire)
         .await
         .expect("acquire after the drop hung")
         .unwrap();

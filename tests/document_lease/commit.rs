@@ -153,7 +153,7 @@ async fn a_holder_frozen_past_its_ttl_has_its_commit_refused_and_its_state_not_w
             .expect("connect");
             let items = work_items(&manager).await;
             let item = items.acquire("item").await.unwrap();
-            let token = item.lease().cancellation_token();
+            let token = item.lease().status().cancellation_token();
             held_tx.send(item.lease().fencing_token()).unwrap();
             // Frozen: nothing on this thread runs until the test thaws it.
             thaw_rx.recv().expect("thaw");
@@ -233,7 +233,7 @@ async fn a_holder_frozen_past_its_ttl_has_its_commit_refused_and_its_state_not_w
     for field in ["aid", "lid", "tok"] {
         assert_eq!(still.get(field), lock.get(field), "{now:?}");
     }
-    assert!(!item.lease().is_lost());
+    assert!(!item.lease().status().is_lost());
     let written = item
         .commit(doc! { "$set": { "state": "done" }, "$inc": { "counter": 1_i64 } })
         .await
@@ -302,7 +302,7 @@ async fn a_commit_after_a_takeover_its_holder_has_not_noticed_is_refused_by_the_
     };
     let holder = connect(holder_client.clone(), "holder").await.unwrap();
     let item = work_items(&holder).await.acquire("item").await.unwrap();
-    let token = item.lease().cancellation_token();
+    let token = item.lease().status().cancellation_token();
     items
         .update_one(
             doc! { "_id": "item" },
@@ -321,7 +321,7 @@ async fn a_commit_after_a_takeover_its_holder_has_not_noticed_is_refused_by_the_
         .expect("an expired lease is taken over at once");
     assert!(taken.lease().fencing_token() > item.lease().fencing_token());
     // Nothing told the holder: no change stream here, next heartbeat in 100 s.
-    assert!(!item.lease().is_lost());
+    assert!(!item.lease().status().is_lost());
 
     let commit = item.commit(doc! { "$set": { "state": STATE } }).await;
     assert!(matches!(commit, Err(Error::LeaseLost { .. })), "{commit:?}");
@@ -394,7 +394,7 @@ async fn a_lease_whose_lock_field_someone_removes_fires_its_token_and_cannot_com
     let removed_at = tokio::time::Instant::now();
     // A hang guard only (this takes milliseconds); below the heartbeat
     // interval, so only the change event can have found the loss.
-    tokio::time::timeout(TTL / 6, item.lease().lost())
+    tokio::time::timeout(TTL / 6, item.lease().status().lost())
         .await
         .expect("the lost lease's token did not fire");
     eprintln!(
@@ -435,7 +435,7 @@ async fn a_lease_taken_over_after_expiry_fires_the_old_holders_token() {
     let (successor, taken) = taken_at_once(&fx, "successor", TTL, old_token).await;
     // A hang guard only (this takes milliseconds); below the heartbeat
     // interval, so only the takeover's change event can have found the loss.
-    tokio::time::timeout(TTL / 6, item.lease().lost())
+    tokio::time::timeout(TTL / 6, item.lease().status().lost())
         .await
         .expect("the old holder's token did not fire");
     let update = item.update(doc! { "$set": { "state": "updated" } }).await;
@@ -448,7 +448,7 @@ async fn a_lease_taken_over_after_expiry_fires_the_old_holders_token() {
         now.get_document("_lease").unwrap().get_str("aid").unwrap(),
         "successor"
     );
-    assert!(!taken.lease().is_lost());
+    assert!(!taken.lease().status().is_lost());
     assert_eq!(taken.release().await.unwrap(), ReleaseOutcome::Released);
     holder.shutdown().await.unwrap();
     successor.shutdown().await.unwrap();

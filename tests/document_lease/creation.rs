@@ -2,9 +2,10 @@
 //! documents: exactly once under concurrent acquires, only with `create`,
 //! and never over a document that has fields of its own.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, Error, ReleaseOutcome};
+use mongo_lease::{Error, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 use tokio_util::time::FutureExt as _;
 
@@ -12,7 +13,7 @@ use crate::common::{self, Fixture};
 use crate::support::{HANG, connect_as, items, stored, work_items};
 
 /// Four managers race for the same missing work items with
-/// `DocumentAcquireOptions::create`, each with its own fields: each item is
+/// `AcquireDocument::create`, each with its own fields: each item is
 /// created once, by the one winner, with the winner's fields; the others
 /// find it held (`try_acquire`) or get it after the creator, as it stands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,18 +30,14 @@ async fn a_missing_document_is_created_exactly_once_under_concurrent_acquires() 
     for manager in &managers {
         handles.push(work_items(manager).await);
     }
-    let create = |name: &str| {
-        DocumentAcquireOptions::builder()
-            .create(doc! { "created_by": name, "turns": 0 })
-            .build()
-    };
+    let create = |name: &str| doc! { "created_by": name, "turns": 0 };
 
     for round in 0..ROUNDS {
         let id = format!("fresh-{round}");
         let attempts = handles.iter().zip(names).map(|(items, name)| {
-            let (items, id, options) = (items.clone(), id.clone(), create(name));
+            let (items, id, fields) = (items.clone(), id.clone(), create(name));
             tokio::spawn(async move {
-                let lease = items.try_acquire_with(id, options).await.unwrap();
+                let lease = items.try_acquire(id).create(fields).await.unwrap();
                 lease.map(|lease| (name, lease))
             })
         });
@@ -78,9 +75,9 @@ async fn a_missing_document_is_created_exactly_once_under_concurrent_acquires() 
     // it, each reading the item as the previous commit left it.
     let id = "waited";
     let turns = handles.iter().zip(names).map(|(items, name)| {
-        let (items, options) = (items.clone(), create(name));
+        let (items, fields) = (items.clone(), create(name));
         tokio::spawn(async move {
-            let item = items.acquire_with(id, options).await.unwrap();
+            let item = items.acquire(id).create(fields).await.unwrap();
             let seen = item.document().clone();
             item.commit(doc! { "$inc": { "turns": 1 }, "$push": { "by": name } })
                 .await
@@ -149,9 +146,7 @@ async fn create_fills_a_missing_or_bare_document_and_leaves_others_as_they_are()
         .unwrap();
     let manager = connect_as(&fx, "holder", Duration::from_secs(30)).await;
     let handle = work_items(&manager).await;
-    let options = DocumentAcquireOptions::builder()
-        .create(doc! { "state": "new", "runs": 0 })
-        .build();
+    let fields = doc! { "state": "new", "runs": 0 };
     for (id, expected) in [
         (
             "missing",
@@ -160,7 +155,7 @@ async fn create_fills_a_missing_or_bare_document_and_leaves_others_as_they_are()
         ("bare", doc! { "_id": "bare", "state": "new", "runs": 0 }),
         ("full", doc! { "_id": "full", "state": "mine" }),
     ] {
-        let item = handle.acquire_with(id, options.clone()).await.unwrap();
+        let item = handle.acquire(id).create(fields.clone()).await.unwrap();
         assert_eq!(item.document(), &expected, "{id}");
         assert_eq!(item.release().await.unwrap(), ReleaseOutcome::Released);
     }
@@ -189,6 +184,7 @@ async fn a_missing_document_without_create_is_not_found_and_not_created() {
     assert!(not_found(&r), "{r:?}");
     let r = handle
         .acquire("missing")
+        .into_future()
         .timeout(HANG)
         .await
         .ok()

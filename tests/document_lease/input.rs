@@ -35,7 +35,7 @@ async fn a_pipeline_naming_the_reserved_field_is_refused_and_the_lock_field_stay
     );
     let after = stored(&fx, "item").await;
     assert_eq!(after, before, "nothing written");
-    assert!(!item.lease().is_lost());
+    assert!(!item.lease().status().is_lost());
 
     item.commit(vec![doc! { "$set": { "state": "done" } }])
         .await
@@ -134,7 +134,6 @@ async fn a_pipeline_that_overwrites_the_reserved_field_by_a_computed_name_loses_
 /// creates it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_document_to_create_that_a_unique_index_refuses_is_invalid_and_nothing_is_written() {
-    use mongo_lease::DocumentAcquireOptions;
     use mongodb::IndexModel;
     use mongodb::options::IndexOptions;
     const TTL: Duration = Duration::from_secs(30);
@@ -150,21 +149,16 @@ async fn a_document_to_create_that_a_unique_index_refuses_is_invalid_and_nothing
         .unwrap();
     let (manager, handle) = item_and_holder(&fx, doc! { "_id": "a", "code": 1 }, TTL).await;
 
-    let taken = DocumentAcquireOptions::builder()
-        .create(doc! { "code": 1 })
-        .build();
-    let result = handle.try_acquire_with("b", taken).await;
+    let result = handle.try_acquire("b").create(doc! { "code": 1 }).await;
     assert!(
         matches!(&result, Err(Error::InvalidUpdate { reason }) if reason.contains("unique index")),
         "{result:?}"
     );
     assert_eq!(items(&fx).count_documents(doc! {}).await.unwrap(), 1);
 
-    let free = DocumentAcquireOptions::builder()
-        .create(doc! { "code": 2 })
-        .build();
     let item = handle
-        .try_acquire_with("b", free)
+        .try_acquire("b")
+        .create(doc! { "code": 2 })
         .await
         .unwrap()
         .expect("created");

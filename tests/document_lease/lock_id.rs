@@ -84,7 +84,8 @@ fn fields(max: Duration) -> LockIdFields {
 
 async fn lock_id_items(manager: &LeaseManager, max: Duration) -> mongo_lease::DocumentLeases {
     manager
-        .documents_with_lock_id(ITEMS, fields(max))
+        .documents(ITEMS)
+        .lock_id(fields(max))
         .await
         .expect("open the work items with LockId / LockTime")
 }
@@ -236,7 +237,12 @@ async fn after_a_client_takeover_no_write_of_the_old_lease_lands() {
         .await
         .expect_err("lost");
     assert!(matches!(error, Error::LeaseLost { .. }), "{error}");
-    common::within(HANG, "the lost lease's token", lease.lease().lost()).await;
+    common::within(
+        HANG,
+        "the lost lease's token",
+        lease.lease().status().lost(),
+    )
+    .await;
     let (lost, _) = lease.into_parts();
     let _ = lost.release().await;
     let after = stored(&fx, "c").await;
@@ -370,7 +376,7 @@ async fn renewals_write_lock_time_and_miss_after_a_client_takeover() {
     common::within(
         HANG,
         "the renewal that finds the lease lost",
-        lease.lease().lost(),
+        lease.lease().status().lost(),
     )
     .await;
     let after = stored(&fx, "r").await;
@@ -446,11 +452,9 @@ async fn a_ttl_over_max_duration_is_refused() {
         stored(&fx, "e").await.get("LockId").is_none(),
         "nothing written"
     );
-    let options = mongo_lease::DocumentAcquireOptions::builder()
-        .ttl(Duration::from_secs(15))
-        .build();
     let lease = leases
-        .try_acquire_with("e", options)
+        .try_acquire("e")
+        .ttl(Duration::from_secs(15))
         .await
         .unwrap()
         .expect("free");
@@ -461,7 +465,8 @@ async fn a_ttl_over_max_duration_is_refused() {
         .expect_err("over 20 s");
     assert!(matches!(error, Error::InvalidConfig { .. }), "{error}");
     let error = manager
-        .documents_with_lock_id::<Document>(ITEMS, fields(Duration::from_secs(10)))
+        .documents::<Document>(ITEMS)
+        .lock_id(fields(Duration::from_secs(10)))
         .await
         .expect_err("opened with another max_duration");
     assert!(matches!(error, Error::InvalidConfig { .. }), "{error}");

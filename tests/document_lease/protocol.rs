@@ -1,9 +1,10 @@
 //! The in-document protocol as stored: lock fields under one field, user
 //! fields never touched by acquire, renewal or release, change events.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
-use mongo_lease::{DocumentAcquireOptions, DocumentLease, Error, LeaseManager};
+use mongo_lease::{DocumentLease, Error, LeaseManager};
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, DateTime, Document, doc};
 use tokio_util::time::FutureExt as _;
@@ -170,26 +171,29 @@ async fn a_missing_document_without_create_is_not_found_and_nothing_is_inserted(
         }
         other => panic!("expected DocumentNotFound, got {other:?}"),
     }
-    match docs.acquire("ghost").timeout(WAIT).await.ok().transpose() {
+    match docs
+        .acquire("ghost")
+        .into_future()
+        .timeout(WAIT)
+        .await
+        .ok()
+        .transpose()
+    {
         Err(Error::DocumentNotFound { .. }) => {}
         other => panic!("expected DocumentNotFound, got {other:?}"),
     }
     assert_eq!(items(&fx).count_documents(doc! {}).await.unwrap(), 0);
 
     // With `create`, the document is inserted with those fields, once.
-    let options = || {
-        DocumentAcquireOptions::builder()
-            .create(doc! { "state": "created", "n": 0 })
-            .build()
-    };
-    let lease = docs.acquire_with("ghost", options()).await.unwrap();
+    let fields = || doc! { "state": "created", "n": 0 };
+    let lease = docs.acquire("ghost").create(fields()).await.unwrap();
     assert_eq!(
         lease.raw_document(),
         &doc! { "_id": "ghost", "state": "created", "n": 0 }
     );
     let committed = lease.commit(doc! { "$inc": { "n": 1 } }).await.unwrap();
     assert_eq!(committed.get_i32("n").unwrap(), 1);
-    let again = docs.acquire_with("ghost", options()).await.unwrap();
+    let again = docs.acquire("ghost").create(fields()).await.unwrap();
     assert_eq!(
         again.raw_document(),
         &doc! { "_id": "ghost", "state": "created", "n": 1 },
@@ -224,6 +228,7 @@ async fn a_users_own_lease_field_of_foreign_shape_is_held_and_never_modified() {
         );
         assert!(
             docs.acquire(id)
+                .into_future()
                 .timeout(Duration::from_millis(300))
                 .await
                 .ok()
@@ -251,15 +256,10 @@ async fn fencing_tokens_strictly_increase_over_tight_acquire_commit_cycles_and_l
     let fx = Fixture::new("doc_tokens").await;
     let m = fx.manager(TTL).await;
     let docs = m.documents::<Document>(ITEMS).await.unwrap();
-    let create = || {
-        DocumentAcquireOptions::builder()
-            .create(doc! { "n": 0 })
-            .build()
-    };
     let mut last = 0_u64;
     let mut removals = 0;
     for cycle in 0..40 {
-        let lease = docs.acquire_with("w", create()).await.unwrap();
+        let lease = docs.acquire("w").create(doc! { "n": 0 }).await.unwrap();
         let token = lease.lease().fencing_token();
         assert!(token > last, "cycle {cycle}: token {token} after {last}");
         last = token;
@@ -501,10 +501,11 @@ async fn a_users_delete_of_the_document_wakes_another_managers_waiter_at_once() 
     let (holder, waiter, log, held) = held_and_a_slow_waiter(&fx).await;
     let waiting = tokio::spawn({
         let docs = waiter.documents::<Document>(ITEMS).await.unwrap();
-        let create = DocumentAcquireOptions::builder()
-            .create(doc! { "state": "recreated" })
-            .build();
-        async move { docs.acquire_with("w", create).await }
+        async move {
+            docs.acquire("w")
+                .create(doc! { "state": "recreated" })
+                .await
+        }
     });
     common::eventually("the waiter waits with its stream open", WAIT, || async {
         log.all().iter().any(|(name, reply)| {
@@ -531,7 +532,7 @@ async fn a_users_delete_of_the_document_wakes_another_managers_waiter_at_once() 
         &doc! { "_id": "w", "state": "recreated" }
     );
     // The holder learns of the loss from the same stream.
-    tokio::time::timeout(WAIT, held.lease().lost())
+    tokio::time::timeout(WAIT, held.lease().status().lost())
         .await
         .expect("the holder's token fires");
     drop(held);
@@ -553,11 +554,9 @@ async fn concurrent_creating_acquires_of_managers_create_the_document_once_with_
                 let (m, id, start) = (m.clone(), id.clone(), start.clone());
                 tokio::spawn(async move {
                     let docs = m.documents::<Document>(ITEMS).await.unwrap();
-                    let create = DocumentAcquireOptions::builder()
-                        .create(doc! { "state": "created", "by": m.owner_id() })
-                        .build();
+                    let fields = doc! { "state": "created", "by": m.owner_id() };
                     start.wait().await;
-                    docs.try_acquire_with(id.as_str(), create).await
+                    docs.try_acquire(id.as_str()).create(fields).await
                 })
             })
             .collect();
@@ -639,7 +638,7 @@ async fn a_takeover_by_another_manager_makes_the_holders_token_fire_before_its_n
         let taken = taking.try_acquire(id).await.unwrap().expect("expired");
         assert!(taken.lease().fencing_token() > lease.lease().fencing_token());
         assert_eq!(user_bytes(&stored(&fx, id).await), user_bytes(&before));
-        tokio::time::timeout(AT_ONCE, lease.lease().lost())
+        tokio::time::timeout(AT_ONCE, lease.lease().status().lost())
             .await
             .unwrap_or_else(|_| panic!("{id}: the holder's token fires at once"));
         assert!(matches!(

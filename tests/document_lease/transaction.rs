@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use mongo_lease::testkit::Standalone;
-use mongo_lease::{
-    DocumentAcquireOptions, Error, Lease, LeaseManager, LeaseManagerOptions, ReleaseOutcome,
-};
+use mongo_lease::{Error, Lease, LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::bson::{Document, doc};
 use mongodb::{Client, Collection};
 
@@ -69,7 +67,7 @@ async fn transaction_commits_the_callbacks_writes_while_the_lease_is_held() {
         items.find_one(doc! { "_id": 2 }).await.unwrap().unwrap(),
         doc! { "_id": 2, "by": "job" }
     );
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     let lock = fx.doc("job").await;
     assert_eq!(lock.get("lid"), Some(&lid), "the same acquisition holds it");
     let renewed = *lock.get_datetime("ts").unwrap();
@@ -100,7 +98,7 @@ async fn expired_lease_cannot_commit_and_its_writes_are_not_visible() {
     let lease = manager.acquire("job").await.unwrap();
     fx.expire("job").await;
     let expired = *fx.doc("job").await.get_datetime("exp").unwrap();
-    assert!(!lease.is_lost(), "the manager has not noticed yet");
+    assert!(!lease.status().is_lost(), "the manager has not noticed yet");
 
     let runs = AtomicU32::new(0);
     let result = lease
@@ -139,7 +137,10 @@ async fn expired_lease_cannot_commit_and_its_writes_are_not_visible() {
         || async { fx.doc("job").await.get_datetime("exp").unwrap() > &expired },
     )
     .await;
-    assert!(!lease.is_lost(), "an expired lease nobody took is renewed");
+    assert!(
+        !lease.status().is_lost(),
+        "an expired lease nobody took is renewed"
+    );
     drop(lease);
     manager.shutdown().await.unwrap();
 }
@@ -197,7 +198,7 @@ async fn holder_whose_lease_is_taken_over_during_the_transaction_cannot_commit()
         new_lease.fencing_token()
     );
     assert!(new_lease.fencing_token() > lease.fencing_token());
-    tokio::time::timeout(LOST_WITHIN, lease.lost())
+    tokio::time::timeout(LOST_WITHIN, lease.status().lost())
         .await
         .expect("the old holder's token fires");
     // The new holder can commit.
@@ -267,7 +268,7 @@ async fn standalone_server_gives_unsupported() {
     }
     assert!(runs.load(Ordering::SeqCst) <= 1, "not retried");
     assert_eq!(items.count_documents(doc! {}).await.unwrap(), 0);
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
 }
@@ -316,12 +317,8 @@ async fn in_document_lease_fences_a_transaction_by_its_lock_field() {
     let audit = fx.db.collection::<Document>("audit");
     let leases = manager.documents::<Document>("workitem").await.unwrap();
     let item = leases
-        .acquire_with(
-            "item-1",
-            DocumentAcquireOptions::builder()
-                .create(doc! { "state": "new" })
-                .build(),
-        )
+        .acquire("item-1")
+        .create(doc! { "state": "new" })
         .await
         .unwrap();
     let lock_before = workitems
@@ -511,16 +508,14 @@ async fn a_permit_and_a_lease_held_at_least_fence_a_transaction() {
     let fx = Fixture::new("txn_kinds").await;
     let manager = fx.manager(TTL).await;
     let items = seed_txn_items(&fx, doc! { "_id": 1, "n": 0 }).await;
-    let permit = mongo_lease::AcquireOptions::builder()
-        .kind(mongo_lease::LeaseKind::Permit { permits: 2 })
-        .build();
-    let lease = manager.acquire_with("pool", &permit).await.unwrap();
-    let other = manager.acquire_with("pool", &permit).await.unwrap();
+    let pool = mongo_lease::Semaphore::new(&manager, "pool", 2).unwrap();
+    let lease = pool.acquire().await.unwrap();
+    let other = pool.acquire().await.unwrap();
     lease
         .with_transaction(&fx.client, items.clone(), increment)
         .await
         .expect("a permit's transaction commits");
-    assert!(!lease.is_lost() && !other.is_lost());
+    assert!(!lease.status().is_lost() && !other.status().is_lost());
     assert!(manager.force_release("pool").await.unwrap().is_some());
     let released = lease
         .with_transaction(&fx.client, items.clone(), increment)
@@ -531,10 +526,11 @@ async fn a_permit_and_a_lease_held_at_least_fence_a_transaction() {
     );
 
     let at_least = Duration::from_secs(3600);
-    let held = mongo_lease::AcquireOptions::builder()
+    let job = manager
+        .acquire("job")
         .hold_at_least(at_least)
-        .build();
-    let job = manager.acquire_with("job", &held).await.unwrap();
+        .await
+        .unwrap();
     job.with_transaction(&fx.client, items.clone(), increment)
         .await
         .expect("the transaction commits");

@@ -51,7 +51,7 @@ async fn a_failing_callback_aborts_the_transaction_and_writes_nothing() {
         doc! { "_id": 1, "n": 0 },
         "the callback's first write was aborted with the rest"
     );
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert_eq!(fx.doc("job").await, lock_before, "the lock was not written");
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();

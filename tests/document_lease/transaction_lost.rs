@@ -66,7 +66,7 @@ async fn a_transaction_right_before_the_lease_is_lost_does_not_keep_the_key_bloc
     items.insert_one(doc! { "_id": 0 }).await.unwrap();
 
     let lease = holder.acquire("job").await.unwrap();
-    let deadline = lease.deadline().expect("held");
+    let deadline = lease.status().deadline().expect("held");
     let admin = user.database("admin");
     admin
         .run_command(doc! {
@@ -93,7 +93,7 @@ async fn a_transaction_right_before_the_lease_is_lost_does_not_keep_the_key_bloc
     // Late in the lease's validity, the scenario's own moment (not a
     // synchronisation): the transaction commits while the lease is held.
     tokio::time::sleep_until(deadline - HEARTBEAT).await;
-    assert!(!lease.is_lost(), "lost before its local deadline");
+    assert!(!lease.status().is_lost(), "lost before its local deadline");
     lease
         .with_transaction(&user, &items, |session, items| {
             async move {
@@ -112,7 +112,7 @@ async fn a_transaction_right_before_the_lease_is_lost_does_not_keep_the_key_bloc
         doc! { "_id": 0, "paid": true }
     );
 
-    tokio::time::timeout(HANG, lease.lost())
+    tokio::time::timeout(HANG, lease.status().lost())
         .await
         .expect("the token fires at the local deadline");
     let taken = tokio::time::timeout(HANG, waiter.acquire("job"))

@@ -74,7 +74,7 @@ async fn write_conflict_on_the_users_document_is_retried_and_commits() {
         doc! { "_id": 1, "n": 1, "outside": 1 },
         "the committed run's write, once, and the outside write"
     );
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
 }
@@ -136,7 +136,7 @@ async fn renewal_during_the_callback_makes_the_check_conflict_and_the_transactio
         items.find_one(doc! {}).await.unwrap().unwrap(),
         doc! { "_id": 2, "run": 2 }
     );
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert_eq!(fx.doc("job").await.get("lid"), Some(&lid));
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
@@ -233,7 +233,7 @@ async fn commit_errors_are_retried_as_the_driver_documents() {
     }
     ids.sort();
     assert_eq!(ids, [1, 2], "each committed once");
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
     common::shut_down(vec![client, manager_client]);

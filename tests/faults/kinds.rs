@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `x0`, `x1` | exclusive (`x`) and shared (`s`): read/write keys | an exclusive holder claims and writes the key's counter under its fencing token (`worker.rs`); a shared holder holds |
 //! | `p0` | permits (`p`) of a semaphore of [`PERMITS`] | holds |
-//! | `h0` | exclusive with `hold_at_least` (`h`, `try_acquire_with`) and without (`x`) | the fenced counter |
+//! | `h0` | exclusive with `hold_at_least` (`h`, `try_acquire(..).hold_at_least(..)`) and without (`x`) | the fenced counter |
 //! | `e0` | an election's leadership (`e`, `Election::campaign`) | the fenced counter, under the term |
 //! | `d0`, `d1` | in-document leases (`d`) on the `items` collection | `update` of the document under the lease then release, or `commit` (write and release in one) |
 //!
@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use mongo_lease::testkit::monotonic_ns;
 use mongo_lease::{
-    AcquireOptions, DocumentAcquireOptions, DocumentLease, DocumentLeases, Election, Leadership,
-    Lease, LeaseEvent, LeaseManager, ReleaseOutcome, Semaphore,
+    DocumentLease, DocumentLeases, Election, Leadership, Lease, LeaseEvent, LeaseManager,
+    ReleaseOutcome, Semaphore,
 };
 use mongodb::Collection;
 use mongodb::bson::{Document, doc};
@@ -69,7 +69,7 @@ impl Held {
     fn lease(&self) -> &Lease {
         match self {
             Held::Lease(l) => l,
-            Held::Leader(l) => l,
+            Held::Leader(l) => l.lease(),
             Held::Document(d) => d.lease(),
         }
     }
@@ -135,7 +135,7 @@ impl Kinds {
             manager: manager.clone(),
             counters,
             items: manager.documents::<Document>(ITEMS).await.expect("items"),
-            semaphore: manager.semaphore(PERMIT_KEY, PERMITS).expect("semaphore"),
+            semaphore: Semaphore::new(manager, PERMIT_KEY, PERMITS).expect("semaphore"),
             election: Election::new(manager, ELECTION).expect("election"),
         }
     }
@@ -144,20 +144,23 @@ impl Kinds {
     async fn acquire(&self, p: &Pick) -> mongo_lease::Result<Option<Held>> {
         Ok(Some(match p.kind {
             "x" => Held::Lease(self.manager.acquire(p.key).await?),
-            "s" => Held::Lease(self.manager.acquire_shared(p.key).await?),
+            "s" => Held::Lease(self.manager.acquire(p.key).shared().await?),
             "p" => Held::Lease(self.semaphore.acquire().await?),
             "h" => {
-                let options = AcquireOptions::builder()
-                    .hold_at_least(Duration::from_millis(p.hold_at_least_ms))
-                    .build();
-                // Half of them wait (`acquire_with`: registered in the key's
+                let at_least = Duration::from_millis(p.hold_at_least_ms);
+                // Half of them wait (`acquire`: registered in the key's
                 // queue of waiting owners, which a manager that shuts down
-                // leaves), the others try once (`try_acquire_with`, the
-                // usual way to run a job at most once per interval).
+                // leaves), the others try once (`try_acquire`, the usual
+                // way to run a job at most once per interval).
                 if p.hold_at_least_ms % 2 == 0 {
-                    Held::Lease(self.manager.acquire_with(p.key, &options).await?)
+                    Held::Lease(self.manager.acquire(p.key).hold_at_least(at_least).await?)
                 } else {
-                    match self.manager.try_acquire_with(p.key, &options).await? {
+                    match self
+                        .manager
+                        .try_acquire(p.key)
+                        .hold_at_least(at_least)
+                        .await?
+                    {
                         Some(lease) => Held::Lease(lease),
                         None => return Ok(None),
                     }
@@ -165,10 +168,8 @@ impl Kinds {
             }
             "e" => Held::Leader(self.election.campaign().await?),
             "d" => {
-                let create = DocumentAcquireOptions::builder()
-                    .create(doc! { "n": 0_i64, "last": 0_i64 })
-                    .build();
-                Held::Document(self.items.acquire_with(p.key, create).await?)
+                let fields = doc! { "n": 0_i64, "last": 0_i64 };
+                Held::Document(self.items.acquire(p.key).create(fields).await?)
             }
             other => unreachable!("kind {other}"),
         }))
@@ -188,9 +189,10 @@ impl Watch {
     fn start(lease: &Lease, line: String) -> Watch {
         let noticed = Arc::new(AtomicU64::new(0));
         let signal = CancellationToken::new();
-        let token = lease.cancellation_token();
-        let mut events = lease.events();
-        let first = lease.deadline();
+        let status = lease.status();
+        let token = status.cancellation_token();
+        let mut events = status.events();
+        let first = status.deadline();
         let (n, s) = (noticed.clone(), signal.clone());
         let task = tokio::spawn(async move {
             if let Some(mut deadline) = first {
@@ -235,7 +237,7 @@ impl Watch {
 
     /// `is_lost()` before a step: `true` if the section must end.
     fn lost(&self, lease: &Lease, line: &str) -> bool {
-        if lease.is_lost() {
+        if lease.status().is_lost() {
             Watch::note(&self.noticed, &self.signal, line);
         }
         self.noticed().is_some()
@@ -380,7 +382,7 @@ async fn section(task: usize, cfg: &Config, kinds: &Kinds, p: &Pick, t_call: u64
             } else {
                 let outcome = match d.update(update).await {
                     Ok(_) => (Step::Ok, false),
-                    Err(e) if e.is_lease_lost() => (Step::Refused, d.lease().is_lost()),
+                    Err(e) if e.is_lease_lost() => (Step::Refused, d.lease().status().is_lost()),
                     Err(e) => {
                         emit(format!(
                             "err op=update key={key} msg={}",

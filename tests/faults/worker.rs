@@ -204,7 +204,7 @@ pub async fn claim(
                 );
             }
             Ok(None) => {
-                let lost = lease.is_lost();
+                let lost = lease.status().is_lost();
                 if retried {
                     // An earlier attempt may have applied: then the fence is ours
                     // and nothing changed `n` or `last` since (only we write under it).
@@ -224,7 +224,7 @@ pub async fn claim(
                 retried = true;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(_) => return (Step::Unknown, 0, 0, lease.is_lost()),
+            Err(_) => return (Step::Unknown, 0, 0, lease.status().is_lost()),
         }
     }
 }
@@ -249,9 +249,9 @@ pub async fn write(
             .await;
         match result {
             Ok(r) if r.matched_count == 1 => return (Step::Ok, false),
-            Ok(_) if !retried => return (Step::Refused, lease.is_lost()),
+            Ok(_) if !retried => return (Step::Refused, lease.status().is_lost()),
             Ok(_) => {
-                let lost = lease.is_lost();
+                let lost = lease.status().is_lost();
                 // An earlier attempt may have applied before a higher claim.
                 if let Ok(Some(now)) = coll.find_one(doc! { "_id": key }).await {
                     if counter(&now, "fence") == tok && counter(&now, "last") == tok {
@@ -268,7 +268,7 @@ pub async fn write(
                 retried = true;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(_) => return (Step::Unknown, lease.is_lost()),
+            Err(_) => return (Step::Unknown, lease.status().is_lost()),
         }
     }
 }
@@ -406,7 +406,7 @@ async fn task_loop(
             cfg.name
         ));
         let fired = {
-            let token = lease.cancellation_token();
+            let token = lease.status().cancellation_token();
             tokio::spawn(async move {
                 token.cancelled().await;
                 monotonic_ns()
@@ -440,7 +440,7 @@ async fn task_loop(
             (Step::Skipped, false)
         };
 
-        let lost = lease.is_lost();
+        let lost = lease.status().is_lost();
         let t_rel = monotonic_ns();
         // The end of the critical section, written before the release: the
         // release may hand the key to another task of this worker, which

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{AcquireOptions, ReleaseOutcome};
+use mongo_lease::ReleaseOutcome;
 
 use crate::common::Fixture;
 use crate::support::{LIVENESS, server_now, stored_time};
@@ -24,8 +24,7 @@ async fn a_key_released_at_once_stays_held_until_its_hold_at_least_by_the_server
     const PACE: Duration = Duration::from_millis(100);
     let fx = Fixture::new("hold_release").await;
     let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
-    let options = AcquireOptions::builder().hold_at_least(AT_LEAST).build();
-    let job = a.acquire_with("job", &options).await.unwrap();
+    let job = a.acquire("job").hold_at_least(AT_LEAST).await.unwrap();
     let first_token = job.fencing_token();
     assert_eq!(job.release().await.unwrap(), ReleaseOutcome::Released);
 
@@ -111,8 +110,7 @@ async fn a_crashed_holder_keeps_the_key_until_the_later_of_its_minimum_hold_and_
     let crashed_tokens = fx.crashed_process(TTL, async |manager| {
         let mut tokens = Vec::new();
         for (key, at_least) in KEYS {
-            let options = AcquireOptions::builder().hold_at_least(at_least).build();
-            let lease = manager.acquire_with(key, &options).await.unwrap();
+            let lease = manager.acquire(key).hold_at_least(at_least).await.unwrap();
             tokens.push(lease.fencing_token());
             std::mem::forget(lease);
         }

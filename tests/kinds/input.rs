@@ -1,11 +1,10 @@
 //! Bad kinds and minimum holds are refused with `InvalidConfig` before any
 //! round trip (command monitoring: nothing is sent).
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
-use mongo_lease::{
-    AcquireOptions, Error, LeaseKind, LeaseManager, MAX_PERMITS, ReleaseMode, Result,
-};
+use mongo_lease::{Error, LeaseKind, LeaseManager, MAX_PERMITS, ReleaseMode, Result, Semaphore};
 use tokio_util::time::FutureExt as _;
 
 use crate::common::{CommandLog, Fixture};
@@ -29,17 +28,6 @@ fn sent(log: &CommandLog) -> Vec<String> {
         .collect()
 }
 
-fn kind(kind: LeaseKind) -> AcquireOptions {
-    AcquireOptions::builder().kind(kind).build()
-}
-
-fn held_at_least(kind: LeaseKind, at_least: Duration) -> AcquireOptions {
-    AcquireOptions::builder()
-        .kind(kind)
-        .hold_at_least(at_least)
-        .build()
-}
-
 /// 0 permits, more than `MAX_PERMITS`, a minimum hold on a shared lease or
 /// a permit, a minimum hold of 0: refused by every acquisition method,
 /// before anything is sent.
@@ -50,26 +38,32 @@ async fn bad_permits_and_minimum_holds_are_refused_before_any_round_trip() {
     let manager = LeaseManager::connect(options).await.unwrap();
     log.clear();
 
-    assert_invalid_config(manager.semaphore("pool", 0), "a semaphore of 0 permits");
     assert_invalid_config(
-        manager.semaphore("pool", MAX_PERMITS + 1),
+        Semaphore::new(&manager, "pool", 0),
+        "a semaphore of 0 permits",
+    );
+    assert_invalid_config(
+        Semaphore::new(&manager, "pool", MAX_PERMITS + 1),
         "a semaphore of MAX_PERMITS + 1 permits",
     );
     assert!(matches!(
-        manager.semaphore("", 2),
+        Semaphore::new(&manager, "", 2),
         Err(Error::InvalidKey { .. })
     ));
-    let largest = manager.semaphore("pool", MAX_PERMITS).unwrap();
+    let largest = Semaphore::new(&manager, "pool", MAX_PERMITS).unwrap();
     assert_eq!(largest.permits(), MAX_PERMITS);
 
-    for permits in [0, MAX_PERMITS + 1] {
-        let options = kind(LeaseKind::Permit { permits });
-        let what = format!("{permits} permits");
-        assert_invalid_config(manager.acquire_with("pool", &options).await, &what);
-        assert_invalid_config(manager.try_acquire_with("pool", &options).await, &what);
+    // Permits are taken through a semaphore only: 0 of them, or more than
+    // it has, refused by every acquisition method.
+    let pool = Semaphore::new(&manager, "pool", 2).unwrap();
+    for permits in [0, 3] {
+        let what = format!("{permits} permits of 2");
+        assert_invalid_config(pool.acquire().permits(permits).await, &what);
+        assert_invalid_config(pool.try_acquire().permits(permits).await, &what);
         assert_invalid_config(
-            manager
-                .acquire_with("pool", &options)
+            pool.acquire()
+                .permits(permits)
+                .into_future()
                 .timeout(Duration::from_secs(1))
                 .await
                 .ok()
@@ -77,36 +71,33 @@ async fn bad_permits_and_minimum_holds_are_refused_before_any_round_trip() {
             &what,
         );
     }
-    let shared_held = held_at_least(LeaseKind::Shared, Duration::from_secs(5));
+    let at_least = Duration::from_secs(5);
     assert_invalid_config(
-        manager.acquire_with("pool", &shared_held).await,
+        manager
+            .acquire("pool")
+            .shared()
+            .hold_at_least(at_least)
+            .await,
         "hold_at_least on a shared lease",
     );
     assert_invalid_config(
-        manager.try_acquire_with("pool", &shared_held).await,
+        manager
+            .try_acquire("pool")
+            .shared()
+            .hold_at_least(at_least)
+            .await,
         "hold_at_least on a shared lease (try)",
     );
-    let permit_held = held_at_least(LeaseKind::Permit { permits: 2 }, Duration::from_secs(5));
     assert_invalid_config(
-        manager.acquire_with("pool", &permit_held).await,
+        pool.acquire().hold_at_least(at_least).await,
         "hold_at_least on a permit",
     );
-    let pool = manager.semaphore("pool", 2).unwrap();
     assert_invalid_config(
-        pool.acquire_with(&permit_held).await,
-        "hold_at_least through Semaphore::acquire_with",
-    );
-    // The semaphore's own kind wins over the options', so this one is
-    // refused for its minimum hold too.
-    assert_invalid_config(
-        pool.acquire_with(&held_at_least(LeaseKind::Exclusive, Duration::from_secs(5)))
-            .await,
-        "hold_at_least through Semaphore::acquire_with (exclusive in the options)",
+        pool.try_acquire().hold_at_least(at_least).await,
+        "hold_at_least on a permit (try)",
     );
     assert_invalid_config(
-        manager
-            .acquire_with("pool", &held_at_least(LeaseKind::Exclusive, Duration::ZERO))
-            .await,
+        manager.acquire("pool").hold_at_least(Duration::ZERO).await,
         "a minimum hold of 0",
     );
     assert_eq!(sent(&log), Vec::<String>::new(), "nothing was sent");
@@ -125,33 +116,33 @@ async fn kinds_and_minimum_holds_are_refused_in_delete_mode_before_any_round_tri
     let manager = LeaseManager::connect(options).await.unwrap();
     log.clear();
 
-    assert_invalid_config(manager.semaphore("pool", 2), "a semaphore in delete mode");
-    assert_invalid_config(manager.acquire_shared("pool").await, "acquire_shared");
     assert_invalid_config(
-        manager.try_acquire_shared("pool").await,
-        "try_acquire_shared",
+        Semaphore::new(&manager, "pool", 2),
+        "a semaphore in delete mode",
+    );
+    assert_invalid_config(
+        manager.acquire("pool").shared().await,
+        "acquire(..).shared()",
+    );
+    assert_invalid_config(
+        manager.try_acquire("pool").shared().await,
+        "try_acquire(..).shared()",
     );
     assert_invalid_config(
         manager
-            .acquire_shared("pool")
+            .acquire("pool")
+            .shared()
+            .into_future()
             .timeout(Duration::from_secs(1))
             .await
             .ok()
             .transpose(),
-        "acquire_shared under a timeout",
+        "acquire(..).shared() under a timeout",
     );
     assert_invalid_config(
         manager
-            .try_acquire_with("pool", &kind(LeaseKind::Permit { permits: 2 }))
-            .await,
-        "a permit",
-    );
-    assert_invalid_config(
-        manager
-            .acquire_with(
-                "pool",
-                &held_at_least(LeaseKind::Exclusive, Duration::from_secs(5)),
-            )
+            .acquire("pool")
+            .hold_at_least(Duration::from_secs(5))
             .await,
         "hold_at_least",
     );

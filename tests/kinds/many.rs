@@ -1,4 +1,4 @@
-//! Several permits of a semaphore in one lease (`Semaphore::acquire_many`)
+//! Several permits of a semaphore in one lease (`Semaphore::acquire().permits(k)`)
 //! across managers: all or none, never more permits taken than the
 //! semaphore has, a waiter for several served when enough are free, and
 //! bad counts refused before anything is sent.
@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mongo_lease::{Error, ReleaseOutcome};
+use mongo_lease::{Error, ReleaseOutcome, Semaphore};
 
 use crate::common::Fixture;
 
@@ -19,14 +19,14 @@ async fn k_permits_are_taken_all_or_none_across_managers() {
     let fx = Fixture::new("sem_many").await;
     let [a, b, c] = fx.managers(3, TTL).await.try_into().unwrap();
     let (sa, sb, sc) = (
-        a.semaphore("slots", 3).unwrap(),
-        b.semaphore("slots", 3).unwrap(),
-        c.semaphore("slots", 3).unwrap(),
+        Semaphore::new(&a, "slots", 3).unwrap(),
+        Semaphore::new(&b, "slots", 3).unwrap(),
+        Semaphore::new(&c, "slots", 3).unwrap(),
     );
-    let two = sa.acquire_many(2).await.unwrap();
+    let two = sa.acquire().permits(2).await.unwrap();
     assert_eq!(sb.available().await.unwrap(), 1);
     // Two more are not free: nothing is taken.
-    assert!(sb.try_acquire_many(2).await.unwrap().is_none());
+    assert!(sb.try_acquire().permits(2).await.unwrap().is_none());
     assert_eq!(sc.available().await.unwrap(), 1);
     let info = c.inspect("slots").await.unwrap().unwrap();
     let taken: Vec<u32> = info.holders.iter().map(|h| h.permits).collect();
@@ -35,7 +35,7 @@ async fn k_permits_are_taken_all_or_none_across_managers() {
     // A waiter for two, in another process, while one more is taken.
     let waiting = {
         let sb = sb.clone();
-        tokio::spawn(async move { sb.acquire_many(2).await.unwrap() })
+        tokio::spawn(async move { sb.acquire().permits(2).await.unwrap() })
     };
     let one = sc.acquire().await.unwrap();
     assert_eq!(sc.available().await.unwrap(), 0);
@@ -73,11 +73,11 @@ async fn tasks_taking_one_to_three_of_four_permits_never_exceed_four() {
     let mut tasks = Vec::new();
     for (m, manager) in managers.iter().enumerate() {
         for k in 1..=3u32 {
-            let semaphore = manager.semaphore("pool", 4).unwrap();
+            let semaphore = Semaphore::new(manager, "pool", 4).unwrap();
             let inside = inside.clone();
             tasks.push(tokio::spawn(async move {
                 for _ in 0..3 {
-                    let lease = semaphore.acquire_many(k).await.unwrap();
+                    let lease = semaphore.acquire().permits(k).await.unwrap();
                     {
                         let mut inside = inside.lock().unwrap();
                         inside.0 += k;
@@ -107,24 +107,21 @@ async fn tasks_taking_one_to_three_of_four_permits_never_exceed_four() {
 async fn a_bad_number_of_permits_is_refused_before_anything_is_sent() {
     let fx = Fixture::new("sem_many_bad").await;
     let manager = fx.manager(TTL).await;
-    let semaphore = manager.semaphore("bad", 3).unwrap();
+    let semaphore = Semaphore::new(&manager, "bad", 3).unwrap();
     for k in [0, 4] {
-        match semaphore.acquire_many(k).await {
+        match semaphore.acquire().permits(k).await {
             Err(Error::InvalidConfig { reason }) => {
                 assert!(reason.contains("1 to 3 permits"), "{reason}")
             }
             other => panic!("{k} permits of 3: {other:?}"),
         }
         assert!(matches!(
-            semaphore.try_acquire_many(k).await,
+            semaphore.try_acquire().permits(k).await,
             Err(Error::InvalidConfig { .. })
         ));
     }
-    let exclusive = mongo_lease::AcquireOptions::builder()
-        .permits_taken(2)
-        .build();
     assert!(matches!(
-        manager.acquire_with("x", &exclusive).await,
+        manager.acquire("x").permits(2).await,
         Err(Error::InvalidConfig { .. })
     ));
     assert!(

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{LeaseKind, LeaseManager, ReleaseOutcome};
+use mongo_lease::{LeaseKind, LeaseManager, ReleaseOutcome, Semaphore};
 use mongodb::bson::Bson;
 
 use crate::common::{self, Fixture, renewal::renewed_keys};
@@ -24,13 +24,12 @@ async fn permits_and_shared_leases_outlive_their_ttl_renewed_with_exclusive_leas
     let (options, log) = fx.monitored_options(TTL, "").await;
     let holder = LeaseManager::connect(options).await.unwrap();
     let reader = fx.manager(TTL).await;
-    let permit = holder
-        .semaphore("pool", 2)
+    let permit = Semaphore::new(&holder, "pool", 2)
         .unwrap()
         .acquire()
         .await
         .unwrap();
-    let shared = holder.acquire_shared("catalogue").await.unwrap();
+    let shared = holder.acquire("catalogue").shared().await.unwrap();
     let exclusive = holder.acquire("job").await.unwrap();
     let acquired = reader.inspect("pool").await.unwrap().unwrap().acquired_at;
     log.clear();
@@ -46,7 +45,7 @@ async fn permits_and_shared_leases_outlive_their_ttl_renewed_with_exclusive_leas
     })
     .await;
     for lease in [&permit, &shared, &exclusive] {
-        assert!(!lease.is_lost(), "{:?} was lost", lease.kind());
+        assert!(!lease.status().is_lost(), "{:?} was lost", lease.kind());
     }
     for key in KEYS {
         let info = reader.inspect(key).await.unwrap().unwrap();

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{Error, LeaseKind, PermitsChange, ReleaseOutcome};
+use mongo_lease::{Error, LeaseKind, PermitsChange, ReleaseOutcome, Semaphore};
 
 use crate::common::Fixture;
 
@@ -18,10 +18,10 @@ const LIMIT: Duration = Duration::from_secs(60);
 async fn the_number_of_permits_changes_for_every_process_when_no_more_are_held() {
     let fx = Fixture::new("sem_resize").await;
     let [a, b, c] = fx.managers(3, TTL).await.try_into().unwrap();
-    let mut sa = a.semaphore("pool", 2).unwrap();
-    let sb = b.semaphore("pool", 2).unwrap();
-    let mut sc = c.semaphore("pool", 2).unwrap();
-    let two = sa.acquire_many(2).await.unwrap();
+    let mut sa = Semaphore::new(&a, "pool", 2).unwrap();
+    let sb = Semaphore::new(&b, "pool", 2).unwrap();
+    let mut sc = Semaphore::new(&c, "pool", 2).unwrap();
+    let two = sa.acquire().permits(2).await.unwrap();
     // b waits for a permit of 2 (whether its first attempt runs before
     // the change or after, it ends the same way).
     let waiting = {

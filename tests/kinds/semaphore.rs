@@ -1,10 +1,11 @@
 //! Semaphores across managers: the bound on holders, fencing tokens, a
 //! crashed holder's permits, another number of permits, `available`.
 
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mongo_lease::{AcquireOptions, LeaseKind, ReleaseOutcome};
+use mongo_lease::{LeaseKind, ReleaseOutcome, Semaphore};
 use tokio_util::time::FutureExt as _;
 
 use crate::common::Fixture;
@@ -43,7 +44,7 @@ async fn at_most_two_of_twelve_tasks_hold_a_two_permit_key_and_every_task_gets_i
     let mut tasks = Vec::new();
     for (m, manager) in managers.iter().enumerate() {
         for t in 0..TASKS {
-            let pool = manager.semaphore("pool", 2).unwrap();
+            let pool = Semaphore::new(manager, "pool", 2).unwrap();
             let room = room.clone();
             tasks.push(tokio::spawn(async move {
                 let me = format!("{m}/{t}");
@@ -73,7 +74,7 @@ async fn at_most_two_of_twelve_tasks_hold_a_two_permit_key_and_every_task_gets_i
                         room.tokens.push(token);
                     }
                     tokio::time::sleep(HOLD).await;
-                    assert!(!permit.is_lost(), "{me}'s permit was lost");
+                    assert!(!permit.status().is_lost(), "{me}'s permit was lost");
                     // Out of the room while still holding: the room never
                     // counts a task whose permit is already free.
                     room.lock().unwrap().inside.retain(|(who, _)| *who != me);
@@ -119,7 +120,7 @@ async fn permits_are_held_at_once_by_several_managers_and_available_counts_the_f
         fx.manager(TTL).await,
         fx.manager(TTL).await,
     );
-    let pools = [&a, &b, &c].map(|m| m.semaphore("pool", 3).unwrap());
+    let pools = [&a, &b, &c].map(|m| Semaphore::new(m, "pool", 3).unwrap());
     assert_eq!(pools[0].available().await.unwrap(), 3, "no document yet");
     let mut permits = Vec::new();
     for (i, pool) in pools.iter().enumerate() {
@@ -129,7 +130,7 @@ async fn permits_are_held_at_once_by_several_managers_and_available_counts_the_f
         assert_eq!(pool.available().await.unwrap(), 2 - i as u32);
     }
     assert!(
-        permits.iter().all(|p| !p.is_lost()),
+        permits.iter().all(|p| !p.status().is_lost()),
         "all three held at once"
     );
     let info = a
@@ -163,10 +164,8 @@ async fn permits_are_held_at_once_by_several_managers_and_available_counts_the_f
     let second = permits.remove(1);
     assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(pools[1].available().await.unwrap(), 1);
-    let long = AcquireOptions::builder()
-        .ttl(Duration::from_secs(60))
-        .build();
-    let again = tokio::time::timeout(LIVENESS, pools[2].acquire_with(&long))
+    let long = pools[2].acquire().ttl(Duration::from_secs(60));
+    let again = tokio::time::timeout(LIVENESS, long)
         .await
         .expect("the released permit")
         .unwrap();
@@ -179,6 +178,7 @@ async fn permits_are_held_at_once_by_several_managers_and_available_counts_the_f
     assert!(
         pools[1]
             .acquire()
+            .into_future()
             .timeout(Duration::from_millis(300))
             .await
             .ok()
@@ -202,7 +202,7 @@ async fn a_crashed_holders_permits_come_back_after_their_ttl_by_the_servers_cloc
     const TTL: Duration = Duration::from_secs(2);
     let fx = Fixture::new("sem_crash").await;
     let (crashed_owner, crashed_tokens) = fx.crashed_process(TTL, async |manager| {
-        let pool = manager.semaphore("pool", 2).unwrap();
+        let pool = Semaphore::new(&manager, "pool", 2).unwrap();
         let first = pool.acquire().await.unwrap();
         let second = pool.acquire().await.unwrap();
         let out = (
@@ -227,7 +227,7 @@ async fn a_crashed_holders_permits_come_back_after_their_ttl_by_the_servers_cloc
     crashed_expiries.sort();
 
     let survivor = fx.manager(TTL).await;
-    let pool = survivor.semaphore("pool", 2).unwrap();
+    let pool = Semaphore::new(&survivor, "pool", 2).unwrap();
     let first = tokio::time::timeout(LIVENESS, pool.acquire())
         .await
         .expect("the first permit never came back")
@@ -285,24 +285,28 @@ async fn asking_another_kind_while_permits_are_held_is_a_kind_mismatch_that_writ
     let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
     let two = LeaseKind::Permit { permits: 2 };
     let three_kind = LeaseKind::Permit { permits: 3 };
-    let permit = a.semaphore("pool", 2).unwrap().acquire().await.unwrap();
+    let permit = Semaphore::new(&a, "pool", 2)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
     let stored = without_renewals(&fx.doc("pool").await);
 
-    let three = b.semaphore("pool", 3).unwrap();
+    let three = Semaphore::new(&b, "pool", 3).unwrap();
     assert_mismatch(three.try_acquire().await, two, three_kind);
     let waited = tokio::time::timeout(LIVENESS, three.acquire())
         .await
         .expect("acquire waited instead of failing");
     assert_mismatch(waited, two, three_kind);
     assert_mismatch(three.available().await, two, three_kind);
-    assert_mismatch(b.try_acquire_shared("pool").await, two, LeaseKind::Shared);
+    assert_mismatch(b.try_acquire("pool").shared().await, two, LeaseKind::Shared);
     assert_mismatch(b.try_acquire("pool").await, two, LeaseKind::Exclusive);
     assert_eq!(
         without_renewals(&fx.doc("pool").await),
         stored,
         "a refused acquisition wrote to the key"
     );
-    assert!(!permit.is_lost());
+    assert!(!permit.status().is_lost());
 
     assert_eq!(permit.release().await.unwrap(), ReleaseOutcome::Released);
     let three_permits = three.try_acquire().await.unwrap().expect("a free key");
@@ -325,10 +329,10 @@ async fn asking_another_kind_in_the_manager_that_holds_the_permits_is_a_kind_mis
     let (options, log) = fx.monitored_options(TTL, "").await;
     let a = mongo_lease::LeaseManager::connect(options).await.unwrap();
     let two = LeaseKind::Permit { permits: 2 };
-    let pool = a.semaphore("pool", 2).unwrap();
+    let pool = Semaphore::new(&a, "pool", 2).unwrap();
     let permit = pool.acquire().await.unwrap();
     let attempts = log.count("findAndModify");
-    let three = a.semaphore("pool", 3).unwrap();
+    let three = Semaphore::new(&a, "pool", 3).unwrap();
     let waited = tokio::time::timeout(LIVENESS, three.acquire())
         .await
         .expect("acquire waited instead of failing");
@@ -338,7 +342,7 @@ async fn asking_another_kind_in_the_manager_that_holds_the_permits_is_a_kind_mis
         two,
         LeaseKind::Permit { permits: 3 },
     );
-    assert_mismatch(a.try_acquire_shared("pool").await, two, LeaseKind::Shared);
+    assert_mismatch(a.try_acquire("pool").shared().await, two, LeaseKind::Shared);
     let exclusive = tokio::time::timeout(LIVENESS, a.acquire("pool"))
         .await
         .expect("acquire waited instead of failing");
@@ -353,7 +357,7 @@ async fn asking_another_kind_in_the_manager_that_holds_the_permits_is_a_kind_mis
         .await
         .unwrap()
         .expect("the second permit");
-    assert!(!permit.is_lost() && !second.is_lost());
+    assert!(!permit.status().is_lost() && !second.status().is_lost());
     drop((permit, second));
     a.shutdown().await.unwrap();
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use mongo_lease::{LeaseKind, LeaseManager, ReleaseOutcome};
+use mongo_lease::{LeaseKind, LeaseManager, ReleaseOutcome, Semaphore};
 use tokio::time::Instant;
 
 use crate::common::{self, Fixture};
@@ -21,7 +21,7 @@ const HANDOFF_LIMIT: Duration = Duration::from_secs(60);
 async fn a_released_permit_wakes_another_managers_waiter_at_once() {
     let fx = Fixture::new("sem_wake").await;
     let holder = fx.manager(TTL).await;
-    let pool = holder.semaphore("pool", 2).unwrap();
+    let pool = Semaphore::new(&holder, "pool", 2).unwrap();
     let first = pool.acquire().await.unwrap();
     let second = pool.acquire().await.unwrap();
 
@@ -30,7 +30,7 @@ async fn a_released_permit_wakes_another_managers_waiter_at_once() {
     options.retry_max = POLL;
     let waiter = LeaseManager::connect(options).await.unwrap();
     let waiting = {
-        let pool = waiter.semaphore("pool", 2).unwrap();
+        let pool = Semaphore::new(&waiter, "pool", 2).unwrap();
         tokio::spawn(async move {
             let permit = pool.acquire().await.unwrap();
             (Instant::now(), permit)
@@ -63,7 +63,7 @@ async fn a_released_permit_wakes_another_managers_waiter_at_once() {
         "the first attempt, the one when the stream opened, then the one the release woke"
     );
     assert_eq!(permit.kind(), LeaseKind::Permit { permits: 2 });
-    assert!(!first.is_lost(), "the other permit is still held");
+    assert!(!first.status().is_lost(), "the other permit is still held");
     eprintln!(
         "cross-process permit handoff after release: {:?}",
         acquired_at - released_at

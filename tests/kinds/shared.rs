@@ -2,6 +2,7 @@
 //! overlap, an exclusive holder excludes everyone, a waiting exclusive
 //! acquirer is not starved, a lost shared lease's token fires.
 
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,8 +27,8 @@ async fn shared_holders_of_two_managers_hold_the_key_at_once() {
         fx.manager(TTL).await,
         fx.manager(TTL).await,
     );
-    let first = a.acquire_shared("catalogue").await.unwrap();
-    let second = tokio::time::timeout(LIVENESS, b.acquire_shared("catalogue"))
+    let first = a.acquire("catalogue").shared().await.unwrap();
+    let second = tokio::time::timeout(LIVENESS, b.acquire("catalogue").shared())
         .await
         .expect("the second shared acquisition waited for the first")
         .unwrap();
@@ -35,7 +36,10 @@ async fn shared_holders_of_two_managers_hold_the_key_at_once() {
         (first.kind(), second.kind()),
         (LeaseKind::Shared, LeaseKind::Shared)
     );
-    assert!(!first.is_lost() && !second.is_lost(), "both held at once");
+    assert!(
+        !first.status().is_lost() && !second.status().is_lost(),
+        "both held at once"
+    );
     assert!(second.fencing_token() > first.fencing_token());
     let info = c.inspect("catalogue").await.unwrap().unwrap();
     assert!(info.held);
@@ -54,7 +58,8 @@ async fn shared_holders_of_two_managers_hold_the_key_at_once() {
     );
     // A third shared holder, in the same manager as the first, also joins.
     let third = a
-        .try_acquire_shared("catalogue")
+        .try_acquire("catalogue")
+        .shared()
         .await
         .unwrap()
         .expect("shared");
@@ -80,13 +85,15 @@ async fn an_exclusive_holder_excludes_shared_and_exclusive_acquirers() {
     let fx = Fixture::new("shared_excluded").await;
     let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
     let writer = a.acquire("catalogue").await.unwrap();
-    assert!(b.try_acquire_shared("catalogue").await.unwrap().is_none());
+    assert!(b.try_acquire("catalogue").shared().await.unwrap().is_none());
     assert!(b.try_acquire("catalogue").await.unwrap().is_none());
-    assert!(a.try_acquire_shared("catalogue").await.unwrap().is_none());
+    assert!(a.try_acquire("catalogue").shared().await.unwrap().is_none());
     // A waiting shared acquirer does not get it either (it times out while
     // the exclusive lease is held; the bound is not a verdict on speed).
     assert!(
-        b.acquire_shared("catalogue")
+        b.acquire("catalogue")
+            .shared()
+            .into_future()
             .timeout(Duration::from_millis(300))
             .await
             .ok()
@@ -94,7 +101,7 @@ async fn an_exclusive_holder_excludes_shared_and_exclusive_acquirers() {
             .unwrap()
             .is_none()
     );
-    assert!(!writer.is_lost());
+    assert!(!writer.status().is_lost());
     let info = b.inspect("catalogue").await.unwrap().unwrap();
     assert_eq!(
         (info.kind, info.owner_id.as_str()),
@@ -103,7 +110,7 @@ async fn an_exclusive_holder_excludes_shared_and_exclusive_acquirers() {
     assert!(info.holders.is_empty());
     let token = writer.fencing_token();
     assert_eq!(writer.release().await.unwrap(), ReleaseOutcome::Released);
-    let reader = tokio::time::timeout(LIVENESS, b.acquire_shared("catalogue"))
+    let reader = tokio::time::timeout(LIVENESS, b.acquire("catalogue").shared())
         .await
         .expect("hang")
         .expect("free after the exclusive release");
@@ -145,7 +152,7 @@ async fn an_exclusive_waiter_gets_the_key_while_shared_acquirers_keep_arriving()
     let (count_tx, mut count_rx) = tokio::sync::watch::channel(0_usize);
     let raw = fx.raw();
     let writer_id = writer.owner_id().to_owned();
-    let first = readers[0].acquire_shared("catalogue").await.unwrap();
+    let first = readers[0].acquire("catalogue").shared().await.unwrap();
     let reading = {
         let (readers, seen, stop) = (readers.clone(), seen.clone(), stop.clone());
         tokio::spawn(async move {
@@ -154,7 +161,7 @@ async fn an_exclusive_waiter_gets_the_key_while_shared_acquirers_keep_arriving()
             while !stop.is_cancelled() {
                 let manager = &readers[turn % 2];
                 turn += 1;
-                match manager.try_acquire_shared("catalogue").await.unwrap() {
+                match manager.try_acquire("catalogue").shared().await.unwrap() {
                     Some(next) => {
                         let count = {
                             let mut seen_now = seen.lock().unwrap();
@@ -188,7 +195,7 @@ async fn an_exclusive_waiter_gets_the_key_while_shared_acquirers_keep_arriving()
                                 panic!("refused without a waiting mark: {doc}")
                             });
                             assert_eq!(mark.get_str("aid").unwrap(), writer_id);
-                            assert!(previous.as_ref().is_some_and(|p| !p.is_lost()));
+                            assert!(previous.as_ref().is_some_and(|p| !p.status().is_lost()));
                         }
                         // Leave, so that the key drains.
                         if let Some(previous) = previous.take() {
@@ -212,7 +219,7 @@ async fn an_exclusive_waiter_gets_the_key_while_shared_acquirers_keep_arriving()
         .expect("the exclusive waiter was starved by the shared acquirers")
         .unwrap();
     let writer_token = exclusive.fencing_token();
-    assert!(!exclusive.is_lost());
+    assert!(!exclusive.status().is_lost());
     let info = writer.inspect("catalogue").await.unwrap().unwrap();
     assert_eq!(info.kind, LeaseKind::Exclusive);
     assert!(
@@ -231,7 +238,7 @@ async fn an_exclusive_waiter_gets_the_key_while_shared_acquirers_keep_arriving()
         },
     )
     .await;
-    assert!(!exclusive.is_lost());
+    assert!(!exclusive.status().is_lost());
     assert_eq!(exclusive.release().await.unwrap(), ReleaseOutcome::Released);
     // The loop gets the key shared again after the writer's release.
     let after = seen.lock().unwrap().acquired.len();
@@ -283,8 +290,8 @@ async fn a_force_released_shared_lease_is_lost_and_its_token_fires() {
         fx.manager(TTL).await,
         mongo_lease::LeaseManager::connect(options).await.unwrap(),
     );
-    let reader_a = a.acquire_shared("catalogue").await.unwrap();
-    let reader_b = b.acquire_shared("catalogue").await.unwrap();
+    let reader_a = a.acquire("catalogue").shared().await.unwrap();
+    let reader_b = b.acquire("catalogue").shared().await.unwrap();
     let was = operator
         .force_release("catalogue")
         .immediately()
@@ -294,7 +301,7 @@ async fn a_force_released_shared_lease_is_lost_and_its_token_fires() {
     assert_eq!(was.kind, LeaseKind::Shared);
     assert_eq!(was.holders.len(), 2);
     for lease in [&reader_a, &reader_b] {
-        tokio::time::timeout(LIVENESS, lease.lost())
+        tokio::time::timeout(LIVENESS, lease.status().lost())
             .await
             .expect("the lost shared lease's token did not fire");
     }

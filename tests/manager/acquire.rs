@@ -2,6 +2,7 @@
 
 use crate::common;
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use common::Fixture;
@@ -22,7 +23,7 @@ async fn uncontended_acquire_stores_one_document_with_server_time() {
         .expect("free key");
     assert_eq!(lease.key(), "job-1");
     assert_eq!(lease.owner_id(), manager.owner_id());
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
 
     let doc = fx.doc("job-1").await;
     assert_eq!(doc.get_str("aid").unwrap(), manager.owner_id());
@@ -53,6 +54,7 @@ async fn a_key_held_by_another_manager_is_not_an_error() {
     assert!(b.try_acquire("k").await.unwrap().is_none());
     assert!(
         b.acquire("k")
+            .into_future()
             .timeout(Duration::from_millis(300))
             .await
             .ok()
@@ -64,6 +66,7 @@ async fn a_key_held_by_another_manager_is_not_an_error() {
     // Dropping releases in the background; the waiting manager then gets it.
     let lease = b
         .acquire("k")
+        .into_future()
         .timeout(Duration::from_secs(10))
         .await
         .ok()
@@ -137,6 +140,7 @@ async fn bad_input_is_a_clear_error() {
     assert!(m.try_acquire("foreign").await.unwrap().is_none());
     let waited = m
         .acquire("foreign")
+        .into_future()
         .timeout(Duration::from_millis(200))
         .await
         .ok()

@@ -1,4 +1,4 @@
-//! A payload written with the acquisition (`AcquireOptions::payload`) on a
+//! A payload written with the acquisition (`Acquire::payload`) on a
 //! real mongod: one write, and no reader, in this process or another, ever
 //! sees the acquisition without it.
 
@@ -7,7 +7,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Fixture, within};
-use mongo_lease::{AcquireOptions, Error, LeaseKind, LeaseManager, MAX_PAYLOAD_LEN};
+use mongo_lease::{Error, LeaseManager, MAX_PAYLOAD_LEN};
 use mongodb::bson::doc;
 
 const TTL: Duration = Duration::from_secs(5);
@@ -33,14 +33,13 @@ async fn the_payload_is_written_by_the_acquiring_write_and_observers_never_see_a
     for round in 0..rounds {
         let manager = &holders[round % 2];
         let address = format!("10.0.0.{round}:8080");
-        let options = AcquireOptions::builder()
-            .payload(doc! { "addr": address.clone() })
-            .build();
         log.clear();
         let lease = within(
             TTL * 4,
             "the acquisition",
-            manager.acquire_with("leader", &options),
+            manager
+                .acquire("leader")
+                .payload(doc! { "addr": address.clone() }),
         )
         .await
         .unwrap();
@@ -95,27 +94,15 @@ async fn a_bad_payload_or_kind_with_a_payload_is_refused_and_nothing_written() {
     let fx = Fixture::new("acquire_payload_bad").await;
     let manager = fx.manager(TTL).await;
     let big = "x".repeat(MAX_PAYLOAD_LEN);
-    let cases = [
-        (doc! { "blob": big }, LeaseKind::Exclusive),
-        (doc! { "a.b": 1 }, LeaseKind::Exclusive),
-        (doc! { "$set": 1 }, LeaseKind::Exclusive),
-    ];
-    for (payload, kind) in cases {
-        let options = AcquireOptions::builder()
-            .payload(payload)
-            .kind(kind)
-            .build();
-        let refused = manager.acquire_with("k", &options).await;
+    let cases = [doc! { "blob": big }, doc! { "a.b": 1 }, doc! { "$set": 1 }];
+    for payload in cases {
+        let refused = manager.acquire("k").payload(payload).await;
         assert!(
             matches!(refused, Err(Error::InvalidPayload { .. })),
             "{refused:?}"
         );
     }
-    let options = AcquireOptions::builder()
-        .payload(doc! { "x": 1 })
-        .kind(LeaseKind::Shared)
-        .build();
-    let refused = manager.acquire_with("k", &options).await;
+    let refused = manager.acquire("k").shared().payload(doc! { "x": 1 }).await;
     assert!(
         matches!(refused, Err(Error::InvalidConfig { .. })),
         "{refused:?}"

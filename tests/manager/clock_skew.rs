@@ -85,7 +85,7 @@ async fn after_a_failover_to_a_member_whose_clock_is_ahead_the_old_holder_is_los
     let a = manager(&clients, &rs, "skew-a").await;
     let b = manager(&clients, &rs, "skew-b").await;
     let lease = a.acquire("k").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     // Renewed once on member 0, whose clock is right.
     within(LIMIT, "a renewal of A's lease", async {
         while !matches!(events.recv().await, Some(LeaseEvent::Renewed { .. })) {}
@@ -123,8 +123,9 @@ async fn after_a_failover_to_a_member_whose_clock_is_ahead_the_old_holder_is_los
         }
     })
     .await;
-    let a_lost = lease.is_lost();
+    let a_lost = lease.status().is_lost();
     let left = lease
+        .status()
         .deadline()
         .map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
     assert!(

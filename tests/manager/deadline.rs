@@ -86,7 +86,10 @@ async fn token_fires_at_the_local_deadline_before_another_owner_can_acquire() {
         let lease = b.acquire("job").await.unwrap();
         (Instant::now(), lease.fencing_token(), b, lease)
     });
-    if tokio::time::timeout(HANG, lease.lost()).await.is_err() {
+    if tokio::time::timeout(HANG, lease.status().lost())
+        .await
+        .is_err()
+    {
         signal(pid, "-CONT");
         panic!("the token did not fire within {HANG:?} of the server's freeze");
     }

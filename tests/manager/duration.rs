@@ -1,7 +1,7 @@
 //! Duration control on a real mongod: a held lease's TTL changed by
 //! `Lease::set_ttl` (confirmed by the server before it returns, kept by the
 //! heartbeat), and leases held at most a duration
-//! (`AcquireOptions::hold_at_most`: never renewed, ended at their deadline
+//! (`Acquire::hold_at_most`: never renewed, ended at their deadline
 //! with `LossReason::Expired`, free for others only at the server's expiry).
 
 use crate::common;
@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Fixture, eventually, within};
-use mongo_lease::{AcquireOptions, Error, LeaseEvent, LeaseManager, LossReason};
+use mongo_lease::{Error, LeaseEvent, LeaseManager, LossReason};
 use mongodb::bson::Document;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -42,19 +42,19 @@ async fn set_ttl_renews_at_once_to_the_new_ttl_and_the_heartbeat_keeps_it() {
     assert_eq!(written_ttl_ms(&fx.doc("job").await), 2_000);
     let exp = |doc: &Document| doc.get_datetime("exp").unwrap().timestamp_millis();
     let acquired_exp = exp(&fx.doc("job").await);
-    let deadline = lease.deadline().expect("held");
+    let deadline = lease.status().deadline().expect("held");
 
     // Shorter: nothing moves back; the renewals use it.
     let short = Duration::from_millis(1_200);
     lease.set_ttl(short).await.unwrap();
     assert_eq!(lease.ttl(), short);
     assert!(exp(&fx.doc("job").await) >= acquired_exp, "exp never back");
-    assert!(lease.deadline().expect("held") >= deadline);
+    assert!(lease.status().deadline().expect("held") >= deadline);
     eventually("the renewals follow the 1.2 s TTL", TTL * 10, || async {
         written_ttl_ms(&fx.doc("job").await) == 1_200
     })
     .await;
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
 
     // Longer: confirmed by the server when the call returns.
     let start = tokio::time::Instant::now();
@@ -62,7 +62,7 @@ async fn set_ttl_renews_at_once_to_the_new_ttl_and_the_heartbeat_keeps_it() {
     assert_eq!(lease.ttl(), Duration::from_secs(7));
     let after = fx.doc("job").await;
     assert_eq!(written_ttl_ms(&after), 7_000);
-    let deadline = lease.deadline().expect("still held");
+    let deadline = lease.status().deadline().expect("still held");
     assert!(
         deadline >= start + Duration::from_secs(6),
         "the deadline follows the 7 s TTL: {:?} after the call",
@@ -111,10 +111,11 @@ async fn set_ttl_refuses_bad_ttls_and_leases_held_at_most_and_writes_nothing() {
         written_ttl_ms(&before)
     );
 
-    let options = AcquireOptions::builder()
+    let at_most = manager
+        .acquire("once")
         .hold_at_most(Duration::from_secs(5))
-        .build();
-    let at_most = manager.acquire_with("once", &options).await.unwrap();
+        .await
+        .unwrap();
     let refused = at_most.set_ttl(Duration::from_secs(10)).await;
     assert!(
         matches!(refused, Err(Error::InvalidConfig { .. })),
@@ -138,30 +139,27 @@ async fn bad_hold_at_most_options_are_refused_before_any_round_trip() {
     let fx = Fixture::new("hold_at_most_bad").await;
     let manager = fx.manager(TTL).await;
     let cases = [
-        AcquireOptions::builder()
-            .hold_at_most(Duration::from_millis(5))
-            .build(),
+        manager.acquire("k").hold_at_most(Duration::from_millis(5)),
         // Not longer than the safety margin (TTL / 10).
-        AcquireOptions::builder()
-            .hold_at_most(Duration::from_millis(200))
-            .build(),
-        AcquireOptions::builder()
+        manager
+            .acquire("k")
+            .hold_at_most(Duration::from_millis(200)),
+        manager
+            .acquire("k")
             .hold_at_most(Duration::from_secs(3))
-            .ttl(Duration::from_secs(3))
-            .build(),
-        AcquireOptions::builder()
+            .ttl(Duration::from_secs(3)),
+        manager
+            .acquire("k")
             .hold_at_most(Duration::from_secs(3))
-            .hold_at_least(Duration::from_secs(4))
-            .build(),
-        AcquireOptions::builder()
-            .hold_at_most(Duration::MAX)
-            .build(),
+            .hold_at_least(Duration::from_secs(4)),
+        manager.acquire("k").hold_at_most(Duration::MAX),
     ];
-    for options in cases {
-        let refused = manager.acquire_with("k", &options).await;
+    for request in cases {
+        let what = format!("{request:?}");
+        let refused = request.await;
         assert!(
             matches!(refused, Err(Error::InvalidConfig { .. })),
-            "{options:?}: {refused:?}"
+            "{what}: {refused:?}"
         );
     }
     assert!(
@@ -183,33 +181,32 @@ async fn a_lease_held_at_most_is_never_renewed_and_ends_expired_at_its_deadline(
     // Renewed beside it: the heartbeat runs, and leaves the other one alone.
     let renewed = holder.acquire("renewed").await.unwrap();
     let at_most = Duration::from_millis(1_500);
-    let options = AcquireOptions::builder().hold_at_most(at_most).build();
     let start = tokio::time::Instant::now();
-    let lease = holder.acquire_with("once", &options).await.unwrap();
+    let lease = holder.acquire("once").hold_at_most(at_most).await.unwrap();
     let acquired = fx.doc("once").await;
     assert_eq!(lease.ttl(), at_most);
     let acq = acquired.get_datetime("acq").unwrap().timestamp_millis();
     let exp = acquired.get_datetime("exp").unwrap().timestamp_millis();
     assert_eq!(exp - acq, 1_500, "it ends at acquisition + D on the server");
     let returned = tokio::time::Instant::now();
-    let deadline = lease.deadline().expect("held");
+    let deadline = lease.status().deadline().expect("held");
     let validity = at_most - Duration::from_millis(200) - common::clock_skew(TTL);
     assert!(
         start + validity <= deadline && deadline <= returned + validity,
         "local deadline: the write's send + D − the safety margin − the clock skew, got {:?}",
         deadline - start
     );
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     // Another owner cannot take it while it is held.
     assert!(other.try_acquire("once").await.unwrap().is_none());
     log.clear();
 
-    within(at_most * 10, "the lease's end", lease.lost()).await;
+    within(at_most * 10, "the lease's end", lease.status().lost()).await;
     assert!(
         tokio::time::Instant::now() >= deadline,
         "told at its deadline, not before"
     );
-    assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+    assert_eq!(lease.status().lost_reason(), Some(LossReason::Expired));
     let mut seen = Vec::new();
     while let Some(event) = within(at_most, "the events", events.recv()).await {
         seen.push(event);
@@ -233,6 +230,6 @@ async fn a_lease_held_at_most_is_never_renewed_and_ends_expired_at_its_deadline(
     // The key is free once it ended.
     let next = within(TTL * 10, "the next holder", other.acquire("once")).await;
     assert!(next.unwrap().fencing_token() > lease.fencing_token());
-    assert!(!renewed.is_lost());
+    assert!(!renewed.status().is_lost());
     drop(lease);
 }

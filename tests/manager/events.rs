@@ -24,10 +24,11 @@ const HANG: Duration = Duration::from_secs(60);
 /// Waits for the lease's token, then reads its reason at once: it is
 /// recorded before the token fires.
 async fn reason_of(lease: &Lease) -> LossReason {
-    timeout(HANG, lease.lost())
+    timeout(HANG, lease.status().lost())
         .await
         .expect("the lease is lost");
     lease
+        .status()
         .lost_reason()
         .expect("the reason is recorded before the token fires")
 }
@@ -55,15 +56,18 @@ async fn a_frozen_holder_reads_lost_expired_past_its_deadline_before_its_manager
     let fx = Fixture::new("ev_frozen").await;
     let a = fx.manager(TTL).await;
     let lease = a.acquire("job").await.unwrap();
-    let deadline = lease.deadline().expect("held");
+    let deadline = lease.status().deadline().expect("held");
     // This single-threaded runtime also runs the manager task and the
     // driver: the whole "process" is frozen, as in a long GC pause.
     std::thread::sleep(
         deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(50),
     );
-    assert!(lease.is_lost(), "read without the manager task");
-    assert!(!lease.cancellation_token().is_cancelled(), "it has not run");
-    assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+    assert!(lease.status().is_lost(), "read without the manager task");
+    assert!(
+        !lease.status().cancellation_token().is_cancelled(),
+        "it has not run"
+    );
+    assert_eq!(lease.status().lost_reason(), Some(LossReason::Expired));
     assert_eq!(reason_of(&lease).await, LossReason::Expired);
     a.shutdown().await.unwrap();
 }
@@ -92,7 +96,7 @@ async fn a_holder_cut_off_from_the_server_is_at_risk_then_lost_expired() {
     .await
     .unwrap();
     let lease = a.acquire("job").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     proxy.blackhole();
     let at_risk = loop {
         match next(&mut events).await {
@@ -102,7 +106,11 @@ async fn a_holder_cut_off_from_the_server_is_at_risk_then_lost_expired() {
         }
     };
     assert!(!at_risk.1.is_empty());
-    assert_eq!(lease.deadline(), Some(at_risk.0), "still held until then");
+    assert_eq!(
+        lease.status().deadline(),
+        Some(at_risk.0),
+        "still held until then"
+    );
     assert_eq!(reason_of(&lease).await, LossReason::Expired);
     assert!(Instant::now() >= at_risk.0, "not before its deadline");
     assert_ends_lost(&mut events, LossReason::Expired).await;
@@ -133,7 +141,7 @@ async fn a_lease_whose_document_is_deleted_is_lost_deleted() {
     let fx = Fixture::new("ev_deleted").await;
     let a = fx.manager(TTL).await;
     let lease = a.acquire("job").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     fx.raw().delete_one(doc! { "_id": "job" }).await.unwrap();
     assert_eq!(reason_of(&lease).await, LossReason::Deleted);
     assert_ends_lost(&mut events, LossReason::Deleted).await;
@@ -147,7 +155,7 @@ async fn force_release_by_this_manager_or_another_is_lost_force_released() {
     let mine = a.acquire("mine").await.unwrap();
     a.force_release("mine").await.unwrap().expect("was held");
     assert_eq!(
-        mine.lost_reason(),
+        mine.status().lost_reason(),
         Some(LossReason::ForceReleased),
         "known when force_release returns"
     );
@@ -188,7 +196,7 @@ async fn released_and_shut_down_leases_say_so() {
     let fx = Fixture::new("ev_released").await;
     let a = fx.manager(TTL).await;
     let released = a.acquire("released").await.unwrap();
-    let mut events = released.events();
+    let mut events = released.status().events();
     assert!(!released.release().await.unwrap().was_lost());
     assert_ends_lost(&mut events, LossReason::Released).await;
     let last = a.acquire("last").await.unwrap();
@@ -204,9 +212,15 @@ async fn a_leader_forced_out_reads_why_on_its_leadership_and_context() {
     let leadership = election.campaign().await.unwrap();
     let context = leadership.context();
     b.force_release("leader").await.unwrap().expect("was held");
-    timeout(HANG, context.lost()).await.unwrap();
-    assert_eq!(context.lost_reason(), Some(LossReason::ForceReleased));
-    assert_eq!(leadership.lost_reason(), Some(LossReason::ForceReleased));
+    timeout(HANG, context.status().lost()).await.unwrap();
+    assert_eq!(
+        context.status().lost_reason(),
+        Some(LossReason::ForceReleased)
+    );
+    assert_eq!(
+        leadership.status().lost_reason(),
+        Some(LossReason::ForceReleased)
+    );
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
@@ -217,7 +231,7 @@ async fn a_renewal_s_expires_at_is_a_lower_bound_of_the_server_s_expiry() {
     let a = fx.manager(TTL).await;
     let started = Instant::now();
     let lease = a.acquire("job").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     let (expires_at, deadline) = loop {
         if let LeaseEvent::Renewed {
             expires_at,
@@ -227,7 +241,7 @@ async fn a_renewal_s_expires_at_is_a_lower_bound_of_the_server_s_expiry() {
             break (expires_at, deadline);
         }
     };
-    assert_eq!(lease.deadline(), Some(deadline));
+    assert_eq!(lease.status().deadline(), Some(deadline));
     let info = a.inspect("job").await.unwrap().expect("held");
     let elapsed = started.elapsed();
     // B3: `$$NOW` may step back a few milliseconds between writes.

@@ -3,6 +3,7 @@
 use crate::common;
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -93,7 +94,7 @@ async fn local_waiters_are_served_in_fifo_order() {
         let (manager, order) = (manager.clone(), order.clone());
         let (queued_tx, queued_rx) = tokio::sync::oneshot::channel::<()>();
         waiters.push(tokio::spawn(async move {
-            let acquire = manager.acquire("k");
+            let acquire = manager.acquire("k").into_future();
             tokio::pin!(acquire);
             // The first poll sends the request; then report that we are queued.
             assert!(futures::poll!(&mut acquire).is_pending());
@@ -126,6 +127,7 @@ async fn a_cancelled_acquire_never_takes_the_key() {
     let holder = a.acquire("k").await.unwrap();
     assert!(
         b.acquire("k")
+            .into_future()
             .timeout(Duration::from_millis(200))
             .await
             .ok()
@@ -162,6 +164,7 @@ async fn a_cancelled_acquire_never_takes_the_key() {
     let c = fx.manager(TTL).await;
     let lease = c
         .acquire("k")
+        .into_future()
         .timeout(Duration::from_secs(5))
         .await
         .ok()

@@ -4,6 +4,7 @@
 
 use crate::common;
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use common::Fixture;
@@ -34,7 +35,7 @@ async fn a_local_handoff_is_one_write_and_the_next_holder_gets_a_greater_token()
     let waiting = tokio::spawn({
         let manager = manager.clone();
         async move {
-            let acquire = manager.acquire("k");
+            let acquire = manager.acquire("k").into_future();
             tokio::pin!(acquire);
             // The first poll sends the request; then report that it is queued.
             assert!(futures::poll!(&mut acquire).is_pending());

@@ -37,8 +37,8 @@ async fn health_is_lost_with_the_server_and_back_once_it_answers_again() {
     assert_eq!(health.held_leases, 1);
 
     proxy.blackhole();
-    common::within(BOUND, "the lease's loss", lease.lost()).await;
-    assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+    common::within(BOUND, "the lease's loss", lease.status().lost()).await;
+    assert_eq!(lease.status().lost_reason(), Some(LossReason::Expired));
     let health = manager.health();
     assert!(
         !health.is_healthy(),
@@ -78,10 +78,10 @@ fn a_starved_manager_task_reads_unhealthy_once_a_deadline_passed() {
             to_test.send(manager.clone()).unwrap();
             // Blocks the runtime's only thread: the manager task is starved.
             blocked.recv().unwrap();
-            tokio::time::timeout(BOUND, lease.lost())
+            tokio::time::timeout(BOUND, lease.status().lost())
                 .await
                 .expect("the task, running again, marks the lease lost");
-            assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+            assert_eq!(lease.status().lost_reason(), Some(LossReason::Expired));
             manager.shutdown().await.unwrap();
         });
         drop(fixture);

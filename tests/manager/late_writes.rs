@@ -108,7 +108,7 @@ async fn a_renewal_given_up_and_landing_after_a_longer_ttl_was_confirmed_cuts_no
     let locks = direct.database("app").collection::<Document>("late.locks");
 
     let lease = holder.acquire("k").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     // The holder's next `update`, the heartbeat's renewal, is held back.
     let entered = held_back_update(&admin).await;
     admin
@@ -141,7 +141,7 @@ async fn a_renewal_given_up_and_landing_after_a_longer_ttl_was_confirmed_cuts_no
 
     let stored = locks.find_one(doc! { "_id": "k" }).await.unwrap().unwrap();
     let exp = stored.get_datetime("exp").unwrap().to_system_time();
-    let deadline = lease.deadline().expect("held");
+    let deadline = lease.status().deadline().expect("held");
     let local_deadline =
         SystemTime::now() + deadline.saturating_duration_since(tokio::time::Instant::now());
     let from_now = |t: SystemTime| match t.duration_since(SystemTime::now()) {
@@ -149,12 +149,12 @@ async fn a_renewal_given_up_and_landing_after_a_longer_ttl_was_confirmed_cuts_no
         Err(e) => -e.duration().as_secs_f64(),
     };
     assert!(
-        !lease.is_lost() && local_deadline <= exp,
+        !lease.status().is_lost() && local_deadline <= exp,
         "the server's expiry is {:.2} s away and the holder's local deadline {:.2} s \
          (is_lost = {}): {stored}",
         from_now(exp),
         from_now(local_deadline),
-        lease.is_lost()
+        lease.status().is_lost()
     );
 
     proxy.heal();

@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::Fixture;
-use mongo_lease::{AcquireOptions, Election, LeaseKind, LeaseManager, ReleaseOutcome};
+use mongo_lease::{Election, LeaseManager, ReleaseOutcome};
 
 const TTL: Duration = Duration::from_secs(30);
 /// A hang guard only: each step takes milliseconds.
@@ -73,8 +73,7 @@ async fn transitions_count_each_change_of_leader_and_only_those() {
 
     // Every kind counts: a shared holder of another owner, then the first again.
     assert_eq!(taken.release().await.unwrap(), ReleaseOutcome::Released);
-    let shared = AcquireOptions::builder().kind(LeaseKind::Shared).build();
-    let held = managers[1].acquire_with("e", &shared).await.unwrap();
+    let held = managers[1].acquire("e").shared().await.unwrap();
     let info = managers[1].inspect("e").await.unwrap().unwrap();
     assert_eq!(info.transitions, 4);
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);

@@ -7,10 +7,10 @@
 
 use crate::common;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use common::{Fixture, within};
-use mongo_lease::{Error, Lease, LeaseEvent, LeaseManager, ReleaseOutcome};
+use mongo_lease::{Error, Lease, LeaseEvent, LeaseManager, ReleaseOutcome, Semaphore};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -27,6 +27,43 @@ async fn operator(fx: &Fixture, delay: Option<Duration>) -> LeaseManager {
     LeaseManager::connect(options).await.expect("connect")
 }
 
+/// Asserts that `operator`'s lock-delay is `delay`, as the server shows it:
+/// a force release (`immediately`) of a live lease on `key` (a key of its
+/// own) writes `nb = $$NOW + delay`, between the server times read just
+/// before and just after it.
+async fn assert_lock_delay(fx: &Fixture, operator: &LeaseManager, key: &str, delay: Duration) {
+    let lease = operator.acquire(key).await.unwrap();
+    let before = operator
+        .inspect(key)
+        .await
+        .unwrap()
+        .expect("held")
+        .server_time;
+    operator
+        .force_release(key)
+        .immediately()
+        .await
+        .unwrap()
+        .expect("held");
+    let after = operator
+        .inspect(key)
+        .await
+        .unwrap()
+        .expect("kept")
+        .server_time;
+    let not_before: SystemTime = fx
+        .doc(key)
+        .await
+        .get_datetime("nb")
+        .expect("nb written")
+        .to_system_time();
+    assert!(
+        before + delay <= not_before + STEP_BACK && not_before <= after + delay + STEP_BACK,
+        "lock-delay {delay:?}: nb {not_before:?} not within [{before:?}, {after:?}] + {delay:?}"
+    );
+    drop(lease);
+}
+
 /// A force release: the holder is told lost at its next renewal, a waiter
 /// of another manager gets the key only once the delay has passed, with a
 /// greater fencing token; the document shows `nb`.
@@ -36,7 +73,7 @@ async fn a_force_released_key_is_granted_again_only_after_the_lock_delay() {
     let fx = Fixture::new("delay_force").await;
     let [holder, waiter] = [fx.manager(TTL).await, fx.manager(TTL).await];
     let op = operator(&fx, Some(DELAY)).await;
-    assert_eq!(op.lock_delay(), DELAY);
+    assert_lock_delay(&fx, &op, "probe", DELAY).await;
     let lease = holder.acquire("job").await.unwrap();
     let wait = tokio::spawn({
         let waiter = waiter.clone();
@@ -67,7 +104,7 @@ async fn a_force_released_key_is_granted_again_only_after_the_lock_delay() {
         start.elapsed()
     );
     assert!(next.fencing_token() > lease.fencing_token());
-    within(GUARD, "the holder told lost", lease.lost()).await;
+    within(GUARD, "the holder told lost", lease.status().lost()).await;
     assert!(
         !fx.doc("job").await.contains_key("nb"),
         "a new acquisition removes nb"
@@ -133,11 +170,11 @@ async fn a_release_by_owner_delays_each_live_lease_it_ends() {
 async fn the_lock_delay_defaults_to_the_safety_margin_and_zero_frees_at_once() {
     let fx = Fixture::new("delay_default").await;
     let default = fx.manager(TTL).await;
-    assert_eq!(default.lock_delay(), TTL / 10);
+    assert_lock_delay(&fx, &default, "probe-default", TTL / 10).await;
     let mut options = fx.options(TTL).await;
     options.safety_margin = Some(Duration::from_millis(700));
     let margin = LeaseManager::connect(options).await.unwrap();
-    assert_eq!(margin.lock_delay(), Duration::from_millis(700));
+    assert_lock_delay(&fx, &margin, "probe-margin", Duration::from_millis(700)).await;
 
     let none = operator(&fx, Some(Duration::ZERO)).await;
     let lease = default.acquire("k").await.unwrap();
@@ -186,7 +223,7 @@ async fn granted_again_only_once_the_holder_is_lost(
         fx.manager(SHORT_TTL).await,
     ];
     let lease = holder.acquire("job").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     let wait = tokio::spawn({
         let waiter = waiter.clone();
         async move { waiter.acquire("job").await }
@@ -208,10 +245,11 @@ async fn granted_again_only_once_the_holder_is_lost(
         .unwrap()
         .unwrap();
     let left = lease
+        .status()
         .deadline()
         .map(|d| d.saturating_duration_since(Instant::now()));
     assert!(
-        lease.is_lost(),
+        lease.status().is_lost(),
         "the waiter was granted the key (token {} > {}) while its holder still held it: \
          its local deadline {left:?} away, told of nothing",
         next.fencing_token(),
@@ -243,7 +281,11 @@ async fn a_key_released_by_owner_id_is_granted_again_only_once_its_holder_is_los
 /// Whether `lease` could still be live to its holder: not told lost and
 /// before its local deadline.
 fn still_live(lease: &Lease) -> bool {
-    !lease.is_lost() && lease.deadline().is_some_and(|d| Instant::now() < d)
+    !lease.status().is_lost()
+        && lease
+            .status()
+            .deadline()
+            .is_some_and(|d| Instant::now() < d)
 }
 
 /// A semaphore of 2 permits held by a and b. A release by owner id of a
@@ -257,10 +299,18 @@ async fn a_permit_released_by_owner_id_stays_taken_while_its_holder_may_still_wo
     let [a, b, c, operator] = &managers[..] else {
         unreachable!()
     };
-    let pa = a.semaphore("pool", 2).unwrap().acquire().await.unwrap();
-    let pb = b.semaphore("pool", 2).unwrap().acquire().await.unwrap();
+    let pa = Semaphore::new(a, "pool", 2)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let pb = Semaphore::new(b, "pool", 2)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
     assert_eq!(operator.release_owner(a.owner_id()).await.unwrap(), 1);
-    let pool = c.semaphore("pool", 2).unwrap();
+    let pool = Semaphore::new(c, "pool", 2).unwrap();
     if let Some(pc) = pool.try_acquire().await.unwrap() {
         assert!(
             !still_live(&pa),
@@ -277,7 +327,7 @@ async fn a_permit_released_by_owner_id_stays_taken_while_its_holder_may_still_wo
         pc.fencing_token(),
         pa.fencing_token()
     );
-    assert!(!pb.is_lost(), "b's permit was not released");
+    assert!(!pb.status().is_lost(), "b's permit was not released");
     for m in managers {
         m.shutdown().await.unwrap();
     }
@@ -295,8 +345,8 @@ async fn a_shared_place_released_by_owner_id_keeps_an_exclusive_holder_out_while
     let [a, b, c, operator] = &managers[..] else {
         unreachable!()
     };
-    let ra = a.acquire_shared("catalogue").await.unwrap();
-    let rb = b.acquire_shared("catalogue").await.unwrap();
+    let ra = a.acquire("catalogue").shared().await.unwrap();
+    let rb = b.acquire("catalogue").shared().await.unwrap();
     assert_eq!(operator.release_owner(a.owner_id()).await.unwrap(), 1);
     assert_eq!(rb.release().await.unwrap(), ReleaseOutcome::Released);
     if let Some(writer) = c.try_acquire("catalogue").await.unwrap() {
@@ -350,6 +400,6 @@ async fn a_lock_delay_longer_than_a_ts_ttl_index_allows_is_refused_at_connect() 
     let manager = connect(Duration::from_secs(2))
         .await
         .expect("within the index's time");
-    assert_eq!(manager.lock_delay(), Duration::from_secs(2));
+    assert_lock_delay(&fx, &manager, "probe", Duration::from_secs(2)).await;
     manager.shutdown().await.unwrap();
 }

@@ -9,6 +9,7 @@ use crate::common;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use common::Fixture;
@@ -166,6 +167,7 @@ fn acquisitions_waits_queue_depth_renewals_and_held_leases_are_recorded() {
         assert!(b.try_acquire("k").await.unwrap().is_none());
         assert!(
             b.acquire("k")
+                .into_future()
                 .timeout(Duration::from_millis(10))
                 .await
                 .ok()
@@ -236,10 +238,13 @@ fn leases_ended_are_counted_by_the_reason_each_lease_reports() {
         let _kept = a.acquire("kept").await.unwrap();
 
         f.raw().delete_one(doc! { "_id": "deleted" }).await.unwrap();
-        tokio::time::timeout(BOUND, deleted.lost())
+        tokio::time::timeout(BOUND, deleted.status().lost())
             .await
             .expect("the deleted lease is lost");
-        let reason = deleted.lost_reason().expect("a lost lease has a reason");
+        let reason = deleted
+            .status()
+            .lost_reason()
+            .expect("a lost lease has a reason");
         assert!(reason.is_involuntary(), "{reason}");
         recorded.update();
         assert_eq!(

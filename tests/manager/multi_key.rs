@@ -4,10 +4,11 @@
 
 use crate::common;
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use common::{Fixture, eventually, within};
-use mongo_lease::{AcquireOptions, Error, HolderId, LeaseKey, LossReason, ReleaseOutcome};
+use mongo_lease::{Error, HolderId, LeaseKey, LossReason, ReleaseOutcome};
 use tokio_util::time::FutureExt as _;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -28,7 +29,7 @@ async fn acquire_all_holds_every_key_and_releases_them_together() {
     }
     assert_eq!(group.get("b").unwrap().key(), "b");
     assert!(b.try_acquire_all(["b", "z"]).await.unwrap().is_none());
-    assert!(!group.is_lost());
+    assert!(!group.status().is_lost());
     assert_eq!(group.release().await.unwrap(), ReleaseOutcome::Released);
     for key in ["a", "b", "c"] {
         assert!(fx.doc(key).await.get("lid").is_none(), "{key} released");
@@ -99,6 +100,7 @@ async fn an_acquire_all_given_up_leaves_no_key_held() {
     let held = b.acquire("b").await.unwrap();
     let waited = a
         .acquire_all(["a", "b"])
+        .into_future()
         .timeout(Duration::from_millis(300))
         .await;
     assert!(waited.is_err(), "b is held");
@@ -116,14 +118,17 @@ async fn the_loss_of_one_key_ends_the_whole_group() {
     let fx = Fixture::new("multi_loss").await;
     let (a, operator) = (fx.manager(TTL).await, fx.manager(TTL).await);
     let group = a.acquire_all(["a", "b", "c"]).await.unwrap();
-    let token = group.cancellation_token();
+    let token = group.status().cancellation_token();
     operator.force_release("b").await.unwrap().expect("held");
     within(LIMIT, "the group told lost", token.cancelled()).await;
     for lease in group.leases() {
-        within(LIMIT, "every member told lost", lease.lost()).await;
+        within(LIMIT, "every member told lost", lease.status().lost()).await;
     }
-    assert_eq!(group.lost_reason(), Some(LossReason::ForceReleased));
-    let first = group.get("a").unwrap().lost_reason();
+    assert_eq!(
+        group.status().lost_reason(),
+        Some(LossReason::ForceReleased)
+    );
+    let first = group.get("a").unwrap().status().lost_reason();
     assert_eq!(
         first,
         Some(LossReason::GroupLost {
@@ -151,11 +156,11 @@ async fn bad_key_lists_are_refused_before_anything_is_sent() {
     assert!(matches!(twice, Err(Error::InvalidKey { .. })), "{twice:?}");
     let bad = manager.acquire_all(["a", ""]).await;
     assert!(matches!(bad, Err(Error::InvalidKey { .. })), "{bad:?}");
-    let reentrant = AcquireOptions::builder()
+    let refused = manager
+        .acquire_all(["a"])
         .holder(HolderId::new())
-        .reentrant(true)
-        .build();
-    let refused = manager.acquire_all_with(["a"], &reentrant).await;
+        .reentrant()
+        .await;
     assert!(
         matches!(refused, Err(Error::InvalidConfig { .. })),
         "{refused:?}"
@@ -173,12 +178,12 @@ async fn bad_key_lists_are_refused_before_anything_is_sent() {
 async fn a_holder_that_holds_one_of_the_keys_is_refused_and_keeps_its_lease() {
     let fx = Fixture::new("multi_holder").await;
     let manager = fx.manager(TTL).await;
-    let options = AcquireOptions::builder().holder(HolderId::new()).build();
-    let lease = manager.acquire_with("b", &options).await.unwrap();
+    let holder = HolderId::new();
+    let lease = manager.acquire("b").holder(holder).await.unwrap();
     let refused = within(
         LIMIT,
         "a refusal",
-        manager.acquire_all_with(["a", "b"], &options),
+        manager.acquire_all(["a", "b"]).holder(holder),
     )
     .await;
     assert!(
@@ -186,7 +191,7 @@ async fn a_holder_that_holds_one_of_the_keys_is_refused_and_keeps_its_lease() {
         "{refused:?}"
     );
     assert!(fx.doc("a").await.get("lid").is_none(), "a given back");
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     manager.shutdown().await.unwrap();
 }

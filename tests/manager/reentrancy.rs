@@ -1,5 +1,5 @@
 //! Re-entry on a real mongod: a second acquisition of a key by the holder of
-//! a lease on it never waits on itself. With `AcquireOptions::reentrant` it
+//! a lease on it never waits on itself. With `Acquire::reentrant` it
 //! re-enters the lease (same fencing token, counted, no write), without it
 //! it fails at once; `Lease::reenter` counts an entry from the handle.
 
@@ -8,19 +8,12 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Fixture, within};
-use mongo_lease::{AcquireOptions, Error, HolderId, LeaseKind, LossReason, ReleaseOutcome};
+use mongo_lease::{Error, HolderId, LossReason, ReleaseOutcome};
 
 /// Long enough that no heartbeat renews during a test (heartbeat: 20 s).
 const TTL: Duration = Duration::from_secs(60);
 /// A hang guard, far above what each wait takes here.
 const LIMIT: Duration = Duration::from_secs(20);
-
-fn reentrant(holder: HolderId) -> AcquireOptions {
-    AcquireOptions::builder()
-        .holder(holder)
-        .reentrant(true)
-        .build()
-}
 
 #[tokio::test]
 async fn a_holder_re_enters_its_lease_with_the_same_token_and_no_write() {
@@ -28,16 +21,27 @@ async fn a_holder_re_enters_its_lease_with_the_same_token_and_no_write() {
     let (options, log) = fx.monitored_options(TTL, "").await;
     let manager = mongo_lease::LeaseManager::connect(options).await.unwrap();
     let other = fx.manager(TTL).await;
-    let options = reentrant(HolderId::new());
-    let outer = manager.acquire_with("job", &options).await.unwrap();
+    let holder = HolderId::new();
+    let outer = manager
+        .acquire("job")
+        .holder(holder)
+        .reentrant()
+        .await
+        .unwrap();
     let stored = fx.doc("job").await;
     log.clear();
 
-    let inner = within(LIMIT, "re-entry", manager.acquire_with("job", &options))
-        .await
-        .unwrap();
+    let inner = within(
+        LIMIT,
+        "re-entry",
+        manager.acquire("job").holder(holder).reentrant(),
+    )
+    .await
+    .unwrap();
     let tried = manager
-        .try_acquire_with("job", &options)
+        .try_acquire("job")
+        .holder(holder)
+        .reentrant()
         .await
         .unwrap()
         .expect("a try re-enters too");
@@ -72,32 +76,27 @@ async fn a_second_acquire_by_its_holder_fails_at_once_unless_reentrant() {
     let fx = Fixture::new("reenter_refused").await;
     let manager = fx.manager(TTL).await;
     let holder = HolderId::new();
-    let options = AcquireOptions::builder().holder(holder).build();
-    let lease = manager.acquire_with("job", &options).await.unwrap();
+    let lease = manager.acquire("job").holder(holder).await.unwrap();
 
-    let again = within(LIMIT, "a refusal", manager.acquire_with("job", &options)).await;
+    let again = within(LIMIT, "a refusal", manager.acquire("job").holder(holder)).await;
     assert!(
         matches!(&again, Err(Error::AlreadyHeld { key }) if key == "job"),
         "{again:?}"
     );
-    let tried = manager.try_acquire_with("job", &options).await;
+    let tried = manager.try_acquire("job").holder(holder).await;
     assert!(matches!(tried, Err(Error::AlreadyHeld { .. })), "{tried:?}");
     // Another kind cannot re-enter: refused too, even when reentrant.
-    let shared = AcquireOptions::builder()
-        .holder(holder)
-        .reentrant(true)
-        .kind(LeaseKind::Shared)
-        .build();
-    let other_kind = within(LIMIT, "a refusal", manager.acquire_with("job", &shared)).await;
+    let shared = manager.acquire("job").holder(holder).reentrant().shared();
+    let other_kind = within(LIMIT, "a refusal", shared).await;
     assert!(
         matches!(other_kind, Err(Error::AlreadyHeld { .. })),
         "{other_kind:?}"
     );
     // Another holder is another caller: it waits for the lease as before.
-    let other_holder = AcquireOptions::builder().holder(HolderId::new()).build();
     assert!(
         manager
-            .try_acquire_with("job", &other_holder)
+            .try_acquire("job")
+            .holder(HolderId::new())
             .await
             .unwrap()
             .is_none()
@@ -112,16 +111,12 @@ async fn acquires_of_one_holder_waiting_together_never_wait_on_each_other() {
     let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
     let blocker = b.acquire("job").await.unwrap();
     let holder = HolderId::new();
-    let (options, refused) = (
-        reentrant(holder),
-        AcquireOptions::builder().holder(holder).build(),
-    );
     // Three acquisitions of one holder wait behind another manager's lease.
     let waiting = async {
         tokio::join!(
-            a.acquire_with("job", &options),
-            a.acquire_with("job", &options),
-            a.acquire_with("job", &refused),
+            a.acquire("job").holder(holder).reentrant(),
+            a.acquire("job").holder(holder).reentrant(),
+            a.acquire("job").holder(holder),
         )
     };
     let release = async {
@@ -170,15 +165,18 @@ async fn a_loss_ends_every_entry_at_once() {
     // renewal (1 s) if its change stream was not open yet.
     let ttl = Duration::from_secs(3);
     let (a, operator) = (fx.manager(ttl).await, fx.manager(ttl).await);
-    let options = reentrant(HolderId::new());
-    let outer = a.acquire_with("job", &options).await.unwrap();
-    let inner = a.acquire_with("job", &options).await.unwrap();
+    let holder = HolderId::new();
+    let outer = a.acquire("job").holder(holder).reentrant().await.unwrap();
+    let inner = a.acquire("job").holder(holder).reentrant().await.unwrap();
     let entry = inner.reenter().unwrap();
     operator.force_release("job").await.unwrap().expect("held");
-    within(LIMIT, "the outer entry told", outer.lost()).await;
-    within(LIMIT, "the inner entry told", inner.lost()).await;
-    within(LIMIT, "the third entry told", entry.lost()).await;
-    assert_eq!(entry.lost_reason(), Some(LossReason::ForceReleased));
+    within(LIMIT, "the outer entry told", outer.status().lost()).await;
+    within(LIMIT, "the inner entry told", inner.status().lost()).await;
+    within(LIMIT, "the third entry told", entry.status().lost()).await;
+    assert_eq!(
+        entry.status().lost_reason(),
+        Some(LossReason::ForceReleased)
+    );
     assert!(matches!(entry.reenter(), Err(Error::LeaseLost { .. })));
     for lease in [outer, inner, entry] {
         assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
@@ -191,8 +189,7 @@ async fn a_loss_ends_every_entry_at_once() {
 async fn reentrant_without_a_holder_is_refused_before_anything_is_sent() {
     let fx = Fixture::new("reenter_config").await;
     let manager = fx.manager(TTL).await;
-    let options = AcquireOptions::builder().reentrant(true).build();
-    let refused = manager.acquire_with("job", &options).await;
+    let refused = manager.acquire("job").reentrant().await;
     assert!(
         matches!(refused, Err(Error::InvalidConfig { .. })),
         "{refused:?}"

@@ -25,7 +25,7 @@ async fn heartbeat_keeps_leases_alive_past_their_ttl_with_batched_renewals() {
 
     // Hold for three TTLs: without renewal every lease would expire.
     let held_for = TTL * 3;
-    let lost = futures::future::select_all(leases.iter().map(|l| Box::pin(l.lost())));
+    let lost = futures::future::select_all(leases.iter().map(|l| Box::pin(l.status().lost())));
     assert!(
         tokio::time::timeout(held_for, lost).await.is_err(),
         "no lease may be lost"
@@ -71,15 +71,18 @@ async fn token_fires_when_a_renewal_finds_the_lease_taken() {
     let lease = a.acquire("k").await.unwrap();
     // Another owner takes the key (as after an operator's forced release).
     let taker = fx.take_over("k", &b).await;
-    assert!(!lease.is_lost(), "not signalled before the next renewal");
+    assert!(
+        !lease.status().is_lost(),
+        "not signalled before the next renewal"
+    );
     // The next heartbeat comes within TTL / 3; the rest of TTL is slack for
     // the renewal's round trip (milliseconds here), over 10x that.
-    tokio::time::timeout(TTL, lease.lost())
+    tokio::time::timeout(TTL, lease.status().lost())
         .await
         .expect("signalled at the next heartbeat");
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
     // The stale release did not touch the new holder's lease.
-    assert!(!taker.is_lost());
+    assert!(!taker.status().is_lost());
     let doc = fx.doc("k").await;
     assert_eq!(doc.get_str("aid").unwrap(), b.owner_id());
     assert!(doc.get("lid").is_some());
@@ -154,7 +157,10 @@ async fn release_all_releases_every_lease_the_manager_holds_and_no_other() {
         .await
         .unwrap();
     assert_eq!(a.release_all().await.unwrap(), 2);
-    assert!(leases.iter().all(|l| l.is_lost()), "local tokens cancelled");
+    assert!(
+        leases.iter().all(|l| l.status().is_lost()),
+        "local tokens cancelled"
+    );
     let b = fx.manager(TTL).await;
     for key in ["x", "y"] {
         assert!(b.try_acquire(key).await.unwrap().is_some(), "{key} is free");
@@ -180,7 +186,7 @@ async fn dropping_every_handle_stops_the_manager_and_releases() {
     let fx = Fixture::new("drop_all").await;
     let manager = fx.manager(TTL).await;
     let lease = manager.acquire("k").await.unwrap();
-    let token = lease.cancellation_token();
+    let token = lease.status().cancellation_token();
     drop(manager);
     assert!(
         !token.is_cancelled(),

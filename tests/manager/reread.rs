@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use mongo_lease::testkit::{ReplicaSet, ReplicaSetOptions};
-use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
+use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome, Semaphore};
 use mongodb::bson::{Document, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
 
@@ -169,9 +169,9 @@ impl HeldBack {
     }
 }
 
-/// The local deadline of a lease (`Lease::deadline`) as a system time.
+/// The local deadline of a lease (`LeaseStatus::deadline`) as a system time.
 fn local_deadline(lease: &mongo_lease::Lease) -> SystemTime {
-    let deadline = lease.deadline().expect("live");
+    let deadline = lease.status().deadline().expect("live");
     SystemTime::now() + deadline.saturating_duration_since(tokio::time::Instant::now())
 }
 
@@ -324,7 +324,7 @@ async fn a_permit_found_only_by_a_re_read_is_granted_after_a_write_renews_it() {
         .collection::<Document>(COLLECTION);
     let mut a = HeldBack::connect(&rs, "reread-permit").await;
     unanswered_write(&admin, "reread-permit").await;
-    let pool = a.manager.semaphore("k", 2).unwrap();
+    let pool = Semaphore::new(&a.manager, "k", 2).unwrap();
     let waiter = tokio::spawn(async move { pool.acquire().await });
     a.between_write_and_reread(async || {
         let ours = doc! { "$eq": ["$$this.aid", "reread-permit"] };

@@ -25,7 +25,7 @@ async fn a_release_request_reaches_the_holder_which_releases_to_the_asker() {
     );
 
     let lease = holder.acquire("job").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     let wait = tokio::spawn({
         let asker = asker.clone();
         async move { asker.acquire("job").await }
@@ -48,7 +48,7 @@ async fn a_release_request_reaches_the_holder_which_releases_to_the_asker() {
     })
     .await;
     assert_eq!(by, asker.owner_id());
-    assert!(!lease.is_lost(), "a request takes nothing away");
+    assert!(!lease.status().is_lost(), "a request takes nothing away");
     let token = lease.fencing_token();
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     let next = within(GUARD, "the asker's grant", wait)

@@ -2,6 +2,7 @@
 
 use crate::common;
 
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use common::Fixture;
@@ -23,7 +24,7 @@ async fn shutdown_releases_everything_and_later_calls_get_a_clear_error() {
     let waiter = {
         let a = a.clone();
         tokio::spawn(async move {
-            let acquire = a.acquire("z");
+            let acquire = a.acquire("z").into_future();
             tokio::pin!(acquire);
             assert!(futures::poll!(&mut acquire).is_pending(), "z is held by b");
             queued_tx.send(()).unwrap();
@@ -39,7 +40,7 @@ async fn shutdown_releases_everything_and_later_calls_get_a_clear_error() {
         .await
         .unwrap();
     assert!(
-        leases.iter().all(|l| l.is_lost()),
+        leases.iter().all(|l| l.status().is_lost()),
         "tokens of released leases fire"
     );
     assert!(matches!(

@@ -2,6 +2,7 @@
 
 use crate::common;
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use common::Fixture;
@@ -342,6 +343,7 @@ async fn a_waiter_marks_a_lease_once_however_often_it_retries() {
     let started = Instant::now();
     let attempt = waiter
         .acquire("k")
+        .into_future()
         .timeout(Duration::from_millis(800))
         .await
         .ok()

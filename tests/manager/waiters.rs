@@ -10,9 +10,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::Fixture;
-use mongo_lease::{
-    AcquireOptions, Election, Lease, LeaseInfo, LeaseKind, LeaseManager, ReleaseOutcome,
-};
+use mongo_lease::{Election, Lease, LeaseInfo, LeaseKind, LeaseManager, ReleaseOutcome};
 use tokio::task::JoinHandle;
 
 /// A hang guard only: each step takes milliseconds.
@@ -113,8 +111,7 @@ async fn inspect_list_and_observe_show_the_waiting_owners_in_order() {
 async fn an_exclusive_waiter_on_a_shared_key_is_shown_by_its_mark() {
     let fx = Fixture::new("waiters_mark").await;
     let [reader, writer]: [LeaseManager; 2] = fx.managers(2, TTL).await.try_into().unwrap();
-    let shared = AcquireOptions::builder().kind(LeaseKind::Shared).build();
-    let read_lease = reader.acquire_with("s", &shared).await.unwrap();
+    let read_lease = reader.acquire("s").shared().await.unwrap();
     let waiting = acquire(&writer, "s");
     let info = waiters_are(&reader, "s", &[writer.owner_id()]).await;
     let mark = &info.waiters[0];

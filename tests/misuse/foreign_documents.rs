@@ -1,6 +1,7 @@
 //! Documents mongo-lease did not write, or rewritten by hand: held by a
 //! foreign holder and never modified, or a lost lease.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use mongo_lease::{LeaseManager, ReleaseOutcome};
@@ -42,6 +43,7 @@ async fn documents_of_foreign_shape_are_held_by_foreign_holders_and_left_untouch
         assert!(manager.try_acquire(key).await.unwrap().is_none(), "{key}");
         let waited = manager
             .acquire(key)
+            .into_future()
             .timeout(Duration::from_millis(100))
             .await
             .ok()
@@ -54,7 +56,7 @@ async fn documents_of_foreign_shape_are_held_by_foreign_holders_and_left_untouch
     // Neighbours work, release_all and shutdown leave the foreign documents alone.
     let lease = manager.acquire("mine").await.unwrap();
     manager.release_all().await.unwrap();
-    assert!(lease.is_lost());
+    assert!(lease.status().is_lost());
     let _again = manager.acquire("mine").await.unwrap();
     manager.shutdown().await.unwrap();
     for shape in &shapes {
@@ -85,7 +87,7 @@ async fn a_lease_document_rewritten_by_hand_is_a_lost_lease() {
         )
         .await
         .unwrap();
-    bounded("the lost-lease signal", BOUND, lease.lost()).await;
+    bounded("the lost-lease signal", BOUND, lease.status().lost()).await;
     let next = bounded("takeover", BOUND, b.acquire("k")).await.0.unwrap();
     assert!(next.fencing_token() > lease.fencing_token());
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::AlreadyLost);

@@ -112,7 +112,7 @@ async fn one_manager_holds_2_000_keys_renewed_in_batches() {
     assert_eq!(renewed, keys, "each lease renewed exactly once in the tick");
 
     assert_eq!(
-        leases.iter().filter(|l| l.is_lost()).count(),
+        leases.iter().filter(|l| l.status().is_lost()).count(),
         0,
         "leases lost while held"
     );
@@ -127,7 +127,7 @@ async fn one_manager_holds_2_000_keys_renewed_in_batches() {
         .0
         .unwrap();
     assert!(
-        leases.iter().all(|l| l.is_lost()),
+        leases.iter().all(|l| l.status().is_lost()),
         "shutdown cancels every token"
     );
     let live = fx

@@ -59,7 +59,7 @@ pub async fn connect_refused(
 pub async fn bounded<T>(
     what: &str,
     limit: Duration,
-    f: impl std::future::Future<Output = T>,
+    f: impl std::future::IntoFuture<Output = T>,
 ) -> (T, Duration) {
     let started = Instant::now();
     let out = tokio::time::timeout(limit, f)

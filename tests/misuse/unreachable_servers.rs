@@ -55,7 +55,7 @@ async fn losing_the_server_mid_lease_gives_bounded_calls_and_a_fired_token() {
     let acquired = Instant::now();
     let lease = manager.acquire("held").await.unwrap();
     let fired = {
-        let token = lease.cancellation_token();
+        let token = lease.status().cancellation_token();
         tokio::spawn(async move {
             token.cancelled().await;
             acquired.elapsed()

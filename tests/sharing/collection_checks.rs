@@ -101,7 +101,7 @@ async fn an_accepted_ts_ttl_index_shortens_the_local_deadline() {
     let capped = Duration::from_secs(30) - TTL / 10 - crate::common::clock_skew(TTL);
     let before = tokio::time::Instant::now();
     let lease = manager.acquire("k").await.expect("acquire");
-    let deadline = lease.deadline().expect("held");
+    let deadline = lease.status().deadline().expect("held");
     let after = tokio::time::Instant::now();
     assert!(
         deadline >= before + capped && deadline <= after + capped,
@@ -124,13 +124,9 @@ async fn hold_at_least_longer_than_a_ts_ttl_index_is_refused() {
     let mut keep = options(&fx, Duration::from_secs(3)).await;
     keep.release_mode = Some(mongo_lease::ReleaseMode::Keep);
     let manager = LeaseManager::connect(keep).await.expect("accepted");
-    let hold = |secs| {
-        mongo_lease::AcquireOptions::builder()
-            .hold_at_least(Duration::from_secs(secs))
-            .build()
-    };
     let error = manager
-        .try_acquire_with("k", &hold(31))
+        .try_acquire("k")
+        .hold_at_least(Duration::from_secs(31))
         .await
         .expect_err("longer than the index");
     assert!(error.is_invalid_input(), "{error:?}");
@@ -146,7 +142,8 @@ async fn hold_at_least_longer_than_a_ts_ttl_index_is_refused() {
         "nothing was written"
     );
     let lease = manager
-        .try_acquire_with("k", &hold(30))
+        .try_acquire("k")
+        .hold_at_least(Duration::from_secs(30))
         .await
         .expect("as long as the index")
         .expect("the key is free");
@@ -405,12 +402,12 @@ async fn each_lease_stores_its_own_ttl_and_renews_in_one_update_many_per_ttl() {
     let long_ttl = Duration::from_secs(6);
     let (options, log) = fx.monitored_options(manager_ttl, "").await;
     let manager = LeaseManager::connect(options).await.expect("connect");
-    let long = mongo_lease::AcquireOptions::builder().ttl(long_ttl).build();
     let mut leases = Vec::new();
     for i in 0..3 {
         leases.push(manager.acquire(format!("m{i}")).await.expect("acquire"));
         let lease = manager
-            .acquire_with(format!("l{i}"), &long)
+            .acquire(format!("l{i}"))
+            .ttl(long_ttl)
             .await
             .expect("acquire with a TTL");
         assert_eq!(lease.ttl(), long_ttl);
@@ -468,6 +465,6 @@ async fn each_lease_stores_its_own_ttl_and_renews_in_one_update_many_per_ttl() {
         assert_eq!(stored_ttl(&fx, &format!("m{i}")).await, manager_ttl);
         assert_eq!(stored_ttl(&fx, &format!("l{i}")).await, long_ttl);
     }
-    assert!(leases.iter().all(|l| !l.is_lost()));
+    assert!(leases.iter().all(|l| !l.status().is_lost()));
     manager.shutdown().await.expect("shutdown");
 }

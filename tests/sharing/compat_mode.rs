@@ -120,7 +120,7 @@ async fn delete_mode_an_insert_style_client_locks_a_key_at_once_after_release_dr
     assert!(!foreign_insert(&f, "k-shutdown-old").await);
     assert!(!foreign_insert(&f, "k-shutdown-young").await);
     m.shutdown().await.unwrap();
-    assert!(old.is_lost() && young.is_lost());
+    assert!(old.status().is_lost() && young.status().is_lost());
     assert!(foreign_insert(&f, "k-shutdown-old").await);
     assert!(foreign_insert(&f, "k-shutdown-young").await);
 }
@@ -259,11 +259,11 @@ async fn release_owner_from_another_manager_releases_every_lease_of_that_owner_o
     );
     // The holder learns it at its next renewal.
     for lease in [&d1, &d2] {
-        tokio::time::timeout(BOUND, lease.lost())
+        tokio::time::timeout(BOUND, lease.status().lost())
             .await
             .expect("the released lease's token fires by its next renewal");
     }
-    assert!(!o1.is_lost());
+    assert!(!o1.status().is_lost());
     let info = operator.inspect("o1").await.unwrap().unwrap();
     assert!(info.held && info.owner_id == "other-worker");
     assert!(!operator.inspect("d1").await.unwrap().unwrap().held);
@@ -305,7 +305,7 @@ async fn release_owner_from_another_manager_releases_every_lease_of_that_owner_o
         assert!(foreign_insert(&f, key).await, "{key} deleted");
     }
     for lease in [&d3, &d4] {
-        tokio::time::timeout(BOUND, lease.lost())
+        tokio::time::timeout(BOUND, lease.status().lost())
             .await
             .expect("lost");
     }
@@ -313,7 +313,7 @@ async fn release_owner_from_another_manager_releases_every_lease_of_that_owner_o
     // Its own owner id: release_all, the local tokens fire at once.
     let mine = other.acquire("o2").await.unwrap();
     assert_eq!(other.release_owner("other-worker").await.unwrap(), 2);
-    assert!(mine.is_lost() && o1.is_lost());
+    assert!(mine.status().is_lost() && o1.status().is_lost());
 
     for m in [dead, other, operator, deleter] {
         m.shutdown().await.unwrap();

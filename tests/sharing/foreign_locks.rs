@@ -5,6 +5,7 @@
 //! its owner deletes it, reads show it with its `aid` and `ts`, and only a
 //! force release deletes it. Plain driver calls play the other application.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -37,6 +38,7 @@ async fn try_acquire_returns_none_and_never_modifies_a_foreign_lock_nor_does_wai
     // A waiting acquire that times out: it polled, and marked nothing.
     let waited = m
         .acquire("job")
+        .into_future()
         .timeout(Duration::from_millis(500))
         .await
         .ok()
@@ -53,7 +55,7 @@ async fn try_acquire_returns_none_and_never_modifies_a_foreign_lock_nor_does_wai
     })
     .await;
     assert_eq!(stored_bytes(&fx, "job").await, bytes(&written));
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert!(!lease.release().await.unwrap().was_lost());
     shutdown(m).await;
     assert_eq!(stored_bytes(&fx, "job").await, bytes(&written));
@@ -196,7 +198,7 @@ async fn force_release_deletes_a_foreign_lock_but_release_all_and_shutdown_with_
     let lease = same_aid.acquire("mine").await.unwrap();
 
     assert_eq!(same_aid.release_all().await.unwrap(), 1);
-    assert!(lease.is_lost());
+    assert!(lease.status().is_lost());
     assert_eq!(stored_bytes(&fx, "theirs").await, bytes(&written));
     let _again = same_aid.acquire("mine").await.unwrap();
     shutdown(same_aid).await;

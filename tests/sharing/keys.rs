@@ -4,6 +4,7 @@
 //! numbers of equal value are one key. The CLI's `--key-json`:
 //! `cli/tests/sharing/keys.rs`.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use mongo_lease::{Election, Error, LeaseKey, LeaseManager, ReleaseOutcome};
@@ -164,6 +165,7 @@ async fn refused_keys_fail_with_invalid_key_before_any_round_trip() {
         check(
             manager
                 .acquire(&key)
+                .into_future()
                 .timeout(Duration::from_secs(1))
                 .await
                 .ok()

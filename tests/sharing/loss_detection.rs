@@ -92,7 +92,7 @@ fn renewals(log: &CommandLog) -> Vec<Vec<String>> {
 }
 
 async fn lost_soon(lease: &Lease) {
-    tokio::time::timeout(BOUND, lease.lost())
+    tokio::time::timeout(BOUND, lease.status().lost())
         .await
         .unwrap_or_else(|_| panic!("{:?} not lost after {BOUND:?}", lease.key()));
 }
@@ -109,7 +109,7 @@ async fn a_lease_whose_document_is_deleted_by_id_is_lost_at_once_and_the_others_
         [["k1"]],
         "one check of the lease written, no heartbeat renewal"
     );
-    assert!(!leases[0].is_lost() && !leases[2].is_lost());
+    assert!(!leases[0].status().is_lost() && !leases[2].status().is_lost());
     for key in ["k0", "k2"] {
         let doc = fx.doc(key).await;
         assert_eq!(doc.get_str("aid").unwrap(), manager.owner_id());
@@ -141,7 +141,10 @@ async fn deleting_every_document_of_an_owner_id_loses_every_lease_of_that_manage
         sorted, keys,
         "each lease checked once, by the checks of the writes: {checked:?}"
     );
-    assert!(!theirs.is_lost(), "another manager's lease is unaffected");
+    assert!(
+        !theirs.status().is_lost(),
+        "another manager's lease is unaffected"
+    );
     manager.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
@@ -158,7 +161,7 @@ async fn rewriting_the_owner_id_of_a_held_lease_loses_it_at_once_and_leaves_the_
         .unwrap();
     lost_soon(&leases[0]).await;
     assert_eq!(renewals(&log), [["k"]]);
-    assert!(!leases[1].is_lost());
+    assert!(!leases[1].status().is_lost());
     let after = fx.doc("k").await;
     assert_eq!(after.get_str("aid").unwrap(), "other");
     assert_eq!(
@@ -212,8 +215,8 @@ async fn writes_to_other_keys_own_writes_and_stale_releases_never_lose_a_held_le
     fx.raw().delete_one(doc! { "_id": "probe" }).await.unwrap();
     lost_soon(&leases[1]).await;
 
-    assert!(!leases[0].is_lost());
-    assert!(!handoff.is_lost());
+    assert!(!leases[0].status().is_lost());
+    assert!(!handoff.status().is_lost());
     for keys in renewals(&log) {
         assert!(
             keys.iter().all(|k| k == "probe" || k == "handoff"),
@@ -278,10 +281,10 @@ async fn by_default_a_holder_opens_no_stream_and_its_renewal_finds_a_deleted_lea
     fx.raw().delete_one(doc! { "_id": "k" }).await.unwrap();
     lost_soon(&leases[0]).await;
     assert_eq!(
-        leases[0].lost_reason(),
+        leases[0].status().lost_reason(),
         Some(mongo_lease::LossReason::Deleted)
     );
-    assert!(!leases[1].is_lost());
+    assert!(!leases[1].status().is_lost());
     let after = renewals(&log);
     assert!(
         after[before..].iter().all(|keys| keys == &["k", "kept"]),
@@ -325,7 +328,7 @@ async fn a_waiting_key_opens_the_stream_and_the_heartbeat_closes_it_once_it_only
         async move { log.count("killCursors") >= 1 }
     })
     .await;
-    assert!(!ours.is_lost());
+    assert!(!ours.status().is_lost());
     manager.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }
@@ -365,7 +368,7 @@ async fn without_a_change_stream_a_rewritten_owner_id_is_lost_at_the_next_renewa
         )
         .await;
     }
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
 
     raw.update_one(doc! { "_id": "k" }, doc! { "$set": { "aid": "other" } })
         .await

@@ -8,6 +8,7 @@
 //! expiry, and one expired by its own rule is taken over by the acquiring
 //! write; a data document is still refused.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use mongo_lease::{Error, LeaseManager};
@@ -155,6 +156,7 @@ async fn pattern_2s_lock_is_taken_over_once_past_obtained_at_plus_ttl() {
 
     let lease = m
         .acquire("job")
+        .into_future()
         .timeout(WAIT)
         .await
         .expect("in time")
@@ -190,6 +192,7 @@ async fn pattern_3s_lock_is_taken_over_at_its_expire_at() {
 
     let lease = m
         .acquire("job")
+        .into_future()
         .timeout(WAIT)
         .await
         .expect("in time")

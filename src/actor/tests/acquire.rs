@@ -285,7 +285,7 @@ async fn a_dropped_acquire_never_leaks_a_lease() {
     // Granted, but the reply is never read: the lease inside the dropped
     // reply channel releases itself.
     let releases = store.calls(Op::Release);
-    let mut pending = Box::pin(a.acquire("late"));
+    let mut pending = Box::pin(a.acquire("late").into_future());
     assert!(futures::poll!(&mut pending).is_pending());
     sleep(LATENCY * 2).await;
     assert_eq!(db.holder("late").as_deref(), Some("a"), "granted meanwhile");
@@ -325,7 +325,7 @@ async fn an_acquisition_only_a_re_read_shows_is_confirmed_at_once_by_a_write() {
     assert_eq!(doc.acquired, sent[0] + LATENCY, "the same acquisition");
     assert_eq!(lease.fencing_token(), doc.token);
     // Its local deadline counts from the write that confirmed it.
-    assert_eq!(lease.deadline(), Some(sent[1] + VALIDITY));
+    assert_eq!(lease.status().deadline(), Some(sent[1] + VALIDITY));
     assert_eq!(store.calls(Op::Release), 0);
 }
 
@@ -374,7 +374,7 @@ async fn transient_acquire_failures_are_retried_for_waiters_and_reported_to_a_tr
         1,
         "nothing given back while someone waits"
     );
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
 }
 
 #[tokio::test(start_paused = true)]
@@ -459,6 +459,7 @@ async fn acquire_under_a_timeout_gives_up_exactly_at_the_timeout() {
     let wait = Duration::from_millis(700);
     assert!(
         a.acquire("k")
+            .into_future()
             .timeout(wait)
             .await
             .ok()
@@ -473,6 +474,7 @@ async fn acquire_under_a_timeout_gives_up_exactly_at_the_timeout() {
 
     let lease = a
         .acquire("free")
+        .into_future()
         .timeout(wait)
         .await
         .ok()

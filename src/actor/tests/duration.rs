@@ -2,7 +2,6 @@
 //! heartbeat's renewals are in flight, and leases held at most their TTL.
 
 use super::*;
-use crate::config::AcquireOptions;
 
 const LATENCY: Duration = Duration::from_millis(200);
 
@@ -23,7 +22,7 @@ async fn a_longer_ttl_counts_in_the_deadline_from_its_own_renewal() {
     lease.set_ttl(long).await.unwrap();
     assert_eq!(Instant::now(), sent + LATENCY, "answered once confirmed");
     assert_eq!(lease.ttl(), long);
-    assert_eq!(lease.deadline(), Some(sent + long - SAFETY_MARGIN));
+    assert_eq!(lease.status().deadline(), Some(sent + long - SAFETY_MARGIN));
     // The old TTL's renewal landed after it, and cut nothing.
     sleep_until(t0 + HEARTBEAT + LATENCY + MS).await;
     let doc = db.doc("k").unwrap();
@@ -33,7 +32,7 @@ async fn a_longer_ttl_counts_in_the_deadline_from_its_own_renewal() {
     sleep_until(tick + LATENCY + MS).await;
     let doc = db.doc("k").unwrap();
     assert_eq!(doc.exp - doc.renewed, long);
-    assert_eq!(lease.deadline(), Some(tick + long - SAFETY_MARGIN));
+    assert_eq!(lease.status().deadline(), Some(tick + long - SAFETY_MARGIN));
     manager.shutdown().await.unwrap();
 }
 
@@ -45,27 +44,32 @@ async fn a_longer_ttl_counts_in_the_deadline_from_its_own_renewal() {
 async fn a_shorter_ttl_renews_to_it_and_moves_nothing_back() {
     let db = MemoryDb::new();
     let (manager, store, t0) = start(&db, "a");
-    let long = AcquireOptions::builder()
+    let lease = manager
+        .acquire("k")
         .ttl(Duration::from_secs(9))
-        .build();
-    let lease = manager.acquire_with("k", &long).await.unwrap();
+        .await
+        .unwrap();
     let deadline = t0 + Duration::from_secs(9) - SAFETY_MARGIN;
-    assert_eq!(lease.deadline(), Some(deadline));
+    assert_eq!(lease.status().deadline(), Some(deadline));
     store.set_latency(Op::Renew, LATENCY);
     let short = Duration::from_secs(2);
     lease.set_ttl(short).await.unwrap();
     assert_eq!(lease.ttl(), short);
-    assert_eq!(lease.deadline(), Some(deadline), "nothing moved back");
+    assert_eq!(
+        lease.status().deadline(),
+        Some(deadline),
+        "nothing moved back"
+    );
     let doc = db.doc("k").unwrap();
     assert_eq!(doc.exp, t0 + Duration::from_secs(9), "nor on the server");
     // Renewed to 2 s at each tick: held past the 9 s, then `exp` is 2 s
     // after each renewal.
     sleep_until(t0 + HEARTBEAT * 10 + LATENCY + MS).await;
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     let doc = db.doc("k").unwrap();
     assert_eq!(doc.exp - doc.renewed, short);
     assert_eq!(
-        lease.deadline(),
+        lease.status().deadline(),
         Some(t0 + HEARTBEAT * 10 + short - SAFETY_MARGIN)
     );
     manager.shutdown().await.unwrap();
@@ -78,23 +82,24 @@ async fn a_lease_held_at_most_is_never_renewed_and_lost_at_its_deadline() {
     let db = MemoryDb::new();
     let (manager, store, t0) = start(&db, "a");
     let other = manager.acquire("renewed").await.unwrap();
-    let at_most = AcquireOptions::builder()
+    let lease = manager
+        .acquire("once")
         .hold_at_most(Duration::from_millis(2_500))
-        .build();
-    let lease = manager.acquire_with("once", &at_most).await.unwrap();
+        .await
+        .unwrap();
     let deadline = t0 + Duration::from_millis(2_500) - SAFETY_MARGIN;
-    assert_eq!(lease.deadline(), Some(deadline));
-    lease.lost().await;
+    assert_eq!(lease.status().deadline(), Some(deadline));
+    lease.status().lost().await;
     assert_eq!(Instant::now(), deadline);
     assert_eq!(
-        lease.lost_reason(),
+        lease.status().lost_reason(),
         Some(crate::status::LossReason::Expired)
     );
     for call in store.calls_of(Op::Renew) {
         assert!(!call.keys.contains(&LeaseKey::from("once")), "{call:?}");
     }
     assert!(store.calls(Op::Renew) >= 2, "the heartbeat ran");
-    assert!(!other.is_lost());
+    assert!(!other.status().is_lost());
     let refused = lease.set_ttl(TTL).await;
     assert!(
         matches!(refused, Err(Error::LeaseLost { .. })),

@@ -9,8 +9,9 @@ use crate::status::{LEASE_EVENTS_CAPACITY, LeaseEvent, LeaseEvents, LossReason};
 /// Waits for the lease's token, then reads its reason at once: it must be
 /// recorded before the token fires.
 async fn reason_of(lease: &Lease) -> LossReason {
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     lease
+        .status()
         .lost_reason()
         .expect("the reason is recorded before the token fires")
 }
@@ -42,19 +43,23 @@ async fn each_confirmed_renewal_sends_renewed_with_the_new_local_deadline() {
     let db = MemoryDb::new();
     let (a, _, t0) = start(&db, "a");
     let lease = a.acquire("k").await.unwrap();
-    assert_eq!(lease.deadline(), Some(t0 + VALIDITY));
-    let mut events = lease.events();
+    assert_eq!(lease.status().deadline(), Some(t0 + VALIDITY));
+    let mut events = lease.status().events();
     for tick in 1..=3 {
         match next(&mut events).await {
             LeaseEvent::Renewed { deadline, .. } => {
                 assert_eq!(deadline, t0 + HEARTBEAT * tick + VALIDITY);
-                assert_eq!(lease.deadline(), Some(deadline), "moved before the event");
+                assert_eq!(
+                    lease.status().deadline(),
+                    Some(deadline),
+                    "moved before the event"
+                );
             }
             other => panic!("expected Renewed, got {other:?}"),
         }
     }
-    assert!(!lease.is_lost());
-    assert_eq!(lease.lost_reason(), None);
+    assert!(!lease.status().is_lost());
+    assert_eq!(lease.status().lost_reason(), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -62,7 +67,7 @@ async fn a_failed_renewal_sends_at_risk_with_the_unchanged_deadline_then_renewed
     let db = MemoryDb::new();
     let (a, store, t0) = start(&db, "a");
     let lease = a.acquire("k").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     store.fail_next(Op::Renew, 1);
     match next(&mut events).await {
         LeaseEvent::AtRisk { deadline, error } => {
@@ -72,7 +77,7 @@ async fn a_failed_renewal_sends_at_risk_with_the_unchanged_deadline_then_renewed
         }
         other => panic!("expected AtRisk, got {other:?}"),
     }
-    assert!(!lease.is_lost(), "still held until its deadline");
+    assert!(!lease.status().is_lost(), "still held until its deadline");
     match next(&mut events).await {
         LeaseEvent::Renewed { deadline, .. } => {
             assert!(Instant::now() > t0 + HEARTBEAT, "the retry");
@@ -87,7 +92,7 @@ async fn renewals_that_hang_send_at_risk_then_lost_expired_at_the_local_deadline
     let db = MemoryDb::new();
     let (a, store, t0) = start(&db, "a");
     let lease = a.acquire("k").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     store.hang_renewals();
     assert!(matches!(
         next(&mut events).await,
@@ -124,7 +129,7 @@ async fn a_deleted_lease_is_lost_deleted_and_its_events_end_with_it() {
     let db = MemoryDb::new();
     let (a, _, _) = start_watching_held(&db, "a");
     let lease = a.acquire("k").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     let before = Instant::now();
     db.delete("k");
     assert_eq!(reason_of(&lease).await, LossReason::Deleted);
@@ -141,7 +146,7 @@ async fn by_default_a_deleted_lease_is_lost_deleted_at_the_next_heartbeat() {
     let db = MemoryDb::new();
     let (a, _, t0) = start(&db, "a");
     let lease = a.acquire("k").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     db.delete("k");
     assert_eq!(reason_of(&lease).await, LossReason::Deleted);
     assert_eq!(Instant::now(), t0 + HEARTBEAT, "found by the renewal");
@@ -201,7 +206,7 @@ async fn force_release_by_this_manager_or_another_is_lost_force_released() {
     let mine = a.acquire("mine").await.unwrap();
     let theirs = a.acquire("theirs").await.unwrap();
     a.force_release("mine").await.unwrap().expect("was held");
-    assert_eq!(mine.lost_reason(), Some(LossReason::ForceReleased));
+    assert_eq!(mine.status().lost_reason(), Some(LossReason::ForceReleased));
     b.force_release("theirs").await.unwrap().expect("was held");
     assert_eq!(reason_of(&theirs).await, LossReason::ForceReleased);
 }
@@ -211,8 +216,8 @@ async fn release_release_all_and_shutdown_end_leases_released_or_shutdown() {
     let db = MemoryDb::new();
     let (a, _, _) = start(&db, "a");
     let released = a.acquire("released").await.unwrap();
-    let mut released_events = released.events();
-    let token = released.cancellation_token();
+    let mut released_events = released.status().events();
+    let token = released.status().cancellation_token();
     assert_eq!(released.release().await.unwrap(), ReleaseOutcome::Released);
     assert!(token.is_cancelled());
     assert_ends_lost(&mut released_events, LossReason::Released).await;
@@ -224,7 +229,7 @@ async fn release_release_all_and_shutdown_end_leases_released_or_shutdown() {
     let last = a.acquire("last").await.unwrap();
     a.shutdown().await.unwrap();
     assert_eq!(reason_of(&last).await, LossReason::Shutdown);
-    let mut late = last.events();
+    let mut late = last.status().events();
     assert_ends_lost(&mut late, LossReason::Shutdown).await;
 }
 
@@ -233,11 +238,11 @@ async fn a_reader_that_falls_behind_misses_old_events_but_never_the_loss() {
     let db = MemoryDb::new();
     let (a, _, t0) = start(&db, "a");
     let lease = a.acquire("k").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     let renewals = LEASE_EVENTS_CAPACITY as u32 + 4;
     sleep_until(t0 + HEARTBEAT * renewals + HEARTBEAT / 2).await;
     db.delete("k");
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     let mut seen = Vec::new();
     while let Some(event) = soon(events.recv()).await {
         seen.push(event);
@@ -261,12 +266,12 @@ async fn leadership_and_its_context_share_the_lease_s_reason_and_events() {
     let election = Election::new(&a, "leader").unwrap();
     let leadership = election.campaign().await.unwrap();
     let context = leadership.context();
-    let mut events = context.events();
+    let mut events = context.status().events();
     db.delete("leader");
-    soon(context.lost()).await;
-    assert_eq!(context.lost_reason(), Some(LossReason::Deleted));
-    assert_eq!(leadership.lost_reason(), Some(LossReason::Deleted));
-    assert!(leadership.is_lost() && context.is_lost());
+    soon(context.status().lost()).await;
+    assert_eq!(context.status().lost_reason(), Some(LossReason::Deleted));
+    assert_eq!(leadership.status().lost_reason(), Some(LossReason::Deleted));
+    assert!(leadership.status().is_lost() && context.status().is_lost());
     assert_ends_lost(&mut events, LossReason::Deleted).await;
 }
 
@@ -289,20 +294,23 @@ async fn is_lost_reads_true_past_the_deadline_while_the_actor_cannot_run() {
     let store = db.store("a", timing.ttl);
     let a = LeaseManager::start(Arc::new(store), "a".into(), timing);
     let lease = a.acquire("k").await.unwrap();
-    let deadline = lease.deadline().expect("held");
+    let deadline = lease.status().deadline().expect("held");
     // This single-threaded runtime runs the actor too: while this thread
     // sleeps, the actor cannot run (no heartbeat, no deadline timer).
     std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + 10 * MS);
-    assert!(lease.is_lost(), "past the deadline, read without the actor");
     assert!(
-        !lease.cancellation_token().is_cancelled(),
+        lease.status().is_lost(),
+        "past the deadline, read without the actor"
+    );
+    assert!(
+        !lease.status().cancellation_token().is_cancelled(),
         "the actor has not run since"
     );
-    assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+    assert_eq!(lease.status().lost_reason(), Some(LossReason::Expired));
     // Once it runs, it fires the token, and a late renewal cannot revive it.
-    soon(lease.lost()).await;
-    assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
-    assert!(lease.is_lost());
+    soon(lease.status().lost()).await;
+    assert_eq!(lease.status().lost_reason(), Some(LossReason::Expired));
+    assert!(lease.status().is_lost());
     a.shutdown().await.unwrap();
 }
 
@@ -315,7 +323,7 @@ async fn by_default_a_release_request_is_told_at_the_next_heartbeat_once() {
     let (a, store, t0) = start(&db, "a");
     let (b, _, _) = start(&db, "b");
     let lease = a.acquire("k").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     sleep_until(t0 + HEARTBEAT / 2).await;
     assert_eq!(db.release_watchers(), 0, "merely holding: no stream");
     let reads_before = store.calls(Op::RequestRelease);
@@ -344,7 +352,7 @@ async fn by_default_a_release_request_is_told_at_the_next_heartbeat_once() {
     while let Some(Some(event)) = futures::FutureExt::now_or_never(events.recv()) {
         assert!(matches!(event, LeaseEvent::Renewed { .. }), "{event:?}");
     }
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
 }
 
 /// With `watch_held_leases`, the request is announced by the stream: told
@@ -355,7 +363,7 @@ async fn watching_held_leases_a_release_request_is_told_at_once() {
     let (a, store, t0) = start_watching_held(&db, "a");
     let (b, _, _) = start(&db, "b");
     let lease = a.acquire("k").await.unwrap();
-    let mut events = lease.events();
+    let mut events = lease.status().events();
     sleep_until(t0 + HEARTBEAT / 2).await;
     assert!(b.request_release("k").await.unwrap());
     match next(&mut events).await {

@@ -157,7 +157,10 @@ async fn queued_light_acquires_count_from_their_start_when_the_find_runs_late() 
     let (leases, started) = grouped_acquires_with_a_late_find(50 * MS).await;
     // Counted from their start: 51 ms of slack covered the late `find`.
     for lease in &leases[1..] {
-        assert_eq!(lease.deadline(), Some(started + TTL - SAFETY_MARGIN));
+        assert_eq!(
+            lease.status().deadline(),
+            Some(started + TTL - SAFETY_MARGIN)
+        );
     }
     for lease in leases {
         assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
@@ -179,7 +182,7 @@ async fn a_grouped_light_acquire_found_short_counts_its_deadlines_from_earlier()
     let from_start = started + TTL - SAFETY_MARGIN;
     for lease in &leases[1..] {
         assert_eq!(
-            lease.deadline(),
+            lease.status().deadline(),
             Some(from_start - 899 * MS),
             "{}",
             lease.key()

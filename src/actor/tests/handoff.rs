@@ -13,7 +13,7 @@ async fn a_release_with_a_local_waiter_hands_the_key_over_in_one_store_call() {
     let (a, sa, _) = start(&db, "a");
     sa.set_latency(Op::HandOver, LATENCY);
     let first = a.acquire("k").await.unwrap();
-    let (t1, lost) = (first.fencing_token(), first.cancellation_token());
+    let (t1, lost) = (first.fencing_token(), first.status().cancellation_token());
     let local = waiter(&a, "k").await;
 
     let released_at = Instant::now();
@@ -26,7 +26,7 @@ async fn a_release_with_a_local_waiter_hands_the_key_over_in_one_store_call() {
     let (granted_at, second) = soon(local).await.unwrap().unwrap();
     assert_eq!(granted_at, released_at + LATENCY, "one round trip");
     assert!(second.fencing_token() > t1);
-    assert!(lost.is_cancelled() && !second.is_lost());
+    assert!(lost.is_cancelled() && !second.status().is_lost());
     assert_eq!(sa.calls(Op::HandOver), 1);
     assert_eq!(sa.calls(Op::Release), 0);
     assert_eq!(sa.calls(Op::Acquire), 1, "only the first acquisition");
@@ -36,7 +36,7 @@ async fn a_release_with_a_local_waiter_hands_the_key_over_in_one_store_call() {
 
     // The handed-over lease renews and releases as any other.
     sleep(2 * HEARTBEAT).await;
-    assert!(!second.is_lost());
+    assert!(!second.status().is_lost());
     assert!(sa.calls(Op::Renew) >= 1);
     assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(sa.calls(Op::Release), 1, "nobody waits: a plain release");

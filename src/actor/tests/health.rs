@@ -35,9 +35,9 @@ async fn health_follows_renewals_and_reads_unhealthy_after_a_lease_lost_to_its_d
     assert!(late.is_healthy(), "{late:?}");
     assert_eq!(late.oldest_renewal_age, Some(Duration::from_millis(2_500)));
 
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(Instant::now(), t0 + HEARTBEAT + VALIDITY);
-    assert_eq!(lease.lost_reason(), Some(LossReason::Expired));
+    assert_eq!(lease.status().lost_reason(), Some(LossReason::Expired));
     let lost = a.health();
     assert!(!lost.is_healthy(), "lost to its deadline: {lost:?}");
     assert_eq!((lost.held_leases, lost.oldest_renewal_age), (0, None));
@@ -67,8 +67,11 @@ async fn a_lease_force_released_or_released_leaves_the_manager_healthy() {
     assert_eq!(released.release().await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(a.health().held_leases, 1);
     a.force_release("taken").await.unwrap();
-    soon(taken.lost()).await;
-    assert_eq!(taken.lost_reason(), Some(LossReason::ForceReleased));
+    soon(taken.status().lost()).await;
+    assert_eq!(
+        taken.status().lost_reason(),
+        Some(LossReason::ForceReleased)
+    );
     let health = a.health();
     assert!(health.is_healthy(), "{health:?}");
     assert_eq!(health.held_leases, 0);
@@ -83,10 +86,11 @@ async fn the_oldest_renewal_is_the_oldest_among_leases_of_different_ttls_and_age
     let (a, _, t0) = start(&db, "a");
     let _first = a.acquire("first").await.unwrap();
     sleep_until(t0 + HEARTBEAT / 4).await;
-    let long = crate::config::AcquireOptions::builder()
+    let _second = a
+        .acquire("second")
         .ttl(Duration::from_secs(6))
-        .build();
-    let _second = a.acquire_with("second", &long).await.unwrap();
+        .await
+        .unwrap();
     // Acquired at t0 and t0 + 250 ms: the older one counts.
     assert_eq!(a.health().oldest_renewal_age, Some(HEARTBEAT / 4));
     // Both renewed at t0 + 1 s, whatever their TTL.

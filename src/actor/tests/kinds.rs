@@ -8,31 +8,32 @@
 use tokio_util::time::FutureExt as _;
 
 use super::*;
+use crate::semaphore::Semaphore;
 use crate::store::memory::Doc;
-use crate::{config::AcquireOptions, kind::LeaseKind, kind::PermitsChange};
+use crate::{kind::LeaseKind, kind::PermitsChange};
 
-/// A semaphore of `n` permits.
-fn permits(n: u32) -> AcquireOptions {
-    AcquireOptions::builder()
-        .kind(LeaseKind::Permit { permits: n })
-        .build()
+/// A semaphore of `n` permits on `key`, acquired through `manager`.
+fn semaphore(manager: &LeaseManager, key: &str, n: u32) -> Semaphore {
+    Semaphore::new(manager, key, n).unwrap()
 }
 
-/// The shared side of a read/write key.
-fn shared() -> AcquireOptions {
-    AcquireOptions::builder().kind(LeaseKind::Shared).build()
-}
-
-/// `manager.acquire_with(key, options)` in a task, queued before this
-/// returns; the task yields the instant the lease was granted, with the lease.
-async fn waiter_with(
-    manager: &LeaseManager,
-    key: &str,
-    options: &AcquireOptions,
-) -> JoinHandle<Result<(Instant, Lease)>> {
-    let (manager, key, options) = (manager.clone(), key.to_string(), options.clone());
+/// `pool.acquire()` in a task, queued before this returns; the task yields
+/// the instant the permit was granted, with the permit.
+async fn permit_waiter(pool: &Semaphore) -> JoinHandle<Result<(Instant, Lease)>> {
+    let pool = pool.clone();
     started(async move {
-        let lease = manager.acquire_with(key, &options).await?;
+        let lease = pool.acquire().await?;
+        Ok((Instant::now(), lease))
+    })
+    .await
+}
+
+/// `manager.acquire(key).shared()` in a task, queued before this returns;
+/// the task yields the instant the lease was granted, with the lease.
+async fn shared_waiter(manager: &LeaseManager, key: &str) -> JoinHandle<Result<(Instant, Lease)>> {
+    let (manager, key) = (manager.clone(), key.to_string());
+    started(async move {
+        let lease = manager.acquire(key).shared().await?;
         Ok((Instant::now(), lease))
     })
     .await
@@ -64,10 +65,10 @@ async fn the_waiter_after_n_local_permits_waits_without_a_round_trip_and_gets_th
  {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    let three = permits(3);
+    let three = semaphore(&a, "pool", 3);
     let mut held = Vec::new();
     for _ in 0..3 {
-        held.push(a.acquire_with("pool", &three).await.unwrap());
+        held.push(three.acquire().await.unwrap());
     }
     let tokens: Vec<u64> = held.iter().map(Lease::fencing_token).collect();
     assert!(tokens.windows(2).all(|t| t[0] < t[1]), "{tokens:?}");
@@ -75,8 +76,8 @@ async fn the_waiter_after_n_local_permits_waits_without_a_round_trip_and_gets_th
         held.iter()
             .all(|l| l.kind() == LeaseKind::Permit { permits: 3 })
     );
-    let fourth = waiter_with(&a, "pool", &three).await;
-    let fifth = waiter_with(&a, "pool", &three).await;
+    let fourth = permit_waiter(&three).await;
+    let fifth = permit_waiter(&three).await;
     settle().await;
     sleep(HEARTBEAT / 2).await;
     assert_eq!(
@@ -117,15 +118,15 @@ async fn a_permit_released_by_another_manager_wakes_the_waiting_manager_at_once(
     let (a, _, _) = start(&db, "a");
     let (b, _, _) = start(&db, "b");
     let (c, c_store) = start_slow_polls(&db, "c");
-    let two = permits(2);
-    let _la = a.acquire_with("pool", &two).await.unwrap();
-    let lb = b.acquire_with("pool", &two).await.unwrap();
-    let waiting = waiter_with(&c, "pool", &two).await;
+    let two = |m: &LeaseManager| semaphore(m, "pool", 2);
+    let _la = two(&a).acquire().await.unwrap();
+    let lb = two(&b).acquire().await.unwrap();
+    let waiting = permit_waiter(&two(&c)).await;
     settle().await;
     sleep(RELEASE_WAKE_JITTER + MS).await;
     let attempts = c_store.acquire_calls("pool").len();
     assert_eq!(attempts, 2, "held, and held again once c's stream opened");
-    assert!(a.try_acquire_with("pool", &two).await.unwrap().is_none());
+    assert!(two(&a).try_acquire().await.unwrap().is_none());
 
     // c's next poll is at least a second away.
     sleep(Duration::from_millis(500)).await;
@@ -150,13 +151,13 @@ async fn a_permit_released_by_another_manager_wakes_the_waiting_manager_at_once(
 async fn a_waiter_asking_another_number_of_permits_gets_kind_mismatch_while_the_others_continue() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    let (two, three) = (permits(2), permits(3));
-    let p1 = a.acquire_with("pool", &two).await.unwrap();
-    let _p2 = a.acquire_with("pool", &two).await.unwrap();
-    let next = waiter_with(&a, "pool", &two).await;
+    let (two, three) = (semaphore(&a, "pool", 2), semaphore(&a, "pool", 3));
+    let p1 = two.acquire().await.unwrap();
+    let _p2 = two.acquire().await.unwrap();
+    let next = permit_waiter(&two).await;
     // Refused at once: the permits held here are live in the store too.
     assert_mismatch(
-        soon(a.acquire_with("pool", &three)).await,
+        soon(three.acquire()).await,
         LeaseKind::Permit { permits: 2 },
         LeaseKind::Permit { permits: 3 },
     );
@@ -177,8 +178,8 @@ async fn a_waiter_asking_another_number_of_permits_gets_kind_mismatch_while_the_
     b_store.set_latency(Op::Acquire, 10 * MS);
     let _held = db.try_take_as("other", "c", TTL, LeaseKind::Permit { permits: 2 });
     let t = Instant::now();
-    let wrong = waiter_with(&b, "other", &three).await;
-    let right = waiter_with(&b, "other", &two).await;
+    let wrong = permit_waiter(&semaphore(&b, "other", 3)).await;
+    let right = permit_waiter(&semaphore(&b, "other", 2)).await;
     assert_mismatch(
         soon(wrong).await.unwrap(),
         LeaseKind::Permit { permits: 2 },
@@ -200,9 +201,9 @@ async fn a_waiter_asking_another_number_of_permits_gets_kind_mismatch_while_the_
 async fn a_lost_permit_fires_only_its_own_token() {
     let db = MemoryDb::new();
     let (a, store, t0) = start(&db, "a");
-    let two = permits(2);
-    let p1 = a.acquire_with("pool", &two).await.unwrap();
-    let p2 = a.acquire_with("pool", &two).await.unwrap();
+    let two = semaphore(&a, "pool", 2);
+    let p1 = two.acquire().await.unwrap();
+    let p2 = two.acquire().await.unwrap();
     // (The key's insert is announced: a's check of its holders ends here.)
     settle().await;
     let checks = store.calls(Op::Renew);
@@ -213,13 +214,19 @@ async fn a_lost_permit_fires_only_its_own_token() {
         "{taken:?}"
     );
     settle().await;
-    assert!(!p1.is_lost(), "an acquisition beside it is not announced");
+    assert!(
+        !p1.status().is_lost(),
+        "an acquisition beside it is not announced"
+    );
     assert_eq!(store.calls(Op::Renew), checks);
 
     sleep_until(t0 + HEARTBEAT).await;
-    soon(p1.lost()).await;
+    soon(p1.status().lost()).await;
     settle().await;
-    assert!(!p2.is_lost(), "the other permit of the key is still held");
+    assert!(
+        !p2.status().is_lost(),
+        "the other permit of the key is still held"
+    );
     let sizes = store.renew_batch_sizes();
     assert_eq!(sizes[checks..], [2], "both in one renewal");
     assert_eq!(holder_owners(&db, "pool"), ["a", "b"]);
@@ -239,7 +246,7 @@ async fn shared_waiters_of_one_manager_are_served_one_after_another_without_wait
     let t = Instant::now();
     let mut waiters = Vec::new();
     for _ in 0..3 {
-        waiters.push(waiter_with(&a, "rw", &shared()).await);
+        waiters.push(shared_waiter(&a, "rw").await);
     }
     let mut leases = Vec::new();
     for waiter in waiters {
@@ -252,7 +259,7 @@ async fn shared_waiters_of_one_manager_are_served_one_after_another_without_wait
         [10 * MS, 20 * MS, 30 * MS],
         "one attempt each, in turn"
     );
-    assert!(leases.iter().all(|(_, l)| !l.is_lost()));
+    assert!(leases.iter().all(|(_, l)| !l.status().is_lost()));
     assert_eq!(holder_owners(&db, "rw"), ["a", "a", "a"]);
     assert_eq!(store.max_acquires_in_flight_per_key(), 1);
     let info = a.inspect("rw").await.unwrap().expect("a document");
@@ -264,13 +271,13 @@ async fn an_exclusive_waiter_behind_local_shared_holders_gets_the_key_after_them
  {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    let s1 = a.acquire_with("rw", &shared()).await.unwrap();
-    let s2 = a.acquire_with("rw", &shared()).await.unwrap();
+    let s1 = a.acquire("rw").shared().await.unwrap();
+    let s2 = a.acquire("rw").shared().await.unwrap();
     let exclusive = waiter(&a, "rw").await;
-    let later = waiter_with(&a, "rw", &shared()).await;
+    let later = shared_waiter(&a, "rw").await;
     settle().await;
     assert_eq!(store.acquire_calls("rw").len(), 2, "both wait locally");
-    assert!(a.try_acquire_with("rw", &shared()).await.unwrap().is_none());
+    assert!(a.try_acquire("rw").shared().await.unwrap().is_none());
 
     assert_eq!(s1.release().await.unwrap(), ReleaseOutcome::Released);
     settle().await;
@@ -300,13 +307,21 @@ async fn an_exclusive_waiter_behind_local_shared_holders_gets_the_key_after_them
 async fn a_cancelled_exclusive_head_waiter_lets_the_shared_waiter_behind_it_start() {
     let db = MemoryDb::new();
     let (a, _, _) = start(&db, "a");
-    let _s1 = a.acquire_with("rw", &shared()).await.unwrap();
+    let _s1 = a.acquire("rw").shared().await.unwrap();
     let t = Instant::now();
     let exclusive = {
         let a = a.clone();
-        started(async move { a.acquire("rw").timeout(100 * MS).await.ok().transpose() }).await
+        started(async move {
+            a.acquire("rw")
+                .into_future()
+                .timeout(100 * MS)
+                .await
+                .ok()
+                .transpose()
+        })
+        .await
     };
-    let behind = waiter_with(&a, "rw", &shared()).await;
+    let behind = shared_waiter(&a, "rw").await;
     assert!(soon(exclusive).await.unwrap().unwrap().is_none());
     let (at, _) = soon(behind).await.unwrap().unwrap();
     assert_eq!(at - t, 100 * MS, "started when the head went away");
@@ -322,7 +337,7 @@ async fn an_exclusive_waiter_in_another_manager_is_not_starved_by_shared_acquisi
     let db = MemoryDb::new();
     let (a, _, _) = start(&db, "a");
     let (b, _, _) = start(&db, "b");
-    let s1 = a.acquire_with("rw", &shared()).await.unwrap();
+    let s1 = a.acquire("rw").shared().await.unwrap();
     let exclusive = waiter(&b, "rw").await;
     settle().await;
     let marked_by = |db: &MemoryDb| {
@@ -332,13 +347,13 @@ async fn an_exclusive_waiter_in_another_manager_is_not_starved_by_shared_acquisi
             .map(|(owner, _)| owner)
     };
     assert_eq!(marked_by(&db).as_deref(), Some("b"));
-    let more = waiter_with(&a, "rw", &shared()).await;
+    let more = shared_waiter(&a, "rw").await;
     // Longer than the TTL: the mark is kept live by b's retries.
     sleep(TTL + HEARTBEAT).await;
     assert_eq!(marked_by(&db).as_deref(), Some("b"));
     assert!(!more.is_finished(), "no shared acquisition while b waits");
     assert!(!exclusive.is_finished());
-    assert!(!s1.is_lost());
+    assert!(!s1.status().is_lost());
 
     let released_at = Instant::now();
     assert_eq!(s1.release().await.unwrap(), ReleaseOutcome::Released);
@@ -371,8 +386,8 @@ async fn force_release_of_a_shared_key_cancels_every_local_holder_and_serves_the
 {
     let db = MemoryDb::new();
     let (a, _, _) = start(&db, "a");
-    let s1 = a.acquire_with("rw", &shared()).await.unwrap();
-    let s2 = a.acquire_with("rw", &shared()).await.unwrap();
+    let s1 = a.acquire("rw").shared().await.unwrap();
+    let s2 = a.acquire("rw").shared().await.unwrap();
     let exclusive = waiter(&a, "rw").await;
     let before = a
         .force_release("rw")
@@ -381,7 +396,7 @@ async fn force_release_of_a_shared_key_cancels_every_local_holder_and_serves_the
         .unwrap()
         .expect("held");
     assert_eq!((before.kind, before.holders.len()), (LeaseKind::Shared, 2));
-    assert!(s1.is_lost() && s2.is_lost());
+    assert!(s1.status().is_lost() && s2.status().is_lost());
     let (_, x) = soon(exclusive).await.unwrap().unwrap();
     assert!(x.fencing_token() > s2.fencing_token());
 }
@@ -394,12 +409,12 @@ async fn one_heartbeat_renews_exclusive_shared_and_permit_leases_of_one_ttl_in_o
     let (a, store, t0) = start(&db, "a");
     let _x = a.acquire("x").await.unwrap();
     let _s = [
-        a.acquire_with("s", &shared()).await.unwrap(),
-        a.acquire_with("s", &shared()).await.unwrap(),
+        a.acquire("s").shared().await.unwrap(),
+        a.acquire("s").shared().await.unwrap(),
     ];
     let _p = [
-        a.acquire_with("p", &permits(2)).await.unwrap(),
-        a.acquire_with("p", &permits(2)).await.unwrap(),
+        semaphore(&a, "p", 2).acquire().await.unwrap(),
+        semaphore(&a, "p", 2).acquire().await.unwrap(),
     ];
     settle().await;
     sleep_until(t0 + HEARTBEAT + MS).await;
@@ -434,13 +449,7 @@ async fn a_release_before_hold_until_keeps_the_key_until_then_and_the_waiting_ma
     let (c, _, _) = start(&db, "c");
     let hold = Duration::from_secs(5);
     let t = Instant::now();
-    let job = a
-        .acquire_with(
-            "job",
-            &AcquireOptions::builder().hold_at_least(hold).build(),
-        )
-        .await
-        .unwrap();
+    let job = a.acquire("job").hold_at_least(hold).await.unwrap();
     let (hold_until, token) = (t + hold, job.fencing_token());
     let doc = db.doc("job").unwrap();
     assert_eq!((doc.hold_until, doc.exp), (Some(hold_until), hold_until));
@@ -484,8 +493,8 @@ async fn a_release_before_hold_until_keeps_the_key_until_then_and_the_waiting_ma
 async fn a_try_for_a_shared_key_beside_local_shared_holders_asks_the_store() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    let _s1 = a.acquire_with("rw", &shared()).await.unwrap();
-    let s2 = a.try_acquire_with("rw", &shared()).await.unwrap();
+    let _s1 = a.acquire("rw").shared().await.unwrap();
+    let s2 = a.try_acquire("rw").shared().await.unwrap();
     assert!(s2.is_some(), "shared beside shared");
     assert_eq!(store.acquire_calls("rw").len(), 2);
     assert!(a.try_acquire("rw").await.unwrap().is_none());
@@ -503,13 +512,14 @@ async fn leases_of_one_key_are_lost_each_at_its_own_deadline() {
     let db = MemoryDb::new();
     let (a, store, t0) = start(&db, "a");
     store.hang_renewals();
-    let first = a.acquire_with("pool", &permits(2)).await.unwrap();
+    let two = semaphore(&a, "pool", 2);
+    let first = two.acquire().await.unwrap();
     sleep(Duration::from_millis(500)).await;
-    let second = a.acquire_with("pool", &permits(2)).await.unwrap();
-    soon(first.lost()).await;
+    let second = two.acquire().await.unwrap();
+    soon(first.status().lost()).await;
     assert_eq!(Instant::now(), t0 + VALIDITY);
-    assert!(!second.is_lost());
-    soon(second.lost()).await;
+    assert!(!second.status().is_lost());
+    soon(second.status().lost()).await;
     assert_eq!(Instant::now(), t0 + Duration::from_millis(500) + VALIDITY);
 }
 
@@ -519,11 +529,11 @@ async fn release_all_and_shutdown_release_every_lease_of_every_kind() {
     let (a, store, _) = start(&db, "a");
     let mut leases = Vec::new();
     for _ in 0..2 {
-        leases.push(a.acquire_with("s", &shared()).await.unwrap());
-        leases.push(a.acquire_with("p", &permits(3)).await.unwrap());
+        leases.push(a.acquire("s").shared().await.unwrap());
+        leases.push(semaphore(&a, "p", 3).acquire().await.unwrap());
     }
     assert_eq!(a.release_all().await.unwrap(), 4);
-    assert!(leases.iter().all(Lease::is_lost));
+    assert!(leases.iter().all(|l| l.status().is_lost()));
     assert!(holder_owners(&db, "s").is_empty() && holder_owners(&db, "p").is_empty());
     let releases = store.calls_of(Op::Release);
     assert_eq!(releases.len(), 1, "one batch: {releases:?}");
@@ -531,12 +541,12 @@ async fn release_all_and_shutdown_release_every_lease_of_every_kind() {
 
     let mut leases = Vec::new();
     for _ in 0..2 {
-        leases.push(a.acquire_with("s", &shared()).await.unwrap());
-        leases.push(a.acquire_with("p", &permits(3)).await.unwrap());
+        leases.push(a.acquire("s").shared().await.unwrap());
+        leases.push(semaphore(&a, "p", 3).acquire().await.unwrap());
     }
     leases.push(a.acquire("x").await.unwrap());
     a.shutdown().await.unwrap();
-    assert!(leases.iter().all(Lease::is_lost));
+    assert!(leases.iter().all(|l| l.status().is_lost()));
     let releases = store.calls_of(Op::Release);
     assert_eq!(releases.len(), 2, "one batch more: {releases:?}");
     assert_eq!(releases[1].keys.len(), 5, "one entry per lease");
@@ -589,14 +599,14 @@ async fn a_local_permit_release_starts_the_waiters_attempt_at_once_without_chang
         ..timing()
     };
     let a = LeaseManager::start(Arc::new(store.clone()), "a".into(), slow_polls);
-    let two = permits(2);
-    let mine = a.acquire_with("pool", &two).await.unwrap();
+    let two = semaphore(&a, "pool", 2);
+    let mine = two.acquire().await.unwrap();
     let taken = db.try_take_as("pool", "b", TTL, LeaseKind::Permit { permits: 2 });
     assert!(
         matches!(taken, AcquireOutcome::Acquired { .. }),
         "{taken:?}"
     );
-    let waiting = waiter_with(&a, "pool", &two).await;
+    let waiting = permit_waiter(&two).await;
     settle().await;
     assert_eq!(store.acquire_calls("pool").len(), 2, "found both held");
     sleep(Duration::from_millis(500)).await;
@@ -619,7 +629,7 @@ async fn an_unseen_acquisition_for_a_waiter_that_left_never_blocks_the_next_wait
     let exclusive = waiter(&a, "k").await;
     settle().await;
     assert_eq!(store.acquire_calls("k").len(), 1);
-    let reader = waiter_with(&a, "k", &shared()).await;
+    let reader = shared_waiter(&a, "k").await;
     exclusive.abort();
     let left = Instant::now();
     let (at, lease) = soon(reader).await.unwrap().unwrap();
@@ -637,10 +647,10 @@ async fn a_permit_whose_reply_is_lost_and_whose_reread_is_stale_is_retried_not_r
     let db = MemoryDb::new();
     db.keep_snapshots(Duration::from_secs(10));
     let (a, store, _) = start(&db, "a");
-    let two = a.semaphore("pool", 2).unwrap();
+    let two = semaphore(&a, "pool", 2);
     let _first = two.acquire().await.unwrap();
     sleep(Duration::from_millis(100)).await;
-    let mut three = a.semaphore("pool", 3).unwrap();
+    let mut three = semaphore(&a, "pool", 3);
     assert_eq!(three.set_permits(3).await.unwrap(), PermitsChange::Set);
     sleep(Duration::from_millis(100)).await;
     // The acquisition of one permit of 3 lands, its reply is lost, and the
@@ -659,7 +669,7 @@ async fn a_permit_whose_reply_is_lost_and_whose_reread_is_stale_is_retried_not_r
     assert!(taken.contains(&(Some(second.lease_id()), 1)), "{taken:?}");
     // Two of 3 permits are taken: two more are not free (the lease id of
     // the landed acquisition is not reused for them).
-    assert!(three.try_acquire_many(2).await.unwrap().is_none());
+    assert!(three.try_acquire().permits(2).await.unwrap().is_none());
     assert_eq!(db.doc("pool").unwrap().permits_used(Instant::now()), 2);
 }
 
@@ -668,17 +678,17 @@ async fn a_permit_that_landed_unseen_before_the_number_changed_is_given_back_and
     let db = MemoryDb::new();
     let (a, sa, _) = start(&db, "a");
     let (b, _, _) = start(&db, "b");
-    let _theirs = b.semaphore("pool", 2).unwrap().acquire().await.unwrap();
+    let _theirs = semaphore(&b, "pool", 2).acquire().await.unwrap();
     // a's acquisition of one permit of 2 lands, its reply is lost and so is
     // the re-read: it retries under the same lease id.
     sa.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
     sa.fail_next(Op::Inspect, 1);
-    let two = a.semaphore("pool", 2).unwrap();
+    let two = semaphore(&a, "pool", 2);
     let mine = started(async move { two.acquire().await }).await;
     settle().await;
     assert_eq!(holder_owners(&db, "pool"), ["b", "a"]);
     // Meanwhile b makes it a semaphore of 3.
-    let mut three = b.semaphore("pool", 3).unwrap();
+    let mut three = semaphore(&b, "pool", 3);
     assert_eq!(three.set_permits(3).await.unwrap(), PermitsChange::Set);
     // The retry finds its entry on a key of 3 permits: a permit of 2 is
     // not granted (it would count against 2 on a key of 3), and the entry
@@ -705,9 +715,9 @@ async fn a_lease_id_whose_attempt_may_still_land_is_never_reused_for_another_num
     let (a, sa, _) = start(&db, "a");
     let (b, _, _) = start(&db, "b");
     sa.set_operation_timeout(Some(OPERATION_TIMEOUT));
-    let pool = |m: &LeaseManager| m.semaphore("pool", 3).unwrap();
+    let pool = |m: &LeaseManager| semaphore(m, "pool", 3);
     let _mine = pool(&a).acquire().await.unwrap();
-    let theirs = pool(&b).acquire_many(2).await.unwrap();
+    let theirs = pool(&b).acquire().permits(2).await.unwrap();
     // a's acquisition of one more permit: held up on the server, given up
     // at the operation timeout, and retried under the same lease id, which
     // is answered held.
@@ -730,7 +740,7 @@ async fn a_lease_id_whose_attempt_may_still_land_is_never_reused_for_another_num
     sleep_until(sent + held_up + OPERATION_TIMEOUT / 10).await;
     assert_eq!(db.doc("pool").unwrap().permits_used(Instant::now()), 2);
 
-    let two = soon(pool(&a).acquire_many(2)).await.unwrap();
+    let two = soon(pool(&a).acquire().permits(2)).await.unwrap();
     let doc = db.doc("pool").unwrap();
     let entry = doc
         .holders

@@ -35,7 +35,7 @@ async fn a_lease_deleted_by_someone_else_is_lost_at_once_by_a_check_of_that_leas
     let before = store.calls(Op::Renew);
 
     db.delete("k1");
-    soon(k1.lost()).await;
+    soon(k1.status().lost()).await;
     assert_eq!(
         Instant::now(),
         t0 + BETWEEN_TICKS,
@@ -47,7 +47,7 @@ async fn a_lease_deleted_by_someone_else_is_lost_at_once_by_a_check_of_that_leas
         "one check of the lease written, no renewal of the others"
     );
     settle().await;
-    assert!(!k2.is_lost());
+    assert!(!k2.status().is_lost());
     assert_eq!(db.holder("k2").as_deref(), Some("a"));
     assert_eq!(k1.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
 }
@@ -61,7 +61,7 @@ async fn a_lease_whose_owner_id_is_rewritten_is_lost_at_once() {
     let before = store.calls(Op::Renew);
 
     db.set_owner("k", "intruder");
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(Instant::now(), t0 + BETWEEN_TICKS);
     assert_eq!(
         renewals_since(&store, before),
@@ -86,8 +86,8 @@ async fn by_default_a_holder_opens_no_stream_and_a_delete_is_lost_at_the_next_he
 
     db.delete("k1");
     let reason = soon(async {
-        k1.lost().await;
-        k1.lost_reason()
+        k1.status().lost().await;
+        k1.status().lost_reason()
     })
     .await;
     assert_eq!(reason, Some(LossReason::Deleted));
@@ -100,7 +100,7 @@ async fn by_default_a_holder_opens_no_stream_and_a_delete_is_lost_at_the_next_he
         )],
         "the heartbeat's one renewal found it gone"
     );
-    assert!(!k2.is_lost());
+    assert!(!k2.status().is_lost());
     assert_eq!(db.release_watchers(), 0);
 }
 
@@ -115,8 +115,8 @@ async fn with_watch_held_leases_the_stream_stays_open_while_holding_and_a_delete
 
     db.delete("k");
     let reason = soon(async {
-        lease.lost().await;
-        lease.lost_reason()
+        lease.status().lost().await;
+        lease.status().lost_reason()
     })
     .await;
     assert_eq!(reason, Some(LossReason::Deleted));
@@ -151,7 +151,7 @@ async fn a_stream_opens_while_a_key_waits_for_another_owner_and_closes_once_it_o
     // The next heartbeat after the key is b's closes it (b merely holds).
     sleep(HEARTBEAT + MS).await;
     assert_eq!(db.release_watchers(), 0, "b merely holds: closed");
-    assert!(!ours.is_lost());
+    assert!(!ours.status().is_lost());
 }
 
 #[tokio::test(start_paused = true)]
@@ -162,7 +162,7 @@ async fn without_a_change_stream_a_rewritten_owner_id_is_lost_at_the_next_heartb
     sleep_until(t0 + BETWEEN_TICKS).await;
 
     db.set_owner("k", "intruder");
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(
         Instant::now(),
         t0 + HEARTBEAT,
@@ -192,9 +192,9 @@ async fn a_stale_event_makes_the_holder_check_but_never_loses_a_held_lease() {
         [(t0 + BETWEEN_TICKS, vec![LeaseKey::from("k")])],
         "checked at once"
     );
-    assert!(!lease.is_lost(), "the store says it is still held");
+    assert!(!lease.status().is_lost(), "the store says it is still held");
     sleep(HEARTBEAT * 3).await;
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert_eq!(db.holder("k").as_deref(), Some("a"));
 }
 
@@ -226,7 +226,7 @@ async fn writes_to_other_keys_and_the_holders_own_writes_cost_no_check() {
         [],
         "no renewal before the heartbeat"
     );
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
 }
 
 #[tokio::test(start_paused = true)]
@@ -253,7 +253,7 @@ async fn a_write_announced_while_the_acquire_is_in_flight_is_checked_once_grante
         [(granted_at, vec![LeaseKey::from("k")])],
         "checked as soon as granted"
     );
-    assert!(!lease.is_lost(), "the store says it is held");
+    assert!(!lease.status().is_lost(), "the store says it is held");
 }
 
 /// A stale event (the lease stays held): it makes the holder check `key`.
@@ -290,7 +290,7 @@ async fn a_check_in_flight_at_a_heartbeat_tick_stands_for_that_ticks_renewal() {
         "no second renewal of the lease at the tick while the check is in flight"
     );
     assert_eq!(store.max_in_flight(Op::Renew), 1);
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
 }
 
 /// Renewals in flight are counted: a check's result counts one down, and the
@@ -339,7 +339,7 @@ async fn a_checks_result_does_not_end_the_heartbeats_renewal_still_pending() {
         "the tick of 3 s renews it again"
     );
     assert_eq!(renewals.len(), 4, "{renewals:?}");
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
 }
 
 /// A check is sent at once even while a heartbeat's batch is in flight and
@@ -383,6 +383,6 @@ async fn a_check_goes_beside_the_heartbeats_batch_in_flight_not_behind_those_wai
         "the waiting batches go once the one in flight is answered: {sent:?}"
     );
     assert_eq!(store.max_in_flight(Op::Renew), RENEWALS_IN_FLIGHT + 1);
-    assert!(leases.iter().all(|l| !l.is_lost()));
+    assert!(leases.iter().all(|l| !l.status().is_lost()));
     a.shutdown().await.unwrap();
 }

@@ -117,6 +117,7 @@ fn waits_queue_depth_held_leases_and_outcomes_are_recorded() {
         assert!(a.try_acquire("k").await.unwrap().is_none());
         assert!(
             a.acquire("k")
+                .into_future()
                 .timeout(Duration::from_secs(1))
                 .await
                 .ok()
@@ -182,7 +183,7 @@ fn renewals_their_failures_their_lag_and_an_expired_lease_are_recorded() {
         }
 
         store.hang_renewals();
-        soon(lease.lost()).await;
+        soon(lease.status().lost()).await;
         recorded.update(&snapshotter);
         assert!(recorded.counter(RENEWAL_FAILURES, &[]) >= 1);
         assert_eq!(recorded.counter(LEASES_ENDED, &[("reason", "expired")]), 2);

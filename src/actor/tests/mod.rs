@@ -9,7 +9,7 @@
 //! the backoff jitter; assertions about retries use its documented bounds.
 
 use std::collections::HashSet;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -135,7 +135,7 @@ async fn settle() {
 /// Awaits an event the test is waiting for. Fails the test if it has not
 /// happened after a minute of paused time: a broken actor would otherwise
 /// keep the heartbeat ticking through virtual time forever.
-async fn soon<F: Future>(fut: F) -> F::Output {
+async fn soon<F: IntoFuture>(fut: F) -> F::Output {
     timeout(Duration::from_secs(60), fut)
         .await
         .expect("no progress after 60 s of paused time")

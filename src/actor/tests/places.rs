@@ -58,7 +58,7 @@ async fn the_same_key_in_the_lock_collection_and_in_a_document_are_two_independe
         .await
         .unwrap()
         .expect("free in its own place");
-    assert_eq!(item.id(), &LeaseKey::from("k"));
+    assert_eq!(item.key(), &LeaseKey::from("k"));
     assert_eq!(db.holder("k").as_deref(), Some("a"));
     assert_eq!(docs.holder("k").as_deref(), Some("a"));
     assert_ne!(
@@ -75,14 +75,14 @@ async fn the_same_key_in_the_lock_collection_and_in_a_document_are_two_independe
     let lock = a.acquire("k").await.unwrap();
     assert!(lock.fencing_token() > first);
     assert_eq!(docs.doc("k").unwrap().token, item_token);
-    assert!(!item.lease().is_lost(), "a lease of its own");
+    assert!(!item.lease().status().is_lost(), "a lease of its own");
 
     // Each has its own lost-lease token.
-    let item_lost = item.lease().cancellation_token();
+    let item_lost = item.lease().status().cancellation_token();
     assert_eq!(item.release().await.unwrap(), ReleaseOutcome::Released);
     assert!(item_lost.is_cancelled());
     settle().await;
-    assert!(!lock.is_lost());
+    assert!(!lock.status().is_lost());
     assert_eq!(db.holder("k").as_deref(), Some("a"));
     assert_eq!(docs.holder("k"), None);
     assert_eq!(
@@ -145,7 +145,7 @@ async fn a_write_by_someone_else_fires_only_the_token_of_the_lease_in_its_place(
 
     // In the lock collection: checked there, at once.
     db.force_take("k", "b", TTL);
-    soon(lock.lost()).await;
+    soon(lock.status().lost()).await;
     assert_eq!(Instant::now(), t0 + BETWEEN_TICKS);
     assert_eq!(
         calls(&store, Op::Renew),
@@ -156,18 +156,18 @@ async fn a_write_by_someone_else_fires_only_the_token_of_the_lease_in_its_place(
         doc_store.calls_of(Op::Renew).is_empty(),
         "no check of the documents"
     );
-    assert!(!item.lease().is_lost(), "same key, other place");
+    assert!(!item.lease().status().is_lost(), "same key, other place");
 
     // In the document: checked in its place, at once.
     sleep(BETWEEN_TICKS / 5).await;
     let at = Instant::now();
     docs.force_take("k", "b", TTL);
-    soon(item.lease().lost()).await;
+    soon(item.lease().status().lost()).await;
     assert_eq!(Instant::now(), at);
     assert_eq!(calls(&doc_store, Op::Renew), [(at, keys(["k"]))]);
     settle().await;
     assert_eq!(store.calls(Op::Renew), 1, "no check of the lock collection");
-    assert!(!other_lock.is_lost() && !other_item.lease().is_lost());
+    assert!(!other_lock.status().is_lost() && !other_item.lease().status().is_lost());
     assert_eq!(db.holder("k").as_deref(), Some("b"));
     assert_eq!(docs.holder("k").as_deref(), Some("b"), "theirs untouched");
 
@@ -200,14 +200,14 @@ async fn without_change_streams_a_lost_document_lease_fires_at_the_next_heartbea
     sleep_until(t0 + BETWEEN_TICKS).await;
 
     docs.force_take("k", "b", TTL);
-    soon(item.lease().lost()).await;
+    soon(item.lease().status().lost()).await;
     assert_eq!(Instant::now(), t0 + HEARTBEAT);
     assert_eq!(
         calls(&doc_store, Op::Renew),
         [(t0 + HEARTBEAT, keys(["k"]))]
     );
     settle().await;
-    assert!(!lock.is_lost());
+    assert!(!lock.status().is_lost());
     assert_eq!(db.holder("k").as_deref(), Some("a"));
     assert_eq!(docs.holder("k").as_deref(), Some("b"));
 }
@@ -221,7 +221,7 @@ async fn renewals_that_hang_in_one_place_lose_only_its_leases_at_their_deadline(
     let item = jobs.acquire("k").await.unwrap();
     doc_store.hang_renewals();
 
-    soon(item.lease().lost()).await;
+    soon(item.lease().status().lost()).await;
     assert_eq!(Instant::now(), t0 + VALIDITY);
     settle().await;
     assert_eq!(
@@ -233,7 +233,7 @@ async fn renewals_that_hang_in_one_place_lose_only_its_leases_at_their_deadline(
     assert_eq!(store.calls(Op::Release), 0);
     sleep(3 * HEARTBEAT).await;
     assert!(
-        !lock.is_lost(),
+        !lock.status().is_lost(),
         "the lock collection's renewals went through"
     );
     assert_eq!(db.holder("k").as_deref(), Some("a"));
@@ -268,7 +268,7 @@ async fn a_release_in_a_document_place_wakes_its_waiter_at_once() {
         granted_at - released_at
     );
     assert_eq!(docs.holder("d").as_deref(), Some("a"));
-    assert!(!item.lease().is_lost());
+    assert!(!item.lease().status().is_lost());
 }
 
 #[tokio::test(start_paused = true)]
@@ -283,11 +283,11 @@ async fn release_all_releases_the_leases_of_every_place() {
     ];
 
     assert_eq!(a.release_all().await.unwrap(), 3);
-    assert!(lock.is_lost());
+    assert!(lock.status().is_lost());
     assert_released(&db, "k");
     for item in &items {
-        assert!(item.lease().is_lost());
-        assert_eq!(docs.holder(item.id().clone()), None);
+        assert!(item.lease().status().is_lost());
+        assert_eq!(docs.holder(item.key().clone()), None);
     }
     assert_eq!(store.calls(Op::Release), 1, "by lease id, one call");
     assert_eq!(store.calls(Op::ReleaseOwner), 0);
@@ -323,8 +323,8 @@ async fn release_all_releases_many_document_leases_in_batches() {
     sizes.sort();
     assert_eq!(sizes, [BATCH / 2, BATCH], "one call per renewal batch");
     for item in &items {
-        assert!(item.lease().is_lost());
-        assert_eq!(docs.holder(item.id().clone()), None);
+        assert!(item.lease().status().is_lost());
+        assert_eq!(docs.holder(item.key().clone()), None);
     }
 }
 
@@ -342,7 +342,7 @@ async fn release_all_releases_the_documents_even_if_the_lock_collections_release
         matches!(result, Err(Error::Unreachable { .. })),
         "the lock collection's error: {result:?}"
     );
-    assert!(lock.is_lost() && item.lease().is_lost());
+    assert!(lock.status().is_lost() && item.lease().status().is_lost());
     assert_eq!(doc_store.calls(Op::Release), 1);
     assert_eq!(docs.holder("d"), None, "released all the same");
     assert_eq!(
@@ -372,12 +372,12 @@ async fn shutdown_releases_the_leases_of_every_place_in_one_batch_per_place() {
     a.shutdown().await.unwrap();
     assert_eq!(Instant::now(), stopping, "no follow-up to wait for");
     for lock in &locks {
-        assert!(lock.is_lost());
+        assert!(lock.status().is_lost());
         assert_released(&db, lock.key());
     }
     for item in &items {
-        assert!(item.lease().is_lost());
-        assert_eq!(docs.doc(item.id().clone()), None, "lock field removed");
+        assert!(item.lease().status().is_lost());
+        assert_eq!(docs.doc(item.key().clone()), None, "lock field removed");
     }
     let released = |store: &MemoryStore| -> Vec<Vec<LeaseKey>> {
         calls(store, Op::Release)
@@ -435,7 +435,7 @@ async fn the_follow_up_of_a_young_document_lease_runs_at_acquisition_plus_delete
     sleep(BETWEEN_TICKS).await;
     a.shutdown().await.unwrap();
     assert_eq!(Instant::now(), acquired_at + DELETE_DELAY);
-    assert!(held.lease().is_lost() && lock.is_lost());
+    assert!(held.lease().status().is_lost() && lock.status().is_lost());
     assert_eq!(docs.doc("held"), None);
     assert_released(&db, "k");
 }
@@ -534,13 +534,11 @@ async fn the_same_collection_and_field_is_one_place_another_field_or_collection_
     let (a, store, _) = start(&db, "a");
     let first = a.documents::<Document>(JOBS).await.unwrap();
     let again = a
-        .documents_in_field::<Document>(JOBS, DEFAULT_LEASE_FIELD)
+        .documents::<Document>(JOBS)
+        .field(DEFAULT_LEASE_FIELD)
         .await
         .unwrap();
-    let other_field = a
-        .documents_in_field::<Document>(JOBS, "_claim")
-        .await
-        .unwrap();
+    let other_field = a.documents::<Document>(JOBS).field("_claim").await.unwrap();
     let other_collection = a.documents::<Document>("tasks").await.unwrap();
 
     let _item = first.acquire("d").await.unwrap();
@@ -616,12 +614,7 @@ async fn a_missing_document_is_created_only_for_a_caller_that_gave_fields_to_cre
     settle().await;
     let creating = started({
         let jobs = jobs.clone();
-        async move {
-            let options = crate::document::DocumentAcquireOptions::builder()
-                .create(doc! { "n": 0 })
-                .build();
-            jobs.acquire_with("d", options).await
-        }
+        async move { jobs.acquire("d").create(doc! { "n": 0 }).await }
     })
     .await;
 

@@ -219,10 +219,7 @@ async fn a_handoff_too_late_for_its_registration_is_confirmed_by_an_attempt() {
     let ttl = HEARTBEAT + SAFETY_MARGIN + Duration::from_millis(100);
     let wb = started({
         let b = b.clone();
-        async move {
-            let options = crate::config::AcquireOptions::builder().ttl(ttl).build();
-            b.acquire_with("k", &options).await
-        }
+        async move { b.acquire("k").ttl(ttl).await }
     })
     .await;
     soon(db.changed_until("k", |d| d.queue.len() == 1)).await;
@@ -367,12 +364,13 @@ async fn a_waiter_with_a_minimum_hold_leaves_the_queue_at_shutdown_too() {
     let (a, _, _) = start(&db, "a");
     let (b, sb, _) = start(&db, "b");
     let first = a.acquire("k").await.unwrap();
-    let options = crate::config::AcquireOptions::builder()
-        .hold_at_least(Duration::from_millis(500))
-        .build();
     let wb = started({
         let b = b.clone();
-        async move { b.acquire_with("k", &options).await }
+        async move {
+            b.acquire("k")
+                .hold_at_least(Duration::from_millis(500))
+                .await
+        }
     })
     .await;
     soon(db.changed_until("k", |d| d.queue.len() == 1)).await;
@@ -467,10 +465,10 @@ async fn a_handed_key_that_only_a_re_read_shows_is_granted_after_a_write_renews_
     );
     assert_eq!(sent[calls + 1], sent[calls], "retried at once");
     assert_eq!(lb.fencing_token(), handed.token, "the handed lease");
-    assert_eq!(lb.deadline(), Some(sent[calls + 1] + VALIDITY));
+    assert_eq!(lb.status().deadline(), Some(sent[calls + 1] + VALIDITY));
     let doc = db.doc("k").unwrap();
     assert!(
-        lb.deadline().unwrap() <= doc.exp,
+        lb.status().deadline().unwrap() <= doc.exp,
         "the local deadline is within the server's expiry"
     );
 }

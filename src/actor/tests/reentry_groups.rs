@@ -5,7 +5,6 @@
 //! takeovers, force releases).
 
 use super::*;
-use crate::config::AcquireOptions;
 use crate::holder::HolderId;
 use crate::status::LossReason;
 
@@ -13,13 +12,10 @@ use crate::status::LossReason;
 async fn a_re_entry_and_an_entrys_release_call_no_store() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    let options = AcquireOptions::builder()
-        .holder(HolderId::new())
-        .reentrant(true)
-        .build();
-    let outer = a.acquire_with("k", &options).await.unwrap();
+    let holder = HolderId::new();
+    let outer = a.acquire("k").holder(holder).reentrant().await.unwrap();
     let (acquires, releases) = (store.calls(Op::Acquire), store.calls(Op::Release));
-    let inner = a.acquire_with("k", &options).await.unwrap();
+    let inner = a.acquire("k").holder(holder).reentrant().await.unwrap();
     let entry = outer.reenter().unwrap();
     assert_eq!(inner.release().await.unwrap(), ReleaseOutcome::StillHeld);
     drop(entry);
@@ -44,12 +40,12 @@ async fn a_group_lease_deleted_by_someone_else_ends_the_group_at_once() {
     let group = a.acquire_all(["g1", "g2", "g3"]).await.unwrap();
     let t = Instant::now();
     db.delete("g2");
-    soon(group.lost()).await;
+    soon(group.status().lost()).await;
     assert_eq!(Instant::now(), t, "in the step that found g2 gone");
     for lease in group.leases() {
-        assert!(lease.is_lost(), "{} told", lease.key());
+        assert!(lease.status().is_lost(), "{} told", lease.key());
     }
-    assert_eq!(group.lost_reason(), Some(LossReason::Deleted));
+    assert_eq!(group.status().lost_reason(), Some(LossReason::Deleted));
     settle().await;
     assert_released(&db, "g1");
     assert_released(&db, "g3");

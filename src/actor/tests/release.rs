@@ -23,7 +23,7 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
 
     a.shutdown().await.unwrap();
     for lease in &leases {
-        assert!(lease.is_lost(), "{} not cancelled", lease.key());
+        assert!(lease.status().is_lost(), "{} not cancelled", lease.key());
         assert_released(&db, lease.key());
     }
     let releases = store.calls_of(Op::Release);
@@ -38,7 +38,14 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
 
     assert_shutdown(a.acquire("x").await);
     assert_shutdown(a.clone().try_acquire("x").await);
-    assert_shutdown(a.acquire("x").timeout(TTL).await.ok().transpose());
+    assert_shutdown(
+        a.acquire("x")
+            .into_future()
+            .timeout(TTL)
+            .await
+            .ok()
+            .transpose(),
+    );
     assert_shutdown(a.release_all().await);
     assert_shutdown(a.shutdown().await);
     for lease in leases {
@@ -93,7 +100,7 @@ async fn shutdown_releases_at_once_even_while_a_renewal_hangs() {
     })
     .await;
     settle().await;
-    assert!(lease.is_lost());
+    assert!(lease.status().is_lost());
     assert_released(&db, "k");
     // Only the reply waits for the hung renewal, bounded by the operation timeout.
     soon(shutdown).await.unwrap().unwrap();
@@ -143,7 +150,7 @@ async fn release_all_cancels_local_leases_with_one_command_by_lease_id() {
     assert_eq!(store.calls(Op::Release), 1);
     assert_eq!(store.calls(Op::ReleaseOwner), 0);
     for lease in [&l1, &l2, &l3] {
-        assert!(lease.is_lost(), "{} not cancelled", lease.key());
+        assert!(lease.status().is_lost(), "{} not cancelled", lease.key());
     }
     assert_released(&db, "k1");
     assert_released(&db, "k2");
@@ -153,7 +160,7 @@ async fn release_all_cancels_local_leases_with_one_command_by_lease_id() {
 
     let (_, k3) = soon(next).await.unwrap().unwrap();
     assert!(k3.fencing_token() > l3.fencing_token());
-    assert!(!k3.is_lost());
+    assert!(!k3.status().is_lost());
     assert_eq!(db.holder("k3").as_deref(), Some("a"));
 
     assert_eq!(l1.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
@@ -190,9 +197,9 @@ async fn release_all_spares_an_acquisition_in_flight() {
     let (granted_at, lease) = soon(pending).await.unwrap().unwrap();
     assert_eq!(granted_at, t + Duration::from_millis(50));
     assert_eq!(soon(release_all).await.unwrap().unwrap(), 1);
-    assert!(held.is_lost());
+    assert!(held.status().is_lost());
     assert_eq!(Instant::now(), t + Duration::from_millis(110));
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert_eq!(
         db.holder("f").as_deref(),
         Some("a"),
@@ -215,7 +222,7 @@ async fn release_all_spares_an_acquisition_started_while_it_is_in_flight() {
     sleep(Duration::from_millis(10)).await;
     let lease = a.acquire("n").await.unwrap();
     assert_eq!(soon(release_all).await.unwrap().unwrap(), 1);
-    assert!(held.is_lost() && !lease.is_lost());
+    assert!(held.status().is_lost() && !lease.status().is_lost());
     assert_eq!(
         db.holder("n").as_deref(),
         Some("a"),
@@ -240,7 +247,7 @@ async fn release_all_landing_after_its_caller_gave_up_ends_no_lease_acquired_sin
     }
     let sent = Instant::now();
     assert!(a.release_all().await.is_err(), "given up by its caller");
-    assert!(old.is_lost());
+    assert!(old.status().is_lost());
     for op in [Op::Release, Op::ReleaseOwner] {
         store.set_fault(op, None);
     }
@@ -252,7 +259,7 @@ async fn release_all_landing_after_its_caller_gave_up_ends_no_lease_acquired_sin
         Some("a"),
         "the late release ended a lease acquired after it was sent"
     );
-    assert!(!new.is_lost());
+    assert!(!new.status().is_lost());
 }
 
 // ----- read model, payload, observers ----------------------------------------
@@ -276,7 +283,7 @@ async fn set_payload_on_a_lease_taken_on_the_server_reports_it_lost_and_fires_it
     db.force_take("k", "b", TTL);
     let result = lease.set_payload(mongodb::bson::doc! { "addr": "y" }).await;
     assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
-    assert!(lease.is_lost(), "a confirmed loss fires the token");
+    assert!(lease.status().is_lost(), "a confirmed loss fires the token");
     assert_eq!(store.calls(Op::SetPayload), 2);
     // Known lost locally: answered without a round trip.
     let result = lease.set_payload(mongodb::bson::doc! {}).await;
@@ -337,11 +344,11 @@ async fn force_release_of_a_local_lease_cancels_it_and_serves_the_next_waiter() 
         .unwrap()
         .expect("held");
     assert_eq!(released.fencing_token, lease.fencing_token());
-    assert!(lease.is_lost());
+    assert!(lease.status().is_lost());
     let (_, second) = soon(next).await.unwrap().unwrap();
     assert!(second.fencing_token() > lease.fencing_token());
     assert_eq!(a.force_release("other").await.unwrap(), None);
-    let (page, next) = a.list_page(None, 10).await.unwrap();
+    let (page, next) = a.list().page(None, 10).await.unwrap();
     assert_eq!(page.len(), 1);
     assert_eq!(next, None);
 }
@@ -596,7 +603,7 @@ async fn delete_mode_deletes_an_old_lease_at_release_and_a_young_one_once_its_to
     sleep(DELETE_DELAY).await;
     settle().await;
     assert_eq!(db.holder("again").as_deref(), Some("a"));
-    assert!(!held.is_lost());
+    assert!(!held.status().is_lost());
     a.shutdown().await.unwrap();
 }
 
@@ -641,7 +648,7 @@ async fn delete_mode_shutdown_returns_once_young_leases_documents_are_deleted() 
     let young = a.acquire("young").await.unwrap();
     a.shutdown().await.unwrap();
     assert_eq!(Instant::now(), acquired_at + DELETE_DELAY);
-    assert!(old.is_lost() && young.is_lost());
+    assert!(old.status().is_lost() && young.status().is_lost());
     assert_eq!(db.doc("old"), None);
     assert_eq!(db.doc("young"), None);
 }

@@ -36,7 +36,7 @@ async fn a_heartbeats_batches_are_sent_a_few_at_a_time_as_they_are_answered() {
         let exp = db.doc(format!("k{i}")).unwrap().exp;
         assert!(exp > t0 + TTL, "k{i} renewed at the tick's round");
     }
-    assert!(leases.iter().all(|l| !l.is_lost()));
+    assert!(leases.iter().all(|l| !l.status().is_lost()));
     manager.shutdown().await.unwrap();
 }
 
@@ -83,7 +83,7 @@ async fn each_heartbeat_renews_every_lease_in_ceil_n_over_batch_calls() {
                 assert_eq!(db.doc(format!("k{i}")).unwrap().exp, tick_at + TTL);
             }
         }
-        assert!(leases.iter().all(|l| !l.is_lost()));
+        assert!(leases.iter().all(|l| !l.status().is_lost()));
         assert_eq!(store.leases_renewed(), 3 * n);
         manager.shutdown().await.unwrap();
         assert_eq!(
@@ -127,7 +127,7 @@ async fn hung_renewals_fire_the_token_exactly_at_the_local_deadline_before_serve
 
     let acquired_at = Instant::now();
     let lease = a.acquire("k").await.unwrap();
-    let token = lease.cancellation_token();
+    let token = lease.status().cancellation_token();
     let other = waiter(&b, "k").await;
 
     sleep_until(acquired_at + VALIDITY - MS).await;
@@ -194,7 +194,7 @@ async fn the_deadline_counts_from_the_start_of_the_acquire_not_its_reply() {
         db.doc("k").unwrap().exp,
         t0 + Duration::from_millis(200) + TTL
     );
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(Instant::now(), t0 + VALIDITY);
 }
 
@@ -208,7 +208,10 @@ async fn an_acquire_answered_after_its_deadline_is_given_back_and_tried_again() 
     let (a, store, t0) = start(&db, "a");
     store.fault_next(Op::Acquire, Fault::Delay(TTL), 1);
     let lease = a.acquire("k").await.unwrap();
-    assert!(!lease.is_lost(), "handed out with a deadline ahead");
+    assert!(
+        !lease.status().is_lost(),
+        "handed out with a deadline ahead"
+    );
     let calls = store.acquire_calls("k");
     assert_eq!(calls.len(), 2, "the late one, then a fresh one");
     assert_eq!(calls[0], t0);
@@ -223,7 +226,7 @@ async fn an_acquire_answered_after_its_deadline_is_given_back_and_tried_again() 
     );
     sleep_until(calls[1] + VALIDITY - MS).await;
     assert!(
-        !lease.is_lost(),
+        !lease.status().is_lost(),
         "its deadline counts from the fresh attempt"
     );
     assert_eq!(db.holder("k").as_deref(), Some("a"));
@@ -240,12 +243,15 @@ async fn the_deadline_counts_from_the_start_of_the_last_confirmed_renewal() {
     sleep_until(t0 + HEARTBEAT + MS).await;
     store.hang_renewals();
     sleep_until(t0 + VALIDITY + MS).await;
-    assert!(!lease.is_lost(), "the confirmed renewal moved the deadline");
+    assert!(
+        !lease.status().is_lost(),
+        "the confirmed renewal moved the deadline"
+    );
     assert_eq!(
         db.doc("k").unwrap().exp,
         t0 + Duration::from_millis(1_400) + TTL
     );
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(
         Instant::now(),
         t0 + HEARTBEAT + VALIDITY,
@@ -259,7 +265,7 @@ async fn a_deadline_release_frees_the_key_at_once() {
     let (a, store, t0) = start(&db, "a");
     store.hang_renewals();
     let lease = a.acquire("k").await.unwrap();
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(Instant::now(), t0 + VALIDITY);
     settle().await;
     assert_released(&db, "k");
@@ -280,10 +286,10 @@ async fn renewed_leases_are_kept_over_many_ttls() {
 
     let held_for = TTL * 20 + HEARTBEAT / 2;
     assert!(
-        timeout(held_for, lease.lost()).await.is_err(),
+        timeout(held_for, lease.status().lost()).await.is_err(),
         "lease lost while renewed"
     );
-    assert!(!slow.is_lost());
+    assert!(!slow.status().is_lost());
     assert_eq!(store.calls(Op::Renew), 60, "one renewal per tick");
     let last_tick = t0 + HEARTBEAT * 60;
     assert_eq!(
@@ -305,10 +311,10 @@ async fn a_renewal_that_finds_the_lease_taken_cancels_the_token_at_that_heartbea
     let (a, store, t0) = start_without_change_streams(&db, "a");
     let lease = a.acquire("k").await.unwrap();
     sleep_until(t0 + HEARTBEAT + HEARTBEAT / 2).await;
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     let their_token = db.force_take("k", "intruder", TTL);
 
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(
         Instant::now(),
         t0 + HEARTBEAT * 2,
@@ -339,12 +345,12 @@ async fn a_lease_lost_to_expiry_on_the_server_is_detected_at_the_next_heartbeat(
     // Nobody took it: the renewal still matches the lease id and extends it,
     // as on MongoDB (renewals do not check expiry).
     sleep_until(t0 + HEARTBEAT + HEARTBEAT / 2).await;
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert_eq!(db.holder("k").as_deref(), Some("a"));
     // Taken after expiry: lost at the next renewal.
     db.expire("k");
     db.try_take("k", "b", TTL);
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(Instant::now(), t0 + HEARTBEAT * 2);
 }
 
@@ -370,14 +376,14 @@ async fn transient_renewal_failures_are_retried_with_backoff_and_the_lease_kept(
             step / 2
         );
     }
-    assert!(!lease.is_lost());
+    assert!(!lease.status().is_lost());
     assert_eq!(
         db.doc("k").unwrap().exp,
         calls[3].at + TTL,
         "the last retry renewed it"
     );
     // Heartbeats resume; the lease lives on.
-    assert!(timeout(TTL * 3, lease.lost()).await.is_err());
+    assert!(timeout(TTL * 3, lease.status().lost()).await.is_err());
     assert_eq!(store.calls(Op::Renew), 4 + 9);
 }
 
@@ -395,11 +401,14 @@ async fn a_retry_that_succeeds_just_before_the_deadline_keeps_the_lease() {
     store.set_fault(Op::Renew, None);
 
     sleep_until(t0 + VALIDITY + MS).await;
-    assert!(!lease.is_lost(), "a confirmed renewal moved the deadline");
+    assert!(
+        !lease.status().is_lost(),
+        "a confirmed renewal moved the deadline"
+    );
     let saved_by = store.calls_of(Op::Renew)[failed].at;
     assert!(saved_by < t0 + VALIDITY, "{:?}", saved_by - t0);
     assert_eq!(db.doc("k").unwrap().exp, saved_by + TTL);
-    assert!(timeout(TTL * 3, lease.lost()).await.is_err());
+    assert!(timeout(TTL * 3, lease.status().lost()).await.is_err());
 }
 
 #[tokio::test(start_paused = true)]
@@ -409,7 +418,7 @@ async fn renewals_failing_until_the_deadline_lose_the_lease_exactly_then() {
     let lease = a.acquire("k").await.unwrap();
     store.fail_renewals();
 
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(Instant::now(), t0 + VALIDITY);
     let retries = store.calls(Op::Renew);
     assert!(retries >= 5, "renewal retried: {retries}");
@@ -442,7 +451,7 @@ async fn a_ttl_cap_from_a_ts_index_shortens_the_local_deadline() {
     let lease = a.acquire("k").await.unwrap();
     store.fail_renewals();
 
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(Instant::now(), t0 + cap - SAFETY_MARGIN);
     assert!(Instant::now() < t0 + VALIDITY);
 }
@@ -461,17 +470,13 @@ async fn a_ttl_cap_longer_than_the_ttl_keeps_the_ttl_deadline() {
     let lease = a.acquire("k").await.unwrap();
     store.fail_renewals();
 
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(Instant::now(), t0 + VALIDITY);
 }
 
 // ----- per-lease TTL -----------------------------------------------------------
 
 const LONG_TTL: Duration = Duration::from_secs(6);
-
-fn with_ttl(ttl: Duration) -> crate::config::AcquireOptions {
-    crate::config::AcquireOptions::builder().ttl(ttl).build()
-}
 
 #[tokio::test(start_paused = true)]
 async fn leases_of_two_ttls_renew_in_one_call_per_ttl_and_batch_each_to_its_own_ttl() {
@@ -482,7 +487,8 @@ async fn leases_of_two_ttls_renew_in_one_call_per_ttl_and_batch_each_to_its_own_
     for i in 0..n {
         leases.push(manager.acquire(format!("short{i}")).await.unwrap());
         let long = manager
-            .acquire_with(format!("long{i}"), &with_ttl(LONG_TTL))
+            .acquire(format!("long{i}"))
+            .ttl(LONG_TTL)
             .await
             .unwrap();
         assert_eq!(long.ttl(), LONG_TTL);
@@ -523,7 +529,7 @@ async fn leases_of_two_ttls_renew_in_one_call_per_ttl_and_batch_each_to_its_own_
             assert_eq!(db.doc(format!("long{i}")).unwrap().exp, tick_at + LONG_TTL);
         }
     }
-    assert!(leases.iter().all(|l| !l.is_lost()));
+    assert!(leases.iter().all(|l| !l.status().is_lost()));
     manager.shutdown().await.unwrap();
 }
 
@@ -532,13 +538,13 @@ async fn each_lease_loses_at_the_local_deadline_of_its_own_ttl() {
     let db = MemoryDb::new();
     let (a, store, t0) = start(&db, "a");
     let short = a.acquire("short").await.unwrap();
-    let long = a.acquire_with("long", &with_ttl(LONG_TTL)).await.unwrap();
+    let long = a.acquire("long").ttl(LONG_TTL).await.unwrap();
     store.hang_renewals();
 
-    soon(short.lost()).await;
+    soon(short.status().lost()).await;
     assert_eq!(Instant::now(), t0 + VALIDITY);
-    assert!(!long.is_lost());
-    soon(long.lost()).await;
+    assert!(!long.status().is_lost());
+    soon(long.status().lost()).await;
     assert_eq!(Instant::now(), t0 + LONG_TTL - SAFETY_MARGIN);
 }
 
@@ -548,12 +554,14 @@ async fn a_lease_ttl_that_breaks_the_heartbeat_rule_is_refused_before_any_round_
     let (a, store, _) = start(&db, "a");
     // HEARTBEAT (1 s) is not shorter than 1.2 s - SAFETY_MARGIN (0.3 s).
     for ttl in [Duration::from_millis(1_200), Duration::from_millis(5)] {
-        let error = a.acquire_with("k", &with_ttl(ttl)).await.unwrap_err();
+        let error = a.acquire("k").ttl(ttl).await.unwrap_err();
         assert!(matches!(error, Error::InvalidConfig { .. }), "{error}");
-        let error = a.try_acquire_with("k", &with_ttl(ttl)).await.unwrap_err();
+        let error = a.try_acquire("k").ttl(ttl).await.unwrap_err();
         assert!(error.is_invalid_input(), "{error}");
         let error = a
-            .acquire_with("k", &with_ttl(ttl))
+            .acquire("k")
+            .ttl(ttl)
+            .into_future()
             .timeout(HEARTBEAT)
             .await
             .ok()
@@ -563,7 +571,8 @@ async fn a_lease_ttl_that_breaks_the_heartbeat_rule_is_refused_before_any_round_
     }
     assert_eq!(store.calls(Op::Acquire), 0, "nothing was sent");
     let ok = a
-        .acquire_with("k", &with_ttl(Duration::from_millis(1_400)))
+        .acquire("k")
+        .ttl(Duration::from_millis(1_400))
         .await
         .unwrap();
     assert_eq!(ok.ttl(), Duration::from_millis(1_400));
@@ -582,7 +591,7 @@ async fn a_lease_granted_to_a_later_waiter_keeps_the_deadline_of_the_ttl_written
     let first = waiter(&a, "k").await;
     let second = {
         let a = a.clone();
-        started(async move { a.acquire_with("k", &with_ttl(LONG_TTL)).await }).await
+        started(async move { a.acquire("k").ttl(LONG_TTL).await }).await
     };
     first.abort();
     let lease = soon(second).await.unwrap().unwrap();
@@ -592,6 +601,6 @@ async fn a_lease_granted_to_a_later_waiter_keeps_the_deadline_of_the_ttl_written
         t0 + Duration::from_millis(100) + TTL,
         "written for the first waiter"
     );
-    soon(lease.lost()).await;
+    soon(lease.status().lost()).await;
     assert_eq!(Instant::now(), t0 + VALIDITY, "the written TTL's deadline");
 }

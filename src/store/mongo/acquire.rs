@@ -396,7 +396,7 @@ pub(super) fn acquire_pipeline(
     acquired.insert(field::QUEUE, queue_after_acquisition(owner));
     if let Some(payload) = payload {
         // In the acquiring write itself, a retry included, so that no
-        // reader sees this acquisition without it (`AcquireOptions::payload`).
+        // reader sees this acquisition without it (`Acquire::payload`).
         acquired.insert(field::PAYLOAD, doc! { "$literal": payload });
     }
     if let Some(hold_ms) = hold_ms {

@@ -79,7 +79,7 @@ pub(crate) struct CollectionFacts {
     /// MongoDB may delete a lease that long after its last renewal, so local
     /// deadlines use `min(lease TTL, it)` (see the module docs). Kept also
     /// when it is not shorter than the manager's TTL: a lease acquired with
-    /// a longer TTL of its own (`AcquireOptions::ttl`) is capped by it.
+    /// a longer TTL of its own (`Acquire::ttl`) is capped by it.
     pub ttl_cap: Option<Duration>,
     /// The collection is shared with other applications' lock clients: it
     /// holds a foreign holder's lock of a recognised shape
@@ -452,7 +452,7 @@ fn check_ttl_index(index: &IndexModel, timing: &Timing, ns: &str) -> Result<Opti
                 ));
             }
             // Returned even when not shorter than the manager's TTL: a lease's
-            // own TTL (`AcquireOptions::ttl`) may be longer.
+            // own TTL (`Acquire::ttl`) may be longer.
             Ok(Some(expire_after))
         }
         field::ACQUIRED_AT | field::WAITING_SINCE | field::YIELD_UNTIL => refuse(format!(

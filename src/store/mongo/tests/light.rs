@@ -5,6 +5,7 @@
 //! first alone, those asked for meanwhile together.
 
 use super::*;
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -754,7 +755,9 @@ async fn a_managers_acquires_and_releases_asked_for_at_once_are_grouped() {
     .unwrap();
     env.commands.counts();
     let keys: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
-    let acquires = keys.iter().map(|k| manager.acquire(k.as_str()));
+    let acquires = keys
+        .iter()
+        .map(|k| manager.acquire(k.as_str()).into_future());
     let leases: Vec<crate::lease::Lease> = futures::future::join_all(acquires)
         .await
         .into_iter()
