@@ -11,7 +11,7 @@
 //! Run it (about 8 s):
 //!
 //! ```text
-//! cargo run --example election        # starts a throwaway mongod (installed into .tools/ on first use)
+//! cargo run --example election        # starts a throwaway mongod (installed into ~/.cache/mongo-lease/ on first use)
 //! MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' cargo run --example election
 //! ```
 
