@@ -255,7 +255,8 @@ async fn finish(manager: &LeaseManager, code: Result<u8, Failure>) -> Result<u8,
     let shutdown = manager.shutdown().await;
     let code = code?;
     if let Err(e) = shutdown {
-        tracing::warn!(error = %e, "shutdown failed; leases expire after their TTL");
+        let error = explain::error(&e);
+        tracing::warn!(%error, "shutdown failed; leases expire after their TTL");
     }
     Ok(code)
 }
