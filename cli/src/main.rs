@@ -299,6 +299,19 @@ async fn connect_with(
     options.server_selection_timeout = Some(selection);
     options.connect_timeout = Some(c.connect_timeout);
     options.app_name.get_or_insert_with(|| "mongo-lease".into());
+    // Whether the driver's monitoring found a standalone server: read from
+    // its own events, the tool sends no command of its own.
+    let standalone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    options.sdam_event_handler = Some(mongodb::event::EventHandler::callback({
+        let standalone = standalone.clone();
+        move |event| {
+            if let mongodb::event::sdam::SdamEvent::ServerDescriptionChanged(changed) = event
+                && changed.new_description.server_type() == mongodb::ServerType::Standalone
+            {
+                standalone.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }));
     let client = mongodb::Client::with_options(options).map_err(invalid)?;
     let owner_id = c.owner_id.clone().unwrap_or_else(default_owner_id);
     let mut options = LeaseManagerOptions::builder()
@@ -328,23 +341,15 @@ async fn connect_with(
         }
         failure
     })?;
-    if !c.quiet {
-        warn_if_standalone(&client).await;
+    // `connect` has used the server: its description is in.
+    if !c.quiet && standalone.load(std::sync::atomic::Ordering::Relaxed) {
+        warn_standalone();
     }
     Ok(manager)
 }
 
-/// A line on stderr if the deployment is a standalone server, saying what
-/// it gives up.
-async fn warn_if_standalone(client: &mongodb::Client) {
-    let hello = client
-        .database("admin")
-        .run_command(mongodb::bson::doc! { "hello": 1 })
-        .await;
-    let Ok(hello) = hello else { return };
-    if hello.contains_key("setName") || hello.get_str("msg") == Ok("isdbgrid") {
-        return;
-    }
+/// A line on stderr for a standalone server, saying what it gives up.
+fn warn_standalone() {
     eprintln!(
         "mongo-lease: warning: MongoDB is a standalone server, not a replica set: no failover, \
          and no change streams, so waiters and watch poll (about every 0.5 s) instead of being \

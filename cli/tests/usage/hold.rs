@@ -79,3 +79,16 @@ async fn elect_holds_leadership_until_interrupted_and_prints_the_term() {
     assert!(!info.held, "resigned: {info:?}");
     observer.shutdown().await.unwrap();
 }
+
+#[test]
+fn a_leader_follower_says_who_leads_and_runs_a_shell_command_once_leader() {
+    let env = Env::new("cli_follower");
+    let mut first = env.spawn(&["elect", "jobs"]);
+    let term = token_of(&first.expect_line("jobs "));
+    let follower = env.spawn(&["leader", "--name", "jobs", "-c", "echo led $MONGO_LEASE_TOKEN"]);
+    let line = follower.expect_line("campaigning for \"jobs\"");
+    assert!(line.contains(&format!("(term {term})")), "{line}");
+    first.signal(libc::SIGTERM);
+    assert_eq!(first.wait(), 0);
+    assert!(token_of(&follower.expect_line("led ")) > term);
+}
