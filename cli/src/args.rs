@@ -179,8 +179,10 @@ pub enum Commands {
     /// Waits for the key (as exec: -n, -w SECONDS, -s, --permits N), then
     /// prints the key and its fencing token on stdout, one line per key
     /// (`KEY TOKEN`; --json: an object per key), keeps the lease renewed,
-    /// and releases it on SIGINT or SIGTERM (exit 0). If the lease is lost
-    /// meanwhile, it says so and exits 76.
+    /// and releases it on SIGINT or SIGTERM (exit 0), or when someone asks
+    /// to release it (`release KEY --request`; `--on-revoke none` ignores
+    /// requests). If the lease is lost meanwhile, it says so and exits 76.
+    /// --http serves /healthz and /metrics, as for exec.
     Lock(LockArgs),
     /// Campaign in an election and hold leadership until interrupted (like
     /// `etcdctl elect`).

@@ -145,9 +145,14 @@ async fn next_revocation(revoke: &mut OnRevoke) -> i32 {
 }
 
 /// Holds the lease, with no command (`lock`, `elect`), until SIGTERM or
-/// SIGINT (also one received since `signals` started listening), which end
-/// it with exit code 0, or until `lost` completes.
-pub async fn hold(lost: WaitForCancellationFutureOwned, signals: &Signals) -> ChildOutcome {
+/// SIGINT (also one received since `signals` started listening) or a
+/// request to release it (`revoke`, as the signal it would send a
+/// command), which end it with exit code 0, or until `lost` completes.
+pub async fn hold(
+    lost: WaitForCancellationFutureOwned,
+    signals: &Signals,
+    mut revoke: OnRevoke,
+) -> ChildOutcome {
     // A clone of the receiver that has marked nothing seen: any signal
     // since `Signals::listen` counts, also one that came in while the
     // key and token were printed.
@@ -160,6 +165,7 @@ pub async fn hold(lost: WaitForCancellationFutureOwned, signals: &Signals) -> Ch
     tokio::select! {
         () = lost => ChildOutcome::Lost,
         () = signal => ChildOutcome::Exited(0),
+        _ = next_revocation(&mut revoke) => ChildOutcome::Exited(0),
     }
 }
 

@@ -96,7 +96,7 @@ pub async fn exec(
     let revoke = args.on_revoke.signal().map(|signal| (events, signal));
     let outcome = if args.command.is_empty() {
         print_held(held.leases(), json, say);
-        child::hold(held.lost(), &signals).await
+        child::hold(held.lost(), &signals, revoke).await
     } else {
         child::run(
             &args.command,

@@ -58,7 +58,7 @@ pub async fn leader(
                 "holding leadership until SIGINT or SIGTERM (Ctrl-C), which resign it"
             ));
             let term = leadership.term();
-            let outcome = child::hold(leadership.lost(), &signals).await;
+            let outcome = child::hold(leadership.lost(), &signals, None).await;
             let _ = leadership.resign().await;
             return Ok(match outcome {
                 ChildOutcome::Exited(code) => code,

@@ -131,14 +131,6 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     let json = cli.connection.json;
     let say = output::Say::new(&cli.connection);
     match cli.command {
-        Commands::Lock(lease) => {
-            let args = ExecArgs::hold(lease.resolve());
-            args.check(cli.connection.release_mode)?;
-            let manager = connect(&cli.connection, Some(&args.timing)).await?;
-            let status = http::Status::default();
-            let code = exec(&manager, args, json, &status, say).await;
-            finish(&manager, code).await
-        }
         Commands::Elect(args) => {
             let args = args.into_leader();
             args.timing.check()?;
@@ -147,8 +139,12 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let code = leader(&manager, args, &status, json, say).await;
             finish(&manager, code).await
         }
-        Commands::Exec(args) => {
-            let args = args.resolve();
+        command @ (Commands::Exec(_) | Commands::Lock(_)) => {
+            let args = match command {
+                Commands::Exec(args) => args.resolve(),
+                Commands::Lock(lease) => ExecArgs::hold(lease.resolve()),
+                _ => unreachable!("matched above"),
+            };
             args.check(cli.connection.release_mode)?;
             let http = Http::bind(args.http.http.as_deref()).await?;
             let manager = connect(&cli.connection, Some(&args.timing)).await?;

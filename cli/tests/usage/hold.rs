@@ -92,3 +92,23 @@ fn a_leader_follower_says_who_leads_and_runs_a_shell_command_once_leader() {
     assert_eq!(first.wait(), 0);
     assert!(token_of(&follower.expect_line("led ")) > term);
 }
+
+#[test]
+fn lock_releases_on_request_unless_told_to_ignore_requests() {
+    let env = Env::new("cli_lock_request");
+    let mut lock = env.spawn(&["lock", "job"]);
+    lock.expect_line("job ");
+    let out = env.run(&["release", "job", "--request"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(lock.wait(), 0, "{:?}", lock.rest());
+    let out = env.run(&["exec", "job", "-n", "-c", "true"]);
+    assert_eq!(out.status.code(), Some(0), "released");
+
+    let lock = env.spawn(&["lock", "job", "--on-revoke", "none"]);
+    lock.expect_line("job ");
+    let out = env.run(&["release", "job", "--request"]);
+    assert_eq!(out.status.code(), Some(0));
+    // Still held: a request changes nothing.
+    let out = env.run(&["exec", "job", "-n", "-c", "true"]);
+    assert_eq!(out.status.code(), Some(NOT_ACQUIRED));
+}
