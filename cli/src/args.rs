@@ -357,7 +357,12 @@ pub struct ExecArgs {
 
     /// Run this shell command (with `/bin/sh -c`, as `flock -c`) instead
     /// of `-- CMD ARGS...`.
-    #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND", conflicts_with = "command")]
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SHELL_COMMAND",
+        conflicts_with = "command"
+    )]
     pub shell: Option<String>,
 
     /// The command and its arguments.
@@ -597,7 +602,8 @@ impl KeyArg {
             ));
         }
         if keys.len() > 1
-            && let Some(key) = (self.positional.iter().chain(&self.key)).find(|key| key.contains('\n'))
+            && let Some(key) =
+                (self.positional.iter().chain(&self.key)).find(|key| key.contains('\n'))
         {
             return Err(Failure::usage(format!(
                 "--key {key:?} contains a newline, which separates the keys in \
@@ -674,7 +680,12 @@ pub struct LeaderArgs {
 
     /// Run this shell command (with `/bin/sh -c`) instead of `-- CMD
     /// ARGS...`.
-    #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND", conflicts_with = "command")]
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SHELL_COMMAND",
+        conflicts_with = "command"
+    )]
     pub shell: Option<String>,
 
     /// The command and its arguments.

@@ -16,7 +16,12 @@ pub static SELECTION_TIMEOUT: OnceLock<(Duration, Duration)> = OnceLock::new();
 /// `e` as one sentence, for a user of the command line.
 pub fn error(e: &Error) -> String {
     match e {
-        Error::Unreachable { source, reason, .. } => unreachable(source.as_ref(), reason),
+        Error::Unreachable {
+            source,
+            reason,
+            waited,
+            ..
+        } => unreachable(source.as_ref(), reason, *waited),
         Error::Database(e) => format!("MongoDB operation failed: {}", driver(e)),
         Error::InvalidConfig { .. } => config(&e.to_string()),
         _ => scrub(&e.to_string()),
@@ -24,18 +29,21 @@ pub fn error(e: &Error) -> String {
 }
 
 /// An unreachable deployment: where, why, how long, what to do.
-fn unreachable(source: Option<&mongodb::error::Error>, reason: &str) -> String {
+/// The time quoted is the driver's server selection's when it gave up (it
+/// waits 0.8 × --connect-timeout), else the operation's.
+fn unreachable(source: Option<&mongodb::error::Error>, reason: &str, waited: Duration) -> String {
     let cause = match source {
         Some(e) => driver(e),
         None => scrub(reason),
     };
+    let selection = source.is_some_and(|e| matches!(&*e.kind, ErrorKind::ServerSelection { .. }));
     let waited = match SELECTION_TIMEOUT.get() {
-        Some((selection, connect)) => format!(
+        Some((selection_timeout, connect)) if selection => format!(
             " within {} (0.8 × --connect-timeout {})",
-            crate::args::fmt(*selection),
+            crate::args::fmt(*selection_timeout),
             crate::args::fmt(*connect)
         ),
-        None => String::new(),
+        _ => format!(" within {}", crate::args::fmt(waited)),
     };
     let advice = if cause.contains("replicaSet") {
         ""
@@ -51,7 +59,9 @@ pub fn driver(e: &mongodb::error::Error) -> String {
     match &*e.kind {
         ErrorKind::InvalidArgument { message, .. } => scrub(message),
         ErrorKind::ServerSelection { message, .. } => server_selection(message),
-        ErrorKind::DnsResolve { message, .. } => format!("cannot resolve the host: {}", scrub(message)),
+        ErrorKind::DnsResolve { message, .. } => {
+            format!("cannot resolve the host: {}", scrub(message))
+        }
         ErrorKind::Authentication { message, .. } => {
             format!("authentication failed: {}", scrub(message))
         }
@@ -144,7 +154,11 @@ fn config(message: &str) -> String {
                 shorter one"
             .into();
     }
-    scrub(message.strip_prefix("invalid configuration: ").unwrap_or(message))
+    scrub(
+        message
+            .strip_prefix("invalid configuration: ")
+            .unwrap_or(message),
+    )
 }
 
 #[cfg(test)]
@@ -161,6 +175,9 @@ mod tests {
         let message = "Server selection timeout: No available servers. Topology: { Type: \
             ReplicaSetNoPrimary, Set Name: rs9 }";
         assert!(server_selection(message).contains("\"rs9\""));
-        assert_eq!(os_error("I/O error: Connection refused (os error 111)"), "Connection refused");
+        assert_eq!(
+            os_error("I/O error: Connection refused (os error 111)"),
+            "Connection refused"
+        );
     }
 }

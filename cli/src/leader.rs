@@ -40,7 +40,11 @@ pub async fn leader(
                 unreachable!("the progress report never ends")
             }
         };
-        say.info(format_args!("leader of {} (term {})", shown, leadership.term()));
+        say.info(format_args!(
+            "leader of {} (term {})",
+            shown,
+            leadership.term()
+        ));
         if args.command.is_empty() {
             // `elect`: the name and term on stdout, held until interrupted.
             if json {

@@ -573,7 +573,8 @@ impl Say {
 /// (`held by OWNER (fencing token N) until T (in 25.0s)`); `term` names the
 /// token of an election.
 pub fn held_by(h: &LeaseInfo, token: &str) -> String {
-    let until_then = |t: SystemTime| format!("until {} (in {})", time(t), short(until(h.server_time, t)));
+    let until_then =
+        |t: SystemTime| format!("until {} (in {})", time(t), short(until(h.server_time, t)));
     if expiry_unknown(h) {
         return format!(
             "held by a foreign holder {:?} (another application's lock document, with no expiry)",
@@ -589,11 +590,18 @@ pub fn held_by(h: &LeaseInfo, token: &str) -> String {
     }
     if h.kind.is_multi_holder() {
         let how = match h.kind {
-            LeaseKind::Permit { permits } => format!("{} of its {permits} permits taken", h.holders.len()),
+            LeaseKind::Permit { permits } => {
+                format!("{} of its {permits} permits taken", h.holders.len())
+            }
             _ => format!("held shared by {}", h.holders.len()),
         };
         return format!("{how}, the first ending {}", {
-            let first = h.holders.iter().map(|x| x.expires_at).min().unwrap_or(h.expires_at);
+            let first = h
+                .holders
+                .iter()
+                .map(|x| x.expires_at)
+                .min()
+                .unwrap_or(h.expires_at);
             until_then(first)
         });
     }

@@ -60,9 +60,7 @@ pub const CACHE_DIR_ENV: &str = "MONGO_LEASE_CACHE_DIR";
 pub fn cache_dir() -> Result<PathBuf, TestkitError> {
     cache_dir_from(|name| std::env::var_os(name)).ok_or_else(|| TestkitError::Install {
         dest: PathBuf::from("mongo-lease/mongodb"),
-        reason: format!(
-            "no cache directory: set {CACHE_DIR_ENV}, XDG_CACHE_HOME or HOME"
-        ),
+        reason: format!("no cache directory: set {CACHE_DIR_ENV}, XDG_CACHE_HOME or HOME"),
     })
 }
 

@@ -28,7 +28,11 @@ fn one_sentence(out: &std::process::Output) -> String {
 #[test]
 fn connection_errors_name_the_cause_and_the_flag_without_driver_debug_output() {
     let env = Env::new("cli_errors");
-    let out = env.cmd(&["list"]).env("MONGODB_URI", "foo://x").output().unwrap();
+    let out = env
+        .cmd(&["list"])
+        .env("MONGODB_URI", "foo://x")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(USAGE));
     let text = one_sentence(&out);
     assert!(text.contains("invalid --uri (or MONGODB_URI)"), "{text}");
@@ -42,22 +46,36 @@ fn connection_errors_name_the_cause_and_the_flag_without_driver_debug_output() {
     assert_eq!(out.status.code(), Some(UNAVAILABLE));
     let text = one_sentence(&out);
     assert!(text.contains("127.0.0.1:1: Connection refused"), "{text}");
-    assert!(text.contains("within 400ms (0.8 × --connect-timeout 500ms)"), "{text}");
+    assert!(
+        text.contains("within 400ms (0.8 × --connect-timeout 500ms)"),
+        "{text}"
+    );
 
     // The shared test deployment under another replica set name.
     let uri = env.uri.clone();
     let wrong = match uri.find("replicaSet=") {
         Some(_) => regex_free_replace(&uri),
-        None => format!("{uri}{}replicaSet=nosuchset", if uri.contains('?') { "&" } else { "/?" }),
+        None => format!(
+            "{uri}{}replicaSet=nosuchset",
+            if uri.contains('?') { "&" } else { "/?" }
+        ),
     };
     let out = env
         .cmd(&["--connect-timeout", "500ms", "list"])
         .env("MONGODB_URI", &wrong)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(UNAVAILABLE), "{wrong}: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(UNAVAILABLE),
+        "{wrong}: {}",
+        stderr(&out)
+    );
     let text = one_sentence(&out);
-    assert!(text.contains("no member of replica set \"nosuchset\""), "{text}");
+    assert!(
+        text.contains("no member of replica set \"nosuchset\""),
+        "{text}"
+    );
 }
 
 /// `uri` with its replicaSet option's value replaced by `nosuchset`.
@@ -71,9 +89,18 @@ fn regex_free_replace(uri: &str) -> String {
 fn lease_flags_are_checked_in_the_tools_terms() {
     let env = Env::new("cli_flag_errors");
     for (flags, says) in [
-        (&["--hold-at-most", "1000y"][..], "--hold-at-most 1000years is longer than a year"),
-        (&["--ttl", "2years"][..], "--ttl 2years is longer than a year"),
-        (&["--hold-at-most", "3s"][..], "--hold-at-most 3s is too short"),
+        (
+            &["--hold-at-most", "1000y"][..],
+            "--hold-at-most 1000years is longer than a year",
+        ),
+        (
+            &["--ttl", "2years"][..],
+            "--ttl 2years is longer than a year",
+        ),
+        (
+            &["--hold-at-most", "3s"][..],
+            "--hold-at-most 3s is too short",
+        ),
         (
             &["--hold-at-most", "10s", "--hold-at-least", "20s"][..],
             "--hold-at-least 20s is longer than --hold-at-most 10s",
@@ -83,12 +110,26 @@ fn lease_flags_are_checked_in_the_tools_terms() {
         args.extend(flags);
         args.extend(["-c", "echo ran"]);
         let out = env.run(&args);
-        assert_eq!(out.status.code(), Some(USAGE), "{flags:?}: {}", stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(USAGE),
+            "{flags:?}: {}",
+            stderr(&out)
+        );
         let text = one_sentence(&out);
         assert!(text.contains(says), "{flags:?}: {text}");
         assert!(!stdout(&out).contains("ran"));
     }
-    let out = env.run(&["--release-mode", "delete", "exec", "k", "--permits", "2", "-c", "true"]);
+    let out = env.run(&[
+        "--release-mode",
+        "delete",
+        "exec",
+        "k",
+        "--permits",
+        "2",
+        "-c",
+        "true",
+    ]);
     assert_eq!(out.status.code(), Some(USAGE));
     assert!(one_sentence(&out).contains("--permits needs the lock document kept"));
 
@@ -113,7 +154,10 @@ async fn a_standalone_server_gets_a_warning_saying_what_it_gives_up() {
     let out = run(&["exec", "k", "-c", "echo ran"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stderr(&out);
-    assert!(text.contains("warning: MongoDB is a standalone server, not a replica set"), "{text}");
+    assert!(
+        text.contains("warning: MongoDB is a standalone server, not a replica set"),
+        "{text}"
+    );
     assert!(text.contains("no failover"), "{text}");
     assert!(text.contains("poll"), "{text}");
     let out = run(&["-q", "list"]);

@@ -15,17 +15,36 @@ async fn short_flags_do_what_flocks_do() {
     let lease = manager.acquire("busy").await.unwrap();
 
     // -n and -w 0: not acquired at once; -w SECONDS: after that wait.
-    for flags in [&["-n"][..], &["-w", "0"], &["-w", "0.3"], &["--timeout", "0s"]] {
+    for flags in [
+        &["-n"][..],
+        &["-w", "0"],
+        &["-w", "0.3"],
+        &["--timeout", "0s"],
+    ] {
         let mut args = vec!["exec", "busy"];
         args.extend(flags);
         args.extend(["-c", "echo ran"]);
         let out = env.run(&args);
-        assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{flags:?}: {}", stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(NOT_ACQUIRED),
+            "{flags:?}: {}",
+            stderr(&out)
+        );
         assert!(!stdout(&out).contains("ran"), "{flags:?}");
-        assert!(stderr(&out).contains(manager.owner_id()), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(manager.owner_id()),
+            "{}",
+            stderr(&out)
+        );
     }
     // -c runs a shell string under the lease; -s takes the key shared.
-    let out = env.run(&["exec", "free", "-c", "echo \"$MONGO_LEASE_KEY $MONGO_LEASE_KIND\"; exit 3"]);
+    let out = env.run(&[
+        "exec",
+        "free",
+        "-c",
+        "echo \"$MONGO_LEASE_KEY $MONGO_LEASE_KIND\"; exit 3",
+    ]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "free exclusive");
     let out = env.run(&["exec", "reads", "-s", "-c", "echo $MONGO_LEASE_KIND"]);
@@ -34,7 +53,11 @@ async fn short_flags_do_what_flocks_do() {
     // A bad -w names the flag.
     let out = env.run(&["exec", "busy", "-w", "soon", "-c", "true"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("--timeout <SECONDS>"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--timeout <SECONDS>"),
+        "{}",
+        stderr(&out)
+    );
 
     assert!(!lease.release().await.unwrap().was_lost());
 
@@ -44,8 +67,14 @@ async fn short_flags_do_what_flocks_do() {
     let lease = manager.acquire("queue").await.unwrap();
     let first = env.spawn(&["exec", "queue", "-w", "60", "-c", "echo got-first"]);
     let line = first.expect_line("waiting for \"queue\"");
-    assert!(line.contains(&format!("held by {}", manager.owner_id())), "{line}");
-    assert!(line.contains(&format!("fencing token {}", lease.fencing_token())), "{line}");
+    assert!(
+        line.contains(&format!("held by {}", manager.owner_id())),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("fencing token {}", lease.fencing_token())),
+        "{line}"
+    );
     assert!(line.contains(" until 20"), "{line}");
     assert!(line.contains("no other owner waits ahead"), "{line}");
     let waiters = |n: usize| {
@@ -72,7 +101,10 @@ async fn short_flags_do_what_flocks_do() {
     third.expect_line("got-third");
     assert_eq!(third.wait(), 0);
     let rest = third.rest();
-    assert!(rest.iter().all(|l| !l.starts_with("stderr:")), "-q: {rest:?}");
+    assert!(
+        rest.iter().all(|l| !l.starts_with("stderr:")),
+        "-q: {rest:?}"
+    );
     first.expect_line("got-first");
     second.expect_line("got-second");
     manager.shutdown().await.unwrap();

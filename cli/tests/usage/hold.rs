@@ -49,7 +49,10 @@ fn lock_says_when_its_lease_is_lost_and_exits_76() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(lock.wait(), LEASE_LOST);
     let rest = lock.rest().join("\n");
-    assert!(rest.contains("the lease on \"job\" was lost (released by an operator"), "{rest}");
+    assert!(
+        rest.contains("the lease on \"job\" was lost (released by an operator"),
+        "{rest}"
+    );
     assert!(!rest.contains("the command was terminated"), "{rest}");
 }
 
@@ -85,7 +88,13 @@ fn a_leader_follower_says_who_leads_and_runs_a_shell_command_once_leader() {
     let env = Env::new("cli_follower");
     let mut first = env.spawn(&["elect", "jobs"]);
     let term = token_of(&first.expect_line("jobs "));
-    let follower = env.spawn(&["leader", "--name", "jobs", "-c", "echo led $MONGO_LEASE_TOKEN"]);
+    let follower = env.spawn(&[
+        "leader",
+        "--name",
+        "jobs",
+        "-c",
+        "echo led $MONGO_LEASE_TOKEN",
+    ]);
     let line = follower.expect_line("campaigning for \"jobs\"");
     assert!(line.contains(&format!("(term {term})")), "{line}");
     first.signal(libc::SIGTERM);
