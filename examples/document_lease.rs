@@ -17,7 +17,7 @@
 //! Run it (about 3 s with a throwaway mongod):
 //!
 //! ```text
-//! cargo run --example document_lease        # starts a throwaway mongod (installed into .tools/ on first use)
+//! cargo run --example document_lease        # starts a throwaway mongod (installed into ~/.cache/mongo-lease/ on first use)
 //! MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' cargo run --example document_lease
 //! ```
 

@@ -3,15 +3,19 @@
 //! Each candidate stands for a separate process (its own `mongodb::Client`
 //! and [`LeaseManager`]) and runs [`Election::run_as_leader`]: while leader it
 //! publishes its address as the leader's payload and "works" until its
-//! leadership is lost. Every 1.5 s an operator force-releases the election
-//! (as `mongo-lease release scheduler --force` would): the leader's token
-//! fires, its work stops, and another candidate takes over with a higher
-//! term. The observer, pushed by a change stream, prints each new leader.
+//! leadership is lost. 1.5 s into each term an operator force-releases the
+//! election (as `mongo-lease release scheduler --force` would), three times:
+//! the leader's token fires at its next renewal and its work stops; the
+//! key is granted again only once its lease could no longer be live (its
+//! expiry, at most a TTL of 3 s later), and then another candidate takes
+//! over with a higher term. The observer, pushed by a change stream, prints
+//! each change, so the output reads in the order things happen: the
+//! release (`no leader`), the old leader's loss, the new leader.
 //!
-//! Run it (about 8 s):
+//! Run it (about 15 s):
 //!
 //! ```text
-//! cargo run --example election        # starts a throwaway mongod (installed into .tools/ on first use)
+//! cargo run --example election        # starts a throwaway mongod (installed into ~/.cache/mongo-lease/ on first use)
 //! MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' cargo run --example election
 //! ```
 
@@ -52,9 +56,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let operator = manager("operator").await?;
     let mut leaders = Election::new(&operator, "scheduler")?.observe().await?;
+    // Each new term, from the observer to the operator.
+    let (terms_tx, mut terms) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
+        let mut last_term = None;
         while let Some(change) = leaders.next().await {
             match change {
+                Ok(Some(leader)) if last_term != Some(leader.term) => {
+                    last_term = Some(leader.term);
+                    let _ = terms_tx.send(leader.term);
+                    println!(
+                        "observer: new leader {} (term {})",
+                        leader.owner_id, leader.term
+                    );
+                }
                 Ok(Some(leader)) => println!(
                     "observer: leader is {} (term {}, payload {})",
                     leader.owner_id,
@@ -82,7 +97,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
     }
 
-    for _ in 0..4 {
+    for _ in 0..3 {
+        terms.recv().await; // a new term began
         tokio::time::sleep(Duration::from_millis(1500)).await;
         if let Some(was) = operator.force_release("scheduler").await? {
             println!(
@@ -91,6 +107,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    terms.recv().await; // the last takeover
+    tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(())
 }

@@ -26,7 +26,7 @@
 //! Run it (about 15 s):
 //!
 //! ```text
-//! cargo run --example workers            # starts a throwaway mongod (installed into .tools/ on first use)
+//! cargo run --example workers            # starts a throwaway mongod (installed into ~/.cache/mongo-lease/ on first use)
 //! MONGODB_URI='mongodb://127.0.0.1:27017/?replicaSet=rs0' cargo run --example workers
 //! RUST_LOG=mongo_lease=debug cargo run --example workers    # also show the manager's own logs
 //! ```

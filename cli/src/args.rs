@@ -42,6 +42,17 @@ SIGTERM at the lease's local deadline, and mongo-lease exits 76.
 Several keys (exec): repeat --key or --key-json; all are held while the command runs, or
 none (exit 75), and the loss of any is the loss of all (exit 76).
 
+Environment of mongo-lease: MONGODB_URI (--uri), MONGO_LEASE_DB, MONGO_LEASE_COLLECTION,
+MONGO_LEASE_OWNER_ID, MONGO_LEASE_RELEASE_MODE, MONGO_LEASE_WATCH_HELD_LEASES,
+MONGO_LEASE_CLOCK_SKEW (as the options), and MONGO_LEASE_LOG: what is logged to stderr, as
+a tracing filter (default mongo_lease=warn; e.g. MONGO_LEASE_LOG=mongo_lease=debug for each
+acquisition, renewal and release; -v sets mongo_lease=info, -q mongo_lease=error).
+
+Like flock(1): exec -n (--no-wait), -w SECONDS (--timeout; 0 = do not wait), -s (--shared),
+-c \"shell command\" (run with /bin/sh -c). Like etcdctl: `lock KEY` and `elect NAME [VALUE]`
+hold the lease, or leadership, until SIGINT or SIGTERM, print the key (name) and fencing token
+(term) on stdout, and release on exit.
+
 Environment of the command: MONGO_LEASE_KEY (key or election name; a non-string key as
 canonical Extended JSON; with several keys, one per line, in the order they were taken),
 MONGO_LEASE_TOKEN (fencing token = term; with several keys, one per line in the same order),
@@ -112,6 +123,18 @@ pub struct Connection {
     /// Machine-readable output (JSON) instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// Say more on stderr: while exec, lock, leader or elect waits, who
+    /// holds the key, until when, and how many wait ahead, every few seconds
+    /// (without -v: once, and every few seconds on a terminal); log at info
+    /// (MONGO_LEASE_LOG overrides).
+    #[arg(short, long, global = true, conflicts_with = "quiet")]
+    pub verbose: bool,
+
+    /// Say less on stderr: errors only (no progress while waiting, no
+    /// "leader of" lines, no standalone-server warning; the log at error).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -151,6 +174,26 @@ pub enum Commands {
     /// signals reach whatever it started, what it leaves running ends with
     /// it, and the group is killed if mongo-lease dies.
     Leader(LeaderArgs),
+    /// Hold a lease on a key until interrupted (like `etcdctl lock`).
+    ///
+    /// Waits for the key (as exec: -n, -w SECONDS, -s, --permits N), then
+    /// prints the key and its fencing token on stdout, one line per key
+    /// (`KEY TOKEN`; --json: an object per key), keeps the lease renewed,
+    /// and releases it on SIGINT or SIGTERM (exit 0), or when someone asks
+    /// to release it (`release KEY --request`; `--on-revoke none` ignores
+    /// requests). If the lease is lost meanwhile, it says so and exits 76.
+    /// --http serves /healthz and /metrics, as for exec.
+    Lock(LockArgs),
+    /// Campaign in an election and hold leadership until interrupted (like
+    /// `etcdctl elect`).
+    ///
+    /// Once leader, prints the election's name and term on stdout (`NAME
+    /// TERM`; --json: `{"name", "term", "value", "owner_id"}`), stays
+    /// leader, and resigns on SIGINT or SIGTERM (exit 0). VALUE, if given,
+    /// is published as the leader's payload `{"value": VALUE}`, written by
+    /// the write that wins the term. If leadership is lost meanwhile, it
+    /// says so and exits 76.
+    Elect(ElectArgs),
     /// List the leases in the lock collection, with server-time age and expiry.
     ///
     /// KIND is exclusive, shared, or the number of permits of a semaphore
@@ -274,6 +317,10 @@ impl LeaseTiming {
     ///
     /// A usage failure that names the options.
     pub fn check(&self) -> Result<(), Failure> {
+        check_at_most_a_year("--ttl", self.ttl)?;
+        if let Some(grace) = self.grace {
+            check_at_most_a_year("--grace", grace)?;
+        }
         let grace = self.grace();
         if grace > self.ttl / 2 {
             return Err(Failure::usage(format!(
@@ -302,8 +349,64 @@ impl LeaseTiming {
     }
 }
 
+/// `exec`: the lease (`LockArgs`) and the command run under it.
 #[derive(Args, Debug)]
 pub struct ExecArgs {
+    #[command(flatten)]
+    pub lease: LockArgs,
+
+    /// Run this shell command (with `/bin/sh -c`, as `flock -c`) instead
+    /// of `-- CMD ARGS...`.
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SHELL_COMMAND",
+        conflicts_with = "command"
+    )]
+    pub shell: Option<String>,
+
+    /// The command and its arguments.
+    #[arg(last = true, required_unless_present = "shell", value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl std::ops::Deref for ExecArgs {
+    type Target = LockArgs;
+
+    fn deref(&self) -> &LockArgs {
+        &self.lease
+    }
+}
+
+impl ExecArgs {
+    /// `lock`'s arguments as `exec`'s: no command, the lease held until
+    /// interrupted.
+    pub fn hold(lease: LockArgs) -> ExecArgs {
+        ExecArgs {
+            lease,
+            shell: None,
+            command: Vec::new(),
+        }
+    }
+
+    /// Resolves `-c` into the command, and `-w 0` into `--no-wait`.
+    pub fn resolve(mut self) -> ExecArgs {
+        if let Some(shell) = self.shell.take() {
+            self.command = sh_c(shell);
+        }
+        self.lease = self.lease.resolve();
+        self
+    }
+}
+
+/// `/bin/sh -c SHELL_COMMAND`.
+pub fn sh_c(shell: String) -> Vec<String> {
+    vec!["/bin/sh".into(), "-c".into(), shell]
+}
+
+/// The lease of `exec` and `lock`: its keys, kind, timing and waiting.
+#[derive(Args, Debug)]
+pub struct LockArgs {
     #[command(flatten)]
     pub key: KeyArg,
 
@@ -314,12 +417,14 @@ pub struct ExecArgs {
     #[arg(long, overrides_with = "no_wait")]
     pub wait: bool,
 
-    /// Fail at once (exit 75) if the key is held.
-    #[arg(long, conflicts_with = "timeout")]
+    /// Fail at once (exit 75) if the key is held (flock's -n).
+    #[arg(short = 'n', long, conflicts_with = "timeout")]
     pub no_wait: bool,
 
-    /// Wait at most this long for the key, e.g. `10s` (then exit 75).
-    #[arg(long, value_parser = parse_duration)]
+    /// Wait at most this long for the key (then exit 75): SECONDS, as
+    /// flock's -w (`-w 10`, `-w 0.5`), or a duration (`10s`, `2m`); 0 does
+    /// not wait (as --no-wait).
+    #[arg(short = 'w', long, value_name = "SECONDS", value_parser = parse_wait)]
     pub timeout: Option<Duration>,
 
     /// Take one of N permits of a semaphore key: at most N commands hold the
@@ -337,8 +442,8 @@ pub struct ExecArgs {
     /// Hold the key shared: any number of shared holders at a time, and no
     /// exclusive one (the shared side of a read/write key; a plain exec is
     /// the exclusive side). A waiting exclusive exec stops new shared holders
-    /// until it has run.
-    #[arg(long, conflicts_with = "permits")]
+    /// until it has run (flock's -s).
+    #[arg(short = 's', long, conflicts_with = "permits")]
     pub shared: bool,
 
     /// Keep the key held until its acquisition time plus this, e.g. `10m`, by
@@ -349,13 +454,16 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["permits", "shared"])]
     pub hold_at_least: Option<Duration>,
 
-    /// Hold the key at most this long, e.g. `30s`: the lease is never
+    /// Hold the key at most this long, e.g. `30m`: the lease is never
     /// renewed and ends at its acquisition plus this by the server's clock
-    /// (ShedLock's `lockAtMostFor`). At its local deadline (this, less the
-    /// safety margin, counted from the acquiring write's send) the command
-    /// gets SIGTERM, then SIGKILL after --grace, and mongo-lease exits 76.
-    /// Longer than the safety margin (--ttl / 10 + --grace); the lease's
-    /// TTL in place of --ttl, which still sets the margin.
+    /// (ShedLock's `lockAtMostFor`). So that the command is gone by then, it
+    /// gets SIGTERM earlier, by the safety margin (--ttl / 10 + --grace, 6s
+    /// with the defaults) and --clock-skew (1s by default): with the
+    /// defaults, `--hold-at-most 30m` runs the command for 29m 53s, counted
+    /// from the acquiring write's send; then SIGKILL after --grace, and
+    /// mongo-lease exits 76 saying that --hold-at-most ended. It must be
+    /// longer than that margin; at most a year. The lease's TTL in place of
+    /// --ttl, which still sets the margin.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub hold_at_most: Option<Duration>,
 
@@ -369,13 +477,75 @@ pub struct ExecArgs {
     /// requests. The lease stays held until the command exits.
     #[arg(long, value_name = "SIGNAL", default_value = "TERM", value_parser = parse_on_revoke)]
     pub on_revoke: OnRevokeArg,
-
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
 }
 
-impl ExecArgs {
+impl LockArgs {
+    /// `-w 0` (`--timeout 0`) is `--no-wait`, as flock's.
+    pub fn resolve(mut self) -> LockArgs {
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            self.timeout = None;
+            self.no_wait = true;
+        }
+        self
+    }
+
+    /// Checks the timing and the lease's options in the tool's terms,
+    /// before connecting: the flag, the value, the limit, what to do.
+    pub fn check(&self, release_mode: Option<ReleaseModeArg>) -> Result<(), Failure> {
+        self.timing.check()?;
+        for (flag, value) in [
+            ("--hold-at-least", self.hold_at_least),
+            ("--hold-at-most", self.hold_at_most),
+        ] {
+            if let Some(value) = value {
+                check_at_most_a_year(flag, value)?;
+            }
+        }
+        if let Some(at_most) = self.hold_at_most {
+            let margin = self.timing.safety_margin() + self.timing.clock_skew();
+            if at_most <= margin {
+                return Err(Failure::usage(format!(
+                    "--hold-at-most {} is too short: the command gets SIGTERM the safety margin \
+                     (--ttl / 10 + --grace, {}) and --clock-skew ({}) before the lease ends, \
+                     {} in all, which leaves it no time; pass a --hold-at-most longer than {}, \
+                     or lower --ttl or --grace",
+                    fmt(at_most),
+                    fmt(self.timing.safety_margin()),
+                    fmt(self.timing.clock_skew()),
+                    fmt(margin),
+                    fmt(margin),
+                )));
+            }
+            if let Some(at_least) = self.hold_at_least.filter(|l| *l > at_most) {
+                return Err(Failure::usage(format!(
+                    "--hold-at-least {} is longer than --hold-at-most {}: the lease cannot \
+                     be held at least longer than at most; shorten --hold-at-least",
+                    fmt(at_least),
+                    fmt(at_most)
+                )));
+            }
+        }
+        if matches!(release_mode, Some(ReleaseModeArg::Delete)) {
+            let flag = if self.shared {
+                Some("--shared")
+            } else if self.permits.is_some() {
+                Some("--permits")
+            } else if self.hold_at_least.is_some() {
+                Some("--hold-at-least")
+            } else {
+                None
+            };
+            if let Some(flag) = flag {
+                return Err(Failure::usage(format!(
+                    "{flag} needs the lock document kept on release, and --release-mode \
+                     delete (or MONGO_LEASE_RELEASE_MODE=delete) deletes it: use \
+                     --release-mode keep, or leave it out"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// `request` with the lease's options: shared, minimum and maximum hold
     /// (the TTL is the manager's, from --ttl, unless --hold-at-most; the
     /// permits are the semaphore's, which made the request).
@@ -398,6 +568,10 @@ impl ExecArgs {
 #[derive(Args, Debug)]
 #[group(required = true, multiple = true)]
 pub struct KeyArg {
+    /// The key to lock, a string, as --key (`lock KEY`, `exec KEY -- CMD`).
+    #[arg(value_name = "KEY")]
+    pub positional: Vec<String>,
+
     /// The key to lock, a string. Repeat --key (or --key-json) to hold
     /// several keys at once: all of them or none, taken in one order
     /// whatever the order given (so two execs over overlapping keys never
@@ -416,7 +590,9 @@ impl KeyArg {
     /// The keys, at least one; with several, no string key may contain a
     /// newline (the separator of `MONGO_LEASE_KEY`).
     pub fn keys(&self) -> Result<Vec<LeaseKey>, Failure> {
-        let strings = self.key.iter().map(|key| LeaseKey::from(key.as_str()));
+        let strings = (self.positional.iter())
+            .chain(&self.key)
+            .map(|key| LeaseKey::from(key.as_str()));
         let keys: Vec<LeaseKey> = strings.chain(self.key_json.iter().cloned()).collect();
         if keys.is_empty() {
             return Err(Failure::usage(
@@ -424,7 +600,8 @@ impl KeyArg {
             ));
         }
         if keys.len() > 1
-            && let Some(key) = self.key.iter().find(|key| key.contains('\n'))
+            && let Some(key) =
+                (self.positional.iter().chain(&self.key)).find(|key| key.contains('\n'))
         {
             return Err(Failure::usage(format!(
                 "--key {key:?} contains a newline, which separates the keys in \
@@ -499,9 +676,64 @@ pub struct LeaderArgs {
     #[command(flatten)]
     pub http: HttpArg,
 
+    /// Run this shell command (with `/bin/sh -c`) instead of `-- CMD
+    /// ARGS...`.
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SHELL_COMMAND",
+        conflicts_with = "command"
+    )]
+    pub shell: Option<String>,
+
     /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "shell", value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+impl LeaderArgs {
+    /// Resolves `-c` into the command.
+    pub fn resolve(mut self) -> LeaderArgs {
+        if let Some(shell) = self.shell.take() {
+            self.command = sh_c(shell);
+        }
+        self
+    }
+}
+
+/// `elect NAME [VALUE]`.
+#[derive(Args, Debug)]
+pub struct ElectArgs {
+    /// The election's name (its lease key).
+    pub name: String,
+
+    /// Published as the leader's payload, `{"value": VALUE}`.
+    pub value: Option<String>,
+
+    #[command(flatten)]
+    pub timing: LeaseTiming,
+}
+
+impl ElectArgs {
+    /// As `leader`'s arguments, without a command: leadership held until
+    /// interrupted.
+    pub fn into_leader(self) -> LeaderArgs {
+        LeaderArgs {
+            name: NameArg {
+                name: Some(self.name),
+                name_json: None,
+            },
+            timing: self.timing,
+            once: true,
+            restart_delay: Duration::from_secs(1),
+            payload: self
+                .value
+                .map(|value| mongodb::bson::doc! { "value": value }),
+            http: HttpArg { http: None },
+            shell: None,
+            command: Vec::new(),
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -624,6 +856,38 @@ fn parse_on_revoke(s: &str) -> Result<OnRevokeArg, String> {
         _ => return Err("expected TERM, INT, HUP, QUIT, USR1, USR2 or none".into()),
     };
     Ok(OnRevokeArg(Some(signal)))
+}
+
+/// The longest duration of a lease the tool takes (`--ttl`,
+/// `--hold-at-least`, `--hold-at-most`, `--grace`): a year.
+pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(31_557_600);
+
+/// `d` as the user would write it.
+pub fn fmt(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(d)
+}
+
+fn check_at_most_a_year(flag: &str, value: Duration) -> Result<(), Failure> {
+    if value > MAX_LEASE_DURATION {
+        return Err(Failure::usage(format!(
+            "{flag} {} is longer than a year, the longest this tool takes; pass a shorter one",
+            fmt(value)
+        )));
+    }
+    Ok(())
+}
+
+/// `-w` / `--timeout`: SECONDS as flock's (`10`, `0.5`, `0` = do not
+/// wait), or a duration (`10s`, `2m`).
+fn parse_wait(s: &str) -> Result<Duration, String> {
+    if let Ok(seconds) = s.trim().parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds)
+            .ok()
+            .filter(|d| *d <= MAX_LEASE_DURATION)
+            .ok_or_else(|| "seconds from 0 to a year, e.g. 10 or 0.5 (0: do not wait)".into());
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e} (examples: 10, 0.5, 10s, 2m; 0: do not wait)"))
 }
 
 /// `--lock-delay`: a duration, zero included.

@@ -144,6 +144,31 @@ async fn next_revocation(revoke: &mut OnRevoke) -> i32 {
     std::future::pending().await
 }
 
+/// Holds the lease, with no command (`lock`, `elect`), until SIGTERM or
+/// SIGINT (also one received since `signals` started listening) or a
+/// request to release it (`revoke`, as the signal it would send a
+/// command), which end it with exit code 0, or until `lost` completes.
+pub async fn hold(
+    lost: WaitForCancellationFutureOwned,
+    signals: &Signals,
+    mut revoke: OnRevoke,
+) -> ChildOutcome {
+    // A clone of the receiver that has marked nothing seen: any signal
+    // since `Signals::listen` counts, also one that came in while the
+    // key and token were printed.
+    let mut received = signals.received.clone();
+    let signal = async {
+        if received.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = lost => ChildOutcome::Lost,
+        () = signal => ChildOutcome::Exited(0),
+        _ = next_revocation(&mut revoke) => ChildOutcome::Exited(0),
+    }
+}
+
 /// Runs `command` with the lease in its environment, in a process group of
 /// its own (see `group.rs`), until it exits, or until `lost` (the lease's or
 /// leadership's `lost()` future) completes: then the group gets SIGTERM,

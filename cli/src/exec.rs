@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use mongo_lease::{
-    Error, Lease, LeaseGroup, LeaseInfo, LeaseKey, LeaseKind, LeaseManager, ReleaseOutcome,
-    Semaphore,
+    Error, Lease, LeaseGroup, LeaseInfo, LeaseKey, LeaseKind, LeaseManager, LossReason,
+    ReleaseOutcome, Semaphore,
 };
 use std::future::IntoFuture;
 use tokio_util::sync::WaitForCancellationFutureOwned;
@@ -14,7 +14,8 @@ use tokio_util::time::FutureExt as _;
 use crate::args::ExecArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
 use crate::http::{self, Held as _, Phase, Status};
-use crate::{Failure, exit, output};
+use crate::output::Say;
+use crate::{Failure, exit, output, progress};
 
 /// `acquired`, or `None` if it takes longer than `timeout` (if any).
 async fn within<T>(
@@ -29,12 +30,14 @@ async fn within<T>(
 
 /// Acquires the key (of the kind and minimum hold the flags ask for), runs
 /// the command under the lease, releases it; the exit code. `status` tells
-/// `--http`'s `/healthz` where it is.
+/// `--http`'s `/healthz` where it is. Without a command (`lock`), the lease
+/// is held until SIGINT or SIGTERM.
 pub async fn exec(
     manager: &LeaseManager,
     args: ExecArgs,
     json: bool,
     status: &Status,
+    say: Say,
 ) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
     let keys = args.key.keys()?;
@@ -84,6 +87,9 @@ pub async fn exec(
     let held = tokio::select! {
         held = acquire => held.map_err(|e| mismatch_hint(&keys, e))?,
         signal = signals.next() => return Ok(128 + signal as u8),
+        () = progress::report(manager, &keys, say, progress::LEASE), if !args.no_wait => {
+            unreachable!("the progress report never ends")
+        }
     };
     let Some(held) = held else {
         let (key, holder) = first_held(manager, &keys).await;
@@ -108,16 +114,25 @@ pub async fn exec(
         kind,
     };
     let revoke = args.on_revoke.signal().map(|signal| (events, signal));
-    let outcome = child::run(
-        &args.command,
-        &env,
-        held.lost(),
-        args.timing.grace(),
-        &signals,
-        revoke,
-    )
-    .await;
+    let outcome = if args.command.is_empty() {
+        print_held(held.leases(), json, say);
+        child::hold(held.lost(), &signals, revoke).await
+    } else {
+        child::run(
+            &args.command,
+            &env,
+            held.lost(),
+            args.timing.grace(),
+            &signals,
+            revoke,
+        )
+        .await
+    };
     let lost = held.is_lost();
+    let reason = held
+        .leases()
+        .iter()
+        .find_map(|lease| lease.status().lost_reason());
     // The status held the only other reference.
     status.set(Phase::Ended);
     if let Ok(held) = Arc::try_unwrap(held) {
@@ -127,10 +142,28 @@ pub async fn exec(
         ChildOutcome::Exited(code) if !lost => Ok(code),
         ChildOutcome::Exited(_) | ChildOutcome::Lost => {
             let keys: Vec<String> = keys.iter().map(LeaseKey::to_extended_json).collect();
-            eprintln!(
-                "mongo-lease: the lease on {} was lost; the command was terminated",
-                keys.join(", ")
-            );
+            let keys = keys.join(", ");
+            let ended = if args.command.is_empty() {
+                ""
+            } else {
+                "; the command was terminated"
+            };
+            match (args.hold_at_most, reason) {
+                (Some(at_most), Some(LossReason::Expired)) => eprintln!(
+                    "mongo-lease: --hold-at-most {} ended the lease on {keys}{ended}: the \
+                     lease ends {} after its acquisition by the server's clock, and the \
+                     command gets SIGTERM the safety margin (--ttl / 10 + --grace, {}) and \
+                     --clock-skew ({}) before that",
+                    crate::args::fmt(at_most),
+                    crate::args::fmt(at_most),
+                    crate::args::fmt(args.timing.safety_margin()),
+                    crate::args::fmt(args.timing.clock_skew()),
+                ),
+                (_, reason) => eprintln!(
+                    "mongo-lease: the lease on {keys} was lost{}{ended}",
+                    reason.map(|r| loss(&r)).unwrap_or_default()
+                ),
+            }
             Ok(exit::LEASE_LOST)
         }
         ChildOutcome::SpawnFailed(code, message) => {
@@ -138,6 +171,47 @@ pub async fn exec(
             Ok(code)
         }
     }
+}
+
+/// Why a lease was lost, in a few words (` (taken by OWNER)`).
+fn loss(reason: &LossReason) -> String {
+    match reason {
+        LossReason::Expired => {
+            " (not renewed in time: MongoDB did not confirm a renewal before the lease's \
+             local deadline)"
+                .into()
+        }
+        LossReason::Taken { owner_id, .. } => format!(" (taken by {owner_id})"),
+        LossReason::Deleted => " (its lock document was deleted by someone else)".into(),
+        LossReason::ForceReleased => " (released by an operator: release --force)".into(),
+        LossReason::GroupLost { key, reason } => format!(
+            " (with the lease on {}{})",
+            key.to_extended_json(),
+            loss(reason)
+        ),
+        _ => String::new(),
+    }
+}
+
+/// `lock`: the keys and fencing tokens held, on stdout, one line (or JSON
+/// object) per key; and a line on stderr saying how it ends.
+fn print_held(leases: &[Lease], json: bool, say: Say) {
+    for lease in leases {
+        if json {
+            let line = serde_json::json!({
+                "key": output::key_json(lease.key()),
+                "fencing_token": lease.fencing_token(),
+                "owner_id": lease.owner_id(),
+                "kind": output::kind_name(lease.kind()),
+            });
+            println!("{line}");
+        } else {
+            println!("{} {}", lease.key(), lease.fencing_token());
+        }
+    }
+    say.info(format_args!(
+        "holding the lease until SIGINT or SIGTERM (Ctrl-C), which release it"
+    ));
 }
 
 /// What the command runs under: the lease on its one key, or the group of

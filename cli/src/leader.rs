@@ -7,14 +7,18 @@ use mongo_lease::{Election, LeaseKind, LeaseManager};
 use crate::args::LeaderArgs;
 use crate::child::{self, ChildOutcome, LeaseEnv, Signals};
 use crate::http::{Phase, Status};
-use crate::{Failure, exit};
+use crate::output::Say;
+use crate::{Failure, exit, progress};
 
 /// Campaigns and runs the command while leader (see `--help`); `status`
-/// tells `--http`'s `/healthz` whether it leads or campaigns.
+/// tells `--http`'s `/healthz` whether it leads or campaigns. Without a
+/// command (`elect`), leadership is held until SIGINT or SIGTERM.
 pub async fn leader(
     manager: &LeaseManager,
     args: LeaderArgs,
     status: &Status,
+    json: bool,
+    say: Say,
 ) -> Result<u8, Failure> {
     let signals = Signals::listen()?;
     let name = args.name.key()?;
@@ -27,16 +31,47 @@ pub async fn leader(
     // MONGO_LEASE_KEY (a string as is, another type as Extended JSON).
     let shown = name.to_extended_json();
     let env_name = name.to_string();
+    let keys = [name.clone()];
     if args.once {
         let leadership = tokio::select! {
             leadership = election.campaign() => leadership?,
             signal = signals.next() => return Ok(128 + signal as u8),
+            () = progress::report(manager, &keys, say, progress::LEADERSHIP) => {
+                unreachable!("the progress report never ends")
+            }
         };
-        eprintln!(
-            "mongo-lease: leader of {} (term {})",
+        say.info(format_args!(
+            "leader of {} (term {})",
             shown,
             leadership.term()
-        );
+        ));
+        if args.command.is_empty() {
+            // `elect`: the name and term on stdout, held until interrupted.
+            if json {
+                let line = serde_json::json!({
+                    "name": crate::output::key_json(&name),
+                    "term": leadership.term(),
+                    "value": args.payload.as_ref().and_then(|p| p.get_str("value").ok()),
+                    "owner_id": manager.owner_id(),
+                });
+                println!("{line}");
+            } else {
+                println!("{env_name} {}", leadership.term());
+            }
+            say.info(format_args!(
+                "holding leadership until SIGINT or SIGTERM (Ctrl-C), which resign it"
+            ));
+            let term = leadership.term();
+            let outcome = child::hold(leadership.status().lost(), &signals, None).await;
+            let _ = leadership.resign().await;
+            return Ok(match outcome {
+                ChildOutcome::Exited(code) => code,
+                _ => {
+                    eprintln!("mongo-lease: leadership of {shown} lost (term {term})");
+                    exit::LEASE_LOST
+                }
+            });
+        }
         status.set(Phase::Holding(Arc::new(leadership.context())));
         let lease = LeaseEnv {
             key: &env_name,
@@ -81,7 +116,7 @@ pub async fn leader(
                 if signals.received().is_some() {
                     return ChildOutcome::Exited(0);
                 }
-                eprintln!("mongo-lease: leader of {} (term {})", shown, leader.term());
+                say.info(format_args!("leader of {} (term {})", shown, leader.term()));
                 status.set(Phase::Holding(Arc::new(leader.clone())));
                 running.store(true, std::sync::atomic::Ordering::SeqCst);
                 let lease = LeaseEnv {
@@ -119,9 +154,24 @@ pub async fn leader(
                 }
             }
         };
+        // While a follower: who leads, until when (the report restarts with
+        // each campaign; while the command runs, this process leads and it
+        // says nothing).
+        let report = async {
+            loop {
+                if !running.load(std::sync::atomic::Ordering::SeqCst) {
+                    tokio::select! {
+                        () = progress::report(manager, &keys, say, progress::LEADERSHIP) => {}
+                        () = until_running(&running) => {}
+                    }
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        };
         let outcome = tokio::select! {
             outcome = run => outcome?,
             signal = idle_signal => return Ok(128 + signal as u8),
+            () = report => unreachable!("the progress report never ends"),
         };
         let code = match outcome {
             ChildOutcome::Exited(code) => code,
@@ -143,5 +193,12 @@ pub async fn leader(
             _ = tokio::time::sleep(args.restart_delay) => {}
             signal = signals.next() => return Ok(128 + signal as u8),
         }
+    }
+}
+
+/// Completes once `running` is set (the command started: this process leads).
+async fn until_running(running: &std::sync::atomic::AtomicBool) {
+    while !running.load(std::sync::atomic::Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }

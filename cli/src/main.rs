@@ -5,10 +5,12 @@
 mod args;
 mod child;
 mod exec;
+mod explain;
 mod group;
 mod http;
 mod leader;
 mod output;
+mod progress;
 mod watch;
 
 use std::process::ExitCode;
@@ -17,7 +19,7 @@ use std::time::Duration;
 use clap::Parser;
 use mongo_lease::{Error, LeaseManager, LeaseManagerOptions, ReleaseMode};
 
-use args::{Cli, Commands, Connection, LeaseTiming, ReleaseArgs, one_key};
+use args::{Cli, Commands, Connection, ExecArgs, LeaseTiming, ReleaseArgs, one_key};
 use exec::exec;
 use http::{Http, Phase};
 use leader::leader;
@@ -69,7 +71,7 @@ impl From<Error> for Failure {
         };
         Failure {
             code,
-            message: e.to_string(),
+            message: explain::error(&e),
         }
     }
 }
@@ -83,7 +85,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { exit::USAGE } else { 0 });
         }
     };
-    init_logging();
+    init_logging(&cli.connection);
     let redactor = Redactor::new(cli.connection.uri.as_deref().unwrap_or(""));
     // One thread: the child is spawned by the main thread, so the kernel's
     // parent-death signal (Linux) reaches it only when the process dies;
@@ -107,11 +109,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+fn init_logging(c: &Connection) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
+    let level = match (c.verbose, c.quiet) {
+        (true, _) => "info",
+        (_, true) => "error",
+        _ => "warn",
+    };
     let filter = EnvFilter::try_from_env("MONGO_LEASE_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("mongo_lease=warn"));
+        .unwrap_or_else(|_| EnvFilter::new(format!("mongo_lease={level}")));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -122,23 +129,38 @@ fn init_logging() {
 
 async fn run(cli: Cli) -> Result<u8, Failure> {
     let json = cli.connection.json;
+    let say = output::Say::new(&cli.connection);
     match cli.command {
-        Commands::Exec(args) => {
+        Commands::Elect(args) => {
+            let args = args.into_leader();
             args.timing.check()?;
+            let manager = connect(&cli.connection, Some(&args.timing)).await?;
+            let status = http::Status::default();
+            let code = leader(&manager, args, &status, json, say).await;
+            finish(&manager, code).await
+        }
+        command @ (Commands::Exec(_) | Commands::Lock(_)) => {
+            let args = match command {
+                Commands::Exec(args) => args.resolve(),
+                Commands::Lock(lease) => ExecArgs::hold(lease.resolve()),
+                _ => unreachable!("matched above"),
+            };
+            args.check(cli.connection.release_mode)?;
             let http = Http::bind(args.http.http.as_deref()).await?;
             let manager = connect(&cli.connection, Some(&args.timing)).await?;
             let server = http.serve(&manager, None, Phase::Waiting);
-            let code = exec(&manager, args, json, server.status()).await;
+            let code = exec(&manager, args, json, server.status(), say).await;
             server.stop().await;
             finish(&manager, code).await
         }
         Commands::Leader(args) => {
+            let args = args.resolve();
             let name = args.name.key()?;
             args.timing.check()?;
             let http = Http::bind(args.http.http.as_deref()).await?;
             let manager = connect(&cli.connection, Some(&args.timing)).await?;
             let server = http.serve(&manager, Some(name), Phase::Campaigning);
-            let code = leader(&manager, args, server.status()).await;
+            let code = leader(&manager, args, server.status(), json, say).await;
             server.stop().await;
             finish(&manager, code).await
         }
@@ -229,7 +251,8 @@ async fn finish(manager: &LeaseManager, code: Result<u8, Failure>) -> Result<u8,
     let shutdown = manager.shutdown().await;
     let code = code?;
     if let Err(e) = shutdown {
-        tracing::warn!(error = %e, "shutdown failed; leases expire after their TTL");
+        let error = explain::error(&e);
+        tracing::warn!(%error, "shutdown failed; leases expire after their TTL");
     }
     Ok(code)
 }
@@ -262,16 +285,37 @@ async fn connect_with(
             "no MongoDB URI: pass --uri or set MONGODB_URI",
         ));
     };
+    let invalid = |e: mongodb::error::Error| {
+        Failure::usage(format!(
+            "invalid --uri (or MONGODB_URI): {}; it reads like \
+             mongodb://HOST:PORT/?replicaSet=NAME",
+            explain::driver(&e)
+        ))
+    };
     let mut options = mongodb::options::ClientOptions::parse(uri)
         .await
-        .map_err(|e| Failure::usage(format!("invalid MongoDB URI: {e}")))?;
+        .map_err(invalid)?;
     // Shorter than the manager's operation timeout, so that when no server
     // can be selected the driver's error (which says why) arrives first.
-    options.server_selection_timeout = Some(c.connect_timeout.mul_f64(0.8));
+    let selection = c.connect_timeout.mul_f64(0.8);
+    let _ = explain::SELECTION_TIMEOUT.set((selection, c.connect_timeout));
+    options.server_selection_timeout = Some(selection);
     options.connect_timeout = Some(c.connect_timeout);
     options.app_name.get_or_insert_with(|| "mongo-lease".into());
-    let client = mongodb::Client::with_options(options)
-        .map_err(|e| Failure::usage(format!("invalid MongoDB URI: {e}")))?;
+    // Whether the driver's monitoring found a standalone server: read from
+    // its own events, the tool sends no command of its own.
+    let standalone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    options.sdam_event_handler = Some(mongodb::event::EventHandler::callback({
+        let standalone = standalone.clone();
+        move |event| {
+            if let mongodb::event::sdam::SdamEvent::ServerDescriptionChanged(changed) = event
+                && changed.new_description.server_type() == mongodb::ServerType::Standalone
+            {
+                standalone.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }));
+    let client = mongodb::Client::with_options(options).map_err(invalid)?;
     let owner_id = c.owner_id.clone().unwrap_or_else(default_owner_id);
     let mut options = LeaseManagerOptions::builder()
         .database(client.database(&c.db))
@@ -287,14 +331,34 @@ async fn connect_with(
         options.clock_skew = Some(timing.clock_skew());
         options.heartbeat_interval = Some(timing.heartbeat_interval());
     }
-    options.lock_delay = lock_delay;
-    LeaseManager::connect(options).await.map_err(|e| {
+    // A lock-delay of its own only for `release` (`--lock-delay`); else the
+    // library's default, the safety margin, which a long --ttl would take
+    // past the longest lock-delay: this manager releases nobody else's
+    // lease, so the longest is as good.
+    options.lock_delay =
+        lock_delay.or_else(|| timing.map(|t| t.safety_margin().min(mongo_lease::MAX_LOCK_DELAY)));
+    let manager = LeaseManager::connect(options).await.map_err(|e| {
         let mut failure = Failure::from(e);
-        if failure.code == exit::UNAVAILABLE {
+        if failure.code == exit::UNAVAILABLE && !failure.message.starts_with("cannot reach") {
             failure.message = format!("cannot use MongoDB: {}", failure.message);
         }
         failure
-    })
+    })?;
+    // `connect` has used the server: its description is in.
+    if !c.quiet && standalone.load(std::sync::atomic::Ordering::Relaxed) {
+        warn_standalone();
+    }
+    Ok(manager)
+}
+
+/// A line on stderr for a standalone server, saying what it gives up.
+fn warn_standalone() {
+    eprintln!(
+        "mongo-lease: warning: MongoDB is a standalone server, not a replica set: no failover, \
+         and no change streams, so waiters and watch poll (about every 0.5 s) instead of being \
+         woken at once, and watch can miss short holds; use a replica set (a single-node one \
+         is fine)"
+    );
 }
 
 fn default_owner_id() -> String {

@@ -539,6 +539,88 @@ pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool
     }
 }
 
+/// How much the tool says on stderr besides errors (`-v`, `-q`).
+#[derive(Clone, Copy, Debug)]
+pub struct Say {
+    pub quiet: bool,
+    pub verbose: bool,
+}
+
+impl Say {
+    pub fn new(c: &crate::args::Connection) -> Say {
+        Say {
+            quiet: c.quiet,
+            verbose: c.verbose,
+        }
+    }
+
+    /// A line on stderr, unless `-q`.
+    pub fn info(self, line: std::fmt::Arguments<'_>) {
+        if !self.quiet {
+            eprintln!("mongo-lease: {line}");
+        }
+    }
+
+    /// Whether progress lines repeat while waiting: with `-v`, or on a
+    /// terminal (else one line, at once).
+    pub fn repeat(self) -> bool {
+        use std::io::IsTerminal;
+        self.verbose || (!self.quiet && std::io::stderr().is_terminal())
+    }
+}
+
+/// Who holds a key, and until when by the server's clock, in a few words
+/// (`held by OWNER (fencing token N) until T (in 25.0s)`); `term` names the
+/// token of an election.
+pub fn held_by(h: &LeaseInfo, token: &str) -> String {
+    let until_then =
+        |t: SystemTime| format!("until {} (in {})", time(t), short(until(h.server_time, t)));
+    if expiry_unknown(h) {
+        return format!(
+            "held by a foreign holder {:?} (another application's lock document, with no expiry)",
+            h.owner_id
+        );
+    }
+    if h.foreign {
+        return format!(
+            "held by a foreign holder {:?} (another application's lock document) {}",
+            h.owner_id,
+            until_then(h.expires_at)
+        );
+    }
+    if h.kind.is_multi_holder() {
+        let how = match h.kind {
+            LeaseKind::Permit { permits } => {
+                format!("{} of its {permits} permits taken", h.holders.len())
+            }
+            _ => format!("held shared by {}", h.holders.len()),
+        };
+        return format!("{how}, the first ending {}", {
+            let first = h
+                .holders
+                .iter()
+                .map(|x| x.expires_at)
+                .min()
+                .unwrap_or(h.expires_at);
+            until_then(first)
+        });
+    }
+    if let Some(hold_until) = h.hold_until {
+        return format!(
+            "held by {} ({token} {}) {}, its minimum hold (--hold-at-least)",
+            h.owner_id,
+            h.fencing_token,
+            until_then(hold_until)
+        );
+    }
+    format!(
+        "held by {} ({token} {}) {} unless renewed",
+        h.owner_id,
+        h.fencing_token,
+        until_then(h.expires_at)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, SystemTime};

@@ -4,9 +4,21 @@
 //! with it on a loss, a forwarded signal or the death of `mongo-lease`, and
 //! before the lease expires on the server); and leader election across
 //! processes (exactly one leader, takeover after kill -9 and after a
-//! cut-off, observers see every term).
+//! cut-off, observers see every term); `usage/`: flock's and etcdctl's
+//! habits (`-n`, `-w`, `-s`, `-c`, `lock`, `elect`), the progress line of a
+//! waiting `exec` or `elect`, errors in the tool's terms, the standalone
+//! server's warning, `--help`.
 
 mod common;
+
+// flock's and etcdctl's habits, progress while waiting, errors in the
+// tool's terms: modules of this binary (one link for all of them).
+#[path = "usage/errors.rs"]
+mod errors;
+#[path = "usage/flock.rs"]
+mod flock;
+#[path = "usage/hold.rs"]
+mod hold;
 
 use std::path::Path;
 use std::process::Command;

@@ -303,11 +303,20 @@ impl Actor {
             return;
         };
         let _entered = held.enter_span();
-        tracing::warn!(
-            %key,
-            token = held.token,
-            "lease lost: renewal not confirmed before the local deadline"
-        );
+        if held.renews {
+            tracing::warn!(
+                %key,
+                token = held.token,
+                "lease lost: renewal not confirmed before the local deadline"
+            );
+        } else {
+            // Never renewed: its end was known from its acquisition.
+            tracing::info!(
+                %key,
+                token = held.token,
+                "lease ended: the local deadline of its hold_at_most passed"
+            );
+        }
         // It may still be ours on the server: free it now rather than at expiry.
         self.spawn_release(key, held.lease_id, held.kind, held.acquired_at, None);
     }

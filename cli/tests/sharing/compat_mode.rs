@@ -58,7 +58,7 @@ async fn cli_release_owner_force_releases_every_lease_of_that_owner_and_prints_t
         stderr.contains("--force") && stderr.contains("dead-worker"),
         "{stderr}"
     );
-    assert!(!d1.is_lost());
+    assert!(!d1.status().is_lost());
 
     // A key and --owner together are refused.
     let out =
@@ -79,11 +79,11 @@ async fn cli_release_owner_force_releases_every_lease_of_that_owner_and_prints_t
         "{stdout}"
     );
     for lease in [&d1, &d2] {
-        tokio::time::timeout(BOUND, lease.lost())
+        tokio::time::timeout(BOUND, lease.status().lost())
             .await
             .expect("lost");
     }
-    assert!(!o1.is_lost());
+    assert!(!o1.status().is_lost());
 
     // JSON, and delete mode from the command line.
     let d3 = dead.acquire("d3").await.unwrap();
@@ -111,7 +111,9 @@ async fn cli_release_owner_force_releases_every_lease_of_that_owner_and_prints_t
     assert_eq!(report["owner_id"], Value::from("dead-worker"));
     assert_eq!(report["released"], Value::from(1));
     assert!(foreign_insert(&f, "d3").await, "deleted in delete mode");
-    tokio::time::timeout(BOUND, d3.lost()).await.expect("lost");
+    tokio::time::timeout(BOUND, d3.status().lost())
+        .await
+        .expect("lost");
 
     dead.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
