@@ -196,3 +196,30 @@ fn help_documents_the_short_flags_lock_elect_and_the_log() {
     let help = stdout(&env.run(&["elect", "--help"]));
     assert!(help.contains("[VALUE]"), "{help}");
 }
+
+/// A semaphore is one key with N permits: --permits with several keys is
+/// refused in one line, and nothing is held.
+#[test]
+fn permits_with_several_keys_is_refused_naming_the_flag() {
+    let env = Env::new("cli_permits_keys");
+    let out = env
+        .cmd(&[
+            "exec",
+            "--permits",
+            "2",
+            "--key",
+            "a",
+            "--key",
+            "b",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(USAGE));
+    let text = one_sentence(&out);
+    assert!(text.contains("--permits takes one key"), "{text}");
+    let listed = env.cmd(&["list", "--json"]).output().unwrap();
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert!(!stdout(&listed).contains("\"a\""), "{}", stdout(&listed));
+}
