@@ -169,8 +169,8 @@ impl LeaseManager {
 
     /// Spawns the actor over any store (the in-memory one in timing tests).
     pub(crate) fn start(store: Arc<dyn Store>, owner_id: Arc<str>, timing: Timing) -> LeaseManager {
-        let place = store.place();
-        let lock_delay = store.lock_delay();
+        let profile = store.profile();
+        let (place, lock_delay) = (&profile.place, profile.lock_delay);
         let namespace = format!("{}.{}", place.database, place.collection).into();
         let (commands, receiver) = mpsc::unbounded_channel();
         let actor = Actor::new(

@@ -88,7 +88,7 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
-use crate::store::{AcquireOutcome, LeaseRef, LockPlace, Store};
+use crate::store::{AcquireOutcome, LeaseRef, Store, StoreProfile};
 use command::{Command, Place, Reply, Target, Waiter};
 use key_state::{Attempt, Held, KeyState};
 use release_watch::{ReleaseWatch, next_release};
@@ -230,7 +230,8 @@ enum Event {
 /// collection of in-document leases.
 struct PlaceState {
     store: Arc<dyn Store>,
-    info: Arc<LockPlace>,
+    /// The store's fixed facts, read once.
+    profile: StoreProfile,
     /// Writes by any owner to this place's documents
     /// (`Store::watch_releases`), open only while something here needs
     /// prompt news of another owner's write (`release_watch.rs`): a release
@@ -244,7 +245,7 @@ struct PlaceState {
 impl PlaceState {
     fn new(store: Arc<dyn Store>) -> Self {
         PlaceState {
-            info: Arc::new(store.place()),
+            profile: store.profile(),
             store,
             release_watch: ReleaseWatch::Closed,
             group_commit: Default::default(),
@@ -628,6 +629,11 @@ impl Actor {
     /// The store of `place`.
     fn store(&self, place: Place) -> &Arc<dyn Store> {
         &self.places[usize::from(place.0)].store
+    }
+
+    /// The fixed facts of the store of `place`.
+    fn profile(&self, place: Place) -> &StoreProfile {
+        &self.places[usize::from(place.0)].profile
     }
 
     fn held_lease(&self, key: &Target, lease_id: Uuid) -> Option<&Held> {

@@ -31,7 +31,7 @@ impl Actor {
         if state.handed {
             return Some(state.next_lease_id);
         }
-        let lapses = Instant::now() + self.store(key.place).registration_window();
+        let lapses = Instant::now() + self.profile(key.place).registration_window;
         self.gave_up
             .insert(key.clone(), (state.next_lease_id, lapses));
         None
@@ -135,7 +135,7 @@ impl Actor {
         token: Option<u64>,
         timer: delay_queue::Key,
     ) -> bool {
-        let window = self.store(key.place).registration_window();
+        let window = self.profile(key.place).registration_window;
         let timing = &self.timing;
         let Some(state) = self.keys.get_mut(key) else {
             return false;

@@ -242,7 +242,7 @@ impl Actor {
     /// "remove the lock field".
     pub(super) fn follow_up_due(&self, place: Place, acquired_at: Instant) -> Option<Instant> {
         let at = acquired_at + DELETE_DELAY;
-        (self.store(place).removes_on_release() && at > Instant::now()).then_some(at)
+        (self.profile(place).removes_on_release && at > Instant::now()).then_some(at)
     }
 
     /// Deletes the released documents of `keys` at `at` (or at once if it

@@ -271,7 +271,7 @@
 //!   refreshed as above whatever the count (a refresh is not a new entry).
 //!   Beyond the bound an attempt writes the rest as before (`wt`) and
 //!   answers `Held` as a registering one does (every live entry ahead of
-//!   it, so at least the bound: `Store::queue_bound`); its owner still
+//!   it, so at least the bound: `StoreProfile::queue_bound`); its owner still
 //!   waits, reading no change stream for the key (the key is neither freed
 //!   nor handed to it while the queue is full), and its next attempts (at
 //!   least one per `retry_max`) each try to register again, so that a
@@ -616,6 +616,7 @@ pub(crate) mod memory;
 mod handoff;
 pub(crate) mod light_acquire;
 pub(crate) mod light_release;
+mod profile;
 mod protocol;
 mod read;
 pub(crate) mod replies;
@@ -631,6 +632,7 @@ use crate::key::LeaseKey;
 pub(crate) use handoff::{HandOver, release_instead};
 pub(crate) use mongo::MongoStore;
 pub(crate) use mongo::{LeaseCheck, run_fenced};
+pub(crate) use profile::StoreProfile;
 pub(crate) use protocol::Store;
 #[cfg(test)]
 pub(crate) use protocol::tests::StoreExt;

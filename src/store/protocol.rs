@@ -12,11 +12,11 @@ use uuid::Uuid;
 
 use super::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
-    LockPlace, OverrideEnd, release_instead,
+    OverrideEnd, StoreProfile, release_instead,
 };
 use super::{
     light_acquire::{LightAcquire, LightAcquired},
-    light_release::{LightForms, LightRelease},
+    light_release::LightRelease,
 };
 use crate::error::Result;
 use crate::info::LeaseInfo;
@@ -29,13 +29,10 @@ use crate::kind::{LeaseShape, PermitsChange};
 /// Each operation is idempotent for a given lease id, so the actor may retry
 /// it after an ambiguous failure.
 pub(crate) trait Store: Send + Sync + 'static {
-    /// Which light forms this store has ("Light forms for keys nobody
-    /// waits for"): the actor tries [`Store::acquire_light`] and
-    /// [`Store::release_light`] first only where the store has them. The
-    /// default: none.
-    fn light_forms(&self) -> LightForms {
-        LightForms::default()
-    }
+    /// What this store is: where its locks live and the settings the
+    /// actor plans with ([`StoreProfile`]), fixed when it was made. The
+    /// actor reads it once, when it takes the store on.
+    fn profile(&self) -> StoreProfile;
 
     /// The light acquires `requests` (of distinct keys, at most
     /// [`MOST_PER_COMMAND`](super::light_release::MOST_PER_COMMAND)): one
@@ -92,10 +89,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> BoxFuture<'static, Result<Vec<LeaseRef>>>;
 
-    /// The TTL of the store contract's acquires and renewals: the manager's.
-    #[cfg(test)]
-    fn default_ttl(&self) -> Duration;
-
     /// Releases the given leases (only those still held under their lease
     /// id) by the general form. Returns how many were still held.
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>>;
@@ -140,28 +133,6 @@ pub(crate) trait Store: Send + Sync + 'static {
     fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
         let _ = keys;
         Box::pin(async { Ok(0) })
-    }
-
-    /// How long this owner's registration in a key's queue lasts, `R` of
-    /// "Queue of waiting owners" ([`registration_window`](super::registration_window)
-    /// of the store's yield window, the manager's `retry_max`, and its
-    /// safety margin); a lease handed to it lasts `min(ttl, R)`
-    /// unconfirmed.
-    fn registration_window(&self) -> Duration;
-
-    /// The most live entries a key's queue of waiting owners holds
-    /// ("Bound" in "Queue of waiting owners"): a waiting attempt answered
-    /// `Held` with at least this many `ahead` is not registered, and is
-    /// neither handed the key nor finds it free before the queue drains.
-    /// The default: [`MAX_QUEUE`](super::MAX_QUEUE).
-    fn queue_bound(&self) -> usize {
-        super::MAX_QUEUE
-    }
-
-    /// The lock-delay that this store's force releases and releases by
-    /// owner id write ("Lock-delay"). The default: none.
-    fn lock_delay(&self) -> Duration {
-        Duration::ZERO
     }
 
     /// Releases every lease document of `owner` (any manager's) that is not
@@ -278,16 +249,6 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// streams or the stream broke; the actor then keeps polling.
     fn watch_releases(&self, announced: Announced) -> BoxStream<'static, Result<Announcement>>;
 
-    /// Where this store's locks live.
-    fn place(&self) -> LockPlace;
-
-    /// Whether a release removes the lock (the lock collection's
-    /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete), and always for
-    /// in-document leases, whose release removes the lock field): the actor
-    /// then runs the follow-up [`Store::delete_released`] for leases
-    /// released less than [`DELETE_DELAY`](super::DELETE_DELAY) after their acquisition.
-    fn removes_on_release(&self) -> bool;
-
     /// A store for in-document leases on `collection` (same database, same
     /// owner id, TTL and timeouts as this one), with the lock fields under
     /// `field`, and with `lock_id` the lease id and last renewal also in
@@ -309,13 +270,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         Err(crate::error::Error::InvalidConfig {
             reason: "in-document leases need a MongoDB store".into(),
         })
-    }
-
-    /// The top-level `LockId` / `LockTime` fields this store keeps
-    /// ([`Store::documents`]); no lease here may have a TTL over their
-    /// `max_duration`.
-    fn lock_id_fields(&self) -> Option<Arc<crate::lock_id_fields::LockIdFields>> {
-        None
     }
 
     /// Applies `write.update` to the document of `lease` if the lease is

@@ -24,7 +24,7 @@ use crate::kind::LeaseKind;
 use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
-    LockPlace, OverrideEnd, Store, release_instead,
+    LockPlace, OverrideEnd, Store, StoreProfile, release_instead,
 };
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
@@ -60,7 +60,7 @@ impl Store for MemoryStore {
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let creates = create.is_some();
         let registration = Registration {
-            window: self.registration_window(),
+            window: crate::store::registration_window(self.yield_window, self.safety_margin),
             bound: self.queue_bound,
         };
         let write = self.run(Op::Acquire, vec![key.clone()], {
@@ -128,21 +128,35 @@ impl Store for MemoryStore {
         .boxed()
     }
 
-    fn place(&self) -> LockPlace {
+    /// As `MongoStore`'s and `DocumentStore`'s: the registration window
+    /// of the yield window (the manager's `retry_max`) and the safety
+    /// margin ([`MemoryStore::with_safety_margin`]); the light release in
+    /// the lock collection only, the light acquire if
+    /// [`MemoryStore::with_light_acquire`].
+    fn profile(&self) -> StoreProfile {
         let (collection, field) = match &self.place {
             None => ("locks".into(), None),
             Some((collection, field)) => (collection.clone(), Some(field.clone())),
         };
-        LockPlace {
-            database: "memory".into(),
-            collection,
-            field,
-            lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
+        StoreProfile {
+            place: Arc::new(LockPlace {
+                database: "memory".into(),
+                collection,
+                field,
+                lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
+            }),
+            light_forms: LightForms {
+                acquire: self.light_acquire && self.place.is_none(),
+                release: self.place.is_none(),
+            },
+            removes_on_release: self.release_mode == ReleaseMode::Delete,
+            registration_window: crate::store::registration_window(self.yield_window, self.safety_margin),
+            queue_bound: self.queue_bound,
+            lock_delay: self.lock_delay,
+            lock_id_fields: self.lock_id.clone(),
+            #[cfg(test)]
+            ttl: self.ttl,
         }
-    }
-
-    fn removes_on_release(&self) -> bool {
-        self.release_mode == ReleaseMode::Delete
     }
 
     fn documents(
@@ -159,10 +173,6 @@ impl Store for MemoryStore {
         Ok(Arc::new(
             self.document_store_with(collection, field, lock_id),
         ))
-    }
-
-    fn lock_id_fields(&self) -> Option<Arc<crate::lock_id_fields::LockIdFields>> {
-        self.lock_id.clone()
     }
 
     /// Conditional on the lease id and owner id, as on MongoDB; the user's
@@ -214,25 +224,6 @@ impl Store for MemoryStore {
         self.writes(announced)
     }
 
-    #[cfg(test)]
-    fn default_ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// As `MongoStore`'s: of the yield window (the manager's `retry_max`)
-    /// and the safety margin ([`MemoryStore::with_safety_margin`]).
-    fn registration_window(&self) -> Duration {
-        crate::store::registration_window(self.yield_window, self.safety_margin)
-    }
-
-    fn lock_delay(&self) -> Duration {
-        self.lock_delay
-    }
-
-    fn queue_bound(&self) -> usize {
-        self.queue_bound
-    }
-
     fn renew_with_ttl(
         &self,
         leases: Vec<LeaseRef>,
@@ -264,15 +255,6 @@ impl Store for MemoryStore {
 
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
         self.release_in(leases, self.release_mode)
-    }
-
-    /// In the lock collection only, as `MongoStore`'s (`mongo::acquire`, `mongo::release`); the
-    /// light acquire if [`MemoryStore::with_light_acquire`].
-    fn light_forms(&self) -> LightForms {
-        LightForms {
-            acquire: self.light_acquire && self.place.is_none(),
-            release: self.place.is_none(),
-        }
     }
 
     fn acquire_light(&self, requests: Vec<LightAcquire>) -> BoxFuture<'static, Vec<LightAcquired>> {

@@ -65,7 +65,7 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, HandOver, LeaseRef, OverrideEnd,
-    Store, release_instead,
+    Store, StoreProfile, release_instead,
 };
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
@@ -82,10 +82,25 @@ use uuid::Uuid;
 /// The one place each verb is chosen: the actor's request, by kind and by
 /// what the actor knows of the key, to the verb's file.
 impl Store for MongoStore {
-    fn light_forms(&self) -> LightForms {
-        LightForms {
-            acquire: true,
-            release: true,
+    fn profile(&self) -> StoreProfile {
+        StoreProfile {
+            place: Arc::new(crate::store::LockPlace {
+                database: self.coll().namespace().db,
+                collection: self.coll().name().to_string(),
+                field: None,
+                lock_id: None,
+            }),
+            light_forms: LightForms {
+                acquire: true,
+                release: true,
+            },
+            removes_on_release: self.release_mode() == ReleaseMode::Delete,
+            registration_window: self.registration(),
+            queue_bound: crate::store::MAX_QUEUE,
+            lock_delay: Duration::from_millis(self.lock_delay_ms() as u64),
+            lock_id_fields: None,
+            #[cfg(test)]
+            ttl: Duration::from_millis(self.ttl_ms().max(0) as u64),
         }
     }
 
@@ -97,19 +112,6 @@ impl Store for MongoStore {
     fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
         let store = self.clone();
         async move { store.light_releases(leases).await }.boxed()
-    }
-
-    fn place(&self) -> crate::store::LockPlace {
-        crate::store::LockPlace {
-            database: self.coll().namespace().db,
-            collection: self.coll().name().to_string(),
-            field: None,
-            lock_id: None,
-        }
-    }
-
-    fn removes_on_release(&self) -> bool {
-        self.release_mode() == ReleaseMode::Delete
     }
 
     fn documents(
@@ -141,11 +143,6 @@ impl Store for MongoStore {
     ) -> BoxFuture<'static, Result<Vec<LeaseRef>>> {
         let store = self.clone();
         async move { store.renew_batch(leases, ttl_ms(ttl)).await }.boxed()
-    }
-
-    #[cfg(test)]
-    fn default_ttl(&self) -> Duration {
-        Duration::from_millis(self.ttl_ms().max(0) as u64)
     }
 
     fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
@@ -182,14 +179,6 @@ impl Store for MongoStore {
     fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move { store.leave_queues_of(keys).await }.boxed()
-    }
-
-    fn registration_window(&self) -> Duration {
-        self.registration()
-    }
-
-    fn lock_delay(&self) -> Duration {
-        Duration::from_millis(self.lock_delay_ms() as u64)
     }
 
     fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {

@@ -16,6 +16,12 @@ use crate::store::{AcquireOutcome, AcquireRequest, LeaseRef};
 /// The acquire forms the store contract's scenarios and the unit tests
 /// call: [`Store::acquire`] with its request spelled out.
 pub(crate) trait StoreExt: Store {
+    /// The manager's TTL, which the store contract's acquires and renewals
+    /// use ([`StoreProfile::ttl`](crate::store::StoreProfile::ttl)).
+    fn default_ttl(&self) -> Duration {
+        self.profile().ttl
+    }
+
     /// [`Store::renew_with_ttl`] with the store's default TTL (the
     /// manager's), returning the keys of the leases no longer held; for the
     /// store contract's scenarios.

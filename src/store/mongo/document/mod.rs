@@ -67,7 +67,7 @@ use crate::key::LeaseKey;
 use crate::lock_id_fields::LockIdFields;
 use crate::store::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, LeaseRef, LockPlace,
-    Store, lease_info, replies,
+    Store, StoreProfile, lease_info, replies,
 };
 
 /// In-document leases on one user collection, lock fields under one field.
@@ -411,15 +411,28 @@ impl DocumentStore {
 }
 
 impl Store for DocumentStore {
-    #[cfg(test)]
-    fn default_ttl(&self) -> Duration {
-        Duration::from_millis(self.locks.ttl_ms() as u64)
-    }
-
-    /// The lock collection's store's: in-document leases have no queue
-    /// (nothing registers), but the window is the manager's all the same.
-    fn registration_window(&self) -> Duration {
-        self.locks.registration()
+    /// No light form, no lock-delay (nor the operator's overrides that
+    /// write it), a release that removes the lock field; the registration
+    /// window is the lock collection's store's: in-document leases have no
+    /// queue (nothing registers), but the window is the manager's all the
+    /// same.
+    fn profile(&self) -> StoreProfile {
+        StoreProfile {
+            place: Arc::new(LockPlace {
+                database: self.coll.namespace().db,
+                collection: self.coll.name().to_string(),
+                field: Some(self.field.to_string()),
+                lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
+            }),
+            light_forms: Default::default(),
+            removes_on_release: true,
+            registration_window: self.locks.registration(),
+            queue_bound: crate::store::MAX_QUEUE,
+            lock_delay: Duration::ZERO,
+            lock_id_fields: self.lock_id.clone(),
+            #[cfg(test)]
+            ttl: Duration::from_millis(self.locks.ttl_ms() as u64),
+        }
     }
 
     fn renew_with_ttl(
@@ -539,23 +552,6 @@ impl Store for DocumentStore {
         announcements(open, move |event| {
             key_write(&lock_field, top_id.as_deref(), event).map(crate::store::Announcement::Write)
         })
-    }
-
-    fn place(&self) -> LockPlace {
-        LockPlace {
-            database: self.coll.namespace().db,
-            collection: self.coll.name().to_string(),
-            field: Some(self.field.to_string()),
-            lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
-        }
-    }
-
-    fn removes_on_release(&self) -> bool {
-        true
-    }
-
-    fn lock_id_fields(&self) -> Option<Arc<LockIdFields>> {
-        self.lock_id.clone()
     }
 
     fn acquire(

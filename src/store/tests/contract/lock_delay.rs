@@ -65,7 +65,7 @@ pub(super) async fn a_force_release_keeps_the_key_from_every_kind_until_the_lock
 ) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let operator = f.delaying_store("op", LONG).await;
-    assert_eq!(operator.lock_delay(), LONG);
+    assert_eq!(operator.profile().lock_delay, LONG);
     let (la, ta) = take(&a, "k").await;
     let before = operator
         .force_release("k".into(), OverrideEnd::Immediately)

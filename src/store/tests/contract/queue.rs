@@ -167,7 +167,7 @@ pub(super) async fn a_handed_lease_never_confirmed_expires_and_the_next_owner_ta
     // The handed lease lasts the registration's `hx`: at most the
     // registration window (of the waiter's `retry_max` and safety margin),
     // at most the TTL.
-    let window = b.registration_window();
+    let window = b.profile().registration_window;
     assert_eq!(
         window,
         crate::store::registration_window(super::YIELD, super::MARGIN)
