@@ -224,12 +224,18 @@ impl Actor {
         self.on_acquired(key, sent, acquired);
     }
 
-    /// Whether the release of `lease` of `key` (`young`: too young for
-    /// delete mode's delete) tries the light release first.
-    pub(super) fn tries_light_release(&self, key: &Target, lease: &LeaseRef, young: bool) -> bool {
+    /// Whether the release of `lease` of `key` (`too_young_to_delete`:
+    /// acquired too lately for delete mode's delete) tries the light release
+    /// first.
+    pub(super) fn tries_light_release(
+        &self,
+        key: &Target,
+        lease: &LeaseRef,
+        too_young_to_delete: bool,
+    ) -> bool {
         lease.kind == LeaseKind::Exclusive
             && self.profile(key.place).light_forms.release
-            && (young || !self.profile(key.place).removes_on_release)
+            && (too_young_to_delete || !self.profile(key.place).removes_on_release)
             && !self.is_contended(key)
     }
 

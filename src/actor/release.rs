@@ -19,7 +19,7 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
-use crate::store::{DELETE_DELAY, LeaseRef, OverrideEnd};
+use crate::store::{DELETE_DELAY, LeaseRef, OverrideEnd, Release};
 
 impl Actor {
     pub(super) fn on_release(
@@ -74,7 +74,7 @@ impl Actor {
         // `$in` list within the renewal batch size.
         for (place, leases) in held {
             for batch in leases.chunks(self.timing.renewal_batch_size) {
-                releases.push(self.store(place).release(batch.to_vec()));
+                releases.push(self.store(place).release(Release::Leases(batch.to_vec())));
             }
         }
         // Every place's release runs to its end even if another fails (a
@@ -82,8 +82,8 @@ impl Actor {
         // first error is the reply.
         let release = async move {
             let mut released = 0;
-            for count in futures::future::join_all(releases).await {
-                released += count?;
+            for result in futures::future::join_all(releases).await {
+                released += result?.count;
             }
             Ok(released)
         }
@@ -131,8 +131,8 @@ impl Actor {
             kind,
         };
         // A follow-up is due: the lease is too young for delete mode's delete.
-        let young = follow_up.is_some();
-        if self.tries_light_release(&key, &lease, young) {
+        let too_young_to_delete = follow_up.is_some();
+        if self.tries_light_release(&key, &lease, too_young_to_delete) {
             self.submit_light_release(PendingRelease {
                 key,
                 lease,
@@ -141,7 +141,7 @@ impl Actor {
             });
             return;
         }
-        let release = self.general_release(key.place, lease, young);
+        let release = self.general_release(key.place, lease, too_young_to_delete);
         self.spawn_store(release, move |result| Event::Released {
             result,
             key,
@@ -150,19 +150,20 @@ impl Actor {
         });
     }
 
-    /// The general release of `lease` of `place` (`young`: too young for
-    /// delete mode's delete).
+    /// The general release of `lease` of `place` (`too_young_to_delete`:
+    /// acquired too lately for delete mode's delete to match it); how many
+    /// leases it ended.
     pub(super) fn general_release(
         &self,
         place: Place,
         lease: LeaseRef,
-        young: bool,
+        too_young_to_delete: bool,
     ) -> BoxFuture<'static, Result<u64>> {
-        let store = self.store(place);
-        match young {
-            true => store.release_young(lease),
-            false => store.release(vec![lease]),
-        }
+        let release = self.store(place).release(match too_young_to_delete {
+            true => Release::LeaseTooYoungToDelete(lease),
+            false => Release::Leases(vec![lease]),
+        });
+        async move { Ok(release.await?.count) }.boxed()
     }
 
     pub(super) fn on_released(
@@ -251,12 +252,14 @@ impl Actor {
         let store = self.store(place).clone();
         let delete = async move {
             tokio::time::sleep_until(at).await;
-            store.delete_released(keys).await
+            store.release(Release::ReleasedDocuments(keys)).await
         }
         .boxed();
         self.spawn_store(delete, |result| {
             match result {
-                Ok(n) => tracing::debug!(deleted = n, "released lock documents deleted"),
+                Ok(deleted) => {
+                    tracing::debug!(deleted = deleted.count, "released lock documents deleted")
+                }
                 Err(error) => tracing::debug!(
                     %error,
                     "deleting released lock documents failed; the TTL monitor will"
@@ -294,10 +297,12 @@ impl Actor {
         end: OverrideEnd,
         respond_to: Reply<u64>,
     ) {
-        let release = self
-            .store(Place::LOCKS)
-            .release_by_owner(owner.clone(), end);
+        let release = self.store(Place::LOCKS).release(Release::OwnerLeases {
+            owner: owner.clone(),
+            end,
+        });
         self.spawn_store(release, move |result| {
+            let result = result.map(|released| released.count);
             match &result {
                 Ok(n) => tracing::warn!(
                     owner_id = owner,
@@ -317,9 +322,12 @@ impl Actor {
         end: OverrideEnd,
         respond_to: Reply<Option<LeaseInfo>>,
     ) {
-        let release = self.store(Place::LOCKS).force_release(key.clone(), end);
+        let release = self.store(Place::LOCKS).release(Release::ForcedKey {
+            key: key.clone(),
+            end,
+        });
         self.spawn_store(release, |result| Event::ForceReleased {
-            result,
+            result: result.map(|released| released.was),
             key,
             respond_to,
         });

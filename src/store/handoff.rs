@@ -4,7 +4,7 @@
 use futures::future::BoxFuture;
 use uuid::Uuid;
 
-use super::{LeaseRef, Store};
+use super::{LeaseRef, Release, Store};
 use crate::error::Result;
 use crate::key::LeaseKey;
 
@@ -22,7 +22,7 @@ pub(crate) enum HandOver {
     Lost,
 }
 
-/// [`Store::hand_over`] that only releases `from` ([`Store::release`]; the
+/// [`Store::hand_over`] that only releases `from` ([`Release::Leases`]; the
 /// actor hands over exclusive leases only): `Released`, or `Lost` if
 /// nothing was released.
 pub(crate) fn release_instead<S: Store + ?Sized>(
@@ -30,13 +30,13 @@ pub(crate) fn release_instead<S: Store + ?Sized>(
     key: LeaseKey,
     from: Uuid,
 ) -> BoxFuture<'static, Result<HandOver>> {
-    let release = store.release(vec![LeaseRef {
+    let release = store.release(Release::Leases(vec![LeaseRef {
         key,
         lease_id: from,
         kind: crate::kind::LeaseKind::Exclusive,
-    }]);
+    }]));
     Box::pin(async move {
-        Ok(match release.await? {
+        Ok(match release.await?.count {
             0 => HandOver::Lost,
             _ => HandOver::Released,
         })

@@ -509,7 +509,7 @@
 //! 100 ms ago by its own clock (counted from the acquire's reply, after the
 //! token's server millisecond): its delete could not match but in a
 //! window of those 100 ms, so `MongoStore` skips it and only marks the
-//! lease released (`Store::release_young`), and the follow-up deletes it
+//! lease released (`Release::LeaseTooYoungToDelete`), and the follow-up deletes it
 //! (`benches/throughput.rs`: 3 commands per acquire and release, not 4). The
 //! guarantee assumes: `$$NOW` never steps back by `D` or more between a
 //! delete and the next acquisition of that key (measured steps: up to 8 ms;
@@ -619,6 +619,7 @@ pub(crate) mod light_release;
 mod profile;
 mod protocol;
 mod read;
+mod release;
 pub(crate) mod replies;
 #[cfg(all(test, feature = "testkit"))]
 mod tests;
@@ -636,6 +637,7 @@ pub(crate) use profile::StoreProfile;
 pub(crate) use protocol::Store;
 #[cfg(test)]
 pub(crate) use protocol::tests::StoreExt;
+pub(crate) use release::{Release, Released};
 pub(crate) use read::{FIELD_COUNT, foreign_owner, is_our_shape, lease_info};
 
 /// Field names of the lock document.
@@ -925,7 +927,7 @@ pub(crate) struct DocumentWrite {
     /// otherwise left in the released state (no `lid` nor `wt`, `exp` at
     /// the release time, `tok` kept; `yu` if another owner waited), which
     /// the next acquire takes over, and the follow-up
-    /// [`Store::delete_released`] removes if nobody did.
+    /// ([`Release::ReleasedDocuments`]) removes if nobody did.
     pub release: bool,
     /// The lease was acquired less than [`DELETE_DELAY`] ago by the local
     /// clock (set by the actor): its token is too young for the lock field

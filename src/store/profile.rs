@@ -24,7 +24,7 @@ pub(crate) struct StoreProfile {
     /// Whether a release removes the lock (the lock collection's
     /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete), and always for
     /// in-document leases, whose release removes the lock field): the actor
-    /// then runs the follow-up [`Store::delete_released`](super::Store::delete_released)
+    /// then runs the follow-up delete ([`Release::ReleasedDocuments`](super::Release::ReleasedDocuments))
     /// for leases released less than [`DELETE_DELAY`](super::DELETE_DELAY)
     /// after their acquisition.
     pub removes_on_release: bool,

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
-    OverrideEnd, StoreProfile, release_instead,
+    Release, Released, StoreProfile, release_instead,
 };
 use super::{
     light_acquire::{LightAcquire, LightAcquired},
@@ -89,9 +89,12 @@ pub(crate) trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> BoxFuture<'static, Result<Vec<LeaseRef>>>;
 
-    /// Releases the given leases (only those still held under their lease
-    /// id) by the general form. Returns how many were still held.
-    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>>;
+    /// Releases what `release` selects, each selection by its own wire
+    /// form, chosen by the caller ([`Release`]: these leases of this
+    /// manager, one too young for delete mode's delete, delete mode's
+    /// follow-up delete, an operator's override of an owner's leases or of
+    /// a key).
+    fn release(&self, release: Release) -> BoxFuture<'static, Result<Released>>;
 
     /// Releases the lease `from` of `key` and, in the same write, makes
     /// `to` (a local waiter's acquisition, of `shape`, expiring `ttl`
@@ -113,17 +116,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         release_instead(self, key, from)
     }
 
-    /// [`Store::release`] of one lease acquired less than [`DELETE_DELAY`](super::DELETE_DELAY)
-    /// ago (by the caller's clock, from the acquire's reply), in a store
-    /// that removes on release: its token is too young for delete mode's
-    /// delete, so a store may skip that delete and only mark the lease
-    /// released, leaving the document to the follow-up delete (see
-    /// "Delete-on-release mode"). Both outcomes are the protocol's; the
-    /// default is [`Store::release`].
-    fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
-        self.release(vec![lease])
-    }
-
     /// Removes this manager's entries from the queues of waiting owners of
     /// `keys` ("Queue of waiting owners"), so that no release hands one of
     /// them to it any more (shutdown: a manager that stops waiting must not
@@ -134,20 +126,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         let _ = keys;
         Box::pin(async { Ok(0) })
     }
-
-    /// Releases every lease document of `owner` (any manager's) that is not
-    /// released yet, of our shape only (an operator's override). Returns how
-    /// many. In delete mode, documents it could only mark released are
-    /// deleted once their token is old enough, before it returns. A live
-    /// lease it ends keeps its key until `end` says ("Lock-delay").
-    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>>;
-
-    /// Delete mode's follow-up to a release of young leases: deletes the
-    /// released documents of `keys` (no lease id, not yielded) whose token is
-    /// at least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by
-    /// the server's clock. A document acquired again meanwhile is never
-    /// deleted. Returns how many; nothing in keep mode.
-    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>>;
 
     /// Reads `key` with the server's now. `Ok(None)` if it has no document;
     /// a document of foreign shape (a bare `{_id}` too) is a lock held by a
@@ -163,21 +141,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         after: Option<LeaseKey>,
         limit: usize,
     ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>>;
-
-    /// Releases `key` whoever holds it (an operator's override): as a
-    /// release, `exp` moves to now and `lid` is removed; every holder of a
-    /// shared or semaphore key, a minimum hold (`hl`) and an exclusive
-    /// waiter's mark go too. A foreign holder's
-    /// lock is deleted instead, only if it is still the document read
-    /// (same `aid` and `ts`). Returns the lease as it was, if it was held.
-    /// The key stays unavailable until `end` says ("Lock-delay"); with
-    /// [`OverrideEnd::Immediately`] a key that an earlier override left
-    /// waiting (`nb` ahead, no lease) is freed after the lock-delay too.
-    fn force_release(
-        &self,
-        key: LeaseKey,
-        end: OverrideEnd,
-    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
 
     /// Changes the number of permits (`pm`) of the semaphore key `key` to
     /// `permits`, only if its live holders take no more than that, in one

@@ -24,7 +24,7 @@ use crate::kind::LeaseKind;
 use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
-    LockPlace, OverrideEnd, Store, StoreProfile, release_instead,
+    LockPlace, OverrideEnd, Release, Released, Store, StoreProfile, release_instead,
 };
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
@@ -253,8 +253,28 @@ impl Store for MemoryStore {
         })
     }
 
-    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
-        self.release_in(leases, self.release_mode)
+    /// Each selection by the rules of `rules` and `kinds`, as
+    /// `MongoStore`'s: a lease too young to delete is only marked released
+    /// (keep mode's release).
+    fn release(&self, release: Release) -> BoxFuture<'static, Result<Released>> {
+        let count = match release {
+            Release::Leases(leases) => self.release_in(leases, self.release_mode),
+            Release::LeaseTooYoungToDelete(lease) => self.release_in(vec![lease], ReleaseMode::Keep),
+            Release::ReleasedDocuments(keys) => self.delete_released(keys),
+            Release::OwnerLeases { owner, end } => self.release_by_owner(owner, end),
+            Release::ForcedKey { key, end } => {
+                let forced = self.force_release(key, end);
+                return async move {
+                    let was = forced.await?;
+                    Ok(Released {
+                        count: u64::from(was.is_some()),
+                        was,
+                    })
+                }
+                .boxed();
+            }
+        };
+        async move { Ok(Released::count(count.await?)) }.boxed()
     }
 
     fn acquire_light(&self, requests: Vec<LightAcquire>) -> BoxFuture<'static, Vec<LightAcquired>> {
@@ -263,11 +283,6 @@ impl Store for MemoryStore {
 
     fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
         self.clone().light_releases(leases).boxed()
-    }
-
-    fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
-        // As MongoStore: no delete, only the marking (keep mode's release).
-        self.release_in(vec![lease], ReleaseMode::Keep)
     }
 
     /// By the rule of `rules` for a plain shape in the lock collection; a
@@ -314,57 +329,6 @@ impl Store for MemoryStore {
                 }
             }
             Ok(changed)
-        })
-    }
-
-    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {
-        let db = self.db.clone();
-        let yield_window = self.yield_window;
-        let mode = self.release_mode;
-        let lock_delay = self.lock_delay;
-        let release = {
-            let owner = owner.clone();
-            let db = db.clone();
-            self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
-                coll.delay_owner_ends(&owner, lock_delay, end, now);
-                let matches =
-                    |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
-                let released = coll.release_where(&db, matches, now, yield_window, mode);
-                // Waiting for the holders, their places stay until their
-                // expiry (`Collection::keep_places_of`).
-                let holders = match end {
-                    OverrideEnd::AtExpiry => coll.keep_places_of(&db, &owner, now),
-                    OverrideEnd::Immediately => {
-                        let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
-                        coll.release_holders_where(&db, holders, now).1
-                    }
-                };
-                Ok((released, holders))
-            })
-        };
-        async move {
-            let ((deleted, marked), holders) = release.await?;
-            // As `MongoStore`'s: a follow-up once its update changed any
-            // document (leases marked released or holders' documents).
-            if mode == ReleaseMode::Delete && marked + holders > 0 {
-                tokio::time::sleep(crate::store::DELETE_DELAY).await;
-                db.apply(|coll, now| {
-                    coll.delete_released_where(&db, |_, doc| doc.owner == owner, now)
-                });
-            }
-            Ok(deleted + marked + holders)
-        }
-        .boxed()
-    }
-
-    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
-        if keys.is_empty() || self.release_mode != ReleaseMode::Delete {
-            return futures::future::ready(Ok(0)).boxed();
-        }
-        let db = self.db.clone();
-        self.run(Op::Release, keys.clone(), move |coll, now| {
-            let keys: HashSet<&LeaseKey> = keys.iter().collect();
-            Ok(coll.delete_released_where(&db, |key, _| keys.contains(key), now))
         })
     }
 
@@ -431,50 +395,6 @@ impl Store for MemoryStore {
                 db.announce_release(&key);
             }
             Ok(change)
-        })
-    }
-
-    fn force_release(
-        &self,
-        key: LeaseKey,
-        end: OverrideEnd,
-    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
-        let db = self.db.clone();
-        let yield_window = self.yield_window;
-        let lock_delay = self.lock_delay;
-        self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
-            // A foreign holder's lock is deleted (as MongoStore's `deleteOne`).
-            if let Some(foreign) = coll.foreign.remove(&key) {
-                db.announce_release(&key);
-                return Ok(Some(db.foreign_info(&key, &foreign, now)));
-            }
-            let Some(doc) = coll.docs.get_mut(&key) else {
-                return Ok(None);
-            };
-            // Held by a lease, by holders, or by a minimum hold: freed
-            // whole, `hl` included (only a force release frees it earlier);
-            // marked immediate, also a key an earlier override left
-            // waiting (`nb`).
-            let held = doc.live_kind(now).is_some()
-                || doc
-                    .hold_until
-                    .is_some_and(|until| until > now && doc.exp > now);
-            let waiting =
-                end == OverrideEnd::Immediately && doc.not_before.is_some() && doc.exp > now;
-            if !held && !waiting {
-                return Ok(None);
-            }
-            let before = db.info(&key, doc, now);
-            if end == OverrideEnd::Immediately {
-                doc.not_before = None;
-                doc.exp = doc.exp.min(now);
-            }
-            super::lock_delay::delay(doc, lock_delay, end, now);
-            kinds::drop_holders(doc, now);
-            release_doc(doc, now, yield_window);
-            db.announce_release(&key);
-            // A key an earlier override left waiting held nothing.
-            Ok(Some(before).filter(|before| before.held))
         })
     }
 
@@ -591,6 +511,104 @@ impl MemoryStore {
             };
             let (removed, _) = coll.release_holders_where(&db, holders, now);
             Ok(deleted + marked + removed)
+        })
+    }
+
+    /// [`Release::OwnerLeases`].
+    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        let mode = self.release_mode;
+        let lock_delay = self.lock_delay;
+        let release = {
+            let owner = owner.clone();
+            let db = db.clone();
+            self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
+                coll.delay_owner_ends(&owner, lock_delay, end, now);
+                let matches =
+                    |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
+                let released = coll.release_where(&db, matches, now, yield_window, mode);
+                // Waiting for the holders, their places stay until their
+                // expiry (`Collection::keep_places_of`).
+                let holders = match end {
+                    OverrideEnd::AtExpiry => coll.keep_places_of(&db, &owner, now),
+                    OverrideEnd::Immediately => {
+                        let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
+                        coll.release_holders_where(&db, holders, now).1
+                    }
+                };
+                Ok((released, holders))
+            })
+        };
+        async move {
+            let ((deleted, marked), holders) = release.await?;
+            // As `MongoStore`'s: a follow-up once its update changed any
+            // document (leases marked released or holders' documents).
+            if mode == ReleaseMode::Delete && marked + holders > 0 {
+                tokio::time::sleep(crate::store::DELETE_DELAY).await;
+                db.apply(|coll, now| {
+                    coll.delete_released_where(&db, |_, doc| doc.owner == owner, now)
+                });
+            }
+            Ok(deleted + marked + holders)
+        }
+        .boxed()
+    }
+
+    /// [`Release::ReleasedDocuments`].
+    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        if keys.is_empty() || self.release_mode != ReleaseMode::Delete {
+            return futures::future::ready(Ok(0)).boxed();
+        }
+        let db = self.db.clone();
+        self.run(Op::Release, keys.clone(), move |coll, now| {
+            let keys: HashSet<&LeaseKey> = keys.iter().collect();
+            Ok(coll.delete_released_where(&db, |key, _| keys.contains(key), now))
+        })
+    }
+
+    /// [`Release::ForcedKey`]: the lease as it was, if it was held.
+    fn force_release(
+        &self,
+        key: LeaseKey,
+        end: OverrideEnd,
+    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        let lock_delay = self.lock_delay;
+        self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
+            // A foreign holder's lock is deleted (as MongoStore's `deleteOne`).
+            if let Some(foreign) = coll.foreign.remove(&key) {
+                db.announce_release(&key);
+                return Ok(Some(db.foreign_info(&key, &foreign, now)));
+            }
+            let Some(doc) = coll.docs.get_mut(&key) else {
+                return Ok(None);
+            };
+            // Held by a lease, by holders, or by a minimum hold: freed
+            // whole, `hl` included (only a force release frees it earlier);
+            // marked immediate, also a key an earlier override left
+            // waiting (`nb`).
+            let held = doc.live_kind(now).is_some()
+                || doc
+                    .hold_until
+                    .is_some_and(|until| until > now && doc.exp > now);
+            let waiting =
+                end == OverrideEnd::Immediately && doc.not_before.is_some() && doc.exp > now;
+            if !held && !waiting {
+                return Ok(None);
+            }
+            let before = db.info(&key, doc, now);
+            if end == OverrideEnd::Immediately {
+                doc.not_before = None;
+                doc.exp = doc.exp.min(now);
+            }
+            super::lock_delay::delay(doc, lock_delay, end, now);
+            kinds::drop_holders(doc, now);
+            release_doc(doc, now, yield_window);
+            db.announce_release(&key);
+            // A key an earlier override left waiting held nothing.
+            Ok(Some(before).filter(|before| before.held))
         })
     }
 }

@@ -64,8 +64,8 @@ use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::{
-    AcquireOutcome, AcquireRequest, Announced, Announcement, HandOver, LeaseRef, OverrideEnd,
-    Store, StoreProfile, release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, HandOver, LeaseRef, Release,
+    Released, Store, StoreProfile, release_instead,
 };
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
@@ -145,9 +145,35 @@ impl Store for MongoStore {
         async move { store.renew_batch(leases, ttl_ms(ttl)).await }.boxed()
     }
 
-    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
+    /// Each selection to its form in `release`: the general release (a
+    /// lease too young to delete skips delete mode's delete), the follow-up
+    /// delete, the release by owner id, the force release.
+    fn release(&self, release: Release) -> BoxFuture<'static, Result<Released>> {
         let store = self.clone();
-        async move { store.release_leases(leases, true).await }.boxed()
+        async move {
+            let count = match release {
+                Release::Leases(leases) => store.release_leases(leases, true).await?,
+                Release::LeaseTooYoungToDelete(lease) => {
+                    store.release_leases(vec![lease], false).await?
+                }
+                Release::ReleasedDocuments(keys) => {
+                    if keys.is_empty() || store.release_mode() != ReleaseMode::Delete {
+                        return Ok(Released::count(0));
+                    }
+                    store.delete_released_matching(keys_filter(&keys)).await?
+                }
+                Release::OwnerLeases { owner, end } => store.release_leases_of(owner, end).await?,
+                Release::ForcedKey { key, end } => {
+                    let was = store.force_release_key(key, end).await?;
+                    return Ok(Released {
+                        count: u64::from(was.is_some()),
+                        was,
+                    });
+                }
+            };
+            Ok(Released::count(count))
+        }
+        .boxed()
     }
 
     fn hand_over(
@@ -171,30 +197,9 @@ impl Store for MongoStore {
         .boxed()
     }
 
-    fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
-        let store = self.clone();
-        async move { store.release_leases(vec![lease], false).await }.boxed()
-    }
-
     fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move { store.leave_queues_of(keys).await }.boxed()
-    }
-
-    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {
-        let store = self.clone();
-        async move { store.release_leases_of(owner, end).await }.boxed()
-    }
-
-    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
-        let store = self.clone();
-        async move {
-            if keys.is_empty() || store.release_mode() != ReleaseMode::Delete {
-                return Ok(0);
-            }
-            store.delete_released_matching(keys_filter(&keys)).await
-        }
-        .boxed()
     }
 
     fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
@@ -209,15 +214,6 @@ impl Store for MongoStore {
     ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>> {
         let store = self.clone();
         async move { store.list_page(after, limit).await }.boxed()
-    }
-
-    fn force_release(
-        &self,
-        key: LeaseKey,
-        end: OverrideEnd,
-    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
-        let store = self.clone();
-        async move { store.force_release_key(key, end).await }.boxed()
     }
 
     fn set_permits(

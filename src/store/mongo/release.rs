@@ -1,6 +1,6 @@
 //! **Release**: a lease's release and its forms, the release of an owner's
 //! leases (an operator's release by owner id), force release, and delete mode's
-//! deletes ([`MongoStore::release_leases`] is the one place that picks).
+//! deletes (the `Store` implementation picks by the caller's [`Release`](crate::store::Release)).
 //!
 //! - The **general release** ([`release_any_update`]): one update for
 //!   leases of any kind, which hands the key over, yields it, keeps a
@@ -14,7 +14,7 @@
 //! - **Delete mode** ([`deletable_filter`], [`released_filter`]) and
 //!   **force release** ([`force_release_update`]; a foreign holder's lock
 //!   only if it is still the document read, [`foreign_filter`]), as
-//!   "Fencing tokens" and [`Store::force_release`](crate::store::Store::force_release) say.
+//!   "Fencing tokens" and [`Release::ForcedKey`](crate::store::Release::ForcedKey) say.
 //!
 //! Each write is idempotent and retried after a transient failure
 //! ([`retried`]).

@@ -11,7 +11,8 @@ use super::Store;
 use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::store::{AcquireOutcome, AcquireRequest, LeaseRef};
+use crate::info::LeaseInfo;
+use crate::store::{AcquireOutcome, AcquireRequest, LeaseRef, OverrideEnd, Release, Released};
 
 /// The acquire forms the store contract's scenarios and the unit tests
 /// call: [`Store::acquire`] with its request spelled out.
@@ -28,6 +29,36 @@ pub(crate) trait StoreExt: Store {
     fn renew(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<Vec<LeaseKey>>> {
         let renew = self.renew_with_ttl(leases, self.default_ttl());
         Box::pin(async move { Ok(renew.await?.into_iter().map(|l| l.key).collect()) })
+    }
+
+    /// [`Release::Leases`]: how many were still held.
+    fn release_by_id(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
+        count(self.release(Release::Leases(leases)))
+    }
+
+    /// [`Release::LeaseTooYoungToDelete`]: 1 if it was still held.
+    fn release_too_young_to_delete(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
+        count(self.release(Release::LeaseTooYoungToDelete(lease)))
+    }
+
+    /// [`Release::ReleasedDocuments`]: how many documents were deleted.
+    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        count(self.release(Release::ReleasedDocuments(keys)))
+    }
+
+    /// [`Release::OwnerLeases`]: how many lease documents were released.
+    fn release_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {
+        count(self.release(Release::OwnerLeases { owner, end }))
+    }
+
+    /// [`Release::ForcedKey`]: the lease as it was, if it was held.
+    fn force_release(
+        &self,
+        key: LeaseKey,
+        end: OverrideEnd,
+    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let release = self.release(Release::ForcedKey { key, end });
+        Box::pin(async move { Ok(release.await?.was) })
     }
 
     /// An exclusive acquire with the store's default TTL (the manager's).
@@ -96,3 +127,10 @@ pub(crate) trait StoreExt: Store {
 }
 
 impl<S: Store + ?Sized> StoreExt for S {}
+
+/// The count of a release's answer.
+fn count(
+    release: BoxFuture<'static, Result<Released>>,
+) -> BoxFuture<'static, Result<u64>> {
+    Box::pin(async move { Ok(release.await?.count) })
+}

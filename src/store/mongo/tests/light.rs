@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::MongoStore;
-use crate::store::{AcquireOutcome, HandOver, LeaseRef, Store, field};
+use crate::store::{AcquireOutcome, HandOver, LeaseRef, StoreExt, field};
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
     light_release::LightRelease,
@@ -137,7 +137,7 @@ impl Env {
                 LightRelease::NotApplied => false,
                 LightRelease::Unknown => true,
             };
-            let count = self.store.release(vec![lease.clone()]).await.unwrap();
+            let count = self.store.release_by_id(vec![lease.clone()]).await.unwrap();
             counts.push(if unknown { count.max(1) } else { count });
         }
         counts

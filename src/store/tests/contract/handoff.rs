@@ -41,11 +41,11 @@ pub(super) async fn a_handoff_makes_the_waiter_the_holder_with_a_greater_token<F
     // The old lease is gone: no renewal, release or second handoff.
     let lost: Vec<LeaseKey> = a.renew(vec![l1.clone()]).await.unwrap();
     assert_eq!(lost, vec![LeaseKey::from("k")]);
-    assert_eq!(a.release(vec![l1.clone()]).await.unwrap(), 0);
+    assert_eq!(a.release_by_id(vec![l1.clone()]).await.unwrap(), 0);
     assert_eq!(hand_over(&a, "k", l1.lease_id).await.1, HandOver::Lost);
     // The new one renews and releases as any lease.
     assert!(a.renew(vec![l2.clone()]).await.unwrap().is_empty());
-    assert_eq!(a.release(vec![l2]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l2]).await.unwrap(), 1);
     let r = raw(f, "k").await;
     assert_eq!((r.lease_id, r.expired, r.token), (None, true, t2));
 }
@@ -122,7 +122,7 @@ pub(super) async fn a_handoff_is_announced_as_a_new_lease_not_as_a_release<F: Fi
         panic!("handed over: {outcome:?}");
     };
     let (end, _) = take(&a, "end").await;
-    assert_eq!(a.release(vec![end]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![end]).await.unwrap(), 1);
 
     let give_up = Instant::now() + Duration::from_secs(10);
     let mut seen: Vec<KeyWrite> = Vec::new();

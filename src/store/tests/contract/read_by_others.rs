@@ -48,7 +48,7 @@ pub(super) async fn a_live_lease_reads_as_held_to_the_value_pattern<F: Fixture>(
 pub(super) async fn a_released_lease_is_free_to_the_value_pattern_at_once<F: Fixture>(f: &F) {
     let a = f.store("a").await;
     let (lease, _) = take(&a, "k").await;
-    assert_eq!(a.release(vec![lease]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![lease]).await.unwrap(), 1);
     assert!(
         lock_once_past(f, "k", 10).await,
         "the released lease still reads as held"
@@ -100,7 +100,7 @@ pub(super) async fn an_expired_lease_taken_over_by_the_value_pattern_is_its_lock
             .unwrap();
         assert_eq!(handed, HandOver::Lost, "light: {light}");
     }
-    assert_eq!(a.release(vec![lease]).await.unwrap(), 0);
+    assert_eq!(a.release_by_id(vec![lease]).await.unwrap(), 0);
     let info = a.inspect("k".into()).await.unwrap().expect("its lock");
     assert!(info.held && info.foreign, "{info:?}");
     assert_eq!(info.owner_id, VALUE);

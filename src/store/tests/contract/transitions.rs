@@ -23,7 +23,7 @@ pub(super) async fn transitions_count_the_acquisitions_by_another_owner<F: Fixtu
     // light one and a local handoff: still 0.
     let (l, _) = take(&a, "k").await;
     assert_eq!(transitions(&a, "k").await, 0);
-    assert_eq!(a.release(vec![l]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l]).await.unwrap(), 1);
     let lease_id = Uuid::new_v4();
     let light = a
         .acquire_light(vec![LightAcquire {
@@ -45,7 +45,7 @@ pub(super) async fn transitions_count_the_acquisitions_by_another_owner<F: Fixtu
         .unwrap();
     assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
     assert_eq!(transitions(&a, "k").await, 0);
-    assert_eq!(a.release(vec![super::lease("k", to)]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![super::lease("k", to)]).await.unwrap(), 1);
 
     // Another owner, by the light form: 1; its retry: still 1.
     let lease_id = Uuid::new_v4();
@@ -77,7 +77,7 @@ pub(super) async fn transitions_count_the_acquisitions_by_another_owner<F: Fixtu
         1,
         "a registration is no transition"
     );
-    let released = b.release(vec![super::lease("k", lease_id)]).await.unwrap();
+    let released = b.release_by_id(vec![super::lease("k", lease_id)]).await.unwrap();
     assert_eq!(released, 1);
     assert_eq!(transitions(&c, "k").await, 2);
 

@@ -15,6 +15,7 @@ use super::norm::{Reply, V};
 use super::world::{
     self, HOLDS, OWNERS, P1_AGE, P2_TTLS, P2_VALUES, P3_LIFETIMES, TTL, TTLS, World,
 };
+use crate::store::StoreExt;
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
@@ -285,7 +286,7 @@ impl Gen {
             (9, Gen::renew),
             (7, Gen::release),
             (5, Gen::light_release),
-            (2, Gen::release_young),
+            (2, Gen::release_too_young_to_delete),
             (3, Gen::release_by_owner),
             (3, Gen::force_release),
             (3, Gen::delete_released),
@@ -605,7 +606,7 @@ impl Gen {
         held
     }
 
-    fn release_young(&mut self, world: &World) -> Option<Op> {
+    fn release_too_young_to_delete(&mut self, world: &World) -> Option<Op> {
         let owner = self.owner();
         let used = self.used_by(world, owner, |u| u.shape.kind == LeaseKind::Exclusive)?;
         Some(Op::ReleaseYoung {
@@ -938,7 +939,7 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
             )
         }
         Op::Release { owner, leases } => {
-            both!(owner, |s| s.release(leases.clone()), Reply::count)
+            both!(owner, |s| s.release_by_id(leases.clone()), Reply::count)
         }
         Op::LightRelease { owner, leases } => {
             both!(owner, |s| s.release_light(leases.clone()), |r: &Vec<_>| {
@@ -946,7 +947,7 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
             })
         }
         Op::ReleaseYoung { owner, lease } => {
-            both!(owner, |s| s.release_young(lease.clone()), Reply::count)
+            both!(owner, |s| s.release_too_young_to_delete(lease.clone()), Reply::count)
         }
         Op::ReleaseByOwner {
             operator,
@@ -955,7 +956,7 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
         } => {
             both!(
                 operator,
-                |s| s.release_by_owner(owner.clone(), *end),
+                |s| s.release_owner(owner.clone(), *end),
                 Reply::count
             )
         }
