@@ -31,11 +31,10 @@ impl Actor {
         field: &str,
         lock_id: Option<Arc<LockIdFields>>,
     ) -> Result<Place> {
-        if let Some(index) = self
-            .places
-            .iter()
-            .position(|p| p.profile.place.field.as_deref() == Some(field) && p.profile.place.collection == collection)
-        {
+        if let Some(index) = self.places.iter().position(|p| {
+            p.profile.place.field.as_deref() == Some(field)
+                && p.profile.place.collection == collection
+        }) {
             let opened = self.places[index].profile.lock_id_fields.clone();
             if opened.as_deref() != lock_id.as_deref() {
                 return Err(Error::InvalidConfig {

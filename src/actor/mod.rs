@@ -139,17 +139,12 @@ enum Event {
         follow_up: Option<Instant>,
         result: Result<u64>,
     },
-    /// A release handed over to the key's first waiter (`Store::hand_over`).
-    HandedOver {
+    /// The answer of a handoff to the key's first waiter (`Store::handoff`).
+    HandoffAnswered {
         key: Target,
-        /// The waiter's acquisition it made.
-        sent: Sent,
-        /// The light form could be tried first (`group_commit`).
-        light: bool,
-        /// As `Event::Released::follow_up`, if it released instead.
-        follow_up: Option<Instant>,
+        handoff: handoff::HandoffSent,
         respond_to: Option<Reply<ReleaseOutcome>>,
-        result: Result<crate::store::HandOver>,
+        result: Result<crate::store::HandoffOutcome>,
     },
     /// Leases released together: by shutdown, or by a `release_all`, the
     /// one with a caller to answer (`respond_to`).
@@ -516,14 +511,12 @@ impl Actor {
                 follow_up,
                 result,
             } => self.on_released(key, respond_to, follow_up, result),
-            Event::HandedOver {
+            Event::HandoffAnswered {
                 key,
-                sent,
-                light,
-                follow_up,
+                handoff,
                 respond_to,
                 result,
-            } => self.on_handed_over(key, (sent, light), follow_up, respond_to, result),
+            } => self.on_handoff_answered(key, handoff, respond_to, result),
             Event::ReleasedMany {
                 keys,
                 respond_to,

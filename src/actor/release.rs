@@ -42,8 +42,8 @@ impl Actor {
             return;
         };
         tracing::debug!(%key, token = held.token, "releasing lease");
-        if self.can_hand_over(&key, &held) {
-            self.spawn_hand_over(key, held.lease_id, held.acquired_at, respond_to);
+        if self.can_handoff(&key, &held) {
+            self.spawn_handoff(key, held.lease_id, held.acquired_at, respond_to);
             return;
         }
         if held.kind.is_multi_holder() {

@@ -47,6 +47,9 @@ pub(crate) struct LightForms {
     pub acquire: bool,
     /// [`Store::release_light`](super::Store::release_light).
     pub release: bool,
+    /// The light form of [`Store::handoff`](super::Store::handoff)
+    /// ([`Handoff::light`](super::Handoff::light)).
+    pub handoff: bool,
 }
 
 /// What a light release did.

@@ -345,7 +345,7 @@
 //!   entries), and deleted later by the follow-up delete once `q` is gone.
 //! # Handoff to a local waiter
 //!
-//! A release whose manager has a waiter for the key ([`Store::hand_over`])
+//! A release whose manager has a waiter for the key ([`Store::handoff`])
 //! makes that waiter the holder in the releasing write itself, instead of a
 //! release followed by the waiter's acquire (two serial round trips): one
 //! `findOneAndUpdate` on `{_id, lid: from, aid: ours, tok: int64, exp >
@@ -410,7 +410,8 @@
 //!   live lease handed over (the conditions of "Handoff to a local
 //!   waiter") and has no `q`, `wt`, `hl`, `hs` nor `pm`; the reply is the
 //!   handoff only under the next lease id with `ts` the write's `$$NOW`.
-//!   Otherwise the general handoff decides (released, or lost).
+//!   Otherwise it writes nothing (`HandoffOutcome::NotApplied`), and the
+//!   actor sends the general handoff, which decides (released, or lost).
 //!
 //! The light release and handoff filter on `_id` alone, which the server
 //! runs without query planning (B26; the acquire's `_ins: null` makes it a
@@ -630,15 +631,15 @@ use uuid::Uuid;
 
 use crate::key::LeaseKey;
 
-pub(crate) use handoff::{HandOver, release_instead};
+pub(crate) use handoff::{Handoff, HandoffOutcome};
 pub(crate) use mongo::MongoStore;
 pub(crate) use mongo::{LeaseCheck, run_fenced};
 pub(crate) use profile::StoreProfile;
 pub(crate) use protocol::Store;
 #[cfg(test)]
 pub(crate) use protocol::tests::StoreExt;
-pub(crate) use release::{Release, Released};
 pub(crate) use read::{FIELD_COUNT, foreign_owner, is_our_shape, lease_info};
+pub(crate) use release::{Release, Released};
 
 /// Field names of the lock document.
 pub(crate) mod field {

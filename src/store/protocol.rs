@@ -8,11 +8,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use mongodb::bson::Document;
-use uuid::Uuid;
 
 use super::{
-    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
-    Release, Released, StoreProfile, release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, Handoff,
+    HandoffOutcome, LeaseRef, Release, Released, StoreProfile,
 };
 use super::{
     light_acquire::{LightAcquire, LightAcquired},
@@ -21,7 +20,7 @@ use super::{
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::kind::{LeaseShape, PermitsChange};
+use crate::kind::PermitsChange;
 
 /// The lock protocol, as seen by the actor. Every method returns a `'static`
 /// future so the actor can run many of them at once without borrowing itself.
@@ -96,24 +95,17 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// a key).
     fn release(&self, release: Release) -> BoxFuture<'static, Result<Released>>;
 
-    /// Releases the lease `from` of `key` and, in the same write, makes
-    /// `to` (a local waiter's acquisition, of `shape`, expiring `ttl`
-    /// after the server's now) its holder, as "Handoff to a local waiter"
-    /// says. `light`: the light form may be tried first (the key was not
-    /// contended lately). The default (and any shape but a plain one) is a
-    /// plain [`Store::release`]: `Released`, or `Lost` if it released
-    /// nothing.
-    fn hand_over(
-        &self,
-        key: LeaseKey,
-        from: Uuid,
-        to: Uuid,
-        ttl: Duration,
-        shape: LeaseShape,
-        light: bool,
-    ) -> BoxFuture<'static, Result<HandOver>> {
-        let _ = (to, ttl, shape, light);
-        release_instead(self, key, from)
+    /// Releases the lease `handoff.from` of `handoff.key` and, in the same
+    /// write, makes `handoff.to` (a local waiter's plain exclusive
+    /// acquisition) its holder, as "Handoff to a local waiter" says, by the
+    /// form the actor chose ([`Handoff::light`]); only for plain exclusive
+    /// leases of the lock collection, which the actor alone hands over. The
+    /// default (a store that has no handoff): refused.
+    fn handoff(&self, handoff: Handoff) -> BoxFuture<'static, Result<HandoffOutcome>> {
+        let reason = format!("no handoff of {} here", handoff.key);
+        Box::pin(futures::future::ready(Err(
+            crate::error::Error::Unsupported { reason },
+        )))
     }
 
     /// Removes this manager's entries from the queues of waiting owners of

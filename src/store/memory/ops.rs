@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::control::Op;
 use super::doc::{Doc, Holder, Registration};
 use super::kinds;
-use super::rules::{Collection, apply_acquire, apply_hand_over, lease_matches, release_doc};
+use super::rules::{Collection, apply_acquire, apply_handoff, lease_matches, release_doc};
 use super::store::{MemoryStore, lock_fields_document};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
@@ -23,8 +23,8 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
-    LockPlace, OverrideEnd, Release, Released, Store, StoreProfile, release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, Handoff,
+    HandoffOutcome, LeaseRef, LockPlace, OverrideEnd, Release, Released, Store, StoreProfile,
 };
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
@@ -148,9 +148,13 @@ impl Store for MemoryStore {
             light_forms: LightForms {
                 acquire: self.light_acquire && self.place.is_none(),
                 release: self.place.is_none(),
+                handoff: false,
             },
             removes_on_release: self.release_mode == ReleaseMode::Delete,
-            registration_window: crate::store::registration_window(self.yield_window, self.safety_margin),
+            registration_window: crate::store::registration_window(
+                self.yield_window,
+                self.safety_margin,
+            ),
             queue_bound: self.queue_bound,
             lock_delay: self.lock_delay,
             lock_id_fields: self.lock_id.clone(),
@@ -259,7 +263,9 @@ impl Store for MemoryStore {
     fn release(&self, release: Release) -> BoxFuture<'static, Result<Released>> {
         let count = match release {
             Release::Leases(leases) => self.release_in(leases, self.release_mode),
-            Release::LeaseTooYoungToDelete(lease) => self.release_in(vec![lease], ReleaseMode::Keep),
+            Release::LeaseTooYoungToDelete(lease) => {
+                self.release_in(vec![lease], ReleaseMode::Keep)
+            }
             Release::ReleasedDocuments(keys) => self.delete_released(keys),
             Release::OwnerLeases { owner, end } => self.release_by_owner(owner, end),
             Release::ForcedKey { key, end } => {
@@ -285,30 +291,21 @@ impl Store for MemoryStore {
         self.clone().light_releases(leases).boxed()
     }
 
-    /// By the rule of `rules` for a plain shape in the lock collection; a
-    /// release otherwise (as `MongoStore` and the in-document store).
-    fn hand_over(
-        &self,
-        key: LeaseKey,
-        from: Uuid,
-        to: Uuid,
-        ttl: Duration,
-        shape: LeaseShape,
-        _light: bool,
-    ) -> BoxFuture<'static, Result<HandOver>> {
-        if !shape.is_plain() || self.place.is_some() {
-            return release_instead(self, key, from);
-        }
+    /// By the rule of `rules`: one form, the general one (the twin has no
+    /// light handoff).
+    fn handoff(&self, handoff: Handoff) -> BoxFuture<'static, Result<HandoffOutcome>> {
+        let Handoff {
+            key, from, to, ttl, ..
+        } = handoff;
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let yield_window = self.yield_window;
-        self.run(Op::HandOver, vec![key.clone()], move |coll, now| {
-            let ids = (from, to);
-            Ok(apply_hand_over(
+        self.run(Op::Handoff, vec![key.clone()], move |coll, now| {
+            Ok(apply_handoff(
                 coll,
                 &db,
                 &key,
                 &owner,
-                ids,
+                (from, to),
                 ttl,
                 yield_window,
                 now,

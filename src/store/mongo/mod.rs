@@ -64,8 +64,8 @@ use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::{
-    AcquireOutcome, AcquireRequest, Announced, Announcement, HandOver, LeaseRef, Release,
-    Released, Store, StoreProfile, release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, Handoff, HandoffOutcome, LeaseRef,
+    Release, Released, Store, StoreProfile,
 };
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
@@ -77,7 +77,6 @@ use futures::stream::BoxStream;
 use mongodb::bson::Document;
 use std::sync::Arc;
 use std::time::Duration;
-use uuid::Uuid;
 
 /// The one place each verb is chosen: the actor's request, by kind and by
 /// what the actor knows of the key, to the verb's file.
@@ -93,6 +92,7 @@ impl Store for MongoStore {
             light_forms: LightForms {
                 acquire: true,
                 release: true,
+                handoff: true,
             },
             removes_on_release: self.release_mode() == ReleaseMode::Delete,
             registration_window: self.registration(),
@@ -176,23 +176,14 @@ impl Store for MongoStore {
         .boxed()
     }
 
-    fn hand_over(
-        &self,
-        key: LeaseKey,
-        from: Uuid,
-        to: Uuid,
-        ttl: Duration,
-        shape: crate::kind::LeaseShape,
-        light: bool,
-    ) -> BoxFuture<'static, Result<HandOver>> {
-        if !shape.is_plain() {
-            return release_instead(self, key, from);
-        }
+    /// The form the actor chose: the light handoff, or the general one.
+    fn handoff(&self, handoff: Handoff) -> BoxFuture<'static, Result<HandoffOutcome>> {
         let store = self.clone();
         async move {
-            store
-                .hand_over_once(key, from, to, ttl_ms(ttl), light)
-                .await
+            match handoff.light {
+                true => store.handoff_light_once(&handoff).await,
+                false => store.handoff_general(&handoff).await,
+            }
         }
         .boxed()
     }

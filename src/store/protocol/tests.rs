@@ -9,10 +9,13 @@ use uuid::Uuid;
 
 use super::Store;
 use crate::error::Result;
+use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::info::LeaseInfo;
-use crate::store::{AcquireOutcome, AcquireRequest, LeaseRef, OverrideEnd, Release, Released};
+use crate::store::{
+    AcquireOutcome, AcquireRequest, Handoff, HandoffOutcome, LeaseRef, OverrideEnd, Release,
+    Released,
+};
 
 /// The acquire forms the store contract's scenarios and the unit tests
 /// call: [`Store::acquire`] with its request spelled out.
@@ -59,6 +62,38 @@ pub(crate) trait StoreExt: Store {
     ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
         let release = self.release(Release::ForcedKey { key, end });
         Box::pin(async move { Ok(release.await?.was) })
+    }
+
+    /// [`Store::handoff`] as the actor sends it: the light form first if
+    /// `light` and the store has it, then, if it did not apply, the
+    /// general form.
+    fn handoff_to(
+        &self,
+        key: LeaseKey,
+        (from, to): (Uuid, Uuid),
+        ttl: Duration,
+        light: bool,
+    ) -> BoxFuture<'_, Result<HandoffOutcome>> {
+        Box::pin(async move {
+            let light = light && self.profile().light_forms.handoff;
+            let handoff = Handoff {
+                key,
+                from,
+                to,
+                ttl,
+                light,
+            };
+            match self.handoff(handoff.clone()).await? {
+                HandoffOutcome::NotApplied => {
+                    self.handoff(Handoff {
+                        light: false,
+                        ..handoff
+                    })
+                    .await
+                }
+                outcome => Ok(outcome),
+            }
+        })
     }
 
     /// An exclusive acquire with the store's default TTL (the manager's).
@@ -129,8 +164,6 @@ pub(crate) trait StoreExt: Store {
 impl<S: Store + ?Sized> StoreExt for S {}
 
 /// The count of a release's answer.
-fn count(
-    release: BoxFuture<'static, Result<Released>>,
-) -> BoxFuture<'static, Result<u64>> {
+fn count(release: BoxFuture<'static, Result<Released>>) -> BoxFuture<'static, Result<u64>> {
     Box::pin(async move { Ok(release.await?.count) })
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::MongoStore;
-use crate::store::{AcquireOutcome, HandOver, LeaseRef, StoreExt, field};
+use crate::store::{AcquireOutcome, Handoff, HandoffOutcome, LeaseRef, Store, StoreExt, field};
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
     light_release::LightRelease,
@@ -417,18 +417,23 @@ async fn the_light_handoff_writes_the_general_handoffs_document() {
     let light = env.take("light").await;
     let general = env.take("general").await;
     let to = Uuid::new_v4();
-    let handed = env
-        .store
-        .hand_over_once(light.key.clone(), light.lease_id, to, TTL_MS, true)
-        .await
-        .unwrap();
-    assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
-    let handed = env
-        .store
-        .hand_over_once(general.key.clone(), general.lease_id, to, TTL_MS, false)
-        .await
-        .unwrap();
-    assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
+    let handoff = |from: &LeaseRef, light| Handoff {
+        key: from.key.clone(),
+        from: from.lease_id,
+        to,
+        ttl: Duration::from_millis(TTL_MS as u64),
+        light,
+    };
+    let handed = env.store.handoff(handoff(&light, true)).await.unwrap();
+    assert!(
+        matches!(handed, HandoffOutcome::Acquired { .. }),
+        "{handed:?}"
+    );
+    let handed = env.store.handoff(handoff(&general, false)).await.unwrap();
+    assert!(
+        matches!(handed, HandoffOutcome::Acquired { .. }),
+        "{handed:?}"
+    );
     let (light_doc, general_doc) = (
         env.get("light").await.unwrap(),
         env.get("general").await.unwrap(),

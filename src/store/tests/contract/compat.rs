@@ -47,7 +47,11 @@ pub(super) async fn delete_mode_release_deletes_the_document_once_its_token_is_o
         None,
         "released old lease deleted at once"
     );
-    assert_eq!(a.release_by_id(vec![l1]).await.unwrap(), 0, "released only once");
+    assert_eq!(
+        a.release_by_id(vec![l1]).await.unwrap(),
+        0,
+        "released only once"
+    );
 
     // A young lease: marked released, kept until its token is old enough.
     // Young for sure if its acquire and release took less than
@@ -118,7 +122,11 @@ pub(super) async fn delete_mode_release_of_a_young_lease_only_marks_it_released<
     assert_eq!(a.release_too_young_to_delete(l1.clone()).await.unwrap(), 1);
     let kept = raw(f, "young").await;
     assert_eq!((kept.lease_id, kept.token, kept.expired), (None, t1, true));
-    assert_eq!(a.release_too_young_to_delete(l1).await.unwrap(), 0, "released only once");
+    assert_eq!(
+        a.release_too_young_to_delete(l1).await.unwrap(),
+        0,
+        "released only once"
+    );
     let (l2, t2) = take(&b, "young").await;
     assert!(t2 > t1, "the next token continues from the kept one");
     // An old token too: never deleted by this release.
@@ -184,7 +192,10 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
                 AcquireOutcome::Acquired { token } => {
                     order.lock().unwrap().push(token);
                     assert_eq!(
-                        store.release_by_id(vec![lease("race", lease_id)]).await.unwrap(),
+                        store
+                            .release_by_id(vec![lease("race", lease_id)])
+                            .await
+                            .unwrap(),
                         1
                     );
                     acquired += 1;

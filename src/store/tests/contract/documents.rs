@@ -117,7 +117,11 @@ pub(super) async fn a_released_document_lease_is_taken_with_a_greater_token_also
     let (a, b) = (f.documents("a").await, f.documents("b").await);
     let (la, ta) = take(&*a, "a", "d").await;
     assert_eq!(a.release_by_id(vec![la.clone()]).await.unwrap(), 1);
-    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 0, "released only once");
+    assert_eq!(
+        a.release_by_id(vec![la]).await.unwrap(),
+        0,
+        "released only once"
+    );
     let started = Instant::now();
     let (lb, tb) = take(&*b, "b", "d").await;
     assert!(tb > ta, "{tb} after {ta}");

@@ -105,7 +105,11 @@ pub(super) async fn release_by_owner_never_touches_a_foreign_document_with_the_s
     let payload = mongodb::bson::doc! { "x": 1 };
     assert!(!a.set_payload(stray, payload).await.unwrap());
     assert!(f.foreign_unchanged("f").await);
-    assert_eq!(a.release_by_id(vec![l]).await.unwrap(), 0, "released already");
+    assert_eq!(
+        a.release_by_id(vec![l]).await.unwrap(),
+        0,
+        "released already"
+    );
 }
 
 /// A bare `{_id}` (another application's lock by an upsert of `_id` alone,
@@ -159,7 +163,9 @@ pub(super) async fn a_bare_id_document_is_a_foreign_holders_lock_of_every_kind<F
         0
     );
     assert_eq!(
-        a.release_by_id(vec![lease("b", Uuid::new_v4())]).await.unwrap(),
+        a.release_by_id(vec![lease("b", Uuid::new_v4())])
+            .await
+            .unwrap(),
         0
     );
     assert!(f.foreign_unchanged("b").await);

@@ -275,17 +275,10 @@ pub(super) async fn a_local_handoff_goes_to_the_first_registered_owner_instead<F
     wait(&b, "k", lb, "a", ta).await;
     let local = Uuid::new_v4();
     let outcome = a
-        .hand_over(
-            "k".into(),
-            la.lease_id,
-            local,
-            super::TTL,
-            crate::kind::LeaseShape::default(),
-            true,
-        )
+        .handoff_to("k".into(), (la.lease_id, local), super::TTL, true)
         .await
         .unwrap();
-    assert_eq!(outcome, crate::store::HandOver::Released);
+    assert_eq!(outcome, crate::store::HandoffOutcome::Released);
     let tb = handed(f, "k", ("b", lb), ta).await;
     // a's local waiter registers behind, and is handed the key next.
     wait(&a, "k", local, "b", tb).await;

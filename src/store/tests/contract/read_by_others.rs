@@ -12,8 +12,7 @@ use mongodb::bson::doc;
 use uuid::Uuid;
 
 use super::{Fixture, TTL, take};
-use crate::kind::LeaseShape;
-use crate::store::{AcquireOutcome, HandOver, Store};
+use crate::store::{AcquireOutcome, HandoffOutcome, Store};
 
 const VALUE: &str = "node-1";
 
@@ -88,17 +87,10 @@ pub(super) async fn an_expired_lease_taken_over_by_the_value_pattern_is_its_lock
     assert!(!a.set_payload(lease.clone(), doc! { "n": 1 }).await.unwrap());
     for light in [true, false] {
         let handed = a
-            .hand_over(
-                "k".into(),
-                lease.lease_id,
-                Uuid::new_v4(),
-                TTL,
-                LeaseShape::default(),
-                light,
-            )
+            .handoff_to("k".into(), (lease.lease_id, Uuid::new_v4()), TTL, light)
             .await
             .unwrap();
-        assert_eq!(handed, HandOver::Lost, "light: {light}");
+        assert_eq!(handed, HandoffOutcome::Lost, "light: {light}");
     }
     assert_eq!(a.release_by_id(vec![lease]).await.unwrap(), 0);
     let info = a.inspect("k".into()).await.unwrap().expect("its lock");

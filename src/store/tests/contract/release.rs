@@ -42,7 +42,10 @@ pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: F
     assert_held(&raw(f, "k3").await, "a", &l3, t3);
 
     // A batch release: both released; only the marked one yields.
-    assert_eq!(a.release_by_id(vec![l1.clone(), l2.clone()]).await.unwrap(), 2);
+    assert_eq!(
+        a.release_by_id(vec![l1.clone(), l2.clone()]).await.unwrap(),
+        2
+    );
     let released = |token, yielded| Raw {
         owner: "a".into(),
         lease_id: None,
@@ -56,7 +59,10 @@ pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: F
     assert_eq!(raw(f, "k2").await, released(t2, true));
 
     // Releasing again matches nothing; a late renewal cannot revive them.
-    assert_eq!(a.release_by_id(vec![l1.clone(), l2.clone()]).await.unwrap(), 0);
+    assert_eq!(
+        a.release_by_id(vec![l1.clone(), l2.clone()]).await.unwrap(),
+        0
+    );
     assert_eq!(a.release_by_id(vec![l1.clone()]).await.unwrap(), 0);
     let lost: BTreeSet<LeaseKey> = a.renew(vec![l1, l2]).await.unwrap().into_iter().collect();
     assert_eq!(lost, BTreeSet::from(["k1".into(), "k2".into()]));
