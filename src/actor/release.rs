@@ -290,19 +290,33 @@ impl Actor {
     }
 
     /// Releases every lease document of another owner id (an operator's
-    /// override); answered by its task.
+    /// override), then, in delete mode, deletes those it left released
+    /// once their token is old enough ([`DELETE_DELAY`] later); answered
+    /// by its task once both are done.
     pub(super) fn on_release_owner(
         &mut self,
         owner: String,
         end: OverrideEnd,
         respond_to: Reply<u64>,
     ) {
-        let release = self.store(Place::LOCKS).release(Release::OwnerLeases {
-            owner: owner.clone(),
-            end,
-        });
-        self.spawn_store(release, move |result| {
-            let result = result.map(|released| released.count);
+        let store = self.store(Place::LOCKS).clone();
+        let release = {
+            let owner = owner.clone();
+            async move {
+                let released = store
+                    .release(Release::OwnerLeases {
+                        owner: owner.clone(),
+                        end,
+                    })
+                    .await?;
+                if released.follow_up_due {
+                    tokio::time::sleep(DELETE_DELAY).await;
+                    store.release(Release::ReleasedDocumentsOf(owner)).await?;
+                }
+                Ok(released.count)
+            }
+        };
+        self.spawn_store(release.boxed(), move |result| {
             match &result {
                 Ok(n) => tracing::warn!(
                     owner_id = owner,

@@ -2,7 +2,8 @@
 //! caller chose ([`Store::release`](super::Store::release)), and
 //! [`Released`], its answer. One verb for every release, one wire form per
 //! selection; the caller (the actor, or the manager for an operator's
-//! override) is the one place that chooses it.
+//! override) is the one place that chooses it, and schedules the later
+//! delete of delete mode: the store never waits.
 
 use super::{LeaseRef, OverrideEnd};
 use crate::info::LeaseInfo;
@@ -34,12 +35,16 @@ pub(crate) enum Release {
     /// is never deleted. [`Released::count`]: how many; nothing in keep
     /// mode.
     ReleasedDocuments(Vec<LeaseKey>),
+    /// Delete mode's follow-up to [`Release::OwnerLeases`]: as
+    /// [`Release::ReleasedDocuments`], for the released documents of
+    /// owner id `owner`.
+    ReleasedDocumentsOf(String),
     /// An operator's override: every lease document of `owner` (any
     /// manager's) that is not released yet, of our shape only.
     /// [`Released::count`]: how many. In delete mode, documents it could
-    /// only mark released are deleted once their token is old enough,
-    /// before it returns. A live lease it ends keeps its key until `end`
-    /// says ("Lock-delay").
+    /// only mark released are left to the follow-up delete
+    /// ([`Released::follow_up_due`]). A live lease it ends keeps its key
+    /// until `end` says ("Lock-delay").
     OwnerLeases { owner: String, end: OverrideEnd },
     /// An operator's override: `key`, whoever holds it. As a release, `exp`
     /// moves to now and `lid` is removed; every holder of a shared or
@@ -63,11 +68,20 @@ pub(crate) struct Released {
     /// [`Release::ForcedKey`]: the lease as it was, if it was held (a
     /// foreign holder's lock it deleted included).
     pub was: Option<LeaseInfo>,
+    /// [`Release::OwnerLeases`] in delete mode: it left documents marked
+    /// released (their token too young to delete, or their key kept until
+    /// a lock-delay or a lease's expiry), which the caller deletes with
+    /// [`Release::ReleasedDocumentsOf`] [`DELETE_DELAY`](super::DELETE_DELAY)
+    /// later, once their token is old enough.
+    pub follow_up_due: bool,
 }
 
 impl Released {
     /// `count` leases ended.
     pub(crate) fn count(count: u64) -> Self {
-        Released { count, was: None }
+        Released {
+            count,
+            ..Default::default()
+        }
     }
 }

@@ -267,7 +267,18 @@ impl Store for MemoryStore {
                 self.release_in(vec![lease], ReleaseMode::Keep)
             }
             Release::ReleasedDocuments(keys) => self.delete_released(keys),
-            Release::OwnerLeases { owner, end } => self.release_by_owner(owner, end),
+            Release::ReleasedDocumentsOf(owner) => {
+                // Applied at once, outside the server's schedule.
+                let db = self.db.clone();
+                let deleted = match self.release_mode {
+                    ReleaseMode::Delete => db.apply(|coll, now| {
+                        coll.delete_released_where(&db, |_, doc| doc.owner == owner, now)
+                    }),
+                    ReleaseMode::Keep => 0,
+                };
+                return futures::future::ready(Ok(Released::count(deleted))).boxed();
+            }
+            Release::OwnerLeases { owner, end } => return self.release_by_owner(owner, end),
             Release::ForcedKey { key, end } => {
                 let forced = self.force_release(key, end);
                 return async move {
@@ -275,6 +286,7 @@ impl Store for MemoryStore {
                     Ok(Released {
                         count: u64::from(was.is_some()),
                         was,
+                        ..Default::default()
                     })
                 }
                 .boxed();
@@ -512,42 +524,39 @@ impl MemoryStore {
     }
 
     /// [`Release::OwnerLeases`].
-    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {
+    fn release_by_owner(
+        &self,
+        owner: String,
+        end: OverrideEnd,
+    ) -> BoxFuture<'static, Result<Released>> {
         let db = self.db.clone();
         let yield_window = self.yield_window;
         let mode = self.release_mode;
         let lock_delay = self.lock_delay;
-        let release = {
-            let owner = owner.clone();
-            let db = db.clone();
-            self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
-                coll.delay_owner_ends(&owner, lock_delay, end, now);
-                let matches =
-                    |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
-                let released = coll.release_where(&db, matches, now, yield_window, mode);
-                // Waiting for the holders, their places stay until their
-                // expiry (`Collection::keep_places_of`).
-                let holders = match end {
-                    OverrideEnd::AtExpiry => coll.keep_places_of(&db, &owner, now),
-                    OverrideEnd::Immediately => {
-                        let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
-                        coll.release_holders_where(&db, holders, now).1
-                    }
-                };
-                Ok((released, holders))
-            })
-        };
+        let release = self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
+            coll.delay_owner_ends(&owner, lock_delay, end, now);
+            let matches = |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
+            let released = coll.release_where(&db, matches, now, yield_window, mode);
+            // Waiting for the holders, their places stay until their
+            // expiry (`Collection::keep_places_of`).
+            let holders = match end {
+                OverrideEnd::AtExpiry => coll.keep_places_of(&db, &owner, now),
+                OverrideEnd::Immediately => {
+                    let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
+                    coll.release_holders_where(&db, holders, now).1
+                }
+            };
+            Ok((released, holders))
+        });
         async move {
             let ((deleted, marked), holders) = release.await?;
             // As `MongoStore`'s: a follow-up once its update changed any
             // document (leases marked released or holders' documents).
-            if mode == ReleaseMode::Delete && marked + holders > 0 {
-                tokio::time::sleep(crate::store::DELETE_DELAY).await;
-                db.apply(|coll, now| {
-                    coll.delete_released_where(&db, |_, doc| doc.owner == owner, now)
-                });
-            }
-            Ok(deleted + marked + holders)
+            Ok(Released {
+                count: deleted + marked + holders,
+                follow_up_due: mode == ReleaseMode::Delete && marked + holders > 0,
+                ..Default::default()
+            })
         }
         .boxed()
     }

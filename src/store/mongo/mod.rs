@@ -74,7 +74,7 @@ use crate::store::{
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use mongodb::bson::Document;
+use mongodb::bson::{Document, doc};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,12 +162,27 @@ impl Store for MongoStore {
                     }
                     store.delete_released_matching(keys_filter(&keys)).await?
                 }
-                Release::OwnerLeases { owner, end } => store.release_leases_of(owner, end).await?,
+                Release::ReleasedDocumentsOf(owner) => {
+                    if store.release_mode() != ReleaseMode::Delete {
+                        return Ok(Released::count(0));
+                    }
+                    let filter = doc! { crate::store::field::OWNER: owner };
+                    store.delete_released_matching(filter).await?
+                }
+                Release::OwnerLeases { owner, end } => {
+                    let (deleted, marked) = store.release_leases_of(owner, end).await?;
+                    return Ok(Released {
+                        count: deleted + marked,
+                        follow_up_due: store.release_mode() == ReleaseMode::Delete && marked > 0,
+                        ..Default::default()
+                    });
+                }
                 Release::ForcedKey { key, end } => {
                     let was = store.force_release_key(key, end).await?;
                     return Ok(Released {
                         count: u64::from(was.is_some()),
                         was,
+                        ..Default::default()
                     });
                 }
             };

@@ -49,9 +49,22 @@ pub(crate) trait StoreExt: Store {
         count(self.release(Release::ReleasedDocuments(keys)))
     }
 
-    /// [`Release::OwnerLeases`]: how many lease documents were released.
-    fn release_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {
-        count(self.release(Release::OwnerLeases { owner, end }))
+    /// [`Release::OwnerLeases`], then, as its caller does, the follow-up
+    /// delete [`DELETE_DELAY`](crate::store::DELETE_DELAY) later if it is
+    /// due: how many lease documents were released.
+    fn release_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'_, Result<u64>> {
+        Box::pin(async move {
+            let release = Release::OwnerLeases {
+                owner: owner.clone(),
+                end,
+            };
+            let released = self.release(release).await?;
+            if released.follow_up_due {
+                tokio::time::sleep(crate::store::DELETE_DELAY).await;
+                self.release(Release::ReleasedDocumentsOf(owner)).await?;
+            }
+            Ok(released.count)
+        })
     }
 
     /// [`Release::ForcedKey`]: the lease as it was, if it was held.

@@ -487,7 +487,7 @@ impl Store for DocumentStore {
                 Release::Leases(leases) => store.release_leases(leases).await?,
                 Release::LeaseTooYoungToDelete(lease) => store.release_leases(vec![lease]).await?,
                 Release::ReleasedDocuments(keys) => store.remove_released(keys).await?,
-                Release::OwnerLeases { .. } => {
+                Release::OwnerLeases { .. } | Release::ReleasedDocumentsOf(_) => {
                     return store.unsupported("release by another owner id").await;
                 }
                 Release::ForcedKey { .. } => return store.unsupported("force release").await,
