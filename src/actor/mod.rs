@@ -83,7 +83,6 @@ use mongodb::bson::Document;
 use crate::config::Timing;
 use crate::error::Result;
 use crate::health::HealthBoard;
-use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::status::LossReason;
@@ -170,11 +169,6 @@ enum Event {
     },
     /// A read (inspect, list) was answered by its task; nothing to update.
     Answered,
-    ForceReleased {
-        key: LeaseKey,
-        respond_to: Reply<Option<LeaseInfo>>,
-        result: Result<Option<LeaseInfo>>,
-    },
     /// The renewal of `Command::SetTtl` was answered.
     TtlSet {
         key: Target,
@@ -418,33 +412,19 @@ impl Actor {
             Command::Inspect { key, respond_to } => {
                 self.answer(self.store(key.place).inspect(key.key), respond_to)
             }
-            Command::List {
-                after,
-                limit,
+            Command::ForceReleased {
+                key,
+                was,
                 respond_to,
             } => {
-                let read = self.store(Place::LOCKS).list(after, limit);
-                self.answer(read, respond_to);
+                self.on_force_released(key, was);
+                let _ = respond_to.send(Ok(()));
             }
-            Command::ForceRelease {
-                key,
-                end,
-                respond_to,
-            } => self.on_force_release(key, end, respond_to),
             Command::SetPermits {
                 key,
                 permits,
                 respond_to,
             } => self.on_set_permits(key, permits, respond_to),
-            Command::ReleaseOwner {
-                owner,
-                end,
-                respond_to,
-            } => self.on_release_owner(owner, end, respond_to),
-            Command::RequestRelease { key, respond_to } => {
-                let request = self.store(Place::LOCKS).request_release(key);
-                self.answer(request, respond_to);
-            }
             Command::SetPayload {
                 key,
                 lease_id,
@@ -535,11 +515,6 @@ impl Actor {
                 answers,
             } => self.on_light_released(place, batch, grouped, answers),
             Event::Answered => {}
-            Event::ForceReleased {
-                key,
-                respond_to,
-                result,
-            } => self.on_force_released(key, respond_to, result),
             Event::TtlSet {
                 key,
                 lease_id,

@@ -1,6 +1,7 @@
 //! Releasing: one lease (explicit, dropped, or after a lost deadline),
-//! `release_all` by lease id, the operator's force release, and the payload
-//! of a held lease (a write conditional on its lease id, like a release).
+//! `release_all` by lease id, the leases an operator's force release ended,
+//! and the payload of a held lease (a write conditional on its lease id,
+//! like a release).
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -19,7 +20,7 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
-use crate::store::{DELETE_DELAY, LeaseRef, OverrideEnd, Release};
+use crate::store::{DELETE_DELAY, LeaseRef, Release};
 
 impl Actor {
     pub(super) fn on_release(
@@ -289,111 +290,32 @@ impl Actor {
         }
     }
 
-    /// Releases every lease document of another owner id (an operator's
-    /// override), then, in delete mode, deletes those it left released
-    /// once their token is old enough ([`DELETE_DELAY`] later); answered
-    /// by its task once both are done.
-    pub(super) fn on_release_owner(
-        &mut self,
-        owner: String,
-        end: OverrideEnd,
-        respond_to: Reply<u64>,
-    ) {
-        let store = self.store(Place::LOCKS).clone();
-        let release = {
-            let owner = owner.clone();
-            async move {
-                let released = store
-                    .release(Release::OwnerLeases {
-                        owner: owner.clone(),
-                        end,
-                    })
-                    .await?;
-                if released.follow_up_due {
-                    tokio::time::sleep(DELETE_DELAY).await;
-                    store.release(Release::ReleasedDocumentsOf(owner)).await?;
-                }
-                Ok(released.count)
-            }
-        };
-        self.spawn_store(release.boxed(), move |result| {
-            match &result {
-                Ok(n) => tracing::warn!(
-                    owner_id = owner,
-                    released = n,
-                    "leases of an owner id released (operator override)"
-                ),
-                Err(error) => tracing::warn!(owner_id = owner, %error, "release by owner failed"),
-            }
-            let _ = respond_to.send(result);
-            Event::Answered
-        });
-    }
-
-    pub(super) fn on_force_release(
-        &mut self,
-        key: LeaseKey,
-        end: OverrideEnd,
-        respond_to: Reply<Option<LeaseInfo>>,
-    ) {
-        let release = self.store(Place::LOCKS).release(Release::ForcedKey {
-            key: key.clone(),
-            end,
-        });
-        self.spawn_store(release, |result| Event::ForceReleased {
-            result: result.map(|released| released.was),
-            key,
-            respond_to,
-        });
-    }
-
-    pub(super) fn on_force_released(
-        &mut self,
-        key: LeaseKey,
-        respond_to: Reply<Option<LeaseInfo>>,
-        result: Result<Option<LeaseInfo>>,
-    ) {
-        match &result {
-            Ok(Some(info)) if info.foreign => {
-                tracing::warn!(
-                    %key,
-                    owner_id = info.owner_id,
-                    "foreign lock document deleted by force release (operator override)"
-                );
-            }
-            Ok(Some(info)) => {
-                tracing::warn!(
-                    %key,
-                    owner_id = info.owner_id,
-                    token = info.fencing_token,
-                    "lease force-released (operator override)"
-                );
-                // If it was one of ours, it is lost now; so are all our
-                // holders of a shared or semaphore key, which a force
-                // release frees whole.
-                let target = Target::lock(key.clone());
-                let ours: Vec<Uuid> = self
-                    .keys
-                    .get(&target)
-                    .into_iter()
-                    .flat_map(|s| &s.holders)
-                    .filter(|h| {
-                        h.kind.is_multi_holder()
-                            || (info.owner_id == *self.owner_id && h.token == info.fencing_token)
-                    })
-                    .map(|h| h.lease_id)
-                    .collect();
-                for lease_id in &ours {
-                    self.take_held(&target, *lease_id, LossReason::ForceReleased);
-                }
-                if !ours.is_empty() {
-                    self.serve_next(&target);
-                }
-            }
-            Ok(None) => tracing::info!(%key, "force release: the key was not held"),
-            Err(error) => tracing::warn!(%key, %error, "force release failed"),
+    /// An operator's force release of `key` ended `was` (logged by the
+    /// manager, which sent it): if it was one of ours, it is lost now; so
+    /// are all our holders of a shared or semaphore key, which a force
+    /// release frees whole.
+    pub(super) fn on_force_released(&mut self, key: LeaseKey, was: LeaseInfo) {
+        if was.foreign {
+            return;
         }
-        let _ = respond_to.send(result);
+        let target = Target::lock(key);
+        let ours: Vec<Uuid> = self
+            .keys
+            .get(&target)
+            .into_iter()
+            .flat_map(|s| &s.holders)
+            .filter(|h| {
+                h.kind.is_multi_holder()
+                    || (was.owner_id == *self.owner_id && h.token == was.fencing_token)
+            })
+            .map(|h| h.lease_id)
+            .collect();
+        for lease_id in &ours {
+            self.take_held(&target, *lease_id, LossReason::ForceReleased);
+        }
+        if !ours.is_empty() {
+            self.serve_next(&target);
+        }
     }
 
     pub(super) fn on_set_payload(

@@ -1,7 +1,9 @@
 //! The lock protocol: how leases are stored and changed in MongoDB.
 //!
 //! [`MongoStore`] is the only code in the crate that issues MongoDB commands,
-//! and only the actor calls it. The actor sees it through the narrow [`Store`]
+//! and only the actor calls it, but for the reads and the operator's
+//! overrides that need no lease state, which the manager sends it directly
+//! (`inspect`, `list`, `force_release`, `request_release`, `release_owner`). The actor sees it through the narrow [`Store`]
 //! trait, so its timing logic can also be tested under tokio's paused clock
 //! against `memory::MemoryStore` (built for tests and for the simulator,
 //! feature `sim`, hence not linked), an in-memory twin that follows the same
