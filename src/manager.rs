@@ -4,8 +4,8 @@
 pub(crate) mod operator;
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -22,7 +22,7 @@ use crate::health::HealthBoard;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseObserver};
-use crate::store::{MongoStore, OverrideEnd, Store};
+use crate::store::{DELETE_DELAY, MongoStore, OverrideEnd, Release, Released, Store};
 use crate::telemetry;
 use tracing::Instrument;
 
@@ -64,6 +64,11 @@ pub struct LeaseManager {
 
 struct Inner {
     mailbox: Mailbox,
+    /// The lock collection's store, for the reads and the operator's
+    /// overrides that need no lease state: they go to it directly, not
+    /// through the manager task. Weak: the task owns it, and once the task
+    /// has stopped these calls are [`Error::Shutdown`].
+    store: Weak<dyn Store>,
     owner_id: Arc<str>,
     timing: Timing,
     next_waiter: AtomicU64,
@@ -169,12 +174,12 @@ impl LeaseManager {
 
     /// Spawns the actor over any store (the in-memory one in timing tests).
     pub(crate) fn start(store: Arc<dyn Store>, owner_id: Arc<str>, timing: Timing) -> LeaseManager {
-        let place = store.place();
-        let lock_delay = store.lock_delay();
+        let profile = store.profile();
+        let (place, lock_delay) = (&profile.place, profile.lock_delay);
         let namespace = format!("{}.{}", place.database, place.collection).into();
         let (commands, receiver) = mpsc::unbounded_channel();
         let actor = Actor::new(
-            store,
+            store.clone(),
             owner_id.clone(),
             timing.clone(),
             receiver,
@@ -185,6 +190,7 @@ impl LeaseManager {
         LeaseManager {
             inner: Arc::new(Inner {
                 mailbox: Mailbox::new(commands),
+                store: Arc::downgrade(&store),
                 owner_id,
                 timing,
                 next_waiter: AtomicU64::new(0),
@@ -428,7 +434,10 @@ impl LeaseManager {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, key: impl Into<LeaseKey>) -> Result<Option<LeaseInfo>> {
-        self.inspect_target(Target::lock(key.into()))
+        let key = key.into();
+        validate_key(&key)?;
+        self.store()?
+            .inspect(key)
             .await
             .map_err(self.refused(Operation::Inspect))
     }
@@ -441,13 +450,20 @@ impl LeaseManager {
             .map_or(namespace, |(database, _)| database)
     }
 
+    /// The lock collection's store, for the calls that go to it directly;
+    /// [`Error::Shutdown`] once the manager task has stopped.
+    fn store(&self) -> Result<Arc<dyn Store>> {
+        self.inner.store.upgrade().ok_or(Error::Shutdown)
+    }
+
     /// `error` as met by `operation` on the lock collection: a server's
     /// refusal becomes [`Error::Refused`] naming both.
     fn refused(&self, operation: Operation) -> impl FnOnce(Error) -> Error + '_ {
         move |error| error.refused_in(operation, &self.inner.namespace)
     }
 
-    /// [`LeaseManager::inspect`] of a key in any place.
+    /// [`LeaseManager::inspect`] of a key in any place, through the manager
+    /// task, which holds the stores of in-document leases.
     pub(crate) async fn inspect_target(&self, key: Target) -> Result<Option<LeaseInfo>> {
         validate_key(&key.key)?;
         self.inner
@@ -480,13 +496,8 @@ impl LeaseManager {
                 reason: "a page of the list needs a limit of at least 1".into(),
             });
         }
-        self.inner
-            .mailbox
-            .call(|respond_to| Command::List {
-                after: after.cloned(),
-                limit,
-                respond_to,
-            })
+        self.store()?
+            .list(after.cloned(), limit)
             .await
             .map_err(self.refused(Operation::List))
     }
@@ -544,15 +555,42 @@ impl LeaseManager {
         end: OverrideEnd,
     ) -> Result<Option<LeaseInfo>> {
         validate_key(&key)?;
-        self.inner
-            .mailbox
-            .call(|respond_to| Command::ForceRelease {
+        let release = Release::ForcedKey {
+            key: key.clone(),
+            end,
+        };
+        let result = self.store()?.release(release).await;
+        match &result {
+            Ok(Released {
+                was: Some(info), ..
+            }) if info.foreign => tracing::warn!(
+                %key,
+                owner_id = info.owner_id,
+                "foreign lock document deleted by force release (operator override)"
+            ),
+            Ok(Released {
+                was: Some(info), ..
+            }) => tracing::warn!(
+                %key,
+                owner_id = info.owner_id,
+                token = info.fencing_token,
+                "lease force-released (operator override)"
+            ),
+            Ok(_) => tracing::info!(%key, "force release: the key was not held"),
+            Err(error) => tracing::warn!(%key, %error, "force release failed"),
+        }
+        let was = result.map_err(self.refused(Operation::ForceRelease))?.was;
+        if let Some(info) = &was {
+            // A lease of this manager it ended is lost before this returns
+            // (nothing to lose once the task has stopped).
+            let call = |respond_to| Command::ForceReleased {
                 key,
-                end,
+                was: info.clone(),
                 respond_to,
-            })
-            .await
-            .map_err(self.refused(Operation::ForceRelease))
+            };
+            let _ = self.inner.mailbox.call(call).await;
+        }
+        Ok(was)
     }
 
     /// **Operator override**: releases every lease held under `owner_id`,
@@ -619,16 +657,32 @@ impl LeaseManager {
         if owner_id == self.owner_id() {
             return self.release_all().await;
         }
+        let store = self.store()?;
         let owner = owner_id.to_string();
-        self.inner
-            .mailbox
-            .call(|respond_to| Command::ReleaseOwner {
-                owner,
+        let result = async {
+            let release = Release::OwnerLeases {
+                owner: owner.clone(),
                 end,
-                respond_to,
-            })
-            .await
-            .map_err(self.refused(Operation::ReleaseOwner))
+            };
+            let released = store.release(release).await?;
+            if released.follow_up_due {
+                // Delete mode: the documents it could only mark released,
+                // once their token is old enough.
+                tokio::time::sleep(DELETE_DELAY).await;
+                store.release(Release::ReleasedDocumentsOf(owner)).await?;
+            }
+            Ok(released.count)
+        }
+        .await;
+        match &result {
+            Ok(n) => tracing::warn!(
+                owner_id,
+                released = n,
+                "leases of an owner id released (operator override)"
+            ),
+            Err(error) => tracing::warn!(owner_id, %error, "release by owner failed"),
+        }
+        result.map_err(self.refused(Operation::ReleaseOwner))
     }
 
     /// **Cooperative revocation**: asks the holders of `key` to release it,
@@ -665,9 +719,8 @@ impl LeaseManager {
     pub async fn request_release(&self, key: impl Into<LeaseKey>) -> Result<bool> {
         let key = key.into();
         validate_key(&key)?;
-        self.inner
-            .mailbox
-            .call(|respond_to| Command::RequestRelease { key, respond_to })
+        self.store()?
+            .request_release(key)
             .await
             .map_err(self.refused(Operation::ForceRelease))
     }

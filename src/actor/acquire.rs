@@ -156,7 +156,7 @@ impl Actor {
         if self.tries_light_acquire(&key, &sent) {
             self.submit_light_acquire(key, sent);
         } else {
-            if shape.kind == LeaseKind::Exclusive && self.store(key.place).light_forms().acquire {
+            if shape.kind == LeaseKind::Exclusive && self.profile(key.place).light_forms.acquire {
                 // The general form goes for an exclusive lease: the key
                 // skips the light forms for a while (`group_commit`).
                 self.note_contended(&key);
@@ -193,7 +193,7 @@ impl Actor {
         result: Result<(AcquireOutcome, Option<Document>)>,
     ) {
         let may_register = self.may_register(&key, &sent);
-        let queue_bound = self.store(key.place).queue_bound();
+        let queue_bound = self.profile(key.place).queue_bound;
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
@@ -314,7 +314,7 @@ impl Actor {
                 // `Actor::pause_release_watch_if_unneeded`) when either
                 // - the queue is full without it (`ahead` counts every
                 //   live entry when this owner has none,
-                //   `Store::queue_bound`): the key is neither freed nor
+                //   `StoreProfile::queue_bound`): the key is neither freed nor
                 //   handed to it before the queue drains, and its
                 //   refreshes register it once there is room; or
                 // - others are ahead of it, and the key kept its token
@@ -502,7 +502,7 @@ impl Actor {
             tracing::debug!(%key, token, kind = %shape.kind, "lease acquired");
             let lease = Some(GrantedLease {
                 key: key.clone(),
-                place: self.places[usize::from(key.place.0)].info.clone(),
+                place: self.places[usize::from(key.place.0)].profile.place.clone(),
                 owner_id: self.owner_id.clone(),
                 lease_id,
                 fencing_token: token,
@@ -548,7 +548,7 @@ impl Actor {
     /// of waiting owners: a waiting exclusive attempt in the lock collection
     /// (in-document leases have no queue).
     fn may_register(&self, key: &Target, sent: &Sent) -> bool {
-        self.places[usize::from(key.place.0)].info.field.is_none()
+        self.profile(key.place).place.field.is_none()
             && sent.waiting
             && sent.shape.kind == LeaseKind::Exclusive
     }

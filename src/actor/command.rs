@@ -14,7 +14,7 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::{LeaseKind, LeaseShape};
 use crate::status::{LeaseState, ReleaseOutcome};
-use crate::store::{DocumentWrite, LockPlace, OverrideEnd};
+use crate::store::{DocumentWrite, LockPlace};
 
 /// The reply channel of a command.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
@@ -187,34 +187,19 @@ pub(crate) enum Command {
         key: Target,
         respond_to: Reply<Option<LeaseInfo>>,
     },
-    /// One page of the lock collection, in key order.
-    List {
-        after: Option<LeaseKey>,
-        limit: usize,
-        respond_to: Reply<(Vec<LeaseInfo>, Option<LeaseKey>)>,
-    },
-    /// Release a key whoever holds it (operator override).
-    ForceRelease {
+    /// An operator's force release of `key` (sent to the store by the
+    /// manager) ended `was`: a lease of this manager it ended is lost,
+    /// before the answer.
+    ForceReleased {
         key: LeaseKey,
-        end: OverrideEnd,
-        respond_to: Reply<Option<LeaseInfo>>,
+        was: LeaseInfo,
+        respond_to: Reply<()>,
     },
     /// Change a semaphore key's number of permits (`Store::set_permits`).
     SetPermits {
         key: LeaseKey,
         permits: u32,
         respond_to: Reply<crate::kind::PermitsChange>,
-    },
-    /// Ask the holders of a key to release it (a cooperative revocation).
-    RequestRelease {
-        key: LeaseKey,
-        respond_to: Reply<bool>,
-    },
-    /// Release every lease of another owner id (an operator's override).
-    ReleaseOwner {
-        owner: String,
-        end: OverrideEnd,
-        respond_to: Reply<u64>,
     },
     /// Set the payload of a lease this manager holds.
     SetPayload {
@@ -286,19 +271,14 @@ impl Command {
                 }
             }
             Command::Acquire { waiter, .. } => send(waiter.respond_to, error),
-            Command::ReleaseAll { respond_to } | Command::ReleaseOwner { respond_to, .. } => {
-                send(respond_to, error)
-            }
+            Command::ReleaseAll { respond_to } => send(respond_to, error),
             Command::Shutdown { respond_to } | Command::SetPayload { respond_to, .. } => {
                 send(respond_to, error)
             }
-            Command::Inspect { respond_to, .. } | Command::ForceRelease { respond_to, .. } => {
-                send(respond_to, error)
-            }
-            Command::List { respond_to, .. } => send(respond_to, error),
+            Command::Inspect { respond_to, .. } => send(respond_to, error),
+            Command::ForceReleased { respond_to, .. } => send(respond_to, error),
             Command::SetTtl { respond_to, .. } => send(respond_to, error),
             Command::SetPermits { respond_to, .. } => send(respond_to, error),
-            Command::RequestRelease { respond_to, .. } => send(respond_to, error),
             Command::Observe { respond_to, .. } => send(respond_to, error),
             Command::OpenDocuments { respond_to, .. } => send(respond_to, error),
             Command::WriteDocument { respond_to, .. } => send(respond_to, error),

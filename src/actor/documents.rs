@@ -31,12 +31,11 @@ impl Actor {
         field: &str,
         lock_id: Option<Arc<LockIdFields>>,
     ) -> Result<Place> {
-        if let Some(index) = self
-            .places
-            .iter()
-            .position(|p| p.info.field.as_deref() == Some(field) && p.info.collection == collection)
-        {
-            let opened = self.places[index].store.lock_id_fields();
+        if let Some(index) = self.places.iter().position(|p| {
+            p.profile.place.field.as_deref() == Some(field)
+                && p.profile.place.collection == collection
+        }) {
+            let opened = self.places[index].profile.lock_id_fields.clone();
             if opened.as_deref() != lock_id.as_deref() {
                 return Err(Error::InvalidConfig {
                     reason: format!(
@@ -48,7 +47,7 @@ impl Actor {
             }
             return Ok(Place(index as u16));
         }
-        if collection == self.places[usize::from(Place::LOCKS.0)].info.collection {
+        if collection == self.profile(Place::LOCKS).place.collection {
             // Its documents are lock documents: a user's document there would
             // be a foreign holder's lock to the lock-collection leases.
             return Err(Error::InvalidConfig {

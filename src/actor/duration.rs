@@ -34,7 +34,7 @@ impl Actor {
         ttl: Duration,
         respond_to: Reply<()>,
     ) {
-        let top = self.store(key.place).lock_id_fields();
+        let top = self.profile(key.place).lock_id_fields.clone();
         if let Err(error) = self
             .timing
             .renewed_ttl(ttl)

@@ -5,7 +5,7 @@
 //! **When.** A light acquire for a plain exclusive lease, a light release
 //! for an exclusive lease not deleted at once (keep mode, or a lease too
 //! young for delete mode's delete), a light handoff, where the place's
-//! store has the form (`Store::light_forms`) and the key is not contended: the
+//! store has the form (`StoreProfile::light_forms`) and the key is not contended: the
 //! general form was sent for it, or a light form did not apply to it,
 //! less than `Timing::contended_for` ago
 //! ([`CONTENDED_FOR`](crate::config::CONTENDED_FOR) but in
@@ -136,7 +136,7 @@ impl Actor {
     pub(super) fn tries_light_acquire(&self, key: &Target, sent: &Sent) -> bool {
         sent.shape.is_plain()
             && sent.payload.is_none()
-            && self.store(key.place).light_forms().acquire
+            && self.profile(key.place).light_forms.acquire
             && !self.is_contended(key)
     }
 
@@ -147,7 +147,7 @@ impl Actor {
     /// lease is itself the sign (`Actor::start_attempt`).
     pub(super) fn note_general_acquire(&mut self, key: &Target, sent: &Sent, acquired: bool) {
         if sent.shape.kind == LeaseKind::Exclusive
-            && !self.store(key.place).light_forms().acquire
+            && !self.profile(key.place).light_forms.acquire
             && !(acquired && sent.shape.is_plain())
         {
             self.note_contended(key);
@@ -224,12 +224,18 @@ impl Actor {
         self.on_acquired(key, sent, acquired);
     }
 
-    /// Whether the release of `lease` of `key` (`young`: too young for
-    /// delete mode's delete) tries the light release first.
-    pub(super) fn tries_light_release(&self, key: &Target, lease: &LeaseRef, young: bool) -> bool {
+    /// Whether the release of `lease` of `key` (`too_young_to_delete`:
+    /// acquired too lately for delete mode's delete) tries the light release
+    /// first.
+    pub(super) fn tries_light_release(
+        &self,
+        key: &Target,
+        lease: &LeaseRef,
+        too_young_to_delete: bool,
+    ) -> bool {
         lease.kind == LeaseKind::Exclusive
-            && self.store(key.place).light_forms().release
-            && (young || !self.store(key.place).removes_on_release())
+            && self.profile(key.place).light_forms.release
+            && (too_young_to_delete || !self.profile(key.place).removes_on_release)
             && !self.is_contended(key)
     }
 

@@ -1,7 +1,10 @@
 //! Handoff to a local waiter: the release of an exclusive lease whose key a
 //! local caller waits for makes that caller the holder in the releasing
-//! write itself (`Store::hand_over`, "Handoff to a local waiter" in
-//! `store`), one round trip instead of a release and then an acquire.
+//! write itself (`Store::handoff`, "Handoff to a local waiter" in
+//! `store`), one round trip instead of a release and then an acquire. The
+//! actor picks its form: the light one first where the store has it and
+//! the key was not contended lately, then the general one if the light
+//! one did not apply.
 //!
 //! The handoff is the key's one attempt (`Attempt::InFlight`, under
 //! `KeyState::next_lease_id`, sent with the first waiter's TTL and shape)
@@ -20,7 +23,7 @@ use super::{Actor, Attempt, Event, Held, Sent};
 use crate::error::Result;
 use crate::kind::LeaseKind;
 use crate::status::ReleaseOutcome;
-use crate::store::{AcquireOutcome, HandOver};
+use crate::store::{AcquireOutcome, Handoff, HandoffOutcome};
 
 impl Actor {
     /// Whether the release of `held` (just taken from `key`) can hand the
@@ -28,7 +31,7 @@ impl Actor {
     /// collection, a first waiter asking for a plain exclusive lease, and
     /// nothing else in flight for the key (no attempt, release, nor unknown
     /// outcome).
-    pub(super) fn can_hand_over(&mut self, key: &Target, held: &Held) -> bool {
+    pub(super) fn can_handoff(&mut self, key: &Target, held: &Held) -> bool {
         if key.place != Place::LOCKS || held.kind != LeaseKind::Exclusive {
             return false;
         }
@@ -45,9 +48,9 @@ impl Actor {
 
     /// Sends the handoff of the lease `from` of `key` (acquired at
     /// `acquired_at`, see `Held::acquired_at`) to the first waiter; its
-    /// answer comes back as [`Event::HandedOver`]. Only after
-    /// [`Actor::can_hand_over`] said yes.
-    pub(super) fn spawn_hand_over(
+    /// answer comes back as [`Event::HandoffAnswered`]. Only after
+    /// [`Actor::can_handoff`] said yes.
+    pub(super) fn spawn_handoff(
         &mut self,
         key: Target,
         from: Uuid,
@@ -55,8 +58,10 @@ impl Actor {
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
         let follow_up = self.follow_up_due(key.place, acquired_at);
-        let state = self.keys.get_mut(&key).expect("checked by can_hand_over");
-        let waiter = state.waiters.front().expect("checked by can_hand_over");
+        let contended = self.is_contended(&key);
+        let light = self.profile(key.place).light_forms.handoff && !contended;
+        let state = self.keys.get_mut(&key).expect("checked by can_handoff");
+        let waiter = state.waiters.front().expect("checked by can_handoff");
         let sent = Sent {
             lease_id: state.next_lease_id,
             sent_at: Instant::now(),
@@ -70,47 +75,88 @@ impl Actor {
         state.releases_in_flight += 1;
         // The light form first, unless the key went to the general form
         // lately (`group_commit`).
-        let light = !self.is_contended(&key);
-        let hand_over = self.store(key.place).hand_over(
-            key.key.clone(),
+        let handoff = Handoff {
+            key: key.key.clone(),
             from,
-            sent.lease_id,
-            sent.ttl,
-            sent.shape,
+            to: sent.lease_id,
+            ttl: sent.ttl,
             light,
-        );
-        self.spawn_store(hand_over, move |result| Event::HandedOver {
+        };
+        self.send_handoff(
             key,
-            sent,
-            light,
-            follow_up,
+            HandoffSent {
+                handoff,
+                sent,
+                contended,
+                follow_up,
+            },
+            respond_to,
+        );
+    }
+
+    /// Sends `handoff.handoff` to the store of `key`.
+    fn send_handoff(
+        &mut self,
+        key: Target,
+        handoff: HandoffSent,
+        respond_to: Option<Reply<ReleaseOutcome>>,
+    ) {
+        let write = self.store(key.place).handoff(handoff.handoff.clone());
+        self.spawn_store(write, move |result| Event::HandoffAnswered {
+            key,
+            handoff,
             respond_to,
             result,
         });
     }
 
-    /// The handoff's answer: the releasing caller gets `Released` once the
-    /// write is confirmed (`AlreadyLost` if the lease was lost); the key
-    /// goes to the first waiter still waiting, or, if it was released
-    /// instead, that waiter's attempt starts.
-    pub(super) fn on_handed_over(
+    /// The handoff's answer: a light form that did not apply goes on to
+    /// the general form; otherwise the releasing caller gets `Released`
+    /// once the write is confirmed (`AlreadyLost` if the lease was lost);
+    /// the key goes to the first waiter still waiting, or, if it was
+    /// released instead, that waiter's attempt starts.
+    pub(super) fn on_handoff_answered(
         &mut self,
         key: Target,
-        (sent, light): (Sent, bool),
-        follow_up: Option<Instant>,
+        handoff: HandoffSent,
         respond_to: Option<Reply<ReleaseOutcome>>,
-        result: Result<HandOver>,
+        result: Result<HandoffOutcome>,
     ) {
-        // The general form went (it was not tried light, or the light form
-        // did not hand the key over): the key skips the light forms.
-        if !light || !matches!(result, Ok(HandOver::Acquired { .. })) {
+        if let Ok(HandoffOutcome::NotApplied) = result {
+            // The general form decides; the key skips the light forms.
+            self.note_contended(&key);
+            let general = Handoff {
+                light: false,
+                ..handoff.handoff
+            };
+            let handoff = HandoffSent {
+                handoff: general,
+                ..handoff
+            };
+            self.send_handoff(key, handoff, respond_to);
+            return;
+        }
+        let HandoffSent {
+            handoff,
+            sent,
+            contended,
+            follow_up,
+        } = handoff;
+        // The general form went: the key skips the light forms. Where the
+        // store has no light handoff (the in-memory twin), the general
+        // form's answer tells whether one would have applied: only to a
+        // handoff it acquired, of a key not contended.
+        let acquired = matches!(result, Ok(HandoffOutcome::Acquired { .. }));
+        let light_would_do =
+            handoff.light || (!self.profile(key.place).light_forms.handoff && !contended);
+        if !(acquired && light_would_do) {
             self.note_contended(&key);
         }
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
-        if let Ok(HandOver::Acquired { token }) = result {
-            tracing::debug!(%key, token, "lease handed over to a local waiter");
+        if let Ok(HandoffOutcome::Acquired { token }) = result {
+            tracing::debug!(%key, token, "handoff to a local waiter");
             state.releases_in_flight -= 1;
             if let Some(respond_to) = respond_to {
                 let _ = respond_to.send(Ok(ReleaseOutcome::Released));
@@ -126,7 +172,18 @@ impl Actor {
         if result.as_ref().is_err_and(|e| e.is_transient()) {
             state.unseen = Some(sent.shape);
         }
-        let released = result.map(|outcome| u64::from(!matches!(outcome, HandOver::Lost)));
+        let released = result.map(|outcome| u64::from(outcome != HandoffOutcome::Lost));
         self.on_released(key, respond_to, follow_up, released);
     }
+}
+
+/// A handoff in flight: the request sent, and what its answer needs.
+pub(super) struct HandoffSent {
+    handoff: Handoff,
+    /// The waiter's acquisition it makes.
+    sent: Sent,
+    /// The key was contended (`group_commit`) when the handoff was sent.
+    contended: bool,
+    /// As `Event::Released::follow_up`, if it released instead.
+    follow_up: Option<Instant>,
 }

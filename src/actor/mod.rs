@@ -83,12 +83,11 @@ use mongodb::bson::Document;
 use crate::config::Timing;
 use crate::error::Result;
 use crate::health::HealthBoard;
-use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
-use crate::store::{AcquireOutcome, LeaseRef, LockPlace, Store};
+use crate::store::{AcquireOutcome, LeaseRef, Store, StoreProfile};
 use command::{Command, Place, Reply, Target, Waiter};
 use key_state::{Attempt, Held, KeyState};
 use release_watch::{ReleaseWatch, next_release};
@@ -139,17 +138,12 @@ enum Event {
         follow_up: Option<Instant>,
         result: Result<u64>,
     },
-    /// A release handed over to the key's first waiter (`Store::hand_over`).
-    HandedOver {
+    /// The answer of a handoff to the key's first waiter (`Store::handoff`).
+    HandoffAnswered {
         key: Target,
-        /// The waiter's acquisition it made.
-        sent: Sent,
-        /// The light form could be tried first (`group_commit`).
-        light: bool,
-        /// As `Event::Released::follow_up`, if it released instead.
-        follow_up: Option<Instant>,
+        handoff: handoff::HandoffSent,
         respond_to: Option<Reply<ReleaseOutcome>>,
-        result: Result<crate::store::HandOver>,
+        result: Result<crate::store::HandoffOutcome>,
     },
     /// Leases released together: by shutdown, or by a `release_all`, the
     /// one with a caller to answer (`respond_to`).
@@ -175,11 +169,6 @@ enum Event {
     },
     /// A read (inspect, list) was answered by its task; nothing to update.
     Answered,
-    ForceReleased {
-        key: LeaseKey,
-        respond_to: Reply<Option<LeaseInfo>>,
-        result: Result<Option<LeaseInfo>>,
-    },
     /// The renewal of `Command::SetTtl` was answered.
     TtlSet {
         key: Target,
@@ -230,7 +219,8 @@ enum Event {
 /// collection of in-document leases.
 struct PlaceState {
     store: Arc<dyn Store>,
-    info: Arc<LockPlace>,
+    /// The store's fixed facts, read once.
+    profile: StoreProfile,
     /// Writes by any owner to this place's documents
     /// (`Store::watch_releases`), open only while something here needs
     /// prompt news of another owner's write (`release_watch.rs`): a release
@@ -244,7 +234,7 @@ struct PlaceState {
 impl PlaceState {
     fn new(store: Arc<dyn Store>) -> Self {
         PlaceState {
-            info: Arc::new(store.place()),
+            profile: store.profile(),
             store,
             release_watch: ReleaseWatch::Closed,
             group_commit: Default::default(),
@@ -422,33 +412,19 @@ impl Actor {
             Command::Inspect { key, respond_to } => {
                 self.answer(self.store(key.place).inspect(key.key), respond_to)
             }
-            Command::List {
-                after,
-                limit,
+            Command::ForceReleased {
+                key,
+                was,
                 respond_to,
             } => {
-                let read = self.store(Place::LOCKS).list(after, limit);
-                self.answer(read, respond_to);
+                self.on_force_released(key, was);
+                let _ = respond_to.send(Ok(()));
             }
-            Command::ForceRelease {
-                key,
-                end,
-                respond_to,
-            } => self.on_force_release(key, end, respond_to),
             Command::SetPermits {
                 key,
                 permits,
                 respond_to,
             } => self.on_set_permits(key, permits, respond_to),
-            Command::ReleaseOwner {
-                owner,
-                end,
-                respond_to,
-            } => self.on_release_owner(owner, end, respond_to),
-            Command::RequestRelease { key, respond_to } => {
-                let request = self.store(Place::LOCKS).request_release(key);
-                self.answer(request, respond_to);
-            }
             Command::SetPayload {
                 key,
                 lease_id,
@@ -515,14 +491,12 @@ impl Actor {
                 follow_up,
                 result,
             } => self.on_released(key, respond_to, follow_up, result),
-            Event::HandedOver {
+            Event::HandoffAnswered {
                 key,
-                sent,
-                light,
-                follow_up,
+                handoff,
                 respond_to,
                 result,
-            } => self.on_handed_over(key, (sent, light), follow_up, respond_to, result),
+            } => self.on_handoff_answered(key, handoff, respond_to, result),
             Event::ReleasedMany {
                 keys,
                 respond_to,
@@ -541,11 +515,6 @@ impl Actor {
                 answers,
             } => self.on_light_released(place, batch, grouped, answers),
             Event::Answered => {}
-            Event::ForceReleased {
-                key,
-                respond_to,
-                result,
-            } => self.on_force_released(key, respond_to, result),
             Event::TtlSet {
                 key,
                 lease_id,
@@ -628,6 +597,11 @@ impl Actor {
     /// The store of `place`.
     fn store(&self, place: Place) -> &Arc<dyn Store> {
         &self.places[usize::from(place.0)].store
+    }
+
+    /// The fixed facts of the store of `place`.
+    fn profile(&self, place: Place) -> &StoreProfile {
+        &self.places[usize::from(place.0)].profile
     }
 
     fn held_lease(&self, key: &Target, lease_id: Uuid) -> Option<&Held> {

@@ -18,7 +18,7 @@ use super::release_watch::ReleaseWatch;
 use super::{Actor, Attempt, Event, Sent, Timer};
 use crate::backoff::retry_delay;
 use crate::kind::LeaseKind;
-use crate::store::{KeyWrite, LeaseRef};
+use crate::store::{KeyWrite, LeaseRef, Release};
 
 impl Actor {
     /// The key's state is about to be forgotten (nobody waits): if it was
@@ -31,7 +31,7 @@ impl Actor {
         if state.handed {
             return Some(state.next_lease_id);
         }
-        let lapses = Instant::now() + self.store(key.place).registration_window();
+        let lapses = Instant::now() + self.profile(key.place).registration_window;
         self.gave_up
             .insert(key.clone(), (state.next_lease_id, lapses));
         None
@@ -135,7 +135,7 @@ impl Actor {
         token: Option<u64>,
         timer: delay_queue::Key,
     ) -> bool {
-        let window = self.store(key.place).registration_window();
+        let window = self.profile(key.place).registration_window;
         let timing = &self.timing;
         let Some(state) = self.keys.get_mut(key) else {
             return false;
@@ -246,7 +246,7 @@ impl Actor {
             // id, which changes nothing where this owner holds none. An
             // attempt whose outcome was unknown counts as registered, so
             // this also releases what it may have acquired.
-            store.release(registered).await
+            Ok(store.release(Release::Leases(registered)).await?.count)
         }
         .boxed();
         self.spawn_store(leave, |result| Event::ReleasedMany {

@@ -80,7 +80,7 @@ impl Actor {
         let Some(mailbox) = self.sender.upgrade().map(Mailbox::new) else {
             return Err(Error::Shutdown);
         };
-        let place = self.places[usize::from(key.place.0)].info.clone();
+        let place = self.profile(key.place).place.clone();
         let owner_id = self.owner_id.clone();
         let held = self
             .keys

@@ -1,6 +1,7 @@
 //! Releasing: one lease (explicit, dropped, or after a lost deadline),
-//! `release_all` by lease id, the operator's force release, and the payload
-//! of a held lease (a write conditional on its lease id, like a release).
+//! `release_all` by lease id, the leases an operator's force release ended,
+//! and the payload of a held lease (a write conditional on its lease id,
+//! like a release).
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -19,7 +20,7 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
-use crate::store::{DELETE_DELAY, LeaseRef, OverrideEnd};
+use crate::store::{DELETE_DELAY, LeaseRef, Release};
 
 impl Actor {
     pub(super) fn on_release(
@@ -42,8 +43,8 @@ impl Actor {
             return;
         };
         tracing::debug!(%key, token = held.token, "releasing lease");
-        if self.can_hand_over(&key, &held) {
-            self.spawn_hand_over(key, held.lease_id, held.acquired_at, respond_to);
+        if self.can_handoff(&key, &held) {
+            self.spawn_handoff(key, held.lease_id, held.acquired_at, respond_to);
             return;
         }
         if held.kind.is_multi_holder() {
@@ -74,7 +75,7 @@ impl Actor {
         // `$in` list within the renewal batch size.
         for (place, leases) in held {
             for batch in leases.chunks(self.timing.renewal_batch_size) {
-                releases.push(self.store(place).release(batch.to_vec()));
+                releases.push(self.store(place).release(Release::Leases(batch.to_vec())));
             }
         }
         // Every place's release runs to its end even if another fails (a
@@ -82,8 +83,8 @@ impl Actor {
         // first error is the reply.
         let release = async move {
             let mut released = 0;
-            for count in futures::future::join_all(releases).await {
-                released += count?;
+            for result in futures::future::join_all(releases).await {
+                released += result?.count;
             }
             Ok(released)
         }
@@ -131,8 +132,8 @@ impl Actor {
             kind,
         };
         // A follow-up is due: the lease is too young for delete mode's delete.
-        let young = follow_up.is_some();
-        if self.tries_light_release(&key, &lease, young) {
+        let too_young_to_delete = follow_up.is_some();
+        if self.tries_light_release(&key, &lease, too_young_to_delete) {
             self.submit_light_release(PendingRelease {
                 key,
                 lease,
@@ -141,7 +142,7 @@ impl Actor {
             });
             return;
         }
-        let release = self.general_release(key.place, lease, young);
+        let release = self.general_release(key.place, lease, too_young_to_delete);
         self.spawn_store(release, move |result| Event::Released {
             result,
             key,
@@ -150,19 +151,20 @@ impl Actor {
         });
     }
 
-    /// The general release of `lease` of `place` (`young`: too young for
-    /// delete mode's delete).
+    /// The general release of `lease` of `place` (`too_young_to_delete`:
+    /// acquired too lately for delete mode's delete to match it); how many
+    /// leases it ended.
     pub(super) fn general_release(
         &self,
         place: Place,
         lease: LeaseRef,
-        young: bool,
+        too_young_to_delete: bool,
     ) -> BoxFuture<'static, Result<u64>> {
-        let store = self.store(place);
-        match young {
-            true => store.release_young(lease),
-            false => store.release(vec![lease]),
-        }
+        let release = self.store(place).release(match too_young_to_delete {
+            true => Release::LeaseTooYoungToDelete(lease),
+            false => Release::Leases(vec![lease]),
+        });
+        async move { Ok(release.await?.count) }.boxed()
     }
 
     pub(super) fn on_released(
@@ -242,7 +244,7 @@ impl Actor {
     /// "remove the lock field".
     pub(super) fn follow_up_due(&self, place: Place, acquired_at: Instant) -> Option<Instant> {
         let at = acquired_at + DELETE_DELAY;
-        (self.store(place).removes_on_release() && at > Instant::now()).then_some(at)
+        (self.profile(place).removes_on_release && at > Instant::now()).then_some(at)
     }
 
     /// Deletes the released documents of `keys` at `at` (or at once if it
@@ -251,12 +253,14 @@ impl Actor {
         let store = self.store(place).clone();
         let delete = async move {
             tokio::time::sleep_until(at).await;
-            store.delete_released(keys).await
+            store.release(Release::ReleasedDocuments(keys)).await
         }
         .boxed();
         self.spawn_store(delete, |result| {
             match result {
-                Ok(n) => tracing::debug!(deleted = n, "released lock documents deleted"),
+                Ok(deleted) => {
+                    tracing::debug!(deleted = deleted.count, "released lock documents deleted")
+                }
                 Err(error) => tracing::debug!(
                     %error,
                     "deleting released lock documents failed; the TTL monitor will"
@@ -286,92 +290,32 @@ impl Actor {
         }
     }
 
-    /// Releases every lease document of another owner id (an operator's
-    /// override); answered by its task.
-    pub(super) fn on_release_owner(
-        &mut self,
-        owner: String,
-        end: OverrideEnd,
-        respond_to: Reply<u64>,
-    ) {
-        let release = self
-            .store(Place::LOCKS)
-            .release_by_owner(owner.clone(), end);
-        self.spawn_store(release, move |result| {
-            match &result {
-                Ok(n) => tracing::warn!(
-                    owner_id = owner,
-                    released = n,
-                    "leases of an owner id released (operator override)"
-                ),
-                Err(error) => tracing::warn!(owner_id = owner, %error, "release by owner failed"),
-            }
-            let _ = respond_to.send(result);
-            Event::Answered
-        });
-    }
-
-    pub(super) fn on_force_release(
-        &mut self,
-        key: LeaseKey,
-        end: OverrideEnd,
-        respond_to: Reply<Option<LeaseInfo>>,
-    ) {
-        let release = self.store(Place::LOCKS).force_release(key.clone(), end);
-        self.spawn_store(release, |result| Event::ForceReleased {
-            result,
-            key,
-            respond_to,
-        });
-    }
-
-    pub(super) fn on_force_released(
-        &mut self,
-        key: LeaseKey,
-        respond_to: Reply<Option<LeaseInfo>>,
-        result: Result<Option<LeaseInfo>>,
-    ) {
-        match &result {
-            Ok(Some(info)) if info.foreign => {
-                tracing::warn!(
-                    %key,
-                    owner_id = info.owner_id,
-                    "foreign lock document deleted by force release (operator override)"
-                );
-            }
-            Ok(Some(info)) => {
-                tracing::warn!(
-                    %key,
-                    owner_id = info.owner_id,
-                    token = info.fencing_token,
-                    "lease force-released (operator override)"
-                );
-                // If it was one of ours, it is lost now; so are all our
-                // holders of a shared or semaphore key, which a force
-                // release frees whole.
-                let target = Target::lock(key.clone());
-                let ours: Vec<Uuid> = self
-                    .keys
-                    .get(&target)
-                    .into_iter()
-                    .flat_map(|s| &s.holders)
-                    .filter(|h| {
-                        h.kind.is_multi_holder()
-                            || (info.owner_id == *self.owner_id && h.token == info.fencing_token)
-                    })
-                    .map(|h| h.lease_id)
-                    .collect();
-                for lease_id in &ours {
-                    self.take_held(&target, *lease_id, LossReason::ForceReleased);
-                }
-                if !ours.is_empty() {
-                    self.serve_next(&target);
-                }
-            }
-            Ok(None) => tracing::info!(%key, "force release: the key was not held"),
-            Err(error) => tracing::warn!(%key, %error, "force release failed"),
+    /// An operator's force release of `key` ended `was` (logged by the
+    /// manager, which sent it): if it was one of ours, it is lost now; so
+    /// are all our holders of a shared or semaphore key, which a force
+    /// release frees whole.
+    pub(super) fn on_force_released(&mut self, key: LeaseKey, was: LeaseInfo) {
+        if was.foreign {
+            return;
         }
-        let _ = respond_to.send(result);
+        let target = Target::lock(key);
+        let ours: Vec<Uuid> = self
+            .keys
+            .get(&target)
+            .into_iter()
+            .flat_map(|s| &s.holders)
+            .filter(|h| {
+                h.kind.is_multi_holder()
+                    || (was.owner_id == *self.owner_id && h.token == was.fencing_token)
+            })
+            .map(|h| h.lease_id)
+            .collect();
+        for lease_id in &ours {
+            self.take_held(&target, *lease_id, LossReason::ForceReleased);
+        }
+        if !ours.is_empty() {
+            self.serve_next(&target);
+        }
     }
 
     pub(super) fn on_set_payload(

@@ -17,7 +17,7 @@
 //! A key whose last attempt found that no release or handoff is for this
 //! owner soon (`KeyState::quiet_behind`) needs no stream either:
 //! - the queue of waiting owners is full without this owner (`ahead` at
-//!   least [`Store::queue_bound`](crate::store::Store::queue_bound)): the
+//!   least [`StoreProfile::queue_bound`](crate::store::StoreProfile::queue_bound)): the
 //!   key is neither freed nor handed to it before the queue drains, and
 //!   its refreshes register it once there is room;
 //! - or other owners are ahead of it, with the key's token unchanged since

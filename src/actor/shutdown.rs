@@ -9,6 +9,7 @@ use super::release_watch::ReleaseWatch;
 use super::{Actor, Attempt, Event};
 use crate::error::Error;
 use crate::status::LossReason;
+use crate::store::Release;
 
 /// Set once shutdown has begun.
 pub(super) struct Closing {
@@ -68,11 +69,11 @@ impl Actor {
                         key: l.key.clone(),
                     })
                     .collect();
-                let release = self.store(place).release(batch.to_vec());
+                let release = self.store(place).release(Release::Leases(batch.to_vec()));
                 self.spawn_store(release, |result| Event::ReleasedMany {
                     keys,
                     respond_to: None,
-                    result,
+                    result: result.map(|released| released.count),
                 });
             }
         }

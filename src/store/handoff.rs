@@ -1,44 +1,49 @@
-//! The handoff to a local waiter, as the [`Store`] trait reports it (the
-//! rule is "Handoff to a local waiter" in the `store` module docs).
+//! The handoff to a local waiter, as the [`Store`](super::Store) trait
+//! speaks it (the rule is "Handoff to a local waiter" in the `store` module
+//! docs): [`Handoff`], the request with the form the actor chose, and
+//! [`HandoffOutcome`], its answer.
 
-use futures::future::BoxFuture;
+use std::time::Duration;
+
 use uuid::Uuid;
 
-use super::{LeaseRef, Store};
-use crate::error::Result;
 use crate::key::LeaseKey;
 
-/// What a handoff to a local waiter did ([`Store::hand_over`]).
+/// A handoff of the plain exclusive lease `from` of `key` to a local
+/// waiter's acquisition `to` ([`Store::handoff`](super::Store::handoff)),
+/// in the form the actor chose.
+#[derive(Debug, Clone)]
+pub(crate) struct Handoff {
+    pub key: LeaseKey,
+    /// The releasing lease, of this owner.
+    pub from: Uuid,
+    /// The waiter's acquisition, a plain exclusive lease expiring `ttl`
+    /// after the server's now.
+    pub to: Uuid,
+    pub ttl: Duration,
+    /// The light form ("Light forms for keys nobody waits for"), sent only
+    /// where the store has it
+    /// ([`StoreProfile::light_forms`](super::StoreProfile::light_forms))
+    /// and the key was not contended lately: it hands the key over or
+    /// writes nothing ([`HandoffOutcome::NotApplied`]), and the actor then
+    /// sends the general form, which decides.
+    pub light: bool,
+}
+
+/// What a handoff to a local waiter did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HandOver {
+pub(crate) enum HandoffOutcome {
     /// The waiter's lease (`to`) holds the key, with this fencing token.
     Acquired { token: u64 },
     /// Released as a release would: another owner waits (the key is
-    /// yielded to it), a minimum hold is live, or the shape cannot be
-    /// handed over.
+    /// yielded, or handed to the first registered owner), or a minimum hold
+    /// is live.
     Released,
     /// The lease `from` was no longer held (taken over, or expired by the
     /// server's clock): nothing was written.
     Lost,
-}
-
-/// [`Store::hand_over`] that only releases `from` ([`Store::release`]; the
-/// actor hands over exclusive leases only): `Released`, or `Lost` if
-/// nothing was released.
-pub(crate) fn release_instead<S: Store + ?Sized>(
-    store: &S,
-    key: LeaseKey,
-    from: Uuid,
-) -> BoxFuture<'static, Result<HandOver>> {
-    let release = store.release(vec![LeaseRef {
-        key,
-        lease_id: from,
-        kind: crate::kind::LeaseKind::Exclusive,
-    }]);
-    Box::pin(async move {
-        Ok(match release.await? {
-            0 => HandOver::Lost,
-            _ => HandOver::Released,
-        })
-    })
+    /// The light form did not apply (also after an unknown outcome that a
+    /// re-read found `from` still holding the key): nothing was written;
+    /// the general form decides.
+    NotApplied,
 }

@@ -39,7 +39,7 @@ use crate::error::Error;
 /// Most light writes in one store call; more queued go in further calls.
 pub(crate) const MOST_PER_COMMAND: usize = 256;
 
-/// Which light forms a store has ([`Store::light_forms`](super::Store::light_forms)):
+/// Which light forms a store has ([`StoreProfile::light_forms`](super::StoreProfile::light_forms)):
 /// the actor tries a light form first only where the store has it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct LightForms {
@@ -47,6 +47,9 @@ pub(crate) struct LightForms {
     pub acquire: bool,
     /// [`Store::release_light`](super::Store::release_light).
     pub release: bool,
+    /// The light form of [`Store::handoff`](super::Store::handoff)
+    /// ([`Handoff::light`](super::Handoff::light)).
+    pub handoff: bool,
 }
 
 /// What a light release did.

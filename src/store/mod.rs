@@ -1,7 +1,9 @@
 //! The lock protocol: how leases are stored and changed in MongoDB.
 //!
 //! [`MongoStore`] is the only code in the crate that issues MongoDB commands,
-//! and only the actor calls it. The actor sees it through the narrow [`Store`]
+//! and only the actor calls it, but for the reads and the operator's
+//! overrides that need no lease state, which the manager sends it directly
+//! (`inspect`, `list`, `force_release`, `request_release`, `release_owner`). The actor sees it through the narrow [`Store`]
 //! trait, so its timing logic can also be tested under tokio's paused clock
 //! against `memory::MemoryStore` (built for tests and for the simulator,
 //! feature `sim`, hence not linked), an in-memory twin that follows the same
@@ -271,7 +273,7 @@
 //!   refreshed as above whatever the count (a refresh is not a new entry).
 //!   Beyond the bound an attempt writes the rest as before (`wt`) and
 //!   answers `Held` as a registering one does (every live entry ahead of
-//!   it, so at least the bound: `Store::queue_bound`); its owner still
+//!   it, so at least the bound: `StoreProfile::queue_bound`); its owner still
 //!   waits, reading no change stream for the key (the key is neither freed
 //!   nor handed to it while the queue is full), and its next attempts (at
 //!   least one per `retry_max`) each try to register again, so that a
@@ -345,7 +347,7 @@
 //!   entries), and deleted later by the follow-up delete once `q` is gone.
 //! # Handoff to a local waiter
 //!
-//! A release whose manager has a waiter for the key ([`Store::hand_over`])
+//! A release whose manager has a waiter for the key ([`Store::handoff`])
 //! makes that waiter the holder in the releasing write itself, instead of a
 //! release followed by the waiter's acquire (two serial round trips): one
 //! `findOneAndUpdate` on `{_id, lid: from, aid: ours, tok: int64, exp >
@@ -410,7 +412,8 @@
 //!   live lease handed over (the conditions of "Handoff to a local
 //!   waiter") and has no `q`, `wt`, `hl`, `hs` nor `pm`; the reply is the
 //!   handoff only under the next lease id with `ts` the write's `$$NOW`.
-//!   Otherwise the general handoff decides (released, or lost).
+//!   Otherwise it writes nothing (`HandoffOutcome::NotApplied`), and the
+//!   actor sends the general handoff, which decides (released, or lost).
 //!
 //! The light release and handoff filter on `_id` alone, which the server
 //! runs without query planning (B26; the acquire's `_ins: null` makes it a
@@ -509,7 +512,7 @@
 //! 100 ms ago by its own clock (counted from the acquire's reply, after the
 //! token's server millisecond): its delete could not match but in a
 //! window of those 100 ms, so `MongoStore` skips it and only marks the
-//! lease released (`Store::release_young`), and the follow-up deletes it
+//! lease released (`Release::LeaseTooYoungToDelete`), and the follow-up deletes it
 //! (`benches/throughput.rs`: 3 commands per acquire and release, not 4). The
 //! guarantee assumes: `$$NOW` never steps back by `D` or more between a
 //! delete and the next acquisition of that key (measured steps: up to 8 ms;
@@ -616,8 +619,10 @@ pub(crate) mod memory;
 mod handoff;
 pub(crate) mod light_acquire;
 pub(crate) mod light_release;
+mod profile;
 mod protocol;
 mod read;
+mod release;
 pub(crate) mod replies;
 #[cfg(all(test, feature = "testkit"))]
 mod tests;
@@ -628,13 +633,15 @@ use uuid::Uuid;
 
 use crate::key::LeaseKey;
 
-pub(crate) use handoff::{HandOver, release_instead};
+pub(crate) use handoff::{Handoff, HandoffOutcome};
 pub(crate) use mongo::MongoStore;
 pub(crate) use mongo::{LeaseCheck, run_fenced};
+pub(crate) use profile::StoreProfile;
 pub(crate) use protocol::Store;
 #[cfg(test)]
 pub(crate) use protocol::tests::StoreExt;
 pub(crate) use read::{FIELD_COUNT, foreign_owner, is_our_shape, lease_info};
+pub(crate) use release::{Release, Released};
 
 /// Field names of the lock document.
 pub(crate) mod field {
@@ -923,7 +930,7 @@ pub(crate) struct DocumentWrite {
     /// otherwise left in the released state (no `lid` nor `wt`, `exp` at
     /// the release time, `tok` kept; `yu` if another owner waited), which
     /// the next acquire takes over, and the follow-up
-    /// [`Store::delete_released`] removes if nobody did.
+    /// ([`Release::ReleasedDocuments`]) removes if nobody did.
     pub release: bool,
     /// The lease was acquired less than [`DELETE_DELAY`] ago by the local
     /// clock (set by the actor): its token is too young for the lock field

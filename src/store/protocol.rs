@@ -8,20 +8,19 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use mongodb::bson::Document;
-use uuid::Uuid;
 
 use super::{
-    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
-    LockPlace, OverrideEnd, release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, Handoff,
+    HandoffOutcome, LeaseRef, Release, Released, StoreProfile,
 };
 use super::{
     light_acquire::{LightAcquire, LightAcquired},
-    light_release::{LightForms, LightRelease},
+    light_release::LightRelease,
 };
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::kind::{LeaseShape, PermitsChange};
+use crate::kind::PermitsChange;
 
 /// The lock protocol, as seen by the actor. Every method returns a `'static`
 /// future so the actor can run many of them at once without borrowing itself.
@@ -29,13 +28,10 @@ use crate::kind::{LeaseShape, PermitsChange};
 /// Each operation is idempotent for a given lease id, so the actor may retry
 /// it after an ambiguous failure.
 pub(crate) trait Store: Send + Sync + 'static {
-    /// Which light forms this store has ("Light forms for keys nobody
-    /// waits for"): the actor tries [`Store::acquire_light`] and
-    /// [`Store::release_light`] first only where the store has them. The
-    /// default: none.
-    fn light_forms(&self) -> LightForms {
-        LightForms::default()
-    }
+    /// What this store is: where its locks live and the settings the
+    /// actor plans with ([`StoreProfile`]), fixed when it was made. The
+    /// actor reads it once, when it takes the store on.
+    fn profile(&self) -> StoreProfile;
 
     /// The light acquires `requests` (of distinct keys, at most
     /// [`MOST_PER_COMMAND`](super::light_release::MOST_PER_COMMAND)): one
@@ -92,43 +88,24 @@ pub(crate) trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> BoxFuture<'static, Result<Vec<LeaseRef>>>;
 
-    /// The TTL of the store contract's acquires and renewals: the manager's.
-    #[cfg(test)]
-    fn default_ttl(&self) -> Duration;
+    /// Releases what `release` selects, each selection by its own wire
+    /// form, chosen by the caller ([`Release`]: these leases of this
+    /// manager, one too young for delete mode's delete, delete mode's
+    /// follow-up delete, an operator's override of an owner's leases or of
+    /// a key).
+    fn release(&self, release: Release) -> BoxFuture<'static, Result<Released>>;
 
-    /// Releases the given leases (only those still held under their lease
-    /// id) by the general form. Returns how many were still held.
-    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>>;
-
-    /// Releases the lease `from` of `key` and, in the same write, makes
-    /// `to` (a local waiter's acquisition, of `shape`, expiring `ttl`
-    /// after the server's now) its holder, as "Handoff to a local waiter"
-    /// says. `light`: the light form may be tried first (the key was not
-    /// contended lately). The default (and any shape but a plain one) is a
-    /// plain [`Store::release`]: `Released`, or `Lost` if it released
-    /// nothing.
-    fn hand_over(
-        &self,
-        key: LeaseKey,
-        from: Uuid,
-        to: Uuid,
-        ttl: Duration,
-        shape: LeaseShape,
-        light: bool,
-    ) -> BoxFuture<'static, Result<HandOver>> {
-        let _ = (to, ttl, shape, light);
-        release_instead(self, key, from)
-    }
-
-    /// [`Store::release`] of one lease acquired less than [`DELETE_DELAY`](super::DELETE_DELAY)
-    /// ago (by the caller's clock, from the acquire's reply), in a store
-    /// that removes on release: its token is too young for delete mode's
-    /// delete, so a store may skip that delete and only mark the lease
-    /// released, leaving the document to the follow-up delete (see
-    /// "Delete-on-release mode"). Both outcomes are the protocol's; the
-    /// default is [`Store::release`].
-    fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
-        self.release(vec![lease])
+    /// Releases the lease `handoff.from` of `handoff.key` and, in the same
+    /// write, makes `handoff.to` (a local waiter's plain exclusive
+    /// acquisition) its holder, as "Handoff to a local waiter" says, by the
+    /// form the actor chose ([`Handoff::light`]); only for plain exclusive
+    /// leases of the lock collection, which the actor alone hands over. The
+    /// default (a store that has no handoff): refused.
+    fn handoff(&self, handoff: Handoff) -> BoxFuture<'static, Result<HandoffOutcome>> {
+        let reason = format!("no handoff of {} here", handoff.key);
+        Box::pin(futures::future::ready(Err(
+            crate::error::Error::Unsupported { reason },
+        )))
     }
 
     /// Removes this manager's entries from the queues of waiting owners of
@@ -141,42 +118,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         let _ = keys;
         Box::pin(async { Ok(0) })
     }
-
-    /// How long this owner's registration in a key's queue lasts, `R` of
-    /// "Queue of waiting owners" ([`registration_window`](super::registration_window)
-    /// of the store's yield window, the manager's `retry_max`, and its
-    /// safety margin); a lease handed to it lasts `min(ttl, R)`
-    /// unconfirmed.
-    fn registration_window(&self) -> Duration;
-
-    /// The most live entries a key's queue of waiting owners holds
-    /// ("Bound" in "Queue of waiting owners"): a waiting attempt answered
-    /// `Held` with at least this many `ahead` is not registered, and is
-    /// neither handed the key nor finds it free before the queue drains.
-    /// The default: [`MAX_QUEUE`](super::MAX_QUEUE).
-    fn queue_bound(&self) -> usize {
-        super::MAX_QUEUE
-    }
-
-    /// The lock-delay that this store's force releases and releases by
-    /// owner id write ("Lock-delay"). The default: none.
-    fn lock_delay(&self) -> Duration {
-        Duration::ZERO
-    }
-
-    /// Releases every lease document of `owner` (any manager's) that is not
-    /// released yet, of our shape only (an operator's override). Returns how
-    /// many. In delete mode, documents it could only mark released are
-    /// deleted once their token is old enough, before it returns. A live
-    /// lease it ends keeps its key until `end` says ("Lock-delay").
-    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>>;
-
-    /// Delete mode's follow-up to a release of young leases: deletes the
-    /// released documents of `keys` (no lease id, not yielded) whose token is
-    /// at least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by
-    /// the server's clock. A document acquired again meanwhile is never
-    /// deleted. Returns how many; nothing in keep mode.
-    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>>;
 
     /// Reads `key` with the server's now. `Ok(None)` if it has no document;
     /// a document of foreign shape (a bare `{_id}` too) is a lock held by a
@@ -192,21 +133,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         after: Option<LeaseKey>,
         limit: usize,
     ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>>;
-
-    /// Releases `key` whoever holds it (an operator's override): as a
-    /// release, `exp` moves to now and `lid` is removed; every holder of a
-    /// shared or semaphore key, a minimum hold (`hl`) and an exclusive
-    /// waiter's mark go too. A foreign holder's
-    /// lock is deleted instead, only if it is still the document read
-    /// (same `aid` and `ts`). Returns the lease as it was, if it was held.
-    /// The key stays unavailable until `end` says ("Lock-delay"); with
-    /// [`OverrideEnd::Immediately`] a key that an earlier override left
-    /// waiting (`nb` ahead, no lease) is freed after the lock-delay too.
-    fn force_release(
-        &self,
-        key: LeaseKey,
-        end: OverrideEnd,
-    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
 
     /// Changes the number of permits (`pm`) of the semaphore key `key` to
     /// `permits`, only if its live holders take no more than that, in one
@@ -278,16 +204,6 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// streams or the stream broke; the actor then keeps polling.
     fn watch_releases(&self, announced: Announced) -> BoxStream<'static, Result<Announcement>>;
 
-    /// Where this store's locks live.
-    fn place(&self) -> LockPlace;
-
-    /// Whether a release removes the lock (the lock collection's
-    /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete), and always for
-    /// in-document leases, whose release removes the lock field): the actor
-    /// then runs the follow-up [`Store::delete_released`] for leases
-    /// released less than [`DELETE_DELAY`](super::DELETE_DELAY) after their acquisition.
-    fn removes_on_release(&self) -> bool;
-
     /// A store for in-document leases on `collection` (same database, same
     /// owner id, TTL and timeouts as this one), with the lock fields under
     /// `field`, and with `lock_id` the lease id and last renewal also in
@@ -309,13 +225,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         Err(crate::error::Error::InvalidConfig {
             reason: "in-document leases need a MongoDB store".into(),
         })
-    }
-
-    /// The top-level `LockId` / `LockTime` fields this store keeps
-    /// ([`Store::documents`]); no lease here may have a TTL over their
-    /// `max_duration`.
-    fn lock_id_fields(&self) -> Option<Arc<crate::lock_id_fields::LockIdFields>> {
-        None
     }
 
     /// Applies `write.update` to the document of `lease` if the lease is

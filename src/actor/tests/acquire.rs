@@ -15,7 +15,7 @@ async fn local_waiters_are_served_in_order_by_one_retry_loop() {
     let db = MemoryDb::new();
     let (a, store, t0) = start(&db, "a");
     store.set_latency(Op::Acquire, LATENCY);
-    store.set_latency(Op::HandOver, LATENCY);
+    store.set_latency(Op::Handoff, LATENCY);
     db.force_take("k", "remote", TTL);
     let remote_exp = t0 + TTL;
 
@@ -51,7 +51,7 @@ async fn local_waiters_are_served_in_order_by_one_retry_loop() {
         "{polls} polls while the key was held remotely"
     );
     assert_eq!(calls.len(), polls + 1, "the winning poll");
-    assert_eq!(store.calls(Op::HandOver), 4, "then one write per handoff");
+    assert_eq!(store.calls(Op::Handoff), 4, "then one write per handoff");
 }
 
 #[tokio::test(start_paused = true)]
@@ -108,7 +108,7 @@ async fn a_released_key_goes_to_the_next_local_waiter_at_once() {
     let (granted_at, second) = soon(local).await.unwrap().unwrap();
     assert_eq!(granted_at, released_at, "no backoff before a local handoff");
     assert_eq!(sa.acquire_calls("k"), vec![t0]);
-    let handoffs: Vec<Instant> = sa.calls_of(Op::HandOver).iter().map(|c| c.at).collect();
+    let handoffs: Vec<Instant> = sa.calls_of(Op::Handoff).iter().map(|c| c.at).collect();
     assert_eq!(handoffs, vec![released_at], "handed over in the release");
     assert!(second.fencing_token() > 1);
     assert_eq!(db.holder("k").as_deref(), Some("a"));

@@ -11,7 +11,7 @@ const LATENCY: Duration = Duration::from_millis(5);
 async fn a_release_with_a_local_waiter_hands_the_key_over_in_one_store_call() {
     let db = MemoryDb::new();
     let (a, sa, _) = start(&db, "a");
-    sa.set_latency(Op::HandOver, LATENCY);
+    sa.set_latency(Op::Handoff, LATENCY);
     let first = a.acquire("k").await.unwrap();
     let (t1, lost) = (first.fencing_token(), first.status().cancellation_token());
     let local = waiter(&a, "k").await;
@@ -27,7 +27,7 @@ async fn a_release_with_a_local_waiter_hands_the_key_over_in_one_store_call() {
     assert_eq!(granted_at, released_at + LATENCY, "one round trip");
     assert!(second.fencing_token() > t1);
     assert!(lost.is_cancelled() && !second.status().is_lost());
-    assert_eq!(sa.calls(Op::HandOver), 1);
+    assert_eq!(sa.calls(Op::Handoff), 1);
     assert_eq!(sa.calls(Op::Release), 0);
     assert_eq!(sa.calls(Op::Acquire), 1, "only the first acquisition");
     let doc = db.doc("k").unwrap();
@@ -48,7 +48,7 @@ async fn eight_local_waiters_are_served_first_in_first_out_by_handoffs() {
     const HOLD: Duration = Duration::from_millis(1);
     let db = MemoryDb::new();
     let (a, sa, _) = start(&db, "a");
-    sa.set_latency(Op::HandOver, LATENCY);
+    sa.set_latency(Op::Handoff, LATENCY);
     let grants = contend(&a, "k", 8, HOLD).await;
     let order: Vec<usize> = grants.iter().map(|g| g.0).collect();
     assert_eq!(
@@ -61,7 +61,7 @@ async fn eight_local_waiters_are_served_first_in_first_out_by_handoffs() {
         assert!(pair[1].2 > pair[0].2, "fencing tokens increase");
     }
     assert_eq!(sa.calls(Op::Acquire), 1);
-    assert_eq!(sa.calls(Op::HandOver), 7, "one store call per handoff");
+    assert_eq!(sa.calls(Op::Handoff), 7, "one store call per handoff");
     assert_eq!(sa.calls(Op::Release), 1, "the last one, nobody waiting");
     assert_eq!(sa.max_acquires_in_flight_per_key(), 1);
     assert_released(&db, "k");
@@ -71,12 +71,12 @@ async fn eight_local_waiters_are_served_first_in_first_out_by_handoffs() {
 async fn a_waiter_gone_during_its_handoff_leaves_no_lease_behind() {
     let db = MemoryDb::new();
     let (a, sa, _) = start(&db, "a");
-    sa.set_latency(Op::HandOver, LATENCY);
+    sa.set_latency(Op::Handoff, LATENCY);
     let first = a.acquire("k").await.unwrap();
     let local = waiter(&a, "k").await;
     let release = started(first.release()).await;
     settle().await;
-    assert_eq!(sa.in_flight(Op::HandOver), 1);
+    assert_eq!(sa.in_flight(Op::Handoff), 1);
     local.abort();
     assert_eq!(
         soon(release).await.unwrap().unwrap(),
@@ -102,7 +102,7 @@ async fn a_handoff_of_a_lost_lease_answers_already_lost_and_the_waiter_acquires(
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::AlreadyLost);
     let (_, second) = soon(local).await.unwrap().unwrap();
     assert!(second.fencing_token() > t1);
-    assert_eq!(sa.calls(Op::HandOver), 1);
+    assert_eq!(sa.calls(Op::Handoff), 1);
     assert_eq!(sa.calls(Op::Acquire), 2, "the waiter's own acquisition");
     assert_eq!(db.doc("k").unwrap().lease_id, Some(second.lease_id()));
 }
@@ -120,7 +120,7 @@ async fn a_handoff_yields_to_another_owner_that_waits() {
 
     let released_at = Instant::now();
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
-    assert_eq!(sa.calls(Op::HandOver), 1);
+    assert_eq!(sa.calls(Op::Handoff), 1);
     let (remote_at, remote_lease) = soon(remote).await.unwrap().unwrap();
     assert!(remote_at - released_at <= RELEASE_WAKE_JITTER);
     assert!(remote_lease.fencing_token() > t1);
@@ -137,12 +137,12 @@ async fn a_handoff_yields_to_another_owner_that_waits() {
 async fn shutdown_during_a_handoff_gives_the_handed_over_lease_back() {
     let db = MemoryDb::new();
     let (a, sa, _) = start(&db, "a");
-    sa.set_latency(Op::HandOver, LATENCY);
+    sa.set_latency(Op::Handoff, LATENCY);
     let first = a.acquire("k").await.unwrap();
     let local = waiter(&a, "k").await;
     let release = started(first.release()).await;
     settle().await;
-    assert_eq!(sa.in_flight(Op::HandOver), 1);
+    assert_eq!(sa.in_flight(Op::Handoff), 1);
     let shutdown = {
         let a = a.clone();
         started(async move { a.shutdown().await }).await
@@ -153,7 +153,7 @@ async fn shutdown_during_a_handoff_gives_the_handed_over_lease_back() {
         ReleaseOutcome::Released
     );
     soon(shutdown).await.unwrap().unwrap();
-    assert_eq!(sa.calls(Op::HandOver), 1);
+    assert_eq!(sa.calls(Op::Handoff), 1);
     assert_released(&db, "k");
 }
 
@@ -164,11 +164,11 @@ async fn a_handoff_whose_outcome_is_unknown_is_recognised_by_the_waiters_retry()
     let first = a.acquire("k").await.unwrap();
     let t1 = first.fencing_token();
     let local = waiter(&a, "k").await;
-    sa.fault_next(Op::HandOver, Fault::FailAfterApply, 1);
+    sa.fault_next(Op::Handoff, Fault::FailAfterApply, 1);
     let reply = first.release().await;
     assert!(reply.as_ref().is_err_and(|e| e.is_transient()), "{reply:?}");
     let (_, second) = soon(local).await.unwrap().unwrap();
-    assert_eq!(sa.calls(Op::HandOver), 1);
+    assert_eq!(sa.calls(Op::Handoff), 1);
     assert_eq!(sa.calls(Op::Acquire), 2, "a retry under the handed-over id");
     let doc = db.doc("k").unwrap();
     assert_eq!(doc.lease_id, Some(second.lease_id()));

@@ -25,8 +25,8 @@ pub(crate) enum Op {
     SetPayload,
     /// A write under an in-document lease (`Store::write_document`).
     WriteDocument,
-    /// A handoff to a local waiter (`Store::hand_over`).
-    HandOver,
+    /// A handoff to a local waiter (`Store::handoff`).
+    Handoff,
     /// Leaving the queues of waiting owners (`Store::leave_queues`).
     LeaveQueues,
     /// A change of a semaphore's number of permits (`Store::set_permits`).

@@ -30,13 +30,13 @@
 //!   yield window` (the store's,
 //!   [`DEFAULT_RETRY_MAX`](crate::config::DEFAULT_RETRY_MAX) unless set
 //!   with [`MemoryStore::with_yield_window`]); returns how many matched.
-//! - **release_by_owner(owner)** does the same to every document of `owner`
+//! - **release by owner id** (`Release::OwnerLeases`) does the same to every document of `owner`
 //!   that still has a lease id.
 //! - In **delete mode** ([`MemoryStore::with_release_mode`]) each of these
 //!   releases deletes, instead, a matching document nobody waited for (`wt`
 //!   unset) whose token is at least `DELETE_MIN_TOKEN_AGE` old by server
 //!   time (MongoDB's token-age test on `tok >> 20`), and
-//!   **delete_released(keys)** deletes released documents of `keys` (no lease
+//!   the follow-up delete (`Release::ReleasedDocuments`) deletes released documents of `keys` (no lease
 //!   id, not yielded) whose token is that old.
 //! - A **foreign holder's lock** ([`MemoryDb::put_foreign`], another
 //!   application's `{_id, ts, aid}`; [`MemoryDb::put_bare`], a bare `{_id}`;
@@ -80,7 +80,7 @@
 //!   collection's db). The rules above apply to the lock fields, with
 //!   delete-mode releases (a release removes the lock field, i.e. the twin's
 //!   document, or leaves a young lease's released state for the follow-up
-//!   `delete_released`). The user's documents are not modelled: every one
+//!   delete). The user's documents are not modelled: every one
 //!   is taken to exist (`create` is ignored), an acquisition returns `{_id,
 //!   <field>: {aid, lid, tok}}`, and `write_document` is conditional on the
 //!   lease id and owner id and applies the release but not the user's

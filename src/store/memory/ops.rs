@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::control::Op;
 use super::doc::{Doc, Holder, Registration};
 use super::kinds;
-use super::rules::{Collection, apply_acquire, apply_hand_over, lease_matches, release_doc};
+use super::rules::{Collection, apply_acquire, apply_handoff, lease_matches, release_doc};
 use super::store::{MemoryStore, lock_fields_document};
 use crate::config::ReleaseMode;
 use crate::error::{Error, Result};
@@ -23,8 +23,8 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::kind::{LeaseShape, PermitsChange};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, HandOver, LeaseRef,
-    LockPlace, OverrideEnd, Store, release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, Handoff,
+    HandoffOutcome, LeaseRef, LockPlace, OverrideEnd, Release, Released, Store, StoreProfile,
 };
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
@@ -60,7 +60,7 @@ impl Store for MemoryStore {
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let creates = create.is_some();
         let registration = Registration {
-            window: self.registration_window(),
+            window: crate::store::registration_window(self.yield_window, self.safety_margin),
             bound: self.queue_bound,
         };
         let write = self.run(Op::Acquire, vec![key.clone()], {
@@ -128,21 +128,39 @@ impl Store for MemoryStore {
         .boxed()
     }
 
-    fn place(&self) -> LockPlace {
+    /// As `MongoStore`'s and `DocumentStore`'s: the registration window
+    /// of the yield window (the manager's `retry_max`) and the safety
+    /// margin ([`MemoryStore::with_safety_margin`]); the light release in
+    /// the lock collection only, the light acquire if
+    /// [`MemoryStore::with_light_acquire`].
+    fn profile(&self) -> StoreProfile {
         let (collection, field) = match &self.place {
             None => ("locks".into(), None),
             Some((collection, field)) => (collection.clone(), Some(field.clone())),
         };
-        LockPlace {
-            database: "memory".into(),
-            collection,
-            field,
-            lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
+        StoreProfile {
+            place: Arc::new(LockPlace {
+                database: "memory".into(),
+                collection,
+                field,
+                lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
+            }),
+            light_forms: LightForms {
+                acquire: self.light_acquire && self.place.is_none(),
+                release: self.place.is_none(),
+                handoff: false,
+            },
+            removes_on_release: self.release_mode == ReleaseMode::Delete,
+            registration_window: crate::store::registration_window(
+                self.yield_window,
+                self.safety_margin,
+            ),
+            queue_bound: self.queue_bound,
+            lock_delay: self.lock_delay,
+            lock_id_fields: self.lock_id.clone(),
+            #[cfg(test)]
+            ttl: self.ttl,
         }
-    }
-
-    fn removes_on_release(&self) -> bool {
-        self.release_mode == ReleaseMode::Delete
     }
 
     fn documents(
@@ -159,10 +177,6 @@ impl Store for MemoryStore {
         Ok(Arc::new(
             self.document_store_with(collection, field, lock_id),
         ))
-    }
-
-    fn lock_id_fields(&self) -> Option<Arc<crate::lock_id_fields::LockIdFields>> {
-        self.lock_id.clone()
     }
 
     /// Conditional on the lease id and owner id, as on MongoDB; the user's
@@ -214,25 +228,6 @@ impl Store for MemoryStore {
         self.writes(announced)
     }
 
-    #[cfg(test)]
-    fn default_ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// As `MongoStore`'s: of the yield window (the manager's `retry_max`)
-    /// and the safety margin ([`MemoryStore::with_safety_margin`]).
-    fn registration_window(&self) -> Duration {
-        crate::store::registration_window(self.yield_window, self.safety_margin)
-    }
-
-    fn lock_delay(&self) -> Duration {
-        self.lock_delay
-    }
-
-    fn queue_bound(&self) -> usize {
-        self.queue_bound
-    }
-
     fn renew_with_ttl(
         &self,
         leases: Vec<LeaseRef>,
@@ -262,17 +257,42 @@ impl Store for MemoryStore {
         })
     }
 
-    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
-        self.release_in(leases, self.release_mode)
-    }
-
-    /// In the lock collection only, as `MongoStore`'s (`mongo::acquire`, `mongo::release`); the
-    /// light acquire if [`MemoryStore::with_light_acquire`].
-    fn light_forms(&self) -> LightForms {
-        LightForms {
-            acquire: self.light_acquire && self.place.is_none(),
-            release: self.place.is_none(),
-        }
+    /// Each selection by the rules of `rules` and `kinds`, as
+    /// `MongoStore`'s: a lease too young to delete is only marked released
+    /// (keep mode's release).
+    fn release(&self, release: Release) -> BoxFuture<'static, Result<Released>> {
+        let count = match release {
+            Release::Leases(leases) => self.release_in(leases, self.release_mode),
+            Release::LeaseTooYoungToDelete(lease) => {
+                self.release_in(vec![lease], ReleaseMode::Keep)
+            }
+            Release::ReleasedDocuments(keys) => self.delete_released(keys),
+            Release::ReleasedDocumentsOf(owner) => {
+                // Applied at once, outside the server's schedule.
+                let db = self.db.clone();
+                let deleted = match self.release_mode {
+                    ReleaseMode::Delete => db.apply(|coll, now| {
+                        coll.delete_released_where(&db, |_, doc| doc.owner == owner, now)
+                    }),
+                    ReleaseMode::Keep => 0,
+                };
+                return futures::future::ready(Ok(Released::count(deleted))).boxed();
+            }
+            Release::OwnerLeases { owner, end } => return self.release_by_owner(owner, end),
+            Release::ForcedKey { key, end } => {
+                let forced = self.force_release(key, end);
+                return async move {
+                    let was = forced.await?;
+                    Ok(Released {
+                        count: u64::from(was.is_some()),
+                        was,
+                        ..Default::default()
+                    })
+                }
+                .boxed();
+            }
+        };
+        async move { Ok(Released::count(count.await?)) }.boxed()
     }
 
     fn acquire_light(&self, requests: Vec<LightAcquire>) -> BoxFuture<'static, Vec<LightAcquired>> {
@@ -283,35 +303,21 @@ impl Store for MemoryStore {
         self.clone().light_releases(leases).boxed()
     }
 
-    fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
-        // As MongoStore: no delete, only the marking (keep mode's release).
-        self.release_in(vec![lease], ReleaseMode::Keep)
-    }
-
-    /// By the rule of `rules` for a plain shape in the lock collection; a
-    /// release otherwise (as `MongoStore` and the in-document store).
-    fn hand_over(
-        &self,
-        key: LeaseKey,
-        from: Uuid,
-        to: Uuid,
-        ttl: Duration,
-        shape: LeaseShape,
-        _light: bool,
-    ) -> BoxFuture<'static, Result<HandOver>> {
-        if !shape.is_plain() || self.place.is_some() {
-            return release_instead(self, key, from);
-        }
+    /// By the rule of `rules`: one form, the general one (the twin has no
+    /// light handoff).
+    fn handoff(&self, handoff: Handoff) -> BoxFuture<'static, Result<HandoffOutcome>> {
+        let Handoff {
+            key, from, to, ttl, ..
+        } = handoff;
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let yield_window = self.yield_window;
-        self.run(Op::HandOver, vec![key.clone()], move |coll, now| {
-            let ids = (from, to);
-            Ok(apply_hand_over(
+        self.run(Op::Handoff, vec![key.clone()], move |coll, now| {
+            Ok(apply_handoff(
                 coll,
                 &db,
                 &key,
                 &owner,
-                ids,
+                (from, to),
                 ttl,
                 yield_window,
                 now,
@@ -332,57 +338,6 @@ impl Store for MemoryStore {
                 }
             }
             Ok(changed)
-        })
-    }
-
-    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {
-        let db = self.db.clone();
-        let yield_window = self.yield_window;
-        let mode = self.release_mode;
-        let lock_delay = self.lock_delay;
-        let release = {
-            let owner = owner.clone();
-            let db = db.clone();
-            self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
-                coll.delay_owner_ends(&owner, lock_delay, end, now);
-                let matches =
-                    |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
-                let released = coll.release_where(&db, matches, now, yield_window, mode);
-                // Waiting for the holders, their places stay until their
-                // expiry (`Collection::keep_places_of`).
-                let holders = match end {
-                    OverrideEnd::AtExpiry => coll.keep_places_of(&db, &owner, now),
-                    OverrideEnd::Immediately => {
-                        let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
-                        coll.release_holders_where(&db, holders, now).1
-                    }
-                };
-                Ok((released, holders))
-            })
-        };
-        async move {
-            let ((deleted, marked), holders) = release.await?;
-            // As `MongoStore`'s: a follow-up once its update changed any
-            // document (leases marked released or holders' documents).
-            if mode == ReleaseMode::Delete && marked + holders > 0 {
-                tokio::time::sleep(crate::store::DELETE_DELAY).await;
-                db.apply(|coll, now| {
-                    coll.delete_released_where(&db, |_, doc| doc.owner == owner, now)
-                });
-            }
-            Ok(deleted + marked + holders)
-        }
-        .boxed()
-    }
-
-    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
-        if keys.is_empty() || self.release_mode != ReleaseMode::Delete {
-            return futures::future::ready(Ok(0)).boxed();
-        }
-        let db = self.db.clone();
-        self.run(Op::Release, keys.clone(), move |coll, now| {
-            let keys: HashSet<&LeaseKey> = keys.iter().collect();
-            Ok(coll.delete_released_where(&db, |key, _| keys.contains(key), now))
         })
     }
 
@@ -449,50 +404,6 @@ impl Store for MemoryStore {
                 db.announce_release(&key);
             }
             Ok(change)
-        })
-    }
-
-    fn force_release(
-        &self,
-        key: LeaseKey,
-        end: OverrideEnd,
-    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
-        let db = self.db.clone();
-        let yield_window = self.yield_window;
-        let lock_delay = self.lock_delay;
-        self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
-            // A foreign holder's lock is deleted (as MongoStore's `deleteOne`).
-            if let Some(foreign) = coll.foreign.remove(&key) {
-                db.announce_release(&key);
-                return Ok(Some(db.foreign_info(&key, &foreign, now)));
-            }
-            let Some(doc) = coll.docs.get_mut(&key) else {
-                return Ok(None);
-            };
-            // Held by a lease, by holders, or by a minimum hold: freed
-            // whole, `hl` included (only a force release frees it earlier);
-            // marked immediate, also a key an earlier override left
-            // waiting (`nb`).
-            let held = doc.live_kind(now).is_some()
-                || doc
-                    .hold_until
-                    .is_some_and(|until| until > now && doc.exp > now);
-            let waiting =
-                end == OverrideEnd::Immediately && doc.not_before.is_some() && doc.exp > now;
-            if !held && !waiting {
-                return Ok(None);
-            }
-            let before = db.info(&key, doc, now);
-            if end == OverrideEnd::Immediately {
-                doc.not_before = None;
-                doc.exp = doc.exp.min(now);
-            }
-            super::lock_delay::delay(doc, lock_delay, end, now);
-            kinds::drop_holders(doc, now);
-            release_doc(doc, now, yield_window);
-            db.announce_release(&key);
-            // A key an earlier override left waiting held nothing.
-            Ok(Some(before).filter(|before| before.held))
         })
     }
 
@@ -609,6 +520,101 @@ impl MemoryStore {
             };
             let (removed, _) = coll.release_holders_where(&db, holders, now);
             Ok(deleted + marked + removed)
+        })
+    }
+
+    /// [`Release::OwnerLeases`].
+    fn release_by_owner(
+        &self,
+        owner: String,
+        end: OverrideEnd,
+    ) -> BoxFuture<'static, Result<Released>> {
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        let mode = self.release_mode;
+        let lock_delay = self.lock_delay;
+        let release = self.run(Op::ReleaseOwner, Vec::new(), move |coll, now| {
+            coll.delay_owner_ends(&owner, lock_delay, end, now);
+            let matches = |_: &LeaseKey, doc: &Doc| doc.owner == owner && doc.lease_id.is_some();
+            let released = coll.release_where(&db, matches, now, yield_window, mode);
+            // Waiting for the holders, their places stay until their
+            // expiry (`Collection::keep_places_of`).
+            let holders = match end {
+                OverrideEnd::AtExpiry => coll.keep_places_of(&db, &owner, now),
+                OverrideEnd::Immediately => {
+                    let holders = |_: &LeaseKey, holder: &Holder| holder.owner == owner;
+                    coll.release_holders_where(&db, holders, now).1
+                }
+            };
+            Ok((released, holders))
+        });
+        async move {
+            let ((deleted, marked), holders) = release.await?;
+            // As `MongoStore`'s: a follow-up once its update changed any
+            // document (leases marked released or holders' documents).
+            Ok(Released {
+                count: deleted + marked + holders,
+                follow_up_due: mode == ReleaseMode::Delete && marked + holders > 0,
+                ..Default::default()
+            })
+        }
+        .boxed()
+    }
+
+    /// [`Release::ReleasedDocuments`].
+    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
+        if keys.is_empty() || self.release_mode != ReleaseMode::Delete {
+            return futures::future::ready(Ok(0)).boxed();
+        }
+        let db = self.db.clone();
+        self.run(Op::Release, keys.clone(), move |coll, now| {
+            let keys: HashSet<&LeaseKey> = keys.iter().collect();
+            Ok(coll.delete_released_where(&db, |key, _| keys.contains(key), now))
+        })
+    }
+
+    /// [`Release::ForcedKey`]: the lease as it was, if it was held.
+    fn force_release(
+        &self,
+        key: LeaseKey,
+        end: OverrideEnd,
+    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
+        let db = self.db.clone();
+        let yield_window = self.yield_window;
+        let lock_delay = self.lock_delay;
+        self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
+            // A foreign holder's lock is deleted (as MongoStore's `deleteOne`).
+            if let Some(foreign) = coll.foreign.remove(&key) {
+                db.announce_release(&key);
+                return Ok(Some(db.foreign_info(&key, &foreign, now)));
+            }
+            let Some(doc) = coll.docs.get_mut(&key) else {
+                return Ok(None);
+            };
+            // Held by a lease, by holders, or by a minimum hold: freed
+            // whole, `hl` included (only a force release frees it earlier);
+            // marked immediate, also a key an earlier override left
+            // waiting (`nb`).
+            let held = doc.live_kind(now).is_some()
+                || doc
+                    .hold_until
+                    .is_some_and(|until| until > now && doc.exp > now);
+            let waiting =
+                end == OverrideEnd::Immediately && doc.not_before.is_some() && doc.exp > now;
+            if !held && !waiting {
+                return Ok(None);
+            }
+            let before = db.info(&key, doc, now);
+            if end == OverrideEnd::Immediately {
+                doc.not_before = None;
+                doc.exp = doc.exp.min(now);
+            }
+            super::lock_delay::delay(doc, lock_delay, end, now);
+            kinds::drop_holders(doc, now);
+            release_doc(doc, now, yield_window);
+            db.announce_release(&key);
+            // A key an earlier override left waiting held nothing.
+            Ok(Some(before).filter(|before| before.held))
         })
     }
 }

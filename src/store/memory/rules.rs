@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
-use crate::store::{AcquireOutcome, HandOver, replies};
+use crate::store::{AcquireOutcome, HandoffOutcome, replies};
 use crate::token::TOKEN_TIME_SHIFT;
 
 /// The documents of a [`MemoryDb`], as its operations see them.
@@ -289,7 +289,7 @@ pub(super) fn release_or_hand_over(
 /// as MongoDB's change stream shows it here: a write that sets `lid`
 /// (a replacement, with `aid`; docs/mongodb-behaviour.md, B22).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn apply_hand_over(
+pub(super) fn apply_handoff(
     coll: &mut Collection,
     db: &MemoryDb,
     key: &LeaseKey,
@@ -298,13 +298,13 @@ pub(super) fn apply_hand_over(
     ttl: Duration,
     yield_window: Duration,
     now: Instant,
-) -> HandOver {
+) -> HandoffOutcome {
     let floor = coll.token_floor(now);
     let Some(doc) = coll.docs.get_mut(key) else {
-        return HandOver::Lost;
+        return HandoffOutcome::Lost;
     };
     if doc.lease_id != Some(from) || doc.owner != owner || doc.exp <= now {
-        return HandOver::Lost;
+        return HandoffOutcome::Lost;
     }
     let registered = doc.live_queue(now).any(|w| w.owner != owner);
     if registered || doc.waiting_since.is_some() || doc.hold_until.is_some_and(|until| until > now)
@@ -314,11 +314,11 @@ pub(super) fn apply_hand_over(
             Some((next, lease_id, token)) => db.announce_acquisition(key, &next, lease_id, token),
             None => db.announce_release(key),
         }
-        return HandOver::Released;
+        return HandoffOutcome::Released;
     }
     let token = doc.take(owner, to, ttl, None, (now, floor));
     db.announce_acquisition(key, owner, to, token);
-    HandOver::Acquired { token }
+    HandoffOutcome::Acquired { token }
 }
 
 impl Collection {

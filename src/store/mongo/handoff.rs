@@ -2,16 +2,17 @@
 //! itself, with a greater fencing token. One concept, two routes:
 //!
 //! - to a **local waiter** ("Handoff to a local waiter" in `store`): one
-//!   `findOneAndUpdate` ([`hand_over_update`]; its light form
-//!   [`light_hand_over_update`] for a key nobody else waits for), sent by
-//!   [`MongoStore::hand_over_once`], which resolves an unknown outcome by
-//!   re-reading;
+//!   `findOneAndUpdate` ([`handoff_update`], sent by
+//!   [`MongoStore::handoff_general`]), or its light form
+//!   ([`light_handoff_update`], [`MongoStore::handoff_light_once`]) for a
+//!   key nobody else waits for, as the actor chose; each resolves an
+//!   unknown outcome by re-reading;
 //! - to the first **registered** owner of another manager ("Queue of
 //!   waiting owners"): the stages every release carries ([`pick_stage`],
 //!   [`handoff_stages`]), and [`MongoStore::leave_queues_of`], which removes
 //!   a manager's registrations when it stops.
 
-use super::handle::{MongoStore, WRITE_ATTEMPTS};
+use super::handle::{MongoStore, WRITE_ATTEMPTS, ttl_ms};
 use super::raw::encode_pipeline;
 use super::rules::{
     FROM, TO, acquired_token, bson_lease_id, f, keys_filter, missing, next_token,
@@ -19,13 +20,13 @@ use super::rules::{
 };
 use crate::error::Result;
 use crate::key::LeaseKey;
-use crate::store::{HandOver, field};
+use crate::store::{Handoff, HandoffOutcome, field};
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::ReturnDocument;
 use uuid::Uuid;
 /// The lease `from` of `owner` on `key`, a plain exclusive lease of our
 /// shape, live by the server's clock (`exp > $$NOW`).
-pub(super) fn hand_over_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Document {
+pub(super) fn handoff_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Document {
     doc! {
         field::ID: key,
         field::LEASE_ID: bson_lease_id(from),
@@ -45,7 +46,7 @@ pub(super) fn hand_over_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Docum
 /// waiting owners if there is one (between the queue's pick and handoff
 /// stages). One `$set` for the local handoff or the release: every
 /// expression reads the document as it was.
-pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Document> {
+pub(super) fn handoff_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Document> {
     // Another owner waits: marked (`wt`), or registered in the queue of
     // waiting owners (picked by `pick_stage`, handed the key by
     // `handoff_stages`; "Queue of waiting owners" in `store`).
@@ -91,29 +92,29 @@ pub(super) fn hand_over_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Docu
 }
 
 /// The projection of the handoff's reply and of its re-read.
-pub(super) fn hand_over_projection() -> Document {
+pub(super) fn handoff_projection() -> Document {
     doc! { field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1 }
 }
 
 /// What the handoff's reply (the document after the write, projected
-/// with [`hand_over_projection`]) says: `to` holds it, or it was released.
-pub(super) fn classify_hand_over(doc: &Document, to: Uuid) -> HandOver {
+/// with [`handoff_projection`]) says: `to` holds it, or it was released.
+pub(super) fn classify_handoff(doc: &Document, to: Uuid) -> HandoffOutcome {
     let ours = read_lease_id(doc.get(field::LEASE_ID)) == Some(to);
     match doc.get_i64(field::TOKEN) {
-        Ok(token) if ours => HandOver::Acquired {
+        Ok(token) if ours => HandoffOutcome::Acquired {
             token: token as u64,
         },
-        _ => HandOver::Released,
+        _ => HandoffOutcome::Released,
     }
 }
 
 /// The light handoff's update, of the document of the key (its `_id`
 /// alone, B26): if it holds the live lease `$$from` of `owner`
-/// ([`hand_over_filter`]'s conditions)
+/// ([`handoff_filter`]'s conditions)
 /// and nobody else waits and no minimum hold is live, a new acquisition
 /// under `$$to`, expiring `ttl_ms` after `$$NOW`, with the next token,
 /// without the payload and the yield; any other document unchanged.
-pub(super) fn light_hand_over_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
+pub(super) fn light_handoff_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
     let live = vec![
         doc! { "$eq": [{ "$type": f(field::TOKEN) }, "long"] },
         doc! { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
@@ -241,94 +242,94 @@ pub(super) fn handoff_stages() -> [Document; 2] {
 }
 
 impl MongoStore {
-    /// The handoff of the plain exclusive lease `from` of `key` to `to`
-    /// (see "Handoff to a local waiter" in `store`): one `findOneAndUpdate`,
-    /// tried again (up to [`WRITE_ATTEMPTS`] in all) only while a re-read
-    /// after a transient failure finds `from` still in place.
-    pub(super) async fn hand_over_once(
-        &self,
-        key: LeaseKey,
-        from: Uuid,
-        to: Uuid,
-        ttl_ms: i64,
-        light: bool,
-    ) -> Result<HandOver> {
-        // The light form first, for a key nobody else waits for (`light_hand_over_update`),
-        // unless the actor found the key contended lately.
-        let mut light = light;
+    /// The general handoff (see "Handoff to a local waiter" in `store`):
+    /// one `findOneAndUpdate`, tried again (up to [`WRITE_ATTEMPTS`] in
+    /// all) only while a re-read after a transient failure finds `from`
+    /// still in place.
+    pub(super) async fn handoff_general(&self, handoff: &Handoff) -> Result<HandoffOutcome> {
+        let Handoff { key, from, to, .. } = handoff;
         let mut attempt = 1;
         loop {
-            let error = if light {
-                light = false;
-                match self.hand_over_light(&key, from, to, ttl_ms).await {
-                    Ok(Some(token)) => return Ok(HandOver::Acquired { token }),
-                    // It did not apply: the general form tells why.
-                    Ok(None) => continue,
-                    Err(e) if e.is_transient() => e,
-                    Err(e) => return Err(e),
-                }
-            } else {
-                let write = self
-                    .bounded(
-                        self.coll()
-                            .find_one_and_update(
-                                hand_over_filter(&key, self.owner(), from),
-                                hand_over_update(to, ttl_ms, self.yield_ms()),
-                            )
-                            .return_document(ReturnDocument::After)
-                            .projection(hand_over_projection()),
-                    )
-                    .await;
-                match write {
-                    Ok(Some(doc)) => return Ok(classify_hand_over(&doc, to)),
-                    Ok(None) => return Ok(HandOver::Lost),
-                    Err(e) if e.is_transient() => e,
-                    Err(e) => return Err(e),
-                }
+            let write = self
+                .bounded(
+                    self.coll()
+                        .find_one_and_update(
+                            handoff_filter(key, self.owner(), *from),
+                            handoff_update(*to, ttl_ms(handoff.ttl), self.yield_ms()),
+                        )
+                        .return_document(ReturnDocument::After)
+                        .projection(handoff_projection()),
+                )
+                .await;
+            let error = match write {
+                Ok(Some(doc)) => return Ok(classify_handoff(&doc, *to)),
+                Ok(None) => return Ok(HandoffOutcome::Lost),
+                Err(e) if e.is_transient() => e,
+                Err(e) => return Err(e),
             };
-            // Outcome unknown: re-read, never assume (docs/mongodb-behaviour.md, B7).
-            tracing::debug!(%key, error = %error, attempt, "handoff outcome unknown; re-reading");
-            let found = self.read_key(&key, hand_over_projection()).await?;
-            let ours = found
-                .as_ref()
-                .filter(|d| d.get_str(field::OWNER).is_ok_and(|o| o == self.owner()));
-            match ours.and_then(|d| read_lease_id(d.get(field::LEASE_ID))) {
-                Some(id) if id == to => {
-                    return Ok(classify_hand_over(ours.expect("read above"), to));
-                }
-                Some(id) if id == from && attempt < WRITE_ATTEMPTS => attempt += 1,
-                Some(id) if id == from => return Err(error),
-                // As a release whose outcome was unknown: gone means released.
-                _ => return Ok(HandOver::Released),
+            match self.handoff_reread(handoff, &error, attempt).await? {
+                Some(outcome) => return Ok(outcome),
+                None if attempt < WRITE_ATTEMPTS => attempt += 1,
+                None => return Err(error),
             }
         }
     }
 
-    /// The light handoff of `key`'s lease `from` to `to` (TTL `ttl_ms`):
-    /// the new token if it applied; `None` if it did not (the general
-    /// handoff decides then).
+    /// The light handoff ([`light_handoff_update`]), sent once: `Acquired`
+    /// if it applied, `NotApplied` if it did not (the actor then sends the
+    /// general form, which decides). An unknown outcome is re-read:
+    /// `NotApplied` too while `from` still holds the key.
+    pub(super) async fn handoff_light_once(&self, handoff: &Handoff) -> Result<HandoffOutcome> {
+        let error = match self.handoff_light(handoff).await {
+            Ok(Some(token)) => return Ok(HandoffOutcome::Acquired { token }),
+            Ok(None) => return Ok(HandoffOutcome::NotApplied),
+            Err(e) if e.is_transient() => e,
+            Err(e) => return Err(e),
+        };
+        let outcome = self.handoff_reread(handoff, &error, 1).await?;
+        Ok(outcome.unwrap_or(HandoffOutcome::NotApplied))
+    }
+
+    /// After a handoff write whose outcome is unknown (`error`), re-read,
+    /// never assume (docs/mongodb-behaviour.md, B7): `to` holds the key
+    /// (the write landed), or neither lease does (as a release whose
+    /// outcome was unknown: gone means released); `None` while `from`
+    /// still holds it (the write did not land).
+    async fn handoff_reread(
+        &self,
+        handoff: &Handoff,
+        error: &crate::error::Error,
+        attempt: u32,
+    ) -> Result<Option<HandoffOutcome>> {
+        let Handoff { key, from, to, .. } = handoff;
+        tracing::debug!(%key, %error, attempt, "handoff outcome unknown; re-reading");
+        let found = self.read_key(key, handoff_projection()).await?;
+        let ours = found
+            .as_ref()
+            .filter(|d| d.get_str(field::OWNER).is_ok_and(|o| o == self.owner()));
+        Ok(
+            match ours.and_then(|d| read_lease_id(d.get(field::LEASE_ID))) {
+                Some(id) if id == *to => ours.map(|doc| classify_handoff(doc, *to)),
+                Some(id) if id == *from => None,
+                _ => Some(HandoffOutcome::Released),
+            },
+        )
+    }
+
+    /// The light handoff's one write: the new token if it applied; `None`
+    /// if it did not.
     ///
     /// # Errors
     ///
     /// As the write's: a transient error is an unknown outcome (the write
     /// may have applied, under `to`).
-    pub(super) async fn hand_over_light(
-        &self,
-        key: &LeaseKey,
-        from: Uuid,
-        to: Uuid,
-        ttl_ms: i64,
-    ) -> Result<Option<u64>> {
-        let lets = [(FROM, from), (TO, to)];
+    pub(super) async fn handoff_light(&self, handoff: &Handoff) -> Result<Option<u64>> {
+        let lets = [(FROM, handoff.from), (TO, handoff.to)];
+        let update = light_handoff_update(self.owner(), ttl_ms(handoff.ttl));
         let doc = self
-            .find_and_modify_light(
-                key,
-                false,
-                encode_pipeline(light_hand_over_update(self.owner(), ttl_ms))?,
-                &lets,
-            )
+            .find_and_modify_light(&handoff.key, false, encode_pipeline(update)?, &lets)
             .await?;
-        Ok(doc.and_then(|doc| acquired_token(&doc, self.owner(), to)))
+        Ok(doc.and_then(|doc| acquired_token(&doc, self.owner(), handoff.to)))
     }
 
     /// [`Store::leave_queues`](crate::store::Store::leave_queues): one

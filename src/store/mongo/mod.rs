@@ -64,8 +64,8 @@ use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::{
-    AcquireOutcome, AcquireRequest, Announced, Announcement, HandOver, LeaseRef, OverrideEnd,
-    Store, release_instead,
+    AcquireOutcome, AcquireRequest, Announced, Announcement, Handoff, HandoffOutcome, LeaseRef,
+    Release, Released, Store, StoreProfile,
 };
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
@@ -74,18 +74,33 @@ use crate::store::{
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use mongodb::bson::Document;
+use mongodb::bson::{Document, doc};
 use std::sync::Arc;
 use std::time::Duration;
-use uuid::Uuid;
 
 /// The one place each verb is chosen: the actor's request, by kind and by
 /// what the actor knows of the key, to the verb's file.
 impl Store for MongoStore {
-    fn light_forms(&self) -> LightForms {
-        LightForms {
-            acquire: true,
-            release: true,
+    fn profile(&self) -> StoreProfile {
+        StoreProfile {
+            place: Arc::new(crate::store::LockPlace {
+                database: self.coll().namespace().db,
+                collection: self.coll().name().to_string(),
+                field: None,
+                lock_id: None,
+            }),
+            light_forms: LightForms {
+                acquire: true,
+                release: true,
+                handoff: true,
+            },
+            removes_on_release: self.release_mode() == ReleaseMode::Delete,
+            registration_window: self.registration(),
+            queue_bound: crate::store::MAX_QUEUE,
+            lock_delay: Duration::from_millis(self.lock_delay_ms() as u64),
+            lock_id_fields: None,
+            #[cfg(test)]
+            ttl: Duration::from_millis(self.ttl_ms().max(0) as u64),
         }
     }
 
@@ -97,19 +112,6 @@ impl Store for MongoStore {
     fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
         let store = self.clone();
         async move { store.light_releases(leases).await }.boxed()
-    }
-
-    fn place(&self) -> crate::store::LockPlace {
-        crate::store::LockPlace {
-            database: self.coll().namespace().db,
-            collection: self.coll().name().to_string(),
-            field: None,
-            lock_id: None,
-        }
-    }
-
-    fn removes_on_release(&self) -> bool {
-        self.release_mode() == ReleaseMode::Delete
     }
 
     fn documents(
@@ -143,69 +145,67 @@ impl Store for MongoStore {
         async move { store.renew_batch(leases, ttl_ms(ttl)).await }.boxed()
     }
 
-    #[cfg(test)]
-    fn default_ttl(&self) -> Duration {
-        Duration::from_millis(self.ttl_ms().max(0) as u64)
-    }
-
-    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
-        let store = self.clone();
-        async move { store.release_leases(leases, true).await }.boxed()
-    }
-
-    fn hand_over(
-        &self,
-        key: LeaseKey,
-        from: Uuid,
-        to: Uuid,
-        ttl: Duration,
-        shape: crate::kind::LeaseShape,
-        light: bool,
-    ) -> BoxFuture<'static, Result<HandOver>> {
-        if !shape.is_plain() {
-            return release_instead(self, key, from);
-        }
+    /// Each selection to its form in `release`: the general release (a
+    /// lease too young to delete skips delete mode's delete), the follow-up
+    /// delete, the release by owner id, the force release.
+    fn release(&self, release: Release) -> BoxFuture<'static, Result<Released>> {
         let store = self.clone();
         async move {
-            store
-                .hand_over_once(key, from, to, ttl_ms(ttl), light)
-                .await
+            let count = match release {
+                Release::Leases(leases) => store.release_leases(leases, true).await?,
+                Release::LeaseTooYoungToDelete(lease) => {
+                    store.release_leases(vec![lease], false).await?
+                }
+                Release::ReleasedDocuments(keys) => {
+                    if keys.is_empty() || store.release_mode() != ReleaseMode::Delete {
+                        return Ok(Released::count(0));
+                    }
+                    store.delete_released_matching(keys_filter(&keys)).await?
+                }
+                Release::ReleasedDocumentsOf(owner) => {
+                    if store.release_mode() != ReleaseMode::Delete {
+                        return Ok(Released::count(0));
+                    }
+                    let filter = doc! { crate::store::field::OWNER: owner };
+                    store.delete_released_matching(filter).await?
+                }
+                Release::OwnerLeases { owner, end } => {
+                    let (deleted, marked) = store.release_leases_of(owner, end).await?;
+                    return Ok(Released {
+                        count: deleted + marked,
+                        follow_up_due: store.release_mode() == ReleaseMode::Delete && marked > 0,
+                        ..Default::default()
+                    });
+                }
+                Release::ForcedKey { key, end } => {
+                    let was = store.force_release_key(key, end).await?;
+                    return Ok(Released {
+                        count: u64::from(was.is_some()),
+                        was,
+                        ..Default::default()
+                    });
+                }
+            };
+            Ok(Released::count(count))
         }
         .boxed()
     }
 
-    fn release_young(&self, lease: LeaseRef) -> BoxFuture<'static, Result<u64>> {
+    /// The form the actor chose: the light handoff, or the general one.
+    fn handoff(&self, handoff: Handoff) -> BoxFuture<'static, Result<HandoffOutcome>> {
         let store = self.clone();
-        async move { store.release_leases(vec![lease], false).await }.boxed()
+        async move {
+            match handoff.light {
+                true => store.handoff_light_once(&handoff).await,
+                false => store.handoff_general(&handoff).await,
+            }
+        }
+        .boxed()
     }
 
     fn leave_queues(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
         let store = self.clone();
         async move { store.leave_queues_of(keys).await }.boxed()
-    }
-
-    fn registration_window(&self) -> Duration {
-        self.registration()
-    }
-
-    fn lock_delay(&self) -> Duration {
-        Duration::from_millis(self.lock_delay_ms() as u64)
-    }
-
-    fn release_by_owner(&self, owner: String, end: OverrideEnd) -> BoxFuture<'static, Result<u64>> {
-        let store = self.clone();
-        async move { store.release_leases_of(owner, end).await }.boxed()
-    }
-
-    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
-        let store = self.clone();
-        async move {
-            if keys.is_empty() || store.release_mode() != ReleaseMode::Delete {
-                return Ok(0);
-            }
-            store.delete_released_matching(keys_filter(&keys)).await
-        }
-        .boxed()
     }
 
     fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
@@ -220,15 +220,6 @@ impl Store for MongoStore {
     ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>> {
         let store = self.clone();
         async move { store.list_page(after, limit).await }.boxed()
-    }
-
-    fn force_release(
-        &self,
-        key: LeaseKey,
-        end: OverrideEnd,
-    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
-        let store = self.clone();
-        async move { store.force_release_key(key, end).await }.boxed()
     }
 
     fn set_permits(

@@ -1,6 +1,6 @@
 //! **Release**: a lease's release and its forms, the release of an owner's
 //! leases (an operator's release by owner id), force release, and delete mode's
-//! deletes ([`MongoStore::release_leases`] is the one place that picks).
+//! deletes (the `Store` implementation picks by the caller's [`Release`](crate::store::Release)).
 //!
 //! - The **general release** ([`release_any_update`]): one update for
 //!   leases of any kind, which hands the key over, yields it, keeps a
@@ -14,7 +14,7 @@
 //! - **Delete mode** ([`deletable_filter`], [`released_filter`]) and
 //!   **force release** ([`force_release_update`]; a foreign holder's lock
 //!   only if it is still the document read, [`foreign_filter`]), as
-//!   "Fencing tokens" and [`Store::force_release`](crate::store::Store::force_release) say.
+//!   "Fencing tokens" and [`Release::ForcedKey`](crate::store::Release::ForcedKey) say.
 //!
 //! Each write is idempotent and retried after a transient failure
 //! ([`retried`]).
@@ -35,7 +35,7 @@ use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::light_release::{LightRelease, Read, release_outcomes};
-use crate::store::{DELETE_DELAY, FIELD_COUNT, LeaseRef, OverrideEnd, field};
+use crate::store::{FIELD_COUNT, LeaseRef, OverrideEnd, field};
 use mongodb::bson::{Bson, Document, RawArrayBuf, doc, rawdoc};
 use mongodb::options::ReturnDocument;
 use uuid::Uuid;
@@ -601,11 +601,16 @@ impl MongoStore {
     }
 
     /// Releases every lease document of `owner` not released yet
-    /// ([`owner_leases_filter`]), whoever's manager holds it. In delete mode,
-    /// the documents it could only mark released (tokens younger than
-    /// [`DELETE_MIN_TOKEN_AGE`](crate::config::DELETE_MIN_TOKEN_AGE)) are deleted once they are old enough, before
-    /// this returns.
-    pub(super) async fn release_leases_of(&self, owner: String, end: OverrideEnd) -> Result<u64> {
+    /// ([`owner_leases_filter`]), whoever's manager holds it. How many it
+    /// deleted, and how many it marked released: in delete mode, those
+    /// (tokens younger than
+    /// [`DELETE_MIN_TOKEN_AGE`](crate::config::DELETE_MIN_TOKEN_AGE), or
+    /// keys kept until `nb`) are left to the caller's follow-up delete.
+    pub(super) async fn release_leases_of(
+        &self,
+        owner: String,
+        end: OverrideEnd,
+    ) -> Result<(u64, u64)> {
         let mut holders = owner_holders_filter(&owner);
         if end == OverrideEnd::AtExpiry {
             // A place an earlier such release kept (its entry without a
@@ -623,17 +628,10 @@ impl MongoStore {
             end,
         };
         // Waiting for a lock-delay or a lease's expiry, a live lease's
-        // document stays until `nb`: the follow-up delete below waits for
-        // it ([`released_filter`]).
+        // document stays until `nb`: the follow-up delete waits for it
+        // ([`released_filter`]).
         let delete_first = delay_ms == 0 && end == OverrideEnd::Immediately;
-        let (deleted, marked) = self
-            .release_parts(filter, &released, false, delete_first)
-            .await?;
-        if self.release_mode() == ReleaseMode::Delete && marked > 0 {
-            tokio::time::sleep(DELETE_DELAY).await;
-            self.delete_released_matching(doc! { field::OWNER: &owner })
-                .await?;
-        }
-        Ok(deleted + marked)
+        self.release_parts(filter, &released, false, delete_first)
+            .await
     }
 }

@@ -67,7 +67,7 @@ use crate::key::LeaseKey;
 use crate::lock_id_fields::LockIdFields;
 use crate::store::{
     AcquireOutcome, AcquireRequest, Announced, Announcement, DocumentWrite, LeaseRef, LockPlace,
-    Store, lease_info, replies,
+    Release, Released, Store, StoreProfile, lease_info, replies,
 };
 
 /// In-document leases on one user collection, lock fields under one field.
@@ -288,6 +288,32 @@ impl DocumentStore {
         Ok(removed + marked)
     }
 
+    /// Releases `leases` of this manager ([`DocumentStore::release_matching`]).
+    async fn release_leases(&self, leases: Vec<LeaseRef>) -> Result<u64> {
+        if leases.is_empty() {
+            return Ok(0);
+        }
+        let filter = lease_filter(&self.field, self.owner(), &leases);
+        self.release_matching(filter, leases.len() == 1).await
+    }
+
+    /// Delete mode's follow-up: removes the lock fields of `keys` left
+    /// released whose token is now old enough.
+    async fn remove_released(&self, keys: Vec<LeaseKey>) -> Result<u64> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let filter = self
+            .lock()
+            .released_filter(keys_filter(&keys), min_token_age_ms(), &[], &[]);
+        let remove = || remove_update(&self.field).into();
+        let (removed, _) = self
+            .locks
+            .update_matching(&self.coll, "lock field removal", &filter, remove, false)
+            .await?;
+        Ok(removed)
+    }
+
     /// One conditional `findAndModify` (a retryable write, no upsert) of
     /// `update` on the document matching `filter`; the document after it.
     async fn write_if(
@@ -411,15 +437,28 @@ impl DocumentStore {
 }
 
 impl Store for DocumentStore {
-    #[cfg(test)]
-    fn default_ttl(&self) -> Duration {
-        Duration::from_millis(self.locks.ttl_ms() as u64)
-    }
-
-    /// The lock collection's store's: in-document leases have no queue
-    /// (nothing registers), but the window is the manager's all the same.
-    fn registration_window(&self) -> Duration {
-        self.locks.registration()
+    /// No light form, no lock-delay (nor the operator's overrides that
+    /// write it), a release that removes the lock field; the registration
+    /// window is the lock collection's store's: in-document leases have no
+    /// queue (nothing registers), but the window is the manager's all the
+    /// same.
+    fn profile(&self) -> StoreProfile {
+        StoreProfile {
+            place: Arc::new(LockPlace {
+                database: self.coll.namespace().db,
+                collection: self.coll.name().to_string(),
+                field: Some(self.field.to_string()),
+                lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
+            }),
+            light_forms: Default::default(),
+            removes_on_release: true,
+            registration_window: self.locks.registration(),
+            queue_bound: crate::store::MAX_QUEUE,
+            lock_delay: Duration::ZERO,
+            lock_id_fields: self.lock_id.clone(),
+            #[cfg(test)]
+            ttl: Duration::from_millis(self.locks.ttl_ms() as u64),
+        }
     }
 
     fn renew_with_ttl(
@@ -437,42 +476,23 @@ impl Store for DocumentStore {
         .boxed()
     }
 
-    fn release(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Result<u64>> {
+    /// The leases by the release in two writes, the lock field removed
+    /// where the token is old enough (a lease too young for it is released
+    /// so too: the removal then matches nothing); the follow-up removes the
+    /// lock fields left released. No operator's override here.
+    fn release(&self, release: Release) -> BoxFuture<'static, Result<Released>> {
         let store = self.clone();
         async move {
-            if leases.is_empty() {
-                return Ok(0);
-            }
-            let filter = lease_filter(&store.field, store.owner(), &leases);
-            store.release_matching(filter, leases.len() == 1).await
-        }
-        .boxed()
-    }
-
-    fn release_by_owner(
-        &self,
-        _owner: String,
-        _end: crate::store::OverrideEnd,
-    ) -> BoxFuture<'static, Result<u64>> {
-        self.unsupported("release by another owner id")
-    }
-
-    fn delete_released(&self, keys: Vec<LeaseKey>) -> BoxFuture<'static, Result<u64>> {
-        let store = self.clone();
-        async move {
-            if keys.is_empty() {
-                return Ok(0);
-            }
-            let filter =
-                store
-                    .lock()
-                    .released_filter(keys_filter(&keys), min_token_age_ms(), &[], &[]);
-            let remove = || remove_update(&store.field).into();
-            let (removed, _) = store
-                .locks
-                .update_matching(&store.coll, "lock field removal", &filter, remove, false)
-                .await?;
-            Ok(removed)
+            let count = match release {
+                Release::Leases(leases) => store.release_leases(leases).await?,
+                Release::LeaseTooYoungToDelete(lease) => store.release_leases(vec![lease]).await?,
+                Release::ReleasedDocuments(keys) => store.remove_released(keys).await?,
+                Release::OwnerLeases { .. } | Release::ReleasedDocumentsOf(_) => {
+                    return store.unsupported("release by another owner id").await;
+                }
+                Release::ForcedKey { .. } => return store.unsupported("force release").await,
+            };
+            Ok(Released::count(count))
         }
         .boxed()
     }
@@ -488,14 +508,6 @@ impl Store for DocumentStore {
         _limit: usize,
     ) -> BoxFuture<'static, Result<(Vec<LeaseInfo>, Option<LeaseKey>)>> {
         self.unsupported("listing")
-    }
-
-    fn force_release(
-        &self,
-        _key: LeaseKey,
-        _end: crate::store::OverrideEnd,
-    ) -> BoxFuture<'static, Result<Option<LeaseInfo>>> {
-        self.unsupported("force release")
     }
 
     fn set_payload(&self, lease: LeaseRef, payload: Document) -> BoxFuture<'static, Result<bool>> {
@@ -539,23 +551,6 @@ impl Store for DocumentStore {
         announcements(open, move |event| {
             key_write(&lock_field, top_id.as_deref(), event).map(crate::store::Announcement::Write)
         })
-    }
-
-    fn place(&self) -> LockPlace {
-        LockPlace {
-            database: self.coll.namespace().db,
-            collection: self.coll.name().to_string(),
-            field: Some(self.field.to_string()),
-            lock_id: self.lock_id.as_ref().map(|f| f.lock_id.clone()),
-        }
-    }
-
-    fn removes_on_release(&self) -> bool {
-        true
-    }
-
-    fn lock_id_fields(&self) -> Option<Arc<LockIdFields>> {
-        self.lock_id.clone()
     }
 
     fn acquire(

@@ -3,7 +3,7 @@ use super::*;
 #[test]
 fn the_filter_names_the_live_lease_of_our_shape() {
     let from = Uuid::new_v4();
-    let filter = hand_over_filter(&"k".into(), "a", from);
+    let filter = handoff_filter(&"k".into(), "a", from);
     assert_eq!(filter.get_str(field::ID).unwrap(), "k");
     assert_eq!(read_lease_id(filter.get(field::LEASE_ID)), Some(from));
     assert_eq!(
@@ -18,7 +18,7 @@ fn the_filter_names_the_live_lease_of_our_shape() {
 
 #[test]
 fn the_update_is_one_set_stage_between_the_queues_pick_and_handoff_and_removes_the_waiting_mark() {
-    let update = hand_over_update(Uuid::new_v4(), 1000, 500);
+    let update = handoff_update(Uuid::new_v4(), 1000, 500);
     assert_eq!(
         update.len(),
         5,
@@ -56,9 +56,9 @@ fn a_reply_under_the_new_lease_id_is_an_acquisition_else_a_release() {
     let to = Uuid::new_v4();
     let acquired = doc! { field::LEASE_ID: bson_lease_id(to), field::TOKEN: 7_i64 };
     assert_eq!(
-        classify_hand_over(&acquired, to),
-        HandOver::Acquired { token: 7 }
+        classify_handoff(&acquired, to),
+        HandoffOutcome::Acquired { token: 7 }
     );
     let released = doc! { field::TOKEN: 7_i64 };
-    assert_eq!(classify_hand_over(&released, to), HandOver::Released);
+    assert_eq!(classify_handoff(&released, to), HandoffOutcome::Released);
 }

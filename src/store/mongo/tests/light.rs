@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::MongoStore;
-use crate::store::{AcquireOutcome, HandOver, LeaseRef, Store, field};
+use crate::store::{AcquireOutcome, Handoff, HandoffOutcome, LeaseRef, Store, StoreExt, field};
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
     light_release::LightRelease,
@@ -138,7 +138,7 @@ impl Env {
                 LightRelease::NotApplied => false,
                 LightRelease::Unknown => true,
             };
-            let count = self.store.release(vec![lease.clone()]).await.unwrap();
+            let count = self.store.release_by_id(vec![lease.clone()]).await.unwrap();
             counts.push(if unknown { count.max(1) } else { count });
         }
         counts
@@ -418,18 +418,23 @@ async fn the_light_handoff_writes_the_general_handoffs_document() {
     let light = env.take("light").await;
     let general = env.take("general").await;
     let to = Uuid::new_v4();
-    let handed = env
-        .store
-        .hand_over_once(light.key.clone(), light.lease_id, to, TTL_MS, true)
-        .await
-        .unwrap();
-    assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
-    let handed = env
-        .store
-        .hand_over_once(general.key.clone(), general.lease_id, to, TTL_MS, false)
-        .await
-        .unwrap();
-    assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
+    let handoff = |from: &LeaseRef, light| Handoff {
+        key: from.key.clone(),
+        from: from.lease_id,
+        to,
+        ttl: Duration::from_millis(TTL_MS as u64),
+        light,
+    };
+    let handed = env.store.handoff(handoff(&light, true)).await.unwrap();
+    assert!(
+        matches!(handed, HandoffOutcome::Acquired { .. }),
+        "{handed:?}"
+    );
+    let handed = env.store.handoff(handoff(&general, false)).await.unwrap();
+    assert!(
+        matches!(handed, HandoffOutcome::Acquired { .. }),
+        "{handed:?}"
+    );
     let (light_doc, general_doc) = (
         env.get("light").await.unwrap(),
         env.get("general").await.unwrap(),

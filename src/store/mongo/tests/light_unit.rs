@@ -59,7 +59,7 @@ fn a_reply_is_an_acquisition_only_under_our_lease_id_and_owner_id() {
 
 #[test]
 fn the_light_updates_apply_only_without_any_sign_of_another_waiter() {
-    for update in [light_release_update("a"), light_hand_over_update("a", 1000)] {
+    for update in [light_release_update("a"), light_handoff_update("a", 1000)] {
         let stage = update[0].get_document("$replaceWith").unwrap();
         let branches = stage.get_array("$cond").unwrap();
         let applies = branches[0].as_document().unwrap();

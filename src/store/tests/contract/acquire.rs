@@ -62,7 +62,7 @@ pub(super) async fn acquire_expired_key_takes_it_with_a_greater_token<F: Fixture
     assert!(ta > tb, "{ta} > {tb}");
     assert_held(&raw(f, "k").await, "a", &la, ta);
     assert_eq!(b.renew(vec![lb.clone()]).await.unwrap(), ["k"]);
-    assert_eq!(b.release(vec![lb]).await.unwrap(), 0);
+    assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 0);
     assert_held(&raw(f, "k").await, "a", &la, ta);
 }
 
@@ -74,7 +74,7 @@ pub(super) async fn acquire_yielded_key_is_refused_to_the_yielding_owner_only<F:
     // release yields instead of handing the key over ("Queue of waiting
     // owners" in `store`).
     f.lapse_registrations("k").await;
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let released = raw(f, "k").await;
     assert_eq!(released, yielded("a", ta));
 
@@ -97,7 +97,7 @@ pub(super) async fn fencing_tokens_strictly_increase_also_after_a_delete<F: Fixt
     for _ in 0..10 {
         let (l, t) = take(&a, "k").await;
         tokens.push(t);
-        assert_eq!(a.release(vec![l]).await.unwrap(), 1);
+        assert_eq!(a.release_by_id(vec![l]).await.unwrap(), 1);
     }
     // Takeover after expiry.
     let (_, t) = take(&b, "k").await;
@@ -106,7 +106,7 @@ pub(super) async fn fencing_tokens_strictly_increase_also_after_a_delete<F: Fixt
     let (la, t) = take(&a, "k").await;
     tokens.push(t);
     // After the document was deleted (released, then garbage-collected).
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     f.delete("k").await;
     assert_eq!(f.raw("k").await, None);
     let (_, t) = take(&b, "k").await;
@@ -145,7 +145,7 @@ pub(super) async fn a_document_of_foreign_shape_is_never_taken<F: Fixture>(f: &F
         );
         assert!(f.foreign_unchanged("f").await, "waiting: {waiting}");
     }
-    let released = a.release_by_owner("java-app-1".into(), OverrideEnd::Immediately);
+    let released = a.release_owner("java-app-1".into(), OverrideEnd::Immediately);
     assert_eq!(released.await.unwrap(), 0);
     assert!(f.foreign_unchanged("f").await);
 }

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::{Fixture, assert_held, held, lease, raw, take, yielded};
 use crate::config::DELETE_MIN_TOKEN_AGE;
-use crate::store::{AcquireOutcome, DELETE_DELAY, Store, StoreExt};
+use crate::store::{AcquireOutcome, DELETE_DELAY, StoreExt};
 
 /// How long the four racers of
 /// [`delete_mode_tokens_strictly_increase_over_tight_acquire_release_cycles`]
@@ -41,13 +41,17 @@ pub(super) async fn delete_mode_release_deletes_the_document_once_its_token_is_o
     // A lease older than DELETE_MIN_TOKEN_AGE: one release deletes it.
     let (l1, _) = take(&a, "old").await;
     age_tokens().await;
-    assert_eq!(a.release(vec![l1.clone()]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l1.clone()]).await.unwrap(), 1);
     assert_eq!(
         f.raw("old").await,
         None,
         "released old lease deleted at once"
     );
-    assert_eq!(a.release(vec![l1]).await.unwrap(), 0, "released only once");
+    assert_eq!(
+        a.release_by_id(vec![l1]).await.unwrap(),
+        0,
+        "released only once"
+    );
 
     // A young lease: marked released, kept until its token is old enough.
     // Young for sure if its acquire and release took less than
@@ -55,7 +59,7 @@ pub(super) async fn delete_mode_release_deletes_the_document_once_its_token_is_o
     // release is at most that); on a slower run the release may delete it.
     let started = Instant::now();
     let (l2, t2) = take(&a, "young").await;
-    assert_eq!(a.release(vec![l2]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l2]).await.unwrap(), 1);
     let young = started.elapsed() < DELETE_MIN_TOKEN_AGE;
     if young {
         let kept = raw(f, "young").await;
@@ -76,7 +80,7 @@ pub(super) async fn delete_mode_release_deletes_the_document_once_its_token_is_o
     age_tokens().await;
     let started = Instant::now();
     let (l4, t4) = take(&a, "b2").await;
-    assert_eq!(a.release(vec![l3, l4]).await.unwrap(), 2);
+    assert_eq!(a.release_by_id(vec![l3, l4]).await.unwrap(), 2);
     assert_eq!(f.raw("b1").await, None);
     if started.elapsed() < DELETE_MIN_TOKEN_AGE {
         assert_eq!(raw(f, "b2").await.lease_id, None);
@@ -100,12 +104,12 @@ pub(super) async fn delete_mode_release_deletes_the_document_once_its_token_is_o
     let keep = f.store("k").await;
     let (l6, _) = take(&keep, "keep").await;
     age_tokens().await;
-    assert_eq!(keep.release(vec![l6]).await.unwrap(), 1);
+    assert_eq!(keep.release_by_id(vec![l6]).await.unwrap(), 1);
     assert_eq!(keep.delete_released(vec!["keep".into()]).await.unwrap(), 0);
     assert_eq!(raw(f, "keep").await.lease_id, None, "keep mode keeps it");
 }
 
-/// `Store::release_young` (a lease acquired less than `DELETE_DELAY` ago by
+/// `Release::LeaseTooYoungToDelete` (a lease acquired less than `DELETE_DELAY` ago by
 /// the manager's clock): only marked released, whatever its token's age by
 /// the server's clock, and the follow-up delete removes it once its token is
 /// old enough; the next acquisition in between continues from its token.
@@ -115,15 +119,19 @@ pub(super) async fn delete_mode_release_of_a_young_lease_only_marks_it_released<
         f.delete_mode_store("b").await,
     );
     let (l1, t1) = take(&a, "young").await;
-    assert_eq!(a.release_young(l1.clone()).await.unwrap(), 1);
+    assert_eq!(a.release_too_young_to_delete(l1.clone()).await.unwrap(), 1);
     let kept = raw(f, "young").await;
     assert_eq!((kept.lease_id, kept.token, kept.expired), (None, t1, true));
-    assert_eq!(a.release_young(l1).await.unwrap(), 0, "released only once");
+    assert_eq!(
+        a.release_too_young_to_delete(l1).await.unwrap(),
+        0,
+        "released only once"
+    );
     let (l2, t2) = take(&b, "young").await;
     assert!(t2 > t1, "the next token continues from the kept one");
     // An old token too: never deleted by this release.
     age_tokens().await;
-    assert_eq!(b.release_young(l2).await.unwrap(), 1);
+    assert_eq!(b.release_too_young_to_delete(l2).await.unwrap(), 1);
     assert_eq!(raw(f, "young").await.lease_id, None);
     assert_eq!(raw(f, "young").await.token, t2);
     assert_eq!(b.delete_released(vec!["young".into()]).await.unwrap(), 1);
@@ -132,7 +140,7 @@ pub(super) async fn delete_mode_release_of_a_young_lease_only_marks_it_released<
     let (l3, _) = take(&a, "lost").await;
     f.expire("lost").await;
     let (l4, t4) = take(&b, "lost").await;
-    assert_eq!(a.release_young(l3).await.unwrap(), 0);
+    assert_eq!(a.release_too_young_to_delete(l3).await.unwrap(), 0);
     assert_held(&raw(f, "lost").await, "b", &l4, t4);
 }
 
@@ -147,9 +155,9 @@ pub(super) async fn delete_mode_release_of_a_lost_lease_deletes_nothing<F: Fixtu
     age_tokens().await;
     // A's lease was lost to B: its release (one lease, then a batch) and the
     // follow-up delete leave B's lease alone.
-    assert_eq!(a.release(vec![la.clone()]).await.unwrap(), 0);
+    assert_eq!(a.release_by_id(vec![la.clone()]).await.unwrap(), 0);
     let batch = vec![la, lease("x", Uuid::new_v4())];
-    assert_eq!(a.release(batch).await.unwrap(), 0);
+    assert_eq!(a.release_by_id(batch).await.unwrap(), 0);
     assert_eq!(a.delete_released(vec!["k".into()]).await.unwrap(), 0);
     assert_held(&raw(f, "k").await, "b", &lb, tb);
     // A document of foreign shape is never deleted.
@@ -184,7 +192,10 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
                 AcquireOutcome::Acquired { token } => {
                     order.lock().unwrap().push(token);
                     assert_eq!(
-                        store.release(vec![lease("race", lease_id)]).await.unwrap(),
+                        store
+                            .release_by_id(vec![lease("race", lease_id)])
+                            .await
+                            .unwrap(),
                         1
                     );
                     acquired += 1;
@@ -226,7 +237,7 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
                 "round {round} cycle {i}: {token} after {last}"
             );
             last = token;
-            assert_eq!(store.release(vec![l]).await.unwrap(), 1);
+            assert_eq!(store.release_by_id(vec![l]).await.unwrap(), 1);
         }
         // Then a lease old enough to be deleted by its release, re-acquired
         // at once (often in the same server millisecond as the delete).
@@ -234,7 +245,7 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
         assert!(token > last);
         last = token;
         age_tokens().await;
-        assert_eq!(a.release(vec![l]).await.unwrap(), 1);
+        assert_eq!(a.release_by_id(vec![l]).await.unwrap(), 1);
         assert_eq!(f.raw("k").await, None, "round {round}: deleted");
         let (l, token) = take(&b, "k").await;
         assert!(
@@ -242,7 +253,7 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
             "round {round}: {token} after a delete, last {last}"
         );
         last = token;
-        assert_eq!(b.release(vec![l]).await.unwrap(), 1);
+        assert_eq!(b.release_by_id(vec![l]).await.unwrap(), 1);
         // And a follow-up delete of a young released document.
         age_tokens().await;
         assert_eq!(b.delete_released(vec!["k".into()]).await.unwrap(), 1);
@@ -252,7 +263,7 @@ pub(super) async fn delete_mode_tokens_strictly_increase_over_tight_acquire_rele
             "round {round}: {token} after a follow-up delete"
         );
         last = token;
-        assert_eq!(a.release(vec![l]).await.unwrap(), 1);
+        assert_eq!(a.release_by_id(vec![l]).await.unwrap(), 1);
     }
 }
 
@@ -268,7 +279,7 @@ pub(super) async fn delete_mode_release_of_a_waited_for_lease_yields_instead<F: 
     // release yields instead of handing the key over ("Queue of waiting
     // owners" in `store`).
     f.lapse_registrations("k").await;
-    assert_eq!(a.release(vec![l1]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l1]).await.unwrap(), 1);
     assert_eq!(
         raw(f, "k").await,
         yielded("a", t1),
@@ -289,11 +300,11 @@ pub(super) async fn release_by_owner_releases_every_lease_of_that_owner_only<F: 
     let (_, t1) = take(&a, "a1").await;
     let (_, _) = take(&a, "a2").await;
     let (la3, _) = take(&a, "a3").await;
-    a.release(vec![la3]).await.unwrap();
+    a.release_by_id(vec![la3]).await.unwrap();
     let (lb, tb) = take(&b, "b1").await;
     // Keep mode: both of a's unreleased leases are marked released.
     assert_eq!(
-        op.release_by_owner("a".into(), OverrideEnd::Immediately)
+        op.release_owner("a".into(), OverrideEnd::Immediately)
             .await
             .unwrap(),
         2
@@ -304,7 +315,7 @@ pub(super) async fn release_by_owner_releases_every_lease_of_that_owner_only<F: 
     assert_eq!(raw(f, "a2").await.lease_id, None);
     assert_held(&raw(f, "b1").await, "b", &lb, tb);
     assert_eq!(
-        op.release_by_owner("a".into(), OverrideEnd::Immediately)
+        op.release_owner("a".into(), OverrideEnd::Immediately)
             .await
             .unwrap(),
         0
@@ -316,7 +327,7 @@ pub(super) async fn release_by_owner_releases_every_lease_of_that_owner_only<F: 
     age_tokens().await;
     let (_, _) = take(&b, "b3").await;
     assert_eq!(
-        del.release_by_owner("b".into(), OverrideEnd::Immediately)
+        del.release_owner("b".into(), OverrideEnd::Immediately)
             .await
             .unwrap(),
         3

@@ -95,7 +95,7 @@ pub(super) async fn document_renewal_reports_exactly_the_leases_taken_over<F: Fi
     f.expire_document("d2").await;
     let (_, tb) = take(&*b, "b", "d2").await;
     assert!(tb > 0);
-    assert_eq!(a.release(vec![leases[2].clone()]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![leases[2].clone()]).await.unwrap(), 1);
     f.expire_document("d4").await;
 
     let lost: BTreeSet<LeaseKey> = a.renew(leases.clone()).await.unwrap().into_iter().collect();
@@ -116,8 +116,12 @@ pub(super) async fn a_released_document_lease_is_taken_with_a_greater_token_also
 ) {
     let (a, b) = (f.documents("a").await, f.documents("b").await);
     let (la, ta) = take(&*a, "a", "d").await;
-    assert_eq!(a.release(vec![la.clone()]).await.unwrap(), 1);
-    assert_eq!(a.release(vec![la]).await.unwrap(), 0, "released only once");
+    assert_eq!(a.release_by_id(vec![la.clone()]).await.unwrap(), 1);
+    assert_eq!(
+        a.release_by_id(vec![la]).await.unwrap(),
+        0,
+        "released only once"
+    );
     let started = Instant::now();
     let (lb, tb) = take(&*b, "b", "d").await;
     assert!(tb > ta, "{tb} after {ta}");
@@ -128,7 +132,7 @@ pub(super) async fn a_released_document_lease_is_taken_with_a_greater_token_also
     // token. Young for sure if acquire and release took less than
     // DELETE_MIN_TOKEN_AGE here; on a slower run the release may have
     // removed the field itself.
-    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 1);
     let young = started.elapsed() < DELETE_MIN_TOKEN_AGE;
     tokio::time::sleep(DELETE_DELAY).await;
     let removed = b.delete_released(vec!["d".into()]).await.unwrap();

@@ -95,17 +95,21 @@ pub(super) async fn release_by_owner_never_touches_a_foreign_document_with_the_s
     let a = f.store("java-app-1").await;
     f.put_foreign("f", "java-app-1").await;
     let (l, _) = take(&a, "ours").await;
-    let released = a.release_by_owner("java-app-1".into(), OverrideEnd::Immediately);
+    let released = a.release_owner("java-app-1".into(), OverrideEnd::Immediately);
     assert_eq!(released.await.unwrap(), 1);
     assert!(f.foreign_unchanged("f").await);
     // Nor do renewal, release and payload under any lease id.
     let stray = lease("f", Uuid::new_v4());
     assert_eq!(a.renew(vec![stray.clone()]).await.unwrap(), ["f"]);
-    assert_eq!(a.release(vec![stray.clone()]).await.unwrap(), 0);
+    assert_eq!(a.release_by_id(vec![stray.clone()]).await.unwrap(), 0);
     let payload = mongodb::bson::doc! { "x": 1 };
     assert!(!a.set_payload(stray, payload).await.unwrap());
     assert!(f.foreign_unchanged("f").await);
-    assert_eq!(a.release(vec![l]).await.unwrap(), 0, "released already");
+    assert_eq!(
+        a.release_by_id(vec![l]).await.unwrap(),
+        0,
+        "released already"
+    );
 }
 
 /// A bare `{_id}` (another application's lock by an upsert of `_id` alone,
@@ -153,13 +157,15 @@ pub(super) async fn a_bare_id_document_is_a_foreign_holders_lock_of_every_kind<F
         }
     }
     assert_eq!(
-        a.release_by_owner(String::new(), OverrideEnd::Immediately)
+        a.release_owner(String::new(), OverrideEnd::Immediately)
             .await
             .unwrap(),
         0
     );
     assert_eq!(
-        a.release(vec![lease("b", Uuid::new_v4())]).await.unwrap(),
+        a.release_by_id(vec![lease("b", Uuid::new_v4())])
+            .await
+            .unwrap(),
         0
     );
     assert!(f.foreign_unchanged("b").await);
@@ -361,7 +367,7 @@ pub(super) async fn a_foreign_lock_expired_by_its_own_rule_is_taken_over<F: Fixt
     ];
     for (i, (key, fields)) in expired.into_iter().enumerate() {
         let (earlier, before) = take(&a, key).await;
-        assert_eq!(a.release(vec![earlier]).await.unwrap(), 1, "{key}");
+        assert_eq!(a.release_by_id(vec![earlier]).await.unwrap(), 1, "{key}");
         f.delete(key).await;
         f.put_foreign_doc(key, fields).await;
         let kind = match i % 2 {
@@ -393,7 +399,7 @@ pub(super) async fn a_foreign_lock_expired_by_its_own_rule_is_taken_over<F: Fixt
         // The next acquisition's token is greater.
         let mut ours = lease(key, lease_id);
         ours.kind = kind;
-        assert_eq!(a.release(vec![ours]).await.unwrap(), 1, "{key}");
+        assert_eq!(a.release_by_id(vec![ours]).await.unwrap(), 1, "{key}");
         let (_, next) = take(&a, key).await;
         assert!(next > token, "{key}: {next} after {token}");
     }

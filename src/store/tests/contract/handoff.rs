@@ -13,13 +13,13 @@ use uuid::Uuid;
 use super::{Fixture, TTL, assert_held, held, lease, raw, take, yielded};
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
-use crate::store::{Announced, Announcement, HandOver, KeyWrite, Store};
+use crate::store::{Announced, Announcement, HandoffOutcome, KeyWrite, Store};
 
 /// Hands the lease `from` of `key` to a new lease id (plain shape, [`TTL`]).
-async fn hand_over(store: &impl Store, key: &str, from: Uuid) -> (Uuid, HandOver) {
+async fn handoff(store: &impl Store, key: &str, from: Uuid) -> (Uuid, HandoffOutcome) {
     let to = Uuid::new_v4();
     let outcome = store
-        .hand_over(key.into(), from, to, TTL, LeaseShape::default(), true)
+        .handoff_to(key.into(), (from, to), TTL, true)
         .await
         .unwrap();
     (to, outcome)
@@ -29,8 +29,8 @@ pub(super) async fn a_handoff_makes_the_waiter_the_holder_with_a_greater_token<F
     let a = f.store("a").await;
     let (l1, t1) = take(&a, "k").await;
     assert!(a.set_payload(l1.clone(), doc! { "x": 1 }).await.unwrap());
-    let (to, outcome) = hand_over(&a, "k", l1.lease_id).await;
-    let HandOver::Acquired { token: t2 } = outcome else {
+    let (to, outcome) = handoff(&a, "k", l1.lease_id).await;
+    let HandoffOutcome::Acquired { token: t2 } = outcome else {
         panic!("handed over: {outcome:?}");
     };
     assert!(t2 > t1, "{t2} > {t1}");
@@ -41,11 +41,11 @@ pub(super) async fn a_handoff_makes_the_waiter_the_holder_with_a_greater_token<F
     // The old lease is gone: no renewal, release or second handoff.
     let lost: Vec<LeaseKey> = a.renew(vec![l1.clone()]).await.unwrap();
     assert_eq!(lost, vec![LeaseKey::from("k")]);
-    assert_eq!(a.release(vec![l1.clone()]).await.unwrap(), 0);
-    assert_eq!(hand_over(&a, "k", l1.lease_id).await.1, HandOver::Lost);
+    assert_eq!(a.release_by_id(vec![l1.clone()]).await.unwrap(), 0);
+    assert_eq!(handoff(&a, "k", l1.lease_id).await.1, HandoffOutcome::Lost);
     // The new one renews and releases as any lease.
     assert!(a.renew(vec![l2.clone()]).await.unwrap().is_empty());
-    assert_eq!(a.release(vec![l2]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l2]).await.unwrap(), 1);
     let r = raw(f, "k").await;
     assert_eq!((r.lease_id, r.expired, r.token), (None, true, t2));
 }
@@ -54,18 +54,21 @@ pub(super) async fn a_handoff_of_a_lease_taken_over_or_expired_is_lost<F: Fixtur
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (l1, t1) = take(&a, "k").await;
     f.expire("k").await;
-    assert_eq!(hand_over(&a, "k", l1.lease_id).await.1, HandOver::Lost);
+    assert_eq!(handoff(&a, "k", l1.lease_id).await.1, HandoffOutcome::Lost);
     let r = raw(f, "k").await;
     assert_eq!(
         (r.lease_id, r.expired, r.token),
         (Some(l1.lease_id), true, t1)
     );
     let (lb, tb) = take(&b, "k").await;
-    assert_eq!(hand_over(&a, "k", l1.lease_id).await.1, HandOver::Lost);
+    assert_eq!(handoff(&a, "k", l1.lease_id).await.1, HandoffOutcome::Lost);
     assert_held(&raw(f, "k").await, "b", &lb, tb);
     // Another owner's lease is never handed over by its lease id alone.
-    assert_eq!(hand_over(&a, "k", lb.lease_id).await.1, HandOver::Lost);
-    assert_eq!(hand_over(&a, "none", lb.lease_id).await.1, HandOver::Lost);
+    assert_eq!(handoff(&a, "k", lb.lease_id).await.1, HandoffOutcome::Lost);
+    assert_eq!(
+        handoff(&a, "none", lb.lease_id).await.1,
+        HandoffOutcome::Lost
+    );
     assert_held(&raw(f, "k").await, "b", &lb, tb);
 }
 
@@ -78,7 +81,10 @@ pub(super) async fn a_handoff_of_a_lease_another_owner_waits_for_yields_to_it<F:
     // waiting owners lapsed, so the release yields (see `queue` for the
     // handoff to a live registration).
     f.lapse_registrations("k").await;
-    assert_eq!(hand_over(&a, "k", l1.lease_id).await.1, HandOver::Released);
+    assert_eq!(
+        handoff(&a, "k", l1.lease_id).await.1,
+        HandoffOutcome::Released
+    );
     assert_eq!(raw(f, "k").await, yielded("a", t1));
     // Yielded: refused to its owner, taken by the waiting one.
     held(&a, "k", true, "a").await;
@@ -98,7 +104,10 @@ pub(super) async fn a_handoff_within_a_minimum_hold_releases_and_keeps_the_hold<
         acquired.await.unwrap(),
         crate::store::AcquireOutcome::Acquired { .. }
     ));
-    assert_eq!(hand_over(&a, "k", l1.lease_id).await.1, HandOver::Released);
+    assert_eq!(
+        handoff(&a, "k", l1.lease_id).await.1,
+        HandoffOutcome::Released
+    );
     let r = raw(f, "k").await;
     assert_eq!(
         (r.lease_id, r.expired),
@@ -117,12 +126,12 @@ pub(super) async fn a_handoff_is_announced_as_a_new_lease_not_as_a_release<F: Fi
         "{opened:?}"
     );
     let (l1, t1) = take(&a, "k").await;
-    let (to, outcome) = hand_over(&a, "k", l1.lease_id).await;
-    let HandOver::Acquired { token: t2 } = outcome else {
+    let (to, outcome) = handoff(&a, "k", l1.lease_id).await;
+    let HandoffOutcome::Acquired { token: t2 } = outcome else {
         panic!("handed over: {outcome:?}");
     };
     let (end, _) = take(&a, "end").await;
-    assert_eq!(a.release(vec![end]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![end]).await.unwrap(), 1);
 
     let give_up = Instant::now() + Duration::from_secs(10);
     let mut seen: Vec<KeyWrite> = Vec::new();
@@ -154,8 +163,8 @@ pub(super) async fn a_handoff_is_announced_as_a_new_lease_not_as_a_release<F: Fi
 pub(super) async fn a_handoff_in_delete_mode_keeps_the_document<F: Fixture>(f: &F) {
     let a = f.delete_mode_store("a").await;
     let (l1, t1) = take(&a, "k").await;
-    let (to, outcome) = hand_over(&a, "k", l1.lease_id).await;
-    let HandOver::Acquired { token: t2 } = outcome else {
+    let (to, outcome) = handoff(&a, "k", l1.lease_id).await;
+    let HandoffOutcome::Acquired { token: t2 } = outcome else {
         panic!("handed over: {outcome:?}");
     };
     assert!(t2 > t1);

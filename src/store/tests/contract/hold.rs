@@ -86,7 +86,7 @@ pub(super) async fn a_lease_released_early_stays_held_until_its_minimum_hold<F: 
     assert_eq!(again, AcquireOutcome::Acquired { token: ta });
     assert_eq!(info(&a, "k").await.hold_until, acquired.hold_until);
 
-    assert_eq!(a.release(vec![la.clone()]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la.clone()]).await.unwrap(), 1);
     let released = info(&a, "k").await;
     assert!(released.held, "the key stays held until hl");
     assert_eq!(released.fencing_token, ta);
@@ -101,7 +101,7 @@ pub(super) async fn a_lease_released_early_stays_held_until_its_minimum_hold<F: 
 pub(super) async fn a_lease_held_at_least_is_free_once_its_hold_has_passed<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (la, ta) = take_as(&a, "k", held_at_least(AT_LEAST)).await;
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     f.expire_hold("k").await;
     assert!(!info(&b, "k").await.held);
     let (_, tb) = super::take(&b, "k").await;
@@ -164,7 +164,7 @@ pub(super) async fn force_release_frees_a_lease_held_at_least<F: Fixture>(f: &F)
 
     // Also after an early release, while the key waits for its hold.
     let (lc, _) = take_as(&a, "r", held_at_least(AT_LEAST)).await;
-    assert_eq!(a.release(vec![lc]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![lc]).await.unwrap(), 1);
     assert!(
         b.force_release("r".into(), OverrideEnd::Immediately)
             .await
@@ -179,7 +179,7 @@ pub(super) async fn delete_mode_never_deletes_a_key_before_its_minimum_hold<F: F
     let (la, _) = take_as(&keep, "k", held_at_least(AT_LEAST)).await;
     // A token old enough for delete mode's rule (its own duration).
     tokio::time::sleep(crate::store::DELETE_DELAY).await;
-    assert_eq!(keep.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(keep.release_by_id(vec![la]).await.unwrap(), 1);
     assert_eq!(del.delete_released(vec!["k".into()]).await.unwrap(), 0);
     assert!(info(&del, "k").await.held);
     held_until_hold(&del, "k", "a").await;
@@ -189,7 +189,7 @@ pub(super) async fn delete_mode_never_deletes_a_key_before_its_minimum_hold<F: F
     // document, marked released.
     let (ld, _) = take_as(&del, "m", held_at_least(AT_LEAST)).await;
     tokio::time::sleep(crate::store::DELETE_DELAY).await;
-    assert_eq!(del.release(vec![ld]).await.unwrap(), 1);
+    assert_eq!(del.release_by_id(vec![ld]).await.unwrap(), 1);
     assert!(info(&keep, "m").await.held, "kept until its minimum hold");
     held_until_hold(&keep, "m", "d").await;
     // Nor an operator's immediate release by owner id without a
@@ -197,7 +197,7 @@ pub(super) async fn delete_mode_never_deletes_a_key_before_its_minimum_hold<F: F
     let (_, _) = take_as(&keep, "o", held_at_least(AT_LEAST)).await;
     tokio::time::sleep(crate::store::DELETE_DELAY).await;
     let ended = del
-        .release_by_owner("a".into(), crate::store::OverrideEnd::Immediately)
+        .release_owner("a".into(), crate::store::OverrideEnd::Immediately)
         .await
         .unwrap();
     assert!(ended >= 1, "{ended}");

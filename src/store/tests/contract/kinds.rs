@@ -180,7 +180,7 @@ pub(super) async fn a_semaphore_of_another_number_or_kind_is_a_mismatch<F: Fixtu
     assert_eq!(holders(&b, "k").await, (stored, vec!["a".into()]));
 
     // Once every permit is free, the next acquisition stores its own number.
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     take_as(&b, "k", permit(3)).await;
     assert_eq!(
         holders(&b, "k").await,
@@ -190,7 +190,7 @@ pub(super) async fn a_semaphore_of_another_number_or_kind_is_a_mismatch<F: Fixtu
     // A shared key refuses permits and the other way round.
     let (s, _) = take_as(&a, "s", shared()).await;
     mismatch(&b, "s", permit(2), LeaseKind::Shared).await;
-    assert_eq!(a.release(vec![s]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![s]).await.unwrap(), 1);
     take_as(&b, "s", permit(2)).await;
 
     // A live exclusive holder: a mismatch for permits; shared holders wait.
@@ -212,8 +212,8 @@ pub(super) async fn fencing_tokens_strictly_increase_across_permits_and_after_al
         assert!(ta > last && tb > ta, "round {round}: {last} < {ta} < {tb}");
         let info = a.inspect("k".into()).await.unwrap().unwrap();
         assert_eq!(info.fencing_token, tb, "the top token is the latest");
-        assert_eq!(a.release(vec![la]).await.unwrap(), 1);
-        assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+        assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
+        assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 1);
         last = tb;
     }
     // An exclusive acquisition after the permits goes on counting.
@@ -259,8 +259,8 @@ pub(super) async fn release_of_one_permit_keeps_the_other<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (la, _) = take_as(&a, "k", permit(2)).await;
     let (lb, _) = take_as(&b, "k", permit(2)).await;
-    assert_eq!(a.release(vec![la.clone()]).await.unwrap(), 1);
-    assert_eq!(a.release(vec![la.clone()]).await.unwrap(), 0, "once");
+    assert_eq!(a.release_by_id(vec![la.clone()]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la.clone()]).await.unwrap(), 0, "once");
     let info = b.inspect("k".into()).await.unwrap().unwrap();
     assert!(info.held);
     assert_eq!(info.holders.len(), 1);
@@ -270,7 +270,7 @@ pub(super) async fn release_of_one_permit_keeps_the_other<F: Fixture>(f: &F) {
     assert!(b.renew(vec![lb.clone()]).await.unwrap().is_empty());
 
     // The last release frees the key: an exclusive acquisition takes it.
-    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 1);
     let info = b.inspect("k".into()).await.unwrap().unwrap();
     assert!(!info.held && info.holders.is_empty());
     assert_eq!(info.kind, LeaseKind::Exclusive, "no holders, no permits");
@@ -300,10 +300,10 @@ pub(super) async fn a_shared_key_admits_many_holders_and_excludes_an_exclusive_o
     // Batch release of one owner's two holders, in one call.
     let (store_a, l0) = leases[0].clone();
     let l3 = leases[3].1.clone();
-    assert_eq!(store_a.release(vec![l0, l3]).await.unwrap(), 2);
+    assert_eq!(store_a.release_by_id(vec![l0, l3]).await.unwrap(), 2);
     assert_eq!(holders(&x, "k").await.1, ["b", "c"]);
     for (store, l) in &leases[1..3] {
-        assert_eq!(store.release(vec![l.clone()]).await.unwrap(), 1);
+        assert_eq!(store.release_by_id(vec![l.clone()]).await.unwrap(), 1);
     }
     super::take(&x, "k").await;
     held_as(&store_a, "k", shared(), false, "x").await;
@@ -335,8 +335,8 @@ pub(super) async fn a_waiting_exclusive_mark_blocks_new_shared_holders_until_it_
     // Its next attempt marks the key again; the holders drain; it gets the key.
     held_as(&x, "k", shape(LeaseKind::Exclusive), true, "b").await;
     held_as(&a, "k", shared(), false, "x").await;
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
-    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 1);
     let (lx, tx) = super::take(&x, "k").await;
     let info = x.inspect("k".into()).await.unwrap().unwrap();
     assert_eq!((info.kind, info.fencing_token), (LeaseKind::Exclusive, tx));
@@ -344,7 +344,7 @@ pub(super) async fn a_waiting_exclusive_mark_blocks_new_shared_holders_until_it_
     held_as(&a, "k", shared(), false, "x").await;
 
     // Once the exclusive holder came and went, shared holders are back.
-    assert_eq!(x.release(vec![lx]).await.unwrap(), 1);
+    assert_eq!(x.release_by_id(vec![lx]).await.unwrap(), 1);
     let (_, ta) = take_as(&a, "k", shared()).await;
     assert!(ta > tx);
 }
@@ -359,7 +359,7 @@ pub(super) async fn release_by_owner_and_force_release_of_multi_holder_keys<F: F
 
     // A release of several holders' entries, by lease id.
     let both = vec![la.clone(), la2.clone()];
-    assert_eq!(a.release(both).await.unwrap(), 2);
+    assert_eq!(a.release_by_id(both).await.unwrap(), 2);
     assert_eq!(holders(&a, "s").await.1, ["b"]);
     assert_eq!(holders(&a, "p").await.1, ["c"]);
     assert_eq!(holders(&a, "q").await.1, ["a"], "not among them: kept");
@@ -367,7 +367,7 @@ pub(super) async fn release_by_owner_and_force_release_of_multi_holder_keys<F: F
     assert_eq!(lost.len(), 2);
 
     assert_eq!(
-        b.release_by_owner("c".into(), OverrideEnd::Immediately)
+        b.release_owner("c".into(), OverrideEnd::Immediately)
             .await
             .unwrap(),
         1
@@ -463,8 +463,8 @@ pub(super) async fn a_holders_release_is_announced_its_renewal_and_acquisition_a
     let c = f.store("c").await;
     take_as(&c, "k", shared()).await;
     take_as(&c, "p", permit(2)).await;
-    assert_eq!(a.release(vec![lp]).await.unwrap(), 1);
-    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![lp]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 1);
 
     let give_up = Instant::now() + Duration::from_secs(30);
     let mut seen: Vec<KeyWrite> = Vec::new();
@@ -507,7 +507,7 @@ pub(super) async fn a_holders_payload_is_written_only_while_it_holds<F: Fixture>
         info.payload, None,
         "a holder's payload is its own, not the key's"
     );
-    assert_eq!(a.release(vec![la.clone()]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la.clone()]).await.unwrap(), 1);
     assert!(!a.set_payload(la, payload.clone()).await.unwrap());
     assert!(b.set_payload(lb, payload).await.unwrap());
 }
@@ -519,7 +519,7 @@ pub(super) async fn delete_mode_never_deletes_a_key_with_live_holders<F: Fixture
     take_as(&keep, "p", permit(2)).await;
     // Tokens old enough for delete mode's rule (its own duration).
     tokio::time::sleep(crate::store::DELETE_DELAY).await;
-    assert_eq!(keep.release(vec![lp]).await.unwrap(), 1);
+    assert_eq!(keep.release_by_id(vec![lp]).await.unwrap(), 1);
     let keys: Vec<LeaseKey> = vec!["s".into(), "p".into()];
     assert_eq!(del.delete_released(keys).await.unwrap(), 0);
     assert_eq!(holders(&del, "s").await.1, ["a"]);
@@ -527,7 +527,7 @@ pub(super) async fn delete_mode_never_deletes_a_key_with_live_holders<F: Fixture
     // Once its last holder is gone, a delete-mode release by owner id
     // deletes the document.
     assert_eq!(
-        del.release_by_owner("a".into(), OverrideEnd::Immediately)
+        del.release_owner("a".into(), OverrideEnd::Immediately)
             .await
             .unwrap(),
         2
@@ -590,7 +590,7 @@ pub(super) async fn a_waiting_shared_acquirer_makes_the_exclusive_holders_releas
     // exclusive lease, as an exclusive one would ("Fairness between owners").
     held_as(&b, "k", shared(), true, "a").await;
     assert!(super::raw(f, "k").await.waiting, "marked as waited for");
-    assert_eq!(a.release(vec![l]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l]).await.unwrap(), 1);
     assert!(super::raw(f, "k").await.yielded, "the release yields");
     // The releasing owner finds the key held by itself until the end of
     // the yield window, as an exclusive, a shared or a permit acquirer...
@@ -641,13 +641,13 @@ pub(super) async fn a_released_key_whose_expiry_ran_ahead_is_free_for_a_permit_n
 ) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let (l, _) = super::take(&a, "k").await;
-    assert_eq!(a.release(vec![l]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l]).await.unwrap(), 1);
     f.run_ahead("k", Duration::from_secs(5)).await;
     // No exclusive lease (`lid`) nor minimum hold: nobody holds the key (its
     // `exp` is a release's, on a clock that read ahead), so a permit and a
     // shared lease take it at once.
     let (permit_lease, _) = take_as(&b, "k", permit(2)).await;
-    assert_eq!(b.release(vec![permit_lease]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![permit_lease]).await.unwrap(), 1);
     take_as(&b, "k", shared()).await;
 }
 

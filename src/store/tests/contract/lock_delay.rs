@@ -65,7 +65,7 @@ pub(super) async fn a_force_release_keeps_the_key_from_every_kind_until_the_lock
 ) {
     let (a, b) = (f.store("a").await, f.store("b").await);
     let operator = f.delaying_store("op", LONG).await;
-    assert_eq!(operator.lock_delay(), LONG);
+    assert_eq!(operator.profile().lock_delay, LONG);
     let (la, ta) = take(&a, "k").await;
     let before = operator
         .force_release("k".into(), OverrideEnd::Immediately)
@@ -182,7 +182,7 @@ pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unle
     // and an immediate one frees at once.
     let (_, _) = take(&a, "o").await;
     assert_eq!(
-        b.release_by_owner("a".into(), OverrideEnd::AtExpiry)
+        b.release_owner("a".into(), OverrideEnd::AtExpiry)
             .await
             .unwrap(),
         1
@@ -190,7 +190,7 @@ pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unle
     assert!(held(&b, "o", true, "a").await > super::TTL - Duration::from_secs(5));
     let (_, _) = take(&a, "p").await;
     assert_eq!(
-        b.release_by_owner("a".into(), OverrideEnd::Immediately)
+        b.release_owner("a".into(), OverrideEnd::Immediately)
             .await
             .unwrap(),
         1
@@ -206,7 +206,7 @@ pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unle
     let (pc, _) = take_as(&c, "pool", shape(two)).await;
     let (sa, _) = take_as(&a, "s", shape(LeaseKind::Shared)).await;
     take_as(&c, "s", shape(LeaseKind::Shared)).await;
-    let ended = b.release_by_owner("a".into(), OverrideEnd::AtExpiry);
+    let ended = b.release_owner("a".into(), OverrideEnd::AtExpiry);
     assert_eq!(ended.await.unwrap(), 2);
     let outcome = attempt(&b, "pool", two).await;
     assert!(
@@ -225,9 +225,9 @@ pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unle
         "a's are lost"
     );
     assert_eq!(c.renew(vec![pc]).await.unwrap().len(), 0, "c's is not");
-    let again = b.release_by_owner("a".into(), OverrideEnd::AtExpiry);
+    let again = b.release_owner("a".into(), OverrideEnd::AtExpiry);
     assert_eq!(again.await.unwrap(), 0);
-    let now = b.release_by_owner("a".into(), OverrideEnd::Immediately);
+    let now = b.release_owner("a".into(), OverrideEnd::Immediately);
     assert_eq!(now.await.unwrap(), 2);
     take_as(&b, "pool", shape(two)).await;
 }
@@ -249,7 +249,7 @@ pub(super) async fn a_release_by_owner_delays_the_live_leases_it_ends_only<F: Fi
     take_as(&a, "alone", shape(LeaseKind::Shared)).await;
 
     let released = operator
-        .release_by_owner("a".into(), OverrideEnd::Immediately)
+        .release_owner("a".into(), OverrideEnd::Immediately)
         .await
         .unwrap();
     assert_eq!(released, 5);
@@ -276,7 +276,7 @@ pub(super) async fn a_zero_lock_delay_frees_the_key_at_once<F: Fixture>(f: &F) {
     take(&a, "o").await;
     assert_eq!(
         operator
-            .release_by_owner("a".into(), OverrideEnd::Immediately)
+            .release_owner("a".into(), OverrideEnd::Immediately)
             .await
             .unwrap(),
         1

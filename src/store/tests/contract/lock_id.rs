@@ -79,7 +79,7 @@ pub(super) async fn documents_locked_by_lock_id_exclude_the_other_client_both_wa
     // Its unlock frees it for us; our release frees it for the client.
     assert!(f.client_unlock("d", theirs).await);
     let (held, _) = take(&*a, "d").await;
-    assert_eq!(a.release(vec![held]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![held]).await.unwrap(), 1);
     assert!(
         f.client_lock("d", 0, MAX).await.is_some(),
         "free after release"
@@ -109,7 +109,7 @@ pub(super) async fn a_client_lock_expired_by_its_rule_is_taken_over_and_a_client
     assert_eq!(written.unwrap(), None, "the write under the lease misses");
     assert!(!a.set_payload(held.clone(), doc! { "p": 1 }).await.unwrap());
     assert_eq!(
-        a.release(vec![held]).await.unwrap(),
+        a.release_by_id(vec![held]).await.unwrap(),
         0,
         "the release misses"
     );

@@ -23,7 +23,7 @@ pub(super) async fn renewal_reports_a_lease_lost_whose_owner_id_was_rewritten<F:
         !a.set_payload(l1.clone(), doc! { "x": 1 }).await.unwrap(),
         "no payload on a lease of another owner"
     );
-    assert_eq!(a.release(vec![l1.clone()]).await.unwrap(), 0);
+    assert_eq!(a.release_by_id(vec![l1.clone()]).await.unwrap(), 0);
     let k1 = raw(f, "k1").await;
     assert_eq!(
         (k1.owner.as_str(), k1.lease_id, k1.payload),

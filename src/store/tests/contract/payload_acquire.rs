@@ -143,7 +143,7 @@ pub(super) async fn a_key_handed_to_a_waiting_owner_carries_the_payload_it_regis
         "the holder's document is unchanged"
     );
     // The release hands the key to b's registration, with b's payload.
-    assert_eq!(a.release(vec![held]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![held]).await.unwrap(), 1);
     let handed = raw(f, "k").await;
     assert_eq!(handed.owner, "b");
     assert_eq!(handed.lease_id, Some(waiting));
@@ -165,7 +165,7 @@ pub(super) async fn a_key_handed_to_a_waiting_owner_carries_the_payload_it_regis
         "{outcome:?}"
     );
     assert!(a.set_payload(held.clone(), doc! { "x": 1 }).await.unwrap());
-    assert_eq!(a.release(vec![held]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![held]).await.unwrap(), 1);
     let handed = raw(f, "n").await;
     assert_eq!((handed.owner.as_str(), handed.payload), ("b", None));
 }

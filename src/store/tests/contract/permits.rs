@@ -52,13 +52,13 @@ pub(super) async fn a_lease_takes_k_permits_all_or_none<F: Fixture>(f: &F) {
     assert!(a.renew(vec![la.clone()]).await.unwrap().is_empty());
 
     // Released as one: 2 free again, taken at once by b's 2.
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let (lb, _) = take_as(&b, "k", permits(3, 2)).await;
     assert_eq!(taken(&b, "k").await, [("c".into(), 1), ("b".into(), 2)]);
     // A single permit of the same number counts as one.
     held_as(&a, "k", permits(3, 1), false, "b").await;
-    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
-    assert_eq!(c.release(vec![lc]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 1);
+    assert_eq!(c.release_by_id(vec![lc]).await.unwrap(), 1);
     // All of them at once on a free key.
     take_as(&a, "k", permits(3, 3)).await;
     held_as(&b, "k", permits(3, 1), false, "a").await;
@@ -81,7 +81,7 @@ pub(super) async fn the_number_of_permits_changes_only_when_no_more_are_held<F: 
     );
     assert_eq!(b.inspect("k".into()).await.unwrap().unwrap().kind, kind(3));
     // 2 held: 2 it is. The old number is another kind now; the new one is full.
-    assert_eq!(c.release(vec![lc]).await.unwrap(), 1);
+    assert_eq!(c.release_by_id(vec![lc]).await.unwrap(), 1);
     assert_eq!(
         b.set_permits("k".into(), 2).await.unwrap(),
         PermitsChange::Set

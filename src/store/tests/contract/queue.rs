@@ -80,7 +80,7 @@ pub(super) async fn waiting_owners_are_handed_the_key_in_arrival_order_with_grea
 
     // Each release hands the key to the first registered owner, in the
     // same write, with a greater token; its retry confirms it.
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let tb = handed(f, "k", ("b", lb), ta).await;
     assert_eq!(f.queue("k").await, owners(&["c", "d"]));
     let lb = confirm(&b, "k", lb, tb).await;
@@ -89,16 +89,16 @@ pub(super) async fn waiting_owners_are_handed_the_key_in_arrival_order_with_grea
     wait(&c, "k", lc, "b", tb).await;
     assert_eq!(f.queue("k").await, owners(&["c", "d"]));
 
-    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 1);
     let tc = handed(f, "k", ("c", lc), tb).await;
     let lc = confirm(&c, "k", lc, tc).await;
 
-    assert_eq!(c.release(vec![lc]).await.unwrap(), 1);
+    assert_eq!(c.release_by_id(vec![lc]).await.unwrap(), 1);
     let td = handed(f, "k", ("d", ld), tc).await;
     let ld = confirm(&d, "k", ld, td).await;
 
     // Nobody waits any more: a plain release, then anyone takes it.
-    assert_eq!(d.release(vec![ld]).await.unwrap(), 1);
+    assert_eq!(d.release_by_id(vec![ld]).await.unwrap(), 1);
     let r = raw(f, "k").await;
     assert_eq!((r.lease_id, r.expired, r.yielded), (None, true, false));
     assert!(f.queue("k").await.is_empty());
@@ -161,13 +161,13 @@ pub(super) async fn a_handed_lease_never_confirmed_expires_and_the_next_owner_ta
     let (lb, lc) = (Uuid::new_v4(), Uuid::new_v4());
     wait(&b, "k", lb, "a", ta).await;
     wait(&c, "k", lc, "a", ta).await;
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let (owner, _, tb) = holder(f, "k").await;
     assert_eq!(owner, "b");
     // The handed lease lasts the registration's `hx`: at most the
     // registration window (of the waiter's `retry_max` and safety margin),
     // at most the TTL.
-    let window = b.registration_window();
+    let window = b.profile().registration_window;
     assert_eq!(
         window,
         crate::store::registration_window(super::YIELD, super::MARGIN)
@@ -199,7 +199,7 @@ pub(super) async fn try_acquire_and_foreign_documents_never_register<F: Fixture>
         other => panic!("{other:?}"),
     }
     assert!(f.queue("k").await.is_empty());
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let r = raw(f, "k").await;
     assert_eq!((r.owner.as_str(), r.lease_id), ("a", None));
 
@@ -233,7 +233,7 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
 
     // An operator's release of a's leases hands each one to its waiter.
     assert_eq!(
-        op.release_by_owner("a".into(), OverrideEnd::Immediately)
+        op.release_owner("a".into(), OverrideEnd::Immediately)
             .await
             .unwrap(),
         2
@@ -245,7 +245,7 @@ pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_
     assert!(tb2 > ta2);
     let lc = Uuid::new_v4();
     wait(&c, "k1", lc, "b", tb).await;
-    assert_eq!(b.release(vec![lb1]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![lb1]).await.unwrap(), 1);
     let tc = handed(f, "k1", ("c", lc), tb).await;
 
     // A force release frees the key whoever holds it, and hands nothing:
@@ -275,22 +275,15 @@ pub(super) async fn a_local_handoff_goes_to_the_first_registered_owner_instead<F
     wait(&b, "k", lb, "a", ta).await;
     let local = Uuid::new_v4();
     let outcome = a
-        .hand_over(
-            "k".into(),
-            la.lease_id,
-            local,
-            super::TTL,
-            crate::kind::LeaseShape::default(),
-            true,
-        )
+        .handoff_to("k".into(), (la.lease_id, local), super::TTL, true)
         .await
         .unwrap();
-    assert_eq!(outcome, crate::store::HandOver::Released);
+    assert_eq!(outcome, crate::store::HandoffOutcome::Released);
     let tb = handed(f, "k", ("b", lb), ta).await;
     // a's local waiter registers behind, and is handed the key next.
     wait(&a, "k", local, "b", tb).await;
     let lb = confirm(&b, "k", lb, tb).await;
-    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 1);
     let (owner, lease_id, _) = holder(f, "k").await;
     assert_eq!((owner.as_str(), lease_id), ("a", local));
 }
@@ -304,12 +297,12 @@ pub(super) async fn delete_mode_hands_over_instead_of_deleting<F: Fixture>(f: &F
     tokio::time::sleep(crate::store::DELETE_DELAY).await;
     let lb = Uuid::new_v4();
     wait(&b, "k", lb, "a", ta).await;
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let tb = handed(f, "k", ("b", lb), ta).await;
     let lb = confirm(&b, "k", lb, tb).await;
     // Nobody waits: the (old enough) lease's release deletes the document.
     tokio::time::sleep(crate::store::DELETE_DELAY).await;
-    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 1);
     assert!(f.raw("k").await.is_none());
 }
 
@@ -326,7 +319,7 @@ pub(super) async fn a_handoff_is_announced_with_the_new_holders_owner_and_lease_
     let (la, ta) = take(&a, "k").await;
     let lb = Uuid::new_v4();
     wait(&b, "k", lb, "a", ta).await;
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let key = LeaseKey::from("k");
     let handed = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(item) = writes.next().await {
@@ -390,7 +383,7 @@ pub(super) async fn a_waiters_stream_announces_frees_and_handoffs_to_its_owner_a
     let (la, ta) = take(&a, "small").await;
     let lc = Uuid::new_v4();
     wait(&c, "small", lc, "a", ta).await;
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let tc = handed(f, "small", ("c", lc), ta).await;
     handoff(&next().await, "small", lc, tc);
     let small = confirm(&c, "small", lc, tc).await;
@@ -406,11 +399,11 @@ pub(super) async fn a_waiters_stream_announces_frees_and_handoffs_to_its_owner_a
         let behind = f.store(&format!("w{i}")).await;
         wait(&behind, "k", Uuid::new_v4(), "a", ta).await;
     }
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let tb = handed(f, "k", ("b", lb), ta).await;
     let lb = confirm(&b, "k", lb, tb).await;
     // The handoff to c is announced, before c confirms it.
-    assert_eq!(b.release(vec![lb]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![lb]).await.unwrap(), 1);
     let tc = handed(f, "k", ("c", lc), tb).await;
     let mut seen = vec![next().await];
     // (The twin announces c's confirming retry of "small" too.)
@@ -422,9 +415,9 @@ pub(super) async fn a_waiters_stream_announces_frees_and_handoffs_to_its_owner_a
     // c's release of "k" hands it to the next owner (not announced); another
     // key acquired by another owner (not announced) and released
     // (announced).
-    assert_eq!(c.release(vec![lc.clone()]).await.unwrap(), 1);
+    assert_eq!(c.release_by_id(vec![lc.clone()]).await.unwrap(), 1);
     let (l2, _) = take(&a, "k2").await;
-    assert_eq!(a.release(vec![l2]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l2]).await.unwrap(), 1);
     let mut seen: Vec<KeyWrite> = Vec::new();
     while !seen.iter().any(|w| w.key == "k2") {
         seen.push(next().await);
@@ -448,7 +441,7 @@ pub(super) async fn an_acquisition_is_announced_with_its_token<F: Fixture>(f: &F
     // An acquisition of a new key (an insert on MongoDB), its release, and
     // the acquisition of the released document (a replacement).
     let (l1, t1) = take(&a, "k").await;
-    assert_eq!(a.release(vec![l1.clone()]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l1.clone()]).await.unwrap(), 1);
     let (l2, t2) = take(&a, "k").await;
     let key = LeaseKey::from("k");
     let mut seen: Vec<KeyWrite> = Vec::new();
@@ -503,7 +496,7 @@ pub(super) async fn an_owner_that_leaves_the_queues_is_never_handed_a_key_and_th
         "left once"
     );
 
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     // Handed to c, not b.
     let token = handed(f, "k", ("c", lc), ta).await;
     confirm(&c, "k", lc, token).await;
@@ -540,7 +533,7 @@ pub(super) async fn beyond_the_bound_a_waiting_owner_does_not_register_until_an_
     let l00 = Uuid::new_v4();
     wait(w00, "k", l00, "a", ta).await;
     assert_eq!(f.queue("k").await, names);
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let t00 = handed(f, "k", ("w00", l00), ta).await;
     confirm(w00, "k", l00, t00).await;
 
@@ -594,7 +587,7 @@ pub(super) async fn a_waiting_attempt_is_told_how_many_owners_are_ahead_of_it<F:
     assert_eq!(ahead(&e, "k", Uuid::new_v4(), false).await, 3);
     assert_eq!(f.queue("k").await, owners(&["b", "c", "d"]));
     // The release hands the key to b: c is next, d behind it.
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let tb = handed(f, "k", ("b", lb), ta).await;
     assert_eq!(ahead(&d, "k", ld, true).await, 1);
     assert_eq!(ahead(&c, "k", lc, true).await, 0);

@@ -12,8 +12,7 @@ use mongodb::bson::doc;
 use uuid::Uuid;
 
 use super::{Fixture, TTL, take};
-use crate::kind::LeaseShape;
-use crate::store::{AcquireOutcome, HandOver, Store};
+use crate::store::{AcquireOutcome, HandoffOutcome, Store};
 
 const VALUE: &str = "node-1";
 
@@ -48,7 +47,7 @@ pub(super) async fn a_live_lease_reads_as_held_to_the_value_pattern<F: Fixture>(
 pub(super) async fn a_released_lease_is_free_to_the_value_pattern_at_once<F: Fixture>(f: &F) {
     let a = f.store("a").await;
     let (lease, _) = take(&a, "k").await;
-    assert_eq!(a.release(vec![lease]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![lease]).await.unwrap(), 1);
     assert!(
         lock_once_past(f, "k", 10).await,
         "the released lease still reads as held"
@@ -88,19 +87,12 @@ pub(super) async fn an_expired_lease_taken_over_by_the_value_pattern_is_its_lock
     assert!(!a.set_payload(lease.clone(), doc! { "n": 1 }).await.unwrap());
     for light in [true, false] {
         let handed = a
-            .hand_over(
-                "k".into(),
-                lease.lease_id,
-                Uuid::new_v4(),
-                TTL,
-                LeaseShape::default(),
-                light,
-            )
+            .handoff_to("k".into(), (lease.lease_id, Uuid::new_v4()), TTL, light)
             .await
             .unwrap();
-        assert_eq!(handed, HandOver::Lost, "light: {light}");
+        assert_eq!(handed, HandoffOutcome::Lost, "light: {light}");
     }
-    assert_eq!(a.release(vec![lease]).await.unwrap(), 0);
+    assert_eq!(a.release_by_id(vec![lease]).await.unwrap(), 0);
     let info = a.inspect("k".into()).await.unwrap().expect("its lock");
     assert!(info.held && info.foreign, "{info:?}");
     assert_eq!(info.owner_id, VALUE);

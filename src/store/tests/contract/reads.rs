@@ -2,7 +2,7 @@
 
 use super::{Fixture, take};
 use crate::key::LeaseKey;
-use crate::store::Store;
+use crate::store::{Store, StoreExt};
 
 pub(super) async fn list_pages_through_leases_in_key_order<F: Fixture>(f: &F) {
     let (a, b) = (f.store("a").await, f.store("b").await);
@@ -11,7 +11,7 @@ pub(super) async fn list_pages_through_leases_in_key_order<F: Fixture>(f: &F) {
     take(&a, "k3").await;
     take(&b, "k4").await;
     f.put_foreign("k5", "other-app").await;
-    assert_eq!(b.release(vec![l2]).await.unwrap(), 1);
+    assert_eq!(b.release_by_id(vec![l2]).await.unwrap(), 1);
 
     let mut seen = Vec::new();
     let mut after = None;

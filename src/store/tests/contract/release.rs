@@ -16,7 +16,7 @@ use crate::store::{Announced, Store};
 pub(super) async fn release_of_an_unmarked_lease_does_not_yield<F: Fixture>(f: &F) {
     let a = f.store("a").await;
     let (l1, t1) = take(&a, "k").await;
-    assert_eq!(a.release(vec![l1]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l1]).await.unwrap(), 1);
     assert!(!raw(f, "k").await.yielded);
     let (l2, t2) = take(&a, "k").await;
     assert!(t2 > t1);
@@ -36,13 +36,16 @@ pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: F
 
     // A wrong lease id releases nothing (one lease, then a batch).
     let stranger = lease("k3", Uuid::new_v4());
-    assert_eq!(a.release(vec![stranger.clone()]).await.unwrap(), 0);
+    assert_eq!(a.release_by_id(vec![stranger.clone()]).await.unwrap(), 0);
     let wrong = vec![stranger, lease("k1", Uuid::new_v4())];
-    assert_eq!(a.release(wrong).await.unwrap(), 0);
+    assert_eq!(a.release_by_id(wrong).await.unwrap(), 0);
     assert_held(&raw(f, "k3").await, "a", &l3, t3);
 
     // A batch release: both released; only the marked one yields.
-    assert_eq!(a.release(vec![l1.clone(), l2.clone()]).await.unwrap(), 2);
+    assert_eq!(
+        a.release_by_id(vec![l1.clone(), l2.clone()]).await.unwrap(),
+        2
+    );
     let released = |token, yielded| Raw {
         owner: "a".into(),
         lease_id: None,
@@ -56,14 +59,17 @@ pub(super) async fn release_clears_the_lease_id_and_yields_only_when_marked<F: F
     assert_eq!(raw(f, "k2").await, released(t2, true));
 
     // Releasing again matches nothing; a late renewal cannot revive them.
-    assert_eq!(a.release(vec![l1.clone(), l2.clone()]).await.unwrap(), 0);
-    assert_eq!(a.release(vec![l1.clone()]).await.unwrap(), 0);
+    assert_eq!(
+        a.release_by_id(vec![l1.clone(), l2.clone()]).await.unwrap(),
+        0
+    );
+    assert_eq!(a.release_by_id(vec![l1.clone()]).await.unwrap(), 0);
     let lost: BTreeSet<LeaseKey> = a.renew(vec![l1, l2]).await.unwrap().into_iter().collect();
     assert_eq!(lost, BTreeSet::from(["k1".into(), "k2".into()]));
     assert_eq!(raw(f, "k1").await, released(t1, false));
 
     // A single release of the right lease.
-    assert_eq!(a.release(vec![l3]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l3]).await.unwrap(), 1);
     assert_eq!(raw(f, "k3").await, released(t3, false));
 }
 
@@ -105,7 +111,7 @@ pub(super) async fn releases_and_deletes_are_announced_expiries_and_renewals_are
     let give_up = Instant::now() + Duration::from_secs(10);
     loop {
         let (probe, _) = take(&a, "probe").await;
-        assert_eq!(a.release(vec![probe]).await.unwrap(), 1);
+        assert_eq!(a.release_by_id(vec![probe]).await.unwrap(), 1);
         tokio::select! {
             event = releases.next() => match event {
                 Some(Ok(key)) if key == "probe" => break,
@@ -135,7 +141,7 @@ pub(super) async fn releases_and_deletes_are_announced_expiries_and_renewals_are
     held(&a, "k4", true, "b").await;
     f.expire("k2").await;
     // Releases: a release, a delete (the TTL monitor), a forced release.
-    assert_eq!(a.release(vec![l1]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l1]).await.unwrap(), 1);
     f.delete("k2").await;
     assert!(
         a.force_release("k3".into(), OverrideEnd::Immediately)
@@ -143,9 +149,9 @@ pub(super) async fn releases_and_deletes_are_announced_expiries_and_renewals_are
             .unwrap()
             .is_some()
     );
-    assert_eq!(b.release(vec![l3]).await.unwrap(), 0);
+    assert_eq!(b.release_by_id(vec![l3]).await.unwrap(), 0);
     let (end, _) = take(&a, "end").await;
-    assert_eq!(a.release(vec![end]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![end]).await.unwrap(), 1);
 
     let mut seen = Vec::new();
     while seen.last().is_none_or(|k| k != "end") {

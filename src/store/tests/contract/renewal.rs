@@ -22,7 +22,7 @@ pub(super) async fn renewal_reports_exactly_the_lost_keys<F: Fixture>(f: &F) {
     let (lb, tb) = take(&b, "k2").await;
     f.expire("k3").await;
     f.delete("k3").await;
-    assert_eq!(a.release(vec![leases[3].0.clone()]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![leases[3].0.clone()]).await.unwrap(), 1);
     f.expire("k5").await;
 
     let refs: Vec<LeaseRef> = leases.iter().map(|(l, _)| l.clone()).collect();

@@ -13,7 +13,7 @@ use super::kinds::shape;
 use super::{Fixture, TTL, raw, stores, take};
 use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
-use crate::store::{AcquireOutcome, Store};
+use crate::store::AcquireOutcome;
 
 pub(super) async fn a_handed_lease_confirmed_only_by_a_read_is_never_acquired<F: Fixture>(f: &F) {
     let [a, b] = stores(f, ["a", "b"]).await;
@@ -23,7 +23,7 @@ pub(super) async fn a_handed_lease_confirmed_only_by_a_read_is_never_acquired<F:
         Ok(AcquireOutcome::Held { holder, .. }) if holder == "a" => {}
         other => panic!("b waits for a: {other:?}"),
     }
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     let handed = raw(f, "k").await;
     assert_eq!(
         (handed.owner.as_str(), handed.lease_id),

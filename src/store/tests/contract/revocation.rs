@@ -44,7 +44,7 @@ pub(super) async fn a_release_request_is_announced_and_changes_no_lease<F: Fixtu
         }
     }
     // Nothing to ask of a free key.
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     assert!(!b.request_release("k".into()).await.unwrap());
     assert!(!b.request_release("missing".into()).await.unwrap());
 }

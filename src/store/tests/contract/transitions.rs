@@ -8,9 +8,8 @@ use uuid::Uuid;
 use super::kinds::{shape, take_as};
 use super::{Fixture, TTL, stores, take};
 use crate::kind::LeaseKind;
-use crate::kind::LeaseShape;
 use crate::store::light_acquire::{LightAcquire, LightAcquired};
-use crate::store::{AcquireOutcome, HandOver, Store};
+use crate::store::{AcquireOutcome, HandoffOutcome, Store};
 
 async fn transitions(store: &impl Store, key: &str) -> u64 {
     let info = store.inspect(key.into()).await.unwrap();
@@ -23,7 +22,7 @@ pub(super) async fn transitions_count_the_acquisitions_by_another_owner<F: Fixtu
     // light one and a local handoff: still 0.
     let (l, _) = take(&a, "k").await;
     assert_eq!(transitions(&a, "k").await, 0);
-    assert_eq!(a.release(vec![l]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![l]).await.unwrap(), 1);
     let lease_id = Uuid::new_v4();
     let light = a
         .acquire_light(vec![LightAcquire {
@@ -40,12 +39,18 @@ pub(super) async fn transitions_count_the_acquisitions_by_another_owner<F: Fixtu
     assert_eq!(transitions(&a, "k").await, 0);
     let to = Uuid::new_v4();
     let handed = a
-        .hand_over("k".into(), lease_id, to, TTL, LeaseShape::default(), true)
+        .handoff_to("k".into(), (lease_id, to), TTL, true)
         .await
         .unwrap();
-    assert!(matches!(handed, HandOver::Acquired { .. }), "{handed:?}");
+    assert!(
+        matches!(handed, HandoffOutcome::Acquired { .. }),
+        "{handed:?}"
+    );
     assert_eq!(transitions(&a, "k").await, 0);
-    assert_eq!(a.release(vec![super::lease("k", to)]).await.unwrap(), 1);
+    assert_eq!(
+        a.release_by_id(vec![super::lease("k", to)]).await.unwrap(),
+        1
+    );
 
     // Another owner, by the light form: 1; its retry: still 1.
     let lease_id = Uuid::new_v4();
@@ -77,7 +82,10 @@ pub(super) async fn transitions_count_the_acquisitions_by_another_owner<F: Fixtu
         1,
         "a registration is no transition"
     );
-    let released = b.release(vec![super::lease("k", lease_id)]).await.unwrap();
+    let released = b
+        .release_by_id(vec![super::lease("k", lease_id)])
+        .await
+        .unwrap();
     assert_eq!(released, 1);
     assert_eq!(transitions(&c, "k").await, 2);
 

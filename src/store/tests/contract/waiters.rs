@@ -53,7 +53,7 @@ pub(super) async fn a_read_shows_the_registered_owners_in_order_then_an_exclusiv
     let listed = a.list(None, 10).await.unwrap().0;
     assert_eq!(owners(&listed[0]), ["b", "c"]);
     // The release hands the key to b, which leaves the queue.
-    assert_eq!(a.release(vec![la]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![la]).await.unwrap(), 1);
     assert_eq!(owners(&inspect(&a, "k").await), ["c"]);
     // A lapsed registration is not shown.
     f.lapse_registrations("k").await;
@@ -80,7 +80,7 @@ pub(super) async fn a_read_shows_the_registered_owners_in_order_then_an_exclusiv
     }
     assert_eq!(owners(&inspect(&c, "q").await), ["b", "d"]);
     // Handed to b; d waits on; b's lease expires unconfirmed.
-    assert_eq!(a.release(vec![lq]).await.unwrap(), 1);
+    assert_eq!(a.release_by_id(vec![lq]).await.unwrap(), 1);
     assert_eq!(owners(&inspect(&c, "q").await), ["d"]);
     f.expire("q").await;
     take_as(&c, "q", shape(LeaseKind::Shared)).await;

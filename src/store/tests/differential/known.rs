@@ -100,7 +100,7 @@ pub(super) const KNOWN: &[Known] = &[
             let owner = match seen.op {
                 Op::Acquire { owner, .. }
                 | Op::LightAcquire { owner, .. }
-                | Op::HandOver { owner, .. } => *owner,
+                | Op::Handoff { owner, .. } => *owner,
                 _ => return false,
             };
             let no_aid = d.path.starts_with("announced.writes")

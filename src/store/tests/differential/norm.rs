@@ -19,7 +19,7 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::PermitsChange;
 use crate::store::memory::{Doc, MemoryDb};
-use crate::store::{AcquireOutcome, HandOver, LeaseRef, field};
+use crate::store::{AcquireOutcome, HandoffOutcome, LeaseRef, field};
 use crate::store::{light_acquire::LightAcquired, light_release::LightRelease};
 
 /// A value in the normal form.
@@ -431,11 +431,14 @@ impl Reply {
         V::List(answers.iter().map(answer).collect())
     }
 
-    pub fn hand_over(key: &LeaseKey, r: &Result<HandOver>) -> V {
+    pub fn handoff(key: &LeaseKey, r: &Result<HandoffOutcome>) -> V {
         result(r, |h| match h {
-            HandOver::Acquired { token } => V::map([("handed", V::Token(key.clone(), *token))]),
-            HandOver::Released => V::Str("released".into()),
-            HandOver::Lost => V::Str("lost".into()),
+            HandoffOutcome::Acquired { token } => {
+                V::map([("handed", V::Token(key.clone(), *token))])
+            }
+            HandoffOutcome::Released => V::Str("released".into()),
+            HandoffOutcome::Lost => V::Str("lost".into()),
+            HandoffOutcome::NotApplied => V::Str("not applied".into()),
         })
     }
 

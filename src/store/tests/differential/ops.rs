@@ -18,6 +18,7 @@ use super::world::{
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
+use crate::store::StoreExt;
 use crate::store::light_acquire::LightAcquire;
 use crate::store::{AcquireRequest, LeaseRef, OverrideEnd, Store};
 
@@ -74,13 +75,12 @@ pub(super) enum Op {
         owner: usize,
         keys: Vec<LeaseKey>,
     },
-    HandOver {
+    Handoff {
         owner: usize,
         key: LeaseKey,
         from: Uuid,
         to: Uuid,
         ttl: Duration,
-        shape: LeaseShape,
         light: bool,
     },
     SetPayload {
@@ -176,7 +176,7 @@ impl Op {
             Op::ReleaseByOwner { .. } => "release by owner",
             Op::ForceRelease { .. } => "force release",
             Op::DeleteReleased { .. } => "delete released",
-            Op::HandOver { .. } => "hand over",
+            Op::Handoff { .. } => "handoff",
             Op::SetPayload { .. } => "set payload",
             Op::SetPermits { .. } => "set permits",
             Op::RequestRelease { .. } => "request release",
@@ -224,7 +224,7 @@ impl Op {
                 Op::Release { owner, .. }
                 | Op::ReleaseYoung { owner, .. }
                 | Op::DeleteReleased { owner, .. }
-                | Op::HandOver { owner, .. } => delete_mode(*owner),
+                | Op::Handoff { owner, .. } => delete_mode(*owner),
                 Op::ReleaseByOwner { operator, .. } => delete_mode(*operator),
                 _ => false,
             },
@@ -285,11 +285,11 @@ impl Gen {
             (9, Gen::renew),
             (7, Gen::release),
             (5, Gen::light_release),
-            (2, Gen::release_young),
+            (2, Gen::release_too_young_to_delete),
             (3, Gen::release_by_owner),
             (3, Gen::force_release),
             (3, Gen::delete_released),
-            (5, Gen::hand_over),
+            (5, Gen::handoff),
             (3, Gen::set_payload),
             (3, Gen::set_permits),
             (2, Gen::request_release),
@@ -605,7 +605,7 @@ impl Gen {
         held
     }
 
-    fn release_young(&mut self, world: &World) -> Option<Op> {
+    fn release_too_young_to_delete(&mut self, world: &World) -> Option<Op> {
         let owner = self.owner();
         let used = self.used_by(world, owner, |u| u.shape.kind == LeaseKind::Exclusive)?;
         Some(Op::ReleaseYoung {
@@ -680,22 +680,18 @@ impl Gen {
         Some(Op::DeleteReleased { owner, keys })
     }
 
-    fn hand_over(&mut self, world: &World) -> Option<Op> {
+    /// As the actor hands over: a plain exclusive lease to a plain one.
+    fn handoff(&mut self, world: &World) -> Option<Op> {
         let owner = self.owner();
         let from = self.used_by(world, owner, |u| u.shape.kind == LeaseKind::Exclusive)?;
         let to = self.uuid();
-        let mut shape = LeaseShape::default();
-        if self.rng.random_ratio(1, 8) {
-            shape.hold_at_least = Some(HOLDS[0]);
-        }
-        self.remember(owner, &from.key, to, shape);
-        Some(Op::HandOver {
+        self.remember(owner, &from.key, to, LeaseShape::default());
+        Some(Op::Handoff {
             owner,
             key: from.key,
             from: from.id,
             to,
             ttl: self.ttl(),
-            shape,
             light: self.rng.random_bool(0.5),
         })
     }
@@ -938,7 +934,7 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
             )
         }
         Op::Release { owner, leases } => {
-            both!(owner, |s| s.release(leases.clone()), Reply::count)
+            both!(owner, |s| s.release_by_id(leases.clone()), Reply::count)
         }
         Op::LightRelease { owner, leases } => {
             both!(owner, |s| s.release_light(leases.clone()), |r: &Vec<_>| {
@@ -946,7 +942,11 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
             })
         }
         Op::ReleaseYoung { owner, lease } => {
-            both!(owner, |s| s.release_young(lease.clone()), Reply::count)
+            both!(
+                owner,
+                |s| s.release_too_young_to_delete(lease.clone()),
+                Reply::count
+            )
         }
         Op::ReleaseByOwner {
             operator,
@@ -955,7 +955,7 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
         } => {
             both!(
                 operator,
-                |s| s.release_by_owner(owner.clone(), *end),
+                |s| s.release_owner(owner.clone(), *end),
                 Reply::count
             )
         }
@@ -969,18 +969,17 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
         Op::DeleteReleased { owner, keys } => {
             both!(owner, |s| s.delete_released(keys.clone()), Reply::count)
         }
-        Op::HandOver {
+        Op::Handoff {
             owner,
             key,
             from,
             to,
             ttl,
-            shape,
             light,
         } => both!(
             owner,
-            |s| s.hand_over(key.clone(), *from, *to, *ttl, *shape, *light),
-            |r| Reply::hand_over(key, r)
+            |s| s.handoff_to(key.clone(), (*from, *to), *ttl, *light),
+            |r| Reply::handoff(key, r)
         ),
         Op::SetPayload {
             owner,
