@@ -454,7 +454,7 @@ impl Timing {
         }
         if options.payload.is_some() && options.kind != LeaseKind::Exclusive {
             return Err(invalid(format!(
-                "a payload with the acquisition applies to exclusive leases only, not to a {} lease",
+                "a payload with the acquisition applies to exclusive leases only, not to {} leases",
                 options.kind
             )));
         }
@@ -469,7 +469,7 @@ impl Timing {
                 }
                 kind => {
                     return Err(invalid(format!(
-                        "permits_taken applies to permits of a semaphore, not to a {kind} lease"
+                        "permits(n) applies to a semaphore's permits, not to {kind} leases"
                     )));
                 }
             }
@@ -477,7 +477,7 @@ impl Timing {
         if let Some(at_least) = shape.hold_at_least {
             if options.kind != LeaseKind::Exclusive {
                 return Err(invalid(format!(
-                    "hold_at_least applies to exclusive leases only, not to a {} lease",
+                    "hold_at_least applies to exclusive leases only, not to {} leases",
                     options.kind
                 )));
             }

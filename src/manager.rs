@@ -452,7 +452,14 @@ impl LeaseManager {
 
     /// The lock collection's store, for the calls that go to it directly;
     /// [`Error::Shutdown`] once the manager task has stopped.
+    /// The lock collection's store, for the reads and overrides that need
+    /// no lease state: [`Error::Shutdown`] once the manager began to shut
+    /// down (the actor then takes no command; it may still hold the store
+    /// while it releases its leases).
     fn store(&self) -> Result<Arc<dyn Store>> {
+        if self.inner.mailbox.is_closed() {
+            return Err(Error::Shutdown);
+        }
         self.inner.store.upgrade().ok_or(Error::Shutdown)
     }
 
@@ -582,7 +589,12 @@ impl LeaseManager {
         let was = result.map_err(self.refused(Operation::ForceRelease))?.was;
         if let Some(info) = &was {
             // A lease of this manager it ended is lost before this returns
-            // (nothing to lose once the task has stopped).
+            // (nothing to lose once the task has stopped), if this manager
+            // holds it by then: a lease a handoff of this manager is
+            // granting meanwhile is told by its next renewal (or at once
+            // by the change stream of held leases). Either way the key is
+            // granted to nobody before that lease could no longer be live
+            // (the default end), or it was known to be gone (`immediately`).
             let call = |respond_to| Command::ForceReleased {
                 key,
                 was: info.clone(),

@@ -50,6 +50,12 @@ impl Mailbox {
         response.await.map_err(|_| Error::Shutdown)?
     }
 
+    /// Whether the actor has begun to shut down (it closes its end first)
+    /// or has stopped: no command is taken any more.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.commands.is_closed()
+    }
+
     /// Sends `command` without waiting for anything ([`Error::Shutdown`] if
     /// the actor has stopped).
     fn send(&self, command: Command) -> Result<()> {

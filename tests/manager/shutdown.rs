@@ -60,6 +60,31 @@ async fn shutdown_releases_everything_and_later_calls_get_a_clear_error() {
     for lease in leases {
         assert!(lease.release().await.unwrap_err().is_shutdown());
     }
+    // The operator's calls too, though they need no lease state: a manager
+    // that has shut down ends nobody's lease.
+    assert!(
+        a.force_release("z")
+            .immediately()
+            .await
+            .unwrap_err()
+            .is_shutdown()
+    );
+    assert!(a.force_release("z").await.unwrap_err().is_shutdown());
+    assert!(
+        a.release_owner(b.owner_id())
+            .await
+            .unwrap_err()
+            .is_shutdown()
+    );
+    assert!(a.request_release("z").await.unwrap_err().is_shutdown());
+    assert!(a.inspect("z").await.unwrap_err().is_shutdown());
+    assert!(a.list().await.unwrap_err().is_shutdown());
+    assert!(a.list().page(None, 10).await.unwrap_err().is_shutdown());
+    let z = b.inspect("z").await.unwrap().expect("z's document");
+    assert!(
+        z.held && z.owner_id == b.owner_id(),
+        "b still holds z: {z:?}"
+    );
     b.shutdown().await.unwrap();
 }
 
@@ -161,4 +186,32 @@ async fn an_unusable_lock_collection_is_refused_untouched() {
         2,
         "indexes untouched"
     );
+}
+
+/// Right after `shutdown` answers, while the manager task may still hold
+/// the store as it finishes: an operator's call of that manager is refused
+/// too, and another manager's lease stays held.
+#[tokio::test]
+async fn an_override_right_after_shutdown_is_refused() {
+    let fx = Fixture::new("shutdown_override").await;
+    let other = fx.manager(TTL).await;
+    let held = other.acquire("victim").await.unwrap();
+    for round in 0..10 {
+        let m = fx.manager(TTL).await;
+        let _mine = m.acquire(format!("mine-{round}")).await.unwrap();
+        m.shutdown().await.unwrap();
+        let ended = m.force_release("victim").immediately().await;
+        assert!(
+            matches!(ended, Err(Error::Shutdown)),
+            "round {round}: {ended:?}"
+        );
+    }
+    assert!(!held.status().is_lost());
+    let victim = other
+        .inspect("victim")
+        .await
+        .unwrap()
+        .expect("its document");
+    assert!(victim.held, "{victim:?}");
+    other.shutdown().await.unwrap();
 }

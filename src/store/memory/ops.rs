@@ -476,7 +476,7 @@ impl MemoryStore {
             (shape.hold_at_least.is_some() && shape.kind != crate::kind::LeaseKind::Exclusive).then(
                 || Error::InvalidConfig {
                     reason: format!(
-                        "hold_at_least applies to exclusive leases only, not to a {} lease",
+                        "hold_at_least applies to exclusive leases only, not to {} leases",
                         shape.kind
                     ),
                 },

@@ -554,7 +554,7 @@ impl MongoStore {
         if shape.hold_at_least.is_some() {
             return Err(crate::error::Error::InvalidConfig {
                 reason: format!(
-                    "hold_at_least applies to exclusive leases only, not to a {kind} lease"
+                    "hold_at_least applies to exclusive leases only, not to {kind} leases"
                 ),
             });
         }
