@@ -78,7 +78,8 @@ struct Inner {
     /// name it ([`Error::Refused`]).
     namespace: Arc<str>,
     /// The lock-delay of this manager's force releases and releases by
-    /// owner id.
+    /// owner id (the simulation reads it).
+    #[cfg(any(test, feature = "sim"))]
     lock_delay: Duration,
 }
 
@@ -175,7 +176,7 @@ impl LeaseManager {
     /// Spawns the actor over any store (the in-memory one in timing tests).
     pub(crate) fn start(store: Arc<dyn Store>, owner_id: Arc<str>, timing: Timing) -> LeaseManager {
         let profile = store.profile();
-        let (place, lock_delay) = (&profile.place, profile.lock_delay);
+        let place = &profile.place;
         let namespace = format!("{}.{}", place.database, place.collection).into();
         let (commands, receiver) = mpsc::unbounded_channel();
         let actor = Actor::new(
@@ -196,7 +197,8 @@ impl LeaseManager {
                 next_waiter: AtomicU64::new(0),
                 health,
                 namespace,
-                lock_delay,
+                #[cfg(any(test, feature = "sim"))]
+                lock_delay: profile.lock_delay,
             }),
         }
     }
@@ -238,6 +240,7 @@ impl LeaseManager {
 
     /// The lock-delay of this manager's involuntary ends
     /// ([`LeaseManagerOptions::lock_delay`](field@crate::LeaseManagerOptions::lock_delay)).
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn lock_delay(&self) -> Duration {
         self.inner.lock_delay
     }

@@ -355,19 +355,8 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub lease: LockArgs,
 
-    /// Run this shell command (with `/bin/sh -c`, as `flock -c`) instead
-    /// of `-- CMD ARGS...`.
-    #[arg(
-        short = 'c',
-        long = "command",
-        value_name = "SHELL_COMMAND",
-        conflicts_with = "command"
-    )]
-    pub shell: Option<String>,
-
-    /// The command and its arguments.
-    #[arg(last = true, required_unless_present = "shell", value_name = "CMD")]
-    pub command: Vec<String>,
+    #[command(flatten)]
+    pub run: CommandArg,
 }
 
 impl std::ops::Deref for ExecArgs {
@@ -384,24 +373,45 @@ impl ExecArgs {
     pub fn hold(lease: LockArgs) -> ExecArgs {
         ExecArgs {
             lease,
-            shell: None,
-            command: Vec::new(),
+            run: CommandArg::default(),
         }
     }
 
     /// Resolves `-c` into the command, and `-w 0` into `--no-wait`.
     pub fn resolve(mut self) -> ExecArgs {
-        if let Some(shell) = self.shell.take() {
-            self.command = sh_c(shell);
-        }
+        self.run = self.run.resolve();
         self.lease = self.lease.resolve();
         self
     }
 }
 
-/// `/bin/sh -c SHELL_COMMAND`.
-pub fn sh_c(shell: String) -> Vec<String> {
-    vec!["/bin/sh".into(), "-c".into(), shell]
+/// The command of `exec` and `leader`: `-- CMD ARGS...`, or `-c
+/// SHELL_COMMAND`.
+#[derive(Args, Debug, Default)]
+pub struct CommandArg {
+    /// Run this shell command (with `/bin/sh -c`, as `flock -c`) instead
+    /// of `-- CMD ARGS...`.
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "SHELL_COMMAND",
+        conflicts_with = "command"
+    )]
+    pub shell: Option<String>,
+
+    /// The command and its arguments.
+    #[arg(last = true, required_unless_present = "shell", value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+impl CommandArg {
+    /// Resolves `-c SHELL_COMMAND` into `/bin/sh -c SHELL_COMMAND`.
+    fn resolve(mut self) -> CommandArg {
+        if let Some(shell) = self.shell.take() {
+            self.command = vec!["/bin/sh".into(), "-c".into(), shell];
+        }
+        self
+    }
 }
 
 /// The lease of `exec` and `lock`: its keys, kind, timing and waiting.
@@ -676,27 +686,14 @@ pub struct LeaderArgs {
     #[command(flatten)]
     pub http: HttpArg,
 
-    /// Run this shell command (with `/bin/sh -c`) instead of `-- CMD
-    /// ARGS...`.
-    #[arg(
-        short = 'c',
-        long = "command",
-        value_name = "SHELL_COMMAND",
-        conflicts_with = "command"
-    )]
-    pub shell: Option<String>,
-
-    /// The command and its arguments.
-    #[arg(last = true, required_unless_present = "shell", value_name = "CMD")]
-    pub command: Vec<String>,
+    #[command(flatten)]
+    pub run: CommandArg,
 }
 
 impl LeaderArgs {
     /// Resolves `-c` into the command.
     pub fn resolve(mut self) -> LeaderArgs {
-        if let Some(shell) = self.shell.take() {
-            self.command = sh_c(shell);
-        }
+        self.run = self.run.resolve();
         self
     }
 }
@@ -730,8 +727,7 @@ impl ElectArgs {
                 .value
                 .map(|value| mongodb::bson::doc! { "value": value }),
             http: HttpArg { http: None },
-            shell: None,
-            command: Vec::new(),
+            run: CommandArg::default(),
         }
     }
 }

@@ -114,12 +114,12 @@ pub async fn exec(
         kind,
     };
     let revoke = args.on_revoke.signal().map(|signal| (events, signal));
-    let outcome = if args.command.is_empty() {
+    let outcome = if args.run.command.is_empty() {
         print_held(held.leases(), json, say);
         child::hold(held.lost(), &signals, revoke).await
     } else {
         child::run(
-            &args.command,
+            &args.run.command,
             &env,
             held.lost(),
             args.timing.grace(),
@@ -143,7 +143,7 @@ pub async fn exec(
         ChildOutcome::Exited(_) | ChildOutcome::Lost => {
             let keys: Vec<String> = keys.iter().map(LeaseKey::to_extended_json).collect();
             let keys = keys.join(", ");
-            let ended = if args.command.is_empty() {
+            let ended = if args.run.command.is_empty() {
                 ""
             } else {
                 "; the command was terminated"

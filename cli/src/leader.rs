@@ -45,7 +45,7 @@ pub async fn leader(
             shown,
             leadership.term()
         ));
-        if args.command.is_empty() {
+        if args.run.command.is_empty() {
             // `elect`: the name and term on stdout, held until interrupted.
             if json {
                 let line = serde_json::json!({
@@ -80,7 +80,7 @@ pub async fn leader(
             kind: LeaseKind::Exclusive,
         };
         let outcome = child::run(
-            &args.command,
+            &args.run.command,
             &lease,
             leadership.status().lost(),
             args.timing.grace(),
@@ -126,7 +126,7 @@ pub async fn leader(
                     kind: LeaseKind::Exclusive,
                 };
                 let outcome = child::run(
-                    &args.command,
+                    &args.run.command,
                     &lease,
                     leader.status().lost(),
                     args.timing.grace(),

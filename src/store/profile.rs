@@ -41,7 +41,9 @@ pub(crate) struct StoreProfile {
     /// [`MAX_QUEUE`](super::MAX_QUEUE) but in the twin's tests.
     pub queue_bound: usize,
     /// The lock-delay that this store's force releases and releases by
-    /// owner id write ("Lock-delay"); none for in-document leases.
+    /// owner id write ("Lock-delay"); none for in-document leases. Read
+    /// by the simulation (the store applies its own).
+    #[cfg_attr(not(any(test, feature = "sim")), allow(dead_code))]
     pub lock_delay: Duration,
     /// The top-level `LockId` / `LockTime` fields this store keeps
     /// ([`Store::documents`](super::Store::documents)); no lease here may
