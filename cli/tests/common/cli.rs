@@ -71,25 +71,41 @@ impl Env {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn mongo-lease");
-        let (tx, lines) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        let out = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = out.send(line);
-            }
-        });
         let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(format!("stderr: {line}"));
-            }
-        });
-        Proc {
-            child,
-            lines,
-            seen: Default::default(),
-        }
+        Proc::read(child, stderr)
+    }
+
+    /// Spawns `mongo-lease ARGS` with its stderr on a terminal (a
+    /// pseudo-terminal this test reads), as at a user's shell.
+    pub fn spawn_on_terminal(&self, args: &[&str]) -> Proc {
+        use std::os::fd::FromRawFd;
+        let (mut terminal, mut its_side) = (-1, -1);
+        // SAFETY: openpty(3) writes two descriptors into the given ints; the
+        // name, termios and window size may be null.
+        let opened = unsafe {
+            libc::openpty(
+                &mut terminal,
+                &mut its_side,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
+        // SAFETY: both descriptors were just opened and are owned here alone.
+        let (terminal, its_side) = unsafe {
+            (
+                std::fs::File::from_raw_fd(terminal),
+                std::os::fd::OwnedFd::from_raw_fd(its_side),
+            )
+        };
+        let child = self
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(its_side))
+            .spawn()
+            .expect("spawn mongo-lease");
+        Proc::read(child, terminal)
     }
 
     /// The lock collection of this database, through a client of the
@@ -149,6 +165,30 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Reads `child`'s stdout and its stderr (from `stderr`) line by line.
+    fn read(mut child: Child, stderr: impl std::io::Read + Send + 'static) -> Proc {
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        let out = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = out.send(line);
+            }
+        });
+        std::thread::spawn(move || {
+            // A terminal ends its lines with "\r\n"; reading it fails (EIO)
+            // once the process and its children closed it.
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(format!("stderr: {}", line.trim_end_matches('\r')));
+            }
+        });
+        Proc {
+            child,
+            lines,
+            seen: Default::default(),
+        }
+    }
+
     /// Waits for a line containing `needle`; returns it.
     pub fn expect_line(&self, needle: &str) -> String {
         self.expect_line_within(needle, WAIT)

