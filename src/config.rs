@@ -688,5 +688,5 @@ pub(crate) fn validate_owner_id(owner: &str) -> Result<()> {
 /// Checks a lease key: a type MongoDB accepts as `_id`, 1 to [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN)
 /// bytes (see [`LeaseKey`]).
 pub(crate) fn validate_key(key: &LeaseKey) -> Result<()> {
-    key.validate()
+    Ok(key.validate()?)
 }

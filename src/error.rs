@@ -507,6 +507,20 @@ impl std::fmt::Display for Operation {
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl From<crate::key::InvalidKey> for Error {
+    fn from(refused: crate::key::InvalidKey) -> Self {
+        Error::InvalidKey {
+            reason: refused.reason,
+        }
+    }
+}
+
+impl From<crate::kind::InvalidKind> for Error {
+    fn from(refused: crate::kind::InvalidKind) -> Self {
+        Error::InvalidConfig { reason: refused.0 }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use mongodb::bson::doc;

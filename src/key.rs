@@ -7,7 +7,17 @@ use std::sync::Arc;
 
 use mongodb::bson::{self, Binary, Bson, DateTime, Document, oid::ObjectId, spec::BinarySubtype};
 
-use crate::error::{Error, Result};
+/// Why a key was refused: MongoDB would not accept it as `_id`, it is too
+/// long, or its text is not Extended JSON. Every operation given such a key
+/// answers it as [`Error::InvalidKey`](crate::Error::InvalidKey).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid lease key: {reason}")]
+pub struct InvalidKey {
+    /// Why the key was refused.
+    pub reason: String,
+}
+
+type Result<T> = std::result::Result<T, InvalidKey>;
 
 /// Longest accepted lease key: 1 KiB, in bytes of UTF-8 for a string key,
 /// in bytes of the encoded BSON value for any other [`LeaseKey`].
@@ -37,7 +47,7 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// # Accepted types
 ///
 /// A key is checked when it is used (before any round trip to MongoDB); a
-/// refused key gives [`Error::InvalidKey`] naming the type. Accepted, as MongoDB
+/// refused key gives [`Error::InvalidKey`](crate::Error::InvalidKey) naming the type. Accepted, as MongoDB
 /// accepts them as `_id` (checked against `mongod` 6.0 by the crate's tests):
 /// strings (not empty), symbols, 32- and 64-bit integers, doubles,
 /// Decimal128, `ObjectId`, binary data of any subtype (UUIDs are binary subtype
@@ -159,14 +169,13 @@ impl LeaseKey {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`] if the text is not JSON or not valid Extended JSON.
+    /// [`InvalidKey`] if the text is not JSON or not valid Extended JSON.
     /// The key itself is checked when it is used, like any key.
     pub fn from_extended_json(json: &str) -> Result<LeaseKey> {
-        let value: serde_json::Value =
-            serde_json::from_str(json).map_err(|e| Error::InvalidKey {
-                reason: format!("not JSON: {e}"),
-            })?;
-        let bson = Bson::try_from(value).map_err(|e| Error::InvalidKey {
+        let value: serde_json::Value = serde_json::from_str(json).map_err(|e| InvalidKey {
+            reason: format!("not JSON: {e}"),
+        })?;
+        let bson = Bson::try_from(value).map_err(|e| InvalidKey {
             reason: format!("not MongoDB Extended JSON v2: {e}"),
         })?;
         Ok(LeaseKey::new(bson))
@@ -216,7 +225,7 @@ impl LeaseKey {
 
     /// Checks that MongoDB accepts the key as `_id`, and its size.
     pub(crate) fn validate(&self) -> Result<()> {
-        let refuse = |reason: String| Err(Error::InvalidKey { reason });
+        let refuse = |reason: String| Err(InvalidKey { reason });
         let value = match &*self.0 {
             Repr::Str(s) if s.as_str().is_empty() => return refuse("the key is empty".into()),
             Repr::Str(s) if s.as_str().len() > MAX_KEY_LEN => {
@@ -246,7 +255,7 @@ impl LeaseKey {
 /// embedded documents at any depth.
 fn refused_type(value: &Bson, path: &str) -> Result<()> {
     let refuse = |what: &str| {
-        Err(Error::InvalidKey {
+        Err(InvalidKey {
             reason: format!("MongoDB does not accept {what} as _id{path}"),
         })
     };
@@ -257,7 +266,7 @@ fn refused_type(value: &Bson, path: &str) -> Result<()> {
         Bson::Document(doc) => {
             for (name, field) in doc {
                 if name.starts_with('$') {
-                    return Err(Error::InvalidKey {
+                    return Err(InvalidKey {
                         reason: format!(
                             "MongoDB does not accept a document key with a field name \
                              starting with '$' ({name:?} in _id{path})"

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+/// A kind no lease can have (a semaphore of 0 permits, or too many): why,
+/// as [`Error::InvalidConfig`](crate::Error::InvalidConfig) gives it.
+#[derive(Debug)]
+pub(crate) struct InvalidKind(pub(crate) String);
 
 /// The largest number of permits a semaphore key can have.
 pub const MAX_PERMITS: u32 = 10_000;
@@ -80,16 +83,14 @@ impl LeaseKind {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a semaphore of 0 permits or more than
+    /// [`InvalidKind`] for a semaphore of 0 permits or more than
     /// [`MAX_PERMITS`].
-    pub(crate) fn validate(self) -> Result<()> {
+    pub(crate) fn validate(self) -> Result<(), InvalidKind> {
         match self {
             LeaseKind::Permit { permits } if permits == 0 || permits > MAX_PERMITS => {
-                Err(Error::InvalidConfig {
-                    reason: format!(
-                        "a semaphore key needs 1 to {MAX_PERMITS} permits, got {permits}"
-                    ),
-                })
+                Err(InvalidKind(format!(
+                    "a semaphore key needs 1 to {MAX_PERMITS} permits, got {permits}"
+                )))
             }
             _ => Ok(()),
         }

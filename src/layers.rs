@@ -7,9 +7,7 @@
 //! - an import names the defining module (`crate::kind::LeaseKind`), never
 //!   a crate-root re-export (`crate::LeaseKind`), so that the layer
 //!   imported shows;
-//! - no import cycle between top-level modules, but for those in
-//!   [`KNOWN_CYCLES`], which the test also requires to be still there, so
-//!   the list only shrinks;
+//! - no import cycle between top-level modules;
 //! - the plain-data modules ([`PLAIN_DATA`]) import only plain data;
 //! - the store imports only plain data; the actor only plain data and the
 //!   store, never `store::mongo`; the twin (`store::memory`) and the
@@ -36,11 +34,6 @@ const PLAIN_DATA: &[&str] = &[
     "telemetry",
     "token",
 ];
-
-/// Import cycles between top-level modules that are still to be cut, each
-/// as its modules in order. `error` names keys and kinds in its variants,
-/// and `key` and `kind` build its errors.
-const KNOWN_CYCLES: &[&[&str]] = &[&["error", "key", "kind"]];
 
 /// One `crate::` import: the file, its line, and the path's segments.
 #[derive(Debug)]
@@ -224,23 +217,8 @@ fn violations(files: &[(PathBuf, String)], modules: &BTreeSet<String>) -> Vec<St
             }
         }
     }
-    let known: BTreeSet<Vec<String>> = KNOWN_CYCLES
-        .iter()
-        .map(|c| c.iter().map(|m| m.to_string()).collect())
-        .collect();
-    let cycles = cycles(&edges);
-    for cycle in &cycles {
-        if !known.contains(cycle) {
-            found.push(format!("an import cycle among {}", cycle.join(", ")));
-        }
-    }
-    for cycle in &known {
-        if !cycles.contains(cycle) {
-            found.push(format!(
-                "the known cycle among {} is gone: take it off KNOWN_CYCLES",
-                cycle.join(", ")
-            ));
-        }
+    for cycle in cycles(&edges) {
+        found.push(format!("an import cycle among {}", cycle.join(", ")));
     }
     found
 }
@@ -391,7 +369,6 @@ fn the_checker_finds_each_kind_of_violation() {
         "kind.rs:2: crate::store::X: plain data imports only plain data",
         "testkit/mod.rs:1: crate::key::LeaseKey: the test kit imports nothing of the library",
         "an import cycle among actor, error, key, kind, manager, store",
-        "the known cycle among error, key, kind is gone",
     ] {
         assert!(
             found.contains(expected),

@@ -437,7 +437,7 @@ pub use foreign::{ForeignExpiry, ForeignLockRule};
 pub use health::Health;
 pub use holder::HolderId;
 pub use info::{HolderInfo, LeaseInfo, WaitingOwner};
-pub use key::{LeaseKey, MAX_KEY_LEN};
+pub use key::{InvalidKey, LeaseKey, MAX_KEY_LEN};
 pub use kind::{LeaseKind, MAX_PERMITS, PermitsChange};
 pub use lease::{Lease, LeaseObserver, MAX_PAYLOAD_LEN};
 pub use lease_group::LeaseGroup;

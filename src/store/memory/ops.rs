@@ -391,7 +391,7 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'static, Result<PermitsChange>> {
         let db = self.db.clone();
         if let Err(e) = (LeaseKind::Permit { permits }).validate() {
-            return Box::pin(futures::future::ready(Err(e)));
+            return Box::pin(futures::future::ready(Err(e.into())));
         }
         self.run(Op::SetPermits, vec![key.clone()], move |coll, now| {
             let Some(doc) = coll.docs.get_mut(&key) else {
@@ -472,7 +472,7 @@ impl MemoryStore {
         if self.place.is_some() {
             return crate::store::document_shape(shape).err();
         }
-        shape.kind.validate().err().or_else(|| {
+        shape.kind.validate().err().map(Error::from).or_else(|| {
             (shape.hold_at_least.is_some() && shape.kind != crate::kind::LeaseKind::Exclusive).then(
                 || Error::InvalidConfig {
                     reason: format!(
