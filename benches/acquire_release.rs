@@ -17,7 +17,7 @@
 //!   actor task serialises round trips that the raw driver runs in parallel.
 //!
 //! Both sides use their own `Client` with the same URI, a collection of the
-//! same shape (the manager's `connect` creates the indexes on both), and the
+//! same layout (the manager's `connect` creates the indexes on both), and the
 //! same key pattern (a pool of keys cycled through, so documents are reused
 //! exactly as in a long-running process).
 
@@ -76,12 +76,12 @@ impl Raw {
     fn acquire_pipeline(&self, lid: &Bson) -> Vec<Document> {
         let fresh = doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] };
         let mine = doc! { "$eq": ["$lid", lid.clone()] };
-        let our_shape = doc! { "$and": [
+        let our_layout = doc! { "$and": [
             { "$eq": [{ "$type": "$exp" }, "date"] },
             { "$eq": [{ "$type": "$tok" }, "long"] },
         ]};
         let expired = doc! { "$lte": ["$exp", "$$NOW"] };
-        let wins = doc! { "$or": [fresh, mine.clone(), { "$and": [our_shape, expired] }] };
+        let wins = doc! { "$or": [fresh, mine.clone(), { "$and": [our_layout, expired] }] };
         let next_token = doc! { "$cond": [
             mine,
             "$tok",

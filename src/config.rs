@@ -109,7 +109,7 @@ pub enum ReleaseMode {
     /// 100 ms by the manager's clock yet is still too young by the
     /// server's) and the manager
     /// deletes the released document once it is old enough (a delete that
-    /// matches only a released document of our shape, so a new acquisition
+    /// matches only a released document of our layout, so a new acquisition
     /// in between is never deleted); until then an insert-style client still
     /// gets a duplicate-key error. A document whose token the server's clock
     /// has not caught up with (its time part ahead, e.g. after a failover to
@@ -266,7 +266,7 @@ pub struct LeaseManagerOptions {
     /// What a release does with the lock document. Default: chosen by
     /// [`connect`](crate::LeaseManager::connect) from the collection:
     /// [`ReleaseMode::Delete`] in a collection shared with other
-    /// applications' lock clients (it holds a lock document of a shape
+    /// applications' lock clients (it holds a lock document of a layout
     /// `connect` recognises, or has a TTL index on `ts` or on `ExpireAt`, as
     /// their patterns create), so that a key released is free to their
     /// clients at once (docs/sharing.md); otherwise
@@ -293,7 +293,7 @@ pub struct LeaseManagerOptions {
     pub lock_delay: Option<Duration>,
 
     /// Another application's lock document schema, when it shares the lock
-    /// collection with a shape not recognised without it (docs/sharing.md
+    /// collection with a layout not recognised without it (docs/sharing.md
     /// lists those that are: `{_id, ts, aid}`, `{_id, value, ttl,
     /// obtained_at}`, `{_id, ExpireAt}`, a bare `{_id}`). Its locks are
     /// respected until they expire by its rule, then taken over; `connect`
@@ -419,7 +419,7 @@ pub(crate) struct AcquireOptions {
     pub(crate) ttl: Option<Duration>,
     pub(crate) kind: crate::kind::LeaseKind,
     pub(crate) hold_at_least: Option<Duration>,
-    pub(crate) holder: Option<crate::holder::HolderId>,
+    pub(crate) caller: Option<crate::caller::CallerId>,
     pub(crate) reentrant: bool,
     pub(crate) hold_at_most: Option<Duration>,
     pub(crate) payload: Option<mongodb::bson::Document>,
@@ -439,9 +439,9 @@ impl Timing {
     /// [`Acquire::hold_at_least`]).
     pub(crate) fn lease_shape(&self, options: &AcquireOptions) -> Result<LeaseShape> {
         options.kind.validate()?;
-        if options.reentrant && options.holder.is_none() {
+        if options.reentrant && options.caller.is_none() {
             return Err(invalid(
-                "reentrant needs a holder (Acquire::holder): re-entry is by the same holder",
+                "reentrant needs a caller id (Acquire::caller): re-entry is by the same caller",
             ));
         }
         let shape = LeaseShape {

@@ -30,7 +30,7 @@ use crate::status::{LeaseStatus, ReleaseOutcome};
 /// **campaign** by acquiring the key, **resign** by releasing it, and anyone
 /// can **observe** the leadership changes, pushed by a MongoDB change stream.
 ///
-/// [`Election::run_as_leader`] follows the shape of Kubernetes' leader
+/// [`Election::run_as_leader`] follows the design of Kubernetes' leader
 /// election (`OnStartedLeading` / `OnStoppedLeading`): it runs a future while
 /// leader, cancels it through a token when leadership is lost, waits for it to
 /// stop, and campaigns again. [`Election::observe`] is `OnNewLeader`.

@@ -52,12 +52,12 @@ pub enum Error {
     /// [`LeaseManager::inspect`]: crate::LeaseManager::inspect
     /// [`LeaseManager::list`]: crate::LeaseManager::list
     #[error(
-        "the lock collection holds a document of foreign shape under key {}; \
+        "the lock collection holds a document of foreign layout under key {}; \
          it was left untouched (remove it or use another collection)",
         .key.to_extended_json()
     )]
     ForeignDocument {
-        /// The key whose document has a foreign shape.
+        /// The key whose document has a foreign layout.
         key: LeaseKey,
     },
 
@@ -218,16 +218,16 @@ pub enum Error {
         requested: crate::kind::LeaseKind,
     },
 
-    /// The acquisition's holder ([`Acquire::holder`]) already holds
+    /// The acquisition's caller ([`Acquire::caller`]) already holds
     /// the key, and the acquisition did not ask to re-enter it
     /// ([`Acquire::reentrant`]), or asked for another kind than the
     /// lease held: waiting would wait on itself. Nothing was sent; the
     /// holder's lease is unchanged.
     ///
-    /// [`Acquire::holder`]: crate::Acquire::holder
+    /// [`Acquire::caller`]: crate::Acquire::caller
     /// [`Acquire::reentrant`]: crate::Acquire::reentrant
     #[error(
-        "the key {} is already held by this holder; acquiring it again would wait on itself \
+        "the key {} is already held by this caller; acquiring it again would wait on itself \
          (Acquire::reentrant re-enters a lease of the same kind)",
         .key.to_extended_json()
     )]
@@ -476,6 +476,8 @@ pub enum Operation {
     ForceRelease,
     /// `release_owner`.
     ReleaseOwner,
+    /// `request_release` (a revocation).
+    RequestRelease,
     /// A lease's release (`Lease::release`, `DocumentLease::release`).
     Release,
     /// `set_payload` of a lease.
@@ -496,6 +498,7 @@ impl std::fmt::Display for Operation {
             Operation::List => "list",
             Operation::ForceRelease => "force_release",
             Operation::ReleaseOwner => "release_owner",
+            Operation::RequestRelease => "request_release",
             Operation::Release => "release",
             Operation::SetPayload => "set_payload",
             Operation::SetTtl => "set_ttl",

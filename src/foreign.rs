@@ -1,12 +1,12 @@
-//! Foreign holders' lock documents: the shapes other applications lock keys
+//! Foreign holders' lock documents: the layouts other applications lock keys
 //! with in a shared lock collection, each with its owner field and the
 //! expiry rule its own clients apply (see docs/sharing.md).
 //!
 //! The table ([`ForeignRules`]), first match wins, after a document of this
-//! crate's shape (an int64 `tok`, a date `exp` and no `value`), which is
+//! crate's layout (an int64 `tok`, a date `exp` and no `value`), which is
 //! never foreign:
 //!
-//! | shape | recognised by | owner | expires |
+//! | layout | recognised by | owner | expires |
 //! |---|---|---|---|
 //! | a user's rule ([`ForeignLockRule`]) | its fields present, its dates dates | its owner field | by its [`ForeignExpiry`] |
 //! | `{_id, value, ttl, obtained_at}` | `value` present, `ttl` a number, `obtained_at` a date | `value` | once `$$NOW > obtained_at + ttl` seconds |
@@ -19,9 +19,9 @@
 //! `obtained_at` beside our `aid` and `ts` (`store`, "Read by other
 //! clients"), and the document is then theirs.
 //!
-//! Any other document not of our shape is a foreign holder's lock too, held
+//! Any other document not of our layout is a foreign holder's lock too, held
 //! with no known expiry, and never taken over. A foreign lock is expired once
-//! `$$NOW` reaches its expiry (the same `<=` as our `exp`; the second shape's
+//! `$$NOW` reaches its expiry (the same `<=` as our `exp`; the second layout's
 //! strict `>` is its expiry plus 1 ms).
 //!
 //! Each rule is written twice, side by side: as aggregation expressions for
@@ -43,10 +43,10 @@ use crate::error::{Error, Result};
 /// it never expires or is not recognised.
 pub(crate) const EXPIRY: &str = "fx";
 /// Projected field: a recognised foreign lock's owner (as stored), missing
-/// if its shape has no owner field.
+/// if its layout has no owner field.
 pub(crate) const OWNER: &str = "fo";
 /// Projected field: when a recognised foreign lock was taken, where its
-/// shape says (`ts`, `obtained_at`, the `since` of a user's rule).
+/// layout says (`ts`, `obtained_at`, the `since` of a user's rule).
 pub(crate) const TAKEN_AT: &str = "fa";
 
 /// The largest number of milliseconds a foreign lock's own TTL field may
@@ -87,9 +87,9 @@ pub enum ForeignExpiry {
 /// Another application's lock document schema, for a collection shared with
 /// it ([`LeaseManagerOptions::foreign_lock`](crate::LeaseManagerOptions::foreign_lock)):
 /// which fields make a document its lock, its owner field, and its expiry.
-/// The shapes of docs/sharing.md are recognised without it.
+/// The layouts of docs/sharing.md are recognised without it.
 ///
-/// A document of this crate's shape is never read by it. A lock recognised
+/// A document of this crate's layout is never read by it. A lock recognised
 /// by it is held until its expiry, then taken over by an acquisition in the
 /// acquiring write itself; `connect` accepts a collection of such documents.
 ///
@@ -188,7 +188,7 @@ impl ForeignLockRule {
     }
 }
 
-/// What a field of a shape must hold.
+/// What a field of a layout must hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Type {
     Any,
@@ -196,9 +196,9 @@ enum Type {
     Number,
 }
 
-/// One row of the table: a shape, its owner field, its expiry.
+/// One row of the table: a layout, its owner field, its expiry.
 #[derive(Debug, Clone)]
-struct Shape {
+struct Layout {
     /// Fields present, and of what type.
     fields: Vec<(String, Type)>,
     /// A bare `{_id}`: no field but `_id`.
@@ -211,7 +211,7 @@ struct Shape {
     plus_ms: i64,
 }
 
-/// The foreign lock shapes of one lock collection: the built-in ones, the
+/// The foreign lock layouts of one lock collection: the built-in ones, the
 /// user's rule if any, and the `expireAfterSeconds` of its TTL index on
 /// `ts` (found by `connect`). Fixed for a store's life.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -221,7 +221,7 @@ pub(crate) struct ForeignRules {
 }
 
 impl ForeignRules {
-    /// The built-in shapes and `custom`; `{_id, ts, aid}` never expires
+    /// The built-in layouts and `custom`; `{_id, ts, aid}` never expires
     /// until [`with_ts_expiry`](Self::with_ts_expiry).
     pub(crate) fn new(custom: Option<ForeignLockRule>) -> Self {
         ForeignRules {
@@ -238,9 +238,9 @@ impl ForeignRules {
     }
 
     /// The table, in order (see the module docs).
-    fn shapes(&self) -> Vec<Shape> {
+    fn layouts(&self) -> Vec<Layout> {
         let s = String::from;
-        let mut shapes = Vec::with_capacity(5);
+        let mut layouts = Vec::with_capacity(5);
         if let Some(rule) = &self.custom {
             let typed = |name: &String| match &rule.expiry {
                 ForeignExpiry::At { field } if field == name => Type::Date,
@@ -252,7 +252,7 @@ impl ForeignRules {
                 ForeignExpiry::AfterSeconds { seconds, .. } if seconds == name => Type::Number,
                 _ => Type::Any,
             };
-            shapes.push(Shape {
+            layouts.push(Layout {
                 fields: rule.fields.iter().map(|f| (f.clone(), typed(f))).collect(),
                 bare: false,
                 owner: rule.owner.clone(),
@@ -265,7 +265,7 @@ impl ForeignRules {
                 plus_ms: 0,
             });
         }
-        shapes.push(Shape {
+        layouts.push(Layout {
             fields: vec![
                 (s("value"), Type::Any),
                 (s("ttl"), Type::Number),
@@ -280,7 +280,7 @@ impl ForeignRules {
             },
             plus_ms: 1,
         });
-        shapes.push(Shape {
+        layouts.push(Layout {
             fields: vec![(s("aid"), Type::Any), (s("ts"), Type::Date)],
             bare: false,
             owner: Some(s("aid")),
@@ -294,7 +294,7 @@ impl ForeignRules {
             },
             plus_ms: 0,
         });
-        shapes.push(Shape {
+        layouts.push(Layout {
             fields: vec![(s("ExpireAt"), Type::Date)],
             bare: false,
             owner: None,
@@ -304,7 +304,7 @@ impl ForeignRules {
             },
             plus_ms: 0,
         });
-        shapes.push(Shape {
+        layouts.push(Layout {
             fields: Vec::new(),
             bare: true,
             owner: None,
@@ -312,13 +312,13 @@ impl ForeignRules {
             expiry: ForeignExpiry::Never,
             plus_ms: 0,
         });
-        shapes
+        layouts
     }
 
     // ---- MongoDB: aggregation expressions ----
 
     /// Whether the document (`$$ROOT`) is a recognised foreign lock: of one
-    /// of the shapes and not of `ours` (our shape test).
+    /// of the layouts and not of `ours` (the layout test).
     pub(crate) fn recognised_expr(&self, ours: Document) -> Document {
         self.switch(ours, false.into(), |_| true.into(), false.into())
     }
@@ -329,7 +329,7 @@ impl ForeignRules {
         self.switch(
             ours,
             false.into(),
-            |shape| match shape.expiry_expr() {
+            |layout| match layout.expiry_expr() {
                 None => false.into(),
                 Some(expiry) => doc! { "$let": {
                     "vars": { "x": expiry },
@@ -358,8 +358,8 @@ impl ForeignRules {
     }
 
     /// The fields a read projects for a foreign lock: [`EXPIRY`], [`OWNER`]
-    /// and [`TAKEN_AT`] by its shape (each removed where the shape has none,
-    /// and for a document of `ours` or of no recognised shape).
+    /// and [`TAKEN_AT`] by its layout (each removed where the layout has none,
+    /// and for a document of `ours` or of no recognised layout).
     pub(crate) fn projection(&self, ours: Document) -> Document {
         let remove = || Bson::from("$$REMOVE");
         let field = |name: &Option<String>| {
@@ -373,30 +373,30 @@ impl ForeignRules {
         }
     }
 
-    /// The fields the shapes read, for a projection that must keep what
+    /// The fields the layouts read, for a projection that must keep what
     /// [`annotate`](Self::annotate) reads (`{name: 1}` each).
     pub(crate) fn fields(&self) -> Document {
         let mut fields = Document::new();
-        for shape in self.shapes() {
-            for (name, _) in &shape.fields {
+        for layout in self.layouts() {
+            for (name, _) in &layout.fields {
                 fields.insert(name.clone(), 1);
             }
         }
         fields
     }
 
-    /// `$switch`: `ours` for a document of our shape, `then` of the first
-    /// shape that recognises it, else `default`.
+    /// `$switch`: `ours` for a document of our layout, `then` of the first
+    /// layout that recognises it, else `default`.
     fn switch(
         &self,
         ours: Document,
         if_ours: Bson,
-        then: impl Fn(&Shape) -> Bson,
+        then: impl Fn(&Layout) -> Bson,
         default: Bson,
     ) -> Document {
         let mut branches = vec![Bson::from(doc! { "case": ours, "then": if_ours })];
-        for shape in self.shapes() {
-            branches.push(doc! { "case": shape.recognised_expr(), "then": then(&shape) }.into());
+        for layout in self.layouts() {
+            branches.push(doc! { "case": layout.recognised_expr(), "then": then(&layout) }.into());
         }
         doc! { "$switch": { "branches": branches, "default": default } }
     }
@@ -405,23 +405,23 @@ impl ForeignRules {
 
     /// `doc` (a whole document, `_id` included) with the fields
     /// [`projection`](Self::projection) adds, computed by the same rules: a
-    /// document of our shape (`ours`) or of no recognised shape is returned
+    /// document of our layout (`ours`) or of no recognised layout is returned
     /// as it is.
     pub(crate) fn annotate(&self, doc: &Document, ours: bool) -> Document {
         let mut out = doc.clone();
         if ours {
             return out;
         }
-        let Some(shape) = self.shapes().into_iter().find(|s| s.recognises(doc)) else {
+        let Some(layout) = self.layouts().into_iter().find(|s| s.recognises(doc)) else {
             return out;
         };
-        if let Some(expiry) = shape.expiry_of(doc) {
+        if let Some(expiry) = layout.expiry_of(doc) {
             out.insert(EXPIRY, expiry);
         }
-        if let Some(owner) = shape.owner.as_ref().and_then(|o| doc.get(o)) {
+        if let Some(owner) = layout.owner.as_ref().and_then(|o| doc.get(o)) {
             out.insert(OWNER, owner.clone());
         }
-        if let Some(at) = shape.taken_at.as_ref().and_then(|f| doc.get(f).cloned()) {
+        if let Some(at) = layout.taken_at.as_ref().and_then(|f| doc.get(f).cloned()) {
             out.insert(TAKEN_AT, at);
         }
         out
@@ -437,7 +437,7 @@ impl ForeignRules {
     }
 }
 
-impl Shape {
+impl Layout {
     fn recognised_expr(&self) -> Document {
         if self.bare {
             return doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] };
@@ -459,7 +459,7 @@ impl Shape {
     }
 
     /// The expiry as a date expression (`null` where the stored values give
-    /// none), or `None` for a shape that never expires.
+    /// none), or `None` for a layout that never expires.
     fn expiry_expr(&self) -> Option<Bson> {
         let plus = self.plus_ms;
         Some(match &self.expiry {
@@ -505,7 +505,7 @@ impl Shape {
             })
     }
 
-    /// The expiry of `doc` (recognised by this shape), as
+    /// The expiry of `doc` (recognised by this layout), as
     /// [`expiry_expr`](Self::expiry_expr) computes it.
     fn expiry_of(&self, doc: &Document) -> Option<DateTime> {
         let date = |name: &str| doc.get_datetime(name).ok().map(|d| d.timestamp_millis());

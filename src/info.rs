@@ -1,4 +1,4 @@
-//! What a read of a key shows, as plain data: [`LeaseInfo`] (the key, with
+//! What a read of a key shows, as data: [`LeaseInfo`] (the key, with
 //! the server's times), [`HolderInfo`] (one holder of a shared or
 //! semaphore key) and [`WaitingOwner`] (a manager waiting for the key). The store builds them from lock documents; the handles
 //! hand them to callers.
@@ -52,7 +52,7 @@ pub struct LeaseInfo {
     /// `true` if the key is held by a **foreign holder**: its document was
     /// not written by `mongo-lease` (it has no int64 `tok` or no date `exp`),
     /// another application's lock document (docs/sharing.md lists the
-    /// shapes recognised, each with its owner field and expiry rule:
+    /// layouts recognised, each with its owner field and expiry rule:
     /// `{_id, ts, aid}`, `{_id, value, ttl, obtained_at}`, `{_id, ExpireAt}`,
     /// a bare `{_id}`, and
     /// [`LeaseManagerOptions::foreign_lock`](crate::LeaseManagerOptions::foreign_lock)).
@@ -61,7 +61,7 @@ pub struct LeaseInfo {
     /// over once it has expired by that rule. The other fields then mean:
     ///
     /// - `owner_id`: its owner field (`aid`, `value`, ...; `aid` for a
-    ///   document of no recognised shape) if a string; another BSON type as
+    ///   document of no recognised layout) if a string; another BSON type as
     ///   canonical Extended JSON; empty if it has none;
     /// - `acquired_at` and `renewed_at`: the date its expiry counts from
     ///   (`ts`, `obtained_at`), else its `ts` if a date, else `server_time`;
@@ -70,7 +70,7 @@ pub struct LeaseInfo {
     ///   not its own);
     /// - `expires_at`: its expiry by its own rule; for a lock without one
     ///   (a bare `{_id}`, `{_id, ts, aid}` without a TTL index on `ts`, a
-    ///   document of no recognised shape) unknown, so `server_time`, and
+    ///   document of no recognised layout) unknown, so `server_time`, and
     ///   [`LeaseInfo::time_to_expiry`] is [`Duration::MAX`];
     /// - `payload`: `None` (its fields are not interpreted);
     /// - `held`: `true` until its expiry (always without one).
@@ -112,7 +112,7 @@ pub struct LeaseInfo {
     /// 0 for a foreign holder's lock, and for a document last acquired by
     /// a version that did not count them.
     pub transitions: u64,
-    /// An exclusive lease of our shape whose lease id (`lid`) is gone: a
+    /// An exclusive lease of our layout whose lease id (`lid`) is gone: a
     /// release (an expiry keeps it). Tells a lost lease's reason
     /// (`actor::loss::judge`).
     pub(crate) released: bool,

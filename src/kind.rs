@@ -20,7 +20,7 @@ pub const MAX_PERMITS: u32 = 10_000;
 /// - **exclusive**: one holder (the default, [`LeaseKind::Exclusive`]);
 /// - **shared**: any number of shared holders, and no exclusive holder
 ///   ([`LeaseKind::Shared`]): the shared side of a read/write (shared/exclusive)
-///   lock, whose exclusive side is a plain exclusive lease on the same key;
+///   lock, whose exclusive side is an exclusive lease on the same key;
 /// - **permits**: at most `permits` holders ([`LeaseKind::Permit`]): a
 ///   counting semaphore. `permits` is stored with the key while any permit
 ///   is held; an acquisition asking for another number then fails with
@@ -147,8 +147,8 @@ impl LeaseShape {
         self.permits_taken.unwrap_or(1)
     }
 
-    /// A plain exclusive lease with no minimum hold: what in-document leases
-    /// and every store support.
+    /// A plain lease: exclusive, with no minimum hold (ARCHITECTURE.md,
+    /// "Glossary"): what in-document leases and every store support.
     pub fn is_plain(&self) -> bool {
         self.kind == LeaseKind::Exclusive && self.hold_at_least.is_none()
     }

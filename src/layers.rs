@@ -8,23 +8,23 @@
 //!   a crate-root re-export (`crate::LeaseKind`), so that the layer
 //!   imported shows;
 //! - no import cycle between top-level modules;
-//! - the plain-data modules ([`PLAIN_DATA`]) import only plain data;
-//! - the store imports only plain data; the actor only plain data and the
+//! - the data modules ([`DATA_MODULES`]) import only data modules;
+//! - the store imports only data modules; the actor only data modules and the
 //!   store, never `store::mongo`; the twin (`store::memory`) and the
 //!   simulation never `store::mongo`; the test kit nothing of the library.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Plain data, at the bottom (ARCHITECTURE.md "`src/` top-level modules").
-const PLAIN_DATA: &[&str] = &[
+/// The data modules, at the bottom (ARCHITECTURE.md "`src/` top-level modules").
+const DATA_MODULES: &[&str] = &[
     "backoff",
+    "caller",
     "config",
     "document_update",
     "error",
     "foreign",
     "health",
-    "holder",
     "info",
     "key",
     "kind",
@@ -153,7 +153,7 @@ fn module_of(relative: &Path) -> Vec<String> {
 /// The rules' violations among `files` (path under `src/`, source), for a
 /// crate whose top-level modules are `modules`.
 fn violations(files: &[(PathBuf, String)], modules: &BTreeSet<String>) -> Vec<String> {
-    let plain: BTreeSet<&str> = PLAIN_DATA.iter().copied().collect();
+    let data: BTreeSet<&str> = DATA_MODULES.iter().copied().collect();
     let mut found = Vec::new();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (relative, text) in files {
@@ -189,14 +189,14 @@ fn violations(files: &[(PathBuf, String)], modules: &BTreeSet<String>) -> Vec<St
             let second = import.path.get(1).map(String::as_str);
             let to_mongo = first == "store" && second == Some("mongo");
             let rule = match top.as_str() {
-                t if plain.contains(t) && !plain.contains(first.as_str()) => {
-                    Some("plain data imports only plain data")
+                t if data.contains(t) && !data.contains(first.as_str()) => {
+                    Some("a data module imports only data modules")
                 }
-                "store" if !plain.contains(first.as_str()) => {
-                    Some("the store imports only plain data")
+                "store" if !data.contains(first.as_str()) => {
+                    Some("the store imports only data modules")
                 }
-                "actor" if !plain.contains(first.as_str()) && first != "store" => {
-                    Some("the actor imports only plain data and the store")
+                "actor" if !data.contains(first.as_str()) && first != "store" => {
+                    Some("the actor imports only data modules and the store")
                 }
                 "actor" | "sim" if to_mongo => Some("never `store::mongo` outside the store"),
                 "testkit" => Some("the test kit imports nothing of the library"),
@@ -363,10 +363,10 @@ fn the_checker_finds_each_kind_of_violation() {
     ];
     let found = violations(&files, &modules).join("\n");
     for expected in [
-        "store/read.rs:1: crate::manager::LeaseManager: the store imports only plain data",
+        "store/read.rs:1: crate::manager::LeaseManager: the store imports only data modules",
         "actor/acquire.rs:1: crate::store::mongo::MongoStore: never `store::mongo` outside the store",
         "actor/acquire.rs:1: crate::LeaseKind: a crate-root re-export",
-        "kind.rs:2: crate::store::X: plain data imports only plain data",
+        "kind.rs:2: crate::store::X: a data module imports only data modules",
         "testkit/mod.rs:1: crate::key::LeaseKey: the test kit imports nothing of the library",
         "an import cycle among actor, error, key, kind, manager, store",
     ] {

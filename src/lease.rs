@@ -107,7 +107,7 @@ impl Lease {
                 DocumentWrite {
                     update,
                     release,
-                    young: false,
+                    too_young_to_delete: false,
                 },
             )
             .await
@@ -287,7 +287,7 @@ impl Lease {
     /// reentrant lock): give the new entry to code that must keep the key
     /// held for as long as it runs, a spawned task for example, whichever
     /// of the two ends first. To re-enter by acquiring again, name the
-    /// holder instead ([`Acquire::holder`](crate::Acquire::holder)).
+    /// caller instead ([`Acquire::caller`](crate::Acquire::caller)).
     ///
     /// # Errors
     ///

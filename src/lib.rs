@@ -390,6 +390,7 @@
 
 mod actor;
 mod backoff;
+mod caller;
 mod config;
 mod document;
 mod document_update;
@@ -398,7 +399,6 @@ mod error;
 mod fence;
 mod foreign;
 mod health;
-mod holder;
 mod info;
 mod key;
 mod kind;
@@ -421,6 +421,7 @@ mod token;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use caller::CallerId;
 pub use config::MAX_LOCK_DELAY;
 pub use config::{
     DEFAULT_CLOCK_SKEW, DEFAULT_GC_GRACE, DEFAULT_HEARTBEAT_DIVISOR, DEFAULT_OPERATION_TIMEOUT,
@@ -435,7 +436,6 @@ pub use error::{Error, Operation, Result};
 pub use fence::Fence;
 pub use foreign::{ForeignExpiry, ForeignLockRule};
 pub use health::Health;
-pub use holder::HolderId;
 pub use info::{HolderInfo, LeaseInfo, WaitingOwner};
 pub use key::{InvalidKey, LeaseKey, MAX_KEY_LEN};
 pub use kind::{LeaseKind, MAX_PERMITS, PermitsChange};

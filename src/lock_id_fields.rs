@@ -1,7 +1,7 @@
 //! [`LockIdFields`]: the top-level `LockId` / `LockTime` fields with which
 //! other applications lock their own documents, which in-document leases
-//! can keep true (`OpenDocuments::lock_id`). Plain data and
-//! its checks, made before anything is sent.
+//! can keep true (`OpenDocuments::lock_id`). A data module:
+//! the fields and their checks, made before anything is sent.
 
 use std::time::Duration;
 

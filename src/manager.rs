@@ -325,7 +325,7 @@ impl LeaseManager {
                     ttl,
                     create,
                     shape,
-                    holder: options.holder,
+                    holder: options.caller,
                     reentrant: options.reentrant,
                     payload: options.payload.clone(),
                     at_most: options.hold_at_most.is_some(),
@@ -614,7 +614,7 @@ impl LeaseManager {
     /// case of the lock pattern ("free every lock of a timed-out session").
     /// Logged at `warn`, like [`force_release`](LeaseManager::force_release).
     /// The returned request resolves to how many lease documents were
-    /// released: every document of our shape under that owner id not
+    /// released: every document of our layout under that owner id not
     /// released yet, live or expired without a release.
     ///
     /// **When the keys are free again**: as for
@@ -737,7 +737,7 @@ impl LeaseManager {
         self.store()?
             .request_release(key)
             .await
-            .map_err(self.refused(Operation::ForceRelease))
+            .map_err(self.refused(Operation::RequestRelease))
     }
 
     /// Observes `key`: a stream whose first item is the key's current state,

@@ -26,10 +26,10 @@ use mongodb::bson::Document;
 use serde::de::DeserializeOwned;
 
 use crate::actor::command::AcquireMode;
+use crate::caller::CallerId;
 use crate::config::AcquireOptions;
 use crate::document::{DocumentLease, DocumentLeases};
 use crate::error::{Error, Result};
-use crate::holder::HolderId;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
@@ -389,24 +389,24 @@ impl<'a, K, W> Acquire<'a, K, W> {
         self
     }
 
-    /// Who acquires: an explicit holder ([`HolderId`]). While that holder
-    /// holds the key, a second acquisition of it with the same holder never
+    /// Who acquires: an explicit caller ([`CallerId`]). While that caller
+    /// holds the key, a second acquisition of it by the same caller never
     /// waits on itself: it re-enters the lease if
     /// [`reentrant`](Self::reentrant), and otherwise fails at once with
     /// [`Error::AlreadyHeld`] (a try too). Default: every acquisition is
-    /// its own holder, and a second one waits in the key's queue like any
-    /// other caller.
-    pub fn holder(mut self, holder: HolderId) -> Self {
-        self.options.holder = Some(holder);
+    /// a caller of its own, and a second one waits in the key's queue like
+    /// any other caller.
+    pub fn caller(mut self, caller: CallerId) -> Self {
+        self.options.caller = Some(caller);
         self
     }
 
-    /// Re-enter a lease the [`holder`](Self::holder) already holds on the
+    /// Re-enter a lease the [`caller`](Self::caller) already holds on the
     /// key, of the same kind: the acquisition returns at once, with no round
     /// trip, a [`Lease`] of the same acquisition (same fencing token, TTL and
     /// status), counted: the key is released when the last of its entries
     /// is released or dropped. This acquisition's `ttl` and `hold_at_least`
-    /// are not applied (the lease keeps its own). Needs a holder; one key
+    /// are not applied (the lease keeps its own). Needs a caller id; one key
     /// at a time (not for `acquire_all`).
     pub fn reentrant(mut self) -> Self {
         self.options.reentrant = true;

@@ -180,7 +180,7 @@ pub enum Commands {
     /// prints the key and its fencing token on stdout, one line per key
     /// (`KEY TOKEN`; --json: an object per key), keeps the lease renewed,
     /// and releases it on SIGINT or SIGTERM (exit 0), or when someone asks
-    /// to release it (`release KEY --request`; `--on-revoke none` ignores
+    /// to release it (`release KEY --request`; `--on-revocation none` ignores
     /// requests). If the lease is lost meanwhile, it says so and exits 76.
     /// --http serves /healthz and /metrics, as for exec.
     Lock(LockArgs),
@@ -450,8 +450,8 @@ pub struct LockArgs {
     pub permits: Option<u32>,
 
     /// Hold the key shared: any number of shared holders at a time, and no
-    /// exclusive one (the shared side of a read/write key; a plain exec is
-    /// the exclusive side). A waiting exclusive exec stops new shared holders
+    /// exclusive one (the shared side of a read/write key; an exec without
+    /// --shared or --permits is the exclusive side). A waiting exclusive exec stops new shared holders
     /// until it has run (flock's -s).
     #[arg(short = 's', long, conflicts_with = "permits")]
     pub shared: bool,
@@ -485,8 +485,8 @@ pub struct LockArgs {
     /// --request`, `request_release`):
     /// TERM (the default), INT, HUP, QUIT, USR1, USR2, or `none` to ignore
     /// requests. The lease stays held until the command exits.
-    #[arg(long, value_name = "SIGNAL", default_value = "TERM", value_parser = parse_on_revoke)]
-    pub on_revoke: OnRevokeArg,
+    #[arg(long, value_name = "SIGNAL", default_value = "TERM", value_parser = parse_on_revocation)]
+    pub on_revocation: OnRevocationArg,
 }
 
 impl LockArgs {
@@ -578,11 +578,11 @@ impl LockArgs {
 #[derive(Args, Debug)]
 #[group(required = true, multiple = true)]
 pub struct KeyArg {
-    /// The key to lock, a string, as --key (`lock KEY`, `exec KEY -- CMD`).
+    /// The key to hold, a string, as --key (`lock KEY`, `exec KEY -- CMD`).
     #[arg(value_name = "KEY")]
     pub positional: Vec<String>,
 
-    /// The key to lock, a string. Repeat --key (or --key-json) to hold
+    /// The key to hold, a string. Repeat --key (or --key-json) to hold
     /// several keys at once: all of them or none, taken in one order
     /// whatever the order given (so two execs over overlapping keys never
     /// deadlock), and the loss of any is the loss of all.
@@ -816,7 +816,7 @@ pub struct ReleaseArgs {
 
     /// Ask the holders to release the key instead (a cooperative
     /// revocation): nothing is taken away; an `exec` holding it signals its
-    /// command (`--on-revoke`). Prints whether the key was held.
+    /// command (`--on-revocation`). Prints whether the key was held.
     #[arg(long, conflicts_with = "owner")]
     pub request: bool,
 
@@ -828,21 +828,21 @@ pub struct ReleaseArgs {
     pub lock_delay: Option<Duration>,
 }
 
-/// `exec --on-revoke`: the signal a request to release sends, or none.
+/// `exec --on-revocation`: the signal a request to release sends, or none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OnRevokeArg(Option<i32>);
+pub struct OnRevocationArg(Option<i32>);
 
-impl OnRevokeArg {
+impl OnRevocationArg {
     /// The signal, `None` for `none`.
     pub fn signal(self) -> Option<i32> {
         self.0
     }
 }
 
-fn parse_on_revoke(s: &str) -> Result<OnRevokeArg, String> {
+fn parse_on_revocation(s: &str) -> Result<OnRevocationArg, String> {
     let name = s.to_ascii_uppercase();
     let signal = match name.strip_prefix("SIG").unwrap_or(&name) {
-        "NONE" => return Ok(OnRevokeArg(None)),
+        "NONE" => return Ok(OnRevocationArg(None)),
         "TERM" => libc::SIGTERM,
         "INT" => libc::SIGINT,
         "HUP" => libc::SIGHUP,
@@ -851,7 +851,7 @@ fn parse_on_revoke(s: &str) -> Result<OnRevokeArg, String> {
         "USR2" => libc::SIGUSR2,
         _ => return Err("expected TERM, INT, HUP, QUIT, USR1, USR2 or none".into()),
     };
-    Ok(OnRevokeArg(Some(signal)))
+    Ok(OnRevocationArg(Some(signal)))
 }
 
 /// The longest duration of a lease the tool takes (`--ttl`,

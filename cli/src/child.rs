@@ -123,13 +123,13 @@ fn lines(values: &[u64]) -> String {
 /// The events of the leases held (several keys: one lease each), merged,
 /// and the signal that a request to release any of them
 /// (`LeaseEvent::RevocationRequested`) sends to the command's group
-/// (`exec --on-revoke`).
-pub type OnRevoke = Option<(SelectAll<mongo_lease::LeaseEvents>, i32)>;
+/// (`exec --on-revocation`).
+pub type OnRevocation = Option<(SelectAll<mongo_lease::LeaseEvents>, i32)>;
 
-/// The signal of the next request to release a lease held, from `revoke`;
+/// The signal of the next request to release a lease held, from `revocation`;
 /// never without one.
-async fn next_revocation(revoke: &mut OnRevoke) -> i32 {
-    if let Some((events, signal)) = revoke {
+async fn next_revocation(revocation: &mut OnRevocation) -> i32 {
+    if let Some((events, signal)) = revocation {
         while let Some(event) = events.next().await {
             if let mongo_lease::LeaseEvent::RevocationRequested { by } = event {
                 tracing::info!(
@@ -146,12 +146,12 @@ async fn next_revocation(revoke: &mut OnRevoke) -> i32 {
 
 /// Holds the lease, with no command (`lock`, `elect`), until SIGTERM or
 /// SIGINT (also one received since `signals` started listening) or a
-/// request to release it (`revoke`, as the signal it would send a
+/// request to release it (`revocation`, as the signal it would send a
 /// command), which end it with exit code 0, or until `lost` completes.
 pub async fn hold(
     lost: WaitForCancellationFutureOwned,
     signals: &Signals,
-    mut revoke: OnRevoke,
+    mut revocation: OnRevocation,
 ) -> ChildOutcome {
     // A clone of the receiver that has marked nothing seen: any signal
     // since `Signals::listen` counts, also one that came in while the
@@ -165,7 +165,7 @@ pub async fn hold(
     tokio::select! {
         () = lost => ChildOutcome::Lost,
         () = signal => ChildOutcome::Exited(0),
-        _ = next_revocation(&mut revoke) => ChildOutcome::Exited(0),
+        _ = next_revocation(&mut revocation) => ChildOutcome::Exited(0),
     }
 }
 
@@ -173,7 +173,7 @@ pub async fn hold(
 /// its own (see `group.rs`), until it exits, or until `lost` (the lease's or
 /// leadership's `lost()` future) completes: then the group gets SIGTERM,
 /// and SIGKILL after `grace`. Forwards SIGTERM and SIGINT to the group, and
-/// `revoke`'s signal on each request to release the lease.
+/// `revocation`'s signal on each request to release the lease.
 /// Whatever the command leaves running in its group when it exits ends the
 /// same way, before this returns (and so before the lease is released).
 pub async fn run(
@@ -182,7 +182,7 @@ pub async fn run(
     lost: WaitForCancellationFutureOwned,
     grace: Duration,
     signals: &Signals,
-    mut revoke: OnRevoke,
+    mut revocation: OnRevocation,
 ) -> ChildOutcome {
     let (key, token) = (lease.key, lines(lease.tokens));
     let mut cmd = std::process::Command::new(&command[0]);
@@ -210,7 +210,7 @@ pub async fn run(
                 // its background group) acts on the signal once continued.
                 group.signal(libc::SIGCONT);
             }
-            signal = next_revocation(&mut revoke) => {
+            signal = next_revocation(&mut revocation) => {
                 group.signal(signal);
                 group.signal(libc::SIGCONT);
             }

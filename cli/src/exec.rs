@@ -113,10 +113,10 @@ pub async fn exec(
         owner_id: manager.owner_id(),
         kind,
     };
-    let revoke = args.on_revoke.signal().map(|signal| (events, signal));
+    let revocation = args.on_revocation.signal().map(|signal| (events, signal));
     let outcome = if args.run.command.is_empty() {
         print_held(held.leases(), json, say);
-        child::hold(held.lost(), &signals, revoke).await
+        child::hold(held.lost(), &signals, revocation).await
     } else {
         child::run(
             &args.run.command,
@@ -124,7 +124,7 @@ pub async fn exec(
             held.lost(),
             args.timing.grace(),
             &signals,
-            revoke,
+            revocation,
         )
         .await
     };

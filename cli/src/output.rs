@@ -156,7 +156,7 @@ pub fn waiters_json(info: &LeaseInfo) -> Value {
 
 /// Whether `info`'s expiry is unknown: a foreign holder's lock without an
 /// expiry rule of its own (a bare `{_id}`, `{_id, ts, aid}` without a TTL
-/// index on `ts`, a document of no recognised shape).
+/// index on `ts`, a document of no recognised layout).
 pub fn expiry_unknown(info: &LeaseInfo) -> bool {
     info.foreign && info.time_to_expiry() == Duration::MAX
 }

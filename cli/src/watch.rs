@@ -106,7 +106,7 @@ struct Snapshot {
     holders: Vec<Holder>,
     /// The server time of the state.
     server_time: SystemTime,
-    /// The stored expiry (`exp`) of a key of mongo-lease's shape held (or
+    /// The stored expiry (`exp`) of a key of mongo-lease's layout held (or
     /// last held) exclusively, or a foreign holder's lock's expiry by its
     /// own rule; `None` for a deleted document, a foreign holder's lock
     /// without one, or a shared or semaphore key.

@@ -1,6 +1,6 @@
 //! `release KEY --request` (a cooperative revocation, docs/revocation.md):
 //! an `exec` holding the key passes the request to its command as SIGTERM,
-//! or the signal of `--on-revoke`; the command decides when to exit.
+//! or the signal of `--on-revocation`; the command decides when to exit.
 
 mod common;
 
@@ -15,7 +15,7 @@ fn trapping(signal: &str) -> String {
 
 #[test]
 fn a_release_request_signals_execs_command_which_exits_and_releases() {
-    let env = Env::new("cli_revoke");
+    let env = Env::new("cli_revocation");
     let script = trapping("TERM");
     // Told by its stream of writes, at once.
     let mut holder = env.spawn(&[
@@ -54,7 +54,7 @@ fn a_release_request_signals_execs_command_which_exits_and_releases() {
         "job",
         "--ttl",
         "3s",
-        "--on-revoke",
+        "--on-revocation",
         "USR1",
         "--",
         "sh",
@@ -83,11 +83,11 @@ fn a_release_request_signals_execs_command_which_exits_and_releases() {
         "exec",
         "--key",
         "job",
-        "--on-revoke",
+        "--on-revocation",
         "KILLME",
         "--",
         "true",
     ]);
     assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
-    assert!(stderr(&out).contains("--on-revoke"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--on-revocation"), "{}", stderr(&out));
 }

@@ -5,13 +5,13 @@
 //! its lease (`Actor::take_held`, `Actor::take_all_held`).
 
 use super::lease_group::Group;
-use crate::holder::HolderId;
+use crate::caller::CallerId;
 
 /// One held lease's binding.
 #[derive(Default)]
 pub(super) struct Binding {
     /// The holder it was acquired for, if named.
-    pub(super) holder: Option<HolderId>,
+    pub(super) holder: Option<CallerId>,
     /// Its entries besides the first, not released yet: the lease is
     /// released with its last entry.
     pub(super) reentries: u32,

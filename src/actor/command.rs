@@ -124,9 +124,9 @@ pub(crate) struct Waiter {
     pub(crate) create: Option<Document>,
     /// Its lease's kind and minimum hold (validated by the handle).
     pub(crate) shape: LeaseShape,
-    /// Its holder, if named (`Acquire::holder`), and whether it
+    /// Its holder, if named (`Acquire::caller`), and whether it
     /// re-enters a lease that holder holds on the key (`reentry.rs`).
-    pub(crate) holder: Option<crate::holder::HolderId>,
+    pub(crate) holder: Option<crate::caller::CallerId>,
     pub(crate) reentrant: bool,
     /// The payload its acquiring write is to write (validated by the handle).
     pub(crate) payload: Option<Document>,

@@ -91,7 +91,7 @@ impl Actor {
             return;
         };
         let (token, acquired_at, lease) = (held.token, held.acquired_at, held.lease_ref(&key.key));
-        write.young = acquired_at + crate::store::DELETE_DELAY > Instant::now();
+        write.too_young_to_delete = acquired_at + crate::store::DELETE_DELAY > Instant::now();
         let release = write.release;
         let mut follow_up = None;
         if release {

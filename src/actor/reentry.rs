@@ -1,5 +1,5 @@
 //! Re-entry: a second acquisition of a key by the holder of a lease on it
-//! (`Acquire::holder`, `Lease::reenter`) never waits on itself.
+//! (`Acquire::caller`, `Lease::reenter`) never waits on itself.
 //!
 //! A lease acquired for a named holder keeps that holder (its `Binding`).
 //! An acquisition by the same holder of a key it holds is answered at once,
@@ -19,8 +19,8 @@ use uuid::Uuid;
 use super::Actor;
 use super::command::{Granted, GrantedLease, Target, Waiter};
 use super::mailbox::Mailbox;
+use crate::caller::CallerId;
 use crate::error::{Error, Result};
-use crate::holder::HolderId;
 
 impl Actor {
     /// Answers `waiter` at once if its holder holds a lease on `key` here
@@ -48,7 +48,7 @@ impl Actor {
     /// that holder, and the waiters of that holder behind it (which asked
     /// while it waited) are answered now, as if they had asked after the
     /// grant.
-    pub(super) fn held_by(&mut self, key: &Target, lease_id: Uuid, holder: HolderId) {
+    pub(super) fn held_by(&mut self, key: &Target, lease_id: Uuid, holder: CallerId) {
         self.bindings.entry(lease_id).or_default().holder = Some(holder);
         let Some(state) = self.keys.get_mut(key) else {
             return;

@@ -269,7 +269,9 @@ impl Actor {
                         self.pause_release_watch_if_unneeded(place);
                     }
                 }
-                Some(Ok(Announcement::Revoked { key, by })) => self.on_revoked(place, key, &by),
+                Some(Ok(Announcement::RevocationRequested { key, by })) => {
+                    self.on_revoked(place, key, &by)
+                }
                 Some(Err(error)) if !error.is_transient() => {
                     // Typically a standalone server (no change streams, code 40573).
                     tracing::debug!(%error, "no change stream of writes; waiters poll");

@@ -162,7 +162,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     /// clock, as [`LeaseManager::inspect`] reads a key: who holds it (or last
     /// held it), its fencing token, acquisition, renewal and expiry times.
     /// `Ok(None)` if there is no such document or it carries no lock field
-    /// (never leased, or released). A lock field of foreign shape (the
+    /// (never leased, or released). A lock field of foreign layout (the
     /// user's own value under that name) is shown as held by a foreign
     /// holder ([`LeaseInfo::foreign`](crate::LeaseInfo::foreign)). One round
     /// trip; reads only `_id` and the lock field.

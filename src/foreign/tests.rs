@@ -42,7 +42,7 @@ fn ts_never_expires_without_a_ttl_index_and_ours_is_never_foreign() {
     assert_eq!(never.get(EXPIRY), None);
     assert_eq!(never.get_str(OWNER), Ok("app"));
     assert!(!ForeignRules::new(None).expired(&p1, false, at(i64::MAX)));
-    assert_eq!(rules().annotate(&p1, true), p1, "our shape: as it is");
+    assert_eq!(rules().annotate(&p1, true), p1, "our layout: as it is");
     assert!(rules().expired(&p1, false, at(t + 30_000)));
     assert!(!rules().expired(&p1, false, at(t + 29_999)));
 }
@@ -65,7 +65,7 @@ fn a_ttl_that_is_no_finite_number_of_seconds_gives_no_expiry() {
         rules().annotate(&doc, false).get(EXPIRY),
         Some(&Bson::DateTime(at(t + 2)))
     );
-    // Not a number: not this shape (held, no expiry).
+    // Not a number: not this layout (held, no expiry).
     let doc = doc! { "_id": "k", "value": "v", "ttl": "10", "obtained_at": at(t) };
     assert_eq!(rules().annotate(&doc, false), doc);
 }

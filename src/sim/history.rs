@@ -1,5 +1,5 @@
 //! The history of one run: what the holders, waiters and operators saw, in
-//! real time, as plain data, judged by the [`checker`](super::checker).
+//! real time, as data, judged by the [`checker`](super::checker).
 
 use std::fmt;
 use std::time::Duration;

@@ -8,15 +8,15 @@ use tokio::time::{Instant, sleep};
 
 use super::history::{Event, Kind, LeaseNo};
 use super::workload::{Process, Recorder, granted, idle, ms, timed, wait};
-use crate::holder::HolderId;
+use crate::caller::CallerId;
 use crate::lease::Lease;
 use crate::random::random_range;
 use crate::status::ReleaseOutcome;
 use std::future::IntoFuture;
 
-/// A task of `process` that, until `stop`, acquires `key` for a holder of
+/// A task of `process` that, until `stop`, acquires `key` for a caller of
 /// its own (waiting, or with a timeout), then one to three times either
-/// re-enters it (acquiring again as that holder, waiting or trying, or by
+/// re-enters it (acquiring again as that caller, waiting or trying, or by
 /// `Lease::reenter`) or asks for it again without re-entering (which must
 /// be refused at once: a wait on itself would never end, and the liveness
 /// property would find it), holds it a while, and releases (or drops) the
@@ -31,8 +31,8 @@ pub async fn reentrant(
     let name = format!("locks/{key}");
     let manager = &process.manager;
     while !stop.load(Ordering::SeqCst) {
-        let holder = HolderId::new();
-        let reenter = || manager.acquire(key).holder(holder).reentrant();
+        let caller = CallerId::new();
+        let reenter = || manager.acquire(key).caller(caller).reentrant();
         let acquired = async {
             match random_range(0..2) {
                 0 => reenter().await.map(Some),
@@ -62,13 +62,13 @@ pub async fn reentrant(
                     Err(_) => break,
                 },
                 1 => {
-                    let acquired = async { manager.acquire(key).holder(holder).await.map(Some) };
+                    let acquired = async { manager.acquire(key).caller(caller).await.map(Some) };
                     wait(&recorder, &process, name.clone(), acquired).await.0
                 }
                 2 => {
                     let acquired = manager
                         .try_acquire(key)
-                        .holder(holder)
+                        .caller(caller)
                         .reentrant()
                         .into_future();
                     wait(&recorder, &process, name.clone(), acquired).await.0

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::key::LeaseKey;
 
-/// A handoff of the plain exclusive lease `from` of `key` to a local
+/// A handoff of the plain lease `from` of `key` to a local
 /// waiter's acquisition `to` ([`Store::handoff`](super::Store::handoff)),
 /// in the form the actor chose.
 #[derive(Debug, Clone)]
@@ -17,7 +17,7 @@ pub(crate) struct Handoff {
     pub key: LeaseKey,
     /// The releasing lease, of this owner.
     pub from: Uuid,
-    /// The waiter's acquisition, a plain exclusive lease expiring `ttl`
+    /// The waiter's acquisition, a plain lease expiring `ttl`
     /// after the server's now.
     pub to: Uuid,
     pub ttl: Duration,

@@ -47,13 +47,13 @@
 //! `obtained_at` and leaving the other fields (see "Read by other clients").
 //!
 //! **New documents and foreign ones.** Every write of this crate leaves a
-//! document of its shape (an int64 `tok`, a date `exp` and no `value`) or none: an
+//! document of its layout (an int64 `tok`, a date `exp` and no `value`) or none: an
 //! acquisition writes the whole document, an attempt that does not win
 //! writes nothing (docs/mongodb-behaviour.md, B2), a release keeps `tok`
 //! and `exp`, and a delete removes the document. So any other document,
 //! a bare `{_id}` included (a common lock by upsert: `$setOnInsert` of the
 //! `_id` alone, released by a delete), is a lock held by a foreign holder:
-//! owner id and expiry by the rules of its shape (`crate::foreign`: `ts` +
+//! owner id and expiry by the rules of its layout (`crate::foreign`: `ts` +
 //! the TTL index on `ts`, `obtained_at + ttl`, `ExpireAt`, a user's rule;
 //! otherwise owner id its `aid`, `""` without one, and no known expiry),
 //! never modified while live by its rule, deleted only by a force release,
@@ -369,7 +369,7 @@
 //! write did not land) is tried again, anything else counts as released,
 //! as for a release.
 //!
-//! Only plain exclusive leases of the lock collection are handed over (the
+//! Only plain leases of the lock collection are handed over (the
 //! releasing lease and the waiter's); a shared or semaphore key, a waiter
 //! with `hold_at_least` and in-document leases are released, and the
 //! waiter acquires as usual. Other managers see no release: the change
@@ -392,7 +392,7 @@
 //! - **Acquire** (exclusive, no `hold_at_least`): the same upsert on `{_id,
 //!   _ins: null}` (see "Document schema"), whose one `$replaceWith` writes the new acquisition (`aid`,
 //!   `lid`, the next token, `acq = ts = $$NOW`, `exp = $$NOW + ttl`, nothing
-//!   else) if the document is new, or of our shape, expired, with no `q`,
+//!   else) if the document is new, or of our layout, expired, with no `q`,
 //!   `hs`, `pm` nor `xw`, not under this lease id and not yielded by this
 //!   owner: the general "wins" narrowed, writing the same document.
 //!   Otherwise it returns the document unchanged (no write), and the
@@ -505,7 +505,7 @@
 //! marked released as in keep mode in a second command (so the next token is
 //! `tok + 1`), and the manager deletes them once `D` (plus 100 ms) has passed
 //! since their acquisition, with a delete matching only released documents
-//! of our shape that are old enough by the same rule and not yielded: a new
+//! of our layout that are old enough by the same rule and not yielded: a new
 //! acquisition in between sets `lid` and is never deleted. A release of a
 //! lease held longer than `D` is one round trip, as in keep mode; so is
 //! the release of one lease that the manager acquired less than `D` plus
@@ -584,7 +584,7 @@
 //!   `>` frees it 1 ms later), and a released one (`exp` the release's
 //!   `$$NOW`) is free;
 //! - a document of ours never has `value`; one that has it is that
-//!   pattern's lock (the shape test, `store::is_our_shape`), even if it
+//!   pattern's lock (the layout test, `store::is_our_layout`), even if it
 //!   still carries our `aid`, `lid`, `tok`, `exp` from the lease it took
 //!   over, and is held by that pattern's rule;
 //! - every write conditional on a lease id (renewal, release, payload,
@@ -640,7 +640,7 @@ pub(crate) use profile::StoreProfile;
 pub(crate) use protocol::Store;
 #[cfg(test)]
 pub(crate) use protocol::tests::StoreExt;
-pub(crate) use read::{FIELD_COUNT, foreign_owner, is_our_shape, lease_info};
+pub(crate) use read::{FIELD_COUNT, foreign_owner, is_our_layout, lease_info};
 pub(crate) use release::{Release, Released};
 
 /// Field names of the lock document.
@@ -878,7 +878,7 @@ pub(crate) enum Announcement {
     Write(KeyWrite),
     /// A request that the holders of `key` release it, by owner id `by`
     /// ("Revocation").
-    Revoked { key: LeaseKey, by: String },
+    RevocationRequested { key: LeaseKey, by: String },
 }
 
 /// Where the locks of one store live: the lock collection, or a user
@@ -936,7 +936,7 @@ pub(crate) struct DocumentWrite {
     /// clock (set by the actor): its token is too young for the lock field
     /// to be removed, so a release by update operators skips that attempt
     /// (one round trip less). Only a hint: the server's clock decides.
-    pub young: bool,
+    pub too_young_to_delete: bool,
 }
 
 /// One acquire attempt of the general form ([`Store::acquire`]), as the
@@ -981,7 +981,7 @@ pub(crate) fn payload_applies(
     })
 }
 
-/// In-document leases are plain exclusive leases: any other shape (a
+/// In-document leases are plain leases: any other shape (a
 /// shared lease, a permit, a minimum hold) is refused before anything is
 /// sent, by both stores.
 pub(crate) fn document_shape(shape: crate::kind::LeaseShape) -> crate::error::Result<()> {
@@ -1038,7 +1038,7 @@ pub(crate) enum AcquireOutcome {
     /// key of the new one.
     OursAsAnotherKind { stored: crate::kind::LeaseKind },
     /// Another acquisition holds the key for at most `remaining` more
-    /// (server time). For a foreign holder (a document not of our shape,
+    /// (server time). For a foreign holder (a document not of our layout,
     /// never modified by an acquire while live), the time left until its
     /// expiry by its own rule (`crate::foreign`), or `None` if it has none:
     /// it is free once its owner (or a TTL index) deletes it.

@@ -96,9 +96,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     fn release(&self, release: Release) -> BoxFuture<'static, Result<Released>>;
 
     /// Releases the lease `handoff.from` of `handoff.key` and, in the same
-    /// write, makes `handoff.to` (a local waiter's plain exclusive
-    /// acquisition) its holder, as "Handoff to a local waiter" says, by the
-    /// form the actor chose ([`Handoff::light`]); only for plain exclusive
+    /// write, makes `handoff.to` (a local waiter's acquisition of a plain
+    /// lease) its holder, as "Handoff to a local waiter" says, by the
+    /// form the actor chose ([`Handoff::light`]); only for plain
     /// leases of the lock collection, which the actor alone hands over. The
     /// default (a store that has no handoff): refused.
     fn handoff(&self, handoff: Handoff) -> BoxFuture<'static, Result<HandoffOutcome>> {
@@ -120,12 +120,12 @@ pub(crate) trait Store: Send + Sync + 'static {
     }
 
     /// Reads `key` with the server's now. `Ok(None)` if it has no document;
-    /// a document of foreign shape (a bare `{_id}` too) is a lock held by a
+    /// a document of foreign layout (a bare `{_id}` too) is a lock held by a
     /// foreign holder ([`LeaseInfo::foreign`]).
     fn inspect(&self, key: LeaseKey) -> BoxFuture<'static, Result<Option<LeaseInfo>>>;
 
     /// The leases among the next `limit` lock documents with keys greater
-    /// than `after`, in key order (documents of foreign shape are foreign
+    /// than `after`, in key order (documents of foreign layout are foreign
     /// holders' locks, [`LeaseInfo::foreign`]),
     /// and the last key scanned if there may be more.
     fn list(
@@ -159,7 +159,7 @@ pub(crate) trait Store: Send + Sync + 'static {
     }
 
     /// Asks the holders of `key` to release it ("Revocation"): writes `rv
-    /// = {aid: this owner, at: $$NOW}` if a lease of our shape holds it
+    /// = {aid: this owner, at: $$NOW}` if a lease of our layout holds it
     /// now, changing no lease field. `Ok(false)` if nothing holds it. The
     /// default (a store without revocation): `Ok(false)`, nothing sent.
     fn request_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<bool>> {

@@ -1,5 +1,5 @@
 //! Reading a lock document as a [`LeaseInfo`]: its kind, its live holders,
-//! whether it has our shape or is a foreign holder's lock (see "Document
+//! whether it has our layout or is a foreign holder's lock (see "Document
 //! schema" and "Sharing a lock collection" in the parent module).
 
 use std::time::SystemTime;
@@ -10,7 +10,7 @@ use super::field;
 use crate::info::{HolderInfo, LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
 
-/// The kind a lock document of our shape is held as: a semaphore's permits
+/// The kind a lock document of our layout is held as: a semaphore's permits
 /// (`pm`), shared (`hs` without `pm`), or exclusive.
 pub(crate) fn stored_kind(doc: &Document) -> crate::kind::LeaseKind {
     match (doc.get(field::HOLDERS), doc.get(field::PERMITS)) {
@@ -46,7 +46,7 @@ pub(crate) fn token(tok: Option<&Bson>) -> Option<u64> {
 }
 
 /// The live holders (`exp > server_time`) of a shared or semaphore key's
-/// `hs`, oldest first (as stored); entries of another shape are skipped.
+/// `hs`, oldest first (as stored); entries of another layout are skipped.
 pub(crate) fn live_holders(doc: &Document, server_time: SystemTime) -> Vec<HolderInfo> {
     let Ok(entries) = doc.get_array(field::HOLDERS) else {
         return Vec::new();
@@ -78,7 +78,7 @@ pub(crate) fn live_holders(doc: &Document, server_time: SystemTime) -> Vec<Holde
 
 /// The waiting owners of a lock document at `server_time`, first served
 /// first: the live entries of `q` (`re > server_time`) in order, then a
-/// live exclusive waiter's mark (`xw`); entries of another shape are
+/// live exclusive waiter's mark (`xw`); entries of another layout are
 /// skipped ([`LeaseInfo::waiters`]).
 pub(crate) fn live_waiters(doc: &Document, server_time: SystemTime) -> Vec<WaitingOwner> {
     let date = |d: &Document, name: &str| d.get_datetime(name).ok().map(|t| t.to_system_time());
@@ -105,12 +105,12 @@ pub(crate) fn live_waiters(doc: &Document, server_time: SystemTime) -> Vec<Waiti
         .collect()
 }
 
-/// Whether `doc` (as stored or projected) has this crate's shape: an int64
+/// Whether `doc` (as stored or projected) has this crate's layout: an int64
 /// `tok` and a date `exp`. Any other document is a lock held by a foreign
 /// holder (another application's lock document, e.g. `{_id, ts, aid}`, or a
 /// bare `{_id}`, which this crate never leaves: "Document schema" in
 /// `store`).
-pub(crate) fn is_our_shape(doc: &Document) -> bool {
+pub(crate) fn is_our_layout(doc: &Document) -> bool {
     doc.get_i64(field::TOKEN).is_ok()
         && doc.get_datetime(field::EXPIRES_AT).is_ok()
         && !doc.contains_key(field::OTHER_OWNER)
@@ -122,7 +122,7 @@ pub(crate) fn is_our_shape(doc: &Document) -> bool {
 /// still bare).
 pub(crate) const FIELD_COUNT: &str = "nf";
 
-/// The owner id shown for a foreign holder: the owner field of its shape
+/// The owner id shown for a foreign holder: the owner field of its layout
 /// (the projected [`OWNER`](crate::foreign::OWNER)), else its `aid`; a
 /// string as it is, another type in canonical Extended JSON, empty if
 /// absent.
@@ -135,12 +135,12 @@ pub(crate) fn foreign_owner(doc: &Document) -> String {
 }
 
 /// Reads a lock document (as stored, or as projected with `now`) into the
-/// public [`LeaseInfo`], judged at `server_time`. A document not of our shape
-/// ([`is_our_shape`]) is a lock held by a foreign holder (see
+/// public [`LeaseInfo`], judged at `server_time`. A document not of our layout
+/// ([`is_our_layout`]) is a lock held by a foreign holder (see
 /// [`LeaseInfo::foreign`]), a bare `{_id}` included.
 pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> LeaseInfo {
     let (true, Ok(token), Ok(expires_at)) = (
-        is_our_shape(doc),
+        is_our_layout(doc),
         doc.get_i64(field::TOKEN),
         doc.get_datetime(field::EXPIRES_AT),
     ) else {
@@ -192,7 +192,7 @@ pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime
 /// A foreign holder's lock document (as projected with the foreign fields,
 /// `crate::foreign`) as a [`LeaseInfo`], as documented on
 /// [`LeaseInfo::foreign`]: its owner ([`foreign_owner`]), when it was taken
-/// (the projected date its shape counts from, else `ts`), and its expiry by
+/// (the projected date its layout counts from, else `ts`), and its expiry by
 /// its own rule: held until then, or with no known expiry (`server_time`)
 /// held until deleted. Nothing else is interpreted: its fencing token is 0,
 /// whatever `tok` it has (one that took a lease document of ours over in

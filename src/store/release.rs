@@ -28,11 +28,12 @@ pub(crate) enum Release {
     /// "Delete-on-release mode"). Both outcomes are the protocol's; a store
     /// without the shortcut releases it as [`Release::Leases`] does.
     LeaseTooYoungToDelete(LeaseRef),
-    /// Delete mode's follow-up to a release of young leases: the released
-    /// documents of these keys (no lease id, not yielded) whose token is at
-    /// least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by
-    /// the server's clock are deleted. A document acquired again meanwhile
-    /// is never deleted. [`Released::count`]: how many; nothing in keep
+    /// Delete mode's follow-up to a release of leases too young to delete:
+    /// the released documents of these keys (no lease id, not yielded)
+    /// whose token is at least
+    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by the
+    /// server's clock are deleted. A document acquired again meanwhile is
+    /// never deleted. [`Released::count`]: how many; nothing in keep
     /// mode.
     ReleasedDocuments(Vec<LeaseKey>),
     /// Delete mode's follow-up to [`Release::OwnerLeases`]: as
@@ -40,7 +41,7 @@ pub(crate) enum Release {
     /// owner id `owner`.
     ReleasedDocumentsOf(String),
     /// An operator's override: every lease document of `owner` (any
-    /// manager's) that is not released yet, of our shape only.
+    /// manager's) that is not released yet, of our layout only.
     /// [`Released::count`]: how many. In delete mode, documents it could
     /// only mark released are left to the follow-up delete
     /// ([`Released::follow_up_due`]). A live lease it ends keeps its key

@@ -5,7 +5,7 @@
 //! Both stores decide with them: [`MongoStore`](super::MongoStore) on the
 //! documents the server returns (projected with the acquire projections of
 //! `mongo::acquire`), the in-memory twin on its
-//! documents rendered in the same projected shapes (`memory::reply`). So a
+//! documents rendered in the same projected layouts (`memory::reply`). So a
 //! test of the twin exercises the verdicts the real store gives.
 //!
 //! **Written or read back.** A document returned by the attempt's own
@@ -34,7 +34,7 @@ use mongodb::bson::{Bson, DateTime, Document};
 use uuid::Uuid;
 
 use super::read::{self, int, permits};
-use super::{AcquireOutcome, field, foreign_owner, is_our_shape};
+use super::{AcquireOutcome, field, foreign_owner, is_our_layout};
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 
@@ -115,7 +115,7 @@ fn until(until: DateTime, now: i64) -> Duration {
 /// token, and the time left until its expiry by its own rule (the
 /// projected [`EXPIRY`](crate::foreign::EXPIRY), zero if past: a write in
 /// between, or a re-read), or none for a lock that never expires or is of
-/// no recognised shape.
+/// no recognised layout.
 fn foreign(key: &LeaseKey, doc: &Document) -> AcquireOutcome {
     tracing::trace!(%key, "held by a foreign holder");
     let remaining = doc
@@ -138,7 +138,7 @@ fn foreign(key: &LeaseKey, doc: &Document) -> AcquireOutcome {
 /// `Acquired` when the document holds `lease_id` of `owner`, live at the
 /// projection's `now` (an expired one, which a write of this attempt never
 /// returns, is `Unconfirmed`: a retry under that lease id wins and renews
-/// it). A document of foreign shape is held by a foreign holder (its `aid`
+/// it). A document of foreign layout is held by a foreign holder (its `aid`
 /// as owner id), with no known remaining time nor token; any other `Held`
 /// carries the document's `tok`.
 pub(crate) fn classify(
@@ -149,7 +149,7 @@ pub(crate) fn classify(
 ) -> AcquireOutcome {
     let token = doc.get_i64(field::TOKEN);
     let expires = doc.get_datetime(field::EXPIRES_AT);
-    let (true, Ok(token), Ok(expires)) = (is_our_shape(doc), token, expires) else {
+    let (true, Ok(token), Ok(expires)) = (is_our_layout(doc), token, expires) else {
         return foreign(key, doc);
     };
     let now = now_ms(doc, *expires);
@@ -368,13 +368,13 @@ fn live_mark(doc: &Document, now: i64) -> Option<(String, Duration)> {
 /// exclusive holder's expiry, or the end of a live exclusive waiter's mark
 /// (held by that waiter). Each `Held` carries the key's top `tok` (the
 /// latest holder acquisition's, or the exclusive lease's). A document of
-/// foreign shape is held by a foreign holder, with no known remaining time
+/// foreign layout is held by a foreign holder, with no known remaining time
 /// nor token.
 pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) -> AcquireOutcome {
-    if !is_our_shape(doc) {
+    if !is_our_layout(doc) {
         return foreign(key, doc);
     }
-    let exp = *doc.get_datetime(field::EXPIRES_AT).expect("our shape");
+    let exp = *doc.get_datetime(field::EXPIRES_AT).expect("our layout");
     let now = now_ms(doc, exp);
     if let Ok(entry) = doc.get_document(MINE) {
         let stored = read_kind(doc);

@@ -12,7 +12,7 @@ use crate::support::{connect_as, item_and_holder, items, stored, work_items};
 
 /// A pipeline that writes the field where the lease keeps its lock field
 /// while the user's stages run would decide what the lock field becomes (a
-/// value of foreign shape: the document locked for good). It is refused
+/// value of foreign layout: the document locked for good). It is refused
 /// before anything is sent; the lease and the document stay as they were,
 /// and the next owner takes the document after the release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,7 +77,7 @@ async fn a_value_that_reads_like_the_lock_field_is_written_as_the_users_data() {
 
 /// A pipeline that writes the reserved temporary field under a name it
 /// computes (which no check of its text can see) still cannot leave a lock
-/// field of foreign shape: the lock field is restored from the temporary
+/// field of foreign layout: the lock field is restored from the temporary
 /// field only if that still holds this lease's owner id and token; else the
 /// lease ends released (the write applies, the lease is lost), and the next
 /// owner takes the document with a greater token.
@@ -105,7 +105,7 @@ async fn a_pipeline_that_overwrites_the_reserved_field_by_a_computed_name_loses_
     let now = stored(&fx, "item").await;
     let lock = now
         .get_document("_lease")
-        .unwrap_or_else(|_| panic!("a lock field of foreign shape: {now}"));
+        .unwrap_or_else(|_| panic!("a lock field of foreign layout: {now}"));
     assert_eq!(
         lock.get_i64("tok").ok(),
         i64::try_from(token).ok(),

@@ -353,7 +353,7 @@ async fn an_update_pipeline_under_the_lease_keeps_the_lock_field_whatever_its_st
     assert_eq!(after.get_document("_lease").unwrap(), &before);
     assert_eq!(after.len(), 3, "{after}");
     // A stage that drops every other field loses the lease, never leaves a
-    // foreign-shape lock.
+    // foreign-layout lock.
     let dropped = lease
         .update(vec![doc! { "$replaceWith": { "_id": "$_id", "n": 10 } }])
         .await

@@ -106,7 +106,7 @@ async fn bad_permits_and_minimum_holds_are_refused_before_any_round_trip() {
 
 /// In `ReleaseMode::Delete` (a release deletes the key's document, which
 /// holds every holder and the minimum hold), semaphores, shared leases and
-/// minimum holds are refused before anything is sent; plain exclusive
+/// minimum holds are refused before anything is sent; plain
 /// leases still work.
 #[tokio::test]
 async fn kinds_and_minimum_holds_are_refused_in_delete_mode_before_any_round_trip() {

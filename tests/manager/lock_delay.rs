@@ -117,7 +117,7 @@ async fn a_force_released_key_is_granted_again_only_after_the_lock_delay() {
 /// A release by owner id delays every live lease of that owner, and no
 /// waiting manager (registered in the key's queue) is handed one early.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_by_owner_delays_each_live_lease_it_ends() {
+async fn release_owner_delays_each_live_lease_it_ends() {
     const DELAY: Duration = Duration::from_millis(1500);
     let fx = Fixture::new("delay_owner").await;
     let [holder, waiter] = [fx.manager(TTL).await, fx.manager(TTL).await];

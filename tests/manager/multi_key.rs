@@ -8,7 +8,7 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use common::{Fixture, eventually, within};
-use mongo_lease::{Error, HolderId, LeaseKey, LossReason, ReleaseOutcome};
+use mongo_lease::{CallerId, Error, LeaseKey, LossReason, ReleaseOutcome};
 use tokio_util::time::FutureExt as _;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -158,7 +158,7 @@ async fn bad_key_lists_are_refused_before_anything_is_sent() {
     assert!(matches!(bad, Err(Error::InvalidKey { .. })), "{bad:?}");
     let refused = manager
         .acquire_all(["a"])
-        .holder(HolderId::new())
+        .caller(CallerId::new())
         .reentrant()
         .await;
     assert!(
@@ -175,15 +175,15 @@ async fn bad_key_lists_are_refused_before_anything_is_sent() {
 }
 
 #[tokio::test]
-async fn a_holder_that_holds_one_of_the_keys_is_refused_and_keeps_its_lease() {
+async fn a_caller_that_holds_one_of_the_keys_is_refused_and_keeps_its_lease() {
     let fx = Fixture::new("multi_holder").await;
     let manager = fx.manager(TTL).await;
-    let holder = HolderId::new();
-    let lease = manager.acquire("b").holder(holder).await.unwrap();
+    let caller = CallerId::new();
+    let lease = manager.acquire("b").caller(caller).await.unwrap();
     let refused = within(
         LIMIT,
         "a refusal",
-        manager.acquire_all(["a", "b"]).holder(holder),
+        manager.acquire_all(["a", "b"]).caller(caller),
     )
     .await;
     assert!(

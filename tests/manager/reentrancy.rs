@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Fixture, within};
-use mongo_lease::{Error, HolderId, LossReason, ReleaseOutcome};
+use mongo_lease::{CallerId, Error, LossReason, ReleaseOutcome};
 
 /// Long enough that no heartbeat renews during a test (heartbeat: 20 s).
 const TTL: Duration = Duration::from_secs(60);
@@ -21,10 +21,10 @@ async fn a_holder_re_enters_its_lease_with_the_same_token_and_no_write() {
     let (options, log) = fx.monitored_options(TTL, "").await;
     let manager = mongo_lease::LeaseManager::connect(options).await.unwrap();
     let other = fx.manager(TTL).await;
-    let holder = HolderId::new();
+    let caller = CallerId::new();
     let outer = manager
         .acquire("job")
-        .holder(holder)
+        .caller(caller)
         .reentrant()
         .await
         .unwrap();
@@ -34,13 +34,13 @@ async fn a_holder_re_enters_its_lease_with_the_same_token_and_no_write() {
     let inner = within(
         LIMIT,
         "re-entry",
-        manager.acquire("job").holder(holder).reentrant(),
+        manager.acquire("job").caller(caller).reentrant(),
     )
     .await
     .unwrap();
     let tried = manager
         .try_acquire("job")
-        .holder(holder)
+        .caller(caller)
         .reentrant()
         .await
         .unwrap()
@@ -75,28 +75,28 @@ async fn a_holder_re_enters_its_lease_with_the_same_token_and_no_write() {
 async fn a_second_acquire_by_its_holder_fails_at_once_unless_reentrant() {
     let fx = Fixture::new("reenter_refused").await;
     let manager = fx.manager(TTL).await;
-    let holder = HolderId::new();
-    let lease = manager.acquire("job").holder(holder).await.unwrap();
+    let caller = CallerId::new();
+    let lease = manager.acquire("job").caller(caller).await.unwrap();
 
-    let again = within(LIMIT, "a refusal", manager.acquire("job").holder(holder)).await;
+    let again = within(LIMIT, "a refusal", manager.acquire("job").caller(caller)).await;
     assert!(
         matches!(&again, Err(Error::AlreadyHeld { key }) if key == "job"),
         "{again:?}"
     );
-    let tried = manager.try_acquire("job").holder(holder).await;
+    let tried = manager.try_acquire("job").caller(caller).await;
     assert!(matches!(tried, Err(Error::AlreadyHeld { .. })), "{tried:?}");
     // Another kind cannot re-enter: refused too, even when reentrant.
-    let shared = manager.acquire("job").holder(holder).reentrant().shared();
+    let shared = manager.acquire("job").caller(caller).reentrant().shared();
     let other_kind = within(LIMIT, "a refusal", shared).await;
     assert!(
         matches!(other_kind, Err(Error::AlreadyHeld { .. })),
         "{other_kind:?}"
     );
-    // Another holder is another caller: it waits for the lease as before.
+    // Another caller id is another caller: it waits for the lease as before.
     assert!(
         manager
             .try_acquire("job")
-            .holder(HolderId::new())
+            .caller(CallerId::new())
             .await
             .unwrap()
             .is_none()
@@ -106,24 +106,24 @@ async fn a_second_acquire_by_its_holder_fails_at_once_unless_reentrant() {
 }
 
 #[tokio::test]
-async fn acquires_of_one_holder_waiting_together_never_wait_on_each_other() {
+async fn acquires_of_one_caller_waiting_together_never_wait_on_each_other() {
     let fx = Fixture::new("reenter_waiting").await;
     let (a, b) = (fx.manager(TTL).await, fx.manager(TTL).await);
     let blocker = b.acquire("job").await.unwrap();
-    let holder = HolderId::new();
-    // Three acquisitions of one holder wait behind another manager's lease.
+    let caller = CallerId::new();
+    // Three acquisitions of one caller wait behind another manager's lease.
     let waiting = async {
         tokio::join!(
-            a.acquire("job").holder(holder).reentrant(),
-            a.acquire("job").holder(holder).reentrant(),
-            a.acquire("job").holder(holder),
+            a.acquire("job").caller(caller).reentrant(),
+            a.acquire("job").caller(caller).reentrant(),
+            a.acquire("job").caller(caller),
         )
     };
     let release = async {
         tokio::task::yield_now().await;
         blocker.release().await.unwrap()
     };
-    let ((first, second, third), _) = within(LIMIT, "the holder's acquisitions", async {
+    let ((first, second, third), _) = within(LIMIT, "the caller's acquisitions", async {
         tokio::join!(waiting, release)
     })
     .await;
@@ -165,9 +165,9 @@ async fn a_loss_ends_every_entry_at_once() {
     // renewal (1 s) if its change stream was not open yet.
     let ttl = Duration::from_secs(3);
     let (a, operator) = (fx.manager(ttl).await, fx.manager(ttl).await);
-    let holder = HolderId::new();
-    let outer = a.acquire("job").holder(holder).reentrant().await.unwrap();
-    let inner = a.acquire("job").holder(holder).reentrant().await.unwrap();
+    let caller = CallerId::new();
+    let outer = a.acquire("job").caller(caller).reentrant().await.unwrap();
+    let inner = a.acquire("job").caller(caller).reentrant().await.unwrap();
     let entry = inner.reenter().unwrap();
     operator.force_release("job").await.unwrap().expect("held");
     within(LIMIT, "the outer entry told", outer.status().lost()).await;
@@ -186,7 +186,7 @@ async fn a_loss_ends_every_entry_at_once() {
 }
 
 #[tokio::test]
-async fn reentrant_without_a_holder_is_refused_before_anything_is_sent() {
+async fn reentrant_without_a_caller_id_is_refused_before_anything_is_sent() {
     let fx = Fixture::new("reenter_config").await;
     let manager = fx.manager(TTL).await;
     let refused = manager.acquire("job").reentrant().await;

@@ -17,7 +17,7 @@ const GUARD: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_request_reaches_the_holder_which_releases_to_the_asker() {
-    let fx = Fixture::new("revoke").await;
+    let fx = Fixture::new("revocation").await;
     let [holder, asker] = [fx.manager(TTL).await, fx.manager(TTL).await];
     assert!(
         !asker.request_release("job").await.unwrap(),

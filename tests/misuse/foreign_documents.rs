@@ -11,7 +11,7 @@ use tokio_util::time::FutureExt as _;
 use crate::common::Fixture;
 use crate::support::{BOUND, TTL, bounded};
 
-/// Documents not written by mongo-lease, of many shapes, are never modified
+/// Documents not written by mongo-lease, of many layouts, are never modified
 /// or deleted: each is a lock held by a foreign holder, so `try_acquire`
 /// returns `None`, a waiting acquire keeps waiting, and `inspect` shows it
 /// held by a foreign holder. Keys next to them work normally.
@@ -69,7 +69,7 @@ async fn documents_of_foreign_shape_are_held_by_foreign_holders_and_left_untouch
     }
 }
 
-/// A document of our shape whose `aid`/`lid` were rewritten by hand while a
+/// A document of our layout whose `aid`/`lid` were rewritten by hand while a
 /// lease was held: the holder's renewal no longer matches, so it is told it
 /// lost the lease; the next owner gets a higher token.
 #[tokio::test]

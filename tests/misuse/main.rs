@@ -1,5 +1,5 @@
 //! Bad input and misuse: unreachable servers, wrong credentials, unusable
-//! lock collections, documents of foreign shape, 10 000 keys in one manager,
+//! lock collections, documents of foreign layout, 10 000 keys in one manager,
 //! unicode and very long keys, and credentials kept out of errors and logs.
 //! Each case must end in a clear error or correct behaviour, within a bounded
 //! wait, without a panic, and without losing or corrupting anything.

@@ -23,7 +23,7 @@ fn oid() -> ObjectId {
     OID.parse().unwrap()
 }
 
-/// Another application's lock of `_id` in the pattern's shape.
+/// Another application's lock of `_id` in the pattern's layout.
 fn foreign_lock(id: impl Into<Bson>) -> Document {
     doc! { "_id": id.into(), "ts": DateTime::now(), "aid": "other-application" }
 }

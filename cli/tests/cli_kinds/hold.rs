@@ -64,7 +64,7 @@ fn a_key_held_at_least_5s_is_refused_until_then_and_acquired_after() {
     assert!(acquired_again >= hold_until, "acquired before hl");
     assert!(
         !success.contains_key("hl"),
-        "a plain acquisition removes hl"
+        "an acquisition without --hold-at-least removes hl"
     );
     eprintln!(
         "{} attempts refused, then one acquired {:?} after hl",

@@ -113,7 +113,7 @@ fn lock_releases_on_request_unless_told_to_ignore_requests() {
     let out = env.run(&["exec", "job", "-n", "-c", "true"]);
     assert_eq!(out.status.code(), Some(0), "released");
 
-    let lock = env.spawn(&["lock", "job", "--on-revoke", "none"]);
+    let lock = env.spawn(&["lock", "job", "--on-revocation", "none"]);
     lock.expect_line("job ");
     let out = env.run(&["release", "job", "--request"]);
     assert_eq!(out.status.code(), Some(0));

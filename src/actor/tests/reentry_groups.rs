@@ -5,17 +5,17 @@
 //! takeovers, force releases).
 
 use super::*;
-use crate::holder::HolderId;
+use crate::caller::CallerId;
 use crate::status::LossReason;
 
 #[tokio::test(start_paused = true)]
 async fn a_re_entry_and_an_entrys_release_call_no_store() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    let holder = HolderId::new();
-    let outer = a.acquire("k").holder(holder).reentrant().await.unwrap();
+    let caller = CallerId::new();
+    let outer = a.acquire("k").caller(caller).reentrant().await.unwrap();
     let (acquires, releases) = (store.calls(Op::Acquire), store.calls(Op::Release));
-    let inner = a.acquire("k").holder(holder).reentrant().await.unwrap();
+    let inner = a.acquire("k").caller(caller).reentrant().await.unwrap();
     let entry = outer.reenter().unwrap();
     assert_eq!(inner.release().await.unwrap(), ReleaseOutcome::StillHeld);
     drop(entry);

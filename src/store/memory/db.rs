@@ -50,7 +50,7 @@ pub(crate) struct MemoryDb {
     /// The documents after each change of the last while, for stale reads
     /// ([`MemoryDb::keep_snapshots`]).
     snapshots: Arc<Mutex<Snapshots>>,
-    /// The foreign lock shapes and their expiry rules, as `MongoStore`'s
+    /// The foreign lock layouts and their expiry rules, as `MongoStore`'s
     /// ([`MemoryDb::with_foreign_rules`]).
     foreign_rules: Arc<ForeignRules>,
     /// Per open stream of writes, when it was last polled and found
@@ -152,15 +152,15 @@ impl MemoryDb {
             .clone()
     }
 
-    /// This collection with the foreign lock shapes `rules` (default: the
-    /// built-in shapes, `{_id, ts, aid}` never expiring), as `MongoStore`
+    /// This collection with the foreign lock layouts `rules` (default: the
+    /// built-in layouts, `{_id, ts, aid}` never expiring), as `MongoStore`
     /// gets them at `connect`. Set it before cloning.
     pub fn with_foreign_rules(mut self, rules: ForeignRules) -> Self {
         self.foreign_rules = Arc::new(rules);
         self
     }
 
-    /// The foreign lock shapes of this collection.
+    /// The foreign lock layouts of this collection.
     pub fn foreign_rules(&self) -> &ForeignRules {
         &self.foreign_rules
     }
@@ -190,7 +190,7 @@ impl MemoryDb {
     /// Reports a revocation's request on `key` by owner id `by` to
     /// `watch_releases` streams ("Revocation" in `store`).
     pub(super) fn announce_revocation(&self, key: &LeaseKey, by: &str) {
-        let _ = self.released.send(Announcement::Revoked {
+        let _ = self.released.send(Announcement::RevocationRequested {
             key: key.clone(),
             by: by.to_string(),
         });
@@ -860,10 +860,10 @@ impl MemoryDb {
         // `obtained_at + ttl` is `exp`, or for a young token its
         // millisecond + `DELETE_MIN_TOKEN_AGE` + 1 ms (`restated_seconds`);
         // expired once `$$NOW` is past it.
-        let young_until = (doc.token >> crate::token::TOKEN_TIME_SHIFT) as i64
+        let deletable_at = (doc.token >> crate::token::TOKEN_TIME_SHIFT) as i64
             + crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as i64
             + 1;
-        let until = self.date(doc.exp).timestamp_millis().max(young_until);
+        let until = self.date(doc.exp).timestamp_millis().max(deletable_at);
         Pattern2Seen {
             value: None,
             obtained_at: Some(self.date(doc.renewed)),

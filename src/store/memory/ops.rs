@@ -278,7 +278,7 @@ impl Store for MemoryStore {
                 };
                 return futures::future::ready(Ok(Released::count(deleted))).boxed();
             }
-            Release::OwnerLeases { owner, end } => return self.release_by_owner(owner, end),
+            Release::OwnerLeases { owner, end } => return self.release_owner_leases(owner, end),
             Release::ForcedKey { key, end } => {
                 let forced = self.force_release(key, end);
                 return async move {
@@ -410,7 +410,7 @@ impl Store for MemoryStore {
     fn request_release(&self, key: LeaseKey) -> BoxFuture<'static, Result<bool>> {
         let (db, by) = (self.db.clone(), self.owner.clone());
         self.run(Op::RequestRelease, vec![key.clone()], move |coll, now| {
-            // Held now by a lease or holders of our shape (as MongoStore's
+            // Held now by a lease or holders of our layout (as MongoStore's
             // filter: `lid` or `hs`, `exp > now`).
             let Some(doc) = coll.docs.get_mut(&key) else {
                 return Ok(false);
@@ -524,7 +524,7 @@ impl MemoryStore {
     }
 
     /// [`Release::OwnerLeases`].
-    fn release_by_owner(
+    fn release_owner_leases(
         &self,
         owner: String,
         end: OverrideEnd,

@@ -1,6 +1,6 @@
 //! The twin's re-read of a key after an acquire whose outcome is unknown,
 //! as `MongoStore` does it: the key's document rendered as BSON in the
-//! shape of the acquire projections (`mongo::acquire::acquire_projection`,
+//! layout of the acquire projections (`mongo::acquire::acquire_projection`,
 //! `mongo::acquire::multi_acquire_projection`), then judged by the same
 //! functions ([`replies`]), and worth only what a read proves
 //! ([`replies::from_reread`]).

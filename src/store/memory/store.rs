@@ -195,7 +195,7 @@ impl MemoryStore {
 
     /// This store with `MongoStore`'s light acquire, alone and grouped
     /// (`light`), in the lock collection: the actor then tries it first
-    /// for a plain exclusive lease of a key not contended lately, as over
+    /// for a plain lease of a key not contended lately, as over
     /// MongoDB. Off by default: the actor's paused-clock tests count the
     /// general acquire's calls; the simulation and the store contract turn
     /// it on.

@@ -23,7 +23,7 @@ use super::raw::{
 };
 use super::rules::{
     LID, LockPath, acquired_token, bson_lease_id, entries, entry_is, entry_live, f, has_holders,
-    inserted, key_filter, missing, next_token, our_shape, read_lease_id, restated_after,
+    inserted, key_filter, missing, next_token, our_layout, read_lease_id, restated_after,
     restated_seconds, this, transitions_after, yielded_by,
 };
 use crate::error::{Error, Result};
@@ -126,7 +126,7 @@ pub(super) fn multi_acquire_pipeline(
         _ => doc! { "$not": [has_permits.clone()] },
     };
     let mine_wins = doc! { "$and": [
-        our_shape(),
+        our_layout(),
         mine.clone(),
         { "$or": [no_live.clone(), same_kind] },
     ]};
@@ -158,7 +158,7 @@ pub(super) fn multi_acquire_pipeline(
             inserted(),
             mine_wins,
             { "$and": [
-                our_shape(),
+                our_layout(),
                 { "$not": [exclusive_held] },
                 kind_admits,
                 { "$not": [yielded_by(owner)] },
@@ -167,7 +167,7 @@ pub(super) fn multi_acquire_pipeline(
     ]};
     let lost = if waiting && kind == LeaseKind::Shared {
         let held_by_other = doc! { "$and": [
-            our_shape(),
+            our_layout(),
             { "$eq": [{ "$type": f(field::LEASE_ID) }, "binData"] },
             { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
             { "$ne": [f(field::OWNER), { "$literal": owner }] },
@@ -262,7 +262,7 @@ pub(super) fn multi_acquire_projection(owner: &str, lease_id: Uuid) -> Document 
 /// Part of a losing waiting exclusive attempt ([`acquire_pipeline`]).
 pub(super) fn exclusive_waiter_mark(owner: &str, ttl_ms: i64) -> (Document, Document) {
     let shared_live = doc! { "$and": [
-        our_shape(),
+        our_layout(),
         has_holders(),
         { "$eq": [{ "$type": f(field::PERMITS) }, "missing"] },
         { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
@@ -281,7 +281,7 @@ pub(super) fn exclusive_waiter_mark(owner: &str, ttl_ms: i64) -> (Document, Docu
 pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
     let lid = LID;
     let free = doc! { "$and": [
-        our_shape(),
+        our_layout(),
         { "$lte": [f(field::EXPIRES_AT), "$$NOW"] },
         missing(field::QUEUE),
         missing(field::HOLDERS),
@@ -368,7 +368,7 @@ pub(super) fn upsert_filter(key: &LeaseKey) -> Document {
 /// [`LockPath::acquired`] (expiring `ttl_ms` after `$$NOW`) if the
 /// acquisition wins by [`LockPath::wins`] and [`queue_allows`] it, and
 /// otherwise returns the document unchanged (no oplog entry, B2; a document
-/// of foreign shape too), except that a `waiting` attempt marks a lease of
+/// of foreign layout too), except that a `waiting` attempt marks a lease of
 /// another owner (`wt`, once per holding period) and registers in the queue
 /// for `registration_ms` ([`registered`]; "Queue of waiting owners" in
 /// `store`), or marks live shared holders ([`exclusive_waiter_mark`]).
@@ -413,7 +413,7 @@ pub(super) fn acquire_pipeline(
     }
     let lost = if waiting {
         // A free key kept for the head of the queue (another owner).
-        let kept_for_queue = doc! { "$and": [at.our_shape(), { "$not": [queue_allows(owner)] }] };
+        let kept_for_queue = doc! { "$and": [at.our_layout(), { "$not": [queue_allows(owner)] }] };
         let marked = doc! { "$mergeObjects": ["$$ROOT", {
             field::WAITING_SINCE: at.waiting_since(),
             field::QUEUE: registered(owner, lid, ttl_ms, registration_ms, payload),
@@ -696,7 +696,7 @@ impl MongoStore {
     /// expired by its own rule is taken over in the acquiring write itself
     /// ([`ForeignRules::takeover_stage`](crate::foreign::ForeignRules::takeover_stage)).
     pub(super) fn takeover_stage(&self) -> Document {
-        self.foreign().takeover_stage(our_shape(), field::INSERTED)
+        self.foreign().takeover_stage(our_layout(), field::INSERTED)
     }
 
     /// Reads `key`'s document with `projection`.

@@ -41,7 +41,7 @@ pub(crate) struct MongoStore {
     operation_timeout: Duration,
     /// Whether releases keep or delete the lock document.
     release_mode: ReleaseMode,
-    /// The foreign lock shapes of the collection and their expiry rules
+    /// The foreign lock layouts of the collection and their expiry rules
     /// (fixed at `connect`).
     foreign: ForeignRules,
 }
@@ -169,14 +169,14 @@ impl MongoStore {
         }
     }
 
-    /// This store with the foreign lock shapes `rules` (default: the
-    /// built-in shapes, `{_id, ts, aid}` never expiring).
+    /// This store with the foreign lock layouts `rules` (default: the
+    /// built-in layouts, `{_id, ts, aid}` never expiring).
     pub(crate) fn with_foreign(mut self, rules: ForeignRules) -> Self {
         self.foreign = rules;
         self
     }
 
-    /// The foreign lock shapes of its collection.
+    /// The foreign lock layouts of its collection.
     pub(crate) fn foreign(&self) -> &ForeignRules {
         &self.foreign
     }
@@ -184,7 +184,7 @@ impl MongoStore {
     /// The fields the reads of a lock document project for a foreign
     /// holder's lock ([`ForeignRules::projection`]).
     pub(super) fn foreign_projection(&self) -> Document {
-        self.foreign.projection(super::rules::our_shape())
+        self.foreign.projection(super::rules::our_layout())
     }
 
     /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).

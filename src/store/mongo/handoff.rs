@@ -24,7 +24,7 @@ use crate::store::{Handoff, HandoffOutcome, field};
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::ReturnDocument;
 use uuid::Uuid;
-/// The lease `from` of `owner` on `key`, a plain exclusive lease of our
+/// The lease `from` of `owner` on `key`, a plain lease of our
 /// shape, live by the server's clock (`exp > $$NOW`).
 pub(super) fn handoff_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Document {
     doc! {
@@ -333,7 +333,7 @@ impl MongoStore {
     }
 
     /// [`Store::leave_queues`](crate::store::Store::leave_queues): one
-    /// `updateMany` on the documents of our shape among `keys` whose queue
+    /// `updateMany` on the documents of our layout among `keys` whose queue
     /// has an entry of this owner, keeping the other owners' live entries
     /// (and removing `q` once none is left, as every write of it does); a
     /// document another application took over in place keeps our `q` and

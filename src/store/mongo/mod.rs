@@ -18,7 +18,7 @@
 //! - [`transaction`]: the transaction helper's check of a lease;
 //! - [`document`]: in-document leases, the same protocol under a field path.
 //!
-//! Shared by the verbs: [`rules`] (the token rule, the win rule, the shape
+//! Shared by the verbs: [`rules`] (the token rule, the win rule, the layout
 //! test and the field paths, written once over [`rules::LockPath`]),
 //! [`handle`] (the `MongoStore` value: a collection handle and fixed
 //! settings, nothing that changes; how server errors are read; `retried`),
@@ -45,7 +45,7 @@ mod raw;
 mod read;
 mod release;
 mod renew;
-mod revoke;
+mod revocation;
 mod rules;
 mod transaction;
 mod watch;
@@ -170,7 +170,7 @@ impl Store for MongoStore {
                     store.delete_released_matching(filter).await?
                 }
                 Release::OwnerLeases { owner, end } => {
-                    let (deleted, marked) = store.release_leases_of(owner, end).await?;
+                    let (deleted, marked) = store.release_owner_leases(owner, end).await?;
                     return Ok(Released {
                         count: deleted + marked,
                         follow_up_due: store.release_mode() == ReleaseMode::Delete && marked > 0,

@@ -6,7 +6,7 @@
 
 use super::acquire::{permits_used, stored_permits};
 use super::handle::MongoStore;
-use super::rules::{entries, entry_live, f, key_filter, our_shape};
+use super::rules::{entries, entry_live, f, key_filter, our_layout};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
@@ -29,7 +29,7 @@ fn live_entries() -> Document {
     doc! { "$filter": { "input": entries(), "cond": entry_live() } }
 }
 
-/// The update: on a document of our shape holding live permits of a
+/// The update: on a document of our layout holding live permits of a
 /// semaphore (`pm` set, live entries in `hs`) that take at most `permits`,
 /// `pm = permits` and `rl = $$NOW` (announced to the waiters, B19); any
 /// other document unchanged (no write, B2).
@@ -37,7 +37,7 @@ pub(super) fn set_permits_update(permits: u32) -> Vec<Document> {
     let applies = doc! { "$let": {
         "vars": { "hs": live_entries() },
         "in": { "$and": [
-            our_shape(),
+            our_layout(),
             { "$ne": [{ "$type": f(field::PERMITS) }, "missing"] },
             { "$gt": [{ "$size": "$$hs" }, 0] },
             { "$lte": [permits_used("$$hs"), i64::from(permits)] },

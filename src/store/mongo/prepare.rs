@@ -41,9 +41,9 @@
 //!
 //! Before creating the TTL index on `exp` (only when it does not exist yet),
 //! `prepare` looks for one document that is not a lock document: neither of
-//! this crate's shape (`tok` int64 and `exp` date), nor another application's
-//! lock of a recognised shape (`crate::foreign`: `{_id, ts, aid}`, `{_id,
-//! value, ttl, obtained_at}`, `{_id, ExpireAt}`, a bare `{_id}`, the shape of
+//! this crate's layout (`tok` int64 and `exp` date), nor another application's
+//! lock of a recognised layout (`crate::foreign`: `{_id, ts, aid}`, `{_id,
+//! value, ttl, obtained_at}`, `{_id, ExpireAt}`, a bare `{_id}`, the layout of
 //! `LeaseManagerOptions::foreign_lock`), which it joins. If
 //! there is one, the collection is refused: it is probably a data collection
 //! named by mistake, and the TTL index would delete its documents that happen
@@ -60,7 +60,7 @@ use mongodb::bson::{Document, doc};
 use mongodb::options::IndexOptions;
 
 use super::handle::{MongoStore, command_code};
-use super::rules::our_shape;
+use super::rules::our_layout;
 use crate::config::{DELETE_MIN_TOKEN_AGE, Timing};
 use crate::error::{Error, Result, is_transient_db_error, unreachable_from};
 use crate::foreign::ForeignRules;
@@ -82,7 +82,7 @@ pub(crate) struct CollectionFacts {
     /// a longer TTL of its own (`Acquire::ttl`) is capped by it.
     pub ttl_cap: Option<Duration>,
     /// The collection is shared with other applications' lock clients: it
-    /// holds a foreign holder's lock of a recognised shape
+    /// holds a foreign holder's lock of a recognised layout
     /// (`crate::foreign`), or has a TTL index on `ts` (the insert pattern's)
     /// or on `ExpireAt` (the `$setOnInsert` pattern's).
     pub shared: bool,
@@ -243,9 +243,9 @@ impl MongoStore {
     }
 
     /// Whether the collection holds a foreign holder's lock of a recognised
-    /// shape (one indexed-less read, which may scan the collection once).
+    /// layout (one indexed-less read, which may scan the collection once).
     async fn holds_a_foreign_lock(&self) -> Result<bool> {
-        let filter = doc! { "$expr": self.foreign().recognised_expr(our_shape()) };
+        let filter = doc! { "$expr": self.foreign().recognised_expr(our_layout()) };
         let found = self
             .bounded(
                 self.coll()
@@ -276,7 +276,7 @@ impl MongoStore {
             reason: format!(
                 "{} is expected to be a lock collection (documents {{_id, aid, ts, ...}}, or \
                  another application's locks: {{_id, ts, aid}}, {{_id, value, ttl, \
-                 obtained_at}}, {{_id, ExpireAt}}, {{_id}}, or the shape of the foreign_lock \
+                 obtained_at}}, {{_id, ExpireAt}}, {{_id}}, or the layout of the foreign_lock \
                  option), but it holds a document that is not a lock document (_id: {id}); the TTL \
                  index on `exp` would delete such documents when they carry an `exp` date. \
                  Nothing was created: point the manager at a collection of its own (e.g. \
@@ -354,14 +354,14 @@ impl MongoStore {
     }
 }
 
-/// The filter of a document that is neither of this crate's shape (`tok`
-/// int64 and `exp` date) nor a foreign holder's lock of a shape of `rules`
+/// The filter of a document that is neither of this crate's layout (`tok`
+/// int64 and `exp` date) nor a foreign holder's lock of a layout of `rules`
 /// (`crate::foreign`: `{_id, ts, aid}`, `{_id, value, ttl, obtained_at}`,
 /// `{_id, ExpireAt}`, a bare `{_id}`, the user's rule).
 fn not_a_lock_document(rules: &ForeignRules) -> Document {
     doc! { "$nor": [
         { field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } },
-        { "$expr": rules.recognised_expr(our_shape()) },
+        { "$expr": rules.recognised_expr(our_layout()) },
     ] }
 }
 

@@ -1,7 +1,7 @@
 //! **Read and list**: `inspect` and `list` of lock documents with the
 //! server's now ([`info_projection`], [`projected_info`]), and the read of
 //! many keys' documents after a grouped light write
-//! ([`MongoStore::read_keys`]). A document of foreign shape is a foreign
+//! ([`MongoStore::read_keys`]). A document of foreign layout is a foreign
 //! holder's lock (`store::read`).
 
 use super::handle::{MongoStore, id_index};

@@ -43,13 +43,13 @@ use uuid::Uuid;
 /// or every lease of an owner, ended by an operator. (A manager releases
 /// its own leases by lease id only, never by owner id: a release by owner
 /// id that lands late would end leases acquired after it was sent.)
-pub(super) enum Released<'a> {
+pub(super) enum Selection<'a> {
     /// The leases `ids` of `owner`.
     Leases { owner: &'a str, ids: Vec<Uuid> },
     /// Every lease of `owner`, ended by an operator (release by owner id):
     /// its key unavailable until `end` says, with a lock-delay of
     /// `delay_ms` ([`delay_stage`]).
-    ByOperator {
+    OwnerLeases {
         owner: &'a str,
         delay_ms: i64,
         end: OverrideEnd,
@@ -102,10 +102,10 @@ pub(super) fn delay_stage(selected: &Document, delay_ms: i64, end: OverrideEnd) 
 /// An exclusive key with another owner's live entry in its queue is handed
 /// to the first one instead ([`pick_stage`](super::handoff::pick_stage),
 /// [`handoff_stages`](super::handoff::handoff_stages)).
-pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<Document> {
-    let (selected, delay, keeps_places) = match released {
-        Released::Leases { owner, ids } => (entry_among(owner, ids), None, false),
-        Released::ByOperator {
+pub(super) fn release_any_update(selection: &Selection<'_>, yield_ms: i64) -> Vec<Document> {
+    let (selected, delay, keeps_places) = match selection {
+        Selection::Leases { owner, ids } => (entry_among(owner, ids), None, false),
+        Selection::OwnerLeases {
             owner,
             delay_ms,
             end,
@@ -191,7 +191,7 @@ pub(super) fn release_any_update(released: &Released<'_>, yield_ms: i64) -> Vec<
     )
 }
 
-/// Every document with a holder entry of `owner`, of our shape: the
+/// Every document with a holder entry of `owner`, of our layout: the
 /// multi-holder side of a release by owner id.
 pub(super) fn owner_holders_filter(owner: &str) -> Document {
     doc! {
@@ -202,7 +202,7 @@ pub(super) fn owner_holders_filter(owner: &str) -> Document {
     }
 }
 
-/// `key` if held now by anything of our shape: an exclusive lease, holders
+/// `key` if held now by anything of our layout: an exclusive lease, holders
 /// in `hs`, or a minimum hold (`exp > $$NOW` covers them all); with
 /// [`OverrideEnd::Immediately`], also a key an earlier override left
 /// waiting for its lease's expiry or a lock-delay (`nb`, ahead).
@@ -294,7 +294,7 @@ pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
 }
 
 /// Every lease document of `owner` not released yet (live, or expired
-/// without a release), of our shape: an operator's release by owner id.
+/// without a release), of our layout: an operator's release by owner id.
 /// Another application's lock document with the same `aid` (no int64 `tok`)
 /// never matches.
 pub(super) fn owner_leases_filter(owner: &str) -> Document {
@@ -351,7 +351,7 @@ pub(super) async fn release_in_two_writes(
 }
 
 /// A foreign holder's lock document `found` (as read by an info read) under
-/// `key`, only while it is still of foreign shape with the `aid` and `ts` it
+/// `key`, only while it is still of foreign layout with the `aid` and `ts` it
 /// had and as many fields ([`FIELD_COUNT`]; a bare `{_id}` only while still
 /// bare): the filter of a force release's delete, so that a concurrent
 /// change is not clobbered.
@@ -467,7 +467,7 @@ impl MongoStore {
     }
 
     /// One `findAndModify` (a retryable write) that releases `key` if a lease
-    /// of our shape holds it now, whoever the owner; returns it as it was.
+    /// of our layout holds it now, whoever the owner; returns it as it was.
     /// Otherwise, if a foreign holder's lock document is there, one
     /// `deleteOne` (a retryable write) deletes it if it is still the document
     /// read ([`foreign_filter`]); a concurrent change wins, and nothing is
@@ -531,7 +531,7 @@ impl MongoStore {
     async fn release_parts(
         &self,
         filter: Document,
-        released: &Released<'_>,
+        selection: &Selection<'_>,
         single: bool,
         delete_first: bool,
     ) -> Result<(u64, u64)> {
@@ -542,7 +542,7 @@ impl MongoStore {
             let deletable = deletable_filter(filter.clone(), min_token_age_ms());
             self.delete_matching(&deletable, single).await
         };
-        let update = || release_any_update(released, self.yield_ms()).into();
+        let update = || release_any_update(selection, self.yield_ms()).into();
         let mark = self.update_matching(self.coll(), "release", &filter, update, single);
         release_in_two_writes(single, delete, mark).await
     }
@@ -550,12 +550,12 @@ impl MongoStore {
     pub(super) async fn release_matching(
         &self,
         filter: Document,
-        released: &Released<'_>,
+        selection: &Selection<'_>,
         single: bool,
         delete_first: bool,
     ) -> Result<u64> {
         let (deleted, marked) = self
-            .release_parts(filter, released, single, delete_first)
+            .release_parts(filter, selection, single, delete_first)
             .await?;
         Ok(deleted + marked)
     }
@@ -581,13 +581,13 @@ impl MongoStore {
         }
         let mut count = 0;
         for round in rounds {
-            let released = Released::Leases {
+            let selection = Selection::Leases {
                 owner: self.owner(),
                 ids: lease_ids(&round),
             };
             let filter = holder_filter(self.owner(), &round);
             count += self
-                .release_matching(filter, &released, round.len() == 1, delete_first)
+                .release_matching(filter, &selection, round.len() == 1, delete_first)
                 .await?;
         }
         Ok(count)
@@ -606,7 +606,7 @@ impl MongoStore {
     /// (tokens younger than
     /// [`DELETE_MIN_TOKEN_AGE`](crate::config::DELETE_MIN_TOKEN_AGE), or
     /// keys kept until `nb`) are left to the caller's follow-up delete.
-    pub(super) async fn release_leases_of(
+    pub(super) async fn release_owner_leases(
         &self,
         owner: String,
         end: OverrideEnd,
@@ -622,7 +622,7 @@ impl MongoStore {
         }
         let filter = doc! { "$or": [owner_leases_filter(&owner), holders] };
         let delay_ms = self.lock_delay_ms();
-        let released = Released::ByOperator {
+        let selection = Selection::OwnerLeases {
             owner: &owner,
             delay_ms,
             end,
@@ -631,7 +631,7 @@ impl MongoStore {
         // document stays until `nb`: the follow-up delete waits for it
         // ([`released_filter`]).
         let delete_first = delay_ms == 0 && end == OverrideEnd::Immediately;
-        self.release_parts(filter, &released, false, delete_first)
+        self.release_parts(filter, &selection, false, delete_first)
             .await
     }
 }

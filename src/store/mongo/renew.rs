@@ -125,7 +125,7 @@ pub(super) fn renew_exclusive_update(ttl_ms: i64) -> Vec<Document> {
 /// `exp = max(exp, $$NOW + ttl_ms, hl)`; a holder's entry `ts` and `exp =
 /// max(exp, $$NOW + ttl_ms)`, and the top `exp` the latest of the
 /// entries'. No `exp` moves back (`LockPath::renewed_expiry`). The first
-/// stage renews as the renewal of plain exclusive leases does, the second
+/// stage renews as the renewal of plain leases does, the second
 /// raises `exp` to `hl` or the latest entry's.
 pub(super) fn renew_any_update(owner: &str, ids: &[Uuid], ttl_ms: i64) -> Vec<Document> {
     let expires = LockPath::TOP.renewed_expiry(ttl_ms);
@@ -155,7 +155,7 @@ pub(super) fn renew_any_update(owner: &str, ids: &[Uuid], ttl_ms: i64) -> Vec<Do
 }
 
 /// The restated `ttl` of a renewal, whose filter matches only leases of
-/// ours (so no shape test, unlike `rules::restated`): `rules::restated_seconds`
+/// ours (so no layout test, unlike `rules::restated`): `rules::restated_seconds`
 /// of `expires` (the stage's new `exp`) from `ts` (the first stage's
 /// `$$NOW`) ("Read by other clients" in `store`).
 fn restated_ttl(expires: Document) -> Document {
@@ -184,7 +184,7 @@ pub(super) fn held_lease_ids(doc: &Document, path: &str) -> Vec<Uuid> {
 }
 
 /// The `update` command of one statement, `{ q: filter, u: update, multi:
-/// true }`, renewing the plain exclusive `leases` of `owner` on `collection`
+/// true }`, renewing the plain `leases` of `owner` on `collection`
 /// by `update`, with majority write concern, in the order
 /// [`update_statements`](super::raw::update_statements) and
 /// [`raw_command`](MongoStore::raw_command) give it.
@@ -277,7 +277,7 @@ impl Serialize for LeaseIds<'_> {
     }
 }
 
-/// The renewal command of `owner`'s plain exclusive `leases` on
+/// The renewal command of `owner`'s plain `leases` on
 /// `collection` by TTL `ttl_ms`, serialized in one pass.
 ///
 /// # Errors
@@ -304,7 +304,7 @@ pub(super) fn renewal_command(
 }
 
 impl MongoStore {
-    /// One `updateMany` for the batch: the renewal of plain exclusive leases
+    /// One `updateMany` for the batch: the renewal of plain leases
     /// when every lease of the batch is exclusive (its [`LeaseRef::kind`],
     /// encoded directly, [`renewal_command`]), else the renewal of any kinds.
     pub(super) async fn renew_batch(
@@ -429,7 +429,7 @@ impl MongoStore {
         .await
     }
 
-    /// The renewal of the plain exclusive `leases` by TTL `ttl_ms`, one
+    /// The renewal of the plain `leases` by TTL `ttl_ms`, one
     /// `update` command with `multi` (an `updateMany`, not a retryable
     /// write either way): the count of documents matched. `None` if the
     /// server reported write errors: the caller then sends the same

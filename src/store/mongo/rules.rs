@@ -2,13 +2,13 @@
 //! document keeps its lock fields ([`LockPath`]): at the top of a lock
 //! document (the lock collection) or under the lock field `F` of a user's
 //! document (in-document leases), as `LockPlace::path` states. Here live
-//! the shape test, the token rule, the win rule, the token-age test of
+//! the layout test, the token rule, the win rule, the token-age test of
 //! delete mode, the filters of one lease and of an owner's leases, and the
 //! stored forms of the lease id and the fencing token with the reading of
 //! the change events that carry them. Both places' verbs (`acquire`,
 //! `renew`, `release`, `handoff`, ..., and `document`) call them with their
 //! path; the lock collection's use the shorthands at the top ([`inserted`],
-//! [`our_shape`], [`next_token`], [`payload_filter`]).
+//! [`our_layout`], [`next_token`], [`payload_filter`]).
 //! Also here: the expressions of a shared or semaphore key's holders (`hs`
 //! entries) and the light forms' narrowing ([`ours_and_nobody_else_waits`]),
 //! shared by several verbs.
@@ -87,7 +87,7 @@ pub(super) fn missing(name: &str) -> Document {
 }
 
 /// The fields whose presence says that someone else waits for a key
-/// (its queue, a waiting mark), or that its lease is not a plain exclusive
+/// (its queue, a waiting mark), or that its lease is not a plain
 /// one (a minimum hold, holders, permits): the light release and handoff
 /// apply only without them.
 pub(super) const OTHERS_WAIT: [&str; 5] = [
@@ -180,12 +180,12 @@ impl LockPath {
         }
     }
 
-    /// The shape test: a date `exp`, an int64 `tok` and no `value`
-    /// (`store::is_our_shape`, as an expression). Anything else is a
+    /// The layout test: a date `exp`, an int64 `tok` and no `value`
+    /// (`store::is_our_layout`, as an expression). Anything else is a
     /// foreign holder's lock: a lease of ours that another lock pattern's
     /// client took over once expired has its `value` ("Read by other
     /// clients" in `store`).
-    pub(in crate::store::mongo) fn our_shape(&self) -> Document {
+    pub(in crate::store::mongo) fn our_layout(&self) -> Document {
         let mut all = vec![
             Bson::from(doc! { "$eq": [{ "$type": self.var(field::EXPIRES_AT) }, "date"] }),
             Bson::from(doc! { "$eq": [{ "$type": self.var(field::TOKEN) }, "long"] }),
@@ -293,7 +293,7 @@ impl LockPath {
 
     /// The win rule of an acquisition `lease_id` of `owner`: the lock is
     /// [`absent`](Self::absent), a [`retry`](Self::retry), or of
-    /// [our shape](Self::our_shape), [expired](Self::expired), not yielded
+    /// [our layout](Self::our_layout), [expired](Self::expired), not yielded
     /// by this owner to a waiting one (`yu > $$NOW`) and, if given, `more`
     /// (in the lock collection, the queue of waiting owners allows it).
     pub(in crate::store::mongo) fn wins(
@@ -307,7 +307,7 @@ impl LockPath {
             { "$gt": [self.var(field::YIELD_UNTIL), "$$NOW"] },
         ]};
         let mut free: Vec<Bson> = vec![
-            self.our_shape().into(),
+            self.our_layout().into(),
             self.expired().into(),
             doc! { "$not": [yielded_by_us] }.into(),
         ];
@@ -367,11 +367,11 @@ impl LockPath {
         ]}
     }
 
-    /// A live lease of another owner than `owner`, of our shape with a lease
+    /// A live lease of another owner than `owner`, of our layout with a lease
     /// id: what a waiting attempt marks (`wt`, [`waiting_since`](Self::waiting_since)).
     pub(in crate::store::mongo) fn held_by_other(&self, owner: &str) -> Document {
         doc! { "$and": [
-            self.our_shape(),
+            self.our_layout(),
             { "$eq": [{ "$type": self.var(field::LEASE_ID) }, "binData"] },
             { "$not": [self.expired()] },
             { "$not": [self.same_owner(owner)] },
@@ -410,7 +410,7 @@ impl LockPath {
     }
 
     /// The documents among `filter`'s whose lock a release in delete mode
-    /// deletes at once (in a user's document: removes `F`): of our shape
+    /// deletes at once (in a user's document: removes `F`): of our layout
     /// (int64 `tok`), not waited for by another owner (no `wt`: such a
     /// release yields instead), none of `absent` present (the lock
     /// collection's `hs` and `q`: a release of a shared key's holder, or one
@@ -439,7 +439,7 @@ impl LockPath {
         doc! { "$and": [filter, deletable] }
     }
 
-    /// Released locks of our shape among `filter`'s (no `lid`, int64 `tok`,
+    /// Released locks of our layout among `filter`'s (no `lid`, int64 `tok`,
     /// date `exp`), none of `absent` present, not yielded (`yu` not in the
     /// future) nor any of `until` in the future (the lock collection's
     /// minimum hold `hl`), whose token is at least `min_age_ms` old: what the
@@ -536,7 +536,7 @@ pub(in crate::store::mongo) fn restated_seconds(
 }
 
 /// The last stage of every write of a lock document that may change `ts`
-/// or `exp`: on a document of [our shape](our_shape) after the write,
+/// or `exp`: on a document of [our layout](our_layout) after the write,
 /// `obtained_at = ts` and `ttl` ([`restated_seconds`]), so that another
 /// lock pattern's clients (`{_id, value, ttl, obtained_at}`, held until
 /// `obtained_at + ttl` seconds) read our lease as held until its `exp`, a
@@ -549,7 +549,7 @@ pub(in crate::store::mongo) fn restated() -> Document {
         field::TTL_SECONDS: seconds,
     }]};
     let ours =
-        doc! { "$and": [our_shape(), { "$eq": [{ "$type": f(field::RENEWED_AT) }, "date"] }] };
+        doc! { "$and": [our_layout(), { "$eq": [{ "$type": f(field::RENEWED_AT) }, "date"] }] };
     doc! { "$replaceWith": { "$cond": [ours, restated, "$$ROOT"] } }
 }
 
@@ -577,9 +577,9 @@ pub(in crate::store::mongo) fn transitions_after(owner: impl Into<Bson>) -> Docu
     LockPath::TOP.transitions_after(owner)
 }
 
-/// The shape test at the top of a lock document ([`LockPath::our_shape`]).
-pub(in crate::store::mongo) fn our_shape() -> Document {
-    LockPath::TOP.our_shape()
+/// The layout test at the top of a lock document ([`LockPath::our_layout`]).
+pub(in crate::store::mongo) fn our_layout() -> Document {
+    LockPath::TOP.our_layout()
 }
 
 /// The token rule at the top of a lock document ([`LockPath::next_token`]).

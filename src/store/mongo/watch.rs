@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::{
-    Announced, Announcement, FIELD_COUNT, KeyWrite, field, is_our_shape, lease_info,
+    Announced, Announcement, FIELD_COUNT, KeyWrite, field, is_our_layout, lease_info,
 };
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
@@ -166,7 +166,7 @@ pub(super) fn announcement(event: &Document) -> Option<Announcement> {
         && updated.len() == 1
         && let Ok(request) = updated.get_document(field::REVOCATION)
     {
-        return Some(Announcement::Revoked {
+        return Some(Announcement::RevocationRequested {
             key: super::rules::event_key(event)?,
             by: request
                 .get_str(field::OWNER)
@@ -323,7 +323,7 @@ impl Observer {
         let info = self
             .doc
             .as_ref()
-            .map(|d| self.store.foreign().annotate(d, is_our_shape(d)))
+            .map(|d| self.store.foreign().annotate(d, is_our_layout(d)))
             .map(|d| lease_info(&self.key, &d, server_time));
         let held = info.as_ref().is_some_and(|i| i.held);
         // A foreign holder's lock without an expiry by its rule has none to

@@ -383,7 +383,7 @@ impl DocumentStore {
                 // Each attempt is conditional on the lease being held, so at
                 // most one applies; they differ in how the lock field ends.
                 // A lease the actor knows is young cannot be removed yet.
-                if !write.young {
+                if !write.too_young_to_delete {
                     let removed = self
                         .write_if(
                             self.current(held_removable_filter(

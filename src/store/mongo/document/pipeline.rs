@@ -21,11 +21,11 @@ use crate::store::{LeaseRef, field};
 /// B1), with the lock collection's win rule and token rule applied to the
 /// lock field `lock_field` ([`LockPath::wins`], [`LockPath::acquired`]): the
 /// acquisition wins if `F` is missing, is ours under this lease id and
-/// owner id (a retry), or is of our shape (int64 `tok`, date `exp`),
+/// owner id (a retry), or is of our layout (int64 `tok`, date `exp`),
 /// expired by `$$NOW` and not yielded by this owner. Winning merges the new
 /// `F` into the document; losing leaves the document as it is (no write,
 /// docs/mongodb-behaviour.md, B2), except that a `waiting` attempt marks
-/// (`F.wt`) a live lease of another owner once. An `F` of any other shape
+/// (`F.wt`) a live lease of another owner once. An `F` of any other layout
 /// (the user's own `_lease` field) is a lock held by a foreign holder, never
 /// modified.
 ///
@@ -88,7 +88,7 @@ pub(super) fn acquire_projection() -> Document {
 
 /// The lock field `lock_field` of `document` as the lock collection's readers
 /// (`classify`, `lease_info`) read a lock document, with `now`: `F`'s fields
-/// if it is a document; otherwise (a value of foreign shape) a document
+/// if it is a document; otherwise (a value of foreign layout) a document
 /// without our fields, which they read as a foreign holder's lock. `None`
 /// if the document has no `F`. An empty `F` (`{}`) is a foreign holder's.
 pub(super) fn lock_view(lock_field: &str, document: &Document, now: Bson) -> Option<Document> {

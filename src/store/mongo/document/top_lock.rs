@@ -79,14 +79,14 @@ impl TopLock {
 
     /// The win rule of an acquisition: `ours` (the lock field's own rule)
     /// while the lease in `F` is current; otherwise the document must be
-    /// free by the other clients' rule, and `F` absent or of our shape (an
-    /// `F` of another shape is a foreign holder's, never taken).
+    /// free by the other clients' rule, and `F` absent or of our layout (an
+    /// `F` of another layout is a foreign holder's, never taken).
     pub(super) fn wins(&self, lock_field: &str, ours: Document) -> Document {
         let at = LockPath::under(lock_field);
         doc! { "$cond": [
             self.current(lock_field),
             ours,
-            { "$and": [self.free_to_them(), { "$or": [at.absent(), at.our_shape()] }] },
+            { "$and": [self.free_to_them(), { "$or": [at.absent(), at.our_layout()] }] },
         ]}
     }
 
@@ -197,7 +197,7 @@ impl TopLock {
     ///   `LockTime`, expiring at `LockTime + max_duration` (never if
     ///   `LockTime` is not a date);
     /// - otherwise `F` without its lease id, expired at `now` at the
-    ///   latest (a lease no longer current), a foreign shape as it is, or
+    ///   latest (a lease no longer current), a foreign layout as it is, or
     ///   `None` without `F`.
     pub(super) fn view(
         &self,

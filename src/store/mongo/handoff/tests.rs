@@ -1,7 +1,7 @@
 use super::*;
 
 #[test]
-fn the_filter_names_the_live_lease_of_our_shape() {
+fn the_filter_names_the_live_lease_of_our_layout() {
     let from = Uuid::new_v4();
     let filter = handoff_filter(&"k".into(), "a", from);
     assert_eq!(filter.get_str(field::ID).unwrap(), "k");

@@ -98,9 +98,9 @@ fn the_token_rule_is_one_expression_at_either_path() {
 }
 
 #[test]
-fn the_shape_test_and_the_token_age_test_are_one_expression_at_either_path() {
+fn the_layout_test_and_the_token_age_test_are_one_expression_at_either_path() {
     assert_eq!(
-        our_shape(),
+        our_layout(),
         doc! { "$and": [
             { "$eq": [{ "$type": "$exp" }, "date"] },
             { "$eq": [{ "$type": "$tok" }, "long"] },
@@ -109,15 +109,15 @@ fn the_shape_test_and_the_token_age_test_are_one_expression_at_either_path() {
         "at the top, a lease another lock pattern's client took over is foreign"
     );
     assert_eq!(
-        Bson::from(lease().our_shape()),
+        Bson::from(lease().our_layout()),
         expr(doc! { "$and": [
             { "$eq": [{ "$type": "$exp" }, "date"] },
             { "$eq": [{ "$type": "$tok" }, "long"] },
         ]})
     );
     assert_eq!(
-        Bson::from(lease().our_shape()),
-        expr(untaken_removed(our_shape()))
+        Bson::from(lease().our_layout()),
+        expr(untaken_removed(our_layout()))
     );
     assert_eq!(
         LockPath::TOP.token_older_than(1_000),
@@ -163,14 +163,14 @@ fn the_win_rule_is_one_rule_at_either_path_with_its_own_absence() {
     assert_eq!(
         top[2],
         Bson::from(doc! { "$and": [
-            our_shape(),
+            our_layout(),
             { "$lte": ["$exp", "$$NOW"] },
             { "$not": [{ "$and": [
                 { "$eq": ["$aid", { "$literal": "me" }] },
                 { "$gt": ["$yu", "$$NOW"] },
             ]}] },
         ]}),
-        "expired, of our shape, and not yielded by this owner"
+        "expired, of our layout, and not yielded by this owner"
     );
     assert_eq!(
         under[1..],

@@ -1,4 +1,4 @@
-//! Unit tests of the builders of shared and semaphore keys and of minimum holds: the shape of the BSON and the
+//! Unit tests of the builders of shared and semaphore keys and of minimum holds: the structure of the BSON and the
 //! reading of sample documents, without a server.
 
 use mongodb::bson::DateTime;
@@ -79,7 +79,7 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
     assert_eq!(
         at(wins, "$or.1"),
         &bson(doc! { "$and": [
-            our_shape(),
+            our_layout(),
             { "$gt": [{ "$size": "$$mine" }, 0] },
             { "$or": [
                 { "$eq": [{ "$size": "$$live" }, 0] },
@@ -88,7 +88,7 @@ fn a_permit_wins_on_a_new_document_a_retry_or_a_free_place_of_the_same_number() 
         ]}),
         "a retry, on a key still of its number of permits or alone"
     );
-    assert_eq!(at(wins, "$or.2.$and.0"), &bson(our_shape()));
+    assert_eq!(at(wins, "$or.2.$and.0"), &bson(our_layout()));
     assert_eq!(
         at(wins, "$or.2.$and.2.$or.1"),
         &bson(doc! { "$and": [
@@ -344,7 +344,7 @@ fn a_waiting_exclusive_attempt_marks_only_live_shared_holders_and_retries_within
     assert_eq!(
         shared_live,
         doc! { "$and": [
-            our_shape(),
+            our_layout(),
             { "$isArray": "$hs" },
             { "$eq": [{ "$type": "$pm" }, "missing"] },
             { "$gt": ["$exp", "$$NOW"] },
@@ -475,11 +475,11 @@ fn renewal_keeps_exp_at_least_hl_and_renews_only_the_batchs_entries() {
 
 #[test]
 fn release_removes_the_entries_sets_rl_and_keeps_an_exclusive_lease_until_hl() {
-    let released = Released::Leases {
+    let selection = Selection::Leases {
         owner: "me",
         ids: vec![LID],
     };
-    let update = release_any_update(&released, 2_000);
+    let update = release_any_update(&selection, 2_000);
     assert_eq!(
         update.len(),
         7,

@@ -184,7 +184,7 @@ fn with(mut doc: Document, fields: Document) -> Document {
     doc
 }
 
-/// `doc`, of our shape, as any write of it leaves it (`rules::restated`):
+/// `doc`, of our layout, as any write of it leaves it (`rules::restated`):
 /// with `obtained_at = ts` and `ttl = (exp − ts)` in seconds, as another
 /// lock pattern's clients read it.
 fn restated(mut doc: Document) -> Document {
@@ -193,8 +193,8 @@ fn restated(mut doc: Document) -> Document {
     // Held to the other pattern's clients until `exp`, and until the
     // token is `DELETE_MIN_TOKEN_AGE` old (+ 1 ms).
     let token = doc.get_i64(field::TOKEN).unwrap() >> crate::token::TOKEN_TIME_SHIFT;
-    let young = token + crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as i64 + 1;
-    let until = exp.timestamp_millis().max(young);
+    let deletable_at = token + crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as i64 + 1;
+    let until = exp.timestamp_millis().max(deletable_at);
     let ttl = (until - ts.timestamp_millis()) as f64 / 1000.0;
     doc.insert(field::OBTAINED_AT, ts);
     doc.insert(field::TTL_SECONDS, ttl);
@@ -343,14 +343,14 @@ async fn the_light_release_writes_the_general_releases_document_and_defers_to_it
     let light = env.take("light").await;
     let general = env.take("general").await;
     assert_eq!(env.release(std::slice::from_ref(&light)).await, [1]);
-    let released = Released::Leases {
+    let selection = Selection::Leases {
         owner: "a",
         ids: vec![general.lease_id],
     };
     let filter = holder_filter("a", std::slice::from_ref(&general));
     let count = env
         .store
-        .release_matching(filter, &released, true, false)
+        .release_matching(filter, &selection, true, false)
         .await
         .unwrap();
     assert_eq!(count, 1);
@@ -728,7 +728,7 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
     );
     // As the actor goes on: the general release finds the forced
     // lease gone (lost), and releases the other.
-    let released = Released::Leases {
+    let selection = Selection::Leases {
         owner: env.store.owner(),
         ids: vec![leases[0].lease_id, leases[1].lease_id],
     };
@@ -736,7 +736,7 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
         let filter = holder_filter(env.store.owner(), std::slice::from_ref(lease));
         let found = env
             .store
-            .release_matching(filter, &released, true, false)
+            .release_matching(filter, &selection, true, false)
             .await
             .unwrap();
         assert_eq!(found, count, "{:?}", lease.key);

@@ -1,4 +1,4 @@
-//! Unit tests of the builders in `pipeline.rs`: the shape of each command's
+//! Unit tests of the builders in `pipeline.rs`: the structure of each command's
 //! BSON and the reading of replies, without a server.
 
 use mongodb::bson::DateTime;
@@ -173,7 +173,7 @@ fn acquire_takes_the_lease_by_server_time_and_drops_the_last_acquisitions_fields
 fn acquire_wins_on_a_document_it_inserts_a_retry_or_an_expired_lease_not_yielded_by_us_nor_kept_for_the_queue()
  {
     let (wins, _, _) = acquire_parts(false);
-    let our_shape = doc! { "$and": [
+    let our_layout = doc! { "$and": [
         { "$eq": [{ "$type": "$exp" }, "date"] },
         { "$eq": [{ "$type": "$tok" }, "long"] },
         { "$eq": [{ "$type": "$value" }, "missing"] },
@@ -193,7 +193,7 @@ fn acquire_wins_on_a_document_it_inserts_a_retry_or_an_expired_lease_not_yielded
             ]},
             mine_condition(),
             { "$and": [
-                our_shape,
+                our_layout,
                 { "$lte": ["$exp", "$$NOW"] },
                 { "$not": [yielded_by_us] },
                 crate::store::mongo::acquire::queue_allows("me"),
@@ -212,7 +212,7 @@ fn a_losing_attempt_returns_the_document_unchanged_unless_waiting() {
 fn a_losing_waiting_attempt_marks_and_registers_only_on_a_live_lease_of_another_owner_or_a_queue() {
     let (_, _, lost) = acquire_parts(true);
     let cond = at(lost.as_document().unwrap(), "$cond").as_array().unwrap();
-    let our_shape = doc! { "$and": [
+    let our_layout = doc! { "$and": [
         { "$eq": [{ "$type": "$exp" }, "date"] },
         { "$eq": [{ "$type": "$tok" }, "long"] },
         { "$eq": [{ "$type": "$value" }, "missing"] },
@@ -221,12 +221,12 @@ fn a_losing_waiting_attempt_marks_and_registers_only_on_a_live_lease_of_another_
         cond[0],
         bson(doc! { "$or": [
             { "$and": [
-                our_shape.clone(),
+                our_layout.clone(),
                 { "$eq": [{ "$type": "$lid" }, "binData"] },
                 { "$not": [{ "$lte": ["$exp", "$$NOW"] }] },
                 { "$not": [{ "$eq": ["$aid", { "$literal": "me" }] }] },
             ]},
-            { "$and": [our_shape, { "$not": [queue_allows("me")] }] },
+            { "$and": [our_layout, { "$not": [queue_allows("me")] }] },
         ]})
     );
     assert_eq!(
@@ -634,7 +634,7 @@ fn delete_mode_deletes_only_tokens_old_enough_by_server_time_and_unmarked_leases
 }
 
 #[test]
-fn release_by_owner_matches_unreleased_documents_of_our_shape_only() {
+fn release_owner_matches_unreleased_documents_of_our_layout_only() {
     assert_eq!(
         owner_leases_filter("w"),
         doc! {

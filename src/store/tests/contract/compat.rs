@@ -160,7 +160,7 @@ pub(super) async fn delete_mode_release_of_a_lost_lease_deletes_nothing<F: Fixtu
     assert_eq!(a.release_by_id(batch).await.unwrap(), 0);
     assert_eq!(a.delete_released(vec!["k".into()]).await.unwrap(), 0);
     assert_held(&raw(f, "k").await, "b", &lb, tb);
-    // A document of foreign shape is never deleted.
+    // A document of foreign layout is never deleted.
     f.put_foreign("foreign", "java-app-1").await;
     assert_eq!(a.delete_released(vec!["foreign".into()]).await.unwrap(), 0);
     assert!(f.foreign_unchanged("foreign").await);
@@ -291,7 +291,7 @@ pub(super) async fn delete_mode_release_of_a_waited_for_lease_yields_instead<F: 
     assert_held(&raw(f, "k").await, "b", &l2, t2);
 }
 
-pub(super) async fn release_by_owner_releases_every_lease_of_that_owner_only<F: Fixture>(f: &F) {
+pub(super) async fn release_owner_releases_every_lease_of_that_owner_only<F: Fixture>(f: &F) {
     let (a, b, op) = (
         f.store("a").await,
         f.store("b").await,

@@ -65,7 +65,7 @@ fn set_n(n: i32, release: bool) -> DocumentWrite {
         release,
         // Only a hint (the server's clock decides whether the lock field
         // goes): true of every lease here, acquired just before.
-        young: true,
+        too_young_to_delete: true,
     }
 }
 

@@ -87,9 +87,7 @@ pub(super) async fn force_release_deletes_a_foreign_lock<F: Fixture>(f: &F) {
     take(&a, "f").await;
 }
 
-pub(super) async fn release_by_owner_never_touches_a_foreign_document_with_the_same_aid<
-    F: Fixture,
->(
+pub(super) async fn release_owner_never_touches_a_foreign_document_with_the_same_aid<F: Fixture>(
     f: &F,
 ) {
     let a = f.store("java-app-1").await;
@@ -198,7 +196,7 @@ pub(super) async fn a_bare_id_document_is_a_foreign_holders_lock_of_every_kind<F
 /// A planted foreign lock's fields ([`Fixture::put_foreign_doc`]).
 type Fields = Vec<(&'static str, Planted)>;
 
-/// The foreign lock shapes of the scenarios below: the built-in ones with a
+/// The foreign lock layouts of the scenarios below: the built-in ones with a
 /// TTL index of 30 s on `ts`, and a user's rule for `{_id, holder, until}`.
 fn rules() -> ForeignRules {
     let rule = ForeignLockRule::new(
@@ -211,7 +209,7 @@ fn rules() -> ForeignRules {
     ForeignRules::new(Some(rule)).with_ts_expiry(Some(Duration::from_secs(30)))
 }
 
-/// One lock document of each recognised shape, live for about a minute
+/// One lock document of each recognised layout, live for about a minute
 /// by its own rule (`{_id, ts, aid}`: 30 s), with the owner each shows and
 /// its expiry minus when it was taken (`None`: no such date shown).
 fn live_locks() -> Vec<(&'static str, Fields, &'static str, Option<u64>)> {
@@ -245,7 +243,7 @@ fn live_locks() -> Vec<(&'static str, Fields, &'static str, Option<u64>)> {
     ]
 }
 
-/// Each recognised foreign shape held by its own rule is respected by
+/// Each recognised foreign layout held by its own rule is respected by
 /// every kind of acquisition, waiting or not, and left byte for byte as
 /// written; the answer names its owner and the time left by that rule
 /// (so that waiters retry when it ends), and the reads show the owner and
@@ -335,7 +333,7 @@ pub(super) async fn a_live_foreign_lock_of_each_shape_is_held_until_its_own_expi
     );
 }
 
-/// Each recognised foreign shape expired by its own rule is taken over by
+/// Each recognised foreign layout expired by its own rule is taken over by
 /// the acquisition's own write, exclusive or shared, and the reads then
 /// show our lease. Fencing tokens still strictly increase per key: the
 /// key's earlier lease (its document deleted as the TTL monitor does, then
@@ -407,7 +405,7 @@ pub(super) async fn a_foreign_lock_expired_by_its_own_rule_is_taken_over<F: Fixt
 
 /// `{_id, ts, aid}` expires only by a TTL index on `ts`: without one it is
 /// held however old its `ts` (no known remaining time); a bare `{_id}` and
-/// a document of no recognised shape never expire either.
+/// a document of no recognised layout never expire either.
 pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(f: &F) {
     let a = f.store_with_rules("a", ForeignRules::new(None)).await;
     let v = |b: &str| Planted::Value(Bson::from(b));
@@ -417,7 +415,7 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
             vec![("ts", Planted::At(-3_600_000)), ("aid", v("java-app-1"))],
             "java-app-1",
         ),
-        // Not a number: no expiry by the second shape's rule.
+        // Not a number: no expiry by the second layout's rule.
         (
             "odd",
             vec![

@@ -15,7 +15,7 @@ use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::store::{Announced, Announcement, HandoffOutcome, KeyWrite, Store};
 
-/// Hands the lease `from` of `key` to a new lease id (plain shape, [`TTL`]).
+/// Hands the lease `from` of `key` to a new lease id (a plain lease, [`TTL`]).
 async fn handoff(store: &impl Store, key: &str, from: Uuid) -> (Uuid, HandoffOutcome) {
     let to = Uuid::new_v4();
     let outcome = store

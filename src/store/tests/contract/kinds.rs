@@ -349,7 +349,7 @@ pub(super) async fn a_waiting_exclusive_mark_blocks_new_shared_holders_until_it_
     assert!(ta > tx);
 }
 
-pub(super) async fn release_by_owner_and_force_release_of_multi_holder_keys<F: Fixture>(f: &F) {
+pub(super) async fn release_owner_and_force_release_of_multi_holder_keys<F: Fixture>(f: &F) {
     let (a, b, c) = (f.store("a").await, f.store("b").await, f.store("c").await);
     let (la, _) = take_as(&a, "s", shared()).await;
     let (lb, _) = take_as(&b, "s", shared()).await;

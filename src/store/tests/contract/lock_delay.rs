@@ -232,7 +232,7 @@ pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unle
     take_as(&b, "pool", shape(two)).await;
 }
 
-pub(super) async fn a_release_by_owner_delays_the_live_leases_it_ends_only<F: Fixture>(f: &F) {
+pub(super) async fn release_owner_delays_the_live_leases_it_ends_only<F: Fixture>(f: &F) {
     let [a, b, c] = super::stores(f, ["a", "b", "c"]).await;
     let operator = f.delaying_store("op", LONG).await;
     take(&a, "live").await;

@@ -43,7 +43,7 @@ fn write(release: bool) -> DocumentWrite {
     DocumentWrite {
         update: doc! { "$set": { "n": 1 } }.into(),
         release,
-        young: true,
+        too_young_to_delete: true,
     }
 }
 

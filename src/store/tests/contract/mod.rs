@@ -7,7 +7,7 @@
 //!
 //! A scenario only uses the trait, plus a [`Fixture`] for what only a test
 //! can do: make a lease expire on the server, delete a document as the TTL
-//! monitor would, plant a document of foreign shape, read the raw state.
+//! monitor would, plant a document of foreign layout, read the raw state.
 //! Each MongoDB test gets a fresh collection on the process's shared replica
 //! set (`MONGODB_URI` if set), dropped at the end of a scenario that passed
 //! (a failed one leaves it for inspection).
@@ -149,7 +149,7 @@ trait Fixture: Sized {
     /// by [`Fixture::put_foreign`], unchanged.
     async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool;
 
-    /// A store as [`Fixture::store`] whose collection's foreign lock shapes
+    /// A store as [`Fixture::store`] whose collection's foreign lock layouts
     /// are `rules` (as `connect` gives them to `MongoStore`).
     async fn store_with_rules(
         &self,
@@ -453,7 +453,7 @@ contract!(
     // Other applications' lock documents.
     foreign::inspect_and_list_show_a_foreign_lock_as_held_by_its_foreign_holder,
     foreign::force_release_deletes_a_foreign_lock,
-    foreign::release_by_owner_never_touches_a_foreign_document_with_the_same_aid,
+    foreign::release_owner_never_touches_a_foreign_document_with_the_same_aid,
     foreign::a_bare_id_document_is_a_foreign_holders_lock_of_every_kind,
     read_by_others::a_live_lease_reads_as_held_to_the_value_pattern,
     read_by_others::a_released_lease_is_free_to_the_value_pattern_at_once,
@@ -464,7 +464,7 @@ contract!(
     compat::delete_mode_release_of_a_young_lease_only_marks_it_released,
     compat::delete_mode_tokens_strictly_increase_over_tight_acquire_release_cycles,
     compat::delete_mode_release_of_a_waited_for_lease_yields_instead,
-    compat::release_by_owner_releases_every_lease_of_that_owner_only,
+    compat::release_owner_releases_every_lease_of_that_owner_only,
     // Loss detection and renewal by owner.
     loss_detection::renewal_reports_a_lease_lost_whose_owner_id_was_rewritten,
     loss_detection::an_acquire_retry_under_a_lease_id_whose_owner_id_was_rewritten_finds_it_held,
@@ -473,7 +473,7 @@ contract!(
     // Lock-delay.
     lock_delay::a_force_release_keeps_the_key_from_every_kind_until_the_lock_delay_ends,
     lock_delay::an_override_keeps_the_key_until_the_ended_lease_expires_unless_immediate,
-    lock_delay::a_release_by_owner_delays_the_live_leases_it_ends_only,
+    lock_delay::release_owner_delays_the_live_leases_it_ends_only,
     lock_delay::a_zero_lock_delay_frees_the_key_at_once,
     revocation::a_release_request_is_announced_and_changes_no_lease,
     kinds::a_semaphore_admits_n_holders_then_is_held_until_the_earliest_expiry,
@@ -485,7 +485,7 @@ contract!(
     kinds::release_of_one_permit_keeps_the_other,
     kinds::a_shared_key_admits_many_holders_and_excludes_an_exclusive_one,
     kinds::a_waiting_exclusive_mark_blocks_new_shared_holders_until_it_expires,
-    kinds::release_by_owner_and_force_release_of_multi_holder_keys,
+    kinds::release_owner_and_force_release_of_multi_holder_keys,
     kinds::inspect_and_list_show_each_kind_with_its_holders,
     kinds::a_holders_release_is_announced_its_renewal_and_acquisition_are_not,
     kinds::a_holders_payload_is_written_only_while_it_holds,
@@ -527,7 +527,7 @@ contract!(
     queue::a_free_key_is_kept_for_the_head_of_the_queue_and_lapsed_registrations_are_skipped,
     queue::a_handed_lease_never_confirmed_expires_and_the_next_owner_takes_it,
     queue::try_acquire_and_foreign_documents_never_register,
-    queue::release_by_owner_hands_over_and_force_release_frees_the_key_for_the_head,
+    queue::release_owner_hands_over_and_force_release_frees_the_key_for_the_head,
     queue::a_local_handoff_goes_to_the_first_registered_owner_instead,
     queue::delete_mode_hands_over_instead_of_deleting,
     queue::a_handoff_is_announced_with_the_new_holders_owner_and_lease_ids,

@@ -97,7 +97,7 @@ pub(super) async fn waiting_owners_are_handed_the_key_in_arrival_order_with_grea
     let td = handed(f, "k", ("d", ld), tc).await;
     let ld = confirm(&d, "k", ld, td).await;
 
-    // Nobody waits any more: a plain release, then anyone takes it.
+    // Nobody waits any more: a release with no handoff, then anyone takes it.
     assert_eq!(d.release_by_id(vec![ld]).await.unwrap(), 1);
     let r = raw(f, "k").await;
     assert_eq!((r.lease_id, r.expired, r.yielded), (None, true, false));
@@ -219,7 +219,7 @@ pub(super) async fn try_acquire_and_foreign_documents_never_register<F: Fixture>
     assert!(f.foreign_unchanged("foreign").await);
 }
 
-pub(super) async fn release_by_owner_hands_over_and_force_release_frees_the_key_for_the_head<
+pub(super) async fn release_owner_hands_over_and_force_release_frees_the_key_for_the_head<
     F: Fixture,
 >(
     f: &F,

@@ -34,7 +34,7 @@ pub(super) async fn a_release_request_is_announced_and_changes_no_lease<F: Fixtu
             .await
             .unwrap();
         match next {
-            Some(Ok(Announcement::Revoked { key, by })) => {
+            Some(Ok(Announcement::RevocationRequested { key, by })) => {
                 assert_eq!((key, by.as_str()), ("k".into(), "b"));
                 break;
             }

@@ -39,10 +39,10 @@ pub(super) const KNOWN: &[Known] = &[
         name: "release by owner with a lock-delay marks, then deletes",
         reason: "release by owner in delete mode by a store with a lock-delay: mongod marks \
                  every lease released, then deletes in its follow-up (two events), the twin \
-                 deletes at once those it does not delay (one) (memory::ops release_by_owner)",
+                 deletes at once those it does not delay (one) (memory::ops release_owner_leases)",
         stops: false,
         matches: |seen| {
-            matches!(seen.op, Op::ReleaseByOwner { .. })
+            matches!(seen.op, Op::ReleaseOwner { .. })
                 && seen.divergence.path.starts_with("announced")
                 && fewer_in_twin(seen)
         },

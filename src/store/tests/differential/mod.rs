@@ -9,7 +9,7 @@
 //!   kind, with a minimum hold, a payload, waiting or not, and retried
 //!   under the same lease id; the light acquire alone and grouped;
 //!   renewals of batches with various TTLs; the general, light and grouped
-//!   light releases, the release of a young lease, release by owner,
+//!   light releases, the release of a lease too young to delete, release by owner,
 //!   force release, delete mode's follow-up; the handoff to a local
 //!   waiter and the queue's grant; payloads; the number of permits;
 //!   requests to release and their reads; leaving the queues; `inspect` and
@@ -287,7 +287,7 @@ async fn run_seed(server: &Server, seed: u64, steps: usize, verbose: bool, summa
         world.clocks.twin.push((twin_from, twin_to));
         world.clocks.mongo.push((mongo_from, mongo_to));
         summary.steps += 1;
-        if !matches!(op, Op::Sleep(_) | Op::ReleaseByOwner { .. }) {
+        if !matches!(op, Op::Sleep(_) | Op::ReleaseOwner { .. }) {
             let length = twin_to - twin_from;
             summary.lengths = (summary.lengths.0 + length, summary.lengths.1.max(length));
         }

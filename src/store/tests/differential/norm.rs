@@ -216,16 +216,16 @@ pub(super) fn render(db: &MemoryDb, key: &LeaseKey, d: &Doc) -> Document {
 /// `DELETE_MIN_TOKEN_AGE` its millisecond + that age + 1 ms
 /// (`rules::restated_seconds`).
 fn restated_until(exp: i64, tok: i64) -> i64 {
-    let young = (tok >> crate::token::TOKEN_TIME_SHIFT)
+    let deletable_at = (tok >> crate::token::TOKEN_TIME_SHIFT)
         + crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as i64
         + 1;
-    exp.max(young)
+    exp.max(deletable_at)
 }
 
 /// A stored document (either side's) in the normal form, for `key`: dates
 /// are [`V::Time`], `tok` (at the top and in entries) [`V::Token`], BSON
-/// UUIDs [`V::Id`]; a document of our shape has its `ttl` replaced by
-/// whether it restates `max(exp, young) - obtained_at` ([`restated_until`];
+/// UUIDs [`V::Id`]; a document of our layout has its `ttl` replaced by
+/// whether it restates `max(exp, deletable_at) - obtained_at` ([`restated_until`];
 /// each side's own arithmetic on its own clock: the values themselves are
 /// times).
 pub(super) fn document(key: &LeaseKey, doc: &Document) -> V {
@@ -233,7 +233,7 @@ pub(super) fn document(key: &LeaseKey, doc: &Document) -> V {
         V::Map(m) => m,
         _ => unreachable!("a document"),
     };
-    if crate::store::is_our_shape(doc) {
+    if crate::store::is_our_layout(doc) {
         let restated = match (
             doc.get(field::TTL_SECONDS),
             super::world::date_ms(doc.get(field::EXPIRES_AT)),
@@ -280,7 +280,7 @@ fn value(key: &LeaseKey, name: &str, bson: &Bson) -> V {
 /// ours but the ones every document has, `foreign (<fields>)` for another
 /// application's lock.
 pub(super) fn fields(doc: &Document) -> Vec<String> {
-    if !crate::store::is_our_shape(doc) {
+    if !crate::store::is_our_layout(doc) {
         let names: Vec<&str> = doc.keys().map(String::as_str).collect();
         return vec![format!("foreign lock {{{}}}", names.join(", "))];
     }

@@ -57,11 +57,11 @@ pub(super) enum Op {
         owner: usize,
         leases: Vec<LeaseRef>,
     },
-    ReleaseYoung {
+    ReleaseTooYoungToDelete {
         owner: usize,
         lease: LeaseRef,
     },
-    ReleaseByOwner {
+    ReleaseOwner {
         operator: usize,
         owner: String,
         end: OverrideEnd,
@@ -172,8 +172,8 @@ impl Op {
             Op::Release { .. } => "release",
             Op::LightRelease { leases, .. } if leases.len() == 1 => "light release",
             Op::LightRelease { .. } => "grouped light release",
-            Op::ReleaseYoung { .. } => "release young",
-            Op::ReleaseByOwner { .. } => "release by owner",
+            Op::ReleaseTooYoungToDelete { .. } => "release too young to delete",
+            Op::ReleaseOwner { .. } => "release owner",
             Op::ForceRelease { .. } => "force release",
             Op::DeleteReleased { .. } => "delete released",
             Op::Handoff { .. } => "handoff",
@@ -202,7 +202,7 @@ impl Op {
     pub fn budget(&self) -> i64 {
         match self {
             // Delete mode's follow-up after `DELETE_DELAY`.
-            Op::ReleaseByOwner { .. } => 1_300,
+            Op::ReleaseOwner { .. } => 1_300,
             _ => 40,
         }
     }
@@ -222,10 +222,10 @@ impl Op {
             Class::Expiry => true,
             Class::TokenAge => match self {
                 Op::Release { owner, .. }
-                | Op::ReleaseYoung { owner, .. }
+                | Op::ReleaseTooYoungToDelete { owner, .. }
                 | Op::DeleteReleased { owner, .. }
                 | Op::Handoff { owner, .. } => delete_mode(*owner),
-                Op::ReleaseByOwner { operator, .. } => delete_mode(*operator),
+                Op::ReleaseOwner { operator, .. } => delete_mode(*operator),
                 _ => false,
             },
             Class::Retry => matches!(self, Op::Acquire { .. }),
@@ -286,7 +286,7 @@ impl Gen {
             (7, Gen::release),
             (5, Gen::light_release),
             (2, Gen::release_too_young_to_delete),
-            (3, Gen::release_by_owner),
+            (3, Gen::release_owner),
             (3, Gen::force_release),
             (3, Gen::delete_released),
             (5, Gen::handoff),
@@ -608,20 +608,20 @@ impl Gen {
     fn release_too_young_to_delete(&mut self, world: &World) -> Option<Op> {
         let owner = self.owner();
         let used = self.used_by(world, owner, |u| u.shape.kind == LeaseKind::Exclusive)?;
-        Some(Op::ReleaseYoung {
+        Some(Op::ReleaseTooYoungToDelete {
             owner,
             lease: used.lease(),
         })
     }
 
-    fn release_by_owner(&mut self, _: &World) -> Option<Op> {
+    fn release_owner(&mut self, _: &World) -> Option<Op> {
         let operator = self.owner();
         let owner = match self.rng.random_ratio(1, 10) {
             true => world::P1_AID.to_string(),
             false => OWNERS[self.owner()].to_string(),
         };
         let end = self.override_end();
-        Some(Op::ReleaseByOwner {
+        Some(Op::ReleaseOwner {
             operator,
             owner,
             end,
@@ -680,7 +680,7 @@ impl Gen {
         Some(Op::DeleteReleased { owner, keys })
     }
 
-    /// As the actor hands over: a plain exclusive lease to a plain one.
+    /// As the actor hands over: a plain lease to another.
     fn handoff(&mut self, world: &World) -> Option<Op> {
         let owner = self.owner();
         let from = self.used_by(world, owner, |u| u.shape.kind == LeaseKind::Exclusive)?;
@@ -941,14 +941,14 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
                 Reply::light_released(r)
             })
         }
-        Op::ReleaseYoung { owner, lease } => {
+        Op::ReleaseTooYoungToDelete { owner, lease } => {
             both!(
                 owner,
                 |s| s.release_too_young_to_delete(lease.clone()),
                 Reply::count
             )
         }
-        Op::ReleaseByOwner {
+        Op::ReleaseOwner {
             operator,
             owner,
             end,

@@ -117,12 +117,12 @@ fn announcement(item: &Result<Announcement>) -> (String, V) {
     let (order, v) = match item {
         Err(e) => (format!("error {e}"), text("error")),
         Ok(Announcement::Opened) => ("opened".into(), text("opened")),
-        Ok(Announcement::Revoked { key, by }) => {
+        Ok(Announcement::RevocationRequested { key, by }) => {
             let v = [
-                ("revoked", V::Str(key.to_extended_json())),
+                ("revocation requested", V::Str(key.to_extended_json())),
                 ("by", text(by)),
             ];
-            (format!("revoked {key:?} {by}"), map(v))
+            (format!("revocation requested {key:?} {by}"), map(v))
         }
         Ok(Announcement::Write(w)) => {
             let v = [

@@ -1,4 +1,4 @@
-//! Unit tests of the builders in `pipeline.rs`: the shape of their BSON,
+//! Unit tests of the builders in `pipeline.rs`: the structure of their BSON,
 //! without a server.
 
 use mongodb::bson::DateTime;
@@ -68,7 +68,7 @@ fn acquire_merges_the_lock_field_into_the_document_and_never_replaces_it() {
             { "$eq": [{ "$type": "$_lease.exp" }, "date"] },
             { "$eq": [{ "$type": "$_lease.tok" }, "long"] },
         ]}),
-        "only a lock field of our shape is taken over"
+        "only a lock field of our layout is taken over"
     );
 }
 

@@ -1,4 +1,4 @@
-//! Unit tests of the builders in `write.rs`: the shape of their BSON,
+//! Unit tests of the builders in `write.rs`: the structure of their BSON,
 //! without a server.
 
 use super::super::super::rules::bson_lease_id;

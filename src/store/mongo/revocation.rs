@@ -12,7 +12,7 @@ use futures::TryStreamExt;
 use mongodb::bson::{Document, doc};
 use mongodb::options::{CollectionOptions, ReadConcern, ReadPreference, SelectionCriteria};
 
-/// `key` if a lease of our shape holds it now: an exclusive lease (`lid`)
+/// `key` if a lease of our layout holds it now: an exclusive lease (`lid`)
 /// or holders in `hs`, with `exp > $$NOW`.
 pub(super) fn revocable_filter(key: &LeaseKey) -> Document {
     doc! {
