@@ -17,7 +17,7 @@ use super::key_state::{Registered, payload_hash};
 use super::mailbox::Mailbox;
 use super::release_watch::wake_jitter;
 use super::telemetry;
-use super::{Actor, Attempt, Event, Held, KeyState, Sent, Timer, Waiter};
+use super::{Actor, Event, Held, KeyState, Sent, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
@@ -64,9 +64,8 @@ impl Actor {
         state.waiters.retain(|w| w.id != waiter);
         state.prune_waiters();
         if state.waiters.is_empty() {
-            if let Attempt::Scheduled(timer) = state.attempt {
+            if let Some(timer) = state.unschedule() {
                 self.timers.remove(&timer);
-                state.attempt = Attempt::Idle;
             }
         }
         // The waiter that went away may have been the head that the local
@@ -197,10 +196,8 @@ impl Actor {
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
-        state.attempt = Attempt::Idle;
-        let confirming = std::mem::take(&mut state.confirming);
-        // Set again by a `Held` answer that says so.
-        state.quiet_behind = false;
+        let meanwhile = state.end_attempt();
+        let confirming = state.take_confirming();
         let lease_id = sent.lease_id;
         // A send whose outcome is unknown may land at any time later, even
         // after a later attempt under the lease id was answered ("Late
@@ -234,7 +231,7 @@ impl Actor {
             }
             Ok((AcquireOutcome::Acquired { token }, document)) => {
                 state.acquired();
-                self.grant(&key, sent, token, document);
+                self.grant(&key, sent, token, document, meanwhile.may_take);
             }
             Ok((AcquireOutcome::Unconfirmed { token }, _)) => {
                 // Our lease, found by a read: its expiry is unknown (a
@@ -250,8 +247,7 @@ impl Actor {
                     payload_hash(sent.payload.as_ref()),
                 );
                 state.unseen = Some(sent.shape);
-                state.registered = false;
-                state.handed = false;
+                state.found_by_read();
                 state.prune_waiters();
                 if state.waiters.is_empty() {
                     // Nobody to give it to: give it back at once.
@@ -259,13 +255,12 @@ impl Actor {
                     self.give_back(&key, lease_id, sent.shape.kind);
                 } else if confirming {
                     // Confirmed by a read again: the writes keep failing.
-                    self.schedule_retry(&key, None, false);
+                    self.schedule_retry(&key, None, false, false);
                 } else {
-                    state.confirming = true;
                     let timer = self
                         .timers
                         .insert(Timer::Retry(key.clone()), Duration::ZERO);
-                    state.attempt = Attempt::Scheduled(timer);
+                    state.confirm_found(timer);
                 }
             }
             Ok((AcquireOutcome::OursAsAnotherKind { stored }, _)) => {
@@ -310,7 +305,7 @@ impl Actor {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, ahead, "key is held");
                 // No release or handoff is for this owner soon, so the key
-                // needs no change stream (`KeyState::quiet_behind`,
+                // needs no change stream (`Attempt::Scheduled::far_behind`,
                 // `Actor::pause_release_watch_if_unneeded`) when either
                 // - the queue is full without it (`ahead` counts every
                 //   live entry when this owner has none,
@@ -328,7 +323,7 @@ impl Actor {
                     .filter(|u| u.lease_id == lease_id)
                     .and_then(|u| u.registered);
                 let beyond_queue = usize::try_from(ahead).is_ok_and(|a| a >= queue_bound);
-                state.quiet_behind = beyond_queue
+                let far_behind = beyond_queue
                     || ahead > 0
                         && previous.is_some_and(|p| {
                             Some(p.token) == token
@@ -341,9 +336,9 @@ impl Actor {
                 // yield; in-document leases have no queue). A key handed
                 // to a registration with a minimum hold is confirmed by an
                 // attempt, never granted on the event (`grant_handed`).
-                state.registered = may_register && !foreign && holder != *self.owner_id;
-                state.handed = false;
-                let registered = token.filter(|_| state.registered).map(|token| Registered {
+                let registered = may_register && !foreign && holder != *self.owner_id;
+                state.held_elsewhere(registered);
+                let registration = token.filter(|_| registered).map(|token| Registered {
                     sent_at: sent.sent_at,
                     round_trip: sent.sent_at.elapsed(),
                     token,
@@ -351,40 +346,39 @@ impl Actor {
                 state.note_unanswered(
                     lease_id,
                     sent.ttl,
-                    registered,
+                    registration,
                     payload_hash(sent.payload.as_ref()),
                 );
                 state.answer_waiters(answer_tries);
-                let (registered, quiet_behind) = (state.registered, state.quiet_behind);
                 if state.waiters.is_empty() {
-                } else if std::mem::take(&mut state.freed_in_flight) {
+                } else if meanwhile.freed {
                     // Freed after this attempt read it: its answer is stale.
                     tracing::trace!(%key, "freed while the attempt was in flight: retrying now");
-                    self.schedule_wake(&key);
-                } else if quiet_behind {
+                    self.schedule_wake(&key, far_behind);
+                } else if far_behind {
                     // No release or handoff is for this owner soon: its
                     // next attempts tell when one may be, without a
                     // stream meanwhile (checked before the stream, which
                     // may be open for other keys).
                     if registered {
-                        self.schedule_refresh(&key, remaining);
+                        self.schedule_refresh(&key, remaining, far_behind);
                     } else {
-                        self.schedule_retry(&key, remaining, false);
+                        self.schedule_retry(&key, remaining, false, far_behind);
                     }
                 } else if registered && self.hears_handoffs(key.place) {
                     // The change stream announces the handoff (or a
                     // release), read again if it was paused: poll only to
                     // refresh the registration.
                     self.open_release_watch(key.place);
-                    self.schedule_refresh(&key, remaining);
+                    self.schedule_refresh(&key, remaining, far_behind);
                 } else {
                     // Capped by the time left (a foreign holder's lock: by
                     // its own rule); without one, a foreign holder's lock is
                     // polled with the plain backoff, and its deletion wakes
                     // the waiters.
-                    self.schedule_retry(&key, remaining, true);
+                    self.schedule_retry(&key, remaining, true, far_behind);
                 }
-                if quiet_behind {
+                if far_behind {
                     self.pause_release_watch_if_unneeded(key.place);
                 }
                 if self.closing.is_some() {
@@ -406,7 +400,7 @@ impl Actor {
                 // so that shutdown (or a waiter leaving) leaves that queue
                 // (leaving a queue one is not in changes nothing).
                 if transient && may_register {
-                    state.registered = true;
+                    state.may_have_registered();
                 }
                 // A missing document: the answer for the callers that gave
                 // no fields to create it (the attempt was sent with the
@@ -421,7 +415,7 @@ impl Actor {
                     self.serve_next(&key);
                 } else if !state.waiters.is_empty() {
                     tracing::warn!(%key, %error, "acquire attempt failed; retrying");
-                    self.schedule_retry(&key, None, false);
+                    self.schedule_retry(&key, None, false, false);
                 } else if transient {
                     // The write may have landed unseen: give it back rather than
                     // leave the key blocked until the lease expires.
@@ -440,12 +434,17 @@ impl Actor {
     /// TTL (its renewals set it), and until the first renewal its deadline
     /// follows the shorter of the two, as the document expires `written_ttl`
     /// after the acquire.
+    ///
+    /// `check`: a write announced while the attempt was in flight may have
+    /// taken the key (`Meanwhile::may_take`): the lease granted is checked
+    /// at once.
     pub(super) fn grant(
         &mut self,
         key: &Target,
         sent: Sent,
         token: u64,
         document: Option<Document>,
+        check: bool,
     ) {
         let Sent {
             lease_id,
@@ -520,7 +519,7 @@ impl Actor {
                 // A held key stays in `keys`: keep no empty queue's buffer.
                 state.waiters.shrink_to_fit();
             }
-            if std::mem::take(&mut state.written_in_flight) {
+            if check {
                 self.check_held([key.clone()].into_iter().collect());
             }
             if let Some(holder) = waiter.holder {
@@ -556,19 +555,27 @@ impl Actor {
     /// Schedules the key's next attempt within [`wake_jitter`] (capped
     /// by the initial retry delay), as for a waiter woken by a release: the
     /// jitter keeps waiters in several processes from arriving in the same
-    /// instant. The backoff is not advanced.
-    fn schedule_wake(&mut self, key: &Target) {
+    /// instant. The backoff is not advanced (`far_behind`: see
+    /// `Attempt::Scheduled`).
+    fn schedule_wake(&mut self, key: &Target, far_behind: bool) {
         let jitter = wake_jitter(self.timing.retry_initial);
         let timer = self.timers.insert(Timer::Retry(key.clone()), jitter);
         let state = self.keys.get_mut(key).expect("wake for a known key");
-        state.attempt = Attempt::Scheduled(timer);
+        state.schedule(timer, far_behind);
         self.open_release_watch(key.place);
     }
 
     /// Schedules the key's next attempt after the backoff, capped by the
     /// holder's `remaining` time if known; `held`: the key is held by another
-    /// holder, so a release or delete of it should wake the retry.
-    fn schedule_retry(&mut self, key: &Target, remaining: Option<Duration>, held: bool) {
+    /// holder, so a release or delete of it should wake the retry;
+    /// `far_behind`: see `Attempt::Scheduled`.
+    fn schedule_retry(
+        &mut self,
+        key: &Target,
+        remaining: Option<Duration>,
+        held: bool,
+        far_behind: bool,
+    ) {
         let state = self.keys.get_mut(key).expect("retry for a known key");
         let delay = retry_delay(
             state.failures,
@@ -578,7 +585,7 @@ impl Actor {
         );
         state.failures = state.failures.saturating_add(1);
         let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
-        state.attempt = Attempt::Scheduled(timer);
+        state.schedule(timer, far_behind);
         if held {
             self.open_release_watch(key.place);
         }

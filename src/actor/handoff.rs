@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::command::{Place, Reply, Target};
-use super::{Actor, Attempt, Event, Held, Sent};
+use super::{Actor, Event, Held, Sent};
 use crate::error::Result;
 use crate::kind::LeaseKind;
 use crate::status::ReleaseOutcome;
@@ -165,7 +165,9 @@ impl Actor {
             self.on_acquired(key, sent, acquired);
             return;
         }
-        state.attempt = Attempt::Idle;
+        // Answered as a release: what was announced meanwhile matters only
+        // to an acquisition's answer.
+        state.end_attempt();
         state.note_unanswered(sent.lease_id, sent.ttl, None, None);
         // A handoff whose outcome stayed unknown may have landed under the
         // next lease id: its next attempt recognises it as a retry.

@@ -14,6 +14,7 @@ use tokio_util::time::delay_queue;
 use uuid::Uuid;
 
 use super::command::{Place, Target};
+use super::key_state::Standing;
 use super::release_watch::ReleaseWatch;
 use super::{Actor, Attempt, Event, Sent, Timer};
 use crate::backoff::retry_delay;
@@ -27,8 +28,8 @@ impl Actor {
     /// ([`Actor::on_handoff`] gives such a key back at once). Returns the
     /// lease id to give back now if the handoff was already announced.
     pub(super) fn remember_registration(&mut self, key: &Target) -> Option<Uuid> {
-        let state = self.keys.get(key).filter(|s| s.registered)?;
-        if state.handed {
+        let state = self.keys.get(key).filter(|s| s.standing.is_registered())?;
+        if state.standing == Standing::Handed {
             return Some(state.next_lease_id);
         }
         let lapses = Instant::now() + self.profile(key.place).registration_window;
@@ -52,8 +53,14 @@ impl Actor {
     /// change stream announces: only to refresh the registration (and as a
     /// fallback should an event be missed), at the backoff's longest step,
     /// `retry_max`, which the registration window allows for; capped by the
-    /// holder's `remaining` time as any retry.
-    pub(super) fn schedule_refresh(&mut self, key: &Target, remaining: Option<Duration>) {
+    /// holder's `remaining` time as any retry (`far_behind`: see
+    /// [`Attempt::Scheduled`]).
+    pub(super) fn schedule_refresh(
+        &mut self,
+        key: &Target,
+        remaining: Option<Duration>,
+        far_behind: bool,
+    ) {
         let delay = retry_delay(
             u32::MAX,
             self.timing.retry_initial,
@@ -62,7 +69,7 @@ impl Actor {
         );
         let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
         if let Some(state) = self.keys.get_mut(key) {
-            state.attempt = Attempt::Scheduled(timer);
+            state.schedule(timer, far_behind);
         }
     }
 
@@ -94,17 +101,17 @@ impl Actor {
         if state.next_lease_id != lease_id {
             return false;
         }
-        match &state.attempt {
+        match &mut state.attempt {
             // Its answer may have been read before the handoff.
-            Attempt::InFlight => state.freed_in_flight = true,
-            Attempt::Scheduled(timer) if state.registered => {
+            Attempt::InFlight(meanwhile) => meanwhile.freed = true,
+            Attempt::Scheduled { timer, .. } if state.standing.is_registered() => {
                 let timer = *timer;
                 if self.grant_handed(key, lease_id, write.token, timer) {
                     return true;
                 }
                 tracing::trace!(%key, "handed over by a release: confirming now");
                 let state = self.keys.get_mut(key).expect("checked above");
-                state.handed = true;
+                state.handed();
                 self.timers.reset(&timer, Duration::ZERO);
             }
             _ => return false,
@@ -171,13 +178,9 @@ impl Actor {
         };
         tracing::debug!(%key, token, ?deadline, "handed over by a release: granted on the event");
         self.timers.remove(&timer);
-        state.attempt = Attempt::Idle;
-        // Writes announced while earlier attempts were in flight concern
-        // those attempts: this lease is checked at once anyway.
-        state.written_in_flight = false;
-        state.freed_in_flight = false;
-        state.acquired();
-        self.grant(key, sent, token, None);
+        state.acquired_on_event();
+        // No check on the grant: it is checked at once anyway, below.
+        self.grant(key, sent, token, None, false);
         // Its expiry to its TTL now: the handoff wrote it only for `hx`.
         self.check_held([key.clone()].into_iter().collect());
         self.forget_if_idle(key);
@@ -214,12 +217,13 @@ impl Actor {
         let registered: Vec<LeaseRef> = self
             .keys
             .iter_mut()
-            .filter(|(key, state)| key.place == Place::LOCKS && state.registered)
-            .map(|(key, state)| {
-                // Left once: a later call (an attempt in flight at the
-                // beginning of shutdown registered) leaves only new ones.
-                state.registered = false;
-                (key.clone(), state.next_lease_id)
+            .filter(|(key, _)| key.place == Place::LOCKS)
+            // Left once: a later call (an attempt in flight at the
+            // beginning of shutdown registered) leaves only new ones.
+            .filter_map(|(key, state)| {
+                state
+                    .leave_queue()
+                    .then(|| (key.clone(), state.next_lease_id))
             })
             .chain(gave_up.filter(|(key, _)| key.place == Place::LOCKS))
             .map(|(key, lease_id)| LeaseRef {

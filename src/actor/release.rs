@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use super::command::{Place, Reply, Target};
 use super::group_commit::PendingRelease;
-use super::{Actor, Attempt, Event, KeyState};
+use super::{Actor, Event, KeyState};
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
@@ -53,9 +53,8 @@ impl Actor {
             // confirmed (`on_released`), not at its backoff (no change
             // stream may tell it).
             let state = self.keys.get_mut(&key).expect("held above");
-            if let Attempt::Scheduled(timer) = state.attempt {
+            if let Some(timer) = state.unschedule() {
                 self.timers.remove(&timer);
-                state.attempt = Attempt::Idle;
             }
         }
         self.spawn_release(key, held.lease_id, held.kind, held.acquired_at, respond_to);

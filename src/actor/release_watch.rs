@@ -15,7 +15,7 @@
 //! only wake it.
 //!
 //! A key whose last attempt found that no release or handoff is for this
-//! owner soon (`KeyState::quiet_behind`) needs no stream either:
+//! owner soon (`Attempt::Scheduled::far_behind`) needs no stream either:
 //! - the queue of waiting owners is full without this owner (`ahead` at
 //!   least [`StoreProfile::queue_bound`](crate::store::StoreProfile::queue_bound)): the
 //!   key is neither freed nor handed to it before the queue drains, and
@@ -201,7 +201,7 @@ impl Actor {
 
     /// Pauses the stream of `place` if nothing there needs it now (see the
     /// module docs): called when an attempt finds its key quiet
-    /// (`KeyState::quiet_behind`) and when an event hands a key to this
+    /// (`Attempt::Scheduled::far_behind`) and when an event hands a key to this
     /// owner, so that a manager waiting behind a full queue or a quiet one,
     /// or holding what it waited for, costs the server nothing per write
     /// from then on rather than from the next heartbeat. Scans the keys
@@ -240,11 +240,13 @@ impl Actor {
         match state.attempt {
             // Behind others in a quiet queue, or a full one: its attempts
             // tell when it may be next (see the module docs).
-            Attempt::Scheduled(_) if state.quiet_behind => WatchNeed::None,
-            Attempt::Scheduled(_) => WatchNeed::Open,
+            Attempt::Scheduled {
+                far_behind: true, ..
+            } => WatchNeed::None,
+            Attempt::Scheduled { .. } => WatchNeed::Open,
             // It may be contended: an open stream stays open, but none
             // opens for it.
-            Attempt::InFlight => WatchNeed::KeepOpen,
+            Attempt::InFlight(_) => WatchNeed::KeepOpen,
             Attempt::Idle => WatchNeed::None,
         }
     }
@@ -318,13 +320,13 @@ impl Actor {
             if recheck && !state.holders.is_empty() {
                 suspects.insert(key.clone());
             }
-            match &state.attempt {
-                Attempt::Scheduled(timer) if !state.waiters.is_empty() => {
+            match &mut state.attempt {
+                Attempt::Scheduled { timer, .. } if !state.waiters.is_empty() => {
                     self.timers
                         .reset(timer, wake_jitter(self.timing.retry_initial));
                 }
                 // It may have read the key before a write this stream missed.
-                Attempt::InFlight => state.freed_in_flight = true,
+                Attempt::InFlight(meanwhile) => meanwhile.freed = true,
                 _ => {}
             }
         }
@@ -332,7 +334,7 @@ impl Actor {
 
     /// One write to `write.key`: a held lease that the write may have taken
     /// away becomes a suspect, and so does the lease of an acquisition in
-    /// flight, once granted (`KeyState::written_in_flight`); if the write freed the key and local callers
+    /// flight, once granted (`Meanwhile::may_take`); if the write freed the key and local callers
     /// wait for it, they try again now, with up to [`RELEASE_WAKE_JITTER`]
     /// of jitter so that waiters in several processes do not all arrive in
     /// the same instant. Writes to other keys are ignored. Returns whether
@@ -355,22 +357,22 @@ impl Actor {
         {
             suspects.insert(key.clone());
         }
-        if matches!(state.attempt, Attempt::InFlight)
+        if let Attempt::InFlight(meanwhile) = &mut state.attempt
             && !write.keeps(state.next_lease_id, &self.owner_id)
         {
-            state.written_in_flight = true;
+            meanwhile.may_take = true;
         }
         if !write.freed {
             return false;
         }
-        match state.attempt {
-            Attempt::Scheduled(timer) => {
+        match &mut state.attempt {
+            Attempt::Scheduled { timer, .. } => {
                 tracing::trace!(%key, "released elsewhere: retrying now");
                 self.timers
-                    .reset(&timer, wake_jitter(self.timing.retry_initial));
+                    .reset(timer, wake_jitter(self.timing.retry_initial));
             }
             // The attempt may have read the key before this write.
-            Attempt::InFlight => state.freed_in_flight = true,
+            Attempt::InFlight(meanwhile) => meanwhile.freed = true,
             Attempt::Idle => {}
         }
         false

@@ -6,7 +6,7 @@ use futures::stream::FuturesUnordered;
 
 use super::command::{Command, Reply, Target};
 use super::release_watch::ReleaseWatch;
-use super::{Actor, Attempt, Event};
+use super::{Actor, Event};
 use crate::error::Error;
 use crate::status::LossReason;
 use crate::store::Release;
@@ -51,9 +51,8 @@ impl Actor {
         self.observers.clear();
         for state in self.keys.values_mut() {
             state.answer_waiters(|_| Some(Err(Error::Shutdown)));
-            if let Attempt::Scheduled(timer) = state.attempt {
+            if let Some(timer) = state.unschedule() {
                 self.timers.remove(&timer);
-                state.attempt = Attempt::Idle;
             }
         }
         self.leave_queues_at_shutdown();
