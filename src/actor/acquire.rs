@@ -8,20 +8,20 @@ use std::time::Duration;
 
 use std::sync::Arc;
 use tokio::time::Instant;
-use uuid::Uuid;
 
 use mongodb::bson::Document;
 
-use super::command::{AcquireMode, Granted, GrantedLease, Target, WaiterId};
+use super::command::{AcquireMode, Granted, GrantedLease, Place, Target, WaiterId};
 use super::key_state::{Registered, payload_hash};
 use super::mailbox::Mailbox;
 use super::release_watch::wake_jitter;
 use super::telemetry;
-use super::{Actor, Event, Held, KeyState, Sent, Timer, Waiter};
+use super::{Actor, Attempt, Event, Held, KeyState, Sent, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
 use crate::status::LeaseState;
+use crate::store::light_acquire::{LightAcquire, LightAcquired};
 use crate::store::{AcquireOutcome, AcquireRequest};
 
 impl Actor {
@@ -164,6 +164,15 @@ impl Actor {
         }
     }
 
+    /// The key's scheduled attempt is due ([`Timer::Retry`]): it starts if
+    /// the key is free locally and someone waits.
+    pub(super) fn on_retry_due(&mut self, key: &Target) {
+        if let Some(state) = self.keys.get_mut(key) {
+            state.attempt = Attempt::Idle;
+        }
+        self.serve_next(key);
+    }
+
     /// Sends the general acquire of the attempt `sent` of `key` (with
     /// `create`, the fields of a missing user document); its answer comes
     /// back as [`Event::Acquired`].
@@ -185,6 +194,25 @@ impl Actor {
         self.spawn_store(acquire, move |result| Event::Acquired { result, key, sent });
     }
 
+    /// The general acquire's answer ([`Event::Acquired`]): the server
+    /// answered (if it did), whether the light form would have applied is
+    /// noted, then it is an acquire's answer.
+    pub(super) fn on_general_acquire_answered(
+        &mut self,
+        key: Target,
+        sent: Sent,
+        result: Result<(AcquireOutcome, Option<Document>)>,
+    ) {
+        if result.is_ok() {
+            self.health.server_answered();
+        }
+        let acquired = matches!(result, Ok((AcquireOutcome::Acquired { .. }, _)));
+        self.note_general_acquire(&key, &sent, acquired);
+        self.on_acquired(key, sent, result)
+    }
+
+    /// An acquire attempt's answer: the general acquire's, a light
+    /// acquire's, or a handoff's that acquired.
     pub(super) fn on_acquired(
         &mut self,
         key: Target,
@@ -538,11 +566,6 @@ impl Actor {
         self.give_back(key, lease_id, shape.kind);
     }
 
-    /// Gives back `lease_id` of `key`, which nobody holds locally, at once.
-    pub(super) fn give_back(&mut self, key: &Target, lease_id: Uuid, kind: LeaseKind) {
-        self.spawn_release(key.clone(), lease_id, kind, Instant::now(), None);
-    }
-
     /// Whether the attempt `sent` of `key` may register in the key's queue
     /// of waiting owners: a waiting exclusive attempt in the lock collection
     /// (in-document leases have no queue).
@@ -589,6 +612,118 @@ impl Actor {
         if held {
             self.open_release_watch(key.place);
         }
+    }
+
+    /// Schedules the next attempt of a registered key whose handoff the
+    /// change stream announces: only to refresh the registration (and as a
+    /// fallback should an event be missed), at the backoff's longest step,
+    /// `retry_max`, which the registration window allows for; capped by the
+    /// holder's `remaining` time as any retry (`far_behind`: see
+    /// [`Attempt::Scheduled`]).
+    pub(super) fn schedule_refresh(
+        &mut self,
+        key: &Target,
+        remaining: Option<Duration>,
+        far_behind: bool,
+    ) {
+        let delay = retry_delay(
+            u32::MAX,
+            self.timing.retry_initial,
+            self.timing.retry_max,
+            remaining,
+        );
+        let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
+        if let Some(state) = self.keys.get_mut(key) {
+            state.schedule(timer, far_behind);
+        }
+    }
+
+    /// Whether the attempt `sent` of `key` tries the light acquire first.
+    pub(super) fn tries_light_acquire(&self, key: &Target, sent: &Sent) -> bool {
+        sent.shape.is_plain()
+            && sent.payload.is_none()
+            && self.profile(key.place).light_forms.acquire
+            && !self.is_contended(key)
+    }
+
+    /// Where the store has no light acquire (the in-memory twin), the
+    /// general acquire's answer for an exclusive lease tells whether
+    /// `MongoStore`'s would have applied: only to a plain lease it
+    /// acquired. Where it has one, the general acquire of an exclusive
+    /// lease is itself the sign (`Actor::start_attempt`).
+    pub(super) fn note_general_acquire(&mut self, key: &Target, sent: &Sent, acquired: bool) {
+        if sent.shape.kind == LeaseKind::Exclusive
+            && !self.profile(key.place).light_forms.acquire
+            && !(acquired && sent.shape.is_plain())
+        {
+            self.note_contended(key);
+        }
+    }
+
+    /// The light acquire of the attempt `sent` of `key` (see the module
+    /// docs): at once, alone or grouped.
+    pub(super) fn submit_light_acquire(&mut self, key: Target, sent: Sent) {
+        let (place, alone) = (key.place, key.key.as_str().is_none());
+        if let Some((batch, grouped)) = self.group(place).acquires.submit((key, sent), alone) {
+            self.send_light_acquires(place, batch, grouped);
+        }
+    }
+
+    fn send_light_acquires(&mut self, place: Place, batch: Vec<(Target, Sent)>, grouped: bool) {
+        let requests = batch
+            .iter()
+            .map(|(key, sent)| LightAcquire {
+                key: key.key.clone(),
+                lease_id: sent.lease_id,
+                ttl: sent.ttl,
+                started: sent.sent_at,
+            })
+            .collect();
+        let call = self.store(place).acquire_light(requests);
+        self.spawn_store(call, move |answers| Event::LightAcquired {
+            place,
+            batch,
+            grouped,
+            answers,
+        });
+    }
+
+    /// The answers of a light acquire call: the next group goes, then each
+    /// attempt is granted, or goes on to the general acquire.
+    pub(super) fn on_light_acquired(
+        &mut self,
+        place: Place,
+        batch: Vec<(Target, Sent)>,
+        grouped: bool,
+        answers: Vec<LightAcquired>,
+    ) {
+        if grouped && let Some(next) = self.group(place).acquires.next() {
+            self.send_light_acquires(place, next, true);
+        }
+        let mut answers = answers.into_iter();
+        for (key, sent) in batch {
+            match answers.next().unwrap_or_default() {
+                LightAcquired::Acquired(token) => self.on_light_granted(key, sent, token),
+                LightAcquired::AcquiredShort { token, counts_from } => {
+                    // Its local deadline counts from `counts_from`.
+                    let sent_at = sent.sent_at.min(counts_from);
+                    self.on_light_granted(key, Sent { sent_at, ..sent }, token);
+                }
+                LightAcquired::NotApplied => {
+                    self.note_contended(&key);
+                    self.send_general_acquire(key, sent, None);
+                }
+                LightAcquired::Failed(error) => self.on_acquired(key, sent, Err(error)),
+            }
+        }
+    }
+
+    /// A light acquire granted `key` with `token`, its local deadline
+    /// counting from `sent.sent_at`.
+    fn on_light_granted(&mut self, key: Target, sent: Sent, token: u64) {
+        self.health.server_answered();
+        let acquired = Ok((AcquireOutcome::Acquired { token }, None));
+        self.on_acquired(key, sent, acquired);
     }
 }
 

@@ -27,7 +27,8 @@
 //! | `mailbox.rs` | [`Mailbox`](mailbox::Mailbox), the handles' typed end of the command channel |
 //! | `acquire.rs` | waiters, the key's one attempt at a time, retries, handing a lease to the first waiter |
 //! | `renewal.rs` | heartbeat renewals in batches, their results, the local-deadline min-heap |
-//! | `release.rs` | release, `release_all`, force release, payload |
+//! | `release.rs` | release, `release_all`, force release, giving back, the light release |
+//! | `payload.rs` | the payload of a held lease |
 //! | `handoff.rs` | a release that hands the key to the first local waiter in the same write |
 //! | `group_commit.rs` | the light forms: when they are tried, the keys contended lately, the group commit of light acquires and releases |
 //! | `release_watch.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
@@ -52,6 +53,7 @@ mod lease_group;
 mod loss;
 pub(crate) mod mailbox;
 mod observers;
+mod payload;
 mod permits;
 mod queue;
 mod reentry;
@@ -416,10 +418,7 @@ impl Actor {
                 key,
                 was,
                 respond_to,
-            } => {
-                self.on_force_released(key, was);
-                let _ = respond_to.send(Ok(()));
-            }
+            } => self.on_force_released(key, was, respond_to),
             Command::SetPermits {
                 key,
                 permits,
@@ -438,19 +437,13 @@ impl Actor {
                 ttl,
                 respond_to,
             } => self.on_set_ttl(key, lease_id, ttl, respond_to),
-            Command::CheckHeld { key, lease_id } => {
-                if self.held_lease(&key, lease_id).is_some() {
-                    self.check_held([key].into_iter().collect());
-                }
-            }
+            Command::CheckHeld { key, lease_id } => self.on_check_held(key, lease_id),
             Command::OpenDocuments {
                 collection,
                 field,
                 lock_id,
                 respond_to,
-            } => {
-                let _ = respond_to.send(self.open_documents(&collection, &field, lock_id));
-            }
+            } => self.on_open_documents(&collection, &field, lock_id, respond_to),
             Command::WriteDocument {
                 key,
                 lease_id,
@@ -468,23 +461,13 @@ impl Actor {
     fn handle_event(&mut self, event: Event) {
         match event {
             Event::Acquired { key, sent, result } => {
-                if result.is_ok() {
-                    self.health.server_answered();
-                }
-                let acquired = matches!(result, Ok((AcquireOutcome::Acquired { .. }, _)));
-                self.note_general_acquire(&key, &sent, acquired);
-                self.on_acquired(key, sent, result)
+                self.on_general_acquire_answered(key, sent, result)
             }
             Event::Renewed {
                 batch,
                 sent_at,
                 result,
-            } => {
-                self.renewal_answered(sent_at, result.is_ok());
-                self.on_renewed(batch, sent_at, result);
-                self.send_waiting_renewals();
-                self.renewals_settled();
-            }
+            } => self.on_renewal_answered(batch, sent_at, result),
             Event::Released {
                 key,
                 respond_to,
@@ -554,19 +537,8 @@ impl Actor {
 
     fn handle_timer(&mut self, timer: Timer) {
         match timer {
-            Timer::Retry(key) => {
-                if let Some(state) = self.keys.get_mut(&key) {
-                    state.attempt = Attempt::Idle;
-                }
-                self.serve_next(&key);
-            }
-            Timer::RenewRetry(mut batch) => {
-                let place = batch.place;
-                batch.leases.retain(|l| self.held_in(place, l).is_some());
-                if !batch.leases.is_empty() {
-                    self.spawn_renewal(batch);
-                }
-            }
+            Timer::Retry(key) => self.on_retry_due(&key),
+            Timer::RenewRetry(batch) => self.on_renewal_retry_due(batch),
         }
     }
 

@@ -16,8 +16,7 @@ use uuid::Uuid;
 use super::command::{Place, Target};
 use super::key_state::Standing;
 use super::release_watch::ReleaseWatch;
-use super::{Actor, Attempt, Event, Sent, Timer};
-use crate::backoff::retry_delay;
+use super::{Actor, Attempt, Event, Sent};
 use crate::kind::LeaseKind;
 use crate::store::{KeyWrite, LeaseRef, Release};
 
@@ -47,30 +46,6 @@ impl Actor {
             self.places[usize::from(place.0)].release_watch,
             ReleaseWatch::Open { .. }
         )
-    }
-
-    /// Schedules the next attempt of a registered key whose handoff the
-    /// change stream announces: only to refresh the registration (and as a
-    /// fallback should an event be missed), at the backoff's longest step,
-    /// `retry_max`, which the registration window allows for; capped by the
-    /// holder's `remaining` time as any retry (`far_behind`: see
-    /// [`Attempt::Scheduled`]).
-    pub(super) fn schedule_refresh(
-        &mut self,
-        key: &Target,
-        remaining: Option<Duration>,
-        far_behind: bool,
-    ) {
-        let delay = retry_delay(
-            u32::MAX,
-            self.timing.retry_initial,
-            self.timing.retry_max,
-            remaining,
-        );
-        let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
-        if let Some(state) = self.keys.get_mut(key) {
-            state.schedule(timer, far_behind);
-        }
     }
 
     /// Heartbeat: forgets the registrations of keys nobody waits for any

@@ -1,11 +1,9 @@
 //! Releasing: one lease (explicit, dropped, or after a lost deadline),
 //! `release_all` by lease id, the leases an operator's force release ended,
-//! and the payload of a held lease (a write conditional on its lease id,
-//! like a release).
+//! a lease given back at once, and the light release (`group_commit`).
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -14,12 +12,13 @@ use std::collections::BTreeMap;
 use super::command::{Place, Reply, Target};
 use super::group_commit::PendingRelease;
 use super::{Actor, Event, KeyState};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
+use crate::store::light_release::LightRelease;
 use crate::store::{DELETE_DELAY, LeaseRef, Release};
 
 impl Actor {
@@ -93,6 +92,11 @@ impl Actor {
             respond_to: Some(respond_to),
             result,
         });
+    }
+
+    /// Gives back `lease_id` of `key`, which nobody holds locally, at once.
+    pub(super) fn give_back(&mut self, key: &Target, lease_id: Uuid, kind: LeaseKind) {
+        self.spawn_release(key.clone(), lease_id, kind, Instant::now(), None);
     }
 
     /// Releases one lease whose acquire's reply arrived at `acquired_at`
@@ -293,7 +297,18 @@ impl Actor {
     /// manager, which sent it): if it was one of ours, it is lost now; so
     /// are all our holders of a shared or semaphore key, which a force
     /// release frees whole.
-    pub(super) fn on_force_released(&mut self, key: LeaseKey, was: LeaseInfo) {
+    pub(super) fn on_force_released(
+        &mut self,
+        key: LeaseKey,
+        was: LeaseInfo,
+        respond_to: Reply<()>,
+    ) {
+        self.lose_force_released(key, was);
+        let _ = respond_to.send(Ok(()));
+    }
+
+    /// The leases of ours a force release ended are lost (see above).
+    fn lose_force_released(&mut self, key: LeaseKey, was: LeaseInfo) {
         if was.foreign {
             return;
         }
@@ -317,39 +332,83 @@ impl Actor {
         }
     }
 
-    pub(super) fn on_set_payload(
-        &mut self,
-        key: Target,
-        lease_id: Uuid,
-        payload: Document,
-        respond_to: Reply<()>,
-    ) {
-        let Some(held) = self.held_lease(&key, lease_id) else {
-            let _ = respond_to.send(Err(Error::LeaseLost { key: key.key }));
-            return;
-        };
-        let write = self
-            .store(key.place)
-            .set_payload(held.lease_ref(&key.key), payload);
-        self.spawn_store(write, move |result| Event::PayloadSet {
-            result,
-            key,
-            lease_id,
-            respond_to,
+    /// Whether the release of `lease` of `key` (`too_young_to_delete`:
+    /// acquired too lately for delete mode's delete) tries the light release
+    /// first.
+    pub(super) fn tries_light_release(
+        &self,
+        key: &Target,
+        lease: &LeaseRef,
+        too_young_to_delete: bool,
+    ) -> bool {
+        lease.kind == LeaseKind::Exclusive
+            && self.profile(key.place).light_forms.release
+            && (too_young_to_delete || !self.profile(key.place).removes_on_release)
+            && !self.is_contended(key)
+    }
+
+    /// The light release of `pending` (see the module docs): at once,
+    /// alone or grouped.
+    pub(super) fn submit_light_release(&mut self, pending: PendingRelease) {
+        let (place, alone) = (pending.key.place, pending.key.key.as_str().is_none());
+        if let Some((batch, grouped)) = self.group(place).releases.submit(pending, alone) {
+            self.send_light_releases(place, batch, grouped);
+        }
+    }
+
+    fn send_light_releases(&mut self, place: Place, batch: Vec<PendingRelease>, grouped: bool) {
+        let leases = batch.iter().map(|p| p.lease.clone()).collect();
+        let call = self.store(place).release_light(leases);
+        self.spawn_store(call, move |answers| Event::LightReleased {
+            place,
+            batch,
+            grouped,
+            answers,
         });
     }
 
-    pub(super) fn on_payload_set(
+    /// The answers of a light release call: the next group goes, then each
+    /// release is answered, or goes on to the general release.
+    pub(super) fn on_light_released(
         &mut self,
-        key: Target,
-        lease_id: Uuid,
-        respond_to: Reply<()>,
-        result: Result<bool>,
+        place: Place,
+        batch: Vec<PendingRelease>,
+        grouped: bool,
+        answers: Vec<LightRelease>,
     ) {
-        if let Ok(false) = result {
-            self.lose_found_gone(key.clone(), lease_id, "setting the payload");
+        if grouped && let Some(next) = self.group(place).releases.next() {
+            self.send_light_releases(place, next, true);
         }
-        let lost = Error::LeaseLost { key: key.key };
-        let _ = respond_to.send(result.and_then(|set| set.then_some(()).ok_or(lost)));
+        let mut answers = answers.into_iter();
+        for pending in batch {
+            let PendingRelease {
+                key,
+                lease,
+                respond_to,
+                follow_up,
+            } = pending;
+            let unknown = match answers.next().unwrap_or_default() {
+                LightRelease::Released => {
+                    self.on_released(key, respond_to, follow_up, Ok(1));
+                    continue;
+                }
+                LightRelease::Failed(error) => {
+                    self.on_released(key, respond_to, follow_up, Err(error));
+                    continue;
+                }
+                LightRelease::NotApplied => false,
+                LightRelease::Unknown => true,
+            };
+            self.note_contended(&key);
+            let release = self.general_release(key.place, lease, follow_up.is_some());
+            // A light write whose outcome was unknown may have landed: a
+            // lease the general release no longer finds counts as released.
+            self.spawn_store(release, move |result: Result<u64>| Event::Released {
+                result: result.map(|count| if unknown { count.max(1) } else { count }),
+                key,
+                respond_to,
+                follow_up,
+            });
+        }
     }
 }

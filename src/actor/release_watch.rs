@@ -378,6 +378,14 @@ impl Actor {
         false
     }
 
+    /// [`Command::CheckHeld`](super::command::Command::CheckHeld): the
+    /// lease `lease_id` of `key` is checked now, if still held.
+    pub(super) fn on_check_held(&mut self, key: Target, lease_id: uuid::Uuid) {
+        if self.held_lease(&key, lease_id).is_some() {
+            self.check_held([key].into_iter().collect());
+        }
+    }
+
     /// Renews the held leases of `keys` now, in batches: a lease that is no
     /// longer held is lost exactly as when a heartbeat's renewal finds it
     /// gone (`Actor::on_renewed`).

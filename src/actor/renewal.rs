@@ -191,12 +191,32 @@ impl Actor {
         self.held_lease(&key, lease.lease_id)
     }
 
-    pub(super) fn on_renewed(
+    /// A renewal batch was answered ([`Event::Renewed`]): its leases
+    /// confirmed or lost, the next waiting batch sent, the health board
+    /// told.
+    pub(super) fn on_renewal_answered(
         &mut self,
-        mut batch: Batch,
+        batch: Batch,
         sent_at: Instant,
         result: Result<Vec<LeaseRef>>,
     ) {
+        self.renewal_answered(sent_at, result.is_ok());
+        self.on_renewed(batch, sent_at, result);
+        self.send_waiting_renewals();
+        self.renewals_settled();
+    }
+
+    /// A failed renewal batch is due again ([`Timer::RenewRetry`]): it is
+    /// sent again with the leases of it still held.
+    pub(super) fn on_renewal_retry_due(&mut self, mut batch: Batch) {
+        let place = batch.place;
+        batch.leases.retain(|l| self.held_in(place, l).is_some());
+        if !batch.leases.is_empty() {
+            self.spawn_renewal(batch);
+        }
+    }
+
+    fn on_renewed(&mut self, mut batch: Batch, sent_at: Instant, result: Result<Vec<LeaseRef>>) {
         let lost = match result {
             Ok(lost) => lost.into_iter().collect::<HashSet<_>>(),
             Err(error) => {
