@@ -12,11 +12,11 @@ use tokio::time::Instant;
 use mongodb::bson::Document;
 
 use super::command::{AcquireMode, Granted, GrantedLease, Place, Target, WaiterId};
-use super::key_state::{Registered, payload_hash};
+use super::key_state::{Registration, payload_hash};
 use super::mailbox::Mailbox;
-use super::release_watch::wake_jitter;
 use super::telemetry;
-use super::{Actor, Attempt, Event, Held, KeyState, Sent, Timer, Waiter};
+use super::write_stream::wake_jitter;
+use super::{AcquireSent, Actor, Attempt, Event, Held, KeyState, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
@@ -120,10 +120,10 @@ impl Actor {
         // id: one that landed unseen (perhaps another waiter's, without
         // that payload) would show this acquisition without its payload
         // until the retry lands.
-        let unseen = state.unseen;
+        let unseen = state.unknown_outcome;
         // Nor one whose attempts registered with another payload: a release
         // may hand the key to that registration, with that payload.
-        let other_payload = state.unanswered.as_deref().is_some_and(|u| {
+        let other_payload = state.misses.as_deref().is_some_and(|u| {
             u.lease_id == state.next_lease_id && u.payload != payload_hash(payload.as_ref())
         });
         if other_payload {
@@ -142,7 +142,7 @@ impl Actor {
             return;
         }
         state.begin_attempt();
-        let sent = Sent {
+        let sent = AcquireSent {
             lease_id: state.next_lease_id,
             sent_at: Instant::now(),
             ttl,
@@ -179,7 +179,7 @@ impl Actor {
     pub(super) fn send_general_acquire(
         &mut self,
         key: Target,
-        sent: Sent,
+        sent: AcquireSent,
         create: Option<Document>,
     ) {
         let acquire = self.store(key.place).acquire(AcquireRequest {
@@ -200,7 +200,7 @@ impl Actor {
     pub(super) fn on_general_acquire_answered(
         &mut self,
         key: Target,
-        sent: Sent,
+        sent: AcquireSent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     ) {
         if result.is_ok() {
@@ -216,7 +216,7 @@ impl Actor {
     pub(super) fn on_acquired(
         &mut self,
         key: Target,
-        sent: Sent,
+        sent: AcquireSent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     ) {
         let may_register = self.may_register(&key, &sent);
@@ -240,7 +240,7 @@ impl Actor {
             _ => false,
         };
         if may_land {
-            state.unseen = Some(sent.shape);
+            state.unknown_outcome = Some(sent.shape);
         }
         match result {
             Ok((AcquireOutcome::Acquired { token }, _))
@@ -268,13 +268,13 @@ impl Actor {
                 // the same lease id (of the same shape, `unseen`) renews it
                 // and is granted from its own send.
                 tracing::debug!(%key, token, "lease found by a read: confirming it at once");
-                state.note_unanswered(
+                state.note_miss(
                     lease_id,
                     sent.ttl,
                     None,
                     payload_hash(sent.payload.as_ref()),
                 );
-                state.unseen = Some(sent.shape);
+                state.unknown_outcome = Some(sent.shape);
                 state.found_by_read();
                 state.prune_waiters();
                 if state.waiters.is_empty() {
@@ -306,7 +306,7 @@ impl Actor {
                 self.give_back(&key, lease_id, requested);
             }
             Ok((AcquireOutcome::Mismatch { stored }, _)) => {
-                state.note_unanswered(
+                state.note_miss(
                     lease_id,
                     sent.ttl,
                     None,
@@ -334,7 +334,7 @@ impl Actor {
                 tracing::trace!(%key, holder, ?remaining, foreign, ahead, "key is held");
                 // No release or handoff is for this owner soon, so the key
                 // needs no change stream (`Attempt::Scheduled::far_behind`,
-                // `Actor::pause_release_watch_if_unneeded`) when either
+                // `Actor::pause_write_stream_if_unneeded`) when either
                 // - the queue is full without it (`ahead` counts every
                 //   live entry when this owner has none,
                 //   `StoreProfile::queue_bound`): the key is neither freed nor
@@ -346,7 +346,7 @@ impl Actor {
                 //   refresh's spacing). A key that changes hands faster
                 //   keeps its registered waiters' streams.
                 let previous = state
-                    .unanswered
+                    .misses
                     .as_ref()
                     .filter(|u| u.lease_id == lease_id)
                     .and_then(|u| u.registered);
@@ -366,12 +366,12 @@ impl Actor {
                 // attempt, never granted on the event (`grant_handed`).
                 let registered = may_register && !foreign && holder != *self.owner_id;
                 state.held_elsewhere(registered);
-                let registration = token.filter(|_| registered).map(|token| Registered {
+                let registration = token.filter(|_| registered).map(|token| Registration {
                     sent_at: sent.sent_at,
                     round_trip: sent.sent_at.elapsed(),
                     token,
                 });
-                state.note_unanswered(
+                state.note_miss(
                     lease_id,
                     sent.ttl,
                     registration,
@@ -397,17 +397,17 @@ impl Actor {
                     // The change stream announces the handoff (or a
                     // release), read again if it was paused: poll only to
                     // refresh the registration.
-                    self.open_release_watch(key.place);
+                    self.open_write_stream(key.place);
                     self.schedule_refresh(&key, remaining, far_behind);
                 } else {
                     // Capped by the time left (a foreign holder's lock: by
                     // its own rule); without one, a foreign holder's lock is
-                    // polled with the plain backoff, and its deletion wakes
+                    // polled with the backoff alone, and its deletion wakes
                     // the waiters.
                     self.schedule_retry(&key, remaining, true, far_behind);
                 }
                 if far_behind {
-                    self.pause_release_watch_if_unneeded(key.place);
+                    self.pause_write_stream_if_unneeded(key.place);
                 }
                 if self.closing.is_some() {
                     // Registered by an attempt that was in flight when
@@ -416,7 +416,7 @@ impl Actor {
                 }
             }
             Err(error) => {
-                state.note_unanswered(
+                state.note_miss(
                     lease_id,
                     sent.ttl,
                     None,
@@ -469,12 +469,12 @@ impl Actor {
     pub(super) fn grant(
         &mut self,
         key: &Target,
-        sent: Sent,
+        sent: AcquireSent,
         token: u64,
         document: Option<Document>,
         check: bool,
     ) {
-        let Sent {
+        let AcquireSent {
             lease_id,
             sent_at,
             ttl: written_ttl,
@@ -555,7 +555,7 @@ impl Actor {
             }
             if self.timing.watch_held_leases {
                 // Writes to held leases by others are noticed through it.
-                self.open_release_watch(key.place);
+                self.open_write_stream(key.place);
             }
             if shape.kind.is_multi_holder() {
                 // The next waiter may share the key too.
@@ -569,7 +569,7 @@ impl Actor {
     /// Whether the attempt `sent` of `key` may register in the key's queue
     /// of waiting owners: a waiting exclusive attempt in the lock collection
     /// (in-document leases have no queue).
-    fn may_register(&self, key: &Target, sent: &Sent) -> bool {
+    fn may_register(&self, key: &Target, sent: &AcquireSent) -> bool {
         self.profile(key.place).place.field.is_none()
             && sent.waiting
             && sent.shape.kind == LeaseKind::Exclusive
@@ -585,7 +585,7 @@ impl Actor {
         let timer = self.timers.insert(Timer::Retry(key.clone()), jitter);
         let state = self.keys.get_mut(key).expect("wake for a known key");
         state.schedule(timer, far_behind);
-        self.open_release_watch(key.place);
+        self.open_write_stream(key.place);
     }
 
     /// Schedules the key's next attempt after the backoff, capped by the
@@ -610,7 +610,7 @@ impl Actor {
         let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
         state.schedule(timer, far_behind);
         if held {
-            self.open_release_watch(key.place);
+            self.open_write_stream(key.place);
         }
     }
 
@@ -639,7 +639,7 @@ impl Actor {
     }
 
     /// Whether the attempt `sent` of `key` tries the light acquire first.
-    pub(super) fn tries_light_acquire(&self, key: &Target, sent: &Sent) -> bool {
+    pub(super) fn tries_light_acquire(&self, key: &Target, sent: &AcquireSent) -> bool {
         sent.shape.is_plain()
             && sent.payload.is_none()
             && self.profile(key.place).light_forms.acquire
@@ -651,7 +651,12 @@ impl Actor {
     /// `MongoStore`'s would have applied: only to a plain lease it
     /// acquired. Where it has one, the general acquire of an exclusive
     /// lease is itself the sign (`Actor::start_attempt`).
-    pub(super) fn note_general_acquire(&mut self, key: &Target, sent: &Sent, acquired: bool) {
+    pub(super) fn note_general_acquire(
+        &mut self,
+        key: &Target,
+        sent: &AcquireSent,
+        acquired: bool,
+    ) {
         if sent.shape.kind == LeaseKind::Exclusive
             && !self.profile(key.place).light_forms.acquire
             && !(acquired && sent.shape.is_plain())
@@ -662,14 +667,19 @@ impl Actor {
 
     /// The light acquire of the attempt `sent` of `key` (see the module
     /// docs): at once, alone or grouped.
-    pub(super) fn submit_light_acquire(&mut self, key: Target, sent: Sent) {
+    pub(super) fn submit_light_acquire(&mut self, key: Target, sent: AcquireSent) {
         let (place, alone) = (key.place, key.key.as_str().is_none());
         if let Some((batch, grouped)) = self.group(place).acquires.submit((key, sent), alone) {
             self.send_light_acquires(place, batch, grouped);
         }
     }
 
-    fn send_light_acquires(&mut self, place: Place, batch: Vec<(Target, Sent)>, grouped: bool) {
+    fn send_light_acquires(
+        &mut self,
+        place: Place,
+        batch: Vec<(Target, AcquireSent)>,
+        grouped: bool,
+    ) {
         let requests = batch
             .iter()
             .map(|(key, sent)| LightAcquire {
@@ -693,7 +703,7 @@ impl Actor {
     pub(super) fn on_light_acquired(
         &mut self,
         place: Place,
-        batch: Vec<(Target, Sent)>,
+        batch: Vec<(Target, AcquireSent)>,
         grouped: bool,
         answers: Vec<LightAcquired>,
     ) {
@@ -707,7 +717,7 @@ impl Actor {
                 LightAcquired::AcquiredShort { token, counts_from } => {
                     // Its local deadline counts from `counts_from`.
                     let sent_at = sent.sent_at.min(counts_from);
-                    self.on_light_granted(key, Sent { sent_at, ..sent }, token);
+                    self.on_light_granted(key, AcquireSent { sent_at, ..sent }, token);
                 }
                 LightAcquired::NotApplied => {
                     self.note_contended(&key);
@@ -720,7 +730,7 @@ impl Actor {
 
     /// A light acquire granted `key` with `token`, its local deadline
     /// counting from `sent.sent_at`.
-    fn on_light_granted(&mut self, key: Target, sent: Sent, token: u64) {
+    fn on_light_granted(&mut self, key: Target, sent: AcquireSent, token: u64) {
         self.health.server_answered();
         let acquired = Ok((AcquireOutcome::Acquired { token }, None));
         self.on_acquired(key, sent, acquired);

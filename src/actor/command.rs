@@ -137,12 +137,13 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// Whether its lease may be handed over to it or granted on the event
-    /// of a handoff: a plain lease ([`LeaseShape::is_plain`]), renewed (not
-    /// held at most a duration: a lease granted on the event is renewed at
-    /// once) and without a payload to write with the acquisition (which
-    /// only the general acquire writes).
-    pub(crate) fn is_plain(&self) -> bool {
+    /// Whether a lease can be handed to it, by a handoff to a local waiter
+    /// (`handoff`) or granted on the event of a handoff to its
+    /// registration (`queue`): it asks for a plain lease
+    /// ([`LeaseShape::is_plain`]), renewed (not held at most a duration: a
+    /// lease granted on the event is renewed at once), without a payload to
+    /// write with the acquisition (which only the general acquire writes).
+    pub(crate) fn can_be_handed(&self) -> bool {
         self.shape.is_plain() && !self.at_most && self.payload.is_none()
     }
 }

@@ -45,7 +45,7 @@ use std::mem;
 use tokio::time::Instant;
 
 use super::command::{Place, Reply, Target};
-use super::{Actor, Sent};
+use super::{AcquireSent, Actor};
 use crate::status::ReleaseOutcome;
 use crate::store::LeaseRef;
 use crate::store::light_release::MOST_PER_COMMAND;
@@ -99,7 +99,7 @@ impl<T> Queue<T> {
 /// A place's group commits of the light acquire and release.
 #[derive(Default)]
 pub(super) struct GroupCommit {
-    pub(super) acquires: Queue<(Target, Sent)>,
+    pub(super) acquires: Queue<(Target, AcquireSent)>,
     pub(super) releases: Queue<PendingRelease>,
 }
 

@@ -170,23 +170,24 @@ pub(super) struct KeyState {
     /// unknown (it may have landed unseen, or land later, whatever the
     /// later attempts' answers): every later attempt under that lease id
     /// must ask for the same shape, or the lease id is given back.
-    pub(super) unseen: Option<LeaseShape>,
+    pub(super) unknown_outcome: Option<LeaseShape>,
     /// Attempts since the last acquisition (the backoff exponent).
     pub(super) failures: u32,
     /// Its standing in the key's queue of waiting owners, and what its next
     /// attempt is for.
     pub(super) standing: Standing,
     /// What the answers of attempts that did not acquire tell about a lease
-    /// written under their lease id (see [`Unanswered`]); boxed, as only
+    /// written under their lease id (see [`Misses`]); boxed, as only
     /// keys waiting for another holder have one.
-    pub(super) unanswered: Option<Box<Unanswered>>,
+    pub(super) misses: Option<Box<Misses>>,
 }
 
-/// The attempts of one key under one lease id that did not acquire, as a
+/// The attempts of one key under one lease id that did not acquire (its
+/// misses), as a
 /// lease announced under that lease id needs them to be granted on the
 /// event, without another attempt (`Actor::on_handoff`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Unanswered {
+pub(super) struct Misses {
     /// The lease id they were sent under.
     pub(super) lease_id: Uuid,
     /// The shortest TTL any of them asked for. A lease written under
@@ -196,8 +197,8 @@ pub(super) struct Unanswered {
     /// `hx = min(ttl, R)`, "Queue of waiting owners" in `store`).
     pub(super) shortest_ttl: Duration,
     /// The last of them registered this manager in the key's queue of
-    /// waiting owners (see [`Registered`]).
-    pub(super) registered: Option<Registered>,
+    /// waiting owners (see [`Registration`]).
+    pub(super) registered: Option<Registration>,
     /// The payload the last of them acquires with, as [`payload_hash`]:
     /// a lease handed to its registration carries it.
     pub(super) payload: Option<u64>,
@@ -214,9 +215,9 @@ pub(super) fn payload_hash(payload: Option<&mongodb::bson::Document>) -> Option<
 }
 
 /// An attempt that registered its manager in a key's queue of waiting
-/// owners, as [`Unanswered`] keeps it.
+/// owners, as [`Misses`] keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Registered {
+pub(super) struct Registration {
     /// When it was sent.
     pub(super) sent_at: Instant,
     /// How long its answer took: a renewal, sent at once by a lease granted
@@ -235,7 +236,7 @@ pub(super) struct Registered {
 /// give a heartbeat's renewal ten majority writes in the same way).
 pub(super) const GRANT_ROUND_TRIPS: u32 = 10;
 
-impl Unanswered {
+impl Misses {
     /// The local deadline of a lease shown written under `lease_id` with
     /// fencing `token`, for a waiter asking for `ttl`, if it leaves time
     /// for its renewal at `now`: the last registering attempt's send + the
@@ -272,32 +273,32 @@ impl KeyState {
             attempt: Attempt::Idle,
             releases_in_flight: 0,
             next_lease_id: crate::random::uuid(),
-            unseen: None,
+            unknown_outcome: None,
             failures: 0,
             standing: Standing::Unregistered,
-            unanswered: None,
+            misses: None,
         }
     }
 
     /// Records the answer of an attempt under `lease_id` asking for `ttl`
-    /// that did not acquire (see [`Unanswered`]), and whether it registered
+    /// that did not acquire (see [`Misses`]), and whether it registered
     /// in the key's queue of waiting owners (`None` also when the token it
     /// found is unknown: such a registration cannot be ordered against a
     /// handoff).
-    pub(super) fn note_unanswered(
+    pub(super) fn note_miss(
         &mut self,
         lease_id: Uuid,
         ttl: Duration,
-        registered: Option<Registered>,
+        registered: Option<Registration>,
         payload: Option<u64>,
     ) {
-        let fresh = Unanswered {
+        let fresh = Misses {
             lease_id,
             shortest_ttl: ttl,
             registered: None,
             payload,
         };
-        let record = self.unanswered.get_or_insert_with(|| Box::new(fresh));
+        let record = self.misses.get_or_insert_with(|| Box::new(fresh));
         if record.lease_id != lease_id {
             **record = fresh;
         }
@@ -477,13 +478,13 @@ impl KeyState {
     }
 
     /// The key was acquired under `next_lease_id`: the backoff, the
-    /// registration and the unanswered attempts start over, under a new
+    /// registration and the missed attempts start over, under a new
     /// lease id.
     pub(super) fn acquired(&mut self) {
         self.failures = 0;
         self.standing = Standing::Unregistered;
-        self.unanswered = None;
-        self.unseen = None;
+        self.misses = None;
+        self.unknown_outcome = None;
         self.next_lease_id = crate::random::uuid();
     }
 
@@ -499,7 +500,7 @@ impl KeyState {
     /// Gives up `next_lease_id` (its lease is being given back): the next
     /// attempt goes under a new one.
     pub(super) fn new_lease_id(&mut self) -> Uuid {
-        self.unseen = None;
+        self.unknown_outcome = None;
         std::mem::replace(&mut self.next_lease_id, crate::random::uuid())
     }
 }

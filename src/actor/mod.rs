@@ -31,7 +31,7 @@
 //! | `payload.rs` | the payload of a held lease |
 //! | `handoff.rs` | a release that hands the key to the first local waiter in the same write |
 //! | `group_commit.rs` | the light forms: when they are tried, the keys contended lately, the group commit of light acquires and releases |
-//! | `release_watch.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
+//! | `write_stream.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
 //! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
 //! | `loss.rs` | why a lease the server no longer holds was lost (one read of its key) |
 //! | `binding.rs` | what a few held leases are bound to: a named holder, re-entries, a group (`Actor::bindings`) |
@@ -58,11 +58,11 @@ mod permits;
 mod queue;
 mod reentry;
 mod release;
-mod release_watch;
 mod renewal;
 mod revocation;
 mod shutdown;
 mod telemetry;
+mod write_stream;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -92,9 +92,9 @@ use crate::status::ReleaseOutcome;
 use crate::store::{AcquireOutcome, LeaseRef, Store, StoreProfile};
 use command::{Command, Place, Reply, Target, Waiter};
 use key_state::{Attempt, Held, KeyState};
-use release_watch::{ReleaseWatch, next_release};
 use renewal::sleep_until_deadline;
 use shutdown::Closing;
+use write_stream::{WriteStream, next_announcement};
 
 enum Timer {
     /// Time for the key's next acquire attempt.
@@ -104,7 +104,7 @@ enum Timer {
 }
 
 /// What an acquire attempt asked the store for.
-struct Sent {
+struct AcquireSent {
     lease_id: Uuid,
     /// When it was sent (local clock).
     sent_at: Instant,
@@ -124,7 +124,7 @@ struct Sent {
 enum Event {
     Acquired {
         key: Target,
-        sent: Sent,
+        sent: AcquireSent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     },
     Renewed {
@@ -158,7 +158,7 @@ enum Event {
     /// attempt of `batch`, in order; `grouped`: it held its place's slot.
     LightAcquired {
         place: Place,
-        batch: Vec<(Target, Sent)>,
+        batch: Vec<(Target, AcquireSent)>,
         grouped: bool,
         answers: Vec<crate::store::light_acquire::LightAcquired>,
     },
@@ -225,10 +225,10 @@ struct PlaceState {
     profile: StoreProfile,
     /// Writes by any owner to this place's documents
     /// (`Store::watch_releases`), open only while something here needs
-    /// prompt news of another owner's write (`release_watch.rs`): a release
+    /// prompt news of another owner's write (`write_stream.rs`): a release
     /// wakes waiters at once instead of at their next poll, and a held lease
     /// written by someone else is checked at once.
-    release_watch: ReleaseWatch,
+    write_stream: WriteStream,
     /// Its light acquires and releases in flight and queued (`group_commit`).
     group_commit: group_commit::GroupCommit,
 }
@@ -238,7 +238,7 @@ impl PlaceState {
         PlaceState {
             profile: store.profile(),
             store,
-            release_watch: ReleaseWatch::Closed,
+            write_stream: WriteStream::Closed,
             group_commit: Default::default(),
         }
     }
@@ -250,7 +250,7 @@ pub(crate) struct Actor {
     places: Vec<PlaceState>,
     /// The place whose stream of writes is polled first next time (the
     /// one after the last that delivered), so that each gets its turn.
-    release_turn: usize,
+    stream_turn: usize,
     owner_id: Arc<str>,
     timing: Timing,
     commands: mpsc::UnboundedReceiver<Command>,
@@ -293,7 +293,8 @@ pub(crate) struct Actor {
     /// apply to, with when (see `group_commit`); pruned at each heartbeat.
     contended: HashMap<Target, Instant>,
     /// The held leases bound to more than themselves (a named holder,
-    /// re-entries, a group), by lease id; none for a plain lease.
+    /// re-entries, a group), by lease id; none for a lease bound to nothing
+    /// else.
     bindings: HashMap<Uuid, binding::Binding>,
 }
 
@@ -336,7 +337,7 @@ impl Actor {
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         Actor {
             places: vec![PlaceState::new(store)],
-            release_turn: 0,
+            stream_turn: 0,
             owner_id,
             timing,
             commands,
@@ -385,12 +386,12 @@ impl Actor {
                     self.renew_all();
                     self.health_due = true;
                     self.prune_gave_up();
-                    self.close_release_watch_if_unneeded();
+                    self.close_write_stream_if_unneeded();
                     self.poll_revocations();
                     self.prune_contended();
                 }
-                (place, event) = next_release(&mut self.places, self.release_turn), if open => {
-                    self.on_release_event(place, event)
+                (place, event) = next_announcement(&mut self.places, self.stream_turn), if open => {
+                    self.on_announcement(place, event)
                 }
             }
         }

@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use super::command::{Place, Target};
 use super::key_state::Standing;
-use super::release_watch::ReleaseWatch;
-use super::{Actor, Attempt, Event, Sent};
+use super::write_stream::WriteStream;
+use super::{AcquireSent, Actor, Attempt, Event};
 use crate::kind::LeaseKind;
 use crate::store::{KeyWrite, LeaseRef, Release};
 
@@ -43,8 +43,8 @@ impl Actor {
     /// announces the writes made meanwhile).
     pub(super) fn hears_handoffs(&self, place: Place) -> bool {
         matches!(
-            self.places[usize::from(place.0)].release_watch,
-            ReleaseWatch::Open { .. }
+            self.places[usize::from(place.0)].write_stream,
+            WriteStream::Open { .. }
         )
     }
 
@@ -100,16 +100,16 @@ impl Actor {
     /// handoff is majority-committed (change streams return only such
     /// writes), and its token, greater than the one the last registering
     /// attempt found, orders it after that attempt, so the handed lease
-    /// lasts at least [`Unanswered::deadline`] locally, if that leaves its
+    /// lasts at least [`Misses::deadline`] locally, if that leaves its
     /// renewal time enough (ten round trips of that attempt's). The lease is renewed
     /// at once ([`Actor::check_held`]), which sets its expiry to its TTL
     /// and reports it lost if it was not ours any more. Returns `false`,
     /// changing nothing, when that cannot be told (no token shown, a token
     /// not greater, a deadline too close, a first waiter that is not a
-    /// plain exclusive lease, shutdown or `release_all` under way): the
+    /// waiter a lease can be handed to (`Waiter::can_be_handed`), shutdown or `release_all` under way): the
     /// attempt confirms the lease then.
     ///
-    /// [`Unanswered::deadline`]: super::key_state::Unanswered::deadline
+    /// [`Misses::deadline`]: super::key_state::Misses::deadline
     fn grant_handed(
         &mut self,
         key: &Target,
@@ -123,12 +123,12 @@ impl Actor {
             return false;
         };
         state.prune_waiters();
-        let (Some(token), Some(waiter), Some(unanswered)) =
-            (token, state.waiters.front(), state.unanswered.as_deref())
+        let (Some(token), Some(waiter), Some(misses)) =
+            (token, state.waiters.front(), state.misses.as_deref())
         else {
             return false;
         };
-        let Some(deadline) = unanswered.deadline(
+        let Some(deadline) = misses.deadline(
             lease_id,
             token,
             waiter.ttl,
@@ -138,14 +138,14 @@ impl Actor {
         ) else {
             return false;
         };
-        if !waiter.is_plain() || self.closing.is_some() {
+        if !waiter.can_be_handed() || self.closing.is_some() {
             return false;
         }
-        let registered = unanswered.registered.expect("a deadline");
-        let sent = Sent {
+        let registered = misses.registered.expect("a deadline");
+        let sent = AcquireSent {
             lease_id,
             sent_at: registered.sent_at,
-            ttl: unanswered.shortest_ttl.min(window),
+            ttl: misses.shortest_ttl.min(window),
             shape: waiter.shape,
             waiting: true,
             payload: None,

@@ -5,7 +5,7 @@
 use futures::stream::FuturesUnordered;
 
 use super::command::{Command, Reply, Target};
-use super::release_watch::ReleaseWatch;
+use super::write_stream::WriteStream;
 use super::{Actor, Event};
 use crate::error::Error;
 use crate::status::LossReason;
@@ -28,7 +28,7 @@ impl Actor {
         self.renewals = FuturesUnordered::new();
         self.renewals_waiting.clear();
         for place in &mut self.places {
-            place.release_watch = ReleaseWatch::Closed;
+            place.write_stream = WriteStream::Closed;
         }
         // Answer what was queued before the close; releases still happen.
         while let Ok(command) = self.commands.try_recv() {
