@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use mongodb::bson::Document;
 
-use super::command::{AcquireMode, Granted, GrantedLease, Place, Target, WaiterId};
+use super::command::{AcquireMode, Granted, GrantedLease, Place, PlacedKey, WaiterId};
 use super::key_state::{Registration, payload_hash};
 use super::mailbox::Mailbox;
 use super::telemetry;
@@ -25,7 +25,7 @@ use crate::store::light_acquire::{LightAcquire, LightAcquired};
 use crate::store::{AcquireOutcome, AcquireRequest};
 
 impl Actor {
-    pub(super) fn on_acquire(&mut self, key: Target, waiter: Waiter) {
+    pub(super) fn on_acquire(&mut self, key: PlacedKey, waiter: Waiter) {
         let Some(waiter) = self.reenter_or_refuse(&key, waiter) else {
             return;
         };
@@ -57,7 +57,7 @@ impl Actor {
         }
     }
 
-    pub(super) fn on_cancel_waiter(&mut self, key: &Target, waiter: WaiterId) {
+    pub(super) fn on_cancel_waiter(&mut self, key: &PlacedKey, waiter: WaiterId) {
         let Some(state) = self.keys.get_mut(key) else {
             return;
         };
@@ -75,7 +75,7 @@ impl Actor {
     }
 
     /// Starts the key's next attempt if it is free locally and someone waits.
-    pub(super) fn serve_next(&mut self, key: &Target) {
+    pub(super) fn serve_next(&mut self, key: &PlacedKey) {
         let Some(state) = self.keys.get_mut(key) else {
             return;
         };
@@ -103,7 +103,7 @@ impl Actor {
         }
     }
 
-    fn start_attempt(&mut self, key: &Target) {
+    fn start_attempt(&mut self, key: &PlacedKey) {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
         // The attempt is the first waiter's: its kind, its TTL (if it goes
         // away meanwhile, `grant` adjusts to the next one's, and hands the
@@ -166,7 +166,7 @@ impl Actor {
 
     /// The key's scheduled attempt is due ([`Timer::Retry`]): it starts if
     /// the key is free locally and someone waits.
-    pub(super) fn on_retry_due(&mut self, key: &Target) {
+    pub(super) fn on_retry_due(&mut self, key: &PlacedKey) {
         if let Some(state) = self.keys.get_mut(key) {
             state.attempt = Attempt::Idle;
         }
@@ -178,7 +178,7 @@ impl Actor {
     /// back as [`Event::Acquired`].
     pub(super) fn send_general_acquire(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         sent: AcquireSent,
         create: Option<Document>,
     ) {
@@ -199,7 +199,7 @@ impl Actor {
     /// noted, then it is an acquire's answer.
     pub(super) fn on_general_acquire_answered(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         sent: AcquireSent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     ) {
@@ -215,7 +215,7 @@ impl Actor {
     /// acquire's, or a handoff's that acquired.
     pub(super) fn on_acquired(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         sent: AcquireSent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     ) {
@@ -468,7 +468,7 @@ impl Actor {
     /// at once.
     pub(super) fn grant(
         &mut self,
-        key: &Target,
+        key: &PlacedKey,
         sent: AcquireSent,
         token: u64,
         document: Option<Document>,
@@ -569,7 +569,7 @@ impl Actor {
     /// Whether the attempt `sent` of `key` may register in the key's queue
     /// of waiting owners: a waiting exclusive attempt in the lock collection
     /// (in-document leases have no queue).
-    fn may_register(&self, key: &Target, sent: &AcquireSent) -> bool {
+    fn may_register(&self, key: &PlacedKey, sent: &AcquireSent) -> bool {
         self.profile(key.place).place.field.is_none()
             && sent.waiting
             && sent.shape.kind == LeaseKind::Exclusive
@@ -580,7 +580,7 @@ impl Actor {
     /// jitter keeps waiters in several processes from arriving in the same
     /// instant. The backoff is not advanced (`far_behind`: see
     /// `Attempt::Scheduled`).
-    fn schedule_wake(&mut self, key: &Target, far_behind: bool) {
+    fn schedule_wake(&mut self, key: &PlacedKey, far_behind: bool) {
         let jitter = wake_jitter(self.timing.retry_initial);
         let timer = self.timers.insert(Timer::Retry(key.clone()), jitter);
         let state = self.keys.get_mut(key).expect("wake for a known key");
@@ -594,7 +594,7 @@ impl Actor {
     /// `far_behind`: see `Attempt::Scheduled`.
     fn schedule_retry(
         &mut self,
-        key: &Target,
+        key: &PlacedKey,
         remaining: Option<Duration>,
         held: bool,
         far_behind: bool,
@@ -622,7 +622,7 @@ impl Actor {
     /// [`Attempt::Scheduled`]).
     pub(super) fn schedule_refresh(
         &mut self,
-        key: &Target,
+        key: &PlacedKey,
         remaining: Option<Duration>,
         far_behind: bool,
     ) {
@@ -639,7 +639,7 @@ impl Actor {
     }
 
     /// Whether the attempt `sent` of `key` tries the light acquire first.
-    pub(super) fn tries_light_acquire(&self, key: &Target, sent: &AcquireSent) -> bool {
+    pub(super) fn tries_light_acquire(&self, key: &PlacedKey, sent: &AcquireSent) -> bool {
         sent.shape.is_plain()
             && sent.payload.is_none()
             && self.profile(key.place).light_forms.acquire
@@ -653,7 +653,7 @@ impl Actor {
     /// lease is itself the sign (`Actor::start_attempt`).
     pub(super) fn note_general_acquire(
         &mut self,
-        key: &Target,
+        key: &PlacedKey,
         sent: &AcquireSent,
         acquired: bool,
     ) {
@@ -667,7 +667,7 @@ impl Actor {
 
     /// The light acquire of the attempt `sent` of `key` (see the module
     /// docs): at once, alone or grouped.
-    pub(super) fn submit_light_acquire(&mut self, key: Target, sent: AcquireSent) {
+    pub(super) fn submit_light_acquire(&mut self, key: PlacedKey, sent: AcquireSent) {
         let (place, alone) = (key.place, key.key.as_str().is_none());
         if let Some((batch, grouped)) = self.group(place).acquires.submit((key, sent), alone) {
             self.send_light_acquires(place, batch, grouped);
@@ -677,7 +677,7 @@ impl Actor {
     fn send_light_acquires(
         &mut self,
         place: Place,
-        batch: Vec<(Target, AcquireSent)>,
+        batch: Vec<(PlacedKey, AcquireSent)>,
         grouped: bool,
     ) {
         let requests = batch
@@ -703,7 +703,7 @@ impl Actor {
     pub(super) fn on_light_acquired(
         &mut self,
         place: Place,
-        batch: Vec<(Target, AcquireSent)>,
+        batch: Vec<(PlacedKey, AcquireSent)>,
         grouped: bool,
         answers: Vec<LightAcquired>,
     ) {
@@ -730,7 +730,7 @@ impl Actor {
 
     /// A light acquire granted `key` with `token`, its local deadline
     /// counting from `sent.sent_at`.
-    fn on_light_granted(&mut self, key: Target, sent: AcquireSent, token: u64) {
+    fn on_light_granted(&mut self, key: PlacedKey, sent: AcquireSent, token: u64) {
         self.health.server_answered();
         let acquired = Ok((AcquireOutcome::Acquired { token }, None));
         self.on_acquired(key, sent, acquired);

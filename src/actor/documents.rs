@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::command::{Place, Reply, Target};
+use super::command::{Place, PlacedKey, Reply};
 use super::{Actor, Event, PlaceState};
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
@@ -93,7 +93,7 @@ impl Actor {
 
     pub(super) fn on_write_document(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         mut write: DocumentWrite,
         respond_to: Reply<Document>,
@@ -129,7 +129,7 @@ impl Actor {
 
     pub(super) fn on_document_written(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         (release, follow_up): (bool, Option<Instant>),
         respond_to: Reply<Document>,

@@ -44,7 +44,7 @@ use std::mem;
 
 use tokio::time::Instant;
 
-use super::command::{Place, Reply, Target};
+use super::command::{Place, PlacedKey, Reply};
 use super::{AcquireSent, Actor};
 use crate::status::ReleaseOutcome;
 use crate::store::LeaseRef;
@@ -99,13 +99,13 @@ impl<T> Queue<T> {
 /// A place's group commits of the light acquire and release.
 #[derive(Default)]
 pub(super) struct GroupCommit {
-    pub(super) acquires: Queue<(Target, AcquireSent)>,
+    pub(super) acquires: Queue<(PlacedKey, AcquireSent)>,
     pub(super) releases: Queue<PendingRelease>,
 }
 
 /// A release of one lease waiting for its light form's answer.
 pub(super) struct PendingRelease {
-    pub(super) key: Target,
+    pub(super) key: PlacedKey,
     pub(super) lease: LeaseRef,
     pub(super) respond_to: Option<Reply<ReleaseOutcome>>,
     /// As `Event::Released::follow_up`.
@@ -114,14 +114,14 @@ pub(super) struct PendingRelease {
 
 impl Actor {
     /// Whether `key` went to the general form lately (see the module docs).
-    pub(super) fn is_contended(&self, key: &Target) -> bool {
+    pub(super) fn is_contended(&self, key: &PlacedKey) -> bool {
         self.contended
             .get(key)
             .is_some_and(|at| at.elapsed() < self.timing.contended_for)
     }
 
     /// Remembers that `key` went to the general form now.
-    pub(super) fn note_contended(&mut self, key: &Target) {
+    pub(super) fn note_contended(&mut self, key: &PlacedKey) {
         self.contended.insert(key.clone(), Instant::now());
     }
 

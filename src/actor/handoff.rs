@@ -18,7 +18,7 @@
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::command::{Place, Reply, Target};
+use super::command::{Place, PlacedKey, Reply};
 use super::{AcquireSent, Actor, Event, Held};
 use crate::error::Result;
 use crate::kind::LeaseKind;
@@ -32,7 +32,7 @@ impl Actor {
     /// ([`Waiter::can_be_handed`](super::command::Waiter::can_be_handed)), and
     /// nothing else in flight for the key (no attempt, release, nor unknown
     /// outcome).
-    pub(super) fn can_handoff(&mut self, key: &Target, held: &Held) -> bool {
+    pub(super) fn can_handoff(&mut self, key: &PlacedKey, held: &Held) -> bool {
         if key.place != Place::LOCKS || held.kind != LeaseKind::Exclusive {
             return false;
         }
@@ -53,7 +53,7 @@ impl Actor {
     /// [`Actor::can_handoff`] said yes.
     pub(super) fn spawn_handoff(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         from: Uuid,
         acquired_at: Instant,
         respond_to: Option<Reply<ReleaseOutcome>>,
@@ -98,7 +98,7 @@ impl Actor {
     /// Sends `handoff.handoff` to the store of `key`.
     fn send_handoff(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         handoff: HandoffSent,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
@@ -118,7 +118,7 @@ impl Actor {
     /// released instead, that waiter's attempt starts.
     pub(super) fn on_handoff_answered(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         handoff: HandoffSent,
         respond_to: Option<Reply<ReleaseOutcome>>,
         result: Result<HandoffOutcome>,

@@ -90,7 +90,7 @@ use crate::kind::LeaseShape;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
 use crate::store::{AcquireOutcome, LeaseRef, Store, StoreProfile};
-use command::{Command, Place, Reply, Target, Waiter};
+use command::{Command, Place, PlacedKey, Reply, Waiter};
 use key_state::{Attempt, Held, KeyState};
 use renewal::sleep_until_deadline;
 use shutdown::Closing;
@@ -98,7 +98,7 @@ use write_stream::{WriteStream, next_announcement};
 
 enum Timer {
     /// Time for the key's next acquire attempt.
-    Retry(Target),
+    Retry(PlacedKey),
     /// Retry a renewal batch that failed.
     RenewRetry(renewal::Batch),
 }
@@ -123,7 +123,7 @@ struct AcquireSent {
 /// The result of a store operation, back in the actor's loop.
 enum Event {
     Acquired {
-        key: Target,
+        key: PlacedKey,
         sent: AcquireSent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     },
@@ -133,7 +133,7 @@ enum Event {
         result: Result<Vec<LeaseRef>>,
     },
     Released {
-        key: Target,
+        key: PlacedKey,
         respond_to: Option<Reply<ReleaseOutcome>>,
         /// Delete mode's follow-up delete, due at this instant once the
         /// release is confirmed (see `Actor::follow_up_due`).
@@ -142,7 +142,7 @@ enum Event {
     },
     /// The answer of a handoff to the key's first waiter (`Store::handoff`).
     HandoffAnswered {
-        key: Target,
+        key: PlacedKey,
         handoff: handoff::HandoffSent,
         respond_to: Option<Reply<ReleaseOutcome>>,
         result: Result<crate::store::HandoffOutcome>,
@@ -150,7 +150,7 @@ enum Event {
     /// Leases released together: by shutdown, or by a `release_all`, the
     /// one with a caller to answer (`respond_to`).
     ReleasedMany {
-        keys: Vec<Target>,
+        keys: Vec<PlacedKey>,
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     },
@@ -158,7 +158,7 @@ enum Event {
     /// attempt of `batch`, in order; `grouped`: it held its place's slot.
     LightAcquired {
         place: Place,
-        batch: Vec<(Target, AcquireSent)>,
+        batch: Vec<(PlacedKey, AcquireSent)>,
         grouped: bool,
         answers: Vec<crate::store::light_acquire::LightAcquired>,
     },
@@ -173,7 +173,7 @@ enum Event {
     Answered,
     /// The renewal of `Command::SetTtl` was answered.
     TtlSet {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         ttl: Duration,
         sent_at: Instant,
@@ -188,13 +188,13 @@ enum Event {
         result: Result<crate::kind::PermitsChange>,
     },
     PayloadSet {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         respond_to: Reply<()>,
         result: Result<bool>,
     },
     DocumentWritten {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         release: bool,
         /// As `Event::Released::follow_up`, for a commit.
@@ -211,7 +211,7 @@ enum Event {
     /// The read of a lease the server no longer holds told why
     /// (`Actor::lose_found_gone`).
     LossJudged {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         reason: LossReason,
     },
@@ -257,7 +257,7 @@ pub(crate) struct Actor {
     /// Given to each `Lease` so that it can release itself; weak, so the
     /// actor stops once every handle and lease is gone.
     sender: mpsc::WeakUnboundedSender<Command>,
-    keys: HashMap<Target, Box<KeyState>>,
+    keys: HashMap<PlacedKey, Box<KeyState>>,
     /// Acquires, releases, payload writes and reads in flight
     /// ([`Actor::spawn_store`]); shutdown waits for them.
     tasks: FuturesUnordered<BoxFuture<'static, Event>>,
@@ -273,7 +273,7 @@ pub(crate) struct Actor {
     /// `(deadline, key, lease id)`, checked lazily against `Held::deadline`
     /// (renewals move that field only; resetting one timer per lease per
     /// heartbeat would cost O(n) timer operations per tick).
-    deadlines: BinaryHeap<Reverse<(Instant, Target, Uuid)>>,
+    deadlines: BinaryHeap<Reverse<(Instant, PlacedKey, Uuid)>>,
     heartbeat: Interval,
     closing: Option<Closing>,
     /// The control channel of each observed key's hub (`observers::run_hub`).
@@ -288,10 +288,10 @@ pub(crate) struct Actor {
     /// Keys forgotten while registered in their queue of waiting owners:
     /// the registered lease id, and when the registration lapses (see
     /// `queue`).
-    gave_up: HashMap<Target, (Uuid, Instant)>,
+    gave_up: HashMap<PlacedKey, (Uuid, Instant)>,
     /// Keys the general form was sent for lately, or a light form did not
     /// apply to, with when (see `group_commit`); pruned at each heartbeat.
-    contended: HashMap<Target, Instant>,
+    contended: HashMap<PlacedKey, Instant>,
     /// The held leases bound to more than themselves (a named holder,
     /// re-entries, a group), by lease id; none for a lease bound to nothing
     /// else.
@@ -577,13 +577,13 @@ impl Actor {
         &self.places[usize::from(place.0)].profile
     }
 
-    fn held_lease(&self, key: &Target, lease_id: Uuid) -> Option<&Held> {
+    fn held_lease(&self, key: &PlacedKey, lease_id: Uuid) -> Option<&Held> {
         self.keys.get(key)?.holder(lease_id)
     }
 
     /// Removes the key's held lease `lease_id`, records why it ends and
     /// fires its token (its deadline heap entry is dropped when it comes due).
-    fn take_held(&mut self, key: &Target, lease_id: Uuid, reason: LossReason) -> Option<Held> {
+    fn take_held(&mut self, key: &PlacedKey, lease_id: Uuid, reason: LossReason) -> Option<Held> {
         let state = self.keys.get_mut(key)?;
         let index = state.holders.iter().position(|h| h.lease_id == lease_id)?;
         let held = state.holders.remove(index);
@@ -598,7 +598,7 @@ impl Actor {
 
     /// Takes every held lease (as `take_held`, for `reason`) and counts a
     /// release in flight for each; returns their keys, once per lease.
-    fn take_all_held(&mut self, reason: LossReason) -> Vec<Target> {
+    fn take_all_held(&mut self, reason: LossReason) -> Vec<PlacedKey> {
         // Every lease ends on its own: no group ends another.
         self.bindings.clear();
         let mut keys = Vec::new();
@@ -623,7 +623,7 @@ impl Actor {
         by_place
     }
 
-    fn forget_if_idle(&mut self, key: &Target) {
+    fn forget_if_idle(&mut self, key: &PlacedKey) {
         if self.keys.get(key).is_some_and(|state| state.is_idle()) {
             let handed = self.remember_registration(key);
             self.keys.remove(key);

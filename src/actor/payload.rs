@@ -5,14 +5,14 @@
 use mongodb::bson::Document;
 use uuid::Uuid;
 
-use super::command::{Reply, Target};
+use super::command::{PlacedKey, Reply};
 use super::{Actor, Event};
 use crate::error::{Error, Result};
 
 impl Actor {
     pub(super) fn on_set_payload(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         payload: Document,
         respond_to: Reply<()>,
@@ -34,7 +34,7 @@ impl Actor {
 
     pub(super) fn on_payload_set(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         respond_to: Reply<()>,
         result: Result<bool>,

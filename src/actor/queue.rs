@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::time::delay_queue;
 use uuid::Uuid;
 
-use super::command::{Place, Target};
+use super::command::{Place, PlacedKey};
 use super::key_state::Standing;
 use super::write_stream::WriteStream;
 use super::{AcquireSent, Actor, Attempt, Event};
@@ -26,7 +26,7 @@ impl Actor {
     /// it lapses, so its lease id is remembered that long
     /// ([`Actor::on_handoff`] gives such a key back at once). Returns the
     /// lease id to give back now if the handoff was already announced.
-    pub(super) fn remember_registration(&mut self, key: &Target) -> Option<Uuid> {
+    pub(super) fn remember_registration(&mut self, key: &PlacedKey) -> Option<Uuid> {
         let state = self.keys.get(key).filter(|s| s.standing.is_registered())?;
         if state.standing == Standing::Handed {
             return Some(state.next_lease_id);
@@ -63,7 +63,7 @@ impl Actor {
     /// same lease id, confirms the lease; without (they left), the handed
     /// lease is given back at once, which hands the key to the next
     /// registered owner. Returns whether the write was such a handoff.
-    pub(super) fn on_handoff(&mut self, key: &Target, write: &KeyWrite) -> bool {
+    pub(super) fn on_handoff(&mut self, key: &PlacedKey, write: &KeyWrite) -> bool {
         let (Some(lease_id), Some(owner)) = (write.lease_id, write.owner.as_deref()) else {
             return false;
         };
@@ -112,7 +112,7 @@ impl Actor {
     /// [`Misses::deadline`]: super::key_state::Misses::deadline
     fn grant_handed(
         &mut self,
-        key: &Target,
+        key: &PlacedKey,
         lease_id: Uuid,
         token: Option<u64>,
         timer: delay_queue::Key,
@@ -164,7 +164,7 @@ impl Actor {
 
     /// Gives back `lease_id` of `key` if it is the registration of a key
     /// whose waiters all left.
-    fn give_back_handed(&mut self, key: &Target, lease_id: Uuid) -> bool {
+    fn give_back_handed(&mut self, key: &PlacedKey, lease_id: Uuid) -> bool {
         match self.gave_up.get(key) {
             Some((registered, _)) if *registered == lease_id => {
                 self.gave_up.remove(key);

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use std::collections::BTreeMap;
 
-use super::command::{Place, Reply, Target};
+use super::command::{Place, PlacedKey, Reply};
 use super::group_commit::PendingRelease;
 use super::{Actor, Event, KeyState};
 use crate::error::Result;
@@ -24,7 +24,7 @@ use crate::store::{DELETE_DELAY, LeaseRef, Release};
 impl Actor {
     pub(super) fn on_release(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
@@ -95,7 +95,7 @@ impl Actor {
     }
 
     /// Gives back `lease_id` of `key`, which nobody holds locally, at once.
-    pub(super) fn give_back(&mut self, key: &Target, lease_id: Uuid, kind: LeaseKind) {
+    pub(super) fn give_back(&mut self, key: &PlacedKey, lease_id: Uuid, kind: LeaseKind) {
         self.spawn_release(key.clone(), lease_id, kind, Instant::now(), None);
     }
 
@@ -103,7 +103,7 @@ impl Actor {
     /// (local clock; see `Held::acquired_at`).
     pub(super) fn spawn_release(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         kind: LeaseKind,
         acquired_at: Instant,
@@ -123,7 +123,7 @@ impl Actor {
     /// caller counts it in `releases_in_flight`.
     pub(super) fn send_release(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         kind: LeaseKind,
         respond_to: Option<Reply<ReleaseOutcome>>,
@@ -172,7 +172,7 @@ impl Actor {
 
     pub(super) fn on_released(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         respond_to: Option<Reply<ReleaseOutcome>>,
         follow_up: Option<Instant>,
         result: Result<u64>,
@@ -201,7 +201,7 @@ impl Actor {
     /// (`respond_to`) is answered.
     pub(super) fn on_released_many(
         &mut self,
-        keys: Vec<Target>,
+        keys: Vec<PlacedKey>,
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     ) {
@@ -312,7 +312,7 @@ impl Actor {
         if was.foreign {
             return;
         }
-        let target = Target::lock(key);
+        let target = PlacedKey::lock(key);
         let ours: Vec<Uuid> = self
             .keys
             .get(&target)
@@ -337,7 +337,7 @@ impl Actor {
     /// first.
     pub(super) fn tries_light_release(
         &self,
-        key: &Target,
+        key: &PlacedKey,
         lease: &LeaseRef,
         too_young_to_delete: bool,
     ) -> bool {

@@ -7,7 +7,7 @@
 //! leases someone follows and was not told yet (`Actor::poll_revocations`):
 //! a request then arrives within one heartbeat interval.
 
-use super::command::{Place, Target};
+use super::command::{Place, PlacedKey};
 use super::write_stream::WriteStream;
 use super::{Actor, Event};
 use crate::error::Result;
@@ -80,7 +80,7 @@ impl Actor {
     /// The holders of `key` in `place` were asked to release it by owner id
     /// `by`: each of this manager's leases of the key tells its followers.
     pub(super) fn on_revoked(&mut self, place: Place, key: LeaseKey, by: &str) {
-        let target = Target { place, key };
+        let target = PlacedKey { place, key };
         let Some(state) = self.keys.get_mut(&target) else {
             return;
         };

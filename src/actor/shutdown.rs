@@ -4,7 +4,7 @@
 
 use futures::stream::FuturesUnordered;
 
-use super::command::{Command, Reply, Target};
+use super::command::{Command, PlacedKey, Reply};
 use super::write_stream::WriteStream;
 use super::{Actor, Event};
 use crate::error::Error;
@@ -63,7 +63,7 @@ impl Actor {
             for batch in leases.chunks(self.timing.renewal_batch_size) {
                 let keys = batch
                     .iter()
-                    .map(|l| Target {
+                    .map(|l| PlacedKey {
                         place,
                         key: l.key.clone(),
                     })

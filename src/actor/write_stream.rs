@@ -81,7 +81,7 @@ use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
-use super::command::{Place, Target};
+use super::command::{Place, PlacedKey};
 use super::renewal::{ByTtl, add_renewal};
 use super::{Actor, Attempt, KeyState, PlaceState};
 use crate::error::Result;
@@ -306,7 +306,7 @@ impl Actor {
     /// now (with up to [`RELEASE_WAKE_JITTER`] of jitter, as on a release),
     /// and, if the stream was reopened after a failure, every lease held
     /// there becomes a suspect.
-    fn on_opened(&mut self, place: Place, suspects: &mut HashSet<Target>) {
+    fn on_opened(&mut self, place: Place, suspects: &mut HashSet<PlacedKey>) {
         let recheck = match &mut self.places[usize::from(place.0)].write_stream {
             WriteStream::Open { recheck, .. } => std::mem::take(recheck),
             _ => false,
@@ -339,8 +339,13 @@ impl Actor {
     /// of jitter so that waiters in several processes do not all arrive in
     /// the same instant. Writes to other keys are ignored. Returns whether
     /// the write handed a key to this owner ([`Actor::on_handoff`]).
-    fn on_write(&mut self, place: Place, write: KeyWrite, suspects: &mut HashSet<Target>) -> bool {
-        let key = Target {
+    fn on_write(
+        &mut self,
+        place: Place,
+        write: KeyWrite,
+        suspects: &mut HashSet<PlacedKey>,
+    ) -> bool {
+        let key = PlacedKey {
             place,
             key: write.key.clone(),
         };
@@ -380,7 +385,7 @@ impl Actor {
 
     /// [`Command::CheckHeld`](super::command::Command::CheckHeld): the
     /// lease `lease_id` of `key` is checked now, if still held.
-    pub(super) fn on_check_held(&mut self, key: Target, lease_id: uuid::Uuid) {
+    pub(super) fn on_check_held(&mut self, key: PlacedKey, lease_id: uuid::Uuid) {
         if self.held_lease(&key, lease_id).is_some() {
             self.check_held([key].into_iter().collect());
         }
@@ -389,7 +394,7 @@ impl Actor {
     /// Renews the held leases of `keys` now, in batches: a lease that is no
     /// longer held is lost exactly as when a heartbeat's renewal finds it
     /// gone (`Actor::on_renewed`).
-    pub(super) fn check_held(&mut self, keys: HashSet<Target>) {
+    pub(super) fn check_held(&mut self, keys: HashSet<PlacedKey>) {
         let mut by_ttl = ByTtl::new();
         for key in keys {
             if let Some(state) = self.keys.get_mut(&key) {
