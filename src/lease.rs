@@ -9,7 +9,7 @@ use std::time::Duration;
 use mongodb::bson::Document;
 use uuid::Uuid;
 
-use crate::actor::command::{Changes, GrantedLease, Target};
+use crate::actor::command::{Changes, GrantedLease, PlacedKey};
 use crate::actor::mailbox::Mailbox;
 use crate::error::{Error, Operation, Result};
 use crate::info::LeaseInfo;
@@ -212,7 +212,7 @@ impl Lease {
 
     /// This lease as a member of a group ([`LeaseGroup`](crate::LeaseGroup)):
     /// its key, its lease id, and its manager's mailbox.
-    pub(crate) fn member(&self) -> ((Target, Uuid), &Mailbox) {
+    pub(crate) fn member(&self) -> ((PlacedKey, Uuid), &Mailbox) {
         (
             (self.granted.key.clone(), self.granted.lease_id),
             &self.granted.mailbox,
@@ -391,7 +391,7 @@ fn nanos(duration: Duration) -> u64 {
 /// `LeaderContext` to set the payload while the `Leadership` owns the lease.
 #[derive(Clone)]
 pub(crate) struct LeaseHandle {
-    key: Target,
+    key: PlacedKey,
     lease_id: Uuid,
     mailbox: Mailbox,
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::actor::Actor;
-use crate::actor::command::{AcquireMode, Command, Granted, Place, Target, Waiter, WaiterId};
+use crate::actor::command::{AcquireMode, Command, Granted, Place, PlacedKey, Waiter, WaiterId};
 use crate::actor::mailbox::Mailbox;
 use crate::config::{
     AcquireOptions, LeaseManagerOptions, ReleaseMode, Timing, validate_key, validate_owner_id,
@@ -274,7 +274,7 @@ impl LeaseManager {
         options: &AcquireOptions,
     ) -> Result<Option<Lease>> {
         let granted = self
-            .request_target(Target::lock(key), mode, options, None)
+            .request_target(PlacedKey::lock(key), mode, options, None)
             .await?;
         Ok(granted.map(|granted| Lease::new(granted.take().0)))
     }
@@ -284,7 +284,7 @@ impl LeaseManager {
     /// missing document with.
     pub(crate) async fn request_target(
         &self,
-        key: Target,
+        key: PlacedKey,
         mode: AcquireMode,
         options: &AcquireOptions,
         create: Option<mongodb::bson::Document>,
@@ -474,7 +474,7 @@ impl LeaseManager {
 
     /// [`LeaseManager::inspect`] of a key in any place, through the manager
     /// task, which holds the stores of in-document leases.
-    pub(crate) async fn inspect_target(&self, key: Target) -> Result<Option<LeaseInfo>> {
+    pub(crate) async fn inspect_target(&self, key: PlacedKey) -> Result<Option<LeaseInfo>> {
         validate_key(&key.key)?;
         self.inner
             .mailbox
@@ -809,7 +809,7 @@ const LIST_PAGE: usize = 1_000;
 /// before the reply arrived (disarmed once the reply is in).
 struct WaiterGuard<'a> {
     mailbox: &'a Mailbox,
-    key: Target,
+    key: PlacedKey,
     waiter: WaiterId,
     armed: bool,
 }

@@ -8,24 +8,24 @@ use std::time::Duration;
 
 use std::sync::Arc;
 use tokio::time::Instant;
-use uuid::Uuid;
 
 use mongodb::bson::Document;
 
-use super::command::{AcquireMode, Granted, GrantedLease, Target, WaiterId};
-use super::key_state::{Registered, payload_hash};
+use super::command::{AcquireMode, Granted, GrantedLease, Place, PlacedKey, WaiterId};
+use super::key_state::{Registration, payload_hash};
 use super::mailbox::Mailbox;
-use super::release_watch::wake_jitter;
 use super::telemetry;
-use super::{Actor, Attempt, Event, Held, KeyState, Sent, Timer, Waiter};
+use super::write_stream::wake_jitter;
+use super::{AcquireSent, Actor, Attempt, Event, Held, KeyState, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
 use crate::status::LeaseState;
+use crate::store::light_acquire::{LightAcquire, LightAcquired};
 use crate::store::{AcquireOutcome, AcquireRequest};
 
 impl Actor {
-    pub(super) fn on_acquire(&mut self, key: Target, waiter: Waiter) {
+    pub(super) fn on_acquire(&mut self, key: PlacedKey, waiter: Waiter) {
         let Some(waiter) = self.reenter_or_refuse(&key, waiter) else {
             return;
         };
@@ -57,16 +57,15 @@ impl Actor {
         }
     }
 
-    pub(super) fn on_cancel_waiter(&mut self, key: &Target, waiter: WaiterId) {
+    pub(super) fn on_cancel_waiter(&mut self, key: &PlacedKey, waiter: WaiterId) {
         let Some(state) = self.keys.get_mut(key) else {
             return;
         };
         state.waiters.retain(|w| w.id != waiter);
         state.prune_waiters();
         if state.waiters.is_empty() {
-            if let Attempt::Scheduled(timer) = state.attempt {
+            if let Some(timer) = state.unschedule() {
                 self.timers.remove(&timer);
-                state.attempt = Attempt::Idle;
             }
         }
         // The waiter that went away may have been the head that the local
@@ -76,7 +75,7 @@ impl Actor {
     }
 
     /// Starts the key's next attempt if it is free locally and someone waits.
-    pub(super) fn serve_next(&mut self, key: &Target) {
+    pub(super) fn serve_next(&mut self, key: &PlacedKey) {
         let Some(state) = self.keys.get_mut(key) else {
             return;
         };
@@ -104,7 +103,7 @@ impl Actor {
         }
     }
 
-    fn start_attempt(&mut self, key: &Target) {
+    fn start_attempt(&mut self, key: &PlacedKey) {
         let state = self.keys.get_mut(key).expect("attempt for a known key");
         // The attempt is the first waiter's: its kind, its TTL (if it goes
         // away meanwhile, `grant` adjusts to the next one's, and hands the
@@ -121,10 +120,10 @@ impl Actor {
         // id: one that landed unseen (perhaps another waiter's, without
         // that payload) would show this acquisition without its payload
         // until the retry lands.
-        let unseen = state.unseen;
+        let unseen = state.unknown_outcome;
         // Nor one whose attempts registered with another payload: a release
         // may hand the key to that registration, with that payload.
-        let other_payload = state.unanswered.as_deref().is_some_and(|u| {
+        let other_payload = state.misses.as_deref().is_some_and(|u| {
             u.lease_id == state.next_lease_id && u.payload != payload_hash(payload.as_ref())
         });
         if other_payload {
@@ -143,7 +142,7 @@ impl Actor {
             return;
         }
         state.begin_attempt();
-        let sent = Sent {
+        let sent = AcquireSent {
             lease_id: state.next_lease_id,
             sent_at: Instant::now(),
             ttl,
@@ -165,13 +164,22 @@ impl Actor {
         }
     }
 
+    /// The key's scheduled attempt is due ([`Timer::Retry`]): it starts if
+    /// the key is free locally and someone waits.
+    pub(super) fn on_retry_due(&mut self, key: &PlacedKey) {
+        if let Some(state) = self.keys.get_mut(key) {
+            state.attempt = Attempt::Idle;
+        }
+        self.serve_next(key);
+    }
+
     /// Sends the general acquire of the attempt `sent` of `key` (with
     /// `create`, the fields of a missing user document); its answer comes
     /// back as [`Event::Acquired`].
     pub(super) fn send_general_acquire(
         &mut self,
-        key: Target,
-        sent: Sent,
+        key: PlacedKey,
+        sent: AcquireSent,
         create: Option<Document>,
     ) {
         let acquire = self.store(key.place).acquire(AcquireRequest {
@@ -186,10 +194,29 @@ impl Actor {
         self.spawn_store(acquire, move |result| Event::Acquired { result, key, sent });
     }
 
+    /// The general acquire's answer ([`Event::Acquired`]): the server
+    /// answered (if it did), whether the light form would have applied is
+    /// noted, then it is an acquire's answer.
+    pub(super) fn on_general_acquire_answered(
+        &mut self,
+        key: PlacedKey,
+        sent: AcquireSent,
+        result: Result<(AcquireOutcome, Option<Document>)>,
+    ) {
+        if result.is_ok() {
+            self.health.server_answered();
+        }
+        let acquired = matches!(result, Ok((AcquireOutcome::Acquired { .. }, _)));
+        self.note_general_acquire(&key, &sent, acquired);
+        self.on_acquired(key, sent, result)
+    }
+
+    /// An acquire attempt's answer: the general acquire's, a light
+    /// acquire's, or a handoff's that acquired.
     pub(super) fn on_acquired(
         &mut self,
-        key: Target,
-        sent: Sent,
+        key: PlacedKey,
+        sent: AcquireSent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     ) {
         let may_register = self.may_register(&key, &sent);
@@ -197,10 +224,8 @@ impl Actor {
         let Some(state) = self.keys.get_mut(&key) else {
             return;
         };
-        state.attempt = Attempt::Idle;
-        let confirming = std::mem::take(&mut state.confirming);
-        // Set again by a `Held` answer that says so.
-        state.quiet_behind = false;
+        let meanwhile = state.end_attempt();
+        let confirming = state.take_confirming();
         let lease_id = sent.lease_id;
         // A send whose outcome is unknown may land at any time later, even
         // after a later attempt under the lease id was answered ("Late
@@ -215,7 +240,7 @@ impl Actor {
             _ => false,
         };
         if may_land {
-            state.unseen = Some(sent.shape);
+            state.unknown_outcome = Some(sent.shape);
         }
         match result {
             Ok((AcquireOutcome::Acquired { token }, _))
@@ -234,7 +259,7 @@ impl Actor {
             }
             Ok((AcquireOutcome::Acquired { token }, document)) => {
                 state.acquired();
-                self.grant(&key, sent, token, document);
+                self.grant(&key, sent, token, document, meanwhile.may_take);
             }
             Ok((AcquireOutcome::Unconfirmed { token }, _)) => {
                 // Our lease, found by a read: its expiry is unknown (a
@@ -243,15 +268,14 @@ impl Actor {
                 // the same lease id (of the same shape, `unseen`) renews it
                 // and is granted from its own send.
                 tracing::debug!(%key, token, "lease found by a read: confirming it at once");
-                state.note_unanswered(
+                state.note_miss(
                     lease_id,
                     sent.ttl,
                     None,
                     payload_hash(sent.payload.as_ref()),
                 );
-                state.unseen = Some(sent.shape);
-                state.registered = false;
-                state.handed = false;
+                state.unknown_outcome = Some(sent.shape);
+                state.found_by_read();
                 state.prune_waiters();
                 if state.waiters.is_empty() {
                     // Nobody to give it to: give it back at once.
@@ -259,13 +283,12 @@ impl Actor {
                     self.give_back(&key, lease_id, sent.shape.kind);
                 } else if confirming {
                     // Confirmed by a read again: the writes keep failing.
-                    self.schedule_retry(&key, None, false);
+                    self.schedule_retry(&key, None, false, false);
                 } else {
-                    state.confirming = true;
                     let timer = self
                         .timers
                         .insert(Timer::Retry(key.clone()), Duration::ZERO);
-                    state.attempt = Attempt::Scheduled(timer);
+                    state.confirm_found(timer);
                 }
             }
             Ok((AcquireOutcome::OursAsAnotherKind { stored }, _)) => {
@@ -283,7 +306,7 @@ impl Actor {
                 self.give_back(&key, lease_id, requested);
             }
             Ok((AcquireOutcome::Mismatch { stored }, _)) => {
-                state.note_unanswered(
+                state.note_miss(
                     lease_id,
                     sent.ttl,
                     None,
@@ -310,8 +333,8 @@ impl Actor {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, ahead, "key is held");
                 // No release or handoff is for this owner soon, so the key
-                // needs no change stream (`KeyState::quiet_behind`,
-                // `Actor::pause_release_watch_if_unneeded`) when either
+                // needs no change stream (`Attempt::Scheduled::far_behind`,
+                // `Actor::pause_write_stream_if_unneeded`) when either
                 // - the queue is full without it (`ahead` counts every
                 //   live entry when this owner has none,
                 //   `StoreProfile::queue_bound`): the key is neither freed nor
@@ -323,12 +346,12 @@ impl Actor {
                 //   refresh's spacing). A key that changes hands faster
                 //   keeps its registered waiters' streams.
                 let previous = state
-                    .unanswered
+                    .misses
                     .as_ref()
                     .filter(|u| u.lease_id == lease_id)
                     .and_then(|u| u.registered);
                 let beyond_queue = usize::try_from(ahead).is_ok_and(|a| a >= queue_bound);
-                state.quiet_behind = beyond_queue
+                let far_behind = beyond_queue
                     || ahead > 0
                         && previous.is_some_and(|p| {
                             Some(p.token) == token
@@ -341,51 +364,50 @@ impl Actor {
                 // yield; in-document leases have no queue). A key handed
                 // to a registration with a minimum hold is confirmed by an
                 // attempt, never granted on the event (`grant_handed`).
-                state.registered = may_register && !foreign && holder != *self.owner_id;
-                state.handed = false;
-                let registered = token.filter(|_| state.registered).map(|token| Registered {
+                let registered = may_register && !foreign && holder != *self.owner_id;
+                state.held_elsewhere(registered);
+                let registration = token.filter(|_| registered).map(|token| Registration {
                     sent_at: sent.sent_at,
                     round_trip: sent.sent_at.elapsed(),
                     token,
                 });
-                state.note_unanswered(
+                state.note_miss(
                     lease_id,
                     sent.ttl,
-                    registered,
+                    registration,
                     payload_hash(sent.payload.as_ref()),
                 );
                 state.answer_waiters(answer_tries);
-                let (registered, quiet_behind) = (state.registered, state.quiet_behind);
                 if state.waiters.is_empty() {
-                } else if std::mem::take(&mut state.freed_in_flight) {
+                } else if meanwhile.freed {
                     // Freed after this attempt read it: its answer is stale.
                     tracing::trace!(%key, "freed while the attempt was in flight: retrying now");
-                    self.schedule_wake(&key);
-                } else if quiet_behind {
+                    self.schedule_wake(&key, far_behind);
+                } else if far_behind {
                     // No release or handoff is for this owner soon: its
                     // next attempts tell when one may be, without a
                     // stream meanwhile (checked before the stream, which
                     // may be open for other keys).
                     if registered {
-                        self.schedule_refresh(&key, remaining);
+                        self.schedule_refresh(&key, remaining, far_behind);
                     } else {
-                        self.schedule_retry(&key, remaining, false);
+                        self.schedule_retry(&key, remaining, false, far_behind);
                     }
                 } else if registered && self.hears_handoffs(key.place) {
                     // The change stream announces the handoff (or a
                     // release), read again if it was paused: poll only to
                     // refresh the registration.
-                    self.open_release_watch(key.place);
-                    self.schedule_refresh(&key, remaining);
+                    self.open_write_stream(key.place);
+                    self.schedule_refresh(&key, remaining, far_behind);
                 } else {
                     // Capped by the time left (a foreign holder's lock: by
                     // its own rule); without one, a foreign holder's lock is
-                    // polled with the plain backoff, and its deletion wakes
+                    // polled with the backoff alone, and its deletion wakes
                     // the waiters.
-                    self.schedule_retry(&key, remaining, true);
+                    self.schedule_retry(&key, remaining, true, far_behind);
                 }
-                if quiet_behind {
-                    self.pause_release_watch_if_unneeded(key.place);
+                if far_behind {
+                    self.pause_write_stream_if_unneeded(key.place);
                 }
                 if self.closing.is_some() {
                     // Registered by an attempt that was in flight when
@@ -394,7 +416,7 @@ impl Actor {
                 }
             }
             Err(error) => {
-                state.note_unanswered(
+                state.note_miss(
                     lease_id,
                     sent.ttl,
                     None,
@@ -406,7 +428,7 @@ impl Actor {
                 // so that shutdown (or a waiter leaving) leaves that queue
                 // (leaving a queue one is not in changes nothing).
                 if transient && may_register {
-                    state.registered = true;
+                    state.may_have_registered();
                 }
                 // A missing document: the answer for the callers that gave
                 // no fields to create it (the attempt was sent with the
@@ -421,7 +443,7 @@ impl Actor {
                     self.serve_next(&key);
                 } else if !state.waiters.is_empty() {
                     tracing::warn!(%key, %error, "acquire attempt failed; retrying");
-                    self.schedule_retry(&key, None, false);
+                    self.schedule_retry(&key, None, false, false);
                 } else if transient {
                     // The write may have landed unseen: give it back rather than
                     // leave the key blocked until the lease expires.
@@ -440,14 +462,19 @@ impl Actor {
     /// TTL (its renewals set it), and until the first renewal its deadline
     /// follows the shorter of the two, as the document expires `written_ttl`
     /// after the acquire.
+    ///
+    /// `check`: a write announced while the attempt was in flight may have
+    /// taken the key (`Meanwhile::may_take`): the lease granted is checked
+    /// at once.
     pub(super) fn grant(
         &mut self,
-        key: &Target,
-        sent: Sent,
+        key: &PlacedKey,
+        sent: AcquireSent,
         token: u64,
         document: Option<Document>,
+        check: bool,
     ) {
-        let Sent {
+        let AcquireSent {
             lease_id,
             sent_at,
             ttl: written_ttl,
@@ -520,7 +547,7 @@ impl Actor {
                 // A held key stays in `keys`: keep no empty queue's buffer.
                 state.waiters.shrink_to_fit();
             }
-            if std::mem::take(&mut state.written_in_flight) {
+            if check {
                 self.check_held([key.clone()].into_iter().collect());
             }
             if let Some(holder) = waiter.holder {
@@ -528,7 +555,7 @@ impl Actor {
             }
             if self.timing.watch_held_leases {
                 // Writes to held leases by others are noticed through it.
-                self.open_release_watch(key.place);
+                self.open_write_stream(key.place);
             }
             if shape.kind.is_multi_holder() {
                 // The next waiter may share the key too.
@@ -539,15 +566,10 @@ impl Actor {
         self.give_back(key, lease_id, shape.kind);
     }
 
-    /// Gives back `lease_id` of `key`, which nobody holds locally, at once.
-    pub(super) fn give_back(&mut self, key: &Target, lease_id: Uuid, kind: LeaseKind) {
-        self.spawn_release(key.clone(), lease_id, kind, Instant::now(), None);
-    }
-
     /// Whether the attempt `sent` of `key` may register in the key's queue
     /// of waiting owners: a waiting exclusive attempt in the lock collection
     /// (in-document leases have no queue).
-    fn may_register(&self, key: &Target, sent: &Sent) -> bool {
+    fn may_register(&self, key: &PlacedKey, sent: &AcquireSent) -> bool {
         self.profile(key.place).place.field.is_none()
             && sent.waiting
             && sent.shape.kind == LeaseKind::Exclusive
@@ -556,19 +578,27 @@ impl Actor {
     /// Schedules the key's next attempt within [`wake_jitter`] (capped
     /// by the initial retry delay), as for a waiter woken by a release: the
     /// jitter keeps waiters in several processes from arriving in the same
-    /// instant. The backoff is not advanced.
-    fn schedule_wake(&mut self, key: &Target) {
+    /// instant. The backoff is not advanced (`far_behind`: see
+    /// `Attempt::Scheduled`).
+    fn schedule_wake(&mut self, key: &PlacedKey, far_behind: bool) {
         let jitter = wake_jitter(self.timing.retry_initial);
         let timer = self.timers.insert(Timer::Retry(key.clone()), jitter);
         let state = self.keys.get_mut(key).expect("wake for a known key");
-        state.attempt = Attempt::Scheduled(timer);
-        self.open_release_watch(key.place);
+        state.schedule(timer, far_behind);
+        self.open_write_stream(key.place);
     }
 
     /// Schedules the key's next attempt after the backoff, capped by the
     /// holder's `remaining` time if known; `held`: the key is held by another
-    /// holder, so a release or delete of it should wake the retry.
-    fn schedule_retry(&mut self, key: &Target, remaining: Option<Duration>, held: bool) {
+    /// holder, so a release or delete of it should wake the retry;
+    /// `far_behind`: see `Attempt::Scheduled`.
+    fn schedule_retry(
+        &mut self,
+        key: &PlacedKey,
+        remaining: Option<Duration>,
+        held: bool,
+        far_behind: bool,
+    ) {
         let state = self.keys.get_mut(key).expect("retry for a known key");
         let delay = retry_delay(
             state.failures,
@@ -578,10 +608,132 @@ impl Actor {
         );
         state.failures = state.failures.saturating_add(1);
         let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
-        state.attempt = Attempt::Scheduled(timer);
+        state.schedule(timer, far_behind);
         if held {
-            self.open_release_watch(key.place);
+            self.open_write_stream(key.place);
         }
+    }
+
+    /// Schedules the next attempt of a registered key whose handoff the
+    /// change stream announces: only to refresh the registration (and as a
+    /// fallback should an event be missed), at the backoff's longest step,
+    /// `retry_max`, which the registration window allows for; capped by the
+    /// holder's `remaining` time as any retry (`far_behind`: see
+    /// [`Attempt::Scheduled`]).
+    pub(super) fn schedule_refresh(
+        &mut self,
+        key: &PlacedKey,
+        remaining: Option<Duration>,
+        far_behind: bool,
+    ) {
+        let delay = retry_delay(
+            u32::MAX,
+            self.timing.retry_initial,
+            self.timing.retry_max,
+            remaining,
+        );
+        let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
+        if let Some(state) = self.keys.get_mut(key) {
+            state.schedule(timer, far_behind);
+        }
+    }
+
+    /// Whether the attempt `sent` of `key` tries the light acquire first.
+    pub(super) fn tries_light_acquire(&self, key: &PlacedKey, sent: &AcquireSent) -> bool {
+        sent.shape.is_plain()
+            && sent.payload.is_none()
+            && self.profile(key.place).light_forms.acquire
+            && !self.is_contended(key)
+    }
+
+    /// Where the store has no light acquire (the in-memory twin), the
+    /// general acquire's answer for an exclusive lease tells whether
+    /// `MongoStore`'s would have applied: only to a plain lease it
+    /// acquired. Where it has one, the general acquire of an exclusive
+    /// lease is itself the sign (`Actor::start_attempt`).
+    pub(super) fn note_general_acquire(
+        &mut self,
+        key: &PlacedKey,
+        sent: &AcquireSent,
+        acquired: bool,
+    ) {
+        if sent.shape.kind == LeaseKind::Exclusive
+            && !self.profile(key.place).light_forms.acquire
+            && !(acquired && sent.shape.is_plain())
+        {
+            self.note_contended(key);
+        }
+    }
+
+    /// The light acquire of the attempt `sent` of `key` (see the module
+    /// docs): at once, alone or grouped.
+    pub(super) fn submit_light_acquire(&mut self, key: PlacedKey, sent: AcquireSent) {
+        let (place, alone) = (key.place, key.key.as_str().is_none());
+        if let Some((batch, grouped)) = self.group(place).acquires.submit((key, sent), alone) {
+            self.send_light_acquires(place, batch, grouped);
+        }
+    }
+
+    fn send_light_acquires(
+        &mut self,
+        place: Place,
+        batch: Vec<(PlacedKey, AcquireSent)>,
+        grouped: bool,
+    ) {
+        let requests = batch
+            .iter()
+            .map(|(key, sent)| LightAcquire {
+                key: key.key.clone(),
+                lease_id: sent.lease_id,
+                ttl: sent.ttl,
+                started: sent.sent_at,
+            })
+            .collect();
+        let call = self.store(place).acquire_light(requests);
+        self.spawn_store(call, move |answers| Event::LightAcquired {
+            place,
+            batch,
+            grouped,
+            answers,
+        });
+    }
+
+    /// The answers of a light acquire call: the next group goes, then each
+    /// attempt is granted, or goes on to the general acquire.
+    pub(super) fn on_light_acquired(
+        &mut self,
+        place: Place,
+        batch: Vec<(PlacedKey, AcquireSent)>,
+        grouped: bool,
+        answers: Vec<LightAcquired>,
+    ) {
+        if grouped && let Some(next) = self.group(place).acquires.next() {
+            self.send_light_acquires(place, next, true);
+        }
+        let mut answers = answers.into_iter();
+        for (key, sent) in batch {
+            match answers.next().unwrap_or_default() {
+                LightAcquired::Acquired(token) => self.on_light_granted(key, sent, token),
+                LightAcquired::AcquiredShort { token, counts_from } => {
+                    // Its local deadline counts from `counts_from`.
+                    let sent_at = sent.sent_at.min(counts_from);
+                    self.on_light_granted(key, AcquireSent { sent_at, ..sent }, token);
+                }
+                LightAcquired::NotApplied => {
+                    self.note_contended(&key);
+                    self.send_general_acquire(key, sent, None);
+                }
+                LightAcquired::Failed(error) => self.on_acquired(key, sent, Err(error)),
+            }
+        }
+    }
+
+    /// A light acquire granted `key` with `token`, its local deadline
+    /// counting from `sent.sent_at`.
+    fn on_light_granted(&mut self, key: PlacedKey, sent: AcquireSent, token: u64) {
+        self.health.server_answered();
+        let acquired = Ok((AcquireOutcome::Acquired { token }, None));
+        self.on_acquired(key, sent, acquired);
     }
 }
 

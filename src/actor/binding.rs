@@ -1,7 +1,7 @@
 //! What a held lease is bound to beyond itself, for the few that are: its
 //! named holder and its re-entries (`reentry.rs`), its group
 //! (`lease_group.rs`). Kept in `Actor::bindings` by lease id rather than in
-//! `Held`, so that a plain lease costs nothing more; an entry goes with
+//! `Held`, so that a lease bound to nothing costs nothing more; an entry goes with
 //! its lease (`Actor::take_held`, `Actor::take_all_held`).
 
 use super::lease_group::Group;

@@ -40,22 +40,22 @@ impl Place {
 
 /// What the actor's per-key state is keyed by: a key in one place.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct Target {
+pub(crate) struct PlacedKey {
     pub place: Place,
     pub key: LeaseKey,
 }
 
-impl Target {
+impl PlacedKey {
     /// `key` in the lock collection.
     pub(crate) fn lock(key: LeaseKey) -> Self {
-        Target {
+        PlacedKey {
             place: Place::LOCKS,
             key,
         }
     }
 }
 
-impl std::fmt::Display for Target {
+impl std::fmt::Display for PlacedKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.place == Place::LOCKS {
             write!(f, "{}", self.key)
@@ -82,7 +82,7 @@ pub(crate) struct Granted {
 /// telling the actor (`Command::Reenter`).
 #[derive(Clone)]
 pub(crate) struct GrantedLease {
-    pub key: Target,
+    pub key: PlacedKey,
     /// Where the lock lives (for the transaction helper).
     pub place: Arc<LockPlace>,
     pub owner_id: Arc<str>,
@@ -137,12 +137,13 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// Whether its lease may be handed over to it or granted on the event
-    /// of a handoff: a plain lease ([`LeaseShape::is_plain`]), renewed (not
-    /// held at most a duration: a lease granted on the event is renewed at
-    /// once) and without a payload to write with the acquisition (which
-    /// only the general acquire writes).
-    pub(crate) fn is_plain(&self) -> bool {
+    /// Whether a lease can be handed to it, by a handoff to a local waiter
+    /// (`handoff`) or granted on the event of a handoff to its
+    /// registration (`queue`): it asks for a plain lease
+    /// ([`LeaseShape::is_plain`]), renewed (not held at most a duration: a
+    /// lease granted on the event is renewed at once), without a payload to
+    /// write with the acquisition (which only the general acquire writes).
+    pub(crate) fn can_be_handed(&self) -> bool {
         self.shape.is_plain() && !self.at_most && self.payload.is_none()
     }
 }
@@ -161,17 +162,17 @@ pub(crate) enum AcquireMode {
 /// [`Error::Shutdown`].
 pub(crate) enum Command {
     Acquire {
-        key: Target,
+        key: PlacedKey,
         waiter: Waiter,
     },
     /// The acquire future of `waiter` was dropped before it completed.
     CancelWaiter {
-        key: Target,
+        key: PlacedKey,
         waiter: WaiterId,
     },
     /// Release one lease; `respond_to` is `None` when the lease was dropped.
     Release {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
     },
@@ -184,7 +185,7 @@ pub(crate) enum Command {
     /// Read one key (of the lock collection, or one document's lease) with
     /// the server's now.
     Inspect {
-        key: Target,
+        key: PlacedKey,
         respond_to: Reply<Option<LeaseInfo>>,
     },
     /// An operator's force release of `key` (sent to the store by the
@@ -203,7 +204,7 @@ pub(crate) enum Command {
     },
     /// Set the payload of a lease this manager holds.
     SetPayload {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         payload: Document,
         respond_to: Reply<()>,
@@ -211,7 +212,7 @@ pub(crate) enum Command {
     /// Renew a lease this manager holds at once to a new TTL, which its
     /// renewals use from then on.
     SetTtl {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         ttl: Duration,
         respond_to: Reply<()>,
@@ -226,7 +227,7 @@ pub(crate) enum Command {
     /// Write the document of an in-document lease this manager holds (and
     /// release the lease too if `write.release`).
     WriteDocument {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         write: DocumentWrite,
         respond_to: Reply<Document>,
@@ -234,7 +235,7 @@ pub(crate) enum Command {
     /// Check a held lease now, by a renewal (fire and forget): the
     /// transaction helper found it not held.
     CheckHeld {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
     },
     /// Subscribe to the changes of a key.
@@ -244,13 +245,13 @@ pub(crate) enum Command {
     },
     /// One more entry of a held lease ([`Lease::reenter`](crate::Lease::reenter)).
     Reenter {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
     },
     /// Bind held leases into a group whose members end together
     /// (`lease_group.rs`); answers whether all of them were still held.
     BindGroup {
-        members: Vec<(Target, Uuid)>,
+        members: Vec<(PlacedKey, Uuid)>,
         respond_to: Reply<bool>,
     },
 }

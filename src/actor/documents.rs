@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::command::{Place, Reply, Target};
+use super::command::{Place, PlacedKey, Reply};
 use super::{Actor, Event, PlaceState};
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
@@ -21,6 +21,18 @@ use crate::store::DocumentWrite;
 const MAX_DOCUMENT_PLACES: usize = 1_000;
 
 impl Actor {
+    /// [`Command::OpenDocuments`](super::command::Command::OpenDocuments):
+    /// answers with the place [`Actor::open_documents`] finds or opens.
+    pub(super) fn on_open_documents(
+        &mut self,
+        collection: &str,
+        field: &str,
+        lock_id: Option<Arc<LockIdFields>>,
+        respond_to: Reply<Place>,
+    ) {
+        let _ = respond_to.send(self.open_documents(collection, field, lock_id));
+    }
+
     /// The place of in-document leases on `collection` with the lock fields
     /// under `field` (and `LockId` / `LockTime` at the top with `lock_id`):
     /// the one opened before, or a new one. A place opened before with
@@ -81,7 +93,7 @@ impl Actor {
 
     pub(super) fn on_write_document(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         mut write: DocumentWrite,
         respond_to: Reply<Document>,
@@ -117,7 +129,7 @@ impl Actor {
 
     pub(super) fn on_document_written(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         (release, follow_up): (bool, Option<Instant>),
         respond_to: Reply<Document>,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::command::{Reply, Target};
+use super::command::{PlacedKey, Reply};
 use super::{Actor, Event};
 use crate::error::{Error, Result};
 use crate::store::LeaseRef;
@@ -29,7 +29,7 @@ impl Actor {
     /// heartbeat skips a lease while a renewal of it is in flight.
     pub(super) fn on_set_ttl(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         ttl: Duration,
         respond_to: Reply<()>,
@@ -93,7 +93,7 @@ impl Actor {
     /// error and the heartbeat renews the lease to the new TTL.
     pub(super) fn on_ttl_set(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         (ttl, sent_at): (Duration, Instant),
         respond_to: Reply<()>,

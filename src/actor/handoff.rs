@@ -18,8 +18,8 @@
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::command::{Place, Reply, Target};
-use super::{Actor, Attempt, Event, Held, Sent};
+use super::command::{Place, PlacedKey, Reply};
+use super::{AcquireSent, Actor, Event, Held};
 use crate::error::Result;
 use crate::kind::LeaseKind;
 use crate::status::ReleaseOutcome;
@@ -27,11 +27,12 @@ use crate::store::{AcquireOutcome, Handoff, HandoffOutcome};
 
 impl Actor {
     /// Whether the release of `held` (just taken from `key`) can hand the
-    /// key to its first local waiter: a plain exclusive lease of the lock
-    /// collection, a first waiter asking for a plain exclusive lease, and
+    /// key to its first local waiter: an exclusive lease of the lock
+    /// collection, a first waiter a lease can be handed to
+    /// ([`Waiter::can_be_handed`](super::command::Waiter::can_be_handed)), and
     /// nothing else in flight for the key (no attempt, release, nor unknown
     /// outcome).
-    pub(super) fn can_handoff(&mut self, key: &Target, held: &Held) -> bool {
+    pub(super) fn can_handoff(&mut self, key: &PlacedKey, held: &Held) -> bool {
         if key.place != Place::LOCKS || held.kind != LeaseKind::Exclusive {
             return false;
         }
@@ -42,8 +43,8 @@ impl Actor {
         state
             .waiters
             .front()
-            .is_some_and(|w| w.is_plain() && state.can_start(&w.shape))
-            && state.unseen.is_none()
+            .is_some_and(|w| w.can_be_handed() && state.can_start(&w.shape))
+            && state.unknown_outcome.is_none()
     }
 
     /// Sends the handoff of the lease `from` of `key` (acquired at
@@ -52,7 +53,7 @@ impl Actor {
     /// [`Actor::can_handoff`] said yes.
     pub(super) fn spawn_handoff(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         from: Uuid,
         acquired_at: Instant,
         respond_to: Option<Reply<ReleaseOutcome>>,
@@ -62,7 +63,7 @@ impl Actor {
         let light = self.profile(key.place).light_forms.handoff && !contended;
         let state = self.keys.get_mut(&key).expect("checked by can_handoff");
         let waiter = state.waiters.front().expect("checked by can_handoff");
-        let sent = Sent {
+        let sent = AcquireSent {
             lease_id: state.next_lease_id,
             sent_at: Instant::now(),
             ttl: waiter.ttl,
@@ -97,7 +98,7 @@ impl Actor {
     /// Sends `handoff.handoff` to the store of `key`.
     fn send_handoff(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         handoff: HandoffSent,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
@@ -117,7 +118,7 @@ impl Actor {
     /// released instead, that waiter's attempt starts.
     pub(super) fn on_handoff_answered(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         handoff: HandoffSent,
         respond_to: Option<Reply<ReleaseOutcome>>,
         result: Result<HandoffOutcome>,
@@ -165,12 +166,14 @@ impl Actor {
             self.on_acquired(key, sent, acquired);
             return;
         }
-        state.attempt = Attempt::Idle;
-        state.note_unanswered(sent.lease_id, sent.ttl, None, None);
+        // Answered as a release: what was announced meanwhile matters only
+        // to an acquisition's answer.
+        state.end_attempt();
+        state.note_miss(sent.lease_id, sent.ttl, None, None);
         // A handoff whose outcome stayed unknown may have landed under the
         // next lease id: its next attempt recognises it as a retry.
         if result.as_ref().is_err_and(|e| e.is_transient()) {
-            state.unseen = Some(sent.shape);
+            state.unknown_outcome = Some(sent.shape);
         }
         let released = result.map(|outcome| u64::from(outcome != HandoffOutcome::Lost));
         self.on_released(key, respond_to, follow_up, released);
@@ -181,7 +184,7 @@ impl Actor {
 pub(super) struct HandoffSent {
     handoff: Handoff,
     /// The waiter's acquisition it makes.
-    sent: Sent,
+    sent: AcquireSent,
     /// The key was contended (`group_commit`) when the handoff was sent.
     contended: bool,
     /// As `Event::Released::follow_up`, if it released instead.

@@ -72,9 +72,81 @@ impl Held {
 /// The state of a key's one retry loop against MongoDB.
 #[derive(Clone, Copy)]
 pub(super) enum Attempt {
+    /// None in flight nor scheduled.
     Idle,
-    InFlight,
-    Scheduled(delay_queue::Key),
+    /// One in flight under `KeyState::next_lease_id` (an acquire, or a
+    /// handoff to the first local waiter), with what the change stream of
+    /// writes announced since it was sent.
+    InFlight(Meanwhile),
+    /// The next one starts when `timer` fires.
+    Scheduled {
+        timer: delay_queue::Key,
+        /// The last attempt found this owner behind others in the key's
+        /// queue where no release or handoff is for it soon
+        /// (`Actor::on_acquired`): the key needs no change stream while it
+        /// waits (`Actor::pause_write_stream_if_unneeded`; "Queue of
+        /// waiting owners" in `store`).
+        far_behind: bool,
+    },
+}
+
+/// What the change stream of writes announced about a key while its
+/// attempt was in flight: the attempt may have read the key before.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Meanwhile {
+    /// A write that may take the key from the acquisition in flight (its
+    /// event may come before the acquire reply): the lease is checked as
+    /// soon as it is granted.
+    pub(super) may_take: bool,
+    /// The key was announced free (a release, a delete, a handoff to this
+    /// owner, or a stream that opened): the attempt may have read it before,
+    /// so a `Held` answer is stale and the key is tried again at once
+    /// instead of after its backoff.
+    pub(super) freed: bool,
+}
+
+/// A key's standing in its queue of waiting owners under
+/// `KeyState::next_lease_id` ("Queue of waiting owners" in `store`, the
+/// actor's side in `queue`), as its attempts and the change stream of
+/// writes left it, and so what its next attempt is for. Set by the
+/// transitions of [`KeyState`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Standing {
+    /// Not registered: no attempt registered yet, an answer that registers
+    /// nothing (not a waiting exclusive attempt of the lock collection, a
+    /// foreign holder's lock, one's own), an acquisition, or the queue left
+    /// at shutdown.
+    Unregistered,
+    /// The last attempt registered this manager in the key's queue (or may
+    /// have: a waiting exclusive attempt whose outcome is unknown counts as
+    /// registered, so that shutdown or a waiter leaving leaves that queue).
+    Registered,
+    /// A release handed the key to that registration (announced by the
+    /// change stream of writes): the next attempt confirms it; should every
+    /// waiter leave first, the handed lease is given back at once
+    /// (`Actor::remember_registration`).
+    Handed,
+    /// Handed, then shutdown left the key's queue
+    /// (`Actor::leave_queues_at_shutdown`, which also releases what was
+    /// handed): not counted registered any more, but an attempt in flight
+    /// then that may still have registered makes it `Handed` again.
+    HandedThenLeft,
+    /// The next attempt was scheduled at once to confirm a lease of this
+    /// key's lease id that only a read found
+    /// ([`AcquireOutcome::Unconfirmed`](crate::store::AcquireOutcome::Unconfirmed)):
+    /// should it be answered so again, the one after waits for the backoff.
+    /// Lasts until that attempt's answer, whatever happens meanwhile.
+    ConfirmingFound,
+}
+
+impl Standing {
+    /// Whether this manager counts itself in the key's queue: shutdown, or
+    /// every waiter leaving, leaves it (`Actor::leave_queues_at_shutdown`,
+    /// `Actor::remember_registration`), and a handoff announced to it is
+    /// granted on the event or confirmed (`Actor::on_handoff`).
+    pub(super) fn is_registered(self) -> bool {
+        matches!(self, Standing::Registered | Standing::Handed)
+    }
 }
 
 /// The leases held on one key: one inline (the common case: an exclusive
@@ -98,46 +170,24 @@ pub(super) struct KeyState {
     /// unknown (it may have landed unseen, or land later, whatever the
     /// later attempts' answers): every later attempt under that lease id
     /// must ask for the same shape, or the lease id is given back.
-    pub(super) unseen: Option<LeaseShape>,
+    pub(super) unknown_outcome: Option<LeaseShape>,
     /// Attempts since the last acquisition (the backoff exponent).
     pub(super) failures: u32,
-    /// A write that may take the key from the acquisition in flight was
-    /// announced meanwhile (its event may come before the acquire reply):
-    /// the lease is checked as soon as it is granted.
-    pub(super) written_in_flight: bool,
-    /// The key was announced free (a release, a delete, or a stream that
-    /// opened) while an attempt was in flight: that attempt may have read
-    /// the key before it was freed, so a `Held` answer is stale and the key
-    /// is tried again at once instead of after its backoff.
-    pub(super) freed_in_flight: bool,
-    /// The last attempt registered this manager in the key's queue of
-    /// waiting owners under `next_lease_id` (see `queue`).
-    pub(super) registered: bool,
-    /// A release handed the key to that registration (announced by the
-    /// change stream of writes): the next attempt confirms it.
-    pub(super) handed: bool,
-    /// The last attempt found this owner behind others in the key's queue
-    /// where no release or handoff is for it soon (`Actor::on_acquired`):
-    /// the key needs no change stream while it waits
-    /// (`Actor::pause_release_watch_if_unneeded`; "Queue of waiting
-    /// owners" in `store`).
-    pub(super) quiet_behind: bool,
-    /// The next attempt was scheduled at once to confirm a lease of this
-    /// key's lease id that only a read found
-    /// ([`AcquireOutcome::Unconfirmed`](crate::store::AcquireOutcome::Unconfirmed)):
-    /// should it be answered so again, the one after waits for the backoff.
-    pub(super) confirming: bool,
+    /// Its standing in the key's queue of waiting owners, and what its next
+    /// attempt is for.
+    pub(super) standing: Standing,
     /// What the answers of attempts that did not acquire tell about a lease
-    /// written under their lease id (see [`Unanswered`]); boxed, as only
+    /// written under their lease id (see [`Misses`]); boxed, as only
     /// keys waiting for another holder have one.
-    pub(super) unanswered: Option<Box<Unanswered>>,
+    pub(super) misses: Option<Box<Misses>>,
 }
 
-/// The attempts of one key under one lease id that did not acquire, as a
+/// The attempts of one key under one lease id that did not acquire (its
+/// misses), as a
 /// lease announced under that lease id needs them to be granted on the
 /// event, without another attempt (`Actor::on_handoff`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Unanswered {
+pub(super) struct Misses {
     /// The lease id they were sent under.
     pub(super) lease_id: Uuid,
     /// The shortest TTL any of them asked for. A lease written under
@@ -147,8 +197,8 @@ pub(super) struct Unanswered {
     /// `hx = min(ttl, R)`, "Queue of waiting owners" in `store`).
     pub(super) shortest_ttl: Duration,
     /// The last of them registered this manager in the key's queue of
-    /// waiting owners (see [`Registered`]).
-    pub(super) registered: Option<Registered>,
+    /// waiting owners (see [`Registration`]).
+    pub(super) registered: Option<Registration>,
     /// The payload the last of them acquires with, as [`payload_hash`]:
     /// a lease handed to its registration carries it.
     pub(super) payload: Option<u64>,
@@ -165,9 +215,9 @@ pub(super) fn payload_hash(payload: Option<&mongodb::bson::Document>) -> Option<
 }
 
 /// An attempt that registered its manager in a key's queue of waiting
-/// owners, as [`Unanswered`] keeps it.
+/// owners, as [`Misses`] keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Registered {
+pub(super) struct Registration {
     /// When it was sent.
     pub(super) sent_at: Instant,
     /// How long its answer took: a renewal, sent at once by a lease granted
@@ -186,7 +236,7 @@ pub(super) struct Registered {
 /// give a heartbeat's renewal ten majority writes in the same way).
 pub(super) const GRANT_ROUND_TRIPS: u32 = 10;
 
-impl Unanswered {
+impl Misses {
     /// The local deadline of a lease shown written under `lease_id` with
     /// fencing `token`, for a waiter asking for `ttl`, if it leaves time
     /// for its renewal at `now`: the last registering attempt's send + the
@@ -223,37 +273,32 @@ impl KeyState {
             attempt: Attempt::Idle,
             releases_in_flight: 0,
             next_lease_id: crate::random::uuid(),
-            unseen: None,
+            unknown_outcome: None,
             failures: 0,
-            written_in_flight: false,
-            freed_in_flight: false,
-            registered: false,
-            handed: false,
-            quiet_behind: false,
-            confirming: false,
-            unanswered: None,
+            standing: Standing::Unregistered,
+            misses: None,
         }
     }
 
     /// Records the answer of an attempt under `lease_id` asking for `ttl`
-    /// that did not acquire (see [`Unanswered`]), and whether it registered
+    /// that did not acquire (see [`Misses`]), and whether it registered
     /// in the key's queue of waiting owners (`None` also when the token it
     /// found is unknown: such a registration cannot be ordered against a
     /// handoff).
-    pub(super) fn note_unanswered(
+    pub(super) fn note_miss(
         &mut self,
         lease_id: Uuid,
         ttl: Duration,
-        registered: Option<Registered>,
+        registered: Option<Registration>,
         payload: Option<u64>,
     ) {
-        let fresh = Unanswered {
+        let fresh = Misses {
             lease_id,
             shortest_ttl: ttl,
             registered: None,
             payload,
         };
-        let record = self.unanswered.get_or_insert_with(|| Box::new(fresh));
+        let record = self.misses.get_or_insert_with(|| Box::new(fresh));
         if record.lease_id != lease_id {
             **record = fresh;
         }
@@ -338,27 +383,124 @@ impl KeyState {
     /// An attempt under `next_lease_id` starts: writes announced before
     /// concern earlier attempts.
     pub(super) fn begin_attempt(&mut self) {
-        self.attempt = Attempt::InFlight;
-        self.written_in_flight = false;
-        self.freed_in_flight = false;
+        self.attempt = Attempt::InFlight(Meanwhile::default());
+    }
+
+    /// The attempt in flight was answered (or, for a handoff, answered as a
+    /// release): what was announced while it was in flight.
+    pub(super) fn end_attempt(&mut self) -> Meanwhile {
+        match std::mem::replace(&mut self.attempt, Attempt::Idle) {
+            Attempt::InFlight(meanwhile) => meanwhile,
+            _ => Meanwhile::default(),
+        }
+    }
+
+    /// The acquire attempt's answer arrived: whether it was the attempt
+    /// scheduled to confirm a lease found by a read
+    /// ([`Standing::ConfirmingFound`]), which its answer ends.
+    pub(super) fn take_confirming(&mut self) -> bool {
+        let confirming = self.standing == Standing::ConfirmingFound;
+        if confirming {
+            self.standing = Standing::Unregistered;
+        }
+        confirming
+    }
+
+    /// The next attempt starts when `timer` fires (`far_behind`: see
+    /// [`Attempt::Scheduled`]).
+    pub(super) fn schedule(&mut self, timer: delay_queue::Key, far_behind: bool) {
+        self.attempt = Attempt::Scheduled { timer, far_behind };
+    }
+
+    /// The scheduled attempt is called off: its timer, to remove, if one was
+    /// scheduled.
+    pub(super) fn unschedule(&mut self) -> Option<delay_queue::Key> {
+        match self.attempt {
+            Attempt::Scheduled { timer, .. } => {
+                self.attempt = Attempt::Idle;
+                Some(timer)
+            }
+            _ => None,
+        }
+    }
+
+    /// The attempt's answer found a lease of `next_lease_id` by a read only
+    /// (`AcquireOutcome::Unconfirmed`): it registers nothing, and whatever
+    /// was handed to a registration is that lease.
+    pub(super) fn found_by_read(&mut self) {
+        self.standing = Standing::Unregistered;
+    }
+
+    /// The next attempt, at `timer` (at once), confirms the lease a read
+    /// found ([`Standing::ConfirmingFound`]).
+    pub(super) fn confirm_found(&mut self, timer: delay_queue::Key) {
+        self.standing = Standing::ConfirmingFound;
+        self.schedule(timer, false);
+    }
+
+    /// The attempt's answer found the key held by another: it registered
+    /// this manager in the key's queue (`registered`) or not.
+    pub(super) fn held_elsewhere(&mut self, registered: bool) {
+        self.standing = if registered {
+            Standing::Registered
+        } else {
+            Standing::Unregistered
+        };
+    }
+
+    /// The outcome of a waiting exclusive attempt is unknown: it may have
+    /// registered, so it counts as registered (a key handed to an earlier
+    /// registration stays handed).
+    pub(super) fn may_have_registered(&mut self) {
+        self.standing = match self.standing {
+            Standing::Handed | Standing::HandedThenLeft => Standing::Handed,
+            Standing::Unregistered | Standing::Registered | Standing::ConfirmingFound => {
+                Standing::Registered
+            }
+        };
+    }
+
+    /// The change stream announced a release that handed the key to this
+    /// registration (only while registered): the next attempt confirms it.
+    pub(super) fn handed(&mut self) {
+        self.standing = Standing::Handed;
+    }
+
+    /// Shutdown leaves the key's queue: whether this manager counted itself
+    /// in it (it is left once; see [`Standing::HandedThenLeft`]).
+    pub(super) fn leave_queue(&mut self) -> bool {
+        self.standing = match self.standing {
+            Standing::Registered => Standing::Unregistered,
+            Standing::Handed => Standing::HandedThenLeft,
+            _ => return false,
+        };
+        true
     }
 
     /// The key was acquired under `next_lease_id`: the backoff, the
-    /// registration and the unanswered attempts start over, under a new
+    /// registration and the missed attempts start over, under a new
     /// lease id.
     pub(super) fn acquired(&mut self) {
         self.failures = 0;
-        self.registered = false;
-        self.handed = false;
-        self.unanswered = None;
-        self.unseen = None;
+        self.standing = Standing::Unregistered;
+        self.misses = None;
+        self.unknown_outcome = None;
         self.next_lease_id = crate::random::uuid();
+    }
+
+    /// The key, handed to this registration, is granted on the event
+    /// (`Actor::grant_handed`): its scheduled attempt is called off (the
+    /// caller removes its timer), and the key starts over as after any
+    /// acquisition.
+    pub(super) fn acquired_on_event(&mut self) {
+        self.attempt = Attempt::Idle;
+        self.acquired();
     }
 
     /// Gives up `next_lease_id` (its lease is being given back): the next
     /// attempt goes under a new one.
     pub(super) fn new_lease_id(&mut self) -> Uuid {
-        self.unseen = None;
+        self.unknown_outcome = None;
         std::mem::replace(&mut self.next_lease_id, crate::random::uuid())
     }
 }

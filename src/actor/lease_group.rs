@@ -16,17 +16,21 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::Actor;
-use super::command::{Reply, Target};
+use super::command::{PlacedKey, Reply};
 use crate::status::LossReason;
 
 /// The members of a group: each lease's key and lease id.
-pub(super) type Group = Arc<[(Target, Uuid)]>;
+pub(super) type Group = Arc<[(PlacedKey, Uuid)]>;
 
 impl Actor {
     /// Binds `members` into one group if every one of them is still held
     /// here; answers whether they were (nothing is bound otherwise, and the
     /// handle gives them back).
-    pub(super) fn on_bind_group(&mut self, members: Vec<(Target, Uuid)>, respond_to: Reply<bool>) {
+    pub(super) fn on_bind_group(
+        &mut self,
+        members: Vec<(PlacedKey, Uuid)>,
+        respond_to: Reply<bool>,
+    ) {
         let all_held = members
             .iter()
             .all(|(key, lease_id)| self.held_lease(key, *lease_id).is_some());
@@ -41,7 +45,7 @@ impl Actor {
 
     /// A member of `group`, on `lost`, ended for `reason`: if its holder did
     /// not end it, every other member still held ends too, and is released.
-    pub(super) fn end_group(&mut self, group: &Group, lost: &Target, reason: &LossReason) {
+    pub(super) fn end_group(&mut self, group: &Group, lost: &PlacedKey, reason: &LossReason) {
         if !ends_group(reason) {
             return;
         }

@@ -14,13 +14,13 @@
 //! counts as being renewed), and its local deadline still applies: if it
 //! comes first, the lease ends [`LossReason::Expired`] then. A failed read
 //! ends it [`LossReason::Expired`] too. The change-stream event that may
-//! have made the actor check the lease (`KeyWrite`, `release_watch.rs`)
+//! have made the actor check the lease (`KeyWrite`, `write_stream.rs`)
 //! names neither the new holder's fencing token nor a delete apart from a
 //! release, so it never settles the reason by itself.
 
 use uuid::Uuid;
 
-use super::command::Target;
+use super::command::PlacedKey;
 use super::{Actor, Event};
 use crate::info::LeaseInfo;
 use crate::kind::LeaseKind;
@@ -31,7 +31,7 @@ impl Actor {
     /// write under it, matched nothing): reads the key once, then ends the
     /// lease with the reason the read shows ([`Actor::on_loss_judged`]).
     /// Nothing if the lease is not held any more.
-    pub(super) fn lose_found_gone(&mut self, key: Target, lease_id: Uuid, write: &str) {
+    pub(super) fn lose_found_gone(&mut self, key: PlacedKey, lease_id: Uuid, write: &str) {
         let owner_id = self.owner_id.clone();
         let Some(held) = self
             .keys
@@ -64,7 +64,7 @@ impl Actor {
     /// The read of [`Actor::lose_found_gone`] was answered: the lease ends
     /// for `reason` (unless it already ended, e.g. at its local deadline),
     /// and the key's next waiter is served.
-    pub(super) fn on_loss_judged(&mut self, key: Target, lease_id: Uuid, reason: LossReason) {
+    pub(super) fn on_loss_judged(&mut self, key: PlacedKey, lease_id: Uuid, reason: LossReason) {
         let Some(held) = self.take_held(&key, lease_id, reason.clone()) else {
             return;
         };

@@ -15,7 +15,7 @@ use mongodb::bson::Document;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::command::{Command, Reply, Target, WaiterId};
+use super::command::{Command, PlacedKey, Reply, WaiterId};
 use crate::error::{Error, Result};
 use crate::status::ReleaseOutcome;
 use crate::store::DocumentWrite;
@@ -63,7 +63,7 @@ impl Mailbox {
     }
 
     /// Releases one acquisition and awaits the outcome.
-    pub(crate) async fn release(&self, key: Target, lease_id: Uuid) -> Result<ReleaseOutcome> {
+    pub(crate) async fn release(&self, key: PlacedKey, lease_id: Uuid) -> Result<ReleaseOutcome> {
         self.call(|respond_to| Command::Release {
             key,
             lease_id,
@@ -75,7 +75,7 @@ impl Mailbox {
     /// Releases one acquisition in the background (a dropped lease); the
     /// actor logs a failure. Nothing happens if the actor has stopped (it
     /// released its leases then).
-    pub(crate) fn release_in_background(&self, key: Target, lease_id: Uuid) {
+    pub(crate) fn release_in_background(&self, key: PlacedKey, lease_id: Uuid) {
         let _ = self.send(Command::Release {
             key,
             lease_id,
@@ -86,7 +86,7 @@ impl Mailbox {
     /// Sets the payload of one acquisition and awaits the outcome.
     pub(crate) async fn set_payload(
         &self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         payload: Document,
     ) -> Result<()> {
@@ -101,7 +101,12 @@ impl Mailbox {
 
     /// Renews one acquisition at once to `ttl`, which its renewals use from
     /// then on, and awaits the server's confirmation.
-    pub(crate) async fn set_ttl(&self, key: Target, lease_id: Uuid, ttl: Duration) -> Result<()> {
+    pub(crate) async fn set_ttl(
+        &self,
+        key: PlacedKey,
+        lease_id: Uuid,
+        ttl: Duration,
+    ) -> Result<()> {
         self.call(|respond_to| Command::SetTtl {
             key,
             lease_id,
@@ -115,7 +120,7 @@ impl Mailbox {
     /// `write.release`) and awaits the document as written.
     pub(crate) async fn write_document(
         &self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         write: DocumentWrite,
     ) -> Result<Document> {
@@ -131,18 +136,18 @@ impl Mailbox {
     /// Makes the actor check one acquisition now by a renewal, which marks
     /// it lost if it is gone (fire and forget; nothing if the actor has
     /// stopped).
-    pub(crate) fn check_held(&self, key: Target, lease_id: Uuid) {
+    pub(crate) fn check_held(&self, key: PlacedKey, lease_id: Uuid) {
         let _ = self.send(Command::CheckHeld { key, lease_id });
     }
 
     /// Counts one more entry of a held lease (fire and forget: sent before
     /// any release of the entry it copies, so counted before it).
-    pub(crate) fn reenter(&self, key: Target, lease_id: Uuid) {
+    pub(crate) fn reenter(&self, key: PlacedKey, lease_id: Uuid) {
         let _ = self.send(Command::Reenter { key, lease_id });
     }
 
     /// Binds held leases into one group; whether all were still held.
-    pub(crate) async fn bind_group(&self, members: Vec<(Target, Uuid)>) -> Result<bool> {
+    pub(crate) async fn bind_group(&self, members: Vec<(PlacedKey, Uuid)>) -> Result<bool> {
         self.call(|respond_to| Command::BindGroup {
             members,
             respond_to,
@@ -151,7 +156,7 @@ impl Mailbox {
     }
 
     /// Removes a waiter whose acquire future was dropped (fire and forget).
-    pub(crate) fn cancel_waiter(&self, key: Target, waiter: WaiterId) {
+    pub(crate) fn cancel_waiter(&self, key: PlacedKey, waiter: WaiterId) {
         let _ = self.send(Command::CancelWaiter { key, waiter });
     }
 }

@@ -27,10 +27,11 @@
 //! | `mailbox.rs` | [`Mailbox`](mailbox::Mailbox), the handles' typed end of the command channel |
 //! | `acquire.rs` | waiters, the key's one attempt at a time, retries, handing a lease to the first waiter |
 //! | `renewal.rs` | heartbeat renewals in batches, their results, the local-deadline min-heap |
-//! | `release.rs` | release, `release_all`, force release, payload |
+//! | `release.rs` | release, `release_all`, force release, giving back, the light release |
+//! | `payload.rs` | the payload of a held lease |
 //! | `handoff.rs` | a release that hands the key to the first local waiter in the same write |
 //! | `group_commit.rs` | the light forms: when they are tried, the keys contended lately, the group commit of light acquires and releases |
-//! | `release_watch.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
+//! | `write_stream.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
 //! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
 //! | `loss.rs` | why a lease the server no longer holds was lost (one read of its key) |
 //! | `binding.rs` | what a few held leases are bound to: a named holder, re-entries, a group (`Actor::bindings`) |
@@ -52,15 +53,16 @@ mod lease_group;
 mod loss;
 pub(crate) mod mailbox;
 mod observers;
+mod payload;
 mod permits;
 mod queue;
 mod reentry;
 mod release;
-mod release_watch;
 mod renewal;
 mod revocation;
 mod shutdown;
 mod telemetry;
+mod write_stream;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -88,21 +90,21 @@ use crate::kind::LeaseShape;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
 use crate::store::{AcquireOutcome, LeaseRef, Store, StoreProfile};
-use command::{Command, Place, Reply, Target, Waiter};
+use command::{Command, Place, PlacedKey, Reply, Waiter};
 use key_state::{Attempt, Held, KeyState};
-use release_watch::{ReleaseWatch, next_release};
 use renewal::sleep_until_deadline;
 use shutdown::Closing;
+use write_stream::{WriteStream, next_announcement};
 
 enum Timer {
     /// Time for the key's next acquire attempt.
-    Retry(Target),
+    Retry(PlacedKey),
     /// Retry a renewal batch that failed.
     RenewRetry(renewal::Batch),
 }
 
 /// What an acquire attempt asked the store for.
-struct Sent {
+struct AcquireSent {
     lease_id: Uuid,
     /// When it was sent (local clock).
     sent_at: Instant,
@@ -121,8 +123,8 @@ struct Sent {
 /// The result of a store operation, back in the actor's loop.
 enum Event {
     Acquired {
-        key: Target,
-        sent: Sent,
+        key: PlacedKey,
+        sent: AcquireSent,
         result: Result<(AcquireOutcome, Option<Document>)>,
     },
     Renewed {
@@ -131,7 +133,7 @@ enum Event {
         result: Result<Vec<LeaseRef>>,
     },
     Released {
-        key: Target,
+        key: PlacedKey,
         respond_to: Option<Reply<ReleaseOutcome>>,
         /// Delete mode's follow-up delete, due at this instant once the
         /// release is confirmed (see `Actor::follow_up_due`).
@@ -140,7 +142,7 @@ enum Event {
     },
     /// The answer of a handoff to the key's first waiter (`Store::handoff`).
     HandoffAnswered {
-        key: Target,
+        key: PlacedKey,
         handoff: handoff::HandoffSent,
         respond_to: Option<Reply<ReleaseOutcome>>,
         result: Result<crate::store::HandoffOutcome>,
@@ -148,7 +150,7 @@ enum Event {
     /// Leases released together: by shutdown, or by a `release_all`, the
     /// one with a caller to answer (`respond_to`).
     ReleasedMany {
-        keys: Vec<Target>,
+        keys: Vec<PlacedKey>,
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     },
@@ -156,7 +158,7 @@ enum Event {
     /// attempt of `batch`, in order; `grouped`: it held its place's slot.
     LightAcquired {
         place: Place,
-        batch: Vec<(Target, Sent)>,
+        batch: Vec<(PlacedKey, AcquireSent)>,
         grouped: bool,
         answers: Vec<crate::store::light_acquire::LightAcquired>,
     },
@@ -171,7 +173,7 @@ enum Event {
     Answered,
     /// The renewal of `Command::SetTtl` was answered.
     TtlSet {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         ttl: Duration,
         sent_at: Instant,
@@ -186,13 +188,13 @@ enum Event {
         result: Result<crate::kind::PermitsChange>,
     },
     PayloadSet {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         respond_to: Reply<()>,
         result: Result<bool>,
     },
     DocumentWritten {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         release: bool,
         /// As `Event::Released::follow_up`, for a commit.
@@ -209,7 +211,7 @@ enum Event {
     /// The read of a lease the server no longer holds told why
     /// (`Actor::lose_found_gone`).
     LossJudged {
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         reason: LossReason,
     },
@@ -223,10 +225,10 @@ struct PlaceState {
     profile: StoreProfile,
     /// Writes by any owner to this place's documents
     /// (`Store::watch_releases`), open only while something here needs
-    /// prompt news of another owner's write (`release_watch.rs`): a release
+    /// prompt news of another owner's write (`write_stream.rs`): a release
     /// wakes waiters at once instead of at their next poll, and a held lease
     /// written by someone else is checked at once.
-    release_watch: ReleaseWatch,
+    write_stream: WriteStream,
     /// Its light acquires and releases in flight and queued (`group_commit`).
     group_commit: group_commit::GroupCommit,
 }
@@ -236,7 +238,7 @@ impl PlaceState {
         PlaceState {
             profile: store.profile(),
             store,
-            release_watch: ReleaseWatch::Closed,
+            write_stream: WriteStream::Closed,
             group_commit: Default::default(),
         }
     }
@@ -248,14 +250,14 @@ pub(crate) struct Actor {
     places: Vec<PlaceState>,
     /// The place whose stream of writes is polled first next time (the
     /// one after the last that delivered), so that each gets its turn.
-    release_turn: usize,
+    stream_turn: usize,
     owner_id: Arc<str>,
     timing: Timing,
     commands: mpsc::UnboundedReceiver<Command>,
     /// Given to each `Lease` so that it can release itself; weak, so the
     /// actor stops once every handle and lease is gone.
     sender: mpsc::WeakUnboundedSender<Command>,
-    keys: HashMap<Target, Box<KeyState>>,
+    keys: HashMap<PlacedKey, Box<KeyState>>,
     /// Acquires, releases, payload writes and reads in flight
     /// ([`Actor::spawn_store`]); shutdown waits for them.
     tasks: FuturesUnordered<BoxFuture<'static, Event>>,
@@ -271,7 +273,7 @@ pub(crate) struct Actor {
     /// `(deadline, key, lease id)`, checked lazily against `Held::deadline`
     /// (renewals move that field only; resetting one timer per lease per
     /// heartbeat would cost O(n) timer operations per tick).
-    deadlines: BinaryHeap<Reverse<(Instant, Target, Uuid)>>,
+    deadlines: BinaryHeap<Reverse<(Instant, PlacedKey, Uuid)>>,
     heartbeat: Interval,
     closing: Option<Closing>,
     /// The control channel of each observed key's hub (`observers::run_hub`).
@@ -286,12 +288,13 @@ pub(crate) struct Actor {
     /// Keys forgotten while registered in their queue of waiting owners:
     /// the registered lease id, and when the registration lapses (see
     /// `queue`).
-    gave_up: HashMap<Target, (Uuid, Instant)>,
+    gave_up: HashMap<PlacedKey, (Uuid, Instant)>,
     /// Keys the general form was sent for lately, or a light form did not
     /// apply to, with when (see `group_commit`); pruned at each heartbeat.
-    contended: HashMap<Target, Instant>,
+    contended: HashMap<PlacedKey, Instant>,
     /// The held leases bound to more than themselves (a named holder,
-    /// re-entries, a group), by lease id; none for a plain lease.
+    /// re-entries, a group), by lease id; none for a lease bound to nothing
+    /// else.
     bindings: HashMap<Uuid, binding::Binding>,
 }
 
@@ -334,7 +337,7 @@ impl Actor {
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         Actor {
             places: vec![PlaceState::new(store)],
-            release_turn: 0,
+            stream_turn: 0,
             owner_id,
             timing,
             commands,
@@ -383,12 +386,12 @@ impl Actor {
                     self.renew_all();
                     self.health_due = true;
                     self.prune_gave_up();
-                    self.close_release_watch_if_unneeded();
+                    self.close_write_stream_if_unneeded();
                     self.poll_revocations();
                     self.prune_contended();
                 }
-                (place, event) = next_release(&mut self.places, self.release_turn), if open => {
-                    self.on_release_event(place, event)
+                (place, event) = next_announcement(&mut self.places, self.stream_turn), if open => {
+                    self.on_announcement(place, event)
                 }
             }
         }
@@ -416,10 +419,7 @@ impl Actor {
                 key,
                 was,
                 respond_to,
-            } => {
-                self.on_force_released(key, was);
-                let _ = respond_to.send(Ok(()));
-            }
+            } => self.on_force_released(key, was, respond_to),
             Command::SetPermits {
                 key,
                 permits,
@@ -438,19 +438,13 @@ impl Actor {
                 ttl,
                 respond_to,
             } => self.on_set_ttl(key, lease_id, ttl, respond_to),
-            Command::CheckHeld { key, lease_id } => {
-                if self.held_lease(&key, lease_id).is_some() {
-                    self.check_held([key].into_iter().collect());
-                }
-            }
+            Command::CheckHeld { key, lease_id } => self.on_check_held(key, lease_id),
             Command::OpenDocuments {
                 collection,
                 field,
                 lock_id,
                 respond_to,
-            } => {
-                let _ = respond_to.send(self.open_documents(&collection, &field, lock_id));
-            }
+            } => self.on_open_documents(&collection, &field, lock_id, respond_to),
             Command::WriteDocument {
                 key,
                 lease_id,
@@ -468,23 +462,13 @@ impl Actor {
     fn handle_event(&mut self, event: Event) {
         match event {
             Event::Acquired { key, sent, result } => {
-                if result.is_ok() {
-                    self.health.server_answered();
-                }
-                let acquired = matches!(result, Ok((AcquireOutcome::Acquired { .. }, _)));
-                self.note_general_acquire(&key, &sent, acquired);
-                self.on_acquired(key, sent, result)
+                self.on_general_acquire_answered(key, sent, result)
             }
             Event::Renewed {
                 batch,
                 sent_at,
                 result,
-            } => {
-                self.renewal_answered(sent_at, result.is_ok());
-                self.on_renewed(batch, sent_at, result);
-                self.send_waiting_renewals();
-                self.renewals_settled();
-            }
+            } => self.on_renewal_answered(batch, sent_at, result),
             Event::Released {
                 key,
                 respond_to,
@@ -554,19 +538,8 @@ impl Actor {
 
     fn handle_timer(&mut self, timer: Timer) {
         match timer {
-            Timer::Retry(key) => {
-                if let Some(state) = self.keys.get_mut(&key) {
-                    state.attempt = Attempt::Idle;
-                }
-                self.serve_next(&key);
-            }
-            Timer::RenewRetry(mut batch) => {
-                let place = batch.place;
-                batch.leases.retain(|l| self.held_in(place, l).is_some());
-                if !batch.leases.is_empty() {
-                    self.spawn_renewal(batch);
-                }
-            }
+            Timer::Retry(key) => self.on_retry_due(&key),
+            Timer::RenewRetry(batch) => self.on_renewal_retry_due(batch),
         }
     }
 
@@ -604,13 +577,13 @@ impl Actor {
         &self.places[usize::from(place.0)].profile
     }
 
-    fn held_lease(&self, key: &Target, lease_id: Uuid) -> Option<&Held> {
+    fn held_lease(&self, key: &PlacedKey, lease_id: Uuid) -> Option<&Held> {
         self.keys.get(key)?.holder(lease_id)
     }
 
     /// Removes the key's held lease `lease_id`, records why it ends and
     /// fires its token (its deadline heap entry is dropped when it comes due).
-    fn take_held(&mut self, key: &Target, lease_id: Uuid, reason: LossReason) -> Option<Held> {
+    fn take_held(&mut self, key: &PlacedKey, lease_id: Uuid, reason: LossReason) -> Option<Held> {
         let state = self.keys.get_mut(key)?;
         let index = state.holders.iter().position(|h| h.lease_id == lease_id)?;
         let held = state.holders.remove(index);
@@ -625,7 +598,7 @@ impl Actor {
 
     /// Takes every held lease (as `take_held`, for `reason`) and counts a
     /// release in flight for each; returns their keys, once per lease.
-    fn take_all_held(&mut self, reason: LossReason) -> Vec<Target> {
+    fn take_all_held(&mut self, reason: LossReason) -> Vec<PlacedKey> {
         // Every lease ends on its own: no group ends another.
         self.bindings.clear();
         let mut keys = Vec::new();
@@ -650,7 +623,7 @@ impl Actor {
         by_place
     }
 
-    fn forget_if_idle(&mut self, key: &Target) {
+    fn forget_if_idle(&mut self, key: &PlacedKey) {
         if self.keys.get(key).is_some_and(|state| state.is_idle()) {
             let handed = self.remember_registration(key);
             self.keys.remove(key);

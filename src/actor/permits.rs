@@ -4,7 +4,7 @@
 //! that its own acquisitions asking for that number are not refused as
 //! another kind.
 
-use super::command::{Place, Reply, Target};
+use super::command::{Place, PlacedKey, Reply};
 use super::{Actor, Event};
 use crate::error::Result;
 use crate::key::LeaseKey;
@@ -35,7 +35,7 @@ impl Actor {
         result: Result<PermitsChange>,
     ) {
         if let Ok(PermitsChange::Set) = result
-            && let Some(state) = self.keys.get_mut(&Target::lock(key))
+            && let Some(state) = self.keys.get_mut(&PlacedKey::lock(key))
         {
             for held in state.holders.iter_mut() {
                 if matches!(held.kind, LeaseKind::Permit { .. }) {

@@ -13,10 +13,10 @@ use tokio::time::Instant;
 use tokio_util::time::delay_queue;
 use uuid::Uuid;
 
-use super::command::{Place, Target};
-use super::release_watch::ReleaseWatch;
-use super::{Actor, Attempt, Event, Sent, Timer};
-use crate::backoff::retry_delay;
+use super::command::{Place, PlacedKey};
+use super::key_state::Standing;
+use super::write_stream::WriteStream;
+use super::{AcquireSent, Actor, Attempt, Event};
 use crate::kind::LeaseKind;
 use crate::store::{KeyWrite, LeaseRef, Release};
 
@@ -26,9 +26,9 @@ impl Actor {
     /// it lapses, so its lease id is remembered that long
     /// ([`Actor::on_handoff`] gives such a key back at once). Returns the
     /// lease id to give back now if the handoff was already announced.
-    pub(super) fn remember_registration(&mut self, key: &Target) -> Option<Uuid> {
-        let state = self.keys.get(key).filter(|s| s.registered)?;
-        if state.handed {
+    pub(super) fn remember_registration(&mut self, key: &PlacedKey) -> Option<Uuid> {
+        let state = self.keys.get(key).filter(|s| s.standing.is_registered())?;
+        if state.standing == Standing::Handed {
             return Some(state.next_lease_id);
         }
         let lapses = Instant::now() + self.profile(key.place).registration_window;
@@ -43,27 +43,9 @@ impl Actor {
     /// announces the writes made meanwhile).
     pub(super) fn hears_handoffs(&self, place: Place) -> bool {
         matches!(
-            self.places[usize::from(place.0)].release_watch,
-            ReleaseWatch::Open { .. }
+            self.places[usize::from(place.0)].write_stream,
+            WriteStream::Open { .. }
         )
-    }
-
-    /// Schedules the next attempt of a registered key whose handoff the
-    /// change stream announces: only to refresh the registration (and as a
-    /// fallback should an event be missed), at the backoff's longest step,
-    /// `retry_max`, which the registration window allows for; capped by the
-    /// holder's `remaining` time as any retry.
-    pub(super) fn schedule_refresh(&mut self, key: &Target, remaining: Option<Duration>) {
-        let delay = retry_delay(
-            u32::MAX,
-            self.timing.retry_initial,
-            self.timing.retry_max,
-            remaining,
-        );
-        let timer = self.timers.insert(Timer::Retry(key.clone()), delay);
-        if let Some(state) = self.keys.get_mut(key) {
-            state.attempt = Attempt::Scheduled(timer);
-        }
     }
 
     /// Heartbeat: forgets the registrations of keys nobody waits for any
@@ -81,7 +63,7 @@ impl Actor {
     /// same lease id, confirms the lease; without (they left), the handed
     /// lease is given back at once, which hands the key to the next
     /// registered owner. Returns whether the write was such a handoff.
-    pub(super) fn on_handoff(&mut self, key: &Target, write: &KeyWrite) -> bool {
+    pub(super) fn on_handoff(&mut self, key: &PlacedKey, write: &KeyWrite) -> bool {
         let (Some(lease_id), Some(owner)) = (write.lease_id, write.owner.as_deref()) else {
             return false;
         };
@@ -94,17 +76,17 @@ impl Actor {
         if state.next_lease_id != lease_id {
             return false;
         }
-        match &state.attempt {
+        match &mut state.attempt {
             // Its answer may have been read before the handoff.
-            Attempt::InFlight => state.freed_in_flight = true,
-            Attempt::Scheduled(timer) if state.registered => {
+            Attempt::InFlight(meanwhile) => meanwhile.freed = true,
+            Attempt::Scheduled { timer, .. } if state.standing.is_registered() => {
                 let timer = *timer;
                 if self.grant_handed(key, lease_id, write.token, timer) {
                     return true;
                 }
                 tracing::trace!(%key, "handed over by a release: confirming now");
                 let state = self.keys.get_mut(key).expect("checked above");
-                state.handed = true;
+                state.handed();
                 self.timers.reset(&timer, Duration::ZERO);
             }
             _ => return false,
@@ -118,19 +100,19 @@ impl Actor {
     /// handoff is majority-committed (change streams return only such
     /// writes), and its token, greater than the one the last registering
     /// attempt found, orders it after that attempt, so the handed lease
-    /// lasts at least [`Unanswered::deadline`] locally, if that leaves its
+    /// lasts at least [`Misses::deadline`] locally, if that leaves its
     /// renewal time enough (ten round trips of that attempt's). The lease is renewed
     /// at once ([`Actor::check_held`]), which sets its expiry to its TTL
     /// and reports it lost if it was not ours any more. Returns `false`,
     /// changing nothing, when that cannot be told (no token shown, a token
     /// not greater, a deadline too close, a first waiter that is not a
-    /// plain exclusive lease, shutdown or `release_all` under way): the
+    /// waiter a lease can be handed to (`Waiter::can_be_handed`), shutdown or `release_all` under way): the
     /// attempt confirms the lease then.
     ///
-    /// [`Unanswered::deadline`]: super::key_state::Unanswered::deadline
+    /// [`Misses::deadline`]: super::key_state::Misses::deadline
     fn grant_handed(
         &mut self,
-        key: &Target,
+        key: &PlacedKey,
         lease_id: Uuid,
         token: Option<u64>,
         timer: delay_queue::Key,
@@ -141,12 +123,12 @@ impl Actor {
             return false;
         };
         state.prune_waiters();
-        let (Some(token), Some(waiter), Some(unanswered)) =
-            (token, state.waiters.front(), state.unanswered.as_deref())
+        let (Some(token), Some(waiter), Some(misses)) =
+            (token, state.waiters.front(), state.misses.as_deref())
         else {
             return false;
         };
-        let Some(deadline) = unanswered.deadline(
+        let Some(deadline) = misses.deadline(
             lease_id,
             token,
             waiter.ttl,
@@ -156,14 +138,14 @@ impl Actor {
         ) else {
             return false;
         };
-        if !waiter.is_plain() || self.closing.is_some() {
+        if !waiter.can_be_handed() || self.closing.is_some() {
             return false;
         }
-        let registered = unanswered.registered.expect("a deadline");
-        let sent = Sent {
+        let registered = misses.registered.expect("a deadline");
+        let sent = AcquireSent {
             lease_id,
             sent_at: registered.sent_at,
-            ttl: unanswered.shortest_ttl.min(window),
+            ttl: misses.shortest_ttl.min(window),
             shape: waiter.shape,
             waiting: true,
             payload: None,
@@ -171,13 +153,9 @@ impl Actor {
         };
         tracing::debug!(%key, token, ?deadline, "handed over by a release: granted on the event");
         self.timers.remove(&timer);
-        state.attempt = Attempt::Idle;
-        // Writes announced while earlier attempts were in flight concern
-        // those attempts: this lease is checked at once anyway.
-        state.written_in_flight = false;
-        state.freed_in_flight = false;
-        state.acquired();
-        self.grant(key, sent, token, None);
+        state.acquired_on_event();
+        // No check on the grant: it is checked at once anyway, below.
+        self.grant(key, sent, token, None, false);
         // Its expiry to its TTL now: the handoff wrote it only for `hx`.
         self.check_held([key.clone()].into_iter().collect());
         self.forget_if_idle(key);
@@ -186,7 +164,7 @@ impl Actor {
 
     /// Gives back `lease_id` of `key` if it is the registration of a key
     /// whose waiters all left.
-    fn give_back_handed(&mut self, key: &Target, lease_id: Uuid) -> bool {
+    fn give_back_handed(&mut self, key: &PlacedKey, lease_id: Uuid) -> bool {
         match self.gave_up.get(key) {
             Some((registered, _)) if *registered == lease_id => {
                 self.gave_up.remove(key);
@@ -214,12 +192,13 @@ impl Actor {
         let registered: Vec<LeaseRef> = self
             .keys
             .iter_mut()
-            .filter(|(key, state)| key.place == Place::LOCKS && state.registered)
-            .map(|(key, state)| {
-                // Left once: a later call (an attempt in flight at the
-                // beginning of shutdown registered) leaves only new ones.
-                state.registered = false;
-                (key.clone(), state.next_lease_id)
+            .filter(|(key, _)| key.place == Place::LOCKS)
+            // Left once: a later call (an attempt in flight at the
+            // beginning of shutdown registered) leaves only new ones.
+            .filter_map(|(key, state)| {
+                state
+                    .leave_queue()
+                    .then(|| (key.clone(), state.next_lease_id))
             })
             .chain(gave_up.filter(|(key, _)| key.place == Place::LOCKS))
             .map(|(key, lease_id)| LeaseRef {

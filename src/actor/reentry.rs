@@ -17,7 +17,7 @@
 use uuid::Uuid;
 
 use super::Actor;
-use super::command::{Granted, GrantedLease, Target, Waiter};
+use super::command::{Granted, GrantedLease, PlacedKey, Waiter};
 use super::mailbox::Mailbox;
 use crate::caller::CallerId;
 use crate::error::{Error, Result};
@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 impl Actor {
     /// Answers `waiter` at once if its holder holds a lease on `key` here
     /// (re-entered, or refused); otherwise gives it back to be queued.
-    pub(super) fn reenter_or_refuse(&mut self, key: &Target, waiter: Waiter) -> Option<Waiter> {
+    pub(super) fn reenter_or_refuse(&mut self, key: &PlacedKey, waiter: Waiter) -> Option<Waiter> {
         let Some(holder) = waiter.holder else {
             return Some(waiter);
         };
@@ -48,7 +48,7 @@ impl Actor {
     /// that holder, and the waiters of that holder behind it (which asked
     /// while it waited) are answered now, as if they had asked after the
     /// grant.
-    pub(super) fn held_by(&mut self, key: &Target, lease_id: Uuid, holder: CallerId) {
+    pub(super) fn held_by(&mut self, key: &PlacedKey, lease_id: Uuid, holder: CallerId) {
         self.bindings.entry(lease_id).or_default().holder = Some(holder);
         let Some(state) = self.keys.get_mut(key) else {
             return;
@@ -70,7 +70,12 @@ impl Actor {
     /// A new entry of the held lease `lease_id` of `key` if `reenters`,
     /// else [`Error::AlreadyHeld`]. A grant dropped unread releases its
     /// entry, as any grant does.
-    fn enter(&mut self, key: &Target, lease_id: Uuid, reenters: bool) -> Result<Option<Granted>> {
+    fn enter(
+        &mut self,
+        key: &PlacedKey,
+        lease_id: Uuid,
+        reenters: bool,
+    ) -> Result<Option<Granted>> {
         if !reenters {
             tracing::debug!(%key, "acquisition refused: its holder holds the key");
             return Err(Error::AlreadyHeld {
@@ -110,7 +115,7 @@ impl Actor {
     /// `Lease::reenter`: one more entry of `lease_id`, if still held (a
     /// lost lease's new entry is lost with it, and its release is answered
     /// as lost).
-    pub(super) fn on_reenter(&mut self, key: &Target, lease_id: Uuid) {
+    pub(super) fn on_reenter(&mut self, key: &PlacedKey, lease_id: Uuid) {
         if self.held_lease(key, lease_id).is_some() {
             self.bindings.entry(lease_id).or_default().reentries += 1;
         }
@@ -119,7 +124,7 @@ impl Actor {
     /// Ends one entry of lease `lease_id` of `key` if it is not the last:
     /// `true` then, and the lease stays held. `false` for the last entry
     /// (the caller releases the lease) and for a lease no longer held.
-    pub(super) fn leave_entry(&mut self, key: &Target, lease_id: Uuid) -> bool {
+    pub(super) fn leave_entry(&mut self, key: &PlacedKey, lease_id: Uuid) -> bool {
         if self.held_lease(key, lease_id).is_none() {
             return false;
         }

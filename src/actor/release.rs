@@ -1,31 +1,30 @@
 //! Releasing: one lease (explicit, dropped, or after a lost deadline),
 //! `release_all` by lease id, the leases an operator's force release ended,
-//! and the payload of a held lease (a write conditional on its lease id,
-//! like a release).
+//! a lease given back at once, and the light release (`group_commit`).
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use std::collections::BTreeMap;
 
-use super::command::{Place, Reply, Target};
+use super::command::{Place, PlacedKey, Reply};
 use super::group_commit::PendingRelease;
-use super::{Actor, Attempt, Event, KeyState};
-use crate::error::{Error, Result};
+use super::{Actor, Event, KeyState};
+use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::status::LossReason;
 use crate::status::ReleaseOutcome;
+use crate::store::light_release::LightRelease;
 use crate::store::{DELETE_DELAY, LeaseRef, Release};
 
 impl Actor {
     pub(super) fn on_release(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
@@ -53,9 +52,8 @@ impl Actor {
             // confirmed (`on_released`), not at its backoff (no change
             // stream may tell it).
             let state = self.keys.get_mut(&key).expect("held above");
-            if let Attempt::Scheduled(timer) = state.attempt {
+            if let Some(timer) = state.unschedule() {
                 self.timers.remove(&timer);
-                state.attempt = Attempt::Idle;
             }
         }
         self.spawn_release(key, held.lease_id, held.kind, held.acquired_at, respond_to);
@@ -96,11 +94,16 @@ impl Actor {
         });
     }
 
+    /// Gives back `lease_id` of `key`, which nobody holds locally, at once.
+    pub(super) fn give_back(&mut self, key: &PlacedKey, lease_id: Uuid, kind: LeaseKind) {
+        self.spawn_release(key.clone(), lease_id, kind, Instant::now(), None);
+    }
+
     /// Releases one lease whose acquire's reply arrived at `acquired_at`
     /// (local clock; see `Held::acquired_at`).
     pub(super) fn spawn_release(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         kind: LeaseKind,
         acquired_at: Instant,
@@ -120,7 +123,7 @@ impl Actor {
     /// caller counts it in `releases_in_flight`.
     pub(super) fn send_release(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         kind: LeaseKind,
         respond_to: Option<Reply<ReleaseOutcome>>,
@@ -169,7 +172,7 @@ impl Actor {
 
     pub(super) fn on_released(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         respond_to: Option<Reply<ReleaseOutcome>>,
         follow_up: Option<Instant>,
         result: Result<u64>,
@@ -198,7 +201,7 @@ impl Actor {
     /// (`respond_to`) is answered.
     pub(super) fn on_released_many(
         &mut self,
-        keys: Vec<Target>,
+        keys: Vec<PlacedKey>,
         respond_to: Option<Reply<u64>>,
         result: Result<u64>,
     ) {
@@ -294,11 +297,22 @@ impl Actor {
     /// manager, which sent it): if it was one of ours, it is lost now; so
     /// are all our holders of a shared or semaphore key, which a force
     /// release frees whole.
-    pub(super) fn on_force_released(&mut self, key: LeaseKey, was: LeaseInfo) {
+    pub(super) fn on_force_released(
+        &mut self,
+        key: LeaseKey,
+        was: LeaseInfo,
+        respond_to: Reply<()>,
+    ) {
+        self.lose_force_released(key, was);
+        let _ = respond_to.send(Ok(()));
+    }
+
+    /// The leases of ours a force release ended are lost (see above).
+    fn lose_force_released(&mut self, key: LeaseKey, was: LeaseInfo) {
         if was.foreign {
             return;
         }
-        let target = Target::lock(key);
+        let target = PlacedKey::lock(key);
         let ours: Vec<Uuid> = self
             .keys
             .get(&target)
@@ -318,39 +332,83 @@ impl Actor {
         }
     }
 
-    pub(super) fn on_set_payload(
-        &mut self,
-        key: Target,
-        lease_id: Uuid,
-        payload: Document,
-        respond_to: Reply<()>,
-    ) {
-        let Some(held) = self.held_lease(&key, lease_id) else {
-            let _ = respond_to.send(Err(Error::LeaseLost { key: key.key }));
-            return;
-        };
-        let write = self
-            .store(key.place)
-            .set_payload(held.lease_ref(&key.key), payload);
-        self.spawn_store(write, move |result| Event::PayloadSet {
-            result,
-            key,
-            lease_id,
-            respond_to,
+    /// Whether the release of `lease` of `key` (`too_young_to_delete`:
+    /// acquired too lately for delete mode's delete) tries the light release
+    /// first.
+    pub(super) fn tries_light_release(
+        &self,
+        key: &PlacedKey,
+        lease: &LeaseRef,
+        too_young_to_delete: bool,
+    ) -> bool {
+        lease.kind == LeaseKind::Exclusive
+            && self.profile(key.place).light_forms.release
+            && (too_young_to_delete || !self.profile(key.place).removes_on_release)
+            && !self.is_contended(key)
+    }
+
+    /// The light release of `pending` (see the module docs): at once,
+    /// alone or grouped.
+    pub(super) fn submit_light_release(&mut self, pending: PendingRelease) {
+        let (place, alone) = (pending.key.place, pending.key.key.as_str().is_none());
+        if let Some((batch, grouped)) = self.group(place).releases.submit(pending, alone) {
+            self.send_light_releases(place, batch, grouped);
+        }
+    }
+
+    fn send_light_releases(&mut self, place: Place, batch: Vec<PendingRelease>, grouped: bool) {
+        let leases = batch.iter().map(|p| p.lease.clone()).collect();
+        let call = self.store(place).release_light(leases);
+        self.spawn_store(call, move |answers| Event::LightReleased {
+            place,
+            batch,
+            grouped,
+            answers,
         });
     }
 
-    pub(super) fn on_payload_set(
+    /// The answers of a light release call: the next group goes, then each
+    /// release is answered, or goes on to the general release.
+    pub(super) fn on_light_released(
         &mut self,
-        key: Target,
-        lease_id: Uuid,
-        respond_to: Reply<()>,
-        result: Result<bool>,
+        place: Place,
+        batch: Vec<PendingRelease>,
+        grouped: bool,
+        answers: Vec<LightRelease>,
     ) {
-        if let Ok(false) = result {
-            self.lose_found_gone(key.clone(), lease_id, "setting the payload");
+        if grouped && let Some(next) = self.group(place).releases.next() {
+            self.send_light_releases(place, next, true);
         }
-        let lost = Error::LeaseLost { key: key.key };
-        let _ = respond_to.send(result.and_then(|set| set.then_some(()).ok_or(lost)));
+        let mut answers = answers.into_iter();
+        for pending in batch {
+            let PendingRelease {
+                key,
+                lease,
+                respond_to,
+                follow_up,
+            } = pending;
+            let unknown = match answers.next().unwrap_or_default() {
+                LightRelease::Released => {
+                    self.on_released(key, respond_to, follow_up, Ok(1));
+                    continue;
+                }
+                LightRelease::Failed(error) => {
+                    self.on_released(key, respond_to, follow_up, Err(error));
+                    continue;
+                }
+                LightRelease::NotApplied => false,
+                LightRelease::Unknown => true,
+            };
+            self.note_contended(&key);
+            let release = self.general_release(key.place, lease, follow_up.is_some());
+            // A light write whose outcome was unknown may have landed: a
+            // lease the general release no longer finds counts as released.
+            self.spawn_store(release, move |result: Result<u64>| Event::Released {
+                result: result.map(|count| if unknown { count.max(1) } else { count }),
+                key,
+                respond_to,
+                follow_up,
+            });
+        }
     }
 }

@@ -11,7 +11,7 @@ use futures::FutureExt;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::command::{Place, Target};
+use super::command::{Place, PlacedKey};
 use super::{Actor, Event, Held, Timer};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
@@ -48,7 +48,7 @@ pub(super) type ByTtl = BTreeMap<(Place, Duration), Vec<LeaseRef>>;
 
 /// Adds `held` of `key` to `by_ttl`, counting one more renewal of it in
 /// flight, unless it is held at most its TTL (never renewed).
-pub(super) fn add_renewal(by_ttl: &mut ByTtl, key: &Target, held: &mut Held) {
+pub(super) fn add_renewal(by_ttl: &mut ByTtl, key: &PlacedKey, held: &mut Held) {
     if !held.renews {
         return;
     }
@@ -184,19 +184,39 @@ impl Actor {
 
     /// The lease `lease` of `place`, if it is still held.
     pub(super) fn held_in(&self, place: Place, lease: &LeaseRef) -> Option<&Held> {
-        let key = Target {
+        let key = PlacedKey {
             place,
             key: lease.key.clone(),
         };
         self.held_lease(&key, lease.lease_id)
     }
 
-    pub(super) fn on_renewed(
+    /// A renewal batch was answered ([`Event::Renewed`]): its leases
+    /// confirmed or lost, the next waiting batch sent, the health board
+    /// told.
+    pub(super) fn on_renewal_answered(
         &mut self,
-        mut batch: Batch,
+        batch: Batch,
         sent_at: Instant,
         result: Result<Vec<LeaseRef>>,
     ) {
+        self.renewal_answered(sent_at, result.is_ok());
+        self.on_renewed(batch, sent_at, result);
+        self.send_waiting_renewals();
+        self.renewals_settled();
+    }
+
+    /// A failed renewal batch is due again ([`Timer::RenewRetry`]): it is
+    /// sent again with the leases of it still held.
+    pub(super) fn on_renewal_retry_due(&mut self, mut batch: Batch) {
+        let place = batch.place;
+        batch.leases.retain(|l| self.held_in(place, l).is_some());
+        if !batch.leases.is_empty() {
+            self.spawn_renewal(batch);
+        }
+    }
+
+    fn on_renewed(&mut self, mut batch: Batch, sent_at: Instant, result: Result<Vec<LeaseRef>>) {
         let lost = match result {
             Ok(lost) => lost.into_iter().collect::<HashSet<_>>(),
             Err(error) => {
@@ -229,7 +249,7 @@ impl Actor {
         };
         for lease in batch.leases {
             let lost_now = lost.contains(&lease);
-            let key = Target {
+            let key = PlacedKey {
                 place: batch.place,
                 key: lease.key,
             };
@@ -246,7 +266,7 @@ impl Actor {
     /// ("Late writes" in `store`).
     pub(super) fn confirm_renewal(
         &mut self,
-        key: Target,
+        key: PlacedKey,
         lease_id: Uuid,
         (sent_at, ttl): (Instant, Duration),
         lost_now: bool,
@@ -298,7 +318,7 @@ impl Actor {
         }
     }
 
-    fn on_deadline(&mut self, key: Target, lease_id: Uuid) {
+    fn on_deadline(&mut self, key: PlacedKey, lease_id: Uuid) {
         let Some(held) = self.take_held(&key, lease_id, LossReason::Expired) else {
             return;
         };
@@ -323,7 +343,7 @@ impl Actor {
 }
 
 /// Sleeps until the earliest local deadline, or forever if no lease is held.
-pub(super) async fn sleep_until_deadline(next: Option<&Reverse<(Instant, Target, Uuid)>>) {
+pub(super) async fn sleep_until_deadline(next: Option<&Reverse<(Instant, PlacedKey, Uuid)>>) {
     match next {
         Some(Reverse((deadline, _, _))) => tokio::time::sleep_until(*deadline).await,
         None => std::future::pending().await,

@@ -3,12 +3,12 @@
 //! reaches the followers of this manager's leases of that key as
 //! [`LeaseEvent::RevocationRequested`](crate::LeaseEvent::RevocationRequested).
 //! While a place has no stream open (merely holding leases opens none, see
-//! `release_watch.rs`), the heartbeat reads the requests of the keys whose
+//! `write_stream.rs`), the heartbeat reads the requests of the keys whose
 //! leases someone follows and was not told yet (`Actor::poll_revocations`):
 //! a request then arrives within one heartbeat interval.
 
-use super::command::{Place, Target};
-use super::release_watch::ReleaseWatch;
+use super::command::{Place, PlacedKey};
+use super::write_stream::WriteStream;
 use super::{Actor, Event};
 use crate::error::Result;
 use crate::key::LeaseKey;
@@ -40,8 +40,8 @@ impl Actor {
     pub(super) fn poll_revocations(&mut self) {
         for index in 0..self.places.len() {
             if matches!(
-                self.places[index].release_watch,
-                ReleaseWatch::Open {
+                self.places[index].write_stream,
+                WriteStream::Open {
                     paused_at: None,
                     ..
                 }
@@ -80,7 +80,7 @@ impl Actor {
     /// The holders of `key` in `place` were asked to release it by owner id
     /// `by`: each of this manager's leases of the key tells its followers.
     pub(super) fn on_revoked(&mut self, place: Place, key: LeaseKey, by: &str) {
-        let target = Target { place, key };
+        let target = PlacedKey { place, key };
         let Some(state) = self.keys.get_mut(&target) else {
             return;
         };

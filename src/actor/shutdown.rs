@@ -4,9 +4,9 @@
 
 use futures::stream::FuturesUnordered;
 
-use super::command::{Command, Reply, Target};
-use super::release_watch::ReleaseWatch;
-use super::{Actor, Attempt, Event};
+use super::command::{Command, PlacedKey, Reply};
+use super::write_stream::WriteStream;
+use super::{Actor, Event};
 use crate::error::Error;
 use crate::status::LossReason;
 use crate::store::Release;
@@ -28,7 +28,7 @@ impl Actor {
         self.renewals = FuturesUnordered::new();
         self.renewals_waiting.clear();
         for place in &mut self.places {
-            place.release_watch = ReleaseWatch::Closed;
+            place.write_stream = WriteStream::Closed;
         }
         // Answer what was queued before the close; releases still happen.
         while let Ok(command) = self.commands.try_recv() {
@@ -51,9 +51,8 @@ impl Actor {
         self.observers.clear();
         for state in self.keys.values_mut() {
             state.answer_waiters(|_| Some(Err(Error::Shutdown)));
-            if let Attempt::Scheduled(timer) = state.attempt {
+            if let Some(timer) = state.unschedule() {
                 self.timers.remove(&timer);
-                state.attempt = Attempt::Idle;
             }
         }
         self.leave_queues_at_shutdown();
@@ -64,7 +63,7 @@ impl Actor {
             for batch in leases.chunks(self.timing.renewal_batch_size) {
                 let keys = batch
                     .iter()
-                    .map(|l| Target {
+                    .map(|l| PlacedKey {
                         place,
                         key: l.key.clone(),
                     })

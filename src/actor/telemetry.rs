@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Span;
 
-use super::command::Target;
+use super::command::PlacedKey;
 use super::{Actor, Held};
 use crate::health::HealthBoard;
 use crate::status::LossReason;
@@ -59,7 +59,7 @@ impl Actor {
 pub(super) fn lease_started(
     health: &HealthBoard,
     owner_id: &str,
-    key: &Target,
+    key: &PlacedKey,
     token: u64,
     (renewed_at, deadline): (Instant, Instant),
 ) -> Option<Box<Span>> {
@@ -72,7 +72,7 @@ pub(super) fn lease_started(
 /// A held lease ended for `reason`: counts it and logs it in its span.
 /// Called before its token fires, so that whoever the loss wakes reads the
 /// health it left (a lease not renewed in time leaves the manager unhealthy).
-pub(super) fn lease_ended(health: &HealthBoard, key: &Target, held: &Held, reason: &LossReason) {
+pub(super) fn lease_ended(health: &HealthBoard, key: &PlacedKey, held: &Held, reason: &LossReason) {
     telemetry::lease_ended(reason);
     if *reason == LossReason::Expired {
         health.renewal_missed();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use mongodb::bson::Document;
 use serde::de::DeserializeOwned;
 
-use crate::actor::command::{AcquireMode, Target};
+use crate::actor::command::{AcquireMode, PlacedKey};
 use crate::config::AcquireOptions;
 use crate::document_update::check_create;
 use crate::error::{Operation, Result};
@@ -191,7 +191,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
     /// ```
     pub async fn inspect(&self, id: impl Into<LeaseKey>) -> Result<Option<crate::info::LeaseInfo>> {
         self.manager
-            .inspect_target(Target {
+            .inspect_target(PlacedKey {
                 place: self.place,
                 key: id.into(),
             })
@@ -240,7 +240,7 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
             ttl,
             ..AcquireOptions::default()
         };
-        let target = Target {
+        let target = PlacedKey {
             place: self.place,
             key: id,
         };

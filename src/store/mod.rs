@@ -263,7 +263,7 @@
 //!   other owners' live entries are ahead of its own (`ahead`; all of them
 //!   if it has none): its manager reads a change stream for the key only
 //!   while it is registered and nobody is ahead of it or the key changes
-//!   hands (`KeyState::quiet_behind` in the actor), and otherwise learns
+//!   hands (`Attempt::Scheduled::far_behind` in the actor), and otherwise learns
 //!   from these attempts when it is next. Every write
 //!   that rewrites `q` drops the entries with `re <= $$NOW` and removes `q`
 //!   once it is empty.

@@ -1,4 +1,4 @@
-//! Leases taken away by someone else's write (`src/actor/release_watch.rs`):
+//! Leases taken away by someone else's write (`src/actor/write_stream.rs`):
 //! by default noticed by the next heartbeat's renewal (merely holding leases
 //! keeps no stream of writes open); with `watch_held_leases`, through the
 //! stream of writes at once, by a renewal of just the leases concerned,

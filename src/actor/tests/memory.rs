@@ -4,7 +4,7 @@
 
 use std::mem::size_of;
 
-use super::super::command::Target;
+use super::super::command::PlacedKey;
 use super::super::{Held, KeyState};
 use crate::key::LeaseKey;
 use crate::lease::Lease;
@@ -20,14 +20,14 @@ use crate::status::LeaseState;
 fn per_lease_structures_stay_within_their_byte_budget() {
     let budgets = [
         ("LeaseKey", size_of::<LeaseKey>(), 8),
-        ("Target", size_of::<Target>(), 16),
+        ("PlacedKey", size_of::<PlacedKey>(), 16),
         // Its box is one 240-byte malloc chunk (glibc's chunks are the
         // size + 8, rounded up to 16); at 240 it took one of 256. The
         // held lease inline costs its size + 8 (smallvec's `union`).
         ("KeyState", size_of::<KeyState>(), 232),
         (
             "a key's entry in the actor's table",
-            size_of::<(Target, Box<KeyState>)>(),
+            size_of::<(PlacedKey, Box<KeyState>)>(),
             24,
         ),
         ("Held", size_of::<Held>(), 112),

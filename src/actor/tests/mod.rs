@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::task::{JoinHandle, yield_now};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
-use super::release_watch::RELEASE_WAKE_JITTER;
+use super::write_stream::RELEASE_WAKE_JITTER;
 use crate::config::Timing;
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;

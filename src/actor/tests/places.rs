@@ -1,5 +1,5 @@
 //! The actor's places (`src/actor/documents.rs`, and the per-place logic of
-//! `acquire.rs`, `renewal.rs`, `release.rs`, `release_watch.rs` and
+//! `acquire.rs`, `renewal.rs`, `release.rs`, `write_stream.rs` and
 //! `shutdown.rs`): the lock collection and the places of in-document leases,
 //! against the twin's second place ([`MemoryStore::document_store`], whose
 //! releases follow the delete-mode rules, as a release removes the lock

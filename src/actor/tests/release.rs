@@ -1,4 +1,4 @@
-//! Release timing (`src/actor/release.rs`, `shutdown.rs`, `release_watch.rs`,
+//! Release timing (`src/actor/release.rs`, `shutdown.rs`, `write_stream.rs`,
 //! `observers.rs`): shutdown, `release_all`, payload, observers, force release,
 //! and the prompt wake-up on releases by other owners.
 

@@ -1,5 +1,5 @@
 //! The actor's one change stream of writes to lock documents
-//! (`Actor::release_watch`, [`Store::watch_releases`](crate::store::Store::watch_releases)),
+//! (`PlaceState::write_stream`, [`Store::watch_releases`](crate::store::Store::watch_releases)),
 //! open only while something in this manager needs prompt news of another
 //! owner's write: a key that waits for another owner's lease (a release
 //! moves its retry to now), a registration in a key's queue that a release
@@ -15,7 +15,7 @@
 //! only wake it.
 //!
 //! A key whose last attempt found that no release or handoff is for this
-//! owner soon (`KeyState::quiet_behind`) needs no stream either:
+//! owner soon (`Attempt::Scheduled::far_behind`) needs no stream either:
 //! - the queue of waiting owners is full without this owner (`ahead` at
 //!   least [`StoreProfile::queue_bound`](crate::store::StoreProfile::queue_bound)): the
 //!   key is neither freed nor handed to it before the queue drains, and
@@ -31,9 +31,9 @@
 //!   attempt confirms.
 //!
 //! **Paused, not closed.** A stream nothing needs any more is first paused:
-//! the actor stops reading it (`ReleaseWatch::Open::paused_at`), at once
+//! the actor stops reading it (`WriteStream::Open::paused_at`), at once
 //! when an attempt finds its key quiet or an event hands this owner a key
-//! (`Actor::pause_release_watch_if_unneeded`). The server runs a change
+//! (`Actor::pause_write_stream_if_unneeded`). The server runs a change
 //! stream only while a `getMore` of it waits (docs/mongodb-behaviour.md,
 //! B33): a paused stream costs it nothing per write once its last
 //! `getMore` has answered (at once if it had just announced a write, else
@@ -81,7 +81,7 @@ use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
-use super::command::{Place, Target};
+use super::command::{Place, PlacedKey};
 use super::renewal::{ByTtl, add_renewal};
 use super::{Actor, Attempt, KeyState, PlaceState};
 use crate::error::Result;
@@ -90,7 +90,7 @@ use crate::store::{Announced, Announcement, KeyWrite};
 
 /// The state of the stream of writes of one place (the lock collection, or
 /// a user collection of in-document leases).
-pub(super) enum ReleaseWatch {
+pub(super) enum WriteStream {
     /// Not open: nothing needs it (see the module docs).
     Closed,
     /// Open (or opening): every waiting key is retried once the stream
@@ -120,7 +120,7 @@ pub(super) enum ReleaseWatch {
 pub(super) const RELEASE_WAKE_JITTER: Duration = Duration::from_millis(5);
 
 /// How long a failed release stream stays closed before it is reopened.
-const RELEASE_WATCH_RETRY: Duration = Duration::from_secs(5);
+const WRITE_STREAM_RETRY: Duration = Duration::from_secs(5);
 
 /// Most announcements handled in one go (those already delivered), so that
 /// a burst of writes is checked in few renewal commands without starving
@@ -131,19 +131,19 @@ impl Actor {
     /// Opens the stream of writes of `place` if it is not open (or failed
     /// long enough ago), or resumes reading it if it is paused; once open,
     /// `Actor::on_opened` catches up (see the module docs).
-    pub(super) fn open_release_watch(&mut self, place: Place) {
+    pub(super) fn open_write_stream(&mut self, place: Place) {
         let state = &mut self.places[usize::from(place.0)];
-        let recheck = match &mut state.release_watch {
-            ReleaseWatch::Open { paused_at, .. } => {
+        let recheck = match &mut state.write_stream {
+            WriteStream::Open { paused_at, .. } => {
                 *paused_at = None;
                 return;
             }
-            ReleaseWatch::Closed => false,
-            ReleaseWatch::Failed { retry_at } if Instant::now() >= *retry_at => {
+            WriteStream::Closed => false,
+            WriteStream::Failed { retry_at } if Instant::now() >= *retry_at => {
                 crate::telemetry::change_stream_restarted(place != Place::LOCKS);
                 true
             }
-            ReleaseWatch::Failed { .. } | ReleaseWatch::Unsupported => return,
+            WriteStream::Failed { .. } | WriteStream::Unsupported => return,
         };
         // A waiter needs only the writes that free its keys or hand them to
         // this owner; held leases need every write that may take them.
@@ -152,7 +152,7 @@ impl Actor {
         } else {
             Announced::Waits
         };
-        state.release_watch = ReleaseWatch::Open {
+        state.write_stream = WriteStream::Open {
             stream: state.store.watch_releases(announced),
             recheck,
             paused_at: None,
@@ -166,7 +166,7 @@ impl Actor {
     /// A key whose attempt is in flight while callers wait keeps an open
     /// stream open (it may be contended) but opens none (most attempts are
     /// not). One pass over the keys, whatever the number of places.
-    pub(super) fn close_release_watch_if_unneeded(&mut self) {
+    pub(super) fn close_write_stream_if_unneeded(&mut self) {
         let mut needed = vec![false; self.places.len()];
         let mut kept = vec![false; self.places.len()];
         for (key, state) in &self.keys {
@@ -189,29 +189,29 @@ impl Actor {
         let paused_lately = Instant::now().checked_sub(self.timing.heartbeat_interval);
         for (index, (needed, kept)) in needed.into_iter().zip(kept).enumerate() {
             if needed {
-                self.open_release_watch(Place(index as u16));
+                self.open_write_stream(Place(index as u16));
             } else if !kept
-                && let ReleaseWatch::Open { paused_at, .. } = self.places[index].release_watch
+                && let WriteStream::Open { paused_at, .. } = self.places[index].write_stream
                 && paused_at.is_none_or(|at| paused_lately.is_some_and(|lately| at <= lately))
             {
-                self.places[index].release_watch = ReleaseWatch::Closed;
+                self.places[index].write_stream = WriteStream::Closed;
             }
         }
     }
 
     /// Pauses the stream of `place` if nothing there needs it now (see the
     /// module docs): called when an attempt finds its key quiet
-    /// (`KeyState::quiet_behind`) and when an event hands a key to this
+    /// (`Attempt::Scheduled::far_behind`) and when an event hands a key to this
     /// owner, so that a manager waiting behind a full queue or a quiet one,
     /// or holding what it waited for, costs the server nothing per write
     /// from then on rather than from the next heartbeat. Scans the keys
     /// only while the stream is read, and stops at the first key that
     /// needs it.
-    pub(super) fn pause_release_watch_if_unneeded(&mut self, place: Place) {
+    pub(super) fn pause_write_stream_if_unneeded(&mut self, place: Place) {
         let index = usize::from(place.0);
         if !matches!(
-            self.places[index].release_watch,
-            ReleaseWatch::Open {
+            self.places[index].write_stream,
+            WriteStream::Open {
                 paused_at: None,
                 ..
             }
@@ -224,7 +224,7 @@ impl Actor {
             return;
         }
         tracing::trace!(?place, "nothing waits on the stream of writes: pausing it");
-        if let ReleaseWatch::Open { paused_at, .. } = &mut self.places[index].release_watch {
+        if let WriteStream::Open { paused_at, .. } = &mut self.places[index].write_stream {
             *paused_at = Some(Instant::now());
         }
     }
@@ -240,11 +240,13 @@ impl Actor {
         match state.attempt {
             // Behind others in a quiet queue, or a full one: its attempts
             // tell when it may be next (see the module docs).
-            Attempt::Scheduled(_) if state.quiet_behind => WatchNeed::None,
-            Attempt::Scheduled(_) => WatchNeed::Open,
+            Attempt::Scheduled {
+                far_behind: true, ..
+            } => WatchNeed::None,
+            Attempt::Scheduled { .. } => WatchNeed::Open,
             // It may be contended: an open stream stays open, but none
             // opens for it.
-            Attempt::InFlight => WatchNeed::KeepOpen,
+            Attempt::InFlight(_) => WatchNeed::KeepOpen,
             Attempt::Idle => WatchNeed::None,
         }
     }
@@ -253,9 +255,9 @@ impl Actor {
     /// delivered behind it. Wakes the waiters of released keys, and checks
     /// at once, in one renewal per batch, the held leases that a write may
     /// have taken away.
-    pub(super) fn on_release_event(&mut self, place: Place, event: Option<Result<Announcement>>) {
+    pub(super) fn on_announcement(&mut self, place: Place, event: Option<Result<Announcement>>) {
         let index = usize::from(place.0);
-        self.release_turn = index + 1;
+        self.stream_turn = index + 1;
         let mut suspects = HashSet::default();
         let mut next = Some(event);
         let mut handled = 0;
@@ -266,7 +268,7 @@ impl Actor {
                     if self.on_write(place, write, &mut suspects) {
                         // A key handed to this owner: perhaps the last
                         // thing that needed the stream.
-                        self.pause_release_watch_if_unneeded(place);
+                        self.pause_write_stream_if_unneeded(place);
                     }
                 }
                 Some(Ok(Announcement::RevocationRequested { key, by })) => {
@@ -275,24 +277,24 @@ impl Actor {
                 Some(Err(error)) if !error.is_transient() => {
                     // Typically a standalone server (no change streams, code 40573).
                     tracing::debug!(%error, "no change stream of writes; waiters poll");
-                    self.places[index].release_watch = ReleaseWatch::Unsupported;
+                    self.places[index].write_stream = WriteStream::Unsupported;
                 }
                 // It failed (transiently) or ended.
                 failed => {
                     if let Some(Err(error)) = failed {
                         tracing::debug!(%error, "stream of writes failed; reopening later");
                     }
-                    self.places[index].release_watch = ReleaseWatch::Failed {
-                        retry_at: Instant::now() + RELEASE_WATCH_RETRY,
+                    self.places[index].write_stream = WriteStream::Failed {
+                        retry_at: Instant::now() + WRITE_STREAM_RETRY,
                     };
                 }
             }
             handled += 1;
-            if let ReleaseWatch::Open {
+            if let WriteStream::Open {
                 stream,
                 paused_at: None,
                 ..
-            } = &mut self.places[index].release_watch
+            } = &mut self.places[index].write_stream
                 && handled < ANNOUNCEMENTS_PER_TURN
             {
                 next = stream.next().now_or_never();
@@ -306,9 +308,9 @@ impl Actor {
     /// now (with up to [`RELEASE_WAKE_JITTER`] of jitter, as on a release),
     /// and, if the stream was reopened after a failure, every lease held
     /// there becomes a suspect.
-    fn on_opened(&mut self, place: Place, suspects: &mut HashSet<Target>) {
-        let recheck = match &mut self.places[usize::from(place.0)].release_watch {
-            ReleaseWatch::Open { recheck, .. } => std::mem::take(recheck),
+    fn on_opened(&mut self, place: Place, suspects: &mut HashSet<PlacedKey>) {
+        let recheck = match &mut self.places[usize::from(place.0)].write_stream {
+            WriteStream::Open { recheck, .. } => std::mem::take(recheck),
             _ => false,
         };
         tracing::debug!(recheck, "stream of writes open: retrying waiting keys");
@@ -320,13 +322,13 @@ impl Actor {
             if recheck && !state.holders.is_empty() {
                 suspects.insert(key.clone());
             }
-            match &state.attempt {
-                Attempt::Scheduled(timer) if !state.waiters.is_empty() => {
+            match &mut state.attempt {
+                Attempt::Scheduled { timer, .. } if !state.waiters.is_empty() => {
                     self.timers
                         .reset(timer, wake_jitter(self.timing.retry_initial));
                 }
                 // It may have read the key before a write this stream missed.
-                Attempt::InFlight => state.freed_in_flight = true,
+                Attempt::InFlight(meanwhile) => meanwhile.freed = true,
                 _ => {}
             }
         }
@@ -334,13 +336,18 @@ impl Actor {
 
     /// One write to `write.key`: a held lease that the write may have taken
     /// away becomes a suspect, and so does the lease of an acquisition in
-    /// flight, once granted (`KeyState::written_in_flight`); if the write freed the key and local callers
+    /// flight, once granted (`Meanwhile::may_take`); if the write freed the key and local callers
     /// wait for it, they try again now, with up to [`RELEASE_WAKE_JITTER`]
     /// of jitter so that waiters in several processes do not all arrive in
     /// the same instant. Writes to other keys are ignored. Returns whether
     /// the write handed a key to this owner ([`Actor::on_handoff`]).
-    fn on_write(&mut self, place: Place, write: KeyWrite, suspects: &mut HashSet<Target>) -> bool {
-        let key = Target {
+    fn on_write(
+        &mut self,
+        place: Place,
+        write: KeyWrite,
+        suspects: &mut HashSet<PlacedKey>,
+    ) -> bool {
+        let key = PlacedKey {
             place,
             key: write.key.clone(),
         };
@@ -357,31 +364,39 @@ impl Actor {
         {
             suspects.insert(key.clone());
         }
-        if matches!(state.attempt, Attempt::InFlight)
+        if let Attempt::InFlight(meanwhile) = &mut state.attempt
             && !write.keeps(state.next_lease_id, &self.owner_id)
         {
-            state.written_in_flight = true;
+            meanwhile.may_take = true;
         }
         if !write.freed {
             return false;
         }
-        match state.attempt {
-            Attempt::Scheduled(timer) => {
+        match &mut state.attempt {
+            Attempt::Scheduled { timer, .. } => {
                 tracing::trace!(%key, "released elsewhere: retrying now");
                 self.timers
-                    .reset(&timer, wake_jitter(self.timing.retry_initial));
+                    .reset(timer, wake_jitter(self.timing.retry_initial));
             }
             // The attempt may have read the key before this write.
-            Attempt::InFlight => state.freed_in_flight = true,
+            Attempt::InFlight(meanwhile) => meanwhile.freed = true,
             Attempt::Idle => {}
         }
         false
     }
 
+    /// [`Command::CheckHeld`](super::command::Command::CheckHeld): the
+    /// lease `lease_id` of `key` is checked now, if still held.
+    pub(super) fn on_check_held(&mut self, key: PlacedKey, lease_id: uuid::Uuid) {
+        if self.held_lease(&key, lease_id).is_some() {
+            self.check_held([key].into_iter().collect());
+        }
+    }
+
     /// Renews the held leases of `keys` now, in batches: a lease that is no
     /// longer held is lost exactly as when a heartbeat's renewal finds it
     /// gone (`Actor::on_renewed`).
-    pub(super) fn check_held(&mut self, keys: HashSet<Target>) {
+    pub(super) fn check_held(&mut self, keys: HashSet<PlacedKey>) {
         let mut by_ttl = ByTtl::new();
         for key in keys {
             if let Some(state) = self.keys.get_mut(&key) {
@@ -409,7 +424,7 @@ pub(super) fn wake_jitter(retry_initial: Duration) -> Duration {
 /// The next item of any place's open stream of writes, with its place, or
 /// never if none is open. The places are polled from `first` on, round
 /// robin, so that a busy place cannot starve the ones after it.
-pub(super) async fn next_release(
+pub(super) async fn next_announcement(
     places: &mut [PlaceState],
     first: usize,
 ) -> (Place, Option<Result<Announcement>>) {
@@ -417,11 +432,11 @@ pub(super) async fn next_release(
         let count = places.len();
         for index in (0..count).map(|i| (first + i) % count) {
             let place = &mut places[index];
-            if let ReleaseWatch::Open {
+            if let WriteStream::Open {
                 stream,
                 paused_at: None,
                 ..
-            } = &mut place.release_watch
+            } = &mut place.write_stream
                 && let std::task::Poll::Ready(item) = stream.poll_next_unpin(cx)
             {
                 return std::task::Poll::Ready((Place(index as u16), item));
@@ -433,7 +448,7 @@ pub(super) async fn next_release(
 }
 
 /// What one key asks of its place's stream of writes
-/// ([`Actor::close_release_watch_if_unneeded`]).
+/// ([`Actor::close_write_stream_if_unneeded`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WatchNeed {
     /// Open it, or keep it open.
