@@ -164,6 +164,19 @@ async fn a_release_wakes_waiters_in_other_processes_at_once() {
             .collect()
     };
     assert!(log.count("findAndModify") >= 3, "{:?}", names(0));
+    // No attempt in flight when the key is released (one would confirm the
+    // handoff itself): every command sent so far answered.
+    common::eventually(
+        "the waiter's commands answered",
+        Duration::from_secs(10),
+        || {
+            let quiet = ["findAndModify", "aggregate"]
+                .iter()
+                .all(|name| log.count(name) == log.count(&format!("ok:{name}")));
+            async move { quiet }
+        },
+    )
+    .await;
 
     let before = log.all().len();
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
