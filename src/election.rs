@@ -9,7 +9,6 @@ use std::time::SystemTime;
 use mongodb::bson::Document;
 
 use crate::actor::command::AcquireMode;
-use crate::config::validate_key;
 use crate::error::Result;
 use crate::info::{LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
@@ -69,7 +68,7 @@ impl Election {
     /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN), or a kind MongoDB refuses as `_id`).
     pub fn new(manager: &LeaseManager, name: impl Into<LeaseKey>) -> Result<Election> {
         let name = name.into();
-        validate_key(&name)?;
+        name.validate()?;
         Ok(Election {
             manager: manager.clone(),
             name,
