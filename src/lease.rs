@@ -431,14 +431,10 @@ fn check_field_names(doc: &Document) -> Result<()> {
 /// The changes of one key, from [`LeaseManager::observe`]: a
 /// [`Stream`](futures::Stream) of `Result<Option<LeaseInfo>>`, in order.
 ///
-/// The first item is the key's current state; then one item per change
-/// (acquisition, renewal, payload, release, expiry, deletion). `None` means
-/// the key has no lock document. An `Err` is a permanent error (transient
-/// ones are retried); the stream ends after it, and when the manager shuts
-/// down.
-///
-/// Drop it to unsubscribe. Items are queued without bound for a consumer that
-/// falls behind: keep reading.
+/// `None` means the key has no lock document; an `Err` is a permanent
+/// error, after which the stream ends (see [`LeaseManager::observe`] for
+/// what it delivers). Drop it to unsubscribe. Items are queued without
+/// bound for a consumer that falls behind: keep reading.
 ///
 /// [`LeaseManager::observe`]: crate::LeaseManager::observe
 pub struct LeaseObserver {
