@@ -6,7 +6,6 @@ use mongodb::Database;
 use typed_builder::TypedBuilder;
 
 use crate::error::{Error, Result};
-use crate::key::LeaseKey;
 use crate::kind::{LeaseKind, LeaseShape};
 
 /// Default lease time-to-live: 30 s.
@@ -101,22 +100,14 @@ pub enum ReleaseMode {
     /// deletes the lock document, so such a client can lock the key at once.
     ///
     /// Fencing tokens stay strictly greater than every earlier token of the
-    /// key: a release deletes the document only once the server's `$$NOW` is
-    /// at least [`DELETE_MIN_TOKEN_AGE`] past its token's acquisition
-    /// millisecond. A release of a younger lease marks it released as in
-    /// [`Keep`](ReleaseMode::Keep) (one round trip; two, the delete tried
-    /// first, when it was held longer than [`DELETE_MIN_TOKEN_AGE`] plus
-    /// 100 ms by the manager's clock yet is still too young by the
-    /// server's) and the manager
-    /// deletes the released document once it is old enough (a delete that
-    /// matches only a released document of our layout, so a new acquisition
-    /// in between is never deleted); until then an insert-style client still
-    /// gets a duplicate-key error. A document whose token the server's clock
-    /// has not caught up with (its time part ahead, e.g. after a failover to
-    /// a member whose clock is behind) is kept and left to the TTL monitor. The guarantee assumes that the server's
-    /// `$$NOW` never steps back by [`DELETE_MIN_TOKEN_AGE`] or more (also
-    /// across a failover: members' clocks synchronised), and fewer than
-    /// 2^20 acquisitions of one key per millisecond.
+    /// key: a document is deleted only once its token is
+    /// [`DELETE_MIN_TOKEN_AGE`] old by the server's clock (see there for the
+    /// assumption). A younger lease is marked released and its document
+    /// deleted by the manager once old enough (never a new acquisition in
+    /// between); until then an insert-style client still gets a
+    /// duplicate-key error. A document whose token is ahead of the server's
+    /// clock (after a failover to a member whose clock is behind) is left to
+    /// the TTL monitor.
     ///
     /// Fairness between managers: a release that another mongo-lease manager
     /// waited for (the waiting mark, which insert-style clients never write)
@@ -215,22 +206,6 @@ pub struct LeaseManagerOptions {
     /// only where the members' clocks are known to stay that close (NTP
     /// keeps them within milliseconds), or on a single server, whose clock
     /// only steps when it is set.
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn example(database: mongodb::Database) -> mongo_lease::Result<()> {
-    /// use std::time::Duration;
-    /// use mongo_lease::{LeaseManager, LeaseManagerOptions};
-    /// let options = LeaseManagerOptions::builder()
-    ///     .database(database)
-    ///     .collection("jobs.lock")
-    ///     .ttl(Duration::from_secs(2))
-    ///     .clock_skew(Duration::from_millis(100)) // members' clocks within 100 ms
-    ///     .build();
-    /// let manager = LeaseManager::connect(options).await?;
-    /// # Ok(()) }
-    /// ```
     #[builder(default, setter(strip_option))]
     pub clock_skew: Option<Duration>,
 
@@ -321,20 +296,6 @@ pub struct LeaseManagerOptions {
     /// renewal, within one [`heartbeat_interval`](Self::heartbeat_interval).
     /// Either way a lease is never held locally past its local deadline.
     /// See `docs/performance.md`, "Loss detection".
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// # async fn example(database: mongodb::Database) -> mongo_lease::Result<()> {
-    /// use mongo_lease::{LeaseManager, LeaseManagerOptions};
-    /// let options = LeaseManagerOptions::builder()
-    ///     .database(database)
-    ///     .collection("jobs.lock")
-    ///     .watch_held_leases(true)
-    ///     .build();
-    /// let manager = LeaseManager::connect(options).await?;
-    /// # Ok(()) }
-    /// ```
     #[builder(default = false)]
     pub watch_held_leases: bool,
 }
@@ -683,10 +644,4 @@ pub(crate) fn validate_owner_id(owner: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Checks a lease key: a type MongoDB accepts as `_id`, 1 to [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN)
-/// bytes (see [`LeaseKey`]).
-pub(crate) fn validate_key(key: &LeaseKey) -> Result<()> {
-    Ok(key.validate()?)
 }

@@ -9,7 +9,6 @@ use std::time::SystemTime;
 use mongodb::bson::Document;
 
 use crate::actor::command::AcquireMode;
-use crate::config::validate_key;
 use crate::error::Result;
 use crate::info::{LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
@@ -69,7 +68,7 @@ impl Election {
     /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN), or a kind MongoDB refuses as `_id`).
     pub fn new(manager: &LeaseManager, name: impl Into<LeaseKey>) -> Result<Election> {
         let name = name.into();
-        validate_key(&name)?;
+        name.validate()?;
         Ok(Election {
             manager: manager.clone(),
             name,
@@ -196,14 +195,10 @@ impl Election {
     /// for leadership, first served first (Curator's
     /// `LeaderLatch::getParticipants`).
     ///
-    /// A waiting candidate is a manager whose campaign found another
-    /// candidate leading and registered in the election key's queue of
-    /// waiting owners, one entry per manager (see [`WaitingOwner`] for who
-    /// appears): the leader's own manager's other candidates, candidates
-    /// that only [`try_campaign`](Election::try_campaign), and candidates
-    /// that campaign while nobody leads are not listed; a candidate whose
-    /// process died stays listed until its registration lapses (about
-    /// `2 * retry_max + 1 s + safety_margin`).
+    /// A waiting candidate is a manager registered in the election key's
+    /// queue of waiting owners ([`WaitingOwner`] says who appears, and for
+    /// how long): candidates that only [`try_campaign`](Election::try_campaign)
+    /// and the leader's own manager's other candidates are not listed.
     ///
     /// # Errors
     ///
@@ -237,9 +232,7 @@ impl Election {
     /// Observes the leadership: a stream whose first item is the current
     /// leader (or `None`), then one item per change, in order: a new leader
     /// or term, a new payload, or no leader (resigned or expired). Renewals
-    /// are not changes. On a replica set, changes arrive through a change
-    /// stream a few milliseconds after they are written, and every term is
-    /// seen; see [`LeaseManager::observe`] for the details.
+    /// are not changes. Delivered as [`LeaseManager::observe`] delivers.
     ///
     /// # Errors
     ///
@@ -285,12 +278,9 @@ impl Election {
     /// [`LeaseStatus::lost`]): it is awaited to its end, never aborted,
     /// so that a new campaign starts only once it has stopped.
     ///
-    /// A returned output was produced while leader: leadership was held when
-    /// the future completed, hence all the while before (a lost leadership
-    /// is never held again). It can be lost right after that check, though,
-    /// before the caller uses the output (the process pauses, the server is
-    /// unreachable): acting on the output later is not acting as leader. To
-    /// make that safe, write it with the term ([`LeaderContext::term`]) to a
+    /// A returned output was produced while leader, but leadership can be
+    /// lost right after: acting on the output later is not acting as
+    /// leader. Write it with the term ([`LeaderContext::term`]) to a
     /// resource that refuses stale terms (a [`Fence`](crate::Fence)), or
     /// publish it from within the future.
     ///
@@ -496,11 +486,8 @@ pub struct LeaderInfo {
     pub since: SystemTime,
     /// The payload it published, if any.
     pub payload: Option<Document>,
-    /// How many times leadership went to another candidate (another owner
-    /// id) since the election's lock document was created: the Kubernetes
-    /// Lease's `leaseTransitions` ([`LeaseInfo::transitions`]). 0 under its
-    /// first leader; a candidate that leads again after its own term (with
-    /// nobody else in between) is no transition.
+    /// How many times leadership went to another candidate:
+    /// [`LeaseInfo::transitions`] of the election key.
     pub transitions: u64,
 }
 

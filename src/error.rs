@@ -39,18 +39,9 @@ pub enum Error {
     /// The document stored under this key in the lock collection was not written
     /// by `mongo-lease`. It was left untouched.
     ///
-    /// Not returned by this version: a document not written by `mongo-lease`
-    /// (for example another application's lock document `{_id, ts, aid}`) is
-    /// a lock held by a foreign holder, so [`LeaseManager::try_acquire`]
-    /// returns `Ok(None)` for it, [`LeaseManager::acquire`] waits until it is
-    /// deleted, and [`LeaseManager::inspect`] and [`LeaseManager::list`] show it
-    /// with [`LeaseInfo::foreign`](crate::LeaseInfo::foreign) set. The variant
-    /// stays so that code matching it keeps compiling.
-    ///
-    /// [`LeaseManager::try_acquire`]: crate::LeaseManager::try_acquire
-    /// [`LeaseManager::acquire`]: crate::LeaseManager::acquire
-    /// [`LeaseManager::inspect`]: crate::LeaseManager::inspect
-    /// [`LeaseManager::list`]: crate::LeaseManager::list
+    /// Not returned by this version: such a document is a lock held by a
+    /// foreign holder ([`LeaseInfo::foreign`](crate::LeaseInfo::foreign)).
+    /// The variant stays so that code matching it keeps compiling.
     #[error(
         "the lock collection holds a document of foreign layout under key {}; \
          it was left untouched (remove it or use another collection)",
@@ -61,8 +52,12 @@ pub enum Error {
         key: LeaseKey,
     },
 
-    /// The lock collection cannot be used as is (capped, or an index on `exp`
-    /// that is not a TTL index, ...). Nothing was changed.
+    /// The lock collection cannot be used as is: capped, an index on `exp`
+    /// that is not a TTL index, a TTL index that could delete a held lease
+    /// (on `ts` with `expireAfterSeconds` not longer than
+    /// `heartbeat_interval + safety_margin`, or on a date no renewal moves
+    /// such as `acq`), or documents that are not lock documents where the
+    /// TTL index on `exp` must be created. Nothing was changed.
     #[error("the lock collection cannot be used: {reason}")]
     UnusableCollection {
         /// What is wrong with the collection.

@@ -32,48 +32,28 @@ impl Lease {
     /// isolation a read would still see the lease after another owner took
     /// it over, while two writes to one document conflict (MongoDB manual,
     /// "Production Considerations": in-progress transactions and write
-    /// conflicts; docs/mongodb-behaviour.md, B16). A takeover that
-    /// committed before the transaction's snapshot makes the check match
-    /// nothing; one that committed after it makes the check fail with a
-    /// write conflict (a `TransientTransactionError`: the transaction is
-    /// retried, and then sees the takeover); one that comes after the check
-    /// waits until the transaction has ended. So the callback's writes are
-    /// committed only if the lease was held at the check, and before any
-    /// later holder's acquisition. `$$NOW` is the time of the check itself,
-    /// not of the transaction's start (measured on mongod 6.0.5). This is
-    /// the design of etcd's `concurrency` package, whose `IsOwner()`
-    /// comparison guards the writes of a transaction.
-    ///
-    /// The check does not renew the lease (`exp` is left alone): only the
-    /// manager's renewals do, together with the lease's local deadline. A
-    /// lease whose token fires right after a transaction (its renewals
-    /// failed until its local deadline) is therefore free on the server at
-    /// its own expiry, `safety_margin` after that deadline, even if the
-    /// manager's release fails too, rather than blocked for up to a TTL
-    /// after the check with nobody using it.
+    /// conflicts; docs/mongodb-behaviour.md, B16): a takeover committed
+    /// before the transaction's snapshot makes the check match nothing, one
+    /// committed after it makes the check fail with a write conflict (the
+    /// transaction is retried, and then sees the takeover), and one that
+    /// comes after the check waits until the transaction has ended. `$$NOW`
+    /// is the time of the check itself. This is the design of etcd's
+    /// `concurrency` package (`IsOwner()` in a transaction). The check does
+    /// not renew the lease (`exp` is left alone).
     ///
     /// The transaction uses read concern `snapshot` and write concern
-    /// `majority` (MongoDB manual, "Transactions": read concern and write
-    /// concern of a transaction), whatever the client's defaults. It is
-    /// retried as the driver's convenient transaction API does (MongoDB
-    /// manual, "Drivers API": retry the whole transaction on the
-    /// `TransientTransactionError` label, the commit on
-    /// `UnknownTransactionCommitResult`; docs/mongodb-behaviour.md, B17),
-    /// with the driver's jittered backoff (up to 5 ms × 1.5ⁿ, at most
-    /// 500 ms), bounded by **attempts**: at most 10 runs of the transaction
-    /// and 5 commits per run, and never once the lease's token has fired
-    /// (then [`Error::LeaseLost`]). Attempts, not time: the
-    /// callback's duration is the caller's, so a time bound would either
-    /// cut long callbacks or allow endless retries of short ones, while the
-    /// lease's own expiry already ends the retries once the lease is lost.
+    /// `majority`, whatever the client's defaults. It is retried as the
+    /// driver's convenient transaction API does (docs/mongodb-behaviour.md,
+    /// B17), with the driver's jittered backoff, bounded by **attempts**
+    /// (not time, which the callback's duration would decide): at most 10
+    /// runs of the transaction and 5 commits per run, and never once the
+    /// lease's token has fired (then [`Error::LeaseLost`]).
     ///
     /// Keep the callback short: the heartbeat's renewal of this lease, if
     /// it lands while the callback runs, conflicts with the check, and the
     /// transaction is run again (with the default TTL, one heartbeat every
     /// 10 s). A callback that takes longer than the heartbeat interval may
-    /// run out of attempts. Between the check and the commit (one round
-    /// trip), a takeover or renewal of the lease waits for the transaction
-    /// to end. The callback may run several times: it must not
+    /// run out of attempts. The callback may run several times: it must not
     /// commit or abort the transaction, and must return (not swallow) the
     /// errors of its operations, so that transient ones are retried.
     ///
@@ -82,16 +62,10 @@ impl Lease {
     /// - [`Error::LeaseLost`] if the lease was not held at the check (taken
     ///   over, released, or expired by the server's clock) or its token had
     ///   fired by then (the holder must stop writing): the transaction was
-    ///   aborted, nothing was written. The
-    ///   manager then checks the lease at once, by a renewal: its token
-    ///   fires if another holder has it (a lease that merely expired with
-    ///   nobody taking it is renewed by that check, and stays held).
-    /// - [`Error::Unsupported`] on a deployment without transactions, with
-    ///   the server's reason (a standalone server answers the first command
-    ///   of a transaction with code 20, "Transaction numbers are only
-    ///   allowed on a replica set member or mongos";
-    ///   docs/mongodb-behaviour.md, B17). Nothing was written: the
-    ///   callback's first command failed.
+    ///   aborted, nothing was written. The manager then checks the lease at
+    ///   once, by a renewal.
+    /// - [`Error::Unsupported`] on a deployment without transactions (a
+    ///   standalone server), with the server's reason. Nothing was written.
     /// - [`Error::Database`] with the callback's error (the transaction was
     ///   aborted), or with MongoDB's once the attempts are used up. A commit
     ///   error with the `UnknownTransactionCommitResult` label leaves the
@@ -193,14 +167,8 @@ impl Lease {
 /// field refuses every write.
 ///
 /// Both work for leases of the lock collection and for in-document leases
-/// ([`DocumentLease::lease`](crate::DocumentLease::lease)).
-///
-/// | | [`Lease::with_transaction`] | [`Fence`] |
-/// |---|---|---|
-/// | needs | a replica set or sharded cluster (transactions) | nothing |
-/// | covers | any number of writes, to any collections of the deployment | one write, to a document that stores the last token |
-/// | refuses | writes while the lease is not held by the server's clock | writes with a token smaller than the document's |
-/// | cost | a transaction and one more write (to the lock) | none: two fields in the user's `updateOne` |
+/// ([`DocumentLease::lease`](crate::DocumentLease::lease)); docs/fenced-writes.md
+/// compares them.
 ///
 /// # Examples
 ///

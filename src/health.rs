@@ -21,14 +21,8 @@ use crate::status::base;
 /// [`LeaseManager::health`](crate::LeaseManager::health).
 ///
 /// After Kubernetes' leader-election `HealthzAdaptor`, which fails a
-/// liveness check once the leader's last observed renewal is older than the
-/// lease duration plus a tolerance: here, [`Health::renewals_on_time`] turns
-/// false once a held lease's local deadline (its last confirmed renewal +
-/// `ttl − safety_margin`) has passed, and stays false after a lease is
-/// lost for not being renewed in time ([`LossReason::Expired`]) until the
-/// server confirms a renewal or answers an acquisition again (as
-/// Kubernetes' check stays failed while the elector cannot reach the API
-/// server to renew).
+/// liveness check once the leader's last observed renewal is too old (here
+/// [`Health::renewals_on_time`]).
 ///
 /// What a probe should do with it: answer a liveness probe with a failure
 /// when [`Health::is_healthy`] is false (the CLI's `/healthz` answers 503):

@@ -145,29 +145,20 @@ impl Lease {
     /// Changes the lease's TTL to `ttl`: the manager renews the lease at
     /// once to expire `ttl` after the server's now, and every later
     /// renewal does the same. Returns once the server confirmed that
-    /// renewal. A longer TTL moves the local deadline ([`LeaseStatus::deadline`])
-    /// when that renewal is confirmed; a shorter one moves nothing back
-    /// (under one lease id the server's expiry never does: a renewal of
-    /// the old TTL landing late cuts nothing), and the renewals follow it
-    /// once the longer expiry has passed. Redisson's `updateLeaseTime`,
-    /// ShedLock's `extend`.
-    ///
-    /// The rules of [`Acquire::ttl`](crate::Acquire::ttl)
-    /// apply: at least 10 ms, and `ttl − safety_margin − clock_skew` longer
-    /// than the manager's heartbeat interval. The key's minimum hold, if any, is
-    /// kept: the renewal never sets the expiry below it.
+    /// renewal. A longer TTL moves the local deadline ([`LeaseStatus::deadline`]);
+    /// a shorter one moves nothing back (the server's expiry never does
+    /// under one lease id), and takes effect once the longer expiry has
+    /// passed. The rules of [`Acquire::ttl`](crate::Acquire::ttl) apply; a
+    /// minimum hold is kept.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] if `ttl` breaks those rules, or the lease
-    /// was acquired with
-    /// [`hold_at_most`](crate::Acquire::hold_at_most) (never
-    /// renewed; nothing is sent either way); [`Error::LeaseLost`] if the
-    /// lease is no longer held, or the renewal found it gone (its token
-    /// fires too); [`Error::Shutdown`]; [`Error::Refused`],
-    /// [`Error::Database`] or [`Error::Unreachable`] if the renewal could
-    /// not be confirmed: the heartbeat renews the lease to `ttl` from its
-    /// next tick all the same, and [`Lease::ttl`] keeps the old value.
+    /// was acquired with [`hold_at_most`](crate::Acquire::hold_at_most)
+    /// (nothing is sent); [`Error::LeaseLost`] if the lease is no longer
+    /// held; [`Error::Shutdown`]; a database error if the renewal could not
+    /// be confirmed (the heartbeat renews to `ttl` all the same, and
+    /// [`Lease::ttl`] keeps the old value).
     ///
     /// # Cancel safety
     ///
@@ -237,11 +228,9 @@ impl Lease {
     /// [`Error::InvalidPayload`] if the payload is larger than
     /// [`MAX_PAYLOAD_LEN`] bytes of BSON, or has a field name that is empty,
     /// contains a dot or starts with `$` (nothing is sent);
-    /// [`Error::LeaseLost`] if the lease is no longer held (its token fires
-    /// too if the server says so); [`Error::Shutdown`]; [`Error::Refused`] if
-    /// the server refuses the write (e.g. a user without the `readWrite`
-    /// role); [`Error::Database`] or [`Error::Unreachable`] if the write
-    /// could not be confirmed.
+    /// [`Error::LeaseLost`] if the lease is no longer held;
+    /// [`Error::Shutdown`]; database errors ([`Error::Refused`],
+    /// [`Error::Database`], [`Error::Unreachable`]).
     ///
     /// # Cancel safety
     ///
@@ -283,11 +272,9 @@ impl Lease {
     /// releases the lease. A loss ends every entry at once. No round trip:
     /// the count is the manager's.
     ///
-    /// The lease handle is the holder here (as a thread is for a Java
-    /// reentrant lock): give the new entry to code that must keep the key
-    /// held for as long as it runs, a spawned task for example, whichever
-    /// of the two ends first. To re-enter by acquiring again, name the
-    /// caller instead ([`Acquire::caller`](crate::Acquire::caller)).
+    /// To re-enter by acquiring again, name the caller instead
+    /// ([`Acquire::caller`](crate::Acquire::caller)); docs/reentrancy.md
+    /// compares the two.
     ///
     /// # Errors
     ///
@@ -444,14 +431,10 @@ fn check_field_names(doc: &Document) -> Result<()> {
 /// The changes of one key, from [`LeaseManager::observe`]: a
 /// [`Stream`](futures::Stream) of `Result<Option<LeaseInfo>>`, in order.
 ///
-/// The first item is the key's current state; then one item per change
-/// (acquisition, renewal, payload, release, expiry, deletion). `None` means
-/// the key has no lock document. An `Err` is a permanent error (transient
-/// ones are retried); the stream ends after it, and when the manager shuts
-/// down.
-///
-/// Drop it to unsubscribe. Items are queued without bound for a consumer that
-/// falls behind: keep reading.
+/// `None` means the key has no lock document; an `Err` is a permanent
+/// error, after which the stream ends (see [`LeaseManager::observe`] for
+/// what it delivers). Drop it to unsubscribe. Items are queued without
+/// bound for a consumer that falls behind: keep reading.
 ///
 /// [`LeaseManager::observe`]: crate::LeaseManager::observe
 pub struct LeaseObserver {

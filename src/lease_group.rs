@@ -1,17 +1,11 @@
 //! [`LeaseGroup`]: leases on several keys, taken and held together
 //! ([`LeaseManager::acquire_all`]).
 //!
-//! The keys are taken one at a time in one canonical order, [`LeaseKey`]'s
-//! (MongoDB's order of `_id` values), whatever order the caller gives them
-//! in: two callers that want overlapping keys then take them in the same
-//! order, and neither can hold a key the other waits for while waiting for
-//! one it holds (the classic remedy for lock-order deadlock). A key that
-//! cannot be taken gives back those already taken. Once all are held, the
-//! manager binds them (`src/actor/lease_group.rs`): the loss of one ends
-//! the others at once, so the group is held whole or not at all. This
-//! follows Redisson's `RedissonMultiLock` and Curator's
-//! `InterProcessMultiLock`, which also take their locks one by one and
-//! give them back on failure.
+//! The keys are taken one at a time in [`LeaseKey`]'s order, so callers
+//! over overlapping keys never deadlock ([`LeaseManager::acquire_all`]
+//! says how); once all are held, the manager binds them
+//! (`src/actor/lease_group.rs`), as Redisson's `RedissonMultiLock` and
+//! Curator's `InterProcessMultiLock` do.
 
 use std::fmt;
 

@@ -120,36 +120,16 @@
 //! ([`LeaseStatus::lost`], [`LeaseStatus::cancellation_token`]) stays the
 //! simple path: it fires when the lease is no longer held. To know more:
 //!
-//! - [`LeaseStatus::lost_reason`] says why ([`LossReason`]): `Expired` (no renewal
-//!   confirmed before the local deadline), `Taken { owner_id,
-//!   fencing_token }` (another acquisition has the key), `Deleted` (its
-//!   document, or an in-document lease's lock field, was removed),
-//!   `ForceReleased` ([`LeaseManager::force_release`] or
-//!   [`LeaseManager::release_owner`], of this manager or another),
-//!   `Released` (release, drop, commit, [`LeaseManager::release_all`]) or
-//!   `Shutdown`. When a write under the lease finds it gone, the manager
-//!   reads the key once to tell which, and fires the token after that read.
-//! - [`LeaseStatus::events`] streams [`LeaseEvent`]s: `Renewed` (the server's new
-//!   expiry, a lower bound within the acquire's and the renewal's round
-//!   trips, and the new local deadline), `AtRisk` (a renewal failed; held
-//!   until the deadline unless a retry is confirmed), and `Lost(reason)`,
-//!   the last one. A bounded channel made on the first call: the manager
-//!   never waits for a reader, a reader that falls behind skips old events,
-//!   and `Lost` is always delivered ([`LeaseEvents`]).
-//! - [`LeaseStatus::is_lost`] and [`LeaseStatus::deadline`] read the local deadline
-//!   without the manager task (the manager moves it at each confirmed
-//!   renewal, as DynamoDB's lock client's `isExpired()` reads its lease): a
-//!   lease reads lost as soon as its deadline has passed, even in a frozen
-//!   or starved process whose manager task has not run since; its token
-//!   fires, and its `Lost` event is sent, when the manager task runs. A
-//!   lease that read lost never reads held again: a renewal confirmed
-//!   after the deadline does not revive it.
+//! - [`LeaseStatus::lost_reason`] says why ([`LossReason`]): expired,
+//!   taken, deleted, force released, released or shut down.
+//! - [`LeaseStatus::events`] streams [`LeaseEvent`]s: `Renewed`, `AtRisk`
+//!   (a renewal failed), and `Lost(reason)`, the last one.
+//! - [`LeaseStatus::is_lost`] and [`LeaseStatus::deadline`] read the local
+//!   deadline without the manager task, so a frozen or starved process
+//!   still reads its lease lost once the deadline has passed.
 //!
-//! Ordering: the reason is recorded before the token fires, and the token
-//! fires before the `Lost` event is sent; so once [`LeaseStatus::lost`] has
-//! completed (or the event arrived), [`LeaseStatus::lost_reason`] returns the
-//! manager's verdict. A `Renewed` event is sent after [`LeaseStatus::deadline`]
-//! moved.
+//! The reason is recorded before the token fires, and the token fires
+//! before the `Lost` event is sent.
 //!
 //! ```no_run
 //! use mongo_lease::{LeaseEvent, LossReason};
@@ -191,15 +171,11 @@
 //!   lease TTL: [`Acquire::ttl`] sets one lease's TTL), whatever their
 //!   kinds: one command renews exclusive leases, shared leases and permits
 //!   together.
-//! - **Every kind is a lease**: a shared lease and a permit have their own
-//!   lease id, fencing token, TTL, lost-lease token and owner-checked
-//!   release, are taken over after a crashed holder's TTL, and wake other
-//!   processes' waiters through the change stream when released. A waiting
-//!   exclusive acquirer is not starved by a stream of shared acquirers
-//!   (writer preference: its waiting mark stops new shared acquisitions). A
-//!   key held with [`Acquire::hold_at_least`] stays held until
-//!   acquisition + that duration by the server's clock, through a release
-//!   or a crash; only [`LeaseManager::force_release`] frees it earlier.
+//! - **Every kind is a lease**, with the guarantees above ([`LeaseKind`]
+//!   says so and gives the rules between kinds). A key held with
+//!   [`Acquire::hold_at_least`] stays held until acquisition + that
+//!   duration by the server's clock, through a release or a crash; only
+//!   [`LeaseManager::force_release`] frees it earlier.
 //! - **Lost-lease signal**: each [`Lease`] carries a
 //!   [`CancellationToken`](tokio_util::sync::CancellationToken) that fires when
 //!   a renewal finds the lease gone, and also when renewal cannot be confirmed
@@ -292,31 +268,16 @@
 //!   synchronised within 1 s; see its docs), and that one key sees fewer
 //!   than 2^20 acquisitions per millisecond.
 //! - Kinds: shared leases, permits and `hold_at_least` need
-//!   [`ReleaseMode::Keep`] (refused with [`Error::InvalidConfig`] in delete
-//!   mode) and the lock collection (in-document leases are exclusive). No
-//!   first-come order among permit waiters of different processes. The
-//!   waiting mark of an exclusive waiter that died blocks new shared
-//!   acquirers for up to that waiter's TTL. A shared or semaphore key keeps
-//!   all its holders in its one document (about 130 bytes each).
-//! - In-document leases: a `commit` whose reply is lost (a network error, a
-//!   failover, the operation timeout: [`Error::is_transient`]) has an unknown
-//!   outcome, like any MongoDB write: the manager then releases the lease
-//!   under its lease id (nothing happens if the commit landed), and only a
-//!   read of the document tells whether the new state was written. The same
-//!   holds for an `update`, whose lease is kept. A user's update pipeline
-//!   runs in the lease's write: one that drops fields of `$$ROOT` (a
-//!   `$replaceWith` naming only some) loses them, and the lease with them
-//!   (the lock field is left released: the write applies, the lease is lost).
-//!   Writes to the document by other code that ignores the lock field are not
-//!   excluded. A lease shorter than [`DELETE_MIN_TOKEN_AGE`] leaves the
-//!   released lock field in the document for about a second after its
-//!   release, until the manager removes it.
+//!   [`ReleaseMode::Keep`] and the lock collection (in-document leases are
+//!   exclusive). The waiting mark of an exclusive waiter that died blocks
+//!   new shared acquirers for up to that waiter's TTL.
+//! - In-document leases: a `commit` or `update` whose reply is lost has an
+//!   unknown outcome, like any MongoDB write ([`DocumentLease::commit`]);
+//!   writes to the document by other code that ignores the lock field are
+//!   not excluded.
 //! - Fenced writes: [`Lease::with_transaction`] needs a replica set or a
-//!   sharded cluster ([`Error::Unsupported`] on a standalone server); a
-//!   commit that still fails with the `UnknownTransactionCommitResult`
-//!   label after its retries may have committed. A [`Fence`] protects only
-//!   documents that store the token, against writes that carry it, and does
-//!   not check that the lease is still held.
+//!   sharded cluster, and a [`Fence`] protects only documents that store
+//!   the token, against writes that carry it (see each for its limits).
 //!
 //! # Metrics and health
 //!

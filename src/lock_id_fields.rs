@@ -50,22 +50,8 @@ const MAX_DURATION_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// whose clock is ahead of the server's by `d` takes a lease over `d` early,
 /// that is `max_duration - d` after its last renewal. Keep `max_duration` at
 /// least the TTL plus the largest clock skew you accept (see
-/// docs/in-document.md).
-///
-/// # Examples
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use mongo_lease::{LeaseManager, LockIdFields};
-///
-/// # async fn demo(manager: LeaseManager) -> mongo_lease::Result<()> {
-/// let fields = LockIdFields::builder().max_duration(Duration::from_secs(60)).build();
-/// let items = manager
-///     .documents::<mongodb::bson::Document>("workitem")
-///     .lock_id(fields)
-///     .await?;
-/// # Ok(()) }
-/// ```
+/// docs/in-document.md). [`OpenDocuments::lock_id`](crate::OpenDocuments::lock_id)
+/// has an example.
 #[derive(Debug, Clone, PartialEq, Eq, TypedBuilder)]
 #[non_exhaustive]
 pub struct LockIdFields {

@@ -13,9 +13,7 @@ use tokio::sync::mpsc;
 use crate::actor::Actor;
 use crate::actor::command::{AcquireMode, Command, Granted, Place, PlacedKey, Waiter, WaiterId};
 use crate::actor::mailbox::Mailbox;
-use crate::config::{
-    AcquireOptions, LeaseManagerOptions, ReleaseMode, Timing, validate_key, validate_owner_id,
-};
+use crate::config::{AcquireOptions, LeaseManagerOptions, ReleaseMode, Timing, validate_owner_id};
 use crate::error::{Error, Operation, Result};
 use crate::foreign::ForeignRules;
 use crate::health::HealthBoard;
@@ -97,16 +95,10 @@ impl LeaseManager {
     /// [`Error::InvalidConfig`] for inconsistent options (nothing is sent),
     /// [`Error::Unreachable`] if MongoDB does not answer within
     /// `operation_timeout`, [`Error::Unsupported`] for a server older than
-    /// MongoDB 5.0, [`Error::UnusableCollection`] for a capped
-    /// collection, an index on `exp` that is not a TTL index, a TTL index
-    /// that could delete a held lease (on `ts` with `expireAfterSeconds` not
-    /// longer than `heartbeat_interval + safety_margin`, or on a date no
-    /// renewal moves such as `acq`), or a collection holding documents that
-    /// are not lock documents when the TTL index on `exp` must be created
-    /// (nothing is created then), and
-    /// [`Error::Refused`] when the server refuses a command (for example
-    /// missing privileges: `readWrite` on the database is enough), and
-    /// [`Error::Database`] for other server errors.
+    /// MongoDB 5.0, [`Error::UnusableCollection`] for a collection the
+    /// manager cannot use safely (see the variant), [`Error::Refused`] when
+    /// the server refuses a command (`readWrite` on the database is
+    /// enough), and [`Error::Database`] for other server errors.
     ///
     /// # Panics
     ///
@@ -289,7 +281,7 @@ impl LeaseManager {
         options: &AcquireOptions,
         create: Option<mongodb::bson::Document>,
     ) -> Result<Option<Granted>> {
-        validate_key(&key.key)?;
+        key.key.validate()?;
         let ttl = self.inner.timing.lease_ttl(options)?;
         let shape = self.inner.timing.lease_shape(options)?;
         if let Some(payload) = &options.payload {
@@ -438,7 +430,7 @@ impl LeaseManager {
     /// ```
     pub async fn inspect(&self, key: impl Into<LeaseKey>) -> Result<Option<LeaseInfo>> {
         let key = key.into();
-        validate_key(&key)?;
+        key.validate()?;
         self.store()?
             .inspect(key)
             .await
@@ -453,8 +445,6 @@ impl LeaseManager {
             .map_or(namespace, |(database, _)| database)
     }
 
-    /// The lock collection's store, for the calls that go to it directly;
-    /// [`Error::Shutdown`] once the manager task has stopped.
     /// The lock collection's store, for the reads and overrides that need
     /// no lease state: [`Error::Shutdown`] once the manager began to shut
     /// down (the actor then takes no command; it may still hold the store
@@ -475,7 +465,7 @@ impl LeaseManager {
     /// [`LeaseManager::inspect`] of a key in any place, through the manager
     /// task, which holds the stores of in-document leases.
     pub(crate) async fn inspect_target(&self, key: PlacedKey) -> Result<Option<LeaseInfo>> {
-        validate_key(&key.key)?;
+        key.key.validate()?;
         self.inner
             .mailbox
             .call(|respond_to| Command::Inspect { key, respond_to })
@@ -521,20 +511,13 @@ impl LeaseManager {
     /// was if it was held, `None` if the key was free.
     ///
     /// **When the key is free again.** By default, not before the ended
-    /// lease's expiry (and the [`lock_delay`](field@crate::LeaseManagerOptions::lock_delay)):
-    /// its holder, which may still be working until it hears of the
-    /// override, has stopped by then by its own local deadline, so the next
-    /// holder never overlaps it (as Consul's lock-delay, and Curator's
-    /// cooperative revocation, keep the next holder away from a holder
-    /// that has not stopped). When you know the holder is gone (its process
-    /// killed, its machine off), [`ForceRelease::immediately`](operator::ForceRelease::immediately) frees the key
-    /// after the lock-delay alone; it also frees a key that an earlier
-    /// override left waiting.
+    /// lease's expiry (and the [`lock_delay`](field@crate::LeaseManagerOptions::lock_delay)),
+    /// by which its holder has stopped by its own local deadline. When you
+    /// know the holder is gone, [`ForceRelease::immediately`](operator::ForceRelease::immediately)
+    /// frees the key after the lock-delay alone.
     ///
-    /// A lock held by a foreign holder ([`LeaseInfo::foreign`]: a document
-    /// not written by this crate) is **deleted** at once, only if it still
-    /// has the `aid` and `ts` just read (a concurrent change wins: `None`),
-    /// and returned as it was; the deletion is logged at `warn`. This is the
+    /// A foreign holder's lock ([`LeaseInfo::foreign`]) is **deleted** at
+    /// once if it still has the `aid` and `ts` just read (else `None`): the
     /// only call that ever modifies such a document.
     ///
     /// # Errors
@@ -564,7 +547,7 @@ impl LeaseManager {
         key: LeaseKey,
         end: OverrideEnd,
     ) -> Result<Option<LeaseInfo>> {
-        validate_key(&key)?;
+        key.validate()?;
         let release = Release::ForcedKey {
             key: key.clone(),
             end,
@@ -622,20 +605,11 @@ impl LeaseManager {
     /// lease it ends not before that lease's expiry by default, after the
     /// lock-delay alone with [`ReleaseOwner::immediately`](operator::ReleaseOwner::immediately).
     ///
-    /// In [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) (this manager's
-    /// [`release_mode`](crate::LeaseManagerOptions::release_mode)) the
-    /// documents are deleted once their key is free and their fencing token
-    /// at least [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old;
-    /// those it could only mark released are deleted by the TTL monitor, or
-    /// by this call before it returns when they become old enough within
-    /// about 1.1 s. Only lock documents written by this crate are touched:
-    /// another application's lock document that carries the same `aid` is
-    /// left alone.
-    ///
-    /// A holder under that owner id learns it at its next renewal, when its
-    /// lease's cancellation token fires. Releasing this manager's own owner
-    /// id is [`release_all`](LeaseManager::release_all): its leases' tokens
-    /// are cancelled at once.
+    /// In [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) the documents
+    /// are deleted once their key is free and old enough, as a release
+    /// deletes them. Another application's lock document that carries the
+    /// same `aid` is left alone. Releasing this manager's own owner id is
+    /// [`release_all`](LeaseManager::release_all).
     ///
     /// # Errors
     ///
@@ -733,7 +707,7 @@ impl LeaseManager {
     /// ```
     pub async fn request_release(&self, key: impl Into<LeaseKey>) -> Result<bool> {
         let key = key.into();
-        validate_key(&key)?;
+        key.validate()?;
         self.store()?
             .request_release(key)
             .await
@@ -780,7 +754,7 @@ impl LeaseManager {
     /// ```
     pub async fn observe(&self, key: impl Into<LeaseKey>) -> Result<LeaseObserver> {
         let key = key.into();
-        validate_key(&key)?;
+        key.validate()?;
         let changes = self
             .inner
             .mailbox

@@ -63,14 +63,10 @@ impl LeaseManager {
     /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes; [`Error::InvalidConfig`]
     /// for options the request's rules refuse (before anything is sent);
     /// [`Error::KindMismatch`] for a key held as another kind;
-    /// [`Error::Shutdown`] once the manager has shut down. A document not
-    /// written by this crate (another application's lock document) is not
-    /// an error: it is a lock held by a foreign holder, and `acquire` waits
-    /// until it is deleted (by its owner or a TTL index), polling with the
-    /// usual backoff capped by
-    /// [`retry_max`](crate::LeaseManagerOptions::retry_max) since its expiry
-    /// is unknown, and woken at once by the deletion on a replica set. Such
-    /// a document is never modified.
+    /// [`Error::Shutdown`] once the manager has shut down. Another
+    /// application's lock document is no error: `acquire` waits until it is
+    /// deleted or expires by its rule, polling at least every
+    /// [`retry_max`](crate::LeaseManagerOptions::retry_max).
     ///
     /// # Cancel safety
     ///
@@ -107,8 +103,7 @@ impl LeaseManager {
     /// refuses the command (for example a user without the `readWrite`
     /// role), and database errors ([`Error::Database`],
     /// [`Error::Unreachable`]) when the attempt's outcome could not be
-    /// established. A key held by a foreign holder (a document not written
-    /// by this crate) is `Ok(None)`, and the document is left untouched.
+    /// established. A key held by a foreign holder is `Ok(None)`.
     ///
     /// # Cancel safety
     ///
@@ -280,36 +275,19 @@ impl<'a, K, W> Acquire<'a, K, W> {
     /// acquisition and at each renewal). Default: the manager's
     /// [`ttl`](crate::LeaseManagerOptions::ttl).
     ///
-    /// The manager's heartbeat renews every lease, so the manager's rule
-    /// applies with its heartbeat interval, safety margin and clock skew as
-    /// they are: `heartbeat_interval < ttl − safety_margin − clock_skew`.
-    /// The safety margin is not scaled with the lease's TTL: it is the time
-    /// the holder needs to stop its work, and the clock-rate difference it
-    /// covers grows with the time since the last confirmed renewal, which
-    /// the heartbeat bounds, not the TTL. At least 10 ms, as for the manager.
+    /// The manager's rule applies with its own heartbeat interval, safety
+    /// margin and clock skew (not scaled with the lease's TTL):
+    /// `heartbeat_interval < ttl − safety_margin − clock_skew`. At least 10 ms.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.options.ttl = Some(ttl);
         self
     }
 
-    /// Holds the key shared: the shared (read) side of a read/write key,
-    /// whose exclusive (write) side is the default. Any number of shared
-    /// leases, in any processes, hold the key at once; an exclusive lease
-    /// excludes them all. The lease's [`kind`](Lease::kind) is
-    /// [`LeaseKind::Shared`]; it is renewed, fenced (each shared holder gets
-    /// its own fencing token, greater than every earlier one on the key) and
-    /// lost like an exclusive lease. A key held as a semaphore's permits is
-    /// [`Error::KindMismatch`] (nothing written).
-    ///
-    /// **Writer preference.** An exclusive acquirer that waits for shared
-    /// holders marks the key, and while its mark is live no new shared
-    /// acquisition succeeds (they wait, and a try answers `None`): the
-    /// shared holders drain and the exclusive waiter gets the key however
-    /// many shared acquirers keep arriving. The mark expires with the
-    /// exclusive waiter's TTL if it stops waiting: the writer preference of
-    /// Redisson's `RReadWriteLock` and of square/mongo-lock's shared locks.
-    ///
-    /// Needs [`ReleaseMode::Keep`](crate::ReleaseMode::Keep); not for a
+    /// Holds the key shared ([`LeaseKind::Shared`]: the rules between kinds,
+    /// writer preference included, are there): the shared (read) side of a
+    /// read/write key, whose exclusive (write) side is the default. A key
+    /// held as a semaphore's permits is [`Error::KindMismatch`] (nothing
+    /// written). Needs [`ReleaseMode::Keep`](crate::ReleaseMode::Keep); not for a
     /// semaphore's permits.
     pub fn shared(mut self) -> Self {
         match self.options.kind {
@@ -320,20 +298,14 @@ impl<'a, K, W> Acquire<'a, K, W> {
     }
 
     /// How many of a semaphore's permits the lease takes at once, all or
-    /// none (Redisson's `RSemaphore::acquire(permits)`, Curator's
-    /// `InterProcessSemaphoreV2::acquire(qty)`): 1 to the semaphore's
-    /// number of permits. Default: 1. One [`Lease`] holds them, with one
-    /// fencing token, renewed, lost and released as one. Its acquisition is
-    /// one conditional write that takes all `count` only while the live
-    /// holders take at most `permits − count`; it never holds some of them
-    /// while waiting for the others, so two callers asking for several
-    /// permits never deadlock.
+    /// none, in one conditional write (Redisson's
+    /// `RSemaphore::acquire(permits)`): 1 to the semaphore's number of
+    /// permits. Default: 1. One [`Lease`] holds them, with one fencing
+    /// token, renewed, lost and released as one; it never holds some while
+    /// waiting for the others, so two such callers never deadlock.
     ///
-    /// Waiters are served in order within a manager: a waiter for several
-    /// permits blocks the later waiters of its manager until it gets them.
-    /// Across managers, each tries whenever a permit is released (waking on
-    /// the change stream), so a request for many permits may wait while
-    /// single permits keep being taken elsewhere.
+    /// A waiter for several permits blocks its manager's later waiters;
+    /// across managers it may wait while single permits keep being taken.
     ///
     /// For [`Semaphore::acquire`](crate::Semaphore::acquire) only.
     pub fn permits(mut self, count: u32) -> Self {
@@ -357,15 +329,11 @@ impl<'a, K, W> Acquire<'a, K, W> {
     }
 
     /// A lease that is **not** renewed: it ends at its acquisition plus
-    /// `at_most`, by the server's clock (`exp = $$NOW + at_most`, written
-    /// once by the acquiring write), even if its holder lives and never
-    /// releases it (ShedLock's `lockAtMostFor`, Redisson's
-    /// `lock(leaseTime)`). Its status reads lost
+    /// `at_most`, by the server's clock, even if its holder never releases
+    /// it (ShedLock's `lockAtMostFor`). Its status reads lost
     /// ([`LossReason::Expired`](crate::LossReason::Expired)) at its local
     /// deadline, the acquiring write's send + `at_most` − the safety margin
-    /// − the clock skew, when the manager releases it. An acquisition
-    /// retried after an unknown outcome counts from the retry that
-    /// confirmed it.
+    /// − the clock skew, when the manager releases it.
     ///
     /// It takes the place of [`ttl`](Self::ttl) (give one or the other);
     /// longer than the manager's safety margin plus its clock skew, at least
@@ -380,10 +348,9 @@ impl<'a, K, W> Acquire<'a, K, W> {
     /// A payload written by the acquiring write itself (field `data`, as
     /// [`Lease::set_payload`] writes it), so that nobody reading the key
     /// ([`LeaseManager::inspect`], [`LeaseManager::observe`],
-    /// [`LeaseManager::list`]) ever sees this acquisition without it. At
-    /// most [`MAX_PAYLOAD_LEN`](crate::MAX_PAYLOAD_LEN) bytes of BSON, field
-    /// names not empty, without dots, not starting with `$`
-    /// ([`Error::InvalidPayload`]). Exclusive leases only.
+    /// [`LeaseManager::list`]) ever sees this acquisition without it. The
+    /// limits of [`Lease::set_payload`] apply ([`Error::InvalidPayload`]).
+    /// Exclusive leases only.
     pub fn payload(mut self, payload: Document) -> Self {
         self.options.payload = Some(payload);
         self
@@ -690,12 +657,8 @@ impl<'a, T> OpenDocuments<'a, T> {
     }
 
     /// Documents that other applications' clients lock by top-level
-    /// `LockId` and `LockTime` fields ([`LockIdFields`]): each lease also
-    /// stores its lease id as `LockId` and its last renewal's server time as
-    /// `LockTime`, a document they lock is held until `LockTime +
-    /// max_duration`, and a release writes `LockId: null, LockTime: null`.
-    /// The other lock fields stay under the [`field`](Self::field). Every
-    /// manager using these documents must
+    /// `LockId` and `LockTime` fields ([`LockIdFields`] says what each lease
+    /// then writes and checks). Every manager using these documents must
     /// open them the same way. Refused: field names that are not top-level
     /// names other than `_id`, or equal; a `max_duration` under 1 ms or over
     /// a year; a collection this manager already opened without these
@@ -793,11 +756,9 @@ impl<'a> List<'a> {
     }
 
     /// One page: the leases among the next `limit` documents whose keys
-    /// sort after `after` (from the first with `None`), and the key to pass
-    /// as `after` for the next page, `None` after the last page. One
-    /// MongoDB round trip. Keys of every type are listed, in MongoDB's BSON
-    /// order (the order of [`LeaseKey`]'s `Ord`: numbers, then strings,
-    /// documents, binary data, `ObjectId`s, dates, ...).
+    /// sort after `after` (from the first with `None`), in [`LeaseKey`]'s
+    /// order, and the key to pass as `after` for the next page, `None`
+    /// after the last page. One MongoDB round trip.
     ///
     /// # Errors
     ///

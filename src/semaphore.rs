@@ -22,18 +22,10 @@ use crate::request::{Acquire, NoWait};
 /// ([`Acquire::permits`]). Made by [`Semaphore::new`]; cheap to clone
 /// (clones talk to the same manager).
 ///
-/// Each permit is a [`Lease`](crate::Lease) of kind [`LeaseKind::Permit`]: it expires
-/// after its TTL by the server's clock unless the manager renews it, so a
-/// permit of a crashed process comes back on its own, as in Redisson's
-/// `RPermitExpirableSemaphore` (whereas an `RSemaphore` permit stays taken
-/// until someone releases it). Acquiring a free permit is one MongoDB round
-/// trip (one conditional write of the key's document). The number of
-/// permits is stored with the key while any permit is held: a semaphore
-/// with another number on the same key is refused with
-/// [`Error::KindMismatch`] until every permit is free again.
-///
-/// Waiters of one manager are served first in, first out; a release wakes
-/// waiters in other processes through the manager's change stream.
+/// Each permit is a [`Lease`](crate::Lease) of kind [`LeaseKind::Permit`]
+/// (see there for the rules between kinds): a permit of a crashed process
+/// comes back after its TTL, as in Redisson's `RPermitExpirableSemaphore`.
+/// Acquiring a free permit is one MongoDB round trip.
 ///
 /// # Examples
 ///
@@ -121,24 +113,12 @@ impl Semaphore {
     /// permit is a [`Lease`](crate::Lease) whose [`kind`](crate::Lease::kind) is
     /// `LeaseKind::Permit { permits }`, with the manager's TTL by default.
     ///
-    /// While every permit is held, the manager retries with its jittered
-    /// backoff, capped by the remaining time of the permit that expires
-    /// first, and a release in another process wakes it through the change
-    /// stream at once.
-    ///
     /// # Errors
     ///
-    /// [`Error::KindMismatch`] if the key is held as something else:
-    /// permits of a semaphore with another number, shared leases, or an
-    /// exclusive lease (also one released but still held for its
-    /// [`hold_at_least`](Acquire::hold_at_least)). [`Error::InvalidConfig`]
-    /// before anything is sent for options the request's rules refuse (a
-    /// number of permits outside 1 to [`permits`](Semaphore::permits), a
-    /// minimum hold, a payload, shared). Nothing is
-    /// written, and the key takes any kind again once all its holders are
-    /// gone. [`Error::Shutdown`] once the manager has shut down. A key held
-    /// by a foreign holder (another application's lock document) is waited
-    /// for, as by [`LeaseManager::acquire`].
+    /// [`Error::KindMismatch`] if the key is held as something else
+    /// (another number of permits, shared leases, an exclusive lease or its
+    /// [`hold_at_least`](Acquire::hold_at_least)); otherwise as
+    /// [`LeaseManager::acquire`].
     ///
     /// # Cancel safety
     ///
@@ -184,23 +164,10 @@ impl Semaphore {
     /// document; this handle asks for `permits` from then on (its
     /// [`permits`](Semaphore::permits)), also if nothing is held.
     ///
-    /// - [`PermitsChange::Set`]: stored. Acquisitions asking for `permits`
-    ///   are admitted at once, up to the new number; the permits held keep
-    ///   their leases (and count against it). The write announces itself
-    ///   as a release, so every waiter tries again at once: waiters asking
-    ///   for `permits` (this manager's, or those of processes already
-    ///   changed) get places freed by a larger number; waiters of other
-    ///   processes still asking for the old number fail with
-    ///   [`Error::KindMismatch`] naming the new one, so that they can make
-    ///   a semaphore of it; this manager's waiters asking for the old
-    ///   number likewise.
-    /// - [`PermitsChange::TooManyHeld`]: the live holders take more than
-    ///   `permits` (shrinking below what is in use is refused, never
-    ///   forced): nothing changed, waiters are not disturbed. Try again once
-    ///   permits were released.
-    /// - [`PermitsChange::NothingHeld`]: no permit is held, nothing is
-    ///   stored (the number lives with the holders): the next acquisition
-    ///   stores its own number, whoever makes it.
+    /// The answer is a [`PermitsChange`]. Once the number is set, the
+    /// permits held keep their leases (and count against it), and every
+    /// waiter tries again at once: those still asking for the old number
+    /// fail with [`Error::KindMismatch`] naming the new one.
     ///
     /// # Errors
     ///
@@ -241,19 +208,13 @@ impl Semaphore {
         Ok(change)
     }
 
-    /// How many permits are free now, by the server's clock: `permits` minus
-    /// the permits the live holders take, read with [`LeaseManager::inspect`] (one round
-    /// trip); 0 while a foreign holder's lock holds the key. Only a
-    /// snapshot, like
-    /// Redisson's `RSemaphore::availablePermits`: a permit may be taken or
-    /// freed right after the read, so use [`Semaphore::try_acquire`] to take
-    /// one.
+    /// How many permits are free now, by the server's clock (one round
+    /// trip; 0 while a foreign holder's lock holds the key): a snapshot, so
+    /// use [`Semaphore::try_acquire`] to take one.
     ///
     /// # Errors
     ///
-    /// [`Error::KindMismatch`] when an acquisition would get it: the key is
-    /// held as another semaphore (a different number of permits), by shared
-    /// leases or by an exclusive lease (or its minimum hold);
+    /// [`Error::KindMismatch`] as for [`Semaphore::acquire`];
     /// [`Error::Shutdown`] and database errors.
     ///
     /// # Cancel safety

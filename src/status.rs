@@ -4,15 +4,8 @@
 //!
 //! Each held lease shares one `LeaseState` between the actor (which moves
 //! the deadline at each confirmed renewal and records the loss) and the
-//! caller's [`Lease`](crate::Lease) (which reads them). Reading needs no
-//! message to the actor, so [`LeaseStatus::is_lost`](crate::LeaseStatus::is_lost) is
-//! right even when the manager task has not run for a while (a starved
-//! runtime, a paused thread): once the local deadline has passed, the lease
-//! reads as lost, as DynamoDB's lock client's `isExpired()` does.
-//!
-//! To follow a lease as it goes, [`LeaseStatus::events`](crate::LeaseStatus::events)
-//! gives a stream of [`LeaseEvent`]s: renewed, at risk, lost (see
-//! [`LeaseEvents`] for what it delivers to a slow reader).
+//! caller's [`Lease`](crate::Lease) (which reads them without a message to
+//! the actor).
 
 use std::fmt;
 use std::pin::Pin;
@@ -157,21 +150,13 @@ impl fmt::Display for LossReason {
 pub enum LeaseEvent {
     /// A renewal was confirmed by the server.
     Renewed {
-        /// The lease's new expiry on the server (`exp`, the renewal's
-        /// `$$NOW` + TTL), as estimated here: a renewal (an `updateMany`)
-        /// returns no document, so this is the fencing token's time part
-        /// (the server's millisecond of the acquisition) plus the local
-        /// time from the acquire's reply to the renewal's send, plus the
-        /// TTL. It is a lower bound of the server's `exp`: never later
-        /// than it, and earlier by at most the acquire's round trip plus
-        /// the renewal's plus 1 ms, as long as the server's clock and the
-        /// local one run at the same rate. Two server behaviours can put
-        /// it a few milliseconds later than `exp`: `$$NOW` stepping back
-        /// between writes (docs/mongodb-behaviour.md, B3), and a token
-        /// whose time part ran ahead of `$$NOW` (a key acquired again in
-        /// the millisecond of the previous token). It is in the server's
-        /// clock, comparable with [`LeaseInfo::expires_at`](crate::LeaseInfo::expires_at),
-        /// not with this machine's `SystemTime::now()` if the clocks differ.
+        /// The lease's new expiry on the server (`exp`), estimated (a
+        /// renewal returns no document) as the fencing token's time part
+        /// plus the local time from the acquire's reply to the renewal's
+        /// send, plus the TTL: a lower bound, earlier by at most both round
+        /// trips plus 1 ms (or a few ms later when `$$NOW` steps back,
+        /// docs/mongodb-behaviour.md, B3). In the server's clock, as
+        /// [`LeaseInfo::expires_at`](crate::LeaseInfo::expires_at).
         expires_at: SystemTime,
         /// The new local deadline (tokio's clock; see
         /// [`LeaseStatus::deadline`](crate::LeaseStatus::deadline)).
@@ -312,16 +297,10 @@ impl LeaseStatus {
 
     /// A token cancelled when the lease is no longer held: when a renewal
     /// finds it gone or taken (at the next heartbeat, or within
-    /// milliseconds on a replica set when someone else's write deleted the
-    /// lease's document or rewrote its `lid` or `aid`: the manager's change
-    /// stream makes it renew that lease at once), when renewal could not be
-    /// confirmed before the local deadline (*start of the last confirmed
-    /// renewal + ttl − safety margin − clock skew*, which comes before
-    /// another owner can take the key), or when the manager releases it
-    /// ([`LeaseManager::release_all`](crate::LeaseManager::release_all),
-    /// [`LeaseManager::shutdown`](crate::LeaseManager::shutdown),
-    /// [`Lease::release`](crate::Lease::release), and for an in-document
-    /// lease [`DocumentLease::commit`](crate::DocumentLease::commit) as soon
+    /// milliseconds with [`watch_held_leases`](crate::LeaseManagerOptions::watch_held_leases)),
+    /// when renewal could not be confirmed before the local deadline
+    /// ([`LeaseStatus::deadline`]), or when the manager releases it (an
+    /// in-document lease's [`commit`](crate::DocumentLease::commit) as soon
     /// as it is sent).
     ///
     /// When a renewal (or a payload or in-document write) finds the lease
@@ -344,13 +323,9 @@ impl LeaseStatus {
     }
 
     /// `true` once the lease has been lost: its cancellation token fired,
-    /// or its local deadline has passed.
-    ///
-    /// The deadline is read without the manager task (the manager moves it
-    /// at each confirmed renewal), so this is `true` as soon as the deadline
-    /// has passed even if the manager task has not run since (a starved
-    /// runtime, a paused thread), as DynamoDB's lock client's `isExpired()`;
-    /// the token fires when the manager runs.
+    /// or its local deadline has passed, even if the manager task has not
+    /// run since (a starved runtime, a paused thread), as DynamoDB's lock
+    /// client's `isExpired()`; the token fires when the manager runs.
     pub fn is_lost(&self) -> bool {
         self.all().any(|state| state.is_lost())
     }
@@ -405,25 +380,8 @@ impl LeaseStatus {
     /// first lease in key order (whose loss the loss of any other causes).
     ///
     /// The first call makes the lease's event channel; leases nobody
-    /// follows have none.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lease: mongo_lease::Lease) {
-    /// use mongo_lease::LeaseEvent;
-    /// let mut events = lease.status().events();
-    /// while let Some(event) = events.recv().await {
-    ///     match event {
-    ///         LeaseEvent::AtRisk { deadline, error } => {
-    ///             eprintln!("renewal failed ({error}); held until {deadline:?} at most")
-    ///         }
-    ///         LeaseEvent::Lost(reason) => eprintln!("lease lost: {reason}"),
-    ///         _ => {}
-    ///     }
-    /// }
-    /// # }
-    /// ```
+    /// follows have none. The crate docs ("Following a lease") have an
+    /// example.
     pub fn events(&self) -> LeaseEvents {
         self.first.events()
     }

@@ -1,19 +1,8 @@
-//! Metrics through the [`metrics`] crate facade: the library records, the
-//! application installs whatever recorder (exporter) it likes; without one,
-//! recording costs next to nothing (each call finds the no-op recorder and
-//! returns; no label is built, nothing is allocated).
-//!
-//! Every series is named `mongo_lease_*`; the names are the `pub const`s of
-//! this module, so an application (or a dashboard) can refer to them.
-//! Durations are in seconds, as Prometheus does. One function per event,
-//! called from the manager or its task, each O(1) (the two per-heartbeat
-//! readings are taken in the heartbeat's own pass over the held leases).
-//! The crate docs' "Metrics and health" section lists the series in a table.
-//!
-//! Gauges are moved up and down ([`metrics::Gauge::increment`] /
-//! [`decrement`](metrics::Gauge::decrement)), so several managers in one
-//! process add up; the renewal lag, a maximum, is labelled by owner id
-//! instead.
+//! The metrics' names (the `pub const`s below) and the functions that
+//! record them through the [`metrics`] facade; the crate docs' "Metrics and
+//! health" section says how they are recorded and lists them. Gauges are
+//! moved up and down, so several managers in one process add up; the
+//! renewal lag, a maximum, is labelled by owner id instead.
 
 use std::time::Duration;
 

@@ -37,17 +37,14 @@ impl<T: DeserializeOwned> DocumentLease<T> {
         fields: Arc<[String]>,
     ) -> Result<Self, Box<(Lease, Error)>> {
         remove_fields(&mut raw, &fields);
-        match mongodb::bson::from_document::<T>(raw.clone()) {
+        match decode(raw.clone()) {
             Ok(document) => Ok(DocumentLease {
                 lease,
                 raw,
                 document,
                 fields,
             }),
-            Err(error) => Err(Box::new((
-                lease,
-                Error::Database(mongodb::error::Error::from(error)),
-            ))),
+            Err(error) => Err(Box::new((lease, error))),
         }
     }
 
@@ -122,11 +119,9 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     /// Not cancel safe: dropping the future after the command was sent does
     /// not undo the write, which may or may not happen.
     pub async fn update(&mut self, update: impl Into<DocumentUpdate>) -> Result<&T> {
-        let written = self.write(update.into(), false).await?;
-        let mut raw = written;
+        let mut raw = self.write(update.into(), false).await?;
         remove_fields(&mut raw, &self.fields);
-        self.document = mongodb::bson::from_document(raw.clone())
-            .map_err(|e| Error::Database(mongodb::error::Error::from(e)))?;
+        self.document = decode(raw.clone())?;
         self.raw = raw;
         Ok(&self.document)
     }
@@ -151,12 +146,10 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     /// Not cancel safe, as [`DocumentLease::update`]; if the future is
     /// dropped the lease is released anyway (or expires).
     pub async fn commit(mut self, update: impl Into<DocumentUpdate>) -> Result<T> {
-        let written = self.write(update.into(), true).await?;
+        let mut raw = self.write(update.into(), true).await?;
         self.lease.mark_released();
-        let mut raw = written;
         remove_fields(&mut raw, &self.fields);
-        mongodb::bson::from_document(raw)
-            .map_err(|e| Error::Database(mongodb::error::Error::from(e)))
+        decode(raw)
     }
 
     /// Releases the lease: removes the lock field (see the module docs for
@@ -175,6 +168,11 @@ impl<T: DeserializeOwned> DocumentLease<T> {
         }
         self.lease.write_document(update, release).await
     }
+}
+
+/// `raw` read as `T`; a document that is not one is a database error.
+fn decode<T: DeserializeOwned>(raw: Document) -> Result<T> {
+    mongodb::bson::from_document(raw).map_err(|e| Error::Database(e.into()))
 }
 
 /// `raw` without the lease's `fields`.

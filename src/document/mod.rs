@@ -31,18 +31,13 @@ pub const DEFAULT_LEASE_FIELD: &str = "_lease";
 /// [`LeaseManager::documents`]: acquire a document's lease by its `_id`, and
 /// get the document with it.
 ///
-/// The same manager drives them as the lock collection's leases: the same
-/// actor, FIFO local waiters, jittered retries, change-stream wake-up,
-/// batched renewal in the heartbeat (one `updateMany` per collection and
-/// TTL), the same fencing-token rule and lost-lease token. `T` is the type
-/// the document is read as (`bson::Document` by default); the lock field is
-/// removed before it is deserialised.
-///
-/// [`LeaseManager::documents`] gives a [`DocumentLeases`] handle on one user
-/// collection; its acquires return a [`DocumentLease`]: the lease (the same
-/// [`Lease`](crate::Lease) as for keys of the lock collection: fencing token, lost-lease
-/// token, renewal in the manager's batched heartbeat) together with the
-/// document as the acquire read it, in the same round trip.
+/// Its acquires return a [`DocumentLease`]: a [`Lease`](crate::Lease) as
+/// for keys of the lock collection, driven the same way by the same
+/// manager (renewal in the batched heartbeat, one `updateMany` per
+/// collection and TTL), with the document as the acquire read it, in the
+/// same round trip. `T` is the type the document is read as
+/// (`bson::Document` by default); the lock field is removed before it is
+/// deserialised.
 ///
 /// # Document schema
 ///

@@ -160,43 +160,24 @@
 //!
 //! # Lock-delay
 //!
-//! An involuntary end of a live lease (a force release, a release by
+//! docs/lock-delay.md says what is delayed, what is not, and why. On the
+//! wire: an involuntary end of a live lease (a force release, a release by
 //! owner id) with a lock-delay `d` (the releasing manager's
-//! [`lock_delay`](crate::LeaseManagerOptions::lock_delay), as Consul
-//! sessions' lock-delay) writes `nb = $$NOW + d` and `exp = max(..., nb)`
-//! with the release, in the same write: the free rule keeps the key held by
-//! nobody until `nb`, so that its old holder, which learns of the end only
-//! at its next renewal, has time to stop. A shared or semaphore
-//! acquisition, which does not wait for an `exp` ahead without a holder
-//! (B3), waits for `nb`. A release by owner id delays a shared or
-//! semaphore key only when it removes all its live holders. No handoff
-//! to a registered owner happens before `nb`, delete mode never deletes
-//! before `nb` (a release by owner id with a lock-delay only marks its
-//! leases released, and its follow-up delete waits for `nb`), and the TTL
-//! index on `exp` cannot delete the document before then. A new
-//! acquisition removes `nb`. A delete or a rewrite of the document by
-//! another application cannot be delayed: the document (or its lease) is
-//! gone, and the next acquisition takes the key at once.
-//!
-//! By default ([`OverrideEnd::AtExpiry`]) an override also waits for the
-//! lease it ends: `nb = max($$NOW + d, exp)`, `exp` being the lease's
-//! expiry (at least every live holder's and the minimum hold's), which
-//! comes after its holder's local deadline by at least the safety margin
-//! and the clock skew. Its holder, told at its next renewal at the
-//! latest, has stopped by then whether or not it was told, so no two
-//! holders overlap however late it hears. Only an override the operator
-//! marks [`OverrideEnd::Immediately`] (the holder is known to be gone)
-//! frees the key after the lock-delay alone; a force release marked so
-//! also shortens the wait an earlier override of the key left (`nb` in
-//! the future, no lease): `nb = $$NOW + d`.
-//!
-//! A release by owner id that waits for the holders, on a shared or
-//! semaphore key that others hold too, keeps each live entry it ends until
-//! that entry's expiry, its lease id moved from `lid` to `xl`: the place
-//! (its permits, its shared place) is given to nobody while its holder may
-//! still work, no write of that lease matches it again, and an acquisition
-//! under that lease id that lands late (sent before the release) takes no
-//! place again. An immediate one removes those entries.
+//! [`lock_delay`](crate::LeaseManagerOptions::lock_delay)) writes, in the
+//! releasing write, `nb = max($$NOW + d, exp)` ([`OverrideEnd::AtExpiry`],
+//! the default: `exp` at least every live holder's and the minimum hold's)
+//! or `nb = $$NOW + d` ([`OverrideEnd::Immediately`], which also shortens
+//! the wait an earlier override left), and `exp = max(..., nb)`. So the
+//! free rule keeps the key from everyone until `nb`; a shared or semaphore
+//! acquisition, which does not wait for an `exp` without a holder (B3),
+//! waits for `nb`; no handoff happens and no delete-mode delete (the
+//! follow-up delete waits for `nb`) deletes before then. A release by
+//! owner id delays a shared or semaphore key only when it removes all its
+//! live holders; where others remain, and it waits for the holders, each
+//! live entry it ends stays until its expiry with its lease id moved from
+//! `lid` to `xl` (no write of that lease matches it, and an acquisition
+//! under it landing late takes no place again); an immediate one removes
+//! them. A new acquisition removes `nb`.
 //!
 //! # Revocation
 //!
@@ -208,143 +189,100 @@
 //!
 //! # Fairness between owners
 //!
-//! Within one manager, waiters are served first in, first out. Between
-//! managers, a manager whose tasks keep re-acquiring a key would otherwise
-//! keep it forever: its next local waiter starts at once on release, while a
-//! waiter elsewhere learns of the release a change-stream event (or a poll)
-//! later. So an acquire attempt that will wait marks the lease it found held
-//! by another owner (`wt`, written once per holding period; a `try_acquire`
-//! leaves no mark), and a release of a marked lease *yields* the key: it is
-//! free for every other owner at once, and for the releasing owner only
-//! after the yield window (`yu`; the releasing manager's `retry_max`, which
-//! bounds how long a polling waiter takes to retry). A waiter that gave up
-//! meanwhile costs the releasing manager's next waiter at most one yield
-//! window. Which of several remote owners gets the key is decided by the
-//! queue of waiting owners below.
+//! Why (docs/protocol.md, "Fairness between processes"): a manager whose
+//! tasks keep re-acquiring a key would otherwise keep it forever, its next
+//! local waiter starting on the release's reply, a remote one only a
+//! change-stream event (or a poll) later. So an attempt that will wait
+//! marks the lease it found held by another owner (`wt`, once per holding
+//! period; a `try_acquire` leaves no mark), and a release of a marked lease
+//! *yields* the key: free for every other owner at once, and for the
+//! releasing owner only after `yu`, the releasing manager's `retry_max`
+//! (which bounds how long a polling waiter takes to retry). Which remote
+//! owner gets it is decided by the queue below.
 //!
-//! In delete mode a deleted document cannot carry `yu`, so a release of a
-//! marked lease (`wt` set: another mongo-lease owner waits; insert-style
-//! clients never mark) does not delete: it yields as in keep mode, and the
-//! waiting owner takes the document over (its own release deletes it). A
-//! yielded document nobody takes is left to the TTL monitor.
+//! In delete mode a release of a marked lease (insert-style clients never
+//! mark) does not delete, since a deleted document cannot carry `yu`: it
+//! yields as in keep mode; the waiter's own release deletes it, or the TTL
+//! monitor if nobody takes it.
 //!
 //! # Queue of waiting owners
 //!
 //! An exclusive key also keeps the owners that wait for it, in arrival
-//! order, in one array of its document, `q`: one entry per owner, `{aid,
-//! lid, at, re, hx}` (the waiting owner's id, the lease id its next
-//! acquisition will carry, when it first registered, when its registration
-//! expires, and how long a lease handed to it lasts unconfirmed; and
-//! `data`, the payload its acquisition writes, `Acquire::payload`,
-//! if any). Like the
-//! hand-over of a fair lock (Redisson's fair lock keeps such a queue with
-//! per-waiter timeouts), the key goes to the first live waiter in the
-//! releasing write itself, with no race between the processes that wait.
+//! order, in its document's array `q`: one entry per owner, `{aid, lid, at,
+//! re, hx}` (the owner id, the lease id its next acquisition will carry,
+//! when it first registered, when its registration expires, how long a
+//! lease handed to it lasts unconfirmed) and `data`, the payload its
+//! acquisition writes (`Acquire::payload`), if any. As in a fair lock
+//! (Redisson's keeps such a queue with per-waiter timeouts), the key goes
+//! to the first live waiter in the releasing write itself.
 //!
 //! - **Registration.** A waiting exclusive attempt (not a `try_acquire`)
-//!   that does not win because another owner holds the key (or is ahead in
-//!   the queue) registers in its own write, no extra round trip: its entry
-//!   is refreshed in place (`lid`, `re`, `hx`, `data`; `at` and the position
-//!   kept) when it names another lease id or payload or expires within `R /
-//!   2` (so a waiter
-//!   retrying often writes about once per `R / 2`; the other attempts
-//!   change nothing and write nothing, B2), or appended if its owner has
-//!   none. `re = $$NOW + R`, with `R` = [`registration_window`] of the
-//!   registering manager's `retry_max` and safety margin, `R = 2 *
-//!   retry_max + 1 s + safety_margin` (twice its longest retry delay, one
-//!   second for the round trip, and the margin its holder takes off a
-//!   lease's local deadline): a waiting manager tries again at least every
-//!   `retry_max`, so a live waiter's entry never lapses, and a dead one's
-//!   lapses within `R`. `hx = min(ttl, R)`, so that a lease handed to a
-//!   live waiter, counted from its last registering attempt less its
-//!   safety margin, still has time left when its manager learns of the
-//!   handoff. The attempt's `Held` reports the token (`tok`) of the lease
-//!   it waits for, which a lease handed to it later exceeds, and how many
-//!   other owners' live entries are ahead of its own (`ahead`; all of them
-//!   if it has none): its manager reads a change stream for the key only
-//!   while it is registered and nobody is ahead of it or the key changes
-//!   hands (`Attempt::Scheduled::far_behind` in the actor), and otherwise learns
-//!   from these attempts when it is next. Every write
-//!   that rewrites `q` drops the entries with `re <= $$NOW` and removes `q`
-//!   once it is empty.
-//! - **Bound.** `q` holds at most [`MAX_QUEUE`] live entries: a waiting
-//!   attempt whose owner has no entry appends one only while fewer are
-//!   live (after dropping the dead ones); an entry it already has is
-//!   refreshed as above whatever the count (a refresh is not a new entry).
-//!   Beyond the bound an attempt writes the rest as before (`wt`) and
-//!   answers `Held` as a registering one does (every live entry ahead of
-//!   it, so at least the bound: `StoreProfile::queue_bound`); its owner still
-//!   waits, reading no change stream for the key (the key is neither freed
-//!   nor handed to it while the queue is full), and its next attempts (at
-//!   least one per `retry_max`) each try to register again, so that a
-//!   waiter beyond the bound costs the server one attempt per `retry_max`
-//!   and nothing per write. Until one succeeds it is an owner
-//!   that never registered (see "Order"): it takes the key only when no
-//!   live entry of another owner is in `q`, so the registered owners keep
-//!   their order and are never passed, and it has no place among the
-//!   owners beyond the bound, which race for the next free entry (no
-//!   arrival order for them). A manager that believes itself registered
-//!   without being so (the actor cannot tell) costs nothing: no handoff
-//!   names it, and leaving a queue one is not in changes nothing.
+//!   that loses because another owner holds the key, or is ahead in the
+//!   queue, registers in its own write: its entry is refreshed in place
+//!   (`lid`, `re`, `hx`, `data`; `at` and the position kept) when it names
+//!   another lease id or payload or expires within `R / 2`, else left
+//!   alone (no write, B2), or appended if it has none. `re = $$NOW + R`,
+//!   `R` = [`registration_window`] `= 2 * retry_max + 1 s + safety_margin`
+//!   of the registering manager (a live waiter tries at least every
+//!   `retry_max`, so its entry never lapses; a dead one's lapses within
+//!   `R`), and `hx = min(ttl, R)`, so that a handed lease, counted from
+//!   the last registering attempt less the safety margin, still has time
+//!   left when its manager learns of it. The attempt's `Held` reports the
+//!   token it waits behind (a lease handed later exceeds it) and `ahead`,
+//!   the other owners' live entries before its own (all of them if it has
+//!   none): its manager reads a change stream for the key only while
+//!   nobody is ahead of it or the key changes hands
+//!   (`Attempt::Scheduled::far_behind` in the actor). Every write that
+//!   rewrites `q` drops the entries with `re <= $$NOW`, and removes `q` once empty.
+//! - **Bound.** At most [`MAX_QUEUE`] live entries: an owner with no entry
+//!   appends one only while fewer are live (a refresh is not a new entry).
+//!   Beyond the bound an attempt writes the rest as before (`wt`), answers
+//!   `Held` with every live entry ahead (`StoreProfile::queue_bound`), and
+//!   its owner keeps trying (one attempt per `retry_max`) with no change
+//!   stream. Until it registers it is an owner that never registered (see
+//!   "Order"); the owners beyond the bound race for the next free entry.
+//!   A manager that believes itself registered without being so costs
+//!   nothing: no handoff names it.
 //! - **Handoff on release.** A release of an exclusive lease (also by owner
-//!   id; not a force release, which only frees the key) whose document has
-//!   a live entry of another owner, and no minimum hold ahead (`hl`), makes
-//!   the first such entry the holder in the same update: `aid` and `lid`
-//!   from the entry, `tok = max(tok + 1, ms($$NOW) * 2^20)` (the fencing
-//!   rule), `acq = ts = $$NOW`, `exp = $$NOW + hx`; the entry leaves `q`,
-//!   `wt`, `yu` and `hl` go, `data` is the entry's (none if it has none).
-//!   Otherwise the release is as before
-//!   (yield included). The change stream of writes announces the handoff
-//!   (it sets `lid`, `aid` and `tok`, docs/mongodb-behaviour.md, B12,
-//!   B24: [`KeyWrite::token`]) to the new holder's stream, and to no other
-//!   waiter's ([`Announced::Waits`] selects a write setting `aid` only for
-//!   that owner's streams); the new holder's manager, seeing its own
-//!   owner id and the lease id it registered, grants the lease to its
-//!   first waiter on the event itself, and renews it at once (`exp` to its
-//!   TTL), when it can tell how long the handed lease lasts: the event
-//!   shows a token greater than the one its last registering attempt found
-//!   (so the handoff came after that attempt ran, tokens only growing), and
-//!   the handed lease, which lasts at least `min(ttl, R)` from the
-//!   handoff, so from that attempt's send, still has time before its local
-//!   deadline (that send + `min(ttl, R)` − the safety margin, which `R`
-//!   includes for that reason). Otherwise (no token shown, an old event, a
-//!   deadline already past, a waiter with a minimum hold) it retries at
-//!   once, and that retry under the same lease id wins as any retry does
-//!   (it renews `exp` to its TTL and gets the handed token). Either way,
-//!   registration, release and this renewal or confirmation are the three
-//!   commands of a handoff. Without a change stream the waiter's next
-//!   poll (at most `retry_max` later) confirms it. A waiter that died
-//!   holds a handed key at most `hx` (at most `R`) after the handoff, and
-//!   is handed it only while its registration is live (at most `R` after
-//!   it died).
-//! - **Leaving.** A manager that shuts down leaves every queue it is
-//!   registered in (`Store::leave_queues`: one `updateMany` removing its
-//!   entries, the others keeping their places); if some entry was gone
-//!   already (a handoff removes the entry it hands the key to, in the same
-//!   write), it then releases under each registered lease id whatever a
-//!   release handed to it before it left (a release that finds one hands
-//!   the key on to the next registered owner). So a manager that stops cleanly
-//!   is never left holding a key it did not confirm; only a crashed one is,
-//!   for at most `hx`.
-//! - **Order.** A key that is free (expired, or force released) with a
-//!   live entry of another owner at the head of `q` is taken only by that
-//!   owner (a retry under the same lease id aside): the others, and owners
-//!   that never registered, wait and register behind it. So owners are
-//!   served in the order of their first registration, across processes.
-//!   Limits: the unit is the owner (one manager), not the task: a manager
-//!   registers for its first local waiter, and serves its local waiters
-//!   first in, first out among themselves. The holder's own manager does not
-//!   register while it holds the key, so its next local waiters come after
-//!   every owner registered at the release (a handoff to a local waiter in
-//!   the releasing write applies only when nobody is registered), and
-//!   register behind them. An expiry (a holder that died) is no handoff:
-//!   the head of the queue takes the key at its next attempt. Shared
-//!   and semaphore keys have no queue (an exclusive waiter there leaves the
-//!   mark `xw` instead), nor do in-document leases; a foreign holder's lock
-//!   is never modified, so nobody registers on it.
+//!   id; not a force release) whose document has a live entry of another
+//!   owner, and no minimum hold ahead (`hl`), makes the first such entry the
+//!   holder in the same update: `aid`, `lid` and `data` from the entry, the
+//!   next token by the token rule, `acq = ts = $$NOW`, `exp = $$NOW + hx`;
+//!   the entry leaves `q`, and `wt`, `yu` and `hl` go. Otherwise the release
+//!   is as before (yield included). The change stream announces it (it sets
+//!   `lid`, `aid` and `tok`, B12, B24: [`KeyWrite::token`]) only to the new
+//!   holder's streams ([`Announced::Waits`]). The new holder's manager,
+//!   seeing its owner id and registered lease id, grants the lease on the
+//!   event and renews it at once when it can tell how long it lasts (the
+//!   event's token is greater than the one its last registering attempt
+//!   found, and the handed lease, lasting at least `min(ttl, R)` from that
+//!   attempt's send, has time before its local deadline); otherwise (no
+//!   token, an old event, a deadline past, a minimum hold) it retries at
+//!   once under the same lease id, which wins as a retry. Registration,
+//!   release and that renewal are the handoff's three commands; without a
+//!   change stream the next poll confirms it. A dead waiter holds a handed
+//!   key at most `hx` after the handoff, and is handed it only while its
+//!   registration is live.
+//! - **Leaving.** A manager that shuts down leaves every queue it is in
+//!   (`Store::leave_queues`: one `updateMany`); if an entry was gone (a
+//!   handoff removes the entry it hands the key to), it then releases
+//!   under each registered lease id whatever was handed to it (handing the
+//!   key on). So only a crashed manager is left holding a key it did not
+//!   confirm, for at most `hx`.
+//! - **Order.** A free key (expired, or force released) with a live entry
+//!   of another owner at the head of `q` is taken only by that owner (a
+//!   retry aside); the others, and owners that never registered, wait and
+//!   register behind it. The unit is the owner, not the task: a manager
+//!   registers for its first local waiter and serves its own waiters first
+//!   in, first out; the holder's manager does not register while it holds
+//!   the key, so its next local waiters come after every owner registered
+//!   at the release. An expiry is no handoff: the head takes the key at
+//!   its next attempt. Shared and semaphore keys (which have the mark `xw`
+//!   instead), in-document leases and foreign holders' locks have no queue.
 //! - **Delete mode.** A document with a queue is never deleted by a
-//!   release: it is handed over, or marked released (dropping the dead
-//!   entries), and deleted later by the follow-up delete once `q` is gone.
+//!   release: it is handed over, or marked released, and deleted later by
+//!   the follow-up delete once `q` is gone.
+//!
 //! # Handoff to a local waiter
 //!
 //! A release whose manager has a waiter for the key ([`Store::handoff`])
@@ -436,35 +374,17 @@
 //! form is in flight waits for it in the actor, and those that waited go
 //! together, in one store call and one command (B27: most of a small
 //! write's cost is per command). One asked for while none is in flight
-//! goes at once, alone, in the form above. A group of acquires is one `update` of one upsert statement per
-//! key (the lease id a per-statement constant) and one `find` of the
-//! keys: a key counts as acquired if it holds this owner and lease id and
-//! its `exp - $$NOW` at the `find` is at least the TTL less the local time
-//! from the attempt's start to the `find`'s send (whole ms, plus one), so
-//! that its expiry is at least the attempt's start + the TTL - 2 ms (the
-//! rounding of `$$NOW` and of that time; the holder's local deadline
-//! counts from that start, less its safety margin), whichever write under
-//! that lease id set it; the `find`'s reply leg is not counted. One found
-//! with less left than that, but at least half the TTL, counts as acquired
-//! with its holder's local deadline counted from earlier than the start by
-//! the shortfall, for which the same bound holds (`light_acquire`).
-//! A group of releases is one `update` of one statement per lease, and a
-//! `find` of the keys unless every statement applied: a document still
-//! under the lease id was not released (the general release decides);
-//! the others count as released only if the modified count covers every
-//! one of them (a force release and a release by owner id also remove
-//! `lid` and keep `aid`, so a document without `lid` proves nothing), else
-//! they go to the general release, which reports them lost. Anything else
-//! goes to the general form, which decides as for a single write; after an
-//! error of a group's `update` or `find`, every key goes to it as not
-//! applied (a lease it no longer finds is reported lost, not released:
-//! the group may have released it, or an operator before it).
+//! goes at once, alone, in the form above. A group of acquires is one
+//! `update` of one upsert statement per key and one `find` of the keys; a
+//! group of releases is one `update` of one statement per lease, and a
+//! `find` of the keys unless every statement applied. Which requests count
+//! as done is decided from those replies by `light_acquire` and
+//! `light_release` (their module docs give the decision and why it is
+//! safe), shared with the twin so that the simulation covers it; anything
+//! else goes to the general form, which decides as for a single write.
 //! Only string keys are grouped (the `find`'s documents are matched to the
-//! requests by `_id`). `src/store/mongo/acquire.rs` and `release.rs` have the details.
-//! The group commit is the actor's (`actor::group_commit`), and the
-//! decisions on a group's replies (`light_acquire`, `light_release`) are
-//! shared with the twin, which answers a group's calls the same way, so
-//! that the simulation covers them.
+//! requests by `_id`). The group commit is the actor's
+//! (`actor::group_commit`).
 //!
 //! # Leader transitions
 //!
@@ -482,77 +402,46 @@
 //!
 //! # Fencing tokens
 //!
-//! `tok = max(previous tok + 1, ms($$NOW) * 2^20)`. The first term makes tokens
-//! strictly increase while the document exists (also across expiry
-//! takeovers); the second makes a token issued after the document was deleted
-//! by the TTL monitor larger than every token issued before: the deletion
-//! happens after `exp`, which is later than the server time of every earlier
-//! acquisition. `$$NOW` alone is not a fence: concurrent writes to one document
-//! can observe it going backwards by a few milliseconds (docs/mongodb-behaviour.md, B3).
+//! `tok = max(previous tok + 1, ms($$NOW) * 2^20)`: docs/protocol.md,
+//! "Fencing tokens", says why tokens only grow, across expiry takeovers and
+//! deletes, and what it assumes. `$$NOW` alone is not a fence: concurrent
+//! writes to one document can observe it going backwards by a few
+//! milliseconds (docs/mongodb-behaviour.md, B3).
 //!
-//! **Delete-on-release mode.** A release that deletes the document right
-//! after an acquisition would let the next acquisition, in the same server
-//! millisecond (or a few ms "earlier" by a `$$NOW` that stepped back), get
-//! `ms($$NOW) * 2^20`, not greater than the deleted token. So a release in
-//! delete mode deletes (`deleteOne` for one lease, a retryable write;
-//! `deleteMany` for a batch) only documents whose token is old enough by the
-//! server's clock, `ms($$NOW) * 2^20 >= tok + D * 2^20` with
-//! `D = DELETE_MIN_TOKEN_AGE` (1 s) in the delete's `$expr`, which implies
-//! `ms($$NOW) >= (tok >> 20) + D`; the next acquisition's `$$NOW` is then at
-//! least `D - s` later than the token's millisecond, where `s` is how far
-//! `$$NOW` steps back between the two writes, so its token is greater
-//! whenever `s < D`. The remaining (younger) leases of the release are
-//! marked released as in keep mode in a second command (so the next token is
-//! `tok + 1`), and the manager deletes them once `D` (plus 100 ms) has passed
-//! since their acquisition, with a delete matching only released documents
-//! of our layout that are old enough by the same rule and not yielded: a new
-//! acquisition in between sets `lid` and is never deleted. A release of a
-//! lease held longer than `D` is one round trip, as in keep mode; so is
-//! the release of one lease that the manager acquired less than `D` plus
-//! 100 ms ago by its own clock (counted from the acquire's reply, after the
-//! token's server millisecond): its delete could not match but in a
-//! window of those 100 ms, so `MongoStore` skips it and only marks the
-//! lease released (`Release::LeaseTooYoungToDelete`), and the follow-up deletes it
-//! (`benches/throughput.rs`: 3 commands per acquire and release, not 4). The
-//! guarantee assumes: `$$NOW` never steps back by `D` or more between a
-//! delete and the next acquisition of that key (measured steps: up to 8 ms;
-//! across a failover, members' clocks within `D` of each other), and fewer
-//! than 2^20 acquisitions of one key per millisecond (the `tok + 1` term
-//! would otherwise run ahead of the time part; it still only makes `tok >>
-//! 20` larger, which the rule reads as younger).
+//! **Delete-on-release mode.** A release deletes (`deleteOne` for one
+//! lease, a retryable write; `deleteMany` for a batch) only documents whose
+//! token is old enough by the server's clock: `ms($$NOW) * 2^20 >= tok + D
+//! * 2^20` in the delete's `$expr`, `D = DELETE_MIN_TOKEN_AGE` (1 s). The
+//! younger leases of the release are marked released as in keep mode in a
+//! second command, and the manager deletes them once `D` (plus 100 ms) has
+//! passed since their acquisition, with a delete matching only released,
+//! not yielded documents of our layout, old enough by the same rule (a new
+//! acquisition in between sets `lid` and is never deleted). The release of
+//! one lease acquired less than `D` plus 100 ms ago by the manager's clock
+//! skips the delete that could not match and only marks it released
+//! (`Release::LeaseTooYoungToDelete`); the follow-up deletes it.
 //!
 //! # Late writes
 //!
-//! A write the manager sent may land at any time: after its reply was
-//! lost, after the manager gave up waiting for it (the operation timeout,
-//! a renewal bounded by the heartbeat interval), after later writes of the
-//! same lease were answered, after the manager crashed. MongoDB applies a
-//! write it received whether or not its client still waits, and no write
-//! of the crate carries a server-side bound (`maxTimeMS`). Every write is
-//! harmless whenever it lands:
+//! A write may land at any time after it was sent, whether or not the
+//! manager still waits for it (no write carries `maxTimeMS`); every write is
+//! harmless whenever it lands (docs/safety.md, "Late writes and client-side
+//! timeouts", has the argument and where the crate stops waiting):
 //!
 //! - every write of a lease is conditional on its lease id (and owner id),
-//!   which a release, a handoff and a takeover remove or replace, so a late
-//!   one after them matches nothing;
+//!   which a release, a handoff and a takeover remove or replace;
 //! - under one lease id `exp` never moves back: a renewal, a TTL change
-//!   and a retry of the acquisition write `exp = max(exp, $$NOW + ttl)`
-//!   (a holder's entry of `hs` likewise), so a write of a shorter TTL
-//!   landing after a longer one cuts nothing. The local deadline each
-//!   confirmed write gives (its send + its TTL − the safety margin − the
-//!   clock skew) therefore holds whatever the other writes of the lease
-//!   do, and how late they land;
-//! - a late acquisition of a key freed meanwhile (its waiter gone, or the
-//!   lease it retried released) takes the key for a lease id nobody holds:
-//!   it keeps the key from others until its TTL passes (or the manager's
-//!   release of that lease id lands), which costs time, never safety;
+//!   and a retry of the acquisition write `exp = max(exp, $$NOW + ttl)` (a
+//!   holder's entry of `hs` likewise), so the local deadline each confirmed
+//!   write gives holds however late the others land;
+//! - a late acquisition of a key freed meanwhile holds it for a lease id
+//!   nobody holds until its TTL passes: time, never safety;
 //! - releases, handoffs and overrides decide from the document as it is
-//!   when they land, by the same rules as on time.
+//!   when they land.
 //!
-//! Not covered: the writes that carry the holder's own data, a payload
-//! (`Lease::set_payload`) and a write under an in-document lease. One that
-//! the manager gave up on (its caller got an error) may land after a later
-//! one of the same lease and overwrite it, while the lease is held; no
-//! lease property depends on them.
+//! Not covered: a payload write and a write under an in-document lease,
+//! which may land after a later one of the same lease; no lease property
+//! depends on them.
 //!
 //! # Garbage collection
 //!
@@ -566,50 +455,25 @@
 //!
 //! # Read by other clients
 //!
-//! Other applications' lock clients share lock collections
-//! (`crate::foreign`). The `{_id, value, ttl, obtained_at}` pattern's
-//! clients read a lock as held until `obtained_at + ttl` seconds and then
-//! take it over in place: an update matching the `value` and `obtained_at`
-//! they read (a missing `value` matches their `null`, B31) that sets
-//! `value`, `ttl` and `obtained_at` and leaves every other field. So:
+//! The `{_id, value, ttl, obtained_at}` pattern's clients (`crate::foreign`)
+//! read a lock as held until `obtained_at + ttl` seconds, then take it over
+//! in place, writing `value`, `ttl` and `obtained_at` and leaving the other
+//! fields (B31). docs/sharing.md, "Our leases as their clients read them",
+//! says what each pattern's client sees and why it holds. Here:
 //!
-//! - every write of a lock document that may change `ts` or `exp` sets
-//!   `obtained_at = ts` and `ttl = (exp − ts)` seconds on a document of our
-//!   shape: by one last stage (`mongo::rules::restated`), or, in the light
-//!   acquire, the light release and the renewals, in the write's own
-//!   stages (the light forms leave every other document unchanged, the
-//!   light release's answer being `nModified`; a renewal's filter matches
-//!   only leases of ours): to those
-//!   clients a lease of ours is held exactly until its `exp` (their strict
-//!   `>` frees it 1 ms later), and a released one (`exp` the release's
-//!   `$$NOW`) is free;
-//! - a document of ours never has `value`; one that has it is that
-//!   pattern's lock (the layout test, `store::is_our_layout`), even if it
-//!   still carries our `aid`, `lid`, `tok`, `exp` from the lease it took
-//!   over, and is held by that pattern's rule;
-//! - every write conditional on a lease id (renewal, release, payload,
-//!   handoff, retry, fence check, revocation request, release by owner id,
-//!   delete mode's deletes) also requires no `value`, so a late write of
-//!   the lease it was (a renewal sent before the holder's local deadline
-//!   and applied after the takeover) matches nothing: that lease is lost,
-//!   never revived beside their lock.
-//!
-//! Our documents restated so are held to those clients at least until
-//! their token is `DELETE_MIN_TOKEN_AGE` old too (`ttl` restated from
-//! `max(exp, ms(tok >> 20) + D + 1 ms)`): they may take a document of ours
-//! over in place, and then delete it (`deleteOne({_id, value})`), only once
-//! the token's millisecond is `D` past, so the next acquisition's token,
-//! by the token rule's time part, is above every earlier one, as after a
-//! delete of ours ("Fencing tokens"). The young lease a release leaves (a
-//! token younger than `D`) stays held to them for that long, as in delete
-//! mode it stays in place for us.
-//!
-//! The `{_id, ts, aid}` pattern reads `ts` and `aid` (and a lock exists
-//! until its TTL index on `ts` deletes it); the `{_id, ExpireAt}` pattern
-//! only reads that a document exists. For both, a released key is free only
-//! once its document is gone: `connect` chooses delete-on-release mode in a
-//! collection it finds shared (`mongo::prepare`, `CollectionFacts::shared`)
-//! unless the user set `LeaseManagerOptions::release_mode`.
+//! - every write that may change `ts` or `exp` restates `obtained_at = ts`
+//!   and `ttl` (seconds) from `max(exp, ms(tok >> 20) + D + 1 ms)` on a
+//!   document of our shape: by one last stage (`mongo::rules::restated`),
+//!   or in the write's own stages (light acquire, light release, renewals);
+//! - a document with `value` is that pattern's lock (`store::is_our_layout`),
+//!   even if it still carries our fields, and every write conditional on a
+//!   lease id also requires no `value`, so a late write of the lease it was
+//!   matches nothing;
+//! - `connect` chooses delete-on-release mode in a collection it finds
+//!   shared (`mongo::prepare`, `CollectionFacts::shared`) unless the user
+//!   set `LeaseManagerOptions::release_mode`: for the `{_id, ts, aid}` and
+//!   `{_id, ExpireAt}` patterns a released key is free only once its
+//!   document is gone.
 
 mod mongo;
 

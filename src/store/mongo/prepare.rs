@@ -39,18 +39,12 @@
 //!
 //! # Documents other than lock documents
 //!
-//! Before creating the TTL index on `exp` (only when it does not exist yet),
-//! `prepare` looks for one document that is not a lock document: neither of
-//! this crate's layout (`tok` int64 and `exp` date), nor another application's
-//! lock of a recognised layout (`crate::foreign`: `{_id, ts, aid}`, `{_id,
-//! value, ttl, obtained_at}`, `{_id, ExpireAt}`, a bare `{_id}`, the layout of
-//! `LeaseManagerOptions::foreign_lock`), which it joins. If
-//! there is one, the collection is refused: it is probably a data collection
-//! named by mistake, and the TTL index would delete its documents that happen
-//! to have an `exp` date. The query (`limit 1`, projecting `_id`) uses no
-//! index: on a large collection of lock documents it scans the whole
-//! collection once; it runs only when the TTL index is missing, that is on the
-//! first `connect` to a collection.
+//! Before creating the TTL index on `exp` (only when it is missing, so on
+//! the first `connect` to a collection), `prepare` refuses a collection
+//! holding a document that is neither of our layout nor a foreign lock of
+//! a recognised layout (`crate::foreign`): a data collection named by
+//! mistake, whose `exp` dates the index would act on (docs/sharing.md,
+//! "What `connect` checks"). The query (`limit 1`) uses no index.
 
 use std::time::Duration;
 
