@@ -545,7 +545,7 @@ fn counted(options: &ClientOptions) -> (Client, Arc<AtomicU64>, Arc<AtomicU64>) 
 }
 
 /// The bound on a key's queue of waiting owners ("Bound" in "Queue of
-/// waiting owners", `src/store/mod.rs`): beyond it a waiter opens no change
+/// waiting owners", `docs/protocol.md`): beyond it a waiter opens no change
 /// stream.
 const QUEUE_BOUND: u64 = 64;
 

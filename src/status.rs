@@ -616,7 +616,7 @@ impl LeaseState {
 /// The server's expiry of a lease renewed by a renewal sent at `sent_at`
 /// (local clock), as [`LeaseEvent::Renewed::expires_at`] documents it: the
 /// fencing token's time part (the server's millisecond of the acquisition,
-/// `tok >> 20`, "Fencing tokens" in `src/store/mod.rs`) + the local time from
+/// `tok >> 20`, "Fencing tokens" in `docs/protocol.md`) + the local time from
 /// the acquire's reply (`acquired_at`) to the renewal's send + `ttl`.
 pub(crate) fn server_expiry(
     token: u64,

@@ -1,4 +1,4 @@
-//! Late writes ("Late writes" in `src/store/mod.rs`, docs/safety.md "Late
+//! Late writes ("Late writes" in `docs/protocol.md`, docs/safety.md "Late
 //! writes and client-side timeouts"): a write of a lease that lands after
 //! its manager gave up on it, and after later writes of the lease were
 //! answered, is harmless, on a real `mongod` whose `failCommand` fail point

@@ -3,7 +3,7 @@
 //! commands) took over in place, keeping our fields beside its own: our
 //! garbage-collection index spares its lock, and it may delete the document
 //! only once the next acquisition's fencing token is sure to be greater
-//! ("Garbage collection" and "Read by other clients" in `src/store/mod.rs`).
+//! ("Garbage collection" and "Read by other clients" in `docs/protocol.md`).
 
 use std::time::Duration;
 
