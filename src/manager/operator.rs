@@ -52,8 +52,8 @@ impl<'a> ForceRelease<'a> {
     /// off): the key is free after the lock-delay alone, not at the ended
     /// lease's expiry (also a key an earlier override left waiting). If the
     /// holder is in fact still running, it keeps working until its next
-    /// renewal while the next holder already works: use it only when you
-    /// know.
+    /// renewal while the next holder already works, and an acquisition of
+    /// it still in flight may take the key again: use it only when you know.
     pub fn immediately(mut self) -> Self {
         self.end = OverrideEnd::Immediately;
         self
