@@ -8,14 +8,14 @@
 //!
 //! [`LeaseManager::health`]: crate::LeaseManager::health
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 #[cfg(doc)]
 use crate::status::LossReason;
-use crate::status::base;
+use crate::status::{from_nanos, to_nanos};
 
 /// Whether a manager's renewals are on time: returned by
 /// [`LeaseManager::health`](crate::LeaseManager::health).
@@ -59,7 +59,7 @@ impl Health {
 }
 
 /// No instant (an empty minimum).
-const NONE: u64 = u64::MAX;
+const NONE: i64 = i64::MAX;
 
 /// What the manager task publishes for [`Health`], shared with the
 /// manager's handles. Instants are in [`to_nanos`]'s units.
@@ -73,9 +73,9 @@ const NONE: u64 = u64::MAX;
 pub(crate) struct HealthBoard {
     held: AtomicUsize,
     /// The earliest local deadline of a held lease.
-    earliest_deadline: AtomicU64,
+    earliest_deadline: AtomicI64,
     /// The oldest last confirmed renewal (or acquisition) of a held lease.
-    oldest_renewal: AtomicU64,
+    oldest_renewal: AtomicI64,
     /// A lease was lost for not being renewed in time since the server last
     /// confirmed a renewal or answered an acquisition.
     missed: AtomicBool,
@@ -83,13 +83,10 @@ pub(crate) struct HealthBoard {
 
 impl Default for HealthBoard {
     fn default() -> Self {
-        // Instants before the base read as the base: fix it now, before the
-        // manager's first acquisition is sent.
-        base();
         HealthBoard {
             held: AtomicUsize::new(0),
-            earliest_deadline: AtomicU64::new(NONE),
-            oldest_renewal: AtomicU64::new(NONE),
+            earliest_deadline: AtomicI64::new(NONE),
+            oldest_renewal: AtomicI64::new(NONE),
             missed: AtomicBool::new(false),
         }
     }
@@ -134,7 +131,7 @@ impl HealthBoard {
     pub(crate) fn read(&self) -> Health {
         let now = Instant::now();
         let held_leases = self.held.load(Ordering::Acquire);
-        let at = |nanos: u64| (held_leases > 0 && nanos != NONE).then(|| from_nanos(nanos));
+        let at = |nanos: i64| (held_leases > 0 && nanos != NONE).then(|| from_nanos(nanos));
         let deadline = at(self.earliest_deadline.load(Ordering::Acquire));
         let oldest = at(self.oldest_renewal.load(Ordering::Acquire));
         let late = deadline.is_some_and(|deadline| now >= deadline);
@@ -144,16 +141,6 @@ impl HealthBoard {
             renewals_on_time: !late && !self.missed.load(Ordering::Acquire),
         }
     }
-}
-
-/// `at` in nanoseconds after [`base`] (saturating: an instant before the
-/// base reads as the base; the board fixes the base before any lease).
-fn to_nanos(at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(base()).as_nanos()).unwrap_or(NONE - 1)
-}
-
-fn from_nanos(nanos: u64) -> Instant {
-    base() + Duration::from_nanos(nanos)
 }
 
 #[cfg(test)]

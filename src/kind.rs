@@ -21,27 +21,18 @@ pub const MAX_PERMITS: u32 = 10_000;
 /// - **shared**: any number of shared holders, and no exclusive holder
 ///   ([`LeaseKind::Shared`]): the shared side of a read/write (shared/exclusive)
 ///   lock, whose exclusive side is an exclusive lease on the same key;
-/// - **permits**: at most `permits` holders ([`LeaseKind::Permit`]): a
-///   counting semaphore. `permits` is stored with the key while any permit
-///   is held; an acquisition asking for another number then fails with
-///   [`Error::KindMismatch`]. Once every permit
-///   is free, the next acquisition stores its own number.
+/// - **permits**: at most `permits` holders ([`LeaseKind::Permit`]), a
+///   counting semaphore whose number is stored with the key while any
+///   permit is held.
 ///
-/// Every kind keeps the guarantees of an exclusive lease: expiry judged by
-/// the server's clock, renewal in the manager's batched heartbeat, a
-/// lost-lease token, a fencing token greater than every earlier one on the
-/// key, owner-checked release, takeover after a crashed holder's TTL, FIFO
-/// among a manager's waiters and change-stream wake-up across processes.
+/// An acquisition of another kind (or number of permits) than the key is
+/// held as fails with [`Error::KindMismatch`]; once every holder is gone,
+/// any kind can take it.
 ///
-/// **No starvation of exclusive waiters.** An exclusive acquirer that waits
-/// for shared holders marks the key (a *waiting mark* that expires with the
-/// waiter's TTL unless its next attempt renews it): while the mark is live,
-/// new shared acquisitions are refused, so the shared holders drain and the
-/// exclusive waiter gets the key, however many shared acquirers keep
-/// arriving. A waiter that dies stops renewing its mark, which then blocks
-/// nobody after its TTL. The scheme is the writer preference of a
-/// read/write lock, as in Redisson's `RReadWriteLock` and square/mongo-lock's
-/// shared locks with a waiting exclusive locker.
+/// Every kind keeps the guarantees of an exclusive lease (docs/kinds.md).
+/// An exclusive acquirer that waits for shared holders marks the key, and
+/// new shared acquisitions are refused while the mark is live, so exclusive
+/// waiters are never starved (writer preference).
 ///
 /// # Examples
 ///

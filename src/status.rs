@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::SystemTime;
@@ -327,9 +327,8 @@ pub(crate) struct LeaseState {
     /// to [`LeaseState::token`] (most leases are never awaited: a tokio-util
     /// token is a tree node of over 100 bytes; one pointer until then).
     cancel: OnceLock<CancellationToken>,
-    /// The local deadline, in signed nanoseconds from [`base`] (as
-    /// [`to_nanos`] encodes them); [`LOST`] once lost.
-    deadline: AtomicU64,
+    /// The local deadline, as [`to_nanos`] encodes it; [`LOST`] once lost.
+    deadline: AtomicI64,
     /// Why it was lost: set once, before the token fires.
     reason: OnceLock<LossReason>,
     /// The events' channel, made by the first `events()` call (most leases
@@ -341,17 +340,17 @@ pub(crate) struct LeaseState {
 /// (tokio's clock, so that paused-clock tests move it). Deadlines before it
 /// count back from it (each paused-clock test runtime has a clock of its
 /// own, and one may start before another's first deadline).
-pub(crate) fn base() -> Instant {
+fn base() -> Instant {
     static BASE: OnceLock<std::time::Instant> = OnceLock::new();
     Instant::from_std(*BASE.get_or_init(|| Instant::now().into_std()))
 }
 
 /// The stored deadline of a lost lease.
-const LOST: u64 = i64::MIN as u64;
+const LOST: i64 = i64::MIN;
 
-/// `at` as signed nanoseconds from [`base`], stored as `u64` bits; never
-/// [`LOST`]. Signed `i64` nanoseconds span 292 years either way.
-fn to_nanos(at: Instant) -> u64 {
+/// `at` as signed nanoseconds from [`base`] (292 years either way), never
+/// `i64::MIN` or `i64::MAX`: free for sentinels such as [`LOST`].
+pub(crate) fn to_nanos(at: Instant) -> i64 {
     let base = base();
     let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
     let signed = if at >= base {
@@ -359,12 +358,11 @@ fn to_nanos(at: Instant) -> u64 {
     } else {
         -nanos(base.duration_since(at))
     };
-    signed.max(i64::MIN + 1) as u64
+    signed.clamp(i64::MIN + 1, i64::MAX - 1)
 }
 
 /// The instant [`to_nanos`] encoded.
-fn from_nanos(stored: u64) -> Instant {
-    let signed = stored as i64;
+pub(crate) fn from_nanos(signed: i64) -> Instant {
     let magnitude = std::time::Duration::from_nanos(signed.unsigned_abs());
     if signed >= 0 {
         base() + magnitude
@@ -378,7 +376,7 @@ impl LeaseState {
     pub(crate) fn new(deadline: Instant) -> Self {
         LeaseState {
             cancel: OnceLock::new(),
-            deadline: AtomicU64::new(to_nanos(deadline)),
+            deadline: AtomicI64::new(to_nanos(deadline)),
             reason: OnceLock::new(),
             events: OnceLock::new(),
         }
