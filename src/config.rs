@@ -27,9 +27,8 @@ pub const DEFAULT_SAFETY_MARGIN_DIVISOR: u32 = 10;
 /// assume too ([`DELETE_MIN_TOKEN_AGE`]).
 pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(1);
 
-/// The longest accepted [`LeaseManagerOptions::clock_skew`]: 1 s
-/// ([`DELETE_MIN_TOKEN_AGE`]; a larger difference between the members'
-/// clocks would also break the fencing tokens' order after a delete).
+/// The longest accepted [`LeaseManagerOptions::clock_skew`]: 1 s, as the
+/// fencing tokens assume ([`DELETE_MIN_TOKEN_AGE`]).
 pub const MAX_CLOCK_SKEW: Duration = DELETE_MIN_TOKEN_AGE;
 
 /// Default time an abandoned or released lock document stays in the collection
@@ -265,24 +264,17 @@ pub(crate) struct Timing {
     pub renewal_batch_size: usize,
     pub release_mode: ReleaseMode,
     /// The `expireAfterSeconds` of another application's TTL index on `ts`,
-    /// when shorter than the TTL: MongoDB may delete a lease that long after
-    /// its last renewal, so the local deadline uses it instead of the TTL
-    /// (found by `connect`; see `src/store/mongo/prepare.rs`).
+    /// when shorter than the TTL: the local deadline uses it instead.
     pub ttl_cap: Option<Duration>,
     /// [`LeaseManagerOptions::watch_held_leases`]: the stream of writes
     /// stays open while a lease is held.
     pub watch_held_leases: bool,
-    /// How long a key stays on the general forms after one was sent for
-    /// it ([`CONTENDED_FOR`](crate::config::CONTENDED_FOR)
-    /// for every manager; shorter in some simulated managers).
+    /// [`CONTENDED_FOR`], shorter in some simulated managers.
     pub contended_for: Duration,
 }
 
 impl Timing {
-    /// The time a lease stays safe after the start of a confirmed renewal:
-    /// the effective TTL minus the safety margin and the clock skew
-    /// (`prepare` refuses a cap not longer than the heartbeat interval plus
-    /// both).
+    /// The time a lease stays safe after the start of a confirmed renewal.
     #[cfg(test)]
     pub fn local_validity(&self) -> Duration {
         self.validity_for(self.ttl)
@@ -533,19 +525,7 @@ impl LeaseManagerOptions {
             contended_for: CONTENDED_FOR,
         })
     }
-}
 
-/// How long a key stays on the general forms after one was sent for it
-/// (the actor's memory, `Actor::contended`: a contended key costs no light
-/// write that would not apply): every manager's `Timing::contended_for`.
-/// The simulation also runs shorter ones, in proportion to its shorter
-/// TTL.
-pub(crate) const CONTENDED_FOR: Duration = Duration::from_secs(10);
-
-/// The longest [`LeaseManagerOptions::lock_delay`](field@LeaseManagerOptions::lock_delay): one hour.
-pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
-
-impl LeaseManagerOptions {
     /// The lock-delay of this manager: [`LeaseManagerOptions::lock_delay`](field@LeaseManagerOptions::lock_delay),
     /// or `timing`'s safety margin. An error above [`MAX_LOCK_DELAY`].
     pub(crate) fn lock_delay(&self, timing: &Timing) -> Result<Duration> {
@@ -558,6 +538,13 @@ impl LeaseManagerOptions {
         Ok(delay)
     }
 }
+
+/// How long a key stays on the general forms after one was sent for it
+/// (`Actor::contended`).
+pub(crate) const CONTENDED_FOR: Duration = Duration::from_secs(10);
+
+/// The longest [`LeaseManagerOptions::lock_delay`](field@LeaseManagerOptions::lock_delay): one hour.
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(3600);
 
 pub(crate) fn validate_owner_id(owner: &str) -> Result<()> {
     if owner.is_empty() || owner.len() > MAX_OWNER_ID_LEN {

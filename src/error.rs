@@ -30,12 +30,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// The document stored under this key in the lock collection was not written
-    /// by `mongo-lease`. It was left untouched.
-    ///
-    /// Not returned by this version: such a document is a lock held by a
-    /// foreign holder ([`LeaseInfo::foreign`](crate::LeaseInfo::foreign)).
-    /// The variant stays so that code matching it keeps compiling.
+    /// Not returned by this version: a document not written by `mongo-lease`
+    /// is a lock held by a foreign holder
+    /// ([`LeaseInfo::foreign`](crate::LeaseInfo::foreign)).
     #[error(
         "the lock collection holds a document of foreign layout under key {}; \
          it was left untouched (remove it or use another collection)",
@@ -218,8 +215,7 @@ impl Error {
     }
 
     /// `true` for [`Error::ForeignDocument`], which this version never
-    /// returns (a document not written by `mongo-lease` is a lock held by a
-    /// foreign holder, see [`LeaseInfo::foreign`](crate::LeaseInfo::foreign)).
+    /// returns.
     pub fn is_foreign_document(&self) -> bool {
         matches!(self, Error::ForeignDocument { .. })
     }
@@ -270,11 +266,8 @@ fn is_transient_code(code: i32) -> bool {
     )
 }
 
-/// [`Error::Unreachable`] for a driver error that says the deployment could
-/// not be reached (a transient one, see [`is_transient_db_error`]): the
-/// reason names the cause (for a server-selection error, the driver's
-/// description of every server it knows, with its last error), and the
-/// driver's error is kept as the source.
+/// [`Error::Unreachable`] for a transient driver error
+/// ([`is_transient_db_error`]), with the driver's error as the source.
 pub(crate) fn unreachable_from(waited: Duration, error: mongodb::error::Error) -> Error {
     let reason = match &*error.kind {
         mongodb::error::ErrorKind::ServerSelection { message, .. } => {
@@ -305,9 +298,7 @@ pub(crate) fn unreachable_from(waited: Duration, error: mongodb::error::Error) -
 /// stays in its `source()`.
 const MESSAGE_SHOWN: usize = 200;
 
-/// The server's message without the command it echoes (`not authorized on
-/// app to execute command { findAndModify: ... }` carries the whole
-/// command, its pipeline and the cluster time's signature), at most
+/// The server's message without the command it echoes, at most
 /// [`MESSAGE_SHOWN`] bytes.
 fn short_message(message: &str) -> String {
     let cut = message
@@ -354,10 +345,9 @@ fn short_kind(error: &mongodb::error::Error) -> String {
 const UNAUTHORIZED: i32 = 13;
 
 impl Error {
-    /// This error as met by `operation` on the lock collection `namespace`
+    /// This error as met by `operation` on the collection `namespace`
     /// (`database.collection`): a server's refusal that retrying will not
-    /// cure becomes [`Error::Refused`], naming both, the cause and what to
-    /// do; any other error is returned as it is.
+    /// cure becomes [`Error::Refused`]; any other error is returned as is.
     pub(crate) fn refused_in(self, operation: Operation, namespace: &str) -> Error {
         let Error::Database(error) = self else {
             return self;

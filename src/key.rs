@@ -374,27 +374,6 @@ fn value_bytes(value: &Bson) -> Vec<u8> {
     bson::to_vec(&bson::doc! { "": value.clone() }).unwrap_or_default()
 }
 
-fn cmp_docs(a: &Document, b: &Document) -> Ordering {
-    let mut left = a.iter();
-    let mut right = b.iter();
-    loop {
-        match (left.next(), right.next()) {
-            (None, None) => return Ordering::Equal,
-            (None, Some(_)) => return Ordering::Less,
-            (Some(_), None) => return Ordering::Greater,
-            (Some((ka, va)), Some((kb, vb))) => {
-                let order = rank(va)
-                    .cmp(&rank(vb))
-                    .then_with(|| ka.as_bytes().cmp(kb.as_bytes()))
-                    .then_with(|| cmp_bson(va, vb));
-                if order != Ordering::Equal {
-                    return order;
-                }
-            }
-        }
-    }
-}
-
 fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
     let order = rank(a).cmp(&rank(b));
     if order != Ordering::Equal {
@@ -407,7 +386,18 @@ fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
         (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => {
             x.as_bytes().cmp(y.as_bytes())
         }
-        (Bson::Document(x), Bson::Document(y)) => cmp_docs(x, y),
+        (Bson::Document(x), Bson::Document(y)) => {
+            for ((ka, va), (kb, vb)) in x.iter().zip(y) {
+                let order = rank(va)
+                    .cmp(&rank(vb))
+                    .then_with(|| ka.as_bytes().cmp(kb.as_bytes()))
+                    .then_with(|| cmp_bson(va, vb));
+                if order != Ordering::Equal {
+                    return order;
+                }
+            }
+            x.len().cmp(&y.len())
+        }
         (Bson::Array(x), Bson::Array(y)) => {
             for (u, v) in x.iter().zip(y) {
                 let order = cmp_bson(u, v);

@@ -61,10 +61,8 @@ pub struct LeaseManager {
 
 struct Inner {
     mailbox: Mailbox,
-    /// The lock collection's store, for the reads and the operator's
-    /// overrides that need no lease state: they go to it directly, not
-    /// through the manager task. Weak: the task owns it, and once the task
-    /// has stopped these calls are [`Error::Shutdown`].
+    /// The lock collection's store, for the reads and overrides that need
+    /// no lease state. Weak: the task owns it.
     store: Weak<dyn Store>,
     owner_id: Arc<str>,
     timing: Timing,
@@ -426,10 +424,8 @@ impl LeaseManager {
             .map_or(namespace, |(database, _)| database)
     }
 
-    /// The lock collection's store, for the reads and overrides that need
-    /// no lease state: [`Error::Shutdown`] once the manager began to shut
-    /// down (the actor then takes no command; it may still hold the store
-    /// while it releases its leases).
+    /// The lock collection's store: [`Error::Shutdown`] once the manager
+    /// began to shut down.
     fn store(&self) -> Result<Arc<dyn Store>> {
         if self.inner.mailbox.is_closed() {
             return Err(Error::Shutdown);
@@ -548,13 +544,9 @@ impl LeaseManager {
         }
         let was = result.map_err(self.refused(Operation::ForceRelease))?.was;
         if let Some(info) = &was {
-            // A lease of this manager it ended is lost before this returns
-            // (nothing to lose once the task has stopped), if this manager
-            // holds it by then: a lease a handoff of this manager is
-            // granting meanwhile is told by its next renewal (or at once
-            // by the change stream of held leases). Either way the key is
-            // granted to nobody before that lease could no longer be live
-            // (the default end), or it was known to be gone (`immediately`).
+            // A lease of this manager it ended is lost before this returns,
+            // if this manager holds it by then (one a handoff is granting
+            // meanwhile is told by its next renewal).
             let call = |respond_to| Command::ForceReleased {
                 key,
                 was: info.clone(),

@@ -298,13 +298,8 @@ impl LeaseStatus {
     /// confirmed renewal (or of the acquire) + ttl − safety margin − clock
     /// skew*; for a group, the earliest of its leases'. `None` once lost.
     pub fn deadline(&self) -> Option<Instant> {
-        self.all()
-            .map(|state| state.deadline())
-            .try_fold(None::<Instant>, |earliest, deadline| {
-                let deadline = deadline?;
-                Some(Some(earliest.map_or(deadline, |e| e.min(deadline))))
-            })
-            .flatten()
+        // `None`, a lost lease's, sorts first.
+        self.all().map(|state| state.deadline()).min().flatten()
     }
 
     /// The events of the lease from now on ([`LeaseEvent`], delivered as
