@@ -233,9 +233,8 @@ fn mode<W: Mode>() -> AcquireMode {
 /// # Cancel safety
 ///
 /// Cancel safe: dropping the future removes the waiter from the key's
-/// queue, and a lease granted at that moment is released, never leaked
-/// (a group releases the keys it had taken, in the background). So
-/// [`tokio::time::timeout`] over it waits at most a given time.
+/// queue, and a lease granted at that moment (or a group's keys already
+/// taken) is released, never leaked.
 ///
 /// # Examples
 ///
@@ -548,7 +547,13 @@ impl LeaseManager {
     /// # Ok(()) }
     /// ```
     pub fn documents<T>(&self, collection: &str) -> OpenDocuments<'_, T> {
-        OpenDocuments::new(self, collection)
+        OpenDocuments {
+            manager: self,
+            collection: collection.to_string(),
+            field: None,
+            lock_id: None,
+            document: PhantomData,
+        }
     }
 }
 
@@ -558,12 +563,9 @@ impl LeaseManager {
 ///
 /// # Errors
 ///
-/// [`Error::InvalidConfig`] for an empty collection name or one MongoDB
-/// refuses (`$`, NUL, a `system.` prefix), the lock collection itself (its
-/// documents are lock documents), a lock field name that is empty, `_id`,
-/// starts with `$` or contains `.` or NUL, or [`LockIdFields`] that do not
-/// hold (see [`OpenDocuments::lock_id`]); [`Error::Shutdown`] once the
-/// manager has shut down.
+/// [`Error::InvalidConfig`] for a collection name MongoDB refuses, the lock
+/// collection itself, a lock field that is not a top-level name other than
+/// `_id`, or [`LockIdFields`] that do not hold; [`Error::Shutdown`].
 #[must_use = "a request does nothing until it is awaited"]
 pub struct OpenDocuments<'a, T> {
     manager: &'a LeaseManager,
@@ -573,17 +575,7 @@ pub struct OpenDocuments<'a, T> {
     document: PhantomData<fn() -> T>,
 }
 
-impl<'a, T> OpenDocuments<'a, T> {
-    pub(crate) fn new(manager: &'a LeaseManager, collection: &str) -> Self {
-        OpenDocuments {
-            manager,
-            collection: collection.to_string(),
-            field: None,
-            lock_id: None,
-            document: PhantomData,
-        }
-    }
-
+impl<T> OpenDocuments<'_, T> {
     /// The top-level field of the user's documents that holds the lock
     /// fields. Default: [`DEFAULT_LEASE_FIELD`](crate::DEFAULT_LEASE_FIELD),
     /// `_lease`.
@@ -660,7 +652,7 @@ impl LeaseManager {
     /// # Ok(()) }
     /// ```
     pub fn list(&self) -> List<'_> {
-        List::new(self)
+        List { manager: self }
     }
 }
 
@@ -683,11 +675,7 @@ pub struct List<'a> {
     manager: &'a LeaseManager,
 }
 
-impl<'a> List<'a> {
-    pub(crate) fn new(manager: &'a LeaseManager) -> Self {
-        List { manager }
-    }
-
+impl List<'_> {
     /// One page: the leases among the next `limit` documents whose keys
     /// sort after `after` (from the first with `None`), in [`LeaseKey`]'s
     /// order, and the key to pass as `after` for the next page, `None`
