@@ -399,6 +399,7 @@ fn check_field_names(doc: &Document) -> Result<()> {
 /// unsubscribe. Items are queued without bound: keep reading.
 ///
 /// [`LeaseManager::observe`]: crate::LeaseManager::observe
+#[derive(Debug)]
 pub struct LeaseObserver {
     key: LeaseKey,
     changes: Changes,
@@ -430,13 +431,5 @@ impl futures::Stream for LeaseObserver {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.changes.poll_recv(cx)
-    }
-}
-
-impl fmt::Debug for LeaseObserver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaseObserver")
-            .field("key", &self.key)
-            .finish_non_exhaustive()
     }
 }

@@ -255,6 +255,7 @@ fn mode<W: Mode>() -> AcquireMode {
 /// }
 /// # Ok(()) }
 /// ```
+#[derive(Debug)]
 #[must_use = "a request does nothing until it is awaited"]
 pub struct Acquire<'a, K = LeaseKey, W = Wait> {
     manager: &'a LeaseManager,
@@ -374,14 +375,6 @@ impl<'a, K, W> Acquire<'a, K, W> {
             }),
             None => Ok((self.manager, self.keys, self.options)),
         }
-    }
-}
-
-impl<K, W> std::fmt::Debug for Acquire<'_, K, W> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Acquire")
-            .field("options", &self.options)
-            .finish_non_exhaustive()
     }
 }
 

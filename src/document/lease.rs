@@ -1,6 +1,5 @@
 //! [`DocumentLease`]: a held in-document lease and its document.
 
-use std::fmt;
 use std::sync::Arc;
 
 use mongodb::bson::Document;
@@ -18,6 +17,7 @@ use crate::status::ReleaseOutcome;
 ///
 /// Dropping it releases the lease in the background, as for a [`Lease`]; the
 /// document's own fields are then left as they are.
+#[derive(Debug)]
 pub struct DocumentLease<T = Document> {
     lease: Lease,
     raw: Document,
@@ -165,14 +165,5 @@ fn decode<T: DeserializeOwned>(raw: Document) -> Result<T> {
 fn remove_fields(raw: &mut Document, fields: &[String]) {
     for field in fields {
         raw.remove(field);
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for DocumentLease<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DocumentLease")
-            .field("lease", &self.lease)
-            .field("document", &self.document)
-            .finish()
     }
 }
