@@ -120,12 +120,8 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn campaign(&self) -> Result<Leadership> {
-        let lease = self
-            .manager
-            .acquire_key(self.name.clone(), AcquireMode::Wait, &self.options)
-            .await?
-            .ok_or(crate::error::Error::Shutdown)?;
-        Ok(self.won(lease))
+        let won = self.run(AcquireMode::Wait).await?;
+        won.ok_or(crate::error::Error::Shutdown)
     }
 
     /// One attempt: leadership if nobody leads now, else `Ok(None)`.
@@ -138,19 +134,20 @@ impl Election {
     ///
     /// Cancel safe, as [`Election::campaign`].
     pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
-        let lease = self
-            .manager
-            .acquire_key(self.name.clone(), AcquireMode::Try, &self.options)
-            .await?;
-        Ok(lease.map(|lease| self.won(lease)))
+        self.run(AcquireMode::Try).await
     }
 
-    fn won(&self, lease: Lease) -> Leadership {
-        tracing::info!(election = %self.name, term = lease.fencing_token(), "became leader");
-        Leadership {
-            election: self.name.clone(),
-            lease,
-        }
+    /// Campaigns once, as `mode` says: the leadership won, if any.
+    async fn run(&self, mode: AcquireMode) -> Result<Option<Leadership>> {
+        let name = self.name.clone();
+        let lease = self.manager.acquire_key(name, mode, &self.options).await?;
+        Ok(lease.map(|lease| {
+            tracing::info!(election = %self.name, term = lease.fencing_token(), "became leader");
+            Leadership {
+                election: self.name.clone(),
+                lease,
+            }
+        }))
     }
 
     /// The current leader, read from MongoDB with the server's clock;

@@ -1,12 +1,5 @@
-//! [`Health`]: whether a manager's renewals are on time, for liveness probes.
-//!
-//! The manager task publishes what [`LeaseManager::health`] reads in a few
-//! atomics (`HealthBoard`), so that reading needs no message to the task and
-//! no round trip: a manager whose task is starved (a blocked runtime thread)
-//! reads unhealthy as soon as a held lease's local deadline has passed, even
-//! though the task never ran to notice it.
-//!
-//! [`LeaseManager::health`]: crate::LeaseManager::health
+//! [`Health`]: whether a manager's renewals are on time, for liveness probes,
+//! read from a few atomics the manager task publishes (`HealthBoard`).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -18,17 +11,10 @@ use crate::status::LossReason;
 use crate::status::{from_nanos, to_nanos};
 
 /// Whether a manager's renewals are on time: returned by
-/// [`LeaseManager::health`](crate::LeaseManager::health).
-///
-/// After Kubernetes' leader-election `HealthzAdaptor`, which fails a
-/// liveness check once the leader's last observed renewal is too old (here
-/// [`Health::renewals_on_time`]).
-///
-/// What a probe should do with it: answer a liveness probe with a failure
-/// when [`Health::is_healthy`] is false (the CLI's `/healthz` answers 503):
-/// the process's leases are lost or about to be, because the manager task
-/// is starved or the server is unreachable, and a restart makes it start
-/// over cleanly. A manager that holds nothing and has lost nothing is healthy.
+/// [`LeaseManager::health`](crate::LeaseManager::health). Answer a liveness
+/// probe with a failure when [`Health::is_healthy`] is false (the CLI's
+/// `/healthz` answers 503): the process's leases are lost or about to be,
+/// and a restart starts over cleanly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Health {
@@ -36,18 +22,13 @@ pub struct Health {
     pub held_leases: usize,
     /// Age of the oldest held lease's last confirmed renewal (or
     /// acquisition), as of the manager task's last heartbeat or acquisition;
-    /// `None` when no lease is held. About one heartbeat interval while
-    /// renewals are on time; a lease is lost when it reaches
-    /// `ttl − safety_margin`. The same reading as the
-    /// [`RENEWAL_LAG`](crate::telemetry::RENEWAL_LAG) gauge.
+    /// `None` when no lease is held. The
+    /// [`RENEWAL_LAG`](crate::telemetry::RENEWAL_LAG) gauge's reading.
     pub oldest_renewal_age: Option<Duration>,
-    /// `false` once a held lease's local deadline has passed (no renewal
-    /// confirmed for `ttl − safety_margin`), and after a lease was lost for
-    /// not being renewed in time ([`LossReason::Expired`]: that deadline
-    /// passed, or a renewal found the lease expired on the server) until the
-    /// server confirms a renewal or answers an acquisition of this manager
-    /// again; `true` otherwise. Other ends of a lease (released, taken,
-    /// deleted, force-released, shutdown) leave it as it was.
+    /// `false` once a held lease's local deadline has passed, and after a
+    /// lease was lost as [`LossReason::Expired`] until the server confirms
+    /// a renewal or answers an acquisition of this manager again; `true`
+    /// otherwise.
     pub renewals_on_time: bool,
 }
 

@@ -400,10 +400,8 @@ impl LeaseState {
         true
     }
 
-    /// A confirmed renewal: moves the local deadline (as
-    /// [`LeaseState::set_deadline`]) and, if someone follows the lease,
-    /// sends [`LeaseEvent::Renewed`] with the server's expiry as
-    /// `expires_at` estimates it (called only then).
+    /// A confirmed renewal: [`LeaseState::set_deadline`], and
+    /// [`LeaseEvent::Renewed`] to the followers, if any.
     pub(crate) fn renewed(&self, deadline: Instant, expires_at: impl FnOnce() -> SystemTime) {
         if self.set_deadline(deadline) {
             self.send(|| LeaseEvent::Renewed {
@@ -424,9 +422,8 @@ impl LeaseState {
         }
     }
 
-    /// A release of the lease was requested by owner id `by`: sends
-    /// [`LeaseEvent::RevocationRequested`], if someone follows the lease
-    /// and it is still held.
+    /// A release of the lease was requested by owner id `by`:
+    /// [`LeaseEvent::RevocationRequested`] to the followers of a held lease.
     pub(crate) fn revocation_requested(&self, by: &str) {
         if !self.is_lost() {
             self.send(|| LeaseEvent::RevocationRequested { by: by.to_string() });
@@ -527,10 +524,8 @@ impl LeaseState {
 }
 
 /// The server's expiry of a lease renewed by a renewal sent at `sent_at`
-/// (local clock), as [`LeaseEvent::Renewed::expires_at`] documents it: the
-/// fencing token's time part (the server's millisecond of the acquisition,
-/// `tok >> 20`, "Fencing tokens" in `src/store/mod.rs`) + the local time from
-/// the acquire's reply (`acquired_at`) to the renewal's send + `ttl`.
+/// ([`LeaseEvent::Renewed::expires_at`]): the token's time part + the local
+/// time from the acquire's reply (`acquired_at`) to `sent_at` + `ttl`.
 pub(crate) fn server_expiry(
     token: u64,
     acquired_at: Instant,
