@@ -61,16 +61,8 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// order; a Decimal128 equals only the same bits and sorts after the other
 /// numbers.
 ///
-/// # Display
-///
-/// A string key is shown as is; any other key as canonical Extended JSON v2
-/// (`{"$oid":"5087b72181a445980ae47d13"}`), which
-/// [`LeaseKey::from_extended_json`] and `mongo-lease --key-json` read back.
-///
-/// # Cost
-///
-/// Cloning a key counts a reference. A string key of up to 22 bytes is one
-/// allocation of 40 bytes; a longer one adds its text's.
+/// `Display` shows a string key as is, any other as
+/// [`LeaseKey::to_extended_json`]. Cloning a key counts a reference.
 #[derive(Clone)]
 pub struct LeaseKey(Arc<Repr>);
 
@@ -83,9 +75,8 @@ enum Repr {
 }
 
 /// The most bytes of text a string key holds in place ([`Text::Short`]):
-/// as many as leave [`Repr`] at 24 bytes, so that a short key is one
-/// allocation of 40 bytes (the `Arc`'s counts and the `Repr`), one malloc
-/// chunk of 48 bytes, where a boxed text would add a chunk of its own.
+/// as many as leave [`Repr`] at 24 bytes, so a short key is one allocation
+/// of 40 bytes.
 const SHORT: usize = 22;
 
 /// A string key's text: in place when it is short (most keys), else boxed.

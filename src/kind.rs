@@ -15,24 +15,12 @@ pub const MAX_PERMITS: u32 = 10_000;
 ///
 /// # Rules between kinds
 ///
-/// A key of the lock collection is held in one of three ways at a time:
-///
-/// - **exclusive**: one holder (the default, [`LeaseKind::Exclusive`]);
-/// - **shared**: any number of shared holders, and no exclusive holder
-///   ([`LeaseKind::Shared`]): the shared side of a read/write (shared/exclusive)
-///   lock, whose exclusive side is an exclusive lease on the same key;
-/// - **permits**: at most `permits` holders ([`LeaseKind::Permit`]), a
-///   counting semaphore whose number is stored with the key while any
-///   permit is held.
-///
-/// An acquisition of another kind (or number of permits) than the key is
-/// held as fails with [`Error::KindMismatch`]; once every holder is gone,
-/// any kind can take it.
-///
-/// Every kind keeps the guarantees of an exclusive lease (docs/kinds.md).
-/// An exclusive acquirer that waits for shared holders marks the key, and
-/// new shared acquisitions are refused while the mark is live, so exclusive
-/// waiters are never starved (writer preference).
+/// A key of the lock collection is held one way at a time (see each
+/// variant). An acquisition of another kind (or number of permits) than the
+/// key is held as fails with [`Error::KindMismatch`](crate::Error::KindMismatch);
+/// once every holder is gone, any kind can take it. Every kind keeps the
+/// guarantees of an exclusive lease, and exclusive waiters are never
+/// starved by shared holders (docs/kinds.md).
 ///
 /// # Examples
 ///
@@ -54,9 +42,10 @@ pub enum LeaseKind {
     #[default]
     Exclusive,
     /// Shared with other shared holders; excludes an exclusive holder (the
-    /// shared side of a read/write key).
+    /// read side of a read/write key).
     Shared,
-    /// One of `permits` permits of a semaphore key (1 to [`MAX_PERMITS`]).
+    /// One of `permits` permits of a semaphore key (1 to [`MAX_PERMITS`]),
+    /// a number stored with the key while any permit is held.
     Permit {
         /// How many holders the key admits at a time.
         permits: u32,

@@ -93,19 +93,14 @@ impl LeaseGroup {
     /// Dropping the future after the first poll still releases every lease.
     pub async fn release(self) -> Result<ReleaseOutcome> {
         let outcomes = futures::future::join_all(self.leases.into_iter().map(Lease::release)).await;
-        let mut outcome = ReleaseOutcome::StillHeld;
-        for result in outcomes {
-            outcome = match (result?, outcome) {
-                (ReleaseOutcome::AlreadyLost, _) | (_, ReleaseOutcome::AlreadyLost) => {
-                    ReleaseOutcome::AlreadyLost
-                }
-                (ReleaseOutcome::Released, _) | (_, ReleaseOutcome::Released) => {
-                    ReleaseOutcome::Released
-                }
-                _ => ReleaseOutcome::StillHeld,
-            };
-        }
-        Ok(outcome)
+        let outcomes = outcomes.into_iter().collect::<Result<Vec<_>>>()?;
+        Ok(if outcomes.contains(&ReleaseOutcome::AlreadyLost) {
+            ReleaseOutcome::AlreadyLost
+        } else if outcomes.contains(&ReleaseOutcome::Released) {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::StillHeld
+        })
     }
 }
 

@@ -14,19 +14,13 @@ use crate::error::{Error, Result};
 const MAX_DURATION_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A document layout shared with clients that lock a document by two
-/// top-level fields of its own: a lock id (`LockId`, a UUID) and the time it
-/// was taken (`LockTime`, a date), with a maximum duration after which they
-/// take a lock over.
-///
+/// top-level fields of its own, a lock id (`LockId`, a UUID) and the time it
+/// was taken (`LockTime`, a date), and take a lock over after `max_duration`.
 /// In-document leases opened with these fields
 /// ([`OpenDocuments::lock_id`](crate::OpenDocuments::lock_id), which has an
-/// example) store the lease id as `LockId` and the server time of each
-/// acquisition and renewal as `LockTime`, see a document whose `LockId` is
-/// another client's as held until `LockTime + max_duration`, write both
-/// null when they release, and make every write under a lease conditional
-/// on `LockId`. A lease's TTL must not exceed `max_duration`; keep
-/// `max_duration` at least the TTL plus the largest clock skew you accept
-/// (docs/in-document.md, "Documents locked by LockId and LockTime").
+/// example) keep them true, as docs/in-document.md ("Documents locked by
+/// LockId and LockTime") says; a lease's TTL must not exceed
+/// `max_duration`.
 #[derive(Debug, Clone, PartialEq, Eq, TypedBuilder)]
 #[non_exhaustive]
 pub struct LockIdFields {
