@@ -508,7 +508,11 @@ impl LeaseManager {
     /// # Ok(()) }
     /// ```
     pub fn force_release(&self, key: impl Into<LeaseKey>) -> operator::ForceRelease<'_> {
-        operator::ForceRelease::new(self, key.into())
+        operator::ForceRelease {
+            manager: self,
+            key: key.into(),
+            end: OverrideEnd::AtExpiry,
+        }
     }
 
     /// [`LeaseManager::force_release`], awaited.
@@ -588,7 +592,11 @@ impl LeaseManager {
     /// # Ok(()) }
     /// ```
     pub fn release_owner<'a>(&'a self, owner_id: &'a str) -> operator::ReleaseOwner<'a> {
-        operator::ReleaseOwner::new(self, owner_id)
+        operator::ReleaseOwner {
+            manager: self,
+            owner_id,
+            end: OverrideEnd::AtExpiry,
+        }
     }
 
     /// [`LeaseManager::release_owner`], awaited.

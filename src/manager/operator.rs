@@ -34,20 +34,12 @@ use crate::store::OverrideEnd;
 /// ```
 #[must_use = "a request does nothing until it is awaited"]
 pub struct ForceRelease<'a> {
-    manager: &'a LeaseManager,
-    key: LeaseKey,
-    end: OverrideEnd,
+    pub(super) manager: &'a LeaseManager,
+    pub(super) key: LeaseKey,
+    pub(super) end: OverrideEnd,
 }
 
-impl<'a> ForceRelease<'a> {
-    pub(crate) fn new(manager: &'a LeaseManager, key: LeaseKey) -> Self {
-        ForceRelease {
-            manager,
-            key,
-            end: OverrideEnd::AtExpiry,
-        }
-    }
-
+impl ForceRelease<'_> {
     /// The holder is known to be gone (its process stopped, its machine
     /// off): the key is free after the lock-delay alone, not at the ended
     /// lease's expiry (also a key an earlier override left waiting). If the
@@ -85,20 +77,12 @@ impl<'a> IntoFuture for ForceRelease<'a> {
 /// ```
 #[must_use = "a request does nothing until it is awaited"]
 pub struct ReleaseOwner<'a> {
-    manager: &'a LeaseManager,
-    owner_id: &'a str,
-    end: OverrideEnd,
+    pub(super) manager: &'a LeaseManager,
+    pub(super) owner_id: &'a str,
+    pub(super) end: OverrideEnd,
 }
 
-impl<'a> ReleaseOwner<'a> {
-    pub(crate) fn new(manager: &'a LeaseManager, owner_id: &'a str) -> Self {
-        ReleaseOwner {
-            manager,
-            owner_id,
-            end: OverrideEnd::AtExpiry,
-        }
-    }
-
+impl ReleaseOwner<'_> {
     /// Every holder under the owner id is known to be gone, as
     /// [`ForceRelease::immediately`] says of one.
     pub fn immediately(mut self) -> Self {
