@@ -346,9 +346,6 @@ impl Timing {
             hold_at_least: options.hold_at_least,
             permits_taken: options.permits_taken,
         };
-        if let Some(at_most) = options.hold_at_most {
-            self.check_hold_at_most(options, at_most)?;
-        }
         if options.payload.is_some() && options.kind != LeaseKind::Exclusive {
             return Err(invalid(format!(
                 "a payload with the acquisition applies to exclusive leases only, not to {} leases",
@@ -398,20 +395,13 @@ impl Timing {
     }
 
     /// The TTL of a lease acquired with `options`, checked before any round
-    /// trip (see [`Acquire::ttl`]).
+    /// trip (see [`Acquire::ttl`] and [`Acquire::hold_at_most`]).
     pub(crate) fn lease_ttl(&self, options: &AcquireOptions) -> Result<Duration> {
-        if let Some(at_most) = options.hold_at_most {
-            self.check_hold_at_most(options, at_most)?;
-            return Ok(at_most);
-        }
-        match options.ttl {
-            Some(ttl) => self.renewed_ttl(ttl),
-            None => Ok(self.ttl),
-        }
-    }
-
-    /// Checks `at_most`, the [`Acquire::hold_at_most`] of `options`.
-    fn check_hold_at_most(&self, options: &AcquireOptions, at_most: Duration) -> Result<()> {
+        let Some(at_most) = options.hold_at_most else {
+            return options
+                .ttl
+                .map_or(Ok(self.ttl), |ttl| self.renewed_ttl(ttl));
+        };
         if options.ttl.is_some() {
             return Err(invalid(
                 "give ttl or hold_at_most, not both: a lease held at most a duration \
@@ -431,7 +421,7 @@ impl Timing {
                 "hold_at_least ({at_least:?}) is longer than hold_at_most ({at_most:?})"
             )));
         }
-        Ok(())
+        Ok(at_most)
     }
 
     /// Checks `ttl`, the TTL of a lease the heartbeat renews (at its
