@@ -58,12 +58,10 @@ pub const DEFAULT_RELEASE_MODE: ReleaseMode = ReleaseMode::Keep;
 /// In [`ReleaseMode::Delete`], how old (by the server's clock) a lease's
 /// fencing token must be before a release may delete its document: 1 s.
 ///
-/// A token carries the server millisecond of its acquisition, and the first
-/// acquisition after a delete gets one from `$$NOW`: deleting only once
-/// `$$NOW` is this far past the token's millisecond keeps the next token
-/// greater, as long as the server's clock does not step back by this much
-/// (docs/safety.md). A younger lease is released as in
-/// [`ReleaseMode::Keep`] and its document deleted once it is this old.
+/// Deleting only then keeps the next token greater, as long as the
+/// server's clock does not step back by this much (docs/safety.md). A
+/// younger lease is released as in [`ReleaseMode::Keep`] and its document
+/// deleted once it is this old.
 pub const DELETE_MIN_TOKEN_AGE: Duration = Duration::from_secs(1);
 
 /// What a release does with the lock document: see

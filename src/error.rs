@@ -52,12 +52,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// No MongoDB server answered within the given time. The driver reports
-    /// why (in `reason`) only when its `serverSelectionTimeoutMS` runs out
-    /// before the manager's
-    /// [`operation_timeout`](crate::LeaseManagerOptions::operation_timeout):
-    /// set it shorter to see the cause. Match it with
-    /// `Error::Unreachable { waited, reason, .. }`.
+    /// No MongoDB server answered within the given time; `reason` has the
+    /// cause if the driver's `serverSelectionTimeoutMS` ran out first. Match
+    /// it with `Error::Unreachable { waited, reason, .. }`.
     #[error("MongoDB did not answer within {waited:?}: {reason}")]
     #[non_exhaustive]
     Unreachable {

@@ -42,14 +42,9 @@ impl Health {
 /// No instant (an empty minimum).
 const NONE: i64 = i64::MAX;
 
-/// What the manager task publishes for [`Health`], shared with the
-/// manager's handles. Instants are in [`to_nanos`]'s units.
-///
-/// The two minimums are exact when the task publishes them (at each
-/// heartbeat, and once a heartbeat's renewals are all answered, in one pass
-/// over the held leases); in between, an acquisition lowers them at once,
-/// while a renewal or a release raises them only at the next publication
-/// (they stay on the early side, never late).
+/// What the manager task publishes for [`Health`], in [`to_nanos`]'s units.
+/// Between the task's publications, an acquisition lowers the two minimums
+/// at once, while a renewal or a release raises them only at the next one.
 #[derive(Debug)]
 pub(crate) struct HealthBoard {
     held: AtomicUsize,

@@ -32,12 +32,9 @@ impl LeaseManager {
     /// the document being locked), waiting as long as it takes: a request
     /// ([`Acquire`]) whose options are chained before it is awaited.
     ///
-    /// Local callers waiting for one key are served first in, first out; one
-    /// retry loop per key talks to MongoDB, with jittered exponential backoff
-    /// capped by the holder's remaining lease time, and a release that
-    /// another manager waited for yields the key to it (the crate docs'
-    /// "Guarantees"). Transient database errors are retried (and logged)
-    /// while waiting.
+    /// Local callers waiting for one key are served first in, first out,
+    /// fairly with other managers (the crate docs' "Guarantees"); transient
+    /// database errors are retried (and logged) while waiting.
     ///
     /// # Errors
     ///

@@ -45,11 +45,9 @@ pub const LEASES_ENDED: &str = "mongo_lease_leases_ended_total";
 /// (`locks` or `documents`).
 pub const CHANGE_STREAM_RESTARTS: &str = "mongo_lease_change_stream_restarts_total";
 
-/// `$metric!($name, $key => value, ...)` where `value` is one of the listed
-/// literals: each arm names its label as a literal, so the key is built
-/// statically, as the `metrics` macros do for literal labels, and recording
-/// allocates nothing (with runtime label values they build a `Vec` per
-/// call, recorder or not); another value is recorded as is. A second,
+/// `$metric!($name, $key => value, ...)` with `value` matched against the
+/// listed literals, so that recording allocates nothing (the `metrics`
+/// macros build a `Vec` per call for runtime label values). A second,
 /// literal label may follow the list in parentheses: `("outcome" => "acquired")`.
 macro_rules! static_label {
     ($metric:ident!($name:expr, $key:literal => $value:expr, [$($lit:literal),+] $rest:tt)) => {
