@@ -22,9 +22,7 @@ use crate::status::{LeaseStatus, ReleaseOutcome};
 ///
 /// An election named `N` is the lease on key `N`: the leader is its holder,
 /// the **term** is the lease's fencing token, and the leader may publish a
-/// small payload in the lease document. Candidates **campaign** by acquiring
-/// the key, **resign** by releasing it, and anyone can **observe** the
-/// leadership changes.
+/// payload in the lease document.
 ///
 /// # Examples
 ///

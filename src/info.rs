@@ -41,10 +41,8 @@ pub struct LeaseInfo {
     /// The payload set by the holder with [`Lease::set_payload`](crate::Lease::set_payload) (`data`).
     pub payload: Option<Document>,
     /// `true` if the lease was held at [`LeaseInfo::server_time`]: not
-    /// released (or released before its minimum hold,
-    /// [`LeaseInfo::hold_until`]) and `expires_at > server_time`. For a foreign
-    /// holder's lock ([`LeaseInfo::foreign`]): until its expiry by its own
-    /// rule, or always if it has none.
+    /// released (or within its [`LeaseInfo::hold_until`]) and
+    /// `expires_at > server_time`.
     pub held: bool,
     /// `true` if the key is held by a **foreign holder**: another
     /// application's lock document, not written by `mongo-lease`
@@ -61,8 +59,7 @@ pub struct LeaseInfo {
     /// - `fencing_token`: 0;
     /// - `expires_at`: its expiry by its own rule; `server_time` for a lock
     ///   without one, and [`LeaseInfo::time_to_expiry`] is [`Duration::MAX`];
-    /// - `payload`: `None` (its fields are not interpreted);
-    /// - `held`: `true` until its expiry (always without one).
+    /// - `payload`: `None`; `held`: `true` until its expiry, if any.
     ///
     /// [`LeaseManager::force_release`]: crate::LeaseManager::force_release
     pub foreign: bool,

@@ -135,11 +135,10 @@ impl Semaphore {
     }
 
     /// Changes the semaphore's number of permits to `permits`, for every
-    /// process, if its live holders take no more than that, in one
-    /// conditional write ([`PermitsChange`]); this handle asks for `permits`
-    /// from then on unless too many are held. The permits held keep their
-    /// leases; waiters still asking for the old number fail with
-    /// [`Error::KindMismatch`].
+    /// process, if its live holders take no more than that
+    /// ([`PermitsChange`]); this handle asks for `permits` from then on
+    /// unless too many are held, and waiters asking for the old number fail
+    /// with [`Error::KindMismatch`].
     ///
     /// # Errors
     ///

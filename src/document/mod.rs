@@ -29,15 +29,11 @@ pub const DEFAULT_LEASE_FIELD: &str = "_lease";
 
 /// In-document leases on one user collection, from
 /// [`LeaseManager::documents`]: acquire a document's lease by its `_id`, and
-/// get the document with it.
+/// get the document (read as `T`) with it, in one round trip.
 ///
-/// Its acquires return a [`DocumentLease`]: a [`Lease`](crate::Lease)
-/// driven by the same manager, with the document (read as `T`, without the
-/// lock field) from the same round trip. The lock fields live under one
-/// field of the user's document (default [`DEFAULT_LEASE_FIELD`]), with the
-/// lock collection's names and rules; acquire, renewal and release write
-/// only that field. docs/in-document.md has the schema, and what a release
-/// leaves.
+/// The lock fields live under one field of the user's document (default
+/// [`DEFAULT_LEASE_FIELD`]), the only field acquire, renewal and release
+/// write; docs/in-document.md has the schema, and what a release leaves.
 ///
 /// # Examples
 ///
