@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The identity of one local caller, named explicitly: the "same caller"
-/// of a re-entrant acquisition ([`Acquire::caller`]).
+/// of a re-entrant acquisition ([`Acquire::caller`](crate::Acquire::caller)).
 ///
 /// An async task has no identity that survives a `tokio::spawn` or a
 /// `join!`, so create a `CallerId` where a unit of work starts and pass it
@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// never stored in MongoDB.
 ///
 /// An acquisition whose caller already holds the key never waits on itself:
-/// with [`Acquire::reentrant`] it re-enters the lease, without it it fails
-/// at once with [`Error::AlreadyHeld`] (docs/reentrancy.md).
+/// with [`Acquire::reentrant`](crate::Acquire::reentrant) it re-enters the
+/// lease, without it it fails at once with
+/// [`Error::AlreadyHeld`](crate::Error::AlreadyHeld) (docs/reentrancy.md).
 ///
 /// # Examples
 ///
@@ -31,10 +32,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// outer.release().await?; // released now
 /// # Ok(()) }
 /// ```
-///
-/// [`Acquire::caller`]: crate::Acquire::caller
-/// [`Acquire::reentrant`]: crate::Acquire::reentrant
-/// [`Error::AlreadyHeld`]: crate::Error::AlreadyHeld
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CallerId(u64);
 

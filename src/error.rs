@@ -6,11 +6,9 @@ use crate::key::LeaseKey;
 
 /// Everything that can go wrong in `mongo-lease`.
 ///
-/// A key held by another owner is **not** an error: [`LeaseManager::try_acquire`]
-/// returns `Ok(None)` for it. The enum is `#[non_exhaustive]`: match the
-/// predicates ([`Error::is_invalid_input`], ...) rather than every variant.
-///
-/// [`LeaseManager::try_acquire`]: crate::LeaseManager::try_acquire
+/// A key held by another owner is **not** an error: a try returns
+/// `Ok(None)` for it. The enum is `#[non_exhaustive]`: match the predicates
+/// ([`Error::is_invalid_input`], ...) rather than every variant.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -164,12 +162,9 @@ pub enum Error {
         requested: crate::kind::LeaseKind,
     },
 
-    /// The acquisition's caller ([`Acquire::caller`]) already holds
-    /// the key, and the acquisition did not ask to re-enter it
-    /// ([`Acquire::reentrant`]) with the same kind. Nothing was sent.
-    ///
-    /// [`Acquire::caller`]: crate::Acquire::caller
-    /// [`Acquire::reentrant`]: crate::Acquire::reentrant
+    /// The acquisition's caller ([`CallerId`](crate::CallerId)) already
+    /// holds the key, and the acquisition did not ask to re-enter it with
+    /// the same kind. Nothing was sent.
     #[error(
         "the key {} is already held by this caller; acquiring it again would wait on itself \
          (Acquire::reentrant re-enters a lease of the same kind)",
@@ -180,10 +175,9 @@ pub enum Error {
         key: LeaseKey,
     },
 
-    /// The manager has shut down (by [`LeaseManager::shutdown`] or because its
-    /// task stopped); no further commands are accepted.
-    ///
-    /// [`LeaseManager::shutdown`]: crate::LeaseManager::shutdown
+    /// The manager has shut down (by
+    /// [`LeaseManager::shutdown`](crate::LeaseManager::shutdown) or because
+    /// its task stopped); no further commands are accepted.
     #[error("the lease manager has shut down")]
     Shutdown,
 }

@@ -8,16 +8,12 @@ use mongodb::bson::Document;
 use crate::key::LeaseKey;
 
 /// What the lock collection says about one key, read with the server's
-/// clock: returned by [`LeaseManager::inspect`], [`LeaseManager::list`] and
-/// [`LeaseManager::observe`].
+/// clock ([`LeaseManager::inspect`](crate::LeaseManager::inspect) and the
+/// manager's other reads).
 ///
 /// Every time is **server time** (MongoDB's `$$NOW`, millisecond precision):
 /// compare them with [`LeaseInfo::server_time`], never with the local clock
 /// ([`LeaseInfo::time_to_expiry`] and [`LeaseInfo::age`] do).
-///
-/// [`LeaseManager::inspect`]: crate::LeaseManager::inspect
-/// [`LeaseManager::list`]: crate::LeaseManager::list
-/// [`LeaseManager::observe`]: crate::LeaseManager::observe
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LeaseInfo {

@@ -59,13 +59,11 @@ pub enum LossReason {
     /// someone else (another application, an operator, a TTL index on
     /// another field, a release by owner id in delete mode).
     Deleted,
-    /// The lease was force-released ([`LeaseManager::force_release`],
-    /// [`LeaseManager::release_owner`]), by this manager or another. (A
-    /// holder of a shared or semaphore key reads
-    /// [`Expired`](LossReason::Expired) then: it cannot tell the two apart.)
-    ///
-    /// [`LeaseManager::force_release`]: crate::LeaseManager::force_release
-    /// [`LeaseManager::release_owner`]: crate::LeaseManager::release_owner
+    /// The lease was force-released
+    /// ([`LeaseManager::force_release`](crate::LeaseManager::force_release),
+    /// [`LeaseManager::release_owner`](crate::LeaseManager::release_owner)),
+    /// by this manager or another. (A holder of a shared or semaphore key
+    /// reads [`Expired`](LossReason::Expired) then: it cannot tell.)
     ForceReleased,
     /// The holder released it ([`Lease::release`](crate::Lease::release),
     /// a drop, a commit, [`LeaseManager::release_all`](crate::LeaseManager::release_all)).
