@@ -1,26 +1,21 @@
 //! [`CallerId`]: who acquires within one process, for re-entry.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The identity of one local caller, named explicitly: the "same caller"
-/// of a re-entrant acquisition ([`Acquire::caller`]).
+/// of a re-entrant acquisition ([`Acquire::caller`](crate::Acquire::caller)).
 ///
-/// Java's reentrant locks (Redisson's `RLock`, Curator's
-/// `InterProcessMutex`, Hazelcast's `FencedLock`) take the calling thread
-/// as the caller. An async task has no such identity that survives a
-/// `tokio::spawn` or a `join!`, so mongo-lease asks for one: create a
-/// `CallerId` where a unit of work starts and pass it (it is `Copy`) to the
-/// code that acquires keys for that work, including tasks it spawns. Two
-/// acquisitions with the same `CallerId` are the same caller, whatever task
-/// runs them; acquisitions without one are always different callers.
+/// An async task has no identity that survives a `tokio::spawn` or a
+/// `join!`, so create a `CallerId` where a unit of work starts and pass it
+/// (it is `Copy`) to the code that acquires keys for that work. Two
+/// acquisitions with the same `CallerId` are the same caller; acquisitions
+/// without one are always different callers. Unique within the process,
+/// never stored in MongoDB.
 ///
 /// An acquisition whose caller already holds the key never waits on itself:
-/// with [`Acquire::reentrant`] it re-enters the lease (same lease,
-/// same fencing token, one more entry to release), without it it fails at
-/// once with [`Error::AlreadyHeld`]. The rules are in docs/reentrancy.md.
-///
-/// Ids are unique within the process (a counter), never stored in MongoDB.
+/// with [`Acquire::reentrant`](crate::Acquire::reentrant) it re-enters the
+/// lease, without it it fails at once with
+/// [`Error::AlreadyHeld`](crate::Error::AlreadyHeld) (docs/reentrancy.md).
 ///
 /// # Examples
 ///
@@ -37,11 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// outer.release().await?; // released now
 /// # Ok(()) }
 /// ```
-///
-/// [`Acquire::caller`]: crate::Acquire::caller
-/// [`Acquire::reentrant`]: crate::Acquire::reentrant
-/// [`Error::AlreadyHeld`]: crate::Error::AlreadyHeld
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CallerId(u64);
 
 impl CallerId {
@@ -50,11 +41,5 @@ impl CallerId {
     pub fn new() -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         CallerId(NEXT.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-impl fmt::Debug for CallerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CallerId({})", self.0)
     }
 }

@@ -6,8 +6,10 @@ use mongodb::bson::{Bson, Document};
 
 use crate::error::{Error, Result};
 
-/// An update to a user's document under an in-document lease: what
-/// MongoDB's `updateOne` takes.
+/// An update to a user's document under an in-document lease, as MongoDB's
+/// `updateOne` takes; refused with
+/// [`Error::InvalidUpdate`](crate::Error::InvalidUpdate) if empty or if it
+/// writes the lock fields.
 ///
 /// # Examples
 ///
@@ -26,18 +28,11 @@ pub enum DocumentUpdate {
     /// A document of update operators (`$set`, `$inc`, `$push`, ...). It
     /// must not write the lease's lock field.
     Modifiers(Document),
-    /// An update pipeline (`$set`, `$unset`, `$replaceWith`, ... stages). Its
-    /// stages run between the lease's own stages, which keep the lock field
-    /// in a temporary field and restore it afterwards, so the pipeline cannot
-    /// change the lease; it must keep `_id`, and must not name a field or
-    /// string starting with `__mongo_lease_` (reserved for that temporary
-    /// field). It must also keep the document's other fields (`$$ROOT`): a
-    /// stage that drops them (a `$replaceWith` naming only some, a `$project`
-    /// that includes only some) drops them for good, and the lease with them:
-    /// the write applies, the lock field is left released, and the lease is
-    /// lost (docs/mongodb-behaviour.md, B14). Keep `$$ROOT`
-    /// (`$replaceWith: { $mergeObjects: ["$$ROOT", ...] }`, `$unset` instead
-    /// of an inclusion `$project`).
+    /// An update pipeline (`$set`, `$unset`, `$replaceWith`, ... stages),
+    /// run between the lease's own stages, which keep the lock field aside.
+    /// It must not name a field or string starting with `__mongo_lease_`,
+    /// and must keep `_id` and the document's other fields (`$$ROOT`), or
+    /// the lease is lost with them (docs/in-document.md).
     Pipeline(Vec<Document>),
 }
 

@@ -17,22 +17,12 @@ use crate::manager::LeaseManager;
 use crate::status::{LeaseStatus, ReleaseOutcome};
 
 /// One leader election, by name, among the processes that share a lock
-/// collection. Cheap to clone; every clone campaigns for the same manager.
+/// collection (docs/election.md). Cheap to clone; every clone campaigns for
+/// the same manager, whose owner id identifies the candidate.
 ///
-/// Each process (or each candidate within a process) uses its own
-/// [`LeaseManager`]: the owner id of the manager identifies the candidate.
-///
-/// An election named `N` is the lease on key `N` in the manager's lock
-/// collection: the leader is its holder, the **term** is the lease's fencing
-/// token (strictly increasing across leaders), and the leader may publish a
-/// small payload (its address, for example) in the lease document. Candidates
-/// **campaign** by acquiring the key, **resign** by releasing it, and anyone
-/// can **observe** the leadership changes, pushed by a MongoDB change stream.
-///
-/// [`Election::run_as_leader`] follows the design of Kubernetes' leader
-/// election (`OnStartedLeading` / `OnStoppedLeading`): it runs a future while
-/// leader, cancels it through a token when leadership is lost, waits for it to
-/// stop, and campaigns again. [`Election::observe`] is `OnNewLeader`.
+/// An election named `N` is the lease on key `N`: the leader is its holder,
+/// the **term** is the lease's fencing token, and the leader may publish a
+/// payload in the lease document.
 ///
 /// # Examples
 ///
@@ -50,7 +40,7 @@ use crate::status::{LeaseStatus, ReleaseOutcome};
 ///     .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Election {
     manager: LeaseManager,
     name: LeaseKey,
@@ -64,8 +54,7 @@ impl Election {
     /// # Errors
     ///
     /// [`Error::InvalidKey`](crate::Error::InvalidKey) if `name` is not a
-    /// valid key (see [`LeaseKey`]: empty, longer than
-    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN), or a kind MongoDB refuses as `_id`).
+    /// valid [`LeaseKey`].
     pub fn new(manager: &LeaseManager, name: impl Into<LeaseKey>) -> Result<Election> {
         let name = name.into();
         name.validate()?;
@@ -77,16 +66,11 @@ impl Election {
     }
 
     /// This candidate's payload (its address, say), written by the very
-    /// write that makes it leader ([`Acquire::payload`](crate::request::Acquire::payload)):
-    /// an observer ([`Election::leader`], [`Election::observe`]) never sees
-    /// its term without it. Etcd's `Campaign(ctx, val)`.
+    /// write that makes it leader ([`Acquire::payload`](crate::request::Acquire::payload)).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidPayload`](crate::Error::InvalidPayload) if the
-    /// payload is larger than [`MAX_PAYLOAD_LEN`](crate::MAX_PAYLOAD_LEN)
-    /// bytes of BSON, or has a field name that is empty, contains a dot or
-    /// starts with `$`.
+    /// As [`Lease::set_payload`], before anything is sent.
     ///
     /// # Examples
     ///
@@ -118,15 +102,11 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// As [`LeaseManager::acquire`]: [`Error::Shutdown`](crate::Error::Shutdown).
-    /// Transient database errors are retried while campaigning; a foreign
-    /// holder's lock on the election key is waited for like a leader.
+    /// As [`LeaseManager::acquire`].
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future withdraws the candidacy; a leadership
-    /// won at that moment is resigned, never leaked. To campaign for at most
-    /// a given time:
+    /// Cancel safe, as [`LeaseManager::acquire`]:
     ///
     /// ```no_run
     /// # async fn demo(election: mongo_lease::Election) -> mongo_lease::Result<()> {
@@ -138,12 +118,8 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn campaign(&self) -> Result<Leadership> {
-        let lease = self
-            .manager
-            .acquire_key(self.name.clone(), AcquireMode::Wait, &self.options)
-            .await?
-            .ok_or(crate::error::Error::Shutdown)?;
-        Ok(self.won(lease))
+        let won = self.run(AcquireMode::Wait).await?;
+        won.ok_or(crate::error::Error::Shutdown)
     }
 
     /// One attempt: leadership if nobody leads now, else `Ok(None)`.
@@ -156,23 +132,24 @@ impl Election {
     ///
     /// Cancel safe, as [`Election::campaign`].
     pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
-        let lease = self
-            .manager
-            .acquire_key(self.name.clone(), AcquireMode::Try, &self.options)
-            .await?;
-        Ok(lease.map(|lease| self.won(lease)))
+        self.run(AcquireMode::Try).await
     }
 
-    fn won(&self, lease: Lease) -> Leadership {
-        tracing::info!(election = %self.name, term = lease.fencing_token(), "became leader");
-        Leadership {
-            election: self.name.clone(),
-            lease,
-        }
+    /// Campaigns once, as `mode` says: the leadership won, if any.
+    async fn run(&self, mode: AcquireMode) -> Result<Option<Leadership>> {
+        let name = self.name.clone();
+        let lease = self.manager.acquire_key(name, mode, &self.options).await?;
+        Ok(lease.map(|lease| {
+            tracing::info!(election = %self.name, term = lease.fencing_token(), "became leader");
+            Leadership {
+                election: self.name.clone(),
+                lease,
+            }
+        }))
     }
 
     /// The current leader, read from MongoDB with the server's clock;
-    /// `Ok(None)` if nobody leads (never elected, resigned, or expired).
+    /// `Ok(None)` if nobody leads.
     ///
     /// # Errors
     ///
@@ -192,13 +169,8 @@ impl Election {
 
     /// The candidates of the election, read from MongoDB with the server's
     /// clock (one round trip): the leader, if any, and the managers waiting
-    /// for leadership, first served first (Curator's
-    /// `LeaderLatch::getParticipants`).
-    ///
-    /// A waiting candidate is a manager registered in the election key's
-    /// queue of waiting owners ([`WaitingOwner`] says who appears, and for
-    /// how long): candidates that only [`try_campaign`](Election::try_campaign)
-    /// and the leader's own manager's other candidates are not listed.
+    /// for leadership, first served first ([`WaitingOwner`] says who
+    /// appears).
     ///
     /// # Errors
     ///
@@ -229,10 +201,9 @@ impl Election {
         })
     }
 
-    /// Observes the leadership: a stream whose first item is the current
-    /// leader (or `None`), then one item per change, in order: a new leader
-    /// or term, a new payload, or no leader (resigned or expired). Renewals
-    /// are not changes. Delivered as [`LeaseManager::observe`] delivers.
+    /// Observes the leadership: a stream ([`LeaderObserver`]) of the
+    /// current leader (or `None`), then one item per change. Delivered as
+    /// [`LeaseManager::observe`] delivers.
     ///
     /// # Errors
     ///
@@ -275,19 +246,14 @@ impl Election {
     /// 4. otherwise it resigns and returns the output.
     ///
     /// The future must stop promptly when the token fires (`select!` on
-    /// [`LeaseStatus::lost`]): it is awaited to its end, never aborted,
-    /// so that a new campaign starts only once it has stopped.
-    ///
-    /// A returned output was produced while leader, but leadership can be
-    /// lost right after: acting on the output later is not acting as
-    /// leader. Write it with the term ([`LeaderContext::term`]) to a
-    /// resource that refuses stale terms (a [`Fence`](crate::Fence)), or
-    /// publish it from within the future.
+    /// [`LeaseStatus::lost`]): it is awaited to its end, never aborted.
+    /// Leadership can be lost right after the output was produced: write it
+    /// with the term to a resource that refuses stale terms (a
+    /// [`Fence`](crate::Fence)).
     ///
     /// # Errors
     ///
-    /// As [`Election::campaign`]; [`Error::Shutdown`](crate::Error::Shutdown)
-    /// once the manager has shut down (which also ends a leadership).
+    /// As [`Election::campaign`].
     ///
     /// # Cancel safety
     ///
@@ -321,22 +287,10 @@ impl Election {
     }
 }
 
-impl fmt::Debug for Election {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Election")
-            .field("name", &self.name)
-            .field("owner_id", &self.manager.owner_id())
-            .finish()
-    }
-}
-
-/// This candidate's leadership: a held lease on the election's key.
-///
-/// The manager renews it in the background. Stop acting as leader when its
-/// [`status`](Leadership::status) reads lost, and pass its
-/// [term](Leadership::term) to every resource the leader writes, so a stale
-/// leader's writes can be refused. Dropping it resigns in the background;
-/// prefer [`Leadership::resign`].
+/// This candidate's leadership: a held lease on the election's key, as a
+/// [`Lease`] is held. Dropping it resigns in the background; prefer
+/// [`Leadership::resign`].
+#[derive(Debug)]
 pub struct Leadership {
     election: LeaseKey,
     lease: Lease,
@@ -348,9 +302,7 @@ impl Leadership {
         &self.election
     }
 
-    /// The leader's lease: its owner id, TTL, payload
-    /// ([`Lease::set_payload`], seen by [`Election::leader`] and
-    /// [`Election::observe`]).
+    /// The leader's lease (its payload is seen by [`Election::leader`]).
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
@@ -366,13 +318,8 @@ impl Leadership {
         self.lease.fencing_token()
     }
 
-    /// Resigns: releases the lease so that another candidate can lead at once.
-    ///
-    /// If a candidate of another manager was campaigning, the key is yielded
-    /// to it: this manager's own candidates cannot win it back for
-    /// [`retry_max`](crate::LeaseManagerOptions::retry_max), so a leader that
-    /// resigns and campaigns again hands leadership over instead of winning
-    /// the next term itself.
+    /// Resigns: releases the lease so that another candidate can lead at
+    /// once (a candidate of another manager first, as a release yields).
     ///
     /// # Errors
     ///
@@ -397,17 +344,6 @@ impl Leadership {
             status: self.lease.status(),
             lease: self.lease.handle(),
         }
-    }
-}
-
-impl fmt::Debug for Leadership {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Leadership")
-            .field("election", &self.election)
-            .field("term", &self.term())
-            .field("owner_id", &self.lease.owner_id())
-            .field("lost", &self.status().is_lost())
-            .finish()
     }
 }
 
@@ -472,9 +408,8 @@ pub struct Candidates {
     pub waiting: Vec<WaitingOwner>,
 }
 
-/// The leader of an election, as read from the lock collection: the
-/// election's view of a held [`LeaseInfo`] (times are server time). Returned
-/// by [`Election::leader`] and [`Election::observe`].
+/// The leader of an election: the election's view of a held [`LeaseInfo`]
+/// (times are server time).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LeaderInfo {
@@ -486,7 +421,6 @@ pub struct LeaderInfo {
     pub since: SystemTime,
     /// The payload it published, if any.
     pub payload: Option<Document>,
-    /// How many times leadership went to another candidate:
     /// [`LeaseInfo::transitions`] of the election key.
     pub transitions: u64,
 }
@@ -507,9 +441,9 @@ impl LeaderInfo {
 }
 
 /// The leadership changes of an election, from [`Election::observe`]: a
-/// [`Stream`](futures::Stream) of `Result<Option<LeaderInfo>>`. The first item is
-/// the current leader; each later item differs from the one before it. Ends
-/// after a permanent error and when the manager shuts down.
+/// [`Stream`](futures::Stream) of `Result<Option<LeaderInfo>>`, each item
+/// different from the one before, ending as [`LeaseObserver`] ends.
+#[derive(Debug)]
 pub struct LeaderObserver {
     changes: LeaseObserver,
     last: Option<Option<LeaderInfo>>,
@@ -540,13 +474,5 @@ impl futures::Stream for LeaderObserver {
                 return Poll::Ready(Some(Ok(leader)));
             }
         }
-    }
-}
-
-impl fmt::Debug for LeaderObserver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaderObserver")
-            .field("election", &self.changes.key())
-            .finish_non_exhaustive()
     }
 }

@@ -6,22 +6,14 @@ use crate::key::LeaseKey;
 
 /// Everything that can go wrong in `mongo-lease`.
 ///
-/// A key held by another owner is **not** an error: [`LeaseManager::try_acquire`]
-/// returns `Ok(None)` for it. Errors are either bad input (nothing was sent to
-/// MongoDB), a problem with the lock collection, a database failure, or a
-/// manager that has shut down.
-///
-/// The enum is `#[non_exhaustive]`: match the predicates ([`Error::is_invalid_input`],
-/// [`Error::is_shutdown`], ...) rather than every variant.
-///
-/// [`LeaseManager::try_acquire`]: crate::LeaseManager::try_acquire
+/// A key held by another owner is **not** an error: a try returns
+/// `Ok(None)` for it. The enum is `#[non_exhaustive]`: match the predicates
+/// ([`Error::is_invalid_input`], ...) rather than every variant.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A lease key is empty, longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN)
-    /// bytes, of a type MongoDB refuses as `_id` (array, regular expression,
-    /// `undefined`), or a document with a `$`-prefixed field name; or a
-    /// key's Extended JSON could not be parsed. See [`LeaseKey`].
+    /// A lease key [`LeaseKey`] refuses, or a key's Extended JSON that could
+    /// not be parsed.
     #[error("invalid lease key: {reason}")]
     InvalidKey {
         /// Why the key was refused.
@@ -36,12 +28,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// The document stored under this key in the lock collection was not written
-    /// by `mongo-lease`. It was left untouched.
-    ///
-    /// Not returned by this version: such a document is a lock held by a
-    /// foreign holder ([`LeaseInfo::foreign`](crate::LeaseInfo::foreign)).
-    /// The variant stays so that code matching it keeps compiling.
+    /// Not returned by this version: a document not written by `mongo-lease`
+    /// is a lock held by a foreign holder
+    /// ([`LeaseInfo::foreign`](crate::LeaseInfo::foreign)).
     #[error(
         "the lock collection holds a document of foreign layout under key {}; \
          it was left untouched (remove it or use another collection)",
@@ -52,32 +41,18 @@ pub enum Error {
         key: LeaseKey,
     },
 
-    /// The lock collection cannot be used as is: capped, an index on `exp`
-    /// that is not a TTL index, a TTL index that could delete a held lease
-    /// (on `ts` with `expireAfterSeconds` not longer than
-    /// `heartbeat_interval + safety_margin`, or on a date no renewal moves
-    /// such as `acq`), or documents that are not lock documents where the
-    /// TTL index on `exp` must be created. Nothing was changed.
+    /// The lock collection cannot be used as is (capped, an index on `exp`
+    /// that is not a TTL index, a TTL index that could delete a held lease,
+    /// ...). Nothing was changed.
     #[error("the lock collection cannot be used: {reason}")]
     UnusableCollection {
         /// What is wrong with the collection.
         reason: String,
     },
 
-    /// No MongoDB server answered within the given time.
-    ///
-    /// `Display` reads as one sentence with the cause when one is known, e.g.
-    /// "MongoDB did not answer within 3s: no server could be selected: ...
-    /// Connection refused ...". The driver reports why no server could be
-    /// selected (refused connection, a replica set name that does not match,
-    /// ...) only when its own server-selection timeout
-    /// (`serverSelectionTimeoutMS`, 30 s by default, set where the `Client`
-    /// is built) runs out before the manager's
-    /// [`operation_timeout`](crate::LeaseManagerOptions::operation_timeout):
-    /// set it shorter to see the cause (the command-line tool does).
-    ///
-    /// The variant is `#[non_exhaustive]` (its `source` field was added
-    /// later): match it with `Error::Unreachable { waited, reason, .. }`.
+    /// No MongoDB server answered within the given time; `reason` has the
+    /// cause if the driver's `serverSelectionTimeoutMS` ran out first. Match
+    /// it with `Error::Unreachable { waited, reason, .. }`.
     #[error("MongoDB did not answer within {waited:?}: {reason}")]
     #[non_exhaustive]
     Unreachable {
@@ -90,33 +65,17 @@ pub enum Error {
         source: Option<mongodb::error::Error>,
     },
 
-    /// A MongoDB operation failed. Its outcome is known: the manager re-reads the
-    /// lease after ambiguous failures before reporting one.
-    ///
-    /// `Display` shows, for a server's refusal, its message (without the
-    /// command the server may echo, and at most 200 bytes), code name and
-    /// code; else the driver's error kind. The driver's error, with its
-    /// labels and the raw server response, is the variant's field and the
-    /// error's `source()`. A refusal met by a call of
-    /// [`LeaseManager`](crate::LeaseManager), of a lease or of in-document
-    /// leases is [`Error::Refused`] instead.
+    /// A MongoDB operation failed; the driver's error is the error's
+    /// `source()`. (A refusal met by a call of the manager or a lease is
+    /// [`Error::Refused`] instead.)
     #[error("MongoDB operation failed: {}", short_kind(.0))]
     Database(#[from] mongodb::error::Error),
 
     /// The server refused an operation on the lock collection or a
-    /// collection of in-document leases: a missing
-    /// privilege, a document it cannot store, ... Retrying the same call
-    /// fails the same way until the cause is fixed.
-    ///
-    /// `Display` is one sentence that names the operation, the collection,
-    /// the cause and what to do, without the command the server echoes,
-    /// e.g. "acquire on app.workitem.lock refused by the server: not
-    /// authorized (Unauthorized, code 13); grant the readWrite role on
-    /// database app". The driver's error, with the server's whole answer,
-    /// is the `source` field and the error's `source()`.
-    ///
-    /// Match it with `Error::Refused { operation, .. }` (the variant is
-    /// `#[non_exhaustive]`); the server's code is the source's.
+    /// collection of in-document leases (a missing privilege, a document it
+    /// cannot store, ...): retrying fails the same way until the cause is
+    /// fixed. `Display` names the operation, the collection, the cause and
+    /// what to do; the server's whole answer is the `source`.
     ///
     /// ```
     /// use mongo_lease::{Error, Operation};
@@ -175,14 +134,9 @@ pub enum Error {
     },
 
     /// An update given to an in-document lease
-    /// ([`DocumentLease::commit`](crate::DocumentLease::commit),
-    /// [`DocumentLease::update`](crate::DocumentLease::update)) is empty,
-    /// mixes update operators with plain fields, writes the lease's lock
-    /// field, or (a pipeline) names the reserved temporary field
-    /// (`__mongo_lease_` prefix); or a document to create names the lock
-    /// field or `_id`: nothing was sent. Also a document to create that a
-    /// unique index of the user's collection (other than `_id`'s) refuses:
-    /// nothing was written.
+    /// ([`DocumentUpdate`](crate::DocumentUpdate)) or a document to create
+    /// that the rules refuse: nothing was sent. Also a document to create
+    /// that a unique index of the user's collection refuses.
     #[error("invalid update: {reason}")]
     InvalidUpdate {
         /// Why the update was refused.
@@ -199,12 +153,7 @@ pub enum Error {
     },
 
     /// The key is held as another kind than the acquisition asked for
-    /// ([`LeaseKind`](crate::LeaseKind)): e.g. a semaphore key asked for
-    /// with another number of permits while some of its permits are held,
-    /// or an exclusive lease asked for on a semaphore key. Nothing was
-    /// written. Kinds are stored with the key only while it is held: once
-    /// every holder is gone, any kind can take it. (The key is the one the
-    /// caller asked for; it is not repeated here, which keeps `Error` small.)
+    /// ([`LeaseKind`](crate::LeaseKind) has the rules). Nothing was written.
     #[error("the key is held as {stored}, not as {requested}")]
     KindMismatch {
         /// How it is held now.
@@ -213,14 +162,9 @@ pub enum Error {
         requested: crate::kind::LeaseKind,
     },
 
-    /// The acquisition's caller ([`Acquire::caller`]) already holds
-    /// the key, and the acquisition did not ask to re-enter it
-    /// ([`Acquire::reentrant`]), or asked for another kind than the
-    /// lease held: waiting would wait on itself. Nothing was sent; the
-    /// holder's lease is unchanged.
-    ///
-    /// [`Acquire::caller`]: crate::Acquire::caller
-    /// [`Acquire::reentrant`]: crate::Acquire::reentrant
+    /// The acquisition's caller ([`CallerId`](crate::CallerId)) already
+    /// holds the key, and the acquisition did not ask to re-enter it with
+    /// the same kind. Nothing was sent.
     #[error(
         "the key {} is already held by this caller; acquiring it again would wait on itself \
          (Acquire::reentrant re-enters a lease of the same kind)",
@@ -231,10 +175,9 @@ pub enum Error {
         key: LeaseKey,
     },
 
-    /// The manager has shut down (by [`LeaseManager::shutdown`] or because its
-    /// task stopped); no further commands are accepted.
-    ///
-    /// [`LeaseManager::shutdown`]: crate::LeaseManager::shutdown
+    /// The manager has shut down (by
+    /// [`LeaseManager::shutdown`](crate::LeaseManager::shutdown) or because
+    /// its task stopped); no further commands are accepted.
     #[error("the lease manager has shut down")]
     Shutdown,
 }
@@ -263,8 +206,7 @@ impl Error {
     }
 
     /// `true` for [`Error::ForeignDocument`], which this version never
-    /// returns (a document not written by `mongo-lease` is a lock held by a
-    /// foreign holder, see [`LeaseInfo::foreign`](crate::LeaseInfo::foreign)).
+    /// returns.
     pub fn is_foreign_document(&self) -> bool {
         matches!(self, Error::ForeignDocument { .. })
     }
@@ -315,11 +257,8 @@ fn is_transient_code(code: i32) -> bool {
     )
 }
 
-/// [`Error::Unreachable`] for a driver error that says the deployment could
-/// not be reached (a transient one, see [`is_transient_db_error`]): the
-/// reason names the cause (for a server-selection error, the driver's
-/// description of every server it knows, with its last error), and the
-/// driver's error is kept as the source.
+/// [`Error::Unreachable`] for a transient driver error
+/// ([`is_transient_db_error`]), with the driver's error as the source.
 pub(crate) fn unreachable_from(waited: Duration, error: mongodb::error::Error) -> Error {
     let reason = match &*error.kind {
         mongodb::error::ErrorKind::ServerSelection { message, .. } => {
@@ -350,9 +289,7 @@ pub(crate) fn unreachable_from(waited: Duration, error: mongodb::error::Error) -
 /// stays in its `source()`.
 const MESSAGE_SHOWN: usize = 200;
 
-/// The server's message without the command it echoes (`not authorized on
-/// app to execute command { findAndModify: ... }` carries the whole
-/// command, its pipeline and the cluster time's signature), at most
+/// The server's message without the command it echoes, at most
 /// [`MESSAGE_SHOWN`] bytes.
 fn short_message(message: &str) -> String {
     let cut = message
@@ -399,18 +336,14 @@ fn short_kind(error: &mongodb::error::Error) -> String {
 const UNAUTHORIZED: i32 = 13;
 
 impl Error {
-    /// This error as met by `operation` on the lock collection `namespace`
+    /// This error as met by `operation` on the collection `namespace`
     /// (`database.collection`): a server's refusal that retrying will not
-    /// cure becomes [`Error::Refused`], naming both, the cause and what to
-    /// do; any other error is returned as it is.
+    /// cure becomes [`Error::Refused`]; any other error is returned as is.
     pub(crate) fn refused_in(self, operation: Operation, namespace: &str) -> Error {
         let Error::Database(error) = self else {
             return self;
         };
-        if is_transient_db_error(&error) {
-            return Error::Database(error);
-        }
-        if server_refusal(&error).is_none() {
+        if is_transient_db_error(&error) || server_refusal(&error).is_none() {
             return Error::Database(error);
         }
         Error::Refused {

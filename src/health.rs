@@ -1,34 +1,20 @@
-//! [`Health`]: whether a manager's renewals are on time, for liveness probes.
-//!
-//! The manager task publishes what [`LeaseManager::health`] reads in a few
-//! atomics (`HealthBoard`), so that reading needs no message to the task and
-//! no round trip: a manager whose task is starved (a blocked runtime thread)
-//! reads unhealthy as soon as a held lease's local deadline has passed, even
-//! though the task never ran to notice it.
-//!
-//! [`LeaseManager::health`]: crate::LeaseManager::health
+//! [`Health`]: whether a manager's renewals are on time, for liveness probes,
+//! read from a few atomics the manager task publishes (`HealthBoard`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 #[cfg(doc)]
 use crate::status::LossReason;
-use crate::status::base;
+use crate::status::{from_nanos, to_nanos};
 
 /// Whether a manager's renewals are on time: returned by
-/// [`LeaseManager::health`](crate::LeaseManager::health).
-///
-/// After Kubernetes' leader-election `HealthzAdaptor`, which fails a
-/// liveness check once the leader's last observed renewal is too old (here
-/// [`Health::renewals_on_time`]).
-///
-/// What a probe should do with it: answer a liveness probe with a failure
-/// when [`Health::is_healthy`] is false (the CLI's `/healthz` answers 503):
-/// the process's leases are lost or about to be, because the manager task
-/// is starved or the server is unreachable, and a restart makes it start
-/// over cleanly. A manager that holds nothing and has lost nothing is healthy.
+/// [`LeaseManager::health`](crate::LeaseManager::health). Answer a liveness
+/// probe with a failure when [`Health::is_healthy`] is false (the CLI's
+/// `/healthz` answers 503): the process's leases are lost or about to be,
+/// and a restart starts over cleanly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Health {
@@ -36,18 +22,13 @@ pub struct Health {
     pub held_leases: usize,
     /// Age of the oldest held lease's last confirmed renewal (or
     /// acquisition), as of the manager task's last heartbeat or acquisition;
-    /// `None` when no lease is held. About one heartbeat interval while
-    /// renewals are on time; a lease is lost when it reaches
-    /// `ttl − safety_margin`. The same reading as the
-    /// [`RENEWAL_LAG`](crate::telemetry::RENEWAL_LAG) gauge.
+    /// `None` when no lease is held. The
+    /// [`RENEWAL_LAG`](crate::telemetry::RENEWAL_LAG) gauge's reading.
     pub oldest_renewal_age: Option<Duration>,
-    /// `false` once a held lease's local deadline has passed (no renewal
-    /// confirmed for `ttl − safety_margin`), and after a lease was lost for
-    /// not being renewed in time ([`LossReason::Expired`]: that deadline
-    /// passed, or a renewal found the lease expired on the server) until the
-    /// server confirms a renewal or answers an acquisition of this manager
-    /// again; `true` otherwise. Other ends of a lease (released, taken,
-    /// deleted, force-released, shutdown) leave it as it was.
+    /// `false` once a held lease's local deadline has passed, and after a
+    /// lease was lost as [`LossReason::Expired`] until the server confirms
+    /// a renewal or answers an acquisition of this manager again; `true`
+    /// otherwise.
     pub renewals_on_time: bool,
 }
 
@@ -59,23 +40,18 @@ impl Health {
 }
 
 /// No instant (an empty minimum).
-const NONE: u64 = u64::MAX;
+const NONE: i64 = i64::MAX;
 
-/// What the manager task publishes for [`Health`], shared with the
-/// manager's handles. Instants are in [`to_nanos`]'s units.
-///
-/// The two minimums are exact when the task publishes them (at each
-/// heartbeat, and once a heartbeat's renewals are all answered, in one pass
-/// over the held leases); in between, an acquisition lowers them at once,
-/// while a renewal or a release raises them only at the next publication
-/// (they stay on the early side, never late).
+/// What the manager task publishes for [`Health`], in [`to_nanos`]'s units.
+/// Between the task's publications, an acquisition lowers the two minimums
+/// at once, while a renewal or a release raises them only at the next one.
 #[derive(Debug)]
 pub(crate) struct HealthBoard {
     held: AtomicUsize,
     /// The earliest local deadline of a held lease.
-    earliest_deadline: AtomicU64,
+    earliest_deadline: AtomicI64,
     /// The oldest last confirmed renewal (or acquisition) of a held lease.
-    oldest_renewal: AtomicU64,
+    oldest_renewal: AtomicI64,
     /// A lease was lost for not being renewed in time since the server last
     /// confirmed a renewal or answered an acquisition.
     missed: AtomicBool,
@@ -83,13 +59,10 @@ pub(crate) struct HealthBoard {
 
 impl Default for HealthBoard {
     fn default() -> Self {
-        // Instants before the base read as the base: fix it now, before the
-        // manager's first acquisition is sent.
-        base();
         HealthBoard {
             held: AtomicUsize::new(0),
-            earliest_deadline: AtomicU64::new(NONE),
-            oldest_renewal: AtomicU64::new(NONE),
+            earliest_deadline: AtomicI64::new(NONE),
+            oldest_renewal: AtomicI64::new(NONE),
             missed: AtomicBool::new(false),
         }
     }
@@ -134,7 +107,7 @@ impl HealthBoard {
     pub(crate) fn read(&self) -> Health {
         let now = Instant::now();
         let held_leases = self.held.load(Ordering::Acquire);
-        let at = |nanos: u64| (held_leases > 0 && nanos != NONE).then(|| from_nanos(nanos));
+        let at = |nanos: i64| (held_leases > 0 && nanos != NONE).then(|| from_nanos(nanos));
         let deadline = at(self.earliest_deadline.load(Ordering::Acquire));
         let oldest = at(self.oldest_renewal.load(Ordering::Acquire));
         let late = deadline.is_some_and(|deadline| now >= deadline);
@@ -144,16 +117,6 @@ impl HealthBoard {
             renewals_on_time: !late && !self.missed.load(Ordering::Acquire),
         }
     }
-}
-
-/// `at` in nanoseconds after [`base`] (saturating: an instant before the
-/// base reads as the base; the board fixes the base before any lease).
-fn to_nanos(at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(base()).as_nanos()).unwrap_or(NONE - 1)
-}
-
-fn from_nanos(nanos: u64) -> Instant {
-    base() + Duration::from_nanos(nanos)
 }
 
 #[cfg(test)]

@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use mongodb::bson::{self, Binary, Bson, DateTime, Document, oid::ObjectId, spec::BinarySubtype};
 
-/// Why a key was refused: MongoDB would not accept it as `_id`, it is too
-/// long, or its text is not Extended JSON. Every operation given such a key
-/// answers it as [`Error::InvalidKey`](crate::Error::InvalidKey).
+/// Why a key was refused, as [`Error::InvalidKey`](crate::Error::InvalidKey)
+/// gives it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid lease key: {reason}")]
 pub struct InvalidKey {
@@ -27,10 +26,9 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// converted: an `ObjectId` key is stored as that `ObjectId`, an `i64` key as
 /// a 64-bit integer).
 ///
-/// Strings stay as convenient as plain `&str`: every call that takes a key takes
-/// `impl Into<LeaseKey>`, so `manager.acquire("job-1")` works, and a key
-/// compares equal to a `&str` (`lease.key() == "job-1"`). To lock a document of
-/// another collection, use its `_id` as the key, whatever its type:
+/// Every call that takes a key takes `impl Into<LeaseKey>` (`"job-1"` works),
+/// and a key compares equal to a `&str`. To lock a document of another
+/// collection, use its `_id` as the key, whatever its type:
 ///
 /// ```
 /// use mongo_lease::LeaseKey;
@@ -46,51 +44,25 @@ pub const MAX_KEY_LEN: usize = 1024;
 ///
 /// # Accepted types
 ///
-/// A key is checked when it is used (before any round trip to MongoDB); a
-/// refused key gives [`Error::InvalidKey`](crate::Error::InvalidKey) naming the type. Accepted, as MongoDB
-/// accepts them as `_id` (checked against `mongod` 6.0 by the crate's tests):
-/// strings (not empty), symbols, 32- and 64-bit integers, doubles,
-/// Decimal128, `ObjectId`, binary data of any subtype (UUIDs are binary subtype
-/// 4), dates, timestamps, booleans, `null`, `MinKey`, `MaxKey`, JavaScript code
-/// (with or without scope), DBPointer, and embedded documents. Refused: arrays,
-/// regular expressions and `undefined` (MongoDB refuses them as `_id`), embedded
-/// documents with a field name starting with `$` at any depth (MongoDB refuses
-/// such an `_id`), the empty string, and keys longer than
-/// [`MAX_KEY_LEN`] bytes (UTF-8 bytes for a string, bytes
-/// of the encoded BSON value for other types).
+/// A key is checked when it is used, before any round trip; a refused key
+/// gives [`Error::InvalidKey`](crate::Error::InvalidKey). Accepted: every
+/// type MongoDB accepts as `_id` (UUIDs are binary subtype 4). Refused:
+/// arrays, regular expressions, `undefined`, embedded documents with a field
+/// name starting with `$` at any depth, the empty string, and keys longer
+/// than [`MAX_KEY_LEN`].
 ///
 /// # Identity and order
 ///
 /// Two keys are equal (`Eq`, `Hash`) when MongoDB's `_id` index treats them as
-/// the same key: numbers compare by value (MongoDB stores `1`, `NumberLong(1)`
-/// and `1.0` under one `_id`, so `LeaseKey::from(1_i32) == LeaseKey::from(1_i64)`),
-/// strings and symbols by their bytes (MongoDB's default, simple collation; a
-/// symbol is the same key as the string of its text), and
-/// embedded documents field by field, in their order. `Ord` follows MongoDB's BSON
-/// comparison order: first the type (`MinKey`, `null`, numbers, strings and
-/// symbols, documents, binary data, `ObjectId`, booleans, dates, timestamps,
-/// DBPointer, JavaScript code, `MaxKey`), then the value within the type, so
-/// [`LeaseManager::list`](crate::LeaseManager::list) pages in MongoDB's order. A
-/// Decimal128 is equal only to the same Decimal128 (same bits) and sorts after
-/// the other numbers; DBPointer and JavaScript keys compare by their encoded
-/// bytes.
+/// the same key: numbers by value (`LeaseKey::from(1_i32) == LeaseKey::from(1_i64)`),
+/// strings and symbols by their bytes, embedded documents field by field.
+/// `Ord` follows MongoDB's BSON comparison order (type, then value), so
+/// [`LeaseManager::list`](crate::LeaseManager::list) pages in MongoDB's
+/// order; a Decimal128 equals only the same bits and sorts after the other
+/// numbers.
 ///
-/// # Display
-///
-/// A string key is shown as is; any other key as canonical Extended JSON v2
-/// (`{"$oid":"5087b72181a445980ae47d13"}`), which
-/// [`LeaseKey::from_extended_json`] and `mongo-lease --key-json` read back.
-///
-/// # Cost
-///
-/// A key is shared: cloning it counts a reference, so the manager's per-key
-/// state, its deadline heap, its renewal batches and the caller's
-/// [`Lease`](crate::Lease) all share one copy of the key. A string key is
-/// kept as its text alone, since most keys are strings and a manager may
-/// hold 100 000 of them: one allocation of 40 bytes for a text of up to 22
-/// bytes, which it holds in place, and the text's own allocation beside it
-/// for a longer one (a `Bson` value alone is 112 bytes); any other key as
-/// its `Bson` value.
+/// `Display` shows a string key as is, any other as
+/// [`LeaseKey::to_extended_json`]. Cloning a key counts a reference.
 #[derive(Clone)]
 pub struct LeaseKey(Arc<Repr>);
 
@@ -103,9 +75,8 @@ enum Repr {
 }
 
 /// The most bytes of text a string key holds in place ([`Text::Short`]):
-/// as many as leave [`Repr`] at 24 bytes, so that a short key is one
-/// allocation of 40 bytes (the `Arc`'s counts and the `Repr`), one malloc
-/// chunk of 48 bytes, where a boxed text would add a chunk of its own.
+/// as many as leave [`Repr`] at 24 bytes, so a short key is one allocation
+/// of 40 bytes.
 const SHORT: usize = 22;
 
 /// A string key's text: in place when it is short (most keys), else boxed.
@@ -161,11 +132,8 @@ impl LeaseKey {
         LeaseKey(Arc::new(Repr::Str(Text::new(key))))
     }
 
-    /// Parses a key from MongoDB Extended JSON v2, canonical or relaxed:
-    /// `{"$oid":"5087b72181a445980ae47d13"}`, `{"$numberLong":"7"}`, `7`,
-    /// `{"$date":"2024-01-01T00:00:00Z"}`, `{"$binary":{"base64":"...","subType":"04"}}`,
-    /// `"job-1"` (a JSON string is a string key), `{"tenant":7,"item":"a"}` (an
-    /// embedded document).
+    /// Parses a key from MongoDB Extended JSON v2, canonical or relaxed
+    /// (`{"$oid":"5087b72181a445980ae47d13"}`, `7`, `"job-1"`, ...).
     ///
     /// # Errors
     ///
@@ -181,10 +149,8 @@ impl LeaseKey {
         Ok(LeaseKey::new(bson))
     }
 
-    /// The key as canonical Extended JSON v2 (`"job-1"` with its quotes for a
-    /// string key, `{"$oid":"..."}` for an `ObjectId`, `{"$numberInt":"7"}` for
-    /// an `i32`): [`LeaseKey::from_extended_json`] reads it back to the same key
-    /// with the same type.
+    /// The key as canonical Extended JSON v2 (`"job-1"` with its quotes),
+    /// which [`LeaseKey::from_extended_json`] reads back to the same key.
     pub fn to_extended_json(&self) -> String {
         self.to_bson().into_canonical_extjson().to_string()
     }
@@ -399,27 +365,6 @@ fn value_bytes(value: &Bson) -> Vec<u8> {
     bson::to_vec(&bson::doc! { "": value.clone() }).unwrap_or_default()
 }
 
-fn cmp_docs(a: &Document, b: &Document) -> Ordering {
-    let mut left = a.iter();
-    let mut right = b.iter();
-    loop {
-        match (left.next(), right.next()) {
-            (None, None) => return Ordering::Equal,
-            (None, Some(_)) => return Ordering::Less,
-            (Some(_), None) => return Ordering::Greater,
-            (Some((ka, va)), Some((kb, vb))) => {
-                let order = rank(va)
-                    .cmp(&rank(vb))
-                    .then_with(|| ka.as_bytes().cmp(kb.as_bytes()))
-                    .then_with(|| cmp_bson(va, vb));
-                if order != Ordering::Equal {
-                    return order;
-                }
-            }
-        }
-    }
-}
-
 fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
     let order = rank(a).cmp(&rank(b));
     if order != Ordering::Equal {
@@ -432,7 +377,18 @@ fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
         (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => {
             x.as_bytes().cmp(y.as_bytes())
         }
-        (Bson::Document(x), Bson::Document(y)) => cmp_docs(x, y),
+        (Bson::Document(x), Bson::Document(y)) => {
+            for ((ka, va), (kb, vb)) in x.iter().zip(y) {
+                let order = rank(va)
+                    .cmp(&rank(vb))
+                    .then_with(|| ka.as_bytes().cmp(kb.as_bytes()))
+                    .then_with(|| cmp_bson(va, vb));
+                if order != Ordering::Equal {
+                    return order;
+                }
+            }
+            x.len().cmp(&y.len())
+        }
         (Bson::Array(x), Bson::Array(y)) => {
             for (u, v) in x.iter().zip(y) {
                 let order = cmp_bson(u, v);
@@ -613,23 +569,18 @@ impl From<&LeaseKey> for LeaseKey {
     }
 }
 
-impl From<ObjectId> for LeaseKey {
-    fn from(key: ObjectId) -> Self {
-        LeaseKey::new(Bson::ObjectId(key))
-    }
+/// Keys of these BSON types: any type, through `From<Bson>`.
+macro_rules! from_bson {
+    ($($type:ty),*) => {$(
+        impl From<$type> for LeaseKey {
+            fn from(key: $type) -> Self {
+                LeaseKey::new(Bson::from(key))
+            }
+        }
+    )*};
 }
 
-impl From<i32> for LeaseKey {
-    fn from(key: i32) -> Self {
-        LeaseKey::new(Bson::Int32(key))
-    }
-}
-
-impl From<i64> for LeaseKey {
-    fn from(key: i64) -> Self {
-        LeaseKey::new(Bson::Int64(key))
-    }
-}
+from_bson!(ObjectId, i32, i64, bson::Uuid, DateTime, Binary, Document);
 
 /// A UUID is stored as BSON binary subtype 4, like the driver's `bson::Uuid`.
 impl From<uuid::Uuid> for LeaseKey {
@@ -638,30 +589,6 @@ impl From<uuid::Uuid> for LeaseKey {
             subtype: BinarySubtype::Uuid,
             bytes: key.as_bytes().to_vec(),
         }))
-    }
-}
-
-impl From<bson::Uuid> for LeaseKey {
-    fn from(key: bson::Uuid) -> Self {
-        LeaseKey::new(Bson::from(key))
-    }
-}
-
-impl From<DateTime> for LeaseKey {
-    fn from(key: DateTime) -> Self {
-        LeaseKey::new(Bson::DateTime(key))
-    }
-}
-
-impl From<Binary> for LeaseKey {
-    fn from(key: Binary) -> Self {
-        LeaseKey::new(Bson::Binary(key))
-    }
-}
-
-impl From<Document> for LeaseKey {
-    fn from(key: Document) -> Self {
-        LeaseKey::new(Bson::Document(key))
     }
 }
 

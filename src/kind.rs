@@ -15,33 +15,12 @@ pub const MAX_PERMITS: u32 = 10_000;
 ///
 /// # Rules between kinds
 ///
-/// A key of the lock collection is held in one of three ways at a time:
-///
-/// - **exclusive**: one holder (the default, [`LeaseKind::Exclusive`]);
-/// - **shared**: any number of shared holders, and no exclusive holder
-///   ([`LeaseKind::Shared`]): the shared side of a read/write (shared/exclusive)
-///   lock, whose exclusive side is an exclusive lease on the same key;
-/// - **permits**: at most `permits` holders ([`LeaseKind::Permit`]): a
-///   counting semaphore. `permits` is stored with the key while any permit
-///   is held; an acquisition asking for another number then fails with
-///   [`Error::KindMismatch`]. Once every permit
-///   is free, the next acquisition stores its own number.
-///
-/// Every kind keeps the guarantees of an exclusive lease: expiry judged by
-/// the server's clock, renewal in the manager's batched heartbeat, a
-/// lost-lease token, a fencing token greater than every earlier one on the
-/// key, owner-checked release, takeover after a crashed holder's TTL, FIFO
-/// among a manager's waiters and change-stream wake-up across processes.
-///
-/// **No starvation of exclusive waiters.** An exclusive acquirer that waits
-/// for shared holders marks the key (a *waiting mark* that expires with the
-/// waiter's TTL unless its next attempt renews it): while the mark is live,
-/// new shared acquisitions are refused, so the shared holders drain and the
-/// exclusive waiter gets the key, however many shared acquirers keep
-/// arriving. A waiter that dies stops renewing its mark, which then blocks
-/// nobody after its TTL. The scheme is the writer preference of a
-/// read/write lock, as in Redisson's `RReadWriteLock` and square/mongo-lock's
-/// shared locks with a waiting exclusive locker.
+/// A key of the lock collection is held one way at a time (see each
+/// variant). An acquisition of another kind (or number of permits) than the
+/// key is held as fails with [`Error::KindMismatch`](crate::Error::KindMismatch);
+/// once every holder is gone, any kind can take it. Every kind keeps the
+/// guarantees of an exclusive lease, and exclusive waiters are never
+/// starved by shared holders (docs/kinds.md).
 ///
 /// # Examples
 ///
@@ -63,9 +42,10 @@ pub enum LeaseKind {
     #[default]
     Exclusive,
     /// Shared with other shared holders; excludes an exclusive holder (the
-    /// shared side of a read/write key).
+    /// read side of a read/write key).
     Shared,
-    /// One of `permits` permits of a semaphore key (1 to [`MAX_PERMITS`]).
+    /// One of `permits` permits of a semaphore key (1 to [`MAX_PERMITS`]),
+    /// a number stored with the key while any permit is held.
     Permit {
         /// How many holders the key admits at a time.
         permits: u32,

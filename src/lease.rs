@@ -18,23 +18,15 @@ use crate::status::{LeaseStatus, ReleaseOutcome};
 use crate::store::{DocumentWrite, LockPlace};
 
 /// Largest accepted payload ([`Lease::set_payload`]), in bytes of BSON: 16 KiB.
-///
-/// The payload is copied into every change event of the key and every
-/// [`LeaseInfo`]: keep it small (an address, a version, a few labels).
 pub const MAX_PAYLOAD_LEN: usize = 16 * 1024;
 
 /// A held lease on one key.
 ///
 /// The manager renews it in the background until it is released or dropped.
-/// Hold it for as long as you work under the lock; follow its
-/// [`status`](Lease::status) (await [`lost`](LeaseStatus::lost), or hand its
-/// [`cancellation_token`](LeaseStatus::cancellation_token) to code that takes
-/// one) to stop when the lease is lost, and pass its
-/// [`fencing_token`](Lease::fencing_token) to every resource you change, so a
-/// stale holder's late writes can be refused.
-///
-/// Dropping a lease releases it in the background; prefer [`Lease::release`],
-/// which waits and reports.
+/// Follow its [`status`](Lease::status) to stop when the lease is lost, and
+/// pass its [`fencing_token`](Lease::fencing_token) to every resource you
+/// change. Dropping a lease releases it in the background; prefer
+/// [`Lease::release`], which waits and reports.
 ///
 /// # Examples
 ///
@@ -70,8 +62,7 @@ impl Lease {
         }
     }
 
-    /// How this lease holds its key: exclusively (the default), shared, or
-    /// as one permit of a semaphore ([`Acquire::shared`](crate::Acquire::shared)).
+    /// How this lease holds its key.
     pub fn kind(&self) -> crate::kind::LeaseKind {
         self.granted.kind
     }
@@ -133,32 +124,26 @@ impl Lease {
         self.released = true;
     }
 
-    /// The lease's TTL: the one given with
-    /// [`Acquire::ttl`](crate::Acquire::ttl) (or
-    /// [`hold_at_most`](crate::Acquire::hold_at_most)), or the
-    /// manager's, until [`Lease::set_ttl`] changes it.
-    /// Each renewal sets the lease to expire this long after the server's now.
+    /// The lease's TTL ([`Acquire::ttl`](crate::Acquire::ttl), or the
+    /// manager's, until [`Lease::set_ttl`] changes it): each renewal sets the
+    /// lease to expire this long after the server's now.
     pub fn ttl(&self) -> Duration {
         Duration::from_nanos(self.ttl_nanos.load(Ordering::Acquire))
     }
 
     /// Changes the lease's TTL to `ttl`: the manager renews the lease at
-    /// once to expire `ttl` after the server's now, and every later
-    /// renewal does the same. Returns once the server confirmed that
-    /// renewal. A longer TTL moves the local deadline ([`LeaseStatus::deadline`]);
-    /// a shorter one moves nothing back (the server's expiry never does
-    /// under one lease id), and takes effect once the longer expiry has
-    /// passed. The rules of [`Acquire::ttl`](crate::Acquire::ttl) apply; a
-    /// minimum hold is kept.
+    /// once, and at every later renewal, to expire `ttl` after the server's
+    /// now, and returns once the server confirmed it. A shorter TTL moves
+    /// nothing back: it takes effect once the longer expiry has passed. The
+    /// rules of [`Acquire::ttl`](crate::Acquire::ttl) apply.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] if `ttl` breaks those rules, or the lease
-    /// was acquired with [`hold_at_most`](crate::Acquire::hold_at_most)
-    /// (nothing is sent); [`Error::LeaseLost`] if the lease is no longer
-    /// held; [`Error::Shutdown`]; a database error if the renewal could not
-    /// be confirmed (the heartbeat renews to `ttl` all the same, and
-    /// [`Lease::ttl`] keeps the old value).
+    /// [`Error::InvalidConfig`] if `ttl` breaks those rules, or for a lease
+    /// acquired with [`hold_at_most`](crate::Acquire::hold_at_most);
+    /// [`Error::LeaseLost`]; [`Error::Shutdown`]; a database error if the
+    /// renewal could not be confirmed (the heartbeat renews to `ttl` all
+    /// the same, and [`Lease::ttl`] keeps the old value).
     ///
     /// # Cancel safety
     ///
@@ -191,12 +176,9 @@ impl Lease {
     }
 
     /// The fencing token of this acquisition: strictly greater than every
-    /// token issued before for this key, including after an expiry takeover
-    /// and after the lock document was garbage-collected.
-    ///
-    /// Pass it with every write protected by the lease and have the resource
-    /// refuse writes that carry a token lower than one it has seen (Martin
-    /// Kleppmann, "How to do distributed locking", 2016).
+    /// token issued before for this key, also after the lock document was
+    /// garbage-collected. Pass it with every write protected by the lease
+    /// ([`Lease::fence`]).
     pub fn fencing_token(&self) -> u64 {
         self.granted.fencing_token
     }
@@ -210,18 +192,15 @@ impl Lease {
         )
     }
 
-    /// How the lease stands: lost or held, why, its local deadline, its
-    /// cancellation token and its events (see [`LeaseStatus`]). Read
-    /// without the manager task.
+    /// How the lease stands ([`LeaseStatus`]).
     pub fn status(&self) -> LeaseStatus {
         LeaseStatus::of(self.granted.state.clone())
     }
 
     /// Stores `payload` in the lease's document (field `data`), replacing the
-    /// previous payload, for others to read through [`LeaseManager::inspect`],
-    /// [`LeaseManager::list`] and [`LeaseManager::observe`] (a leader's address,
-    /// for example). The write is conditional on this acquisition: it never
-    /// touches a successor's lease. A new acquisition starts without payload.
+    /// previous payload, for others to read ([`LeaseInfo::payload`]). The
+    /// write is conditional on this acquisition. A new acquisition starts
+    /// without payload.
     ///
     /// # Errors
     ///
@@ -244,10 +223,6 @@ impl Lease {
     /// lease.set_payload(doc! { "addr": "10.0.0.7:8080" }).await?;
     /// # Ok(()) }
     /// ```
-    ///
-    /// [`LeaseManager::inspect`]: crate::LeaseManager::inspect
-    /// [`LeaseManager::list`]: crate::LeaseManager::list
-    /// [`LeaseManager::observe`]: crate::LeaseManager::observe
     pub async fn set_payload(&self, payload: Document) -> Result<()> {
         self.handle()
             .set_payload(payload)
@@ -265,16 +240,10 @@ impl Lease {
     }
 
     /// Re-enters this lease: another `Lease` of the same acquisition (same
-    /// key, fencing token, TTL and cancellation token), counted as one more
-    /// entry. The lease stays held, and renewed, until every entry is
-    /// released or dropped: releasing an entry that is not the last answers
-    /// [`ReleaseOutcome::StillHeld`] and sends nothing; the last one
-    /// releases the lease. A loss ends every entry at once. No round trip:
-    /// the count is the manager's.
-    ///
-    /// To re-enter by acquiring again, name the caller instead
-    /// ([`Acquire::caller`](crate::Acquire::caller)); docs/reentrancy.md
-    /// compares the two.
+    /// key, fencing token, TTL and status), counted as one more entry, with
+    /// no round trip. The lease stays held until every entry is released or
+    /// dropped (the others answer [`ReleaseOutcome::StillHeld`]). To
+    /// re-enter by acquiring again, see docs/reentrancy.md.
     ///
     /// # Errors
     ///
@@ -314,9 +283,8 @@ impl Lease {
     }
 
     /// Releases the lease and waits for MongoDB to confirm. The key is free at
-    /// once for the next waiter, local or remote. Only this acquisition (owner
-    /// id and lease id) is released: a stale holder can never release its
-    /// successor's lease.
+    /// once for the next waiter. Only this acquisition (owner id and lease
+    /// id) is released, never a successor's.
     ///
     /// # Errors
     ///
@@ -326,10 +294,7 @@ impl Lease {
     /// [`Error::Unreachable`] if the release could not be confirmed (in
     /// either case the lease then expires after its TTL).
     ///
-    /// For a re-entered lease ([`Lease::reenter`],
-    /// [`Acquire::reentrant`](crate::Acquire::reentrant)),
-    /// this releases one entry: [`ReleaseOutcome::StillHeld`] while other
-    /// entries remain (nothing is sent), and the lease with the last one.
+    /// For a re-entered lease ([`Lease::reenter`]), this releases one entry.
     ///
     /// # Cancel safety
     ///
@@ -429,14 +394,12 @@ fn check_field_names(doc: &Document) -> Result<()> {
 }
 
 /// The changes of one key, from [`LeaseManager::observe`]: a
-/// [`Stream`](futures::Stream) of `Result<Option<LeaseInfo>>`, in order.
-///
-/// `None` means the key has no lock document; an `Err` is a permanent
-/// error, after which the stream ends (see [`LeaseManager::observe`] for
-/// what it delivers). Drop it to unsubscribe. Items are queued without
-/// bound for a consumer that falls behind: keep reading.
+/// [`Stream`](futures::Stream) of `Result<Option<LeaseInfo>>`, in order
+/// (`None`: no lock document; an `Err` ends the stream). Drop it to
+/// unsubscribe. Items are queued without bound: keep reading.
 ///
 /// [`LeaseManager::observe`]: crate::LeaseManager::observe
+#[derive(Debug)]
 pub struct LeaseObserver {
     key: LeaseKey,
     changes: Changes,
@@ -468,13 +431,5 @@ impl futures::Stream for LeaseObserver {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.changes.poll_recv(cx)
-    }
-}
-
-impl fmt::Debug for LeaseObserver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaseObserver")
-            .field("key", &self.key)
-            .finish_non_exhaustive()
     }
 }

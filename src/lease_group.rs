@@ -1,11 +1,6 @@
 //! [`LeaseGroup`]: leases on several keys, taken and held together
-//! ([`LeaseManager::acquire_all`]).
-//!
-//! The keys are taken one at a time in [`LeaseKey`]'s order, so callers
-//! over overlapping keys never deadlock ([`LeaseManager::acquire_all`]
-//! says how); once all are held, the manager binds them
-//! (`src/actor/lease_group.rs`), as Redisson's `RedissonMultiLock` and
-//! Curator's `InterProcessMultiLock` do.
+//! ([`LeaseManager::acquire_all`]); once all are held, the manager binds
+//! them (`src/actor/lease_group.rs`).
 
 use std::fmt;
 
@@ -20,11 +15,10 @@ use crate::status::{LeaseStatus, ReleaseOutcome};
 /// Leases on several keys held together, from [`LeaseManager::acquire_all`]
 /// or [`LeaseManager::try_acquire_all`].
 ///
-/// Every key is held, or the group is lost: when one of its leases is lost
-/// (expired, taken, deleted, force-released), the manager ends the others at
-/// once ([`LossReason::GroupLost`](crate::LossReason::GroupLost)) and
-/// releases them, and the group's [`status`](LeaseGroup::status) reads lost. Work under
-/// the group stops then, as under a single lease. Dropping the group
+/// Every key is held, or the group is lost: when one of its leases is lost,
+/// the manager ends the others at once
+/// ([`LossReason::GroupLost`](crate::LossReason::GroupLost)), and the
+/// group's [`status`](LeaseGroup::status) reads lost. Dropping the group
 /// releases every lease in the background; prefer [`LeaseGroup::release`].
 ///
 /// # Examples
@@ -54,10 +48,8 @@ impl LeaseGroup {
     /// Binds `leases` (in key order) into a group, or gives them back and
     /// returns `None` if one of them was lost meanwhile.
     async fn bind(leases: Vec<Lease>) -> Result<Option<LeaseGroup>> {
-        let (members, mailbox) = {
-            let members: Vec<_> = leases.iter().map(|lease| lease.member().0).collect();
-            (members, leases[0].member().1.clone())
-        };
+        let members = leases.iter().map(|lease| lease.member().0).collect();
+        let mailbox = leases[0].member().1.clone();
         if mailbox.bind_group(members).await? {
             let states = leases.iter().map(|lease| lease.status().state().clone());
             let status = LeaseStatus::of_group(states.collect());
@@ -81,18 +73,15 @@ impl LeaseGroup {
     }
 
     /// How the group stands ([`LeaseStatus`]): lost once any of its
-    /// leases is lost (the manager then ends the others with it), or when
-    /// the manager releases them ([`LeaseManager::release_all`], shutdown);
-    /// its reason is the reason of the lease lost first.
+    /// leases is, for the reason of the lease lost first.
     pub fn status(&self) -> LeaseStatus {
         self.status.clone()
     }
 
     /// Releases every lease of the group, together, and waits for MongoDB
-    /// to confirm. [`ReleaseOutcome::AlreadyLost`] if the group had been
-    /// lost, [`ReleaseOutcome::Released`] otherwise (or
-    /// [`ReleaseOutcome::StillHeld`] if every lease had been re-entered
-    /// and stays held by its other entries).
+    /// to confirm: [`ReleaseOutcome::AlreadyLost`] if any had been lost,
+    /// [`ReleaseOutcome::StillHeld`] if every one stays held by other
+    /// entries, else [`ReleaseOutcome::Released`].
     ///
     /// # Errors
     ///
@@ -104,19 +93,14 @@ impl LeaseGroup {
     /// Dropping the future after the first poll still releases every lease.
     pub async fn release(self) -> Result<ReleaseOutcome> {
         let outcomes = futures::future::join_all(self.leases.into_iter().map(Lease::release)).await;
-        let mut outcome = ReleaseOutcome::StillHeld;
-        for result in outcomes {
-            outcome = match (result?, outcome) {
-                (ReleaseOutcome::AlreadyLost, _) | (_, ReleaseOutcome::AlreadyLost) => {
-                    ReleaseOutcome::AlreadyLost
-                }
-                (ReleaseOutcome::Released, _) | (_, ReleaseOutcome::Released) => {
-                    ReleaseOutcome::Released
-                }
-                _ => ReleaseOutcome::StillHeld,
-            };
-        }
-        Ok(outcome)
+        let outcomes = outcomes.into_iter().collect::<Result<Vec<_>>>()?;
+        Ok(if outcomes.contains(&ReleaseOutcome::AlreadyLost) {
+            ReleaseOutcome::AlreadyLost
+        } else if outcomes.contains(&ReleaseOutcome::Released) {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::StillHeld
+        })
     }
 }
 
@@ -157,54 +141,31 @@ fn canonical(mut keys: Vec<LeaseKey>, options: &AcquireOptions) -> Result<Vec<Le
     Ok(keys)
 }
 
-/// Acquires every key of `keys` with `options` ([`LeaseManager::acquire_all`]).
+/// Acquires every key of `keys` with `options` ([`LeaseManager::acquire_all`],
+/// [`LeaseManager::try_acquire_all`]); `None` from a try as soon as a key is
+/// held, and from a wait once the manager has shut down.
 pub(crate) async fn acquire_all(
     manager: &LeaseManager,
     keys: Vec<LeaseKey>,
+    mode: AcquireMode,
     options: &AcquireOptions,
-) -> Result<LeaseGroup> {
+) -> Result<Option<LeaseGroup>> {
     let keys = canonical(keys, options)?;
     loop {
         let mut leases = Vec::with_capacity(keys.len());
         for key in &keys {
-            match manager
-                .acquire_key(key.clone(), AcquireMode::Wait, options)
-                .await
-            {
+            match manager.acquire_key(key.clone(), mode, options).await {
                 Ok(Some(lease)) => leases.push(lease),
-                Ok(None) => {
+                other => {
                     give_back(leases).await;
-                    return Err(Error::Shutdown);
-                }
-                Err(error) => {
-                    give_back(leases).await;
-                    return Err(error);
+                    return other.map(|_| None);
                 }
             }
         }
-        if let Some(group) = LeaseGroup::bind(leases).await? {
+        let group = LeaseGroup::bind(leases).await?;
+        if group.is_some() || mode == AcquireMode::Try {
             return Ok(group);
         }
         tracing::debug!("a lease of the group was lost before all were held: starting over");
     }
-}
-
-/// One attempt at every key of `keys` ([`LeaseManager::try_acquire_all`]).
-pub(crate) async fn try_acquire_all(
-    manager: &LeaseManager,
-    keys: Vec<LeaseKey>,
-    options: &AcquireOptions,
-) -> Result<Option<LeaseGroup>> {
-    let keys = canonical(keys, options)?;
-    let mut leases = Vec::with_capacity(keys.len());
-    for key in keys {
-        match manager.acquire_key(key, AcquireMode::Try, options).await {
-            Ok(Some(lease)) => leases.push(lease),
-            other => {
-                give_back(leases).await;
-                return other.map(|_| None);
-            }
-        }
-    }
-    LeaseGroup::bind(leases).await
 }

@@ -14,44 +14,13 @@ use crate::error::{Error, Result};
 const MAX_DURATION_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A document layout shared with clients that lock a document by two
-/// top-level fields of its own: a lock id (`LockId`, a UUID) and the time it
-/// was taken (`LockTime`, a date), with a maximum duration after which they
-/// take a lock over.
-///
-/// Those clients lock with one `findOneAndUpdate` on
-/// `{_id, $or: [{LockId: null}, {LockTime: {$lt: <their now> - max_duration}}]}`
-/// setting a new `LockId` and `LockTime`, upserting (a duplicate-key error
-/// means "already locked"), and unlock with an update filtered on their
-/// `LockId` that writes the document's new state with `LockId: null` and
-/// `LockTime: null`. In-document leases opened with these fields
-/// ([`OpenDocuments::lock_id`](crate::OpenDocuments::lock_id)):
-///
-/// - store the lease id as `LockId` and the server time of each acquisition
-///   and renewal as `LockTime`, so those clients see the document locked
-///   while a lease holds it; the other lock fields stay under the lease
-///   field (default [`DEFAULT_LEASE_FIELD`](crate::DEFAULT_LEASE_FIELD));
-/// - see a document whose `LockId` is another client's as held until
-///   `LockTime + max_duration` by the server's clock, and take it over after
-///   that in the acquiring write itself;
-/// - write `LockId: null` and `LockTime: null` when they release
-///   ([`DocumentLease::release`](crate::DocumentLease::release),
-///   [`DocumentLease::commit`](crate::DocumentLease::commit)), so those
-///   clients can lock the document at once;
-/// - make every write under a lease conditional on `LockId` still holding
-///   the lease id (renewal, update, commit, release, payload, the check of
-///   [`Lease::with_transaction`](crate::Lease::with_transaction)): once
-///   another client has taken the document over, the lease is lost and
-///   nothing of it is written any more.
-///
-/// A lease's TTL must not exceed `max_duration` (acquire and
-/// [`Lease::set_ttl`](crate::Lease::set_ttl) refuse it), so that a lease
-/// expires to mongo-lease no later than it expires to those clients. They
-/// judge expiry by their own clock, mongo-lease by the server's: a client
-/// whose clock is ahead of the server's by `d` takes a lease over `d` early,
-/// that is `max_duration - d` after its last renewal. Keep `max_duration` at
-/// least the TTL plus the largest clock skew you accept (see
-/// docs/in-document.md). [`OpenDocuments::lock_id`](crate::OpenDocuments::lock_id)
-/// has an example.
+/// top-level fields of its own, a lock id (`LockId`, a UUID) and the time it
+/// was taken (`LockTime`, a date), and take a lock over after `max_duration`.
+/// In-document leases opened with these fields
+/// ([`OpenDocuments::lock_id`](crate::OpenDocuments::lock_id), which has an
+/// example) keep them true, as docs/in-document.md ("Documents locked by
+/// LockId and LockTime") says; a lease's TTL must not exceed
+/// `max_duration`.
 #[derive(Debug, Clone, PartialEq, Eq, TypedBuilder)]
 #[non_exhaustive]
 pub struct LockIdFields {

@@ -27,12 +27,11 @@ use tracing::Instrument;
 /// A handle to this process's lease manager: acquire, release and shut down
 /// leases stored in one MongoDB lock collection.
 ///
-/// One manager task (an actor) per [`LeaseManager::connect`] owns the
-/// collection handle, renews every held lease with batched heartbeats, queues
-/// local waiters per key in FIFO order, and cancels a lease's token when the
-/// lease is lost. Clones are cheap and talk to the same manager. The manager
-/// stops when [`LeaseManager::shutdown`] is called, or once every handle and
-/// every [`Lease`] is dropped (it then releases what it still holds).
+/// One manager task per [`LeaseManager::connect`] renews every held lease
+/// with batched heartbeats and queues local waiters per key in FIFO order.
+/// Clones are cheap and talk to the same manager. The manager stops at
+/// [`LeaseManager::shutdown`], or once every handle and every [`Lease`] is
+/// dropped (it then releases what it still holds).
 ///
 /// # Examples
 ///
@@ -62,10 +61,8 @@ pub struct LeaseManager {
 
 struct Inner {
     mailbox: Mailbox,
-    /// The lock collection's store, for the reads and the operator's
-    /// overrides that need no lease state: they go to it directly, not
-    /// through the manager task. Weak: the task owns it, and once the task
-    /// has stopped these calls are [`Error::Shutdown`].
+    /// The lock collection's store, for the reads and overrides that need
+    /// no lease state. Weak: the task owns it.
     store: Weak<dyn Store>,
     owner_id: Arc<str>,
     timing: Timing,
@@ -84,27 +81,23 @@ struct Inner {
 impl LeaseManager {
     /// Checks `options`, makes sure the lock collection is usable (creating
     /// its TTL index if needed), and starts the manager task on the current
-    /// tokio runtime.
-    ///
-    /// The deployment should be a replica set (a single-node one is fine):
-    /// the manager writes with majority write concern, so that an acquired
-    /// lease survives a failover.
+    /// tokio runtime. The deployment should be a replica set (a single-node
+    /// one is fine): writes use majority write concern.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for inconsistent options (nothing is sent),
     /// [`Error::Unreachable`] if MongoDB does not answer within
     /// `operation_timeout`, [`Error::Unsupported`] for a server older than
-    /// MongoDB 5.0, [`Error::UnusableCollection`] for a collection the
-    /// manager cannot use safely (see the variant), [`Error::Refused`] when
-    /// the server refuses a command (`readWrite` on the database is
-    /// enough), and [`Error::Database`] for other server errors.
+    /// MongoDB 5.0, [`Error::UnusableCollection`], [`Error::Refused`] and
+    /// [`Error::Database`].
     ///
     /// # Panics
     ///
     /// Outside a tokio runtime.
     pub async fn connect(options: LeaseManagerOptions) -> Result<LeaseManager> {
         let mut timing = options.timing()?;
+        let lock_delay = options.lock_delay(&timing)?;
         let owner_id = options
             .owner_id
             .clone()
@@ -119,7 +112,7 @@ impl LeaseManager {
         )
         .with_release_mode(timing.release_mode)
         .with_safety_margin(timing.safety_margin)
-        .with_lock_delay(options.lock_delay(&timing)?);
+        .with_lock_delay(lock_delay);
         if let Some(rule) = &options.foreign_lock {
             rule.validate()?;
         }
@@ -140,12 +133,11 @@ impl LeaseManager {
             // `cap` after its last renewal, whatever `nb` says: a lock-delay
             // ends no later than that, counted from a renewal a heartbeat
             // old (docs/lock-delay.md).
-            let delay = options.lock_delay(&timing)?;
             let most = cap.saturating_sub(timing.heartbeat_interval + timing.unsafe_time());
-            if delay > most {
+            if lock_delay > most {
                 return Err(Error::InvalidConfig {
                     reason: format!(
-                        "lock_delay ({delay:?}) is longer than the collection's TTL index on `ts` \
+                        "lock_delay ({lock_delay:?}) is longer than the collection's TTL index on `ts` \
                      ({cap:?}) allows: MongoDB may delete an overridden lease's document \
                      {cap:?} after its last renewal, so the lock-delay must be at most {most:?} \
                      (the index's time less heartbeat_interval, safety_margin and clock_skew)"
@@ -196,12 +188,9 @@ impl LeaseManager {
     }
 
     /// Whether this manager's renewals are on time, for liveness probes
-    /// (a Kubernetes liveness probe, the CLI's `/healthz`): read without a
-    /// round trip and without the manager task, from what the task last
-    /// published (at each heartbeat, acquisition and lease end), so a
-    /// starved task reads unhealthy once a held lease's local deadline has
-    /// passed. See [`Health`](crate::Health) for what each field means and
-    /// what a probe should do with it. Costs a few atomic loads.
+    /// ([`Health`](crate::Health)): a few atomic loads, without a round trip
+    /// or the manager task, so a starved task reads unhealthy once a held
+    /// lease's local deadline has passed.
     ///
     /// # Examples
     ///
@@ -237,8 +226,6 @@ impl LeaseManager {
         self.inner.lock_delay
     }
 
-    /// Checks `options` against this manager's rules (kind, minimum hold,
-    /// release mode) before anything is sent, as an acquisition does.
     /// Changes the number of permits of the semaphore key `key`
     /// ([`Semaphore::set_permits`](crate::Semaphore::set_permits)).
     pub(crate) async fn set_permits_of(
@@ -254,6 +241,8 @@ impl LeaseManager {
         self.inner.mailbox.call(call).await
     }
 
+    /// Checks `options` against this manager's rules (kind, minimum hold,
+    /// release mode) before anything is sent, as an acquisition does.
     pub(crate) fn check_shape(&self, options: &AcquireOptions) -> Result<()> {
         self.inner.timing.lease_shape(options).map(drop)
     }
@@ -359,18 +348,11 @@ impl LeaseManager {
     }
 
     /// Releases every lease this manager holds, in the lock collection and
-    /// in each collection of in-document leases ([`LeaseManager::documents`]),
-    /// by lease id: one command per collection and batch of
-    /// [`renewal_batch_size`](crate::LeaseManagerOptions::renewal_batch_size)
-    /// leases. The tokens of local leases are cancelled. Local waiters keep
-    /// waiting. Returns how many leases the server released.
-    ///
-    /// Leases left by an earlier process that used the same owner id are not
-    /// released: they expire after their TTL, or an operator ends them with
-    /// [`LeaseManager::release_owner`]. (A release by owner id that the
-    /// server applies late, after its caller gave up on it, would also end
-    /// the leases acquired since; a release by lease id then matches
-    /// nothing: docs/safety.md, "Late writes and client-side timeouts".)
+    /// in each collection of in-document leases, by lease id, in batches of
+    /// [`renewal_batch_size`](crate::LeaseManagerOptions::renewal_batch_size).
+    /// Local waiters keep waiting. Returns how many leases the server
+    /// released. Leases of an earlier process with the same owner id are
+    /// not released ([`LeaseManager::release_owner`] ends them).
     ///
     /// # Errors
     ///
@@ -384,9 +366,9 @@ impl LeaseManager {
             .await
     }
 
-    /// Releases every held lease, fails every waiting acquire with
-    /// [`Error::Shutdown`], and stops the manager task. Later calls on any
-    /// clone of this handle, or on its leases, return [`Error::Shutdown`].
+    /// Releases every held lease, fails every waiting acquire, and stops
+    /// the manager task: later calls on any clone of this handle, or on its
+    /// leases, return [`Error::Shutdown`].
     ///
     /// # Errors
     ///
@@ -400,18 +382,15 @@ impl LeaseManager {
             .await
     }
 
-    /// Reads `key` from the lock collection, with the server's clock: who
-    /// holds it (or last held it), its fencing token, acquisition, renewal
-    /// and expiry times, and its payload. `Ok(None)` if the key has no lock
-    /// document (never acquired, or garbage-collected after its release).
-    /// One MongoDB round trip (majority read concern).
+    /// Reads `key` from the lock collection with the server's clock
+    /// ([`LeaseInfo`]; a document not written by this crate is a foreign
+    /// holder's lock, [`LeaseInfo::foreign`]). `Ok(None)` if the key has no
+    /// lock document. One MongoDB round trip (majority read concern).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidKey`], [`Error::Shutdown`], and database errors
-    /// ([`Error::Refused`], [`Error::Database`], [`Error::Unreachable`]). A document not written
-    /// by this crate is not an error: it is shown as held by a foreign holder
-    /// ([`LeaseInfo::foreign`], which says what each field then means).
+    /// ([`Error::Refused`], [`Error::Database`], [`Error::Unreachable`]).
     ///
     /// # Cancel safety
     ///
@@ -445,10 +424,8 @@ impl LeaseManager {
             .map_or(namespace, |(database, _)| database)
     }
 
-    /// The lock collection's store, for the reads and overrides that need
-    /// no lease state: [`Error::Shutdown`] once the manager began to shut
-    /// down (the actor then takes no command; it may still hold the store
-    /// while it releases its leases).
+    /// The lock collection's store: [`Error::Shutdown`] once the manager
+    /// began to shut down.
     fn store(&self) -> Result<Arc<dyn Store>> {
         if self.inner.mailbox.is_closed() {
             return Err(Error::Shutdown);
@@ -503,18 +480,11 @@ impl LeaseManager {
     }
 
     /// **Operator override**: releases `key` whoever holds it, as if its
-    /// holder had released it (lease id removed; the fencing token stays, so
-    /// the next holder gets a greater one). The holder learns it at its
-    /// next renewal, when its cancellation token fires (within milliseconds
-    /// with [`watch_held_leases`](crate::LeaseManagerOptions::watch_held_leases)).
-    /// Logged at `warn`. The returned request resolves to the lease as it
+    /// holder had released it (the fencing token stays, so the next holder
+    /// gets a greater one); the holder learns it at its next renewal.
+    /// Logged at `warn`. The returned request ([`ForceRelease`](operator::ForceRelease),
+    /// which says when the key is free again) resolves to the lease as it
     /// was if it was held, `None` if the key was free.
-    ///
-    /// **When the key is free again.** By default, not before the ended
-    /// lease's expiry (and the [`lock_delay`](field@crate::LeaseManagerOptions::lock_delay)),
-    /// by which its holder has stopped by its own local deadline. When you
-    /// know the holder is gone, [`ForceRelease::immediately`](operator::ForceRelease::immediately)
-    /// frees the key after the lock-delay alone.
     ///
     /// A foreign holder's lock ([`LeaseInfo::foreign`]) is **deleted** at
     /// once if it still has the `aid` and `ts` just read (else `None`): the
@@ -538,7 +508,11 @@ impl LeaseManager {
     /// # Ok(()) }
     /// ```
     pub fn force_release(&self, key: impl Into<LeaseKey>) -> operator::ForceRelease<'_> {
-        operator::ForceRelease::new(self, key.into())
+        operator::ForceRelease {
+            manager: self,
+            key: key.into(),
+            end: OverrideEnd::AtExpiry,
+        }
     }
 
     /// [`LeaseManager::force_release`], awaited.
@@ -574,13 +548,9 @@ impl LeaseManager {
         }
         let was = result.map_err(self.refused(Operation::ForceRelease))?.was;
         if let Some(info) = &was {
-            // A lease of this manager it ended is lost before this returns
-            // (nothing to lose once the task has stopped), if this manager
-            // holds it by then: a lease a handoff of this manager is
-            // granting meanwhile is told by its next renewal (or at once
-            // by the change stream of held leases). Either way the key is
-            // granted to nobody before that lease could no longer be live
-            // (the default end), or it was known to be gone (`immediately`).
+            // A lease of this manager it ended is lost before this returns,
+            // if this manager holds it by then (one a handoff is granting
+            // meanwhile is told by its next renewal).
             let call = |respond_to| Command::ForceReleased {
                 key,
                 was: info.clone(),
@@ -591,25 +561,14 @@ impl LeaseManager {
         Ok(was)
     }
 
-    /// **Operator override**: releases every lease held under `owner_id`,
-    /// whichever manager holds it (typically one of a process that died or
-    /// hung), as if its holder had released each one; the session-listener
-    /// case of the lock pattern ("free every lock of a timed-out session").
-    /// Logged at `warn`, like [`force_release`](LeaseManager::force_release).
-    /// The returned request resolves to how many lease documents were
-    /// released: every document of our layout under that owner id not
-    /// released yet, live or expired without a release.
-    ///
-    /// **When the keys are free again**: as for
-    /// [`force_release`](LeaseManager::force_release), the key of each live
-    /// lease it ends not before that lease's expiry by default, after the
-    /// lock-delay alone with [`ReleaseOwner::immediately`](operator::ReleaseOwner::immediately).
-    ///
-    /// In [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) the documents
-    /// are deleted once their key is free and old enough, as a release
-    /// deletes them. Another application's lock document that carries the
-    /// same `aid` is left alone. Releasing this manager's own owner id is
-    /// [`release_all`](LeaseManager::release_all).
+    /// **Operator override**: releases every lease held under `owner_id`
+    /// (typically of a process that died or hung), as
+    /// [`force_release`](LeaseManager::force_release) releases one; another
+    /// application's lock document with the same `aid` is left alone, and
+    /// this manager's own owner id is [`release_all`](LeaseManager::release_all).
+    /// The returned request ([`ReleaseOwner`](operator::ReleaseOwner))
+    /// resolves to how many lease documents were released (live, or
+    /// expired without a release).
     ///
     /// # Errors
     ///
@@ -633,7 +592,11 @@ impl LeaseManager {
     /// # Ok(()) }
     /// ```
     pub fn release_owner<'a>(&'a self, owner_id: &'a str) -> operator::ReleaseOwner<'a> {
-        operator::ReleaseOwner::new(self, owner_id)
+        operator::ReleaseOwner {
+            manager: self,
+            owner_id,
+            end: OverrideEnd::AtExpiry,
+        }
     }
 
     /// [`LeaseManager::release_owner`], awaited.
@@ -674,19 +637,12 @@ impl LeaseManager {
         result.map_err(self.refused(Operation::ReleaseOwner))
     }
 
-    /// **Cooperative revocation**: asks the holders of `key` to release it,
-    /// as Curator's revocable locks. Marks the key's lock document (`rv`,
-    /// changing no lease field); each holder's manager sees the mark in
-    /// its change stream of writes and sends
-    /// [`LeaseEvent::RevocationRequested`](crate::LeaseEvent::RevocationRequested)
-    /// to the followers of its lease ([`LeaseStatus::events`](crate::LeaseStatus::events)),
-    /// which decide whether and when to release. Nothing is taken away:
-    /// use [`force_release`](LeaseManager::force_release) for that.
-    /// Returns whether a lease held the key (`false`: nothing to ask).
-    ///
-    /// The request reaches a holder within milliseconds on a replica set.
-    /// On a standalone server (no change streams) it is written but no
-    /// holder is told. A new acquisition of the key clears it.
+    /// **Cooperative revocation**: asks the holders of `key` to release it
+    /// (docs/revocation.md): marks the key's lock document, and each
+    /// holder's followers get
+    /// [`LeaseEvent::RevocationRequested`](crate::LeaseEvent::RevocationRequested),
+    /// within milliseconds on a replica set (never on a standalone server).
+    /// Nothing is taken away. Returns whether a lease held the key.
     ///
     /// # Errors
     ///
@@ -714,19 +670,15 @@ impl LeaseManager {
             .map_err(self.refused(Operation::RequestRelease))
     }
 
-    /// Observes `key`: a stream whose first item is the key's current state,
-    /// followed by every change in order (acquisitions, renewals, payloads,
-    /// releases, expiries, deletions).
+    /// Observes `key`: a stream ([`LeaseObserver`]) whose first item is the
+    /// key's current state, followed by every change in order.
     ///
-    /// On a replica set changes arrive through a MongoDB change stream a few
-    /// milliseconds after each majority write, and none is missed, also
-    /// across a failover (the stream resumes). On a standalone server, which
-    /// has no change streams, the key is polled about every 0.5 s (jittered)
-    /// and short-lived states can be missed. An expiry writes nothing: it is
-    /// detected by a read scheduled at the expiry time, by the server's clock.
-    ///
-    /// One change stream per key and manager, shared by all its observers.
-    /// The stream ends when the manager shuts down.
+    /// On a replica set changes arrive through a MongoDB change stream (one
+    /// per key and manager) a few milliseconds after each majority write,
+    /// none missed, also across a failover; on a standalone server the key
+    /// is polled about every 0.5 s and short-lived states can be missed. An
+    /// expiry is detected by a read at the expiry time, by the server's
+    /// clock. The stream ends when the manager shuts down.
     ///
     /// # Errors
     ///

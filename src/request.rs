@@ -1,20 +1,9 @@
 //! Requests in the mongodb driver's style: each verb returns a request whose
 //! chained methods set its options, and the request is awaited directly
-//! (it is [`IntoFuture`]), as the driver's `collection.find_one(filter).sort(..).await`.
-//! Each option is documented once, here, on its request type.
-//!
-//! - [`Acquire`]: one key or several ([`LeaseManager::acquire`],
-//!   [`LeaseManager::try_acquire`], [`LeaseManager::acquire_all`],
-//!   [`LeaseManager::try_acquire_all`]) and a semaphore's permits
-//!   ([`Semaphore::acquire`](crate::Semaphore::acquire)).
-//! - [`AcquireDocument`]: an in-document lease
-//!   ([`DocumentLeases::acquire`](crate::DocumentLeases::acquire)).
-//! - [`OpenDocuments`]: a collection of in-document leases
-//!   ([`LeaseManager::documents`]).
-//! - [`List`]: the leases of the lock collection ([`LeaseManager::list`]).
-//!
-//! A request checks its options when it is awaited, before anything is
-//! sent: an invalid one is [`Error::InvalidConfig`].
+//! (it is [`IntoFuture`]): [`Acquire`], [`AcquireDocument`],
+//! [`OpenDocuments`] and [`List`]. Each option is documented once, on its
+//! request type, and checked when the request is awaited, before anything
+//! is sent: an invalid one is [`Error::InvalidConfig`].
 
 use std::future::IntoFuture;
 use std::marker::PhantomData;
@@ -39,40 +28,27 @@ use crate::lock_id_fields::LockIdFields;
 use crate::manager::LeaseManager;
 
 impl LeaseManager {
-    /// Acquires `key`, waiting as long as it takes: a request ([`Acquire`])
-    /// whose options (TTL, shared, payload, holder, minimum and maximum
-    /// hold) are chained before it is awaited.
+    /// Acquires `key` (a string or any [`LeaseKey`], e.g. the `ObjectId` of
+    /// the document being locked), waiting as long as it takes: a request
+    /// ([`Acquire`]) whose options are chained before it is awaited.
     ///
-    /// `key` is a string (`"job-1"`) or any [`LeaseKey`]: the `_id` of the
-    /// lock document, e.g. the `ObjectId` of the document being locked, so
-    /// that every application locking that `_id` excludes this one.
-    ///
-    /// Local callers waiting for one key are served first in, first out; one
-    /// retry loop per key talks to MongoDB, with jittered exponential backoff
-    /// capped by the holder's remaining lease time. A key released by this
-    /// manager goes to the next local waiter at once, unless another manager
-    /// waited for that lease: then the release yields the key to it, and local
-    /// waiters get it back after its next release, or after
-    /// [`retry_max`](crate::LeaseManagerOptions::retry_max) if nobody else took
-    /// it. Transient database errors are retried (and logged) while waiting.
+    /// Local callers waiting for one key are served first in, first out,
+    /// fairly with other managers (the crate docs' "Guarantees"); transient
+    /// database errors are retried (and logged) while waiting.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`] for a key MongoDB refuses as `_id` (see
-    /// [`LeaseKey`]), an empty key or one longer than
-    /// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes; [`Error::InvalidConfig`]
-    /// for options the request's rules refuse (before anything is sent);
+    /// [`Error::InvalidKey`] for a key [`LeaseKey`] refuses;
+    /// [`Error::InvalidConfig`] for options [`Acquire`] refuses;
     /// [`Error::KindMismatch`] for a key held as another kind;
     /// [`Error::Shutdown`] once the manager has shut down. Another
     /// application's lock document is no error: `acquire` waits until it is
-    /// deleted or expires by its rule, polling at least every
-    /// [`retry_max`](crate::LeaseManagerOptions::retry_max).
+    /// deleted or expires by its rule.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: dropping the future removes the waiter from the queue,
-    /// and a lease granted at that moment is released, never leaked. So
-    /// [`tokio::time::timeout`] over it waits at most a given time:
+    /// Cancel safe (see [`Acquire`]), so [`tokio::time::timeout`] over it
+    /// waits at most a given time:
     ///
     /// ```no_run
     /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
@@ -93,17 +69,15 @@ impl LeaseManager {
     }
 
     /// One attempt to acquire `key`, with the options of [`Acquire`]:
-    /// `Ok(None)` if it is held, by another owner or by a local caller, or
+    /// `Ok(None)` if it is held (by anyone, a foreign holder included), or
     /// if local callers are already waiting for it (a try never jumps the
     /// queue). Costs one MongoDB round trip when the key is not held locally.
     ///
     /// # Errors
     ///
-    /// As [`LeaseManager::acquire`]; [`Error::Refused`] when the server
-    /// refuses the command (for example a user without the `readWrite`
-    /// role), and database errors ([`Error::Database`],
-    /// [`Error::Unreachable`]) when the attempt's outcome could not be
-    /// established. A key held by a foreign holder is `Ok(None)`.
+    /// As [`LeaseManager::acquire`], and database errors ([`Error::Refused`],
+    /// [`Error::Database`], [`Error::Unreachable`]) when the attempt's
+    /// outcome could not be established.
     ///
     /// # Cancel safety
     ///
@@ -124,33 +98,28 @@ impl LeaseManager {
     }
 
     /// Acquires every key of `keys`, waiting as long as it takes, and holds
-    /// them together: all of them, or none ([`LeaseGroup`](crate::LeaseGroup)). The options of
+    /// them together: all of them, or none ([`LeaseGroup`]). The options of
     /// the request ([`Acquire`]) apply to every lease of the group.
     ///
-    /// The keys are taken one at a time in [`LeaseKey`]'s order (MongoDB's
-    /// order), whatever the order given, each as [`LeaseManager::acquire`]
-    /// takes one (FIFO among local waiters, fair between managers). So
-    /// callers over overlapping keys, in this process or any other, never
-    /// deadlock: none holds a key another waits for while it waits for one
-    /// that other holds. Keys already taken stay held, and renewed, while
-    /// the next one is awaited. If a lease already taken is lost meanwhile,
-    /// all are given back and the acquisition starts over.
+    /// The keys are taken one at a time in [`LeaseKey`]'s order, whatever
+    /// the order given, each as [`LeaseManager::acquire`] takes one, so
+    /// callers over overlapping keys, in any process, never deadlock. Keys
+    /// already taken stay held while the next one is awaited; if one is
+    /// lost meanwhile, all are given back and the acquisition starts over.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`] for a key refused as by [`LeaseManager::acquire`],
-    /// no key, or a key given twice; [`Error::InvalidConfig`] for options
-    /// refused as by [`LeaseManager::acquire`] or with
-    /// [`reentrant`](Acquire::reentrant) (all before anything is sent);
-    /// [`Error::AlreadyHeld`] if the request's holder already holds one of
+    /// [`Error::InvalidKey`] also for no key or a key given twice;
+    /// [`Error::InvalidConfig`] also with [`reentrant`](Acquire::reentrant);
+    /// [`Error::AlreadyHeld`] if the request's caller already holds one of
     /// the keys; otherwise as [`LeaseManager::acquire`]. On an error the
     /// keys already taken are released.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future releases the keys already taken
-    /// (in the background) and removes the waiter, so [`tokio::time::timeout`]
-    /// bounds the whole acquisition.
+    /// (in the background), so [`tokio::time::timeout`] bounds the whole
+    /// acquisition.
     ///
     /// # Examples
     ///
@@ -173,10 +142,8 @@ impl LeaseManager {
     }
 
     /// One attempt to acquire every key of `keys`, in [`LeaseKey`]'s order:
-    /// `Ok(None)` as soon as one of them is held (as
-    /// [`LeaseManager::try_acquire`] answers), after releasing the keys
-    /// taken before it. Costs one round trip per key taken, plus the
-    /// releases.
+    /// `Ok(None)` as soon as one of them is held, after releasing the keys
+    /// taken before it.
     ///
     /// # Errors
     ///
@@ -204,6 +171,46 @@ pub struct Wait;
 #[derive(Debug)]
 pub struct NoWait;
 
+mod sealed {
+    use super::*;
+
+    /// How an acquisition waits, and what it gives for a lease `T`.
+    pub trait Mode: Send + 'static {
+        type Out<T: Send>: Send;
+        /// Whether it waits ([`AcquireMode::Wait`]) or tries once.
+        const WAITS: bool;
+        /// The request's output, from the manager's answer.
+        fn out<T: Send>(lease: Result<Option<T>>) -> Result<Self::Out<T>>;
+    }
+
+    impl Mode for Wait {
+        type Out<T: Send> = T;
+        const WAITS: bool = true;
+        fn out<T: Send>(lease: Result<Option<T>>) -> Result<T> {
+            lease?.ok_or(Error::Shutdown)
+        }
+    }
+
+    impl Mode for NoWait {
+        type Out<T: Send> = Option<T>;
+        const WAITS: bool = false;
+        fn out<T: Send>(lease: Result<Option<T>>) -> Result<Option<T>> {
+            lease
+        }
+    }
+}
+
+use sealed::Mode;
+
+/// The [`AcquireMode`] of a request that waits as `W` says.
+fn mode<W: Mode>() -> AcquireMode {
+    if W::WAITS {
+        AcquireMode::Wait
+    } else {
+        AcquireMode::Try
+    }
+}
+
 /// An acquisition of one key (`K` = [`LeaseKey`]) or of several held together
 /// (`K` = `Vec<LeaseKey>`), waiting ([`Wait`]) or not ([`NoWait`]), from
 /// [`LeaseManager::acquire`], [`LeaseManager::try_acquire`],
@@ -217,16 +224,14 @@ pub struct NoWait;
 /// | `acquire_all(keys)` | `Result<LeaseGroup>` |
 /// | `try_acquire_all(keys)` | `Result<Option<LeaseGroup>>` |
 ///
-/// Each option applies to every lease of the request. Options are checked
-/// when the request is awaited, before anything is sent: a combination
-/// the rules below refuse is [`Error::InvalidConfig`].
+/// Each option applies to every lease of the request; a combination the
+/// rules below refuse is [`Error::InvalidConfig`], before anything is sent.
 ///
 /// # Cancel safety
 ///
 /// Cancel safe: dropping the future removes the waiter from the key's
-/// queue, and a lease granted at that moment is released, never leaked
-/// (a group releases the keys it had taken, in the background). So
-/// [`tokio::time::timeout`] over it waits at most a given time.
+/// queue, and a lease granted at that moment (or a group's keys already
+/// taken) is released, never leaked.
 ///
 /// # Examples
 ///
@@ -247,6 +252,7 @@ pub struct NoWait;
 /// }
 /// # Ok(()) }
 /// ```
+#[derive(Debug)]
 #[must_use = "a request does nothing until it is awaited"]
 pub struct Acquire<'a, K = LeaseKey, W = Wait> {
     manager: &'a LeaseManager,
@@ -283,11 +289,9 @@ impl<'a, K, W> Acquire<'a, K, W> {
         self
     }
 
-    /// Holds the key shared ([`LeaseKind::Shared`]: the rules between kinds,
-    /// writer preference included, are there): the shared (read) side of a
-    /// read/write key, whose exclusive (write) side is the default. A key
-    /// held as a semaphore's permits is [`Error::KindMismatch`] (nothing
-    /// written). Needs [`ReleaseMode::Keep`](crate::ReleaseMode::Keep); not for a
+    /// Holds the key shared ([`LeaseKind::Shared`], which has the rules
+    /// between kinds), the read side of a read/write key. Needs
+    /// [`ReleaseMode::Keep`](crate::ReleaseMode::Keep); not for a
     /// semaphore's permits.
     pub fn shared(mut self) -> Self {
         match self.options.kind {
@@ -298,16 +302,12 @@ impl<'a, K, W> Acquire<'a, K, W> {
     }
 
     /// How many of a semaphore's permits the lease takes at once, all or
-    /// none, in one conditional write (Redisson's
-    /// `RSemaphore::acquire(permits)`): 1 to the semaphore's number of
-    /// permits. Default: 1. One [`Lease`] holds them, with one fencing
-    /// token, renewed, lost and released as one; it never holds some while
-    /// waiting for the others, so two such callers never deadlock.
-    ///
-    /// A waiter for several permits blocks its manager's later waiters;
-    /// across managers it may wait while single permits keep being taken.
-    ///
-    /// For [`Semaphore::acquire`](crate::Semaphore::acquire) only.
+    /// none, in one conditional write: 1 to the semaphore's number of
+    /// permits. Default: 1. One [`Lease`] holds them, renewed, lost and
+    /// released as one, so two such callers never deadlock. A waiter for
+    /// several permits blocks its manager's later waiters; across managers
+    /// it may wait while single permits keep being taken. For
+    /// [`Semaphore::acquire`](crate::Semaphore::acquire) only.
     pub fn permits(mut self, count: u32) -> Self {
         self.options.permits_taken = Some(count);
         self
@@ -316,13 +316,10 @@ impl<'a, K, W> Acquire<'a, K, W> {
     /// Keep the key held until the acquisition time plus `at_least`, by the
     /// server's clock, even if the lease is released (or its holder dies)
     /// earlier: a job guarded by such a lease runs at most once per
-    /// `at_least` across processes, however fast it ends and however far
-    /// apart the processes' clocks and schedules are (ShedLock's
-    /// `lockAtLeastFor`). The lease itself is renewed and lost as any other;
-    /// only the key stays unavailable after its release. Exclusive leases
-    /// only; at least 1 ms, and not longer than the TTL index another
-    /// application keeps on `ts` (which would delete the document earlier).
-    /// Needs [`ReleaseMode::Keep`](crate::ReleaseMode::Keep).
+    /// `at_least` across processes (ShedLock's `lockAtLeastFor`). Exclusive
+    /// leases only; at least 1 ms, and not longer than the TTL index another
+    /// application keeps on `ts`. Needs
+    /// [`ReleaseMode::Keep`](crate::ReleaseMode::Keep).
     pub fn hold_at_least(mut self, at_least: Duration) -> Self {
         self.options.hold_at_least = Some(at_least);
         self
@@ -330,51 +327,38 @@ impl<'a, K, W> Acquire<'a, K, W> {
 
     /// A lease that is **not** renewed: it ends at its acquisition plus
     /// `at_most`, by the server's clock, even if its holder never releases
-    /// it (ShedLock's `lockAtMostFor`). Its status reads lost
+    /// it (ShedLock's `lockAtMostFor`); it reads lost
     /// ([`LossReason::Expired`](crate::LossReason::Expired)) at its local
-    /// deadline, the acquiring write's send + `at_most` − the safety margin
-    /// − the clock skew, when the manager releases it.
-    ///
-    /// It takes the place of [`ttl`](Self::ttl) (give one or the other);
-    /// longer than the manager's safety margin plus its clock skew, at least
-    /// 10 ms, and not shorter than [`hold_at_least`](Self::hold_at_least).
-    /// Such a lease is checked by no renewal: a force release of it is
-    /// noticed at its deadline, and [`Lease::set_ttl`] refuses it.
+    /// deadline. Instead of [`ttl`](Self::ttl); at least 10 ms, longer than
+    /// the manager's safety margin plus its clock skew, and not shorter
+    /// than [`hold_at_least`](Self::hold_at_least). [`Lease::set_ttl`]
+    /// refuses such a lease, and a force release of it is noticed at its
+    /// deadline.
     pub fn hold_at_most(mut self, at_most: Duration) -> Self {
         self.options.hold_at_most = Some(at_most);
         self
     }
 
-    /// A payload written by the acquiring write itself (field `data`, as
-    /// [`Lease::set_payload`] writes it), so that nobody reading the key
-    /// ([`LeaseManager::inspect`], [`LeaseManager::observe`],
-    /// [`LeaseManager::list`]) ever sees this acquisition without it. The
-    /// limits of [`Lease::set_payload`] apply ([`Error::InvalidPayload`]).
-    /// Exclusive leases only.
+    /// A payload written by the acquiring write itself, as
+    /// [`Lease::set_payload`] writes it (with its limits), so that nobody
+    /// reading the key ever sees this acquisition without it. Exclusive
+    /// leases only.
     pub fn payload(mut self, payload: Document) -> Self {
         self.options.payload = Some(payload);
         self
     }
 
-    /// Who acquires: an explicit caller ([`CallerId`]). While that caller
-    /// holds the key, a second acquisition of it by the same caller never
-    /// waits on itself: it re-enters the lease if
-    /// [`reentrant`](Self::reentrant), and otherwise fails at once with
-    /// [`Error::AlreadyHeld`] (a try too). Default: every acquisition is
-    /// a caller of its own, and a second one waits in the key's queue like
-    /// any other caller.
+    /// Who acquires: an explicit caller ([`CallerId`], which has the rules
+    /// of re-entry). Default: every acquisition is a caller of its own.
     pub fn caller(mut self, caller: CallerId) -> Self {
         self.options.caller = Some(caller);
         self
     }
 
     /// Re-enter a lease the [`caller`](Self::caller) already holds on the
-    /// key, of the same kind: the acquisition returns at once, with no round
-    /// trip, a [`Lease`] of the same acquisition (same fencing token, TTL and
-    /// status), counted: the key is released when the last of its entries
-    /// is released or dropped. This acquisition's `ttl` and `hold_at_least`
-    /// are not applied (the lease keeps its own). Needs a caller id; one key
-    /// at a time (not for `acquire_all`).
+    /// key, of the same kind, at once and with no round trip, as
+    /// [`Lease::reenter`] does; this acquisition's `ttl` and `hold_at_least`
+    /// are not applied. Needs a caller; not for `acquire_all`.
     pub fn reentrant(mut self) -> Self {
         self.options.reentrant = true;
         self
@@ -391,81 +375,46 @@ impl<'a, K, W> Acquire<'a, K, W> {
     }
 }
 
-impl<K, W> std::fmt::Debug for Acquire<'_, K, W> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Acquire")
-            .field("options", &self.options)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<'a> IntoFuture for Acquire<'a, LeaseKey, Wait> {
-    type Output = Result<Lease>;
-    type IntoFuture = BoxFuture<'a, Result<Lease>>;
+impl<'a, W: Mode> IntoFuture for Acquire<'a, LeaseKey, W> {
+    type Output = Result<W::Out<Lease>>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let (manager, key, options) = self.checked()?;
-            let lease = manager.acquire_key(key, AcquireMode::Wait, &options);
-            lease.await?.ok_or(Error::Shutdown)
+            W::out(manager.acquire_key(key, mode::<W>(), &options).await)
         })
     }
 }
 
-impl<'a> IntoFuture for Acquire<'a, LeaseKey, NoWait> {
-    type Output = Result<Option<Lease>>;
-    type IntoFuture = BoxFuture<'a, Result<Option<Lease>>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let (manager, key, options) = self.checked()?;
-            manager.acquire_key(key, AcquireMode::Try, &options).await
-        })
-    }
-}
-
-impl<'a> IntoFuture for Acquire<'a, Vec<LeaseKey>, Wait> {
-    type Output = Result<LeaseGroup>;
-    type IntoFuture = BoxFuture<'a, Result<LeaseGroup>>;
+impl<'a, W: Mode> IntoFuture for Acquire<'a, Vec<LeaseKey>, W> {
+    type Output = Result<W::Out<LeaseGroup>>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let (manager, keys, options) = self.checked()?;
-            crate::lease_group::acquire_all(manager, keys, &options).await
-        })
-    }
-}
-
-impl<'a> IntoFuture for Acquire<'a, Vec<LeaseKey>, NoWait> {
-    type Output = Result<Option<LeaseGroup>>;
-    type IntoFuture = BoxFuture<'a, Result<Option<LeaseGroup>>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let (manager, keys, options) = self.checked()?;
-            crate::lease_group::try_acquire_all(manager, keys, &options).await
+            W::out(crate::lease_group::acquire_all(manager, keys, mode::<W>(), &options).await)
         })
     }
 }
 
 impl<T> DocumentLeases<T> {
     /// Acquires the lease of the document with `_id` `id`, waiting as long
-    /// as it takes, as [`LeaseManager::acquire`] does for a key; returns it
-    /// with the document as the acquiring write left it.
+    /// as it takes, as [`LeaseManager::acquire`] does for a key: a request
+    /// ([`AcquireDocument`]).
     ///
     /// # Errors
     ///
     /// [`Error::DocumentNotFound`] if no document has this `_id` (see
-    /// [`AcquireDocument::create`] to create it), [`Error::InvalidKey`]
-    /// for an `_id` MongoDB refuses, [`Error::Database`] if the document
-    /// cannot be read as `T` (the lease is then released),
-    /// [`Error::Refused`] if the server refuses the acquire (e.g. a user
-    /// without the `readWrite` role), [`Error::Shutdown`].
+    /// [`AcquireDocument::create`]), [`Error::InvalidKey`] for an `_id`
+    /// MongoDB refuses, [`Error::Database`] if the document cannot be read
+    /// as `T` (the lease is then released), [`Error::Refused`],
+    /// [`Error::Shutdown`].
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LeaseManager::acquire`]. To wait at most a given
-    /// time:
+    /// Cancel safe, as [`LeaseManager::acquire`]:
     ///
     /// ```no_run
     /// # async fn demo(items: mongo_lease::DocumentLeases) -> mongo_lease::Result<()> {
@@ -481,8 +430,7 @@ impl<T> DocumentLeases<T> {
     }
 
     /// One attempt, as [`LeaseManager::try_acquire`]: `Ok(None)` if the
-    /// document's lease is held (by another owner, a local caller, or
-    /// local waiters queue for it).
+    /// document's lease is held.
     ///
     /// # Errors
     ///
@@ -542,18 +490,11 @@ impl<'a, T, W> AcquireDocument<'a, T, W> {
         self
     }
 
-    /// Fields of the document to create if none has this `_id` (the `_id`
-    /// is the one acquired; the document must not name `_id` or the lock
-    /// field, [`Error::InvalidUpdate`], and a unique index of the collection
-    /// other than `_id`'s may refuse it, nothing written). Concurrent
-    /// acquires that create the same document create it once: one of them
-    /// wins, the others find it held. A document that exists but holds
-    /// nothing but its `_id` is given these fields too. Local callers
-    /// waiting for the same document are served first in, first out, each
-    /// attempt with the fields of the caller first in line: a missing
-    /// document is created only for a caller that gave fields, with its
-    /// fields. Default: none, and a missing document is
-    /// [`Error::DocumentNotFound`].
+    /// Fields of the document to create if none has this `_id` (or one
+    /// holds nothing but its `_id`), without `_id` or the lock field
+    /// ([`Error::InvalidUpdate`]). Concurrent acquires create it once; each
+    /// attempt uses the fields of the local caller first in line. Default:
+    /// none, and a missing document is [`Error::DocumentNotFound`].
     pub fn create(mut self, fields: Document) -> Self {
         self.create = Some(fields);
         self
@@ -570,38 +511,22 @@ impl<T, W> std::fmt::Debug for AcquireDocument<'_, T, W> {
     }
 }
 
-impl<'a, T: DeserializeOwned + Send + Sync + 'a> IntoFuture for AcquireDocument<'a, T, Wait> {
-    type Output = Result<DocumentLease<T>>;
-    type IntoFuture = BoxFuture<'a, Result<DocumentLease<T>>>;
+impl<'a, T: DeserializeOwned + Send + Sync + 'a, W: Mode> IntoFuture for AcquireDocument<'a, T, W> {
+    type Output = Result<W::Out<DocumentLease<T>>>;
+    type IntoFuture = BoxFuture<'a, Self::Output>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let lease =
-                self.documents
-                    .acquire_document(self.id, AcquireMode::Wait, self.ttl, self.create);
-            lease.await?.ok_or(Error::Shutdown)
-        })
-    }
-}
-
-impl<'a, T: DeserializeOwned + Send + Sync + 'a> IntoFuture for AcquireDocument<'a, T, NoWait> {
-    type Output = Result<Option<DocumentLease<T>>>;
-    type IntoFuture = BoxFuture<'a, Result<Option<DocumentLease<T>>>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            self.documents
-                .acquire_document(self.id, AcquireMode::Try, self.ttl, self.create)
-                .await
-        })
+        let (id, ttl, create) = (self.id, self.ttl, self.create);
+        let lease = self
+            .documents
+            .acquire_document(id, mode::<W>(), ttl, create);
+        Box::pin(async move { W::out(lease.await) })
     }
 }
 
 impl LeaseManager {
     /// In-document leases on `collection` (in the lock collection's
-    /// database): a request ([`OpenDocuments`]) whose options name the lock
-    /// field and other applications' `LockId` fields. Nothing is sent to
-    /// MongoDB and no index is created.
+    /// database): a request ([`OpenDocuments`]).
     ///
     /// # Examples
     ///
@@ -612,7 +537,13 @@ impl LeaseManager {
     /// # Ok(()) }
     /// ```
     pub fn documents<T>(&self, collection: &str) -> OpenDocuments<'_, T> {
-        OpenDocuments::new(self, collection)
+        OpenDocuments {
+            manager: self,
+            collection: collection.to_string(),
+            field: None,
+            lock_id: None,
+            document: PhantomData,
+        }
     }
 }
 
@@ -622,12 +553,9 @@ impl LeaseManager {
 ///
 /// # Errors
 ///
-/// [`Error::InvalidConfig`] for an empty collection name or one MongoDB
-/// refuses (`$`, NUL, a `system.` prefix), the lock collection itself (its
-/// documents are lock documents), a lock field name that is empty, `_id`,
-/// starts with `$` or contains `.` or NUL, or [`LockIdFields`] that do not
-/// hold (see [`OpenDocuments::lock_id`]); [`Error::Shutdown`] once the
-/// manager has shut down.
+/// [`Error::InvalidConfig`] for a collection name MongoDB refuses, the lock
+/// collection itself, a lock field that is not a top-level name other than
+/// `_id`, or [`LockIdFields`] that do not hold; [`Error::Shutdown`].
 #[must_use = "a request does nothing until it is awaited"]
 pub struct OpenDocuments<'a, T> {
     manager: &'a LeaseManager,
@@ -637,17 +565,7 @@ pub struct OpenDocuments<'a, T> {
     document: PhantomData<fn() -> T>,
 }
 
-impl<'a, T> OpenDocuments<'a, T> {
-    pub(crate) fn new(manager: &'a LeaseManager, collection: &str) -> Self {
-        OpenDocuments {
-            manager,
-            collection: collection.to_string(),
-            field: None,
-            lock_id: None,
-            document: PhantomData,
-        }
-    }
-
+impl<T> OpenDocuments<'_, T> {
     /// The top-level field of the user's documents that holds the lock
     /// fields. Default: [`DEFAULT_LEASE_FIELD`](crate::DEFAULT_LEASE_FIELD),
     /// `_lease`.
@@ -657,12 +575,10 @@ impl<'a, T> OpenDocuments<'a, T> {
     }
 
     /// Documents that other applications' clients lock by top-level
-    /// `LockId` and `LockTime` fields ([`LockIdFields`] says what each lease
-    /// then writes and checks). Every manager using these documents must
-    /// open them the same way. Refused: field names that are not top-level
-    /// names other than `_id`, or equal; a `max_duration` under 1 ms or over
-    /// a year; a collection this manager already opened without these
-    /// fields.
+    /// `LockId` and `LockTime` fields ([`LockIdFields`], which has the
+    /// rules). Every manager using these documents must open them the same
+    /// way; a collection this manager already opened without these fields
+    /// is refused.
     ///
     /// # Examples
     ///
@@ -713,10 +629,7 @@ impl<'a, T: 'a> IntoFuture for OpenDocuments<'a, T> {
 }
 
 impl LeaseManager {
-    /// Every lease in the lock collection: a request ([`List`]) that reads
-    /// them all when awaited, or one page with [`List::page`]. A document
-    /// not written by this crate is listed as held by a foreign holder
-    /// ([`LeaseInfo::foreign`]).
+    /// Every lease in the lock collection: a request ([`List`]).
     ///
     /// # Examples
     ///
@@ -729,14 +642,15 @@ impl LeaseManager {
     /// # Ok(()) }
     /// ```
     pub fn list(&self) -> List<'_> {
-        List::new(self)
+        List { manager: self }
     }
 }
 
 /// Every lease in the lock collection, from [`LeaseManager::list`]: awaiting
 /// it gives `Result<Vec<LeaseInfo>>` (held, expired or released and not yet
-/// garbage-collected), in key order, each read with the server's clock,
-/// in pages of 1 000 documents; [`List::page`] reads one page.
+/// garbage-collected; a foreign holder's lock as [`LeaseInfo::foreign`]),
+/// in key order, read with the server's clock in pages of 1 000 documents;
+/// [`List::page`] reads one page.
 ///
 /// # Errors
 ///
@@ -745,16 +659,13 @@ impl LeaseManager {
 /// # Cancel safety
 ///
 /// Cancel safe (reads).
+#[derive(Debug)]
 #[must_use = "a request does nothing until it is awaited"]
 pub struct List<'a> {
     manager: &'a LeaseManager,
 }
 
-impl<'a> List<'a> {
-    pub(crate) fn new(manager: &'a LeaseManager) -> Self {
-        List { manager }
-    }
-
+impl List<'_> {
     /// One page: the leases among the next `limit` documents whose keys
     /// sort after `after` (from the first with `None`), in [`LeaseKey`]'s
     /// order, and the key to pass as `after` for the next page, `None`
@@ -774,12 +685,6 @@ impl<'a> List<'a> {
         limit: usize,
     ) -> Result<(Vec<LeaseInfo>, Option<LeaseKey>)> {
         self.manager.list_page(after, limit).await
-    }
-}
-
-impl std::fmt::Debug for List<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("List").finish_non_exhaustive()
     }
 }
 

@@ -1,12 +1,5 @@
 //! [`Semaphore`]: a key with `N` permits, shared by every process that uses
 //! the lock collection.
-//!
-//! A thin layer over the manager's [`Acquire`] with [`LeaseKind::Permit`]: each permit is a [`Lease`](crate::Lease) like any other (renewed
-//! by the manager's batched heartbeat, with a fencing token, a lost-lease
-//! token and an owner-checked release); see [`LeaseKind`](crate::LeaseKind) for the rules
-//! between kinds on one key.
-
-use std::fmt;
 
 use crate::config::AcquireOptions;
 use crate::error::{Error, Result};
@@ -18,14 +11,9 @@ use crate::request::{Acquire, NoWait};
 
 /// A counting semaphore on one key: at most [`permits`](Semaphore::permits)
 /// permits taken at a time, across every manager (process) that uses the
-/// lock collection; a lease takes one permit, or several at once
-/// ([`Acquire::permits`]). Made by [`Semaphore::new`]; cheap to clone
-/// (clones talk to the same manager).
-///
-/// Each permit is a [`Lease`](crate::Lease) of kind [`LeaseKind::Permit`]
-/// (see there for the rules between kinds): a permit of a crashed process
-/// comes back after its TTL, as in Redisson's `RPermitExpirableSemaphore`.
-/// Acquiring a free permit is one MongoDB round trip.
+/// lock collection. Cheap to clone. Each permit is a [`Lease`](crate::Lease)
+/// of kind [`LeaseKind::Permit`] (which has the rules between kinds), so a
+/// permit of a crashed process comes back after its TTL.
 ///
 /// # Examples
 ///
@@ -42,7 +30,7 @@ use crate::request::{Acquire, NoWait};
 /// # Ok(()) }
 /// # async fn run_export(_fencing_token: u64) {}
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Semaphore {
     manager: LeaseManager,
     key: LeaseKey,
@@ -56,11 +44,10 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`] for a key MongoDB refuses as `_id` (see
-    /// [`LeaseManager::acquire`]); [`Error::InvalidConfig`] for 0 permits,
-    /// more than [`MAX_PERMITS`](crate::MAX_PERMITS), or a manager in
-    /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete) (a release there
-    /// deletes the key's document, which holds every permit).
+    /// [`Error::InvalidKey`] for a key [`LeaseKey`] refuses;
+    /// [`Error::InvalidConfig`] for 0 permits, more than
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS), or a manager in
+    /// [`ReleaseMode::Delete`](crate::ReleaseMode::Delete).
     ///
     /// # Examples
     ///
@@ -107,24 +94,18 @@ impl Semaphore {
         }
     }
 
-    /// Acquires a permit, waiting as long as it takes (Redisson's
-    /// `RSemaphore::acquire`): a request ([`Acquire`]; several permits at
-    /// once with [`Acquire::permits`], a TTL with [`Acquire::ttl`]). The
-    /// permit is a [`Lease`](crate::Lease) whose [`kind`](crate::Lease::kind) is
-    /// `LeaseKind::Permit { permits }`, with the manager's TTL by default.
+    /// Acquires a permit, waiting as long as it takes: a request
+    /// ([`Acquire`]; several permits at once with [`Acquire::permits`]).
     ///
     /// # Errors
     ///
     /// [`Error::KindMismatch`] if the key is held as something else
     /// (another number of permits, shared leases, an exclusive lease or its
-    /// [`hold_at_least`](Acquire::hold_at_least)); otherwise as
-    /// [`LeaseManager::acquire`].
+    /// minimum hold); otherwise as [`LeaseManager::acquire`].
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe, as [`LeaseManager::acquire`]: dropping the future removes
-    /// the waiter, and a permit granted at that moment is released. To wait
-    /// at most a given time:
+    /// Cancel safe, as [`LeaseManager::acquire`]:
     ///
     /// ```no_run
     /// # async fn demo(exports: mongo_lease::Semaphore) -> mongo_lease::Result<()> {
@@ -140,15 +121,11 @@ impl Semaphore {
     }
 
     /// One attempt: a permit if one is free now, `Ok(None)` if they are all
-    /// held (or local callers already wait for one: a try never jumps the
-    /// queue). At most one MongoDB round trip (Redisson's
-    /// `RSemaphore::tryAcquire()`).
+    /// held, as [`LeaseManager::try_acquire`] answers.
     ///
     /// # Errors
     ///
-    /// As [`Semaphore::acquire`], and database errors ([`Error::Database`],
-    /// [`Error::Unreachable`]) when the attempt's outcome could not be
-    /// established.
+    /// As [`Semaphore::acquire`] and [`LeaseManager::try_acquire`].
     ///
     /// # Cancel safety
     ///
@@ -158,25 +135,18 @@ impl Semaphore {
     }
 
     /// Changes the semaphore's number of permits to `permits`, for every
-    /// process, if its live holders take no more than that (Redisson's
-    /// `RSemaphore::trySetPermits`/`addPermits`, Curator's
-    /// `SharedCount`-based resizing), in one conditional write of the key's
-    /// document; this handle asks for `permits` from then on (its
-    /// [`permits`](Semaphore::permits)), also if nothing is held.
-    ///
-    /// The answer is a [`PermitsChange`]. Once the number is set, the
-    /// permits held keep their leases (and count against it), and every
-    /// waiter tries again at once: those still asking for the old number
-    /// fail with [`Error::KindMismatch`] naming the new one.
+    /// process, if its live holders take no more than that
+    /// ([`PermitsChange`]); this handle asks for `permits` from then on
+    /// unless too many are held, and waiters asking for the old number fail
+    /// with [`Error::KindMismatch`].
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for 0 or more than
     /// [`MAX_PERMITS`](crate::MAX_PERMITS) permits, before anything is sent;
-    /// [`Error::KindMismatch`] if the key is held as another kind (shared,
-    /// exclusive, or its minimum hold); [`Error::Shutdown`], and database
-    /// errors (the outcome is then unknown: the write is idempotent, call
-    /// it again).
+    /// [`Error::KindMismatch`] as for [`Semaphore::acquire`];
+    /// [`Error::Shutdown`], and database errors (the outcome is then
+    /// unknown: the write is idempotent, call it again).
     ///
     /// # Cancel safety
     ///
@@ -209,8 +179,7 @@ impl Semaphore {
     }
 
     /// How many permits are free now, by the server's clock (one round
-    /// trip; 0 while a foreign holder's lock holds the key): a snapshot, so
-    /// use [`Semaphore::try_acquire`] to take one.
+    /// trip; 0 while a foreign holder's lock holds the key).
     ///
     /// # Errors
     ///
@@ -247,16 +216,6 @@ fn free_permits(permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
         kind => kind,
     };
     Err(Error::KindMismatch { stored, requested })
-}
-
-impl fmt::Debug for Semaphore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Semaphore")
-            .field("key", &self.key)
-            .field("permits", &self.permits)
-            .field("owner_id", &self.manager.owner_id())
-            .finish()
-    }
 }
 
 #[cfg(test)]

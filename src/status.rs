@@ -1,15 +1,10 @@
-//! What a held lease is doing: its local deadline, readable without the
-//! manager task, why it was lost ([`LossReason`]), and what its release
-//! found ([`ReleaseOutcome`]).
-//!
-//! Each held lease shares one `LeaseState` between the actor (which moves
-//! the deadline at each confirmed renewal and records the loss) and the
-//! caller's [`Lease`](crate::Lease) (which reads them without a message to
-//! the actor).
+//! How a held lease stands ([`LeaseStatus`]), readable without the manager
+//! task: each held lease shares one `LeaseState` between the actor (which
+//! moves the deadline and records the loss) and the caller's handles.
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::SystemTime;
@@ -30,10 +25,8 @@ pub enum ReleaseOutcome {
     /// was not protected by it.
     AlreadyLost,
     /// One entry of a re-entered lease ended
-    /// ([`Acquire::reentrant`](crate::Acquire::reentrant),
-    /// [`Lease::reenter`](crate::Lease::reenter)); its other entries still
-    /// hold the lease, and the key stays held until the last one is
-    /// released. Nothing was sent.
+    /// ([`Lease::reenter`](crate::Lease::reenter)); its other entries still
+    /// hold the lease. Nothing was sent.
     StillHeld,
 }
 
@@ -44,10 +37,7 @@ impl ReleaseOutcome {
     }
 }
 
-/// Why a lease is no longer held.
-///
-/// Read it with [`LeaseStatus::lost_reason`](crate::LeaseStatus::lost_reason) once the
-/// lease's cancellation token has fired (or its local deadline has passed).
+/// Why a lease is no longer held ([`LeaseStatus::lost_reason`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LossReason {
@@ -57,9 +47,8 @@ pub enum LossReason {
     Expired,
     /// Another acquisition has the key now (or had it since this lease was
     /// lost): another manager took it after this lease expired, or another
-    /// application rewrote its owner id or replaced it with a lock document
-    /// of its own (then `fencing_token` is that document's integer `tok`,
-    /// or 0).
+    /// application rewrote or replaced its document (then `fencing_token` is
+    /// that document's integer `tok`, or 0).
     Taken {
         /// The owner id of the manager (or application) that holds it now.
         owner_id: String,
@@ -67,24 +56,14 @@ pub enum LossReason {
         fencing_token: u64,
     },
     /// The lease's document (or in-document lock field) was deleted by
-    /// someone else (another application, an operator, the TTL monitor of a
-    /// TTL index on another field). A release by owner id in delete mode
-    /// ([`ReleaseMode::Delete`](crate::ReleaseMode::Delete)) may delete the
-    /// document too, and then reads as this.
+    /// someone else (another application, an operator, a TTL index on
+    /// another field, a release by owner id in delete mode).
     Deleted,
-    /// The lease was force-released ([`LeaseManager::force_release`],
-    /// [`LeaseManager::release_owner`]), by this manager or another.
-    ///
-    /// Another manager's force release does not delete a lease's document:
-    /// it releases it (removes its lease id, `lid`, keeping its fencing
-    /// token), which an expiry never does; so the holder's manager, reading
-    /// the key once its renewal (or its change stream) finds the lease
-    /// gone, tells it apart. A holder of a shared or semaphore key cannot
-    /// tell its entry's removal from its expiry: it reads
-    /// [`Expired`](LossReason::Expired) then.
-    ///
-    /// [`LeaseManager::force_release`]: crate::LeaseManager::force_release
-    /// [`LeaseManager::release_owner`]: crate::LeaseManager::release_owner
+    /// The lease was force-released
+    /// ([`LeaseManager::force_release`](crate::LeaseManager::force_release),
+    /// [`LeaseManager::release_owner`](crate::LeaseManager::release_owner)),
+    /// by this manager or another. (A holder of a shared or semaphore key
+    /// reads [`Expired`](LossReason::Expired) then: it cannot tell.)
     ForceReleased,
     /// The holder released it ([`Lease::release`](crate::Lease::release),
     /// a drop, a commit, [`LeaseManager::release_all`](crate::LeaseManager::release_all)).
@@ -92,9 +71,8 @@ pub enum LossReason {
     /// The manager shut down ([`LeaseManager::shutdown`](crate::LeaseManager::shutdown),
     /// or every handle dropped).
     Shutdown,
-    /// Another lease of its group ([`LeaseManager::acquire_all`](crate::LeaseManager::acquire_all))
-    /// was lost, for `reason`: the loss of one key of a group is the loss
-    /// of all, and the manager released this one at once.
+    /// Another lease of its group ([`LeaseGroup`](crate::LeaseGroup)) was
+    /// lost, for `reason`, and the manager released this one at once.
     GroupLost {
         /// The key whose lease was lost first.
         key: crate::key::LeaseKey,
@@ -140,26 +118,17 @@ impl fmt::Display for LossReason {
     }
 }
 
-/// Something that happened to one held lease ([`LeaseStatus::events`](crate::LeaseStatus::events)).
-///
-/// The notion of a lease "at risk" follows DynamoDB's lock client's session
-/// monitor (a callback when a lease enters its danger zone) and Kubernetes'
-/// leader election callbacks.
+/// Something that happened to one held lease ([`LeaseStatus::events`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LeaseEvent {
     /// A renewal was confirmed by the server.
     Renewed {
-        /// The lease's new expiry on the server (`exp`), estimated (a
-        /// renewal returns no document) as the fencing token's time part
-        /// plus the local time from the acquire's reply to the renewal's
-        /// send, plus the TTL: a lower bound, earlier by at most both round
-        /// trips plus 1 ms (or a few ms later when `$$NOW` steps back,
-        /// docs/mongodb-behaviour.md, B3). In the server's clock, as
-        /// [`LeaseInfo::expires_at`](crate::LeaseInfo::expires_at).
+        /// The lease's new expiry on the server (`exp`), estimated from the
+        /// local time since the acquisition (a renewal returns no
+        /// document): earlier by at most both round trips plus 1 ms.
         expires_at: SystemTime,
-        /// The new local deadline (tokio's clock; see
-        /// [`LeaseStatus::deadline`](crate::LeaseStatus::deadline)).
+        /// The new local deadline ([`LeaseStatus::deadline`]).
         deadline: Instant,
     },
     /// A renewal failed or could not be confirmed (the server unreachable,
@@ -172,11 +141,9 @@ pub enum LeaseEvent {
         error: String,
     },
     /// Someone asked the holder to release the lease
-    /// ([`LeaseManager::request_release`](crate::LeaseManager::request_release),
-    /// `mongo-lease release --request`): a cooperative revocation, as
-    /// Curator's revocable locks. The lease is still held; the holder
-    /// decides whether, and when, to release it. See `docs/revocation.md`
-    /// for how soon it arrives.
+    /// ([`LeaseManager::request_release`](crate::LeaseManager::request_release)).
+    /// The lease is still held; the holder decides whether, and when, to
+    /// release it.
     RevocationRequested {
         /// The owner id of the manager that asked.
         by: String,
@@ -189,25 +156,17 @@ pub enum LeaseEvent {
 /// misses the oldest ones (the final [`LeaseEvent::Lost`] is never missed).
 pub const LEASE_EVENTS_CAPACITY: usize = 16;
 
-/// The events of one lease, from [`LeaseStatus::events`](crate::LeaseStatus::events)
-/// (a [`Stream`]; or call [`LeaseEvents::recv`]).
+/// The events of one lease, from [`LeaseStatus::events`] (a [`Stream`]; or
+/// call [`LeaseEvents::recv`]).
 ///
-/// Delivery: each event is sent on a bounded broadcast channel of
-/// [`LEASE_EVENTS_CAPACITY`] events created on the first call to
-/// `events()` (a lease nobody follows costs no channel). The manager never
-/// waits for a reader: a reader more than that many events behind skips
-/// the oldest ones (a renewal or an at-risk notice, which later ones
-/// supersede), and memory stays bounded. The final
-/// [`LeaseEvent::Lost`] is always delivered, even to a stream made after
-/// the loss (it then yields only that event), and the stream ends after
-/// it (a stream whose manager task was dropped with its runtime, never to
-/// run again, ends without it). A channel rather than a `watch` of the latest state, so that an
-/// [`AtRisk`](LeaseEvent::AtRisk) followed at once by a renewal is still
-/// seen by a reader that keeps up.
-///
+/// The manager never waits for a reader: one more than
+/// [`LEASE_EVENTS_CAPACITY`] events behind skips the oldest ones (which
+/// later ones supersede). The final [`LeaseEvent::Lost`] is always
+/// delivered, even to a stream made after the loss, and the stream ends
+/// after it (without it if the manager task was dropped with its runtime).
 /// Events come from the manager task: a lease whose local deadline has
-/// passed reads lost at once ([`LeaseStatus::is_lost`](crate::LeaseStatus::is_lost)),
-/// but its `Lost` event comes when the manager task runs.
+/// passed reads lost at once ([`LeaseStatus::is_lost`]), but its `Lost`
+/// event comes when the task runs.
 pub struct LeaseEvents {
     inner: BoxStream<'static, LeaseEvent>,
 }
@@ -239,17 +198,10 @@ impl fmt::Debug for LeaseEvents {
 
 /// How a held lease stands, readable without the manager task: whether it is
 /// lost and why, its local deadline, its cancellation token and its events.
-/// Every holder hands one out: [`Lease::status`](crate::Lease::status),
-/// [`LeaseGroup::status`](crate::LeaseGroup::status),
-/// [`Leadership::status`](crate::Leadership::status),
-/// [`LeaderContext::status`](crate::LeaderContext::status) and
-/// [`DocumentLease::status`](crate::DocumentLease::status). Cheap to clone
-/// into the tasks that work under the lease; it does not keep the lease
-/// held (dropping the `Lease` still releases it).
-///
-/// A group's status ([`LeaseGroup`](crate::LeaseGroup)) reads lost once any
-/// of its leases is: the manager then ends the others with it
-/// ([`LossReason::GroupLost`]).
+/// Every holder hands one out ([`Lease::status`](crate::Lease::status), ...).
+/// Cheap to clone into the tasks that work under the lease; it does not
+/// keep the lease held. A group's status reads lost once any of its leases
+/// is.
 ///
 /// # Examples
 ///
@@ -265,7 +217,7 @@ impl fmt::Debug for LeaseEvents {
 /// # Ok(()) }
 /// # async fn do_work(_token: u64) {}
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct LeaseStatus {
     /// The lease's state; for a group, its first lease's (in key order).
     first: Arc<LeaseState>,
@@ -299,21 +251,14 @@ impl LeaseStatus {
     /// finds it gone or taken (at the next heartbeat, or within
     /// milliseconds with [`watch_held_leases`](crate::LeaseManagerOptions::watch_held_leases)),
     /// when renewal could not be confirmed before the local deadline
-    /// ([`LeaseStatus::deadline`]), or when the manager releases it (an
-    /// in-document lease's [`commit`](crate::DocumentLease::commit) as soon
-    /// as it is sent).
-    ///
-    /// When a renewal (or a payload or in-document write) finds the lease
-    /// gone, the token fires after one read of the key that tells why
-    /// ([`LeaseStatus::lost_reason`], recorded before the token fires).
+    /// ([`LeaseStatus::deadline`]), or when the manager releases it. The
+    /// reason ([`LeaseStatus::lost_reason`]) is recorded before it fires.
     pub fn cancellation_token(&self) -> CancellationToken {
         self.first.token().clone()
     }
 
     /// Completes when the lease is lost (see
-    /// [`LeaseStatus::cancellation_token`]). The future borrows nothing: it
-    /// can be moved into another task, or kept in a `select!` loop that
-    /// later releases the lease.
+    /// [`LeaseStatus::cancellation_token`]). The future borrows nothing.
     ///
     /// # Cancel safety
     ///
@@ -324,22 +269,15 @@ impl LeaseStatus {
 
     /// `true` once the lease has been lost: its cancellation token fired,
     /// or its local deadline has passed, even if the manager task has not
-    /// run since (a starved runtime, a paused thread), as DynamoDB's lock
-    /// client's `isExpired()`; the token fires when the manager runs.
+    /// run since (the token fires when it runs).
     pub fn is_lost(&self) -> bool {
         self.all().any(|state| state.is_lost())
     }
 
-    /// Why the lease was lost; `None` while it is held. For a group's status
-    /// ([`LeaseGroup::status`](crate::LeaseGroup::status)), the reason of the
-    /// lease lost first (not [`LossReason::GroupLost`], which each of the
-    /// group's other leases reads in its own status).
-    ///
-    /// [`LossReason::Expired`] once the local deadline has passed, even
-    /// before the manager task has noticed. The reason is recorded before
-    /// the token fires: once [`LeaseStatus::lost`] has completed (or the
-    /// token reads cancelled), this returns the manager's verdict, never
-    /// `None`.
+    /// Why the lease was lost; `None` while it is held. For a group, the
+    /// reason of the lease lost first. [`LossReason::Expired`] once the
+    /// local deadline has passed, even before the manager task has noticed;
+    /// once [`LeaseStatus::lost`] has completed, the manager's verdict.
     pub fn lost_reason(&self) -> Option<LossReason> {
         if self.others.is_none() {
             return self.first.lost_reason();
@@ -353,35 +291,37 @@ impl LeaseStatus {
             .next()
     }
 
-    /// The local deadline: the instant (tokio's clock,
-    /// [`tokio::time::Instant`], which paused-clock tests move) after which
-    /// the lease reads lost unless a renewal is confirmed before then:
-    /// *start of the last confirmed renewal (or of the acquire) + ttl −
-    /// safety margin − clock skew*; for a group, the earliest of its leases'.
-    /// `None` once the lease is lost.
-    ///
-    /// Read without the manager task, like [`LeaseStatus::is_lost`].
+    /// The local deadline (tokio's clock) after which the lease reads lost
+    /// unless a renewal is confirmed before then: *start of the last
+    /// confirmed renewal (or of the acquire) + ttl − safety margin − clock
+    /// skew*; for a group, the earliest of its leases'. `None` once lost.
     pub fn deadline(&self) -> Option<Instant> {
-        self.all()
-            .map(|state| state.deadline())
-            .try_fold(None::<Instant>, |earliest, deadline| {
-                let deadline = deadline?;
-                Some(Some(earliest.map_or(deadline, |e| e.min(deadline))))
-            })
-            .flatten()
+        // `None`, a lost lease's, sorts first.
+        self.all().map(|state| state.deadline()).min().flatten()
     }
 
-    /// The events of the lease from now on: each confirmed renewal (with
-    /// the server's new expiry and the new local deadline), each failed
-    /// renewal while the lease is still held (at risk), a revocation
-    /// request, and the loss with its reason, the last event. See
-    /// [`LeaseEvents`] for the delivery (bounded, never blocks the
-    /// manager, always ends with the loss). For a group, the events of its
-    /// first lease in key order (whose loss the loss of any other causes).
+    /// The events of the lease from now on ([`LeaseEvent`], delivered as
+    /// [`LeaseEvents`] says), ending with the loss; for a group, those of
+    /// its first lease in key order. The token fires before the `Lost` event
+    /// is sent.
     ///
-    /// The first call makes the lease's event channel; leases nobody
-    /// follows have none. The crate docs ("Following a lease") have an
-    /// example.
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use mongo_lease::{LeaseEvent, LossReason};
+    /// # async fn demo(manager: mongo_lease::LeaseManager) -> mongo_lease::Result<()> {
+    /// let lease = manager.acquire("report").await?;
+    /// let mut events = lease.status().events();
+    /// while let Some(event) = events.recv().await {
+    ///     match event {
+    ///         LeaseEvent::AtRisk { error, .. } => eprintln!("renewal failed: {error}"),
+    ///         LeaseEvent::Lost(LossReason::Taken { owner_id, .. }) => eprintln!("taken by {owner_id}"),
+    ///         LeaseEvent::Lost(reason) => eprintln!("lost: {reason}"),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn events(&self) -> LeaseEvents {
         self.first.events()
     }
@@ -392,24 +332,14 @@ impl LeaseStatus {
     }
 }
 
-impl fmt::Debug for LeaseStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaseStatus")
-            .field("deadline", &self.deadline())
-            .field("lost_reason", &self.lost_reason())
-            .finish()
-    }
-}
-
 /// The state one held lease shares between the actor and its handles.
 pub(crate) struct LeaseState {
     /// The token that fires when the lease is lost, made by the first call
     /// to [`LeaseState::token`] (most leases are never awaited: a tokio-util
     /// token is a tree node of over 100 bytes; one pointer until then).
     cancel: OnceLock<CancellationToken>,
-    /// The local deadline, in signed nanoseconds from [`base`] (as
-    /// [`to_nanos`] encodes them); [`LOST`] once lost.
-    deadline: AtomicU64,
+    /// The local deadline, as [`to_nanos`] encodes it; [`LOST`] once lost.
+    deadline: AtomicI64,
     /// Why it was lost: set once, before the token fires.
     reason: OnceLock<LossReason>,
     /// The events' channel, made by the first `events()` call (most leases
@@ -421,17 +351,17 @@ pub(crate) struct LeaseState {
 /// (tokio's clock, so that paused-clock tests move it). Deadlines before it
 /// count back from it (each paused-clock test runtime has a clock of its
 /// own, and one may start before another's first deadline).
-pub(crate) fn base() -> Instant {
+fn base() -> Instant {
     static BASE: OnceLock<std::time::Instant> = OnceLock::new();
     Instant::from_std(*BASE.get_or_init(|| Instant::now().into_std()))
 }
 
 /// The stored deadline of a lost lease.
-const LOST: u64 = i64::MIN as u64;
+const LOST: i64 = i64::MIN;
 
-/// `at` as signed nanoseconds from [`base`], stored as `u64` bits; never
-/// [`LOST`]. Signed `i64` nanoseconds span 292 years either way.
-fn to_nanos(at: Instant) -> u64 {
+/// `at` as signed nanoseconds from [`base`] (292 years either way), never
+/// `i64::MIN` or `i64::MAX`: free for sentinels such as [`LOST`].
+pub(crate) fn to_nanos(at: Instant) -> i64 {
     let base = base();
     let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
     let signed = if at >= base {
@@ -439,12 +369,11 @@ fn to_nanos(at: Instant) -> u64 {
     } else {
         -nanos(base.duration_since(at))
     };
-    signed.max(i64::MIN + 1) as u64
+    signed.clamp(i64::MIN + 1, i64::MAX - 1)
 }
 
 /// The instant [`to_nanos`] encoded.
-fn from_nanos(stored: u64) -> Instant {
-    let signed = stored as i64;
+pub(crate) fn from_nanos(signed: i64) -> Instant {
     let magnitude = std::time::Duration::from_nanos(signed.unsigned_abs());
     if signed >= 0 {
         base() + magnitude
@@ -458,7 +387,7 @@ impl LeaseState {
     pub(crate) fn new(deadline: Instant) -> Self {
         LeaseState {
             cancel: OnceLock::new(),
-            deadline: AtomicU64::new(to_nanos(deadline)),
+            deadline: AtomicI64::new(to_nanos(deadline)),
             reason: OnceLock::new(),
             events: OnceLock::new(),
         }
@@ -487,10 +416,8 @@ impl LeaseState {
         true
     }
 
-    /// A confirmed renewal: moves the local deadline (as
-    /// [`LeaseState::set_deadline`]) and, if someone follows the lease,
-    /// sends [`LeaseEvent::Renewed`] with the server's expiry as
-    /// `expires_at` estimates it (called only then).
+    /// A confirmed renewal: [`LeaseState::set_deadline`], and
+    /// [`LeaseEvent::Renewed`] to the followers, if any.
     pub(crate) fn renewed(&self, deadline: Instant, expires_at: impl FnOnce() -> SystemTime) {
         if self.set_deadline(deadline) {
             self.send(|| LeaseEvent::Renewed {
@@ -511,9 +438,8 @@ impl LeaseState {
         }
     }
 
-    /// A release of the lease was requested by owner id `by`: sends
-    /// [`LeaseEvent::RevocationRequested`], if someone follows the lease
-    /// and it is still held.
+    /// A release of the lease was requested by owner id `by`:
+    /// [`LeaseEvent::RevocationRequested`] to the followers of a held lease.
     pub(crate) fn revocation_requested(&self, by: &str) {
         if !self.is_lost() {
             self.send(|| LeaseEvent::RevocationRequested { by: by.to_string() });
@@ -614,10 +540,8 @@ impl LeaseState {
 }
 
 /// The server's expiry of a lease renewed by a renewal sent at `sent_at`
-/// (local clock), as [`LeaseEvent::Renewed::expires_at`] documents it: the
-/// fencing token's time part (the server's millisecond of the acquisition,
-/// `tok >> 20`, "Fencing tokens" in `docs/protocol.md`) + the local time from
-/// the acquire's reply (`acquired_at`) to the renewal's send + `ttl`.
+/// ([`LeaseEvent::Renewed::expires_at`]): the token's time part + the local
+/// time from the acquire's reply (`acquired_at`) to `sent_at` + `ttl`.
 pub(crate) fn server_expiry(
     token: u64,
     acquired_at: Instant,

@@ -20,68 +20,45 @@ use metrics::{counter, gauge, histogram};
 use crate::kind::LeaseKind;
 use crate::status::LossReason;
 
-/// Counter: acquisitions asked of a manager (`acquire*`, `try_acquire*`,
-/// in-document leases, semaphores, elections), by how they ended. Labels:
-/// `kind` ([`kind_label`]: `exclusive`, `shared`, `permit`) and `outcome`:
-/// `acquired`; `not_acquired` (a try found the key held); `timed_out` (the
-/// caller stopped waiting: the acquire future was dropped, by a timeout
-/// over it or otherwise); `failed` (an error was returned).
+/// Counter: acquisitions asked of a manager, by `kind` ([`kind_label`])
+/// and `outcome` (`acquired`, `not_acquired`, `timed_out`, `failed`).
 pub const ACQUISITIONS: &str = "mongo_lease_acquisitions_total";
 
-/// Histogram, seconds: from the caller's request to the lease handed over
-/// (the local queue, the retries while another holder has the key, and the
-/// acquiring round trip), for acquisitions that got a lease. Label: `kind`.
+/// Histogram, seconds: from the caller's request to the lease handed over.
+/// Label: `kind`.
 pub const ACQUIRE_WAIT: &str = "mongo_lease_acquire_wait_seconds";
 
-/// Gauge: acquisitions in progress in this process: callers waiting in an
-/// acquire (or a try's round trip) for the manager's answer, i.e. the local
-/// queues' depth. No labels.
+/// Gauge: acquisitions in progress in this process (the local queues'
+/// depth).
 pub const WAITERS: &str = "mongo_lease_waiters";
 
-/// Gauge: leases held by this process's managers (each shared holder and
-/// each permit counts one). No labels.
+/// Gauge: leases held by this process's managers.
 pub const HELD_LEASES: &str = "mongo_lease_held_leases";
 
-/// Histogram, seconds: round-trip time of one renewal batch (one MongoDB
-/// `updateMany` renewing up to `renewal_batch_size` leases), from its send
-/// to its answer, failed batches included. No labels.
+/// Histogram, seconds: round trip of one renewal batch, failed ones
+/// included.
 pub const RENEWAL_DURATION: &str = "mongo_lease_renewal_duration_seconds";
 
-/// Counter: renewal batches that failed (an error or no answer within the
-/// heartbeat interval); each is retried while its leases' local deadlines
-/// allow. No labels.
+/// Counter: renewal batches that failed (each is retried).
 pub const RENEWAL_FAILURES: &str = "mongo_lease_renewal_failures_total";
 
-/// Gauge, seconds: the renewal lag, the age of the oldest confirmed renewal
-/// (or acquisition) among the leases a manager holds, read at each
-/// heartbeat before its renewals are sent; 0 when it holds none. Label:
-/// `owner_id`.
-///
-/// While renewals are on time it stays about one heartbeat interval (plus a
-/// round trip); a lease is lost when it reaches `ttl − safety_margin` (its
-/// local deadline). Alert when it exceeds, say, twice the heartbeat
-/// interval: renewals are failing or the manager task is starved, and
-/// leases are about to be lost. The same reading as
+/// Gauge, seconds: at each heartbeat, the age of the oldest confirmed
+/// renewal among the leases a manager holds, as
 /// [`Health::oldest_renewal_age`](crate::Health::oldest_renewal_age).
+/// Label: `owner_id`.
 pub const RENEWAL_LAG: &str = "mongo_lease_renewal_lag_seconds";
 
-/// Counter: held leases that ended, labelled `reason`
-/// ([`LossReason::as_str`]: `expired`, `taken`, `deleted`,
-/// `force_released`, `released`, `shutdown`). The involuntary reasons
-/// ([`LossReason::is_involuntary`]) are the ones to alert on.
+/// Counter: held leases that ended, by `reason` ([`LossReason::as_str`]);
+/// alert on the involuntary ones ([`LossReason::is_involuntary`]).
 pub const LEASES_ENDED: &str = "mongo_lease_leases_ended_total";
 
-/// Counter: change streams of writes reopened after a failure (a network
-/// error, a failover, the server closing the cursor). Label `place`:
-/// `locks` (the lock collection) or `documents` (a user collection of
-/// in-document leases). While one is down, waiters fall back to polling.
+/// Counter: change streams of writes reopened after a failure, by `place`
+/// (`locks` or `documents`).
 pub const CHANGE_STREAM_RESTARTS: &str = "mongo_lease_change_stream_restarts_total";
 
-/// `$metric!($name, $key => value, ...)` where `value` is one of the listed
-/// literals: each arm names its label as a literal, so the key is built
-/// statically, as the `metrics` macros do for literal labels, and recording
-/// allocates nothing (with runtime label values they build a `Vec` per
-/// call, recorder or not); another value is recorded as is. A second,
+/// `$metric!($name, $key => value, ...)` with `value` matched against the
+/// listed literals, so that recording allocates nothing (the `metrics`
+/// macros build a `Vec` per call for runtime label values). A second,
 /// literal label may follow the list in parentheses: `("outcome" => "acquired")`.
 macro_rules! static_label {
     ($metric:ident!($name:expr, $key:literal => $value:expr, [$($lit:literal),+] $rest:tt)) => {

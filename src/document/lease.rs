@@ -1,6 +1,5 @@
 //! [`DocumentLease`]: a held in-document lease and its document.
 
-use std::fmt;
 use std::sync::Arc;
 
 use mongodb::bson::Document;
@@ -18,6 +17,7 @@ use crate::status::ReleaseOutcome;
 ///
 /// Dropping it releases the lease in the background, as for a [`Lease`]; the
 /// document's own fields are then left as they are.
+#[derive(Debug)]
 pub struct DocumentLease<T = Document> {
     lease: Lease,
     raw: Document,
@@ -74,12 +74,9 @@ impl<T: DeserializeOwned> DocumentLease<T> {
         self.lease.status()
     }
 
-    /// The lease and the document (as [`DocumentLease::document`]), apart:
-    /// the lease stays held until released ([`Lease::release`], or dropped,
-    /// as any [`Lease`]), and its fenced writes
-    /// ([`Lease::with_transaction`], [`Lease::fence`]) still work, but the
-    /// document's own writes under it ([`DocumentLease::update`],
-    /// [`DocumentLease::commit`]) are no longer available.
+    /// The lease and the document, apart: the lease stays held until
+    /// released or dropped, as any [`Lease`], but [`DocumentLease::update`]
+    /// and [`DocumentLease::commit`] are no longer available.
     ///
     /// # Examples
     ///
@@ -101,18 +98,12 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] if the lease was lost: nothing was written, and
-    /// the lease's token has fired. [`Error::InvalidUpdate`] for an update
-    /// that is empty or writes the lock field, or a pipeline that names the
-    /// reserved temporary field (nothing sent). [`Error::Refused`] for an
-    /// update MongoDB refuses (nothing written), naming the operation, the
-    /// collection and the cause; [`Error::Database`] for a result that
-    /// cannot be read as `T` (the write happened). [`Error::Shutdown`]. An error for
-    /// which [`Error::is_transient`] is true (the network, a failover, the
-    /// manager's operation timeout) leaves the outcome unknown: the update
-    /// may have been written. (The write is a retryable write: on a replica
-    /// set the driver sends it once more after such an error, and a write
-    /// that had landed is then answered as written.)
+    /// [`Error::LeaseLost`] if the lease was lost: nothing was written.
+    /// [`Error::InvalidUpdate`] for an update [`DocumentUpdate`] refuses
+    /// (nothing sent). [`Error::Refused`] for an update MongoDB refuses
+    /// (nothing written); [`Error::Database`] for a result that cannot be
+    /// read as `T` (the write happened). [`Error::Shutdown`]. An error for
+    /// which [`Error::is_transient`] is true leaves the outcome unknown.
     ///
     /// # Cancel safety
     ///
@@ -132,14 +123,9 @@ impl<T: DeserializeOwned> DocumentLease<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] if the lease was lost: the update was **not**
-    /// written. Otherwise as [`DocumentLease::update`]; if the result cannot
-    /// be read as `T`, the write and the release happened. After any error
-    /// the lease is released all the same (this `DocumentLease` is
-    /// consumed, also by an [`Error::InvalidUpdate`] refused before anything
-    /// was sent): acquire the document again to retry. After an error of
-    /// unknown outcome ([`Error::is_transient`]), read the document to learn
-    /// whether the update was written.
+    /// As [`DocumentLease::update`]. After any error the lease is released
+    /// all the same (this `DocumentLease` is consumed): acquire the
+    /// document again to retry.
     ///
     /// # Cancel safety
     ///
@@ -152,8 +138,8 @@ impl<T: DeserializeOwned> DocumentLease<T> {
         decode(raw)
     }
 
-    /// Releases the lease: removes the lock field (see the module docs for
-    /// the short-lease case) and leaves every other field as it is.
+    /// Releases the lease: removes the lock field (docs/in-document.md) and
+    /// leaves every other field as it is.
     ///
     /// # Errors
     ///
@@ -179,14 +165,5 @@ fn decode<T: DeserializeOwned>(raw: Document) -> Result<T> {
 fn remove_fields(raw: &mut Document, fields: &[String]) {
     for field in fields {
         raw.remove(field);
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for DocumentLease<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DocumentLease")
-            .field("lease", &self.lease)
-            .field("document", &self.document)
-            .finish()
     }
 }

@@ -29,38 +29,11 @@ pub const DEFAULT_LEASE_FIELD: &str = "_lease";
 
 /// In-document leases on one user collection, from
 /// [`LeaseManager::documents`]: acquire a document's lease by its `_id`, and
-/// get the document with it.
-///
-/// Its acquires return a [`DocumentLease`]: a [`Lease`](crate::Lease) as
-/// for keys of the lock collection, driven the same way by the same
-/// manager (renewal in the batched heartbeat, one `updateMany` per
-/// collection and TTL), with the document as the acquire read it, in the
-/// same round trip. `T` is the type the document is read as
-/// (`bson::Document` by default); the lock field is removed before it is
-/// deserialised.
-///
-/// # Document schema
+/// get the document (read as `T`) with it, in one round trip.
 ///
 /// The lock fields live under one field of the user's document (default
-/// [`DEFAULT_LEASE_FIELD`], `_lease`), with the lock collection's names and
-/// rules: `aid` (owner id), `lid` (lease id), `tok` (fencing token), `acq`,
-/// `ts` and `exp` (server times of the acquisition, the last renewal, and
-/// the expiry), `wt`/`yu` (fairness between owners). Acquire, renewal and
-/// release write only that field; every other field of the document is the
-/// user's, and only [`DocumentLease::update`] and [`DocumentLease::commit`]
-/// write them, with the user's update.
-///
-/// A released document carries no lock field, except after a lease shorter
-/// than [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) (by the
-/// server's clock) or one another owner waited for: the field is then left
-/// in the released state (no lease id `lid`, `exp` at the release time, the
-/// fencing token `tok` kept, so that the next acquisition's token is
-/// greater, see the "Fencing tokens" rule of the lock collection; `yu` if
-/// another owner waited), which the next acquire takes over at once. The
-/// manager removes a released field nobody took once its token is
-/// `DELETE_MIN_TOKEN_AGE` old by the server's clock; shutdown waits for that
-/// removal. A field left yielded (another owner waited, and did not take it)
-/// stays.
+/// [`DEFAULT_LEASE_FIELD`]), the only field acquire, renewal and release
+/// write; docs/in-document.md has the schema, and what a release leaves.
 ///
 /// # Examples
 ///
@@ -153,21 +126,13 @@ impl<T: DeserializeOwned> DocumentLeases<T> {
         self.lock_id.as_deref()
     }
 
-    /// Reads the lease of the document with `_id` `id`, with the server's
-    /// clock, as [`LeaseManager::inspect`] reads a key: who holds it (or last
-    /// held it), its fencing token, acquisition, renewal and expiry times.
-    /// `Ok(None)` if there is no such document or it carries no lock field
-    /// (never leased, or released). A lock field of foreign layout (the
-    /// user's own value under that name) is shown as held by a foreign
-    /// holder ([`LeaseInfo::foreign`](crate::LeaseInfo::foreign)). One round
-    /// trip; reads only `_id` and the lock field.
+    /// Reads the lease of the document with `_id` `id`, as
+    /// [`LeaseManager::inspect`] reads a key; `Ok(None)` if there is no such
+    /// document or it carries no lock field. One round trip.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidKey`](crate::Error::InvalidKey) for an `_id` MongoDB refuses,
-    /// [`Error::Shutdown`](crate::Error::Shutdown), [`Error::Refused`](crate::Error::Refused) if the server refuses the
-    /// read, and other database errors ([`Error::Database`](crate::Error::Database),
-    /// [`Error::Unreachable`](crate::Error::Unreachable)).
+    /// As [`LeaseManager::inspect`].
     ///
     /// # Cancel safety
     ///

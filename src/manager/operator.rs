@@ -1,12 +1,5 @@
-//! The operator's overrides, as requests awaited directly: a force release
-//! of a key ([`ForceRelease`], from [`LeaseManager::force_release`]) and a
-//! release of every lease of an owner id ([`ReleaseOwner`], from
-//! [`LeaseManager::release_owner`]). By default the key of a live lease
-//! they end is granted again only once that lease could no longer be live
-//! (its expiry, after its holder's local deadline), whether or not its
-//! holder heard of the override by then; [`ForceRelease::immediately`] and
-//! [`ReleaseOwner::immediately`] say that the holder is known to be gone,
-//! and free the key after the lock-delay alone (`docs/lock-delay.md`).
+//! The operator's overrides, as requests awaited directly: [`ForceRelease`]
+//! and [`ReleaseOwner`].
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -17,9 +10,15 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::OverrideEnd;
 
-/// A force release of one key, awaited directly (`IntoFuture`):
-/// [`LeaseManager::force_release`] makes it, [`immediately`](Self::immediately)
-/// changes when the key is free again.
+/// A force release of one key, from [`LeaseManager::force_release`],
+/// awaited directly.
+///
+/// By default the key of the live lease it ends is granted again only at
+/// that lease's expiry (and the
+/// [`lock_delay`](field@crate::LeaseManagerOptions::lock_delay)), by which
+/// its holder has stopped, whether or not it heard of the override;
+/// [`immediately`](Self::immediately) frees it after the lock-delay alone
+/// (`docs/lock-delay.md`).
 ///
 /// # Examples
 ///
@@ -35,29 +34,18 @@ use crate::store::OverrideEnd;
 /// ```
 #[must_use = "a request does nothing until it is awaited"]
 pub struct ForceRelease<'a> {
-    manager: &'a LeaseManager,
-    key: LeaseKey,
-    end: OverrideEnd,
+    pub(super) manager: &'a LeaseManager,
+    pub(super) key: LeaseKey,
+    pub(super) end: OverrideEnd,
 }
 
-impl<'a> ForceRelease<'a> {
-    pub(crate) fn new(manager: &'a LeaseManager, key: LeaseKey) -> Self {
-        ForceRelease {
-            manager,
-            key,
-            end: OverrideEnd::AtExpiry,
-        }
-    }
-
+impl ForceRelease<'_> {
     /// The holder is known to be gone (its process stopped, its machine
-    /// off): the key is free after the manager's
-    /// [`lock_delay`](field@crate::LeaseManagerOptions::lock_delay) alone, not at the ended
-    /// lease's expiry. Also frees a key that an earlier override left
-    /// waiting for its old lease's expiry. If the holder is in fact still
-    /// running, it keeps working until its next renewal while the next
-    /// holder already works, and an acquisition attempt of it still in
-    /// flight may land after the override and take the key again under
-    /// the ended lease id: use it only when you know.
+    /// off): the key is free after the lock-delay alone, not at the ended
+    /// lease's expiry (also a key an earlier override left waiting). If the
+    /// holder is in fact still running, it keeps working until its next
+    /// renewal while the next holder already works, and an acquisition of
+    /// it still in flight may take the key again: use it only when you know.
     pub fn immediately(mut self) -> Self {
         self.end = OverrideEnd::Immediately;
         self
@@ -73,10 +61,9 @@ impl<'a> IntoFuture for ForceRelease<'a> {
     }
 }
 
-/// A release of every lease of an owner id, awaited directly
-/// (`IntoFuture`): [`LeaseManager::release_owner`] makes it,
-/// [`immediately`](Self::immediately) changes when the keys are free
-/// again.
+/// A release of every lease of an owner id, from
+/// [`LeaseManager::release_owner`], awaited directly; its keys are free
+/// again as [`ForceRelease`] says.
 ///
 /// # Examples
 ///
@@ -90,24 +77,14 @@ impl<'a> IntoFuture for ForceRelease<'a> {
 /// ```
 #[must_use = "a request does nothing until it is awaited"]
 pub struct ReleaseOwner<'a> {
-    manager: &'a LeaseManager,
-    owner_id: &'a str,
-    end: OverrideEnd,
+    pub(super) manager: &'a LeaseManager,
+    pub(super) owner_id: &'a str,
+    pub(super) end: OverrideEnd,
 }
 
-impl<'a> ReleaseOwner<'a> {
-    pub(crate) fn new(manager: &'a LeaseManager, owner_id: &'a str) -> Self {
-        ReleaseOwner {
-            manager,
-            owner_id,
-            end: OverrideEnd::AtExpiry,
-        }
-    }
-
-    /// Every holder under the owner id is known to be gone: the keys of
-    /// the live leases it ends are free after the manager's
-    /// [`lock_delay`](field@crate::LeaseManagerOptions::lock_delay) alone, not at those
-    /// leases' expiry (see [`ForceRelease::immediately`]).
+impl ReleaseOwner<'_> {
+    /// Every holder under the owner id is known to be gone, as
+    /// [`ForceRelease::immediately`] says of one.
     pub fn immediately(mut self) -> Self {
         self.end = OverrideEnd::Immediately;
         self
