@@ -268,12 +268,7 @@ impl Actor {
                 // the same lease id (of the same shape, `unseen`) renews it
                 // and is granted from its own send.
                 tracing::debug!(%key, token, "lease found by a read: confirming it at once");
-                state.note_miss(
-                    lease_id,
-                    sent.ttl,
-                    None,
-                    payload_hash(sent.payload.as_ref()),
-                );
+                state.note_miss_of(&sent, None);
                 state.unknown_outcome = Some(sent.shape);
                 state.found_by_read();
                 state.prune_waiters();
@@ -306,12 +301,7 @@ impl Actor {
                 self.give_back(&key, lease_id, requested);
             }
             Ok((AcquireOutcome::Mismatch { stored }, _)) => {
-                state.note_miss(
-                    lease_id,
-                    sent.ttl,
-                    None,
-                    payload_hash(sent.payload.as_ref()),
-                );
+                state.note_miss_of(&sent, None);
                 // The answer for every waiter asking for this kind; the
                 // others' attempts follow.
                 let requested = sent.shape.kind;
@@ -333,18 +323,10 @@ impl Actor {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, ahead, "key is held");
                 // No release or handoff is for this owner soon, so the key
-                // needs no change stream (`Attempt::Scheduled::far_behind`,
-                // `Actor::pause_write_stream_if_unneeded`) when either
-                // - the queue is full without it (`ahead` counts every
-                //   live entry when this owner has none,
-                //   `StoreProfile::queue_bound`): the key is neither freed nor
-                //   handed to it before the queue drains, and its
-                //   refreshes register it once there is room; or
-                // - others are ahead of it, and the key kept its token
-                //   since this owner's last registering attempt under
-                //   this lease id, at least half a `retry_max` ago (a
-                //   refresh's spacing). A key that changes hands faster
-                //   keeps its registered waiters' streams.
+                // needs no change stream (`Attempt::Scheduled::far_behind`;
+                // ARCHITECTURE.md, "At most one change stream of writes per
+                // place"; `ahead` counts every live entry when this owner
+                // has none).
                 let previous = state
                     .misses
                     .as_ref()
@@ -371,12 +353,7 @@ impl Actor {
                     round_trip: sent.sent_at.elapsed(),
                     token,
                 });
-                state.note_miss(
-                    lease_id,
-                    sent.ttl,
-                    registration,
-                    payload_hash(sent.payload.as_ref()),
-                );
+                state.note_miss_of(&sent, registration);
                 state.answer_waiters(answer_tries);
                 if state.waiters.is_empty() {
                 } else if meanwhile.freed {
@@ -416,12 +393,7 @@ impl Actor {
                 }
             }
             Err(error) => {
-                state.note_miss(
-                    lease_id,
-                    sent.ttl,
-                    None,
-                    payload_hash(sent.payload.as_ref()),
-                );
+                state.note_miss_of(&sent, None);
                 let transient = error.is_transient();
                 // A waiting exclusive attempt whose outcome is unknown may
                 // have registered in the key's queue: count it registered,

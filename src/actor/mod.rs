@@ -1,45 +1,10 @@
-//! The private actor: one task per manager that owns all lease state.
-//!
-//! It holds the store, the held leases with their local deadlines, a FIFO
-//! queue of waiters per key, and its timers, and runs one `select!` loop over
-//! its event sources: commands from the handles, results of store operations
-//! in flight (acquires, releases, payload writes and reads; renewals apart,
-//! so shutdown can drop them), expired timers (local deadlines and retries),
-//! the heartbeat, and, while some key waits for another owner (or, with
-//! `watch_held_leases`, a lease is held), a change stream of writes to lock
-//! documents that wakes a waiting key's waiters at once instead of at their
-//! next poll, and makes a held lease that someone else's write may have
-//! taken away checked at once instead of at the next heartbeat. Each event has one method. The actor never awaits a store
-//! operation inline: operations run concurrently in [`FuturesUnordered`] sets
-//! and their results come back as [`Event`]s, so a slow round trip never
-//! delays another command.
-//! It never awaits caller code either: replies go through `oneshot` channels.
-//!
-//! Shape after Alice Ryhl's "Actors with Tokio" and the mongodb driver's
+//! The private actor: one task per manager that owns all lease state,
+//! shaped after Alice Ryhl's "Actors with Tokio" and the mongodb driver's
 //! connection-pool worker. One state struct, [`Actor`], spread over one
-//! `impl Actor` block per concept:
-//!
-//! | file | concept |
-//! |---|---|
-//! | `mod.rs` | the state (events, timers, places), the `select!` loop, dispatch of commands, events and timers, reads, [`Actor::spawn_store`] |
-//! | `key_state.rs` | the per-key state: local waiters, held leases, the key's one attempt (`KeyState`, `Held`, `Waiter`) |
-//! | `command.rs` | [`Command`], the messages from the handles, and [`Command::fail`] |
-//! | `mailbox.rs` | [`Mailbox`](mailbox::Mailbox), the handles' typed end of the command channel |
-//! | `acquire.rs` | waiters, the key's one attempt at a time, retries, handing a lease to the first waiter |
-//! | `renewal.rs` | heartbeat renewals in batches, their results, the local-deadline min-heap |
-//! | `release.rs` | release, `release_all`, force release, giving back, the light release |
-//! | `payload.rs` | the payload of a held lease |
-//! | `handoff.rs` | a release that hands the key to the first local waiter in the same write |
-//! | `group_commit.rs` | the light forms: when they are tried, the keys contended lately, the group commit of light acquires and releases |
-//! | `write_stream.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
-//! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
-//! | `loss.rs` | why a lease the server no longer holds was lost (one read of its key) |
-//! | `binding.rs` | what a few held leases are bound to: a named holder, re-entries, a group (`Actor::bindings`) |
-//! | `reentry.rs` | a second acquisition by the holder of a lease: re-entered (counted) or refused |
-//! | `lease_group.rs` | leases acquired together (`acquire_all`): the loss of one ends all |
-//! | `shutdown.rs` | draining the queue, failing waiters, the final release |
-//! | `observers.rs` | observer hubs, one task per observed key |
-//! | `telemetry.rs` | the health board, metrics and per-lease tracing spans |
+//! `impl Actor` block per concept (ARCHITECTURE.md, `src/actor/`, lists
+//! them and states the invariant that it never awaits a round trip or
+//! caller code inline); this file holds the state, the `select!` loop, the
+//! dispatch of commands, events and timers, and [`Actor::spawn_store`].
 
 mod acquire;
 mod binding;

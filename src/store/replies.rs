@@ -54,20 +54,12 @@ pub(crate) const YIELDED: &str = "yielded";
 pub(crate) const NOW: &str = "now";
 
 /// The verdict on a document that a read found, not the attempt's own
-/// write (see the module docs): an acquisition found there (or an
-/// expired lease of ours) is [`AcquireOutcome::Unconfirmed`], a `Held`
-/// answer carries no token.
-///
-/// A key read as held as another kind (with this attempt's entry or
-/// without) is `Held` too, with nothing left to
-/// wait (and no holder named): the read may predate the attempt's write
-/// (a majority snapshot), or follow writes after it, so it does not prove
-/// that the write did not land. The actor retries at once under the same
-/// lease id and shape (`KeyState::unseen`), and that write's own reply
-/// decides: the lease, or the mismatch. Were the read's mismatch the
-/// answer, the lease id would go to the next attempt, perhaps for another
-/// number of permits, which the server would take for a retry of the
-/// landed one (safety.md, property 2).
+/// write (see the module docs). A key read as held as another kind is
+/// `Held` with nothing left to wait: the read does not prove that the
+/// write did not land, so the actor retries at once under the same lease
+/// id and shape, and that write's own reply decides (else the lease id
+/// would go to the next attempt, perhaps for another number of permits;
+/// safety.md, property 2).
 pub(crate) fn from_reread(outcome: AcquireOutcome) -> AcquireOutcome {
     match outcome {
         AcquireOutcome::Acquired { token } | AcquireOutcome::Unconfirmed { token } => {
