@@ -124,14 +124,12 @@ fn foreign(key: &LeaseKey, doc: &Document) -> AcquireOutcome {
 
 /// Reads what an exclusive acquire attempt (by `owner` under `lease_id`)
 /// found out of a document projected with the exclusive acquire
-/// projection (`mongo::acquire::acquire_projection`: `aid`, `lid`, `tok`,
-/// `exp`, `yu`, `pm`, `now`, ...).
+/// projection (`mongo::acquire::acquire_projection`).
 ///
 /// `Acquired` when the document holds `lease_id` of `owner`, live at the
 /// projection's `now` (an expired one, which a write of this attempt never
 /// returns, is `Unconfirmed`: a retry under that lease id wins and renews
-/// it). A document of foreign layout is held by a foreign holder (its `aid`
-/// as owner id), with no known remaining time nor token; any other `Held`
+/// it). A document of foreign layout is [`foreign`]; any other `Held`
 /// carries the document's `tok`.
 pub(crate) fn classify(
     key: &LeaseKey,
@@ -347,21 +345,10 @@ fn live_mark(doc: &Document, now: i64) -> Option<(String, Duration)> {
 /// Reads what a shared or permit acquisition of `kind` found, out of a
 /// document projected with the shared and permit acquire projection
 /// (`mongo::acquire::multi_acquire_projection`: the top fields, [`MINE`],
-/// [`LIVE`], [`FIRST_EXPIRY`], [`YIELDED`], `now`): `Acquired` with this
-/// entry's token if the entry is live at the projection's `now` (an
-/// expired entry of ours, which a write of this attempt never returns, is
-/// `Unconfirmed`: a retry under its lease id wins and renews it), unless
-/// other live holders hold the key as another kind now
-/// (`OursAsAnotherKind`: its number of permits changed since that entry
-/// was written);
-/// `Mismatch` for live holders of another kind (a live exclusive holder is
-/// a mismatch for a permit; a shared acquirer waits for it); else `Held`
-/// until the earliest live permit's expiry (a full semaphore), the
-/// exclusive holder's expiry, or the end of a live exclusive waiter's mark
-/// (held by that waiter). Each `Held` carries the key's top `tok` (the
-/// latest holder acquisition's, or the exclusive lease's). A document of
-/// foreign layout is held by a foreign holder, with no known remaining time
-/// nor token.
+/// [`LIVE`], [`FIRST_EXPIRY`], [`YIELDED`], `now`), by the rules of "Shared
+/// and semaphore keys" in `store`: an expired entry of ours is
+/// `Unconfirmed`, as in [`classify`]; each `Held` carries the key's top
+/// `tok`.
 pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) -> AcquireOutcome {
     if !is_our_layout(doc) {
         return foreign(key, doc);
