@@ -16,7 +16,7 @@ use super::key_state::{Registration, payload_hash};
 use super::mailbox::Mailbox;
 use super::telemetry;
 use super::write_stream::wake_jitter;
-use super::{AcquireSent, Actor, Attempt, Event, Held, KeyState, Timer, Waiter};
+use super::{AcquireSent, Actor, Attempt, Held, KeyState, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
@@ -175,7 +175,7 @@ impl Actor {
 
     /// Sends the general acquire of the attempt `sent` of `key` (with
     /// `create`, the fields of a missing user document); its answer comes
-    /// back as [`Event::Acquired`].
+    /// back to [`Actor::on_general_acquire_answered`].
     pub(super) fn send_general_acquire(
         &mut self,
         key: PlacedKey,
@@ -191,10 +191,12 @@ impl Actor {
             create,
             payload: sent.payload.clone(),
         });
-        self.spawn_store(acquire, move |result| Event::Acquired { result, key, sent });
+        self.spawn_store(acquire, move |actor, result| {
+            actor.on_general_acquire_answered(key, sent, result)
+        });
     }
 
-    /// The general acquire's answer ([`Event::Acquired`]): the server
+    /// The general acquire's answer: the server
     /// answered (if it did), whether the light form would have applied is
     /// noted, then it is an acquire's answer.
     pub(super) fn on_general_acquire_answered(
@@ -662,11 +664,8 @@ impl Actor {
             })
             .collect();
         let call = self.store(place).acquire_light(requests);
-        self.spawn_store(call, move |answers| Event::LightAcquired {
-            place,
-            batch,
-            grouped,
-            answers,
+        self.spawn_store(call, move |actor, answers| {
+            actor.on_light_acquired(place, batch, grouped, answers)
         });
     }
 

@@ -87,7 +87,7 @@ pub(super) struct PendingRelease {
     pub(super) key: PlacedKey,
     pub(super) lease: LeaseRef,
     pub(super) respond_to: Option<Reply<ReleaseOutcome>>,
-    /// As `Event::Released::follow_up`.
+    /// As [`Actor::send_release`]'s `follow_up`.
     pub(super) follow_up: Option<Instant>,
 }
 
