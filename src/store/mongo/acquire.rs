@@ -763,7 +763,7 @@ impl MongoStore {
             Some(doc) => Ok(replies::from_reread(read(&key, &doc))),
             // The document vanished between the write and the read: try again.
             None => Err(Error::Unreachable {
-                waited: self.operation_timeout(),
+                waited: self.operation_timeout,
                 reason: "lock document vanished during acquire".into(),
                 source: None,
             }),

@@ -252,7 +252,7 @@ impl MongoStore {
                     self.coll()
                         .find_one_and_update(
                             handoff_filter(key, self.owner(), *from),
-                            handoff_update(*to, ttl_ms(handoff.ttl), self.yield_ms()),
+                            handoff_update(*to, ttl_ms(handoff.ttl), self.yield_ms),
                         )
                         .return_document(ReturnDocument::After)
                         .projection(handoff_projection()),

@@ -68,10 +68,10 @@ impl Store for MongoStore {
                 release: true,
                 handoff: true,
             },
-            removes_on_release: self.release_mode() == ReleaseMode::Delete,
+            removes_on_release: self.release_mode == ReleaseMode::Delete,
             registration_window: self.registration(),
             queue_bound: crate::store::MAX_QUEUE,
-            lock_delay: Duration::from_millis(self.lock_delay_ms() as u64),
+            lock_delay: Duration::from_millis(self.lock_delay_ms as u64),
             lock_id_fields: None,
             #[cfg(test)]
             ttl: Duration::from_millis(self.ttl_ms().max(0) as u64),
@@ -131,13 +131,13 @@ impl Store for MongoStore {
                     store.release_leases(vec![lease], false).await?
                 }
                 Release::ReleasedDocuments(keys) => {
-                    if keys.is_empty() || store.release_mode() != ReleaseMode::Delete {
+                    if keys.is_empty() || store.release_mode != ReleaseMode::Delete {
                         return Ok(Released::count(0));
                     }
                     store.delete_released_matching(keys_filter(&keys)).await?
                 }
                 Release::ReleasedDocumentsOf(owner) => {
-                    if store.release_mode() != ReleaseMode::Delete {
+                    if store.release_mode != ReleaseMode::Delete {
                         return Ok(Released::count(0));
                     }
                     let filter = doc! { crate::store::field::OWNER: owner };
@@ -147,7 +147,7 @@ impl Store for MongoStore {
                     let (deleted, marked) = store.release_owner_leases(owner, end).await?;
                     return Ok(Released {
                         count: deleted + marked,
-                        follow_up_due: store.release_mode() == ReleaseMode::Delete && marked > 0,
+                        follow_up_due: store.release_mode == ReleaseMode::Delete && marked > 0,
                         ..Default::default()
                     });
                 }

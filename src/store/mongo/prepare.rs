@@ -82,7 +82,7 @@ impl MongoStore {
         gc_grace: Duration,
         timing: &Timing,
     ) -> Result<CollectionFacts> {
-        let waited = self.operation_timeout();
+        let waited = self.operation_timeout;
         let unreachable = |e: Error| match e {
             Error::Database(db) if is_transient_db_error(&db) => unreachable_from(waited, db),
             other => other,

@@ -473,7 +473,7 @@ impl MongoStore {
                 self.coll()
                     .find_one_and_update(
                         force_release_any_filter(&key, end),
-                        force_release_update(self.yield_ms(), self.lock_delay_ms(), end),
+                        force_release_update(self.yield_ms, self.lock_delay_ms, end),
                     )
                     .return_document(ReturnDocument::Before)
                     .projection(self.info_projection()),
@@ -527,13 +527,13 @@ impl MongoStore {
         delete_first: bool,
     ) -> Result<(u64, u64)> {
         let delete = async {
-            if !delete_first || self.release_mode() != ReleaseMode::Delete {
+            if !delete_first || self.release_mode != ReleaseMode::Delete {
                 return Ok((0, false));
             }
             let deletable = deletable_filter(filter.clone(), min_token_age_ms());
             self.delete_matching(&deletable, single).await
         };
-        let update = || release_any_update(selection, self.yield_ms()).into();
+        let update = || release_any_update(selection, self.yield_ms).into();
         let mark = self.update_matching(self.coll(), "release", &filter, update, single);
         release_in_two_writes(single, delete, mark).await
     }
@@ -612,7 +612,7 @@ impl MongoStore {
             }}}]};
         }
         let filter = doc! { "$or": [owner_leases_filter(&owner), holders] };
-        let delay_ms = self.lock_delay_ms();
+        let delay_ms = self.lock_delay_ms;
         let selection = Selection::OwnerLeases {
             owner: &owner,
             delay_ms,
