@@ -662,13 +662,10 @@ pub(crate) struct KeyWrite {
     pub lease_id: Option<Uuid>,
     /// The `aid` the write set, if the event shows one.
     pub owner: Option<String>,
-    /// The `tok` the write set, if the event shows one: an insert's or a
-    /// replacement's full document's, an update's `updatedFields.tok` (an
-    /// int64, or an int32; `None` for a negative value or another type).
-    /// `None` for a delete, an update that does not set `tok`, and the
-    /// release of a holder of a shared or semaphore key (`rl`). With
-    /// [`KeyWrite::keeps`], the token of the lease the write made (an
-    /// acquisition, a handoff).
+    /// The `tok` the write set, if the event shows one (an int64, or an
+    /// int32; `None` for a negative value or another type, a delete, and
+    /// the release of a holder of a shared or semaphore key). With
+    /// [`KeyWrite::keeps`], the token of the lease the write made.
     pub token: Option<u64>,
 }
 
@@ -686,12 +683,9 @@ impl KeyWrite {
     }
 }
 
-/// Which writes a stream of writes ([`Store::watch_releases`]) announces.
-///
-/// Every waiting manager keeps its stream open, and a queue's handoff
-/// goes to one owner: with [`Announced::Waits`] it is announced to that
-/// owner alone, not to every owner waiting for the key ("Queue of waiting
-/// owners").
+/// Which writes a stream of writes ([`Store::watch_releases`]) announces:
+/// with [`Announced::Waits`] a queue's handoff is announced to its new
+/// owner alone, not to every owner waiting for the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Announced {
     /// Every write that may change who holds a key: also another owner's
@@ -733,10 +727,9 @@ pub(crate) enum Announcement {
     RevocationRequested { key: LeaseKey, by: String },
 }
 
-/// Where the locks of one store live: the lock collection, or a user
-/// collection whose documents carry their own lock under one field
-/// (in-document leases). Leases carry it, so that the transaction helper
-/// can name the lock in the caller's session.
+/// Where the locks of one store live (a place, ARCHITECTURE.md's
+/// glossary). Leases carry it, so that the transaction helper can name the
+/// lock in the caller's session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockPlace {
     /// The database of the collection.
@@ -775,14 +768,10 @@ impl LockPlace {
 pub(crate) struct DocumentWrite {
     /// The user's update (checked: it never names the lock field).
     pub update: crate::document_update::DocumentUpdate,
-    /// Release the lease in the same write (`commit`): the lock field is
-    /// removed if the lease's token is at least
-    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by the
-    /// server's clock and nobody waited for the lease (no `wt`), and
-    /// otherwise left in the released state (no `lid` nor `wt`, `exp` at
-    /// the release time, `tok` kept; `yu` if another owner waited), which
-    /// the next acquire takes over, and the follow-up
-    /// ([`Release::ReleasedDocuments`]) removes if nobody did.
+    /// Release the lease in the same write (`commit`), as the release in
+    /// two writes of in-document leases does (the lock field removed when
+    /// old enough and not waited for, else left released for the
+    /// follow-up, [`Release::ReleasedDocuments`]).
     pub release: bool,
     /// The lease was acquired less than [`DELETE_DELAY`] ago by the local
     /// clock (set by the actor): its token is too young for the lock field
