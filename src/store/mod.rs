@@ -582,27 +582,18 @@ pub(crate) fn registration_window(retry_max: Duration, safety_margin: Duration) 
 }
 
 /// The most live entries the queue of waiting owners of a key (`q`) holds
-/// (see "Queue of waiting owners"): a waiting owner beyond it does not
-/// register, and waits unordered until an entry leaves.
-///
-/// Every write of the key rewrites its document, `q` included, and the
-/// general pipelines walk `q` (live entries, the owner's own, the head).
-/// An entry without a payload is about 117 bytes of BSON (`aid` a 36-byte
-/// UUID string 46, `lid` 26, `at`, `re` and `hx` 12 each, its document's
-/// and array index's overhead 9), so 64 entries cap that at about 7.5 KB
-/// per write of the key (a payload adds its own size per entry), against
-/// about 200 bytes for the rest of the document: a key stays a small
-/// document whatever the fleet, and the queue still orders more waiting
-/// owners than most keys have (`benches/fleet.rs` measures 2 to 200).
+/// ("Bound" in "Queue of waiting owners"). An entry without a payload is
+/// about 117 bytes of BSON (`aid` a 36-byte UUID string 46, `lid` 26,
+/// `at`, `re` and `hx` 12 each, overhead 9): about 7.5 KB that every write
+/// of the key rewrites (docs/performance.md, "The queue in the document",
+/// says why 64 and not 16).
 pub(crate) const MAX_QUEUE: usize = 64;
 
 /// How long the server holds a `getMore` of the stream of writes that has
 /// nothing to announce before it answers with an empty batch (the
-/// server's default is 1 s): an open stream with nothing to announce, a
-/// waiter's most of the time once a handoff wakes only its new holder,
-/// then costs one command per 10 s instead of one per second. Events are
-/// answered as soon as they are written, whatever this is. The twin's
-/// streams wake as often (`MemoryDb::release_readers`).
+/// server's default is 1 s): an idle stream costs one command per 10 s
+/// (docs/mongodb-behaviour.md, B33). The twin's streams wake as often
+/// (`MemoryDb::release_readers`).
 pub(crate) const RELEASE_EVENTS_AWAIT: Duration = Duration::from_secs(10);
 
 /// In delete mode, how long after a young lease's acquisition (local time

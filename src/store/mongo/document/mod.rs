@@ -24,9 +24,7 @@
 //!   (`top_lock`).
 //!
 //! The BSON it sends is built by pure functions over the shared rules
-//! (`rules`, under `F`): `pipeline` (acquire, renewal, release), `write`
-//! (writes under a lease), `events` (the change-stream stages) and
-//! `top_lock` (`LockId` / `LockTime`).
+//! (`rules`, under `F`), one file per concern.
 
 mod events;
 mod pipeline;
