@@ -1,28 +1,14 @@
 //! Foreign holders' lock documents: the layouts other applications lock keys
 //! with in a shared lock collection, each with its owner field and the
-//! expiry rule its own clients apply (see docs/sharing.md).
-//!
-//! The table ([`ForeignRules`]), first match wins, after a document of this
-//! crate's layout (an int64 `tok`, a date `exp` and no `value`), which is
-//! never foreign:
-//!
-//! | layout | recognised by | owner | expires |
-//! |---|---|---|---|
-//! | a user's rule ([`ForeignLockRule`]) | its fields present, its dates dates | its owner field | by its [`ForeignExpiry`] |
-//! | `{_id, value, ttl, obtained_at}` | `value` present, `ttl` a number, `obtained_at` a date | `value` | once `$$NOW > obtained_at + ttl` seconds |
-//! | `{_id, ts, aid}` | `aid` present, `ts` a date | `aid` | at `ts` + the `expireAfterSeconds` of the collection's TTL index on `ts` (never without one) |
-//! | `{_id, ExpireAt}` | `ExpireAt` a date | none | at `ExpireAt` |
-//! | a bare `{_id}` | no other field | none | never |
-//!
-//! The second row comes before the third: that pattern's clients take over
-//! an expired lease of ours in place, writing `value`, `ttl` and
-//! `obtained_at` beside our `aid` and `ts` (`store`, "Read by other
-//! clients"), and the document is then theirs.
-//!
-//! Any other document not of our layout is a foreign holder's lock too, held
-//! with no known expiry, and never taken over. A foreign lock is expired once
-//! `$$NOW` reaches its expiry (the same `<=` as our `exp`; the second layout's
-//! strict `>` is its expiry plus 1 ms).
+//! expiry rule its own clients apply. The table ([`ForeignRules`]), first
+//! match wins, after a document of this crate's layout (never foreign), is
+//! docs/sharing.md's "Foreign locks and their expiry", in its order. The
+//! `{_id, value, ttl, obtained_at}` row comes before `{_id, ts, aid}`:
+//! that pattern's clients take over an expired lease of ours in place,
+//! writing `value`, `ttl` and `obtained_at` beside our `aid` and `ts`
+//! (`store`, "Read by other clients"), and the document is then theirs. A
+//! foreign lock is expired once `$$NOW` reaches its expiry (the same `<=`
+//! as our `exp`; the npm layout's strict `>` is its expiry plus 1 ms).
 //!
 //! Each rule is written twice, side by side: as aggregation expressions for
 //! MongoDB (the acquire pipelines' takeover stage, [`ForeignRules::takeover_stage`],

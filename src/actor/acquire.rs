@@ -16,7 +16,7 @@ use super::key_state::{Registration, payload_hash};
 use super::mailbox::Mailbox;
 use super::telemetry;
 use super::write_stream::wake_jitter;
-use super::{AcquireSent, Actor, Attempt, Event, Held, KeyState, Timer, Waiter};
+use super::{AcquireSent, Actor, Attempt, Held, KeyState, Timer, Waiter};
 use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
@@ -175,7 +175,7 @@ impl Actor {
 
     /// Sends the general acquire of the attempt `sent` of `key` (with
     /// `create`, the fields of a missing user document); its answer comes
-    /// back as [`Event::Acquired`].
+    /// back to [`Actor::on_general_acquire_answered`].
     pub(super) fn send_general_acquire(
         &mut self,
         key: PlacedKey,
@@ -191,10 +191,12 @@ impl Actor {
             create,
             payload: sent.payload.clone(),
         });
-        self.spawn_store(acquire, move |result| Event::Acquired { result, key, sent });
+        self.spawn_store(acquire, move |actor, result| {
+            actor.on_general_acquire_answered(key, sent, result)
+        });
     }
 
-    /// The general acquire's answer ([`Event::Acquired`]): the server
+    /// The general acquire's answer: the server
     /// answered (if it did), whether the light form would have applied is
     /// noted, then it is an acquire's answer.
     pub(super) fn on_general_acquire_answered(
@@ -268,12 +270,7 @@ impl Actor {
                 // the same lease id (of the same shape, `unseen`) renews it
                 // and is granted from its own send.
                 tracing::debug!(%key, token, "lease found by a read: confirming it at once");
-                state.note_miss(
-                    lease_id,
-                    sent.ttl,
-                    None,
-                    payload_hash(sent.payload.as_ref()),
-                );
+                state.note_miss_of(&sent, None);
                 state.unknown_outcome = Some(sent.shape);
                 state.found_by_read();
                 state.prune_waiters();
@@ -306,12 +303,7 @@ impl Actor {
                 self.give_back(&key, lease_id, requested);
             }
             Ok((AcquireOutcome::Mismatch { stored }, _)) => {
-                state.note_miss(
-                    lease_id,
-                    sent.ttl,
-                    None,
-                    payload_hash(sent.payload.as_ref()),
-                );
+                state.note_miss_of(&sent, None);
                 // The answer for every waiter asking for this kind; the
                 // others' attempts follow.
                 let requested = sent.shape.kind;
@@ -333,18 +325,10 @@ impl Actor {
                 let foreign = remaining.is_none();
                 tracing::trace!(%key, holder, ?remaining, foreign, ahead, "key is held");
                 // No release or handoff is for this owner soon, so the key
-                // needs no change stream (`Attempt::Scheduled::far_behind`,
-                // `Actor::pause_write_stream_if_unneeded`) when either
-                // - the queue is full without it (`ahead` counts every
-                //   live entry when this owner has none,
-                //   `StoreProfile::queue_bound`): the key is neither freed nor
-                //   handed to it before the queue drains, and its
-                //   refreshes register it once there is room; or
-                // - others are ahead of it, and the key kept its token
-                //   since this owner's last registering attempt under
-                //   this lease id, at least half a `retry_max` ago (a
-                //   refresh's spacing). A key that changes hands faster
-                //   keeps its registered waiters' streams.
+                // needs no change stream (`Attempt::Scheduled::far_behind`;
+                // ARCHITECTURE.md, "At most one change stream of writes per
+                // place"; `ahead` counts every live entry when this owner
+                // has none).
                 let previous = state
                     .misses
                     .as_ref()
@@ -371,12 +355,7 @@ impl Actor {
                     round_trip: sent.sent_at.elapsed(),
                     token,
                 });
-                state.note_miss(
-                    lease_id,
-                    sent.ttl,
-                    registration,
-                    payload_hash(sent.payload.as_ref()),
-                );
+                state.note_miss_of(&sent, registration);
                 state.answer_waiters(answer_tries);
                 if state.waiters.is_empty() {
                 } else if meanwhile.freed {
@@ -416,12 +395,7 @@ impl Actor {
                 }
             }
             Err(error) => {
-                state.note_miss(
-                    lease_id,
-                    sent.ttl,
-                    None,
-                    payload_hash(sent.payload.as_ref()),
-                );
+                state.note_miss_of(&sent, None);
                 let transient = error.is_transient();
                 // A waiting exclusive attempt whose outcome is unknown may
                 // have registered in the key's queue: count it registered,
@@ -690,11 +664,8 @@ impl Actor {
             })
             .collect();
         let call = self.store(place).acquire_light(requests);
-        self.spawn_store(call, move |answers| Event::LightAcquired {
-            place,
-            batch,
-            grouped,
-            answers,
+        self.spawn_store(call, move |actor, answers| {
+            actor.on_light_acquired(place, batch, grouped, answers)
         });
     }
 

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::command::{Place, PlacedKey, Reply};
-use super::{Actor, Event, PlaceState};
+use super::{Actor, PlaceState};
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
 use crate::lock_id_fields::LockIdFields;
@@ -117,13 +117,8 @@ impl Actor {
             }
         }
         let operation = self.store(key.place).write_document(lease, token, write);
-        self.spawn_store(operation, move |result| Event::DocumentWritten {
-            key,
-            lease_id,
-            release,
-            follow_up,
-            respond_to,
-            result,
+        self.spawn_store(operation, move |actor, result| {
+            actor.on_document_written(key, lease_id, (release, follow_up), respond_to, result)
         });
     }
 

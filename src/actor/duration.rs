@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::Actor;
 use super::command::{PlacedKey, Reply};
-use super::{Actor, Event};
 use crate::error::{Error, Result};
 use crate::store::LeaseRef;
 
@@ -77,13 +77,8 @@ impl Actor {
                     })
                 })
         };
-        self.spawn_store(Box::pin(renew), move |result| Event::TtlSet {
-            key,
-            lease_id,
-            ttl,
-            sent_at: now,
-            respond_to,
-            result,
+        self.spawn_store(Box::pin(renew), move |actor, result| {
+            actor.on_ttl_set(key, lease_id, (ttl, now), respond_to, result)
         });
     }
 

@@ -1,6 +1,7 @@
-//! The light forms ("Light forms for keys nobody waits for" in `store`):
-//! when the actor tries one, the group commit of their writes, and the
-//! memory of the keys where they do not apply.
+//! The light forms ("Light forms for keys nobody waits for" in `store`,
+//! whose "Grouped" says how their writes are grouped): when the actor
+//! tries one, the group commit's queues, and the memory of the keys where
+//! they do not apply.
 //!
 //! **When.** A light acquire for a plain lease without a payload, a light release
 //! for an exclusive lease not deleted at once (keep mode, or a lease too
@@ -9,36 +10,14 @@
 //! general form was sent for it, or a light form did not apply to it,
 //! less than `Timing::contended_for` ago
 //! ([`CONTENDED_FOR`](crate::config::CONTENDED_FOR) but in
-//! the simulation; [`Actor::contended`], the actor's clock). A contended
-//! key goes straight to the general form, so it costs no light write that
-//! would not apply.
+//! the simulation; [`Actor::contended`], the actor's clock).
 //!
-//! **Group commit.** Per place and per form (acquire, release), at most
-//! one light store call is in flight. A light write asked for while none
-//! of its form is in flight goes at once, alone: a lone caller waits for no
-//! one. Those asked for meanwhile queue here, and go together once it
-//! returns, at most [`MOST_PER_COMMAND`] per call, so the server's cost
-//! per command (parsing, the majority wait, the reply: most of a small
-//! write's cost, docs/mongodb-behaviour.md, B27) is shared: a database's
-//! group commit on the client's side. A key that is not a string goes
-//! alone at once, outside the queue (a grouped command matches the
-//! documents it reads back to the requests by `_id`, exact for strings).
-//!
-//! **Answers.** An acquire the light form acquired is granted as any
-//! acquire's answer (`Actor::on_acquired`; its local deadline counts from
-//! the attempt's start, before the light write was sent); one it did not
-//! goes on to the general acquire under the same lease id, which decides
-//! (and recognises a landed light write as a retry). A release the light
-//! form released is answered released; one it did not goes on to the
-//! general release, which decides; after an unknown outcome
+//! **Answers.** One the light form did not settle goes on to the general
+//! form under the same lease id, which decides; after an unknown outcome
 //! ([`LightRelease::Unknown`](crate::store::light_release::LightRelease::Unknown)) a lease the general release no longer finds
-//! counts as released by the light write. A grouped release's answers are
-//! decided by the store with [`release_outcomes`](crate::store::light_release::release_outcomes).
-//!
-//! **Where.** This file holds the group commits' queues and the memory
-//! of contended keys; the light acquire is sent and answered with the
-//! other acquires (`acquire.rs`), the light release with the other
-//! releases (`release.rs`).
+//! counts as released by the light write. The light acquire is sent and
+//! answered with the other acquires (`acquire.rs`), the light release
+//! with the other releases (`release.rs`).
 
 use std::mem;
 
@@ -108,7 +87,7 @@ pub(super) struct PendingRelease {
     pub(super) key: PlacedKey,
     pub(super) lease: LeaseRef,
     pub(super) respond_to: Option<Reply<ReleaseOutcome>>,
-    /// As `Event::Released::follow_up`.
+    /// As [`Actor::send_release`]'s `follow_up`.
     pub(super) follow_up: Option<Instant>,
 }
 

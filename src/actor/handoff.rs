@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::command::{Place, PlacedKey, Reply};
-use super::{AcquireSent, Actor, Event, Held};
+use super::{AcquireSent, Actor, Held};
 use crate::error::Result;
 use crate::kind::LeaseKind;
 use crate::status::ReleaseOutcome;
@@ -49,7 +49,7 @@ impl Actor {
 
     /// Sends the handoff of the lease `from` of `key` (acquired at
     /// `acquired_at`, see `Held::acquired_at`) to the first waiter; its
-    /// answer comes back as [`Event::HandoffAnswered`]. Only after
+    /// answer comes back to [`Actor::on_handoff_answered`]. Only after
     /// [`Actor::can_handoff`] said yes.
     pub(super) fn spawn_handoff(
         &mut self,
@@ -103,11 +103,8 @@ impl Actor {
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
         let write = self.store(key.place).handoff(handoff.handoff.clone());
-        self.spawn_store(write, move |result| Event::HandoffAnswered {
-            key,
-            handoff,
-            respond_to,
-            result,
+        self.spawn_store(write, move |actor, result| {
+            actor.on_handoff_answered(key, handoff, respond_to, result)
         });
     }
 
@@ -187,6 +184,6 @@ pub(super) struct HandoffSent {
     sent: AcquireSent,
     /// The key was contended (`group_commit`) when the handoff was sent.
     contended: bool,
-    /// As `Event::Released::follow_up`, if it released instead.
+    /// As [`Actor::send_release`]'s `follow_up`, if it released instead.
     follow_up: Option<Instant>,
 }

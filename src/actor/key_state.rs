@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tokio_util::time::delay_queue;
 use uuid::Uuid;
 
+use super::AcquireSent;
 use super::command::{Granted, Waiter};
 use crate::error::Result;
 use crate::key::LeaseKey;
@@ -305,6 +306,12 @@ impl KeyState {
         record.shortest_ttl = record.shortest_ttl.min(ttl);
         record.registered = registered;
         record.payload = payload;
+    }
+
+    /// [`note_miss`](Self::note_miss) of the attempt `sent`.
+    pub(super) fn note_miss_of(&mut self, sent: &AcquireSent, registered: Option<Registration>) {
+        let payload = payload_hash(sent.payload.as_ref());
+        self.note_miss(sent.lease_id, sent.ttl, registered, payload);
     }
 
     pub(super) fn is_idle(&self) -> bool {

@@ -1,15 +1,8 @@
 //! Leases acquired together (`LeaseManager::acquire_all`): the loss of one
-//! is the loss of all.
-//!
-//! Once a group's leases are all granted, the handle binds them
-//! (`Command::BindGroup`): each one's `Binding` keeps the group's members. When one
-//! of them ends other than by its holder (expired, taken, deleted,
-//! force-released), every other member still held ends with it, for
-//! [`LossReason::GroupLost`] naming the first one and its reason, and is
-//! released at once (a release of our own, conditional on its lease id as
-//! always), so that other owners can take it. A release by the holder, a
-//! `release_all` or a shutdown ends each member on its own. No write is
-//! needed to bind: the group lives in this actor only.
+//! is the loss of all, as docs/multi-key.md says. Once a group's leases are
+//! all granted, the handle binds them (`Command::BindGroup`): each one's
+//! `Binding` keeps the group's members, and the group lives in this actor
+//! only.
 
 use std::sync::Arc;
 

@@ -20,8 +20,8 @@
 
 use uuid::Uuid;
 
+use super::Actor;
 use super::command::PlacedKey;
-use super::{Actor, Event};
 use crate::info::LeaseInfo;
 use crate::kind::LeaseKind;
 use crate::status::LossReason;
@@ -45,7 +45,7 @@ impl Actor {
         // No heartbeat renews it while its verdict is read.
         held.renewing += 1;
         let read = self.store(key.place).inspect(key.key.clone());
-        self.spawn_store(read, move |result| {
+        self.spawn_store(read, move |actor, result| {
             let reason = match result {
                 Ok(info) => judge(info.as_ref(), &owner_id, token, kind),
                 Err(error) => {
@@ -53,11 +53,7 @@ impl Actor {
                     LossReason::Expired
                 }
             };
-            Event::LossJudged {
-                key,
-                lease_id,
-                reason,
-            }
+            actor.on_loss_judged(key, lease_id, reason)
         });
     }
 

@@ -1,45 +1,10 @@
-//! The private actor: one task per manager that owns all lease state.
-//!
-//! It holds the store, the held leases with their local deadlines, a FIFO
-//! queue of waiters per key, and its timers, and runs one `select!` loop over
-//! its event sources: commands from the handles, results of store operations
-//! in flight (acquires, releases, payload writes and reads; renewals apart,
-//! so shutdown can drop them), expired timers (local deadlines and retries),
-//! the heartbeat, and, while some key waits for another owner (or, with
-//! `watch_held_leases`, a lease is held), a change stream of writes to lock
-//! documents that wakes a waiting key's waiters at once instead of at their
-//! next poll, and makes a held lease that someone else's write may have
-//! taken away checked at once instead of at the next heartbeat. Each event has one method. The actor never awaits a store
-//! operation inline: operations run concurrently in [`FuturesUnordered`] sets
-//! and their results come back as [`Event`]s, so a slow round trip never
-//! delays another command.
-//! It never awaits caller code either: replies go through `oneshot` channels.
-//!
-//! Shape after Alice Ryhl's "Actors with Tokio" and the mongodb driver's
+//! The private actor: one task per manager that owns all lease state,
+//! shaped after Alice Ryhl's "Actors with Tokio" and the mongodb driver's
 //! connection-pool worker. One state struct, [`Actor`], spread over one
-//! `impl Actor` block per concept:
-//!
-//! | file | concept |
-//! |---|---|
-//! | `mod.rs` | the state (events, timers, places), the `select!` loop, dispatch of commands, events and timers, reads, [`Actor::spawn_store`] |
-//! | `key_state.rs` | the per-key state: local waiters, held leases, the key's one attempt (`KeyState`, `Held`, `Waiter`) |
-//! | `command.rs` | [`Command`], the messages from the handles, and [`Command::fail`] |
-//! | `mailbox.rs` | [`Mailbox`](mailbox::Mailbox), the handles' typed end of the command channel |
-//! | `acquire.rs` | waiters, the key's one attempt at a time, retries, handing a lease to the first waiter |
-//! | `renewal.rs` | heartbeat renewals in batches, their results, the local-deadline min-heap |
-//! | `release.rs` | release, `release_all`, force release, giving back, the light release |
-//! | `payload.rs` | the payload of a held lease |
-//! | `handoff.rs` | a release that hands the key to the first local waiter in the same write |
-//! | `group_commit.rs` | the light forms: when they are tried, the keys contended lately, the group commit of light acquires and releases |
-//! | `write_stream.rs` | the change streams of writes by anyone (one per place): waking waiters, checking held leases |
-//! | `documents.rs` | in-document leases: the place of each user collection, writes under a lease (`update`, `commit`) |
-//! | `loss.rs` | why a lease the server no longer holds was lost (one read of its key) |
-//! | `binding.rs` | what a few held leases are bound to: a named holder, re-entries, a group (`Actor::bindings`) |
-//! | `reentry.rs` | a second acquisition by the holder of a lease: re-entered (counted) or refused |
-//! | `lease_group.rs` | leases acquired together (`acquire_all`): the loss of one ends all |
-//! | `shutdown.rs` | draining the queue, failing waiters, the final release |
-//! | `observers.rs` | observer hubs, one task per observed key |
-//! | `telemetry.rs` | the health board, metrics and per-lease tracing spans |
+//! `impl Actor` block per concept (ARCHITECTURE.md, `src/actor/`, lists
+//! them and states the invariant that it never awaits a round trip or
+//! caller code inline); this file holds the state, the `select!` loop, the
+//! dispatch of commands, events and timers, and [`Actor::spawn_store`].
 
 mod acquire;
 mod binding;
@@ -88,8 +53,7 @@ use crate::health::HealthBoard;
 use crate::key::LeaseKey;
 use crate::kind::LeaseShape;
 use crate::status::LossReason;
-use crate::status::ReleaseOutcome;
-use crate::store::{AcquireOutcome, LeaseRef, Store, StoreProfile};
+use crate::store::{LeaseRef, Store, StoreProfile};
 use command::{Command, Place, PlacedKey, Reply, Waiter};
 use key_state::{Attempt, Held, KeyState};
 use renewal::sleep_until_deadline;
@@ -120,102 +84,9 @@ struct AcquireSent {
     at_most: bool,
 }
 
-/// The result of a store operation, back in the actor's loop.
-enum Event {
-    Acquired {
-        key: PlacedKey,
-        sent: AcquireSent,
-        result: Result<(AcquireOutcome, Option<Document>)>,
-    },
-    Renewed {
-        batch: renewal::Batch,
-        sent_at: Instant,
-        result: Result<Vec<LeaseRef>>,
-    },
-    Released {
-        key: PlacedKey,
-        respond_to: Option<Reply<ReleaseOutcome>>,
-        /// Delete mode's follow-up delete, due at this instant once the
-        /// release is confirmed (see `Actor::follow_up_due`).
-        follow_up: Option<Instant>,
-        result: Result<u64>,
-    },
-    /// The answer of a handoff to the key's first waiter (`Store::handoff`).
-    HandoffAnswered {
-        key: PlacedKey,
-        handoff: handoff::HandoffSent,
-        respond_to: Option<Reply<ReleaseOutcome>>,
-        result: Result<crate::store::HandoffOutcome>,
-    },
-    /// Leases released together: by shutdown, or by a `release_all`, the
-    /// one with a caller to answer (`respond_to`).
-    ReleasedMany {
-        keys: Vec<PlacedKey>,
-        respond_to: Option<Reply<u64>>,
-        result: Result<u64>,
-    },
-    /// A light acquire call answered (`group_commit`): one answer per
-    /// attempt of `batch`, in order; `grouped`: it held its place's slot.
-    LightAcquired {
-        place: Place,
-        batch: Vec<(PlacedKey, AcquireSent)>,
-        grouped: bool,
-        answers: Vec<crate::store::light_acquire::LightAcquired>,
-    },
-    /// A light release call answered (`group_commit`), as `LightAcquired`.
-    LightReleased {
-        place: Place,
-        batch: Vec<group_commit::PendingRelease>,
-        grouped: bool,
-        answers: Vec<crate::store::light_release::LightRelease>,
-    },
-    /// A read (inspect, list) was answered by its task; nothing to update.
-    Answered,
-    /// The renewal of `Command::SetTtl` was answered.
-    TtlSet {
-        key: PlacedKey,
-        lease_id: Uuid,
-        ttl: Duration,
-        sent_at: Instant,
-        respond_to: Reply<()>,
-        result: Result<Vec<LeaseRef>>,
-    },
-    /// The write of `Command::SetPermits` was answered.
-    PermitsSet {
-        key: LeaseKey,
-        permits: u32,
-        respond_to: Reply<crate::kind::PermitsChange>,
-        result: Result<crate::kind::PermitsChange>,
-    },
-    PayloadSet {
-        key: PlacedKey,
-        lease_id: Uuid,
-        respond_to: Reply<()>,
-        result: Result<bool>,
-    },
-    DocumentWritten {
-        key: PlacedKey,
-        lease_id: Uuid,
-        release: bool,
-        /// As `Event::Released::follow_up`, for a commit.
-        follow_up: Option<Instant>,
-        respond_to: Reply<Document>,
-        result: Result<Option<Document>>,
-    },
-    /// The requests to release keys held in `place`, read when its stream
-    /// of writes opened (`Actor::on_revocations`).
-    Revocations {
-        place: Place,
-        result: Result<Vec<(LeaseKey, String)>>,
-    },
-    /// The read of a lease the server no longer holds told why
-    /// (`Actor::lose_found_gone`).
-    LossJudged {
-        key: PlacedKey,
-        lease_id: Uuid,
-        reason: LossReason,
-    },
-}
+/// The result of a store operation, back in the actor's loop: the call of
+/// its handler ([`Actor::spawn_store`]).
+type Event = Box<dyn FnOnce(&mut Actor) + Send>;
 
 /// One store of the actor: the lock collection ([`Place::LOCKS`]) or a user
 /// collection of in-document leases.
@@ -373,9 +244,9 @@ impl Actor {
                     Some(command) => self.handle_command(command),
                     None => self.begin_shutdown(None),
                 },
-                Some(event) = self.tasks.next(), if !self.tasks.is_empty() => self.handle_event(event),
+                Some(event) = self.tasks.next(), if !self.tasks.is_empty() => event(&mut self),
                 Some(event) = self.renewals.next(), if open && !self.renewals.is_empty() => {
-                    self.handle_event(event)
+                    event(&mut self)
                 }
                 Some(expired) = self.timers.next(), if open && !self.timers.is_empty() => {
                     self.handle_timer(expired.into_inner())
@@ -459,83 +330,6 @@ impl Actor {
         }
     }
 
-    fn handle_event(&mut self, event: Event) {
-        match event {
-            Event::Acquired { key, sent, result } => {
-                self.on_general_acquire_answered(key, sent, result)
-            }
-            Event::Renewed {
-                batch,
-                sent_at,
-                result,
-            } => self.on_renewal_answered(batch, sent_at, result),
-            Event::Released {
-                key,
-                respond_to,
-                follow_up,
-                result,
-            } => self.on_released(key, respond_to, follow_up, result),
-            Event::HandoffAnswered {
-                key,
-                handoff,
-                respond_to,
-                result,
-            } => self.on_handoff_answered(key, handoff, respond_to, result),
-            Event::ReleasedMany {
-                keys,
-                respond_to,
-                result,
-            } => self.on_released_many(keys, respond_to, result),
-            Event::LightAcquired {
-                place,
-                batch,
-                grouped,
-                answers,
-            } => self.on_light_acquired(place, batch, grouped, answers),
-            Event::LightReleased {
-                place,
-                batch,
-                grouped,
-                answers,
-            } => self.on_light_released(place, batch, grouped, answers),
-            Event::Answered => {}
-            Event::TtlSet {
-                key,
-                lease_id,
-                ttl,
-                sent_at,
-                respond_to,
-                result,
-            } => self.on_ttl_set(key, lease_id, (ttl, sent_at), respond_to, result),
-            Event::PermitsSet {
-                key,
-                permits,
-                respond_to,
-                result,
-            } => self.on_permits_set(key, permits, respond_to, result),
-            Event::PayloadSet {
-                key,
-                lease_id,
-                respond_to,
-                result,
-            } => self.on_payload_set(key, lease_id, respond_to, result),
-            Event::DocumentWritten {
-                key,
-                lease_id,
-                release,
-                follow_up,
-                respond_to,
-                result,
-            } => self.on_document_written(key, lease_id, (release, follow_up), respond_to, result),
-            Event::Revocations { place, result } => self.on_revocations(place, result),
-            Event::LossJudged {
-                key,
-                lease_id,
-                reason,
-            } => self.on_loss_judged(key, lease_id, reason),
-        }
-    }
-
     fn handle_timer(&mut self, timer: Timer) {
         match timer {
             Timer::Retry(key) => self.on_retry_due(&key),
@@ -549,22 +343,26 @@ impl Actor {
         read: BoxFuture<'static, Result<T>>,
         respond_to: Reply<T>,
     ) {
-        self.spawn_store(read, |result| {
+        self.spawn_store(read, |_, result| {
             let _ = respond_to.send(result);
-            Event::Answered
         });
     }
 
-    /// Runs a store operation in [`Actor::tasks`]; `event` turns its output
-    /// into the [`Event`] handled when it completes. Renewal batches do not
-    /// come here but go into [`Actor::renewals`], which shutdown drops.
+    /// Runs a store operation in [`Actor::tasks`]; `handler` is called with
+    /// its output when it completes. Renewal batches do not come here but
+    /// go into [`Actor::renewals`], which shutdown drops.
     fn spawn_store<T: Send + 'static>(
         &mut self,
         operation: BoxFuture<'static, T>,
-        event: impl FnOnce(T) -> Event + Send + 'static,
+        handler: impl FnOnce(&mut Actor, T) + Send + 'static,
     ) {
-        self.tasks
-            .push(async move { event(operation.await) }.boxed());
+        self.tasks.push(
+            async move {
+                let output = operation.await;
+                Box::new(move |actor: &mut Actor| handler(actor, output)) as Event
+            }
+            .boxed(),
+        );
     }
 
     /// The store of `place`.

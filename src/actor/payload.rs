@@ -5,8 +5,8 @@
 use mongodb::bson::Document;
 use uuid::Uuid;
 
+use super::Actor;
 use super::command::{PlacedKey, Reply};
-use super::{Actor, Event};
 use crate::error::{Error, Result};
 
 impl Actor {
@@ -24,11 +24,8 @@ impl Actor {
         let write = self
             .store(key.place)
             .set_payload(held.lease_ref(&key.key), payload);
-        self.spawn_store(write, move |result| Event::PayloadSet {
-            result,
-            key,
-            lease_id,
-            respond_to,
+        self.spawn_store(write, move |actor, result| {
+            actor.on_payload_set(key, lease_id, respond_to, result)
         });
     }
 

@@ -4,8 +4,8 @@
 //! that its own acquisitions asking for that number are not refused as
 //! another kind.
 
+use super::Actor;
 use super::command::{Place, PlacedKey, Reply};
-use super::{Actor, Event};
 use crate::error::Result;
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
@@ -19,11 +19,8 @@ impl Actor {
         respond_to: Reply<PermitsChange>,
     ) {
         let write = self.store(Place::LOCKS).set_permits(key.clone(), permits);
-        self.spawn_store(write, move |result| Event::PermitsSet {
-            key,
-            permits,
-            respond_to,
-            result,
+        self.spawn_store(write, move |actor, result| {
+            actor.on_permits_set(key, permits, respond_to, result)
         });
     }
 

@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::command::{Place, PlacedKey};
 use super::key_state::Standing;
 use super::write_stream::WriteStream;
-use super::{AcquireSent, Actor, Attempt, Event};
+use super::{AcquireSent, Actor, Attempt};
 use crate::kind::LeaseKind;
 use crate::store::{KeyWrite, LeaseRef, Release};
 
@@ -228,10 +228,8 @@ impl Actor {
             Ok(store.release(Release::Leases(registered)).await?.count)
         }
         .boxed();
-        self.spawn_store(leave, |result| Event::ReleasedMany {
-            keys: Vec::new(),
-            respond_to: None,
-            result,
+        self.spawn_store(leave, |actor, result| {
+            actor.on_released_many(Vec::new(), None, result)
         });
     }
 }

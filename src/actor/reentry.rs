@@ -1,18 +1,11 @@
 //! Re-entry: a second acquisition of a key by the holder of a lease on it
-//! (`Acquire::caller`, `Lease::reenter`) never waits on itself.
-//!
-//! A lease acquired for a named holder keeps that holder (its `Binding`).
-//! An acquisition by the same holder of a key it holds is answered at once,
-//! without a round trip: a new entry of the same lease if it asked to
-//! re-enter and for the same kind, [`Error::AlreadyHeld`] otherwise. One
-//! that arrives while its holder's first acquisition still waits queues as
-//! any waiter, and is answered so as soon as that one is granted
-//! ([`Actor::held_by`]). Entries are counted per held lease
-//! (`Binding::reentries`); releasing one that is not the last answers
-//! [`ReleaseOutcome::StillHeld`](crate::ReleaseOutcome::StillHeld) and
-//! sends nothing, the last one releases the lease. Every entry shares the
-//! lease's state, so a loss ends them all. Nothing of this is stored in
-//! MongoDB: it is this manager's bookkeeping of one lease.
+//! (`Acquire::caller`, `Lease::reenter`) never waits on itself
+//! (docs/reentrancy.md says what each one gets). A lease acquired for a
+//! named holder keeps that holder (its `Binding`); one that arrives while
+//! its holder's first acquisition still waits queues as any waiter, and is
+//! answered as soon as that one is granted ([`Actor::held_by`]). Entries
+//! are counted per held lease (`Binding::reentries`). Nothing of this is
+//! stored in MongoDB.
 
 use uuid::Uuid;
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::command::{Place, PlacedKey, Reply};
 use super::group_commit::PendingRelease;
-use super::{Actor, Event, KeyState};
+use super::{Actor, KeyState};
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
@@ -87,10 +87,8 @@ impl Actor {
             Ok(released)
         }
         .boxed();
-        self.spawn_store(release, |result| Event::ReleasedMany {
-            keys,
-            respond_to: Some(respond_to),
-            result,
+        self.spawn_store(release, |actor, result| {
+            actor.on_released_many(keys, Some(respond_to), result)
         });
     }
 
@@ -118,7 +116,7 @@ impl Actor {
     }
 
     /// Sends the release of one lease to its place's store; the outcome
-    /// comes back as [`Event::Released`], which schedules `follow_up` (delete
+    /// comes back to [`Actor::on_released`], which schedules `follow_up` (delete
     /// mode's follow-up delete, due then) once the release is confirmed. The
     /// caller counts it in `releases_in_flight`.
     pub(super) fn send_release(
@@ -146,11 +144,8 @@ impl Actor {
             return;
         }
         let release = self.general_release(key.place, lease, too_young_to_delete);
-        self.spawn_store(release, move |result| Event::Released {
-            result,
-            key,
-            respond_to,
-            follow_up,
+        self.spawn_store(release, move |actor, result| {
+            actor.on_released(key, respond_to, follow_up, result)
         });
     }
 
@@ -259,17 +254,14 @@ impl Actor {
             store.release(Release::ReleasedDocuments(keys)).await
         }
         .boxed();
-        self.spawn_store(delete, |result| {
-            match result {
-                Ok(deleted) => {
-                    tracing::debug!(deleted = deleted.count, "released lock documents deleted")
-                }
-                Err(error) => tracing::debug!(
-                    %error,
-                    "deleting released lock documents failed; the TTL monitor will"
-                ),
+        self.spawn_store(delete, |_, result| match result {
+            Ok(deleted) => {
+                tracing::debug!(deleted = deleted.count, "released lock documents deleted")
             }
-            Event::Answered
+            Err(error) => tracing::debug!(
+                %error,
+                "deleting released lock documents failed; the TTL monitor will"
+            ),
         });
     }
 
@@ -359,11 +351,8 @@ impl Actor {
     fn send_light_releases(&mut self, place: Place, batch: Vec<PendingRelease>, grouped: bool) {
         let leases = batch.iter().map(|p| p.lease.clone()).collect();
         let call = self.store(place).release_light(leases);
-        self.spawn_store(call, move |answers| Event::LightReleased {
-            place,
-            batch,
-            grouped,
-            answers,
+        self.spawn_store(call, move |actor, answers| {
+            actor.on_light_released(place, batch, grouped, answers)
         });
     }
 
@@ -403,11 +392,9 @@ impl Actor {
             let release = self.general_release(key.place, lease, follow_up.is_some());
             // A light write whose outcome was unknown may have landed: a
             // lease the general release no longer finds counts as released.
-            self.spawn_store(release, move |result: Result<u64>| Event::Released {
-                result: result.map(|count| if unknown { count.max(1) } else { count }),
-                key,
-                respond_to,
-                follow_up,
+            self.spawn_store(release, move |actor, result: Result<u64>| {
+                let result = result.map(|count| if unknown { count.max(1) } else { count });
+                actor.on_released(key, respond_to, follow_up, result)
             });
         }
     }

@@ -172,11 +172,8 @@ impl Actor {
                         source: None,
                     })
                 });
-                Event::Renewed {
-                    batch,
-                    sent_at,
-                    result,
-                }
+                Box::new(move |actor: &mut Actor| actor.on_renewal_answered(batch, sent_at, result))
+                    as Event
             }
             .boxed(),
         );
@@ -191,7 +188,7 @@ impl Actor {
         self.held_lease(&key, lease.lease_id)
     }
 
-    /// A renewal batch was answered ([`Event::Renewed`]): its leases
+    /// A renewal batch was answered: its leases
     /// confirmed or lost, the next waiting batch sent, the health board
     /// told.
     pub(super) fn on_renewal_answered(

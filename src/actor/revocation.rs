@@ -7,9 +7,9 @@
 //! leases someone follows and was not told yet (`Actor::poll_revocations`):
 //! a request then arrives within one heartbeat interval.
 
+use super::Actor;
 use super::command::{Place, PlacedKey};
 use super::write_stream::WriteStream;
-use super::{Actor, Event};
 use crate::error::Result;
 use crate::key::LeaseKey;
 
@@ -28,7 +28,9 @@ impl Actor {
             return;
         }
         let read = self.store(place).revocations(held);
-        self.spawn_store(read, move |result| Event::Revocations { place, result });
+        self.spawn_store(read, move |actor, result| {
+            actor.on_revocations(place, result)
+        });
     }
 
     /// Heartbeat: for each place without a stream of writes it reads (the
@@ -65,7 +67,9 @@ impl Actor {
                 continue;
             }
             let read = self.store(place).revocations(followed);
-            self.spawn_store(read, move |result| Event::Revocations { place, result });
+            self.spawn_store(read, move |actor, result| {
+                actor.on_revocations(place, result)
+            });
         }
     }
 

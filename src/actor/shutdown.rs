@@ -4,9 +4,9 @@
 
 use futures::stream::FuturesUnordered;
 
+use super::Actor;
 use super::command::{Command, PlacedKey, Reply};
 use super::write_stream::WriteStream;
-use super::{Actor, Event};
 use crate::error::Error;
 use crate::status::LossReason;
 use crate::store::Release;
@@ -69,10 +69,8 @@ impl Actor {
                     })
                     .collect();
                 let release = self.store(place).release(Release::Leases(batch.to_vec()));
-                self.spawn_store(release, |result| Event::ReleasedMany {
-                    keys,
-                    respond_to: None,
-                    result: result.map(|released| released.count),
+                self.spawn_store(release, |actor, result| {
+                    actor.on_released_many(keys, None, result.map(|released| released.count))
                 });
             }
         }

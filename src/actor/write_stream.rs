@@ -1,79 +1,20 @@
 //! The actor's one change stream of writes to lock documents
-//! (`PlaceState::write_stream`, [`Store::watch_releases`](crate::store::Store::watch_releases)),
-//! open only while something in this manager needs prompt news of another
-//! owner's write: a key that waits for another owner's lease (a release
-//! moves its retry to now), a registration in a key's queue that a release
-//! may hand the key to (granted on the event, or given back at once if its
-//! waiters left), and, with `Timing::watch_held_leases`
-//! ([`LeaseManagerOptions::watch_held_leases`](crate::LeaseManagerOptions::watch_held_leases)),
-//! a held lease. The server runs every open change stream over every write
-//! of the deployment, so merely holding leases keeps none open by default:
-//! a lease taken away is then found by the heartbeat's renewal, and a
-//! request to release a held key by a read of the held keys at the
-//! heartbeat (`Actor::poll_revocations`, only for leases someone follows).
-//! Nor does a stream open for an uncontended acquire: its own writes would
-//! only wake it.
+//! (`PlaceState::write_stream`, [`Store::watch_releases`](crate::store::Store::watch_releases)):
+//! when it is open, paused, read and closed, and what it selects, is
+//! ARCHITECTURE.md's invariant "At most one change stream of writes per
+//! place"; a paused stream's cost is docs/mongodb-behaviour.md, B33.
 //!
-//! A key whose last attempt found that no release or handoff is for this
-//! owner soon (`Attempt::Scheduled::far_behind`) needs no stream either:
-//! - the queue of waiting owners is full without this owner (`ahead` at
-//!   least [`StoreProfile::queue_bound`](crate::store::StoreProfile::queue_bound)): the
-//!   key is neither freed nor handed to it before the queue drains, and
-//!   its refreshes register it once there is room;
-//! - or other owners are ahead of it, with the key's token unchanged since
-//!   this owner's registering attempt at least half a `retry_max` before
-//!   (the holder kept the key meanwhile): its next attempts (at least one
-//!   per `retry_max`, to refresh its registration) tell when it is next,
-//!   which reads the stream again, as does a key that changes hands (a new
-//!   token). So the candidates of an election keep about one stream per
-//!   key, the next one's, however many wait; a key handed on twice within
-//!   a `retry_max` may reach a waiter without its stream, which its next
-//!   attempt confirms.
+//! A write that may have taken a held lease away makes the actor check
+//! that lease at once with a renewal of just the leases concerned: an
+//! event can be stale (e.g. the previous holder's release, delivered after
+//! this manager's acquire reply).
 //!
-//! **Paused, not closed.** A stream nothing needs any more is first paused:
-//! the actor stops reading it (`WriteStream::Open::paused_at`), at once
-//! when an attempt finds its key quiet or an event hands this owner a key
-//! (`Actor::pause_write_stream_if_unneeded`). The server runs a change
-//! stream only while a `getMore` of it waits (docs/mongodb-behaviour.md,
-//! B33): a paused stream costs it nothing per write once its last
-//! `getMore` has answered (at once if it had just announced a write, else
-//! within `RELEASE_EVENTS_AWAIT`), and reading it again resumes where it
-//! stopped, announcing the writes made meanwhile, late but none missed, so
-//! it needs no retry of the waiting keys, nor an `aggregate` and a
-//! `killCursors`. A manager that waits, is handed the key, holds it and
-//! waits again, as the many waiters of a busy key do, so keeps one stream
-//! and reads it only while it waits. The heartbeat closes a stream paused
-//! for a heartbeat interval or more.
-//!
-//! Without `watch_held_leases` the stream announces only what a waiter
-//! needs ([`Announced::Waits`]): writes that may free a key, writes that
-//! make this owner the holder (a handoff to it), and revocation requests.
-//! So a handoff wakes the stream of its new holder alone, however many
-//! managers wait for the key; a held lease that another owner takes over
-//! is then found by the heartbeat's renewal, as when no stream is open.
-//!
-//! While the stream is open, a write that may have taken a held lease away
-//! (a delete, a release, another lease id or owner id, by anyone) makes the
-//! actor check that lease at once with a renewal of just the leases
-//! concerned. The verdict comes from that renewal, never from the event:
-//! an event can be stale (e.g. the previous holder's release, delivered
-//! after this manager's acquire reply).
-//!
-//! Writes before the stream is open are not announced. So every time the
-//! server confirms a stream open (`Announcement::Opened`, the first open as
-//! well as a reopen after a failure), the actor moves the retry of every key
-//! of that place that waits for another owner to now: a release that landed
-//! between a failed attempt and the stream's opening wakes the waiter then,
-//! not at its next backoff retry. A reopened stream also checks every lease
-//! held in the place (one renewal batch); a first open does not (the leases
-//! it covers were checked by their acquisition or their last renewal, and
-//! a write since is left to the heartbeat: a check would be one more write
-//! on every first open, which a user's transaction on an in-document lease
-//! would conflict with).
-//!
-//! The heartbeat closes a stream nothing needs any more (a paused one once
-//! it has been paused for an interval), resumes a paused one that is
-//! needed again, and reopens a failed one that is still needed.
+//! A reopened stream also checks every lease held in the place (one
+//! renewal batch); a first open does not (the leases it covers were
+//! checked by their acquisition or their last renewal, and a write since
+//! is left to the heartbeat: a check would be one more write on every
+//! first open, which a user's transaction on an in-document lease would
+//! conflict with).
 
 use std::time::Duration;
 

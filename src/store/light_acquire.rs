@@ -4,14 +4,10 @@
 //! the read's send ([`elapsed_before_find`]); and the light acquire's
 //! request and answer ([`LightAcquire`], [`LightAcquired`]).
 //!
-//! A grouped light acquire is one write of every request (the light
-//! acquire's update, one upsert per key, not ordered), then one read of
-//! their documents: the write tells nothing per key, so the read decides.
-//! [`MongoStore`](super::MongoStore) reads the counts and documents the
-//! server returns (`MongoStore::acquire_light_batch`: an `update`, then a `find`
-//! projecting `$$NOW`), the in-memory twin its own documents
-//! (`memory::light`), and both decide here, so that the simulation judges
-//! the decision the real store makes.
+//! A grouped light acquire ("Grouped" in `store`) is one write of every
+//! request, then one read of their documents: the write tells nothing per
+//! key, so the read decides, here for both stores
+//! (`MongoStore::acquire_light_batch`, `memory::light`).
 //!
 //! **The decision** ([`acquired`]). A key counts as acquired only if its
 //! document holds this owner and the request's lease id, and the server's

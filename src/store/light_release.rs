@@ -3,19 +3,10 @@
 //! [`LightRelease`], the answer of one light release, and
 //! [`release_outcomes`], the decision on a grouped light release (many
 //! leases in one `update`, then a read of their documents unless all
-//! applied); [`LightForms`], which of them a store has.
-//!
-//! The actor groups them (its `group_commit`): light writes of one form
-//! asked for while one of that form is in flight go together, at most
-//! [`MOST_PER_COMMAND`] in one store call, once it returns; it remembers
-//! the keys where they did not apply
-//! ([`CONTENDED_FOR`](crate::config::CONTENDED_FOR)). The stores hold none
-//! of that: each call is one command (or one `update` and one
-//! `find`), answered per request.
-//!
-//! [`MongoStore`](super::MongoStore) decides with [`release_outcomes`] on
-//! the counts and documents the server returns (`mongo::release`),
-//! the in-memory twin on its own documents (`memory::light`), so that the
+//! applied); [`LightForms`], which of them a store has. The actor groups
+//! them ("Grouped" in `store`); [`MongoStore`](super::MongoStore) decides
+//! with [`release_outcomes`] on the server's counts and documents
+//! (`mongo::release`), the twin on its own (`memory::light`), so that the
 //! simulation judges the decision the real store makes.
 //!
 //! **The decision.** After the batch, each lease's document reads:

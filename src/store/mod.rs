@@ -111,24 +111,12 @@ pub(crate) mod field {
 pub(crate) const REGISTRATION_SLACK: Duration = Duration::from_secs(1);
 
 /// How long a waiting owner's registration in the queue of a key lasts
-/// (`R` of "Queue of waiting owners"): `2 * retry_max +`
-/// [`REGISTRATION_SLACK`] `+ safety_margin` (saturating), from the
-/// registering manager's `retry_max` and
-/// [`safety_margin`](crate::LeaseManagerOptions::safety_margin).
-///
-/// A waiting manager tries again (and so refreshes its registration) at
-/// least every `retry_max` (its backoff's cap), so the registration of a
-/// live waiter never lapses; a dead waiter's lapses this long after its
-/// last attempt. A lease handed to a registration lasts `hx = min(ttl, R)`
-/// unconfirmed, and its new holder may be granted it on the change
-/// stream's event of the handoff, counting its local deadline from the
-/// send of its last registering attempt (a live waiter's is at most
-/// `retry_max` and a round trip before the handoff), less its safety
-/// margin: with the margin in `R`, about `retry_max` plus the slack is
-/// left (when `hx = R`); without it, the default settings (`retry_max` 1
-/// s, safety margin 3 s = a tenth of the 30 s TTL) would leave no time at
-/// all. A dead waiter still holds a handed key at most `hx <= R` after the
-/// handoff.
+/// (`R` of "Queue of waiting owners", which says why each term):
+/// `2 * retry_max +` [`REGISTRATION_SLACK`] `+ safety_margin`
+/// (saturating), the registering manager's. The margin is in `R` because
+/// a handed lease's local deadline, counted from the last registering
+/// attempt, is less the margin: without it the default settings would
+/// leave no time at all.
 pub(crate) fn registration_window(retry_max: Duration, safety_margin: Duration) -> Duration {
     retry_max
         .saturating_mul(2)
@@ -137,27 +125,18 @@ pub(crate) fn registration_window(retry_max: Duration, safety_margin: Duration) 
 }
 
 /// The most live entries the queue of waiting owners of a key (`q`) holds
-/// (see "Queue of waiting owners"): a waiting owner beyond it does not
-/// register, and waits unordered until an entry leaves.
-///
-/// Every write of the key rewrites its document, `q` included, and the
-/// general pipelines walk `q` (live entries, the owner's own, the head).
-/// An entry without a payload is about 117 bytes of BSON (`aid` a 36-byte
-/// UUID string 46, `lid` 26, `at`, `re` and `hx` 12 each, its document's
-/// and array index's overhead 9), so 64 entries cap that at about 7.5 KB
-/// per write of the key (a payload adds its own size per entry), against
-/// about 200 bytes for the rest of the document: a key stays a small
-/// document whatever the fleet, and the queue still orders more waiting
-/// owners than most keys have (`benches/fleet.rs` measures 2 to 200).
+/// ("Bound" in "Queue of waiting owners"). An entry without a payload is
+/// about 117 bytes of BSON (`aid` a 36-byte UUID string 46, `lid` 26,
+/// `at`, `re` and `hx` 12 each, overhead 9): about 7.5 KB that every write
+/// of the key rewrites (docs/performance.md, "The queue in the document",
+/// says why 64 and not 16).
 pub(crate) const MAX_QUEUE: usize = 64;
 
 /// How long the server holds a `getMore` of the stream of writes that has
 /// nothing to announce before it answers with an empty batch (the
-/// server's default is 1 s): an open stream with nothing to announce, a
-/// waiter's most of the time once a handoff wakes only its new holder,
-/// then costs one command per 10 s instead of one per second. Events are
-/// answered as soon as they are written, whatever this is. The twin's
-/// streams wake as often (`MemoryDb::release_readers`).
+/// server's default is 1 s): an idle stream costs one command per 10 s
+/// (docs/mongodb-behaviour.md, B33). The twin's streams wake as often
+/// (`MemoryDb::release_readers`).
 pub(crate) const RELEASE_EVENTS_AWAIT: Duration = Duration::from_secs(10);
 
 /// In delete mode, how long after a young lease's acquisition (local time
@@ -217,13 +196,10 @@ pub(crate) struct KeyWrite {
     pub lease_id: Option<Uuid>,
     /// The `aid` the write set, if the event shows one.
     pub owner: Option<String>,
-    /// The `tok` the write set, if the event shows one: an insert's or a
-    /// replacement's full document's, an update's `updatedFields.tok` (an
-    /// int64, or an int32; `None` for a negative value or another type).
-    /// `None` for a delete, an update that does not set `tok`, and the
-    /// release of a holder of a shared or semaphore key (`rl`). With
-    /// [`KeyWrite::keeps`], the token of the lease the write made (an
-    /// acquisition, a handoff).
+    /// The `tok` the write set, if the event shows one (an int64, or an
+    /// int32; `None` for a negative value or another type, a delete, and
+    /// the release of a holder of a shared or semaphore key). With
+    /// [`KeyWrite::keeps`], the token of the lease the write made.
     pub token: Option<u64>,
 }
 
@@ -241,12 +217,9 @@ impl KeyWrite {
     }
 }
 
-/// Which writes a stream of writes ([`Store::watch_releases`]) announces.
-///
-/// Every waiting manager keeps its stream open, and a queue's handoff
-/// goes to one owner: with [`Announced::Waits`] it is announced to that
-/// owner alone, not to every owner waiting for the key ("Queue of waiting
-/// owners").
+/// Which writes a stream of writes ([`Store::watch_releases`]) announces:
+/// with [`Announced::Waits`] a queue's handoff is announced to its new
+/// owner alone, not to every owner waiting for the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Announced {
     /// Every write that may change who holds a key: also another owner's
@@ -288,10 +261,9 @@ pub(crate) enum Announcement {
     RevocationRequested { key: LeaseKey, by: String },
 }
 
-/// Where the locks of one store live: the lock collection, or a user
-/// collection whose documents carry their own lock under one field
-/// (in-document leases). Leases carry it, so that the transaction helper
-/// can name the lock in the caller's session.
+/// Where the locks of one store live (a place, ARCHITECTURE.md's
+/// glossary). Leases carry it, so that the transaction helper can name the
+/// lock in the caller's session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockPlace {
     /// The database of the collection.
@@ -330,14 +302,10 @@ impl LockPlace {
 pub(crate) struct DocumentWrite {
     /// The user's update (checked: it never names the lock field).
     pub update: crate::document_update::DocumentUpdate,
-    /// Release the lease in the same write (`commit`): the lock field is
-    /// removed if the lease's token is at least
-    /// [`DELETE_MIN_TOKEN_AGE`](crate::DELETE_MIN_TOKEN_AGE) old by the
-    /// server's clock and nobody waited for the lease (no `wt`), and
-    /// otherwise left in the released state (no `lid` nor `wt`, `exp` at
-    /// the release time, `tok` kept; `yu` if another owner waited), which
-    /// the next acquire takes over, and the follow-up
-    /// ([`Release::ReleasedDocuments`]) removes if nobody did.
+    /// Release the lease in the same write (`commit`), as the release in
+    /// two writes of in-document leases does (the lock field removed when
+    /// old enough and not waited for, else left released for the
+    /// follow-up, [`Release::ReleasedDocuments`]).
     pub release: bool,
     /// The lease was acquired less than [`DELETE_DELAY`] ago by the local
     /// clock (set by the actor): its token is too young for the lock field
@@ -402,19 +370,9 @@ pub(crate) fn document_shape(shape: crate::kind::LeaseShape) -> crate::error::Re
     })
 }
 
-/// What an acquire attempt found.
-///
-/// **Written or read.** The stores derive it with the functions of
-/// [`replies`], either from the document the attempt's own write returned
-/// or, when that write's outcome is unknown (or it failed), from a read of
-/// the key afterwards ([`replies::from_reread`]). Only a write of the
-/// attempt proves an acquisition's expiry (`$$NOW` + the attempt's TTL, at
-/// the server, after the send): an acquisition a read finds is
-/// [`Unconfirmed`](AcquireOutcome::Unconfirmed), never `Acquired`, and a
-/// `Held` answer from a read carries no `token`, so that it never orders a
-/// handoff after the attempt (grant on the change stream's event, see
-/// "Queue of waiting owners"). Nor is a read ever a `Mismatch`: only the
-/// write's own reply proves that it did not land.
+/// What an acquire attempt found, derived by the functions of [`replies`]
+/// from the attempt's own write or from a read afterwards (what each
+/// proves: [`replies`]' module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireOutcome {
     /// The lease is ours, with this fencing token: the attempt's own write
@@ -422,15 +380,10 @@ pub(crate) enum AcquireOutcome {
     /// the attempt was sent.
     Acquired { token: u64 },
     /// This attempt's lease (its owner id and lease id) is on the key, but
-    /// only a read says so (after a write whose outcome is unknown), or it
-    /// has expired: its expiry is whatever the write that set it wrote (an
-    /// earlier attempt under the same lease id, or a release that handed
-    /// the key to this owner's registration for `hx` only), so it is not
-    /// granted. The actor tries again at once under the same lease id: that
-    /// retry wins as any retry does, renews the lease to its TTL and starts
-    /// its local deadline from its own send. `token` is the one found (the
-    /// retry gets it back, unless the lease expired and another owner took
-    /// the key meanwhile). Registers nothing for grant on the event.
+    /// only a read says so, or it has expired: its expiry is unknown, so it
+    /// is not granted, and the actor retries at once under the same lease
+    /// id ([`replies`]' module docs). `token` is the one found. Registers
+    /// nothing for grant on the event.
     Unconfirmed { token: u64 },
     /// The key is held as another kind than the one asked for (see
     /// "Shared and semaphore keys"); the attempt's own write says so, and
@@ -453,25 +406,17 @@ pub(crate) enum AcquireOutcome {
         holder: String,
         remaining: Option<Duration>,
         /// The fencing token (`tok`) stored on the key when the attempt
-        /// read it: that of the lease it found, or of the last lease when
-        /// the key is free but kept for the head of the queue or yielded
-        /// (for a shared or semaphore key, the top `tok`: the latest holder
-        /// acquisition's). `None` when the document has none (a foreign
-        /// holder's lock, a lock field removed meanwhile). A registering
-        /// attempt's holder confirms a lease handed to it with this token
-        /// or a greater one (see "Queue of waiting owners"). Also `None` for
-        /// an answer that came from a read, not from the attempt's own write
-        /// ([`replies::from_reread`]): the read may predate a handoff already
-        /// applied, so its token must not order one after the attempt.
+        /// read it (for a shared or semaphore key, the top `tok`), which a
+        /// lease handed later exceeds ("Queue of waiting owners"). `None`
+        /// when the document has none (a foreign holder's lock, a lock
+        /// field removed meanwhile), and for an answer from a read
+        /// ([`replies::from_reread`]).
         token: Option<u64>,
         /// How many other owners' live registrations are ahead of this
         /// owner's in the key's queue of waiting owners (all of them if it
-        /// has none): 0 when this owner is next, when the key has no queue,
-        /// and when the answer does not tell (a read, a foreign holder's
-        /// lock, a shared or semaphore key, an in-document lease). A
-        /// waiting manager keeps its change stream open for a key only
-        /// while nobody is ahead of it or the key changes hands (see
-        /// "Queue of waiting owners").
+        /// has none; "Queue of waiting owners"): 0 also when the key has no
+        /// queue and when the answer does not tell (a read, a foreign
+        /// holder's lock, a shared or semaphore key, an in-document lease).
         ahead: u32,
     },
 }

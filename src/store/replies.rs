@@ -54,20 +54,12 @@ pub(crate) const YIELDED: &str = "yielded";
 pub(crate) const NOW: &str = "now";
 
 /// The verdict on a document that a read found, not the attempt's own
-/// write (see the module docs): an acquisition found there (or an
-/// expired lease of ours) is [`AcquireOutcome::Unconfirmed`], a `Held`
-/// answer carries no token.
-///
-/// A key read as held as another kind (with this attempt's entry or
-/// without) is `Held` too, with nothing left to
-/// wait (and no holder named): the read may predate the attempt's write
-/// (a majority snapshot), or follow writes after it, so it does not prove
-/// that the write did not land. The actor retries at once under the same
-/// lease id and shape (`KeyState::unseen`), and that write's own reply
-/// decides: the lease, or the mismatch. Were the read's mismatch the
-/// answer, the lease id would go to the next attempt, perhaps for another
-/// number of permits, which the server would take for a retry of the
-/// landed one (safety.md, property 2).
+/// write (see the module docs). A key read as held as another kind is
+/// `Held` with nothing left to wait: the read does not prove that the
+/// write did not land, so the actor retries at once under the same lease
+/// id and shape, and that write's own reply decides (else the lease id
+/// would go to the next attempt, perhaps for another number of permits;
+/// safety.md, property 2).
 pub(crate) fn from_reread(outcome: AcquireOutcome) -> AcquireOutcome {
     match outcome {
         AcquireOutcome::Acquired { token } | AcquireOutcome::Unconfirmed { token } => {
@@ -132,14 +124,12 @@ fn foreign(key: &LeaseKey, doc: &Document) -> AcquireOutcome {
 
 /// Reads what an exclusive acquire attempt (by `owner` under `lease_id`)
 /// found out of a document projected with the exclusive acquire
-/// projection (`mongo::acquire::acquire_projection`: `aid`, `lid`, `tok`,
-/// `exp`, `yu`, `pm`, `now`, ...).
+/// projection (`mongo::acquire::acquire_projection`).
 ///
 /// `Acquired` when the document holds `lease_id` of `owner`, live at the
 /// projection's `now` (an expired one, which a write of this attempt never
 /// returns, is `Unconfirmed`: a retry under that lease id wins and renews
-/// it). A document of foreign layout is held by a foreign holder (its `aid`
-/// as owner id), with no known remaining time nor token; any other `Held`
+/// it). A document of foreign layout is [`foreign`]; any other `Held`
 /// carries the document's `tok`.
 pub(crate) fn classify(
     key: &LeaseKey,
@@ -355,21 +345,10 @@ fn live_mark(doc: &Document, now: i64) -> Option<(String, Duration)> {
 /// Reads what a shared or permit acquisition of `kind` found, out of a
 /// document projected with the shared and permit acquire projection
 /// (`mongo::acquire::multi_acquire_projection`: the top fields, [`MINE`],
-/// [`LIVE`], [`FIRST_EXPIRY`], [`YIELDED`], `now`): `Acquired` with this
-/// entry's token if the entry is live at the projection's `now` (an
-/// expired entry of ours, which a write of this attempt never returns, is
-/// `Unconfirmed`: a retry under its lease id wins and renews it), unless
-/// other live holders hold the key as another kind now
-/// (`OursAsAnotherKind`: its number of permits changed since that entry
-/// was written);
-/// `Mismatch` for live holders of another kind (a live exclusive holder is
-/// a mismatch for a permit; a shared acquirer waits for it); else `Held`
-/// until the earliest live permit's expiry (a full semaphore), the
-/// exclusive holder's expiry, or the end of a live exclusive waiter's mark
-/// (held by that waiter). Each `Held` carries the key's top `tok` (the
-/// latest holder acquisition's, or the exclusive lease's). A document of
-/// foreign layout is held by a foreign holder, with no known remaining time
-/// nor token.
+/// [`LIVE`], [`FIRST_EXPIRY`], [`YIELDED`], `now`), by the rules of "Shared
+/// and semaphore keys" in `store`: an expired entry of ours is
+/// `Unconfirmed`, as in [`classify`]; each `Held` carries the key's top
+/// `tok`.
 pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) -> AcquireOutcome {
     if !is_our_layout(doc) {
         return foreign(key, doc);

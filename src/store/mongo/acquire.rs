@@ -72,23 +72,12 @@ pub(super) fn stored_permits(permits: u32) -> i32 {
 }
 
 /// The acquire update of a shared lease or a permit ([`LeaseKind::Shared`],
-/// [`LeaseKind::Permit`]): one `$replaceWith` over the key's document, as
-/// the exclusive acquire (an upsert on `upsert_filter`,
-/// docs/mongodb-behaviour.md, B1, B29), that appends this holder's entry
-/// `{aid, lid, tok, acq, ts, exp}` (and `n`, the permits it takes, when
-/// more than one) to `hs` if it wins (see "Shared and semaphore keys" in `store`), dropping the
-/// expired entries, and otherwise returns the document unchanged (no write,
-/// B2). A retry (an entry of this lease id and owner id) renews that entry
-/// and keeps its token, if the key is still held as its kind (or by no
-/// other live holder). The top fields then describe the key: `aid`, `tok`,
-/// `acq` of this acquisition, `ts` now, `exp` the latest entry's; `lid`,
-/// `wt`, `yu`, `data` and `hl` of an earlier exclusive holder are gone.
-///
-/// As an exclusive acquisition ("Fairness between owners" in `store`), it
-/// never takes a key this owner yielded (`yu`) before the end of the yield
-/// window, and a `waiting` shared acquisition that finds another owner's
-/// live exclusive lease marks it waited for (`wt`, once per holding period),
-/// so that its release yields.
+/// [`LeaseKind::Permit`]), as "Shared and semaphore keys" in `store`
+/// specifies it: one `$replaceWith` over the key's document, an upsert on
+/// `upsert_filter` as the exclusive acquire (docs/mongodb-behaviour.md,
+/// B1, B29), that returns the document unchanged when it loses (no write,
+/// B2). `lid`, `wt`, `yu`, `data` and `hl` of an earlier exclusive holder
+/// are gone from a document it wins.
 pub(super) fn multi_acquire_pipeline(
     owner: &str,
     ttl_ms: i64,
@@ -274,10 +263,8 @@ pub(super) fn exclusive_waiter_mark(owner: &str, ttl_ms: i64) -> (Document, Docu
     (shared_live, marked)
 }
 
-/// The light acquire's update: a new acquisition by `owner` under the
-/// lease id `$$lid` (expiring `ttl_ms` after `$$NOW`, the next token) of a
-/// new document or of an expired one that nobody else waits for; any
-/// other document unchanged.
+/// The light acquire's update ("Light forms for keys nobody waits for" in
+/// `store`), under the lease id `$$lid`.
 pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
     let lid = LID;
     let free = doc! { "$and": [
@@ -303,8 +290,7 @@ pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
         field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
         field::TRANSITIONS: transitions_after(doc! { "$literal": owner }),
         // Restated in the acquisition itself ("Read by other clients" in
-        // `store`), from `ts = $$NOW`, `exp = $$NOW + ttl_ms` and the new
-        // token; a document this write leaves alone keeps its own.
+        // `store`); a document this write leaves alone keeps its own.
         field::OBTAINED_AT: "$$NOW",
         field::TTL_SECONDS: restated_seconds(
             doc! { "$add": ["$$NOW", ttl_ms] },
@@ -369,15 +355,10 @@ pub(super) fn upsert_filter(key: &LeaseKey) -> Document {
 /// acquisition wins by [`LockPath::wins`] and [`queue_allows`] it, and
 /// otherwise returns the document unchanged (no oplog entry, B2; a document
 /// of foreign layout too), except that a `waiting` attempt marks a lease of
-/// another owner (`wt`, once per holding period) and registers in the queue
-/// for `registration_ms` ([`registered`]; "Queue of waiting owners" in
-/// `store`), or marks live shared holders ([`exclusive_waiter_mark`]).
-///
-/// Held at least `hold_ms` ("Holding at least" in `store`): `hl = $$NOW +
-/// hold_ms` (a retry keeps it) and `exp = max($$NOW + ttl_ms, hl)`. With
-/// `payload`, an acquisition (a retry too) sets `data` to it. An
-/// acquisition leaves the other owners' live queue entries
-/// ([`queue_after_acquisition`]).
+/// another owner (`wt`) and registers ([`registered`]), or marks live
+/// shared holders ([`exclusive_waiter_mark`]). `hold_ms` and `payload` as
+/// "Holding at least" in `store` and `Acquire::payload` say; an
+/// acquisition leaves [`queue_after_acquisition`].
 pub(super) fn acquire_pipeline(
     owner: &str,
     ttl_ms: i64,
@@ -463,15 +444,10 @@ pub(super) fn queue_after_acquisition(owner: &str) -> Document {
     or_remove(entries_without(live_entries(), doc! { "$literal": owner }))
 }
 
-/// The `q` a losing waiting attempt by `owner` writes: the live entries in
-/// order, `owner`'s refreshed in place (`lid`, `re`, `hx`, `data`; `at`
-/// kept) if it names another lease id or payload or expires within half
-/// the window, or appended with `at = $$NOW` while fewer than
-/// [`MAX_QUEUE`] are live (beyond it, `owner` does not register: "Bound"
-/// in "Queue of waiting owners" in `store`). `re = $$NOW +
-/// registration_ms`, `hx = min(ttl_ms, registration_ms)`, `data` the
-/// payload the attempt acquires with (if any), which a handoff to the
-/// entry writes ([`handoff_stages`](super::handoff::handoff_stages)).
+/// The `q` a losing waiting attempt by `owner` writes ("Registration" and
+/// "Bound" in "Queue of waiting owners" in `store`, with `R =
+/// registration_ms`): the live entries in order, `owner`'s refreshed in
+/// place or appended while fewer than [`MAX_QUEUE`] are live.
 pub(super) fn registered(
     owner: &str,
     lease_id: Bson,
@@ -787,7 +763,7 @@ impl MongoStore {
             Some(doc) => Ok(replies::from_reread(read(&key, &doc))),
             // The document vanished between the write and the read: try again.
             None => Err(Error::Unreachable {
-                waited: self.operation_timeout(),
+                waited: self.operation_timeout,
                 reason: "lock document vanished during acquire".into(),
                 source: None,
             }),

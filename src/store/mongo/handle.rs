@@ -22,7 +22,7 @@ use std::time::Duration;
 #[derive(Clone)]
 pub(crate) struct MongoStore {
     /// The lock collection's database (in-document leases use its collections).
-    database: Database,
+    pub(super) database: Database,
     coll: Collection<Document>,
     owner: String,
     /// The manager's TTL: the default of the test-only `StoreExt::attempt` and
@@ -31,16 +31,17 @@ pub(crate) struct MongoStore {
     ttl_ms: i64,
     /// How long a release that another owner waited for keeps this owner
     /// from taking the key back (see "Fairness" in the module docs of `store`).
-    yield_ms: i64,
+    pub(super) yield_ms: i64,
     /// The manager's safety margin, part of the registration window (see
     /// "Queue of waiting owners" in the module docs of `store`).
     safety_margin: Duration,
     /// The lock-delay an involuntary end writes (force release, release by
     /// owner id; "Lock-delay" in the module docs of `store`), in ms.
-    lock_delay_ms: i64,
-    operation_timeout: Duration,
+    pub(super) lock_delay_ms: i64,
+    /// How long one operation may take before it counts as failed.
+    pub(super) operation_timeout: Duration,
     /// Whether releases keep or delete the lock document.
-    release_mode: ReleaseMode,
+    pub(super) release_mode: ReleaseMode,
     /// The foreign lock layouts of the collection and their expiry rules
     /// (fixed at `connect`).
     foreign: ForeignRules,
@@ -208,21 +209,6 @@ impl MongoStore {
         self
     }
 
-    /// The lock-delay of its involuntary ends, in ms.
-    pub(super) fn lock_delay_ms(&self) -> i64 {
-        self.lock_delay_ms
-    }
-
-    /// Whether releases keep or delete the lock document.
-    pub(super) fn release_mode(&self) -> ReleaseMode {
-        self.release_mode
-    }
-
-    /// The lock collection's database.
-    pub(super) fn coll_database(&self) -> &Database {
-        &self.database
-    }
-
     /// The lock collection (majority write and read concern, primary reads).
     pub(super) fn coll(&self) -> &Collection<Document> {
         &self.coll
@@ -246,11 +232,6 @@ impl MongoStore {
         self.ttl_ms
     }
 
-    /// The yield window, in milliseconds.
-    pub(super) fn yield_ms(&self) -> i64 {
-        self.yield_ms
-    }
-
     /// How long this owner's registration in a key's queue lasts:
     /// [`registration_window`](crate::store::registration_window) of its
     /// `retry_max` (the yield window) and its safety margin.
@@ -262,11 +243,6 @@ impl MongoStore {
     /// [`MongoStore::registration`] in milliseconds.
     pub(super) fn registration_ms(&self) -> i64 {
         ttl_ms(self.registration())
-    }
-
-    /// How long one operation may take before it counts as failed.
-    pub(super) fn operation_timeout(&self) -> Duration {
-        self.operation_timeout
     }
 
     /// Bounds `op` by the operation timeout; a timeout is reported as

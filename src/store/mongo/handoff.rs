@@ -37,15 +37,12 @@ pub(super) fn handoff_filter(key: &LeaseKey, owner: &str, from: Uuid) -> Documen
     }
 }
 
-/// The handoff's update: a new acquisition under `to` (expiring `ttl_ms`
-/// after `$$NOW`, the next token, no `data`, `hl`, `wt` nor `yu`) when no
-/// other owner waits (no `wt`) and no minimum hold is live; otherwise the
-/// release of an exclusive lease (`lid` and `wt` removed, `exp =
-/// max(min(exp, $$NOW), hl)`, `yu = $$NOW + yield_ms` if another owner
-/// waited), then handed to the first owner registered in the queue of
-/// waiting owners if there is one (between the queue's pick and handoff
-/// stages). One `$set` for the local handoff or the release: every
-/// expression reads the document as it was.
+/// The handoff's update ("Handoff to a local waiter" in `store`): a new
+/// acquisition under `to` when no other owner waits and no minimum hold is
+/// live; otherwise the release of an exclusive lease, then handed to the
+/// first owner registered in the queue if there is one (between the
+/// queue's pick and handoff stages). One `$set` for the local handoff or
+/// the release: every expression reads the document as it was.
 pub(super) fn handoff_update(to: Uuid, ttl_ms: i64, yield_ms: i64) -> Vec<Document> {
     // Another owner waits: marked (`wt`), or registered in the queue of
     // waiting owners (picked by `pick_stage`, handed the key by
@@ -255,7 +252,7 @@ impl MongoStore {
                     self.coll()
                         .find_one_and_update(
                             handoff_filter(key, self.owner(), *from),
-                            handoff_update(*to, ttl_ms(handoff.ttl), self.yield_ms()),
+                            handoff_update(*to, ttl_ms(handoff.ttl), self.yield_ms),
                         )
                         .return_document(ReturnDocument::After)
                         .projection(handoff_projection()),

@@ -1,38 +1,12 @@
 //! [`MongoStore`]: the lock protocol on a real MongoDB deployment, one file
-//! per lease verb. Each holds the verb's wire forms, the one place that
+//! per lease verb, each with the verb's wire forms, the one place that
 //! picks among them, and how each reply is read (as the driver's
 //! `operation/` files keep a command's build, reply and retryability
-//! together):
-//!
-//! - [`acquire`]: the general form of every kind, the light form alone or
-//!   grouped, the registration in the queue of waiting owners, the re-read
-//!   of an unknown outcome;
-//! - [`renew`]: the heartbeat's one `updateMany` per batch;
-//! - [`release`]: release (general, light, grouped light), delete mode's
-//!   deletes, release by owner id, force release;
-//! - [`handoff`]: the hand-over to a local waiter and the queue's grant to
-//!   a registered owner, one concept;
-//! - [`read`]: inspect and list; [`payload`]: a holder's payload;
-//! - [`watch`]: the change streams (writes by anyone; one key's states);
-//! - [`prepare`]: the collection checks and the indexes;
-//! - [`transaction`]: the transaction helper's check of a lease;
-//! - [`document`]: in-document leases, the same protocol under a field path.
-//!
-//! Shared by the verbs: [`rules`] (the token rule, the win rule, the layout
-//! test and the field paths, written once over [`rules::LockPath`]),
-//! [`handle`] (the `MongoStore` value: a collection handle and fixed
-//! settings, nothing that changes; how server errors are read; `retried`),
-//! [`raw`] (raw commands: encoded by hand, not retryable writes). The
-//! [`Store`](super::Store) implementation below is the one place each
-//! verb is chosen from the actor's request; what the actor knows (a lease's
-//! kind, whether its key was contended) comes with it.
-//!
-//! Dependencies go one way: the verbs use `rules`, `handle` and `raw`;
-//! `acquire` and `release` use `handoff`'s queue expressions (a waiting
-//! attempt registers, a release hands the key over, in their own writes),
-//! `release` and `watch` use `read`'s projection, `release` uses `renew`'s
-//! holder filter; `document` uses `rules`, `handle`, `release`'s release in
-//! two writes and `watch`'s stream of announcements.
+//! together). ARCHITECTURE.md, `src/store/mongo/`, maps the files and the
+//! one way their dependencies go. The [`Store`](super::Store)
+//! implementation below is the one place each verb is chosen from the
+//! actor's request; what the actor knows (a lease's kind, whether its key
+//! was contended) comes with it.
 
 mod acquire;
 mod document;
@@ -94,10 +68,10 @@ impl Store for MongoStore {
                 release: true,
                 handoff: true,
             },
-            removes_on_release: self.release_mode() == ReleaseMode::Delete,
+            removes_on_release: self.release_mode == ReleaseMode::Delete,
             registration_window: self.registration(),
             queue_bound: crate::store::MAX_QUEUE,
-            lock_delay: Duration::from_millis(self.lock_delay_ms() as u64),
+            lock_delay: Duration::from_millis(self.lock_delay_ms as u64),
             lock_id_fields: None,
             #[cfg(test)]
             ttl: Duration::from_millis(self.ttl_ms().max(0) as u64),
@@ -157,13 +131,13 @@ impl Store for MongoStore {
                     store.release_leases(vec![lease], false).await?
                 }
                 Release::ReleasedDocuments(keys) => {
-                    if keys.is_empty() || store.release_mode() != ReleaseMode::Delete {
+                    if keys.is_empty() || store.release_mode != ReleaseMode::Delete {
                         return Ok(Released::count(0));
                     }
                     store.delete_released_matching(keys_filter(&keys)).await?
                 }
                 Release::ReleasedDocumentsOf(owner) => {
-                    if store.release_mode() != ReleaseMode::Delete {
+                    if store.release_mode != ReleaseMode::Delete {
                         return Ok(Released::count(0));
                     }
                     let filter = doc! { crate::store::field::OWNER: owner };
@@ -173,7 +147,7 @@ impl Store for MongoStore {
                     let (deleted, marked) = store.release_owner_leases(owner, end).await?;
                     return Ok(Released {
                         count: deleted + marked,
-                        follow_up_due: store.release_mode() == ReleaseMode::Delete && marked > 0,
+                        follow_up_due: store.release_mode == ReleaseMode::Delete && marked > 0,
                         ..Default::default()
                     });
                 }

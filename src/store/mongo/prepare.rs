@@ -1,50 +1,33 @@
 //! Preparing the lock collection: checks that the deployment answers and the
-//! collection is usable (not capped, not a view, no unique index but `_id`,
-//! no non-TTL index on `exp`, no TTL index that could delete a live lease, no
-//! documents other than lock documents before the TTL index is created), and
-//! creates the TTL index that garbage-collects lock documents and the owner
-//! index of a release by owner id.
+//! collection is usable, and creates the TTL index that garbage-collects
+//! lock documents and the owner index of a release by owner id. What is
+//! refused, and the accepted examples: docs/sharing.md, "What `connect`
+//! checks".
 //!
 //! # TTL indexes of other applications
 //!
-//! A collection shared with another lock implementation may carry its TTL
-//! index, typically `{ts: 1}`. MongoDB deletes a document once the indexed
-//! date is `expireAfterSeconds` (E) in the past, never earlier
-//! (docs/mongodb-behaviour.md, B5), so such an index can delete a lease that is
-//! still held:
+//! MongoDB deletes a document once the indexed date is `expireAfterSeconds`
+//! (E) in the past, never earlier (docs/mongodb-behaviour.md, B5):
 //!
 //! - on `ts` (set to `$$NOW` by the acquire and by every renewal): a lease
-//!   confirmed by a renewal sent at local time *s* has `ts >= s` on the
-//!   server, so MongoDB deletes it no earlier than *s + E*. The holder believes
-//!   it holds until *s + ttl − safety_margin*. The index is therefore accepted
-//!   only if `heartbeat_interval < E − safety_margin` (the rule
-//!   [`Timing`](crate::config::Timing) applies to the TTL, applied to E: the next
-//!   renewal is confirmed before the document can go), and then the TTL used
-//!   for local deadlines is capped by E (`CollectionFacts::ttl_cap`), so a
-//!   holder whose renewals fail gives up by *s + min(ttl, E) − safety_margin*,
-//!   before MongoDB may delete its document. With the `{ts: 1}` index at
-//!   30 s: accepted with a 3 s heartbeat and a 3 s margin, refused with a
-//!   40 s heartbeat.
+//!   confirmed by a renewal sent at local time *s* has `ts >= s`, so it is
+//!   deleted no earlier than *s + E*. The index is accepted only if
+//!   `heartbeat_interval < E − safety_margin` (the rule
+//!   [`Timing`](crate::config::Timing) applies to the TTL, applied to E),
+//!   and the TTL of local deadlines is then capped by E
+//!   (`CollectionFacts::ttl_cap`): a holder whose renewals fail gives up
+//!   by *s + min(ttl, E) − safety_margin*, before its document may go.
 //! - on `acq`, `wt`, `yu` or a path inside the payload (`data.…`): dates that
-//!   no renewal moves, so the index deletes a lease E after that date however
-//!   often it is renewed. Always refused.
-//! - on `exp` (the crate's own garbage-collection index): `exp` is the expiry,
-//!   which each renewal moves ahead; deletion at *exp + E* with E >= 0 is
-//!   never before the lease ended. Accepted; one that covers every document
-//!   is replaced by one that spares other applications' locks
-//!   ("Garbage collection" in `store`).
-//!
-//! A TTL index on any other field never deletes a lock document of this crate
-//! (its documents have no other fields), and is accepted.
+//!   no renewal moves. Always refused.
+//! - on `exp`: deletion at *exp + E* is never before the lease ended.
+//!   Accepted; one that covers every document is replaced by one that
+//!   spares other applications' locks ("Garbage collection" in `store`).
 //!
 //! # Documents other than lock documents
 //!
-//! Before creating the TTL index on `exp` (only when it is missing, so on
-//! the first `connect` to a collection), `prepare` refuses a collection
-//! holding a document that is neither of our layout nor a foreign lock of
-//! a recognised layout (`crate::foreign`): a data collection named by
-//! mistake, whose `exp` dates the index would act on (docs/sharing.md,
-//! "What `connect` checks"). The query (`limit 1`) uses no index.
+//! Checked only before creating the TTL index on `exp` (so on the first
+//! `connect` to a collection), with one query (`limit 1`) that uses no
+//! index.
 
 use std::time::Duration;
 
@@ -99,7 +82,7 @@ impl MongoStore {
         gc_grace: Duration,
         timing: &Timing,
     ) -> Result<CollectionFacts> {
-        let waited = self.operation_timeout();
+        let waited = self.operation_timeout;
         let unreachable = |e: Error| match e {
             Error::Database(db) if is_transient_db_error(&db) => unreachable_from(waited, db),
             other => other,

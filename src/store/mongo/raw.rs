@@ -131,9 +131,7 @@ impl MongoStore {
     ///
     /// As [`MongoStore::raw_command`]'s.
     pub(super) async fn send_raw(&self, command: RawDocumentBuf) -> Result<Document> {
-        let reply = self
-            .bounded(self.coll_database().run_raw_command(command))
-            .await?;
-        acknowledged(reply, self.operation_timeout())
+        let reply = self.bounded(self.database.run_raw_command(command)).await?;
+        acknowledged(reply, self.operation_timeout)
     }
 }

@@ -62,7 +62,7 @@ impl MongoStore {
             "readConcern": { "level": "local" },
         };
         let reply = self
-            .bounded(self.coll_database().run_command(command))
+            .bounded(self.database.run_command(command))
             .await
             .ok()?;
         let batch = reply

@@ -88,19 +88,13 @@ pub(super) fn delay_stage(selected: &Document, delay_ms: i64, end: OverrideEnd) 
     ]}}}
 }
 
-/// The release of any kinds, one update over every matched document: an
-/// exclusive lease as before (`exp = max(min(exp, $$NOW), hl)`, `lid` and
-/// `wt` removed, `yu` if another owner waited); a document with holders
-/// loses the released entries and the expired ones, gets `rl = $$NOW` (what
-/// the change stream of releases announces) and `exp` = the latest
-/// remaining entry's, or now if none remains (then `hs` and `pm` go too).
-/// An operator's release by owner id that waits for the holders
-/// ([`OverrideEnd::AtExpiry`]) keeps each live entry it ends, without its
-/// `lid`, until that entry's expiry: its holder, told at its next renewal,
-/// may still work, so its place (a permit, a shared holder) is not given
-/// to anyone before then.
-/// An exclusive key with another owner's live entry in its queue is handed
-/// to the first one instead ([`pick_stage`](super::handoff::pick_stage),
+/// The release of any kinds, one update over every matched document, as
+/// "Shared and semaphore keys" ("Release"), "Holding at least",
+/// "Lock-delay" and "Fairness between owners" in `store` specify it (an
+/// exclusive lease: `exp = max(min(exp, $$NOW), hl)`, `lid` and `wt`
+/// removed, `yu` if another owner waited). An exclusive key with another
+/// owner's live entry in its queue is handed to the first one instead
+/// ([`pick_stage`](super::handoff::pick_stage),
 /// [`handoff_stages`](super::handoff::handoff_stages)).
 pub(super) fn release_any_update(selection: &Selection<'_>, yield_ms: i64) -> Vec<Document> {
     let (selected, delay, keeps_places) = match selection {
@@ -227,13 +221,10 @@ pub(super) fn force_release_any_filter(key: &LeaseKey, end: OverrideEnd) -> Docu
 /// A force release, whoever holds the key and however: `rl = $$NOW`, and
 /// the exclusive holder (`lid`, `wt`), every holder in `hs` (with `pm`),
 /// the minimum hold (`hl`) and the exclusive waiter's mark (`xw`) are
-/// removed; `yu` as in a release. The key is free from `nb = exp =
-/// max($$NOW + delay_ms, exp)` on with [`OverrideEnd::AtExpiry`] (`exp` is
-/// at least every live holder's and the minimum hold's); with
-/// [`OverrideEnd::Immediately`], from `nb = exp = $$NOW + delay_ms` on,
-/// or at once (`exp` to now, no `nb`) without a lock-delay ("Lock-delay"
-/// in `store`): the filter ([`force_release_any_filter`]) matches only a
-/// key held now, or waiting for an earlier override's `nb`.
+/// removed; `yu` as in a release; `nb` and `exp` as "Lock-delay" in `store`
+/// says (at once, `exp` to now and no `nb`, without a lock-delay). The
+/// filter ([`force_release_any_filter`]) matches only a key held now, or
+/// waiting for an earlier override's `nb`.
 pub(super) fn force_release_update(
     yield_ms: i64,
     delay_ms: i64,
@@ -482,7 +473,7 @@ impl MongoStore {
                 self.coll()
                     .find_one_and_update(
                         force_release_any_filter(&key, end),
-                        force_release_update(self.yield_ms(), self.lock_delay_ms(), end),
+                        force_release_update(self.yield_ms, self.lock_delay_ms, end),
                     )
                     .return_document(ReturnDocument::Before)
                     .projection(self.info_projection()),
@@ -536,13 +527,13 @@ impl MongoStore {
         delete_first: bool,
     ) -> Result<(u64, u64)> {
         let delete = async {
-            if !delete_first || self.release_mode() != ReleaseMode::Delete {
+            if !delete_first || self.release_mode != ReleaseMode::Delete {
                 return Ok((0, false));
             }
             let deletable = deletable_filter(filter.clone(), min_token_age_ms());
             self.delete_matching(&deletable, single).await
         };
-        let update = || release_any_update(selection, self.yield_ms()).into();
+        let update = || release_any_update(selection, self.yield_ms).into();
         let mark = self.update_matching(self.coll(), "release", &filter, update, single);
         release_in_two_writes(single, delete, mark).await
     }
@@ -621,7 +612,7 @@ impl MongoStore {
             }}}]};
         }
         let filter = doc! { "$or": [owner_leases_filter(&owner), holders] };
-        let delay_ms = self.lock_delay_ms();
+        let delay_ms = self.lock_delay_ms;
         let selection = Selection::OwnerLeases {
             owner: &owner,
             delay_ms,

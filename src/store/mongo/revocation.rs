@@ -55,8 +55,9 @@ impl MongoStore {
             .read_concern(ReadConcern::local())
             .selection_criteria(SelectionCriteria::ReadPreference(ReadPreference::Primary))
             .build();
-        let coll =
-            (self.coll_database()).collection_with_options::<Document>(self.coll().name(), options);
+        let coll = self
+            .database
+            .collection_with_options::<Document>(self.coll().name(), options);
         let pipeline = [
             doc! { "$match": filter },
             doc! { "$project": { field::REVOCATION: 1 } },

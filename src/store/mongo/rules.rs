@@ -196,12 +196,8 @@ impl LockPath {
 
     /// The query form of "not taken over by another lock pattern's client"
     /// (no `value`), part of every filter of a write conditional on a
-    /// lease id: a lease of ours that such a client took over keeps our
-    /// `lid` and `aid`, and a late renewal, release, payload write,
-    /// handoff or fence check must not match it ("Read by other clients"
-    /// in `store`).
-    /// Only at the top: that pattern locks whole documents of a lock
-    /// collection, never a field of a user's document.
+    /// lease id ("Read by other clients" in `store`). Only at the top: that
+    /// pattern locks whole documents of a lock collection.
     pub(in crate::store::mongo) fn untaken(&self) -> Option<(String, Document)> {
         self.field
             .is_none()
@@ -222,12 +218,8 @@ impl LockPath {
     }
 
     /// The expiry a write of a lease that holds the document sets (a
-    /// renewal, a retry of its acquisition): `max(exp, $$NOW + ttl_ms)`.
-    /// Under one lease id `exp` never moves back, so a write that lands
-    /// late (its reply lost, its caller gone, after later writes of the
-    /// lease with a longer TTL were answered) cuts no expiry a confirmed
-    /// write gave, and the local deadline of every confirmed write holds
-    /// ("Late writes" in `store`).
+    /// renewal, a retry of its acquisition): `max(exp, $$NOW + ttl_ms)`,
+    /// never back under one lease id ("Late writes" in `store`).
     pub(in crate::store::mongo) fn renewed_expiry(&self, ttl_ms: i64) -> Document {
         doc! { "$max": [self.var(field::EXPIRES_AT), { "$add": ["$$NOW", ttl_ms] }] }
     }
@@ -260,12 +252,9 @@ impl LockPath {
         ]}
     }
 
-    /// The token-age test of delete mode: the server's `$$NOW` is at least
-    /// `min_age_ms` past the token's millisecond, `ms($$NOW) * 2^20 >= tok +
-    /// min_age_ms * 2^20` in int64 arithmetic. It implies `ms($$NOW) >=
-    /// (tok >> 20) + min_age_ms`, so a token issued after a delete that
-    /// passed it is greater than `tok` unless `$$NOW` steps back by
-    /// `min_age_ms` or more (see "Fencing tokens" in `store`).
+    /// The token-age test of delete mode ("Delete-on-release mode" in
+    /// `store`): `ms($$NOW) * 2^20 >= tok + min_age_ms * 2^20` in int64
+    /// arithmetic.
     pub(in crate::store::mongo) fn token_older_than(&self, min_age_ms: i64) -> Document {
         doc! { "$gte": [
             { "$multiply": [{ "$toLong": "$$NOW" }, 1_i64 << TOKEN_TIME_SHIFT] },
@@ -411,13 +400,10 @@ impl LockPath {
 
     /// The documents among `filter`'s whose lock a release in delete mode
     /// deletes at once (in a user's document: removes `F`): of our layout
-    /// (int64 `tok`), not waited for by another owner (no `wt`: such a
-    /// release yields instead), none of `absent` present (the lock
-    /// collection's `hs` and `q`: a release of a shared key's holder, or one
-    /// that hands the key over or keeps the queue), no minimum hold (`hl`)
-    /// nor lock-delay (`nb`) ahead, which keep the key held past the
-    /// release, their token at least `min_age_ms` old by the server's clock
-    /// ([`token_older_than`](Self::token_older_than)).
+    /// (int64 `tok`), not waited for by another owner (no `wt`), none of
+    /// `absent` present (the lock collection's `hs` and `q`), no minimum
+    /// hold (`hl`) nor lock-delay (`nb`) ahead, their token
+    /// [old enough](Self::token_older_than).
     pub(in crate::store::mongo) fn deletable_filter(
         &self,
         filter: Document,
@@ -513,13 +499,10 @@ impl LockPath {
 }
 
 /// The restated `ttl` of a document of ours, in seconds from `renewed`
-/// (its `ts`, restated as `obtained_at`): to the `{_id, value, ttl,
-/// obtained_at}` pattern's clients it is held until its expiry `expires`,
-/// and at least until its fencing token `token` is `DELETE_MIN_TOKEN_AGE`
-/// old by the server's clock (the token's millisecond + that age + 1 ms,
-/// for the division's rounding), so that they take it over in place, and
-/// may then delete it, only once the token rule's time part covers a
-/// delete ("Read by other clients" in `store`).
+/// (its `ts`, restated as `obtained_at`), as "Read by other clients" in
+/// `store` says: held until `expires`, and at least until its fencing
+/// `token` is `DELETE_MIN_TOKEN_AGE` old (+ 1 ms, for the division's
+/// rounding).
 pub(in crate::store::mongo) fn restated_seconds(
     expires: impl Into<Bson>,
     renewed: impl Into<Bson>,
@@ -537,11 +520,8 @@ pub(in crate::store::mongo) fn restated_seconds(
 
 /// The last stage of every write of a lock document that may change `ts`
 /// or `exp`: on a document of [our layout](our_layout) after the write,
-/// `obtained_at = ts` and `ttl` ([`restated_seconds`]), so that another
-/// lock pattern's clients (`{_id, value, ttl, obtained_at}`, held until
-/// `obtained_at + ttl` seconds) read our lease as held until its `exp`, a
-/// young one longer; any other document keeps them as they are ("Read by
-/// other clients" in `store`).
+/// `obtained_at = ts` and `ttl` ([`restated_seconds`]); any other document
+/// keeps them as they are ("Read by other clients" in `store`).
 pub(in crate::store::mongo) fn restated() -> Document {
     let seconds = restated_seconds(f(field::EXPIRES_AT), f(field::RENEWED_AT), f(field::TOKEN));
     let restated = doc! { "$mergeObjects": ["$$ROOT", {

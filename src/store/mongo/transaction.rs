@@ -3,34 +3,10 @@
 //! caller's client ([`Lease::with_transaction`](crate::Lease::with_transaction)).
 //!
 //! The check sets the lock's `ts = max($$NOW, ts + 1 ms)` (always a
-//! change, so always a write), conditional on its lease id,
-//! owner id and `exp > $$NOW`, sent in the transaction after the closure,
-//! just before the commit. A write, not a read: under snapshot isolation a
-//! read would still see the lease after another owner took it over, while
-//! a write to a document that another write changed since the
-//! transaction's snapshot fails with a write conflict
-//! (`TransientTransactionError`), and a write outside the transaction to a
-//! document the transaction wrote waits for it to end (MongoDB manual,
-//! "Production Considerations", in-progress transactions and write
-//! conflicts; docs/mongodb-behaviour.md, B16). So a takeover either
-//! committed before the transaction's snapshot (the check matches nothing:
-//! the lease is lost), after it (write conflict: the transaction is retried
-//! and then sees the takeover), or waits until the transaction has ended,
-//! after the caller's writes.
-//!
-//! The check leaves `exp` alone: it proves the lease, it does not renew it.
-//! Only the manager's renewals move `exp`, each one with the lease's local
-//! deadline, so the server's expiry stays where the holder's own deadline
-//! says (`safety_margin` after it). A check that renewed `exp` by a TTL,
-//! unknown to the manager, would keep the key blocked for up to a TTL after
-//! a holder that had meanwhile reached its deadline (its renewals failing)
-//! gave the lease up, with nobody using it, if the manager's release after
-//! that deadline failed too.
-//!
-//! `$$NOW` in a transaction is the time of each statement, not of the
-//! transaction's start (measured on mongod 6.0.5: two statements 500 ms
-//! apart in one transaction read `$$NOW` 500 ms apart), so `exp > $$NOW` is
-//! judged when the check runs.
+//! change, so always a write), conditional on its lease id, owner id and
+//! `exp > $$NOW`, sent in the transaction after the closure, just before
+//! the commit. Why a write and not a read, why it leaves `exp` alone, and
+//! when its `$$NOW` is judged: docs/mongodb-behaviour.md, B16.
 
 use std::time::Duration;
 

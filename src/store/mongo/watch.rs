@@ -1,10 +1,7 @@
-//! **Watch**: the change streams. Writes to lock documents by anyone, the
-//! stream the actor wakes waiters and checks held leases with
-//! ([`release_events_pipeline`], [`key_write`]: never renewals, payload
-//! writes or waiting marks), and the states of one key for observers.
-//!
-//! **Observing one key**: a change stream when the deployment has
-//! one, jittered polling otherwise.
+//! **Watch**: the change streams. Writes to lock documents by anyone
+//! ([`release_events_pipeline`], [`key_write`]), and the states of one key
+//! for observers: a change stream when the deployment has one, jittered
+//! polling otherwise.
 //!
 //! With a change stream no change is lost: each state is rebuilt from the
 //! change event itself (`insert` / `replace`: the full document; `update`: the
@@ -38,24 +35,12 @@ use mongodb::change_stream::event::{ChangeStreamEvent, OperationType, ResumeToke
 use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-/// The change-stream stages of `watch_releases`: the writes that may change
-/// who holds a key — deletes, inserts, replacements (the acquisition of an
-/// existing document is one), updates that set or remove `lid` or `aid`
-/// (a release, another application's rewrite), and updates that set `rl`
-/// (a holder removed from a shared or semaphore key) — filtered on the server, so
-/// that renewals (`ts`, `exp`), payload writes and waiting marks cost no
-/// event; each reduced to what [`key_write`] reads (`lid`, `aid` and `tok`
-/// of the full document or of `updatedFields`; docs/mongodb-behaviour.md,
-/// B12).
-///
-/// With [`Announced::Waits`] (`owner` the stream's owner id), only those
-/// that may free a key or make `owner` its holder, and revocation
-/// requests, as [`Announcement::is_announced`] selects them from what
-/// [`key_write`] reads: a delete; an insert or replacement whose document
-/// has no `lid` or has `aid` = `owner`; an update that removes `lid` (or
-/// `aid`), sets `aid` to `owner` (a handoff to it), sets `rl` or sets `rv`.
-/// A handoff to another owner, the most frequent write of a key many
-/// owners wait for, then wakes none of the others' streams.
+/// The change-stream stages of `watch_releases`: the writes its contract
+/// ([`Store::watch_releases`](crate::store::Store::watch_releases)) names,
+/// filtered on the server (with [`Announced::Waits`], `owner` the stream's
+/// owner id, as [`Announcement::is_announced`] selects them), each reduced
+/// to what [`key_write`] reads (`lid`, `aid` and `tok` of the full
+/// document or of `updatedFields`; docs/mongodb-behaviour.md, B12).
 pub(super) fn release_events_pipeline(announced: Announced, owner: &str) -> [Document; 2] {
     let updated = |name: &str| format!("updateDescription.updatedFields.{name}");
     let full = |name: &str| format!("fullDocument.{name}");

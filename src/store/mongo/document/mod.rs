@@ -24,9 +24,7 @@
 //!   (`top_lock`).
 //!
 //! The BSON it sends is built by pure functions over the shared rules
-//! (`rules`, under `F`): `pipeline` (acquire, renewal, release), `write`
-//! (writes under a lease), `events` (the change-stream stages) and
-//! `top_lock` (`LockId` / `LockTime`).
+//! (`rules`, under `F`), one file per concern.
 
 mod events;
 mod pipeline;
@@ -159,7 +157,7 @@ impl DocumentStore {
         let now = projected.get("now").cloned().unwrap_or(Bson::Null);
         let Ok(document) = projected.get_document(DOCUMENT) else {
             return Err(Error::Unreachable {
-                waited: self.locks.operation_timeout(),
+                waited: self.locks.operation_timeout,
                 reason: "the acquire's reply carried no document".into(),
                 source: None,
             });
@@ -229,7 +227,7 @@ impl DocumentStore {
                 .map(|(outcome, document)| (replies::from_reread(outcome), document)),
             None if !creates => Err(Error::DocumentNotFound { id: key }),
             None => Err(Error::Unreachable {
-                waited: self.locks.operation_timeout(),
+                waited: self.locks.operation_timeout,
                 reason: "document vanished during acquire".into(),
                 source: None,
             }),
@@ -271,7 +269,7 @@ impl DocumentStore {
             None => remove_update(&self.field).into(),
         };
         let release = || {
-            let update = release_update(&self.field, self.locks.yield_ms());
+            let update = release_update(&self.field, self.locks.yield_ms);
             match &self.top {
                 Some(top) => top.releasing(update).into(),
                 None => update.into(),
@@ -356,7 +354,7 @@ impl DocumentStore {
                     token,
                     &stages,
                     write.release,
-                    self.locks.yield_ms(),
+                    self.locks.yield_ms,
                     min_token_age_ms(),
                 );
                 if let Some(top) = top {
@@ -411,7 +409,7 @@ impl DocumentStore {
                 let until = DateTime::from_millis(
                     DateTime::now()
                         .timestamp_millis()
-                        .saturating_add(self.locks.yield_ms()),
+                        .saturating_add(self.locks.yield_ms),
                 );
                 self.write_if(
                     self.current(held_waited_filter(lock_field, owner, &lease, true)),
