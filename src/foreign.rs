@@ -10,14 +10,11 @@
 //! foreign lock is expired once `$$NOW` reaches its expiry (the same `<=`
 //! as our `exp`; the npm layout's strict `>` is its expiry plus 1 ms).
 //!
-//! Each rule is written twice, side by side: as aggregation expressions for
-//! MongoDB (the acquire pipelines' takeover stage, [`ForeignRules::takeover_stage`],
-//! and the fields the reads project, [`ForeignRules::projection`]) and in
-//! Rust for the in-memory twin ([`ForeignRules::annotate`]), which renders a
-//! foreign document as the projections do. Both stores then read the
-//! projected fields with the same functions (`store::replies`, `store::read`).
-//! The server behaviour the expressions rely on: docs/mongodb-behaviour.md,
-//! B29 and B30.
+//! Each rule is written twice, as aggregation expressions for MongoDB
+//! ([`ForeignRules::takeover_stage`], [`ForeignRules::projection`]) and in
+//! Rust for the twin ([`ForeignRules::annotate`]): ARCHITECTURE.md, "A
+//! document of foreign layout"; the server behaviour relied on:
+//! docs/mongodb-behaviour.md, B29 and B30.
 
 use std::time::Duration;
 

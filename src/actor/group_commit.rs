@@ -6,11 +6,8 @@
 //! **When.** A light acquire for a plain lease without a payload, a light release
 //! for an exclusive lease not deleted at once (keep mode, or a lease too
 //! young for delete mode's delete), a light handoff, where the place's
-//! store has the form (`StoreProfile::light_forms`) and the key is not contended: the
-//! general form was sent for it, or a light form did not apply to it,
-//! less than `Timing::contended_for` ago
-//! ([`CONTENDED_FOR`](crate::config::CONTENDED_FOR) but in
-//! the simulation; [`Actor::contended`], the actor's clock).
+//! store has the form (`StoreProfile::light_forms`) and the key is not
+//! contended ([`Actor::contended`]; `Timing::contended_for`, as the spec says).
 //!
 //! **Answers.** One the light form did not settle goes on to the general
 //! form under the same lease id, which decides; after an unknown outcome

@@ -1,10 +1,6 @@
-//! Handoff to a local waiter: the release of an exclusive lease whose key a
-//! local caller waits for makes that caller the holder in the releasing
-//! write itself (`Store::handoff`, "Handoff to a local waiter" in
-//! `store`), one round trip instead of a release and then an acquire. The
-//! actor picks its form: the light one first where the store has it and
-//! the key was not contended lately, then the general one if the light
-//! one did not apply.
+//! Handoff to a local waiter (`Store::handoff`, "Handoff to a local
+//! waiter" and, for its form, "Light forms for keys nobody waits for" in
+//! `store`).
 //!
 //! The handoff is the key's one attempt (`Attempt::InFlight`, under
 //! `KeyState::next_lease_id`, sent with the first waiter's TTL and shape)

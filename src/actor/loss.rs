@@ -13,10 +13,8 @@
 //! reason already recorded. Meanwhile the lease is not renewed again (it
 //! counts as being renewed), and its local deadline still applies: if it
 //! comes first, the lease ends [`LossReason::Expired`] then. A failed read
-//! ends it [`LossReason::Expired`] too. The change-stream event that may
-//! have made the actor check the lease (`KeyWrite`, `write_stream.rs`)
-//! names neither the new holder's fencing token nor a delete apart from a
-//! release, so it never settles the reason by itself.
+//! ends it [`LossReason::Expired`] too. An event never settles the reason
+//! ("An event never decides a loss by itself" in ARCHITECTURE.md).
 
 use uuid::Uuid;
 

@@ -1,12 +1,10 @@
 //! [`Mailbox`]: the handles' typed end of the actor's command channel.
 //!
 //! Every handle ([`LeaseManager`](crate::LeaseManager), [`Lease`](crate::Lease),
-//! the election's leader context) talks to the actor through one of these.
-//! A handle names its command in a closure given to [`Mailbox::call`], which
-//! adds the reply sender, sends the command and awaits the reply; the lease
-//! commands (release, payload, cancelling a waiter) are typed methods here.
-//! It is the one place where a closed channel or a dropped reply sender
-//! becomes [`Error::Shutdown`]. Shape after the mongodb driver's
+//! the election's leader context) talks to the actor through one of these
+//! ([`Mailbox::call`]; the lease commands are typed methods here), the one
+//! place where a closed channel or a dropped reply sender becomes
+//! [`Error::Shutdown`]. Shape after the mongodb driver's
 //! `ConnectionRequester` (a small typed handle per channel endpoint).
 
 use std::time::Duration;

@@ -1,13 +1,11 @@
 //! Observer hubs: one task per observed key drives the store's stream of
 //! states and forwards each state to every local subscriber.
 //!
-//! The actor (`Actor::on_observe`, at the end of this file) spawns a hub on
-//! the first `Observe` of a key and hands it later subscribers through the
-//! hub's control channel. A new subscriber first gets the last state the
-//! hub forwarded (the current one), then every later state in order. The
-//! hub ends when its last subscriber is gone (which also closes the
-//! store's stream and its change stream), when the store's stream ends, or
-//! when the manager stops.
+//! The actor (`Actor::on_observe`) spawns a hub on the first `Observe` of a
+//! key and hands it later subscribers, each first given the last state the
+//! hub forwarded. The hub ends when its last subscriber is gone (which also
+//! closes the store's stream and its change stream), when the store's
+//! stream ends, or when the manager stops.
 
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesUnordered};

@@ -1,9 +1,7 @@
 //! The actor's side of the queue of waiting owners ("Queue of waiting
 //! owners" in `store`): which keys this manager is registered for, the
-//! handoff announced by the change stream of writes (the key's waiter
-//! retries at once, without the wake jitter, and that retry under the
-//! registered lease id confirms the handed lease), and the give-back of a
-//! key handed to a registration whose waiters all left.
+//! handoff announced by the change stream of writes (`Standing::Handed`),
+//! and the give-back of a key handed to a registration whose waiters all left.
 
 use std::time::Duration;
 

@@ -21,13 +21,10 @@ use crate::store::LeaseRef;
 
 /// The heartbeat's renewal batches in flight at once; the others wait for
 /// it to be answered (a check of leases a write may have taken away goes
-/// beside it, [`Actor::spawn_renewals`]). A batch in flight holds its leases twice (the
-/// actor's copy and the store's) and its command's encoding four times
-/// (the store's, then the driver's copies on the way to the socket),
-/// about 250 bytes per lease of the batch: 1.2 MB for a batch of 5 000,
-/// at each heartbeat, which the allocator may keep. With two in flight,
-/// 10 000 held leases read up to 1 006 B of RSS each during a renewal;
-/// with one, up to 906 B (docs/performance.md, "Memory"). One at a time
+/// beside it, [`Actor::spawn_renewals`]). What a batch in flight holds:
+/// docs/performance.md, "Memory". With two in flight, 10 000 held leases
+/// read up to 1 006 B of RSS each during a renewal; with one, up to 906 B.
+/// One at a time
 /// renews 100 000 leases about 2 s after the tick (1.4 s two at a time,
 /// `benches/scale.rs`), in the same 20 commands, well inside a heartbeat
 /// interval.

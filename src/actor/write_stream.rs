@@ -4,11 +4,6 @@
 //! ARCHITECTURE.md's invariant "At most one change stream of writes per
 //! place"; a paused stream's cost is docs/mongodb-behaviour.md, B33.
 //!
-//! A write that may have taken a held lease away makes the actor check
-//! that lease at once with a renewal of just the leases concerned: an
-//! event can be stale (e.g. the previous holder's release, delivered after
-//! this manager's acquire reply).
-//!
 //! A reopened stream also checks every lease held in the place (one
 //! renewal batch); a first open does not (the leases it covers were
 //! checked by their acquisition or their last renewal, and a write since

@@ -4,11 +4,6 @@
 //! the read's send ([`elapsed_before_find`]); and the light acquire's
 //! request and answer ([`LightAcquire`], [`LightAcquired`]).
 //!
-//! A grouped light acquire ("Grouped" in `store`) is one write of every
-//! request, then one read of their documents: the write tells nothing per
-//! key, so the read decides, here for both stores
-//! (`MongoStore::acquire_light_batch`, `memory::light`).
-//!
 //! **The decision** ([`acquired`]). A key counts as acquired only if its
 //! document holds this owner and the request's lease id, and the server's
 //! remaining validity (`exp - now` at the read) is at least the TTL less

@@ -1,13 +1,7 @@
-//! The light release's answer, for both stores and the actor (the light
-//! acquire's are in [`light_acquire`](super::light_acquire)):
-//! [`LightRelease`], the answer of one light release, and
-//! [`release_outcomes`], the decision on a grouped light release (many
-//! leases in one `update`, then a read of their documents unless all
-//! applied); [`LightForms`], which of them a store has. The actor groups
-//! them ("Grouped" in `store`); [`MongoStore`](super::MongoStore) decides
-//! with [`release_outcomes`] on the server's counts and documents
-//! (`mongo::release`), the twin on its own (`memory::light`), so that the
-//! simulation judges the decision the real store makes.
+//! The light release's answer ([`LightRelease`]), the decision on a grouped
+//! light release ([`release_outcomes`]; "Grouped" in `store`, made once for
+//! both stores as ARCHITECTURE.md's "What a reply means" says), and
+//! [`LightForms`], which of the light forms a store has.
 //!
 //! **The decision.** After the batch, each lease's document reads:
 //! - still under the lease's id ([`Read::Kept`]): not released (someone

@@ -4,12 +4,8 @@
 //! and only the actor calls it, but for the reads and the operator's
 //! overrides that need no lease state, which the manager sends it directly
 //! (`inspect`, `list`, `force_release`, `request_release`, `release_owner`).
-//! The actor sees it through the narrow [`Store`] trait, so its timing logic
-//! can also be tested under tokio's paused clock against `memory::MemoryStore`
-//! (built for tests and for the simulator, feature `sim`, hence not linked),
-//! an in-memory twin that follows the same rules, never a stand-in for
-//! MongoDB. The store contract (`tests::contract`, a test module) runs one
-//! suite of scenarios against both.
+//! The actor sees it through the narrow [`Store`] trait, as it sees
+//! `memory::MemoryStore`, the twin (ARCHITECTURE.md, "`src/store/memory/`").
 //!
 //! The protocol itself (the lock document's fields, every write's
 //! conditions, the queue of waiting owners, the token rule, late writes,

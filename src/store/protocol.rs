@@ -1,6 +1,5 @@
-//! The [`Store`] trait: the lock protocol as the actor sees it. What each
-//! operation writes is specified in the `store` module's docs, whose
-//! sections the methods cite by title in quotes.
+//! The [`Store`] trait: the lock protocol as the actor sees it; the methods
+//! cite the sections of docs/protocol.md that specify them by title.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,12 +59,9 @@ pub(crate) trait Store: Send + Sync + 'static {
         Box::pin(futures::future::ready(answers))
     }
 
-    /// One acquire attempt of the general form (see "Shared and semaphore
-    /// keys", "Holding at least", "Fairness between owners"): takes
-    /// `request.key` for `request.lease_id` if it is free (or already ours
-    /// under this lease id and owner id: a retry), and not yielded by this
-    /// owner to a waiting one, expiring `request.ttl` after the server's now
-    /// (`exp = $$NOW + ttl`). A key yielded by this owner is reported `Held`
+    /// One acquire attempt of the general form (see "Document schema" to
+    /// "Queue of waiting owners"), expiring `request.ttl` after the server's
+    /// now. A key yielded by this owner is reported `Held`
     /// by this owner until the end of the yield window. Also returns the
     /// document as the acquire left it (in-document leases: the user's
     /// document, lock field included; `None` in the lock collection). In-document

@@ -191,12 +191,9 @@ pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime
 
 /// A foreign holder's lock document (as projected with the foreign fields,
 /// `crate::foreign`) as a [`LeaseInfo`], as documented on
-/// [`LeaseInfo::foreign`]: its owner ([`foreign_owner`]), when it was taken
-/// (the projected date its layout counts from, else `ts`), and its expiry by
-/// its own rule: held until then, or with no known expiry (`server_time`)
-/// held until deleted. Nothing else is interpreted: its fencing token is 0,
-/// whatever `tok` it has (one that took a lease document of ours over in
-/// place keeps our `tok`, which fences nothing of its own).
+/// [`LeaseInfo::foreign`]. Its fencing token is 0 whatever `tok` it has (one
+/// that took a lease document of ours over in place keeps our `tok`, which
+/// fences nothing of its own).
 fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> LeaseInfo {
     let date = |name: &str| doc.get_datetime(name).ok().map(|d| d.to_system_time());
     let taken = date(crate::foreign::TAKEN_AT)

@@ -2,11 +2,8 @@
 //! acquire's write returned it or as a read found it afterwards, into an
 //! [`AcquireOutcome`].
 //!
-//! Both stores decide with them: [`MongoStore`](super::MongoStore) on the
-//! documents the server returns (projected with the acquire projections of
-//! `mongo::acquire`), the in-memory twin on its
-//! documents rendered in the same projected layouts (`memory::reply`). So a
-//! test of the twin exercises the verdicts the real store gives.
+//! Both stores decide with them ("What a reply means is decided once" in
+//! ARCHITECTURE.md).
 //!
 //! **Written or read back.** A document returned by the attempt's own
 //! write (`findAndModify` with the new document) shows what that write

@@ -1,20 +1,11 @@
 //! **Acquire**: every wire form of an acquisition and the one place that
 //! picks among them ([`MongoStore::acquire_once`] for an exclusive lease,
-//! [`MongoStore::acquire_shape`] for any kind), with how each reply is read.
-//!
-//! - The **general form** ([`acquire_pipeline`]; [`multi_acquire_pipeline`]
-//!   for shared leases and permits): one `findOneAndUpdate` upsert whose
-//!   pipeline carries every case of "Document schema" to "Queue of waiting
-//!   owners" in `store` (the registration: [`registered`]). A document that
-//!   could not be returned (a racing upsert, an unknown outcome) is re-read
-//!   ([`MongoStore::reread`]); the answer comes from `store::replies`.
-//! - The **light form** ([`light_acquire_update`]), alone as a raw
-//!   `findAndModify` or grouped ([`MongoStore::acquire_light_batch`]: one
-//!   `update` of an upsert per key, one `find`, decided by
-//!   `store::light_acquire`, which the twin decides with), as "Light forms
-//!   for keys nobody waits for" in `store` specifies. Any key it does not
-//!   settle goes on to the general form, which recognises a landed light
-//!   write as a retry (B7).
+//! [`MongoStore::acquire_shape`] for any kind), with how each reply is read:
+//! the general form ([`acquire_pipeline`], [`multi_acquire_pipeline`]) and
+//! the light form ([`light_acquire_update`]), as "Light forms for keys
+//! nobody waits for" in `store` specifies. What the light form does not
+//! settle goes on to the general form, which recognises a landed light
+//! write as a retry (B7).
 
 use super::handle::{MongoStore, is_duplicate_key, reread_after, ttl_ms};
 use super::handoff::{e, entries_without, live_entries, or_remove};
@@ -338,11 +329,7 @@ fn found(doc: &Document) -> Option<Found<'_>> {
 }
 
 /// The filter of an acquiring upsert of one key's document: `{_id: key,
-/// _ins: null}`. `null` matches the missing `_ins` of every existing
-/// document, and an insert copies the equality into the new document, so
-/// that [`inserted`](super::rules::inserted) tells it from an existing bare `{_id}` (a foreign
-/// holder's lock; "Document schema" in `store`, docs/mongodb-behaviour.md,
-/// B29).
+/// _ins: null}` (why: `field::INSERTED`).
 pub(super) fn upsert_filter(key: &LeaseKey) -> Document {
     doc! { field::ID: key, field::INSERTED: Bson::Null }
 }
@@ -751,8 +738,7 @@ impl MongoStore {
     }
 
     /// The re-read of an acquire attempt whose write did not return the
-    /// document: `key`'s document with `projection`, read by `read`, worth
-    /// only what a read proves ([`replies::from_reread`]).
+    /// document, worth only what a read proves ([`replies::from_reread`]).
     pub(super) async fn reread(
         &self,
         key: LeaseKey,

@@ -1,12 +1,8 @@
 //! [`MongoStore`]: the lock protocol on a real MongoDB deployment, one file
-//! per lease verb, each with the verb's wire forms, the one place that
-//! picks among them, and how each reply is read (as the driver's
-//! `operation/` files keep a command's build, reply and retryability
-//! together). ARCHITECTURE.md, `src/store/mongo/`, maps the files and the
-//! one way their dependencies go. The [`Store`](super::Store)
-//! implementation below is the one place each verb is chosen from the
-//! actor's request; what the actor knows (a lease's kind, whether its key
-//! was contended) comes with it.
+//! per lease verb (as the driver's `operation/` files keep a command's
+//! build, reply and retryability together); the files, and the
+//! [`Store`](super::Store) implementation below: ARCHITECTURE.md,
+//! "`src/store/mongo/`".
 
 mod acquire;
 mod document;

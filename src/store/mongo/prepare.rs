@@ -22,12 +22,6 @@
 //! - on `exp`: deletion at *exp + E* is never before the lease ended.
 //!   Accepted; one that covers every document is replaced by one that
 //!   spares other applications' locks ("Garbage collection" in `store`).
-//!
-//! # Documents other than lock documents
-//!
-//! Checked only before creating the TTL index on `exp` (so on the first
-//! `connect` to a collection), with one query (`limit 1`) that uses no
-//! index.
 
 use std::time::Duration;
 

@@ -1,23 +1,12 @@
 //! **Release**: a lease's release and its forms, the release of an owner's
 //! leases (an operator's release by owner id), force release, and delete mode's
-//! deletes (the `Store` implementation picks by the caller's [`Release`](crate::store::Release)).
-//!
-//! - The **general release** ([`release_any_update`]): one update for
-//!   leases of any kind, which hands the key over, yields it, keeps a
-//!   minimum hold ("Fairness between owners", "Queue of waiting owners",
-//!   "Holding at least" in `store`).
-//! - The **light release** ([`light_release_update`]), alone or grouped
-//!   ([`MongoStore::release_light_batch`], decided by
-//!   `store::light_release::release_outcomes`, which the twin decides
-//!   with), as "Light forms for keys nobody waits for" specifies; what it
-//!   does not settle goes on to the general release.
-//! - **Delete mode** ([`deletable_filter`], [`released_filter`]) and
-//!   **force release** ([`force_release_update`]; a foreign holder's lock
-//!   only if it is still the document read, [`foreign_filter`]), as
-//!   "Fencing tokens" and [`Release::ForcedKey`](crate::store::Release::ForcedKey) say.
-//!
-//! Each write is idempotent and retried after a transient failure
-//! ([`retried`]).
+//! deletes (the `Store` implementation picks by the caller's [`Release`](crate::store::Release)):
+//! the general release ([`release_any_update`]; "Fairness between owners",
+//! "Queue of waiting owners", "Holding at least" in `store`), the light
+//! release ([`light_release_update`]; "Light forms for keys nobody waits
+//! for"), delete mode ([`deletable_filter`], [`released_filter`]) and force
+//! release ([`force_release_update`], [`foreign_filter`]). Each write is
+//! idempotent and retried after a transient failure ([`retried`]).
 
 use super::handle::{MongoStore, min_token_age_ms, retried};
 use super::handoff::{handoff_stages, pick_stage};
@@ -90,10 +79,9 @@ pub(super) fn delay_stage(selected: &Document, delay_ms: i64, end: OverrideEnd) 
 
 /// The release of any kinds, one update over every matched document, as
 /// "Shared and semaphore keys" ("Release"), "Holding at least",
-/// "Lock-delay" and "Fairness between owners" in `store` specify it (an
-/// exclusive lease: `exp = max(min(exp, $$NOW), hl)`, `lid` and `wt`
-/// removed, `yu` if another owner waited). An exclusive key with another
-/// owner's live entry in its queue is handed to the first one instead
+/// "Lock-delay" and "Fairness between owners" in `store` specify it. An
+/// exclusive key with another owner's live entry in its queue is handed to
+/// the first one instead
 /// ([`pick_stage`](super::handoff::pick_stage),
 /// [`handoff_stages`](super::handoff::handoff_stages)).
 pub(super) fn release_any_update(selection: &Selection<'_>, yield_ms: i64) -> Vec<Document> {

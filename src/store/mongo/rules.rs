@@ -1,17 +1,8 @@
 //! The protocol's rules as MongoDB expressions, written once over where a
 //! document keeps its lock fields ([`LockPath`]): at the top of a lock
 //! document (the lock collection) or under the lock field `F` of a user's
-//! document (in-document leases), as `LockPlace::path` states. Here live
-//! the layout test, the token rule, the win rule, the token-age test of
-//! delete mode, the filters of one lease and of an owner's leases, and the
-//! stored forms of the lease id and the fencing token with the reading of
-//! the change events that carry them. Both places' verbs (`acquire`,
-//! `renew`, `release`, `handoff`, ..., and `document`) call them with their
-//! path; the lock collection's use the shorthands at the top ([`inserted`],
-//! [`our_layout`], [`next_token`], [`payload_filter`]).
-//! Also here: the expressions of a shared or semaphore key's holders (`hs`
-//! entries) and the light forms' narrowing ([`ours_and_nobody_else_waits`]),
-//! shared by several verbs.
+//! document (in-document leases), as `LockPlace::path` states; what lives
+//! here: "`src/store/mongo/`" in ARCHITECTURE.md.
 
 use super::handle::min_token_age_ms;
 use crate::key::LeaseKey;

@@ -3,13 +3,10 @@
 //! for observers: a change stream when the deployment has one, jittered
 //! polling otherwise.
 //!
-//! With a change stream no change is lost: each state is rebuilt from the
-//! change event itself (`insert` / `replace`: the full document; `update`: the
-//! update description applied to the last known state), never by re-reading,
-//! because a re-read after two quick takeovers would skip a term. The stream
-//! starts at the operation time of the initial read, so nothing between the
-//! read and the `watch` is missed, and it resumes from its last resume token
-//! after a transient error (a failover). A lease that expires without a
+//! With a change stream no change is lost ("Observers never skip a change"
+//! in ARCHITECTURE.md): never a re-read, which after two quick takeovers
+//! would skip a term, and the stream starts at the operation time of the
+//! initial read. A lease that expires without a
 //! takeover writes nothing, so no event announces it: a re-read is scheduled
 //! for the expiry, by the server-relative time to expiry, and reports the
 //! expiry only if the document is still the one last seen.

@@ -1,27 +1,13 @@
 //! [`DocumentStore`]: the lock protocol inside the user's own documents
 //! (in-document leases), on one user collection.
 //!
-//! The lock collection's protocol (`crate::store`: schema, fairness,
-//! fencing tokens, foreign holders) with every lock field under one field
-//! `F` of the user's document, and "delete" meaning the removal of `F`
-//! (`$unset`), as in delete-on-release mode. What differs:
-//!
-//! - acquire is one `findAndModify` on `_id` whose pipeline merges `F` into
-//!   the document (never replaces it), an upsert only when the caller gives
-//!   the fields to create (`pipeline::acquire_pipeline`); it returns the whole
-//!   document with the server's `$$NOW` (docs/mongodb-behaviour.md, B11);
-//! - writes under the lease (`write_document`) are one conditional
-//!   `findAndModify` each: the user's update operators merged with ours, or
-//!   the user's update pipeline between stages that keep and restore `F`;
-//!   a commit with update operators tries the removal of `F` first, then the
-//!   released state (each conditional on the lease, so at most one applies);
-//! - nothing here creates an index in the user's collection; listing,
-//!   observing, force release and release by another owner id are not
-//!   offered (`Error::Unsupported`);
-//! - with [`LockIdFields`], the lease id and last renewal are also kept in
-//!   top-level `LockId` / `LockTime` fields for other clients, and every
-//!   write conditional on the lease also requires `LockId` to hold it
-//!   (`top_lock`).
+//! The lock collection's protocol (`crate::store`) with every lock field
+//! under one field `F` of the user's document, and "delete" meaning the
+//! removal of `F` (`$unset`), as in delete-on-release mode; what each write
+//! does is docs/in-document.md, and `LockIdFields` its "Documents locked by
+//! LockId and LockTime" (`top_lock`). Nothing here creates an index in the
+//! user's collection; listing, observing, force release and release by
+//! another owner id are not offered (`Error::Unsupported`).
 //!
 //! The BSON it sends is built by pure functions over the shared rules
 //! (`rules`, under `F`), one file per concern.

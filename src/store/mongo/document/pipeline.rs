@@ -1,13 +1,7 @@
 //! The BSON of the acquire, renewal and release commands
-//! [`DocumentStore`](super::DocumentStore) sends: the lock collection's
-//! protocol with every lock field under the lock field `F` of the user's
-//! document (the shared rules of `rules`, called with `LockPath::under(F)`),
-//! and the user's other fields never written by acquire, renewal or
-//! release. What is specific to a user's document is here: the merge of
-//! `F` into the document, the fields an acquire creates the document with,
-//! the projection of the whole document, and the exclusive lease's
-//! renewal, release and removal under `F`. What the server does with them
-//! is tested against a real `mongod` (`tests/document_lease/protocol.rs`).
+//! [`DocumentStore`](super::DocumentStore) sends, where a user's document
+//! differs from a lock document (see `document`); tested against a real
+//! `mongod` (`tests/document_lease/protocol.rs`).
 
 use mongodb::bson::{Bson, Document, doc};
 use uuid::Uuid;
@@ -19,15 +13,10 @@ use crate::store::{LeaseRef, field};
 /// The acquire update of a user's document: one `findAndModify` on `_id`
 /// alone (never an `$expr` in an upsert filter, docs/mongodb-behaviour.md,
 /// B1), with the lock collection's win rule and token rule applied to the
-/// lock field `lock_field` ([`LockPath::wins`], [`LockPath::acquired`]): the
-/// acquisition wins if `F` is missing, is ours under this lease id and
-/// owner id (a retry), or is of our layout (int64 `tok`, date `exp`),
-/// expired by `$$NOW` and not yielded by this owner. Winning merges the new
-/// `F` into the document; losing leaves the document as it is (no write,
-/// docs/mongodb-behaviour.md, B2), except that a `waiting` attempt marks
-/// (`F.wt`) a live lease of another owner once. An `F` of any other layout
-/// (the user's own `_lease` field) is a lock held by a foreign holder, never
-/// modified.
+/// lock field `lock_field` ([`LockPath::wins`], [`LockPath::acquired`]).
+/// Winning merges the new `F` into the document; losing leaves the document
+/// as it is (no write, docs/mongodb-behaviour.md, B2), except that a
+/// `waiting` attempt marks (`F.wt`) a live lease of another owner once.
 ///
 /// With `create` (the upsert's fields), a document that has only `_id` (the
 /// one an upsert starts from) first gets `create`'s fields, as literals.

@@ -3,17 +3,11 @@
 //! document by them (docs/in-document.md, "Documents locked by LockId and
 //! LockTime").
 //!
-//! Our lease's id is both `F.lid` and `LockId`; `LockTime` is the server
-//! time of its acquisition and of each renewal (`F.ts`). The lease in `F` is
-//! *current* only while `LockId` is a UUID equal to `F.lid`: a client that
-//! takes the document over rewrites `LockId`, and from then on every write
-//! conditional on the lease ([`TopLock::only_current`]: renewal, release,
-//! payload, the writes under the lease) misses, so a late write of ours
-//! never revives the lease over theirs. A document whose `LockId` is not
-//! current is held by such a client until `LockTime + max_duration` by the
-//! server's clock (their rule, [`TopLock::free_to_them`]), and an
-//! acquisition takes it over after that; `F`, if left by an earlier lease,
-//! then only carries the fencing token on.
+//! The lease in `F` is *current* only while `LockId` is a UUID equal to
+//! `F.lid` ([`TopLock::only_current`]); a document whose `LockId` is not
+//! current is theirs until `LockTime + max_duration`
+//! ([`TopLock::free_to_them`]), then taken over; `F`, if left by an earlier
+//! lease, then only carries the fencing token on.
 
 use mongodb::bson::{Bson, DateTime, Document, doc};
 

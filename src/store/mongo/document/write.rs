@@ -120,10 +120,9 @@ pub(super) fn write_operators(lock_field: &str, user: &Document, after: LockAfte
     merge_operators(user, ours)
 }
 
-/// The user's update pipeline `user` run under the lease: a first stage
-/// keeps `F` in a temporary top-level field (whatever the user's stages do
-/// to `F`, it is restored from there), then the user's stages, then `F` is
-/// restored and the temporary field removed. If the user's stages dropped
+/// The user's update pipeline `user` run under the lease, `F` kept aside in
+/// a temporary top-level field around it (docs/in-document.md, "What your
+/// update must not do"). If the user's stages dropped
 /// the temporary field (a `$replaceWith` that does not keep `$$ROOT`) or
 /// changed it (it no longer holds this owner id and `token`), `F` is
 /// restored in the released state with the lease's owner id and `token` (no
