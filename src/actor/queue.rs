@@ -29,9 +29,15 @@ impl Actor {
         if state.standing == Standing::Handed {
             return Some(state.next_lease_id);
         }
+        // The registration was written by an attempt that missed: under
+        // the misses' lease id, which a transient error's give-back has
+        // already replaced in `next_lease_id`.
+        let lease_id = state
+            .misses
+            .as_ref()
+            .map_or(state.next_lease_id, |m| m.lease_id);
         let lapses = Instant::now() + self.profile(key.place).registration_window;
-        self.gave_up
-            .insert(key.clone(), (state.next_lease_id, lapses));
+        self.gave_up.insert(key.clone(), (lease_id, lapses));
         None
     }
 
@@ -136,7 +142,10 @@ impl Actor {
         ) else {
             return false;
         };
-        if !waiter.can_be_handed() || self.closing.is_some() {
+        // A registration written with a payload hands the key with it: only
+        // an attempt, which gives such a lease back, may take it for a
+        // waiter without one.
+        if !waiter.can_be_handed() || misses.payload.is_some() || self.closing.is_some() {
             return false;
         }
         let registered = misses.registered.expect("a deadline");

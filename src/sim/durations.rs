@@ -9,7 +9,8 @@
 //!   (so, as every lease is told by its deadline, its holder is told
 //!   within D of getting it);
 //! - a read of a key (`inspect`) never shows a holder acquired with a
-//!   payload without one.
+//!   payload without one, nor a holder acquired without one with a payload
+//!   (another waiter's, written by its registration).
 //!
 //! A changed TTL needs no property of its own: a local deadline later than
 //! the server's expiry breaks the checker's mutual exclusion.
@@ -119,6 +120,11 @@ pub(super) fn check(history: &History) -> Vec<Violation> {
             _ => {}
         }
     }
+    let without_payload: BTreeSet<(String, u64)> = grants
+        .values()
+        .map(|(_, key, token, _)| (key.clone(), *token))
+        .filter(|granted| !with_payload.contains(granted))
+        .collect();
     let mut found = Vec::new();
     for (index, entry) in history.entries().iter().enumerate() {
         let mut violation = |key: &str, what: String| {
@@ -160,6 +166,18 @@ pub(super) fn check(history: &History) -> Vec<Violation> {
                 format!(
                     "manager {manager} read the holder of fencing token {token}, acquired with \
                      a payload, without it"
+                ),
+            ),
+            Event::Inspected {
+                manager,
+                key,
+                token,
+                payload: true,
+            } if without_payload.contains(&(key.clone(), *token)) => violation(
+                key,
+                format!(
+                    "manager {manager} read the holder of fencing token {token}, acquired \
+                     without a payload, with one"
                 ),
             ),
             _ => {}

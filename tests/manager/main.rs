@@ -19,6 +19,7 @@ mod deadline;
 mod duration;
 mod events;
 mod exclusion;
+mod handed_registrations;
 mod handoff;
 mod health;
 mod late_writes;
