@@ -8,11 +8,8 @@ use typed_builder::TypedBuilder;
 use crate::error::{Error, Result};
 use crate::kind::{LeaseKind, LeaseShape};
 
-/// Default lease time-to-live: 30 s.
-///
-/// Choose a TTL well above your deployment's failover time (MongoDB 6.0 with
-/// default election settings needs about 11 s to elect a new primary after a
-/// crash), or expect leases to be lost during a failover.
+/// Default lease time-to-live: 30 s. Choose a TTL well above your
+/// deployment's failover time (docs/reliability.md).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 /// The default heartbeat interval is the TTL divided by this (10 s for the default TTL):
@@ -22,9 +19,7 @@ pub const DEFAULT_HEARTBEAT_DIVISOR: u32 = 3;
 /// The default safety margin is the TTL divided by this (3 s for the default TTL).
 pub const DEFAULT_SAFETY_MARGIN_DIVISOR: u32 = 10;
 
-/// Default [`LeaseManagerOptions::clock_skew`]: 1 s, the bound on how far
-/// apart the replica set's members' clocks are that the fencing tokens
-/// assume too ([`DELETE_MIN_TOKEN_AGE`]).
+/// Default [`LeaseManagerOptions::clock_skew`]: 1 s, the [`MAX_CLOCK_SKEW`].
 pub const DEFAULT_CLOCK_SKEW: Duration = Duration::from_secs(1);
 
 /// The longest accepted [`LeaseManagerOptions::clock_skew`]: 1 s, as the
@@ -35,9 +30,8 @@ pub const MAX_CLOCK_SKEW: Duration = DELETE_MIN_TOKEN_AGE;
 /// after its expiry before MongoDB's TTL monitor deletes it: 60 s.
 pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(60);
 
-/// Default bound on a single MongoDB operation, and on [`LeaseManager::connect`]: 10 s.
-///
-/// [`LeaseManager::connect`]: crate::LeaseManager::connect
+/// Default bound on a single MongoDB operation, and on
+/// [`LeaseManager::connect`](crate::LeaseManager::connect): 10 s.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default first retry delay of a waiter's backoff against MongoDB: 10 ms.
@@ -51,8 +45,7 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
 /// sends one batch at a time, the next once it is answered.
 pub const DEFAULT_RENEWAL_BATCH_SIZE: usize = 5_000;
 
-/// Default [`ReleaseMode`]: [`ReleaseMode::Keep`], the released lock document
-/// stays until MongoDB's TTL monitor deletes it.
+/// Default [`ReleaseMode`]: [`ReleaseMode::Keep`].
 pub const DEFAULT_RELEASE_MODE: ReleaseMode = ReleaseMode::Keep;
 
 /// In [`ReleaseMode::Delete`], how old (by the server's clock) a lease's
@@ -78,12 +71,9 @@ pub enum ReleaseMode {
     /// (acquire = insert, duplicate key = held, release = delete): a release
     /// deletes the lock document, so such a client can lock the key at once.
     ///
-    /// A document is deleted only once its token is
-    /// [`DELETE_MIN_TOKEN_AGE`] old by the server's clock, so that fencing
-    /// tokens stay increasing; until then an insert-style client still gets
-    /// a duplicate-key error. A release that another mongo-lease manager
-    /// waited for, and a force release, keep the document as in
-    /// [`Keep`](ReleaseMode::Keep) (docs/sharing.md).
+    /// A document is deleted only once its token is [`DELETE_MIN_TOKEN_AGE`]
+    /// old; a release that another mongo-lease manager waited for, and a
+    /// force release, keep it as in [`Keep`](ReleaseMode::Keep) (docs/sharing.md).
     Delete,
 }
 
@@ -220,9 +210,7 @@ pub struct LeaseManagerOptions {
     ///
     /// With `true`, the manager keeps a change stream of writes open while
     /// it holds any lease, which costs the server work on every write of
-    /// the deployment (`docs/performance.md`, "Fleet"). With `false`, a
-    /// lease taken away is noticed within one
-    /// [`heartbeat_interval`](Self::heartbeat_interval) ("Loss detection").
+    /// the deployment (`docs/performance.md`, "Fleet").
     #[builder(default = false)]
     pub watch_held_leases: bool,
 }
@@ -253,8 +241,6 @@ pub(crate) struct Timing {
     pub ttl: Duration,
     pub heartbeat_interval: Duration,
     pub safety_margin: Duration,
-    /// [`LeaseManagerOptions::clock_skew`]: taken off every local deadline
-    /// besides the safety margin.
     pub clock_skew: Duration,
     pub operation_timeout: Duration,
     pub retry_initial: Duration,
@@ -264,8 +250,6 @@ pub(crate) struct Timing {
     /// The `expireAfterSeconds` of another application's TTL index on `ts`,
     /// when shorter than the TTL: the local deadline uses it instead.
     pub ttl_cap: Option<Duration>,
-    /// [`LeaseManagerOptions::watch_held_leases`]: the stream of writes
-    /// stays open while a lease is held.
     pub watch_held_leases: bool,
     /// [`CONTENDED_FOR`], shorter in some simulated managers.
     pub contended_for: Duration,
@@ -486,10 +470,7 @@ impl LeaseManagerOptions {
         if self.renewal_batch_size == 0 {
             return Err(invalid("renewal_batch_size must be at least 1"));
         }
-        if self.collection.is_empty()
-            || self.collection.contains('$')
-            || self.collection.contains('\0')
-        {
+        if self.collection.is_empty() || self.collection.contains(['$', '\0']) {
             return Err(invalid(format!(
                 "collection name {:?} is not valid (empty, or contains '$' or NUL)",
                 self.collection

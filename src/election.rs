@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use mongodb::bson::Document;
 
 use crate::actor::command::AcquireMode;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::info::{LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseHandle, LeaseObserver};
@@ -17,12 +17,10 @@ use crate::manager::LeaseManager;
 use crate::status::{LeaseStatus, ReleaseOutcome};
 
 /// One leader election, by name, among the processes that share a lock
-/// collection (docs/election.md). Cheap to clone; every clone campaigns for
-/// the same manager, whose owner id identifies the candidate.
-///
-/// An election named `N` is the lease on key `N`: the leader is its holder,
-/// the **term** is the lease's fencing token, and the leader may publish a
-/// payload in the lease document.
+/// collection: the lease on the key of that name, whose holder leads, whose
+/// fencing token is the **term**, and whose payload the leader may publish
+/// (docs/election.md). Cheap to clone; every clone campaigns for the same
+/// manager, whose owner id identifies the candidate.
 ///
 /// # Examples
 ///
@@ -118,8 +116,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn campaign(&self) -> Result<Leadership> {
-        let won = self.run(AcquireMode::Wait).await?;
-        won.ok_or(crate::error::Error::Shutdown)
+        self.run(AcquireMode::Wait).await?.ok_or(Error::Shutdown)
     }
 
     /// One attempt: leadership if nobody leads now, else `Ok(None)`.
@@ -159,12 +156,7 @@ impl Election {
     ///
     /// Cancel safe (a read).
     pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
-        Ok(self
-            .manager
-            .inspect(self.name.clone())
-            .await?
-            .as_ref()
-            .and_then(LeaderInfo::from_info))
+        Ok(self.candidates().await?.leader)
     }
 
     /// The candidates of the election, read from MongoDB with the server's
@@ -234,22 +226,13 @@ impl Election {
         })
     }
 
-    /// Runs `f` while leader, again and again:
-    ///
-    /// 1. campaigns until leader;
-    /// 2. calls `f` with a [`LeaderContext`] whose cancellation token fires
-    ///    when leadership is lost, and awaits the future `f` returns;
-    /// 3. if leadership was lost by the time the future completed (its
-    ///    token fired, or its local deadline passed before the manager task
-    ///    could fire it: [`LeaseStatus::is_lost`]), the output is dropped
-    ///    and it starts again at 1;
-    /// 4. otherwise it resigns and returns the output.
-    ///
-    /// The future must stop promptly when the token fires (`select!` on
-    /// [`LeaseStatus::lost`]): it is awaited to its end, never aborted.
-    /// Leadership can be lost right after the output was produced: write it
-    /// with the term to a resource that refuses stale terms (a
-    /// [`Fence`](crate::Fence)).
+    /// Runs `f` while leader: campaigns, awaits the future `f` returns for a
+    /// [`LeaderContext`] (whose token fires when leadership is lost), then
+    /// resigns and returns its output, or drops it and campaigns again if
+    /// leadership was lost by then ([`LeaseStatus::is_lost`]); see
+    /// docs/election.md. The future must stop promptly when the token fires
+    /// (`select!` on [`LeaseStatus::lost`]): it is awaited to its end, never
+    /// aborted.
     ///
     /// # Errors
     ///

@@ -237,9 +237,7 @@ pub(crate) fn is_transient_db_error(e: &mongodb::error::Error) -> bool {
         | ErrorKind::Io(_) => true,
         ErrorKind::Write(mongodb::error::WriteFailure::WriteConcernError(_)) => true,
         ErrorKind::Command(c) => is_transient_code(c.code),
-        // A write that a stepdown interrupted in the middle of its command
-        // comes back as a write error of the reply, with no label
-        // (docs/mongodb-behaviour.md, B7).
+        // A stepdown mid-command, without a label (docs/mongodb-behaviour.md, B7).
         ErrorKind::Write(mongodb::error::WriteFailure::WriteError(w)) => is_transient_code(w.code),
         _ => false,
     }
@@ -262,11 +260,7 @@ fn is_transient_code(code: i32) -> bool {
 pub(crate) fn unreachable_from(waited: Duration, error: mongodb::error::Error) -> Error {
     let reason = match &*error.kind {
         mongodb::error::ErrorKind::ServerSelection { message, .. } => {
-            // The driver drops from a replica set topology every host that is
-            // a standalone server or a member of another set, and its message
-            // then lists no server at all (mongodb 3.x: "Topology: { Type:
-            // ReplicaSetNoPrimary, Set Name: rs0 }"): say what that means
-            // (docs/mongodb-behaviour.md, B13).
+            // docs/mongodb-behaviour.md, B13.
             let hint = if message.contains("Set Name:") && !message.contains("Servers:") {
                 " (no host is left in the topology: the driver drops a host that is a \
                  standalone server or a member of a replica set of another name than the \
@@ -361,29 +355,20 @@ fn refusal_reason(error: &mongodb::error::Error, namespace: &str) -> String {
         return error.kind.to_string();
     };
     let database = namespace.split('.').next().unwrap_or(namespace);
-    let (cause, remedy) = if message.contains("requires authentication") {
-        (
-            message,
-            format!(
-                "connect as a user (credentials in the URI) with the readWrite role on \
-                 database {database}"
-            ),
+    let remedy = if message.contains("requires authentication") {
+        format!(
+            "connect as a user (credentials in the URI) with the readWrite role on \
+             database {database}"
         )
     } else if code == UNAUTHORIZED {
-        (
-            "not authorized".to_string(),
-            format!(
-                "grant the readWrite role on database {database} (enough for every \
-                 operation, change streams included)"
-            ),
-        )
+        return format!(
+            "not authorized ({name}, code {code}); grant the readWrite role on database \
+             {database} (enough for every operation, change streams included)"
+        );
     } else {
-        (
-            message,
-            "the error's source() has the server's whole answer".to_string(),
-        )
+        "the error's source() has the server's whole answer".to_string()
     };
-    format!("{cause} ({name}, code {code}); {remedy}")
+    format!("{message} ({name}, code {code}); {remedy}")
 }
 
 /// The call that the server refused ([`Error::Refused`]): a

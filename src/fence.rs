@@ -1,8 +1,5 @@
-//! Fenced writes to user data under a lease, in the same MongoDB deployment
-//! as its lock: [`Lease::with_transaction`] (any writes, in a MongoDB
-//! transaction that commits only while the lease is held) and [`Fence`]
-//! (the filter and update fragments of one single-document write that
-//! applies only under a fencing token not smaller than the stored one).
+//! Fenced writes to user data under a lease: [`Lease::with_transaction`]
+//! and [`Fence`] (docs/fenced-writes.md compares them).
 
 use futures::future::BoxFuture;
 use mongodb::bson::{Bson, Document, doc};
@@ -154,8 +151,7 @@ impl Fence {
 
     /// The token as stored: a BSON int64.
     fn stored(&self) -> Bson {
-        // Tokens fit in an int64: they are read from one (`Lease`), or
-        // checked (`Fence::new`).
+        // Fits: read from an int64 (`Lease`), or checked (`Fence::new`).
         Bson::Int64(self.token as i64)
     }
 
@@ -199,12 +195,12 @@ impl Fence {
                     ),
                 });
             }
-            if let Bson::Document(fields) = fields {
-                if fields.contains_key(field) {
-                    return Err(Error::InvalidUpdate {
-                        reason: format!("the update already writes the token field {field:?}"),
-                    });
-                }
+            if let Bson::Document(fields) = fields
+                && fields.contains_key(field)
+            {
+                return Err(Error::InvalidUpdate {
+                    reason: format!("the update already writes the token field {field:?}"),
+                });
             }
         }
         match update

@@ -42,20 +42,14 @@ pub struct LeaseInfo {
     pub held: bool,
     /// `true` if the key is held by a **foreign holder**: another
     /// application's lock document, not written by `mongo-lease`
-    /// (docs/sharing.md lists the layouts recognised). It is never modified
-    /// while live by its own rule (only [`LeaseManager::force_release`]
-    /// deletes it), and taken over once expired by it. The other fields
-    /// then mean:
-    ///
-    /// - `owner_id`: its owner field (`aid`, `value`, ...; `aid` for a
-    ///   document of no recognised layout) if a string; another BSON type as
-    ///   canonical Extended JSON; empty if it has none;
-    /// - `acquired_at` and `renewed_at`: the date its expiry counts from
-    ///   (`ts`, `obtained_at`), else its `ts` if a date, else `server_time`;
-    /// - `fencing_token`: 0;
-    /// - `expires_at`: its expiry by its own rule; `server_time` for a lock
-    ///   without one, and [`LeaseInfo::time_to_expiry`] is [`Duration::MAX`];
-    /// - `payload`: `None`; `held`: `true` until its expiry, if any.
+    /// (docs/sharing.md lists the layouts recognised, the owner and expiry
+    /// each shows). It is never modified while live by its own rule (only
+    /// [`LeaseManager::force_release`] deletes it), and taken over once
+    /// expired by it. Then `owner_id` is its owner field (`aid` for an
+    /// unrecognised layout; a non-string as canonical Extended JSON);
+    /// `acquired_at` and `renewed_at` are the date its expiry counts from,
+    /// else its `ts` if a date, else `server_time`; `fencing_token` is 0;
+    /// `expires_at` is `server_time` for a lock of no expiry; no `payload`.
     ///
     /// [`LeaseManager::force_release`]: crate::LeaseManager::force_release
     pub foreign: bool,

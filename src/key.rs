@@ -122,14 +122,9 @@ impl LeaseKey {
     /// A key holding `bson` (checked when it is used).
     fn new(bson: Bson) -> Self {
         match bson {
-            Bson::String(s) => LeaseKey::string(s),
+            Bson::String(s) => LeaseKey(Arc::new(Repr::Str(Text::new(s)))),
             other => LeaseKey(Arc::new(Repr::Other(Box::new(other)))),
         }
-    }
-
-    /// A string key.
-    fn string(key: String) -> Self {
-        LeaseKey(Arc::new(Repr::Str(Text::new(key))))
     }
 
     /// Parses a key from MongoDB Extended JSON v2, canonical or relaxed
@@ -195,10 +190,9 @@ impl LeaseKey {
         let value = match &*self.0 {
             Repr::Str(s) if s.as_str().is_empty() => return refuse("the key is empty".into()),
             Repr::Str(s) if s.as_str().len() > MAX_KEY_LEN => {
+                let len = s.as_str().len();
                 return refuse(format!(
-                    "the key is {} bytes long; the limit is {}",
-                    s.as_str().len(),
-                    MAX_KEY_LEN
+                    "the key is {len} bytes long; the limit is {MAX_KEY_LEN}"
                 ));
             }
             Repr::Str(_) => return Ok(()),
@@ -208,9 +202,8 @@ impl LeaseKey {
         let len = encoded_len(value);
         if len > MAX_KEY_LEN {
             return refuse(format!(
-                "the {} key is {len} bytes long encoded as BSON; the limit is {}",
-                type_name(value),
-                MAX_KEY_LEN
+                "the {} key is {len} bytes long encoded as BSON; the limit is {MAX_KEY_LEN}",
+                type_name(value)
             ));
         }
         Ok(())
@@ -371,9 +364,7 @@ fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
         return order;
     }
     match (a, b) {
-        (Bson::MinKey, _) | (Bson::MaxKey, _) | (Bson::Null | Bson::Undefined, _) => {
-            Ordering::Equal
-        }
+        (Bson::MinKey | Bson::MaxKey | Bson::Null | Bson::Undefined, _) => Ordering::Equal,
         (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => {
             x.as_bytes().cmp(y.as_bytes())
         }
@@ -407,9 +398,7 @@ fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
         (Bson::ObjectId(x), Bson::ObjectId(y)) => x.bytes().cmp(&y.bytes()),
         (Bson::Boolean(x), Bson::Boolean(y)) => x.cmp(y),
         (Bson::DateTime(x), Bson::DateTime(y)) => x.timestamp_millis().cmp(&y.timestamp_millis()),
-        (Bson::Timestamp(x), Bson::Timestamp(y)) => {
-            (x.time, x.increment).cmp(&(y.time, y.increment))
-        }
+        (Bson::Timestamp(x), Bson::Timestamp(y)) => x.cmp(y),
         _ => match (num(a), num(b)) {
             (Some(x), Some(y)) => cmp_num(&x, &y),
             _ => value_bytes(a).cmp(&value_bytes(b)),
@@ -545,24 +534,6 @@ impl fmt::Display for LeaseKey {
     }
 }
 
-impl From<&str> for LeaseKey {
-    fn from(key: &str) -> Self {
-        LeaseKey::string(key.to_owned())
-    }
-}
-
-impl From<String> for LeaseKey {
-    fn from(key: String) -> Self {
-        LeaseKey::string(key)
-    }
-}
-
-impl From<&String> for LeaseKey {
-    fn from(key: &String) -> Self {
-        LeaseKey::string(key.clone())
-    }
-}
-
 impl From<&LeaseKey> for LeaseKey {
     fn from(key: &LeaseKey) -> Self {
         key.clone()
@@ -580,6 +551,7 @@ macro_rules! from_bson {
     )*};
 }
 
+from_bson!(&str, String, &String);
 from_bson!(ObjectId, i32, i64, bson::Uuid, DateTime, Binary, Document);
 
 /// A UUID is stored as BSON binary subtype 4, like the driver's `bson::Uuid`.

@@ -300,8 +300,6 @@ impl Lease {
     ///
     /// Dropping the future after the first poll still releases the lease.
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
-        // The command is sent at the first poll: from then on `Drop` must not
-        // send a second one.
         self.released = true;
         self.granted
             .mailbox
@@ -393,12 +391,11 @@ fn check_field_names(doc: &Document) -> Result<()> {
     Ok(())
 }
 
-/// The changes of one key, from [`LeaseManager::observe`]: a
+/// The changes of one key, from
+/// [`LeaseManager::observe`](crate::LeaseManager::observe): a
 /// [`Stream`](futures::Stream) of `Result<Option<LeaseInfo>>`, in order
 /// (`None`: no lock document; an `Err` ends the stream). Drop it to
 /// unsubscribe. Items are queued without bound: keep reading.
-///
-/// [`LeaseManager::observe`]: crate::LeaseManager::observe
 #[derive(Debug)]
 pub struct LeaseObserver {
     key: LeaseKey,

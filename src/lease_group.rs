@@ -1,5 +1,4 @@
-//! [`LeaseGroup`]: leases on several keys, taken and held together
-//! ([`LeaseManager::acquire_all`]); once all are held, the manager binds
+//! [`LeaseGroup`]: leases on several keys held together; the manager binds
 //! them (`src/actor/lease_group.rs`).
 
 use std::fmt;

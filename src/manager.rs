@@ -20,7 +20,7 @@ use crate::health::HealthBoard;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::lease::{Lease, LeaseObserver};
-use crate::store::{DELETE_DELAY, MongoStore, OverrideEnd, Release, Released, Store};
+use crate::store::{DELETE_DELAY, MongoStore, OverrideEnd, Release, Store};
 use crate::telemetry;
 use tracing::Instrument;
 
@@ -102,6 +102,10 @@ impl LeaseManager {
             .owner_id
             .clone()
             .unwrap_or_else(|| crate::random::uuid().to_string());
+        if let Some(rule) = &options.foreign_lock {
+            rule.validate()?;
+        }
+        let foreign = ForeignRules::new(options.foreign_lock.clone());
         let store = MongoStore::new(
             &options.database,
             &options.collection,
@@ -112,27 +116,15 @@ impl LeaseManager {
         )
         .with_release_mode(timing.release_mode)
         .with_safety_margin(timing.safety_margin)
-        .with_lock_delay(lock_delay);
-        if let Some(rule) = &options.foreign_lock {
-            rule.validate()?;
-        }
-        let foreign = ForeignRules::new(options.foreign_lock.clone());
-        let store = store.with_foreign(foreign.clone());
+        .with_lock_delay(lock_delay)
+        .with_foreign(foreign.clone());
+        let namespace = format!("{}.{}", options.database.name(), options.collection);
         let facts = store
             .prepare(options.gc_grace, &timing)
             .await
-            .map_err(|e| {
-                e.refused_in(
-                    Operation::Connect,
-                    &format!("{}.{}", options.database.name(), options.collection),
-                )
-            })?;
+            .map_err(|e| e.refused_in(Operation::Connect, &namespace))?;
         timing.ttl_cap = facts.ttl_cap;
         if let Some(cap) = facts.ttl_cap {
-            // Another application's TTL index on `ts` deletes a document
-            // `cap` after its last renewal, whatever `nb` says: a lock-delay
-            // ends no later than that, counted from a renewal a heartbeat
-            // old (docs/lock-delay.md).
             let most = cap.saturating_sub(timing.heartbeat_interval + timing.unsafe_time());
             if lock_delay > most {
                 return Err(Error::InvalidConfig {
@@ -145,8 +137,6 @@ impl LeaseManager {
                 });
             }
         }
-        // Other applications' clients lock the collection's keys too: a key
-        // released is theirs at once (docs/sharing.md).
         if options.release_mode.is_none() && facts.shared {
             timing.release_mode = ReleaseMode::Delete;
         }
@@ -287,8 +277,6 @@ impl LeaseManager {
         let span = tracing::info_span!("acquire", key = %key, kind = %shape.kind, owner_id = %self.inner.owner_id);
         let metrics = telemetry::AcquireMetrics::start(shape.kind);
         let in_locks = key.place == Place::LOCKS;
-        // Armed until the reply is in: if this future is dropped while the
-        // command waits in the actor's queue, the waiter is removed.
         let mut guard = WaiterGuard {
             mailbox: &self.inner.mailbox,
             key: key.clone(),
@@ -324,9 +312,8 @@ impl LeaseManager {
         result
     }
 
-    /// Opens (or finds) the place of in-document leases on `collection`
-    /// with the lock fields under `field` (and `LockId` / `LockTime` at the
-    /// top with `lock_id`).
+    /// Opens (or finds) the place of in-document leases, as
+    /// [`DocumentLeases::open`](crate::DocumentLeases::open) says.
     pub(crate) async fn open_documents(
         &self,
         collection: &str,
@@ -418,10 +405,7 @@ impl LeaseManager {
 
     /// The lock collection's database (in-document leases' collections are in it too).
     pub(crate) fn database_name(&self) -> &str {
-        let namespace: &str = &self.inner.namespace;
-        namespace
-            .split_once('.')
-            .map_or(namespace, |(database, _)| database)
+        self.inner.namespace.split('.').next().unwrap_or_default()
     }
 
     /// The lock collection's store: [`Error::Shutdown`] once the manager
@@ -527,23 +511,19 @@ impl LeaseManager {
             end,
         };
         let result = self.store()?.release(release).await;
-        match &result {
-            Ok(Released {
-                was: Some(info), ..
-            }) if info.foreign => tracing::warn!(
+        match result.as_ref().map(|released| &released.was) {
+            Ok(Some(info)) if info.foreign => tracing::warn!(
                 %key,
                 owner_id = info.owner_id,
                 "foreign lock document deleted by force release (operator override)"
             ),
-            Ok(Released {
-                was: Some(info), ..
-            }) => tracing::warn!(
+            Ok(Some(info)) => tracing::warn!(
                 %key,
                 owner_id = info.owner_id,
                 token = info.fencing_token,
                 "lease force-released (operator override)"
             ),
-            Ok(_) => tracing::info!(%key, "force release: the key was not held"),
+            Ok(None) => tracing::info!(%key, "force release: the key was not held"),
             Err(error) => tracing::warn!(%key, %error, "force release failed"),
         }
         let was = result.map_err(self.refused(Operation::ForceRelease))?.was;
@@ -618,8 +598,6 @@ impl LeaseManager {
             };
             let released = store.release(release).await?;
             if released.follow_up_due {
-                // Delete mode: the documents it could only mark released,
-                // once their token is old enough.
                 tokio::time::sleep(DELETE_DELAY).await;
                 store.release(Release::ReleasedDocumentsOf(owner)).await?;
             }

@@ -1,9 +1,6 @@
-//! Requests in the mongodb driver's style: each verb returns a request whose
-//! chained methods set its options, and the request is awaited directly
-//! (it is [`IntoFuture`]): [`Acquire`], [`AcquireDocument`],
-//! [`OpenDocuments`] and [`List`]. Each option is documented once, on its
-//! request type, and checked when the request is awaited, before anything
-//! is sent: an invalid one is [`Error::InvalidConfig`].
+//! Requests in the mongodb driver's style, whose chained methods set their
+//! options and which are awaited directly: [`Acquire`], [`AcquireDocument`],
+//! [`OpenDocuments`] and [`List`].
 
 use std::future::IntoFuture;
 use std::marker::PhantomData;
@@ -17,7 +14,7 @@ use serde::de::DeserializeOwned;
 use crate::actor::command::AcquireMode;
 use crate::caller::CallerId;
 use crate::config::AcquireOptions;
-use crate::document::{DocumentLease, DocumentLeases};
+use crate::document::{DEFAULT_LEASE_FIELD, DocumentLease, DocumentLeases};
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
@@ -101,11 +98,8 @@ impl LeaseManager {
     /// them together: all of them, or none ([`LeaseGroup`]). The options of
     /// the request ([`Acquire`]) apply to every lease of the group.
     ///
-    /// The keys are taken one at a time in [`LeaseKey`]'s order, whatever
-    /// the order given, each as [`LeaseManager::acquire`] takes one, so
-    /// callers over overlapping keys, in any process, never deadlock. Keys
-    /// already taken stay held while the next one is awaited; if one is
-    /// lost meanwhile, all are given back and the acquisition starts over.
+    /// The keys are taken one at a time in [`LeaseKey`]'s order, so callers
+    /// over overlapping keys never deadlock (docs/multi-key.md has the rules).
     ///
     /// # Errors
     ///
@@ -302,11 +296,8 @@ impl<'a, K, W> Acquire<'a, K, W> {
     }
 
     /// How many of a semaphore's permits the lease takes at once, all or
-    /// none, in one conditional write: 1 to the semaphore's number of
-    /// permits. Default: 1. One [`Lease`] holds them, renewed, lost and
-    /// released as one, so two such callers never deadlock. A waiter for
-    /// several permits blocks its manager's later waiters; across managers
-    /// it may wait while single permits keep being taken. For
+    /// none: 1 to the semaphore's number of permits. Default: 1. One
+    /// [`Lease`] holds them (docs/kinds.md has the rules). For
     /// [`Semaphore::acquire`](crate::Semaphore::acquire) only.
     pub fn permits(mut self, count: u32) -> Self {
         self.options.permits_taken = Some(count);
@@ -567,8 +558,7 @@ pub struct OpenDocuments<'a, T> {
 
 impl<T> OpenDocuments<'_, T> {
     /// The top-level field of the user's documents that holds the lock
-    /// fields. Default: [`DEFAULT_LEASE_FIELD`](crate::DEFAULT_LEASE_FIELD),
-    /// `_lease`.
+    /// fields. Default: [`DEFAULT_LEASE_FIELD`], `_lease`.
     pub fn field(mut self, field: &str) -> Self {
         self.field = Some(field.to_string());
         self
@@ -618,10 +608,7 @@ impl<'a, T: 'a> IntoFuture for OpenDocuments<'a, T> {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
-            let field = self
-                .field
-                .as_deref()
-                .unwrap_or(crate::document::DEFAULT_LEASE_FIELD);
+            let field = self.field.as_deref().unwrap_or(DEFAULT_LEASE_FIELD);
             let lock_id = self.lock_id.map(Arc::new);
             DocumentLeases::open(self.manager, &self.collection, field, lock_id).await
         })

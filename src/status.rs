@@ -1,6 +1,5 @@
-//! How a held lease stands ([`LeaseStatus`]), readable without the manager
-//! task: each held lease shares one `LeaseState` between the actor (which
-//! moves the deadline and records the loss) and the caller's handles.
+//! How a held lease stands ([`LeaseStatus`]): the `LeaseState` each held
+//! lease shares between the actor and the caller's handles.
 
 use std::fmt;
 use std::pin::Pin;
@@ -160,13 +159,11 @@ pub const LEASE_EVENTS_CAPACITY: usize = 16;
 /// call [`LeaseEvents::recv`]).
 ///
 /// The manager never waits for a reader: one more than
-/// [`LEASE_EVENTS_CAPACITY`] events behind skips the oldest ones (which
-/// later ones supersede). The final [`LeaseEvent::Lost`] is always
-/// delivered, even to a stream made after the loss, and the stream ends
-/// after it (without it if the manager task was dropped with its runtime).
-/// Events come from the manager task: a lease whose local deadline has
-/// passed reads lost at once ([`LeaseStatus::is_lost`]), but its `Lost`
-/// event comes when the task runs.
+/// [`LEASE_EVENTS_CAPACITY`] events behind skips the oldest ones. The final
+/// [`LeaseEvent::Lost`] is always delivered, even to a stream made after
+/// the loss, and ends the stream (unless the manager task was dropped with
+/// its runtime); it comes when the manager task runs, while
+/// [`LeaseStatus::is_lost`] reads lost at the local deadline already.
 pub struct LeaseEvents {
     inner: BoxStream<'static, LeaseEvent>,
 }
@@ -335,8 +332,7 @@ impl LeaseStatus {
 /// The state one held lease shares between the actor and its handles.
 pub(crate) struct LeaseState {
     /// The token that fires when the lease is lost, made by the first call
-    /// to [`LeaseState::token`] (most leases are never awaited: a tokio-util
-    /// token is a tree node of over 100 bytes; one pointer until then).
+    /// to [`LeaseState::token`] (a token is over 100 bytes; most leases need none).
     cancel: OnceLock<CancellationToken>,
     /// The local deadline, as [`to_nanos`] encodes it; [`LOST`] once lost.
     deadline: AtomicI64,
@@ -481,7 +477,6 @@ impl LeaseState {
                     match receiver.recv().await {
                         Ok(event @ LeaseEvent::Lost(_)) => return Some((event, None)),
                         Ok(event) => return Some((event, Some(receiver))),
-                        // Fell behind: the oldest events were dropped.
                         Err(broadcast::error::RecvError::Lagged(_)) => continue,
                         Err(broadcast::error::RecvError::Closed) => return None,
                     }
@@ -521,11 +516,8 @@ impl LeaseState {
     }
 
     /// Records why the lease was lost (the first reason wins) and fires its
-    /// token. Returns `false` if it was already recorded lost.
-    ///
-    /// Order: the reason is recorded, then the token fires, then the
-    /// followers get [`LeaseEvent::Lost`]; so whoever sees the token fired
-    /// (or the `Lost` event) reads the recorded reason.
+    /// token, then sends [`LeaseEvent::Lost`]. Returns `false` if it was
+    /// already recorded lost.
     pub(crate) fn lose(&self, reason: LossReason) -> bool {
         let first = self.reason.set(reason).is_ok();
         self.deadline.store(LOST, Ordering::Release);
