@@ -69,14 +69,11 @@ async fn a_lease_handed_on_the_event_to_a_waiter_without_payload_carries_none() 
         let b = b.clone();
         async move { b.acquire("k").payload(doc! { "w": 1 }).await }
     });
-    within(BOUND, "W1's registration", async {
-        while doc_now(&coll, "k")
+    common::eventually("W1's registration", BOUND, || async {
+        doc_now(&coll, "k")
             .await
             .and_then(|d| queue_entry(&d, b.owner_id()))
-            .is_none()
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            .is_some()
     })
     .await;
     let registered = doc_now(&coll, "k").await.unwrap();
