@@ -83,7 +83,7 @@ pub use document_update::DocumentUpdate;
 pub use election::{Candidates, Election, LeaderContext, LeaderInfo, LeaderObserver, Leadership};
 pub use error::{Error, Operation, Result};
 pub use fence::Fence;
-pub use foreign::{ForeignExpiry, ForeignLockRule};
+pub use foreign::ForeignLockRule;
 pub use health::Health;
 pub use info::{HolderInfo, LeaseInfo, WaitingOwner};
 pub use key::{InvalidKey, LeaseKey, MAX_KEY_LEN};

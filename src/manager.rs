@@ -102,9 +102,6 @@ impl LeaseManager {
             .owner_id
             .clone()
             .unwrap_or_else(|| crate::random::uuid().to_string());
-        if let Some(rule) = &options.foreign_lock {
-            rule.validate()?;
-        }
         let foreign = ForeignRules::new(options.foreign_lock.clone());
         let store = MongoStore::new(
             &options.database,
@@ -137,7 +134,10 @@ impl LeaseManager {
                 });
             }
         }
-        if options.release_mode.is_none() && facts.shared {
+        // A rule for another application's locks says the collection is
+        // shared with it.
+        let shared = facts.shared || options.foreign_lock.is_some();
+        if options.release_mode.is_none() && shared {
             timing.release_mode = ReleaseMode::Delete;
         }
         // `{_id, ts, aid}` expires as its TTL index on `ts` deletes it.

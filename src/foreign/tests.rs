@@ -8,107 +8,112 @@ fn at(ms: i64) -> DateTime {
     DateTime::from_millis(ms)
 }
 
+const T: i64 = 1_700_000_000_000;
+
 fn rules() -> ForeignRules {
     ForeignRules::new(None).with_ts_expiry(Some(Duration::from_secs(30)))
 }
 
 #[test]
 fn each_built_in_shape_has_its_owner_and_expiry() {
-    let t = 1_700_000_000_000;
-    let p1 = rules().annotate(&doc! { "_id": "k", "ts": at(t), "aid": "app" }, false);
-    assert_eq!(p1.get(EXPIRY), Some(&Bson::DateTime(at(t + 30_000))));
+    let p1 = rules().annotate(&doc! { "_id": "k", "ts": at(T), "aid": "app" }, false, at(T));
+    assert_eq!(p1.get(EXPIRY), Some(&Bson::DateTime(at(T + 30_000))));
     assert_eq!(p1.get_str(OWNER), Ok("app"));
-    assert_eq!(p1.get(TAKEN_AT), Some(&Bson::DateTime(at(t))));
+    assert_eq!(p1.get_bool(HELD), Ok(true));
 
-    let p2 = doc! { "_id": "k", "value": "v1", "ttl": 10, "obtained_at": at(t) };
-    let p2 = rules().annotate(&p2, false);
+    let p2 = doc! { "_id": "k", "value": "v1", "ttl": 10, "obtained_at": at(T) };
+    let p2 = rules().annotate(&p2, false, at(T + 10_000));
     // Its clients' strict `>`: free 1 ms after `obtained_at + ttl`.
-    assert_eq!(p2.get(EXPIRY), Some(&Bson::DateTime(at(t + 10_001))));
+    assert_eq!(p2.get(EXPIRY), Some(&Bson::DateTime(at(T + 10_001))));
     assert_eq!(p2.get_str(OWNER), Ok("v1"));
+    assert_eq!(p2.get_bool(HELD), Ok(true));
 
-    let p3 = rules().annotate(&doc! { "_id": "k", "ExpireAt": at(t) }, false);
-    assert_eq!(p3.get(EXPIRY), Some(&Bson::DateTime(at(t))));
+    let p3 = rules().annotate(&doc! { "_id": "k", "ExpireAt": at(T) }, false, at(T));
+    assert_eq!(p3.get(EXPIRY), Some(&Bson::DateTime(at(T))));
     assert_eq!(p3.get(OWNER), None);
+    assert_eq!(p3.get_bool(HELD), Ok(false), "free at its ExpireAt");
 
-    let bare = rules().annotate(&doc! { "_id": "k" }, false);
-    assert_eq!(bare, doc! { "_id": "k" }, "held, no expiry, no owner");
+    let bare = rules().annotate(&doc! { "_id": "k" }, false, at(T));
+    assert_eq!(bare, doc! { "_id": "k", HELD: true }, "held, no expiry, no owner");
 }
 
 #[test]
 fn ts_never_expires_without_a_ttl_index_and_ours_is_never_foreign() {
-    let t = 1_700_000_000_000;
-    let p1 = doc! { "_id": "k", "ts": at(t), "aid": "app" };
-    let never = ForeignRules::new(None).annotate(&p1, false);
+    let p1 = doc! { "_id": "k", "ts": at(T), "aid": "app" };
+    let never = ForeignRules::new(None).annotate(&p1, false, at(i64::MAX));
     assert_eq!(never.get(EXPIRY), None);
     assert_eq!(never.get_str(OWNER), Ok("app"));
-    assert!(!ForeignRules::new(None).expired(&p1, false, at(i64::MAX)));
-    assert_eq!(rules().annotate(&p1, true), p1, "our layout: as it is");
-    assert!(rules().expired(&p1, false, at(t + 30_000)));
-    assert!(!rules().expired(&p1, false, at(t + 29_999)));
+    assert!(!ForeignRules::new(None).free(&p1, false, at(i64::MAX)));
+    assert_eq!(rules().annotate(&p1, true, at(T)), p1, "our layout: as it is");
+    assert!(rules().free(&p1, false, at(T + 30_000)));
+    assert!(!rules().free(&p1, false, at(T + 29_999)));
 }
 
 #[test]
-fn a_ttl_that_is_no_finite_number_of_seconds_gives_no_expiry() {
-    let t = 1_700_000_000_000;
+fn a_ttl_that_is_no_finite_number_of_seconds_is_not_the_npm_shape() {
     for ttl in [
         Bson::Double(f64::NAN),
         Bson::Double(f64::INFINITY),
         Bson::Int64(i64::MAX),
         Bson::Double(1e300),
+        Bson::String("10".into()),
     ] {
-        let doc = doc! { "_id": "k", "value": "v", "ttl": ttl.clone(), "obtained_at": at(t) };
-        assert_eq!(rules().annotate(&doc, false).get(EXPIRY), None, "{ttl:?}");
+        let doc = doc! { "_id": "k", "value": "v", "ttl": ttl.clone(), "obtained_at": at(T) };
+        assert_eq!(rules().annotate(&doc, false, at(T)), doc, "{ttl:?}: no rule, held");
     }
-    // A double is truncated to whole ms, as `$convert` to a long does.
-    let doc = doc! { "_id": "k", "value": "v", "ttl": 0.0015, "obtained_at": at(t) };
-    assert_eq!(
-        rules().annotate(&doc, false).get(EXPIRY),
-        Some(&Bson::DateTime(at(t + 2)))
-    );
-    // Not a number: not this layout (held, no expiry).
-    let doc = doc! { "_id": "k", "value": "v", "ttl": "10", "obtained_at": at(t) };
-    assert_eq!(rules().annotate(&doc, false), doc);
+}
+
+/// `{_id, locked, owner, created, expire: date|null}` (docs/sharing.md).
+fn locked_rule() -> ForeignLockRule {
+    ForeignLockRule::new(doc! { "$and": [
+        { "$eq": ["$locked", true] },
+        { "$or": [
+            { "$eq": [{ "$ifNull": ["$expire", null] }, null] },
+            { "$gt": ["$expire", "$$NOW"] },
+        ]},
+    ]})
+    .owner("$owner")
+    .expires_at("$expire")
 }
 
 #[test]
-fn a_users_rule_comes_first_and_is_validated() {
-    let t = 1_700_000_000_000;
-    let rule = ForeignLockRule::new(
-        ["holder", "since", "secs"],
-        ForeignExpiry::AfterSeconds {
-            since: "since".into(),
-            seconds: "secs".into(),
-        },
-    )
-    .owner("holder");
-    rule.validate().unwrap();
-    let rules = ForeignRules::new(Some(rule));
-    let doc = doc! { "_id": "k", "holder": "h", "since": at(t), "secs": 2, "ExpireAt": at(0) };
-    let read = rules.annotate(&doc, false);
-    assert_eq!(read.get(EXPIRY), Some(&Bson::DateTime(at(t + 2_000))));
-    assert_eq!(read.get_str(OWNER), Ok("h"));
+fn a_users_rule_reads_what_no_built_in_rule_describes() {
+    let rules = ForeignRules::new(Some(locked_rule()));
+    let held = doc! { "_id": "k", "locked": true, "owner": "w1", "created": at(T), "expire": Bson::Null };
+    let read = rules.annotate(&held, false, at(T));
+    assert_eq!(read.get_bool(HELD), Ok(true), "a null expiry: held until released");
+    assert_eq!(read.get_str(OWNER), Ok("w1"));
+    let released = doc! { "_id": "k", "locked": false, "owner": Bson::Null, "created": Bson::Null, "expire": Bson::Null };
+    assert!(rules.free(&released, false, at(T)));
+    let expiring = doc! { "_id": "k", "locked": true, "owner": "w1", "created": at(T), "expire": at(T + 5) };
+    assert!(!rules.free(&expiring, false, at(T + 4)));
+    assert!(rules.free(&expiring, false, at(T + 5)));
+    // A built-in shape is read by its own rule first.
+    let bare = rules.annotate(&doc! { "_id": "k" }, false, at(T));
+    assert_eq!(bare.get_bool(HELD), Ok(true));
+}
 
-    let bad = [
-        ForeignLockRule::new(Vec::<String>::new(), ForeignExpiry::Never),
-        ForeignLockRule::new(["_id"], ForeignExpiry::Never),
-        ForeignLockRule::new(["a.b"], ForeignExpiry::Never),
-        ForeignLockRule::new(["$a"], ForeignExpiry::Never),
-        ForeignLockRule::new([""], ForeignExpiry::Never),
-        ForeignLockRule::new(["a"], ForeignExpiry::At { field: "b".into() }),
-        ForeignLockRule::new(["a"], ForeignExpiry::Never).owner("b"),
-        ForeignLockRule::new(
-            ["a"],
-            ForeignExpiry::After {
-                since: "a".into(),
-                ttl: Duration::from_secs(u64::MAX),
-            },
-        ),
-    ];
-    for rule in bad {
-        let error = rule.validate().expect_err("refused");
+#[test]
+fn a_rule_reads_from_extended_json_and_refuses_other_fields() {
+    let json = r#"{"held": {"$gt": ["$expire", {"$toLong": "$$NOW"}]}, "expires_at": {"$toDate": "$expire"}}"#;
+    let rule = ForeignLockRule::from_extended_json(json).unwrap();
+    assert_eq!(rule.held, Bson::from(doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] }));
+    assert_eq!(rule.owner, None);
+    for bad in ["", "[1]", r#"{"owner": "$o"}"#, r#"{"held": true, "hold": 1}"#] {
+        let error = ForeignLockRule::from_extended_json(bad).expect_err(bad);
         assert!(
             matches!(&error, Error::InvalidConfig { reason } if reason.starts_with("foreign_lock: ")),
-            "{rule:?}: {error:?}"
+            "{bad}: {error:?}"
         );
     }
+}
+
+#[test]
+fn the_twin_refuses_a_rule_with_an_operator_it_does_not_evaluate() {
+    let rule = ForeignLockRule::new(doc! { "$regexMatch": { "input": "$o", "regex": "^w" } });
+    let error = ForeignRules::new(Some(rule)).check_twin().expect_err("refused");
+    assert!(
+        matches!(&error, Error::InvalidConfig { reason } if reason.contains("$regexMatch")),
+        "{error:?}"
+    );
 }

@@ -244,7 +244,9 @@ async fn schedule(seed: u64) -> Report {
     // with a TTL index on `ts` are not supported (docs/sharing.md).
     let ts_index = (random_range(0..2) == 0).then_some(others::TS_EXPIRE_AFTER);
     let rules = ForeignRules::new(None).with_ts_expiry(ts_index);
-    let db = MemoryDb::new().with_foreign_rules(rules);
+    let db = MemoryDb::new()
+        .with_foreign_rules(rules)
+        .expect("the twin evaluates the drawn rules");
     let managers = random_range(2..=4usize);
     let plan = Plan::draw(managers, FAULTS_STOP);
     db.set_faster_ppm(plan.server_faster_ppm);

@@ -196,9 +196,7 @@ pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime
 /// fences nothing of its own).
 fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> LeaseInfo {
     let date = |name: &str| doc.get_datetime(name).ok().map(|d| d.to_system_time());
-    let taken = date(crate::foreign::TAKEN_AT)
-        .or(date(field::RENEWED_AT))
-        .unwrap_or(server_time);
+    let taken = date(field::RENEWED_AT).unwrap_or(server_time);
     let expiry = date(crate::foreign::EXPIRY);
     LeaseInfo {
         key: key.clone(),
@@ -209,7 +207,7 @@ fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> Leas
         expires_at: expiry.unwrap_or(server_time),
         server_time,
         payload: None,
-        held: expiry.is_none_or(|expiry| expiry > server_time),
+        held: doc.get_bool(crate::foreign::HELD).unwrap_or(true),
         foreign: true,
         kind: crate::kind::LeaseKind::Exclusive,
         holders: Vec::new(),

@@ -152,12 +152,19 @@ impl MemoryDb {
             .clone()
     }
 
-    /// This collection with the foreign lock layouts `rules` (default: the
-    /// built-in layouts, `{_id, ts, aid}` never expiring), as `MongoStore`
+    /// This collection with the foreign lock rules `rules` (default: the
+    /// built-in rules, `{_id, ts, aid}` never expiring), as `MongoStore`
     /// gets them at `connect`. Set it before cloning.
-    pub fn with_foreign_rules(mut self, rules: ForeignRules) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a rule with
+    /// an operator the twin does not evaluate
+    /// ([`eval::OPERATORS`](crate::foreign::eval::OPERATORS)).
+    pub fn with_foreign_rules(mut self, rules: ForeignRules) -> crate::Result<Self> {
+        rules.check_twin()?;
         self.foreign_rules = Arc::new(rules);
-        self
+        Ok(self)
     }
 
     /// The foreign lock layouts of this collection.

@@ -345,7 +345,7 @@ impl Foreign {
         rules: &crate::foreign::ForeignRules,
         now: mongodb::bson::DateTime,
     ) -> mongodb::bson::Document {
-        let mut doc = rules.annotate(&self.doc, crate::store::is_our_layout(&self.doc));
+        let mut doc = rules.annotate(&self.doc, crate::store::is_our_layout(&self.doc), now);
         doc.insert("now", now);
         doc
     }

@@ -50,7 +50,7 @@ impl Collection {
         }
         Some(doc! {
             crate::foreign::OWNER: lock.id.to_string(),
-            crate::foreign::TAKEN_AT: lock.time,
+            crate::store::field::RENEWED_AT: lock.time,
             crate::foreign::EXPIRY: DateTime::from_millis(expiry.saturating_add(1)),
             "now": now,
         })

@@ -118,7 +118,7 @@ pub(super) fn apply_acquire(
     }
     if let Some(foreign) = coll.foreign.get(key) {
         let date = db.date(now);
-        if !db.foreign_rules().expired(&foreign.doc, false, date) {
+        if !db.foreign_rules().free(&foreign.doc, false, date) {
             // Held by its own rule: read as `MongoStore` reads it.
             let projected = foreign.projected(db.foreign_rules(), date);
             return Ok(replies::classify(key, owner, lease_id, &projected));

@@ -48,7 +48,7 @@ pub(crate) struct MongoStore {
 }
 
 /// The server's error code and message of a command or write error.
-fn server_error(e: &mongodb::error::Error) -> Option<(i32, &str)> {
+pub(super) fn server_error(e: &mongodb::error::Error) -> Option<(i32, &str)> {
     use mongodb::error::{ErrorKind, WriteFailure};
     match &*e.kind {
         ErrorKind::Command(c) => Some((c.code, &c.message)),

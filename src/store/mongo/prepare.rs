@@ -30,7 +30,7 @@ use mongodb::IndexModel;
 use mongodb::bson::{Document, doc};
 use mongodb::options::IndexOptions;
 
-use super::handle::{MongoStore, command_code};
+use super::handle::{MongoStore, command_code, server_error};
 use super::rules::our_layout;
 use crate::config::{DELETE_MIN_TOKEN_AGE, Timing};
 use crate::error::{Error, Result, is_transient_db_error, unreachable_from};
@@ -89,6 +89,7 @@ impl MongoStore {
             .await
             .map_err(unreachable)?;
         check_server_version(&build)?;
+        self.check_foreign_rule().await.map_err(unreachable)?;
 
         let collections: Vec<_> = self
             .bounded(async {
@@ -213,10 +214,39 @@ impl MongoStore {
         Ok(facts)
     }
 
+    /// Checks each expression of the user's foreign lock rule against the
+    /// server, in an aggregation that reads nothing and writes nothing: an
+    /// expression the server cannot parse is [`Error::InvalidConfig`] naming
+    /// its field (`foreign_lock.held: Unrecognized expression '$foo'`).
+    async fn check_foreign_rule(&self) -> Result<()> {
+        let Some(rule) = self.foreign().custom() else {
+            return Ok(());
+        };
+        for (name, expression) in rule.expressions() {
+            let pipeline = [
+                doc! { "$match": { field::ID: { "$exists": false } } },
+                doc! { "$set": { "x": expression.clone() } },
+            ];
+            let checked = self
+                .bounded(async { self.coll().aggregate(pipeline).await?.try_collect::<Vec<_>>().await })
+                .await;
+            match checked {
+                Err(Error::Database(e)) if !is_transient_db_error(&e) => {
+                    let message = server_error(&e).map_or_else(|| e.to_string(), |(_, m)| m.to_string());
+                    return Err(Error::InvalidConfig {
+                        reason: format!("foreign_lock.{name}: {message}"),
+                    });
+                }
+                other => other.map(drop)?,
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the collection holds a foreign holder's lock of a recognised
     /// layout (one indexed-less read, which may scan the collection once).
     async fn holds_a_foreign_lock(&self) -> Result<bool> {
-        let filter = doc! { "$expr": self.foreign().recognised_expr(our_layout()) };
+        let filter = doc! { "$expr": self.foreign().described_expr(our_layout()) };
         let found = self
             .bounded(
                 self.coll()
@@ -332,7 +362,7 @@ impl MongoStore {
 fn not_a_lock_document(rules: &ForeignRules) -> Document {
     doc! { "$nor": [
         { field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } },
-        { "$expr": rules.recognised_expr(our_layout()) },
+        { "$expr": rules.described_expr(our_layout()) },
     ] }
 }
 

@@ -260,10 +260,10 @@ impl Observer {
     ) -> Result<(Option<Document>, SystemTime, Option<Timestamp>)> {
         let coll = self.store.coll();
         let filter = key_filter(&self.key);
-        // The fields of a foreign lock as stored, as a change event's full
-        // document has them: `emit` reads them by the foreign rules.
+        // A foreign lock read by its rule (a change event's full document
+        // of one is never judged here: `apply` starts over from a read).
         let mut projection = super::read::info_projection();
-        projection.extend(self.store.foreign().fields());
+        projection.extend(self.store.foreign_projection());
         let (found, operation_time) = if session {
             self.store
                 .bounded(async {
@@ -305,8 +305,7 @@ impl Observer {
         let info = self
             .doc
             .as_ref()
-            .map(|d| self.store.foreign().annotate(d, is_our_layout(d)))
-            .map(|d| lease_info(&self.key, &d, server_time));
+            .map(|d| lease_info(&self.key, d, server_time));
         let held = info.as_ref().is_some_and(|i| i.held);
         // A foreign holder's lock without an expiry by its rule has none to
         // check: its deletion is an event.
@@ -449,6 +448,10 @@ impl Observer {
             }
             _ => return true,
         }
+        // A foreign lock is judged by its rule on the server: read again.
+        if self.doc.as_ref().is_some_and(|d| !is_our_layout(d)) {
+            return false;
+        }
         self.emit(server_time);
         true
     }
@@ -459,6 +462,10 @@ impl Observer {
     async fn check_expiry(&mut self) {
         match self.read(false).await {
             Ok((doc, now, _)) if same_acquisition(doc.as_ref(), self.doc.as_ref()) => {
+                // A foreign lock's `held`, judged by its rule at this read.
+                if doc.as_ref().is_some_and(|d| !is_our_layout(d)) {
+                    self.doc = doc;
+                }
                 self.emit(now);
             }
             Ok(_) => self.check_at = Some(Instant::now() + Duration::from_secs(1)),

@@ -225,7 +225,7 @@ impl TopLock {
                 };
                 let mut view = doc! { crate::foreign::OWNER: owner };
                 if let Some(time) = time {
-                    view.insert(crate::foreign::TAKEN_AT, time);
+                    view.insert(field::RENEWED_AT, time);
                 }
                 if let Some(expiry) = expiry {
                     // Free at `LockTime + max_duration + 1 ms` by their `<`.

@@ -109,6 +109,7 @@ impl Fixture for MemoryFixture {
         self.db
             .clone()
             .with_foreign_rules(rules)
+            .unwrap()
             .store(owner, TTL)
             .with_yield_window(YIELD)
             .with_safety_margin(MARGIN)

@@ -9,7 +9,7 @@ use mongodb::bson::Bson;
 use uuid::Uuid;
 
 use super::{Fixture, Planted, TTL, lease, take};
-use crate::foreign::{ForeignExpiry, ForeignLockRule, ForeignRules};
+use crate::foreign::{ForeignLockRule, ForeignRules};
 use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, Store};
@@ -199,13 +199,10 @@ type Fields = Vec<(&'static str, Planted)>;
 /// The foreign lock layouts of the scenarios below: the built-in ones with a
 /// TTL index of 30 s on `ts`, and a user's rule for `{_id, holder, until}`.
 fn rules() -> ForeignRules {
-    let rule = ForeignLockRule::new(
-        ["holder", "until"],
-        ForeignExpiry::At {
-            field: "until".into(),
-        },
-    )
-    .owner("holder");
+    let rule = ForeignLockRule::new(mongodb::bson::doc! { "$lt": ["$$NOW", "$until"] })
+        .owner("$holder")
+        .expires_at("$until")
+        .describes(mongodb::bson::doc! { "$eq": [{ "$type": "$until" }, "date"] });
     ForeignRules::new(Some(rule)).with_ts_expiry(Some(Duration::from_secs(30)))
 }
 
@@ -223,15 +220,14 @@ fn live_locks() -> Vec<(&'static str, Fields, &'static str, Option<u64>)> {
         ),
         (
             "p2",
-            // 59 999.9 ms, truncated to whole ms as `$convert` to a long
-            // does, then its clients' strict `>`: 60 000 ms.
+            // 59 999.9 ms, then its clients' strict `>`.
             vec![
                 ("value", v("node-7")),
                 ("ttl", Planted::Value(Bson::Double(59.9999))),
                 ("obtained_at", Planted::At(0)),
             ],
             "node-7",
-            Some(60_000),
+            None,
         ),
         ("p3", vec![("ExpireAt", Planted::At(60_000))], "", None),
         (
@@ -415,7 +411,7 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
             vec![("ts", Planted::At(-3_600_000)), ("aid", v("java-app-1"))],
             "java-app-1",
         ),
-        // Not a number: no expiry by the second layout's rule.
+        // Not a number: not the npm shape.
         (
             "odd",
             vec![
@@ -425,7 +421,8 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
             ],
             "",
         ),
-        // No finite number of milliseconds: no expiry.
+        // No finite number of seconds: of no rule (held, no owner, no
+        // expiry).
         (
             "nan",
             vec![
@@ -433,7 +430,7 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
                 ("ttl", Planted::Value(Bson::Double(f64::NAN))),
                 ("obtained_at", Planted::At(-3_600_000)),
             ],
-            "node-7",
+            "",
         ),
         (
             "huge",
@@ -442,7 +439,7 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
                 ("ttl", Planted::Value(Bson::Int64(i64::MAX))),
                 ("obtained_at", Planted::At(-3_600_000)),
             ],
-            "node-7",
+            "",
         ),
         // A user's shape, without the user's rule.
         (

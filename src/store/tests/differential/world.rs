@@ -178,7 +178,7 @@ impl World {
                 .expect("pattern 3's index");
         }
         let rules = config.foreign_rules();
-        let db = MemoryDb::new().with_foreign_rules(rules.clone());
+        let db = MemoryDb::new().with_foreign_rules(rules.clone()).unwrap();
         // The twin's TTL monitor runs the collection's indexes: ours (the
         // GC index `prepare` creates) and the other applications'.
         let mut indexes = vec![crate::store::memory::TtlIndex::gc(GC_GRACE)];
