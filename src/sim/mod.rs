@@ -243,7 +243,8 @@ async fn schedule(seed: u64) -> Report {
     // pattern 2 in the others: the value pattern's clients in a collection
     // with a TTL index on `ts` are not supported (docs/sharing.md).
     let ts_index = (random_range(0..2) == 0).then_some(others::TS_EXPIRE_AFTER);
-    let rules = ForeignRules::new(None).with_ts_expiry(ts_index);
+    let schema = others::Schema::draw();
+    let rules = ForeignRules::new(schema.map(others::Schema::rule)).with_ts_expiry(ts_index);
     let db = MemoryDb::new()
         .with_foreign_rules(rules)
         .expect("the twin evaluates the drawn rules");
@@ -445,7 +446,7 @@ async fn schedule(seed: u64) -> Report {
             .filter(|_| random_range(0..2) == 0),
     );
     described += &format!(
-        "other applications on {foreign_keys:?}, {}\n",
+        "other applications on {foreign_keys:?}, {}, a client of {schema:?} by its rule\n",
         match ts_index {
             Some(_) => "patterns 1 and 3 and a bare {_id}, a TTL index on ts",
             None => "patterns 2 and 3 and a bare {_id}, no TTL index on ts",
@@ -457,6 +458,7 @@ async fn schedule(seed: u64) -> Report {
             db.clone(),
             key,
             ts_index.is_some(),
+            schema,
             work_stop.clone(),
         ));
     }

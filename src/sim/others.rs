@@ -25,6 +25,10 @@
 //!   lock is there, or never.
 //! - A lock by an upsert of `_id` alone (a bare `{_id}`), released by a
 //!   delete.
+//! - A client of a schema drawn for the run ([`Schema`]), which the
+//!   managers know by its rule ([`Schema::rule`]): `{_id, locked, owner,
+//!   created, expire: date|null}`, kept on release, or `{_id, owner,
+//!   expire: <epoch ms>}`, deleted on release.
 //!
 //! Each spins now and then (retries every 10 to 50 ms for a while, as the
 //! C# client does), so that it lands on a document of ours just released,
@@ -37,11 +41,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use mongodb::bson::{DateTime, Document, doc};
+use mongodb::bson::{Bson, DateTime, Document, doc};
 use tokio::time::{Instant, sleep};
 
 use super::history::Event;
 use super::workload::{Recorder, ms};
+use crate::foreign::ForeignLockRule;
 use crate::random::random_range;
 use crate::store::memory::{MemoryDb, TtlIndex};
 
@@ -89,6 +94,49 @@ pub async fn ttl_monitor(recorder: Recorder, db: MemoryDb) {
     }
 }
 
+/// The schema of another application's lock client, drawn for a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// `{_id, locked: true|false, owner, created, expire: date|null}`: it
+    /// inserts its lock, or on E11000 replaces the whole document matching
+    /// `{_id, locked: false}` or `{_id, expire: {$lt: now}}`; it releases by
+    /// `findOneAndUpdate({_id, owner}, {$set: {locked: false, owner: null,
+    /// created: null, expire: null}})`, keeping the document. A null
+    /// `expire` is held until released.
+    Locked,
+    /// `{_id, owner, expire: <epoch ms>}`: it inserts, or replaces a lock
+    /// matching `{_id, expire: {$lt: now}}`; it releases by
+    /// `deleteOne({_id, owner, expire})`.
+    EpochMs,
+}
+
+impl Schema {
+    /// None, or one of the schemas, a third of the runs each.
+    pub fn draw() -> Option<Schema> {
+        [None, Some(Schema::Locked), Some(Schema::EpochMs)][random_range(0..3)]
+    }
+
+    /// The rule the managers are given for it.
+    pub fn rule(self) -> ForeignLockRule {
+        match self {
+            Schema::Locked => ForeignLockRule::new(doc! { "$and": [
+                { "$eq": ["$locked", true] },
+                { "$or": [
+                    { "$eq": [{ "$ifNull": ["$expire", null] }, null] },
+                    { "$gt": ["$expire", "$$NOW"] },
+                ]},
+            ]})
+            .owner("$owner")
+            .expires_at("$expire"),
+            Schema::EpochMs => {
+                ForeignLockRule::new(doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] })
+                    .owner("$owner")
+                    .expires_at(doc! { "$toDate": "$expire" })
+            }
+        }
+    }
+}
+
 /// A lock another application holds, and how it releases it.
 struct Held {
     key: String,
@@ -104,6 +152,8 @@ enum Release {
     ByOwner,
     /// Pattern 2's `deleteOne({_id, value})`.
     ByValue,
+    /// [`Schema::Locked`]'s release of its `owner`'s lock, kept.
+    Unlock(String),
     /// Never: its holder crashed, the TTL index frees the key.
     Never,
 }
@@ -119,6 +169,7 @@ pub async fn foreign_holder(
     db: MemoryDb,
     key: &'static str,
     ts_index: bool,
+    schema: Option<Schema>,
     stop: Arc<AtomicBool>,
 ) {
     while !stop.load(Ordering::SeqCst) {
@@ -126,6 +177,7 @@ pub async fn foreign_holder(
         // Pattern 2, the one that writes over documents of ours, three
         // times in five where it runs; pattern 1 as often where it runs.
         let pattern = match random_range(0..5) {
+            _ if schema.is_some() && random_range(0..2) == 0 => 5,
             0 | 3 | 4 if ts_index => 0,
             0 => 3,
             other => other,
@@ -140,7 +192,8 @@ pub async fn foreign_holder(
                 0 => pattern1(&recorder, &db, key),
                 1 => bare(&recorder, &db, key),
                 2 => pattern3(&recorder, &db, key),
-                _ => pattern2(&recorder, &db, key).await,
+                3 | 4 => pattern2(&recorder, &db, key).await,
+                _ => schema_lock(&recorder, &db, key, schema.expect("drawn")),
             };
             if held.is_some() || Instant::now() >= spin_until || stop.load(Ordering::SeqCst) {
                 break held;
@@ -253,6 +306,43 @@ async fn pattern2(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Opti
     })
 }
 
+/// [`Schema`]'s lock, as its client takes it: an insert, or on E11000 the
+/// guarded replace of a lock free by its own conditions.
+fn schema_lock(recorder: &Recorder, db: &MemoryDb, key: &'static str, schema: Schema) -> Option<Held> {
+    let owner = format!("schema-client-{key}");
+    let now = date_after(db, 0);
+    let life = match (schema, random_range(0..3)) {
+        (Schema::Locked, 0) => None,
+        (_, 1) => Some(random_range(200..1_000)),
+        _ => Some(random_range(1_000..5_000)),
+    };
+    let (fields, release) = match schema {
+        Schema::Locked => {
+            let expire = life.map_or(Bson::Null, |l| date_after(db, l).into());
+            let fields = doc! { "locked": true, "owner": &owner, "created": now, "expire": expire };
+            (fields, Release::Unlock(owner.clone()))
+        }
+        Schema::EpochMs => {
+            let expire = date_after(db, life.unwrap_or(0)).timestamp_millis();
+            let fields = doc! { "owner": &owner, "expire": expire };
+            (fields.clone(), Release::ById(fields))
+        }
+    };
+    let free = |doc: &Document| match doc.get("expire") {
+        _ if doc.get_bool("locked") == Ok(false) => true,
+        Some(Bson::DateTime(at)) => *at < now,
+        Some(Bson::Int64(at)) => *at < now.timestamp_millis(),
+        _ => false,
+    };
+    if !db.put_foreign_if_absent(key, fields.clone())
+        && !db.replace_foreign(key, |doc| free(doc).then(|| fields.clone()))
+    {
+        return None;
+    }
+    let key = taken(recorder, key, &owner, life.map(ms));
+    Some(Held { key, release })
+}
+
 /// Releases `held` by its pattern's command.
 fn release(recorder: &Recorder, db: &MemoryDb, held: Held) {
     let id = held.key.trim_start_matches("locks/");
@@ -277,6 +367,13 @@ fn release(recorder: &Recorder, db: &MemoryDb, held: Held) {
                 key: held.key.clone(),
             });
             db.delete_where_owner(&pattern1_aid(id));
+        }
+        Release::Unlock(owner) => {
+            recorder.push(Event::ForeignRemoved {
+                key: held.key.clone(),
+            });
+            let released = doc! { "locked": false, "owner": Bson::Null, "created": Bson::Null, "expire": Bson::Null };
+            db.replace_foreign(id, |doc| (doc.get_str("owner") == Ok(&owner)).then_some(released));
         }
         Release::ByValue => {
             recorder.push(Event::ForeignRemoved {

@@ -991,6 +991,33 @@ impl MemoryDb {
         keys.len()
     }
 
+    /// Another application's conditional replace of its lock document under
+    /// `key` (its filter tests fields of its own schema, which a document of
+    /// ours never has): `write` sees the foreign document there and returns
+    /// the new one (fields besides `_id`), or `None` to leave it. Returns
+    /// whether it wrote.
+    pub fn replace_foreign(
+        &self,
+        key: impl Into<LeaseKey>,
+        write: impl FnOnce(&Document) -> Option<Document>,
+    ) -> bool {
+        let key = key.into();
+        let mut coll = lock(&self.inner);
+        let Some(fields) = coll.foreign.get(&key).and_then(|f| write(&f.doc)) else {
+            return false;
+        };
+        let mut doc = doc! { field::ID: key.to_bson() };
+        doc.extend(fields);
+        coll.foreign.insert(key.clone(), Foreign { doc });
+        let replaced_ours = coll.docs.remove(&key).is_some();
+        drop(coll);
+        if replaced_ours {
+            self.announce_release(&key);
+        }
+        self.touch();
+        true
+    }
+
     /// Another application deletes its own lock of `key`, the document
     /// `{_id}` and `fields` it wrote (a delete that matches it: not after a
     /// manager took it over): returns whether it was still there.

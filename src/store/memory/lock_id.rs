@@ -34,7 +34,7 @@ pub(crate) struct TheirLock {
 impl Collection {
     /// The lock another client holds on `key` at server time `now` by its
     /// rule with `max` (`LockTime >= now - max`), read as `MongoStore`
-    /// reads it (`fo`, `fa`, `fx`, `now`); `None` once expired.
+    /// reads it (`fo`, `ts`, `fx`, `now`); `None` once expired.
     pub(super) fn their_lock_at(
         &self,
         db: &MemoryDb,
