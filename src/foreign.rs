@@ -1,24 +1,16 @@
-//! Foreign holders' locks: the documents other applications lock keys with
-//! in a shared lock collection, read by **rules**, each a set of MongoDB
-//! aggregation expressions over the document and `$$NOW` ([`ForeignLockRule`]):
-//! which documents it describes, whether such a lock is `held` by its own
-//! clients' rule, its owner, and when it expires.
-//!
-//! A document of this crate's layout is never foreign. Any other is read by
-//! the first rule that describes it: the built-in rules of the shapes in
-//! docs/sharing.md, in its order, then the user's. The `{_id, value, ttl,
+//! Foreign holders' locks, read by rules of aggregation expressions
+//! ([`ForeignLockRule`]). A document of this crate's layout is never
+//! foreign; any other is read by the first rule that describes it: the
+//! built-in rules of docs/sharing.md, in its order, then the user's (a
+//! document of no rule is held, with no expiry). The `{_id, value, ttl,
 //! obtained_at}` rule comes before `{_id, ts, aid}`: that pattern's clients
-//! take over an expired lease of ours in place, writing `value`, `ttl` and
-//! `obtained_at` beside our `aid` and `ts` (docs/protocol.md, "Read by other
-//! clients"), and the document is then theirs. A document no rule describes
-//! is held, with no expiry.
+//! take over an expired lease of ours in place, writing their fields beside
+//! our `aid` and `ts` (docs/protocol.md, "Read by other clients").
 //!
-//! MongoDB evaluates the rules in the writes and reads themselves
-//! ([`ForeignRules::takeover_stage`], [`ForeignRules::projection`]); the twin
-//! evaluates the same expressions with [`eval`], which knows the operators
-//! the rules use ([`eval::OPERATORS`], checked against `mongod` by its
-//! differential test). ARCHITECTURE.md, "A document of foreign layout"; the
-//! server behaviour relied on: docs/mongodb-behaviour.md, B29 and B30.
+//! MongoDB evaluates the rules inside our writes and reads
+//! ([`ForeignRules::takeover_stage`], [`ForeignRules::projection`]), the
+//! twin with [`eval`]. ARCHITECTURE.md, "A document of foreign layout";
+//! docs/mongodb-behaviour.md, B29 and B30.
 
 use std::time::Duration;
 
@@ -52,7 +44,7 @@ pub(crate) const OWNER: &str = "fo";
 /// server first.
 ///
 /// Any expression MongoDB accepts works against MongoDB. The simulation's
-/// in-memory twin evaluates the operators of [`eval::OPERATORS`] only, and
+/// in-memory twin evaluates the operators docs/sharing.md lists only, and
 /// refuses a rule with another.
 ///
 /// [aggregation expressions]: https://www.mongodb.com/docs/manual/meta/aggregation-quick-reference/#expressions
@@ -176,15 +168,6 @@ impl ForeignLockRule {
     }
 }
 
-/// One rule as the table reads it.
-#[derive(Debug, Clone)]
-struct Rule {
-    describes: Bson,
-    held: Bson,
-    owner: Option<Bson>,
-    expires_at: Option<Bson>,
-}
-
 /// The foreign lock rules of one lock collection: the built-in ones, the
 /// user's if any, and the `expireAfterSeconds` of its TTL index on `ts`
 /// (found by `connect`). Fixed for a store's life.
@@ -226,8 +209,8 @@ impl ForeignRules {
         self.custom.as_ref()
     }
 
-    /// The table, in order (see the module docs).
-    fn rules(&self) -> Vec<Rule> {
+    /// The table, in order (see the module docs); `describes` always set.
+    fn rules(&self) -> Vec<ForeignLockRule> {
         let present = |name: &str| Bson::from(doc! { "$ne": [type_of(name), "missing"] });
         let date = |name: &str| Bson::from(doc! { "$eq": [type_of(name), "date"] });
         // npm `distributed-locks-mongodb`: free once `$$NOW > obtained_at +
@@ -241,45 +224,46 @@ impl ForeignRules {
             Bson::from(doc! { "$add": ["$ts", ms] })
         });
         let mut rules = vec![
-            Rule {
-                describes: doc! { "$and": [
-                    present("value"),
-                    date("obtained_at"),
-                    { "$in": [type_of("ttl"), ["int", "long", "double"]] },
-                    { "$gte": ["$ttl", -1e9] },
-                    { "$lte": ["$ttl", 1e9] },
-                ]}
-                .into(),
+            ForeignLockRule {
+                describes: Some(
+                    doc! { "$and": [
+                        present("value"),
+                        date("obtained_at"),
+                        { "$in": [type_of("ttl"), ["int", "long", "double"]] },
+                        { "$gte": ["$ttl", -1e9] },
+                        { "$lte": ["$ttl", 1e9] },
+                    ]}
+                    .into(),
+                ),
                 held: before(&npm_expiry),
                 owner: Some("$value".into()),
                 expires_at: Some(npm_expiry),
             },
-            Rule {
-                describes: doc! { "$and": [present("aid"), date("ts")] }.into(),
+            ForeignLockRule {
+                describes: Some(doc! { "$and": [present("aid"), date("ts")] }.into()),
                 held: ts_expiry.as_ref().map_or(true.into(), before),
                 owner: Some("$aid".into()),
                 expires_at: ts_expiry,
             },
-            Rule {
-                describes: date("ExpireAt"),
+            ForeignLockRule {
+                describes: Some(date("ExpireAt")),
                 held: before(&"$ExpireAt".into()),
                 owner: None,
                 expires_at: Some("$ExpireAt".into()),
             },
             // A bare `{_id}`.
-            Rule {
-                describes: doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] }
-                    .into(),
+            ForeignLockRule {
+                describes: Some(
+                    doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] }.into(),
+                ),
                 held: true.into(),
                 owner: None,
                 expires_at: None,
             },
         ];
-        rules.extend(self.custom.iter().map(|rule| Rule {
-            describes: rule.describes.clone().unwrap_or(true.into()),
-            held: rule.held.clone(),
-            owner: rule.owner.clone(),
-            expires_at: rule.expires_at.clone(),
+        rules.extend(self.custom.iter().map(|rule| ForeignLockRule {
+            describes: Some(rule.describes.clone().unwrap_or(true.into())),
+            ..rule.clone()
         }));
         rules
     }
@@ -317,7 +301,7 @@ impl ForeignRules {
     pub(crate) fn projection(&self, ours: Document) -> Document {
         let remove = || Bson::from("$$REMOVE");
         let or_remove = |e: &Option<Bson>| e.clone().unwrap_or_else(remove);
-        let held = |rule: &Rule| doc! { "$and": [rule.held.clone()] }.into();
+        let held = |rule: &ForeignLockRule| doc! { "$and": [rule.held.clone()] }.into();
         doc! {
             HELD: self.switch(ours.clone(), remove(), held, remove()),
             OWNER: self.switch(ours.clone(), remove(), |r| or_remove(&r.owner), remove()),
@@ -331,12 +315,13 @@ impl ForeignRules {
         &self,
         ours: Document,
         if_ours: Bson,
-        then: impl Fn(&Rule) -> Bson,
+        then: impl Fn(&ForeignLockRule) -> Bson,
         default: Bson,
     ) -> Document {
         let mut branches = vec![Bson::from(doc! { "case": ours, "then": if_ours })];
         for rule in self.rules() {
-            branches.push(doc! { "case": rule.describes.clone(), "then": then(&rule) }.into());
+            let case = rule.describes.clone().unwrap_or(true.into());
+            branches.push(doc! { "case": case, "then": then(&rule) }.into());
         }
         doc! { "$switch": { "branches": branches, "default": default } }
     }
@@ -369,11 +354,12 @@ impl ForeignRules {
             return out;
         }
         let value = |e: &Bson| eval::evaluate(e, doc, now);
-        let Some(rule) = self
-            .rules()
-            .into_iter()
-            .find(|r| value(&r.describes).is_ok_and(|v| eval::truthy(&v)))
-        else {
+        let Some(rule) = self.rules().into_iter().find(|r| {
+            r.describes
+                .as_ref()
+                .map(value)
+                .is_some_and(|v| v.is_ok_and(|v| eval::truthy(&v)))
+        }) else {
             return out;
         };
         out.insert(HELD, value(&rule.held).map_or(true, |v| eval::truthy(&v)));

@@ -6,7 +6,11 @@ use mongodb::bson::{Bson, DateTime, Document};
 pub(crate) const OPERATORS: &[&str] = &[];
 
 /// Evaluates `expr` over `root` at `$$NOW` = `now`: `Ok(None)` for missing.
-pub(crate) fn evaluate(expr: &Bson, root: &Document, now: DateTime) -> Result<Option<Bson>, String> {
+pub(crate) fn evaluate(
+    expr: &Bson,
+    root: &Document,
+    now: DateTime,
+) -> Result<Option<Bson>, String> {
     let _ = (expr, root, now);
     Err("unsupported".into())
 }

@@ -16,7 +16,11 @@ fn rules() -> ForeignRules {
 
 #[test]
 fn each_built_in_shape_has_its_owner_and_expiry() {
-    let p1 = rules().annotate(&doc! { "_id": "k", "ts": at(T), "aid": "app" }, false, at(T));
+    let p1 = rules().annotate(
+        &doc! { "_id": "k", "ts": at(T), "aid": "app" },
+        false,
+        at(T),
+    );
     assert_eq!(p1.get(EXPIRY), Some(&Bson::DateTime(at(T + 30_000))));
     assert_eq!(p1.get_str(OWNER), Ok("app"));
     assert_eq!(p1.get_bool(HELD), Ok(true));
@@ -34,7 +38,11 @@ fn each_built_in_shape_has_its_owner_and_expiry() {
     assert_eq!(p3.get_bool(HELD), Ok(false), "free at its ExpireAt");
 
     let bare = rules().annotate(&doc! { "_id": "k" }, false, at(T));
-    assert_eq!(bare, doc! { "_id": "k", HELD: true }, "held, no expiry, no owner");
+    assert_eq!(
+        bare,
+        doc! { "_id": "k", HELD: true },
+        "held, no expiry, no owner"
+    );
 }
 
 #[test]
@@ -44,7 +52,11 @@ fn ts_never_expires_without_a_ttl_index_and_ours_is_never_foreign() {
     assert_eq!(never.get(EXPIRY), None);
     assert_eq!(never.get_str(OWNER), Ok("app"));
     assert!(!ForeignRules::new(None).free(&p1, false, at(i64::MAX)));
-    assert_eq!(rules().annotate(&p1, true, at(T)), p1, "our layout: as it is");
+    assert_eq!(
+        rules().annotate(&p1, true, at(T)),
+        p1,
+        "our layout: as it is"
+    );
     assert!(rules().free(&p1, false, at(T + 30_000)));
     assert!(!rules().free(&p1, false, at(T + 29_999)));
 }
@@ -59,7 +71,11 @@ fn a_ttl_that_is_no_finite_number_of_seconds_is_not_the_npm_shape() {
         Bson::String("10".into()),
     ] {
         let doc = doc! { "_id": "k", "value": "v", "ttl": ttl.clone(), "obtained_at": at(T) };
-        assert_eq!(rules().annotate(&doc, false, at(T)), doc, "{ttl:?}: no rule, held");
+        assert_eq!(
+            rules().annotate(&doc, false, at(T)),
+            doc,
+            "{ttl:?}: no rule, held"
+        );
     }
 }
 
@@ -79,13 +95,19 @@ fn locked_rule() -> ForeignLockRule {
 #[test]
 fn a_users_rule_reads_what_no_built_in_rule_describes() {
     let rules = ForeignRules::new(Some(locked_rule()));
-    let held = doc! { "_id": "k", "locked": true, "owner": "w1", "created": at(T), "expire": Bson::Null };
+    let held =
+        doc! { "_id": "k", "locked": true, "owner": "w1", "created": at(T), "expire": Bson::Null };
     let read = rules.annotate(&held, false, at(T));
-    assert_eq!(read.get_bool(HELD), Ok(true), "a null expiry: held until released");
+    assert_eq!(
+        read.get_bool(HELD),
+        Ok(true),
+        "a null expiry: held until released"
+    );
     assert_eq!(read.get_str(OWNER), Ok("w1"));
     let released = doc! { "_id": "k", "locked": false, "owner": Bson::Null, "created": Bson::Null, "expire": Bson::Null };
     assert!(rules.free(&released, false, at(T)));
-    let expiring = doc! { "_id": "k", "locked": true, "owner": "w1", "created": at(T), "expire": at(T + 5) };
+    let expiring =
+        doc! { "_id": "k", "locked": true, "owner": "w1", "created": at(T), "expire": at(T + 5) };
     assert!(!rules.free(&expiring, false, at(T + 4)));
     assert!(rules.free(&expiring, false, at(T + 5)));
     // A built-in shape is read by its own rule first.
@@ -97,9 +119,17 @@ fn a_users_rule_reads_what_no_built_in_rule_describes() {
 fn a_rule_reads_from_extended_json_and_refuses_other_fields() {
     let json = r#"{"held": {"$gt": ["$expire", {"$toLong": "$$NOW"}]}, "expires_at": {"$toDate": "$expire"}}"#;
     let rule = ForeignLockRule::from_extended_json(json).unwrap();
-    assert_eq!(rule.held, Bson::from(doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] }));
+    assert_eq!(
+        rule.held,
+        Bson::from(doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] })
+    );
     assert_eq!(rule.owner, None);
-    for bad in ["", "[1]", r#"{"owner": "$o"}"#, r#"{"held": true, "hold": 1}"#] {
+    for bad in [
+        "",
+        "[1]",
+        r#"{"owner": "$o"}"#,
+        r#"{"held": true, "hold": 1}"#,
+    ] {
         let error = ForeignLockRule::from_extended_json(bad).expect_err(bad);
         assert!(
             matches!(&error, Error::InvalidConfig { reason } if reason.starts_with("foreign_lock: ")),
@@ -111,7 +141,9 @@ fn a_rule_reads_from_extended_json_and_refuses_other_fields() {
 #[test]
 fn the_twin_refuses_a_rule_with_an_operator_it_does_not_evaluate() {
     let rule = ForeignLockRule::new(doc! { "$regexMatch": { "input": "$o", "regex": "^w" } });
-    let error = ForeignRules::new(Some(rule)).check_twin().expect_err("refused");
+    let error = ForeignRules::new(Some(rule))
+        .check_twin()
+        .expect_err("refused");
     assert!(
         matches!(&error, Error::InvalidConfig { reason } if reason.contains("$regexMatch")),
         "{error:?}"

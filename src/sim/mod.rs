@@ -35,7 +35,7 @@ mod expiry;
 mod faults;
 mod groups;
 pub mod history;
-mod others;
+pub(crate) mod others;
 mod reentrant;
 mod revocable;
 mod workload;

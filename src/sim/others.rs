@@ -308,7 +308,12 @@ async fn pattern2(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Opti
 
 /// [`Schema`]'s lock, as its client takes it: an insert, or on E11000 the
 /// guarded replace of a lock free by its own conditions.
-fn schema_lock(recorder: &Recorder, db: &MemoryDb, key: &'static str, schema: Schema) -> Option<Held> {
+fn schema_lock(
+    recorder: &Recorder,
+    db: &MemoryDb,
+    key: &'static str,
+    schema: Schema,
+) -> Option<Held> {
     let owner = format!("schema-client-{key}");
     let now = date_after(db, 0);
     let life = match (schema, random_range(0..3)) {
@@ -373,7 +378,9 @@ fn release(recorder: &Recorder, db: &MemoryDb, held: Held) {
                 key: held.key.clone(),
             });
             let released = doc! { "locked": false, "owner": Bson::Null, "created": Bson::Null, "expire": Bson::Null };
-            db.replace_foreign(id, |doc| (doc.get_str("owner") == Ok(&owner)).then_some(released));
+            db.replace_foreign(id, |doc| {
+                (doc.get_str("owner") == Ok(&owner)).then_some(released)
+            });
         }
         Release::ByValue => {
             recorder.push(Event::ForeignRemoved {

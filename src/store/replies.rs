@@ -101,16 +101,17 @@ fn until(until: DateTime, now: i64) -> Duration {
 }
 
 /// A foreign holder's lock: its owner ([`foreign_owner`]) as holder, no
-/// token, and the time left until its expiry by its own rule (the
-/// projected [`EXPIRY`](crate::foreign::EXPIRY), zero if past: a write in
-/// between, or a re-read), or none for a lock that never expires or is of
-/// no recognised layout.
+/// token, and the time left until its expiry by its rule (the projected
+/// [`EXPIRY`](crate::foreign::EXPIRY)), or none for a lock with no expiry
+/// ahead (a rule without one, or whose `held` outlasts it: the waiter is
+/// woken by the lock's change).
 fn foreign(key: &LeaseKey, doc: &Document) -> AcquireOutcome {
     tracing::trace!(%key, "held by a foreign holder");
     let remaining = doc
         .get_datetime(crate::foreign::EXPIRY)
         .ok()
-        .map(|expiry| until(*expiry, now_ms(doc, *expiry)));
+        .map(|expiry| until(*expiry, now_ms(doc, *expiry)))
+        .filter(|left| !left.is_zero());
     AcquireOutcome::Held {
         ahead: 0,
         holder: foreign_owner(doc),

@@ -53,8 +53,7 @@ pub(crate) struct CollectionFacts {
     /// a longer TTL of its own (`Acquire::ttl`) is capped by it.
     pub ttl_cap: Option<Duration>,
     /// The collection is shared with other applications' lock clients: it
-    /// holds a foreign holder's lock of a recognised layout
-    /// (`crate::foreign`), or has a TTL index on `ts` (the insert pattern's)
+    /// holds a foreign holder's lock a rule describes (`crate::foreign`), or has a TTL index on `ts` (the insert pattern's)
     /// or on `ExpireAt` (the `$setOnInsert` pattern's).
     pub shared: bool,
 }
@@ -228,11 +227,18 @@ impl MongoStore {
                 doc! { "$set": { "x": expression.clone() } },
             ];
             let checked = self
-                .bounded(async { self.coll().aggregate(pipeline).await?.try_collect::<Vec<_>>().await })
+                .bounded(async {
+                    self.coll()
+                        .aggregate(pipeline)
+                        .await?
+                        .try_collect::<Vec<_>>()
+                        .await
+                })
                 .await;
             match checked {
                 Err(Error::Database(e)) if !is_transient_db_error(&e) => {
-                    let message = server_error(&e).map_or_else(|| e.to_string(), |(_, m)| m.to_string());
+                    let message =
+                        server_error(&e).map_or_else(|| e.to_string(), |(_, m)| m.to_string());
                     return Err(Error::InvalidConfig {
                         reason: format!("foreign_lock.{name}: {message}"),
                     });
@@ -243,8 +249,8 @@ impl MongoStore {
         Ok(())
     }
 
-    /// Whether the collection holds a foreign holder's lock of a recognised
-    /// layout (one indexed-less read, which may scan the collection once).
+    /// Whether the collection holds a foreign holder's lock a rule describes
+    /// (one indexed-less read, which may scan the collection once).
     async fn holds_a_foreign_lock(&self) -> Result<bool> {
         let filter = doc! { "$expr": self.foreign().described_expr(our_layout()) };
         let found = self
@@ -277,8 +283,8 @@ impl MongoStore {
             reason: format!(
                 "{} is expected to be a lock collection (documents {{_id, aid, ts, ...}}, or \
                  another application's locks: {{_id, ts, aid}}, {{_id, value, ttl, \
-                 obtained_at}}, {{_id, ExpireAt}}, {{_id}}, or the layout of the foreign_lock \
-                 option), but it holds a document that is not a lock document (_id: {id}); the TTL \
+                 obtained_at}}, {{_id, ExpireAt}}, {{_id}}, or a document the foreign_lock rule \
+                 describes), but it holds a document that is not a lock document (_id: {id}); the TTL \
                  index on `exp` would delete such documents when they carry an `exp` date. \
                  Nothing was created: point the manager at a collection of its own (e.g. \
                  \"<name>.lock\")",
@@ -356,9 +362,9 @@ impl MongoStore {
 }
 
 /// The filter of a document that is neither of this crate's layout (`tok`
-/// int64 and `exp` date) nor a foreign holder's lock of a layout of `rules`
-/// (`crate::foreign`: `{_id, ts, aid}`, `{_id, value, ttl, obtained_at}`,
-/// `{_id, ExpireAt}`, a bare `{_id}`, the user's rule).
+/// int64 and `exp` date) nor a foreign holder's lock a rule of `rules`
+/// describes (`crate::foreign`: `{_id, ts, aid}`, `{_id, value, ttl,
+/// obtained_at}`, `{_id, ExpireAt}`, a bare `{_id}`, the user's rule).
 fn not_a_lock_document(rules: &ForeignRules) -> Document {
     doc! { "$nor": [
         { field::TOKEN: { "$type": "long" }, field::EXPIRES_AT: { "$type": "date" } },

@@ -128,8 +128,11 @@ fn deadlines(world: &World) -> Vec<(i64, Class)> {
             }
         }
         if let Some(f) = world.db.foreign(key.clone()) {
-            let annotated =
-                rules.annotate(&f.doc, crate::store::is_our_layout(&f.doc), mongodb::bson::DateTime::MIN);
+            let annotated = rules.annotate(
+                &f.doc,
+                crate::store::is_our_layout(&f.doc),
+                mongodb::bson::DateTime::MIN,
+            );
             out.extend(
                 world::date_ms(annotated.get(crate::foreign::EXPIRY)).map(|at| (at, Expiry)),
             );

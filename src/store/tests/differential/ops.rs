@@ -158,6 +158,15 @@ pub(super) enum Foreign {
     BareUnlock {
         key: LeaseKey,
     },
+    /// The `{_id, locked, owner, created, expire}` client's lock, expiring
+    /// after `life` or never (`Schema::Locked`, declared by its rule).
+    SchemaLock {
+        key: LeaseKey,
+        life: Option<Duration>,
+    },
+    SchemaUnlock {
+        key: LeaseKey,
+    },
 }
 
 impl Op {
@@ -193,6 +202,8 @@ impl Op {
             Op::Foreign(Foreign::P3Unlock { .. }) => "pattern 3 unlock",
             Op::Foreign(Foreign::BareLock { .. }) => "bare lock",
             Op::Foreign(Foreign::BareUnlock { .. }) => "bare unlock",
+            Op::Foreign(Foreign::SchemaLock { .. }) => "schema lock",
+            Op::Foreign(Foreign::SchemaUnlock { .. }) => "schema unlock",
             Op::TtlPass => "TTL pass",
             Op::Sleep(_) => "sleep",
         }
@@ -328,6 +339,7 @@ impl Gen {
             | Foreign::P2Lock { .. }
             | Foreign::P3Lock { .. }
             | Foreign::BareLock { .. }
+            | Foreign::SchemaLock { .. }
                 if done =>
             {
                 self.foreign.push(f.clone())
@@ -347,6 +359,9 @@ impl Gen {
             Foreign::BareUnlock { key } => self
                 .foreign
                 .retain(|l| !matches!(l, Foreign::BareLock { key: k } if k == key)),
+            Foreign::SchemaUnlock { key } => self
+                .foreign
+                .retain(|l| !matches!(l, Foreign::SchemaLock { key: k, .. } if k == key)),
             _ => {}
         }
     }
@@ -807,11 +822,12 @@ impl Gen {
                 Foreign::P2Lock { key, value, .. } => Foreign::P2Unlock { key, value },
                 Foreign::P3Lock { key, .. } => Foreign::P3Unlock { key },
                 Foreign::BareLock { key } => Foreign::BareUnlock { key },
+                Foreign::SchemaLock { key, .. } => Foreign::SchemaUnlock { key },
                 other => unreachable!("a lock, not {other:?}"),
             }));
         }
         let key = self.key(world);
-        Some(Op::Foreign(match self.rng.random_range(0..4) {
+        Some(Op::Foreign(match self.rng.random_range(0..5) {
             0 => Foreign::P1Lock {
                 key,
                 aged: self.rng.random_bool(0.3),
@@ -825,7 +841,14 @@ impl Gen {
                 key,
                 lifetime: P3_LIFETIMES[self.rng.random_range(0..P3_LIFETIMES.len())],
             },
-            _ => Foreign::BareLock { key },
+            3 => Foreign::BareLock { key },
+            _ => Foreign::SchemaLock {
+                key,
+                life: self
+                    .rng
+                    .random_bool(0.6)
+                    .then(|| P3_LIFETIMES[self.rng.random_range(0..P3_LIFETIMES.len())]),
+            },
         }))
     }
 
@@ -1067,5 +1090,13 @@ async fn apply_foreign(world: &World, foreign: &Foreign) -> Answers {
         Foreign::BareLock { key } => {
             flags(world.twin_bare_lock(key), world.mongo_bare_lock(key).await)
         }
+        Foreign::SchemaLock { key, life } => flags(
+            world.twin_schema_lock(key, *life),
+            world.mongo_schema_lock(key, *life).await,
+        ),
+        Foreign::SchemaUnlock { key } => flags(
+            world.twin_schema_unlock(key),
+            world.mongo_schema_unlock(key).await,
+        ),
     }
 }

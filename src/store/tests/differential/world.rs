@@ -124,7 +124,8 @@ impl Config {
 
     /// The foreign lock rules of the collection, as `connect` finds them.
     pub fn foreign_rules(&self) -> ForeignRules {
-        ForeignRules::new(None).with_ts_expiry(self.ts_index.then_some(TS_EXPIRE_AFTER))
+        let rule = crate::sim::others::Schema::Locked.rule();
+        ForeignRules::new(Some(rule)).with_ts_expiry(self.ts_index.then_some(TS_EXPIRE_AFTER))
     }
 }
 
@@ -457,6 +458,58 @@ impl World {
             .put_foreign_if_absent(key.clone(), doc! { "ExpireAt": at })
     }
 
+    /// The `{_id, locked, owner, created, expire}` client's lock: an insert,
+    /// or on E11000 the replace of a lock free by its conditions.
+    pub async fn mongo_schema_lock(&self, key: &LeaseKey, life: Option<Duration>) -> bool {
+        let now = DateTime::now();
+        let lock = schema_lock(key, now, life);
+        match self.coll.insert_one(lock.clone()).await {
+            Ok(_) => return true,
+            Err(e) if e.to_string().contains("E11000") => {}
+            Err(e) => panic!("the schema client's insert of {key:?}: {e}"),
+        }
+        let free = doc! { "$or": [
+            { "_id": key.to_bson(), "locked": false },
+            { "_id": key.to_bson(), "expire": { "$lt": now } },
+        ]};
+        let replaced = self.coll.replace_one(free, lock).await;
+        replaced.expect("the schema client's replace").matched_count == 1
+    }
+
+    /// The twin's `{_id, locked, owner, created, expire}` lock.
+    pub fn twin_schema_lock(&self, key: &LeaseKey, life: Option<Duration>) -> bool {
+        let now = DateTime::from_millis(self.twin_now());
+        let mut lock = schema_lock(key, now, life);
+        lock.remove("_id");
+        let free = |doc: &Document| {
+            doc.get_bool("locked") == Ok(false)
+                || doc.get_datetime("expire").is_ok_and(|e| *e < now)
+        };
+        self.db.put_foreign_if_absent(key.clone(), lock.clone())
+            || self
+                .db
+                .replace_foreign(key.clone(), |doc| free(doc).then_some(lock))
+    }
+
+    /// The schema client's release: `findOneAndUpdate({_id, owner}, {$set:
+    /// {locked: false, owner: null, created: null, expire: null}})`.
+    pub async fn mongo_schema_unlock(&self, key: &LeaseKey) -> bool {
+        let mine = doc! { "_id": key.to_bson(), "owner": SCHEMA_OWNER };
+        let update = doc! { "$set": SCHEMA_RELEASED.clone() };
+        let before = self.coll.find_one_and_update(mine, update).await;
+        before.expect("the schema client's release").is_some()
+    }
+
+    /// The twin's schema client's release.
+    pub fn twin_schema_unlock(&self, key: &LeaseKey) -> bool {
+        self.db.replace_foreign(key.clone(), |doc| {
+            let mut released = doc.clone();
+            released.remove("_id");
+            released.extend(SCHEMA_RELEASED.clone());
+            (doc.get_str("owner") == Ok(SCHEMA_OWNER)).then_some(released)
+        })
+    }
+
     /// The bare `{_id}` client's lock: `findOneAndUpdate({_id},
     /// {$setOnInsert: {_id}}, upsert, ReturnDocument.Before)`.
     pub async fn mongo_bare_lock(&self, key: &LeaseKey) -> bool {
@@ -482,6 +535,22 @@ impl World {
             Err(e) => panic!("the upsert lock of {key:?}: {e}"),
         }
     }
+}
+
+/// The schema client's owner.
+const SCHEMA_OWNER: &str = "schema-client";
+
+/// The fields its release sets.
+static SCHEMA_RELEASED: std::sync::LazyLock<Document> = std::sync::LazyLock::new(
+    || doc! { "locked": false, "owner": null, "created": null, "expire": null },
+);
+
+/// Its lock document at its clock's `now`, expiring after `life` or never.
+fn schema_lock(key: &LeaseKey, now: DateTime, life: Option<Duration>) -> Document {
+    let expire = life.map_or(Bson::Null, |l| {
+        Bson::DateTime(DateTime::from_millis(now.timestamp_millis() + millis(l)))
+    });
+    doc! { "_id": key.to_bson(), "locked": true, "owner": SCHEMA_OWNER, "created": now, "expire": expire }
 }
 
 /// The collection's name.
