@@ -15,8 +15,9 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0       success (list, release, watch until SIGINT/SIGTERM); for exec and leader --once: the command's own exit code
   1-255   the command's exit code; 128+N if it was killed by signal N
-  2       bad usage: unknown option, bad duration, URI, key or payload; an --http
-          address that cannot be listened on
+  2       bad usage: unknown option, bad duration, URI, key or payload; a --foreign-lock
+          rule that is not Extended JSON or that MongoDB cannot parse; an --http address
+          that cannot be listened on
   69      MongoDB could not be reached, or refused an operation
   75      not acquired: the key is held (--no-wait) or --timeout elapsed
   76      the lease was lost while the command ran, or its --hold-at-most ended (it got
@@ -44,9 +45,10 @@ none (exit 75), and the loss of any is the loss of all (exit 76).
 
 Environment of mongo-lease: MONGODB_URI (--uri), MONGO_LEASE_DB, MONGO_LEASE_COLLECTION,
 MONGO_LEASE_OWNER_ID, MONGO_LEASE_RELEASE_MODE, MONGO_LEASE_WATCH_HELD_LEASES,
-MONGO_LEASE_CLOCK_SKEW (as the options), and MONGO_LEASE_LOG: what is logged to stderr, as
-a tracing filter (default mongo_lease=warn; e.g. MONGO_LEASE_LOG=mongo_lease=debug for each
-acquisition, renewal and release; -v sets mongo_lease=info, -q mongo_lease=error).
+MONGO_LEASE_CLOCK_SKEW, MONGO_LEASE_FOREIGN_LOCK (as the options), and MONGO_LEASE_LOG: what
+is logged to stderr, as a tracing filter (default mongo_lease=warn; e.g.
+MONGO_LEASE_LOG=mongo_lease=debug for each acquisition, renewal and release; -v sets
+mongo_lease=info, -q mongo_lease=error).
 
 Like flock(1): exec -n (--no-wait), -w SECONDS (--timeout; 0 = do not wait), -s (--shared),
 -c \"shell command\" (run with /bin/sh -c). Like etcdctl: `lock KEY` and `elect NAME [VALUE]`
@@ -115,6 +117,18 @@ pub struct Connection {
     /// deployment (docs/performance.md, "Fleet").
     #[arg(long, env = "MONGO_LEASE_WATCH_HELD_LEASES", global = true)]
     pub watch_held_leases: bool,
+
+    /// Another application's lock documents in the lock collection, by a rule
+    /// of MongoDB aggregation expressions in Extended JSON (`held` required;
+    /// `owner`, `expires_at`, `describes`), e.g. '{"held": {"$eq": ["$locked",
+    /// true]}, "owner": "$owner", "expires_at": "$expire"}'.
+    #[arg(
+        long,
+        value_name = "JSON",
+        env = "MONGO_LEASE_FOREIGN_LOCK",
+        global = true
+    )]
+    pub foreign_lock: Option<String>,
 
     /// How long to wait for MongoDB to answer, e.g. `10s`.
     #[arg(long, default_value = "10s", value_parser = parse_duration, global = true)]

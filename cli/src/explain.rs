@@ -24,6 +24,10 @@ pub fn error(e: &Error) -> String {
         } => unreachable(source.as_ref(), reason, *waited),
         Error::Database(e) => format!("MongoDB operation failed: {}", driver(e)),
         Error::InvalidConfig { .. } => config(&e.to_string()),
+        Error::UnusableCollection { .. } => scrub(&e.to_string().replace(
+            "the layout of the foreign_lock option",
+            "a --foreign-lock rule's layout",
+        )),
         _ => scrub(&e.to_string()),
     }
 }
@@ -141,6 +145,23 @@ fn scrub(text: &str) -> String {
 /// The library's configuration errors that the flags can still reach after
 /// the tool's own checks, in the tool's terms.
 fn config(message: &str) -> String {
+    let message = message
+        .strip_prefix("invalid configuration: ")
+        .unwrap_or(message);
+    // `--foreign-lock`: its text (`foreign_lock: not JSON: ...`), or an
+    // expression MongoDB cannot parse (`foreign_lock.held: ...`), named by
+    // its field, on one line.
+    if message.starts_with("foreign_lock") {
+        // The server's message for the stage the check evaluates the
+        // expression in, which the rule does not have: its cause alone.
+        let rule = message
+            .strip_prefix("foreign_lock: ")
+            .unwrap_or(message)
+            .replacen(": Invalid $set :: caused by :: ", ": ", 1);
+        return one_line(&format!(
+            "invalid --foreign-lock (or MONGO_LEASE_FOREIGN_LOCK): {rule}"
+        ));
+    }
     if message.contains("need ReleaseMode::Keep") {
         return "--shared, --permits and --hold-at-least need the lock document kept on \
                 release, and this collection holds other applications' lock documents, \
@@ -154,11 +175,16 @@ fn config(message: &str) -> String {
                 shorter one"
             .into();
     }
-    scrub(
-        message
-            .strip_prefix("invalid configuration: ")
-            .unwrap_or(message),
-    )
+    scrub(message)
+}
+
+/// `text` on one line: its line breaks (a server's message may quote an
+/// expression's string with one) as spaces.
+fn one_line(text: &str) -> String {
+    text.split(['\n', '\r'])
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

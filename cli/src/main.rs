@@ -280,6 +280,14 @@ async fn connect_with(
     timing: Option<&LeaseTiming>,
     lock_delay: Option<Duration>,
 ) -> Result<LeaseManager, Failure> {
+    // Read before anything connects: a rule that is not one is bad usage.
+    let foreign_lock = match c.foreign_lock.as_deref() {
+        Some(json) => Some(
+            mongo_lease::ForeignLockRule::from_extended_json(json)
+                .map_err(|e| Failure::usage(explain::error(&e)))?,
+        ),
+        None => None,
+    };
     let Some(uri) = c.uri.as_deref().filter(|u| !u.is_empty()) else {
         return Err(Failure::usage(
             "no MongoDB URI: pass --uri or set MONGODB_URI",
@@ -325,6 +333,7 @@ async fn connect_with(
         .operation_timeout(c.connect_timeout)
         .build();
     options.release_mode = c.release_mode.map(ReleaseMode::from);
+    options.foreign_lock = foreign_lock;
     if let Some(timing) = timing {
         options.ttl = timing.ttl;
         options.safety_margin = Some(timing.safety_margin());

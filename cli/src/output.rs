@@ -154,9 +154,10 @@ pub fn waiters_json(info: &LeaseInfo) -> Value {
     Value::Array(waiters.collect())
 }
 
-/// Whether `info`'s expiry is unknown: a foreign holder's lock without an
-/// expiry rule of its own (a bare `{_id}`, `{_id, ts, aid}` without a TTL
-/// index on `ts`, a document of no recognised layout).
+/// Whether `info` has no expiry: a foreign holder's lock without an expiry
+/// by its rule (a bare `{_id}`, `{_id, ts, aid}` without a TTL index on
+/// `ts`, a document of no recognised layout, or one whose `--foreign-lock`
+/// rule gives no expiry), held until its document changes.
 pub fn expiry_unknown(info: &LeaseInfo) -> bool {
     info.foreign && info.time_to_expiry() == Duration::MAX
 }
@@ -244,11 +245,21 @@ fn rows(leases: &[LeaseInfo]) -> Vec<[String; 9]> {
             l.key.to_string(),
             kind_cell(l),
             owner,
-            l.fencing_token.to_string(),
+            // A foreign holder's lock has no fencing token, and an age only
+            // from a date of its own (else its `acquired_at` is the read's).
+            if l.foreign {
+                "-".into()
+            } else {
+                l.fencing_token.to_string()
+            },
             state.to_string(),
-            short(l.age()),
+            if l.foreign && l.acquired_at >= l.server_time {
+                "-".into()
+            } else {
+                short(l.age())
+            },
             if expiry_unknown(l) {
-                "unknown".into()
+                "none".into()
             } else if l.held {
                 short(l.time_to_expiry())
             } else {
@@ -484,7 +495,7 @@ pub fn print_not_acquired(key: &LeaseKey, holder: Option<&LeaseInfo>, json: bool
     match holder {
         Some(h) if expiry_unknown(h) => eprintln!(
             "mongo-lease: not acquired: {key} is held by a foreign holder {:?} \
-             (a lock document not written by mongo-lease; expiry unknown)",
+             (a lock document not written by mongo-lease, with no expiry)",
             h.owner_id
         ),
         Some(h) if h.foreign => eprintln!(

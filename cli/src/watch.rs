@@ -282,8 +282,8 @@ impl Tracker {
     }
 }
 
-/// The expiry of a holder, unknown for a foreign holder's lock without an
-/// expiry rule.
+/// The expiry of a holder, none for a foreign holder's lock without an
+/// expiry by its rule.
 fn expiry(holder: &Holder) -> Option<SystemTime> {
     holder.expiry_known.then_some(holder.expires_at)
 }
@@ -379,7 +379,7 @@ impl Change {
             (Event::Released, _) => line.push(')'),
             (Event::Expired, Some(at)) => line.push_str(&format!(", expired at {})", time(at))),
             (_, Some(at)) => line.push_str(&format!(", expires at {})", time(at))),
-            (_, None) => line.push_str(", expiry unknown)"),
+            (_, None) => line.push_str(", no expiry)"),
         }
         if let Event::TakenOver(previous) = &self.event {
             line.push_str(&format!(

@@ -293,3 +293,58 @@ fn watch_prints_a_foreign_lock_with_its_owner_then_expired_by_its_own_rule() {
     watch.signal(libc::SIGINT);
     assert_eq!(watch.wait(), 0);
 }
+
+/// Another application's lock of a layout of its own, read by
+/// `--foreign-lock`: watched as held by its owner, marked foreign, with no
+/// expiry (its `expire` is null), then `released` when its application
+/// unlocks it; `--json` gives its owner and a null expiry.
+#[test]
+fn watch_with_a_foreign_lock_rule_prints_its_owner_and_no_expiry_then_released() {
+    const RULE: &str =
+        r#"{"held": {"$eq": ["$locked", true]}, "owner": "$owner", "expires_at": "$expire"}"#;
+    let env = Env::new("cli_watch_rule");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let leases = runtime.block_on(env.leases());
+    runtime.block_on(async {
+        let lock = mongodb::bson::doc! {
+            "_id": "k", "locked": true, "owner": "w1",
+            "created": mongodb::bson::DateTime::now(), "expire": null,
+        };
+        leases.insert_one(lock).await.unwrap();
+    });
+    let mut json = env.spawn(&["--foreign-lock", RULE, "watch", "--json", "k"]);
+    let held: Value = serde_json::from_str(&json.expect_line("\"event\":\"held\"")).unwrap();
+    assert_eq!(
+        (&held["owner_id"], &held["foreign"], &held["expires_at"]),
+        (&Value::from("w1"), &Value::from(true), &Value::Null),
+        "{held}"
+    );
+    json.signal(libc::SIGTERM);
+    assert_eq!(json.wait(), 0);
+
+    let mut watch = env.spawn(&["--foreign-lock", RULE, "watch", "k"]);
+    let held = watch.expect_line(" held ");
+    assert!(
+        held.contains("held \"k\" by w1 (foreign)") && held.contains("no expiry"),
+        "{held}"
+    );
+    runtime.block_on(async {
+        leases
+            .update_one(
+                mongodb::bson::doc! { "_id": "k" },
+                mongodb::bson::doc! { "$set": { "locked": false } },
+            )
+            .await
+            .unwrap();
+    });
+    let released = watch.expect_line(" released ");
+    assert!(
+        released.contains("released \"k\" by w1 (foreign)"),
+        "{released}"
+    );
+    watch.signal(libc::SIGINT);
+    assert_eq!(watch.wait(), 0);
+}

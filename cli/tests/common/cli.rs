@@ -55,6 +55,7 @@ impl Env {
             .env("MONGO_LEASE_CLOCK_SKEW", CLOCK_SKEW)
             .env_remove("MONGO_LEASE_COLLECTION")
             .env_remove("MONGO_LEASE_OWNER_ID")
+            .env_remove("MONGO_LEASE_FOREIGN_LOCK")
             .args(args);
         cmd
     }

@@ -32,6 +32,7 @@ fn cli(f: &Fixture, args: &[&str]) -> std::process::Output {
         .env("MONGO_LEASE_COLLECTION", &f.collection)
         .env("MONGO_LEASE_CLOCK_SKEW", "100ms") // one member; short leases
         .env_remove("MONGO_LEASE_OWNER_ID")
+        .env_remove("MONGO_LEASE_FOREIGN_LOCK")
         .env_remove("MONGO_LEASE_RELEASE_MODE")
         .args(args)
         .output()

@@ -21,20 +21,21 @@ const BIN: &str = env!("CARGO_BIN_EXE_mongo-lease");
 const NOT_ACQUIRED: i32 = 75;
 
 /// Runs `mongo-lease ARGS` on the fixture's lock collection.
-async fn cli(fx: &Fixture, args: &[&str]) -> Output {
+pub(crate) async fn cli(fx: &Fixture, args: &[&str]) -> Output {
     let mut cmd = std::process::Command::new(BIN);
     cmd.env("MONGODB_URI", common::uri())
         .env("MONGO_LEASE_DB", fx.db.name())
         .env("MONGO_LEASE_COLLECTION", &fx.collection)
         .env("MONGO_LEASE_CLOCK_SKEW", "100ms") // one member; short leases
         .env_remove("MONGO_LEASE_OWNER_ID")
+        .env_remove("MONGO_LEASE_FOREIGN_LOCK")
         .args(args);
     tokio::task::spawn_blocking(move || cmd.output().expect("run mongo-lease"))
         .await
         .unwrap()
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -65,7 +66,7 @@ async fn cli_exec_no_wait_exits_75_list_shows_the_foreign_holder_and_release_for
         .find(|l| l.starts_with("job "))
         .unwrap_or_else(|| panic!("no row for job in\n{table}"));
     assert!(row.contains("java-app-1 (foreign)"), "{row}");
-    assert!(row.contains("held") && row.contains("unknown"), "{row}");
+    assert!(row.contains("held") && row.contains("none"), "{row}");
 
     let out = cli(&fx, &["list", "--json"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -186,7 +187,7 @@ async fn cli_exec_no_wait_exits_75_on_a_live_pattern_2_lock_list_shows_its_owner
         .find(|l| l.starts_with("job "))
         .expect("a row for job");
     assert!(
-        row.contains("node-7 (foreign)") && !row.contains("unknown"),
+        row.contains("node-7 (foreign)") && !row.contains("none"),
         "{row}"
     );
 

@@ -32,6 +32,7 @@ async fn cli(db: &str, args: &[&str]) -> Output {
         .env_remove("MONGO_LEASE_COLLECTION")
         .env("MONGO_LEASE_CLOCK_SKEW", "100ms") // one member; short leases
         .env_remove("MONGO_LEASE_OWNER_ID")
+        .env_remove("MONGO_LEASE_FOREIGN_LOCK")
         .args(args);
     tokio::task::spawn_blocking(move || cmd.output().expect("run mongo-lease"))
         .await

@@ -9,4 +9,5 @@ mod common;
 
 mod compat_mode;
 mod foreign_locks;
+mod foreign_rule;
 mod keys;
