@@ -152,12 +152,7 @@ fn config(message: &str) -> String {
     // expression MongoDB cannot parse (`foreign_lock.held: ...`), named by
     // its field, on one line.
     if message.starts_with("foreign_lock") {
-        // The server's message for the stage the check evaluates the
-        // expression in, which the rule does not have: its cause alone.
-        let rule = message
-            .strip_prefix("foreign_lock: ")
-            .unwrap_or(message)
-            .replacen(": Invalid $set :: caused by :: ", ": ", 1);
+        let rule = message.strip_prefix("foreign_lock: ").unwrap_or(message);
         return one_line(&format!(
             "invalid --foreign-lock (or MONGO_LEASE_FOREIGN_LOCK): {rule}"
         ));

@@ -237,8 +237,17 @@ impl MongoStore {
                 .await;
             match checked {
                 Err(Error::Database(e)) if !is_transient_db_error(&e) => {
-                    let message =
-                        server_error(&e).map_or_else(|| e.to_string(), |(_, m)| m.to_string());
+                    // The server's own words, without its stage's prefix
+                    // (`Invalid $set :: caused by :: `).
+                    let message = server_error(&e).map_or_else(
+                        || e.to_string(),
+                        |(_, m)| {
+                            m.rsplit(" :: caused by :: ")
+                                .next()
+                                .unwrap_or(m)
+                                .to_string()
+                        },
+                    );
                     return Err(Error::InvalidConfig {
                         reason: format!("foreign_lock.{name}: {message}"),
                     });
