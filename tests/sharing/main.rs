@@ -2,8 +2,9 @@
 //! other applications' lock documents (`{_id, ts, aid}`), the
 //! delete-on-release compatibility mode, release by owner, the checks
 //! `connect` makes on the collection, per-lease TTLs, leases lost to
-//! someone else's write, and lease documents of ours another application
-//! took over in place. Plain driver calls play the other application.
+//! someone else's write, lease documents of ours another application
+//! took over in place, and other applications' schemas read by a user's
+//! rule. Plain driver calls play the other application.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -15,4 +16,5 @@ mod keys;
 mod loss_detection;
 mod patterns;
 mod read_by_patterns;
+mod schemas;
 mod taken_over_in_place;
