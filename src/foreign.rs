@@ -288,7 +288,10 @@ impl ForeignRules {
     #[cfg(test)]
     pub(crate) fn expressions_for_tests(&self) -> Vec<Bson> {
         let rules = self.rules().into_iter();
-        rules.flat_map(|r| [Some(r.describes), Some(r.held), r.owner, r.expires_at]).flatten().collect()
+        rules
+            .flat_map(|r| [Some(r.describes), Some(r.held), r.owner, r.expires_at])
+            .flatten()
+            .collect()
     }
 
     // ---- MongoDB: aggregation expressions ----

@@ -15,8 +15,9 @@
 //! false constant makes `$and` false (a true one `$or` true) unevaluated.
 //! Then BSON's order across types, numbers compared by value (NaN least),
 //! missing below null (`$eq` of missing and null is false), int32 overflow
-//! to int64 and int64 overflow to double, a date plus a double rounded half
-//! away from zero. Decimal128 is typed, compared with other types and
+//! to int64 and int64 overflow to double, a date plus doubles the exact sum
+//! rounded to the millisecond with halves toward zero, a date minus a double
+//! truncated. Decimal128 is typed, compared with other types and
 //! coerced to bool; arithmetic or comparison with one is an `Err`
 //! "unsupported in the twin", as are strings to dates. The differential
 //! test (`tests.rs`) checks all of this against a real `mongod`.
