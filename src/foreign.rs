@@ -268,6 +268,16 @@ impl ForeignRules {
         rules
     }
 
+    /// Every expression of the table, for the evaluator's differential test.
+    #[cfg(test)]
+    pub(crate) fn expressions_for_tests(&self) -> Vec<Bson> {
+        let rules = self.rules().into_iter();
+        rules
+            .flat_map(|r| [r.describes, Some(r.held), r.owner, r.expires_at])
+            .flatten()
+            .collect()
+    }
+
     // ---- MongoDB: aggregation expressions ----
 
     /// Whether the document (`$$ROOT`) is described by a rule and not of

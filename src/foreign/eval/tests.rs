@@ -1,0 +1,482 @@
+//! The evaluator against a real `mongod`: random expressions over the
+//! operators of [`OPERATORS`] and random documents, plus the built-in
+//! rules' expressions and the documented user rules, each evaluated by the
+//! server (`$replaceWith: {now: "$$NOW", r: <expr>}`, one round trip per
+//! expression over every document) and by the twin at the server's `now`.
+//! Each pair must agree: the same value (same BSON type, doubles bitwise or
+//! both NaN), or both an error. A twin error saying "unsupported in the
+//! twin" where the server has a value is counted, and must stay rare.
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use mongodb::Collection;
+use mongodb::bson::{
+    Binary, Bson, DateTime, Decimal128, Document, Regex, Timestamp, doc, oid::ObjectId,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::foreign::ForeignRules;
+use crate::testkit::{ReplicaSet, ReplicaSetOptions};
+
+const SEED: u64 = 20_240_601;
+const EXPRESSIONS: usize = 300;
+const DOCUMENTS: i32 = 12;
+
+#[test]
+fn check_names_the_first_operator_or_variable_outside_the_list() {
+    let regex = doc! { "$and": [true, { "$regexMatch": { "input": "$a", "regex": "x" } }] };
+    let err = check(&regex.into()).unwrap_err();
+    assert!(err.contains("$regexMatch"), "{err}");
+    let err = check(&doc! { "$eq": ["$$CLUSTER_TIME", 1] }.into()).unwrap_err();
+    assert!(err.contains("$$CLUSTER_TIME"), "{err}");
+    assert!(check(&doc! { "$literal": { "$regexMatch": 1 } }.into()).is_ok());
+    let rules = ForeignRules::new(None).with_ts_expiry(Some(Duration::from_secs(30)));
+    for expr in rules.expressions_for_tests().iter().chain(&user_rules()) {
+        assert_eq!(check(expr), Ok(()), "{expr}");
+    }
+    assert!(
+        evaluate(
+            &doc! { "$regexMatch": {} }.into(),
+            &doc! {},
+            DateTime::now()
+        )
+        .is_err()
+    );
+}
+
+/// The documented user rules' expressions.
+fn user_rules() -> Vec<Bson> {
+    let held = doc! { "$and": [{ "$eq": ["$locked", true] }, { "$or": [
+        { "$eq": [{ "$ifNull": ["$expire", null] }, null] }, { "$gt": ["$expire", "$$NOW"] },
+    ]}]};
+    let epoch = doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] };
+    let holder = doc! { "$and": [{ "$eq": [{ "$type": "$holder" }, "string"] }, { "$ne": ["$holder", ""] }] };
+    vec![
+        held.into(),
+        epoch.into(),
+        doc! { "$toDate": "$expire" }.into(),
+        holder.into(),
+    ]
+}
+
+/// Probes of the behaviour the module docs state: missing against null,
+/// a date plus or minus a double.
+fn probes() -> Vec<Bson> {
+    let mut probes = vec![
+        doc! { "$eq": ["$nope", null] },
+        doc! { "$eq": [{ "$ifNull": ["$nope", null] }, null] },
+    ];
+    for d in [0.5, -0.5, 1.5, 2.5, -2.5, 0.4999999999999999] {
+        probes.push(doc! { "$add": ["$$NOW", d] });
+        probes.push(doc! { "$subtract": ["$$NOW", d] });
+    }
+    let at = |ms: i64| Bson::DateTime(DateTime::from_millis(ms));
+    for (x, y, z) in [
+        (at(-1), 0.5.into(), 0.into()),
+        (at(-3), 2.5.into(), 0.into()),
+        (at(-3), (-2.5).into(), 0.into()),
+        (at((1 << 53) + 1), 0.5.into(), 0.into()),
+        (0.5.into(), at(10), 0.into()),
+        (0.25.into(), at(10), 0.25.into()),
+        (at(10), 0.75.into(), 0.75.into()),
+        (at(10), 0.75.into(), Bson::Int64(1)),
+    ] {
+        probes.push(doc! { "$add": [x, y, z] });
+    }
+    probes.into_iter().map(Bson::from).collect()
+}
+
+/// Values of many BSON types, edge cases included (no string starting
+/// with `$`: these are literals in expressions too).
+fn scalars(now: i64) -> Vec<Bson> {
+    // A coefficient and a biased exponent (6176 is 10^0).
+    let decimal = |coefficient: u128, exponent: u128| {
+        Bson::Decimal128(Decimal128::from_bytes(
+            (exponent << 113 | coefficient).to_le_bytes(),
+        ))
+    };
+    vec![
+        Bson::Int32(0),
+        Bson::Int32(1),
+        Bson::Int32(-1),
+        Bson::Int32(7),
+        Bson::Int32(i32::MAX),
+        Bson::Int32(i32::MIN),
+        Bson::Int32(1000),
+        Bson::Int64(0),
+        Bson::Int64(3),
+        Bson::Int64(i64::MAX),
+        Bson::Int64(i64::MIN),
+        Bson::Int64(i64::MAX - 1),
+        Bson::Int64((1 << 53) + 1),
+        Bson::Int64(now),
+        Bson::Int64(now + 3_600_000),
+        Bson::Int64(-5_000_000_000),
+        Bson::Double(0.0),
+        Bson::Double(-0.0),
+        Bson::Double(0.5),
+        Bson::Double(-0.5),
+        Bson::Double(1.5),
+        Bson::Double(2.5),
+        Bson::Double(-2.5),
+        Bson::Double(0.1),
+        Bson::Double(f64::NAN),
+        Bson::Double(f64::INFINITY),
+        Bson::Double(f64::NEG_INFINITY),
+        Bson::Double(1e300),
+        Bson::Double(i64::MAX as f64),
+        Bson::Double(i64::MIN as f64),
+        Bson::Double(9_007_199_254_740_993.0),
+        Bson::Double(1e9),
+        Bson::Double(now as f64 + 0.5),
+        Bson::String(String::new()),
+        "a".into(),
+        "abc".into(),
+        "12".into(),
+        "-5".into(),
+        "+3".into(),
+        " 4".into(),
+        "1e3".into(),
+        "é😀".into(),
+        "string".into(),
+        "missing".into(),
+        "null".into(),
+        "int".into(),
+        "2024-01-01".into(),
+        Bson::Null,
+        Bson::Boolean(true),
+        Bson::Boolean(false),
+        Bson::DateTime(DateTime::from_millis(0)),
+        Bson::DateTime(DateTime::from_millis(-1)),
+        Bson::DateTime(DateTime::from_millis(now - 60_000)),
+        Bson::DateTime(DateTime::from_millis(now + 60_000)),
+        Bson::DateTime(DateTime::from_millis(8_640_000_000_000_000)),
+        Bson::DateTime(DateTime::from_millis(i64::MAX)),
+        Bson::DateTime(DateTime::from_millis(i64::MIN)),
+        Bson::ObjectId(ObjectId::from_bytes([
+            0x65, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+        ])),
+        Bson::ObjectId(ObjectId::from_bytes([
+            0xf0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+        ])),
+        Bson::Timestamp(Timestamp {
+            time: 1_700_000_000,
+            increment: 3,
+        }),
+        Bson::Timestamp(Timestamp {
+            time: 4_000_000_000,
+            increment: 1,
+        }),
+        Bson::Binary(Binary {
+            subtype: mongodb::bson::spec::BinarySubtype::Generic,
+            bytes: vec![1, 2],
+        }),
+        Bson::RegularExpression(Regex {
+            pattern: "^a".into(),
+            options: "i".into(),
+        }),
+        Bson::MinKey,
+        Bson::MaxKey,
+        Bson::Undefined,
+        decimal(15, 6175),
+        decimal(0, 6176),
+    ]
+}
+
+fn value(rng: &mut StdRng, now: i64, depth: u32) -> Bson {
+    let pool = scalars(now);
+    match rng.random_range(0..10) {
+        0 if depth > 0 => {
+            let n = rng.random_range(0..3);
+            Bson::Array((0..n).map(|_| value(rng, now, depth - 1)).collect())
+        }
+        1 if depth > 0 => {
+            let mut d = Document::new();
+            for k in ["a", "b"] {
+                if rng.random_bool(0.7) {
+                    d.insert(k, value(rng, now, depth - 1));
+                }
+            }
+            d.into()
+        }
+        _ => pool[rng.random_range(0..pool.len())].clone(),
+    }
+}
+
+fn document(rng: &mut StdRng, id: i32, now: i64) -> Document {
+    let mut d = doc! { "_id": id };
+    for k in ["a", "b", "c", "d", "e", "n", "l"] {
+        if rng.random_bool(0.85) {
+            d.insert(k, value(rng, now, if "nl".contains(k) { 2 } else { 1 }));
+        }
+    }
+    if rng.random_bool(0.3) {
+        d.insert(
+            "l",
+            vec![
+                Bson::from(doc! { "a": value(rng, now, 0) }),
+                value(rng, now, 1),
+                doc! {}.into(),
+            ],
+        );
+    }
+    d
+}
+
+/// Documents of the rules' shapes.
+fn shaped(now: i64) -> Vec<Document> {
+    let at = |ms: i64| DateTime::from_millis(now + ms);
+    vec![
+        doc! { "value": "v", "ttl": 10, "obtained_at": at(-5_000) },
+        doc! { "value": "v", "ttl": 2.5, "obtained_at": at(-60_000) },
+        doc! { "ts": at(-10_000), "aid": "java" },
+        doc! { "ExpireAt": at(30_000) },
+        doc! {},
+        doc! { "locked": true, "expire": at(60_000), "holder": "h", "owner": "o" },
+        doc! { "locked": true, "expire": Bson::Null, "holder": "" },
+        doc! { "locked": true, "expire": now - 1_000, "holder": 5 },
+        doc! { "locked": false, "expire": now + 100_000 },
+    ]
+}
+
+const PATHS: &[&str] = &[
+    "$a",
+    "$b",
+    "$c",
+    "$d",
+    "$e",
+    "$n",
+    "$n.a",
+    "$n.b",
+    "$l",
+    "$l.a",
+    "$l.a.b",
+    "$nope",
+    "$a.b",
+    "$$ROOT",
+    "$$CURRENT",
+    "$$NOW",
+    "$$ROOT.a",
+    "$$CURRENT.n.a",
+    "$expire",
+    "$ttl",
+    "$$REMOVE",
+];
+
+fn expression(rng: &mut StdRng, now: i64, depth: u32) -> Bson {
+    if depth == 0 || rng.random_bool(0.25) {
+        return match rng.random_range(0..10) {
+            0..6 => PATHS[rng.random_range(0..PATHS.len())].into(),
+            6 => doc! { "$literal": value(rng, now, 1) }.into(),
+            _ => value(rng, now, 0),
+        };
+    }
+    let op = OPERATORS[rng.random_range(0..OPERATORS.len())];
+    let mut n = match op {
+        "$literal" => return doc! { op: value(rng, now, 1) }.into(),
+        "$and" | "$or" | "$add" | "$multiply" => rng.random_range(0..4),
+        "$ifNull" => rng.random_range(2..4),
+        "$cond" if rng.random_bool(0.3) => {
+            let mut e = || expression(rng, now, depth - 1);
+            return doc! { op: { "if": e(), "then": e(), "else": e() } }.into();
+        }
+        "$cond" => 3,
+        _ if TWO.contains(&op) => 2,
+        _ => 1,
+    };
+    if rng.random_bool(0.02) {
+        n += 1;
+    }
+    let mut args: Vec<Bson> = (0..n).map(|_| expression(rng, now, depth - 1)).collect();
+    if op == "$in" && rng.random_bool(0.6) {
+        let k = rng.random_range(0..4);
+        args[1] = Bson::Array((0..k).map(|_| expression(rng, now, depth - 1)).collect());
+    }
+    if n == 1 && rng.random_bool(0.5) {
+        return doc! { op: args.remove(0) }.into();
+    }
+    if rng.random_bool(0.05) {
+        return doc! { "x": doc! { op: args }, "y": expression(rng, now, 0) }.into();
+    }
+    doc! { op: args }.into()
+}
+
+/// Same value and type; doubles bitwise or both NaN.
+fn same(a: &Bson, b: &Bson) -> bool {
+    match (a, b) {
+        (Bson::Double(x), Bson::Double(y)) => {
+            x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
+        }
+        (Bson::Array(x), Bson::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q))
+        }
+        (Bson::Document(x), Bson::Document(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((pk, pv), (qk, qv))| pk == qk && same(pv, qv))
+        }
+        _ => a == b,
+    }
+}
+
+/// The server's `(now, result)` of `expr` over the documents `filter`
+/// selects, in `_id` order.
+async fn server(
+    coll: &Collection<Document>,
+    expr: &Bson,
+    filter: Document,
+) -> Result<Vec<(DateTime, Option<Bson>)>, String> {
+    let pipeline = [
+        doc! { "$match": filter },
+        doc! { "$sort": { "_id": 1 } },
+        doc! { "$replaceWith": { "now": "$$NOW", "r": expr.clone() } },
+    ];
+    let cursor = coll.aggregate(pipeline).await.map_err(|e| e.to_string())?;
+    let docs: Vec<Document> = cursor.try_collect().await.map_err(|e| e.to_string())?;
+    Ok(docs
+        .into_iter()
+        .map(|d| (*d.get_datetime("now").unwrap(), d.get("r").cloned()))
+        .collect())
+}
+
+/// The server's `(now, result)` of `expr` for each of `docs`: in one round
+/// trip, or if it fails, one by one (an error at parse time fails them all).
+async fn outcomes(
+    coll: &Collection<Document>,
+    expr: &Bson,
+    docs: &[Document],
+) -> Vec<(DateTime, Result<Option<Bson>, String>)> {
+    match server(coll, expr, doc! {}).await {
+        Ok(results) => {
+            assert_eq!(results.len(), docs.len(), "one result per document");
+            results.into_iter().map(|(now, r)| (now, Ok(r))).collect()
+        }
+        Err(e) if server(coll, expr, doc! { "_id": "none" }).await.is_err() => docs
+            .iter()
+            .map(|_| (DateTime::now(), Err(e.clone())))
+            .collect(),
+        Err(_) => {
+            let each = docs
+                .iter()
+                .map(|d| server(coll, expr, doc! { "_id": d.get("_id").unwrap() }));
+            let each = futures::future::join_all(each).await.into_iter();
+            each.map(|one| match one {
+                Ok(mut r) => {
+                    let (now, r) = r.pop().expect("the document");
+                    (now, Ok(r))
+                }
+                Err(e) => (DateTime::now(), Err(e)),
+            })
+            .collect()
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    pairs: usize,
+    values: usize,
+    errors: usize,
+    unsupported: usize,
+    mismatches: Vec<String>,
+}
+
+impl Tally {
+    fn compare(
+        &mut self,
+        expr: &Bson,
+        doc: &Document,
+        server: Result<Option<Bson>, String>,
+        now: DateTime,
+    ) {
+        let twin = evaluate(expr, doc, now);
+        self.pairs += 1;
+        let ok = match (&server, &twin) {
+            (Ok(s), Ok(t)) => match (s, t) {
+                (None, None) => true,
+                (Some(s), Some(t)) => same(s, t),
+                _ => false,
+            },
+            (Err(_), Err(_)) => {
+                self.errors += 1;
+                return;
+            }
+            (Ok(_), Err(e)) if e.contains("unsupported in the twin") => {
+                self.unsupported += 1;
+                return;
+            }
+            _ => false,
+        };
+        if ok {
+            self.values += 1;
+        } else {
+            self.mismatches.push(format!(
+                "MISMATCH\n  expression: {expr}\n  document:   {doc}\n  now:        {now}\n  mongod:     {server:?}\n  twin:       {twin:?}"
+            ));
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_twin_evaluates_as_mongod_does() {
+    let set = ReplicaSet::start(ReplicaSetOptions::default().set_name("eval"))
+        .await
+        .expect("a replica set");
+    let client = set.client().await.expect("a client");
+    let coll = client.database("eval").collection::<Document>("docs");
+    let started = Instant::now();
+    let now = DateTime::now().timestamp_millis();
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let mut docs: Vec<Document> = (0..DOCUMENTS).map(|i| document(&mut rng, i, now)).collect();
+    for (i, d) in shaped(now).into_iter().enumerate() {
+        let mut with_id = doc! { "_id": DOCUMENTS + i as i32 };
+        with_id.extend(d);
+        docs.push(with_id);
+    }
+    coll.insert_many(&docs).await.expect("the documents");
+
+    let rules = ForeignRules::new(None).with_ts_expiry(Some(Duration::from_secs(30)));
+    let mut exprs = rules.expressions_for_tests();
+    exprs.extend(user_rules());
+    exprs.extend(probes());
+    exprs.extend((0..EXPRESSIONS).map(|_| expression(&mut rng, now, 4)));
+
+    let each = exprs.iter().map(|expr| outcomes(&coll, expr, &docs));
+    let all: Vec<_> = futures::stream::iter(each).buffered(4).collect().await;
+    let mut tally = Tally::default();
+    for (expr, outcomes) in exprs.iter().zip(all) {
+        for (doc, (now, server)) in docs.iter().zip(outcomes) {
+            tally.compare(expr, doc, server, now);
+        }
+    }
+    let elapsed = started.elapsed();
+    for m in tally.mismatches.iter().step_by(21).take(8) {
+        eprintln!("{m}");
+    }
+    eprintln!(
+        "{} expressions x {} documents in {elapsed:?}: {} pairs, {} equal values, {} both errors, {} unsupported in the twin, {} mismatches",
+        exprs.len(),
+        docs.len(),
+        tally.pairs,
+        tally.values,
+        tally.errors,
+        tally.unsupported,
+        tally.mismatches.len()
+    );
+    assert!(
+        tally.mismatches.is_empty(),
+        "{} mismatches, the first:\n{}",
+        tally.mismatches.len(),
+        tally.mismatches[0]
+    );
+    assert_eq!(tally.pairs, exprs.len() * docs.len());
+    assert!(tally.values > tally.pairs / 3, "too few values compared");
+    assert!(
+        tally.unsupported * 50 < tally.pairs,
+        "too many pairs unsupported in the twin"
+    );
+}
