@@ -182,11 +182,6 @@ fn type_of(name: &str) -> Bson {
     doc! { "$type": format!("${name}") }.into()
 }
 
-/// `$$NOW` is before `expiry`.
-fn before(expiry: &Bson) -> Bson {
-    doc! { "$lt": ["$$NOW", expiry.clone()] }.into()
-}
-
 impl ForeignRules {
     /// The built-in rules and `custom`; `{_id, ts, aid}` never expires
     /// until [`with_ts_expiry`](Self::with_ts_expiry).
@@ -210,56 +205,64 @@ impl ForeignRules {
     }
 
     /// The table, in order (see the module docs); `describes` always set.
+    /// A built-in rule describes its shape by the fields present, so that
+    /// no other rule reads it; one whose fields are not of the types its
+    /// clients write is held, with no expiry.
     fn rules(&self) -> Vec<ForeignLockRule> {
-        let present = |name: &str| Bson::from(doc! { "$ne": [type_of(name), "missing"] });
+        let present = |names: &[&str]| -> Bson {
+            let tests: Vec<Bson> = names
+                .iter()
+                .map(|n| doc! { "$ne": [type_of(n), "missing"] }.into())
+                .collect();
+            doc! { "$and": tests }.into()
+        };
+        // Held until `expiry` where `valid`, else held with no expiry.
+        let until = |valid: Bson, expiry: Bson| ForeignLockRule {
+            held: doc! { "$cond": [valid.clone(), { "$lt": ["$$NOW", expiry.clone()] }, true] }
+                .into(),
+            owner: None,
+            expires_at: Some(doc! { "$cond": [valid, expiry, Bson::Null] }.into()),
+            describes: None,
+        };
         let date = |name: &str| Bson::from(doc! { "$eq": [type_of(name), "date"] });
         // npm `distributed-locks-mongodb`: free once `$$NOW > obtained_at +
-        // ttl` seconds, so expiring 1 ms after; a `ttl` beyond about 31
-        // years (or NaN, the least number) is not of this shape.
-        let npm_expiry = Bson::from(doc! { "$add": [
-            "$obtained_at", { "$multiply": ["$ttl", 1000] }, 1,
-        ]});
-        let ts_expiry = self.ts_expire_after.map(|ttl| {
-            let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-            Bson::from(doc! { "$add": ["$ts", ms] })
-        });
+        // ttl` seconds, so 1 ms after; `ttl` a number within about 31 years
+        // (NaN, the least number, is not).
+        let npm = until(
+            doc! { "$and": [
+                date("obtained_at"),
+                { "$in": [type_of("ttl"), ["int", "long", "double"]] },
+                { "$gte": ["$ttl", -1e9] },
+                { "$lte": ["$ttl", 1e9] },
+            ]}
+            .into(),
+            doc! { "$add": ["$obtained_at", { "$multiply": ["$ttl", 1000] }, 1] }.into(),
+        );
+        let ts = match self.ts_expire_after {
+            Some(ttl) => {
+                let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+                until(date("ts"), doc! { "$add": ["$ts", ms] }.into())
+            }
+            None => ForeignLockRule::new(true),
+        };
         let mut rules = vec![
             ForeignLockRule {
-                describes: Some(
-                    doc! { "$and": [
-                        present("value"),
-                        date("obtained_at"),
-                        { "$in": [type_of("ttl"), ["int", "long", "double"]] },
-                        { "$gte": ["$ttl", -1e9] },
-                        { "$lte": ["$ttl", 1e9] },
-                    ]}
-                    .into(),
-                ),
-                held: before(&npm_expiry),
+                describes: Some(present(&["value", "ttl", "obtained_at"])),
                 owner: Some("$value".into()),
-                expires_at: Some(npm_expiry),
+                ..npm
             },
             ForeignLockRule {
-                describes: Some(doc! { "$and": [present("aid"), date("ts")] }.into()),
-                held: ts_expiry.as_ref().map_or(true.into(), before),
+                describes: Some(present(&["aid", "ts"])),
                 owner: Some("$aid".into()),
-                expires_at: ts_expiry,
+                ..ts
             },
             ForeignLockRule {
-                describes: Some(date("ExpireAt")),
-                held: before(&"$ExpireAt".into()),
-                owner: None,
-                expires_at: Some("$ExpireAt".into()),
+                describes: Some(present(&["ExpireAt"])),
+                ..until(date("ExpireAt"), "$ExpireAt".into())
             },
             // A bare `{_id}`.
-            ForeignLockRule {
-                describes: Some(
-                    doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] }.into(),
-                ),
-                held: true.into(),
-                owner: None,
-                expires_at: None,
-            },
+            ForeignLockRule::new(true)
+                .describes(doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] }),
         ];
         rules.extend(self.custom.iter().map(|rule| ForeignLockRule {
             describes: Some(rule.describes.clone().unwrap_or(true.into())),

@@ -43,7 +43,7 @@ pub(crate) use profile::StoreProfile;
 pub(crate) use protocol::Store;
 #[cfg(test)]
 pub(crate) use protocol::tests::StoreExt;
-pub(crate) use read::{FIELD_COUNT, foreign_owner, is_our_layout, lease_info};
+pub(crate) use read::{foreign_owner, is_our_layout, lease_info};
 pub(crate) use release::{Release, Released};
 
 /// Field names of the lock document.

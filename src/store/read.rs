@@ -116,12 +116,6 @@ pub(crate) fn is_our_layout(doc: &Document) -> bool {
         && !doc.contains_key(field::OTHER_OWNER)
 }
 
-/// Field of the reads that report a [`LeaseInfo`]: how many fields the stored
-/// document has (`_id` included), so that a force release deletes a foreign
-/// holder's lock only while it has the fields read (a bare `{_id}` only while
-/// still bare).
-pub(crate) const FIELD_COUNT: &str = "nf";
-
 /// The owner id shown for a foreign holder: the owner field of its layout
 /// (the projected [`OWNER`](crate::foreign::OWNER)), else its `aid`; a
 /// string as it is, another type in canonical Extended JSON, empty if

@@ -424,3 +424,112 @@ async fn an_epoch_milliseconds_expiry_is_held_until_it_passes_and_shown_by_inspe
     assert_eq!(stored_bytes(&fx, "live").await, bytes(&live));
     m.shutdown().await.unwrap();
 }
+
+// ----- what an outside attack found -------------------------------------------
+
+/// A built-in shape whose fields are not of the types its clients write
+/// (an npm lock with an infinite or far `ttl`) is still described by its
+/// own rule, held with no expiry: a user's rule, which by default reads
+/// every other document, never reads it as free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_built_in_shape_with_fields_of_other_types_stays_held_beside_a_users_rule() {
+    let fx = Fixture::new("schemas_npm_unbounded").await;
+    let m = manager_with(&fx, locked_rule()).await;
+    let keys = [
+        ("inf", Bson::Double(f64::INFINITY)),
+        ("far", Bson::Double(1e10)),
+        ("long", Bson::Int64(2_000_000_000)),
+    ];
+    for (key, ttl) in keys {
+        let npm =
+            doc! { "_id": key, "value": "npm-holder", "ttl": ttl, "obtained_at": DateTime::now() };
+        fx.raw().insert_one(npm).await.unwrap();
+        assert!(m.try_acquire(key).await.unwrap().is_none(), "{key}");
+        let info = m.inspect(key).await.unwrap().expect("the npm lock");
+        assert!(info.foreign && info.held, "{key}: {info:?}");
+        assert_eq!(info.owner_id, "npm-holder", "{key}");
+        assert_eq!(info.time_to_expiry(), Duration::MAX, "{key}: no expiry");
+    }
+    m.shutdown().await.unwrap();
+}
+
+/// A force release deletes a declared schema's lock only while its rule
+/// reads it as held, and only as read: a released one (`locked: false`) is
+/// left to its clients, and nothing is reported released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_release_leaves_a_declared_lock_its_rule_reads_as_free() {
+    let fx = Fixture::new("schemas_force_free").await;
+    let m = manager_with(&fx, locked_rule()).await;
+    assert!(their_lock(&fx.raw(), "k", "batch-1", None).await);
+    assert!(their_unlock(&fx.raw(), "k", "batch-1").await.is_some());
+    let released = fx.doc("k").await;
+    assert_eq!(m.force_release("k").await.unwrap(), None);
+    assert_eq!(fx.doc("k").await, released, "left as their client wrote it");
+    assert!(their_lock(&fx.raw(), "k", "batch-2", None).await);
+    let forced = m
+        .force_release("k")
+        .await
+        .unwrap()
+        .expect("their live lock");
+    assert_eq!(
+        (forced.owner_id.as_str(), forced.foreign),
+        ("batch-2", true)
+    );
+    assert_eq!(fx.raw().count_documents(doc! {}).await.unwrap(), 0);
+    m.shutdown().await.unwrap();
+}
+
+/// An observer of a key that a foreign lock comes to hold reads it again
+/// once per change, over the change stream it opened: it neither reopens
+/// the stream nor reads in a loop (the stream's reopening at a read's
+/// operation time would see the same event again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_keeps_its_change_stream_across_a_foreign_locks_changes() {
+    use mongodb::event::EventHandler;
+    use mongodb::event::command::CommandEvent;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let fx = Fixture::new("schemas_observer").await;
+    let streams = Arc::new(AtomicU64::new(0));
+    let mut client_options = mongodb::options::ClientOptions::parse(crate::common::uri())
+        .await
+        .unwrap();
+    let opened = streams.clone();
+    client_options.command_event_handler = Some(EventHandler::callback(move |e: CommandEvent| {
+        if let CommandEvent::Started(s) = e
+            && s.command_name == "aggregate"
+            && s.command.to_string().contains("$changeStream")
+        {
+            opened.fetch_add(1, Ordering::SeqCst);
+        }
+    }));
+    let client = mongodb::Client::with_options(client_options).unwrap();
+    let mut options = fx.options(TTL).await;
+    options.database = client.database(fx.db.name());
+    options.foreign_lock = Some(locked_rule());
+    let m = LeaseManager::connect(options).await.unwrap();
+    let mut observer = m.observe("k").await.unwrap();
+    let mut next = async || {
+        within(WAIT, "an observed state", observer.recv())
+            .await
+            .expect("open")
+            .unwrap()
+    };
+    assert!(next().await.is_none(), "no lock yet");
+    assert!(their_lock(&fx.raw(), "k", "batch-1", None).await);
+    let held = next().await.expect("their lock");
+    assert!(
+        held.foreign && held.held && held.owner_id == "batch-1",
+        "{held:?}"
+    );
+    assert!(their_unlock(&fx.raw(), "k", "batch-1").await.is_some());
+    let free = next().await.expect("their released lock");
+    assert!(free.foreign && !free.held, "{free:?}");
+    assert_eq!(
+        streams.load(Ordering::SeqCst),
+        1,
+        "one change stream throughout"
+    );
+    m.shutdown().await.unwrap();
+    client.shutdown().await;
+}

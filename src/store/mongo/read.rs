@@ -8,23 +8,19 @@ use super::handle::{MongoStore, id_index};
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::{FIELD_COUNT, field, lease_info};
+use crate::store::{field, lease_info};
 use futures::TryStreamExt;
 use mongodb::bson::{Bson, Document, doc};
 use mongodb::options::{FindOptions, Hint};
 use std::collections::HashMap;
 /// The projection of reads that report a [`LeaseInfo`]: every field of the
-/// schema, the server's `$$NOW`, and the stored document's number of fields
-/// ([`FIELD_COUNT`]: a force release deletes a foreign holder's lock only
-/// while it has as many fields as read, [`foreign_filter`](super::release::foreign_filter);
-/// docs/mongodb-behaviour.md, B11).
+/// schema and the server's `$$NOW` (docs/mongodb-behaviour.md, B11).
 pub(super) fn info_projection() -> Document {
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::ACQUIRED_AT: 1,
         field::OTHER_OWNER: 1, field::RENEWED_AT: 1, field::EXPIRES_AT: 1, field::PAYLOAD: 1, "now": "$$NOW",
         field::HOLDERS: 1, field::PERMITS: 1, field::HOLD_UNTIL: 1,
         field::QUEUE: 1, field::EXCLUSIVE_WAITER: 1, field::TRANSITIONS: 1,
-        FIELD_COUNT: { "$size": { "$objectToArray": "$$ROOT" } },
     }
 }
 

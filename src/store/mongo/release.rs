@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::light_release::{LightRelease, Read, release_outcomes};
-use crate::store::{FIELD_COUNT, LeaseRef, OverrideEnd, field};
+use crate::store::{LeaseRef, OverrideEnd, field};
 use mongodb::bson::{Bson, Document, RawArrayBuf, doc, rawdoc};
 use mongodb::options::ReturnDocument;
 use uuid::Uuid;
@@ -329,33 +329,17 @@ pub(super) async fn release_in_two_writes(
     Ok((removed, marked))
 }
 
-/// A foreign holder's lock document `found` (as read by an info read) under
-/// `key`, only while it is still of foreign layout with the `aid` and `ts` it
-/// had and as many fields ([`FIELD_COUNT`]; a bare `{_id}` only while still
-/// bare): the filter of a force release's delete, so that a concurrent
-/// change is not clobbered.
+/// Field of a force release's read: the whole stored document.
+pub(super) const STORED: &str = "sd";
+
+/// A foreign holder's lock under `key`, only while it is still the whole
+/// document `found` read ([`STORED`]): the filter of a force release's
+/// delete, so that a concurrent change is not clobbered.
 pub(super) fn foreign_filter(key: &LeaseKey, found: &Document) -> Document {
-    let same = |name: &str| match found.get(name) {
-        Some(value) => {
-            doc! { "$expr": { "$eq": [format!("${name}"), { "$literal": value.clone() }] } }
-        }
-        None => doc! { name: { "$exists": false } },
-    };
-    let mut same_fields = vec![same(field::OWNER), same(field::RENEWED_AT)];
-    if let Some(count) = found.get(FIELD_COUNT) {
-        same_fields.push(doc! { "$expr": { "$eq": [
-            { "$size": { "$objectToArray": "$$ROOT" } },
-            { "$literal": count.clone() },
-        ]}});
-    }
+    let stored = found.get(STORED).cloned().unwrap_or(Bson::Null);
     doc! {
         field::ID: key.to_bson(),
-        "$and": same_fields,
-        "$nor": [{
-            field::TOKEN: { "$type": "long" },
-            field::EXPIRES_AT: { "$type": "date" },
-            field::OTHER_OWNER: { "$exists": false },
-        }],
+        "$expr": { "$eq": ["$$ROOT", { "$literal": stored }] },
     }
 }
 
@@ -447,7 +431,7 @@ impl MongoStore {
 
     /// One `findAndModify` (a retryable write) that releases `key` if a lease
     /// of our layout holds it now, whoever the owner; returns it as it was.
-    /// Otherwise, if a foreign holder's lock document is there, one
+    /// Otherwise, if a foreign holder's lock held by its rule is there, one
     /// `deleteOne` (a retryable write) deletes it if it is still the document
     /// read ([`foreign_filter`]); a concurrent change wins, and nothing is
     /// reported released.
@@ -471,10 +455,12 @@ impl MongoStore {
             // A key an earlier override left waiting held nothing.
             return Ok(projected_info(&key, &doc).filter(|info| info.held));
         }
-        let found = self.read_key(&key, self.info_projection()).await?;
+        let mut projection = self.info_projection();
+        projection.insert(STORED, "$$ROOT");
+        let found = self.read_key(&key, projection).await?;
         let Some((found, info)) = found
             .and_then(|doc| projected_info(&key, &doc).map(|info| (doc, info)))
-            .filter(|(_, info)| info.foreign)
+            .filter(|(_, info)| info.foreign && info.held)
         else {
             return Ok(None);
         };

@@ -21,9 +21,7 @@ use crate::backoff::retry_delay;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::{
-    Announced, Announcement, FIELD_COUNT, KeyWrite, field, is_our_layout, lease_info,
-};
+use crate::store::{Announced, Announcement, KeyWrite, field, is_our_layout, lease_info};
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use mongodb::bson::{Bson, Document, Timestamp, doc};
@@ -289,9 +287,6 @@ impl Observer {
             .map(|d| d.to_system_time());
         let doc = found.map(|mut d| {
             d.remove("now");
-            // As stored (the field count is not a field), so that the state
-            // compares equal to a change event's full document.
-            d.remove(FIELD_COUNT);
             d
         });
         // Without a document there is no `$$NOW`; the local clock only matters
@@ -387,6 +382,9 @@ impl Observer {
                                 if !self.apply(event) {
                                     return WatchEnd::Restart;
                                 }
+                                if self.doc.as_ref().is_some_and(|d| !is_our_layout(d)) {
+                                    self.reread().await;
+                                }
                             }
                             Some(Err(e)) => {
                                 let e = Error::from(e);
@@ -448,12 +446,28 @@ impl Observer {
             }
             _ => return true,
         }
-        // A foreign lock is judged by its rule on the server: read again.
+        // A foreign lock is judged by its rule on the server: `reread`.
         if self.doc.as_ref().is_some_and(|d| !is_our_layout(d)) {
-            return false;
+            return true;
         }
         self.emit(server_time);
         true
+    }
+
+    /// Reads a foreign lock again after its change event, to judge it by its
+    /// rule on the server, and sends the result; on an error, the expiry
+    /// check reads it later.
+    async fn reread(&mut self) {
+        match self.read(false).await {
+            Ok((doc, now, _)) => {
+                self.doc = doc;
+                self.emit(now);
+            }
+            Err(e) => {
+                tracing::debug!(key = %self.key, error = %e, "re-reading a foreign lock failed; retrying");
+                self.check_at = Some(Instant::now() + RETRY_MAX);
+            }
+        }
     }
 
     /// The last known lease should have expired by now: re-read, and report
