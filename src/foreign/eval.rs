@@ -1,31 +1,19 @@
-//! The twin's evaluator of MongoDB aggregation expressions, for the foreign
-//! lock rules: literals, field paths (`"$a.b"`, through arrays as MongoDB
-//! does), `$$NOW`, `$$ROOT`, `$$CURRENT`, `$$REMOVE`, object and array
-//! literals, and the operators of [`OPERATORS`]: `$literal`, `$and`, `$or`,
-//! `$not`, `$eq`, `$ne`, `$lt`, `$lte`, `$gt`, `$gte`, `$cmp`, `$in`,
-//! `$type`, `$ifNull`, `$cond`, `$add`, `$subtract`, `$multiply`, `$abs`,
-//! `$toLong`, `$toDate`, `$toBool`, `$size`, `$objectToArray`, `$strLenCP`,
-//! `$isNumber`.
-//!
-//! As `mongod` (6.0) does, an expression is first optimized, then evaluated:
-//! a subtree of constants (`$$NOW` is one) is evaluated up front, so an
-//! error in it fails the command even in a branch never taken; the
-//! constants of `$and`, `$or`, `$add` and `$multiply` are hoisted past the
-//! other operands and folded into one, nested same operators flattened; a
-//! false constant makes `$and` false (a true one `$or` true) unevaluated.
-//! Then BSON's order across types, numbers compared by value (NaN least),
-//! missing below null (`$eq` of missing and null is false), int32 overflow
-//! to int64 and int64 overflow to double, a date plus doubles the exact sum
-//! rounded to the millisecond with halves toward zero, a date minus a double
-//! truncated. Decimal128 is typed, compared with other types and
-//! coerced to bool; arithmetic or comparison with one is an `Err`
-//! "unsupported in the twin", as are strings to dates. The differential
-//! test (`tests.rs`) checks all of this against a real `mongod`.
+//! The twin's evaluator of MongoDB aggregation expressions for the foreign
+//! lock rules: literals, object and array literals, field paths (`"$a.b"`,
+//! through embedded documents), `$$NOW`, `$$ROOT`, `$$CURRENT` and the
+//! [`OPERATORS`], left to right (`$and`, `$or` short-circuit, `$cond` lazy).
+//! Where `mongod` (6.0) and the twin both give a value, the values are equal;
+//! errors may differ (`mongod` folds constant sub-expressions first). As in
+//! `mongod`: BSON's order across types, numbers by value (NaN least), missing
+//! below null, null from a null operand, `$add`/`$multiply` flattened with
+//! their constants folded last, int32 overflow to int64 and int64 to double,
+//! a date plus numbers exact and rounded to the ms, halves toward zero. A path
+//! through an array, or a Decimal128 but for `$type`, is "unsupported in the
+//! twin". `tests.rs` checks all this against `mongod`.
 
 use std::cmp::Ordering;
-use std::collections::VecDeque;
 
-use mongodb::bson::{Bson, DateTime, Decimal128, Document, doc};
+use mongodb::bson::{Bson, DateTime, Document, doc};
 
 type Value = Option<Bson>;
 type Res<T> = Result<T, String>;
@@ -33,660 +21,339 @@ type Res<T> = Result<T, String>;
 /// The operators the twin evaluates.
 #[rustfmt::skip]
 pub(crate) const OPERATORS: &[&str] = &[
-    "$literal", "$and", "$or", "$not", "$eq", "$ne", "$lt", "$lte", "$gt", "$gte", "$cmp", "$in",
-    "$type", "$ifNull", "$cond", "$add", "$subtract", "$multiply", "$abs", "$toLong", "$toDate",
-    "$toBool", "$size", "$objectToArray", "$strLenCP", "$isNumber",
+    "$literal", "$and", "$or", "$not", "$eq", "$ne", "$lt", "$lte", "$gt", "$gte", "$in", "$type",
+    "$ifNull", "$cond", "$add", "$multiply", "$toLong", "$toDate", "$size", "$objectToArray",
 ];
-/// The variables (`$$NAME`) the twin knows.
-const VARIABLES: &[&str] = &["NOW", "ROOT", "CURRENT", "REMOVE"];
-const FOLDED: &[&str] = &["$and", "$or", "$add", "$multiply"];
-#[rustfmt::skip]
-const TWO: &[&str] = &["$eq", "$ne", "$lt", "$lte", "$gt", "$gte", "$cmp", "$in", "$subtract"];
-const LONG_END: f64 = 9_223_372_036_854_775_808.0; // 2^63
+const VARIABLES: &[&str] = &["NOW", "ROOT", "CURRENT"];
 
 fn unsupported(what: &str) -> String {
     format!("{what} is unsupported in the twin")
 }
 
-/// Evaluates `expr` over `root` at `$$NOW` = `now`: `Ok(None)` for missing.
-pub(crate) fn evaluate(expr: &Bson, root: &Document, now: DateTime) -> Res<Value> {
-    eval(&fold(expr, now)?, root, now)
+fn wrong(op: &str, v: &Value) -> String {
+    format!("{op} of a {}", kind(v).0)
 }
 
 /// MongoDB's truthiness of a value (missing, null, undefined, false and 0
-/// are false).
+/// are false); a Decimal128 reads true.
 pub(crate) fn truthy(value: &Value) -> bool {
+    truth(value).unwrap_or(true)
+}
+
+fn truth(value: &Value) -> Res<bool> {
     match value {
-        None | Some(Bson::Null | Bson::Undefined) => false,
-        Some(Bson::Boolean(b)) => *b,
-        Some(Bson::Int32(n)) => *n != 0,
-        Some(Bson::Int64(n)) => *n != 0,
-        Some(Bson::Double(d)) => *d != 0.0,
-        Some(Bson::Decimal128(d)) => !decimal_zero(d),
-        Some(_) => true,
+        Some(Bson::Decimal128(_)) => Err(unsupported("the truth of a decimal")),
+        Some(v @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => Ok(double(v) != 0.0),
+        v => Ok(!nullish(v) && v != &Some(Bson::Boolean(false))),
     }
+}
+
+fn nullish(value: &Value) -> bool {
+    matches!(value, None | Some(Bson::Null | Bson::Undefined))
 }
 
 /// `Err` naming the first operator or variable of `expr` outside
 /// [`OPERATORS`] and the known variables.
 pub(crate) fn check(expr: &Bson) -> Res<()> {
     match expr {
-        Bson::String(s) => match s.strip_prefix("$$").map(|v| v.split('.').next()) {
-            Some(Some(v)) if !VARIABLES.contains(&v) => Err(format!(
-                "variable $${v} is not one the twin knows ({VARIABLES:?})"
-            )),
+        Bson::String(s) => match s.strip_prefix("$$").and_then(|v| v.split('.').next()) {
+            Some(v) if !VARIABLES.contains(&v) => Err(format!("variable $${v} is unknown")),
             _ => Ok(()),
         },
         Bson::Array(items) => items.iter().try_for_each(check),
         Bson::Document(d) => d.iter().try_for_each(|(k, v)| match k.as_str() {
             "$literal" => Ok(()),
-            k if k.starts_with('$') && !OPERATORS.contains(&k) => Err(format!(
-                "operator {k} is not one the twin evaluates ({OPERATORS:?})"
-            )),
+            k if k.starts_with('$') && !OPERATORS.contains(&k) => Err(format!("{k} is unknown")),
             _ => check(v),
         }),
         _ => Ok(()),
     }
 }
 
-/// A constant in a folded expression.
-fn lit(value: Value) -> Bson {
-    value.map_or("$$REMOVE".into(), |v| doc! { "$literal": v }.into())
-}
-
-fn constant(e: &Bson) -> Option<Value> {
-    match e {
-        Bson::String(s) if s == "$$REMOVE" => Some(None),
-        Bson::Document(d) if d.len() == 1 => d.get("$literal").map(|v| Some(v.clone())),
-        _ => None,
-    }
-}
-
-/// The operator of an expression object, if it is one.
-fn operator(d: &Document) -> Res<Option<(&str, &Bson)>> {
-    match d.iter().next() {
-        Some((k, v)) if k.starts_with('$') && d.len() == 1 => Ok(Some((k, v))),
-        Some((k, _)) if k.starts_with('$') => Err(format!(
-            "an expression specification must contain exactly one field, the name of the expression. Found {} fields in {d}",
-            d.len()
-        )),
-        _ => match d.keys().find(|k| k.starts_with('$') || k.contains('.')) {
-            Some(k) => Err(format!(
-                "FieldPath field names may not start with '$' or contain '.': {k}"
-            )),
-            None => Ok(None),
-        },
-    }
-}
-
-/// The arguments of `op` (a single one or an array of them), counted.
-fn args(op: &str, arg: &Bson) -> Res<Vec<Bson>> {
-    let list = match (op, arg) {
-        ("$cond", Bson::Document(d)) => {
-            if let Some(k) = d
-                .keys()
-                .find(|k| !["if", "then", "else"].contains(&k.as_str()))
-            {
-                return Err(format!("Unrecognized parameter to $cond: {k}"));
-            }
-            let get = |k| {
-                d.get(k)
-                    .cloned()
-                    .ok_or(format!("Missing '{k}' parameter to $cond"))
-            };
-            vec![get("if")?, get("then")?, get("else")?]
-        }
-        (_, Bson::Array(items)) => items.clone(),
-        _ => vec![arg.clone()],
-    };
-    let n = list.len();
-    match op {
-        "$ifNull" if n < 2 => Err(format!("$ifNull needs at least two arguments, had: {n}")),
-        _ if FOLDED.contains(&op) || op == "$ifNull" => Ok(list),
-        _ => match if op == "$cond" {
-            3
-        } else if TWO.contains(&op) {
-            2
-        } else {
-            1
-        } {
-            k if k == n => Ok(list),
-            k => Err(format!(
-                "Expression {op} takes exactly {k} arguments. {n} were passed in."
-            )),
-        },
-    }
-}
-
-/// `expr` optimized as `mongod` does (see the module docs), its constants
-/// `{$literal}` (or `$$REMOVE` for missing), each operator's arguments an
-/// array: what [`eval`] reads.
-fn fold(expr: &Bson, now: DateTime) -> Res<Bson> {
-    let empty = Document::new();
-    let all_const = |items: &[Bson]| items.iter().all(|e| constant(e).is_some());
+/// Evaluates `expr` over `root` at `$$NOW` = `now`: `Ok(None)` for missing.
+pub(crate) fn evaluate(expr: &Bson, root: &Document, now: DateTime) -> Res<Value> {
     match expr {
         Bson::String(s) if s.starts_with('$') => {
-            let (var, fields) = match s.strip_prefix("$$") {
-                Some(v) => v.split_once('.').unwrap_or((v, "x")),
-                None => ("CURRENT", &s[1..]),
+            let path = s.strip_prefix("$$").map(str::to_string);
+            let path = path.unwrap_or_else(|| format!("CURRENT.{}", &s[1..]));
+            let mut fields = path.split('.');
+            let value = match fields.next() {
+                Some("NOW") => Some(Bson::DateTime(now)),
+                Some("ROOT" | "CURRENT") => Some(root.clone().into()),
+                _ => return Err(format!("undefined variable in {s}")),
             };
-            if !VARIABLES.contains(&var) {
-                return Err(format!("Use of undefined variable: {var}"));
-            }
-            if let Some(f) = fields
-                .split('.')
-                .find(|f| f.is_empty() || f.starts_with('$'))
-            {
-                return Err(format!("Invalid field path {s:?}: field name {f:?}"));
-            }
-            let folds = var == "NOW" || var == "REMOVE";
-            Ok(if folds {
-                lit(path(s, &empty, now))
-            } else {
-                expr.clone()
+            fields.try_fold(value, |value, field| match value {
+                Some(Bson::Document(mut d)) => Ok(d.remove(field)),
+                Some(Bson::Array(_)) => Err(unsupported(&format!("{s} through an array"))),
+                _ => Ok(None),
             })
         }
         Bson::Array(items) => {
-            let items: Vec<Bson> = items.iter().map(|e| fold(e, now)).collect::<Res<_>>()?;
-            let folds = all_const(&items);
-            let array = Bson::Array(items);
-            Ok(if folds {
-                lit(eval(&array, &empty, now)?)
-            } else {
-                array
-            })
-        }
-        Bson::Document(d) => match operator(d)? {
-            Some(("$literal", v)) => Ok(lit(Some(v.clone()))),
-            Some((op, _)) if !OPERATORS.contains(&op) => {
-                Err(format!("Unrecognized expression '{op}'"))
-            }
-            Some((op, arg)) => {
-                let kids: Vec<Bson> = args(op, arg)?
-                    .iter()
-                    .map(|e| fold(e, now))
-                    .collect::<Res<_>>()?;
-                if all_const(&kids) {
-                    return Ok(lit(apply(op, &kids, &empty, now)?));
-                }
-                if !FOLDED.contains(&op) {
-                    return Ok(doc! { op: kids }.into());
-                }
-                let (mut queue, mut rest, mut consts) = (VecDeque::from(kids), vec![], vec![]);
-                while let Some(e) = queue.pop_front() {
-                    match e.as_document().and_then(|d| d.get_array(op).ok()) {
-                        _ if constant(&e).is_some() => consts.push(e),
-                        Some(inner) => inner.iter().rev().for_each(|i| queue.push_front(i.clone())),
-                        None => rest.push(e),
-                    }
-                }
-                if consts.len() > 1 {
-                    consts = vec![lit(apply(op, &consts, &empty, now)?)];
-                }
-                if let (Some(Some(last)), "$and" | "$or") = (consts.first().map(constant), op) {
-                    if truthy(&last) == (op == "$or") {
-                        return Ok(lit(Some(Bson::Boolean(op == "$or"))));
-                    }
-                    consts.clear();
-                }
-                rest.extend(consts);
-                Ok(doc! { op: rest }.into())
-            }
-            None => {
-                let mut out = Document::new();
-                for (k, v) in d {
-                    out.insert(k, fold(v, now)?);
-                }
-                let folds = out.values().all(|e| constant(e).is_some());
-                let out = Bson::Document(out);
-                Ok(if folds {
-                    lit(eval(&out, &empty, now)?)
-                } else {
-                    out
-                })
-            }
-        },
-        _ => Ok(lit(Some(expr.clone()))),
-    }
-}
-
-/// Evaluates a folded expression.
-fn eval(e: &Bson, root: &Document, now: DateTime) -> Res<Value> {
-    match e {
-        Bson::String(s) if s.starts_with('$') => Ok(path(s, root, now)),
-        Bson::Array(items) => {
-            let value = |e| Ok(eval(e, root, now)?.unwrap_or(Bson::Null));
-            Ok(Some(Bson::Array(
-                items.iter().map(value).collect::<Res<_>>()?,
-            )))
+            let item = |e| Ok(evaluate(e, root, now)?.unwrap_or(Bson::Null));
+            Ok(Some(
+                items.iter().map(item).collect::<Res<Vec<_>>>()?.into(),
+            ))
         }
         Bson::Document(d) => match d.iter().next() {
-            Some((op, v)) if op == "$literal" => Ok(Some(v.clone())),
-            Some((op, Bson::Array(kids))) if op.starts_with('$') => apply(op, kids, root, now),
+            Some((op, spec)) if op.starts_with('$') && d.len() == 1 => apply(op, spec, root, now),
+            Some((op, _)) if op.starts_with('$') => Err(format!("{op} is not alone in {d}")),
             _ => {
                 let mut out = Document::new();
                 for (k, v) in d {
-                    if let Some(v) = eval(v, root, now)? {
+                    if let Some(v) = evaluate(v, root, now)? {
                         out.insert(k, v);
                     }
                 }
                 Ok(Some(out.into()))
             }
         },
-        _ => Ok(Some(e.clone())),
+        _ => Ok(Some(expr.clone())),
     }
 }
 
-/// A field path or variable: through embedded documents, and through an
-/// array to the values of its documents' fields.
-fn path(s: &str, root: &Document, now: DateTime) -> Value {
-    fn walk(value: Option<&Bson>, fields: &[&str]) -> Value {
-        match (value?, fields) {
-            (v, []) => Some(v.clone()),
-            (Bson::Document(d), [f, rest @ ..]) => walk(d.get(*f), rest),
-            (Bson::Array(items), _) => Some(Bson::Array(
-                items
-                    .iter()
-                    .filter(|i| matches!(i, Bson::Document(_)))
-                    .filter_map(|i| walk(Some(i), fields))
-                    .collect(),
-            )),
-            _ => None,
-        }
-    }
-    let fields: Vec<&str> = s.trim_start_matches('$').split('.').collect();
-    match (s.starts_with("$$"), fields[0]) {
-        (true, "NOW") => walk(Some(&Bson::DateTime(now)), &fields[1..]),
-        (true, "REMOVE") => None,
-        (true, _) => walk(Some(&Bson::Document(root.clone())), &fields[1..]),
-        (false, _) => walk(Some(&Bson::Document(root.clone())), &fields),
-    }
-}
-
-/// `op` over its (folded) arguments.
-fn apply(op: &str, kids: &[Bson], root: &Document, now: DateTime) -> Res<Value> {
-    let arg = |i: usize| eval(&kids[i], root, now);
-    let values = || kids.iter().map(|e| eval(e, root, now));
-    let order = |ok: fn(Ordering) -> bool| Ok(Some(ok(compare(&arg(0)?, &arg(1)?)?).into()));
+/// `op` over its arguments (an array of them, or a single one).
+fn apply(op: &str, spec: &Bson, root: &Document, now: DateTime) -> Res<Value> {
+    let kids: Vec<&Bson> = match (op, spec) {
+        ("$literal", _) => return Ok(Some(spec.clone())),
+        ("$cond", Bson::Document(d)) => (["if", "then", "else"].iter())
+            .map(|k| d.get(k).ok_or(format!("$cond needs '{k}'")))
+            .collect::<Res<_>>()?,
+        _ => spec.as_array().map_or(vec![spec], |a| a.iter().collect()),
+    };
+    let arg = |i: usize| kids.get(i).map_or(Ok(None), |e| evaluate(e, root, now));
+    let yes = |b: bool| -> Res<Value> { Ok(Some(b.into())) };
+    let order = |ok: fn(Ordering) -> bool| yes(ok(compare(&arg(0)?, &arg(1)?)?));
     match op {
         "$and" | "$or" => {
-            for v in values() {
-                if truthy(&v?) == (op == "$or") {
-                    return Ok(Some((op == "$or").into()));
-                }
-            }
-            Ok(Some((op == "$and").into()))
+            let mut truths = kids.iter().map(|e| truth(&evaluate(e, root, now)?));
+            let decided = truths.find(|t| t != &Ok(op == "$and")).transpose()?;
+            yes(decided.is_some() == (op == "$or"))
         }
-        "$not" => Ok(Some((!truthy(&arg(0)?)).into())),
+        "$not" => yes(!truth(&arg(0)?)?),
         "$eq" => order(Ordering::is_eq),
         "$ne" => order(Ordering::is_ne),
         "$lt" => order(Ordering::is_lt),
         "$lte" => order(Ordering::is_le),
         "$gt" => order(Ordering::is_gt),
         "$gte" => order(Ordering::is_ge),
-        "$cmp" => Ok(Some(Bson::Int32(compare(&arg(0)?, &arg(1)?)? as i32))),
-        "$in" => {
-            let x = arg(0)?;
-            match arg(1)? {
-                Some(Bson::Array(items)) => {
-                    for item in items {
-                        if compare(&x, &Some(item))?.is_eq() {
-                            return Ok(Some(true.into()));
-                        }
-                    }
-                    Ok(Some(false.into()))
-                }
-                v => Err(format!(
-                    "$in requires an array as a second argument, found: {}",
-                    type_name(&v)
-                )),
+        "$in" => match (arg(0)?, arg(1)?) {
+            (x, Some(Bson::Array(items))) => {
+                let mut hits = items.into_iter().map(|i| compare(&x, &Some(i)));
+                let hit = hits.find(|o| !matches!(o, Ok(o) if o.is_ne()));
+                yes(hit.transpose()?.is_some())
             }
-        }
-        "$type" => Ok(Some(type_name(&arg(0)?).into())),
-        "$isNumber" => Ok(Some(
-            matches!(
-                arg(0)?,
-                Some(Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))
-            )
-            .into(),
-        )),
+            (_, v) => Err(wrong(op, &v)),
+        },
+        "$type" => Ok(Some(kind(&arg(0)?).0.into())),
         "$ifNull" => {
-            for (i, v) in values().enumerate() {
-                let v = v?;
-                if !matches!(v, None | Some(Bson::Null | Bson::Undefined)) || i == kids.len() - 1 {
-                    return Ok(v);
-                }
-            }
-            Ok(None)
+            let mut values = (0..kids.len()).map(arg);
+            let found = values.find(|v| !matches!(v, Ok(v) if nullish(v)));
+            found.unwrap_or_else(|| arg(kids.len().max(1) - 1))
         }
-        "$cond" => arg(if truthy(&arg(0)?) { 1 } else { 2 }),
-        "$add" => add(values()),
-        "$multiply" => multiply(values()),
-        "$subtract" => subtract(arg(0)?, arg(1)?),
+        "$cond" => arg(if truth(&arg(0)?)? { 1 } else { 2 }),
+        "$add" | "$multiply" => {
+            let mut rest = vec![];
+            let constants = hoist(op, spec, root, now, &mut rest)?;
+            arith(op, rest.into_iter().chain(constants))
+        }
         "$size" => match arg(0)? {
             Some(Bson::Array(a)) => Ok(Some(Bson::Int32(a.len() as i32))),
-            v => Err(format!(
-                "The argument to $size must be an array, but was of type: {}",
-                type_name(&v)
-            )),
+            v => Err(wrong(op, &v)),
         },
-        "$strLenCP" => match arg(0)? {
-            Some(Bson::String(s)) => Ok(Some(Bson::Int32(s.chars().count() as i32))),
-            v => Err(format!(
-                "$strLenCP requires a string argument, found: {}",
-                type_name(&v)
-            )),
+        "$objectToArray" => match arg(0)? {
+            v if nullish(&v) => Ok(Some(Bson::Null)),
+            Some(Bson::Document(d)) => {
+                let pairs = d.iter().map(|(k, v)| doc! { "k": k, "v": v.clone() });
+                Ok(Some(pairs.collect::<Vec<_>>().into()))
+            }
+            v => Err(wrong(op, &v)),
         },
-        _ => unary(op, arg(0)?),
+        "$toLong" | "$toDate" => convert(op, arg(0)?),
+        _ => Err(format!("Unrecognized expression '{op}'")),
     }
 }
 
-/// The one-argument operators that return null for a nullish argument.
-fn unary(op: &str, v: Value) -> Res<Value> {
-    let Some(v) = v.filter(|v| !matches!(v, Bson::Null | Bson::Undefined)) else {
-        return Ok(Some(Bson::Null));
-    };
-    let (name, to) = (type_name(&Some(v.clone())), op[3..].to_lowercase());
-    let fail = || {
-        Err(format!(
-            "Unsupported conversion from {name} to {to} in $convert with no onError value"
-        ))
-    };
-    Ok(Some(match (op, &v) {
-        ("$abs", Bson::Double(d)) => Bson::Double(d.abs()),
-        ("$abs", Bson::Int32(n)) => int_or_long(i64::from(*n).abs()),
-        ("$abs", Bson::Int64(n)) => {
-            Bson::Int64(n.checked_abs().ok_or("can't take $abs of long long min")?)
+/// Whether `mongod` folds `e`, a constant, before evaluating.
+fn constant(e: &Bson) -> bool {
+    match e {
+        Bson::String(s) => !s.starts_with('$') || s.starts_with("$$NOW"),
+        Bson::Array(items) => items.iter().all(constant),
+        Bson::Document(d) => d.contains_key("$literal") || d.values().all(constant),
+        _ => true,
+    }
+}
+
+/// The operands of `$add` or `$multiply` in `mongod`'s order: the others
+/// into `rest`, nested same operators flattened in place, and the constants
+/// returned, folded into one if there are more.
+fn hoist(
+    op: &str,
+    spec: &Bson,
+    root: &Document,
+    now: DateTime,
+    rest: &mut Vec<Value>,
+) -> Res<Vec<Value>> {
+    let mut constants = vec![];
+    for kid in spec
+        .as_array()
+        .map_or(std::slice::from_ref(spec), Vec::as_slice)
+    {
+        match kid.as_document().and_then(|d| d.get(op)) {
+            _ if constant(kid) => constants.push(evaluate(kid, root, now)?),
+            Some(inner) => constants.extend(hoist(op, inner, root, now, rest)?),
+            None => rest.push(evaluate(kid, root, now)?),
         }
-        ("$abs", _) => return widen(0, &v, op).and(Err(unsupported("$abs of a decimal"))),
-        ("$objectToArray", Bson::Document(d)) => Bson::Array(
-            d.iter()
-                .map(|(k, v)| doc! { "k": k, "v": v.clone() }.into())
-                .collect(),
-        ),
-        ("$objectToArray", _) => {
-            return Err(format!(
-                "$objectToArray requires a document input, found: {name}"
-            ));
+    }
+    if constants.len() > 1 {
+        constants = vec![arith(op, constants)?];
+    }
+    Ok(constants)
+}
+
+/// `$add` or `$multiply`: integers exactly (int32 overflow to int64, int64
+/// overflow to double), doubles in order; `$add` with a date, the exact
+/// sum rounded to the millisecond, halves toward zero.
+fn arith(op: &str, values: impl IntoIterator<Item = Value>) -> Res<Value> {
+    let add = op == "$add";
+    let (mut exact, mut float, mut w, mut date) = (i64::from(!add), f64::from(!add), 0, false);
+    let (mut whole, mut fraction) = (0i128, 0f64); // the exact sum, for a date
+    for v in values {
+        let (v, wider) = match v {
+            v if nullish(&v) => return Ok(Some(Bson::Null)),
+            Some(Bson::DateTime(d)) if add && !date => {
+                (date, whole) = (true, whole + i128::from(d.timestamp_millis()));
+                continue;
+            }
+            Some(v @ Bson::Int32(_)) => (v, w),
+            Some(v @ Bson::Int64(_)) => (v, w.max(1)),
+            Some(v @ Bson::Double(_)) => (v, 2),
+            Some(Bson::Decimal128(_)) => return Err(unsupported("decimal arithmetic")),
+            v => return Err(wrong(op, &v)),
+        };
+        let (n, d) = (long(&v), double(&v));
+        let (t, f) = v
+            .as_f64()
+            .map_or((n.into(), 0.0), |d| (d.trunc() as i128, d.fract()));
+        (whole, fraction) = (whole.saturating_add(t), fraction + f);
+        if !add {
+            float *= d;
+            let product = exact.checked_mul(n).filter(|_| wider < 2);
+            (exact, w) = product.map_or((exact, 2), |p| (p, wider));
+        } else {
+            let sum = exact.checked_add(n).filter(|_| wider < 2);
+            let from = if w == 2 { float } else { exact as f64 };
+            (exact, float, w) = sum.map_or((exact, from + d, 2), |s| (s, float, wider));
         }
-        ("$toBool", _) => Bson::Boolean(truthy(&Some(v.clone()))),
-        (_, Bson::Decimal128(_)) => return Err(unsupported("converting a decimal")),
-        ("$toLong", Bson::Int32(n)) => Bson::Int64(i64::from(*n)),
-        ("$toLong", Bson::Int64(n)) => Bson::Int64(*n),
-        ("$toLong", Bson::Double(d)) => Bson::Int64(double_to_long(*d)?),
-        ("$toLong", Bson::Boolean(b)) => Bson::Int64(i64::from(*b)),
-        ("$toLong", Bson::DateTime(d)) => Bson::Int64(d.timestamp_millis()),
-        ("$toLong", Bson::String(s)) => Bson::Int64(s.parse().map_err(|e| {
-            format!("Failed to parse number '{s}' in $convert with no onError value: {e}")
-        })?),
-        ("$toDate", Bson::Int64(n)) => Bson::DateTime(DateTime::from_millis(*n)),
-        ("$toDate", Bson::Double(d)) => Bson::DateTime(DateTime::from_millis(double_to_long(*d)?)),
-        ("$toDate", Bson::DateTime(_)) => v.clone(),
-        ("$toDate", Bson::ObjectId(o)) => {
-            let [a, b, c, d, ..] = o.bytes();
-            Bson::DateTime(DateTime::from_millis(
-                i64::from(i32::from_be_bytes([a, b, c, d])) * 1000,
-            ))
+    }
+    if date {
+        let f = fraction.fract();
+        whole += fraction.trunc() as i128;
+        if f.abs() > 0.5 || (f.abs() == 0.5 && (whole as f64) * f < 0.0) {
+            whole += f.signum() as i128;
         }
-        ("$toDate", Bson::Timestamp(t)) => {
-            Bson::DateTime(DateTime::from_millis(i64::from(t.time) * 1000))
-        }
-        ("$toDate", Bson::String(_)) => return Err(unsupported("$toDate of a string")),
-        _ => return fail(),
+        let ms = i64::try_from(whole).ok().filter(|_| !f.is_nan());
+        return Ok(Some(
+            DateTime::from_millis(ms.ok_or("date overflow")?).into(),
+        ));
+    }
+    Ok(Some(match w {
+        0 => i32::try_from(exact).map_or(Bson::Int64(exact), Bson::Int32),
+        1 => Bson::Int64(exact),
+        _ => Bson::Double(float),
     }))
 }
 
-fn double_to_long(d: f64) -> Res<i64> {
-    match d {
-        d if d.is_nan() => Err("Attempt to convert NaN value to integer".into()),
-        d if d.is_infinite() => Err("Attempt to convert infinity value to integer".into()),
-        d if (-LONG_END..LONG_END).contains(&d) => Ok(d as i64),
-        d => Err(format!(
-            "Conversion would overflow target type in $convert with no onError value: {d}"
-        )),
-    }
-}
-
-fn int_or_long(n: i64) -> Bson {
-    i32::try_from(n).map_or(Bson::Int64(n), Bson::Int32)
-}
-
-/// The widest numeric type of `w` (0 int, 1 long, 2 double) and `v`.
-fn widen(w: u8, v: &Bson, op: &str) -> Res<u8> {
-    match v {
-        Bson::Int32(_) => Ok(w),
-        Bson::Int64(_) => Ok(w.max(1)),
-        Bson::Double(_) => Ok(2),
-        Bson::Decimal128(_) => Err(unsupported("decimal arithmetic")),
-        _ => Err(format!(
-            "{op} only supports numeric types, not {}",
-            type_name(&Some(v.clone()))
-        )),
-    }
+/// `$toDate` or `$toLong` (null for null or missing).
+fn convert(op: &str, v: Value) -> Res<Value> {
+    const LONG_END: f64 = 9_223_372_036_854_775_808.0; // 2^63
+    let n = match (v, op == "$toDate") {
+        (v, _) if nullish(&v) => return Ok(Some(Bson::Null)),
+        (Some(Bson::Int32(n)), false) => i64::from(n),
+        (Some(Bson::Int64(n)), _) => n,
+        (Some(Bson::Double(d)), _) if (-LONG_END..LONG_END).contains(&d) => d as i64,
+        (Some(Bson::DateTime(d)), _) => d.timestamp_millis(),
+        (Some(Bson::Boolean(b)), false) => i64::from(b),
+        (Some(Bson::String(s)), false) => s.parse().map_err(|_| format!("no long in {s}"))?,
+        (Some(Bson::ObjectId(o)), true) => {
+            let [a, b, c, d, ..] = o.bytes();
+            i64::from(i32::from_be_bytes([a, b, c, d])) * 1000
+        }
+        (Some(Bson::Timestamp(t)), true) => i64::from(t.time) * 1000,
+        (Some(Bson::Decimal128(_) | Bson::String(_)), _) => return Err(unsupported(op)),
+        (v, _) => return Err(wrong(op, &v)),
+    };
+    let date = Bson::DateTime(DateTime::from_millis(n));
+    Ok(Some(if op == "$toDate" {
+        date
+    } else {
+        Bson::Int64(n)
+    }))
 }
 
 fn long(v: &Bson) -> i64 {
-    match v {
-        Bson::Int32(n) => i64::from(*n),
-        Bson::Int64(n) => *n,
-        Bson::Double(d) if d.is_nan() || !(-LONG_END..LONG_END).contains(d) => i64::MIN,
-        Bson::Double(d) => *d as i64,
-        _ => 0,
-    }
+    v.as_i32().map_or(v.as_i64().unwrap_or(0), i64::from)
 }
 
 fn double(v: &Bson) -> f64 {
-    match v {
-        Bson::Double(d) => *d,
-        v => long(v) as f64,
-    }
-}
-
-/// `$add`: integers exactly (int32 overflow to int64, int64 overflow to
-/// double), doubles in order; with a date, the exact sum rounded to the
-/// nearest millisecond, halves toward zero (the server's compensated sum).
-fn add(values: impl Iterator<Item = Res<Value>>) -> Res<Value> {
-    let mut operands = vec![];
-    for v in values {
-        match v? {
-            None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
-            Some(Bson::DateTime(_)) if operands.iter().any(|o| matches!(o, Bson::DateTime(_))) => {
-                return Err("only one date allowed in an $add expression".into());
-            }
-            Some(v @ Bson::DateTime(_)) => operands.push(v),
-            Some(v) => {
-                widen(0, &v, "$add").map_err(|e| e.replace("numeric", "numeric or date"))?;
-                operands.push(v);
-            }
-        }
-    }
-    if operands.iter().any(|o| matches!(o, Bson::DateTime(_))) {
-        let overflow = || "date overflow in $add".to_string();
-        let (mut whole, mut fraction) = (0i128, 0f64);
-        for v in &operands {
-            match v {
-                Bson::DateTime(d) => whole += i128::from(d.timestamp_millis()),
-                Bson::Double(d) if d.is_nan() || d.abs() >= 1e30 => return Err(overflow()),
-                Bson::Double(d) => {
-                    (whole, fraction) = (whole + d.trunc() as i128, fraction + d.fract())
-                }
-                v => whole += i128::from(long(v)),
-            }
-        }
-        whole += fraction.trunc() as i128;
-        let mut f = fraction.fract();
-        if whole > 0 && f < 0.0 || whole < 0 && f > 0.0 {
-            (whole, f) = (whole + f.signum() as i128, f - f.signum());
-        }
-        if f.abs() > 0.5 {
-            whole += f.signum() as i128;
-        }
-        return Ok(Some(Bson::DateTime(DateTime::from_millis(
-            i64::try_from(whole).map_err(|_| overflow())?,
-        ))));
-    }
-    let (mut total, mut sum, mut w) = (0i64, 0f64, 0u8);
-    for v in &operands {
-        let wider = widen(w, v, "$add")?;
-        if wider == 2 {
-            sum = if w == 2 { sum } else { total as f64 } + double(v);
-        } else if let Some(t) = total.checked_add(long(v)) {
-            total = t;
-        } else {
-            (sum, w) = (total as f64 + double(v), 2);
-            continue;
-        }
-        w = wider;
-    }
-    Ok(Some(
-        [int_or_long(total), Bson::Int64(total), Bson::Double(sum)][usize::from(w)].clone(),
-    ))
-}
-
-fn multiply(values: impl Iterator<Item = Res<Value>>) -> Res<Value> {
-    let (mut product, mut exact, mut w) = (1f64, 1i64, 0u8);
-    for v in values {
-        let v = match v? {
-            None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
-            Some(v) => v,
-        };
-        w = widen(w, &v, "$multiply")?;
-        product *= double(&v);
-        if w < 2 {
-            exact = exact.checked_mul(long(&v)).unwrap_or_else(|| {
-                w = 2;
-                0
-            });
-        }
-    }
-    Ok(Some(
-        [
-            int_or_long(exact),
-            Bson::Int64(exact),
-            Bson::Double(product),
-        ][usize::from(w)]
-        .clone(),
-    ))
-}
-
-fn subtract(l: Value, r: Value) -> Res<Value> {
-    let (lt, rt) = (type_name(&l), type_name(&r));
-    let (Some(a), Some(b)) = (l, r) else {
-        return Ok(Some(Bson::Null));
-    };
-    match (widen(0, &a, "").and_then(|w| widen(w, &b, "")), &a, &b) {
-        (Ok(2), ..) => Ok(Some(Bson::Double(double(&a) - double(&b)))),
-        (Ok(w), ..) => Ok(Some(match long(&a).checked_sub(long(&b)) {
-            Some(d) if w == 0 => int_or_long(d),
-            Some(d) => Bson::Int64(d),
-            None => Bson::Double(double(&a) - double(&b)),
-        })),
-        (_, Bson::Null | Bson::Undefined, _) | (_, _, Bson::Null | Bson::Undefined) => {
-            Ok(Some(Bson::Null))
-        }
-        (_, Bson::Decimal128(_), _) | (_, _, Bson::Decimal128(_)) => {
-            Err(unsupported("decimal arithmetic"))
-        }
-        (_, Bson::DateTime(x), Bson::DateTime(y)) => {
-            let d = x.timestamp_millis().checked_sub(y.timestamp_millis());
-            Ok(Some(Bson::Int64(d.ok_or("date overflow in $subtract")?)))
-        }
-        (_, Bson::DateTime(x), Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)) => {
-            Ok(Some(Bson::DateTime(DateTime::from_millis(
-                x.timestamp_millis().wrapping_sub(long(&b)),
-            ))))
-        }
-        _ => Err(format!("can't $subtract {rt} from {lt}")),
-    }
-}
-
-/// Whether a Decimal128 is zero (its coefficient is 0, or out of range).
-fn decimal_zero(d: &Decimal128) -> bool {
-    let bits = u128::from_le_bytes(d.bytes());
-    if (bits >> 125) & 3 == 3 {
-        return (bits >> 123) & 15 != 15;
-    }
-    let coefficient = bits & ((1 << 113) - 1);
-    coefficient == 0 || coefficient >= 10u128.pow(34)
+    v.as_f64().unwrap_or(long(v) as f64)
 }
 
 /// A value's `$type` name and its type's rank in BSON's order.
+#[rustfmt::skip]
 fn kind(v: &Value) -> (&'static str, i32) {
+    use Bson::*;
     let Some(v) = v else { return ("missing", 0) };
     match v {
-        Bson::MinKey => ("minKey", -1),
-        Bson::Undefined => ("undefined", 0),
-        Bson::Null => ("null", 5),
-        Bson::Int32(_) => ("int", 10),
-        Bson::Int64(_) => ("long", 10),
-        Bson::Double(_) => ("double", 10),
-        Bson::Decimal128(_) => ("decimal", 10),
-        Bson::String(_) => ("string", 15),
-        Bson::Symbol(_) => ("symbol", 15),
-        Bson::Document(_) => ("object", 20),
-        Bson::Array(_) => ("array", 25),
-        Bson::Binary(_) => ("binData", 30),
-        Bson::ObjectId(_) => ("objectId", 35),
-        Bson::Boolean(_) => ("bool", 40),
-        Bson::DateTime(_) => ("date", 45),
-        Bson::Timestamp(_) => ("timestamp", 47),
-        Bson::RegularExpression(_) => ("regex", 50),
-        Bson::DbPointer(_) => ("dbPointer", 55),
-        Bson::JavaScriptCode(_) => ("javascript", 60),
-        Bson::JavaScriptCodeWithScope(_) => ("javascriptWithScope", 65),
-        Bson::MaxKey => ("maxKey", 127),
+        MinKey => ("minKey", -1), Undefined => ("undefined", 0), Null => ("null", 5),
+        Int32(_) => ("int", 10), Int64(_) => ("long", 10), Double(_) => ("double", 10),
+        Decimal128(_) => ("decimal", 10), String(_) => ("string", 15), Symbol(_) => ("symbol", 15),
+        Document(_) => ("object", 20), Array(_) => ("array", 25), Binary(_) => ("binData", 30),
+        ObjectId(_) => ("objectId", 35), Boolean(_) => ("bool", 40), DateTime(_) => ("date", 45),
+        Timestamp(_) => ("timestamp", 47), RegularExpression(_) => ("regex", 50),
+        DbPointer(_) => ("dbPointer", 55), JavaScriptCode(_) => ("javascript", 60),
+        JavaScriptCodeWithScope(_) => ("javascriptWithScope", 65), MaxKey => ("maxKey", 127),
     }
-}
-
-fn type_name(v: &Value) -> &'static str {
-    kind(v).0
-}
-
-fn rank(v: &Value) -> i32 {
-    kind(v).1
 }
 
 /// BSON's order of two values, as MongoDB compares them.
 fn compare(a: &Value, b: &Value) -> Res<Ordering> {
     use Bson::*;
-    let (Some(x), Some(y)) = (a, b) else {
-        return Ok(rank(a).cmp(&rank(b)));
+    let by_rank = kind(a).1.cmp(&kind(b).1);
+    let (Some(x), Some(y), Ordering::Equal) = (a, b, by_rank) else {
+        return Ok(by_rank);
     };
-    let by_rank = rank(a).cmp(&rank(b));
-    // i64 against f64, exactly; NaN is the least number.
-    let long_double = |l: i64, d: f64| match d {
-        d if d.is_nan() || d < -LONG_END => Ordering::Greater,
-        d if d >= LONG_END => Ordering::Less,
-        d if l as f64 == d => l.cmp(&(d as i64)),
-        d => (l as f64).total_cmp(&d),
+    // A number exactly: not NaN (the least number), its floor, the rest.
+    let number = |v: &Bson| {
+        let d = double(v);
+        let floor = v
+            .as_f64()
+            .map_or(i128::from(long(v)), |d| d.floor() as i128);
+        (
+            !d.is_nan(),
+            floor,
+            if d.is_finite() { d - d.floor() } else { 0.0 },
+            d,
+        )
     };
+    /// A document's fields, or an array's items (with equal names).
+    fn fields(v: &Bson) -> Vec<(&str, Value)> {
+        let items = v.as_array().into_iter().flatten().map(|v| ("", v));
+        let named = v.as_document().into_iter().flatten();
+        let all = items.chain(named.map(|(k, v)| (k.as_str(), v)));
+        all.map(|(k, v)| (k, Some(v.clone()))).collect()
+    }
     Ok(match (x, y) {
-        _ if by_rank.is_ne() => by_rank,
         (Decimal128(_), _) | (_, Decimal128(_)) => return Err(unsupported("comparing a decimal")),
-        (Double(p), Double(q)) => p
-            .partial_cmp(q)
-            .unwrap_or_else(|| q.is_nan().cmp(&p.is_nan())),
-        (Double(d), n) => long_double(long(n), *d).reverse(),
-        (n, Double(d)) => long_double(long(n), *d),
-        (Int32(_) | Int64(_), n) => long(x).cmp(&long(n)),
+        (Int32(_) | Int64(_) | Double(_), _) => {
+            number(x).partial_cmp(&number(y)).unwrap_or(Ordering::Equal)
+        }
         (String(p), String(q)) => p.cmp(q),
         (Document(_), Document(_)) | (Array(_), Array(_)) => {
-            // Field by field: the type's rank, the name, the value; then the length.
-            let fields = |v: &Bson| match v {
-                Document(d) => d
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Some(v.clone())))
-                    .collect(),
-                Array(a) => a
-                    .iter()
-                    .map(|v| (std::string::String::new(), Some(v.clone())))
-                    .collect::<Vec<_>>(),
-                _ => vec![],
-            };
             let (p, q) = (fields(x), fields(y));
             for ((pk, pv), (qk, qv)) in p.iter().zip(&q) {
-                let o = rank(pv)
-                    .cmp(&rank(qv))
+                let o = kind(pv)
+                    .1
+                    .cmp(&kind(qv).1)
                     .then(pk.cmp(qk))
                     .then(compare(pv, qv)?);
                 if o.is_ne() {
@@ -695,20 +362,11 @@ fn compare(a: &Value, b: &Value) -> Res<Ordering> {
             }
             p.len().cmp(&q.len())
         }
-        (Binary(p), Binary(q)) => (p.bytes.len(), u8::from(p.subtype), &p.bytes).cmp(&(
-            q.bytes.len(),
-            u8::from(q.subtype),
-            &q.bytes,
-        )),
         (ObjectId(p), ObjectId(q)) => p.bytes().cmp(&q.bytes()),
         (Boolean(p), Boolean(q)) => p.cmp(q),
         (DateTime(p), DateTime(q)) => p.cmp(q),
         (Timestamp(p), Timestamp(q)) => (p.time, p.increment).cmp(&(q.time, q.increment)),
-        (RegularExpression(p), RegularExpression(q)) => {
-            (&p.pattern, &p.options).cmp(&(&q.pattern, &q.options))
-        }
-        (JavaScriptCode(p), JavaScriptCode(q)) => p.cmp(q),
-        (Null, _) | (Undefined, _) | (MinKey, _) | (MaxKey, _) => Ordering::Equal,
+        (Null | Undefined | MinKey | MaxKey, _) => Ordering::Equal,
         _ => return Err(unsupported("comparing these types")),
     })
 }
