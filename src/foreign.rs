@@ -38,10 +38,11 @@ pub(crate) const OWNER: &str = "fo";
 ///
 /// A lock it describes is held while `held` is true; once false, the next
 /// acquisition takes the key over in its own write and leaves none of the
-/// document's fields, so that the other application's clients read our
-/// lease as held whatever their own conditions test. `connect` accepts a
-/// collection of such documents, and checks every expression against the
-/// server first.
+/// document's fields, so that their clients' conditions on their own fields
+/// (`{locked: false}`, not `{locked: {$ne: true}}`) find our lease held.
+/// `connect` accepts a collection of such documents, and checks that every
+/// expression parses on the server first; one that fails on a stored
+/// document fails the commands that read it, as MongoDB does.
 ///
 /// Any expression MongoDB accepts works against MongoDB. The simulation's
 /// in-memory twin evaluates the operators docs/sharing.md lists only, and

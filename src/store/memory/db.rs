@@ -161,7 +161,7 @@ impl MemoryDb {
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a rule with
     /// an operator the twin does not evaluate
     /// ([`eval::OPERATORS`](crate::foreign::eval::OPERATORS)).
-    pub fn with_foreign_rules(mut self, rules: ForeignRules) -> crate::Result<Self> {
+    pub fn with_foreign_rules(mut self, rules: ForeignRules) -> crate::error::Result<Self> {
         rules.check_twin()?;
         self.foreign_rules = Arc::new(rules);
         Ok(self)

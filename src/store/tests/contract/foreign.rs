@@ -411,7 +411,7 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
             vec![("ts", Planted::At(-3_600_000)), ("aid", v("java-app-1"))],
             "java-app-1",
         ),
-        // Not a number: not the npm shape.
+        // Not a number: likewise.
         (
             "odd",
             vec![
@@ -419,10 +419,9 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
                 ("ttl", v("10")),
                 ("obtained_at", Planted::At(-3_600_000)),
             ],
-            "",
+            "node-7",
         ),
-        // No finite number of seconds: of no rule (held, no owner, no
-        // expiry).
+        // No finite number of seconds: the npm shape, held with no expiry.
         (
             "nan",
             vec![
@@ -430,7 +429,7 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
                 ("ttl", Planted::Value(Bson::Double(f64::NAN))),
                 ("obtained_at", Planted::At(-3_600_000)),
             ],
-            "",
+            "node-7",
         ),
         (
             "huge",
@@ -439,7 +438,7 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
                 ("ttl", Planted::Value(Bson::Int64(i64::MAX))),
                 ("obtained_at", Planted::At(-3_600_000)),
             ],
-            "",
+            "node-7",
         ),
         // A user's shape, without the user's rule.
         (
