@@ -250,6 +250,15 @@ impl Observer {
         }
     }
 
+    /// The projection of [`read`](Self::read): the lease's fields, and a
+    /// foreign lock's as its rule reads them (a change event's full document
+    /// of one is never judged here: [`reread`](Self::reread)).
+    fn projection(&self) -> Document {
+        let mut projection = super::read::info_projection();
+        projection.extend(self.store.foreign_projection());
+        projection
+    }
+
     /// Reads the key with the server's now; with `session`, also returns the
     /// operation time of the read (a replica set's cluster time).
     async fn read(
@@ -258,10 +267,7 @@ impl Observer {
     ) -> Result<(Option<Document>, SystemTime, Option<Timestamp>)> {
         let coll = self.store.coll();
         let filter = key_filter(&self.key);
-        // A foreign lock read by its rule (a change event's full document
-        // of one is never judged here: `apply` starts over from a read).
-        let mut projection = super::read::info_projection();
-        projection.extend(self.store.foreign_projection());
+        let projection = self.projection();
         let (found, operation_time) = if session {
             self.store
                 .bounded(async {
@@ -314,14 +320,24 @@ impl Observer {
                 None => Instant::now() + i.time_to_expiry(),
             }
         });
-        // Marks of the fairness scheme (`wt`, `yu`, `xw`) and the time of
-        // the last release of a holder (`rl`) are not a change of lease.
-        let lease_fields = self.doc.clone().map(|mut d| {
-            d.remove(field::WAITING_SINCE);
-            d.remove(field::YIELD_UNTIL);
-            d.remove(field::EXCLUSIVE_WAITER);
-            d.remove(field::RELEASED_AT);
-            d
+        // The fields a read projects (a change event's full document has
+        // others, e.g. those restated for other clients), less the marks of
+        // the fairness scheme (`wt`, `yu`, `xw`) and the time of the last
+        // release of a holder (`rl`), which are not a change of lease.
+        let read = self.projection();
+        let marks = [
+            field::WAITING_SINCE,
+            field::YIELD_UNTIL,
+            field::EXCLUSIVE_WAITER,
+            field::RELEASED_AT,
+        ];
+        let lease_fields = self.doc.as_ref().map(|d| {
+            let kept =
+                |k: &String| k == field::ID || read.contains_key(k) && !marks.contains(&k.as_str());
+            d.iter()
+                .filter(|(k, _)| kept(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<Document>()
         });
         let state = (lease_fields, held);
         if self.emitted.as_ref() == Some(&state) {
