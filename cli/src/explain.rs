@@ -25,8 +25,8 @@ pub fn error(e: &Error) -> String {
         Error::Database(e) => format!("MongoDB operation failed: {}", driver(e)),
         Error::InvalidConfig { .. } => config(&e.to_string()),
         Error::UnusableCollection { .. } => scrub(&e.to_string().replace(
-            "the layout of the foreign_lock option",
-            "a --foreign-lock rule's layout",
+            "a document the foreign_lock rule describes",
+            "a document a --foreign-lock rule describes",
         )),
         _ => scrub(&e.to_string()),
     }
