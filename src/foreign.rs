@@ -1,8 +1,9 @@
 //! Foreign holders' locks, read by rules of aggregation expressions
 //! ([`ForeignLockRule`]). A document of this crate's layout is never
-//! foreign; any other is read by the first rule that describes it: the
-//! built-in rules of docs/sharing.md, in its order, then the user's (a
-//! document of no rule is held, with no expiry). The `{_id, value, ttl,
+//! foreign; any other is read by the first rule that describes it: a
+//! user's rule with `describes`, the built-in rules of docs/sharing.md in
+//! its order, then a user's rule without (a document of no rule is held,
+//! with no expiry). The `{_id, value, ttl,
 //! obtained_at}` rule comes before `{_id, ts, aid}`: that pattern's clients
 //! take over an expired lease of ours in place, writing their fields beside
 //! our `aid` and `ts` (docs/protocol.md, "Read by other clients").
@@ -86,8 +87,9 @@ pub struct ForeignLockRule {
     /// When the lock expires (a date), for display and for when a waiter
     /// tries again; without it, a waiter is woken by the lock's change.
     pub expires_at: Option<Bson>,
-    /// Which documents the rule describes: by default every document of
-    /// neither this crate's layout nor a built-in rule's.
+    /// Which documents the rule describes, read before the built-in rules;
+    /// by default every document of neither this crate's layout nor a
+    /// built-in rule's.
     pub describes: Option<Bson>,
 }
 
@@ -265,10 +267,12 @@ impl ForeignRules {
             ForeignLockRule::new(true)
                 .describes(doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] }),
         ];
-        rules.extend(self.custom.iter().map(|rule| ForeignLockRule {
-            describes: Some(rule.describes.clone().unwrap_or(true.into())),
-            ..rule.clone()
-        }));
+        // A user's rule with `describes` first; without, after the others.
+        match &self.custom {
+            Some(rule) if rule.describes.is_some() => rules.insert(0, rule.clone()),
+            Some(rule) => rules.push(rule.clone().describes(true)),
+            None => {}
+        }
         rules
     }
 

@@ -287,17 +287,30 @@ impl Observer {
                 .await?;
             (found, None)
         };
-        let now = found
-            .as_ref()
-            .and_then(|d| d.get_datetime("now").ok())
-            .map(|d| d.to_system_time());
-        let doc = found.map(|mut d| {
-            d.remove("now");
-            d
-        });
-        // Without a document there is no `$$NOW`; the local clock only matters
-        // for `LeaseInfo::server_time` of a state that has no lease anyway.
-        Ok((doc, now.unwrap_or_else(SystemTime::now), operation_time))
+        let (doc, now) = without_now(found);
+        Ok((doc, now, operation_time))
+    }
+
+    /// [`read`](Self::read) as of cluster time `at` (`find` with read
+    /// concern `snapshot` and `atClusterTime`, MongoDB 5.0+).
+    async fn read_at(&self, at: Timestamp) -> Result<(Option<Document>, SystemTime)> {
+        let coll = self.store.coll();
+        let command = doc! {
+            "find": coll.name(),
+            "filter": key_filter(&self.key),
+            "projection": self.projection(),
+            "limit": 1,
+            "singleBatch": true,
+            "readConcern": { "level": "snapshot", "atClusterTime": at },
+        };
+        let database = coll.client().database(&coll.namespace().db);
+        let reply = self.store.bounded(database.run_command(command)).await?;
+        let found = reply
+            .get_document("cursor")
+            .and_then(|c| c.get_array("firstBatch"))
+            .ok()
+            .and_then(|batch| batch.first()?.as_document().cloned());
+        Ok(without_now(found))
     }
 
     /// Sends the last known state, judged at `server_time`, unless it is the
@@ -395,11 +408,12 @@ impl Observer {
                         resume = stream.resume_token().or(resume);
                         match event {
                             Some(Ok(event)) => {
+                                let at = event.cluster_time;
                                 if !self.apply(event) {
                                     return WatchEnd::Restart;
                                 }
                                 if self.doc.as_ref().is_some_and(|d| !is_our_layout(d)) {
-                                    self.reread().await;
+                                    self.reread(at).await;
                                 }
                             }
                             Some(Err(e)) => {
@@ -470,12 +484,18 @@ impl Observer {
         true
     }
 
-    /// Reads a foreign lock again after its change event, to judge it by its
-    /// rule on the server, and sends the result; on an error, the expiry
-    /// check reads it later.
-    async fn reread(&mut self) {
-        match self.read(false).await {
-            Ok((doc, now, _)) => {
+    /// Reads a foreign lock again after its change event, as of the event's
+    /// cluster time `at` (a snapshot read, so that no later write of the key
+    /// is seen ahead of its own event), to judge it by its rule on the
+    /// server, and sends the result; on an error, the expiry check reads it
+    /// later.
+    async fn reread(&mut self, at: Option<Timestamp>) {
+        let read = match at {
+            Some(at) => self.read_at(at).await,
+            None => self.read(false).await.map(|(doc, now, _)| (doc, now)),
+        };
+        match read {
+            Ok((doc, now)) => {
                 self.doc = doc;
                 self.emit(now);
             }
@@ -545,6 +565,21 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 /// Same lease id, token and expiry: the same acquisition, not renewed since.
+/// A read's document without its `now`, and that `now` (the server's).
+/// Without a document there is no `$$NOW`; the local clock only matters for
+/// `LeaseInfo::server_time` of a state that has no lease anyway.
+fn without_now(found: Option<Document>) -> (Option<Document>, SystemTime) {
+    let now = found
+        .as_ref()
+        .and_then(|d| d.get_datetime("now").ok())
+        .map(|d| d.to_system_time());
+    let doc = found.map(|mut d| {
+        d.remove("now");
+        d
+    });
+    (doc, now.unwrap_or_else(SystemTime::now))
+}
+
 fn same_acquisition(a: Option<&Document>, b: Option<&Document>) -> bool {
     match (a, b) {
         (None, None) => true,
