@@ -533,3 +533,57 @@ async fn an_observer_keeps_its_change_stream_across_a_foreign_locks_changes() {
     m.shutdown().await.unwrap();
     client.shutdown().await;
 }
+
+/// A user's rule that says which documents it `describes` is read before
+/// the built-in rules: a schema with a field of a built-in shape
+/// (`ExpireAt`, here a clean-up time, not the lock's end) stays its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_rule_with_describes_is_read_before_a_built_in_shape() {
+    let fx = Fixture::new("schemas_describes_first").await;
+    let rule = ForeignLockRule::new(doc! { "$eq": ["$locked", true] })
+        .owner("$owner")
+        .describes(doc! { "$eq": [{ "$type": "$locked" }, "bool"] });
+    let m = manager_with(&fx, rule).await;
+    let past = DateTime::from_millis(DateTime::now().timestamp_millis() - 3_600_000);
+    let theirs = doc! { "_id": "k", "locked": true, "owner": "them", "ExpireAt": past };
+    fx.raw().insert_one(theirs.clone()).await.unwrap();
+    assert!(m.try_acquire("k").await.unwrap().is_none());
+    let info = m.inspect("k").await.unwrap().expect("their lock");
+    assert!(
+        info.foreign && info.held && info.owner_id == "them",
+        "{info:?}"
+    );
+    assert_eq!(fx.doc("k").await, theirs);
+    m.shutdown().await.unwrap();
+}
+
+/// An observer sends a foreign lock's state as of its change event, even
+/// when the lock is gone by the time it reads it: their lock inserted and
+/// deleted at once, then a lease of ours, reads as those three states in
+/// order, on each of 20 keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sends_a_foreign_lock_that_came_and_went_in_order() {
+    let fx = Fixture::new("schemas_observer_order").await;
+    let m = manager_with(&fx, locked_rule()).await;
+    for round in 0..20 {
+        let key = format!("k{round}");
+        let mut observer = m.observe(key.as_str()).await.unwrap();
+        let mut next = async || {
+            within(WAIT, "an observed state", observer.recv())
+                .await
+                .expect("open")
+                .unwrap()
+        };
+        assert!(next().await.is_none(), "{key}: free at first");
+        assert!(their_lock(&fx.raw(), &key, "them", None).await);
+        fx.raw().delete_one(doc! { "_id": &key }).await.unwrap();
+        let lease = m.try_acquire(key.as_str()).await.unwrap().expect("ours");
+        let theirs = next().await.expect("their lock first");
+        assert!(theirs.foreign && theirs.held, "{key}: {theirs:?}");
+        assert!(next().await.is_none(), "{key}: then free");
+        let ours = next().await.expect("then ours");
+        assert_eq!(ours.fencing_token, lease.fencing_token(), "{key}");
+        lease.release().await.unwrap();
+    }
+    m.shutdown().await.unwrap();
+}
