@@ -583,7 +583,7 @@ async fn an_observer_sends_a_foreign_lock_that_came_and_went_in_order() {
         assert!(next().await.is_none(), "{key}: then free");
         let ours = next().await.expect("then ours");
         assert_eq!(ours.fencing_token, lease.fencing_token(), "{key}");
-        lease.release().await.unwrap();
+        assert!(!lease.release().await.unwrap().was_lost(), "{key}");
     }
     m.shutdown().await.unwrap();
 }
