@@ -42,14 +42,15 @@ pub struct LeaseInfo {
     pub held: bool,
     /// `true` if the key is held by a **foreign holder**: another
     /// application's lock document, not written by `mongo-lease`
-    /// (docs/sharing.md lists the layouts recognised, the owner and expiry
-    /// each shows). It is never modified while live by its own rule (only
-    /// [`LeaseManager::force_release`] deletes it), and taken over once
-    /// expired by it. Then `owner_id` is its owner field (`aid` for an
-    /// unrecognised layout; a non-string as canonical Extended JSON);
-    /// `acquired_at` and `renewed_at` are the date its expiry counts from,
-    /// else its `ts` if a date, else `server_time`; `fencing_token` is 0;
-    /// `expires_at` is `server_time` for a lock of no expiry; no `payload`.
+    /// read by a rule (docs/sharing.md: the built-in rules and
+    /// [`ForeignLockRule`](crate::ForeignLockRule)). It is never modified
+    /// while its rule says `held` (only [`LeaseManager::force_release`]
+    /// deletes it), and taken over once it does not. Then `held` is its
+    /// rule's; `owner_id` is its rule's owner (else its `aid`; a non-string
+    /// as canonical Extended JSON); `acquired_at` and `renewed_at` are its
+    /// `ts` if a date, else `server_time`; `fencing_token` is 0;
+    /// `expires_at` is its rule's expiry, `server_time` for a lock of none;
+    /// no `payload`.
     ///
     /// [`LeaseManager::force_release`]: crate::LeaseManager::force_release
     pub foreign: bool,
