@@ -1,14 +1,8 @@
 //! Foreign holders' locks, read by rules of aggregation expressions
-//! ([`ForeignLockRule`]). A document of this crate's layout is never
-//! foreign; any other is read by the first rule that describes it: a
-//! user's rule with `describes`, the built-in rules of docs/sharing.md in
-//! its order, then a user's rule without (a document of no rule is held,
-//! with no expiry). The `{_id, value, ttl,
-//! obtained_at}` rule comes before `{_id, ts, aid}`: that pattern's clients
-//! take over an expired lease of ours in place, writing their fields beside
-//! our `aid` and `ts` (docs/protocol.md, "Read by other clients").
-//!
-//! MongoDB evaluates the rules inside our writes and reads
+//! ([`ForeignLockRule`]): a document not of this crate's layout is read by
+//! the first rule that describes it (a user's rule with `describes`, the
+//! built-in rules of docs/sharing.md, a user's rule without), else held
+//! with no expiry. MongoDB evaluates the rules inside our writes and reads
 //! ([`ForeignRules::takeover_stage`], [`ForeignRules::projection`]), the
 //! twin with [`eval`]. ARCHITECTURE.md, "A document of foreign layout";
 //! docs/mongodb-behaviour.md, B29 and B30.
@@ -17,18 +11,17 @@ use std::time::Duration;
 
 use mongodb::bson::{Bson, DateTime, Document, doc};
 
+use typed_builder::TypedBuilder;
+
 use crate::error::{Error, Result};
 
 pub(crate) mod eval;
 
-/// Projected field: whether a foreign lock is held by its rule at `$$NOW`
-/// (a boolean), missing for a document of ours or described by no rule.
+// The fields a read projects for a foreign lock by its rule: held at
+// `$$NOW` (a boolean), expiry, owner; each missing for a document of ours
+// or of no rule, and the last two where the rule has none.
 pub(crate) const HELD: &str = "fh";
-/// Projected field: a foreign lock's expiry by its rule, missing if it has
-/// none.
 pub(crate) const EXPIRY: &str = "fx";
-/// Projected field: a foreign lock's owner by its rule, missing if it has
-/// none.
 pub(crate) const OWNER: &str = "fo";
 
 /// Another application's lock schema, for a lock collection shared with it
@@ -60,7 +53,7 @@ pub(crate) const OWNER: &str = "fo";
 /// use mongo_lease::ForeignLockRule;
 /// use mongodb::bson::doc;
 ///
-/// let rule = ForeignLockRule::new(doc! { "$and": [
+/// let rule = ForeignLockRule::builder().held(doc! { "$and": [
 ///     { "$eq": ["$locked", true] },
 ///     { "$or": [
 ///         { "$eq": [{ "$ifNull": ["$expire", null] }, null] },
@@ -68,7 +61,8 @@ pub(crate) const OWNER: &str = "fo";
 ///     ]},
 /// ]})
 /// .owner("$owner")
-/// .expires_at("$expire");
+/// .expires_at("$expire")
+/// .build();
 /// // The same from Extended JSON, as the command-line tool reads it.
 /// let json = r#"{"held": {"$and": [{"$eq": ["$locked", true]}, {"$or": [
 ///     {"$eq": [{"$ifNull": ["$expire", null]}, null]}, {"$gt": ["$expire", "$$NOW"]}]}]},
@@ -76,86 +70,47 @@ pub(crate) const OWNER: &str = "fo";
 /// assert_eq!(ForeignLockRule::from_extended_json(json)?, rule);
 /// # Ok::<(), mongo_lease::Error>(())
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, TypedBuilder, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ForeignLockRule {
     /// True while a lock is held by its own clients' rule.
+    #[builder(setter(into))]
     pub held: Bson,
     /// The lock's holder, shown as its owner id (a string as it is, any
-    /// other value as Extended JSON).
+    /// other value as Extended JSON), e.g. `"$owner"`.
+    #[builder(default, setter(strip_option, into))]
     pub owner: Option<Bson>,
     /// When the lock expires (a date), for display and for when a waiter
     /// tries again; without it, a waiter is woken by the lock's change.
+    /// E.g. `"$expire"`, or `{"$toDate": "$expire"}` for epoch milliseconds.
+    #[builder(default, setter(strip_option, into))]
     pub expires_at: Option<Bson>,
     /// Which documents the rule describes, read before the built-in rules;
     /// by default every document of neither this crate's layout nor a
     /// built-in rule's.
+    #[builder(default, setter(strip_option, into))]
     pub describes: Option<Bson>,
 }
 
 impl ForeignLockRule {
-    /// A rule whose locks are held while `held` is true, with no owner, no
-    /// expiry, describing every document of no other rule.
-    pub fn new(held: impl Into<Bson>) -> Self {
-        ForeignLockRule {
-            held: held.into(),
-            owner: None,
-            expires_at: None,
-            describes: None,
-        }
-    }
-
-    /// This rule with the owner `expression` (e.g. `"$owner"`).
-    pub fn owner(mut self, expression: impl Into<Bson>) -> Self {
-        self.owner = Some(expression.into());
-        self
-    }
-
-    /// This rule with the expiry `expression` (a date, e.g. `"$expire"`, or
-    /// `{"$toDate": "$expire"}` for epoch milliseconds).
-    pub fn expires_at(mut self, expression: impl Into<Bson>) -> Self {
-        self.expires_at = Some(expression.into());
-        self
-    }
-
-    /// This rule describing only the documents for which `expression` is
-    /// true.
-    pub fn describes(mut self, expression: impl Into<Bson>) -> Self {
-        self.describes = Some(expression.into());
-        self
-    }
-
     /// A rule from MongoDB Extended JSON v2: `{"held": …, "owner": …,
     /// "expires_at": …, "describes": …}`, `held` required.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for text that is not an Extended JSON
-    /// object of these fields.
+    /// object of these fields ("missing field `held`", "unknown field").
     pub fn from_extended_json(json: &str) -> Result<Self> {
         let invalid = |reason: String| Error::InvalidConfig {
             reason: format!("foreign_lock: {reason}"),
         };
         let value: serde_json::Value =
             serde_json::from_str(json).map_err(|e| invalid(format!("not JSON: {e}")))?;
-        let Ok(Bson::Document(mut fields)) = Bson::try_from(value) else {
+        let Ok(Bson::Document(fields)) = Bson::try_from(value) else {
             return Err(invalid("not an Extended JSON v2 object".into()));
         };
-        let held = fields
-            .remove("held")
-            .ok_or_else(|| invalid("`held` is required".into()))?;
-        let rule = ForeignLockRule {
-            held,
-            owner: fields.remove("owner"),
-            expires_at: fields.remove("expires_at"),
-            describes: fields.remove("describes"),
-        };
-        match fields.keys().next() {
-            Some(other) => Err(invalid(format!(
-                "unknown field {other:?} (held, owner, expires_at, describes)"
-            ))),
-            None => Ok(rule),
-        }
+        mongodb::bson::from_document(fields).map_err(|e| invalid(e.to_string()))
     }
 
     /// The rule's expressions, by name.
@@ -227,14 +182,15 @@ impl ForeignRules {
             expires_at: Some(doc! { "$cond": [valid, expiry, Bson::Null] }.into()),
             describes: None,
         };
-        let date = |name: &str| Bson::from(doc! { "$eq": [type_of(name), "date"] });
+        let is = |name: &str, t: &str| Bson::from(doc! { "$eq": [type_of(name), t] });
+        let date = |name: &str| is(name, "date");
         // npm `distributed-locks-mongodb`: free once `$$NOW > obtained_at +
         // ttl` seconds, so 1 ms after; `ttl` a number within about 31 years
         // (NaN, the least number, is not).
         let npm = until(
             doc! { "$and": [
                 date("obtained_at"),
-                { "$in": [type_of("ttl"), ["int", "long", "double"]] },
+                { "$or": [is("ttl", "int"), is("ttl", "long"), is("ttl", "double")] },
                 { "$gte": ["$ttl", -1e9] },
                 { "$lte": ["$ttl", 1e9] },
             ]}
@@ -246,7 +202,7 @@ impl ForeignRules {
                 let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
                 until(date("ts"), doc! { "$add": ["$ts", ms] }.into())
             }
-            None => ForeignLockRule::new(true),
+            None => ForeignLockRule::builder().held(true).build(),
         };
         let mut rules = vec![
             ForeignLockRule {
@@ -264,26 +220,21 @@ impl ForeignRules {
                 ..until(date("ExpireAt"), "$ExpireAt".into())
             },
             // A bare `{_id}`.
-            ForeignLockRule::new(true)
-                .describes(doc! { "$eq": [{ "$size": { "$objectToArray": "$$ROOT" } }, 1] }),
+            ForeignLockRule::builder()
+                .held(true)
+                .describes(doc! { "$eq": ["$$ROOT", { "_id": "$_id" }] })
+                .build(),
         ];
         // A user's rule with `describes` first; without, after the others.
         match &self.custom {
             Some(rule) if rule.describes.is_some() => rules.insert(0, rule.clone()),
-            Some(rule) => rules.push(rule.clone().describes(true)),
+            Some(rule) => rules.push(ForeignLockRule {
+                describes: Some(true.into()),
+                ..rule.clone()
+            }),
             None => {}
         }
         rules
-    }
-
-    /// Every expression of the table, for the evaluator's differential test.
-    #[cfg(test)]
-    pub(crate) fn expressions_for_tests(&self) -> Vec<Bson> {
-        let rules = self.rules().into_iter();
-        rules
-            .flat_map(|r| [r.describes, Some(r.held), r.owner, r.expires_at])
-            .flatten()
-            .collect()
     }
 
     // ---- MongoDB: aggregation expressions ----
@@ -291,7 +242,7 @@ impl ForeignRules {
     /// Whether the document (`$$ROOT`) is described by a rule and not of
     /// `ours` (the layout test).
     pub(crate) fn described_expr(&self, ours: Document) -> Document {
-        self.switch(ours, false.into(), |_| true.into(), false.into())
+        self.switch(ours, false, |_| true.into())
     }
 
     /// The first stage of an acquire pipeline: a foreign lock its rule says
@@ -300,12 +251,7 @@ impl ForeignRules {
     /// acquisition then takes in this same write, with a token by the token
     /// rule from no `tok`; any other document is left as it is.
     pub(crate) fn takeover_stage(&self, ours: Document, inserted: &str) -> Document {
-        let free = self.switch(
-            ours,
-            false.into(),
-            |rule| doc! { "$not": [rule.held.clone()] }.into(),
-            false.into(),
-        );
+        let free = self.switch(ours, false, |r| doc! { "$not": [r.held.clone()] }.into());
         doc! { "$replaceWith": { "$cond": [
             free,
             { "_id": "$_id", inserted: Bson::Null },
@@ -317,31 +263,31 @@ impl ForeignRules {
     /// and [`EXPIRY`] by its rule (each removed where the rule has none,
     /// and for a document of `ours` or of no rule).
     pub(crate) fn projection(&self, ours: Document) -> Document {
-        let remove = || Bson::from("$$REMOVE");
-        let or_remove = |e: &Option<Bson>| e.clone().unwrap_or_else(remove);
+        const REMOVE: &str = "$$REMOVE";
+        let or_remove = |e: &Option<Bson>| e.clone().unwrap_or(REMOVE.into());
         let held = |rule: &ForeignLockRule| doc! { "$and": [rule.held.clone()] }.into();
         doc! {
-            HELD: self.switch(ours.clone(), remove(), held, remove()),
-            OWNER: self.switch(ours.clone(), remove(), |r| or_remove(&r.owner), remove()),
-            EXPIRY: self.switch(ours, remove(), |r| or_remove(&r.expires_at), remove()),
+            HELD: self.switch(ours.clone(), REMOVE, held),
+            OWNER: self.switch(ours.clone(), REMOVE, |r| or_remove(&r.owner)),
+            EXPIRY: self.switch(ours, REMOVE, |r| or_remove(&r.expires_at)),
         }
     }
 
-    /// `$switch`: `if_ours` for a document of `ours`, `then` of the first
-    /// rule that describes it, else `default`.
+    /// `$switch`: `then` of the first rule that describes the document,
+    /// `otherwise` for a document of `ours` or of no rule.
     fn switch(
         &self,
         ours: Document,
-        if_ours: Bson,
+        otherwise: impl Into<Bson>,
         then: impl Fn(&ForeignLockRule) -> Bson,
-        default: Bson,
     ) -> Document {
-        let mut branches = vec![Bson::from(doc! { "case": ours, "then": if_ours })];
+        let otherwise = otherwise.into();
+        let mut branches = vec![Bson::from(doc! { "case": ours, "then": otherwise.clone() })];
         for rule in self.rules() {
             let case = rule.describes.clone().unwrap_or(true.into());
             branches.push(doc! { "case": case, "then": then(&rule) }.into());
         }
-        doc! { "$switch": { "branches": branches, "default": default } }
+        doc! { "$switch": { "branches": branches, "default": otherwise } }
     }
 
     // ---- The twin: the same expressions, evaluated by `eval` ----

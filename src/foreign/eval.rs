@@ -13,7 +13,7 @@
 
 use std::cmp::Ordering;
 
-use mongodb::bson::{Bson, DateTime, Document, doc};
+use mongodb::bson::{Bson, DateTime, Document};
 
 type Value = Option<Bson>;
 type Res<T> = Result<T, String>;
@@ -21,8 +21,8 @@ type Res<T> = Result<T, String>;
 /// The operators the twin evaluates.
 #[rustfmt::skip]
 pub(crate) const OPERATORS: &[&str] = &[
-    "$literal", "$and", "$or", "$not", "$eq", "$ne", "$lt", "$lte", "$gt", "$gte", "$in", "$type",
-    "$ifNull", "$cond", "$add", "$multiply", "$toLong", "$toDate", "$size", "$objectToArray",
+    "$literal", "$and", "$or", "$not", "$eq", "$ne", "$lt", "$lte", "$gt", "$gte", "$type",
+    "$ifNull", "$cond", "$add", "$multiply", "$toLong", "$toDate",
 ];
 const VARIABLES: &[&str] = &["NOW", "ROOT", "CURRENT"];
 
@@ -136,14 +136,6 @@ fn apply(op: &str, spec: &Bson, root: &Document, now: DateTime) -> Res<Value> {
         "$lte" => order(Ordering::is_le),
         "$gt" => order(Ordering::is_gt),
         "$gte" => order(Ordering::is_ge),
-        "$in" => match (arg(0)?, arg(1)?) {
-            (x, Some(Bson::Array(items))) => {
-                let mut hits = items.into_iter().map(|i| compare(&x, &Some(i)));
-                let hit = hits.find(|o| !matches!(o, Ok(o) if o.is_ne()));
-                yes(hit.transpose()?.is_some())
-            }
-            (_, v) => Err(wrong(op, &v)),
-        },
         "$type" => Ok(Some(kind(&arg(0)?).0.into())),
         "$ifNull" => {
             let mut values = (0..kids.len()).map(arg);
@@ -156,18 +148,6 @@ fn apply(op: &str, spec: &Bson, root: &Document, now: DateTime) -> Res<Value> {
             let constants = hoist(op, spec, root, now, &mut rest)?;
             arith(op, rest.into_iter().chain(constants))
         }
-        "$size" => match arg(0)? {
-            Some(Bson::Array(a)) => Ok(Some(Bson::Int32(a.len() as i32))),
-            v => Err(wrong(op, &v)),
-        },
-        "$objectToArray" => match arg(0)? {
-            v if nullish(&v) => Ok(Some(Bson::Null)),
-            Some(Bson::Document(d)) => {
-                let pairs = d.iter().map(|(k, v)| doc! { "k": k, "v": v.clone() });
-                Ok(Some(pairs.collect::<Vec<_>>().into()))
-            }
-            v => Err(wrong(op, &v)),
-        },
         "$toLong" | "$toDate" => convert(op, arg(0)?),
         _ => Err(format!("Unrecognized expression '{op}'")),
     }

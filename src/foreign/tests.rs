@@ -64,7 +64,7 @@ fn ts_never_expires_without_a_ttl_index_and_ours_is_never_foreign() {
 #[test]
 fn an_npm_lock_whose_ttl_is_no_finite_number_of_seconds_is_held_with_no_expiry() {
     // A user's rule reads every other document: it must not read these.
-    let rules = ForeignRules::new(Some(ForeignLockRule::new(false)));
+    let rules = ForeignRules::new(Some(ForeignLockRule::builder().held(false).build()));
     for ttl in [
         Bson::Double(f64::NAN),
         Bson::Double(f64::INFINITY),
@@ -82,15 +82,17 @@ fn an_npm_lock_whose_ttl_is_no_finite_number_of_seconds_is_held_with_no_expiry()
 
 /// `{_id, locked, owner, created, expire: date|null}` (docs/sharing.md).
 fn locked_rule() -> ForeignLockRule {
-    ForeignLockRule::new(doc! { "$and": [
-        { "$eq": ["$locked", true] },
-        { "$or": [
-            { "$eq": [{ "$ifNull": ["$expire", null] }, null] },
-            { "$gt": ["$expire", "$$NOW"] },
-        ]},
-    ]})
-    .owner("$owner")
-    .expires_at("$expire")
+    ForeignLockRule::builder()
+        .held(doc! { "$and": [
+            { "$eq": ["$locked", true] },
+            { "$or": [
+                { "$eq": [{ "$ifNull": ["$expire", null] }, null] },
+                { "$gt": ["$expire", "$$NOW"] },
+            ]},
+        ]})
+        .owner("$owner")
+        .expires_at("$expire")
+        .build()
 }
 
 #[test]
@@ -141,7 +143,9 @@ fn a_rule_reads_from_extended_json_and_refuses_other_fields() {
 
 #[test]
 fn the_twin_refuses_a_rule_with_an_operator_it_does_not_evaluate() {
-    let rule = ForeignLockRule::new(doc! { "$regexMatch": { "input": "$o", "regex": "^w" } });
+    let rule = ForeignLockRule::builder()
+        .held(doc! { "$regexMatch": { "input": "$o", "regex": "^w" } })
+        .build();
     let error = ForeignRules::new(Some(rule))
         .check_twin()
         .expect_err("refused");

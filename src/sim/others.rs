@@ -47,8 +47,9 @@ use tokio::time::{Instant, sleep};
 use super::history::Event;
 use super::workload::{Recorder, ms};
 use crate::foreign::ForeignLockRule;
+use crate::key::LeaseKey;
 use crate::random::random_range;
-use crate::store::memory::{MemoryDb, TtlIndex};
+use crate::store::memory::{ForeignWrite, MemoryDb, TtlIndex};
 
 /// The `expireAfterSeconds` of pattern 1's TTL index on `ts` in the
 /// simulated lock collection: `{_id, ts, aid}` expires that long after
@@ -119,20 +120,22 @@ impl Schema {
     /// The rule the managers are given for it.
     pub fn rule(self) -> ForeignLockRule {
         match self {
-            Schema::Locked => ForeignLockRule::new(doc! { "$and": [
-                { "$eq": ["$locked", true] },
-                { "$or": [
-                    { "$eq": [{ "$ifNull": ["$expire", null] }, null] },
-                    { "$gt": ["$expire", "$$NOW"] },
-                ]},
-            ]})
-            .owner("$owner")
-            .expires_at("$expire"),
-            Schema::EpochMs => {
-                ForeignLockRule::new(doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] })
-                    .owner("$owner")
-                    .expires_at(doc! { "$toDate": "$expire" })
-            }
+            Schema::Locked => ForeignLockRule::builder()
+                .held(doc! { "$and": [
+                    { "$eq": ["$locked", true] },
+                    { "$or": [
+                        { "$eq": [{ "$ifNull": ["$expire", null] }, null] },
+                        { "$gt": ["$expire", "$$NOW"] },
+                    ]},
+                ]})
+                .owner("$owner")
+                .expires_at("$expire")
+                .build(),
+            Schema::EpochMs => ForeignLockRule::builder()
+                .held(doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] })
+                .owner("$owner")
+                .expires_at(doc! { "$toDate": "$expire" })
+                .build(),
         }
     }
 }
@@ -221,6 +224,68 @@ fn date_after(db: &MemoryDb, d: u64) -> DateTime {
     DateTime::from_millis(now + d as i64)
 }
 
+/// Another application's insert of its lock `{_id: key, ..fields}`:
+/// whether no document was there.
+pub(crate) fn insert(db: &MemoryDb, key: impl Into<LeaseKey>, fields: Document) -> bool {
+    db.foreign_write(key, |doc| match doc {
+        None => ForeignWrite::Replace(fields),
+        Some(_) => ForeignWrite::Keep,
+    })
+}
+
+/// The `{_id, value, ttl, obtained_at}` pattern's client's read of `key`
+/// (its `findOne`, with `current_date: $$NOW`), for [`pattern2_lock`].
+pub(crate) fn pattern2_read(db: &MemoryDb, key: impl Into<LeaseKey>) -> Option<Document> {
+    let mut found = db.stored(key)?;
+    found.insert("current_date", db.date(db.server_now()));
+    Some(found)
+}
+
+/// That client's lock of `key` as `value` for `ttl` seconds after its read
+/// `found`, by the commands of `tests/common/pattern2_client.rs`: an upsert
+/// matching `{_id, value}` if nothing was found; else, if what was found is
+/// past `obtained_at + ttl` seconds, one matching its `value` (missing:
+/// null) and `obtained_at`. Returns whether it locked `key`.
+pub(crate) fn pattern2_lock(
+    db: &MemoryDb,
+    key: impl Into<LeaseKey>,
+    found: Option<&Document>,
+    value: &str,
+    ttl: i64,
+) -> bool {
+    let filter = match found {
+        None => doc! { "value": value },
+        Some(lock) => {
+            let ttl_ms = match lock.get("ttl") {
+                Some(Bson::Int32(n)) => i64::from(*n) * 1000,
+                Some(Bson::Int64(n)) => n * 1000,
+                Some(Bson::Double(x)) => (x * 1000.0) as i64,
+                _ => return false,
+            };
+            let (Ok(now), Ok(at)) = (
+                lock.get_datetime("current_date"),
+                lock.get_datetime("obtained_at"),
+            ) else {
+                return false;
+            };
+            if now.timestamp_millis() <= at.timestamp_millis() + ttl_ms {
+                return false;
+            }
+            doc! { "value": lock.get("value").cloned().unwrap_or(Bson::Null), "obtained_at": at }
+        }
+    };
+    let matches = |doc: &Document| {
+        filter
+            .iter()
+            .all(|(k, v)| doc.get(k).unwrap_or(&Bson::Null) == v)
+    };
+    let set = doc! { "value": value, "ttl": ttl, "obtained_at": db.date(db.server_now()) };
+    db.foreign_write(key, |doc| match doc {
+        Some(doc) if !matches(doc) => ForeignWrite::Keep, // its upsert's E11000
+        _ => ForeignWrite::Set(set),
+    })
+}
+
 /// Records that another application locked `key` (its owner, its expiry
 /// by its own rule from now).
 fn taken(recorder: &Recorder, key: &str, owner: &str, expires_in: Option<Duration>) -> String {
@@ -237,7 +302,7 @@ fn taken(recorder: &Recorder, key: &str, owner: &str, expires_in: Option<Duratio
 fn pattern1(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Option<Held> {
     let aid = pattern1_aid(key);
     let fields = doc! { "ts": date_after(db, 0), "aid": aid.as_str() };
-    if !db.put_foreign_if_absent(key, fields.clone()) {
+    if !insert(db, key, fields.clone()) {
         return None;
     }
     let key = taken(recorder, key, &aid, Some(TS_EXPIRE_AFTER));
@@ -251,7 +316,7 @@ fn pattern1(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Option<Hel
 
 /// The lock by an upsert of `_id` alone.
 fn bare(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Option<Held> {
-    if !db.put_foreign_if_absent(key, Document::new()) {
+    if !insert(db, key, Document::new()) {
         return None;
     }
     let key = taken(recorder, key, "a bare {_id}", None);
@@ -270,7 +335,7 @@ fn pattern3(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Option<Hel
         _ => random_range(1_000..5_000),
     };
     let fields = doc! { "ExpireAt": date_after(db, life) };
-    if !db.put_foreign_if_absent(key, fields.clone()) {
+    if !insert(db, key, fields.clone()) {
         return None;
     }
     let key = taken(recorder, key, "", Some(ms(life)));
@@ -288,13 +353,10 @@ fn pattern3(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Option<Hel
 /// `obtained_at` read, a moment later, in place.
 async fn pattern2(recorder: &Recorder, db: &MemoryDb, key: &'static str) -> Option<Held> {
     let ttl = [1, 1, 2, 5][random_range(0..4)];
-    let seen = db.pattern2_read(key);
-    if seen.as_ref().is_some_and(|seen| !seen.expired) {
-        return None;
-    }
+    let found = pattern2_read(db, key);
     // Another write may land between its read and its write.
     sleep(ms(random_range(0..20))).await;
-    if !db.pattern2_write(key, seen.as_ref(), PATTERN2_VALUE, ttl) {
+    if !pattern2_lock(db, key, found.as_ref(), PATTERN2_VALUE, ttl) {
         return None;
     }
     // Its clients' strict `>`: free 1 ms after `obtained_at + ttl`.
@@ -339,9 +401,11 @@ fn schema_lock(
         Some(Bson::Int64(at)) => *at < now.timestamp_millis(),
         _ => false,
     };
-    if !db.put_foreign_if_absent(key, fields.clone())
-        && !db.replace_foreign(key, |doc| free(doc).then(|| fields.clone()))
-    {
+    let written = db.foreign_write(key, |doc| match doc {
+        Some(doc) if !free(doc) => ForeignWrite::Keep,
+        _ => ForeignWrite::Replace(fields),
+    });
+    if !written {
         return None;
     }
     let key = taken(recorder, key, &owner, life.map(ms));
@@ -351,42 +415,38 @@ fn schema_lock(
 /// Releases `held` by its pattern's command.
 fn release(recorder: &Recorder, db: &MemoryDb, held: Held) {
     let id = held.key.trim_start_matches("locks/");
-    match held.release {
-        Release::Never => {}
-        Release::ById(fields) => {
-            // Its own lock only (see the module docs).
-            if db.foreign(id).is_none_or(|f| {
-                let mut written = f.doc.clone();
-                written.remove("_id");
-                written != fields
-            }) {
-                return;
-            }
-            recorder.push(Event::ForeignRemoved {
-                key: held.key.clone(),
-            });
-            db.remove_foreign(id, &fields);
-        }
-        Release::ByOwner => {
-            recorder.push(Event::ForeignRemoved {
-                key: held.key.clone(),
-            });
-            db.delete_where_owner(&pattern1_aid(id));
-        }
-        Release::Unlock(owner) => {
-            recorder.push(Event::ForeignRemoved {
-                key: held.key.clone(),
-            });
-            let released = doc! { "locked": false, "owner": Bson::Null, "created": Bson::Null, "expire": Bson::Null };
-            db.replace_foreign(id, |doc| {
-                (doc.get_str("owner") == Ok(&owner)).then_some(released)
-            });
-        }
-        Release::ByValue => {
-            recorder.push(Event::ForeignRemoved {
-                key: held.key.clone(),
-            });
-            db.pattern2_release(id, PATTERN2_VALUE);
-        }
+    let removed = Event::ForeignRemoved {
+        key: held.key.clone(),
+    };
+    // A delete or a replace matching `filter`: its own lock only (see the
+    // module docs).
+    let write = |filter: &dyn Fn(&Document) -> bool, then: ForeignWrite| {
+        db.foreign_write(id, |doc| match doc {
+            Some(doc) if filter(doc) => then,
+            _ => ForeignWrite::Keep,
+        })
+    };
+    // Each command but a delete by `_id` is recorded as sent.
+    let sent = !matches!(held.release, Release::Never | Release::ById(_));
+    let released = match held.release {
+        Release::Never => false,
+        Release::ById(fields) => write(
+            &|doc| doc.iter().filter(|(k, _)| *k != "_id").eq(&fields),
+            ForeignWrite::Delete,
+        ),
+        Release::ByOwner => db.delete_where_owner(&pattern1_aid(id)) > 0,
+        Release::Unlock(owner) => write(
+            &|doc| doc.get_str("owner") == Ok(&owner),
+            ForeignWrite::Replace(doc! {
+                "locked": false, "owner": Bson::Null, "created": Bson::Null, "expire": Bson::Null,
+            }),
+        ),
+        Release::ByValue => write(
+            &|doc| doc.get_str("value") == Ok(PATTERN2_VALUE),
+            ForeignWrite::Delete,
+        ),
+    };
+    if sent || released {
+        recorder.push(removed);
     }
 }

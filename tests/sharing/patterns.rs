@@ -12,7 +12,7 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use mongo_lease::{Error, LeaseManager};
-use mongodb::bson::doc;
+use mongodb::bson::{Bson, doc};
 use tokio_util::time::FutureExt as _;
 
 use crate::common::Fixture;
@@ -303,11 +303,17 @@ async fn a_users_rule_makes_its_schema_a_foreign_lock_and_a_bad_rule_is_refused(
         "{refused:?}"
     );
 
-    let rule = ForeignLockRule::new(doc! { "$lt": ["$$NOW", "$until"] }).expires_at("$until");
+    let rule = |owner: Bson| {
+        ForeignLockRule::builder()
+            .held(doc! { "$lt": ["$$NOW", "$until"] })
+            .owner(owner)
+            .expires_at("$until")
+            .build()
+    };
     // An expression the server cannot parse: refused before anything is
     // written, naming the rule's field.
     let mut options = fx.options(mongo_lease::DEFAULT_TTL).await;
-    options.foreign_lock = Some(rule.clone().owner(doc! { "$nosuch": "$holder" }));
+    options.foreign_lock = Some(rule(doc! { "$nosuch": "$holder" }.into()));
     let bad = LeaseManager::connect(options).await;
     let Err(Error::InvalidConfig { reason }) = bad else {
         panic!("expected InvalidConfig, got {bad:?}");
@@ -320,7 +326,7 @@ async fn a_users_rule_makes_its_schema_a_foreign_lock_and_a_bad_rule_is_refused(
     assert_eq!(indexes, ["_id_"], "nothing written");
 
     let mut options = fx.options(mongo_lease::DEFAULT_TTL).await;
-    options.foreign_lock = Some(rule.owner("$holder"));
+    options.foreign_lock = Some(rule("$holder".into()));
     let m = LeaseManager::connect(options)
         .await
         .expect("joins with the rule");

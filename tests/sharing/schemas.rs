@@ -47,15 +47,17 @@ fn ms(t: std::time::SystemTime) -> i64 {
 
 /// Our rule for their schema.
 fn locked_rule() -> ForeignLockRule {
-    ForeignLockRule::new(doc! { "$and": [
-        { "$eq": ["$locked", true] },
-        { "$or": [
-            { "$eq": [{ "$ifNull": ["$expire", null] }, null] },
-            { "$gt": ["$expire", "$$NOW"] },
-        ]},
-    ]})
-    .owner("$owner")
-    .expires_at("$expire")
+    ForeignLockRule::builder()
+        .held(doc! { "$and": [
+            { "$eq": ["$locked", true] },
+            { "$or": [
+                { "$eq": [{ "$ifNull": ["$expire", null] }, null] },
+                { "$gt": ["$expire", "$$NOW"] },
+            ]},
+        ]})
+        .owner("$owner")
+        .expires_at("$expire")
+        .build()
 }
 
 /// A manager of ours on `fx`'s collection with `rule`, its waiters
@@ -394,9 +396,11 @@ async fn an_epoch_milliseconds_expiry_is_held_until_it_passes_and_shown_by_inspe
     let live = doc! { "_id": "live", "owner": "cron-1", "expire": now + 600_000 };
     let old = doc! { "_id": "old", "owner": "cron-0", "expire": now - 1_000 };
     fx.raw().insert_many([live.clone(), old]).await.unwrap();
-    let rule = ForeignLockRule::new(doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] })
+    let rule = ForeignLockRule::builder()
+        .held(doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] })
         .owner("$owner")
-        .expires_at(doc! { "$toDate": "$expire" });
+        .expires_at(doc! { "$toDate": "$expire" })
+        .build();
     let m = manager_with(&fx, rule).await;
 
     assert!(m.try_acquire("live").await.unwrap().is_none());
@@ -540,9 +544,11 @@ async fn an_observer_keeps_its_change_stream_across_a_foreign_locks_changes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_rule_with_describes_is_read_before_a_built_in_shape() {
     let fx = Fixture::new("schemas_describes_first").await;
-    let rule = ForeignLockRule::new(doc! { "$eq": ["$locked", true] })
+    let rule = ForeignLockRule::builder()
+        .held(doc! { "$eq": ["$locked", true] })
         .owner("$owner")
-        .describes(doc! { "$eq": [{ "$type": "$locked" }, "bool"] });
+        .describes(doc! { "$eq": [{ "$type": "$locked" }, "bool"] })
+        .build();
     let m = manager_with(&fx, rule).await;
     let past = DateTime::from_millis(DateTime::now().timestamp_millis() - 3_600_000);
     let theirs = doc! { "_id": "k", "locked": true, "owner": "them", "ExpireAt": past };

@@ -275,8 +275,8 @@ async fn cli_a_rule_that_is_not_json_exits_2_with_one_line() {
     let fx = Fixture::new("foreign_rule_json").await;
     for (rule, says) in [
         (r#"{"held": "#, "not JSON"),
-        (r#"{"owner": "$owner"}"#, "`held` is required"),
-        (r#"{"held": true, "expiry": "$expire"}"#, "\"expiry\""),
+        (r#"{"owner": "$owner"}"#, "missing field `held`"),
+        (r#"{"held": true, "expiry": "$expire"}"#, "unknown field `expiry`"),
         ("[1]", "not an Extended JSON v2 object"),
     ] {
         let out = cli(&fx, &["--foreign-lock", rule, "list"]).await;

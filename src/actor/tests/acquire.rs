@@ -5,6 +5,7 @@
 use tokio_util::time::FutureExt as _;
 
 use super::*;
+use crate::store::memory::ForeignWrite;
 
 // ----- 5. FIFO fairness, one attempt in flight, capped retries -------------------------
 
@@ -381,7 +382,8 @@ async fn transient_acquire_failures_are_retried_for_waiters_and_reported_to_a_tr
 async fn a_foreign_lock_is_waited_for_with_capped_backoff_and_its_deletion_wakes_the_waiters() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    db.put_foreign("f", "java-app-1");
+    let lock = mongodb::bson::doc! { "ts": db.date(db.server_now()), "aid": "java-app-1" };
+    db.foreign_write("f", |_| ForeignWrite::Replace(lock));
     let written = db.foreign("f").expect("the foreign lock");
     assert!(a.try_acquire("f").await.unwrap().is_none());
     let first = waiter(&a, "f").await;

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use mongodb::bson::{Bson, DateTime, Document, doc};
+use mongodb::bson::{DateTime, Document, doc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::doc::{Doc, Foreign, Registration};
+use super::doc::{Doc, Registration};
 use super::rules::{Collection, apply_acquire};
 use crate::foreign::ForeignRules;
 use crate::info::{HolderInfo, LeaseInfo, WaitingOwner};
@@ -69,16 +69,19 @@ pub(crate) struct MemoryDb {
 /// ([`MemoryDb::release_readers`]).
 pub(super) type Reader = Mutex<Option<Instant>>;
 
-/// What a client of the `{_id, value, ttl, obtained_at}` lock pattern read
-/// of a key ([`MemoryDb::pattern2_read`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pattern2Seen {
-    /// Its `value` (`None`: missing, as in a lease document of ours).
-    pub value: Option<Bson>,
-    /// Its `obtained_at`.
-    pub obtained_at: Option<DateTime>,
-    /// Whether `$$NOW > obtained_at + ttl` seconds at the read.
-    pub expired: bool,
+/// What another application's command leaves of a key's document
+/// ([`MemoryDb::foreign_write`]), `_id` aside.
+pub enum ForeignWrite {
+    /// Nothing changed: its filter matched nothing, or its insert hit the
+    /// `_id` (E11000).
+    Keep,
+    /// A new document: an insert, or a replacement.
+    Replace(Document),
+    /// These fields set on the document there, or inserted with `_id`
+    /// (an update with `$set`, upserting).
+    Set(Document),
+    /// No document: a delete.
+    Delete,
 }
 
 /// The documents after each change, each with the (tokio) instant it was
@@ -421,32 +424,25 @@ impl MemoryDb {
             .collect()
     }
 
+    /// A foreign holder's lock document (`_id` included) as the reads of
+    /// `MongoStore` project it at server time `now`: with the fields of the
+    /// rules ([`ForeignRules::annotate`]) and `now`.
+    pub(super) fn project_foreign(&self, doc: &Document, now: DateTime) -> Document {
+        let ours = crate::store::is_our_layout(doc);
+        let mut doc = self.foreign_rules.annotate(doc, ours, now);
+        doc.insert("now", now);
+        doc
+    }
+
     /// A foreign holder's lock as a [`LeaseInfo`] judged at `now`, as
-    /// `MongoStore` reads it: projected by the rules of `crate::foreign`,
-    /// read by `store::lease_info`.
-    pub fn foreign_info(&self, key: &LeaseKey, foreign: &Foreign, now: Instant) -> LeaseInfo {
-        let projected = foreign.projected(&self.foreign_rules, self.date(now));
+    /// `MongoStore` reads it (`store::lease_info`).
+    pub fn foreign_info(&self, key: &LeaseKey, foreign: &Document, now: Instant) -> LeaseInfo {
+        let projected = self.project_foreign(foreign, self.date(now));
         crate::store::lease_info(key, &projected, self.system_time(now))
     }
 
-    /// The server time at which `foreign` expires by its own rule, if it
-    /// has an expiry.
-    pub fn foreign_expiry(&self, foreign: &Foreign) -> Option<Instant> {
-        let projected = foreign.projected(&self.foreign_rules, DateTime::MIN);
-        let at = projected.get_datetime(crate::foreign::EXPIRY).ok()?;
-        let at = at.to_system_time();
-        Some(match at.duration_since(self.epoch.1) {
-            Ok(after) => self.epoch.0 + after,
-            Err(before) => self
-                .epoch
-                .0
-                .checked_sub(before.duration())
-                .unwrap_or(self.epoch.0),
-        })
-    }
-
     /// The foreign holder's lock document under `key`, if any.
-    pub fn foreign(&self, key: impl Into<LeaseKey>) -> Option<Foreign> {
+    pub fn foreign(&self, key: impl Into<LeaseKey>) -> Option<Document> {
         lock(&self.inner).foreign.get(&key.into()).cloned()
     }
 
@@ -673,35 +669,6 @@ impl MemoryDb {
         self.touch();
     }
 
-    /// Occupies `key` with a foreign holder's lock document `{_id, ts: now,
-    /// aid: owner}`: acquire reports it held (until `ts` + the TTL index
-    /// on `ts` of [`MemoryDb::with_foreign_rules`], never without one),
-    /// renew, release and release by owner never match it.
-    pub fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str) {
-        let now = self.date(self.server_now());
-        self.put_foreign_document(key, doc! { field::RENEWED_AT: now, field::OWNER: owner });
-    }
-
-    /// Occupies `key` with a bare `{_id}` (a lock by upsert of `_id` alone,
-    /// released by a delete): a foreign holder's lock as
-    /// [`MemoryDb::put_foreign`]'s, of owner id `""`, never expiring.
-    pub fn put_bare(&self, key: impl Into<LeaseKey>) {
-        self.put_foreign_document(key, Document::new());
-    }
-
-    /// Occupies `key` with another application's lock document: `_id` and
-    /// `fields` (dates in server time, [`MemoryDb::date`]), read by the
-    /// rules of `crate::foreign`.
-    pub fn put_foreign_document(&self, key: impl Into<LeaseKey>, fields: Document) {
-        let key = key.into();
-        let mut doc = doc! { field::ID: key.to_bson() };
-        doc.extend(fields);
-        self.change(|coll| {
-            coll.docs.remove(&key);
-            coll.foreign.insert(key, Foreign { doc });
-        });
-    }
-
     /// Deletes the document (the TTL monitor, another application). Nothing
     /// of it is remembered, as on MongoDB: the next acquisition's token is
     /// the token rule's time part.
@@ -810,157 +777,6 @@ impl MemoryDb {
         self.epoch.0 + Duration::from_nanos(u64::try_from(real).unwrap_or(u64::MAX))
     }
 
-    /// Another application locks `key` as it would with an insert of its
-    /// own document, upserted only if no document exists: `{_id}` and
-    /// `fields` (e.g. `{ts, aid}`; none for a bare `{_id}`, an upsert of
-    /// `_id` alone, as [`MemoryDb::put_bare`]). Returns whether it did.
-    pub fn put_foreign_if_absent(&self, key: impl Into<LeaseKey>, fields: Document) -> bool {
-        let key = key.into();
-        let mut coll = lock(&self.inner);
-        if coll.docs.contains_key(&key) || coll.foreign.contains_key(&key) {
-            return false;
-        }
-        let mut doc = doc! { field::ID: key.to_bson() };
-        doc.extend(fields);
-        coll.foreign.insert(key, Foreign { doc });
-        drop(coll);
-        self.touch();
-        true
-    }
-
-    /// What a client of the `{_id, value, ttl, obtained_at}` lock pattern
-    /// reads of `key` (its `findOne` projecting `value`, `ttl`,
-    /// `obtained_at` and `$$NOW`): `None` without a document. A lease
-    /// document of ours reads as `MongoStore` writes it ("Read by other
-    /// clients" in `store`): no `value`, `obtained_at = ts`, `ttl = exp -
-    /// ts` in seconds.
-    pub fn pattern2_read(&self, key: impl Into<LeaseKey>) -> Option<Pattern2Seen> {
-        let key = &key.into();
-        let now = self.server_now();
-        let coll = lock(&self.inner);
-        if let Some(doc) = coll.docs.get(key) {
-            return Some(self.pattern2_of_ours(doc, now));
-        }
-        let foreign = coll.foreign.get(key)?;
-        let ttl_ms = match foreign.doc.get("ttl") {
-            Some(Bson::Int32(n)) => Some(i64::from(*n) * 1_000),
-            Some(Bson::Int64(n)) => n.checked_mul(1_000),
-            Some(Bson::Double(n)) => Some((n * 1_000.0) as i64),
-            _ => None,
-        };
-        let obtained_at = foreign.doc.get_datetime("obtained_at").ok().copied();
-        let expired = match (obtained_at, ttl_ms) {
-            (Some(at), Some(ttl_ms)) => {
-                self.date(now).timestamp_millis() > at.timestamp_millis() + ttl_ms
-            }
-            // `undefined + undefined` is `NaN`: never expired.
-            _ => false,
-        };
-        Some(Pattern2Seen {
-            value: foreign.doc.get("value").cloned(),
-            obtained_at,
-            expired,
-        })
-    }
-
-    fn pattern2_of_ours(&self, doc: &Doc, now: Instant) -> Pattern2Seen {
-        // `obtained_at + ttl` is `exp`, or for a young token its
-        // millisecond + `DELETE_MIN_TOKEN_AGE` + 1 ms (`restated_seconds`);
-        // expired once `$$NOW` is past it.
-        let deletable_at = (doc.token >> crate::token::TOKEN_TIME_SHIFT) as i64
-            + crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as i64
-            + 1;
-        let until = self.date(doc.exp).timestamp_millis().max(deletable_at);
-        Pattern2Seen {
-            value: None,
-            obtained_at: Some(self.date(doc.renewed)),
-            expired: self.date(now).timestamp_millis() > until,
-        }
-    }
-
-    /// That client's write: with `seen` `None` (nothing was there), the
-    /// upsert matching `{_id, value}`; with `seen` expired, the guarded
-    /// takeover matching `{_id, value: seen.value, obtained_at:
-    /// seen.obtained_at}` (a missing `value` matches `null`), upserting.
-    /// Either sets `value`, `ttl` (seconds) and `obtained_at = $$NOW`,
-    /// leaving every other field of the document as it is (a lease
-    /// document of ours becomes another application's lock: `value`
-    /// present). Returns whether it locked `key`: `false` when its filter
-    /// matched nothing and the upsert's insert hit the existing `_id`
-    /// (E11000).
-    pub fn pattern2_write(
-        &self,
-        key: impl Into<LeaseKey>,
-        seen: Option<&Pattern2Seen>,
-        value: &str,
-        ttl_secs: i64,
-    ) -> bool {
-        let key = key.into();
-        let now = self.server_now();
-        let date = self.date(now);
-        let mut coll = lock(&self.inner);
-        let current = match coll.docs.get(&key) {
-            Some(doc) => Some(self.pattern2_of_ours(doc, now)),
-            None => coll.foreign.get(&key).map(|f| Pattern2Seen {
-                value: f.doc.get("value").cloned(),
-                obtained_at: f.doc.get_datetime("obtained_at").ok().copied(),
-                expired: false,
-            }),
-        };
-        let matches = match (seen, &current) {
-            (_, None) => true,
-            (None, Some(current)) => current.value == Some(Bson::from(value)),
-            (Some(seen), Some(current)) => {
-                let null_or = |v: &Option<Bson>| v.clone().unwrap_or(Bson::Null);
-                null_or(&seen.value) == null_or(&current.value)
-                    && seen.obtained_at == current.obtained_at
-            }
-        };
-        if !matches {
-            return false;
-        }
-        let mut doc = match (coll.docs.remove(&key), coll.foreign.remove(&key)) {
-            (Some(ours), _) => {
-                doc! {
-                field::ID: key.to_bson(),
-                field::OWNER: ours.owner.as_str(),
-                field::TOKEN: ours.token as i64,
-                field::RENEWED_AT: self.date(ours.renewed),
-                field::EXPIRES_AT: self.date(ours.exp),
-                }
-            }
-            (None, Some(foreign)) => foreign.doc,
-            (None, None) => doc! { field::ID: key.to_bson() },
-        };
-        doc.insert("value", value);
-        doc.insert("ttl", ttl_secs);
-        doc.insert("obtained_at", date);
-        coll.foreign.insert(key.clone(), Foreign { doc });
-        drop(coll);
-        self.announce_release(&key);
-        self.touch();
-        true
-    }
-
-    /// That client's release, `deleteOne({_id, value})`: returns whether it
-    /// deleted its lock (not after another took it over).
-    pub fn pattern2_release(&self, key: impl Into<LeaseKey>, value: &str) -> bool {
-        let key = key.into();
-        let mut coll = lock(&self.inner);
-        if coll
-            .foreign
-            .get(&key)
-            .is_none_or(|f| f.doc.get("value") != Some(&Bson::from(value)))
-        {
-            return false;
-        }
-        coll.foreign.remove(&key);
-        drop(coll);
-        self.announce_release(&key);
-        self.touch();
-        true
-    }
-
     /// Another application's `deleteMany({aid: owner})`: deletes every
     /// document whose `aid` is `owner` (its own locks; ours carry the
     /// managers' owner ids). Returns how many.
@@ -974,7 +790,7 @@ impl MemoryDb {
             .chain(
                 coll.foreign
                     .iter()
-                    .filter(|(_, f)| f.doc.get_str(field::OWNER) == Ok(owner))
+                    .filter(|(_, f)| f.get_str(field::OWNER) == Ok(owner))
                     .map(|(key, _)| key.clone()),
             )
             .collect();
@@ -991,52 +807,68 @@ impl MemoryDb {
         keys.len()
     }
 
-    /// Another application's conditional replace of its lock document under
-    /// `key` (its filter tests fields of its own schema, which a document of
-    /// ours never has): `write` sees the foreign document there and returns
-    /// the new one (fields besides `_id`), or `None` to leave it. Returns
-    /// whether it wrote.
-    pub fn replace_foreign(
+    /// Another application's command on `key`, as MongoDB applies it:
+    /// `write` sees the document there as stored (one of ours as
+    /// `Doc::stored` renders it; `None` for none) and says what the command
+    /// leaves, which is then a foreign holder's lock. An insert, a
+    /// replacement or a delete is announced as `MongoStore` reads its
+    /// change event, a `$set` of another application's fields not (the
+    /// stream's `$match` drops it; docs/mongodb-behaviour.md, B12).
+    /// Returns whether it wrote.
+    pub fn foreign_write(
         &self,
         key: impl Into<LeaseKey>,
-        write: impl FnOnce(&Document) -> Option<Document>,
+        write: impl FnOnce(Option<&Document>) -> ForeignWrite,
     ) -> bool {
         let key = key.into();
         let mut coll = lock(&self.inner);
-        let Some(fields) = coll.foreign.get(&key).and_then(|f| write(&f.doc)) else {
-            return false;
+        let stored = self.stored_in(&coll, &key);
+        let id = doc! { field::ID: key.to_bson() };
+        let (new, announced) = match (write(stored.as_ref()), stored) {
+            (ForeignWrite::Keep, _) | (ForeignWrite::Delete, None) => return false,
+            (ForeignWrite::Delete, Some(_)) => (None, true),
+            (ForeignWrite::Set(fields), Some(mut doc)) => {
+                doc.extend(fields);
+                (Some(doc), false)
+            }
+            (ForeignWrite::Set(fields) | ForeignWrite::Replace(fields), _) => {
+                (Some(id.into_iter().chain(fields).collect()), true)
+            }
         };
-        let mut doc = doc! { field::ID: key.to_bson() };
-        doc.extend(fields);
-        coll.foreign.insert(key.clone(), Foreign { doc });
-        let replaced_ours = coll.docs.remove(&key).is_some();
+        // As MongoStore reads its change event: freed, with the `aid` left.
+        let aid = new.as_ref().and_then(|d| d.get_str(field::OWNER).ok());
+        let owner = aid.filter(|_| announced).map(str::to_string);
+        coll.docs.remove(&key);
+        match new {
+            Some(doc) => coll.foreign.insert(key.clone(), doc),
+            None => coll.foreign.remove(&key),
+        };
         drop(coll);
-        if replaced_ours {
-            self.announce_release(&key);
+        if announced {
+            let (freed, lease_id, token) = (true, None, None);
+            self.announce(KeyWrite {
+                key,
+                freed,
+                lease_id,
+                owner,
+                token,
+            });
         }
         self.touch();
         true
     }
 
-    /// Another application deletes its own lock of `key`, the document
-    /// `{_id}` and `fields` it wrote (a delete that matches it: not after a
-    /// manager took it over): returns whether it was still there.
-    pub fn remove_foreign(&self, key: impl Into<LeaseKey>, fields: &Document) -> bool {
-        let key = &key.into();
-        let mut coll = lock(&self.inner);
-        let written = |f: &Foreign| {
-            let mut doc = f.doc.clone();
-            doc.remove(field::ID);
-            doc == *fields
-        };
-        if coll.foreign.get(key).is_none_or(|f| !written(f)) {
-            return false;
+    /// The document under `key` as MongoDB stores it, as a `findOne` reads
+    /// it: one of ours as `Doc::stored` renders it, or a foreign holder's.
+    pub fn stored(&self, key: impl Into<LeaseKey>) -> Option<Document> {
+        self.stored_in(&lock(&self.inner), &key.into())
+    }
+
+    fn stored_in(&self, coll: &Collection, key: &LeaseKey) -> Option<Document> {
+        match coll.docs.get(key) {
+            Some(doc) => Some(doc.stored(self, key)),
+            None => coll.foreign.get(key).cloned(),
         }
-        coll.foreign.remove(key);
-        drop(coll);
-        self.announce_release(key);
-        self.touch();
-        true
     }
 
     /// A test's `change` to the collection, then observers woken.

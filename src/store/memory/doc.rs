@@ -1,6 +1,5 @@
 //! The twin's lock document ([`Doc`]), the holders of a shared or semaphore
-//! key in it ([`Holder`]), and a foreign holder's lock document
-//! ([`Foreign`]).
+//! key in it ([`Holder`]).
 
 use std::time::Duration;
 
@@ -323,30 +322,5 @@ impl Doc {
             (false, Some(permits)) => LeaseKind::Permit { permits },
             (false, None) => LeaseKind::Shared,
         }
-    }
-}
-
-/// A foreign holder's lock document as stored, `_id` included (another
-/// application's `{_id, ts, aid}`, `{_id, value, ttl, obtained_at}`,
-/// `{_id, ExpireAt}`, a bare `{_id}`, ...; dates in server time), read by
-/// the rules of `crate::foreign`, as `MongoStore` reads it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Foreign {
-    pub doc: mongodb::bson::Document,
-}
-
-impl Foreign {
-    /// The document as the reads of `MongoStore` project it at server time
-    /// `now`: with the fields of `rules`
-    /// ([`ForeignRules::annotate`](crate::foreign::ForeignRules::annotate))
-    /// and `now`.
-    pub fn projected(
-        &self,
-        rules: &crate::foreign::ForeignRules,
-        now: mongodb::bson::DateTime,
-    ) -> mongodb::bson::Document {
-        let mut doc = rules.annotate(&self.doc, crate::store::is_our_layout(&self.doc), now);
-        doc.insert("now", now);
-        doc
     }
 }

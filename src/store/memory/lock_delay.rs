@@ -26,9 +26,9 @@ pub(super) fn delay(doc: &mut Doc, delay: Duration, end: OverrideEnd, now: Insta
 
 impl Collection {
     /// The lock-delay of a release by owner id of `owner`'s leases
-    /// (`MongoStore`'s `delay_stage`): on each document whose live
-    /// exclusive lease is `owner`'s, or all of whose live holders (at least
-    /// one) are `owner`'s.
+    /// (`MongoStore`'s `delay_stage`): on each document its filter matches
+    /// whose live exclusive lease is `owner`'s, or all of whose live
+    /// holders (at least one) are `owner`'s.
     pub(super) fn delay_owner_ends(
         &mut self,
         owner: &str,
@@ -40,8 +40,13 @@ impl Collection {
             let ends = if doc.holders.is_empty() {
                 doc.owner == owner && doc.lease_id.is_some() && doc.exp > now
             } else {
+                // `MongoStore`'s filter: at expiry, only a document where
+                // `owner` still holds a place with a lease id.
                 let mut live = doc.live_holders(now).peekable();
-                live.peek().is_some() && live.all(|h| h.owner == owner)
+                let placed = (doc.holders.iter()).any(|h| h.owner == owner && h.lease_id.is_some());
+                (placed || end == OverrideEnd::Immediately)
+                    && live.peek().is_some()
+                    && live.all(|h| h.owner == owner)
             };
             if ends {
                 self::delay(doc, delay, end, now);

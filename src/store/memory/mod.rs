@@ -38,10 +38,9 @@
 //!   time (MongoDB's token-age test on `tok >> 20`), and
 //!   the follow-up delete (`Release::ReleasedDocuments`) deletes released documents of `keys` (no lease
 //!   id, not yielded) whose token is that old.
-//! - A **foreign holder's lock** ([`MemoryDb::put_foreign`], another
-//!   application's `{_id, ts, aid}`; [`MemoryDb::put_bare`], a bare `{_id}`;
-//!   [`MemoryDb::put_foreign_document`], any other document) is stored as
-//!   written and read by the rules of `crate::foreign`
+//! - A **foreign holder's lock** (any document another application's
+//!   command leaves, [`MemoryDb::foreign_write`]) is stored as written and
+//!   read by the rules of `crate::foreign`
 //!   ([`MemoryDb::with_foreign_rules`]), rendered as `MongoStore`'s reads
 //!   project it and judged by `replies` and `store::lease_info`: while live
 //!   by its own rule it is never modified, acquire reports it `Held` by its
@@ -171,9 +170,9 @@ mod ttl;
 // Some are used by the actor's tests only, some by the simulation only.
 #[allow(unused_imports)]
 pub(crate) use control::{EventFate, Fault, Op};
-pub(crate) use db::MemoryDb;
+pub(crate) use db::{ForeignWrite, MemoryDb};
 #[allow(unused_imports)]
 pub(crate) use doc::Doc;
 pub(crate) use store::MemoryStore;
 #[allow(unused_imports)]
-pub(crate) use ttl::{TtlIndex, gc_index_covers};
+pub(crate) use ttl::{TtlIndex, gc_index_covers, restated_until};

@@ -583,10 +583,16 @@ impl MemoryStore {
         let yield_window = self.yield_window;
         let lock_delay = self.lock_delay;
         self.run(Op::ForceRelease, vec![key.clone()], move |coll, now| {
-            // A foreign holder's lock is deleted (as MongoStore's `deleteOne`).
-            if let Some(foreign) = coll.foreign.remove(&key) {
+            // A foreign holder's lock is deleted while its rule says it is
+            // held, and left as it is once free (as MongoStore's `deleteOne`).
+            if let Some(foreign) = coll.foreign.get(&key) {
+                let info = db.foreign_info(&key, foreign, now);
+                if !info.held {
+                    return Ok(None);
+                }
+                coll.foreign.remove(&key);
                 db.announce_release(&key);
-                return Ok(Some(db.foreign_info(&key, &foreign, now)));
+                return Ok(Some(info));
             }
             let Some(doc) = coll.docs.get_mut(&key) else {
                 return Ok(None);

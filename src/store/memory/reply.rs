@@ -191,7 +191,7 @@ fn verdict(
     let outcome = if let Some(view) = coll.their_lock_at(db, key, now) {
         replies::in_document(key, owner, lease_id, Some(&view))
     } else if let Some(foreign) = coll.foreign.get(key) {
-        let doc = foreign.projected(db.foreign_rules(), date(now));
+        let doc = db.project_foreign(foreign, date(now));
         replies::classify(key, owner, lease_id, &doc)
     } else if let Some(stored) = coll.docs.get(key) {
         if kind.is_multi_holder() {

@@ -5,11 +5,12 @@
 use crate::random::{HashMap, HashSet};
 use std::time::Duration;
 
+use mongodb::bson::Document;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::db::MemoryDb;
-use super::doc::{Doc, Foreign, Registration};
+use super::doc::{Doc, Registration};
 use super::kinds;
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::Result;
@@ -23,11 +24,11 @@ use crate::token::TOKEN_TIME_SHIFT;
 #[derive(Default, Clone)]
 pub(crate) struct Collection {
     pub(super) docs: HashMap<LeaseKey, Doc>,
-    /// Keys occupied by a foreign holder's lock document (not written by
-    /// the protocol): never modified while live by its own rule
-    /// (`crate::foreign`), except deleted by a force release; an
+    /// Keys occupied by a foreign holder's lock document, as stored (`_id`
+    /// included, dates in server time): never modified while live by its
+    /// own rule (`crate::foreign`), except deleted by a force release; an
     /// acquisition takes it over once expired by that rule.
-    pub(super) foreign: HashMap<LeaseKey, Foreign>,
+    pub(super) foreign: HashMap<LeaseKey, Document>,
     /// The server's clock's epoch (its instant, and the wall-clock time
     /// then), as its [`MemoryDb`]'s: the token rule's time part
     /// ([`Collection::token_floor`]).
@@ -118,9 +119,9 @@ pub(super) fn apply_acquire(
     }
     if let Some(foreign) = coll.foreign.get(key) {
         let date = db.date(now);
-        if !db.foreign_rules().free(&foreign.doc, false, date) {
+        if !db.foreign_rules().free(foreign, false, date) {
             // Held by its own rule: read as `MongoStore` reads it.
-            let projected = foreign.projected(db.foreign_rules(), date);
+            let projected = db.project_foreign(foreign, date);
             return Ok(replies::classify(key, owner, lease_id, &projected));
         }
         // Expired by its own rule: taken over in this write (the acquire

@@ -12,7 +12,7 @@ use futures::stream::{BoxStream, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 
 use super::control::EventFate;
-use super::doc::{Doc, Foreign};
+use super::doc::Doc;
 use super::store::MemoryStore;
 use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
@@ -22,7 +22,7 @@ use crate::store::{Announced, Announcement};
 /// What `observe` last reported: the document without its fairness marks,
 /// whether it was held and by how many live holders of a shared or
 /// semaphore key, and the foreign holder's lock document.
-type Observed = (Option<Doc>, (bool, usize), Option<Foreign>);
+type Observed = (Option<Doc>, (bool, usize), Option<mongodb::bson::Document>);
 
 impl MemoryStore {
     /// [`Store::watch_releases`](crate::store::Store::watch_releases):
@@ -164,7 +164,10 @@ impl MemoryStore {
                         // A foreign holder's lock: its expiry by its own rule.
                         let expiry = last.as_ref().and_then(|(doc, (held, _), foreign)| {
                             if let Some(foreign) = foreign.as_ref().filter(|_| *held) {
-                                return db.foreign_expiry(foreign);
+                                let now = db.server_now();
+                                let info = db.foreign_info(&key, foreign, now);
+                                let left = info.expires_at.duration_since(info.server_time);
+                                return left.ok().filter(|d| !d.is_zero()).map(|d| now + d);
                             }
                             let doc = doc.as_ref().filter(|_| *held)?;
                             let first = doc

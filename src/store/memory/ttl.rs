@@ -91,7 +91,7 @@ impl Doc {
     /// This lock document's top-level fields as MongoDB stores them under
     /// `key` (dates by `db`'s server clock): what the collection's indexes
     /// see.
-    pub(super) fn stored(&self, db: &MemoryDb, key: &LeaseKey) -> Document {
+    pub(crate) fn stored(&self, db: &MemoryDb, key: &LeaseKey) -> Document {
         let date = |at| db.date(at);
         let mut stored = doc! {
             field::ID: key.to_bson(),
@@ -131,8 +131,26 @@ impl Doc {
         if let Some(permits) = self.permits {
             stored.insert(field::PERMITS, i64::from(permits));
         }
+        // Restated for other clients ("Read by other clients" in `store`).
+        let (ts, exp) = (date(self.renewed), date(self.exp));
+        let until = restated_until(exp.timestamp_millis(), self.token as i64);
+        stored.insert(field::OBTAINED_AT, ts);
+        let ttl = (until - ts.timestamp_millis()) as f64 / 1000.0;
+        stored.insert(field::TTL_SECONDS, ttl);
         stored
     }
+}
+
+/// Until when a document of ours with expiry `exp` and token `tok` (ms and
+/// the stored value) reads held to the `{_id, value, ttl, obtained_at}`
+/// pattern's clients: its `exp`, or for a token younger than
+/// `DELETE_MIN_TOKEN_AGE` its millisecond + that age + 1 ms
+/// (`rules::restated_seconds`).
+pub(crate) fn restated_until(exp: i64, tok: i64) -> i64 {
+    let deletable_at = (tok >> crate::token::TOKEN_TIME_SHIFT)
+        + crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as i64
+        + 1;
+    exp.max(deletable_at)
 }
 
 impl MemoryDb {
@@ -168,7 +186,7 @@ impl MemoryDb {
             .chain(
                 coll.foreign
                     .iter()
-                    .filter_map(|(key, foreign)| Some((key.clone(), expired(&foreign.doc)?))),
+                    .filter_map(|(key, foreign)| Some((key.clone(), expired(foreign)?))),
             )
             .collect();
         doomed.sort();

@@ -10,7 +10,9 @@ use super::{FIELD, Fixture, MARGIN, Planted, Raw, TTL, YIELD};
 use crate::config::ReleaseMode;
 use crate::foreign::ForeignRules;
 use crate::key::LeaseKey;
-use crate::store::memory::{MemoryDb, MemoryStore};
+use crate::sim::others;
+use crate::store::field;
+use crate::store::memory::{ForeignWrite, MemoryDb, MemoryStore};
 use crate::store::{AcquireOutcome, MongoStore, Store};
 
 use super::super::pattern2_client;
@@ -84,25 +86,27 @@ impl Fixture for MemoryFixture {
     }
 
     async fn put_foreign(&self, key: impl Into<LeaseKey>, owner: &str) {
-        self.db.put_foreign(key, owner);
+        let now = self.db.date(self.db.server_now());
+        let lock = doc! { field::RENEWED_AT: now, field::OWNER: owner };
+        self.db.foreign_write(key, |_| ForeignWrite::Replace(lock));
     }
 
     async fn put_bare(&self, key: impl Into<LeaseKey>) {
-        self.db.put_bare(key);
+        self.db
+            .foreign_write(key, |_| ForeignWrite::Replace(Document::new()));
     }
 
     async fn pattern2_lock(&self, key: impl Into<LeaseKey>, value: &str, ttl_secs: i32) -> bool {
         let key = key.into();
-        let seen = self.db.pattern2_read(key.clone());
-        if seen.as_ref().is_some_and(|seen| !seen.expired) {
-            return false;
-        }
-        self.db
-            .pattern2_write(key, seen.as_ref(), value, i64::from(ttl_secs))
+        let found = others::pattern2_read(&self.db, key.clone());
+        others::pattern2_lock(&self.db, key, found.as_ref(), value, i64::from(ttl_secs))
     }
 
     async fn pattern2_unlock(&self, key: impl Into<LeaseKey>, value: &str) -> bool {
-        self.db.pattern2_release(key, value)
+        self.db.foreign_write(key, |doc| match doc {
+            Some(doc) if doc.get_str("value") == Ok(value) => ForeignWrite::Delete,
+            _ => ForeignWrite::Keep,
+        })
     }
 
     async fn store_with_rules(&self, owner: &str, rules: ForeignRules) -> MemoryStore {
@@ -129,7 +133,7 @@ impl Fixture for MemoryFixture {
             };
             doc.insert(name, value);
         }
-        self.db.put_foreign_document(key, doc);
+        self.db.foreign_write(key, |_| ForeignWrite::Replace(doc));
     }
 
     async fn foreign_unchanged(&self, key: impl Into<LeaseKey>) -> bool {

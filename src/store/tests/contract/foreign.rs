@@ -199,10 +199,12 @@ type Fields = Vec<(&'static str, Planted)>;
 /// The foreign lock layouts of the scenarios below: the built-in ones with a
 /// TTL index of 30 s on `ts`, and a user's rule for `{_id, holder, until}`.
 fn rules() -> ForeignRules {
-    let rule = ForeignLockRule::new(mongodb::bson::doc! { "$lt": ["$$NOW", "$until"] })
+    let rule = ForeignLockRule::builder()
+        .held(mongodb::bson::doc! { "$lt": ["$$NOW", "$until"] })
         .owner("$holder")
         .expires_at("$until")
-        .describes(mongodb::bson::doc! { "$eq": [{ "$type": "$until" }, "date"] });
+        .describes(mongodb::bson::doc! { "$eq": [{ "$type": "$until" }, "date"] })
+        .build();
     ForeignRules::new(Some(rule)).with_ts_expiry(Some(Duration::from_secs(30)))
 }
 

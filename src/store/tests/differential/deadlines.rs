@@ -129,18 +129,18 @@ fn deadlines(world: &World) -> Vec<(i64, Class)> {
         }
         if let Some(f) = world.db.foreign(key.clone()) {
             let annotated = rules.annotate(
-                &f.doc,
-                crate::store::is_our_layout(&f.doc),
+                &f,
+                crate::store::is_our_layout(&f),
                 mongodb::bson::DateTime::MIN,
             );
             out.extend(
                 world::date_ms(annotated.get(crate::foreign::EXPIRY)).map(|at| (at, Expiry)),
             );
             if world.config.ts_index {
-                out.extend(world::date_ms(f.doc.get("ts")).map(|ts| (ts + ts_index, Expiry)));
+                out.extend(world::date_ms(f.get("ts")).map(|ts| (ts + ts_index, Expiry)));
             }
-            out.extend(world::date_ms(f.doc.get("ExpireAt")).map(|at| (at, Expiry)));
-            out.extend(world::date_ms(f.doc.get("exp")).map(|at| (at + grace, Expiry)));
+            out.extend(world::date_ms(f.get("ExpireAt")).map(|at| (at, Expiry)));
+            out.extend(world::date_ms(f.get("exp")).map(|at| (at + grace, Expiry)));
         }
     }
     out

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use mongodb::bson::Document;
 
 use super::compare::Divergence;
-use super::ops::{Foreign, Op};
+use super::ops::Op;
 use super::world::OWNERS;
 use crate::key::LeaseKey;
 
@@ -126,41 +126,14 @@ pub(super) const KNOWN: &[Known] = &[
     // ----- the other applications' equivalents on the twin ----------------------
     Known {
         name: "pattern 2 takeover drops our fields",
-        reason: "a pattern 2 takeover of a lease of ours: the twin keeps _id, aid, tok, ts, exp \
-                 beside its fields, mongod every field (MemoryDb::pattern2_write); nothing \
-                 reads them in a foreign lock",
+        reason: "a pattern 2 takeover of a lease of ours: the twin keeps our top fields as \
+                 Doc::stored renders them beside its fields, mongod every field \
+                 (MemoryDb::foreign_write); nothing reads them in a foreign lock",
         stops: false,
         matches: |seen| {
             seen.divergence.twin == "(missing)"
                 && seen.divergence.note == "a field on one side only"
                 && both(seen, |d| d.contains_key("value"))
-        },
-    },
-    Known {
-        name: "pattern 2 takeover announced as a release",
-        reason: "pattern 2's takeover of an existing document (an update of value, ttl, \
-                 obtained_at): the twin announces a release, mongod nothing (neither lid nor \
-                 aid changes) (MemoryDb::pattern2_write)",
-        stops: false,
-        matches: |seen| {
-            seen.divergence.path.starts_with("announced")
-                && matches!(seen.op, Op::Foreign(Foreign::P2Lock { .. }))
-        },
-    },
-    Known {
-        name: "other applications' inserts not announced",
-        reason: "pattern 1's and 3's inserts and the bare {_id} upsert: mongod's change stream \
-                 announces each insert (freed, no lid), the twin none \
-                 (MemoryDb::put_foreign_if_absent)",
-        stops: false,
-        matches: |seen| {
-            let insert = matches!(
-                seen.op,
-                Op::Foreign(
-                    Foreign::P1Lock { .. } | Foreign::P3Lock { .. } | Foreign::BareLock { .. }
-                )
-            );
-            insert && seen.divergence.path.starts_with("announced")
         },
     },
 ];

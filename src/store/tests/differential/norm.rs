@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::kind::PermitsChange;
-use crate::store::memory::{Doc, MemoryDb};
+use crate::store::memory::{Doc, MemoryDb, restated_until};
 use crate::store::{AcquireOutcome, HandoffOutcome, LeaseRef, field};
 use crate::store::{light_acquire::LightAcquired, light_release::LightRelease};
 
@@ -106,7 +106,7 @@ pub(super) fn twin_documents(world: &World) -> BTreeMap<LeaseKey, Document> {
         if let Some(doc) = world.db.doc(key.clone()) {
             docs.insert(key.clone(), render(&world.db, key, &doc));
         } else if let Some(foreign) = world.db.foreign(key.clone()) {
-            docs.insert(key.clone(), foreign.doc);
+            docs.insert(key.clone(), foreign);
         }
     }
     docs
@@ -202,24 +202,11 @@ pub(super) fn render(db: &MemoryDb, key: &LeaseKey, d: &Doc) -> Document {
         );
     }
     // Restated for other clients ("Read by other clients" in `store`).
-    let (ts, exp) = (db.date(d.renewed), db.date(d.exp));
-    out.insert(field::OBTAINED_AT, ts);
-    let until = restated_until(exp.timestamp_millis(), d.token as i64);
-    let ttl = (until - ts.timestamp_millis()) as f64 / 1000.0;
-    out.insert(field::TTL_SECONDS, ttl);
+    let stored = d.stored(db, key);
+    for name in [field::OBTAINED_AT, field::TTL_SECONDS] {
+        out.insert(name, stored.get(name).cloned().unwrap_or(Bson::Null));
+    }
     out
-}
-
-/// Until when a document of ours with expiry `exp` and token `tok` (ms and
-/// the stored value) reads held to the `{_id, value, ttl, obtained_at}`
-/// pattern's clients: its `exp`, or for a token younger than
-/// `DELETE_MIN_TOKEN_AGE` its millisecond + that age + 1 ms
-/// (`rules::restated_seconds`).
-fn restated_until(exp: i64, tok: i64) -> i64 {
-    let deletable_at = (tok >> crate::token::TOKEN_TIME_SHIFT)
-        + crate::config::DELETE_MIN_TOKEN_AGE.as_millis() as i64
-        + 1;
-    exp.max(deletable_at)
 }
 
 /// A stored document (either side's) in the normal form, for `key`: dates

@@ -17,8 +17,9 @@ use super::super::pattern2_client;
 use crate::config::ReleaseMode;
 use crate::foreign::ForeignRules;
 use crate::key::LeaseKey;
+use crate::sim::others;
 use crate::store::MongoStore;
-use crate::store::memory::{MemoryDb, MemoryStore};
+use crate::store::memory::{ForeignWrite, MemoryDb, MemoryStore};
 use crate::testkit::{ReplicaSet, ReplicaSetOptions};
 
 /// The stores' TTL (the manager's): far longer than a seed.
@@ -369,8 +370,7 @@ impl World {
     pub fn twin_p1_lock(&self, key: &LeaseKey, age: Duration) -> bool {
         let now = self.twin_now();
         let ts = DateTime::from_millis(now - millis(age));
-        self.db
-            .put_foreign_if_absent(key.clone(), doc! { "ts": ts, "aid": P1_AID })
+        others::insert(&self.db, key.clone(), doc! { "ts": ts, "aid": P1_AID })
     }
 
     /// A release by `_id` (patterns 1 and 3, the bare `{_id}` client):
@@ -406,7 +406,7 @@ impl World {
             let theirs = self
                 .db
                 .foreign(key.clone())
-                .is_some_and(|f| f.doc.get_str("aid") == Ok(P1_AID));
+                .is_some_and(|f| f.get_str("aid") == Ok(P1_AID));
             if ours || theirs {
                 self.db.delete(key.clone());
                 deleted += 1;
@@ -423,12 +423,8 @@ impl World {
     /// The twin's pattern 2 lock: its read, then its write if nothing was
     /// there or the lock read has expired by its rule.
     pub fn twin_p2_lock(&self, key: &LeaseKey, value: &str, ttl: i32) -> bool {
-        let seen = self.db.pattern2_read(key.clone());
-        if seen.as_ref().is_some_and(|seen| !seen.expired) {
-            return false;
-        }
-        self.db
-            .pattern2_write(key.clone(), seen.as_ref(), value, i64::from(ttl))
+        let found = others::pattern2_read(&self.db, key.clone());
+        others::pattern2_lock(&self.db, key.clone(), found.as_ref(), value, i64::from(ttl))
     }
 
     /// Pattern 2's release, `deleteOne({_id, value})`.
@@ -438,7 +434,10 @@ impl World {
 
     /// The twin's pattern 2 release.
     pub fn twin_p2_unlock(&self, key: &LeaseKey, value: &str) -> bool {
-        self.db.pattern2_release(key.clone(), value)
+        self.db.foreign_write(key.clone(), |doc| match doc {
+            Some(doc) if doc.get_str("value") == Ok(value) => ForeignWrite::Delete,
+            _ => ForeignWrite::Keep,
+        })
     }
 
     /// Pattern 3's lock: `findOneAndUpdate({_id}, {$setOnInsert: {_id,
@@ -454,8 +453,7 @@ impl World {
     /// none.
     pub fn twin_p3_lock(&self, key: &LeaseKey, lifetime: Duration) -> bool {
         let at = DateTime::from_millis(self.twin_now() + millis(lifetime));
-        self.db
-            .put_foreign_if_absent(key.clone(), doc! { "ExpireAt": at })
+        others::insert(&self.db, key.clone(), doc! { "ExpireAt": at })
     }
 
     /// The `{_id, locked, owner, created, expire}` client's lock: an insert,
@@ -485,10 +483,10 @@ impl World {
             doc.get_bool("locked") == Ok(false)
                 || doc.get_datetime("expire").is_ok_and(|e| *e < now)
         };
-        self.db.put_foreign_if_absent(key.clone(), lock.clone())
-            || self
-                .db
-                .replace_foreign(key.clone(), |doc| free(doc).then_some(lock))
+        self.db.foreign_write(key.clone(), |doc| match doc {
+            Some(doc) if !free(doc) => ForeignWrite::Keep,
+            _ => ForeignWrite::Replace(lock),
+        })
     }
 
     /// The schema client's release: `findOneAndUpdate({_id, owner}, {$set:
@@ -502,11 +500,11 @@ impl World {
 
     /// The twin's schema client's release.
     pub fn twin_schema_unlock(&self, key: &LeaseKey) -> bool {
-        self.db.replace_foreign(key.clone(), |doc| {
-            let mut released = doc.clone();
-            released.remove("_id");
-            released.extend(SCHEMA_RELEASED.clone());
-            (doc.get_str("owner") == Ok(SCHEMA_OWNER)).then_some(released)
+        self.db.foreign_write(key.clone(), |doc| match doc {
+            Some(doc) if doc.get_str("owner") == Ok(SCHEMA_OWNER) => {
+                ForeignWrite::Set(SCHEMA_RELEASED.clone())
+            }
+            _ => ForeignWrite::Keep,
         })
     }
 
@@ -519,7 +517,7 @@ impl World {
 
     /// The twin's bare `{_id}` lock.
     pub fn twin_bare_lock(&self, key: &LeaseKey) -> bool {
-        self.db.put_foreign_if_absent(key.clone(), Document::new())
+        others::insert(&self.db, key.clone(), Document::new())
     }
 
     async fn upsert_before(&self, key: &LeaseKey, update: Document) -> bool {
