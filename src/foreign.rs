@@ -95,7 +95,8 @@ pub struct ForeignLockRule {
 
 impl ForeignLockRule {
     /// A rule from MongoDB Extended JSON v2: `{"held": …, "owner": …,
-    /// "expires_at": …, "describes": …}`, `held` required.
+    /// "expires_at": …, "describes": …}`, `held` required; a field given as
+    /// `null` is absent.
     ///
     /// # Errors
     ///
@@ -318,12 +319,20 @@ impl ForeignRules {
             return out;
         }
         let value = |e: &Bson| eval::evaluate(e, doc, now);
-        let Some(rule) = self.rules().into_iter().find(|r| {
-            r.describes
-                .as_ref()
-                .map(value)
-                .is_some_and(|v| v.is_ok_and(|v| eval::truthy(&v)))
-        }) else {
+        // The first rule that describes it; one whose `describes` fails
+        // (MongoDB fails the command) leaves it held.
+        let found = self
+            .rules()
+            .into_iter()
+            .find_map(|r| match value(r.describes.as_ref()?) {
+                Ok(v) if !eval::truthy(&v) => None,
+                described => Some(described.is_ok().then_some(r)),
+            });
+        let Some(rule) = found else {
+            return out;
+        };
+        let Some(rule) = rule else {
+            out.insert(HELD, true);
             return out;
         };
         out.insert(HELD, value(&rule.held).map_or(true, |v| eval::truthy(&v)));

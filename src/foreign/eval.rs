@@ -302,6 +302,9 @@ fn compare(a: &Value, b: &Value) -> Res<Ordering> {
     let (Some(x), Some(y), Ordering::Equal) = (a, b, by_rank) else {
         return Ok(by_rank);
     };
+    if x == y {
+        return Ok(Ordering::Equal); // of any type, a bare `{_id}`'s own
+    }
     // A number exactly: not NaN (the least number), its floor, the rest.
     let number = |v: &Bson| {
         let d = double(v);
@@ -343,6 +346,11 @@ fn compare(a: &Value, b: &Value) -> Res<Ordering> {
             p.len().cmp(&q.len())
         }
         (ObjectId(p), ObjectId(q)) => p.bytes().cmp(&q.bytes()),
+        (Binary(p), Binary(q)) => {
+            let order =
+                |b: &mongodb::bson::Binary| (b.bytes.len(), u8::from(b.subtype), b.bytes.clone());
+            order(p).cmp(&order(q))
+        }
         (Boolean(p), Boolean(q)) => p.cmp(q),
         (DateTime(p), DateTime(q)) => p.cmp(q),
         (Timestamp(p), Timestamp(q)) => (p.time, p.increment).cmp(&(q.time, q.increment)),

@@ -127,6 +127,11 @@ fn a_rule_reads_from_extended_json_and_refuses_other_fields() {
         Bson::from(doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] })
     );
     assert_eq!(rule.owner, None);
+    // `null` is absent: a `describes` of null describes what a rule
+    // without one does.
+    let nulls = r#"{"held": true, "owner": null, "expires_at": null, "describes": null}"#;
+    let rule = ForeignLockRule::from_extended_json(nulls).unwrap();
+    assert_eq!(rule, ForeignLockRule::builder().held(true).build());
     for bad in [
         "",
         "[1]",
@@ -153,4 +158,18 @@ fn the_twin_refuses_a_rule_with_an_operator_it_does_not_evaluate() {
         matches!(&error, Error::InvalidConfig { reason } if reason.contains("$regexMatch")),
         "{error:?}"
     );
+}
+
+#[test]
+fn a_document_whose_describes_fails_in_the_twin_is_held() {
+    // MongoDB fails the command; the twin reads the lock as held, rather
+    // than passing it on to the rules after.
+    let failing = ForeignLockRule::builder()
+        .held(true)
+        .describes(doc! { "$eq": [{ "$toDate": "$at" }, "$$NOW"] })
+        .build();
+    let rules = ForeignRules::new(Some(failing));
+    let doc = doc! { "_id": "k", "at": "not a date", "locked": false };
+    assert_eq!(rules.annotate(&doc, false, at(T)).get_bool(HELD), Ok(true));
+    assert!(!rules.free(&doc, false, at(T)));
 }

@@ -276,7 +276,10 @@ async fn cli_a_rule_that_is_not_json_exits_2_with_one_line() {
     for (rule, says) in [
         (r#"{"held": "#, "not JSON"),
         (r#"{"owner": "$owner"}"#, "missing field `held`"),
-        (r#"{"held": true, "expiry": "$expire"}"#, "unknown field `expiry`"),
+        (
+            r#"{"held": true, "expiry": "$expire"}"#,
+            "unknown field `expiry`",
+        ),
         ("[1]", "not an Extended JSON v2 object"),
     ] {
         let out = cli(&fx, &["--foreign-lock", rule, "list"]).await;

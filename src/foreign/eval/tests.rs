@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use mongodb::Collection;
+use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{
     Binary, Bson, DateTime, Decimal128, Document, Regex, Timestamp, doc, oid::ObjectId,
 };
@@ -457,6 +458,28 @@ async fn the_twin_evaluates_as_mongod_does() {
             tally.compare(expr, doc, server, now, i < strict && shaped);
         }
     }
+    // A bare `{_id}` of every key type: the table's expressions give a
+    // value on both sides, the same.
+    let bare = client.database("eval").collection::<Document>("bare");
+    let bare_docs: Vec<Document> = key_types()
+        .into_iter()
+        .map(|id| doc! { "_id": id })
+        .collect();
+    bare.insert_many(&bare_docs)
+        .await
+        .expect("the bare documents");
+    let mut bare_tally = Tally::default();
+    for expr in &exprs[..strict] {
+        let outcomes = outcomes(&bare, expr, &bare_docs).await;
+        for (doc, (now, server)) in bare_docs.iter().zip(outcomes) {
+            bare_tally.compare(expr, doc, server, now, true);
+        }
+    }
+    assert!(
+        bare_tally.failures.is_empty(),
+        "{}",
+        bare_tally.failures.join("\n")
+    );
     let elapsed = started.elapsed();
     for failure in tally.failures.iter().take(5) {
         eprintln!("{failure}");
@@ -488,4 +511,36 @@ fn expressions(rules: &ForeignRules) -> Vec<Bson> {
         .flat_map(|r| [r.describes, Some(r.held), r.owner, r.expires_at])
         .flatten()
         .collect()
+}
+
+/// An `_id` of each type a `LeaseKey` may hold.
+fn key_types() -> Vec<Bson> {
+    let binary = |subtype, bytes: &[u8]| {
+        let bytes = bytes.to_vec();
+        Bson::Binary(Binary { subtype, bytes })
+    };
+    let uuid = binary(BinarySubtype::Uuid, &[7; 16]);
+    vec![
+        "k".into(),
+        Bson::Int32(1),
+        Bson::Int64(2),
+        Bson::Double(3.0),
+        Bson::ObjectId(ObjectId::from_bytes([1; 12])),
+        uuid.clone(),
+        binary(BinarySubtype::Generic, &[1, 2, 3]),
+        Bson::Decimal128("4".parse().unwrap()),
+        doc! { "tenant": 7, "item": "a" }.into(),
+        doc! { "u": uuid }.into(),
+        Bson::Symbol("sym".into()),
+        Bson::Timestamp(Timestamp {
+            time: 5,
+            increment: 1,
+        }),
+        Bson::DateTime(DateTime::from_millis(6)),
+        true.into(),
+        Bson::Null,
+        Bson::MinKey,
+        Bson::MaxKey,
+        Bson::JavaScriptCode("x".into()),
+    ]
 }

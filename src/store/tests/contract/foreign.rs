@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::{Fixture, Planted, TTL, lease, take};
 use crate::foreign::{ForeignLockRule, ForeignRules};
+use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
 use crate::kind::LeaseShape;
 use crate::store::{AcquireOutcome, Store};
@@ -467,5 +468,44 @@ pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(
             .expect("a foreign lock");
         assert!(info.held && info.foreign, "{key}");
         assert_eq!(info.time_to_expiry(), Duration::MAX, "{key}");
+    }
+}
+
+/// A bare `{_id}` under a key of any type (a UUID, a Decimal128, a
+/// document holding a UUID) is held beside a user's rule without
+/// `describes`, whose `held` would read it as free: the bare rule describes
+/// it first, and nothing takes it.
+pub(super) async fn a_bare_id_document_of_any_key_type_is_held_beside_a_users_rule<F: Fixture>(
+    f: &F,
+) {
+    let rule = ForeignLockRule::builder()
+        .held(mongodb::bson::doc! { "$eq": ["$locked", true] })
+        .owner("$owner")
+        .build();
+    let a = f.store_with_rules("a", ForeignRules::new(Some(rule))).await;
+    let uuid = Uuid::from_bytes([7; 16]);
+    for key in [
+        LeaseKey::from(uuid),
+        LeaseKey::from(Bson::Decimal128("4".parse().unwrap())),
+        LeaseKey::from(Bson::from(
+            mongodb::bson::doc! { "u": LeaseKey::from(uuid).to_bson() },
+        )),
+    ] {
+        f.put_bare(key.clone()).await;
+        let info = a
+            .inspect(key.clone())
+            .await
+            .unwrap()
+            .expect("the bare lock");
+        assert!(info.held && info.foreign, "{key:?}: {info:?}");
+        let outcome = a
+            .acquire_with_ttl(key.clone(), Uuid::new_v4(), false, TTL)
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, AcquireOutcome::Held { .. }),
+            "{key:?}: {outcome:?}"
+        );
+        assert!(f.foreign_unchanged(key.clone()).await, "{key:?}");
     }
 }

@@ -455,6 +455,7 @@ contract!(
     foreign::force_release_deletes_a_foreign_lock,
     foreign::release_owner_never_touches_a_foreign_document_with_the_same_aid,
     foreign::a_bare_id_document_is_a_foreign_holders_lock_of_every_kind,
+    foreign::a_bare_id_document_of_any_key_type_is_held_beside_a_users_rule,
     read_by_others::a_live_lease_reads_as_held_to_the_value_pattern,
     read_by_others::a_released_lease_is_free_to_the_value_pattern_at_once,
     read_by_others::an_expired_lease_taken_over_by_the_value_pattern_is_its_lock,
