@@ -21,7 +21,10 @@
 //! start → the next holder's acquisition when the next holder is another
 //! process, commands per critical section, the share of critical sections
 //! that went to the process that had just released, and the ratios
-//! mongo-lease / raw.
+//! mongo-lease / raw. For mongo-lease, the parts of a handoff's median
+//! (p50 of each, from the release's start): the release answered (in the
+//! releasing process), the first change event the next holder's driver
+//! received after it (a `getMore` with a non-empty batch), and the grant.
 //!
 //! Raw polling: `findOneAndUpdate({_id, owner: null}, {$set: {owner}},
 //! upsert)` (E11000 while held: another holder), retried every 1 ms;
@@ -30,8 +33,8 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mongo_lease::testkit::monotonic_ns;
@@ -89,6 +92,9 @@ struct Figures {
     commands: f64,
     same_process: f64,
     handoffs: usize,
+    /// p50 (ms from the release's start) of the release answered, the
+    /// next holder's first change event, and its grant.
+    parts: Option<[f64; 3]>,
 }
 
 impl Figures {
@@ -102,6 +108,12 @@ impl Figures {
             self.commands,
             self.same_process * 100.0
         );
+        if let Some([answered, event, granted]) = self.parts {
+            println!(
+                "  parts of a handoff (p50, ms after the release's start): release answered \
+                 {answered:.2}, next holder's change event {event:.2}, granted {granted:.2}"
+            );
+        }
     }
 }
 
@@ -135,17 +147,22 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
     for child in &mut children {
         writeln!(child.stdin.as_mut().expect("stdin"), "GO").expect("start a worker");
     }
-    // (acquired ns, release start ns, process index)
-    let mut sections: Vec<(u64, u64, usize)> = Vec::new();
+    // (acquired ns, release start ns, process index, release answered ns)
+    let mut sections: Vec<(u64, u64, usize, u64)> = Vec::new();
+    let mut events: Vec<Vec<u64>> = vec![Vec::new(); processes];
     let mut commands = 0u64;
     for (index, out) in outputs.into_iter().enumerate() {
         for line in out {
             let line = line.expect("read");
             let parts: Vec<&str> = line.split_whitespace().collect();
             match parts.as_slice() {
-                ["CS", acquired, released] => {
-                    sections.push((acquired.parse().unwrap(), released.parse().unwrap(), index))
-                }
+                ["CS", acquired, released, answered] => sections.push((
+                    acquired.parse().unwrap(),
+                    released.parse().unwrap(),
+                    index,
+                    answered.parse().unwrap(),
+                )),
+                ["EVENT", at] => events[index].push(at.parse().unwrap()),
                 ["COMMANDS", n] => commands += n.parse::<u64>().unwrap(),
                 _ => panic!("worker {index}: {line:?}"),
             }
@@ -156,19 +173,35 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
     }
     sections.sort_unstable();
     let mut handoffs: Vec<f64> = Vec::new();
+    let mut parts: [Vec<f64>; 3] = Default::default();
     let mut same = 0;
+    let ms = |ns: u64| ns as f64 / 1e6;
     for pair in sections.windows(2) {
-        let ((_, released, from), (acquired, _, to)) = (pair[0], pair[1]);
+        let ((_, released, from, answered), (acquired, _, to, _)) = (pair[0], pair[1]);
         assert!(acquired >= released, "two holders at once");
         if from == to {
             same += 1;
-        } else {
-            handoffs.push((acquired - released) as f64 / 1e6);
+            continue;
+        }
+        handoffs.push(ms(acquired - released));
+        let event = events[to]
+            .iter()
+            .find(|&&at| at >= released && at <= acquired);
+        if let Some(event) = event {
+            parts[0].push(ms(answered.saturating_sub(released)));
+            parts[1].push(ms(event - released));
+            parts[2].push(ms(acquired - released));
         }
     }
+    let median = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let parts = (!parts[1].is_empty()).then(|| parts.map(median));
     handoffs.sort_by(f64::total_cmp);
     let at = |q: f64| handoffs[((handoffs.len() - 1) as f64 * q).round() as usize];
     Figures {
+        parts,
         p50: at(0.5),
         p99: at(0.99),
         commands: commands as f64 / sections.len() as f64,
@@ -187,7 +220,8 @@ fn worker(mode: &str) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async move {
         let commands = Arc::new(AtomicU64::new(0));
-        let client = monitored_client(&uri, commands.clone()).await;
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let client = monitored_client(&uri, commands.clone(), events.clone()).await;
         let db = client.database("handoff_bench");
         let mut sections = Vec::with_capacity(rounds);
         let go = || {
@@ -213,11 +247,11 @@ fn worker(mode: &str) {
                 tokio::time::sleep(HOLD).await;
                 let released = monotonic_ns();
                 assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-                sections.push((acquired, released));
+                sections.push((acquired, released, monotonic_ns()));
             }
             let sent = commands.load(Ordering::SeqCst);
             manager.shutdown().await.expect("shutdown");
-            report(&sections, sent);
+            report(&sections, sent, &events.lock().unwrap());
         } else {
             let coll = db.collection::<Document>(&collection);
             let owner = format!("raw-{index}");
@@ -247,28 +281,43 @@ fn worker(mode: &str) {
                 )
                 .await
                 .expect("release");
-                sections.push((acquired, released));
+                sections.push((acquired, released, monotonic_ns()));
             }
-            report(&sections, commands.load(Ordering::SeqCst));
+            report(&sections, commands.load(Ordering::SeqCst), &[]);
         }
         client.shutdown().await;
     });
 }
 
-fn report(sections: &[(u64, u64)], commands: u64) {
+fn report(sections: &[(u64, u64, u64)], commands: u64, events: &[u64]) {
     let mut out = std::io::stdout().lock();
-    for (acquired, released) in sections {
-        writeln!(out, "CS {acquired} {released}").unwrap();
+    for (acquired, released, answered) in sections {
+        writeln!(out, "CS {acquired} {released} {answered}").unwrap();
+    }
+    for at in events {
+        writeln!(out, "EVENT {at}").unwrap();
     }
     writeln!(out, "COMMANDS {commands}").unwrap();
 }
 
 /// A client with `w: majority` whose command monitor counts the lock's
-/// commands (not the change stream's, nor the driver's handshakes).
-async fn monitored_client(uri: &str, commands: Arc<AtomicU64>) -> Client {
+/// commands (not the change stream's, nor the driver's handshakes), and
+/// notes when a `getMore` brought change events.
+async fn monitored_client(
+    uri: &str,
+    commands: Arc<AtomicU64>,
+    events: Arc<Mutex<Vec<u64>>>,
+) -> Client {
     let mut options = ClientOptions::parse(uri).await.expect("uri");
     options.write_concern = Some(WriteConcern::majority());
     options.command_event_handler = Some(EventHandler::callback(move |event| {
+        if let CommandEvent::Succeeded(done) = &event
+            && done.command_name == "getMore"
+            && let Ok(cursor) = done.reply.get_document("cursor")
+            && cursor.get_array("nextBatch").is_ok_and(|b| !b.is_empty())
+        {
+            events.lock().unwrap().push(monotonic_ns());
+        }
         if let CommandEvent::Started(started) = event {
             let lock_command = !matches!(
                 started.command_name.as_str(),

@@ -80,24 +80,10 @@ fn an_npm_lock_whose_ttl_is_no_finite_number_of_seconds_is_held_with_no_expiry()
     }
 }
 
-/// `{_id, locked, owner, created, expire: date|null}` (docs/sharing.md).
-fn locked_rule() -> ForeignLockRule {
-    ForeignLockRule::builder()
-        .held(doc! { "$and": [
-            { "$eq": ["$locked", true] },
-            { "$or": [
-                { "$eq": [{ "$ifNull": ["$expire", null] }, null] },
-                { "$gt": ["$expire", "$$NOW"] },
-            ]},
-        ]})
-        .owner("$owner")
-        .expires_at("$expire")
-        .build()
-}
-
 #[test]
 fn a_users_rule_reads_what_no_built_in_rule_describes() {
-    let rules = ForeignRules::new(Some(locked_rule()));
+    // `{_id, locked, owner, created, expire: date|null}` (docs/sharing.md).
+    let rules = ForeignRules::new(Some(crate::sim::others::Schema::Locked.rule()));
     let held =
         doc! { "_id": "k", "locked": true, "owner": "w1", "created": at(T), "expire": Bson::Null };
     let read = rules.annotate(&held, false, at(T));
