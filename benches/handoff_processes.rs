@@ -92,9 +92,12 @@ struct Figures {
     commands: f64,
     same_process: f64,
     handoffs: usize,
-    /// p50 (ms from the release's start) of the release answered, the
-    /// next holder's first change event, and its grant.
-    parts: Option<[f64; 3]>,
+    /// p50 (ms from the release's start) of the release answered, and
+    /// with change events, the next holder's first one and its grant.
+    answered: f64,
+    parts: Option<[f64; 2]>,
+    /// Per command name: how many, and the driver's p50 round trip in ms.
+    durations: Vec<(String, usize, f64)>,
 }
 
 impl Figures {
@@ -108,12 +111,18 @@ impl Figures {
             self.commands,
             self.same_process * 100.0
         );
-        if let Some([answered, event, granted]) = self.parts {
-            println!(
+        let answered = self.answered;
+        match self.parts {
+            Some([event, granted]) => println!(
                 "  parts of a handoff (p50, ms after the release's start): release answered \
                  {answered:.2}, next holder's change event {event:.2}, granted {granted:.2}"
-            );
+            ),
+            None => println!("  release answered {answered:.2} ms after its start (p50)"),
         }
+        let each: Vec<String> = (self.durations.iter())
+            .map(|(name, n, p50)| format!("{name} {n}x p50 {p50:.2} ms"))
+            .collect();
+        println!("  commands (driver round trips): {}", each.join(", "));
     }
 }
 
@@ -150,6 +159,7 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
     // (acquired ns, release start ns, process index, release answered ns)
     let mut sections: Vec<(u64, u64, usize, u64)> = Vec::new();
     let mut events: Vec<Vec<u64>> = vec![Vec::new(); processes];
+    let mut durations: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     let mut commands = 0u64;
     for (index, out) in outputs.into_iter().enumerate() {
         for line in out {
@@ -163,6 +173,14 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
                     answered.parse().unwrap(),
                 )),
                 ["EVENT", at] => events[index].push(at.parse().unwrap()),
+                ["DURATION", d] => {
+                    let (name, us) = d.split_once(':').unwrap();
+                    let us: f64 = us.parse().unwrap();
+                    durations
+                        .entry(name.to_string())
+                        .or_default()
+                        .push(us / 1e3);
+                }
                 ["COMMANDS", n] => commands += n.parse::<u64>().unwrap(),
                 _ => panic!("worker {index}: {line:?}"),
             }
@@ -184,11 +202,11 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
             continue;
         }
         handoffs.push(ms(acquired - released));
+        parts[0].push(ms(answered.saturating_sub(released)));
         let event = events[to]
             .iter()
             .find(|&&at| at >= released && at <= acquired);
         if let Some(event) = event {
-            parts[0].push(ms(answered.saturating_sub(released)));
             parts[1].push(ms(event - released));
             parts[2].push(ms(acquired - released));
         }
@@ -197,10 +215,17 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
     };
-    let parts = (!parts[1].is_empty()).then(|| parts.map(median));
+    let [answered, event, granted] = parts;
+    let durations = durations
+        .into_iter()
+        .map(|(name, values)| (name, values.len(), median(values)))
+        .collect();
+    let parts = (!event.is_empty()).then(|| [median(event), median(granted)]);
     handoffs.sort_by(f64::total_cmp);
     let at = |q: f64| handoffs[((handoffs.len() - 1) as f64 * q).round() as usize];
     Figures {
+        durations,
+        answered: median(answered),
         parts,
         p50: at(0.5),
         p99: at(0.99),
@@ -221,7 +246,9 @@ fn worker(mode: &str) {
     runtime.block_on(async move {
         let commands = Arc::new(AtomicU64::new(0));
         let events = Arc::new(Mutex::new(Vec::new()));
-        let client = monitored_client(&uri, commands.clone(), events.clone()).await;
+        let durations = Arc::new(Mutex::new(Vec::new()));
+        let client =
+            monitored_client(&uri, commands.clone(), events.clone(), durations.clone()).await;
         let db = client.database("handoff_bench");
         let mut sections = Vec::with_capacity(rounds);
         let go = || {
@@ -251,7 +278,12 @@ fn worker(mode: &str) {
             }
             let sent = commands.load(Ordering::SeqCst);
             manager.shutdown().await.expect("shutdown");
-            report(&sections, sent, &events.lock().unwrap());
+            report(
+                &sections,
+                sent,
+                &events.lock().unwrap(),
+                &durations.lock().unwrap(),
+            );
         } else {
             let coll = db.collection::<Document>(&collection);
             let owner = format!("raw-{index}");
@@ -283,19 +315,23 @@ fn worker(mode: &str) {
                 .expect("release");
                 sections.push((acquired, released, monotonic_ns()));
             }
-            report(&sections, commands.load(Ordering::SeqCst), &[]);
+            let sent = commands.load(Ordering::SeqCst);
+            report(&sections, sent, &[], &durations.lock().unwrap());
         }
         client.shutdown().await;
     });
 }
 
-fn report(sections: &[(u64, u64, u64)], commands: u64, events: &[u64]) {
+fn report(sections: &[(u64, u64, u64)], commands: u64, events: &[u64], durations: &[String]) {
     let mut out = std::io::stdout().lock();
     for (acquired, released, answered) in sections {
         writeln!(out, "CS {acquired} {released} {answered}").unwrap();
     }
     for at in events {
         writeln!(out, "EVENT {at}").unwrap();
+    }
+    for d in durations {
+        writeln!(out, "DURATION {d}").unwrap();
     }
     writeln!(out, "COMMANDS {commands}").unwrap();
 }
@@ -307,16 +343,19 @@ async fn monitored_client(
     uri: &str,
     commands: Arc<AtomicU64>,
     events: Arc<Mutex<Vec<u64>>>,
+    durations: Arc<Mutex<Vec<String>>>,
 ) -> Client {
     let mut options = ClientOptions::parse(uri).await.expect("uri");
     options.write_concern = Some(WriteConcern::majority());
     options.command_event_handler = Some(EventHandler::callback(move |event| {
-        if let CommandEvent::Succeeded(done) = &event
-            && done.command_name == "getMore"
-            && let Ok(cursor) = done.reply.get_document("cursor")
-            && cursor.get_array("nextBatch").is_ok_and(|b| !b.is_empty())
-        {
-            events.lock().unwrap().push(monotonic_ns());
+        if let CommandEvent::Succeeded(done) = &event {
+            let cursor = done.reply.get_document("cursor");
+            let batch = cursor.and_then(|c| c.get_array("nextBatch"));
+            if done.command_name == "getMore" && batch.is_ok_and(|b| !b.is_empty()) {
+                events.lock().unwrap().push(monotonic_ns());
+            }
+            let name = format!("{}:{}", done.command_name, done.duration.as_micros());
+            durations.lock().unwrap().push(name);
         }
         if let CommandEvent::Started(started) = event {
             let lock_command = !matches!(
