@@ -92,8 +92,10 @@ struct Figures {
     commands: f64,
     same_process: f64,
     handoffs: usize,
-    /// p50 (ms from the release's start) of the release answered, and
-    /// with change events, the next holder's first one and its grant.
+    /// p50 (ms from the release's start) of the release's write sent and
+    /// answered (in the driver), the release answered (to the caller),
+    /// and with change events, the next holder's first one and its grant.
+    write: [f64; 2],
     answered: f64,
     parts: Option<[f64; 2]>,
     /// Per command name: how many, and the driver's p50 round trip in ms.
@@ -111,14 +113,17 @@ impl Figures {
             self.commands,
             self.same_process * 100.0
         );
-        let answered = self.answered;
-        match self.parts {
-            Some([event, granted]) => println!(
-                "  parts of a handoff (p50, ms after the release's start): release answered \
-                 {answered:.2}, next holder's change event {event:.2}, granted {granted:.2}"
-            ),
-            None => println!("  release answered {answered:.2} ms after its start (p50)"),
-        }
+        let ([sent, written], answered) = (self.write, self.answered);
+        let next = match self.parts {
+            Some([event, granted]) => {
+                format!(", next holder's change event {event:.2}, granted {granted:.2}")
+            }
+            None => String::new(),
+        };
+        println!(
+            "  parts of a handoff (p50, ms after the release's start): release's write sent \
+             {sent:.2}, answered {written:.2}, release answered {answered:.2}{next}"
+        );
         let each: Vec<String> = (self.durations.iter())
             .map(|(name, n, p50)| format!("{name} {n}x p50 {p50:.2} ms"))
             .collect();
@@ -159,6 +164,8 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
     // (acquired ns, release start ns, process index, release answered ns)
     let mut sections: Vec<(u64, u64, usize, u64)> = Vec::new();
     let mut events: Vec<Vec<u64>> = vec![Vec::new(); processes];
+    // Per process: (sent, answered) of each write, in the order sent.
+    let mut writes: Vec<Vec<(u64, u64)>> = vec![Vec::new(); processes];
     let mut durations: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     let mut commands = 0u64;
     for (index, out) in outputs.into_iter().enumerate() {
@@ -173,6 +180,9 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
                     answered.parse().unwrap(),
                 )),
                 ["EVENT", at] => events[index].push(at.parse().unwrap()),
+                ["WRITE", sent, answered] => {
+                    writes[index].push((sent.parse().unwrap(), answered.parse().unwrap()));
+                }
                 ["DURATION", d] => {
                     let (name, us) = d.split_once(':').unwrap();
                     let us: f64 = us.parse().unwrap();
@@ -189,9 +199,12 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
     for mut child in children {
         assert!(child.wait().expect("wait").success(), "a worker failed");
     }
+    for each in &mut writes {
+        each.sort_unstable();
+    }
     sections.sort_unstable();
     let mut handoffs: Vec<f64> = Vec::new();
-    let mut parts: [Vec<f64>; 3] = Default::default();
+    let mut parts: [Vec<f64>; 5] = Default::default();
     let mut same = 0;
     let ms = |ns: u64| ns as f64 / 1e6;
     for pair in sections.windows(2) {
@@ -203,6 +216,11 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
         }
         handoffs.push(ms(acquired - released));
         parts[0].push(ms(answered.saturating_sub(released)));
+        // The releasing process's first write sent after the release's start.
+        if let Some((sent, written)) = writes[from].iter().find(|(sent, _)| *sent >= released) {
+            parts[3].push(ms(sent - released));
+            parts[4].push(ms(written.saturating_sub(released)));
+        }
         let event = events[to]
             .iter()
             .find(|&&at| at >= released && at <= acquired);
@@ -213,9 +231,9 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
     }
     let median = |mut values: Vec<f64>| {
         values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
+        values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
     };
-    let [answered, event, granted] = parts;
+    let [answered, event, granted, sent, written] = parts;
     let durations = durations
         .into_iter()
         .map(|(name, values)| (name, values.len(), median(values)))
@@ -225,6 +243,7 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
     let at = |q: f64| handoffs[((handoffs.len() - 1) as f64 * q).round() as usize];
     Figures {
         durations,
+        write: [median(sent), median(written)],
         answered: median(answered),
         parts,
         p50: at(0.5),
@@ -247,8 +266,15 @@ fn worker(mode: &str) {
         let commands = Arc::new(AtomicU64::new(0));
         let events = Arc::new(Mutex::new(Vec::new()));
         let durations = Arc::new(Mutex::new(Vec::new()));
-        let client =
-            monitored_client(&uri, commands.clone(), events.clone(), durations.clone()).await;
+        let writes = Arc::new(Mutex::new(Vec::new()));
+        let client = monitored_client(
+            &uri,
+            commands.clone(),
+            events.clone(),
+            durations.clone(),
+            writes.clone(),
+        )
+        .await;
         let db = client.database("handoff_bench");
         let mut sections = Vec::with_capacity(rounds);
         let go = || {
@@ -283,6 +309,7 @@ fn worker(mode: &str) {
                 sent,
                 &events.lock().unwrap(),
                 &durations.lock().unwrap(),
+                &writes.lock().unwrap(),
             );
         } else {
             let coll = db.collection::<Document>(&collection);
@@ -316,14 +343,24 @@ fn worker(mode: &str) {
                 sections.push((acquired, released, monotonic_ns()));
             }
             let sent = commands.load(Ordering::SeqCst);
-            report(&sections, sent, &[], &durations.lock().unwrap());
+            let (durations, writes) = (durations.lock().unwrap(), writes.lock().unwrap());
+            report(&sections, sent, &[], &durations, &writes);
         }
         client.shutdown().await;
     });
 }
 
-fn report(sections: &[(u64, u64, u64)], commands: u64, events: &[u64], durations: &[String]) {
+fn report(
+    sections: &[(u64, u64, u64)],
+    commands: u64,
+    events: &[u64],
+    durations: &[String],
+    writes: &[(u64, u64)],
+) {
     let mut out = std::io::stdout().lock();
+    for (sent, answered) in writes {
+        writeln!(out, "WRITE {sent} {answered}").unwrap();
+    }
     for (acquired, released, answered) in sections {
         writeln!(out, "CS {acquired} {released} {answered}").unwrap();
     }
@@ -337,17 +374,41 @@ fn report(sections: &[(u64, u64, u64)], commands: u64, events: &[u64], durations
 }
 
 /// A client with `w: majority` whose command monitor counts the lock's
-/// commands (not the change stream's, nor the driver's handshakes), and
-/// notes when a `getMore` brought change events.
+/// commands (not the change stream's, nor the driver's handshakes), notes
+/// when a `getMore` brought change events, each command's round trip, and
+/// when each write (`update`, `findAndModify`) was sent and answered.
 async fn monitored_client(
     uri: &str,
     commands: Arc<AtomicU64>,
     events: Arc<Mutex<Vec<u64>>>,
     durations: Arc<Mutex<Vec<String>>>,
+    writes: Arc<Mutex<Vec<(u64, u64)>>>,
 ) -> Client {
+    let sent: Mutex<std::collections::HashMap<i32, u64>> = Mutex::default();
     let mut options = ClientOptions::parse(uri).await.expect("uri");
     options.write_concern = Some(WriteConcern::majority());
     options.command_event_handler = Some(EventHandler::callback(move |event| {
+        let now = monotonic_ns();
+        match &event {
+            CommandEvent::Started(s)
+                if matches!(s.command_name.as_str(), "update" | "findAndModify") =>
+            {
+                sent.lock().unwrap().insert(s.request_id, now);
+            }
+            CommandEvent::Succeeded(mongodb::event::command::CommandSucceededEvent {
+                request_id,
+                ..
+            })
+            | CommandEvent::Failed(mongodb::event::command::CommandFailedEvent {
+                request_id,
+                ..
+            }) => {
+                if let Some(at) = sent.lock().unwrap().remove(request_id) {
+                    writes.lock().unwrap().push((at, now));
+                }
+            }
+            _ => {}
+        }
         if let CommandEvent::Succeeded(done) = &event {
             let cursor = done.reply.get_document("cursor");
             let batch = cursor.and_then(|c| c.get_array("nextBatch"));

@@ -26,7 +26,6 @@ use crate::store::light_acquire::{LightAcquire, LightAcquired};
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
 use crate::store::{AcquireOutcome, AcquireRequest, MAX_QUEUE, field, replies};
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
-use mongodb::options::ReturnDocument;
 use tokio::time::Instant;
 use uuid::Uuid;
 /// The live entries of `hs` other than `lease_id` of `owner`.
@@ -537,15 +536,19 @@ impl MongoStore {
         .await
     }
 
-    /// The light `findAndModify` of `key`'s document (an upsert on
-    /// `{_id, _ins: null}` if `upsert`, else on `_id`) with the encoded
-    /// `update` and the `let` variables `lets`, returning the document after
-    /// the write with [`light_projection`].
-    pub(super) async fn find_and_modify_light(
+    /// The `findAndModify` of an acquisition or a handoff: `key`'s
+    /// document (an upsert on `{_id, _ins: null}` if `upsert`, else on
+    /// `_id`) with the encoded `update` and the `let` variables `lets`,
+    /// returning the document after the write with `fields`. Sent as a
+    /// plain command, not a retryable write: the server keeps no image of
+    /// it (docs/mongodb-behaviour.md, B25), and an error is an unknown
+    /// outcome that the caller resolves by re-reading (B7).
+    pub(super) async fn find_and_modify(
         &self,
         key: &LeaseKey,
         upsert: bool,
         update: RawArrayBuf,
+        fields: RawDocumentBuf,
         lets: &[(&str, Uuid)],
     ) -> Result<Option<Document>> {
         let mut command = RawDocumentBuf::new();
@@ -557,7 +560,7 @@ impl MongoStore {
         };
         command.append("query", query);
         command.append("update", update);
-        command.append("fields", raw_light_projection());
+        command.append("fields", fields);
         command.append("new", true);
         command.append("upsert", upsert);
         command.append("let", raw_lets(lets));
@@ -588,7 +591,13 @@ impl MongoStore {
             Err(e) => return LightAcquired::Failed(e),
         };
         let attempt = self
-            .find_and_modify_light(key, true, update, &[(LID, lease_id)])
+            .find_and_modify(
+                key,
+                true,
+                update,
+                raw_light_projection(),
+                &[(LID, lease_id)],
+            )
             .await;
         let token = match attempt {
             Ok(doc) => doc.and_then(|doc| acquired_token(&doc, self.owner(), lease_id)),
@@ -715,15 +724,9 @@ impl MongoStore {
         projection: Document,
         read: impl Fn(&LeaseKey, &Document) -> AcquireOutcome,
     ) -> Result<AcquireOutcome> {
-        let attempt = self
-            .bounded(
-                self.coll()
-                    .find_one_and_update(upsert_filter(&key), update)
-                    .upsert(true)
-                    .return_document(ReturnDocument::After)
-                    .projection(projection.clone()),
-            )
-            .await;
+        let fields = RawDocumentBuf::from_document(&projection).map_err(encoding)?;
+        let update = encode_pipeline(update)?;
+        let attempt = self.find_and_modify(&key, true, update, fields, &[]).await;
         match attempt {
             Ok(Some(doc)) => return Ok(read(&key, &doc)),
             Ok(None) => {}

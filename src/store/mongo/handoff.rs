@@ -12,6 +12,7 @@
 //!   [`handoff_stages`]), and [`MongoStore::leave_queues_of`], which removes
 //!   a manager's registrations when it stops.
 
+use super::acquire::raw_light_projection;
 use super::handle::{MongoStore, WRITE_ATTEMPTS, ttl_ms};
 use super::raw::encode_pipeline;
 use super::rules::{
@@ -324,7 +325,13 @@ impl MongoStore {
         let lets = [(FROM, handoff.from), (TO, handoff.to)];
         let update = light_handoff_update(self.owner(), ttl_ms(handoff.ttl));
         let doc = self
-            .find_and_modify_light(&handoff.key, false, encode_pipeline(update)?, &lets)
+            .find_and_modify(
+                &handoff.key,
+                false,
+                encode_pipeline(update)?,
+                raw_light_projection(),
+                &lets,
+            )
             .await?;
         Ok(doc.and_then(|doc| acquired_token(&doc, self.owner(), handoff.to)))
     }
