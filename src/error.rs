@@ -247,11 +247,13 @@ pub(crate) fn is_transient_db_error(e: &mongodb::error::Error) -> bool {
 /// member: NotWritablePrimary, InterruptedDueToReplStateChange,
 /// PrimarySteppedDown, NotPrimaryNoSecondaryOk, NotPrimaryOrSecondary,
 /// ShutdownInProgress, InterruptedAtShutdown, HostUnreachable,
-/// HostNotFound, NetworkTimeout, ExceededTimeLimit, WriteConcernFailed.
+/// HostNotFound, NetworkTimeout, SocketException, ExceededTimeLimit,
+/// WriteConcernFailed: the retryable-writes specification's retryable
+/// codes, and the last.
 fn is_transient_code(code: i32) -> bool {
     matches!(
         code,
-        10107 | 11602 | 189 | 13435 | 13436 | 91 | 11600 | 6 | 7 | 89 | 262 | 64
+        10107 | 11602 | 189 | 13435 | 13436 | 91 | 11600 | 6 | 7 | 89 | 9001 | 262 | 64
     )
 }
 

@@ -126,8 +126,11 @@ struct HeldBack {
 }
 
 impl HeldBack {
-    /// A manager of owner id `owner` on `rs` (app name `owner`).
-    async fn connect(rs: &ReplicaSet, owner: &str) -> HeldBack {
+    /// A manager of owner id `owner` on `rs` (app name `owner`), held back
+    /// at the `nth` write that applies without an answer (the last one
+    /// before the re-read: a lease's acquisition is sent twice).
+    async fn connect(rs: &ReplicaSet, owner: &str, nth: u32) -> HeldBack {
+        let answered_without = AtomicU32::new(0);
         let (applied_tx, applied) = tokio::sync::mpsc::unbounded_channel();
         let (resume, resume_rx) = std::sync::mpsc::channel::<()>();
         let resume_rx = Mutex::new(resume_rx);
@@ -138,6 +141,7 @@ impl HeldBack {
             if let CommandEvent::Succeeded(done) = &event
                 && done.command_name == "findAndModify"
                 && done.reply.contains_key("writeConcernError")
+                && answered_without.fetch_add(1, Ordering::SeqCst) + 1 == nth
             {
                 let _ = applied_tx.send(());
                 // The driver calls this on the write's task, before the
@@ -207,11 +211,13 @@ fn assert_matches_the_stored_lease(
     );
 }
 
-async fn unanswered_write(admin: &mongodb::Database, app: &str) {
+/// Makes the next `times` `findAndModify` commands of the client named
+/// `app` apply without an answer (a write concern error).
+async fn unanswered_write(admin: &mongodb::Database, app: &str, times: u32) {
     admin
         .run_command(doc! {
             "configureFailPoint": "failCommand",
-            "mode": { "times": 1 },
+            "mode": { "times": times },
             "data": {
                 "failCommands": ["findAndModify"],
                 "appName": app,
@@ -322,8 +328,9 @@ async fn a_permit_found_only_by_a_re_read_is_granted_after_a_write_renews_it() {
     let locks = admin_client
         .database("app")
         .collection::<Document>(COLLECTION);
-    let mut a = HeldBack::connect(&rs, "reread-permit").await;
-    unanswered_write(&admin, "reread-permit").await;
+    // Sent twice (once more after the first error), both applied.
+    let mut a = HeldBack::connect(&rs, "reread-permit", 2).await;
+    unanswered_write(&admin, "reread-permit", 2).await;
     let pool = Semaphore::new(&a.manager, "k", 2).unwrap();
     let waiter = tokio::spawn(async move { pool.acquire().await });
     a.between_write_and_reread(async || {
@@ -379,14 +386,14 @@ async fn an_in_document_lease_found_only_by_a_re_read_is_granted_after_a_write_r
         .database("app")
         .collection::<Document>("reread_items");
     items.insert_one(doc! { "_id": 1, "n": 0 }).await.unwrap();
-    let mut a = HeldBack::connect(&rs, "reread-doc").await;
+    let mut a = HeldBack::connect(&rs, "reread-doc", 1).await;
     let leases = a
         .manager
         .documents::<Document>("reread_items")
         .await
         .unwrap();
     let field = mongo_lease::DEFAULT_LEASE_FIELD;
-    unanswered_write(&admin, "reread-doc").await;
+    unanswered_write(&admin, "reread-doc", 1).await;
     let waiter = tokio::spawn(async move { leases.acquire(1).await });
     a.between_write_and_reread(async || {
         let result = items
@@ -417,4 +424,48 @@ async fn an_in_document_lease_found_only_by_a_re_read_is_granted_after_a_write_r
     assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
     a.manager.shutdown().await.unwrap();
     common::shut_down(vec![a.client, admin_client]);
+}
+
+/// A general acquisition (a permit, a shared lease) whose `findAndModify`
+/// fails once with a transient error is sent once more, as the driver
+/// retries a retryable write (docs/mongodb-behaviour.md, B7): after a
+/// closed connection, a not-primary error or a SocketException (9001), a
+/// try acquires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_general_acquisition_is_sent_once_more_after_one_transient_error() {
+    let rs = replica_set().await;
+    let owner = "sent-again";
+    let client = client(&rs, owner, |_| {}).await;
+    let manager = manager_on(&client, owner).await;
+    let failures = [
+        doc! { "closeConnection": true },
+        doc! { "errorCode": 10107, "errorLabels": ["RetryableWriteError"] },
+        doc! { "errorCode": 9001 },
+    ];
+    for (round, failure) in failures.iter().enumerate() {
+        for shared in [false, true] {
+            let mut data = doc! { "failCommands": ["findAndModify"], "appName": owner };
+            data.extend(failure.clone());
+            rs.fail_command(doc! { "times": 1 }.into(), data)
+                .await
+                .expect("the fail point");
+            let key = format!("k{round}{shared}");
+            let acquired = match shared {
+                false => {
+                    Semaphore::new(&manager, key, 2)
+                        .unwrap()
+                        .try_acquire()
+                        .await
+                }
+                true => manager.try_acquire(key).shared().await,
+            };
+            assert!(
+                matches!(acquired, Ok(Some(_))),
+                "shared {shared}, after {failure}: {acquired:?}"
+            );
+        }
+    }
+    rs.clear_fail_command().await.expect("fail point off");
+    manager.shutdown().await.unwrap();
+    common::shut_down(vec![client]);
 }

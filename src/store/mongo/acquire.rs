@@ -712,11 +712,14 @@ impl MongoStore {
     }
 
     /// One acquire attempt: the upsert `update` of `key`'s document,
-    /// returning it projected with `projection`, read by `read`; a document
-    /// that could not be returned (a racing upsert, an unknown outcome) is
-    /// re-read with `projection` (docs/mongodb-behaviour.md, B1, B7), and
-    /// `read`'s verdict on it is only what a read proves
-    /// ([`replies::from_reread`]: never `Acquired`, no token in `Held`).
+    /// returning it projected with `projection`, read by `read`. After a
+    /// transient error the write is sent once more, as the driver retries
+    /// a retryable write (docs/mongodb-behaviour.md, B7): under the same
+    /// lease id, a first write that landed is recognised as ours. A
+    /// document that could still not be returned (a racing upsert, an
+    /// unknown outcome) is re-read with `projection` (B1, B7), and `read`'s
+    /// verdict on it is only what a read proves ([`replies::from_reread`]:
+    /// never `Acquired`, no token in `Held`).
     pub(super) async fn acquire_by(
         &self,
         key: LeaseKey,
@@ -726,7 +729,11 @@ impl MongoStore {
     ) -> Result<AcquireOutcome> {
         let fields = RawDocumentBuf::from_document(&projection).map_err(encoding)?;
         let update = encode_pipeline(update)?;
-        let attempt = self.find_and_modify(&key, true, update, fields, &[]).await;
+        let send = || self.find_and_modify(&key, true, update.clone(), fields.clone(), &[]);
+        let attempt = match send().await {
+            Err(e) if e.is_transient() => send().await,
+            first => first,
+        };
         match attempt {
             Ok(Some(doc)) => return Ok(read(&key, &doc)),
             Ok(None) => {}
