@@ -520,14 +520,7 @@ impl MongoStore {
                 ),
             });
         }
-        let mut update = vec![self.takeover_stage()];
-        update.extend(multi_acquire_pipeline(
-            self.owner(),
-            ttl_ms,
-            lease_id,
-            shape,
-            waiting,
-        ));
+        let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, shape, waiting);
         let mut projection = multi_acquire_projection(self.owner(), lease_id);
         projection.extend(self.foreign_projection());
         self.acquire_by(key, update, projection, |key, doc| {
@@ -664,8 +657,9 @@ impl MongoStore {
             .collect()
     }
 
-    /// The first stage of both acquire pipelines: a foreign holder's lock
-    /// expired by its own rule is taken over in the acquiring write itself
+    /// The first stage of both acquire pipelines when the document is a
+    /// foreign holder's lock that its own rule says is no longer held: it
+    /// is taken over in the acquiring write itself
     /// ([`ForeignRules::takeover_stage`](crate::foreign::ForeignRules::takeover_stage)).
     pub(super) fn takeover_stage(&self) -> Document {
         self.foreign().takeover_stage(our_layout(), field::INSERTED)
@@ -693,8 +687,7 @@ impl MongoStore {
         hold_ms: Option<i64>,
         payload: Option<Document>,
     ) -> Result<AcquireOutcome> {
-        let mut update = vec![self.takeover_stage()];
-        update.extend(acquire_pipeline(
+        let update = acquire_pipeline(
             self.owner(),
             ttl_ms,
             lease_id,
@@ -702,7 +695,7 @@ impl MongoStore {
             hold_ms,
             self.registration_ms(),
             payload.as_ref(),
-        ));
+        );
         let mut projection = acquire_projection();
         projection.extend(self.foreign_projection());
         self.acquire_by(key, update, projection, |key, doc| {
@@ -712,14 +705,17 @@ impl MongoStore {
     }
 
     /// One acquire attempt: the upsert `update` of `key`'s document,
-    /// returning it projected with `projection`, read by `read`. After a
-    /// transient error the write is sent once more, as the driver retries
-    /// a retryable write (docs/mongodb-behaviour.md, B7): under the same
-    /// lease id, a first write that landed is recognised as ours. A
-    /// document that could still not be returned (a racing upsert, an
-    /// unknown outcome) is re-read with `projection` (B1, B7), and `read`'s
-    /// verdict on it is only what a read proves ([`replies::from_reread`]:
-    /// never `Acquired`, no token in `Held`).
+    /// returning it projected with `projection` (the foreign lock fields
+    /// included), read by `read`. A foreign holder's lock that the write
+    /// left because its rule says it is no longer held (`fh` false) is
+    /// taken over by the same write with the takeover stage first, sent
+    /// only then: it is the largest stage, and the server parses a
+    /// pipeline at every write (docs/mongodb-behaviour.md, B25); the
+    /// takeover stage itself decides again, at its write. A document
+    /// that could not be returned (a racing upsert, an unknown outcome)
+    /// is re-read with `projection` (B1, B7), and `read`'s verdict on it
+    /// is only what a read proves ([`replies::from_reread`]: never
+    /// `Acquired`, no token in `Held`).
     pub(super) async fn acquire_by(
         &self,
         key: LeaseKey,
@@ -728,11 +724,12 @@ impl MongoStore {
         read: impl Fn(&LeaseKey, &Document) -> AcquireOutcome,
     ) -> Result<AcquireOutcome> {
         let fields = RawDocumentBuf::from_document(&projection).map_err(encoding)?;
-        let update = encode_pipeline(update)?;
-        let send = || self.find_and_modify(&key, true, update.clone(), fields.clone(), &[]);
-        let attempt = match send().await {
-            Err(e) if e.is_transient() => send().await,
-            first => first,
+        let attempt = match self.acquire_write(&key, update.clone(), &fields).await {
+            Ok(Some(doc)) if doc.get_bool(crate::foreign::HELD) == Ok(false) => {
+                let takeover = std::iter::once(self.takeover_stage()).chain(update);
+                self.acquire_write(&key, takeover.collect(), &fields).await
+            }
+            attempt => attempt,
         };
         match attempt {
             Ok(Some(doc)) => return Ok(read(&key, &doc)),
@@ -745,6 +742,24 @@ impl MongoStore {
             })?,
         }
         self.reread(key, projection, read).await
+    }
+
+    /// The upsert `update` of `key`'s document, returning it with `fields`;
+    /// sent once more after a transient error, as the driver retries a
+    /// retryable write (docs/mongodb-behaviour.md, B7): under the same
+    /// lease id, a first write that landed is recognised as ours.
+    async fn acquire_write(
+        &self,
+        key: &LeaseKey,
+        update: Vec<Document>,
+        fields: &RawDocumentBuf,
+    ) -> Result<Option<Document>> {
+        let update = encode_pipeline(update)?;
+        let send = || self.find_and_modify(key, true, update.clone(), fields.clone(), &[]);
+        match send().await {
+            Err(e) if e.is_transient() => send().await,
+            first => first,
+        }
     }
 
     /// The re-read of an acquire attempt whose write did not return the
