@@ -21,10 +21,13 @@
 //! start → the next holder's acquisition when the next holder is another
 //! process, commands per critical section, the share of critical sections
 //! that went to the process that had just released, and the ratios
-//! mongo-lease / raw. For mongo-lease, the parts of a handoff's median
-//! (p50 of each, from the release's start): the release answered (in the
-//! releasing process), the first change event the next holder's driver
-//! received after it (a `getMore` with a non-empty batch), and the grant.
+//! mongo-lease / raw. For both, the parts of a handoff's median (p50 of
+//! each, from the release's start): the release's write sent and answered
+//! (the first `update` or `findAndModify` the releasing process's driver
+//! sent after the release's start), and the release answered to its
+//! caller; for mongo-lease also the first change event the next holder's
+//! driver received after it (a `getMore` with a non-empty batch), and the
+//! grant.
 //!
 //! Raw polling: `findOneAndUpdate({_id, owner: null}, {$set: {owner}},
 //! upsert)` (E11000 while held: another holder), retried every 1 ms;
