@@ -246,7 +246,8 @@ impl ForeignRules {
         self.switch(ours, false, |_| true.into())
     }
 
-    /// The first stage of an acquire pipeline: a foreign lock its rule says
+    /// The first stage of an acquire pipeline (sent when the same write
+    /// without it found such a lock): a foreign lock its rule says
     /// is not held becomes what an inserting upsert sees (`{_id, _ins:
     /// null}`, `rules::inserted`), none of its fields left, which the
     /// acquisition then takes in this same write, with a token by the token
