@@ -469,3 +469,99 @@ async fn a_general_acquisition_is_sent_once_more_after_one_transient_error() {
     manager.shutdown().await.unwrap();
     common::shut_down(vec![client]);
 }
+
+/// An acquisition whose first send timed out and whose second send was
+/// answered may still see the first land later, an entry under its lease
+/// id: the answer is worth a read's (`replies::from_reread`), so an
+/// attempt of another shape goes under a new lease id and does not take
+/// that entry as its own retry. A semaphore of 2 held by B; A's waiter of
+/// 1 permit, whose first send the server holds back 3 s past A's 1 s
+/// operation timeout, gives up; A's waiter of 2 permits then waits. Once
+/// the held-back send has landed (A's entry of 1 permit), the waiter of 2
+/// is not granted while B still holds a permit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_first_send_is_not_taken_by_an_attempt_of_another_shape() {
+    let rs = replica_set().await;
+    let (sent_tx, mut sent) = tokio::sync::mpsc::unbounded_channel();
+    let a_client = client(&rs, "late-a", move |event| {
+        if let CommandEvent::Started(started) = event
+            && started.command_name == "findAndModify"
+        {
+            let _ = sent_tx.send(());
+        }
+    })
+    .await;
+    let b_client = client(&rs, "late-b", |_| {}).await;
+    let quick = |client: &mongodb::Client, owner: &str| {
+        LeaseManagerOptions::builder()
+            .database(client.database("app"))
+            .collection(COLLECTION)
+            .owner_id(owner.to_string())
+            .ttl(TTL)
+            .clock_skew(common::clock_skew(TTL))
+            .operation_timeout(Duration::from_secs(1))
+            .retry_initial(Duration::from_millis(50))
+            .retry_max(Duration::from_millis(300))
+            .build()
+    };
+    let a = LeaseManager::connect(quick(&a_client, "late-a"))
+        .await
+        .unwrap();
+    let b = LeaseManager::connect(quick(&b_client, "late-b"))
+        .await
+        .unwrap();
+    let locks = b_client.database("app").collection::<Document>(COLLECTION);
+    let pool_b = Semaphore::new(&b, "late", 2).unwrap();
+    let (b1, b2) = (
+        pool_b.acquire().await.unwrap(),
+        pool_b.acquire().await.unwrap(),
+    );
+    let held_back = doc! {
+        "failCommands": ["findAndModify"], "appName": "late-a",
+        "blockConnection": true, "blockTimeMS": 3000,
+    };
+    rs.fail_command(doc! { "times": 1 }.into(), held_back)
+        .await
+        .expect("the fail point");
+    let pool_a = Semaphore::new(&a, "late", 2).unwrap();
+    let one = tokio::spawn({
+        let pool_a = pool_a.clone();
+        async move { tokio::time::timeout(Duration::from_millis(1500), pool_a.acquire()).await }
+    });
+    // The waiter of 2 joins while the first send is held back.
+    tokio::time::timeout(LIMIT, sent.recv())
+        .await
+        .expect("the first send");
+    let mut two = tokio::spawn({
+        let pool_a = pool_a.clone();
+        async move { pool_a.acquire().permits(2).await }
+    });
+    let one = one.await.unwrap();
+    assert!(one.is_err(), "the waiter of one permit gives up: {one:?}");
+    assert_eq!(b1.release().await.unwrap(), ReleaseOutcome::Released);
+    common::eventually("the held-back send landed", LIMIT, || async {
+        let doc = locks.find_one(doc! { "_id": "late" }).await.unwrap();
+        doc.is_some_and(|d| {
+            d.get_array("hs").is_ok_and(|hs| {
+                hs.iter().any(|e| {
+                    e.as_document()
+                        .is_some_and(|e| e.get_str("aid") == Ok("late-a"))
+                })
+            })
+        })
+    })
+    .await;
+    // Its attempts go on at most `retry_max` apart: taking the entry as its
+    // own would grant it within this bound.
+    let granted = tokio::time::timeout(Duration::from_secs(3), &mut two).await;
+    assert!(
+        !matches!(granted, Ok(Ok(Ok(_)))) || b2.status().is_lost(),
+        "2 permits granted beside B's live one: {:?}",
+        locks.find_one(doc! { "_id": "late" }).await.unwrap()
+    );
+    two.abort();
+    assert_eq!(b2.release().await.unwrap(), ReleaseOutcome::Released);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    common::shut_down(vec![a_client, b_client]);
+}

@@ -715,7 +715,8 @@ impl MongoStore {
     /// that could not be returned (a racing upsert, an unknown outcome)
     /// is re-read with `projection` (B1, B7), and `read`'s verdict on it
     /// is only what a read proves ([`replies::from_reread`]: never
-    /// `Acquired`, no token in `Held`).
+    /// `Acquired`, no token in `Held`); so is its verdict on the answer
+    /// to a write sent again, whose first send may land after it.
     pub(super) async fn acquire_by(
         &self,
         key: LeaseKey,
@@ -724,14 +725,21 @@ impl MongoStore {
         read: impl Fn(&LeaseKey, &Document) -> AcquireOutcome,
     ) -> Result<AcquireOutcome> {
         let fields = RawDocumentBuf::from_document(&projection).map_err(encoding)?;
-        let attempt = match self.acquire_write(&key, update.clone(), &fields).await {
+        let (attempt, mut resent) = self.acquire_write(&key, update.clone(), &fields).await;
+        let attempt = match attempt {
             Ok(Some(doc)) if doc.get_bool(crate::foreign::HELD) == Ok(false) => {
                 let takeover = std::iter::once(self.takeover_stage()).chain(update);
-                self.acquire_write(&key, takeover.collect(), &fields).await
+                let (attempt, again) = self.acquire_write(&key, takeover.collect(), &fields).await;
+                resent |= again;
+                attempt
             }
             attempt => attempt,
         };
         match attempt {
+            // A send that failed may still land after the answer of the
+            // next (unlike a retryable write, applied at most once): its
+            // outcome stays unknown, and the answer is worth a read's.
+            Ok(Some(doc)) if resent => return Ok(replies::from_reread(read(&key, &doc))),
             Ok(Some(doc)) => return Ok(read(&key, &doc)),
             Ok(None) => {}
             Err(e) => reread_after(&key, e, |e| Error::UnusableCollection {
@@ -747,18 +755,22 @@ impl MongoStore {
     /// The upsert `update` of `key`'s document, returning it with `fields`;
     /// sent once more after a transient error, as the driver retries a
     /// retryable write (docs/mongodb-behaviour.md, B7): under the same
-    /// lease id, a first write that landed is recognised as ours.
+    /// lease id, a first write that landed is recognised as ours. Also
+    /// whether it was sent again.
     async fn acquire_write(
         &self,
         key: &LeaseKey,
         update: Vec<Document>,
         fields: &RawDocumentBuf,
-    ) -> Result<Option<Document>> {
-        let update = encode_pipeline(update)?;
+    ) -> (Result<Option<Document>>, bool) {
+        let update = match encode_pipeline(update) {
+            Ok(update) => update,
+            Err(e) => return (Err(e), false),
+        };
         let send = || self.find_and_modify(key, true, update.clone(), fields.clone(), &[]);
         match send().await {
-            Err(e) if e.is_transient() => send().await,
-            first => first,
+            Err(e) if e.is_transient() => (send().await, true),
+            first => (first, false),
         }
     }
 
