@@ -81,19 +81,20 @@ async fn client(
     mongodb::Client::with_options(options).unwrap()
 }
 
+/// The options of a manager of owner id `owner` (TTL [`TTL`]) on `client`.
+fn options(client: &mongodb::Client, owner: &str) -> LeaseManagerOptions {
+    LeaseManagerOptions::builder()
+        .database(client.database("app"))
+        .collection(COLLECTION)
+        .owner_id(owner.to_string())
+        .ttl(TTL)
+        .clock_skew(common::clock_skew(TTL))
+        .build()
+}
+
 /// A manager of owner id `owner` (TTL [`TTL`]) on `client`.
 async fn manager_on(client: &mongodb::Client, owner: &str) -> LeaseManager {
-    LeaseManager::connect(
-        LeaseManagerOptions::builder()
-            .database(client.database("app"))
-            .collection(COLLECTION)
-            .owner_id(owner.to_string())
-            .ttl(TTL)
-            .clock_skew(common::clock_skew(TTL))
-            .build(),
-    )
-    .await
-    .unwrap()
+    LeaseManager::connect(options(client, owner)).await.unwrap()
 }
 
 /// A manager of owner id `owner` on `rs`, through its own client (app name
@@ -493,16 +494,11 @@ async fn a_late_first_send_is_not_taken_by_an_attempt_of_another_shape() {
     .await;
     let b_client = client(&rs, "late-b", |_| {}).await;
     let quick = |client: &mongodb::Client, owner: &str| {
-        LeaseManagerOptions::builder()
-            .database(client.database("app"))
-            .collection(COLLECTION)
-            .owner_id(owner.to_string())
-            .ttl(TTL)
-            .clock_skew(common::clock_skew(TTL))
-            .operation_timeout(Duration::from_secs(1))
-            .retry_initial(Duration::from_millis(50))
-            .retry_max(Duration::from_millis(300))
-            .build()
+        let mut options = options(client, owner);
+        options.operation_timeout = Duration::from_secs(1);
+        options.retry_initial = Duration::from_millis(50);
+        options.retry_max = Duration::from_millis(300);
+        options
     };
     let a = LeaseManager::connect(quick(&a_client, "late-a"))
         .await
