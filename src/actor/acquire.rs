@@ -424,6 +424,12 @@ impl Actor {
                     state.new_lease_id();
                     self.give_back(&key, lease_id, sent.shape.kind);
                 }
+                if transient && may_register && self.closing.is_some() {
+                    // Perhaps registered by an attempt that was in flight
+                    // when shutdown began (sent again meanwhile,
+                    // `replies::sent_again_once`): leave that queue too.
+                    self.leave_queues_at_shutdown();
+                }
             }
         }
         self.forget_if_idle(&key);

@@ -81,6 +81,33 @@ pub(crate) fn from_reread(outcome: AcquireOutcome) -> AcquireOutcome {
     }
 }
 
+/// An acquisition's write in the lock collection, sent by `send`: once
+/// more after a transient error, as the driver retries a retryable write
+/// (docs/mongodb-behaviour.md, B7). Unlike a retryable write's, the first
+/// send may still land after the second is answered (`MongoStore` sends a
+/// plain command), so an answer to a second send is worth only what a
+/// read proves: give it to [`answered`] with the flag returned here,
+/// whether it was sent again.
+pub(crate) async fn sent_again_once<T, F>(send: impl Fn() -> F) -> (crate::error::Result<T>, bool)
+where
+    F: std::future::Future<Output = crate::error::Result<T>>,
+{
+    match send().await {
+        Err(e) if e.is_transient() => (send().await, true),
+        first => (first, false),
+    }
+}
+
+/// The verdict on an acquisition's answer: as it is, or, for an answer to
+/// a write sent again ([`sent_again_once`]), what a read proves
+/// ([`from_reread`]), since its first send may land after it.
+pub(crate) fn answered(outcome: AcquireOutcome, sent_again: bool) -> AcquireOutcome {
+    match sent_again {
+        true => from_reread(outcome),
+        false => outcome,
+    }
+}
+
 /// Whether `value` (a document's `lid`) is the lease id `id` (a UUID
 /// binary).
 fn is_lease_id(value: Option<&Bson>, id: Uuid) -> bool {

@@ -561,3 +561,105 @@ async fn a_late_first_send_is_not_taken_by_an_attempt_of_another_shape() {
     b.shutdown().await.unwrap();
     common::shut_down(vec![a_client, b_client]);
 }
+
+/// After a send of an acquisition failed, its outcome stays unknown
+/// whatever fails next: here the send again, with an error that is not
+/// transient (Interrupted, 11601, as an operator's `killOp` gives). A semaphore of 2: A holds one permit; A's waiter of
+/// one permit sends, its write held back inside the server
+/// (`hangBeforeFindAndModifyPerformsUpdate`), then the next command fails;
+/// once the held-back write has landed, a waiter of two permits is not
+/// granted beside A's live one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_whose_send_failed_stays_unknown_whatever_fails_next() {
+    let rs = replica_set().await;
+    let admin_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
+    let admin = admin_client.database("admin");
+    let locks = admin_client
+        .database("app")
+        .collection::<Document>(COLLECTION);
+    const HANG: &str = "hangBeforeFindAndModifyPerformsUpdate";
+    // The command that fails next: the send again. (The re-read's failure
+    // is not staged here: the manager's other `find`s meet the fail point
+    // first.)
+    for (round, next) in ["findAndModify"].into_iter().enumerate() {
+        let (sent_tx, mut sent) = tokio::sync::mpsc::unbounded_channel();
+        let owner = format!("unknown-{round}");
+        let client = client(&rs, &owner, move |event| {
+            if let CommandEvent::Started(started) = event
+                && started.command_name == "findAndModify"
+            {
+                let _ = sent_tx.send(());
+            }
+        })
+        .await;
+        let mut quick = options(&client, &owner);
+        quick.operation_timeout = Duration::from_secs(1);
+        quick.retry_initial = Duration::from_millis(50);
+        quick.retry_max = Duration::from_millis(300);
+        let a = LeaseManager::connect(quick).await.unwrap();
+        let key = format!("unknown{round}");
+        let pool = Semaphore::new(&a, key.as_str(), 2).unwrap();
+        let held = pool.acquire().await.unwrap();
+        while sent.try_recv().is_ok() {}
+        let hang = admin
+            .run_command(doc! { "configureFailPoint": HANG, "mode": "alwaysOn" })
+            .await
+            .expect("the hang");
+        let entered = hang.get_i64("count").unwrap_or(0);
+        let mut one = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.acquire().await }
+        });
+        tokio::time::timeout(LIMIT, sent.recv())
+            .await
+            .expect("the first send");
+        admin
+            .run_command(doc! {
+                "waitForFailPoint": HANG, "timesEntered": entered + 1, "maxTimeMS": 60_000,
+            })
+            .await
+            .expect("the first send held back");
+        let fails = admin
+            .run_command(doc! {
+                "configureFailPoint": "failCommand", "mode": { "times": 1 },
+                "data": { "failCommands": [next], "appName": owner, "errorCode": 11601 },
+            })
+            .await
+            .expect("the fail point");
+        let failed = fails.get_i64("count").unwrap_or(0) + 1;
+        admin
+            .run_command(doc! {
+                "waitForFailPoint": "failCommand", "timesEntered": failed, "maxTimeMS": 60_000,
+            })
+            .await
+            .expect("the next command failed");
+        admin
+            .run_command(doc! { "configureFailPoint": HANG, "mode": "off" })
+            .await
+            .expect("the hang off");
+        common::eventually("the held-back send landed", LIMIT, || async {
+            let doc = locks.find_one(doc! { "_id": key.as_str() }).await.unwrap();
+            doc.is_some_and(|d| d.get_array("hs").is_ok_and(|hs| hs.len() == 2))
+        })
+        .await;
+        let two = tokio::time::timeout(Duration::from_secs(3), pool.acquire().permits(2)).await;
+        let one_granted = match tokio::time::timeout(Duration::ZERO, &mut one).await {
+            Ok(Ok(Ok(lease))) => !lease.status().is_lost(),
+            _ => false,
+        };
+        let live = u32::from(!held.status().is_lost())
+            + u32::from(one_granted)
+            + 2 * u32::from(matches!(&two, Ok(Ok(lease)) if !lease.status().is_lost()));
+        assert!(
+            live <= 2,
+            "{live} live permits of 2 after a failed {next}: {:?}",
+            locks.find_one(doc! { "_id": key.as_str() }).await.unwrap()
+        );
+        one.abort();
+        drop(two);
+        drop(held);
+        a.shutdown().await.unwrap();
+        common::shut_down(vec![client]);
+    }
+    common::shut_down(vec![admin_client]);
+}

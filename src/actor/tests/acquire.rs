@@ -301,7 +301,7 @@ async fn an_ambiguous_acquire_with_nobody_waiting_is_given_back() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
     // The write lands but the reply is lost, and so is the re-read's.
-    store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 2);
     store.fail_next(Op::Inspect, 1);
     let error = a.try_acquire("k").await.unwrap_err();
     assert!(error.is_transient(), "{error:?}");
@@ -316,17 +316,19 @@ async fn an_acquisition_only_a_re_read_shows_is_confirmed_at_once_by_a_write() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
     store.set_latency(Op::Acquire, LATENCY);
-    // The write lands but its reply is lost; the re-read finds the lease.
-    store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    // The write lands but its reply is lost, and so is the reply to it
+    // sent again; the re-read finds the lease.
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 2);
     let lease = soon(a.try_acquire("k")).await.unwrap().expect("the lease");
     let sent = store.acquire_calls("k");
-    assert_eq!(sent.len(), 2, "one retry: {sent:?}");
-    assert_eq!(sent[1], sent[0] + LATENCY, "at once after the re-read");
+    assert_eq!(sent.len(), 3, "sent twice, then one retry: {sent:?}");
+    assert_eq!(sent[1], sent[0] + LATENCY, "sent again at once");
+    assert_eq!(sent[2], sent[1] + LATENCY, "at once after the re-read");
     let doc = db.doc("k").unwrap();
     assert_eq!(doc.acquired, sent[0] + LATENCY, "the same acquisition");
     assert_eq!(lease.fencing_token(), doc.token);
     // Its local deadline counts from the write that confirmed it.
-    assert_eq!(lease.status().deadline(), Some(sent[1] + VALIDITY));
+    assert_eq!(lease.status().deadline(), Some(sent[2] + VALIDITY));
     assert_eq!(store.calls(Op::Release), 0);
 }
 
@@ -336,10 +338,14 @@ async fn an_acquisition_only_a_re_read_shows_is_confirmed_at_once_by_a_write() {
 async fn transient_acquire_failures_are_retried_for_waiters_and_reported_to_a_try() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    store.fail_next(Op::Acquire, 1);
+    store.fail_next(Op::Acquire, 2);
     store.fail_next(Op::Inspect, 1);
     assert!(a.try_acquire("t").await.unwrap_err().is_transient());
-    assert_eq!(store.acquire_calls("t").len(), 1, "a try makes one attempt");
+    assert_eq!(
+        store.acquire_calls("t").len(),
+        2,
+        "a try makes one attempt, sent twice"
+    );
     settle().await;
     let releases: Vec<_> = store
         .calls_of(Op::Release)
@@ -352,13 +358,16 @@ async fn transient_acquire_failures_are_retried_for_waiters_and_reported_to_a_tr
         "the outcome is unknown: the try's lease id is given back"
     );
 
-    // Two attempts land unseen (their re-reads fail too); the third, under
-    // the same lease id, is recognised as ours: same acquisition, same token.
-    store.fault_next(Op::Acquire, Fault::FailAfterApply, 2);
+    // Two attempts land unseen, each sent twice (their re-reads fail too);
+    // the third, under the same lease id, is recognised as ours: same
+    // acquisition, same token.
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 4);
     store.fail_next(Op::Inspect, 2);
     let lease = soon(a.acquire("w")).await.unwrap();
-    let calls = store.acquire_calls("w");
-    assert_eq!(calls.len(), 3);
+    let sent = store.acquire_calls("w");
+    assert_eq!(sent.len(), 5);
+    assert_eq!((sent[1], sent[3]), (sent[0], sent[2]), "sent again at once");
+    let calls = [sent[0], sent[2], sent[4]];
     let doc = db.doc("w").unwrap();
     assert_eq!(doc.acquired, calls[0], "one acquisition, not three");
     assert_eq!(lease.fencing_token(), doc.token);
@@ -509,17 +518,18 @@ fn queued_owners(db: &MemoryDb, key: &str) -> Vec<String> {
 async fn shutdown_releases_an_ambiguous_attempt_even_when_leaving_the_queues_fails() {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    // The write lands but its reply is lost, and so is the re-read's.
-    store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    // The write lands but its reply is lost (sent again, the same), and so
+    // is the re-read's.
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 2);
     store.fail_next(Op::Inspect, 1);
     let local = waiter(&a, "k").await;
     settle().await;
-    assert_eq!(store.acquire_calls("k").len(), 1, "the retry waits");
+    assert_eq!(store.acquire_calls("k").len(), 2, "the retry waits");
     assert!(db.doc("k").unwrap().lease_id.is_some(), "the write landed");
     store.fault_next(Op::LeaveQueues, Fault::FailAfterApply, 1);
     a.shutdown().await.unwrap();
     assert_shutdown(soon(local).await.unwrap());
-    assert_eq!(store.acquire_calls("k").len(), 1, "no retry");
+    assert_eq!(store.acquire_calls("k").len(), 2, "no retry");
     assert_eq!(store.calls(Op::LeaveQueues), 1);
     assert_released(&db, "k");
 }

@@ -622,13 +622,14 @@ async fn an_unseen_acquisition_for_a_waiter_that_left_never_blocks_the_next_wait
 {
     let db = MemoryDb::new();
     let (a, store, _) = start(&db, "a");
-    // The exclusive waiter's acquisition lands but its reply is lost; the
-    // waiter leaves before the retry (the re-read fails too).
-    store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    // The exclusive waiter's acquisition lands but its reply is lost (sent
+    // again, the same); the waiter leaves before the retry (the re-read
+    // fails too).
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 2);
     store.fail_next(Op::Inspect, 1);
     let exclusive = waiter(&a, "k").await;
     settle().await;
-    assert_eq!(store.acquire_calls("k").len(), 1);
+    assert_eq!(store.acquire_calls("k").len(), 2);
     let reader = shared_waiter(&a, "k").await;
     exclusive.abort();
     let left = Instant::now();
@@ -656,7 +657,7 @@ async fn a_permit_whose_reply_is_lost_and_whose_reread_is_stale_is_retried_not_r
     // The acquisition of one permit of 3 lands, its reply is lost, and the
     // re-read is a snapshot from before the change to 3 permits: it reads
     // the key as held as 2 permits, without this acquisition.
-    store.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    store.fault_next(Op::Acquire, Fault::FailAfterApply, 2);
     store.fault_next(Op::Inspect, Fault::Stale(Duration::from_millis(150)), 1);
     let second = soon(three.acquire()).await.unwrap();
     assert_eq!(second.kind(), LeaseKind::Permit { permits: 3 });
@@ -681,7 +682,7 @@ async fn a_permit_that_landed_unseen_before_the_number_changed_is_given_back_and
     let _theirs = semaphore(&b, "pool", 2).acquire().await.unwrap();
     // a's acquisition of one permit of 2 lands, its reply is lost and so is
     // the re-read: it retries under the same lease id.
-    sa.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    sa.fault_next(Op::Acquire, Fault::FailAfterApply, 2);
     sa.fail_next(Op::Inspect, 1);
     let two = semaphore(&a, "pool", 2);
     let mine = started(async move { two.acquire().await }).await;

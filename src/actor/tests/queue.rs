@@ -394,7 +394,7 @@ async fn a_registration_whose_outcome_is_unknown_is_left_at_shutdown_too() {
     let (a, _, _) = start(&db, "a");
     let (b, sb, _) = start(&db, "b");
     let first = a.acquire("k").await.unwrap();
-    sb.fault_next(Op::Acquire, Fault::FailAfterApply, 1);
+    sb.fault_next(Op::Acquire, Fault::FailAfterApply, 2);
     sb.fail_next(Op::Inspect, 1);
     sb.set_latency(Op::Acquire, Duration::from_secs(5));
     let wb = waiter(&b, "k").await;
@@ -451,21 +451,21 @@ async fn a_handed_key_that_only_a_re_read_shows_is_granted_after_a_write_renews_
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
     let handed = db.doc("k").unwrap();
     assert_eq!(handed.owner, "b", "handed in the release");
-    // b's confirming attempt fails before applying; its re-read finds the
-    // handed lease (b's owner id and lease id), which lasts only `hx` from
-    // the handoff.
-    sb.fail_next(Op::Acquire, 1);
+    // b's confirming attempt fails before applying, sent again too; its
+    // re-read finds the handed lease (b's owner id and lease id), which
+    // lasts only `hx` from the handoff.
+    sb.fail_next(Op::Acquire, 2);
     let calls = sb.acquire_calls("k").len();
     let (_, lb) = soon(wb).await.unwrap().unwrap();
     let sent = sb.acquire_calls("k");
     assert_eq!(
         sent.len(),
-        calls + 2,
+        calls + 3,
         "the read is confirmed by a write: {sent:?}"
     );
-    assert_eq!(sent[calls + 1], sent[calls], "retried at once");
+    assert_eq!(sent[calls + 2], sent[calls], "retried at once");
     assert_eq!(lb.fencing_token(), handed.token, "the handed lease");
-    assert_eq!(lb.status().deadline(), Some(sent[calls + 1] + VALIDITY));
+    assert_eq!(lb.status().deadline(), Some(sent[calls + 2] + VALIDITY));
     let doc = db.doc("k").unwrap();
     assert!(
         lb.status().deadline().unwrap() <= doc.exp,

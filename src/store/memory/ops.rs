@@ -2,6 +2,7 @@
 //! [`rules`](super::rules) at server time through [`MemoryStore::run`].
 
 use crate::random::HashSet;
+use crate::store::replies;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,12 +64,12 @@ impl Store for MemoryStore {
             window: crate::store::registration_window(self.yield_window, self.safety_margin),
             bound: self.queue_bound,
         };
-        let write = self.run(Op::Acquire, vec![key.clone()], {
+        let apply = Arc::new({
             let (key, owner) = (key.clone(), owner.clone());
-            move |coll, now| {
+            move |coll: &mut Collection, now| {
                 if coll.missing.contains(&key) {
                     if !creates {
-                        return Err(Error::DocumentNotFound { id: key });
+                        return Err(Error::DocumentNotFound { id: key.clone() });
                     }
                     coll.missing.remove(&key);
                 }
@@ -104,13 +105,27 @@ impl Store for MemoryStore {
             }
         });
         let store = self.clone();
+        let send = {
+            let (store, key) = (self.clone(), key.clone());
+            move || {
+                let apply = apply.clone();
+                store.run(Op::Acquire, vec![key.clone()], move |c, n| apply(c, n))
+            }
+        };
         async move {
-            let outcome = match write.await {
-                Ok(outcome) => outcome,
+            // In the lock collection, sent once more after a transient
+            // error, as `MongoStore` sends it; in a user collection once
+            // (`DocumentStore`'s retryable write).
+            let (write, sent_again) = match store.place {
+                None => replies::sent_again_once(send).await,
+                Some(_) => (send().await, false),
+            };
+            let outcome = match write {
+                Ok(outcome) => replies::answered(outcome, sent_again),
                 // An unknown outcome (`Fault::Fail`, `FailAfterApply`, a
                 // timeout) is resolved by a re-read, as by `MongoStore` and
                 // `DocumentStore` (B7).
-                Err(error) if error.is_transient() => {
+                Err(error) if error.is_transient() || sent_again => {
                     tracing::debug!(%key, %error, "acquire outcome unknown; re-reading");
                     let reread = store.reread(key.clone(), lease_id, ttl, shape.kind, creates);
                     reread.await?

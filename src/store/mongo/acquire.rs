@@ -736,12 +736,13 @@ impl MongoStore {
             attempt => attempt,
         };
         match attempt {
-            // A send that failed may still land after the answer of the
-            // next (unlike a retryable write, applied at most once): its
-            // outcome stays unknown, and the answer is worth a read's.
-            Ok(Some(doc)) if resent => return Ok(replies::from_reread(read(&key, &doc))),
-            Ok(Some(doc)) => return Ok(read(&key, &doc)),
+            Ok(Some(doc)) => return Ok(replies::answered(read(&key, &doc), resent)),
             Ok(None) => {}
+            // Whatever the second send's error, the first's outcome is
+            // unknown.
+            Err(e) if resent => {
+                tracing::debug!(%key, error = %e, "acquire sent again failed; re-reading");
+            }
             Err(e) => reread_after(&key, e, |e| Error::UnusableCollection {
                 reason: format!(
                     "a unique index other than `_id` refused the lease for {}: {e}",
@@ -752,11 +753,9 @@ impl MongoStore {
         self.reread(key, projection, read).await
     }
 
-    /// The upsert `update` of `key`'s document, returning it with `fields`;
-    /// sent once more after a transient error, as the driver retries a
-    /// retryable write (docs/mongodb-behaviour.md, B7): under the same
-    /// lease id, a first write that landed is recognised as ours. Also
-    /// whether it was sent again.
+    /// The upsert `update` of `key`'s document, returning it with `fields`,
+    /// sent once more after a transient error
+    /// ([`replies::sent_again_once`]), and whether it was.
     async fn acquire_write(
         &self,
         key: &LeaseKey,
@@ -768,10 +767,7 @@ impl MongoStore {
             Err(e) => return (Err(e), false),
         };
         let send = || self.find_and_modify(key, true, update.clone(), fields.clone(), &[]);
-        match send().await {
-            Err(e) if e.is_transient() => (send().await, true),
-            first => (first, false),
-        }
+        replies::sent_again_once(send).await
     }
 
     /// The re-read of an acquire attempt whose write did not return the
@@ -782,7 +778,16 @@ impl MongoStore {
         projection: Document,
         read: impl Fn(&LeaseKey, &Document) -> AcquireOutcome,
     ) -> Result<AcquireOutcome> {
-        match self.read_key(&key, projection).await? {
+        // The write's outcome stays unknown whatever the read's error.
+        let found = self.read_key(&key, projection).await.map_err(|e| match e {
+            e if e.is_transient() => e,
+            e => Error::Unreachable {
+                waited: self.operation_timeout,
+                reason: format!("the re-read of an acquisition of unknown outcome failed: {e}"),
+                source: None,
+            },
+        })?;
+        match found {
             Some(doc) => Ok(replies::from_reread(read(&key, &doc))),
             // The document vanished between the write and the read: try again.
             None => Err(Error::Unreachable {
