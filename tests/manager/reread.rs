@@ -92,6 +92,31 @@ fn options(client: &mongodb::Client, owner: &str) -> LeaseManagerOptions {
         .build()
 }
 
+/// [`options`] that give up on a command after 1 s and retry within
+/// 300 ms: a write the server holds back a few seconds is sent again.
+fn quick_options(client: &mongodb::Client, owner: &str) -> LeaseManagerOptions {
+    let mut options = options(client, owner);
+    options.operation_timeout = Duration::from_secs(1);
+    options.retry_initial = Duration::from_millis(50);
+    options.retry_max = Duration::from_millis(300);
+    options
+}
+
+/// A client of `rs` for the test's own commands, its `admin` database and
+/// the lock collection.
+async fn admin_of(
+    rs: &ReplicaSet,
+) -> (
+    mongodb::Client,
+    mongodb::Database,
+    mongodb::Collection<Document>,
+) {
+    let client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
+    let admin = client.database("admin");
+    let locks = client.database("app").collection::<Document>(COLLECTION);
+    (client, admin, locks)
+}
+
 /// A manager of owner id `owner` (TTL [`TTL`]) on `client`.
 async fn manager_on(client: &mongodb::Client, owner: &str) -> LeaseManager {
     LeaseManager::connect(options(client, owner)).await.unwrap()
@@ -256,11 +281,7 @@ async fn fail_point(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_lease_found_only_by_a_re_read_is_granted_after_a_write_renews_it() {
     let rs = replica_set().await;
-    let admin_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
-    let admin = admin_client.database("admin");
-    let locks = admin_client
-        .database("app")
-        .collection::<Document>(COLLECTION);
+    let (admin_client, admin, locks) = admin_of(&rs).await;
     // A hears of no handoff on a change stream (its streams cannot open):
     // its polls confirm the handed lease, as after a failover.
     fail_point(&admin, "alwaysOn", "reread-a", &["aggregate"], 2).await;
@@ -324,11 +345,7 @@ async fn a_handed_lease_found_only_by_a_re_read_is_granted_after_a_write_renews_
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_permit_found_only_by_a_re_read_is_granted_after_a_write_renews_it() {
     let rs = replica_set().await;
-    let admin_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
-    let admin = admin_client.database("admin");
-    let locks = admin_client
-        .database("app")
-        .collection::<Document>(COLLECTION);
+    let (admin_client, admin, locks) = admin_of(&rs).await;
     // Sent twice (once more after the first error), both applied.
     let mut a = HeldBack::connect(&rs, "reread-permit", 2).await;
     unanswered_write(&admin, "reread-permit", 2).await;
@@ -493,17 +510,10 @@ async fn a_late_first_send_is_not_taken_by_an_attempt_of_another_shape() {
     })
     .await;
     let b_client = client(&rs, "late-b", |_| {}).await;
-    let quick = |client: &mongodb::Client, owner: &str| {
-        let mut options = options(client, owner);
-        options.operation_timeout = Duration::from_secs(1);
-        options.retry_initial = Duration::from_millis(50);
-        options.retry_max = Duration::from_millis(300);
-        options
-    };
-    let a = LeaseManager::connect(quick(&a_client, "late-a"))
+    let a = LeaseManager::connect(quick_options(&a_client, "late-a"))
         .await
         .unwrap();
-    let b = LeaseManager::connect(quick(&b_client, "late-b"))
+    let b = LeaseManager::connect(quick_options(&b_client, "late-b"))
         .await
         .unwrap();
     let locks = b_client.database("app").collection::<Document>(COLLECTION);
@@ -564,19 +574,15 @@ async fn a_late_first_send_is_not_taken_by_an_attempt_of_another_shape() {
 
 /// After a send of an acquisition failed, its outcome stays unknown
 /// whatever fails next: here the send again, with an error that is not
-/// transient (Interrupted, 11601, as an operator's `killOp` gives). A semaphore of 2: A holds one permit; A's waiter of
-/// one permit sends, its write held back inside the server
+/// transient (Interrupted, 11601, as an operator's `killOp` gives). A
+/// semaphore of 2: A holds one permit; A's waiter of one permit sends, its write held back inside the server
 /// (`hangBeforeFindAndModifyPerformsUpdate`), then the next command fails;
 /// once the held-back write has landed, a waiter of two permits is not
 /// granted beside A's live one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_whose_send_failed_stays_unknown_whatever_fails_next() {
     let rs = replica_set().await;
-    let admin_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
-    let admin = admin_client.database("admin");
-    let locks = admin_client
-        .database("app")
-        .collection::<Document>(COLLECTION);
+    let (admin_client, admin, locks) = admin_of(&rs).await;
     const HANG: &str = "hangBeforeFindAndModifyPerformsUpdate";
     // The command that fails next: the send again. (The re-read's failure
     // is not staged here: the manager's other `find`s meet the fail point
@@ -592,11 +598,9 @@ async fn an_acquisition_whose_send_failed_stays_unknown_whatever_fails_next() {
             }
         })
         .await;
-        let mut quick = options(&client, &owner);
-        quick.operation_timeout = Duration::from_secs(1);
-        quick.retry_initial = Duration::from_millis(50);
-        quick.retry_max = Duration::from_millis(300);
-        let a = LeaseManager::connect(quick).await.unwrap();
+        let a = LeaseManager::connect(quick_options(&client, &owner))
+            .await
+            .unwrap();
         let key = format!("unknown{round}");
         let pool = Semaphore::new(&a, key.as_str(), 2).unwrap();
         let held = pool.acquire().await.unwrap();
