@@ -13,8 +13,6 @@ use mongodb::bson::{Bson, DateTime, Document, doc};
 
 use typed_builder::TypedBuilder;
 
-use crate::error::{Error, Result};
-
 pub(crate) mod eval;
 
 // The fields a read projects for a foreign lock by its rule: held at
@@ -63,12 +61,12 @@ pub(crate) const OWNER: &str = "fo";
 /// .owner("$owner")
 /// .expires_at("$expire")
 /// .build();
-/// // The same from Extended JSON, as the command-line tool reads it.
-/// let json = r#"{"held": {"$and": [{"$eq": ["$locked", true]}, {"$or": [
-///     {"$eq": [{"$ifNull": ["$expire", null]}, null]}, {"$gt": ["$expire", "$$NOW"]}]}]},
-///     "owner": "$owner", "expires_at": "$expire"}"#;
-/// assert_eq!(ForeignLockRule::from_extended_json(json)?, rule);
-/// # Ok::<(), mongo_lease::Error>(())
+/// // The same from a document (serde), as the command-line tool reads it.
+/// let read: ForeignLockRule = mongodb::bson::from_document(doc! {
+///     "held": rule.held.clone(), "owner": "$owner", "expires_at": "$expire",
+/// })?;
+/// assert_eq!(read, rule);
+/// # Ok::<(), mongodb::bson::de::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, TypedBuilder, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -94,26 +92,6 @@ pub struct ForeignLockRule {
 }
 
 impl ForeignLockRule {
-    /// A rule from MongoDB Extended JSON v2: `{"held": …, "owner": …,
-    /// "expires_at": …, "describes": …}`, `held` required; a field given as
-    /// `null` is absent.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] for text that is not an Extended JSON
-    /// object of these fields ("missing field `held`", "unknown field").
-    pub fn from_extended_json(json: &str) -> Result<Self> {
-        let invalid = |reason: String| Error::InvalidConfig {
-            reason: format!("foreign_lock: {reason}"),
-        };
-        let value: serde_json::Value =
-            serde_json::from_str(json).map_err(|e| invalid(format!("not JSON: {e}")))?;
-        let Ok(Bson::Document(fields)) = Bson::try_from(value) else {
-            return Err(invalid("not an Extended JSON v2 object".into()));
-        };
-        mongodb::bson::from_document(fields).map_err(|e| invalid(e.to_string()))
-    }
-
     /// The rule's expressions, by name.
     pub(crate) fn expressions(&self) -> impl Iterator<Item = (&'static str, &Bson)> {
         [
@@ -128,39 +106,21 @@ impl ForeignLockRule {
 }
 
 /// The foreign lock rules of one lock collection: the built-in ones, the
-/// user's if any, and the `expireAfterSeconds` of its TTL index on `ts`
-/// (found by `connect`). Fixed for a store's life.
+/// user's (`custom`) if any, and the `expireAfterSeconds` of its TTL index
+/// on `ts` (found by `connect`; without, `{_id, ts, aid}` never expires).
+/// Fixed for a store's life.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ForeignRules {
-    custom: Option<ForeignLockRule>,
-    ts_expire_after: Option<Duration>,
-}
-
-/// `{$type: "$name"}`.
-fn type_of(name: &str) -> Bson {
-    doc! { "$type": format!("${name}") }.into()
+    pub custom: Option<ForeignLockRule>,
+    pub ts_expire_after: Option<Duration>,
 }
 
 impl ForeignRules {
-    /// The built-in rules and `custom`; `{_id, ts, aid}` never expires
-    /// until [`with_ts_expiry`](Self::with_ts_expiry).
-    pub(crate) fn new(custom: Option<ForeignLockRule>) -> Self {
+    pub(crate) fn new(custom: Option<ForeignLockRule>, ts_expire_after: Option<Duration>) -> Self {
         ForeignRules {
             custom,
-            ts_expire_after: None,
+            ts_expire_after,
         }
-    }
-
-    /// These rules with `{_id, ts, aid}` expiring `expire_after` after `ts`
-    /// (the collection's TTL index on `ts`), or never with `None`.
-    pub(crate) fn with_ts_expiry(mut self, expire_after: Option<Duration>) -> Self {
-        self.ts_expire_after = expire_after;
-        self
-    }
-
-    /// The user's rule, if any.
-    pub(crate) fn custom(&self) -> Option<&ForeignLockRule> {
-        self.custom.as_ref()
     }
 
     /// The table, in order (see the module docs); `describes` always set.
@@ -168,6 +128,7 @@ impl ForeignRules {
     /// no other rule reads it; one whose fields are not of the types its
     /// clients write is held, with no expiry.
     fn rules(&self) -> Vec<ForeignLockRule> {
+        let type_of = |name: &str| doc! { "$type": format!("${name}") };
         let present = |names: &[&str]| -> Bson {
             let tests: Vec<Bson> = names
                 .iter()
@@ -294,56 +255,18 @@ impl ForeignRules {
 
     // ---- The twin: the same expressions, evaluated by `eval` ----
 
-    /// Checks that the twin can evaluate every rule.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] naming the expression with an operator
-    /// outside [`eval::OPERATORS`].
-    pub(crate) fn check_twin(&self) -> Result<()> {
-        for (name, expr) in self.custom.iter().flat_map(ForeignLockRule::expressions) {
-            eval::check(expr).map_err(|e| Error::InvalidConfig {
-                reason: format!("foreign_lock.{name}: {e} (the in-memory twin)"),
-            })?;
-        }
-        Ok(())
-    }
-
     /// `doc` (a whole document, `_id` included) with the fields
-    /// [`projection`](Self::projection) adds at server time `now`: a
-    /// document of our layout (`ours`) or of no rule is returned as it is.
-    /// An expression MongoDB would fail the command on reads as held, with
-    /// no owner or expiry.
+    /// [`projection`](Self::projection) adds, evaluated by [`eval`] at
+    /// server time `now` (`ours`: the layout test's value). An expression
+    /// MongoDB would fail the command on reads as held, with no owner or
+    /// expiry.
     pub(crate) fn annotate(&self, doc: &Document, ours: bool, now: DateTime) -> Document {
-        let mut out = doc.clone();
-        if ours {
-            return out;
-        }
-        let value = |e: &Bson| eval::evaluate(e, doc, now);
-        // The first rule that describes it; one whose `describes` fails
-        // (MongoDB fails the command) leaves it held.
-        let found = self
-            .rules()
-            .into_iter()
-            .find_map(|r| match value(r.describes.as_ref()?) {
-                Ok(v) if !eval::truthy(&v) => None,
-                described => Some(described.is_ok().then_some(r)),
-            });
-        let Some(rule) = found else {
-            return out;
-        };
-        let Some(rule) = rule else {
-            out.insert(HELD, true);
-            return out;
-        };
-        out.insert(HELD, value(&rule.held).map_or(true, |v| eval::truthy(&v)));
-        let fields = [(OWNER, &rule.owner), (EXPIRY, &rule.expires_at)];
-        for (field, expr) in fields {
-            if let Some(Ok(Some(v))) = expr.as_ref().map(value) {
-                out.insert(field, v);
-            }
-        }
-        out
+        let projection = self.projection(doc! { "$literal": ours });
+        let value = |(field, e): (String, Bson)| Ok((field, eval::evaluate(&e, doc, now)?));
+        let fields: eval::Res<Vec<_>> = projection.into_iter().map(value).collect();
+        let fields = fields.unwrap_or_else(|_| vec![(HELD.into(), Some(true.into()))]);
+        let found = fields.into_iter().filter_map(|(f, v)| Some((f, v?)));
+        doc.clone().into_iter().chain(found).collect()
     }
 
     /// Whether `doc` (whole) is a foreign lock (not `ours`) that its rule

@@ -102,7 +102,7 @@ impl LeaseManager {
             .owner_id
             .clone()
             .unwrap_or_else(|| crate::random::uuid().to_string());
-        let foreign = ForeignRules::new(options.foreign_lock.clone());
+        let foreign = ForeignRules::new(options.foreign_lock.clone(), None);
         let store = MongoStore::new(
             &options.database,
             &options.collection,
@@ -142,7 +142,7 @@ impl LeaseManager {
         }
         // `{_id, ts, aid}` expires as its TTL index on `ts` deletes it.
         let store = store
-            .with_foreign(foreign.with_ts_expiry(facts.ttl_cap))
+            .with_foreign(ForeignRules::new(foreign.custom, facts.ttl_cap))
             .with_release_mode(timing.release_mode);
         Ok(Self::start(Arc::new(store), owner_id.into(), timing))
     }

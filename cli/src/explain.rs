@@ -148,13 +148,11 @@ fn config(message: &str) -> String {
     let message = message
         .strip_prefix("invalid configuration: ")
         .unwrap_or(message);
-    // `--foreign-lock`: its text (`foreign_lock: not JSON: ...`), or an
-    // expression MongoDB cannot parse (`foreign_lock.held: ...`), named by
-    // its field, on one line.
+    // `--foreign-lock`: an expression MongoDB cannot parse
+    // (`foreign_lock.held: ...`), named by its field, on one line.
     if message.starts_with("foreign_lock") {
-        let rule = message.strip_prefix("foreign_lock: ").unwrap_or(message);
         return one_line(&format!(
-            "invalid --foreign-lock (or MONGO_LEASE_FOREIGN_LOCK): {rule}"
+            "invalid --foreign-lock (or MONGO_LEASE_FOREIGN_LOCK): {message}"
         ));
     }
     if message.contains("need ReleaseMode::Keep") {

@@ -273,6 +273,19 @@ fn release_lock_delay(given: Option<Duration>) -> Duration {
     given.unwrap_or(mongo_lease::DEFAULT_TTL / mongo_lease::DEFAULT_SAFETY_MARGIN_DIVISOR)
 }
 
+/// A rule of `--foreign-lock`: MongoDB Extended JSON v2 of its fields (a
+/// field given as `null` is absent), read by the rule's serde.
+fn foreign_lock(json: &str) -> Result<mongo_lease::ForeignLockRule, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
+    match mongodb::bson::Bson::try_from(value) {
+        Ok(mongodb::bson::Bson::Document(rule)) => {
+            mongodb::bson::from_document(rule).map_err(|e| e.to_string())
+        }
+        _ => Err("not an Extended JSON v2 object".into()),
+    }
+}
+
 /// [`connect`], with the lock-delay of `release --force` (`None`: the
 /// library's default).
 async fn connect_with(
@@ -282,10 +295,11 @@ async fn connect_with(
 ) -> Result<LeaseManager, Failure> {
     // Read before anything connects: a rule that is not one is bad usage.
     let foreign_lock = match c.foreign_lock.as_deref() {
-        Some(json) => Some(
-            mongo_lease::ForeignLockRule::from_extended_json(json)
-                .map_err(|e| Failure::usage(explain::error(&e)))?,
-        ),
+        Some(json) => Some(foreign_lock(json).map_err(|e| {
+            Failure::usage(format!(
+                "invalid --foreign-lock (or MONGO_LEASE_FOREIGN_LOCK): {e}"
+            ))
+        })?),
         None => None,
     };
     let Some(uri) = c.uri.as_deref().filter(|u| !u.is_empty()) else {

@@ -1,30 +1,26 @@
 //! The twin's evaluator of MongoDB aggregation expressions for the foreign
 //! lock rules: literals, object and array literals, field paths (`"$a.b"`,
-//! through embedded documents), `$$NOW`, `$$ROOT`, `$$CURRENT` and the
-//! [`OPERATORS`], left to right (`$and`, `$or` short-circuit, `$cond` lazy).
-//! Where `mongod` (6.0) and the twin both give a value, the values are equal;
-//! errors may differ (`mongod` folds constant sub-expressions first). As in
-//! `mongod`: BSON's order across types, numbers by value (NaN least), missing
-//! below null, null from a null operand, `$add`/`$multiply` flattened with
-//! their constants folded last, int32 overflow to int64 and int64 to double,
-//! a date plus numbers exact and rounded to the ms, halves toward zero. A path
-//! through an array, or a Decimal128 but for `$type`, is "unsupported in the
-//! twin". `tests.rs` checks all this against `mongod`.
+//! through embedded documents), `$$NOW`, `$$ROOT`, `$$CURRENT`, `$$REMOVE`
+//! and the [`OPERATORS`], left to right (`$and`, `$or`, `$cond` and
+//! `$switch` lazy). Where `mongod` (6.0) and the twin both give a value, the
+//! values are equal; errors may differ. The semantics it copies, and what
+//! it refuses, are docs/sharing.md's "What the simulation evaluates";
+//! `tests.rs` checks them against `mongod`.
 
 use std::cmp::Ordering;
 
 use mongodb::bson::{Bson, DateTime, Document};
 
 type Value = Option<Bson>;
-type Res<T> = Result<T, String>;
+pub(crate) type Res<T> = Result<T, String>;
 
 /// The operators the twin evaluates.
 #[rustfmt::skip]
 pub(crate) const OPERATORS: &[&str] = &[
     "$literal", "$and", "$or", "$not", "$eq", "$ne", "$lt", "$lte", "$gt", "$gte", "$type",
-    "$ifNull", "$cond", "$add", "$multiply", "$toLong", "$toDate",
+    "$ifNull", "$cond", "$switch", "$add", "$multiply", "$toLong", "$toDate",
 ];
-const VARIABLES: &[&str] = &["NOW", "ROOT", "CURRENT"];
+const VARIABLES: &[&str] = &["NOW", "ROOT", "CURRENT", "REMOVE"];
 
 fn unsupported(what: &str) -> String {
     format!("{what} is unsupported in the twin")
@@ -35,11 +31,7 @@ fn wrong(op: &str, v: &Value) -> String {
 }
 
 /// MongoDB's truthiness of a value (missing, null, undefined, false and 0
-/// are false); a Decimal128 reads true.
-pub(crate) fn truthy(value: &Value) -> bool {
-    truth(value).unwrap_or(true)
-}
-
+/// are false).
 fn truth(value: &Value) -> Res<bool> {
     match value {
         Some(Bson::Decimal128(_)) => Err(unsupported("the truth of a decimal")),
@@ -53,7 +45,8 @@ fn nullish(value: &Value) -> bool {
 }
 
 /// `Err` naming the first operator or variable of `expr` outside
-/// [`OPERATORS`] and the known variables.
+/// [`OPERATORS`] and the known variables, or the first `$add` or
+/// `$multiply` that `mongod` evaluates in another order than written.
 pub(crate) fn check(expr: &Bson) -> Res<()> {
     match expr {
         Bson::String(s) => match s.strip_prefix("$$").and_then(|v| v.split('.').next()) {
@@ -64,6 +57,9 @@ pub(crate) fn check(expr: &Bson) -> Res<()> {
         Bson::Document(d) => d.iter().try_for_each(|(k, v)| match k.as_str() {
             "$literal" => Ok(()),
             k if k.starts_with('$') && !OPERATORS.contains(&k) => Err(format!("{k} is unknown")),
+            "$add" | "$multiply" if !written_order(k, v) => Err(format!(
+                "{k} in another order than mongod's (constants last, one, no {k} inside)"
+            )),
             _ => check(v),
         }),
         _ => Ok(()),
@@ -79,6 +75,7 @@ pub(crate) fn evaluate(expr: &Bson, root: &Document, now: DateTime) -> Res<Value
             let mut fields = path.split('.');
             let value = match fields.next() {
                 Some("NOW") => Some(Bson::DateTime(now)),
+                Some("REMOVE") => None,
                 Some("ROOT" | "CURRENT") => Some(root.clone().into()),
                 _ => return Err(format!("undefined variable in {s}")),
             };
@@ -143,17 +140,27 @@ fn apply(op: &str, spec: &Bson, root: &Document, now: DateTime) -> Res<Value> {
             found.unwrap_or_else(|| arg(kids.len().max(1) - 1))
         }
         "$cond" => arg(if truth(&arg(0)?)? { 1 } else { 2 }),
-        "$add" | "$multiply" => {
-            let mut rest = vec![];
-            let constants = hoist(op, spec, root, now, &mut rest)?;
-            arith(op, rest.into_iter().chain(constants))
+        "$switch" => {
+            let spec = spec.as_document().ok_or("$switch needs an object")?;
+            for branch in spec.get_array("branches").map_err(|e| e.to_string())? {
+                let part = |k| branch.as_document().and_then(|b| b.get(k));
+                let (Some(case), Some(then)) = (part("case"), part("then")) else {
+                    return Err("$switch needs each branch's case and then".into());
+                };
+                if truth(&evaluate(case, root, now)?)? {
+                    return evaluate(then, root, now);
+                }
+            }
+            let default = spec.get("default").ok_or("$switch: no case, no default")?;
+            evaluate(default, root, now)
         }
+        "$add" | "$multiply" => arith(op, (0..kids.len()).map(arg).collect::<Res<Vec<_>>>()?),
         "$toLong" | "$toDate" => convert(op, arg(0)?),
         _ => Err(format!("Unrecognized expression '{op}'")),
     }
 }
 
-/// Whether `mongod` folds `e`, a constant, before evaluating.
+/// Whether `mongod` takes `e` for a constant (folded before evaluating).
 fn constant(e: &Bson) -> bool {
     match e {
         Bson::String(s) => !s.starts_with('$') || s.starts_with("$$NOW"),
@@ -163,31 +170,18 @@ fn constant(e: &Bson) -> bool {
     }
 }
 
-/// The operands of `$add` or `$multiply` in `mongod`'s order: the others
-/// into `rest`, nested same operators flattened in place, and the constants
-/// returned, folded into one if there are more.
-fn hoist(
-    op: &str,
-    spec: &Bson,
-    root: &Document,
-    now: DateTime,
-    rest: &mut Vec<Value>,
-) -> Res<Vec<Value>> {
-    let mut constants = vec![];
-    for kid in spec
+/// Whether `mongod` evaluates `op`'s operands as written: it flattens an
+/// `op` nested in `op` and folds the constants into one, moved last.
+fn written_order(op: &str, spec: &Bson) -> bool {
+    let kids = spec
         .as_array()
-        .map_or(std::slice::from_ref(spec), Vec::as_slice)
-    {
-        match kid.as_document().and_then(|d| d.get(op)) {
-            _ if constant(kid) => constants.push(evaluate(kid, root, now)?),
-            Some(inner) => constants.extend(hoist(op, inner, root, now, rest)?),
-            None => rest.push(evaluate(kid, root, now)?),
-        }
-    }
-    if constants.len() > 1 {
-        constants = vec![arith(op, constants)?];
-    }
-    Ok(constants)
+        .map_or(std::slice::from_ref(spec), Vec::as_slice);
+    let constants = kids.iter().filter(|e| constant(e)).count();
+    let nested = |e: &Bson| !constant(e) && e.as_document().is_some_and(|d| d.contains_key(op));
+    !kids.iter().any(nested)
+        && (constants == kids.len()
+            || constants == 0
+            || (constants == 1 && kids.last().is_some_and(constant)))
 }
 
 /// `$add` or `$multiply`: integers exactly (int32 overflow to int64, int64
@@ -252,15 +246,7 @@ fn convert(op: &str, v: Value) -> Res<Value> {
         (Some(Bson::Int64(n)), _) => n,
         (Some(Bson::Double(d)), _) if (-LONG_END..LONG_END).contains(&d) => d as i64,
         (Some(Bson::DateTime(d)), _) => d.timestamp_millis(),
-        (Some(Bson::Boolean(b)), false) => i64::from(b),
-        (Some(Bson::String(s)), false) => s.parse().map_err(|_| format!("no long in {s}"))?,
-        (Some(Bson::ObjectId(o)), true) => {
-            let [a, b, c, d, ..] = o.bytes();
-            i64::from(i32::from_be_bytes([a, b, c, d])) * 1000
-        }
-        (Some(Bson::Timestamp(t)), true) => i64::from(t.time) * 1000,
-        (Some(Bson::Decimal128(_) | Bson::String(_)), _) => return Err(unsupported(op)),
-        (v, _) => return Err(wrong(op, &v)),
+        (v, _) => return Err(unsupported(&wrong(op, &v))),
     };
     let date = Bson::DateTime(DateTime::from_millis(n));
     Ok(Some(if op == "$toDate" {
@@ -307,14 +293,12 @@ fn compare(a: &Value, b: &Value) -> Res<Ordering> {
     }
     // A number exactly: not NaN (the least number), its floor, the rest.
     let number = |v: &Bson| {
-        let d = double(v);
-        let floor = v
-            .as_f64()
-            .map_or(i128::from(long(v)), |d| d.floor() as i128);
+        let (d, n) = (double(v), i128::from(long(v)));
+        let rest = if d.is_finite() { d - d.floor() } else { 0.0 };
         (
             !d.is_nan(),
-            floor,
-            if d.is_finite() { d - d.floor() } else { 0.0 },
+            v.as_f64().map_or(n, |d| d.floor() as i128),
+            rest,
             d,
         )
     };
@@ -334,11 +318,8 @@ fn compare(a: &Value, b: &Value) -> Res<Ordering> {
         (Document(_), Document(_)) | (Array(_), Array(_)) => {
             let (p, q) = (fields(x), fields(y));
             for ((pk, pv), (qk, qv)) in p.iter().zip(&q) {
-                let o = kind(pv)
-                    .1
-                    .cmp(&kind(qv).1)
-                    .then(pk.cmp(qk))
-                    .then(compare(pv, qv)?);
+                let by_rank = kind(pv).1.cmp(&kind(qv).1);
+                let o = by_rank.then(pk.cmp(qk)).then(compare(pv, qv)?);
                 if o.is_ne() {
                     return Ok(o);
                 }
@@ -346,14 +327,8 @@ fn compare(a: &Value, b: &Value) -> Res<Ordering> {
             p.len().cmp(&q.len())
         }
         (ObjectId(p), ObjectId(q)) => p.bytes().cmp(&q.bytes()),
-        (Binary(p), Binary(q)) => {
-            let order =
-                |b: &mongodb::bson::Binary| (b.bytes.len(), u8::from(b.subtype), b.bytes.clone());
-            order(p).cmp(&order(q))
-        }
         (Boolean(p), Boolean(q)) => p.cmp(q),
         (DateTime(p), DateTime(q)) => p.cmp(q),
-        (Timestamp(p), Timestamp(q)) => (p.time, p.increment).cmp(&(q.time, q.increment)),
         (Null | Undefined | MinKey | MaxKey, _) => Ordering::Equal,
         _ => return Err(unsupported("comparing these types")),
     })

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use mongodb::bson::{Bson, DateTime, doc};
+use mongodb::bson::{Bson, DateTime, Document, doc};
 
 use super::*;
 
@@ -11,7 +11,7 @@ fn at(ms: i64) -> DateTime {
 const T: i64 = 1_700_000_000_000;
 
 fn rules() -> ForeignRules {
-    ForeignRules::new(None).with_ts_expiry(Some(Duration::from_secs(30)))
+    ForeignRules::new(None, Some(Duration::from_secs(30)))
 }
 
 #[test]
@@ -48,10 +48,10 @@ fn each_built_in_shape_has_its_owner_and_expiry() {
 #[test]
 fn ts_never_expires_without_a_ttl_index_and_ours_is_never_foreign() {
     let p1 = doc! { "_id": "k", "ts": at(T), "aid": "app" };
-    let never = ForeignRules::new(None).annotate(&p1, false, at(i64::MAX));
+    let never = ForeignRules::new(None, None).annotate(&p1, false, at(i64::MAX));
     assert_eq!(never.get(EXPIRY), None);
     assert_eq!(never.get_str(OWNER), Ok("app"));
-    assert!(!ForeignRules::new(None).free(&p1, false, at(i64::MAX)));
+    assert!(!ForeignRules::new(None, None).free(&p1, false, at(i64::MAX)));
     assert_eq!(
         rules().annotate(&p1, true, at(T)),
         p1,
@@ -64,7 +64,7 @@ fn ts_never_expires_without_a_ttl_index_and_ours_is_never_foreign() {
 #[test]
 fn an_npm_lock_whose_ttl_is_no_finite_number_of_seconds_is_held_with_no_expiry() {
     // A user's rule reads every other document: it must not read these.
-    let rules = ForeignRules::new(Some(ForeignLockRule::builder().held(false).build()));
+    let rules = ForeignRules::new(Some(ForeignLockRule::builder().held(false).build()), None);
     for ttl in [
         Bson::Double(f64::NAN),
         Bson::Double(f64::INFINITY),
@@ -83,7 +83,7 @@ fn an_npm_lock_whose_ttl_is_no_finite_number_of_seconds_is_held_with_no_expiry()
 #[test]
 fn a_users_rule_reads_what_no_built_in_rule_describes() {
     // `{_id, locked, owner, created, expire: date|null}` (docs/sharing.md).
-    let rules = ForeignRules::new(Some(crate::sim::others::Schema::Locked.rule()));
+    let rules = ForeignRules::new(Some(crate::sim::others::Schema::Locked.rule()), None);
     let held =
         doc! { "_id": "k", "locked": true, "owner": "w1", "created": at(T), "expire": Bson::Null };
     let read = rules.annotate(&held, false, at(T));
@@ -105,30 +105,23 @@ fn a_users_rule_reads_what_no_built_in_rule_describes() {
 }
 
 #[test]
-fn a_rule_reads_from_extended_json_and_refuses_other_fields() {
-    let json = r#"{"held": {"$gt": ["$expire", {"$toLong": "$$NOW"}]}, "expires_at": {"$toDate": "$expire"}}"#;
-    let rule = ForeignLockRule::from_extended_json(json).unwrap();
-    assert_eq!(
-        rule.held,
-        Bson::from(doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] })
-    );
-    assert_eq!(rule.owner, None);
+fn a_rule_reads_from_a_document_and_refuses_other_fields() {
+    let read = |d: Document| mongodb::bson::from_document::<ForeignLockRule>(d);
+    let held = doc! { "$gt": ["$expire", { "$toLong": "$$NOW" }] };
+    let rule = read(doc! { "held": held.clone(), "expires_at": { "$toDate": "$expire" } });
+    let rule = rule.expect("a rule");
+    assert_eq!((rule.held, rule.owner), (held.into(), None));
     // `null` is absent: a `describes` of null describes what a rule
     // without one does.
-    let nulls = r#"{"held": true, "owner": null, "expires_at": null, "describes": null}"#;
-    let rule = ForeignLockRule::from_extended_json(nulls).unwrap();
+    let nulls = doc! { "held": true, "owner": null, "expires_at": null, "describes": null };
+    let rule = read(nulls).expect("a rule");
     assert_eq!(rule, ForeignLockRule::builder().held(true).build());
-    for bad in [
-        "",
-        "[1]",
-        r#"{"owner": "$o"}"#,
-        r#"{"held": true, "hold": 1}"#,
+    for (bad, says) in [
+        (doc! { "owner": "$o" }, "missing field `held`"),
+        (doc! { "held": true, "hold": 1 }, "unknown field `hold`"),
     ] {
-        let error = ForeignLockRule::from_extended_json(bad).expect_err(bad);
-        assert!(
-            matches!(&error, Error::InvalidConfig { reason } if reason.starts_with("foreign_lock: ")),
-            "{bad}: {error:?}"
-        );
+        let error = read(bad).expect_err(says).to_string();
+        assert!(error.contains(says), "{error}");
     }
 }
 
@@ -137,11 +130,12 @@ fn the_twin_refuses_a_rule_with_an_operator_it_does_not_evaluate() {
     let rule = ForeignLockRule::builder()
         .held(doc! { "$regexMatch": { "input": "$o", "regex": "^w" } })
         .build();
-    let error = ForeignRules::new(Some(rule))
-        .check_twin()
-        .expect_err("refused");
+    let error = crate::store::memory::MemoryDb::new()
+        .with_foreign_rules(ForeignRules::new(Some(rule), None))
+        .err()
+        .expect("refused");
     assert!(
-        matches!(&error, Error::InvalidConfig { reason } if reason.contains("$regexMatch")),
+        matches!(&error, crate::Error::InvalidConfig { reason } if reason.contains("$regexMatch")),
         "{error:?}"
     );
 }
@@ -154,7 +148,7 @@ fn a_document_whose_describes_fails_in_the_twin_is_held() {
         .held(true)
         .describes(doc! { "$eq": [{ "$toDate": "$at" }, "$$NOW"] })
         .build();
-    let rules = ForeignRules::new(Some(failing));
+    let rules = ForeignRules::new(Some(failing), None);
     let doc = doc! { "_id": "k", "at": "not a date", "locked": false };
     assert_eq!(rules.annotate(&doc, false, at(T)).get_bool(HELD), Ok(true));
     assert!(!rules.free(&doc, false, at(T)));

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::doc::{Doc, Registration};
 use super::rules::{Collection, apply_acquire};
-use crate::foreign::ForeignRules;
+use crate::foreign::{ForeignLockRule, ForeignRules};
 use crate::info::{HolderInfo, LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
 use crate::kind::LeaseKind;
@@ -161,11 +161,14 @@ impl MemoryDb {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a rule with
-    /// an operator the twin does not evaluate
-    /// ([`eval::OPERATORS`](crate::foreign::eval::OPERATORS)).
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a rule the
+    /// twin does not evaluate ([`eval::check`](crate::foreign::eval::check)).
     pub fn with_foreign_rules(mut self, rules: ForeignRules) -> crate::error::Result<Self> {
-        rules.check_twin()?;
+        for (name, e) in rules.custom.iter().flat_map(ForeignLockRule::expressions) {
+            let reason = |e| format!("foreign_lock.{name}: {e} (the in-memory twin)");
+            crate::foreign::eval::check(e)
+                .map_err(|e| crate::error::Error::InvalidConfig { reason: reason(e) })?;
+        }
         self.foreign_rules = Arc::new(rules);
         Ok(self)
     }

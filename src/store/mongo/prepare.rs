@@ -218,7 +218,7 @@ impl MongoStore {
     /// expression the server cannot parse is [`Error::InvalidConfig`] naming
     /// its field (`foreign_lock.held: Unrecognized expression '$foo'`).
     async fn check_foreign_rule(&self) -> Result<()> {
-        let Some(rule) = self.foreign().custom() else {
+        let Some(rule) = self.foreign().custom.as_ref() else {
             return Ok(());
         };
         for (name, expression) in rule.expressions() {

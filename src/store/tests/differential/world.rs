@@ -126,7 +126,7 @@ impl Config {
     /// The foreign lock rules of the collection, as `connect` finds them.
     pub fn foreign_rules(&self) -> ForeignRules {
         let rule = crate::sim::others::Schema::Locked.rule();
-        ForeignRules::new(Some(rule)).with_ts_expiry(self.ts_index.then_some(TS_EXPIRE_AFTER))
+        ForeignRules::new(Some(rule), self.ts_index.then_some(TS_EXPIRE_AFTER))
     }
 }
 
