@@ -116,13 +116,6 @@ pub(crate) struct ForeignRules {
 }
 
 impl ForeignRules {
-    pub(crate) fn new(custom: Option<ForeignLockRule>, ts_expire_after: Option<Duration>) -> Self {
-        ForeignRules {
-            custom,
-            ts_expire_after,
-        }
-    }
-
     /// The table, in order (see the module docs); `describes` always set.
     /// A built-in rule describes its shape by the fields present, so that
     /// no other rule reads it; one whose fields are not of the types its

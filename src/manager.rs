@@ -102,7 +102,10 @@ impl LeaseManager {
             .owner_id
             .clone()
             .unwrap_or_else(|| crate::random::uuid().to_string());
-        let foreign = ForeignRules::new(options.foreign_lock.clone(), None);
+        let foreign = ForeignRules {
+            custom: options.foreign_lock.clone(),
+            ts_expire_after: None,
+        };
         let store = MongoStore::new(
             &options.database,
             &options.collection,
@@ -142,7 +145,10 @@ impl LeaseManager {
         }
         // `{_id, ts, aid}` expires as its TTL index on `ts` deletes it.
         let store = store
-            .with_foreign(ForeignRules::new(foreign.custom, facts.ttl_cap))
+            .with_foreign(ForeignRules {
+                ts_expire_after: facts.ttl_cap,
+                ..foreign
+            })
             .with_release_mode(timing.release_mode);
         Ok(Self::start(Arc::new(store), owner_id.into(), timing))
     }

@@ -11,7 +11,10 @@ fn at(ms: i64) -> DateTime {
 const T: i64 = 1_700_000_000_000;
 
 fn rules() -> ForeignRules {
-    ForeignRules::new(None, Some(Duration::from_secs(30)))
+    ForeignRules {
+        custom: None,
+        ts_expire_after: Some(Duration::from_secs(30)),
+    }
 }
 
 #[test]
@@ -48,10 +51,20 @@ fn each_built_in_shape_has_its_owner_and_expiry() {
 #[test]
 fn ts_never_expires_without_a_ttl_index_and_ours_is_never_foreign() {
     let p1 = doc! { "_id": "k", "ts": at(T), "aid": "app" };
-    let never = ForeignRules::new(None, None).annotate(&p1, false, at(i64::MAX));
+    let never = ForeignRules {
+        custom: None,
+        ts_expire_after: None,
+    }
+    .annotate(&p1, false, at(i64::MAX));
     assert_eq!(never.get(EXPIRY), None);
     assert_eq!(never.get_str(OWNER), Ok("app"));
-    assert!(!ForeignRules::new(None, None).free(&p1, false, at(i64::MAX)));
+    assert!(
+        !ForeignRules {
+            custom: None,
+            ts_expire_after: None
+        }
+        .free(&p1, false, at(i64::MAX))
+    );
     assert_eq!(
         rules().annotate(&p1, true, at(T)),
         p1,
@@ -64,7 +77,10 @@ fn ts_never_expires_without_a_ttl_index_and_ours_is_never_foreign() {
 #[test]
 fn an_npm_lock_whose_ttl_is_no_finite_number_of_seconds_is_held_with_no_expiry() {
     // A user's rule reads every other document: it must not read these.
-    let rules = ForeignRules::new(Some(ForeignLockRule::builder().held(false).build()), None);
+    let rules = ForeignRules {
+        custom: Some(ForeignLockRule::builder().held(false).build()),
+        ts_expire_after: None,
+    };
     for ttl in [
         Bson::Double(f64::NAN),
         Bson::Double(f64::INFINITY),
@@ -83,7 +99,10 @@ fn an_npm_lock_whose_ttl_is_no_finite_number_of_seconds_is_held_with_no_expiry()
 #[test]
 fn a_users_rule_reads_what_no_built_in_rule_describes() {
     // `{_id, locked, owner, created, expire: date|null}` (docs/sharing.md).
-    let rules = ForeignRules::new(Some(crate::sim::others::Schema::Locked.rule()), None);
+    let rules = ForeignRules {
+        custom: Some(crate::sim::others::Schema::Locked.rule()),
+        ts_expire_after: None,
+    };
     let held =
         doc! { "_id": "k", "locked": true, "owner": "w1", "created": at(T), "expire": Bson::Null };
     let read = rules.annotate(&held, false, at(T));
@@ -131,7 +150,10 @@ fn the_twin_refuses_a_rule_with_an_operator_it_does_not_evaluate() {
         .held(doc! { "$regexMatch": { "input": "$o", "regex": "^w" } })
         .build();
     let error = crate::store::memory::MemoryDb::new()
-        .with_foreign_rules(ForeignRules::new(Some(rule), None))
+        .with_foreign_rules(ForeignRules {
+            custom: Some(rule),
+            ts_expire_after: None,
+        })
         .err()
         .expect("refused");
     assert!(
@@ -148,7 +170,10 @@ fn a_document_whose_describes_fails_in_the_twin_is_held() {
         .held(true)
         .describes(doc! { "$eq": [{ "$toDate": "$at" }, "$$NOW"] })
         .build();
-    let rules = ForeignRules::new(Some(failing), None);
+    let rules = ForeignRules {
+        custom: Some(failing),
+        ts_expire_after: None,
+    };
     let doc = doc! { "_id": "k", "at": "not a date", "locked": false };
     assert_eq!(rules.annotate(&doc, false, at(T)).get_bool(HELD), Ok(true));
     assert!(!rules.free(&doc, false, at(T)));

@@ -244,7 +244,10 @@ async fn schedule(seed: u64) -> Report {
     // with a TTL index on `ts` are not supported (docs/sharing.md).
     let ts_index = (random_range(0..2) == 0).then_some(others::TS_EXPIRE_AFTER);
     let schema = others::Schema::draw();
-    let rules = ForeignRules::new(schema.map(others::Schema::rule), ts_index);
+    let rules = ForeignRules {
+        custom: schema.map(others::Schema::rule),
+        ts_expire_after: ts_index,
+    };
     let db = MemoryDb::new()
         .with_foreign_rules(rules)
         .expect("the twin evaluates the drawn rules");

@@ -53,7 +53,10 @@ fn check_names_the_first_operator_or_variable_outside_the_list() {
     ] {
         assert_eq!(check(&written.clone().into()), Ok(()), "{written}");
     }
-    let rules = ForeignRules::new(None, Some(Duration::from_secs(30)));
+    let rules = ForeignRules {
+        custom: None,
+        ts_expire_after: Some(Duration::from_secs(30)),
+    };
     for expr in expressions(&rules)
         .iter()
         .chain(&user_rules())
@@ -480,7 +483,10 @@ async fn the_twin_evaluates_as_mongod_does() {
     }
     coll.insert_many(&docs).await.expect("the documents");
 
-    let rules = ForeignRules::new(None, Some(Duration::from_secs(30)));
+    let rules = ForeignRules {
+        custom: None,
+        ts_expire_after: Some(Duration::from_secs(30)),
+    };
     let mut exprs = expressions(&rules);
     exprs.extend(user_rules());
     let strict = exprs.len();

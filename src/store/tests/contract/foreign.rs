@@ -206,7 +206,10 @@ fn rules() -> ForeignRules {
         .expires_at("$until")
         .describes(mongodb::bson::doc! { "$eq": [{ "$type": "$until" }, "date"] })
         .build();
-    ForeignRules::new(Some(rule), Some(Duration::from_secs(30)))
+    ForeignRules {
+        custom: Some(rule),
+        ts_expire_after: Some(Duration::from_secs(30)),
+    }
 }
 
 /// One lock document of each recognised layout, live for about a minute
@@ -406,7 +409,15 @@ pub(super) async fn a_foreign_lock_expired_by_its_own_rule_is_taken_over<F: Fixt
 /// held however old its `ts` (no known remaining time); a bare `{_id}` and
 /// a document of no recognised layout never expire either.
 pub(super) async fn a_foreign_lock_without_an_expiry_is_never_taken<F: Fixture>(f: &F) {
-    let a = f.store_with_rules("a", ForeignRules::new(None, None)).await;
+    let a = f
+        .store_with_rules(
+            "a",
+            ForeignRules {
+                custom: None,
+                ts_expire_after: None,
+            },
+        )
+        .await;
     let v = |b: &str| Planted::Value(Bson::from(b));
     let locks: Vec<(&str, Fields, &str)> = vec![
         (
@@ -483,7 +494,13 @@ pub(super) async fn a_bare_id_document_of_any_key_type_is_held_beside_a_users_ru
         .owner("$owner")
         .build();
     let a = f
-        .store_with_rules("a", ForeignRules::new(Some(rule), None))
+        .store_with_rules(
+            "a",
+            ForeignRules {
+                custom: Some(rule),
+                ts_expire_after: None,
+            },
+        )
         .await;
     let uuid = Uuid::from_bytes([7; 16]);
     for key in [

@@ -126,7 +126,10 @@ impl Config {
     /// The foreign lock rules of the collection, as `connect` finds them.
     pub fn foreign_rules(&self) -> ForeignRules {
         let rule = crate::sim::others::Schema::Locked.rule();
-        ForeignRules::new(Some(rule), self.ts_index.then_some(TS_EXPIRE_AFTER))
+        ForeignRules {
+            custom: Some(rule),
+            ts_expire_after: self.ts_index.then_some(TS_EXPIRE_AFTER),
+        }
     }
 }
 
