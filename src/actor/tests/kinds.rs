@@ -755,3 +755,56 @@ async fn a_lease_id_whose_attempt_may_still_land_is_never_reused_for_another_num
     );
     assert_eq!(doc.permits_used(Instant::now()), 3, "{:?}", doc.holders);
 }
+
+/// The twin's side of `tests/manager/reread.rs`'s
+/// `a_late_first_send_is_not_taken_by_an_attempt_of_another_shape`: a
+/// permit waiter's first send, held back 3 s past its 1 s operation
+/// timeout, is sent again and answered; its waiter leaves; the held-back
+/// send lands (under the same lease id, a permit B released meanwhile).
+/// The waiter of 2 permits that follows goes under a new lease id
+/// (`replies::answered`), so it is not granted beside B's live permit.
+#[tokio::test(start_paused = true)]
+async fn a_late_first_send_is_not_taken_by_a_waiter_of_another_number_of_permits() {
+    let db = MemoryDb::new();
+    let (a, store, t0) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    let pool_b = semaphore(&b, "late", 2);
+    let (b1, b2) = (
+        pool_b.acquire().await.unwrap(),
+        pool_b.acquire().await.unwrap(),
+    );
+    store.set_operation_timeout(Some(Duration::from_secs(1)));
+    store.fault_next(Op::Acquire, Fault::Delay(Duration::from_secs(3)), 1);
+    let pool_a = semaphore(&a, "late", 2);
+    let one = started({
+        let pool_a = pool_a.clone();
+        async move {
+            let one = pool_a.acquire();
+            one.into_future().timeout(Duration::from_millis(1500)).await
+        }
+    })
+    .await;
+    let two = started(async move { pool_a.acquire().permits(2).await }).await;
+    assert!(
+        soon(one).await.unwrap().is_err(),
+        "the waiter of one permit gives up"
+    );
+    assert_eq!(
+        store.acquire_calls("late")[..2],
+        [t0, t0 + Duration::from_secs(1)]
+    );
+    assert_eq!(b1.release().await.unwrap(), ReleaseOutcome::Released);
+    sleep_until(t0 + Duration::from_secs(3) + MS).await;
+    assert!(
+        holder_owners(&db, "late").contains(&"a".to_string()),
+        "the held-back send landed: {:?}",
+        db.doc("late")
+    );
+    // Taking that permit as its own would grant it at its next attempt.
+    let granted = two.timeout(TTL).await;
+    assert!(
+        !matches!(granted, Ok(Ok(Ok(_)))) || b2.status().is_lost(),
+        "2 permits granted beside B's live one: {:?}",
+        db.doc("late")
+    );
+}
