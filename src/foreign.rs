@@ -61,12 +61,6 @@ pub(crate) const OWNER: &str = "fo";
 /// .owner("$owner")
 /// .expires_at("$expire")
 /// .build();
-/// // The same from a document (serde), as the command-line tool reads it.
-/// let read: ForeignLockRule = mongodb::bson::from_document(doc! {
-///     "held": rule.held.clone(), "owner": "$owner", "expires_at": "$expire",
-/// })?;
-/// assert_eq!(read, rule);
-/// # Ok::<(), mongodb::bson::de::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, TypedBuilder, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -123,11 +117,10 @@ impl ForeignRules {
     fn rules(&self) -> Vec<ForeignLockRule> {
         let type_of = |name: &str| doc! { "$type": format!("${name}") };
         let present = |names: &[&str]| -> Bson {
-            let tests: Vec<Bson> = names
+            let tests = names
                 .iter()
-                .map(|n| doc! { "$ne": [type_of(n), "missing"] }.into())
-                .collect();
-            doc! { "$and": tests }.into()
+                .map(|n| doc! { "$ne": [type_of(n), "missing"] });
+            doc! { "$and": tests.map(Bson::from).collect::<Vec<_>>() }.into()
         };
         // Held until `expiry` where `valid`, else held with no expiry.
         let until = |valid: Bson, expiry: Bson| ForeignLockRule {
@@ -208,11 +201,7 @@ impl ForeignRules {
     /// rule from no `tok`; any other document is left as it is.
     pub(crate) fn takeover_stage(&self, ours: Document, inserted: &str) -> Document {
         let free = self.switch(ours, false, |r| doc! { "$not": [r.held.clone()] }.into());
-        doc! { "$replaceWith": { "$cond": [
-            free,
-            { "_id": "$_id", inserted: Bson::Null },
-            "$$ROOT",
-        ]}}
+        doc! { "$replaceWith": { "$cond": [free, { "_id": "$_id", inserted: Bson::Null }, "$$ROOT"] } }
     }
 
     /// The fields a read projects for a foreign lock: [`HELD`], [`OWNER`]

@@ -173,7 +173,7 @@ fn config(message: &str) -> String {
 
 /// `text` on one line: its line breaks (a server's message may quote an
 /// expression's string with one) as spaces.
-fn one_line(text: &str) -> String {
+pub fn one_line(text: &str) -> String {
     text.split(['\n', '\r'])
         .filter(|part| !part.is_empty())
         .collect::<Vec<_>>()

@@ -278,8 +278,9 @@ fn release_lock_delay(given: Option<Duration>) -> Duration {
 fn foreign_lock(json: &str) -> Result<mongo_lease::ForeignLockRule, String> {
     let value: serde_json::Value =
         serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
-    match mongodb::bson::Bson::try_from(value) {
-        Ok(mongodb::bson::Bson::Document(rule)) => {
+    let value = mongodb::bson::Bson::try_from(value);
+    match value.map_err(|e| format!("not Extended JSON v2: {e}"))? {
+        mongodb::bson::Bson::Document(rule) => {
             mongodb::bson::from_document(rule).map_err(|e| e.to_string())
         }
         _ => Err("not an Extended JSON v2 object".into()),
@@ -296,9 +297,9 @@ async fn connect_with(
     // Read before anything connects: a rule that is not one is bad usage.
     let foreign_lock = match c.foreign_lock.as_deref() {
         Some(json) => Some(foreign_lock(json).map_err(|e| {
-            Failure::usage(format!(
+            Failure::usage(explain::one_line(&format!(
                 "invalid --foreign-lock (or MONGO_LEASE_FOREIGN_LOCK): {e}"
-            ))
+            )))
         })?),
         None => None,
     };

@@ -26,10 +26,6 @@ fn unsupported(what: &str) -> String {
     format!("{what} is unsupported in the twin")
 }
 
-fn wrong(op: &str, v: &Value) -> String {
-    format!("{op} of a {}", kind(v).0)
-}
-
 /// MongoDB's truthiness of a value (missing, null, undefined, false and 0
 /// are false).
 fn truth(value: &Value) -> Res<bool> {
@@ -46,7 +42,7 @@ fn nullish(value: &Value) -> bool {
 
 /// `Err` naming the first operator or variable of `expr` outside
 /// [`OPERATORS`] and the known variables, or the first `$add` or
-/// `$multiply` that `mongod` evaluates in another order than written.
+/// `$multiply` that `mongod` may evaluate in another order than written.
 pub(crate) fn check(expr: &Bson) -> Res<()> {
     match expr {
         Bson::String(s) => match s.strip_prefix("$$").and_then(|v| v.split('.').next()) {
@@ -58,7 +54,8 @@ pub(crate) fn check(expr: &Bson) -> Res<()> {
             "$literal" => Ok(()),
             k if k.starts_with('$') && !OPERATORS.contains(&k) => Err(format!("{k} is unknown")),
             "$add" | "$multiply" if !written_order(k, v) => Err(format!(
-                "{k} in another order than mongod's (constants last, one, no {k} inside)"
+                "{k} in another order than mongod's: a constant not last, or a {k}, $cond, \
+                 $switch or $ifNull inside"
             )),
             _ => check(v),
         }),
@@ -87,9 +84,8 @@ pub(crate) fn evaluate(expr: &Bson, root: &Document, now: DateTime) -> Res<Value
         }
         Bson::Array(items) => {
             let item = |e| Ok(evaluate(e, root, now)?.unwrap_or(Bson::Null));
-            Ok(Some(
-                items.iter().map(item).collect::<Res<Vec<_>>>()?.into(),
-            ))
+            let items: Vec<Bson> = items.iter().map(item).collect::<Res<_>>()?;
+            Ok(Some(items.into()))
         }
         Bson::Document(d) => match d.iter().next() {
             Some((op, spec)) if op.starts_with('$') && d.len() == 1 => apply(op, spec, root, now),
@@ -151,8 +147,11 @@ fn apply(op: &str, spec: &Bson, root: &Document, now: DateTime) -> Res<Value> {
                     return evaluate(then, root, now);
                 }
             }
-            let default = spec.get("default").ok_or("$switch: no case, no default")?;
-            evaluate(default, root, now)
+            evaluate(
+                spec.get("default").ok_or("$switch: no case, no default")?,
+                root,
+                now,
+            )
         }
         "$add" | "$multiply" => arith(op, (0..kids.len()).map(arg).collect::<Res<Vec<_>>>()?),
         "$toLong" | "$toDate" => convert(op, arg(0)?),
@@ -163,34 +162,47 @@ fn apply(op: &str, spec: &Bson, root: &Document, now: DateTime) -> Res<Value> {
 /// Whether `mongod` takes `e` for a constant (folded before evaluating).
 fn constant(e: &Bson) -> bool {
     match e {
-        Bson::String(s) => !s.starts_with('$') || s.starts_with("$$NOW"),
+        Bson::String(s) => !s.starts_with('$') || s.starts_with("$$NOW") || s == "$$REMOVE",
         Bson::Array(items) => items.iter().all(constant),
         Bson::Document(d) => d.contains_key("$literal") || d.values().all(constant),
         _ => true,
     }
 }
 
-/// Whether `mongod` evaluates `op`'s operands as written: it flattens an
-/// `op` nested in `op` and folds the constants into one, moved last.
+/// Whether `mongod` evaluates `op`'s operands `spec` as written: it folds
+/// the constants into one, moved last, and flattens an `op` inside (also
+/// one that a `$cond`, `$switch` or `$ifNull` reduces to).
 fn written_order(op: &str, spec: &Bson) -> bool {
-    let kids = spec
-        .as_array()
-        .map_or(std::slice::from_ref(spec), Vec::as_slice);
+    fn holds(e: &Bson, ops: &[&str]) -> bool {
+        let found = |(k, v): (&String, &Bson)| ops.contains(&k.as_str()) || holds(v, ops);
+        match e {
+            Bson::Array(items) => items.iter().any(|e| holds(e, ops)),
+            Bson::Document(d) => d.iter().any(found),
+            _ => false,
+        }
+    }
+    let reorders = |e: &Bson| !constant(e) && holds(e, &[op, "$cond", "$switch", "$ifNull"]);
+    let one = std::slice::from_ref(spec);
+    let kids = spec.as_array().map_or(one, Vec::as_slice);
     let constants = kids.iter().filter(|e| constant(e)).count();
-    let nested = |e: &Bson| !constant(e) && e.as_document().is_some_and(|d| d.contains_key(op));
-    !kids.iter().any(nested)
+    !kids.iter().any(reorders)
         && (constants == kids.len()
             || constants == 0
             || (constants == 1 && kids.last().is_some_and(constant)))
 }
 
-/// `$add` or `$multiply`: integers exactly (int32 overflow to int64, int64
-/// overflow to double), doubles in order; `$add` with a date, the exact
-/// sum rounded to the millisecond, halves toward zero.
+/// `$add` or `$multiply` in order, as `mongod` evaluates them once
+/// `written_order` holds: integers exactly (int32 overflow to int64, and
+/// for `$multiply` int64 overflow to double); doubles, for `$multiply` as
+/// `mongod` multiplies them, for `$add` only while each step is exact
+/// (`mongod` compensates its sum), else "unsupported in the twin", as past
+/// int64; with a date, the exact sum rounded to the millisecond, halves
+/// toward zero.
 fn arith(op: &str, values: impl IntoIterator<Item = Value>) -> Res<Value> {
     let add = op == "$add";
     let (mut exact, mut float, mut w, mut date) = (i64::from(!add), f64::from(!add), 0, false);
     let (mut whole, mut fraction) = (0i128, 0f64); // the exact sum, for a date
+    let (mut inexact, mut inexact_fraction) = (false, false);
     for v in values {
         let (v, wider) = match v {
             v if nullish(&v) => return Ok(Some(Bson::Null)),
@@ -202,22 +214,31 @@ fn arith(op: &str, values: impl IntoIterator<Item = Value>) -> Res<Value> {
             Some(v @ Bson::Int64(_)) => (v, w.max(1)),
             Some(v @ Bson::Double(_)) => (v, 2),
             Some(Bson::Decimal128(_)) => return Err(unsupported("decimal arithmetic")),
-            v => return Err(wrong(op, &v)),
+            v => return Err(format!("{op} of a {}", kind(&v).0)),
         };
         let (n, d) = (long(&v), double(&v));
         let (t, f) = v
             .as_f64()
             .map_or((n.into(), 0.0), |d| (d.trunc() as i128, d.fract()));
+        inexact_fraction |= two_sum(fraction, f) != 0.0;
         (whole, fraction) = (whole.saturating_add(t), fraction + f);
         if !add {
             float *= d;
             let product = exact.checked_mul(n).filter(|_| wider < 2);
             (exact, w) = product.map_or((exact, 2), |p| (p, wider));
+        } else if wider < 2 {
+            (exact, w) = (exact.checked_add(n).ok_or("int64 overflow")?, wider);
         } else {
-            let sum = exact.checked_add(n).filter(|_| wider < 2);
+            // A double total from here, each step exact (integers too).
+            let converts = |n: i64| n as f64 as i128 == i128::from(n);
             let from = if w == 2 { float } else { exact as f64 };
-            (exact, float, w) = sum.map_or((exact, from + d, 2), |s| (s, float, wider));
+            let lost = (w < 2 && !converts(exact)) || (v.as_f64().is_none() && !converts(n));
+            inexact |= lost || two_sum(from, d) != 0.0;
+            (float, w) = (from + d, 2);
         }
+    }
+    if add && (if date { inexact_fraction } else { inexact }) {
+        return Err(unsupported("an inexact $add"));
     }
     if date {
         let f = fraction.fract();
@@ -237,6 +258,15 @@ fn arith(op: &str, values: impl IntoIterator<Item = Value>) -> Res<Value> {
     }))
 }
 
+/// The rounding error of `a + b` (Knuth's TwoSum; 0 for an exact sum or
+/// a non-finite one).
+fn two_sum(a: f64, b: f64) -> f64 {
+    let s = a + b;
+    let (b1, a1) = (s - a, s - (s - a));
+    let error = (a - a1) + (b - b1);
+    if s.is_finite() { error } else { 0.0 }
+}
+
 /// `$toDate` or `$toLong` (null for null or missing).
 fn convert(op: &str, v: Value) -> Res<Value> {
     const LONG_END: f64 = 9_223_372_036_854_775_808.0; // 2^63
@@ -246,14 +276,10 @@ fn convert(op: &str, v: Value) -> Res<Value> {
         (Some(Bson::Int64(n)), _) => n,
         (Some(Bson::Double(d)), _) if (-LONG_END..LONG_END).contains(&d) => d as i64,
         (Some(Bson::DateTime(d)), _) => d.timestamp_millis(),
-        (v, _) => return Err(unsupported(&wrong(op, &v))),
+        (v, _) => return Err(unsupported(&format!("{op} of a {}", kind(&v).0))),
     };
     let date = Bson::DateTime(DateTime::from_millis(n));
-    Ok(Some(if op == "$toDate" {
-        date
-    } else {
-        Bson::Int64(n)
-    }))
+    Ok(Some(if op == "$toDate" { date } else { n.into() }))
 }
 
 fn long(v: &Bson) -> i64 {

@@ -281,6 +281,9 @@ async fn cli_a_rule_that_is_not_json_exits_2_with_one_line() {
             "unknown field `expiry`",
         ),
         ("[1]", "not an Extended JSON v2 object"),
+        (r#"{"held": {"$date": "bad"}}"#, "not Extended JSON v2: "),
+        // A field name with a line break, in serde's message: one line.
+        (r#"{"held": true, "a\nb": 1}"#, "unknown field `a b`"),
     ] {
         let out = cli(&fx, &["--foreign-lock", rule, "list"]).await;
         let said = text(&out.stderr);

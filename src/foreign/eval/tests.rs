@@ -35,12 +35,19 @@ fn check_names_the_first_operator_or_variable_outside_the_list() {
     let err = check(&doc! { "$eq": ["$$CLUSTER_TIME", 1] }.into()).unwrap_err();
     assert!(err.contains("$$CLUSTER_TIME"), "{err}");
     assert!(check(&doc! { "$literal": { "$regexMatch": 1 } }.into()).is_ok());
-    // `$add` and `$multiply` in another order than mongod's: it flattens a
-    // nested one and folds the constants into one, moved last.
+    // An `$add` or `$multiply` that mongod may evaluate in another order:
+    // it folds the constants (`$$NOW`, `$$REMOVE`, literals) into one,
+    // moved last, and flattens the same operator inside, also one that a
+    // `$cond`, `$switch` or `$ifNull` reduces to.
     for refused in [
         doc! { "$add": [1e20, "$ttl"] },
         doc! { "$add": ["$ttl", 1e20, -1e20] },
         doc! { "$add": ["$ttl", { "$add": [1e20, "$ttl"] }] },
+        doc! { "$add": [1e16, "$a", { "$ifNull": ["$$REMOVE", 1.0] }, "$b"] },
+        doc! { "$add": ["$a", { "$cond": [true, { "$add": ["$b", "$c"] }, 0] }] },
+        doc! { "$multiply": ["$a", "$$REMOVE", "$b"] },
+        doc! { "$multiply": ["$a", { "$ifNull": ["$$REMOVE", 1e-300] }, "$b"] },
+        doc! { "$multiply": ["$a", { "$cond": [true, { "$multiply": ["$b", "$c"] }, 0] }] },
         doc! { "$cond": [true, { "$multiply": [1e300, "$ttl", 1e-300] }, 0] },
     ] {
         let err = check(&refused.clone().into()).unwrap_err();
@@ -50,6 +57,7 @@ fn check_names_the_first_operator_or_variable_outside_the_list() {
         doc! { "$add": ["$ttl", "$ttl", 1e20] },
         doc! { "$add": [1, { "$add": [2, "$$NOW"] }] },
         doc! { "$add": ["$ttl", { "$multiply": ["$ttl", 2] }, { "$add": [1, 2] }] },
+        doc! { "$multiply": [{ "$add": ["$ttl", 1] }, "$ttl", 1e20] },
     ] {
         assert_eq!(check(&written.clone().into()), Ok(()), "{written}");
     }
@@ -90,13 +98,18 @@ fn user_rules() -> Vec<Bson> {
 }
 
 /// Probes of the behaviour docs/sharing.md states: missing against null,
-/// a date plus a double, integer overflow.
+/// a date plus a double, integer overflow, `$add`'s and `$multiply`'s
+/// operand order (on [`edges`] among the documents).
 fn probes() -> Vec<Bson> {
     let mut probes = vec![
         doc! { "$eq": ["$nope", null] },
         doc! { "$eq": [{ "$ifNull": ["$nope", null] }, null] },
         doc! { "$add": ["$ttl", i64::MAX] },
         doc! { "$multiply": ["$ttl", "$ttl", 1e300] },
+        doc! { "$add": ["$a", "$b", "$c"] },
+        doc! { "$add": ["$c", "$b", "$a"] },
+        doc! { "$type": { "$add": ["$a", "$b", "$c"] } },
+        doc! { "$multiply": ["$a", "$b", "$c"] },
     ];
     for d in [0.5, -0.5, 1.5, 2.5, -2.5, 0.4999999999999999] {
         probes.push(doc! { "$add": ["$$NOW", d] });
@@ -259,6 +272,20 @@ fn document(rng: &mut StdRng, id: i32, now: i64) -> Document {
         );
     }
     d
+}
+
+/// Documents where the order of `$add`'s and `$multiply`'s operands shows
+/// (`_id` below 0, ascending: no rule's shape).
+fn edges() -> Vec<Document> {
+    vec![
+        doc! { "_id": -7, "a": 0.1, "b": 0.2, "c": 0.3 },
+        doc! { "_id": -6, "a": i64::MAX, "b": 1_i64, "c": -1_i64 },
+        doc! { "_id": -5, "a": 9_007_199_254_740_993_i64, "b": 0.5, "c": 0 },
+        doc! { "_id": -4, "a": 1e300, "b": 1e300, "c": 1e-300 },
+        doc! { "_id": -3, "a": 1e16, "b": -1e16, "c": 1.0 },
+        doc! { "_id": -2, "a": 1.0, "b": 9_007_199_254_740_993_i64, "c": 2_i64 },
+        doc! { "_id": -1, "a": 1.5, "b": 2.25, "c": -0.75 },
+    ]
 }
 
 /// Documents of the rules' shapes.
@@ -481,6 +508,8 @@ async fn the_twin_evaluates_as_mongod_does() {
         with_id.extend(d);
         docs.push(with_id);
     }
+    // In `_id` order, as the server answers.
+    docs.splice(0..0, edges());
     coll.insert_many(&docs).await.expect("the documents");
 
     let rules = ForeignRules {
