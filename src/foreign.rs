@@ -10,7 +10,6 @@
 use std::time::Duration;
 
 use mongodb::bson::{Bson, DateTime, Document, doc};
-
 use typed_builder::TypedBuilder;
 
 pub(crate) mod eval;

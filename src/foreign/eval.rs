@@ -26,8 +26,7 @@ fn unsupported(what: &str) -> String {
     format!("{what} is unsupported in the twin")
 }
 
-/// MongoDB's truthiness of a value (missing, null, undefined, false and 0
-/// are false).
+/// MongoDB's truth of a value (missing, null, undefined, false, 0: false).
 fn truth(value: &Value) -> Res<bool> {
     match value {
         Some(Bson::Decimal128(_)) => Err(unsupported("the truth of a decimal")),
@@ -191,13 +190,11 @@ fn written_order(op: &str, spec: &Bson) -> bool {
             || (constants == 1 && kids.last().is_some_and(constant)))
 }
 
-/// `$add` or `$multiply` in order, as `mongod` evaluates them once
-/// `written_order` holds: integers exactly (int32 overflow to int64, and
-/// for `$multiply` int64 overflow to double); doubles, for `$multiply` as
-/// `mongod` multiplies them, for `$add` only while each step is exact
-/// (`mongod` compensates its sum), else "unsupported in the twin", as past
-/// int64; with a date, the exact sum rounded to the millisecond, halves
-/// toward zero.
+/// `$add` or `$multiply` in order (`written_order`): integers exactly (int32
+/// overflow to int64, for `$multiply` int64 to double); doubles, for `$add`
+/// only while each step is exact (`mongod` compensates its sum), else
+/// "unsupported in the twin", as past int64; with a date, the exact sum
+/// rounded to the millisecond, halves toward zero.
 fn arith(op: &str, values: impl IntoIterator<Item = Value>) -> Res<Value> {
     let add = op == "$add";
     let (mut exact, mut float, mut w, mut date) = (i64::from(!add), f64::from(!add), 0, false);
@@ -243,6 +240,10 @@ fn arith(op: &str, values: impl IntoIterator<Item = Value>) -> Res<Value> {
     if date {
         let f = fraction.fract();
         whole += fraction.trunc() as i128;
+        // Past 2^52 ms, mongod's rounding depends on how it splits its sum.
+        if f != 0.0 && whole.unsigned_abs() >= 1 << 52 {
+            return Err(unsupported("a fraction of a ms so far from 1970"));
+        }
         if f.abs() > 0.5 || (f.abs() == 0.5 && (whole as f64) * f < 0.0) {
             whole += f.signum() as i128;
         }
@@ -314,8 +315,9 @@ fn compare(a: &Value, b: &Value) -> Res<Ordering> {
     let (Some(x), Some(y), Ordering::Equal) = (a, b, by_rank) else {
         return Ok(by_rank);
     };
-    if x == y {
-        return Ok(Ordering::Equal); // of any type, a bare `{_id}`'s own
+    // Equal scalars, a bare `{_id}`'s own (bson's `==` ignores field order).
+    if x == y && !matches!(x, Document(_) | Array(_) | JavaScriptCodeWithScope(_)) {
+        return Ok(Ordering::Equal);
     }
     // A number exactly: not NaN (the least number), its floor, the rest.
     let number = |v: &Bson| {

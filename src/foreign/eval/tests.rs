@@ -110,6 +110,12 @@ fn probes() -> Vec<Bson> {
         doc! { "$add": ["$c", "$b", "$a"] },
         doc! { "$type": { "$add": ["$a", "$b", "$c"] } },
         doc! { "$multiply": ["$a", "$b", "$c"] },
+        doc! { "$eq": ["$a", "$b"] },
+        doc! { "$lt": ["$a", "$b"] },
+        doc! { "$eq": [{ "a": 1, "b": 2 }, { "$literal": { "b": 2, "a": 1 } }] },
+        doc! { "$lt": [[{ "a": 1, "b": 2 }], { "$literal": [{ "b": 2, "a": 1 }] }] },
+        doc! { "$add": ["$a", 0.5] },
+        doc! { "$add": ["$a", -0.5] },
     ];
     for d in [0.5, -0.5, 1.5, 2.5, -2.5, 0.4999999999999999] {
         probes.push(doc! { "$add": ["$$NOW", d] });
@@ -275,9 +281,16 @@ fn document(rng: &mut StdRng, id: i32, now: i64) -> Document {
 }
 
 /// Documents where the order of `$add`'s and `$multiply`'s operands shows
-/// (`_id` below 0, ascending: no rule's shape).
+/// (`_id` below 0, ascending: no rule's shape), fields in another order,
+/// dates far from 1970 plus fractions.
 fn edges() -> Vec<Document> {
+    let at = |ms: i64| Bson::DateTime(DateTime::from_millis(ms));
     vec![
+        doc! { "_id": -12, "a": { "a": 1, "b": 2 }, "b": { "b": 2, "a": 1 } },
+        doc! { "_id": -11, "a": [{ "a": 1, "b": 2 }], "b": [{ "b": 2, "a": 1 }] },
+        doc! { "_id": -10, "a": at((1 << 60) + 1), "b": 0.25, "c": 0.25 },
+        doc! { "_id": -9, "a": at(-(1 << 60) - 1), "b": 0.5, "c": 1_i64 },
+        doc! { "_id": -8, "a": at(7), "b": 4_503_599_627_370_495.5, "c": 0 },
         doc! { "_id": -7, "a": 0.1, "b": 0.2, "c": 0.3 },
         doc! { "_id": -6, "a": i64::MAX, "b": 1_i64, "c": -1_i64 },
         doc! { "_id": -5, "a": 9_007_199_254_740_993_i64, "b": 0.5, "c": 0 },

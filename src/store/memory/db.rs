@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::doc::{Doc, Registration};
 use super::rules::{Collection, apply_acquire};
+use crate::error::Error;
 use crate::foreign::{ForeignLockRule, ForeignRules};
 use crate::info::{HolderInfo, LeaseInfo, WaitingOwner};
 use crate::key::LeaseKey;
@@ -167,7 +168,7 @@ impl MemoryDb {
         for (name, e) in rules.custom.iter().flat_map(ForeignLockRule::expressions) {
             let reason = |e| format!("foreign_lock.{name}: {e} (the in-memory twin)");
             crate::foreign::eval::check(e)
-                .map_err(|e| crate::error::Error::InvalidConfig { reason: reason(e) })?;
+                .map_err(|e| Error::InvalidConfig { reason: reason(e) })?;
         }
         self.foreign_rules = Arc::new(rules);
         Ok(self)
