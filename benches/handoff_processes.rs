@@ -33,6 +33,16 @@
 //! upsert)` (E11000 while held: another holder), retried every 1 ms;
 //! release `updateOne({_id, owner}, {$set: {owner: null}})`; both with
 //! `w: majority`, as mongo-lease writes.
+//!
+//! The floor of a handoff by change events, also in the same run: the
+//! workers hand the key round a ring with the driver alone, each release
+//! one `updateOne({_id, owner}, {$set: {owner: next}})` (`w: majority`)
+//! that makes the next process the holder, which counts as acquired when
+//! its change stream (open before the start, matching that update) brings
+//! the event. One majority write and the event's delivery, no queue, no
+//! checks: what no lease manager handing a key over by a write and a
+//! change stream can beat on this server. Printed with the ratios
+//! mongo-lease / floor and floor / raw.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -40,6 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use mongo_lease::testkit::monotonic_ns;
 use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
 use mongodb::Client;
@@ -77,13 +88,22 @@ fn main() {
     for processes in [2, 4] {
         let ours = run(&uri, "lease", processes, rounds);
         let raw = run(&uri, "raw", processes, rounds);
+        let floor = run(&uri, "floor", processes, rounds);
         ours.print("mongo-lease", processes);
         raw.print("raw 1-ms polling", processes);
+        floor.print("floor (ring)", processes);
         println!(
             "  ratio mongo-lease / raw: p50 {:.2}x, p99 {:.2}x, commands {:.2}x",
             ours.p50 / raw.p50,
             ours.p99 / raw.p99,
             ours.commands / raw.commands
+        );
+        println!(
+            "  ratio mongo-lease / floor: p50 {:.2}x, p99 {:.2}x; floor / raw: p50 {:.2}x, p99 {:.2}x",
+            ours.p50 / floor.p50,
+            ours.p99 / floor.p99,
+            floor.p50 / raw.p50,
+            floor.p99 / raw.p99,
         );
     }
 }
@@ -147,6 +167,7 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
                 .env("HANDOFF_COLLECTION", &collection)
                 .env("HANDOFF_ROUNDS", rounds.to_string())
                 .env("HANDOFF_INDEX", index.to_string())
+                .env("HANDOFF_PROCESSES", processes.to_string())
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -313,6 +334,54 @@ fn worker(mode: &str) {
                 &events.lock().unwrap(),
                 &durations.lock().unwrap(),
                 &writes.lock().unwrap(),
+            );
+        } else if mode == "floor" {
+            let coll = db.collection::<Document>(&collection);
+            let processes: usize = var("HANDOFF_PROCESSES").parse().unwrap();
+            let me: usize = index.parse().unwrap();
+            let (owner, next) = (
+                format!("floor-{me}"),
+                format!("floor-{}", (me + 1) % processes),
+            );
+            let mut stream = coll
+                .watch()
+                .pipeline([doc! { "$match": {
+                    "documentKey._id": KEY,
+                    "updateDescription.updatedFields.owner": &owner,
+                }}])
+                .await
+                .expect("watch");
+            go();
+            commands.store(0, Ordering::SeqCst);
+            for round in 0..rounds {
+                if me == 0 && round == 0 {
+                    coll.insert_one(doc! { "_id": KEY, "owner": &owner })
+                        .await
+                        .expect("insert");
+                } else {
+                    stream.next().await.expect("an event").expect("watch");
+                }
+                let acquired = monotonic_ns();
+                tokio::time::sleep(HOLD).await;
+                let released = monotonic_ns();
+                let handed = coll
+                    .update_one(
+                        doc! { "_id": KEY, "owner": &owner },
+                        doc! { "$set": { "owner": &next } },
+                    )
+                    .await
+                    .expect("hand over");
+                assert_eq!(handed.modified_count, 1, "the ring lost the key");
+                sections.push((acquired, released, monotonic_ns()));
+            }
+            let sent = commands.load(Ordering::SeqCst);
+            let (durations, writes) = (durations.lock().unwrap(), writes.lock().unwrap());
+            report(
+                &sections,
+                sent,
+                &events.lock().unwrap(),
+                &durations,
+                &writes,
             );
         } else {
             let coll = db.collection::<Document>(&collection);
