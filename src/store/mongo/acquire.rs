@@ -24,7 +24,7 @@ use crate::kind::LeaseShape;
 use crate::store::light_acquire::{Found, acquired};
 use crate::store::light_acquire::{LightAcquire, LightAcquired};
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
-use crate::store::{AcquireOutcome, AcquireRequest, MAX_QUEUE, field, replies};
+use crate::store::{AcquireOutcome, AcquireRequest, MAX_QUEUE, field, is_our_layout, replies};
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -521,8 +521,7 @@ impl MongoStore {
             });
         }
         let update = multi_acquire_pipeline(self.owner(), ttl_ms, lease_id, shape, waiting);
-        let mut projection = multi_acquire_projection(self.owner(), lease_id);
-        projection.extend(self.foreign_projection());
+        let projection = multi_acquire_projection(self.owner(), lease_id);
         self.acquire_by(key, update, projection, |key, doc| {
             classify_multi(key, kind, doc)
         })
@@ -696,27 +695,31 @@ impl MongoStore {
             self.registration_ms(),
             payload.as_ref(),
         );
-        let mut projection = acquire_projection();
-        projection.extend(self.foreign_projection());
-        self.acquire_by(key, update, projection, |key, doc| {
+        self.acquire_by(key, update, acquire_projection(), |key, doc| {
             replies::exclusive(key, self.owner(), lease_id, ttl_ms, doc)
         })
         .await
     }
 
     /// One acquire attempt: the upsert `update` of `key`'s document,
-    /// returning it projected with `projection` (the foreign lock fields
-    /// included), read by `read`. A foreign holder's lock that the write
-    /// left because its rule says it is no longer held (`fh` false) is
-    /// taken over by the same write with the takeover stage first, sent
-    /// only then: it is the largest stage, and the server parses a
-    /// pipeline at every write (docs/mongodb-behaviour.md, B25); the
-    /// takeover stage itself decides again, at its write. A document
-    /// that could not be returned (a racing upsert, an unknown outcome)
-    /// is re-read with `projection` (B1, B7), and `read`'s verdict on it
-    /// is only what a read proves ([`replies::from_reread`]: never
-    /// `Acquired`, no token in `Held`); so is its verdict on the answer
-    /// to a write sent again, whose first send may land after it.
+    /// returning it projected with `projection`, read by `read`.
+    ///
+    /// The first write's reply leaves out the foreign lock fields: their
+    /// expressions are the largest part of the command, and the server
+    /// parses them at every write (docs/mongodb-behaviour.md, B25) while
+    /// the reply of a document of our layout never has them. A reply not
+    /// of our layout ([`is_our_layout`]: a foreign holder's lock) has the
+    /// write sent again with the takeover stage first, returning the
+    /// foreign fields too: the takeover stage decides at its write whether
+    /// that lock's rule says it is no longer held (`fh` false), takes it
+    /// over if so, and leaves it as it is if not.
+    ///
+    /// A document that could not be returned (a racing upsert, an unknown
+    /// outcome) is re-read with `projection` and the foreign fields (B1,
+    /// B7), and `read`'s verdict on it is only what a read proves
+    /// ([`replies::from_reread`]: never `Acquired`, no token in `Held`); so
+    /// is its verdict on the answer to a write sent again, whose first send
+    /// may land after it.
     pub(super) async fn acquire_by(
         &self,
         key: LeaseKey,
@@ -727,7 +730,9 @@ impl MongoStore {
         let fields = RawDocumentBuf::from_document(&projection).map_err(encoding)?;
         let (attempt, mut resent) = self.acquire_write(&key, update.clone(), &fields).await;
         let attempt = match attempt {
-            Ok(Some(doc)) if doc.get_bool(crate::foreign::HELD) == Ok(false) => {
+            Ok(Some(doc)) if !is_our_layout(&doc) => {
+                let fields = self.with_foreign_fields(projection.clone());
+                let fields = RawDocumentBuf::from_document(&fields).map_err(encoding)?;
                 let takeover = std::iter::once(self.takeover_stage()).chain(update);
                 let (attempt, again) = self.acquire_write(&key, takeover.collect(), &fields).await;
                 resent |= again;
@@ -770,8 +775,15 @@ impl MongoStore {
         replies::sent_again_once(send).await
     }
 
+    /// `projection` with the foreign lock fields.
+    fn with_foreign_fields(&self, mut projection: Document) -> Document {
+        projection.extend(self.foreign_projection());
+        projection
+    }
+
     /// The re-read of an acquire attempt whose write did not return the
-    /// document, worth only what a read proves ([`replies::from_reread`]).
+    /// document, projected with `projection` and the foreign lock fields,
+    /// worth only what a read proves ([`replies::from_reread`]).
     pub(super) async fn reread(
         &self,
         key: LeaseKey,
@@ -779,6 +791,7 @@ impl MongoStore {
         read: impl Fn(&LeaseKey, &Document) -> AcquireOutcome,
     ) -> Result<AcquireOutcome> {
         // The write's outcome stays unknown whatever the read's error.
+        let projection = self.with_foreign_fields(projection);
         let found = self.read_key(&key, projection).await.map_err(|e| match e {
             e if e.is_transient() => e,
             e => Error::Unreachable {
