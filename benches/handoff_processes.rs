@@ -14,15 +14,26 @@
 //! client and one manager per process. Each worker records, per critical
 //! section, when it got the key and when it started releasing it, with
 //! `testkit::monotonic_ns` (`CLOCK_MONOTONIC`, one clock for every process
-//! of the machine), and counts the commands its client sent for the lock
-//! (driver command monitoring: every command but the change stream's
+//! of the machine).
+//!
+//! Each contender runs twice. The **timed pass**, with no command
+//! monitoring, gives the handoff's p50 / p99 and the ratios. The
+//! **monitored pass** gives what needs the driver's command monitoring:
+//! the commands sent for the lock, and the parts of a handoff. Monitoring
+//! is not free, nor the same for every contender: with a command event
+//! handler set, the driver copies every command into a `Document` for the
+//! started event before it sends it, and every reply into one before it
+//! returns it (`mongodb` 3.x, `client/executor.rs`), so it delays a large
+//! command (the lease's pipelines) more than a one-field update.
+//!
+//! Printed per mode and process count: p50 / p99 of release start → the
+//! next holder's acquisition when the next holder is another process, the
+//! share of critical sections that went to the process that had just
+//! released, and the ratios mongo-lease / raw (timed pass); commands per
+//! critical section (every command but the change stream's
 //! `aggregate`/`getMore`/`killCursors` and the driver's own handshakes and
-//! heartbeats). Printed per mode and process count: p50 / p99 of release
-//! start → the next holder's acquisition when the next holder is another
-//! process, commands per critical section, the share of critical sections
-//! that went to the process that had just released, and the ratios
-//! mongo-lease / raw. For both, the parts of a handoff's median (p50 of
-//! each, from the release's start): the release's write sent and answered
+//! heartbeats), the monitored pass's own p50, and the parts of a handoff's
+//! median (p50 of each, from the release's start): the release's write sent and answered
 //! (the first `update` or `findAndModify` the releasing process's driver
 //! sent after the release's start), and the release answered to its
 //! caller; for mongo-lease also the first change event the next holder's
@@ -86,17 +97,18 @@ fn main() {
          (p50 / p99 of release start -> next holder's acquisition, other process only)"
     );
     for processes in [2, 4] {
-        let ours = run(&uri, "lease", processes, rounds);
-        let raw = run(&uri, "raw", processes, rounds);
-        let floor = run(&uri, "floor", processes, rounds);
-        ours.print("mongo-lease", processes);
-        raw.print("raw 1-ms polling", processes);
-        floor.print("floor (ring)", processes);
+        let [ours, raw, floor] =
+            ["lease", "raw", "floor"].map(|m| run(&uri, m, processes, rounds, false));
+        let [ours_parts, raw_parts, floor_parts] =
+            ["lease", "raw", "floor"].map(|m| run(&uri, m, processes, rounds, true));
+        ours.print("mongo-lease", processes, &ours_parts);
+        raw.print("raw 1-ms polling", processes, &raw_parts);
+        floor.print("floor (ring)", processes, &floor_parts);
         println!(
             "  ratio mongo-lease / raw: p50 {:.2}x, p99 {:.2}x, commands {:.2}x",
             ours.p50 / raw.p50,
             ours.p99 / raw.p99,
-            ours.commands / raw.commands
+            ours_parts.commands / raw_parts.commands
         );
         println!(
             "  ratio mongo-lease / floor: p50 {:.2}x, p99 {:.2}x; floor / raw: p50 {:.2}x, p99 {:.2}x",
@@ -126,28 +138,32 @@ struct Figures {
 }
 
 impl Figures {
-    fn print(&self, name: &str, processes: usize) {
+    /// Prints this timed pass, with what the monitored pass `parts` of
+    /// the same contender measured.
+    fn print(&self, name: &str, processes: usize, parts: &Figures) {
         println!(
             "{processes} processes, {name:>16}: handoff p50 {:.2} ms, p99 {:.2} ms ({} handoffs); \
              {:.2} commands per critical section; {:.0}% re-acquired by the releaser",
             self.p50,
             self.p99,
             self.handoffs,
-            self.commands,
+            parts.commands,
             self.same_process * 100.0
         );
-        let ([sent, written], answered) = (self.write, self.answered);
-        let next = match self.parts {
+        let ([sent, written], answered) = (parts.write, parts.answered);
+        let next = match parts.parts {
             Some([event, granted]) => {
                 format!(", next holder's change event {event:.2}, granted {granted:.2}")
             }
             None => String::new(),
         };
         println!(
-            "  parts of a handoff (p50, ms after the release's start): release's write sent \
-             {sent:.2}, answered {written:.2}, release answered {answered:.2}{next}"
+            "  monitored pass: handoff p50 {:.2} ms; parts of a handoff (p50, ms after the \
+             release's start): release's write sent {sent:.2}, answered {written:.2}, release \
+             answered {answered:.2}{next}",
+            parts.p50
         );
-        let each: Vec<String> = (self.durations.iter())
+        let each: Vec<String> = (parts.durations.iter())
             .map(|(name, n, p50)| format!("{name} {n}x p50 {p50:.2} ms"))
             .collect();
         println!("  commands (driver round trips): {}", each.join(", "));
@@ -155,9 +171,11 @@ impl Figures {
 }
 
 /// Runs `processes` workers of `mode` on a fresh collection, started
-/// together; collects their critical sections.
-fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
-    let collection = format!("handoff_{mode}_{processes}_{}", std::process::id());
+/// together, their clients `monitored` or not; collects their critical
+/// sections.
+fn run(uri: &str, mode: &str, processes: usize, rounds: usize, monitored: bool) -> Figures {
+    let pass = if monitored { "monitored" } else { "timed" };
+    let collection = format!("handoff_{mode}_{processes}_{pass}_{}", std::process::id());
     let exe = std::env::current_exe().expect("current_exe");
     let mut children: Vec<Child> = (0..processes)
         .map(|index| {
@@ -168,6 +186,7 @@ fn run(uri: &str, mode: &str, processes: usize, rounds: usize) -> Figures {
                 .env("HANDOFF_ROUNDS", rounds.to_string())
                 .env("HANDOFF_INDEX", index.to_string())
                 .env("HANDOFF_PROCESSES", processes.to_string())
+                .env("HANDOFF_MONITOR", if monitored { "on" } else { "off" })
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -291,8 +310,10 @@ fn worker(mode: &str) {
         let events = Arc::new(Mutex::new(Vec::new()));
         let durations = Arc::new(Mutex::new(Vec::new()));
         let writes = Arc::new(Mutex::new(Vec::new()));
+        let monitored = var("HANDOFF_MONITOR") == "on";
         let client = monitored_client(
             &uri,
+            monitored,
             commands.clone(),
             events.clone(),
             durations.clone(),
@@ -451,6 +472,7 @@ fn report(
 /// when each write (`update`, `findAndModify`) was sent and answered.
 async fn monitored_client(
     uri: &str,
+    monitored: bool,
     commands: Arc<AtomicU64>,
     events: Arc<Mutex<Vec<u64>>>,
     durations: Arc<Mutex<Vec<String>>>,
@@ -459,6 +481,9 @@ async fn monitored_client(
     let sent: Mutex<std::collections::HashMap<i32, u64>> = Mutex::default();
     let mut options = ClientOptions::parse(uri).await.expect("uri");
     options.write_concern = Some(WriteConcern::majority());
+    if !monitored {
+        return Client::with_options(options).expect("client");
+    }
     options.command_event_handler = Some(EventHandler::callback(move |event| {
         let now = monotonic_ns();
         match &event {
