@@ -775,12 +775,6 @@ impl MongoStore {
         replies::sent_again_once(send).await
     }
 
-    /// `projection` with the foreign lock fields.
-    fn with_foreign_fields(&self, mut projection: Document) -> Document {
-        projection.extend(self.foreign_projection());
-        projection
-    }
-
     /// The re-read of an acquire attempt whose write did not return the
     /// document, projected with `projection` and the foreign lock fields,
     /// worth only what a read proves ([`replies::from_reread`]).

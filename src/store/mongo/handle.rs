@@ -188,6 +188,12 @@ impl MongoStore {
         self.foreign.projection(super::rules::our_layout())
     }
 
+    /// `projection` with [`foreign_projection`](Self::foreign_projection)'s fields.
+    pub(super) fn with_foreign_fields(&self, mut projection: Document) -> Document {
+        projection.extend(self.foreign_projection());
+        projection
+    }
+
     /// This store with releases in `mode` (default [`ReleaseMode::Keep`]).
     pub(crate) fn with_release_mode(mut self, mode: ReleaseMode) -> Self {
         self.release_mode = mode;

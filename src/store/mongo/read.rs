@@ -77,9 +77,7 @@ impl MongoStore {
     /// [`info_projection`] with the fields of a foreign holder's lock
     /// (`crate::foreign`).
     pub(super) fn info_projection(&self) -> Document {
-        let mut projection = info_projection();
-        projection.extend(self.foreign_projection());
-        projection
+        self.with_foreign_fields(info_projection())
     }
 
     pub(super) async fn inspect_key(&self, key: LeaseKey) -> Result<Option<LeaseInfo>> {

@@ -254,9 +254,8 @@ impl Observer {
     /// foreign lock's as its rule reads them (a change event's full document
     /// of one is never judged here: [`reread`](Self::reread)).
     fn projection(&self) -> Document {
-        let mut projection = super::read::info_projection();
-        projection.extend(self.store.foreign_projection());
-        projection
+        self.store
+            .with_foreign_fields(super::read::info_projection())
     }
 
     /// Reads the key with the server's now; with `session`, also returns the
