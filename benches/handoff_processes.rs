@@ -142,11 +142,13 @@ impl Figures {
     /// the same contender measured.
     fn print(&self, name: &str, processes: usize, parts: &Figures) {
         println!(
-            "{processes} processes, {name:>16}: handoff p50 {:.2} ms, p99 {:.2} ms ({} handoffs); \
-             {:.2} commands per critical section; {:.0}% re-acquired by the releaser",
+            "{processes} processes, {name:>16}: handoff p50 {:.2} ms, p99 {:.2} ms ({} handoffs), \
+             release answered at {:.2} ms; {:.2} commands per critical section; {:.0}% \
+             re-acquired by the releaser",
             self.p50,
             self.p99,
             self.handoffs,
+            self.answered,
             parts.commands,
             self.same_process * 100.0
         );
