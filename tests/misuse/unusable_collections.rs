@@ -169,3 +169,39 @@ async fn a_refusing_validator_or_a_view_is_a_clear_error() {
     let e = LeaseManager::connect(options).await.unwrap_err();
     assert!(matches!(e, Error::UnusableCollection { .. }), "{e}");
 }
+
+/// A validator set after the acquisition that refuses the released
+/// document: the release is a clear error, not a lease reported lost, and
+/// the stored lease is left as it was (it expires by its TTL).
+#[tokio::test]
+async fn a_validator_refusing_the_released_document_makes_the_release_an_error() {
+    let fx = Fixture::new("validator_release").await;
+    let manager = fx.manager(TTL).await;
+    let lease = manager.acquire("r").await.unwrap();
+    let stored = fx
+        .raw()
+        .find_one(doc! { "_id": "r" })
+        .await
+        .unwrap()
+        .unwrap();
+    fx.db
+        .run_command(doc! {
+            "collMod": &fx.collection,
+            "validator": { "lid": { "$exists": true } },
+            "validationLevel": "strict",
+        })
+        .await
+        .unwrap();
+    let (r, took) = bounded("release under a refusing validator", BOUND, lease.release()).await;
+    let e = r.unwrap_err();
+    eprintln!("release under a refusing validator: {e} after {took:?}");
+    assert!(e.to_string().contains("Document failed validation"), "{e}");
+    let after = fx
+        .raw()
+        .find_one(doc! { "_id": "r" })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after, stored, "the stored lease unchanged");
+    manager.shutdown().await.unwrap();
+}

@@ -578,7 +578,7 @@ impl MongoStore {
             key, lease_id, ttl, ..
         } = request;
         let (lease_id, ttl_ms) = (*lease_id, ttl_ms(*ttl));
-        let update = match encode_pipeline(light_acquire_update(self.owner(), ttl_ms)) {
+        let update = match encode_pipeline(&light_acquire_update(self.owner(), ttl_ms)) {
             Ok(update) => update,
             Err(e) => return LightAcquired::Failed(e),
         };
@@ -616,7 +616,7 @@ impl MongoStore {
             let update = match updates.iter().find(|(t, _)| *t == ttl) {
                 Some((_, update)) => update.clone(),
                 None => {
-                    let Ok(update) = encode_pipeline(light_acquire_update(self.owner(), ttl))
+                    let Ok(update) = encode_pipeline(&light_acquire_update(self.owner(), ttl))
                     else {
                         return not_applied();
                     };
@@ -728,13 +728,15 @@ impl MongoStore {
         read: impl Fn(&LeaseKey, &Document) -> AcquireOutcome,
     ) -> Result<AcquireOutcome> {
         let fields = RawDocumentBuf::from_document(&projection).map_err(encoding)?;
-        let (attempt, mut resent) = self.acquire_write(&key, update.clone(), &fields).await;
+        let (attempt, mut resent) = self.acquire_write(&key, &update, &fields).await;
         let attempt = match attempt {
             Ok(Some(doc)) if !is_our_layout(&doc) => {
                 let fields = self.with_foreign_fields(projection.clone());
                 let fields = RawDocumentBuf::from_document(&fields).map_err(encoding)?;
-                let takeover = std::iter::once(self.takeover_stage()).chain(update);
-                let (attempt, again) = self.acquire_write(&key, takeover.collect(), &fields).await;
+                let takeover: Vec<_> = std::iter::once(self.takeover_stage())
+                    .chain(update)
+                    .collect();
+                let (attempt, again) = self.acquire_write(&key, &takeover, &fields).await;
                 resent |= again;
                 attempt
             }
@@ -764,7 +766,7 @@ impl MongoStore {
     async fn acquire_write(
         &self,
         key: &LeaseKey,
-        update: Vec<Document>,
+        update: &[Document],
         fields: &RawDocumentBuf,
     ) -> (Result<Option<Document>>, bool) {
         let update = match encode_pipeline(update) {

@@ -328,7 +328,7 @@ impl MongoStore {
             .find_and_modify(
                 &handoff.key,
                 false,
-                encode_pipeline(update)?,
+                encode_pipeline(&update)?,
                 raw_light_projection(),
                 &lets,
             )

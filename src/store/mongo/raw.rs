@@ -1,5 +1,5 @@
 //! **Raw commands**: commands encoded by hand (every acquisition's and
-//! handoff's `findAndModify`, the light releases and the heartbeat's
+//! handoff's `findAndModify`, the releases' `update`s and the heartbeat's
 //! renewal), sent with `run_raw_command`. They are not
 //! retryable writes (no `txnNumber`), so the server keeps no image of a
 //! `findAndModify`'s result nor a transaction record for a retry
@@ -19,10 +19,10 @@ use uuid::Uuid;
 /// A light update's stages, encoded (the lease ids are `let` variables, so
 /// a grouped command encodes it once and copies its bytes into each
 /// statement).
-pub(super) fn encode_pipeline(stages: Vec<Document>) -> Result<RawArrayBuf> {
+pub(super) fn encode_pipeline(stages: &[Document]) -> Result<RawArrayBuf> {
     let mut update = RawArrayBuf::new();
     for stage in stages {
-        update.push(RawDocumentBuf::from_document(&stage).map_err(encoding)?);
+        update.push(RawDocumentBuf::from_document(stage).map_err(encoding)?);
     }
     Ok(update)
 }
