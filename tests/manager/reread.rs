@@ -240,18 +240,12 @@ fn assert_matches_the_stored_lease(
 /// Makes the next `times` `findAndModify` commands of the client named
 /// `app` apply without an answer (a write concern error).
 async fn unanswered_write(admin: &mongodb::Database, app: &str, times: u32) {
-    unanswered_write_of(admin, app, "findAndModify", times).await;
-}
-
-/// Makes the next `times` `command`s of the client named `app` apply
-/// without an answer (a write concern error).
-async fn unanswered_write_of(admin: &mongodb::Database, app: &str, command: &str, times: u32) {
     admin
         .run_command(doc! {
             "configureFailPoint": "failCommand",
             "mode": { "times": times },
             "data": {
-                "failCommands": [command],
+                "failCommands": ["findAndModify"],
                 "appName": app,
                 "writeConcernError": {
                     "code": 64,
@@ -672,114 +666,4 @@ async fn an_acquisition_whose_send_failed_stays_unknown_whatever_fails_next() {
         common::shut_down(vec![client]);
     }
     common::shut_down(vec![admin_client]);
-}
-
-/// A release of a key another manager waits for, applied without an
-/// answer (a write concern error), is sent again, finds its lease gone,
-/// and is reported released: its first send handed the key over. The
-/// release is not a retryable write (docs/mongodb-behaviour.md, B25), so
-/// the server keeps no record of that first send's outcome: the store
-/// tells it (`release_in_two_writes`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_applied_without_an_answer_is_reported_released() {
-    let rs = replica_set().await;
-    let (admin_client, admin, locks) = admin_of(&rs).await;
-    // B's `update` commands: sent, answered, and answered with a write
-    // concern error.
-    let sent = Arc::new(AtomicU32::new(0));
-    let answered = Arc::new(AtomicU32::new(0));
-    let unanswered = Arc::new(AtomicU32::new(0));
-    let b_client = client(&rs, "unanswered-b", {
-        let (sent, answered, unanswered) = (sent.clone(), answered.clone(), unanswered.clone());
-        move |event| match event {
-            CommandEvent::Started(started) if started.command_name == "update" => {
-                sent.fetch_add(1, Ordering::SeqCst);
-            }
-            CommandEvent::Succeeded(done) if done.command_name == "update" => {
-                if done.reply.contains_key("writeConcernError") {
-                    unanswered.fetch_add(1, Ordering::SeqCst);
-                }
-                answered.fetch_add(1, Ordering::SeqCst);
-            }
-            CommandEvent::Failed(failed) if failed.command_name == "update" => {
-                answered.fetch_add(1, Ordering::SeqCst);
-            }
-            _ => {}
-        }
-    })
-    .await;
-    // No heartbeat's renewal during the test: B's `update`s are its
-    // grant's check and its release.
-    let long = |client: &mongodb::Client, owner: &str| {
-        let mut options = options(client, owner);
-        options.ttl = Duration::from_secs(300);
-        options.clock_skew = Some(common::clock_skew(options.ttl));
-        options
-    };
-    let b = LeaseManager::connect(long(&b_client, "unanswered-b"))
-        .await
-        .unwrap();
-    let a_client = mongodb::Client::with_uri_str(rs.uri()).await.unwrap();
-    let a = LeaseManager::connect(long(&a_client, "unanswered-a"))
-        .await
-        .unwrap();
-    let registered = |owner: &'static str| {
-        let locks = locks.clone();
-        move || {
-            let locks = locks.clone();
-            async move {
-                let queued = doc! { "_id": "k", "q.aid": owner };
-                locks.find_one(queued).await.unwrap().is_some()
-            }
-        }
-    };
-    // B waits for A's lease, so that B's manager sends the general release
-    // of k at once (a key it knows others want).
-    let first = a.acquire("k").await.unwrap();
-    let b_waits = tokio::spawn({
-        let b = b.clone();
-        async move { b.acquire("k").await }
-    });
-    common::eventually("B registered", LIMIT, registered("unanswered-b")).await;
-    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
-    let held = tokio::time::timeout(LIMIT, b_waits)
-        .await
-        .expect("B granted")
-        .unwrap()
-        .unwrap();
-    let a_waits = tokio::spawn({
-        let a = a.clone();
-        async move { a.acquire("k").await }
-    });
-    common::eventually("A registered", LIMIT, registered("unanswered-a")).await;
-    // B's grant was checked (sent with the grant, before A's attempt):
-    // no `update` of B in flight.
-    common::eventually("B's updates answered", LIMIT, || async {
-        answered.load(Ordering::SeqCst) == sent.load(Ordering::SeqCst)
-    })
-    .await;
-    let before = sent.load(Ordering::SeqCst);
-    unanswered_write_of(&admin, "unanswered-b", "update", 1).await;
-    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
-    assert_eq!(
-        unanswered.load(Ordering::SeqCst),
-        1,
-        "the release's write applied, unanswered"
-    );
-    assert_eq!(
-        sent.load(Ordering::SeqCst) - before,
-        2,
-        "the release sent again, once"
-    );
-    let handed = tokio::time::timeout(LIMIT, a_waits)
-        .await
-        .expect("A granted")
-        .unwrap()
-        .unwrap();
-    let doc = locks.find_one(doc! { "_id": "k" }).await.unwrap().unwrap();
-    assert_eq!(doc.get_str("aid").unwrap(), "unanswered-a", "handed to A");
-    assert_eq!(handed.release().await.unwrap(), ReleaseOutcome::Released);
-    a.shutdown().await.unwrap();
-    b.shutdown().await.unwrap();
-    common::shut_down(vec![a_client, b_client, admin_client]);
 }

@@ -3,24 +3,20 @@
 //! the server's errors are read.
 //! It holds nothing that changes: what a command needs beyond its settings
 //! (a lease's kind, whether its key was contended) comes with the request.
-//! The general release of its own leases is encoded once, at `new`.
 //! Also here: [`retried`], which runs an idempotent write again after a
 //! transient failure, and the `_id` index's name ([`id_index`]).
 
-use super::raw::encode_pipeline;
-use super::release::{Selection, release_any_update};
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::foreign::ForeignRules;
 use crate::key::LeaseKey;
 use crate::store::field;
-use mongodb::bson::{Document, RawArrayBuf, doc};
+use mongodb::bson::{Document, doc};
 use mongodb::options::{
     CollectionOptions, ReadConcern, ReadPreference, SelectionCriteria, WriteConcern,
 };
 use mongodb::{Collection, Database};
 use std::future::IntoFuture;
-use std::sync::Arc;
 use std::time::Duration;
 /// The lock protocol on MongoDB. Cheap to clone (the collection handle is shared).
 #[derive(Clone)]
@@ -49,9 +45,6 @@ pub(crate) struct MongoStore {
     /// The foreign lock layouts of the collection and their expiry rules
     /// (fixed at `connect`).
     foreign: ForeignRules,
-    /// The general release of this owner's leases, encoded once: its lease
-    /// ids are a `let` variable ([`release_any_update`]).
-    pub(super) release_update: Arc<RawArrayBuf>,
 }
 
 /// The server's error code and message of a command or write error.
@@ -106,13 +99,12 @@ pub(super) fn reread_after(
 /// How many times a failed idempotent write is tried in all.
 pub(super) const WRITE_ATTEMPTS: u32 = 3;
 
-/// Runs the idempotent write `op` (which returns a count, or what its
-/// reply says), trying again after a transient failure, up to
-/// [`WRITE_ATTEMPTS`] in all. Returns what the last attempt returned and
-/// whether an earlier attempt failed (and may have applied).
-pub(super) async fn retried<T, Fut>(what: &str, op: impl Fn() -> Fut) -> Result<(T, bool)>
+/// Runs the idempotent write `op` (which returns a count), trying again
+/// after a transient failure, up to [`WRITE_ATTEMPTS`] in all. Returns the
+/// count and whether an earlier attempt failed (and may have applied).
+pub(super) async fn retried<Fut>(what: &str, op: impl Fn() -> Fut) -> Result<(u64, bool)>
 where
-    Fut: std::future::Future<Output = Result<T>>,
+    Fut: std::future::Future<Output = Result<u64>>,
 {
     let mut attempt = 1;
     loop {
@@ -164,13 +156,6 @@ impl MongoStore {
         yield_window: Duration,
         operation_timeout: Duration,
     ) -> Self {
-        let selection = Selection::Leases {
-            owner: &owner,
-            ids: Vec::new(),
-        };
-        let release = release_any_update(&selection, ttl_ms(yield_window));
-        // Field names and values only: BSON encodes them.
-        let release_update = Arc::new(encode_pipeline(&release).expect("the release encodes"));
         MongoStore {
             database: database.clone(),
             coll: database.collection_with_options(collection, majority()),
@@ -182,7 +167,6 @@ impl MongoStore {
             operation_timeout,
             release_mode: ReleaseMode::Keep,
             foreign: ForeignRules::default(),
-            release_update,
         }
     }
 

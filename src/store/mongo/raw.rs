@@ -1,5 +1,5 @@
 //! **Raw commands**: commands encoded by hand (every acquisition's and
-//! handoff's `findAndModify`, the releases' `update`s and the heartbeat's
+//! handoff's `findAndModify`, the light releases and the heartbeat's
 //! renewal), sent with `run_raw_command`. They are not
 //! retryable writes (no `txnNumber`), so the server keeps no image of a
 //! `findAndModify`'s result nor a transaction record for a retry

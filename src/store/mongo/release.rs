@@ -11,15 +11,13 @@
 use super::handle::{MongoStore, min_token_age_ms, retried};
 use super::handoff::{handoff_stages, pick_stage};
 use super::raw::{
-    encode_pipeline, encoding, raw_key_filter, raw_lets, update_counts, update_reply,
-    update_statements,
+    encode_pipeline, raw_key_filter, raw_lets, update_counts, update_reply, update_statements,
 };
 use super::read::projected_info;
 use super::renew::holder_filter;
 use super::rules::{
-    IDS, LID, LockPath, bson_lease_id, entries, entry_in, entry_live, entry_of_owner, f,
-    has_holders, lease_ids, ours_and_nobody_else_waits, restated_after, restated_seconds,
-    root_with,
+    LID, LockPath, bson_lease_id, entries, entry_among, entry_live, entry_of_owner, f, has_holders,
+    lease_ids, ours_and_nobody_else_waits, restated_after, restated_seconds, root_with,
 };
 use crate::config::ReleaseMode;
 use crate::error::Result;
@@ -27,7 +25,7 @@ use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
 use crate::store::light_release::{LightRelease, Read, release_outcomes};
 use crate::store::{LeaseRef, OverrideEnd, field};
-use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
+use mongodb::bson::{Bson, Document, RawArrayBuf, doc, rawdoc};
 use mongodb::options::ReturnDocument;
 use uuid::Uuid;
 /// Which leases a release takes away: those of a batch (`ids` of `owner`),
@@ -85,13 +83,10 @@ pub(super) fn delay_stage(selected: &Document, delay_ms: i64, end: OverrideEnd) 
 /// exclusive key with another owner's live entry in its queue is handed to
 /// the first one instead
 /// ([`pick_stage`](super::handoff::pick_stage),
-/// [`handoff_stages`](super::handoff::handoff_stages)). The lease ids of
-/// [`Selection::Leases`] are the `let` variable [`IDS`], so that a store
-/// encodes the release of its own leases once
-/// ([`MongoStore::release_update`]).
+/// [`handoff_stages`](super::handoff::handoff_stages)).
 pub(super) fn release_any_update(selection: &Selection<'_>, yield_ms: i64) -> Vec<Document> {
     let (selected, delay, keeps_places) = match selection {
-        Selection::Leases { owner, .. } => (entry_in(owner, IDS), None, false),
+        Selection::Leases { owner, ids } => (entry_among(owner, ids), None, false),
         Selection::OwnerLeases {
             owner,
             delay_ms,
@@ -490,9 +485,8 @@ impl MongoStore {
     }
 
     /// Releases the leases matching `filter` ([`release_in_two_writes`]);
-    /// `single` for one lease: a `deleteOne` (a retryable write, whose retry
-    /// reports the original outcome) and an `update` of one document
-    /// ([`MongoStore::mark_released`]).
+    /// `single` for one lease, which uses `updateOne` / `deleteOne` so that
+    /// the driver's retryable writes report the original outcome.
     ///
     /// In [`ReleaseMode::Delete`] and with `delete_first`, the documents
     /// whose token is at least [`DELETE_MIN_TOKEN_AGE`](crate::config::DELETE_MIN_TOKEN_AGE) old and that nobody
@@ -513,68 +507,9 @@ impl MongoStore {
             let deletable = deletable_filter(filter.clone(), min_token_age_ms());
             self.delete_matching(&deletable, single).await
         };
-        let mark = self.mark_released(&filter, selection, single);
+        let update = || release_any_update(selection, self.yield_ms).into();
+        let mark = self.update_matching(self.coll(), "release", &filter, update, single);
         release_in_two_writes(single, delete, mark).await
-    }
-
-    /// The release's write proper ([`release_any_update`] on the documents
-    /// matching `filter`, one if `single`): a raw `update` command, retried
-    /// after a transient failure ([`retried`]). Not a retryable write: the
-    /// server writes no transaction record for it (B25), which cost a
-    /// release 75 µs of `mongod`'s CPU and 100 µs of latency; an earlier
-    /// send that applied is told by [`release_in_two_writes`]. The count of
-    /// documents matched, and whether it was sent again. A reply with write
-    /// errors has the same release sent once through the driver's
-    /// `updateOne` / `updateMany` (idempotent), which reports them.
-    async fn mark_released(
-        &self,
-        filter: &Document,
-        selection: &Selection<'_>,
-        single: bool,
-    ) -> Result<(u64, bool)> {
-        let (update, lets) = match selection {
-            Selection::Leases { ids, .. } => {
-                let ids: Vec<Bson> = ids.iter().copied().map(bson_lease_id).collect();
-                ((*self.release_update).clone(), doc! { &IDS[2..]: ids })
-            }
-            Selection::OwnerLeases { .. } => (
-                encode_pipeline(&release_any_update(selection, self.yield_ms))?,
-                Document::new(),
-            ),
-        };
-        let statement = rawdoc! {
-            "q": RawDocumentBuf::from_document(filter).map_err(encoding)?,
-            "u": update,
-            "multi": !single,
-        };
-        let raw_lets = RawDocumentBuf::from_document(&lets).map_err(encoding)?;
-        let send = || async {
-            let mut statements = RawArrayBuf::new();
-            statements.push(statement.clone());
-            let mut command = update_statements(self.coll().name(), statements, true);
-            command.append("let", raw_lets.clone());
-            let reply = self.raw_command(command).await?;
-            Ok(update_counts(&reply))
-        };
-        let (matched, resent) = retried("release", send).await?;
-        if let Some((matched, _)) = matched {
-            return Ok((matched, resent));
-        }
-        let update = release_any_update(selection, self.yield_ms);
-        let (matched, again) = retried("release", || async {
-            let coll = self.coll();
-            let (update, lets) = (update.clone(), lets.clone());
-            let result = if single {
-                let write = coll.update_one(filter.clone(), update).let_vars(lets);
-                self.bounded(write).await
-            } else {
-                let write = coll.update_many(filter.clone(), update).let_vars(lets);
-                self.bounded(write).await
-            };
-            result.map(|r| r.matched_count)
-        })
-        .await?;
-        Ok((matched, resent || again))
     }
 
     pub(super) async fn release_matching(

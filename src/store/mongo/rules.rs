@@ -47,20 +47,11 @@ pub(super) fn entry_is(owner: &str, lease_id: Uuid) -> Document {
 /// Whether the entry at hand is one of `ids` of `owner`.
 pub(super) fn entry_among(owner: &str, ids: &[Uuid]) -> Document {
     let ids: Vec<Bson> = ids.iter().copied().map(bson_lease_id).collect();
-    entry_in(owner, ids)
-}
-
-/// Whether the entry at hand is `owner`'s, under a lease id of the array
-/// expression `ids` (a list, or a `let` variable such as [`IDS`]).
-pub(super) fn entry_in(owner: &str, ids: impl Into<Bson>) -> Document {
     doc! { "$and": [
-        { "$in": [this(field::LEASE_ID), ids.into()] },
+        { "$in": [this(field::LEASE_ID), ids] },
         { "$eq": [this(field::OWNER), { "$literal": owner }] },
     ]}
 }
-
-/// The `let` variable of a release's lease ids (an array).
-pub(super) const IDS: &str = "$$ids";
 
 /// Whether the entry at hand is `owner`'s.
 pub(super) fn entry_of_owner(owner: &str) -> Document {

@@ -499,7 +499,7 @@ fn release_removes_the_entries_sets_rl_and_keeps_an_exclusive_lease_until_hl() {
         at(first, "hs.$cond.1.$filter.cond"),
         &bson(doc! { "$and": [
             { "$gt": ["$$this.exp", "$$NOW"] },
-            { "$not": [entry_in("me", IDS)] },
+            { "$not": [entry_among("me", &[LID])] },
         ]})
     );
     let second = update[2].get_document("$set").unwrap();
