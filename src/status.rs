@@ -21,7 +21,11 @@ pub enum ReleaseOutcome {
     Released,
     /// The lease had already been lost (its cancellation token had fired, or
     /// the server no longer had it under this lease id): work done since then
-    /// was not protected by it.
+    /// was not protected by it. Also the answer when the release's write
+    /// had an unknown outcome (a network error, a failover) and the lease
+    /// is gone: this release may have ended it, or an operator before it,
+    /// and a doubt is reported as a loss, never the reverse
+    /// (`docs/safety.md`, property 7).
     AlreadyLost,
     /// One entry of a re-entered lease ended
     /// ([`Lease::reenter`](crate::Lease::reenter)); its other entries still

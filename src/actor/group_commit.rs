@@ -11,8 +11,8 @@
 //!
 //! **Answers.** One the light form did not settle goes on to the general
 //! form under the same lease id, which decides; after an unknown outcome
-//! ([`LightRelease::Unknown`](crate::store::light_release::LightRelease::Unknown)) a lease the general release no longer finds
-//! counts as released by the light write. The light acquire is sent and
+//! too, so a lease the general release no longer finds is reported lost,
+//! even if the light write ended it (property 7 of docs/safety.md). The light acquire is sent and
 //! answered with the other acquires (`acquire.rs`), the light release
 //! with the other releases (`release.rs`).
 

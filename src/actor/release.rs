@@ -376,7 +376,7 @@ impl Actor {
                 respond_to,
                 follow_up,
             } = pending;
-            let unknown = match answers.next().unwrap_or_default() {
+            match answers.next().unwrap_or_default() {
                 LightRelease::Released => {
                     self.on_released(key, respond_to, follow_up, Ok(1));
                     continue;
@@ -385,15 +385,14 @@ impl Actor {
                     self.on_released(key, respond_to, follow_up, Err(error));
                     continue;
                 }
-                LightRelease::NotApplied => false,
-                LightRelease::Unknown => true,
-            };
+                LightRelease::NotApplied => {}
+            }
             self.note_contended(&key);
+            // The general release decides: a lease it no longer finds is
+            // lost, whether or not a light write of unknown outcome ended it
+            // (property 7: a doubt reports a loss, never the reverse).
             let release = self.general_release(key.place, lease, follow_up.is_some());
-            // A light write whose outcome was unknown may have landed: a
-            // lease the general release no longer finds counts as released.
             self.spawn_store(release, move |actor, result: Result<u64>| {
-                let result = result.map(|count| if unknown { count.max(1) } else { count });
                 actor.on_released(key, respond_to, follow_up, result)
             });
         }

@@ -16,8 +16,9 @@
 //!   the general release finds them gone and reports them lost). If it
 //!   matches neither, all of them are reported lost: possibly a release
 //!   reported as a loss, never the reverse. For the same reason a batch
-//!   whose command failed leaves every lease to the general release as
-//!   not applied, not as unknown.
+//!   whose command failed, and a lone light release whose write was sent
+//!   again after a transient failure, leave their leases to the general
+//!   release as not applied: one it no longer finds is reported lost.
 
 use crate::error::Error;
 
@@ -42,18 +43,14 @@ pub(crate) struct LightForms {
 pub(crate) enum LightRelease {
     /// It released the lease.
     Released,
-    /// It did not release it (another owner waits, or it was lost): the
-    /// general release decides.
-    NotApplied,
-    /// It may have (a lone light release whose write was retried after a
-    /// transient failure, or a request whose batch never answered): the
-    /// general release decides, and a lease it no longer finds counts as
-    /// released by this write (as after any retried write). Never the
-    /// answer of a grouped release whose command failed: that is
-    /// [`LightRelease::NotApplied`], so that a lease an operator ended
-    /// before the batch is reported lost.
+    /// It did not release it (another owner waits, or it was lost), or
+    /// may not have (its write's outcome is unknown, or a request whose
+    /// batch never answered): the general release decides. A lease that
+    /// the general release no longer finds is then reported lost, even if
+    /// this write released it: a doubt reports a loss, never the reverse
+    /// (property 7 of docs/safety.md; an operator may have ended it).
     #[default]
-    Unknown,
+    NotApplied,
     /// The light form's own command failed (a batch of one).
     Failed(Error),
 }

@@ -667,3 +667,70 @@ async fn an_acquisition_whose_send_failed_stays_unknown_whatever_fails_next() {
     }
     common::shut_down(vec![admin_client]);
 }
+
+/// A release of a lease that an operator force released before it started,
+/// whose write failed (a closed connection: not applied; a write concern
+/// error: applied to nothing), is reported lost: a release sent again that
+/// finds nothing proves nothing, and a doubt reports a loss, never the
+/// reverse (property 7 of docs/safety.md). Through the light release (an
+/// exclusive lease) and the general one (a shared lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_in_doubt_of_a_lease_an_operator_ended_is_reported_lost() {
+    let rs = replica_set().await;
+    let (admin_client, admin, _locks) = admin_of(&rs).await;
+    let a_client = client(&rs, "doubt-a", |_| {}).await;
+    // No heartbeat during the test: A hears of the override only from its
+    // release.
+    let mut a_options = options(&a_client, "doubt-a");
+    a_options.ttl = Duration::from_secs(300);
+    a_options.clock_skew = Some(common::clock_skew(a_options.ttl));
+    let a = LeaseManager::connect(a_options).await.unwrap();
+    let operator = manager_on(&admin_client, "doubt-operator").await;
+    let unanswered = doc! { "writeConcernError": {
+        "code": 64,
+        "codeName": "WriteConcernFailed",
+        "errmsg": "waiting for replication timed out",
+        "errInfo": { "wtimeout": true },
+    }};
+    let closed = doc! { "closeConnection": true };
+    let cases = [
+        ("exclusive", closed.clone()),
+        ("exclusive", unanswered.clone()),
+        ("shared", closed),
+        ("shared", unanswered),
+    ];
+    let mut reported = Vec::new();
+    for (n, (kind, fault)) in cases.into_iter().enumerate() {
+        let key = format!("doubt-{n}");
+        let lease = match kind {
+            "shared" => a.acquire(key.as_str()).shared().await.unwrap(),
+            _ => a.acquire(key.as_str()).await.unwrap(),
+        };
+        let ended = operator.force_release(key.as_str()).await.unwrap();
+        assert!(ended.is_some(), "{kind}: the operator ended the lease");
+        assert!(
+            lease.status().lost_reason().is_none(),
+            "{kind}: A not told yet"
+        );
+        let mut data = fault.clone();
+        data.insert("failCommands", vec!["update"]);
+        data.insert("appName", "doubt-a");
+        admin
+            .run_command(doc! {
+                "configureFailPoint": "failCommand",
+                "mode": { "times": 1 },
+                "data": data,
+            })
+            .await
+            .expect("the fail point");
+        let outcome = lease.release().await.unwrap();
+        fail_point(&admin, "off", "doubt-a", &[], 0).await;
+        if outcome != ReleaseOutcome::AlreadyLost {
+            reported.push(format!("{kind}, {fault}: {outcome:?}"));
+        }
+    }
+    assert!(reported.is_empty(), "released, not lost: {reported:#?}");
+    a.shutdown().await.unwrap();
+    operator.shutdown().await.unwrap();
+    common::shut_down(vec![a_client, admin_client]);
+}

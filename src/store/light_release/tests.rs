@@ -6,7 +6,7 @@ fn outcomes(read: Vec<Read>, modified: u64) -> Vec<&'static str> {
         .map(|o| match o {
             LightRelease::Released => "released",
             LightRelease::NotApplied => "general",
-            LightRelease::Unknown | LightRelease::Failed(_) => "other",
+            LightRelease::Failed(_) => "other",
         })
         .collect()
 }

@@ -290,9 +290,10 @@ impl MongoStore {
 
     /// After a handoff write whose outcome is unknown (`error`), re-read,
     /// never assume (docs/mongodb-behaviour.md, B7): `to` holds the key
-    /// (the write landed), or neither lease does (as a release whose
-    /// outcome was unknown: gone means released); `None` while `from`
-    /// still holds it (the write did not land).
+    /// (the write landed), or neither lease does: lost, whether the write
+    /// released it or an operator ended it before (property 7 of
+    /// docs/safety.md: a doubt reports a loss, never the reverse); `None`
+    /// while `from` still holds it (the write did not land).
     async fn handoff_reread(
         &self,
         handoff: &Handoff,
@@ -309,7 +310,7 @@ impl MongoStore {
             match ours.and_then(|d| read_lease_id(d.get(field::LEASE_ID))) {
                 Some(id) if id == *to => ours.map(|doc| classify_handoff(doc, *to)),
                 Some(id) if id == *from => None,
-                _ => Some(HandoffOutcome::Released),
+                _ => Some(HandoffOutcome::Lost),
             },
         )
     }

@@ -306,26 +306,23 @@ pub(super) fn released_filter(filter: Document, min_age_ms: i64) -> Document {
 /// A release in two idempotent writes, each retried after a transient
 /// failure (up to [`WRITE_ATTEMPTS`](super::handle::WRITE_ATTEMPTS) in all):
 /// `remove` (a delete, or the removal of a user document's lock field)
-/// where it applies, then `mark`, the released state; each gives its count
-/// and whether an earlier attempt failed. A `single` lease that `remove`
+/// where it applies, then `mark`, the released state; each gives its
+/// count. A `single` lease that `remove`
 /// removed is done. After a failure an earlier attempt may have applied: a
-/// single lease that neither write finds then counts as released by us
-/// (the caller only releases leases whose local deadline has not passed,
-/// so nobody else can have taken it by expiry). How many were removed, and
-/// how many marked released.
+/// lease that neither write finds is then reported lost all the same,
+/// since an operator may have ended it before (property 7 of
+/// docs/safety.md: a doubt reports a loss, never the reverse). How many
+/// were removed, and how many marked released.
 pub(super) async fn release_in_two_writes(
     single: bool,
-    remove: impl Future<Output = Result<(u64, bool)>>,
-    mark: impl Future<Output = Result<(u64, bool)>>,
+    remove: impl Future<Output = Result<u64>>,
+    mark: impl Future<Output = Result<u64>>,
 ) -> Result<(u64, u64)> {
-    let (removed, retried) = remove.await?;
+    let removed = remove.await?;
     if single && removed > 0 {
         return Ok((removed, 0));
     }
-    let (mut marked, retried_too) = mark.await?;
-    if single && (retried || retried_too) && removed + marked == 0 {
-        marked = 1;
-    }
+    let marked = mark.await?;
     Ok((removed, marked))
 }
 
@@ -370,12 +367,13 @@ impl MongoStore {
     }
 
     /// The light release's own command for `lease`, retried after a
-    /// transient failure.
+    /// transient failure: one sent again that finds nothing is not applied
+    /// (an operator may have ended the lease before it; the general release
+    /// decides).
     pub(super) async fn release_light_alone(&self, lease: &LeaseRef) -> LightRelease {
         match retried("release", || self.release_light_command(lease)).await {
-            Ok((count, _)) if count > 0 => LightRelease::Released,
-            Ok((_, false)) => LightRelease::NotApplied,
-            Ok((_, true)) => LightRelease::Unknown,
+            Ok(count) if count > 0 => LightRelease::Released,
+            Ok(_) => LightRelease::NotApplied,
             Err(e) => LightRelease::Failed(e),
         }
     }
@@ -472,7 +470,7 @@ impl MongoStore {
 
     /// Deletes the documents matching `filter`: `deleteOne` for a `single`
     /// lease (a retryable write), else `deleteMany` (idempotent).
-    async fn delete_matching(&self, filter: &Document, single: bool) -> Result<(u64, bool)> {
+    async fn delete_matching(&self, filter: &Document, single: bool) -> Result<u64> {
         retried("delete", move || async move {
             let result = if single {
                 self.bounded(self.coll().delete_one(filter.clone())).await
@@ -502,7 +500,7 @@ impl MongoStore {
     ) -> Result<(u64, u64)> {
         let delete = async {
             if !delete_first || self.release_mode != ReleaseMode::Delete {
-                return Ok((0, false));
+                return Ok(0);
             }
             let deletable = deletable_filter(filter.clone(), min_token_age_ms());
             self.delete_matching(&deletable, single).await
@@ -562,7 +560,7 @@ impl MongoStore {
     /// `filter`'s whose token is now old enough ([`released_filter`]).
     pub(super) async fn delete_released_matching(&self, filter: Document) -> Result<u64> {
         let filter = released_filter(filter, min_token_age_ms());
-        Ok(self.delete_matching(&filter, false).await?.0)
+        self.delete_matching(&filter, false).await
     }
 
     /// Releases every lease document of `owner` not released yet

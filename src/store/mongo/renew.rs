@@ -405,9 +405,8 @@ impl MongoStore {
 
     /// Applies `update` to the documents of `coll` matching `filter`
     /// (`updateOne` for a `single` lease, a retryable write; else
-    /// `updateMany`), [`retried`]. The matched count, and whether an earlier
-    /// attempt failed. Also the in-document store's (`super::document`), on
-    /// the user's collection.
+    /// `updateMany`), [`retried`]: the last attempt's matched count. Also the
+    /// in-document store's (`super::document`), on the user's collection.
     pub(super) async fn update_matching(
         &self,
         coll: &Collection<Document>,
@@ -415,7 +414,7 @@ impl MongoStore {
         filter: &Document,
         update: impl Fn() -> UpdateModifications,
         single: bool,
-    ) -> Result<(u64, bool)> {
+    ) -> Result<u64> {
         retried(what, || async {
             let result = if single {
                 self.bounded(coll.update_one(filter.clone(), update()))

@@ -83,7 +83,7 @@ impl MongoStore {
     /// Asks the holders of `key` to release it: whether a lease held it.
     pub(super) async fn request_release_of(&self, key: LeaseKey) -> Result<bool> {
         let filter = revocable_filter(&key);
-        let (matched, _) = retried("request release", || async {
+        let matched = retried("request release", || async {
             let update = self
                 .coll()
                 .update_one(filter.clone(), revocation_update(self.owner()));

@@ -291,11 +291,9 @@ impl DocumentStore {
             .lock()
             .released_filter(keys_filter(&keys), min_token_age_ms(), &[], &[]);
         let remove = || remove_update(&self.field).into();
-        let (removed, _) = self
-            .locks
+        self.locks
             .update_matching(&self.coll, "lock field removal", &filter, remove, false)
-            .await?;
-        Ok(removed)
+            .await
     }
 
     /// One conditional `findAndModify` (a retryable write, no upsert) of

@@ -412,7 +412,6 @@ impl Reply {
         let answer = |a: &LightRelease| match a {
             LightRelease::Released => V::Str("released".into()),
             LightRelease::NotApplied => V::Str("not applied".into()),
-            LightRelease::Unknown => V::Str("unknown".into()),
             LightRelease::Failed(e) => error(e),
         };
         V::List(answers.iter().map(answer).collect())
