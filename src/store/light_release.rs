@@ -20,7 +20,7 @@
 //!   again after a transient failure, leave their leases to the general
 //!   release as not applied: one it no longer finds is reported lost.
 
-use crate::error::Error;
+use crate::error::{Error, Result};
 
 /// Most light writes in one store call; more queued go in further calls.
 pub(crate) const MOST_PER_COMMAND: usize = 256;
@@ -53,6 +53,19 @@ pub(crate) enum LightRelease {
     NotApplied,
     /// The light form's own command failed (a batch of one).
     Failed(Error),
+}
+
+/// A lone light release's answer, from its write sent again after a
+/// transient failure ([`retried`](super::retried::retried)): released if
+/// it modified the lease's document, otherwise not applied (after a retry
+/// too: nothing found then proves nothing, and the general release
+/// decides). Both stores answer by it.
+pub(crate) fn lone_release_answer(result: Result<u64>) -> LightRelease {
+    match result {
+        Ok(count) if count > 0 => LightRelease::Released,
+        Ok(_) => LightRelease::NotApplied,
+        Err(e) => LightRelease::Failed(e),
+    }
 }
 
 /// A released lease's document as the read after a grouped light release

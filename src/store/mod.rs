@@ -27,6 +27,7 @@ mod protocol;
 mod read;
 mod release;
 pub(crate) mod replies;
+pub(crate) mod retried;
 #[cfg(all(test, feature = "testkit"))]
 mod tests;
 

@@ -335,7 +335,8 @@ async fn release_all_releases_the_documents_even_if_the_lock_collections_release
     let (jobs, docs, doc_store) = jobs(&a, &store).await;
     let lock = a.acquire("k").await.unwrap();
     let item = jobs.acquire("d").await.unwrap();
-    store.fail_next(Op::Release, 1);
+    // Every send of it: a release is sent again after a transient failure.
+    store.fail_next(Op::Release, crate::store::retried::WRITE_ATTEMPTS);
 
     let result = a.release_all().await;
     assert!(

@@ -67,7 +67,8 @@ use crate::store::LeaseRef;
 use crate::store::light_acquire::{Found, acquired};
 use crate::store::{
     light_acquire::{LightAcquire, LightAcquired},
-    light_release::{LightRelease, Read, release_outcomes},
+    light_release::{LightRelease, Read, lone_release_answer, release_outcomes},
+    retried::retried,
 };
 
 /// Applies the light acquire statement of `owner` to `request`'s key at
@@ -215,18 +216,18 @@ impl MemoryStore {
         }
     }
 
-    /// The light release's own call for `lease`.
+    /// The light release's own call for `lease`, sent again after a
+    /// transient failure, as `MongoStore`'s.
     async fn release_light_alone(&self, lease: LeaseRef) -> LightRelease {
-        let (db, owner) = (self.db.clone(), self.owner.clone());
         let yield_window = self.yield_window;
-        let call = self.run(Op::Release, vec![lease.key.clone()], move |coll, now| {
-            Ok(light_release(coll, &db, &lease, &owner, now, yield_window))
-        });
-        match call.await {
-            Ok(true) => LightRelease::Released,
-            Ok(false) => LightRelease::NotApplied,
-            Err(e) => LightRelease::Failed(e),
-        }
+        let call = || {
+            let (db, owner, lease) = (self.db.clone(), self.owner.clone(), lease.clone());
+            let call = self.run(Op::Release, vec![lease.key.clone()], move |coll, now| {
+                Ok(light_release(coll, &db, &lease, &owner, now, yield_window))
+            });
+            async move { call.await.map(u64::from) }
+        };
+        lone_release_answer(retried("release", call).await)
     }
 
     /// The light releases of `leases` (of distinct keys) in one call (see

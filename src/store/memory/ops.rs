@@ -3,6 +3,7 @@
 
 use crate::random::HashSet;
 use crate::store::replies;
+use crate::store::retried::retried;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -520,6 +521,26 @@ impl MemoryStore {
         if leases.is_empty() {
             return futures::future::ready(Ok(0)).boxed();
         }
+        // Sent again after a transient failure, as `MongoStore`'s; the first
+        // send issued now, as every call of the twin.
+        let first = std::sync::Mutex::new(Some(self.release_once(leases.clone(), mode)));
+        let store = self.clone();
+        async move {
+            let send = || {
+                let first = first.lock().expect("not poisoned").take();
+                first.unwrap_or_else(|| store.release_once(leases.clone(), mode))
+            };
+            retried("release", send).await
+        }
+        .boxed()
+    }
+
+    /// One send of [`MemoryStore::release_in`]'s write.
+    fn release_once(
+        &self,
+        leases: Vec<LeaseRef>,
+        mode: ReleaseMode,
+    ) -> BoxFuture<'static, Result<u64>> {
         let keys = leases.iter().map(|l| l.key.clone()).collect();
         let (db, owner) = (self.db.clone(), self.owner.clone());
         let yield_window = self.yield_window;

@@ -96,30 +96,7 @@ pub(super) fn reread_after(
     }
 }
 
-/// How many times a failed idempotent write is tried in all.
-pub(super) const WRITE_ATTEMPTS: u32 = 3;
-
-/// Runs the idempotent write `op` (which returns a count), trying again
-/// after a transient failure, up to [`WRITE_ATTEMPTS`] in all. Returns the
-/// last attempt's count: an earlier one may have applied, so a count of
-/// nothing found after a retry proves nothing (its callers read it as
-/// "not by this write", the answer that errs on the safe side).
-pub(super) async fn retried<Fut>(what: &str, op: impl Fn() -> Fut) -> Result<u64>
-where
-    Fut: std::future::Future<Output = Result<u64>>,
-{
-    let mut attempt = 1;
-    loop {
-        match op().await {
-            Ok(count) => return Ok(count),
-            Err(e) if e.is_transient() && attempt < WRITE_ATTEMPTS => {
-                tracing::debug!(error = %e, attempt, "{what} outcome unknown; retrying");
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
+pub(super) use crate::store::retried::{WRITE_ATTEMPTS, retried};
 
 /// A TTL in milliseconds, as the pipelines add it to `$$NOW` (TTLs are
 /// validated far below `i64::MAX` ms).

@@ -23,7 +23,7 @@ use crate::config::ReleaseMode;
 use crate::error::Result;
 use crate::info::LeaseInfo;
 use crate::key::LeaseKey;
-use crate::store::light_release::{LightRelease, Read, release_outcomes};
+use crate::store::light_release::{LightRelease, Read, lone_release_answer, release_outcomes};
 use crate::store::{LeaseRef, OverrideEnd, field};
 use mongodb::bson::{Bson, Document, RawArrayBuf, doc, rawdoc};
 use mongodb::options::ReturnDocument;
@@ -371,11 +371,7 @@ impl MongoStore {
     /// (an operator may have ended the lease before it; the general release
     /// decides).
     pub(super) async fn release_light_alone(&self, lease: &LeaseRef) -> LightRelease {
-        match retried("release", || self.release_light_command(lease)).await {
-            Ok(count) if count > 0 => LightRelease::Released,
-            Ok(_) => LightRelease::NotApplied,
-            Err(e) => LightRelease::Failed(e),
-        }
+        lone_release_answer(retried("release", || self.release_light_command(lease)).await)
     }
 
     /// The light releases of `leases` (of distinct string keys) in one
