@@ -3,8 +3,8 @@
 //! the server's errors are read.
 //! It holds nothing that changes: what a command needs beyond its settings
 //! (a lease's kind, whether its key was contended) comes with the request.
-//! Also here: [`retried`], which runs an idempotent write again after a
-//! transient failure, and the `_id` index's name ([`id_index`]).
+//! Also here: the `_id` index's name ([`id_index`]), and [`retried`] for
+//! this store's writes (`crate::store::retried`).
 
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
