@@ -651,19 +651,7 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
     take_all(&env, &leases).await;
     // f2: force released by an operator (`lid` removed, `aid` kept), as
     // by `release --force`.
-    let forced = env
-        .raw()
-        .update_one(
-            doc! { "_id": "f2" },
-            super::super::release::force_release_update(
-                0,
-                0,
-                crate::store::OverrideEnd::Immediately,
-            ),
-        )
-        .await
-        .unwrap();
-    assert_eq!(forced.modified_count, 1);
+    force_release(&env, "f2").await;
     env.commands.counts();
     let counts = env.release(&leases).await;
     let commands = env.commands.counts();
@@ -677,6 +665,45 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
     env.drop().await;
 }
 
+/// A replica set of its own whose members run test commands (`failCommand`).
+async fn with_test_commands() -> crate::testkit::ReplicaSet {
+    use crate::testkit::{ReplicaSet, ReplicaSetOptions};
+    ReplicaSet::start(
+        ReplicaSetOptions::default()
+            .extra_arg("--setParameter")
+            .extra_arg("enableTestCommands=1"),
+    )
+    .await
+    .expect("a replica set with test commands")
+}
+
+/// `key`'s lease ended as an operator's immediate force release ends it.
+async fn force_release(env: &Env, key: &str) {
+    let update =
+        super::super::release::force_release_update(0, 0, crate::store::OverrideEnd::Immediately);
+    let forced = env
+        .raw()
+        .update_one(doc! { "_id": key }, update)
+        .await
+        .unwrap();
+    assert_eq!(forced.modified_count, 1, "{key} force released");
+}
+
+/// The next `command` of the store's client fails on a closed connection,
+/// without landing.
+async fn close_next(env: &Env, command: &str) {
+    env.db
+        .client()
+        .database("admin")
+        .run_command(doc! {
+            "configureFailPoint": "failCommand",
+            "mode": { "times": 1 },
+            "data": { "failCommands": [command], "closeConnection": true },
+        })
+        .await
+        .expect("the fail point");
+}
+
 /// A grouped release whose `update` fails leaves every lease to the
 /// general release as not applied, not as unknown: a lease an operator
 /// force released before the batch is then reported lost, never released
@@ -684,40 +711,12 @@ async fn a_force_released_lease_in_a_grouped_release_is_reported_lost() {
 /// own, started with test commands (`failCommand`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
-    use crate::testkit::{ReplicaSet, ReplicaSetOptions};
-    let rs = ReplicaSet::start(
-        ReplicaSetOptions::default()
-            .extra_arg("--setParameter")
-            .extra_arg("enableTestCommands=1"),
-    )
-    .await
-    .expect("a replica set with test commands");
+    let rs = with_test_commands().await;
     let env = Env::on(rs.uri()).await;
     let leases = leases("u", 2);
     take_all(&env, &leases).await;
-    let forced = env
-        .raw()
-        .update_one(
-            doc! { "_id": "u1" },
-            super::super::release::force_release_update(
-                0,
-                0,
-                crate::store::OverrideEnd::Immediately,
-            ),
-        )
-        .await
-        .unwrap();
-    assert_eq!(forced.modified_count, 1);
-    env.db
-        .client()
-        .database("admin")
-        .run_command(doc! {
-            "configureFailPoint": "failCommand",
-            "mode": { "times": 1 },
-            "data": { "failCommands": ["update"], "closeConnection": true },
-        })
-        .await
-        .expect("the fail point");
+    force_release(&env, "u1").await;
+    close_next(&env, "update").await;
     let outcomes = env.store.release_light_batch(&leases).await;
     assert!(
         outcomes
@@ -750,41 +749,13 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
 /// the reverse). On a replica set of its own, started with test commands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_in_doubt_of_a_force_released_lease_is_lost() {
-    use crate::testkit::{ReplicaSet, ReplicaSetOptions};
-    let rs = ReplicaSet::start(
-        ReplicaSetOptions::default()
-            .extra_arg("--setParameter")
-            .extra_arg("enableTestCommands=1"),
-    )
-    .await
-    .expect("a replica set with test commands");
+    let rs = with_test_commands().await;
     let env = Env::on(rs.uri()).await;
     for light in [true, false] {
         let key = format!("forced-{light}");
         let lease = env.take(&key).await;
-        let forced = env
-            .raw()
-            .update_one(
-                doc! { "_id": &key },
-                super::super::release::force_release_update(
-                    0,
-                    0,
-                    crate::store::OverrideEnd::Immediately,
-                ),
-            )
-            .await
-            .unwrap();
-        assert_eq!(forced.modified_count, 1);
-        env.db
-            .client()
-            .database("admin")
-            .run_command(doc! {
-                "configureFailPoint": "failCommand",
-                "mode": { "times": 1 },
-                "data": { "failCommands": ["findAndModify"], "closeConnection": true },
-            })
-            .await
-            .expect("the fail point");
+        force_release(&env, &key).await;
+        close_next(&env, "findAndModify").await;
         let handoff = Handoff {
             key: lease.key.clone(),
             from: lease.lease_id,
