@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::command::{Place, PlacedKey, Reply};
+use super::release::Holding;
 use super::{Actor, PlaceState};
 use crate::error::{Error, Result};
 use crate::kind::LeaseKind;
@@ -158,7 +159,8 @@ impl Actor {
                     if let Some(state) = self.keys.get_mut(&key) {
                         state.releases_in_flight += 1;
                     }
-                    self.send_release(key, lease_id, LeaseKind::Exclusive, None, follow_up);
+                    let lease = self.lease_ref(&key, lease_id, LeaseKind::Exclusive);
+                    self.send_release(key, lease, Holding::NotKnown, None, follow_up);
                     return;
                 }
                 Err(error)

@@ -3,11 +3,20 @@
 //! tries one, the group commit's queues, and the memory of the keys where
 //! they do not apply.
 //!
-//! **When.** A light acquire for a plain lease without a payload, a light release
-//! for an exclusive lease not deleted at once (keep mode, or a lease too
-//! young for delete mode's delete), a light handoff, where the place's
-//! store has the form (`StoreProfile::light_forms`) and the key is not
-//! contended ([`Actor::contended`]; `Timing::contended_for`, as the spec says).
+//! **When.** Where the place's store has the form
+//! (`StoreProfile::light_forms`):
+//! - a light acquire for a plain lease without a payload, and a light
+//!   handoff, on a key not contended ([`Actor::contended`]: the general
+//!   form was sent for it, or a light form did not apply to it, within
+//!   `Timing::contended_for`, as the spec says);
+//! - a light release for an exclusive lease not deleted at once (keep
+//!   mode, or a lease too young for delete mode's delete), on a key no
+//!   light release missed within `Timing::contended_for`
+//!   ([`Actor::light_release_missed`]). Another owner registered in the
+//!   key's queue does not stop it: the light release hands the key to it,
+//!   as the general release would. A lease given back, which the manager
+//!   does not know it holds (`release::Holding`), also needs a key not
+//!   contended, as the other forms.
 //!
 //! **Answers.** One the light form did not settle goes on to the general
 //! form under the same lease id, which decides; after an unknown outcome
@@ -101,11 +110,29 @@ impl Actor {
         self.contended.insert(key.clone(), Instant::now());
     }
 
-    /// Forgets the keys contended longer ago than `Timing::contended_for`
-    /// (at each heartbeat).
+    /// Whether a light release of `key` did not apply lately (see the
+    /// module docs).
+    pub(super) fn light_release_missed(&self, key: &PlacedKey) -> bool {
+        self.light_release_missed
+            .get(key)
+            .is_some_and(|at| at.elapsed() < self.timing.contended_for)
+    }
+
+    /// Remembers that a light release of `key` did not apply now: the key
+    /// goes to the general form, for releases and the other forms alike.
+    pub(super) fn note_light_release_missed(&mut self, key: &PlacedKey) {
+        self.light_release_missed
+            .insert(key.clone(), Instant::now());
+        self.note_contended(key);
+    }
+
+    /// Forgets the keys contended, or missed by a light release, longer
+    /// ago than `Timing::contended_for` (at each heartbeat).
     pub(super) fn prune_contended(&mut self) {
         let contended_for = self.timing.contended_for;
         self.contended.retain(|_, at| at.elapsed() < contended_for);
+        self.light_release_missed
+            .retain(|_, at| at.elapsed() < contended_for);
     }
 
     /// The group commits of `place`.

@@ -94,11 +94,14 @@ impl Actor {
 
     /// Gives back `lease_id` of `key`, which nobody holds locally, at once.
     pub(super) fn give_back(&mut self, key: &PlacedKey, lease_id: Uuid, kind: LeaseKind) {
-        self.spawn_release(key.clone(), lease_id, kind, Instant::now(), None);
+        let follow_up = self.follow_up_due(key.place, Instant::now());
+        self.count_release(key);
+        let lease = self.lease_ref(key, lease_id, kind);
+        self.send_release(key.clone(), lease, Holding::NotKnown, None, follow_up);
     }
 
-    /// Releases one lease whose acquire's reply arrived at `acquired_at`
-    /// (local clock; see `Held::acquired_at`).
+    /// Releases one lease this manager held, whose acquire's reply arrived
+    /// at `acquired_at` (local clock; see `Held::acquired_at`).
     pub(super) fn spawn_release(
         &mut self,
         key: PlacedKey,
@@ -108,11 +111,26 @@ impl Actor {
         respond_to: Option<Reply<ReleaseOutcome>>,
     ) {
         let follow_up = self.follow_up_due(key.place, acquired_at);
+        self.count_release(&key);
+        let lease = self.lease_ref(&key, lease_id, kind);
+        self.send_release(key, lease, Holding::Held, respond_to, follow_up);
+    }
+
+    /// Counts a release of `key` in flight (`KeyState::releases_in_flight`).
+    pub(super) fn count_release(&mut self, key: &PlacedKey) {
         self.keys
             .entry(key.clone())
             .or_insert_with(|| Box::new(KeyState::new()))
             .releases_in_flight += 1;
-        self.send_release(key, lease_id, kind, respond_to, follow_up);
+    }
+
+    /// The store's reference to `lease_id` of `key`.
+    pub(super) fn lease_ref(&self, key: &PlacedKey, lease_id: Uuid, kind: LeaseKind) -> LeaseRef {
+        LeaseRef {
+            key: key.key.clone(),
+            lease_id,
+            kind,
+        }
     }
 
     /// Sends the release of one lease to its place's store; the outcome
@@ -122,19 +140,14 @@ impl Actor {
     pub(super) fn send_release(
         &mut self,
         key: PlacedKey,
-        lease_id: Uuid,
-        kind: LeaseKind,
+        lease: LeaseRef,
+        holding: Holding,
         respond_to: Option<Reply<ReleaseOutcome>>,
         follow_up: Option<Instant>,
     ) {
-        let lease = LeaseRef {
-            key: key.key.clone(),
-            lease_id,
-            kind,
-        };
         // A follow-up is due: the lease is too young for delete mode's delete.
         let too_young_to_delete = follow_up.is_some();
-        if self.tries_light_release(&key, &lease, too_young_to_delete) {
+        if self.tries_light_release(&key, &lease, holding, too_young_to_delete) {
             self.submit_light_release(PendingRelease {
                 key,
                 lease,
@@ -326,17 +339,19 @@ impl Actor {
 
     /// Whether the release of `lease` of `key` (`too_young_to_delete`:
     /// acquired too lately for delete mode's delete) tries the light release
-    /// first.
+    /// first (`group_commit`'s module docs say when).
     pub(super) fn tries_light_release(
         &self,
         key: &PlacedKey,
         lease: &LeaseRef,
+        holding: Holding,
         too_young_to_delete: bool,
     ) -> bool {
         lease.kind == LeaseKind::Exclusive
             && self.profile(key.place).light_forms.release
             && (too_young_to_delete || !self.profile(key.place).removes_on_release)
-            && !self.is_contended(key)
+            && !self.light_release_missed(key)
+            && (holding == Holding::Held || !self.is_contended(key))
     }
 
     /// The light release of `pending` (see the module docs): at once,
@@ -387,7 +402,7 @@ impl Actor {
                 }
                 LightRelease::NotApplied => {}
             }
-            self.note_contended(&key);
+            self.note_light_release_missed(&key);
             // The general release decides: a lease it no longer finds is
             // lost, whether or not a light write of unknown outcome ended it
             // (property 7: a doubt reports a loss, never the reverse).
@@ -397,4 +412,14 @@ impl Actor {
             });
         }
     }
+}
+
+/// Whether the manager held the lease it releases: a lease it gives back
+/// (an acquisition of unknown outcome, or one nobody waits for any more)
+/// may be held by nobody, and tries the light release only where the other
+/// light forms would (`group_commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Holding {
+    Held,
+    NotKnown,
 }

@@ -75,24 +75,26 @@ async fn light_releases_beyond_one_calls_most_go_in_the_next_call() {
     );
 }
 
-/// A key where the light release did not apply (another owner waited)
-/// goes straight to the general release for `CONTENDED_FOR`, then tries
-/// the light form again.
+/// A key where the light release did not apply (another owner waits for
+/// a shared lease: its waiting mark, and no place in the queue of waiting
+/// owners, which only exclusive waiters take) goes straight to the
+/// general release for `CONTENDED_FOR`, then tries the light form again.
 #[tokio::test(start_paused = true)]
-async fn a_key_where_a_light_form_did_not_apply_skips_it_for_a_while() {
+async fn a_key_where_a_light_release_did_not_apply_skips_it_for_a_while() {
     use crate::config::CONTENDED_FOR;
     let db = MemoryDb::new();
     let (a, sa, _) = start(&db, "a");
     let (b, _, _) = start(&db, "b");
-    // a holds "k", b waits for it, a releases it (the key goes to b, which
-    // releases it): how many release calls a made.
+    // a holds "k", b waits for a shared lease of it, a releases it (b then
+    // has it, and releases it): how many release calls a made.
     let released_while_b_waits = || async {
         let before = sa.calls(Op::Release);
         let lease = a.acquire("k").await.unwrap();
-        let remote = waiter(&b, "k").await;
+        let b = b.clone();
+        let remote = started(async move { b.acquire("k").shared().await }).await;
         soon(db.changed_until("k", |d| d.waiting_since.is_some())).await;
         assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
-        let (_, remote) = soon(remote).await.unwrap().unwrap();
+        let remote = soon(remote).await.unwrap().unwrap();
         assert_eq!(remote.release().await.unwrap(), ReleaseOutcome::Released);
         sa.calls(Op::Release) - before
     };
@@ -104,6 +106,30 @@ async fn a_key_where_a_light_form_did_not_apply_skips_it_for_a_while() {
         2,
         "light again, then general"
     );
+}
+
+/// Another manager's exclusive waiter, registered in the key's queue of
+/// waiting owners: the light release hands it the key in its one call,
+/// with a greater token, and the key's next release is light again.
+#[tokio::test(start_paused = true)]
+async fn the_light_release_hands_the_key_to_a_registered_owner_in_one_call() {
+    let db = MemoryDb::new();
+    let (a, sa, _) = start(&db, "a");
+    let (b, _, _) = start(&db, "b");
+    for _ in 0..2 {
+        let before = sa.calls(Op::Release);
+        let lease = a.acquire("k").await.unwrap();
+        let token = lease.fencing_token();
+        let remote = waiter(&b, "k").await;
+        soon(db.changed_until("k", |d| !d.queue.is_empty())).await;
+        assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::Released);
+        assert_eq!(sa.calls(Op::Release) - before, 1, "the light release only");
+        let (_, remote) = soon(remote).await.unwrap().unwrap();
+        assert!(remote.fencing_token() > token);
+        let doc = db.doc("k").expect("a document");
+        assert_eq!((doc.owner.as_str(), doc.queue.len()), ("b", 0));
+        assert_eq!(remote.release().await.unwrap(), ReleaseOutcome::Released);
+    }
 }
 
 /// Five acquires of distinct keys started at once, with 100 ms of latency

@@ -34,9 +34,12 @@
 //! **Release.**
 //! - **The light statement** (`mongo::release`'s `light_release_update`) on a
 //!   document: if it holds the lease (its `aid` and `lid`) and has no
-//!   queue, no waiting mark (`wt`), no minimum hold (`hl`), no holders and
-//!   no permits, the release rule ([`release_doc`]: `exp = min(exp, now)`,
-//!   `lid` removed), announced as a release; any other document unchanged.
+//!   minimum hold (`hl`), lock-delay (`nb`), holders nor permits, and
+//!   either a live entry of another owner in its queue or no queue and no
+//!   waiting mark (`wt`), the general release's rule
+//!   ([`release_or_hand_over`]: handed to that entry, announced as its
+//!   acquisition; else `exp = min(exp, now)`, `lid` removed, announced as
+//!   a release); any other document unchanged.
 //! - **A batch of one** is the light release alone: one call, released if
 //!   the statement applied, else not applied; a failed call is the
 //!   release's error (the twin does not model `MongoStore`'s retries of
@@ -59,7 +62,7 @@ use tokio::time::Instant;
 
 use super::control::Op;
 use super::db::MemoryDb;
-use super::rules::{Collection, release_doc};
+use super::rules::{Collection, release_or_hand_over};
 use super::store::MemoryStore;
 use crate::error::Error;
 use crate::kind::LeaseKind;
@@ -122,21 +125,27 @@ fn light_release(
     now: tokio::time::Instant,
     yield_window: std::time::Duration,
 ) -> bool {
+    let floor = coll.token_floor(now);
     let Some(doc) = coll.docs.get_mut(&lease.key) else {
         return false;
     };
-    let applies = doc.owner == owner
+    let ours = doc.owner == owner
         && doc.lease_id == Some(lease.lease_id)
-        && doc.queue.is_empty()
-        && doc.waiting_since.is_none()
         && doc.hold_until.is_none()
+        && doc.not_before.is_none()
         && doc.holders.is_empty()
         && doc.permits.is_none();
-    if applies {
-        release_doc(doc, now, yield_window);
-        db.announce_release(&lease.key);
+    let registered = doc.live_queue(now).any(|w| w.owner != doc.owner);
+    if !ours || !(registered || doc.queue.is_empty() && doc.waiting_since.is_none()) {
+        return false;
     }
-    applies
+    match release_or_hand_over(doc, (now, floor), yield_window) {
+        Some((next, lease_id, token)) => {
+            db.announce_acquisition(&lease.key, &next, lease_id, token)
+        }
+        None => db.announce_release(&lease.key),
+    }
+    true
 }
 
 impl MemoryStore {

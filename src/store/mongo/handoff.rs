@@ -194,49 +194,51 @@ pub(super) fn pick_stage() -> Document {
     ]}}}
 }
 
+/// What a release that hands the key to a queue entry writes ("Queue of
+/// waiting owners" in `store`), `entry(name)` being the entry's field
+/// `name`: its owner becomes the holder (`aid`, `lid` from the entry, the
+/// next `token`, one more leader transition, `acq = ts = $$NOW`, `exp =
+/// expires`, the entry's `data` if any), with no `yu`, `hl` nor `rv`
+/// (`$$REMOVE`). The general release's handoff stage ([`handoff_stages`])
+/// and the light release (`release::light_release_update`) both write it.
+pub(super) fn handed_fields(entry: &dyn Fn(&str) -> Bson, token: Bson, expires: Bson) -> Document {
+    doc! {
+        field::OWNER: entry(field::OWNER),
+        field::LEASE_ID: entry(field::LEASE_ID),
+        field::TOKEN: token,
+        field::TRANSITIONS: transitions_after(entry(field::OWNER)),
+        field::ACQUIRED_AT: "$$NOW",
+        field::RENEWED_AT: "$$NOW",
+        field::EXPIRES_AT: expires,
+        field::YIELD_UNTIL: "$$REMOVE",
+        field::HOLD_UNTIL: "$$REMOVE",
+        field::REVOCATION: "$$REMOVE",
+        // The payload the entry's owner acquires with, if any.
+        field::PAYLOAD: { "$ifNull": [entry(field::PAYLOAD), "$$REMOVE"] },
+    }
+}
+
 /// The last stages of a release, after the release itself: if an entry was
-/// picked ([`pick_stage`]), its owner becomes the holder (`aid`, `lid`
-/// from the entry, the next token, one more leader transition, `acq = ts
-/// = $$NOW`, `exp = $$NOW + hx`; no `yu` nor `hl`, the entry's `data` if
-/// any); in any case `q` keeps the live entries
-/// but the picked one, and the temporary field goes.
+/// picked ([`pick_stage`]), the key is handed to it ([`handed_fields`]);
+/// in any case `q` keeps the live entries but the picked one, and the
+/// temporary field goes.
 pub(super) fn handoff_stages() -> [Document; 2] {
-    let pick = |then: Bson, otherwise: Bson| doc! { "$cond": [handed(), then, otherwise] };
     let from_entry = |name: &str| Bson::from(format!("${HANDED}.{name}"));
-    let keep = |name: &str| Bson::from(f(name));
-    let remove = || Bson::from("$$REMOVE");
-    let now = || Bson::from("$$NOW");
-    [
-        doc! { "$set": {
-            field::OWNER: pick(from_entry(field::OWNER), keep(field::OWNER)),
-            field::LEASE_ID: pick(from_entry(field::LEASE_ID), keep(field::LEASE_ID)),
-            field::TOKEN: pick(next_token().into(), keep(field::TOKEN)),
-            field::TRANSITIONS: pick(
-                transitions_after(from_entry(field::OWNER)).into(),
-                keep(field::TRANSITIONS),
-            ),
-            field::ACQUIRED_AT: pick(now(), keep(field::ACQUIRED_AT)),
-            field::RENEWED_AT: pick(now(), keep(field::RENEWED_AT)),
-            field::EXPIRES_AT: pick(
-                doc! { "$add": ["$$NOW", from_entry(field::HANDED_TTL)] }.into(),
-                keep(field::EXPIRES_AT),
-            ),
-            field::YIELD_UNTIL: pick(remove(), keep(field::YIELD_UNTIL)),
-            field::HOLD_UNTIL: pick(remove(), keep(field::HOLD_UNTIL)),
-            field::REVOCATION: pick(remove(), keep(field::REVOCATION)),
-            // The payload the entry's owner acquires with, if any.
-            field::PAYLOAD: pick(
-                doc! { "$ifNull": [from_entry(field::PAYLOAD), "$$REMOVE"] }.into(),
-                keep(field::PAYLOAD),
-            ),
-            field::QUEUE: { "$cond": [
-                { "$isArray": f(field::QUEUE) },
-                or_remove(entries_without(live_entries(), from_entry(field::OWNER))),
-                "$$REMOVE",
-            ]},
-        }},
-        doc! { "$unset": [HANDED] },
-    ]
+    let expires = doc! { "$add": ["$$NOW", from_entry(field::HANDED_TTL)] };
+    let mut set = Document::new();
+    for (name, value) in handed_fields(&from_entry, next_token().into(), expires.into()) {
+        let value = doc! { "$cond": [handed(), value, f(&name)] };
+        set.insert(name, value);
+    }
+    set.insert(
+        field::QUEUE,
+        doc! { "$cond": [
+            { "$isArray": f(field::QUEUE) },
+            or_remove(entries_without(live_entries(), from_entry(field::OWNER))),
+            "$$REMOVE",
+        ]},
+    );
+    [doc! { "$set": set }, doc! { "$unset": [HANDED] }]
 }
 
 impl MongoStore {

@@ -9,7 +9,9 @@
 //! idempotent and retried after a transient failure ([`retried`]).
 
 use super::handle::{MongoStore, min_token_age_ms, retried};
-use super::handoff::{handoff_stages, pick_stage};
+use super::handoff::{
+    entries_without, handed_fields, handoff_stages, live_entries, or_remove, pick_stage,
+};
 use super::raw::{
     encode_pipeline, raw_key_filter, raw_lets, update_counts, update_reply, update_statements,
 };
@@ -17,7 +19,7 @@ use super::read::projected_info;
 use super::renew::holder_filter;
 use super::rules::{
     LID, LockPath, bson_lease_id, entries, entry_among, entry_live, entry_of_owner, f, has_holders,
-    lease_ids, ours_and_nobody_else_waits, restated_after, restated_seconds, root_with,
+    lease_ids, missing, next_token, restated_after, restated_seconds, root_with,
 };
 use crate::config::ReleaseMode;
 use crate::error::Result;
@@ -248,15 +250,20 @@ pub(super) fn force_release_update(
 }
 
 /// The light release's update, of the document of the released lease's
-/// key (its `_id` alone, B26): if it is the exclusive lease `$$lid` of
-/// `owner` and nobody else waits, no minimum hold, no holders and no
-/// permits, `exp = min(exp, $$NOW)` and `lid` removed; any other document
-/// unchanged (`nModified` 0).
+/// key (its `_id` alone, B26). If it holds the exclusive lease `$$lid` of
+/// `owner`, with no minimum hold, lock-delay, holders nor permits:
+/// - handed to the first live entry of another owner in its queue of
+///   waiting owners, as the general release hands it
+///   ([`handed_fields`]; "Queue of waiting owners" in `store`);
+/// - otherwise, with no queue and no waiting mark, `exp = min(exp,
+///   $$NOW)` and `lid` removed.
+///
+/// Any other document unchanged (`nModified` 0): the general release
+/// decides. Either way the fields other clients read are restated in this
+/// write, not by a last stage: a document it leaves alone must stay
+/// unchanged, since `nModified` is the answer.
 pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
     let expires = doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] };
-    // Restated in the release itself, not by a last stage: a document this
-    // write leaves alone must stay unchanged, since `nModified` is the
-    // answer.
     let released = root_with(
         doc! {
             field::EXPIRES_AT: expires.clone(),
@@ -265,9 +272,60 @@ pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
         },
         &[field::LEASE_ID],
     );
+    // The next holder `$$next`, its token `$$tok` and expiry `$$exp`: the
+    // general release's handoff stage, and the restated fields after it.
+    let entry = |name: &str| Bson::from(format!("$$next.{name}"));
+    let mut handed = handed_fields(&entry, "$$tok".into(), "$$exp".into());
+    handed.insert(
+        field::QUEUE,
+        or_remove(entries_without("$$live", entry(field::OWNER))),
+    );
+    handed.insert(field::OBTAINED_AT, "$$NOW");
+    handed.insert(
+        field::TTL_SECONDS,
+        restated_seconds("$$exp", "$$NOW", "$$tok"),
+    );
+    let mut kept = Bson::from("$$ROOT");
+    for name in [
+        field::QUEUE,
+        field::WAITING_SINCE,
+        field::YIELD_UNTIL,
+        field::HOLD_UNTIL,
+        field::REVOCATION,
+        field::PAYLOAD,
+    ] {
+        kept = doc! { "$unsetField": { "field": name, "input": kept } }.into();
+    }
+    let handed = doc! { "$let": {
+        "vars": {
+            "tok": next_token(),
+            "exp": { "$add": ["$$NOW", entry(field::HANDED_TTL)] },
+        },
+        "in": { "$mergeObjects": [kept, handed] },
+    }};
+    let nobody_waits = doc! { "$and": [missing(field::QUEUE), missing(field::WAITING_SINCE)] };
+    let ours = doc! { "$and": [
+        { "$eq": [f(field::OWNER), { "$literal": owner }] },
+        { "$eq": [f(field::LEASE_ID), LID] },
+        missing(field::OTHER_OWNER),
+        missing(field::HOLD_UNTIL),
+        missing(field::NOT_BEFORE),
+        missing(field::HOLDERS),
+        missing(field::PERMITS),
+    ]};
     vec![doc! { "$replaceWith": { "$cond": [
-        ours_and_nobody_else_waits(owner, LID, vec![]),
-        released,
+        ours,
+        { "$let": {
+            "vars": { "live": live_entries() },
+            "in": { "$let": {
+                "vars": { "next": { "$first": entries_without("$$live", f(field::OWNER)) } },
+                "in": { "$cond": [
+                    { "$eq": [{ "$type": "$$next" }, "object"] },
+                    handed,
+                    { "$cond": [nobody_waits, released, "$$ROOT"] },
+                ]},
+            }},
+        }},
         "$$ROOT",
     ]}}]
 }

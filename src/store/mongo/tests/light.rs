@@ -381,6 +381,105 @@ async fn the_light_release_writes_the_general_releases_document_and_defers_to_it
     env.drop().await;
 }
 
+/// Another manager's owner registered in the queue of waiting owners (by
+/// its general acquire, with a payload): the light release hands it the
+/// key in its one write, leaving the document the general release leaves
+/// (the next token, the entry's lease id and payload, no queue, mark nor
+/// yield), restated; with a lease id no longer held, it changes nothing.
+#[tokio::test]
+async fn the_light_release_hands_the_key_to_a_registered_owner_as_the_general_release_does() {
+    let env = Env::new().await;
+    let b = MongoStore::new(
+        &env.db,
+        &env.collection,
+        "b".into(),
+        Duration::from_millis(TTL_MS as u64),
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+    );
+    let payload = doc! { "job": 7 };
+    let mut handed = Vec::new();
+    for key in ["light", "general"] {
+        let lease = env.take(key).await;
+        let registered = Uuid::new_v4();
+        let outcome = b
+            .acquire_once(
+                key.into(),
+                registered,
+                true,
+                TTL_MS,
+                None,
+                Some(payload.clone()),
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, AcquireOutcome::Held { .. }),
+            "{outcome:?}"
+        );
+        let before = env.get(key).await.unwrap();
+        assert!(before.contains_key(field::QUEUE) && before.contains_key(field::WAITING_SINCE));
+        handed.push((lease, registered, before.get_i64(field::TOKEN).unwrap()));
+    }
+    env.commands.take("update");
+    assert_eq!(
+        env.store.release_light_command(&handed[0].0).await.unwrap(),
+        1
+    );
+    assert_eq!(env.commands.take("update"), 1);
+    let general = &handed[1].0;
+    let selection = Selection::Leases {
+        owner: "a",
+        ids: vec![general.lease_id],
+    };
+    let filter = holder_filter("a", std::slice::from_ref(general));
+    let count = env
+        .store
+        .release_matching(filter, &selection, true, false)
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    let (light_doc, general_doc) = (
+        env.get("light").await.unwrap(),
+        env.get("general").await.unwrap(),
+    );
+    assert_eq!(names(&light_doc), names(&general_doc));
+    for (doc, (_, registered, token)) in [&light_doc, &general_doc].into_iter().zip(&handed) {
+        assert_eq!(doc.get_str(field::OWNER), Ok("b"), "{doc}");
+        assert_eq!(doc.get(field::LEASE_ID), Some(&bson_lease_id(*registered)));
+        assert!(doc.get_i64(field::TOKEN).unwrap() > *token, "{doc}");
+        assert_eq!(doc.get_document(field::PAYLOAD), Ok(&payload), "{doc}");
+        assert_eq!(doc.get_i64(field::TRANSITIONS), Ok(1), "{doc}");
+        for gone in [field::QUEUE, field::WAITING_SINCE, field::YIELD_UNTIL] {
+            assert!(!doc.contains_key(gone), "{gone}: {doc}");
+        }
+        assert_eq!(*doc, restated(doc.clone()));
+    }
+    // Sent again (its first send landed): nothing left to write.
+    assert_eq!(
+        env.store.release_light_command(&handed[0].0).await.unwrap(),
+        0
+    );
+    assert_eq!(env.get("light").await.unwrap(), light_doc, "unchanged");
+    // Landing late, after this owner took the key again and another
+    // registered: the newer lease keeps the key.
+    let old = env.take("late").await;
+    assert_eq!(env.release(std::slice::from_ref(&old)).await, [1]);
+    env.take("late").await;
+    let outcome = b
+        .acquire_once("late".into(), Uuid::new_v4(), true, TTL_MS, None, None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, AcquireOutcome::Held { .. }),
+        "{outcome:?}"
+    );
+    let before = env.get("late").await.unwrap();
+    assert_eq!(env.store.release_light_command(&old).await.unwrap(), 0);
+    assert_eq!(env.get("late").await.unwrap(), before, "unchanged");
+    env.drop().await;
+}
+
 /// The light release's answer is `nModified`: a lease it no longer finds
 /// (another owner's lease now, in a document whose restated fields lag,
 /// e.g. written before they existed) is 0 and the document unchanged, and a
