@@ -1,7 +1,6 @@
-//! The light forms ("Light forms for keys nobody waits for" in `store`,
-//! whose "Grouped" says how their writes are grouped): when the actor
-//! tries one, the group commit's queues, and the memory of the keys where
-//! they do not apply.
+//! The light forms ("Light forms" in `store`, whose "Grouped" says how
+//! their writes are grouped): when the actor tries one, the group commit's
+//! queues, and the memory of the keys where they do not apply.
 //!
 //! **When.** Where the place's store has the form
 //! (`StoreProfile::light_forms`):

@@ -1,6 +1,5 @@
 //! Handoff to a local waiter (`Store::handoff`, "Handoff to a local
-//! waiter" and, for its form, "Light forms for keys nobody waits for" in
-//! `store`).
+//! waiter" and, for its form, "Light forms" in `store`).
 //!
 //! The handoff is the key's one attempt (`Attempt::InFlight`, under
 //! `KeyState::next_lease_id`, sent with the first waiter's TTL and shape)

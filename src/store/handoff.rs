@@ -21,7 +21,7 @@ pub(crate) struct Handoff {
     /// after the server's now.
     pub to: Uuid,
     pub ttl: Duration,
-    /// The light form ("Light forms for keys nobody waits for"), sent only
+    /// The light form ("Light forms"), sent only
     /// where the store has it
     /// ([`StoreProfile::light_forms`](super::StoreProfile::light_forms))
     /// and the key was not contended lately: it hands the key over or

@@ -16,8 +16,8 @@ use crate::lock_id_fields::LockIdFields;
 pub(crate) struct StoreProfile {
     /// Where this store's locks live.
     pub place: Arc<LockPlace>,
-    /// Which light forms this store has ("Light forms for keys nobody
-    /// waits for"): the actor tries [`Store::acquire_light`](super::Store::acquire_light)
+    /// Which light forms this store has ("Light forms"): the actor tries
+    /// [`Store::acquire_light`](super::Store::acquire_light)
     /// and [`Store::release_light`](super::Store::release_light) first only
     /// where the store has them.
     pub light_forms: LightForms,

@@ -40,10 +40,10 @@
 //!   ([`release_or_hand_over`]: handed to that entry, announced as its
 //!   acquisition; else `exp = min(exp, now)`, `lid` removed, announced as
 //!   a release); any other document unchanged.
-//! - **A batch of one** is the light release alone: one call, released if
-//!   the statement applied, else not applied; a failed call is the
-//!   release's error (the twin does not model `MongoStore`'s retries of
-//!   its own command, see the module docs of `memory`).
+//! - **A batch of one** is the light release alone: one call, sent again
+//!   after a transient failure as `MongoStore`'s (`store::retried`);
+//!   released if the statement applied, else not applied, and not applied
+//!   after a resend that found nothing (`lone_release_answer`).
 //! - **A batch of more** is one call that applies the statement to each
 //!   lease's document and counts those modified; unless all were, it reads
 //!   the documents (in the same call: the twin's read sees no write in
@@ -51,9 +51,9 @@
 //!   with the shared [`release_outcomes`]. A failed call leaves every lease
 //!   to the general release, as `MongoStore`'s batch (not "unknown": a
 //!   lease the general release no longer finds is reported lost).
-//! - Not released, or unknown: the actor sends the general release, and
-//!   counts a lease it no longer finds after an unknown outcome as
-//!   released.
+//! - Not released, or unknown: the actor sends the general release,
+//!   which reports a lease it no longer finds lost (property 7 of
+//!   docs/safety.md: a doubt reports a loss, never the reverse).
 //!
 //! Each acquire call is one [`Op::Acquire`], each release call one
 //! [`Op::Release`], for the fault plan and the counters.

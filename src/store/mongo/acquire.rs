@@ -2,10 +2,9 @@
 //! picks among them ([`MongoStore::acquire_once`] for an exclusive lease,
 //! [`MongoStore::acquire_shape`] for any kind), with how each reply is read:
 //! the general form ([`acquire_pipeline`], [`multi_acquire_pipeline`]) and
-//! the light form ([`light_acquire_update`]), as "Light forms for keys
-//! nobody waits for" in `store` specifies. What the light form does not
-//! settle goes on to the general form, which recognises a landed light
-//! write as a retry (B7).
+//! the light form ([`light_acquire_update`]), as "Light forms" in `store`
+//! specifies. What the light form does not settle goes on to the general
+//! form, which recognises a landed light write as a retry (B7).
 
 use super::handle::{MongoStore, is_duplicate_key, reread_after, ttl_ms};
 use super::handoff::{e, entries_without, live_entries, or_remove};
@@ -253,8 +252,8 @@ pub(super) fn exclusive_waiter_mark(owner: &str, ttl_ms: i64) -> (Document, Docu
     (shared_live, marked)
 }
 
-/// The light acquire's update ("Light forms for keys nobody waits for" in
-/// `store`), under the lease id `$$lid`.
+/// The light acquire's update ("Light forms" in `store`), under the lease
+/// id `$$lid`.
 pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
     let lid = LID;
     let free = doc! { "$and": [

@@ -3,8 +3,8 @@
 //! deletes (the `Store` implementation picks by the caller's [`Release`](crate::store::Release)):
 //! the general release ([`release_any_update`]; "Fairness between owners",
 //! "Queue of waiting owners", "Holding at least" in `store`), the light
-//! release ([`light_release_update`]; "Light forms for keys nobody waits
-//! for"), delete mode ([`deletable_filter`], [`released_filter`]) and force
+//! release ([`light_release_update`]; "Light forms"), delete mode
+//! ([`deletable_filter`], [`released_filter`]) and force
 //! release ([`force_release_update`], [`foreign_filter`]). Each write is
 //! idempotent and retried after a transient failure ([`retried`]).
 
