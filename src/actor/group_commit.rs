@@ -9,13 +9,16 @@
 //!   form was sent for it, or a light form did not apply to it, within
 //!   `Timing::contended_for`, as the spec says);
 //! - a light release for an exclusive lease not deleted at once (keep
-//!   mode, or a lease too young for delete mode's delete), on a key no
-//!   light release missed within `Timing::contended_for`
-//!   ([`Actor::light_release_missed`]). Another owner registered in the
-//!   key's queue does not stop it: the light release hands the key to it,
-//!   as the general release would. A lease given back, which the manager
-//!   does not know it holds (`release::Holding`), also needs a key not
-//!   contended, as the other forms.
+//!   mode, or a lease too young for delete mode's delete), on a key the
+//!   light release's form that hands over did not miss within
+//!   `Timing::contended_for` ([`Actor::light_release_missed`]). On a
+//!   contended key it goes in that form, which also hands the key to a
+//!   registered owner of another manager as the general release would,
+//!   and which `mongod` takes longer to parse; elsewhere in the form for
+//!   keys nobody waits for, whose miss makes the key contended. A lease
+//!   given back, which the manager does not know it holds
+//!   (`release::Holding`), also needs a key not contended, as the other
+//!   forms.
 //!
 //! **Answers.** One the light form did not settle goes on to the general
 //! form under the same lease id, which decides; after an unknown outcome

@@ -365,9 +365,12 @@ impl Actor {
 
     fn send_light_releases(&mut self, place: Place, batch: Vec<PendingRelease>, grouped: bool) {
         let leases = batch.iter().map(|p| p.lease.clone()).collect();
-        let call = self.store(place).release_light(leases);
+        // The form that hands a key over where one of them may have a
+        // registered owner: a contended key (`group_commit`).
+        let hands_over = batch.iter().any(|p| self.is_contended(&p.key));
+        let call = self.store(place).release_light(leases, hands_over);
         self.spawn_store(call, move |actor, answers| {
-            actor.on_light_released(place, batch, grouped, answers)
+            actor.on_light_released(place, (batch, hands_over), grouped, answers)
         });
     }
 
@@ -376,7 +379,7 @@ impl Actor {
     pub(super) fn on_light_released(
         &mut self,
         place: Place,
-        batch: Vec<PendingRelease>,
+        (batch, hands_over): (Vec<PendingRelease>, bool),
         grouped: bool,
         answers: Vec<LightRelease>,
     ) {
@@ -402,7 +405,13 @@ impl Actor {
                 }
                 LightRelease::NotApplied => {}
             }
-            self.note_light_release_missed(&key);
+            // The form that hands over missed too: the key goes to the
+            // general release for a while; the other form may have missed
+            // only a registered owner, which that one serves.
+            match hands_over {
+                true => self.note_light_release_missed(&key),
+                false => self.note_contended(&key),
+            }
             // The general release decides: a lease it no longer finds is
             // lost, whether or not a light write of unknown outcome ended it
             // (property 7: a doubt reports a loss, never the reverse).

@@ -52,9 +52,18 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// (a batch decided by
     /// [`release_outcomes`](super::light_release::release_outcomes)). A
     /// lease not [`LightRelease::Released`] goes on to the general
-    /// [`Store::release`]. The default (a store without the light release):
-    /// none applied, nothing sent.
-    fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
+    /// [`Store::release`]. With `hands_over`, the form that also hands a
+    /// key to the first registered owner of another manager, as the
+    /// general release would; without, the form that applies only where
+    /// nobody waits, lighter for the server to parse ("Light forms" in
+    /// `store`). The default (a store without the light release): none
+    /// applied, nothing sent.
+    fn release_light(
+        &self,
+        leases: Vec<LeaseRef>,
+        hands_over: bool,
+    ) -> BoxFuture<'static, Vec<LightRelease>> {
+        let _ = hands_over;
         let answers = leases.iter().map(|_| LightRelease::NotApplied).collect();
         Box::pin(futures::future::ready(answers))
     }

@@ -34,12 +34,12 @@
 //! **Release.**
 //! - **The light statement** (`mongo::release`'s `light_release_update`) on a
 //!   document: if it holds the lease (its `aid` and `lid`) and has no
-//!   minimum hold (`hl`), lock-delay (`nb`), holders nor permits, and
-//!   either a live entry of another owner in its queue or no queue and no
-//!   waiting mark (`wt`), the general release's rule
-//!   ([`release_or_hand_over`]: handed to that entry, announced as its
-//!   acquisition; else `exp = min(exp, now)`, `lid` removed, announced as
-//!   a release); any other document unchanged.
+//!   minimum hold (`hl`), holders nor permits, and either no queue and no
+//!   waiting mark (`wt`), or, in the form that hands over, no lock-delay
+//!   (`nb`) and a live entry of another owner in its queue, the general
+//!   release's rule ([`release_or_hand_over`]: handed to that entry,
+//!   announced as its acquisition; else `exp = min(exp, now)`, `lid`
+//!   removed, announced as a release); any other document unchanged.
 //! - **A batch of one** is the light release alone: one call, sent again
 //!   after a transient failure as `MongoStore`'s (`store::retried`);
 //!   released if the statement applied, else not applied, and not applied
@@ -115,13 +115,14 @@ fn light_acquire(
     Some(token)
 }
 
-/// Applies the light release statement of `owner` to `lease`'s document
-/// at `now`; whether it modified it.
+/// Applies the light release statement of `owner` (the form that
+/// `hands_over`, or not) to `lease`'s document at `now`; whether it
+/// modified it.
 fn light_release(
     coll: &mut Collection,
     db: &MemoryDb,
-    lease: &LeaseRef,
-    owner: &str,
+    (lease, owner): (&LeaseRef, &str),
+    hands_over: bool,
     now: tokio::time::Instant,
     yield_window: std::time::Duration,
 ) -> bool {
@@ -132,11 +133,12 @@ fn light_release(
     let ours = doc.owner == owner
         && doc.lease_id == Some(lease.lease_id)
         && doc.hold_until.is_none()
-        && doc.not_before.is_none()
         && doc.holders.is_empty()
         && doc.permits.is_none();
-    let registered = doc.live_queue(now).any(|w| w.owner != doc.owner);
-    if !ours || !(registered || doc.queue.is_empty() && doc.waiting_since.is_none()) {
+    let nobody_waits = doc.queue.is_empty() && doc.waiting_since.is_none();
+    let registered =
+        hands_over && doc.not_before.is_none() && doc.live_queue(now).any(|w| w.owner != doc.owner);
+    if !ours || !(nobody_waits || registered) {
         return false;
     }
     match release_or_hand_over(doc, (now, floor), yield_window) {
@@ -218,21 +220,33 @@ impl MemoryStore {
     /// The light releases of `leases` (exclusive, of distinct keys): the
     /// light release's own call for one, one call for more; one answer
     /// each, in order (see the module docs).
-    pub(super) async fn light_releases(self, leases: Vec<LeaseRef>) -> Vec<LightRelease> {
+    pub(super) async fn light_releases(
+        self,
+        leases: Vec<LeaseRef>,
+        hands_over: bool,
+    ) -> Vec<LightRelease> {
         match <[LeaseRef; 1]>::try_from(leases) {
-            Ok([lease]) => vec![self.release_light_alone(lease).await],
-            Err(leases) => self.release_light_batch(leases).await,
+            Ok([lease]) => vec![self.release_light_alone(lease, hands_over).await],
+            Err(leases) => self.release_light_batch(leases, hands_over).await,
         }
     }
 
     /// The light release's own call for `lease`, sent again after a
     /// transient failure, as `MongoStore`'s.
-    async fn release_light_alone(&self, lease: LeaseRef) -> LightRelease {
+    async fn release_light_alone(&self, lease: LeaseRef, hands_over: bool) -> LightRelease {
         let yield_window = self.yield_window;
         let call = || {
             let (db, owner, lease) = (self.db.clone(), self.owner.clone(), lease.clone());
             let call = self.run(Op::Release, vec![lease.key.clone()], move |coll, now| {
-                Ok(light_release(coll, &db, &lease, &owner, now, yield_window))
+                let lease = (&lease, owner.as_str());
+                Ok(light_release(
+                    coll,
+                    &db,
+                    lease,
+                    hands_over,
+                    now,
+                    yield_window,
+                ))
             });
             async move { call.await.map(u64::from) }
         };
@@ -241,7 +255,11 @@ impl MemoryStore {
 
     /// The light releases of `leases` (of distinct keys) in one call (see
     /// the module docs); one answer each, in order.
-    async fn release_light_batch(&self, leases: Vec<LeaseRef>) -> Vec<LightRelease> {
+    async fn release_light_batch(
+        &self,
+        leases: Vec<LeaseRef>,
+        hands_over: bool,
+    ) -> Vec<LightRelease> {
         let n = leases.len();
         let all = |outcome: fn() -> LightRelease| (0..n).map(|_| outcome()).collect();
         let (db, owner) = (self.db.clone(), self.owner.clone());
@@ -250,7 +268,10 @@ impl MemoryStore {
         let call = self.run(Op::Release, keys, move |coll, now| {
             let modified = leases
                 .iter()
-                .filter(|lease| light_release(coll, &db, lease, &owner, now, yield_window))
+                .filter(|lease| {
+                    let lease = (*lease, owner.as_str());
+                    light_release(coll, &db, lease, hands_over, now, yield_window)
+                })
                 .count() as u64;
             if modified == leases.len() as u64 {
                 return Ok(None);

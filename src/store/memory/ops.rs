@@ -315,8 +315,12 @@ impl Store for MemoryStore {
         self.clone().light_acquires(requests).boxed()
     }
 
-    fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
-        self.clone().light_releases(leases).boxed()
+    fn release_light(
+        &self,
+        leases: Vec<LeaseRef>,
+        hands_over: bool,
+    ) -> BoxFuture<'static, Vec<LightRelease>> {
+        self.clone().light_releases(leases, hands_over).boxed()
     }
 
     /// By the rule of `rules`: one form, the general one (the twin has no

@@ -79,9 +79,13 @@ impl Store for MongoStore {
         async move { store.light_acquires(requests).await }.boxed()
     }
 
-    fn release_light(&self, leases: Vec<LeaseRef>) -> BoxFuture<'static, Vec<LightRelease>> {
+    fn release_light(
+        &self,
+        leases: Vec<LeaseRef>,
+        hands_over: bool,
+    ) -> BoxFuture<'static, Vec<LightRelease>> {
         let store = self.clone();
-        async move { store.light_releases(leases).await }.boxed()
+        async move { store.light_releases(leases, hands_over).await }.boxed()
     }
 
     fn documents(

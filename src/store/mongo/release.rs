@@ -19,7 +19,8 @@ use super::read::projected_info;
 use super::renew::holder_filter;
 use super::rules::{
     LID, LockPath, bson_lease_id, entries, entry_among, entry_live, entry_of_owner, f, has_holders,
-    lease_ids, missing, next_token, restated_after, restated_seconds, root_with,
+    lease_ids, missing, next_token, ours_and_nobody_else_waits, restated_after, restated_seconds,
+    root_with,
 };
 use crate::config::ReleaseMode;
 use crate::error::Result;
@@ -251,18 +252,21 @@ pub(super) fn force_release_update(
 
 /// The light release's update, of the document of the released lease's
 /// key (its `_id` alone, B26). If it holds the exclusive lease `$$lid` of
-/// `owner`, with no minimum hold, lock-delay, holders nor permits:
-/// - handed to the first live entry of another owner in its queue of
-///   waiting owners, as the general release hands it
-///   ([`handed_fields`]; "Queue of waiting owners" in `store`);
-/// - otherwise, with no queue and no waiting mark, `exp = min(exp,
-///   $$NOW)` and `lid` removed.
+/// `owner`:
+/// - with no queue, waiting mark, minimum hold, holders nor permits,
+///   `exp = min(exp, $$NOW)` and `lid` removed;
+/// - with `hands_over`, also where the queue of waiting owners has a live
+///   entry of another owner and there is no minimum hold, lock-delay,
+///   holders nor permits: handed to the first such entry, as the general
+///   release hands it ([`handed_fields`]; "Queue of waiting owners" in
+///   `store`). A larger update, which `mongod` parses at every release:
+///   the actor asks for it only on a contended key.
 ///
 /// Any other document unchanged (`nModified` 0): the general release
 /// decides. Either way the fields other clients read are restated in this
 /// write, not by a last stage: a document it leaves alone must stay
 /// unchanged, since `nModified` is the answer.
-pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
+pub(super) fn light_release_update(owner: &str, hands_over: bool) -> Vec<Document> {
     let expires = doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] };
     let released = root_with(
         doc! {
@@ -272,6 +276,13 @@ pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
         },
         &[field::LEASE_ID],
     );
+    if !hands_over {
+        return vec![doc! { "$replaceWith": { "$cond": [
+            ours_and_nobody_else_waits(owner, LID, vec![]),
+            released,
+            "$$ROOT",
+        ]}}];
+    }
     // The next holder `$$next`, its token `$$tok` and expiry `$$exp`: the
     // general release's handoff stage, and the restated fields after it.
     let entry = |name: &str| Bson::from(format!("$$next.{name}"));
@@ -285,8 +296,11 @@ pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
         field::TTL_SECONDS,
         restated_seconds("$$exp", "$$NOW", "$$tok"),
     );
+    // Every field the handoff removes, or sets from the entry (an entry
+    // without a lease id then leaves none, as the general release).
     let mut kept = Bson::from("$$ROOT");
     for name in [
+        field::LEASE_ID,
         field::QUEUE,
         field::WAITING_SINCE,
         field::YIELD_UNTIL,
@@ -309,7 +323,6 @@ pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
         { "$eq": [f(field::LEASE_ID), LID] },
         missing(field::OTHER_OWNER),
         missing(field::HOLD_UNTIL),
-        missing(field::NOT_BEFORE),
         missing(field::HOLDERS),
         missing(field::PERMITS),
     ]};
@@ -320,7 +333,10 @@ pub(super) fn light_release_update(owner: &str) -> Vec<Document> {
             "in": { "$let": {
                 "vars": { "next": { "$first": entries_without("$$live", f(field::OWNER)) } },
                 "in": { "$cond": [
-                    { "$eq": [{ "$type": "$$next" }, "object"] },
+                    { "$and": [
+                        { "$eq": [{ "$type": "$$next" }, "object"] },
+                        missing(field::NOT_BEFORE),
+                    ]},
                     handed,
                     { "$cond": [nobody_waits, released, "$$ROOT"] },
                 ]},
@@ -404,8 +420,12 @@ impl MongoStore {
     /// apply; 0 after a write error too, so that the general release that
     /// follows decides, and reports the error if the server refuses it
     /// again. Idempotent: the first write that lands removes `lid`.
-    pub(super) async fn release_light_command(&self, lease: &LeaseRef) -> Result<u64> {
-        let update = encode_pipeline(&light_release_update(self.owner()))?;
+    pub(super) async fn release_light_command(
+        &self,
+        lease: &LeaseRef,
+        hands_over: bool,
+    ) -> Result<u64> {
+        let update = encode_pipeline(&light_release_update(self.owner(), hands_over))?;
         let mut statements = RawArrayBuf::new();
         statements.push(rawdoc! { "q": raw_key_filter(&lease.key)?, "u": update, "multi": false });
         let mut command = update_statements(self.coll().name(), statements, true);
@@ -417,10 +437,14 @@ impl MongoStore {
     /// The light releases of `leases` (exclusive, of distinct keys; string
     /// keys if more than one): the light form's own command for one, one
     /// batch for more ([`MongoStore::release_light_batch`]); one answer each, in order.
-    pub(super) async fn light_releases(&self, leases: Vec<LeaseRef>) -> Vec<LightRelease> {
+    pub(super) async fn light_releases(
+        &self,
+        leases: Vec<LeaseRef>,
+        hands_over: bool,
+    ) -> Vec<LightRelease> {
         match &leases[..] {
-            [lease] => vec![self.release_light_alone(lease).await],
-            _ => self.release_light_batch(&leases).await,
+            [lease] => vec![self.release_light_alone(lease, hands_over).await],
+            _ => self.release_light_batch(&leases, hands_over).await,
         }
     }
 
@@ -428,16 +452,25 @@ impl MongoStore {
     /// transient failure: one sent again that finds nothing is not applied
     /// (an operator may have ended the lease before it; the general release
     /// decides).
-    pub(super) async fn release_light_alone(&self, lease: &LeaseRef) -> LightRelease {
-        lone_release_answer(retried("release", || self.release_light_command(lease)).await)
+    pub(super) async fn release_light_alone(
+        &self,
+        lease: &LeaseRef,
+        hands_over: bool,
+    ) -> LightRelease {
+        let send = || self.release_light_command(lease, hands_over);
+        lone_release_answer(retried("release", send).await)
     }
 
     /// The light releases of `leases` (of distinct string keys) in one
     /// `update`, and one `find` unless all applied (see the module docs);
     /// one answer each, in order.
-    pub(super) async fn release_light_batch(&self, leases: &[LeaseRef]) -> Vec<LightRelease> {
+    pub(super) async fn release_light_batch(
+        &self,
+        leases: &[LeaseRef],
+        hands_over: bool,
+    ) -> Vec<LightRelease> {
         let all = |outcome: fn() -> LightRelease| leases.iter().map(|_| outcome()).collect();
-        let Ok(update) = encode_pipeline(&light_release_update(self.owner())) else {
+        let Ok(update) = encode_pipeline(&light_release_update(self.owner(), hands_over)) else {
             return all(|| LightRelease::NotApplied);
         };
         let mut statements = RawArrayBuf::new();

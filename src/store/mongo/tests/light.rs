@@ -123,9 +123,9 @@ impl Env {
     /// for each lease the light form did not release. How many each
     /// released.
     async fn release(&self, leases: &[LeaseRef]) -> Vec<u64> {
-        let mut answers = self.store.light_releases(leases[..1].to_vec()).await;
+        let mut answers = self.store.light_releases(leases[..1].to_vec(), false).await;
         if leases.len() > 1 {
-            answers.extend(self.store.light_releases(leases[1..].to_vec()).await);
+            answers.extend(self.store.light_releases(leases[1..].to_vec(), false).await);
         }
         let mut counts = Vec::new();
         for (lease, answer) in leases.iter().zip(answers) {
@@ -382,8 +382,9 @@ async fn the_light_release_writes_the_general_releases_document_and_defers_to_it
 }
 
 /// Another manager's owner registered in the queue of waiting owners (by
-/// its general acquire, with a payload): the light release hands it the
-/// key in its one write, leaving the document the general release leaves
+/// its general acquire, with a payload): the light release's form that
+/// hands over hands it the key in its one write (the other form changes
+/// nothing), leaving the document the general release leaves
 /// (the next token, the entry's lease id and payload, no queue, mark nor
 /// yield), restated; with a lease id no longer held, it changes nothing.
 #[tokio::test]
@@ -421,9 +422,17 @@ async fn the_light_release_hands_the_key_to_a_registered_owner_as_the_general_re
         assert!(before.contains_key(field::QUEUE) && before.contains_key(field::WAITING_SINCE));
         handed.push((lease, registered, before.get_i64(field::TOKEN).unwrap()));
     }
+    // The form for keys nobody waits for leaves it to the general release.
+    let before = env.get("light").await.unwrap();
+    let sent = env.store.release_light_command(&handed[0].0, false);
+    assert_eq!(sent.await.unwrap(), 0);
+    assert_eq!(env.get("light").await.unwrap(), before, "unchanged");
     env.commands.take("update");
     assert_eq!(
-        env.store.release_light_command(&handed[0].0).await.unwrap(),
+        env.store
+            .release_light_command(&handed[0].0, true)
+            .await
+            .unwrap(),
         1
     );
     assert_eq!(env.commands.take("update"), 1);
@@ -457,7 +466,10 @@ async fn the_light_release_hands_the_key_to_a_registered_owner_as_the_general_re
     }
     // Sent again (its first send landed): nothing left to write.
     assert_eq!(
-        env.store.release_light_command(&handed[0].0).await.unwrap(),
+        env.store
+            .release_light_command(&handed[0].0, true)
+            .await
+            .unwrap(),
         0
     );
     assert_eq!(env.get("light").await.unwrap(), light_doc, "unchanged");
@@ -475,7 +487,10 @@ async fn the_light_release_hands_the_key_to_a_registered_owner_as_the_general_re
         "{outcome:?}"
     );
     let before = env.get("late").await.unwrap();
-    assert_eq!(env.store.release_light_command(&old).await.unwrap(), 0);
+    assert_eq!(
+        env.store.release_light_command(&old, true).await.unwrap(),
+        0
+    );
     assert_eq!(env.get("late").await.unwrap(), before, "unchanged");
     env.drop().await;
 }
@@ -496,11 +511,17 @@ async fn a_light_release_that_does_not_apply_changes_nothing_even_a_document_not
         .replace_one(doc! { "_id": "k" }, theirs.clone())
         .await
         .unwrap();
-    assert_eq!(env.store.release_light_command(&ours).await.unwrap(), 0);
+    assert_eq!(
+        env.store.release_light_command(&ours, false).await.unwrap(),
+        0
+    );
     assert_eq!(env.get("k").await.unwrap(), theirs, "unchanged");
 
     let ours = env.take("m").await;
-    assert_eq!(env.store.release_light_command(&ours).await.unwrap(), 1);
+    assert_eq!(
+        env.store.release_light_command(&ours, false).await.unwrap(),
+        1
+    );
     let released = env.get("m").await.unwrap();
     assert_eq!(
         released,
@@ -816,7 +837,7 @@ async fn a_force_released_lease_in_a_failed_grouped_release_is_reported_lost() {
     take_all(&env, &leases).await;
     force_release(&env, "u1").await;
     close_next(&env, "update").await;
-    let outcomes = env.store.release_light_batch(&leases).await;
+    let outcomes = env.store.release_light_batch(&leases, false).await;
     assert!(
         outcomes
             .iter()

@@ -56,6 +56,7 @@ pub(super) enum Op {
     LightRelease {
         owner: usize,
         leases: Vec<LeaseRef>,
+        hands_over: bool,
     },
     ReleaseTooYoungToDelete {
         owner: usize,
@@ -590,7 +591,12 @@ impl Gen {
             false => self.leases_of(world, owner, 1, true),
         };
         let leases: Vec<LeaseRef> = leases.iter().map(Used::lease).collect();
-        (!leases.is_empty()).then_some(Op::LightRelease { owner, leases })
+        let hands_over = self.rng.random_bool(0.5);
+        (!leases.is_empty()).then_some(Op::LightRelease {
+            owner,
+            leases,
+            hands_over,
+        })
     }
 
     /// Exclusive leases of `owner` on distinct string keys for a group:
@@ -959,10 +965,16 @@ pub(super) async fn apply(world: &World, op: &Op) -> Answers {
         Op::Release { owner, leases } => {
             both!(owner, |s| s.release_by_id(leases.clone()), Reply::count)
         }
-        Op::LightRelease { owner, leases } => {
-            both!(owner, |s| s.release_light(leases.clone()), |r: &Vec<_>| {
-                Reply::light_released(r)
-            })
+        Op::LightRelease {
+            owner,
+            leases,
+            hands_over,
+        } => {
+            both!(
+                owner,
+                |s| s.release_light(leases.clone(), *hands_over),
+                |r: &Vec<_>| { Reply::light_released(r) }
+            )
         }
         Op::ReleaseTooYoungToDelete { owner, lease } => {
             both!(
