@@ -143,6 +143,20 @@ impl Env {
         counts
     }
 
+    /// The general release of `lease` alone (its pipeline, not the light
+    /// form first): how many leases it released.
+    async fn release_general(&self, lease: &LeaseRef) -> u64 {
+        let selection = Selection::Leases {
+            owner: "a",
+            ids: vec![lease.lease_id],
+        };
+        let filter = holder_filter("a", std::slice::from_ref(lease));
+        self.store
+            .release_matching(filter, &selection, true, false)
+            .await
+            .unwrap()
+    }
+
     async fn drop(self) {
         self.raw().drop().await.unwrap();
     }
@@ -342,17 +356,7 @@ async fn the_light_release_writes_the_general_releases_document_and_defers_to_it
     let light = env.take("light").await;
     let general = env.take("general").await;
     assert_eq!(env.release(std::slice::from_ref(&light)).await, [1]);
-    let selection = Selection::Leases {
-        owner: "a",
-        ids: vec![general.lease_id],
-    };
-    let filter = holder_filter("a", std::slice::from_ref(&general));
-    let count = env
-        .store
-        .release_matching(filter, &selection, true, false)
-        .await
-        .unwrap();
-    assert_eq!(count, 1);
+    assert_eq!(env.release_general(&general).await, 1);
     let (light_doc, general_doc) = (
         env.get("light").await.unwrap(),
         env.get("general").await.unwrap(),
@@ -437,17 +441,7 @@ async fn the_light_release_hands_the_key_to_a_registered_owner_as_the_general_re
     );
     assert_eq!(env.commands.take("update"), 1);
     let general = &handed[1].0;
-    let selection = Selection::Leases {
-        owner: "a",
-        ids: vec![general.lease_id],
-    };
-    let filter = holder_filter("a", std::slice::from_ref(general));
-    let count = env
-        .store
-        .release_matching(filter, &selection, true, false)
-        .await
-        .unwrap();
-    assert_eq!(count, 1);
+    assert_eq!(env.release_general(general).await, 1);
     let (light_doc, general_doc) = (
         env.get("light").await.unwrap(),
         env.get("general").await.unwrap(),
