@@ -112,16 +112,17 @@ impl Actor {
         self.contended.insert(key.clone(), Instant::now());
     }
 
-    /// Whether a light release of `key` did not apply lately (see the
-    /// module docs).
+    /// Whether the light release's form that hands over did not apply to
+    /// `key` lately (see the module docs).
     pub(super) fn light_release_missed(&self, key: &PlacedKey) -> bool {
         self.light_release_missed
             .get(key)
             .is_some_and(|at| at.elapsed() < self.timing.contended_for)
     }
 
-    /// Remembers that a light release of `key` did not apply now: the key
-    /// goes to the general form, for releases and the other forms alike.
+    /// Remembers that the light release's form that hands over did not
+    /// apply to `key` now: the key goes to the general form, for releases
+    /// and the other forms alike.
     pub(super) fn note_light_release_missed(&mut self, key: &PlacedKey) {
         self.light_release_missed
             .insert(key.clone(), Instant::now());

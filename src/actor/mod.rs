@@ -163,8 +163,8 @@ pub(crate) struct Actor {
     /// Keys the general form was sent for lately, or a light form did not
     /// apply to, with when (see `group_commit`); pruned at each heartbeat.
     contended: HashMap<PlacedKey, Instant>,
-    /// Keys a light release did not apply to lately, with when (see
-    /// `group_commit`); pruned at each heartbeat.
+    /// Keys the light release's form that hands over did not apply to
+    /// lately, with when (see `group_commit`); pruned at each heartbeat.
     light_release_missed: HashMap<PlacedKey, Instant>,
     /// The held leases bound to more than themselves (a named holder,
     /// re-entries, a group), by lease id; none for a lease bound to nothing
