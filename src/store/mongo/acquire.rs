@@ -9,12 +9,12 @@
 use super::handle::{MongoStore, is_duplicate_key, reread_after, ttl_ms};
 use super::handoff::{e, entries_without, live_entries, or_remove};
 use super::raw::{
-    encode_pipeline, encoding, raw_key_filter, raw_lets, reply_value, update_statements,
+    encode_pipeline, encoding, raw_key_filter, raw_lets_with_ttl, reply_value, update_statements,
 };
 use super::rules::{
-    LID, LockPath, acquired_token, bson_lease_id, entries, entry_is, entry_live, f, has_holders,
-    inserted, key_filter, missing, next_token, our_layout, read_lease_id, restated_after,
-    restated_seconds, this, transitions_after, yielded_by,
+    LID, LockPath, TTL, acquired_token, bson_lease_id, entries, entry_is, entry_live, f,
+    has_holders, inserted, key_filter, missing, next_token, our_layout, read_lease_id,
+    restated_after, restated_seconds, this, transitions_after, yielded_by,
 };
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
@@ -24,7 +24,9 @@ use crate::store::light_acquire::{Found, acquired};
 use crate::store::light_acquire::{LightAcquire, LightAcquired};
 use crate::store::replies::{FIRST_EXPIRY, LIVE, MINE, YIELDED, classify_multi};
 use crate::store::{AcquireOutcome, AcquireRequest, MAX_QUEUE, field, is_our_layout, replies};
-use mongodb::bson::{Bson, Document, RawArrayBuf, RawDocumentBuf, doc, rawdoc};
+use mongodb::bson::{
+    Bson, Document, RawArray, RawArrayBuf, RawDocument, RawDocumentBuf, doc, rawdoc,
+};
 use tokio::time::Instant;
 use uuid::Uuid;
 /// The live entries of `hs` other than `lease_id` of `owner`.
@@ -253,8 +255,8 @@ pub(super) fn exclusive_waiter_mark(owner: &str, ttl_ms: i64) -> (Document, Docu
 }
 
 /// The light acquire's update ("Light forms" in `store`), under the lease
-/// id `$$lid`.
-pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
+/// id `$$lid`, expiring `$$ttl` milliseconds after `$$NOW`.
+pub(super) fn light_acquire_update(owner: &str) -> Vec<Document> {
     let lid = LID;
     let free = doc! { "$and": [
         our_layout(),
@@ -276,13 +278,13 @@ pub(super) fn light_acquire_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
         field::TOKEN: next_token(),
         field::ACQUIRED_AT: "$$NOW",
         field::RENEWED_AT: "$$NOW",
-        field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+        field::EXPIRES_AT: { "$add": ["$$NOW", TTL] },
         field::TRANSITIONS: transitions_after(doc! { "$literal": owner }),
         // Restated in the acquisition itself ("Read by other clients" in
         // `store`); a document this write leaves alone keeps its own.
         field::OBTAINED_AT: "$$NOW",
         field::TTL_SECONDS: restated_seconds(
-            doc! { "$add": ["$$NOW", ttl_ms] },
+            doc! { "$add": ["$$NOW", TTL] },
             "$$NOW",
             next_token(),
         ),
@@ -306,11 +308,6 @@ pub(super) fn light_projection() -> Document {
 /// [`upsert_filter`] of `key`, encoded: the light acquire's filter.
 pub(super) fn raw_upsert_filter(key: &LeaseKey) -> Result<RawDocumentBuf> {
     RawDocumentBuf::from_document(&upsert_filter(key)).map_err(encoding)
-}
-
-/// [`light_projection`], encoded.
-pub(super) fn raw_light_projection() -> RawDocumentBuf {
-    RawDocumentBuf::from_document(&light_projection()).expect("a constant document encodes")
 }
 
 /// `doc` (as the batch's `find` read it) as the shared decision reads
@@ -538,9 +535,9 @@ impl MongoStore {
         &self,
         key: &LeaseKey,
         upsert: bool,
-        update: RawArrayBuf,
-        fields: RawDocumentBuf,
-        lets: &[(&str, Uuid)],
+        update: &RawArray,
+        fields: &RawDocument,
+        lets: RawDocumentBuf,
     ) -> Result<Option<Document>> {
         let mut command = RawDocumentBuf::new();
         command.append("findAndModify", self.coll().name());
@@ -550,11 +547,11 @@ impl MongoStore {
             raw_key_filter(key)?
         };
         command.append("query", query);
-        command.append("update", update);
-        command.append("fields", fields);
+        command.append_ref("update", update);
+        command.append_ref("fields", fields);
         command.append("new", true);
         command.append("upsert", upsert);
-        command.append("let", raw_lets(lets));
+        command.append("let", lets);
         self.raw_command(command).await.map(reply_value)
     }
 
@@ -576,18 +573,14 @@ impl MongoStore {
         let LightAcquire {
             key, lease_id, ttl, ..
         } = request;
-        let (lease_id, ttl_ms) = (*lease_id, ttl_ms(*ttl));
-        let update = match encode_pipeline(&light_acquire_update(self.owner(), ttl_ms)) {
-            Ok(update) => update,
-            Err(e) => return LightAcquired::Failed(e),
-        };
+        let lease_id = *lease_id;
         let attempt = self
             .find_and_modify(
                 key,
                 true,
-                update,
-                raw_light_projection(),
-                &[(LID, lease_id)],
+                &self.light.acquire,
+                &self.light.projection,
+                raw_lets_with_ttl(&[(LID, lease_id)], *ttl),
             )
             .await;
         let token = match attempt {
@@ -607,31 +600,19 @@ impl MongoStore {
         requests: &[LightAcquire],
     ) -> Vec<LightAcquired> {
         let not_applied = || requests.iter().map(|_| LightAcquired::NotApplied).collect();
-        // One encoding per TTL of the batch (a handful at most).
-        let mut updates: Vec<(i64, RawArrayBuf)> = Vec::new();
         let mut statements = RawArrayBuf::new();
         for request in requests {
-            let ttl = ttl_ms(request.ttl);
-            let update = match updates.iter().find(|(t, _)| *t == ttl) {
-                Some((_, update)) => update.clone(),
-                None => {
-                    let Ok(update) = encode_pipeline(&light_acquire_update(self.owner(), ttl))
-                    else {
-                        return not_applied();
-                    };
-                    updates.push((ttl, update.clone()));
-                    update
-                }
-            };
             let Ok(filter) = raw_upsert_filter(&request.key) else {
                 return not_applied();
             };
-            statements.push(rawdoc! {
-                "q": filter,
-                "u": update,
-                "c": raw_lets(&[(LID, request.lease_id)]),
-                "upsert": true,
-            });
+            let mut statement = rawdoc! { "q": filter };
+            statement.append_ref("u", &self.light.acquire);
+            statement.append(
+                "c",
+                raw_lets_with_ttl(&[(LID, request.lease_id)], request.ttl),
+            );
+            statement.append("upsert", true);
+            statements.push(statement);
         }
         let command = update_statements(self.coll().name(), statements, false);
         if self.raw_command(command).await.is_err() {
@@ -772,7 +753,7 @@ impl MongoStore {
             Ok(update) => update,
             Err(e) => return (Err(e), false),
         };
-        let send = || self.find_and_modify(key, true, update.clone(), fields.clone(), &[]);
+        let send = || self.find_and_modify(key, true, &update, fields, RawDocumentBuf::new());
         replies::sent_again_once(send).await
     }
 

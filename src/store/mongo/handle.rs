@@ -6,6 +6,7 @@
 //! Also here: the `_id` index's name ([`id_index`]), and [`retried`] for
 //! this store's writes (`crate::store::retried`).
 
+use super::light_forms::LightForms;
 use crate::config::{DELETE_MIN_TOKEN_AGE, ReleaseMode};
 use crate::error::{Error, Result};
 use crate::foreign::ForeignRules;
@@ -17,6 +18,7 @@ use mongodb::options::{
 };
 use mongodb::{Collection, Database};
 use std::future::IntoFuture;
+use std::sync::Arc;
 use std::time::Duration;
 /// The lock protocol on MongoDB. Cheap to clone (the collection handle is shared).
 #[derive(Clone)]
@@ -45,6 +47,8 @@ pub(crate) struct MongoStore {
     /// The foreign lock layouts of the collection and their expiry rules
     /// (fixed at `connect`).
     foreign: ForeignRules,
+    /// The light forms of `owner`, encoded once.
+    pub(super) light: Arc<LightForms>,
 }
 
 /// The server's error code and message of a command or write error.
@@ -135,6 +139,7 @@ impl MongoStore {
         yield_window: Duration,
         operation_timeout: Duration,
     ) -> Self {
+        let light = Arc::new(LightForms::new(&owner));
         MongoStore {
             database: database.clone(),
             coll: database.collection_with_options(collection, majority()),
@@ -146,6 +151,7 @@ impl MongoStore {
             operation_timeout,
             release_mode: ReleaseMode::Keep,
             foreign: ForeignRules::default(),
+            light,
         }
     }
 

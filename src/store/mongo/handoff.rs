@@ -12,11 +12,10 @@
 //!   [`handoff_stages`]), and [`MongoStore::leave_queues_of`], which removes
 //!   a manager's registrations when it stops.
 
-use super::acquire::raw_light_projection;
 use super::handle::{MongoStore, WRITE_ATTEMPTS, ttl_ms};
-use super::raw::encode_pipeline;
+use super::raw::raw_lets_with_ttl;
 use super::rules::{
-    FROM, TO, acquired_token, bson_lease_id, f, keys_filter, missing, next_token,
+    FROM, TO, TTL, acquired_token, bson_lease_id, f, keys_filter, missing, next_token,
     ours_and_nobody_else_waits, read_lease_id, restated_after, root_with, transitions_after,
 };
 use crate::error::Result;
@@ -110,9 +109,9 @@ pub(super) fn classify_handoff(doc: &Document, to: Uuid) -> HandoffOutcome {
 /// alone, B26): if it holds the live lease `$$from` of `owner`
 /// ([`handoff_filter`]'s conditions)
 /// and nobody else waits and no minimum hold is live, a new acquisition
-/// under `$$to`, expiring `ttl_ms` after `$$NOW`, with the next token,
+/// under `$$to`, expiring `$$ttl` milliseconds after `$$NOW`, with the next token,
 /// without the payload and the yield; any other document unchanged.
-pub(super) fn light_handoff_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
+pub(super) fn light_handoff_update(owner: &str) -> Vec<Document> {
     let live = vec![
         doc! { "$eq": [{ "$type": f(field::TOKEN) }, "long"] },
         doc! { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
@@ -124,7 +123,7 @@ pub(super) fn light_handoff_update(owner: &str, ttl_ms: i64) -> Vec<Document> {
             field::TOKEN: next_token(),
             field::ACQUIRED_AT: "$$NOW",
             field::RENEWED_AT: "$$NOW",
-            field::EXPIRES_AT: { "$add": ["$$NOW", ttl_ms] },
+            field::EXPIRES_AT: { "$add": ["$$NOW", TTL] },
         },
         // A new acquisition: no payload, yield or request to release of
         // the lease it ends (as the general handoff).
@@ -325,15 +324,14 @@ impl MongoStore {
     /// As the write's: a transient error is an unknown outcome (the write
     /// may have applied, under `to`).
     pub(super) async fn handoff_light(&self, handoff: &Handoff) -> Result<Option<u64>> {
-        let lets = [(FROM, handoff.from), (TO, handoff.to)];
-        let update = light_handoff_update(self.owner(), ttl_ms(handoff.ttl));
+        let lets = raw_lets_with_ttl(&[(FROM, handoff.from), (TO, handoff.to)], handoff.ttl);
         let doc = self
             .find_and_modify(
                 &handoff.key,
                 false,
-                encode_pipeline(&update)?,
-                raw_light_projection(),
-                &lets,
+                &self.light.handoff,
+                &self.light.projection,
+                lets,
             )
             .await?;
         Ok(doc.and_then(|doc| acquired_token(&doc, self.owner(), handoff.to)))

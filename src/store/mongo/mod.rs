@@ -8,6 +8,7 @@ mod acquire;
 mod document;
 mod handle;
 mod handoff;
+mod light_forms;
 mod payload;
 mod permits;
 mod prepare;

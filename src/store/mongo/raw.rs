@@ -7,15 +7,18 @@
 //! outcome themselves (B7). Unlike the driver's write helpers,
 //! `run_raw_command` returns a write concern error and write errors as
 //! fields of the reply: read here ([`update_reply`], [`acknowledged`]).
+//! The light forms' updates are encoded once per store
+//! ([`LightForms`](super::light_forms::LightForms)).
 
 use super::handle::MongoStore;
-use super::rules::key_filter;
+use super::rules::{TTL, key_filter};
 use crate::error::{Error, Result};
 use crate::key::LeaseKey;
 use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawBinaryRef, RawDocumentBuf, rawdoc};
 use std::time::Duration;
 use uuid::Uuid;
+
 /// A light update's stages, encoded (the lease ids are `let` variables, so
 /// a grouped command encodes it once and copies its bytes into each
 /// statement).
@@ -42,6 +45,14 @@ pub(super) fn raw_lets(vars: &[(&str, Uuid)]) -> RawDocumentBuf {
         };
         lets.append_ref(&name[2..], id);
     }
+    lets
+}
+
+/// The `let` variables `vars` (name, lease id) and the TTL `$$ttl` (in
+/// whole milliseconds), encoded.
+pub(super) fn raw_lets_with_ttl(vars: &[(&str, Uuid)], ttl: Duration) -> RawDocumentBuf {
+    let mut lets = raw_lets(vars);
+    lets.append(&TTL[2..], super::handle::ttl_ms(ttl));
     lets
 }
 

@@ -12,9 +12,7 @@ use super::handle::{MongoStore, min_token_age_ms, retried};
 use super::handoff::{
     entries_without, handed_fields, handoff_stages, live_entries, or_remove, pick_stage,
 };
-use super::raw::{
-    encode_pipeline, raw_key_filter, raw_lets, update_counts, update_reply, update_statements,
-};
+use super::raw::{raw_key_filter, raw_lets, update_counts, update_reply, update_statements};
 use super::read::projected_info;
 use super::renew::holder_filter;
 use super::rules::{
@@ -425,9 +423,11 @@ impl MongoStore {
         lease: &LeaseRef,
         hands_over: bool,
     ) -> Result<u64> {
-        let update = encode_pipeline(&light_release_update(self.owner(), hands_over))?;
+        let mut statement = rawdoc! { "q": raw_key_filter(&lease.key)? };
+        statement.append_ref("u", self.light.release(hands_over));
+        statement.append("multi", false);
         let mut statements = RawArrayBuf::new();
-        statements.push(rawdoc! { "q": raw_key_filter(&lease.key)?, "u": update, "multi": false });
+        statements.push(statement);
         let mut command = update_statements(self.coll().name(), statements, true);
         command.append("let", raw_lets(&[(LID, lease.lease_id)]));
         let reply = self.raw_command(command).await?;
@@ -470,19 +470,15 @@ impl MongoStore {
         hands_over: bool,
     ) -> Vec<LightRelease> {
         let all = |outcome: fn() -> LightRelease| leases.iter().map(|_| outcome()).collect();
-        let Ok(update) = encode_pipeline(&light_release_update(self.owner(), hands_over)) else {
-            return all(|| LightRelease::NotApplied);
-        };
         let mut statements = RawArrayBuf::new();
         for lease in leases {
             let Ok(filter) = raw_key_filter(&lease.key) else {
                 return all(|| LightRelease::NotApplied);
             };
-            statements.push(rawdoc! {
-                "q": filter,
-                "u": update.clone(),
-                "c": raw_lets(&[(LID, lease.lease_id)]),
-            });
+            let mut statement = rawdoc! { "q": filter };
+            statement.append_ref("u", self.light.release(hands_over));
+            statement.append("c", raw_lets(&[(LID, lease.lease_id)]));
+            statements.push(statement);
         }
         let command = update_statements(self.coll().name(), statements, false);
         // After an error, not known to have released: the general release

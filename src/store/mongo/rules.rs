@@ -624,6 +624,11 @@ pub(in crate::store::mongo) fn announced(
 /// of one owner and TTL, and encoded once per command ([`encode_pipeline`]).
 pub(super) const LID: &str = "$$lid";
 
+/// The variable of the light forms' commands (`let`) holding the TTL, in
+/// milliseconds (int64), so that their updates are the same for every
+/// command of one owner, encoded once ([`LightForms`](super::light_forms::LightForms)).
+pub(super) const TTL: &str = "$$ttl";
+
 /// The token of the light acquire's reply if this very write made `owner`
 /// the holder under `lease_id` (its `ts` is the write's `$$NOW`); `None`
 /// if the light form did not apply. A document an earlier attempt under

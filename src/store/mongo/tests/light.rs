@@ -23,6 +23,10 @@ use uuid::Uuid;
 /// The TTL of the scenario's leases.
 const TTL_MS: i64 = 60_000;
 
+/// The store's own TTL (the manager's), other than the leases' own: each
+/// form writes the TTL its request carries.
+const STORE_TTL_MS: u64 = 90_000;
+
 /// The names of the commands a client started, in order.
 #[derive(Clone, Default)]
 struct Commands(Arc<Mutex<Vec<String>>>);
@@ -77,7 +81,7 @@ impl Env {
         let client = mongodb::Client::with_options(options).unwrap();
         let db = client.database("mongo_lease_contract");
         let (collection, store) =
-            super::test_store(&db, "light", Duration::from_millis(TTL_MS as u64));
+            super::test_store(&db, "light", Duration::from_millis(STORE_TTL_MS));
         Env {
             db,
             collection,
@@ -555,6 +559,13 @@ async fn the_light_handoff_writes_the_general_handoffs_document() {
     assert_eq!(names(&light_doc), names(&general_doc));
     for doc in [&light_doc, &general_doc] {
         assert_eq!(doc.get(field::LEASE_ID), Some(&bson_lease_id(to)));
+        let ts = doc.get_datetime(field::RENEWED_AT).unwrap();
+        let exp = doc.get_datetime(field::EXPIRES_AT).unwrap();
+        assert_eq!(
+            exp.timestamp_millis() - ts.timestamp_millis(),
+            TTL_MS,
+            "the handoff's TTL: {doc}"
+        );
     }
     env.drop().await;
 }

@@ -2,7 +2,7 @@ use super::*;
 
 #[test]
 fn the_light_acquire_is_one_small_stage() {
-    let update = light_acquire_update("a", 1000);
+    let update = light_acquire_update("a");
     assert_eq!(update.len(), 1, "one stage, restating in its acquisition");
     let branches = update[0]
         .get_document("$replaceWith")
@@ -14,7 +14,7 @@ fn the_light_acquire_is_one_small_stage() {
     assert_eq!(
         acquired.get("ttl"),
         Some(&Bson::from(restated_seconds(
-            doc! { "$add": ["$$NOW", 1000_i64] },
+            doc! { "$add": ["$$NOW", "$$ttl"] },
             "$$NOW",
             super::super::rules::next_token(),
         )))
@@ -59,7 +59,7 @@ fn a_reply_is_an_acquisition_only_under_our_lease_id_and_owner_id() {
 
 #[test]
 fn the_light_handoff_applies_only_without_any_sign_of_another_waiter() {
-    let update = light_handoff_update("a", 1000);
+    let update = light_handoff_update("a");
     let stage = update[0].get_document("$replaceWith").unwrap();
     let branches = stage.get_array("$cond").unwrap();
     let applies = branches[0].as_document().unwrap();
@@ -84,8 +84,32 @@ fn the_let_variables_hold_the_lease_ids_as_stored() {
         lets,
         doc! { "from": bson_lease_id(from), "to": bson_lease_id(to) }
     );
+    let lets = raw_lets_with_ttl(&[(LID, from)], Duration::from_millis(1500));
     assert_eq!(
-        raw_light_projection().to_document().unwrap(),
-        light_projection()
+        lets.to_document().unwrap(),
+        doc! { "lid": bson_lease_id(from), "ttl": 1500_i64 },
+        "the TTL in whole milliseconds, an int64 as the general forms write it"
     );
+}
+
+#[test]
+fn the_light_forms_are_encoded_once_as_their_builders_make_them() {
+    let forms = LightForms::new("a");
+    let decoded = |stages: &mongodb::bson::RawArrayBuf| -> Vec<Document> {
+        stages
+            .into_iter()
+            .map(|stage| Document::try_from(stage.unwrap().as_document().unwrap()).unwrap())
+            .collect()
+    };
+    assert_eq!(decoded(&forms.acquire), light_acquire_update("a"));
+    assert_eq!(
+        decoded(forms.release(false)),
+        light_release_update("a", false)
+    );
+    assert_eq!(
+        decoded(forms.release(true)),
+        light_release_update("a", true)
+    );
+    assert_eq!(decoded(&forms.handoff), light_handoff_update("a"));
+    assert_eq!(forms.projection.to_document().unwrap(), light_projection());
 }

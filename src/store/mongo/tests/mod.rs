@@ -12,6 +12,7 @@ use super::acquire::*;
 use super::document::DocumentStore;
 use super::handle::*;
 use super::handoff::*;
+use super::light_forms::*;
 use super::payload::*;
 use super::raw::*;
 use super::read::*;
