@@ -127,8 +127,11 @@ pub(super) fn release_any_update(selection: &Selection<'_>, yield_ms: i64) -> Ve
         doc! { "$cond": [has_holders(), { "$gt": [{ "$size": f(field::HOLDERS) }, 0] }, false] };
     let [handoff, cleanup] = handoff_stages();
     let delay = delay.map(|(delay_ms, end)| delay_stage(&selected, delay_ms, end));
-    // `nb` only where a delay may have been written (a held document has
-    // none: a new acquisition removes it).
+    // `nb` only in a release by owner id, where a delay may have been
+    // written: by this release, or by an earlier one that waited for the
+    // holders and kept their places, which an immediate one frees without a
+    // lock-delay of its own (a held document has none: a new acquisition
+    // removes it).
     let mut floor = vec![
         Bson::from(doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] }),
         Bson::from(f(field::HOLD_UNTIL)),
@@ -138,7 +141,7 @@ pub(super) fn release_any_update(selection: &Selection<'_>, yield_ms: i64) -> Ve
         "$$NOW",
     ]}
     .into();
-    if delay.is_some() {
+    if matches!(selection, Selection::OwnerLeases { .. }) {
         floor.push(f(field::NOT_BEFORE).into());
         holders_exp = doc! { "$max": [holders_exp, f(field::NOT_BEFORE)] }.into();
     }

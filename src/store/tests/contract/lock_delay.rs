@@ -232,6 +232,46 @@ pub(super) async fn an_override_keeps_the_key_until_the_ended_lease_expires_unle
     take_as(&b, "pool", shape(two)).await;
 }
 
+/// A release by owner id that waits for the holders keeps a key all of
+/// whose live holders were that owner's until their expiry (`nb`); an
+/// immediate one then frees the places it kept, but ends no live lease, so
+/// it writes no lock-delay of its own and keeps that wait: `exp` stays at
+/// least `nb`, and every kind finds the key held until then.
+pub(super) async fn an_immediate_release_by_owner_id_of_kept_places_keeps_the_earlier_wait<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let [a, b] = super::stores(f, ["a", "b"]).await;
+    assert_eq!(b.profile().lock_delay, Duration::ZERO);
+    let one = LeaseKind::Permit { permits: 1 };
+    take_as(&a, "pool", shape(one)).await;
+    let ended = b.release_owner("a".into(), OverrideEnd::AtExpiry);
+    assert_eq!(ended.await.unwrap(), 1);
+    let kept = match attempt(&b, "pool", one).await {
+        AcquireOutcome::Held {
+            remaining: Some(remaining),
+            ..
+        } => remaining,
+        other => panic!("pool: {other:?}"),
+    };
+    assert!(kept > super::TTL - Duration::from_secs(5), "{kept:?}");
+    let now = b.release_owner("a".into(), OverrideEnd::Immediately);
+    assert_eq!(now.await.unwrap(), 1);
+    let r = raw(f, "pool").await;
+    assert_eq!((r.lease_id, r.expired), (None, false));
+    let left = held(&b, "pool", false, "a").await;
+    assert!(
+        left > kept - Duration::from_secs(5) && left <= kept,
+        "{left:?}"
+    );
+    let outcome = attempt(&b, "pool", one).await;
+    assert!(
+        matches!(outcome, AcquireOutcome::Held { .. }),
+        "{outcome:?}"
+    );
+}
+
 pub(super) async fn release_owner_delays_the_live_leases_it_ends_only<F: Fixture>(f: &F) {
     let [a, b, c] = super::stores(f, ["a", "b", "c"]).await;
     let operator = f.delaying_store("op", LONG).await;
