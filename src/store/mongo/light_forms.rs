@@ -16,10 +16,9 @@ use mongodb::bson::{Document, RawArrayBuf, RawDocumentBuf};
 pub(super) struct LightForms {
     /// [`light_acquire_update`].
     pub acquire: RawArrayBuf,
-    /// [`light_release_update`], for keys nobody waits for.
-    pub release: RawArrayBuf,
-    /// [`light_release_update`], the form that hands the key over.
-    pub release_handing_over: RawArrayBuf,
+    /// [`light_release_update`]: the form for keys nobody waits for, then
+    /// the form that hands the key over ([`LightForms::release`]).
+    releases: [RawArrayBuf; 2],
     /// [`light_handoff_update`].
     pub handoff: RawArrayBuf,
     /// [`light_projection`]: what the light acquire's and handoff's
@@ -36,8 +35,8 @@ impl LightForms {
         };
         LightForms {
             acquire: encoded(light_acquire_update(owner)),
-            release: encoded(light_release_update(owner, false)),
-            release_handing_over: encoded(light_release_update(owner, true)),
+            releases: [false, true]
+                .map(|hands_over| encoded(light_release_update(owner, hands_over))),
             handoff: encoded(light_handoff_update(owner)),
             projection: RawDocumentBuf::from_document(&light_projection())
                 .expect("a constant document encodes"),
@@ -47,10 +46,6 @@ impl LightForms {
     /// The light release's form: the one that hands the key over, or the
     /// one for keys nobody waits for.
     pub(super) fn release(&self, hands_over: bool) -> &RawArrayBuf {
-        if hands_over {
-            &self.release_handing_over
-        } else {
-            &self.release
-        }
+        &self.releases[usize::from(hands_over)]
     }
 }

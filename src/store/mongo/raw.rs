@@ -18,10 +18,7 @@ use mongodb::bson::spec::BinarySubtype;
 use mongodb::bson::{Bson, Document, RawArrayBuf, RawBinaryRef, RawDocumentBuf, rawdoc};
 use std::time::Duration;
 use uuid::Uuid;
-
-/// A light update's stages, encoded (the lease ids are `let` variables, so
-/// a grouped command encodes it once and copies its bytes into each
-/// statement).
+/// An update's stages, encoded.
 pub(super) fn encode_pipeline(stages: &[Document]) -> Result<RawArrayBuf> {
     let mut update = RawArrayBuf::new();
     for stage in stages {

@@ -619,14 +619,15 @@ pub(in crate::store::mongo) fn announced(
     }
 }
 
-/// The variable of the light acquire's command (`let`) holding the
-/// attempt's lease id, so that its update is the same for every attempt
-/// of one owner and TTL, and encoded once per command ([`encode_pipeline`]).
+/// The variable of the light acquire's and release's commands (`let`)
+/// holding the lease id, so that their updates are the same for every
+/// command of one owner, encoded once per store
+/// ([`LightForms`](super::light_forms::LightForms)).
 pub(super) const LID: &str = "$$lid";
 
-/// The variable of the light forms' commands (`let`) holding the TTL, in
-/// milliseconds (int64), so that their updates are the same for every
-/// command of one owner, encoded once ([`LightForms`](super::light_forms::LightForms)).
+/// The variable of the light acquire's and handoff's commands (`let`)
+/// holding the TTL, in milliseconds (int64), for the same reason as
+/// [`LID`].
 pub(super) const TTL: &str = "$$ttl";
 
 /// The token of the light acquire's reply if this very write made `owner`
