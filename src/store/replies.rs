@@ -433,6 +433,14 @@ pub(crate) fn classify_multi(key: &LeaseKey, kind: LeaseKind, doc: &Document) ->
             None => held(holder, Duration::ZERO),
         };
     }
+    // A lock-delay beside the places a release by owner id kept: held
+    // until `exp`, at least `nb` ("Lock-delay" in `store`).
+    if doc
+        .get_datetime(field::NOT_BEFORE)
+        .is_ok_and(|nb| nb.timestamp_millis() > now)
+    {
+        return held(holder, until(exp, now));
+    }
     let stored = read_kind(doc);
     if stored != kind {
         return AcquireOutcome::Mismatch { stored };

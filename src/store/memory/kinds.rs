@@ -101,10 +101,11 @@ pub(super) fn acquire_holder(
             },
         };
     }
-    // A lock-delay keeps the key from every kind ("Lock-delay" in `store`);
-    // after an exclusive holder's (a minimum hold kept by a release by
-    // owner id), as MongoStore reads it.
-    if live == 0 && doc.delayed_at(now) {
+    // A lock-delay keeps the key from every kind ("Lock-delay" in `store`),
+    // also beside the places of the holders a release by owner id ended
+    // and kept until their expiry; after an exclusive holder's (a minimum
+    // hold kept by a release by owner id), as MongoStore reads it.
+    if doc.delayed_at(now) {
         return held(doc.owner.clone(), doc.exp, doc.token, now);
     }
     if let Some(until) = doc

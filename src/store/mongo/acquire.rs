@@ -82,12 +82,14 @@ pub(super) fn multi_acquire_pipeline(
     // An exclusive holder: a lease (`lid`) or a minimum hold (`hl`). A key
     // whose last holder left has neither, and an `exp` of that release that
     // a later `$$NOW` may still be below (docs/mongodb-behaviour.md, B3).
-    // A lock-delay (`nb`) keeps the key from every kind ("Lock-delay").
     let exclusive_holder = doc! { "$or": [
         { "$ne": [{ "$type": f(field::LEASE_ID) }, "missing"] },
         { "$gt": [f(field::HOLD_UNTIL), "$$NOW"] },
-        { "$gt": [f(field::NOT_BEFORE), "$$NOW"] },
     ]};
+    // A lock-delay (`nb`) keeps the key from every kind ("Lock-delay"),
+    // also beside the places of the holders a release by owner id ended
+    // and kept until their expiry.
+    let delayed = doc! { "$gt": [f(field::NOT_BEFORE), "$$NOW"] };
     let exclusive_held = doc! { "$and": [
         { "$gt": [f(field::EXPIRES_AT), "$$NOW"] },
         no_live.clone(),
@@ -141,6 +143,7 @@ pub(super) fn multi_acquire_pipeline(
                 our_layout(),
                 { "$not": [exclusive_held] },
                 kind_admits,
+                { "$not": [delayed] },
                 { "$not": [yielded_by(owner)] },
             ]},
         ]},
@@ -225,7 +228,8 @@ pub(super) fn multi_acquire_projection(owner: &str, lease_id: Uuid) -> Document 
     let live = live_others(owner, lease_id);
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::EXPIRES_AT: 1,
-        field::PERMITS: 1, field::HOLD_UNTIL: 1, field::OTHER_OWNER: 1, "now": "$$NOW",
+        field::PERMITS: 1, field::HOLD_UNTIL: 1, field::NOT_BEFORE: 1, field::OTHER_OWNER: 1,
+        "now": "$$NOW",
         field::EXCLUSIVE_WAITER: { "$cond": [
             other_owners_mark(owner), f(field::EXCLUSIVE_WAITER), "$$REMOVE",
         ]},

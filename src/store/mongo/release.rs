@@ -130,8 +130,8 @@ pub(super) fn release_any_update(selection: &Selection<'_>, yield_ms: i64) -> Ve
     // `nb` only in a release by owner id, where a delay may have been
     // written: by this release, or by an earlier one that waited for the
     // holders and kept their places, which an immediate one frees without a
-    // lock-delay of its own (a held document has none: a new acquisition
-    // removes it).
+    // lock-delay of its own (a new acquisition removes `nb`; a past one
+    // changes no `$max`).
     let mut floor = vec![
         Bson::from(doc! { "$min": [f(field::EXPIRES_AT), "$$NOW"] }),
         Bson::from(f(field::HOLD_UNTIL)),

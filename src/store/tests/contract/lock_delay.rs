@@ -272,6 +272,34 @@ pub(super) async fn an_immediate_release_by_owner_id_of_kept_places_keeps_the_ea
     );
 }
 
+/// A release by owner id that waits for the holders (the default) delays
+/// a shared or semaphore key all of whose live holders were that owner's:
+/// it keeps their places until their expiry, and no holder joins them
+/// before the lock-delay ends, even where the kind has room beside them.
+pub(super) async fn a_release_by_owner_id_keeps_joiners_out_of_the_places_it_kept_until_the_lock_delay_ends<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let [a, b] = super::stores(f, ["a", "b"]).await;
+    let operator = f.delaying_store("op", LONG).await;
+    let two = LeaseKind::Permit { permits: 2 };
+    take_as(&a, "shared", shape(LeaseKind::Shared)).await;
+    take_as(&a, "pool", shape(two)).await;
+    let ended = operator.release_owner("a".into(), OverrideEnd::AtExpiry);
+    assert_eq!(ended.await.unwrap(), 2);
+    for (key, kind) in [("shared", LeaseKind::Shared), ("pool", two)] {
+        match attempt(&b, key, kind).await {
+            AcquireOutcome::Held { remaining, .. } => assert!(
+                remaining.is_some_and(|r| r > LONG - Duration::from_secs(60)),
+                "{key}: {remaining:?}"
+            ),
+            other => panic!("{key} as {kind:?}: {other:?}"),
+        }
+        assert!(!raw(f, key).await.expired, "{key}");
+    }
+}
+
 pub(super) async fn release_owner_delays_the_live_leases_it_ends_only<F: Fixture>(f: &F) {
     let [a, b, c] = super::stores(f, ["a", "b", "c"]).await;
     let operator = f.delaying_store("op", LONG).await;
