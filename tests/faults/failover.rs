@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use mongo_lease::testkit::{ReplicaSet, monotonic_ns};
-use mongodb::Client;
 use tokio::time::Instant;
 
 use crate::harness::{Fleet, Params};
@@ -27,7 +26,7 @@ async fn b_primary_step_down_every_few_seconds() {
         rs.wait_for_primary(Duration::from_secs(30)).await.unwrap();
         let from = fleet.history.len();
         let (old, took) = failovers
-            .time(&fleet.client, rs.step_down_for(Duration::from_secs(2)))
+            .time(&fleet, rs.step_down_for(Duration::from_secs(2)))
             .await;
         let old = old.expect("step down");
         eprintln!("step-down of member {old}: writes again after {took:.2} s");
@@ -48,7 +47,7 @@ async fn c_primary_kill_9_and_restart() {
     while rounds.next() {
         let primary = settled_primary(&rs).await;
         let from = fleet.history.len();
-        let (killed, took) = failovers.time(&fleet.client, rs.kill(primary)).await;
+        let (killed, took) = failovers.time(&fleet, rs.kill(primary)).await;
         killed.unwrap();
         eprintln!("kill -9 of primary {primary}: writes again after {took:.2} s");
         progress(&fleet, from, 10, Duration::from_secs(60)).await;
@@ -77,7 +76,7 @@ async fn g_restart_all_members() {
                 .collect::<Result<Vec<_>, _>>()
                 .unwrap();
         };
-        let ((), took) = outages.time(&fleet.client, restart_all).await;
+        let ((), took) = outages.time(&fleet, restart_all).await;
         eprintln!("all members restarted: writes again after {took:.2} s");
         let from = fleet.history.len();
         progress(&fleet, from, 10, Duration::from_secs(60)).await;
@@ -115,14 +114,19 @@ struct Outages {
 }
 
 impl Outages {
-    /// Injects `fault`, then waits until a majority write through `client`
-    /// succeeds; returns the fault's output and the outage's length in
-    /// seconds.
+    /// Injects `fault` once a worker of `fleet` has held a lease for 100 ms
+    /// (longer than any short hold, `Params::hold_ms`: a long one, held
+    /// half the TTL, so it is held through the fault), then waits until a
+    /// majority write through the fleet's client succeeds; returns the
+    /// fault's output and the outage's length in seconds.
     async fn time<T>(
         &mut self,
-        client: &Client,
+        fleet: &Fleet,
         fault: impl std::future::Future<Output = T>,
     ) -> (T, f64) {
+        let (age, limit) = (Duration::from_millis(100), Duration::from_secs(60));
+        fleet.history.wait_held_for(age, limit).await;
+        let client = &fleet.client;
         let started = Instant::now();
         let t0 = monotonic_ns();
         let out = fault.await;

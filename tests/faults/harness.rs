@@ -110,6 +110,62 @@ impl History {
         }
     }
 
+    /// The acquisition time (`CLOCK_MONOTONIC` ns) of the oldest lease a
+    /// worker holds now: an `acq` event with no `releasing` event of the
+    /// same worker, task and token after it.
+    pub fn oldest_held(&self) -> Option<u64> {
+        let events = self.events.lock().unwrap();
+        let mut held: HashMap<(&str, &str, &str), u64> = HashMap::new();
+        for e in events.iter() {
+            // The exclusive workers' events (`worker::task_loop`); the kinds
+            // scenario's name no task.
+            if !e.fields.contains_key("task") {
+                continue;
+            }
+            let at = (e.w.as_str(), e.get("task"), e.get("tok"));
+            match e.kind.as_str() {
+                "acq" => {
+                    held.insert(at, e.get("t").parse().unwrap());
+                }
+                "releasing" => {
+                    held.remove(&at);
+                }
+                _ => {}
+            }
+        }
+        held.into_values().min()
+    }
+
+    /// Waits (bounded) until a worker has held a lease for `age` or more
+    /// and still holds it ([`History::oldest_held`]).
+    pub async fn wait_held_for(&self, age: Duration, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // Until the next event, or until the oldest lease held is old
+            // enough, if it is still held then.
+            let until = match self.oldest_held() {
+                Some(t) => {
+                    let held = Duration::from_nanos(monotonic_ns().saturating_sub(t));
+                    if held >= age {
+                        return;
+                    }
+                    deadline.min(tokio::time::Instant::now() + (age - held))
+                }
+                None => deadline,
+            };
+            let woken = tokio::time::timeout_at(until, notified).await.is_ok();
+            if !woken && tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "timed out after {limit:?} waiting for a lease held {age:?}; meanwhile {}",
+                    self.summary(0)
+                );
+            }
+        }
+    }
+
     /// Acquisitions per worker and errors since index `from`, for a failure message.
     fn summary(&self, from: usize) -> String {
         let events = self.events.lock().unwrap();
