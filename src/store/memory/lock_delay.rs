@@ -42,11 +42,15 @@ impl Collection {
             } else {
                 // `MongoStore`'s filter: at expiry, only a document where
                 // `owner` still holds a place with a lease id.
-                let mut live = doc.live_holders(now).peekable();
+                // Every live entry is `owner`'s, or one an earlier release by
+                // owner id ended and kept: ending a key's owners one at a
+                // time delays it too.
                 let placed = (doc.holders.iter()).any(|h| h.owner == owner && h.lease_id.is_some());
                 (placed || end == OverrideEnd::Immediately)
-                    && live.peek().is_some()
-                    && live.all(|h| h.owner == owner)
+                    && doc.live_holders(now).any(|h| h.owner == owner)
+                    && doc
+                        .live_holders(now)
+                        .all(|h| h.owner == owner || h.ended.is_some())
             };
             if ends {
                 self::delay(doc, delay, end, now);

@@ -18,7 +18,7 @@ use super::renew::holder_filter;
 use super::rules::{
     LID, LockPath, bson_lease_id, entries, entry_among, entry_live, entry_of_owner, f, has_holders,
     lease_ids, missing, next_token, ours_and_nobody_else_waits, restated_after, restated_seconds,
-    root_with,
+    root_with, this,
 };
 use crate::config::ReleaseMode;
 use crate::error::Result;
@@ -50,14 +50,20 @@ pub(super) enum Selection<'a> {
 /// among a key's holders), a stage before the release's: `nb = $$NOW +
 /// delay_ms` (or later, if already), and with [`OverrideEnd::AtExpiry`]
 /// at least the lease's `exp`, on a document whose live exclusive lease it
-/// ends, or all of whose live holders are `owner`'s (at least one); any
+/// ends, or all of whose live holders are `owner`'s or were ended by an
+/// earlier release by owner id (`xl`), at least one `owner`'s; any
 /// other document unchanged. The release then keeps `exp` at least `nb`,
 /// and hands the key to nobody ("Lock-delay" in `store`).
 pub(super) fn delay_stage(selected: &Document, delay_ms: i64, end: OverrideEnd) -> Document {
     let live = doc! { "$filter": { "input": entries(), "cond": entry_live() } };
+    // Every live entry is the owner's, or one an earlier release by owner
+    // id ended and kept (`xl`): ending the key's owners one at a time
+    // delays it too.
+    let ended = doc! { "$ne": [{ "$type": this(field::ENDED_LEASE_ID) }, "missing"] };
+    let selected_or_ended = doc! { "$or": [selected.clone(), ended] };
     let ends_all_holders = doc! { "$and": [
-        { "$gt": [{ "$size": live.clone() }, 0] },
-        { "$allElementsTrue": [{ "$map": { "input": live, "in": selected.clone() } }] },
+        { "$anyElementTrue": [{ "$map": { "input": live.clone(), "in": selected.clone() } }] },
+        { "$allElementsTrue": [{ "$map": { "input": live, "in": selected_or_ended } }] },
     ]};
     let ends = doc! { "$cond": [
         has_holders(),

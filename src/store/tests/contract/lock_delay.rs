@@ -300,6 +300,34 @@ pub(super) async fn a_release_by_owner_id_keeps_joiners_out_of_the_places_it_kep
     }
 }
 
+/// Releases by owner id that end a shared or semaphore key's owners one at
+/// a time delay it as one that ends them all at once: the last one finds
+/// only its owner's places and those an earlier one kept (`xl`).
+pub(super) async fn releases_by_owner_id_one_owner_at_a_time_delay_the_key_they_end<F: Fixture>(
+    f: &F,
+) {
+    let [a, b, c] = super::stores(f, ["a", "b", "c"]).await;
+    let operator = f.delaying_store("op", LONG).await;
+    let three = LeaseKind::Permit { permits: 3 };
+    for store in [&a, &c] {
+        take_as(store, "shared", shape(LeaseKind::Shared)).await;
+        take_as(store, "pool", shape(three)).await;
+    }
+    for owner in ["a", "c"] {
+        let ended = operator.release_owner(owner.into(), OverrideEnd::AtExpiry);
+        assert_eq!(ended.await.unwrap(), 2, "{owner}");
+    }
+    for (key, kind) in [("shared", LeaseKind::Shared), ("pool", three)] {
+        match attempt(&b, key, kind).await {
+            AcquireOutcome::Held { remaining, .. } => assert!(
+                remaining.is_some_and(|r| r > LONG - Duration::from_secs(60)),
+                "{key}: {remaining:?}"
+            ),
+            other => panic!("{key} as {kind:?}: {other:?}"),
+        }
+    }
+}
+
 pub(super) async fn release_owner_delays_the_live_leases_it_ends_only<F: Fixture>(f: &F) {
     let [a, b, c] = super::stores(f, ["a", "b", "c"]).await;
     let operator = f.delaying_store("op", LONG).await;
