@@ -42,12 +42,15 @@ impl Collection {
             } else {
                 // `MongoStore`'s filter: at expiry, only a document where
                 // `owner` still holds a place with a lease id.
-                // Every live entry is `owner`'s, or one an earlier release by
-                // owner id ended and kept: ending a key's owners one at a
-                // time delays it too.
+                // It ends a live lease of `owner` (not a place an earlier
+                // release by owner id ended and kept), and every live entry
+                // is `owner`'s or such a kept one: ending a key's owners one
+                // at a time delays it too.
                 let placed = (doc.holders.iter()).any(|h| h.owner == owner && h.lease_id.is_some());
                 (placed || end == OverrideEnd::Immediately)
-                    && doc.live_holders(now).any(|h| h.owner == owner)
+                    && doc
+                        .live_holders(now)
+                        .any(|h| h.owner == owner && h.lease_id.is_some())
                     && doc
                         .live_holders(now)
                         .all(|h| h.owner == owner || h.ended.is_some())

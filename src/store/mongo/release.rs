@@ -51,18 +51,22 @@ pub(super) enum Selection<'a> {
 /// delay_ms` (or later, if already), and with [`OverrideEnd::AtExpiry`]
 /// at least the lease's `exp`, on a document whose live exclusive lease it
 /// ends, or all of whose live holders are `owner`'s or were ended by an
-/// earlier release by owner id (`xl`), at least one `owner`'s; any
+/// earlier release by owner id (`xl`), at least one a live lease of
+/// `owner` (with its lease id); any
 /// other document unchanged. The release then keeps `exp` at least `nb`,
 /// and hands the key to nobody ("Lock-delay" in `store`).
 pub(super) fn delay_stage(selected: &Document, delay_ms: i64, end: OverrideEnd) -> Document {
     let live = doc! { "$filter": { "input": entries(), "cond": entry_live() } };
-    // Every live entry is the owner's, or one an earlier release by owner
-    // id ended and kept (`xl`): ending the key's owners one at a time
-    // delays it too.
+    // It ends a live lease of the owner (an entry with its lease id, not
+    // one an earlier release by owner id ended and kept, `xl`), and every
+    // live entry is the owner's or such a kept one: ending the key's owners
+    // one at a time delays it too.
     let ended = doc! { "$ne": [{ "$type": this(field::ENDED_LEASE_ID) }, "missing"] };
     let selected_or_ended = doc! { "$or": [selected.clone(), ended] };
+    let has_lease_id = doc! { "$ne": [{ "$type": this(field::LEASE_ID) }, "missing"] };
+    let ends_a_live_lease = doc! { "$and": [selected.clone(), has_lease_id] };
     let ends_all_holders = doc! { "$and": [
-        { "$anyElementTrue": [{ "$map": { "input": live.clone(), "in": selected.clone() } }] },
+        { "$anyElementTrue": [{ "$map": { "input": live.clone(), "in": ends_a_live_lease } }] },
         { "$allElementsTrue": [{ "$map": { "input": live, "in": selected_or_ended } }] },
     ]};
     let ends = doc! { "$cond": [

@@ -328,6 +328,29 @@ pub(super) async fn releases_by_owner_id_one_owner_at_a_time_delay_the_key_they_
     }
 }
 
+/// An immediate release by owner id of an owner whose only place on a
+/// key is one an earlier release by owner id kept ends no live lease there:
+/// it writes no lock-delay, and a holder may join the places kept.
+pub(super) async fn an_immediate_release_by_owner_id_of_only_kept_places_writes_no_lock_delay<
+    F: Fixture,
+>(
+    f: &F,
+) {
+    let [a, b, c] = super::stores(f, ["a", "b", "c"]).await;
+    let operator = f.delaying_store("op", LONG).await;
+    take_as(&a, "k", shape(LeaseKind::Shared)).await;
+    take_as(&b, "k", shape(LeaseKind::Shared)).await;
+    let (of_c, _) = take_as(&c, "k", shape(LeaseKind::Shared)).await;
+    for owner in ["a", "b"] {
+        let ended = operator.release_owner(owner.into(), OverrideEnd::AtExpiry);
+        assert_eq!(ended.await.unwrap(), 1, "{owner}: c still holds");
+    }
+    assert_eq!(c.release_by_id(vec![of_c]).await.unwrap(), 1);
+    let now = operator.release_owner("a".into(), OverrideEnd::Immediately);
+    assert_eq!(now.await.unwrap(), 1);
+    take_as(&c, "k", shape(LeaseKind::Shared)).await;
+}
+
 pub(super) async fn release_owner_delays_the_live_leases_it_ends_only<F: Fixture>(f: &F) {
     let [a, b, c] = super::stores(f, ["a", "b", "c"]).await;
     let operator = f.delaying_store("op", LONG).await;

@@ -477,6 +477,7 @@ contract!(
     lock_delay::an_immediate_release_by_owner_id_of_kept_places_keeps_the_earlier_wait,
     lock_delay::a_release_by_owner_id_keeps_joiners_out_of_the_places_it_kept_until_the_lock_delay_ends,
     lock_delay::releases_by_owner_id_one_owner_at_a_time_delay_the_key_they_end,
+    lock_delay::an_immediate_release_by_owner_id_of_only_kept_places_writes_no_lock_delay,
     lock_delay::release_owner_delays_the_live_leases_it_ends_only,
     lock_delay::a_zero_lock_delay_frees_the_key_at_once,
     revocation::a_release_request_is_announced_and_changes_no_lease,
