@@ -28,6 +28,18 @@ async fn attempt(store: &impl Store, key: &str, kind: LeaseKind) -> AcquireOutco
         .unwrap()
 }
 
+/// Asserts that an attempt by `store` on `key` as `kind` finds it held
+/// until about [`LONG`] from now.
+async fn held_for_long(store: &impl Store, key: &str, kind: LeaseKind) {
+    match attempt(store, key, kind).await {
+        AcquireOutcome::Held { remaining, .. } => assert!(
+            remaining.is_some_and(|r| r > LONG - Duration::from_secs(60)),
+            "{key}: {remaining:?}"
+        ),
+        other => panic!("{key} as {kind:?}: {other:?}"),
+    }
+}
+
 /// Asserts that every kind's attempt on `key` finds it held until about
 /// [`LONG`] from now (not a mismatch, not acquired), and that the light
 /// acquire does not take it.
@@ -289,13 +301,7 @@ pub(super) async fn a_release_by_owner_id_keeps_joiners_out_of_the_places_it_kep
     let ended = operator.release_owner("a".into(), OverrideEnd::AtExpiry);
     assert_eq!(ended.await.unwrap(), 2);
     for (key, kind) in [("shared", LeaseKind::Shared), ("pool", two)] {
-        match attempt(&b, key, kind).await {
-            AcquireOutcome::Held { remaining, .. } => assert!(
-                remaining.is_some_and(|r| r > LONG - Duration::from_secs(60)),
-                "{key}: {remaining:?}"
-            ),
-            other => panic!("{key} as {kind:?}: {other:?}"),
-        }
+        held_for_long(&b, key, kind).await;
         assert!(!raw(f, key).await.expired, "{key}");
     }
 }
@@ -318,13 +324,7 @@ pub(super) async fn releases_by_owner_id_one_owner_at_a_time_delay_the_key_they_
         assert_eq!(ended.await.unwrap(), 2, "{owner}");
     }
     for (key, kind) in [("shared", LeaseKind::Shared), ("pool", three)] {
-        match attempt(&b, key, kind).await {
-            AcquireOutcome::Held { remaining, .. } => assert!(
-                remaining.is_some_and(|r| r > LONG - Duration::from_secs(60)),
-                "{key}: {remaining:?}"
-            ),
-            other => panic!("{key} as {kind:?}: {other:?}"),
-        }
+        held_for_long(&b, key, kind).await;
     }
 }
 
