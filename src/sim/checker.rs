@@ -143,6 +143,15 @@ struct Lease {
     /// One of those that ended before its release started: the lease was
     /// certainly ended by someone else.
     ended_by: Option<OpNo>,
+    /// When it was granted.
+    granted_at: At,
+    /// When its attempt was sent (the earliest of its writes).
+    sent_at: At,
+    /// When it ended, as `ended` says.
+    ended_at: Option<At>,
+    /// When its release answered "released": the server held it live no
+    /// longer.
+    released_at: Option<At>,
 }
 
 /// Whether an operator's release of manager `manager`'s owner id ends
@@ -336,10 +345,13 @@ impl Checker {
                 }
             }
             Event::ReleaseAnswered { lease, released } => {
-                let lease = &self.root(*lease);
-                let Some(l) = self.leases.get(lease) else {
+                let (lease, now) = (&self.root(*lease), self.now);
+                let Some(l) = self.leases.get_mut(lease) else {
                     return;
                 };
+                if *released {
+                    l.released_at.get_or_insert(now);
+                }
                 if let (true, Some(op)) = (*released, l.ended_by) {
                     let key = l.key.clone();
                     self.violation(
@@ -365,6 +377,7 @@ impl Checker {
                     self.end(n);
                 }
                 self.waiters.retain(|_, (m, _, _)| m != manager);
+                self.lock_delay_crashed(*manager);
                 let now = self.now;
                 for ((m, _), waits) in self.waits.iter_mut() {
                     if m == manager {
@@ -473,7 +486,7 @@ impl Checker {
             Event::Overridden { op, token } => self.overridden(*op, *token),
             Event::OpEnded { op, ok } => {
                 self.override_ended(*op, *ok);
-                self.lock_delay_call_ended(*op);
+                self.lock_delay_call_ended(*op, *ok);
                 self.release_request_ended(*op, *ok);
                 // A call that failed may still land on the server, up to
                 // `landing` later: it counts as in flight until then.
@@ -516,6 +529,7 @@ impl Checker {
             } => {
                 self.waiters
                     .insert(*waiter, (*manager, key.clone(), self.now));
+                self.lock_delay_wait_started(*waiter, *manager, key);
                 // A group's wait (`groups.rs`) names its keys joined by `+`:
                 // it waits for each.
                 for key in key.split('+') {
@@ -523,7 +537,8 @@ impl Checker {
                     waits.0 += 1;
                 }
             }
-            Event::WaitEnded { waiter, .. } => {
+            Event::WaitEnded { waiter, outcome } => {
+                self.lock_delay_wait_ended(*waiter, outcome == "granted");
                 if let Some((manager, keys, _)) = self.waiters.remove(waiter) {
                     for key in keys.split('+') {
                         if let Some(waits) = self.waits.get_mut(&(manager, key.to_string())) {
@@ -553,7 +568,10 @@ impl Checker {
     }
 
     fn end(&mut self, lease: LeaseNo) {
-        let key = self.leases[&lease].key.clone();
+        let now = self.now;
+        let l = self.leases.get_mut(&lease).expect("a granted lease");
+        l.ended_at.get_or_insert(now);
+        let key = l.key.clone();
         if let Some(state) = self.keys.get_mut(&key) {
             state.live.remove(&lease);
         }
@@ -674,7 +692,8 @@ impl Checker {
         // after the grant, only once its holder is told, and the key's
         // other leases stay live to their holders meanwhile.
         let forced_at_once = may_end(true);
-        self.check_lock_delay(lease, key, forced);
+        let sent = acquired_after.min(confirmed_after);
+        self.check_lock_delay(lease, key, forced, (manager, sent));
         self.check_override_wait(lease, key, acquired_after.max(confirmed_after));
         let state = self.keys.entry(key.to_string()).or_default();
         let live_at_grant = deadline > now;
@@ -694,6 +713,10 @@ impl Checker {
                 release_started: false,
                 ops_after_grant: BTreeSet::new(),
                 ended_by: None,
+                granted_at: now,
+                sent_at: acquired_after.min(confirmed_after),
+                ended_at: (!live_at_grant).then_some(now),
+                released_at: None,
             },
         );
         if !live_at_grant {

@@ -12,7 +12,8 @@
 //! once; in some schedules a holder that re-enters its lease and tasks
 //! that take several keys at once in random orders; an operator (force
 //! release, release by owner id, with a lock-delay of none, the safety
-//! margin or 1 s; by default, or immediately), other
+//! margin or 1 s; by default, or immediately; one release by owner id in
+//! four goes on to every other manager's owner id, one at a time), other
 //! applications locking keys by their own protocols (`others`), a client
 //! locking a user document by its `LockId` / `LockTime` fields beside
 //! in-document leases opened with `LockIdFields`, once faults stopped a

@@ -711,18 +711,23 @@ pub async fn operator(
         let immediately = random_range(0..4) == 0;
         let ok = if random_range(0..3) == 0 {
             let victim = random_range(0..owners.len());
-            recorder.push(Event::OwnerReleaseStarted {
-                op,
-                manager: victim,
-                immediately,
-            });
-            let released =
-                overrides::release_owner(&process.manager, &owners[victim], immediately).await;
-            if matches!(released, Ok(n) if n > 0) {
-                recorder.push(Event::Overridden { op, token: None });
+            let ok = release_owner(&recorder, &process, op, (victim, &owners), immediately).await;
+            // One call in four goes on to every other owner id, one at a
+            // time (no draw of its own, so that the schedule's draws stay
+            // as they were): a shared or semaphore key whose holders'
+            // owners are released one at a time must be delayed by the
+            // last call.
+            if op % 4 == 0 {
+                recorder.push(Event::OpEnded { op, ok });
+                for next in (1..owners.len()).map(|i| (victim + i) % owners.len()) {
+                    let op: OpNo = recorder.number();
+                    let ok =
+                        release_owner(&recorder, &process, op, (next, &owners), immediately).await;
+                    recorder.push(Event::OpEnded { op, ok });
+                }
+                continue;
             }
-            lock_delay(&recorder, op, &process, released.is_ok());
-            released.is_ok()
+            ok
         } else if op % 4 == 0 || (recorder.at(Instant::now()) >= super::FAULTS_STOP && op % 2 == 1)
         {
             // A request to release (without a draw of its own, so that
@@ -848,6 +853,30 @@ pub async fn requester(
 /// holder's lock).
 fn ended_ours(forced: &crate::error::Result<Option<crate::info::LeaseInfo>>) -> bool {
     matches!(forced, Ok(Some(info)) if !info.foreign)
+}
+
+/// The operator's call `op` through `process` that releases the leases of
+/// owner id `owners[victim]` (its manager's), recording its start, whether
+/// it ended some, and its lock-delay (not its end); whether it returned
+/// without an error.
+async fn release_owner(
+    recorder: &Recorder,
+    process: &Process,
+    op: OpNo,
+    (victim, owners): (usize, &[String]),
+    immediately: bool,
+) -> bool {
+    recorder.push(Event::OwnerReleaseStarted {
+        op,
+        manager: victim,
+        immediately,
+    });
+    let released = overrides::release_owner(&process.manager, &owners[victim], immediately).await;
+    if matches!(released, Ok(n) if n > 0) {
+        recorder.push(Event::Overridden { op, token: None });
+    }
+    lock_delay(recorder, op, process, released.is_ok());
+    released.is_ok()
 }
 
 /// Records the lock-delay of the operator's call `op` through `process`,

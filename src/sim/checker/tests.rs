@@ -646,3 +646,144 @@ fn a_minimum_hold_allows_the_server_clocks_step_ahead() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].what.contains("minimum hold"), "{found:?}");
 }
+
+/// A shared lease of `manager` on `locks/k`, its attempt sent at `sent`.
+fn shared_grant(lease: LeaseNo, manager: usize, sent: u64, deadline: u64) -> Event {
+    let mut grant = sent_grant("locks/k", lease, manager, sent, deadline);
+    if let Event::Granted { kind, .. } = &mut grant {
+        *kind = Kind::Shared;
+    }
+    grant
+}
+
+/// The events of a release of `manager`'s owner id, op `op`, from `at`
+/// for 2 ms, with a lock-delay of 300 ms.
+fn owner_release(op: OpNo, manager: usize, at: u64) -> Vec<(u64, Event)> {
+    vec![
+        (
+            at,
+            Event::OwnerReleaseStarted {
+                op,
+                manager,
+                immediately: false,
+            },
+        ),
+        (at + 2, Event::Overridden { op, token: None }),
+        (at + 2, Event::LockDelay { op, delay: ms(300) }),
+        (at + 2, Event::OpEnded { op, ok: true }),
+    ]
+}
+
+/// A wait of `manager` for `locks/k` from `from` to `to`, ended with
+/// `outcome`.
+fn wait_for_k(
+    waiter: WaiterNo,
+    manager: usize,
+    (from, to): (u64, u64),
+    outcome: &str,
+) -> Vec<(u64, Event)> {
+    vec![
+        (
+            from,
+            Event::WaitStarted {
+                waiter,
+                manager,
+                key: "locks/k".into(),
+            },
+        ),
+        (
+            to,
+            Event::WaitEnded {
+                waiter,
+                outcome: outcome.into(),
+            },
+        ),
+    ]
+}
+
+fn lock_delay_broken(found: &[Violation]) -> bool {
+    found
+        .iter()
+        .any(|v| v.what.contains("before the lock-delay's end"))
+}
+
+#[test]
+fn a_shared_key_whose_holders_one_release_by_owner_id_ended_is_delayed() {
+    let run = |granted_at: u64| {
+        let mut events = wait_for_k(1, 0, (0, 1), "granted");
+        events.push((1, shared_grant(2, 0, 0, 5_000)));
+        events.extend(owner_release(7, 0, 100));
+        events.extend(wait_for_k(8, 1, (granted_at - 1, granted_at), "granted"));
+        events.push((granted_at, shared_grant(9, 1, granted_at - 1, 5_000)));
+        events.push((1_000, told_lost(2)));
+        events.sort_by_key(|(at, _)| *at);
+        check(events, 1_100)
+    };
+    assert!(lock_delay_broken(&run(200)), "{:?}", run(200));
+    // After the delay, less the clock's allowed step.
+    assert!(!lock_delay_broken(&run(395)), "{:?}", run(395));
+}
+
+#[test]
+fn a_shared_key_released_by_owner_id_one_owner_at_a_time_is_delayed_by_the_last_release() {
+    // Managers 0 and 1 share the key; a release of each owner id in turn:
+    // the first keeps manager 0's place (`xl`), the second ends the key's
+    // last live holder, and delays it.
+    let run = |others: Vec<(u64, Event)>| {
+        let mut events = wait_for_k(1, 0, (0, 1), "granted");
+        events.push((1, shared_grant(2, 0, 0, 5_000)));
+        events.extend(wait_for_k(3, 1, (1, 2), "granted"));
+        events.push((2, shared_grant(4, 1, 1, 5_000)));
+        events.extend(owner_release(7, 0, 100));
+        events.extend(owner_release(8, 1, 102));
+        events.extend(others);
+        events.extend(wait_for_k(10, 2, (199, 200), "granted"));
+        events.push((200, shared_grant(11, 2, 199, 5_000)));
+        events.push((1_000, told_lost(2)));
+        events.push((1_000, told_lost(4)));
+        events.sort_by_key(|(at, _)| *at);
+        check(events, 1_100)
+    };
+    let found = run(Vec::new());
+    assert!(lock_delay_broken(&found), "{found:?}");
+    // Another manager's wait during the calls that was not granted (an
+    // attempt whose reply never came may hold the key on the server), or
+    // another manager's lease live then: perhaps not delayed.
+    for others in [
+        wait_for_k(5, 3, (50, 150), "error: unreachable"),
+        wait_for_k(5, 3, (50, 1_000), "granted"),
+    ] {
+        let found = run(others);
+        assert!(!lock_delay_broken(&found), "{found:?}");
+    }
+    let mut live = wait_for_k(5, 3, (2, 3), "granted");
+    live.push((3, shared_grant(6, 3, 2, 5_000)));
+    live.push((1_000, told_lost(6)));
+    let found = run(live);
+    assert!(!lock_delay_broken(&found), "{found:?}");
+}
+
+#[test]
+fn a_shared_key_another_owner_holds_when_its_release_by_owner_id_lands_is_not_delayed() {
+    // Manager 1's lease, granted before the call and released only during
+    // it, may have been live when the call applied.
+    let mut events = wait_for_k(1, 0, (0, 1), "granted");
+    events.push((1, shared_grant(2, 0, 0, 5_000)));
+    events.extend(wait_for_k(3, 1, (1, 2), "granted"));
+    events.push((2, shared_grant(4, 1, 1, 5_000)));
+    events.extend(owner_release(7, 0, 100));
+    events.push((101, Event::Released { lease: 4 }));
+    events.push((
+        101,
+        Event::ReleaseAnswered {
+            lease: 4,
+            released: true,
+        },
+    ));
+    events.extend(wait_for_k(10, 2, (199, 200), "granted"));
+    events.push((200, shared_grant(11, 2, 199, 5_000)));
+    events.push((1_000, told_lost(2)));
+    events.sort_by_key(|(at, _)| *at);
+    let found = check(events, 1_100);
+    assert!(!lock_delay_broken(&found), "{found:?}");
+}
