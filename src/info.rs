@@ -68,6 +68,11 @@ pub struct LeaseInfo {
     /// or after its release: the server time until which no acquisition can
     /// take it (`hl`).
     pub hold_until: Option<SystemTime>,
+    /// While a lock-delay lasts (docs/lock-delay.md): the server time until
+    /// which no acquisition of any kind can take the key, after an
+    /// operator's force release or release by owner id ended a lease in it
+    /// (`nb`); `None` without one, or once past.
+    pub lock_delay_until: Option<SystemTime>,
     /// The owners (managers) waiting for the key at
     /// [`LeaseInfo::server_time`], first to be served first ([`WaitingOwner`]
     /// says who appears).

@@ -179,7 +179,9 @@ impl Semaphore {
     }
 
     /// How many permits are free now, by the server's clock (one round
-    /// trip; 0 while a foreign holder's lock holds the key).
+    /// trip; 0 while a foreign holder's lock holds the key, and while a
+    /// lock-delay lasts, [`LeaseInfo::lock_delay_until`]: no acquisition
+    /// can take a permit before its end).
     ///
     /// # Errors
     ///
@@ -201,7 +203,9 @@ fn free_permits(permits: u32, info: Option<&LeaseInfo>) -> Result<u32> {
     let Some(info) = info else {
         return Ok(permits);
     };
-    if info.foreign {
+    // An acquisition during a lock-delay is answered held, whatever its
+    // kind (docs/lock-delay.md).
+    if info.foreign || info.lock_delay_until.is_some() {
         return Ok(0);
     }
     let requested = LeaseKind::Permit { permits };

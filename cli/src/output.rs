@@ -169,7 +169,9 @@ pub fn expiry_unknown(info: &LeaseInfo) -> bool {
 /// `holders` lists the live holders of a shared or semaphore key (empty for
 /// an exclusive one), `hold_until` is the server time until which a key
 /// acquired with `--hold-at-least` stays held (`null` without one, or once
-/// past), `waiters` the owners waiting for the key ([`waiters_json`]), and
+/// past), `lock_delay_until` the server time until which no acquisition
+/// can take a key after `release --force` (of a key, or with `--owner`; `null`
+/// without a lock-delay, or once past), `waiters` the owners waiting for the key ([`waiters_json`]), and
 /// `transitions` how many times the key went to another owner id.
 pub fn lease_json(info: &LeaseInfo) -> Value {
     let (expires_at, time_to_expiry_ms) = if expiry_unknown(info) {
@@ -202,6 +204,7 @@ pub fn lease_json(info: &LeaseInfo) -> Value {
         "permits": permits(info.kind),
         "holders": holders,
         "hold_until": info.hold_until.map(time),
+        "lock_delay_until": info.lock_delay_until.map(time),
         "waiters": waiters_json(info),
         "transitions": info.transitions,
     })

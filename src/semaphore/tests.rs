@@ -27,6 +27,7 @@ fn info(kind: LeaseKind, holders: usize, held: bool) -> LeaseInfo {
         kind,
         holders: vec![holder; holders],
         hold_until: None,
+        lock_delay_until: None,
         waiters: Vec::new(),
         transitions: 0,
         released: false,
@@ -87,4 +88,17 @@ fn a_foreign_holders_lock_leaves_no_permit() {
     let mut foreign = info(LeaseKind::Exclusive, 0, true);
     foreign.foreign = true;
     assert_eq!(free(3, Some(&foreign)).unwrap(), 0);
+}
+
+#[test]
+fn no_permit_is_free_while_a_lock_delay_lasts() {
+    // The places a release by owner id kept have expired, or it kept none
+    // (immediately): no live holder, yet no acquisition before `nb`.
+    let mut delayed = info(LeaseKind::Permit { permits: 3 }, 0, false);
+    delayed.lock_delay_until = Some(delayed.server_time + Duration::from_secs(5));
+    assert_eq!(free(3, Some(&delayed)).unwrap(), 0);
+    // Whatever kind the key was held as: an acquisition is answered held.
+    let mut shared = info(LeaseKind::Shared, 1, true);
+    shared.lock_delay_until = delayed.lock_delay_until;
+    assert_eq!(free(3, Some(&shared)).unwrap(), 0);
 }

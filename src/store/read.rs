@@ -156,6 +156,11 @@ pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime
         .map(|d| d.to_system_time())
         .ok()
         .filter(|until| *until > server_time);
+    let lock_delay_until = doc
+        .get_datetime(field::NOT_BEFORE)
+        .map(|d| d.to_system_time())
+        .ok()
+        .filter(|until| *until > server_time);
     // A lease released before its minimum hold keeps the key until `hl`.
     let has_lease_id = matches!(doc.get(field::LEASE_ID), Some(Bson::Binary(_)));
     let held = if kind.is_multi_holder() {
@@ -177,6 +182,7 @@ pub(crate) fn lease_info(key: &LeaseKey, doc: &Document, server_time: SystemTime
         kind,
         holders,
         hold_until,
+        lock_delay_until,
         waiters: live_waiters(doc, server_time),
         transitions: int(doc.get(field::TRANSITIONS)).map_or(0, |n| n.max(0) as u64),
         released: !kind.is_multi_holder() && !has_lease_id,
@@ -206,6 +212,7 @@ fn foreign_info(key: &LeaseKey, doc: &Document, server_time: SystemTime) -> Leas
         kind: crate::kind::LeaseKind::Exclusive,
         holders: Vec::new(),
         hold_until: None,
+        lock_delay_until: None,
         waiters: Vec::new(),
         transitions: 0,
         released: false,

@@ -34,6 +34,7 @@ fn info_released(
         kind: LeaseKind::Exclusive,
         holders: Vec::new(),
         hold_until: None,
+        lock_delay_until: None,
         waiters: Vec::new(),
         transitions: 0,
         released,

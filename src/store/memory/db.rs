@@ -404,6 +404,9 @@ impl MemoryDb {
             kind,
             holders,
             hold_until: hold_until.map(|until| self.system_time(until)),
+            lock_delay_until: (doc.not_before)
+                .filter(|until| *until > now)
+                .map(|until| self.system_time(until)),
             waiters: self.waiters(doc, now),
             transitions: doc.transitions,
             released: !kind.is_multi_holder() && doc.lease_id.is_none(),

@@ -19,7 +19,7 @@ pub(super) fn info_projection() -> Document {
     doc! {
         field::OWNER: 1, field::LEASE_ID: 1, field::TOKEN: 1, field::ACQUIRED_AT: 1,
         field::OTHER_OWNER: 1, field::RENEWED_AT: 1, field::EXPIRES_AT: 1, field::PAYLOAD: 1, "now": "$$NOW",
-        field::HOLDERS: 1, field::PERMITS: 1, field::HOLD_UNTIL: 1,
+        field::HOLDERS: 1, field::PERMITS: 1, field::HOLD_UNTIL: 1, field::NOT_BEFORE: 1,
         field::QUEUE: 1, field::EXCLUSIVE_WAITER: 1, field::TRANSITIONS: 1,
     }
 }

@@ -29,8 +29,9 @@ async fn attempt(store: &impl Store, key: &str, kind: LeaseKind) -> AcquireOutco
 }
 
 /// Asserts that an attempt by `store` on `key` as `kind` finds it held
-/// until about [`LONG`] from now.
+/// until about [`LONG`] from now, and a read shows the delay's end.
 async fn held_for_long(store: &impl Store, key: &str, kind: LeaseKind) {
+    read_delayed(store, key).await;
     match attempt(store, key, kind).await {
         AcquireOutcome::Held { remaining, .. } => assert!(
             remaining.is_some_and(|r| r > LONG - Duration::from_secs(60)),
@@ -40,10 +41,27 @@ async fn held_for_long(store: &impl Store, key: &str, kind: LeaseKind) {
     }
 }
 
+/// Asserts that a read of `key` shows its lock-delay ending about [`LONG`]
+/// from the server's now (`LeaseInfo::lock_delay_until`).
+async fn read_delayed(store: &impl Store, key: &str) {
+    let info = store
+        .inspect(key.into())
+        .await
+        .unwrap()
+        .expect("a document");
+    let left =
+        (info.lock_delay_until).and_then(|until| until.duration_since(info.server_time).ok());
+    assert!(
+        left.is_some_and(|left| left > LONG - Duration::from_secs(60) && left <= LONG),
+        "{key}: {info:?}"
+    );
+}
+
 /// Asserts that every kind's attempt on `key` finds it held until about
-/// [`LONG`] from now (not a mismatch, not acquired), and that the light
-/// acquire does not take it.
+/// [`LONG`] from now (not a mismatch, not acquired), that the light
+/// acquire does not take it, and that a read shows the delay's end.
 async fn delayed(store: &impl Store, key: &str) {
+    read_delayed(store, key).await;
     let remaining = held(store, key, true, "a").await;
     assert!(
         remaining > LONG - Duration::from_secs(60) && remaining <= LONG,

@@ -524,6 +524,7 @@ fn lease_info(info: &LeaseInfo) -> V {
         ("kind", V::Str(info.kind.to_string())),
         ("holders", V::List(holders)),
         ("hold until", V::opt(info.hold_until.map(time))),
+        ("lock-delay until", V::opt(info.lock_delay_until.map(time))),
         ("waiters", V::List(waiters)),
         ("transitions", V::Int(info.transitions as i64)),
         ("released", V::Bool(info.released)),
