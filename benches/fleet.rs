@@ -33,7 +33,10 @@
 //! and with no condition), in 20 rounds, the three alternating; printed:
 //! commands per cycle (driver command monitoring, every command but the
 //! driver's handshakes and heartbeats), cycles/s, the time in the driver's
-//! round trips and the rest, the CPU time per cycle of this process (the
+//! round trips and the rest (of which the caller's time from each call to
+//! its command's send and from its reply to the call's return: for
+//! mongo-lease the hops to the manager's task and back and the manager's
+//! work), the CPU time per cycle of this process (the
 //! caller, the actor and the driver) and of `mongod`, and the throughput
 //! ratios over the run and round by round (median and range).
 //!
@@ -333,6 +336,10 @@ struct Contender {
     commands: u64,
     waited: u64,
     rounds: Vec<Duration>,
+    /// The caller's time before its commands were sent and after their
+    /// replies were read ([`Split`]).
+    before_send: Duration,
+    after_reply: Duration,
     /// CPU clock ticks of this process and of `mongod` during its rounds
     /// (`None` if `/proc` cannot tell).
     own_ticks: Option<u64>,
@@ -346,6 +353,8 @@ impl Contender {
             commands: 0,
             waited: 0,
             rounds: Vec::new(),
+            before_send: Duration::ZERO,
+            after_reply: Duration::ZERO,
             own_ticks: Some(0),
             mongod_ticks: Some(0),
         }
@@ -360,7 +369,7 @@ impl Contender {
 /// release, against raw insert/delete and against the raw update of a
 /// kept document.
 async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
-    let (client, commands, waited) = counted(options);
+    let (client, commands, waited, stamps) = counted(options);
     let manager = LeaseManager::connect(
         LeaseManagerOptions::builder()
             .database(client.database(database))
@@ -383,10 +392,11 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
     let (own, mongod) = (std::process::id(), mongod_pid(options).await);
     let ticks = |pid: Option<u32>| pid.and_then(cpu_ticks);
     // Warm-up outside the count.
+    let mut warm_up = Split::new(&stamps);
     for _ in 0..50 {
-        our_cycle(&manager).await;
-        raw_cycle(&raw).await;
-        kept_cycle(&kept).await;
+        our_cycle(&manager, &mut warm_up).await;
+        raw_cycle(&raw, &mut warm_up).await;
+        kept_cycle(&kept, &mut warm_up).await;
     }
     // Many short rounds, the contenders alternating, so that the machine's
     // drift reaches all three alike; ratios are taken round by round.
@@ -405,15 +415,18 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
                 waited.load(Ordering::Relaxed),
             );
             let (own_before, mongod_before) = (ticks(Some(own)), ticks(mongod));
+            let mut split = Split::new(&stamps);
             let start = Instant::now();
             for _ in 0..per_round {
                 match index {
-                    0 => our_cycle(&manager).await,
-                    1 => raw_cycle(&raw).await,
-                    _ => kept_cycle(&kept).await,
+                    0 => our_cycle(&manager, &mut split).await,
+                    1 => raw_cycle(&raw, &mut split).await,
+                    _ => kept_cycle(&kept, &mut split).await,
                 }
             }
             contender.rounds.push(start.elapsed());
+            contender.before_send += split.before_send;
+            contender.after_reply += split.after_reply;
             let spent = |before: Option<u64>, after: Option<u64>, sum: Option<u64>| {
                 Some(sum? + after?.checked_sub(before?)?)
             };
@@ -437,12 +450,15 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
     for contender in &contenders {
         let time = contender.time();
         let trips = contender.waited as f64 / 1e3 / cycles as f64;
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / cycles as f64;
         println!(
-            "  {:<18} {:.2} commands per cycle, {:>6.0} cycles/s ({trips:.0} us in round trips + {:.0} us else per cycle; CPU per cycle: this process {} us, mongod {} us)",
+            "  {:<18} {:.2} commands per cycle, {:>6.0} cycles/s ({trips:.0} us in round trips + {:.0} us else per cycle, of which {:.0} us before the commands were sent and {:.0} us after their replies; CPU per cycle: this process {} us, mongod {} us)",
             contender.name,
             contender.commands as f64 / cycles as f64,
             cycles as f64 / time.as_secs_f64(),
             time.as_secs_f64() * 1e6 / cycles as f64 - trips,
+            us(contender.before_send),
+            us(contender.after_reply),
             per_cycle(contender.own_ticks),
             per_cycle(contender.mongod_ticks),
         );
@@ -478,19 +494,27 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
     client.shutdown().await;
 }
 
-async fn our_cycle(manager: &LeaseManager) {
-    let lease = manager.acquire("k").await.expect("acquire");
+async fn our_cycle(manager: &LeaseManager, split: &mut Split) {
+    let lease = split.time(manager.acquire("k")).await.expect("acquire");
     assert_eq!(
-        lease.release().await.expect("release"),
+        split.time(lease.release()).await.expect("release"),
         ReleaseOutcome::Released
     );
 }
 
-async fn raw_cycle(raw: &Collection<Document>) {
-    raw.insert_one(doc! { "_id": "k", "aid": "raw" })
+async fn raw_cycle(raw: &Collection<Document>, split: &mut Split) {
+    split
+        .time(
+            raw.insert_one(doc! { "_id": "k", "aid": "raw" })
+                .into_future(),
+        )
         .await
         .expect("insertOne");
-    raw.delete_one(doc! { "_id": "k", "aid": "raw" })
+    split
+        .time(
+            raw.delete_one(doc! { "_id": "k", "aid": "raw" })
+                .into_future(),
+        )
         .await
         .expect("deleteOne");
 }
@@ -500,40 +524,42 @@ async fn raw_cycle(raw: &Collection<Document>) {
 /// sets the owner, the next token and the expiry by the server's clock,
 /// then an `updateOne` on `_id` alone that ends the expiry; no condition
 /// at all (not even "free"), so a floor for any such lease.
-async fn kept_cycle(kept: &Collection<Document>) {
+async fn kept_cycle(kept: &Collection<Document>, split: &mut Split) {
     let acquire = vec![doc! { "$set": {
         "aid": "raw",
         "tok": { "$add": [{ "$ifNull": ["$tok", 0_i64] }, 1_i64] },
         "exp": { "$add": ["$$NOW", 30_000] },
     }}];
-    let acquired = kept
+    let acquire = kept
         .find_one_and_update(doc! { "_id": "k" }, acquire)
         .upsert(true)
-        .return_document(mongodb::options::ReturnDocument::After)
-        .await
-        .expect("findOneAndUpdate");
+        .return_document(mongodb::options::ReturnDocument::After);
+    let acquired = split.time(acquire).await.expect("findOneAndUpdate");
     assert!(acquired.is_some());
-    kept.update_one(
+    let release = kept.update_one(
         doc! { "_id": "k" },
         vec![doc! { "$set": { "exp": "$$NOW" } }],
-    )
-    .await
-    .expect("updateOne");
+    );
+    split.time(release).await.expect("updateOne");
 }
 
 /// A client that counts the commands it sends (but the driver's handshakes
-/// and heartbeats).
-fn counted(options: &ClientOptions) -> (Client, Arc<AtomicU64>, Arc<AtomicU64>) {
+/// and heartbeats), the time they waited for their replies, and when the
+/// last one was sent and answered ([`Stamps`]).
+fn counted(options: &ClientOptions) -> (Client, Arc<AtomicU64>, Arc<AtomicU64>, Arc<Stamps>) {
     let (commands, waited) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let stamps = Arc::new(Stamps::default());
     let mut options = options.clone();
-    let (sink, waits) = (commands.clone(), waited.clone());
+    let (sink, waits, stamped) = (commands.clone(), waited.clone(), stamps.clone());
     let counted = |name: &str| !matches!(name, "hello" | "isMaster" | "ping" | "endSessions");
     options.command_event_handler = Some(EventHandler::callback(move |event| match event {
         CommandEvent::Started(started) if counted(&started.command_name) => {
             sink.fetch_add(1, Ordering::Relaxed);
+            stamped.stamp(&stamped.started);
         }
         CommandEvent::Succeeded(done) if counted(&done.command_name) => {
             waits.fetch_add(done.duration.as_nanos() as u64, Ordering::Relaxed);
+            stamped.stamp(&stamped.answered);
         }
         _ => {}
     }));
@@ -541,7 +567,69 @@ fn counted(options: &ClientOptions) -> (Client, Arc<AtomicU64>, Arc<AtomicU64>) 
         Client::with_options(options).expect("client"),
         commands,
         waited,
+        stamps,
     )
+}
+
+/// When the last counted command was sent and when its reply was read
+/// (the driver's command events), in nanoseconds after `base`.
+struct Stamps {
+    base: Instant,
+    started: AtomicU64,
+    answered: AtomicU64,
+}
+
+impl Default for Stamps {
+    fn default() -> Self {
+        Stamps {
+            base: Instant::now(),
+            started: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Stamps {
+    fn stamp(&self, at: &AtomicU64) {
+        at.store(self.base.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn at(&self, at: &AtomicU64) -> Instant {
+        self.base + Duration::from_nanos(at.load(Ordering::Relaxed))
+    }
+}
+
+/// The caller's time around its writes' commands, summed: from each call
+/// to its command's send, and from its reply to the call's return (the
+/// manager's hops and work, or the driver's alone for the raw writes).
+struct Split {
+    stamps: Arc<Stamps>,
+    before_send: Duration,
+    after_reply: Duration,
+}
+
+impl Split {
+    fn new(stamps: &Arc<Stamps>) -> Self {
+        Split {
+            stamps: stamps.clone(),
+            before_send: Duration::ZERO,
+            after_reply: Duration::ZERO,
+        }
+    }
+
+    /// Awaits `call`, which sends one command, and adds its split.
+    async fn time<T>(&mut self, call: impl std::future::IntoFuture<Output = T>) -> T {
+        let called = Instant::now();
+        let output = call.await;
+        let returned = Instant::now();
+        let (sent, answered) = (
+            self.stamps.at(&self.stamps.started),
+            self.stamps.at(&self.stamps.answered),
+        );
+        self.before_send += sent.saturating_duration_since(called);
+        self.after_reply += returned.saturating_duration_since(answered);
+        output
+    }
 }
 
 /// The bound on a key's queue of waiting owners ("Bound" in "Queue of
