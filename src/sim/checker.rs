@@ -20,7 +20,8 @@
 //!   (the same instant is on time);
 //! - lock-delay: after an operator's call ends a lease on the server,
 //!   nobody is granted its key before the delay has passed
-//!   (`checker/lock_delay.rs`);
+//!   (`checker/lock_delay.rs`, from what the clients saw; `landed.rs`,
+//!   from what the server holds);
 //! - revocation: once faults stop, a request to release a held key
 //!   reaches its live holders within a bound (`checker/revocation.rs`);
 //! - once faults stop, every waiter is answered within a bound;
@@ -564,6 +565,13 @@ impl Checker {
                 deadline,
                 expiry,
             } => self.expiry_now(*lease, *deadline, *expiry),
+            Event::GrantedInLockDelay { key, early } => self.violation(
+                key,
+                format!(
+                    "a lease was granted on the server {early:?} before the lock-delay \
+                     of an operator's call that ended its last live lease there had passed"
+                ),
+            ),
         }
     }
 

@@ -88,6 +88,15 @@ pub enum Event {
         /// holds the key for it (deleted, another acquisition).
         expiry: At,
     },
+    /// A write landed that gave `key` a lease `early` before the end, by
+    /// the server's clock, of the lock-delay of an operator's call that had
+    /// ended its last live lease on the server (`sim::landed`).
+    GrantedInLockDelay {
+        /// The key.
+        key: String,
+        /// How long before the delay's end it landed.
+        early: Duration,
+    },
     /// The lease's token fired (its holder was told it is lost).
     Told {
         /// The lease.
@@ -298,6 +307,7 @@ impl Event {
             Event::Granted { key, .. }
             | Event::ForeignTaken { key, .. }
             | Event::ForeignRemoved { key }
+            | Event::GrantedInLockDelay { key, .. }
             | Event::TtlDeleted { key, .. }
             | Event::ForceReleaseStarted { key, .. }
             | Event::Inspected { key, .. }

@@ -36,6 +36,7 @@ mod expiry;
 mod faults;
 mod groups;
 pub mod history;
+mod landed;
 pub(crate) mod others;
 mod reentrant;
 mod revocable;
@@ -474,6 +475,7 @@ async fn schedule(seed: u64) -> Report {
     ));
     tokio::spawn(others::ttl_monitor(recorder.clone(), db.clone()));
     tokio::spawn(expiry::watch(recorder.clone(), db.clone()));
+    tokio::spawn(landed::watch(recorder.clone(), db.clone()));
     // Failovers: the new primary's clock ahead of the managers' by up to
     // the bound they assume (a step forward or back).
     let failover = db.clone();

@@ -787,3 +787,15 @@ fn a_shared_key_another_owner_holds_when_its_release_by_owner_id_lands_is_not_de
     let found = check(events, 1_100);
     assert!(!lock_delay_broken(&found), "{found:?}");
 }
+
+#[test]
+fn a_grant_the_server_saw_within_a_lock_delay_is_a_violation() {
+    let early = Event::GrantedInLockDelay {
+        key: "locks/k".into(),
+        early: Duration::from_millis(300),
+    };
+    let found = check(vec![(100, early)], 200);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].what.contains("lock-delay"), "{found:?}");
+    assert_eq!(found[0].key, "locks/k");
+}

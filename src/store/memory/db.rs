@@ -64,6 +64,10 @@ pub(crate) struct MemoryDb {
     /// The collection's TTL indexes ([`MemoryDb::set_ttl_indexes`]), which
     /// the TTL monitor's passes apply (`ttl`).
     pub(super) ttl_indexes: Arc<Mutex<Vec<super::ttl::TtlIndex>>>,
+    /// What the managers' writes changed of the live leases, once recorded
+    /// (`landed`).
+    #[cfg(feature = "sim")]
+    pub(super) landed: Arc<Mutex<Option<Vec<super::landed::LandedWrite>>>>,
 }
 
 /// When one stream of writes was last polled and found nothing yet
@@ -116,6 +120,8 @@ impl Default for MemoryDb {
             readers: Arc::default(),
             streams_opened: Arc::default(),
             ttl_indexes: Arc::default(),
+            #[cfg(feature = "sim")]
+            landed: Arc::default(),
         }
     }
 }

@@ -157,6 +157,7 @@ mod control;
 mod db;
 mod doc;
 mod kinds;
+mod landed;
 mod light;
 mod lock_delay;
 mod lock_id;
@@ -173,6 +174,8 @@ pub(crate) use control::{EventFate, Fault, Op};
 pub(crate) use db::{ForeignWrite, MemoryDb};
 #[allow(unused_imports)]
 pub(crate) use doc::Doc;
+#[cfg(feature = "sim")]
+pub(crate) use landed::LandedWrite;
 pub(crate) use store::MemoryStore;
 #[allow(unused_imports)]
 pub(crate) use ttl::{TtlIndex, gc_index_covers, restated_until};

@@ -252,7 +252,7 @@ impl MemoryStore {
             fault => fault,
         };
         let (answer, answered) = tokio::sync::oneshot::channel::<Result<T>>();
-        let db = self.db.clone();
+        let (db, lock_delay) = (self.db.clone(), self.lock_delay);
         let server = async move {
             let held = match fault {
                 Some(Fault::Delay(d) | Fault::Unanswered(d)) => d,
@@ -277,7 +277,7 @@ impl MemoryStore {
             }
             let result = match fault {
                 Some(Fault::Stale(lag)) => db.apply_to_snapshot(lag, apply),
-                _ => db.apply(apply),
+                _ => db.apply_landing(op, lock_delay, apply),
             };
             match fault {
                 Some(Fault::FailAfterApply) => {

@@ -1,0 +1,169 @@
+//! Property 14 (lock-delay) as the server holds it: once an operator's
+//! call (a force release, a release by owner id) lands and ends the last
+//! live lease of a key, no write lands that gives the key a lease before
+//! that call's lock-delay has passed, by the server's clock.
+//!
+//! The twin records what each manager's write changed of the live leases
+//! of the lock collection (`store::memory::landed`: their lease ids before
+//! and after, the call and the server time); this module judges those
+//! facts alone, not the twin's rules, and records each breach
+//! ([`Event::GrantedInLockDelay`], a violation for the checker). The
+//! client-side check (`checker/lock_delay.rs`) needs the history to show
+//! that no other owner's place could be live when the call applied; here
+//! the server's own state shows it, so every landing is judged, whatever
+//! the waits around it.
+//!
+//! The delay judged is the lock-delay alone, counted from the call's
+//! landing: at least that much every call promises, immediate or not (one
+//! that is not also waits for the ended leases' expiry, which the client
+//! side checks).
+
+use tokio::time::Instant;
+
+use super::history::Event;
+use super::workload::Recorder;
+use crate::key::LeaseKey;
+use crate::random::HashMap;
+use crate::store::memory::{LandedWrite, MemoryDb, Op};
+
+/// Judges, on every change of `db`, the writes that landed since (see the
+/// module docs), from now until the run ends.
+pub(super) fn watch(recorder: Recorder, db: MemoryDb) -> impl Future<Output = ()> {
+    db.record_landed();
+    let changes = db.changes();
+    judge_landings(recorder, db, changes)
+}
+
+async fn judge_landings(
+    recorder: Recorder,
+    db: MemoryDb,
+    mut changes: tokio::sync::watch::Receiver<()>,
+) {
+    // Per key, the server time until which a lock-delay holds it.
+    let mut delayed: HashMap<LeaseKey, Instant> = HashMap::default();
+    while changes.changed().await.is_ok() {
+        for write in db.take_landed() {
+            for (key, early) in judge(&mut delayed, write) {
+                recorder.push(Event::GrantedInLockDelay {
+                    key: format!("locks/{key}"),
+                    early,
+                });
+            }
+        }
+    }
+}
+
+/// The keys to which `write` gave a lease while a lock-delay held them,
+/// each with how long before the delay's end it landed; updates `delayed`
+/// with the delays `write` starts and ends (a delay ends at the key's
+/// first grant after it).
+fn judge(
+    delayed: &mut HashMap<LeaseKey, Instant>,
+    write: LandedWrite,
+) -> Vec<(LeaseKey, std::time::Duration)> {
+    let overrides = matches!(write.op, Op::ForceRelease | Op::ReleaseOwner);
+    let mut breaches = Vec::new();
+    for (key, before, after) in write.changed {
+        // A lease of a key none held ends its delay, on time or not: a
+        // handoff or a join to a live holder is no new grant (that holder's
+        // was judged), and so is a grant after one, which may land at a
+        // server time before the delay's end once the server's clock
+        // stepped back (a failover).
+        if before.is_empty()
+            && !after.is_empty()
+            && let Some(until) = delayed.remove(&key)
+            && write.at < until
+        {
+            breaches.push((key.clone(), until - write.at));
+        }
+        let ends_the_last = after.is_empty() && !before.is_empty();
+        if overrides && ends_the_last && !write.lock_delay.is_zero() {
+            let until = write.at + write.lock_delay;
+            let held = delayed.entry(key).or_insert(until);
+            *held = (*held).max(until);
+        }
+    }
+    breaches
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn write(op: Op, at: Instant, changed: Vec<(&str, Vec<Uuid>, Vec<Uuid>)>) -> LandedWrite {
+        LandedWrite {
+            op,
+            lock_delay: Duration::from_secs(1),
+            at,
+            changed: (changed.into_iter())
+                .map(|(key, before, after)| (LeaseKey::from(key), before, after))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_grant_within_the_delay_of_a_call_that_ended_the_last_live_lease_is_a_breach() {
+        let t0 = Instant::now();
+        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let mut delayed = HashMap::default();
+        // Owner of `a` released by owner id while `b` is live: no delay.
+        let first = write(Op::ReleaseOwner, t0, vec![("rw", vec![a, b], vec![b])]);
+        assert!(judge(&mut delayed, first).is_empty());
+        let joined = write(Op::Acquire, t0, vec![("rw", vec![b], vec![b, c])]);
+        assert!(judge(&mut delayed, joined).is_empty(), "no delay yet");
+        // The owners of `b` and `c`, one at a time: the last one delays it.
+        let t1 = t0 + Duration::from_millis(10);
+        let second = write(Op::ReleaseOwner, t1, vec![("rw", vec![b, c], vec![c])]);
+        assert!(judge(&mut delayed, second).is_empty());
+        let third = write(Op::ReleaseOwner, t1, vec![("rw", vec![c], vec![])]);
+        assert!(judge(&mut delayed, third).is_empty());
+        let early = t1 + Duration::from_millis(400);
+        let grant = write(Op::Acquire, early, vec![("rw", vec![], vec![a])]);
+        let found = judge(&mut delayed, grant);
+        assert_eq!(
+            found,
+            vec![(LeaseKey::from("rw"), Duration::from_millis(600))]
+        );
+    }
+
+    #[test]
+    fn a_grant_at_the_delays_end_ends_it_whatever_the_clock_does_next() {
+        let t0 = Instant::now();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut delayed = HashMap::default();
+        let forced = write(Op::ForceRelease, t0, vec![("x0", vec![a], vec![])]);
+        assert!(judge(&mut delayed, forced).is_empty());
+        let on_time = t0 + Duration::from_secs(1);
+        let grants = vec![("x0", vec![], vec![b]), ("x1", vec![], vec![a])];
+        assert!(judge(&mut delayed, write(Op::Acquire, on_time, grants)).is_empty());
+        // The server's clock steps back at a failover: a release and a new
+        // grant land at server times before the delay's end.
+        let back = t0 + Duration::from_millis(500);
+        let released = write(Op::Release, back, vec![("x0", vec![b], vec![])]);
+        assert!(judge(&mut delayed, released).is_empty());
+        let again = write(Op::Acquire, back, vec![("x0", vec![], vec![a])]);
+        assert!(judge(&mut delayed, again).is_empty());
+    }
+
+    #[test]
+    fn a_holders_own_release_and_a_zero_lock_delay_delay_nothing() {
+        let t0 = Instant::now();
+        let a = Uuid::new_v4();
+        let mut delayed = HashMap::default();
+        let released = write(Op::Release, t0, vec![("x0", vec![a], vec![])]);
+        assert!(judge(&mut delayed, released).is_empty());
+        let mut forced = write(Op::ForceRelease, t0, vec![("x1", vec![a], vec![])]);
+        forced.lock_delay = Duration::ZERO;
+        assert!(judge(&mut delayed, forced).is_empty());
+        let grant = write(
+            Op::Acquire,
+            t0,
+            vec![("x0", vec![], vec![a]), ("x1", vec![], vec![a])],
+        );
+        assert!(judge(&mut delayed, grant).is_empty());
+    }
+}

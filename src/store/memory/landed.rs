@@ -1,0 +1,145 @@
+//! What each manager's write that lands on the lock collection changes of
+//! its live leases, recorded under the `sim` feature for the simulation's
+//! checks of what the server holds (`sim::landed`): facts only (the live
+//! lease ids of each key before and after the write, the call that sent
+//! it, and the server time it applied at), none of the twin's rules.
+//! Without `sim` a write is applied as [`MemoryDb::apply`] applies it.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::control::Op;
+use super::db::MemoryDb;
+use super::rules::Collection;
+
+#[cfg(feature = "sim")]
+pub(crate) use recorded::LandedWrite;
+
+impl MemoryDb {
+    /// Applies `operation`, a write of call `op` from a store whose
+    /// lock-delay is `lock_delay`, as [`MemoryDb::apply`] does; under `sim`,
+    /// in the lock collection, records what it changed of the live leases
+    /// ([`LandedWrite`]).
+    pub(super) fn apply_landing<T>(
+        &self,
+        op: Op,
+        lock_delay: Duration,
+        operation: impl FnOnce(&mut Collection, Instant) -> T,
+    ) -> T {
+        #[cfg(feature = "sim")]
+        {
+            self.apply(|coll, now| {
+                recorded::apply(&self.landed, (op, lock_delay), coll, now, operation)
+            })
+        }
+        #[cfg(not(feature = "sim"))]
+        {
+            let _ = (op, lock_delay);
+            self.apply(operation)
+        }
+    }
+}
+
+#[cfg(feature = "sim")]
+mod recorded {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+    use uuid::Uuid;
+
+    use super::super::control::Op;
+    use super::super::db::{MemoryDb, lock};
+    use super::super::rules::Collection;
+    use crate::key::LeaseKey;
+    use crate::random::HashMap;
+
+    /// One write that changed the live leases of the lock collection.
+    #[derive(Debug, Clone)]
+    pub(crate) struct LandedWrite {
+        /// The call that sent it.
+        pub op: Op,
+        /// The lock-delay of the store that sent it.
+        pub lock_delay: Duration,
+        /// The server time it applied at.
+        pub at: Instant,
+        /// Each key whose live leases it changed: their lease ids before
+        /// and after it (a live lease: a lease id, and an expiry ahead; an
+        /// exclusive lease's, or a shared holder's or permit's).
+        pub changed: Vec<(LeaseKey, Vec<Uuid>, Vec<Uuid>)>,
+    }
+
+    /// The live leases of each key of `coll` at `now`, by lease id.
+    fn live(coll: &Collection, now: Instant) -> HashMap<LeaseKey, Vec<Uuid>> {
+        let mut live = HashMap::default();
+        for (key, doc) in &coll.docs {
+            let ids: Vec<Uuid> = if doc.holders.is_empty() {
+                doc.lease_id.filter(|_| doc.exp > now).into_iter().collect()
+            } else {
+                (doc.holders.iter())
+                    .filter(|h| h.exp > now)
+                    .filter_map(|h| h.lease_id)
+                    .collect()
+            };
+            if !ids.is_empty() {
+                live.insert(key.clone(), ids);
+            }
+        }
+        live
+    }
+
+    /// `operation` applied to `coll` at `now`, and what it changed recorded
+    /// in `log` (in the lock collection, once [`MemoryDb::record_landed`]
+    /// was called).
+    pub(super) fn apply<T>(
+        log: &Mutex<Option<Vec<LandedWrite>>>,
+        (op, lock_delay): (Op, Duration),
+        coll: &mut Collection,
+        now: Instant,
+        operation: impl FnOnce(&mut Collection, Instant) -> T,
+    ) -> T {
+        if coll.in_documents || lock(log).is_none() {
+            return operation(coll, now);
+        }
+        let before = live(coll, now);
+        let result = operation(coll, now);
+        let mut after = live(coll, now);
+        let mut changed = Vec::new();
+        for (key, ids) in before {
+            let now_live = after.remove(&key).unwrap_or_default();
+            if now_live != ids {
+                changed.push((key, ids, now_live));
+            }
+        }
+        changed.extend(after.into_iter().map(|(key, ids)| (key, Vec::new(), ids)));
+        if !changed.is_empty() {
+            changed.sort_by(|a, b| a.0.cmp(&b.0));
+            let write = LandedWrite {
+                op,
+                lock_delay,
+                at: now,
+                changed,
+            };
+            lock(log).get_or_insert_default().push(write);
+        }
+        result
+    }
+
+    impl MemoryDb {
+        /// Records from now on what each write changes of the live leases
+        /// ([`LandedWrite`]), for [`MemoryDb::take_landed`].
+        pub(crate) fn record_landed(&self) {
+            lock(&self.landed).get_or_insert_default();
+        }
+
+        /// The writes recorded since the last call, in the order they
+        /// applied.
+        pub(crate) fn take_landed(&self) -> Vec<LandedWrite> {
+            lock(&self.landed)
+                .as_mut()
+                .map(std::mem::take)
+                .unwrap_or_default()
+        }
+    }
+}
