@@ -16,7 +16,10 @@
 //! The delay judged is the lock-delay alone, counted from the call's
 //! landing: at least that much every call promises, immediate or not (one
 //! that is not also waits for the ended leases' expiry, which the client
-//! side checks).
+//! side checks). It ends at the key's next grant, or once the server's
+//! clock has shown its end: a failover may step the clock back, and what
+//! the server did in between by its clock (a grant, a follow-up delete of
+//! the document) was on time.
 
 use tokio::time::Instant;
 
@@ -66,13 +69,16 @@ fn judge(
     for (key, before, after) in write.changed {
         // A lease of a key none held ends its delay, on time or not: a
         // handoff or a join to a live holder is no new grant (that holder's
-        // was judged), and so is a grant after one, which may land at a
-        // server time before the delay's end once the server's clock
-        // stepped back (a failover).
+        // was judged), and so is a grant after one. A grant is on time once
+        // the server's clock has reached the delay's end, even if it lands
+        // at a server time before it, after a step back of the clock (a
+        // failover): what it did meanwhile (a grant, the follow-up delete
+        // of a document it deemed no longer delayed) was on time.
         if before.is_empty()
             && !after.is_empty()
             && let Some(until) = delayed.remove(&key)
             && write.at < until
+            && write.clock_reached.is_none_or(|reached| reached < until)
         {
             breaches.push((key.clone(), until - write.at));
         }
@@ -102,6 +108,7 @@ mod tests {
             changed: (changed.into_iter())
                 .map(|(key, before, after)| (LeaseKey::from(key), before, after))
                 .collect(),
+            clock_reached: None,
         }
     }
 
@@ -147,6 +154,34 @@ mod tests {
         assert!(judge(&mut delayed, released).is_empty());
         let again = write(Op::Acquire, back, vec![("x0", vec![], vec![a])]);
         assert!(judge(&mut delayed, again).is_empty());
+    }
+
+    #[test]
+    fn a_grant_after_the_servers_clock_reached_the_delays_end_is_on_time() {
+        let t0 = Instant::now();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut delayed = HashMap::default();
+        let forced = write(Op::ReleaseOwner, t0, vec![("x1", vec![a], vec![])]);
+        assert!(judge(&mut delayed, forced).is_empty());
+        // The clock went past the delay's end (a failover to a member
+        // ahead; the follow-up delete took the document then), and stepped
+        // back before the grant landed.
+        let mut grant = write(
+            Op::Acquire,
+            t0 + Duration::from_millis(500),
+            vec![("x1", vec![], vec![b])],
+        );
+        grant.clock_reached = Some(t0 + Duration::from_secs(1));
+        assert!(judge(&mut delayed, grant.clone()).is_empty());
+        // Had it not reached it, the grant is early.
+        let forced = write(Op::ReleaseOwner, t0, vec![("x1", vec![b], vec![])]);
+        assert!(judge(&mut delayed, forced).is_empty());
+        grant.clock_reached = Some(t0 + Duration::from_millis(999));
+        let found = judge(&mut delayed, grant);
+        assert_eq!(
+            found,
+            vec![(LeaseKey::from("x1"), Duration::from_millis(500))]
+        );
     }
 
     #[test]

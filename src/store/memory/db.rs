@@ -67,7 +67,7 @@ pub(crate) struct MemoryDb {
     /// What the managers' writes changed of the live leases, once recorded
     /// (`landed`).
     #[cfg(feature = "sim")]
-    pub(super) landed: Arc<Mutex<Option<Vec<super::landed::LandedWrite>>>>,
+    pub(super) landed: Arc<Mutex<Option<super::landed::Landed>>>,
 }
 
 /// When one stream of writes was last polled and found nothing yet
@@ -308,6 +308,8 @@ impl MemoryDb {
 
     /// Wakes observers after a change.
     pub(super) fn touch(&self) {
+        #[cfg(feature = "sim")]
+        self.note_server_time();
         self.snapshot_now();
         self.changed.send_replace(());
     }

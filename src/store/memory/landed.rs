@@ -14,7 +14,7 @@ use super::db::MemoryDb;
 use super::rules::Collection;
 
 #[cfg(feature = "sim")]
-pub(crate) use recorded::LandedWrite;
+pub(crate) use recorded::{Landed, LandedWrite};
 
 impl MemoryDb {
     /// Applies `operation`, a write of call `op` from a store whose
@@ -68,6 +68,19 @@ mod recorded {
         /// and after it (a live lease: a lease id, and an expiry ahead; an
         /// exclusive lease's, or a shared holder's or permit's).
         pub changed: Vec<(LeaseKey, Vec<Uuid>, Vec<Uuid>)>,
+        /// The latest server time any change of the collection showed
+        /// before this write (any write, a TTL monitor's pass, a step of
+        /// the server's clock): a time its clock has reached, whatever it
+        /// shows after a step back.
+        pub clock_reached: Option<Instant>,
+    }
+
+    /// What the twin records, once asked ([`MemoryDb::record_landed`]).
+    #[derive(Debug, Default)]
+    pub(crate) struct Landed {
+        writes: Vec<LandedWrite>,
+        /// The latest server time a change showed.
+        clock_reached: Option<Instant>,
     }
 
     /// The live leases of each key of `coll` at `now`, by lease id.
@@ -93,7 +106,7 @@ mod recorded {
     /// in `log` (in the lock collection, once [`MemoryDb::record_landed`]
     /// was called).
     pub(super) fn apply<T>(
-        log: &Mutex<Option<Vec<LandedWrite>>>,
+        log: &Mutex<Option<Landed>>,
         (op, lock_delay): (Op, Duration),
         coll: &mut Collection,
         now: Instant,
@@ -115,13 +128,16 @@ mod recorded {
         changed.extend(after.into_iter().map(|(key, ids)| (key, Vec::new(), ids)));
         if !changed.is_empty() {
             changed.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut log = lock(log);
+            let landed = log.get_or_insert_default();
             let write = LandedWrite {
                 op,
                 lock_delay,
                 at: now,
                 changed,
+                clock_reached: landed.clock_reached,
             };
-            lock(log).get_or_insert_default().push(write);
+            landed.writes.push(write);
         }
         result
     }
@@ -136,10 +152,18 @@ mod recorded {
         /// The writes recorded since the last call, in the order they
         /// applied.
         pub(crate) fn take_landed(&self) -> Vec<LandedWrite> {
-            lock(&self.landed)
-                .as_mut()
-                .map(std::mem::take)
+            (lock(&self.landed).as_mut())
+                .map(|landed| std::mem::take(&mut landed.writes))
                 .unwrap_or_default()
+        }
+
+        /// After a change of the collection: the server time now is one
+        /// its clock has reached (once recording).
+        pub(in super::super) fn note_server_time(&self) {
+            if let Some(landed) = lock(&self.landed).as_mut() {
+                let now = self.server_now();
+                landed.clock_reached = Some(landed.clock_reached.map_or(now, |at| at.max(now)));
+            }
         }
     }
 }
