@@ -11,7 +11,8 @@
 //!   and shared and exclusive holders never at once;
 //! - fencing tokens strictly increase per key in the order of acquisition
 //!   (between two live-at-grant leases of which one is exclusive: shared
-//!   holders or permits may be answered out of order);
+//!   holders or permits may be answered out of order), also as the server
+//!   holds them, for every lease a landed write gives (`landed.rs`);
 //! - `hold_at_least`: nobody is granted the key before the holder's
 //!   acquisition + its minimum hold, less the server clock's allowed step
 //!   back;
@@ -565,6 +566,13 @@ impl Checker {
                 deadline,
                 expiry,
             } => self.expiry_now(*lease, *deadline, *expiry),
+            Event::TokenNotAbove { key, token, above } => self.violation(
+                key,
+                format!(
+                    "a lease was granted on the server with fencing token {token}, \
+                     not above {above}, an earlier lease's of the key"
+                ),
+            ),
             Event::GrantedInLockDelay { key, early } => self.violation(
                 key,
                 format!(

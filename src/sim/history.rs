@@ -97,6 +97,17 @@ pub enum Event {
         /// How long before the delay's end it landed.
         early: Duration,
     },
+    /// A write landed that gave `key` a lease whose fencing token is not
+    /// above `above`, the highest token of the earlier leases of the key
+    /// it must follow (`sim::landed`).
+    TokenNotAbove {
+        /// The key.
+        key: String,
+        /// The new lease's token.
+        token: u64,
+        /// The token it had to be above.
+        above: u64,
+    },
     /// The lease's token fired (its holder was told it is lost).
     Told {
         /// The lease.
@@ -308,6 +319,7 @@ impl Event {
             | Event::ForeignTaken { key, .. }
             | Event::ForeignRemoved { key }
             | Event::GrantedInLockDelay { key, .. }
+            | Event::TokenNotAbove { key, .. }
             | Event::TtlDeleted { key, .. }
             | Event::ForceReleaseStarted { key, .. }
             | Event::Inspected { key, .. }

@@ -1,13 +1,22 @@
-//! Property 14 (lock-delay) as the server holds it: once an operator's
-//! call (a force release, a release by owner id) lands and ends the last
-//! live lease of a key, no write lands that gives the key a lease before
-//! that call's lock-delay has passed, by the server's clock.
+//! Two properties as the server holds them, judged on every write that
+//! lands, whether or not its caller still waits for it:
+//!
+//! - 14 (lock-delay): once an operator's call (a force release, a release
+//!   by owner id) lands and ends the last live lease of a key, no write
+//!   lands that gives the key a lease before that call's lock-delay has
+//!   passed, by the server's clock;
+//! - 3 (fencing): each lease a write gives a key has a token above every
+//!   earlier lease's of the key that it may run beside or after: an
+//!   exclusive lease's above every earlier lease's, a shared holder's or
+//!   permit's above every earlier exclusive lease's (shared holders and
+//!   permits among themselves are in no order).
 //!
 //! The twin records what each manager's write changed of the live leases
 //! of the lock collection (`store::memory::landed`: their lease ids before
 //! and after, the call and the server time); this module judges those
 //! facts alone, not the twin's rules, and records each breach
-//! ([`Event::GrantedInLockDelay`], a violation for the checker). The
+//! ([`Event::GrantedInLockDelay`], [`Event::TokenNotAbove`]: violations
+//! for the checker). The
 //! client-side check (`checker/lock_delay.rs`) needs the history to show
 //! that no other owner's place could be live when the call applied; here
 //! the server's own state shows it, so every landing is judged, whatever
@@ -26,7 +35,7 @@ use tokio::time::Instant;
 use super::history::Event;
 use super::workload::Recorder;
 use crate::key::LeaseKey;
-use crate::random::HashMap;
+use crate::random::{HashMap, HashSet};
 use crate::store::memory::{LandedWrite, MemoryDb, Op};
 
 /// Judges, on every change of `db`, the writes that landed since (see the
@@ -44,8 +53,16 @@ async fn judge_landings(
 ) {
     // Per key, the server time until which a lock-delay holds it.
     let mut delayed: HashMap<LeaseKey, Instant> = HashMap::default();
+    let mut fencing: HashMap<LeaseKey, Fencing> = HashMap::default();
     while changes.changed().await.is_ok() {
         for write in db.take_landed() {
+            for (key, token, above) in judge_tokens(&mut fencing, &write) {
+                recorder.push(Event::TokenNotAbove {
+                    key: format!("locks/{key}"),
+                    token,
+                    above,
+                });
+            }
             for (key, early) in judge(&mut delayed, write) {
                 recorder.push(Event::GrantedInLockDelay {
                     key: format!("locks/{key}"),
@@ -54,6 +71,47 @@ async fn judge_landings(
             }
         }
     }
+}
+
+/// The leases one key had so far (property 3 in the module docs).
+#[derive(Default)]
+struct Fencing {
+    /// Every lease id it had.
+    seen: HashSet<uuid::Uuid>,
+    /// The highest token of its exclusive leases.
+    exclusive: u64,
+    /// The highest token of all its leases.
+    any: u64,
+}
+
+/// The leases `write` gave a key (lease ids the key never had) whose
+/// token is not above what it must be, each with its token and that bound;
+/// updates `fencing`.
+fn judge_tokens(
+    fencing: &mut HashMap<LeaseKey, Fencing>,
+    write: &LandedWrite,
+) -> Vec<(LeaseKey, u64, u64)> {
+    let mut breaches = Vec::new();
+    for (key, _, after) in &write.changed {
+        let key_fencing = fencing.entry(key.clone()).or_default();
+        for lease in after {
+            if !key_fencing.seen.insert(lease.id) {
+                continue;
+            }
+            let above = match lease.exclusive {
+                true => key_fencing.any,
+                false => key_fencing.exclusive,
+            };
+            if lease.token <= above {
+                breaches.push((key.clone(), lease.token, above));
+            }
+            key_fencing.any = key_fencing.any.max(lease.token);
+            if lease.exclusive {
+                key_fencing.exclusive = key_fencing.exclusive.max(lease.token);
+            }
+        }
+    }
+    breaches
 }
 
 /// The keys to which `write` gave a lease while a lock-delay held them,
@@ -99,6 +157,18 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+    use crate::store::memory::LiveLease;
+
+    /// Exclusive leases of these ids (token 1 each: the lock-delay's
+    /// judge reads the ids alone).
+    fn leases(ids: Vec<Uuid>) -> Vec<LiveLease> {
+        let lease = |id| LiveLease {
+            id,
+            token: 1,
+            exclusive: true,
+        };
+        ids.into_iter().map(lease).collect()
+    }
 
     fn write(op: Op, at: Instant, changed: Vec<(&str, Vec<Uuid>, Vec<Uuid>)>) -> LandedWrite {
         LandedWrite {
@@ -106,7 +176,7 @@ mod tests {
             lock_delay: Duration::from_secs(1),
             at,
             changed: (changed.into_iter())
-                .map(|(key, before, after)| (LeaseKey::from(key), before, after))
+                .map(|(key, before, after)| (LeaseKey::from(key), leases(before), leases(after)))
                 .collect(),
             clock_reached: None,
         }
@@ -200,5 +270,34 @@ mod tests {
             vec![("x0", vec![], vec![a]), ("x1", vec![], vec![a])],
         );
         assert!(judge(&mut delayed, grant).is_empty());
+    }
+
+    #[test]
+    fn a_lease_whose_token_is_not_above_the_ones_it_follows_is_a_breach() {
+        let t0 = Instant::now();
+        let lease = |token, exclusive| LiveLease {
+            id: Uuid::new_v4(),
+            token,
+            exclusive,
+        };
+        let (x5, s6, s7) = (lease(5, true), lease(6, false), lease(7, false));
+        let mut fencing = HashMap::default();
+        let mut grant = |after: Vec<LiveLease>| {
+            let mut write = write(Op::Acquire, t0, vec![]);
+            write.changed = vec![(LeaseKey::from("rw"), Vec::new(), after)];
+            judge_tokens(&mut fencing, &write)
+        };
+        assert!(grant(vec![x5]).is_empty());
+        // Shared holders after it, in no order among themselves; a lease id
+        // seen before (a retry reviving it) is not judged again.
+        assert!(grant(vec![s7]).is_empty());
+        assert!(grant(vec![s7, s6]).is_empty());
+        assert!(grant(vec![x5]).is_empty());
+        // An exclusive lease follows every earlier one; a shared holder
+        // every earlier exclusive one.
+        let found = grant(vec![lease(7, true)]);
+        assert_eq!(found, vec![(LeaseKey::from("rw"), 7, 7)]);
+        let found = grant(vec![lease(6, false)]);
+        assert_eq!(found, vec![(LeaseKey::from("rw"), 6, 7)]);
     }
 }

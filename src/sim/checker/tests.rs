@@ -799,3 +799,15 @@ fn a_grant_the_server_saw_within_a_lock_delay_is_a_violation() {
     assert!(found[0].what.contains("lock-delay"), "{found:?}");
     assert_eq!(found[0].key, "locks/k");
 }
+
+#[test]
+fn a_token_the_server_gave_below_an_earlier_one_is_a_violation() {
+    let below = Event::TokenNotAbove {
+        key: "locks/k".into(),
+        token: 6,
+        above: 7,
+    };
+    let found = check(vec![(100, below)], 200);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].what.contains("fencing token 6"), "{found:?}");
+}

@@ -13,6 +13,8 @@ use super::control::Op;
 use super::db::MemoryDb;
 use super::rules::Collection;
 
+#[cfg(all(test, feature = "sim"))]
+pub(crate) use recorded::LiveLease;
 #[cfg(feature = "sim")]
 pub(crate) use recorded::{Landed, LandedWrite};
 
@@ -64,15 +66,26 @@ mod recorded {
         pub lock_delay: Duration,
         /// The server time it applied at.
         pub at: Instant,
-        /// Each key whose live leases it changed: their lease ids before
-        /// and after it (a live lease: a lease id, and an expiry ahead; an
-        /// exclusive lease's, or a shared holder's or permit's).
-        pub changed: Vec<(LeaseKey, Vec<Uuid>, Vec<Uuid>)>,
+        /// Each key whose live leases it changed: those before and after
+        /// it.
+        pub changed: Vec<(LeaseKey, Vec<LiveLease>, Vec<LiveLease>)>,
         /// The latest server time any change of the collection showed
         /// before this write (any write, a TTL monitor's pass, a step of
         /// the server's clock): a time its clock has reached, whatever it
         /// shows after a step back.
         pub clock_reached: Option<Instant>,
+    }
+
+    /// A live lease in a document: a lease id and an expiry ahead, of an
+    /// exclusive lease, or of a shared holder or permit.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) struct LiveLease {
+        /// Its lease id (`lid`).
+        pub id: Uuid,
+        /// Its fencing token (`tok`).
+        pub token: u64,
+        /// An exclusive lease's (no `hs`).
+        pub exclusive: bool,
     }
 
     /// What the twin records, once asked ([`MemoryDb::record_landed`]).
@@ -83,16 +96,32 @@ mod recorded {
         clock_reached: Option<Instant>,
     }
 
-    /// The live leases of each key of `coll` at `now`, by lease id.
-    fn live(coll: &Collection, now: Instant) -> HashMap<LeaseKey, Vec<Uuid>> {
+    /// The live leases of each key of `coll` at `now`.
+    fn live(coll: &Collection, now: Instant) -> HashMap<LeaseKey, Vec<LiveLease>> {
         let mut live = HashMap::default();
         for (key, doc) in &coll.docs {
-            let ids: Vec<Uuid> = if doc.holders.is_empty() {
-                doc.lease_id.filter(|_| doc.exp > now).into_iter().collect()
+            let ids: Vec<LiveLease> = if doc.holders.is_empty() {
+                let lease = |id| LiveLease {
+                    id,
+                    token: doc.token,
+                    exclusive: true,
+                };
+                doc.lease_id
+                    .filter(|_| doc.exp > now)
+                    .map(lease)
+                    .into_iter()
+                    .collect()
             } else {
                 (doc.holders.iter())
                     .filter(|h| h.exp > now)
-                    .filter_map(|h| h.lease_id)
+                    .filter_map(|h| {
+                        let id = h.lease_id?;
+                        Some(LiveLease {
+                            id,
+                            token: h.token,
+                            exclusive: false,
+                        })
+                    })
                     .collect()
             };
             if !ids.is_empty() {
