@@ -2,25 +2,28 @@
 //! lands, whether or not its caller still waits for it:
 //!
 //! - 14 (lock-delay): once an operator's call (a force release, a release
-//!   by owner id) lands and ends the last live lease of a key, no write
-//!   lands that gives the key a lease before that call's lock-delay has
-//!   passed, by the server's clock;
+//!   by owner id) lands and ends what held a key (its last live lease, or
+//!   the minimum hold that alone held it), no write lands that gives the
+//!   key a lease before that call's lock-delay has passed, by the server's
+//!   clock;
 //! - 3 (fencing): each lease a write gives a key has a token above every
 //!   earlier lease's of the key that it may run beside or after: an
 //!   exclusive lease's above every earlier lease's, a shared holder's or
 //!   permit's above every earlier exclusive lease's (shared holders and
 //!   permits among themselves are in no order).
 //!
-//! The twin records what each manager's write changed of the live leases
-//! of the lock collection (`store::memory::landed`: their lease ids before
-//! and after, the call and the server time); this module judges those
-//! facts alone, not the twin's rules, and records each breach
+//! The twin records what each manager's write changed of what holds the
+//! keys of the lock collection (`store::memory::landed`: the live leases
+//! before and after, with their tokens, and a minimum hold alone; the
+//! documents a force release rewrote; the call; the server time; the
+//! latest time the server's clock had shown); this module judges those facts
+//! alone, not the twin's rules, and records each breach
 //! ([`Event::GrantedInLockDelay`], [`Event::TokenNotAbove`]: violations
-//! for the checker). The
-//! client-side check (`checker/lock_delay.rs`) needs the history to show
-//! that no other owner's place could be live when the call applied; here
-//! the server's own state shows it, so every landing is judged, whatever
-//! the waits around it.
+//! for the checker). The client-side check of property 14
+//! (`checker/lock_delay.rs`) needs the history to show that no other
+//! owner's place could be live when the call applied; here the server's
+//! own state shows it, so every landing is judged, whatever the waits
+//! around it.
 //!
 //! The delay judged is the lock-delay alone, counted from the call's
 //! landing: at least that much every call promises, immediate or not (one
@@ -28,7 +31,9 @@
 //! side checks). It ends at the key's next grant, or once the server's
 //! clock has shown its end: a failover may step the clock back, and what
 //! the server did in between by its clock (a grant, a follow-up delete of
-//! the document) was on time.
+//! the document) was on time. An immediate force release that rewrites
+//! the waiting key frees it after its own lock-delay (docs/lock-delay.md),
+//! which after a step back may end first.
 
 use tokio::time::Instant;
 
@@ -76,33 +81,36 @@ async fn judge_landings(
 /// The leases one key had so far (property 3 in the module docs).
 #[derive(Default)]
 struct Fencing {
-    /// Every lease id it had.
-    seen: HashSet<uuid::Uuid>,
+    /// Every lease it had: its lease id and token.
+    seen: HashSet<(uuid::Uuid, u64)>,
     /// The highest token of its exclusive leases.
     exclusive: u64,
     /// The highest token of all its leases.
     any: u64,
 }
 
-/// The leases `write` gave a key (lease ids the key never had) whose
-/// token is not above what it must be, each with its token and that bound;
-/// updates `fencing`.
+/// The leases `write` made live on a key whose token is not above what it
+/// must be, each with its token and that bound; updates `fencing`. A lease
+/// live again under its own lease id and token (a retry reviving it once
+/// expired) may equal the bound, its own token, but no later lease may
+/// have gone above it.
 fn judge_tokens(
     fencing: &mut HashMap<LeaseKey, Fencing>,
     write: &LandedWrite,
 ) -> Vec<(LeaseKey, u64, u64)> {
     let mut breaches = Vec::new();
-    for (key, _, after) in &write.changed {
+    for (key, before, after) in &write.changed {
         let key_fencing = fencing.entry(key.clone()).or_default();
-        for lease in after {
-            if !key_fencing.seen.insert(lease.id) {
+        for lease in &after.leases {
+            if before.leases.contains(lease) {
                 continue;
             }
             let above = match lease.exclusive {
                 true => key_fencing.any,
                 false => key_fencing.exclusive,
             };
-            if lease.token <= above {
+            let again = !key_fencing.seen.insert((lease.id, lease.token));
+            if lease.token < above || (lease.token == above && !again) {
                 breaches.push((key.clone(), lease.token, above));
             }
             key_fencing.any = key_fencing.any.max(lease.token);
@@ -117,12 +125,21 @@ fn judge_tokens(
 /// The keys to which `write` gave a lease while a lock-delay held them,
 /// each with how long before the delay's end it landed; updates `delayed`
 /// with the delays `write` starts and ends (a delay ends at the key's
-/// first grant after it).
+/// first grant after it, or once the server's clock has shown its end).
 fn judge(
     delayed: &mut HashMap<LeaseKey, Instant>,
     write: LandedWrite,
 ) -> Vec<(LeaseKey, std::time::Duration)> {
     let overrides = matches!(write.op, Op::ForceRelease | Op::ReleaseOwner);
+    // A force release that rewrote a key waiting for an earlier override
+    // (an immediate one: docs/lock-delay.md) frees it after its own
+    // lock-delay, which a step back of the server's clock may make the
+    // earlier end.
+    for key in &write.rewritten {
+        if let Some(until) = delayed.get_mut(key) {
+            *until = (*until).min(write.at + write.lock_delay);
+        }
+    }
     let mut breaches = Vec::new();
     for (key, before, after) in write.changed {
         // A lease of a key none held ends its delay, on time or not: a
@@ -132,15 +149,16 @@ fn judge(
         // at a server time before it, after a step back of the clock (a
         // failover): what it did meanwhile (a grant, the follow-up delete
         // of a document it deemed no longer delayed) was on time.
-        if before.is_empty()
-            && !after.is_empty()
+        if before.leases.is_empty()
+            && !after.leases.is_empty()
             && let Some(until) = delayed.remove(&key)
             && write.at < until
             && write.clock_reached.is_none_or(|reached| reached < until)
         {
             breaches.push((key.clone(), until - write.at));
         }
-        let ends_the_last = after.is_empty() && !before.is_empty();
+        // Its last live lease, or the minimum hold that alone held it.
+        let ends_the_last = before.held() && !after.held();
         if overrides && ends_the_last && !write.lock_delay.is_zero() {
             let until = write.at + write.lock_delay;
             let held = delayed.entry(key).or_insert(until);
@@ -157,17 +175,20 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::store::memory::LiveLease;
+    use crate::store::memory::{Held, LiveLease};
 
     /// Exclusive leases of these ids (token 1 each: the lock-delay's
     /// judge reads the ids alone).
-    fn leases(ids: Vec<Uuid>) -> Vec<LiveLease> {
+    fn leases(ids: Vec<Uuid>) -> Held {
         let lease = |id| LiveLease {
             id,
             token: 1,
             exclusive: true,
         };
-        ids.into_iter().map(lease).collect()
+        Held {
+            leases: ids.into_iter().map(lease).collect(),
+            by_hold: false,
+        }
     }
 
     fn write(op: Op, at: Instant, changed: Vec<(&str, Vec<Uuid>, Vec<Uuid>)>) -> LandedWrite {
@@ -178,6 +199,7 @@ mod tests {
             changed: (changed.into_iter())
                 .map(|(key, before, after)| (LeaseKey::from(key), leases(before), leases(after)))
                 .collect(),
+            rewritten: Vec::new(),
             clock_reached: None,
         }
     }
@@ -284,20 +306,97 @@ mod tests {
         let mut fencing = HashMap::default();
         let mut grant = |after: Vec<LiveLease>| {
             let mut write = write(Op::Acquire, t0, vec![]);
-            write.changed = vec![(LeaseKey::from("rw"), Vec::new(), after)];
+            let after = Held {
+                leases: after,
+                by_hold: false,
+            };
+            write.changed = vec![(LeaseKey::from("rw"), Held::default(), after)];
             judge_tokens(&mut fencing, &write)
         };
         assert!(grant(vec![x5]).is_empty());
-        // Shared holders after it, in no order among themselves; a lease id
-        // seen before (a retry reviving it) is not judged again.
+        // Shared holders after it, in no order among themselves; one live
+        // again under its own lease id and token (a retry reviving it).
         assert!(grant(vec![s7]).is_empty());
         assert!(grant(vec![s7, s6]).is_empty());
-        assert!(grant(vec![x5]).is_empty());
+        // The exclusive lease live again after them: they went above it.
+        assert_eq!(grant(vec![x5]), vec![(LeaseKey::from("rw"), 5, 7)]);
         // An exclusive lease follows every earlier one; a shared holder
         // every earlier exclusive one.
         let found = grant(vec![lease(7, true)]);
         assert_eq!(found, vec![(LeaseKey::from("rw"), 7, 7)]);
         let found = grant(vec![lease(6, false)]);
         assert_eq!(found, vec![(LeaseKey::from("rw"), 6, 7)]);
+    }
+
+    #[test]
+    fn a_lease_id_given_again_with_another_token_is_judged_again() {
+        let t0 = Instant::now();
+        let id = Uuid::new_v4();
+        let lease = |token| LiveLease {
+            id,
+            token,
+            exclusive: true,
+        };
+        let mut fencing = HashMap::default();
+        let mut grant = |lease: LiveLease| {
+            let mut write = write(Op::Acquire, t0, vec![]);
+            let after = Held {
+                leases: vec![lease],
+                by_hold: false,
+            };
+            write.changed = vec![(LeaseKey::from("x0"), Held::default(), after)];
+            judge_tokens(&mut fencing, &write)
+        };
+        assert!(grant(lease(5)).is_empty());
+        // Live again with its own token, nothing above it: a retry.
+        assert!(grant(lease(5)).is_empty());
+        assert!(grant(lease(8)).is_empty());
+        // The same lease id handed over again with its old token.
+        assert_eq!(grant(lease(5)), vec![(LeaseKey::from("x0"), 5, 8)]);
+    }
+
+    #[test]
+    fn a_force_release_of_a_key_held_by_its_minimum_hold_alone_delays_it() {
+        let t0 = Instant::now();
+        let b = Uuid::new_v4();
+        let mut delayed = HashMap::default();
+        let mut forced = write(Op::ForceRelease, t0, vec![]);
+        let by_hold = Held {
+            leases: Vec::new(),
+            by_hold: true,
+        };
+        forced.changed = vec![(LeaseKey::from("x0"), by_hold, Held::default())];
+        assert!(judge(&mut delayed, forced).is_empty());
+        let early = write(
+            Op::Acquire,
+            t0 + Duration::from_millis(100),
+            vec![("x0", vec![], vec![b])],
+        );
+        assert_eq!(
+            judge(&mut delayed, early),
+            vec![(LeaseKey::from("x0"), Duration::from_millis(900))]
+        );
+    }
+
+    #[test]
+    fn an_immediate_force_release_of_a_waiting_key_after_a_step_back_shortens_its_wait() {
+        let t0 = Instant::now();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let mut delayed = HashMap::default();
+        let ahead = t0 + Duration::from_millis(900);
+        let forced = write(Op::ForceRelease, ahead, vec![("k", vec![a], vec![])]);
+        assert!(judge(&mut delayed, forced).is_empty());
+        // The clock steps back 900 ms; 100 ms later an immediate force
+        // release rewrites the waiting key: its wait ends at 1.1 s.
+        let mut again = write(Op::ForceRelease, t0 + Duration::from_millis(100), vec![]);
+        again.rewritten = vec![LeaseKey::from("k")];
+        assert!(judge(&mut delayed, again).is_empty());
+        let mut grant = write(
+            Op::Acquire,
+            t0 + Duration::from_millis(1_100),
+            vec![("k", vec![], vec![b])],
+        );
+        grant.clock_reached = Some(ahead);
+        assert!(judge(&mut delayed, grant).is_empty());
     }
 }

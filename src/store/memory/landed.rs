@@ -14,7 +14,7 @@ use super::db::MemoryDb;
 use super::rules::Collection;
 
 #[cfg(all(test, feature = "sim"))]
-pub(crate) use recorded::LiveLease;
+pub(crate) use recorded::{Held, LiveLease};
 #[cfg(feature = "sim")]
 pub(crate) use recorded::{Landed, LandedWrite};
 
@@ -66,14 +66,34 @@ mod recorded {
         pub lock_delay: Duration,
         /// The server time it applied at.
         pub at: Instant,
-        /// Each key whose live leases it changed: those before and after
-        /// it.
-        pub changed: Vec<(LeaseKey, Vec<LiveLease>, Vec<LiveLease>)>,
-        /// The latest server time any change of the collection showed
-        /// before this write (any write, a TTL monitor's pass, a step of
-        /// the server's clock): a time its clock has reached, whatever it
-        /// shows after a step back.
+        /// Each key whose holding it changed: what held it before and
+        /// after it.
+        pub changed: Vec<(LeaseKey, Held, Held)>,
+        /// The documents a force release rewrote (whether or not it ended
+        /// a lease: an immediate one also frees a key an earlier override
+        /// left waiting).
+        pub rewritten: Vec<LeaseKey>,
+        /// The latest server time any change of the collection (a write,
+        /// a TTL monitor's deletion) showed before this write: a time its
+        /// clock has reached, whatever it shows after a step back.
         pub clock_reached: Option<Instant>,
+    }
+
+    /// What holds a key at an instant.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub(crate) struct Held {
+        /// Its live leases.
+        pub leases: Vec<LiveLease>,
+        /// A minimum hold alone (`hl` and `exp` ahead, no lease id: a
+        /// holder released it early).
+        pub by_hold: bool,
+    }
+
+    impl Held {
+        /// Whether anything holds it.
+        pub(crate) fn held(&self) -> bool {
+            self.by_hold || !self.leases.is_empty()
+        }
     }
 
     /// A live lease in a document: a lease id and an expiry ahead, of an
@@ -96,8 +116,8 @@ mod recorded {
         clock_reached: Option<Instant>,
     }
 
-    /// The live leases of each key of `coll` at `now`.
-    fn live(coll: &Collection, now: Instant) -> HashMap<LeaseKey, Vec<LiveLease>> {
+    /// What holds each key of `coll` at `now`, for those held.
+    fn live(coll: &Collection, now: Instant) -> HashMap<LeaseKey, Held> {
         let mut live = HashMap::default();
         for (key, doc) in &coll.docs {
             let ids: Vec<LiveLease> = if doc.holders.is_empty() {
@@ -124,8 +144,16 @@ mod recorded {
                     })
                     .collect()
             };
-            if !ids.is_empty() {
-                live.insert(key.clone(), ids);
+            let by_hold = doc.holders.is_empty()
+                && doc.lease_id.is_none()
+                && doc.exp > now
+                && doc.hold_until.is_some_and(|until| until > now);
+            let held = Held {
+                leases: ids,
+                by_hold,
+            };
+            if held.held() {
+                live.insert(key.clone(), held);
             }
         }
         live
@@ -145,18 +173,29 @@ mod recorded {
             return operation(coll, now);
         }
         let before = live(coll, now);
+        let docs_before = (op == Op::ForceRelease).then(|| coll.docs.clone());
         let result = operation(coll, now);
         let mut after = live(coll, now);
         let mut changed = Vec::new();
-        for (key, ids) in before {
-            let now_live = after.remove(&key).unwrap_or_default();
-            if now_live != ids {
-                changed.push((key, ids, now_live));
+        for (key, held) in before {
+            let now_held = after.remove(&key).unwrap_or_default();
+            if now_held != held {
+                changed.push((key, held, now_held));
             }
         }
-        changed.extend(after.into_iter().map(|(key, ids)| (key, Vec::new(), ids)));
-        if !changed.is_empty() {
+        changed.extend(
+            after
+                .into_iter()
+                .map(|(key, held)| (key, Held::default(), held)),
+        );
+        let mut rewritten: Vec<LeaseKey> = (docs_before.iter())
+            .flat_map(|docs| docs.iter())
+            .filter(|(key, doc)| coll.docs.get(*key) != Some(*doc))
+            .map(|(key, _)| key.clone())
+            .collect();
+        if !changed.is_empty() || !rewritten.is_empty() {
             changed.sort_by(|a, b| a.0.cmp(&b.0));
+            rewritten.sort();
             let mut log = lock(log);
             let landed = log.get_or_insert_default();
             let write = LandedWrite {
@@ -164,6 +203,7 @@ mod recorded {
                 lock_delay,
                 at: now,
                 changed,
+                rewritten,
                 clock_reached: landed.clock_reached,
             };
             landed.writes.push(write);

@@ -177,7 +177,7 @@ pub(crate) use doc::Doc;
 #[cfg(feature = "sim")]
 pub(crate) use landed::LandedWrite;
 #[cfg(all(test, feature = "sim"))]
-pub(crate) use landed::LiveLease;
+pub(crate) use landed::{Held, LiveLease};
 pub(crate) use store::MemoryStore;
 #[allow(unused_imports)]
 pub(crate) use ttl::{TtlIndex, gc_index_covers, restated_until};
