@@ -191,6 +191,17 @@ mod tests {
         }
     }
 
+    /// An acquisition at `at` that made `leases` live on `key`, none before.
+    fn made_live(at: Instant, key: &str, leases: Vec<LiveLease>) -> LandedWrite {
+        let after = Held {
+            leases,
+            by_hold: false,
+        };
+        let mut made = write(Op::Acquire, at, vec![]);
+        made.changed = vec![(LeaseKey::from(key), Held::default(), after)];
+        made
+    }
+
     fn write(op: Op, at: Instant, changed: Vec<(&str, Vec<Uuid>, Vec<Uuid>)>) -> LandedWrite {
         LandedWrite {
             op,
@@ -304,15 +315,7 @@ mod tests {
         };
         let (x5, s6, s7) = (lease(5, true), lease(6, false), lease(7, false));
         let mut fencing = HashMap::default();
-        let mut grant = |after: Vec<LiveLease>| {
-            let mut write = write(Op::Acquire, t0, vec![]);
-            let after = Held {
-                leases: after,
-                by_hold: false,
-            };
-            write.changed = vec![(LeaseKey::from("rw"), Held::default(), after)];
-            judge_tokens(&mut fencing, &write)
-        };
+        let mut grant = |after| judge_tokens(&mut fencing, &made_live(t0, "rw", after));
         assert!(grant(vec![x5]).is_empty());
         // Shared holders after it, in no order among themselves; one live
         // again under its own lease id and token (a retry reviving it).
@@ -338,15 +341,7 @@ mod tests {
             exclusive: true,
         };
         let mut fencing = HashMap::default();
-        let mut grant = |lease: LiveLease| {
-            let mut write = write(Op::Acquire, t0, vec![]);
-            let after = Held {
-                leases: vec![lease],
-                by_hold: false,
-            };
-            write.changed = vec![(LeaseKey::from("x0"), Held::default(), after)];
-            judge_tokens(&mut fencing, &write)
-        };
+        let mut grant = |lease| judge_tokens(&mut fencing, &made_live(t0, "x0", vec![lease]));
         assert!(grant(lease(5)).is_empty());
         // Live again with its own token, nothing above it: a retry.
         assert!(grant(lease(5)).is_empty());
