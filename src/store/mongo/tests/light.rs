@@ -169,10 +169,20 @@ impl Env {
 /// The light acquire of `key` under `lease_id` (alone): its token if it
 /// acquired it.
 async fn light_acquire(store: &MongoStore, key: &str, lease_id: Uuid) -> Option<u64> {
+    light_acquire_for(store, key, lease_id, Duration::from_millis(TTL_MS as u64)).await
+}
+
+/// [`light_acquire`] with the lease's `ttl`.
+async fn light_acquire_for(
+    store: &MongoStore,
+    key: &str,
+    lease_id: Uuid,
+    ttl: Duration,
+) -> Option<u64> {
     let request = LightAcquire {
         key: key.into(),
         lease_id,
-        ttl: Duration::from_millis(TTL_MS as u64),
+        ttl,
         started: tokio::time::Instant::now(),
     };
     match store.light_acquires(vec![request]).await.pop().unwrap() {
@@ -290,6 +300,24 @@ async fn where_the_light_acquire_applies_it_writes_the_general_acquires_document
         env.get("new-general").await.unwrap(),
     );
     assert_eq!(names(&light), names(&general));
+    env.drop().await;
+}
+
+/// A light acquisition whose TTL is shorter than `DELETE_MIN_TOKEN_AGE`
+/// reads held to another lock pattern's clients until the token it gives is
+/// that old (+ 1 ms), not only until its expiry: the restated `ttl` counts
+/// from this write's token, not from the one it follows ("Read by other
+/// clients" in `store`).
+#[tokio::test]
+async fn a_short_light_acquisition_reads_held_to_other_clients_until_its_token_is_old_enough() {
+    let env = Env::new().await;
+    env.put(lock("short", "b", at(-5))).await;
+    let ttl = Duration::from_millis(100);
+    let acquired = light_acquire_for(&env.store, "short", Uuid::new_v4(), ttl).await;
+    assert!(acquired.is_some(), "the light form applies");
+    let doc = env.get("short").await.unwrap();
+    assert_eq!(doc, restated(doc.clone()));
+    assert!(doc.get_f64(field::TTL_SECONDS).unwrap() > 1.0, "{doc}");
     env.drop().await;
 }
 
