@@ -30,15 +30,26 @@
 //! `deleteOne` of a lock document, and the least a lease that keeps its
 //! document writes (a `findOneAndUpdate` upsert setting owner, next token
 //! and expiry, then an `updateOne` ending the expiry, both on `_id` alone
-//! and with no condition), in 20 rounds, the three alternating; printed:
-//! commands per cycle (driver command monitoring, every command but the
-//! driver's handshakes and heartbeats), cycles/s, the time in the driver's
-//! round trips and the rest (of which the caller's time from each call to
-//! its command's send and from its reply to the call's return: for
-//! mongo-lease the hops to the manager's task and back and the manager's
-//! work), the CPU time per cycle of this process (the
-//! caller, the actor and the driver) and of `mongod`, and the throughput
-//! ratios over the run and round by round (median and range).
+//! and with no condition), in 20 rounds, the contenders alternating. Two
+//! passes, each with its own client and manager, as in
+//! `handoff_processes`. The **monitored pass** (a quarter of the cycles)
+//! gives the commands per cycle (every command but the driver's handshakes
+//! and heartbeats), the time in the driver's round trips and the rest (of
+//! which the caller's time from each call to its command's send and from
+//! its reply to the call's return: for mongo-lease the hops to the
+//! manager's task and back and the manager's work), and its own ratio to
+//! the raw kept document; it also captures the manager's light acquire and
+//! light release. The **timed pass**, with no command monitoring, gives
+//! cycles/s, the CPU time per cycle of this process (the caller, the actor
+//! and the driver) and of `mongod`, and the throughput ratios over the pass
+//! and round by round (median and range), with a fourth contender: those
+//! two commands sent again by the caller with the driver, encoded once
+//! ("its commands replayed"), so that mongo-lease / its commands replayed
+//! is the manager's share of a cycle and its commands replayed / raw kept
+//! document the server's cost of the lease's conditions. Monitoring is not
+//! free, nor the same for every contender: the driver copies each command
+//! and reply into a `Document` for its events, which delays the lease's
+//! pipelines more than the raw forms' one-field updates.
 //!
 //! **Many waiters.** W = 2, 20, 50, 200 managers contend for one key, each
 //! with its own client (managers in this process rather than W processes,
@@ -57,15 +68,16 @@
 //! its pid from `serverStatus`; not shown for a server on another
 //! machine). Printed with the ratios to W = 2.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mongo_lease::{LeaseManager, LeaseManagerOptions, ReleaseOutcome};
-use mongodb::bson::{Document, doc};
+use mongodb::bson::{Document, RawDocumentBuf, doc};
 use mongodb::event::{EventHandler, command::CommandEvent};
 use mongodb::options::{ClientOptions, CollectionOptions, WriteConcern};
-use mongodb::{Client, Collection};
+use mongodb::{Client, Collection, Database};
 
 #[path = "common/mongod.rs"]
 mod mongod;
@@ -367,13 +379,133 @@ impl Contender {
 
 /// Commands per cycle and cycles/s of one task's uncontended acquire +
 /// release, against raw insert/delete and against the raw update of a
-/// kept document.
+/// kept document, in two passes as in `handoff_processes`: the **monitored
+/// pass** (a quarter of the cycles) gives the commands per cycle, the round
+/// trips and the caller's time around them, and captures the manager's two
+/// commands; the **timed pass**, with no command monitoring, gives the
+/// throughput, its ratios and the CPU per cycle, with those commands
+/// replayed as a fourth contender. With a command event handler set, the
+/// driver copies every command into a `Document` for its started event and
+/// every reply into one for its succeeded event (`mongodb` 3.x,
+/// `client/executor.rs`): a cost in proportion to the command's size, which
+/// slows the lease's pipelines (2 KB and 0.9 KB) more than the raw forms'
+/// one-field updates, and which no application pays that does not monitor
+/// its commands.
 async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
-    let (client, commands, waited, stamps) = counted(options);
+    let monitored_cycles = (cycles / 4).max(ROUNDS);
+    let (monitored, monitored_cycles, captured) =
+        cycle_pass(options, database, monitored_cycles, true, None).await;
+    let replay = captured.expect("the manager's light acquire and light release were captured");
+    let (timed, cycles, _) = cycle_pass(options, database, cycles, false, Some(&replay)).await;
+    println!(
+        "one task's uncontended acquire + release: timed pass {cycles} cycles, monitored pass \
+         {monitored_cycles} cycles, each in {ROUNDS} rounds"
+    );
+    // CPU time per cycle, in microseconds, from clock ticks.
+    let tick_us = 1e6 / clock_ticks();
+    let per_cycle = |ticks: Option<u64>| {
+        ticks.map_or("-".to_string(), |t| {
+            format!("{:.0}", t as f64 * tick_us / cycles as f64)
+        })
+    };
+    for (index, timed) in timed.iter().enumerate() {
+        print!(
+            "  {:<24} {:>6.0} cycles/s (CPU per cycle: this process {} us, mongod {} us)",
+            timed.name,
+            cycles as f64 / timed.time().as_secs_f64(),
+            per_cycle(timed.own_ticks),
+            per_cycle(timed.mongod_ticks),
+        );
+        let Some(monitored) = monitored.get(index) else {
+            println!();
+            continue;
+        };
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / monitored_cycles as f64;
+        // The driver's round trips (command sent -> reply read) per cycle, and
+        // the rest of the cycle: the caller's and the actor's own work.
+        let trips = monitored.waited as f64 / 1e3 / monitored_cycles as f64;
+        println!(
+            "; monitored pass: {:.2} commands per cycle, {:>6.0} cycles/s, {trips:.0} us in \
+             round trips + {:.0} us else per cycle, of which {:.0} us before the commands were \
+             sent and {:.0} us after their replies",
+            monitored.commands as f64 / monitored_cycles as f64,
+            monitored_cycles as f64 / monitored.time().as_secs_f64(),
+            us(monitored.time()) - trips,
+            us(monitored.before_send),
+            us(monitored.after_reply),
+        );
+    }
+    // Throughput ratio of `a` to `b`: over the whole pass, and the median
+    // and range of the rounds' ratios.
+    let ratio = |a: &Contender, b: &Contender| {
+        let mut rounds: Vec<f64> = (a.rounds.iter().zip(&b.rounds))
+            .map(|(a, b)| b.as_secs_f64() / a.as_secs_f64())
+            .collect();
+        rounds.sort_by(f64::total_cmp);
+        format!(
+            "{:.2}x (rounds: median {:.2}x, {:.2}x to {:.2}x)",
+            b.time().as_secs_f64() / a.time().as_secs_f64(),
+            rounds[rounds.len() / 2],
+            rounds[0],
+            rounds[rounds.len() - 1],
+        )
+    };
+    let [ours, raw, kept, replayed] = &timed[..] else {
+        unreachable!("the timed pass has four contenders")
+    };
+    println!(
+        "  throughput mongo-lease / raw insert/delete: {}",
+        ratio(ours, raw)
+    );
+    println!(
+        "  throughput mongo-lease / raw kept document: {}",
+        ratio(ours, kept)
+    );
+    println!(
+        "  throughput raw kept document / raw insert/delete: {}",
+        ratio(kept, raw)
+    );
+    println!(
+        "  throughput its commands replayed / raw kept document: {}",
+        ratio(replayed, kept)
+    );
+    println!(
+        "  throughput mongo-lease / its commands replayed: {}",
+        ratio(ours, replayed)
+    );
+    println!(
+        "  monitored pass: throughput mongo-lease / raw kept document: {}",
+        ratio(&monitored[0], &monitored[2])
+    );
+}
+
+/// Rounds of the uncontended part, the contenders alternating round by
+/// round so that the machine's drift reaches all alike.
+const ROUNDS: usize = 20;
+
+/// The uncontended part's lock collection.
+const CYCLE_LOCK: &str = "cycle.lock";
+
+/// One pass of the uncontended part: about `cycles` cycles of each
+/// contender, with a client of its own, `monitored` or not, and a manager
+/// on it. The contenders: mongo-lease, raw insert/delete, raw kept
+/// document, and with `replay` (the manager's light acquire and light
+/// release) mongo-lease's own commands sent again by the caller, encoded
+/// once, so that the manager's share of a cycle shows. Returns the
+/// contenders, the cycles each ran, and the light acquire and light release
+/// a monitored pass captured.
+async fn cycle_pass(
+    options: &ClientOptions,
+    database: &str,
+    cycles: usize,
+    monitored: bool,
+    replay: Option<&[RawDocumentBuf; 2]>,
+) -> (Vec<Contender>, usize, Option<[RawDocumentBuf; 2]>) {
+    let (client, commands, waited, stamps) = counted(options, monitored);
     let manager = LeaseManager::connect(
         LeaseManagerOptions::builder()
             .database(client.database(database))
-            .collection("cycle.lock")
+            .collection(CYCLE_LOCK)
             .build(),
     )
     .await
@@ -389,6 +521,7 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
             )
     };
     let (raw, kept) = (majority("raw.lock"), majority("kept.lock"));
+    let db = client.database(database);
     let (own, mongod) = (std::process::id(), mongod_pid(options).await);
     let ticks = |pid: Option<u32>| pid.and_then(cpu_ticks);
     // Warm-up outside the count.
@@ -397,17 +530,21 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
         our_cycle(&manager, &mut warm_up).await;
         raw_cycle(&raw, &mut warm_up).await;
         kept_cycle(&kept, &mut warm_up).await;
+        if let Some(replay) = replay {
+            replayed_cycle(&db, replay, &mut warm_up).await;
+        }
     }
-    // Many short rounds, the contenders alternating, so that the machine's
-    // drift reaches all three alike; ratios are taken round by round.
-    const ROUNDS: usize = 20;
+    // Many short rounds, the contenders alternating; ratios are taken round
+    // by round.
     let per_round = (cycles / ROUNDS).max(1);
-    let cycles = per_round * ROUNDS;
-    let mut contenders = [
+    let mut contenders = vec![
         Contender::new("mongo-lease"),
         Contender::new("raw insert/delete"),
         Contender::new("raw kept document"),
     ];
+    if replay.is_some() {
+        contenders.push(Contender::new("its commands replayed"));
+    }
     for _ in 0..ROUNDS {
         for (index, contender) in contenders.iter_mut().enumerate() {
             let (before, waited_before) = (
@@ -418,10 +555,12 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
             let mut split = Split::new(&stamps);
             let start = Instant::now();
             for _ in 0..per_round {
-                match index {
-                    0 => our_cycle(&manager, &mut split).await,
-                    1 => raw_cycle(&raw, &mut split).await,
-                    _ => kept_cycle(&kept, &mut split).await,
+                match (index, replay) {
+                    (0, _) => our_cycle(&manager, &mut split).await,
+                    (1, _) => raw_cycle(&raw, &mut split).await,
+                    (2, _) => kept_cycle(&kept, &mut split).await,
+                    (_, Some(replay)) => replayed_cycle(&db, replay, &mut split).await,
+                    (_, None) => unreachable!("no fourth contender without `replay`"),
                 }
             }
             contender.rounds.push(start.elapsed());
@@ -437,61 +576,8 @@ async fn uncontended(options: &ClientOptions, database: &str, cycles: usize) {
         }
     }
     manager.shutdown().await.expect("shutdown");
-    println!("one task's uncontended acquire + release, {cycles} cycles in {ROUNDS} rounds");
-    // The driver's round trips (command sent -> reply read) per cycle, and
-    // the rest of the cycle: the caller's and the actor's own work.
-    // CPU time per cycle, in microseconds, from clock ticks.
-    let tick_us = 1e6 / clock_ticks();
-    let per_cycle = |ticks: Option<u64>| {
-        ticks.map_or("-".to_string(), |t| {
-            format!("{:.0}", t as f64 * tick_us / cycles as f64)
-        })
-    };
-    for contender in &contenders {
-        let time = contender.time();
-        let trips = contender.waited as f64 / 1e3 / cycles as f64;
-        let us = |d: Duration| d.as_secs_f64() * 1e6 / cycles as f64;
-        println!(
-            "  {:<18} {:.2} commands per cycle, {:>6.0} cycles/s ({trips:.0} us in round trips + {:.0} us else per cycle, of which {:.0} us before the commands were sent and {:.0} us after their replies; CPU per cycle: this process {} us, mongod {} us)",
-            contender.name,
-            contender.commands as f64 / cycles as f64,
-            cycles as f64 / time.as_secs_f64(),
-            time.as_secs_f64() * 1e6 / cycles as f64 - trips,
-            us(contender.before_send),
-            us(contender.after_reply),
-            per_cycle(contender.own_ticks),
-            per_cycle(contender.mongod_ticks),
-        );
-    }
-    // Throughput ratio of `a` to `b`: over the whole run, and the median and
-    // range of the rounds' ratios.
-    let ratio = |a: &Contender, b: &Contender| {
-        let mut rounds: Vec<f64> = (a.rounds.iter().zip(&b.rounds))
-            .map(|(a, b)| b.as_secs_f64() / a.as_secs_f64())
-            .collect();
-        rounds.sort_by(f64::total_cmp);
-        format!(
-            "{:.2}x (rounds: median {:.2}x, {:.2}x to {:.2}x)",
-            b.time().as_secs_f64() / a.time().as_secs_f64(),
-            rounds[rounds.len() / 2],
-            rounds[0],
-            rounds[rounds.len() - 1],
-        )
-    };
-    let [ours, raw, kept] = &contenders;
-    println!(
-        "  throughput mongo-lease / raw insert/delete: {}",
-        ratio(ours, raw)
-    );
-    println!(
-        "  throughput mongo-lease / raw kept document: {}",
-        ratio(ours, kept)
-    );
-    println!(
-        "  throughput raw kept document / raw insert/delete: {}",
-        ratio(kept, raw)
-    );
     client.shutdown().await;
+    (contenders, per_round * ROUNDS, stamps.lock_commands())
 }
 
 async fn our_cycle(manager: &LeaseManager, split: &mut Split) {
@@ -543,19 +629,57 @@ async fn kept_cycle(kept: &Collection<Document>, split: &mut Split) {
     split.time(release).await.expect("updateOne");
 }
 
-/// A client that counts the commands it sends (but the driver's handshakes
-/// and heartbeats), the time they waited for their replies, and when the
-/// last one was sent and answered ([`Stamps`]).
-fn counted(options: &ClientOptions) -> (Client, Arc<AtomicU64>, Arc<AtomicU64>, Arc<Stamps>) {
+/// mongo-lease's light acquire and light release as its manager sent them
+/// (`commands`), sent again by the caller with the driver: the same bytes,
+/// lease id and owner id every cycle, which the light release's removal of
+/// the lease id allows. Each must apply: the acquire's reply is this
+/// write's acquisition (its `ts` is the write's `$$NOW`), the release
+/// modifies the document.
+async fn replayed_cycle(db: &Database, commands: &[RawDocumentBuf; 2], split: &mut Split) {
+    let [acquire, release] = commands;
+    let acquired = split
+        .time(db.run_raw_command(acquire.clone()))
+        .await
+        .expect("the light acquire");
+    let value = acquired.get_document("value").expect("a document");
+    assert_eq!(
+        value.get_datetime("ts"),
+        value.get_datetime("now"),
+        "the replayed light acquire acquired: {value:?}"
+    );
+    let released = split
+        .time(db.run_raw_command(release.clone()))
+        .await
+        .expect("the light release");
+    assert_eq!(
+        released.get_i32("nModified"),
+        Ok(1),
+        "the replayed light release released"
+    );
+}
+
+/// A client that, if `monitored`, counts the commands it sends (but the
+/// driver's handshakes and heartbeats), the time they waited for their
+/// replies, and when the last one was sent and answered ([`Stamps`]);
+/// otherwise one with no command monitoring, whose counts stay 0.
+fn counted(
+    options: &ClientOptions,
+    monitored: bool,
+) -> (Client, Arc<AtomicU64>, Arc<AtomicU64>, Arc<Stamps>) {
     let (commands, waited) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let stamps = Arc::new(Stamps::default());
     let mut options = options.clone();
+    if !monitored {
+        let client = Client::with_options(options).expect("client");
+        return (client, commands, waited, stamps);
+    }
     let (sink, waits, stamped) = (commands.clone(), waited.clone(), stamps.clone());
     let counted = |name: &str| !matches!(name, "hello" | "isMaster" | "ping" | "endSessions");
     options.command_event_handler = Some(EventHandler::callback(move |event| match event {
         CommandEvent::Started(started) if counted(&started.command_name) => {
             sink.fetch_add(1, Ordering::Relaxed);
             stamped.stamp(&stamped.started);
+            stamped.capture(&started.command_name, &started.command);
         }
         CommandEvent::Succeeded(done) if counted(&done.command_name) => {
             waits.fetch_add(done.duration.as_nanos() as u64, Ordering::Relaxed);
@@ -573,10 +697,14 @@ fn counted(options: &ClientOptions) -> (Client, Arc<AtomicU64>, Arc<AtomicU64>, 
 
 /// When the last counted command was sent and when its reply was read
 /// (the driver's command events), in nanoseconds after `base`.
+/// Also the first `findAndModify` and the first `update` sent to the
+/// uncontended part's lock collection: the manager's light acquire and
+/// light release.
 struct Stamps {
     base: Instant,
     started: AtomicU64,
     answered: AtomicU64,
+    lock_commands: Mutex<BTreeMap<String, Document>>,
 }
 
 impl Default for Stamps {
@@ -585,11 +713,37 @@ impl Default for Stamps {
             base: Instant::now(),
             started: AtomicU64::new(0),
             answered: AtomicU64::new(0),
+            lock_commands: Mutex::default(),
         }
     }
 }
 
 impl Stamps {
+    /// Keeps `command` if it is the first `name` (`findAndModify` or
+    /// `update`) sent to [`CYCLE_LOCK`], without the fields the driver adds
+    /// to every command.
+    fn capture(&self, name: &str, command: &Document) {
+        if !matches!(name, "findAndModify" | "update") || command.get_str(name) != Ok(CYCLE_LOCK) {
+            return;
+        }
+        let mut captured = self.lock_commands.lock().unwrap();
+        if !captured.contains_key(name) {
+            let mut command = command.clone();
+            for added in ["lsid", "$clusterTime", "$db", "txnNumber"] {
+                command.remove(added);
+            }
+            captured.insert(name.to_string(), command);
+        }
+    }
+
+    /// The manager's light acquire and light release, encoded, once both
+    /// were captured.
+    fn lock_commands(&self) -> Option<[RawDocumentBuf; 2]> {
+        let captured = self.lock_commands.lock().unwrap();
+        let encoded = |name: &str| RawDocumentBuf::from_document(captured.get(name)?).ok();
+        Some([encoded("findAndModify")?, encoded("update")?])
+    }
+
     fn stamp(&self, at: &AtomicU64) {
         at.store(self.base.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
